@@ -1,0 +1,9 @@
+"""The one exception type for a user's mistake.
+
+Anything raised as ``KvlabError`` is shown to the user as a one-line message (CLI: exit code 2; web: HTTP 400).
+Every other exception is a bug in kvlab and keeps its traceback.
+"""
+
+
+class KvlabError(ValueError):
+    """A bad input: the message names the bad value and what would be valid."""

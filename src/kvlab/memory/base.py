@@ -1,0 +1,118 @@
+"""One interface for every memory strategy, and the states a KV slot can be in.
+
+Every slot of KV memory is, at every moment, in exactly one state (the vLLM paper's Figure 2, §3.1):
+
+    token                   holds the K/V of a token already computed
+    reserved                held by a request for a token it will still write
+    internal_fragmentation  held by a request, but beyond the last token it will ever write
+    overhead                handed out by the allocator beyond what was asked (a buddy allocator's round-up)
+    free                    not handed out
+
+The paper's fourth column, "external fragmentation & other", is ``overhead + free``: with a full cache and a
+queue, free memory is memory that could not be given to the next request.
+
+An allocator only knows what it handed out; how much of it already holds tokens is the scheduler's
+``num_computed_tokens``. So an allocator keeps four counters (allocated, internal fragmentation, overhead,
+duplicate references) and ``slot_usage`` combines them with the sum of computed tokens.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from kvlab.workload.request import Request
+
+
+class Fit(enum.Enum):
+    """What an allocation request came to. Never a sentinel: every caller handles all three."""
+
+    NOW = "now"  # allocated
+    LATER = "later"  # not enough memory now; retry after something is freed
+    NEVER = "never"  # larger than the whole cache: reject the request
+
+
+@dataclass(frozen=True, slots=True)
+class SlotUsage:
+    """Slots in each state; the five fields sum to the cache's capacity."""
+
+    token: int
+    reserved: int
+    internal_fragmentation: int
+    overhead: int
+    free: int
+
+    @property
+    def num_slots(self) -> int:
+        return self.token + self.reserved + self.internal_fragmentation + self.overhead + self.free
+
+    @property
+    def external_fragmentation(self) -> int:
+        """The paper's "external fragmentation & other"."""
+        return self.overhead + self.free
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSnapshot:
+    """The KV address space cut into display blocks of ``block_size`` slots, in address order.
+
+    The one format the metrics, the trace and the web grid read. Per block: ``owner`` is the id of the request
+    holding it (-1: nobody; this is a wire format, read by JavaScript too), and how many of its slots hold
+    tokens, are reserved, are internal fragmentation or allocator overhead; the rest are free.
+    A paged block shared by several requests names the first; ``shared`` marks it.
+    """
+
+    block_size: int
+    owner: tuple[int, ...]
+    token: tuple[int, ...]
+    reserved: tuple[int, ...]
+    internal_fragmentation: tuple[int, ...]
+    overhead: tuple[int, ...]
+    shared: tuple[bool, ...]
+
+
+class Sequence(Protocol):
+    """What an allocator reads of a running request (the simulator's request state)."""
+
+    request: Request
+    num_computed_tokens: int
+
+
+class KVAllocator(Protocol):
+    """The interface every memory strategy implements (contiguous: max, pow2, oracle; paged).
+
+    The calls mirror vLLM's KVCacheManager:
+      get_num_cached_tokens  prefix-cache hit for a request about to be admitted (0 where nothing is shared)
+      allocate_slots         make room for ``num_computed_tokens + num_new_tokens`` tokens of ``seq``
+      free                   give back everything ``seq`` holds
+    Counters (slots): ``num_slots`` capacity; ``num_allocated_slots`` handed to requests (a shared block once);
+    ``num_internal_fragmentation_slots``; ``num_overhead_slots``; ``num_duplicate_token_slots`` (slots that
+    more than one request counts among its computed tokens, counted once per extra reference).
+    """
+
+    num_slots: int
+    num_allocated_slots: int
+    num_internal_fragmentation_slots: int
+    num_overhead_slots: int
+    num_duplicate_token_slots: int
+
+    def get_num_cached_tokens(self, seq: Sequence) -> int: ...
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit: ...
+
+    def free(self, seq: Sequence) -> None: ...
+
+    def can_ever_fit(self, request: Request) -> bool: ...
+
+    def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot: ...
+
+
+def slot_usage(allocator: KVAllocator, num_resident_computed_tokens: int) -> SlotUsage:
+    """The five states, from the allocator's counters and the computed tokens of the requests it holds."""
+    token = num_resident_computed_tokens - allocator.num_duplicate_token_slots
+    internal = allocator.num_internal_fragmentation_slots
+    reserved = allocator.num_allocated_slots - token - internal
+    overhead = allocator.num_overhead_slots
+    free = allocator.num_slots - allocator.num_allocated_slots - overhead
+    return SlotUsage(token, reserved, internal, overhead, free)

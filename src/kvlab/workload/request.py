@@ -1,0 +1,44 @@
+"""A request, as the simulator and the real-engine driver both see it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request of a workload.
+
+    ``output_len`` is the true length of the answer (what the model would generate before stopping);
+    ``max_tokens`` is the client's cap, if any: the answer stops at ``min(output_len, max_tokens)``.
+
+    ``prefix_hashes`` describe a shared prompt prefix, Mooncake style: the first
+    ``len(prefix_hashes) * prefix_chunk_len`` prompt tokens are chunk after chunk of content named by these ids,
+    so two requests whose leading ids are equal share those tokens (and, with prefix caching, those KV blocks).
+    The rest of the prompt is unique to the request.
+    """
+
+    request_id: int
+    arrival_time: float
+    prompt_len: int
+    output_len: int
+    max_tokens: int | None = None
+    prefix_hashes: tuple[int, ...] = ()
+    prefix_chunk_len: int = 512
+    n: int = 1
+
+    @property
+    def num_output_tokens(self) -> int:
+        """How many tokens the answer really has: the true length, capped by ``max_tokens``."""
+        if self.max_tokens is None:
+            return self.output_len
+        return min(self.output_len, self.max_tokens)
+
+    @property
+    def num_kv_tokens(self) -> int:
+        """KV slots the request writes over its life: the last sampled token is never fed back."""
+        return self.prompt_len + self.num_output_tokens - 1
+
+    @property
+    def num_shared_prefix_tokens(self) -> int:
+        return min(self.prompt_len, len(self.prefix_hashes) * self.prefix_chunk_len)
