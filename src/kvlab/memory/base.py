@@ -77,6 +77,10 @@ class Sequence(Protocol):
 
     request: Request
     num_computed_tokens: int
+    # Prompt plus output tokens so far (vLLM's ``Request.num_tokens``); a preempted request keeps its output.
+    # The paged allocator reads it: a prefix-cache hit is capped at ``num_tokens - 1`` and a request being
+    # admitted must fit ``num_tokens`` whole (vLLM's ``scheduler_reserve_full_isl``).
+    num_tokens: int
 
 
 class KVAllocator(Protocol):
