@@ -1,0 +1,194 @@
+"""What a run measured: per-iteration records, per-request records, and their summaries.
+
+Every metric is defined with its formula in docs/metrics.md. In short, over iterations i with durations dt_i:
+
+    memory share of state X   = Σ_i X_i · dt_i / Σ_i capacity · dt_i          (X: token, reserved, ...)
+    mean batch size           = mean over iterations of the number of requests computed in it
+    throughput                = finished requests (or their output tokens) / makespan
+    TTFT                      = first_token_time − arrival_time
+    TPOT                      = (finish_time − first_token_time) / (num_output_tokens − 1)
+    end-to-end latency        = finish_time − arrival_time
+    normalized latency        = end-to-end latency / num_output_tokens    (the vLLM paper's metric)
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+from kvlab.memory.base import SlotUsage
+
+SHARE_KEYS = ("token", "reserved", "internal_fragmentation", "external_fragmentation")
+
+ITERATION_COLUMNS = (
+    "time",  # start of the iteration (s)
+    "duration",  # s
+    "num_seqs",  # requests computed in this iteration
+    "num_running",  # requests holding KV (scheduled or not)
+    "num_waiting",  # queue length
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "num_preemptions",
+    "token",  # KV slots in each state during the iteration
+    "reserved",
+    "internal_fragmentation",
+    "overhead",
+    "free",
+)
+
+
+class IterationLog:
+    """Column arrays, one row per iteration (compact: a million iterations take ~100 MB)."""
+
+    def __init__(self) -> None:
+        self.columns = {name: array("d") for name in ITERATION_COLUMNS}
+        self._append = [self.columns[name].append for name in ITERATION_COLUMNS]
+
+    def append(self, *row: float) -> None:
+        for add, value in zip(self._append, row):
+            add(value)
+
+    def __len__(self) -> int:
+        return len(self.columns["time"])
+
+
+@dataclass
+class UsageIntegral:
+    """Σ state × dt over iterations, in slot-seconds, and Σ dt: the time average's numerator and denominator."""
+
+    token: float = 0.0
+    reserved: float = 0.0
+    internal_fragmentation: float = 0.0
+    overhead: float = 0.0
+    free: float = 0.0
+    busy_time: float = 0.0
+    num_iterations: int = 0
+    sum_batch_size: int = 0
+
+    def add(self, usage: SlotUsage, dt: float, num_seqs: int) -> None:
+        self.token += usage.token * dt
+        self.reserved += usage.reserved * dt
+        self.internal_fragmentation += usage.internal_fragmentation * dt
+        self.overhead += usage.overhead * dt
+        self.free += usage.free * dt
+        self.busy_time += dt
+        self.num_iterations += 1
+        self.sum_batch_size += num_seqs
+
+    def shares(self) -> dict[str, float]:
+        """The paper's four shares, in percent, summing to 100 (external = allocator overhead + free)."""
+        total = self.token + self.reserved + self.internal_fragmentation + self.overhead + self.free
+        if total <= 0:
+            return {key: 0.0 for key in SHARE_KEYS}
+        return {
+            "token": 100.0 * self.token / total,
+            "reserved": 100.0 * self.reserved / total,
+            "internal_fragmentation": 100.0 * self.internal_fragmentation / total,
+            "external_fragmentation": 100.0 * (self.overhead + self.free) / total,
+        }
+
+    def detailed_shares(self) -> dict[str, float]:
+        total = self.token + self.reserved + self.internal_fragmentation + self.overhead + self.free
+        names = ("token", "reserved", "internal_fragmentation", "overhead", "free")
+        if total <= 0:
+            return {key: 0.0 for key in names}
+        return {key: 100.0 * getattr(self, key) / total for key in names}
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.sum_batch_size / self.num_iterations if self.num_iterations else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    request_id: int
+    arrival_time: float
+    prompt_len: int
+    num_output_tokens: int
+    status: str  # finished | rejected
+    first_scheduled_time: float | None
+    first_token_time: float | None
+    finish_time: float | None
+    num_preemptions: int
+    reject_reason: str | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token_time is None else self.first_token_time - self.arrival_time
+
+    @property
+    def e2e_latency(self) -> float | None:
+        return None if self.finish_time is None else self.finish_time - self.arrival_time
+
+    @property
+    def tpot(self) -> float | None:
+        if self.finish_time is None or self.first_token_time is None or self.num_output_tokens < 2:
+            return None
+        return (self.finish_time - self.first_token_time) / (self.num_output_tokens - 1)
+
+    @property
+    def normalized_latency(self) -> float | None:
+        e2e = self.e2e_latency
+        return None if e2e is None else e2e / self.num_output_tokens
+
+
+def distribution(values: list[float]) -> dict[str, float | None]:
+    """mean, p50, p90, p99 (linear interpolation between order statistics, as numpy's default)."""
+    if not values:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    ordered = sorted(values)
+    n = len(ordered)
+
+    def pct(q: float) -> float:
+        pos = (n - 1) * q
+        lo = int(pos)
+        hi = min(lo + 1, n - 1)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+    return {"mean": sum(ordered) / n, "p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99)}
+
+
+@dataclass
+class Counters:
+    num_finished: int = 0
+    num_rejected: int = 0
+    num_output_tokens: int = 0
+    num_preemptions: int = 0
+    num_recomputed_tokens: int = 0
+    num_swapped_bytes: int = 0
+    reject_reasons: dict[str, int] = field(default_factory=dict)
+
+
+def summarize(
+    name: str,
+    integral: UsageIntegral,
+    records: list[RequestRecord],
+    counters: Counters,
+    makespan: float,
+) -> dict:
+    """The `kvlab race --json` entry of one strategy."""
+    finished = [r for r in records if r.status == "finished"]
+
+    def dist(attr: str) -> dict[str, float | None]:
+        return distribution([v for r in finished if (v := getattr(r, attr)) is not None])
+
+    return {
+        "name": name,
+        "memory_shares": integral.shares(),
+        "memory_shares_detailed": integral.detailed_shares(),
+        "mean_batch_size": integral.mean_batch_size,
+        "throughput_rps": counters.num_finished / makespan if makespan > 0 else 0.0,
+        "throughput_tps": counters.num_output_tokens / makespan if makespan > 0 else 0.0,
+        "makespan_s": makespan,
+        "num_iterations": integral.num_iterations,
+        "ttft_s": dist("ttft"),
+        "tpot_s": dist("tpot"),
+        "e2e_latency_s": dist("e2e_latency"),
+        "normalized_latency_s_per_token": dist("normalized_latency"),
+        "preemptions": counters.num_preemptions,
+        "recomputed_tokens": counters.num_recomputed_tokens,
+        "swapped_bytes": counters.num_swapped_bytes,
+        "num_finished": counters.num_finished,
+        "num_rejected": counters.num_rejected,
+        "reject_reasons": dict(counters.reject_reasons),
+    }

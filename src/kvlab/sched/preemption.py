@@ -1,0 +1,51 @@
+"""What happens to an evicted request's KV: dropped and computed again later, or copied to CPU memory and
+brought back. One small class per mode; the scheduler does the evicting (newest running request first)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvlab.sched.scheduler import SchedulerConfig
+    from kvlab.sched.seq import Seq
+
+
+class Recompute:
+    """vLLM V1's only mode: the request's blocks are freed and its tokens computed again when it resumes."""
+
+    def __init__(self, config: SchedulerConfig):
+        pass
+
+    def on_preempt(self, seq: Seq) -> int:
+        return 0
+
+    def on_resume(self, seq: Seq) -> int:
+        return 0
+
+
+class Swap:
+    """vLLM's older engine: the request's KV is copied to a bounded CPU swap space and copied back when it
+    resumes (vLLM paper §4.5). When the swap space is full, the request is recomputed instead."""
+
+    def __init__(self, config: SchedulerConfig):
+        self.capacity_bytes = config.swap_space_bytes
+        self.kv_bytes_per_token = config.kv_bytes_per_token
+        self.used_bytes = 0
+
+    def on_preempt(self, seq: Seq) -> int:
+        nbytes = seq.num_computed_tokens * self.kv_bytes_per_token
+        if nbytes == 0 or self.used_bytes + nbytes > self.capacity_bytes:
+            return 0
+        self.used_bytes += nbytes
+        seq.swapped = True
+        return nbytes
+
+    def on_resume(self, seq: Seq) -> int:
+        if not seq.swapped:
+            return 0
+        nbytes = seq.num_computed_tokens * self.kv_bytes_per_token
+        self.used_bytes -= nbytes
+        return nbytes
+
+
+PREEMPTION = {"recompute": Recompute, "swap": Swap}

@@ -1,0 +1,64 @@
+"""A request as the engine tracks it while serving it (vLLM's ``Request`` object)."""
+
+from __future__ import annotations
+
+import enum
+
+from kvlab.workload.request import Request
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"  # back in the waiting queue; its KV dropped (recompute) or on the CPU (swap)
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+class Seq:
+    """Mutable serving state of one request. ``num_tokens`` = prompt + generated so far, as in vLLM: the
+    scheduler gives each request ``num_tokens - num_computed_tokens`` new tokens (its whole prompt, a chunk of
+    it, or the one token sampled last)."""
+
+    __slots__ = (
+        "request",
+        "request_id",
+        "num_computed_tokens",
+        "num_output_tokens",
+        "status",
+        "num_preemptions",
+        "num_lost_tokens",
+        "swapped",
+        "first_scheduled_time",
+        "first_token_time",
+        "finish_time",
+        "reject_reason",
+    )
+
+    def __init__(self, request: Request):
+        self.request = request
+        self.request_id = request.request_id
+        self.num_computed_tokens = 0
+        self.num_output_tokens = 0
+        self.status = SeqStatus.WAITING
+        self.num_preemptions = 0
+        self.num_lost_tokens = 0  # computed tokens dropped by preemptions, not yet recomputed
+        self.swapped = False
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finish_time: float | None = None
+        self.reject_reason: str | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return self.request.prompt_len + self.num_output_tokens
+
+    @property
+    def num_remaining_outputs(self) -> int:
+        return self.request.num_output_tokens - self.num_output_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"Seq(id={self.request_id}, {self.status.value}, computed={self.num_computed_tokens}, "
+            f"tokens={self.num_tokens}, out={self.num_output_tokens}/{self.request.num_output_tokens})"
+        )
