@@ -1,0 +1,161 @@
+"""The lab server's parameters: parsed, range-checked, bounded.
+
+Every value that arrives from the page goes through here; anything out of range raises KvlabError with a message
+that names the value and the valid range (the server answers HTTP 400 with it, the page shows it). The limits
+also bound the work one request can cause: requests per run, blocks per grid, runs alive, compute per run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvlab.errors import KvlabError
+
+LIMITS = {
+    "max_num_requests": 2000,  # per run; the lesson's point shows with a hundred
+    "min_rate": 0.01,  # requests per second
+    "max_rate": 100.0,
+    "block_sizes": (1, 8, 16, 32, 64, 128),  # vLLM's --block-size choices
+    "min_num_blocks": 4,
+    "max_num_blocks": 65536,  # display blocks per grid: 4 grids of this still fit the page's budget
+    "max_num_seqs": 1024,
+    "max_strategies": 4,
+    "min_speed": 0.01,  # simulated seconds per wall second
+    "max_speed": 1000.0,
+    "max_seed": 2**31 - 1,
+    "max_sessions": 8,  # runs alive at once; the oldest is dropped for a new one
+    "session_idle_seconds": 600.0,
+    "max_compute_seconds": 60.0,  # simulator time one run may spend, over its whole life
+    "max_concurrency": 100000,  # the calculator's "conversations"
+    "max_context_len": 10_000_000,
+}
+
+ALLOCATORS = ("max", "pow2", "oracle", "paged")
+BATCHINGS = ("static", "continuous")
+PREEMPTION_MODES = ("recompute", "swap")
+LESSON_RACE = ("static+max", "continuous+max", "static+paged", "continuous+paged")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One grid (one strategy) or one race (up to four strategies on the same workload and clock)."""
+
+    kind: str  # "grid" | "race"
+    strategies: tuple[str, ...]
+    model: str = "opt-13b"
+    gpu: str = "a100-40gb"
+    workload: str = "paper-sharegpt"
+    rate: float = 2.0
+    num_requests: int = 100
+    seed: int = 0
+    block_size: int = 16
+    num_blocks: int | None = None  # KV cache size in blocks; None: what the GPU leaves (vLLM's sizing)
+    max_num_seqs: int = 256
+    preemption_mode: str = "recompute"
+
+
+def parse_run_spec(data: dict) -> RunSpec:
+    if not isinstance(data, dict):
+        raise KvlabError("the run's parameters must be a JSON object")
+    known = set(RunSpec.__dataclass_fields__)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: {', '.join(sorted(known))}")
+    kind = choice(data, "kind", ("grid", "race"), "grid")
+    strategies = _strategies(data.get("strategies"), kind)
+    block_size = integer(data, "block_size", 1, 128, 16)
+    if block_size not in LIMITS["block_sizes"]:
+        sizes = ", ".join(map(str, LIMITS["block_sizes"]))
+        raise KvlabError(f"block_size {block_size} is not one of vLLM's block sizes: {sizes}")
+    num_blocks = data.get("num_blocks")
+    if num_blocks not in (None, "", "auto"):
+        num_blocks = integer(data, "num_blocks", LIMITS["min_num_blocks"], LIMITS["max_num_blocks"], None)
+    else:
+        num_blocks = None
+    return RunSpec(
+        kind=kind,
+        strategies=strategies,
+        model=text(data, "model", "opt-13b"),
+        gpu=text(data, "gpu", "a100-40gb"),
+        workload=text(data, "workload", "paper-sharegpt"),
+        rate=number(data, "rate", LIMITS["min_rate"], LIMITS["max_rate"], 2.0),
+        num_requests=integer(data, "num_requests", 1, LIMITS["max_num_requests"], 100),
+        seed=integer(data, "seed", 0, LIMITS["max_seed"], 0),
+        block_size=block_size,
+        num_blocks=num_blocks,
+        max_num_seqs=integer(data, "max_num_seqs", 1, LIMITS["max_num_seqs"], 256),
+        preemption_mode=choice(data, "preemption_mode", PREEMPTION_MODES, "recompute"),
+    )
+
+
+def parse_speed(value: str | None) -> float:
+    return number({"speed": value}, "speed", LIMITS["min_speed"], LIMITS["max_speed"], 4.0)
+
+
+def _strategies(value, kind: str) -> tuple[str, ...]:
+    if value in (None, "", []):
+        return LESSON_RACE if kind == "race" else ("continuous+paged",)
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise KvlabError(f"strategies must be a list of strategy names, got {value!r}")
+    names = tuple(v.strip() for v in value)
+    if kind == "grid" and len(names) != 1:
+        raise KvlabError(f"a grid runs one strategy, got {len(names)}: {', '.join(names)}")
+    if len(names) > LIMITS["max_strategies"]:
+        raise KvlabError(f"a race holds at most {LIMITS['max_strategies']} strategies, got {len(names)}")
+    return names
+
+
+def integer(data: dict, key: str, lo: int, hi: int, default: int | None) -> int:
+    value = data.get(key)
+    if value is None or value == "":
+        if default is None:
+            raise KvlabError(f"{key} is required (an integer from {lo} to {hi})")
+        return default
+    if isinstance(value, bool):
+        raise KvlabError(f"{key} must be an integer from {lo} to {hi}, got {value!r}")
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError):
+        raise KvlabError(f"{key} must be an integer from {lo} to {hi}, got {value!r}") from None
+    if not math.isfinite(as_float) or as_float != int(as_float):
+        raise KvlabError(f"{key} must be an integer from {lo} to {hi}, got {value!r}")
+    out = int(as_float)
+    if not lo <= out <= hi:
+        raise KvlabError(f"{key} {out} is out of range: {lo} to {hi}")
+    return out
+
+
+def number(data: dict, key: str, lo: float, hi: float, default: float) -> float:
+    value = data.get(key)
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        raise KvlabError(f"{key} must be a number from {lo:g} to {hi:g}, got {value!r}")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise KvlabError(f"{key} must be a number from {lo:g} to {hi:g}, got {value!r}") from None
+    if not math.isfinite(out) or not lo <= out <= hi:
+        raise KvlabError(f"{key} {value!r} is out of range: {lo:g} to {hi:g}")
+    return out
+
+
+def choice(data: dict, key: str, options: tuple[str, ...], default: str) -> str:
+    value = data.get(key)
+    if value is None or value == "":
+        return default
+    if value not in options:
+        raise KvlabError(f"{key} {value!r} is not one of: {', '.join(options)}")
+    return value
+
+
+def text(data: dict, key: str, default: str) -> str:
+    value = data.get(key)
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str) or len(value) > 200:
+        raise KvlabError(f"{key} must be a name of at most 200 characters, got {str(value)[:40]!r}")
+    return value
