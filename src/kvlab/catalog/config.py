@@ -1,0 +1,84 @@
+"""Models from a config.json: a local file, a folder holding one, or a Hugging Face id (fetched, then cached).
+
+Multimodal checkpoints keep the language model's numbers under ``text_config``; kvlab sizes that part, as
+vLLM's ``hf_text_config`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from functools import cache
+from pathlib import Path
+
+from kvlab.catalog.models import ModelSpec, spec_from_fields
+from kvlab.errors import KvlabError
+
+HF_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# Fields a nested text_config inherits from the top level when it does not set them itself.
+INHERITED = ("torch_dtype", "dtype", "tie_word_embeddings", "quantization_config", "architectures")
+ROUTES = ("use a model from the catalogue (`kvlab models`), or give a local config.json or a folder "
+          "holding one")
+
+
+def looks_like_path(name: str) -> bool:
+    return (os.path.exists(name) or name.endswith(".json") or name.startswith((".", "/", "~"))
+            or os.sep in name and not HF_ID.fullmatch(name))
+
+
+def looks_like_hf_id(name: str) -> bool:
+    return bool(HF_ID.fullmatch(name))
+
+
+def text_fields(config: dict) -> dict:
+    """The language model's fields: ``text_config`` when the checkpoint nests one, else the top level."""
+    nested = config.get("text_config")
+    if isinstance(nested, dict) and (nested.get("num_hidden_layers") is not None
+                                     or config.get("num_hidden_layers") is None):
+        merged = dict(nested)
+        for key in INHERITED:
+            if merged.get(key) is None and config.get(key) is not None:
+                merged[key] = config[key]
+        return merged
+    return config
+
+
+def spec_from_config(config: dict, *, id: str, where: str, origin: str, hf_repo: str | None = None) -> ModelSpec:
+    if not isinstance(config, dict):
+        raise KvlabError(f"{where}: expected a JSON object, got {type(config).__name__}")
+    return spec_from_fields(text_fields(config), id=id, where=where, origin=origin, hf_repo=hf_repo,
+                            source=(where,))
+
+
+def load_config_path(path: str) -> ModelSpec:
+    """A model from a local config.json, or a folder that holds one."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        folder, p = p, p / "config.json"
+        if not p.is_file():
+            raise KvlabError(f"folder {str(folder)!r} holds no config.json; {ROUTES}")
+    elif not p.is_file():
+        raise KvlabError(f"no such file {path!r}; {ROUTES}")
+    try:
+        config = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise KvlabError(f"cannot read {str(p)!r} as JSON: {exc}") from None
+    name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
+    return spec_from_config(config, id=name or str(p), where=str(p), origin="config.json")
+
+
+@cache
+def load_hf_model(repo_id: str) -> ModelSpec:
+    """A model from ``config.json`` on the Hugging Face Hub (huggingface_hub keeps its own disk cache)."""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        path = hf_hub_download(repo_id, "config.json")
+    except Exception as exc:  # offline, unknown repo, gated repo, network error: all the same to the user
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise KvlabError(f"model {repo_id!r} is not in the catalogue and its config.json could not be fetched "
+                         f"from Hugging Face ({type(exc).__name__}: {reason[:160]}); {ROUTES}") from None
+    config = json.loads(Path(path).read_text(encoding="utf-8"))
+    return spec_from_config(config, id=repo_id.split("/")[-1].lower(), where=f"huggingface {repo_id} config.json",
+                            origin="huggingface", hf_repo=repo_id)

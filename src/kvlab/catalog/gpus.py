@@ -1,0 +1,78 @@
+"""GPUs as frozen specs: memory, bandwidth and peak FLOP/s, each with its source (data/gpus.json)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+from kvlab.catalog.models import name_key
+from kvlab.errors import KvlabError
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model.
+
+    ``memory_bytes`` is what vLLM sees as total memory where a CUDA-reported figure was observed
+    (``memory_bytes_source`` says which figure was used). ``peak_flops`` is dense tensor-core bf16
+    (fp16 where the part has none; ``peak_flops_kind`` says which); bandwidth and FLOP/s may be None
+    where no source was found.
+    """
+
+    id: str
+    memory_bytes: int
+    memory_bytes_source: str
+    memory_bandwidth_bytes_per_s: int | None
+    peak_flops: int | None
+    peak_flops_kind: str | None = None
+    memory_gb_marketing: float | None = None
+    memory_type: str | None = None
+    aliases: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    source: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GIB
+
+
+@cache
+def list_gpus() -> tuple[GpuSpec, ...]:
+    text = resources.files("kvlab.catalog").joinpath("data/gpus.json").read_text(encoding="utf-8")
+    return tuple(
+        GpuSpec(id=g["id"], memory_bytes=g["memory_bytes"], memory_bytes_source=g["memory_bytes_source"],
+                memory_bandwidth_bytes_per_s=g["memory_bandwidth_bytes_per_s"], peak_flops=g["peak_flops"],
+                peak_flops_kind=g["peak_flops_kind"], memory_gb_marketing=g["memory_gb_marketing"],
+                memory_type=g["memory_type"], aliases=tuple(g["aliases"]), notes=tuple(g["notes"]),
+                source=tuple(g["source"]))
+        for g in json.loads(text)["gpus"]
+    )
+
+
+@cache
+def _gpu_index() -> dict[str, GpuSpec]:
+    index: dict[str, GpuSpec] = {}
+    for gpu in list_gpus():
+        for name in (gpu.id, *gpu.aliases):
+            index.setdefault(name_key(name), gpu)
+    return index
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """A GPU by forgiving name ('a100-40gb', 'A100_40GB', 'nvidia h100'); suggests close names on a miss."""
+    import difflib
+
+    key = name_key(name)
+    gpu = _gpu_index().get(key) or _gpu_index().get(key.removeprefix("nvidia"))
+    if gpu is not None:
+        return gpu
+    names = [g.id for g in list_gpus()]
+    lowered = {n.lower(): n for n in names}
+    hits = [lowered[h] for h in difflib.get_close_matches(name.strip().lower(), list(lowered), n=3, cutoff=0.4)]
+    hint = f" Did you mean: {', '.join(hits)}?" if hits else ""
+    raise KvlabError(f"unknown GPU {name!r}.{hint} Known GPUs: {', '.join(names)}; or give the memory with "
+                     "--gpu-memory-gib.")

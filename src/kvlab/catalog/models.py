@@ -1,0 +1,535 @@
+"""Models as frozen specs: architecture numbers, per-layer attention types and a parameter count.
+
+A ``ModelSpec`` is built from a dict that uses Hugging Face ``config.json`` names, so the bundled catalogue
+(data/models.json) and a user's own config.json go through the same code (``spec_from_fields``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+from kvlab.errors import KvlabError
+
+FULL_ATTENTION = "full_attention"
+SLIDING_ATTENTION = "sliding_attention"
+
+# Bytes per element of a dtype name as config.json and vLLM's --dtype / --kv-cache-dtype spell them.
+DTYPE_BYTES = {
+    "float32": 4, "float": 4,
+    "float16": 2, "half": 2, "bfloat16": 2,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+}
+
+# Bytes per parameter of the weight formats a checkpoint can ship in fewer bits than its dtype.
+# fp8: one byte per weight of the decoder's linear layers (block scales, 4 B per 128x128, are ignored).
+# mxfp4: 4-bit values plus one 8-bit scale per 32 values = 4.25 bits, for MoE experts only (gpt-oss).
+QUANTIZED_LINEAR_BYTES = {"fp8": 1.0}
+QUANTIZED_EXPERT_BYTES = {"fp8": 1.0, "mxfp4": 4.25 / 8}
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a model family adds to the plain transformer when counting parameters.
+
+    Read from each family's modeling code in transformers/vLLM: OPT has biases everywhere, LayerNorm with a
+    bias, learned positions (with an offset of 2) and a two-matrix MLP; Qwen2 biases q/k/v; Qwen3 and Gemma 3
+    normalise q and k per head; Gemma 2/3 have four norms per layer; gpt-oss biases its projections and
+    experts and keeps one attention sink per head.
+    """
+
+    gated_mlp: bool = True
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    norm_params_per_dim: int = 1  # RMSNorm: weight; LayerNorm: weight + bias
+    norms_per_layer: int = 2
+    qk_norm: bool = False
+    learned_position_offset: int | None = None
+    attention_sinks: bool = False
+    tie_word_embeddings_default: bool = False
+
+
+TRAITS = {
+    "opt": Traits(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, norm_params_per_dim=2,
+                  learned_position_offset=2, tie_word_embeddings_default=True),
+    "qwen2": Traits(qkv_bias=True),
+    "qwen3": Traits(qk_norm=True),
+    "gemma": Traits(tie_word_embeddings_default=True),
+    "gemma2": Traits(norms_per_layer=4, tie_word_embeddings_default=True),
+    "gemma3": Traits(norms_per_layer=4, qk_norm=True, tie_word_embeddings_default=True),
+    "gemma3_text": Traits(norms_per_layer=4, qk_norm=True, tie_word_embeddings_default=True),
+    "gpt_oss": Traits(qkv_bias=True, o_bias=True, mlp_bias=True, attention_sinks=True),
+}
+DEFAULT_TRAITS = Traits()
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one decoder layer, split by where they live (for TP splits and quantized formats)."""
+
+    attention: int  # projections (+ biases, q/k norms, sinks)
+    kv_projection: int  # the part of ``attention`` that projects K and V (replicated when TP > KV heads)
+    mlp: int  # dense MLP, or the shared experts of an MoE layer
+    experts: int  # routed experts, all of them
+    active_experts: int  # routed experts one token passes through
+    router: int
+    norms: int
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.mlp + self.experts + self.router + self.norms
+
+    @property
+    def active(self) -> int:
+        return self.attention + self.mlp + self.active_experts + self.router + self.norms
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model's architecture, as vLLM reads it from config.json.
+
+    ``head_dim`` is the explicit config value when there is one (Qwen3-32B: 128, not 5120 / 64 = 80).
+    ``layer_types`` gives each layer's attention: full, or sliding over ``sliding_window`` tokens.
+    MLA models (DeepSeek-V2/V3) cache one latent of ``kv_lora_rank + qk_rope_head_dim`` values per token and
+    layer instead of K and V per KV head.
+    """
+
+    id: str
+    hf_repo: str | None
+    model_type: str
+    architecture: str
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    dtype: str
+    tie_word_embeddings: bool
+    layer_types: tuple[str, ...]
+    sliding_window: int | None = None
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    num_experts: int | None = None
+    experts_per_token: int | None = None
+    moe_intermediate_size: int | None = None
+    num_shared_experts: int | None = None
+    first_k_dense_replace: int | None = None
+    quantization: str | None = None
+    aliases: tuple[str, ...] = ()
+    num_params_card: float | None = None
+    num_active_params_card: float | None = None
+    params_total_card: str | None = None
+    params_active_card: str | None = None
+    origin: str = "catalogue"  # catalogue | config.json | huggingface
+    notes: tuple[str, ...] = ()
+    source: tuple[str, ...] = field(default=(), compare=False)
+
+    # --- attention and KV cache -------------------------------------------------------------------------
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None and self.kv_lora_rank > 0
+
+    @property
+    def attention(self) -> str:
+        """MHA, GQA, MQA or MLA."""
+        if self.is_mla:
+            return "MLA"
+        if self.num_key_value_heads == self.num_attention_heads:
+            return "MHA"
+        return "MQA" if self.num_key_value_heads == 1 else "GQA"
+
+    @property
+    def kv_head_size(self) -> int:
+        """Values cached per KV head per token per layer for K (and again for V unless MLA).
+
+        MLA: the latent plus the decoupled RoPE key, kv_lora_rank + qk_rope_head_dim (576 for DeepSeek),
+        as vLLM's MLAAttentionSpec with head_size_v = 0.
+        """
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return self.head_dim
+
+    @property
+    def num_kv_heads_cached(self) -> int:
+        """KV heads cached per layer for the whole model: 1 latent for MLA (vLLM's get_num_kv_heads)."""
+        return 1 if self.is_mla else self.num_key_value_heads
+
+    @property
+    def kv_factor(self) -> int:
+        """2 for K and V; 1 for MLA's single latent."""
+        return 1 if self.is_mla else 2
+
+    def kv_bytes_per_token_per_layer(self, kv_dtype_bytes: int) -> int:
+        return self.kv_factor * self.num_kv_heads_cached * self.kv_head_size * kv_dtype_bytes
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
+        """KV cache bytes one token needs in every layer (sliding layers included: this is per token)."""
+        return self.num_hidden_layers * self.kv_bytes_per_token_per_layer(kv_dtype_bytes)
+
+    def num_kv_heads_per_gpu(self, tensor_parallel_size: int) -> int:
+        """vLLM's ModelConfig.get_num_kv_heads: MLA is not split; GQA heads are split, replicated below 1."""
+        if self.is_mla:
+            return 1
+        return max(1, self.num_key_value_heads // tensor_parallel_size)
+
+    def kv_bytes_per_token_per_gpu(self, kv_dtype_bytes: int = 2, tensor_parallel_size: int = 1,
+                                   num_layers: int | None = None) -> int:
+        layers = self.num_hidden_layers if num_layers is None else num_layers
+        return (layers * self.kv_factor * self.num_kv_heads_per_gpu(tensor_parallel_size)
+                * self.kv_head_size * kv_dtype_bytes)
+
+    @property
+    def num_sliding_layers(self) -> int:
+        return sum(t == SLIDING_ATTENTION for t in self.layer_types)
+
+    @property
+    def num_full_layers(self) -> int:
+        return self.num_hidden_layers - self.num_sliding_layers
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts)
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    # --- parameters -------------------------------------------------------------------------------------
+
+    @property
+    def traits(self) -> Traits:
+        return TRAITS.get(self.model_type, DEFAULT_TRAITS)
+
+    def layer_params(self, layer: int) -> LayerParams:
+        t = self.traits
+        h = self.hidden_size
+        heads = self.num_attention_heads
+        if self.is_mla:
+            # DeepSeek-V2/V3 (modeling_deepseek): q through an optional low-rank q_a/q_b pair; one joint
+            # kv_a projection to the latent + RoPE key, its norm, kv_b back to per-head K_nope and V.
+            qk_head = self.qk_nope_head_dim + self.qk_rope_head_dim
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * heads * qk_head
+            else:
+                q = h * heads * qk_head
+            kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+                  + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
+            o = heads * self.v_head_dim * h
+            attention, kv_projection = q + kv + o, 0
+        else:
+            d = self.head_dim
+            q = h * heads * d
+            kv_projection = 2 * h * self.num_key_value_heads * d
+            o = heads * d * h
+            attention = q + kv_projection + o
+            if t.qkv_bias:
+                attention += (heads + 2 * self.num_key_value_heads) * d
+                kv_projection += 2 * self.num_key_value_heads * d
+            if t.o_bias:
+                attention += h
+            if t.qk_norm:
+                attention += 2 * d
+            if t.attention_sinks:
+                attention += heads
+        mlp = experts = active_experts = router = 0
+        matrices = 3 if t.gated_mlp else 2
+        if self.is_moe and layer >= (self.first_k_dense_replace or 0):
+            inter = self.moe_intermediate_size or self.intermediate_size
+            one_expert = matrices * h * inter + ((matrices - 1) * inter + h if t.mlp_bias else 0)
+            experts = self.num_experts * one_expert
+            active_experts = self.experts_per_token * one_expert
+            mlp = (self.num_shared_experts or 0) * matrices * h * inter
+            router = h * self.num_experts + (self.num_experts if t.mlp_bias else 0)
+        else:
+            mlp = matrices * h * self.intermediate_size
+            if t.mlp_bias:
+                mlp += (matrices - 1) * self.intermediate_size + h
+        norms = t.norms_per_layer * h * t.norm_params_per_dim
+        return LayerParams(attention, kv_projection, mlp, experts, active_experts, router, norms)
+
+    @property
+    def num_embedding_params(self) -> int:
+        positions = 0
+        if self.traits.learned_position_offset is not None:
+            positions = (self.max_position_embeddings + self.traits.learned_position_offset) * self.hidden_size
+        return self.vocab_size * self.hidden_size + positions
+
+    @property
+    def num_head_params(self) -> int:
+        """Final norm and lm_head (zero extra when lm_head is tied to the token embedding)."""
+        final_norm = self.hidden_size * self.traits.norm_params_per_dim
+        return final_norm + (0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size)
+
+    @property
+    def num_params(self) -> int:
+        """All parameters: embeddings, attention (GQA or MLA), MLP or every MoE expert, norms, lm_head unless tied."""
+        return (self.num_embedding_params + self.num_head_params
+                + sum(self.layer_params(i).total for i in range(self.num_hidden_layers)))
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters one token passes through: ``num_params`` minus the routed experts it does not use."""
+        return (self.num_embedding_params + self.num_head_params
+                + sum(self.layer_params(i).active for i in range(self.num_hidden_layers)))
+
+    def weights_bytes_for(self, layers: range, *, dtype_bytes: int, tensor_parallel_size: int = 1,
+                          first_stage: bool = True, last_stage: bool = True) -> int:
+        """Weight bytes one GPU holds for ``layers`` (a pipeline stage) under tensor parallelism.
+
+        vLLM splits embeddings (vocab-parallel), attention heads, MLP columns and experts across TP ranks;
+        norms and routers are replicated, and K/V projections are replicated once TP exceeds the KV heads.
+        With pipeline parallelism the first stage holds the embedding and the last the final norm and
+        lm_head (a second copy of the embedding when tied).
+        """
+        tp = tensor_parallel_size
+        linear_bytes = QUANTIZED_LINEAR_BYTES.get(self.quantization, dtype_bytes)
+        expert_bytes = QUANTIZED_EXPERT_BYTES.get(self.quantization, dtype_bytes)
+        kv_replicas = max(1, tp // self.num_key_value_heads) if not self.is_mla else 1
+        total = 0.0
+        for i in layers:
+            p = self.layer_params(i)
+            attention = (p.attention - p.kv_projection) / tp + p.kv_projection * kv_replicas / tp
+            total += (attention + p.mlp / tp) * linear_bytes + p.experts / tp * expert_bytes
+            total += (p.router + p.norms) * dtype_bytes
+        vocab_matrix = self.vocab_size * self.hidden_size
+        if first_stage:
+            total += self.num_embedding_params / tp * dtype_bytes
+        if last_stage:
+            total += self.hidden_size * self.traits.norm_params_per_dim * dtype_bytes
+            if not self.tie_word_embeddings or not first_stage:
+                total += vocab_matrix / tp * dtype_bytes
+        return int(total)
+
+    def weights_bytes(self, dtype_bytes: int | None = None, tensor_parallel_size: int = 1) -> int:
+        """Bytes of all weights on one GPU with TP only (no pipeline stages)."""
+        return self.weights_bytes_for(range(self.num_hidden_layers),
+                                      dtype_bytes=self.dtype_bytes if dtype_bytes is None else dtype_bytes,
+                                      tensor_parallel_size=tensor_parallel_size)
+
+
+# --- building specs from config.json-style dicts -------------------------------------------------------
+
+REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+# config.json spells some fields differently per family; vLLM/transformers read these aliases.
+FIELD_ALIASES = {
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads"),
+    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "multi_query_group_num"),
+    "intermediate_size": ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size"),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
+    "num_experts": ("num_experts", "num_local_experts", "n_routed_experts"),
+    "experts_per_token": ("experts_per_token", "num_experts_per_tok", "num_experts_per_token"),
+    "num_shared_experts": ("num_shared_experts", "n_shared_experts"),
+    "dtype": ("dtype", "torch_dtype"),
+}
+
+
+def _get(fields: dict, name: str):
+    for key in FIELD_ALIASES.get(name, (name,)):
+        if fields.get(key) is not None:
+            return fields[key]
+    return None
+
+
+def derive_layer_types(fields: dict, model_type: str, num_layers: int, sliding_window: int | None,
+                       where: str) -> tuple[str, ...]:
+    """Each layer's attention type, as vLLM decides it.
+
+    An explicit ``layer_types`` list wins. Otherwise a ``sliding_window_pattern`` P makes every P-th layer
+    full (Gemma 3: 5 local : 1 global); Gemma 2 alternates (transformers' default layer_types); and a
+    plain ``sliding_window`` with no per-layer list makes every layer slide, because vLLM then copies the
+    window into CacheConfig.sliding_window for all layers (engine/arg_utils.py, create_engine_config).
+    """
+    explicit = fields.get("layer_types")
+    if explicit is not None:
+        if len(explicit) != num_layers:
+            raise KvlabError(f"{where}: layer_types has {len(explicit)} entries but num_hidden_layers is "
+                             f"{num_layers}")
+        unknown = sorted({t for t in explicit if t not in (FULL_ATTENTION, SLIDING_ATTENTION)})
+        if unknown:
+            raise KvlabError(f"{where}: layer type {unknown[0]!r} is not modelled: kvlab sizes attention KV caches "
+                             f"('{FULL_ATTENTION}' and '{SLIDING_ATTENTION}' layers), not Mamba or linear-attention "
+                             "state")
+        if SLIDING_ATTENTION in explicit and sliding_window is None:
+            raise KvlabError(f"{where}: layer_types has sliding layers but sliding_window is missing")
+        return tuple(explicit)
+    if sliding_window is None:
+        return (FULL_ATTENTION,) * num_layers
+    pattern = fields.get("sliding_window_pattern")
+    if pattern is None and model_type == "gemma2":
+        pattern = 2
+    if pattern is None and model_type == "gpt_oss":
+        pattern = 2
+    if model_type == "qwen2" and fields.get("max_window_layers") is not None:
+        # Qwen2 with use_sliding_window: layers from max_window_layers on slide (transformers' Qwen2Config).
+        first = fields["max_window_layers"]
+        return tuple(SLIDING_ATTENTION if i >= first else FULL_ATTENTION for i in range(num_layers))
+    if pattern:
+        return tuple(FULL_ATTENTION if i % pattern == pattern - 1 else SLIDING_ATTENTION for i in range(num_layers))
+    return (SLIDING_ATTENTION,) * num_layers
+
+
+def _card_number(text: str | None) -> float | None:
+    """'15.7B (...)' -> 15.7e9; '13B' -> 13e9; None when the card gives no figure."""
+    if not text:
+        return None
+    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)\s*B", text)
+    return float(match.group(1)) * 1e9 if match else None
+
+
+def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo: str | None = None,
+                     source: tuple[str, ...] = (), notes: tuple[str, ...] = (),
+                     aliases: tuple[str, ...] = ()) -> ModelSpec:
+    """Build a ModelSpec from config.json-named fields; a missing needed field is named in the error."""
+    for name in REQUIRED:
+        if _get(fields, name) is None:
+            raise KvlabError(f"{where}: missing field {name!r} (needed to size the KV cache)")
+    model_type = fields.get("model_type") or ""
+    num_layers = int(_get(fields, "num_hidden_layers"))
+    hidden = int(_get(fields, "hidden_size"))
+    heads = int(_get(fields, "num_attention_heads"))
+    kv_heads = _get(fields, "num_key_value_heads")
+    kv_heads = heads if kv_heads is None else int(kv_heads)
+    head_dim = fields.get("head_dim")
+    if head_dim is None:
+        if hidden % heads:
+            raise KvlabError(f"{where}: missing field 'head_dim' and hidden_size {hidden} is not a multiple of "
+                             f"num_attention_heads {heads}")
+        head_dim = hidden // heads
+    kv_lora_rank = fields.get("kv_lora_rank") or None
+    if kv_lora_rank is not None:
+        for name in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            if fields.get(name) is None:
+                raise KvlabError(f"{where}: missing field {name!r} (needed for MLA, kv_lora_rank is set)")
+    intermediate = _get(fields, "intermediate_size")
+    if intermediate is None:
+        raise KvlabError(f"{where}: missing field 'intermediate_size' (needed to count the weights)")
+    max_pos = _get(fields, "max_position_embeddings")
+    if max_pos is None:
+        raise KvlabError(f"{where}: missing field 'max_position_embeddings' (the default max_model_len)")
+    dtype = _get(fields, "dtype") or "float32"  # transformers' default when config.json names none
+    dtype = str(dtype).removeprefix("torch.")
+    if dtype not in DTYPE_BYTES:
+        raise KvlabError(f"{where}: dtype {dtype!r} is not one of {sorted(DTYPE_BYTES)}")
+    sliding_window = fields.get("sliding_window") or None  # vLLM turns 0 into None
+    if fields.get("use_sliding_window") is False or (model_type.startswith("qwen")
+                                                     and not fields.get("use_sliding_window")):
+        sliding_window = None  # Qwen2/3: the window is present but off unless use_sliding_window is true
+    quantization = fields.get("quantization")
+    if quantization is None and isinstance(fields.get("quantization_config"), dict):
+        quantization = fields["quantization_config"].get("quant_method")
+    if quantization is not None and quantization not in QUANTIZED_EXPERT_BYTES:
+        raise KvlabError(f"{where}: weight quantization {quantization!r} is not modelled; kvlab knows "
+                         f"{sorted(QUANTIZED_EXPERT_BYTES)} (or none)")
+    num_experts = _get(fields, "num_experts") or None
+    experts_per_token = _get(fields, "experts_per_token")
+    if num_experts and experts_per_token is None:
+        raise KvlabError(f"{where}: missing field 'num_experts_per_tok' (the model has {num_experts} experts)")
+    tie = fields.get("tie_word_embeddings")
+    if tie is None:
+        tie = TRAITS.get(model_type, DEFAULT_TRAITS).tie_word_embeddings_default
+    layer_types = derive_layer_types(fields, model_type, num_layers, sliding_window, where)
+    if SLIDING_ATTENTION not in layer_types:
+        sliding_window = None
+    return ModelSpec(
+        id=id, hf_repo=hf_repo, model_type=model_type,
+        architecture=fields.get("architecture") or ((fields.get("architectures") or [""])[0]),
+        num_hidden_layers=num_layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        head_dim=int(head_dim), intermediate_size=int(intermediate), vocab_size=int(_get(fields, "vocab_size")),
+        max_position_embeddings=int(max_pos), dtype=dtype, tie_word_embeddings=bool(tie),
+        layer_types=layer_types, sliding_window=sliding_window,
+        kv_lora_rank=kv_lora_rank, q_lora_rank=fields.get("q_lora_rank") or None,
+        qk_rope_head_dim=fields.get("qk_rope_head_dim"), qk_nope_head_dim=fields.get("qk_nope_head_dim"),
+        v_head_dim=fields.get("v_head_dim"),
+        num_experts=num_experts, experts_per_token=experts_per_token if num_experts else None,
+        moe_intermediate_size=fields.get("moe_intermediate_size"), num_shared_experts=_get(fields, "num_shared_experts"),
+        first_k_dense_replace=fields.get("first_k_dense_replace"), quantization=quantization,
+        aliases=aliases,
+        num_params_card=_card_number(fields.get("params_total_card")),
+        num_active_params_card=_card_number(fields.get("params_active_card")),
+        params_total_card=fields.get("params_total_card"), params_active_card=fields.get("params_active_card"),
+        origin=origin, notes=notes, source=source,
+    )
+
+
+# --- the bundled catalogue -----------------------------------------------------------------------------
+
+@cache
+def catalogue_entries() -> tuple[dict, ...]:
+    """The raw entries of data/models.json (package data; read once)."""
+    text = resources.files("kvlab.catalog").joinpath("data/models.json").read_text(encoding="utf-8")
+    return tuple(json.loads(text)["models"])
+
+
+@cache
+def list_models() -> tuple[ModelSpec, ...]:
+    return tuple(
+        spec_from_fields(e, id=e["id"], where=f"catalogue entry {e['id']}", origin="catalogue",
+                         hf_repo=e.get("hf_repo"), source=tuple(e["source"]), notes=tuple(e["notes"]),
+                         aliases=tuple(e.get("aliases", ())))
+        for e in catalogue_entries()
+    )
+
+
+def name_key(name: str) -> str:
+    """Forgiving name matching: case, spaces, underscores and hyphens do not matter ('A100_40GB' = 'a100-40gb')."""
+    return re.sub(r"[^a-z0-9.]", "", name.strip().lower())
+
+
+@cache
+def _model_index() -> dict[str, ModelSpec]:
+    index: dict[str, ModelSpec] = {}
+    for spec in list_models():
+        names = [spec.id, *spec.aliases]
+        if spec.hf_repo:
+            names += [spec.hf_repo, spec.hf_repo.split("/")[-1]]
+        for name in names:
+            index.setdefault(name_key(name), spec)
+    return index
+
+
+def find_catalogue_model(name: str) -> ModelSpec | None:
+    return _model_index().get(name_key(name))
+
+
+def closest_model_names(name: str, n: int = 3) -> list[str]:
+    import difflib
+
+    names = {spec.id: spec.id for spec in list_models()}
+    for spec in list_models():
+        for alias in (*spec.aliases, spec.hf_repo or ""):
+            if alias:
+                names.setdefault(alias.lower(), spec.id)
+    hits = difflib.get_close_matches(name.strip().lower(), list(names), n=8, cutoff=0.5)
+    ordered = list(dict.fromkeys(names[h] for h in hits))
+    return ordered[:n]
+
+
+def get_model(name_or_path: str) -> ModelSpec:
+    """A model from the catalogue (forgiving name), a local config.json or folder, or a Hugging Face id."""
+    from kvlab.catalog import config
+
+    if config.looks_like_path(name_or_path):
+        return config.load_config_path(name_or_path)
+    spec = find_catalogue_model(name_or_path)
+    if spec is not None:
+        return spec
+    if config.looks_like_hf_id(name_or_path):
+        return config.load_hf_model(name_or_path)
+    suggestions = closest_model_names(name_or_path)
+    hint = f" Did you mean: {', '.join(suggestions)}?" if suggestions else ""
+    raise KvlabError(f"unknown model {name_or_path!r}.{hint} See `kvlab models` for the catalogue, or give a "
+                     "config.json (or a folder holding one) or a Hugging Face id such as Qwen/Qwen3-8B.")
