@@ -1,0 +1,249 @@
+"""``load_workload``: a bundled name or a user's file, plus arrivals, limits and a seed, into a ``Workload``.
+
+Which arrivals a workload gets (``arrival``):
+
+    "auto"     the source's own arrival times if it has them (rescaled to ``rate`` if one is given),
+               otherwise Poisson at ``rate``
+    "trace"    the source's own arrival times, unchanged (a ``rate`` contradicts this)
+    "poisson"  a Poisson process at ``rate`` (default for a trace: the trace's own mean rate)
+    "gamma"    a gamma renewal process at ``rate`` with coefficient of variation ``cv``
+    "burst"    everyone at t = 0 (a ``rate`` contradicts this)
+
+With the source's own arrivals, requests are the source's rows in arrival order. Otherwise rows are drawn
+with the seed: a random permutation of the source's rows, pass after pass (``table.draw_rows``), or the
+stand-in's generator. Lengths and arrivals use independent streams of one seed, so changing the rate
+does not change the lengths.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from pathlib import Path
+
+import numpy as np
+
+from kvlab.errors import KvlabError
+from kvlab.workload.arrivals import burst_arrivals, generate_arrivals, rescale_arrivals
+from kvlab.workload.bundled import WORKLOADS, BundledWorkload
+from kvlab.workload.files import SUFFIXES, read_user_file
+from kvlab.workload.request import Request
+from kvlab.workload.table import LengthTable, sample_table
+from kvlab.workload.workload import Workload
+
+ARRIVALS = ("auto", "trace", "poisson", "gamma", "burst")
+
+# Requests drawn from a stand-in when neither num_requests nor duration is given (it has no rows to count).
+DEFAULT_NUM_REQUESTS = 1000
+
+
+def _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_len) -> None:
+    if arrival not in ARRIVALS:
+        raise KvlabError(f"unknown arrival process {arrival!r}; choose one of {', '.join(ARRIVALS)}")
+    if num_requests is not None and (isinstance(num_requests, bool) or int(num_requests) != num_requests or num_requests < 1):
+        raise KvlabError(f"num_requests must be a whole number ≥ 1, not {num_requests!r}")
+    if duration is not None and not (math.isfinite(duration) and duration > 0):
+        raise KvlabError(f"duration must be a number of seconds > 0, not {duration!r}")
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise KvlabError(f"rate must be requests/s > 0, not {rate!r}")
+    if not (math.isfinite(cv) and cv > 0):
+        raise KvlabError(f"cv (coefficient of variation of inter-arrival gaps) must be > 0, not {cv!r}")
+    if cv != 1.0 and arrival != "gamma":
+        raise KvlabError(f"cv={cv:g} applies only to arrival='gamma' (arrival is {arrival!r})")
+    if rate is not None and arrival in ("trace", "burst"):
+        what = "keeps the trace's own arrival times" if arrival == "trace" else "puts every request at t = 0"
+        raise KvlabError(
+            f"rate={rate:g} contradicts arrival={arrival!r}, which {what}; "
+            "drop the rate, or use arrival='auto' to rescale the trace's arrivals to the rate"
+        )
+    if isinstance(seed, bool) or int(seed) != seed or seed < 0:
+        raise KvlabError(f"seed must be a whole number ≥ 0, not {seed!r}")
+    if max_model_len is not None and (int(max_model_len) != max_model_len or max_model_len < 2):
+        raise KvlabError(f"max_model_len must be a whole number of tokens ≥ 2, not {max_model_len!r}")
+
+
+def _user_source(spec: str) -> BundledWorkload:
+    """A user's file, described like a bundled trace (its arrival times are its own)."""
+    path = Path(spec)
+    if not path.exists():
+        names = ", ".join(WORKLOADS)
+        raise KvlabError(f"unknown workload {spec!r}: not a bundled workload ({names}) and no such file")
+    table = read_user_file(spec)
+    return BundledWorkload(
+        name=path.name,
+        kind="trace",
+        summary=f"requests from {spec}",
+        source=str(path),
+        licence="",
+        sample=lambda num, rng: sample_table(table, num, rng),
+        rows=lambda: table,
+    )
+
+
+def _resolve(spec: str) -> BundledWorkload:
+    if spec in WORKLOADS:
+        return WORKLOADS[spec]
+    if Path(spec).suffix.lower() not in SUFFIXES and not Path(spec).exists():
+        names = ", ".join(WORKLOADS)
+        raise KvlabError(f"unknown workload {spec!r}; bundled: {names}; or a path to a .csv or .jsonl file")
+    return _user_source(spec)
+
+
+def _own_arrivals(
+    entry: BundledWorkload, table: LengthTable, num_requests: int | None, duration: float | None, rate: float | None
+) -> tuple[LengthTable, np.ndarray, str]:
+    times = table.arrival_time
+    how = "own arrivals"
+    if rate is not None:
+        times = rescale_arrivals(times, rate)
+        how = f"own arrivals rescaled to {rate:g} req/s"
+    num = table.num_rows
+    if duration is not None:
+        num = int(np.searchsorted(times, duration, side="left"))
+        if num == 0:
+            raise KvlabError(
+                f"no request of {entry.name} arrives before duration={duration:g} s (the first arrives at {times[0]:g} s)"
+            )
+    if num_requests is not None:
+        if num_requests > table.num_rows:
+            raise KvlabError(
+                f"{entry.name} has {table.num_rows:,} requests with their own arrival times, not {num_requests:,}; "
+                "ask for fewer, or for arrival='poisson' or 'gamma' to draw its lengths as often as needed"
+            )
+        num = min(num, num_requests)
+    rows = np.arange(num)
+    return table.take(rows), times[:num], how
+
+
+def _new_arrivals(
+    entry: BundledWorkload,
+    lengths_rng: np.random.Generator,
+    arrivals_rng: np.random.Generator,
+    *,
+    num_requests: int | None,
+    duration: float | None,
+    rate: float | None,
+    arrival: str,
+    cv: float,
+) -> tuple[LengthTable, np.ndarray, str]:
+    table = entry.rows() if entry.rows is not None else None
+    if arrival == "burst":
+        num = num_requests or (table.num_rows if table is not None and entry.kind != "stand-in" else DEFAULT_NUM_REQUESTS)
+        times = burst_arrivals(num)
+        how = "all at t = 0"
+    else:
+        if rate is None:
+            if table is None or not table.has_arrivals:
+                raise KvlabError(
+                    f"{entry.name} has no arrival times: give a rate (requests/s) for {arrival} arrivals, "
+                    "or arrival='burst' to queue every request at t = 0"
+                )
+            rate = (table.num_rows - 1) / float(table.arrival_time[-1] - table.arrival_time[0])
+        if num_requests is None and duration is None:
+            num_requests = table.num_rows if table is not None and entry.kind != "stand-in" else DEFAULT_NUM_REQUESTS
+        times = generate_arrivals(arrival, rate, arrivals_rng, num=num_requests, duration=duration, cv=cv)
+        how = f"Poisson at {rate:g} req/s" if arrival == "poisson" else f"gamma at {rate:g} req/s, CV {cv:g}"
+        if len(times) == 0:
+            raise KvlabError(f"no request arrives before duration={duration:g} s at {rate:g} req/s; give a longer duration")
+    return entry.sample(len(times), lengths_rng), times, how
+
+
+def _cap_at_max_model_len(table: LengthTable, max_model_len: int) -> tuple[list[int | None], int]:
+    """Each request's max_tokens with the answer stopped at max_model_len, as vLLM stops it.
+
+    vLLM's default max_tokens is max_model_len − prompt_len, and a sequence stops when it reaches
+    max_model_len. Prompts of max_model_len tokens or more are left alone: the engine rejects them.
+    """
+    caps = list(table.max_tokens) if table.max_tokens is not None else [None] * table.num_rows
+    room = (max_model_len - table.prompt_len).tolist()
+    num_capped = 0
+    for i, (output_len, space) in enumerate(zip(table.output_len.tolist(), room)):
+        wanted = output_len if caps[i] is None else min(output_len, caps[i])
+        if 0 < space < wanted:
+            caps[i] = space
+            num_capped += 1
+    return caps, num_capped
+
+
+def _build_requests(table: LengthTable, times: np.ndarray, max_tokens: list[int | None] | None) -> tuple[Request, ...]:
+    num = table.num_rows
+    columns = [range(num), times.tolist(), table.prompt_len.tolist(), table.output_len.tolist()]
+    if max_tokens is not None or table.prefix_hashes is not None:
+        columns.append(max_tokens if max_tokens is not None else [None] * num)
+    if table.prefix_hashes is not None:
+        columns.append(table.prefix_hashes)
+    # A million small frozen objects: the cyclic collector would walk them again and again while they are
+    # made, and none of them can be part of a cycle.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return tuple(map(Request, *columns))
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def load_workload(
+    spec: str,
+    *,
+    num_requests: int | None = None,
+    duration: float | None = None,
+    rate: float | None = None,
+    arrival: str = "auto",
+    cv: float = 1.0,
+    seed: int = 0,
+    max_model_len: int | None = None,
+) -> Workload:
+    """The requests of a bundled workload (``WORKLOADS``) or of a user's .csv / .jsonl file.
+
+    ``num_requests`` keeps the first N requests, ``duration`` the requests arriving before that many
+    seconds (both: whichever stops first). ``max_model_len`` sets each request's ``max_tokens`` so that
+    prompt + answer stops at that length, as vLLM does (longer prompts are left for the engine to reject).
+    Same arguments, same requests, in any process. See the module docstring for ``arrival``.
+    """
+    _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_len)
+    entry = _resolve(spec)
+    lengths_seed, arrivals_seed = np.random.SeedSequence(seed).spawn(2)
+    lengths_rng, arrivals_rng = np.random.default_rng(lengths_seed), np.random.default_rng(arrivals_seed)
+
+    source_table = entry.rows() if entry.rows is not None else None
+    has_arrivals = source_table is not None and source_table.has_arrivals
+    if arrival == "trace" and not has_arrivals:
+        raise KvlabError(
+            f"{entry.name} has no arrival times of its own ({entry.kind}); use arrival='poisson' or 'gamma' with a rate"
+        )
+    if arrival in ("auto", "trace") and has_arrivals:
+        table, times, how = _own_arrivals(entry, source_table, num_requests, duration, rate)
+    else:
+        process = "poisson" if arrival == "auto" else arrival
+        table, times, how = _new_arrivals(
+            entry, lengths_rng, arrivals_rng,
+            num_requests=num_requests, duration=duration, rate=rate, arrival=process, cv=cv,
+        )
+
+    max_tokens = list(table.max_tokens) if table.max_tokens is not None else None
+    num_capped = 0
+    if max_model_len is not None:
+        max_tokens, num_capped = _cap_at_max_model_len(table, max_model_len)
+        if num_capped == 0 and table.max_tokens is None:
+            max_tokens = None
+    requests = _build_requests(table, times, max_tokens)
+
+    description = _describe(entry, source_table, table, times, how, seed, max_model_len, num_capped)
+    return Workload(name=entry.name, requests=requests, description=description, source=entry.source)
+
+
+def _describe(entry, source_table, table, times, how, seed, max_model_len, num_capped) -> str:
+    parts = [f"{entry.name} ({entry.kind}): {table.num_rows:,} requests", how]
+    if times[-1] > 0:
+        parts.append(f"last arrival at {times[-1]:,.1f} s")
+    parts.append(f"mean prompt {table.prompt_len.mean():.1f}, mean output {table.output_len.mean():.1f} tokens")
+    if source_table is not None and source_table.num_skipped:
+        parts.append(
+            f"{source_table.num_skipped} of {source_table.num_rows + source_table.num_skipped} source rows "
+            f"skipped ({source_table.skip_reason})"
+        )
+    if max_model_len is not None:
+        parts.append(f"{num_capped:,} answers capped at max_model_len {max_model_len:,}")
+    parts.append(f"seed {seed}")
+    return "; ".join(parts) + ". " + entry.summary + "."

@@ -1,0 +1,69 @@
+"""A workload source's rows as numpy arrays, and the seeded draw of rows from it.
+
+Every source (a bundled trace, a stand-in, a user's file) is read into one ``LengthTable``: one entry per
+request, in arrival order when the source has arrival times. Turning rows into ``Request`` objects happens
+once, at the end (``load.py``), so everything before it stays vectorised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class LengthTable:
+    """Rows of a source. Arrays are read-only: tables are cached and shared within a process.
+
+    ``arrival_time`` is in seconds from the first request (sorted), or None for a lengths-only source.
+    ``max_tokens`` (a user's file only) holds one entry per row, None where the row has no cap.
+    ``prefix_hashes`` (Mooncake only) holds each row's 512-token prefix block ids.
+    ``num_skipped`` counts source rows that cannot be served as data (``skip_reason`` says why).
+    """
+
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    arrival_time: np.ndarray | None = None
+    max_tokens: tuple[int | None, ...] | None = None
+    prefix_hashes: tuple[tuple[int, ...], ...] | None = None
+    num_skipped: int = 0
+    skip_reason: str = ""
+
+    def __post_init__(self) -> None:
+        for array in (self.prompt_len, self.output_len, self.arrival_time):
+            if array is not None:
+                array.setflags(write=False)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.prompt_len)
+
+    @property
+    def has_arrivals(self) -> bool:
+        return self.arrival_time is not None
+
+    def take(self, rows: np.ndarray) -> LengthTable:
+        """The given rows, in the given order (arrival times dropped: the caller gives new ones)."""
+        return LengthTable(
+            prompt_len=self.prompt_len[rows],
+            output_len=self.output_len[rows],
+            max_tokens=None if self.max_tokens is None else tuple(self.max_tokens[i] for i in rows.tolist()),
+            prefix_hashes=None if self.prefix_hashes is None else tuple(self.prefix_hashes[i] for i in rows.tolist()),
+        )
+
+
+def draw_rows(num_rows: int, num: int, rng: np.random.Generator) -> np.ndarray:
+    """``num`` row indices: a fresh random permutation of all rows, pass after pass.
+
+    Without replacement within a pass, so asking for every row gives every row once, and a small sample has
+    no repeats. Each pass draws a whole permutation, so the first ``k`` indices do not depend on ``num``:
+    a longer workload starts with the same requests as a shorter one of the same seed.
+    """
+    num_passes = -(-num // num_rows)
+    return np.concatenate([rng.permutation(num_rows) for _ in range(num_passes)])[:num]
+
+
+def sample_table(table: LengthTable, num: int, rng: np.random.Generator) -> LengthTable:
+    """``num`` rows of ``table`` drawn with ``draw_rows``."""
+    return table.take(draw_rows(table.num_rows, num, rng))
