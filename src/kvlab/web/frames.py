@@ -67,14 +67,16 @@ def pack_columns(columns: dict[str, np.ndarray], index: np.ndarray | None = None
 class BlockEncoder:
     """Encodes one grid's successive snapshots as a key frame, then deltas against what it sent last.
 
-    ``seq`` counts the frames encoded; a client that missed one (a paused stream whose last frame never arrived)
-    asks for a key frame by naming the last ``seq`` it applied (Session.frame).
+    A client that missed a frame (a paused stream whose last frame never arrived) gets a key frame: Race.frame
+    compares the frame number the client last applied with the last one encoded.
     """
 
     previous: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
     def encode(self, snapshot: BlockSnapshot, *, key: bool = False) -> dict:
-        cols = snapshot_columns(snapshot)
+        return self.encode_columns(snapshot_columns(snapshot), key=key)
+
+    def encode_columns(self, cols: dict[str, np.ndarray], *, key: bool = False) -> dict:
         n = len(cols["owner"])
         prev = self.previous
         self.previous = cols
@@ -132,7 +134,7 @@ def counters_dict(counters: dict, usage: SlotUsage) -> dict:
     return out
 
 
-def max_unfilled_slots_per_owner(columns: dict[str, np.ndarray], block_size: int) -> int:
+def max_unfilled_slots_per_owner(columns: dict[str, np.ndarray]) -> int:
     """The most slots any one request holds without a token in them (reserved + internal + overhead).
 
     With 16-token pages this is at most 15 (vLLM paper §4.3: waste is bounded by one partly filled block per

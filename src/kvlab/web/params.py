@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from kvlab.errors import KvlabError
+from kvlab.strategies import LESSON_RACE
 
 LIMITS = {
     "max_num_requests": 2000,  # per run; the lesson's point shows with a hundred
@@ -31,10 +32,6 @@ LIMITS = {
     "max_context_len": 10_000_000,
 }
 
-ALLOCATORS = ("max", "pow2", "oracle", "paged")
-BATCHINGS = ("static", "continuous")
-PREEMPTION_MODES = ("recompute", "swap")
-LESSON_RACE = ("static+max", "continuous+max", "static+paged", "continuous+paged")
 
 
 @dataclass(frozen=True)
@@ -52,7 +49,6 @@ class RunSpec:
     block_size: int = 16
     num_blocks: int | None = None  # KV cache size in blocks; None: what the GPU leaves (vLLM's sizing)
     max_num_seqs: int = 256
-    preemption_mode: str = "recompute"
 
 
 def parse_run_spec(data: dict) -> RunSpec:
@@ -85,7 +81,6 @@ def parse_run_spec(data: dict) -> RunSpec:
         block_size=block_size,
         num_blocks=num_blocks,
         max_num_seqs=integer(data, "max_num_seqs", 1, LIMITS["max_num_seqs"], 256),
-        preemption_mode=choice(data, "preemption_mode", PREEMPTION_MODES, "recompute"),
     )
 
 

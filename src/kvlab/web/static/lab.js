@@ -489,7 +489,7 @@ class Player {
     table.append(head);
     finish.summaries.forEach((s, i) => {
       const row = el("tr", { "data-strategy": s.name }, el("td", { text: s.name + (s.name === finish.winner ? " ★" : "") }));
-      const flat = flatSummary(s, finish.finish_times[i]);
+      const flat = flatSummary(s);
       for (const [key, , fmt] of cols) {
         const v = flat[key];
         row.append(el("td", { "data-key": key, "data-value": v === undefined || v === null ? "" : String(v),
@@ -512,10 +512,10 @@ class Player {
   toggle() { if (this.playing) this.pause(); else this.play(); }
 }
 
-function flatSummary(s, finishTime) {
-  const nl = s.normalized_latency || {};
+function flatSummary(s) {
+  const nl = s.normalized_latency_s_per_token || {};
   return {
-    num_finished: s.num_finished, finish_time: finishTime, throughput_rps: s.throughput_rps,
+    num_finished: s.num_finished, finish_time: s.makespan_s, throughput_rps: s.throughput_rps,
     throughput_tps: s.throughput_tps, token_share: s.memory_shares && s.memory_shares.token,
     mean_batch_size: s.mean_batch_size, preemptions: s.preemptions, recomputed_tokens: s.recomputed_tokens,
     normalized_latency_mean: nl.mean,

@@ -1,0 +1,68 @@
+"""Running the lab's app under uvicorn: bind first (so a busy port is a clear error), then serve."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import webbrowser
+
+from kvlab.errors import KvlabError
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; port 0 picks a free one."""
+    if not 0 <= port <= 65535:
+        raise KvlabError(f"--port {port} is out of range: 0 to 65535 (0 picks a free port)")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise KvlabError(f"cannot serve on {host}:{port} ({exc.strerror}); pick another with --port") from None
+    sock.listen(64)
+    sock.setblocking(False)
+    return sock
+
+
+def make_server(sock: socket.socket, host: str):
+    import uvicorn
+
+    from kvlab.web.server import create_app
+
+    allowed = None if host in LOOPBACK else ["*"]
+    config = uvicorn.Config(create_app(allowed_hosts=allowed), log_level="warning", lifespan="off",
+                            timeout_graceful_shutdown=2)
+    return uvicorn.Server(config)
+
+
+def serve(sock: socket.socket, *, host: str = "127.0.0.1", open_browser: str | None = None) -> None:
+    """Serve until interrupted; opens ``open_browser`` (a URL) once the server accepts connections."""
+    server = make_server(sock, host)
+    if open_browser:
+
+        def opener() -> None:
+            while not server.started and not server.should_exit:
+                threading.Event().wait(0.05)
+            if server.started:
+                webbrowser.open(open_browser)
+
+        threading.Thread(target=opener, daemon=True).start()
+    server.run(sockets=[sock])
+
+
+def serve_in_thread(host: str = "127.0.0.1", port: int = 0):
+    """Start the lab in a background thread (tests, benchmarks). Returns (server, thread, base_url);
+    stop it with ``server.should_exit = True; thread.join()``."""
+    sock = bind(host, port)
+    server = make_server(sock, host)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the lab server stopped while starting")
+        threading.Event().wait(0.02)
+    return server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"

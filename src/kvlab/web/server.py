@@ -1,0 +1,215 @@
+"""The lab's server: one page, its static files, the calculator, and runs of kvlab's simulator streamed as frames.
+
+    GET    /                              the page (static/index.html)
+    GET    /static/...                    lab.js, lab.css (packaged; nothing from the network)
+    GET    /api/catalog                   models, GPUs, workloads, strategies, limits, defaults
+    GET    /api/size?model=&gpu=&...      the calculator: kvlab.sizing's numbers, plus the workload's fit
+    POST   /api/sessions                  start a grid or a race (JSON RunSpec) -> meta and its first frame
+    GET    /api/sessions/{id}/stream      frames as server-sent events, ~30 a second, until done or closed
+    POST   /api/sessions/{id}/step        one engine iteration -> a frame
+    POST   /api/sessions/{id}/finish      run to the end -> the last frame, with the finish line
+    DELETE /api/sessions/{id}
+
+A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}``; the page shows the message. The simulator
+runs in a worker thread so the event loop keeps serving; a session's lock serializes its requests. Bounds
+(params.LIMITS): requests per run, blocks per grid, sessions alive, compute seconds per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from kvlab.errors import KvlabError
+from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_run_spec, parse_speed, text
+from kvlab.web.session import Race, Session
+
+FRAMES_PER_SECOND = 30
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
+DEFAULTS = {"model": "opt-13b", "gpu": "a100-40gb", "workload": "paper-sharegpt"}
+
+
+def static_dir() -> Path:
+    return Path(str(resources.files("kvlab.web") / "static"))
+
+
+def build_race(spec: RunSpec) -> Race:
+    """kvlab's simulator, configured from the page's parameters: one Simulation per strategy, one workload."""
+    from kvlab.sim import SimConfig, Simulation
+    from kvlab.strategies import parse_strategy
+    from kvlab.workload import load_workload
+
+    strategies = [parse_strategy(name) for name in spec.strategies]
+    config = SimConfig.from_options(
+        model=spec.model, gpu=spec.gpu, block_size=spec.block_size, max_num_seqs=spec.max_num_seqs
+    )
+    if spec.num_blocks is not None:
+        # The lab's "KV blocks" knob: a smaller cache than the GPU's, to watch memory run out.
+        config = replace(config, num_slots=spec.num_blocks * spec.block_size)
+    num_blocks = config.num_slots // config.block_size
+    if num_blocks > LIMITS["max_num_blocks"]:
+        raise KvlabError(
+            f"{spec.model} on {spec.gpu} gives {num_blocks:,} blocks of {spec.block_size}; the lab draws at most "
+            f"{LIMITS['max_num_blocks']:,}: pick a larger block size or set KV blocks"
+        )
+    workload = load_workload(spec.workload, num_requests=spec.num_requests, rate=spec.rate, seed=spec.seed)
+    return Race([Simulation(s, config, workload) for s in strategies])
+
+
+def size_answer(params: dict) -> dict:
+    """The calculator: kvlab.sizing's forward question, and whether N conversations of L tokens fit."""
+    from kvlab.web.calculator import answer
+
+    return answer(
+        model=text(params, "model", DEFAULTS["model"]),
+        gpu=text(params, "gpu", DEFAULTS["gpu"]),
+        concurrency=integer(params, "concurrency", 1, LIMITS["max_concurrency"], 16),
+        context_len=integer(params, "context_len", 1, LIMITS["max_context_len"], 2048),
+        gpu_memory_utilization=number(params, "gpu_memory_utilization", 0.05, 1.0, 0.9),
+    )
+
+
+class Sessions:
+    """The runs alive, at most ``max_sessions``; the least recently used goes first, idle ones expire."""
+
+    def __init__(self, max_sessions: int, idle_seconds: float, max_compute_seconds: float):
+        self.max_sessions = max_sessions
+        self.idle_seconds = idle_seconds
+        self.max_compute_seconds = max_compute_seconds
+        self.by_id: dict[str, Session] = {}
+
+    def add(self, session: Session) -> str:
+        now = time.monotonic()
+        for sid, s in list(self.by_id.items()):
+            if now - s.last_used > self.idle_seconds:
+                del self.by_id[sid]
+        while len(self.by_id) >= self.max_sessions:
+            oldest = min(self.by_id, key=lambda sid: self.by_id[sid].last_used)
+            del self.by_id[oldest]
+        sid = secrets.token_hex(8)
+        self.by_id[sid] = session
+        return sid
+
+    def get(self, sid: str) -> Session:
+        session = self.by_id.get(sid)
+        if session is None:
+            raise KvlabError(f"no run {sid!r}: it ended or expired; press reset to start a new one")
+        return session
+
+    def remove(self, sid: str) -> None:
+        self.by_id.pop(sid, None)
+
+
+def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = None) -> Starlette:
+    """The lab's ASGI app. ``allowed_hosts`` guards against DNS rebinding (a web page elsewhere pointing a name
+    at 127.0.0.1); by default only loopback names are served."""
+    lim = {**LIMITS, **(limits or {})}
+    sessions = Sessions(lim["max_sessions"], lim["session_idle_seconds"], lim["max_compute_seconds"])
+    static = static_dir()
+
+    async def index(request: Request) -> Response:
+        return FileResponse(static / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def catalog(request: Request) -> Response:
+        from kvlab.web.calculator import catalog_listing
+
+        listing = await run_in_threadpool(catalog_listing)
+        return JSONResponse({**listing, "limits": lim, "defaults": DEFAULTS})
+
+    async def size(request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(size_answer, dict(request.query_params)))
+
+    async def create_session(request: Request) -> Response:
+        try:
+            data = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise KvlabError("the run's parameters must be a JSON object") from None
+        spec = parse_run_spec(data)
+        race = await run_in_threadpool(build_race, spec)
+        session = Session(race, spec, lim["max_compute_seconds"])
+        sid = sessions.add(session)
+        frame = await run_in_threadpool(session.frame, None)
+        return JSONResponse({"session_id": sid, **race.meta(), "frame": frame, "spec": spec.__dict__})
+
+    def have_of(request: Request) -> int | None:
+        value = request.query_params.get("have")
+        if value in (None, "", "-1"):
+            return None
+        return integer({"have": value}, "have", 0, 2**62, None)
+
+    async def step(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        return JSONResponse(await run_in_threadpool(session.step, have_of(request)))
+
+    async def finish(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        return JSONResponse(await run_in_threadpool(session.finish, have_of(request)))
+
+    async def delete(request: Request) -> Response:
+        sessions.remove(request.path_params["sid"])
+        return JSONResponse({"ok": True})
+
+    async def stream(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        speed = parse_speed(request.query_params.get("speed"))
+        have = have_of(request)
+        interval = 1.0 / FRAMES_PER_SECOND
+
+        async def events():
+            nonlocal have
+            next_tick = time.monotonic()
+            while True:
+                try:
+                    frame = await run_in_threadpool(session.advance, speed * interval, have)
+                except KvlabError as exc:
+                    yield f"event: error\ndata: {json.dumps({'error': str(exc)})}\n\n"
+                    return
+                have = frame["seq"]
+                yield f"event: frame\ndata: {json.dumps(frame, separators=(',', ':'))}\n\n"
+                if frame["done"]:
+                    return
+                next_tick += interval
+                delay = next_tick - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                else:
+                    next_tick = time.monotonic()  # running behind: do not try to catch up in a burst
+
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def user_error(request: Request, exc: KvlabError) -> Response:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+
+    routes = [
+        Route("/", index),
+        Route("/api/catalog", catalog),
+        Route("/api/size", size),
+        Route("/api/sessions", create_session, methods=["POST"]),
+        Route("/api/sessions/{sid}/stream", stream),
+        Route("/api/sessions/{sid}/step", step, methods=["POST"]),
+        Route("/api/sessions/{sid}/finish", finish, methods=["POST"]),
+        Route("/api/sessions/{sid}", delete, methods=["DELETE"]),
+        Mount("/static", app=StaticFiles(directory=static), name="static"),
+    ]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)]
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers={KvlabError: user_error})
+    app.state.sessions = sessions
+    return app

@@ -1,0 +1,213 @@
+"""Simulations on one clock, turned into frames: what the lab's grid, its race and the --html export replay.
+
+A ``Race`` holds one or more kvlab Simulations of the same workload and moves them together: ``advance(dt)``
+runs each until the shared clock, ``step()`` runs one engine iteration of whichever is furthest behind.
+``frame()`` reads each simulation's block snapshot, slot usage and counters, and encodes them (frames.py).
+When every simulation is done, the frame carries the finish line: each strategy's summary (the entry
+``kvlab race --json`` prints) and a sentence saying who served the most and why.
+
+The server wraps a Race in a Session (a compute budget and a lock); the export records a Race's frames.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kvlab.errors import KvlabError
+from kvlab.web.frames import (
+    BlockEncoder,
+    counters_dict,
+    max_unfilled_slots_per_owner,
+    snapshot_columns,
+    usage_dict,
+)
+
+
+class Race:
+    def __init__(self, simulations: list, names: list[str] | None = None):
+        if not simulations:
+            raise KvlabError("a race needs at least one strategy")
+        self.sims = list(simulations)
+        self.names = names or [sim.strategy.name for sim in self.sims]
+        self.encoders = [BlockEncoder() for _ in self.sims]
+        self.start_time = min(sim.start_time for sim in self.sims)
+        self.clock = self.start_time
+        self.seq = -1
+        self.max_unfilled = [0] * len(self.sims)
+        self._summaries: list[dict] | None = None
+
+    @property
+    def done(self) -> bool:
+        return all(sim.done for sim in self.sims)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.sims[0].config.num_slots // self.sims[0].config.block_size
+
+    def advance(self, dt: float) -> None:
+        """Move the shared clock ``dt`` simulated seconds on; each simulation runs until it gets there."""
+        target = self.clock + dt
+        for sim in self.sims:
+            if not sim.done:
+                sim.run_until(target)
+        self.clock = target if not self.done else max(self.clock, max(sim.now for sim in self.sims))
+
+    def step(self) -> None:
+        """One engine iteration of the simulation(s) furthest behind, so that all stay on one clock."""
+        behind = [sim for sim in self.sims if not sim.done]
+        if not behind:
+            return
+        earliest = min(sim.now for sim in behind)
+        for sim in behind:
+            if sim.now <= earliest:
+                sim.step()
+        still = [sim.now for sim in self.sims if not sim.done]
+        self.clock = max(self.clock, min(still) if still else max(sim.now for sim in self.sims))
+
+    def run_to_end(self, deadline: float | None = None) -> None:
+        """Run every simulation to the end; ``deadline`` (time.monotonic()) bounds the wall time."""
+        while not self.done:
+            if deadline is not None and time.monotonic() > deadline:
+                raise KvlabError("the run did not finish within its time budget; make it smaller (fewer requests)")
+            self.advance(10.0)
+
+    def frame(self, have: int | None = None) -> dict:
+        """The next frame. A delta if the client's last applied frame (``have``) is the last one encoded,
+        otherwise a key frame (a new client, or a stream closed before its last frame arrived)."""
+        key = have is None or have != self.seq
+        self.seq += 1
+        grids = []
+        for i, sim in enumerate(self.sims):
+            cols = snapshot_columns(sim.snapshot())
+            usage = sim.slot_usage()
+            self.max_unfilled[i] = max(self.max_unfilled[i], max_unfilled_slots_per_owner(cols))
+            counters = counters_dict(sim.counters_now(), usage)
+            counters["max_unfilled_per_request"] = self.max_unfilled[i]
+            grids.append({
+                "counters": counters,
+                "usage": usage_dict(usage),
+                "blocks": self.encoders[i].encode_columns(cols, key=key),
+            })
+        out = {"seq": self.seq, "t": self.clock - self.start_time, "done": self.done, "grids": grids}
+        if out["done"]:
+            out["finish"] = self.finish_line()
+        return out
+
+    def summaries(self) -> list[dict]:
+        if self._summaries is None:
+            self._summaries = [sim.result().summary() for sim in self.sims]
+        return self._summaries
+
+    def finish_line(self) -> dict:
+        summaries = self.summaries()
+        return {"summaries": summaries, "winner": winner(summaries), "verdict": verdict(summaries)}
+
+    def meta(self) -> dict:
+        """What the page needs once per run: the grids' shape, the strategies, and the requests (for hover)."""
+        first = self.sims[0]
+        cfg = first.config
+        return {
+            "num_blocks": self.num_blocks,
+            "block_size": cfg.block_size,
+            "num_slots": cfg.num_slots,
+            "max_model_len": cfg.max_model_len,
+            "model": cfg.model,
+            "gpu": cfg.gpu,
+            "workload": first.workload.name,
+            "workload_description": first.workload.description,
+            "grids": [
+                {
+                    "name": name,
+                    "batching": sim.strategy.batching,
+                    "allocator": sim.strategy.allocator,
+                    "description": sim.strategy.description,
+                    "block_size": cfg.block_size,
+                }
+                for name, sim in zip(self.names, self.sims)
+            ],
+            # [request_id, arrival (s), prompt_len, answer length], in the hover's words.
+            "requests": [
+                [r.request_id, round(r.arrival_time - self.start_time, 3), r.prompt_len, r.num_output_tokens]
+                for r in first.requests
+            ],
+        }
+
+
+def winner(summaries: list[dict]) -> str:
+    """Who served the most: the highest request throughput; ties go to the fewer evictions, then the name."""
+    best = max(summaries, key=lambda s: (s["throughput_rps"], -s["preemptions"], s["name"]))
+    return best["name"]
+
+
+def verdict(summaries: list[dict]) -> str:
+    """The finish line's sentence: who served the most and why, from the summaries alone."""
+    if len(summaries) == 1:
+        s = summaries[0]
+        return (
+            f"{s['name']} served {s['num_finished']} requests in {s['makespan_s']:.1f} s "
+            f"({s['throughput_rps']:.2f} requests/s) with {s['memory_shares']['token']:.1f}% of its memory "
+            f"holding tokens and {s['mean_batch_size']:.1f} requests per iteration on average."
+        )
+    name = winner(summaries)
+    best = next(s for s in summaries if s["name"] == name)
+    worst = min(summaries, key=lambda s: (s["throughput_rps"], s["name"]))
+    text = (
+        f"{best['name']} served the most: {best['throughput_rps']:.2f} requests/s, all {best['num_finished']} "
+        f"served in {best['makespan_s']:.1f} s, against {worst['throughput_rps']:.2f} requests/s for "
+        f"{worst['name']} ({worst['makespan_s']:.1f} s). "
+    )
+    b_tok, w_tok = best["memory_shares"]["token"], worst["memory_shares"]["token"]
+    b_batch, w_batch = best["mean_batch_size"], worst["mean_batch_size"]
+    if b_batch > w_batch:
+        text += (
+            f"Why: {b_tok:.0f}% of its memory held tokens against {w_tok:.0f}%, so it ran "
+            f"{b_batch:.1f} requests per iteration on average against {w_batch:.1f}."
+        )
+    else:
+        text += f"Its memory held {b_tok:.0f}% tokens against {w_tok:.0f}%; it batched {b_batch:.1f} requests on average."
+    if best["preemptions"]:
+        text += (
+            f" It evicted {best['preemptions']} times and recomputed {best['recomputed_tokens']:,} tokens, "
+            f"and still won."
+        )
+    return text
+
+
+class Session:
+    """A Race the server keeps for one page: a lock (requests may overlap), and a compute budget."""
+
+    def __init__(self, race: Race, spec, max_compute_seconds: float):
+        self.race = race
+        self.spec = spec
+        self.max_compute_seconds = max_compute_seconds
+        self.compute_seconds = 0.0
+        self.last_used = time.monotonic()
+        self.lock = threading.Lock()
+
+    def advance(self, dt: float, have: int | None) -> dict:
+        return self._run(lambda: self.race.advance(dt), have)
+
+    def step(self, have: int | None) -> dict:
+        return self._run(self.race.step, have)
+
+    def finish(self, have: int | None) -> dict:
+        remaining = max(0.0, self.max_compute_seconds - self.compute_seconds)
+        return self._run(lambda: self.race.run_to_end(time.monotonic() + remaining), have)
+
+    def frame(self, have: int | None) -> dict:
+        return self._run(lambda: None, have)
+
+    def _run(self, work, have: int | None) -> dict:
+        with self.lock:
+            if self.compute_seconds > self.max_compute_seconds:
+                raise KvlabError(
+                    f"this run has used its {self.max_compute_seconds:.0f} s of compute; reset to start a new one"
+                )
+            t0 = time.monotonic()
+            try:
+                work()
+                return self.race.frame(have)
+            finally:
+                self.compute_seconds += time.monotonic() - t0
+                self.last_used = time.monotonic()

@@ -1,0 +1,60 @@
+"""The lab server's parameter checks: every bad value is named, with its valid range."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlab.errors import KvlabError
+from kvlab.web.params import LIMITS, parse_run_spec, parse_speed
+
+
+def test_defaults():
+    spec = parse_run_spec({"kind": "race"})
+    assert spec.strategies == ("static+max", "continuous+max", "static+paged", "continuous+paged")
+    assert (spec.num_requests, spec.rate, spec.block_size, spec.num_blocks) == (100, 2.0, 16, None)
+    assert parse_run_spec({}).strategies == ("continuous+paged",)
+
+
+def test_form_strings_are_parsed():
+    spec = parse_run_spec({"kind": "grid", "strategies": ["static+max"], "rate": "3.5", "num_requests": "40",
+                           "block_size": "32", "num_blocks": "64", "seed": "7"})
+    assert (spec.rate, spec.num_requests, spec.block_size, spec.num_blocks, spec.seed) == (3.5, 40, 32, 64, 7)
+    assert parse_run_spec({"num_blocks": "auto"}).num_blocks is None
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"num_requests": 0}, "num_requests 0 is out of range: 1 to 2000"),
+        ({"num_requests": LIMITS["max_num_requests"] + 1}, "num_requests 2001 is out of range: 1 to 2000"),
+        ({"num_requests": "ten"}, "num_requests must be an integer from 1 to 2000, got 'ten'"),
+        ({"num_requests": 2.5}, "num_requests must be an integer from 1 to 2000, got 2.5"),
+        ({"rate": -1}, "rate -1 is out of range: 0.01 to 100"),
+        ({"rate": "nan"}, "rate 'nan' is out of range: 0.01 to 100"),
+        ({"block_size": 24}, "block_size 24 is not one of vLLM's block sizes: 1, 8, 16, 32, 64, 128"),
+        ({"num_blocks": 1}, "num_blocks 1 is out of range: 4 to 65536"),
+        ({"num_blocks": 10**6}, "num_blocks 1000000 is out of range: 4 to 65536"),
+        ({"kind": "movie"}, "kind 'movie' is not one of: grid, race"),
+        ({"kind": "grid", "strategies": ["static+max", "vllm"]}, "a grid runs one strategy, got 2"),
+        ({"kind": "race", "strategies": ["vllm"] * 5}, "a race holds at most 4 strategies, got 5"),
+        ({"bogus": 1}, "unknown parameter 'bogus'"),
+        ({"seed": -3}, "seed -3 is out of range"),
+        ({"model": "x" * 300}, "model must be a name of at most 200 characters"),
+    ],
+)
+def test_bad_values_are_named(data, message):
+    with pytest.raises(KvlabError) as info:
+        parse_run_spec(data)
+    assert message in str(info.value)
+
+
+def test_not_an_object():
+    with pytest.raises(KvlabError, match="must be a JSON object"):
+        parse_run_spec([1, 2])
+
+
+def test_speed():
+    assert parse_speed(None) == 4.0
+    assert parse_speed("10") == 10.0
+    with pytest.raises(KvlabError, match="speed '1e9' is out of range: 0.01 to 1000"):
+        parse_speed("1e9")
