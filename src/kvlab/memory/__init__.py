@@ -1,0 +1,69 @@
+"""Memory strategies: contiguous slabs (max, pow2, oracle) placed by a buddy allocator, and paged blocks.
+
+Every strategy implements ``kvlab.memory.base.KVAllocator``; ``make_allocator`` builds one by name from the
+simulator's plain numbers.
+"""
+
+from __future__ import annotations
+
+from kvlab.errors import KvlabError
+from kvlab.memory.base import BlockSnapshot, Fit, KVAllocator, Sequence, SlotUsage, slot_usage
+from kvlab.memory.buddy import BuddyAllocator
+from kvlab.memory.contiguous import SLAB_POLICIES, ContiguousAllocator
+from kvlab.memory.paged import PagedAllocator
+
+ALLOCATORS: dict[str, type] = {
+    "max": ContiguousAllocator,
+    "pow2": ContiguousAllocator,
+    "oracle": ContiguousAllocator,
+    "paged": PagedAllocator,
+}
+
+
+def make_allocator(
+    name: str,
+    *,
+    num_slots: int,
+    block_size: int,
+    max_model_len: int,
+    enable_prefix_caching: bool = False,
+) -> KVAllocator:
+    """The allocator called ``name`` over ``num_slots`` KV slots.
+
+    Paged: ``num_slots // block_size`` blocks (block 0 is the null block). Contiguous: the whole slot space,
+    shown in display blocks of ``block_size`` slots so that its grid lines up with the paged one.
+    """
+    if name not in ALLOCATORS:
+        raise KvlabError(f"unknown memory strategy {name!r}: expected one of {', '.join(ALLOCATORS)}")
+    if block_size < 1:
+        raise KvlabError(f"block_size must be at least 1, got {block_size}")
+    if block_size > max_model_len:
+        raise KvlabError(f"block_size ({block_size}) must not exceed max_model_len ({max_model_len})")
+    if num_slots < 1:
+        raise KvlabError(f"the KV cache must hold at least 1 slot, got num_slots={num_slots}")
+    if name == "paged":
+        return PagedAllocator(
+            num_slots // block_size,
+            block_size,
+            enable_prefix_caching=enable_prefix_caching,
+            max_model_len=max_model_len,
+        )
+    if enable_prefix_caching:
+        raise KvlabError(f"prefix caching needs the paged memory strategy, not {name!r}")
+    return ContiguousAllocator(num_slots, name, max_model_len, display_block_size=block_size)
+
+
+__all__ = [
+    "ALLOCATORS",
+    "SLAB_POLICIES",
+    "BlockSnapshot",
+    "BuddyAllocator",
+    "ContiguousAllocator",
+    "Fit",
+    "KVAllocator",
+    "PagedAllocator",
+    "Sequence",
+    "SlotUsage",
+    "make_allocator",
+    "slot_usage",
+]

@@ -1,0 +1,154 @@
+"""The paged allocator's block pool: free blocks in eviction order, reference counts, cached block hashes.
+
+Semantics of vLLM V1 (vllm/v1/core/block_pool.py, kv_cache_utils.py), written for integer block ids:
+
+- Block 0 is the null block, never handed out; the free queue starts as blocks ``1 .. num_blocks - 1``.
+- ``get_new_blocks`` takes blocks from the front of the free queue.
+- ``free_blocks`` takes blocks ordered by eviction priority (a request's blocks reversed: tail first). Blocks
+  whose reference count drops to 0 go back to the free queue: without a block hash to the *front* (reused
+  first, LIFO), with a block hash to the *back* (kept as long as possible for prefix-cache hits, LRU).
+- With prefix caching, a free block keeps its hash until it is popped for reuse (eviction); a hit on a free
+  block takes it out of the middle of the queue (``touch``).
+
+Two pools, one interface: ``BlockPool`` without prefix caching, where every freed block goes to the front and
+the free queue is therefore a stack (a plain list, the fast path); ``PrefixCachingBlockPool`` with it, whose
+free queue is an ``OrderedDict`` (O(1) popleft, append, prepend and removal from the middle).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+
+BlockHash = Hashable
+
+NULL_BLOCK_ID = 0
+
+
+class BlockPool:
+    """Blocks without prefix caching: nothing is shared, every owned block has ref_cnt 1.
+
+    vLLM prepends every freed block (none has a hash) and pops from the front, so its free queue behaves as a
+    stack; here the stack is a list whose *end* is the queue's front.
+    """
+
+    enable_caching = False
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self._free = list(range(num_blocks - 1, NULL_BLOCK_ID, -1))
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    def get_new_blocks(self, num_blocks: int) -> list[int]:
+        free = self._free
+        if num_blocks > len(free):
+            raise ValueError(f"cannot get {num_blocks} blocks: only {len(free)} free")
+        if num_blocks == 1:
+            return [free.pop()]
+        blocks = free[-num_blocks:]
+        del free[-num_blocks:]
+        blocks.reverse()
+        return blocks
+
+    def free_blocks(self, ordered_blocks: list[int]) -> None:
+        """Free blocks ordered by eviction priority: the first is reused first."""
+        self._free.extend(reversed(ordered_blocks))
+
+    def free_block_ids(self) -> list[int]:
+        """The free queue, front (next handed out) to back."""
+        return self._free[::-1]
+
+
+class PrefixCachingBlockPool:
+    """Blocks with reference counts and block hashes, for prefix caching."""
+
+    enable_caching = True
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.ref_cnt = [0] * num_blocks
+        self.block_hash: list[BlockHash | None] = [None] * num_blocks
+        # Front = first key. Values unused: the OrderedDict is a doubly linked list keyed by block id.
+        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(NULL_BLOCK_ID + 1, num_blocks))
+        # block_hash -> block id, or {block id: None} in insertion order when several full blocks have equal
+        # content (vLLM does not deduplicate: block tables stay append-only); a lookup returns the oldest.
+        self.cached_block_hash_to_block: dict[BlockHash, int | dict[int, None]] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_queue)
+
+    def get_cached_block(self, block_hash: BlockHash) -> int | None:
+        blocks = self.cached_block_hash_to_block.get(block_hash)
+        if blocks is None or isinstance(blocks, int):
+            return blocks
+        return next(iter(blocks))
+
+    def get_new_blocks(self, num_blocks: int) -> list[int]:
+        queue = self.free_block_queue
+        if num_blocks > len(queue):
+            raise ValueError(f"cannot get {num_blocks} blocks: only {len(queue)} free")
+        blocks = []
+        for _ in range(num_blocks):
+            block_id = queue.popitem(last=False)[0]
+            if self.block_hash[block_id] is not None:
+                self._evict(block_id)
+            self.ref_cnt[block_id] = 1
+            blocks.append(block_id)
+        return blocks
+
+    def touch(self, block_ids: list[int]) -> None:
+        """A prefix-cache hit: one more reference; a free (ref_cnt 0) block leaves the free queue."""
+        ref_cnt = self.ref_cnt
+        for block_id in block_ids:
+            if ref_cnt[block_id] == 0:
+                del self.free_block_queue[block_id]
+            ref_cnt[block_id] += 1
+
+    def cache_full_block(self, block_id: int, block_hash: BlockHash) -> None:
+        """Give a block that just became full of computed tokens its hash, so later requests can hit it."""
+        assert self.block_hash[block_id] is None, f"block {block_id} is already cached"
+        self.block_hash[block_id] = block_hash
+        blocks = self.cached_block_hash_to_block.get(block_hash)
+        if blocks is None:
+            self.cached_block_hash_to_block[block_hash] = block_id
+        elif isinstance(blocks, int):
+            self.cached_block_hash_to_block[block_hash] = {blocks: None, block_id: None}
+        else:
+            blocks[block_id] = None
+
+    def free_blocks(self, ordered_blocks: list[int]) -> None:
+        """Free blocks ordered by eviction priority: the first is reused (or evicted) first."""
+        ref_cnt, block_hash = self.ref_cnt, self.block_hash
+        evict_first: list[int] = []
+        evict_last: list[int] = []
+        for block_id in ordered_blocks:
+            ref_cnt[block_id] -= 1
+            if ref_cnt[block_id] == 0:
+                (evict_first if block_hash[block_id] is None else evict_last).append(block_id)
+        queue = self.free_block_queue
+        for block_id in reversed(evict_first):
+            queue[block_id] = None
+            queue.move_to_end(block_id, last=False)
+        for block_id in evict_last:
+            queue[block_id] = None
+
+    def free_block_ids(self) -> list[int]:
+        """The free queue, front (next handed out) to back."""
+        return list(self.free_block_queue)
+
+    def _evict(self, block_id: int) -> None:
+        block_hash = self.block_hash[block_id]
+        self.block_hash[block_id] = None
+        blocks = self.cached_block_hash_to_block.pop(block_hash)
+        if isinstance(blocks, dict):
+            del blocks[block_id]
+            if len(blocks) == 1:
+                self.cached_block_hash_to_block[block_hash] = next(iter(blocks))
+            else:
+                self.cached_block_hash_to_block[block_hash] = blocks
+        else:
+            assert blocks == block_id

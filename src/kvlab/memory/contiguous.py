@@ -1,0 +1,196 @@
+"""Contiguous reservation: one slab per request, reserved at admission, placed by a buddy allocator.
+
+The three reservation schemes the vLLM paper compares against (§6.2, "Orca (Max/Pow2/Oracle)"):
+
+    max     the largest answer the request may produce: ``prompt_len + max_tokens`` if the client capped it,
+            else ``max_model_len`` (capped at ``max_model_len`` either way)
+    pow2    ``prompt_len + next_pow2(true output)``: the output space over-reserved at most 2x (output 25 -> 32)
+    oracle  exactly the slots the request will write, ``num_kv_tokens`` (knows the future: an upper bound)
+
+The slab is placed by ``BuddyAllocator``, whose power-of-two round-up is allocator ``overhead``::
+
+    |<---------------------------- chunk (next_pow2(slab)) ---------------------------->|
+    |<--------------------------- slab ---------------------------->|
+    | token (computed) | reserved (still to write) | internal frag. |      overhead      |
+    0            num_computed_tokens          num_kv_tokens        slab                chunk
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvlab.errors import KvlabError
+from kvlab.memory.base import BlockSnapshot, Fit, Sequence, slot_usage
+from kvlab.memory.buddy import BuddyAllocator, next_pow2
+from kvlab.workload.request import Request
+
+
+def max_slab(request: Request, max_model_len: int) -> int:
+    if request.max_tokens is None:
+        return max_model_len
+    return min(max_model_len, request.prompt_len + request.max_tokens)
+
+
+def pow2_slab(request: Request, max_model_len: int) -> int:
+    return min(max_model_len, request.prompt_len + next_pow2(request.num_output_tokens))
+
+
+def oracle_slab(request: Request, max_model_len: int) -> int:
+    return request.num_kv_tokens
+
+
+SLAB_POLICIES: dict[str, Callable[[Request, int], int]] = {
+    "max": max_slab,
+    "pow2": pow2_slab,
+    "oracle": oracle_slab,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Slab:
+    address: int
+    num_slots: int  # what the policy asked for
+    chunk_size: int  # what the buddy allocator handed out (>= num_slots)
+    num_kv_tokens: int
+
+
+# Slot states in the snapshot's scratch array.
+_FREE, _TOKEN, _RESERVED, _INTERNAL, _OVERHEAD = range(5)
+
+
+class ContiguousAllocator:
+    """``max``, ``pow2`` or ``oracle``: the KVAllocator interface over one slab per request."""
+
+    def __init__(self, num_slots: int, policy: str, max_model_len: int, *, display_block_size: int = 16) -> None:
+        if policy not in SLAB_POLICIES:
+            raise KvlabError(f"unknown reservation policy {policy!r}: expected one of {', '.join(SLAB_POLICIES)}")
+        if max_model_len < 1:
+            raise KvlabError(f"max_model_len must be at least 1, got {max_model_len}")
+        if display_block_size < 1:
+            raise KvlabError(f"display block size must be at least 1, got {display_block_size}")
+        self.policy = policy
+        self.max_model_len = max_model_len
+        self.display_block_size = display_block_size
+        self.buddy = BuddyAllocator(num_slots)
+        self.num_slots = num_slots
+        self._slab_size = SLAB_POLICIES[policy]
+        self._slabs: dict[int, Slab] = {}  # request_id -> its slab
+        self.num_allocated_slots = 0
+        self.num_internal_fragmentation_slots = 0
+        self.num_overhead_slots = 0
+        self.num_duplicate_token_slots = 0  # nothing is shared between slabs
+
+    def slab_size(self, request: Request) -> int:
+        return self._slab_size(request, self.max_model_len)
+
+    def get_slab(self, request_id: int) -> Slab:
+        return self._slabs[request_id]
+
+    def get_num_cached_tokens(self, seq: Sequence) -> int:
+        return 0  # no prefix sharing between slabs
+
+    def can_ever_fit(self, request: Request) -> bool:
+        slab = self.slab_size(request)
+        return request.num_kv_tokens <= slab <= self.buddy.largest_region
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit:
+        """Reserve the request's slab on its first call; later calls only check they stay inside it."""
+        request = seq.request
+        slab = self._slabs.get(request.request_id)
+        if slab is None:
+            size = self.slab_size(request)
+            fit = self.buddy.fit(size)
+            if fit is not Fit.NOW:
+                return fit
+            address = self.buddy.allocate(size)
+            slab = Slab(address, size, self.buddy.chunk_size(address), request.num_kv_tokens)
+            self._slabs[request.request_id] = slab
+            self.num_allocated_slots += size
+            self.num_internal_fragmentation_slots += max(0, size - slab.num_kv_tokens)
+            self.num_overhead_slots += slab.chunk_size - size
+        num_tokens = seq.num_computed_tokens + num_cached_tokens + num_new_tokens
+        # A slab never grows: the scheduler must not schedule past it.
+        assert num_tokens <= slab.num_slots, (
+            f"request {request.request_id} needs {num_tokens} slots but its {self.policy} slab has {slab.num_slots}"
+        )
+        return Fit.NOW
+
+    def free(self, seq: Sequence) -> None:
+        slab = self._slabs.pop(seq.request.request_id, None)
+        if slab is None:
+            return  # freed before it was ever allocated (e.g. rejected while waiting)
+        self.buddy.free(slab.address)
+        self.num_allocated_slots -= slab.num_slots
+        self.num_internal_fragmentation_slots -= max(0, slab.num_slots - slab.num_kv_tokens)
+        self.num_overhead_slots -= slab.chunk_size - slab.num_slots
+
+    def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot:
+        """The address space in display blocks of ``display_block_size`` slots.
+
+        A trailing partial display block (``num_slots`` not a multiple of the display block size) shows its
+        missing slots as free.
+        """
+        bs = self.display_block_size
+        num_display_blocks = -(-self.num_slots // bs)
+        state = np.zeros(num_display_blocks * bs, dtype=np.uint8)
+        owner = np.full(num_display_blocks * bs, -1, dtype=np.int64)
+        for seq in seqs:
+            slab = self._slabs.get(seq.request.request_id)
+            if slab is None:
+                continue
+            a, s = slab.address, slab.num_slots
+            computed = a + min(seq.num_computed_tokens, s)
+            written = a + min(slab.num_kv_tokens, s)
+            state[a:computed] = _TOKEN
+            state[computed:written] = _RESERVED
+            state[written : a + s] = _INTERNAL
+            state[a + s : a + slab.chunk_size] = _OVERHEAD
+            owner[a : a + slab.chunk_size] = seq.request.request_id
+        counts = np.bincount(
+            np.repeat(np.arange(num_display_blocks) * 5, bs) + state, minlength=num_display_blocks * 5
+        ).reshape(num_display_blocks, 5)
+        owners = owner.reshape(num_display_blocks, bs)
+        # A display block may hold the end of one small chunk and the start of another: name the first.
+        first = (owners >= 0).argmax(axis=1)
+        block_owner = owners[np.arange(num_display_blocks), first]
+        return BlockSnapshot(
+            block_size=bs,
+            owner=tuple(block_owner.tolist()),
+            token=tuple(counts[:, _TOKEN].tolist()),
+            reserved=tuple(counts[:, _RESERVED].tolist()),
+            internal_fragmentation=tuple(counts[:, _INTERNAL].tolist()),
+            overhead=tuple(counts[:, _OVERHEAD].tolist()),
+            shared=(False,) * num_display_blocks,
+        )
+
+    def check_invariants(self, seqs: list[Sequence]) -> None:
+        """For tests: slabs tile the space with the free chunks, counters match a recount, states sum up."""
+        chunks = [(s.address, s.chunk_size) for s in self._slabs.values()]
+        assert sorted(chunks) == self.buddy.allocated_chunks()
+        covered = sorted(chunks + self.buddy.free_chunks())
+        end = 0
+        for address, size in covered:
+            assert address == end, f"gap or overlap at slot {end}: next chunk starts at {address}"
+            assert address % size == 0, f"chunk at {address} of {size} slots is misaligned"
+            end = address + size
+        assert end == self.num_slots
+        assert self.buddy.num_free_slots == sum(size for _, size in self.buddy.free_chunks())
+        slabs = list(self._slabs.values())
+        assert self.num_allocated_slots == sum(s.num_slots for s in slabs)
+        assert self.num_internal_fragmentation_slots == sum(max(0, s.num_slots - s.num_kv_tokens) for s in slabs)
+        assert self.num_overhead_slots == sum(s.chunk_size - s.num_slots for s in slabs)
+        held = [seq for seq in seqs if seq.request.request_id in self._slabs]
+        assert len(held) == len(self._slabs), "a slab is held by a request not among seqs"
+        for seq in held:
+            assert seq.num_computed_tokens <= self._slabs[seq.request.request_id].num_slots
+        usage = slot_usage(self, sum(seq.num_computed_tokens for seq in held))
+        assert min(usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free) >= 0
+        assert usage.num_slots == self.num_slots
+        snap = self.snapshot(held)
+        assert sum(snap.token) == usage.token
+        assert sum(snap.reserved) == usage.reserved
+        assert sum(snap.internal_fragmentation) == usage.internal_fragmentation
+        assert sum(snap.overhead) == usage.overhead

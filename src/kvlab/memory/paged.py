@@ -1,0 +1,372 @@
+"""Paged KV memory: fixed blocks handed out as a sequence grows, vLLM V1's KV cache manager semantics.
+
+What each call does, as in vLLM 0.32.0 (vllm/v1/core/kv_cache_manager.py, single_type_kv_cache_manager.py
+FullAttentionManager, block_pool.py):
+
+``get_num_cached_tokens(seq)`` (vLLM: ``get_computed_blocks``)
+    The longest run of full blocks, from block 0, whose block hashes are cached, over at most
+    ``(num_tokens - 1) // block_size`` blocks: when the whole prompt hits, its last token is still recomputed
+    to get logits, and hits are whole blocks, so up to a block is recomputed.
+``allocate_slots(seq, num_new_tokens, num_cached_tokens)``
+    Needs slots for ``num_computed_tokens + num_cached_tokens + num_new_tokens`` tokens. A request being
+    admitted (holding no blocks) must also fit its whole ``num_tokens`` (vLLM's ``scheduler_reserve_full_isl``,
+    on by default). Hit blocks still in the free queue count against the free blocks, as they leave it when
+    touched. On success the hit blocks are touched, new blocks are taken from the free queue, and, with prefix
+    caching, every block full of the ``num_computed_tokens + num_cached_tokens + num_new_tokens`` tokens gets
+    its block hash (vLLM caches at scheduling time, before the forward pass writes them).
+``free(seq)``
+    The request's blocks go back in reverse order (tail first).
+
+Block hashes. kvlab's requests carry lengths, not token ids, so a block's content is named from the request:
+block j (tokens ``[j*block_size, (j+1)*block_size)``) inside the shared prefix is named by the prefix ids
+covering it and its offset, chained over its parent's hash so that equal hashes mean equal prefixes (as vLLM's
+``hash_block_tokens`` chains over the parent hash); any other block holds prompt tail or generated tokens
+unique to the request and is named ``(request_id, j)``, which already fixes its whole prefix. A preempted
+request therefore finds its own freed blocks again. Chained prefix hashes are interned to small integers, so
+hits are exact (no hash collisions).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+import numpy as np
+
+from kvlab.errors import KvlabError
+from kvlab.memory.base import BlockSnapshot, Fit, Sequence, slot_usage
+from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
+from kvlab.workload.request import Request
+
+
+class PagedAllocator:
+    """The KVAllocator interface over a pool of ``num_blocks`` blocks of ``block_size`` slots."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = False,
+        *,
+        max_model_len: int | None = None,
+        scheduler_reserve_full_isl: bool = True,
+    ) -> None:
+        if block_size < 1:
+            raise KvlabError(f"block_size must be at least 1, got {block_size}")
+        if num_blocks < 2:
+            raise KvlabError(
+                f"a paged KV cache needs at least 2 blocks (block 0 is vLLM's null block), got num_blocks={num_blocks}"
+            )
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.max_model_len = max_model_len
+        self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
+        self.num_slots = num_blocks * block_size
+        self.num_overhead_slots = block_size  # the null block
+        self.block_pool: BlockPool | PrefixCachingBlockPool = (
+            PrefixCachingBlockPool(num_blocks) if enable_prefix_caching else BlockPool(num_blocks)
+        )
+        self._block_tables: dict[int, list[int]] = {}  # request_id -> block ids, in token order
+        self._num_table_entries = 0  # sum of block table lengths: a shared block once per holder
+        self.num_internal_fragmentation_slots = 0
+        # Prefix caching only.
+        self._num_cached_blocks: dict[int, int] = {}  # request_id -> leading blocks already hashed
+        self._block_hashes: dict[int, list[BlockHash]] = {}  # request_id -> hashes of its blocks so far
+        self._prefix_block_hashes: dict[tuple, int] = {}  # (parent, chunk_len, ids, offset) -> interned hash
+
+    # Counters (slots) ---------------------------------------------------------------------------------------
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
+
+    @property
+    def num_allocated_slots(self) -> int:
+        """Slots of blocks with ref_cnt > 0: every block but the null block and the free ones."""
+        return self.block_size * (self.num_blocks - 1 - self.block_pool.num_free_blocks)
+
+    @property
+    def num_duplicate_token_slots(self) -> int:
+        """block_size x sum over blocks of (ref_cnt - 1): a shared block is full of computed tokens."""
+        num_owned_blocks = self.num_blocks - 1 - self.block_pool.num_free_blocks
+        return self.block_size * (self._num_table_entries - num_owned_blocks)
+
+    # The KVAllocator interface ------------------------------------------------------------------------------
+
+    def can_ever_fit(self, request: Request) -> bool:
+        return -(-request.num_kv_tokens // self.block_size) <= self.num_blocks - 1
+
+    def get_num_cached_tokens(self, seq: Sequence) -> int:
+        """Prefix-cache hit, in tokens, for a request about to be admitted (0 without prefix caching)."""
+        if not self.enable_prefix_caching:
+            return 0
+        request = seq.request
+        cached = self.block_pool.cached_block_hash_to_block
+        max_num_blocks = (seq.num_tokens - 1) // self.block_size
+        hashes = self._block_hashes.get(request.request_id, [])
+        num_hit_blocks = 0
+        while num_hit_blocks < max_num_blocks:
+            if num_hit_blocks == len(hashes):
+                hashes = self._extend_block_hashes(request, min(max_num_blocks, 2 * num_hit_blocks + 1))
+            if hashes[num_hit_blocks] not in cached:
+                break
+            num_hit_blocks += 1
+        return num_hit_blocks * self.block_size
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit:
+        """Make room for ``num_computed_tokens + num_cached_tokens + num_new_tokens`` tokens.
+
+        As in vLLM, ``num_cached_tokens`` is the hit ``get_num_cached_tokens`` just returned for a request being
+        admitted, not yet counted in ``seq.num_computed_tokens``. LATER changes nothing.
+        """
+        table = self._block_tables.get(seq.request.request_id)
+        if table is None:
+            return self._allocate_first(seq, num_new_tokens, num_cached_tokens)
+        assert num_cached_tokens == 0, "a running request gets no new prefix-cache hits"
+        num_tokens = seq.num_computed_tokens + num_new_tokens
+        if self.max_model_len is not None:
+            num_tokens = min(num_tokens, self.max_model_len)
+        num_required_blocks = -(-num_tokens // self.block_size)
+        num_new_blocks = num_required_blocks - len(table)
+        if num_new_blocks > 0:
+            if num_new_blocks > self.block_pool.num_free_blocks:
+                return Fit.NEVER if num_required_blocks > self.num_blocks - 1 else Fit.LATER
+            self._append_new_blocks(seq.request, table, num_new_blocks)
+        if self.enable_prefix_caching:
+            self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
+        return Fit.NOW
+
+    def free(self, seq: Sequence) -> None:
+        """Give back every block of the request, tail first; shared blocks only lose a reference."""
+        request_id = seq.request.request_id
+        table = self._block_tables.pop(request_id, None)
+        if self.enable_prefix_caching:
+            self._num_cached_blocks.pop(request_id, None)
+            self._block_hashes.pop(request_id, None)
+        if table is None:
+            return  # freed before it was ever allocated
+        self._num_table_entries -= len(table)
+        self.num_internal_fragmentation_slots -= self._internal_fragmentation(len(table), seq.request)
+        self.block_pool.free_blocks(table[::-1])
+
+    # Inspection ---------------------------------------------------------------------------------------------
+
+    def get_block_ids(self, request_id: int) -> list[int]:
+        return list(self._block_tables[request_id])
+
+    def free_block_ids(self) -> list[int]:
+        """The free queue, front (next handed out) to back."""
+        return self.block_pool.free_block_ids()
+
+    def ref_cnts(self) -> list[int]:
+        """Reference count of every block (the null block's is 0).
+
+        With prefix caching, the pool's counts; without, nothing is shared, so a block's count is the number
+        of block tables holding it (kept implicit for speed) and ``check_invariants`` checks that it is <= 1.
+        """
+        if self.enable_prefix_caching:
+            return list(self.block_pool.ref_cnt)
+        ref_cnt = [0] * self.num_blocks
+        for table in self._block_tables.values():
+            for block_id in table:
+                ref_cnt[block_id] += 1
+        return ref_cnt
+
+    def block_hash(self, block_id: int) -> BlockHash | None:
+        """A block's hash (prefix caching only): set while it is full and cached, dropped on eviction."""
+        return self.block_pool.block_hash[block_id] if self.enable_prefix_caching else None
+
+    def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot:
+        """Every pool block in block-id order; a shared block names its first holder among ``seqs``."""
+        bs, nb = self.block_size, self.num_blocks
+        tables, num_computed, num_kv, owners = [], [], [], []
+        for seq in seqs:
+            table = self._block_tables.get(seq.request.request_id)
+            if table:
+                tables.append(table)
+                num_computed.append(seq.num_computed_tokens)
+                num_kv.append(seq.request.num_kv_tokens)
+                owners.append(seq.request.request_id)
+        lens = np.fromiter(map(len, tables), dtype=np.int64, count=len(tables))
+        total = int(lens.sum())
+        ids = np.fromiter(chain.from_iterable(tables), dtype=np.int64, count=total)
+        starts = np.repeat(np.cumsum(lens) - lens, lens)
+        first_slot = (np.arange(total, dtype=np.int64) - starts) * bs
+        token = np.clip(np.repeat(np.array(num_computed, dtype=np.int64), lens) - first_slot, 0, bs)
+        written = np.clip(np.repeat(np.array(num_kv, dtype=np.int64), lens) - first_slot, 0, bs)
+        refs = np.bincount(ids, minlength=nb)
+        token_b = np.bincount(ids, weights=token, minlength=nb).astype(np.int64)
+        # A shared block is counted by every holder; keep it once (as num_duplicate_token_slots does).
+        token_b -= bs * np.maximum(refs - 1, 0)
+        reserved_b = np.bincount(ids, weights=written - token, minlength=nb).astype(np.int64)
+        internal_b = np.bincount(ids, weights=bs - written, minlength=nb).astype(np.int64)
+        overhead_b = np.zeros(nb, dtype=np.int64)
+        overhead_b[NULL_BLOCK_ID] = bs
+        owner_rep = np.repeat(np.array(owners, dtype=np.int64), lens)
+        owner_b = np.full(nb, -1, dtype=np.int64)
+        if total and refs.max() > 1:
+            _, first = np.unique(ids, return_index=True)
+            owner_b[ids[first]] = owner_rep[first]
+        else:
+            owner_b[ids] = owner_rep
+        return BlockSnapshot(
+            block_size=bs,
+            owner=tuple(owner_b.tolist()),
+            token=tuple(token_b.tolist()),
+            reserved=tuple(reserved_b.tolist()),
+            internal_fragmentation=tuple(internal_b.tolist()),
+            overhead=tuple(overhead_b.tolist()),
+            shared=tuple((refs > 1).tolist()),
+        )
+
+    def check_invariants(self, seqs: list[Sequence]) -> None:
+        """For tests: every block is either free or owned, ref counts match the tables, counters a recount."""
+        held = [seq for seq in seqs if seq.request.request_id in self._block_tables]
+        assert len(held) == len(self._block_tables), "a block table belongs to a request not among seqs"
+        free = self.free_block_ids()
+        assert len(set(free)) == len(free), "a block is twice in the free queue"
+        assert NULL_BLOCK_ID not in free, "the null block is in the free queue"
+        holders = [0] * self.num_blocks
+        for table in self._block_tables.values():
+            for block_id in table:
+                holders[block_id] += 1
+        assert holders[NULL_BLOCK_ID] == 0, "the null block is in a block table"
+        free_set = set(free)
+        for block_id in range(1, self.num_blocks):
+            in_queue = block_id in free_set
+            assert in_queue != (holders[block_id] > 0), f"block {block_id}: free={in_queue}, holders={holders[block_id]}"
+        if self.enable_prefix_caching:
+            pool = self.block_pool
+            assert pool.ref_cnt == holders, "ref_cnt differs from the number of block tables holding a block"
+            num_hashed = 0
+            for block_hash, blocks in pool.cached_block_hash_to_block.items():
+                block_ids = [blocks] if isinstance(blocks, int) else list(blocks)
+                assert block_ids, f"empty entry for hash {block_hash!r}"
+                for block_id in block_ids:
+                    assert pool.block_hash[block_id] == block_hash
+                num_hashed += len(block_ids)
+            assert num_hashed == sum(h is not None for h in pool.block_hash)
+            for seq in held:
+                table = self._block_tables[seq.request.request_id]
+                num_cached = self._num_cached_blocks.get(seq.request.request_id, 0)
+                hashes = self._block_hashes.get(seq.request.request_id, [])
+                for j, block_id in enumerate(table[:num_cached]):
+                    assert pool.block_hash[block_id] == hashes[j], f"block {block_id} lost its hash while held"
+            for block_id, count in enumerate(holders):
+                if count > 1:
+                    assert pool.block_hash[block_id] is not None, f"shared block {block_id} is not full and cached"
+        else:
+            assert max(holders) <= 1, "a block is shared without prefix caching"
+        assert self._num_table_entries == sum(holders)
+        assert self.num_internal_fragmentation_slots == sum(
+            self._internal_fragmentation(len(self._block_tables[seq.request.request_id]), seq.request) for seq in held
+        )
+        for seq in held:
+            table = self._block_tables[seq.request.request_id]
+            assert seq.num_computed_tokens <= len(table) * self.block_size, "computed tokens without slots"
+        usage = slot_usage(self, sum(seq.num_computed_tokens for seq in held))
+        assert min(usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free) >= 0, usage
+        assert usage.num_slots == self.num_slots
+        snap = self.snapshot(held)
+        assert sum(snap.token) == usage.token
+        assert sum(snap.reserved) == usage.reserved
+        assert sum(snap.internal_fragmentation) == usage.internal_fragmentation
+        assert sum(snap.overhead) == usage.overhead
+
+    # Internals ----------------------------------------------------------------------------------------------
+
+    def _allocate_first(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int) -> Fit:
+        """Admit a request holding no blocks (new, or preempted and resumed), with its prefix-cache hit."""
+        assert num_new_tokens > 0 or num_cached_tokens > 0, "nothing to allocate"
+        assert num_cached_tokens % self.block_size == 0, "prefix-cache hits are whole blocks"
+        request = seq.request
+        bs = self.block_size
+        hit_blocks = self._get_hit_blocks(request, num_cached_tokens // bs) if num_cached_tokens else []
+        num_tokens = seq.num_computed_tokens + num_cached_tokens + num_new_tokens
+        num_full_tokens = seq.num_tokens if self.scheduler_reserve_full_isl else 0
+        if self.max_model_len is not None:
+            num_tokens = min(num_tokens, self.max_model_len)
+            num_full_tokens = min(num_full_tokens, self.max_model_len)
+        num_required_blocks = -(-num_tokens // bs)
+        num_full_blocks = -(-num_full_tokens // bs)
+        if max(num_required_blocks, num_full_blocks) > self.num_blocks - 1:
+            return Fit.NEVER
+        # A hit block sitting in the free queue leaves it when touched: it counts against the free blocks.
+        num_evictable = 0
+        if hit_blocks:
+            ref_cnt = self.block_pool.ref_cnt
+            num_evictable = sum(ref_cnt[block_id] == 0 for block_id in hit_blocks)
+        num_free = self.block_pool.num_free_blocks
+        num_hit = len(hit_blocks)
+        if max(num_full_blocks - num_hit, 0) + num_evictable > num_free:
+            return Fit.LATER
+        if max(num_required_blocks - num_hit, 0) + num_evictable > num_free:
+            return Fit.LATER
+        if hit_blocks:
+            self.block_pool.touch(hit_blocks)
+        table = hit_blocks
+        self._block_tables[request.request_id] = table
+        self._num_table_entries += num_hit
+        self.num_internal_fragmentation_slots += self._internal_fragmentation(num_hit, request)
+        if num_required_blocks > num_hit:
+            self._append_new_blocks(request, table, num_required_blocks - num_hit)
+        if self.enable_prefix_caching:
+            self._num_cached_blocks[request.request_id] = num_hit
+            self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
+        return Fit.NOW
+
+    def _append_new_blocks(self, request: Request, table: list[int], num_new_blocks: int) -> None:
+        before = self._internal_fragmentation(len(table), request)
+        table.extend(self.block_pool.get_new_blocks(num_new_blocks))
+        self._num_table_entries += num_new_blocks
+        self.num_internal_fragmentation_slots += self._internal_fragmentation(len(table), request) - before
+
+    def _internal_fragmentation(self, num_table_blocks: int, request: Request) -> int:
+        """Slots of the request's blocks beyond the last token it will ever write."""
+        return max(0, num_table_blocks * self.block_size - request.num_kv_tokens)
+
+    def _get_hit_blocks(self, request: Request, num_hit_blocks: int) -> list[int]:
+        hashes = self._extend_block_hashes(request, num_hit_blocks)
+        blocks = [self.block_pool.get_cached_block(block_hash) for block_hash in hashes[:num_hit_blocks]]
+        assert None not in blocks, "prefix-cache hit no longer cached: call get_num_cached_tokens just before"
+        return blocks
+
+    def _cache_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
+        """Hash every block now full of (scheduled) tokens; vLLM's ``cache_blocks``."""
+        num_full_blocks = num_tokens // self.block_size
+        num_cached_blocks = self._num_cached_blocks[request.request_id]
+        if num_full_blocks <= num_cached_blocks:
+            return
+        hashes = self._extend_block_hashes(request, num_full_blocks)
+        for j in range(num_cached_blocks, num_full_blocks):
+            self.block_pool.cache_full_block(table[j], hashes[j])
+        self._num_cached_blocks[request.request_id] = num_full_blocks
+
+    def _extend_block_hashes(self, request: Request, num_blocks: int) -> list[BlockHash]:
+        """The request's block hashes, computed up to at least ``num_blocks`` blocks (vLLM's block_hashes)."""
+        hashes = self._block_hashes.setdefault(request.request_id, [])
+        j = len(hashes)
+        if j >= num_blocks:
+            return hashes
+        bs = self.block_size
+        chunk_len = request.prefix_chunk_len
+        num_shared_blocks = min(num_blocks, request.num_shared_prefix_tokens // bs)
+        interned = self._prefix_block_hashes
+        while j < num_shared_blocks:
+            start = j * bs
+            first_chunk = start // chunk_len
+            last_chunk = (start + bs - 1) // chunk_len
+            key = (
+                hashes[j - 1] if j else None,
+                chunk_len,
+                request.prefix_hashes[first_chunk : last_chunk + 1],
+                start - first_chunk * chunk_len,
+            )
+            block_hash = interned.get(key)
+            if block_hash is None:
+                block_hash = interned[key] = len(interned)
+            hashes.append(block_hash)
+            j += 1
+        request_id = request.request_id
+        hashes.extend((request_id, k) for k in range(j, num_blocks))
+        return hashes

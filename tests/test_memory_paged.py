@@ -1,0 +1,405 @@
+"""Paged KV memory in vLLM V1's semantics: tiny pools, exact block ids and free-queue order after every call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvlab.errors import KvlabError
+from kvlab.memory import Fit, PagedAllocator, make_allocator, slot_usage
+from kvlab.workload.request import Request
+
+
+@dataclass
+class Seq:
+    request: Request
+    num_computed_tokens: int = 0
+    num_tokens: int = field(default=0)  # prompt + output tokens so far
+
+    def __post_init__(self):
+        self.num_tokens = self.num_tokens or self.request.prompt_len
+
+
+def req(request_id: int, prompt_len: int, output_len: int = 4, prefix: tuple[int, ...] = (), chunk: int = 8) -> Request:
+    return Request(request_id, 0.0, prompt_len, output_len, prefix_hashes=prefix, prefix_chunk_len=chunk)
+
+
+def admit(allocator: PagedAllocator, seq: Seq, num_new_tokens: int | None = None) -> Fit:
+    """What the scheduler does for a waiting request: look up the prefix cache, then allocate."""
+    num_cached = allocator.get_num_cached_tokens(seq)
+    if num_new_tokens is None:
+        num_new_tokens = seq.num_tokens - num_cached
+    fit = allocator.allocate_slots(seq, num_new_tokens, num_cached)
+    if fit is Fit.NOW:
+        seq.num_computed_tokens = num_cached + num_new_tokens
+    return fit
+
+
+def decode(allocator: PagedAllocator, seq: Seq) -> Fit:
+    """One decode step: the token sampled last step is fed back."""
+    assert seq.num_computed_tokens == seq.num_tokens - 1 or seq.num_computed_tokens == seq.num_tokens
+    if seq.num_computed_tokens == seq.num_tokens:
+        seq.num_tokens += 1  # the prefill just finished and sampled a token
+    fit = allocator.allocate_slots(seq, 1)
+    if fit is Fit.NOW:
+        seq.num_computed_tokens += 1
+        seq.num_tokens += 1
+    return fit
+
+
+# Without prefix caching -----------------------------------------------------------------------------------------
+
+
+def test_initial_pool_holds_the_null_block_apart():
+    allocator = PagedAllocator(num_blocks=8, block_size=4)
+    assert allocator.free_block_ids() == [1, 2, 3, 4, 5, 6, 7]
+    assert allocator.num_free_blocks == 7
+    usage = slot_usage(allocator, 0)
+    assert (usage.overhead, usage.free, usage.num_slots) == (4, 28, 32)
+    snap = allocator.snapshot([])
+    assert snap.overhead == (4, 0, 0, 0, 0, 0, 0, 0)
+    assert snap.owner == (-1,) * 8
+
+
+def test_allocate_from_the_front_free_tail_first_to_the_front():
+    allocator = PagedAllocator(num_blocks=8, block_size=4)
+    a = Seq(req(0, 10, output_len=5))  # writes 14 slots
+    b = Seq(req(1, 5, output_len=3))
+    assert admit(allocator, a) is Fit.NOW
+    assert allocator.get_block_ids(0) == [1, 2, 3]
+    assert allocator.free_block_ids() == [4, 5, 6, 7]
+    assert admit(allocator, b) is Fit.NOW
+    assert allocator.get_block_ids(1) == [4, 5]
+    assert allocator.free_block_ids() == [6, 7]
+
+    # Decoding fills block 3 (tokens 8..11) before a new block is needed for token 12.
+    for _ in range(2):
+        assert decode(allocator, a) is Fit.NOW
+        assert allocator.get_block_ids(0) == [1, 2, 3]
+    assert a.num_computed_tokens == 12
+    assert decode(allocator, a) is Fit.NOW
+    assert allocator.get_block_ids(0) == [1, 2, 3, 6]
+    assert allocator.free_block_ids() == [7]
+    assert allocator.num_internal_fragmentation_slots == (16 - 14) + (8 - 7)
+    allocator.check_invariants([a, b])
+
+    # Freed blocks without a hash go to the front, tail block first: reused LIFO (vLLM 0.32 free_blocks).
+    allocator.free(a)
+    assert allocator.free_block_ids() == [6, 3, 2, 1, 7]
+    c = Seq(req(2, 9, output_len=1))
+    assert admit(allocator, c) is Fit.NOW
+    assert allocator.get_block_ids(2) == [6, 3, 2]
+    assert allocator.free_block_ids() == [1, 7]
+    assert allocator.ref_cnts() == [0, 0, 1, 1, 1, 1, 1, 0]
+    allocator.check_invariants([b, c])
+
+
+def test_later_changes_nothing_and_never_rejects():
+    allocator = PagedAllocator(num_blocks=8, block_size=4)
+    a = Seq(req(0, 20))
+    assert admit(allocator, a) is Fit.NOW  # 5 blocks
+    before = (allocator.free_block_ids(), allocator.ref_cnts(), slot_usage(allocator, 20))
+    b = Seq(req(1, 12))  # 3 blocks, 2 free
+    assert admit(allocator, b) is Fit.LATER
+    assert (allocator.free_block_ids(), allocator.ref_cnts(), slot_usage(allocator, 20)) == before
+    with pytest.raises(KeyError):
+        allocator.get_block_ids(1)
+
+    too_long = Seq(req(2, 29))  # 8 blocks > the 7 usable ones
+    assert admit(allocator, too_long) is Fit.NEVER
+    assert allocator.can_ever_fit(req(3, 25, output_len=4))  # writes 28 slots: 7 blocks
+    assert not allocator.can_ever_fit(req(3, 26, output_len=4))  # 29 slots: 8 blocks
+
+
+def test_a_running_request_that_runs_out_gets_later():
+    allocator = PagedAllocator(num_blocks=4, block_size=4)
+    a, b = Seq(req(0, 8, output_len=8)), Seq(req(1, 4, output_len=8))
+    assert admit(allocator, a) is Fit.NOW
+    assert admit(allocator, b) is Fit.NOW
+    assert decode(allocator, a) is Fit.LATER  # token 8 needs a 4th block; the pool is full
+    assert a.num_computed_tokens == 8
+    allocator.free(b)  # the scheduler preempts b
+    assert decode(allocator, a) is Fit.NOW
+    assert allocator.get_block_ids(0) == [1, 2, 3]
+
+
+def test_admission_needs_the_whole_sequence_to_fit():
+    """vLLM's scheduler_reserve_full_isl (default on): a waiting request's first chunk is admitted only if all
+    its num_tokens fit; a running request's later chunks are not checked again."""
+    allocator = PagedAllocator(num_blocks=6, block_size=4)  # 5 usable blocks
+    holder = Seq(req(0, 4))
+    assert admit(allocator, holder) is Fit.NOW  # 4 free left
+    resumed = Seq(req(1, 12, output_len=10), num_tokens=20)  # preempted after 8 outputs: 5 blocks
+    assert admit(allocator, resumed, num_new_tokens=4) is Fit.LATER
+    lenient = PagedAllocator(num_blocks=6, block_size=4, scheduler_reserve_full_isl=False)
+    assert admit(lenient, Seq(req(0, 4))) is Fit.NOW
+    assert admit(lenient, resumed, num_new_tokens=4) is Fit.NOW
+    assert lenient.get_block_ids(1) == [2]
+
+
+def test_free_of_an_unallocated_request_is_a_no_op():
+    allocator = PagedAllocator(num_blocks=4, block_size=4)
+    allocator.free(Seq(req(9, 3)))
+    assert allocator.free_block_ids() == [1, 2, 3]
+
+
+# With prefix caching -----------------------------------------------------------------------------------------------
+
+
+def test_prefix_hit_shares_full_blocks_and_frees_cached_blocks_to_the_back():
+    allocator = PagedAllocator(num_blocks=10, block_size=4, enable_prefix_caching=True)
+    # 8 shared prefix tokens (one chunk of 8): blocks 0 and 1; the rest is unique to each request.
+    a = Seq(req(0, 10, prefix=(7,)))
+    assert allocator.get_num_cached_tokens(a) == 0
+    assert admit(allocator, a) is Fit.NOW
+    assert allocator.get_block_ids(0) == [1, 2, 3]
+    # Blocks full of scheduled tokens are cached at allocation: 10 // 4 = 2 blocks.
+    assert allocator.block_hash(1) is not None and allocator.block_hash(2) is not None
+    assert allocator.block_hash(3) is None
+
+    b = Seq(req(1, 12, prefix=(7,)))
+    assert allocator.get_num_cached_tokens(b) == 8
+    assert admit(allocator, b) is Fit.NOW
+    assert b.num_computed_tokens == 12
+    assert allocator.get_block_ids(1) == [1, 2, 4]
+    assert allocator.ref_cnts() == [0, 2, 2, 1, 1, 0, 0, 0, 0, 0]
+    assert allocator.block_hash(4) == (1, 2)  # b's third block: unique to b
+    assert allocator.num_duplicate_token_slots == 8
+    usage = slot_usage(allocator, a.num_computed_tokens + b.num_computed_tokens)
+    assert usage.token == 10 + 12 - 8
+    allocator.check_invariants([a, b])
+    snap = allocator.snapshot([a, b])
+    assert snap.shared[:5] == (False, True, True, False, False)
+    assert snap.owner[:5] == (-1, 0, 0, 0, 1)
+    assert snap.token[:5] == (0, 4, 4, 2, 4)
+
+    # a's unhashed tail block goes to the front; its shared blocks only lose a reference.
+    allocator.free(a)
+    assert allocator.free_block_ids() == [3, 5, 6, 7, 8, 9]
+    # b's blocks are all hashed: to the back, tail first, so the prefix is evicted last.
+    allocator.free(b)
+    assert allocator.free_block_ids() == [3, 5, 6, 7, 8, 9, 4, 2, 1]
+    assert allocator.ref_cnts() == [0] * 10
+    assert allocator.block_hash(1) is not None  # free but still cached
+    allocator.check_invariants([])
+
+
+def test_hit_removes_a_free_block_from_the_middle_of_the_queue():
+    allocator = PagedAllocator(num_blocks=10, block_size=4, enable_prefix_caching=True)
+    a = Seq(req(0, 10, prefix=(7,)))
+    assert admit(allocator, a) is Fit.NOW  # [1, 2, 3]
+    allocator.free(a)
+    assert allocator.free_block_ids() == [3, 4, 5, 6, 7, 8, 9, 2, 1]
+    e = Seq(req(1, 8))  # two full unique blocks, cached, then freed to the back
+    assert admit(allocator, e) is Fit.NOW
+    assert allocator.get_block_ids(1) == [3, 4]
+    allocator.free(e)
+    assert allocator.free_block_ids() == [5, 6, 7, 8, 9, 2, 1, 4, 3]
+
+    c = Seq(req(2, 9, prefix=(7,)))
+    assert allocator.get_num_cached_tokens(c) == 8
+    assert admit(allocator, c) is Fit.NOW
+    assert allocator.get_block_ids(2) == [1, 2, 5]
+    assert allocator.free_block_ids() == [6, 7, 8, 9, 4, 3]
+    allocator.check_invariants([c])
+
+
+def test_cached_free_blocks_are_evicted_when_reused():
+    allocator = PagedAllocator(num_blocks=6, block_size=4, enable_prefix_caching=True)
+    a = Seq(req(0, 9, prefix=(7,)))
+    assert admit(allocator, a) is Fit.NOW  # [1, 2, 3]; 1 and 2 cached
+    allocator.free(a)
+    assert allocator.free_block_ids() == [3, 4, 5, 2, 1]
+    # Hit blocks that are free count as free capacity, as vLLM counts evictable blocks.
+    big = Seq(req(1, 17))  # 5 blocks: takes 3, 4, 5, then evicts 2 and 1
+    assert admit(allocator, big) is Fit.NOW
+    assert allocator.get_block_ids(1) == [3, 4, 5, 2, 1]
+    assert allocator.block_hash(2) == (1, 3) and allocator.block_hash(1) is None  # re-hashed for `big`, or not full
+    allocator.free(big)
+    assert allocator.get_num_cached_tokens(Seq(req(2, 9, prefix=(7,)))) == 0
+
+
+def test_evictable_hits_count_against_free_blocks():
+    allocator = PagedAllocator(num_blocks=5, block_size=4, enable_prefix_caching=True)
+    a = Seq(req(0, 8, prefix=(7,)))
+    assert admit(allocator, a) is Fit.NOW  # [1, 2], both cached
+    allocator.free(a)
+    holder = Seq(req(1, 4))
+    assert admit(allocator, holder) is Fit.NOW  # takes 3
+    assert allocator.free_block_ids() == [4, 2, 1]
+    b = Seq(req(2, 16, prefix=(7,)))  # hits 8 tokens in two free blocks, needs 2 more: 4 > 3 free
+    assert allocator.get_num_cached_tokens(b) == 8
+    assert admit(allocator, b) is Fit.LATER
+    assert allocator.free_block_ids() == [4, 2, 1]
+    allocator.check_invariants([holder])
+
+
+def test_hit_is_capped_so_the_last_prompt_token_is_recomputed():
+    allocator = PagedAllocator(num_blocks=10, block_size=4, enable_prefix_caching=True)
+    assert admit(allocator, Seq(req(0, 8, prefix=(7,)))) is Fit.NOW
+    # Same 8 tokens: at most (8 - 1) // 4 = 1 block hits, so a whole block is recomputed.
+    twin = Seq(req(1, 8, prefix=(7,)))
+    assert allocator.get_num_cached_tokens(twin) == 4
+    assert admit(allocator, twin) is Fit.NOW
+    assert allocator.get_block_ids(1) == [1, 3]
+    # The recomputed block is hashed again: equal content in two blocks, the older one serves hits.
+    assert allocator.block_hash(3) == allocator.block_hash(2)
+
+
+def test_preempted_request_finds_its_own_blocks_again():
+    allocator = PagedAllocator(num_blocks=10, block_size=4, enable_prefix_caching=True)
+    a = Seq(req(0, 6, output_len=10))
+    assert admit(allocator, a) is Fit.NOW
+    assert allocator.get_block_ids(0) == [1, 2]
+    while a.num_computed_tokens < 10:
+        assert decode(allocator, a) is Fit.NOW
+    assert (a.num_computed_tokens, a.num_tokens) == (10, 11)
+    assert allocator.get_block_ids(0) == [1, 2, 3]
+    assert [allocator.block_hash(b) for b in (1, 2, 3)] == [(0, 0), (0, 1), None]
+
+    # Preempt: free, reset (the output generated so far stays in num_tokens).
+    allocator.free(a)
+    a.num_computed_tokens = 0
+    assert allocator.free_block_ids() == [3, 4, 5, 6, 7, 8, 9, 2, 1]
+    other = Seq(req(1, 3))
+    assert admit(allocator, other) is Fit.NOW
+    assert allocator.get_block_ids(1) == [3]
+
+    assert allocator.get_num_cached_tokens(a) == 8
+    assert admit(allocator, a) is Fit.NOW
+    assert a.num_computed_tokens == 11
+    assert allocator.get_block_ids(0) == [1, 2, 4]
+    allocator.check_invariants([a, other])
+
+
+def test_equal_content_blocks_coexist_and_the_oldest_serves_hits():
+    allocator = PagedAllocator(num_blocks=10, block_size=4, enable_prefix_caching=True)
+    a = Seq(req(0, 16, prefix=(9,), chunk=16))
+    b = Seq(req(1, 16, prefix=(9,), chunk=16))
+    assert admit(allocator, a, num_new_tokens=8) is Fit.NOW  # chunked prefill: [1, 2]
+    assert admit(allocator, b, num_new_tokens=8) is Fit.NOW  # hits 1, 2; computes the rest
+    assert allocator.get_block_ids(1) == [1, 2, 3, 4]
+    assert allocator.allocate_slots(a, 8) is Fit.NOW  # a computes the same tokens again
+    a.num_computed_tokens = 16
+    assert allocator.get_block_ids(0) == [1, 2, 5, 6]
+    assert allocator.block_hash(5) == allocator.block_hash(3)
+    allocator.check_invariants([a, b])
+    probe = Seq(req(2, 17, prefix=(9,), chunk=16))
+    assert allocator.get_num_cached_tokens(probe) == 16
+
+    allocator.free(b)
+    assert allocator.free_block_ids() == [7, 8, 9, 4, 3]
+    filler = Seq(req(3, 16))  # takes 7, 8, 9 and evicts 4
+    assert admit(allocator, filler) is Fit.NOW
+    assert allocator.get_block_ids(3) == [7, 8, 9, 4]
+    # The hash of block 4 now lives on in block 6 alone; block 3 still serves the third.
+    assert allocator.get_num_cached_tokens(probe) == 16
+    allocator.free(a)
+    allocator.check_invariants([filler])
+
+
+def test_prefix_blocks_straddling_chunks_and_offsets():
+    """Blocks of 6 over chunks of 8: a block's content is named by the chunk ids covering it and its offset."""
+    allocator = PagedAllocator(num_blocks=20, block_size=6, enable_prefix_caching=True)
+    a = Seq(req(0, 30, prefix=(1, 2, 3)))  # 24 shared tokens: blocks 0..3 shared, block 4 unique
+    assert admit(allocator, a) is Fit.NOW
+    same_first_chunks = Seq(req(1, 30, prefix=(1, 2, 4)))  # differs from token 16: blocks 0, 1 match (0..11)
+    assert allocator.get_num_cached_tokens(same_first_chunks) == 12
+    other_first = Seq(req(2, 30, prefix=(5, 2, 3)))
+    assert allocator.get_num_cached_tokens(other_first) == 0
+    longer = Seq(req(3, 40, prefix=(1, 2, 3, 8)))
+    assert allocator.get_num_cached_tokens(longer) == 24
+
+
+def test_make_allocator_paged():
+    allocator = make_allocator("paged", num_slots=15_728, block_size=16, max_model_len=2048)
+    assert isinstance(allocator, PagedAllocator)
+    assert (allocator.num_blocks, allocator.num_slots) == (983, 15_728)
+    assert len(allocator.snapshot([]).owner) == 983
+    with pytest.raises(KvlabError, match="unknown memory strategy 'pages'"):
+        make_allocator("pages", num_slots=100, block_size=16, max_model_len=64)
+    with pytest.raises(KvlabError, match="at least 2 blocks"):
+        make_allocator("paged", num_slots=16, block_size=16, max_model_len=64)
+    with pytest.raises(KvlabError, match="block_size"):
+        make_allocator("paged", num_slots=1000, block_size=128, max_model_len=64)
+
+
+# Random runs ---------------------------------------------------------------------------------------------------------
+
+
+def _state(allocator: PagedAllocator, seqs: list[Seq]):
+    return (
+        allocator.free_block_ids(),
+        allocator.ref_cnts(),
+        {s.request.request_id: allocator.get_block_ids(s.request.request_id) for s in seqs},
+        [allocator.block_hash(b) for b in range(allocator.num_blocks)],
+    )
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    num_blocks=st.integers(2, 40),
+    block_size=st.sampled_from([1, 2, 4, 16]),
+    enable_prefix_caching=st.booleans(),
+    requests=st.lists(
+        st.tuples(st.integers(1, 60), st.integers(1, 30), st.lists(st.integers(0, 2), max_size=3)),
+        min_size=1,
+        max_size=12,
+    ),
+    ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10**6), st.integers(1, 40)), max_size=120),
+)
+def test_random_admit_grow_preempt_free(num_blocks, block_size, enable_prefix_caching, requests, ops):
+    """A little scheduler drives random admissions, chunked prefills, decodes, preemptions and finishes."""
+    allocator = PagedAllocator(num_blocks, block_size, enable_prefix_caching=enable_prefix_caching)
+    waiting = [Seq(req(i, p, o, prefix=tuple(h), chunk=4)) for i, (p, o, h) in enumerate(requests)]
+    waiting = [s for s in waiting if allocator.can_ever_fit(s.request)]
+    running: list[Seq] = []
+    for action, pick, chunk in ops:
+        if action == 0 and waiting:
+            seq = waiting[0]
+            num_cached = allocator.get_num_cached_tokens(seq)
+            assert num_cached % block_size == 0 and num_cached < seq.num_tokens
+            before = _state(allocator, running)
+            num_new = min(chunk, seq.num_tokens - num_cached)
+            fit = allocator.allocate_slots(seq, num_new, num_cached)
+            assert fit is not Fit.NEVER
+            if fit is Fit.LATER:
+                assert _state(allocator, running) == before
+            else:
+                seq.num_computed_tokens = num_cached + num_new
+                running.append(waiting.pop(0))
+        elif action == 1 and running:
+            seq = running[pick % len(running)]
+            num_new = min(chunk, seq.num_tokens - seq.num_computed_tokens)
+            before = _state(allocator, running)
+            fit = allocator.allocate_slots(seq, num_new)
+            if fit is Fit.LATER:
+                assert _state(allocator, running) == before
+            else:
+                assert fit is Fit.NOW
+                seq.num_computed_tokens += num_new
+        elif action == 2 and running:
+            # Preempt the newest: recompute later from scratch, keeping the output generated so far.
+            seq = running.pop()
+            allocator.free(seq)
+            seq.num_computed_tokens = 0
+            waiting.insert(0, seq)
+        # Every request whose computed tokens caught up samples one token; finished requests leave.
+        for seq in list(running):
+            if seq.num_computed_tokens == seq.num_tokens:
+                seq.num_tokens += 1
+                if seq.num_tokens - seq.request.prompt_len == seq.request.num_output_tokens:
+                    allocator.free(seq)
+                    running.remove(seq)
+        allocator.check_invariants(running)
+        usage = slot_usage(allocator, sum(s.num_computed_tokens for s in running))
+        assert usage.num_slots == num_blocks * block_size
+    for seq in running:
+        allocator.free(seq)
+    assert allocator.num_free_blocks == num_blocks - 1
+    assert allocator.num_allocated_slots == 0
+    assert allocator.num_internal_fragmentation_slots == 0
+    allocator.check_invariants([])
