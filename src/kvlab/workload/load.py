@@ -202,8 +202,10 @@ def load_workload(
     Same arguments, same requests, in any process. See the module docstring for ``arrival``.
     """
     _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_len)
+    num_requests = None if num_requests is None else int(num_requests)
+    max_model_len = None if max_model_len is None else int(max_model_len)
     entry = _resolve(spec)
-    lengths_seed, arrivals_seed = np.random.SeedSequence(seed).spawn(2)
+    lengths_seed, arrivals_seed = np.random.SeedSequence(int(seed)).spawn(2)
     lengths_rng, arrivals_rng = np.random.default_rng(lengths_seed), np.random.default_rng(arrivals_seed)
 
     source_table = entry.rows() if entry.rows is not None else None
