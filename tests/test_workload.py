@@ -425,6 +425,16 @@ def test_duration_before_the_first_arrival_is_an_error(tmp_path):
         load_workload(str(path), duration=1.0)
 
 
+def test_a_file_whose_requests_arrive_at_once_has_no_rate_to_borrow(tmp_path):
+    path = tmp_path / "together.jsonl"
+    path.write_text('{"arrival_time": 1, "prompt_len": 4, "output_len": 2}\n' * 3)
+    with pytest.raises(KvlabError, match="give a rate"):
+        load_workload(str(path), arrival="poisson")
+    with pytest.raises(KvlabError, match="same moment"):
+        load_workload(str(path), rate=2.0)
+    assert load_workload(str(path), arrival="poisson", rate=2.0, num_requests=7).num_requests == 7
+
+
 def test_workload_properties():
     workload = load_workload("llmservingsim-sharegpt", num_requests=10)
     assert workload.num_requests == 10

@@ -158,12 +158,9 @@ def describe(entry: BundledWorkload) -> WorkloadInfo:
             entry.summary, entry.source, entry.licence,
         )
     table = entry.rows()
-    mean_rate = None
-    if table.has_arrivals and table.num_rows > 1 and table.arrival_time[-1] > table.arrival_time[0]:
-        mean_rate = (table.num_rows - 1) / float(table.arrival_time[-1] - table.arrival_time[0])
     return WorkloadInfo(
         entry.name, KINDS[entry.kind], table.num_rows, table.num_skipped,
-        float(table.prompt_len.mean()), float(table.output_len.mean()), mean_rate,
+        float(table.prompt_len.mean()), float(table.output_len.mean()), table.own_rate,
         entry.summary, entry.source, entry.licence,
     )
 

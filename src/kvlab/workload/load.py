@@ -127,20 +127,21 @@ def _new_arrivals(
     cv: float,
 ) -> tuple[LengthTable, np.ndarray, str]:
     table = entry.rows() if entry.rows is not None else None
+    # Without a limit: one pass over a source's rows; a stand-in's rows are a model, not a count.
+    default_num = DEFAULT_NUM_REQUESTS if table is None or entry.kind == "stand-in" else table.num_rows
     if arrival == "burst":
-        num = num_requests or (table.num_rows if table is not None and entry.kind != "stand-in" else DEFAULT_NUM_REQUESTS)
-        times = burst_arrivals(num)
+        times = burst_arrivals(num_requests or default_num)
         how = "all at t = 0"
     else:
         if rate is None:
-            if table is None or not table.has_arrivals:
+            rate = table.own_rate if table is not None else None
+            if rate is None:
                 raise KvlabError(
-                    f"{entry.name} has no arrival times: give a rate (requests/s) for {arrival} arrivals, "
-                    "or arrival='burst' to queue every request at t = 0"
+                    f"{entry.name} has no arrival times to take a rate from: give a rate (requests/s) for "
+                    f"{arrival} arrivals, or arrival='burst' to queue every request at t = 0"
                 )
-            rate = (table.num_rows - 1) / float(table.arrival_time[-1] - table.arrival_time[0])
         if num_requests is None and duration is None:
-            num_requests = table.num_rows if table is not None and entry.kind != "stand-in" else DEFAULT_NUM_REQUESTS
+            num_requests = default_num
         times = generate_arrivals(arrival, rate, arrivals_rng, num=num_requests, duration=duration, cv=cv)
         how = f"Poisson at {rate:g} req/s" if arrival == "poisson" else f"gamma at {rate:g} req/s, CV {cv:g}"
         if len(times) == 0:

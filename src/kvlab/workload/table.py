@@ -43,6 +43,17 @@ class LengthTable:
     def has_arrivals(self) -> bool:
         return self.arrival_time is not None
 
+    @property
+    def own_rate(self) -> float | None:
+        """Mean arrival rate of the rows' own arrivals, (num_rows − 1) / span in requests/s.
+
+        None without arrival times or when every row arrives at the same moment.
+        """
+        if self.arrival_time is None or self.num_rows < 2:
+            return None
+        span = float(self.arrival_time[-1] - self.arrival_time[0])
+        return (self.num_rows - 1) / span if span > 0 else None
+
     def take(self, rows: np.ndarray) -> LengthTable:
         """The given rows, in the given order (arrival times dropped: the caller gives new ones)."""
         return LengthTable(
