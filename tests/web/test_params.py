@@ -31,7 +31,7 @@ def test_form_strings_are_parsed():
         ({"num_requests": 2.5}, "num_requests must be an integer from 1 to 2000, got 2.5"),
         ({"rate": -1}, "rate -1 is out of range: 0.01 to 100"),
         ({"rate": "nan"}, "rate 'nan' is out of range: 0.01 to 100"),
-        ({"block_size": 24}, "block_size 24 is not one of vLLM's block sizes: 1, 8, 16, 32, 64, 128"),
+        ({"block_size": 24}, "block_size 24 is not one the lab offers (vLLM's CUDA block sizes): 16, 32, 64, 128"),
         ({"num_blocks": 1}, "num_blocks 1 is out of range: 4 to 65536"),
         ({"num_blocks": 10**6}, "num_blocks 1000000 is out of range: 4 to 65536"),
         ({"kind": "movie"}, "kind 'movie' is not one of: grid, race"),

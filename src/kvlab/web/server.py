@@ -127,8 +127,8 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     async def catalog(request: Request) -> Response:
         from kvlab.web.calculator import catalog_listing
 
-        listing = await run_in_threadpool(catalog_listing)
-        return JSONResponse({**listing, "limits": lim, "defaults": DEFAULTS})
+        listing = await run_in_threadpool(catalog_listing, DEFAULTS)
+        return JSONResponse({**listing, "limits": lim})
 
     async def size(request: Request) -> Response:
         return JSONResponse(await run_in_threadpool(size_answer, dict(request.query_params)))

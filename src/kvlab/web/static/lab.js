@@ -33,6 +33,7 @@ const SOLID32 = PALETTE.map(word);
 const PALE32 = PALETTE.map(c => word(pale(c, PALE)));
 const FREE32 = word(FREE_RGB), GAP32 = word(GAP_RGB);
 const OVER_BG32 = word(OVERHEAD_BG), OVER_LINE32 = word(OVERHEAD_LINE);
+const BOUNDARY32 = word([0x33, 0x33, 0x33]);
 
 // The colour of one pixel at canvas position (x, y), for a slot state and a conversation colour.
 // Patterns are anchored to the canvas, so stripes run on across neighbouring squares.
@@ -130,9 +131,13 @@ class GridView {
       const b = d.index[j];
       this.owner[b] = d.owner[j]; this.token[b] = d.token[j]; this.reserved[b] = d.reserved[j];
       this.internal[b] = d.internal[j]; this.overhead[b] = d.overhead[j]; this.shared[b] = d.shared[j];
-      const c = (b / k) | 0;
-      if (!this.dirty[c]) { this.dirty[c] = 1; this.dirtyList.push(c); }
+      this.markDirty((b / k) | 0);
+      if (b + 1 < this.n) this.markDirty(((b + 1) / k) | 0); // its neighbour's boundary mark may change
     }
+  }
+
+  markDirty(c) {
+    if (!this.dirty[c]) { this.dirty[c] = 1; this.dirtyList.push(c); }
   }
 
   // Sum of the states over the blocks of cell c, and the owner holding the most of them.
@@ -167,6 +172,12 @@ class GridView {
         const state = p < b0 ? TOKEN : p < b1 ? RESERVED : p < b2 ? INTERNAL : p < b3 ? OVERHEAD : FREE;
         this.px[(y0 + y) * W + x0 + x] = pixel(state, colour, x0 + x, y0 + y);
       }
+    }
+    // Two conversations of the same colour side by side would read as one: mark where the second begins.
+    const prev = st.lo - 1;
+    if (L.k === 1 && st.owner >= 0 && prev >= 0 && this.owner[prev] >= 0 && this.owner[prev] !== st.owner &&
+        colourOf(this.owner[prev]) === colour && w >= 3) {
+      for (let y = 0; y < h; y++) this.px[(y0 + y) * W + x0] = BOUNDARY32;
     }
   }
 
@@ -286,6 +297,7 @@ function showError(node, err) {
 const facts = {};
 
 function noteFacts(info, grid, finish) {
+  if (!grid.counters.step) return; // nothing has run yet
   const f = facts[info.allocator] = facts[info.allocator] || {};
   f.name = info.name;
   f.block_size = info.block_size;
@@ -385,12 +397,17 @@ class Player {
     if (this.finishNode) { this.finishNode.hidden = true; this.finishNode.innerHTML = ""; }
     const race = meta.grids.length > 1;
     const maxHeight = race ? 300 : 420;
-    for (const info of meta.grids) {
+    this.panelsHost.style.gridTemplateColumns = `repeat(${meta.grids.length}, minmax(0, 1fr))`;
+    // All panels first, then the grids: each grid measures the width its panel really gets.
+    const wraps = meta.grids.map(info => {
       const panel = el("div", { class: "panel", "data-strategy": info.name });
       panel.append(el("h3", {}, info.name + " ", el("span", { class: "desc", text: info.description || "" })));
       const wrap = el("div", { class: "gridwrap" });
       panel.append(wrap);
       this.panelsHost.append(panel);
+      return [info, panel, wrap];
+    });
+    for (const [info, panel, wrap] of wraps) {
       const view = new GridView(wrap, meta.num_blocks, meta.block_size, maxHeight);
       const L = view.layout;
       panel.append(el("div", { class: "scale", text:
@@ -735,9 +752,11 @@ async function setupCalculator(catalog) {
 function renderCalc(r) {
   const bar = document.getElementById("calc-bar");
   bar.innerHTML = "";
-  const total = r.gpu_memory_bytes;
-  const parts = [["weights", r.weights_bytes, "weights"], ["kv", r.available_kv_bytes, "KV cache"],
-    ["other", r.other_bytes, "other"], ["unused", r.unused_bytes, "free"]];
+  // The paper's Figure 1: the GPU's memory by use, as `kvlab size` splits it.
+  const split = r.memory_split;
+  const total = split.gpu_memory_bytes;
+  const parts = [["weights", split.weights_bytes, "weights"], ["kv", split.kv_cache_bytes, "KV cache"],
+    ["other", split.other_bytes, "other"]];
   for (const [cls, v, label] of parts) {
     if (v <= 0) continue;
     const share = 100 * v / total;

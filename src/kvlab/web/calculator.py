@@ -1,0 +1,85 @@
+"""The lab's calculator: kvlab.sizing's answers for a catalogue model on a catalogue GPU, as the page draws them.
+
+Only catalogue names are accepted here: ``get_model`` would also read a local path or fetch a Hugging Face id,
+which a web page must not be able to make the server do.
+"""
+
+from __future__ import annotations
+
+from kvlab.errors import KvlabError
+
+
+def catalogue_model(name: str):
+    from kvlab.catalog.models import closest_model_names, find_catalogue_model
+
+    spec = find_catalogue_model(name)
+    if spec is None:
+        close = closest_model_names(name)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise KvlabError(f"unknown model {name!r}: the lab takes catalogue models (kvlab models).{hint}")
+    return spec
+
+
+def catalog_listing(defaults: dict[str, str]) -> dict:
+    """What the page's menus offer: models, GPUs, bundled workloads, named strategies; the defaults by the
+    catalogue's own spelling of their names (the menus' values)."""
+    from kvlab.catalog import get_gpu, list_gpus, list_models
+    from kvlab.strategies import STRATEGIES
+    from kvlab.workload import WORKLOADS
+
+    return {
+        "models": [
+            {"name": m.id, "num_layers": m.num_hidden_layers, "max_position_embeddings": m.max_position_embeddings}
+            for m in list_models()
+        ],
+        "gpus": [{"name": g.id, "memory_bytes": g.memory_bytes} for g in list_gpus()],
+        "workloads": [{"name": name, "description": w.summary} for name, w in WORKLOADS.items()],
+        "strategies": [{"name": s.name, "description": s.description} for s in STRATEGIES.values()],
+        "defaults": {
+            "model": catalogue_model(defaults["model"]).id,
+            "gpu": get_gpu(defaults["gpu"]).id,
+            "workload": defaults["workload"],
+        },
+    }
+
+
+def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memory_utilization: float) -> dict:
+    """``kvlab size MODEL --gpu GPU --gpu-memory-utilization U`` and ``--concurrency N --context-len L``,
+    in the numbers the page shows (same function, so the same numbers)."""
+    from kvlab.catalog import get_gpu
+    from kvlab.sizing import SizingConfig, size_kv_cache, workload_fit
+
+    spec = catalogue_model(model)
+    gpu_spec = get_gpu(gpu)
+    config = SizingConfig.for_gpu(gpu_spec, gpu_memory_utilization=gpu_memory_utilization)
+    result = size_kv_cache(spec, config)
+    fit = workload_fit(spec, config, concurrency, context_len)
+    split = result.memory_split
+    return {
+        "model": spec.id,
+        "gpu": gpu_spec.id,
+        "kv_bytes_per_token": result.kv_bytes_per_token,
+        "kv_bytes_per_token_per_gpu": result.kv_bytes_per_token_per_gpu,
+        "page_size_bytes": result.page_size_bytes,
+        "block_size": result.block_size,
+        "num_blocks": result.num_blocks,
+        "num_tokens": result.num_tokens,
+        "max_concurrency": result.max_concurrency,
+        "max_model_len": result.max_model_len,
+        "weights_bytes": result.weights_bytes,
+        "available_kv_bytes": result.available_kv_bytes,
+        "kv_cache_bytes": result.kv_cache_bytes,
+        "gpu_memory_bytes": split["gpu_memory_bytes"],
+        "other_bytes": split["other_bytes"],
+        "memory_split": split,
+        "log_lines": list(result.vllm_log_lines),
+        "workload": {
+            "concurrency": concurrency,
+            "context_len": context_len,
+            "num_tokens_needed": concurrency * context_len,
+            "kv_bytes_needed": fit.kv_bytes_needed,
+            "num_fit": fit.max_num_requests,
+            "fits": fit.fits,
+            "spare_blocks": fit.spare_blocks,
+        },
+    }

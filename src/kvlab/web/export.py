@@ -1,0 +1,95 @@
+"""``kvlab race --html FILE``: one self-contained page that replays a race with the lab's grid and counters.
+
+The race is run here, once, on one clock (session.Race), and every frame is recorded: a key frame, then deltas.
+The frame log is gzip-compressed and base64-encoded into the page; the page's own script (the lab's lab.js,
+inlined with lab.css) unpacks it with the browser's DecompressionStream and replays it. No server, no network,
+no CDN: the file can be mailed to a colleague.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import html
+import json
+from importlib import resources
+from pathlib import Path
+
+from kvlab.web.session import Race
+
+# About this many frames per replay: smooth at 10x, and a page of a few MB at most for four grids.
+TARGET_FRAMES = 600
+
+
+def record_race(simulations: list, *, target_frames: int = TARGET_FRAMES) -> dict:
+    """Run ``simulations`` (fresh, same workload) to the end on one clock; return the frame log.
+
+    Frames are taken at a fixed step of simulated time: the span of arrivals over ``target_frames / 2``
+    to start with; whenever the log reaches another ``target_frames / 2`` frames the step doubles, so a long
+    tail (a slow strategy still draining its queue) cannot make the log grow without bound.
+    """
+    race = Race(simulations)
+    frames = [race.frame(None)]
+    first = race.sims[0]
+    span = max(first.requests[-1].arrival_time - race.start_time, 1.0) if first.requests else 1.0
+    half = max(1, target_frames // 2)
+    dt = span / half
+    next_doubling = 2 * half
+    while not race.done:
+        race.advance(dt)
+        frames.append(race.frame(race.seq))
+        if len(frames) >= next_doubling:
+            dt *= 2
+            next_doubling += half
+    return {"meta": race.meta(), "frames": frames}
+
+
+def pack_log(log: dict) -> str:
+    raw = json.dumps(log, separators=(",", ":")).encode("utf-8")
+    return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
+
+
+def render_page(log: dict, *, title: str) -> str:
+    static = resources.files("kvlab.web") / "static"
+    template = (static / "export.html").read_text(encoding="utf-8")
+    css = (static / "lab.css").read_text(encoding="utf-8")
+    js = (static / "lab.js").read_text(encoding="utf-8")
+    if "</script" in js.lower():
+        raise RuntimeError("lab.js contains '</script', which would end the inlined script early")
+    meta = log["meta"]
+    about = (
+        f"{len(meta['grids'])} strategies · {meta['model']} on {meta['gpu']} · "
+        f"{meta['num_blocks']:,} blocks of {meta['block_size']} tokens ({meta['num_slots']:,} token slots) · "
+        f"workload {meta['workload']}: {meta['workload_description']}"
+    )
+    # Placeholders are replaced in one pass, so text inside one (the script) is never searched for the others.
+    parts = {
+        "{{TITLE}}": html.escape(title),
+        "{{ABOUT}}": html.escape(about),
+        "{{CSS}}": css,
+        "{{JS}}": js,
+        "{{LOG}}": pack_log(log),
+    }
+    out = []
+    rest = template
+    while True:
+        hits = [(rest.find(key), key) for key in parts if rest.find(key) >= 0]
+        if not hits:
+            out.append(rest)
+            break
+        pos, key = min(hits)
+        out.append(rest[:pos])
+        out.append(parts[key])
+        rest = rest[pos + len(key):]
+    return "".join(out)
+
+
+def write_race_html(path: str | Path, simulations: list, *, title: str | None = None) -> list:
+    """Run fresh ``simulations`` (kvlab.sim.Simulation, one per strategy, same workload and config) to the end,
+    recording their frames, and write the replay page to ``path``. Returns each simulation's SimResult, in
+    order, so the caller prints the same results the page shows without running the race twice."""
+    log = record_race(simulations)
+    names = ", ".join(g["name"] for g in log["meta"]["grids"])
+    page = render_page(log, title=title or f"{names} on {log['meta']['workload']}")
+    Path(path).write_text(page, encoding="utf-8")
+    return [sim.result() for sim in simulations]
