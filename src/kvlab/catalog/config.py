@@ -68,17 +68,39 @@ def load_config_path(path: str) -> ModelSpec:
     return spec_from_config(config, id=name or str(p), where=str(p), origin="config.json")
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hub answers at all. Checked first because huggingface_hub retries an unreachable host with
+    back-off for about half a minute before giving up; offline, kvlab goes straight to the local cache."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True  # a proxy decides; let huggingface_hub try
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 @cache
 def load_hf_model(repo_id: str) -> ModelSpec:
     """A model from ``config.json`` on the Hugging Face Hub (huggingface_hub keeps its own disk cache)."""
+    online = hub_reachable()
     try:
         from huggingface_hub import hf_hub_download
 
-        path = hf_hub_download(repo_id, "config.json")
+        path = hf_hub_download(repo_id, "config.json", local_files_only=not online)
     except Exception as exc:  # offline, unknown repo, gated repo, network error: all the same to the user
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise KvlabError(f"model {repo_id!r} is not in the catalogue and its config.json could not be fetched "
-                         f"from Hugging Face ({type(exc).__name__}: {reason[:160]}); {ROUTES}") from None
+        if online:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            why = f"its config.json could not be fetched from Hugging Face ({type(exc).__name__}: {reason[:160]})"
+        else:
+            why = "Hugging Face is unreachable (offline) and its config.json is not in the local Hugging Face cache"
+        raise KvlabError(f"model {repo_id!r} is not in the catalogue and {why}; {ROUTES}") from None
     config = json.loads(Path(path).read_text(encoding="utf-8"))
     return spec_from_config(config, id=repo_id.split("/")[-1].lower(), where=f"huggingface {repo_id} config.json",
                             origin="huggingface", hf_repo=repo_id)

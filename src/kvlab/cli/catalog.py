@@ -1,0 +1,88 @@
+"""``kvlab models`` and ``kvlab gpus``: the catalogue as Rich tables or JSON."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from kvlab.cli.app import app
+
+GIB = 2**30
+
+
+def _print_json(data) -> None:
+    typer.echo(json.dumps(data, indent=1))
+
+
+@app.command()
+def models(as_json: bool = typer.Option(False, "--json", help="Print the catalogue as JSON.")) -> None:
+    """The models kvlab knows, with the numbers that size their KV cache and where they come from."""
+    from kvlab.catalog import list_models
+
+    specs = list_models()
+    if as_json:
+        _print_json([model_dict(m) for m in specs])
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="kvlab models (KV bytes per token in the model's dtype; `kvlab size MODEL` for more)",
+                  title_justify="left")
+    for header, justify in (("model", "left"), ("attention", "left"), ("layers", "right"), ("heads q/kv", "right"),
+                            ("head_dim", "right"), ("KV B/token", "right"), ("params", "right"),
+                            ("max ctx", "right"), ("dtype", "left")):
+        table.add_column(header, justify=justify)
+    for m in specs:
+        layers = str(m.num_hidden_layers)
+        if m.num_sliding_layers:
+            layers += f" ({m.num_sliding_layers} sliding {m.sliding_window:,})"
+        attention = m.attention + (f", MoE {m.experts_per_token}/{m.num_experts}" if m.is_moe else "")
+        head_dim = f"{m.kv_lora_rank}+{m.qk_rope_head_dim}" if m.is_mla else str(m.head_dim)
+        table.add_row(m.id, attention, layers, f"{m.num_attention_heads}/{m.num_kv_heads_cached}", head_dim,
+                      f"{m.kv_bytes_per_token(m.dtype_bytes):,}", f"{m.num_params / 1e9:.2f}B",
+                      f"{m.max_position_embeddings:,}", m.dtype + (f" ({m.quantization})" if m.quantization else ""))
+    Console(highlight=False).print(table)
+
+
+def model_dict(m) -> dict:
+    return {
+        "id": m.id, "hf_repo": m.hf_repo, "aliases": list(m.aliases), "model_type": m.model_type,
+        "attention": m.attention, "num_hidden_layers": m.num_hidden_layers, "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_attention_heads, "num_key_value_heads": m.num_key_value_heads,
+        "head_dim": m.head_dim, "kv_lora_rank": m.kv_lora_rank, "qk_rope_head_dim": m.qk_rope_head_dim,
+        "sliding_window": m.sliding_window, "num_sliding_layers": m.num_sliding_layers,
+        "layer_types": list(m.layer_types), "max_position_embeddings": m.max_position_embeddings, "dtype": m.dtype,
+        "quantization": m.quantization, "num_experts": m.num_experts, "experts_per_token": m.experts_per_token,
+        "kv_bytes_per_token": m.kv_bytes_per_token(m.dtype_bytes), "num_params": m.num_params,
+        "num_active_params": m.num_active_params, "params_total_card": m.params_total_card,
+        "notes": list(m.notes), "source": list(m.source),
+    }
+
+
+@app.command()
+def gpus(as_json: bool = typer.Option(False, "--json", help="Print the catalogue as JSON.")) -> None:
+    """The GPUs kvlab knows: memory (and which figure it is), bandwidth and peak FLOP/s, with sources."""
+    from kvlab.catalog import list_gpus
+
+    specs = list_gpus()
+    if as_json:
+        _print_json([{"id": g.id, "aliases": list(g.aliases), "memory_bytes": g.memory_bytes,
+                      "memory_bytes_source": g.memory_bytes_source, "memory_gb_marketing": g.memory_gb_marketing,
+                      "memory_type": g.memory_type, "memory_bandwidth_bytes_per_s": g.memory_bandwidth_bytes_per_s,
+                      "peak_flops": g.peak_flops, "peak_flops_kind": g.peak_flops_kind, "notes": list(g.notes),
+                      "source": list(g.source)} for g in specs])
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="kvlab GPUs", title_justify="left")
+    for header, justify in (("gpu", "left"), ("memory GiB", "right"), ("memory figure", "left"),
+                            ("bandwidth TB/s", "right"), ("peak TFLOP/s", "right"), ("kind", "left")):
+        table.add_column(header, justify=justify)
+    for g in specs:
+        bandwidth = "-" if g.memory_bandwidth_bytes_per_s is None else f"{g.memory_bandwidth_bytes_per_s / 1e12:.2f}"
+        flops = "-" if g.peak_flops is None else f"{g.peak_flops / 1e12:,.1f}"
+        table.add_row(g.id, f"{g.memory_gib:.2f}", g.memory_bytes_source.replace("_", " "), bandwidth, flops,
+                      g.peak_flops_kind or "no source")
+    Console(highlight=False).print(table)

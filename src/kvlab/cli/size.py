@@ -1,0 +1,450 @@
+"""``kvlab size MODEL`` and ``kvlab fit MODEL``: vLLM's KV cache numbers for a model on a GPU, and the reverse.
+
+Options use vLLM's spelling. Kept light: only the catalogue, the sizing arithmetic and Rich are imported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Optional
+
+import typer
+
+from kvlab.cli.app import app
+
+GIB = 2**30
+
+ModelArg = Annotated[str, typer.Argument(help="Catalogue name (see `kvlab models`), a config.json or a folder "
+                                             "holding one, or a Hugging Face id.", show_default=False)]
+GpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU from the catalogue (see `kvlab gpus`).")]
+GpuGibOpt = Annotated[Optional[float], typer.Option("--gpu-memory-gib", help="GPU memory in GiB, as CUDA reports "
+                                                    "it (instead of --gpu).")]
+TpOpt = Annotated[Optional[int], typer.Option("--tensor-parallel-size", "-tp", help="GPUs that split each layer "
+                                              "[default: 1].")]
+PpOpt = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", help="GPUs that split the layers.")]
+UtilOpt = Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use, "
+                                        "in (0, 1].")]
+BlockOpt = Annotated[int, typer.Option("--block-size", help="Tokens per KV cache block (a multiple of 16).")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, float16, bfloat16, float32.")]
+KvDtypeOpt = Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model dtype), fp8, fp8_e4m3, "
+                                         "fp8_e5m2, float16, bfloat16.")]
+MaxLenOpt = Annotated[Optional[int], typer.Option("--max-model-len", help="Longest request in tokens [default: "
+                                                  "the model's max_position_embeddings].")]
+BatchedOpt = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="Tokens per engine step "
+                                                   "[default: vllm serve's for the GPU: 2048, 8192 or 16384].")]
+SeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Requests per engine step [default: vllm "
+                                                "serve's for the GPU: 256 or 1024].")]
+AvailOpt = Annotated[Optional[float], typer.Option("--available-kv-gib", help="The 'Available KV cache memory' vLLM "
+                                                   "printed, in GiB: replaces kvlab's estimate of the budget.")]
+ConcOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Requests that should fit at once.")]
+CtxOpt = Annotated[Optional[int], typer.Option("--context-len", help="Tokens per request (prompt + answer).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _positive(flag: str, value) -> None:
+    from kvlab.errors import KvlabError
+
+    if value is not None and not value > 0:
+        raise KvlabError(f"{flag} must be positive, got {value}")
+
+
+def build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
+                 block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
+                 available_kv_gib):
+    """(GpuSpec or None, SizingConfig) from the command-line options."""
+    from kvlab.catalog import get_gpu
+    from kvlab.errors import KvlabError
+    from kvlab.sizing import SizingConfig
+
+    for flag, value in (("--gpu-memory-gib", gpu_memory_gib), ("--available-kv-gib", available_kv_gib),
+                        ("--max-model-len", max_model_len), ("--max-num-batched-tokens", max_num_batched_tokens),
+                        ("--max-num-seqs", max_num_seqs), ("--tensor-parallel-size", tensor_parallel_size),
+                        ("--pipeline-parallel-size", pipeline_parallel_size), ("--block-size", block_size)):
+        _positive(flag, value)
+    if gpu is not None and gpu_memory_gib is not None:
+        raise KvlabError("give --gpu or --gpu-memory-gib, not both")
+    spec = get_gpu(gpu) if gpu is not None else None
+    memory = spec.memory_bytes if spec else (round(gpu_memory_gib * GIB) if gpu_memory_gib is not None else None)
+    config = SizingConfig(
+        gpu_memory_bytes=memory, gpu_name=spec.id if spec else None,
+        gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
+        pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        available_kv_bytes=None if available_kv_gib is None else round(available_kv_gib * GIB),
+    )
+    return spec, config
+
+
+# --- formatting ----------------------------------------------------------------------------------------
+
+def b(n: int) -> str:
+    return f"{n:,} B"
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:,.2f} GiB"
+
+
+def human(n: float) -> str:
+    for unit, size in (("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def _per_token_rows(model, layout, tp: int) -> list[tuple[str, str, str]]:
+    """Rows for the per-token numbers; ``layout`` is a KVLayout or a SizingResult (same field names)."""
+    kvb, kv_dtype = layout.kv_dtype_bytes, layout.kv_cache_dtype
+    if model.is_mla:
+        per_token = (f"1 latent (MLA, no separate K and V) x {model.num_hidden_layers} layers x "
+                     f"({model.kv_lora_rank} kv_lora_rank + {model.qk_rope_head_dim} qk_rope_head_dim) x "
+                     f"{kvb} B ({kv_dtype})")
+        per_gpu = (f"{layout.num_layers_per_gpu} layers x 1 latent: MLA's latent is not split by tensor "
+                   "parallelism")
+        page = f"{layout.kv_cache_groups[0].spec.block_size} tokens x {model.kv_head_size} x {kvb} B"
+    else:
+        per_token = (f"2 (K and V) x {model.num_hidden_layers} layers x {model.num_key_value_heads} KV heads x "
+                     f"{model.head_dim} head_dim x {kvb} B ({kv_dtype})")
+        derived = model.hidden_size // model.num_attention_heads
+        if model.head_dim != derived:
+            per_token += f"; head_dim from config.json, not hidden_size / heads = {derived}"
+        split = f"{model.num_key_value_heads} KV heads / TP {tp}, at least 1" if tp > 1 else "all KV heads"
+        per_gpu = f"{layout.num_layers_per_gpu} layers x {layout.num_kv_heads_per_gpu} KV heads ({split})"
+        page = (f"2 x {layout.kv_cache_groups[0].spec.block_size} tokens x {layout.num_kv_heads_per_gpu} heads x "
+                f"{model.head_dim} x {kvb} B")
+    if model.num_sliding_layers:
+        per_token += (f"; {model.num_sliding_layers} of the layers keep only a {model.sliding_window:,}-token "
+                      "window per request")
+    return [
+        ("KV cache per token", f"{b(layout.kv_bytes_per_token)} ({human(layout.kv_bytes_per_token)})", per_token),
+        ("  per GPU", b(layout.kv_bytes_per_token_per_gpu), per_gpu),
+        ("Page (one block, one layer)", b(layout.page_size_bytes), page),
+    ]
+
+
+def _weights_row(model, weights_bytes: int, act_bytes: int, tp: int, pp: int) -> tuple[str, str, str]:
+    how = f"{model.num_params / 1e9:,.2f} B parameters counted from the architecture x {act_bytes} B"
+    if model.quantization == "fp8":
+        how += " (linear layers fp8: 1 B)"
+    elif model.quantization == "mxfp4":
+        how += " (MoE experts mxfp4: 4.25 bits)"
+    if model.is_moe:
+        how += f", all {model.num_experts} experts"
+    if tp > 1 or pp > 1:
+        how += f"; split over TP {tp} x PP {pp} (the heaviest GPU shown)"
+    return ("Weights per GPU", gib(weights_bytes), how)
+
+
+def _groups_text(result) -> str:
+    groups = result.kv_cache_groups
+    if len(groups) == 1:
+        g = groups[0]
+        kind = {"mla": "MLA", "full_attention": "full-attention", "sliding_attention": "sliding-window"}[g.spec.kind]
+        return f"1 KV cache group: all {len(g.layers)} layers are {kind}"
+    counts: dict[str, list[int]] = {}
+    for g in groups:
+        counts.setdefault(g.spec.kind, []).append(len(g.layers))
+    parts = [f"{len(v)} {k.replace('_attention', '')} group{'s' if len(v) > 1 else ''} of up to {max(v)} layers"
+             for k, v in counts.items()]
+    return f"{len(groups)} KV cache groups (hybrid model, vLLM's grouping): " + ", ".join(parts)
+
+
+def _per_request_text(result) -> str:
+    bs, length, in_flight = result.block_size, result.max_model_len, result.max_in_flight_tokens
+    terms = {}
+    for g in result.kv_cache_groups:
+        if g.spec.kind == "sliding_attention":
+            w = g.spec.sliding_window
+            text = (f"sliding: ceil(min({w:,} - 1 + {in_flight:,} in flight, {length:,}) / {bs}) + 1 = "
+                    f"{g.spec.max_num_blocks_per_request(length, in_flight):,}")
+        else:
+            text = f"ceil({length:,} / {bs}) = {g.spec.max_num_blocks_per_request(length, in_flight):,}"
+        terms[text] = terms.get(text, 0) + 1
+    return " + ".join(f"{n} x ({t})" if n > 1 else t for t, n in terms.items())
+
+
+def _estimate_text(result, model) -> str:
+    from kvlab.catalog.models import DTYPE_BYTES
+
+    act_bytes = DTYPE_BYTES[result.dtype]
+    if model.is_moe:
+        width = (f"({model.experts_per_token}+{model.num_shared_experts or 0}) experts x "
+                 f"{model.moe_intermediate_size or model.intermediate_size:,}")
+    else:
+        width = f"{model.intermediate_size:,}"
+    tp = result.tensor_parallel_size
+    return (f"an estimate, not vLLM's measurement: peak activation {gib(result.activation_bytes)} = "
+            f"{result.max_num_batched_tokens:,} batched tokens x (4 x {model.hidden_size:,} + 3 x {width}"
+            f"{' / TP ' + str(tp) if tp > 1 else ''}) x {act_bytes} B + sampler {result.max_num_seqs} x "
+            f"{model.vocab_size:,} vocab x 4 B x 2; non-torch {gib(result.non_torch_bytes)} and CUDA graphs "
+            f"{gib(result.cuda_graph_bytes)} (fixed figures)")
+
+
+def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
+    from kvlab.catalog.models import DTYPE_BYTES
+
+    rows = _per_token_rows(model, result, result.tensor_parallel_size)
+    rows.append(("Block (all layers of a group)", b(result.bytes_per_block),
+                 f"{result.bytes_per_block // result.page_size_bytes} layers x {result.page_size_bytes:,} B; "
+                 + _groups_text(result)))
+    rows.append(_weights_row(model, result.weights_bytes, DTYPE_BYTES[result.dtype], result.tensor_parallel_size,
+                             result.pipeline_parallel_size))
+    if result.requested_memory_bytes is not None:
+        where = f"{gpu.id}, {gpu.memory_bytes_source.replace('_', ' ')}" if gpu else "--gpu-memory-gib"
+        rows.append(("GPU memory requested", gib(result.requested_memory_bytes),
+                     f"{gib(result.gpu_memory_bytes)} ({where}) x {result.gpu_memory_utilization} "
+                     "gpu_memory_utilization"))
+    rows.append(("Activation + other (estimate)", gib(result.other_estimate_bytes), _estimate_text(result, model)))
+    if result.available_kv_source == "given":
+        budget = "given with --available-kv-gib (vLLM's own 'Available KV cache memory')"
+    else:
+        budget = (f"{gib(result.requested_memory_bytes)} requested - {gib(result.weights_bytes)} weights - "
+                  f"{gib(result.other_estimate_bytes)} estimate")
+    rows.append(("KV cache budget", gib(result.available_kv_bytes), budget))
+    rows.append(("Blocks", f"{result.num_blocks:,}",
+                 f"{result.available_kv_bytes:,} B // {result.bytes_per_block:,} B per block"
+                 + (" (the GPU with the fewest, over pipeline stages)" if result.pipeline_parallel_size > 1 else "")))
+    rows.append(("Blocks per request", f"{result.blocks_per_request:,}",
+                 f"one {result.max_model_len:,}-token request (max_model_len): " + _per_request_text(result)))
+    rows.append(("Token slots", f"{result.num_tokens:,}",
+                 f"int({result.num_blocks:,} / {result.blocks_per_request:,} x {result.max_model_len:,})"
+                 + (f" = {result.num_blocks:,} blocks x {result.block_size} tokens"
+                    if result.num_tokens == result.num_blocks * result.block_size else "")))
+    rows.append(("Max concurrency", f"{result.max_concurrency:.2f}x",
+                 f"{result.num_blocks:,} blocks / {result.blocks_per_request:,} blocks per request"))
+    return rows
+
+
+def _table(rows):
+    from rich.table import Table
+
+    table = Table(show_header=True, box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    table.add_column("", style="bold", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("where it comes from", style="dim")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _split_bar(split: dict, width: int = 50) -> str:
+    weights = round(split["weights_share"] * width)
+    kv = round(split["kv_cache_share"] * width)
+    other = max(0, width - weights - kv)
+    return f"[on blue]{' ' * weights}[/][on green]{' ' * kv}[/][on grey50]{' ' * other}[/]"
+
+
+def _title(model, gpu, config, result=None) -> str:
+    where = gpu.id if gpu else (f"a {gib(config.gpu_memory_bytes)} GPU" if config.gpu_memory_bytes else "any GPU")
+    count = config.tensor_parallel_size * config.pipeline_parallel_size
+    text = f"[bold]{model.id}[/]" + (f" ({model.hf_repo})" if model.hf_repo and model.hf_repo != model.id else "")
+    text += f" on {count} x {where}" if count > 1 else f" on {where}"
+    text += f" · TP {config.tensor_parallel_size} · PP {config.pipeline_parallel_size}"
+    if result is not None:
+        text += (f" · {result.dtype} · KV {result.kv_cache_dtype} · block_size {result.block_size} · max_model_len "
+                 f"{result.max_model_len:,}")
+    return text
+
+
+def _print_workload(console, fit, result) -> None:
+    need, have = fit.kv_bytes_needed, fit.kv_bytes_usable
+    console.print(f"\n[bold]Workload:[/] {fit.num_requests:,} requests x {fit.context_len:,} tokens")
+    console.print(f"  needs {fit.num_blocks_needed:,} blocks ({fit.num_requests:,} x {fit.blocks_per_request:,}) = "
+                  f"{gib(need)} per GPU; the cache holds {fit.num_usable_blocks:,} usable blocks ({gib(have)}; "
+                  "one block is vLLM's null block)")
+    if fit.fits:
+        console.print(f"  [green]fits[/], with {fit.spare_blocks:,} blocks ({gib(fit.spare_blocks * fit.bytes_per_block)}) "
+                      f"to spare: room for {fit.max_num_requests - fit.num_requests:,} more requests of this length")
+    else:
+        console.print(f"  [red]does not fit[/]: {-fit.spare_blocks:,} blocks ({gib(-fit.spare_blocks * fit.bytes_per_block)}) "
+                      "short")
+    console.print(f"  at {fit.context_len:,} tokens at most {fit.max_num_requests:,} request{'' if fit.max_num_requests == 1 else 's'} fit; "
+                  f"{fit.num_requests:,} requests fit up to {fit.max_context_len:,} tokens each")
+
+
+@app.command()
+def size(
+    model: ModelArg,
+    gpu: GpuOpt = None,
+    gpu_memory_gib: GpuGibOpt = None,
+    tensor_parallel_size: TpOpt = None,
+    pipeline_parallel_size: PpOpt = 1,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    block_size: BlockOpt = 16,
+    dtype: DtypeOpt = "auto",
+    kv_cache_dtype: KvDtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None,
+    max_num_batched_tokens: BatchedOpt = None,
+    max_num_seqs: SeqsOpt = None,
+    available_kv_gib: AvailOpt = None,
+    concurrency: ConcOpt = None,
+    context_len: CtxOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The KV cache vLLM would allocate for MODEL, the startup lines it would print, and where each number comes from."""
+    from kvlab.catalog import get_model
+    from kvlab.sizing import kv_layout, size_kv_cache, workload_fit
+
+    _positive("--concurrency", concurrency)
+    _positive("--context-len", context_len)
+    spec = get_model(model)
+    gpu_spec, config = build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size,
+                                    gpu_memory_utilization, block_size, dtype, kv_cache_dtype, max_model_len,
+                                    max_num_batched_tokens, max_num_seqs, available_kv_gib)
+    if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
+        _print_layout_only(spec, config, kv_layout(spec, config), as_json)
+        return
+    result = size_kv_cache(spec, config)
+    fit = None
+    if concurrency is not None or context_len is not None:
+        fit = workload_fit(spec, config, concurrency or 1, context_len or result.max_model_len)
+    if as_json:
+        data = result.to_dict()
+        data["model"] = {"id": spec.id, "hf_repo": spec.hf_repo, "origin": spec.origin, "attention": spec.attention}
+        data["estimate_note"] = ("activation_bytes, non_torch_bytes and cuda_graph_bytes are kvlab's estimate; "
+                                 "vLLM measures them in a profiling run")
+        data["workload"] = fit.to_dict() if fit else None
+        typer.echo(json.dumps(data, indent=1))
+        return
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    console.print(_title(spec, gpu_spec, config, result))
+    console.print(_table(size_rows(spec, result, gpu_spec)))
+    console.print("\n[bold]vLLM would print[/]" + (" (the budget is kvlab's estimate; pass --available-kv-gib with "
+                                                    "vLLM's figure for its exact count)"
+                                                    if result.available_kv_source == "estimated" else ""))
+    for line in result.vllm_log_lines:
+        console.print(f"  {line}", markup=False)
+    if not result.fits_max_model_len:
+        console.print(f"[yellow]vLLM would refuse to start: one {result.max_model_len:,}-token request needs "
+                      f"{result.blocks_per_request:,} blocks but {result.num_usable_blocks:,} are usable; the "
+                      f"longest that fits is {result.estimated_max_model_len:,} tokens (--max-model-len "
+                      f"{result.estimated_max_model_len}).[/]")
+    split = result.memory_split
+    if split:
+        console.print(f"\n[bold]Memory of one GPU[/] (the paper's Figure 1), of {gib(split['gpu_memory_bytes'])}: "
+                      f"[blue]weights {split['weights_share']:.1%}[/] · [green]KV cache {split['kv_cache_share']:.1%}[/]"
+                      f" · other {split['other_share']:.1%} (activations, non-torch, the "
+                      f"{1 - result.gpu_memory_utilization:.0%} vLLM leaves unrequested, the part-block left over)")
+        console.print("  " + _split_bar(split))
+    if fit:
+        _print_workload(console, fit, result)
+
+
+def _print_layout_only(spec, config, layout, as_json: bool) -> None:
+    """No GPU and no budget: the per-token numbers, which need neither."""
+    if as_json:
+        typer.echo(json.dumps({
+            "model": {"id": spec.id, "hf_repo": spec.hf_repo, "origin": spec.origin, "attention": spec.attention},
+            "kv_bytes_per_token": layout.kv_bytes_per_token, "kv_bytes_per_token_per_gpu": layout.kv_bytes_per_token_per_gpu,
+            "page_size_bytes": layout.page_size_bytes, "weights_bytes": layout.weights_bytes,
+            "max_model_len": layout.max_model_len, "available_kv_bytes": None, "num_blocks": None,
+            "num_tokens": None, "max_concurrency": None,
+            "note": "give --gpu, --gpu-memory-gib or --available-kv-gib for the budget, blocks and tokens",
+        }, indent=1))
+        return
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    console.print(_title(spec, None, config) + f" · {layout.dtype} · KV {layout.kv_cache_dtype}")
+    rows = _per_token_rows(spec, layout, config.tensor_parallel_size)
+    rows.append(_weights_row(spec, layout.weights_bytes, layout.act_dtype_bytes, config.tensor_parallel_size,
+                             config.pipeline_parallel_size))
+    one = layout.kv_bytes_per_token_per_gpu * layout.max_model_len
+    rows.append((f"One {layout.max_model_len:,}-token request", gib(one), "KV cache per token per GPU x max_model_len"
+                 + (" (sliding layers need less)" if spec.num_sliding_layers else "")))
+    console.print(_table(rows))
+    console.print("\nGive --gpu NAME, --gpu-memory-gib X or --available-kv-gib X for the budget, blocks, token slots "
+                  "and maximum concurrency vLLM would print.")
+
+
+@app.command()
+def fit(
+    model: ModelArg,
+    gpu: GpuOpt = None,
+    gpu_memory_gib: GpuGibOpt = None,
+    tensor_parallel_size: TpOpt = None,
+    pipeline_parallel_size: PpOpt = 1,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    block_size: BlockOpt = 16,
+    dtype: DtypeOpt = "auto",
+    kv_cache_dtype: KvDtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None,
+    max_num_batched_tokens: BatchedOpt = None,
+    max_num_seqs: SeqsOpt = None,
+    available_kv_gib: AvailOpt = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests at once, for the longest context.")] = 1,
+    context_len: CtxOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The reverse questions: longest context for N requests, most requests at a context, fewest GPUs that hold MODEL."""
+    from dataclasses import replace
+
+    from kvlab.catalog import GpuSpec, get_model
+    from kvlab.errors import KvlabError
+    from kvlab.sizing import fewest_gpus, max_context_len, max_num_requests, size_kv_cache, workload_fit
+
+    _positive("--concurrency", concurrency)
+    _positive("--context-len", context_len)
+    spec = get_model(model)
+    gpu_spec, config = build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size,
+                                    gpu_memory_utilization, block_size, dtype, kv_cache_dtype, max_model_len,
+                                    max_num_batched_tokens, max_num_seqs, available_kv_gib)
+    if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
+        raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
+                         "a memory budget")
+    answers: dict = {"model": spec.id, "gpu": gpu_spec.id if gpu_spec else None}
+    notes = []
+    if config.gpu_memory_bytes is not None:
+        target = gpu_spec or GpuSpec(id=f"{gib(config.gpu_memory_bytes)} GPU", memory_bytes=config.gpu_memory_bytes,
+                                     memory_bytes_source="given", memory_bandwidth_bytes_per_s=None, peak_flops=None)
+        tp, fewest = fewest_gpus(spec, target, config)
+        answers["fewest_gpus"] = {"tensor_parallel_size": tp, "pipeline_parallel_size": config.pipeline_parallel_size,
+                                  "num_gpus": tp * config.pipeline_parallel_size, "gpu": target.id,
+                                  "max_model_len": fewest.max_model_len, "num_tokens": fewest.num_tokens,
+                                  "max_concurrency": fewest.max_concurrency}
+        if tensor_parallel_size is None and tp > 1 and config.available_kv_bytes is None:
+            # The model does not fit one GPU at TP 1: answer the other questions at the TP that works.
+            config = replace(config, tensor_parallel_size=tp)
+            notes.append(f"the other answers use --tensor-parallel-size {tp}, the fewest that fits")
+    result = size_kv_cache(spec, config)
+    longest = max_context_len(spec, config, concurrency)
+    length = context_len or result.max_model_len
+    most = max_num_requests(spec, config, length)
+    answers["tensor_parallel_size"] = config.tensor_parallel_size
+    answers["max_context_len"] = {"num_requests": concurrency, "context_len": longest,
+                                  "max_position_embeddings": spec.max_position_embeddings}
+    answers["max_num_requests"] = {"context_len": length, "num_requests": most}
+    answers["workload"] = workload_fit(spec, config, concurrency, context_len).to_dict() if context_len else None
+    answers["sizing"] = {k: v for k, v in result.to_dict().items() if k in (
+        "kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "page_size_bytes", "weights_bytes", "available_kv_bytes",
+        "available_kv_source", "num_blocks", "num_tokens", "max_concurrency", "max_model_len")}
+    if as_json:
+        typer.echo(json.dumps(answers, indent=1))
+        return
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    console.print(_title(spec, gpu_spec, config, result))
+    for note in notes:
+        console.print(f"[dim]({note})[/]")
+    budget = "given" if result.available_kv_source == "given" else "estimated"
+    console.print(f"KV cache: {result.num_blocks:,} blocks of {result.block_size} tokens ({gib(result.kv_cache_bytes)}"
+                  f" per GPU, budget {budget}); {result.num_usable_blocks:,} usable")
+    if "fewest_gpus" in answers:
+        f = answers["fewest_gpus"]
+        console.print(f"\n[bold]Fewest GPUs:[/] {f['num_gpus']} x {f['gpu']} (--tensor-parallel-size "
+                      f"{f['tensor_parallel_size']}) hold the weights and one {f['max_model_len']:,}-token request "
+                      f"({f['num_tokens']:,} token slots, {f['max_concurrency']:.2f}x)")
+    capped = " (the model's max_position_embeddings)" if longest == spec.max_position_embeddings else ""
+    console.print(f"[bold]Longest context for {concurrency:,} concurrent request{'s' if concurrency > 1 else ''}:[/] "
+                  f"{longest:,} tokens{capped}")
+    console.print(f"[bold]Most concurrent requests at {length:,} tokens:[/] {most:,}")
+    if context_len:
+        _print_workload(console, workload_fit(spec, config, concurrency, context_len), result)
+    if math.isfinite(result.max_concurrency) and not result.fits_max_model_len:
+        console.print(f"[yellow]vLLM would refuse to start with max_model_len {result.max_model_len:,}: lower it to "
+                      f"{result.estimated_max_model_len:,} or add GPUs.[/]")

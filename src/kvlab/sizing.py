@@ -1,0 +1,672 @@
+"""vLLM's KV cache arithmetic, forward and reverse.
+
+Forward: a GPU budget -> blocks, token slots and maximum concurrency, as vLLM 0.32 prints them at startup::
+
+    requested        = total_gpu_memory x gpu_memory_utilization                  (gpu_worker.py)
+    available        = requested - weights - peak activation - non-torch - CUDA graphs
+    page_size_bytes  = num_kv_heads_per_gpu x block_size x (head_size + head_size_v) x dtype_bytes
+                       (= 2 x block_size x heads x head_dim x bytes; MLA: 1 x block_size x 576 x bytes)
+    bytes_per_block  = page_size_bytes x layers in the widest KV cache group on the GPU
+    num_blocks       = available // bytes_per_block              (minimum over pipeline stages)
+    max_concurrency  = num_blocks / blocks one max_model_len request needs, summed over groups
+    GPU KV cache size (tokens) = int(max_concurrency x max_model_len)
+
+(v1/kv_cache_interface.py: AttentionSpec.page_size_bytes, FullAttentionSpec / SlidingWindowSpec
+.max_memory_usage_bytes; v1/core/kv_cache_utils.py: get_kv_cache_groups, get_kv_cache_config_from_groups,
+get_max_concurrency_for_kv_cache_config, get_kv_cache_capacity.)
+
+Reverse: the longest context for N requests, the most requests at context L, the fewest GPUs that hold the
+weights and one full-length request, and whether a workload of N requests of L tokens fits.
+
+Every size here is per GPU unless its name says otherwise. No I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from kvlab.catalog.gpus import GpuSpec, list_gpus
+from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
+from kvlab.errors import KvlabError
+
+GIB = 2**30
+
+MODEL_DTYPES = ("auto", "float16", "half", "bfloat16", "float32", "float")
+# --kv-cache-dtype values kvlab models; 'auto' means the model's dtype (config/cache.py CacheDType).
+KV_CACHE_DTYPES = {"auto": None, "float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+# vLLM's CUDA attention backends (FlashAttention, FlashInfer, Triton, FlexAttention) take kernel blocks that are
+# multiples of 16 tokens (get_supported_kernel_block_sizes); any other --block-size finds no backend.
+BLOCK_SIZE_MULTIPLE = 16
+
+# --- the estimate of activation and other memory (an estimate: vLLM measures these in a profiling run) ---
+# Peak activation of the profiling forward pass over max_num_batched_tokens tokens, per token: four hidden-size
+# tensors alive at once (residual, normed input, attention output, projection output) and, at the MLP's peak,
+# its up/gate output and activated output, 3 x the MLP width per GPU (MoE: experts_per_token + shared experts).
+ACTIVATION_HIDDEN_TENSORS = 4
+ACTIVATION_MLP_TENSORS = 3
+# The dummy sampler run holds float32 logits and probabilities for max_num_seqs requests over the vocabulary.
+SAMPLER_FP32_COPIES = 2
+# Fixed figures, not measured by kvlab: vLLM logs show non-torch memory of ~0.1-0.2 GiB on one device
+# (vllm-project/vllm-ascend#8289 log: 0.13 GiB) and CUDA graph estimates of a few tenths of a GiB
+# (gpustack/runner#251: "Estimated CUDA graph memory: 0.36 GiB total"); NCCL buffers with >1 GPU are assumed.
+NON_TORCH_BYTES = int(0.2 * GIB)
+NCCL_BYTES = int(0.2 * GIB)
+CUDA_GRAPH_BYTES = int(0.4 * GIB)
+
+
+def format_gib(num_bytes: int) -> str:
+    """GiB as vLLM's format_gib prints them: round(x, 2) through str(), so '12.0' and '6.51'."""
+    return f"{round(num_bytes / GIB, 2)}"
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(a // -b)
+
+
+def default_max_num_batched_tokens(gpu_memory_bytes: int | None, gpu_name: str | None) -> int:
+    """`vllm serve`'s default token budget per step (EngineArgs.get_batch_defaults, OPENAI_API_SERVER)."""
+    if gpu_memory_bytes is not None and gpu_memory_bytes >= 160 * GIB:
+        return 16384
+    if gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * GIB and "a100" not in (gpu_name or "").lower():
+        return 8192
+    return 2048
+
+
+def default_max_num_seqs(gpu_memory_bytes: int | None, gpu_name: str | None) -> int:
+    if gpu_memory_bytes is not None and (gpu_memory_bytes >= 160 * GIB or (
+            gpu_memory_bytes >= 70 * GIB and "a100" not in (gpu_name or "").lower())):
+        return 1024
+    return 256
+
+
+@dataclass(frozen=True)
+class SizingConfig:
+    """The serving settings that decide the KV cache, in vLLM's names (per GPU where it matters).
+
+    ``available_kv_bytes`` replaces kvlab's estimate of the budget with the figure vLLM printed as
+    "Available KV cache memory"; with it the token count is vLLM's exactly. ``max_model_len``,
+    ``max_num_batched_tokens`` and ``max_num_seqs`` default (None) to vLLM's defaults for the model and GPU.
+    """
+
+    gpu_memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    available_kv_bytes: int | None = None
+    gpu_name: str | None = None
+
+    def __post_init__(self):
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise KvlabError(f"gpu_memory_utilization {self.gpu_memory_utilization} is outside (0, 1]: it is the "
+                             "fraction of GPU memory vLLM may use, e.g. 0.9")
+        for name in ("gpu_memory_bytes", "available_kv_bytes", "max_model_len", "max_num_batched_tokens",
+                     "max_num_seqs"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise KvlabError(f"{name} must be positive, got {value}")
+        for name in ("tensor_parallel_size", "pipeline_parallel_size"):
+            if getattr(self, name) < 1:
+                raise KvlabError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.block_size <= 0 or self.block_size % BLOCK_SIZE_MULTIPLE:
+            raise KvlabError(f"block_size {self.block_size} would be refused: vLLM's CUDA attention backends need a "
+                             f"positive multiple of {BLOCK_SIZE_MULTIPLE} (16, 32, 64, 128, ...)")
+        if self.dtype not in MODEL_DTYPES:
+            raise KvlabError(f"dtype {self.dtype!r} is not one of {', '.join(MODEL_DTYPES)}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise KvlabError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)} "
+                             "(fp8_ds_mla and the 4-bit formats are not modelled)")
+
+    @classmethod
+    def for_gpu(cls, gpu: GpuSpec, **settings) -> SizingConfig:
+        return cls(gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.id, **settings)
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def resolved_max_num_batched_tokens(self) -> int:
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        return default_max_num_batched_tokens(self.gpu_memory_bytes, self.gpu_name)
+
+    @property
+    def resolved_max_num_seqs(self) -> int:
+        if self.max_num_seqs is not None:
+            return self.max_num_seqs
+        return default_max_num_seqs(self.gpu_memory_bytes, self.gpu_name)
+
+    @property
+    def max_in_flight_tokens(self) -> int:
+        """Tokens scheduled but not yet freed: (PP + 1) batches with async scheduling (VllmConfig)."""
+        return (self.pipeline_parallel_size + 1) * self.resolved_max_num_batched_tokens
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """The KV cache of one layer on one GPU (vLLM's FullAttentionSpec / SlidingWindowSpec / MLAAttentionSpec)."""
+
+    kind: str  # full_attention | sliding_attention | mla
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    head_size_v: int  # 0 for MLA: one latent, no separate V
+    dtype_bytes: int
+    sliding_window: int | None = None
+
+    @property
+    def page_size_bytes(self) -> int:
+        """One block of one layer: heads x block_size x (K + V values) x bytes (AttentionSpec.page_size_bytes)."""
+        return self.num_kv_heads * self.block_size * (self.head_size + self.head_size_v) * self.dtype_bytes
+
+    def max_num_blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        """Blocks one request of ``max_model_len`` tokens can hold in this layer's group.
+
+        Full attention and MLA: every token (FullAttentionSpec.max_memory_usage_bytes). Sliding window: the
+        window plus the in-flight tokens, + 1 because the window need not start at a block boundary
+        (SlidingWindowSpec.max_admission_blocks_per_request).
+        """
+        if self.kind == SLIDING_ATTENTION:
+            num_tokens = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
+            return cdiv(num_tokens, self.block_size) + 1
+        return cdiv(max_model_len, self.block_size)
+
+
+@dataclass(frozen=True)
+class KVCacheGroup:
+    """Layers that share one block table (vLLM's KVCacheGroupSpec); ``layers`` are model layer indices."""
+
+    spec: KVCacheSpec
+    layers: tuple[int, ...]
+
+
+def layer_kv_specs(model: ModelSpec, config: SizingConfig, kv_dtype_bytes: int) -> list[KVCacheSpec]:
+    heads = model.num_kv_heads_per_gpu(config.tensor_parallel_size)
+    specs = []
+    for layer_type in model.layer_types:
+        if model.is_mla:
+            specs.append(KVCacheSpec("mla", config.block_size, 1, model.kv_head_size, 0, kv_dtype_bytes))
+        elif layer_type == SLIDING_ATTENTION:
+            specs.append(KVCacheSpec(SLIDING_ATTENTION, config.block_size, heads, model.head_dim, model.head_dim,
+                                     kv_dtype_bytes, model.sliding_window))
+        else:
+            specs.append(KVCacheSpec(FULL_ATTENTION, config.block_size, heads, model.head_dim, model.head_dim,
+                                     kv_dtype_bytes))
+    return specs
+
+
+def group_layers(specs: list[KVCacheSpec]) -> tuple[KVCacheGroup, ...]:
+    """Group layers as vLLM's get_kv_cache_groups does for layers of one page size.
+
+    One kind of layer: one group. Several (hybrid, e.g. Gemma 3's 5 sliding : 1 full): bucket layers by spec,
+    take the smallest bucket as the group size (the largest if all buckets are within 1.5x of it), and split
+    each bucket into groups of that size by striding (layers[i::num_groups]), the last ones possibly short
+    (vLLM pads them). Every group then needs its own blocks per request from the one shared pool.
+    (_get_kv_cache_groups_uniform_page_size.)
+    """
+    buckets: dict[KVCacheSpec, list[int]] = {}
+    for i, spec in enumerate(specs):
+        buckets.setdefault(spec, []).append(i)
+    if len(buckets) == 1:
+        spec, layers = next(iter(buckets.items()))
+        return (KVCacheGroup(spec, tuple(layers)),)
+    sizes = [len(layers) for layers in buckets.values()]
+    group_size = max(sizes) if max(sizes) < min(sizes) * 1.5 else min(sizes)
+    groups = []
+    for spec, layers in buckets.items():
+        num_groups = cdiv(len(layers), group_size)
+        groups += [KVCacheGroup(spec, tuple(layers[i::num_groups])) for i in range(num_groups)]
+    return tuple(groups)
+
+
+def pipeline_stages(num_layers: int, pipeline_parallel_size: int) -> list[range]:
+    """Layers per pipeline stage as vLLM's get_pp_indices splits them: the remainder goes to the stages before
+    the last, counting back from the second-to-last."""
+    sizes = [num_layers // pipeline_parallel_size] * pipeline_parallel_size
+    for i in range(2, num_layers % pipeline_parallel_size + 2):
+        sizes[-i] += 1
+    stages, start = [], 0
+    for size in sizes:
+        stages.append(range(start, start + size))
+        start += size
+    return stages
+
+
+def blocks_per_request(groups: tuple[KVCacheGroup, ...], num_tokens: int, max_in_flight_tokens: int) -> int:
+    """Blocks one request of ``num_tokens`` takes from the shared pool: the sum over groups
+    (get_max_concurrency_for_kv_cache_config)."""
+    return sum(g.spec.max_num_blocks_per_request(num_tokens, max_in_flight_tokens) for g in groups)
+
+
+def estimate_activation_bytes(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
+                              last_stage: bool = True) -> int:
+    """Estimate of the profiling run's peak activation on one GPU (see ACTIVATION_* above)."""
+    if model.is_moe:
+        mlp_width = (model.experts_per_token + (model.num_shared_experts or 0)) * (
+            model.moe_intermediate_size or model.intermediate_size)
+    else:
+        mlp_width = model.intermediate_size
+    per_token = (ACTIVATION_HIDDEN_TENSORS * model.hidden_size
+                 + ACTIVATION_MLP_TENSORS * mlp_width / config.tensor_parallel_size) * act_dtype_bytes
+    activation = config.resolved_max_num_batched_tokens * per_token
+    if last_stage:
+        activation += config.resolved_max_num_seqs * model.vocab_size * 4 * SAMPLER_FP32_COPIES
+    return int(activation)
+
+
+def estimate_fixed_bytes(config: SizingConfig) -> tuple[int, int]:
+    """(non-torch memory, CUDA graph memory) per GPU: fixed figures, see NON_TORCH_BYTES above."""
+    non_torch = NON_TORCH_BYTES + (NCCL_BYTES if config.world_size > 1 else 0)
+    return non_torch, CUDA_GRAPH_BYTES
+
+
+def requested_memory_bytes(config: SizingConfig) -> int | None:
+    """total x gpu_memory_utilization, rounded up (v1/worker/utils.py request_memory)."""
+    if config.gpu_memory_bytes is None:
+        return None
+    return math.ceil(config.gpu_memory_bytes * config.gpu_memory_utilization)
+
+
+def stage_budgets(model: ModelSpec, config: SizingConfig, stages: list[range],
+                  act_bytes: int) -> list[tuple[int, int, int | None]]:
+    """(weights, activation estimate, estimated KV budget) for one GPU of each pipeline stage.
+
+    The budget is None without a GPU size; it may be zero or negative when the GPU is too small.
+    """
+    requested = requested_memory_bytes(config)
+    non_torch, cuda_graphs = estimate_fixed_bytes(config)
+    budgets = []
+    for index, layers in enumerate(stages):
+        first, last = index == 0, index == len(stages) - 1
+        weights = model.weights_bytes_for(layers, dtype_bytes=act_bytes,
+                                          tensor_parallel_size=config.tensor_parallel_size,
+                                          first_stage=first, last_stage=last)
+        activation = estimate_activation_bytes(model, config, act_bytes, last_stage=last)
+        available = None if requested is None else requested - weights - activation - non_torch - cuda_graphs
+        budgets.append((weights, activation, available))
+    return budgets
+
+
+def resolve_dtype(model: ModelSpec, dtype: str) -> str:
+    """vLLM's --dtype auto: the checkpoint's dtype, float32 checkpoints served in bfloat16."""
+    if dtype == "auto":
+        return "bfloat16" if model.dtype == "float32" else model.dtype
+    return {"half": "float16", "float": "float32"}.get(dtype, dtype)
+
+
+@dataclass(frozen=True)
+class SizingResult:
+    """What vLLM would allocate and print, and where each number comes from (sizes per GPU)."""
+
+    model_id: str
+    gpu_name: str | None
+    gpu_memory_bytes: int | None
+    gpu_memory_utilization: float
+    block_size: int
+    dtype: str
+    kv_cache_dtype: str
+    kv_dtype_bytes: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_in_flight_tokens: int
+    kv_bytes_per_token: int  # whole model, every layer, before any split
+    kv_bytes_per_token_per_gpu: int  # the layers and KV heads one GPU holds
+    page_size_bytes: int  # one layer, one block, one GPU
+    num_layers_per_gpu: int
+    num_kv_heads_per_gpu: int
+    bytes_per_block: int  # page_size_bytes x layers of the widest group on the limiting GPU
+    kv_cache_groups: tuple[KVCacheGroup, ...]
+    num_params: int
+    weights_bytes: int  # on the limiting GPU
+    weights_bytes_total: int  # the whole model
+    requested_memory_bytes: int | None  # gpu_memory_bytes x gpu_memory_utilization
+    activation_bytes: int  # estimate
+    non_torch_bytes: int  # estimate
+    cuda_graph_bytes: int  # estimate
+    available_kv_bytes: int
+    available_kv_source: str  # "estimated" or "given"
+    num_blocks: int
+    blocks_per_request: int  # at max_model_len
+    num_tokens: int
+    max_concurrency: float
+    estimated_max_model_len: int  # longest request one GPU's cache holds (vLLM's estimate_max_model_len)
+
+    @property
+    def other_estimate_bytes(self) -> int:
+        """kvlab's estimate of activation + non-torch + CUDA graph memory."""
+        return self.activation_bytes + self.non_torch_bytes + self.cuda_graph_bytes
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """Bytes vLLM allocates for the cache: whole blocks only."""
+        return self.num_blocks * self.bytes_per_block
+
+    @property
+    def num_usable_blocks(self) -> int:
+        """Blocks requests can use: the block pool keeps one block back as the null block."""
+        return max(0, self.num_blocks - 1)
+
+    @property
+    def fits_max_model_len(self) -> bool:
+        """Whether vLLM would start: one max_model_len request must fit in the usable blocks
+        (kv_cache_utils._check_enough_kv_cache_memory)."""
+        return self.blocks_per_request <= self.num_usable_blocks
+
+    @property
+    def memory_split(self) -> dict | None:
+        """The GPU's memory by use (the paper's Figure 1): weights, KV cache, everything else."""
+        if self.gpu_memory_bytes is None:
+            return None
+        other = self.gpu_memory_bytes - self.weights_bytes - self.kv_cache_bytes
+        return {
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes, "other_bytes": other,
+            "weights_share": self.weights_bytes / self.gpu_memory_bytes,
+            "kv_cache_share": self.kv_cache_bytes / self.gpu_memory_bytes,
+            "other_share": other / self.gpu_memory_bytes,
+        }
+
+    @property
+    def vllm_log_lines(self) -> tuple[str, str, str]:
+        """The three startup lines vLLM prints (gpu_worker.py, kv_cache_utils.update_kv_cache_capacity)."""
+        return (f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB",
+                f"GPU KV cache size: {self.num_tokens:,} tokens",
+                f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["kv_cache_groups"] = [{"kind": g.spec.kind, "num_layers": len(g.layers),
+                                    "sliding_window": g.spec.sliding_window, "page_size_bytes": g.spec.page_size_bytes,
+                                    "layers": list(g.layers)} for g in self.kv_cache_groups]
+        data.update(other_estimate_bytes=self.other_estimate_bytes, kv_cache_bytes=self.kv_cache_bytes,
+                    num_usable_blocks=self.num_usable_blocks, fits_max_model_len=self.fits_max_model_len,
+                    memory_split=self.memory_split, vllm_log_lines=list(self.vllm_log_lines))
+        return data
+
+
+def valid_tensor_parallel_sizes(model: ModelSpec, limit: int = 64) -> list[int]:
+    """TP sizes vLLM accepts for this model: divisors of the attention heads (verify_with_parallel_config)."""
+    return [tp for tp in range(1, min(limit, model.num_attention_heads) + 1) if model.num_attention_heads % tp == 0]
+
+
+def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
+    """Model-dependent checks vLLM makes at startup; returns the resolved max_model_len."""
+    tp = config.tensor_parallel_size
+    if model.num_attention_heads % tp:
+        sizes = ", ".join(map(str, valid_tensor_parallel_sizes(model)))
+        raise KvlabError(f"total number of attention heads ({model.num_attention_heads}) of {model.id} must be "
+                         f"divisible by tensor parallel size ({tp}); valid sizes: {sizes}")
+    if config.pipeline_parallel_size > model.num_hidden_layers:
+        raise KvlabError(f"pipeline_parallel_size {config.pipeline_parallel_size} exceeds the "
+                         f"{model.num_hidden_layers} layers of {model.id}")
+    max_model_len = config.max_model_len or model.max_position_embeddings
+    if max_model_len > model.max_position_embeddings:
+        raise KvlabError(f"max_model_len {max_model_len:,} is greater than {model.id}'s max_position_embeddings "
+                         f"({model.max_position_embeddings:,}); vLLM refuses it (use at most "
+                         f"{model.max_position_embeddings:,})")
+    return max_model_len
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """The per-token and per-block numbers, which need no GPU size: dtypes, groups, pages, layers per GPU."""
+
+    max_model_len: int
+    dtype: str
+    act_dtype_bytes: int
+    kv_cache_dtype: str
+    kv_dtype_bytes: int
+    kv_cache_groups: tuple[KVCacheGroup, ...]
+    stages: tuple[range, ...]
+    kv_bytes_per_token: int
+    kv_bytes_per_token_per_gpu: int  # on the stage with the most layers
+    page_size_bytes: int
+    num_kv_heads_per_gpu: int
+    weights_bytes: int  # the heaviest stage's GPU
+    weights_bytes_total: int
+
+    @property
+    def num_layers_per_gpu(self) -> int:
+        return max(len(stage) for stage in self.stages)
+
+
+def kv_layout(model: ModelSpec, config: SizingConfig) -> KVLayout:
+    """Everything about the KV cache's shape on one GPU that does not depend on the memory budget."""
+    max_model_len = check_model_config(model, config)
+    dtype = resolve_dtype(model, config.dtype)
+    act_bytes = DTYPE_BYTES[dtype]
+    kv_dtype_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
+    tp = config.tensor_parallel_size
+    groups = group_layers(layer_kv_specs(model, config, kv_dtype_bytes))
+    stages = tuple(pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size))
+    budgets = stage_budgets(model, config, list(stages), act_bytes)
+    return KVLayout(
+        max_model_len=max_model_len, dtype=dtype, act_dtype_bytes=act_bytes,
+        kv_cache_dtype=dtype if config.kv_cache_dtype == "auto" else config.kv_cache_dtype,
+        kv_dtype_bytes=kv_dtype_bytes, kv_cache_groups=groups, stages=stages,
+        kv_bytes_per_token=model.kv_bytes_per_token(kv_dtype_bytes),
+        kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(kv_dtype_bytes, tp,
+                                                                    max(len(s) for s in stages)),
+        page_size_bytes=groups[0].spec.page_size_bytes, num_kv_heads_per_gpu=groups[0].spec.num_kv_heads,
+        weights_bytes=max(weights for weights, _, _ in budgets), weights_bytes_total=model.weights_bytes(act_bytes),
+    )
+
+
+def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
+    """The KV cache vLLM would allocate for ``model`` under ``config``, and the numbers it would print."""
+    if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
+        raise KvlabError("give the GPU (gpu_memory_bytes) or the KV budget vLLM printed (available_kv_bytes)")
+    layout = kv_layout(model, config)
+    max_model_len, act_bytes, kv_dtype_bytes = layout.max_model_len, layout.act_dtype_bytes, layout.kv_dtype_bytes
+    tp = config.tensor_parallel_size
+    groups, page_size = layout.kv_cache_groups, layout.page_size_bytes
+    stages = layout.stages
+    budgets = stage_budgets(model, config, list(stages), act_bytes)
+    requested = requested_memory_bytes(config)
+    non_torch, cuda_graphs = estimate_fixed_bytes(config)
+    worst = None  # (num_blocks, stage index, weights, activation, available, bytes_per_block)
+    for index, (layers, (weights, activation, available)) in enumerate(zip(stages, budgets)):
+        if config.available_kv_bytes is not None:
+            available = config.available_kv_bytes
+        elif available <= 0:
+            raise_too_small(model, config, weights, requested, activation + non_torch + cuda_graphs)
+        layer_set = set(layers)
+        bytes_per_block = max(sum(i in layer_set for i in g.layers) for g in groups) * page_size
+        num_blocks = available // bytes_per_block
+        if worst is None or num_blocks < worst[0]:
+            worst = (num_blocks, index, weights, activation, available, bytes_per_block)
+    num_blocks, index, weights, activation, available, bytes_per_block = worst
+
+    in_flight = config.max_in_flight_tokens
+    per_request = blocks_per_request(groups, max_model_len, in_flight)
+    max_concurrency = num_blocks / per_request
+    return SizingResult(
+        model_id=model.id, gpu_name=config.gpu_name, gpu_memory_bytes=config.gpu_memory_bytes,
+        gpu_memory_utilization=config.gpu_memory_utilization, block_size=config.block_size, dtype=layout.dtype,
+        kv_cache_dtype=layout.kv_cache_dtype, kv_dtype_bytes=kv_dtype_bytes, tensor_parallel_size=tp,
+        pipeline_parallel_size=config.pipeline_parallel_size, max_model_len=max_model_len,
+        max_num_batched_tokens=config.resolved_max_num_batched_tokens, max_num_seqs=config.resolved_max_num_seqs,
+        max_in_flight_tokens=in_flight,
+        kv_bytes_per_token=layout.kv_bytes_per_token,
+        kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(kv_dtype_bytes, tp, len(stages[index])),
+        page_size_bytes=page_size, num_layers_per_gpu=len(stages[index]),
+        num_kv_heads_per_gpu=layout.num_kv_heads_per_gpu, bytes_per_block=bytes_per_block, kv_cache_groups=groups,
+        num_params=model.num_params, weights_bytes=weights,
+        weights_bytes_total=layout.weights_bytes_total,
+        requested_memory_bytes=requested, activation_bytes=activation, non_torch_bytes=non_torch,
+        cuda_graph_bytes=cuda_graphs, available_kv_bytes=available,
+        available_kv_source="given" if config.available_kv_bytes is not None else "estimated",
+        num_blocks=num_blocks, blocks_per_request=per_request,
+        # vLLM: int(max_concurrency * max_model_len), in this order of float operations (get_kv_cache_capacity).
+        num_tokens=int(max_concurrency * max_model_len), max_concurrency=max_concurrency,
+        estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight),
+    )
+
+
+def _longest(groups, usable_blocks: int, num_requests: int, upper: int, in_flight: int) -> int:
+    """Largest L <= upper with num_requests x blocks_per_request(L) <= usable_blocks; 0 if none (binary search,
+    as vLLM's estimate_max_model_len)."""
+    def fits(length: int) -> bool:
+        return num_requests * blocks_per_request(groups, length, in_flight) <= usable_blocks
+
+    if not fits(1):
+        return 0
+    low, high = 1, upper
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, requested: int, other: int) -> None:
+    """The GPU cannot hold the weights (or leaves nothing for the cache): say by how much and what would fit."""
+    short = weights + other - requested
+    gpu = config.gpu_name or f"{format_gib(config.gpu_memory_bytes)} GiB GPU"
+    if weights > requested:
+        head = (f"{model.id} does not fit on {gpu}: its weights need {format_gib(weights)} GiB per GPU but "
+                f"{format_gib(config.gpu_memory_bytes)} GiB x {config.gpu_memory_utilization} = "
+                f"{format_gib(requested)} GiB is requested, {format_gib(short)} GiB short (with "
+                f"{format_gib(other)} GiB estimated for activations and other memory)")
+    else:
+        head = (f"no memory left for the KV cache of {model.id} on {gpu}: weights {format_gib(weights)} GiB + "
+                f"estimated activations and other {format_gib(other)} GiB exceed the requested "
+                f"{format_gib(requested)} GiB by {format_gib(short)} GiB")
+    hints = []
+    for tp in valid_tensor_parallel_sizes(model):
+        if tp <= config.tensor_parallel_size:
+            continue
+        trial = replace(config, tensor_parallel_size=tp)
+        if _weights_fit(model, trial):
+            hints.append(f"--tensor-parallel-size {tp} on this GPU")
+            break
+    bigger = [g.id for g in sorted(list_gpus(), key=lambda g: g.memory_bytes)
+              if g.memory_bytes > (config.gpu_memory_bytes or 0)
+              and _weights_fit(model, replace(config, gpu_memory_bytes=g.memory_bytes, gpu_name=g.id))]
+    if bigger:
+        hints.append(f"a larger GPU at the same parallelism: {', '.join(bigger[:3])}")
+    if weights + other < config.gpu_memory_bytes * 0.95 and config.gpu_memory_utilization < 0.95:
+        hints.append("--gpu-memory-utilization 0.95")
+    raise KvlabError(head + (". Would fit: " + "; ".join(hints) if hints else ". Nothing in the catalogue fits at "
+                             "this parallelism; add GPUs with --tensor-parallel-size/--pipeline-parallel-size"))
+
+
+def _weights_fit(model: ModelSpec, config: SizingConfig) -> bool:
+    """Whether weights and the activation estimate leave a positive KV budget on every pipeline stage."""
+    if model.num_attention_heads % config.tensor_parallel_size:
+        return False
+    stages = pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size)
+    act_bytes = DTYPE_BYTES[resolve_dtype(model, config.dtype)]
+    return all(available > 0 for _, _, available in stage_budgets(model, config, stages, act_bytes))
+
+
+# --- reverse questions ----------------------------------------------------------------------------------
+
+def max_context_len(model: ModelSpec, config: SizingConfig, num_requests: int = 1) -> int:
+    """Longest context (tokens per request, up to max_position_embeddings) at which ``num_requests``
+    requests fit in the cache at once; 0 if not even one token each."""
+    if num_requests < 1:
+        raise KvlabError(f"number of concurrent requests must be at least 1, got {num_requests}")
+    result = size_kv_cache(model, config)
+    return _longest(result.kv_cache_groups, result.num_usable_blocks, num_requests, model.max_position_embeddings,
+                    result.max_in_flight_tokens)
+
+
+def max_num_requests(model: ModelSpec, config: SizingConfig, context_len: int) -> int:
+    """Most requests of ``context_len`` tokens whose KV caches fit at once (whole blocks, null block excluded)."""
+    result = size_kv_cache(model, config)
+    check_context_len(model, result, context_len)
+    per_request = blocks_per_request(result.kv_cache_groups, context_len, result.max_in_flight_tokens)
+    return result.num_usable_blocks // per_request
+
+
+def check_context_len(model: ModelSpec, result: SizingResult, context_len: int) -> None:
+    if context_len < 1:
+        raise KvlabError(f"context length must be at least 1 token, got {context_len}")
+    if context_len > result.max_model_len:
+        raise KvlabError(f"context length {context_len:,} exceeds max_model_len {result.max_model_len:,} of "
+                         f"{model.id}: vLLM rejects such requests (raise --max-model-len, up to "
+                         f"{model.max_position_embeddings:,})")
+
+
+def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[int, SizingResult]:
+    """Smallest tensor-parallel size on ``gpu`` that holds the weights and one max_model_len request."""
+    for tp in valid_tensor_parallel_sizes(model):
+        trial = replace(config, tensor_parallel_size=tp, gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.id,
+                         available_kv_bytes=None)
+        try:
+            result = size_kv_cache(model, trial)
+        except KvlabError:
+            continue
+        if result.fits_max_model_len:
+            return tp, result
+    largest = valid_tensor_parallel_sizes(model)[-1]
+    raise KvlabError(f"{model.id} does not fit on up to {largest} x {gpu.id} with tensor parallelism (the most its "
+                     f"{model.num_attention_heads} attention heads allow) with one "
+                     f"{config.max_model_len or model.max_position_embeddings:,}-token request; add pipeline "
+                     "parallelism, lower --max-model-len or pick a larger GPU")
+
+
+@dataclass(frozen=True)
+class WorkloadFit:
+    """Whether ``num_requests`` conversations of ``context_len`` tokens fit in the KV cache at once (per GPU)."""
+
+    num_requests: int
+    context_len: int
+    blocks_per_request: int
+    num_blocks_needed: int
+    num_usable_blocks: int
+    bytes_per_block: int
+    max_num_requests: int  # at context_len
+    max_context_len: int  # at num_requests
+
+    @property
+    def fits(self) -> bool:
+        return self.num_blocks_needed <= self.num_usable_blocks
+
+    @property
+    def kv_bytes_needed(self) -> int:
+        return self.num_blocks_needed * self.bytes_per_block
+
+    @property
+    def kv_bytes_usable(self) -> int:
+        return self.num_usable_blocks * self.bytes_per_block
+
+    @property
+    def spare_blocks(self) -> int:
+        """Blocks left over (negative: blocks missing)."""
+        return self.num_usable_blocks - self.num_blocks_needed
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.update(fits=self.fits, kv_bytes_needed=self.kv_bytes_needed, kv_bytes_usable=self.kv_bytes_usable,
+                    spare_blocks=self.spare_blocks, spare_bytes=self.spare_blocks * self.bytes_per_block)
+        return data
+
+
+def workload_fit(model: ModelSpec, config: SizingConfig, num_requests: int, context_len: int) -> WorkloadFit:
+    """How much KV cache ``num_requests`` requests of ``context_len`` tokens need, and whether it is there."""
+    if num_requests < 1:
+        raise KvlabError(f"concurrency must be at least 1 request, got {num_requests}")
+    result = size_kv_cache(model, config)
+    check_context_len(model, result, context_len)
+    groups, in_flight = result.kv_cache_groups, result.max_in_flight_tokens
+    per_request = blocks_per_request(groups, context_len, in_flight)
+    return WorkloadFit(
+        num_requests=num_requests, context_len=context_len, blocks_per_request=per_request,
+        num_blocks_needed=num_requests * per_request, num_usable_blocks=result.num_usable_blocks,
+        bytes_per_block=result.bytes_per_block, max_num_requests=result.num_usable_blocks // per_request,
+        max_context_len=_longest(groups, result.num_usable_blocks, num_requests, result.max_model_len, in_flight),
+    )
