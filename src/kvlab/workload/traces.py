@@ -6,7 +6,6 @@ times in seconds from the first request. Rows that are not servable data are dro
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from functools import lru_cache
@@ -22,17 +21,14 @@ def _read_text(filename: str) -> str:
     return resources.files("kvlab.workload").joinpath("data", filename).read_text(encoding="utf-8")
 
 
-def _csv_columns(filename: str, columns: tuple[str, ...]) -> list[list[str]]:
-    """The named columns of a bundled CSV file, as lists of strings."""
-    reader = csv.reader(io.StringIO(_read_text(filename)))
-    header = next(reader)
-    index = [header.index(name) for name in columns]
-    rows = list(reader)
-    return [[row[i] for row in rows] for i in index]
-
-
-def _ints(values: list[str]) -> np.ndarray:
-    return np.array(values, dtype=np.int64)
+def _csv_columns(filename: str, columns: dict[str, type]) -> list[np.ndarray]:
+    """The named columns of a bundled CSV file (plain comma-separated, one header line), parsed by numpy."""
+    text = _read_text(filename)
+    header = text.split("\n", 1)[0].strip().split(",")
+    return [
+        np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, usecols=header.index(name), dtype=dtype, ndmin=1)
+        for name, dtype in columns.items()
+    ]
 
 
 def _in_arrival_order(
@@ -49,26 +45,26 @@ def _in_arrival_order(
 @lru_cache(maxsize=None)
 def read_azure(filename: str) -> LengthTable:
     """Azure LLM inference trace 2023: TIMESTAMP (wall clock, 100 ns digits), ContextTokens, GeneratedTokens."""
-    stamps, prompt, output = _csv_columns(filename, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    stamps, prompt, output = _csv_columns(filename, {"TIMESTAMP": str, "ContextTokens": int, "GeneratedTokens": int})
     # numpy parses "2023-11-16 18:17:03.9799600" as a naive datetime; nanoseconds keep all 7 digits.
-    clock = np.array(stamps, dtype="datetime64[ns]")
+    clock = stamps.astype("datetime64[ns]")
     seconds = (clock - clock.min()).astype(np.int64) / 1e9
-    return _in_arrival_order(seconds, _ints(prompt), _ints(output))
+    return _in_arrival_order(seconds, prompt, output)
 
 
 @lru_cache(maxsize=None)
 def read_length_stats(filename: str) -> LengthTable:
     """Sarathi-Serve / Vidur processed traces: num_prefill_tokens, num_decode_tokens (no arrival times)."""
-    prompt, output = _csv_columns(filename, ("num_prefill_tokens", "num_decode_tokens"))
-    return LengthTable(prompt_len=_ints(prompt), output_len=_ints(output))
+    prompt, output = _csv_columns(filename, {"num_prefill_tokens": int, "num_decode_tokens": int})
+    return LengthTable(prompt_len=prompt, output_len=output)
 
 
 @lru_cache(maxsize=None)
 def read_burstgpt(filename: str) -> LengthTable:
     """BurstGPT: Timestamp (s), Request tokens, Response tokens. Failed requests are logged with 0 tokens."""
-    stamps, prompt, output = _csv_columns(filename, ("Timestamp", "Request tokens", "Response tokens"))
-    seconds = np.array(stamps, dtype=float)
-    prompt_len, output_len = _ints(prompt), _ints(output)
+    seconds, prompt_len, output_len = _csv_columns(
+        filename, {"Timestamp": float, "Request tokens": int, "Response tokens": int}
+    )
     servable = (prompt_len > 0) & (output_len > 0)
     num_failed = int((~servable).sum())
     return _in_arrival_order(
@@ -83,8 +79,8 @@ def read_burstgpt(filename: str) -> LengthTable:
 @lru_cache(maxsize=None)
 def read_llmservingsim(filename: str) -> LengthTable:
     """LLMServingSim workload: arrival_time_ns, input_toks, output_toks."""
-    stamps, prompt, output = _csv_columns(filename, ("arrival_time_ns", "input_toks", "output_toks"))
-    return _in_arrival_order(_ints(stamps) / 1e9, _ints(prompt), _ints(output))
+    stamps, prompt, output = _csv_columns(filename, {"arrival_time_ns": int, "input_toks": int, "output_toks": int})
+    return _in_arrival_order(stamps / 1e9, prompt, output)
 
 
 @lru_cache(maxsize=None)
