@@ -89,6 +89,16 @@ def test_same_seed_same_requests_in_another_process():
     assert out.strip() == repr([(r.arrival_time, r.prompt_len, r.output_len) for r in here.requests])
 
 
+def test_golden_first_requests():
+    # Pinned so that a change to the sampling (which would change every golden simulation) is seen here first.
+    sharegpt = load_workload("paper-sharegpt", num_requests=3, rate=1.0, seed=0)
+    alpaca = load_workload("paper-alpaca", num_requests=3, rate=1.0, seed=0)
+    times = [0.8031044072628015, 1.1851061196953891, 1.5492821239285963]
+    assert [r.arrival_time for r in sharegpt.requests] == pytest.approx(times, rel=1e-12)
+    assert [(r.prompt_len, r.output_len) for r in sharegpt.requests] == [(2, 259), (49, 428), (301, 421)]
+    assert [(r.prompt_len, r.output_len) for r in alpaca.requests] == [(45, 25), (25, 46), (28, 52)]
+
+
 def test_lengths_do_not_depend_on_the_rate_or_process():
     slow = load_workload("paper-sharegpt", num_requests=200, rate=0.5, seed=1)
     bursty = load_workload("paper-sharegpt", num_requests=200, rate=9.0, arrival="gamma", cv=4.0, seed=1)
