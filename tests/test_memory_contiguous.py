@@ -66,7 +66,9 @@ def test_slab_sizes(policy, request_, slab, chunk):
 def test_slot_states_of_one_slab():
     allocator = ContiguousAllocator(1024, "max", max_model_len=512)
     seq = Seq(req(7, 100, 50, max_tokens=300))  # slab 400 in a 512 chunk; it will write 149 slots
+    assert allocator.get_num_slots(7) == 0
     assert allocator.allocate_slots(seq, 100) is Fit.NOW
+    assert allocator.get_num_slots(7) == 400
     seq.num_computed_tokens = 100
     usage = slot_usage(allocator, 100)
     assert (usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free) == (

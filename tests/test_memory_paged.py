@@ -70,6 +70,7 @@ def test_allocate_from_the_front_free_tail_first_to_the_front():
     b = Seq(req(1, 5, output_len=3))
     assert admit(allocator, a) is Fit.NOW
     assert allocator.get_block_ids(0) == [1, 2, 3]
+    assert allocator.get_num_slots(0) == 12
     assert allocator.free_block_ids() == [4, 5, 6, 7]
     assert admit(allocator, b) is Fit.NOW
     assert allocator.get_block_ids(1) == [4, 5]
@@ -88,6 +89,7 @@ def test_allocate_from_the_front_free_tail_first_to_the_front():
 
     # Freed blocks without a hash go to the front, tail block first: reused LIFO (vLLM 0.32 free_blocks).
     allocator.free(a)
+    assert allocator.get_num_slots(0) == 0
     assert allocator.free_block_ids() == [6, 3, 2, 1, 7]
     c = Seq(req(2, 9, output_len=1))
     assert admit(allocator, c) is Fit.NOW

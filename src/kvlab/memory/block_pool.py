@@ -91,13 +91,12 @@ class PrefixCachingBlockPool:
         queue = self.free_block_queue
         if num_blocks > len(queue):
             raise ValueError(f"cannot get {num_blocks} blocks: only {len(queue)} free")
-        blocks = []
-        for _ in range(num_blocks):
-            block_id = queue.popitem(last=False)[0]
-            if self.block_hash[block_id] is not None:
+        popitem, block_hash, ref_cnt = queue.popitem, self.block_hash, self.ref_cnt
+        blocks = [popitem(last=False)[0] for _ in range(num_blocks)]
+        for block_id in blocks:
+            if block_hash[block_id] is not None:
                 self._evict(block_id)
-            self.ref_cnt[block_id] = 1
-            blocks.append(block_id)
+            ref_cnt[block_id] = 1
         return blocks
 
     def touch(self, block_ids: list[int]) -> None:
@@ -108,17 +107,19 @@ class PrefixCachingBlockPool:
                 del self.free_block_queue[block_id]
             ref_cnt[block_id] += 1
 
-    def cache_full_block(self, block_id: int, block_hash: BlockHash) -> None:
-        """Give a block that just became full of computed tokens its hash, so later requests can hit it."""
-        assert self.block_hash[block_id] is None, f"block {block_id} is already cached"
-        self.block_hash[block_id] = block_hash
-        blocks = self.cached_block_hash_to_block.get(block_hash)
-        if blocks is None:
-            self.cached_block_hash_to_block[block_hash] = block_id
-        elif isinstance(blocks, int):
-            self.cached_block_hash_to_block[block_hash] = {blocks: None, block_id: None}
-        else:
-            blocks[block_id] = None
+    def cache_full_blocks(self, block_ids: list[int], block_hashes: list[BlockHash]) -> None:
+        """Give blocks that just became full of computed tokens their hashes, so later requests can hit them."""
+        cached = self.cached_block_hash_to_block
+        for block_id, block_hash in zip(block_ids, block_hashes):
+            assert self.block_hash[block_id] is None, f"block {block_id} is already cached"
+            self.block_hash[block_id] = block_hash
+            blocks = cached.get(block_hash)
+            if blocks is None:
+                cached[block_hash] = block_id
+            elif isinstance(blocks, int):
+                cached[block_hash] = {blocks: None, block_id: None}
+            else:
+                blocks[block_id] = None
 
     def free_blocks(self, ordered_blocks: list[int]) -> None:
         """Free blocks ordered by eviction priority: the first is reused (or evicted) first."""
@@ -141,14 +142,10 @@ class PrefixCachingBlockPool:
         return list(self.free_block_queue)
 
     def _evict(self, block_id: int) -> None:
+        """Drop a free block's hash as it is reused: its old content can no longer be hit."""
         block_hash = self.block_hash[block_id]
         self.block_hash[block_id] = None
         blocks = self.cached_block_hash_to_block.pop(block_hash)
-        if isinstance(blocks, dict):
+        if blocks.__class__ is dict:
             del blocks[block_id]
-            if len(blocks) == 1:
-                self.cached_block_hash_to_block[block_hash] = next(iter(blocks))
-            else:
-                self.cached_block_hash_to_block[block_hash] = blocks
-        else:
-            assert blocks == block_id
+            self.cached_block_hash_to_block[block_hash] = next(iter(blocks)) if len(blocks) == 1 else blocks

@@ -86,6 +86,11 @@ class ContiguousAllocator:
     def slab_size(self, request: Request) -> int:
         return self._slab_size(request, self.max_model_len)
 
+    def get_num_slots(self, request_id: int) -> int:
+        """Slots the request holds (0 if none): its slab."""
+        slab = self._slabs.get(request_id)
+        return 0 if slab is None else slab.num_slots
+
     def get_slab(self, request_id: int) -> Slab:
         return self._slabs[request_id]
 

@@ -67,6 +67,7 @@ class PagedAllocator:
             PrefixCachingBlockPool(num_blocks) if enable_prefix_caching else BlockPool(num_blocks)
         )
         self._block_tables: dict[int, list[int]] = {}  # request_id -> block ids, in token order
+        self._num_kv_tokens: dict[int, int] = {}  # request_id -> slots it will ever write (Request.num_kv_tokens)
         self._num_table_entries = 0  # sum of block table lengths: a shared block once per holder
         self.num_internal_fragmentation_slots = 0
         # Prefix caching only.
@@ -119,20 +120,20 @@ class PagedAllocator:
         As in vLLM, ``num_cached_tokens`` is the hit ``get_num_cached_tokens`` just returned for a request being
         admitted, not yet counted in ``seq.num_computed_tokens``. LATER changes nothing.
         """
-        table = self._block_tables.get(seq.request.request_id)
+        request_id = seq.request.request_id
+        table = self._block_tables.get(request_id)
         if table is None:
             return self._allocate_first(seq, num_new_tokens, num_cached_tokens)
         assert num_cached_tokens == 0, "a running request gets no new prefix-cache hits"
+        # vLLM caps at max_model_len here too, but its scheduler never schedules a running request past it.
         num_tokens = seq.num_computed_tokens + num_new_tokens
-        if self.max_model_len is not None:
-            num_tokens = min(num_tokens, self.max_model_len)
-        num_required_blocks = -(-num_tokens // self.block_size)
-        num_new_blocks = num_required_blocks - len(table)
+        num_new_blocks = -(-num_tokens // self.block_size) - len(table)
         if num_new_blocks > 0:
             if num_new_blocks > self.block_pool.num_free_blocks:
-                return Fit.NEVER if num_required_blocks > self.num_blocks - 1 else Fit.LATER
-            self._append_new_blocks(seq.request, table, num_new_blocks)
-        if self.enable_prefix_caching:
+                return Fit.NEVER if len(table) + num_new_blocks > self.num_blocks - 1 else Fit.LATER
+            self._append_new_blocks(request_id, table, num_new_blocks)
+        # With prefix caching, blocks just filled get their hashes (checked here first: most steps fill none).
+        if self.enable_prefix_caching and num_tokens // self.block_size > self._num_cached_blocks[request_id]:
             self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
@@ -146,10 +147,17 @@ class PagedAllocator:
         if table is None:
             return  # freed before it was ever allocated
         self._num_table_entries -= len(table)
-        self.num_internal_fragmentation_slots -= self._internal_fragmentation(len(table), seq.request)
+        internal = len(table) * self.block_size - self._num_kv_tokens.pop(request_id)
+        if internal > 0:
+            self.num_internal_fragmentation_slots -= internal
         self.block_pool.free_blocks(table[::-1])
 
     # Inspection ---------------------------------------------------------------------------------------------
+
+    def get_num_slots(self, request_id: int) -> int:
+        """Slots the request holds (0 if none): it can compute up to this many tokens without allocating."""
+        table = self._block_tables.get(request_id)
+        return 0 if table is None else len(table) * self.block_size
 
     def get_block_ids(self, request_id: int) -> list[int]:
         return list(self._block_tables[request_id])
@@ -258,8 +266,10 @@ class PagedAllocator:
         else:
             assert max(holders) <= 1, "a block is shared without prefix caching"
         assert self._num_table_entries == sum(holders)
+        assert self._num_kv_tokens.keys() == self._block_tables.keys()
         assert self.num_internal_fragmentation_slots == sum(
-            self._internal_fragmentation(len(self._block_tables[seq.request.request_id]), seq.request) for seq in held
+            max(0, len(self._block_tables[seq.request.request_id]) * self.block_size - seq.request.num_kv_tokens)
+            for seq in held
         )
         for seq in held:
             table = self._block_tables[seq.request.request_id]
@@ -305,25 +315,27 @@ class PagedAllocator:
         if hit_blocks:
             self.block_pool.touch(hit_blocks)
         table = hit_blocks
-        self._block_tables[request.request_id] = table
+        request_id = request.request_id
+        self._block_tables[request_id] = table
+        self._num_kv_tokens[request_id] = request.num_kv_tokens
         self._num_table_entries += num_hit
-        self.num_internal_fragmentation_slots += self._internal_fragmentation(num_hit, request)
+        # Hit blocks are full of prompt tokens: never beyond num_kv_tokens.
         if num_required_blocks > num_hit:
-            self._append_new_blocks(request, table, num_required_blocks - num_hit)
+            self._append_new_blocks(request_id, table, num_required_blocks - num_hit)
         if self.enable_prefix_caching:
             self._num_cached_blocks[request.request_id] = num_hit
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
-    def _append_new_blocks(self, request: Request, table: list[int], num_new_blocks: int) -> None:
-        before = self._internal_fragmentation(len(table), request)
+    def _append_new_blocks(self, request_id: int, table: list[int], num_new_blocks: int) -> None:
+        num_kv_tokens = self._num_kv_tokens[request_id]
+        before = len(table) * self.block_size - num_kv_tokens
         table.extend(self.block_pool.get_new_blocks(num_new_blocks))
         self._num_table_entries += num_new_blocks
-        self.num_internal_fragmentation_slots += self._internal_fragmentation(len(table), request) - before
-
-    def _internal_fragmentation(self, num_table_blocks: int, request: Request) -> int:
-        """Slots of the request's blocks beyond the last token it will ever write."""
-        return max(0, num_table_blocks * self.block_size - request.num_kv_tokens)
+        # Internal fragmentation: the slots of the request's blocks beyond the last token it will ever write.
+        after = len(table) * self.block_size - num_kv_tokens
+        if after > 0:
+            self.num_internal_fragmentation_slots += after - max(before, 0)
 
     def _get_hit_blocks(self, request: Request, num_hit_blocks: int) -> list[int]:
         hashes = self._extend_block_hashes(request, num_hit_blocks)
@@ -338,8 +350,9 @@ class PagedAllocator:
         if num_full_blocks <= num_cached_blocks:
             return
         hashes = self._extend_block_hashes(request, num_full_blocks)
-        for j in range(num_cached_blocks, num_full_blocks):
-            self.block_pool.cache_full_block(table[j], hashes[j])
+        self.block_pool.cache_full_blocks(
+            table[num_cached_blocks:num_full_blocks], hashes[num_cached_blocks:num_full_blocks]
+        )
         self._num_cached_blocks[request.request_id] = num_full_blocks
 
     def _extend_block_hashes(self, request: Request, num_blocks: int) -> list[BlockHash]:
