@@ -1,0 +1,172 @@
+"""`kvlab size`, `kvlab fit`, `kvlab models`, `kvlab gpus`: what a user reads, and every bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+JSON_FIELDS = ("kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "page_size_bytes", "weights_bytes",
+               "available_kv_bytes", "num_blocks", "num_tokens", "max_concurrency", "max_model_len")
+
+
+def test_size_opt_13b_on_an_a100(kvlab):
+    r = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert all(field in data for field in JSON_FIELDS)
+    assert data["kv_bytes_per_token"] == 819_200
+    assert 0.58 < data["memory_split"]["weights_share"] < 0.66
+    assert data["available_kv_source"] == "estimated" and data["available_kv_bytes"] < 12 * 2**30
+    assert data["num_tokens"] == data["num_blocks"] * 16
+
+
+def test_size_text_explains_and_prints_vllms_lines(kvlab):
+    r = kvlab("size", "opt-13b", "--gpu", "a100-40gb")
+    assert r.exit_code == 0, r.stderr
+    out = r.stdout
+    assert "819,200 B" in out and "2 (K and V) x 40 layers x 40 KV heads x 128 head_dim x 2 B" in out
+    assert "estimate" in out and "Figure 1" in out
+    lines = [line.strip() for line in out.splitlines()]
+    assert any(line.startswith("Available KV cache memory: ") and line.endswith(" GiB") for line in lines)
+    assert any(line.startswith("GPU KV cache size: ") and line.endswith(" tokens") for line in lines)
+    assert "Maximum concurrency for 2,048 tokens per request: " in out
+
+
+def test_size_with_the_papers_12_gib(kvlab):
+    r = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--available-kv-gib", "12")
+    assert r.exit_code == 0, r.stderr
+    assert "GPU KV cache size: 15,728 tokens" in r.stdout
+    assert kvlab("size", "opt-13b", "--available-kv-gib", "12", "--json").json()["num_tokens"] == 15_728
+
+
+def test_size_reproduces_the_qwen3_14b_log(kvlab):
+    r = kvlab("size", "Qwen3-14B", "--available-kv-gib", "6.51", "--max-model-len", "32768")
+    assert r.exit_code == 0, r.stderr
+    assert "Available KV cache memory: 6.51 GiB" in r.stdout
+    assert "GPU KV cache size: 42,656 tokens" in r.stdout
+    assert "Maximum concurrency for 32,768 tokens per request: 1.30x" in r.stdout
+
+
+@pytest.mark.parametrize("model, kv_bytes", [("Llama-3.1-8B", 131_072), ("Qwen3-32B", 262_144),
+                                             ("DeepSeek-V2-Lite", 31_104), ("Qwen2.5-0.5B", 12_288)])
+def test_bytes_per_token_from_config(kvlab, model, kv_bytes):
+    data = kvlab("size", model, "--gpu", "h100", "--json").json()
+    assert data["kv_bytes_per_token"] == kv_bytes
+
+
+def test_size_without_a_gpu_gives_the_per_token_numbers(kvlab):
+    r = kvlab("size", "qwen3-32b")
+    assert r.exit_code == 0, r.stderr
+    assert "262,144 B" in r.stdout and "not hidden_size / heads = 80" in r.stdout and "--gpu" in r.stdout
+    data = kvlab("size", "qwen3-32b", "--json").json()
+    assert data["kv_bytes_per_token"] == 262_144 and data["num_tokens"] is None
+
+
+def test_size_explains_mla_sliding_and_parallel_splits(kvlab):
+    mla = kvlab("size", "deepseek-v2-lite", "--gpu", "h100", "-tp", "2").stdout
+    assert "MLA" in mla and "not split by tensor" in mla
+    hybrid = kvlab("size", "gemma-3-1b-it", "--gpu", "l4").stdout
+    assert "7 KV cache groups" in hybrid and "sliding: ceil(min(512 - 1" in hybrid
+    data = kvlab("size", "llama-3.1-70b", "--gpu", "h100", "-tp", "2", "-pp", "2", "--json").json()
+    assert data["num_kv_heads_per_gpu"] == 4 and data["num_layers_per_gpu"] == 40
+    assert data["kv_bytes_per_token_per_gpu"] == 40 * 2 * 4 * 128 * 2
+    fp8 = kvlab("size", "llama-3.1-8b", "--gpu", "h100", "--kv-cache-dtype", "fp8", "--json").json()
+    assert fp8["kv_bytes_per_token"] == 65_536 and fp8["kv_cache_dtype"] == "fp8"
+
+
+def test_the_workload_question(kvlab):
+    args = ("size", "qwen3-14b", "--available-kv-gib", "6.51", "--max-model-len", "32768")
+    fits = kvlab(*args, "--concurrency", "1", "--context-len", "32768", "--json").json()["workload"]
+    assert fits["fits"] and fits["spare_blocks"] == 2665 - 2048
+    r = kvlab(*args, "--concurrency", "2", "--context-len", "32768")
+    assert r.exit_code == 0, r.stderr
+    assert "does not fit" in r.stdout and "1,431 blocks" in r.stdout  # 2 x 2,048 - 2,665
+    assert "2 requests fit up to 21,312 tokens each" in r.stdout
+
+
+def test_fit_answers_the_reverse_questions(kvlab):
+    r = kvlab("fit", "llama-3.1-70b", "--gpu", "a100-40gb", "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert data["fewest_gpus"]["tensor_parallel_size"] == 8
+    assert data["tensor_parallel_size"] == 8  # the other answers at the TP that fits
+    assert data["max_context_len"]["context_len"] == 131_072 and data["max_num_requests"]["num_requests"] >= 1
+    data = kvlab("fit", "qwen3-14b", "--available-kv-gib", "6.51", "--max-model-len", "32768",
+                 "--concurrency", "2", "--context-len", "8192", "--json").json()
+    assert data["max_context_len"]["context_len"] == 21_312
+    assert data["max_num_requests"] == {"context_len": 8192, "num_requests": 5}
+    assert data["workload"]["fits"] and "fewest_gpus" not in data
+    text = kvlab("fit", "opt-13b", "--gpu", "a100-40gb", "--concurrency", "4")
+    assert "Fewest GPUs: 1 x A100-40GB" in text.stdout and "Longest context for 4 concurrent requests" in text.stdout
+
+
+def test_models_and_gpus(kvlab):
+    models = kvlab("models", "--json").json()
+    assert len(models) == 28 and all(m["source"] for m in models)
+    assert {m["id"]: m["kv_bytes_per_token"] for m in models}["opt-13b"] == 819_200
+    assert "deepseek-v3" in kvlab("models").stdout
+    gpus = kvlab("gpus", "--json").json()
+    assert {g["id"]: g["memory_bytes"] for g in gpus}["A100-40GB"] == 42_405_855_232
+    assert "cuda device query" in kvlab("gpus").stdout
+
+
+def test_config_json_route(kvlab, tmp_path):
+    config = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+              "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+              "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    r = kvlab("size", str(tmp_path), "--gpu", "l4", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["kv_bytes_per_token"] == 131_072 and r.json()["model"]["origin"] == "config.json"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("size", "opt-31b", "--gpu", "a100-40gb"), "Did you mean: opt-13b"),
+    (("size", "opt-13b", "--gpu", "a100-4gb"), "Did you mean: A100-40GB"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--gpu-memory-utilization", "0"), "outside (0, 1]"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--gpu-memory-utilization", "1.2"), "outside (0, 1]"),
+    (("size", "opt-13b", "--gpu-memory-gib", "-40"), "--gpu-memory-gib must be positive"),
+    (("size", "opt-13b", "--available-kv-gib", "0"), "--available-kv-gib must be positive"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--max-model-len", "0"), "--max-model-len must be positive"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--max-num-batched-tokens", "-1"),
+     "--max-num-batched-tokens must be positive"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--concurrency", "0"), "--concurrency must be positive"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--block-size", "8"), "multiple of 16"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--tensor-parallel-size", "3"),
+     "must be divisible by tensor parallel size (3)"),
+    (("size", "opt-13b", "--gpu", "t4"), "GiB short"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--max-model-len", "4096"), "max_position_embeddings"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--context-len", "4096"), "exceeds max_model_len"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-dtype", "int4"), "kv_cache_dtype 'int4'"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--gpu-memory-gib", "40"), "not both"),
+    (("fit", "opt-13b"), "need a memory budget"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(kvlab, args, message):
+    r = kvlab(*args)
+    assert r.exit_code == 2
+    assert message in " ".join(r.stderr.split())
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_missing_config_field_is_named(kvlab, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4096, "num_attention_heads": 32,
+                                                      "vocab_size": 32000}))
+    r = kvlab("size", str(tmp_path), "--gpu", "a100-40gb")
+    assert r.exit_code == 2 and "missing field 'num_hidden_layers'" in r.stderr
+
+
+def test_non_numeric_option_is_a_usage_error(kvlab):
+    r = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--block-size", "abc")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr + r.stdout
+
+
+def test_size_imports_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = ("import sys; from kvlab.cli import main\n"
+            "try:\n    main(['size', 'opt-13b', '--gpu', 'a100-40gb', '--json'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('numpy', 'matplotlib', 'starlette', 'huggingface_hub') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
