@@ -91,11 +91,18 @@ class PrefixCachingBlockPool:
         queue = self.free_block_queue
         if num_blocks > len(queue):
             raise ValueError(f"cannot get {num_blocks} blocks: only {len(queue)} free")
-        popitem, block_hash, ref_cnt = queue.popitem, self.block_hash, self.ref_cnt
+        popitem, block_hashes, ref_cnt = queue.popitem, self.block_hash, self.ref_cnt
+        cached = self.cached_block_hash_to_block
         blocks = [popitem(last=False)[0] for _ in range(num_blocks)]
         for block_id in blocks:
-            if block_hash[block_id] is not None:
-                self._evict(block_id)
+            block_hash = block_hashes[block_id]
+            if block_hash is not None:
+                # Eviction: the block is reused, so its old content can no longer be hit.
+                block_hashes[block_id] = None
+                entry = cached.pop(block_hash)
+                if entry.__class__ is dict:
+                    del entry[block_id]
+                    cached[block_hash] = next(iter(entry)) if len(entry) == 1 else entry
             ref_cnt[block_id] = 1
         return blocks
 
@@ -140,12 +147,3 @@ class PrefixCachingBlockPool:
     def free_block_ids(self) -> list[int]:
         """The free queue, front (next handed out) to back."""
         return list(self.free_block_queue)
-
-    def _evict(self, block_id: int) -> None:
-        """Drop a free block's hash as it is reused: its old content can no longer be hit."""
-        block_hash = self.block_hash[block_id]
-        self.block_hash[block_id] = None
-        blocks = self.cached_block_hash_to_block.pop(block_hash)
-        if blocks.__class__ is dict:
-            del blocks[block_id]
-            self.cached_block_hash_to_block[block_hash] = next(iter(blocks)) if len(blocks) == 1 else blocks

@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from kvlab.errors import KvlabError
 from kvlab.memory.base import BlockSnapshot, Fit, Sequence, slot_usage
 from kvlab.memory.buddy import BuddyAllocator, next_pow2
@@ -138,6 +136,8 @@ class ContiguousAllocator:
         A trailing partial display block (``num_slots`` not a multiple of the display block size) shows its
         missing slots as free.
         """
+        import numpy as np  # only snapshots need it; keeps `import kvlab.memory` light
+
         bs = self.display_block_size
         num_display_blocks = -(-self.num_slots // bs)
         state = np.zeros(num_display_blocks * bs, dtype=np.uint8)

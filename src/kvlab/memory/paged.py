@@ -30,8 +30,6 @@ from __future__ import annotations
 
 from itertools import chain
 
-import numpy as np
-
 from kvlab.errors import KvlabError
 from kvlab.memory.base import BlockSnapshot, Fit, Sequence, slot_usage
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
@@ -186,6 +184,8 @@ class PagedAllocator:
 
     def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot:
         """Every pool block in block-id order; a shared block names its first holder among ``seqs``."""
+        import numpy as np  # only snapshots need it; keeps `import kvlab.memory` light
+
         bs, nb = self.block_size, self.num_blocks
         tables, num_computed, num_kv, owners = [], [], [], []
         for seq in seqs:
