@@ -71,6 +71,95 @@ class SimConfig:
         if self.preemption_mode == "swap" and self.swap_space_bytes <= 0:
             raise KvlabError("--preemption-mode swap needs CPU swap space: give --swap-space GiB > 0")
 
+    @classmethod
+    def from_options(
+        cls,
+        *,
+        model: str = "opt-13b",
+        gpu: str = "a100-40gb",
+        gpu_memory_gib: float | None = None,
+        available_kv_gib: float | None = None,
+        num_gpu_blocks: int | None = None,
+        gpu_memory_utilization: float = 0.9,
+        block_size: int = 16,
+        dtype: str = "auto",
+        kv_cache_dtype: str = "auto",
+        tensor_parallel_size: int = 1,
+        pipeline_parallel_size: int = 1,
+        max_model_len: int | None = None,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        enable_chunked_prefill: bool = True,
+        preemption_mode: str | None = None,
+        swap_space_gib: float = 4.0,
+    ) -> SimConfig:
+        """Size the KV cache as vLLM would (``kvlab size``) and build the cost model for ``model`` on ``gpu``.
+
+        ``num_gpu_blocks`` fixes the pool (vLLM's ``num_gpu_blocks_override``); ``available_kv_gib`` fixes the
+        budget vLLM printed; otherwise kvlab's estimate of the budget is used."""
+        from kvlab.catalog import get_gpu, get_model
+        from kvlab.sizing import GIB, SizingConfig, size_kv_cache
+
+        model_spec = get_model(model)
+        gpu_spec = get_gpu(gpu)
+        if gpu_spec.memory_bandwidth_bytes_per_s is None or gpu_spec.peak_flops is None:
+            raise KvlabError(
+                f"the catalogue has no memory bandwidth or FLOP/s for {gpu_spec.id}, which the cost model needs; "
+                f"pick a GPU that has both (kvlab gpus)"
+            )
+        for name, value in (("--gpu-memory-gib", gpu_memory_gib), ("--available-kv-gib", available_kv_gib),
+                            ("--num-gpu-blocks", num_gpu_blocks), ("--swap-space", swap_space_gib)):
+            if value is not None and value < 0 or (value == 0 and name != "--swap-space"):
+                raise KvlabError(f"{name} must be positive, got {value}")
+        sizing = size_kv_cache(
+            model_spec,
+            SizingConfig(
+                gpu_memory_bytes=int((gpu_memory_gib * GIB) if gpu_memory_gib else gpu_spec.memory_bytes),
+                gpu_memory_utilization=gpu_memory_utilization,
+                block_size=block_size,
+                dtype=dtype,
+                kv_cache_dtype=kv_cache_dtype,
+                tensor_parallel_size=tensor_parallel_size,
+                pipeline_parallel_size=pipeline_parallel_size,
+                max_model_len=max_model_len,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=max_num_seqs,
+                available_kv_bytes=int(available_kv_gib * GIB) if available_kv_gib else None,
+                gpu_name=gpu_spec.id,
+            ),
+        )
+        tp = tensor_parallel_size
+        num_slots = num_gpu_blocks * block_size if num_gpu_blocks else sizing.num_tokens
+        if num_slots < block_size * 2:
+            raise KvlabError(
+                f"{model_spec.id} on {gpu_spec.id} leaves a KV cache of {num_slots} token slots: too small to serve"
+            )
+        # Per TP rank, all layers: pipeline stages run one after the other, so an iteration reads every layer.
+        kv_bytes_per_token_per_rank = sizing.kv_bytes_per_token_per_gpu * pipeline_parallel_size
+        cost = CostModel(
+            weights_bytes=sizing.weights_bytes_total / tp,
+            kv_bytes_per_token=kv_bytes_per_token_per_rank,
+            flops_per_token=2.0 * model_spec.num_active_params / tp,
+            attention_flops_per_pair=4.0 * model_spec.num_hidden_layers * model_spec.num_attention_heads
+            * model_spec.head_dim / tp,
+            memory_bandwidth=float(gpu_spec.memory_bandwidth_bytes_per_s),
+            peak_flops=float(gpu_spec.peak_flops),
+        )
+        return cls(
+            num_slots=num_slots,
+            cost=cost,
+            block_size=block_size,
+            max_model_len=sizing.max_model_len,
+            max_num_seqs=sizing.max_num_seqs,
+            max_num_batched_tokens=sizing.max_num_batched_tokens,
+            enable_chunked_prefill=enable_chunked_prefill,
+            preemption_mode=preemption_mode,
+            swap_space_bytes=int(swap_space_gib * GIB * tp),
+            kv_bytes_per_token=sizing.kv_bytes_per_token,
+            model=model_spec.id,
+            gpu=gpu_spec.id,
+        )
+
 
 @dataclass
 class SimResult:
