@@ -69,7 +69,8 @@ def test_weights_in_bytes_follow_the_checkpoint_format():
     # gpt-oss ships its experts in MXFP4 (4.25 bits): about 61 GiB, not 2 x 117 GB.
     assert get_model("gpt-oss-120b").weights_bytes() / GIB == pytest.approx(60.7, abs=0.5)
     # DeepSeek-V3 ships fp8 linear layers: about one byte per parameter.
-    assert get_model("deepseek-v3").weights_bytes() / get_model("deepseek-v3").num_params == pytest.approx(1.0, abs=0.01)
+    deepseek = get_model("deepseek-v3")
+    assert deepseek.weights_bytes() / deepseek.num_params == pytest.approx(1.0, abs=0.01)
 
 
 def test_layer_types_of_sliding_and_hybrid_models():

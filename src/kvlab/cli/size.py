@@ -6,7 +6,6 @@ Options use vLLM's spelling. Kept light: only the catalogue, the sizing arithmet
 from __future__ import annotations
 
 import json
-import math
 from typing import Annotated, Optional
 
 import typer
@@ -21,7 +20,7 @@ GpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU from the catal
 GpuGibOpt = Annotated[Optional[float], typer.Option("--gpu-memory-gib", help="GPU memory in GiB, as CUDA reports "
                                                     "it (instead of --gpu).")]
 TpOpt = Annotated[Optional[int], typer.Option("--tensor-parallel-size", "-tp", help="GPUs that split each layer "
-                                              "[default: 1].")]
+                                              "\\[default: 1].")]
 PpOpt = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", help="GPUs that split the layers.")]
 UtilOpt = Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use, "
                                         "in (0, 1].")]
@@ -29,11 +28,11 @@ BlockOpt = Annotated[int, typer.Option("--block-size", help="Tokens per KV cache
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, float16, bfloat16, float32.")]
 KvDtypeOpt = Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model dtype), fp8, fp8_e4m3, "
                                          "fp8_e5m2, float16, bfloat16.")]
-MaxLenOpt = Annotated[Optional[int], typer.Option("--max-model-len", help="Longest request in tokens [default: "
+MaxLenOpt = Annotated[Optional[int], typer.Option("--max-model-len", help="Longest request in tokens \\[default: "
                                                   "the model's max_position_embeddings].")]
 BatchedOpt = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="Tokens per engine step "
-                                                   "[default: vllm serve's for the GPU: 2048, 8192 or 16384].")]
-SeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Requests per engine step [default: vllm "
+                                                   "\\[default: vllm serve's for the GPU: 2048, 8192 or 16384].")]
+SeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Requests per engine step \\[default: vllm "
                                                 "serve's for the GPU: 256 or 1024].")]
 AvailOpt = Annotated[Optional[float], typer.Option("--available-kv-gib", help="The 'Available KV cache memory' vLLM "
                                                    "printed, in GiB: replaces kvlab's estimate of the budget.")]
@@ -248,20 +247,24 @@ def _title(model, gpu, config, result=None) -> str:
     return text
 
 
-def _print_workload(console, fit, result) -> None:
-    need, have = fit.kv_bytes_needed, fit.kv_bytes_usable
-    console.print(f"\n[bold]Workload:[/] {fit.num_requests:,} requests x {fit.context_len:,} tokens")
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _print_workload(console, fit) -> None:
+    spare = gib(abs(fit.spare_blocks) * fit.bytes_per_block)
+    console.print(f"\n[bold]Workload:[/] {_plural(fit.num_requests, 'request')} x {fit.context_len:,} tokens")
     console.print(f"  needs {fit.num_blocks_needed:,} blocks ({fit.num_requests:,} x {fit.blocks_per_request:,}) = "
-                  f"{gib(need)} per GPU; the cache holds {fit.num_usable_blocks:,} usable blocks ({gib(have)}; "
-                  "one block is vLLM's null block)")
+                  f"{gib(fit.kv_bytes_needed)} per GPU; the cache holds {fit.num_usable_blocks:,} usable blocks "
+                  f"({gib(fit.kv_bytes_usable)}; one block is vLLM's null block)")
     if fit.fits:
-        console.print(f"  [green]fits[/], with {fit.spare_blocks:,} blocks ({gib(fit.spare_blocks * fit.bytes_per_block)}) "
-                      f"to spare: room for {fit.max_num_requests - fit.num_requests:,} more requests of this length")
+        room = _plural(fit.max_num_requests - fit.num_requests, "more request")
+        console.print(f"  [green]fits[/], with {fit.spare_blocks:,} blocks ({spare}) to spare: room for {room} "
+                      "of this length")
     else:
-        console.print(f"  [red]does not fit[/]: {-fit.spare_blocks:,} blocks ({gib(-fit.spare_blocks * fit.bytes_per_block)}) "
-                      "short")
-    console.print(f"  at {fit.context_len:,} tokens at most {fit.max_num_requests:,} request{'' if fit.max_num_requests == 1 else 's'} fit; "
-                  f"{fit.num_requests:,} requests fit up to {fit.max_context_len:,} tokens each")
+        console.print(f"  [red]does not fit[/]: {-fit.spare_blocks:,} blocks ({spare}) short")
+    console.print(f"  at {fit.context_len:,} tokens at most {_plural(fit.max_num_requests, 'request')} fit; "
+                  f"{_plural(fit.num_requests, 'request')} fit up to {fit.max_context_len:,} tokens each")
 
 
 @app.command()
@@ -283,7 +286,7 @@ def size(
     context_len: CtxOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The KV cache vLLM would allocate for MODEL, the startup lines it would print, and where each number comes from."""
+    """The KV cache vLLM would allocate for MODEL, the lines it would print, and where each number comes from."""
     from kvlab.catalog import get_model
     from kvlab.sizing import kv_layout, size_kv_cache, workload_fit
 
@@ -326,12 +329,13 @@ def size(
     split = result.memory_split
     if split:
         console.print(f"\n[bold]Memory of one GPU[/] (the paper's Figure 1), of {gib(split['gpu_memory_bytes'])}: "
-                      f"[blue]weights {split['weights_share']:.1%}[/] · [green]KV cache {split['kv_cache_share']:.1%}[/]"
-                      f" · other {split['other_share']:.1%} (activations, non-torch, the "
-                      f"{1 - result.gpu_memory_utilization:.0%} vLLM leaves unrequested, the part-block left over)")
+                      f"[blue]weights {split['weights_share']:.1%}[/] · "
+                      f"[green]KV cache {split['kv_cache_share']:.1%}[/] · other {split['other_share']:.1%} "
+                      f"(activations, non-torch, the {1 - result.gpu_memory_utilization:.0%} vLLM leaves "
+                      "unrequested, the part-block left over)")
         console.print("  " + _split_bar(split))
     if fit:
-        _print_workload(console, fit, result)
+        _print_workload(console, fit)
 
 
 def _print_layout_only(spec, config, layout, as_json: bool) -> None:
@@ -339,7 +343,8 @@ def _print_layout_only(spec, config, layout, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps({
             "model": {"id": spec.id, "hf_repo": spec.hf_repo, "origin": spec.origin, "attention": spec.attention},
-            "kv_bytes_per_token": layout.kv_bytes_per_token, "kv_bytes_per_token_per_gpu": layout.kv_bytes_per_token_per_gpu,
+            "kv_bytes_per_token": layout.kv_bytes_per_token,
+            "kv_bytes_per_token_per_gpu": layout.kv_bytes_per_token_per_gpu,
             "page_size_bytes": layout.page_size_bytes, "weights_bytes": layout.weights_bytes,
             "max_model_len": layout.max_model_len, "available_kv_bytes": None, "num_blocks": None,
             "num_tokens": None, "max_concurrency": None,
@@ -380,7 +385,7 @@ def fit(
     context_len: CtxOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The reverse questions: longest context for N requests, most requests at a context, fewest GPUs that hold MODEL."""
+    """The reverse questions: longest context for N requests, most requests at a length, fewest GPUs for MODEL."""
     from dataclasses import replace
 
     from kvlab.catalog import GpuSpec, get_model
@@ -401,16 +406,26 @@ def fit(
     if config.gpu_memory_bytes is not None:
         target = gpu_spec or GpuSpec(id=f"{gib(config.gpu_memory_bytes)} GPU", memory_bytes=config.gpu_memory_bytes,
                                      memory_bytes_source="given", memory_bandwidth_bytes_per_s=None, peak_flops=None)
-        tp, fewest = fewest_gpus(spec, target, config)
-        answers["fewest_gpus"] = {"tensor_parallel_size": tp, "pipeline_parallel_size": config.pipeline_parallel_size,
-                                  "num_gpus": tp * config.pipeline_parallel_size, "gpu": target.id,
-                                  "max_model_len": fewest.max_model_len, "num_tokens": fewest.num_tokens,
-                                  "max_concurrency": fewest.max_concurrency}
-        if tensor_parallel_size is None and tp > 1 and config.available_kv_bytes is None:
-            # The model does not fit one GPU at TP 1: answer the other questions at the TP that works.
-            config = replace(config, tensor_parallel_size=tp)
-            notes.append(f"the other answers use --tensor-parallel-size {tp}, the fewest that fits")
-    result = size_kv_cache(spec, config)
+        try:
+            tp, fewest = fewest_gpus(spec, target, config)
+            answers["fewest_gpus"] = {
+                "tensor_parallel_size": tp, "pipeline_parallel_size": config.pipeline_parallel_size,
+                "num_gpus": tp * config.pipeline_parallel_size, "gpu": target.id,
+                "max_model_len": fewest.max_model_len, "num_tokens": fewest.num_tokens,
+                "max_concurrency": fewest.max_concurrency}
+        except KvlabError as exc:
+            answers["fewest_gpus"] = None
+            notes.append(str(exc))
+    try:
+        result = size_kv_cache(spec, config)
+    except KvlabError:
+        if not answers.get("fewest_gpus") or tensor_parallel_size is not None:
+            raise
+        # The weights do not fit one GPU: answer the other questions at the fewest GPUs that hold the model.
+        config = replace(config, tensor_parallel_size=answers["fewest_gpus"]["tensor_parallel_size"])
+        notes.append(f"the other answers use --tensor-parallel-size {config.tensor_parallel_size}, the fewest "
+                     "that fits")
+        result = size_kv_cache(spec, config)
     longest = max_context_len(spec, config, concurrency)
     length = context_len or result.max_model_len
     most = max_num_requests(spec, config, length)
@@ -434,7 +449,7 @@ def fit(
     budget = "given" if result.available_kv_source == "given" else "estimated"
     console.print(f"KV cache: {result.num_blocks:,} blocks of {result.block_size} tokens ({gib(result.kv_cache_bytes)}"
                   f" per GPU, budget {budget}); {result.num_usable_blocks:,} usable")
-    if "fewest_gpus" in answers:
+    if answers.get("fewest_gpus"):
         f = answers["fewest_gpus"]
         console.print(f"\n[bold]Fewest GPUs:[/] {f['num_gpus']} x {f['gpu']} (--tensor-parallel-size "
                       f"{f['tensor_parallel_size']}) hold the weights and one {f['max_model_len']:,}-token request "
@@ -444,7 +459,7 @@ def fit(
                   f"{longest:,} tokens{capped}")
     console.print(f"[bold]Most concurrent requests at {length:,} tokens:[/] {most:,}")
     if context_len:
-        _print_workload(console, workload_fit(spec, config, concurrency, context_len), result)
-    if math.isfinite(result.max_concurrency) and not result.fits_max_model_len:
+        _print_workload(console, workload_fit(spec, config, concurrency, context_len))
+    if not result.fits_max_model_len:
         console.print(f"[yellow]vLLM would refuse to start with max_model_len {result.max_model_len:,}: lower it to "
                       f"{result.estimated_max_model_len:,} or add GPUs.[/]")
