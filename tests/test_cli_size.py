@@ -170,3 +170,16 @@ def test_size_imports_nothing_heavy():
             "print(sorted(m for m in ('numpy', 'matplotlib', 'starlette', 'huggingface_hub') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_fit_keeps_one_gpu_when_the_weights_fit(kvlab):
+    # Llama-3.1-8B's weights fit one L4, one 131,072-token request does not: the fewest-GPUs answer says how many
+    # would hold it, the other answers stay on the one GPU asked about.
+    data = kvlab("fit", "llama-3.1-8b", "--gpu", "l4", "--json").json()
+    assert data["tensor_parallel_size"] == 1 and data["fewest_gpus"]["tensor_parallel_size"] > 1
+    assert 0 < data["max_context_len"]["context_len"] < 131_072
+
+
+def test_fit_a_model_no_tensor_parallel_size_holds(kvlab):
+    r = kvlab("fit", "deepseek-v3", "--gpu", "t4")
+    assert r.exit_code == 2 and "does not fit on T4" in " ".join(r.stderr.split())
