@@ -22,20 +22,16 @@ def race_table(summaries: list[dict], title: str) -> Table:
     from rich.table import Table
 
     best = max(summaries, key=lambda s: s["throughput_rps"])
-    table = Table(title=title, title_justify="left", header_style="bold")
-    table.add_column("strategy")
-    table.add_column("tokens %", justify="right")
-    table.add_column("reserved %", justify="right")
-    table.add_column("internal frag %", justify="right")
-    table.add_column("external frag + free %", justify="right")
-    table.add_column("mean batch", justify="right")
-    table.add_column("req/s", justify="right")
-    table.add_column("out tok/s", justify="right")
-    table.add_column("norm. latency p50 (ms/tok)", justify="right")
-    table.add_column("TTFT p50 (ms)", justify="right")
-    table.add_column("preempt.", justify="right")
-    table.add_column("recomputed tok", justify="right")
-    table.add_column("finished / rejected", justify="right")
+    table = Table(title=title, title_justify="left", header_style="bold", caption=(
+        "KV memory shares are time averages: tokens | reserved for tokens to come | internal fragmentation "
+        "(reserved, never used) | external fragmentation, allocator round-up and free. ★ most requests/s."),
+        caption_justify="left")
+    for header, justify in (("strategy", "left"), ("tokens\n%", "right"), ("reserv.\n%", "right"),
+                            ("int.frag\n%", "right"), ("ext+free\n%", "right"), ("batch\nmean", "right"),
+                            ("req/s", "right"), ("out\ntok/s", "right"), ("latency\nms/tok p50", "right"),
+                            ("TTFT\np50 ms", "right"), ("evictions", "right"), ("recomp.\ntokens", "right"),
+                            ("done/\nrejected", "right")):
+        table.add_column(header, justify=justify, no_wrap=header == "strategy")
     for s in summaries:
         shares = s["memory_shares"]
         style = "bold green" if s is best else None
@@ -52,7 +48,7 @@ def race_table(summaries: list[dict], title: str) -> Table:
             _ms(s["ttft_s"]["p50"]),
             f"{s['preemptions']:,}",
             f"{s['recomputed_tokens']:,}",
-            f"{s['num_finished']:,} / {s['num_rejected']:,}",
+            f"{s['num_finished']:,}/{s['num_rejected']:,}",
             style=style,
         )
     return table
