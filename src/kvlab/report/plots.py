@@ -133,3 +133,37 @@ def plot_race(results: list[SimResult], out_dir: Path) -> list[Path]:
         plot_batch_size(results, out_dir / "batch_size.png"),
         plot_latency(results, out_dir / "latency.png"),
     ]
+
+
+def plot_fig2(rows, path: Path) -> Path:
+    """kvlab's Figure 2 next to the paper's: one stacked bar per system and source."""
+    plt = _pyplot()
+    keys = ("token", "reserved", "internal_fragmentation", "external_fragmentation")
+    labels = ("token states", "reservation", "internal fragmentation", "external fragmentation & other")
+    fig, ax = plt.subplots(figsize=(9, 4))
+    names, stacks = [], {k: [] for k in keys}
+    for row in rows:
+        for source, shares in (("kvlab", row.shares), ("paper", row.paper)):
+            names.append(f"{row.system}\n{source}")
+            known = {k: shares.get(k) for k in keys}
+            if source == "paper" and known["reserved"] is None:  # vLLM: only the token share is published
+                known = {"token": known["token"], "reserved": 0.0, "internal_fragmentation": 0.0,
+                         "external_fragmentation": 100.0 - known["token"]}
+            for k in keys:
+                stacks[k].append(known[k] or 0.0)
+    bottom = [0.0] * len(names)
+    hatches = {"token": "", "reserved": "//", "internal_fragmentation": "xx", "external_fragmentation": ".."}
+    for k, label in zip(keys, labels):
+        ax.bar(names, stacks[k], bottom=bottom, color=STATE_COLOURS[k], hatch=hatches[k], edgecolor="white",
+               label=label)
+        bottom = [b + v for b, v in zip(bottom, stacks[k])]
+    for i, v in enumerate(stacks["token"]):
+        ax.text(i, v / 2, f"{v:.1f}", ha="center", va="center", color="white", fontsize=8, fontweight="bold")
+    ax.set_ylabel("% of KV cache memory")
+    ax.set_ylim(0, 100)
+    ax.set_title("vLLM paper Figure 2: where KV memory goes (kvlab simulation vs the paper)")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
