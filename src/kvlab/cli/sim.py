@@ -63,10 +63,12 @@ def build_workload(workload: str, rate, arrival, cv, num_requests, duration, see
     from kvlab.workload import WORKLOADS, load_workload
 
     entry = WORKLOADS.get(workload)
-    if rate is None and entry is not None and entry.kind != "trace" and arrival not in ("trace", "burst"):
+    own_arrivals = entry is None or entry.kind == "trace"  # a user's file has an arrival_time column
+    if rate is None and not own_arrivals and arrival not in ("trace", "burst"):
         rate = DEFAULT_RATE
-    if num_requests is None and duration is None:
-        num_requests = DEFAULT_NUM_REQUESTS
+    if num_requests is None and duration is None and entry is not None:
+        # A trace's own arrivals cannot be stretched past its rows; a user's file is served whole.
+        num_requests = min(DEFAULT_NUM_REQUESTS, entry.rows().num_rows) if own_arrivals else DEFAULT_NUM_REQUESTS
     return load_workload(workload, num_requests=num_requests, duration=duration, rate=rate, arrival=arrival, cv=cv,
                          seed=seed, max_model_len=max_model_len)
 
@@ -83,6 +85,11 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
     from kvlab.strategies import parse_strategy
 
     strategies = [parse_strategy(name) for name in strategy_names]
+    if max_model_len is not None and block_size > max_model_len:
+        from kvlab.errors import KvlabError
+
+        raise KvlabError(f"--block-size {block_size} is larger than --max-model-len {max_model_len}: "
+                         f"a block must fit in a sequence")
     config = SimConfig.from_options(
         model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, available_kv_gib=available_kv_gib,
         num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
