@@ -10,17 +10,52 @@ each ``LLMEngine.step()`` is one ``Scheduler.schedule()``, one forward pass and 
 ``Scheduler.update_from_output()``. The driver wraps those two scheduler methods on the live scheduler
 object to read the SchedulerOutput and the scheduler's state after each step; it changes nothing.
 
-JOB.json:
-    {"model": {...config.json overrides...},           # optional; a tiny Llama by default
-     "engine": {"block_size": 32, "num_gpu_blocks_override": 64 | null, "kv_cache_memory_bytes": int | null,
+JOB.json is one job or a list of jobs (a list runs in one process, one engine after the other):
+    {"engine": {"block_size": 32,                       # a multiple of 32 on CPU
+                "num_gpu_blocks_override": 64,          # or null; blocks INCLUDING the null block 0
+                "kv_cache_memory_bytes": null,          # or bytes; one of the two must be given
                 "max_num_seqs": 8, "max_num_batched_tokens": 256, "max_model_len": 1024,
                 "enable_prefix_caching": false, "enable_chunked_prefill": true,
                 "long_prefill_token_threshold": 0, "dtype": "float32", "seed": 0},
      "requests": [{"request_id": "0", "prompt_token_ids": [...], "max_tokens": 12, "add_before_step": 0}, ...],
-     "record_block_ids": true, "max_steps": 100000}
+     "model": {...},             # optional config.json overrides of TINY_LLAMA
+     "record_block_ids": true,   # optional, default true
+     "max_steps": 100000,        # optional
+     "torch_linear": true}       # optional, default true (see _use_torch_linear)
+  Requests are added, in the job's order, just before the engine step numbered add_before_step; each is
+  generated with SamplingParams(max_tokens, ignore_eos=True, temperature=0), so it finishes with exactly
+  max_tokens output tokens (unless it reaches max_model_len first).
 
-RESULT.json: {"startup": {...}, "steps": [...], "requests": {...}, "log_lines": [...], "wall_time_s": ...}
-or, when the engine refuses the job, {"error": {"type": ..., "message": ...}} (exit code 3).
+RESULT.json (a list of these for a list of jobs):
+    {"startup": {num_gpu_blocks, num_blocks, num_free_blocks, block_size, kv_cache_size_tokens,
+                 kv_cache_max_concurrency, kv_cache_memory_bytes, page_size_bytes, num_layers, ... the resolved
+                 scheduler settings (max_num_batched_tokens, enable_chunked_prefill, scheduler_reserve_full_isl,
+                 watermark, async_scheduling, policy, scheduler_class, hash_block_size, ...)},
+     "log_lines": [the engine's own startup lines about the KV cache, e.g. "CPU KV cache size: 320 tokens,
+                   Maximum concurrency for 256 tokens per request: 1.25x"; vLLM logs each distinct line once per
+                   process, so a repeated identical configuration in a job list may have none],
+     "steps": [one record per engine step that ran, in order:
+        {"step": n,                              # same numbering as add_before_step; steps in which the
+                                                 # engine had nothing to do are skipped, not recorded
+         "running_before": [ids], "waiting_before": [ids],     # queue order when schedule() started
+         "num_scheduled_tokens": {id: n}, "total_num_scheduled_tokens": n,
+         "new": [{"request_id", "num_computed_tokens"}],       # first admissions; num_computed = prefix hit
+         "cached": [{"request_id", "num_computed_tokens", "resumed"}],  # running, or resumed after preemption
+                                                 # (num_computed_tokens before this step's tokens)
+         "preempted": [ids, sorted], "preempted_in_order": [ids, newest victim first],
+         "finished_before": [ids that finished in the previous step],
+         "num_free_blocks_after_schedule": n,    # free blocks once this step's blocks are allocated
+         "new_block_ids": {id: [block ids allocated to it in this step]},   # if record_block_ids
+         "sampled": {id: tokens sampled}, "finished": {id: finish reason},
+         "running": [{"request_id", "num_computed_tokens", "num_tokens", "num_output_tokens",
+                      "num_preemptions", "num_blocks", "block_ids"}],  # after the step, in running order
+         "waiting": [{"request_id", "num_computed_tokens", "num_tokens", "num_output_tokens",
+                      "num_preemptions"}],                              # after the step, in queue order
+         "num_free_blocks": n}, ...],            # after the step (finished requests' blocks freed)
+     "requests": {id: {"num_output_tokens", "finish_reason", "finished_at_step"}},
+     "num_steps": n, "startup_time_s": s, "run_time_s": s}
+  or, when the engine refuses a job or fails in it: {"error": {"type", "message", "traceback"}}; the exit code
+  is then 3.
 """
 
 from __future__ import annotations
@@ -90,6 +125,10 @@ class _LineCollector(logging.Filter):
         if any(key in message for key in self.KEYS):
             self.lines.append(message)
         return True
+
+    def close(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeFilter(self)
 
 
 def _use_torch_linear() -> None:
@@ -295,22 +334,43 @@ class _Recorder:
 
 
 def run(job: dict) -> dict:
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
     from vllm.v1.engine.llm_engine import LLMEngine
-
-    collector = _LineCollector()
 
     engine_cfg = job["engine"]
     if job.get("torch_linear", True):
         _use_torch_linear()
     model_dir = _write_model_dir(job.get("model", {}))
+    collector = _LineCollector()
     t0 = time.perf_counter()
-    engine = LLMEngine.from_engine_args(_engine_args(model_dir, engine_cfg))
+    try:
+        engine = LLMEngine.from_engine_args(_engine_args(model_dir, engine_cfg))
+    finally:
+        collector.close()
     startup_s = time.perf_counter() - t0
     engine_core = engine.engine_core.engine_core  # InprocClient -> EngineCore
     startup = _startup(engine_core, engine.vllm_config)
     recorder = _Recorder(engine_core.scheduler, job.get("record_block_ids", True))
+
+    try:
+        steps, outputs, run_s = _drive(engine, recorder, job)
+    finally:
+        # Several jobs may run in one process: release this engine before the next one starts.
+        engine.engine_core.shutdown()
+    return {
+        "startup": startup,
+        "log_lines": collector.lines,
+        "steps": steps,
+        "requests": outputs,
+        "startup_time_s": startup_s,
+        "run_time_s": run_s,
+        "num_steps": len(steps),
+    }
+
+
+def _drive(engine, recorder: _Recorder, job: dict) -> tuple[list[dict], dict[str, dict], float]:
+    """Add each request before its step and step the engine until every request has finished."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
 
     # Stable sort: requests added before the same step keep the job's order, which is their FCFS order.
     pending = sorted(job["requests"], key=lambda r: r["add_before_step"])
@@ -343,16 +403,14 @@ def run(job: dict) -> dict:
         step += 1
         if step > max_steps:
             raise RuntimeError(f"the workload did not finish within max_steps={max_steps}")
-    run_s = time.perf_counter() - t1
-    return {
-        "startup": startup,
-        "log_lines": collector.lines,
-        "steps": recorder.steps,
-        "requests": outputs,
-        "startup_time_s": startup_s,
-        "run_time_s": run_s,
-        "num_steps": len(recorder.steps),
-    }
+    return recorder.steps, outputs, time.perf_counter() - t1
+
+
+def _run_one(job: dict) -> dict:
+    try:
+        return run(job)
+    except Exception as exc:  # reported to kvlab as data: vLLM's own reason for refusing the job
+        return {"error": {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}}
 
 
 def main(argv: list[str]) -> int:
@@ -361,17 +419,16 @@ def main(argv: list[str]) -> int:
         return 2
     with open(argv[1]) as f:
         job = json.load(f)
-    try:
-        result = run(job)
-        code = 0
-    except Exception as exc:  # reported to kvlab as data: vLLM's own reason for refusing the job
-        result = {
-            "error": {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
-        }
-        code = 3
+    # A list of jobs runs in one process, one engine after the other: importing vllm costs most of a run.
+    if isinstance(job, list):
+        result = [_run_one(j) for j in job]
+        failed = any("error" in r for r in result)
+    else:
+        result = _run_one(job)
+        failed = "error" in result
     with open(argv[2], "w") as f:
         json.dump(result, f)
-    return code
+    return 3 if failed else 0
 
 
 if __name__ == "__main__":
