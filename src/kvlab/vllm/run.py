@@ -23,11 +23,18 @@ def run_job(job: dict, env: VllmEnv | None = None, *, timeout: float | None = No
     return run_jobs([job], env, timeout=timeout)[0]
 
 
-def run_jobs(jobs: list[dict], env: VllmEnv | None = None, *, timeout: float | None = None) -> list[dict]:
+def run_jobs(
+    jobs: list[dict],
+    env: VllmEnv | None = None,
+    *,
+    timeout: float | None = None,
+    raise_on_error: bool = True,
+) -> list[dict]:
     """The results of several jobs, run one after the other in ONE driver process.
 
-    Starting the driver costs ~20 s (importing vllm); each further engine ~2-5 s. Raises VllmEngineError,
-    naming the job, if the engine refuses or fails any of them.
+    Starting the driver costs ~20 s (importing vllm); each further engine ~2-5 s. If the engine refuses or
+    fails a job, raises VllmEngineError naming the job, or with ``raise_on_error=False`` returns that job's
+    ``{"error": {"type", "message", "traceback"}}`` in its place.
     """
     env = env if env is not None else require_installed()
     with tempfile.TemporaryDirectory(prefix="kvlab-vllm-") as tmp:
@@ -52,7 +59,7 @@ def run_jobs(jobs: list[dict], env: VllmEnv | None = None, *, timeout: float | N
             raise VllmEngineError(f"the real engine crashed (exit code {proc.returncode}):\n{tail}")
         results = json.loads(result_path.read_text())
     for index, result in enumerate(results):
-        if "error" in result:
+        if "error" in result and raise_on_error:
             error = result["error"]
             which = f" (job {index + 1} of {len(results)})" if len(results) > 1 else ""
             raise VllmEngineError(f"vLLM refused the job{which}: {error['type']}: {error['message']}")
