@@ -67,7 +67,7 @@ class PageProbe:
         self.foreign_requests: list[str] = []
         self.errors: list[str] = []
         page.on("pageerror", lambda exc: self.errors.append(str(exc)))
-        page.on("console", lambda msg: msg.type == "error" and self.errors.append(msg.text))
+        page.on("console", self._console)
 
         def guard(route):
             url = route.request.url
@@ -81,10 +81,19 @@ class PageProbe:
 
         page.route("**/*", guard)
 
-    def screenshot(self, name: str, **kwargs) -> Path:
+    def _console(self, msg) -> None:
+        # A 400 is the server refusing a bad value on purpose; the page shows its message (tests check that).
+        if msg.type == "error" and "status of 400" not in msg.text:
+            self.errors.append(msg.text)
+
+    def screenshot(self, name: str, selector: str | None = None) -> Path:
+        """artifacts/web/NAME.png: the element ``selector`` (a section of the page), or the whole page."""
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         path = ARTIFACTS / f"{name}.png"
-        self.page.screenshot(path=str(path), **kwargs)
+        if selector:
+            self.page.locator(selector).screenshot(path=str(path))
+        else:
+            self.page.screenshot(path=str(path), full_page=True)
         return path
 
 

@@ -38,7 +38,10 @@ from kvlab.errors import KvlabError
 from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_run_spec, parse_speed, text
 from kvlab.web.session import Race, Session
 
-FRAMES_PER_SECOND = 30
+# Frames a stream aims for: above the 30 a grid needs to look fluid, so that the page's rate is set by what the
+# machine manages rather than by this cap; simulated time does not depend on it.
+FRAMES_PER_SECOND = 45
+MAX_FRAME_GAP = 0.25  # seconds of wall time one frame may stand for
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
 DEFAULTS = {"model": "opt-13b", "gpu": "a100-40gb", "workload": "paper-sharegpt"}
 
@@ -53,7 +56,13 @@ def build_race(spec: RunSpec) -> Race:
     from kvlab.strategies import parse_strategy
     from kvlab.workload import load_workload
 
+    from kvlab.web.calculator import catalogue_model
+    from kvlab.workload import WORKLOADS
+
     strategies = [parse_strategy(name) for name in spec.strategies]
+    catalogue_model(spec.model)  # a catalogue name, never a path or a Hugging Face id from a web page
+    if spec.workload not in WORKLOADS:
+        raise KvlabError(f"unknown workload {spec.workload!r}: not a bundled workload ({', '.join(WORKLOADS)})")
     config = SimConfig.from_options(
         model=spec.model, gpu=spec.gpu, block_size=spec.block_size, max_num_seqs=spec.max_num_seqs
     )
@@ -171,10 +180,15 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
 
         async def events():
             nonlocal have
-            next_tick = time.monotonic()
+            next_tick = last = time.monotonic()
             while True:
+                # Simulated time follows wall time (x speed), whatever the frame rate the machine manages;
+                # a stall (a slow frame) is not made up for in one leap of more than MAX_FRAME_GAP.
+                now = time.monotonic()
+                dt = speed * min(max(now - last, interval), MAX_FRAME_GAP)
+                last = now
                 try:
-                    frame = await run_in_threadpool(session.advance, speed * interval, have)
+                    frame = await run_in_threadpool(session.advance, dt, have)
                 except KvlabError as exc:
                     yield f"event: error\ndata: {json.dumps({'error': str(exc)})}\n\n"
                     return

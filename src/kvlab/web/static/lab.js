@@ -75,7 +75,7 @@ function decodeBlocks(msg) {
 // ---------------------------------------------------------------- the grid
 // One square per block while squares of at least MIN_CELL pixels fit; past that, one square stands for k blocks
 // and shows the sum of their states (its stripes are the mix) in the colour of the conversation holding most.
-const MIN_CELL = 4, MAX_CELL = 16;
+const MIN_CELL = 4, MAX_CELL = 32;
 
 function chooseLayout(n, width, maxHeight) {
   for (let s = MAX_CELL; s >= MIN_CELL; s--) {
@@ -548,11 +548,13 @@ class LivePlayer extends Player {
     this.session = null;
     this.abort = null;
     this.stale = true;
-    let timer = null;
+    this.timer = null;
+    this.resetting = null;
+    // A changed control starts a new run (shortly, so that typing a number does not start one per digit).
     form.addEventListener("change", () => {
       this.stale = true;
-      clearTimeout(timer);
-      timer = setTimeout(() => this.reset(), 250);
+      clearTimeout(this.timer);
+      this.timer = setTimeout(() => this.reset(), 250);
     });
   }
 
@@ -571,8 +573,15 @@ class LivePlayer extends Player {
     return spec;
   }
 
-  async reset() {
+  reset() {
+    clearTimeout(this.timer);
+    if (!this.resetting) this.resetting = this.newRun().finally(() => { this.resetting = null; });
+    return this.resetting;
+  }
+
+  async newRun() {
     this.pause();
+    this.stale = false; // a control changed from here on makes the run stale again
     const old = this.session;
     this.session = null;
     if (old) fetch(`api/sessions/${old}`, { method: "DELETE" }).catch(() => {});
@@ -582,7 +591,7 @@ class LivePlayer extends Player {
         body: JSON.stringify(this.spec()) });
       showError(this.errorNode, null);
       this.session = meta.session_id;
-      this.stale = false;
+      this.section.dataset.session = meta.session_id;
       this.done = false;
       this.build(meta);
       this.onFrame(meta.frame);
@@ -596,6 +605,7 @@ class LivePlayer extends Player {
   setBusy(on) { this.section.classList.toggle("busy", on); this.section.dataset.busy = on ? "1" : ""; }
 
   async ready() {
+    if (this.resetting) await this.resetting;
     if (!this.session || this.stale) await this.reset();
     return this.session !== null;
   }
@@ -852,6 +862,7 @@ function setupQuestions(grid) {
   };
   for (const button of document.querySelectorAll("[data-show]")) {
     button.addEventListener("click", async () => {
+      button.blur(); // so that space then pauses the grid rather than pressing "show me" again
       set(presets[button.dataset.show]);
       activePlayer = grid;
       document.getElementById("grid").scrollIntoView({ behavior: "instant", block: "start" });

@@ -1,0 +1,170 @@
+"""Frames per second of the lab's race in headless Chromium: four grids of 4,096 blocks each.
+
+    python benchmarks/bench_web_fps.py [--seconds 10] [--json]
+
+Three numbers:
+  live fps        the race running on the lab's server (kvlab's simulator in Python, frames over server-sent
+                  events, drawn by lab.js): frames drawn per second while playing. Target: at least 30.
+  play -> frame   milliseconds from pressing play to the first frame drawn (median of several presses).
+  replay fps      the same race recorded (the --html export's frame log) and replayed as fast as the page
+                  draws: the renderer's own ceiling, with no server in the loop.
+
+Uses Debian's Chromium (/usr/bin/chromium) through Playwright, as the browser tests do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+# The race: the lesson's four strategies on a 4,096-block cache (65,536 token slots of OPT-13B), busy enough that
+# every grid changes in every frame: ShareGPT stand-in at 20 requests/s.
+RACE = {"num_blocks": "4096", "rate": "20", "num_requests": "2000", "workload": "paper-sharegpt"}
+SPEED = "10"  # simulated seconds per wall second
+
+
+def set_race_form(page) -> None:
+    for name, value in RACE.items():
+        selector = f'#race-form [name="{name}"]'
+        if page.eval_on_selector(selector, "e => e.tagName") == "SELECT":
+            page.select_option(selector, value)
+        else:
+            page.fill(selector, value)
+    page.eval_on_selector("#race-form", "f => f.dispatchEvent(new Event('change'))")
+    page.wait_for_function("document.querySelectorAll('#race canvas.grid').length === 4 && "
+                           "window.kvlab.players.race.meta.num_blocks === 4096 && "
+                           "!document.querySelector('#race').classList.contains('busy')", timeout=60_000)
+    page.select_option('#race-transport [data-act="speed"]', SPEED)
+
+
+def stats(page) -> dict:
+    return page.evaluate("({...window.kvlab.stats})")
+
+
+def live_fps(page, seconds: float) -> dict:
+    page.click('#race-transport [data-act="play"]')
+    page.wait_for_function("window.kvlab.stats.firstDrawAt !== null", timeout=60_000)
+    time.sleep(1.0)  # warm-up
+    s0, t0 = stats(page), time.monotonic()
+    time.sleep(seconds)
+    s1, t1 = stats(page), time.monotonic()
+    page.click('#race-transport [data-act="play"]')  # pause
+    done = page.evaluate("window.kvlab.players.race.done")
+    drawn = s1["framesDrawn"] - s0["framesDrawn"]
+    return {
+        "fps": drawn / (t1 - t0),
+        "frames_received_per_s": (s1["framesApplied"] - s0["framesApplied"]) / (t1 - t0),
+        "draw_ms_per_frame": (s1["drawMs"] - s0["drawMs"]) / max(1, drawn),
+        "finished_during_window": done,
+    }
+
+
+def play_to_first_frame(page, repeats: int = 5) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        page.click('#race-transport [data-act="play"]')
+        page.wait_for_function("window.kvlab.stats.firstDrawAt !== null", timeout=60_000)
+        s = stats(page)
+        out.append(s["firstDrawAt"] - s["playAt"])
+        page.click('#race-transport [data-act="play"]')
+        time.sleep(0.3)
+    return out
+
+
+def replay_fps(context, url: str) -> dict:
+    """Record the same race (the export's frame log) and replay it as fast as the page draws."""
+    from kvlab.web.export import record_race, render_page
+    from kvlab.web.params import parse_run_spec
+    from kvlab.web.server import build_race
+
+    spec = parse_run_spec({"kind": "race", **RACE, "num_requests": "600"})
+    log = record_race(build_race(spec).sims, target_frames=400)
+    path = Path(tempfile.mkdtemp()) / "race.html"
+    path.write_text(render_page(log, title="bench"), encoding="utf-8")
+    page = context.new_page()
+    page.goto(path.as_uri())
+    page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)
+    # One log frame per animation frame: every frame applied is a frame drawn.
+    result = page.evaluate("""async () => {
+        const race = window.kvlab.players.race;
+        race.reset();
+        const n = race.log.frames.length;
+        const t0 = performance.now(); const d0 = window.kvlab.stats.framesDrawn;
+        await new Promise(resolve => {
+            const tick = () => { if (!race.applyNext()) return resolve(); requestAnimationFrame(tick); };
+            requestAnimationFrame(tick);
+        });
+        await new Promise(r => requestAnimationFrame(r));
+        const dt = (performance.now() - t0) / 1000;
+        return {frames: n, seconds: dt, drawn: window.kvlab.stats.framesDrawn - d0};
+    }""")
+    page.close()
+    return {"fps": result["drawn"] / result["seconds"], "frames": result["frames"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="measurement window for the live fps")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    from playwright.sync_api import sync_playwright
+
+    from kvlab.web.serve import serve_in_thread
+
+    server, thread, url = serve_in_thread()
+    try:
+        with sync_playwright() as p:
+            context = p.chromium.launch_persistent_context(
+                tempfile.mkdtemp(prefix="kvlab-bench-"), executable_path=CHROMIUM, headless=True, args=ARGS,
+                viewport={"width": 1320, "height": 1000},
+            )
+            page = context.new_page()
+            page.goto(url + "/")
+            page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)
+            page.locator("#race").scroll_into_view_if_needed()
+            set_race_form(page)
+            first = play_to_first_frame(page)
+            set_race_form(page)  # a fresh run for the fps window
+            live = live_fps(page, args.seconds)
+            replay = replay_fps(context, url)
+            context.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+    result = {
+        "grids": 4,
+        "blocks_per_grid": 4096,
+        "live_fps": round(live["fps"], 1),
+        "live_frames_received_per_s": round(live["frames_received_per_s"], 1),
+        "draw_ms_per_frame": round(live["draw_ms_per_frame"], 2),
+        "play_to_first_frame_ms": {"median": round(statistics.median(first), 1), "all": [round(x, 1) for x in first]},
+        "replay_fps": round(replay["fps"], 1),
+        "replay_frames": replay["frames"],
+        "target_fps": 30,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"four grids of 4,096 blocks, headless Chromium ({CHROMIUM})")
+        print(f"  live fps (server -> page)   {result['live_fps']:6.1f}   (target >= 30)")
+        print(f"  frames received per second  {result['live_frames_received_per_s']:6.1f}")
+        print(f"  draw time per frame         {result['draw_ms_per_frame']:6.2f} ms (all four grids)")
+        print(f"  play -> first frame         {result['play_to_first_frame_ms']['median']:6.1f} ms (median of "
+              f"{len(first)})")
+        print(f"  replay fps (renderer only)  {result['replay_fps']:6.1f}   ({replay['frames']} recorded frames)")
+    return 0 if result["live_fps"] >= 30 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

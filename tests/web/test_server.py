@@ -1,0 +1,184 @@
+"""The lab server over HTTP (no browser): validation, bounds, frames, and agreement with the simulator."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from starlette.testclient import TestClient
+
+from kvlab.web.frames import decode_blocks
+from kvlab.web.params import parse_run_spec
+from kvlab.web.server import build_race, create_app
+
+SMALL = {"num_requests": 12, "rate": 4, "workload": "paper-sharegpt", "seed": 1}
+
+
+@pytest.fixture
+def client():
+    with TestClient(create_app(allowed_hosts=["testserver"])) as c:
+        yield c
+
+
+def start(client, **spec):
+    r = client.post("/api/sessions", json=spec)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_page_and_assets_are_served_from_the_package(client):
+    page = client.get("/")
+    assert page.status_code == 200 and 'src="static/lab.js"' in page.text
+    assert "http://" not in page.text and "https://" not in page.text  # no CDN, nothing external
+    js = client.get("/static/lab.js")
+    assert js.status_code == 200 and "class GridView" in js.text
+    assert client.get("/static/lab.css").status_code == 200
+
+
+def test_catalog_lists_the_catalogue_and_the_limits(client):
+    data = client.get("/api/catalog").json()
+    assert {"opt-13b", "qwen3-32b"} <= {m["name"] for m in data["models"]}
+    assert "A100-40GB" in {g["name"] for g in data["gpus"]}
+    assert "paper-sharegpt" in {w["name"] for w in data["workloads"]}
+    assert data["defaults"] == {"model": "opt-13b", "gpu": "A100-40GB", "workload": "paper-sharegpt"}
+    assert data["limits"]["max_num_requests"] == 2000
+
+
+def test_size_matches_kvlab_size(client, kvlab):
+    expected = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--json").json()
+    got = client.get("/api/size", params={"model": "opt-13b", "gpu": "a100-40gb", "concurrency": 4,
+                                          "context_len": 2048}).json()
+    for key in ("kv_bytes_per_token", "num_tokens", "num_blocks", "max_concurrency", "weights_bytes",
+                "available_kv_bytes"):
+        assert got[key] == expected[key], key
+    assert got["memory_split"] == expected["memory_split"]
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"model": "opt-14b"}, "unknown model 'opt-14b'"),
+        ({"model": "/etc/passwd"}, "the lab takes catalogue models"),
+        ({"gpu": "z80"}, "z80"),
+        ({"concurrency": "0"}, "concurrency 0 is out of range"),
+        ({"gpu_memory_utilization": "1.5"}, "gpu_memory_utilization '1.5' is out of range: 0.05 to 1"),
+    ],
+)
+def test_size_bad_values_are_400_with_a_message(client, params, message):
+    r = client.get("/api/size", params=params)
+    assert r.status_code == 400
+    assert message in r.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"num_requests": 100000}, "num_requests 100000 is out of range: 1 to 2000"),
+        ({"strategies": ["continuous+lru"]}, "unknown strategy 'continuous+lru'"),
+        ({"workload": "/etc/passwd"}, "not a bundled workload"),
+        ({"model": "gpt-5"}, "unknown model 'gpt-5'"),
+        ({"rate": 0}, "rate 0 is out of range"),
+    ],
+)
+def test_bad_run_parameters_are_400_with_a_message(client, spec, message):
+    r = client.post("/api/sessions", json={"kind": "grid", **spec})
+    assert r.status_code == 400
+    assert message in r.json()["error"]
+
+
+def test_body_that_is_not_json_is_400(client):
+    r = client.post("/api/sessions", content=b"{nope", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "JSON object" in r.json()["error"]
+
+
+def test_a_grid_too_large_to_draw_is_refused(client):
+    # Qwen2.5-0.5B on an H200 leaves millions of token slots: too many 16-token blocks for one page.
+    r = client.post("/api/sessions", json={"kind": "grid", "model": "qwen2.5-0.5b-instruct", "gpu": "H200"})
+    assert r.status_code == 400
+    assert "the lab draws at most 65,536" in r.json()["error"]
+
+
+def test_only_loopback_names_are_served_by_default():
+    with TestClient(create_app(), base_url="http://evil.example") as c:
+        assert c.get("/").status_code == 400
+    with TestClient(create_app(), base_url="http://127.0.0.1:8765") as c:
+        assert c.get("/").status_code == 200
+
+
+def test_unknown_session_is_400(client):
+    r = client.post("/api/sessions/deadbeef/step")
+    assert r.status_code == 400 and "no run 'deadbeef'" in r.json()["error"]
+
+
+def test_step_frames_are_deltas_on_the_first_key_frame(client):
+    meta = start(client, kind="grid", strategies=["continuous+paged"], **SMALL)
+    sid, first = meta["session_id"], meta["frame"]
+    assert first["seq"] == 0 and first["grids"][0]["blocks"]["key"] is True
+    assert meta["num_blocks"] * meta["block_size"] == meta["num_slots"]
+    state = decode_blocks(first["grids"][0]["blocks"])
+    assert len(state["owner"]) == meta["num_blocks"] and (state["owner"] == -1).sum() >= meta["num_blocks"] - 1
+    frame = client.post(f"/api/sessions/{sid}/step", params={"have": 0}).json()
+    assert frame["seq"] == 1 and frame["grids"][0]["blocks"]["key"] is False
+    assert frame["grids"][0]["counters"]["step"] == 1
+    state = decode_blocks(frame["grids"][0]["blocks"], state)
+    usage = frame["grids"][0]["usage"]
+    assert int(state["token"].sum()) == usage["token"]  # the blocks add up to the counters
+    # A client that missed a frame says so (have = an older seq) and gets a key frame.
+    frame = client.post(f"/api/sessions/{sid}/step", params={"have": 0}).json()
+    assert frame["seq"] == 2 and frame["grids"][0]["blocks"]["key"] is True
+
+
+def test_finish_agrees_with_running_the_simulator_directly(client):
+    spec = {"kind": "race", "strategies": ["static+max", "continuous+paged"], **SMALL}
+    meta = start(client, **spec)
+    frame = client.post(f"/api/sessions/{meta['session_id']}/finish").json()
+    assert frame["done"] is True
+    race = build_race(parse_run_spec(spec))
+    expected = [sim.run().summary() for sim in race.sims]
+    assert json.loads(json.dumps(expected)) == frame["finish"]["summaries"]
+    assert frame["finish"]["winner"] == max(expected, key=lambda s: s["throughput_rps"])["name"]
+    assert [g["counters"]["num_finished"] for g in frame["grids"]] == [12, 12]
+
+
+def test_stream_sends_frames_until_done(client):
+    meta = start(client, kind="grid", strategies=["continuous+paged"], **SMALL)
+    frames = []
+    with client.stream("GET", f"/api/sessions/{meta['session_id']}/stream",
+                       params={"speed": 1000, "have": 0}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        event = None
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                assert event == "frame"
+                frames.append(json.loads(line[6:]))
+    assert frames[-1]["done"] is True
+    assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+    assert frames[0]["grids"][0]["blocks"]["key"] is False  # have=0 was the last frame sent
+    times = [f["t"] for f in frames]
+    assert times == sorted(times)
+
+
+def test_stream_rejects_a_bad_speed_before_streaming(client):
+    meta = start(client, kind="grid", **SMALL)
+    r = client.get(f"/api/sessions/{meta['session_id']}/stream", params={"speed": "fast"})
+    assert r.status_code == 400 and "speed must be a number" in r.json()["error"]
+
+
+def test_compute_budget_bounds_a_run():
+    with TestClient(create_app(allowed_hosts=["testserver"], limits={"max_compute_seconds": 0.0})) as c:
+        meta = start(c, kind="grid", **SMALL)
+        r = c.post(f"/api/sessions/{meta['session_id']}/step")
+        assert r.status_code == 400
+        assert "this run has used its 0 s of compute" in r.json()["error"]
+
+
+def test_sessions_are_bounded():
+    app = create_app(allowed_hosts=["testserver"], limits={"max_sessions": 2})
+    with TestClient(app) as c:
+        ids = [start(c, kind="grid", **SMALL)["session_id"] for _ in range(3)]
+        assert len(app.state.sessions.by_id) == 2
+        assert c.post(f"/api/sessions/{ids[0]}/step").status_code == 400  # the oldest went
+        assert c.post(f"/api/sessions/{ids[2]}/step").status_code == 200
