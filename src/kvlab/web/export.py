@@ -60,7 +60,7 @@ def render_page(log: dict, *, title: str) -> str:
     about = (
         f"{len(meta['grids'])} strategies · {meta['model']} on {meta['gpu']} · "
         f"{meta['num_blocks']:,} blocks of {meta['block_size']} tokens ({meta['num_slots']:,} token slots) · "
-        f"workload {meta['workload']}: {meta['workload_description']}"
+        f"workload {meta['workload_description']}"
     )
     # Placeholders are replaced in one pass, so text inside one (the script) is never searched for the others.
     parts = {
@@ -84,12 +84,17 @@ def render_page(log: dict, *, title: str) -> str:
     return "".join(out)
 
 
-def write_race_html(path: str | Path, simulations: list, *, title: str | None = None) -> list:
-    """Run fresh ``simulations`` (kvlab.sim.Simulation, one per strategy, same workload and config) to the end,
-    recording their frames, and write the replay page to ``path``. Returns each simulation's SimResult, in
-    order, so the caller prints the same results the page shows without running the race twice."""
-    log = record_race(simulations)
+def write_race_html(path: str | Path, config, workload, strategies: list, *, title: str | None = None) -> Path:
+    """Race ``strategies`` (names or kvlab.strategies.Strategy) on ``workload`` under ``config`` (a SimConfig),
+    recording every frame, and write the replay page to ``path``. The same inputs as `kvlab race` gives its
+    table, so the page's finish line shows the same numbers. Returns the path written."""
+    from kvlab.sim import Simulation
+    from kvlab.strategies import parse_strategy
+
+    sims = [Simulation(parse_strategy(s) if isinstance(s, str) else s, config, workload) for s in strategies]
+    log = record_race(sims)
     names = ", ".join(g["name"] for g in log["meta"]["grids"])
     page = render_page(log, title=title or f"{names} on {log['meta']['workload']}")
-    Path(path).write_text(page, encoding="utf-8")
-    return [sim.result() for sim in simulations]
+    path = Path(path)
+    path.write_text(page, encoding="utf-8")
+    return path

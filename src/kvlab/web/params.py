@@ -48,7 +48,7 @@ class RunSpec:
     seed: int = 0
     block_size: int = 16
     num_blocks: int | None = None  # KV cache size in blocks; None: what the GPU leaves (vLLM's sizing)
-    max_num_seqs: int = 256
+    max_num_seqs: int | None = None  # None: vLLM's default for the GPU, as `kvlab race` uses
 
 
 def parse_run_spec(data: dict) -> RunSpec:
@@ -80,7 +80,8 @@ def parse_run_spec(data: dict) -> RunSpec:
         seed=integer(data, "seed", 0, LIMITS["max_seed"], 0),
         block_size=block_size,
         num_blocks=num_blocks,
-        max_num_seqs=integer(data, "max_num_seqs", 1, LIMITS["max_num_seqs"], 256),
+        max_num_seqs=None if data.get("max_num_seqs") in (None, "")
+        else integer(data, "max_num_seqs", 1, LIMITS["max_num_seqs"], None),
     )
 
 

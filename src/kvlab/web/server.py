@@ -21,7 +21,6 @@ import asyncio
 import json
 import secrets
 import time
-from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -63,12 +62,14 @@ def build_race(spec: RunSpec) -> Race:
     catalogue_model(spec.model)  # a catalogue name, never a path or a Hugging Face id from a web page
     if spec.workload not in WORKLOADS:
         raise KvlabError(f"unknown workload {spec.workload!r}: not a bundled workload ({', '.join(WORKLOADS)})")
+    # The same sizing and defaults as `kvlab race` (cli/sim.py), so that the page and the command line agree.
     config = SimConfig.from_options(
-        model=spec.model, gpu=spec.gpu, block_size=spec.block_size, max_num_seqs=spec.max_num_seqs
+        model=spec.model,
+        gpu=spec.gpu,
+        block_size=spec.block_size,
+        max_num_seqs=spec.max_num_seqs,
+        num_gpu_blocks=spec.num_blocks,  # the lab's "KV blocks": a smaller cache, to watch memory run out
     )
-    if spec.num_blocks is not None:
-        # The lab's "KV blocks" knob: a smaller cache than the GPU's, to watch memory run out.
-        config = replace(config, num_slots=spec.num_blocks * spec.block_size)
     num_blocks = config.num_slots // config.block_size
     if num_blocks > LIMITS["max_num_blocks"]:
         raise KvlabError(

@@ -1,0 +1,119 @@
+"""The race in a real browser, and the --html export opened from disk with the network off."""
+
+from __future__ import annotations
+
+import pytest
+
+RACE = {"rate": "4", "num_requests": "40", "seed": "2", "workload": "paper-sharegpt"}
+CLI = ["race", "--workload", "paper-sharegpt", "--rate", "4", "--num-requests", "40", "--seed", "2", "--json"]
+
+# The finish table's columns and the `kvlab race --json` field each one shows.
+COLUMNS = {
+    "num_finished": lambda s: s["num_finished"],
+    "finish_time": lambda s: s["makespan_s"],
+    "throughput_rps": lambda s: s["throughput_rps"],
+    "throughput_tps": lambda s: s["throughput_tps"],
+    "token_share": lambda s: s["memory_shares"]["token"],
+    "mean_batch_size": lambda s: s["mean_batch_size"],
+    "preemptions": lambda s: s["preemptions"],
+    "recomputed_tokens": lambda s: s["recomputed_tokens"],
+    "normalized_latency_mean": lambda s: s["normalized_latency_s_per_token"]["mean"],
+}
+
+
+def finish_table(page, section: str = "#race") -> dict[str, dict[str, float]]:
+    return page.evaluate(
+        """sel => { const out = {};
+        for (const row of document.querySelectorAll(`${sel} table.summary tr[data-strategy]`)) {
+            const cells = {};
+            for (const td of row.querySelectorAll('td[data-key]')) cells[td.dataset.key] = Number(td.dataset.value);
+            out[row.dataset.strategy] = cells; }
+        return out; }""",
+        section,
+    )
+
+
+def assert_agrees(table: dict, expected: list[dict]):
+    assert list(table) == [s["name"] for s in expected]
+    for s in expected:
+        for key, field in COLUMNS.items():
+            assert table[s["name"]][key] == pytest.approx(field(s), rel=1e-12, abs=1e-12), (s["name"], key)
+
+
+def set_race(page, **values):
+    old = page.get_attribute("#race", "data-session")
+    for name, value in values.items():
+        selector = f'#race-form [name="{name}"]'
+        if page.eval_on_selector(selector, "e => e.tagName") == "SELECT":
+            page.select_option(selector, value)
+        else:
+            page.fill(selector, value)
+    page.eval_on_selector("#race-form", "f => f.dispatchEvent(new Event('change'))")
+    page.wait_for_function(
+        "old => { const r = document.querySelector('#race'); "
+        "return r.dataset.session !== old && r.dataset.seq === '0' && r.dataset.busy === ''; }",
+        arg=old, timeout=30_000,
+    )
+
+
+def test_race_to_the_finish_agrees_with_kvlab_race_json(lab, kvlab):
+    expected = kvlab(*CLI).json()["strategies"]
+    page = lab.page
+    set_race(page, **RACE)
+    # Watch it for a moment, then jump to the end: how the clock was advanced must not change the results.
+    page.click('#race-transport [data-act="play"]')
+    page.wait_for_function("Number(document.querySelector('#race [data-field=clock]').dataset.value) > 3")
+    page.click('#race-transport [data-act="play"]')
+    lab.screenshot("race-running", "#race")
+    page.click('#race-transport [data-act="finish"]')
+    page.wait_for_selector("#race-finish:not([hidden])")
+    table = finish_table(page)
+    assert_agrees(table, expected)
+    winner = max(expected, key=lambda s: s["throughput_rps"])["name"]
+    verdict = page.inner_text("#race-finish .verdict")
+    assert verdict.startswith(f"{winner} served the most")
+    assert page.get_attribute("#race .panel.winner", "data-strategy") == winner
+    # Live counters under each grid end on the same totals.
+    for s in expected:
+        panel = f'#race .panel[data-strategy="{s["name"]}"]'
+        assert float(page.get_attribute(f'{panel} [data-counter="num_finished"]', "data-value")) == s["num_finished"]
+        assert float(page.get_attribute(f'{panel} [data-counter="num_preemptions"]', "data-value")) == s["preemptions"]
+    lab.screenshot("race-finish", "#race")
+
+
+def test_html_export_replays_from_disk_with_the_network_off(open_page, browser_context, tmp_path, kvlab):
+    expected = kvlab(*CLI).json()
+    from kvlab.sim import SimConfig
+    from kvlab.web.export import write_race_html
+    from kvlab.workload import load_workload
+
+    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb")
+    workload = load_workload("paper-sharegpt", num_requests=40, rate=4.0, seed=2)
+    path = write_race_html(tmp_path / "race.html", config, workload, [s["name"] for s in expected["strategies"]])
+    text = path.read_text()
+    assert "http://" not in text and "https://" not in text and "src=" not in text  # nothing to fetch
+
+    browser_context.set_offline(True)
+    try:
+        probe = open_page(path.as_uri())
+        page = probe.page
+        page.wait_for_function("document.body.dataset.ready === '1'", timeout=30_000)
+        assert page.evaluate("navigator.onLine") is False
+        page.locator("body").click(position={"x": 5, "y": 5})
+        page.select_option('#race-transport [data-act="speed"]', "100")
+        page.keyboard.press("Space")
+        page.wait_for_function("window.kvlab.players.race.playing")
+        page.wait_for_function("Number(document.querySelector('#race [data-field=clock]').dataset.value) > 2")
+        probe.screenshot("export-replaying", "#race")
+        page.wait_for_selector("#race-finish:not([hidden])", timeout=60_000)
+        assert_agrees(finish_table(page), expected["strategies"])
+        probe.screenshot("export-finish")
+        # Step back to the start and forward one frame at a time with the keyboard.
+        page.click('#race-transport [data-act="reset"]')
+        page.locator("body").click(position={"x": 5, "y": 5})
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function("document.querySelector('#race').dataset.seq === '1'")
+        assert probe.foreign_requests == []
+        assert probe.errors == []
+    finally:
+        browser_context.set_offline(False)
