@@ -78,3 +78,31 @@ class CostModel:
             self.peak_flops * self.flops_efficiency
         )
         return (t_mem if t_mem >= t_compute else t_compute) + self.overhead_s
+
+    def iteration_times(self, num_tokens: int, num_context_tokens, num_attention_pairs):
+        """``iteration_time`` over numpy arrays of context tokens and pairs (one iteration each): the same
+        operations in the same order, so each element equals the scalar result bit for bit."""
+        import numpy as np
+
+        bandwidth = self.memory_bandwidth * self.bandwidth_efficiency
+        t_mem = (self.weights_bytes + num_context_tokens * self.kv_bytes_per_token) / bandwidth
+        t_compute = (self.flops_per_token * num_tokens + self.attention_flops_per_pair * num_attention_pairs) / (
+            self.peak_flops * self.flops_efficiency
+        )
+        return np.where(t_mem >= t_compute, t_mem, t_compute) + self.overhead_s
+
+    @property
+    def coefficients(self) -> tuple[float, float, float, float, float, float, float]:
+        """(weights_bytes, kv_bytes_per_token, effective bandwidth, flops_per_token, attention_flops_per_pair,
+        effective FLOP/s, overhead_s): what ``iteration_time`` computes with, for the simulator's jumps, which
+        inline it (``(weights + ctx * kv) / bandwidth`` vs ``(flops_per_token * n + per_pair * pairs) / flops``,
+        the larger, plus the overhead)."""
+        return (
+            self.weights_bytes,
+            self.kv_bytes_per_token,
+            self.memory_bandwidth * self.bandwidth_efficiency,
+            self.flops_per_token,
+            self.attention_flops_per_pair,
+            self.peak_flops * self.flops_efficiency,
+            self.overhead_s,
+        )

@@ -48,6 +48,17 @@ class IterationLog:
         for add, value in zip(self._append, row):
             add(value)
 
+    def extend(self, length: int, **columns) -> None:
+        """``length`` rows at once: each column a numpy array of that length or one number for every row."""
+        import numpy as np
+
+        for name in ITERATION_COLUMNS:
+            value = columns[name]
+            if isinstance(value, np.ndarray):
+                self.columns[name].frombytes(value.astype(np.float64, copy=False).tobytes())
+            else:
+                self.columns[name].extend(array("d", (value,)) * length)
+
     def __len__(self) -> int:
         return len(self.columns["time"])
 

@@ -13,15 +13,16 @@ records, so a run with jumps is identical to one without (tests/test_sim.py chec
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import islice
+from operator import attrgetter, gt
 
 from kvlab.cost import CostModel
 from kvlab.errors import KvlabError
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, SlotUsage, slot_usage
-from kvlab.metrics import Counters, IterationLog, RequestRecord, UsageIntegral, summarize
+from kvlab.metrics import ITERATION_COLUMNS, Counters, IterationLog, RequestRecord, UsageIntegral, summarize
 from kvlab.sched.batching import ADMITS_WHILE_RUNNING
 from kvlab.sched.output import SchedulerOutput
 from kvlab.sched.scheduler import Scheduler, SchedulerConfig
@@ -30,6 +31,10 @@ from kvlab.strategies import PREEMPTION_MODES, Strategy
 from kvlab.workload import Workload
 
 PCIE_BANDWIDTH = 25e9  # bytes/s a swap moves between GPU and CPU memory (PCIe 4.0 x16, in practice)
+INF = float("inf")
+# A stretch of a jump with nothing but the clock changing runs as numpy arrays when at least this long (below,
+# numpy's per-call cost exceeds the Python loop's ~1-2 µs per iteration).
+VECTOR_MIN_ITERATIONS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +217,7 @@ class Simulation:
             ),
             self.allocator,
         )
-        self.requests = sorted(workload.requests, key=lambda r: (r.arrival_time, r.request_id))
+        self.requests = _in_arrival_order(workload.requests)
         self.start_time = self.requests[0].arrival_time if self.requests else 0.0
         self.now = self.start_time
         self.seqs: dict[int, Seq] = {}
@@ -222,8 +227,11 @@ class Simulation:
         self.jump = jump
         self.last_finish_time = self.start_time
         self._next_arrival = 0
-        self._last_pure_decode = False
+        self._next_arrival_time = self.requests[0].arrival_time if self.requests else INF
+        # Whether the next iteration is known to be pure decode (see _may_jump_after); _jump then runs it.
+        self._can_jump = False
         self._admits_while_running = ADMITS_WHILE_RUNNING[strategy.batching]
+        self._prefix_caching = bool(getattr(self.allocator, "enable_prefix_caching", False))
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -234,42 +242,43 @@ class Simulation:
     def step(self) -> SchedulerOutput | None:
         """One engine iteration. Returns what was scheduled, or None when every request is done."""
         sched = self.scheduler
-        self._arrive()
-        if sched.num_unfinished == 0:
+        if self._next_arrival_time <= self.now:
+            self._arrive()
+        if not sched.running and not sched.waiting:
             if self._next_arrival >= len(self.requests):
                 return None
-            self.now = max(self.now, self.requests[self._next_arrival].arrival_time)  # idle until the next arrival
+            self.now = max(self.now, self._next_arrival_time)  # idle until the next arrival
             self._arrive()
-            if sched.num_unfinished == 0:
+            if not sched.waiting:
                 return self.step()  # everything that arrived was rejected
         out = sched.schedule()
-        if not out.num_scheduled_tokens and not out.new_req_ids and not out.preempted_req_ids:
+        num_tokens = out.num_prefill_tokens + out.num_decode_tokens
+        if not num_tokens and not out.new_req_ids and not out.preempted_req_ids:
             raise RuntimeError(f"no progress in iteration {out.step}: {sched.running!r} {list(sched.waiting)[:3]!r}")
-        dt = self.config.cost.iteration_time(
-            out.total_num_scheduled_tokens, out.num_context_tokens, out.num_attention_pairs
-        )
+        dt = self.config.cost.iteration_time(num_tokens, out.num_context_tokens, out.num_attention_pairs)
         if out.num_swap_bytes:
             dt += out.num_swap_bytes / PCIE_BANDWIDTH
-        usage = slot_usage(self.allocator, sched.num_resident_computed_tokens + out.total_num_scheduled_tokens)
-        self._record(dt, out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens, len(out.preempted_req_ids), usage)
+        usage = slot_usage(self.allocator, sched.num_resident_computed_tokens + num_tokens)
+        num_seqs = len(out.num_scheduled_tokens)
+        self.integral.add(usage, dt, num_seqs)
+        if self.log is not None:
+            self.log.append(
+                self.now - self.start_time, dt, num_seqs, len(sched.running), len(sched.waiting),
+                out.num_prefill_tokens, out.num_decode_tokens, len(out.preempted_req_ids),
+                usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free,
+            )
         self.now += dt
         finished = sched.update_from_output(out, self.now)
         if finished:
             self.counters.num_finished += len(finished)
             self.last_finish_time = self.now
-        self._last_pure_decode = (
-            not finished
-            and not out.preempted_req_ids
-            and not out.new_req_ids
-            and out.num_prefill_tokens == 0
-            and out.num_decode_tokens == len(sched.running)
-        )
+        self._can_jump = self._may_jump_after(out, len(finished))
         return out
 
     def run_until(self, t: float) -> None:
         """Advance until the clock reaches ``t`` (seconds) or every request is done."""
         while self.now < t and not self.done:
-            if self.jump and self._last_pure_decode and self._jump(t):
+            if self.jump and self._can_jump and self._jump(t):
                 continue
             if self.step() is None:
                 break
@@ -279,13 +288,13 @@ class Simulation:
         total = len(self.requests)
         tick = 0
         while not self.done:
-            if self.jump and self._last_pure_decode and self._jump(float("inf")):
-                continue
-            if self.step() is None:
-                break
             tick += 1
             if progress is not None and tick % 256 == 0:
                 progress(self.counters.num_finished + self.counters.num_rejected, total)
+            if self.jump and self._can_jump and self._jump(INF):
+                continue
+            if self.step() is None:
+                break
         if progress is not None:
             progress(total, total)
         return self.result()
@@ -336,10 +345,16 @@ class Simulation:
     def _arrive(self) -> None:
         """Requests whose arrival time has come join the waiting queue, or are rejected with a reason."""
         requests = self.requests
+        num_requests = len(requests)
         cfg = self.config
-        while self._next_arrival < len(requests) and requests[self._next_arrival].arrival_time <= self.now:
-            request = requests[self._next_arrival]
-            self._next_arrival += 1
+        now = self.now
+        seqs = self.seqs
+        add_request = self.scheduler.add_request
+        can_ever_fit = self.allocator.can_ever_fit
+        i = self._next_arrival
+        while i < num_requests and requests[i].arrival_time <= now:
+            request = requests[i]
+            i += 1
             reason = None
             if request.prompt_len >= cfg.max_model_len:
                 reason = "prompt longer than max_model_len"
@@ -348,119 +363,342 @@ class Simulation:
                 if request.num_output_tokens > room:
                     # vLLM stops a request at max_model_len (finish reason "length").
                     request = replace(request, max_tokens=room)
-                if not self.allocator.can_ever_fit(request):
+                if not can_ever_fit(request):
                     reason = "larger than the whole KV cache"
             seq = Seq(request)
-            self.seqs[request.request_id] = seq
+            seqs[request.request_id] = seq
             if reason is not None:
                 seq.status = SeqStatus.REJECTED
                 seq.reject_reason = reason
                 self.counters.num_rejected += 1
                 self.counters.reject_reasons[reason] = self.counters.reject_reasons.get(reason, 0) + 1
                 continue
-            self.scheduler.add_request(seq)
+            add_request(seq)
+        self._next_arrival = i
+        self._next_arrival_time = requests[i].arrival_time if i < num_requests else INF
 
-    def _record(self, dt: float, num_seqs: int, prefill: int, decode: int, preempted: int, usage: SlotUsage) -> None:
-        self.integral.add(usage, dt, num_seqs)
-        if self.log is not None:
-            sched = self.scheduler
-            self.log.append(
-                self.now - self.start_time, dt, num_seqs, len(sched.running), len(sched.waiting),
-                prefill, decode, preempted,
-                usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free,
+    def _may_jump_after(self, out: SchedulerOutput, num_finished: int) -> bool:
+        """Whether the iteration after this one is pure decode: every running request computes the one token it
+        sampled last, nobody is admitted or preempted. Then ``_jump`` may run it and the ones after."""
+        sched = self.scheduler
+        running = sched.running
+        if out.preempted_req_ids or not running:
+            return False
+        if self._admits_while_running and sched.waiting:
+            # The queue's head was tried in a pure decode iteration and did not fit: as long as nobody finishes,
+            # the iterations that follow have the same budget and seats and no more free memory.
+            return (
+                not num_finished
+                and not out.new_req_ids
+                and out.num_prefill_tokens == 0
+                and out.num_decode_tokens == len(running)
+                and sched.admission_blocked
             )
+        if out.num_prefill_tokens == 0 and out.num_decode_tokens == len(running) + num_finished:
+            return True  # everybody decoded, so everybody still running decodes again
+        return all(seq.num_tokens - seq.num_computed_tokens == 1 and seq.num_output_tokens for seq in running)
 
     def _jump(self, limit_time: float) -> int:
         """Run the pure-decode iterations that follow without scheduling them one by one; see the module doc.
-        Returns how many iterations it ran (0: the next iteration must be stepped)."""
+        Returns how many iterations it ran (0: the next iteration must be stepped).
+
+        Iteration s = 1, 2, ... of a jump: running request i computes token ``computed[i] + s - 1`` (the one it
+        sampled last) and samples the next; it finishes after iteration ``remaining[i]``. A paged request needs
+        a new block before the iteration whose token starts one, every ``block_size`` iterations, so the
+        requests needing a block before iteration s are those in ``alloc_events[s % block_size]`` (a
+        contiguous slab already holds every token). The jump stops before an iteration that a step would
+        schedule differently: an arrival that could be admitted, allocations the free blocks do not cover
+        (a step would preempt), or, after a finish, a queue that the freed memory might let in."""
         sched = self.scheduler
         running = sched.running
         n = len(running)
-        if sched.waiting and not sched.admission_blocked:
-            return 0
-        k_max = min(seq.num_remaining_outputs for seq in running) - 1  # the finishing iteration is stepped
-        if k_max <= 0:
+        cfg = self.config
+        waiting = sched.waiting
+        admits = self._admits_while_running
+        if n == 0 or n > cfg.max_num_batched_tokens or (admits and waiting and not sched.admission_blocked):
             return 0
         allocator = self.allocator
-        computed = [seq.num_computed_tokens for seq in running]
-        held = [allocator.get_num_slots(seq.request_id) for seq in running]
-        block_size = self.config.block_size
-        k_max = _steps_memory_allows(computed, held, block_size, allocator, k_max)
-        if k_max <= 0:
-            return 0
+        bs = cfg.block_size
+        caching = self._prefix_caching
+        seqs = running[:]
+        computed = [seq.num_computed_tokens for seq in seqs]
+        outputs = [seq.num_output_tokens for seq in seqs]
+        finish_at: dict[int, list[int]] = {}
+        alloc_events: dict[int, list[int]] = {}  # s % block_size -> positions needing a new block before s
+        fill_events: dict[int, list[int]] = {}  # prefix caching: s % block_size -> positions filling a block in s
+        alloc_key: list[int | None] = [None] * n
+        get_num_slots = allocator.get_num_slots
+        for i, seq in enumerate(seqs):
+            remaining = seq.request.num_output_tokens - outputs[i]
+            if remaining in finish_at:
+                finish_at[remaining].append(i)
+            else:
+                finish_at[remaining] = [i]
+            first = get_num_slots(seq.request_id) - computed[i] + 1  # the first iteration without a slot
+            if first <= remaining:
+                if first > bs:
+                    return 0  # holds more blocks than its tokens need (never in practice): step instead
+                key = first % bs
+                alloc_key[i] = key
+                alloc_events.setdefault(key, []).append(i)
+            if caching:
+                fill_events.setdefault(-computed[i] % bs, []).append(i)
+        num_event_seqs = n - alloc_key.count(None)
+        rids = [seq.request_id for seq in seqs]
+        append_blocks = None if caching else getattr(allocator, "append_blocks", None)
 
-        # Allocation events: (iteration s, position i in running): seq i needs a new block before iteration s.
-        events = [(h - c + 1, i) for i, (c, h) in enumerate(zip(computed, held)) if h - c + 1 <= k_max]
-        heapq.heapify(events)
-        arrivals_matter = (
-            self._admits_while_running
-            and n < self.config.max_num_seqs
-            and n < self.config.max_num_batched_tokens
+        cost = cfg.cost
+        weights, kv_bytes, bandwidth, flops_per_token, flops_per_pair, flops, overhead_s = cost.coefficients
+        integral = self.integral
+        i_tok, i_res, i_int, i_ovh, i_free, busy = (
+            integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead, integral.free,
+            integral.busy_time,
         )
-        cost = self.config.cost.iteration_time
-        total_computed = sum(computed)
-        resident = sched.num_resident_computed_tokens
-        requests = self.requests
-        k = 0
-        for s in range(1, k_max + 1):
-            if self.now >= limit_time:
+        num_slots = allocator.num_slots
+        alloc = allocator.num_allocated_slots
+        internal = allocator.num_internal_fragmentation_slots
+        ovh = allocator.num_overhead_slots
+        dup = allocator.num_duplicate_token_slots
+        log = self.log
+        if log is not None:
+            (a_time, a_duration, a_num_seqs, a_num_running, a_num_waiting, a_num_prefill, a_num_decode,
+             a_num_preempted, a_token, a_reserved, a_internal, a_overhead, a_free) = (
+                log.columns[name].append for name in ITERATION_COLUMNS
+            )
+        start_time = self.start_time
+        now = self.now
+        sum_c = sum(computed)
+        num_decoded = 0  # tokens computed by the jump (each samples one)
+        num_done = 0
+        resident_freed = 0
+        finish_iters = sorted(finish_at)
+        fi = 0
+        next_finish = finish_iters[0]
+        next_arrival = self._next_arrival_time
+        max_num_seqs = cfg.max_num_seqs
+        max_batched = cfg.max_num_batched_tokens
+        arrivals_matter = admits and n < max_num_seqs and n < max_batched
+        can_jump_after = False
+        s = 0
+        while True:
+            if now >= limit_time:
+                can_jump_after = True  # nothing changed: the next call goes on from here
                 break
-            if self._next_arrival < len(requests) and requests[self._next_arrival].arrival_time <= self.now:
-                if arrivals_matter and not sched.waiting:
-                    break  # it might be admitted: step for real
+            if next_arrival <= now:
+                if arrivals_matter and not waiting:
+                    break  # it may be admitted: a step decides
+                self.now = now
                 self._arrive()
-            while events and events[0][0] == s:
-                _, i = heapq.heappop(events)
-                seq = running[i]
-                seq.num_computed_tokens = computed[i] + s - 1
-                allocator.allocate_slots(seq, 1)
-                if s + block_size <= k_max:
-                    heapq.heappush(events, (s + block_size, i))
-            context = total_computed + s * n
-            dt = cost(n, context, context)
-            self._record(dt, n, 0, n, 0, slot_usage(allocator, resident + s * n))
-            self.now += dt
-            sched.step += 1
-            k = s
-        if k == 0:
+                next_arrival = self._next_arrival_time
+            if not num_event_seqs and next_finish - s > VECTOR_MIN_ITERATIONS:
+                # Nothing but the clock changes until the next finish: run those iterations as arrays.
+                (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead,
+                 integral.free, integral.busy_time) = i_tok, i_res, i_int, i_ovh, i_free, busy
+                num = next_finish - 1 - s
+                ran, now, cut = self._decode_segment(
+                    s + 1, num, n, sum_c, dup, alloc, internal, ovh, now, limit_time,
+                    next_arrival if arrivals_matter and not waiting else INF,
+                )
+                i_tok, i_res, i_int, i_ovh, i_free, busy = (
+                    integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead,
+                    integral.free, integral.busy_time,
+                )
+                next_arrival = self._next_arrival_time
+                s += ran
+                num_decoded += ran * n
+                if cut:
+                    can_jump_after = now >= limit_time  # else an arrival that may be admitted: a step decides
+                    break
+                continue
+            s += 1
+            key = s % bs
+            if num_event_seqs:
+                new_block = alloc_events.get(key)
+                if new_block and len(new_block) > allocator.num_free_blocks:
+                    s -= 1
+                    break  # a step would preempt
+                if caching:
+                    fill = fill_events.get(key)
+                    if new_block or fill:
+                        for i in sorted({*(new_block or ()), *(fill or ())}):
+                            seq = seqs[i]
+                            seq.num_computed_tokens = computed[i] + s - 1
+                            seq.num_output_tokens = outputs[i] + s - 1
+                            allocator.allocate_slots(seq, 1)
+                        alloc = allocator.num_allocated_slots
+                        internal = allocator.num_internal_fragmentation_slots
+                elif new_block:
+                    if append_blocks is not None:
+                        append_blocks([rids[i] for i in new_block])
+                    else:
+                        for i in new_block:
+                            seq = seqs[i]
+                            seq.num_computed_tokens = computed[i] + s - 1
+                            allocator.allocate_slots(seq, 1)
+                    alloc = allocator.num_allocated_slots
+                    internal = allocator.num_internal_fragmentation_slots
+            # The iteration: n decodes, each attending over its context (the same arithmetic as
+            # CostModel.iteration_time and UsageIntegral.add, in the same order, so the floats are identical).
+            ctx = sum_c + s * n
+            t_mem = (weights + ctx * kv_bytes) / bandwidth
+            t_compute = (flops_per_token * n + flops_per_pair * ctx) / flops
+            dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
+            token = ctx - dup
+            i_tok += token * dt
+            i_res += (alloc - token - internal) * dt
+            i_int += internal * dt
+            i_ovh += ovh * dt
+            i_free += (num_slots - alloc - ovh) * dt
+            busy += dt
+            if log is not None:
+                a_time(now - start_time)
+                a_duration(dt)
+                a_num_seqs(n)
+                a_num_running(n)
+                a_num_waiting(len(waiting))
+                a_num_prefill(0)
+                a_num_decode(n)
+                a_num_preempted(0)
+                a_token(token)
+                a_reserved(alloc - token - internal)
+                a_internal(internal)
+                a_overhead(ovh)
+                a_free(num_slots - alloc - ovh)
+            now += dt
+            num_decoded += n
+            if s == next_finish:
+                finishing = finish_at[s]
+                for i in finishing:
+                    seq = seqs[i]
+                    seq.num_computed_tokens = computed[i] + s
+                    seq.num_output_tokens = outputs[i] + s
+                    seq.status = SeqStatus.FINISHED
+                    seq.finish_time = now
+                    allocator.free(seq)
+                    resident_freed += computed[i] + s
+                    sum_c -= computed[i]
+                    if alloc_key[i] is not None:
+                        alloc_events[alloc_key[i]].remove(i)
+                        num_event_seqs -= 1
+                    if caching:
+                        fill_events[-computed[i] % bs].remove(i)
+                n -= len(finishing)
+                num_done += len(finishing)
+                self.last_finish_time = now
+                alloc = allocator.num_allocated_slots
+                internal = allocator.num_internal_fragmentation_slots
+                ovh = allocator.num_overhead_slots
+                dup = allocator.num_duplicate_token_slots
+                fi += 1
+                next_finish = finish_iters[fi] if fi < len(finish_iters) else INF
+                if n == 0 or (admits and waiting):
+                    break  # the freed memory and seats may let the queue in: a step decides
+                arrivals_matter = admits and n < max_num_seqs and n < max_batched
+
+        (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead, integral.free,
+         integral.busy_time) = i_tok, i_res, i_int, i_ovh, i_free, busy
+        self.now = now
+        self._can_jump = can_jump_after
+        if s == 0:
             return 0
-        for i, seq in enumerate(running):
-            # The last iteration also records (caches) the blocks it filled; let the allocator see it.
-            seq.num_computed_tokens = computed[i] + k - 1
-            allocator.allocate_slots(seq, 1)
-            seq.num_computed_tokens = computed[i] + k
-            seq.num_output_tokens += k
-        sched.num_resident_computed_tokens = resident + k * n
-        sched.num_sampled_tokens += k * n
+        integral.num_iterations += s
+        integral.sum_batch_size += num_decoded
+        if num_done:
+            self.counters.num_finished += num_done
+            running[:] = [seq for seq in seqs if seq.status is SeqStatus.RUNNING]
+        k = s
+        if num_done:
+            for i, seq in enumerate(seqs):
+                if seq.status is SeqStatus.RUNNING:
+                    seq.num_computed_tokens = computed[i] + k
+                    seq.num_output_tokens = outputs[i] + k
+        else:
+            for i, seq in enumerate(seqs):
+                seq.num_computed_tokens = computed[i] + k
+                seq.num_output_tokens = outputs[i] + k
+        sched.num_resident_computed_tokens += num_decoded - resident_freed
+        sched.num_sampled_tokens += num_decoded
+        sched.step += k
         return k
 
+    def _decode_segment(
+        self, s0: int, num: int, n: int, sum_c: int, dup: int, alloc: int, internal: int, ovh: int,
+        now: float, limit_time: float, cut_time: float,
+    ) -> tuple[int, float, bool]:
+        """Iterations s0 .. s0 + num - 1 of a jump in which nothing but the clock changes (no allocation, no
+        finish), as numpy arrays: the same elementwise arithmetic as the loop, and the running sums
+        (clock, integrals) accumulated left to right as the loop does, so every float is the same. Stops
+        before the first iteration starting at or after ``limit_time`` or ``cut_time`` (an arrival that may be
+        admitted); arrivals that only join the queue join. Returns (iterations run, clock, whether cut)."""
+        import numpy as np
 
-def _steps_memory_allows(computed: list[int], held: list[int], block_size: int, allocator, k_max: int) -> int:
-    """The most decode iterations (≤ k_max) whose new blocks the free blocks cover. Before iteration s a
-    request with c computed tokens and h slots needs room for c + s tokens. (A contiguous slab already holds
-    every token its request will write, so only a paged allocator is ever asked for its free blocks.)"""
+        ctx = np.arange(s0, s0 + num, dtype=np.int64)
+        ctx *= n
+        ctx += sum_c
+        dts = self.config.cost.iteration_times(n, ctx, ctx)
+        times = np.empty(num + 1)
+        times[0] = now
+        times[1:] = dts
+        np.add.accumulate(times, out=times)  # times[j]: start of iteration j; sequential, as `now += dt`
+        starts = times[:num]
+        ran = num
+        stop = min(limit_time, cut_time)
+        if stop <= times[num - 1]:
+            ran = int(np.searchsorted(starts, stop, side="left"))
+        if ran < num:
+            ctx, dts, starts = ctx[:ran], dts[:ran], starts[:ran]
+        if ran == 0:
+            return 0, now, True
+        log = self.log
+        waiting = self.scheduler.waiting
+        num_waiting = len(waiting)
+        if self._next_arrival_time <= starts[-1]:
+            # Arrivals during the segment join the queue (or are rejected); the queue length per iteration
+            # counts those that arrived by its start.
+            self.now = float(starts[-1])
+            self._arrive()
+            if log is not None and len(waiting) > num_waiting:
+                # The queue grew at its back: read only the newcomers (the queue may be long).
+                joined = np.fromiter(
+                    (seq.request.arrival_time for seq in islice(reversed(waiting), len(waiting) - num_waiting)),
+                    dtype=np.float64,
+                )[::-1]
+                num_waiting = num_waiting + np.searchsorted(joined, starts, side="right")
+        token = ctx - dup
+        reserved = alloc - token - internal
+        free = self.allocator.num_slots - alloc - ovh
+        integral = self.integral
+        integral.token = _accumulate(integral.token, token * dts)
+        integral.reserved = _accumulate(integral.reserved, reserved * dts)
+        integral.internal_fragmentation = _accumulate(integral.internal_fragmentation, internal * dts)
+        integral.overhead = _accumulate(integral.overhead, ovh * dts)
+        integral.free = _accumulate(integral.free, free * dts)
+        integral.busy_time = _accumulate(integral.busy_time, dts.copy())
+        if log is not None:
+            log.extend(
+                ran, time=starts - self.start_time, duration=dts, num_seqs=n, num_running=n, num_waiting=num_waiting,
+                num_prefill_tokens=0, num_decode_tokens=n, num_preemptions=0, token=token, reserved=reserved,
+                internal_fragmentation=internal, overhead=ovh, free=free,
+            )
+        return ran, float(times[ran]), ran < num
 
-    def need(s: int) -> int:
-        total = 0
-        for c, h in zip(computed, held):
-            over = c + s - h
-            if over > 0:
-                total += (over + block_size - 1) // block_size
-        return total
 
-    if need(k_max) == 0:
-        return k_max
-    num_free_blocks = allocator.num_free_blocks
-    if need(k_max) <= num_free_blocks:
-        return k_max
-    lo, hi = 0, k_max  # need(lo) fits, need(hi) does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if need(mid) <= num_free_blocks:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+def _accumulate(total: float, values) -> float:
+    """``total + values[0] + values[1] + ...`` added left to right (numpy's accumulate is sequential; its sum is
+    pairwise and would round differently from a loop)."""
+    import numpy as np
+
+    values[0] = total + values[0]
+    return float(np.add.accumulate(values)[-1])
+
+
+def _in_arrival_order(requests) -> list:
+    """Requests sorted by (arrival_time, request_id); a workload usually is already, so check first."""
+    key = attrgetter("arrival_time", "request_id")
+    keys = list(map(key, requests))
+    if any(map(gt, keys, keys[1:])):
+        return sorted(requests, key=key)
+    return list(requests)
 
 
 def _record_of(seq: Seq) -> RequestRecord:
