@@ -63,6 +63,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -344,6 +345,9 @@ def run(job: dict) -> dict:
     t0 = time.perf_counter()
     try:
         engine = LLMEngine.from_engine_args(_engine_args(model_dir, engine_cfg))
+    except Exception:
+        shutil.rmtree(model_dir, ignore_errors=True)
+        raise
     finally:
         collector.close()
     startup_s = time.perf_counter() - t0
@@ -356,6 +360,7 @@ def run(job: dict) -> dict:
     finally:
         # Several jobs may run in one process: release this engine before the next one starts.
         engine.engine_core.shutdown()
+        shutil.rmtree(model_dir, ignore_errors=True)
     return {
         "startup": startup,
         "log_lines": collector.lines,
