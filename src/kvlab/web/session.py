@@ -36,6 +36,10 @@ class Race:
         self.seq = -1
         self.max_unfilled = [0] * len(self.sims)
         self._summaries: list[dict] | None = None
+        # Per grid: the (step, clock) it was last drawn at, and that grid's frame entry; a simulation that has
+        # not moved (finished, or waiting for its next arrival) is not read again.
+        self._last: list[tuple | None] = [None] * len(self.sims)
+        self._last_entry: list[dict | None] = [None] * len(self.sims)
 
     @property
     def done(self) -> bool:
@@ -79,16 +83,23 @@ class Race:
         self.seq += 1
         grids = []
         for i, sim in enumerate(self.sims):
+            moved = (sim.scheduler.step, sim.now)
+            if not key and self._last[i] == moved:
+                grids.append({**self._last_entry[i], "blocks": {"key": False, "n": 0, "data": ""}})
+                continue
+            self._last[i] = moved
             cols = snapshot_columns(sim.snapshot())
             usage = sim.slot_usage()
             self.max_unfilled[i] = max(self.max_unfilled[i], max_unfilled_slots_per_owner(cols))
             counters = counters_dict(sim.counters_now(), usage)
             counters["max_unfilled_per_request"] = self.max_unfilled[i]
-            grids.append({
+            entry = {
                 "counters": counters,
                 "usage": usage_dict(usage),
                 "blocks": self.encoders[i].encode_columns(cols, key=key),
-            })
+            }
+            self._last_entry[i] = entry
+            grids.append(entry)
         out = {"seq": self.seq, "t": self.clock - self.start_time, "done": self.done, "grids": grids}
         if out["done"]:
             out["finish"] = self.finish_line()

@@ -1,0 +1,57 @@
+"""`kvlab lab`: serves the page on loopback; a bad or busy port is one clear line."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+
+def test_lab_serves_the_page_on_loopback():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvlab", "lab", "--port", "0", "--no-browser"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert match, line
+        url = match.group(0)
+        for _ in range(100):
+            try:
+                page = httpx.get(url, timeout=5)
+                break
+            except httpx.ConnectError:
+                time.sleep(0.1)
+        assert page.status_code == 200 and "kvlab lab" in page.text
+        assert httpx.get(url + "static/lab.js").status_code == 200
+        # Bound to loopback only: the port is not open on the machine's other addresses.
+        port = int(match.group(1))
+        others = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+        for address in others - {"127.0.0.1"}:
+            with socket.socket() as s:
+                s.settimeout(1)
+                assert s.connect_ex((address, port)) != 0, address
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_busy_port_is_a_clear_error(kvlab):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = kvlab("lab", "--port", str(port), "--no-browser")
+    assert r.exit_code == 2
+    assert f"cannot serve on 127.0.0.1:{port}" in r.stderr and "pick another with --port" in r.stderr
+
+
+def test_port_out_of_range(kvlab):
+    r = kvlab("lab", "--port", "70000", "--no-browser")
+    assert r.exit_code == 2
+    assert "--port 70000 is out of range: 0 to 65535" in r.stderr
