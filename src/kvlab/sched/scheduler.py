@@ -70,23 +70,33 @@ class Scheduler:
         preempted: list[Seq] = []
         swap_bytes = 0
 
+        chunked = cfg.enable_chunked_prefill
+        max_computed = cfg.max_model_len - 1
+        allocate_slots = self.allocator.allocate_slots
+        now_fit = Fit.NOW
         i = 0
         running = self.running
         while i < len(running) and budget > 0:
             seq = running[i]
-            num_new = seq.num_tokens - seq.num_computed_tokens
-            if not cfg.enable_chunked_prefill and num_new > budget:
+            computed = seq.num_computed_tokens
+            num_tokens = seq.num_tokens
+            num_new = num_tokens - computed
+            if not chunked and num_new > budget:
                 # Only reachable under static batching, which admits a whole batch at once: without chunked
                 # prefill a prompt is computed in one piece, so it waits for an iteration with room.
                 i += 1
                 continue
-            num_new = min(num_new, budget, cfg.max_model_len - 1 - seq.num_computed_tokens)
+            # min(num_new, budget, max_model_len - 1 - computed)
+            if num_new > budget:
+                num_new = budget
+            if num_new > max_computed - computed:
+                num_new = max_computed - computed
             if num_new <= 0:
                 i += 1
                 continue
             while True:
-                fit = self.allocator.allocate_slots(seq, num_new)
-                if fit is Fit.NOW:
+                fit = allocate_slots(seq, num_new)
+                if fit is now_fit:
                     break
                 victim = running.pop()  # FCFS: the newest running request goes first
                 swap_bytes += self._preempt(victim)
@@ -96,8 +106,7 @@ class Scheduler:
             if seq.status is not SeqStatus.RUNNING:
                 break  # it preempted itself: nobody after it can be scheduled either
             scheduled[seq.request_id] = num_new
-            computed = seq.num_computed_tokens
-            if num_new == 1 and computed == seq.num_tokens - 1 and seq.num_output_tokens > 0:
+            if num_new == 1 and computed == num_tokens - 1 and seq.num_output_tokens > 0:
                 decode += 1
             else:
                 prefill += num_new
@@ -110,24 +119,11 @@ class Scheduler:
         # Whether the queue is still waiting after an admission attempt (the simulator's jump test).
         self.admission_blocked = False
         if not preempted:  # vLLM admits nobody in an iteration that preempted
-            for seq, num_new, num_cached in self.batching(self, budget):
-                swapped_in = self.preemption.on_resume(seq)
-                swap_bytes += swapped_in
-                self.num_swapped_bytes += swapped_in
-                if seq.num_lost_tokens:
-                    # What preemption dropped is computed again, less what the prefix cache still held.
-                    self.num_recomputed_tokens += max(0, seq.num_lost_tokens - num_cached)
-                    seq.num_lost_tokens = 0
-                seq.swapped = False
-                new_ids.append(seq.request_id)
-                if num_new == 0:
-                    continue  # admitted (memory reserved) but its first tokens wait for budget
-                scheduled[seq.request_id] = num_new
-                computed = seq.num_computed_tokens
-                prefill += num_new
-                context += computed + num_new
-                pairs += num_new * computed + num_new * (num_new + 1) // 2
-            self.admission_blocked = bool(self.waiting)
+            new_ids, num_prefill, num_context, num_pairs, swapped_in = self.schedule_waiting(budget, scheduled)
+            prefill += num_prefill
+            context += num_context
+            pairs += num_pairs
+            swap_bytes += swapped_in
 
         return SchedulerOutput(
             step=self.step,
@@ -140,6 +136,33 @@ class Scheduler:
             num_attention_pairs=pairs,
             num_swap_bytes=swap_bytes,
         )
+
+    def schedule_waiting(self, budget: int, scheduled: dict[int, int]) -> tuple[list[int], int, int, int, int]:
+        """The waiting loop of ``schedule``: admit from the front of the queue as the batching policy allows
+        within ``budget`` tokens, adding the admitted to ``scheduled``. Returns (new_req_ids, prefill tokens,
+        context tokens, attention pairs, bytes swapped in). The simulator calls it directly in an iteration
+        whose running requests all decode (its jumps account for those)."""
+        new_ids: list[int] = []
+        prefill = context = pairs = swap_bytes = 0
+        for seq, num_new, num_cached in self.batching(self, budget):
+            swapped_in = self.preemption.on_resume(seq)
+            swap_bytes += swapped_in
+            self.num_swapped_bytes += swapped_in
+            if seq.num_lost_tokens:
+                # What preemption dropped is computed again, less what the prefix cache still held.
+                self.num_recomputed_tokens += max(0, seq.num_lost_tokens - num_cached)
+                seq.num_lost_tokens = 0
+            seq.swapped = False
+            new_ids.append(seq.request_id)
+            if num_new == 0:
+                continue  # admitted (memory reserved) but its first tokens wait for budget
+            scheduled[seq.request_id] = num_new
+            computed = seq.num_computed_tokens
+            prefill += num_new
+            context += computed + num_new
+            pairs += num_new * computed + num_new * (num_new + 1) // 2
+        self.admission_blocked = bool(self.waiting)
+        return new_ids, prefill, context, pairs, swap_bytes
 
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
         """Move the head of the waiting queue to running (called by the batching policy after allocating)."""
@@ -157,28 +180,38 @@ class Scheduler:
         token. Returns the requests that finished (their memory is already freed)."""
         finished: list[Seq] = []
         by_id = {s.request_id: s for s in self.running}
+        advance = self.advance
         for req_id, num_new in output.num_scheduled_tokens.items():
             seq = by_id[req_id]
-            if seq.first_scheduled_time is None:
-                seq.first_scheduled_time = now
-            seq.num_computed_tokens += num_new
-            self.num_resident_computed_tokens += num_new
-            if seq.num_computed_tokens < seq.num_tokens:
-                continue  # a chunk of a prompt: nothing sampled yet
-            seq.num_output_tokens += 1
-            self.num_sampled_tokens += 1
-            if seq.first_token_time is None:
-                seq.first_token_time = now
-            if seq.num_output_tokens >= seq.request.num_output_tokens:
+            if advance(seq, num_new, now):
                 finished.append(seq)
         if finished:
             for seq in finished:
-                self._free(seq)
-                seq.status = SeqStatus.FINISHED
-                seq.finish_time = now
+                self.finish(seq, now)
             done = {s.request_id for s in finished}
             self.running = [s for s in self.running if s.request_id not in done]
         return finished
+
+    def advance(self, seq: Seq, num_new_tokens: int, now: float) -> bool:
+        """``seq`` computed ``num_new_tokens`` in the iteration that ended at ``now``; if its computed tokens
+        caught up, it samples one token. Returns whether that was its last."""
+        if seq.first_scheduled_time is None:
+            seq.first_scheduled_time = now
+        seq.num_computed_tokens += num_new_tokens
+        self.num_resident_computed_tokens += num_new_tokens
+        if seq.num_computed_tokens < seq.num_tokens:
+            return False  # a chunk of a prompt: nothing sampled yet
+        seq.num_output_tokens += 1
+        self.num_sampled_tokens += 1
+        if seq.first_token_time is None:
+            seq.first_token_time = now
+        return seq.num_output_tokens >= seq.request.num_output_tokens
+
+    def finish(self, seq: Seq, now: float) -> None:
+        """Free a finished request's memory (it stays in ``running`` until the caller removes it)."""
+        self._free(seq)
+        seq.status = SeqStatus.FINISHED
+        seq.finish_time = now
 
     # -- helpers ---------------------------------------------------------------------------------------
 
