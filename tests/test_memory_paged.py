@@ -226,8 +226,8 @@ def test_cached_free_blocks_are_evicted_when_reused():
 
 def test_evictable_hits_count_against_free_blocks():
     allocator = PagedAllocator(num_blocks=5, block_size=4, enable_prefix_caching=True)
-    a = Seq(req(0, 8, prefix=(7,)))
-    assert admit(allocator, a) is Fit.NOW  # [1, 2], both cached
+    a = Seq(req(0, 9, prefix=(7,)))
+    assert admit(allocator, a) is Fit.NOW  # [1, 2] shared and cached, [3] holds its own last token
     allocator.free(a)
     holder = Seq(req(1, 4))
     assert admit(allocator, holder) is Fit.NOW  # takes 3
@@ -239,16 +239,16 @@ def test_evictable_hits_count_against_free_blocks():
     allocator.check_invariants([holder])
 
 
-def test_hit_is_capped_so_the_last_prompt_token_is_recomputed():
+def test_equal_prefixes_share_only_full_blocks_before_the_last_prompt_token():
     allocator = PagedAllocator(num_blocks=10, block_size=4, enable_prefix_caching=True)
     assert admit(allocator, Seq(req(0, 8, prefix=(7,)))) is Fit.NOW
-    # Same 8 tokens: at most (8 - 1) // 4 = 1 block hits, so a whole block is recomputed.
+    # The same prefix id covers all 8 prompt tokens, but a prompt's last token is always its own
+    # (Request.num_shared_prefix_tokens): only block 0 is shared, block 1 is recomputed.
     twin = Seq(req(1, 8, prefix=(7,)))
     assert allocator.get_num_cached_tokens(twin) == 4
     assert admit(allocator, twin) is Fit.NOW
     assert allocator.get_block_ids(1) == [1, 3]
-    # The recomputed block is hashed again: equal content in two blocks, the older one serves hits.
-    assert allocator.block_hash(3) == allocator.block_hash(2)
+    assert allocator.block_hash(3) != allocator.block_hash(2)
 
 
 def test_preempted_request_finds_its_own_blocks_again():
@@ -279,25 +279,27 @@ def test_preempted_request_finds_its_own_blocks_again():
 
 def test_equal_content_blocks_coexist_and_the_oldest_serves_hits():
     allocator = PagedAllocator(num_blocks=10, block_size=4, enable_prefix_caching=True)
-    a = Seq(req(0, 16, prefix=(9,), chunk=16))
-    b = Seq(req(1, 16, prefix=(9,), chunk=16))
+    # 16 shared tokens (4 blocks), then each prompt's own last token.
+    a = Seq(req(0, 17, prefix=(9,), chunk=16))
+    b = Seq(req(1, 17, prefix=(9,), chunk=16))
     assert admit(allocator, a, num_new_tokens=8) is Fit.NOW  # chunked prefill: [1, 2]
-    assert admit(allocator, b, num_new_tokens=8) is Fit.NOW  # hits 1, 2; computes the rest
-    assert allocator.get_block_ids(1) == [1, 2, 3, 4]
+    assert admit(allocator, b, num_new_tokens=9) is Fit.NOW  # hits 1, 2; computes the rest
+    assert allocator.get_block_ids(1) == [1, 2, 3, 4, 5]
     assert allocator.allocate_slots(a, 8) is Fit.NOW  # a computes the same tokens again
     a.num_computed_tokens = 16
-    assert allocator.get_block_ids(0) == [1, 2, 5, 6]
-    assert allocator.block_hash(5) == allocator.block_hash(3)
+    assert allocator.get_block_ids(0) == [1, 2, 6, 7]
+    assert allocator.block_hash(6) == allocator.block_hash(3)
     allocator.check_invariants([a, b])
-    probe = Seq(req(2, 17, prefix=(9,), chunk=16))
+    probe = Seq(req(2, 18, prefix=(9,), chunk=16))
     assert allocator.get_num_cached_tokens(probe) == 16
 
     allocator.free(b)
-    assert allocator.free_block_ids() == [7, 8, 9, 4, 3]
-    filler = Seq(req(3, 16))  # takes 7, 8, 9 and evicts 4
+    # b's own last block (no hash) goes to the front, its cached blocks to the back.
+    assert allocator.free_block_ids() == [5, 8, 9, 4, 3]
+    filler = Seq(req(3, 16))  # takes 5, 8, 9 and evicts 4
     assert admit(allocator, filler) is Fit.NOW
-    assert allocator.get_block_ids(3) == [7, 8, 9, 4]
-    # The hash of block 4 now lives on in block 6 alone; block 3 still serves the third.
+    assert allocator.get_block_ids(3) == [5, 8, 9, 4]
+    # The hash of block 4 now lives on in block 7 alone; block 3 still serves the third.
     assert allocator.get_num_cached_tokens(probe) == 16
     allocator.free(a)
     allocator.check_invariants([filler])

@@ -80,25 +80,9 @@ os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
 
 # A tiny Llama: 2 layers, hidden 64, 2 heads of 32 dims (the CPU attention kernels need head_size >= 32),
 # vocab 512. Weights are random ("dummy"), there is no tokenizer: only the scheduling is of interest.
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-    "vocab_size": 512,
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "torch_dtype": "float32",
-}
+# The config lives beside this file so that kvlab's calculator sizes the very same model.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_llama.json"), encoding="utf-8") as _f:
+    TINY_LLAMA = json.load(_f)
 
 
 class _LineCollector(logging.Filter):

@@ -15,7 +15,8 @@ class Request:
     ``prefix_hashes`` describe a shared prompt prefix, Mooncake style: the first
     ``len(prefix_hashes) * prefix_chunk_len`` prompt tokens are chunk after chunk of content named by these ids,
     so two requests whose leading ids are equal share those tokens (and, with prefix caching, those KV blocks).
-    The rest of the prompt is unique to the request.
+    The rest of the prompt is unique to the request, its last token always: no two prompts are identical (a
+    whole-prompt hit would leave nothing to compute; the real-engine driver builds token ids the same way).
     """
 
     request_id: int
@@ -41,4 +42,4 @@ class Request:
 
     @property
     def num_shared_prefix_tokens(self) -> int:
-        return min(self.prompt_len, len(self.prefix_hashes) * self.prefix_chunk_len)
+        return min(self.prompt_len - 1, len(self.prefix_hashes) * self.prefix_chunk_len)
