@@ -187,13 +187,22 @@ class GridView {
       this.allDirty = false;
       for (const c of this.dirtyList) this.dirty[c] = 0;
       this.dirtyList = [];
-    } else if (this.dirtyList.length) {
-      for (const c of this.dirtyList) { this.paintCell(c); this.dirty[c] = 0; }
-      this.dirtyList = [];
-    } else {
-      return false;
+      this.ctx.putImageData(this.image, 0, 0);
+      return true;
     }
-    this.ctx.putImageData(this.image, 0, 0);
+    if (!this.dirtyList.length) return false;
+    // Copy only the rows that changed to the canvas.
+    const L = this.layout;
+    let r0 = L.rows, r1 = -1;
+    for (const c of this.dirtyList) {
+      this.paintCell(c);
+      this.dirty[c] = 0;
+      const r = (c / L.cols) | 0;
+      if (r < r0) r0 = r;
+      if (r > r1) r1 = r;
+    }
+    this.dirtyList = [];
+    this.ctx.putImageData(this.image, 0, 0, 0, r0 * L.s, this.canvas.width, (r1 - r0 + 1) * L.s);
     return true;
   }
 
@@ -286,6 +295,10 @@ async function api(path, options) {
   return body;
 }
 
+// Writing the same text or style again still costs the browser a layout: write only what changed.
+function setText(node, text) { if (node.textContent !== text) node.textContent = text; }
+function setData(node, key, value) { const v = String(value); if (node.dataset[key] !== v) node.dataset[key] = v; }
+
 function showError(node, err) {
   if (!node) return;
   if (err) { node.textContent = err.message || String(err); node.hidden = false; }
@@ -304,8 +317,11 @@ function noteFacts(info, grid, finish) {
   f.counters = grid.counters;
   f.usage = grid.usage;
   if (finish) f.summary = finish;
-  renderAnswers();
+  answersDue = true;
 }
+
+// The answers are rewritten at most once per drawn frame (Player.scheduleDraw), not once per grid per frame.
+let answersDue = false;
 
 function pct(v) { return nf1.format(v) + "%"; }
 
@@ -323,22 +339,22 @@ function renderAnswers() {
       text += ` Over the whole run: ${pct(s.token)} tokens, ${pct(s.internal_fragmentation)} never used, ` +
         `${pct(s.external_fragmentation)} free or between slabs.`;
     }
-    q1.textContent = text;
+    setText(q1, text);
   }
   if (q2 && facts.paged) {
     const f = facts.paged, c = f.counters;
-    q2.textContent = `What you just saw (${f.name}, ${f.block_size}-token pages): the most empty slots any ` +
+    setText(q2, `What you just saw (${f.name}, ${f.block_size}-token pages): the most empty slots any ` +
       `conversation held at once was ${nf0.format(c.max_unfilled_per_request)}; the bound is ` +
-      `${f.block_size - 1}. ${pct(c.token_share)} of the cache holds tokens right now.`;
+      `${f.block_size - 1}. ${pct(c.token_share)} of the cache holds tokens right now.`);
   }
   if (q3 && facts.paged) {
     const c = facts.paged.counters;
     const done = c.num_output_tokens || 0;
-    q3.textContent = c.num_preemptions > 0
+    setText(q3, c.num_preemptions > 0
       ? `What you just saw (${facts.paged.name}): ${nf0.format(c.num_preemptions)} evictions; ` +
         `${nf0.format(c.num_recomputed_tokens)} tokens had to be computed again, work the GPU already did once ` +
         `(${done ? pct(100 * c.num_recomputed_tokens / done) : "—"} of the ${nf0.format(done)} tokens generated so far).`
-      : `In your last paged run memory never ran out: 0 evictions. Press "show me" to shrink the cache and raise the rate.`;
+      : `In your last paged run memory never ran out: 0 evictions. Press "show me" to shrink the cache and raise the rate.`);
   }
 }
 
@@ -449,20 +465,21 @@ class Player {
       this.views[i].apply(g.blocks);
       const p = this.panels[i];
       for (const [key, , fmt] of COUNTERS) {
-        if (key in g.counters) { p.fields[key].textContent = fmt(g.counters[key]); p.fields[key].dataset.value = g.counters[key]; }
+        if (key in g.counters) { setText(p.fields[key], fmt(g.counters[key])); setData(p.fields[key], "value", g.counters[key]); }
       }
       const u = g.usage, total = u.token + u.reserved + u.internal_fragmentation + u.overhead + u.free;
       const spans = p.bar.children;
       ["token", "reserved", "internal_fragmentation", "overhead"].forEach((k, j) => {
-        spans[j].style.width = (100 * u[k] / total) + "%";
+        const width = (100 * u[k] / total).toFixed(2) + "%";
+        if (spans[j].style.width !== width) spans[j].style.width = width;
       });
       const summary = frame.finish ? frame.finish.summaries[i] : null;
       noteFacts(p.info, g, summary);
     });
     const clock = this.transport.querySelector('[data-field="clock"]');
-    clock.textContent = `t = ${nf1.format(frame.t)} s` + (frame.done ? " · done" : "");
-    clock.dataset.value = frame.t;
-    this.section.dataset.seq = frame.seq;
+    setText(clock, `t = ${nf1.format(frame.t)} s` + (frame.done ? " · done" : ""));
+    setData(clock, "value", frame.t);
+    setData(this.section, "seq", frame.seq);
     if (frame.done) { this.done = true; this.setPlaying(false); }
     if (frame.finish) this.showFinish(frame.finish);
     this.scheduleDraw();
@@ -476,6 +493,7 @@ class Player {
       const t0 = performance.now();
       let drew = false;
       for (const v of this.views) drew = v.draw() || drew;
+      if (answersDue) { answersDue = false; renderAnswers(); }
       if (drew) {
         stats.framesDrawn++;
         stats.drawMs += performance.now() - t0;
