@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from heapq import heappop, heappush
 from itertools import islice
 from operator import attrgetter, gt
 
@@ -378,8 +379,8 @@ class Simulation:
         self._next_arrival_time = requests[i].arrival_time if i < num_requests else INF
 
     def _may_jump_after(self, out: SchedulerOutput, num_finished: int) -> bool:
-        """Whether the iteration after this one is pure decode: every running request computes the one token it
-        sampled last, nobody is admitted or preempted. Then ``_jump`` may run it and the ones after."""
+        """Whether the iteration after this one is known to run every running request's next token with nobody
+        preempted, and to admit only requests that arrive (see ``_jump``)."""
         sched = self.scheduler
         running = sched.running
         if out.preempted_req_ids or not running:
@@ -394,21 +395,32 @@ class Simulation:
                 and out.num_decode_tokens == len(running)
                 and sched.admission_blocked
             )
-        if out.num_prefill_tokens == 0 and out.num_decode_tokens == len(running) + num_finished:
+        num_before = len(running) + num_finished
+        if out.num_decode_tokens == num_before:
             return True  # everybody decoded, so everybody still running decodes again
-        return all(seq.num_tokens - seq.num_computed_tokens == 1 and seq.num_output_tokens for seq in running)
+        if out.num_decode_tokens + len(out.new_req_ids) == num_before:
+            # Everybody else decoded: did the newcomers compute their whole prompt (and sample a token)?
+            check = [seq for rid in out.new_req_ids if (seq := self.seqs[rid]).status is SeqStatus.RUNNING]
+        else:
+            check = running
+        return all(seq.num_tokens - seq.num_computed_tokens == 1 and seq.num_output_tokens for seq in check)
 
     def _jump(self, limit_time: float) -> int:
-        """Run the pure-decode iterations that follow without scheduling them one by one; see the module doc.
-        Returns how many iterations it ran (0: the next iteration must be stepped).
+        """Run the iterations that follow without scheduling them one by one, while every running request
+        computes the token it sampled last (see the module doc). Returns how many it ran (0: step instead).
 
-        Iteration s = 1, 2, ... of a jump: running request i computes token ``computed[i] + s - 1`` (the one it
-        sampled last) and samples the next; it finishes after iteration ``remaining[i]``. A paged request needs
-        a new block before the iteration whose token starts one, every ``block_size`` iterations, so the
-        requests needing a block before iteration s are those in ``alloc_events[s % block_size]`` (a
-        contiguous slab already holds every token). The jump stops before an iteration that a step would
-        schedule differently: an arrival that could be admitted, allocations the free blocks do not cover
-        (a step would preempt), or, after a finish, a queue that the freed memory might let in."""
+        Iteration s = 1, 2, ... of the jump: running request p computes token ``base_c[p] + s - 1`` and samples
+        the next (``base_c``, ``base_o``: its computed and output tokens less the iteration it joined at); it
+        finishes after iteration ``finish``. A paged request needs a new block before each iteration whose token
+        starts one, every ``block_size`` iterations: ``bucket[s % block_size]`` lists who does, in running order
+        (a contiguous slab holds every token already). The jump only counts those blocks as it goes and hands
+        them out (``replay``) before anything else touches the allocator (a finish frees, an arrival is
+        admitted, the jump ends), in the order a step would: by iteration, then running order.
+
+        The jump stops before an iteration whose blocks the free blocks do not cover (a step would preempt),
+        and after one that leaves the batch in a state it does not follow: a newcomer that did not compute its
+        whole prompt, or a queue that the memory and seats freed by a finish (or a budget other than a pure
+        decode iteration's) might let in. It runs an arrival's admission with the scheduler's own waiting loop."""
         sched = self.scheduler
         running = sched.running
         n = len(running)
@@ -420,32 +432,88 @@ class Simulation:
         allocator = self.allocator
         bs = cfg.block_size
         caching = self._prefix_caching
-        seqs = running[:]
-        computed = [seq.num_computed_tokens for seq in seqs]
-        outputs = [seq.num_output_tokens for seq in seqs]
-        finish_at: dict[int, list[int]] = {}
-        alloc_events: dict[int, list[int]] = {}  # s % block_size -> positions needing a new block before s
-        fill_events: dict[int, list[int]] = {}  # prefix caching: s % block_size -> positions filling a block in s
-        alloc_key: list[int | None] = [None] * n
-        get_num_slots = allocator.get_num_slots
-        for i, seq in enumerate(seqs):
-            remaining = seq.request.num_output_tokens - outputs[i]
-            if remaining in finish_at:
-                finish_at[remaining].append(i)
-            else:
-                finish_at[remaining] = [i]
-            first = get_num_slots(seq.request_id) - computed[i] + 1  # the first iteration without a slot
-            if first <= remaining:
-                if first > bs:
-                    return 0  # holds more blocks than its tokens need (never in practice): step instead
-                key = first % bs
-                alloc_key[i] = key
-                alloc_events.setdefault(key, []).append(i)
-            if caching:
-                fill_events.setdefault(-computed[i] % bs, []).append(i)
-        num_event_seqs = n - alloc_key.count(None)
-        rids = [seq.request_id for seq in seqs]
         append_blocks = None if caching else getattr(allocator, "append_blocks", None)
+        get_num_slots = allocator.get_num_slots
+
+        seqs: list[Seq] = []
+        base_c: list[int] = []
+        base_o: list[int] = []
+        key_of: list[int] = []  # bucket of each position, -1: no more blocks
+        bucket: list[list[int]] = [[] for _ in range(bs)]
+        bsize = [0] * bs
+        fill: list[list[int]] = [[] for _ in range(bs)] if caching else []  # prefix caching: who fills a block
+        finish_at: dict[int, list[int]] = {}
+        sync_at: set[int] = set()  # iterations that hand out a request's last block: internal fragmentation
+        event_iters: list[int] = []  # heap of the iterations in finish_at and sync_at
+        num_event_seqs = 0
+        sum_c = 0
+
+        def join(seq: Seq, s: int) -> bool:
+            """Track ``seq`` from iteration s + 1 on (it has computed everything but its last sampled token)."""
+            nonlocal num_event_seqs, sum_c
+            computed = seq.num_computed_tokens
+            remaining = seq.request.num_output_tokens - seq.num_output_tokens
+            held = get_num_slots(seq.request_id)
+            first = held - computed + 1  # the first iteration (from s) whose token has no slot
+            if first > bs and first <= remaining:
+                return False  # holds more blocks than its tokens need (never in practice): step instead
+            p = len(seqs)
+            seqs.append(seq)
+            base_c.append(computed - s)
+            base_o.append(seq.num_output_tokens - s)
+            end = s + remaining
+            if end in finish_at:
+                finish_at[end].append(p)
+            else:
+                finish_at[end] = [p]
+                heappush(event_iters, end)
+            if first <= remaining:
+                key = (s + first) % bs
+                key_of.append(key)
+                bucket[key].append(p)
+                bsize[key] += 1
+                num_event_seqs += 1
+                last_block_start = (seq.request.num_kv_tokens - 1) // bs * bs
+                if last_block_start >= held:
+                    at = s + last_block_start - computed + 1
+                    if at not in sync_at and at not in finish_at:
+                        heappush(event_iters, at)
+                    sync_at.add(at)
+            else:
+                key_of.append(-1)
+            if caching:
+                fill[-(computed - s) % bs].append(p)
+            sum_c += computed - s
+            return True
+
+        for seq in running:
+            if not join(seq, 0):
+                return 0
+
+        replayed = 0  # blocks are handed out for iterations up to this one
+
+        def replay(upto: int) -> None:
+            """Hand out the blocks of iterations replayed + 1 .. upto, by iteration, then running order."""
+            nonlocal replayed
+            start, replayed = replayed + 1, upto
+            if not num_event_seqs and not caching:
+                return
+            if append_blocks is not None:
+                positions: list[int] = []
+                for t in range(start, upto + 1):
+                    if bsize[t % bs]:
+                        positions += bucket[t % bs]
+                if positions:
+                    append_blocks([seqs[p].request_id for p in positions])
+                return
+            for t in range(start, upto + 1):
+                new_block, filled = bucket[t % bs], (fill[t % bs] if caching else ())
+                if new_block or filled:
+                    for p in sorted({*new_block, *filled}) if new_block and filled else (new_block or filled):
+                        seq = seqs[p]
+                        seq.num_computed_tokens = base_c[p] + t - 1
+                        seq.num_output_tokens = base_o[p] + t - 1
+                        allocator.allocate_slots(seq, 1)
 
         cost = cfg.cost
         weights, kv_bytes, bandwidth, flops_per_token, flops_per_pair, flops, overhead_s = cost.coefficients
@@ -459,6 +527,7 @@ class Simulation:
         internal = allocator.num_internal_fragmentation_slots
         ovh = allocator.num_overhead_slots
         dup = allocator.num_duplicate_token_slots
+        free_blocks = getattr(allocator, "num_free_blocks", 0)  # only paged requests ever need blocks
         log = self.log
         if log is not None:
             (a_time, a_duration, a_num_seqs, a_num_running, a_num_waiting, a_num_prefill, a_num_decode,
@@ -467,13 +536,10 @@ class Simulation:
             )
         start_time = self.start_time
         now = self.now
-        sum_c = sum(computed)
-        num_decoded = 0  # tokens computed by the jump (each samples one)
+        num_decoded = 0  # tokens the jump computed for requests already decoding (each samples one)
+        sum_batch = 0
         num_done = 0
-        resident_freed = 0
-        finish_iters = sorted(finish_at)
-        fi = 0
-        next_finish = finish_iters[0]
+        next_event = event_iters[0]
         next_arrival = self._next_arrival_time
         max_num_seqs = cfg.max_num_seqs
         max_batched = cfg.max_num_batched_tokens
@@ -484,19 +550,19 @@ class Simulation:
             if now >= limit_time:
                 can_jump_after = True  # nothing changed: the next call goes on from here
                 break
+            admitting = False
             if next_arrival <= now:
-                if arrivals_matter and not waiting:
-                    break  # it may be admitted: a step decides
+                was_empty = not waiting
                 self.now = now
                 self._arrive()
                 next_arrival = self._next_arrival_time
-            if not num_event_seqs and next_finish - s > VECTOR_MIN_ITERATIONS:
+                admitting = arrivals_matter and was_empty and bool(waiting)
+            if not admitting and not num_event_seqs and next_event - s > VECTOR_MIN_ITERATIONS:
                 # Nothing but the clock changes until the next finish: run those iterations as arrays.
                 (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead,
                  integral.free, integral.busy_time) = i_tok, i_res, i_int, i_ovh, i_free, busy
-                num = next_finish - 1 - s
-                ran, now, cut = self._decode_segment(
-                    s + 1, num, n, sum_c, dup, alloc, internal, ovh, now, limit_time,
+                ran, now = self._decode_segment(
+                    s + 1, next_event - 1 - s, n, sum_c, dup, alloc, internal, ovh, now, limit_time,
                     next_arrival if arrivals_matter and not waiting else INF,
                 )
                 i_tok, i_res, i_int, i_ovh, i_free, busy = (
@@ -505,45 +571,52 @@ class Simulation:
                 )
                 next_arrival = self._next_arrival_time
                 s += ran
+                replayed = s
                 num_decoded += ran * n
-                if cut:
-                    can_jump_after = now >= limit_time  # else an arrival that may be admitted: a step decides
-                    break
-                continue
+                sum_batch += ran * n
+                continue  # the loop's checks decide what comes next (limit, arrival or the finish)
             s += 1
             key = s % bs
-            if num_event_seqs:
-                new_block = alloc_events.get(key)
-                if new_block and len(new_block) > allocator.num_free_blocks:
+            blocks = bsize[key]
+            if blocks:
+                if blocks > free_blocks:
                     s -= 1
                     break  # a step would preempt
-                if caching:
-                    fill = fill_events.get(key)
-                    if new_block or fill:
-                        for i in sorted({*(new_block or ()), *(fill or ())}):
-                            seq = seqs[i]
-                            seq.num_computed_tokens = computed[i] + s - 1
-                            seq.num_output_tokens = outputs[i] + s - 1
-                            allocator.allocate_slots(seq, 1)
-                        alloc = allocator.num_allocated_slots
-                        internal = allocator.num_internal_fragmentation_slots
-                elif new_block:
-                    if append_blocks is not None:
-                        append_blocks([rids[i] for i in new_block])
-                    else:
-                        for i in new_block:
-                            seq = seqs[i]
-                            seq.num_computed_tokens = computed[i] + s - 1
-                            allocator.allocate_slots(seq, 1)
-                    alloc = allocator.num_allocated_slots
-                    internal = allocator.num_internal_fragmentation_slots
-            # The iteration: n decodes, each attending over its context (the same arithmetic as
-            # CostModel.iteration_time and UsageIntegral.add, in the same order, so the floats are identical).
-            ctx = sum_c + s * n
-            t_mem = (weights + ctx * kv_bytes) / bandwidth
-            t_compute = (flops_per_token * n + flops_per_pair * ctx) / flops
-            dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
-            token = ctx - dup
+                free_blocks -= blocks
+                alloc += bs * blocks  # append_blocks: each block adds block_size allocated slots
+            if s == next_event and s in sync_at:
+                replay(s)  # a request's last block: its slots beyond its last token are internal fragmentation
+                internal = allocator.num_internal_fragmentation_slots
+            stop_after = False
+            ctx = sum_c + s * n  # context of the decoding requests (each reads it; also their attention pairs)
+            if admitting:
+                # The step's waiting loop, after the running requests' decodes (whose blocks go first).
+                replay(s)
+                scheduled: dict[int, int] = {}
+                new_ids, num_prefill, num_context, num_pairs, swapped_in = sched.schedule_waiting(
+                    max_batched - n, scheduled
+                )
+                num_seqs = n + len(scheduled)
+                num_context += ctx
+                dt = cost.iteration_time(n + num_prefill, num_context, ctx + num_pairs)
+                if swapped_in:
+                    dt += swapped_in / PCIE_BANDWIDTH
+                alloc = allocator.num_allocated_slots
+                internal = allocator.num_internal_fragmentation_slots
+                dup = allocator.num_duplicate_token_slots
+                ovh = allocator.num_overhead_slots
+                free_blocks = getattr(allocator, "num_free_blocks", 0)
+                # Computed tokens held during the iteration: the decoders' and the newcomers' (prefix hits too).
+                token = sum_c + (s - 1) * n + sum(self.seqs[rid].num_computed_tokens for rid in new_ids)
+                token += n + num_prefill - dup
+                num_prefill_s = num_prefill
+            else:
+                num_seqs = n
+                t_mem = (weights + ctx * kv_bytes) / bandwidth
+                t_compute = (flops_per_token * n + flops_per_pair * ctx) / flops
+                dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
+                token = ctx - dup
+                num_prefill_s = 0
             i_tok += token * dt
             i_res += (alloc - token - internal) * dt
             i_int += internal * dt
@@ -553,10 +626,10 @@ class Simulation:
             if log is not None:
                 a_time(now - start_time)
                 a_duration(dt)
-                a_num_seqs(n)
-                a_num_running(n)
+                a_num_seqs(num_seqs)
+                a_num_running(len(running))
                 a_num_waiting(len(waiting))
-                a_num_prefill(0)
+                a_num_prefill(num_prefill_s)
                 a_num_decode(n)
                 a_num_preempted(0)
                 a_token(token)
@@ -566,35 +639,66 @@ class Simulation:
                 a_free(num_slots - alloc - ovh)
             now += dt
             num_decoded += n
-            if s == next_finish:
-                finishing = finish_at[s]
-                for i in finishing:
-                    seq = seqs[i]
-                    seq.num_computed_tokens = computed[i] + s
-                    seq.num_output_tokens = outputs[i] + s
-                    seq.status = SeqStatus.FINISHED
-                    seq.finish_time = now
-                    allocator.free(seq)
-                    resident_freed += computed[i] + s
-                    sum_c -= computed[i]
-                    if alloc_key[i] is not None:
-                        alloc_events[alloc_key[i]].remove(i)
-                        num_event_seqs -= 1
-                    if caching:
-                        fill_events[-computed[i] % bs].remove(i)
-                n -= len(finishing)
-                num_done += len(finishing)
-                self.last_finish_time = now
+            sum_batch += num_seqs
+            changed = finished_now = False
+            if s == next_event:
+                while event_iters and event_iters[0] == s:
+                    heappop(event_iters)
+                sync_at.discard(s)
+                finishing = finish_at.pop(s, None)
+                if finishing:
+                    replay(s)
+                    for p in finishing:
+                        seq = seqs[p]
+                        seq.num_computed_tokens = base_c[p] + s
+                        seq.num_output_tokens = base_o[p] + s
+                        sched.finish(seq, now)
+                        running.remove(seq)
+                        key = key_of[p]
+                        if key >= 0:
+                            bucket[key].remove(p)
+                            bsize[key] -= 1
+                            num_event_seqs -= 1
+                        if caching:
+                            fill[-base_c[p] % bs].remove(p)
+                        sum_c -= base_c[p]
+                    n -= len(finishing)
+                    num_done += len(finishing)
+                    self.last_finish_time = now
+                    changed = finished_now = True
+                next_event = event_iters[0] if event_iters else INF
+            if admitting:
+                for rid, num_new in scheduled.items():
+                    seq = self.seqs[rid]
+                    if sched.advance(seq, num_new, now):
+                        sched.finish(seq, now)
+                        running.remove(seq)
+                        num_done += 1
+                        self.last_finish_time = now
+                        finished_now = True
+                    elif seq.num_output_tokens and seq.num_tokens - seq.num_computed_tokens == 1 and join(seq, s):
+                        n += 1
+                    else:
+                        stop_after = True  # a chunk of a prompt: the next iteration is not pure decode
+                if len(scheduled) < len(new_ids) or (new_ids and waiting):
+                    # Admitted without tokens yet, or a queue left behind with less budget than a pure decode
+                    # iteration has: a step decides.
+                    stop_after = True
+                next_event = event_iters[0] if event_iters else INF
+                changed = True
+            if changed:
+                if admits and waiting and finished_now:
+                    stop_after = True  # freed memory and seats may let the queue in
                 alloc = allocator.num_allocated_slots
                 internal = allocator.num_internal_fragmentation_slots
                 ovh = allocator.num_overhead_slots
                 dup = allocator.num_duplicate_token_slots
-                fi += 1
-                next_finish = finish_iters[fi] if fi < len(finish_iters) else INF
-                if n == 0 or (admits and waiting):
-                    break  # the freed memory and seats may let the queue in: a step decides
+                free_blocks = getattr(allocator, "num_free_blocks", 0)
+                if n == 0 or stop_after:
+                    break
                 arrivals_matter = admits and n < max_num_seqs and n < max_batched
 
+        replay(s)
         (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead, integral.free,
          integral.busy_time) = i_tok, i_res, i_int, i_ovh, i_free, busy
         self.now = now
@@ -602,34 +706,27 @@ class Simulation:
         if s == 0:
             return 0
         integral.num_iterations += s
-        integral.sum_batch_size += num_decoded
-        if num_done:
-            self.counters.num_finished += num_done
-            running[:] = [seq for seq in seqs if seq.status is SeqStatus.RUNNING]
-        k = s
-        if num_done:
-            for i, seq in enumerate(seqs):
-                if seq.status is SeqStatus.RUNNING:
-                    seq.num_computed_tokens = computed[i] + k
-                    seq.num_output_tokens = outputs[i] + k
-        else:
-            for i, seq in enumerate(seqs):
-                seq.num_computed_tokens = computed[i] + k
-                seq.num_output_tokens = outputs[i] + k
-        sched.num_resident_computed_tokens += num_decoded - resident_freed
+        integral.sum_batch_size += sum_batch
+        self.counters.num_finished += num_done
+        running_status = SeqStatus.RUNNING
+        for p, seq in enumerate(seqs):
+            if seq.status is running_status:
+                seq.num_computed_tokens = base_c[p] + s
+                seq.num_output_tokens = base_o[p] + s
+        sched.num_resident_computed_tokens = sum(seq.num_computed_tokens for seq in running)
         sched.num_sampled_tokens += num_decoded
-        sched.step += k
-        return k
+        sched.step += s
+        return s
 
     def _decode_segment(
         self, s0: int, num: int, n: int, sum_c: int, dup: int, alloc: int, internal: int, ovh: int,
         now: float, limit_time: float, cut_time: float,
-    ) -> tuple[int, float, bool]:
+    ) -> tuple[int, float]:
         """Iterations s0 .. s0 + num - 1 of a jump in which nothing but the clock changes (no allocation, no
         finish), as numpy arrays: the same elementwise arithmetic as the loop, and the running sums
         (clock, integrals) accumulated left to right as the loop does, so every float is the same. Stops
         before the first iteration starting at or after ``limit_time`` or ``cut_time`` (an arrival that may be
-        admitted); arrivals that only join the queue join. Returns (iterations run, clock, whether cut)."""
+        admitted); arrivals that only join the queue join. Returns (iterations run, clock)."""
         import numpy as np
 
         ctx = np.arange(s0, s0 + num, dtype=np.int64)
@@ -648,7 +745,7 @@ class Simulation:
         if ran < num:
             ctx, dts, starts = ctx[:ran], dts[:ran], starts[:ran]
         if ran == 0:
-            return 0, now, True
+            return 0, now
         log = self.log
         waiting = self.scheduler.waiting
         num_waiting = len(waiting)
@@ -680,7 +777,7 @@ class Simulation:
                 num_prefill_tokens=0, num_decode_tokens=n, num_preemptions=0, token=token, reserved=reserved,
                 internal_fragmentation=internal, overhead=ovh, free=free,
             )
-        return ran, float(times[ran]), ran < num
+        return ran, float(times[ran])
 
 
 def _accumulate(total: float, values) -> float:
