@@ -182,3 +182,26 @@ def test_sessions_are_bounded():
         assert len(app.state.sessions.by_id) == 2
         assert c.post(f"/api/sessions/{ids[0]}/step").status_code == 400  # the oldest went
         assert c.post(f"/api/sessions/{ids[2]}/step").status_code == 200
+
+
+def test_a_new_stream_stops_the_older_one():
+    """Two streams of one run would interleave their deltas: the newer takes over."""
+    import httpx
+
+    from kvlab.web.serve import serve_in_thread
+
+    server, thread, url = serve_in_thread()
+    try:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            meta = c.post("/api/sessions", json={"kind": "grid", "num_requests": 200, "rate": 2}).json()
+            path = f"/api/sessions/{meta['session_id']}/stream"
+            with c.stream("GET", path, params={"speed": 1}) as first:
+                lines = first.iter_lines()
+                assert next(lines).startswith("event: frame")
+                with c.stream("GET", path, params={"speed": 1}) as second:
+                    assert next(second.iter_lines()).startswith("event: frame")
+                    rest = list(lines)  # ends by itself: the run is far from done
+                    assert len([x for x in rest if x.startswith("event: frame")]) <= 2
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -178,11 +178,13 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         speed = parse_speed(request.query_params.get("speed"))
         have = have_of(request)
         interval = 1.0 / FRAMES_PER_SECOND
+        session.stream_id += 1
+        me = session.stream_id
 
         async def events():
             nonlocal have
             next_tick = last = time.monotonic()
-            while True:
+            while session.stream_id == me:  # a newer stream of this run takes over
                 # Simulated time follows wall time (x speed), whatever the frame rate the machine manages;
                 # a stall (a slow frame) is not made up for in one leap of more than MAX_FRAME_GAP.
                 now = time.monotonic()

@@ -195,6 +195,7 @@ class Session:
         self.compute_seconds = 0.0
         self.last_used = time.monotonic()
         self.lock = threading.Lock()
+        self.stream_id = 0  # the newest stream; an older one stops at its next frame
 
     def advance(self, dt: float, have: int | None) -> dict:
         return self._run(lambda: self.race.advance(dt), have)

@@ -629,9 +629,14 @@ class LivePlayer extends Player {
   }
 
   async play() {
-    if (this.playing) return;
-    if (!(await this.ready()) || this.done) return;
+    if (this.playing || this.starting) return; // one stream at a time: two would interleave their deltas
     stats.playAt = performance.now(); stats.firstFrameAt = null; stats.firstDrawAt = null;
+    this.starting = true;
+    try {
+      if (!(await this.ready()) || this.done) return;
+    } finally {
+      this.starting = false;
+    }
     this.setPlaying(true);
     const ctrl = new AbortController();
     this.abort = ctrl;
