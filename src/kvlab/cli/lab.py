@@ -19,7 +19,8 @@ def lab(
     from kvlab.web.serve import bind, serve
 
     sock = bind(host, port)
-    url = f"http://{'127.0.0.1' if host in ('127.0.0.1', '0.0.0.0') else host}:{sock.getsockname()[1]}/"
+    shown = "127.0.0.1" if host in ("127.0.0.1", "0.0.0.0") else f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{sock.getsockname()[1]}/"
     if host not in ("127.0.0.1", "localhost", "::1"):
         typer.secho(
             f"warning: serving on {host}: anyone who can reach this machine can run simulations on it",
