@@ -810,9 +810,10 @@ function renderCalc(r) {
   set("needed", `${nf0.format(r.workload.num_tokens_needed)} tokens (${gib(r.workload.kv_bytes_needed)})`, r.workload.num_tokens_needed);
   const fit = set("num_fit", "", r.workload.num_fit);
   fit.innerHTML = "";
-  fit.append(el("span", { class: r.workload.fits ? "fits" : "nofit",
-    text: `${nf0.format(r.workload.num_fit)} of ${nf0.format(r.workload.concurrency)} ` +
-      (r.workload.fits ? "fit" : "fit: the rest wait or are evicted") }));
+  const w = r.workload;
+  fit.append(el("span", { class: w.fits ? "fits" : "nofit",
+    text: w.fits ? `all ${nf0.format(w.concurrency)} fit; the cache holds ${nf0.format(w.num_fit)} of that length`
+      : `only ${nf0.format(w.num_fit)} of ${nf0.format(w.concurrency)} fit: the rest wait, or are evicted mid-answer` }));
   document.getElementById("calc-log").textContent = r.log_lines.join("\n");
 }
 
