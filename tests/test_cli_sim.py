@@ -141,3 +141,14 @@ def test_paper_fig2_reproduces_the_papers_token_shares(kvlab):
     for s in systems.values():
         assert sum(s[k] for k in SHARE_KEYS) == pytest.approx(100.0)
         assert s["saturation"] > 0.9  # the paper's premise: a full cache and a queue
+
+
+def test_race_html_export_is_one_self_contained_file(kvlab, tmp_path):
+    page = tmp_path / "race.html"
+    r = kvlab("race", "-n", "20", "--html", page)
+    assert r.exit_code == 0, r.stderr
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") or text.lstrip().lower().startswith("<!doctype html>")
+    assert "<script src=" not in text and "<link rel=\"stylesheet\" href=" not in text  # everything inline
+    for strategy in ("static+max", "continuous+paged"):
+        assert strategy in text

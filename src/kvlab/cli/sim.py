@@ -216,7 +216,7 @@ def race(
     if html is not None:
         from kvlab.web.export import write_race_html
 
-        path = write_race_html(html, names, options)
+        path = write_race_html(html, config, wl, names)
         if not as_json:
             typer.echo(f"Wrote {path}: open it in a browser to replay the race.")
 
