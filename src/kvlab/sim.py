@@ -35,7 +35,9 @@ PCIE_BANDWIDTH = 25e9  # bytes/s a swap moves between GPU and CPU memory (PCIe 4
 INF = float("inf")
 # A stretch of a jump with nothing but the clock changing runs as numpy arrays when at least this long (below,
 # numpy's per-call cost exceeds the Python loop's ~1-2 µs per iteration).
-VECTOR_MIN_ITERATIONS = 32
+VECTOR_MIN_ITERATIONS = 64
+# Iterations kept before they are added to the integral and the log (in one numpy pass).
+BUFFER_ITERATIONS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,8 +225,17 @@ class Simulation:
         self.now = self.start_time
         self.seqs: dict[int, Seq] = {}
         self.counters = Counters()
-        self.integral = UsageIntegral()
-        self.log = IterationLog() if record_iterations else None
+        self._integral = UsageIntegral()
+        self._log = IterationLog() if record_iterations else None
+        # Iterations not yet added to the integral and the log (see _flush_iterations): per iteration its
+        # duration and allocated slots; per run of iterations what else the log and the integral need.
+        self._dts: list[float] = []
+        self._allocs: list[int] = []
+        self._runs: list[tuple[int, ...]] = []
+        # (index, clock) where the buffered iterations start and where they resume after the clock jumped
+        # (idle until an arrival); in between, each starts when the one before ends.
+        self._clock_starts: list[tuple[int, float]] = []
+        self._clock_end = self.now  # when the last buffered iteration ended
         self.jump = jump
         self.last_finish_time = self.start_time
         self._next_arrival = 0
@@ -235,6 +246,18 @@ class Simulation:
         self._prefix_caching = bool(getattr(self.allocator, "enable_prefix_caching", False))
 
     # -- public ----------------------------------------------------------------------------------------
+
+    @property
+    def integral(self) -> UsageIntegral:
+        """Σ state × dt over the iterations so far (see metrics.UsageIntegral)."""
+        self._flush_iterations()
+        return self._integral
+
+    @property
+    def log(self) -> IterationLog | None:
+        """One row per iteration so far, or None when the simulation was made with record_iterations=False."""
+        self._flush_iterations()
+        return self._log
 
     @property
     def done(self) -> bool:
@@ -260,15 +283,19 @@ class Simulation:
         if out.num_swap_bytes:
             dt += out.num_swap_bytes / PCIE_BANDWIDTH
         usage = slot_usage(self.allocator, sched.num_resident_computed_tokens + num_tokens)
-        num_seqs = len(out.num_scheduled_tokens)
-        self.integral.add(usage, dt, num_seqs)
-        if self.log is not None:
-            self.log.append(
-                self.now - self.start_time, dt, num_seqs, len(sched.running), len(sched.waiting),
-                out.num_prefill_tokens, out.num_decode_tokens, len(out.preempted_req_ids),
-                usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free,
-            )
+        if not self._dts or self.now != self._clock_end:
+            self._clock_starts.append((len(self._dts), self.now))
+        self._dts.append(dt)
+        self._allocs.append(usage.token + usage.reserved + usage.internal_fragmentation)
+        self._runs.append((
+            1, 0, usage.token, 0, usage.internal_fragmentation, usage.overhead, len(out.num_scheduled_tokens),
+            len(sched.running), len(sched.waiting), out.num_prefill_tokens, out.num_decode_tokens,
+            len(out.preempted_req_ids),
+        ))
+        if len(self._dts) >= BUFFER_ITERATIONS:
+            self._flush_iterations()
         self.now += dt
+        self._clock_end = self.now
         finished = sched.update_from_output(out, self.now)
         if finished:
             self.counters.num_finished += len(finished)
@@ -411,16 +438,20 @@ class Simulation:
 
         Iteration s = 1, 2, ... of the jump: running request p computes token ``base_c[p] + s - 1`` and samples
         the next (``base_c``, ``base_o``: its computed and output tokens less the iteration it joined at); it
-        finishes after iteration ``finish``. A paged request needs a new block before each iteration whose token
+        finishes after iteration ``end``. A paged request needs a new block before each iteration whose token
         starts one, every ``block_size`` iterations: ``bucket[s % block_size]`` lists who does, in running order
-        (a contiguous slab holds every token already). The jump only counts those blocks as it goes and hands
-        them out (``replay``) before anything else touches the allocator (a finish frees, an arrival is
-        admitted, the jump ends), in the order a step would: by iteration, then running order.
+        (a contiguous slab holds every token already). The jump counts those blocks as it goes and hands them
+        out (``replay``) before anything else touches the allocator (a finish frees, an arrival is admitted, the
+        jump ends), in the order a step would: by iteration, then running order.
+
+        Between events (a finish, a last block, an arrival) an iteration only advances the clock: the loop
+        computes its duration and keeps it with the allocated slots; ``_flush_iterations`` turns them into the
+        integrals and the log afterwards, in the same order and with the same arithmetic as a step.
 
         The jump stops before an iteration whose blocks the free blocks do not cover (a step would preempt),
         and after one that leaves the batch in a state it does not follow: a newcomer that did not compute its
         whole prompt, or a queue that the memory and seats freed by a finish (or a budget other than a pure
-        decode iteration's) might let in. It runs an arrival's admission with the scheduler's own waiting loop."""
+        decode iteration's) might let in. It admits arrivals with the scheduler's own waiting loop."""
         sched = self.scheduler
         running = sched.running
         n = len(running)
@@ -435,16 +466,17 @@ class Simulation:
         append_blocks = None if caching else getattr(allocator, "append_blocks", None)
         get_num_slots = allocator.get_num_slots
 
-        seqs: list[Seq] = []
+        seqs: list[Seq] = []  # by position: running order, newcomers appended
         base_c: list[int] = []
         base_o: list[int] = []
-        key_of: list[int] = []  # bucket of each position, -1: no more blocks
-        bucket: list[list[int]] = [[] for _ in range(bs)]
+        key_of: list[int] = []  # bucket of each position, -1: needs no more blocks
+        pos_of: dict[int, int] = {}  # request id -> position (prefix caching's replay)
+        bucket: list[list[int]] = [[] for _ in range(bs)]  # request ids needing a block before s ≡ key
         bsize = [0] * bs
         fill: list[list[int]] = [[] for _ in range(bs)] if caching else []  # prefix caching: who fills a block
-        finish_at: dict[int, list[int]] = {}
-        sync_at: set[int] = set()  # iterations that hand out a request's last block: internal fragmentation
-        event_iters: list[int] = []  # heap of the iterations in finish_at and sync_at
+        finish_at: dict[int, list[int]] = {}  # iteration -> positions finishing after it
+        last_block_at: dict[int, int] = {}  # iteration -> internal fragmentation its last blocks add
+        event_iters: list[int] = []  # heap of the iterations in finish_at and last_block_at
         num_event_seqs = 0
         sum_c = 0
 
@@ -453,8 +485,9 @@ class Simulation:
             nonlocal num_event_seqs, sum_c
             computed = seq.num_computed_tokens
             remaining = seq.request.num_output_tokens - seq.num_output_tokens
-            held = get_num_slots(seq.request_id)
-            first = held - computed + 1  # the first iteration (from s) whose token has no slot
+            rid = seq.request_id
+            held = get_num_slots(rid)
+            first = held - computed + 1  # the first iteration (counted from s) whose token has no slot
             if first > bs and first <= remaining:
                 return False  # holds more blocks than its tokens need (never in practice): step instead
             p = len(seqs)
@@ -466,23 +499,32 @@ class Simulation:
                 finish_at[end].append(p)
             else:
                 finish_at[end] = [p]
-                heappush(event_iters, end)
+                if end not in last_block_at:
+                    heappush(event_iters, end)
             if first <= remaining:
                 key = (s + first) % bs
                 key_of.append(key)
-                bucket[key].append(p)
+                bucket[key].append(rid)
                 bsize[key] += 1
                 num_event_seqs += 1
-                last_block_start = (seq.request.num_kv_tokens - 1) // bs * bs
-                if last_block_start >= held:
-                    at = s + last_block_start - computed + 1
-                    if at not in sync_at and at not in finish_at:
-                        heappush(event_iters, at)
-                    sync_at.add(at)
+                # Its last block: the slots beyond its last token become internal fragmentation (as
+                # PagedAllocator._append_new_blocks counts them; replay checks that the two agree).
+                num_kv = seq.request.num_kv_tokens
+                last_start = (num_kv - 1) // bs * bs
+                waste = last_start + bs - num_kv
+                if last_start >= held and waste > 0:
+                    at = s + last_start - computed + 1
+                    if at in last_block_at:
+                        last_block_at[at] += waste
+                    else:
+                        last_block_at[at] = waste
+                        if at not in finish_at:
+                            heappush(event_iters, at)
             else:
                 key_of.append(-1)
             if caching:
-                fill[-(computed - s) % bs].append(p)
+                fill[-(computed - s) % bs].append(rid)
+                pos_of[rid] = p
             sum_c += computed - s
             return True
 
@@ -493,23 +535,27 @@ class Simulation:
         replayed = 0  # blocks are handed out for iterations up to this one
 
         def replay(upto: int) -> None:
-            """Hand out the blocks of iterations replayed + 1 .. upto, by iteration, then running order."""
+            """Hand out the blocks of iterations replayed + 1 .. upto: by iteration, then running order."""
             nonlocal replayed
             start, replayed = replayed + 1, upto
             if not num_event_seqs and not caching:
                 return
             if append_blocks is not None:
-                positions: list[int] = []
+                ids: list[int] = []
                 for t in range(start, upto + 1):
                     if bsize[t % bs]:
-                        positions += bucket[t % bs]
-                if positions:
-                    append_blocks([seqs[p].request_id for p in positions])
+                        ids += bucket[t % bs]
+                if ids:
+                    append_blocks(ids)
                 return
             for t in range(start, upto + 1):
                 new_block, filled = bucket[t % bs], (fill[t % bs] if caching else ())
                 if new_block or filled:
-                    for p in sorted({*new_block, *filled}) if new_block and filled else (new_block or filled):
+                    ids = sorted({*new_block, *filled}, key=pos_of.__getitem__) if new_block and filled else (
+                        new_block or filled
+                    )
+                    for rid in ids:
+                        p = pos_of[rid]
                         seq = seqs[p]
                         seq.num_computed_tokens = base_c[p] + t - 1
                         seq.num_output_tokens = base_o[p] + t - 1
@@ -517,27 +563,22 @@ class Simulation:
 
         cost = cfg.cost
         weights, kv_bytes, bandwidth, flops_per_token, flops_per_pair, flops, overhead_s = cost.coefficients
-        integral = self.integral
-        i_tok, i_res, i_int, i_ovh, i_free, busy = (
-            integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead, integral.free,
-            integral.busy_time,
-        )
-        num_slots = allocator.num_slots
+        iteration_time = cost.iteration_time
         alloc = allocator.num_allocated_slots
         internal = allocator.num_internal_fragmentation_slots
         ovh = allocator.num_overhead_slots
         dup = allocator.num_duplicate_token_slots
         free_blocks = getattr(allocator, "num_free_blocks", 0)  # only paged requests ever need blocks
-        log = self.log
-        if log is not None:
-            (a_time, a_duration, a_num_seqs, a_num_running, a_num_waiting, a_num_prefill, a_num_decode,
-             a_num_preempted, a_token, a_reserved, a_internal, a_overhead, a_free) = (
-                log.columns[name].append for name in ITERATION_COLUMNS
-            )
-        start_time = self.start_time
+        # What each iteration leaves for _flush_iterations: its duration and allocated slots, and per run of
+        # iterations (count, n, context of the first, dup, internal, overhead, num_seqs, num_running,
+        # num_waiting, num_prefill_tokens, num_decode_tokens, num_preemptions); context grows by n per
+        # iteration within a run.
+        dts, allocs, runs = self._dts, self._allocs, self._runs
+        add_dt, add_alloc, add_run = dts.append, allocs.append, runs.append
         now = self.now
-        num_decoded = 0  # tokens the jump computed for requests already decoding (each samples one)
-        sum_batch = 0
+        if not dts or now != self._clock_end:
+            self._clock_starts.append((len(dts), now))
+        num_decoded = 0  # tokens computed by requests that were decoding (each samples one)
         num_done = 0
         next_event = event_iters[0]
         next_arrival = self._next_arrival_time
@@ -547,6 +588,53 @@ class Simulation:
         can_jump_after = False
         s = 0
         while True:
+            # The iterations before the next event while no arrival or limit is due: only the clock moves.
+            next_time = next_arrival if next_arrival < limit_time else limit_time
+            if s + 1 < next_event and now < next_time:
+                first = s + 1
+                if not num_event_seqs and next_event - first >= VECTOR_MIN_ITERATIONS:
+                    ran, now = self._decode_segment(
+                        first, next_event - first, n, sum_c, dup, alloc, internal, ovh, now, limit_time,
+                        next_arrival if arrivals_matter and not waiting else INF, dts, allocs, runs,
+                    )
+                    next_arrival = self._next_arrival_time
+                    s += ran
+                    replayed = s
+                    num_decoded += ran * n
+                else:
+                    ctx = sum_c + s * n
+                    flops_n = flops_per_token * n
+                    out_of_blocks = False
+                    while True:
+                        s += 1
+                        blocks = bsize[s % bs]
+                        if blocks:
+                            if blocks > free_blocks:
+                                s -= 1
+                                out_of_blocks = True
+                                break
+                            free_blocks -= blocks
+                            alloc += bs * blocks  # append_blocks: each block adds block_size allocated slots
+                        ctx += n
+                        # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
+                        t_mem = (weights + ctx * kv_bytes) / bandwidth
+                        t_compute = (flops_n + flops_per_pair * ctx) / flops
+                        dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
+                        add_dt(dt)
+                        add_alloc(alloc)
+                        now += dt
+                        if s + 1 >= next_event or now >= next_time:
+                            break
+                    if s >= first:
+                        add_run((s - first + 1, n, sum_c + first * n, dup, internal, ovh, n, n, len(waiting), 0, n, 0))
+                        num_decoded += (s - first + 1) * n
+                    if out_of_blocks:
+                        break  # a step would preempt
+            if len(dts) >= BUFFER_ITERATIONS:
+                self._flush_iterations()
+                self._clock_starts.append((0, now))
+
+            # One iteration with something to do: a limit, an arrival, a last block or a finish.
             if now >= limit_time:
                 can_jump_after = True  # nothing changed: the next call goes on from here
                 break
@@ -557,48 +645,28 @@ class Simulation:
                 self._arrive()
                 next_arrival = self._next_arrival_time
                 admitting = arrivals_matter and was_empty and bool(waiting)
-            if not admitting and not num_event_seqs and next_event - s > VECTOR_MIN_ITERATIONS:
-                # Nothing but the clock changes until the next finish: run those iterations as arrays.
-                (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead,
-                 integral.free, integral.busy_time) = i_tok, i_res, i_int, i_ovh, i_free, busy
-                ran, now = self._decode_segment(
-                    s + 1, next_event - 1 - s, n, sum_c, dup, alloc, internal, ovh, now, limit_time,
-                    next_arrival if arrivals_matter and not waiting else INF,
-                )
-                i_tok, i_res, i_int, i_ovh, i_free, busy = (
-                    integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead,
-                    integral.free, integral.busy_time,
-                )
-                next_arrival = self._next_arrival_time
-                s += ran
-                replayed = s
-                num_decoded += ran * n
-                sum_batch += ran * n
-                continue  # the loop's checks decide what comes next (limit, arrival or the finish)
             s += 1
-            key = s % bs
-            blocks = bsize[key]
+            blocks = bsize[s % bs]
             if blocks:
                 if blocks > free_blocks:
                     s -= 1
                     break  # a step would preempt
                 free_blocks -= blocks
-                alloc += bs * blocks  # append_blocks: each block adds block_size allocated slots
-            if s == next_event and s in sync_at:
-                replay(s)  # a request's last block: its slots beyond its last token are internal fragmentation
-                internal = allocator.num_internal_fragmentation_slots
-            stop_after = False
+                alloc += bs * blocks
+            is_event = s == next_event
+            if is_event and s in last_block_at:
+                internal += last_block_at.pop(s)
+            stop_after = changed = finished_now = False
             ctx = sum_c + s * n  # context of the decoding requests (each reads it; also their attention pairs)
             if admitting:
                 # The step's waiting loop, after the running requests' decodes (whose blocks go first).
                 replay(s)
+                assert internal == allocator.num_internal_fragmentation_slots
                 scheduled: dict[int, int] = {}
                 new_ids, num_prefill, num_context, num_pairs, swapped_in = sched.schedule_waiting(
                     max_batched - n, scheduled
                 )
-                num_seqs = n + len(scheduled)
-                num_context += ctx
-                dt = cost.iteration_time(n + num_prefill, num_context, ctx + num_pairs)
+                dt = iteration_time(n + num_prefill, ctx + num_context, ctx + num_pairs)
                 if swapped_in:
                     dt += swapped_in / PCIE_BANDWIDTH
                 alloc = allocator.num_allocated_slots
@@ -607,44 +675,20 @@ class Simulation:
                 ovh = allocator.num_overhead_slots
                 free_blocks = getattr(allocator, "num_free_blocks", 0)
                 # Computed tokens held during the iteration: the decoders' and the newcomers' (prefix hits too).
-                token = sum_c + (s - 1) * n + sum(self.seqs[rid].num_computed_tokens for rid in new_ids)
-                token += n + num_prefill - dup
-                num_prefill_s = num_prefill
+                resident = sum_c + (s - 1) * n + sum(self.seqs[rid].num_computed_tokens for rid in new_ids)
+                token = resident + n + num_prefill - dup
+                add_run((1, 0, token + dup, dup, internal, ovh, n + len(scheduled), len(running), len(waiting),
+                         num_prefill, n, 0))
             else:
-                num_seqs = n
-                t_mem = (weights + ctx * kv_bytes) / bandwidth
-                t_compute = (flops_per_token * n + flops_per_pair * ctx) / flops
-                dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
-                token = ctx - dup
-                num_prefill_s = 0
-            i_tok += token * dt
-            i_res += (alloc - token - internal) * dt
-            i_int += internal * dt
-            i_ovh += ovh * dt
-            i_free += (num_slots - alloc - ovh) * dt
-            busy += dt
-            if log is not None:
-                a_time(now - start_time)
-                a_duration(dt)
-                a_num_seqs(num_seqs)
-                a_num_running(len(running))
-                a_num_waiting(len(waiting))
-                a_num_prefill(num_prefill_s)
-                a_num_decode(n)
-                a_num_preempted(0)
-                a_token(token)
-                a_reserved(alloc - token - internal)
-                a_internal(internal)
-                a_overhead(ovh)
-                a_free(num_slots - alloc - ovh)
-            now += dt
+                dt = iteration_time(n, ctx, ctx)
+                add_run((1, n, ctx, dup, internal, ovh, n, n, len(waiting), 0, n, 0))
+            add_dt(dt)
+            add_alloc(alloc)
             num_decoded += n
-            sum_batch += num_seqs
-            changed = finished_now = False
-            if s == next_event:
+            now += dt
+            if is_event:
                 while event_iters and event_iters[0] == s:
                     heappop(event_iters)
-                sync_at.discard(s)
                 finishing = finish_at.pop(s, None)
                 if finishing:
                     replay(s)
@@ -656,17 +700,16 @@ class Simulation:
                         running.remove(seq)
                         key = key_of[p]
                         if key >= 0:
-                            bucket[key].remove(p)
+                            bucket[key].remove(seq.request_id)
                             bsize[key] -= 1
                             num_event_seqs -= 1
                         if caching:
-                            fill[-base_c[p] % bs].remove(p)
+                            fill[-base_c[p] % bs].remove(seq.request_id)
                         sum_c -= base_c[p]
                     n -= len(finishing)
                     num_done += len(finishing)
                     self.last_finish_time = now
                     changed = finished_now = True
-                next_event = event_iters[0] if event_iters else INF
             if admitting:
                 for rid, num_new in scheduled.items():
                     seq = self.seqs[rid]
@@ -684,11 +727,11 @@ class Simulation:
                     # Admitted without tokens yet, or a queue left behind with less budget than a pure decode
                     # iteration has: a step decides.
                     stop_after = True
-                next_event = event_iters[0] if event_iters else INF
                 changed = True
             if changed:
+                next_event = event_iters[0] if event_iters else INF
                 if admits and waiting and finished_now:
-                    stop_after = True  # freed memory and seats may let the queue in
+                    stop_after = True  # the freed memory and seats may let the queue in
                 alloc = allocator.num_allocated_slots
                 internal = allocator.num_internal_fragmentation_slots
                 ovh = allocator.num_overhead_slots
@@ -697,16 +740,15 @@ class Simulation:
                 if n == 0 or stop_after:
                     break
                 arrivals_matter = admits and n < max_num_seqs and n < max_batched
+            elif is_event:
+                next_event = event_iters[0] if event_iters else INF
 
         replay(s)
-        (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead, integral.free,
-         integral.busy_time) = i_tok, i_res, i_int, i_ovh, i_free, busy
-        self.now = now
+        assert internal == allocator.num_internal_fragmentation_slots
+        self.now = self._clock_end = now
         self._can_jump = can_jump_after
         if s == 0:
             return 0
-        integral.num_iterations += s
-        integral.sum_batch_size += sum_batch
         self.counters.num_finished += num_done
         running_status = SeqStatus.RUNNING
         for p, seq in enumerate(seqs):
@@ -720,73 +762,112 @@ class Simulation:
 
     def _decode_segment(
         self, s0: int, num: int, n: int, sum_c: int, dup: int, alloc: int, internal: int, ovh: int,
-        now: float, limit_time: float, cut_time: float,
+        now: float, limit_time: float, cut_time: float, dts: list, allocs: list, runs: list,
     ) -> tuple[int, float]:
-        """Iterations s0 .. s0 + num - 1 of a jump in which nothing but the clock changes (no allocation, no
-        finish), as numpy arrays: the same elementwise arithmetic as the loop, and the running sums
-        (clock, integrals) accumulated left to right as the loop does, so every float is the same. Stops
-        before the first iteration starting at or after ``limit_time`` or ``cut_time`` (an arrival that may be
-        admitted); arrivals that only join the queue join. Returns (iterations run, clock)."""
+        """Iterations s0 .. s0 + num - 1 of a jump in which nothing but the clock changes (no block, no finish),
+        as numpy arrays: the same elementwise arithmetic as the loop, and the clock accumulated left to right
+        as ``now += dt`` does, so every float is the same. Stops before the first iteration starting at or after
+        ``limit_time`` or ``cut_time`` (an arrival that may be admitted); arrivals that only join the queue join.
+        Appends to the jump's buffers; returns (iterations run, clock)."""
         import numpy as np
 
         ctx = np.arange(s0, s0 + num, dtype=np.int64)
         ctx *= n
         ctx += sum_c
-        dts = self.config.cost.iteration_times(n, ctx, ctx)
+        durations = self.config.cost.iteration_times(n, ctx, ctx)
         times = np.empty(num + 1)
         times[0] = now
-        times[1:] = dts
+        times[1:] = durations
         np.add.accumulate(times, out=times)  # times[j]: start of iteration j; sequential, as `now += dt`
-        starts = times[:num]
         ran = num
-        stop = min(limit_time, cut_time)
+        stop = limit_time if limit_time < cut_time else cut_time
         if stop <= times[num - 1]:
-            ran = int(np.searchsorted(starts, stop, side="left"))
-        if ran < num:
-            ctx, dts, starts = ctx[:ran], dts[:ran], starts[:ran]
-        if ran == 0:
-            return 0, now
-        log = self.log
+            ran = int(np.searchsorted(times[:num], stop, side="left"))
+            if ran == 0:
+                return 0, now
+        starts = times[:ran]
         waiting = self.scheduler.waiting
         num_waiting = len(waiting)
+        bounds = [0, ran]
+        counts = None
         if self._next_arrival_time <= starts[-1]:
-            # Arrivals during the segment join the queue (or are rejected); the queue length per iteration
-            # counts those that arrived by its start.
+            # Arrivals during the segment join the queue (or are rejected): a run per queue length.
             self.now = float(starts[-1])
             self._arrive()
-            if log is not None and len(waiting) > num_waiting:
-                # The queue grew at its back: read only the newcomers (the queue may be long).
-                joined = np.fromiter(
+            if len(waiting) > num_waiting:
+                joined = np.fromiter(  # the newcomers, at the queue's back (it may be long)
                     (seq.request.arrival_time for seq in islice(reversed(waiting), len(waiting) - num_waiting)),
                     dtype=np.float64,
                 )[::-1]
-                num_waiting = num_waiting + np.searchsorted(joined, starts, side="right")
-        token = ctx - dup
-        reserved = alloc - token - internal
-        free = self.allocator.num_slots - alloc - ovh
-        integral = self.integral
-        integral.token = _accumulate(integral.token, token * dts)
-        integral.reserved = _accumulate(integral.reserved, reserved * dts)
-        integral.internal_fragmentation = _accumulate(integral.internal_fragmentation, internal * dts)
-        integral.overhead = _accumulate(integral.overhead, ovh * dts)
-        integral.free = _accumulate(integral.free, free * dts)
-        integral.busy_time = _accumulate(integral.busy_time, dts.copy())
-        if log is not None:
-            log.extend(
-                ran, time=starts - self.start_time, duration=dts, num_seqs=n, num_running=n, num_waiting=num_waiting,
-                num_prefill_tokens=0, num_decode_tokens=n, num_preemptions=0, token=token, reserved=reserved,
-                internal_fragmentation=internal, overhead=ovh, free=free,
-            )
+                counts = np.searchsorted(joined, starts, side="right")
+                bounds = [0, *(np.flatnonzero(np.diff(counts)) + 1).tolist(), ran]
+        for a, b in zip(bounds, bounds[1:]):
+            queue = num_waiting if counts is None else num_waiting + int(counts[a])
+            runs.append((b - a, n, sum_c + (s0 + a) * n, dup, internal, ovh, n, n, queue, 0, n, 0))
+        dts.extend(durations[:ran].tolist())
+        allocs.extend([alloc] * ran)
         return ran, float(times[ran])
 
+    def _flush_iterations(self) -> None:
+        """Add the buffered iterations (steps' and jumps') to the integral and the log: per iteration the slot
+        states (``slot_usage``'s arithmetic, over arrays) times the duration, summed left to right onto the
+        running totals as ``UsageIntegral.add`` would, so the floats are the same however the run went."""
+        dts = self._dts
+        if not dts:
+            return
+        import numpy as np
 
-def _accumulate(total: float, values) -> float:
-    """``total + values[0] + values[1] + ...`` added left to right (numpy's accumulate is sequential; its sum is
-    pairwise and would round differently from a loop)."""
-    import numpy as np
+        num = len(dts)
+        dt = np.array(dts)
+        table = np.array(self._runs, dtype=np.int64)
+        counts = table[:, 0]
 
-    values[0] = total + values[0]
-    return float(np.add.accumulate(values)[-1])
+        def column(j: int):
+            return np.repeat(table[:, j], counts)
+
+        offsets = np.arange(num, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        token = column(2) + column(1) * offsets - column(3)
+        alloc = np.array(self._allocs, dtype=np.int64)
+        internal = column(4)
+        overhead = column(5)
+        reserved = alloc - token - internal
+        free = self.allocator.num_slots - alloc - overhead
+        integral = self._integral
+        sums = np.empty((6, num))
+        sums[0] = token
+        sums[1] = reserved
+        sums[2] = internal
+        sums[3] = overhead
+        sums[4] = free
+        sums[:5] *= dt
+        sums[5] = dt
+        sums[:, 0] += (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead,
+                       integral.free, integral.busy_time)
+        np.add.accumulate(sums, axis=1, out=sums)  # left to right along each row
+        (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead, integral.free,
+         integral.busy_time) = sums[:, -1].tolist()
+        integral.num_iterations += num
+        integral.sum_batch_size += int(counts @ table[:, 6])
+        log = self._log
+        if log is not None:
+            # The clock at each iteration's start, as `now += dt` advanced it from each clock start.
+            times = np.empty(num)
+            times[1:] = dt[:-1]
+            starts = self._clock_starts
+            times[[i for i, _ in starts]] = [t for _, t in starts]
+            bounds = [i for i, _ in starts] + [num]
+            for a, b in zip(bounds, bounds[1:]):
+                np.add.accumulate(times[a:b], out=times[a:b])
+            log.extend(
+                num, time=times - self.start_time, duration=dt, num_seqs=column(6), num_running=column(7),
+                num_waiting=column(8), num_prefill_tokens=column(9), num_decode_tokens=column(10),
+                num_preemptions=column(11), token=token, reserved=reserved, internal_fragmentation=internal,
+                overhead=overhead, free=free,
+            )
+        dts.clear()
+        self._allocs.clear()
+        self._runs.clear()
+        self._clock_starts.clear()
 
 
 def _in_arrival_order(requests) -> list:
