@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from heapq import heappop, heappush
-from itertools import islice
+from itertools import chain, islice
 from operator import attrgetter, gt
 
 from kvlab.cost import CostModel
@@ -227,10 +227,10 @@ class Simulation:
         self.counters = Counters()
         self._integral = UsageIntegral()
         self._log = IterationLog() if record_iterations else None
-        # Iterations not yet added to the integral and the log (see _flush_iterations): per iteration its
-        # duration and allocated slots; per run of iterations what else the log and the integral need.
+        # Iterations not yet added to the integral and the log (see _flush_iterations).
         self._dts: list[float] = []
         self._allocs: list[int] = []
+        self._internals: list[int] = []
         self._runs: list[tuple[int, ...]] = []
         # (index, clock) where the buffered iterations start and where they resume after the clock jumped
         # (idle until an arrival); in between, each starts when the one before ends.
@@ -287,10 +287,10 @@ class Simulation:
             self._clock_starts.append((len(self._dts), self.now))
         self._dts.append(dt)
         self._allocs.append(usage.token + usage.reserved + usage.internal_fragmentation)
+        self._internals.append(usage.internal_fragmentation)
         self._runs.append((
-            1, 0, usage.token, 0, usage.internal_fragmentation, usage.overhead, len(out.num_scheduled_tokens),
-            len(sched.running), len(sched.waiting), out.num_prefill_tokens, out.num_decode_tokens,
-            len(out.preempted_req_ids),
+            1, 0, usage.token, 0, usage.overhead, len(out.num_scheduled_tokens), len(sched.running),
+            len(sched.waiting), out.num_prefill_tokens, out.num_decode_tokens, len(out.preempted_req_ids),
         ))
         if len(self._dts) >= BUFFER_ITERATIONS:
             self._flush_iterations()
@@ -444,9 +444,9 @@ class Simulation:
         out (``replay``) before anything else touches the allocator (a finish frees, an arrival is admitted, the
         jump ends), in the order a step would: by iteration, then running order.
 
-        Between events (a finish, a last block, an arrival) an iteration only advances the clock: the loop
-        computes its duration and keeps it with the allocated slots; ``_flush_iterations`` turns them into the
-        integrals and the log afterwards, in the same order and with the same arithmetic as a step.
+        Between a finish and an arrival an iteration only advances the clock: the loop computes its duration
+        and keeps it with the allocated slots; ``_flush_iterations`` turns them into the integral and the log
+        later, in the same order and with the same arithmetic as for a step.
 
         The jump stops before an iteration whose blocks the free blocks do not cover (a step would preempt),
         and after one that leaves the batch in a state it does not follow: a newcomer that did not compute its
@@ -475,8 +475,9 @@ class Simulation:
         bsize = [0] * bs
         fill: list[list[int]] = [[] for _ in range(bs)] if caching else []  # prefix caching: who fills a block
         finish_at: dict[int, list[int]] = {}  # iteration -> positions finishing after it
-        last_block_at: dict[int, int] = {}  # iteration -> internal fragmentation its last blocks add
-        event_iters: list[int] = []  # heap of the iterations in finish_at and last_block_at
+        finish_iters: list[int] = []  # heap of finish_at's iterations
+        last_block_at: dict[int, int] = {}  # iteration -> internal fragmentation the last blocks it hands out add
+        last_block_iters: list[int] = []  # heap of last_block_at's iterations
         num_event_seqs = 0
         sum_c = 0
 
@@ -499,8 +500,7 @@ class Simulation:
                 finish_at[end].append(p)
             else:
                 finish_at[end] = [p]
-                if end not in last_block_at:
-                    heappush(event_iters, end)
+                heappush(finish_iters, end)
             if first <= remaining:
                 key = (s + first) % bs
                 key_of.append(key)
@@ -508,7 +508,7 @@ class Simulation:
                 bsize[key] += 1
                 num_event_seqs += 1
                 # Its last block: the slots beyond its last token become internal fragmentation (as
-                # PagedAllocator._append_new_blocks counts them; replay checks that the two agree).
+                # PagedAllocator._append_new_blocks counts them; the jump checks that the two agree).
                 num_kv = seq.request.num_kv_tokens
                 last_start = (num_kv - 1) // bs * bs
                 waste = last_start + bs - num_kv
@@ -518,8 +518,7 @@ class Simulation:
                         last_block_at[at] += waste
                     else:
                         last_block_at[at] = waste
-                        if at not in finish_at:
-                            heappush(event_iters, at)
+                        heappush(last_block_iters, at)
             else:
                 key_of.append(-1)
             if caching:
@@ -563,44 +562,101 @@ class Simulation:
 
         cost = cfg.cost
         weights, kv_bytes, bandwidth, flops_per_token, flops_per_pair, flops, overhead_s = cost.coefficients
-        iteration_time = cost.iteration_time
         alloc = allocator.num_allocated_slots
         internal = allocator.num_internal_fragmentation_slots
         ovh = allocator.num_overhead_slots
         dup = allocator.num_duplicate_token_slots
         free_blocks = getattr(allocator, "num_free_blocks", 0)  # only paged requests ever need blocks
-        # What each iteration leaves for _flush_iterations: its duration and allocated slots, and per run of
-        # iterations (count, n, context of the first, dup, internal, overhead, num_seqs, num_running,
-        # num_waiting, num_prefill_tokens, num_decode_tokens, num_preemptions); context grows by n per
-        # iteration within a run.
-        dts, allocs, runs = self._dts, self._allocs, self._runs
-        add_dt, add_alloc, add_run = dts.append, allocs.append, runs.append
+        # What each iteration leaves for _flush_iterations (see there).
+        dts, allocs, internals, runs = self._dts, self._allocs, self._internals, self._runs
+        add_dt, add_alloc, add_internal, add_run = dts.append, allocs.append, internals.append, runs.append
         now = self.now
         if not dts or now != self._clock_end:
             self._clock_starts.append((len(dts), now))
         num_decoded = 0  # tokens computed by requests that were decoding (each samples one)
         num_done = 0
-        next_event = event_iters[0]
+        next_finish = finish_iters[0]
+        next_last_block = last_block_iters[0] if last_block_iters else INF
         next_arrival = self._next_arrival_time
         max_num_seqs = cfg.max_num_seqs
         max_batched = cfg.max_num_batched_tokens
         arrivals_matter = admits and n < max_num_seqs and n < max_batched
+        chunked = cfg.enable_chunked_prefill
         can_jump_after = False
+        attempt_next = False  # the queue may be let in at the next iteration
         s = 0
         while True:
-            # The iterations before the next event while no arrival or limit is due: only the clock moves.
-            next_time = next_arrival if next_arrival < limit_time else limit_time
-            if s + 1 < next_event and now < next_time:
+            if now >= limit_time:
+                # The next call goes on from here, unless the queue is to be tried first: a step does that.
+                can_jump_after = not attempt_next
+                break
+            if len(dts) >= BUFFER_ITERATIONS:
+                self._flush_iterations()
+                self._clock_starts.append((0, now))
+            admitting = attempt_next
+            attempt_next = False
+            if next_arrival <= now:
+                was_empty = not waiting
+                self.now = now
+                self._arrive()
+                next_arrival = self._next_arrival_time
+                if arrivals_matter and was_empty and waiting:
+                    admitting = True
+
+            finishing = None
+            if admitting:
+                # One iteration: the running requests decode (their blocks go first), then the step's waiting
+                # loop admits from the queue.
+                s += 1
+                blocks = bsize[s % bs]
+                if blocks:
+                    if blocks > free_blocks:
+                        s -= 1
+                        break  # a step would preempt
+                    free_blocks -= blocks
+                if s == next_last_block:
+                    heappop(last_block_iters)
+                    internal += last_block_at.pop(s)
+                    next_last_block = last_block_iters[0] if last_block_iters else INF
+                replay(s)
+                assert internal == allocator.num_internal_fragmentation_slots
+                ctx = sum_c + s * n  # context of the decoding requests (each reads it; also their attention pairs)
+                scheduled: dict[int, int] = {}
+                new_ids, num_prefill, num_context, num_pairs, swapped_in = sched.schedule_waiting(
+                    max_batched - n, scheduled
+                )
+                dt = cost.iteration_time(n + num_prefill, ctx + num_context, ctx + num_pairs)
+                if swapped_in:
+                    dt += swapped_in / PCIE_BANDWIDTH
+                alloc = allocator.num_allocated_slots
+                internal = allocator.num_internal_fragmentation_slots
+                dup = allocator.num_duplicate_token_slots
+                ovh = allocator.num_overhead_slots
+                free_blocks = getattr(allocator, "num_free_blocks", 0)
+                # Computed tokens held during the iteration: the decoders' and the newcomers' (prefix hits too).
+                resident = sum_c + (s - 1) * n + sum(self.seqs[rid].num_computed_tokens for rid in new_ids)
+                add_run((1, 0, resident + n + num_prefill, dup, ovh, n + len(scheduled), len(running),
+                         len(waiting), num_prefill, n, 0))
+                add_dt(dt)
+                add_alloc(alloc)
+                add_internal(internal)
+                num_decoded += n
+                now += dt
+                if s == next_finish:
+                    finishing = finish_at.pop(s)
+            else:
+                # Iterations that only advance the clock, up to the next finish or until an arrival or the
+                # limit is due.
                 first = s + 1
-                if not num_event_seqs and next_event - first >= VECTOR_MIN_ITERATIONS:
+                next_time = next_arrival if next_arrival < limit_time else limit_time
+                if not num_event_seqs and next_finish - s >= VECTOR_MIN_ITERATIONS:
                     ran, now = self._decode_segment(
-                        first, next_event - first, n, sum_c, dup, alloc, internal, ovh, now, limit_time,
-                        next_arrival if arrivals_matter and not waiting else INF, dts, allocs, runs,
+                        first, next_finish - s, n, sum_c, dup, alloc, internal, ovh, now, limit_time,
+                        next_arrival if arrivals_matter and not waiting else INF,
                     )
                     next_arrival = self._next_arrival_time
                     s += ran
                     replayed = s
-                    num_decoded += ran * n
                 else:
                     ctx = sum_c + s * n
                     flops_n = flops_per_token * n
@@ -615,6 +671,10 @@ class Simulation:
                                 break
                             free_blocks -= blocks
                             alloc += bs * blocks  # append_blocks: each block adds block_size allocated slots
+                            if s == next_last_block:
+                                heappop(last_block_iters)
+                                internal += last_block_at.pop(s)
+                                next_last_block = last_block_iters[0] if last_block_iters else INF
                         ctx += n
                         # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
                         t_mem = (weights + ctx * kv_bytes) / bandwidth
@@ -622,95 +682,48 @@ class Simulation:
                         dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
                         add_dt(dt)
                         add_alloc(alloc)
+                        add_internal(internal)
                         now += dt
-                        if s + 1 >= next_event or now >= next_time:
+                        if s == next_finish or now >= next_time:
                             break
                     if s >= first:
-                        add_run((s - first + 1, n, sum_c + first * n, dup, internal, ovh, n, n, len(waiting), 0, n, 0))
-                        num_decoded += (s - first + 1) * n
+                        add_run((s - first + 1, n, sum_c + first * n, dup, ovh, n, n, len(waiting), 0, n, 0))
                     if out_of_blocks:
+                        num_decoded += (s - first + 1) * n
                         break  # a step would preempt
-            if len(dts) >= BUFFER_ITERATIONS:
-                self._flush_iterations()
-                self._clock_starts.append((0, now))
+                num_decoded += (s - first + 1) * n
+                if s != next_finish:
+                    continue
+                finishing = finish_at.pop(s)
 
-            # One iteration with something to do: a limit, an arrival, a last block or a finish.
-            if now >= limit_time:
-                can_jump_after = True  # nothing changed: the next call goes on from here
-                break
-            admitting = False
-            if next_arrival <= now:
-                was_empty = not waiting
-                self.now = now
-                self._arrive()
-                next_arrival = self._next_arrival_time
-                admitting = arrivals_matter and was_empty and bool(waiting)
-            s += 1
-            blocks = bsize[s % bs]
-            if blocks:
-                if blocks > free_blocks:
-                    s -= 1
-                    break  # a step would preempt
-                free_blocks -= blocks
-                alloc += bs * blocks
-            is_event = s == next_event
-            if is_event and s in last_block_at:
-                internal += last_block_at.pop(s)
-            stop_after = changed = finished_now = False
-            ctx = sum_c + s * n  # context of the decoding requests (each reads it; also their attention pairs)
-            if admitting:
-                # The step's waiting loop, after the running requests' decodes (whose blocks go first).
+            changed = finished_now = stop_after = False
+            if finishing:
+                heappop(finish_iters)
+                next_finish = finish_iters[0] if finish_iters else INF
                 replay(s)
                 assert internal == allocator.num_internal_fragmentation_slots
-                scheduled: dict[int, int] = {}
-                new_ids, num_prefill, num_context, num_pairs, swapped_in = sched.schedule_waiting(
-                    max_batched - n, scheduled
-                )
-                dt = iteration_time(n + num_prefill, ctx + num_context, ctx + num_pairs)
-                if swapped_in:
-                    dt += swapped_in / PCIE_BANDWIDTH
-                alloc = allocator.num_allocated_slots
-                internal = allocator.num_internal_fragmentation_slots
-                dup = allocator.num_duplicate_token_slots
-                ovh = allocator.num_overhead_slots
-                free_blocks = getattr(allocator, "num_free_blocks", 0)
-                # Computed tokens held during the iteration: the decoders' and the newcomers' (prefix hits too).
-                resident = sum_c + (s - 1) * n + sum(self.seqs[rid].num_computed_tokens for rid in new_ids)
-                token = resident + n + num_prefill - dup
-                add_run((1, 0, token + dup, dup, internal, ovh, n + len(scheduled), len(running), len(waiting),
-                         num_prefill, n, 0))
-            else:
-                dt = iteration_time(n, ctx, ctx)
-                add_run((1, n, ctx, dup, internal, ovh, n, n, len(waiting), 0, n, 0))
-            add_dt(dt)
-            add_alloc(alloc)
-            num_decoded += n
-            now += dt
-            if is_event:
-                while event_iters and event_iters[0] == s:
-                    heappop(event_iters)
-                finishing = finish_at.pop(s, None)
-                if finishing:
-                    replay(s)
-                    for p in finishing:
-                        seq = seqs[p]
-                        seq.num_computed_tokens = base_c[p] + s
-                        seq.num_output_tokens = base_o[p] + s
-                        sched.finish(seq, now)
-                        running.remove(seq)
-                        key = key_of[p]
-                        if key >= 0:
-                            bucket[key].remove(seq.request_id)
-                            bsize[key] -= 1
-                            num_event_seqs -= 1
-                        if caching:
-                            fill[-base_c[p] % bs].remove(seq.request_id)
-                        sum_c -= base_c[p]
-                    n -= len(finishing)
-                    num_done += len(finishing)
-                    self.last_finish_time = now
-                    changed = finished_now = True
+                for p in finishing:
+                    seq = seqs[p]
+                    seq.num_computed_tokens = base_c[p] + s
+                    seq.num_output_tokens = base_o[p] + s
+                    sched.finish(seq, now)
+                    running.remove(seq)
+                    key = key_of[p]
+                    if key >= 0:
+                        bucket[key].remove(seq.request_id)
+                        bsize[key] -= 1
+                        num_event_seqs -= 1
+                    if caching:
+                        fill[-base_c[p] % bs].remove(seq.request_id)
+                    sum_c -= base_c[p]
+                n -= len(finishing)
+                num_done += len(finishing)
+                self.last_finish_time = now
+                changed = finished_now = True
             if admitting:
+                # Left in the queue with budget to spare and chunked prefill: its head did not fit in memory or
+                # the seats; until a finish, later iterations have neither more memory nor more seats.
+                still_blocked = chunked and max_batched - n - num_prefill > 0
                 for rid, num_new in scheduled.items():
                     seq = self.seqs[rid]
                     if sched.advance(seq, num_new, now):
@@ -723,15 +736,15 @@ class Simulation:
                         n += 1
                     else:
                         stop_after = True  # a chunk of a prompt: the next iteration is not pure decode
-                if len(scheduled) < len(new_ids) or (new_ids and waiting):
-                    # Admitted without tokens yet, or a queue left behind with less budget than a pure decode
-                    # iteration has: a step decides.
+                if len(scheduled) < len(new_ids) or (new_ids and waiting and not still_blocked):
+                    # Admitted without tokens yet, or a queue left behind maybe for want of budget: a step decides.
                     stop_after = True
+                next_finish = finish_iters[0] if finish_iters else INF
+                next_last_block = last_block_iters[0] if last_block_iters else INF
                 changed = True
             if changed:
-                next_event = event_iters[0] if event_iters else INF
                 if admits and waiting and finished_now:
-                    stop_after = True  # the freed memory and seats may let the queue in
+                    attempt_next = True  # the freed memory and seats may let the queue in
                 alloc = allocator.num_allocated_slots
                 internal = allocator.num_internal_fragmentation_slots
                 ovh = allocator.num_overhead_slots
@@ -740,8 +753,6 @@ class Simulation:
                 if n == 0 or stop_after:
                     break
                 arrivals_matter = admits and n < max_num_seqs and n < max_batched
-            elif is_event:
-                next_event = event_iters[0] if event_iters else INF
 
         replay(s)
         assert internal == allocator.num_internal_fragmentation_slots
@@ -762,13 +773,13 @@ class Simulation:
 
     def _decode_segment(
         self, s0: int, num: int, n: int, sum_c: int, dup: int, alloc: int, internal: int, ovh: int,
-        now: float, limit_time: float, cut_time: float, dts: list, allocs: list, runs: list,
+        now: float, limit_time: float, cut_time: float,
     ) -> tuple[int, float]:
-        """Iterations s0 .. s0 + num - 1 of a jump in which nothing but the clock changes (no block, no finish),
-        as numpy arrays: the same elementwise arithmetic as the loop, and the clock accumulated left to right
-        as ``now += dt`` does, so every float is the same. Stops before the first iteration starting at or after
+        """Iterations s0 .. s0 + num - 1 of a jump in which nothing but the clock changes (no block), as numpy
+        arrays: the same elementwise arithmetic as the loop, and the clock accumulated left to right as
+        ``now += dt`` does, so every float is the same. Stops before the first iteration starting at or after
         ``limit_time`` or ``cut_time`` (an arrival that may be admitted); arrivals that only join the queue join.
-        Appends to the jump's buffers; returns (iterations run, clock)."""
+        Buffers the iterations; returns (iterations run, clock)."""
         import numpy as np
 
         ctx = np.arange(s0, s0 + num, dtype=np.int64)
@@ -801,17 +812,24 @@ class Simulation:
                 )[::-1]
                 counts = np.searchsorted(joined, starts, side="right")
                 bounds = [0, *(np.flatnonzero(np.diff(counts)) + 1).tolist(), ran]
+        runs = self._runs
         for a, b in zip(bounds, bounds[1:]):
             queue = num_waiting if counts is None else num_waiting + int(counts[a])
-            runs.append((b - a, n, sum_c + (s0 + a) * n, dup, internal, ovh, n, n, queue, 0, n, 0))
-        dts.extend(durations[:ran].tolist())
-        allocs.extend([alloc] * ran)
+            runs.append((b - a, n, sum_c + (s0 + a) * n, dup, ovh, n, n, queue, 0, n, 0))
+        self._dts.extend(durations[:ran].tolist())
+        self._allocs.extend([alloc] * ran)
+        self._internals.extend([internal] * ran)
         return ran, float(times[ran])
 
     def _flush_iterations(self) -> None:
-        """Add the buffered iterations (steps' and jumps') to the integral and the log: per iteration the slot
-        states (``slot_usage``'s arithmetic, over arrays) times the duration, summed left to right onto the
-        running totals as ``UsageIntegral.add`` would, so the floats are the same however the run went."""
+        """Add the buffered iterations (steps' and jumps') to the integral and the log.
+
+        The buffer holds per iteration its duration (``_dts``), allocated slots and internal fragmentation, and
+        per run of iterations (``_runs``): (count, n, context tokens of the first, duplicate token slots,
+        overhead slots, num_seqs, num_running, num_waiting, num_prefill_tokens, num_decode_tokens,
+        num_preemptions), the context growing by n per iteration within a run. From them: the slot states
+        (``slot_usage``'s arithmetic, over arrays) times the duration, summed left to right onto the running
+        totals as ``UsageIntegral.add`` would, so the floats are the same however the run went."""
         dts = self._dts
         if not dts:
             return
@@ -819,7 +837,8 @@ class Simulation:
 
         num = len(dts)
         dt = np.array(dts)
-        table = np.array(self._runs, dtype=np.int64)
+        runs = self._runs
+        table = np.fromiter(chain.from_iterable(runs), dtype=np.int64, count=11 * len(runs)).reshape(-1, 11)
         counts = table[:, 0]
 
         def column(j: int):
@@ -827,9 +846,9 @@ class Simulation:
 
         offsets = np.arange(num, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         token = column(2) + column(1) * offsets - column(3)
-        alloc = np.array(self._allocs, dtype=np.int64)
-        internal = column(4)
-        overhead = column(5)
+        alloc = np.fromiter(self._allocs, dtype=np.int64, count=num)
+        internal = np.fromiter(self._internals, dtype=np.int64, count=num)
+        overhead = column(4)
         reserved = alloc - token - internal
         free = self.allocator.num_slots - alloc - overhead
         integral = self._integral
@@ -847,7 +866,7 @@ class Simulation:
         (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead, integral.free,
          integral.busy_time) = sums[:, -1].tolist()
         integral.num_iterations += num
-        integral.sum_batch_size += int(counts @ table[:, 6])
+        integral.sum_batch_size += int(counts @ table[:, 5])
         log = self._log
         if log is not None:
             # The clock at each iteration's start, as `now += dt` advanced it from each clock start.
@@ -859,14 +878,15 @@ class Simulation:
             for a, b in zip(bounds, bounds[1:]):
                 np.add.accumulate(times[a:b], out=times[a:b])
             log.extend(
-                num, time=times - self.start_time, duration=dt, num_seqs=column(6), num_running=column(7),
-                num_waiting=column(8), num_prefill_tokens=column(9), num_decode_tokens=column(10),
-                num_preemptions=column(11), token=token, reserved=reserved, internal_fragmentation=internal,
+                num, time=times - self.start_time, duration=dt, num_seqs=column(5), num_running=column(6),
+                num_waiting=column(7), num_prefill_tokens=column(8), num_decode_tokens=column(9),
+                num_preemptions=column(10), token=token, reserved=reserved, internal_fragmentation=internal,
                 overhead=overhead, free=free,
             )
         dts.clear()
         self._allocs.clear()
-        self._runs.clear()
+        self._internals.clear()
+        runs.clear()
         self._clock_starts.clear()
 
 
