@@ -89,7 +89,8 @@ class CostModel:
         t_compute = (self.flops_per_token * num_tokens + self.attention_flops_per_pair * num_attention_pairs) / (
             self.peak_flops * self.flops_efficiency
         )
-        return np.where(t_mem >= t_compute, t_mem, t_compute) + self.overhead_s
+        # The larger of two positive numbers: np.maximum picks the same one as the scalar `if`.
+        return np.maximum(t_mem, t_compute) + self.overhead_s
 
     @property
     def coefficients(self) -> tuple[float, float, float, float, float, float, float]:

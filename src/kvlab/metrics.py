@@ -13,7 +13,6 @@ Every metric is defined with its formula in docs/metrics.md. In short, over iter
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
 from kvlab.memory.base import SlotUsage
@@ -38,29 +37,49 @@ ITERATION_COLUMNS = (
 
 
 class IterationLog:
-    """Column arrays, one row per iteration (compact: a million iterations take ~100 MB)."""
+    """One row per iteration, column by column: ``columns`` maps each of ITERATION_COLUMNS to a float64 numpy
+    array (a million iterations take ~100 MB). Rows come one at a time (``append``) or in blocks (``extend``)."""
 
     def __init__(self) -> None:
-        self.columns = {name: array("d") for name in ITERATION_COLUMNS}
-        self._append = [self.columns[name].append for name in ITERATION_COLUMNS]
+        self._blocks: list = []  # float64 arrays of shape (len(ITERATION_COLUMNS), k), in row order
+        self._rows: list[tuple[float, ...]] = []  # appended rows not yet in a block
+        self._num_rows = 0
+        self._columns: dict | None = None
 
     def append(self, *row: float) -> None:
-        for add, value in zip(self._append, row):
-            add(value)
+        self._rows.append(row)
+        self._num_rows += 1
+        self._columns = None
 
-    def extend(self, length: int, **columns) -> None:
-        """``length`` rows at once: each column a numpy array of that length or one number for every row."""
-        import numpy as np
+    def extend(self, block) -> None:
+        """Rows at once: ``block`` is a float64 numpy array with one row per column, in ITERATION_COLUMNS order."""
+        self._gather_rows()
+        self._blocks.append(block)
+        self._num_rows += block.shape[1]
+        self._columns = None
 
-        for name in ITERATION_COLUMNS:
-            value = columns[name]
-            if isinstance(value, np.ndarray):
-                self.columns[name].frombytes(value.astype(np.float64, copy=False).tobytes())
-            else:
-                self.columns[name].extend(array("d", (value,)) * length)
+    @property
+    def columns(self) -> dict:
+        if self._columns is None:
+            import numpy as np
+
+            self._gather_rows()
+            if len(self._blocks) != 1:
+                self._blocks = [
+                    np.concatenate(self._blocks, axis=1) if self._blocks else np.empty((len(ITERATION_COLUMNS), 0))
+                ]
+            self._columns = dict(zip(ITERATION_COLUMNS, self._blocks[0]))
+        return self._columns
+
+    def _gather_rows(self) -> None:
+        if self._rows:
+            import numpy as np
+
+            self._blocks.append(np.array(self._rows, dtype=np.float64).T.copy())
+            self._rows = []
 
     def __len__(self) -> int:
-        return len(self.columns["time"])
+        return self._num_rows
 
 
 @dataclass

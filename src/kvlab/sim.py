@@ -229,9 +229,8 @@ class Simulation:
         self._log = IterationLog() if record_iterations else None
         # Iterations not yet added to the integral and the log (see _flush_iterations).
         self._dts: list[float] = []
-        self._allocs: list[int] = []
-        self._internals: list[int] = []
         self._runs: list[tuple[int, ...]] = []
+        self._bucket_snapshots: list[tuple[int, ...]] = []
         # (index, clock) where the buffered iterations start and where they resume after the clock jumped
         # (idle until an arrival); in between, each starts when the one before ends.
         self._clock_starts: list[tuple[int, float]] = []
@@ -286,11 +285,10 @@ class Simulation:
         if not self._dts or self.now != self._clock_end:
             self._clock_starts.append((len(self._dts), self.now))
         self._dts.append(dt)
-        self._allocs.append(usage.token + usage.reserved + usage.internal_fragmentation)
-        self._internals.append(usage.internal_fragmentation)
         self._runs.append((
-            1, 0, usage.token, 0, usage.overhead, len(out.num_scheduled_tokens), len(sched.running),
-            len(sched.waiting), out.num_prefill_tokens, out.num_decode_tokens, len(out.preempted_req_ids),
+            1, 0, usage.token, 0, usage.overhead, usage.token + usage.reserved + usage.internal_fragmentation,
+            usage.internal_fragmentation, len(out.num_scheduled_tokens), len(sched.running), len(sched.waiting),
+            out.num_prefill_tokens, out.num_decode_tokens, len(out.preempted_req_ids), 0, -1,
         ))
         if len(self._dts) >= BUFFER_ITERATIONS:
             self._flush_iterations()
@@ -568,8 +566,9 @@ class Simulation:
         dup = allocator.num_duplicate_token_slots
         free_blocks = getattr(allocator, "num_free_blocks", 0)  # only paged requests ever need blocks
         # What each iteration leaves for _flush_iterations (see there).
-        dts, allocs, internals, runs = self._dts, self._allocs, self._internals, self._runs
-        add_dt, add_alloc, add_internal, add_run = dts.append, allocs.append, internals.append, runs.append
+        dts, runs, snapshots = self._dts, self._runs, self._bucket_snapshots
+        add_dt, add_run = dts.append, runs.append
+        snap: int | None = None  # index of the current bucket sizes in snapshots (None: not taken yet)
         now = self.now
         if not dts or now != self._clock_end:
             self._clock_starts.append((len(dts), now))
@@ -593,6 +592,7 @@ class Simulation:
             if len(dts) >= BUFFER_ITERATIONS:
                 self._flush_iterations()
                 self._clock_starts.append((0, now))
+                snap = None
             admitting = attempt_next
             attempt_next = False
             if next_arrival <= now:
@@ -635,11 +635,9 @@ class Simulation:
                 free_blocks = getattr(allocator, "num_free_blocks", 0)
                 # Computed tokens held during the iteration: the decoders' and the newcomers' (prefix hits too).
                 resident = sum_c + (s - 1) * n + sum(self.seqs[rid].num_computed_tokens for rid in new_ids)
-                add_run((1, 0, resident + n + num_prefill, dup, ovh, n + len(scheduled), len(running),
-                         len(waiting), num_prefill, n, 0))
+                add_run((1, 0, resident + n + num_prefill, dup, ovh, alloc, internal, n + len(scheduled),
+                         len(running), len(waiting), num_prefill, n, 0, s, -1))
                 add_dt(dt)
-                add_alloc(alloc)
-                add_internal(internal)
                 num_decoded += n
                 now += dt
                 if s == next_finish:
@@ -660,6 +658,15 @@ class Simulation:
                 else:
                     ctx = sum_c + s * n
                     flops_n = flops_per_token * n
+                    if snap is None:
+                        if num_event_seqs:
+                            snapshots.append(tuple(bsize))
+                            snap = len(snapshots) - 1
+                        else:
+                            snap = -1
+                    queue = len(waiting)
+                    run_first = first
+                    free_before = free_blocks  # at the start of the run
                     out_of_blocks = False
                     while True:
                         s += 1
@@ -669,25 +676,31 @@ class Simulation:
                                 s -= 1
                                 out_of_blocks = True
                                 break
-                            free_blocks -= blocks
-                            alloc += bs * blocks  # append_blocks: each block adds block_size allocated slots
                             if s == next_last_block:
+                                # Someone's last block: internal fragmentation changes here, so a new run starts.
+                                if s > run_first:
+                                    add_run((s - run_first, n, sum_c + run_first * n, dup, ovh, alloc, internal,
+                                             n, n, queue, 0, n, 0, run_first, snap))
+                                    alloc += bs * (free_before - free_blocks)
+                                    free_before = free_blocks
+                                    run_first = s
                                 heappop(last_block_iters)
                                 internal += last_block_at.pop(s)
                                 next_last_block = last_block_iters[0] if last_block_iters else INF
+                            free_blocks -= blocks
                         ctx += n
                         # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
                         t_mem = (weights + ctx * kv_bytes) / bandwidth
                         t_compute = (flops_n + flops_per_pair * ctx) / flops
                         dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
                         add_dt(dt)
-                        add_alloc(alloc)
-                        add_internal(internal)
                         now += dt
                         if s == next_finish or now >= next_time:
                             break
-                    if s >= first:
-                        add_run((s - first + 1, n, sum_c + first * n, dup, ovh, n, n, len(waiting), 0, n, 0))
+                    if s >= run_first:
+                        add_run((s - run_first + 1, n, sum_c + run_first * n, dup, ovh, alloc, internal, n, n, queue,
+                                 0, n, 0, run_first, snap))
+                        alloc += bs * (free_before - free_blocks)  # append_blocks: block_size slots a block
                     if out_of_blocks:
                         num_decoded += (s - first + 1) * n
                         break  # a step would preempt
@@ -743,6 +756,7 @@ class Simulation:
                 next_last_block = last_block_iters[0] if last_block_iters else INF
                 changed = True
             if changed:
+                snap = None  # the buckets changed
                 if admits and waiting and finished_now:
                     attempt_next = True  # the freed memory and seats may let the queue in
                 alloc = allocator.num_allocated_slots
@@ -815,40 +829,49 @@ class Simulation:
         runs = self._runs
         for a, b in zip(bounds, bounds[1:]):
             queue = num_waiting if counts is None else num_waiting + int(counts[a])
-            runs.append((b - a, n, sum_c + (s0 + a) * n, dup, ovh, n, n, queue, 0, n, 0))
+            runs.append((b - a, n, sum_c + (s0 + a) * n, dup, ovh, alloc, internal, n, n, queue, 0, n, 0, s0 + a, -1))
         self._dts.extend(durations[:ran].tolist())
-        self._allocs.extend([alloc] * ran)
-        self._internals.extend([internal] * ran)
         return ran, float(times[ran])
 
     def _flush_iterations(self) -> None:
         """Add the buffered iterations (steps' and jumps') to the integral and the log.
 
-        The buffer holds per iteration its duration (``_dts``), allocated slots and internal fragmentation, and
-        per run of iterations (``_runs``): (count, n, context tokens of the first, duplicate token slots,
-        overhead slots, num_seqs, num_running, num_waiting, num_prefill_tokens, num_decode_tokens,
-        num_preemptions), the context growing by n per iteration within a run. From them: the slot states
-        (``slot_usage``'s arithmetic, over arrays) times the duration, summed left to right onto the running
-        totals as ``UsageIntegral.add`` would, so the floats are the same however the run went."""
+        The buffer holds each iteration's duration (``_dts``) and, per run of iterations (``_runs``): (count,
+        n, context tokens of the first, duplicate token slots, overhead slots, allocated slots before the first,
+        internal fragmentation, num_seqs, num_running, num_waiting, num_prefill_tokens, num_decode_tokens,
+        num_preemptions, jump iteration of the first, bucket sizes). Within a run the context grows by n per
+        iteration, and a paged jump's run hands out ``bucket sizes[s % block_size]`` blocks before iteration s
+        (-1: none). From them: the slot states (``slot_usage``'s arithmetic, over arrays) times the duration,
+        summed left to right onto the running totals as ``UsageIntegral.add`` would, so the floats are the same
+        however the simulation went."""
         dts = self._dts
         if not dts:
             return
         import numpy as np
 
         num = len(dts)
-        dt = np.array(dts)
+        dt = np.fromiter(dts, dtype=np.float64, count=num)
         runs = self._runs
-        table = np.fromiter(chain.from_iterable(runs), dtype=np.int64, count=11 * len(runs)).reshape(-1, 11)
+        table = np.fromiter(chain.from_iterable(runs), dtype=np.int64, count=15 * len(runs)).reshape(-1, 15)
         counts = table[:, 0]
-
-        def column(j: int):
-            return np.repeat(table[:, j], counts)
-
-        offsets = np.arange(num, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-        token = column(2) + column(1) * offsets - column(3)
-        alloc = np.fromiter(self._allocs, dtype=np.int64, count=num)
-        internal = np.fromiter(self._internals, dtype=np.int64, count=num)
-        overhead = column(4)
+        per_iteration = np.repeat(table.T, counts, axis=1)  # one row per field of a run
+        run_starts = np.cumsum(counts) - counts
+        offsets = np.arange(num, dtype=np.int64) - np.repeat(run_starts, counts)
+        token = per_iteration[2] + per_iteration[1] * offsets - per_iteration[3]
+        alloc = per_iteration[5]
+        if self._bucket_snapshots:
+            with_blocks = np.flatnonzero(per_iteration[14] >= 0)
+            sizes = np.array(self._bucket_snapshots, dtype=np.int64)
+            blocks = np.zeros(num, dtype=np.int64)
+            bs = self.config.block_size
+            blocks[with_blocks] = sizes[
+                per_iteration[14][with_blocks], (per_iteration[13][with_blocks] + offsets[with_blocks]) % bs
+            ]
+            handed_out = np.cumsum(blocks)
+            handed_out -= np.repeat((handed_out - blocks)[run_starts], counts)  # within each run
+            alloc = alloc + bs * handed_out
+        internal = per_iteration[6]
+        overhead = per_iteration[4]
         reserved = alloc - token - internal
         free = self.allocator.num_slots - alloc - overhead
         integral = self._integral
@@ -866,27 +889,30 @@ class Simulation:
         (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead, integral.free,
          integral.busy_time) = sums[:, -1].tolist()
         integral.num_iterations += num
-        integral.sum_batch_size += int(counts @ table[:, 5])
+        integral.sum_batch_size += int(counts @ table[:, 7])
         log = self._log
         if log is not None:
-            # The clock at each iteration's start, as `now += dt` advanced it from each clock start.
-            times = np.empty(num)
+            block = np.empty((len(ITERATION_COLUMNS), num))
+            # time: the clock at each iteration's start, as `now += dt` advanced it from each clock start.
+            times = block[0]
             times[1:] = dt[:-1]
             starts = self._clock_starts
             times[[i for i, _ in starts]] = [t for _, t in starts]
             bounds = [i for i, _ in starts] + [num]
             for a, b in zip(bounds, bounds[1:]):
                 np.add.accumulate(times[a:b], out=times[a:b])
-            log.extend(
-                num, time=times - self.start_time, duration=dt, num_seqs=column(5), num_running=column(6),
-                num_waiting=column(7), num_prefill_tokens=column(8), num_decode_tokens=column(9),
-                num_preemptions=column(10), token=token, reserved=reserved, internal_fragmentation=internal,
-                overhead=overhead, free=free,
-            )
+            times -= self.start_time
+            block[1] = dt
+            block[2:8] = per_iteration[7:13]  # num_seqs .. num_preemptions
+            block[8] = token
+            block[9] = reserved
+            block[10] = internal
+            block[11] = overhead
+            block[12] = free
+            log.extend(block)
         dts.clear()
-        self._allocs.clear()
-        self._internals.clear()
         runs.clear()
+        self._bucket_snapshots.clear()
         self._clock_starts.clear()
 
 
