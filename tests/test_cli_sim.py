@@ -12,17 +12,14 @@ SHARE_KEYS = {"token", "reserved", "internal_fragmentation", "external_fragmenta
 @pytest.fixture(scope="module")
 def lesson_race():
     """The lesson's race on a short workload (the main job's setup, 400 requests)."""
-    from kvlab.cli.sim import simulate
+    from kvlab.cli.sim import SIM_OPTIONS, simulate
     from kvlab.strategies import LESSON_RACE
 
-    _, _, results = simulate(
-        list(LESSON_RACE), model="opt-13b", gpu="a100-40gb", gpu_memory_gib=None, tensor_parallel_size=None,
-        pipeline_parallel_size=1, gpu_memory_utilization=0.9, block_size=16, dtype="auto", kv_cache_dtype="auto",
-        max_model_len=None, max_num_batched_tokens=None, max_num_seqs=None, available_kv_gib=None,
-        num_gpu_blocks=None, enable_chunked_prefill=True, preemption_mode=None, swap_space=4.0,
-        workload="paper-sharegpt", rate=None, arrival="auto", cv=1.0, num_requests=400, duration=None, seed=0,
-        quiet=True,
-    )
+    defaults = dict.fromkeys(SIM_OPTIONS)
+    defaults.update(model="opt-13b", gpu="a100-40gb", pipeline_parallel_size=1, gpu_memory_utilization=0.9,
+                    block_size=16, dtype="auto", kv_cache_dtype="auto", enable_chunked_prefill=True, swap_space=4.0,
+                    workload="paper-sharegpt", arrival="auto", cv=1.0, num_requests=400, seed=0)
+    _, _, results = simulate(list(LESSON_RACE), quiet=True, **defaults)
     return {r.strategy.name: r.summary() for r in results}
 
 

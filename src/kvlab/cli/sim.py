@@ -164,6 +164,19 @@ def race_json(config, wl, summaries) -> dict:
     }
 
 
+SIM_OPTIONS = (
+    "model", "gpu", "gpu_memory_gib", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
+    "block_size", "dtype", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
+    "available_kv_gib", "num_gpu_blocks", "enable_chunked_prefill", "preemption_mode", "swap_space", "workload",
+    "rate", "arrival", "cv", "num_requests", "duration", "seed",
+)
+
+
+def sim_options(values: dict) -> dict:
+    """The options `simulate` takes, picked from a command's arguments (run and race share them all)."""
+    return {name: values[name] for name in SIM_OPTIONS}
+
+
 @app.command()
 def race(
     strategies: Annotated[Optional[list[str]], typer.Argument(help="Strategies to race \\[default: the lesson's "
@@ -202,15 +215,7 @@ def race(
     from kvlab.strategies import LESSON_RACE
 
     names = list(strategies) if strategies else list(LESSON_RACE)
-    options = dict(
-        model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, tensor_parallel_size=tensor_parallel_size,
-        pipeline_parallel_size=pipeline_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, available_kv_gib=available_kv_gib,
-        num_gpu_blocks=num_gpu_blocks, enable_chunked_prefill=enable_chunked_prefill,
-        preemption_mode=preemption_mode, swap_space=swap_space, workload=workload, rate=rate, arrival=arrival,
-        cv=cv, num_requests=num_requests, duration=duration, seed=seed,
-    )
+    options = sim_options(locals())
     config, wl, results = simulate(names, quiet=as_json, **options)
     report(config, wl, results, as_json=as_json, out=out, title=f"Race: {len(names)} strategies, same workload")
     if html is not None:
@@ -253,15 +258,7 @@ def run(
     out: OutOpt = None,
 ) -> None:
     """Serve a workload with one strategy and report memory shares, throughput, latency and evictions."""
-    config, wl, results = simulate(
-        [strategy], model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, tensor_parallel_size=tensor_parallel_size,
-        pipeline_parallel_size=pipeline_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, available_kv_gib=available_kv_gib,
-        num_gpu_blocks=num_gpu_blocks, enable_chunked_prefill=enable_chunked_prefill,
-        preemption_mode=preemption_mode, swap_space=swap_space, workload=workload, rate=rate, arrival=arrival,
-        cv=cv, num_requests=num_requests, duration=duration, seed=seed, quiet=as_json,
-    )
+    config, wl, results = simulate([strategy], quiet=as_json, **sim_options(locals()))
     report(config, wl, results, as_json=as_json, out=out, title=f"Run: {results[0].strategy.name}")
 
 
