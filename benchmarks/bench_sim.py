@@ -1,0 +1,169 @@
+"""How fast the simulator runs: simulated requests and output tokens per second of wall time.
+
+    python benchmarks/bench_sim.py            # the full run: 7,200 requests per strategy, then 1M through vllm
+    python benchmarks/bench_sim.py --quick    # the 1M run replaced by 100k, extrapolated (labelled as such)
+    python benchmarks/bench_sim.py --json     # the same numbers as JSON
+
+The setup is issue 3's: OPT-13B on one A100-40GB with the paper's 12 GiB of KV cache
+(``SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)``, 15,728 slots), the ShareGPT
+stand-in at 2 requests/s (``load_workload("paper-sharegpt", num_requests=N, rate=2.0, seed=0)``: 7,200 requests
+are the paper's one-hour trace). Targets: the lesson's four strategies on the 7,200 requests in under 2 s in all;
+a million requests through ``vllm`` in under a minute; time per request flat from 10k to 1M requests.
+
+Each run is timed twice: wall time (``time.perf_counter``) and the process's CPU time (``time.process_time``),
+which a busy shared machine inflates less. Workloads are built before the clock starts (building is reported on
+its own line). The 7,200-request runs record the per-iteration log, as ``kvlab race`` does, and keep the best of
+``--repeat`` runs; the large ones do not record it (``record_iterations=False``) and run once. A calibration
+line (a fixed pure-Python loop) and the load average let numbers from different machines be compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+LESSON = ("static+max", "continuous+max", "static+paged", "continuous+paged")
+PAPER = ("orca-max", "orca-pow2", "orca-oracle", "vllm")
+
+
+def calibrate() -> float:
+    """Microseconds a fixed pure-Python loop takes here (about 0.3-0.4 on a recent desktop core)."""
+    data = list(range(100))
+    best = float("inf")
+    for _ in range(5):
+        start = time.process_time()
+        for _ in range(20000):
+            sum(data)
+        best = min(best, (time.process_time() - start) / 20000 * 1e6)
+    return best
+
+
+def build(num_requests: int):
+    from kvlab.workload import load_workload
+
+    start = time.perf_counter()
+    workload = load_workload("paper-sharegpt", num_requests=num_requests, rate=2.0, seed=0)
+    return workload, time.perf_counter() - start
+
+
+def run(name: str, config, workload, *, record_iterations: bool, repeat: int = 1) -> dict:
+    from kvlab.sim import Simulation
+    from kvlab.strategies import parse_strategy
+
+    best = None
+    for _ in range(repeat):
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = Simulation(parse_strategy(name), config, workload, record_iterations=record_iterations).run()
+        summary = result.summary()  # part of what a run costs: `kvlab race` prints it
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if best is None or wall < best["wall_s"]:
+            best = {
+                "strategy": name,
+                "num_requests": workload.num_requests,
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "num_finished": result.counters.num_finished,
+                "num_output_tokens": result.counters.num_output_tokens,
+                "num_iterations": result.integral.num_iterations,
+                "simulated_s": summary["makespan_s"],
+            }
+    best["requests_per_s"] = best["num_requests"] / best["wall_s"]
+    best["tokens_per_s"] = best["num_output_tokens"] / best["wall_s"]
+    best["us_per_request"] = best["wall_s"] / best["num_requests"] * 1e6
+    best["cpu_us_per_request"] = best["cpu_s"] / best["num_requests"] * 1e6
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=7200, help="requests per strategy (default: 7,200)")
+    parser.add_argument("--large", type=int, default=1_000_000, help="requests of the large vllm run (default: 1M)")
+    parser.add_argument("--quick", action="store_true", help="run the large run at 100k and extrapolate")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each 7,200-request strategy; the best counts")
+    parser.add_argument("--strategies", default=",".join(LESSON + PAPER[:-1] + PAPER[-1:]),
+                        help="comma-separated strategies timed on --requests (default: the lesson's and the paper's)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+
+    from kvlab.sim import SimConfig
+
+    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
+    report: dict = {
+        "setup": "opt-13b on a100-40gb, 12 GiB KV cache "
+                 f"({config.num_slots:,} slots), paper-sharegpt at 2 req/s, seed 0",
+        "python": sys.version.split()[0],
+        "load_average": os.getloadavg(),
+        "calibration_us": calibrate(),
+    }
+    out = sys.stdout if not args.json else open(os.devnull, "w")
+
+    def say(text: str = "") -> None:
+        print(text, file=out, flush=True)
+
+    say(f"kvlab simulator benchmark: {report['setup']}")
+    say(f"python {report['python']}; load average {report['load_average'][0]:.2f}; calibration "
+        f"{report['calibration_us']:.2f} µs (a recent desktop core: ~0.35)")
+
+    # Per strategy, on the one-hour trace.
+    workload, build_s = build(args.requests)
+    names = [n for n in args.strategies.split(",") if n]
+    say(f"\n{args.requests:,} requests ({build_s:.2f} s to build), per-iteration log on, best of {args.repeat}:")
+    say(f"  {'strategy':<18} {'wall s':>7} {'cpu s':>7} {'requests/s':>11} {'tokens/s':>11} {'iterations':>11}")
+    rows = []
+    for name in names:
+        row = run(name, config, workload, record_iterations=True, repeat=args.repeat)
+        rows.append(row)
+        say(f"  {name:<18} {row['wall_s']:7.3f} {row['cpu_s']:7.3f} {row['requests_per_s']:11,.0f} "
+            f"{row['tokens_per_s']:11,.0f} {row['num_iterations']:11,}")
+    report["strategies"] = rows
+    lesson = [r for r in rows if r["strategy"] in LESSON]
+    if len(lesson) == len(LESSON):
+        wall = sum(r["wall_s"] for r in lesson)
+        cpu = sum(r["cpu_s"] for r in lesson)
+        report["lesson_total"] = {"wall_s": wall, "cpu_s": cpu, "target_s": 2.0}
+        say(f"  lesson's four in all: {wall:.2f} s wall, {cpu:.2f} s cpu (target: under 2 s)")
+
+    # A million requests through vllm (or 100k, extrapolated).
+    large = 100_000 if args.quick else args.large
+    workload, build_s = build(large)
+    row = run("vllm", config, workload, record_iterations=False)
+    scale = args.large / large
+    row["extrapolated_to"] = args.large if scale != 1 else None
+    row["wall_s_at_target_size"] = row["wall_s"] * scale
+    report["large"] = row
+    report["large_build_s"] = build_s
+    label = (f"{large:,} requests, EXTRAPOLATED x{scale:g} to {args.large:,}" if scale != 1
+             else f"{large:,} requests")
+    say(f"\nvllm, {label} (log off; workload built in {build_s:.1f} s, not counted):")
+    say(f"  {row['wall_s']:.1f} s wall, {row['cpu_s']:.1f} s cpu, {row['requests_per_s']:,.0f} requests/s, "
+        f"{row['tokens_per_s']:,.0f} tokens/s, {row['num_iterations']:,} iterations")
+    if scale != 1:
+        say(f"  -> {row['wall_s_at_target_size']:.0f} s for {args.large:,} requests if time per request stays flat "
+            f"(target: under 60 s)")
+    else:
+        say("  (target: under 60 s)")
+
+    # Linearity: time per request as the run grows.
+    sizes = [10_000, 30_000, 100_000] if args.quick else [10_000, 100_000, args.large]
+    say("\nlinearity, vllm, log off: time per request")
+    linearity = []
+    for size in sizes:
+        if size == large:
+            point = row
+        else:
+            workload, _ = build(size)
+            point = run("vllm", config, workload, record_iterations=False)
+        linearity.append({"num_requests": size, "us_per_request": point["us_per_request"],
+                          "cpu_us_per_request": point["cpu_us_per_request"]})
+        say(f"  {size:>9,} requests: {point['us_per_request']:6.1f} µs wall, {point['cpu_us_per_request']:6.1f} µs cpu")
+    report["linearity"] = linearity
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
