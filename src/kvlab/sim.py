@@ -560,11 +560,8 @@ class Simulation:
 
         cost = cfg.cost
         weights, kv_bytes, bandwidth, flops_per_token, flops_per_pair, flops, overhead_s = cost.coefficients
-        alloc = allocator.num_allocated_slots
-        internal = allocator.num_internal_fragmentation_slots
-        ovh = allocator.num_overhead_slots
-        dup = allocator.num_duplicate_token_slots
-        free_blocks = getattr(allocator, "num_free_blocks", 0)  # only paged requests ever need blocks
+        slot_counters = getattr(allocator, "slot_counters", None) or (lambda: _slot_counters(allocator))
+        alloc, internal, ovh, dup, free_blocks = slot_counters()  # free blocks: only paged requests need them
         # What each iteration leaves for _flush_iterations (see there).
         dts, runs, snapshots = self._dts, self._runs, self._bucket_snapshots
         add_dt, add_run = dts.append, runs.append
@@ -603,7 +600,8 @@ class Simulation:
                 if arrivals_matter and was_empty and waiting:
                     admitting = True
 
-            finishing = None
+            finishes = None  # (iteration, clock at its end) after which requests finish
+            later_runs = None  # a stretch's runs after each of its finishes (their slot counters to set)
             if admitting:
                 # One iteration: the running requests decode (their blocks go first), then the step's waiting
                 # loop admits from the queue.
@@ -628,11 +626,7 @@ class Simulation:
                 dt = cost.iteration_time(n + num_prefill, ctx + num_context, ctx + num_pairs)
                 if swapped_in:
                     dt += swapped_in / PCIE_BANDWIDTH
-                alloc = allocator.num_allocated_slots
-                internal = allocator.num_internal_fragmentation_slots
-                dup = allocator.num_duplicate_token_slots
-                ovh = allocator.num_overhead_slots
-                free_blocks = getattr(allocator, "num_free_blocks", 0)
+                alloc, internal, ovh, dup, free_blocks = slot_counters()
                 # Computed tokens held during the iteration: the decoders' and the newcomers' (prefix hits too).
                 resident = sum_c + (s - 1) * n + sum(self.seqs[rid].num_computed_tokens for rid in new_ids)
                 add_run((1, 0, resident + n + num_prefill, dup, ovh, alloc, internal, n + len(scheduled),
@@ -641,20 +635,30 @@ class Simulation:
                 num_decoded += n
                 now += dt
                 if s == next_finish:
-                    finishing = finish_at.pop(s)
+                    finishes = [(s, now)]
             else:
                 # Iterations that only advance the clock, up to the next finish or until an arrival or the
                 # limit is due.
                 first = s + 1
                 next_time = next_arrival if next_arrival < limit_time else limit_time
-                if not num_event_seqs and next_finish - s >= VECTOR_MIN_ITERATIONS:
-                    ran, now = self._decode_segment(
-                        first, next_finish - s, n, sum_c, dup, alloc, internal, ovh, now, limit_time,
+                # Without admissions (static batching), every finish up to the batch's last is known.
+                last = next_finish if admits or num_event_seqs else max(finish_at)
+                if not num_event_seqs and last - s >= VECTOR_MIN_ITERATIONS:
+                    stops = sorted(f for f in finish_at if f <= last)
+                    ran, now, ends, later_runs = self._decode_stretch(
+                        first, [(f, len(finish_at[f]), sum(base_c[p] for p in finish_at[f])) for f in stops],
+                        n, sum_c, dup, alloc, internal, ovh, now, limit_time,
                         next_arrival if arrivals_matter and not waiting else INF,
                     )
                     next_arrival = self._next_arrival_time
                     s += ran
                     replayed = s
+                    num_decoded += ran * n - sum(  # requests that finished on the way stop decoding
+                        len(finish_at[f]) * (s - f) for f in stops if f <= s
+                    )
+                    finishes = list(zip(stops, ends))
+                    if not finishes:
+                        continue
                 else:
                     ctx = sum_c + s * n
                     flops_n = flops_per_token * n
@@ -668,12 +672,10 @@ class Simulation:
                     run_first = first
                     free_before = free_blocks  # at the start of the run
                     out_of_blocks = False
-                    while True:
-                        s += 1
+                    for s in range(first, next_finish + 1):
                         blocks = bsize[s % bs]
                         if blocks:
                             if blocks > free_blocks:
-                                s -= 1
                                 out_of_blocks = True
                                 break
                             if s == next_last_block:
@@ -695,8 +697,10 @@ class Simulation:
                         dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
                         add_dt(dt)
                         now += dt
-                        if s == next_finish or now >= next_time:
+                        if now >= next_time:
                             break
+                    if out_of_blocks:
+                        s -= 1
                     if s >= run_first:
                         add_run((s - run_first + 1, n, sum_c + run_first * n, dup, ovh, alloc, internal, n, n, queue,
                                  0, n, 0, run_first, snap))
@@ -704,34 +708,43 @@ class Simulation:
                     if out_of_blocks:
                         num_decoded += (s - first + 1) * n
                         break  # a step would preempt
-                num_decoded += (s - first + 1) * n
-                if s != next_finish:
-                    continue
-                finishing = finish_at.pop(s)
+                    num_decoded += (s - first + 1) * n
+                    if s != next_finish:
+                        continue
+                    finishes = [(s, now)]
 
             changed = finished_now = stop_after = False
-            if finishing:
-                heappop(finish_iters)
-                next_finish = finish_iters[0] if finish_iters else INF
-                replay(s)
+            if finishes:
+                replay(finishes[0][0])
                 assert internal == allocator.num_internal_fragmentation_slots
-                for p in finishing:
-                    seq = seqs[p]
-                    seq.num_computed_tokens = base_c[p] + s
-                    seq.num_output_tokens = base_o[p] + s
-                    sched.finish(seq, now)
-                    running.remove(seq)
-                    key = key_of[p]
-                    if key >= 0:
-                        bucket[key].remove(seq.request_id)
-                        bsize[key] -= 1
-                        num_event_seqs -= 1
-                    if caching:
-                        fill[-base_c[p] % bs].remove(seq.request_id)
-                    sum_c -= base_c[p]
-                n -= len(finishing)
-                num_done += len(finishing)
-                self.last_finish_time = now
+                for f, end_time in finishes:
+                    heappop(finish_iters)
+                    replay(f)
+                    finishing = finish_at.pop(f)
+                    for p in finishing:
+                        seq = seqs[p]
+                        seq.num_computed_tokens = base_c[p] + f
+                        seq.num_output_tokens = base_o[p] + f
+                        sched.finish(seq, end_time)
+                        running.remove(seq)
+                        key = key_of[p]
+                        if key >= 0:
+                            bucket[key].remove(seq.request_id)
+                            bsize[key] -= 1
+                            num_event_seqs -= 1
+                        if caching:
+                            fill[-base_c[p] % bs].remove(seq.request_id)
+                        sum_c -= base_c[p]
+                    n -= len(finishing)
+                    num_done += len(finishing)
+                    self.last_finish_time = end_time
+                    if later_runs:
+                        # The stretch's runs after this finish hold what the allocator holds now.
+                        alloc, internal, ovh, dup, free_blocks = slot_counters()
+                        for index in later_runs.pop(0):
+                            r = runs[index]
+                            runs[index] = (*r[:3], dup, ovh, alloc, internal, *r[7:])
+                next_finish = finish_iters[0] if finish_iters else INF
                 changed = finished_now = True
             if admitting:
                 # Left in the queue with budget to spare and chunked prefill: its head did not fit in memory or
@@ -759,11 +772,7 @@ class Simulation:
                 snap = None  # the buckets changed
                 if admits and waiting and finished_now:
                     attempt_next = True  # the freed memory and seats may let the queue in
-                alloc = allocator.num_allocated_slots
-                internal = allocator.num_internal_fragmentation_slots
-                ovh = allocator.num_overhead_slots
-                dup = allocator.num_duplicate_token_slots
-                free_blocks = getattr(allocator, "num_free_blocks", 0)
+                alloc, internal, ovh, dup, free_blocks = slot_counters()
                 if n == 0 or stop_after:
                     break
                 arrivals_matter = admits and n < max_num_seqs and n < max_batched
@@ -785,21 +794,37 @@ class Simulation:
         sched.step += s
         return s
 
-    def _decode_segment(
-        self, s0: int, num: int, n: int, sum_c: int, dup: int, alloc: int, internal: int, ovh: int,
-        now: float, limit_time: float, cut_time: float,
-    ) -> tuple[int, float]:
-        """Iterations s0 .. s0 + num - 1 of a jump in which nothing but the clock changes (no block), as numpy
-        arrays: the same elementwise arithmetic as the loop, and the clock accumulated left to right as
-        ``now += dt`` does, so every float is the same. Stops before the first iteration starting at or after
-        ``limit_time`` or ``cut_time`` (an arrival that may be admitted); arrivals that only join the queue join.
-        Buffers the iterations; returns (iterations run, clock)."""
+    def _decode_stretch(
+        self, s0: int, stops: list[tuple[int, int, int]], n: int, sum_c: int, dup: int, alloc: int, internal: int,
+        ovh: int, now: float, limit_time: float, cut_time: float,
+    ) -> tuple[int, float, list[float], list[list[int]]]:
+        """Iterations s0 .. the last of ``stops`` of a jump in which nothing but the clock changes, no block
+        handed out, as numpy arrays: the same elementwise arithmetic as the loop, and the clock accumulated left
+        to right as ``now += dt`` does, so every float is the same. ``stops``: (iteration, requests finishing
+        after it, the sum of their ``base_c``), in order; the batch shrinks after each. Stops before the first
+        iteration starting at or after ``limit_time`` or ``cut_time`` (an arrival that may be admitted);
+        arrivals that only join the queue join. Buffers the iterations; returns (iterations run, clock, the
+        clock at the end of each stop reached, and per stop the indices in ``_runs`` of the runs after it: what
+        the allocator holds after a finish is for the caller to set there, once it has freed them)."""
         import numpy as np
 
-        ctx = np.arange(s0, s0 + num, dtype=np.int64)
-        ctx *= n
-        ctx += sum_c
-        durations = self.config.cost.iteration_times(n, ctx, ctx)
+        end = stops[-1][0]
+        num = end - s0 + 1
+        ctx = np.arange(s0, end + 1, dtype=np.int64)
+        if len(stops) == 1:
+            batch = n
+            ctx *= n
+            ctx += sum_c
+            starts_of_stretches = [0]
+        else:
+            lengths = np.diff(np.array([s0 - 1] + [f for f, _, _ in stops], dtype=np.int64))
+            gone = np.cumsum([0] + [k for _, k, _ in stops[:-1]])
+            gone_c = np.cumsum([0] + [c for _, _, c in stops[:-1]])
+            batch = np.repeat(n - gone, lengths)
+            ctx *= batch
+            ctx += np.repeat(sum_c - gone_c, lengths)
+            starts_of_stretches = (np.cumsum(lengths) - lengths).tolist()
+        durations = self.config.cost.iteration_times(batch, ctx, ctx)
         times = np.empty(num + 1)
         times[0] = now
         times[1:] = durations
@@ -809,14 +834,14 @@ class Simulation:
         if stop <= times[num - 1]:
             ran = int(np.searchsorted(times[:num], stop, side="left"))
             if ran == 0:
-                return 0, now
+                return 0, now, [], []
         starts = times[:ran]
         waiting = self.scheduler.waiting
         num_waiting = len(waiting)
-        bounds = [0, ran]
+        bounds = {j for j in starts_of_stretches if j < ran}
         counts = None
         if self._next_arrival_time <= starts[-1]:
-            # Arrivals during the segment join the queue (or are rejected): a run per queue length.
+            # Arrivals during the stretch join the queue (or are rejected): a run per queue length.
             self.now = float(starts[-1])
             self._arrive()
             if len(waiting) > num_waiting:
@@ -825,13 +850,24 @@ class Simulation:
                     dtype=np.float64,
                 )[::-1]
                 counts = np.searchsorted(joined, starts, side="right")
-                bounds = [0, *(np.flatnonzero(np.diff(counts)) + 1).tolist(), ran]
+                bounds.update((np.flatnonzero(np.diff(counts)) + 1).tolist())
+        bounds = sorted(bounds)
         runs = self._runs
-        for a, b in zip(bounds, bounds[1:]):
+        ctx_list = ctx.tolist() if len(bounds) > 1 else None
+        later_runs: list[list[int]] = [[] for _ in stops]
+        stretch = 0
+        for a, b in zip(bounds, bounds[1:] + [ran]):
+            while stretch + 1 < len(starts_of_stretches) and starts_of_stretches[stretch + 1] <= a:
+                stretch += 1
+            if stretch:
+                later_runs[stretch - 1].append(len(runs))
+            size = n if len(stops) == 1 else int(batch[a])
             queue = num_waiting if counts is None else num_waiting + int(counts[a])
-            runs.append((b - a, n, sum_c + (s0 + a) * n, dup, ovh, alloc, internal, n, n, queue, 0, n, 0, s0 + a, -1))
+            first_ctx = ctx_list[a] if ctx_list is not None else int(ctx[a])
+            runs.append((b - a, size, first_ctx, dup, ovh, alloc, internal, size, size, queue, 0, size, 0, s0 + a, -1))
         self._dts.extend(durations[:ran].tolist())
-        return ran, float(times[ran])
+        ends = [float(times[f - s0 + 1]) for f, _, _ in stops if f - s0 < ran]
+        return ran, float(times[ran]), ends, later_runs
 
     def _flush_iterations(self) -> None:
         """Add the buffered iterations (steps' and jumps') to the integral and the log.
@@ -914,6 +950,17 @@ class Simulation:
         runs.clear()
         self._bucket_snapshots.clear()
         self._clock_starts.clear()
+
+
+def _slot_counters(allocator) -> tuple[int, int, int, int, int]:
+    """What PagedAllocator.slot_counters gives, for an allocator without the method."""
+    return (
+        allocator.num_allocated_slots,
+        allocator.num_internal_fragmentation_slots,
+        allocator.num_overhead_slots,
+        allocator.num_duplicate_token_slots,
+        getattr(allocator, "num_free_blocks", 0),
+    )
 
 
 def _in_arrival_order(requests) -> list:

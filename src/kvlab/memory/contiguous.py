@@ -81,6 +81,11 @@ class ContiguousAllocator:
         self.num_overhead_slots = 0
         self.num_duplicate_token_slots = 0  # nothing is shared between slabs
 
+    def slot_counters(self) -> tuple[int, int, int, int, int]:
+        """(num_allocated_slots, num_internal_fragmentation_slots, num_overhead_slots, num_duplicate_token_slots,
+        free blocks: 0, a slab never grows) in one call, as PagedAllocator.slot_counters."""
+        return self.num_allocated_slots, self.num_internal_fragmentation_slots, self.num_overhead_slots, 0, 0
+
     def slab_size(self, request: Request) -> int:
         return self._slab_size(request, self.max_model_len)
 

@@ -90,6 +90,19 @@ class PagedAllocator:
         num_owned_blocks = self.num_blocks - 1 - self.block_pool.num_free_blocks
         return self.block_size * (self._num_table_entries - num_owned_blocks)
 
+    def slot_counters(self) -> tuple[int, int, int, int, int]:
+        """(num_allocated_slots, num_internal_fragmentation_slots, num_overhead_slots, num_duplicate_token_slots,
+        num_free_blocks) in one call: the simulator reads them after every event of a jump."""
+        num_free = self.block_pool.num_free_blocks
+        num_owned_blocks = self.num_blocks - 1 - num_free
+        return (
+            self.block_size * num_owned_blocks,
+            self.num_internal_fragmentation_slots,
+            self.num_overhead_slots,
+            self.block_size * (self._num_table_entries - num_owned_blocks),
+            num_free,
+        )
+
     # The KVAllocator interface ------------------------------------------------------------------------------
 
     def can_ever_fit(self, request: Request) -> bool:
@@ -314,26 +327,30 @@ class PagedAllocator:
         hit_blocks = self._get_hit_blocks(request, num_cached_tokens // bs) if num_cached_tokens else []
         num_tokens = seq.num_computed_tokens + num_cached_tokens + num_new_tokens
         num_full_tokens = seq.num_tokens if self.scheduler_reserve_full_isl else 0
-        if self.max_model_len is not None:
-            num_tokens = min(num_tokens, self.max_model_len)
-            num_full_tokens = min(num_full_tokens, self.max_model_len)
+        max_model_len = self.max_model_len
+        if max_model_len is not None:
+            if num_tokens > max_model_len:
+                num_tokens = max_model_len
+            if num_full_tokens > max_model_len:
+                num_full_tokens = max_model_len
         num_required_blocks = -(-num_tokens // bs)
         num_full_blocks = -(-num_full_tokens // bs)
-        if max(num_required_blocks, num_full_blocks) > self.num_blocks - 1:
+        num_needed = num_required_blocks if num_required_blocks > num_full_blocks else num_full_blocks
+        if num_needed > self.num_blocks - 1:
             return Fit.NEVER
-        # A hit block sitting in the free queue leaves it when touched: it counts against the free blocks.
-        num_evictable = 0
-        if hit_blocks:
-            ref_cnt = self.block_pool.ref_cnt
-            num_evictable = sum(ref_cnt[block_id] == 0 for block_id in hit_blocks)
         num_free = self.block_pool.num_free_blocks
         num_hit = len(hit_blocks)
-        if max(num_full_blocks - num_hit, 0) + num_evictable > num_free:
-            return Fit.LATER
-        if max(num_required_blocks - num_hit, 0) + num_evictable > num_free:
-            return Fit.LATER
         if hit_blocks:
+            # A hit block sitting in the free queue leaves it when touched: it counts against the free blocks.
+            ref_cnt = self.block_pool.ref_cnt
+            num_evictable = sum(ref_cnt[block_id] == 0 for block_id in hit_blocks)
+            if max(num_full_blocks - num_hit, 0) + num_evictable > num_free:
+                return Fit.LATER
+            if max(num_required_blocks - num_hit, 0) + num_evictable > num_free:
+                return Fit.LATER
             self.block_pool.touch(hit_blocks)
+        elif num_needed > num_free:
+            return Fit.LATER
         table = hit_blocks
         request_id = request.request_id
         self._block_tables[request_id] = table
