@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from heapq import heappop, heappush
 from itertools import chain, islice
-from operator import attrgetter, gt
+from operator import attrgetter, gt, lt
 
 from kvlab.cost import CostModel
 from kvlab.errors import KvlabError
@@ -628,7 +628,9 @@ class Simulation:
                     dt += swapped_in / PCIE_BANDWIDTH
                 alloc, internal, ovh, dup, free_blocks = slot_counters()
                 # Computed tokens held during the iteration: the decoders' and the newcomers' (prefix hits too).
-                resident = sum_c + (s - 1) * n + sum(self.seqs[rid].num_computed_tokens for rid in new_ids)
+                resident = sum_c + (s - 1) * n
+                for rid in new_ids:
+                    resident += self.seqs[rid].num_computed_tokens
                 add_run((1, 0, resident + n + num_prefill, dup, ovh, alloc, internal, n + len(scheduled),
                          len(running), len(waiting), num_prefill, n, 0, s, -1))
                 add_dt(dt)
@@ -890,19 +892,22 @@ class Simulation:
         runs = self._runs
         table = np.fromiter(chain.from_iterable(runs), dtype=np.int64, count=15 * len(runs)).reshape(-1, 15)
         counts = table[:, 0]
-        per_iteration = np.repeat(table.T, counts, axis=1)  # one row per field of a run
+        log = self._log
+        # One row per field of a run, per iteration (without a log, only the fields the integral needs).
+        per_iteration = np.repeat(table.T if log is not None else table.T[:7], counts, axis=1)
         run_starts = np.cumsum(counts) - counts
         offsets = np.arange(num, dtype=np.int64) - np.repeat(run_starts, counts)
         token = per_iteration[2] + per_iteration[1] * offsets - per_iteration[3]
         alloc = per_iteration[5]
-        if self._bucket_snapshots:
-            with_blocks = np.flatnonzero(per_iteration[14] >= 0)
-            sizes = np.array(self._bucket_snapshots, dtype=np.int64)
-            blocks = np.zeros(num, dtype=np.int64)
+        snapshots = self._bucket_snapshots
+        if snapshots:
             bs = self.config.block_size
-            blocks[with_blocks] = sizes[
-                per_iteration[14][with_blocks], (per_iteration[13][with_blocks] + offsets[with_blocks]) % bs
-            ]
+            snapshot = np.repeat(table[:, 14], counts)
+            with_blocks = np.flatnonzero(snapshot >= 0)
+            sizes = np.fromiter(chain.from_iterable(snapshots), dtype=np.int64, count=bs * len(snapshots))
+            blocks = np.zeros(num, dtype=np.int64)
+            jump_iteration = np.repeat(table[:, 13], counts)[with_blocks] + offsets[with_blocks]
+            blocks[with_blocks] = sizes[snapshot[with_blocks] * bs + jump_iteration % bs]
             handed_out = np.cumsum(blocks)
             handed_out -= np.repeat((handed_out - blocks)[run_starts], counts)  # within each run
             alloc = alloc + bs * handed_out
@@ -926,7 +931,6 @@ class Simulation:
          integral.busy_time) = sums[:, -1].tolist()
         integral.num_iterations += num
         integral.sum_batch_size += int(counts @ table[:, 7])
-        log = self._log
         if log is not None:
             block = np.empty((len(ITERATION_COLUMNS), num))
             # time: the clock at each iteration's start, as `now += dt` advanced it from each clock start.
@@ -965,9 +969,12 @@ def _slot_counters(allocator) -> tuple[int, int, int, int, int]:
 
 def _in_arrival_order(requests) -> list:
     """Requests sorted by (arrival_time, request_id); a workload usually is already, so check first."""
+    times = list(map(attrgetter("arrival_time"), requests))
+    if all(map(lt, times, islice(times, 1, None))):
+        return list(requests)  # strictly increasing times: in order whatever the ids
     key = attrgetter("arrival_time", "request_id")
     keys = list(map(key, requests))
-    if any(map(gt, keys, keys[1:])):
+    if any(map(gt, keys, islice(keys, 1, None))):
         return sorted(requests, key=key)
     return list(requests)
 
