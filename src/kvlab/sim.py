@@ -468,7 +468,9 @@ class Simulation:
         base_c: list[int] = []
         base_o: list[int] = []
         key_of: list[int] = []  # bucket of each position, -1: needs no more blocks
-        pos_of: dict[int, int] = {}  # request id -> position (prefix caching's replay)
+        end_of: list[int] = []  # the iteration after which it finishes
+        last_block_of: list[tuple[int, int]] = []  # (iteration, internal fragmentation) of its last block
+        pos_of: dict[int, int] = {}  # request id -> position
         bucket: list[list[int]] = [[] for _ in range(bs)]  # request ids needing a block before s ≡ key
         bsize = [0] * bs
         fill: list[list[int]] = [[] for _ in range(bs)] if caching else []  # prefix caching: who fills a block
@@ -494,6 +496,8 @@ class Simulation:
             base_c.append(computed - s)
             base_o.append(seq.num_output_tokens - s)
             end = s + remaining
+            end_of.append(end)
+            pos_of[rid] = p
             if end in finish_at:
                 finish_at[end].append(p)
             else:
@@ -512,16 +516,19 @@ class Simulation:
                 waste = last_start + bs - num_kv
                 if last_start >= held and waste > 0:
                     at = s + last_start - computed + 1
+                    last_block_of.append((at, waste))
                     if at in last_block_at:
                         last_block_at[at] += waste
                     else:
                         last_block_at[at] = waste
                         heappush(last_block_iters, at)
+                else:
+                    last_block_of.append((0, 0))
             else:
                 key_of.append(-1)
+                last_block_of.append((0, 0))
             if caching:
                 fill[-(computed - s) % bs].append(rid)
-                pos_of[rid] = p
             sum_c += computed - s
             return True
 
@@ -580,6 +587,8 @@ class Simulation:
         chunked = cfg.enable_chunked_prefill
         can_jump_after = False
         attempt_next = False  # the queue may be let in at the next iteration
+        preempting = False  # the next iteration's blocks are not all free: it preempts
+        can_preempt = append_blocks is not None  # (with prefix caching, a step does it)
         s = 0
         while True:
             if now >= limit_time:
@@ -602,19 +611,84 @@ class Simulation:
 
             finishes = None  # (iteration, clock at its end) after which requests finish
             later_runs = None  # a stretch's runs after each of its finishes (their slot counters to set)
-            if admitting:
+            num_preempted = 0
+            if not preempting and bsize[(s + 1) % bs] > free_blocks:
+                preempting = True
+            if preempting:
+                if not can_preempt:
+                    break  # a step preempts
+                # The step's running loop when memory runs out: a request that needs a block and finds none
+                # evicts the newest running request (maybe itself), until one is free; nobody is admitted.
+                preempting = False
+                s += 1
+                replay(s - 1)
+                swap_bytes = 0
+                for rid in list(bucket[s % bs]):
+                    seq = seqs[pos_of[rid]]
+                    if seq is None:
+                        continue  # evicted already, by someone before it
+                    while allocator.num_free_blocks < 1:
+                        victim = running.pop()
+                        p = pos_of[victim.request_id]
+                        victim.num_computed_tokens = base_c[p] + s - 1
+                        victim.num_output_tokens = base_o[p] + s - 1
+                        swap_bytes += sched._preempt(victim)
+                        num_preempted += 1
+                        # It leaves the jump: its blocks, its finish, its last block.
+                        key = key_of[p]
+                        if key >= 0:
+                            bucket[key].remove(victim.request_id)
+                            bsize[key] -= 1
+                            num_event_seqs -= 1
+                            key_of[p] = -1
+                        finishing = finish_at[end_of[p]]
+                        finishing.remove(p)
+                        if not finishing:
+                            del finish_at[end_of[p]]
+                        at, waste = last_block_of[p]
+                        if at >= s and at in last_block_at:
+                            last_block_at[at] -= waste
+                            if not last_block_at[at] and at > s:
+                                del last_block_at[at]  # nobody gets a last block then any more
+                        sum_c -= base_c[p]
+                        n -= 1
+                        seqs[p] = None  # (if it is admitted again, it joins at a new position)
+                        if victim is seq:
+                            break
+                    if seq.status is not SeqStatus.RUNNING:
+                        break  # it evicted itself: nobody after it is left
+                    append_blocks([rid])
+                replayed = s
+                while finish_iters and finish_iters[0] not in finish_at:
+                    heappop(finish_iters)  # everyone finishing then was evicted
+                next_finish = finish_iters[0] if finish_iters else INF
+                last_block_at.pop(s, None)  # internal fragmentation is read from the allocator below
+                while last_block_iters and last_block_iters[0] not in last_block_at:
+                    heappop(last_block_iters)
+                next_last_block = last_block_iters[0] if last_block_iters else INF
+                alloc, internal, ovh, dup, free_blocks = slot_counters()
+                ctx = sum_c + s * n
+                dt = cost.iteration_time(n, ctx, ctx)
+                if swap_bytes:
+                    dt += swap_bytes / PCIE_BANDWIDTH
+                add_run((1, n, ctx, dup, ovh, alloc, internal, n, len(running), len(waiting), 0, n, num_preempted,
+                         s, -1))
+                add_dt(dt)
+                num_decoded += n
+                now += dt
+                if s == next_finish:
+                    finishes = [(s, now)]
+                admitting = False
+            elif admitting:
                 # One iteration: the running requests decode (their blocks go first), then the step's waiting
                 # loop admits from the queue.
                 s += 1
-                blocks = bsize[s % bs]
-                if blocks:
-                    if blocks > free_blocks:
-                        s -= 1
-                        break  # a step would preempt
-                    free_blocks -= blocks
+                free_blocks -= bsize[s % bs]  # (covered: checked above)
                 if s == next_last_block:
                     heappop(last_block_iters)
-                    internal += last_block_at.pop(s)
+                    internal += last_block_at.pop(s, 0)
+                    while last_block_iters and last_block_iters[0] not in last_block_at:
+                        heappop(last_block_iters)  # (its only request was evicted)
                     next_last_block = last_block_iters[0] if last_block_iters else INF
                 replay(s)
                 assert internal == allocator.num_internal_fragmentation_slots
@@ -689,7 +763,9 @@ class Simulation:
                                     free_before = free_blocks
                                     run_first = s
                                 heappop(last_block_iters)
-                                internal += last_block_at.pop(s)
+                                internal += last_block_at.pop(s, 0)
+                                while last_block_iters and last_block_iters[0] not in last_block_at:
+                                    heappop(last_block_iters)  # (its only request was evicted)
                                 next_last_block = last_block_iters[0] if last_block_iters else INF
                             free_blocks -= blocks
                         ctx += n
@@ -709,7 +785,8 @@ class Simulation:
                         alloc += bs * (free_before - free_blocks)  # append_blocks: block_size slots a block
                     if out_of_blocks:
                         num_decoded += (s - first + 1) * n
-                        break  # a step would preempt
+                        preempting = True
+                        continue  # the next iteration preempts
                     num_decoded += (s - first + 1) * n
                     if s != next_finish:
                         continue
@@ -720,7 +797,8 @@ class Simulation:
                 replay(finishes[0][0])
                 assert internal == allocator.num_internal_fragmentation_slots
                 for f, end_time in finishes:
-                    heappop(finish_iters)
+                    while finish_iters and finish_iters[0] <= f:
+                        heappop(finish_iters)
                     replay(f)
                     finishing = finish_at.pop(f)
                     for p in finishing:
@@ -746,6 +824,8 @@ class Simulation:
                         for index in later_runs.pop(0):
                             r = runs[index]
                             runs[index] = (*r[:3], dup, ovh, alloc, internal, *r[7:])
+                while finish_iters and finish_iters[0] not in finish_at:
+                    heappop(finish_iters)  # everyone finishing then was evicted
                 next_finish = finish_iters[0] if finish_iters else INF
                 changed = finished_now = True
             if admitting:
@@ -767,12 +847,18 @@ class Simulation:
                 if len(scheduled) < len(new_ids) or (new_ids and waiting and not still_blocked):
                     # Admitted without tokens yet, or a queue left behind maybe for want of budget: a step decides.
                     stop_after = True
+                while finish_iters and finish_iters[0] not in finish_at:
+                    heappop(finish_iters)  # everyone finishing then was evicted
                 next_finish = finish_iters[0] if finish_iters else INF
+                while last_block_iters and last_block_iters[0] not in last_block_at:
+                    heappop(last_block_iters)  # (its only request was evicted)
                 next_last_block = last_block_iters[0] if last_block_iters else INF
+                changed = True
+            if num_preempted:
                 changed = True
             if changed:
                 snap = None  # the buckets changed
-                if admits and waiting and finished_now:
+                if admits and waiting and (finished_now or num_preempted):
                     attempt_next = True  # the freed memory and seats may let the queue in
                 alloc, internal, ovh, dup, free_blocks = slot_counters()
                 if n == 0 or stop_after:
@@ -788,7 +874,7 @@ class Simulation:
         self.counters.num_finished += num_done
         running_status = SeqStatus.RUNNING
         for p, seq in enumerate(seqs):
-            if seq.status is running_status:
+            if seq is not None and seq.status is running_status:
                 seq.num_computed_tokens = base_c[p] + s
                 seq.num_output_tokens = base_o[p] + s
         sched.num_resident_computed_tokens = sum(seq.num_computed_tokens for seq in running)
