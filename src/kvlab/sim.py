@@ -18,6 +18,7 @@ order, same durations, same records, integrals and log (tests/test_sim.py checks
 Iterations are buffered and added to the integral and the log in one numpy pass (``_flush_iterations``), left
 to right as one by one would: the same floats.
 """
+
 from __future__ import annotations
 
 import gc
