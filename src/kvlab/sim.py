@@ -554,20 +554,19 @@ class Simulation:
                 return 0
 
         replayed = 0  # blocks are handed out for iterations up to this one
+        pending: list[int] = []  # without prefix caching: who gets a block, in step order, since then
+        add_pending = pending.extend if append_blocks is not None else None
 
         def replay(upto: int) -> None:
             """Hand out the blocks of iterations replayed + 1 .. upto: by iteration, then running order."""
             nonlocal replayed
             start, replayed = replayed + 1, upto
-            if not num_event_seqs and not caching:
-                return
             if append_blocks is not None:
-                ids: list[int] = []
-                for t in range(start, upto + 1):
-                    if bsize[t % bs]:
-                        ids += bucket[t % bs]
-                if ids:
-                    append_blocks(ids)
+                if pending:
+                    append_blocks(pending)
+                    pending.clear()
+                return
+            if not num_event_seqs and not caching:
                 return
             for t in range(start, upto + 1):
                 new_block, filled = bucket[t % bs], (fill[t % bs] if caching else ())
@@ -700,7 +699,11 @@ class Simulation:
                 # One iteration: the running requests decode (their blocks go first), then the step's waiting
                 # loop admits from the queue.
                 s += 1
-                free_blocks -= bsize[s % bs]  # (covered: checked above)
+                key = s % bs
+                if bsize[key]:
+                    free_blocks -= bsize[key]  # (covered: checked above)
+                    if add_pending is not None:
+                        add_pending(bucket[key])
                 if s == next_last_block:
                     heappop(last_block_iters)
                     internal += last_block_at.pop(s, 0)
@@ -736,7 +739,8 @@ class Simulation:
                 next_time = next_arrival if next_arrival < limit_time else limit_time
                 # Without admissions (static batching), every finish up to the batch's last is known.
                 last = next_finish if admits or num_event_seqs else max(finish_at)
-                if not num_event_seqs and last - s >= VECTOR_MIN_ITERATIONS:
+                # (With prefix caching, blocks filled on the way are hashed in step order: no stretches.)
+                if not num_event_seqs and not caching and last - s >= VECTOR_MIN_ITERATIONS:
                     stops = sorted(f for f in finish_at if f <= last)
                     ran, now, ends, later_runs = self._decode_stretch(
                         first, [(f, len(finish_at[f]), sum(base_c[p] for p in finish_at[f])) for f in stops],
@@ -766,11 +770,14 @@ class Simulation:
                     free_before = free_blocks  # at the start of the run
                     out_of_blocks = False
                     for s in range(first, next_finish + 1):
-                        blocks = bsize[s % bs]
+                        key = s % bs
+                        blocks = bsize[key]
                         if blocks:
                             if blocks > free_blocks:
                                 out_of_blocks = True
                                 break
+                            if add_pending is not None:
+                                add_pending(bucket[key])
                             if s == next_last_block:
                                 # Someone's last block: internal fragmentation changes here, so a new run starts.
                                 if s > run_first:
@@ -877,7 +884,8 @@ class Simulation:
                 snap = None  # the buckets changed
                 if admits and waiting and (finished_now or num_preempted):
                     attempt_next = True  # the freed memory and seats may let the queue in
-                alloc, internal, ovh, dup, free_blocks = slot_counters()
+                if finished_now:  # (admissions and preemptions read the counters already)
+                    alloc, internal, ovh, dup, free_blocks = slot_counters()
                 if n == 0 or stop_after:
                     break
                 arrivals_matter = admits and n < max_num_seqs and n < max_batched
