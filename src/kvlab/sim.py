@@ -463,10 +463,13 @@ class Simulation:
         and keeps it with the allocated slots; ``_flush_iterations`` turns them into the integral and the log
         later, in the same order and with the same arithmetic as for a step.
 
-        The jump stops before an iteration whose blocks the free blocks do not cover (a step would preempt),
-        and after one that leaves the batch in a state it does not follow: a newcomer that did not compute its
-        whole prompt, or a queue that the memory and seats freed by a finish (or a budget other than a pure
-        decode iteration's) might let in. It admits arrivals with the scheduler's own waiting loop."""
+        Events: an arrival, or a finish or preemption with a queue, is followed by an iteration that tries the
+        queue with the scheduler's own waiting loop (``Scheduler.schedule_waiting``); an iteration whose blocks
+        the free blocks do not cover evicts the newest running requests as the step's running loop does
+        (``Scheduler._preempt``) and admits nobody. The jump stops after an iteration that leaves the batch in a
+        state it does not follow: a newcomer that did not compute its whole prompt, or a queue left behind that
+        the next iteration's larger budget might let in; with prefix caching, before an iteration that would
+        preempt. Steps take over from there."""
         sched = self.scheduler
         running = sched.running
         n = len(running)
