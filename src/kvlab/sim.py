@@ -240,6 +240,7 @@ class Simulation:
         self._dts: list[float] = []
         self._runs: list[tuple[int, ...]] = []
         self._bucket_snapshots: list[tuple[int, ...]] = []
+        self._internal_changes: list[tuple[int, int]] = []  # (iteration in the buffer, slots added from it on)
         # (index, clock) where the buffered iterations start and where they resume after the clock jumped
         # (idle until an arrival); in between, each starts when the one before ends.
         self._clock_starts: list[tuple[int, float]] = []
@@ -590,7 +591,7 @@ class Simulation:
         alloc, internal, ovh, dup, free_blocks = slot_counters()  # free blocks: only paged requests need them
         # What each iteration leaves for _flush_iterations (see there).
         dts, runs, snapshots = self._dts, self._runs, self._bucket_snapshots
-        add_dt, add_run = dts.append, runs.append
+        add_dt, add_run, add_internal_change = dts.append, runs.append, self._internal_changes.append
         snap: int | None = None  # index of the current bucket sizes in snapshots (None: not taken yet)
         now = self.now
         if not dts or now != self._clock_end:
@@ -771,6 +772,7 @@ class Simulation:
                     queue = len(waiting)
                     run_first = first
                     free_before = free_blocks  # at the start of the run
+                    internal_growth = 0  # last blocks handed out during the run
                     out_of_blocks = False
                     for s in range(first, next_finish + 1):
                         key = s % bs
@@ -782,15 +784,12 @@ class Simulation:
                             if add_pending is not None:
                                 add_pending(bucket[key])
                             if s == next_last_block:
-                                # Someone's last block: internal fragmentation changes here, so a new run starts.
-                                if s > run_first:
-                                    add_run((s - run_first, n, sum_c + run_first * n, dup, ovh, alloc, internal,
-                                             n, n, queue, 0, n, 0, run_first, snap))
-                                    alloc += bs * (free_before - free_blocks)
-                                    free_before = free_blocks
-                                    run_first = s
+                                # Someone's last block: internal fragmentation grows from this iteration on.
                                 heappop(last_block_iters)
-                                internal += last_block_at.pop(s, 0)
+                                waste = last_block_at.pop(s, 0)
+                                if waste:
+                                    add_internal_change((len(dts), waste))
+                                    internal_growth += waste
                                 while last_block_iters and last_block_iters[0] not in last_block_at:
                                     heappop(last_block_iters)  # (its only request was evicted)
                                 next_last_block = last_block_iters[0] if last_block_iters else INF
@@ -810,6 +809,7 @@ class Simulation:
                         add_run((s - run_first + 1, n, sum_c + run_first * n, dup, ovh, alloc, internal, n, n, queue,
                                  0, n, 0, run_first, snap))
                         alloc += bs * (free_before - free_blocks)  # append_blocks: block_size slots a block
+                        internal += internal_growth
                     if out_of_blocks:
                         num_decoded += (s - first + 1) * n
                         preempting = True
@@ -1026,6 +1026,13 @@ class Simulation:
             handed_out -= np.repeat((handed_out - blocks)[run_starts], counts)  # within each run
             alloc = alloc + bs * handed_out
         internal = per_iteration[6]
+        if self._internal_changes:
+            where, waste = zip(*self._internal_changes)
+            added = np.zeros(num, dtype=np.int64)
+            np.add.at(added, np.array(where, dtype=np.int64), np.array(waste, dtype=np.int64))
+            grown = np.cumsum(added)
+            grown -= np.repeat((grown - added)[run_starts], counts)  # within each run
+            internal = internal + grown
         overhead = per_iteration[4]
         reserved = alloc - token - internal
         free = self.allocator.num_slots - alloc - overhead
@@ -1067,6 +1074,7 @@ class Simulation:
         dts.clear()
         runs.clear()
         self._bucket_snapshots.clear()
+        self._internal_changes.clear()
         self._clock_starts.clear()
 
 
