@@ -593,6 +593,8 @@ class Simulation:
         dts, runs, snapshots = self._dts, self._runs, self._bucket_snapshots
         add_dt, add_run, add_internal_change = dts.append, runs.append, self._internal_changes.append
         snap: int | None = None  # index of the current bucket sizes in snapshots (None: not taken yet)
+        if len(dts) >= BUFFER_ITERATIONS:
+            self._flush_iterations()
         now = self.now
         if not dts or now != self._clock_end:
             self._clock_starts.append((len(dts), now))
@@ -616,9 +618,9 @@ class Simulation:
                 can_jump_after = not attempt_next
                 break
             if len(dts) >= BUFFER_ITERATIONS:
-                self._flush_iterations()
-                self._clock_starts.append((0, now))
-                snap = None
+                # The next jump starts afresh (after a flush): its bookkeeping covers only the requests since.
+                can_jump_after = not attempt_next
+                break
             admitting = attempt_next
             attempt_next = False
             if next_arrival <= now:
