@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     # A million requests through vllm (or 100k, extrapolated).
     large = 100_000 if args.quick else args.large
     workload, build_s = build(large)
+    report["calibration_us"] = calibrate()  # again: the machine's speed just before the large run
     row = run("vllm", config, workload, record_iterations=False)
     scale = args.large / large
     row["extrapolated_to"] = args.large if scale != 1 else None
@@ -146,19 +147,24 @@ def main(argv: list[str] | None = None) -> int:
     else:
         say("  (target: under 60 s)")
 
-    # Linearity: time per request as the run grows.
+    # Linearity: time per request as the run grows. A shared machine's speed drifts, so each size is also
+    # given in units of the calibration loop measured just before it.
     sizes = [10_000, 30_000, 100_000] if args.quick else [10_000, 100_000, args.large]
-    say("\nlinearity, vllm, log off: time per request")
+    say("\nlinearity, vllm, log off: time per request (and in calibration units, measured just before)")
     linearity = []
     for size in sizes:
+        unit = calibrate()
         if size == large:
             point = row
+            unit = report["calibration_us"]
         else:
             workload, _ = build(size)
-            point = run("vllm", config, workload, record_iterations=False)
+            point = run("vllm", config, workload, record_iterations=False, repeat=3 if size <= 30_000 else 1)
         linearity.append({"num_requests": size, "us_per_request": point["us_per_request"],
-                          "cpu_us_per_request": point["cpu_us_per_request"]})
-        say(f"  {size:>9,} requests: {point['us_per_request']:6.1f} µs wall, {point['cpu_us_per_request']:6.1f} µs cpu")
+                          "cpu_us_per_request": point["cpu_us_per_request"], "calibration_us": unit,
+                          "calibration_units_per_request": point["cpu_us_per_request"] / unit})
+        say(f"  {size:>9,} requests: {point['us_per_request']:6.1f} µs wall, {point['cpu_us_per_request']:6.1f} µs cpu"
+            f" = {point['cpu_us_per_request'] / unit:5.0f} calibration units")
     report["linearity"] = linearity
     if args.json:
         print(json.dumps(report, indent=2))
