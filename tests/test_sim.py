@@ -27,9 +27,14 @@ COST = CostModel(
 )
 
 
-def workload(*specs: tuple[float, int, int]) -> Workload:
-    requests = tuple(Request(i, t, p, o) for i, (t, p, o) in enumerate(specs))
-    return Workload(name="test", requests=requests, description="made by the test", source="test")
+def workload(*specs: tuple) -> Workload:
+    """Requests from (arrival, prompt, output[, prefix group]): a group >= 0 shares a prefix of up to two
+    8-token chunks with the other requests of its group."""
+    requests = []
+    for i, (t, p, o, *group) in enumerate(specs):
+        prefix = (group[0], 100 + group[0] % 2) if group and group[0] >= 0 else ()
+        requests.append(Request(i, t, p, o, prefix_hashes=prefix, prefix_chunk_len=8))
+    return Workload(name="test", requests=tuple(requests), description="made by the test", source="test")
 
 
 def config(**kw) -> SimConfig:
@@ -132,7 +137,7 @@ def test_swap_without_swap_space_is_refused():
 # -- invariants on any input -----------------------------------------------------------------------------
 
 request_specs = st.lists(
-    st.tuples(st.floats(0, 0.5), st.integers(1, 40), st.integers(1, 40)), min_size=1, max_size=25
+    st.tuples(st.floats(0, 0.5), st.integers(1, 40), st.integers(1, 40), st.integers(-1, 2)), min_size=1, max_size=25
 )
 STRATEGY_NAMES = sorted(set(LESSON_RACE) | set(PAPER_SYSTEMS) | {"vllm+prefix", "vllm+swap", "static+pow2"})
 
@@ -213,3 +218,43 @@ def test_jumping_really_skips_scheduling_on_long_decodes():
     result = sim.run()
     assert result.integral.num_iterations == 200
     assert calls <= 5  # one prefill, one decode, then a jump to the iteration in which all four finish
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    specs=request_specs,
+    name=st.sampled_from(STRATEGY_NAMES),
+    num_blocks=st.integers(12, 64),
+    max_num_seqs=st.integers(1, 8),
+)
+def test_jumps_numpy_stretches_and_buffer_flushes_match_stepping(specs, name, num_blocks, max_num_seqs, monkeypatch):
+    # The small workloads above never reach a jump's numpy stretches (64+ iterations) or a buffer flush (65,536
+    # iterations): make both happen all the time.
+    import kvlab.jump
+    import kvlab.sim
+
+    monkeypatch.setattr(kvlab.jump, "VECTOR_MIN_ITERATIONS", 1)
+    monkeypatch.setattr(kvlab.jump, "BUFFER_ITERATIONS", 5)
+    monkeypatch.setattr(kvlab.sim, "BUFFER_ITERATIONS", 5)
+    cfg = config(num_slots=num_blocks * 4, max_model_len=48, max_num_seqs=max_num_seqs,
+                 kv_bytes_per_token=10, swap_space_bytes=2000)
+    wl = workload(*specs)
+    stepped = Simulation(parse_strategy(name), cfg, wl, jump=False).run()
+    jumped = Simulation(parse_strategy(name), cfg, wl, jump=True).run()
+    assert jumped.records == stepped.records
+    assert jumped.counters == stepped.counters
+    assert dataclasses.asdict(jumped.integral) == dataclasses.asdict(stepped.integral)
+    assert {k: list(v) for k, v in jumped.log.columns.items()} == {k: list(v) for k, v in stepped.log.columns.items()}
+
+
+def test_run_until_in_slices_gives_the_same_run():
+    wl = workload(*[(0.01 * i, 5 + 7 * i % 30, 10 + 13 * i % 40, i % 3 - 1) for i in range(30)])
+    whole = Simulation(parse_strategy("vllm+prefix"), config(num_slots=96), wl).run()
+    sliced = Simulation(parse_strategy("vllm+prefix"), config(num_slots=96), wl)
+    t = 0.0
+    while not sliced.done:
+        t += 0.037
+        sliced.run_until(t)
+    assert sliced.result().records == whole.records
+    assert sliced.result().counters == whole.counters

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 BANDWIDTH_EFFICIENCY = 0.8
 FLOPS_EFFICIENCY = 0.5
 ITERATION_OVERHEAD_S = 0.003
+PCIE_BANDWIDTH = 25e9  # bytes/s a swap moves between GPU and CPU memory (PCIe 4.0 x16, in practice)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,13 +81,10 @@ def run_fig2(setup: Fig2Setup = Fig2Setup(), progress: Callable[[str, int, int],
 
 
 def _saturation(result) -> float:
+    """Share of busy time with requests waiting: Σ dt over iterations with a queue / Σ dt."""
     cols = result.log.columns
-    busy = waiting = 0.0
-    for dt, num_waiting in zip(cols["duration"], cols["num_waiting"]):
-        busy += dt
-        if num_waiting > 0:
-            waiting += dt
-    return waiting / busy if busy else 0.0
+    busy = float(cols["duration"].sum())
+    return float(cols["duration"][cols["num_waiting"] > 0].sum()) / busy if busy else 0.0
 
 
 def fig2_json(setup: Fig2Setup, rows: list[Fig2Row]) -> dict:
