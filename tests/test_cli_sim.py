@@ -37,6 +37,9 @@ def test_race_json_has_every_strategy_with_the_documented_keys(kvlab):
                     "normalized_latency_s_per_token"):
             assert key in s
         assert s["num_finished"] + s["num_rejected"] == 60
+        t = s["typical_iteration"]  # the cost model's terms, so that the time can be explained
+        assert t["total_ms"] == pytest.approx(max(t["weights_ms"] + t["kv_ms"], t["compute_ms"]) + t["overhead_ms"])
+        assert t["bound"] == "memory"  # OPT-13B decoding on an A100: reading weights and KV dominates
     assert data["workload"]["num_requests"] == 60
 
 

@@ -120,12 +120,25 @@ def setup_line(config, wl) -> str:
     )
 
 
+def typical_iteration(config, summary: dict) -> dict:
+    """The cost model's terms for an iteration of this run's mean batch over its mean KV context (a decode
+    iteration: one new token per request): what an iteration's time is made of, in ms."""
+    num_seqs = summary["mean_batch_size"]
+    context = summary["memory_shares"]["token"] / 100 * config.num_slots
+    terms = config.cost.terms(round(num_seqs), round(context), round(context))
+    return {"num_seqs": num_seqs, "num_context_tokens": context, "weights_ms": 1e3 * terms.weights,
+            "kv_ms": 1e3 * terms.kv, "compute_ms": 1e3 * terms.compute, "overhead_ms": 1e3 * terms.overhead,
+            "total_ms": 1e3 * terms.total, "bound": terms.bound}
+
+
 def report(config, wl, results, *, as_json: bool, out: Path | None, title: str) -> None:
     from rich.console import Console
 
     from kvlab.report.tables import race_table, verdict
 
     summaries = [r.summary() for r in results]
+    for summary in summaries:
+        summary["typical_iteration"] = typical_iteration(config, summary)
     written: list[Path] = []
     if out is not None:
         from kvlab.report.plots import plot_race
@@ -147,6 +160,13 @@ def report(config, wl, results, *, as_json: bool, out: Path | None, title: str) 
     console.print(setup_line(config, wl), highlight=False)
     console.print(race_table(summaries, title))
     console.print(verdict(summaries), highlight=False)
+    best = max(summaries, key=lambda s: s["throughput_rps"])
+    t = best["typical_iteration"]
+    console.print(
+        f"A typical iteration of {best['name']} ({t['num_seqs']:.0f} requests over {t['num_context_tokens']:,.0f} "
+        f"tokens of KV): reading the weights {t['weights_ms']:.1f} ms + reading the KV {t['kv_ms']:.1f} ms against "
+        f"computing {t['compute_ms']:.1f} ms ({t['bound']}-bound), + {t['overhead_ms']:.1f} ms overhead = "
+        f"{t['total_ms']:.1f} ms (docs/metrics.md: the cost model).", highlight=False)
     if written:
         console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written), highlight=False)
 
