@@ -184,6 +184,16 @@ def test_every_request_finishes_and_memory_states_sum_to_capacity(specs, name, n
         assert sum(shares.values()) == pytest.approx(100.0)
 
 
+def assert_same_run(strategy, cfg, wl) -> None:
+    """A run with jumps is the run without: records, counters, integrals and the per-iteration log, exactly."""
+    stepped = Simulation(strategy, cfg, wl, jump=False).run()
+    jumped = Simulation(strategy, cfg, wl, jump=True).run()
+    assert jumped.records == stepped.records
+    assert jumped.counters == stepped.counters
+    assert dataclasses.asdict(jumped.integral) == dataclasses.asdict(stepped.integral)
+    assert {k: list(v) for k, v in jumped.log.columns.items()} == {k: list(v) for k, v in stepped.log.columns.items()}
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     specs=request_specs,
@@ -194,13 +204,7 @@ def test_every_request_finishes_and_memory_states_sum_to_capacity(specs, name, n
 def test_jumping_gives_the_same_run_as_stepping(specs, name, num_blocks, max_num_seqs):
     cfg = config(num_slots=num_blocks * 4, max_model_len=48, max_num_seqs=max_num_seqs,
                  kv_bytes_per_token=10, swap_space_bytes=2000)
-    wl = workload(*specs)
-    stepped = Simulation(parse_strategy(name), cfg, wl, jump=False).run()
-    jumped = Simulation(parse_strategy(name), cfg, wl, jump=True).run()
-    assert jumped.records == stepped.records
-    assert jumped.counters == stepped.counters
-    assert dataclasses.asdict(jumped.integral) == dataclasses.asdict(stepped.integral)
-    assert {k: list(v) for k, v in jumped.log.columns.items()} == {k: list(v) for k, v in stepped.log.columns.items()}
+    assert_same_run(parse_strategy(name), cfg, workload(*specs))
 
 
 def test_jumping_really_skips_scheduling_on_long_decodes():
@@ -239,13 +243,7 @@ def test_jumps_numpy_stretches_and_buffer_flushes_match_stepping(specs, name, nu
     monkeypatch.setattr(kvlab.sim, "BUFFER_ITERATIONS", 5)
     cfg = config(num_slots=num_blocks * 4, max_model_len=48, max_num_seqs=max_num_seqs,
                  kv_bytes_per_token=10, swap_space_bytes=2000)
-    wl = workload(*specs)
-    stepped = Simulation(parse_strategy(name), cfg, wl, jump=False).run()
-    jumped = Simulation(parse_strategy(name), cfg, wl, jump=True).run()
-    assert jumped.records == stepped.records
-    assert jumped.counters == stepped.counters
-    assert dataclasses.asdict(jumped.integral) == dataclasses.asdict(stepped.integral)
-    assert {k: list(v) for k, v in jumped.log.columns.items()} == {k: list(v) for k, v in stepped.log.columns.items()}
+    assert_same_run(parse_strategy(name), cfg, workload(*specs))
 
 
 def test_run_until_in_slices_gives_the_same_run():

@@ -124,3 +124,16 @@ def slot_usage(allocator: KVAllocator, num_resident_computed_tokens: int) -> Slo
     overhead = allocator.num_overhead_slots
     free = allocator.num_slots - allocator.num_allocated_slots - overhead
     return SlotUsage(token, reserved, internal, overhead, free)
+
+
+def check_slot_states(allocator: KVAllocator, held: list[Sequence]) -> None:
+    """For tests (each allocator's ``check_invariants`` ends with it): the five states are never negative, sum
+    to the capacity, and the block snapshot agrees with the counters."""
+    usage = slot_usage(allocator, sum(seq.num_computed_tokens for seq in held))
+    assert min(usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free) >= 0, usage
+    assert usage.num_slots == allocator.num_slots
+    snap = allocator.snapshot(held)
+    assert sum(snap.token) == usage.token
+    assert sum(snap.reserved) == usage.reserved
+    assert sum(snap.internal_fragmentation) == usage.internal_fragmentation
+    assert sum(snap.overhead) == usage.overhead

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvlab.errors import KvlabError
-from kvlab.memory.base import BlockSnapshot, Fit, Sequence, slot_usage
+from kvlab.memory.base import BlockSnapshot, Fit, Sequence, check_slot_states
 from kvlab.memory.buddy import BuddyAllocator, next_pow2
 from kvlab.workload.request import Request
 
@@ -196,11 +196,4 @@ class ContiguousAllocator:
         assert len(held) == len(self._slabs), "a slab is held by a request not among seqs"
         for seq in held:
             assert seq.num_computed_tokens <= self._slabs[seq.request.request_id].num_slots
-        usage = slot_usage(self, sum(seq.num_computed_tokens for seq in held))
-        assert min(usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free) >= 0
-        assert usage.num_slots == self.num_slots
-        snap = self.snapshot(held)
-        assert sum(snap.token) == usage.token
-        assert sum(snap.reserved) == usage.reserved
-        assert sum(snap.internal_fragmentation) == usage.internal_fragmentation
-        assert sum(snap.overhead) == usage.overhead
+        check_slot_states(self, held)

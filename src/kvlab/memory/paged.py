@@ -31,7 +31,7 @@ from __future__ import annotations
 from itertools import chain
 
 from kvlab.errors import KvlabError
-from kvlab.memory.base import BlockSnapshot, Fit, Sequence, slot_usage
+from kvlab.memory.base import BlockSnapshot, Fit, Sequence, check_slot_states
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
 
@@ -307,14 +307,7 @@ class PagedAllocator:
         for seq in held:
             table = self._block_tables[seq.request.request_id]
             assert seq.num_computed_tokens <= len(table) * self.block_size, "computed tokens without slots"
-        usage = slot_usage(self, sum(seq.num_computed_tokens for seq in held))
-        assert min(usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free) >= 0, usage
-        assert usage.num_slots == self.num_slots
-        snap = self.snapshot(held)
-        assert sum(snap.token) == usage.token
-        assert sum(snap.reserved) == usage.reserved
-        assert sum(snap.internal_fragmentation) == usage.internal_fragmentation
-        assert sum(snap.overhead) == usage.overhead
+        check_slot_states(self, held)
 
     # Internals ----------------------------------------------------------------------------------------------
 
