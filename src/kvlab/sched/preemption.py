@@ -14,7 +14,7 @@ class Recompute:
     """vLLM V1's only mode: the request's blocks are freed and its tokens computed again when it resumes."""
 
     def __init__(self, config: SchedulerConfig):
-        pass
+        del config  # recomputation keeps no state: the request's tokens are simply computed again
 
     def on_preempt(self, seq: Seq) -> int:
         return 0
