@@ -21,7 +21,7 @@ same change; the jump = step test says so.
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from itertools import islice
+from itertools import chain, cycle, islice
 
 from kvlab.cost import PCIE_BANDWIDTH
 from kvlab.sched.output import SchedulerOutput
@@ -393,35 +393,67 @@ class Jumps:
                     free_before = free_blocks  # at the start of the run
                     internal_growth = 0  # last blocks handed out during the run
                     out_of_blocks = False
-                    for s in range(first, next_finish + 1):
-                        key = s % bs
-                        blocks = bsize[key]
-                        if blocks:
-                            if blocks > free_blocks:
-                                out_of_blocks = True
+                    if -(-(next_finish - s) // bs) * num_event_seqs <= free_blocks:
+                        # Every block up to the next finish is free (each request needs one every block_size
+                        # iterations): the loop only runs the clock, and the iterations' blocks are handed out
+                        # after it, in the same order (by iteration, then running order) as the loop below.
+                        run_start = len(dts)
+                        for s in range(first, next_finish + 1):
+                            ctx += n
+                            # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
+                            t_mem = (weights + ctx * kv_bytes) / bandwidth
+                            t_compute = (flops_n + flops_per_pair * ctx) / flops
+                            dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
+                            add_dt(dt)
+                            now += dt
+                            if now >= next_time:
                                 break
+                        if num_event_seqs and s >= first:
+                            k = first % bs  # the buckets from iteration `first` on, in iteration order
+                            num_cycles, rest = divmod(s - first + 1, bs)
+                            free_blocks -= num_cycles * num_event_seqs + sum((bsize[k:] + bsize[:k])[:rest])
                             if add_pending is not None:
-                                add_pending(bucket[key])
-                            if s == next_last_block:
-                                # Someone's last block: internal fragmentation grows from this iteration on.
-                                heappop(last_block_iters)
-                                waste = last_block_at.pop(s, 0)
-                                if waste:
-                                    add_internal_change((len(dts), waste))
-                                    internal_growth += waste
-                                while last_block_iters and last_block_iters[0] not in last_block_at:
-                                    heappop(last_block_iters)  # (its only request was evicted)
-                                next_last_block = last_block_iters[0] if last_block_iters else INF
-                            free_blocks -= blocks
-                        ctx += n
-                        # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
-                        t_mem = (weights + ctx * kv_bytes) / bandwidth
-                        t_compute = (flops_n + flops_per_pair * ctx) / flops
-                        dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
-                        add_dt(dt)
-                        now += dt
-                        if now >= next_time:
-                            break
+                                add_pending(chain.from_iterable(islice(cycle(bucket[k:] + bucket[:k]), s - first + 1)))
+                        while next_last_block <= s:
+                            # Someone's last block: internal fragmentation grows from its iteration on.
+                            at = heappop(last_block_iters)
+                            waste = last_block_at.pop(at, 0)
+                            if waste:
+                                add_internal_change((run_start + at - first, waste))
+                                internal_growth += waste
+                            while last_block_iters and last_block_iters[0] not in last_block_at:
+                                heappop(last_block_iters)  # (its only request was evicted)
+                            next_last_block = last_block_iters[0] if last_block_iters else INF
+                    else:
+                        for s in range(first, next_finish + 1):
+                            key = s % bs
+                            blocks = bsize[key]
+                            if blocks:
+                                if blocks > free_blocks:
+                                    out_of_blocks = True
+                                    break
+                                if add_pending is not None:
+                                    add_pending(bucket[key])
+                                if s == next_last_block:
+                                    # Someone's last block: internal fragmentation grows from this iteration on.
+                                    heappop(last_block_iters)
+                                    waste = last_block_at.pop(s, 0)
+                                    if waste:
+                                        add_internal_change((len(dts), waste))
+                                        internal_growth += waste
+                                    while last_block_iters and last_block_iters[0] not in last_block_at:
+                                        heappop(last_block_iters)  # (its only request was evicted)
+                                    next_last_block = last_block_iters[0] if last_block_iters else INF
+                                free_blocks -= blocks
+                            ctx += n
+                            # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
+                            t_mem = (weights + ctx * kv_bytes) / bandwidth
+                            t_compute = (flops_n + flops_per_pair * ctx) / flops
+                            dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
+                            add_dt(dt)
+                            now += dt
+                            if now >= next_time:
+                                break
                     if out_of_blocks:
                         s -= 1
                     if s >= run_first:
