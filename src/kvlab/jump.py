@@ -20,6 +20,7 @@ same change; the jump = step test says so.
 
 from __future__ import annotations
 
+from array import array
 from heapq import heappop, heappush
 from itertools import chain, cycle, islice
 
@@ -31,6 +32,8 @@ INF = float("inf")
 # A stretch of a jump with nothing but the clock changing runs as numpy arrays when at least this long (below,
 # numpy's per-call cost exceeds the Python loop's ~1-2 µs per iteration).
 VECTOR_MIN_ITERATIONS = 64
+# Ints per run of iterations in the buffer (see Simulation._flush_iterations).
+RUN_FIELDS = 15
 # Iterations kept before they are added to the integral and the log (in one numpy pass).
 BUFFER_ITERATIONS = 1 << 16
 
@@ -208,7 +211,7 @@ class Jumps:
         alloc, internal, ovh, dup, free_blocks = slot_counters()  # free blocks: only paged requests need them
         # What each iteration leaves for _flush_iterations (see there).
         dts, runs, snapshots = self._dts, self._runs, self._bucket_snapshots
-        add_dt, add_run, add_internal_change = dts.append, runs.append, self._internal_changes.append
+        add_dt, add_run, add_internal_change = dts.append, runs.extend, self._internal_changes.append
         snap: int | None = None  # index of the current bucket sizes in snapshots (None: not taken yet)
         if len(dts) >= BUFFER_ITERATIONS:
             self._flush_iterations()
@@ -384,8 +387,8 @@ class Jumps:
                     flops_n = flops_per_token * n
                     if snap is None:
                         if num_event_seqs:
-                            snapshots.append(tuple(bsize))
-                            snap = len(snapshots) - 1
+                            snapshots.extend(bsize)
+                            snap = len(snapshots) // bs - 1
                         else:
                             snap = -1
                     queue = len(waiting)
@@ -500,8 +503,8 @@ class Jumps:
                         # The stretch's runs after this finish hold what the allocator holds now.
                         alloc, internal, ovh, dup, free_blocks = slot_counters()
                         for index in later_runs.pop(0):
-                            r = runs[index]
-                            runs[index] = (*r[:3], dup, ovh, alloc, internal, *r[7:])
+                            at = index * RUN_FIELDS + 3  # (count, n, context, *dup, ovh, alloc, internal*, ...)
+                            runs[at:at + 4] = array("q", (dup, ovh, alloc, internal))
                 while finish_iters and finish_iters[0] not in finish_at:
                     heappop(finish_iters)  # everyone finishing then was evicted
                 next_finish = finish_iters[0] if finish_iters else INF
@@ -627,12 +630,12 @@ class Jumps:
             while stretch + 1 < len(starts_of_stretches) and starts_of_stretches[stretch + 1] <= a:
                 stretch += 1
             if stretch:
-                later_runs[stretch - 1].append(len(runs))
+                later_runs[stretch - 1].append(len(runs) // RUN_FIELDS)
             size = n if len(stops) == 1 else int(batch[a])
             queue = num_waiting if counts is None else num_waiting + int(counts[a])
             first_ctx = ctx_list[a] if ctx_list is not None else int(ctx[a])
-            runs.append((b - a, size, first_ctx, dup, ovh, alloc, internal, size, size, queue, 0, size, 0, s0 + a, -1))
-        self._dts.extend(durations[:ran].tolist())
+            runs.extend((b - a, size, first_ctx, dup, ovh, alloc, internal, size, size, queue, 0, size, 0, s0 + a, -1))
+        self._dts.frombytes(durations[:ran].tobytes())
         ends = [float(times[f - s0 + 1]) for f, _, _ in stops if f - s0 < ran]
         return ran, float(times[ran]), ends, later_runs
 

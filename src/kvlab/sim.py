@@ -11,14 +11,15 @@ and the log in one numpy pass (``_flush_iterations``), left to right as one by o
 from __future__ import annotations
 
 import gc
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import chain, islice
+from itertools import islice
 from operator import attrgetter, gt, lt
 
 from kvlab.cost import PCIE_BANDWIDTH, CostModel
 from kvlab.errors import KvlabError
-from kvlab.jump import BUFFER_ITERATIONS, INF, Jumps
+from kvlab.jump import BUFFER_ITERATIONS, INF, RUN_FIELDS, Jumps
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, SlotUsage, slot_usage
 from kvlab.metrics import ITERATION_COLUMNS, Counters, IterationLog, RequestRecord, UsageIntegral, summarize
@@ -218,10 +219,13 @@ class Simulation(Jumps):
         self.counters = Counters()
         self._integral = UsageIntegral()
         self._log = IterationLog() if record_iterations else None
-        # Iterations not yet added to the integral and the log (see _flush_iterations).
-        self._dts: list[float] = []
-        self._runs: list[tuple[int, ...]] = []
-        self._bucket_snapshots: list[tuple[int, ...]] = []
+        # Iterations not yet added to the integral and the log (see _flush_iterations): durations, runs of
+        # RUN_FIELDS ints and bucket sizes of block_size ints, one after the other. Flat arrays rather than lists
+        # of objects: tens of thousands of live floats and tuples, scattered over the heap, cost more to convert
+        # and free at each flush than the arrays' appends cost.
+        self._dts = array("d")
+        self._runs = array("q")
+        self._bucket_snapshots = array("q")
         self._internal_changes: list[tuple[int, int]] = []  # (iteration in the buffer, slots added from it on)
         # (index, clock) where the buffered iterations start and where they resume after the clock jumped
         # (idle until an arrival); in between, each starts when the one before ends.
@@ -277,7 +281,7 @@ class Simulation(Jumps):
         if not self._dts or self.now != self._clock_end:
             self._clock_starts.append((len(self._dts), self.now))
         self._dts.append(dt)
-        self._runs.append((
+        self._runs.extend((
             1, 0, usage.token, 0, usage.overhead, usage.token + usage.reserved + usage.internal_fragmentation,
             usage.internal_fragmentation, len(out.num_scheduled_tokens), len(sched.running), len(sched.waiting),
             out.num_prefill_tokens, out.num_decode_tokens, len(out.preempted_req_ids), 0, -1,
@@ -420,9 +424,9 @@ class Simulation(Jumps):
         import numpy as np
 
         num = len(dts)
-        dt = np.fromiter(dts, dtype=np.float64, count=num)
+        dt = np.array(dts, dtype=np.float64)  # a copy: the buffer is emptied below
         runs = self._runs
-        table = np.fromiter(chain.from_iterable(runs), dtype=np.int64, count=15 * len(runs)).reshape(-1, 15)
+        table = np.array(runs, dtype=np.int64).reshape(-1, RUN_FIELDS)
         counts = table[:, 0]
         log = self._log
         # One row per field of a run, per iteration (without a log, only the fields the integral needs).
@@ -436,7 +440,7 @@ class Simulation(Jumps):
             bs = self.config.block_size
             snapshot = np.repeat(table[:, 14], counts)
             with_blocks = np.flatnonzero(snapshot >= 0)
-            sizes = np.fromiter(chain.from_iterable(snapshots), dtype=np.int64, count=bs * len(snapshots))
+            sizes = np.array(snapshots, dtype=np.int64)
             blocks = np.zeros(num, dtype=np.int64)
             jump_iteration = np.repeat(table[:, 13], counts)[with_blocks] + offsets[with_blocks]
             blocks[with_blocks] = sizes[snapshot[with_blocks] * bs + jump_iteration % bs]
@@ -489,9 +493,9 @@ class Simulation(Jumps):
             block[11] = overhead
             block[12] = free
             log.extend(block)
-        dts.clear()
-        runs.clear()
-        self._bucket_snapshots.clear()
+        del dts[:]
+        del runs[:]
+        del snapshots[:]
         self._internal_changes.clear()
         self._clock_starts.clear()
 
