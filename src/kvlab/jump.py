@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from array import array
 from heapq import heappop, heappush
-from itertools import chain, cycle, islice
+from itertools import islice
 
 from kvlab.cost import PCIE_BANDWIDTH
 from kvlab.sched.output import SchedulerOutput
@@ -211,7 +211,8 @@ class Jumps:
         alloc, internal, ovh, dup, free_blocks = slot_counters()  # free blocks: only paged requests need them
         # What each iteration leaves for _flush_iterations (see there).
         dts, runs, snapshots = self._dts, self._runs, self._bucket_snapshots
-        add_dt, add_run, add_internal_change = dts.append, runs.extend, self._internal_changes.append
+        # (fromlist: an array's extend takes ~4x longer for a list or a tuple)
+        add_dt, add_run, add_internal_change = dts.append, runs.fromlist, self._internal_changes.append
         snap: int | None = None  # index of the current bucket sizes in snapshots (None: not taken yet)
         if len(dts) >= BUFFER_ITERATIONS:
             self._flush_iterations()
@@ -313,8 +314,8 @@ class Jumps:
                 dt = cost.iteration_time(n, ctx, ctx)
                 if swap_bytes:
                     dt += swap_bytes / PCIE_BANDWIDTH
-                add_run((1, n, ctx, dup, ovh, alloc, internal, n, len(running), len(waiting), 0, n, num_preempted,
-                         s, -1))
+                add_run([1, n, ctx, dup, ovh, alloc, internal, n, len(running), len(waiting), 0, n, num_preempted,
+                         s, -1])
                 add_dt(dt)
                 num_decoded += n
                 now += dt
@@ -351,8 +352,8 @@ class Jumps:
                 resident = sum_c + (s - 1) * n
                 for rid in new_ids:
                     resident += self.seqs[rid].num_computed_tokens
-                add_run((1, 0, resident + n + num_prefill, dup, ovh, alloc, internal, n + len(scheduled),
-                         len(running), len(waiting), num_prefill, n, 0, s, -1))
+                add_run([1, 0, resident + n + num_prefill, dup, ovh, alloc, internal, n + len(scheduled),
+                         len(running), len(waiting), num_prefill, n, 0, s, -1])
                 add_dt(dt)
                 num_decoded += n
                 now += dt
@@ -387,7 +388,7 @@ class Jumps:
                     flops_n = flops_per_token * n
                     if snap is None:
                         if num_event_seqs:
-                            snapshots.extend(bsize)
+                            snapshots.fromlist(bsize)
                             snap = len(snapshots) // bs - 1
                         else:
                             snap = -1
@@ -396,72 +397,40 @@ class Jumps:
                     free_before = free_blocks  # at the start of the run
                     internal_growth = 0  # last blocks handed out during the run
                     out_of_blocks = False
-                    if -(-(next_finish - s) // bs) * num_event_seqs <= free_blocks:
-                        # Every block up to the next finish is free (each request needs one every block_size
-                        # iterations): the loop only runs the clock, and the iterations' blocks are handed out
-                        # after it, in the same order (by iteration, then running order) as the loop below.
-                        run_start = len(dts)
-                        for s in range(first, next_finish + 1):
-                            ctx += n
-                            # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
-                            t_mem = (weights + ctx * kv_bytes) / bandwidth
-                            t_compute = (flops_n + flops_per_pair * ctx) / flops
-                            dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
-                            add_dt(dt)
-                            now += dt
-                            if now >= next_time:
+                    for s in range(first, next_finish + 1):
+                        key = s % bs
+                        blocks = bsize[key]
+                        if blocks:
+                            if blocks > free_blocks:
+                                out_of_blocks = True
                                 break
-                        if num_event_seqs and s >= first:
-                            k = first % bs  # the buckets from iteration `first` on, in iteration order
-                            num_cycles, rest = divmod(s - first + 1, bs)
-                            free_blocks -= num_cycles * num_event_seqs + sum((bsize[k:] + bsize[:k])[:rest])
                             if add_pending is not None:
-                                add_pending(chain.from_iterable(islice(cycle(bucket[k:] + bucket[:k]), s - first + 1)))
-                        while next_last_block <= s:
-                            # Someone's last block: internal fragmentation grows from its iteration on.
-                            at = heappop(last_block_iters)
-                            waste = last_block_at.pop(at, 0)
-                            if waste:
-                                add_internal_change((run_start + at - first, waste))
-                                internal_growth += waste
-                            while last_block_iters and last_block_iters[0] not in last_block_at:
-                                heappop(last_block_iters)  # (its only request was evicted)
-                            next_last_block = last_block_iters[0] if last_block_iters else INF
-                    else:
-                        for s in range(first, next_finish + 1):
-                            key = s % bs
-                            blocks = bsize[key]
-                            if blocks:
-                                if blocks > free_blocks:
-                                    out_of_blocks = True
-                                    break
-                                if add_pending is not None:
-                                    add_pending(bucket[key])
-                                if s == next_last_block:
-                                    # Someone's last block: internal fragmentation grows from this iteration on.
-                                    heappop(last_block_iters)
-                                    waste = last_block_at.pop(s, 0)
-                                    if waste:
-                                        add_internal_change((len(dts), waste))
-                                        internal_growth += waste
-                                    while last_block_iters and last_block_iters[0] not in last_block_at:
-                                        heappop(last_block_iters)  # (its only request was evicted)
-                                    next_last_block = last_block_iters[0] if last_block_iters else INF
-                                free_blocks -= blocks
-                            ctx += n
-                            # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
-                            t_mem = (weights + ctx * kv_bytes) / bandwidth
-                            t_compute = (flops_n + flops_per_pair * ctx) / flops
-                            dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
-                            add_dt(dt)
-                            now += dt
-                            if now >= next_time:
-                                break
+                                add_pending(bucket[key])
+                            if s == next_last_block:
+                                # Someone's last block: internal fragmentation grows from this iteration on.
+                                heappop(last_block_iters)
+                                waste = last_block_at.pop(s, 0)
+                                if waste:
+                                    add_internal_change((len(dts), waste))
+                                    internal_growth += waste
+                                while last_block_iters and last_block_iters[0] not in last_block_at:
+                                    heappop(last_block_iters)  # (its only request was evicted)
+                                next_last_block = last_block_iters[0] if last_block_iters else INF
+                            free_blocks -= blocks
+                        ctx += n
+                        # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
+                        t_mem = (weights + ctx * kv_bytes) / bandwidth
+                        t_compute = (flops_n + flops_per_pair * ctx) / flops
+                        dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
+                        add_dt(dt)
+                        now += dt
+                        if now >= next_time:
+                            break
                     if out_of_blocks:
                         s -= 1
                     if s >= run_first:
-                        add_run((s - run_first + 1, n, sum_c + run_first * n, dup, ovh, alloc, internal, n, n, queue,
-                                 0, n, 0, run_first, snap))
+                        add_run([s - run_first + 1, n, sum_c + run_first * n, dup, ovh, alloc, internal, n, n, queue,
+                                 0, n, 0, run_first, snap])
                         alloc += bs * (free_before - free_blocks)  # append_blocks: block_size slots a block
                         internal += internal_growth
                     if out_of_blocks:
@@ -634,7 +603,7 @@ class Jumps:
             size = n if len(stops) == 1 else int(batch[a])
             queue = num_waiting if counts is None else num_waiting + int(counts[a])
             first_ctx = ctx_list[a] if ctx_list is not None else int(ctx[a])
-            runs.extend((b - a, size, first_ctx, dup, ovh, alloc, internal, size, size, queue, 0, size, 0, s0 + a, -1))
+            runs.fromlist([b - a, size, first_ctx, dup, ovh, alloc, internal, size, size, queue, 0, size, 0, s0 + a, -1])
         self._dts.frombytes(durations[:ran].tobytes())
         ends = [float(times[f - s0 + 1]) for f, _, _ in stops if f - s0 < ran]
         return ran, float(times[ran]), ends, later_runs

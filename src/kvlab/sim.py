@@ -281,11 +281,11 @@ class Simulation(Jumps):
         if not self._dts or self.now != self._clock_end:
             self._clock_starts.append((len(self._dts), self.now))
         self._dts.append(dt)
-        self._runs.extend((
+        self._runs.fromlist([  # (fromlist: an array's extend is slow for lists and tuples)
             1, 0, usage.token, 0, usage.overhead, usage.token + usage.reserved + usage.internal_fragmentation,
             usage.internal_fragmentation, len(out.num_scheduled_tokens), len(sched.running), len(sched.waiting),
             out.num_prefill_tokens, out.num_decode_tokens, len(out.preempted_req_ids), 0, -1,
-        ))
+        ])
         if len(self._dts) >= BUFFER_ITERATIONS:
             self._flush_iterations()
         self.now += dt
