@@ -35,14 +35,23 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
     queue (no skipping ahead)."""
     cfg = sched.config
     waiting = sched.waiting
-    while budget > 0 and waiting and len(sched.running) < cfg.max_num_seqs:
+    running = sched.running
+    allocate_slots = sched.allocator.allocate_slots
+    # (_lookup inlined: this loop runs once per admission, a million times in a long run)
+    get_num_cached_tokens = sched.allocator.get_num_cached_tokens
+    while budget > 0 and waiting and len(running) < cfg.max_num_seqs:
         seq = waiting[0]
-        computed, cached = _lookup(sched, seq)
+        computed = seq.num_computed_tokens
+        if computed:
+            cached = 0
+        else:
+            computed = cached = get_num_cached_tokens(seq)
         num_new = seq.num_tokens - computed
         if not cfg.enable_chunked_prefill and num_new > budget:
             break
-        num_new = min(num_new, budget)
-        if sched.allocator.allocate_slots(seq, num_new, cached) is not Fit.NOW:
+        if num_new > budget:
+            num_new = budget
+        if allocate_slots(seq, num_new, cached) is not Fit.NOW:
             break
         sched.admit(seq, num_new, cached)
         budget -= num_new

@@ -209,7 +209,8 @@ class Scheduler:
 
     def finish(self, seq: Seq, now: float) -> None:
         """Free a finished request's memory (it stays in ``running`` until the caller removes it)."""
-        self._free(seq)
+        self.allocator.free(seq)  # (_free, inlined: once per request)
+        self.num_resident_computed_tokens -= seq.num_computed_tokens
         seq.status = SeqStatus.FINISHED
         seq.finish_time = now
 
