@@ -103,6 +103,7 @@ def test_same_seed_same_result_different_seed_different(kvlab):
         (("run", "vllm", "--gpu", "a100-40"), "a100"),
         (("run", "vllm", "--model", "llama-3.1-70b"), "does not fit"),
         (("run", "vllm", "--num-requests", "0"), "num_requests"),
+        (("run", "vllm", "--max-num-batched-tokens", "8", "--max-num-seqs", "16"), "at least --max-num-seqs"),
         (("paper", "fig2", "--rate", "0"), "--rate must be positive"),
     ],
 )

@@ -61,6 +61,11 @@ class SimConfig:
                 f"--block-size {self.block_size} is larger than --max-model-len {self.max_model_len}: "
                 f"a block must fit in a sequence"
             )
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise KvlabError(
+                f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be at least --max-num-seqs "
+                f"({self.max_num_seqs}), as vLLM requires: every running request needs a token each iteration"
+            )
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise KvlabError(
                 f"without chunked prefill, --max-num-batched-tokens ({self.max_num_batched_tokens}) must be at least "
