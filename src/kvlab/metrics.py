@@ -14,6 +14,7 @@ Every metric is defined with its formula in docs/metrics.md. In short, over iter
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kvlab.memory.base import SlotUsage
 
@@ -129,8 +130,11 @@ class UsageIntegral:
         return self.sum_batch_size / self.num_iterations if self.num_iterations else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
+class RequestRecord(NamedTuple):
+    """One request's outcome. A named tuple rather than a frozen dataclass: as immutable, and a long run builds
+    a million of them (a frozen dataclass's constructor sets each field through object.__setattr__, ~5x
+    slower)."""
+
     request_id: int
     arrival_time: float
     prompt_len: int
@@ -175,14 +179,14 @@ def distribution(values) -> dict[str, float | None]:
 
         ordered = np.sort(values)
         total = float(np.add.accumulate(ordered)[-1])  # as sum(): left to right (np.sum would pair them up)
-        ordered = ordered.tolist()
     n = len(ordered)
 
     def pct(q: float) -> float:
         pos = (n - 1) * q
         lo = int(pos)
         hi = min(lo + 1, n - 1)
-        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+        low = float(ordered[lo])  # (Python floats: the same arithmetic for a list or an array)
+        return low + (float(ordered[hi]) - low) * (pos - lo)
 
     return {"mean": total / n, "p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99)}
 
@@ -242,14 +246,14 @@ def _latencies(finished: list[RequestRecord]) -> dict | None:
     finished record misses a time (then the properties are used one by one)."""
     import numpy as np
 
-    num = len(finished)
-    try:
-        arrival = np.fromiter((r.arrival_time for r in finished), dtype=np.float64, count=num)
-        first_token = np.fromiter((r.first_token_time for r in finished), dtype=np.float64, count=num)
-        finish = np.fromiter((r.finish_time for r in finished), dtype=np.float64, count=num)
-    except TypeError:  # a None
+    if not finished:
         return None
-    num_output_tokens = np.fromiter((r.num_output_tokens for r in finished), dtype=np.int64, count=num)
+    columns = dict(zip(RequestRecord._fields, zip(*finished)))  # (records are tuples: transposed in C)
+    times = (columns["arrival_time"], columns["first_token_time"], columns["finish_time"])
+    if any(None in column for column in times):
+        return None
+    arrival, first_token, finish = (np.array(column, dtype=np.float64) for column in times)
+    num_output_tokens = np.array(columns["num_output_tokens"], dtype=np.int64)
     e2e = finish - arrival
     several = num_output_tokens >= 2
     return {
