@@ -32,6 +32,9 @@ INF = float("inf")
 # A stretch of a jump with nothing but the clock changing runs as numpy arrays when at least this long (below,
 # numpy's per-call cost exceeds the Python loop's ~1-2 µs per iteration).
 VECTOR_MIN_ITERATIONS = 64
+# A run of decode iterations is taken as memory-bound when its memory time exceeds its compute time by this
+# factor at both ends.
+MEMORY_BOUND_MARGIN = 1.000001
 # Ints per run of iterations in the buffer (see Simulation._flush_iterations).
 RUN_FIELDS = 15
 # Iterations kept before they are added to the integral and the log (in one numpy pass).
@@ -386,6 +389,15 @@ class Jumps:
                 else:
                     ctx = sum_c + s * n
                     flops_n = flops_per_token * n
+                    # Memory-bound over the whole run (both ends: the two times grow linearly with the context,
+                    # and the margin dwarfs rounding): the loop skips the compute time, which never wins.
+                    ctx_end = sum_c + next_finish * n
+                    memory_bound = (
+                        (weights + (ctx + n) * kv_bytes) / bandwidth
+                        > (flops_n + flops_per_pair * (ctx + n)) / flops * MEMORY_BOUND_MARGIN
+                        and (weights + ctx_end * kv_bytes) / bandwidth
+                        > (flops_n + flops_per_pair * ctx_end) / flops * MEMORY_BOUND_MARGIN
+                    )
                     if snap is None:
                         if num_event_seqs:
                             snapshots.fromlist(bsize)
@@ -419,9 +431,12 @@ class Jumps:
                             free_blocks -= blocks
                         ctx += n
                         # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
-                        t_mem = (weights + ctx * kv_bytes) / bandwidth
-                        t_compute = (flops_n + flops_per_pair * ctx) / flops
-                        dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
+                        if memory_bound:
+                            dt = (weights + ctx * kv_bytes) / bandwidth + overhead_s
+                        else:
+                            t_mem = (weights + ctx * kv_bytes) / bandwidth
+                            t_compute = (flops_n + flops_per_pair * ctx) / flops
+                            dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
                         add_dt(dt)
                         now += dt
                         if now >= next_time:
