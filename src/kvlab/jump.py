@@ -184,13 +184,15 @@ class Jumps:
         pending: list[int] = []  # without prefix caching: who gets a block, in step order, since then
         add_pending = pending.extend if append_blocks is not None else None
 
-        def replay(upto: int) -> None:
-            """Hand out the blocks of iterations replayed + 1 .. upto: by iteration, then running order."""
+        def replay(upto: int, internal: int) -> None:
+            """Hand out the blocks of iterations replayed + 1 .. upto: by iteration, then running order.
+            ``internal``: the internal fragmentation the jump counts once they are out (the slots of the last
+            blocks among them beyond their request's last token, which append_blocks takes from the caller)."""
             nonlocal replayed
             start, replayed = replayed + 1, upto
             if append_blocks is not None:
                 if pending:
-                    append_blocks(pending)
+                    append_blocks(pending, internal - allocator.num_internal_fragmentation_slots)
                     pending.clear()
                 return
             if not num_event_seqs and not caching:
@@ -267,7 +269,7 @@ class Jumps:
                 # evicts the newest running request (maybe itself), until one is free; nobody is admitted.
                 preempting = False
                 s += 1
-                replay(s - 1)
+                replay(s - 1, internal)
                 swap_bytes = 0
                 for rid in list(bucket[s % bs]):
                     seq = seqs[pos_of[rid]]
@@ -303,7 +305,8 @@ class Jumps:
                             break
                     if seq.status is not SeqStatus.RUNNING:
                         break  # it evicted itself: nobody after it is left
-                    append_blocks([rid])
+                    at, waste = last_block_of[pos_of[rid]]
+                    append_blocks([rid], waste if at == s else 0)  # (its last block: internal fragmentation)
                 replayed = s
                 while finish_iters and finish_iters[0] not in finish_at:
                     heappop(finish_iters)  # everyone finishing then was evicted
@@ -340,8 +343,7 @@ class Jumps:
                     while last_block_iters and last_block_iters[0] not in last_block_at:
                         heappop(last_block_iters)  # (its only request was evicted)
                     next_last_block = last_block_iters[0] if last_block_iters else INF
-                replay(s)
-                assert internal == allocator.num_internal_fragmentation_slots
+                replay(s, internal)
                 ctx = sum_c + s * n  # context of the decoding requests (each reads it; also their attention pairs)
                 scheduled: dict[int, int] = {}
                 new_ids, num_prefill, num_context, num_pairs, swapped_in = sched.schedule_waiting(
@@ -459,12 +461,11 @@ class Jumps:
 
             changed = finished_now = stop_after = False
             if finishes:
-                replay(finishes[0][0])
-                assert internal == allocator.num_internal_fragmentation_slots
+                replay(finishes[0][0], internal)
                 for f, end_time in finishes:
                     while finish_iters and finish_iters[0] <= f:
                         heappop(finish_iters)
-                    replay(f)
+                    replay(f, internal)
                     finishing = finish_at.pop(f)
                     for p in finishing:
                         seq = seqs[p]
@@ -531,8 +532,7 @@ class Jumps:
                     break
                 arrivals_matter = admits and n < max_num_seqs and n < max_batched
 
-        replay(s)
-        assert internal == allocator.num_internal_fragmentation_slots
+        replay(s, internal)
         self.now = self._clock_end = now
         self._can_jump = can_jump_after
         if s == 0:

@@ -148,25 +148,19 @@ class PagedAllocator:
             self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
-    def append_blocks(self, request_ids: list[int]) -> None:
+    def append_blocks(self, request_ids: list[int], num_internal_slots: int) -> None:
         """One more block for each request, in this order: what ``allocate_slots(seq, 1)`` does when a running
         request's next token starts a new block, for many requests at once (the simulator's decode jumps).
+        ``num_internal_slots``: the slots of these blocks beyond their request's last token (the caller knows
+        which block is a request's last; steps count them in ``allocate_slots``, and tests/test_sim.py checks
+        that jumps and steps agree).
         Without prefix caching (nothing to hash); the caller has checked that the free blocks cover them."""
         assert not self.enable_prefix_caching, "with prefix caching, allocate_slots also hashes filled blocks"
-        blocks = self.block_pool.get_new_blocks(len(request_ids))
         tables = self._block_tables
-        num_kv_tokens = self._num_kv_tokens
-        bs = self.block_size
-        internal = 0
-        for request_id, block_id in zip(request_ids, blocks):
-            table = tables[request_id]
-            table.append(block_id)
-            # As in _append_new_blocks: the new block's slots beyond the request's last token.
-            after = len(table) * bs - num_kv_tokens[request_id]
-            if after > 0:
-                internal += after if after < bs else bs
+        for request_id, block_id in zip(request_ids, self.block_pool.get_new_blocks(len(request_ids))):
+            tables[request_id].append(block_id)
         self._num_table_entries += len(request_ids)
-        self.num_internal_fragmentation_slots += internal
+        self.num_internal_fragmentation_slots += num_internal_slots
 
     def free(self, seq: Sequence) -> None:
         """Give back every block of the request, tail first; shared blocks only lose a reference."""

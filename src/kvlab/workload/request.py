@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,18 +27,17 @@ class Request:
     prefix_hashes: tuple[int, ...] = ()
     prefix_chunk_len: int = 512
     n: int = 1
+    # Derived once here, read as plain attributes: the simulator reads them several times per request, and a
+    # property costs a call each time.
+    #: How many tokens the answer really has: the true length, capped by ``max_tokens``.
+    num_output_tokens: int = field(init=False, repr=False, compare=False)
+    #: KV slots the request writes over its life: the last sampled token is never fed back.
+    num_kv_tokens: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def num_output_tokens(self) -> int:
-        """How many tokens the answer really has: the true length, capped by ``max_tokens``."""
-        if self.max_tokens is None:
-            return self.output_len
-        return min(self.output_len, self.max_tokens)
-
-    @property
-    def num_kv_tokens(self) -> int:
-        """KV slots the request writes over its life: the last sampled token is never fed back."""
-        return self.prompt_len + self.num_output_tokens - 1
+    def __post_init__(self) -> None:
+        num_output_tokens = self.output_len if self.max_tokens is None else min(self.output_len, self.max_tokens)
+        object.__setattr__(self, "num_output_tokens", num_output_tokens)
+        object.__setattr__(self, "num_kv_tokens", self.prompt_len + num_output_tokens - 1)
 
     @property
     def num_shared_prefix_tokens(self) -> int:
