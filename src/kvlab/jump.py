@@ -23,6 +23,7 @@ from __future__ import annotations
 from array import array
 from heapq import heappop, heappush
 from itertools import islice
+from struct import Struct
 
 from kvlab.cost import PCIE_BANDWIDTH
 from kvlab.sched.output import SchedulerOutput
@@ -35,8 +36,9 @@ VECTOR_MIN_ITERATIONS = 64
 # A run of decode iterations is taken as memory-bound when its memory time exceeds its compute time by this
 # factor at both ends.
 MEMORY_BOUND_MARGIN = 1.000001
-# Ints per run of iterations in the buffer (see Simulation._flush_iterations).
+# Ints per run of iterations in the buffer (see Simulation._flush_iterations), and their packing.
 RUN_FIELDS = 15
+RUN = Struct(f"{RUN_FIELDS}q")
 # Iterations kept before they are added to the integral and the log (in one numpy pass).
 BUFFER_ITERATIONS = 1 << 16
 
@@ -116,7 +118,7 @@ class Jumps:
         last_block_of: list[tuple[int, int]] = []  # (iteration, internal fragmentation) of its last block
         pos_of: dict[int, int] = {}  # request id -> position
         bucket: list[list[int]] = [[] for _ in range(bs)]  # request ids needing a block before s ≡ key
-        bsize = [0] * bs
+        bsize = array("q", bytes(8 * bs))  # (an array: a snapshot of it is a memcpy, see below)
         fill: list[list[int]] = [[] for _ in range(bs)] if caching else []  # prefix caching: who fills a block
         finish_at: dict[int, list[int]] = {}  # iteration -> positions finishing after it
         finish_iters: list[int] = []  # heap of finish_at's iterations
@@ -216,8 +218,9 @@ class Jumps:
         alloc, internal, ovh, dup, free_blocks = slot_counters()  # free blocks: only paged requests need them
         # What each iteration leaves for _flush_iterations (see there).
         dts, runs, snapshots = self._dts, self._runs, self._bucket_snapshots
-        # (fromlist: an array's extend takes ~4x longer for a list or a tuple)
-        add_dt, add_run, add_internal_change = dts.append, runs.fromlist, self._internal_changes.append
+        add_dt, add_internal_change = dts.append, self._internal_changes.append
+        # A run's ints packed by struct (array.fromlist converts each int through PyArg_Parse: ~1.5x the cost).
+        add_run_bytes, pack_run = runs.frombytes, RUN.pack
         snap: int | None = None  # index of the current bucket sizes in snapshots (None: not taken yet)
         if len(dts) >= BUFFER_ITERATIONS:
             self._flush_iterations()
@@ -320,8 +323,8 @@ class Jumps:
                 dt = cost.iteration_time(n, ctx, ctx)
                 if swap_bytes:
                     dt += swap_bytes / PCIE_BANDWIDTH
-                add_run([1, n, ctx, dup, ovh, alloc, internal, n, len(running), len(waiting), 0, n, num_preempted,
-                         s, -1])
+                add_run_bytes(pack_run(1, n, ctx, dup, ovh, alloc, internal, n, len(running), len(waiting), 0, n,
+                                       num_preempted, s, -1))
                 add_dt(dt)
                 num_decoded += n
                 now += dt
@@ -349,7 +352,10 @@ class Jumps:
                 new_ids, num_prefill, num_context, num_pairs, swapped_in = sched.schedule_waiting(
                     max_batched - n, scheduled
                 )
-                dt = cost.iteration_time(n + num_prefill, ctx + num_context, ctx + num_pairs)
+                # cost.iteration_time(n + num_prefill, ctx + num_context, ctx + num_pairs), inlined (as below)
+                t_mem = (weights + (ctx + num_context) * kv_bytes) / bandwidth
+                t_compute = (flops_per_token * (n + num_prefill) + flops_per_pair * (ctx + num_pairs)) / flops
+                dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
                 if swapped_in:
                     dt += swapped_in / PCIE_BANDWIDTH
                 alloc, internal, ovh, dup, free_blocks = slot_counters()
@@ -357,8 +363,8 @@ class Jumps:
                 resident = sum_c + (s - 1) * n
                 for rid in new_ids:
                     resident += self.seqs[rid].num_computed_tokens
-                add_run([1, 0, resident + n + num_prefill, dup, ovh, alloc, internal, n + len(scheduled),
-                         len(running), len(waiting), num_prefill, n, 0, s, -1])
+                add_run_bytes(pack_run(1, 0, resident + n + num_prefill, dup, ovh, alloc, internal, n + len(scheduled),
+                                       len(running), len(waiting), num_prefill, n, 0, s, -1))
                 add_dt(dt)
                 num_decoded += n
                 now += dt
@@ -402,7 +408,7 @@ class Jumps:
                     )
                     if snap is None:
                         if num_event_seqs:
-                            snapshots.fromlist(bsize)
+                            snapshots.extend(bsize)  # (array to array: a memcpy)
                             snap = len(snapshots) // bs - 1
                         else:
                             snap = -1
@@ -446,8 +452,8 @@ class Jumps:
                     if out_of_blocks:
                         s -= 1
                     if s >= run_first:
-                        add_run([s - run_first + 1, n, sum_c + run_first * n, dup, ovh, alloc, internal, n, n, queue,
-                                 0, n, 0, run_first, snap])
+                        add_run_bytes(pack_run(s - run_first + 1, n, sum_c + run_first * n, dup, ovh, alloc, internal,
+                                               n, n, queue, 0, n, 0, run_first, snap))
                         alloc += bs * (free_before - free_blocks)  # append_blocks: block_size slots a block
                         internal += internal_growth
                     if out_of_blocks:

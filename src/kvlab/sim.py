@@ -19,7 +19,7 @@ from operator import attrgetter, gt, lt
 
 from kvlab.cost import PCIE_BANDWIDTH, CostModel
 from kvlab.errors import KvlabError
-from kvlab.jump import BUFFER_ITERATIONS, INF, RUN_FIELDS, Jumps
+from kvlab.jump import BUFFER_ITERATIONS, INF, RUN, RUN_FIELDS, Jumps
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, SlotUsage, slot_usage
 from kvlab.metrics import ITERATION_COLUMNS, Counters, IterationLog, RequestRecord, UsageIntegral, summarize
@@ -286,11 +286,11 @@ class Simulation(Jumps):
         if not self._dts or self.now != self._clock_end:
             self._clock_starts.append((len(self._dts), self.now))
         self._dts.append(dt)
-        self._runs.fromlist([  # (fromlist: an array's extend is slow for lists and tuples)
+        self._runs.frombytes(RUN.pack(
             1, 0, usage.token, 0, usage.overhead, usage.token + usage.reserved + usage.internal_fragmentation,
             usage.internal_fragmentation, len(out.num_scheduled_tokens), len(sched.running), len(sched.waiting),
             out.num_prefill_tokens, out.num_decode_tokens, len(out.preempted_req_ids), 0, -1,
-        ])
+        ))
         if len(self._dts) >= BUFFER_ITERATIONS:
             self._flush_iterations()
         self.now += dt
@@ -429,9 +429,10 @@ class Simulation(Jumps):
         import numpy as np
 
         num = len(dts)
-        dt = np.array(dts, dtype=np.float64)  # a copy: the buffer is emptied below
+        # (copies: the buffers are emptied below; frombuffer + copy is a memcpy, np.array(array) is not)
+        dt = np.frombuffer(dts, dtype=np.float64).copy()
         runs = self._runs
-        table = np.array(runs, dtype=np.int64).reshape(-1, RUN_FIELDS)
+        table = np.frombuffer(runs, dtype=np.int64).copy().reshape(-1, RUN_FIELDS)
         counts = table[:, 0]
         log = self._log
         # One row per field of a run, per iteration (without a log, only the fields the integral needs).
@@ -445,7 +446,7 @@ class Simulation(Jumps):
             bs = self.config.block_size
             snapshot = np.repeat(table[:, 14], counts)
             with_blocks = np.flatnonzero(snapshot >= 0)
-            sizes = np.array(snapshots, dtype=np.int64)
+            sizes = np.frombuffer(snapshots, dtype=np.int64).copy()
             blocks = np.zeros(num, dtype=np.int64)
             jump_iteration = np.repeat(table[:, 13], counts)[with_blocks] + offsets[with_blocks]
             blocks[with_blocks] = sizes[snapshot[with_blocks] * bs + jump_iteration % bs]

@@ -38,11 +38,13 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
     running = sched.running
     allocate_slots = sched.allocator.allocate_slots
     # (_lookup inlined: this loop runs once per admission, a million times in a long run)
-    get_num_cached_tokens = sched.allocator.get_num_cached_tokens
+    get_num_cached_tokens = (
+        sched.allocator.get_num_cached_tokens if getattr(sched.allocator, "enable_prefix_caching", True) else None
+    )
     while budget > 0 and waiting and len(running) < cfg.max_num_seqs:
         seq = waiting[0]
         computed = seq.num_computed_tokens
-        if computed:
+        if computed or get_num_cached_tokens is None:
             cached = 0
         else:
             computed = cached = get_num_cached_tokens(seq)

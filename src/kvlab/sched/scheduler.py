@@ -145,14 +145,15 @@ class Scheduler:
         new_ids: list[int] = []
         prefill = context = pairs = swap_bytes = 0
         for seq, num_new, num_cached in self.batching(self, budget):
-            swapped_in = self.preemption.on_resume(seq)
-            swap_bytes += swapped_in
-            self.num_swapped_bytes += swapped_in
+            if seq.swapped:  # its KV comes back from the CPU
+                swapped_in = self.preemption.on_resume(seq)
+                swap_bytes += swapped_in
+                self.num_swapped_bytes += swapped_in
+                seq.swapped = False
             if seq.num_lost_tokens:
                 # What preemption dropped is computed again, less what the prefix cache still held.
                 self.num_recomputed_tokens += max(0, seq.num_lost_tokens - num_cached)
                 seq.num_lost_tokens = 0
-            seq.swapped = False
             new_ids.append(seq.request_id)
             if num_new == 0:
                 continue  # admitted (memory reserved) but its first tokens wait for budget
