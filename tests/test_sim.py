@@ -207,6 +207,28 @@ def test_jumping_gives_the_same_run_as_stepping(specs, name, num_blocks, max_num
     assert_same_run(parse_strategy(name), cfg, workload(*specs))
 
 
+# Decode turns compute-bound from 3 requests on (6 ms of compute per token against 8 ms of weights), and with
+# costly attention also as contexts grow: the jump's loop must take the larger of the two times as a step does.
+COMPUTE_BOUND_COSTS = [
+    dataclasses.replace(COST, flops_per_token=3e6, peak_flops=1e9),
+    dataclasses.replace(COST, flops_per_token=3e6, attention_flops_per_pair=1e3, peak_flops=1e9),
+]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    specs=request_specs,
+    name=st.sampled_from(STRATEGY_NAMES),
+    num_blocks=st.integers(12, 64),
+    max_num_seqs=st.integers(1, 8),
+    cost=st.sampled_from(COMPUTE_BOUND_COSTS),
+)
+def test_jumping_gives_the_same_run_as_stepping_when_compute_bound(specs, name, num_blocks, max_num_seqs, cost):
+    cfg = config(num_slots=num_blocks * 4, max_model_len=48, max_num_seqs=max_num_seqs, cost=cost,
+                 kv_bytes_per_token=10, swap_space_bytes=2000)
+    assert_same_run(parse_strategy(name), cfg, workload(*specs))
+
+
 def test_jumping_really_skips_scheduling_on_long_decodes():
     wl = workload(*[(0.0, 8, 200) for _ in range(4)])
     sim = Simulation(parse_strategy("vllm"), config(num_slots=4096, max_model_len=512, max_num_batched_tokens=64), wl)

@@ -33,8 +33,8 @@ INF = float("inf")
 # A stretch of a jump with nothing but the clock changing runs as numpy arrays when at least this long (below,
 # numpy's per-call cost exceeds the Python loop's ~1-2 µs per iteration).
 VECTOR_MIN_ITERATIONS = 64
-# A run of decode iterations is taken as memory-bound when its memory time exceeds its compute time by this
-# factor at both ends.
+# Decode iterations are taken as memory-bound when their memory time exceeds their compute time by this factor
+# (far more than rounding could change).
 MEMORY_BOUND_MARGIN = 1.000001
 # Ints per run of iterations in the buffer (see Simulation._flush_iterations), and their packing.
 RUN_FIELDS = 15
@@ -214,6 +214,15 @@ class Jumps:
 
         cost = cfg.cost
         weights, kv_bytes, bandwidth, flops_per_token, flops_per_pair, flops, overhead_s = cost.coefficients
+        # Decode iterations of fewer requests than this are memory-bound whatever their context: reading the
+        # weights takes longer than computing n tokens, and a context token takes longer to read than to attend
+        # over (so the gap only grows with the context). Their loop skips the compute time, which never wins.
+        if kv_bytes / bandwidth <= flops_per_pair / flops * MEMORY_BOUND_MARGIN:
+            max_memory_bound_n = 0.0
+        elif flops_per_token > 0:
+            max_memory_bound_n = weights / bandwidth / (flops_per_token / flops * MEMORY_BOUND_MARGIN)
+        else:
+            max_memory_bound_n = INF
         slot_counters = getattr(allocator, "slot_counters", None) or (lambda: _slot_counters(allocator))
         alloc, internal, ovh, dup, free_blocks = slot_counters()  # free blocks: only paged requests need them
         # What each iteration leaves for _flush_iterations (see there).
@@ -397,15 +406,7 @@ class Jumps:
                 else:
                     ctx = sum_c + s * n
                     flops_n = flops_per_token * n
-                    # Memory-bound over the whole run (both ends: the two times grow linearly with the context,
-                    # and the margin dwarfs rounding): the loop skips the compute time, which never wins.
-                    ctx_end = sum_c + next_finish * n
-                    memory_bound = (
-                        (weights + (ctx + n) * kv_bytes) / bandwidth
-                        > (flops_n + flops_per_pair * (ctx + n)) / flops * MEMORY_BOUND_MARGIN
-                        and (weights + ctx_end * kv_bytes) / bandwidth
-                        > (flops_n + flops_per_pair * ctx_end) / flops * MEMORY_BOUND_MARGIN
-                    )
+                    memory_bound = n < max_memory_bound_n
                     if snap is None:
                         if num_event_seqs:
                             snapshots.extend(bsize)  # (array to array: a memcpy)
