@@ -231,7 +231,7 @@ class Simulation(Jumps):
         self._dts = array("d")
         self._runs = array("q")
         self._bucket_snapshots = array("q")
-        self._internal_changes: list[tuple[int, int]] = []  # (iteration in the buffer, slots added from it on)
+        self._internal_changes = array("q")  # (iteration in the buffer, slots added from it on), pairs of ints
         # (index, clock) where the buffered iterations start and where they resume after the clock jumped
         # (idle until an arrival); in between, each starts when the one before ends.
         self._clock_starts: list[tuple[int, float]] = []
@@ -429,49 +429,51 @@ class Simulation(Jumps):
         import numpy as np
 
         num = len(dts)
-        # (copies: the buffers are emptied below; frombuffer + copy is a memcpy, np.array(array) is not)
-        dt = np.frombuffer(dts, dtype=np.float64).copy()
-        runs = self._runs
-        table = np.frombuffer(runs, dtype=np.int64).copy().reshape(-1, RUN_FIELDS)
+        dt = np.frombuffer(dts, dtype=np.float64)  # (views: dropped before the buffers are emptied below)
+        table = np.frombuffer(self._runs, dtype=np.int64).reshape(-1, RUN_FIELDS)
         counts = table[:, 0]
+        # Slot counts as floats from here on: whole numbers far below 2**53, so every sum and product of them is
+        # exact, and the products with the durations below need no conversion pass.
+        per_run = table.astype(np.float64)
         log = self._log
-        # One row per field of a run, per iteration (without a log, only the fields the integral needs).
-        per_iteration = np.repeat(table.T if log is not None else table.T[:7], counts, axis=1)
+
+        def expand(values):
+            """A value per run -> the value in each of its iterations."""
+            return np.repeat(values, counts)
+
+        # (Arithmetic per run first, then expanded: one pass over the iterations per array, not one per field.)
         run_starts = np.cumsum(counts) - counts
-        offsets = np.arange(num, dtype=np.int64) - np.repeat(run_starts, counts)
-        token = per_iteration[2] + per_iteration[1] * offsets - per_iteration[3]
-        alloc = per_iteration[5]
+        offsets = np.arange(num, dtype=np.int64) - expand(run_starts)
+        token = expand(per_run[:, 2] - per_run[:, 3]) + expand(per_run[:, 1]) * offsets
+        alloc = expand(per_run[:, 5])
         snapshots = self._bucket_snapshots
         if snapshots:
+            # Blocks handed out before each iteration: its run's bucket sizes at its jump iteration modulo the block
+            # size; a run without (a step's, a stretch's) reads an extra row of zeros.
             bs = self.config.block_size
-            snapshot = np.repeat(table[:, 14], counts)
-            with_blocks = np.flatnonzero(snapshot >= 0)
-            sizes = np.frombuffer(snapshots, dtype=np.int64).copy()
-            blocks = np.zeros(num, dtype=np.int64)
-            jump_iteration = np.repeat(table[:, 13], counts)[with_blocks] + offsets[with_blocks]
-            blocks[with_blocks] = sizes[snapshot[with_blocks] * bs + jump_iteration % bs]
+            sizes = np.concatenate((np.frombuffer(snapshots, dtype=np.int64), np.zeros(bs, dtype=np.int64)))
+            rows = np.where(table[:, 14] >= 0, table[:, 14], len(snapshots) // bs)
+            blocks = sizes[expand(rows * bs) + (expand(table[:, 13]) + offsets) % bs]
             handed_out = np.cumsum(blocks)
-            handed_out -= np.repeat((handed_out - blocks)[run_starts], counts)  # within each run
-            alloc = alloc + bs * handed_out
-        internal = per_iteration[6]
-        if self._internal_changes:
-            where, waste = zip(*self._internal_changes)
-            added = np.zeros(num, dtype=np.int64)
-            np.add.at(added, np.array(where, dtype=np.int64), np.array(waste, dtype=np.int64))
+            handed_out -= expand((handed_out - blocks)[run_starts])  # within each run
+            alloc += bs * handed_out
+        internal = expand(per_run[:, 6])
+        changes = self._internal_changes
+        if changes:
+            where = np.frombuffer(changes, dtype=np.int64)
+            # (the iterations of the changes, and their slots, one after the other; summed per iteration)
+            added = np.bincount(where[0::2], weights=where[1::2], minlength=num)
+            del where
             grown = np.cumsum(added)
-            grown -= np.repeat((grown - added)[run_starts], counts)  # within each run
-            internal = internal + grown
-        overhead = per_iteration[4]
+            grown -= expand((grown - added)[run_starts])  # within each run
+            internal += grown
+        overhead = expand(per_run[:, 4])
         reserved = alloc - token - internal
         free = self.allocator.num_slots - alloc - overhead
         integral = self._integral
         sums = np.empty((6, num))
-        sums[0] = token
-        sums[1] = reserved
-        sums[2] = internal
-        sums[3] = overhead
-        sums[4] = free
-        sums[:5] *= dt
+        for row, state in enumerate((token, reserved, internal, overhead, free)):
+            np.multiply(state, dt, out=sums[row])
         sums[5] = dt
         sums[:, 0] += (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead,
                        integral.free, integral.busy_time)
@@ -492,17 +494,18 @@ class Simulation(Jumps):
                 np.add.accumulate(times[a:b], out=times[a:b])
             times -= self.start_time
             block[1] = dt
-            block[2:8] = per_iteration[7:13]  # num_seqs .. num_preemptions
+            block[2:8] = np.repeat(per_run[:, 7:13], counts, axis=0).T  # num_seqs .. num_preemptions
             block[8] = token
             block[9] = reserved
             block[10] = internal
             block[11] = overhead
             block[12] = free
             log.extend(block)
+        del dt, table, counts  # (the views of the buffers)
         del dts[:]
-        del runs[:]
+        del self._runs[:]
         del snapshots[:]
-        self._internal_changes.clear()
+        del changes[:]
         self._clock_starts.clear()
 
 

@@ -338,14 +338,22 @@ class PagedAllocator:
             self.block_pool.touch(hit_blocks)
         elif num_needed > num_free:
             return Fit.LATER
-        table = hit_blocks
         request_id = request.request_id
+        num_kv_tokens = self._num_kv_tokens[request_id] = request.num_kv_tokens
+        if hit_blocks:
+            table = hit_blocks
+            self._num_table_entries += num_hit
+            # Hit blocks are full of prompt tokens: never beyond num_kv_tokens.
+            if num_required_blocks > num_hit:
+                self._append_new_blocks(request_id, table, num_required_blocks - num_hit)
+        else:
+            # (_append_new_blocks for an empty table, inlined: once per admission)
+            table = self.block_pool.get_new_blocks(num_required_blocks) if num_required_blocks else []
+            self._num_table_entries += num_required_blocks
+            internal = num_required_blocks * bs - num_kv_tokens
+            if internal > 0:
+                self.num_internal_fragmentation_slots += internal
         self._block_tables[request_id] = table
-        self._num_kv_tokens[request_id] = request.num_kv_tokens
-        self._num_table_entries += num_hit
-        # Hit blocks are full of prompt tokens: never beyond num_kv_tokens.
-        if num_required_blocks > num_hit:
-            self._append_new_blocks(request_id, table, num_required_blocks - num_hit)
         if self.enable_prefix_caching:
             self._num_cached_blocks[request.request_id] = num_hit
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
