@@ -21,7 +21,7 @@ vLLM's per-step CPU time reported for its 2023 engine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 BANDWIDTH_EFFICIENCY = 0.8
 FLOPS_EFFICIENCY = 0.5
@@ -60,6 +60,12 @@ class CostModel:
     bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY
     flops_efficiency: float = FLOPS_EFFICIENCY
     overhead_s: float = ITERATION_OVERHEAD_S
+    # (weights read + overhead in seconds, seconds to read one context token's KV, flops_per_token,
+    # attention_flops_per_pair, effective FLOP/s, overhead_s): what ``iteration_time`` computes with, for the
+    # simulator's jumps, which inline it: ``fixed + context * per_token`` against ``overhead + (flops_per_token *
+    # tokens + per_pair * pairs) / flops``, the larger. (A decode iteration is memory-bound at any batch size below
+    # some limit: its time is then two float operations.)
+    coefficients: tuple[float, float, float, float, float, float] = field(init=False, repr=False, compare=False)
 
     def terms(self, num_tokens: int, num_context_tokens: int, num_attention_pairs: int) -> IterationCost:
         bandwidth = self.memory_bandwidth * self.bandwidth_efficiency
@@ -72,39 +78,33 @@ class CostModel:
         )
 
     def iteration_time(self, num_tokens: int, num_context_tokens: int, num_attention_pairs: int) -> float:
-        """The hot path of the simulator: the same arithmetic as ``terms(...).total``, without the object."""
-        bandwidth = self.memory_bandwidth * self.bandwidth_efficiency
-        t_mem = (self.weights_bytes + num_context_tokens * self.kv_bytes_per_token) / bandwidth
-        t_compute = (self.flops_per_token * num_tokens + self.attention_flops_per_pair * num_attention_pairs) / (
-            self.peak_flops * self.flops_efficiency
-        )
-        return (t_mem if t_mem >= t_compute else t_compute) + self.overhead_s
+        """The hot path of the simulator: ``terms(...).total`` without the object, arranged for speed (the
+        overhead added to both sides before the larger is taken, reading the weights counted with the overhead,
+        a context token's read time a coefficient), so it may differ from ``total`` in the last bit. The
+        simulator's jumps and ``iteration_times`` do exactly this arithmetic (see ``coefficients``)."""
+        fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
+        t_mem = fixed_s + num_context_tokens * kv_token_s
+        t_compute = overhead_s + (flops_per_token * num_tokens + flops_per_pair * num_attention_pairs) / flops
+        return t_mem if t_mem >= t_compute else t_compute
 
-    def iteration_times(self, num_tokens: int, num_context_tokens, num_attention_pairs):
+    def iteration_times(self, num_tokens, num_context_tokens, num_attention_pairs):
         """``iteration_time`` over numpy arrays of context tokens and pairs (one iteration each): the same
         operations in the same order, so each element equals the scalar result bit for bit."""
         import numpy as np
 
-        bandwidth = self.memory_bandwidth * self.bandwidth_efficiency
-        t_mem = (self.weights_bytes + num_context_tokens * self.kv_bytes_per_token) / bandwidth
-        t_compute = (self.flops_per_token * num_tokens + self.attention_flops_per_pair * num_attention_pairs) / (
-            self.peak_flops * self.flops_efficiency
-        )
+        fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
+        t_mem = fixed_s + num_context_tokens * kv_token_s
+        t_compute = overhead_s + (flops_per_token * num_tokens + flops_per_pair * num_attention_pairs) / flops
         # The larger of two positive numbers: np.maximum picks the same one as the scalar `if`.
-        return np.maximum(t_mem, t_compute) + self.overhead_s
+        return np.maximum(t_mem, t_compute)
 
-    @property
-    def coefficients(self) -> tuple[float, float, float, float, float, float, float]:
-        """(weights_bytes, kv_bytes_per_token, effective bandwidth, flops_per_token, attention_flops_per_pair,
-        effective FLOP/s, overhead_s): what ``iteration_time`` computes with, for the simulator's jumps, which
-        inline it (``(weights + ctx * kv) / bandwidth`` vs ``(flops_per_token * n + per_pair * pairs) / flops``,
-        the larger, plus the overhead)."""
-        return (
-            self.weights_bytes,
-            self.kv_bytes_per_token,
-            self.memory_bandwidth * self.bandwidth_efficiency,
+    def __post_init__(self) -> None:
+        bandwidth = self.memory_bandwidth * self.bandwidth_efficiency
+        object.__setattr__(self, "coefficients", (
+            self.weights_bytes / bandwidth + self.overhead_s,
+            self.kv_bytes_per_token / bandwidth,
             self.flops_per_token,
             self.attention_flops_per_pair,
             self.peak_flops * self.flops_efficiency,
             self.overhead_s,
-        )
+        ))

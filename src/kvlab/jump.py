@@ -215,14 +215,14 @@ class Jumps:
                         allocator.allocate_slots(seq, 1)
 
         cost = cfg.cost
-        weights, kv_bytes, bandwidth, flops_per_token, flops_per_pair, flops, overhead_s = cost.coefficients
+        fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = cost.coefficients
         # Decode iterations of fewer requests than this are memory-bound whatever their context: reading the
         # weights takes longer than computing n tokens, and a context token takes longer to read than to attend
         # over (so the gap only grows with the context). Their loop skips the compute time, which never wins.
-        if kv_bytes / bandwidth <= flops_per_pair / flops * MEMORY_BOUND_MARGIN:
+        if kv_token_s <= flops_per_pair / flops * MEMORY_BOUND_MARGIN:
             max_memory_bound_n = 0.0
         elif flops_per_token > 0:
-            max_memory_bound_n = weights / bandwidth / (flops_per_token / flops * MEMORY_BOUND_MARGIN)
+            max_memory_bound_n = (fixed_s - overhead_s) / (flops_per_token / flops * MEMORY_BOUND_MARGIN)
         else:
             max_memory_bound_n = INF
         slot_counters = getattr(allocator, "slot_counters", None) or (lambda: _slot_counters(allocator))
@@ -364,9 +364,11 @@ class Jumps:
                     max_batched - n, scheduled
                 )
                 # cost.iteration_time(n + num_prefill, ctx + num_context, ctx + num_pairs), inlined (as below)
-                t_mem = (weights + (ctx + num_context) * kv_bytes) / bandwidth
-                t_compute = (flops_per_token * (n + num_prefill) + flops_per_pair * (ctx + num_pairs)) / flops
-                dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
+                t_mem = fixed_s + (ctx + num_context) * kv_token_s
+                t_compute = overhead_s + (
+                    flops_per_token * (n + num_prefill) + flops_per_pair * (ctx + num_pairs)
+                ) / flops
+                dt = t_mem if t_mem >= t_compute else t_compute
                 if swapped_in:
                     dt += swapped_in / PCIE_BANDWIDTH
                 alloc, internal, ovh, dup, free_blocks = slot_counters()
@@ -443,11 +445,11 @@ class Jumps:
                         ctx += n
                         # CostModel.iteration_time(n, ctx, ctx), inlined: the same arithmetic in the same order.
                         if memory_bound:
-                            dt = (weights + ctx * kv_bytes) / bandwidth + overhead_s
+                            dt = fixed_s + ctx * kv_token_s
                         else:
-                            t_mem = (weights + ctx * kv_bytes) / bandwidth
-                            t_compute = (flops_n + flops_per_pair * ctx) / flops
-                            dt = (t_mem if t_mem >= t_compute else t_compute) + overhead_s
+                            t_mem = fixed_s + ctx * kv_token_s
+                            t_compute = overhead_s + (flops_n + flops_per_pair * ctx) / flops
+                            dt = t_mem if t_mem >= t_compute else t_compute
                         add_dt(dt)
                         now += dt
                         if now >= next_time:

@@ -431,7 +431,7 @@ class Simulation(Jumps):
         num = len(dts)
         dt = np.frombuffer(dts, dtype=np.float64)  # (views: dropped before the buffers are emptied below)
         table = np.frombuffer(self._runs, dtype=np.int64).reshape(-1, RUN_FIELDS)
-        counts = table[:, 0]
+        counts = table[:, 0].copy()
         # Slot counts as floats from here on: whole numbers far below 2**53, so every sum and product of them is
         # exact, and the products with the durations below need no conversion pass.
         per_run = table.astype(np.float64)
@@ -501,7 +501,7 @@ class Simulation(Jumps):
             block[11] = overhead
             block[12] = free
             log.extend(block)
-        del dt, table, counts  # (the views of the buffers)
+        del dt, table  # (the views of the buffers)
         del dts[:]
         del self._runs[:]
         del snapshots[:]
