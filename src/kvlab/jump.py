@@ -27,7 +27,7 @@ from struct import Struct
 
 from kvlab.cost import PCIE_BANDWIDTH
 from kvlab.sched.output import SchedulerOutput
-from kvlab.sched.seq import Seq, SeqStatus
+from kvlab.sched.seq import RUNNING, Seq
 
 INF = float("inf")
 # A stretch of a jump with nothing but the clock changing runs as numpy arrays when at least this long (below,
@@ -70,7 +70,7 @@ class Jumps:
             return True  # everybody decoded, so everybody still running decodes again
         if out.num_decode_tokens + len(out.new_req_ids) == num_before:
             # Everybody else decoded: did the newcomers compute their whole prompt (and sample a token)?
-            check = [seq for rid in out.new_req_ids if (seq := self.seqs[rid]).status is SeqStatus.RUNNING]
+            check = [seq for rid in out.new_req_ids if (seq := self.seqs[rid]).status is RUNNING]
         else:
             check = running
         return all(seq.num_tokens - seq.num_computed_tokens == 1 and seq.num_output_tokens for seq in check)
@@ -317,7 +317,7 @@ class Jumps:
                         seqs[p] = None  # (if it is admitted again, it joins at a new position)
                         if victim is seq:
                             break
-                    if seq.status is not SeqStatus.RUNNING:
+                    if seq.status is not RUNNING:
                         break  # it evicted itself: nobody after it is left
                     at, waste = last_block_of[pos_of[rid]]
                     append_blocks([rid], waste if at == s else 0)  # (its last block: internal fragmentation)
@@ -549,9 +549,8 @@ class Jumps:
         if s == 0:
             return 0
         self.counters.num_finished += num_done
-        running_status = SeqStatus.RUNNING
         for p, seq in enumerate(seqs):
-            if seq is not None and seq.status is running_status:
+            if seq is not None and seq.status is RUNNING:
                 seq.num_computed_tokens = base_c[p] + s
                 seq.num_output_tokens = base_o[p] + s
         sched.num_resident_computed_tokens = sum(seq.num_computed_tokens for seq in running)

@@ -26,7 +26,7 @@ from kvlab.metrics import ITERATION_COLUMNS, Counters, IterationLog, RequestReco
 from kvlab.sched.batching import ADMITS_WHILE_RUNNING
 from kvlab.sched.output import SchedulerOutput
 from kvlab.sched.scheduler import Scheduler, SchedulerConfig
-from kvlab.sched.seq import Seq, SeqStatus
+from kvlab.sched.seq import FINISHED, REJECTED, Seq
 from kvlab.strategies import PREEMPTION_MODES, Strategy
 from kvlab.workload import Workload
 
@@ -403,7 +403,7 @@ class Simulation(Jumps):
             seq = Seq(request)
             seqs[request.request_id] = seq
             if reason is not None:
-                seq.status = SeqStatus.REJECTED
+                seq.status = REJECTED
                 seq.reject_reason = reason
                 self.counters.num_rejected += 1
                 self.counters.reject_reasons[reason] = self.counters.reject_reasons.get(reason, 0) + 1
@@ -528,7 +528,7 @@ def _record_of(seq: Seq) -> RequestRecord:
         seq.request.arrival_time,
         seq.request.prompt_len,
         seq.num_output_tokens,
-        "finished" if status is SeqStatus.FINISHED else ("rejected" if status is SeqStatus.REJECTED else status.value),
+        "finished" if status is FINISHED else ("rejected" if status is REJECTED else status.value),
         seq.first_scheduled_time,
         seq.first_token_time,
         seq.finish_time,

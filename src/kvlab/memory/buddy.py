@@ -23,6 +23,9 @@ import heapq
 from kvlab.errors import KvlabError
 from kvlab.memory.base import Fit
 
+# (An Enum member read through its class costs a metaclass lookup, ~6x a module global: hot paths use these.)
+NOW, LATER, NEVER = Fit.NOW, Fit.LATER, Fit.NEVER
+
 
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (n >= 1)."""
@@ -72,11 +75,11 @@ class BuddyAllocator:
         """Whether a chunk for ``size`` slots can be handed out now, later (after frees), or never."""
         order = _order_for(size)
         if order > self.max_order:
-            return Fit.NEVER
+            return NEVER
         for k in range(order, self.max_order + 1):
             if self._free[k]:
-                return Fit.NOW
-        return Fit.LATER
+                return NOW
+        return LATER
 
     def allocate(self, size: int) -> int:
         """The address of a new chunk of ``next_pow2(size)`` slots; call only when ``fit(size)`` is NOW."""

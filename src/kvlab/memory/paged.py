@@ -35,6 +35,9 @@ from kvlab.memory.base import BlockSnapshot, Fit, Sequence, check_slot_states
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
 
+# (An Enum member read through its class costs a metaclass lookup, ~6x a module global: hot paths use these.)
+NOW, LATER, NEVER = Fit.NOW, Fit.LATER, Fit.NEVER
+
 
 class PagedAllocator:
     """The KVAllocator interface over a pool of ``num_blocks`` blocks of ``block_size`` slots."""
@@ -141,12 +144,12 @@ class PagedAllocator:
         num_new_blocks = -(-num_tokens // self.block_size) - len(table)
         if num_new_blocks > 0:
             if num_new_blocks > self.block_pool.num_free_blocks:
-                return Fit.NEVER if len(table) + num_new_blocks > self.num_blocks - 1 else Fit.LATER
+                return NEVER if len(table) + num_new_blocks > self.num_blocks - 1 else LATER
             self._append_new_blocks(request_id, table, num_new_blocks)
         # With prefix caching, blocks just filled get their hashes (checked here first: most steps fill none).
         if self.enable_prefix_caching and num_tokens // self.block_size > self._num_cached_blocks[request_id]:
             self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
-        return Fit.NOW
+        return NOW
 
     def append_blocks(self, request_ids: list[int], num_internal_slots: int) -> None:
         """One more block for each request, in this order: what ``allocate_slots(seq, 1)`` does when a running
@@ -324,7 +327,7 @@ class PagedAllocator:
         num_full_blocks = -(-num_full_tokens // bs)
         num_needed = num_required_blocks if num_required_blocks > num_full_blocks else num_full_blocks
         if num_needed > self.num_blocks - 1:
-            return Fit.NEVER
+            return NEVER
         num_free = self.block_pool.num_free_blocks
         num_hit = len(hit_blocks)
         if hit_blocks:
@@ -332,12 +335,12 @@ class PagedAllocator:
             ref_cnt = self.block_pool.ref_cnt
             num_evictable = sum(ref_cnt[block_id] == 0 for block_id in hit_blocks)
             if max(num_full_blocks - num_hit, 0) + num_evictable > num_free:
-                return Fit.LATER
+                return LATER
             if max(num_required_blocks - num_hit, 0) + num_evictable > num_free:
-                return Fit.LATER
+                return LATER
             self.block_pool.touch(hit_blocks)
         elif num_needed > num_free:
-            return Fit.LATER
+            return LATER
         request_id = request.request_id
         num_kv_tokens = self._num_kv_tokens[request_id] = request.num_kv_tokens
         if hit_blocks:
@@ -357,7 +360,7 @@ class PagedAllocator:
         if self.enable_prefix_caching:
             self._num_cached_blocks[request.request_id] = num_hit
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
-        return Fit.NOW
+        return NOW
 
     def _append_new_blocks(self, request_id: int, table: list[int], num_new_blocks: int) -> None:
         num_kv_tokens = self._num_kv_tokens[request_id]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.output import SchedulerOutput
-from kvlab.sched.seq import Seq, SeqStatus
+from kvlab.sched.seq import FINISHED, PREEMPTED, RUNNING, Seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class Scheduler:
         chunked = cfg.enable_chunked_prefill
         max_computed = cfg.max_model_len - 1
         allocate_slots = self.allocator.allocate_slots
-        now_fit = Fit.NOW
+        now_fit = Fit.NOW  # (a local: see kvlab.memory.paged)
         i = 0
         running = self.running
         while i < len(running) and budget > 0:
@@ -103,7 +103,7 @@ class Scheduler:
                 preempted.append(victim)
                 if victim is seq:
                     break
-            if seq.status is not SeqStatus.RUNNING:
+            if seq.status is not RUNNING:
                 break  # it preempted itself: nobody after it can be scheduled either
             scheduled[seq.request_id] = num_new
             if num_new == 1 and computed == num_tokens - 1 and seq.num_output_tokens > 0:
@@ -169,7 +169,7 @@ class Scheduler:
         """Move the head of the waiting queue to running (called by the batching policy after allocating)."""
         popped = self.waiting.popleft()
         assert popped is seq
-        seq.status = SeqStatus.RUNNING
+        seq.status = RUNNING
         self.running.append(seq)
         if num_cached_tokens:
             seq.num_computed_tokens = num_cached_tokens
@@ -212,7 +212,7 @@ class Scheduler:
         """Free a finished request's memory (it stays in ``running`` until the caller removes it)."""
         self.allocator.free(seq)  # (_free, inlined: once per request)
         self.num_resident_computed_tokens -= seq.num_computed_tokens
-        seq.status = SeqStatus.FINISHED
+        seq.status = FINISHED
         seq.finish_time = now
 
     # -- helpers ---------------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ class Scheduler:
         if not seq.swapped:
             seq.num_lost_tokens += seq.num_computed_tokens
             seq.num_computed_tokens = 0
-        seq.status = SeqStatus.PREEMPTED
+        seq.status = PREEMPTED
         self.waiting.appendleft(seq)
         self.num_swapped_bytes += swap_bytes
         return swap_bytes
