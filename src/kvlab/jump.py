@@ -517,7 +517,9 @@ class Jumps:
                         num_done += 1
                         self.last_finish_time = now
                         finished_now = True
-                    elif seq.num_output_tokens and seq.num_tokens - seq.num_computed_tokens == 1 and join(seq, s):
+                    elif (seq.num_output_tokens  # sampled its first token, and computed all but it:
+                          and seq.request.prompt_len + seq.num_output_tokens - seq.num_computed_tokens == 1
+                          and join(seq, s)):
                         n += 1
                     else:
                         stop_after = True  # a chunk of a prompt: the next iteration is not pure decode

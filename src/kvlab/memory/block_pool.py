@@ -37,15 +37,15 @@ class BlockPool:
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = num_blocks
         self._free = list(range(num_blocks - 1, NULL_BLOCK_ID, -1))
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free)
+        # len(self._free), kept as a plain attribute: the allocator reads it on every admission, and a property
+        # costs a call each time.
+        self.num_free_blocks = len(self._free)
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         free = self._free
         if num_blocks > len(free):
             raise ValueError(f"cannot get {num_blocks} blocks: only {len(free)} free")
+        self.num_free_blocks -= num_blocks
         if num_blocks == 1:
             return [free.pop()]
         blocks = free[-num_blocks:]
@@ -56,6 +56,7 @@ class BlockPool:
     def free_blocks(self, ordered_blocks: list[int]) -> None:
         """Free blocks ordered by eviction priority: the first is reused first."""
         self._free.extend(reversed(ordered_blocks))
+        self.num_free_blocks += len(ordered_blocks)
 
     def free_block_ids(self) -> list[int]:
         """The free queue, front (next handed out) to back."""

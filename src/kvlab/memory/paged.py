@@ -263,6 +263,7 @@ class PagedAllocator:
         assert len(held) == len(self._block_tables), "a block table belongs to a request not among seqs"
         free = self.free_block_ids()
         assert len(set(free)) == len(free), "a block is twice in the free queue"
+        assert self.num_free_blocks == len(free), "the free block count differs from the free queue"
         assert NULL_BLOCK_ID not in free, "the null block is in the free queue"
         holders = [0] * self.num_blocks
         for table in self._block_tables.values():

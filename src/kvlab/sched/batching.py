@@ -51,7 +51,7 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
             cached = 0
         else:
             computed = cached = get_num_cached_tokens(seq)
-        num_new = seq.num_tokens - computed
+        num_new = seq.request.prompt_len + seq.num_output_tokens - computed  # (seq.num_tokens, inlined)
         if not cfg.enable_chunked_prefill and num_new > budget:
             break
         if num_new > budget:

@@ -200,7 +200,7 @@ class Scheduler:
             seq.first_scheduled_time = now
         seq.num_computed_tokens += num_new_tokens
         self.num_resident_computed_tokens += num_new_tokens
-        if seq.num_computed_tokens < seq.num_tokens:
+        if seq.num_computed_tokens < seq.request.prompt_len + seq.num_output_tokens:  # (seq.num_tokens, inlined)
             return False  # a chunk of a prompt: nothing sampled yet
         seq.num_output_tokens += 1
         self.num_sampled_tokens += 1
