@@ -27,9 +27,11 @@ from struct import Struct
 
 from kvlab.cost import PCIE_BANDWIDTH
 from kvlab.sched.output import SchedulerOutput
+from kvlab.memory.base import Fit
 from kvlab.sched.seq import RUNNING, Seq
 
 INF = float("inf")
+NOW = Fit.NOW  # (a module global: see kvlab.memory.paged)
 # A stretch of a jump with nothing but the clock changing runs as numpy arrays when at least this long (below,
 # numpy's per-call cost exceeds the Python loop's ~1-2 µs per iteration).
 VECTOR_MIN_ITERATIONS = 64
@@ -111,6 +113,7 @@ class Jumps:
         caching = self._prefix_caching
         append_blocks = None if caching else getattr(allocator, "append_blocks", None)
         get_num_slots = allocator.get_num_slots
+        allocate_slots = allocator.allocate_slots
 
         seqs: list[Seq] = []  # by position: running order, newcomers appended
         base_c: list[int] = []
@@ -359,10 +362,28 @@ class Jumps:
                     next_last_block = last_block_iters[0] if last_block_iters else INF
                 replay(s, internal)
                 ctx = sum_c + s * n  # context of the decoding requests (each reads it; also their attention pairs)
-                scheduled: dict[int, int] = {}
-                new_ids, num_prefill, num_context, num_pairs, swapped_in = sched.schedule_waiting(
-                    max_batched - n, scheduled
-                )
+                head = waiting[0] if len(waiting) == 1 else None
+                if (head is not None and not caching and not head.num_output_tokens and not head.num_computed_tokens
+                        and not head.num_lost_tokens and not head.swapped  # (never run, or lost nothing)
+                        and head.request.prompt_len <= max_batched - n and len(running) < max_num_seqs):
+                    # The common case, a new request alone in the queue whose prompt fits the budget and a seat:
+                    # the scheduler's waiting loop (continuous batching) comes down to this.
+                    prompt_len = head.request.prompt_len
+                    if allocate_slots(head, prompt_len, 0) is NOW:
+                        sched.admit(head, prompt_len, 0)
+                        scheduled = {head.request_id: prompt_len}
+                        new_ids = [head.request_id]
+                        num_prefill = num_context = prompt_len
+                        num_pairs = prompt_len * (prompt_len + 1) // 2
+                    else:
+                        scheduled, new_ids, num_prefill, num_context, num_pairs = {}, [], 0, 0, 0
+                    sched.admission_blocked = bool(waiting)
+                    swapped_in = 0
+                else:
+                    scheduled = {}
+                    new_ids, num_prefill, num_context, num_pairs, swapped_in = sched.schedule_waiting(
+                        max_batched - n, scheduled
+                    )
                 # cost.iteration_time(n + num_prefill, ctx + num_context, ctx + num_pairs), inlined (as below)
                 t_mem = fixed_s + (ctx + num_context) * kv_token_s
                 t_compute = overhead_s + (
@@ -472,7 +493,6 @@ class Jumps:
 
             changed = finished_now = stop_after = False
             if finishes:
-                replay(finishes[0][0], internal)
                 for f, end_time in finishes:
                     while finish_iters and finish_iters[0] <= f:
                         heappop(finish_iters)
