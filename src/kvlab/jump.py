@@ -371,19 +371,22 @@ class Jumps:
                     prompt_len = head.request.prompt_len
                     if allocate_slots(head, prompt_len, 0) is NOW:
                         sched.admit(head, prompt_len, 0)
-                        scheduled = {head.request_id: prompt_len}
-                        new_ids = [head.request_id]
+                        admitted = [(head, prompt_len)]
                         num_prefill = num_context = prompt_len
                         num_pairs = prompt_len * (prompt_len + 1) // 2
                     else:
-                        scheduled, new_ids, num_prefill, num_context, num_pairs = {}, [], 0, 0, 0
+                        admitted, num_prefill, num_context, num_pairs = [], 0, 0, 0
                     sched.admission_blocked = bool(waiting)
-                    swapped_in = 0
+                    num_new_seqs = len(admitted)
+                    swapped_in = resident_new = 0  # (a new request holds no computed tokens before it runs)
                 else:
-                    scheduled = {}
+                    scheduled: dict[int, int] = {}
                     new_ids, num_prefill, num_context, num_pairs, swapped_in = sched.schedule_waiting(
                         max_batched - n, scheduled
                     )
+                    admitted = [(self.seqs[rid], num_new) for rid, num_new in scheduled.items()]
+                    num_new_seqs = len(new_ids)  # (some may compute nothing yet)
+                    resident_new = sum(self.seqs[rid].num_computed_tokens for rid in new_ids)  # prefix hits
                 # cost.iteration_time(n + num_prefill, ctx + num_context, ctx + num_pairs), inlined (as below)
                 t_mem = fixed_s + (ctx + num_context) * kv_token_s
                 t_compute = overhead_s + (
@@ -394,10 +397,8 @@ class Jumps:
                     dt += swapped_in / PCIE_BANDWIDTH
                 alloc, internal, ovh, dup, free_blocks = slot_counters()
                 # Computed tokens held during the iteration: the decoders' and the newcomers' (prefix hits too).
-                resident = sum_c + (s - 1) * n
-                for rid in new_ids:
-                    resident += self.seqs[rid].num_computed_tokens
-                add_run_bytes(pack_run(1, 0, resident + n + num_prefill, dup, ovh, alloc, internal, n + len(scheduled),
+                resident = sum_c + (s - 1) * n + resident_new
+                add_run_bytes(pack_run(1, 0, resident + n + num_prefill, dup, ovh, alloc, internal, n + len(admitted),
                                        len(running), len(waiting), num_prefill, n, 0, s, -1))
                 add_dt(dt)
                 num_decoded += n
@@ -529,8 +530,7 @@ class Jumps:
                 # Left in the queue with budget to spare and chunked prefill: its head did not fit in memory or
                 # the seats; until a finish, later iterations have neither more memory nor more seats.
                 still_blocked = chunked and max_batched - n - num_prefill > 0
-                for rid, num_new in scheduled.items():
-                    seq = self.seqs[rid]
+                for seq, num_new in admitted:
                     if sched.advance(seq, num_new, now):
                         sched.finish(seq, now)
                         running.remove(seq)
@@ -543,7 +543,7 @@ class Jumps:
                         n += 1
                     else:
                         stop_after = True  # a chunk of a prompt: the next iteration is not pure decode
-                if len(scheduled) < len(new_ids) or (new_ids and waiting and not still_blocked):
+                if len(admitted) < num_new_seqs or (num_new_seqs and waiting and not still_blocked):
                     # Admitted without tokens yet, or a queue left behind maybe for want of budget: a step decides.
                     stop_after = True
                 while finish_iters and finish_iters[0] not in finish_at:
