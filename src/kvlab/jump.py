@@ -650,7 +650,8 @@ class Jumps:
             size = n if len(stops) == 1 else int(batch[a])
             queue = num_waiting if counts is None else num_waiting + int(counts[a])
             first_ctx = ctx_list[a] if ctx_list is not None else int(ctx[a])
-            runs.fromlist([b - a, size, first_ctx, dup, ovh, alloc, internal, size, size, queue, 0, size, 0, s0 + a, -1])
+            runs.frombytes(RUN.pack(b - a, size, first_ctx, dup, ovh, alloc, internal, size, size, queue, 0, size, 0,
+                                    s0 + a, -1))
         self._dts.frombytes(durations[:ran].tobytes())
         ends = [float(times[f - s0 + 1]) for f, _, _ in stops if f - s0 < ran]
         return ran, float(times[ran]), ends, later_runs
