@@ -418,7 +418,7 @@ class Jumps:
                     ran, now, ends, later_runs = self._decode_stretch(
                         first, [(f, len(finish_at[f]), sum(base_c[p] for p in finish_at[f])) for f in stops],
                         n, sum_c, dup, alloc, internal, ovh, now, limit_time,
-                        next_arrival if arrivals_matter and not waiting else INF,
+                        next_arrival if arrivals_matter and not waiting else INF, n < max_memory_bound_n,
                     )
                     next_arrival = self._next_arrival_time
                     s += ran
@@ -582,7 +582,7 @@ class Jumps:
 
     def _decode_stretch(
         self, s0: int, stops: list[tuple[int, int, int]], n: int, sum_c: int, dup: int, alloc: int, internal: int,
-        ovh: int, now: float, limit_time: float, cut_time: float,
+        ovh: int, now: float, limit_time: float, cut_time: float, memory_bound: bool,
     ) -> tuple[int, float, list[float], list[list[int]]]:
         """Iterations s0 .. the last of ``stops`` of a jump in which nothing but the clock changes, no block
         handed out, as numpy arrays: the same elementwise arithmetic as the loop, and the clock accumulated left
@@ -591,7 +591,8 @@ class Jumps:
         iteration starting at or after ``limit_time`` or ``cut_time`` (an arrival that may be admitted);
         arrivals that only join the queue join. Buffers the iterations; returns (iterations run, clock, the
         clock at the end of each stop reached, and per stop the indices in ``_runs`` of the runs after it: what
-        the allocator holds after a finish is for the caller to set there, once it has freed them)."""
+        the allocator holds after a finish is for the caller to set there, once it has freed them).
+        ``memory_bound``: the batch is small enough that every iteration is (see ``_jump``)."""
         import numpy as np
 
         end = stops[-1][0]
@@ -610,7 +611,12 @@ class Jumps:
             ctx *= batch
             ctx += np.repeat(sum_c - gone_c, lengths)
             starts_of_stretches = (np.cumsum(lengths) - lengths).tolist()
-        durations = self.config.cost.iteration_times(batch, ctx, ctx)
+        if memory_bound:  # (np.maximum would pick the memory time: the same floats, fewer passes)
+            fixed_s, kv_token_s = self.config.cost.coefficients[:2]
+            durations = ctx * kv_token_s
+            durations += fixed_s
+        else:
+            durations = self.config.cost.iteration_times(batch, ctx, ctx)
         times = np.empty(num + 1)
         times[0] = now
         times[1:] = durations
@@ -636,7 +642,8 @@ class Jumps:
                     dtype=np.float64,
                 )[::-1]
                 counts = np.searchsorted(joined, starts, side="right")
-                bounds.update((np.flatnonzero(np.diff(counts)) + 1).tolist())
+                # (the queue grows at the first iteration starting at or after each newcomer's arrival)
+                bounds.update(j for j in np.searchsorted(starts, joined, side="left").tolist() if 0 < j < ran)
         bounds = sorted(bounds)
         runs = self._runs
         ctx_list = ctx.tolist() if len(bounds) > 1 else None
