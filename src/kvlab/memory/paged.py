@@ -159,9 +159,7 @@ class PagedAllocator:
         that jumps and steps agree).
         Without prefix caching (nothing to hash); the caller has checked that the free blocks cover them."""
         assert not self.enable_prefix_caching, "with prefix caching, allocate_slots also hashes filled blocks"
-        tables = self._block_tables
-        for request_id, block_id in zip(request_ids, self.block_pool.get_new_blocks(len(request_ids))):
-            tables[request_id].append(block_id)
+        self.block_pool.append_new_blocks(map(self._block_tables.__getitem__, request_ids), len(request_ids))
         self._num_table_entries += len(request_ids)
         self.num_internal_fragmentation_slots += num_internal_slots
 
