@@ -142,6 +142,29 @@ def test_admission_needs_the_whole_sequence_to_fit():
     assert lenient.get_block_ids(1) == [2]
 
 
+def test_append_blocks_hands_out_what_allocate_slots_would():
+    # The simulator's jumps hand out decode blocks in bulk: same block ids, free queue and counters as one
+    # allocate_slots(seq, 1) after another, in the same order.
+    one_by_one, bulk = PagedAllocator(num_blocks=12, block_size=4), PagedAllocator(num_blocks=12, block_size=4)
+    a, b, c = Seq(req(0, 4, 6)), Seq(req(1, 8, 3)), Seq(req(2, 4, 9))  # a: 9 KV tokens, c: 12
+    for seq in (a, b, c):
+        for allocator in (one_by_one, bulk):
+            assert allocator.allocate_slots(seq, seq.num_tokens) is Fit.NOW  # blocks 1 | 2, 3 | 4
+        seq.num_computed_tokens = seq.num_tokens
+    for allocator in (one_by_one, bulk):
+        allocator.free(b)  # the free queue: 3, 2, 5, 6, ...
+    assert one_by_one.allocate_slots(c, 1) is Fit.NOW  # c's 5th token: block 3
+    assert one_by_one.allocate_slots(a, 1) is Fit.NOW  # a's 5th token: block 2
+    a.num_computed_tokens = 8
+    assert one_by_one.allocate_slots(a, 1) is Fit.NOW  # a's 9th and last token: block 5, 3 slots never written
+    bulk.append_blocks([2, 0, 0], num_internal_slots=3)
+    assert [bulk.get_block_ids(i) for i in (0, 2)] == [one_by_one.get_block_ids(i) for i in (0, 2)] == [[1, 2, 5], [4, 3]]
+    assert bulk.free_block_ids() == one_by_one.free_block_ids() == [6, 7, 8, 9, 10, 11]
+    assert bulk.slot_counters() == one_by_one.slot_counters()
+    a.num_computed_tokens, c.num_computed_tokens = 9, 5
+    bulk.check_invariants([a, c])
+
+
 def test_free_of_an_unallocated_request_is_a_no_op():
     allocator = PagedAllocator(num_blocks=4, block_size=4)
     allocator.free(Seq(req(9, 3)))
