@@ -441,8 +441,15 @@ class Simulation(Jumps):
             """A value per run -> the value in each of its iterations."""
             return np.repeat(values, counts)
 
-        # (Arithmetic per run first, then expanded: one pass over the iterations per array, not one per field.)
         run_starts = np.cumsum(counts) - counts
+
+        def cumsum_within_runs(values):
+            """Per iteration, the sum of ``values`` over its run's iterations up to it."""
+            total = np.cumsum(values)
+            total -= expand((total - values)[run_starts])
+            return total
+
+        # (Arithmetic per run first, then expanded: one pass over the iterations per array, not one per field.)
         offsets = np.arange(num, dtype=np.int64) - expand(run_starts)
         token = expand(per_run[:, 2] - per_run[:, 3]) + expand(per_run[:, 1]) * offsets
         alloc = expand(per_run[:, 5])
@@ -454,9 +461,7 @@ class Simulation(Jumps):
             sizes = np.concatenate((np.frombuffer(snapshots, dtype=np.int64), np.zeros(bs, dtype=np.int64)))
             rows = np.where(table[:, 14] >= 0, table[:, 14], len(snapshots) // bs)
             blocks = sizes[expand(rows * bs) + (expand(table[:, 13]) + offsets) % bs]
-            handed_out = np.cumsum(blocks)
-            handed_out -= expand((handed_out - blocks)[run_starts])  # within each run
-            alloc += bs * handed_out
+            alloc += bs * cumsum_within_runs(blocks)
         internal = expand(per_run[:, 6])
         changes = self._internal_changes
         if changes:
@@ -464,9 +469,7 @@ class Simulation(Jumps):
             # (the iterations of the changes, and their slots, one after the other; summed per iteration)
             added = np.bincount(where[0::2], weights=where[1::2], minlength=num)
             del where
-            grown = np.cumsum(added)
-            grown -= expand((grown - added)[run_starts])  # within each run
-            internal += grown
+            internal += cumsum_within_runs(added)
         overhead = expand(per_run[:, 4])
         reserved = alloc - token - internal
         free = self.allocator.num_slots - alloc - overhead
