@@ -61,14 +61,18 @@ class CostModel:
     flops_efficiency: float = FLOPS_EFFICIENCY
     overhead_s: float = ITERATION_OVERHEAD_S
     # (weights read + overhead in seconds, seconds to read one context token's KV, flops_per_token,
-    # attention_flops_per_pair, effective FLOP/s, overhead_s): what ``iteration_time`` computes with, for the
+    # attention_flops_per_pair, effective FLOP/s, overhead_s): what ``iteration_times`` computes with, for the
     # simulator's jumps, which inline it: ``fixed + context * per_token`` against ``overhead + (flops_per_token *
     # tokens + per_pair * pairs) / flops``, the larger. (A decode iteration is memory-bound at any batch size below
     # some limit: its time is then two float operations.)
     coefficients: tuple[float, float, float, float, float, float] = field(init=False, repr=False, compare=False)
 
-    def terms(self, num_tokens: int, num_context_tokens: int, num_attention_pairs: int) -> IterationCost:
+    def terms(self, num_seqs, num_prefill_tokens, num_decode_tokens, num_context_tokens,
+              num_attention_pairs) -> IterationCost:
+        """The iteration's time, term by term (``total`` is ``iteration_times`` up to the last bit)."""
+        del num_seqs  # (no per-sequence term in this model)
         bandwidth = self.memory_bandwidth * self.bandwidth_efficiency
+        num_tokens = num_prefill_tokens + num_decode_tokens
         flops = self.flops_per_token * num_tokens + self.attention_flops_per_pair * num_attention_pairs
         return IterationCost(
             weights=self.weights_bytes / bandwidth,
@@ -77,24 +81,25 @@ class CostModel:
             overhead=self.overhead_s,
         )
 
-    def iteration_time(self, num_tokens: int, num_context_tokens: int, num_attention_pairs: int) -> float:
-        """The hot path of the simulator: ``terms(...).total`` without the object, arranged for speed (the
-        overhead added to both sides before the larger is taken, reading the weights counted with the overhead,
-        a context token's read time a coefficient), so it may differ from ``total`` in the last bit. The
-        simulator's jumps and ``iteration_times`` do exactly this arithmetic (see ``coefficients``)."""
+    def iteration_times(self, num_seqs, num_prefill_tokens, num_decode_tokens, num_context_tokens,
+                        num_attention_pairs):
+        """How long iterations take, in seconds: the one cost function of the simulator.
+
+        Each argument is a number (one iteration: a float comes back, computed with plain Python arithmetic)
+        or a numpy array (one iteration per element: an array comes back). The same operations in the same
+        order either way, so an element equals the scalar result bit for bit. Arranged for speed (the overhead
+        added to both sides before the larger is taken, reading the weights counted with the overhead), so it
+        may differ from ``terms(...).total`` in the last bit."""
+        del num_seqs  # (no per-sequence term in this model)
         fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
         t_mem = fixed_s + num_context_tokens * kv_token_s
-        t_compute = overhead_s + (flops_per_token * num_tokens + flops_per_pair * num_attention_pairs) / flops
-        return t_mem if t_mem >= t_compute else t_compute
-
-    def iteration_times(self, num_tokens, num_context_tokens, num_attention_pairs):
-        """``iteration_time`` over numpy arrays of context tokens and pairs (one iteration each): the same
-        operations in the same order, so each element equals the scalar result bit for bit."""
+        t_compute = overhead_s + (
+            flops_per_token * (num_prefill_tokens + num_decode_tokens) + flops_per_pair * num_attention_pairs
+        ) / flops
+        if t_mem.__class__ is float:
+            return t_mem if t_mem >= t_compute else t_compute
         import numpy as np
 
-        fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
-        t_mem = fixed_s + num_context_tokens * kv_token_s
-        t_compute = overhead_s + (flops_per_token * num_tokens + flops_per_pair * num_attention_pairs) / flops
         # The larger of two positive numbers: np.maximum picks the same one as the scalar `if`.
         return np.maximum(t_mem, t_compute)
 

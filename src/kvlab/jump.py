@@ -334,7 +334,7 @@ class Jumps:
                 next_last_block = last_block_iters[0] if last_block_iters else INF
                 alloc, internal, ovh, dup, free_blocks = slot_counters()
                 ctx = sum_c + s * n
-                dt = cost.iteration_time(n, ctx, ctx)
+                dt = cost.iteration_times(n, 0, n, ctx, ctx)
                 if swap_bytes:
                     dt += swap_bytes / PCIE_BANDWIDTH
                 add_run_bytes(pack_run(1, n, ctx, dup, ovh, alloc, internal, n, len(running), len(waiting), 0, n,
@@ -616,7 +616,7 @@ class Jumps:
             durations = ctx * kv_token_s
             durations += fixed_s
         else:
-            durations = self.config.cost.iteration_times(batch, ctx, ctx)
+            durations = self.config.cost.iteration_times(batch, 0, batch, ctx, ctx)
         times = np.empty(num + 1)
         times[0] = now
         times[1:] = durations

@@ -279,7 +279,8 @@ class Simulation(Jumps):
         num_tokens = out.num_prefill_tokens + out.num_decode_tokens
         if not num_tokens and not out.new_req_ids and not out.preempted_req_ids:
             raise RuntimeError(f"no progress in iteration {out.step}: {sched.running!r} {list(sched.waiting)[:3]!r}")
-        dt = self.config.cost.iteration_time(num_tokens, out.num_context_tokens, out.num_attention_pairs)
+        dt = self.config.cost.iteration_times(out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
+                                             out.num_context_tokens, out.num_attention_pairs)
         if out.num_swap_bytes:
             dt += out.num_swap_bytes / PCIE_BANDWIDTH
         usage = slot_usage(self.allocator, sched.num_resident_computed_tokens + num_tokens)

@@ -125,7 +125,7 @@ def typical_iteration(config, summary: dict) -> dict:
     iteration: one new token per request): what an iteration's time is made of, in ms."""
     num_seqs = summary["mean_batch_size"]
     context = summary["memory_shares"]["token"] / 100 * config.num_slots
-    terms = config.cost.terms(round(num_seqs), round(context), round(context))
+    terms = config.cost.terms(round(num_seqs), 0, round(num_seqs), round(context), round(context))
     return {"num_seqs": num_seqs, "num_context_tokens": context, "weights_ms": 1e3 * terms.weights,
             "kv_ms": 1e3 * terms.kv, "compute_ms": 1e3 * terms.compute, "overhead_ms": 1e3 * terms.overhead,
             "total_ms": 1e3 * terms.total, "bound": terms.bound}
