@@ -83,12 +83,24 @@ class Sequence(Protocol):
     num_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeRun:
+    """What ``allocate_decode_run`` handed out: the iterations it covers (0: not even the first, nothing was
+    allocated) and, per block, ``(iteration, slots, internal fragmentation slots)`` with the iteration counted
+    from 0, in the order the blocks went out. A contiguous slab holds every token already: no growth."""
+
+    num_iterations: int
+    growth: tuple[tuple[int, int, int], ...] = ()
+
+
 class KVAllocator(Protocol):
-    """The interface every memory strategy implements (contiguous: max, pow2, oracle; paged).
+    """The interface every memory strategy implements (contiguous: max, pow2, oracle; paged), and all that its
+    callers use.
 
     The calls mirror vLLM's KVCacheManager:
       get_num_cached_tokens  prefix-cache hit for a request about to be admitted (0 where nothing is shared)
       allocate_slots         make room for ``num_computed_tokens + num_new_tokens`` tokens of ``seq``
+      allocate_decode_run    allocate_slots(seq, 1) for many decoding requests over many iterations at once
       free                   give back everything ``seq`` holds
     Counters (slots): ``num_slots`` capacity; ``num_allocated_slots`` handed to requests (a shared block once);
     ``num_internal_fragmentation_slots``; ``num_overhead_slots``; ``num_duplicate_token_slots`` (slots that
@@ -96,14 +108,34 @@ class KVAllocator(Protocol):
     """
 
     num_slots: int
-    num_allocated_slots: int
-    num_internal_fragmentation_slots: int
-    num_overhead_slots: int
-    num_duplicate_token_slots: int
+    enable_prefix_caching: bool
+
+    @property
+    def num_allocated_slots(self) -> int: ...
+
+    @property
+    def num_internal_fragmentation_slots(self) -> int: ...
+
+    @property
+    def num_overhead_slots(self) -> int: ...
+
+    @property
+    def num_duplicate_token_slots(self) -> int: ...
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks a running request can still grow into (0 for slabs, which never grow)."""
+        ...
 
     def get_num_cached_tokens(self, seq: Sequence) -> int: ...
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit: ...
+
+    def allocate_decode_run(self, seqs: list[Sequence], max_iterations: int) -> DecodeRun:
+        """``allocate_slots(seq, 1)`` for each of ``seqs`` (each computes the one token it sampled last), for up
+        to ``max_iterations`` iterations, in step order (by iteration, then in ``seqs``' order): as many
+        iterations as memory covers. The scheduler's runs of iterations allocate through it."""
+        ...
 
     def free(self, seq: Sequence) -> None: ...
 
@@ -111,9 +143,15 @@ class KVAllocator(Protocol):
         """Slots the request holds (0 if none): it can compute that many tokens before allocating again."""
         ...
 
-    def can_ever_fit(self, request: Request) -> bool: ...
+    def why_never_fits(self, request: Request) -> str | None:
+        """None if the request can ever be served, else why not (the simulator rejects it with that reason)."""
+        ...
 
     def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot: ...
+
+    def check_invariants(self, seqs: list[Sequence]) -> None:
+        """For tests: the allocator's structures and counters agree with a recount (AssertionError if not)."""
+        ...
 
 
 def slot_usage(allocator: KVAllocator, num_resident_computed_tokens: int) -> SlotUsage:

@@ -21,11 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvlab.errors import KvlabError
-from kvlab.memory.base import BlockSnapshot, Fit, Sequence, check_slot_states
+from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states
 from kvlab.memory.buddy import BuddyAllocator, next_pow2
 from kvlab.workload.request import Request
 
-# (An Enum member read through its class costs a metaclass lookup, ~6x a module global: hot paths use this.)
 NOW = Fit.NOW
 
 
@@ -83,11 +82,7 @@ class ContiguousAllocator:
         self.num_internal_fragmentation_slots = 0
         self.num_overhead_slots = 0
         self.num_duplicate_token_slots = 0  # nothing is shared between slabs
-
-    def slot_counters(self) -> tuple[int, int, int, int, int]:
-        """(num_allocated_slots, num_internal_fragmentation_slots, num_overhead_slots, num_duplicate_token_slots,
-        free blocks: 0, a slab never grows) in one call, as PagedAllocator.slot_counters."""
-        return self.num_allocated_slots, self.num_internal_fragmentation_slots, self.num_overhead_slots, 0, 0
+        self.enable_prefix_caching = False
 
     def slab_size(self, request: Request) -> int:
         return self._slab_size(request, self.max_model_len)
@@ -103,9 +98,18 @@ class ContiguousAllocator:
     def get_num_cached_tokens(self, seq: Sequence) -> int:
         return 0  # no prefix sharing between slabs
 
-    def can_ever_fit(self, request: Request) -> bool:
+    def why_never_fits(self, request: Request) -> str | None:
         slab = self.slab_size(request)
-        return request.num_kv_tokens <= slab <= self.buddy.largest_region
+        if slab > self.buddy.largest_region:
+            return f"{self.policy} slab larger than the buddy allocator's largest block ({self.buddy.largest_region:,} slots)"
+        assert request.num_kv_tokens <= slab, "a slab holds every token its request writes"
+        return None
+
+    num_free_blocks = 0  # a slab never grows
+
+    def allocate_decode_run(self, seqs: list[Sequence], max_iterations: int) -> DecodeRun:
+        """A slab holds every token its request will write: decoding never allocates."""
+        return DecodeRun(max_iterations)
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit:
         """Reserve the request's slab on its first call; later calls only check they stay inside it."""

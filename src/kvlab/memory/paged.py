@@ -31,11 +31,10 @@ from __future__ import annotations
 from itertools import chain
 
 from kvlab.errors import KvlabError
-from kvlab.memory.base import BlockSnapshot, Fit, Sequence, check_slot_states
+from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
 
-# (An Enum member read through its class costs a metaclass lookup, ~6x a module global: hot paths use these.)
 NOW, LATER, NEVER = Fit.NOW, Fit.LATER, Fit.NEVER
 
 
@@ -79,10 +78,6 @@ class PagedAllocator:
     # Counters (slots) ---------------------------------------------------------------------------------------
 
     @property
-    def num_free_blocks(self) -> int:
-        return self.block_pool.num_free_blocks
-
-    @property
     def num_allocated_slots(self) -> int:
         """Slots of blocks with ref_cnt > 0: every block but the null block and the free ones."""
         return self.block_size * (self.num_blocks - 1 - self.block_pool.num_free_blocks)
@@ -93,23 +88,16 @@ class PagedAllocator:
         num_owned_blocks = self.num_blocks - 1 - self.block_pool.num_free_blocks
         return self.block_size * (self._num_table_entries - num_owned_blocks)
 
-    def slot_counters(self) -> tuple[int, int, int, int, int]:
-        """(num_allocated_slots, num_internal_fragmentation_slots, num_overhead_slots, num_duplicate_token_slots,
-        num_free_blocks) in one call: the simulator reads them after every event of a jump."""
-        num_free = self.block_pool.num_free_blocks
-        num_owned_blocks = self.num_blocks - 1 - num_free
-        return (
-            self.block_size * num_owned_blocks,
-            self.num_internal_fragmentation_slots,
-            self.num_overhead_slots,
-            self.block_size * (self._num_table_entries - num_owned_blocks),
-            num_free,
-        )
-
     # The KVAllocator interface ------------------------------------------------------------------------------
 
-    def can_ever_fit(self, request: Request) -> bool:
-        return -(-request.num_kv_tokens // self.block_size) <= self.num_blocks - 1
+    def why_never_fits(self, request: Request) -> str | None:
+        if -(-request.num_kv_tokens // self.block_size) <= self.num_blocks - 1:
+            return None
+        return "larger than the whole KV cache"
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
 
     def get_num_cached_tokens(self, seq: Sequence) -> int:
         """Prefix-cache hit, in tokens, for a request about to be admitted (0 without prefix caching)."""
@@ -151,17 +139,41 @@ class PagedAllocator:
             self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
         return NOW
 
-    def append_blocks(self, request_ids: list[int], num_internal_slots: int) -> None:
-        """One more block for each request, in this order: what ``allocate_slots(seq, 1)`` does when a running
-        request's next token starts a new block, for many requests at once (the simulator's decode jumps).
-        ``num_internal_slots``: the slots of these blocks beyond their request's last token (the caller knows
-        which block is a request's last; steps count them in ``allocate_slots``, and tests/test_sim.py checks
-        that jumps and steps agree).
-        Without prefix caching (nothing to hash); the caller has checked that the free blocks cover them."""
-        assert not self.enable_prefix_caching, "with prefix caching, allocate_slots also hashes filled blocks"
-        self.block_pool.append_new_blocks(map(self._block_tables.__getitem__, request_ids), len(request_ids))
-        self._num_table_entries += len(request_ids)
-        self.num_internal_fragmentation_slots += num_internal_slots
+    def allocate_decode_run(self, seqs: list[Sequence], max_iterations: int) -> DecodeRun:
+        """``allocate_slots(seq, 1)`` for every request of ``seqs`` (each computes the token it sampled last),
+        iteration after iteration, for as many of ``max_iterations`` iterations as the free blocks cover.
+
+        The blocks go out in the order steps would hand them out: by iteration, then in ``seqs``' order. With
+        ``s`` slots held and ``c`` tokens computed, a request computes token ``c + j - 1`` in iteration ``j`` and
+        needs a new block in iterations ``s - c + 1``, then every ``block_size`` iterations."""
+        bs = self.block_size
+        tables = self._block_tables
+        limit = max_iterations
+        needs: list[tuple[int, int]] = []  # (iteration, position in seqs) of each new block
+        for position, seq in enumerate(seqs):
+            first = len(tables[seq.request.request_id]) * bs - seq.num_computed_tokens + 1
+            needs.extend((j, position) for j in range(first, limit + 1, bs))
+        num_free = self.block_pool.num_free_blocks
+        if len(needs) > num_free:
+            needs.sort()
+            limit = needs[num_free][0] - 1  # the first iteration whose blocks are not all free
+            if limit == 0:
+                return DecodeRun(0, ())
+            del needs[num_free:]
+            while needs and needs[-1][0] > limit:
+                needs.pop()
+        elif len(needs) > 1:
+            needs.sort()
+        growth = []
+        for j, position in needs:
+            request_id = seqs[position].request.request_id
+            internal = self.num_internal_fragmentation_slots
+            self._append_new_blocks(request_id, tables[request_id], 1)
+            growth.append((j - 1, bs, self.num_internal_fragmentation_slots - internal))
+        if self.enable_prefix_caching:
+            for seq in seqs:  # the blocks the run filled get their hashes
+                self._cache_blocks(seq.request, tables[seq.request.request_id], seq.num_computed_tokens + limit)
+        return DecodeRun(limit, tuple(growth))
 
     def free(self, seq: Sequence) -> None:
         """Give back every block of the request, tail first; shared blocks only lose a reference."""
