@@ -107,9 +107,9 @@ class IterationRecorder:
         self.start_time = start_time
         self.integral = UsageIntegral()
         self.log = IterationLog() if keep_log else None
-        self._runs = {name: array("q") for name in RunRow._fields}
+        self._rows: list[RunRow] = []
         self._durations = array("d")
-        self._growth = {name: array("q") for name in ("iteration", "slots", "internal")}
+        self._growth: list[tuple[int, tuple[tuple[int, int, int], ...]]] = []  # (first iteration, run's growth)
         # (iteration, clock) where buffered iterations start and where they resume after the clock jumped
         # (idle until an arrival); in between, each starts when the one before ends.
         self._clock_starts: list[tuple[int, float]] = []
@@ -120,12 +120,9 @@ class IterationRecorder:
         first = len(self._durations)
         if not first or start != self._clock_end:
             self._clock_starts.append((first, start))
-        for column, value in zip(self._runs.values(), row):
-            column.append(value)
-        for offset, slots, internal in growth:
-            self._growth["iteration"].append(first + offset)
-            self._growth["slots"].append(slots)
-            self._growth["internal"].append(internal)
+        self._rows.append(row)
+        if growth:
+            self._growth.append((first, growth))
         if isinstance(durations, list):
             end = start
             for dt in durations:
@@ -148,14 +145,18 @@ class IterationRecorder:
         import numpy as np
 
         dt = np.frombuffer(self._durations, dtype=np.float64).copy()
-        runs = {name: np.frombuffer(column, dtype=np.int64).copy() for name, column in self._runs.items()}
-        growth = {name: np.frombuffer(column, dtype=np.int64).copy() for name, column in self._growth.items()}
+        table = np.array(self._rows, dtype=np.int64).reshape(-1, len(RunRow._fields))
+        runs = {name: table[:, i] for i, name in enumerate(RunRow._fields)}
+        blocks = np.array([(first + at, slots, internal) for first, run in self._growth for at, slots, internal in run],
+                          dtype=np.int64).reshape(-1, 3)
+        growth = {"iteration": blocks[:, 0], "slots": blocks[:, 1], "internal": blocks[:, 2]}
         states = self._expand(runs, growth, len(dt))
         self._integrate(states, dt, runs)
         if self.log is not None:
             self._log_rows(states, dt, runs)
-        for column in (*self._runs.values(), *self._growth.values(), self._durations):
-            del column[:]
+        self._rows.clear()
+        self._growth.clear()
+        del self._durations[:]
         self._clock_starts.clear()
 
     def _expand(self, runs: dict, growth: dict, num: int) -> dict:

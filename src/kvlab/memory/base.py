@@ -92,6 +92,9 @@ class DecodeRun:
     num_iterations: int
     growth: tuple[tuple[int, int, int], ...] = ()
 
+    def __bool__(self) -> bool:
+        return self.num_iterations > 0
+
 
 class KVAllocator(Protocol):
     """The interface every memory strategy implements (contiguous: max, pow2, oracle; paged), and all that its

@@ -152,24 +152,35 @@ class PagedAllocator:
         needs: list[tuple[int, int]] = []  # (iteration, position in seqs) of each new block
         for position, seq in enumerate(seqs):
             first = len(tables[seq.request.request_id]) * bs - seq.num_computed_tokens + 1
-            needs.extend((j, position) for j in range(first, limit + 1, bs))
+            while first <= limit:  # (at most once in most runs: they are shorter than a block)
+                needs.append((first, position))
+                first += bs
+        if not needs:
+            return DecodeRun(limit)
         num_free = self.block_pool.num_free_blocks
+        needs.sort()
         if len(needs) > num_free:
-            needs.sort()
             limit = needs[num_free][0] - 1  # the first iteration whose blocks are not all free
             if limit == 0:
-                return DecodeRun(0, ())
+                return DecodeRun(0)
             del needs[num_free:]
             while needs and needs[-1][0] > limit:
                 needs.pop()
-        elif len(needs) > 1:
-            needs.sort()
         growth = []
+        num_kv_tokens = self._num_kv_tokens
+        get_new_blocks = self.block_pool.get_new_blocks
         for j, position in needs:
             request_id = seqs[position].request.request_id
-            internal = self.num_internal_fragmentation_slots
-            self._append_new_blocks(request_id, tables[request_id], 1)
-            growth.append((j - 1, bs, self.num_internal_fragmentation_slots - internal))
+            table = tables[request_id]
+            table.extend(get_new_blocks(1))
+            # Internal fragmentation: the slots of the new block beyond the last token the request will write.
+            internal = min(bs, len(table) * bs - num_kv_tokens[request_id])
+            if internal > 0:
+                self.num_internal_fragmentation_slots += internal
+                growth.append((j - 1, bs, internal))
+            else:
+                growth.append((j - 1, bs, 0))
+        self._num_table_entries += len(needs)
         if self.enable_prefix_caching:
             for seq in seqs:  # the blocks the run filled get their hashes
                 self._cache_blocks(seq.request, tables[seq.request.request_id], seq.num_computed_tokens + limit)

@@ -132,7 +132,14 @@ class Scheduler:
         scheduled: dict[int, int] = {}
         preempted: list[Seq] = []
         num_running = len(self.running)
-        budget, totals, swap_bytes = self._running_loop(budget, scheduled, preempted)
+        if self._decoding and 0 < num_running <= budget and self.allocator.allocate_decode_run(self.running, 1):
+            # Everyone decodes and this iteration's blocks are free: the running loop's outcome, in bulk.
+            for seq in self.running:
+                scheduled[seq.request_id] = 1
+            num_context = self.num_resident_computed_tokens + num_running
+            budget, totals, swap_bytes = budget - num_running, [0, num_running, num_context, num_context], 0
+        else:
+            budget, totals, swap_bytes = self._running_loop(budget, scheduled, preempted)
         new_ids: list[int] = []
         if not preempted:  # vLLM admits nobody in an iteration that preempted
             new_ids, waiting_totals, swapped_in = self._waiting_loop(budget, scheduled)
@@ -240,18 +247,17 @@ class Scheduler:
             finished = self._advance_run(output.num_iterations)
         else:
             by_id = {s.request_id: s for s in self.running}
+            num_sampled = self.num_sampled_tokens
             finished = [by_id[req_id] for req_id, num_new in output.num_scheduled_tokens.items()
                         if self._advance(by_id[req_id], num_new, started, now)]
+            # Every running request computed its tokens and sampled one: next, each decodes the one it sampled.
+            self._decoding = self.num_sampled_tokens - num_sampled == len(self.running)
         if finished:
             for seq in finished:
                 self.finish(seq, now)
             done = {s.request_id for s in finished}
             self.running = [s for s in self.running if s.request_id not in done]
             self._admission_blocked = False  # memory and a seat were freed
-        if output.num_iterations == 1:
-            self._decoding = all(
-                seq.num_tokens - seq.num_computed_tokens == 1 and seq.num_output_tokens for seq in self.running
-            )
         return finished
 
     def _advance(self, seq: Seq, num_new_tokens: int, started: float, now: float) -> bool:
