@@ -86,8 +86,8 @@ class Sequence(Protocol):
 @dataclass(frozen=True, slots=True)
 class DecodeRun:
     """What ``allocate_decode_run`` handed out: the iterations it covers (0: not even the first, nothing was
-    allocated) and, per block, ``(iteration, slots, internal fragmentation slots)`` with the iteration counted
-    from 0, in the order the blocks went out. A contiguous slab holds every token already: no growth."""
+    allocated) and ``(iteration from 0, slots, internal fragmentation slots)`` entries that add up, per
+    iteration, what its blocks added to the counters. A contiguous slab holds every token already: no growth."""
 
     num_iterations: int
     growth: tuple[tuple[int, int, int], ...] = ()
@@ -152,8 +152,9 @@ class KVAllocator(Protocol):
 
     def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot: ...
 
-    def check_invariants(self, seqs: list[Sequence]) -> None:
-        """For tests: the allocator's structures and counters agree with a recount (AssertionError if not)."""
+    def check_invariants(self, seqs: list[Sequence], *, in_running_order: bool = False) -> None:
+        """For tests: the allocator's structures and counters agree with a recount (AssertionError if not);
+        ``in_running_order``: ``seqs`` is the scheduler's running queue."""
         ...
 
 

@@ -32,6 +32,7 @@ from itertools import chain
 
 from kvlab.errors import KvlabError
 from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states
+from kvlab.memory.block_needs import BlockNeeds
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
 
@@ -67,6 +68,7 @@ class PagedAllocator:
             PrefixCachingBlockPool(num_blocks) if enable_prefix_caching else BlockPool(num_blocks)
         )
         self._block_tables: dict[int, list[int]] = {}  # request_id -> block ids, in token order
+        self._needs = BlockNeeds(block_size)  # when each request will need its next block (decode runs)
         self._num_kv_tokens: dict[int, int] = {}  # request_id -> slots it will ever write (Request.num_kv_tokens)
         self._num_table_entries = 0  # sum of block table lengths: a shared block once per holder
         self.num_internal_fragmentation_slots = 0
@@ -134,62 +136,44 @@ class PagedAllocator:
             if num_new_blocks > self.block_pool.num_free_blocks:
                 return NEVER if len(table) + num_new_blocks > self.num_blocks - 1 else LATER
             self._append_new_blocks(request_id, table, num_new_blocks)
+        self._needs.update(request_id, len(table) * self.block_size, num_tokens, self._num_kv_tokens[request_id])
         # With prefix caching, blocks just filled get their hashes (checked here first: most steps fill none).
         if self.enable_prefix_caching and num_tokens // self.block_size > self._num_cached_blocks[request_id]:
             self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
         return NOW
 
     def allocate_decode_run(self, seqs: list[Sequence], max_iterations: int) -> DecodeRun:
-        """``allocate_slots(seq, 1)`` for every request of ``seqs`` (each computes the token it sampled last),
-        iteration after iteration, for as many of ``max_iterations`` iterations as the free blocks cover.
-
-        The blocks go out in the order steps would hand them out: by iteration, then in ``seqs``' order. With
-        ``s`` slots held and ``c`` tokens computed, a request computes token ``c + j - 1`` in iteration ``j`` and
-        needs a new block in iterations ``s - c + 1``, then every ``block_size`` iterations."""
-        bs = self.block_size
-        tables = self._block_tables
-        limit = max_iterations
-        needs: list[tuple[int, int]] = []  # (iteration, position in seqs) of each new block
-        for position, seq in enumerate(seqs):
-            first = len(tables[seq.request.request_id]) * bs - seq.num_computed_tokens + 1
-            while first <= limit:  # (at most once in most runs: they are shorter than a block)
-                needs.append((first, position))
-                first += bs
-        if not needs:
-            return DecodeRun(limit)
-        num_free = self.block_pool.num_free_blocks
-        needs.sort()
-        if len(needs) > num_free:
-            limit = needs[num_free][0] - 1  # the first iteration whose blocks are not all free
-            if limit == 0:
-                return DecodeRun(0)
-            del needs[num_free:]
-            while needs and needs[-1][0] > limit:
-                needs.pop()
+        """``allocate_slots(seq, 1)`` for every request of ``seqs`` (all the requests holding blocks, in running
+        order; each computes the token it sampled last), iteration after iteration, for as many of
+        ``max_iterations`` iterations as the free blocks cover. The blocks go out in the order steps would hand
+        them out: by iteration, then running order (``BlockNeeds`` knows who needs one when)."""
+        num_iterations, needs, internal = self._needs.due(max_iterations, self.block_pool.num_free_blocks)
+        if num_iterations == 0:
+            return DecodeRun(0)
+        bs, pool, tables = self.block_size, self.block_pool, self._block_tables
         growth = []
-        num_kv_tokens = self._num_kv_tokens
-        get_new_blocks = self.block_pool.get_new_blocks
-        for j, position in needs:
-            request_id = seqs[position].request.request_id
-            table = tables[request_id]
-            table.extend(get_new_blocks(1))
-            # Internal fragmentation: the slots of the new block beyond the last token the request will write.
-            internal = min(bs, len(table) * bs - num_kv_tokens[request_id])
-            if internal > 0:
-                self.num_internal_fragmentation_slots += internal
-                growth.append((j - 1, bs, internal))
+        for j, request_ids in needs:
+            if pool.enable_caching:
+                for request_id in request_ids:
+                    tables[request_id].extend(pool.get_new_blocks(1))
             else:
-                growth.append((j - 1, bs, 0))
-        self._num_table_entries += len(needs)
+                pool.append_new_blocks(map(tables.__getitem__, request_ids), len(request_ids))
+            self._num_table_entries += len(request_ids)
+            growth.append((j - 1, bs * len(request_ids), 0))
+        for j, slots in internal:  # last blocks: their slots beyond the request's last token
+            self.num_internal_fragmentation_slots += slots
+            growth.append((j - 1, 0, slots))
         if self.enable_prefix_caching:
             for seq in seqs:  # the blocks the run filled get their hashes
-                self._cache_blocks(seq.request, tables[seq.request.request_id], seq.num_computed_tokens + limit)
-        return DecodeRun(limit, tuple(growth))
+                table = self._block_tables[seq.request.request_id]
+                self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
+        return DecodeRun(num_iterations, tuple(growth))
 
     def free(self, seq: Sequence) -> None:
         """Give back every block of the request, tail first; shared blocks only lose a reference."""
         request_id = seq.request.request_id
         table = self._block_tables.pop(request_id, None)
+        self._needs.forget(request_id)
         if self.enable_prefix_caching:
             self._num_cached_blocks.pop(request_id, None)
             self._block_hashes.pop(request_id, None)
@@ -278,8 +262,9 @@ class PagedAllocator:
             shared=tuple((refs > 1).tolist()),
         )
 
-    def check_invariants(self, seqs: list[Sequence]) -> None:
-        """For tests: every block is either free or owned, ref counts match the tables, counters a recount."""
+    def check_invariants(self, seqs: list[Sequence], *, in_running_order: bool = False) -> None:
+        """For tests: every block is either free or owned, ref counts match the tables, counters a recount;
+        ``in_running_order``: ``seqs`` are the scheduler's running queue, which must be in admission order."""
         held = [seq for seq in seqs if seq.request.request_id in self._block_tables]
         assert len(held) == len(self._block_tables), "a block table belongs to a request not among seqs"
         free = self.free_block_ids()
@@ -326,6 +311,12 @@ class PagedAllocator:
         for seq in held:
             table = self._block_tables[seq.request.request_id]
             assert seq.num_computed_tokens <= len(table) * self.block_size, "computed tokens without slots"
+            assert self._needs.next_block_iteration(seq.request.request_id) == (
+                len(table) * self.block_size - seq.num_computed_tokens + 1
+            ), "the next block's iteration differs from the slots left"
+        if in_running_order:  # the order decode runs hand blocks out in (see BlockNeeds)
+            stamps = [self._needs.stamp(seq.request.request_id) for seq in held]
+            assert stamps == sorted(stamps), "the requests holding blocks are not in the order they were admitted"
         check_slot_states(self, held)
 
     # Internals ----------------------------------------------------------------------------------------------
@@ -379,6 +370,7 @@ class PagedAllocator:
             if internal > 0:
                 self.num_internal_fragmentation_slots += internal
         self._block_tables[request_id] = table
+        self._needs.admit(request_id, len(table) * bs, num_tokens, num_kv_tokens)
         if self.enable_prefix_caching:
             self._num_cached_blocks[request.request_id] = num_hit
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
