@@ -396,20 +396,20 @@ class Simulation:
         for _, slots, internal in out.kv_growth:
             grown_slots += slots
             grown_internal += internal
-        token = sched.num_resident_computed_tokens + out.total_num_scheduled_tokens - allocator.num_duplicate_token_slots
-        return RunRow(
-            num_iterations=out.num_iterations,
-            num_seqs=out.num_seqs,
-            num_running=len(sched.running),
-            num_waiting=len(sched.waiting),
-            num_prefill_tokens=out.num_prefill_tokens,
-            num_decode_tokens=out.num_decode_tokens,
-            num_preemptions=len(out.preempted_req_ids),
-            token=token,
-            token_step=out.num_decode_tokens if out.num_iterations > 1 else 0,
-            allocated=allocator.num_allocated_slots - grown_slots,
-            internal_fragmentation=allocator.num_internal_fragmentation_slots - grown_internal,
-            overhead=allocator.num_overhead_slots,
+        decode = out.num_decode_tokens
+        return RunRow(  # (positional: the fields in RunRow's order)
+            out.num_iterations,
+            out.num_seqs,
+            len(sched.running),
+            len(sched.waiting),
+            out.num_prefill_tokens,
+            decode,
+            len(out.preempted_req_ids),
+            sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - allocator.num_duplicate_token_slots,
+            decode if out.num_iterations > 1 else 0,
+            allocator.num_allocated_slots - grown_slots,
+            allocator.num_internal_fragmentation_slots - grown_internal,
+            allocator.num_overhead_slots,
         )
 
     def _arrive(self) -> None:

@@ -246,10 +246,8 @@ class Scheduler:
         if output.num_iterations > 1:
             finished = self._advance_run(output.num_iterations)
         else:
-            by_id = {s.request_id: s for s in self.running}
             num_sampled = self.num_sampled_tokens
-            finished = [by_id[req_id] for req_id, num_new in output.num_scheduled_tokens.items()
-                        if self._advance(by_id[req_id], num_new, started, now)]
+            finished = self._advance_iteration(output, started, now)
             # Every running request computed its tokens and sampled one: next, each decodes the one it sampled.
             self._decoding = self.num_sampled_tokens - num_sampled == len(self.running)
         if finished:
@@ -260,20 +258,30 @@ class Scheduler:
             self._admission_blocked = False  # memory and a seat were freed
         return finished
 
-    def _advance(self, seq: Seq, num_new_tokens: int, started: float, now: float) -> bool:
-        """``seq`` computed ``num_new_tokens`` in the iteration that ran from ``started`` to ``now``; if its
-        computed tokens caught up, it samples one token. Returns whether that was its last."""
-        if seq.first_scheduled_time is None:
-            seq.first_scheduled_time = started
-        seq.num_computed_tokens += num_new_tokens
-        self.num_resident_computed_tokens += num_new_tokens
-        if seq.num_computed_tokens < seq.num_tokens:
-            return False  # a chunk of a prompt: nothing sampled yet
-        seq.num_output_tokens += 1
-        self.num_sampled_tokens += 1
-        if seq.first_token_time is None:
-            seq.first_token_time = now
-        return seq.num_output_tokens >= seq.request.num_output_tokens
+    def _advance_iteration(self, output: SchedulerOutput, started: float, now: float) -> list[Seq]:
+        """The scheduled requests computed their tokens in the iteration from ``started`` to ``now``; those whose
+        computed tokens caught up sample one token. Returns those for which it was the last."""
+        scheduled = output.num_scheduled_tokens
+        if len(scheduled) == len(self.running):  # all of them, in running order (admitted at the back)
+            pairs = zip(self.running, scheduled.values())
+        else:
+            by_id = {seq.request_id: seq for seq in self.running}
+            pairs = ((by_id[request_id], num_new) for request_id, num_new in scheduled.items())
+        finished = []
+        for seq, num_new in pairs:
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = started
+            seq.num_computed_tokens += num_new
+            self.num_resident_computed_tokens += num_new
+            if seq.num_computed_tokens < seq.request.prompt_len + seq.num_output_tokens:
+                continue  # a chunk of a prompt: nothing sampled yet
+            seq.num_output_tokens += 1
+            self.num_sampled_tokens += 1
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+            if seq.num_output_tokens >= seq.request.num_output_tokens:
+                finished.append(seq)
+        return finished
 
     def _advance_run(self, num_iterations: int) -> list[Seq]:
         """Every running request decoded ``num_iterations`` tokens (a run: nobody finishes before its end)."""
