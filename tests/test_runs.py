@@ -112,3 +112,15 @@ def test_block_tables_free_queue_and_snapshots_agree_along_the_way(pair):
     for stepped, runs in checkpoints:
         assert runs[:3] == stepped[:3]
         assert runs[3] == stepped[3]  # the grid's snapshot: owners and slot states of every block
+
+
+def test_the_log_over_time_adds_up_to_the_memory_shares(pair):
+    # The per-iteration log (what plots and CSVs show) and the summary's shares (what tables show) are the
+    # same memory: each state's slots x duration, summed over the log, is the integral.
+    _, runs, _, _ = pair
+    result = runs.result()
+    columns, integral = result.log.columns, result.integral
+    for name in ("token", "reserved", "internal_fragmentation", "overhead", "free"):
+        assert float((columns[name] * columns["duration"]).sum()) == pytest.approx(getattr(integral, name), rel=1e-9)
+    capacity = sum(columns[name] for name in ("token", "reserved", "internal_fragmentation", "overhead", "free"))
+    assert set(capacity.tolist()) == {float(runs.config.num_slots)}
