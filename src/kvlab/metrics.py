@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 SHARE_KEYS = ("token", "reserved", "internal_fragmentation", "external_fragmentation")
@@ -310,6 +310,7 @@ def distribution(values) -> dict[str, float | None]:
     numpy array of floats; the mean is the sum of the sorted values, left to right, over their number."""
     if not len(values):
         return {"mean": None, "p50": None, "p90": None, "p99": None}
+    ordered: Any
     if isinstance(values, list):
         ordered = sorted(values)
         total = sum(ordered)

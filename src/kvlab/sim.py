@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kvlab.cost import PCIE_BANDWIDTH, CostModel
 from kvlab.errors import KvlabError
@@ -231,7 +232,7 @@ class Simulation:
         self.last_finish_time = self.start_time
         self._next_arrival = 0
         self._limit = INF  # run_until's: no iteration starts at or after it
-        self._run_durations: list[float] | None = None  # what the horizon priced for the coming run
+        self._run_durations: Any = None  # what the horizon priced for the coming run: a list or a numpy array
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -359,7 +360,8 @@ class Simulation:
         stop = min(self.next_arrival_time, self._limit)
         cost = self.config.cost
         if max_iterations < VECTOR_MIN_ITERATIONS:
-            durations, now, context = [], self.now, num_context_tokens
+            durations: list[float] = []
+            now, context = self.now, num_context_tokens
             while len(durations) < max_iterations and now < stop:
                 dt = cost.iteration_times(num_seqs, 0, num_seqs, context, context)
                 durations.append(dt)
@@ -369,13 +371,13 @@ class Simulation:
             return len(durations)
         import numpy as np
 
-        context = num_context_tokens + num_seqs * np.arange(max_iterations, dtype=np.int64)
-        durations = cost.iteration_times(num_seqs, 0, num_seqs, context, context)
+        contexts = num_context_tokens + num_seqs * np.arange(max_iterations, dtype=np.int64)
+        priced = cost.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
         if stop < INF:
-            starts = np.add.accumulate(np.concatenate(([self.now], durations[:-1])))  # as `now += dt`
-            durations = durations[: int(np.searchsorted(starts, stop, side="left"))]
-        self._run_durations = durations
-        return len(durations)
+            starts = np.add.accumulate(np.concatenate(([self.now], priced[:-1])))  # as `now += dt`
+            priced = priced[: int(np.searchsorted(starts, stop, side="left"))]
+        self._run_durations = priced
+        return len(priced)
 
     def _durations(self, out: SchedulerOutput):
         """Each iteration's duration: the cost model's, plus the time a swap moves KV over PCIe."""

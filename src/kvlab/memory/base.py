@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Protocol
 
 from kvlab.workload.request import Request
@@ -77,10 +78,13 @@ class Sequence(Protocol):
 
     request: Request
     num_computed_tokens: int
-    # Prompt plus output tokens so far (vLLM's ``Request.num_tokens``); a preempted request keeps its output.
-    # The paged allocator reads it: a prefix-cache hit is capped at ``num_tokens - 1`` and a request being
-    # admitted must fit ``num_tokens`` whole (vLLM's ``scheduler_reserve_full_isl``).
-    num_tokens: int
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens so far (vLLM's ``Request.num_tokens``); a preempted request keeps its output.
+        The paged allocator reads it: a prefix-cache hit is capped at ``num_tokens - 1`` and a request being
+        admitted must fit ``num_tokens`` whole (vLLM's ``scheduler_reserve_full_isl``)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +138,7 @@ class KVAllocator(Protocol):
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit: ...
 
-    def allocate_decode_run(self, seqs: list[Sequence], max_iterations: int) -> DecodeRun:
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int) -> DecodeRun:
         """``allocate_slots(seq, 1)`` for each of ``seqs`` (each computes the one token it sampled last), for up
         to ``max_iterations`` iterations, in step order (by iteration, then in ``seqs``' order): as many
         iterations as memory covers. The scheduler's runs of iterations allocate through it."""
@@ -150,9 +154,9 @@ class KVAllocator(Protocol):
         """None if the request can ever be served, else why not (the simulator rejects it with that reason)."""
         ...
 
-    def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot: ...
+    def snapshot(self, seqs: Iterable[Sequence]) -> BlockSnapshot: ...
 
-    def check_invariants(self, seqs: list[Sequence], *, in_running_order: bool = False) -> None:
+    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False) -> None:
         """For tests: the allocator's structures and counters agree with a recount (AssertionError if not);
         ``in_running_order``: ``seqs`` is the scheduler's running queue."""
         ...

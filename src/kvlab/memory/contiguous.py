@@ -17,7 +17,7 @@ The slab is placed by ``BuddyAllocator``, whose power-of-two round-up is allocat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kvlab.errors import KvlabError
@@ -107,7 +107,7 @@ class ContiguousAllocator:
 
     num_free_blocks = 0  # a slab never grows
 
-    def allocate_decode_run(self, seqs: list[Sequence], max_iterations: int) -> DecodeRun:
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int) -> DecodeRun:
         """A slab holds every token its request will write: decoding never allocates."""
         return DecodeRun(max_iterations)
 
@@ -142,7 +142,7 @@ class ContiguousAllocator:
         self.num_internal_fragmentation_slots -= max(0, slab.num_slots - slab.num_kv_tokens)
         self.num_overhead_slots -= slab.chunk_size - slab.num_slots
 
-    def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot:
+    def snapshot(self, seqs: Iterable[Sequence]) -> BlockSnapshot:
         """The address space in display blocks of ``display_block_size`` slots.
 
         A trailing partial display block (``num_slots`` not a multiple of the display block size) shows its
@@ -183,7 +183,7 @@ class ContiguousAllocator:
             shared=(False,) * num_display_blocks,
         )
 
-    def check_invariants(self, seqs: list[Sequence], *, in_running_order: bool = False) -> None:
+    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False) -> None:
         """For tests: slabs tile the space with the free chunks, counters match a recount, states sum up."""
         chunks = [(s.address, s.chunk_size) for s in self._slabs.values()]
         assert sorted(chunks) == self.buddy.allocated_chunks()

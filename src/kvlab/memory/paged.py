@@ -28,6 +28,8 @@ hits are exact (no hash collisions).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from itertools import chain
 
 from kvlab.errors import KvlabError
@@ -64,9 +66,9 @@ class PagedAllocator:
         self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
         self.num_slots = num_blocks * block_size
         self.num_overhead_slots = block_size  # the null block
-        self.block_pool: BlockPool | PrefixCachingBlockPool = (
-            PrefixCachingBlockPool(num_blocks) if enable_prefix_caching else BlockPool(num_blocks)
-        )
+        # The prefix-caching pool, or None: the hash lookups and reference counts go through it.
+        self.prefix_pool = PrefixCachingBlockPool(num_blocks) if enable_prefix_caching else None
+        self.block_pool: BlockPool | PrefixCachingBlockPool = self.prefix_pool or BlockPool(num_blocks)
         self._block_tables: dict[int, list[int]] = {}  # request_id -> block ids, in token order
         self._needs = BlockNeeds(block_size)  # when each request will need its next block (decode runs)
         self._num_kv_tokens: dict[int, int] = {}  # request_id -> slots it will ever write (Request.num_kv_tokens)
@@ -76,6 +78,11 @@ class PagedAllocator:
         self._num_cached_blocks: dict[int, int] = {}  # request_id -> leading blocks already hashed
         self._block_hashes: dict[int, list[BlockHash]] = {}  # request_id -> hashes of its blocks so far
         self._prefix_block_hashes: dict[tuple, int] = {}  # (parent, chunk_len, ids, offset) -> interned hash
+
+    @property
+    def _cached_pool(self) -> PrefixCachingBlockPool:
+        assert self.prefix_pool is not None, "prefix caching is off"
+        return self.prefix_pool
 
     # Counters (slots) ---------------------------------------------------------------------------------------
 
@@ -106,7 +113,7 @@ class PagedAllocator:
         if not self.enable_prefix_caching:
             return 0
         request = seq.request
-        cached = self.block_pool.cached_block_hash_to_block
+        cached = self._cached_pool.cached_block_hash_to_block
         max_num_blocks = (seq.num_tokens - 1) // self.block_size
         hashes = self._block_hashes.get(request.request_id, [])
         num_hit_blocks = 0
@@ -142,7 +149,7 @@ class PagedAllocator:
             self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
         return NOW
 
-    def allocate_decode_run(self, seqs: list[Sequence], max_iterations: int) -> DecodeRun:
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int) -> DecodeRun:
         """``allocate_slots(seq, 1)`` for every request of ``seqs`` (all the requests holding blocks, in running
         order; each computes the token it sampled last), iteration after iteration, for as many of
         ``max_iterations`` iterations as the free blocks cover. The blocks go out in the order steps would hand
@@ -153,11 +160,11 @@ class PagedAllocator:
         bs, pool, tables = self.block_size, self.block_pool, self._block_tables
         growth = []
         for j, request_ids in needs:
-            if pool.enable_caching:
+            if isinstance(pool, BlockPool):
+                pool.append_new_blocks(map(tables.__getitem__, request_ids), len(request_ids))
+            else:
                 for request_id in request_ids:
                     tables[request_id].extend(pool.get_new_blocks(1))
-            else:
-                pool.append_new_blocks(map(tables.__getitem__, request_ids), len(request_ids))
             self._num_table_entries += len(request_ids)
             growth.append((j - 1, bs * len(request_ids), 0))
         for j, slots in internal:  # last blocks: their slots beyond the request's last token
@@ -206,7 +213,7 @@ class PagedAllocator:
         of block tables holding it (kept implicit for speed) and ``check_invariants`` checks that it is <= 1.
         """
         if self.enable_prefix_caching:
-            return list(self.block_pool.ref_cnt)
+            return list(self._cached_pool.ref_cnt)
         ref_cnt = [0] * self.num_blocks
         for table in self._block_tables.values():
             for block_id in table:
@@ -215,9 +222,9 @@ class PagedAllocator:
 
     def block_hash(self, block_id: int) -> BlockHash | None:
         """A block's hash (prefix caching only): set while it is full and cached, dropped on eviction."""
-        return self.block_pool.block_hash[block_id] if self.enable_prefix_caching else None
+        return self._cached_pool.block_hash[block_id] if self.enable_prefix_caching else None
 
-    def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot:
+    def snapshot(self, seqs: Iterable[Sequence]) -> BlockSnapshot:
         """Every pool block in block-id order; a shared block names its first holder among ``seqs``."""
         import numpy as np  # only snapshots need it; keeps `import kvlab.memory` light
 
@@ -262,7 +269,7 @@ class PagedAllocator:
             shared=tuple((refs > 1).tolist()),
         )
 
-    def check_invariants(self, seqs: list[Sequence], *, in_running_order: bool = False) -> None:
+    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False) -> None:
         """For tests: every block is either free or owned, ref counts match the tables, counters a recount;
         ``in_running_order``: ``seqs`` are the scheduler's running queue, which must be in admission order."""
         held = [seq for seq in seqs if seq.request.request_id in self._block_tables]
@@ -281,7 +288,7 @@ class PagedAllocator:
             in_queue = block_id in free_set
             assert in_queue != (holders[block_id] > 0), f"block {block_id}: free={in_queue}, holders={holders[block_id]}"
         if self.enable_prefix_caching:
-            pool = self.block_pool
+            pool = self._cached_pool
             assert pool.ref_cnt == holders, "ref_cnt differs from the number of block tables holding a block"
             num_hashed = 0
             for block_hash, blocks in pool.cached_block_hash_to_block.items():
@@ -346,13 +353,13 @@ class PagedAllocator:
         num_hit = len(hit_blocks)
         if hit_blocks:
             # A hit block sitting in the free queue leaves it when touched: it counts against the free blocks.
-            ref_cnt = self.block_pool.ref_cnt
+            ref_cnt = self._cached_pool.ref_cnt
             num_evictable = sum(ref_cnt[block_id] == 0 for block_id in hit_blocks)
             if max(num_full_blocks - num_hit, 0) + num_evictable > num_free:
                 return LATER
             if max(num_required_blocks - num_hit, 0) + num_evictable > num_free:
                 return LATER
-            self.block_pool.touch(hit_blocks)
+            self._cached_pool.touch(hit_blocks)
         elif num_needed > num_free:
             return LATER
         request_id = request.request_id
@@ -389,9 +396,10 @@ class PagedAllocator:
 
     def _get_hit_blocks(self, request: Request, num_hit_blocks: int) -> list[int]:
         hashes = self._extend_block_hashes(request, num_hit_blocks)
-        blocks = [self.block_pool.get_cached_block(block_hash) for block_hash in hashes[:num_hit_blocks]]
-        assert None not in blocks, "prefix-cache hit no longer cached: call get_num_cached_tokens just before"
-        return blocks
+        blocks = [self._cached_pool.get_cached_block(block_hash) for block_hash in hashes[:num_hit_blocks]]
+        hits = [block for block in blocks if block is not None]
+        assert len(hits) == len(blocks), "prefix-cache hit no longer cached: call get_num_cached_tokens just before"
+        return hits
 
     def _cache_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
         """Hash every block now full of (scheduled) tokens; vLLM's ``cache_blocks``."""
@@ -400,7 +408,7 @@ class PagedAllocator:
         if num_full_blocks <= num_cached_blocks:
             return
         hashes = self._extend_block_hashes(request, num_full_blocks)
-        self.block_pool.cache_full_blocks(
+        self._cached_pool.cache_full_blocks(
             table[num_cached_blocks:num_full_blocks], hashes[num_cached_blocks:num_full_blocks]
         )
         self._num_cached_blocks[request.request_id] = num_full_blocks

@@ -25,7 +25,7 @@ what differs between preemption modes (what happens to the evicted request's KV?
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kvlab.memory.base import Fit, KVAllocator
@@ -52,12 +52,12 @@ class SchedulerConfig:
 class Scheduler:
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator):
         from kvlab.sched.batching import BATCHING
-        from kvlab.sched.preemption import PREEMPTION
+        from kvlab.sched.preemption import PREEMPTION, PreemptionMode
 
         self.config = config
         self.allocator = allocator
         self.batching = BATCHING[config.batching]
-        self.preemption = PREEMPTION[config.preemption_mode](config)
+        self.preemption: PreemptionMode = PREEMPTION[config.preemption_mode](config)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.step = 0
@@ -262,6 +262,7 @@ class Scheduler:
         """The scheduled requests computed their tokens in the iteration from ``started`` to ``now``; those whose
         computed tokens caught up sample one token. Returns those for which it was the last."""
         scheduled = output.num_scheduled_tokens
+        pairs: Iterable[tuple[Seq, int]]
         if len(scheduled) == len(self.running):  # all of them, in running order (admitted at the back)
             pairs = zip(self.running, scheduled.values())
         else:
