@@ -1,4 +1,4 @@
-"""The scheduler and the event loop: exact decisions on tiny pools, invariants on any input, jumps = steps."""
+"""The scheduler and the event loop: exact decisions on tiny pools, invariants on any input, runs = steps."""
 
 from __future__ import annotations
 
@@ -184,13 +184,13 @@ def test_every_request_finishes_and_memory_states_sum_to_capacity(specs, name, n
 
 
 def assert_same_run(strategy, cfg, wl) -> None:
-    """A run with jumps is the run without: records, counters, integrals and the per-iteration log, exactly."""
+    """Runs of iterations give what stepping gives: records, counters, integrals and the per-iteration log, exactly."""
     stepped = Simulation(strategy, cfg, wl, max_iterations=1).run()
-    jumped = Simulation(strategy, cfg, wl).run()
-    assert jumped.records == stepped.records
-    assert jumped.counters == stepped.counters
-    assert dataclasses.asdict(jumped.integral) == dataclasses.asdict(stepped.integral)
-    assert {k: list(v) for k, v in jumped.log.columns.items()} == {k: list(v) for k, v in stepped.log.columns.items()}
+    runs = Simulation(strategy, cfg, wl).run()
+    assert runs.records == stepped.records
+    assert runs.counters == stepped.counters
+    assert dataclasses.asdict(runs.integral) == dataclasses.asdict(stepped.integral)
+    assert {k: list(v) for k, v in runs.log.columns.items()} == {k: list(v) for k, v in stepped.log.columns.items()}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -200,14 +200,14 @@ def assert_same_run(strategy, cfg, wl) -> None:
     num_blocks=st.integers(12, 64),
     max_num_seqs=st.integers(1, 8),
 )
-def test_jumping_gives_the_same_run_as_stepping(specs, name, num_blocks, max_num_seqs):
+def test_runs_give_what_stepping_gives(specs, name, num_blocks, max_num_seqs):
     cfg = config(num_slots=num_blocks * 4, max_model_len=48, max_num_seqs=max_num_seqs,
                  kv_bytes_per_token=10, swap_space_bytes=2000)
     assert_same_run(parse_strategy(name), cfg, workload(*specs))
 
 
 # Decode turns compute-bound from 3 requests on (6 ms of compute per token against 8 ms of weights), and with
-# costly attention also as contexts grow: the jump's loop must take the larger of the two times as a step does.
+# costly attention also as contexts grow: a run's durations must take the larger of the two times as a step does.
 COMPUTE_BOUND_COSTS = [
     dataclasses.replace(COST, flops_per_token=3e6, peak_flops=1e9),
     dataclasses.replace(COST, flops_per_token=3e6, attention_flops_per_pair=1e3, peak_flops=1e9),
@@ -222,7 +222,7 @@ COMPUTE_BOUND_COSTS = [
     max_num_seqs=st.integers(1, 8),
     cost=st.sampled_from(COMPUTE_BOUND_COSTS),
 )
-def test_jumping_gives_the_same_run_as_stepping_when_compute_bound(specs, name, num_blocks, max_num_seqs, cost):
+def test_runs_give_what_stepping_gives_when_compute_bound(specs, name, num_blocks, max_num_seqs, cost):
     cfg = config(num_slots=num_blocks * 4, max_model_len=48, max_num_seqs=max_num_seqs, cost=cost,
                  kv_bytes_per_token=10, swap_space_bytes=2000)
     assert_same_run(parse_strategy(name), cfg, workload(*specs))
@@ -253,7 +253,7 @@ def test_runs_really_skip_scheduling_on_long_decodes():
     num_blocks=st.integers(12, 64),
     max_num_seqs=st.integers(1, 8),
 )
-def test_jumps_numpy_stretches_and_buffer_flushes_match_stepping(specs, name, num_blocks, max_num_seqs, monkeypatch):
+def test_numpy_priced_runs_and_buffer_flushes_match_stepping(specs, name, num_blocks, max_num_seqs, monkeypatch):
     # The small workloads above rarely reach a run priced with numpy (32+ iterations) or a buffer flush (32,768
     # iterations): make both happen all the time.
     import kvlab.metrics

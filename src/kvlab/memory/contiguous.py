@@ -25,7 +25,6 @@ from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slo
 from kvlab.memory.buddy import BuddyAllocator, next_pow2
 from kvlab.workload.request import Request
 
-NOW = Fit.NOW
 
 
 def max_slab(request: Request, max_model_len: int) -> int:
@@ -118,7 +117,7 @@ class ContiguousAllocator:
         if slab is None:
             size = self.slab_size(request)
             fit = self.buddy.fit(size)
-            if fit is not NOW:
+            if fit is not Fit.NOW:
                 return fit
             address = self.buddy.allocate(size)
             slab = Slab(address, size, self.buddy.chunk_size(address), request.num_kv_tokens)
@@ -131,7 +130,7 @@ class ContiguousAllocator:
         assert num_tokens <= slab.num_slots, (
             f"request {request.request_id} needs {num_tokens} slots but its {self.policy} slab has {slab.num_slots}"
         )
-        return NOW
+        return Fit.NOW
 
     def free(self, seq: Sequence) -> None:
         slab = self._slabs.pop(seq.request.request_id, None)

@@ -38,7 +38,6 @@ from kvlab.memory.block_needs import BlockNeeds
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
 
-NOW, LATER, NEVER = Fit.NOW, Fit.LATER, Fit.NEVER
 
 
 class PagedAllocator:
@@ -129,7 +128,7 @@ class PagedAllocator:
         """Make room for ``num_computed_tokens + num_cached_tokens + num_new_tokens`` tokens.
 
         As in vLLM, ``num_cached_tokens`` is the hit ``get_num_cached_tokens`` just returned for a request being
-        admitted, not yet counted in ``seq.num_computed_tokens``. LATER changes nothing.
+        admitted, not yet counted in ``seq.num_computed_tokens``. Fit.LATER changes nothing.
         """
         request_id = seq.request.request_id
         table = self._block_tables.get(request_id)
@@ -141,13 +140,13 @@ class PagedAllocator:
         num_new_blocks = -(-num_tokens // self.block_size) - len(table)
         if num_new_blocks > 0:
             if num_new_blocks > self.block_pool.num_free_blocks:
-                return NEVER if len(table) + num_new_blocks > self.num_blocks - 1 else LATER
+                return Fit.NEVER if len(table) + num_new_blocks > self.num_blocks - 1 else Fit.LATER
             self._append_new_blocks(request_id, table, num_new_blocks)
         self._needs.update(request_id, len(table) * self.block_size, num_tokens, self._num_kv_tokens[request_id])
         # With prefix caching, blocks just filled get their hashes (checked here first: most steps fill none).
         if self.enable_prefix_caching and num_tokens // self.block_size > self._num_cached_blocks[request_id]:
             self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
-        return NOW
+        return Fit.NOW
 
     def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int) -> DecodeRun:
         """``allocate_slots(seq, 1)`` for every request of ``seqs`` (all the requests holding blocks, in running
@@ -348,7 +347,7 @@ class PagedAllocator:
         num_full_blocks = -(-num_full_tokens // bs)
         num_needed = num_required_blocks if num_required_blocks > num_full_blocks else num_full_blocks
         if num_needed > self.num_blocks - 1:
-            return NEVER
+            return Fit.NEVER
         num_free = self.block_pool.num_free_blocks
         num_hit = len(hit_blocks)
         if hit_blocks:
@@ -356,12 +355,12 @@ class PagedAllocator:
             ref_cnt = self._cached_pool.ref_cnt
             num_evictable = sum(ref_cnt[block_id] == 0 for block_id in hit_blocks)
             if max(num_full_blocks - num_hit, 0) + num_evictable > num_free:
-                return LATER
+                return Fit.LATER
             if max(num_required_blocks - num_hit, 0) + num_evictable > num_free:
-                return LATER
+                return Fit.LATER
             self._cached_pool.touch(hit_blocks)
         elif num_needed > num_free:
-            return LATER
+            return Fit.LATER
         request_id = request.request_id
         num_kv_tokens = self._num_kv_tokens[request_id] = request.num_kv_tokens
         if hit_blocks:
@@ -382,7 +381,7 @@ class PagedAllocator:
         if self.enable_prefix_caching:
             self._num_cached_blocks[request.request_id] = num_hit
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
-        return NOW
+        return Fit.NOW
 
     def _append_new_blocks(self, request_id: int, table: list[int], num_new_blocks: int) -> None:
         num_kv_tokens = self._num_kv_tokens[request_id]
