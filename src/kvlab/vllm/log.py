@@ -198,73 +198,69 @@ class LinePattern:
     engine: str | None
     regex: re.Pattern
     read: Callable[[re.Match], dict]
-    example: str  # for the error message listing what was looked for
 
 
-def _pattern(name: str, engine: str | None, regex: str, read: Callable[[re.Match], dict], example: str = ""):
+def _pattern(name: str, engine: str | None, regex: str, read: Callable[[re.Match], dict]) -> LinePattern:
     # Any run of spaces in a format string may be a line break or several spaces in a paste.
-    return LinePattern(name, engine, re.compile(regex.replace(" ", r"\s+")), read, example)
+    return LinePattern(name, engine, re.compile(regex.replace(" ", r"\s+")), read)
 
 
 PATTERNS = (
     _pattern("kv_cache_size", "v1", r"\b(?P<device>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<n>[\d,]+) tokens",
-             lambda m: {"kv_cache_tokens": _int(m["n"]), "kv_cache_device": m["device"]},
-             "GPU KV cache size: N tokens"),
+             lambda m: {"kv_cache_tokens": _int(m["n"]), "kv_cache_device": m["device"]}),
     _pattern("max_concurrency", None,
              r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.,]+)x",
-             lambda m: {"max_concurrency_tokens_per_request": _int(m["len"]), "max_concurrency": _float(m["x"])},
-             "Maximum concurrency for N tokens per request: X.XXx"),
+             lambda m: {"max_concurrency_tokens_per_request": _int(m["len"]), "max_concurrency": _float(m["x"])}),
     _pattern("available_kv", "v1", r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB",
-             lambda m: {"available_kv_cache_gib": float(m["gib"])}, "Available KV cache memory: X GiB"),
+             lambda m: {"available_kv_cache_gib": float(m["gib"])}),
     _pattern("cpu_kv", "v1", r"(?:Explicitly|Auto) set \((?P<gib>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache",
-             lambda m: {"available_kv_cache_gib": float(m["gib"]), "total_memory_gib": float(m["total"])},
-             "Explicitly set (X/Y) GiB for KV cache (CPU)"),
+             lambda m: {"available_kv_cache_gib": float(m["gib"]), "total_memory_gib": float(m["total"])}),
     _pattern("num_gpu_blocks", "v1", r"num_gpu_blocks is: (?P<n>[\d,]+)",
-             lambda m: {"num_gpu_blocks": _int(m["n"])}, ""),
+             lambda m: {"num_gpu_blocks": _int(m["n"])}),
     _pattern("blocks_override", None, r"with num_gpu_blocks_override=(?P<n>\d+)",
-             lambda m: {"num_gpu_blocks": int(m["n"])}, ""),
+             lambda m: {"num_gpu_blocks": int(m["n"])}),
     _pattern("weights_v1", None, r"Model loading took (?P<gib>[\d.]+) GiB",
-             lambda m: {"model_weights_gib": float(m["gib"])}, ""),
+             lambda m: {"model_weights_gib": float(m["gib"])}),
     _pattern("weights_v0", "v0", r"Loading model weights took (?P<gib>[\d.]+) GB",
-             lambda m: {"model_weights_gib": float(m["gib"])}, "Loading model weights took X GB"),
+             lambda m: {"model_weights_gib": float(m["gib"])}),
     _pattern("blocks_v0", "v0", r"# ?(?P<device>\w+) blocks: (?P<n>[\d,]+)(?:, # CPU blocks: (?P<cpu>[\d,]+))?",
              lambda m: {"num_gpu_blocks": _int(m["n"]), "kv_cache_device": m["device"],
-                        **({"num_cpu_blocks": _int(m["cpu"])} if m["cpu"] else {})},
-             "# GPU blocks: N, # CPU blocks: M"),
-    _pattern("profiling_v0", "v0", r"Memory profiling results: (?P<rest>.*)", _read_profiling,
-             "Memory profiling results: ... kv_cache_size=X GiB ..."),
+                        **({"num_cpu_blocks": _int(m["cpu"])} if m["cpu"] else {})}),
+    _pattern("profiling_v0", "v0", r"Memory profiling results: (?P<rest>.*)", _read_profiling),
     _pattern("budget", None, r"total_gpu_memory \((?P<total>[\d.]+) ?GiB\) x gpu_memory_utilization "
              r"\((?P<util>[\d.]+)\)",
-             lambda m: {"total_gpu_memory_gib": float(m["total"]), "gpu_memory_utilization": float(m["util"])}, ""),
+             lambda m: {"total_gpu_memory_gib": float(m["total"]), "gpu_memory_utilization": float(m["util"])}),
     _pattern("memory_split", None, r"model weights take (?P<w>[\d.]+) ?GiB;.*?the rest of the memory reserved for "
              r"KV Cache is (?P<kv>-?[\d.]+) ?GiB",
-             lambda m: {"model_weights_gib": float(m["w"]), "available_kv_cache_gib": float(m["kv"])},
-             "the rest of the memory reserved for KV Cache is X GiB"),
+             lambda m: {"model_weights_gib": float(m["w"]), "available_kv_cache_gib": float(m["kv"])}),
     _pattern("refusal_v0", "v0", r"The model's max seq len \((?P<len>\d+)\) is larger than the maximum number of "
              r"tokens that can be stored in KV cache \((?P<n>\d+)\)",
-             lambda m: {"refused": True, "max_model_len": int(m["len"]), "kv_cache_tokens": int(m["n"])},
-             "The model's max seq len (N) is larger than the maximum number of tokens ... (M)"),
+             lambda m: {"refused": True, "max_model_len": int(m["len"]), "kv_cache_tokens": int(m["n"])}),
     _pattern("refusal_v1", "v1", r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\), "
              r"\((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory "
              r"\((?P<avail>-?[\d.]+) GiB\)",
              lambda m: {"refused": True, "max_model_len": int(m["len"]), "needed_kv_cache_gib": float(m["need"]),
-                        "available_kv_cache_gib": float(m["avail"])},
-             "To serve at least one request with the model's max seq len (N), (X GiB KV cache is needed ..."),
+                        "available_kv_cache_gib": float(m["avail"])}),
     _pattern("estimated_len", "v1", r"[Ee]stimated maximum model length is (?P<n>\d+)",
-             lambda m: {"estimated_max_model_len": int(m["n"])}, ""),
+             lambda m: {"estimated_max_model_len": int(m["n"])}),
     _pattern("no_memory", None, r"No available memory for the cache blocks",
-             lambda m: {"refused": True, "no_kv_memory": True}, "No available memory for the cache blocks"),
-    _pattern("non_default_args", None, r"non-default args: (?P<args>\{.*\}?)", _read_args, ""),
+             lambda m: {"refused": True, "no_kv_memory": True}),
+    _pattern("non_default_args", None, r"non-default args: (?P<args>\{.*\}?)", _read_args),
     _pattern("engine_config", None, r"Initializing an? (?:(?P<engine>V[01]) )?LLM engine \(v?(?P<version>[^)\s]+)\) "
-             r"with config: (?P<rest>.*)", _read_engine_config, ""),
+             r"with config: (?P<rest>.*)", _read_engine_config),
     _pattern("using_max_model_len", None, r"Using max model len (?P<n>\d+)",
-             lambda m: {"config.max_model_len": int(m["n"])}, ""),
+             lambda m: {"config.max_model_len": int(m["n"])}),
     _pattern("server_version", None, r"vLLM API server version (?P<v>\S+)|█ +version (?P<b>\d[\w.+-]*)",
-             lambda m: {"vllm_version": m["v"] or m["b"]}, ""),
+             lambda m: {"vllm_version": m["v"] or m["b"]}),
 )
 # Figures about the KV cache itself: a log must have one of these to be explained.
 KV_FIGURES = ("kv_cache_tokens", "num_gpu_blocks", "max_concurrency", "available_kv_cache_gib", "refused")
-LOOKED_FOR = "; ".join(f"'{p.example}'" for p in PATTERNS if p.example)
+LOOKED_FOR = ("V1's 'Available KV cache memory: X GiB', 'GPU KV cache size: N tokens' (or 'CPU KV cache size'), "
+              "'Maximum concurrency for N tokens per request: X.XXx'; V0's '# GPU blocks: N, # CPU blocks: M', "
+              "'Memory profiling results: ... kv_cache_size=X GiB ...', '... the rest of the memory reserved for KV "
+              "Cache is X GiB'; and the refusals 'The model's max seq len (N) is larger than the maximum number of "
+              "tokens that can be stored in KV cache (M)', 'To serve at least one request with the model's max seq "
+              "len (N), ...', 'No available memory for the cache blocks'")
 V1_MARKERS = re.compile(r"\bEngineCore\b|\bV1 LLM engine\b|\bv1/")
 
 
@@ -563,8 +559,8 @@ def _refusal_lines(log: StartupLog, block_size: int) -> list[str]:
         return []
     length = log.max_model_len
     if log.no_kv_memory:
-        return ["vLLM refused to start: nothing was left for the KV cache after the weights and activations. "
-                "Give it more memory (--gpu-memory-utilization, --tensor-parallel-size) or a smaller model."]
+        return [("vLLM refused to start: nothing was left for the KV cache after the weights and activations. "
+                 "Give it more memory (--gpu-memory-utilization, --tensor-parallel-size) or a smaller model.")]
     need = f"{length:,} / {block_size} = {cdiv(length, block_size):,} blocks" if length else "its blocks"
     if log.needed_kv_cache_gib is not None:
         need += f", {_gib(log.needed_kv_cache_gib)}"
@@ -575,9 +571,9 @@ def _refusal_lines(log: StartupLog, block_size: int) -> list[str]:
         have.append(_gib(log.available_kv_cache_gib))
     longest = log.estimated_max_model_len or log.kv_cache_tokens
     fix = f"--max-model-len {longest} or less" if longest else "a smaller --max-model-len"
-    return [f"vLLM refused to start: one conversation at the full length of {length:,} tokens needs {need} of KV "
-            f"cache, and only {' = '.join(have) or 'less'} fit. Fix: {fix}, or more memory for the cache "
-            "(--gpu-memory-utilization, --tensor-parallel-size, --kv-cache-dtype fp8)."]
+    return [(f"vLLM refused to start: one conversation at the full length of {length:,} tokens needs {need} of KV "
+             f"cache, and only {' = '.join(have) or 'less'} fit. Fix: {fix}, or more memory for the cache "
+             "(--gpu-memory-utilization, --tensor-parallel-size, --kv-cache-dtype fp8).")]
 
 
 def _worker_lines(log: StartupLog) -> list[str]:
