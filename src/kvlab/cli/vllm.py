@@ -264,7 +264,7 @@ def _print_log(log, explanation: dict, source: str) -> None:
     table = Table(title=f"vLLM startup log ({name}): {engine}{version}{state}", title_justify="left",
                   header_style="bold")
     table.add_column("figure")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", overflow="fold")
     table.add_column("read from", overflow="fold")
     for key, label, fmt in LOG_FIGURES:
         value = getattr(log, key)
@@ -305,4 +305,4 @@ def _print_kvlab(console, explanation: dict) -> None:
     console.print()
     console.print(table)
     for difference in explanation["differences"]:
-        console.print(f"[red]difference:[/] {escape(difference)}")
+        console.print(f"[red]differs:[/] {escape(difference)}")

@@ -227,11 +227,11 @@ PATTERNS = (
              lambda m: {"num_gpu_blocks": _int(m["n"]), "kv_cache_device": m["device"],
                         **({"num_cpu_blocks": _int(m["cpu"])} if m["cpu"] else {})}),
     _pattern("profiling_v0", "v0", r"Memory profiling results: (?P<rest>.*)", _read_profiling),
-    _pattern("budget", None, r"total_gpu_memory \((?P<total>[\d.]+) ?GiB\) x gpu_memory_utilization "
+    _pattern("budget", None, r"total_gpu_memory \((?P<total>[\d.]+)\s*GiB\) x gpu_memory_utilization "
              r"\((?P<util>[\d.]+)\)",
              lambda m: {"total_gpu_memory_gib": float(m["total"]), "gpu_memory_utilization": float(m["util"])}),
-    _pattern("memory_split", None, r"model weights take (?P<w>[\d.]+) ?GiB;.*?the rest of the memory reserved for "
-             r"KV Cache is (?P<kv>-?[\d.]+) ?GiB",
+    _pattern("memory_split", None, r"model weights take (?P<w>[\d.]+)\s*GiB;.*?the rest of the memory reserved for "
+             r"KV Cache is (?P<kv>-?[\d.]+)\s*GiB",
              lambda m: {"model_weights_gib": float(m["w"]), "available_kv_cache_gib": float(m["kv"])}),
     _pattern("refusal_v0", "v0", r"The model's max seq len \((?P<len>\d+)\) is larger than the maximum number of "
              r"tokens that can be stored in KV cache \((?P<n>\d+)\)",
@@ -273,6 +273,7 @@ class Reading:
     line: str
     worker: str | None
     engine: str | None  # the engine whose format the line is in, None if both printed it
+    pattern: str = ""  # the kind of line
 
 
 MAX_LINE_CHARS = 240
@@ -305,7 +306,8 @@ def read_lines(text: str) -> list[Reading]:
                 continue
             found.add(pattern.name)
             for figure, value in pattern.read(m).items():
-                readings.append(Reading(figure, value, excerpt(line.text, figure), line.worker, pattern.engine))
+                readings.append(Reading(figure, value, excerpt(line.text, figure), line.worker, pattern.engine,
+                                        pattern.name))
     # A long message wrapped over several lines in a paste (the refusal, typically): look across lines too.
     joined = "\n".join(line.message for line in lines)
     for pattern in PATTERNS:
@@ -314,7 +316,8 @@ def read_lines(text: str) -> list[Reading]:
         m = pattern.regex.search(joined)
         if m is not None:
             snippet = " ".join(m.group(0).split())
-            readings += [Reading(f, v, snippet, None, pattern.engine) for f, v in pattern.read(m).items()]
+            readings += [Reading(f, v, snippet, None, pattern.engine, pattern.name)
+                         for f, v in pattern.read(m).items()]
     return readings
 
 
@@ -413,11 +416,13 @@ def parse_vllm_log(text: str) -> StartupLog:
                          "model is loaded and profiled: paste the log up to 'Maximum concurrency' (or the error)")
     first: dict = {}
     lines: dict = {}
+    kind: dict = {}
     per_worker: dict = {}
     for r in readings:
         if r.figure not in first:
-            first[r.figure], lines[r.figure] = r.value, r.line
-        per_worker.setdefault(r.figure, []).append({"worker": r.worker, "value": r.value, "line": r.line})
+            first[r.figure], lines[r.figure], kind[r.figure] = r.value, r.line, r.pattern
+        if r.pattern == kind[r.figure]:  # the same line again, not another line with a related figure
+            per_worker.setdefault(r.figure, []).append({"worker": r.worker, "value": r.value, "line": r.line})
     settings = {k.split(".", 1)[1]: v for k, v in first.items() if k.startswith("config.")}
     settings.update({k.split(".", 1)[1]: v for k, v in first.items() if k.startswith("settings.")
                      and not (k == "settings.dtype" and v == "auto" and "dtype" in settings)})
@@ -577,6 +582,8 @@ def _refusal_lines(log: StartupLog, block_size: int) -> list[str]:
 
 
 def _worker_lines(log: StartupLog) -> list[str]:
+    if log.refused:
+        return []  # a refusal is printed twice (the log line and the exception): nothing to say about workers
     out = []
     names = {"available_kv_cache_gib": "available KV cache memory", "kv_cache_tokens": "KV cache size",
              "num_gpu_blocks": "blocks", "model_weights_gib": "model weights"}
@@ -586,11 +593,11 @@ def _worker_lines(log: StartupLog) -> list[str]:
             continue
         values = [e["value"] for e in entries]
         workers = sorted({e["worker"] for e in entries if e["worker"]})
-        who = f" by {len(workers)} processes" if len(workers) > 1 else ""
         if len(set(values)) == 1:
-            out.append(f"The {label} line appears {len(values)} times{who} (once per worker or KV cache config), "
-                       "all with the same figure.")
-        else:
+            who = f", by {len(workers)} workers," if len(workers) > 1 else ""
+            out.append(f"The {label} line appears {len(values)} times{who} with the same figure (vLLM prints it "
+                       "once per worker, or once per worker's KV cache config).")
+        elif len(workers) > 1:
             out.append(f"The {label} differs between workers ({', '.join(f'{v:,}' for v in values)}): vLLM sizes "
                        "the cache by the smallest; the first is shown.")
     return out
@@ -686,8 +693,23 @@ def _compare(figure: str, vllm, mid, low, high) -> tuple[str, str | None]:
     if inside:
         return "within rounding", None
     spread = "" if low == high else f" (the printed KV cache memory allows {show[2]})"
-    return "differs", (f"{LABELS[figure]}: kvlab {show[0]}, vLLM {show[1]}{spread}; check the block size, dtype, "
-                       "--kv-cache-dtype and parallelism kvlab assumed")
+    return "differs", f"{LABELS[figure]}: kvlab {show[0]}, vLLM {show[1]}{spread}"
+
+
+def _difference_hint(log: StartupLog, spec, side: dict, comparison: list[dict]) -> str:
+    """Where a difference most likely comes from, for the reader to check."""
+    status = {row["figure"]: row["status"] for row in comparison}
+    if status.get("num_gpu_blocks") in ("equal", "within rounding") and log.max_concurrency:
+        implied = log.num_gpu_blocks / log.max_concurrency
+        sliding = (f" (kvlab's {spec.id} keeps a {spec.sliding_window:,}-token window in {spec.num_sliding_layers} "
+                   "layers)" if spec.num_sliding_layers else "")
+        return (f"the blocks agree, so it is the blocks one conversation needs: kvlab counts "
+                f"{side['blocks_per_request']:,} at max_model_len {side['max_model_len']:,}{sliding}, vLLM's figures "
+                f"imply about {implied:,.0f}; the served checkpoint is probably not the one kvlab assumed (give "
+                "--model with its config.json)")
+    return (f"check what kvlab assumed: {spec.id}, block_size {side['block_size']}, dtype {side['dtype']}, KV cache "
+            f"dtype {side['kv_cache_dtype']}, tensor_parallel_size {side['tensor_parallel_size']} (give --model, "
+            "or the arguments the server ran with)")
 
 
 def kvlab_calculation(log: StartupLog, spec, source: str) -> dict:
@@ -729,6 +751,8 @@ def kvlab_calculation(log: StartupLog, spec, source: str) -> dict:
     if side["refused"] != log.refused:
         differences.append(f"vLLM {'refused' if log.refused else 'started'}, but kvlab's arithmetic says it would "
                            f"{'start' if log.refused else 'refuse'}")
+    if differences:
+        side["hint"] = _difference_hint(log, spec, side, comparison)
     return {"kvlab": side, "comparison": comparison, "differences": differences}
 
 
@@ -753,8 +777,9 @@ def explain_vllm_log(log: StartupLog, model: str | None = None) -> dict:
         return out
     side = out["kvlab"]
     if out["comparison"]:
+        differing = [LABELS[row["figure"]] for row in out["comparison"] if row["status"] == "differs"]
         verdict = ("agrees with vLLM on every figure" if not out["differences"] else
-                   f"differs from vLLM: {'; '.join(out['differences'])}")
+                   f"differs from vLLM on the {', '.join(differing) or 'refusal'}: {side['hint']}")
         out["lines"].append(f"kvlab's own arithmetic for {spec.id} ({side['kv_bytes_per_token_per_gpu']:,} bytes per "
                             f"token per GPU, {side['bytes_per_block']:,} per block of {side['block_size']}) "
                             f"{verdict}.")
