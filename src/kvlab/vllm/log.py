@@ -200,22 +200,25 @@ class LinePattern:
     read: Callable[[re.Match], dict]
 
 
+NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)"  # 42,656 or 42656: never the comma after a number
+
+
 def _pattern(name: str, engine: str | None, regex: str, read: Callable[[re.Match], dict]) -> LinePattern:
     # Any run of spaces in a format string may be a line break or several spaces in a paste.
-    return LinePattern(name, engine, re.compile(regex.replace(" ", r"\s+")), read)
+    return LinePattern(name, engine, re.compile(regex.replace(" ", r"\s+").replace("NUM", NUM)), read)
 
 
 PATTERNS = (
-    _pattern("kv_cache_size", "v1", r"\b(?P<device>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<n>[\d,]+) tokens",
+    _pattern("kv_cache_size", "v1", r"\b(?P<device>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<n>NUM) tokens",
              lambda m: {"kv_cache_tokens": _int(m["n"]), "kv_cache_device": m["device"]}),
     _pattern("max_concurrency", None,
-             r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.,]+)x",
+             r"Maximum concurrency for (?P<len>NUM) tokens per request: (?P<x>[\d.,]+)x",
              lambda m: {"max_concurrency_tokens_per_request": _int(m["len"]), "max_concurrency": _float(m["x"])}),
     _pattern("available_kv", "v1", r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB",
              lambda m: {"available_kv_cache_gib": float(m["gib"])}),
     _pattern("cpu_kv", "v1", r"(?:Explicitly|Auto) set \((?P<gib>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache",
              lambda m: {"available_kv_cache_gib": float(m["gib"]), "total_memory_gib": float(m["total"])}),
-    _pattern("num_gpu_blocks", "v1", r"num_gpu_blocks is: (?P<n>[\d,]+)",
+    _pattern("num_gpu_blocks", "v1", r"num_gpu_blocks is: (?P<n>NUM)",
              lambda m: {"num_gpu_blocks": _int(m["n"])}),
     _pattern("blocks_override", None, r"with num_gpu_blocks_override=(?P<n>\d+)",
              lambda m: {"num_gpu_blocks": int(m["n"])}),
@@ -223,7 +226,7 @@ PATTERNS = (
              lambda m: {"model_weights_gib": float(m["gib"])}),
     _pattern("weights_v0", "v0", r"Loading model weights took (?P<gib>[\d.]+) GB",
              lambda m: {"model_weights_gib": float(m["gib"])}),
-    _pattern("blocks_v0", "v0", r"# ?(?P<device>\w+) blocks: (?P<n>[\d,]+)(?:, # CPU blocks: (?P<cpu>[\d,]+))?",
+    _pattern("blocks_v0", "v0", r"#\s*(?P<device>\w+) blocks: (?P<n>NUM)(?:, #\s*CPU blocks: (?P<cpu>NUM))?",
              lambda m: {"num_gpu_blocks": _int(m["n"]), "kv_cache_device": m["device"],
                         **({"num_cpu_blocks": _int(m["cpu"])} if m["cpu"] else {})}),
     _pattern("profiling_v0", "v0", r"Memory profiling results: (?P<rest>.*)", _read_profiling),
@@ -324,7 +327,7 @@ def read_lines(text: str) -> list[Reading]:
 REPORTED = ("kv_cache_tokens", "num_gpu_blocks", "num_cpu_blocks", "block_size", "max_concurrency",
             "max_concurrency_tokens_per_request", "available_kv_cache_gib", "model_weights_gib", "max_model_len",
             "total_gpu_memory_gib", "gpu_memory_utilization", "estimated_max_model_len", "needed_kv_cache_gib",
-            "model")
+            "model", "refused")
 
 
 @dataclass(frozen=True)
@@ -442,6 +445,12 @@ def v1_num_tokens(num_blocks: int, block_size: int, max_model_len: int) -> int:
     return int(num_blocks / cdiv(max_model_len, block_size) * max_model_len)
 
 
+def blocks_from_tokens(tokens: int, block_size: int, max_model_len: int) -> int | None:
+    """The block count behind V1's token figure, for a full-attention model; None if no count gives it."""
+    guess = round(tokens * cdiv(max_model_len, block_size) / max_model_len)
+    return guess if v1_num_tokens(guess, block_size, max_model_len) == tokens else None
+
+
 def _implied_block_size(fmt: str, blocks, tokens, max_model_len, concurrency) -> tuple[int, str] | None:
     if blocks and tokens and tokens % blocks == 0 and (tokens // blocks) & (tokens // blocks - 1) == 0:
         return tokens // blocks, f"{tokens:,} tokens / {blocks:,} blocks"
@@ -471,12 +480,10 @@ def _assemble(fmt: str, first: dict, lines: dict, setting_lines: dict, settings:
         if implied is not None:
             block_size, derived["block_size"] = implied
     if blocks is None and tokens and block_size and max_model_len and fmt == "v1":
-        per_request = cdiv(max_model_len, block_size)
-        guess = round(tokens * per_request / max_model_len)
-        if v1_num_tokens(guess, block_size, max_model_len) == tokens:
-            blocks = guess
-            derived["num_gpu_blocks"] = (f"{tokens:,} tokens x {per_request:,} blocks per request / {max_model_len:,} "
-                                         "tokens per request (a full-attention model)")
+        blocks = blocks_from_tokens(tokens, block_size, max_model_len)
+        if blocks is not None:
+            derived["num_gpu_blocks"] = (f"{tokens:,} tokens x {cdiv(max_model_len, block_size):,} blocks per "
+                                         f"request / {max_model_len:,} tokens per request (a full-attention model)")
     if tokens is None and blocks and block_size and fmt == "v0":
         tokens = blocks * block_size
         derived["kv_cache_tokens"] = f"{blocks:,} blocks x {block_size} tokens"
@@ -507,6 +514,8 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
     """Tokens -> blocks of block_size tokens -> conversations at the full length, in the log's own figures."""
     out = []
     tokens, blocks, length, device = log.kv_cache_tokens, log.num_gpu_blocks, log.max_model_len, log.device
+    if blocks is None and tokens and length and log.format == "v1":
+        blocks = blocks_from_tokens(tokens, block_size, length)
     per_gpu = " per GPU" if (log.settings.get("tensor_parallel_size") or 1) > 1 else ""
     if log.available_kv_cache_gib is not None and not log.refused:
         left = (f"after the model weights ({_gib(log.model_weights_gib)})" if log.model_weights_gib is not None
@@ -517,21 +526,26 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
             text = (f"KV cache memory, {_gib(log.available_kv_cache_gib)}: on a CPU the budget is set, not "
                     "measured (--kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE)")
         if tokens:
-            bytes_total = log.available_kv_bytes
-            per_token = bytes_total / tokens
+            slots = blocks * block_size if blocks else tokens
+            per_token = log.available_kv_bytes / slots
             text += (f"; at {per_token:,.0f} bytes of keys and values per token" if per_token == int(per_token)
                      else f"; at about {per_token:,.0f} bytes of keys and values per token")
-            text += f" it holds {tokens:,} tokens"
+            text += f" it holds {slots:,} tokens"
         out.append(text + ".")
     bs_note = f" (block_size {block_size} assumed: the log does not say; it is vLLM's default)" if assumed else ""
     if tokens and blocks:
         if log.derived.get("kv_cache_tokens"):
             out.append(f"{device} KV cache: {blocks:,} blocks of {block_size} tokens{bs_note} = {tokens:,} tokens "
                        "(the keys and values of that many tokens fit at once).")
-        else:
+        elif tokens == blocks * block_size or not length:
             out.append(f"{device} KV cache size, {tokens:,} tokens: the keys and values of {tokens:,} tokens fit at "
                        f"once. vLLM hands them out in blocks of {block_size} tokens{bs_note}: {tokens:,} / "
                        f"{block_size} = {blocks:,} blocks.")
+        else:
+            out.append(f"{device} KV cache size, {tokens:,} tokens: vLLM counts conversations at full length x "
+                       f"their length ({tokens / length:,.2f} x {length:,}); the cache itself is {blocks:,} blocks "
+                       f"of {block_size} tokens{bs_note} = {blocks * block_size:,} token slots, and a "
+                       f"{length:,}-token conversation fills {cdiv(length, block_size):,} whole blocks.")
     elif tokens:
         out.append(f"{device} KV cache size, {tokens:,} tokens: in blocks of {block_size} tokens{bs_note}, "
                    f"{tokens / block_size:,.1f} blocks.")
