@@ -424,6 +424,7 @@ def test_the_cpu_engines_own_log_equals_kvlabs_calculation_to_the_token(tmp_path
     result = explain_vllm_log(log)
     side = result["kvlab"]
     assert log.format == "v1" and log.device == "CPU" and log.block_size == 32 and log.max_model_len == 1000
+    assert (num_blocks, log.kv_cache_tokens, log.max_concurrency) == (3051, 95_343, 95.34)
     assert (side["num_gpu_blocks"], side["kv_cache_tokens"]) == (num_blocks, log.kv_cache_tokens)
     assert f"{side['max_concurrency']:.2f}" == f"{log.max_concurrency:.2f}"
     assert log.num_gpu_blocks == num_blocks  # worked out from the token count, as the explanation does

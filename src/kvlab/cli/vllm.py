@@ -266,6 +266,7 @@ def _print_log(log, explanation: dict, source: str) -> None:
     table.add_column("figure")
     table.add_column("value", justify="right", overflow="fold")
     table.add_column("read from", overflow="fold")
+    shown = None
     for key, label, fmt in LOG_FIGURES:
         value = getattr(log, key)
         if value is None:
@@ -274,7 +275,9 @@ def _print_log(log, explanation: dict, source: str) -> None:
             where = f"[dim]worked out: {escape(log.derived[key])}[/]"
         else:
             line = clean_line(log.lines.get(key, ""))
-            where = escape(line.message if line is not None and line.message else log.lines.get(key, ""))
+            text = line.message if line is not None and line.message else log.lines.get(key, "")
+            where = "[dim]the same line[/]" if text == shown else escape(text)
+            shown = text
         table.add_row(label, escape(fmt(value)), where)
     console.print(table)
     console.print("\n[bold]What it means[/]")
@@ -288,9 +291,12 @@ def _print_kvlab(console, explanation: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from kvlab.vllm.log import LABELS
+
     side = explanation["kvlab"]
-    table = Table(title=f"kvlab's calculation for {side['model']} ({side['available_kv_source']})",
-                  title_justify="left", header_style="bold")
+    console.print(f"\n[bold]kvlab's calculation[/] for {escape(side['model'])}, from "
+                  f"{escape(side['available_kv_source'])}:", highlight=False)
+    table = Table(header_style="bold")
     for col in ("figure", "vLLM", "kvlab", ""):
         table.add_column(col, justify="right" if col in ("vLLM", "kvlab") else "left")
     colour = {"equal": "green", "within rounding": "green", "differs": "red"}
@@ -300,9 +306,6 @@ def _print_kvlab(console, explanation: dict) -> None:
         if row["status"] == "within rounding" and "range" in side:
             low, high = side["range"][row["figure"]]
             extra = f" (the printed GiB allows {fmt(low)} to {fmt(high)})"
-        table.add_row(row["figure"], fmt(row["vllm"]), fmt(row["kvlab"]),
+        table.add_row(LABELS[row["figure"]], fmt(row["vllm"]), fmt(row["kvlab"]),
                       f"[{colour[row['status']]}]{row['status']}[/]{escape(extra)}")
-    console.print()
     console.print(table)
-    for difference in explanation["differences"]:
-        console.print(f"[red]differs:[/] {escape(difference)}")

@@ -529,7 +529,7 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
             slots = blocks * block_size if blocks else tokens
             per_token = log.available_kv_bytes / slots
             text += (f"; at {per_token:,.0f} bytes of keys and values per token" if per_token == int(per_token)
-                     else f"; at about {per_token:,.0f} bytes of keys and values per token")
+                     else f"; at about {per_token / 1024:,.1f} KiB of keys and values per token")
             text += f" it holds {slots:,} tokens"
         out.append(text + ".")
     bs_note = f" (block_size {block_size} assumed: the log does not say; it is vLLM's default)" if assumed else ""
@@ -668,11 +668,11 @@ def _budget(log: StartupLog, bytes_per_block: int) -> tuple[int, int, int, str] 
         return exact, exact, exact, f"num_gpu_blocks_override={override} x {bytes_per_block:,} B per block"
     exact = log.settings.get("kv_cache_memory_bytes")
     if isinstance(exact, int) and exact > 0:
-        return exact, exact, exact, f"kv_cache_memory_bytes={exact:,} (the arguments)"
+        return exact, exact, exact, f"kv_cache_memory_bytes={exact:,} in the arguments"
     gib = log.available_kv_cache_gib
     if gib is not None and gib > 0:
         low, high = max(1, round((gib - GIB_ROUNDING) * GIB)), round((gib + GIB_ROUNDING) * GIB) - 1
-        return low, round(gib * GIB), high, f"{gib} GiB as printed (rounded to 0.01 GiB)"
+        return low, round(gib * GIB), high, f"{gib} GiB as printed, rounded to 0.01 GiB"
     if log.num_gpu_blocks and "num_gpu_blocks" not in log.derived:
         exact = log.num_gpu_blocks * bytes_per_block
         return exact, exact, exact, f"the log's {log.num_gpu_blocks:,} blocks x {bytes_per_block:,} B per block"
@@ -718,9 +718,9 @@ def _difference_hint(log: StartupLog, spec, side: dict, comparison: list[dict]) 
         sliding = (f" (kvlab's {spec.id} keeps a {spec.sliding_window:,}-token window in {spec.num_sliding_layers} "
                    "layers)" if spec.num_sliding_layers else "")
         return (f"the blocks agree, so it is the blocks one conversation needs: kvlab counts "
-                f"{side['blocks_per_request']:,} at max_model_len {side['max_model_len']:,}{sliding}, vLLM's figures "
-                f"imply about {implied:,.0f}; the served checkpoint is probably not the one kvlab assumed (give "
-                "--model with its config.json)")
+                f"{side['blocks_per_request']:,} blocks per conversation of {side['max_model_len']:,} tokens{sliding}, "
+                f"vLLM's figures imply about {implied:,.0f}; the served checkpoint is probably not the one kvlab "
+                "assumed (give --model with its config.json)")
     return (f"check what kvlab assumed: {spec.id}, block_size {side['block_size']}, dtype {side['dtype']}, KV cache "
             f"dtype {side['kv_cache_dtype']}, tensor_parallel_size {side['tensor_parallel_size']} (give --model, "
             "or the arguments the server ran with)")
