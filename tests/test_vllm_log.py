@@ -118,7 +118,8 @@ def test_v1_per_worker_repetition_keeps_the_first_and_every_occurrence():
     assert [e["value"] for e in log.per_worker["model_weights_gib"]] == [14.7708] * 4
     assert log.settings["tensor_parallel_size"] == 4
     lines = explain_vllm_log(log)["lines"]
-    assert any("appears 4 times, by 4 workers," in line for line in lines)
+    assert "The available KV cache memory and model weights lines appear 4 times, by 4 workers," in " ".join(lines)
+    assert "The KV cache size line appears 4 times with the same figure" in " ".join(lines)
 
 
 def test_workers_that_differ_report_the_first_and_say_so():

@@ -598,22 +598,27 @@ def _refusal_lines(log: StartupLog, block_size: int) -> list[str]:
 def _worker_lines(log: StartupLog) -> list[str]:
     if log.refused:
         return []  # a refusal is printed twice (the log line and the exception): nothing to say about workers
-    out = []
     names = {"available_kv_cache_gib": "available KV cache memory", "kv_cache_tokens": "KV cache size",
              "num_gpu_blocks": "blocks", "model_weights_gib": "model weights"}
+    same: dict[tuple[int, int], list[str]] = {}  # (times, workers) -> labels
+    out = []
     for figure, label in names.items():
         entries = log.per_worker.get(figure, [])
-        if len(entries) < 2:
-            continue
         values = [e["value"] for e in entries]
-        workers = sorted({e["worker"] for e in entries if e["worker"]})
+        workers = {e["worker"] for e in entries if e["worker"]}
+        if len(values) < 2:
+            continue
         if len(set(values)) == 1:
-            who = f", by {len(workers)} workers," if len(workers) > 1 else ""
-            out.append(f"The {label} line appears {len(values)} times{who} with the same figure (vLLM prints it "
-                       "once per worker, or once per worker's KV cache config).")
+            same.setdefault((len(values), len(workers)), []).append(label)
         elif len(workers) > 1:
             out.append(f"The {label} differs between workers ({', '.join(f'{v:,}' for v in values)}): vLLM sizes "
                        "the cache by the smallest; the first is shown.")
+    for (times, num_workers), labels in same.items():
+        who = f", by {num_workers} workers," if num_workers > 1 else ""
+        what = labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
+        out.insert(0, f"The {what} line{'s' if len(labels) > 1 else ''} appear{'' if len(labels) > 1 else 's'} "
+                      f"{times} times{who} with the same figure: vLLM prints {'them' if len(labels) > 1 else 'it'} "
+                      "once per worker (or once per worker's KV cache config).")
     return out
 
 
