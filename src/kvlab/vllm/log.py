@@ -8,7 +8,7 @@ printed (the format strings, with the files that print them):
     Explicitly set (0.25/14.46) GiB for KV cache on node 0  (CPU)    Memory profiling results: total_gpu_memory=
     GPU KV cache size: 42,656 tokens             kv_cache_utils.py       7.92GiB ... kv_cache_size=3.54GiB ...
     Maximum concurrency for 32,768 tokens per request: 1.30x             gpu_memory_utilization=0.90
-      (one line since 0.2x: "GPU KV cache size: N tokens, Maximum    the current vLLM instance can use total_gpu_memory
+      (one line in 0.32: "GPU KV cache size: N tokens, Maximum      the current vLLM instance can use total_gpu_memory
       concurrency for ...")                                              (..GiB) x gpu_memory_utilization (0.90) = ..GiB
     Model loading took 14.77 GiB and 24.3 seconds                    model weights take ..GiB; ...; the rest of the
     ... num_gpu_blocks is: 6297                  loggers.py              memory reserved for KV Cache is 2.36GiB.
