@@ -162,8 +162,10 @@ def test_refusals():
     assert "vLLM refused to start" in text and "--max-model-len 93760 or less" in text
     v1 = parse("v1_refusal_engine_core.log")
     text = " ".join(explain_vllm_log(v1)["lines"])
-    assert "262,144 tokens needs 262,144 / 16 = 16,384 blocks, 24.00 GiB" in text
-    assert "--max-model-len 94784 or less" in text
+    assert "262,144 tokens needs 262,144 / 16 = 16,384 blocks of 16 tokens (block_size 16 assumed" in text
+    assert "24.00 GiB of KV cache, and only 8.68 GiB fit. Fix: --max-model-len 94784 or less" in text
+    wrapped = " ".join(explain_vllm_log(parse("v1_refusal_wrapped.md"))["lines"])
+    assert "--max-model-len of about 3,472 or less (0.53 / 5.00 of 32,768, for full attention)" in wrapped
     nothing = parse_vllm_log("ERROR 06-26 09:27:15 [core.py:519] ValueError: No available memory for the cache "
                              "blocks. Try increasing `gpu_memory_utilization` when initializing the engine.")
     assert nothing.refused and nothing.no_kv_memory

@@ -569,18 +569,19 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
     elif length and log.max_concurrency is not None and not log.refused:
         out.append(f"{log.max_concurrency:.2f} conversations at the full length of {length:,} tokens fit at once "
                    "(vLLM's 'Maximum concurrency').")
-    out += _refusal_lines(log, block_size)
+    out += _refusal_lines(log, block_size, bs_note)
     return out
 
 
-def _refusal_lines(log: StartupLog, block_size: int) -> list[str]:
+def _refusal_lines(log: StartupLog, block_size: int, bs_note: str) -> list[str]:
     if not log.refused:
         return []
     length = log.max_model_len
     if log.no_kv_memory:
         return [("vLLM refused to start: nothing was left for the KV cache after the weights and activations. "
                  "Give it more memory (--gpu-memory-utilization, --tensor-parallel-size) or a smaller model.")]
-    need = f"{length:,} / {block_size} = {cdiv(length, block_size):,} blocks" if length else "its blocks"
+    need = (f"{length:,} / {block_size} = {cdiv(length, block_size):,} blocks of {block_size} tokens{bs_note}"
+            if length else "its blocks")
     if log.needed_kv_cache_gib is not None:
         need += f", {_gib(log.needed_kv_cache_gib)}"
     have = []
@@ -590,6 +591,11 @@ def _refusal_lines(log: StartupLog, block_size: int) -> list[str]:
         have.append(_gib(log.available_kv_cache_gib))
     longest = log.estimated_max_model_len or log.kv_cache_tokens
     fix = f"--max-model-len {longest} or less" if longest else "a smaller --max-model-len"
+    if not longest and length and log.needed_kv_cache_gib and log.available_kv_cache_gib:
+        # The KV cache a request needs grows in proportion to its length (full attention).
+        about = int(length * log.available_kv_cache_gib / log.needed_kv_cache_gib) // block_size * block_size
+        fix = (f"--max-model-len of about {about:,} or less ({log.available_kv_cache_gib:.2f} / "
+               f"{log.needed_kv_cache_gib:.2f} of {length:,}, for full attention)")
     return [(f"vLLM refused to start: one conversation at the full length of {length:,} tokens needs {need} of KV "
              f"cache, and only {' = '.join(have) or 'less'} fit. Fix: {fix}, or more memory for the cache "
              "(--gpu-memory-utilization, --tensor-parallel-size, --kv-cache-dtype fp8).")]
