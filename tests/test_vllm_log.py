@@ -350,7 +350,7 @@ def test_bad_input(kvlab, tmp_path, monkeypatch):
         assert looked_for in message
     only_args = tmp_path / "args.log"
     only_args.write_text("(APIServer pid=1) INFO 10-06 15:56:26 [utils.py:233] non-default args: {'model': 'x'}\n")
-    assert "it has only model" in bad(kvlab, only_args)
+    assert "args.log': no vLLM KV cache line found (only the non-default args line)" in bad(kvlab, only_args)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b""), encoding="utf-8"))
     assert "stdin is empty" in bad(kvlab, "-")
     assert "unknown model 'no-such-model'" in bad(kvlab, FIXTURES / "v1_ray_llmrayactor.log", "--model",

@@ -191,10 +191,14 @@ def log_command(
     """Read a vLLM startup log and explain its KV cache: tokens, blocks, conversations at full length."""
     import json
 
+    from kvlab.errors import KvlabError
     from kvlab.vllm.log import explain_vllm_log, parse_vllm_log
 
     text = _read_log(source)
-    log = parse_vllm_log(text)
+    try:
+        log = parse_vllm_log(text)
+    except KvlabError as exc:
+        raise KvlabError(f"{'stdin' if source == '-' else repr(source)}: {exc}") from None
     explanation = explain_vllm_log(log, model)
     if as_json:
         typer.echo(json.dumps({**log.to_json(), "explanation": explanation}, indent=2))

@@ -256,6 +256,10 @@ PATTERNS = (
     _pattern("server_version", None, r"vLLM API server version (?P<v>\S+)|█ +version (?P<b>\d[\w.+-]*)",
              lambda m: {"vllm_version": m["v"] or m["b"]}),
 )
+SEEN_LABELS = {"non_default_args": "the non-default args line", "engine_config": "the engine config line",
+               "weights_v1": "the model loading line", "weights_v0": "the model loading line",
+               "server_version": "the version line", "using_max_model_len": "the max model len line",
+               "budget": "the GPU memory line"}
 # Figures about the KV cache itself: a log must have one of these to be explained.
 KV_FIGURES = ("kv_cache_tokens", "num_gpu_blocks", "max_concurrency", "available_kv_cache_gib", "refused")
 LOOKED_FOR = ("V1's 'Available KV cache memory: X GiB', 'GPU KV cache size: N tokens' (or 'CPU KV cache size'), "
@@ -413,8 +417,8 @@ def parse_vllm_log(text: str) -> StartupLog:
         raise KvlabError(f"the log is empty; paste vLLM's startup log, which has lines such as {LOOKED_FOR}")
     readings = read_lines(text)
     if not any(r.figure in KV_FIGURES for r in readings):
-        seen = sorted({r.figure.split(".")[-1] for r in readings})
-        has = f" (it has only {', '.join(seen)})" if seen else ""
+        seen = sorted({SEEN_LABELS.get(r.pattern, r.pattern) for r in readings})
+        has = f" (only {' and '.join(seen)})" if seen else ""
         raise KvlabError(f"no vLLM KV cache line found{has}; looked for {LOOKED_FOR}. vLLM prints them once the "
                          "model is loaded and profiled: paste the log up to 'Maximum concurrency' (or the error)")
     first: dict = {}
