@@ -741,6 +741,15 @@ def _difference_hint(log: StartupLog, spec, side: dict, comparison: list[dict]) 
             "or the arguments the server ran with)")
 
 
+def _log_lines(log: StartupLog, result, figures: dict) -> list[str]:
+    """The lines vLLM would have printed for kvlab's figures, in the log's own engine's format."""
+    if log.format == "v0":
+        return [f"# {log.kv_cache_device or 'GPU'} blocks: {figures['num_gpu_blocks']}",
+                f"Maximum concurrency for {result.max_model_len} tokens per request: {figures['max_concurrency']:.2f}x"]
+    device = log.kv_cache_device or "GPU"
+    return [line.replace("GPU KV cache size", f"{device} KV cache size") for line in result.vllm_log_lines]
+
+
 def kvlab_calculation(log: StartupLog, spec, source: str) -> dict:
     """kvlab.sizing's figures for this log's budget and settings, beside vLLM's, with the differences."""
     from dataclasses import replace
@@ -762,7 +771,7 @@ def kvlab_calculation(log: StartupLog, spec, source: str) -> dict:
     low, mid, high = (_figures(log, r) for r in results)
     side.update(available_kv_bytes=mid_b, available_kv_source=how, **mid,
                 estimated_max_model_len=results[1].estimated_max_model_len,
-                refused=not results[1].fits_max_model_len, vllm_log_lines=list(results[1].vllm_log_lines))
+                refused=not results[1].fits_max_model_len, vllm_log_lines=_log_lines(log, results[1], mid))
     if low_b != high_b:
         side["range"] = {k: [low[k], high[k]] for k in mid}
     comparison, differences = [], []
