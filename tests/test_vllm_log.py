@@ -14,6 +14,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvlab.errors import KvlabError
 from kvlab.vllm.log import clean_line, explain_vllm_log, parse_args_dict, parse_vllm_log
@@ -435,3 +437,59 @@ def test_the_cpu_engines_own_log_equals_kvlabs_calculation_to_the_token(tmp_path
         {"kv_cache_tokens": "equal", "max_concurrency": "equal"}
     assert result["differences"] == []
     assert f"{num_blocks:,} blocks of 32 tokens" in " ".join(result["lines"])
+
+
+# --- on any input ---
+
+FRAGMENTS = st.sampled_from([
+    "GPU KV cache size: ", "Maximum concurrency for ", " tokens per request: ", "Available KV cache memory: ",
+    "# GPU blocks: ", ", # CPU blocks: ", "non-default args: {", "'model': ", "'block_size': ", "}", "(", ")",
+    "(EngineCore_DP0 pid=1) ", "INFO 10-06 15:57:53 [x.py:1] ", "The model's max seq len (",
+    "To serve at least one request with the model's max seq len (", "GiB", "x", ",", "\n", "`", "```", "\x1b[32m", "1", "2,048", "-3",
+    "0.5", "Initializing a V1 LLM engine (v0.1) with config: model='", "estimated maximum model length is ",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(FRAGMENTS, st.text(max_size=8)), max_size=40))
+def test_any_text_gives_a_log_or_a_kvlab_error(parts):
+    try:
+        log = parse_vllm_log("".join(parts))
+    except KvlabError:
+        return
+    log.to_json()
+    explain_vllm_log(log)
+
+
+@settings(max_examples=200, deadline=None)
+@given(num_blocks=st.integers(1, 3_000_000), block_size=st.sampled_from([16, 32, 64, 128]),
+       max_model_len=st.integers(1, 262_144), gib=st.floats(0.01, 500), wrapper=st.sampled_from(sorted(WRAPPERS)),
+       two_lines=st.booleans())
+def test_v1_lines_as_vllm_formats_them_read_back(num_blocks, block_size, max_model_len, gib, wrapper, two_lines):
+    from kvlab.vllm.log.startup import v1_num_tokens
+
+    tokens = v1_num_tokens(num_blocks, block_size, max_model_len)
+    concurrency = num_blocks / -(-max_model_len // block_size)
+    size = f"GPU KV cache size: {tokens:,} tokens"
+    conc = f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
+    lines = [f"Available KV cache memory: {round(gib, 2)} GiB"] + ([size, conc] if two_lines else [f"{size}, {conc}"])
+    prefix = "(EngineCore_DP0 pid=7) INFO 12-01 08:35:31 [kv_cache_utils.py:2327] "
+    log = parse_vllm_log("\n".join(WRAPPERS[wrapper](prefix + line) for line in lines))
+    assert (log.format, log.kv_cache_tokens, log.max_model_len) == ("v1", tokens, max_model_len)
+    assert log.max_concurrency == float(f"{concurrency:.2f}")
+    assert log.available_kv_cache_gib == round(gib, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(num_blocks=st.integers(1, 3_000_000), num_cpu_blocks=st.integers(0, 100_000),
+       block_size=st.sampled_from([8, 16, 32]), max_model_len=st.integers(1, 131_072))
+def test_v0_lines_as_vllm_formatted_them_read_back(num_blocks, num_cpu_blocks, block_size, max_model_len):
+    concurrency = num_blocks * block_size / max_model_len
+    log = parse_vllm_log(f"INFO 12-06 11:39:36 gpu_executor.py:113] # GPU blocks: {num_blocks}, # CPU blocks: "
+                         f"{num_cpu_blocks}\nINFO 12-06 11:39:36 gpu_executor.py:117] Maximum concurrency for "
+                         f"{max_model_len} tokens per request: {concurrency:.2f}x")
+    assert (log.num_gpu_blocks, log.num_cpu_blocks, log.max_model_len) == (num_blocks, num_cpu_blocks, max_model_len)
+    assert log.max_concurrency == float(f"{concurrency:.2f}")
+    if log.block_size is not None:  # worked out only where exactly one block size gives the printed figure
+        assert log.block_size == block_size
+        assert log.kv_cache_tokens == num_blocks * block_size
