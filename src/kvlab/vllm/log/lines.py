@@ -69,12 +69,13 @@ def clean_line(raw: str) -> LogLine | None:
     if FENCE.match(line):
         return None
     changed = True
-    while changed:
+    while changed and not PROCESS.match(line):  # inside vLLM's own prefix nothing is a wrapper any more
         changed = False
         for pattern in WRAPPERS:
             stripped = pattern.sub("", line, count=1)
-            if stripped != line and not PROCESS.match(line):
+            if stripped != line:
                 line, changed = stripped, True
+                break
     for pattern in TRAILERS:
         line = pattern.sub("", line)
     text = line.strip()
@@ -291,9 +292,27 @@ def excerpt(text: str, figure: str) -> str:
     return f"{head} … {text[at:end if end > 0 else len(text)]} …"
 
 
+# Words one of which every known line holds (on its first line, when a paste wrapped it): the other lines of a
+# long log (requests, routes, progress bars) are skipped without running every pattern on them.
+KEYWORDS = ("KV cache", "KV Cache", "concurrency", "blocks", "Model loading", "model weights", "Memory profiling",
+            "total_gpu_memory", "max seq len", "To serve", "maximum model length", "No available memory",
+            "non-default args", "LLM engine", "max model len", "version")
+WRAPPED_LINES = 3  # a wrapped message's continuation lines looked at after a line with a keyword
+
+
+def _candidate_lines(text: str) -> list[LogLine]:
+    raw = text.splitlines()
+    keep = set()
+    for i, line in enumerate(raw):
+        if any(word in line for word in KEYWORDS):
+            keep.update(range(i, min(i + WRAPPED_LINES + 1, len(raw))))
+    lines = (clean_line(raw[i]) for i in sorted(keep))
+    return [line for line in lines if line is not None and line.message]
+
+
 def read_lines(text: str) -> list[Reading]:
     """Every figure of every known line, in the order of the log."""
-    lines = [c for c in map(clean_line, text.splitlines()) if c is not None and c.message]
+    lines = _candidate_lines(text)
     readings: list[Reading] = []
     found = set()
     for line in lines:
