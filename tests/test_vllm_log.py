@@ -245,6 +245,13 @@ def test_explanation_tokens_blocks_conversations():
     assert "block_size 16 assumed" in text
     v0 = " ".join(explain_vllm_log(parse("v0_0.6.4_phi_gpu_blocks.log"))["lines"])
     assert "1,207 blocks of 16 tokens = 19,312 tokens" in v0 and "1,207 / 128 = 9.43" in v0
+    # A sliding-window model: vLLM's concurrency is not blocks / blocks of a full-length conversation.
+    sliding = parse_vllm_log("INFO 01-23 15:50:06 [kv_cache_utils.py:1091] Maximum concurrency for 32,768 tokens "
+                             "per request: 102.36x\nINFO 01-23 15:50:32 [loggers.py:147] Engine 000: vllm "
+                             "cache_config_info with initialization after num_gpu_blocks is: 52510")
+    text = " ".join(explain_vllm_log(sliding)["lines"])
+    assert "52,510 / 2,048 = 25.64 such conversations fit at once; vLLM says 102.36x: this model's layers are not " \
+           "all full attention" in text
 
 
 def test_kvlab_equals_vllm_where_the_model_is_known():

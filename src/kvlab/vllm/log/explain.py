@@ -20,28 +20,36 @@ def _gib(x: float) -> str:
     return f"{x:,.2f} GiB"
 
 
+def _memory_line(log: StartupLog, tokens: int | None, blocks: int | None, block_size: int) -> str | None:
+    if log.available_kv_cache_gib is None or log.refused:
+        return None
+    per_gpu = " per GPU" if (log.settings.get("tensor_parallel_size") or 1) > 1 else ""
+    left = (f"after the model weights ({_gib(log.model_weights_gib)})" if log.model_weights_gib is not None
+            else "after the model weights")
+    text = (f"Available KV cache memory, {_gib(log.available_kv_cache_gib)}{per_gpu}: what vLLM had left for "
+            f"the KV cache {left}, the activations of a profiling run and other memory")
+    if log.device == "CPU":
+        text = (f"KV cache memory, {_gib(log.available_kv_cache_gib)}: on a CPU vLLM takes it from "
+                "--kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE), else from what is left of the memory it "
+                "requested")
+    if tokens:
+        slots = blocks * block_size if blocks else tokens
+        per_token = log.available_kv_bytes / slots
+        text += (f"; at {per_token:,.0f} bytes of keys and values per token" if per_token == int(per_token)
+                 else f"; at about {per_token / 1024:,.1f} KiB of keys and values per token")
+        text += f" it holds {slots:,} tokens"
+    return text + "."
+
+
 def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
     """Tokens -> blocks of block_size tokens -> conversations at the full length, in the log's own figures."""
     out = []
     tokens, blocks, length, device = log.kv_cache_tokens, log.num_gpu_blocks, log.max_model_len, log.device
     if blocks is None and tokens and length and log.format == "v1":
         blocks = blocks_from_tokens(tokens, block_size, length)
-    per_gpu = " per GPU" if (log.settings.get("tensor_parallel_size") or 1) > 1 else ""
-    if log.available_kv_cache_gib is not None and not log.refused:
-        left = (f"after the model weights ({_gib(log.model_weights_gib)})" if log.model_weights_gib is not None
-                else "after the model weights")
-        text = (f"Available KV cache memory, {_gib(log.available_kv_cache_gib)}{per_gpu}: what vLLM had left for "
-                f"the KV cache {left}, the activations of a profiling run and other memory")
-        if device == "CPU":
-            text = (f"KV cache memory, {_gib(log.available_kv_cache_gib)}: on a CPU the budget is set, not "
-                    "measured (--kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE)")
-        if tokens:
-            slots = blocks * block_size if blocks else tokens
-            per_token = log.available_kv_bytes / slots
-            text += (f"; at {per_token:,.0f} bytes of keys and values per token" if per_token == int(per_token)
-                     else f"; at about {per_token / 1024:,.1f} KiB of keys and values per token")
-            text += f" it holds {slots:,} tokens"
-        out.append(text + ".")
+    memory = _memory_line(log, tokens, blocks, block_size)
+    if memory:
+        out.append(memory)
     bs_note = f" (block_size {block_size} assumed: the log does not say; it is vLLM's default)" if assumed else ""
     if tokens and blocks:
         if log.derived.get("kv_cache_tokens"):
@@ -69,8 +77,9 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
             text += (f": that is vLLM's 'Maximum concurrency ... {log.max_concurrency:.2f}x'."
                      if log.max_concurrency is not None else ".")
         else:
-            text += (f"; vLLM says {log.max_concurrency:.2f}x because some layers keep only a sliding window (or "
-                     "are not attention), so a conversation needs fewer blocks than its full length.")
+            text += (f"; vLLM says {log.max_concurrency:.2f}x: this model's layers are not all full attention "
+                     "(sliding windows, or several KV cache groups), and vLLM counts a conversation's blocks per "
+                     "group.")
         out.append(text)
         if fit >= 1 and length >= 4 * block_size:
             short = max(block_size, length // 8)
