@@ -500,3 +500,22 @@ def test_v0_lines_as_vllm_formatted_them_read_back(num_blocks, num_cpu_blocks, b
     if log.block_size is not None:  # worked out only where exactly one block size gives the printed figure
         assert log.block_size == block_size
         assert log.kv_cache_tokens == num_blocks * block_size
+
+
+def test_a_refusal_beside_kvlabs_arithmetic(kvlab, monkeypatch):
+    # Qwen3-14B at max_model_len 40,960 with 5.98 GiB: one conversation needs 2,560 blocks of 2.5 MiB = 6.25 GiB;
+    # 5.98 GiB holds 2,449 blocks, so about 39,184 tokens (vLLM 0.32 keeps one back for the null block: 39,168).
+    text = ("(APIServer pid=1) INFO 10-06 15:56:26 [utils.py:233] non-default args: {'model': 'Qwen/Qwen3-14B', "
+            "'max_model_len': 40960}\n(EngineCore_DP0 pid=2) ERROR 10-06 15:57:53 [core.py:708] ValueError: To serve "
+            "at least one request with the model's max seq len (40960), (6.25 GiB KV cache is needed, which is larger "
+            "than the available KV cache memory (5.98 GiB). Based on the available memory, the estimated maximum "
+            "model length is 39184. Try increasing `gpu_memory_utilization` or decreasing `max_model_len`")
+    result = explain_vllm_log(parse_vllm_log(text))
+    assert result["kvlab"]["refused"] is True
+    assert {row["figure"]: (row["kvlab"], row["status"]) for row in result["comparison"]} == {
+        "estimated_max_model_len": (39_168, "within rounding"), "needed_kv_cache_gib": (6.25, "equal")}
+    assert result["differences"] == []
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8"))
+    shown = kvlab("vllm", "log", "-")
+    assert shown.exit_code == 0, shown.stderr
+    assert "longest max_model_len that fits" in shown.stdout and "6.25 GiB" in shown.stdout

@@ -295,7 +295,7 @@ def _print_kvlab(console, explanation: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from kvlab.vllm.log import LABELS
+    from kvlab.vllm.log import LABELS, format_figure
 
     side = explanation["kvlab"]
     console.print(f"\n[bold]kvlab's calculation[/] for {escape(side['model'])}, from "
@@ -305,11 +305,11 @@ def _print_kvlab(console, explanation: dict) -> None:
         table.add_column(col, justify="right" if col in ("vLLM", "kvlab") else "left")
     colour = {"equal": "green", "within rounding": "green", "differs": "red"}
     for row in explanation["comparison"]:
-        fmt = (lambda v: f"{v:.2f}x") if row["figure"] == "max_concurrency" else (lambda v: f"{v:,}")
+        figure = row["figure"]
         extra = ""
-        if row["status"] == "within rounding" and "range" in side:
-            low, high = side["range"][row["figure"]]
-            extra = f" (the printed GiB allows {fmt(low)} to {fmt(high)})"
-        table.add_row(LABELS[row["figure"]], fmt(row["vllm"]), fmt(row["kvlab"]),
+        if row["status"] == "within rounding" and figure in side.get("range", {}):
+            low, high = side["range"][figure]
+            extra = f" (the printed GiB allows {format_figure(figure, low)} to {format_figure(figure, high)})"
+        table.add_row(LABELS[figure], format_figure(figure, row["vllm"]), format_figure(figure, row["kvlab"]),
                       f"[{colour[row['status']]}]{row['status']}[/]{escape(extra)}")
     console.print(table)

@@ -211,33 +211,43 @@ def _budget(log: StartupLog, bytes_per_block: int) -> tuple[int, int, int, str] 
 
 def _figures(log: StartupLog, result) -> dict:
     """What vLLM would print for kvlab's block count: V1's formulas, or V0's (blocks x block_size)."""
+    refusal = {"estimated_max_model_len": result.estimated_max_model_len,
+               # max_memory_usage_bytes: the blocks of one max_model_len request, all layers
+               "needed_kv_cache_gib": result.blocks_per_request * result.bytes_per_block / GIB}
     if log.format == "v0":
         tokens = result.num_blocks * result.block_size
         return {"num_gpu_blocks": result.num_blocks, "kv_cache_tokens": tokens,
-                "max_concurrency": tokens / result.max_model_len}
+                "max_concurrency": tokens / result.max_model_len, **refusal}
     return {"num_gpu_blocks": result.num_blocks, "kv_cache_tokens": result.num_tokens,
-            "max_concurrency": result.max_concurrency}
+            "max_concurrency": result.max_concurrency, **refusal}
 
 
 LABELS = {"num_gpu_blocks": "blocks", "kv_cache_tokens": "KV cache size (tokens)",
-          "max_concurrency": "maximum concurrency", "estimated_max_model_len": "longest max_model_len that fits"}
+          "max_concurrency": "maximum concurrency", "estimated_max_model_len": "longest max_model_len that fits",
+          "needed_kv_cache_gib": "KV cache one full-length conversation needs"}
+TWO_DECIMALS = {"max_concurrency": "x", "needed_kv_cache_gib": " GiB"}  # as vLLM prints them
+
+
+def format_figure(figure: str, value) -> str:
+    if figure in TWO_DECIMALS:
+        return f"{value:,.2f}{TWO_DECIMALS[figure]}"
+    return f"{value:,}"
 
 
 def _compare(figure: str, vllm, mid, low, high) -> tuple[str, str | None]:
     """('equal' | 'within rounding' | 'differs', the difference as a sentence)."""
-    if figure == "max_concurrency":
+    if figure in TWO_DECIMALS:
         same = round(mid, 2) == vllm
-        inside = round(low, 2) <= vllm <= round(high, 2)
-        show = (f"{mid:.2f}x", f"{vllm:.2f}x", f"{low:.2f}x-{high:.2f}x")
+        inside = round(min(low, high), 2) <= vllm <= round(max(low, high), 2)
     else:
-        same, inside = mid == vllm, low <= vllm <= high
-        show = (f"{mid:,}", f"{vllm:,}", f"{low:,}-{high:,}")
+        same, inside = mid == vllm, min(low, high) <= vllm <= max(low, high)
     if same:
         return "equal", None
     if inside:
         return "within rounding", None
-    spread = "" if low == high else f" (the printed KV cache memory allows {show[2]})"
-    return "differs", f"{LABELS[figure]}: kvlab {show[0]}, vLLM {show[1]}{spread}"
+    spread = ("" if low == high else
+              f" (the printed KV cache memory allows {format_figure(figure, low)}-{format_figure(figure, high)})")
+    return "differs", f"{LABELS[figure]}: kvlab {format_figure(figure, mid)}, vLLM {format_figure(figure, vllm)}{spread}"
 
 
 def _difference_hint(log: StartupLog, spec, side: dict, comparison: list[dict]) -> str:
@@ -267,8 +277,6 @@ def _log_lines(log: StartupLog, result, figures: dict) -> list[str]:
 
 def kvlab_calculation(log: StartupLog, spec, source: str) -> dict:
     """kvlab.sizing's figures for this log's budget and settings, beside vLLM's, with the differences."""
-    from dataclasses import replace
-
     from kvlab.sizing import size_kv_cache
 
     probe = size_kv_cache(spec, _sizing_config(log, GIB))
@@ -282,20 +290,16 @@ def kvlab_calculation(log: StartupLog, spec, source: str) -> dict:
         side["note"] = "the log gives no KV cache memory or block count to size from"
         return {"kvlab": side, "comparison": [], "differences": []}
     low_b, mid_b, high_b, how = budget
-    results = [size_kv_cache(spec, replace(_sizing_config(log, b))) for b in (low_b, mid_b, high_b)]
+    results = [size_kv_cache(spec, _sizing_config(log, b)) for b in (low_b, mid_b, high_b)]
     low, mid, high = (_figures(log, r) for r in results)
     side.update(available_kv_bytes=mid_b, available_kv_source=how, **mid,
-                estimated_max_model_len=results[1].estimated_max_model_len,
                 refused=not results[1].fits_max_model_len, vllm_log_lines=_log_lines(log, results[1], mid))
     if low_b != high_b:
         side["range"] = {k: [low[k], high[k]] for k in mid}
     comparison, differences = [], []
-    stated = {k: getattr(log, k) for k in mid if getattr(log, k) is not None and k not in log.derived}
-    if log.refused and log.estimated_max_model_len is not None:
-        stated["estimated_max_model_len"] = log.estimated_max_model_len
-        mid["estimated_max_model_len"] = results[1].estimated_max_model_len
-        low["estimated_max_model_len"] = results[0].estimated_max_model_len
-        high["estimated_max_model_len"] = results[2].estimated_max_model_len
+    # The refusal's figures are compared only for a refusal: a started engine printed none of them.
+    figures = [k for k in mid if log.refused or k not in ("estimated_max_model_len", "needed_kv_cache_gib")]
+    stated = {k: getattr(log, k) for k in figures if getattr(log, k) is not None and k not in log.derived}
     for figure, vllm in stated.items():
         status, difference = _compare(figure, vllm, mid[figure], low[figure], high[figure])
         comparison.append({"figure": figure, "vllm": vllm, "kvlab": mid[figure], "status": status})
