@@ -309,6 +309,18 @@ def test_model_from_the_logs_own_config_json(tmp_path):
 
 # --- the command ---
 
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_cli_explains_every_fixture(kvlab, name):
+    result = kvlab("vllm", "log", FIXTURES / name)
+    assert result.exit_code == 0, result.stderr
+    assert "What it means" in result.stdout and "Traceback" not in result.stdout + result.stderr
+    log = parse(name)
+    if log.kv_cache_tokens:
+        assert f"{log.kv_cache_tokens:,} tokens" in result.stdout
+    if log.refused:
+        assert "refused to start" in result.stdout
+
+
 def test_cli_json_has_the_contract_keys(kvlab):
     result = kvlab("vllm", "log", FIXTURES / "v1_0.11_tp4_per_worker.log", "--json")
     assert result.exit_code == 0, result.stderr
