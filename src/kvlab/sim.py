@@ -331,10 +331,12 @@ class Simulation:
         return slot_usage(self.allocator, self.scheduler.num_resident_computed_tokens)
 
     def snapshot(self) -> BlockSnapshot:
+        self.scheduler.sync()
         return self.allocator.snapshot(list(self.scheduler.running))
 
     def result(self) -> SimResult:
         sched = self.scheduler
+        sched.sync()
         self.counters.num_preemptions = sched.num_preemptions
         self.counters.num_recomputed_tokens = sched.num_recomputed_tokens
         self.counters.num_swapped_bytes = sched.num_swapped_bytes
@@ -362,7 +364,9 @@ class Simulation:
         if max_iterations < VECTOR_MIN_ITERATIONS:
             durations: list[float] = []
             now, context = self.now, num_context_tokens
-            while len(durations) < max_iterations and now < stop:
+            for _ in range(max_iterations):
+                if now >= stop:
+                    break
                 dt = cost.iteration_times(num_seqs, 0, num_seqs, context, context)
                 durations.append(dt)
                 now += dt
