@@ -144,6 +144,7 @@ STRATEGY_NAMES = sorted(set(LESSON_RACE) | set(PAPER_SYSTEMS) | {"vllm+prefix", 
 
 def check_invariants(sim: Simulation) -> None:
     sched = sim.scheduler
+    sched.sync()
     usage = slot_usage(sim.allocator, sched.num_resident_computed_tokens)
     assert usage.num_slots == sim.allocator.num_slots
     assert min(usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free) >= 0

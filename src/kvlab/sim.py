@@ -331,10 +331,12 @@ class Simulation:
         return slot_usage(self.allocator, self.scheduler.num_resident_computed_tokens)
 
     def snapshot(self) -> BlockSnapshot:
+        self.scheduler.sync()
         return self.allocator.snapshot(list(self.scheduler.running))
 
     def result(self) -> SimResult:
         sched = self.scheduler
+        sched.sync()
         self.counters.num_preemptions = sched.num_preemptions
         self.counters.num_recomputed_tokens = sched.num_recomputed_tokens
         self.counters.num_swapped_bytes = sched.num_swapped_bytes
@@ -359,25 +361,29 @@ class Simulation:
         arrival joins the queue before the first iteration starting at or after it. Keeps their durations."""
         stop = min(self.next_arrival_time, self._limit)
         cost = self.config.cost
-        if max_iterations < VECTOR_MIN_ITERATIONS:
-            durations: list[float] = []
-            now, context = self.now, num_context_tokens
-            while len(durations) < max_iterations and now < stop:
-                dt = cost.iteration_times(num_seqs, 0, num_seqs, context, context)
-                durations.append(dt)
-                now += dt
-                context += num_seqs
-            self._run_durations = durations
+        # Most runs end within a few iterations (an arrival, a finish): price them one by one, with numpy
+        # only the rest of a run still going after VECTOR_MIN_ITERATIONS.
+        durations: list[float] = []
+        now, context = self.now, num_context_tokens
+        for _ in range(min(max_iterations, VECTOR_MIN_ITERATIONS)):
+            if now >= stop:
+                break
+            dt = cost.iteration_times(num_seqs, 0, num_seqs, context, context)
+            durations.append(dt)
+            now += dt
+            context += num_seqs
+        self._run_durations = durations
+        if now >= stop or len(durations) == max_iterations:
             return len(durations)
         import numpy as np
 
-        contexts = num_context_tokens + num_seqs * np.arange(max_iterations, dtype=np.int64)
-        priced = cost.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
+        contexts = context + num_seqs * np.arange(max_iterations - len(durations), dtype=np.int64)
+        rest = cost.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
         if stop < INF:
-            starts = np.add.accumulate(np.concatenate(([self.now], priced[:-1])))  # as `now += dt`
-            priced = priced[: int(np.searchsorted(starts, stop, side="left"))]
-        self._run_durations = priced
-        return len(priced)
+            starts = np.add.accumulate(np.concatenate(([now], rest[:-1])))  # as `now += dt`
+            rest = rest[: int(np.searchsorted(starts, stop, side="left"))]
+        self._run_durations = np.concatenate((np.array(durations), rest))
+        return len(self._run_durations)
 
     def _durations(self, out: SchedulerOutput):
         """Each iteration's duration: the cost model's, plus the time a swap moves KV over PCIe."""

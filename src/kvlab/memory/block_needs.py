@@ -20,6 +20,7 @@ by iteration, then running order.
 from __future__ import annotations
 
 from bisect import insort
+from heapq import heappop, heappush
 
 
 class BlockNeeds:
@@ -27,10 +28,11 @@ class BlockNeeds:
         self.block_size = block_size
         self.num_decode_iterations = 0  # the clock: decode-run iterations so far
         self._buckets: list[list[int]] = [[] for _ in range(block_size)]  # phase -> request ids, admission order
-        self._next: dict[int, int] = {}  # request_id -> clock iteration of its next block
+        self._phase: dict[int, int] = {}  # request_id -> its bucket: the clock iterations of its blocks mod block_size
         self._stamp: dict[int, int] = {}  # request_id -> admission stamp
         self._last: dict[int, dict[int, int]] = {}  # clock iteration -> {request_id: internal slots of its last block}
         self._last_of: dict[int, int] = {}  # request_id -> the key of its entry in _last
+        self._last_heap: list[int] = []  # the keys of _last (and some of removed entries: skipped)
         self._far: set[int] = set()  # requests holding a block or more beyond their tokens: not decoding
         self._num_stamps = 0
 
@@ -47,7 +49,7 @@ class BlockNeeds:
         self._place(request_id, num_slots, num_tokens, num_kv_tokens)
 
     def forget(self, request_id: int) -> None:
-        if request_id in self._next:
+        if request_id in self._phase:
             self._remove(request_id)
             del self._stamp[request_id]
 
@@ -56,43 +58,42 @@ class BlockNeeds:
 
     def next_block_iteration(self, request_id: int) -> int:
         """For checks: the decode-run iteration from now (1: the next) in which the request needs a block."""
-        return self._next[request_id] - self.num_decode_iterations
+        return (self._phase[request_id] - self.num_decode_iterations - 1) % self.block_size + 1
 
-    def due(self, max_iterations: int, num_free_blocks: int) -> tuple[int, list[tuple[int, list[int]]], list]:
-        """A run of up to ``max_iterations`` iterations, as many as ``num_free_blocks`` cover: (iterations,
-        [(iteration from 1, request ids getting a block then, in step order)], [(iteration from 1, internal
-        fragmentation slots its last blocks add)]). The clock advances by the run."""
+    def due(self, max_iterations: int, num_free_blocks: int) -> tuple[int, list[int], list[tuple[int, int, int]]]:
+        """A run of up to ``max_iterations`` iterations, as many as ``num_free_blocks`` cover: (iterations, the
+        request ids that get a block, in step order, and per iteration (from 0) the slots and the internal
+        fragmentation slots its new blocks add). The clock advances by the run."""
         assert not self._far, "a decode run while a request is still computing its prompt"
         clock, bs, buckets = self.num_decode_iterations, self.block_size, self._buckets
-        needs, num_blocks = [], 0
+        order: list[int] = []
+        growth = []
         num_iterations = max_iterations
         for j in range(1, max_iterations + 1):
             bucket = buckets[(clock + j) % bs]
             if bucket:
-                if num_blocks + len(bucket) > num_free_blocks:
+                num_blocks = len(bucket)
+                if num_blocks > num_free_blocks:
                     num_iterations = j - 1  # the first iteration whose blocks are not all free: stop before it
                     break
-                needs.append((j, bucket))  # (unchanged until the run is over)
-                num_blocks += len(bucket)
-        internal = []
-        for j in range(1, num_iterations + 1) if self._last else ():
-            wastes = self._last.pop(clock + j, None)
-            if wastes:
-                internal.append((j, sum(wastes.values())))
+                num_free_blocks -= num_blocks
+                order += bucket
+                growth.append((j - 1, bs * num_blocks, 0))
+        end = clock + num_iterations
+        while self._last_heap and self._last_heap[0] <= end:
+            at = heappop(self._last_heap)
+            wastes = self._last.pop(at, None)
+            if wastes:  # last blocks: their slots beyond the request's last token
+                growth.append((at - clock - 1, 0, sum(wastes.values())))
                 for request_id in wastes:
                     del self._last_of[request_id]
-        for j, bucket in needs:
-            if j > bs:
-                break  # (a bucket comes round again every block_size iterations: its requests moved on already)
-            for request_id in bucket:
-                self._next[request_id] += bs * ((num_iterations - j) // bs + 1)
-        self.num_decode_iterations = clock + num_iterations
-        return num_iterations, needs, internal
+        self.num_decode_iterations = end
+        return num_iterations, order, growth
 
     def _place(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         bs = self.block_size
         at = self.num_decode_iterations + num_slots - num_tokens + 1
-        self._next[request_id] = at
+        self._phase[request_id] = at % bs
         if at - self.num_decode_iterations > bs:
             self._far.add(request_id)
             return
@@ -101,15 +102,18 @@ class BlockNeeds:
         waste = -num_kv_tokens % bs
         if num_blocks_to_come > 0 and waste:
             last = at + bs * (num_blocks_to_come - 1)
-            self._last.setdefault(last, {})[request_id] = waste
+            if last not in self._last:
+                self._last[last] = {}
+                heappush(self._last_heap, last)
+            self._last[last][request_id] = waste
             self._last_of[request_id] = last
 
     def _remove(self, request_id: int) -> None:
-        at = self._next.pop(request_id)
+        phase = self._phase.pop(request_id)
         if request_id in self._far:
             self._far.remove(request_id)
             return
-        self._buckets[at % self.block_size].remove(request_id)
+        self._buckets[phase].remove(request_id)
         last = self._last_of.pop(request_id, None)
         if last is not None:
             wastes = self._last[last]

@@ -153,22 +153,17 @@ class PagedAllocator:
         order; each computes the token it sampled last), iteration after iteration, for as many of
         ``max_iterations`` iterations as the free blocks cover. The blocks go out in the order steps would hand
         them out: by iteration, then running order (``BlockNeeds`` knows who needs one when)."""
-        num_iterations, needs, internal = self._needs.due(max_iterations, self.block_pool.num_free_blocks)
+        num_iterations, order, growth = self._needs.due(max_iterations, self.block_pool.num_free_blocks)
         if num_iterations == 0:
             return DecodeRun(0)
-        bs, pool, tables = self.block_size, self.block_pool, self._block_tables
-        growth = []
-        for j, request_ids in needs:
-            if isinstance(pool, BlockPool):
-                pool.append_new_blocks(map(tables.__getitem__, request_ids), len(request_ids))
-            else:
-                for request_id in request_ids:
-                    tables[request_id].extend(pool.get_new_blocks(1))
-            self._num_table_entries += len(request_ids)
-            growth.append((j - 1, bs * len(request_ids), 0))
-        for j, slots in internal:  # last blocks: their slots beyond the request's last token
-            self.num_internal_fragmentation_slots += slots
-            growth.append((j - 1, 0, slots))
+        pool, tables = self.block_pool, self._block_tables
+        if isinstance(pool, BlockPool):
+            pool.append_new_blocks(map(tables.__getitem__, order), len(order))
+        else:
+            for request_id in order:
+                tables[request_id].extend(pool.get_new_blocks(1))
+        self._num_table_entries += len(order)
+        self.num_internal_fragmentation_slots += sum(internal for _, _, internal in growth)
         if self.enable_prefix_caching:
             for seq in seqs:  # the blocks the run filled get their hashes
                 table = self._block_tables[seq.request.request_id]

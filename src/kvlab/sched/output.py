@@ -25,6 +25,9 @@ class SchedulerOutput:
     num_attention_pairs: int  # sum of new × (computed + (new + 1) / 2) in the first iteration
     num_swap_bytes: int = 0  # KV moved between GPU and CPU memory (swap preemption; single iterations only)
     num_iterations: int = 1
+    # Made by the scheduler's run path (every request decodes; it may still be one iteration long): the
+    # scheduler applies it to its requests as a run (see Scheduler.sync).
+    is_decode_run: bool = False
     # Memory handed out during the run, per block: (iteration from 0, slots, internal fragmentation slots)
     # (the allocator's DecodeRun.growth); the allocator's counters already include all of it.
     kv_growth: tuple[tuple[int, int, int], ...] = ()

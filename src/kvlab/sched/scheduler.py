@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from heapq import heapify, heappop
 
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.output import SchedulerOutput
@@ -72,6 +73,11 @@ class Scheduler:
         # The waiting loop stopped with a queue in an iteration in which every running request decoded, and
         # nothing has freed memory or seats since: until something does, it would stop at the same request.
         self._admission_blocked = False
+        # Runs leave the running requests' own counters behind (see sync): the iterations of runs not yet added
+        # to them, the runs' clock, and who finishes when on it (kept from a run until the next single iteration).
+        self._lag = 0
+        self._run_clock = 0
+        self._finishes: list[tuple[int, int, Seq]] | None = None
 
     @property
     def num_unfinished(self) -> int:
@@ -79,6 +85,19 @@ class Scheduler:
 
     def add_request(self, seq: Seq) -> None:
         self.waiting.append(seq)  # (at the back: a blocked queue's head stays blocked)
+
+    def sync(self) -> None:
+        """Bring every running request's ``num_computed_tokens`` and ``num_output_tokens`` up to date.
+
+        A run of ``k`` iterations adds ``k`` to each of them; rather than visiting every running request after
+        every run, the scheduler counts the iterations (``_lag``) and adds them here: before a single iteration
+        (which reads them) and whenever someone outside looks (the simulator's snapshots and results). The
+        sums the metrics read (``num_resident_computed_tokens``, ``num_sampled_tokens``) are always current."""
+        if self._lag:
+            for seq in self.running:
+                seq.num_computed_tokens += self._lag
+                seq.num_output_tokens += self._lag
+            self._lag = 0
 
     # -- the iteration ---------------------------------------------------------------------------------
 
@@ -104,16 +123,23 @@ class Scheduler:
         running = self.running
         num_seqs = len(running)
         num_context = self.num_resident_computed_tokens + num_seqs
-        num_iterations = min(max_iterations, min(s.request.num_output_tokens - s.num_output_tokens for s in running))
+        if self._finishes is None:
+            self.sync()
+            self._finishes = [(self._run_clock + s.request.num_output_tokens - s.num_output_tokens, i, s)
+                              for i, s in enumerate(running)]
+            heapify(self._finishes)
+        num_iterations = min(max_iterations, self._finishes[0][0] - self._run_clock)
         if horizon is not None:
             num_iterations = horizon(num_seqs, num_context, num_iterations)
+        if self.allocator.enable_prefix_caching:
+            self.sync()  # (it hashes the blocks the run fills: it reads their tokens)
         run = self.allocator.allocate_decode_run(running, num_iterations)
         if run.num_iterations == 0:
             return None
         self.step += 1
         out = SchedulerOutput(
             step=self.step,
-            num_scheduled_tokens={seq.request_id: 1 for seq in running},
+            num_scheduled_tokens=dict.fromkeys([seq.request_id for seq in running], 1),
             new_req_ids=(),
             preempted_req_ids=(),
             num_prefill_tokens=0,
@@ -121,12 +147,15 @@ class Scheduler:
             num_context_tokens=num_context,
             num_attention_pairs=num_context,  # one new token each: computed + 1 pairs
             num_iterations=run.num_iterations,
+            is_decode_run=True,
             kv_growth=run.growth,
         )
         self.step += run.num_iterations - 1
         return out
 
     def _schedule_iteration(self) -> SchedulerOutput:
+        self.sync()
+        self._finishes = None  # (the batch and its counters may change in other ways than a run's)
         self.step += 1
         budget = self.config.max_num_batched_tokens
         scheduled: dict[int, int] = {}
@@ -243,7 +272,7 @@ class Scheduler:
         ``started`` and ended at ``now``; a request whose computed tokens caught up samples one token. Returns
         the requests that finished (their memory is already freed)."""
         started = now if started is None else started
-        if output.num_iterations > 1:
+        if output.is_decode_run:
             finished = self._advance_run(output.num_iterations)
         else:
             num_sampled = self.num_sampled_tokens
@@ -285,16 +314,20 @@ class Scheduler:
         return finished
 
     def _advance_run(self, num_iterations: int) -> list[Seq]:
-        """Every running request decoded ``num_iterations`` tokens (a run: nobody finishes before its end)."""
-        finished = []
-        for seq in self.running:
-            seq.num_computed_tokens += num_iterations
-            seq.num_output_tokens += num_iterations
-            if seq.num_output_tokens >= seq.request.num_output_tokens:
-                finished.append(seq)
+        """Every running request decoded ``num_iterations`` tokens (a run: nobody finishes before its end); the
+        requests are caught up later (``sync``), but for those finishing now."""
+        assert self._finishes is not None
+        self._lag += num_iterations
+        self._run_clock += num_iterations
         num_tokens = num_iterations * len(self.running)
         self.num_resident_computed_tokens += num_tokens
         self.num_sampled_tokens += num_tokens
+        finished = []
+        while self._finishes and self._finishes[0][0] == self._run_clock:
+            seq = heappop(self._finishes)[2]
+            seq.num_computed_tokens += self._lag
+            seq.num_output_tokens += self._lag
+            finished.append(seq)
         return finished
 
     def finish(self, seq: Seq, now: float) -> None:

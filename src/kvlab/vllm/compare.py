@@ -174,6 +174,7 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
             scheduler.add_request(seq)
             next_index += 1
         out = scheduler.schedule(MAX_RUN_ITERATIONS, horizon)
+        scheduler.sync()  # (the records read each running request's counters)
         # The run's iterations before its last, as the driver sees them after each step.
         for j in range(out.num_iterations - 1):
             later_blocks = sum(1 for at, _, _ in out.kv_growth if at > j)
