@@ -9,11 +9,12 @@ one iteration: every field then describes that iteration alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class SchedulerOutput:
+class SchedulerOutput(NamedTuple):
+    """(A named tuple: as immutable as a frozen dataclass, and built several times per simulated request.)"""
+
     step: int  # the engine step of the run's first iteration (vLLM counts one per iteration)
     # request_id -> tokens computed for it in each iteration, in schedule order (running first, then admitted).
     num_scheduled_tokens: dict[int, int]
