@@ -68,8 +68,8 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
         notes.append("the server does not publish max_num_seqs and max_num_batched_tokens: the simulation uses "
                      "kvlab's defaults where they are not given (--max-num-seqs, --max-num-batched-tokens)")
     options = {"model": _sim_model(server, model_config), "gpu": gpu, "num_gpu_blocks": num_gpu_blocks,
-                   "block_size": block_size, "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
-                   "max_num_batched_tokens": max_num_batched_tokens, "enable_chunked_prefill": True}
+               "block_size": block_size, "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
+               "max_num_batched_tokens": max_num_batched_tokens, "enable_chunked_prefill": True}
     if cost is not None:
         if not cost_supported():
             raise KvlabError("--cost needs a kvlab whose simulator takes calibrated cost models (`kvlab calibrate`); "

@@ -149,6 +149,11 @@ def probe(url: str, *, model: str | None = None, api_key: str | None = None, tim
     send any (unreachable, not OpenAI-compatible, the key refused, the model not served)."""
     import httpx
 
+    try:
+        import prometheus_client  # noqa: F401 — the /metrics parser, an optional dependency
+    except ModuleNotFoundError as exc:
+        raise KvlabError("kvlab bench reads /metrics with prometheus-client, which is not installed: "
+                         "pip install 'kvlab[bench]'") from exc
     url = base_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:

@@ -83,7 +83,6 @@ def bench(
 
     from kvlab.bench.client import PROMPT_FORMATS, ClientConfig
     from kvlab.bench.server import api_key_from_env, probe
-    from kvlab.cli.sim import build_workload
     from kvlab.errors import KvlabError
 
     for name, value in (("--concurrency", concurrency), ("--timeout", timeout), ("--time-limit", time_limit),
@@ -100,9 +99,7 @@ def bench(
         setup = sim_setup(server, model_config=model_config, gpu=gpu, cost=cost, block_size=block_size,
                           num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=max_num_batched_tokens)
-    if num_requests is None and duration is None:
-        num_requests = DEFAULT_NUM_REQUESTS
-    wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, server.max_model_len)
+    wl = _workload(workload, rate, arrival, cv, num_requests, duration, seed, server.max_model_len)
     config = ClientConfig(
         url=server.url, model=server.model, api_key=api_key_from_env(os.environ),
         prompt_format=prompt_format if prompt_format != "auto" else ("token-ids" if server.is_vllm else "text"),
@@ -129,6 +126,26 @@ def bench(
         console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
     if run.stopped == "interrupted":
         raise typer.Exit(130)
+
+
+def _workload(workload, rate, arrival, cv, num_requests, duration, seed, max_model_len):
+    """`kvlab run`'s workload, bounded by default to DEFAULT_NUM_REQUESTS: drawn that many times when it has no
+    arrival times of its own, otherwise its first DEFAULT_NUM_REQUESTS rows (a trace's times cannot be drawn)."""
+    from dataclasses import replace
+
+    from kvlab.cli.sim import build_workload
+    from kvlab.workload import WORKLOADS
+
+    bounded = num_requests is None and duration is None
+    entry = WORKLOADS.get(workload)
+    own_arrivals = (entry is None or entry.kind == "trace") and arrival in ("auto", "trace")
+    if bounded and not own_arrivals:
+        num_requests = DEFAULT_NUM_REQUESTS
+    wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, max_model_len)
+    if bounded and wl.num_requests > DEFAULT_NUM_REQUESTS:
+        wl = replace(wl, requests=wl.requests[:DEFAULT_NUM_REQUESTS],
+                     description=f"{wl.description}; the first {DEFAULT_NUM_REQUESTS} (give -n or --duration for more)")
+    return wl
 
 
 def _intro(server, wl, config) -> list[str]:
@@ -248,6 +265,8 @@ def _report(summary: dict, run, console) -> None:
                      f"{summary['num_prompt_tokens_sent']:,}) and generated {counters['generation_tokens']:,} "
                      f"(kvlab received {summary['num_output_tokens_received']:,}); "
                      f"{counters['preemptions']:,} preemptions.")
+    if summary["errors"]:
+        stdout.print(f"What did not finish ({len(summary['requests']) - summary['num_finished']} requests):")
     for error, count in summary["errors"].items():
         stdout.print(f"[red]{count} ×[/] {error}")
     if summary["num_short"]:
