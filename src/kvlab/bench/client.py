@@ -296,7 +296,7 @@ async def run_load(requests: Sequence[Request], config: ClientConfig, *, stop: a
         if scraping is not None:
             scraping_done.set()
             await scraping
-            await scraper.settle()
+            await scraper.settle(sum(r.num_output_tokens for r in load.results.values()))
     return BenchRun(
         results=[load.results[r.request_id] for r in requests],
         samples=scraper.samples if scraper is not None else [],
