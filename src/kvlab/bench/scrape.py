@@ -88,7 +88,8 @@ class MetricsScraper:
         self.num_errors = 0
         self.last_error = ""
 
-    async def scrape(self) -> dict[str, float] | None:
+    async def scrape(self, at: float | None = None) -> dict[str, float] | None:
+        """One scrape, its samples stamped with ``at`` (default: now)."""
         try:
             response = await self.client.get("/metrics", timeout=self.timeout)
             response.raise_for_status()
@@ -97,7 +98,7 @@ class MetricsScraper:
             self.num_errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             return None
-        now = self.clock()
+        now = self.clock() if at is None else at
         self.samples.extend(MetricSample(now, name, value) for name, value in values.items())
         if self.first is None:
             self.first = values

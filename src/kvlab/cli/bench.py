@@ -91,15 +91,19 @@ def bench(
     if prompt_format not in ("auto", *PROMPT_FORMATS):
         raise KvlabError(f"--prompt-format {prompt_format!r}: choose auto, {', '.join(PROMPT_FORMATS)}")
     console = Console(stderr=True, highlight=False)
-    server = probe(url, model=model, api_key=api_key_from_env(os.environ))
-    setup = None
-    if compare:
-        from kvlab.bench.compare import sim_setup
+    try:  # before the load: Ctrl-C here has nothing to keep
+        server = probe(url, model=model, api_key=api_key_from_env(os.environ))
+        setup = None
+        if compare:
+            from kvlab.bench.compare import sim_setup
 
-        setup = sim_setup(server, model_config=model_config, gpu=gpu, cost=cost, block_size=block_size,
-                          num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                          max_num_batched_tokens=max_num_batched_tokens)
-    wl = _workload(workload, rate, arrival, cv, num_requests, duration, seed, server.max_model_len)
+            setup = sim_setup(server, model_config=model_config, gpu=gpu, cost=cost, block_size=block_size,
+                              num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                              max_num_batched_tokens=max_num_batched_tokens)
+        wl = _workload(workload, rate, arrival, cv, num_requests, duration, seed, server.max_model_len)
+    except KeyboardInterrupt:
+        console.print("Interrupted before any load was sent.")
+        raise typer.Exit(130) from None
     config = ClientConfig(
         url=server.url, model=server.model, api_key=api_key_from_env(os.environ),
         prompt_format=prompt_format if prompt_format != "auto" else ("token-ids" if server.is_vllm else "text"),
