@@ -162,7 +162,8 @@ def _intro(server, wl, config) -> list[str]:
     if server.max_model_len is not None:
         parts.append(f"max_model_len {server.max_model_len:,}")
     pacing = (f"{config.concurrency} clients in a closed loop" if config.concurrency is not None
-              else f"at the workload's arrival times ({wl.request_rate:.2f} req/s)")
+              else "at the workload's arrival times (" + (f"{wl.request_rate:.2f} req/s)" if wl.duration > 0
+                                                          else "all at t = 0)"))
     extras = ", ".join(x for x in ("prompts as token ids" if config.prompt_format == "token-ids"
                                    else "prompts as text (about one token per word)",
                                    "ignore_eos" if config.ignore_eos else "") if x)
