@@ -21,9 +21,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-DROP, HTTP_500, STALL, HTTP_429, STREAM_ERROR = 7, 5, 9, 4, 6
+DROP, HTTP_500, STALL, HTTP_429, STREAM_ERROR, MALFORMED = 7, 5, 9, 4, 6, 8
 FAULTS = {DROP: "drop the connection after 3 tokens", HTTP_500: "HTTP 500", STALL: "stall after 2 tokens",
-          HTTP_429: "HTTP 429", STREAM_ERROR: "an error object in the stream after 1 token"}
+          HTTP_429: "HTTP 429", STREAM_ERROR: "an error object in the stream after 1 token",
+          MALFORMED: "a chunk whose choices are not a list"}
 
 FOREIGN_METRICS = """# HELP http_requests_total Requests served.
 # TYPE http_requests_total counter
@@ -82,6 +83,9 @@ def make_app(state: FaultState) -> Starlette:
                     raise ConnectionResetError("connection dropped (injected)")
                 if max_tokens == STALL and i == 2:
                     await asyncio.sleep(3600)
+                if max_tokens == MALFORMED:
+                    yield f"data: {json.dumps({'choices': {'text': 'x'}})}\n\n"
+                    return
                 if max_tokens == STREAM_ERROR and i == 1:
                     yield f"data: {json.dumps({'error': {'message': 'engine died (injected)'}})}\n\n"
                     return

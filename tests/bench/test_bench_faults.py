@@ -12,7 +12,7 @@ import sys
 import time
 from collections import Counter
 
-from fault_server import DROP, HTTP_429, HTTP_500, STALL, STREAM_ERROR, FaultServer, FaultState
+from fault_server import DROP, HTTP_429, HTTP_500, MALFORMED, STALL, STREAM_ERROR, FaultServer, FaultState
 from vllm_server import free_port
 
 from kvlab.bench.results import read_requests_csv
@@ -33,7 +33,8 @@ def _bench(kvlab, server, workload, *args):
 
 
 def test_every_fault_is_accounted_for_once(kvlab, fault_server, tmp_path):
-    lens = [NORMAL, DROP, NORMAL, HTTP_500, STALL, NORMAL, HTTP_429, STREAM_ERROR, NORMAL, DROP, NORMAL, HTTP_500]
+    lens = [NORMAL, DROP, NORMAL, HTTP_500, STALL, NORMAL, HTTP_429, STREAM_ERROR, NORMAL, DROP, NORMAL, HTTP_500,
+            MALFORMED]
     out = tmp_path / "out"
     result = _bench(kvlab, fault_server, _workload(tmp_path, lens), "--timeout", "1.5", "--out", out)
     assert result.exit_code == 0, result.stderr
@@ -55,10 +56,12 @@ def test_every_fault_is_accounted_for_once(kvlab, fault_server, tmp_path):
             assert row["status"] == "timeout" and "within 1.5 s (--timeout): 2 of 9 tokens" in row["error"]
         elif n == STREAM_ERROR:
             assert row["status"] == "failed" and "engine died (injected)" in row["error"]
+        elif n == MALFORMED:
+            assert row["status"] == "failed" and row["error"].startswith("malformed stream after 0 tokens: KeyError")
     summary = json.loads((out / "summary.json").read_text())
     statuses = Counter(r["status"] for r in rows)
     assert (summary["num_finished"], summary["num_failed"], summary["num_timeout"]) == (
-        statuses["finished"], statuses["failed"], statuses["timeout"]) == (5, 6, 1)
+        statuses["finished"], statuses["failed"], statuses["timeout"]) == (5, 7, 1)
     assert summary["num_output_tokens_received"] == 5 * NORMAL + 2 * 3 + 2 + 1
     assert summary["preemptions"] is None and summary["server_counters"] is None  # no /metrics to read them from
     tokens = [json.loads(line) for line in (out / "token_times.jsonl").read_text().splitlines()]
@@ -94,7 +97,12 @@ def test_concurrency_caps_the_requests_in_flight(kvlab, fault_server, tmp_path):
     result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL] * 8, gap=0.0), "--concurrency", "2", "--json")
     assert result.exit_code == 0, result.stderr
     assert fault_server.state.max_open == 2
-    assert result.json()["num_finished"] == 8
+
+    def strict(constant):  # NaN and Infinity are not JSON
+        raise AssertionError(f"{constant} in the JSON")
+
+    summary = json.loads(result.stdout, parse_constant=strict)
+    assert summary["num_finished"] == 8 and summary["workload"]["rate"] is None  # all at t = 0
 
 
 def test_time_limit_stops_the_run_and_keeps_every_row(kvlab, fault_server, tmp_path):

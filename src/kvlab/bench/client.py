@@ -221,6 +221,9 @@ class _Load:
         except httpx.HTTPError as exc:
             status, error = "failed", (f"connection failed after {state.num_tokens} of {request.num_output_tokens} "
                                        f"tokens: {type(exc).__name__}: {exc}")
+        except (TypeError, KeyError, AttributeError, ValueError) as exc:  # a chunk not shaped like OpenAI's
+            status, error = "failed", (f"malformed stream after {state.num_tokens} tokens: {type(exc).__name__}: "
+                                       f"{exc}")
         except asyncio.CancelledError:
             status, error = self._stop_reason(state.num_tokens)
         self.record(state.result(status, error, self.clock()))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Annotated
@@ -201,7 +202,9 @@ def _summary(run, server, wl, config) -> dict:
     summary = summarize(run.results, run.makespan, run.server_counters)
     summary["stopped"] = run.stopped
     summary["server"] = server.to_json()
-    summary["workload"] = {"name": wl.name, "num_requests": wl.num_requests, "rate": wl.request_rate,
+    # A burst's rate is infinite, which JSON cannot say: null.
+    rate = wl.request_rate if math.isfinite(wl.request_rate) else None
+    summary["workload"] = {"name": wl.name, "num_requests": wl.num_requests, "rate": rate,
                            "description": wl.description, "num_prompt_tokens": wl.num_prompt_tokens,
                            "num_output_tokens": wl.num_output_tokens}
     summary["client"] = {"concurrency": config.concurrency, "prompt_format": config.prompt_format,
