@@ -201,3 +201,29 @@ def test_bad_options_are_one_line_errors(kvlab, fault_server, tmp_path):
     result = kvlab("bench", "--url", fault_server.url, "--model", "gpt-9")
     assert result.exit_code == 2 and "--model 'gpt-9' is not served by" in result.stderr
     assert fault_server.state.received == []
+
+
+def test_compare_with_a_given_configuration_writes_its_table_and_plots(kvlab, fault_server, tmp_path):
+    """A server that publishes no configuration can still be compared when it is given; --cost goes through to
+    the simulator where it takes cost profiles, and is refused by name where it does not."""
+    from kvlab.bench.compare import cost_supported
+    from kvlab.vllm.compare import TINY_MODEL_CONFIG
+
+    out = tmp_path / "out"
+    given = ("--compare", "--block-size", "32", "--num-gpu-blocks", "24", "--max-model-len", "512",
+             "--model-config", str(TINY_MODEL_CONFIG))
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL] * 4), *given, "--out", out, "--json")
+    assert result.exit_code == 0, result.stderr
+    compare = result.json()["compare"]
+    table = {row["figure"]: row for row in compare["table"]}
+    assert table["requests finished"]["measured"] == table["requests finished"]["simulated"] == 4
+    assert table["preemptions"]["measured"] is None  # no /metrics: nothing measured, nothing made up
+    assert (compare["settings"]["num_gpu_blocks"], compare["settings"]["num_slots"]) == (24, 24 * 32)
+    assert any("not calibrated for this server" in note for note in compare["notes"])
+    assert all((out / name).exists() for name in ("compare.csv", "compare_latency.png", "compare_kv_cache_usage.png"))
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL]), *given, "--cost", "roofline", "--json")
+    if cost_supported():
+        assert result.exit_code == 0, result.stderr
+        assert result.json()["compare"]["settings"]["cost"] == "roofline"
+    else:
+        assert result.exit_code == 2 and "--cost needs a kvlab whose simulator takes" in result.stderr
