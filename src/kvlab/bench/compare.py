@@ -16,16 +16,20 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvlab.bench.client import BenchRun
 from kvlab.bench.results import MetricSample
 from kvlab.bench.server import ServerInfo
 from kvlab.errors import KvlabError
 
+if TYPE_CHECKING:
+    from kvlab.sim import SimConfig, SimResult
+
 
 @dataclass(frozen=True)
 class SimSetup:
-    config: object  # kvlab.sim.SimConfig
+    config: SimConfig
     strategy: str
     settings: dict  # what the simulation was given, in vLLM's names
     notes: tuple[str, ...]
@@ -88,7 +92,7 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
     return SimSetup(config, strategy, settings, tuple(notes))
 
 
-def simulate_sent(run: BenchRun, requests, setup: SimSetup):
+def simulate_sent(run: BenchRun, requests, setup: SimSetup) -> SimResult:
     """kvlab's simulation of the requests that were sent, each arriving when it was sent."""
     from kvlab.sim import Simulation
     from kvlab.strategies import parse_strategy
@@ -128,7 +132,7 @@ def measured_series(samples: list[MetricSample]) -> dict[str, Series]:
     return series
 
 
-def simulated_series(result) -> dict[str, Series]:
+def simulated_series(result: SimResult) -> dict[str, Series]:
     """The simulation's iterations: KV cache usage as vLLM computes it (used blocks over all but the null block,
     vllm/v1/core/block_pool.py: get_usage), running and waiting, preemptions so far."""
     import numpy as np

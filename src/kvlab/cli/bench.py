@@ -7,7 +7,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -16,23 +16,51 @@ from kvlab.cli.sim import ArrivalOpt, CvOpt, DurationOpt, GpuOpt, JsonOpt, RateO
 
 DEFAULT_NUM_REQUESTS = 100  # a real server's time is not free: a bounded default, unlike the simulator's 1000
 
-NumReqOpt = Annotated[int | None, typer.Option("--num-requests", "-n", help="Send the first N requests "
+NumReqOpt = Annotated[Optional[int], typer.Option("--num-requests", "-n", help="Send the first N requests "
                                                   f"\\[default: {DEFAULT_NUM_REQUESTS} unless --duration].")]
 _SIM = "--compare: the simulation's"
 _SERVER = "\\[default: the server's]"
-
-
-def _positive(name: str, value: float | None) -> None:
-    from kvlab.errors import KvlabError
-
-    if value is not None and not value > 0:
-        raise KvlabError(f"{name} must be > 0, not {value}")
+UrlOpt = Annotated[str, typer.Option("--url", help="The server, e.g. http://127.0.0.1:8000 (OpenAI-compatible: "
+                                     "/v1/models, /v1/completions; vLLM also gives /metrics).")]
+ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", help="N clients in a closed loop (each sends "
+                                                       "its next request when the last one ended) instead of the "
+                                                       "arrival times.")]
+ServedModelOpt = Annotated[Optional[str], typer.Option("--model", help="Served model name to send requests to "
+                                                       "\\[default: the first of /v1/models].")]
+PromptFormatOpt = Annotated[str, typer.Option("--prompt-format", help="auto (token ids for vLLM, else text), "
+                                              "token-ids, or text of about prompt_len words.")]
+IgnoreEosOpt = Annotated[Optional[bool], typer.Option("--ignore-eos/--no-ignore-eos", help="Ask for exactly "
+                                                      "max_tokens tokens \\[default: on for vLLM, which takes it].")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds a request may take, sending to last token, "
+                                           "before it counts as timed out.")]
+TimeLimitOpt = Annotated[float, typer.Option("--time-limit", help="Seconds the whole run may take; then the requests "
+                                             "still open are stopped and kept, marked.")]
+IntervalOpt = Annotated[float, typer.Option("--metrics-interval", help="Seconds between scrapes of /metrics.")]
+BenchOutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write requests.csv, token_times.jsonl, "
+                                                     "metrics.csv, summary.json (and --compare's plots and table) "
+                                                     "here.")]
+CompareOpt = Annotated[bool, typer.Option("--compare", help="Simulate the same requests on the server's "
+                                          "configuration and lay measured beside simulated.")]
+ModelConfigOpt = Annotated[Optional[str], typer.Option("--model-config", help=f"{_SIM} model: catalogue name, "
+                                                       "config.json, folder or HF id \\[default: what the server "
+                                                       "loaded].")]
+CostOpt = Annotated[Optional[str], typer.Option("--cost", help=f"{_SIM} cost model: a calibrated profile name or "
+                                                "file (`kvlab calibrate`).")]
+SimBlockOpt = Annotated[Optional[int], typer.Option("--block-size", help=f"{_SIM} block size {_SERVER}.")]
+SimBlocksOpt = Annotated[Optional[int], typer.Option("--num-gpu-blocks", help=f"{_SIM} KV cache blocks, the null "
+                                                     f"block included {_SERVER}.")]
+SimMaxLenOpt = Annotated[Optional[int], typer.Option("--max-model-len", help=f"{_SIM} max_model_len {_SERVER}.")]
+SimSeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs", help=f"{_SIM} max_num_seqs (as the server "
+                                                   "was started).")]
+SimBatchedOpt = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help=f"{_SIM} "
+                                                      "max_num_batched_tokens (as the server was started).")]
+SIM_SETUP_OPTIONS = ("model_config", "gpu", "cost", "block_size", "num_gpu_blocks", "max_model_len", "max_num_seqs",
+                     "max_num_batched_tokens")
 
 
 @app.command()
 def bench(
-    url: Annotated[str, typer.Option("--url", help="The server, e.g. http://127.0.0.1:8000 (OpenAI-compatible: "
-                                     "/v1/models, /v1/completions; vLLM also gives /metrics).")],
+    url: UrlOpt,
     workload: WorkloadOpt = "paper-sharegpt",
     rate: RateOpt = None,
     arrival: ArrivalOpt = "auto",
@@ -40,78 +68,39 @@ def bench(
     num_requests: NumReqOpt = None,
     duration: DurationOpt = None,
     seed: SeedOpt = 0,
-    concurrency: Annotated[int | None, typer.Option("--concurrency", help="N clients in a closed loop (each "
-                                                       "sends its next request when the last one ended) instead "
-                                                       "of the arrival times.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Served model name to send requests to "
-                                                 "\\[default: the first of /v1/models].")] = None,
-    prompt_format: Annotated[str, typer.Option("--prompt-format", help="auto (token ids for vLLM, else text), "
-                                               "token-ids, or text of about prompt_len words.")] = "auto",
-    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--no-ignore-eos", help="Ask for exactly "
-                                                       "max_tokens tokens \\[default: on for vLLM, which takes "
-                                                       "it].")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds a request may take, sending to last "
-                                           "token, before it counts as timed out.")] = 120.0,
-    time_limit: Annotated[float, typer.Option("--time-limit", help="Seconds the whole run may take; then the "
-                                              "requests still open are stopped and kept, marked.")] = 600.0,
-    metrics_interval: Annotated[float, typer.Option("--metrics-interval", help="Seconds between scrapes of "
-                                                    "/metrics.")] = 0.5,
+    concurrency: ConcurrencyOpt = None,
+    model: ServedModelOpt = None,
+    prompt_format: PromptFormatOpt = "auto",
+    ignore_eos: IgnoreEosOpt = None,
+    timeout: TimeoutOpt = 120.0,
+    time_limit: TimeLimitOpt = 600.0,
+    metrics_interval: IntervalOpt = 0.5,
     as_json: JsonOpt = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Write requests.csv, token_times.jsonl, metrics.csv, "
-                                                "summary.json (and --compare's plots and table) here.")] = None,
-    compare: Annotated[bool, typer.Option("--compare", help="Simulate the same requests on the server's "
-                                          "configuration and lay measured beside simulated.")] = False,
-    model_config: Annotated[str | None, typer.Option("--model-config", help=f"{_SIM} model: catalogue name, "
-                                                        "config.json, folder or HF id \\[default: what the server "
-                                                        "loaded].")] = None,
+    out: BenchOutOpt = None,
+    compare: CompareOpt = False,
+    model_config: ModelConfigOpt = None,
     gpu: GpuOpt = "a100-40gb",
-    cost: Annotated[str | None, typer.Option("--cost", help=f"{_SIM} cost model: a calibrated profile name "
-                                                "or file (`kvlab calibrate`).")] = None,
-    block_size: Annotated[int | None, typer.Option("--block-size", help=f"{_SIM} block size {_SERVER}.")] = None,
-    num_gpu_blocks: Annotated[int | None, typer.Option("--num-gpu-blocks", help=f"{_SIM} KV cache blocks, "
-                                                          f"the null block included {_SERVER}.")] = None,
-    max_model_len: Annotated[int | None, typer.Option("--max-model-len", help=f"{_SIM} max_model_len "
-                                                         f"{_SERVER}.")] = None,
-    max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs", help=f"{_SIM} max_num_seqs (as the "
-                                                        "server was started).")] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option("--max-num-batched-tokens", help=f"{_SIM} "
-                                                                  "max_num_batched_tokens (as the server was "
-                                                                  "started).")] = None,
+    cost: CostOpt = None,
+    block_size: SimBlockOpt = None,
+    num_gpu_blocks: SimBlocksOpt = None,
+    max_model_len: SimMaxLenOpt = None,
+    max_num_seqs: SimSeqsOpt = None,
+    max_num_batched_tokens: SimBatchedOpt = None,
 ) -> None:
     """Replay a workload against a real OpenAI-compatible server (vLLM, Ollama, ...), streaming every answer:
     TTFT, TPOT and latency per request, the server's /metrics over time; --compare puts kvlab's simulation beside."""
     from rich.console import Console
 
-    from kvlab.bench.client import PROMPT_FORMATS, ClientConfig
-    from kvlab.bench.server import api_key_from_env, probe
-    from kvlab.errors import KvlabError
-
-    for name, value in (("--concurrency", concurrency), ("--timeout", timeout), ("--time-limit", time_limit),
-                        ("--metrics-interval", metrics_interval)):
-        _positive(name, value)
-    if prompt_format not in ("auto", *PROMPT_FORMATS):
-        raise KvlabError(f"--prompt-format {prompt_format!r}: choose auto, {', '.join(PROMPT_FORMATS)}")
+    _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format)
     console = Console(stderr=True, highlight=False)
+    values = locals()
     try:  # before the load: Ctrl-C here has nothing to keep
-        server = probe(url, model=model, api_key=api_key_from_env(os.environ))
-        setup = None
-        if compare:
-            from kvlab.bench.compare import sim_setup
-
-            setup = sim_setup(server, model_config=model_config, gpu=gpu, cost=cost, block_size=block_size,
-                              num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                              max_num_batched_tokens=max_num_batched_tokens)
-        wl = _workload(workload, rate, arrival, cv, num_requests, duration, seed, server.max_model_len)
+        server, setup, wl = _prepare(url, model, compare, {name: values[name] for name in SIM_SETUP_OPTIONS},
+                                     (workload, rate, arrival, cv, num_requests, duration, seed))
     except KeyboardInterrupt:
         console.print("Interrupted before any load was sent.")
         raise typer.Exit(130) from None
-    config = ClientConfig(
-        url=server.url, model=server.model, api_key=api_key_from_env(os.environ),
-        prompt_format=prompt_format if prompt_format != "auto" else ("token-ids" if server.is_vllm else "text"),
-        ignore_eos=server.is_vllm if ignore_eos is None else ignore_eos, continuous_usage=server.is_vllm,
-        concurrency=concurrency, request_timeout=timeout, time_limit=time_limit,
-        scrape_interval=metrics_interval if server.has_metrics else None,
-    )
+    config = _client_config(server, prompt_format, ignore_eos, concurrency, timeout, time_limit, metrics_interval)
     for line in _intro(server, wl, config) + [f"[yellow]note:[/] {n}" for n in (setup.notes if setup else ())]:
         console.print(line)
     run = _run(wl, config, console, quiet=as_json)
@@ -131,6 +120,44 @@ def bench(
         console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
     if run.stopped == "interrupted":
         raise typer.Exit(130)
+
+
+def _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format) -> None:
+    from kvlab.bench.client import PROMPT_FORMATS
+    from kvlab.errors import KvlabError
+
+    for name, value in (("--concurrency", concurrency), ("--timeout", timeout), ("--time-limit", time_limit),
+                        ("--metrics-interval", metrics_interval)):
+        if value is not None and not value > 0:
+            raise KvlabError(f"{name} must be > 0, not {value}")
+    if prompt_format not in ("auto", *PROMPT_FORMATS):
+        raise KvlabError(f"--prompt-format {prompt_format!r}: choose auto, {', '.join(PROMPT_FORMATS)}")
+
+
+def _prepare(url, model, compare: bool, sim_options: dict, workload_options: tuple):
+    """(server, simulation setup or None, workload): everything that can refuse, done before any load."""
+    from kvlab.bench.server import api_key_from_env, probe
+
+    server = probe(url, model=model, api_key=api_key_from_env(os.environ))
+    setup = None
+    if compare:
+        from kvlab.bench.compare import sim_setup
+
+        setup = sim_setup(server, **sim_options)
+    return server, setup, _workload(*workload_options, server.max_model_len)
+
+
+def _client_config(server, prompt_format, ignore_eos, concurrency, timeout, time_limit, metrics_interval):
+    from kvlab.bench.client import ClientConfig
+    from kvlab.bench.server import api_key_from_env
+
+    return ClientConfig(
+        url=server.url, model=server.model, api_key=api_key_from_env(os.environ),
+        prompt_format=prompt_format if prompt_format != "auto" else ("token-ids" if server.is_vllm else "text"),
+        ignore_eos=server.is_vllm if ignore_eos is None else ignore_eos, continuous_usage=server.is_vllm,
+        concurrency=concurrency, request_timeout=timeout, time_limit=time_limit,
+        scrape_interval=metrics_interval if server.has_metrics else None,
+    )
 
 
 def _workload(workload, rate, arrival, cv, num_requests, duration, seed, max_model_len):
@@ -260,7 +287,10 @@ def _report(summary: dict, run, console) -> None:
     for col in ("finished", "failed", "timed out", "req/s", "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50",
                 "e2e p50", "e2e p99", "preemptions"):
         table.add_column(col, justify="right")
-    ms = (lambda d, k: "–" if d[k] is None else f"{1e3 * d[k]:.1f} ms")
+
+    def ms(d: dict, key: str) -> str:
+        return "–" if d[key] is None else f"{1e3 * d[key]:.1f} ms"
+
     table.add_row(str(summary["num_finished"]), str(summary["num_failed"]), str(summary["num_timeout"]),
                   f"{summary['throughput_rps']:.2f}", f"{summary['throughput_tps']:.1f}",
                   ms(summary["ttft_s"], "p50"), ms(summary["ttft_s"], "p99"), ms(summary["tpot_s"], "p50"),
