@@ -75,18 +75,19 @@ def prompt_of(request: Request, prompt_format: str) -> list[int] | str:
 
 
 def request_body(request: Request, config: ClientConfig) -> dict:
+    stream_options = {"include_usage": True}
+    if config.continuous_usage:
+        stream_options["continuous_usage_stats"] = True
     body = {
         "model": config.model,
         "prompt": prompt_of(request, config.prompt_format),
         "max_tokens": request.num_output_tokens,
         "stream": True,
         "temperature": 0.0,
-        "stream_options": {"include_usage": True},
+        "stream_options": stream_options,
     }
     if config.ignore_eos:
         body["ignore_eos"] = True
-    if config.continuous_usage:
-        body["stream_options"]["continuous_usage_stats"] = True
     return body
 
 
@@ -296,7 +297,7 @@ async def run_load(requests: Sequence[Request], config: ClientConfig, *, stop: a
         stopping.cancel()
         load.unsent()
         makespan = max((r.finish_time for r in load.results.values() if r.finish_time is not None), default=0.0)
-        if scraping is not None:
+        if scraper is not None and scraping is not None:
             scraping_done.set()
             await scraping
             await scraper.settle(sum(r.num_output_tokens for r in load.results.values()))

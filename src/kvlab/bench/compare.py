@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvlab.bench.client import BenchRun
 from kvlab.bench.results import MetricSample
@@ -71,9 +71,9 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
     if max_num_seqs is None or max_num_batched_tokens is None:
         notes.append("the server does not publish max_num_seqs and max_num_batched_tokens: the simulation uses "
                      "kvlab's defaults where they are not given (--max-num-seqs, --max-num-batched-tokens)")
-    options = {"model": _sim_model(server, model_config), "gpu": gpu, "num_gpu_blocks": num_gpu_blocks,
-               "block_size": block_size, "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
-               "max_num_batched_tokens": max_num_batched_tokens, "enable_chunked_prefill": True}
+    options: dict[str, Any] = {"model": _sim_model(server, model_config), "gpu": gpu, "num_gpu_blocks": num_gpu_blocks,
+                                "block_size": block_size, "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
+                                "max_num_batched_tokens": max_num_batched_tokens, "enable_chunked_prefill": True}
     if cost is not None:
         if not cost_supported():
             raise KvlabError("--cost needs a kvlab whose simulator takes calibrated cost models (`kvlab calibrate`); "
@@ -137,6 +137,8 @@ def simulated_series(result: SimResult) -> dict[str, Series]:
     vllm/v1/core/block_pool.py: get_usage), running and waiting, preemptions so far."""
     import numpy as np
 
+    if result.log is None:
+        raise ValueError("the simulation kept no iteration log (record_iterations=False)")
     columns = result.log.columns
     config = result.config
     usable = config.num_slots - config.block_size

@@ -59,13 +59,15 @@ class RequestResult:
 
     @property
     def tpot(self) -> float | None:
-        if self.status != "finished" or self.num_output_tokens < 2 or self.first_token_time is None:
+        if self.status != "finished" or self.num_output_tokens < 2:
+            return None
+        if self.first_token_time is None or self.finish_time is None:
             return None
         return (self.finish_time - self.first_token_time) / (self.num_output_tokens - 1)
 
     @property
     def e2e_latency(self) -> float | None:
-        if self.status != "finished" or self.send_time is None:
+        if self.status != "finished" or self.send_time is None or self.finish_time is None:
             return None
         return self.finish_time - self.send_time
 
@@ -96,7 +98,8 @@ def summarize(results: list[RequestResult], makespan: float, server_counters: di
         return distribution([v for r in finished if (v := getattr(r, attr)) is not None])
 
     num_output_tokens = sum(r.num_output_tokens for r in finished)
-    normalized = [r.e2e_latency / r.num_output_tokens for r in finished if r.num_output_tokens]
+    normalized = [e2e / r.num_output_tokens for r in finished
+                  if r.num_output_tokens and (e2e := r.e2e_latency) is not None]
     return {
         "name": "bench",
         "num_requests": len(results),

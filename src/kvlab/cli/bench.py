@@ -96,7 +96,8 @@ def bench(
     values = locals()
     try:  # before the load: Ctrl-C here has nothing to keep
         server, setup, wl = _prepare(url, model, compare, {name: values[name] for name in SIM_SETUP_OPTIONS},
-                                     (workload, rate, arrival, cv, num_requests, duration, seed))
+                                     {"workload": workload, "rate": rate, "arrival": arrival, "cv": cv,
+                                      "num_requests": num_requests, "duration": duration, "seed": seed})
     except KeyboardInterrupt:
         console.print("Interrupted before any load was sent.")
         raise typer.Exit(130) from None
@@ -134,7 +135,7 @@ def _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_fo
         raise KvlabError(f"--prompt-format {prompt_format!r}: choose auto, {', '.join(PROMPT_FORMATS)}")
 
 
-def _prepare(url, model, compare: bool, sim_options: dict, workload_options: tuple):
+def _prepare(url, model, compare: bool, sim_options: dict, workload_options: dict):
     """(server, simulation setup or None, workload): everything that can refuse, done before any load."""
     from kvlab.bench.server import api_key_from_env, probe
 
@@ -144,7 +145,7 @@ def _prepare(url, model, compare: bool, sim_options: dict, workload_options: tup
         from kvlab.bench.compare import sim_setup
 
         setup = sim_setup(server, **sim_options)
-    return server, setup, _workload(*workload_options, server.max_model_len)
+    return server, setup, _workload(**workload_options, max_model_len=server.max_model_len)
 
 
 def _client_config(server, prompt_format, ignore_eos, concurrency, timeout, time_limit, metrics_interval):
