@@ -114,7 +114,7 @@ class MetricsScraper:
             except TimeoutError:
                 pass
 
-    async def settle(self, num_generation_tokens: int = 0, max_wait: float = 5.0, pause: float = 0.2) -> None:
+    async def settle(self, num_generation_tokens: int = 0, max_wait: float = 10.0, pause: float = 0.2) -> None:
         """Scrape until the counters stop moving and count at least the ``num_generation_tokens`` the client
         received (at most ``max_wait`` s): the server records a step's counts just after sending its tokens, so
         the scrape right after the load may be a step behind, more on a busy machine."""
