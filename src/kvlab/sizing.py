@@ -414,6 +414,14 @@ def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
         raise KvlabError(f"max_model_len {max_model_len:,} is greater than {model.id}'s max_position_embeddings "
                          f"({model.max_position_embeddings:,}); vLLM refuses it (use at most "
                          f"{model.max_position_embeddings:,})")
+    if config.block_size > max_model_len:
+        # The same refusal as `kvlab run` (SimConfig): a block longer than the longest request is never filled.
+        raise KvlabError(f"--block-size {config.block_size} is larger than --max-model-len {max_model_len}: a block "
+                         f"must fit in a sequence; valid: a block size of at most {max_model_len:,}")
+    batched, seqs = config.resolved_max_num_batched_tokens, config.resolved_max_num_seqs
+    if batched < seqs:
+        raise KvlabError(f"--max-num-batched-tokens ({batched}) must be at least --max-num-seqs ({seqs}), as vLLM "
+                         "requires: every running request needs a token each iteration")
     return max_model_len
 
 
@@ -477,6 +485,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     worst = None  # (num_blocks, stage index, weights, activation, available, bytes_per_block)
     for index, (layers, (weights, activation, available)) in enumerate(zip(stages, budgets)):
         if config.available_kv_bytes is not None:
+            _check_given_budget(model, config, weights)
             available = config.available_kv_bytes
         elif available <= 0:
             raise_too_small(model, config, weights, requested, activation + non_torch + cuda_graphs)
@@ -511,6 +520,19 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         num_tokens=int(max_concurrency * max_model_len), max_concurrency=max_concurrency,
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight),
     )
+
+
+def _check_given_budget(model: ModelSpec, config: SizingConfig, weights: int) -> None:
+    """A KV budget larger than the whole GPU less the weights cannot have been printed by vLLM."""
+    if config.gpu_memory_bytes is None:
+        return
+    room = config.gpu_memory_bytes - weights
+    if config.available_kv_bytes > room:
+        gpu = config.gpu_name or f"a {format_gib(config.gpu_memory_bytes)} GiB GPU"
+        raise KvlabError(f"--available-kv-gib {config.available_kv_bytes / GIB:g} is more than {gpu} can hold for "
+                         f"the KV cache of {model.id}: {format_gib(config.gpu_memory_bytes)} GiB of memory - "
+                         f"{format_gib(weights)} GiB of weights = {format_gib(max(room, 0))} GiB; valid: at most "
+                         f"{format_gib(max(room, 0))}, or no --gpu/--gpu-memory-gib to size the budget alone")
 
 
 def _longest(groups, usable_blocks: int, num_requests: int, upper: int, in_flight: int) -> int:
