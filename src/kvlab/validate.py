@@ -340,3 +340,36 @@ def _duration(seconds: float) -> str:
         if seconds >= 2 * size:
             return f"{seconds / size:,.0f} {unit}"
     return f"{seconds:,.0f} s"
+
+
+# --- output paths -------------------------------------------------------------------------------------------
+
+# Pseudo-filesystems: writable by mode bits for root, yet nothing can be created in them.
+_PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def check_output_path(path, flag: str, *, folder: bool) -> None:
+    """Refuse, before any work, an output path that cannot be written: a folder (``--out``) that is a file, a file
+    (``--html``) that is a folder or already exists as something else, a missing or read-only parent, /proc."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    target = Path(path).expanduser().absolute()
+    what = "a folder (new or existing) in a writable place" if folder else "a file in an existing, writable folder"
+    if any(target == Path(root) or Path(root) in target.parents for root in _PSEUDO_ROOTS):
+        raise KvlabError(f"{flag} {path} is inside {target.parts[0]}{target.parts[1]}, where no file can be "
+                         f"created; valid: {what}")
+    if folder and target.exists() and not target.is_dir():
+        raise KvlabError(f"{flag} {path} exists and is a file, not a folder; valid: {what}")
+    if not folder and target.is_dir():
+        raise KvlabError(f"{flag} {path} is a folder; valid: {what}, e.g. {path}/race.html")
+    parent = target if folder else target.parent
+    while not parent.exists():
+        if not folder:
+            raise KvlabError(f"{flag} {path}: folder {target.parent} does not exist; valid: {what}")
+        parent = parent.parent
+    if not parent.is_dir():
+        raise KvlabError(f"{flag} {path}: {parent} is a file, not a folder; valid: {what}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise KvlabError(f"{flag} {path}: {parent} is not writable; valid: {what}")
