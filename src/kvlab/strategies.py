@@ -58,7 +58,7 @@ def parse_strategy(text: str) -> Strategy:
     if name in STRATEGIES:
         return STRATEGIES[name]
     head, *options = name.split("+")
-    if head in STRATEGIES and all(o in _OPTIONS for o in options):
+    if head in STRATEGIES:
         base, rest = STRATEGIES[head], options
     elif head in BATCHING_NAMES and options and options[0] in ALLOCATOR_NAMES:
         base = Strategy(f"{head}+{options[0]}", head, options[0])
@@ -70,7 +70,7 @@ def parse_strategy(text: str) -> Strategy:
         raise KvlabError(
             f"unknown strategy {text!r}.{hint} Valid: {', '.join(sorted(STRATEGIES))}, or BATCHING+ALLOCATOR "
             f"with BATCHING in {{{', '.join(BATCHING_NAMES)}}} and ALLOCATOR in {{{', '.join(ALLOCATOR_NAMES)}}}, "
-            f"optionally +swap or +prefix."
+            f"optionally +swap, +recompute or +prefix."
         )
     seen: dict[str, str] = {}
     for option in rest:

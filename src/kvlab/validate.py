@@ -53,7 +53,7 @@ def _number(value: Any) -> float | int:
     if value is None:
         raise ValueError("is missing")
     if isinstance(value, bool):
-        raise ValueError("is a boolean, not a number")
+        raise ValueError("is a boolean, not a number")  # noqa: TRY004 (pydantic reports ValueErrors only)
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -64,7 +64,7 @@ def _number(value: Any) -> float | int:
             except ValueError:
                 raise ValueError("is not a number") from None
     if not isinstance(value, (int, float)):
-        raise ValueError(f"is not a number (a {type(value).__name__})")
+        raise ValueError(f"is not a number (a {type(value).__name__})")  # noqa: TRY004
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("is not a finite number")
     return value
@@ -83,13 +83,13 @@ def _finite(value: Any) -> float:
     return float(_number(value))
 
 
-def Count(lo: int, hi: int, what: str):  # noqa: N802 (a type factory, read like a type)
+def Count(lo: int, hi: int, what: str):  # a type factory, named like a type
     """A whole number in [lo, hi]; ``what`` says what it counts, for the message."""
     return Annotated[int, BeforeValidator(_whole), Field(ge=lo, le=hi, description=f"{what}, a whole number from "
                                                                                     f"{lo:,} to {hi:,}")]
 
 
-def Real(lo: float, hi: float, what: str, *, lo_open: bool = True):  # noqa: N802
+def Real(lo: float, hi: float, what: str, *, lo_open: bool = True):
     """A finite number in (lo, hi] (or [lo, hi] with ``lo_open=False``)."""
     bound = Field(gt=lo, le=hi) if lo_open else Field(ge=lo, le=hi)
     low = f"> {lo:g}" if lo_open else f"≥ {lo:g}"

@@ -296,7 +296,6 @@ def size(
     """The KV cache vLLM would allocate for MODEL, the lines it would print, and where each number comes from."""
     from kvlab.catalog import get_model
     from kvlab.sizing import kv_layout, size_kv_cache, workload_fit
-
     from kvlab.validate import allow_large_work, check_options
 
     check_options({"concurrency": concurrency, "context_len": context_len})
@@ -400,8 +399,13 @@ def fit(
 
     from kvlab.catalog import GpuSpec, get_model
     from kvlab.errors import KvlabError
-    from kvlab.sizing import fewest_gpus, max_context_len, max_num_requests, size_kv_cache, workload_fit
-
+    from kvlab.sizing import (
+        fewest_gpus,
+        max_context_len,
+        max_num_requests,
+        size_kv_cache,
+        workload_fit,
+    )
     from kvlab.validate import allow_large_work, check_options
 
     check_options({"concurrency": concurrency, "context_len": context_len})
