@@ -285,15 +285,18 @@ def check_options(values: dict, *, spelling: str = "cli") -> ServingOptions:
 
 
 def bounded_number(value: Any, name: str, lo: float, hi: float, *, whole: bool = False) -> float | int:
-    """One number in [lo, hi] (whole or not): the lab's parameters, one at a time."""
+    """One number in [lo, hi] (whole or not), for the lab's parameters: the same value types as the CLI's options,
+    in the lab's wording ('rate -1 is out of range: 0.01 to 100')."""
     kind = "an integer" if whole else "a number"
     try:
-        number = _whole(value) if whole else _finite(value)
+        number = _whole(value) if whole else _number(value)
     except ValueError as exc:
-        raise KvlabError(f"{name} {_show(value)} {exc}; valid: {kind} from {lo:g} to {hi:g}") from None
+        if not whole and str(exc) == "is not a finite number":
+            raise KvlabError(f"{name} {value!r} is out of range: {lo:g} to {hi:g}") from None
+        raise KvlabError(f"{name} must be {kind} from {lo:g} to {hi:g}, got {value!r}") from None
     if not lo <= number <= hi:
-        raise KvlabError(f"{name} {_show(number)} is out of range; valid: {kind} from {lo:g} to {hi:g}")
-    return number
+        raise KvlabError(f"{name} {number if whole else value!r} is out of range: {lo:g} to {hi:g}")
+    return number if whole else float(number)
 
 
 # --- bounded work -------------------------------------------------------------------------------------------
