@@ -305,3 +305,24 @@ def test_first_scheduled_time_is_when_the_request_starts_being_computed(request)
         request.applymarker(pytest.mark.xfail(reason="engine fix on the lead's branch", strict=False))
     # Alone at t = 0, it is scheduled at once: its queueing delay is zero, its first token comes one iteration later.
     assert record.first_scheduled_time == 0.0 < record.first_token_time
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("arrival", ["burst", "trace"])
+def test_vllm_compare_runs_with_burst_and_trace_arrivals(kvlab, tmp_path, arrival):
+    """--rate's default no longer contradicts --arrival: both run through the real engine, step for step."""
+    from kvlab.vllm.install import VllmEnv, default_env_dir
+
+    if not VllmEnv(default_env_dir()).is_installed:
+        pytest.skip("needs `kvlab vllm install`")
+    args = ["vllm", "compare", "--arrival", arrival, "-n", "12", "--json"]
+    if arrival == "trace":
+        trace = tmp_path / "trace.csv"
+        trace.write_text("arrival_time,prompt_len,output_len\n" + "".join(
+            f"{0.02 * i:.2f},{20 + 7 * i},{10 + 3 * i}\n" for i in range(12)))
+        args += ["--workload", str(trace)]
+    r = kvlab(*args)
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert data["identical"] is True and data["output_mismatches"] == {}
+    assert data["num_steps"]["vllm"] == data["num_steps"]["kvlab"] > 0
