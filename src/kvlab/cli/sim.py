@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Annotated, Optional
@@ -25,6 +26,7 @@ from kvlab.cli.size import (
     SeqsOpt,
     TpOpt,
     UtilOpt,
+    with_options,
 )
 
 DEFAULT_RATE = 4.0  # req/s for workloads without arrival times: enough to fill the paper setup's cache
@@ -233,24 +235,7 @@ def race_json(config, wl, summaries) -> dict:
     }
 
 
-SIM_OPTIONS = (
-    "model", "gpu", "gpu_memory_gib", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
-    "block_size", "dtype", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
-    "available_kv_gib", "num_gpu_blocks", "enable_chunked_prefill", "preemption_mode", "swap_space", "workload",
-    "rate", "arrival", "cv", "num_requests", "duration", "seed", "long_requests",
-)
-
-
-def sim_options(values: dict) -> dict:
-    """The options `simulate` takes, picked from a command's arguments (run and race share them all)."""
-    return {name: values[name] for name in SIM_OPTIONS}
-
-
-@app.command()
-def race(
-    strategies: Annotated[Optional[list[str]], typer.Argument(help="Strategies to race \\[default: the lesson's "
-                                                                   "four: static+max continuous+max static+paged "
-                                                                   "continuous+paged].", show_default=False)] = None,
+def sim_option_template(
     model: ModelOpt = "opt-13b",
     gpu: GpuOpt = "a100-40gb",
     gpu_memory_gib: GpuGibOpt = None,
@@ -276,6 +261,24 @@ def race(
     duration: DurationOpt = None,
     seed: SeedOpt = 0,
     long_requests: LongOpt = "reject",
+) -> None:
+    """The options `kvlab run` and `kvlab race` share (``simulate``'s keyword arguments), declared once."""
+
+
+SIM_OPTIONS = tuple(inspect.signature(sim_option_template).parameters)
+
+
+def sim_options(values: dict) -> dict:
+    """The options `simulate` takes, picked from a command's arguments (run and race share them all)."""
+    return {name: values[name] for name in SIM_OPTIONS}
+
+
+@app.command()
+@with_options(sim_option_template)
+def race(
+    strategies: Annotated[Optional[list[str]], typer.Argument(help="Strategies to race \\[default: the lesson's "
+                                                                   "four: static+max continuous+max static+paged "
+                                                                   "continuous+paged].", show_default=False)] = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
     plots: PlotsOpt = True,
@@ -283,17 +286,17 @@ def race(
                                                  "(no server, no network).")] = None,
     wide: WideOpt = False,
     yes: YesOpt = False,
+    **options,
 ) -> None:
     """Race serving strategies on the same workload and clock; the table says who served the most and why.
 
-    Named strategies: vllm, orca-max, orca-pow2, orca-oracle, static+max, continuous+max, static+paged,
-    continuous+paged; or BATCHING+ALLOCATOR (static|continuous + max|pow2|oracle|paged), with +swap, +recompute or
-    +prefix after it."""
+    Named strategies: vllm, orca-max, orca-pow2, orca-oracle, static+max, continuous+max, static+paged, continuous+paged.
+    Or BATCHING+ALLOCATOR (static|continuous + max|pow2|oracle|paged), then +swap, +recompute or +prefix.
+    """
     from kvlab.strategies import LESSON_RACE
     from kvlab.validate import allow_large_work, check_output_path
 
     names = list(strategies) if strategies else list(LESSON_RACE)
-    options = sim_options(locals())
     check_output_path(out, "--out", folder=True)
     check_output_path(html, "--html", folder=False)
     with allow_large_work(yes):
@@ -309,46 +312,23 @@ def race(
 
 
 @app.command()
+@with_options(sim_option_template)
 def run(
     strategy: Annotated[str, typer.Argument(help="A strategy: vllm, orca-max, orca-pow2, orca-oracle, static+max, "
                                             "continuous+paged, ... or BATCHING+ALLOCATOR[+swap][+prefix].")] = "vllm",
-    model: ModelOpt = "opt-13b",
-    gpu: GpuOpt = "a100-40gb",
-    gpu_memory_gib: GpuGibOpt = None,
-    tensor_parallel_size: TpOpt = None,
-    pipeline_parallel_size: PpOpt = 1,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    block_size: BlockOpt = 16,
-    dtype: DtypeOpt = "auto",
-    kv_cache_dtype: KvDtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    max_num_batched_tokens: BatchedOpt = None,
-    max_num_seqs: SeqsOpt = None,
-    available_kv_gib: AvailOpt = None,
-    num_gpu_blocks: NumBlocksOpt = None,
-    enable_chunked_prefill: ChunkedOpt = True,
-    preemption_mode: PreemptOpt = None,
-    swap_space: SwapOpt = 4.0,
-    workload: WorkloadOpt = "paper-sharegpt",
-    rate: RateOpt = None,
-    arrival: ArrivalOpt = "auto",
-    cv: CvOpt = 1.0,
-    num_requests: NumReqOpt = None,
-    duration: DurationOpt = None,
-    seed: SeedOpt = 0,
-    long_requests: LongOpt = "reject",
     as_json: JsonOpt = False,
     out: OutOpt = None,
     plots: PlotsOpt = True,
     wide: WideOpt = False,
     yes: YesOpt = False,
+    **options,
 ) -> None:
     """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions."""
     from kvlab.validate import allow_large_work, check_output_path
 
     check_output_path(out, "--out", folder=True)
     with allow_large_work(yes):
-        config, wl, results = simulate([strategy], quiet=as_json, **sim_options(locals()))
+        config, wl, results = simulate([strategy], quiet=as_json, **options)
     report(config, wl, results, as_json=as_json, out=out, title=f"Run: {results[0].strategy.name}", wide=wide,
            plots=plots)
 

@@ -43,6 +43,49 @@ CtxOpt = Annotated[Optional[int], typer.Option("--context-len", help="Tokens per
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
+def with_options(template):
+    """Give a command the options of ``template`` (a function whose signature declares them), so that options
+    several commands share are declared once. The command receives them in its ``**options``."""
+    import functools
+    import inspect
+
+    shared = list(inspect.signature(template, eval_str=True).parameters.values())
+
+    def decorate(command):
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+               if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        arguments = [p for p in own if p.default is inspect.Parameter.empty]
+        rest = [p for p in own if p.default is not inspect.Parameter.empty]
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in arguments + shared + rest]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs):
+            return command(**kwargs)
+
+        wrapper.__signature__ = inspect.Signature(params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate
+
+
+def sizing_options(
+    gpu: GpuOpt = None,
+    gpu_memory_gib: GpuGibOpt = None,
+    tensor_parallel_size: TpOpt = None,
+    pipeline_parallel_size: PpOpt = 1,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    block_size: BlockOpt = 16,
+    dtype: DtypeOpt = "auto",
+    kv_cache_dtype: KvDtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None,
+    max_num_batched_tokens: BatchedOpt = None,
+    max_num_seqs: SeqsOpt = None,
+    available_kv_gib: AvailOpt = None,
+) -> None:
+    """The options `kvlab size` and `kvlab fit` share (``build_config``'s arguments), declared once."""
+
+
 def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
     """The GPU as kvlab names it: --gpu-memory-gib replaces the memory of --gpu, and the name says so."""
     return gpu_id if gpu_memory_gib is None else f"{gpu_id} with {gpu_memory_gib:g} GiB"
@@ -274,24 +317,14 @@ def _print_workload(console, fit) -> None:
 
 
 @app.command()
+@with_options(sizing_options)
 def size(
     model: ModelArg,
-    gpu: GpuOpt = None,
-    gpu_memory_gib: GpuGibOpt = None,
-    tensor_parallel_size: TpOpt = None,
-    pipeline_parallel_size: PpOpt = 1,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    block_size: BlockOpt = 16,
-    dtype: DtypeOpt = "auto",
-    kv_cache_dtype: KvDtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    max_num_batched_tokens: BatchedOpt = None,
-    max_num_seqs: SeqsOpt = None,
-    available_kv_gib: AvailOpt = None,
     concurrency: ConcOpt = None,
     context_len: CtxOpt = None,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
+    **options,
 ) -> None:
     """The KV cache vLLM would allocate for MODEL, the lines it would print, and where each number comes from."""
     from kvlab.catalog import get_model
@@ -301,9 +334,7 @@ def size(
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
-    gpu_spec, config = build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size,
-                                    gpu_memory_utilization, block_size, dtype, kv_cache_dtype, max_model_len,
-                                    max_num_batched_tokens, max_num_seqs, available_kv_gib)
+    gpu_spec, config = build_config(**options)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
         return
@@ -375,24 +406,14 @@ def _print_layout_only(spec, config, layout, as_json: bool) -> None:
 
 
 @app.command()
+@with_options(sizing_options)
 def fit(
     model: ModelArg,
-    gpu: GpuOpt = None,
-    gpu_memory_gib: GpuGibOpt = None,
-    tensor_parallel_size: TpOpt = None,
-    pipeline_parallel_size: PpOpt = 1,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    block_size: BlockOpt = 16,
-    dtype: DtypeOpt = "auto",
-    kv_cache_dtype: KvDtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    max_num_batched_tokens: BatchedOpt = None,
-    max_num_seqs: SeqsOpt = None,
-    available_kv_gib: AvailOpt = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Requests at once, for the longest context.")] = 1,
     context_len: CtxOpt = None,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
+    **options,
 ) -> None:
     """The reverse questions: longest context for N requests, most requests at a length, fewest GPUs for MODEL."""
     from dataclasses import replace
@@ -411,9 +432,7 @@ def fit(
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
-    gpu_spec, config = build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size,
-                                    gpu_memory_utilization, block_size, dtype, kv_cache_dtype, max_model_len,
-                                    max_num_batched_tokens, max_num_seqs, available_kv_gib)
+    gpu_spec, config = build_config(**options)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
                          "a memory budget")
@@ -435,7 +454,7 @@ def fit(
     try:
         result = size_kv_cache(spec, config)
     except KvlabError:
-        if not answers.get("fewest_gpus") or tensor_parallel_size is not None:
+        if not answers.get("fewest_gpus") or options["tensor_parallel_size"] is not None:
             raise
         # The weights do not fit one GPU: answer the other questions at the fewest GPUs that hold the model.
         config = replace(config, tensor_parallel_size=answers["fewest_gpus"]["tensor_parallel_size"])
