@@ -158,7 +158,8 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
 def setup_line(config, wl) -> str:
     return (
         f"{config.model} on {config.gpu}: KV cache {config.num_slots:,} token slots "
-        f"({config.num_slots // config.block_size:,} blocks of {config.block_size}), max_model_len "
+        f"({config.num_slots // config.block_size:,} blocks of {config.block_size}, one of them vLLM's null block "
+        f"for paged memory), max_model_len "
         f"{config.max_model_len:,}, max_num_seqs {config.max_num_seqs}, max_num_batched_tokens "
         f"{config.max_num_batched_tokens:,}. Workload: {wl.name}, {wl.num_requests:,} requests, "
         f"{wl.request_rate:.2f} req/s, mean prompt {wl.mean_prompt_len:.0f} / output {wl.mean_output_len:.0f} tokens."
