@@ -138,7 +138,7 @@ def test_config_json_route(kvlab, tmp_path):
     (("size", "opt-13b", "--gpu", "t4"), "GiB short"),
     (("size", "opt-13b", "--gpu", "a100-40gb", "--max-model-len", "4096"), "max_position_embeddings"),
     (("size", "opt-13b", "--gpu", "a100-40gb", "--context-len", "4096"), "exceeds max_model_len"),
-    (("size", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-dtype", "int4"), "kv_cache_dtype 'int4'"),
+    (("size", "opt-13b", "--gpu", "a100-40gb", "--kv-cache-dtype", "int4"), "--kv-cache-dtype 'int4'"),
     (("fit", "opt-13b"), "need a memory budget"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(kvlab, args, message):

@@ -115,13 +115,13 @@ class SizingConfig:
             if getattr(self, name) < 1:
                 raise KvlabError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.block_size <= 0 or self.block_size % BLOCK_SIZE_MULTIPLE:
-            raise KvlabError(f"block_size {self.block_size} would be refused: vLLM's CUDA attention backends need a "
-                             f"positive multiple of {BLOCK_SIZE_MULTIPLE} (16, 32, 64, 128, ...)")
+            raise KvlabError(f"--block-size {self.block_size} would be refused: vLLM's CUDA attention backends "
+                             f"need a positive multiple of {BLOCK_SIZE_MULTIPLE}; valid: 16, 32, 64, 128, ...")
         if self.dtype not in MODEL_DTYPES:
-            raise KvlabError(f"dtype {self.dtype!r} is not one of {', '.join(MODEL_DTYPES)}")
+            raise KvlabError(f"--dtype {self.dtype!r} is not a model dtype; valid: {', '.join(MODEL_DTYPES)}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise KvlabError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)} "
-                             "(fp8_ds_mla and the 4-bit formats are not modelled)")
+            raise KvlabError(f"--kv-cache-dtype {self.kv_cache_dtype!r} is not modelled (fp8_ds_mla and the 4-bit "
+                             f"formats are not); valid: {', '.join(KV_CACHE_DTYPES)}")
 
     @classmethod
     def for_gpu(cls, gpu: GpuSpec, **settings) -> SizingConfig:
@@ -405,13 +405,13 @@ def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
     if model.num_attention_heads % tp:
         sizes = ", ".join(map(str, valid_tensor_parallel_sizes(model)))
         raise KvlabError(f"total number of attention heads ({model.num_attention_heads}) of {model.id} must be "
-                         f"divisible by tensor parallel size ({tp}); valid sizes: {sizes}")
+                         f"divisible by tensor parallel size ({tp}); valid --tensor-parallel-size: {sizes}")
     if config.pipeline_parallel_size > model.num_hidden_layers:
-        raise KvlabError(f"pipeline_parallel_size {config.pipeline_parallel_size} exceeds the "
-                         f"{model.num_hidden_layers} layers of {model.id}")
+        raise KvlabError(f"--pipeline-parallel-size {config.pipeline_parallel_size} exceeds the "
+                         f"{model.num_hidden_layers} layers of {model.id}; valid: 1 to {model.num_hidden_layers}")
     max_model_len = config.max_model_len or model.max_position_embeddings
     if max_model_len > model.max_position_embeddings:
-        raise KvlabError(f"max_model_len {max_model_len:,} is greater than {model.id}'s max_position_embeddings "
+        raise KvlabError(f"--max-model-len {max_model_len:,} is greater than {model.id}'s max_position_embeddings "
                          f"({model.max_position_embeddings:,}); vLLM refuses it (use at most "
                          f"{model.max_position_embeddings:,})")
     if config.block_size > max_model_len:

@@ -288,14 +288,15 @@ def bounded_number(value: Any, name: str, lo: float, hi: float, *, whole: bool =
     """One number in [lo, hi] (whole or not), for the lab's parameters: the same value types as the CLI's options,
     in the lab's wording ('rate -1 is out of range: 0.01 to 100')."""
     kind = "an integer" if whole else "a number"
+    bounds = f"{lo} to {hi}" if whole else f"{lo:g} to {hi:g}"
     try:
         number = _whole(value) if whole else _number(value)
     except ValueError as exc:
         if not whole and str(exc) == "is not a finite number":
-            raise KvlabError(f"{name} {value!r} is out of range: {lo:g} to {hi:g}") from None
-        raise KvlabError(f"{name} must be {kind} from {lo:g} to {hi:g}, got {value!r}") from None
+            raise KvlabError(f"{name} {value!r} is out of range: {bounds}") from None
+        raise KvlabError(f"{name} must be {kind} from {bounds}, got {value!r}") from None
     if not lo <= number <= hi:
-        raise KvlabError(f"{name} {number if whole else value!r} is out of range: {lo:g} to {hi:g}")
+        raise KvlabError(f"{name} {number if whole else value!r} is out of range: {bounds}")
     return number if whole else float(number)
 
 

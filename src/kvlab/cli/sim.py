@@ -129,6 +129,8 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
     check_options(locals())
     strategies = [with_preemption_mode(parse_strategy(name), preemption_mode) for name in strategy_names]
     check_distinct(strategies)
+    options = workload_options(workload, rate, arrival, cv, num_requests, duration, seed, None, long_requests)
+    check_work(strategies, workload, options)
     config = SimConfig.from_options(
         model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, available_kv_gib=available_kv_gib,
         num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
@@ -138,9 +140,8 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
         preemption_mode=preemption_mode, swap_space_gib=swap_space,
     )
     config = replace(config, gpu=gpu_label(config.gpu, gpu_memory_gib))
-    options = workload_options(workload, rate, arrival, cv, num_requests, duration, seed,
-                               config.max_model_len if long_requests == "clip" else None, long_requests)
-    check_work(strategies, workload, options)
+    if long_requests == "clip":
+        options["max_model_len"] = config.max_model_len
     from kvlab.workload import load_workload
 
     wl = load_workload(workload, **options)
