@@ -34,13 +34,14 @@ def fig2(
     from rich.progress import Progress
     from rich.table import Table
 
-    from kvlab.paper import PAPER_NAMES, Fig2Setup, fig2_json, run_fig2
+    from kvlab.strategies import PAPER_SYSTEMS
     from kvlab.validate import allow_large_work, check_options, check_output_path, check_simulation_work
 
     check_options({"rate": rate, "num_requests": num_requests, "seed": seed})
     check_output_path(out, "--out", folder=True)
     with allow_large_work(yes):
-        check_simulation_work(num_requests, 161.31 + 337.99, len(PAPER_NAMES), "this experiment")
+        check_simulation_work(num_requests, 161.31 + 337.99, len(PAPER_SYSTEMS), "this experiment")
+    from kvlab.paper import PAPER_NAMES, Fig2Setup, fig2_json, run_fig2
     setup = Fig2Setup(rate=rate, num_requests=num_requests, seed=seed)
     console = Console(stderr=True)
     with Progress(console=console, transient=True, disable=as_json or not console.is_terminal) as progress:

@@ -117,11 +117,7 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
     Every option is checked, and the work estimated, before anything is built."""
     from dataclasses import replace
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from kvlab.cli.size import gpu_label
-    from kvlab.sim import SimConfig, Simulation
     from kvlab.strategies import check_distinct, parse_strategy, with_preemption_mode
     from kvlab.validate import check_options
 
@@ -131,6 +127,11 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
     check_distinct(strategies)
     options = workload_options(workload, rate, arrival, cv, num_requests, duration, seed, None, long_requests)
     check_work(strategies, workload, options)
+    # The engine is imported only for work that passed the checks: a refusal comes in a fraction of a second.
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kvlab.sim import SimConfig, Simulation
     config = SimConfig.from_options(
         model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, available_kv_gib=available_kv_gib,
         num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
