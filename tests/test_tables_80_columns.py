@@ -107,3 +107,18 @@ def test_size_memory_split_reads_without_colour(kvlab80):
     assert r.exit_code == 0, r.stderr
     assert "█" in r.stdout and "▓" in r.stdout and "░" in r.stdout and "█ weights" in r.stdout
     _check_fits(r.stdout)
+
+
+def test_out_without_plots_writes_csv_and_json_in_one_naming_style(kvlab, tmp_path):
+    r = kvlab("race", "static+max", "orca-max", "vllm+swap", "-n", "30", "--out", tmp_path / "out", "--no-plots")
+    assert r.exit_code == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["orca-max_iterations.csv", "orca-max_requests.csv", "static-max_iterations.csv",
+                     "static-max_requests.csv", "summary.json", "vllm-swap_iterations.csv", "vllm-swap_requests.csv"]
+
+
+@pytest.mark.parametrize("command", ["models", "workloads"])
+def test_wide_catalogue_tables_show_every_column(kvlab, command):
+    r = kvlab(command, "--wide")
+    assert r.exit_code == 0, r.stderr
+    assert ("dtype" if command == "models" else "source") in r.stdout and "…" not in r.stdout
