@@ -137,6 +137,9 @@ CASES = [
     (("run", "vllm", "--rate", "4", "--duration", "1e9"), ["4,000,000,000 requests", "--yes"]),
     (("race", "-n", "1000000"), ["1,000,000 requests x 4 strategies", "--yes"]),
     (("paper", "fig2", "-n", "100000000"), ["100,000,000 requests", "--yes"]),
+    (("run", "vllm", "--num-gpu-blocks", "1000000000000"), ["1,000,000,000,000 blocks", "--yes"]),
+    (("run", "vllm", "--model", "qwen2.5-0.5b-instruct", "--gpu-memory-gib", "100000"),
+     ["blocks", "lower --gpu-memory-gib"]),
     # --- paper fig2 ----------------------------------------------------------------------------------------------
     (("paper", "fig2", "--rate", "0"), ["--rate 0", "a number > 0"]),
     (("paper", "fig2", "--num-requests", "0"), ["--num-requests 0", "1 to"]),

@@ -33,11 +33,12 @@ WORK_LIMITS = {
     "max_request_runs": 1_000_000,  # requests x strategies
     "max_memory_bytes": 4 * GIB,
     "max_num_layers": 4096,  # no published model has more than a few hundred; parameters are counted per layer
+    "max_num_blocks": 10_000_000,  # a paged pool keeps its free blocks in a list: ~40 B and ~1 us of setup each
 }
 BYTES_PER_REQUEST = 2048
 # Environment overrides, for operators and tests (a small limit shows the gate without a huge run).
 LIMIT_ENV = {"max_request_runs": "KVLAB_MAX_REQUEST_RUNS", "max_memory_bytes": "KVLAB_MAX_MEMORY_BYTES",
-             "max_num_layers": "KVLAB_MAX_NUM_LAYERS"}
+             "max_num_layers": "KVLAB_MAX_NUM_LAYERS", "max_num_blocks": "KVLAB_MAX_NUM_BLOCKS"}
 
 _large_work_allowed: ContextVar[bool] = ContextVar("large_work_allowed", default=False)
 
@@ -337,6 +338,17 @@ def check_simulation_work(num_requests: float, mean_len: float, num_strategies: 
         f"serve at {mean_len:,.0f} per request): ~{_duration(minutes * 60)} and ~{memory / GIB:,.1f} GiB of memory, "
         f"beyond the limit of {max_runs:,} request-runs and {max_memory / GIB:,.0f} GiB; lower -n/--num-requests or "
         "--duration, or pass --yes to go ahead")
+
+
+def check_pool_work(num_blocks: int, block_size: int) -> None:
+    """Refuse a KV cache of more blocks than WORK_LIMITS allows (a huge --gpu-memory-gib or --num-gpu-blocks)."""
+    limit = work_limit("max_num_blocks")
+    if num_blocks <= limit or _large_work_allowed.get():
+        return
+    raise TooMuchWork(f"a KV cache of {num_blocks:,} blocks ({num_blocks * block_size:,} token slots) is beyond the "
+                      f"limit of {limit:,} blocks: the simulator keeps every block (~{num_blocks * 48 / GIB:,.1f} GiB "
+                      f"and ~{_duration(num_blocks * 1e-6)} to set up per strategy); lower --gpu-memory-gib, "
+                      "--available-kv-gib or --num-gpu-blocks, or pass --yes to go ahead")
 
 
 def _duration(seconds: float) -> str:

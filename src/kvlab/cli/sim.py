@@ -119,7 +119,7 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
 
     from kvlab.cli.size import gpu_label
     from kvlab.strategies import check_distinct, parse_strategy, with_preemption_mode
-    from kvlab.validate import check_options
+    from kvlab.validate import check_options, check_pool_work
 
     long_requests = long_requests or "reject"
     check_options(locals())
@@ -141,6 +141,7 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
         preemption_mode=preemption_mode, swap_space_gib=swap_space,
     )
     config = replace(config, gpu=gpu_label(config.gpu, gpu_memory_gib))
+    check_pool_work(config.num_slots // config.block_size, config.block_size)
     if long_requests == "clip":
         options["max_model_len"] = config.max_model_len
     from kvlab.workload import load_workload
