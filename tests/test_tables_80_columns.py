@@ -91,6 +91,16 @@ def test_models_table_fits_80_columns(kvlab80):
         assert f"{m.kv_bytes_per_token(m.dtype_bytes):,}" in _row(r.stdout, m.id)
 
 
+def test_gpus_table_fits_80_columns(kvlab80):
+    from kvlab.catalog import list_gpus
+
+    r = kvlab80("gpus")
+    assert r.exit_code == 0, r.stderr
+    _check_fits(r.stdout)
+    for g in list_gpus():
+        assert f"{g.memory_gib:.2f}" in _row(r.stdout, g.id)
+
+
 def test_workloads_table_fits_80_columns(kvlab80):
     from kvlab.workload import list_workloads
 

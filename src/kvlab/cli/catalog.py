@@ -94,12 +94,11 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print the catalogue
                       "source": list(g.source)} for g in specs])
         return
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title="kvlab GPUs", title_justify="left")
-    for header, justify in (("gpu", "left"), ("memory GiB", "right"), ("memory figure", "left"),
-                            ("bandwidth TB/s", "right"), ("peak TFLOP/s", "right"), ("kind", "left")):
-        table.add_column(header, justify=justify)
+    table = compact_table("kvlab GPUs")
+    for header, justify in (("gpu", "left"), ("memory\nGiB", "right"), ("memory figure", "left"),
+                            ("bandwidth\nTB/s", "right"), ("peak\nTFLOP/s", "right"), ("kind", "left")):
+        table.add_column(header, justify=justify, no_wrap=header != "kind")
     for g in specs:
         bandwidth = "-" if g.memory_bandwidth_bytes_per_s is None else f"{g.memory_bandwidth_bytes_per_s / 1e12:.2f}"
         flops = "-" if g.peak_flops is None else f"{g.peak_flops / 1e12:,.1f}"
