@@ -322,14 +322,16 @@ def large_work_allowed() -> bool:
     return _large_work_allowed.get()
 
 
-def check_simulation_work(num_requests: float, mean_len: float, num_strategies: int, what: str) -> None:
-    """Refuse a simulation beyond WORK_LIMITS before any request is built, with the estimate."""
+def check_simulation_work(num_requests: float, mean_len: float, num_strategies: int, what: str, *,
+                          memory_only: bool = False) -> None:
+    """Refuse a simulation beyond WORK_LIMITS before any request is built, with the estimate. ``memory_only``
+    (the library's own gate, in load_workload) weighs memory alone: a long run is the caller's choice there."""
     if _large_work_allowed.get():
         return
     runs = num_requests * num_strategies
     memory = num_requests * BYTES_PER_REQUEST
     max_runs, max_memory = work_limit("max_request_runs"), work_limit("max_memory_bytes")
-    if runs <= max_runs and memory <= max_memory:
+    if (memory_only or runs <= max_runs) and memory <= max_memory:
         return
     minutes = runs / 1e6
     strategies = f" x {num_strategies} strategies" if num_strategies > 1 else ""

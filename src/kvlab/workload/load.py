@@ -247,7 +247,7 @@ def load_workload(
     prompt + answer stops at that length, as vLLM does (longer prompts are left for the engine to reject);
     ``long_requests="clip"`` instead scales prompt and output of a too-long request down to fit, as Vidur does.
     Same arguments, same requests, in any process. See the module docstring for ``arrival``. A workload beyond
-    kvlab.validate's work limits is refused before any request is drawn (``allow_large_work`` lifts it).
+    kvlab.validate's memory limit is refused before any request is drawn (``allow_large_work`` lifts it).
     """
     from kvlab.validate import check_simulation_work
 
@@ -257,7 +257,7 @@ def load_workload(
     entry = _resolve(spec)
     num_expected, mean_len = estimate_workload(spec, num_requests=num_requests, duration=duration, rate=rate,
                                                arrival=arrival)
-    check_simulation_work(num_expected, mean_len, 1, f"workload {entry.name}")
+    check_simulation_work(num_expected, mean_len, 1, f"workload {entry.name}", memory_only=True)
     lengths_seed, arrivals_seed = np.random.SeedSequence(int(seed)).spawn(2)
     lengths_rng, arrivals_rng = np.random.default_rng(lengths_seed), np.random.default_rng(arrivals_seed)
 
