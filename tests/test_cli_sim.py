@@ -102,9 +102,9 @@ def test_same_seed_same_result_different_seed_different(kvlab):
         (("run", "vllm", "--workload", "nope"), "nope"),
         (("run", "vllm", "--gpu", "a100-40"), "a100"),
         (("run", "vllm", "--model", "llama-3.1-70b"), "does not fit"),
-        (("run", "vllm", "--num-requests", "0"), "num_requests"),
+        (("run", "vllm", "--num-requests", "0"), "--num-requests 0"),
         (("run", "vllm", "--max-num-batched-tokens", "8", "--max-num-seqs", "16"), "at least --max-num-seqs"),
-        (("paper", "fig2", "--rate", "0"), "--rate must be positive"),
+        (("paper", "fig2", "--rate", "0"), "--rate 0 is out of range"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_2(kvlab, args, message):

@@ -241,8 +241,8 @@ def test_fewest_gpus_hold_weights_and_one_full_request():
     (dict(max_model_len=0), "max_model_len must be positive"),
     (dict(max_num_batched_tokens=-5), "max_num_batched_tokens must be positive"),
     (dict(tensor_parallel_size=0), "tensor_parallel_size must be at least 1"),
-    (dict(kv_cache_dtype="int4"), "kv_cache_dtype 'int4'"),
-    (dict(dtype="int8"), "dtype 'int8'"),
+    (dict(kv_cache_dtype="int4"), "--kv-cache-dtype 'int4'"),
+    (dict(dtype="int8"), "--dtype 'int8'"),
 ])
 def test_bad_settings(settings, message):
     with pytest.raises(KvlabError, match=message):

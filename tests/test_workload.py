@@ -408,17 +408,17 @@ def test_wrong_suffix_is_an_error(tmp_path):
 @pytest.mark.parametrize(
     "spec, options, match",
     [
-        ("azure-conv", {"arrival": "trace", "rate": 2.0}, "contradicts arrival='trace'"),
-        ("paper-sharegpt", {"arrival": "burst", "rate": 2.0}, "contradicts arrival='burst'"),
+        ("azure-conv", {"arrival": "trace", "rate": 2.0}, "--rate 2 contradicts --arrival trace"),
+        ("paper-sharegpt", {"arrival": "burst", "rate": 2.0}, "--rate 2 contradicts --arrival burst"),
         ("arxiv", {"arrival": "trace"}, "no arrival times"),
-        ("paper-sharegpt", {}, "give a rate"),
-        ("paper-sharegpt", {"rate": 1.0, "cv": 2.0}, "only to arrival='gamma'"),
-        ("paper-sharegpt", {"rate": 1.0, "arrival": "gamma", "cv": 0.0}, "cv"),
-        ("paper-sharegpt", {"rate": -1.0}, "rate must be"),
-        ("paper-sharegpt", {"rate": 1.0, "arrival": "uniform"}, "unknown arrival process 'uniform'"),
-        ("paper-sharegpt", {"rate": 1.0, "num_requests": 0}, "num_requests"),
-        ("paper-sharegpt", {"rate": 1.0, "duration": 0.0}, "duration"),
-        ("paper-sharegpt", {"rate": 1.0, "seed": -1}, "seed"),
+        ("paper-sharegpt", {}, "give --rate"),
+        ("paper-sharegpt", {"rate": 1.0, "cv": 2.0}, "only to --arrival gamma"),
+        ("paper-sharegpt", {"rate": 1.0, "arrival": "gamma", "cv": 0.0}, "--cv 0 is out of range"),
+        ("paper-sharegpt", {"rate": -1.0}, "--rate -1 is out of range"),
+        ("paper-sharegpt", {"rate": 1.0, "arrival": "uniform"}, "--arrival 'uniform' is not an arrival process"),
+        ("paper-sharegpt", {"rate": 1.0, "num_requests": 0}, "--num-requests 0"),
+        ("paper-sharegpt", {"rate": 1.0, "duration": 0.0}, "--duration 0"),
+        ("paper-sharegpt", {"rate": 1.0, "seed": -1}, "--seed -1"),
         ("azure-conv", {"num_requests": 20_000}, "19,366 requests"),
     ],
 )
@@ -431,14 +431,14 @@ def test_duration_before_the_first_arrival_is_an_error(tmp_path):
     path = tmp_path / "late.csv"
     path.write_text("arrival_time,prompt_len,output_len\n5.0,10,5\n6.0,10,5\n")
     assert load_workload(str(path), duration=5.5).requests == (Request(0, 5.0, 10, 5),)
-    with pytest.raises(KvlabError, match="no request of late.csv arrives before duration=1 s"):
+    with pytest.raises(KvlabError, match="no request of late.csv arrives before --duration 1 s"):
         load_workload(str(path), duration=1.0)
 
 
 def test_a_file_whose_requests_arrive_at_once_has_no_rate_to_borrow(tmp_path):
     path = tmp_path / "together.jsonl"
     path.write_text('{"arrival_time": 1, "prompt_len": 4, "output_len": 2}\n' * 3)
-    with pytest.raises(KvlabError, match="give a rate"):
+    with pytest.raises(KvlabError, match="give --rate"):
         load_workload(str(path), arrival="poisson")
     with pytest.raises(KvlabError, match="same moment"):
         load_workload(str(path), rate=2.0)

@@ -115,13 +115,13 @@ class SizingConfig:
             if getattr(self, name) < 1:
                 raise KvlabError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.block_size <= 0 or self.block_size % BLOCK_SIZE_MULTIPLE:
-            raise KvlabError(f"block_size {self.block_size} would be refused: vLLM's CUDA attention backends need a "
-                             f"positive multiple of {BLOCK_SIZE_MULTIPLE} (16, 32, 64, 128, ...)")
+            raise KvlabError(f"--block-size {self.block_size} would be refused: vLLM's CUDA attention backends "
+                             f"need a positive multiple of {BLOCK_SIZE_MULTIPLE}; valid: 16, 32, 64, 128, ...")
         if self.dtype not in MODEL_DTYPES:
-            raise KvlabError(f"dtype {self.dtype!r} is not one of {', '.join(MODEL_DTYPES)}")
+            raise KvlabError(f"--dtype {self.dtype!r} is not a model dtype; valid: {', '.join(MODEL_DTYPES)}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise KvlabError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not one of {', '.join(KV_CACHE_DTYPES)} "
-                             "(fp8_ds_mla and the 4-bit formats are not modelled)")
+            raise KvlabError(f"--kv-cache-dtype {self.kv_cache_dtype!r} is not modelled (fp8_ds_mla and the 4-bit "
+                             f"formats are not); valid: {', '.join(KV_CACHE_DTYPES)}")
 
     @classmethod
     def for_gpu(cls, gpu: GpuSpec, **settings) -> SizingConfig:
@@ -405,15 +405,23 @@ def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
     if model.num_attention_heads % tp:
         sizes = ", ".join(map(str, valid_tensor_parallel_sizes(model)))
         raise KvlabError(f"total number of attention heads ({model.num_attention_heads}) of {model.id} must be "
-                         f"divisible by tensor parallel size ({tp}); valid sizes: {sizes}")
+                         f"divisible by tensor parallel size ({tp}); valid --tensor-parallel-size: {sizes}")
     if config.pipeline_parallel_size > model.num_hidden_layers:
-        raise KvlabError(f"pipeline_parallel_size {config.pipeline_parallel_size} exceeds the "
-                         f"{model.num_hidden_layers} layers of {model.id}")
+        raise KvlabError(f"--pipeline-parallel-size {config.pipeline_parallel_size} exceeds the "
+                         f"{model.num_hidden_layers} layers of {model.id}; valid: 1 to {model.num_hidden_layers}")
     max_model_len = config.max_model_len or model.max_position_embeddings
     if max_model_len > model.max_position_embeddings:
-        raise KvlabError(f"max_model_len {max_model_len:,} is greater than {model.id}'s max_position_embeddings "
+        raise KvlabError(f"--max-model-len {max_model_len:,} is greater than {model.id}'s max_position_embeddings "
                          f"({model.max_position_embeddings:,}); vLLM refuses it (use at most "
                          f"{model.max_position_embeddings:,})")
+    if config.block_size > max_model_len:
+        # The same refusal as `kvlab run` (SimConfig): a block longer than the longest request is never filled.
+        raise KvlabError(f"--block-size {config.block_size} is larger than --max-model-len {max_model_len}: a block "
+                         f"must fit in a sequence; valid: a block size of at most {max_model_len:,}")
+    batched, seqs = config.resolved_max_num_batched_tokens, config.resolved_max_num_seqs
+    if batched < seqs:
+        raise KvlabError(f"--max-num-batched-tokens ({batched}) must be at least --max-num-seqs ({seqs}), as vLLM "
+                         "requires: every running request needs a token each iteration")
     return max_model_len
 
 
@@ -477,6 +485,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     worst = None  # (num_blocks, stage index, weights, activation, available, bytes_per_block)
     for index, (layers, (weights, activation, available)) in enumerate(zip(stages, budgets)):
         if config.available_kv_bytes is not None:
+            _check_given_budget(model, config, weights)
             available = config.available_kv_bytes
         elif available <= 0:
             raise_too_small(model, config, weights, requested, activation + non_torch + cuda_graphs)
@@ -511,6 +520,19 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         num_tokens=int(max_concurrency * max_model_len), max_concurrency=max_concurrency,
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight),
     )
+
+
+def _check_given_budget(model: ModelSpec, config: SizingConfig, weights: int) -> None:
+    """A KV budget larger than the whole GPU less the weights cannot have been printed by vLLM."""
+    if config.gpu_memory_bytes is None:
+        return
+    room = config.gpu_memory_bytes - weights
+    if config.available_kv_bytes > room:
+        gpu = config.gpu_name or f"a {format_gib(config.gpu_memory_bytes)} GiB GPU"
+        raise KvlabError(f"--available-kv-gib {config.available_kv_bytes / GIB:g} is more than {gpu} can hold for "
+                         f"the KV cache of {model.id}: {format_gib(config.gpu_memory_bytes)} GiB of memory - "
+                         f"{format_gib(weights)} GiB of weights = {format_gib(max(room, 0))} GiB; valid: at most "
+                         f"{format_gib(max(room, 0))}, or no --gpu/--gpu-memory-gib to size the budget alone")
 
 
 def _longest(groups, usable_blocks: int, num_requests: int, upper: int, in_flight: int) -> int:

@@ -1,7 +1,10 @@
 """Named serving strategies: a batching policy paired with a memory strategy (allocator), plus options.
 
 Any ``BATCHING+ALLOCATOR`` pair is a strategy (``static+pow2``, ``continuous+oracle``, ...); options ride along
-after more plus signs: ``+swap`` (swap preemption instead of recompute), ``+prefix`` (prefix caching, paged only).
+after more plus signs: ``+swap`` (swap preemption instead of recompute), ``+recompute`` (the default, said
+explicitly), ``+prefix`` (prefix caching, paged only). A name always says what the strategy does: each option at most
+once, one preemption mode, and ``--preemption-mode`` either agrees with the name or is added to it
+(``with_preemption_mode``).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def parse_strategy(text: str) -> Strategy:
     if name in STRATEGIES:
         return STRATEGIES[name]
     head, *options = name.split("+")
-    if head in STRATEGIES and all(o in _OPTIONS for o in options):
+    if head in STRATEGIES:
         base, rest = STRATEGIES[head], options
     elif head in BATCHING_NAMES and options and options[0] in ALLOCATOR_NAMES:
         base = Strategy(f"{head}+{options[0]}", head, options[0])
@@ -67,15 +70,68 @@ def parse_strategy(text: str) -> Strategy:
         raise KvlabError(
             f"unknown strategy {text!r}.{hint} Valid: {', '.join(sorted(STRATEGIES))}, or BATCHING+ALLOCATOR "
             f"with BATCHING in {{{', '.join(BATCHING_NAMES)}}} and ALLOCATOR in {{{', '.join(ALLOCATOR_NAMES)}}}, "
-            f"optionally +swap or +prefix."
+            f"optionally +swap, +recompute or +prefix."
         )
-    strategy = base
+    seen: dict[str, str] = {}
     for option in rest:
         if option not in _OPTIONS:
             raise KvlabError(f"unknown strategy option {option!r} in {text!r}; valid options: {', '.join(_OPTIONS)}")
+        if option in seen:
+            raise KvlabError(f"{text!r} names +{option} twice; valid: each option once, e.g. "
+                             f"{'+'.join(dict.fromkeys(name.split('+')))}")
+        key = "preemption" if option in PREEMPTION_MODES else option
+        if key in seen.values() and key == "preemption":
+            raise KvlabError(f"{text!r} names two preemption modes; valid: one of +{' or +'.join(PREEMPTION_MODES)}")
+        seen[option] = key
+    strategy = base
+    for option in rest:
         strategy = replace(strategy, **_OPTIONS[option])
     if strategy.enable_prefix_caching and strategy.allocator != "paged":
         raise KvlabError(f"{text!r}: prefix caching needs paged memory (blocks can be shared; slabs cannot)")
     if strategy is not base or rest:
         strategy = replace(strategy, name=name)
     return strategy
+
+
+def named_preemption_mode(strategy: Strategy) -> str | None:
+    """The preemption mode a strategy's name states (+swap, +recompute), or None when it states none."""
+    parts = strategy.name.split("+")
+    stated = [mode for mode in PREEMPTION_MODES if mode in parts[1:]]
+    return stated[0] if stated else None
+
+
+def with_preemption_mode(strategy: Strategy, mode: str | None) -> Strategy:
+    """The strategy under ``--preemption-mode``, named for what it does: a name that states another mode is refused,
+    and a name that states none gains ``+swap`` when the mode differs from its own (recompute)."""
+    if mode is None:
+        return strategy
+    if mode not in PREEMPTION_MODES:
+        raise KvlabError(f"--preemption-mode {mode!r}; valid: {', '.join(PREEMPTION_MODES)}")
+    stated = named_preemption_mode(strategy)
+    if stated is not None and stated != mode:
+        base = "+".join(p for p in strategy.name.split("+") if p != stated)
+        raise KvlabError(f"strategy {strategy.name!r} {'swaps' if stated == 'swap' else 'recomputes'}; "
+                         f"--preemption-mode {mode} contradicts its name; valid: drop --preemption-mode, or name "
+                         f"the strategy {base}+{mode}")
+    if mode == strategy.preemption_mode:
+        return strategy
+    return replace(strategy, name=f"{strategy.name}+{mode}", preemption_mode=mode)
+
+
+def behaviour(strategy: Strategy) -> tuple:
+    """What a strategy does, whatever its name: two strategies with the same behaviour give the same results."""
+    return (strategy.batching, strategy.allocator, strategy.preemption_mode, strategy.enable_prefix_caching)
+
+
+def check_distinct(strategies: list[Strategy]) -> list[list[str]]:
+    """Refuse a strategy given twice; return the groups of differently named strategies that behave the same
+    (``vllm`` and ``continuous+paged``), which a race reports as one result under two names."""
+    names = [s.name for s in strategies]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise KvlabError(f"strategy {twice[0]!r} is given {names.count(twice[0])} times; a race compares distinct "
+                         "strategies; valid: each name once")
+    groups: dict[tuple, list[str]] = {}
+    for s in strategies:
+        groups.setdefault(behaviour(s), []).append(s.name)
+    return [g for g in groups.values() if len(g) > 1]

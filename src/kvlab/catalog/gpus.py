@@ -42,15 +42,18 @@ class GpuSpec:
 
 @cache
 def list_gpus() -> tuple[GpuSpec, ...]:
+    from kvlab.validate import gpu_entry
+
     text = resources.files("kvlab.catalog").joinpath("data/gpus.json").read_text(encoding="utf-8")
-    return tuple(
-        GpuSpec(id=g["id"], memory_bytes=g["memory_bytes"], memory_bytes_source=g["memory_bytes_source"],
-                memory_bandwidth_bytes_per_s=g["memory_bandwidth_bytes_per_s"], peak_flops=g["peak_flops"],
-                peak_flops_kind=g["peak_flops_kind"], memory_gb_marketing=g["memory_gb_marketing"],
-                memory_type=g["memory_type"], aliases=tuple(g["aliases"]), notes=tuple(g["notes"]),
-                source=tuple(g["source"]))
-        for g in json.loads(text)["gpus"]
-    )
+    specs = []
+    for raw in json.loads(text)["gpus"]:
+        g = gpu_entry(raw)
+        specs.append(GpuSpec(id=g.id, memory_bytes=g.memory_bytes, memory_bytes_source=g.memory_bytes_source,
+                             memory_bandwidth_bytes_per_s=g.memory_bandwidth_bytes_per_s, peak_flops=g.peak_flops,
+                             peak_flops_kind=g.peak_flops_kind, memory_gb_marketing=g.memory_gb_marketing,
+                             memory_type=g.memory_type, aliases=tuple(g.aliases), notes=tuple(g.notes),
+                             source=tuple(g.source)))
+    return tuple(specs)
 
 
 @cache

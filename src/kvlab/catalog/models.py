@@ -397,34 +397,25 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
     for name in REQUIRED:
         if _get(fields, name) is None:
             raise KvlabError(f"{where}: missing field {name!r} (needed to size the KV cache)")
+    from kvlab.validate import ModelFields, model_fields
+
     model_type = fields.get("model_type") or ""
-    num_layers = int(_get(fields, "num_hidden_layers"))
-    hidden = int(_get(fields, "hidden_size"))
-    heads = int(_get(fields, "num_attention_heads"))
-    kv_heads = _get(fields, "num_key_value_heads")
-    kv_heads = heads if kv_heads is None else int(kv_heads)
-    head_dim = fields.get("head_dim")
-    if head_dim is None:
-        if hidden % heads:
-            raise KvlabError(f"{where}: missing field 'head_dim' and hidden_size {hidden} is not a multiple of "
-                             f"num_attention_heads {heads}")
-        head_dim = hidden // heads
-    kv_lora_rank = fields.get("kv_lora_rank") or None
+    numbers = model_fields({name: value for name in ModelFields.model_fields
+                            if (value := _get(fields, name)) is not None}, where)
+    num_layers, hidden, heads = numbers.num_hidden_layers, numbers.hidden_size, numbers.num_attention_heads
+    kv_heads = heads if numbers.num_key_value_heads is None else numbers.num_key_value_heads
+    head_dim = hidden // heads if numbers.head_dim is None else numbers.head_dim
+    kv_lora_rank = numbers.kv_lora_rank or None
     if kv_lora_rank is not None:
         for name in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             if fields.get(name) is None:
                 raise KvlabError(f"{where}: missing field {name!r} (needed for MLA, kv_lora_rank is set)")
-    intermediate = _get(fields, "intermediate_size")
-    if intermediate is None:
-        raise KvlabError(f"{where}: missing field 'intermediate_size' (needed to count the weights)")
-    max_pos = _get(fields, "max_position_embeddings")
-    if max_pos is None:
-        raise KvlabError(f"{where}: missing field 'max_position_embeddings' (the default max_model_len)")
+    intermediate, max_pos = numbers.intermediate_size, numbers.max_position_embeddings
     dtype = _get(fields, "dtype") or "float32"  # transformers' default when config.json names none
     dtype = str(dtype).removeprefix("torch.")
     if dtype not in DTYPE_BYTES:
         raise KvlabError(f"{where}: dtype {dtype!r} is not one of {sorted(DTYPE_BYTES)}")
-    sliding_window = fields.get("sliding_window") or None  # vLLM turns 0 into None
+    sliding_window = numbers.sliding_window or None  # vLLM turns 0 into None
     if fields.get("use_sliding_window") is False or (model_type.startswith("qwen")
                                                      and not fields.get("use_sliding_window")):
         sliding_window = None  # Qwen2/3: the window is present but off unless use_sliding_window is true
@@ -434,8 +425,8 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
     if quantization is not None and quantization not in QUANTIZED_EXPERT_BYTES:
         raise KvlabError(f"{where}: weight quantization {quantization!r} is not modelled; kvlab knows "
                          f"{sorted(QUANTIZED_EXPERT_BYTES)} (or none)")
-    num_experts = _get(fields, "num_experts") or None
-    experts_per_token = _get(fields, "experts_per_token")
+    num_experts = numbers.num_experts or None
+    experts_per_token = numbers.experts_per_token
     if num_experts and experts_per_token is None:
         raise KvlabError(f"{where}: missing field 'num_experts_per_tok' (the model has {num_experts} experts)")
     tie = fields.get("tie_word_embeddings")
@@ -448,16 +439,16 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
         id=id, hf_repo=hf_repo, model_type=model_type,
         architecture=fields.get("architecture") or ((fields.get("architectures") or [""])[0]),
         num_hidden_layers=num_layers, hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        head_dim=int(head_dim), intermediate_size=int(intermediate), vocab_size=int(_get(fields, "vocab_size")),
-        max_position_embeddings=int(max_pos), dtype=dtype, tie_word_embeddings=bool(tie),
+        head_dim=head_dim, intermediate_size=intermediate, vocab_size=numbers.vocab_size,
+        max_position_embeddings=max_pos, dtype=dtype, tie_word_embeddings=bool(tie),
         layer_types=layer_types, sliding_window=sliding_window,
-        kv_lora_rank=kv_lora_rank, q_lora_rank=fields.get("q_lora_rank") or None,
-        qk_rope_head_dim=fields.get("qk_rope_head_dim"), qk_nope_head_dim=fields.get("qk_nope_head_dim"),
-        v_head_dim=fields.get("v_head_dim"),
+        kv_lora_rank=kv_lora_rank, q_lora_rank=numbers.q_lora_rank or None,
+        qk_rope_head_dim=numbers.qk_rope_head_dim, qk_nope_head_dim=numbers.qk_nope_head_dim,
+        v_head_dim=numbers.v_head_dim,
         num_experts=num_experts, experts_per_token=experts_per_token if num_experts else None,
-        moe_intermediate_size=fields.get("moe_intermediate_size"),
-        num_shared_experts=_get(fields, "num_shared_experts"),
-        first_k_dense_replace=fields.get("first_k_dense_replace"), quantization=quantization,
+        moe_intermediate_size=numbers.moe_intermediate_size,
+        num_shared_experts=numbers.num_shared_experts,
+        first_k_dense_replace=numbers.first_k_dense_replace, quantization=quantization,
         aliases=aliases,
         num_params_card=_card_number(fields.get("params_total_card")),
         num_active_params_card=_card_number(fields.get("params_active_card")),

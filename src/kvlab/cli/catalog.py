@@ -15,8 +15,21 @@ def _print_json(data) -> None:
     typer.echo(json.dumps(data, indent=1))
 
 
+WideOpt = typer.Option(False, "--wide", help="Every column (layer kinds, experts, dtype); the default fits 80 "
+                       "columns.")
+
+
+def compact_table(title: str):
+    """A table that fits 80 columns: no borders, one space between columns, values never cut."""
+    from rich.table import Table
+
+    return Table(title=title, title_justify="left", box=None, pad_edge=False, padding=(0, 1, 0, 0),
+                 header_style="bold underline")
+
+
 @app.command()
-def models(as_json: bool = typer.Option(False, "--json", help="Print the catalogue as JSON.")) -> None:
+def models(as_json: bool = typer.Option(False, "--json", help="Print the catalogue as JSON."),
+           wide: bool = WideOpt) -> None:
     """The models kvlab knows, with the numbers that size their KV cache and where they come from."""
     from kvlab.catalog import list_models
 
@@ -25,24 +38,31 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print the catalog
         _print_json([model_dict(m) for m in specs])
         return
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title="kvlab models (KV bytes per token in the model's dtype; `kvlab size MODEL` for more)",
-                  title_justify="left")
-    for header, justify in (("model", "left"), ("attention", "left"), ("layers", "right"), ("heads q/kv", "right"),
-                            ("head_dim", "right"), ("KV B/token", "right"), ("params", "right"),
-                            ("max ctx", "right"), ("dtype", "left")):
-        table.add_column(header, justify=justify)
+    table = compact_table("kvlab models (`kvlab size MODEL` for more)")
+    headers = [("model", "left"), ("attn", "left"), ("layers", "right"), ("heads\nq/kv", "right"),
+               ("head\ndim", "right"), ("KV B/token\n(dtype)", "right"), ("params", "right"),
+               ("max ctx\ntokens", "right")]
+    if wide:
+        headers += [("sliding layers", "left"), ("experts\nactive/all", "right"), ("dtype", "left")]
+    for header, justify in headers:
+        table.add_column(header, justify=justify, no_wrap=True)
     for m in specs:
-        layers = str(m.num_hidden_layers)
-        if m.num_sliding_layers:
-            layers += f" ({m.num_sliding_layers} sliding {m.sliding_window:,})"
-        attention = m.attention + (f", MoE {m.experts_per_token}/{m.num_experts}" if m.is_moe else "")
         head_dim = f"{m.kv_lora_rank}+{m.qk_rope_head_dim}" if m.is_mla else str(m.head_dim)
-        table.add_row(m.id, attention, layers, f"{m.num_attention_heads}/{m.num_kv_heads_cached}", head_dim,
-                      f"{m.kv_bytes_per_token(m.dtype_bytes):,}", f"{m.num_params / 1e9:.2f}B",
-                      f"{m.max_position_embeddings:,}", m.dtype + (f" ({m.quantization})" if m.quantization else ""))
-    Console(highlight=False).print(table)
+        attention = m.attention + ("·MoE" if m.is_moe else "") + ("·SW" if m.num_sliding_layers else "")
+        row = [m.id, attention, str(m.num_hidden_layers), f"{m.num_attention_heads}/{m.num_kv_heads_cached}",
+               head_dim, f"{m.kv_bytes_per_token(m.dtype_bytes):,}", f"{m.num_params / 1e9:.1f}B",
+               f"{m.max_position_embeddings:,}"]
+        if wide:
+            sliding = f"{m.num_sliding_layers} of {m.sliding_window:,}" if m.num_sliding_layers else "–"
+            experts = f"{m.experts_per_token}/{m.num_experts}" if m.is_moe else "–"
+            row += [sliding, experts, m.dtype + (f" ({m.quantization})" if m.quantization else "")]
+        table.add_row(*row)
+    console = Console(highlight=False)
+    console.print(table)
+    if not wide:
+        console.print("attn: MHA/GQA/MQA/MLA; ·MoE: mixture of experts; ·SW: some layers use a sliding window. "
+                      "--wide for layer kinds, experts and dtype.")
 
 
 def model_dict(m) -> dict:
@@ -74,12 +94,11 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print the catalogue
                       "source": list(g.source)} for g in specs])
         return
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title="kvlab GPUs", title_justify="left")
-    for header, justify in (("gpu", "left"), ("memory GiB", "right"), ("memory figure", "left"),
-                            ("bandwidth TB/s", "right"), ("peak TFLOP/s", "right"), ("kind", "left")):
-        table.add_column(header, justify=justify)
+    table = compact_table("kvlab GPUs")
+    for header, justify in (("gpu", "left"), ("memory\nGiB", "right"), ("memory figure", "left"),
+                            ("bandwidth\nTB/s", "right"), ("peak\nTFLOP/s", "right"), ("kind", "left")):
+        table.add_column(header, justify=justify, no_wrap=header != "kind")
     for g in specs:
         bandwidth = "-" if g.memory_bandwidth_bytes_per_s is None else f"{g.memory_bandwidth_bytes_per_s / 1e12:.2f}"
         flops = "-" if g.peak_flops is None else f"{g.peak_flops / 1e12:,.1f}"

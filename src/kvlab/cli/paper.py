@@ -27,19 +27,21 @@ def fig2(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write a PNG of kvlab's bars next to the "
                                                 "paper's to this folder.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Go ahead with work beyond kvlab's limits.")] = False,
 ) -> None:
     """Figure 2: where each system's KV memory goes (OPT-13B, A100-40GB, 12 GB of KV cache, ShareGPT, Poisson)."""
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
 
-    from kvlab.errors import KvlabError
-    from kvlab.paper import PAPER_NAMES, Fig2Setup, fig2_json, run_fig2
+    from kvlab.strategies import PAPER_SYSTEMS
+    from kvlab.validate import allow_large_work, check_options, check_output_path, check_simulation_work
 
-    if rate <= 0:
-        raise KvlabError(f"--rate must be positive, got {rate}")
-    if num_requests < 1:
-        raise KvlabError(f"--num-requests must be at least 1, got {num_requests}")
+    check_options({"rate": rate, "num_requests": num_requests, "seed": seed})
+    check_output_path(out, "--out", folder=True)
+    with allow_large_work(yes):
+        check_simulation_work(num_requests, 161.31 + 337.99, len(PAPER_SYSTEMS), "this experiment")
+    from kvlab.paper import PAPER_NAMES, Fig2Setup, fig2_json, run_fig2
     setup = Fig2Setup(rate=rate, num_requests=num_requests, seed=seed)
     console = Console(stderr=True)
     with Progress(console=console, transient=True, disable=as_json or not console.is_terminal) as progress:

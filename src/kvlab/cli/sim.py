@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Annotated, Optional
@@ -25,6 +26,7 @@ from kvlab.cli.size import (
     SeqsOpt,
     TpOpt,
     UtilOpt,
+    with_options,
 )
 
 DEFAULT_RATE = 4.0  # req/s for workloads without arrival times: enough to fill the paper setup's cache
@@ -33,7 +35,8 @@ DEFAULT_NUM_REQUESTS = 1000
 ModelOpt = Annotated[str, typer.Option("--model", help="Model: catalogue name, config.json, folder or HF id.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU from the catalogue (its bandwidth and FLOP/s set the clock).")]
 WorkloadOpt = Annotated[str, typer.Option("--workload", "-w", help="Bundled workload (see `kvlab workloads`) or a "
-                                          "CSV/JSONL file with arrival_time, prompt_len, output_len[, max_tokens].")]
+                                          "CSV/JSONL file with prompt_len, output_len[, arrival_time, max_tokens] "
+                                          "(or Vidur's num_prefill_tokens, num_decode_tokens).")]
 RateOpt = Annotated[Optional[float], typer.Option("--rate", help="Requests per second. Workloads without arrival "
                                                   f"times get Poisson arrivals at this rate \\[default: {DEFAULT_RATE}]; "
                                                   "a trace's own arrivals are rescaled to it.")]
@@ -46,7 +49,8 @@ DurationOpt = Annotated[Optional[float], typer.Option("--duration", help="Serve 
                                                       "this many seconds.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed: same seed, same requests.")]
 NumBlocksOpt = Annotated[Optional[int], typer.Option("--num-gpu-blocks", help="Fix the KV cache at this many blocks "
-                                                     "(vLLM's num_gpu_blocks_override).")]
+                                                     "(vLLM's num_gpu_blocks_override), vLLM's null block included: "
+                                                     "7425 gives 7424 usable.")]
 ChunkedOpt = Annotated[bool, typer.Option("--enable-chunked-prefill/--no-enable-chunked-prefill",
                                           help="Split long prompts over iterations (vLLM V1 always does).")]
 PreemptOpt = Annotated[Optional[str], typer.Option("--preemption-mode", help="recompute or swap \\[default: the "
@@ -55,41 +59,79 @@ SwapOpt = Annotated[float, typer.Option("--swap-space", help="CPU swap space per
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write per-request and per-iteration CSV files and "
                                                 "PNG plots to this folder.")]
+PlotsOpt = Annotated[bool, typer.Option("--plots/--no-plots", help="With --out: also draw the PNG plots (--no-plots: "
+                                        "CSV and JSON only, faster).")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every column of the table (memory split, p50 and p99, "
+                                       "recomputed tokens); the default fits 80 columns.")]
+YesOpt = Annotated[bool, typer.Option("--yes", help="Go ahead with work beyond kvlab's limits (the refusal says "
+                                      "what it would cost).")]
+LongOpt = Annotated[str, typer.Option("--long-requests", help="A request whose prompt + output exceeds "
+                                      "--max-model-len: reject (vLLM: a too-long prompt is refused, an answer stops "
+                                      "at max_model_len) or clip (Vidur: prompt and output scaled down to fit).")]
 
 
-def build_workload(workload: str, rate, arrival, cv, num_requests, duration, seed, max_model_len):
-    """The workload of the command line. Bundled workloads without arrival times get DEFAULT_RATE unless a rate
-    is given; traces and user files (which have an arrival_time column) keep their own times."""
-    from kvlab.workload import WORKLOADS, load_workload
+def workload_options(workload, rate, arrival, cv, num_requests, duration, seed, max_model_len,
+                     long_requests="reject") -> dict:
+    """``load_workload``'s arguments for the command line: bundled workloads without arrival times get DEFAULT_RATE
+    unless a rate is given; traces and user files with an arrival_time column keep their own times."""
+    from kvlab.workload import WORKLOADS
+    from kvlab.workload.load import _resolve
 
     entry = WORKLOADS.get(workload)
-    own_arrivals = entry is None or entry.kind == "trace"  # a user's file has an arrival_time column
+    if entry is None and arrival in ("auto", "poisson", "gamma") and rate is None:
+        entry = _resolve(workload)  # a user's file: lengths only (needs a rate) or with arrival times
+    own_arrivals = entry is None or entry.kind == "trace"
     if rate is None and not own_arrivals and arrival not in ("trace", "burst"):
         rate = DEFAULT_RATE
-    if num_requests is None and duration is None and entry is not None:
+    if num_requests is None and duration is None and entry is not None and entry.name in WORKLOADS:
         # A trace's own arrivals cannot be stretched past its rows; a user's file is served whole.
         num_requests = min(DEFAULT_NUM_REQUESTS, entry.rows().num_rows) if own_arrivals else DEFAULT_NUM_REQUESTS
-    return load_workload(workload, num_requests=num_requests, duration=duration, rate=rate, arrival=arrival, cv=cv,
-                         seed=seed, max_model_len=max_model_len)
+    return {"num_requests": num_requests, "duration": duration, "rate": rate, "arrival": arrival, "cv": cv,
+            "seed": seed, "max_model_len": max_model_len, "long_requests": long_requests}
+
+
+def build_workload(workload, rate, arrival, cv, num_requests, duration, seed, max_model_len, long_requests="reject"):
+    """The workload of the command line (``workload_options``)."""
+    from kvlab.workload import load_workload
+
+    return load_workload(workload, **workload_options(workload, rate, arrival, cv, num_requests, duration, seed,
+                                                      max_model_len, long_requests))
+
+
+def check_work(strategies: list, workload: str, options: dict) -> None:
+    """Refuse, before anything is built, a run beyond kvlab.validate's limits (the estimate says why)."""
+    from kvlab.validate import check_simulation_work
+    from kvlab.workload.load import estimate_workload
+
+    num, mean_len = estimate_workload(workload, num_requests=options["num_requests"], duration=options["duration"],
+                                      rate=options["rate"], arrival=options["arrival"])
+    check_simulation_work(num, mean_len, len(strategies), "this run")
 
 
 def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size,
              gpu_memory_utilization, block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens,
              max_num_seqs, available_kv_gib, num_gpu_blocks, enable_chunked_prefill, preemption_mode, swap_space,
-             workload, rate, arrival, cv, num_requests, duration, seed, quiet: bool = False):
-    """Build the config and the workload once, run each strategy on them; returns (config, workload, results)."""
+             workload, rate, arrival, cv, num_requests, duration, seed, quiet: bool = False,
+             long_requests: str = "reject"):
+    """Build the config and the workload once, run each strategy on them; returns (config, workload, results).
+    Every option is checked, and the work estimated, before anything is built."""
+    from dataclasses import replace
+
+    from kvlab.cli.size import gpu_label
+    from kvlab.strategies import check_distinct, parse_strategy, with_preemption_mode
+    from kvlab.validate import check_options, check_pool_work
+
+    long_requests = long_requests or "reject"
+    check_options(locals())
+    strategies = [with_preemption_mode(parse_strategy(name), preemption_mode) for name in strategy_names]
+    check_distinct(strategies)
+    options = workload_options(workload, rate, arrival, cv, num_requests, duration, seed, None, long_requests)
+    check_work(strategies, workload, options)
+    # The engine is imported only for work that passed the checks: a refusal comes in a fraction of a second.
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kvlab.sim import SimConfig, Simulation
-    from kvlab.strategies import parse_strategy
-
-    strategies = [parse_strategy(name) for name in strategy_names]
-    if max_model_len is not None and block_size > max_model_len:
-        from kvlab.errors import KvlabError
-
-        raise KvlabError(f"--block-size {block_size} is larger than --max-model-len {max_model_len}: "
-                         f"a block must fit in a sequence")
     config = SimConfig.from_options(
         model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, available_kv_gib=available_kv_gib,
         num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
@@ -98,7 +140,13 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
         max_num_batched_tokens=max_num_batched_tokens, enable_chunked_prefill=enable_chunked_prefill,
         preemption_mode=preemption_mode, swap_space_gib=swap_space,
     )
-    wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, None)
+    config = replace(config, gpu=gpu_label(config.gpu, gpu_memory_gib))
+    check_pool_work(config.num_slots // config.block_size, config.block_size)
+    if long_requests == "clip":
+        options["max_model_len"] = config.max_model_len
+    from kvlab.workload import load_workload
+
+    wl = load_workload(workload, **options)
     results = []
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -113,7 +161,8 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
 def setup_line(config, wl) -> str:
     return (
         f"{config.model} on {config.gpu}: KV cache {config.num_slots:,} token slots "
-        f"({config.num_slots // config.block_size:,} blocks of {config.block_size}), max_model_len "
+        f"({config.num_slots // config.block_size:,} blocks of {config.block_size}, one of them vLLM's null block "
+        f"for paged memory), max_model_len "
         f"{config.max_model_len:,}, max_num_seqs {config.max_num_seqs}, max_num_batched_tokens "
         f"{config.max_num_batched_tokens:,}. Workload: {wl.name}, {wl.num_requests:,} requests, "
         f"{wl.request_rate:.2f} req/s, mean prompt {wl.mean_prompt_len:.0f} / output {wl.mean_output_len:.0f} tokens."
@@ -131,44 +180,50 @@ def typical_iteration(config, summary: dict) -> dict:
             "total_ms": 1e3 * terms.total, "bound": terms.bound}
 
 
-def report(config, wl, results, *, as_json: bool, out: Path | None, title: str) -> None:
+def report(config, wl, results, *, as_json: bool, out: Path | None, title: str, wide: bool = False,
+           plots: bool = True) -> None:
     from rich.console import Console
 
-    from kvlab.report.tables import race_table, verdict
+    from kvlab.report.tables import footnotes, race_table, verdict
 
     summaries = [r.summary() for r in results]
     for summary in summaries:
         summary["typical_iteration"] = typical_iteration(config, summary)
     written: list[Path] = []
     if out is not None:
-        from kvlab.report.plots import plot_race
         from kvlab.report.tables import write_run_data
 
         out.mkdir(parents=True, exist_ok=True)
         for result in results:
             written += write_run_data(result, out)
-        written += plot_race(results, out)
+        if plots:
+            from kvlab.report.plots import plot_race
+
+            written += plot_race(results, out)
         summary_path = out / "summary.json"
         summary_path.write_text(json.dumps(race_json(config, wl, summaries), indent=2))
         written.append(summary_path)
     if as_json:
         typer.echo(json.dumps(race_json(config, wl, summaries), indent=2))
         return
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 150)  # piped output: room for the whole table
-    console.print(setup_line(config, wl), highlight=False)
-    console.print(race_table(summaries, title))
-    console.print(verdict(summaries), highlight=False)
+    console = Console(highlight=False)
+    if not console.is_terminal and wide:
+        console.width = max(console.width, 150)  # piped --wide output: room for the whole table
+    behaviours = [r.strategy for r in results]
+    console.print(setup_line(config, wl))
+    console.print(race_table(summaries, title, wide=wide, strategies=behaviours, width=console.width))
+    for line in footnotes(summaries, wide=wide):
+        console.print(line)
+    console.print(verdict(summaries, strategies=behaviours))
     best = max(summaries, key=lambda s: s["throughput_rps"])
     t = best["typical_iteration"]
     console.print(
         f"A typical iteration of {best['name']} ({t['num_seqs']:.0f} requests over {t['num_context_tokens']:,.0f} "
         f"tokens of KV): reading the weights {t['weights_ms']:.1f} ms + reading the KV {t['kv_ms']:.1f} ms against "
         f"computing {t['compute_ms']:.1f} ms ({t['bound']}-bound), + {t['overhead_ms']:.1f} ms overhead = "
-        f"{t['total_ms']:.1f} ms (docs/metrics.md: the cost model).", highlight=False)
+        f"{t['total_ms']:.1f} ms (docs/metrics.md: the cost model).")
     if written:
-        console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written), highlight=False)
+        console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
 
 
 def race_json(config, wl, summaries) -> dict:
@@ -184,24 +239,7 @@ def race_json(config, wl, summaries) -> dict:
     }
 
 
-SIM_OPTIONS = (
-    "model", "gpu", "gpu_memory_gib", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
-    "block_size", "dtype", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
-    "available_kv_gib", "num_gpu_blocks", "enable_chunked_prefill", "preemption_mode", "swap_space", "workload",
-    "rate", "arrival", "cv", "num_requests", "duration", "seed",
-)
-
-
-def sim_options(values: dict) -> dict:
-    """The options `simulate` takes, picked from a command's arguments (run and race share them all)."""
-    return {name: values[name] for name in SIM_OPTIONS}
-
-
-@app.command()
-def race(
-    strategies: Annotated[Optional[list[str]], typer.Argument(help="Strategies to race \\[default: the lesson's "
-                                                                   "four: static+max continuous+max static+paged "
-                                                                   "continuous+paged].", show_default=False)] = None,
+def sim_option_template(
     model: ModelOpt = "opt-13b",
     gpu: GpuOpt = "a100-40gb",
     gpu_memory_gib: GpuGibOpt = None,
@@ -226,18 +264,49 @@ def race(
     num_requests: NumReqOpt = None,
     duration: DurationOpt = None,
     seed: SeedOpt = 0,
+    long_requests: LongOpt = "reject",
+) -> None:
+    """The options `kvlab run` and `kvlab race` share (``simulate``'s keyword arguments), declared once."""
+
+
+SIM_OPTIONS = tuple(inspect.signature(sim_option_template).parameters)
+
+
+def sim_options(values: dict) -> dict:
+    """The options `simulate` takes, picked from a command's arguments (run and race share them all)."""
+    return {name: values[name] for name in SIM_OPTIONS}
+
+
+@app.command()
+@with_options(sim_option_template)
+def race(
+    strategies: Annotated[Optional[list[str]], typer.Argument(help="Strategies to race \\[default: the lesson's "
+                                                                   "four: static+max continuous+max static+paged "
+                                                                   "continuous+paged].", show_default=False)] = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
+    plots: PlotsOpt = True,
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained page that replays the race "
                                                  "(no server, no network).")] = None,
+    wide: WideOpt = False,
+    yes: YesOpt = False,
+    **options,
 ) -> None:
-    """Race serving strategies on the same workload and clock; the table says who served the most and why."""
+    """Race serving strategies on the same workload and clock; the table says who served the most and why.
+
+    Named strategies: vllm, orca-max, orca-pow2, orca-oracle, static+max, continuous+max, static+paged, continuous+paged.
+    Or BATCHING+ALLOCATOR (static|continuous + max|pow2|oracle|paged), then +swap, +recompute or +prefix.
+    """
     from kvlab.strategies import LESSON_RACE
+    from kvlab.validate import allow_large_work, check_output_path
 
     names = list(strategies) if strategies else list(LESSON_RACE)
-    options = sim_options(locals())
-    config, wl, results = simulate(names, quiet=as_json, **options)
-    report(config, wl, results, as_json=as_json, out=out, title=f"Race: {len(names)} strategies, same workload")
+    check_output_path(out, "--out", folder=True)
+    check_output_path(html, "--html", folder=False)
+    with allow_large_work(yes):
+        config, wl, results = simulate(names, quiet=as_json, **options)
+    report(config, wl, results, as_json=as_json, out=out, title=f"Race: {len(names)} strategies, same workload",
+           wide=wide, plots=plots)
     if html is not None:
         from kvlab.web.export import write_race_html
 
@@ -247,60 +316,56 @@ def race(
 
 
 @app.command()
+@with_options(sim_option_template)
 def run(
     strategy: Annotated[str, typer.Argument(help="A strategy: vllm, orca-max, orca-pow2, orca-oracle, static+max, "
                                             "continuous+paged, ... or BATCHING+ALLOCATOR[+swap][+prefix].")] = "vllm",
-    model: ModelOpt = "opt-13b",
-    gpu: GpuOpt = "a100-40gb",
-    gpu_memory_gib: GpuGibOpt = None,
-    tensor_parallel_size: TpOpt = None,
-    pipeline_parallel_size: PpOpt = 1,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    block_size: BlockOpt = 16,
-    dtype: DtypeOpt = "auto",
-    kv_cache_dtype: KvDtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    max_num_batched_tokens: BatchedOpt = None,
-    max_num_seqs: SeqsOpt = None,
-    available_kv_gib: AvailOpt = None,
-    num_gpu_blocks: NumBlocksOpt = None,
-    enable_chunked_prefill: ChunkedOpt = True,
-    preemption_mode: PreemptOpt = None,
-    swap_space: SwapOpt = 4.0,
-    workload: WorkloadOpt = "paper-sharegpt",
-    rate: RateOpt = None,
-    arrival: ArrivalOpt = "auto",
-    cv: CvOpt = 1.0,
-    num_requests: NumReqOpt = None,
-    duration: DurationOpt = None,
-    seed: SeedOpt = 0,
     as_json: JsonOpt = False,
     out: OutOpt = None,
+    plots: PlotsOpt = True,
+    wide: WideOpt = False,
+    yes: YesOpt = False,
+    **options,
 ) -> None:
-    """Serve a workload with one strategy and report memory shares, throughput, latency and evictions."""
-    config, wl, results = simulate([strategy], quiet=as_json, **sim_options(locals()))
-    report(config, wl, results, as_json=as_json, out=out, title=f"Run: {results[0].strategy.name}")
+    """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions."""
+    from kvlab.validate import allow_large_work, check_output_path
+
+    check_output_path(out, "--out", folder=True)
+    with allow_large_work(yes):
+        config, wl, results = simulate([strategy], quiet=as_json, **options)
+    report(config, wl, results, as_json=as_json, out=out, title=f"Run: {results[0].strategy.name}", wide=wide,
+           plots=plots)
 
 
 @app.command()
-def workloads(as_json: JsonOpt = False) -> None:
+def workloads(as_json: JsonOpt = False, wide: WideOpt = False) -> None:
     """The bundled workloads: real traces, length files and the paper's stand-ins, with sources and licences."""
     from dataclasses import asdict
 
     from rich.console import Console
-    from rich.table import Table
 
+    from kvlab.cli.catalog import compact_table
     from kvlab.workload import list_workloads
 
     infos = list_workloads()
     if as_json:
         typer.echo(json.dumps([asdict(i) for i in infos], indent=2))
         return
-    table = Table(title="Bundled workloads (use with --workload NAME)", title_justify="left", header_style="bold")
-    for col in ("name", "kind", "rows", "mean prompt", "mean output", "req/s", "source", "licence"):
-        table.add_column(col, justify="right" if col in ("rows", "mean prompt", "mean output", "req/s") else "left")
+    kinds = {"trace with arrivals": "trace", "lengths only": "lengths", "stand-in": "stand-in"}
+    table = compact_table("Bundled workloads (use with --workload NAME)")
+    columns = ["name", "kind", "rows", "mean\nprompt", "mean\noutput", "req/s", "licence"] + (["source"] if wide else [])
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("name", "kind", "licence", "source") else "right",
+                         no_wrap=col != "source")
     for i in infos:
-        table.add_row(i.name, i.kind, "–" if i.num_rows is None else f"{i.num_rows:,}", f"{i.mean_prompt_len:,.0f}",
-                      f"{i.mean_output_len:,.0f}", "–" if i.mean_rate is None else f"{i.mean_rate:.2f}",
-                      i.source, i.licence)
-    Console().print(table)
+        row = [i.name, kinds.get(i.kind, i.kind), "–" if i.num_rows is None else f"{i.num_rows:,}",
+               f"{i.mean_prompt_len:,.0f}", f"{i.mean_output_len:,.0f}",
+               "–" if i.mean_rate is None else f"{i.mean_rate:.2f}", i.licence]
+        table.add_row(*(row + ([i.source] if wide else [])))
+    console = Console(highlight=False)
+    console.print(table)
+    if not wide:
+        console.print("kind: trace (its own arrival times), lengths (arrivals at --rate), stand-in (fitted to the "
+                      "vLLM paper's means). Sources:")
+        for i in infos:
+            console.print(f"  {i.name}: {i.source}")

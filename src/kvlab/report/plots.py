@@ -15,7 +15,13 @@ STATE_COLOURS = {
     "reserved": "#56B4E9",
     "internal_fragmentation": "#E69F00",
     "external_fragmentation": "#BBBBBB",
+    "overhead": "#D55E00",
+    "free": "#DDDDDD",
 }
+# The memory plot's states as a reader should read them: free memory is free (for paged memory it is not
+# fragmentation at all), and the allocator's own overhead (a buddy's round-up, vLLM's null block) is apart.
+STATE_LABELS = {"token": "tokens", "reserved": "reserved", "internal_fragmentation": "internal fragmentation",
+                "overhead": "allocator overhead (round-up, null block)", "free": "free"}
 LINE_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 
 
@@ -58,7 +64,8 @@ def plot_memory_shares(results: list[SimResult], path: Path) -> Path:
             "token": np.asarray(cols["token"]),
             "reserved": np.asarray(cols["reserved"]),
             "internal_fragmentation": np.asarray(cols["internal_fragmentation"]),
-            "external_fragmentation": np.asarray(cols["overhead"]) + np.asarray(cols["free"]),
+            "overhead": np.asarray(cols["overhead"]),
+            "free": np.asarray(cols["free"]),
         }
         t = None
         stacks = []
@@ -66,12 +73,12 @@ def plot_memory_shares(results: list[SimResult], path: Path) -> Path:
             t, v = _binned(cols["time"], 100.0 * values / capacity, dt)
             stacks.append(v)
         if t is not None and len(t):
-            ax.stackplot(t, *stacks, colors=[STATE_COLOURS[k] for k in series], labels=[k.replace("_", " ") for k in series])
+            ax.stackplot(t, *stacks, colors=[STATE_COLOURS[k] for k in series], labels=[STATE_LABELS[k] for k in series])
         share = result.summary()["memory_shares"]["token"]
         ax.set_title(f"{result.strategy.name}: {share:.1f}% of KV memory holds tokens (time average)", fontsize=10)
         ax.set_ylim(0, 100)
         ax.set_ylabel("% of KV slots")
-    axes[0, 0].legend(loc="upper right", fontsize=8, ncol=4)
+    axes[0, 0].legend(loc="upper right", fontsize=8, ncol=3)
     axes[-1, 0].set_xlabel("time (s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

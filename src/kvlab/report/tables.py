@@ -14,64 +14,168 @@ if TYPE_CHECKING:
     from kvlab.sim import SimResult
 
 
-def _ms(value: float | None) -> str:
-    return "–" if value is None else f"{value * 1000:,.0f}"
+def _same(a: float, b: float) -> bool:
+    """Equal as the table shows them (3 significant digits): a difference nobody can read is a tie."""
+    return f"{a:.3g}" == f"{b:.3g}"
 
 
-def race_table(summaries: list[dict], title: str) -> Table:
+def time_unit(values: list[float | None]) -> tuple[str, float]:
+    """The unit a column of times reads best in: ms below a second, s from there (name, factor from seconds)."""
+    known = [v for v in values if v is not None]
+    return ("s", 1.0) if known and max(known) >= 1.0 else ("ms", 1e3)
+
+
+def _time(value: float | None, factor: float) -> str:
+    if value is None:
+        return "–"
+    x = value * factor
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:,.0f}"
+
+
+def winner(summaries: list[dict]) -> dict | None:
+    """The strategy that served the most requests/s, or None when the best ties with another (or only one ran)."""
+    if len(summaries) < 2:
+        return None
+    ranked = sorted(summaries, key=lambda s: s["throughput_rps"], reverse=True)
+    return None if _same(ranked[0]["throughput_rps"], ranked[1]["throughput_rps"]) else ranked[0]
+
+
+def race_table(summaries: list[dict], title: str, *, wide: bool = False, strategies=None,
+               width: int | None = None) -> Table:
+    """The race as a table that fits 80 columns (``wide``: every column). Names are never cut; times are in the
+    unit their size needs, named in the header. Given the terminal's ``width``, the default table drops its least
+    needed columns (DROP_ORDER) rather than cut a value."""
     from rich.table import Table
 
-    best = max(summaries, key=lambda s: s["throughput_rps"])
-    table = Table(title=title, title_justify="left", header_style="bold", caption=(
-        "KV memory shares are time averages: tokens | reserved for tokens to come | internal fragmentation "
-        "(reserved, never used) | external fragmentation, allocator round-up and free. ★ most requests/s."),
-        caption_justify="left")
-    for header, justify in (("strategy", "left"), ("tokens\n%", "right"), ("reserv.\n%", "right"),
-                            ("int.frag\n%", "right"), ("ext+free\n%", "right"), ("batch\nmean", "right"),
-                            ("req/s", "right"), ("out\ntok/s", "right"), ("latency\nms/tok p50", "right"),
-                            ("TTFT\np50 ms", "right"), ("evictions", "right"), ("recomp.\ntokens", "right"),
-                            ("done/\nrejected", "right")):
-        table.add_column(header, justify=justify, no_wrap=header == "strategy")
-    for s in summaries:
-        shares = s["memory_shares"]
-        style = "bold green" if s is best else None
-        table.add_row(
-            s["name"] + (" ★" if s is best else ""),
-            f"{shares['token']:.1f}",
-            f"{shares['reserved']:.1f}",
-            f"{shares['internal_fragmentation']:.1f}",
-            f"{shares['external_fragmentation']:.1f}",
-            f"{s['mean_batch_size']:.1f}",
-            f"{s['throughput_rps']:.2f}",
-            f"{s['throughput_tps']:,.0f}",
-            _ms(s["normalized_latency_s_per_token"]["p50"]),
-            _ms(s["ttft_s"]["p50"]),
-            f"{s['preemptions']:,}",
-            f"{s['recomputed_tokens']:,}",
-            f"{s['num_finished']:,}/{s['num_rejected']:,}",
-            style=style,
-        )
+    best = winner(summaries)
+    lat_unit, lat_factor = time_unit([s["normalized_latency_s_per_token"]["p50"] for s in summaries])
+    ttft_unit, ttft_factor = time_unit([s["ttft_s"]["p50"] for s in summaries]
+                                       + ([s["ttft_s"]["p99"] for s in summaries] if wide else []))
+    table = Table(title=title, title_justify="left", header_style="bold underline", box=None, pad_edge=False,
+                  padding=(0, 1, 0, 0))
+    columns = [("strategy", "strategy"), ("KV\ntok %", "token")]
+    if wide:
+        columns += [("KV\nresv %", "reserved"), ("int.\nfrag %", "internal_fragmentation"),
+                    ("free+\nother %", "external_fragmentation")]
+    columns += [("batch\nmean", "batch"), ("req/s", "rps"), ("out\ntok/s", "tps"),
+                (f"lat. p50\n{lat_unit}/tok", "lat50")]
+    if wide:
+        columns += [(f"lat. p99\n{lat_unit}/tok", "lat99")]
+    columns += [(f"TTFT\np50 {ttft_unit}", "ttft50")]
+    if wide:
+        columns += [(f"TTFT\np99 {ttft_unit}", "ttft99")]
+    columns += [("pre-\nempt.", "preemptions")]
+    if wide:
+        columns += [("recomp.\ntokens", "recomputed")]
+    columns += [("done", "done"), ("rej.", "rejected")]
+    rows = [_cells(s, s is best, lat_factor, ttft_factor) for s in summaries]
+    if width is not None and not wide:
+        columns = _fit(columns, rows, width)
+    for header, key in columns:
+        justify = "left" if key == "strategy" else "right"
+        table.add_column(header, justify=justify, no_wrap=True, min_width=_width(header, key, rows))
+    for s, cells in zip(summaries, rows):
+        table.add_row(*(cells[key] for _, key in columns), style="bold green" if s is best else None)
     return table
 
 
-def verdict(summaries: list[dict]) -> str:
-    """One paragraph: who served the most, and why (memory holding tokens → batch size → throughput)."""
+# Columns the default table gives up first when a long strategy name leaves too little room.
+DROP_ORDER = ("tps", "batch", "preemptions", "ttft50")
+
+
+def _width(header: str, key: str, rows: list[dict]) -> int:
+    return max(max(len(line) for line in header.split("\n")), *(len(r[key]) for r in rows))
+
+
+def _fit(columns: list[tuple[str, str]], rows: list[dict], width: int) -> list[tuple[str, str]]:
+    """The columns that fit ``width`` (one space between them), dropping DROP_ORDER's first."""
+    def total(cols):
+        return sum(_width(h, k, rows) for h, k in cols) + len(cols) - 1
+
+    for key in DROP_ORDER:
+        if total(columns) <= width:
+            break
+        columns = [c for c in columns if c[1] != key]
+    return columns
+
+
+def _cells(s: dict, is_best: bool, lat_factor: float, ttft_factor: float) -> dict:
+    shares, lat, ttft = s["memory_shares"], s["normalized_latency_s_per_token"], s["ttft_s"]
+    return {
+        "strategy": s["name"] + (" ★" if is_best else ""), "token": f"{shares['token']:.1f}",
+        "reserved": f"{shares['reserved']:.1f}", "internal_fragmentation": f"{shares['internal_fragmentation']:.1f}",
+        "external_fragmentation": f"{shares['external_fragmentation']:.1f}",
+        "batch": f"{s['mean_batch_size']:.1f}", "rps": f"{s['throughput_rps']:.3g}",
+        "tps": f"{s['throughput_tps']:,.0f}", "lat50": _time(lat["p50"], lat_factor),
+        "lat99": _time(lat["p99"], lat_factor), "ttft50": _time(ttft["p50"], ttft_factor),
+        "ttft99": _time(ttft["p99"], ttft_factor), "preemptions": f"{s['preemptions']:,}",
+        "recomputed": f"{s['recomputed_tokens']:,}", "done": f"{s['num_finished']:,}",
+        "rejected": f"{s['num_rejected']:,}",
+    }
+
+
+def footnotes(summaries: list[dict], *, wide: bool = False) -> list[str]:
+    """What the columns mean, and every rejection with its reason and count."""
+    lines = [("lat. = normalized latency: a request's end-to-end time divided by its output tokens (the vLLM "
+              "paper's metric), p50 over requests. TTFT: time to first token. KV tok %: share of KV memory holding "
+              "tokens, averaged over time. pre-empt.: requests preempted (memory ran out mid-answer). ★ most req/s.")]
+    if wide:
+        lines.append("KV memory shares: tokens | reserved for tokens to come | internal fragmentation (reserved, "
+                     "never used) | free and other (allocator round-up, free blocks; for paged memory this is free "
+                     "memory, not fragmentation).")
+    rejected = [s for s in summaries if s["num_rejected"]]
+    if rejected:
+        parts = []
+        for s in rejected:
+            reasons = ", ".join(f"{reason}: {count:,}" for reason, count in sorted(
+                s.get("reject_reasons", {}).items(), key=lambda item: -item[1]))
+            parts.append(f"{s['name']} {s['num_rejected']:,}" + (f" ({reasons})" if reasons else ""))
+        lines.append("Rejected: " + "; ".join(parts) + ".")
+    return lines
+
+
+def _duplicates_text(summaries: list[dict], strategies) -> str:
+    if not strategies:
+        return ""
+    from kvlab.strategies import behaviour
+
+    groups: dict[tuple, list[str]] = {}
+    for strategy in strategies:
+        groups.setdefault(behaviour(strategy), []).append(strategy.name)
+    same = [names for names in groups.values() if len(names) > 1]
+    return "".join(f" {' and '.join(names)} are the same strategy under {len(names)} names (same batching, memory "
+                   "and preemption): their results are equal by construction." for names in same)
+
+
+def verdict(summaries: list[dict], strategies=None) -> str:
+    """One paragraph: who served the most, and why (memory holding tokens → batch size → throughput); ties,
+    duplicates and strategies that served nothing are said as such."""
     if len(summaries) < 2:
         s = summaries[0]
         return (
             f"{s['name']}: {s['memory_shares']['token']:.1f}% of KV memory held tokens; "
-            f"{s['mean_batch_size']:.1f} requests per iteration on average; {s['throughput_rps']:.2f} req/s."
+            f"{s['mean_batch_size']:.1f} requests per iteration on average; {s['throughput_rps']:.3g} req/s."
         )
     ranked = sorted(summaries, key=lambda s: s["throughput_rps"], reverse=True)
     best, worst = ranked[0], ranked[-1]
-    ratio = best["throughput_rps"] / worst["throughput_rps"] if worst["throughput_rps"] > 0 else float("inf")
-    text = (
-        f"{best['name']} served the most: {best['throughput_rps']:.2f} req/s, {ratio:.1f}× {worst['name']} "
-        f"({worst['throughput_rps']:.2f} req/s). Why: {best['memory_shares']['token']:.1f}% of its KV memory held "
-        f"tokens against {worst['memory_shares']['token']:.1f}%, so it batched {best['mean_batch_size']:.1f} requests "
-        f"per iteration against {worst['mean_batch_size']:.1f}; every iteration reads all the weights once, so more "
-        f"requests per iteration means more tokens per second."
-    )
+    tied = [s["name"] for s in ranked if _same(s["throughput_rps"], best["throughput_rps"])]
+    if len(tied) == len(ranked):
+        text = (f"A tie: all {len(ranked)} strategies served {best['throughput_rps']:.3g} req/s. At this load "
+                "the requests do not compete for memory, so how it is managed does not change throughput.")
+    elif worst["num_finished"] == 0:
+        text = (f"{' and '.join(tied)} served the most: {best['throughput_rps']:.3g} req/s; {worst['name']} served "
+                f"nothing ({worst['num_rejected']:,} requests rejected).")
+    else:
+        lead = best["name"] if len(tied) == 1 else f"{' and '.join(tied)} (a tie)"
+        ratio = best["throughput_rps"] / worst["throughput_rps"]
+        text = (
+            f"{lead} served the most: {best['throughput_rps']:.3g} req/s, {ratio:.1f}× {worst['name']} "
+            f"({worst['throughput_rps']:.3g} req/s). Why: {best['memory_shares']['token']:.1f}% of its KV memory "
+            f"held tokens against {worst['memory_shares']['token']:.1f}%, so it batched "
+            f"{best['mean_batch_size']:.1f} requests per iteration against {worst['mean_batch_size']:.1f}; every "
+            "iteration reads all the weights once, so more requests per iteration means more tokens per second."
+        )
+    text += _duplicates_text(summaries, strategies)
     preempting = [s for s in summaries if s["preemptions"]]
     if preempting:
         text += " Preemptions (memory ran out mid-answer): " + ", ".join(
@@ -80,10 +184,15 @@ def verdict(summaries: list[dict]) -> str:
     return text
 
 
+def csv_stem(strategy_name: str) -> str:
+    """A strategy's name in file names: one style for all (``orca-max``, ``static-max``, ``vllm-swap``)."""
+    return strategy_name.replace("+", "-")
+
+
 def write_run_data(result: SimResult, out_dir: Path) -> list[Path]:
     """Per-request and per-iteration CSV files for one strategy."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = result.strategy.name.replace("+", "_")
+    name = csv_stem(result.strategy.name)
     requests_path = out_dir / f"{name}_requests.csv"
     with requests_path.open("w", newline="") as f:
         writer = csv.writer(f)

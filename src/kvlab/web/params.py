@@ -7,11 +7,11 @@ also bound the work one request can cause: requests per run, blocks per grid, ru
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from kvlab.errors import KvlabError
 from kvlab.strategies import LESSON_RACE
+from kvlab.validate import bounded_number
 
 LIMITS = {
     "max_num_requests": 2000,  # per run; the lesson's point shows with a hundred
@@ -110,33 +110,14 @@ def integer(data: dict, key: str, lo: int, hi: int, default: int | None) -> int:
         if default is None:
             raise KvlabError(f"{key} is required (an integer from {lo} to {hi})")
         return default
-    if isinstance(value, bool):
-        raise KvlabError(f"{key} must be an integer from {lo} to {hi}, got {value!r}")
-    try:
-        as_float = float(value)
-    except (TypeError, ValueError):
-        raise KvlabError(f"{key} must be an integer from {lo} to {hi}, got {value!r}") from None
-    if not math.isfinite(as_float) or as_float != int(as_float):
-        raise KvlabError(f"{key} must be an integer from {lo} to {hi}, got {value!r}")
-    out = int(as_float)
-    if not lo <= out <= hi:
-        raise KvlabError(f"{key} {out} is out of range: {lo} to {hi}")
-    return out
+    return bounded_number(value, key, lo, hi, whole=True)
 
 
 def number(data: dict, key: str, lo: float, hi: float, default: float) -> float:
     value = data.get(key)
     if value is None or value == "":
         return default
-    if isinstance(value, bool):
-        raise KvlabError(f"{key} must be a number from {lo:g} to {hi:g}, got {value!r}")
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise KvlabError(f"{key} must be a number from {lo:g} to {hi:g}, got {value!r}") from None
-    if not math.isfinite(out) or not lo <= out <= hi:
-        raise KvlabError(f"{key} {value!r} is out of range: {lo:g} to {hi:g}")
-    return out
+    return bounded_number(value, key, lo, hi)
 
 
 def choice(data: dict, key: str, options: tuple[str, ...], default: str) -> str:

@@ -74,7 +74,7 @@ def rescale_arrivals(times: np.ndarray, rate: float) -> np.ndarray:
     if len(times) < 2 or span <= 0:
         raise KvlabError(
             f"cannot rescale these arrivals to {rate:g} req/s: all {len(times)} requests arrive at the same moment; "
-            "use arrival='poisson' or 'gamma' for a rate"
+            "use --arrival poisson or gamma for a rate"
         )
     own_rate = (len(times) - 1) / span
     return (times - times[0]) * (own_rate / rate)

@@ -1,8 +1,11 @@
 """A user's workload file: CSV or JSONL, one request per row.
 
-Columns: ``arrival_time`` (seconds, ≥ 0), ``prompt_len`` and ``output_len`` (whole tokens, ≥ 1) and
-optionally ``max_tokens`` (whole tokens ≥ 1, or empty / null for no cap). Other columns are ignored.
-Anything else is a ``KvlabError`` that names the file, the line and the value.
+Columns: ``prompt_len`` and ``output_len`` (whole tokens, ≥ 1), optionally ``arrival_time`` (seconds, ≥ 0) and
+``max_tokens`` (whole tokens ≥ 1, or empty / null for no cap). Other columns are ignored. Without
+``arrival_time`` the file is lengths only: arrivals come from ``--arrival poisson`` / ``gamma`` at ``--rate``.
+The peers' length traces are read as they are: Vidur's and Sarathi-Serve's ``num_prefill_tokens`` /
+``num_decode_tokens`` (and Vidur's ``arrived_at``) are the same columns under other names.
+Anything else is a ``KvlabError`` that names the file, the line and the value (kvlab.validate.WorkloadRow).
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -18,50 +20,24 @@ import numpy as np
 from kvlab.errors import KvlabError
 from kvlab.workload.table import LengthTable
 
-REQUIRED_COLUMNS = ("arrival_time", "prompt_len", "output_len")
-OPTIONAL_COLUMNS = ("max_tokens",)
+REQUIRED_COLUMNS = ("prompt_len", "output_len")
+OPTIONAL_COLUMNS = ("arrival_time", "max_tokens")
+# Other tools' names for kvlab's columns (Vidur / Sarathi-Serve traces and request logs).
+COLUMN_ALIASES = {"num_prefill_tokens": "prompt_len", "num_decode_tokens": "output_len", "arrived_at": "arrival_time"}
 SUFFIXES = (".csv", ".jsonl")
 
-_EXPECTED = "a workload file has columns arrival_time, prompt_len, output_len and optionally max_tokens"
+_EXPECTED = ("a workload file has columns prompt_len and output_len (or Vidur's num_prefill_tokens and "
+             "num_decode_tokens), optionally arrival_time and max_tokens")
 
 
-def _bad(path: str, line: int, column: str, value: object, problem: str) -> KvlabError:
-    return KvlabError(f"{path}, line {line}: {column} {value!r} {problem}")
-
-
-def _number(path: str, line: int, column: str, value: object) -> float:
-    """The value as a float: a JSON number or a string that reads as one (never a bool)."""
-    if value is None or value == "":
-        raise _bad(path, line, column, value, f"is missing; {_EXPECTED}")
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise _bad(path, line, column, value, "is not a number")
-    try:
-        number = float(value)
-    except ValueError:
-        raise _bad(path, line, column, value, "is not a number") from None
-    if not math.isfinite(number):
-        raise _bad(path, line, column, value, "is not a finite number")
-    return number
-
-
-def _arrival_time(path: str, line: int, value: object) -> float:
-    seconds = _number(path, line, "arrival_time", value)
-    if seconds < 0:
-        raise _bad(path, line, "arrival_time", value, "is negative; arrival times are seconds ≥ 0")
-    return seconds
-
-
-def _num_tokens(path: str, line: int, column: str, value: object) -> int:
-    number = _number(path, line, column, value)
-    if number < 0:
-        raise _bad(path, line, column, value, "is negative; token counts are whole numbers ≥ 1")
-    if not number.is_integer():
-        raise _bad(path, line, column, value, "is not a whole number of tokens")
-    if number == 0:
-        if column == "output_len":
-            raise _bad(path, line, column, value, "is zero; every request generates at least one token")
-        raise _bad(path, line, column, value, "is zero; token counts are whole numbers ≥ 1")
-    return int(number)
+def _canonical(names) -> dict[str, str]:
+    """Each of kvlab's columns -> the name the file uses for it (kvlab's own name wins over an alias)."""
+    found: dict[str, str] = {}
+    for name in names:
+        target = COLUMN_ALIASES.get(name, name)
+        if target in REQUIRED_COLUMNS + OPTIONAL_COLUMNS and (target not in found or name == target):
+            found[target] = name
+    return found
 
 
 def _rows_csv(path: str, text: str):
@@ -70,12 +46,13 @@ def _rows_csv(path: str, text: str):
     if header is None:
         raise KvlabError(f"{path}, line 1: the file is empty; {_EXPECTED}")
     header = [name.strip() for name in header]
-    missing = [name for name in REQUIRED_COLUMNS if name not in header]
+    columns = _canonical(header)
+    missing = [name for name in REQUIRED_COLUMNS if name not in columns]
     if missing:
         raise KvlabError(
             f"{path}, line 1: header {','.join(header)!r} lacks column {', '.join(missing)}; {_EXPECTED}"
         )
-    index = {name: header.index(name) for name in REQUIRED_COLUMNS + OPTIONAL_COLUMNS if name in header}
+    index = {name: header.index(source) for name, source in columns.items()}
     for fields in reader:
         if not fields or all(not field.strip() for field in fields):
             continue  # blank line
@@ -92,45 +69,61 @@ def _rows_jsonl(path: str, text: str):
             raise KvlabError(f"{path}, line {line}: {raw.strip()[:60]!r} is not JSON ({exc.msg})") from None
         if not isinstance(row, dict):
             raise KvlabError(f"{path}, line {line}: {raw.strip()[:60]!r} is not a JSON object; {_EXPECTED}")
-        missing = [name for name in REQUIRED_COLUMNS if name not in row]
+        columns = _canonical(row)
+        missing = [name for name in REQUIRED_COLUMNS if name not in columns]
         if missing:
             raise KvlabError(
                 f"{path}, line {line}: {raw.strip()[:60]!r} lacks key {', '.join(missing)}; {_EXPECTED}"
             )
-        yield line, row
+        yield line, {name: row[source] for name, source in columns.items()}
 
 
-def read_user_file(path: str) -> LengthTable:
-    """Every request of a user's CSV or JSONL file, sorted by arrival time (stable), times as given."""
+def _read_text(path: str) -> str:
     file = Path(path)
     if file.suffix.lower() not in SUFFIXES:
         raise KvlabError(f"{path}: a workload file must end in .csv or .jsonl (got {file.suffix or 'no suffix'!r})")
     try:
-        text = file.read_text(encoding="utf-8")
+        return file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise KvlabError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise KvlabError(f"{path}: cannot read it as UTF-8 text ({exc})") from None
-    rows = _rows_csv(path, text) if file.suffix.lower() == ".csv" else _rows_jsonl(path, text)
 
-    arrival_time: list[float] = []
+
+def read_user_file(path: str) -> LengthTable:
+    """Every request of a user's CSV or JSONL file, sorted by arrival time (stable) when it has arrival times."""
+    from kvlab.validate import workload_row
+
+    text = _read_text(path)
+    rows = _rows_csv(path, text) if Path(path).suffix.lower() == ".csv" else _rows_jsonl(path, text)
+    arrival_time: list[float | None] = []
     prompt_len: list[int] = []
     output_len: list[int] = []
     max_tokens: list[int | None] = []
+    first_line_without_time = None
     for line, row in rows:
-        arrival_time.append(_arrival_time(path, line, row["arrival_time"]))
-        prompt_len.append(_num_tokens(path, line, "prompt_len", row["prompt_len"]))
-        output_len.append(_num_tokens(path, line, "output_len", row["output_len"]))
-        cap = row.get("max_tokens")
-        max_tokens.append(None if cap is None or cap == "" else _num_tokens(path, line, "max_tokens", cap))
+        parsed = workload_row(row, f"{path}, line {line}")
+        if parsed.arrival_time is None and first_line_without_time is None:
+            first_line_without_time = line
+        arrival_time.append(parsed.arrival_time)
+        prompt_len.append(parsed.prompt_len)
+        output_len.append(parsed.output_len)
+        max_tokens.append(parsed.max_tokens)
     if not prompt_len:
         raise KvlabError(f"{path}: no requests in the file; {_EXPECTED}")
-
+    timed = [t is not None for t in arrival_time]
+    if any(timed) and not all(timed):
+        raise KvlabError(f"{path}, line {first_line_without_time}: arrival_time is empty while other rows have one; "
+                         "valid: an arrival time on every row, or on none (lengths only: arrivals at --rate)")
+    caps = None if all(cap is None for cap in max_tokens) else tuple(max_tokens)
+    prompts, outputs = np.array(prompt_len, dtype=np.int64), np.array(output_len, dtype=np.int64)
+    if not any(timed):
+        return LengthTable(prompt_len=prompts, output_len=outputs, max_tokens=caps)
     times = np.array(arrival_time, dtype=float)
     order = np.argsort(times, kind="stable")
     return LengthTable(
-        prompt_len=np.array(prompt_len, dtype=np.int64)[order],
-        output_len=np.array(output_len, dtype=np.int64)[order],
+        prompt_len=prompts[order],
+        output_len=outputs[order],
         arrival_time=times[order],
-        max_tokens=None if all(cap is None for cap in max_tokens) else tuple(max_tokens[i] for i in order.tolist()),
+        max_tokens=None if caps is None else tuple(caps[i] for i in order.tolist()),
     )

@@ -37,29 +37,31 @@ ARRIVALS = ("auto", "trace", "poisson", "gamma", "burst")
 DEFAULT_NUM_REQUESTS = 1000
 
 
-def _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_len) -> None:
+LONG_REQUESTS = ("reject", "clip")
+
+
+def _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_len, long_requests) -> None:
+    """Messages spell the CLI's flags, the spelling users meet first (the library's names are the same words)."""
+    from kvlab.validate import check_options
+
     if arrival not in ARRIVALS:
-        raise KvlabError(f"unknown arrival process {arrival!r}; choose one of {', '.join(ARRIVALS)}")
-    if num_requests is not None and (isinstance(num_requests, bool) or int(num_requests) != num_requests or num_requests < 1):
-        raise KvlabError(f"num_requests must be a whole number ≥ 1, not {num_requests!r}")
-    if duration is not None and not (math.isfinite(duration) and duration > 0):
-        raise KvlabError(f"duration must be a number of seconds > 0, not {duration!r}")
-    if rate is not None and not (math.isfinite(rate) and rate > 0):
-        raise KvlabError(f"rate must be requests/s > 0, not {rate!r}")
-    if not (math.isfinite(cv) and cv > 0):
-        raise KvlabError(f"cv (coefficient of variation of inter-arrival gaps) must be > 0, not {cv!r}")
+        raise KvlabError(f"--arrival {arrival!r} is not an arrival process; valid: {', '.join(ARRIVALS)}")
+    if long_requests not in LONG_REQUESTS:
+        raise KvlabError(f"--long-requests {long_requests!r}; valid: {', '.join(LONG_REQUESTS)}")
+    check_options({"num_requests": num_requests, "duration": duration, "rate": rate, "cv": cv, "seed": seed,
+                   "max_model_len": max_model_len})
     if cv != 1.0 and arrival != "gamma":
-        raise KvlabError(f"cv={cv:g} applies only to arrival='gamma' (arrival is {arrival!r})")
+        raise KvlabError(f"--cv {cv:g} applies only to --arrival gamma (--arrival is {arrival})")
     if rate is not None and arrival in ("trace", "burst"):
         what = "keeps the trace's own arrival times" if arrival == "trace" else "puts every request at t = 0"
         raise KvlabError(
-            f"rate={rate:g} contradicts arrival={arrival!r}, which {what}; "
-            "drop the rate, or use arrival='auto' to rescale the trace's arrivals to the rate"
+            f"--rate {rate:g} contradicts --arrival {arrival}, which {what}; "
+            "drop --rate, or use --arrival auto to rescale the trace's arrivals to the rate"
         )
-    if isinstance(seed, bool) or int(seed) != seed or seed < 0:
-        raise KvlabError(f"seed must be a whole number ≥ 0, not {seed!r}")
-    if max_model_len is not None and (int(max_model_len) != max_model_len or max_model_len < 2):
-        raise KvlabError(f"max_model_len must be a whole number of tokens ≥ 2, not {max_model_len!r}")
+    if max_model_len is not None and max_model_len < 2:
+        raise KvlabError(f"--max-model-len {max_model_len} leaves no room for an answer; valid: 2 tokens or more")
+    if long_requests == "clip" and max_model_len is None:
+        raise KvlabError("--long-requests clip needs the --max-model-len to clip to")
 
 
 def _user_source(spec: str) -> BundledWorkload:
@@ -71,7 +73,7 @@ def _user_source(spec: str) -> BundledWorkload:
     table = read_user_file(spec)
     return BundledWorkload(
         name=path.name,
-        kind="trace",
+        kind="trace" if table.has_arrivals else "lengths",
         summary=f"requests from {spec}",
         source=str(path),
         licence="",
@@ -102,13 +104,14 @@ def _own_arrivals(
         num = int(np.searchsorted(times, duration, side="left"))
         if num == 0:
             raise KvlabError(
-                f"no request of {entry.name} arrives before duration={duration:g} s (the first arrives at {times[0]:g} s)"
+                f"no request of {entry.name} arrives before --duration {duration:g} s (the first arrives at "
+                f"{times[0]:g} s); valid: a longer --duration"
             )
     if num_requests is not None:
         if num_requests > table.num_rows:
             raise KvlabError(
                 f"{entry.name} has {table.num_rows:,} requests with their own arrival times, not {num_requests:,}; "
-                "ask for fewer, or for arrival='poisson' or 'gamma' to draw its lengths as often as needed"
+                "ask for fewer, or for --arrival poisson or gamma to draw its lengths as often as needed"
             )
         num = min(num, num_requests)
     rows = np.arange(num)
@@ -137,15 +140,16 @@ def _new_arrivals(
             rate = table.own_rate if table is not None else None
             if rate is None:
                 raise KvlabError(
-                    f"{entry.name} has no arrival times to take a rate from: give a rate (requests/s) for "
-                    f"{arrival} arrivals, or arrival='burst' to queue every request at t = 0"
+                    f"{entry.name} has no arrival times to take a rate from: give --rate (requests/s) for "
+                    f"--arrival {arrival}, or --arrival burst to queue every request at t = 0"
                 )
         if num_requests is None and duration is None:
             num_requests = default_num
         times = generate_arrivals(arrival, rate, arrivals_rng, num=num_requests, duration=duration, cv=cv)
         how = f"Poisson at {rate:g} req/s" if arrival == "poisson" else f"gamma at {rate:g} req/s, CV {cv:g}"
         if len(times) == 0:
-            raise KvlabError(f"no request arrives before duration={duration:g} s at {rate:g} req/s; give a longer duration")
+            raise KvlabError(f"no request arrives before --duration {duration:g} s at {rate:g} req/s; valid: a longer "
+                             "--duration")
     return entry.sample(len(times), lengths_rng), times, how
 
 
@@ -184,6 +188,46 @@ def _build_requests(table: LengthTable, times: np.ndarray, max_tokens: list[int 
             gc.enable()
 
 
+def _mean_lengths(entry: BundledWorkload, table: LengthTable | None) -> tuple[float, float]:
+    if table is not None:
+        return float(table.prompt_len.mean()), float(table.output_len.mean())
+    return entry.expected_means() if entry.expected_means is not None else (0.0, 0.0)
+
+
+def estimate_workload(spec: str, *, num_requests: int | None = None, duration: float | None = None,
+                      rate: float | None = None, arrival: str = "auto") -> tuple[int, float]:
+    """(requests, mean prompt + output tokens) that ``load_workload`` would build, without building them: what
+    the work gate (kvlab.validate.check_simulation_work) weighs before anything is drawn."""
+    entry = _resolve(spec)
+    table = entry.rows() if entry.rows is not None else None
+    prompt, output = _mean_lengths(entry, table)
+    if arrival in ("auto", "trace") and table is not None and table.has_arrivals:
+        num = table.num_rows if num_requests is None else min(num_requests, table.num_rows)
+        return num, prompt + output
+    default_num = DEFAULT_NUM_REQUESTS if table is None or entry.kind == "stand-in" else table.num_rows
+    rate = rate if rate is not None else (table.own_rate if table is not None else None)
+    if arrival == "burst" or duration is None or rate is None:
+        return (num_requests or default_num), prompt + output
+    expected = math.ceil(duration * rate)
+    return (expected if num_requests is None else min(expected, num_requests)), prompt + output
+
+
+def _clip_to_max_model_len(table: LengthTable, max_model_len: int) -> tuple[LengthTable, int]:
+    """Vidur's clip: a request whose prompt + output exceeds max_model_len has both scaled down by the same factor
+    (floored, at least one token each), so that it fits. Returns the table and how many requests were clipped."""
+    total = table.prompt_len + table.output_len
+    over = total > max_model_len
+    if not over.any():
+        return table, 0
+    scale = max_model_len / total
+    prompt = np.where(over, np.maximum(1, np.floor(table.prompt_len * scale)), table.prompt_len).astype(np.int64)
+    output = np.where(over, np.maximum(1, np.minimum(np.floor(table.output_len * scale), max_model_len - prompt)),
+                      table.output_len).astype(np.int64)
+    clipped = LengthTable(prompt_len=prompt, output_len=output, max_tokens=table.max_tokens,
+                          prefix_hashes=table.prefix_hashes)
+    return clipped, int(over.sum())
+
+
 def load_workload(
     spec: str,
     *,
@@ -194,18 +238,26 @@ def load_workload(
     cv: float = 1.0,
     seed: int = 0,
     max_model_len: int | None = None,
+    long_requests: str = "reject",
 ) -> Workload:
     """The requests of a bundled workload (``WORKLOADS``) or of a user's .csv / .jsonl file.
 
     ``num_requests`` keeps the first N requests, ``duration`` the requests arriving before that many
     seconds (both: whichever stops first). ``max_model_len`` sets each request's ``max_tokens`` so that
-    prompt + answer stops at that length, as vLLM does (longer prompts are left for the engine to reject).
-    Same arguments, same requests, in any process. See the module docstring for ``arrival``.
+    prompt + answer stops at that length, as vLLM does (longer prompts are left for the engine to reject);
+    ``long_requests="clip"`` instead scales prompt and output of a too-long request down to fit, as Vidur does.
+    Same arguments, same requests, in any process. See the module docstring for ``arrival``. A workload beyond
+    kvlab.validate's memory limit is refused before any request is drawn (``allow_large_work`` lifts it).
     """
-    _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_len)
+    from kvlab.validate import check_simulation_work
+
+    _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_len, long_requests)
     num_requests = None if num_requests is None else int(num_requests)
     max_model_len = None if max_model_len is None else int(max_model_len)
     entry = _resolve(spec)
+    num_expected, mean_len = estimate_workload(spec, num_requests=num_requests, duration=duration, rate=rate,
+                                               arrival=arrival)
+    check_simulation_work(num_expected, mean_len, 1, f"workload {entry.name}", memory_only=True)
     lengths_seed, arrivals_seed = np.random.SeedSequence(int(seed)).spawn(2)
     lengths_rng, arrivals_rng = np.random.default_rng(lengths_seed), np.random.default_rng(arrivals_seed)
 
@@ -213,7 +265,7 @@ def load_workload(
     has_arrivals = source_table is not None and source_table.has_arrivals
     if arrival == "trace" and not has_arrivals:
         raise KvlabError(
-            f"{entry.name} has no arrival times of its own ({entry.kind}); use arrival='poisson' or 'gamma' with a rate"
+            f"{entry.name} has no arrival times of its own ({entry.kind}); use --arrival poisson or gamma with --rate"
         )
     if arrival in ("auto", "trace") and has_arrivals:
         table, times, how = _own_arrivals(entry, source_table, num_requests, duration, rate)
@@ -224,6 +276,9 @@ def load_workload(
             num_requests=num_requests, duration=duration, rate=rate, arrival=process, cv=cv,
         )
 
+    num_clipped = 0
+    if long_requests == "clip":
+        table, num_clipped = _clip_to_max_model_len(table, max_model_len)
     max_tokens = list(table.max_tokens) if table.max_tokens is not None else None
     num_capped = 0
     if max_model_len is not None:
@@ -233,6 +288,9 @@ def load_workload(
     requests = _build_requests(table, times, max_tokens)
 
     description = _describe(entry, source_table, table, times, how, seed, max_model_len, num_capped)
+    if long_requests == "clip":
+        description += (f" {num_clipped:,} requests longer than max_model_len {max_model_len:,} clipped (prompt and "
+                        "output scaled down together, as Vidur does).")
     return Workload(name=entry.name, requests=requests, description=description, source=entry.source)
 
 

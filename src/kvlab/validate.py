@@ -1,0 +1,393 @@
+"""Every input's physical sense, checked in one place: config.json fields, catalogue entries, workload rows, the
+serving options of the CLI and the lab's parameters, and the size of the work they ask for.
+
+The shapes are pydantic models; their errors become kvlab's one-line ``KvlabError`` naming the bad value and what
+would be valid, spelled as the caller spells it (``--gpu-memory-gib`` for the CLI, ``rate`` for the lab, the
+field name for a config.json). The CLI, the lab and the library (``SizingConfig``, ``spec_from_fields``,
+``read_user_file``, ``load_workload``) all call these functions.
+
+Bounded work: what a run or a sizing would cost is estimated before it starts (``check_work``); beyond the limits
+below it is refused with the estimate, unless the caller allows it (``allow_large_work``, the CLI's ``--yes``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+
+from kvlab.errors import KvlabError
+
+GIB = 2**30
+
+# Limits of the work one command may start without --yes. A million request-runs take about a minute on the
+# benchmark machine (benchmarks/README.md) and ~2 KiB of memory each (records, iteration log, Request objects).
+WORK_LIMITS = {
+    "max_request_runs": 1_000_000,  # requests x strategies
+    "max_memory_bytes": 4 * GIB,
+    "max_num_layers": 4096,  # no published model has more than a few hundred; parameters are counted per layer
+    "max_num_blocks": 10_000_000,  # a paged pool keeps its free blocks in a list: ~40 B and ~1 us of setup each
+}
+BYTES_PER_REQUEST = 2048
+# Environment overrides, for operators and tests (a small limit shows the gate without a huge run).
+LIMIT_ENV = {"max_request_runs": "KVLAB_MAX_REQUEST_RUNS", "max_memory_bytes": "KVLAB_MAX_MEMORY_BYTES",
+             "max_num_layers": "KVLAB_MAX_NUM_LAYERS", "max_num_blocks": "KVLAB_MAX_NUM_BLOCKS"}
+
+_large_work_allowed: ContextVar[bool] = ContextVar("large_work_allowed", default=False)
+
+
+class TooMuchWork(KvlabError):
+    """A request beyond the work limits: the message gives the estimate and the flag that allows it."""
+
+
+# --- value types -----------------------------------------------------------------------------------------
+
+def _number(value: Any) -> float | int:
+    """A JSON or CSV number: int, float or a string that reads as one; never a bool."""
+    if value is None:
+        raise ValueError("is missing")
+    if isinstance(value, bool):
+        raise ValueError("is a boolean, not a number")  # noqa: TRY004 (pydantic reports ValueErrors only)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError("is not a number") from None
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"is not a number (a {type(value).__name__})")  # noqa: TRY004
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("is not a finite number")
+    return value
+
+
+def _whole(value: Any) -> int:
+    number = _number(value)
+    if isinstance(number, float):
+        if not number.is_integer():
+            raise ValueError("is not a whole number")
+        return int(number)
+    return number
+
+
+def _finite(value: Any) -> float:
+    return float(_number(value))
+
+
+def Count(lo: int, hi: int, what: str):  # a type factory, named like a type
+    """A whole number in [lo, hi]; ``what`` says what it counts, for the message."""
+    return Annotated[int, BeforeValidator(_whole), Field(ge=lo, le=hi, description=f"{what}, a whole number from "
+                                                                                    f"{lo:,} to {hi:,}")]
+
+
+def Real(lo: float, hi: float, what: str, *, lo_open: bool = True):
+    """A finite number in (lo, hi] (or [lo, hi] with ``lo_open=False``)."""
+    bound = Field(gt=lo, le=hi) if lo_open else Field(ge=lo, le=hi)
+    low = f"> {lo:g}" if lo_open else f"≥ {lo:g}"
+    high = f"{int(hi):,}" if float(hi).is_integer() else f"{hi:g}"
+    return Annotated[float, BeforeValidator(_finite), bound, Field(description=f"{what}, a number {low} and "
+                                                                               f"≤ {high}")]
+
+
+def _problem(error: dict) -> str:
+    kind = error["type"]
+    if kind == "value_error":
+        return str(error["ctx"]["error"])
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return "is out of range"
+    if kind == "missing":
+        return "is missing"
+    return error["msg"][0].lower() + error["msg"][1:]
+
+
+def _parse(model: type[BaseModel], data: dict, name_of, where: str = "") -> BaseModel:
+    """``model`` from ``data``, or the first error as a KvlabError: '<where>: <name> <value> <problem>; <valid>'."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        key = str(error["loc"][0]) if error["loc"] else ""
+        field = model.model_fields.get(key)
+        expected = _description(field.annotation) or field.description if field is not None else ""
+        prefix = f"{where}: " if where else ""
+        if error["type"] == "missing":
+            raise KvlabError(f"{prefix}missing field {name_of(key)!r}" + (f"; valid: {expected}" if expected else ""))
+        value = f" {_show(data[key] if key in data else error.get('input'))}"
+        raise KvlabError(f"{prefix}{name_of(key)}{value} {_problem(error)}"
+                         + (f"; valid: {expected}" if expected else "")) from None
+
+
+def _description(annotation: Any) -> str | None:
+    """The description a Count/Real carries, also inside ``X | None`` (pydantic lifts it only from a bare X)."""
+    for arg in typing.get_args(annotation):
+        if isinstance(arg, FieldInfo) and arg.description:
+            return arg.description
+        found = _description(arg)
+        if found:
+            return found
+    return None
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return f"{value:g}"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def cli_flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+# --- config.json and the catalogue --------------------------------------------------------------------------
+
+class ModelFields(BaseModel):
+    """The numbers of a config.json (after aliases: n_layer -> num_hidden_layers, ...) that size a model."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    num_hidden_layers: Count(1, 2**31, "layers")
+    hidden_size: Count(1, 2**20, "the hidden size")
+    num_attention_heads: Count(1, 2**16, "query heads")
+    num_key_value_heads: Count(1, 2**16, "KV heads, a divisor of num_attention_heads") | None = None
+    head_dim: Count(1, 2**16, "values per head") | None = None
+    intermediate_size: Count(1, 2**24, "the MLP width")
+    vocab_size: Count(1, 2**24, "tokens in the vocabulary")
+    max_position_embeddings: Count(1, 2**34, "the longest sequence in tokens")
+    sliding_window: Count(0, 2**34, "tokens in the attention window (0: none)") | None = None
+    sliding_window_pattern: Count(1, 2**16, "every how many layers one is full attention") | None = None
+    max_window_layers: Count(0, 2**31, "the first layer that slides") | None = None
+    kv_lora_rank: Count(0, 2**16, "the MLA latent's width") | None = None
+    q_lora_rank: Count(0, 2**16, "the MLA query rank") | None = None
+    qk_rope_head_dim: Count(0, 2**16, "the MLA RoPE key width") | None = None
+    qk_nope_head_dim: Count(0, 2**16, "the MLA non-RoPE key width") | None = None
+    v_head_dim: Count(0, 2**16, "the MLA value width") | None = None
+    num_experts: Count(0, 2**16, "routed experts") | None = None
+    experts_per_token: Count(1, 2**16, "experts per token, at most num_experts") | None = None
+    moe_intermediate_size: Count(1, 2**24, "an expert's MLP width") | None = None
+    num_shared_experts: Count(0, 2**10, "shared experts") | None = None
+    first_k_dense_replace: Count(0, 2**31, "dense layers before the MoE layers") | None = None
+
+
+def model_fields(fields: dict, where: str) -> ModelFields:
+    """The numbers of a model, checked for physical sense; KvlabError naming the field otherwise."""
+    parsed = _parse(ModelFields, fields, lambda key: key, where)
+    heads, kv_heads = parsed.num_attention_heads, parsed.num_key_value_heads
+    if kv_heads is not None and not parsed.kv_lora_rank and (kv_heads > heads or heads % kv_heads):
+        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        why = "exceeds" if kv_heads > heads else "does not divide"
+        raise KvlabError(f"{where}: num_key_value_heads {kv_heads} {why} num_attention_heads {heads}: each KV head "
+                         f"serves an equal group of query heads; valid: a divisor of {heads} ({divisors})")
+    if parsed.head_dim is None and parsed.hidden_size % heads:
+        raise KvlabError(f"{where}: missing field 'head_dim' and hidden_size {parsed.hidden_size} is not a multiple "
+                         f"of num_attention_heads {heads}; valid: give head_dim, or heads that divide hidden_size")
+    if parsed.num_experts and parsed.experts_per_token and parsed.experts_per_token > parsed.num_experts:
+        raise KvlabError(f"{where}: experts_per_token {parsed.experts_per_token} exceeds num_experts "
+                         f"{parsed.num_experts}; valid: 1 to {parsed.num_experts}")
+    check_num_layers(parsed.num_hidden_layers, where)
+    return parsed
+
+
+def check_num_layers(num_layers: int, where: str) -> None:
+    limit = work_limit("max_num_layers")
+    if num_layers > limit and not _large_work_allowed.get():
+        seconds = num_layers * 2e-6
+        raise TooMuchWork(f"{where}: num_hidden_layers {num_layers:,} is beyond the limit of {limit:,} layers: "
+                          f"kvlab counts parameters and lays out the KV cache layer by layer (~{seconds:,.0f} s and "
+                          f"~{num_layers * 8 / GIB:,.1f} GiB here); pass --yes to go ahead")
+
+
+class GpuEntry(BaseModel):
+    """One GPU of data/gpus.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    aliases: list[str] = []
+    memory_bytes: Count(2**20, 2**50, "bytes of GPU memory")
+    memory_bytes_source: str
+    memory_gb_marketing: Real(0, 2**20, "GB on the box") | None = None
+    memory_type: str | None = None
+    memory_bandwidth_bytes_per_s: Count(1, 2**60, "bytes per second") | None = None
+    peak_flops: Count(1, 2**70, "FLOP/s") | None = None
+    peak_flops_kind: str | None = None
+    notes: list[str] = []
+    source: list[str] = []
+
+
+def gpu_entry(entry: dict) -> GpuEntry:
+    where = f"GPU catalogue entry {entry.get('id', '?')}" if isinstance(entry, dict) else "GPU catalogue"
+    return _parse(GpuEntry, entry if isinstance(entry, dict) else {}, lambda key: key, where)
+
+
+# --- workload rows ------------------------------------------------------------------------------------------
+
+MAX_TOKENS_PER_REQUEST = 2**31 - 1
+
+
+class WorkloadRow(BaseModel):
+    """One request of a user's file: arrival time (optional for lengths-only files) and lengths in tokens."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    arrival_time: Real(0, 1e12, "seconds since the first request", lo_open=False) | None = None
+    prompt_len: Count(1, MAX_TOKENS_PER_REQUEST, "tokens")
+    output_len: Count(1, MAX_TOKENS_PER_REQUEST, "tokens (every request generates at least one)")
+    max_tokens: Count(1, MAX_TOKENS_PER_REQUEST, "tokens, or empty for no cap") | None = None
+
+
+def workload_row(row: dict, where: str) -> WorkloadRow:
+    """One row; ``where`` is 'file, line N'. An empty max_tokens (or arrival_time) cell means none."""
+    data = {k: (None if v == "" and k in ("max_tokens", "arrival_time") else v) for k, v in row.items()}
+    return _parse(WorkloadRow, data, lambda key: key, where)
+
+
+# --- serving options: the CLI's flags and the lab's parameters ---------------------------------------------
+
+class ServingOptions(BaseModel):
+    """Every numeric option of size / fit / run / race / paper / vllm compare / the lab, with one meaning each."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    gpu_memory_gib: Real(0, 100_000, "GiB of GPU memory as CUDA reports it") | None = None
+    available_kv_gib: Real(0, 100_000, "GiB of KV cache vLLM printed") | None = None
+    gpu_memory_utilization: Real(0, 1, "the fraction of GPU memory vLLM may use") | None = None
+    block_size: Count(1, 2**20, "tokens per block") | None = None
+    tensor_parallel_size: Count(1, 1024, "GPUs") | None = None
+    pipeline_parallel_size: Count(1, 1024, "GPUs") | None = None
+    max_model_len: Count(1, 2**34, "tokens") | None = None
+    max_num_batched_tokens: Count(1, 2**34, "tokens per step") | None = None
+    max_num_seqs: Count(1, 2**20, "requests per step") | None = None
+    num_gpu_blocks: Count(2, 2**40, "blocks, vLLM's null block included") | None = None
+    swap_space: Real(0, 100_000, "GiB of CPU memory per GPU", lo_open=False) | None = None
+    rate: Real(0, 1e9, "requests per second") | None = None
+    duration: Real(0, 1e12, "seconds") | None = None
+    cv: Real(0, 100, "the coefficient of variation of inter-arrival gaps") | None = None
+    num_requests: Count(1, 2**40, "requests") | None = None
+    seed: Count(0, 2**63 - 1, "a seed") | None = None
+    concurrency: Count(1, 2**30, "requests") | None = None
+    context_len: Count(1, 2**34, "tokens") | None = None
+
+
+def check_options(values: dict, *, spelling: str = "cli") -> ServingOptions:
+    """The options in ``values`` that ServingOptions knows (others are left alone), checked; the message spells
+    names as CLI flags (``--rate``) or as the lab's parameter names (``rate``)."""
+    known = {k: v for k, v in values.items() if k in ServingOptions.model_fields and v is not None}
+    return _parse(ServingOptions, known, cli_flag if spelling == "cli" else (lambda key: key))
+
+
+def bounded_number(value: Any, name: str, lo: float, hi: float, *, whole: bool = False) -> float | int:
+    """One number in [lo, hi] (whole or not), for the lab's parameters: the same value types as the CLI's options,
+    in the lab's wording ('rate -1 is out of range: 0.01 to 100')."""
+    kind = "an integer" if whole else "a number"
+    bounds = f"{lo} to {hi}" if whole else f"{lo:g} to {hi:g}"
+    try:
+        number = _whole(value) if whole else _number(value)
+    except ValueError as exc:
+        if not whole and str(exc) == "is not a finite number":
+            raise KvlabError(f"{name} {value!r} is out of range: {bounds}") from None
+        raise KvlabError(f"{name} must be {kind} from {bounds}, got {value!r}") from None
+    if not lo <= number <= hi:
+        raise KvlabError(f"{name} {number if whole else value!r} is out of range: {bounds}")
+    return number if whole else float(number)
+
+
+# --- bounded work -------------------------------------------------------------------------------------------
+
+def work_limit(name: str) -> int:
+    override = os.environ.get(LIMIT_ENV[name])
+    return int(override) if override else WORK_LIMITS[name]
+
+
+@contextmanager
+def allow_large_work(allowed: bool = True) -> Iterator[None]:
+    """Within this block the work limits do not apply (the CLI's --yes)."""
+    token = _large_work_allowed.set(allowed)
+    try:
+        yield
+    finally:
+        _large_work_allowed.reset(token)
+
+
+def large_work_allowed() -> bool:
+    return _large_work_allowed.get()
+
+
+def check_simulation_work(num_requests: float, mean_len: float, num_strategies: int, what: str, *,
+                          memory_only: bool = False) -> None:
+    """Refuse a simulation beyond WORK_LIMITS before any request is built, with the estimate. ``memory_only``
+    (the library's own gate, in load_workload) weighs memory alone: a long run is the caller's choice there."""
+    if _large_work_allowed.get():
+        return
+    runs = num_requests * num_strategies
+    memory = num_requests * BYTES_PER_REQUEST
+    max_runs, max_memory = work_limit("max_request_runs"), work_limit("max_memory_bytes")
+    if (memory_only or runs <= max_runs) and memory <= max_memory:
+        return
+    minutes = runs / 1e6
+    strategies = f" x {num_strategies} strategies" if num_strategies > 1 else ""
+    raise TooMuchWork(
+        f"{what} means about {num_requests:,.0f} requests{strategies} ({num_requests * mean_len:,.0f} tokens to "
+        f"serve at {mean_len:,.0f} per request): ~{_duration(minutes * 60)} and ~{memory / GIB:,.1f} GiB of memory, "
+        f"beyond the limit of {max_runs:,} request-runs and {max_memory / GIB:,.0f} GiB; lower -n/--num-requests or "
+        "--duration, or pass --yes to go ahead")
+
+
+def check_pool_work(num_blocks: int, block_size: int) -> None:
+    """Refuse a KV cache of more blocks than WORK_LIMITS allows (a huge --gpu-memory-gib or --num-gpu-blocks)."""
+    limit = work_limit("max_num_blocks")
+    if num_blocks <= limit or _large_work_allowed.get():
+        return
+    raise TooMuchWork(f"a KV cache of {num_blocks:,} blocks ({num_blocks * block_size:,} token slots) is beyond the "
+                      f"limit of {limit:,} blocks: the simulator keeps every block (~{num_blocks * 48 / GIB:,.1f} GiB "
+                      f"and ~{_duration(num_blocks * 1e-6)} to set up per strategy); lower --gpu-memory-gib, "
+                      "--available-kv-gib or --num-gpu-blocks, or pass --yes to go ahead")
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.0f} {unit}"
+    return f"{seconds:,.0f} s"
+
+
+# --- output paths -------------------------------------------------------------------------------------------
+
+# Pseudo-filesystems: writable by mode bits for root, yet nothing can be created in them.
+_PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def check_output_path(path, flag: str, *, folder: bool) -> None:
+    """Refuse, before any work, an output path that cannot be written: a folder (``--out``) that is a file, a file
+    (``--html``) that is a folder or already exists as something else, a missing or read-only parent, /proc."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    target = Path(path).expanduser().absolute()
+    what = "a folder (new or existing) in a writable place" if folder else "a file in an existing, writable folder"
+    if any(target == Path(root) or Path(root) in target.parents for root in _PSEUDO_ROOTS):
+        raise KvlabError(f"{flag} {path} is inside {target.parts[0]}{target.parts[1]}, where no file can be "
+                         f"created; valid: {what}")
+    if folder and target.exists() and not target.is_dir():
+        raise KvlabError(f"{flag} {path} exists and is a file, not a folder; valid: {what}")
+    if not folder and target.is_dir():
+        raise KvlabError(f"{flag} {path} is a folder; valid: {what}, e.g. {path}/race.html")
+    parent = target if folder else target.parent
+    while not parent.exists():
+        if not folder:
+            raise KvlabError(f"{flag} {path}: folder {target.parent} does not exist; valid: {what}")
+        parent = parent.parent
+    if not parent.is_dir():
+        raise KvlabError(f"{flag} {path}: {parent} is a file, not a folder; valid: {what}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise KvlabError(f"{flag} {path}: {parent} is not writable; valid: {what}")

@@ -1,0 +1,134 @@
+"""`kvlab race`, `kvlab models` and `kvlab workloads` read in an 80-column terminal: no value is cut ("…"),
+no line is wider than 80, every name is there whole; --wide shows every column."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+
+@pytest.fixture
+def kvlab80(kvlab, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    return kvlab
+
+
+def _check_fits(text: str) -> None:
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+
+
+def _row(text: str, name: str) -> list[str]:
+    """The cells of the table row that starts with ``name`` (the winner's row carries a ★)."""
+    for line in text.splitlines():
+        cells = line.split()
+        if cells and cells[0] == name:
+            return [c for c in cells[1:] if c != "★"]
+    raise AssertionError(f"no row for {name!r} in\n{text}")
+
+
+@pytest.mark.parametrize("strategies", [(), ("continuous+paged+swap+prefix", "static+max", "orca-oracle")])
+def test_race_table_fits_80_columns_with_every_value_whole(kvlab80, strategies):
+    r = kvlab80("race", *strategies, "-n", "120")
+    assert r.exit_code == 0, r.stderr
+    _check_fits(r.stdout)
+    data = kvlab80("race", *strategies, "-n", "120", "--json").json()
+    for s in data["strategies"]:
+        cells = _row(r.stdout, s["name"])
+        # The last two columns are always done and rejected; the second is the share of KV memory holding tokens.
+        assert cells[-2:] == [f"{s['num_finished']:,}", f"{s['num_rejected']:,}"]
+        assert cells[0] == f"{s['memory_shares']['token']:.1f}"
+        assert f"{s['throughput_rps']:.3g}" in cells
+    assert "normalized latency" in r.stdout  # the legend line
+
+
+def test_race_times_carry_their_unit_in_the_header(kvlab80):
+    r = kvlab80("race", "-n", "120")
+    header = r.stdout[r.stdout.index("strategy") - 200:r.stdout.index("strategy") + 80]
+    assert re.search(r"p50 (s|ms)\b", header) and re.search(r"(s|ms)/tok", header)
+
+
+def test_race_wide_has_every_column(kvlab80):
+    r = kvlab80("race", "-n", "120", "--wide")
+    assert r.exit_code == 0, r.stderr
+    assert "…" not in r.stdout
+    for header in ("resv %", "frag %", "lat. p99", "TTFT", "recomp."):
+        assert header in r.stdout
+
+
+def test_rejections_are_printed_with_their_reason(kvlab80):
+    r = kvlab80("race", "static+max", "vllm", "-n", "60", "--max-model-len", "256")
+    assert r.exit_code == 0, r.stderr
+    _check_fits(r.stdout)
+    text = " ".join(r.stdout.split())
+    assert "Rejected: " in text and "vllm " in text
+
+
+def test_a_tie_is_a_tie_and_nobody_is_starred(kvlab80):
+    r = kvlab80("race", "static+paged", "continuous+paged", "-n", "20", "--rate", "1e-9")
+    assert r.exit_code == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith(("static+paged", "continuous+paged"))]
+    assert len(rows) == 2 and not any("★" in row for row in rows)
+    assert "A tie" in r.stdout and "inf" not in r.stdout
+
+
+def test_same_strategy_under_two_names_is_said(kvlab80):
+    r = kvlab80("race", "vllm", "continuous+paged", "-n", "60")
+    assert r.exit_code == 0, r.stderr
+    assert "vllm and continuous+paged are the same strategy" in " ".join(r.stdout.split())
+
+
+def test_models_table_fits_80_columns(kvlab80):
+    from kvlab.catalog import list_models
+
+    r = kvlab80("models")
+    assert r.exit_code == 0, r.stderr
+    _check_fits(r.stdout)
+    rows = {line.split()[0] for line in r.stdout.splitlines() if line.split()}
+    for m in list_models():
+        assert m.id in rows
+        assert f"{m.kv_bytes_per_token(m.dtype_bytes):,}" in _row(r.stdout, m.id)
+
+
+def test_gpus_table_fits_80_columns(kvlab80):
+    from kvlab.catalog import list_gpus
+
+    r = kvlab80("gpus")
+    assert r.exit_code == 0, r.stderr
+    _check_fits(r.stdout)
+    for g in list_gpus():
+        assert f"{g.memory_gib:.2f}" in _row(r.stdout, g.id)
+
+
+def test_workloads_table_fits_80_columns(kvlab80):
+    from kvlab.workload import list_workloads
+
+    r = kvlab80("workloads")
+    assert r.exit_code == 0, r.stderr
+    _check_fits(r.stdout)
+    for w in list_workloads():
+        cells = _row(r.stdout, w.name)
+        assert w.licence in cells and f"{w.mean_prompt_len:,.0f}" in cells
+
+
+def test_size_memory_split_reads_without_colour(kvlab80):
+    r = kvlab80("size", "opt-13b", "--gpu", "a100-40gb")
+    assert r.exit_code == 0, r.stderr
+    assert "█" in r.stdout and "▓" in r.stdout and "░" in r.stdout and "█ weights" in r.stdout
+    _check_fits(r.stdout)
+
+
+def test_out_without_plots_writes_csv_and_json_in_one_naming_style(kvlab, tmp_path):
+    r = kvlab("race", "static+max", "orca-max", "vllm+swap", "-n", "30", "--out", tmp_path / "out", "--no-plots")
+    assert r.exit_code == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["orca-max_iterations.csv", "orca-max_requests.csv", "static-max_iterations.csv",
+                     "static-max_requests.csv", "summary.json", "vllm-swap_iterations.csv", "vllm-swap_requests.csv"]
+
+
+@pytest.mark.parametrize("command", ["models", "workloads"])
+def test_wide_catalogue_tables_show_every_column(kvlab, command):
+    r = kvlab(command, "--wide")
+    assert r.exit_code == 0, r.stderr
+    assert ("dtype" if command == "models" else "source") in r.stdout and "…" not in r.stdout

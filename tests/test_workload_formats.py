@@ -1,0 +1,72 @@
+"""The formats people bring: lengths-only files (arrivals from --arrival at --rate), Vidur's and Sarathi-Serve's
+num_prefill_tokens / num_decode_tokens CSVs, and Vidur's proportional clip to max_model_len beside rejection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvlab.errors import KvlabError
+from kvlab.workload import load_workload
+from kvlab.workload.load import _clip_to_max_model_len
+from kvlab.workload.table import LengthTable
+
+
+def test_a_lengths_only_file_gets_poisson_arrivals_at_the_rate(tmp_path):
+    path = tmp_path / "lengths.csv"
+    path.write_text("prompt_len,output_len\n" + "".join(f"{10 + i},{5 + i}\n" for i in range(50)))
+    wl = load_workload(str(path), arrival="poisson", rate=5.0, num_requests=400, seed=1)
+    times = np.array([r.arrival_time for r in wl.requests])
+    assert wl.num_requests == 400 and np.all(np.diff(times) >= 0)
+    assert 4.0 < 399 / times[-1] < 6.0  # the asked rate, within sampling noise
+    assert {r.prompt_len for r in wl.requests} <= set(range(10, 60))
+    gamma = load_workload(str(path), arrival="gamma", rate=5.0, cv=2.0, num_requests=50)
+    assert gamma.num_requests == 50
+
+
+def test_a_lengths_only_file_without_a_rate_says_to_give_one(tmp_path):
+    path = tmp_path / "lengths.jsonl"
+    path.write_text('{"prompt_len": 10, "output_len": 5}\n' * 3)
+    with pytest.raises(KvlabError, match="give --rate"):
+        load_workload(str(path))
+    with pytest.raises(KvlabError, match="no arrival times of its own"):
+        load_workload(str(path), arrival="trace")
+
+
+def test_vidur_and_sarathi_columns_are_read(tmp_path):
+    path = tmp_path / "vidur.csv"
+    path.write_text("num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n74,918,992,0.08\n290,905,1195,0.32\n")
+    wl = load_workload(str(path), arrival="burst", num_requests=2)
+    assert sorted((r.prompt_len, r.output_len) for r in wl.requests) == [(74, 918), (290, 905)]
+    timed = tmp_path / "vidur_trace.csv"
+    timed.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.5,10,4\n0.1,20,3\n")
+    assert [(r.arrival_time, r.prompt_len) for r in load_workload(str(timed)).requests] == [(0.1, 20), (0.5, 10)]
+
+
+def test_the_cli_serves_a_lengths_only_file_at_the_default_rate(kvlab, tmp_path):
+    path = tmp_path / "lengths.csv"
+    path.write_text("num_prefill_tokens,num_decode_tokens\n" + "100,50\n" * 30)
+    r = kvlab("run", "vllm", "--workload", path, "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert data["workload"]["num_requests"] == 30 and data["strategies"][0]["num_finished"] == 30
+
+
+def test_vidur_clip_scales_prompt_and_output_together():
+    table = LengthTable(prompt_len=np.array([1500, 100, 3000]), output_len=np.array([1500, 50, 1]))
+    clipped, num = _clip_to_max_model_len(table, 2048)
+    assert num == 2
+    assert (clipped.prompt_len.tolist(), clipped.output_len.tolist()) == ([1024, 100, 2047], [1024, 50, 1])
+    assert np.all(clipped.prompt_len + clipped.output_len <= 2048)
+
+
+def test_clip_serves_what_reject_refuses(kvlab, tmp_path):
+    path = tmp_path / "long.csv"
+    path.write_text("arrival_time,prompt_len,output_len\n" + "".join(f"{i * 0.1},3000,100\n" for i in range(5)))
+    rejected = kvlab("run", "vllm", "--workload", path, "--json").json()["strategies"][0]
+    assert rejected["num_rejected"] == 5
+    r = kvlab("run", "vllm", "--workload", path, "--long-requests", "clip", "--json")
+    assert r.exit_code == 0, r.stderr
+    clipped = r.json()
+    assert clipped["strategies"][0]["num_finished"] == 5 and clipped["strategies"][0]["num_rejected"] == 0
+    assert "5 requests longer than max_model_len 2,048 clipped" in clipped["workload"]["description"]
