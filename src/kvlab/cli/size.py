@@ -418,10 +418,9 @@ def fit(
     """The reverse questions: longest context for N requests, most requests at a length, fewest GPUs for MODEL."""
     from dataclasses import replace
 
-    from kvlab.catalog import GpuSpec, get_model
+    from kvlab.catalog import get_model
     from kvlab.errors import KvlabError
     from kvlab.sizing import (
-        fewest_gpus,
         max_context_len,
         max_num_requests,
         size_kv_cache,
@@ -437,20 +436,9 @@ def fit(
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
                          "a memory budget")
     answers: dict = {"model": spec.id, "gpu": gpu_spec.id if gpu_spec else None}
-    notes = []
+    notes: list[str] = []
     if config.gpu_memory_bytes is not None:
-        target = gpu_spec or GpuSpec(id=f"{gib(config.gpu_memory_bytes)} GPU", memory_bytes=config.gpu_memory_bytes,
-                                     memory_bytes_source="given", memory_bandwidth_bytes_per_s=None, peak_flops=None)
-        try:
-            tp, fewest = fewest_gpus(spec, target, config)
-            answers["fewest_gpus"] = {
-                "tensor_parallel_size": tp, "pipeline_parallel_size": config.pipeline_parallel_size,
-                "num_gpus": tp * config.pipeline_parallel_size, "gpu": target.id,
-                "max_model_len": fewest.max_model_len, "num_tokens": fewest.num_tokens,
-                "max_concurrency": fewest.max_concurrency}
-        except KvlabError as exc:
-            answers["fewest_gpus"] = None
-            notes.append(str(exc))
+        answers["fewest_gpus"] = _fewest_gpus(spec, gpu_spec, config, notes)
     try:
         result = size_kv_cache(spec, config)
     except KvlabError:
@@ -475,6 +463,33 @@ def fit(
     if as_json:
         typer.echo(json.dumps(answers, indent=1))
         return
+    _print_fit(spec, gpu_spec, config, result, answers, notes, concurrency, context_len)
+
+
+def _fewest_gpus(spec, gpu_spec, config, notes: list[str]) -> dict | None:
+    """`fit`'s fewest GPUs that hold the weights and one max_model_len request (None, with a note, if none)."""
+    from kvlab.catalog import GpuSpec
+    from kvlab.errors import KvlabError
+    from kvlab.sizing import fewest_gpus
+
+    target = gpu_spec or GpuSpec(id=f"{gib(config.gpu_memory_bytes)} GPU", memory_bytes=config.gpu_memory_bytes,
+                                 memory_bytes_source="given", memory_bandwidth_bytes_per_s=None, peak_flops=None)
+    try:
+        tp, fewest = fewest_gpus(spec, target, config)
+    except KvlabError as exc:
+        notes.append(str(exc))
+        return None
+    return {"tensor_parallel_size": tp, "pipeline_parallel_size": config.pipeline_parallel_size,
+            "num_gpus": tp * config.pipeline_parallel_size, "gpu": target.id, "max_model_len": fewest.max_model_len,
+            "num_tokens": fewest.num_tokens, "max_concurrency": fewest.max_concurrency}
+
+
+def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], concurrency: int,
+               context_len: int | None) -> None:
+    from kvlab.sizing import workload_fit
+
+    longest = answers["max_context_len"]["context_len"]
+    length, most = answers["max_num_requests"]["context_len"], answers["max_num_requests"]["num_requests"]
     from rich.console import Console
 
     console = Console(highlight=False)
