@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,7 +13,7 @@ from kvlab.cli.app import app
 
 @app.command("cost")
 def cost(
-    name: Annotated[Optional[str], typer.Argument(help="One profile (a name or a .toml/.json file) "
+    name: Annotated[str | None, typer.Argument(help="One profile (a name or a .toml/.json file) "
                                                   "\\[default: every built-in one].", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
@@ -58,10 +58,10 @@ def calibrate(
                                                       show_default=False)],
     out: Annotated[Path, typer.Option("--out", "-o", help="Profile file to write (.toml or .json); give it to "
                                       "kvlab run --cost FILE.")] = Path("calibrated.toml"),
-    name: Annotated[Optional[str], typer.Option("--name", help="The profile's name \\[default: the file's "
+    name: Annotated[str | None, typer.Option("--name", help="The profile's name \\[default: the file's "
                                                 "stem].")] = None,
     fit: Annotated[str, typer.Option("--fit", help="Constants to fit, comma-separated (the rest are 0).")]
-    = "overhead_s,seq_overhead_s,prefill_token_overhead_s,context_token_s",
+    = "weights_read_s,context_token_s,token_s,overhead_s,seq_overhead_s,prefill_token_overhead_s,request_latency_s",
     model: Annotated[str, typer.Option("--model", help="The model the server ran, as kvlab names it (a run of "
                                        "another model warns).")] = "",
     gpu: Annotated[str, typer.Option("--gpu", help="What the server ran on (e.g. cpu); a run on another "
@@ -72,7 +72,9 @@ def calibrate(
     from rich.console import Console
     from rich.table import Table
 
-    from kvlab.cost.calibrate import FIT_COLUMNS, calibrate as run_calibration, significance
+    from kvlab.cost.calibrate import calibrate as run_calibration
+    from kvlab.cost.calibrate import significance
+    from kvlab.cost.profiles import ABSOLUTE_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
     from kvlab.errors import KvlabError
 
@@ -89,10 +91,10 @@ def calibrate(
     console = Console(highlight=False)
     table = Table(title=f"Calibrated from {result.num_iterations} timed iterations of {result.num_requests} requests",
                   title_justify="left", header_style="bold")
-    for header in ("constant", "value", "± (1σ)", "multiplies"):
-        table.add_column(header, justify="left" if header in ("constant", "multiplies") else "right")
+    for header in ("constant", "value", "± (1σ)", "what it is"):
+        table.add_column(header, justify="left" if header in ("constant", "what it is") else "right")
     for k in result.fitted:
-        table.add_row(k, _fmt(k, result.constants[k]), _fmt(k, result.sigma[k]), FIT_COLUMNS[k][0])
+        table.add_row(k, _fmt(k, result.constants[k]), _fmt(k, result.sigma[k]), MEANING[k])
     console.print(table)
     console.print(f"Residuals: rms {result.rms_residual_s * 1e3:.3g} ms over iterations of {result.mean_duration_s * 1e3:.3g} "
                   f"ms on average (median {result.median_abs_relative_residual:.1%}), R² {result.r2:.3f}.")
