@@ -46,7 +46,7 @@ def write_bench(out, cost: str, *, rate: float, num_requests: int = 150, arrival
     computed, emitted, chunks = dict.fromkeys(prompt, 0), dict.fromkeys(prompt, 0), {rid: [] for rid in prompt}
     waiting = []  # what a /metrics scrape after each iteration would read
     while (out_ := sim.step()) is not None:
-        waiting.append((sim.now, len(sim.scheduler.waiting)))
+        waiting.append((sim.now, sim.counters_now()["num_waiting"]))
         for rid in out_.preempted_req_ids:
             computed[rid] = 0
         for rid, n in out_.num_scheduled_tokens.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -27,7 +27,7 @@ def fig2(
     num_requests: Annotated[int, typer.Option("--num-requests", "-n", help="Requests in the experiment.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the workload.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Write a PNG of kvlab's bars next to the "
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write a PNG of kvlab's bars next to the "
                                                 "paper's to this folder.")] = None,
 ) -> None:
     """Figure 2: where each system's KV memory goes (OPT-13B, A100-40GB, 12 GB of KV cache, ShareGPT, Poisson)."""

@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -34,28 +35,28 @@ ModelOpt = Annotated[str, typer.Option("--model", help="Model: catalogue name, c
 GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU from the catalogue (its bandwidth and FLOP/s set the clock).")]
 WorkloadOpt = Annotated[str, typer.Option("--workload", "-w", help="Bundled workload (see `kvlab workloads`) or a "
                                           "CSV/JSONL file with arrival_time, prompt_len, output_len[, max_tokens].")]
-RateOpt = Annotated[float | None, typer.Option("--rate", help="Requests per second. Workloads without arrival "
+RateOpt = Annotated[Optional[float], typer.Option("--rate", help="Requests per second. Workloads without arrival "
                                                   f"times get Poisson arrivals at this rate \\[default: {DEFAULT_RATE}]; "
                                                   "a trace's own arrivals are rescaled to it.")]
 ArrivalOpt = Annotated[str, typer.Option("--arrival", help="auto (a trace's own times, else Poisson), poisson, "
                                          "gamma, trace, burst (all at t=0).")]
 CvOpt = Annotated[float, typer.Option("--cv", help="Coefficient of variation of gamma inter-arrival times.")]
-NumReqOpt = Annotated[int | None, typer.Option("--num-requests", "-n", help="Serve the first N requests "
+NumReqOpt = Annotated[Optional[int], typer.Option("--num-requests", "-n", help="Serve the first N requests "
                                                   f"\\[default: {DEFAULT_NUM_REQUESTS} unless --duration].")]
-DurationOpt = Annotated[float | None, typer.Option("--duration", help="Serve the requests arriving in the first "
+DurationOpt = Annotated[Optional[float], typer.Option("--duration", help="Serve the requests arriving in the first "
                                                       "this many seconds.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed: same seed, same requests.")]
-NumBlocksOpt = Annotated[int | None, typer.Option("--num-gpu-blocks", help="Fix the KV cache at this many blocks "
+NumBlocksOpt = Annotated[Optional[int], typer.Option("--num-gpu-blocks", help="Fix the KV cache at this many blocks "
                                                      "(vLLM's num_gpu_blocks_override).")]
 ChunkedOpt = Annotated[bool, typer.Option("--enable-chunked-prefill/--no-enable-chunked-prefill",
                                           help="Split long prompts over iterations (vLLM V1 always does).")]
-PreemptOpt = Annotated[str | None, typer.Option("--preemption-mode", help="recompute or swap \\[default: the "
+PreemptOpt = Annotated[Optional[str], typer.Option("--preemption-mode", help="recompute or swap \\[default: the "
                                                    "strategy's, recompute].")]
 SwapOpt = Annotated[float, typer.Option("--swap-space", help="CPU swap space per GPU in GiB, for swap preemption.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-CostOpt = Annotated[str | None, typer.Option("--cost", help="Cost profile that sets the clock: a name (kvlab cost) "
+CostOpt = Annotated[Optional[str], typer.Option("--cost", help="Cost profile that sets the clock: a name (kvlab cost) "
                                                "or a .toml/.json file (kvlab calibrate) \\[default: roofline].")]
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Write per-request and per-iteration CSV files and "
+OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write per-request and per-iteration CSV files and "
                                                 "PNG plots to this folder.")]
 
 
@@ -83,6 +84,7 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from kvlab.cost import CostProfileWarning
     from kvlab.cost.latency import as_seen_by_clients, delayed
     from kvlab.sim import SimConfig, Simulation
     from kvlab.strategies import parse_strategy
@@ -93,14 +95,16 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
 
         raise KvlabError(f"--block-size {block_size} is larger than --max-model-len {max_model_len}: "
                          f"a block must fit in a sequence")
-    config = SimConfig.from_options(
-        model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, available_kv_gib=available_kv_gib,
-        num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-        dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
-        pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, enable_chunked_prefill=enable_chunked_prefill,
-        preemption_mode=preemption_mode, swap_space_gib=swap_space, cost=cost,
-    )
+    with warnings.catch_warnings():  # the report prints the profile's notes itself
+        warnings.simplefilter("ignore", CostProfileWarning)
+        config = SimConfig.from_options(
+            model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, available_kv_gib=available_kv_gib,
+            num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+            dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
+            pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, enable_chunked_prefill=enable_chunked_prefill,
+            preemption_mode=preemption_mode, swap_space_gib=swap_space, cost=cost,
+        )
     wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, None)
     latency_s = config.cost.request_latency_s
     results = []
@@ -241,7 +245,7 @@ def race(
     cost: CostOpt = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
-    html: Annotated[Path | None, typer.Option("--html", help="Write a self-contained page that replays the race "
+    html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained page that replays the race "
                                                  "(no server, no network).")] = None,
 ) -> None:
     """Race serving strategies on the same workload and clock; the table says who served the most and why."""
