@@ -73,8 +73,10 @@ def test_every_fault_is_accounted_for_once(kvlab, fault_server, tmp_path):
 
 def test_text_prompts_no_vllm_extensions_and_the_api_key_unprinted(kvlab, fault_server, tmp_path, monkeypatch):
     monkeypatch.setenv("KVLAB_API_KEY", "sk-very-secret")
-    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, NORMAL], prompt_len=25), "--json")
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, NORMAL], prompt_len=25), "--json", "--out", out)
     assert result.exit_code == 0, result.stderr
+    assert not any("sk-very-secret" in path.read_text() for path in out.iterdir())
     body = fault_server.state.received[0]
     assert isinstance(body["prompt"], str) and len(body["prompt"].split()) == 25  # not vLLM: text, ~1 word a token
     assert body["stream"] is True and body["max_tokens"] == NORMAL and "ignore_eos" not in body

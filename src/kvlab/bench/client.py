@@ -274,7 +274,7 @@ async def run_load(requests: Sequence[Request], config: ClientConfig, *, stop: a
         scraper = None
         if config.scrape_interval is not None:
             scraper = MetricsScraper(client, config.scrape_interval, clock)
-            await scraper.scrape()  # the counters before any load
+            await scraper.scrape(at=0.0)  # the counters before any load
         start = time.perf_counter()  # arrival times count from here
         load = _Load(client, requests, config, clock, on_result)
         tasks = load.tasks()
@@ -296,7 +296,7 @@ async def run_load(requests: Sequence[Request], config: ClientConfig, *, stop: a
         if scraping is not None:
             scraping_done.set()
             await scraping
-            await scraper.settle()
+            await scraper.settle(sum(r.num_output_tokens for r in load.results.values()))
     return BenchRun(
         results=[load.results[r.request_id] for r in requests],
         samples=scraper.samples if scraper is not None else [],

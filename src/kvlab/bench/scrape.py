@@ -12,6 +12,7 @@ say what the server did over the run are differences between the scrape before t
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from kvlab.bench.results import MetricSample
@@ -87,7 +88,8 @@ class MetricsScraper:
         self.num_errors = 0
         self.last_error = ""
 
-    async def scrape(self) -> dict[str, float] | None:
+    async def scrape(self, at: float | None = None) -> dict[str, float] | None:
+        """One scrape, its samples stamped with ``at`` (default: now)."""
         try:
             response = await self.client.get("/metrics", timeout=self.timeout)
             response.raise_for_status()
@@ -96,7 +98,7 @@ class MetricsScraper:
             self.num_errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
             return None
-        now = self.clock()
+        now = self.clock() if at is None else at
         self.samples.extend(MetricSample(now, name, value) for name, value in values.items())
         if self.first is None:
             self.first = values
@@ -112,16 +114,23 @@ class MetricsScraper:
             except TimeoutError:
                 pass
 
-    async def settle(self, num_tries: int = 10, pause: float = 0.2) -> None:
-        """Scrape until the counters stop moving: the server records a request's last step's counts just after
-        it has sent the last token, so the scrape right after the load may be a step behind."""
+    async def settle(self, num_generation_tokens: int = 0, max_wait: float = 5.0, pause: float = 0.2) -> None:
+        """Scrape until the counters stop moving and count at least the ``num_generation_tokens`` the client
+        received (at most ``max_wait`` s): the server records a step's counts just after sending its tokens, so
+        the scrape right after the load may be a step behind, more on a busy machine."""
+        deadline = time.monotonic() + max_wait
         previous = await self.scrape()
-        for _ in range(num_tries):
+        if self.first is None or not all(name in self.first for name in VLLM_COUNTERS.values()):
+            return  # no counters to wait for: the last scrape is the final one
+        while time.monotonic() < deadline:
             await asyncio.sleep(pause)
             current = await self.scrape()
-            if current is not None and previous is not None and all(
-                current.get(name) == previous.get(name) for name in VLLM_COUNTERS.values()
-            ):
+            if current is None or previous is None or self.first is None:
+                previous = current
+                continue
+            name = VLLM_COUNTERS["generation_tokens"]
+            caught_up = current.get(name, 0.0) - self.first.get(name, 0.0) >= num_generation_tokens
+            if caught_up and all(current.get(n) == previous.get(n) for n in VLLM_COUNTERS.values()):
                 return
             previous = current
 

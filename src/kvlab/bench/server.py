@@ -1,7 +1,8 @@
 """What kvlab can learn about a server before sending it any load.
 
     GET /v1/models   OpenAI-compatible?  which model, and (vLLM) its max_model_len and where it was loaded from
-    GET /version     vLLM answers {"version": ...}: then prompts go as token ids, with ignore_eos
+    GET /version     vLLM's version, when /v1/models says "owned_by": "vllm" or /metrics is vLLM's: then
+                     prompts go as token ids, with ignore_eos
     GET /metrics     Prometheus text; vLLM's has vllm:* series and vllm:cache_config_info (block_size,
                      num_gpu_blocks, ...)
 
@@ -158,8 +159,9 @@ def probe(url: str, *, model: str | None = None, api_key: str | None = None, tim
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
         entry = _pick_model(_models(client, url), model, url)
-        version = _vllm_version(client)
         has_metrics, has_vllm_metrics, cache_config, notes = _metrics(client, url)
+        # Other servers answer /version too (SGLang does): only vLLM's model list says "owned_by": "vllm".
+        version = _vllm_version(client) if has_vllm_metrics or entry.get("owned_by") == "vllm" else None
     max_model_len = entry.get("max_model_len")
     return ServerInfo(
         url=url,

@@ -91,15 +91,19 @@ def bench(
     if prompt_format not in ("auto", *PROMPT_FORMATS):
         raise KvlabError(f"--prompt-format {prompt_format!r}: choose auto, {', '.join(PROMPT_FORMATS)}")
     console = Console(stderr=True, highlight=False)
-    server = probe(url, model=model, api_key=api_key_from_env(os.environ))
-    setup = None
-    if compare:
-        from kvlab.bench.compare import sim_setup
+    try:  # before the load: Ctrl-C here has nothing to keep
+        server = probe(url, model=model, api_key=api_key_from_env(os.environ))
+        setup = None
+        if compare:
+            from kvlab.bench.compare import sim_setup
 
-        setup = sim_setup(server, model_config=model_config, gpu=gpu, cost=cost, block_size=block_size,
-                          num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                          max_num_batched_tokens=max_num_batched_tokens)
-    wl = _workload(workload, rate, arrival, cv, num_requests, duration, seed, server.max_model_len)
+            setup = sim_setup(server, model_config=model_config, gpu=gpu, cost=cost, block_size=block_size,
+                              num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                              max_num_batched_tokens=max_num_batched_tokens)
+        wl = _workload(workload, rate, arrival, cv, num_requests, duration, seed, server.max_model_len)
+    except KeyboardInterrupt:
+        console.print("Interrupted before any load was sent.")
+        raise typer.Exit(130) from None
     config = ClientConfig(
         url=server.url, model=server.model, api_key=api_key_from_env(os.environ),
         prompt_format=prompt_format if prompt_format != "auto" else ("token-ids" if server.is_vllm else "text"),
@@ -158,7 +162,8 @@ def _intro(server, wl, config) -> list[str]:
     if server.max_model_len is not None:
         parts.append(f"max_model_len {server.max_model_len:,}")
     pacing = (f"{config.concurrency} clients in a closed loop" if config.concurrency is not None
-              else f"at the workload's arrival times ({wl.request_rate:.2f} req/s)")
+              else "at the workload's arrival times (" + (f"{wl.request_rate:.2f} req/s)" if wl.duration > 0
+                                                          else "all at t = 0)"))
     extras = ", ".join(x for x in ("prompts as token ids" if config.prompt_format == "token-ids"
                                    else "prompts as text (about one token per word)",
                                    "ignore_eos" if config.ignore_eos else "") if x)
