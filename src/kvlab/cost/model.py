@@ -9,7 +9,8 @@ a fixed overhead per iteration, one per scheduled sequence and one per prefill t
                  + kv_read_bytes / (bandwidth × attention_bandwidth_efficiency)
     t_compute  = 2 × active_params × num_tokens / (peak_flops × flops_efficiency)
                  + attention_flops / (peak_flops × attention_flops_efficiency)
-    t          = max(t_mem, t_compute) + overhead + num_seqs × seq_overhead + num_prefill_tokens × prefill_token_overhead
+    t          = max(t_mem, t_compute) + overhead + num_seqs × seq_overhead
+                 + num_prefill_tokens × prefill_token_overhead
 
     kv_read_bytes   = num_context_tokens × kv_bytes_per_token           (each scheduled sequence reads its context)
     attention_flops = 4 × num_layers × num_heads × head_dim × num_attention_pairs
