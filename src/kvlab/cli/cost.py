@@ -96,9 +96,9 @@ def calibrate(
     for k in result.fitted:
         table.add_row(k, _fmt(k, result.constants[k]), _fmt(k, result.sigma[k]), MEANING[k])
     console.print(table)
+    median = result.median_abs_relative_residual
     console.print(f"Residuals: rms {result.rms_residual_s * 1e3:.3g} ms over iterations of "
-                  f"{result.mean_duration_s * 1e3:.3g} ms on average (median {result.median_abs_relative_residual:.1%}), "
-                  f"R² {result.r2:.3f}.")
+                  f"{result.mean_duration_s * 1e3:.3g} ms on average (median {median:.1%}), R² {result.r2:.3f}.")
     not_fitted = [k for k in result.constants if k not in result.fitted]
     console.print(f"Not fitted (0 in the profile): {', '.join(not_fitted)}.")
     for sentence in weak:
