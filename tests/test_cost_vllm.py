@@ -18,15 +18,15 @@ import pytest
 pytestmark = pytest.mark.vllm
 
 # The tiny model's iterations are so cheap that the API server's streaming, not the engine, saturates first
-# (docs/cost.md); a wider dummy-weight model (100M parameters, 400 MB in float32) gives the engine the work, as
+# (docs/cost.md); a wider dummy-weight model (13M parameters, 53 MB in float32) gives the engine the work, as
 # on a GPU server: its iterations, which the cost model describes, set the capacity.
-MODEL = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 6, "num_attention_heads": 8,
-         "num_key_value_heads": 8, "head_dim": 128}
+MODEL = {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 8,
+         "num_key_value_heads": 8, "head_dim": 64}
 SETTINGS = {"block_size": 32, "num_gpu_blocks_override": 160, "max_model_len": 512, "max_num_seqs": 16,
             "max_num_batched_tokens": 512}
 WORKLOAD = ("-w", "paper-alpaca", "--seed", "0")
-CALIBRATION_RATE, BELOW, ABOVE = 3.0, 1.0, 8.0  # req/s; the capacity here is near 4
-NUM_REQUESTS = {CALIBRATION_RATE: 150, BELOW: 60, ABOVE: 150}
+CALIBRATION_RATE, BELOW, ABOVE = 4.0, 1.5, 16.0  # req/s; the capacity here is near 4.5
+NUM_REQUESTS = {CALIBRATION_RATE: 120, BELOW: 60, ABOVE: 150}
 TOLERANCE = {"throughput_rps": 0.05, "ttft_p50": 0.20, "tpot_p50": 0.20}
 
 
@@ -103,7 +103,7 @@ def test_a_profile_calibrated_at_one_load_predicts_two_others(kvlab, server, mod
             lines.append(f"{rate:>6g} {key:>15} {measured[key]:>10.4g} {simulated[key]:>10.4g} {error:>+7.1%}")
     print("\n".join(lines))
     below, above = rows[0][1], rows[1][1]
-    assert below["throughput_rps"] > 0.85 * BELOW  # below capacity: the server keeps up with the load
+    assert below["throughput_rps"] > 0.8 * BELOW  # below capacity: the server keeps up with the load
     assert above["throughput_rps"] < 0.7 * ABOVE  # above: it cannot
     failures = [f"{key} at {rate:g} req/s: kvlab {simulated[key]:.4g} against {measured[key]:.4g} measured"
                 for rate, measured, simulated in rows for key, tolerance in TOLERANCE.items()
