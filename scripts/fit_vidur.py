@@ -93,8 +93,8 @@ def fit(device: str, vidur: Path) -> dict:
 
     def band(mask) -> dict:
         r = ratio[mask]
-        return {"rows": int(mask.sum()), "median_error": float(np.median(r)), "rms_error": float(np.sqrt(np.mean(r**2))),
-                "worst_error": float(r[np.argmax(np.abs(r))])}
+        return {"rows": int(mask.sum()), "median_error": float(np.median(r)),
+                "rms_error": float(np.sqrt(np.mean(r**2))), "worst_error": float(r[np.argmax(np.abs(r))])}
 
     return {
         "device": device, "gpu": gpu.id, "models": models, "rows": len(measured),
@@ -105,9 +105,12 @@ def fit(device: str, vidur: Path) -> dict:
     }
 
 
+def pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
 def profile(f: dict) -> dict:
     bw, fl = round(f["bandwidth_efficiency"], 3), round(f["flops_efficiency"], 3)
-    pct = lambda x: f"{100 * x:+.1f}%"
     source = (
         f"Fitted by scripts/fit_vidur.py to Vidur's published linear-layer profiling on {f['gpu']} "
         f"(github.com/microsoft/vidur, data/profiling/compute/{f['device']}/*/*/mlp.csv, TP 1: {f['rows']} rows, "
