@@ -35,7 +35,7 @@ def test_the_default_profile_is_the_stated_roofline_bit_for_bit():
     bandwidth = 1555e9 * 0.8
     assert c.coefficients == (c.weights_bytes / bandwidth + 0.003, c.kv_bytes_per_token / bandwidth,
                               c.flops_per_token, c.attention_flops_per_pair, 312e12 * 0.5, 0.003)
-    assert c.profile == "roofline" and c.jump_exact and c.notes == ()
+    assert c.profile == "roofline" and not c.has_cpu_terms and c.notes == ()
 
 
 def _config(cost=None, **kw):
@@ -49,7 +49,7 @@ def test_one_cost_function_for_numbers_and_arrays(name, tmp_path):
     if name == "absolute":
         cost = SimConfig.from_options(model="src/kvlab/vllm/tiny_llama.json", gpu="a100-40gb", num_gpu_blocks=256,
                                       cost=absolute_profile(tmp_path)).cost
-        assert cost.has_cpu_terms and not cost.jump_exact
+        assert cost.has_cpu_terms
     else:
         cost = _config(name).cost
     rng = np.random.default_rng(1)
@@ -91,7 +91,7 @@ def test_paper_2023_puts_vllms_capacity_where_figure_12a_shows_it():
 
 def _trace(config, workload):
     """Per step: what was scheduled, and the memory state after it (block by block); plus the clock."""
-    sim = Simulation(parse_strategy("vllm"), config, workload, jump=False)
+    sim = Simulation(parse_strategy("vllm"), config, workload, max_iterations=1)
     steps, memory, clock = [], [], []
     while (out := sim.step()) is not None:
         steps.append(out)

@@ -42,7 +42,8 @@ def write_bench(out, cost: str, *, rate: float, num_requests: int = 150, arrival
                                     max_num_seqs=64, max_model_len=2048, cost=cost)
     workload = build_workload("paper-alpaca", rate, arrival, 1.0, num_requests, None, seed, None)
     # The engine sees each request request_latency_s late; the client's clock is the engine's.
-    sim = Simulation(parse_strategy("vllm"), config, delayed(workload, config.cost.request_latency_s), jump=False)
+    sim = Simulation(parse_strategy("vllm"), config, delayed(workload, config.cost.request_latency_s),
+                     max_iterations=1)
     prompt = {r.request_id: r.prompt_len for r in workload.requests}
     computed, emitted, chunks = dict.fromkeys(prompt, 0), dict.fromkeys(prompt, 0), {rid: [] for rid in prompt}
     waiting = []  # what a /metrics scrape after each iteration would read

@@ -83,8 +83,7 @@ class CostModel:
     # (weights read + overhead in seconds, seconds to read one context token's KV, flops_per_token,
     # attention FLOPs per pair at the matmul efficiency, effective FLOP/s, overhead_s): what ``iteration_times``
     # computes with: ``fixed + context * per_token`` against ``overhead + (flops_per_token * tokens + per_pair *
-    # pairs) / flops``, the larger. (jump.py inlines it and knows nothing of the per-sequence and per-prefill-token
-    # terms: see ``jump_exact``.)
+    # pairs) / flops``, the larger.
     coefficients: tuple[float, float, float, float, float, float] = field(init=False, repr=False, compare=False)
     # Whether the per-sequence or per-prefill-token term is non-zero (the common roofline skips them).
     has_cpu_terms: bool = field(init=False, repr=False, compare=False)
@@ -100,12 +99,6 @@ class CostModel:
                    bandwidth_efficiency=1.0, flops_efficiency=1.0, overhead_s=overhead_s,
                    seq_overhead_s=seq_overhead_s, prefill_token_overhead_s=prefill_token_overhead_s,
                    request_latency_s=request_latency_s, profile=profile, notes=notes)
-
-    @property
-    def jump_exact(self) -> bool:
-        """Whether jump.py's inlined arithmetic equals ``iteration_times`` (it has no per-sequence or per-prefill
-        token term): a profile with either must run with ``Simulation(..., jump=False)`` until jump.py goes."""
-        return not self.has_cpu_terms
 
     def terms(self, num_seqs, num_prefill_tokens, num_decode_tokens, num_context_tokens,
               num_attention_pairs) -> IterationCost:
