@@ -130,7 +130,7 @@ class CostModel:
             flops_per_token * (num_prefill_tokens + num_decode_tokens) + flops_per_pair * num_attention_pairs
         ) / flops
         if t_mem.__class__ is float:
-            t = max(t_mem, t_compute)
+            t = t_mem if t_mem >= t_compute else t_compute  # noqa: PLR1730, FURB136 (max() costs a call)
         else:
             import numpy as np
 
