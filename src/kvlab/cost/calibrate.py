@@ -328,7 +328,11 @@ def _least_squares(its: Iterations, names: tuple[str, ...]):
     """(constants, standard errors, residuals) of the weighted fit, from several starts (the max makes it
     non-convex); refuses constants the Jacobian at the fit cannot separate."""
     import numpy as np
-    from scipy.optimize import least_squares
+
+    try:
+        from scipy.optimize import least_squares
+    except ImportError:
+        raise KvlabError("kvlab calibrate needs scipy: pip install 'kvlab[calibrate]'") from None
 
     y, sqrt_w = its.duration, np.sqrt(its.weight)
     state = (its.num_seqs, its.num_prefill_tokens, its.num_decode_tokens, its.num_context_tokens)
