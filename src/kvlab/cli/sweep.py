@@ -1,0 +1,270 @@
+"""``kvlab sweep`` and ``kvlab capacity``: many `kvlab run` points at once, stored in DuckDB, on local processes
+or a Ray cluster; and the highest rate each configuration sustains under a latency target.
+
+Any `kvlab run` option takes a comma list (``--rate 1,2 --strategy vllm,orca-oracle``); ``--grid FILE`` holds
+more (kvlab/sweep/grid.py). Everything is checked before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from kvlab.cli.app import app
+
+SWEEP_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+DEFAULT_OUT = Path("kvlab-sweep")
+EXTRA_HELP = ("Any `kvlab run` option, with a comma list of values to sweep: --strategy vllm,orca-oracle "
+              "--rate 1,2 --seed 0,1 --num-requests 300 ...")
+
+GridOpt = Annotated[Optional[Path], typer.Option("--grid", help="A YAML or TOML file of options and lists "
+                                                 "(docs/sweep.md); command-line lists override its keys.")]
+WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Worker processes (or Ray CPUs) "
+                                                   "\\[default: the number of cores].")]
+RayOpt = Annotated[bool, typer.Option("--ray", help="Run the points as Ray tasks on a local Ray instance.")]
+RayAddressOpt = Annotated[Optional[str], typer.Option("--ray-address", help="Run on an existing Ray cluster: "
+                                                      "HOST:PORT, or auto for $RAY_ADDRESS.")]
+OutOpt = Annotated[Path, typer.Option("--out", help="Folder of the sweep: its DuckDB store (sweep.duckdb, "
+                                      "resumed when present) and plots.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Run even when the estimate exceeds --max-time.")]
+MaxTimeOpt = Annotated[str, typer.Option("--max-time", help="Refuse (without --yes) a sweep estimated to take "
+                                         "longer than this: 90s, 20m, 2h.")]
+RetryOpt = Annotated[bool, typer.Option("--retry-failed", help="Compute again the points stored as failed.")]
+
+
+def parse_duration(text: str) -> float:
+    from kvlab.errors import KvlabError
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|h)?\s*", text)
+    if not match:
+        raise KvlabError(f"--max-time {text!r}: expected a duration such as 90s, 20m or 2h")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def grid_lists(args: list[str], grid: Path | None) -> tuple[dict[str, list], list[dict]]:
+    from kvlab.sweep.grid import parse_cli_args, read_grid_file
+
+    lists, explicit = read_grid_file(grid) if grid is not None else ({}, [])
+    lists.update(parse_cli_args(args))
+    return lists, explicit
+
+
+class Session:
+    """What both commands share: the checks, the store, the pool, the progress, an interrupt that keeps what
+    is stored."""
+
+    def __init__(self, out: Path, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
+        self.out, self.as_json = out, as_json
+        self.workers = workers or os.cpu_count() or 1
+        self.ray, self.ray_address = ray, ray_address
+        self.store = self.pool = self.runner = None
+
+    def check_ray(self) -> None:
+        from kvlab.errors import KvlabError
+
+        if not (self.ray or self.ray_address):
+            return
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise KvlabError("--ray needs Ray, which is not installed: pip install 'kvlab[ray]'") from None
+        if self.ray_address:
+            from kvlab.sweep.runner import check_reachable, resolve_ray_address
+
+            check_reachable(resolve_ray_address(self.ray_address))
+
+    def stored_keys(self) -> set[str]:
+        """Keys already stored, without creating anything (nothing is written before the checks pass)."""
+        from kvlab.sweep.grid import run_options
+        from kvlab.sweep.store import DB_NAME, Store
+
+        if not (self.out / DB_NAME).exists():
+            return set()
+        store = Store(self.out / DB_NAME, {n: s.kind for n, s in run_options().items()})
+        try:
+            return store.stored_keys()
+        finally:
+            store.close()
+
+    def check_time(self, points: list[dict], num_runs: float, max_time: str, yes: bool, what: str) -> None:
+        from kvlab.errors import KvlabError
+        from kvlab.sweep.point import estimate_seconds
+
+        limit = parse_duration(max_time)
+        if not points:
+            return
+        seconds = estimate_seconds(points) * num_runs / len(points) / self.workers
+        if seconds > limit and not yes:
+            raise KvlabError(f"{what}: about {format_duration(seconds)} on {self.workers} workers, more than "
+                             f"--max-time {max_time}; add --yes to run it anyway, or sweep fewer points")
+
+    def start(self) -> None:
+        import kvlab
+        from kvlab.sweep.grid import run_options
+        from kvlab.sweep.runner import Runner, make_pool
+        from kvlab.sweep.store import DB_NAME, Store
+
+        self.pool = make_pool(self.workers, ray=self.ray, ray_address=self.ray_address)
+        self.store = Store(self.out / DB_NAME, {n: s.kind for n, s in run_options().items()})
+        self.runner = Runner(self.store, self.pool, kvlab.__version__, progress=self._progress_callback())
+
+    def _progress_callback(self):
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        if console.is_terminal and not self.as_json:
+            return RichProgress(console)
+        return LineProgress()
+
+    def finish(self, *, interrupted: bool = False) -> None:
+        if isinstance(self.runner.progress, RichProgress):
+            self.runner.progress.stop()
+        self.pool.close(cancel=interrupted)
+        self.store.close()
+
+
+class RichProgress:
+    """A bar with finished / running / failed and the time left."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(TextColumn("points"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=console)
+        self.progress.start()
+        self.task = self.progress.add_task("points", total=None, status="")
+
+    def __call__(self, done: int, running: int, failed: int, total: int) -> None:
+        self.progress.update(self.task, completed=done, total=total,
+                             status=f"finished {done} · running {running} · failed {failed}")
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+
+class LineProgress:
+    """A line on stderr per stored point, for logs (stderr is not a terminal)."""
+
+    def __init__(self):
+        self.last = None
+
+    def __call__(self, done: int, running: int, failed: int, total: int) -> None:
+        if (done, total) != self.last:
+            print(f"points: {done}/{total} stored · running {running} · failed {failed}", file=sys.stderr, flush=True)
+            self.last = (done, total)
+
+
+def run_session(session: Session, work):
+    """``work()`` inside the session; Ctrl-C stops the workers, keeps what is stored and says how to resume."""
+    session.start()
+    try:
+        result = work()
+    except KeyboardInterrupt:
+        num = session.runner.num_computed
+        session.finish(interrupted=True)
+        print(f"interrupted: {num} points computed and stored in {session.out}; run the same command again to "
+              f"compute the rest (stored points are never recomputed)", file=sys.stderr)
+        raise typer.Exit(130) from None
+    session.finish()
+    return result
+
+
+def point_json(row: dict[str, Any], option_names: list[str]) -> dict[str, Any]:
+    summary = json.loads(row["summary"]) if row["summary"] else {}
+    summary.pop("name", None)
+    return {**{n: row[n] for n in option_names}, "key": row["key"], "status": row["status"], "error": row["error"],
+            **summary}
+
+
+@app.command(context_settings=SWEEP_CONTEXT, epilog=EXTRA_HELP)
+def sweep(
+    ctx: typer.Context,
+    grid: GridOpt = None,
+    workers: WorkersOpt = None,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
+    out: OutOpt = DEFAULT_OUT,
+    max_time: MaxTimeOpt = "1h",
+    yes: YesOpt = False,
+    retry_failed: RetryOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a grid of `kvlab run` points (comma lists of any of its options), store every summary in DuckDB,
+    resume when run again."""
+    import kvlab
+    from kvlab.sweep.grid import expand, point_key, run_options
+    from kvlab.sweep.point import check_points
+
+    lists, explicit = grid_lists(ctx.args, grid)
+    points = expand(lists, explicit)
+    check_points(points)
+    session = Session(out, workers, ray, ray_address, as_json)
+    session.check_ray()
+    stored = set() if retry_failed else session.stored_keys()
+    todo = [p for p in points if point_key(p, kvlab.__version__) not in stored]
+    session.check_time(todo, len(todo), max_time, yes, f"{len(todo)} of {len(points)} points to compute")
+    rows = run_session(session, lambda: session.runner.run(points))
+    names = list(run_options())
+    written = write_sweep_plots(rows, names, out)
+    if as_json:
+        typer.echo(json.dumps({"points": [point_json(r, names) for r in rows], "num_computed":
+                               session.runner.num_computed, "store": str(out / "sweep.duckdb")}, indent=2))
+        return
+    print_sweep(rows, names, session, written)
+
+
+def write_sweep_plots(rows, names, out: Path) -> list[Path]:
+    from kvlab.sweep.html import write_html
+    from kvlab.sweep.plots import latency_panels, write_png
+
+    panels = latency_panels(rows, names)
+    if not panels:
+        return []
+    title = "Normalized latency against request rate"
+    return [write_png(panels, out / "latency.png", title=title),
+            write_html(out / "sweep.html", [(title, panels, None)], title="kvlab sweep")]
+
+
+def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    varying = [n for n in names if len({repr(r[n]) for r in rows}) > 1] or ["strategy"]
+    table = Table(title=f"Sweep: {len(rows)} points", title_justify="left", header_style="bold")
+    for column in (*varying, "req/s", "tokens/s", "norm. latency s/tok", "TTFT p99 s", "TPOT p99 s", "status"):
+        table.add_column(column, justify="left" if column in varying or column == "status" else "right")
+    for row in rows:
+        ok = row["status"] == "ok"
+        cells = [f"{row['throughput_rps']:.3f}", f"{row['throughput_tps']:.0f}",
+                 _num(row.get("normalized_latency_s_per_token_mean")), _num(row.get("ttft_s_p99")),
+                 _num(row.get("tpot_s_p99"))] if ok else ["–"] * 5
+        table.add_row(*(str(row[n]) for n in varying), *cells, "ok" if ok else f"failed: {row['error']}")
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 150)
+    console.print(table)
+    num_failed = sum(r["status"] != "ok" for r in rows)
+    console.print(f"Computed {session.runner.num_computed} points now ({num_failed} failed in all); the other "
+                  f"{len(rows) - session.runner.num_computed} were stored. Store: {session.out / 'sweep.duckdb'} "
+                  f"(table points: SQL or pandas)." + (f" Plots: {', '.join(str(p) for p in written)}."
+                                                          if written else ""), highlight=False)
+
+
+def _num(value) -> str:
+    return "–" if value is None else f"{value:.4g}"
