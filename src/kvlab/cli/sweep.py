@@ -268,3 +268,124 @@ def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
 
 def _num(value) -> str:
     return "–" if value is None else f"{value:.4g}"
+
+
+SloOpt = Annotated[Optional[str], typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE, e.g. "
+                                               "p99_ttft<2s, p90_tpot<100ms \\[default: mean_normalized_latency<0.1s, "
+                                               "the vLLM paper's metric].")]
+RtolOpt = Annotated[float, typer.Option("--rtol", help="Stop bisecting when the bracket [held, failed] is this "
+                                        "narrow, relative.")]
+MaxRateOpt = Annotated[float, typer.Option("--max-rate", help="Give up doubling above this rate (req/s).")]
+TYPICAL_SEARCH_RUNS = 8  # simulations a search usually takes (bracket + bisection to 5%): for the time estimate
+
+
+def run_capacity(session: Session, configurations: list[dict], start_rates: list[float], slo, rtol: float,
+                 max_rate: float):
+    """The searches and the stored rows of every rate they tried (for the curves), inside the session."""
+    import kvlab
+    from kvlab.sweep.capacity import search_capacities
+    from kvlab.sweep.grid import point_key
+
+    def work():
+        searches = search_capacities(configurations, session.runner, slo, start_rates=start_rates, rtol=rtol,
+                                     max_rate=max_rate)
+        keys = [point_key({**c, "rate": r}, kvlab.__version__)
+                for c, s in zip(configurations, searches) for r, _, _ in s.probes]
+        return searches, session.store.rows(keys)
+
+    return run_session(session, work)
+
+
+def capacity_json(configurations, searches, option_names) -> list[dict]:
+    return [{**{n: c[n] for n in option_names if n != "rate"}, **s.to_json()}
+            for c, s in zip(configurations, searches)]
+
+
+@app.command(context_settings=SWEEP_CONTEXT, epilog=EXTRA_HELP + " Here --rate is the search's first guess.")
+def capacity(
+    ctx: typer.Context,
+    slo: SloOpt = None,
+    rtol: RtolOpt = 0.05,
+    max_rate: MaxRateOpt = 1000.0,
+    grid: GridOpt = None,
+    workers: WorkersOpt = None,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
+    out: OutOpt = DEFAULT_OUT,
+    max_time: MaxTimeOpt = "1h",
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The highest request rate each configuration sustains under a latency target, by bracketing and bisection
+    (every simulation stored, like a sweep's)."""
+    from kvlab.errors import KvlabError
+    from kvlab.sweep.capacity import DEFAULT_SLO, parse_slo
+    from kvlab.sweep.grid import expand, run_options
+    from kvlab.sweep.point import check_points
+
+    target = parse_slo(slo or DEFAULT_SLO)
+    if not 0 < rtol < 1:
+        raise KvlabError(f"--rtol must be in (0, 1), got {rtol}")
+    lists, explicit = grid_lists(ctx.args, grid)
+    rates = lists.pop("rate", ["1"])
+    if len(rates) != 1 or any("rate" in p for p in explicit):
+        raise KvlabError("kvlab capacity searches the rate: give --rate one value (the first guess), or none")
+    start_rate = run_options()["rate"].convert(rates[0])
+    if start_rate is None or not start_rate > 0:
+        raise KvlabError(f"--rate {rates[0]!r}: the first guess must be a positive rate")
+    configurations = expand(lists, explicit)
+    check_points([{**c, "rate": start_rate} for c in configurations])
+    session = Session(out, workers, ray, ray_address, as_json)
+    session.check_ray()
+    session.check_time([{**c, "rate": start_rate} for c in configurations],
+                       TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
+                       f"{len(configurations)} capacity searches (about {TYPICAL_SEARCH_RUNS} simulations each)")
+    searches, rows = run_capacity(session, configurations, [start_rate] * len(configurations), target, rtol,
+                                  max_rate)
+    names = list(run_options())
+    written = write_capacity_plots(configurations, searches, rows, names, out, target.text)
+    if as_json:
+        typer.echo(json.dumps({"slo": target.text, "capacities": capacity_json(configurations, searches, names),
+                               "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb")},
+                              indent=2))
+        return
+    print_capacity(configurations, searches, names, target.text, session, written)
+
+
+def write_capacity_plots(configurations, searches, rows, names, out: Path, slo_text: str) -> list[Path]:
+    from kvlab.sweep.html import write_html
+    from kvlab.sweep.plots import capacity_panels, latency_panels, write_png
+
+    bars = capacity_panels(configurations, searches)
+    curves = latency_panels(rows, names)
+    written = [write_png(bars, out / "capacity.png", title=f"Capacity under {slo_text}")]
+    sections = [(f"Capacity under {slo_text}", bars, None)]
+    if curves:
+        written.append(write_png(curves, out / "capacity_latency.png", title="The rates the searches tried"))
+        sections.append(("Normalized latency at the rates the searches tried", curves, None))
+    written.append(write_html(out / "capacity.html", sections, title="kvlab capacity"))
+    return written
+
+
+def print_capacity(configurations, searches, names, slo_text, session: Session, written) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    varying = [n for n in names if n != "rate" and len({repr(c[n]) for c in configurations}) > 1] or ["strategy"]
+    table = Table(title=f"Capacity: the highest rate with {slo_text}", title_justify="left", header_style="bold")
+    for column in (*varying, "capacity req/s", "bracket (held, failed)", "simulations"):
+        table.add_column(column, justify="left" if column in varying else "right")
+    for config, search in zip(configurations, searches):
+        if search.error:
+            cells = ["–", f"failed: {search.error}", str(len(search.probes) + 1)]
+        else:
+            hi = "none up to --max-rate" if search.hi is None else f"{search.hi:g}"
+            lo = "none" if search.lo is None else f"{search.lo:g}"
+            cells = [f"{search.capacity:.4g}", f"[{lo}, {hi}]", str(len(search.probes))]
+        table.add_row(*(str(config[n]) for n in varying), *cells)
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 150)
+    console.print(table)
+    console.print(f"Computed {session.runner.num_computed} simulations now (the rest were stored). Store: "
+                  f"{session.out / 'sweep.duckdb'}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)

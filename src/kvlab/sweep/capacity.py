@@ -124,14 +124,14 @@ class Search:
                 "probes": [{"rate": r, "value": v, "held": h} for r, v, h in self.probes], "error": self.error}
 
 
-def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *, start_rate: float = 1.0,
+def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *, start_rates: list[float],
                       rtol: float = 0.05, max_rate: float = 1e4) -> list[Search]:
-    """One search per configuration (a point's options without ``rate``), all advancing together: each round
-    simulates the next rate of every unfinished search at once, so a pool of N workers runs N searches side by
-    side."""
+    """One search per configuration (a point's options without ``rate``), each from its first guess, all
+    advancing together: each round simulates the next rate of every unfinished search at once, so a pool of N
+    workers runs N searches side by side."""
     import json
 
-    searches = [Search(start_rate=start_rate, rtol=rtol, max_rate=max_rate) for _ in configurations]
+    searches = [Search(start_rate=rate, rtol=rtol, max_rate=max_rate) for rate in start_rates]
     while True:
         batch = [(search, config, rate) for search, config in zip(searches, configurations)
                  if (rate := search.next_rate()) is not None]

@@ -155,6 +155,7 @@ class Runner:
         self.progress = progress
         self.num_computed = 0
         self.num_failed = 0
+        self.num_done_before = self.num_total_before = 0  # earlier calls' points (a capacity search's rounds)
 
     def run(self, points: list[Point]) -> list[dict[str, Any]]:
         """Every point's stored row (computing the missing ones), in the order of ``points``."""
@@ -174,6 +175,8 @@ class Runner:
                 self.num_computed += 1
                 done += 1
             self._report(done, len(pending), total)
+        self.num_done_before += total
+        self.num_total_before += total
         return self.store.rows(keys)
 
     def _outcome(self, future: Future) -> dict[str, Any]:
@@ -191,4 +194,5 @@ class Runner:
 
     def _report(self, done: int, running: int, total: int) -> None:
         if self.progress is not None:
-            self.progress(done, min(running, self.pool.num_workers), self.num_failed, total)
+            self.progress(self.num_done_before + done, min(running, self.pool.num_workers), self.num_failed,
+                          self.num_total_before + total)
