@@ -35,7 +35,10 @@ class Fig2Setup:
     gpu: str = "a100-40gb"
     available_kv_gib: float = 12.0  # Table 1: 12 GB of KV cache for OPT-13B on one A100 (15,728 slots)
     workload: str = "paper-sharegpt"
-    rate: float = 4.0  # req/s: above the ~2.9 req/s the cost model lets vLLM serve here, so every cache fills
+    # The paper-era clock (kvlab cost: paper-2023, derived from Figure 12a and §7.1), and the right end of Figure 12a's
+    # rate axis for this setup: above the ~1.9 req/s that clock lets vLLM serve, so every cache fills.
+    rate: float = 2.0
+    cost: str = "paper-2023"
     num_requests: int = 2000
     seed: int = 0
 
@@ -57,7 +60,8 @@ def run_fig2(setup: Fig2Setup = Fig2Setup(), progress: Callable[[str, int, int],
     from kvlab.strategies import parse_strategy
     from kvlab.workload import load_workload
 
-    config = SimConfig.from_options(model=setup.model, gpu=setup.gpu, available_kv_gib=setup.available_kv_gib)
+    config = SimConfig.from_options(model=setup.model, gpu=setup.gpu, available_kv_gib=setup.available_kv_gib,
+                                    cost=setup.cost)
     workload = load_workload(setup.workload, num_requests=setup.num_requests, rate=setup.rate, seed=setup.seed)
     rows = []
     for system in FIG2_SYSTEMS:
@@ -92,6 +96,7 @@ def fig2_json(setup: Fig2Setup, rows: list[Fig2Row]) -> dict:
         "setup": {
             "model": setup.model, "gpu": setup.gpu, "available_kv_gib": setup.available_kv_gib,
             "workload": setup.workload, "rate": setup.rate, "num_requests": setup.num_requests, "seed": setup.seed,
+            "cost": setup.cost,
         },
         "systems": {
             row.system: {

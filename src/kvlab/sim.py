@@ -97,21 +97,20 @@ class SimConfig:
         enable_chunked_prefill: bool = True,
         preemption_mode: str | None = None,
         swap_space_gib: float = 4.0,
+        cost: str | None = None,
     ) -> SimConfig:
         """Size the KV cache as vLLM would (``kvlab size``) and build the cost model for ``model`` on ``gpu``.
 
         ``num_gpu_blocks`` fixes the pool (vLLM's ``num_gpu_blocks_override``); ``available_kv_gib`` fixes the
-        budget vLLM printed; otherwise kvlab's estimate of the budget is used."""
+        budget vLLM printed; otherwise kvlab's estimate of the budget is used. ``cost`` is a cost profile's name or
+        file (``kvlab cost``; default ``roofline``)."""
         from kvlab.catalog import get_gpu, get_model
+        from kvlab.cost.profiles import get_profile
         from kvlab.sizing import GIB, SizingConfig, size_kv_cache
 
         model_spec = get_model(model)
         gpu_spec = get_gpu(gpu)
-        if gpu_spec.memory_bandwidth_bytes_per_s is None or gpu_spec.peak_flops is None:
-            raise KvlabError(
-                f"the catalogue has no memory bandwidth or FLOP/s for {gpu_spec.id}, which the cost model needs; "
-                f"pick a GPU that has both (kvlab gpus)"
-            )
+        profile = get_profile(cost)  # first: a bad --cost fails before anything is sized
         for name, value in (("--gpu-memory-gib", gpu_memory_gib), ("--available-kv-gib", available_kv_gib),
                             ("--num-gpu-blocks", num_gpu_blocks), ("--swap-space", swap_space_gib)):
             if value is not None and value < 0 or (value == 0 and name != "--swap-space"):
@@ -141,14 +140,14 @@ class SimConfig:
             )
         # Per TP rank, all layers: pipeline stages run one after the other, so an iteration reads every layer.
         kv_bytes_per_token_per_rank = sizing.kv_bytes_per_token_per_gpu * pipeline_parallel_size
-        cost = CostModel(
+        cost = profile.cost_model(
             weights_bytes=sizing.weights_bytes_total / tp,
             kv_bytes_per_token=kv_bytes_per_token_per_rank,
             flops_per_token=2.0 * model_spec.num_active_params / tp,
             attention_flops_per_pair=4.0 * model_spec.num_hidden_layers * model_spec.num_attention_heads
             * model_spec.head_dim / tp,
-            memory_bandwidth=float(gpu_spec.memory_bandwidth_bytes_per_s),
-            peak_flops=float(gpu_spec.peak_flops),
+            gpu=gpu_spec,
+            model_id=model_spec.id,
         )
         return cls(
             num_slots=num_slots,

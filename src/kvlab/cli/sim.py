@@ -53,6 +53,8 @@ PreemptOpt = Annotated[Optional[str], typer.Option("--preemption-mode", help="re
                                                    "strategy's, recompute].")]
 SwapOpt = Annotated[float, typer.Option("--swap-space", help="CPU swap space per GPU in GiB, for swap preemption.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+CostOpt = Annotated[Optional[str], typer.Option("--cost", help="Cost profile that sets the clock: a name (kvlab cost) "
+                                               "or a .toml/.json file (kvlab calibrate) \\[default: roofline].")]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write per-request and per-iteration CSV files and "
                                                 "PNG plots to this folder.")]
 
@@ -76,7 +78,7 @@ def build_workload(workload: str, rate, arrival, cv, num_requests, duration, see
 def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size,
              gpu_memory_utilization, block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens,
              max_num_seqs, available_kv_gib, num_gpu_blocks, enable_chunked_prefill, preemption_mode, swap_space,
-             workload, rate, arrival, cv, num_requests, duration, seed, quiet: bool = False):
+             workload, rate, arrival, cv, num_requests, duration, seed, cost=None, quiet: bool = False):
     """Build the config and the workload once, run each strategy on them; returns (config, workload, results)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -96,7 +98,7 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
         dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
         pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, enable_chunked_prefill=enable_chunked_prefill,
-        preemption_mode=preemption_mode, swap_space_gib=swap_space,
+        preemption_mode=preemption_mode, swap_space_gib=swap_space, cost=cost,
     )
     wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, None)
     results = []
@@ -105,7 +107,7 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
                   console=console, transient=True, disable=quiet or not console.is_terminal) as progress:
         for strategy in strategies:
             task = progress.add_task(f"{strategy.name:<18}", total=wl.num_requests)
-            sim = Simulation(strategy, config, wl)
+            sim = Simulation(strategy, config, wl, jump=config.cost.jump_exact)  # (until jump.py goes)
             results.append(sim.run(progress=lambda done, total: progress.update(task, completed=done)))
     return config, wl, results
 
@@ -128,7 +130,8 @@ def typical_iteration(config, summary: dict) -> dict:
     terms = config.cost.terms(round(num_seqs), 0, round(num_seqs), round(context), round(context))
     return {"num_seqs": num_seqs, "num_context_tokens": context, "weights_ms": 1e3 * terms.weights,
             "kv_ms": 1e3 * terms.kv, "compute_ms": 1e3 * terms.compute, "overhead_ms": 1e3 * terms.overhead,
-            "total_ms": 1e3 * terms.total, "bound": terms.bound}
+            "seqs_ms": 1e3 * terms.seqs, "prefill_ms": 1e3 * terms.prefill,
+            "total_ms": 1e3 * terms.total, "bound": terms.bound, "cost_profile": config.cost.profile}
 
 
 def report(config, wl, results, *, as_json: bool, out: Path | None, title: str) -> None:
@@ -165,8 +168,12 @@ def report(config, wl, results, *, as_json: bool, out: Path | None, title: str) 
     console.print(
         f"A typical iteration of {best['name']} ({t['num_seqs']:.0f} requests over {t['num_context_tokens']:,.0f} "
         f"tokens of KV): reading the weights {t['weights_ms']:.1f} ms + reading the KV {t['kv_ms']:.1f} ms against "
-        f"computing {t['compute_ms']:.1f} ms ({t['bound']}-bound), + {t['overhead_ms']:.1f} ms overhead = "
-        f"{t['total_ms']:.1f} ms (docs/metrics.md: the cost model).", highlight=False)
+        f"computing {t['compute_ms']:.1f} ms ({t['bound']}-bound), + {t['overhead_ms']:.1f} ms overhead"
+        + (f" + {t['seqs_ms']:.1f} ms per-sequence overhead" if t["seqs_ms"] else "")
+        + f" = {t['total_ms']:.1f} ms, under cost profile {config.cost.profile!r} (kvlab cost; docs/cost.md).",
+        highlight=False)
+    for note in config.cost.notes:
+        console.print(f"warning: {note}", style="yellow", highlight=False)
     if written:
         console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written), highlight=False)
 
@@ -178,6 +185,7 @@ def race_json(config, wl, summaries) -> dict:
         "num_slots": config.num_slots,
         "block_size": config.block_size,
         "max_model_len": config.max_model_len,
+        "cost": {"profile": config.cost.profile, "notes": list(config.cost.notes)},
         "workload": {"name": wl.name, "num_requests": wl.num_requests, "rate": wl.request_rate,
                      "description": wl.description},
         "strategies": summaries,
@@ -188,7 +196,7 @@ SIM_OPTIONS = (
     "model", "gpu", "gpu_memory_gib", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
     "block_size", "dtype", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
     "available_kv_gib", "num_gpu_blocks", "enable_chunked_prefill", "preemption_mode", "swap_space", "workload",
-    "rate", "arrival", "cv", "num_requests", "duration", "seed",
+    "rate", "arrival", "cv", "num_requests", "duration", "seed", "cost",
 )
 
 
@@ -226,6 +234,7 @@ def race(
     num_requests: NumReqOpt = None,
     duration: DurationOpt = None,
     seed: SeedOpt = 0,
+    cost: CostOpt = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained page that replays the race "
@@ -274,6 +283,7 @@ def run(
     num_requests: NumReqOpt = None,
     duration: DurationOpt = None,
     seed: SeedOpt = 0,
+    cost: CostOpt = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:

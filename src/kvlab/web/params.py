@@ -49,6 +49,7 @@ class RunSpec:
     block_size: int = 16
     num_blocks: int | None = None  # KV cache size in blocks; None: what the GPU leaves (vLLM's sizing)
     max_num_seqs: int | None = None  # None: vLLM's default for the GPU, as `kvlab race` uses
+    cost: str = "roofline"  # a built-in cost profile (kvlab cost); files are for the command line only
 
 
 def parse_run_spec(data: dict) -> RunSpec:
@@ -82,7 +83,23 @@ def parse_run_spec(data: dict) -> RunSpec:
         num_blocks=num_blocks,
         max_num_seqs=None if data.get("max_num_seqs") in (None, "")
         else integer(data, "max_num_seqs", 1, LIMITS["max_num_seqs"], None),
+        cost=_cost_profile(data.get("cost")),
     )
+
+
+def _cost_profile(value) -> str:
+    import difflib
+
+    from kvlab.cost import DEFAULT_PROFILE, builtin_profiles
+
+    if value in (None, ""):
+        return DEFAULT_PROFILE
+    names = list(builtin_profiles())
+    if not isinstance(value, str) or value not in names:  # never a path: the page reads no files
+        hits = difflib.get_close_matches(str(value), names, n=1, cutoff=0.5)
+        hint = f" (did you mean {hits[0]!r}?)" if hits else ""
+        raise KvlabError(f"cost {str(value)[:40]!r} is not a built-in cost profile{hint}: {', '.join(names)}")
+    return value
 
 
 def parse_speed(value: str | None) -> float:

@@ -1,0 +1,160 @@
+"""How long one engine iteration takes, term by term: a roofline with overheads.
+
+An iteration reads every weight once and the K/V of every context token it attends over, and does
+2 FLOPs per parameter per token plus the attention's own FLOPs. Whichever of memory traffic and compute takes
+longer sets the time (a roofline), plus the CPU's share of a step (scheduling, sampling, kernel launches, Python):
+a fixed overhead per iteration, one per scheduled sequence and one per prefill token:
+
+    t_mem      = weights_bytes / (bandwidth × bandwidth_efficiency)
+                 + kv_read_bytes / (bandwidth × attention_bandwidth_efficiency)
+    t_compute  = 2 × active_params × num_tokens / (peak_flops × flops_efficiency)
+                 + attention_flops / (peak_flops × attention_flops_efficiency)
+    t          = max(t_mem, t_compute) + overhead + num_seqs × seq_overhead + num_prefill_tokens × prefill_token_overhead
+
+    kv_read_bytes   = num_context_tokens × kv_bytes_per_token           (each scheduled sequence reads its context)
+    attention_flops = 4 × num_layers × num_heads × head_dim × num_attention_pairs
+                      (QKᵀ and AV, 2 FLOPs per multiply-add; a pair is one new token attending to one context token)
+
+Tensor parallelism splits weights, KV and FLOPs over the GPUs; every number here is per GPU. The constants come
+from a cost profile (kvlab/cost/profiles.py: ``kvlab cost`` lists them with their sources); the defaults here are
+the ``roofline`` profile's. A profile fitted in absolute times (seconds per context token, ...) rather than as
+efficiencies of a catalogue GPU builds its model with ``CostModel.from_seconds``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+BANDWIDTH_EFFICIENCY = 0.8
+FLOPS_EFFICIENCY = 0.5
+ITERATION_OVERHEAD_S = 0.003
+PCIE_BANDWIDTH = 25e9  # bytes/s a swap moves between GPU and CPU memory (PCIe 4.0 x16, in practice)
+
+
+@dataclass(frozen=True, slots=True)
+class IterationCost:
+    """The terms of one iteration's time, in seconds.
+
+    ``total = max(weights + kv, compute) + overhead + seqs + prefill`` (``seqs``: the per-sequence overhead of the
+    iteration's sequences; ``prefill``: the per-token overhead of its prefill tokens)."""
+
+    weights: float
+    kv: float
+    compute: float
+    overhead: float
+    seqs: float = 0.0
+    prefill: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return max(self.weights + self.kv, self.compute) + self.overhead + self.seqs + self.prefill
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.weights + self.kv >= self.compute else "compute"
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Plain numbers per GPU; ``SimConfig.from_options`` builds one from a model, a GPU and a cost profile.
+
+    ``attention_bandwidth_efficiency`` and ``attention_flops_efficiency`` default to ``bandwidth_efficiency`` and
+    ``flops_efficiency`` (None: the attention kernel is as efficient as the rest)."""
+
+    weights_bytes: float
+    kv_bytes_per_token: float
+    flops_per_token: float  # 2 × active parameters (per GPU)
+    attention_flops_per_pair: float  # 4 × layers × heads × head_dim (per GPU)
+    memory_bandwidth: float  # bytes/s
+    peak_flops: float  # FLOP/s
+    bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY
+    flops_efficiency: float = FLOPS_EFFICIENCY
+    overhead_s: float = ITERATION_OVERHEAD_S
+    attention_bandwidth_efficiency: float | None = None
+    attention_flops_efficiency: float | None = None
+    seq_overhead_s: float = 0.0
+    prefill_token_overhead_s: float = 0.0
+    profile: str = field(default="roofline", compare=False)  # the cost profile's name (``kvlab cost``)
+    notes: tuple[str, ...] = field(default=(), compare=False)  # what was assumed building it (profile mismatches)
+    # (weights read + overhead in seconds, seconds to read one context token's KV, flops_per_token,
+    # attention FLOPs per pair at the matmul efficiency, effective FLOP/s, overhead_s): what ``iteration_times``
+    # computes with: ``fixed + context * per_token`` against ``overhead + (flops_per_token * tokens + per_pair *
+    # pairs) / flops``, the larger. (jump.py inlines it and knows nothing of the per-sequence and per-prefill-token
+    # terms: see ``jump_exact``.)
+    coefficients: tuple[float, float, float, float, float, float] = field(init=False, repr=False, compare=False)
+    # Whether the per-sequence or per-prefill-token term is non-zero (the common roofline skips them).
+    has_cpu_terms: bool = field(init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_seconds(cls, *, weights_read_s: float, context_token_s: float, token_s: float, attention_pair_s: float,
+                     overhead_s: float, seq_overhead_s: float = 0.0, prefill_token_overhead_s: float = 0.0,
+                     profile: str = "", notes: tuple[str, ...] = ()) -> CostModel:
+        """A model in absolute times, as a profile fitted on the machine itself gives them (no catalogue GPU):
+        the same expression with unit bandwidth and FLOP/s, so each "byte" or "FLOP" is a second."""
+        return cls(weights_bytes=weights_read_s, kv_bytes_per_token=context_token_s, flops_per_token=token_s,
+                   attention_flops_per_pair=attention_pair_s, memory_bandwidth=1.0, peak_flops=1.0,
+                   bandwidth_efficiency=1.0, flops_efficiency=1.0, overhead_s=overhead_s,
+                   seq_overhead_s=seq_overhead_s, prefill_token_overhead_s=prefill_token_overhead_s,
+                   profile=profile, notes=notes)
+
+    @property
+    def jump_exact(self) -> bool:
+        """Whether jump.py's inlined arithmetic equals ``iteration_times`` (it has no per-sequence or per-prefill
+        token term): a profile with either must run with ``Simulation(..., jump=False)`` until jump.py goes."""
+        return not self.has_cpu_terms
+
+    def terms(self, num_seqs, num_prefill_tokens, num_decode_tokens, num_context_tokens,
+              num_attention_pairs) -> IterationCost:
+        """The iteration's time, term by term (``total`` is ``iteration_times`` up to the last bit)."""
+        bandwidth = self.memory_bandwidth * self.bandwidth_efficiency
+        num_tokens = num_prefill_tokens + num_decode_tokens
+        _, kv_token_s, _, flops_per_pair, flops, _ = self.coefficients
+        return IterationCost(
+            weights=self.weights_bytes / bandwidth,
+            kv=num_context_tokens * kv_token_s,
+            compute=(self.flops_per_token * num_tokens + flops_per_pair * num_attention_pairs) / flops,
+            overhead=self.overhead_s,
+            seqs=num_seqs * self.seq_overhead_s,
+            prefill=num_prefill_tokens * self.prefill_token_overhead_s,
+        )
+
+    def iteration_times(self, num_seqs, num_prefill_tokens, num_decode_tokens, num_context_tokens,
+                        num_attention_pairs):
+        """How long iterations take, in seconds: the one cost function of the simulator.
+
+        Each argument is a number (one iteration: a float comes back, computed with plain Python arithmetic)
+        or a numpy array (one iteration per element: an array comes back). The same operations in the same
+        order either way, so an element equals the scalar result bit for bit. Arranged for speed (the overhead
+        added to both sides before the larger is taken, reading the weights counted with the overhead), so it
+        may differ from ``terms(...).total`` in the last bit."""
+        fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
+        t_mem = fixed_s + num_context_tokens * kv_token_s
+        t_compute = overhead_s + (
+            flops_per_token * (num_prefill_tokens + num_decode_tokens) + flops_per_pair * num_attention_pairs
+        ) / flops
+        if t_mem.__class__ is float:
+            t = t_mem if t_mem >= t_compute else t_compute
+        else:
+            import numpy as np
+
+            # The larger of two positive numbers: np.maximum picks the same one as the scalar `if`.
+            t = np.maximum(t_mem, t_compute)
+        if self.has_cpu_terms:
+            return t + (num_seqs * self.seq_overhead_s + num_prefill_tokens * self.prefill_token_overhead_s)
+        return t
+
+    def __post_init__(self) -> None:
+        bandwidth = self.memory_bandwidth * self.bandwidth_efficiency
+        kv_bandwidth = self.memory_bandwidth * (self.attention_bandwidth_efficiency or self.bandwidth_efficiency)
+        # Attention FLOPs at their own efficiency, expressed at the matmuls' (x * (e / e) is x exactly: the
+        # default leaves the roofline's arithmetic as it was, bit for bit).
+        attention_flops_eff = self.attention_flops_efficiency or self.flops_efficiency
+        object.__setattr__(self, "coefficients", (
+            self.weights_bytes / bandwidth + self.overhead_s,
+            self.kv_bytes_per_token / kv_bandwidth,
+            self.flops_per_token,
+            self.attention_flops_per_pair * (self.flops_efficiency / attention_flops_eff),
+            self.peak_flops * self.flops_efficiency,
+            self.overhead_s,
+        ))
+        object.__setattr__(self, "has_cpu_terms", bool(self.seq_overhead_s or self.prefill_token_overhead_s))
