@@ -69,7 +69,7 @@ class Session:
     """What both commands share: the checks, the store, the pool, the progress, an interrupt that keeps what
     is stored."""
 
-    def __init__(self, out: Path, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
+    def __init__(self, out: Path | None, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
         self.out, self.as_json = out, as_json
         self.workers = workers or os.cpu_count() or 1
         self.ray, self.ray_address = ray, ray_address
@@ -94,7 +94,7 @@ class Session:
         from kvlab.sweep.grid import run_options
         from kvlab.sweep.store import DB_NAME, Store
 
-        if not (self.out / DB_NAME).exists():
+        if self.out is None or not (self.out / DB_NAME).exists():
             return set()
         store = Store(self.out / DB_NAME, {n: s.kind for n, s in run_options().items()})
         try:
@@ -121,7 +121,8 @@ class Session:
         from kvlab.sweep.store import DB_NAME, Store
 
         self.pool = make_pool(self.workers, ray=self.ray, ray_address=self.ray_address)
-        self.store = Store(self.out / DB_NAME, {n: s.kind for n, s in run_options().items()})
+        path = None if self.out is None else self.out / DB_NAME  # no folder: a throwaway in-memory store
+        self.store = Store(path, {n: s.kind for n, s in run_options().items()})
         self.runner = Runner(self.store, self.pool, kvlab.__version__, progress=self._progress_callback())
 
     def _progress_callback(self):
