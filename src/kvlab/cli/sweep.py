@@ -83,7 +83,7 @@ class Session:
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise KvlabError("--ray needs Ray, which is not installed: pip install 'kvlab[ray]'") from None
+            raise KvlabError("--ray needs Ray, which is not installed: pip install ray (or install kvlab with its ray extra)") from None
         if self.ray_address:
             from kvlab.sweep.runner import check_reachable, resolve_ray_address
 

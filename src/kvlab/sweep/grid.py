@@ -56,8 +56,8 @@ class OptionSpec:
         low, high = getattr(self.param, "min", None), getattr(self.param, "max", None)
         if (low is not None and converted < low) or (high is not None and converted > high):
             raise KvlabError(f"{self.flag} {value!r}: outside its range [{low}, {high}]")
-        if self.name == "workload":
-            return _workload_spec(converted)
+        if self.name in ("workload", "cost"):
+            return _file_spec(self.name, converted)
         return converted
 
 
@@ -163,7 +163,10 @@ def parse_cli_args(args: list[str]) -> dict[str, list[Any]]:
             if i + 1 >= len(args):
                 raise KvlabError(f"{flag} needs a value (or a comma list of values)")
             value, i = args[i + 1], i + 1
-        lists[name] = value.split(",")
+        values = value.split(",")
+        if any(not v.strip() for v in values):
+            raise KvlabError(f"{flag} {value!r}: an empty value in the list (write none for an option's default)")
+        lists[name] = values
         i += 1
     return lists
 
@@ -192,11 +195,13 @@ def read_grid_file(path: Path) -> tuple[dict[str, list[Any]], list[dict[str, Any
         raise KvlabError(f"--grid {path}: a grid file ends in .yaml, .yml or .toml")
     if not isinstance(data, dict):
         raise KvlabError(f"--grid {path}: expected a mapping of option names to values or lists")
-    explicit = data.pop("points", [])
-    if not isinstance(explicit, list) or not all(isinstance(p, dict) for p in explicit):
+    explicit = data.pop("points", None)
+    if explicit is not None and (not isinstance(explicit, list) or not all(isinstance(p, dict) for p in explicit)):
         raise KvlabError(f"--grid {path}: 'points' must be a list of option mappings")
+    if explicit == []:
+        raise KvlabError(f"--grid {path}: 'points' is an empty list, which makes an empty grid")
     lists = {option_name(str(key)): list(value) if isinstance(value, list) else [value] for key, value in data.items()}
-    points = [{option_name(str(key)): value for key, value in p.items()} for p in explicit]
+    points = [{option_name(str(key)): value for key, value in p.items()} for p in explicit or []]
     return lists, points
 
 
@@ -233,12 +238,16 @@ def point_key(point: Point, version: str) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 
-def _workload_spec(spec: str) -> str:
-    """A bundled name as is; a user's file as an absolute path (workers may run elsewhere: a Ray worker's
-    working directory is not the user's)."""
-    from kvlab.workload import WORKLOADS
+def _file_spec(name: str, spec: str) -> str:
+    """A bundled workload or cost profile as named; a user's file as an absolute path (workers may run
+    elsewhere: a Ray worker's working directory is not the user's)."""
+    if name == "workload":
+        from kvlab.workload import WORKLOADS as known
+    else:
+        from kvlab.cost.profiles import builtin_profiles
 
-    if spec in WORKLOADS:
+        known = builtin_profiles()
+    if spec in known:
         return spec
     path = Path(spec).expanduser()
     return str(path.resolve()) if path.exists() else spec

@@ -98,20 +98,16 @@ def check_points(points: list[dict[str, Any]]) -> None:
 
 def estimate_seconds(points: list[dict[str, Any]], probe_requests: int = 200) -> float:
     """Roughly how long the points take on one core: a short run of the first point's setup, timed, scaled by
-    each point's number of requests."""
-    from kvlab.sim import SimConfig, Simulation
-    from kvlab.strategies import parse_strategy
-
+    each point's number of requests (an estimate: a saturated run costs more per request than a light one)."""
     first = points[0]
     probe = {**first, "num_requests": probe_requests, "duration": None}
-    workload = build_workload(probe)
-    config = SimConfig.from_options(**config_options(first))
+    num_probe_requests = build_workload(probe).num_requests
     start = time.perf_counter()
-    Simulation(parse_strategy(first["strategy"]), config, workload).run()
-    per_request = (time.perf_counter() - start) / max(1, workload.num_requests)
+    simulate_point(probe)
+    per_request = (time.perf_counter() - start) / max(1, num_probe_requests)
     total_requests = 0
     for point in points:
-        if point["num_requests"] is not None:
+        if point["num_requests"] is not None and point["duration"] is None:
             total_requests += point["num_requests"]
         else:  # a duration, or the workload's default length
             total_requests += build_workload(point).num_requests

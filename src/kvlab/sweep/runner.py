@@ -26,10 +26,23 @@ from kvlab.sweep.store import Store
 ProgressCallback = Callable[[int, int, int, int], None]
 
 
-def _ignore_sigint() -> None:
+def _init_worker() -> None:
     # Ctrl-C reaches the whole process group: the main process handles it (stops the pool, keeps what is
     # stored); a worker must not die with a traceback of its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A sweep killed outright (kill -9, out of memory) cannot stop its workers, and a worker waiting for its
+    # next point would wait forever (it holds both ends of the pool's queue): it leaves when its parent does.
+    import threading
+
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    import time
+
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def _warm() -> int:
@@ -56,7 +69,7 @@ class LocalPool:
         from concurrent.futures import ProcessPoolExecutor
 
         return ProcessPoolExecutor(self.num_workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_ignore_sigint)
+                                   initializer=_init_worker)
 
     def warm_up(self) -> None:
         """Start every worker and import the simulator in it (a benchmark times the sweep, not the start-up)."""
@@ -90,12 +103,14 @@ class RayPool:
         try:
             import ray
         except ImportError:
-            raise KvlabError("--ray needs Ray, which is not installed: pip install 'kvlab[ray]'") from None
+            raise KvlabError("--ray needs Ray, which is not installed: pip install ray (or install kvlab with its ray extra)") from None
         self.ray = ray
         if address is not None:
             address = resolve_ray_address(address)
-            check_reachable(address)
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            host = check_reachable(address)
+            # A driver on the head's own loopback address must say so, or Ray looks for a raylet at its LAN IP.
+            local = {"_node_ip_address": "127.0.0.1"} if host in ("127.0.0.1", "localhost") else {}
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False, **local)
         else:
             ray.init(num_cpus=num_workers, include_dashboard=False, _node_ip_address="127.0.0.1",
                      logging_level="ERROR", log_to_driver=False)
@@ -121,7 +136,7 @@ def resolve_ray_address(address: str) -> str:
     return address
 
 
-def check_reachable(address: str, timeout_s: float = 3.0) -> None:
+def check_reachable(address: str, timeout_s: float = 3.0) -> str:
     """A clear error now rather than Ray's retries for a minute: is anything listening at HOST:PORT?"""
     import socket
 
@@ -135,6 +150,7 @@ def check_reachable(address: str, timeout_s: float = 3.0) -> None:
     except OSError as exc:
         raise KvlabError(f"cannot reach a Ray cluster at {address}: {exc.strerror or exc} (is it running? "
                          f"`ray start --head` prints its address)") from None
+    return host
 
 
 def make_pool(num_workers: int, *, ray: bool = False, ray_address: str | None = None):
