@@ -112,7 +112,7 @@ class RayPool:
             local = {"_node_ip_address": "127.0.0.1"} if host in ("127.0.0.1", "localhost") else {}
             ray.init(address=address, logging_level="ERROR", log_to_driver=False, **local)
         else:
-            ray.init(num_cpus=num_workers, include_dashboard=False, _node_ip_address="127.0.0.1",
+            ray.init(address="local", num_cpus=num_workers, include_dashboard=False, _node_ip_address="127.0.0.1",
                      logging_level="ERROR", log_to_driver=False)
         self.num_workers = int(ray.cluster_resources().get("CPU", num_workers))
         self.task = ray.remote(num_cpus=1, max_retries=0)(compute)
