@@ -100,16 +100,16 @@ def fig12(
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the workloads.")] = 0,
     slo: Annotated[str, typer.Option("--slo", help="The latency target a sustained rate meets.")] =
         "mean_normalized_latency<0.1s",
-    cost: Annotated[Optional[str], typer.Option("--cost", help="Cost profile \\[default: paper-2023, the paper-era "
+    cost: Annotated[str | None, typer.Option("--cost", help="Cost profile \\[default: paper-2023, the paper-era "
                                                 "clock, when this kvlab has it].")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="Worker processes \\[default: the number of "
+    workers: Annotated[int | None, typer.Option("--workers", help="Worker processes \\[default: the number of "
                                                    "cores].")] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Run on a local Ray instance.")] = False,
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Run on a Ray cluster: HOST:PORT "
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Run on a Ray cluster: HOST:PORT "
                                                        "or auto.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Keep the store (sweep.duckdb, resumable) and write "
-                                                "fig12.png, fig12_capacity.png, fig12.html and fig12.json here.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Keep the store (sweep.duckdb, resumable) and write "
+                                             "fig12.png, fig12_capacity.png, fig12.html, fig12.json here.")] = None,
 ) -> None:
     """Figure 12: normalized latency against rate, and the rate each system sustains (OPT-13B, one A100-40GB,
     ShareGPT and Alpaca stand-ins), with vLLM's ratios beside the paper's 1.7-2.7x and 2.7-8x."""
@@ -180,8 +180,10 @@ def _print_fig12(data: dict) -> None:
         parts = []
         for name, value in ratios.items():
             paper = data["paper_ratios"][name]
-            where = "" if paper is None or workload != "paper-sharegpt" else (
-                f" (paper {paper[0]:g}-{paper[1]:g}x: {'inside' if paper[0] <= (value or 0) <= paper[1] else 'outside'})")
+            where = ""
+            if paper is not None and workload == "paper-sharegpt":
+                verdict = "inside" if paper[0] <= (value or 0) <= paper[1] else "outside"
+                where = f" (paper {paper[0]:g}-{paper[1]:g}x: {verdict})"
             parts.append(f"{name.replace('vllm_vs_', 'vs ').replace('_', '-')} "
                          f"{'–' if value is None else f'{value:.2f}x'}{where}")
         console.print(f"vLLM on {workload}: " + ", ".join(parts), highlight=False)

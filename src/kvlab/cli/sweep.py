@@ -11,9 +11,8 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -24,12 +23,12 @@ DEFAULT_OUT = Path("kvlab-sweep")
 EXTRA_HELP = ("Any `kvlab run` option, with a comma list of values to sweep: --strategy vllm,orca-oracle "
               "--rate 1,2 --seed 0,1 --num-requests 300 ...")
 
-GridOpt = Annotated[Optional[Path], typer.Option("--grid", help="A YAML or TOML file of options and lists "
+GridOpt = Annotated[Path | None, typer.Option("--grid", help="A YAML or TOML file of options and lists "
                                                  "(docs/sweep.md); command-line lists override its keys.")]
-WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Worker processes (or Ray CPUs) "
+WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Worker processes (or Ray CPUs) "
                                                    "\\[default: the number of cores].")]
 RayOpt = Annotated[bool, typer.Option("--ray", help="Run the points as Ray tasks on a local Ray instance.")]
-RayAddressOpt = Annotated[Optional[str], typer.Option("--ray-address", help="Run on an existing Ray cluster: "
+RayAddressOpt = Annotated[str | None, typer.Option("--ray-address", help="Run on an existing Ray cluster: "
                                                       "HOST:PORT, or auto for $RAY_ADDRESS.")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Folder of the sweep: its DuckDB store (sweep.duckdb, "
                                       "resumed when present) and plots.")]
@@ -76,17 +75,12 @@ class Session:
         self.store = self.pool = self.runner = None
 
     def check_ray(self) -> None:
-        from kvlab.errors import KvlabError
+        from kvlab.sweep.runner import check_reachable, import_ray, resolve_ray_address
 
         if not (self.ray or self.ray_address):
             return
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise KvlabError("--ray needs Ray, which is not installed: pip install ray (or install kvlab with its ray extra)") from None
+        import_ray()
         if self.ray_address:
-            from kvlab.sweep.runner import check_reachable, resolve_ray_address
-
             check_reachable(resolve_ray_address(self.ray_address))
 
     def stored_keys(self) -> set[str]:
@@ -271,7 +265,7 @@ def _num(value) -> str:
     return "–" if value is None else f"{value:.4g}"
 
 
-SloOpt = Annotated[Optional[str], typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE, e.g. "
+SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE, e.g. "
                                                "p99_ttft<2s, p90_tpot<100ms \\[default: mean_normalized_latency<0.1s, "
                                                "the vLLM paper's metric].")]
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Stop bisecting when the bracket [held, failed] is this "

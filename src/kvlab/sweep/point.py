@@ -62,7 +62,7 @@ def compute(point: dict[str, Any]) -> dict[str, Any]:
     summary, error = None, None
     try:
         summary = simulate_point(point)
-    except Exception as exc:  # stored with the point, shown to the user; the sweep goes on
+    except Exception as exc:  # noqa: BLE001  (stored with the point and shown; the sweep goes on)
         error = f"{type(exc).__name__}: {exc}"
     return {
         "summary": summary,

@@ -100,10 +100,7 @@ class RayPool:
     """Points as Ray tasks: on a local Ray instance on loopback (``address=None``) or on an existing cluster."""
 
     def __init__(self, num_workers: int, address: str | None = None):
-        try:
-            import ray
-        except ImportError:
-            raise KvlabError("--ray needs Ray, which is not installed: pip install ray (or install kvlab with its ray extra)") from None
+        ray = import_ray()
         self.ray = ray
         if address is not None:
             address = resolve_ray_address(address)
@@ -125,6 +122,15 @@ class RayPool:
 
     def close(self, *, cancel: bool = False) -> None:
         self.ray.shutdown()
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise KvlabError("--ray needs Ray, which is not installed: pip install ray (or kvlab with its extra "
+                         "named ray)") from None
+    return ray
 
 
 def resolve_ray_address(address: str) -> str:
@@ -198,7 +204,7 @@ class Runner:
     def _outcome(self, future: Future) -> dict[str, Any]:
         try:
             outcome = future.result()
-        except Exception as exc:  # the worker itself died (killed, out of memory): the point failed, not the sweep
+        except Exception as exc:  # noqa: BLE001  (the worker died: killed, out of memory; the point failed)
             return {"summary": None, "error": f"worker failed: {type(exc).__name__}: {exc}", "elapsed_s": None,
                     "worker": None}
         if outcome["kvlab_version"] != self.version:
