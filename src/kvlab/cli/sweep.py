@@ -56,6 +56,14 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def default_workers() -> int:
+    """The cores this process may use (a container's CPU set, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def grid_lists(args: list[str], grid: Path | None) -> tuple[dict[str, list], list[dict]]:
     from kvlab.sweep.grid import parse_cli_args, read_grid_file
 
@@ -70,7 +78,7 @@ class Session:
 
     def __init__(self, out: Path | None, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
         self.out, self.as_json = out, as_json
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = workers or default_workers()
         self.ray, self.ray_address = ray, ray_address
         self.store = self.pool = self.runner = None
 
@@ -166,7 +174,8 @@ class LineProgress:
 
 
 def run_session(session: Session, work):
-    """``work()`` inside the session; Ctrl-C stops the workers, keeps what is stored and says how to resume."""
+    """``work()`` inside the session; Ctrl-C stops the workers, keeps what is stored and says how to resume.
+    Whatever else stops it, the workers are stopped and the store closed with every finished point in it."""
     session.start()
     try:
         result = work()
@@ -176,6 +185,9 @@ def run_session(session: Session, work):
         print(f"interrupted: {num} points computed and stored in {session.out}; run the same command again to "
               f"compute the rest (stored points are never recomputed)", file=sys.stderr)
         raise typer.Exit(130) from None
+    except BaseException:
+        session.finish(interrupted=True)
+        raise
     session.finish()
     return result
 

@@ -111,13 +111,14 @@ class Store:
             raise
 
     def rows(self, keys: list[str] | None = None) -> list[dict[str, Any]]:
-        """Stored points as dicts (every column), in the order of ``keys`` when given."""
-        cursor = self.db.execute("SELECT * FROM points ORDER BY key")
+        """Stored points as dicts (every column): all of them, or those of ``keys`` in their order."""
+        if keys is None:
+            cursor = self.db.execute("SELECT * FROM points ORDER BY key")
+        else:
+            cursor = self.db.execute("SELECT * FROM points WHERE list_contains(?, key)", [list(set(keys))])
         names = [d[0] for d in cursor.description]
         rows = {row[0]: dict(zip(names, row)) for row in cursor.fetchall()}
-        if keys is None:
-            return list(rows.values())
-        return [rows[k] for k in keys if k in rows]
+        return list(rows.values()) if keys is None else [rows[k] for k in keys if k in rows]
 
     def num_computations(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT key, count(*) FROM computations GROUP BY key").fetchall())
