@@ -122,7 +122,9 @@ def fig12(
     if not duration > 0:
         raise KvlabError(f"--duration must be positive, got {duration}")
     parse_slo(slo)
-    if cost is not None and not fig12_cost_available() and cost != FIG12_COST:
+    from kvlab.sweep.grid import run_options
+
+    if cost is not None and "cost" not in run_options():
         raise KvlabError("--cost needs a kvlab whose `kvlab run` takes --cost")
     setup = Fig12Setup(duration=duration, seed=seed, slo=slo,
                        cost=cost if cost is not None else (FIG12_COST if fig12_cost_available() else None))

@@ -92,8 +92,16 @@ def check_points(points: list[dict[str, Any]]) -> None:
             try:
                 check(point)
             except KvlabError as exc:
-                shown = ", ".join(f"{n}={point[n]!r}" for n in names if point[n] is not None)
-                raise KvlabError(f"{exc} (in the point {shown})") from None
+                raise KvlabError(f"{exc} (in the point {_shown(point, names)})") from None
+
+
+def _shown(point: dict[str, Any], names) -> str:
+    """The point's options among ``names`` that differ from `kvlab run`'s defaults: what to look at."""
+    from kvlab.sweep.grid import run_options
+
+    specs = run_options()
+    changed = [f"{n}={point[n]!r}" for n in names if n in specs and point[n] != specs[n].default]
+    return ", ".join(changed) or "with `kvlab run`'s defaults"
 
 
 def estimate_seconds(points: list[dict[str, Any]], probe_requests: int = 200) -> float:
