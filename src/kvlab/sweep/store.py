@@ -43,10 +43,10 @@ def flatten_metrics(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _column_type(value: Any) -> str:
+    """A metric's column: numbers are DOUBLE (a count is exact in a double; a metric that is 0 in one run and
+    0.5 in the next must not meet an integer column), text VARCHAR."""
     if isinstance(value, bool):
         return "BOOLEAN"
-    if isinstance(value, int):
-        return "BIGINT"
     if isinstance(value, str):
         return "VARCHAR"
     return "DOUBLE"
