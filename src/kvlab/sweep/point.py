@@ -58,7 +58,7 @@ def compute(point: dict[str, Any]) -> dict[str, Any]:
     sweep), with the time it took, who computed it, and that worker's kvlab version."""
     import kvlab
 
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     summary, error = None, None
     try:
         summary = simulate_point(point)
@@ -68,6 +68,7 @@ def compute(point: dict[str, Any]) -> dict[str, Any]:
         "summary": summary,
         "error": error,
         "elapsed_s": time.perf_counter() - start,
+        "cpu_s": time.process_time() - start_cpu,  # beside elapsed_s: how much of the wall time this worker ran
         "worker": f"{socket.gethostname()}:{os.getpid()}",
         "kvlab_version": kvlab.__version__,
     }

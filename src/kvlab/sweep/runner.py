@@ -206,7 +206,7 @@ class Runner:
             outcome = future.result()
         except Exception as exc:  # noqa: BLE001  (the worker died: killed, out of memory; the point failed)
             return {"summary": None, "error": f"worker failed: {type(exc).__name__}: {exc}", "elapsed_s": None,
-                    "worker": None}
+                    "cpu_s": None, "worker": None}
         if outcome["kvlab_version"] != self.version:
             outcome = {**outcome, "summary": None, "error": f"the worker runs kvlab {outcome['kvlab_version']}, "
                        f"this sweep kvlab {self.version}: install the same version on every node"}

@@ -2,7 +2,7 @@
 
     points         key (hash of the options and kvlab's version) · kvlab_version · status (ok | failed) · error
                    · one column per `kvlab run` option · one column per summary metric (ttft_s_p99, ...)
-                   · summary (the whole summary as JSON) · elapsed_s · worker · finished_at
+                   · summary (the whole summary as JSON) · elapsed_s · cpu_s · worker · finished_at
     computations   one row per simulation whose result reached the store: key · elapsed_s · worker · finished_at
 
 A user reads it with SQL (``duckdb DIR/sweep.duckdb "select strategy, rate, throughput_rps from points"``) or
@@ -23,8 +23,9 @@ COLUMN_TYPES = {"bool": "BOOLEAN", "int": "BIGINT", "float": "DOUBLE", "str": "V
 # Summary entries whose keys are data (a reason per rejected request), kept as JSON rather than columns.
 JSON_METRICS = ("reject_reasons",)
 BASE_COLUMNS = {"key": "VARCHAR PRIMARY KEY", "kvlab_version": "VARCHAR", "status": "VARCHAR", "error": "VARCHAR"}
-TAIL_COLUMNS = {"summary": "VARCHAR", "elapsed_s": "DOUBLE", "worker": "VARCHAR", "finished_at": "TIMESTAMP"}
-RUN_COLUMNS = ("elapsed_s", "worker", "finished_at")  # how a point was computed, not what it is
+TAIL_COLUMNS = {"summary": "VARCHAR", "elapsed_s": "DOUBLE", "cpu_s": "DOUBLE", "worker": "VARCHAR",
+                "finished_at": "TIMESTAMP"}
+RUN_COLUMNS = ("elapsed_s", "cpu_s", "worker", "finished_at")  # how a point was computed, not what it is
 
 
 def flatten_metrics(summary: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +95,7 @@ class Store:
         row = {"key": key, "kvlab_version": version, "status": "ok" if outcome["error"] is None else "failed",
                "error": outcome["error"], **point, **(flatten_metrics(summary) if summary else {}),
                "summary": None if summary is None else json.dumps(summary),
-               "elapsed_s": outcome["elapsed_s"], "worker": outcome["worker"]}
+               "elapsed_s": outcome["elapsed_s"], "cpu_s": outcome.get("cpu_s"), "worker": outcome["worker"]}
         for name, value in row.items():
             self._ensure_column(name, _column_type(value))
         names = ", ".join(_q(n) for n in row)
