@@ -45,7 +45,7 @@ def profile_data(overhead_s: float, capacity: float | None = None) -> dict:
         ),
         "constants": {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": attention_bw,
                       "flops_efficiency": 0.5, "attention_flops_efficiency": 0.5, "overhead_s": overhead_s,
-                      "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0},
+                      "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0, "request_latency_s": 0.0},
         "fit": {"target_capacity_rps": TARGET_CAPACITY, "capacity_rps": capacity, "overload_rate_rps": OVERLOAD_RATE,
                 "num_requests": NUM_REQUESTS, "workload": "paper-sharegpt", "strategy": "vllm"},
     }

@@ -107,7 +107,7 @@ def fit(device: str, vidur: Path) -> dict:
 
 def profile(f: dict) -> dict:
     bw, fl = round(f["bandwidth_efficiency"], 3), round(f["flops_efficiency"], 3)
-    pct = lambda x: f"{100 * x:+.1f}%"  # noqa: E731
+    pct = lambda x: f"{100 * x:+.1f}%"
     source = (
         f"Fitted by scripts/fit_vidur.py to Vidur's published linear-layer profiling on {f['gpu']} "
         f"(github.com/microsoft/vidur, data/profiling/compute/{f['device']}/*/*/mlp.csv, TP 1: {f['rows']} rows, "
@@ -125,7 +125,7 @@ def profile(f: dict) -> dict:
         "name": f"vidur-{f['device']}", "kind": "efficiency", "source": source, "gpu": f["gpu"],
         "constants": {"bandwidth_efficiency": bw, "attention_bandwidth_efficiency": bw, "flops_efficiency": fl,
                       "attention_flops_efficiency": fl, "overhead_s": 0.0, "seq_overhead_s": 0.0,
-                      "prefill_token_overhead_s": 0.0},
+                      "prefill_token_overhead_s": 0.0, "request_latency_s": 0.0},
         "fit": {"data": f"github.com/microsoft/vidur data/profiling/compute/{f['device']}/*/*/mlp.csv",
                 "models": f["models"], "rows": f["rows"],
                 "bandwidth_efficiency_sigma": round(f["bandwidth_efficiency_sigma"], 4),

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -83,6 +84,8 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from kvlab.cost import CostProfileWarning
+    from kvlab.cost.latency import as_seen_by_clients, delayed
     from kvlab.sim import SimConfig, Simulation
     from kvlab.strategies import parse_strategy
 
@@ -92,23 +95,28 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
 
         raise KvlabError(f"--block-size {block_size} is larger than --max-model-len {max_model_len}: "
                          f"a block must fit in a sequence")
-    config = SimConfig.from_options(
-        model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, available_kv_gib=available_kv_gib,
-        num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-        dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
-        pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, enable_chunked_prefill=enable_chunked_prefill,
-        preemption_mode=preemption_mode, swap_space_gib=swap_space, cost=cost,
-    )
+    with warnings.catch_warnings():  # the report prints the profile's notes itself
+        warnings.simplefilter("ignore", CostProfileWarning)
+        config = SimConfig.from_options(
+            model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, available_kv_gib=available_kv_gib,
+            num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+            dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
+            pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, enable_chunked_prefill=enable_chunked_prefill,
+            preemption_mode=preemption_mode, swap_space_gib=swap_space, cost=cost,
+        )
     wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, None)
+    latency_s = config.cost.request_latency_s
     results = []
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=quiet or not console.is_terminal) as progress:
         for strategy in strategies:
             task = progress.add_task(f"{strategy.name:<18}", total=wl.num_requests)
-            sim = Simulation(strategy, config, wl, jump=config.cost.jump_exact)  # (until jump.py goes)
-            results.append(sim.run(progress=lambda done, total: progress.update(task, completed=done)))
+            # A profile's time outside the engine delays each request on its way in (kvlab/cost/latency.py).
+            sim = Simulation(strategy, config, delayed(wl, latency_s), jump=config.cost.jump_exact)
+            result = sim.run(progress=lambda done, total: progress.update(task, completed=done))
+            results.append(as_seen_by_clients(result, latency_s))
     return config, wl, results
 
 
@@ -207,7 +215,7 @@ def sim_options(values: dict) -> dict:
 
 @app.command()
 def race(
-    strategies: Annotated[Optional[list[str]], typer.Argument(help="Strategies to race \\[default: the lesson's "
+    strategies: Annotated[list[str] | None, typer.Argument(help="Strategies to race \\[default: the lesson's "
                                                                    "four: static+max continuous+max static+paged "
                                                                    "continuous+paged].", show_default=False)] = None,
     model: ModelOpt = "opt-13b",

@@ -4,5 +4,13 @@ real server's measurements (calibrate.py)."""
 from kvlab.cost.model import PCIE_BANDWIDTH, CostModel, IterationCost
 from kvlab.cost.profiles import DEFAULT_PROFILE, CostProfile, CostProfileWarning, builtin_profiles, get_profile
 
-__all__ = ["CostModel", "CostProfile", "CostProfileWarning", "DEFAULT_PROFILE", "IterationCost", "PCIE_BANDWIDTH",
-           "builtin_profiles", "get_profile"]
+__all__ = [
+           "DEFAULT_PROFILE",
+           "PCIE_BANDWIDTH",
+           "CostModel",
+           "CostProfile",
+           "CostProfileWarning",
+           "IterationCost",
+           "builtin_profiles",
+           "get_profile",
+]

@@ -9,7 +9,8 @@ a fixed overhead per iteration, one per scheduled sequence and one per prefill t
                  + kv_read_bytes / (bandwidth × attention_bandwidth_efficiency)
     t_compute  = 2 × active_params × num_tokens / (peak_flops × flops_efficiency)
                  + attention_flops / (peak_flops × attention_flops_efficiency)
-    t          = max(t_mem, t_compute) + overhead + num_seqs × seq_overhead + num_prefill_tokens × prefill_token_overhead
+    t          = max(t_mem, t_compute) + overhead + num_seqs × seq_overhead
+                 + num_prefill_tokens × prefill_token_overhead
 
     kv_read_bytes   = num_context_tokens × kv_bytes_per_token           (each scheduled sequence reads its context)
     attention_flops = 4 × num_layers × num_heads × head_dim × num_attention_pairs
@@ -74,6 +75,9 @@ class CostModel:
     attention_flops_efficiency: float | None = None
     seq_overhead_s: float = 0.0
     prefill_token_overhead_s: float = 0.0
+    # Time outside the engine (HTTP, the API server, queues between processes), once per request: not an
+    # iteration's; a request reaches the scheduler this much later than it arrived (kvlab/cost/latency.py).
+    request_latency_s: float = 0.0
     profile: str = field(default="roofline", compare=False)  # the cost profile's name (``kvlab cost``)
     notes: tuple[str, ...] = field(default=(), compare=False)  # what was assumed building it (profile mismatches)
     # (weights read + overhead in seconds, seconds to read one context token's KV, flops_per_token,
@@ -88,14 +92,14 @@ class CostModel:
     @classmethod
     def from_seconds(cls, *, weights_read_s: float, context_token_s: float, token_s: float, attention_pair_s: float,
                      overhead_s: float, seq_overhead_s: float = 0.0, prefill_token_overhead_s: float = 0.0,
-                     profile: str = "", notes: tuple[str, ...] = ()) -> CostModel:
+                     request_latency_s: float = 0.0, profile: str = "", notes: tuple[str, ...] = ()) -> CostModel:
         """A model in absolute times, as a profile fitted on the machine itself gives them (no catalogue GPU):
         the same expression with unit bandwidth and FLOP/s, so each "byte" or "FLOP" is a second."""
         return cls(weights_bytes=weights_read_s, kv_bytes_per_token=context_token_s, flops_per_token=token_s,
                    attention_flops_per_pair=attention_pair_s, memory_bandwidth=1.0, peak_flops=1.0,
                    bandwidth_efficiency=1.0, flops_efficiency=1.0, overhead_s=overhead_s,
                    seq_overhead_s=seq_overhead_s, prefill_token_overhead_s=prefill_token_overhead_s,
-                   profile=profile, notes=notes)
+                   request_latency_s=request_latency_s, profile=profile, notes=notes)
 
     @property
     def jump_exact(self) -> bool:
@@ -133,7 +137,7 @@ class CostModel:
             flops_per_token * (num_prefill_tokens + num_decode_tokens) + flops_per_pair * num_attention_pairs
         ) / flops
         if t_mem.__class__ is float:
-            t = t_mem if t_mem >= t_compute else t_compute
+            t = max(t_mem, t_compute)
         else:
             import numpy as np
 

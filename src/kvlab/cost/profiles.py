@@ -47,6 +47,7 @@ EFFICIENCY_CONSTANTS = {
     "overhead_s": "seconds per iteration (scheduling, sampling, launches)",
     "seq_overhead_s": "seconds per scheduled sequence per iteration",
     "prefill_token_overhead_s": "seconds per prefill token",
+    "request_latency_s": "seconds a request spends outside the engine (HTTP, queues between processes), per request",
 }
 ABSOLUTE_CONSTANTS = {
     "weights_read_s": "seconds to read the weights once (per iteration)",
@@ -56,6 +57,7 @@ ABSOLUTE_CONSTANTS = {
     "overhead_s": "seconds per iteration",
     "seq_overhead_s": "seconds per scheduled sequence per iteration",
     "prefill_token_overhead_s": "seconds per prefill token",
+    "request_latency_s": "seconds a request spends outside the engine (HTTP, queues between processes), per request",
 }
 KINDS = {"efficiency": EFFICIENCY_CONSTANTS, "absolute": ABSOLUTE_CONSTANTS}
 FRACTIONS = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency",
@@ -90,7 +92,7 @@ class CostProfile:
         the notes go on the model so that a report can repeat them."""
         notes = self._mismatches(model_id, gpu.id)
         for note in notes:
-            warnings.warn(note, CostProfileWarning, stacklevel=2)
+            warnings.warn(note, CostProfileWarning, stacklevel=3)  # (the caller of SimConfig.from_options)
         c = self.constants
         if self.kind == "absolute":
             return CostModel.from_seconds(**c, profile=self.name, notes=notes)
@@ -110,7 +112,7 @@ class CostProfile:
                                                          c["bandwidth_efficiency"]),
             attention_flops_efficiency=_unless_equal(c["attention_flops_efficiency"], c["flops_efficiency"]),
             seq_overhead_s=c["seq_overhead_s"], prefill_token_overhead_s=c["prefill_token_overhead_s"],
-            profile=self.name, notes=notes,
+            request_latency_s=c["request_latency_s"], profile=self.name, notes=notes,
         )
 
     def _mismatches(self, model_id: str, gpu_id: str) -> tuple[str, ...]:
@@ -279,7 +281,7 @@ def _toml_value(value) -> str:
     if isinstance(value, int | float):
         if isinstance(value, float) and not math.isfinite(value):
             raise KvlabError(f"cannot write a non-finite number ({value}) into a profile")
-        return repr(value)
+        return repr(float(value) if isinstance(value, float) else int(value))  # (numpy's repr is not TOML)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
     if isinstance(value, list | tuple):

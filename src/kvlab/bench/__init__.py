@@ -1,0 +1,1 @@
+"""`kvlab bench`: a kvlab workload replayed against a real OpenAI-compatible server, measured beside the simulator."""

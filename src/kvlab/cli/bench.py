@@ -1,0 +1,296 @@
+"""``kvlab bench --url URL``: a kvlab workload replayed against a real OpenAI-compatible server, measured;
+``--compare`` lays kvlab's simulation of the same requests on the server's configuration beside it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvlab.cli.app import app
+from kvlab.cli.sim import ArrivalOpt, CvOpt, DurationOpt, GpuOpt, JsonOpt, RateOpt, SeedOpt, WorkloadOpt
+
+DEFAULT_NUM_REQUESTS = 100  # a real server's time is not free: a bounded default, unlike the simulator's 1000
+
+NumReqOpt = Annotated[int | None, typer.Option("--num-requests", "-n", help="Send the first N requests "
+                                                  f"\\[default: {DEFAULT_NUM_REQUESTS} unless --duration].")]
+_SIM = "--compare: the simulation's"
+_SERVER = "\\[default: the server's]"
+
+
+def _positive(name: str, value: float | None) -> None:
+    from kvlab.errors import KvlabError
+
+    if value is not None and not value > 0:
+        raise KvlabError(f"{name} must be > 0, not {value}")
+
+
+@app.command()
+def bench(
+    url: Annotated[str, typer.Option("--url", help="The server, e.g. http://127.0.0.1:8000 (OpenAI-compatible: "
+                                     "/v1/models, /v1/completions; vLLM also gives /metrics).")],
+    workload: WorkloadOpt = "paper-sharegpt",
+    rate: RateOpt = None,
+    arrival: ArrivalOpt = "auto",
+    cv: CvOpt = 1.0,
+    num_requests: NumReqOpt = None,
+    duration: DurationOpt = None,
+    seed: SeedOpt = 0,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", help="N clients in a closed loop (each "
+                                                       "sends its next request when the last one ended) instead "
+                                                       "of the arrival times.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Served model name to send requests to "
+                                                 "\\[default: the first of /v1/models].")] = None,
+    prompt_format: Annotated[str, typer.Option("--prompt-format", help="auto (token ids for vLLM, else text), "
+                                               "token-ids, or text of about prompt_len words.")] = "auto",
+    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--no-ignore-eos", help="Ask for exactly "
+                                                       "max_tokens tokens \\[default: on for vLLM, which takes "
+                                                       "it].")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds a request may take, sending to last "
+                                           "token, before it counts as timed out.")] = 120.0,
+    time_limit: Annotated[float, typer.Option("--time-limit", help="Seconds the whole run may take; then the "
+                                              "requests still open are stopped and kept, marked.")] = 600.0,
+    metrics_interval: Annotated[float, typer.Option("--metrics-interval", help="Seconds between scrapes of "
+                                                    "/metrics.")] = 0.5,
+    as_json: JsonOpt = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Write requests.csv, token_times.jsonl, metrics.csv, "
+                                                "summary.json (and --compare's plots and table) here.")] = None,
+    compare: Annotated[bool, typer.Option("--compare", help="Simulate the same requests on the server's "
+                                          "configuration and lay measured beside simulated.")] = False,
+    model_config: Annotated[str | None, typer.Option("--model-config", help=f"{_SIM} model: catalogue name, "
+                                                        "config.json, folder or HF id \\[default: what the server "
+                                                        "loaded].")] = None,
+    gpu: GpuOpt = "a100-40gb",
+    cost: Annotated[str | None, typer.Option("--cost", help=f"{_SIM} cost model: a calibrated profile name "
+                                                "or file (`kvlab calibrate`).")] = None,
+    block_size: Annotated[int | None, typer.Option("--block-size", help=f"{_SIM} block size {_SERVER}.")] = None,
+    num_gpu_blocks: Annotated[int | None, typer.Option("--num-gpu-blocks", help=f"{_SIM} KV cache blocks, "
+                                                          f"the null block included {_SERVER}.")] = None,
+    max_model_len: Annotated[int | None, typer.Option("--max-model-len", help=f"{_SIM} max_model_len "
+                                                         f"{_SERVER}.")] = None,
+    max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs", help=f"{_SIM} max_num_seqs (as the "
+                                                        "server was started).")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option("--max-num-batched-tokens", help=f"{_SIM} "
+                                                                  "max_num_batched_tokens (as the server was "
+                                                                  "started).")] = None,
+) -> None:
+    """Replay a workload against a real OpenAI-compatible server (vLLM, Ollama, ...), streaming every answer:
+    TTFT, TPOT and latency per request, the server's /metrics over time; --compare puts kvlab's simulation beside."""
+    from rich.console import Console
+
+    from kvlab.bench.client import PROMPT_FORMATS, ClientConfig
+    from kvlab.bench.server import api_key_from_env, probe
+    from kvlab.errors import KvlabError
+
+    for name, value in (("--concurrency", concurrency), ("--timeout", timeout), ("--time-limit", time_limit),
+                        ("--metrics-interval", metrics_interval)):
+        _positive(name, value)
+    if prompt_format not in ("auto", *PROMPT_FORMATS):
+        raise KvlabError(f"--prompt-format {prompt_format!r}: choose auto, {', '.join(PROMPT_FORMATS)}")
+    console = Console(stderr=True, highlight=False)
+    try:  # before the load: Ctrl-C here has nothing to keep
+        server = probe(url, model=model, api_key=api_key_from_env(os.environ))
+        setup = None
+        if compare:
+            from kvlab.bench.compare import sim_setup
+
+            setup = sim_setup(server, model_config=model_config, gpu=gpu, cost=cost, block_size=block_size,
+                              num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                              max_num_batched_tokens=max_num_batched_tokens)
+        wl = _workload(workload, rate, arrival, cv, num_requests, duration, seed, server.max_model_len)
+    except KeyboardInterrupt:
+        console.print("Interrupted before any load was sent.")
+        raise typer.Exit(130) from None
+    config = ClientConfig(
+        url=server.url, model=server.model, api_key=api_key_from_env(os.environ),
+        prompt_format=prompt_format if prompt_format != "auto" else ("token-ids" if server.is_vllm else "text"),
+        ignore_eos=server.is_vllm if ignore_eos is None else ignore_eos, continuous_usage=server.is_vllm,
+        concurrency=concurrency, request_timeout=timeout, time_limit=time_limit,
+        scrape_interval=metrics_interval if server.has_metrics else None,
+    )
+    for line in _intro(server, wl, config) + [f"[yellow]note:[/] {n}" for n in (setup.notes if setup else ())]:
+        console.print(line)
+    run = _run(wl, config, console, quiet=as_json)
+    summary = _summary(run, server, wl, config)
+    written: list[Path] = []
+    if setup is not None:
+        summary["compare"], written = _compare(run, wl, setup, summary, out)
+    if out is not None:
+        from kvlab.bench.results import write_bench_files
+
+        written = write_bench_files(run.results, run.samples, summary, out) + written
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        _report(summary, run, console)
+    if written:
+        console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
+    if run.stopped == "interrupted":
+        raise typer.Exit(130)
+
+
+def _workload(workload, rate, arrival, cv, num_requests, duration, seed, max_model_len):
+    """`kvlab run`'s workload, bounded by default to DEFAULT_NUM_REQUESTS: drawn that many times when it has no
+    arrival times of its own, otherwise its first DEFAULT_NUM_REQUESTS rows (a trace's times cannot be drawn)."""
+    from dataclasses import replace
+
+    from kvlab.cli.sim import build_workload
+    from kvlab.workload import WORKLOADS
+
+    bounded = num_requests is None and duration is None
+    entry = WORKLOADS.get(workload)
+    own_arrivals = (entry is None or entry.kind == "trace") and arrival in ("auto", "trace")
+    if bounded and not own_arrivals:
+        num_requests = DEFAULT_NUM_REQUESTS
+    wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, max_model_len)
+    if bounded and wl.num_requests > DEFAULT_NUM_REQUESTS:
+        wl = replace(wl, requests=wl.requests[:DEFAULT_NUM_REQUESTS],
+                     description=f"{wl.description}; the first {DEFAULT_NUM_REQUESTS} (give -n or --duration for more)")
+    return wl
+
+
+def _intro(server, wl, config) -> list[str]:
+    """What is about to happen: the server, the load, and its bounds."""
+    cache = server.cache_config
+    kind = f"vLLM {server.vllm_version}" if server.vllm_version else ("vLLM" if server.is_vllm else "not vLLM")
+    parts = [f"Server {server.url}: model {server.model!r} ({kind})"]
+    if cache.get("num_gpu_blocks") is not None:
+        parts.append(f"KV cache {cache['num_gpu_blocks']:,} blocks of {cache.get('block_size')} tokens")
+    if server.max_model_len is not None:
+        parts.append(f"max_model_len {server.max_model_len:,}")
+    pacing = (f"{config.concurrency} clients in a closed loop" if config.concurrency is not None
+              else "at the workload's arrival times (" + (f"{wl.request_rate:.2f} req/s)" if wl.duration > 0
+                                                          else "all at t = 0)"))
+    extras = ", ".join(x for x in ("prompts as token ids" if config.prompt_format == "token-ids"
+                                   else "prompts as text (about one token per word)",
+                                   "ignore_eos" if config.ignore_eos else "") if x)
+    lines = [", ".join(parts) + "."]
+    lines += [f"[yellow]note:[/] {note}" for note in server.notes]
+    lines.append(f"Load: {wl.num_requests:,} requests of {wl.name} {pacing}, mean prompt {wl.mean_prompt_len:.0f} / "
+                 f"output {wl.mean_output_len:.0f} tokens, {extras}. Bounds: each request times out after "
+                 f"{config.request_timeout:g} s (--timeout), the run stops after {config.time_limit:g} s "
+                 "(--time-limit); Ctrl-C stops it and keeps what was measured.")
+    return lines
+
+
+def _run(wl, config, console, *, quiet: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kvlab.bench.client import run_bench
+
+    counts = {"finished": 0, "failed": 0, "timeout": 0}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[counts]}"), console=console, transient=True,
+                  disable=quiet or not console.is_terminal) as progress:
+        task = progress.add_task("bench", total=wl.num_requests, counts="")
+
+        def on_result(result) -> None:
+            counts[result.status] += 1
+            progress.update(task, advance=1, counts=", ".join(f"{n} {s}" for s, n in counts.items() if n))
+
+        return run_bench(wl.requests, config, on_result=on_result)
+
+
+def _summary(run, server, wl, config) -> dict:
+    """What --json prints and summary.json holds (CONTRACTS.md)."""
+    from kvlab.bench.results import summarize
+
+    summary = summarize(run.results, run.makespan, run.server_counters)
+    summary["stopped"] = run.stopped
+    summary["server"] = server.to_json()
+    summary["workload"] = {"name": wl.name, "num_requests": wl.num_requests, "rate": wl.request_rate,
+                           "description": wl.description, "num_prompt_tokens": wl.num_prompt_tokens,
+                           "num_output_tokens": wl.num_output_tokens}
+    summary["client"] = {"concurrency": config.concurrency, "prompt_format": config.prompt_format,
+                         "ignore_eos": config.ignore_eos, "timeout_s": config.request_timeout,
+                         "time_limit_s": config.time_limit, "metrics_interval_s": config.scrape_interval,
+                         "num_scrape_errors": run.num_scrape_errors}
+    summary["requests"] = [r.row() for r in run.results]
+    return summary
+
+
+def _compare(run, wl, setup, summary: dict, out: Path | None) -> tuple[dict, list[Path]]:
+    """The comparison's table (and, with --out, its plots and the simulation's files)."""
+    import csv
+
+    from kvlab.bench import compare as cmp
+
+    result = cmp.simulate_sent(run, wl.requests, setup)
+    sim_summary = result.summary()
+    measured, simulated = cmp.measured_series(run.samples), cmp.simulated_series(result)
+    rows = cmp.headline_rows(summary, sim_summary, measured, simulated, result.records)
+    written: list[Path] = []
+    if out is not None:
+        from kvlab.bench.plots import plot_comparison
+        from kvlab.report.tables import write_run_data
+
+        out.mkdir(parents=True, exist_ok=True)
+        table_path = out / "compare.csv"
+        with table_path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=("figure", "measured", "simulated", "ratio"))
+            writer.writeheader()
+            writer.writerows(rows)
+        written = [table_path, *plot_comparison(measured, simulated, cmp.latencies(run.results, result.records), out)]
+        written += write_run_data(result, out / "simulated")
+    return {"settings": setup.settings, "notes": list(setup.notes), "table": rows}, written
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.4g}"
+    return f"{value:,.0f}"
+
+
+def _report(summary: dict, run, console) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    stdout = Console(highlight=False)
+    if not stdout.is_terminal:
+        stdout.width = max(stdout.width, 120)
+    table = Table(title="Measured", title_justify="left", header_style="bold")
+    for col in ("finished", "failed", "timed out", "req/s", "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50",
+                "e2e p50", "e2e p99", "preemptions"):
+        table.add_column(col, justify="right")
+    ms = (lambda d, k: "–" if d[k] is None else f"{1e3 * d[k]:.1f} ms")
+    table.add_row(str(summary["num_finished"]), str(summary["num_failed"]), str(summary["num_timeout"]),
+                  f"{summary['throughput_rps']:.2f}", f"{summary['throughput_tps']:.1f}",
+                  ms(summary["ttft_s"], "p50"), ms(summary["ttft_s"], "p99"), ms(summary["tpot_s"], "p50"),
+                  ms(summary["e2e_latency_s"], "p50"), ms(summary["e2e_latency_s"], "p99"),
+                  _fmt(summary["preemptions"]))
+    stdout.print(table)
+    counters = summary["server_counters"]
+    if counters is not None:
+        stdout.print(f"The server counted {counters['prompt_tokens']:,} prompt tokens (kvlab sent "
+                     f"{summary['num_prompt_tokens_sent']:,}) and generated {counters['generation_tokens']:,} "
+                     f"(kvlab received {summary['num_output_tokens_received']:,}); "
+                     f"{counters['preemptions']:,} preemptions.")
+    if summary["errors"]:
+        stdout.print(f"What did not finish ({len(summary['requests']) - summary['num_finished']} requests):")
+    for error, count in summary["errors"].items():
+        stdout.print(f"[red]{count} ×[/] {error}")
+    if summary["num_short"]:
+        stdout.print(f"{summary['num_short']} finished requests got fewer tokens than asked (the server stopped "
+                     "at an end-of-sequence token: try --ignore-eos).")
+    if "compare" in summary:
+        compare_table = Table(title="Measured beside simulated (kvlab's `vllm` strategy)", title_justify="left",
+                              header_style="bold")
+        for col in ("figure", "measured", "simulated", "measured / simulated"):
+            compare_table.add_column(col, justify="left" if col == "figure" else "right")
+        for row in summary["compare"]["table"]:
+            compare_table.add_row(row["figure"], _fmt(row["measured"]), _fmt(row["simulated"]),
+                                  "–" if row["ratio"] is None else f"{row['ratio']:.3f}")
+        stdout.print(compare_table)
+    if run.stopped == "interrupted":
+        console.print(f"[yellow]Interrupted[/] (Ctrl-C): kept all {len(run.results)} rows; the requests that had "
+                      "not finished are marked failed, 'interrupted'.")
+    elif run.stopped == "time limit":
+        console.print("[yellow]The time limit was reached[/]: the requests still open are marked timeout.")
+    if run.num_scrape_errors:
+        console.print(f"[yellow]note:[/] {run.num_scrape_errors} scrapes of /metrics failed (last: "
+                      f"{run.last_scrape_error})")

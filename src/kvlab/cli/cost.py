@@ -1,0 +1,106 @@
+"""``kvlab cost``: the cost profiles and their sources; ``kvlab calibrate``: a profile fitted to a real server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kvlab.cli.app import app
+
+
+@app.command("cost")
+def cost(
+    name: Annotated[str | None, typer.Argument(help="One profile (a name or a .toml/.json file) "
+                                                  "\\[default: every built-in one].", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """The cost profiles that set kvlab's clock (choose one with --cost): constants, sources and fits."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvlab.cost.profiles import KINDS, builtin_profiles, get_profile
+
+    profiles = [get_profile(name)] if name else list(builtin_profiles().values())
+    if as_json:
+        typer.echo(json.dumps({"profiles": [p.to_json() for p in profiles]}, indent=1, ensure_ascii=False))
+        return
+    console = Console(highlight=False)
+    for kind, constants in KINDS.items():
+        of_kind = [p for p in profiles if p.kind == kind]
+        if not of_kind:
+            continue
+        table = Table(title=f"Cost profiles: {kind} (kvlab run --cost NAME; docs/cost.md)", title_justify="left",
+                      header_style="bold")
+        table.add_column("constant", no_wrap=True)
+        for p in of_kind:
+            table.add_column(p.name, justify="right")
+        table.add_column("what it is")
+        for constant, meaning in constants.items():
+            table.add_row(constant, *(_fmt(constant, p.constants[constant]) for p in of_kind), meaning)
+        console.print(table)
+    for p in profiles:
+        fitted = f" (fitted for {', '.join(x for x in (p.model, p.gpu) if x)})" if p.model or p.gpu else ""
+        console.print(f"[bold]{p.name}[/]{fitted}: {p.source}")
+
+
+def _fmt(name: str, value: float) -> str:
+    if name.endswith("_s"):
+        return f"{value * 1e3:.4g} ms" if value >= 1e-4 or value == 0 else f"{value * 1e6:.4g} µs"
+    return f"{value:g}"
+
+
+@app.command()
+def calibrate(
+    directories: Annotated[list[Path], typer.Argument(help="Folders written by kvlab bench --out DIR.",
+                                                      show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Profile file to write (.toml or .json); give it to "
+                                      "kvlab run --cost FILE.")] = Path("calibrated.toml"),
+    name: Annotated[str | None, typer.Option("--name", help="The profile's name \\[default: the file's "
+                                                "stem].")] = None,
+    fit: Annotated[str, typer.Option("--fit", help="Constants to fit, comma-separated (the rest are 0).")]
+    = "weights_read_s,context_token_s,token_s,overhead_s,seq_overhead_s,prefill_token_overhead_s,request_latency_s",
+    model: Annotated[str, typer.Option("--model", help="The model the server ran, as kvlab names it (a run of "
+                                       "another model warns).")] = "",
+    gpu: Annotated[str, typer.Option("--gpu", help="What the server ran on (e.g. cpu); a run on another "
+                                     "warns.")] = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fit as JSON.")] = False,
+) -> None:
+    """Fit a cost profile to a real server's token timings (kvlab bench --out DIR) by least squares."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvlab.cost.calibrate import calibrate as run_calibration
+    from kvlab.cost.calibrate import significance
+    from kvlab.cost.profiles import ABSOLUTE_CONSTANTS as MEANING
+    from kvlab.cost.profiles import write_profile
+    from kvlab.errors import KvlabError
+
+    if out.suffix.lower() not in (".toml", ".json"):
+        raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
+    result = run_calibration(list(directories), tuple(k.strip() for k in fit.split(",") if k.strip()))
+    document = result.profile(name or out.stem, model=model, gpu=gpu)
+    write_profile(document, out)
+    weak = significance(result)
+    if as_json:
+        typer.echo(json.dumps({"profile": document, "path": str(out), "weakly_determined": weak}, indent=1,
+                              ensure_ascii=False))
+        return
+    console = Console(highlight=False)
+    table = Table(title=f"Calibrated from {result.num_iterations} timed iterations of {result.num_requests} requests",
+                  title_justify="left", header_style="bold")
+    for header in ("constant", "value", "± (1σ)", "what it is"):
+        table.add_column(header, justify="left" if header in ("constant", "what it is") else "right")
+    for k in result.fitted:
+        table.add_row(k, _fmt(k, result.constants[k]), _fmt(k, result.sigma[k]), MEANING[k])
+    console.print(table)
+    median = result.median_abs_relative_residual
+    console.print(f"Residuals: rms {result.rms_residual_s * 1e3:.3g} ms over iterations of "
+                  f"{result.mean_duration_s * 1e3:.3g} ms on average (median {median:.1%}), R² {result.r2:.3f}.")
+    not_fitted = [k for k in result.constants if k not in result.fitted]
+    console.print(f"Not fitted (0 in the profile): {', '.join(not_fitted)}.")
+    for sentence in weak:
+        console.print(f"warning: {sentence}", style="yellow")
+    console.print(f"Wrote {out}: kvlab run --cost {out} ...")

@@ -1,0 +1,446 @@
+"""``kvlab calibrate``: fit an absolute cost profile to a real server's measurements (``kvlab bench --out DIR``).
+
+What a streaming client sees is enough to time the engine's iterations. Consecutive chunks of a decoding request
+are one iteration apart (CONTRACTS.md: token_times.jsonl): a chunk closes the iterations that started at the chunk
+before, one per token it carried. Chunks less than BURST_GAP_S apart are one burst (a server whose streaming fell
+behind sends a backlog at once): their tokens count as one chunk's. What an iteration held is read off every
+request's timeline at its midpoint:
+
+    decoding   = requests whose first token came before the midpoint and whose last came after it
+    prefilling = requests whose first token came within a quarter iteration of its end (their prompt ran in it)
+    num_seqs = decoding + prefilling;  num_decode_tokens = decoding;  num_prefill_tokens = Σ prefilling prompts
+    num_context_tokens = Σ decoding (prompt + tokens so far) + Σ prefilling prompts
+
+Many requests observe the same iteration; observations that start and end together are merged (median). The
+iteration times are then fitted by least squares (scipy's least_squares, constants >= 0, weighted by the
+iterations each observation spans) with the cost model's own expression (kvlab/cost/model.py, absolute kind):
+
+    t = max(weights_read_s + context_token_s × num_context_tokens, token_s × num_tokens)
+        + overhead_s + seq_overhead_s × num_seqs + prefill_token_overhead_s × num_prefill_tokens
+
+(on the CPU engine the larger side is the engine's step or, with many requests, the API server's streaming of
+their tokens, which runs beside it). Each constant gets a standard error from the Jacobian at the fit
+(σ² (JᵀJ)⁻¹); a constant the data cannot tell from the others (what it multiplies never varies, varies in step
+with another's, or never sets the time) is refused by name, with the data that would identify it.
+
+``request_latency_s``, a request's time outside the engine, is not an iteration's: it is the median over requests
+of their time to first token less the iteration that prefilled them and half the one before, leaving out those
+sent while the server's scraped queue (metrics.csv: vllm:num_requests_waiting) was not empty.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvlab.errors import KvlabError
+
+# Constants calibrate can fit and the data that identifies each.
+FIT_HINTS = {
+    "weights_read_s": "a bench where some iterations are bound by the engine's fixed step (a low rate: small "
+                      "batches) and others by per-token work (a rate near capacity: large batches)",
+    "context_token_s": "a bench with prompts and outputs of varying length (context grows as requests decode)",
+    "token_s": "a bench at a rate near or above capacity, where batches grow until per-token work sets the time",
+    "overhead_s": "any iterations",
+    "seq_overhead_s": "a bench where the number of running requests varies (a rate between idle and saturated, "
+                      "Poisson or gamma arrivals)",
+    "prefill_token_overhead_s": "a bench where requests arrive while others decode, with prompts of varying length",
+    "request_latency_s": "a bench whose requests finish (their time to first token)",
+}
+ITERATION_CONSTANTS = ("weights_read_s", "context_token_s", "token_s", "overhead_s", "seq_overhead_s",
+                       "prefill_token_overhead_s")
+DEFAULT_FIT = (*ITERATION_CONSTANTS, "request_latency_s")
+MIN_ITERATIONS_PER_CONSTANT = 10
+MIN_FIRST_TOKENS = 5
+COLLINEAR = 1e-6  # 1 - R² of a Jacobian column on the others below this: not separable
+BURST_GAP_S = 5e-4  # chunks closer than this are one burst (no engine iteration is this short)
+
+
+@dataclass(frozen=True)
+class Iterations:
+    """Observed iterations, one numpy array per column, the idle arrivals' TTFTs, and where they came from."""
+
+    duration: object  # seconds per iteration
+    weight: object  # iterations the observation spans
+    num_seqs: object
+    num_prefill_tokens: object
+    num_decode_tokens: object
+    num_context_tokens: object
+    end: object  # when each observed iteration ended (s since its bench started)
+    bench: object  # which bench folder (index into sources) each came from
+    first_tokens: tuple  # (bench, send_time, first_token_time, prompt_len, queued) of each finished request
+    num_requests: int
+    sources: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.duration)
+
+
+def read_bench(directory: Path) -> tuple[list[dict], dict[int, tuple[list[float], list[int]]], dict]:
+    """requests.csv rows, {request_id: (chunk times, tokens per chunk)}, summary.json (CONTRACTS.md)."""
+    if not directory.is_dir():
+        raise KvlabError(f"{str(directory)!r} is not a folder: give folders written by kvlab bench --out DIR")
+    for name in ("requests.csv", "token_times.jsonl"):
+        if not (directory / name).is_file():
+            raise KvlabError(f"{str(directory)!r} has no {name}: give a folder written by kvlab bench --out DIR")
+    with (directory / "requests.csv").open(newline="") as f:
+        requests = list(csv.DictReader(f))
+    missing = {"request_id", "prompt_len", "status", "send_time", "first_token_time", "finish_time"} - set(
+        requests[0] if requests else {})
+    if requests and missing:
+        raise KvlabError(f"{directory / 'requests.csv'} lacks the column {min(missing)!r} (CONTRACTS.md)")
+    times: dict[int, tuple[list[float], list[int]]] = {}
+    for number, line in enumerate((directory / "token_times.jsonl").read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            times[int(row["request_id"])] = ([float(t) for t in row["times"]], [int(n) for n in row["num_tokens"]])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise KvlabError(f"{directory / 'token_times.jsonl'} line {number} is not a token-times row "
+                             f"({{request_id, times, num_tokens}}): {exc}") from None
+    summary_path = directory / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    return requests, times, summary
+
+
+def observe_iterations(directories: list[Path]) -> Iterations:
+    """The iterations the token times of one or more bench folders show (see the module's docstring)."""
+    import numpy as np
+
+    names = ("end", "duration", "weight", "num_seqs", "num_prefill_tokens", "num_decode_tokens",
+             "num_context_tokens")
+    columns: dict[str, list[float]] = {k: [] for k in (*names, "bench")}
+    first_tokens = []
+    num_requests = 0
+    for index, directory in enumerate(directories):
+        requests, times, _ = read_bench(directory)
+        timelines = _timelines(requests, times)
+        num_requests += len(timelines)
+        for row in _merged(_observations(timelines)):
+            for key, value in zip(names, row):
+                columns[key].append(value)
+            columns["bench"].append(index)
+        queue = _queue_samples(directory)
+        first_tokens += [(index, float(r["send_time"]), float(r["first_token_time"]), int(r["prompt_len"]),
+                          _queued(queue, float(r["send_time"])))
+                         for r in requests if r.get("status") == "finished" and r.get("first_token_time")]
+    arrays = {k: np.asarray(v, dtype=float) for k, v in columns.items()}
+    return Iterations(**arrays, first_tokens=tuple(first_tokens), num_requests=num_requests,
+                      sources=tuple(str(d) for d in directories))
+
+
+def _queue_samples(directory: Path) -> tuple[list[float], list[float]]:
+    """(times, values) of the server's vllm:num_requests_waiting from metrics.csv (empty without one)."""
+    path = directory / "metrics.csv"
+    times, values = [], []
+    if path.is_file():
+        with path.open(newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get("name") == "vllm:num_requests_waiting":
+                    times.append(float(row["time"]))
+                    values.append(float(row["value"]))
+    order = sorted(range(len(times)), key=times.__getitem__)
+    return [times[i] for i in order], [values[i] for i in order]
+
+
+def _queued(queue: tuple[list[float], list[float]], t: float) -> bool:
+    """Whether the server had requests waiting at the last scrape before ``t`` or the first after it."""
+    import bisect
+
+    times, values = queue
+    k = bisect.bisect_right(times, t)
+    return any(values[j] > 0 for j in (k - 1, k) if 0 <= j < len(values))
+
+
+def _timelines(requests: list[dict], times: dict) -> list[tuple[int, list[float], list[int]]]:
+    """(prompt_len, chunk times, cumulative tokens after each chunk) of every finished request with a stream;
+    chunks of one burst (less than BURST_GAP_S apart) are one chunk at the burst's last time."""
+    out = []
+    for row in requests:
+        rid = int(row["request_id"])
+        if row.get("status") != "finished" or rid not in times or not times[rid][0]:
+            continue
+        chunk_times, cumulative, total = [], [], 0
+        for t, n in zip(*times[rid]):
+            total += n
+            if chunk_times and t - chunk_times[-1] < BURST_GAP_S:
+                chunk_times[-1], cumulative[-1] = t, total
+            else:
+                chunk_times.append(t)
+                cumulative.append(total)
+        out.append((int(row["prompt_len"]), chunk_times, cumulative))
+    return out
+
+
+def _observations(timelines) -> list[tuple[float, float, list[float]]]:
+    """(start, end, [iterations, num_seqs, num_prefill_tokens, num_decode_tokens, num_context_tokens]) per chunk
+    after a request's first."""
+    import bisect
+
+    import numpy as np
+
+    firsts = np.array([t[1][0] for t in timelines])
+    lasts = np.array([t[1][-1] for t in timelines])
+    prompts = np.array([t[0] for t in timelines], dtype=float)
+    order = np.argsort(firsts)
+    sorted_firsts = firsts[order]
+    observations = []
+    for _, chunk_times, cumulative in timelines:
+        for k in range(1, len(chunk_times)):
+            start, end = chunk_times[k - 1], chunk_times[k]
+            num_iterations = cumulative[k] - cumulative[k - 1]
+            duration = (end - start) / num_iterations
+            mid = start + (end - start) / 2
+            decoding = np.nonzero((firsts < mid) & (lasts > mid))[0]
+            lo = bisect.bisect_right(sorted_firsts, end - duration / 4)
+            hi = bisect.bisect_right(sorted_firsts, end + duration / 4)
+            prefilling = order[lo:hi]
+            context = sum(prompts[i] + _tokens_before(timelines[i], mid) for i in decoding)
+            num_prefill = float(prompts[prefilling].sum())
+            observations.append((start, end, [float(num_iterations), float(len(decoding) + len(prefilling)),
+                                              num_prefill, float(len(decoding)), float(context + num_prefill)]))
+    return observations
+
+
+def _tokens_before(timeline, t: float) -> int:
+    import bisect
+
+    _, chunk_times, cumulative = timeline
+    k = bisect.bisect_right(chunk_times, t)
+    return cumulative[k - 1] if k else 0
+
+
+def _merged(observations) -> list[list[float]]:
+    """One row per iteration (or run of iterations): observations whose start and end agree within a fifth of
+    their span (the same iterations, seen by several requests) merged; the duration is their median."""
+    import numpy as np
+
+    observations.sort(key=lambda o: (o[1], o[0]))
+    rows, group = [], []
+
+    def close() -> None:
+        durations = [(end - start) / state[0] for start, end, state in group]
+        rows.append([group[0][1], float(np.median(durations)), *group[len(group) // 2][2]])
+
+    for obs in observations:
+        if group:
+            start, end, _ = group[0]
+            tolerance = (end - start) / 5
+            if abs(obs[1] - end) > tolerance or abs(obs[0] - start) > tolerance:
+                close()
+                group = []
+        group.append(obs)
+    if group:
+        close()
+    return rows
+
+
+@dataclass(frozen=True)
+class Fit:
+    constants: dict[str, float]  # every absolute constant: fitted, or 0 where not fitted
+    sigma: dict[str, float]  # standard error of each fitted constant
+    fitted: tuple[str, ...]
+    num_iterations: int
+    num_requests: int
+    num_first_tokens: int  # requests whose time to first token request_latency_s was read from
+    rms_residual_s: float
+    median_abs_relative_residual: float
+    r2: float
+    mean_duration_s: float
+    sources: tuple[str, ...]
+
+    def profile(self, name: str, model: str = "", gpu: str = "") -> dict:
+        """The fit as a profile document (profiles.py) that --cost takes."""
+        shown = ", ".join(f"{k} {self.constants[k]:.4g} ± {self.sigma[k]:.2g}" for k in self.fitted)
+        not_fitted = [k for k in self.constants if k not in self.fitted]
+        source = (
+            f"kvlab calibrate: {self.num_iterations} iterations timed from the token streams of "
+            f"{self.num_requests} requests in {', '.join(self.sources)} (kvlab bench --out), fitted by least "
+            f"squares (scipy, constants >= 0): {shown} s; residuals rms {self.rms_residual_s * 1e3:.3g} ms "
+            f"(median {self.median_abs_relative_residual:.1%} of an iteration), R² {self.r2:.3f}"
+            + (f"; request_latency_s from the time to first token of {self.num_first_tokens} requests"
+               if "request_latency_s" in self.fitted else "")
+            + (f". Not fitted (0): {', '.join(not_fitted)}." if not_fitted else ".")
+        )
+        return {
+            "name": name, "kind": "absolute", "source": source, "model": model, "gpu": gpu,
+            "constants": dict(self.constants),
+            "fit": {"sources": list(self.sources), "num_iterations": self.num_iterations,
+                    "num_requests": self.num_requests, "num_first_tokens": self.num_first_tokens,
+                    "fitted": list(self.fitted), "sigma": {k: self.sigma[k] for k in self.fitted},
+                    "rms_residual_s": self.rms_residual_s,
+                    "median_abs_relative_residual": self.median_abs_relative_residual, "r2": self.r2,
+                    "mean_iteration_s": self.mean_duration_s},
+        }
+
+
+def predicted(x: dict, num_seqs, num_prefill_tokens, num_decode_tokens, num_context_tokens):
+    """The absolute cost model's time (attention pairs aside), from constants by name (numpy arrays)."""
+    import numpy as np
+
+    return (np.maximum(x["weights_read_s"] + x["context_token_s"] * num_context_tokens,
+                       x["token_s"] * (num_prefill_tokens + num_decode_tokens))
+            + x["overhead_s"] + x["seq_overhead_s"] * num_seqs + x["prefill_token_overhead_s"] * num_prefill_tokens)
+
+
+def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT) -> Fit:
+    """Least squares over the observed iterations; KvlabError when the data cannot identify a requested constant."""
+    import numpy as np
+
+    from kvlab.cost.profiles import ABSOLUTE_CONSTANTS
+
+    unknown = [k for k in fit if k not in FIT_HINTS]
+    if unknown:
+        raise KvlabError(f"--fit {unknown[0]!r}: calibrate fits {', '.join(FIT_HINTS)}")
+    if "overhead_s" not in fit:
+        raise KvlabError("--fit must include overhead_s (every iteration has one)")
+    iteration_fit = tuple(k for k in ITERATION_CONSTANTS if k in fit)
+    needed = MIN_ITERATIONS_PER_CONSTANT * len(iteration_fit)
+    if len(its) < needed:
+        raise KvlabError(
+            f"the bench data shows {len(its)} timed iterations (from {its.num_requests} finished requests); fitting "
+            f"{len(iteration_fit)} constants needs at least {needed}: bench more requests or longer outputs"
+        )
+    x, sigma, residual = _least_squares(its, iteration_fit)
+    constants = dict.fromkeys(ABSOLUTE_CONSTANTS, 0.0)
+    constants.update(x)
+    num_first_tokens = 0
+    if "request_latency_s" in fit:
+        constants["request_latency_s"], sigma["request_latency_s"], num_first_tokens = _request_latency(its, constants)
+    y, w = its.duration, its.weight
+    mean = float(np.average(y, weights=w))
+    total = float((w * (y - mean) ** 2).sum())
+    rss = float((w * residual**2).sum())
+    return Fit(
+        constants=constants, sigma=sigma, fitted=tuple(k for k in DEFAULT_FIT if k in fit),
+        num_iterations=len(y), num_requests=its.num_requests, num_first_tokens=num_first_tokens,
+        rms_residual_s=math.sqrt(rss / float(w.sum())),
+        median_abs_relative_residual=float(np.median(np.abs(residual) / y)),
+        r2=1 - rss / total if total > 0 else 1.0, mean_duration_s=mean, sources=its.sources,
+    )
+
+
+def _least_squares(its: Iterations, names: tuple[str, ...]):
+    """(constants, standard errors, residuals) of the weighted fit, from several starts (the max makes it
+    non-convex); refuses constants the Jacobian at the fit cannot separate."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    y, sqrt_w = its.duration, np.sqrt(its.weight)
+    state = (its.num_seqs, its.num_prefill_tokens, its.num_decode_tokens, its.num_context_tokens)
+    tokens = its.num_prefill_tokens + its.num_decode_tokens
+    # Scales: each constant's typical contribution is about one mean iteration.
+    typical = {"weights_read_s": 1.0, "overhead_s": 1.0, "context_token_s": its.num_context_tokens.mean(),
+               "token_s": tokens.mean(), "seq_overhead_s": its.num_seqs.mean(),
+               "prefill_token_overhead_s": max(its.num_prefill_tokens.mean(), 1e-9)}
+    scale = np.array([float(y.mean()) / max(typical[k], 1e-9) for k in names])
+
+    def constants(v) -> dict:
+        return {**dict.fromkeys(ITERATION_CONSTANTS, 0.0), **dict(zip(names, v * scale))}
+
+    def residuals(v):
+        return (predicted(constants(v), *state) - y) * sqrt_w
+
+    best = None
+    # Starts: the per-token side setting the time from a percentile of the batches' tokens on (or never), with
+    # and without a per-sequence share (the max makes the problem non-convex).
+    for crossing in (None, 50, 75, 90, 97):
+        for seq_share in (0.0, 0.3):
+            v0 = np.full(len(names), 0.3)
+            if "token_s" in names:
+                v0[names.index("token_s")] = 0.0 if crossing is None else float(
+                    y.mean() / np.percentile(tokens, crossing)) / scale[names.index("token_s")]
+            if "seq_overhead_s" in names:
+                v0[names.index("seq_overhead_s")] = seq_share
+            result = least_squares(residuals, v0, bounds=(0, np.inf), method="trf", x_scale=1.0)
+            if best is None or result.cost < best.cost:
+                best = result
+    jac = best.jac * (1 / scale)  # d residual / d constant
+    _check_identifiable(jac / sqrt_w[:, None], names)
+    dof = max(1, len(y) - len(names))
+    s2 = 2 * best.cost / dof
+    cov = s2 * np.linalg.pinv(jac.T @ jac)
+    sigma = {k: float(np.sqrt(max(cov[i, i], 0.0))) for i, k in enumerate(names)}
+    x = {k: float(v) for k, v in zip(names, best.x * scale)}
+    return x, sigma, best.fun / sqrt_w
+
+
+def _check_identifiable(jac, names: tuple[str, ...]) -> None:
+    """Each constant's column of the Jacobian must vary on its own: not all zero (it never sets the time), not
+    constant unless it is the overhead, not a combination of the others' columns."""
+    import numpy as np
+
+    for i, name in enumerate(names):
+        column = jac[:, i]
+        others = [k for k in names if k != name]
+        leave_out = f"Or leave it out: --fit {','.join([*others, 'request_latency_s'])}"
+        if not np.any(column):
+            raise KvlabError(f"the bench data cannot identify {name}: in none of the {len(column)} timed iterations "
+                             f"does it set the time (the other side of the max does). Data that would: "
+                             f"{FIT_HINTS[name]}. {leave_out}")
+        rest = np.delete(jac, i, axis=1)
+        if name != "overhead_s" and np.ptp(column) == 0:
+            raise KvlabError(f"the bench data cannot identify {name}: what it multiplies is the same in all "
+                             f"{len(column)} timed iterations, so it cannot be told from the per-iteration overhead. "
+                             f"Data that would: {FIT_HINTS[name]}. {leave_out}")
+        if rest.shape[1]:
+            coef, *_ = np.linalg.lstsq(rest, column, rcond=None)
+            spread = float(((column - column.mean()) ** 2).sum()) or float((column**2).sum())
+            if float(((column - rest @ coef) ** 2).sum()) < COLLINEAR * spread:
+                raise KvlabError(f"the bench data cannot identify {name}: over the {len(column)} timed iterations it "
+                                 f"moves the time in step with {', '.join(others)}. Data that would: "
+                                 f"{FIT_HINTS[name]}. {leave_out}")
+
+
+def _request_latency(its: Iterations, constants: dict) -> tuple[float, float, int]:
+    """A request's time outside the engine: its time to first token less the iteration that prefilled it (ended
+    at its first token) and half the one before (it reached the engine at some point of it; none when the engine
+    was idle). Each iteration's duration as observed, or as fitted where no other request observed it. The
+    median over requests, its standard error and how many requests."""
+    import numpy as np
+
+    gaps = []
+    for bench, send, first, prompt_len, queued in its.first_tokens:
+        if queued:  # it waited for a seat: its gap holds that wait too
+            continue
+        own = _observed(its, bench, first)
+        if own is None:  # nobody else decoding: the prefill ran alone
+            own = float(predicted(constants, 1.0, float(prompt_len), 0.0, float(prompt_len)))
+        before = _observed(its, bench, first - own) or 0.0
+        gaps.append(first - own - before / 2 - send)
+    n = len(gaps)
+    if n < MIN_FIRST_TOKENS:
+        raise KvlabError(f"the bench data cannot identify request_latency_s: {n} requests have a first token (it "
+                         f"needs {MIN_FIRST_TOKENS}). Data that would: {FIT_HINTS['request_latency_s']}. Or leave it "
+                         f"out: --fit without request_latency_s")
+    gaps = np.asarray(gaps)
+    return max(0.0, float(np.median(gaps))), float(1.2533 * np.std(gaps) / math.sqrt(n)), n
+
+
+def _observed(its: Iterations, bench: int, end: float) -> float | None:
+    """The duration of the observed iteration of that bench that ended at ``end`` (within a fifth of it)."""
+    import numpy as np
+
+    near = np.nonzero((its.bench == bench) & (np.abs(its.end - end) <= its.duration / 5))[0]
+    return float(its.duration[near[np.argmin(np.abs(its.end[near] - end))]]) if len(near) else None
+
+
+def calibrate(directories: list[Path], fit: tuple[str, ...] = DEFAULT_FIT) -> Fit:
+    if not directories:
+        raise KvlabError("give at least one folder written by kvlab bench --out DIR")
+    return fit_iterations(observe_iterations(directories), fit)
+
+
+def significance(fit: Fit) -> list[str]:
+    """Sentences on the constants the data barely constrains (an uncertainty as large as the value)."""
+    out = []
+    for k in fit.fitted:
+        value, sigma = fit.constants[k], fit.sigma[k]
+        if not math.isfinite(sigma) or sigma >= abs(value):
+            out.append(f"{k} = {value:.3g} ± {sigma:.2g} s: not distinguishable from 0 with this data "
+                       f"({FIT_HINTS[k]} would pin it down)")
+    return out

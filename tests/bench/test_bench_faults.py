@@ -1,0 +1,195 @@
+"""`kvlab bench` against a local server that misbehaves on demand (fault_server.py): a dropped connection,
+HTTP 500 and 429, an error in the stream, a stall past the timeout, Ctrl-C, the time limit; and bad input
+(unreachable, not OpenAI-compatible, no or foreign /metrics). Every request must be accounted for exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from fault_server import DROP, HTTP_429, HTTP_500, STALL, STREAM_ERROR, FaultServer, FaultState
+from vllm_server import free_port
+
+from kvlab.bench.results import read_requests_csv
+
+NORMAL = 12  # tokens of a well-behaved answer
+
+
+def _workload(tmp_path, output_lens, gap=0.02, prompt_len=10):
+    path = tmp_path / "workload.csv"
+    lines = ["arrival_time,prompt_len,output_len"]
+    lines += [f"{i * gap:.3f},{prompt_len},{n}" for i, n in enumerate(output_lens)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _bench(kvlab, server, workload, *args):
+    return kvlab("bench", "--url", server.url, "-w", workload, "--arrival", "trace", *args)
+
+
+def test_every_fault_is_accounted_for_once(kvlab, fault_server, tmp_path):
+    lens = [NORMAL, DROP, NORMAL, HTTP_500, STALL, NORMAL, HTTP_429, STREAM_ERROR, NORMAL, DROP, NORMAL, HTTP_500]
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, lens), "--timeout", "1.5", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    rows = read_requests_csv(out / "requests.csv")
+    assert [r["request_id"] for r in rows] == list(range(len(lens)))  # each request once, in order
+    assert len(fault_server.state.received) == len(lens)  # each sent once, none retried
+    for row, n in zip(rows, lens):
+        assert row["requested_output_tokens"] == n
+        if n == NORMAL:
+            assert (row["status"], row["num_output_tokens"], row["error"]) == ("finished", NORMAL, "")
+            assert row["ttft"] > 0 and row["tpot"] > 0 and row["e2e_latency"] >= row["ttft"]
+        elif n == DROP:
+            assert row["status"] == "failed" and "connection failed after 3 of 7 tokens" in row["error"]
+            assert row["num_output_tokens"] == 3 and row["e2e_latency"] is None
+        elif n in (HTTP_500, HTTP_429):
+            assert row["status"] == "failed" and row["error"].startswith(f"HTTP {500 if n == HTTP_500 else 429}")
+            assert row["num_output_tokens"] == 0 and row["first_token_time"] is None
+        elif n == STALL:
+            assert row["status"] == "timeout" and "within 1.5 s (--timeout): 2 of 9 tokens" in row["error"]
+        elif n == STREAM_ERROR:
+            assert row["status"] == "failed" and "engine died (injected)" in row["error"]
+    summary = json.loads((out / "summary.json").read_text())
+    statuses = Counter(r["status"] for r in rows)
+    assert (summary["num_finished"], summary["num_failed"], summary["num_timeout"]) == (
+        statuses["finished"], statuses["failed"], statuses["timeout"]) == (5, 6, 1)
+    assert summary["num_output_tokens_received"] == 5 * NORMAL + 2 * 3 + 2 + 1
+    assert summary["preemptions"] is None and summary["server_counters"] is None  # no /metrics to read them from
+    tokens = [json.loads(line) for line in (out / "token_times.jsonl").read_text().splitlines()]
+    assert [t["request_id"] for t in tokens] == list(range(len(lens)))
+    for t, row in zip(tokens, rows):
+        assert sum(t["num_tokens"]) == row["num_output_tokens"] and t["times"] == sorted(t["times"])
+    # The run says what failed, and that it had no /metrics to read.
+    assert "2 × HTTP 500 Internal Server Error: internal error (injected)" in result.stdout
+    assert "HTTP 429 Too Many Requests: rate limited (injected)" in result.stdout
+    assert "has no /metrics (HTTP 404)" in result.stderr
+
+
+def test_text_prompts_no_vllm_extensions_and_the_api_key_unprinted(kvlab, fault_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("KVLAB_API_KEY", "sk-very-secret")
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, NORMAL], prompt_len=25), "--json", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    assert not any("sk-very-secret" in path.read_text() for path in out.iterdir())
+    body = fault_server.state.received[0]
+    assert isinstance(body["prompt"], str) and len(body["prompt"].split()) == 25  # not vLLM: text, ~1 word a token
+    assert body["stream"] is True and body["max_tokens"] == NORMAL and "ignore_eos" not in body
+    assert body["stream_options"] == {"include_usage": True}
+    assert fault_server.state.headers[0]["authorization"] == "Bearer sk-very-secret"
+    assert "sk-very-secret" not in result.stdout + result.stderr
+    summary = result.json()
+    assert summary["num_finished"] == 2 and [r["status"] for r in summary["requests"]] == ["finished"] * 2
+    assert summary["client"]["prompt_format"] == "text" and summary["client"]["ignore_eos"] is False
+
+
+def test_concurrency_caps_the_requests_in_flight(kvlab, fault_server, tmp_path):
+    fault_server.state.token_interval = 0.01
+    # Every request at t = 0: only --concurrency keeps them from all being open at once.
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL] * 8, gap=0.0), "--concurrency", "2", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert fault_server.state.max_open == 2
+    assert result.json()["num_finished"] == 8
+
+
+def test_time_limit_stops_the_run_and_keeps_every_row(kvlab, fault_server, tmp_path):
+    fault_server.state.token_interval = 0.05
+    # Two short answers, two long ones still streaming at the limit, two arriving after it.
+    lens, gaps = [3, 3, 200, 200, 3, 3], [0.0, 0.0, 0.0, 0.0, 5.0, 5.0]
+    path = tmp_path / "workload.csv"
+    path.write_text("arrival_time,prompt_len,output_len\n" + "".join(f"{g},10,{n}\n" for g, n in zip(gaps, lens)))
+    result = _bench(kvlab, fault_server, path, "--time-limit", "1.5", "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = result.json()
+    assert summary["stopped"] == "time limit"
+    rows = summary["requests"]
+    assert [r["status"] for r in rows] == ["finished", "finished", "timeout", "timeout", "timeout", "timeout"]
+    assert all("after" in r["error"] for r in rows[2:4]) and all(r["num_output_tokens"] > 0 for r in rows[2:4])
+    assert all(r["error"].startswith("not sent: the run's time limit of 1.5 s") for r in rows[4:])
+    assert len(fault_server.state.received) == 4
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_what_was_measured(fault_server, tmp_path):
+    fault_server.state.token_interval = 0.05
+    lens = [2, 2, 300, 300, 300, 2]  # the last one arrives at 30 s: never sent
+    path = tmp_path / "workload.csv"
+    path.write_text("arrival_time,prompt_len,output_len\n" + "".join(
+        f"{30.0 if i == 5 else 0.0},10,{n}\n" for i, n in enumerate(lens)))
+    out = tmp_path / "out"
+    env = dict(os.environ, NO_COLOR="1")
+    process = subprocess.Popen([sys.executable, "-m", "kvlab", "bench", "--url", fault_server.url, "-w", str(path),
+                                "--arrival", "trace", "--out", str(out)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while len(fault_server.state.completed) < 2 or len(fault_server.state.received) < 5:
+            assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        time.sleep(0.3)  # the long answers are mid-stream
+        process.send_signal(signal.SIGINT)
+        _stdout, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Interrupted" in stderr
+    rows = read_requests_csv(out / "requests.csv")
+    assert [r["status"] for r in rows] == ["finished", "finished", "failed", "failed", "failed", "failed"]
+    for row in rows[2:5]:
+        assert row["error"].startswith("interrupted (Ctrl-C) after") and 0 < row["num_output_tokens"] < 300
+    assert rows[5]["error"] == "not sent: interrupted (Ctrl-C)" and rows[5]["send_time"] is None
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped"] == "interrupted" and summary["num_finished"] == 2 and summary["num_failed"] == 4
+
+
+def test_unreachable_url_stops_before_any_load(kvlab, tmp_path):
+    result = kvlab("bench", "--url", f"http://127.0.0.1:{free_port()}", "-n", "3")
+    assert result.exit_code == 2
+    assert "cannot reach http://127.0.0.1:" in result.stderr and "Nothing was sent" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_server_that_is_not_openai_compatible_gets_no_load(kvlab, tmp_path):
+    with FaultServer(FaultState(openai=False)) as server:
+        result = kvlab("bench", "--url", server.url + "/v1", "-n", "3")
+        assert result.exit_code == 2
+        assert f"{server.url} is not an OpenAI-compatible server: GET /v1/models gave no OpenAI model list" \
+            in result.stderr
+        assert server.state.received == []
+
+
+def test_foreign_metrics_are_named_and_the_run_proceeds(kvlab, tmp_path):
+    with FaultServer(FaultState(metrics="foreign")) as server:
+        out = tmp_path / "out"
+        result = _bench(kvlab, server, _workload(tmp_path, [NORMAL] * 3), "--out", out, "--metrics-interval", "0.1")
+        assert result.exit_code == 0, result.stderr
+        assert "/metrics is not vLLM's (no vllm:num_requests_running" in result.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["num_finished"] == 3 and summary["preemptions"] is None
+        names = {line.split(",")[1] for line in (out / "metrics.csv").read_text().splitlines()[1:]}
+        assert names == {"http_requests_total"}  # what the server does publish is still recorded
+
+
+def test_compare_without_the_server_config_stops_before_any_load(kvlab, fault_server, tmp_path):
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL] * 3), "--compare")
+    assert result.exit_code == 2
+    assert "--compare needs the server's KV cache size" in result.stderr and "--num-gpu-blocks" in result.stderr
+    assert fault_server.state.received == []
+
+
+def test_bad_options_are_one_line_errors(kvlab, fault_server, tmp_path):
+    for args, message in ((("--concurrency", "0"), "--concurrency must be > 0"),
+                          (("--timeout", "-1"), "--timeout must be > 0"),
+                          (("--prompt-format", "bytes"), "--prompt-format 'bytes': choose auto, token-ids, text")):
+        result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL]), *args)
+        assert result.exit_code == 2 and message in result.stderr, result.stderr
+    result = kvlab("bench", "--url", "127.0.0.1:8000")
+    assert result.exit_code == 2 and "is not an http:// or https:// URL" in result.stderr
+    result = kvlab("bench", "--url", fault_server.url, "--model", "gpt-9")
+    assert result.exit_code == 2 and "--model 'gpt-9' is not served by" in result.stderr
+    assert fault_server.state.received == []

@@ -1,0 +1,262 @@
+"""Cost profiles: the one cost function under each of them, --cost everywhere a run is made, and bad profiles."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from kvlab.cost import CostModel, CostProfileWarning, builtin_profiles, get_profile
+from kvlab.cost.profiles import write_profile
+from kvlab.errors import KvlabError
+from kvlab.sim import SimConfig, Simulation
+from kvlab.strategies import parse_strategy
+from kvlab.workload import load_workload
+
+ABSOLUTE = {"weights_read_s": 0.002, "context_token_s": 1e-7, "token_s": 3e-4, "attention_pair_s": 1e-9,
+            "overhead_s": 0.001, "seq_overhead_s": 2e-4, "prefill_token_overhead_s": 1e-5, "request_latency_s": 0.005}
+
+
+def absolute_profile(tmp_path, **constants) -> str:
+    doc = {"name": "machine", "kind": "absolute", "source": "made by the test", "model": "tiny_llama", "gpu": "cpu",
+           "constants": {**ABSOLUTE, **constants}}
+    return str(write_profile(doc, tmp_path / "machine.toml"))
+
+
+def test_the_default_profile_is_the_stated_roofline_bit_for_bit():
+    """No --cost is `roofline`: 80% of peak bandwidth, 50% of peak FLOP/s, 3 ms, in the arithmetic the golden
+    runs were made with."""
+    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
+    assert config.cost == SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12,
+                                                 cost="roofline").cost
+    c = config.cost
+    bandwidth = 1555e9 * 0.8
+    assert c.coefficients == (c.weights_bytes / bandwidth + 0.003, c.kv_bytes_per_token / bandwidth,
+                              c.flops_per_token, c.attention_flops_per_pair, 312e12 * 0.5, 0.003)
+    assert c.profile == "roofline" and c.jump_exact and c.notes == ()
+
+
+def _config(cost=None, **kw):
+    return SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12, cost=cost, **kw)
+
+
+@pytest.mark.parametrize("name", sorted(builtin_profiles()) + ["absolute"])
+def test_one_cost_function_for_numbers_and_arrays(name, tmp_path):
+    """Each element of the array result equals the scalar result bit for bit, under every profile; the terms add
+    up to it."""
+    if name == "absolute":
+        cost = SimConfig.from_options(model="src/kvlab/vllm/tiny_llama.json", gpu="a100-40gb", num_gpu_blocks=256,
+                                      cost=absolute_profile(tmp_path)).cost
+        assert cost.has_cpu_terms and not cost.jump_exact
+    else:
+        cost = _config(name).cost
+    rng = np.random.default_rng(1)
+    num_seqs = rng.integers(1, 256, 500)
+    prefill = rng.integers(0, 2048, 500) * (rng.random(500) < 0.3)
+    decode = np.minimum(num_seqs, rng.integers(0, 256, 500))
+    context = rng.integers(0, 200_000, 500)
+    pairs = context + prefill * (prefill + 1) // 2
+    array = cost.iteration_times(num_seqs, prefill, decode, context, pairs)
+    for i in range(500):
+        args = (int(num_seqs[i]), int(prefill[i]), int(decode[i]), int(context[i]), int(pairs[i]))
+        scalar = cost.iteration_times(*args)
+        assert type(scalar) is float and scalar == array[i]
+        assert cost.terms(*args).total == pytest.approx(scalar, rel=1e-12)
+
+
+def test_profiles_differ_in_their_constants_as_their_sources_say():
+    p = builtin_profiles()
+    assert next(iter(p)) == "roofline"
+    assert {"roofline", "vidur-a100", "vidur-h100", "paper-2023"} <= set(p)
+    vidur = p["vidur-a100"].constants
+    assert vidur["overhead_s"] == 0.0  # Vidur's default has no CPU overhead
+    assert vidur["flops_efficiency"] > 0.5  # its profiled matrix multiplies beat the roofline's 50%
+    assert "mlp.csv" in p["vidur-a100"].source and "github.com/microsoft/vidur" in p["vidur-a100"].source
+    paper = p["paper-2023"].constants
+    assert paper["attention_bandwidth_efficiency"] < paper["bandwidth_efficiency"]  # §7.1: a slower kernel
+    assert "Figure 12" in p["paper-2023"].source and "§7.1" in p["paper-2023"].source
+
+
+def test_paper_2023_puts_vllms_capacity_where_figure_12a_shows_it():
+    """Overloaded (4 req/s), vLLM on Figure 12a's setup serves ~1.9 req/s on the paper-era clock, ~2.9 on the
+    roofline: the derivation of scripts/derive_paper_2023.py, checked."""
+    workload = load_workload("paper-sharegpt", num_requests=1500, rate=4.0, seed=0)
+    capacity = {name: Simulation(parse_strategy("vllm"), _config(name), workload).run().summary()["throughput_rps"]
+                for name in ("paper-2023", "roofline")}
+    assert 1.8 <= capacity["paper-2023"] <= 2.0
+    assert capacity["roofline"] > 2.6
+
+
+def _trace(config, workload):
+    """Per step: what was scheduled, and the memory state after it (block by block); plus the clock."""
+    sim = Simulation(parse_strategy("vllm"), config, workload, jump=False)
+    steps, memory, clock = [], [], []
+    while (out := sim.step()) is not None:
+        steps.append(out)
+        memory.append(sim.snapshot())
+        clock.append(sim.now)
+    columns = sim.log.columns
+    state = {k: v for k, v in columns.items() if k not in ("time", "duration")}
+    return steps, memory, clock, state
+
+
+@pytest.mark.parametrize("other", ["paper-2023", "vidur-a100", "absolute"])
+def test_cost_changes_the_clock_and_nothing_else(other, tmp_path):
+    """All requests at once (so no arrival depends on the clock) on a cache small enough to preempt: the same
+    steps and the same memory, block by block, under two profiles; only the times differ."""
+    workload = load_workload("paper-sharegpt", num_requests=120, arrival="burst", seed=3)
+    cost = absolute_profile(tmp_path) if other == "absolute" else other
+    base = _trace(_config("roofline", num_gpu_blocks=400), workload)
+    changed = _trace(_config(cost, num_gpu_blocks=400), workload)
+    assert any(out.preempted_req_ids for out in base[0])  # the cache ran out: eviction decisions are compared too
+    assert base[0] == changed[0]
+    assert base[1] == changed[1]
+    assert base[3].keys() == changed[3].keys() and all(np.array_equal(base[3][k], changed[3][k]) for k in base[3])
+    assert base[2] != changed[2]
+
+
+def test_a_request_latency_adds_to_ttft_and_e2e_not_to_time_per_token(kvlab, tmp_path):
+    args = ("run", "--model", "src/kvlab/vllm/tiny_llama.json", "--num-gpu-blocks", "512", "-w", "paper-alpaca",
+            "--rate", "2", "-n", "40", "--json")
+    with_latency = kvlab(*args, "--cost", absolute_profile(tmp_path, request_latency_s=0.5)).json()["strategies"][0]
+    without = kvlab(*args, "--cost", absolute_profile(tmp_path, request_latency_s=0.0)).json()["strategies"][0]
+    assert with_latency["ttft_s"]["p50"] == pytest.approx(without["ttft_s"]["p50"] + 0.5, abs=1e-9)
+    assert with_latency["e2e_latency_s"]["p50"] == pytest.approx(without["e2e_latency_s"]["p50"] + 0.5, abs=1e-9)
+    assert with_latency["tpot_s"]["p50"] == pytest.approx(without["tpot_s"]["p50"], rel=1e-12)
+
+
+def test_kvlab_cost_lists_every_profile_with_its_constants_and_source(kvlab):
+    r = kvlab("cost", "--json")
+    assert r.exit_code == 0, r.stderr
+    profiles = {p["name"]: p for p in r.json()["profiles"]}
+    assert set(profiles) == set(builtin_profiles())
+    for p in profiles.values():
+        assert p["source"]
+        assert p["overhead_s"] == builtin_profiles()[p["name"]].constants["overhead_s"]
+    assert profiles["roofline"]["bandwidth_efficiency"] == 0.8 and profiles["roofline"]["overhead_s"] == 0.003
+    text = kvlab("cost").stdout
+    assert "roofline" in text and "vidur-h100" in text and "Vidur's published" in text
+
+
+def test_run_and_race_take_cost_and_say_which(kvlab, tmp_path):
+    r = kvlab("run", "-n", "50", "--cost", "vidur-a100", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert data["cost"] == {"profile": "vidur-a100", "notes": []}
+    assert data["strategies"][0]["typical_iteration"]["overhead_ms"] == 0.0
+    text = kvlab("race", "-n", "30", "--cost", "paper-2023").stdout
+    assert "under cost profile 'paper-2023'" in text
+    default = kvlab("run", "-n", "50", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--json").json()
+    assert default["strategies"][0]["tpot_s"]["p50"] > data["strategies"][0]["tpot_s"]["p50"]  # 3 ms overhead
+
+
+def test_a_profile_for_another_gpu_or_model_warns_and_says_what_it_assumed(kvlab):
+    with pytest.warns(CostProfileWarning, match="fitted on A100-40GB, this run is on H100-SXM"):
+        SimConfig.from_options(gpu="h100", cost="paper-2023")  # a library caller gets a Python warning
+    r = kvlab("run", "-n", "30", "--cost", "paper-2023", "--gpu", "h100", "--json")
+    assert r.exit_code == 0, r.stderr
+    (note,) = r.json()["cost"]["notes"]
+    assert "fitted on A100-40GB, this run is on H100-SXM" in note and "assumed to hold" in note
+    text = kvlab("run", "-n", "30", "--cost", "paper-2023", "--model", "llama-2-7b").stdout
+    assert "warning: cost profile 'paper-2023' was fitted for opt-13b, this run is llama-2-7b" in text
+
+
+def test_an_absolute_profile_needs_no_catalogue_bandwidth(tmp_path):
+    """A GPU without bandwidth or FLOP/s in the catalogue serves under a profile of absolute times, not under
+    efficiencies of figures it lacks."""
+    config = SimConfig.from_options(model="src/kvlab/vllm/tiny_llama.json", gpu="rtx-4090", num_gpu_blocks=64,
+                                    cost=absolute_profile(tmp_path))
+    assert config.cost.terms(1, 0, 1, 10, 10).weights == ABSOLUTE["weights_read_s"]
+    with pytest.raises(KvlabError, match="no memory bandwidth or FLOP/s for RTX-4090"):
+        SimConfig.from_options(model="src/kvlab/vllm/tiny_llama.json", gpu="rtx-4090", num_gpu_blocks=64)
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_a_profile_file_round_trips(suffix, tmp_path):
+    doc = {"name": "mine", "kind": "efficiency", "source": "a test", "gpu": "A100-40GB",
+           "constants": {**builtin_profiles()["roofline"].constants, "overhead_s": 0.0015}}
+    path = write_profile(doc, tmp_path / f"mine{suffix}")
+    profile = get_profile(str(path))
+    assert profile.name == "mine" and profile.constants["overhead_s"] == 0.0015 and profile.path == str(path)
+    assert _config(str(path)).cost.overhead_s == 0.0015
+
+
+def _without(key):
+    return lambda d: d["constants"].pop(key)
+
+
+def _set(key, value, where="constants"):
+    return lambda d: (d[where] if where else d).__setitem__(key, value)
+
+
+BAD_PROFILES = [
+    (_without("bandwidth_efficiency"), "missing constant 'bandwidth_efficiency'"),
+    (_set("overhead_s", -0.001), "overhead_s = -0.001 must be finite and >= 0"),
+    (_set("overhead_s", math.nan), "overhead_s = nan must be finite"),
+    (_set("flops_efficiency", math.inf), "flops_efficiency = inf must be finite"),
+    (_set("flops_efficiency", 1.5), "flops_efficiency = 1.5 must be in (0, 1]"),
+    (_set("flops_efficiency", "fast"), "flops_efficiency must be a number, got 'fast'"),
+    (lambda d: d["constants"].__setitem__("overhed_s", d["constants"].pop("overhead_s")),
+     "unknown constant 'overhed_s' for an efficiency profile (did you mean 'overhead_s'"),
+    (_set("kind", "roof", None), "kind 'roof' is not one of: efficiency, absolute"),
+    (_set("source", "", None), "'source' is missing or empty"),
+    (_set("gpus", "a100", None), "unknown key 'gpus' (did you mean 'gpu'?)"),
+]
+
+
+@pytest.mark.parametrize("change, message", BAD_PROFILES)
+def test_a_bad_profile_file_is_refused_before_anything_runs(kvlab, tmp_path, change, message):
+    doc = {"name": "bad", "kind": "efficiency", "source": "a test",
+           "constants": dict(builtin_profiles()["roofline"].constants)}
+    change(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))  # (JSON takes NaN and Infinity as Python writes them; TOML its nan and inf)
+    r = kvlab("run", "-n", "10", "--cost", path, "--out", tmp_path / "out")
+    assert r.exit_code == 2
+    assert message in r.stderr, r.stderr
+    assert str(path) in r.stderr
+    assert not (tmp_path / "out").exists()  # nothing computed, nothing written
+
+
+@pytest.mark.parametrize("cost, message", [
+    ("vidur", "unknown cost profile 'vidur' (did you mean"),
+    ("rooflin", "(did you mean 'roofline'?)"),
+    ("missing.toml", "cost profile file 'missing.toml' does not exist"),
+])
+def test_an_unknown_profile_is_refused_with_the_names_that_exist(kvlab, cost, message):
+    r = kvlab("run", "-n", "10", "--cost", cost)
+    assert r.exit_code == 2 and message in r.stderr, r.stderr
+
+
+def test_a_profile_that_is_not_toml_says_so(kvlab, tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("name = \n")
+    r = kvlab("run", "-n", "10", "--cost", path)
+    assert r.exit_code == 2 and "is not valid TOML" in r.stderr
+
+
+def test_paper_fig2_runs_on_the_paper_era_clock_and_says_so(kvlab):
+    r = kvlab("paper", "fig2", "-n", "300", "--json")
+    assert r.exit_code == 0, r.stderr
+    setup = r.json()["setup"]
+    assert setup["cost"] == "paper-2023" and setup["rate"] == 2.0  # the right end of Figure 12a's axis
+    assert "cost profile 'paper-2023'" in kvlab("paper", "fig2", "-n", "300").stdout
+
+
+def test_the_lab_takes_a_built_in_profile_and_no_file():
+    from kvlab.web.params import parse_run_spec
+
+    assert parse_run_spec({"cost": "vidur-h100"}).cost == "vidur-h100"
+    assert parse_run_spec({}).cost == "roofline"
+    for bad in ("/etc/passwd", "x.toml", "vidur"):
+        with pytest.raises(KvlabError, match="is not a built-in cost profile"):
+            parse_run_spec({"cost": bad})
+
+
+def test_cost_model_keeps_the_physical_constructor():
+    """Callers that build a CostModel from bytes and FLOP/s directly (the simulator's tests) still can."""
+    c = CostModel(weights_bytes=8e6, kv_bytes_per_token=800.0, flops_per_token=1.0, attention_flops_per_pair=1.0,
+                  memory_bandwidth=1e9, peak_flops=1e15, overhead_s=0.0)
+    assert c.iteration_times(1, 0, 1, 1000, 1000) == pytest.approx(8e6 / 0.8e9 + 1000 * 800 / 0.8e9)

