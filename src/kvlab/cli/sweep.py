@@ -12,11 +12,15 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from kvlab.cli.app import app
+
+if TYPE_CHECKING:
+    from kvlab.sweep.runner import Runner
+    from kvlab.sweep.store import Store
 
 SWEEP_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 DEFAULT_OUT = Path("kvlab-sweep")
@@ -76,11 +80,20 @@ class Session:
     """What both commands share: the checks, the store, the pool, the progress, an interrupt that keeps what
     is stored."""
 
+    store: Store  # these three from start() on
+    pool: Any
+    runner: Runner
+
     def __init__(self, out: Path | None, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
         self.out, self.as_json = out, as_json
         self.workers = workers or default_workers()
         self.ray, self.ray_address = ray, ray_address
-        self.store = self.pool = self.runner = None
+
+    @property
+    def store_path(self) -> str:
+        from kvlab.sweep.store import DB_NAME
+
+        return "(in memory)" if self.out is None else str(self.out / DB_NAME)
 
     def check_ray(self) -> None:
         from kvlab.sweep.runner import check_reachable, import_ray, resolve_ray_address
@@ -268,7 +281,7 @@ def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
     console.print(table)
     num_failed = sum(r["status"] != "ok" for r in rows)
     console.print(f"Computed {session.runner.num_computed} points now ({num_failed} failed in all); the other "
-                  f"{len(rows) - session.runner.num_computed} were stored. Store: {session.out / 'sweep.duckdb'} "
+                  f"{len(rows) - session.runner.num_computed} were stored. Store: {session.store_path} "
                   f"(table points: SQL or pandas)." + (f" Plots: {', '.join(str(p) for p in written)}."
                                                           if written else ""), highlight=False)
 
@@ -366,7 +379,7 @@ def write_capacity_plots(configurations, searches, rows, names, out: Path, slo_t
     bars = capacity_panels(configurations, searches)
     curves = latency_panels(rows, names)
     written = [write_png(bars, out / "capacity.png", title=f"Capacity under {slo_text}")]
-    sections = [(f"Capacity under {slo_text}", bars, None)]
+    sections: list[tuple[str, list, float | None]] = [(f"Capacity under {slo_text}", bars, None)]
     if curves:
         written.append(write_png(curves, out / "capacity_latency.png", title="The rates the searches tried"))
         sections.append(("Normalized latency at the rates the searches tried", curves, None))
@@ -395,4 +408,4 @@ def print_capacity(configurations, searches, names, slo_text, session: Session, 
         console.width = max(console.width, 150)
     console.print(table)
     console.print(f"Computed {session.runner.num_computed} simulations now (the rest were stored). Store: "
-                  f"{session.out / 'sweep.duckdb'}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)
+                  f"{session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)

@@ -47,7 +47,7 @@ class Slo:
     def holds(self, summary: dict[str, Any] | None) -> bool:
         """Met, with every request served: a run that rejected or dropped requests did not sustain the rate."""
         value = self.value(summary)
-        if value is None or summary["num_finished"] == 0 or summary["num_rejected"] > 0:
+        if summary is None or value is None or summary["num_finished"] == 0 or summary["num_rejected"] > 0:
             return False
         return value <= self.limit_s
 
@@ -98,6 +98,7 @@ class Search:
         if not self.probes:
             return round_rate(self.start_rate)
         if self.lo is None:
+            assert self.hi is not None  # a probe was made and did not hold
             rate = round_rate(self.hi / 2)
             return rate if rate >= self.min_rate else None
         if self.hi is None:

@@ -57,7 +57,7 @@ class OptionSpec:
         if (low is not None and converted < low) or (high is not None and converted > high):
             raise KvlabError(f"{self.flag} {value!r}: outside its range [{low}, {high}]")
         if self.name in ("workload", "cost"):
-            return _file_spec(self.name, converted)
+            return _file_spec(self.name, str(converted))
         return converted
 
 
@@ -110,7 +110,7 @@ def run_options() -> dict[str, OptionSpec]:
     for param in command.params:
         if param.name != "strategy" and param.name not in SIM_OPTIONS:
             continue  # --json, --out: how `kvlab run` reports, not what it simulates
-        kind = _KINDS.get(param.type_descriptor.annotation, "str")
+        kind = _KINDS.get(param.type_descriptor.annotation, "str")  # type: ignore[attr-defined]  (Typer's, not Click's)
         flag = "--strategy" if param.name == "strategy" else max(param.opts, key=len)
         specs[param.name] = OptionSpec(param.name, flag, kind, param.default, param)
     return specs
@@ -242,11 +242,13 @@ def _file_spec(name: str, spec: str) -> str:
     """A bundled workload or cost profile as named; a user's file as an absolute path (workers may run
     elsewhere: a Ray worker's working directory is not the user's)."""
     if name == "workload":
-        from kvlab.workload import WORKLOADS as known
+        from kvlab.workload import WORKLOADS
+
+        known: set[str] = set(WORKLOADS)
     else:
         from kvlab.cost.profiles import builtin_profiles
 
-        known = builtin_profiles()
+        known = set(builtin_profiles())
     if spec in known:
         return spec
     path = Path(spec).expanduser()

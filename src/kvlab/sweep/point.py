@@ -41,7 +41,8 @@ def check_config(point: dict[str, Any]) -> None:
 def build_workload(point: dict[str, Any]):
     from kvlab.cli.sim import build_workload as cli_build_workload
 
-    return cli_build_workload(*(point[name] for name in WORKLOAD_OPTIONS), None)
+    return cli_build_workload(point["workload"], point["rate"], point["arrival"], point["cv"], point["num_requests"],
+                              point["duration"], point["seed"], None)
 
 
 def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
