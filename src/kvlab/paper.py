@@ -111,3 +111,119 @@ def fig2_json(setup: Fig2Setup, rows: list[Fig2Row]) -> dict:
             for row in rows
         },
     }
+
+
+# --- Figure 12: normalized latency against request rate, and the rate each system sustains -----------------------
+
+# §6.2, ShareGPT: vLLM sustains 1.7-2.7x the rate of Orca (Oracle) and 2.7-8x that of Orca (Max) at the same
+# normalized latency (over OPT-13B, 66B and 175B). The paper gives no range against Orca (Pow2).
+FIG12_PAPER_RATIOS: dict[str, tuple[float, float] | None] = {
+    "vllm_vs_orca_oracle": (1.7, 2.7), "vllm_vs_orca_pow2": None, "vllm_vs_orca_max": (2.7, 8.0),
+}
+# The right end of Figure 12's rate axis for OPT-13B on one A100 (12a: ShareGPT, 12d: Alpaca).
+FIG12_RATE_AXES = {"paper-sharegpt": 2.0, "paper-alpaca": 30.0}
+FIG12_COST = "paper-2023"  # the paper-era clock (kvlab cost), when this kvlab has it
+
+
+@dataclass(frozen=True, slots=True)
+class Fig12Setup:
+    model: str = "opt-13b"
+    gpu: str = "a100-40gb"
+    available_kv_gib: float = 12.0  # Table 1, as in Figure 2
+    workloads: tuple[str, ...] = tuple(FIG12_RATE_AXES)
+    duration: float = 600.0  # s of Poisson arrivals per point (the paper's traces are one hour long)
+    seed: int = 0
+    cost: str | None = FIG12_COST
+    slo: str = "mean_normalized_latency<0.1s"
+    num_curve_rates: int = 8  # points per curve, evenly over the paper's rate axis
+    rtol: float = 0.02
+
+    def point(self, system: str, workload: str, rate: float | None) -> dict:
+        """The sweep point of `kvlab run SYSTEM` on this setup (every other option at `kvlab run`'s default)."""
+        from kvlab.sweep.grid import expand
+
+        lists = {"strategy": [system], "model": [self.model], "gpu": [self.gpu], "workload": [workload],
+                 "available_kv_gib": [self.available_kv_gib], "duration": [self.duration], "seed": [self.seed],
+                 "rate": [rate]}
+        if self.cost is not None:
+            lists["cost"] = [self.cost]
+        return expand(lists)[0]
+
+    def curve_rates(self, workload: str) -> list[float]:
+        top = FIG12_RATE_AXES[workload]
+        return [round(top * (i + 1) / self.num_curve_rates, 4) for i in range(self.num_curve_rates)]
+
+
+def fig12_cost_available() -> bool:
+    """Whether `kvlab run` takes --cost and knows the paper-era profile (older kvlab runs on the roofline)."""
+    from kvlab.sweep.grid import run_options
+
+    if "cost" not in run_options():
+        return False
+    from kvlab.cost.profiles import builtin_profiles
+
+    return FIG12_COST in builtin_profiles()
+
+
+@dataclass(frozen=True, slots=True)
+class Fig12Result:
+    setup: Fig12Setup
+    curve_rows: list[dict]  # stored rows of the Figure 12 curves
+    configurations: list[dict]  # one per (workload, system), rate None
+    searches: list  # kvlab.sweep.capacity.Search, one per configuration
+    probe_rows: list[dict]  # stored rows of every rate the searches tried
+
+    def capacity(self, workload: str, system: str) -> float:
+        for config, search in zip(self.configurations, self.searches):
+            if config["workload"] == workload and config["strategy"] == system:
+                return search.capacity
+        raise KeyError((workload, system))
+
+    def ratios(self, workload: str) -> dict[str, float | None]:
+        vllm = self.capacity(workload, "vllm")
+        return {f"vllm_vs_{system.replace('-', '_')}": (vllm / cap if (cap := self.capacity(workload, system)) else
+                                                         None) for system in ("orca-oracle", "orca-pow2", "orca-max")}
+
+
+def run_fig12(setup: Fig12Setup, runner) -> Fig12Result:
+    """Figure 12's curves (each system at rates over the paper's axis) and each system's capacity (the highest rate
+    whose mean normalized latency meets ``setup.slo``, by bisection), on a kvlab.sweep runner."""
+    from kvlab.sweep.capacity import parse_slo, search_capacities
+
+    curve_points = [setup.point(system, workload, rate) for workload in setup.workloads for system in FIG2_SYSTEMS
+                    for rate in setup.curve_rates(workload)]
+    curve_rows = runner.run(curve_points)
+    configurations = [setup.point(system, workload, None) for workload in setup.workloads for system in FIG2_SYSTEMS]
+    start_rates = [FIG12_RATE_AXES[c["workload"]] / 2 for c in configurations]
+    searches = search_capacities(configurations, runner, parse_slo(setup.slo), start_rates=start_rates,
+                                 rtol=setup.rtol)
+    probes = [{**c, "rate": rate} for c, s in zip(configurations, searches) for rate, _, _ in s.probes]
+    return Fig12Result(setup, curve_rows, configurations, searches, runner.run(probes))
+
+
+def fig12_json(result: Fig12Result) -> dict:
+    """``capacities`` and ``ratios`` for ShareGPT (the panel the paper's ranges are about); every workload's in
+    ``workloads``."""
+    setup = result.setup
+    workloads = {}
+    for workload in setup.workloads:
+        workloads[workload] = {
+            "capacities": {system: result.capacity(workload, system) for system in FIG2_SYSTEMS},
+            "ratios": result.ratios(workload),
+            "searches": {c["strategy"]: s.to_json() for c, s in zip(result.configurations, result.searches)
+                         if c["workload"] == workload},
+            "curves": {system: [{"rate": r["rate"], "normalized_latency_s_per_token":
+                                 r["normalized_latency_s_per_token_mean"], "throughput_rps": r["throughput_rps"]}
+                                for r in result.curve_rows if r["workload"] == workload and r["strategy"] == system]
+                       for system in FIG2_SYSTEMS},
+        }
+    main = workloads.get("paper-sharegpt") or next(iter(workloads.values()))
+    return {
+        "setup": {"model": setup.model, "gpu": setup.gpu, "available_kv_gib": setup.available_kv_gib,
+                  "workloads": list(setup.workloads), "duration_s": setup.duration, "seed": setup.seed,
+                  "cost": setup.cost, "slo": setup.slo, "rtol": setup.rtol},
+        "capacities": main["capacities"],
+        "ratios": main["ratios"],
+        "paper_ratios": {name: None if r is None else list(r) for name, r in FIG12_PAPER_RATIOS.items()},
+        "workloads": workloads,
+    }

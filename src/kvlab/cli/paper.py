@@ -94,3 +94,118 @@ def fig2(
     )
     if out is not None:
         out_console.print(f"Wrote {out / 'fig2.png'} and {out / 'fig2.json'}", highlight=False)
+
+
+@paper_app.command("fig12")
+def fig12(
+    duration: Annotated[float, typer.Option("--duration", help="Seconds of Poisson arrivals per simulation.")] = 600.0,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the workloads.")] = 0,
+    slo: Annotated[str, typer.Option("--slo", help="The latency target a sustained rate meets.")] =
+        "mean_normalized_latency<0.1s",
+    cost: Annotated[str | None, typer.Option("--cost", help="Cost profile \\[default: paper-2023, the paper-era "
+                                                "clock, when this kvlab has it].")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="Worker processes \\[default: the number of "
+                                                   "cores].")] = None,
+    ray: Annotated[bool, typer.Option("--ray", help="Run on a local Ray instance.")] = False,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Run on a Ray cluster: HOST:PORT "
+                                                       "or auto.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Keep the store (sweep.duckdb, resumable) and write "
+                                             "fig12.png, fig12_capacity.png, fig12.html, fig12.json here.")] = None,
+) -> None:
+    """Figure 12: normalized latency against rate, and the rate each system sustains (OPT-13B, one A100-40GB,
+    ShareGPT and Alpaca stand-ins), with vLLM's ratios beside the paper's 1.7-2.7x and 2.7-8x."""
+    from kvlab.cli.sweep import Session, run_session
+    from kvlab.errors import KvlabError
+    from kvlab.paper import FIG12_COST, Fig12Setup, fig12_cost_available, fig12_json, run_fig12
+    from kvlab.sweep.capacity import parse_slo
+    from kvlab.sweep.point import check_points
+
+    if not duration > 0:
+        raise KvlabError(f"--duration must be positive, got {duration}")
+    parse_slo(slo)
+    from kvlab.sweep.grid import run_options
+
+    if cost is not None and "cost" not in run_options():
+        raise KvlabError("--cost needs a kvlab whose `kvlab run` takes --cost")
+    setup = Fig12Setup(duration=duration, seed=seed, slo=slo,
+                       cost=cost if cost is not None else (FIG12_COST if fig12_cost_available() else None))
+    check_points([setup.point(s, w, 1.0) for w in setup.workloads for s in ("vllm", "orca-max")])
+    session = Session(out, workers, ray, ray_address, as_json)
+    session.check_ray()
+    result = run_session(session, lambda: run_fig12(setup, session.runner))
+    data = fig12_json(result)
+    data["num_computed"] = session.runner.num_computed
+    if out is not None:
+        _write_fig12(result, data, out)
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    _print_fig12(data)
+
+
+def _write_fig12(result, data: dict, out: Path) -> None:
+    from kvlab.sweep.grid import run_options
+    from kvlab.sweep.html import write_html
+    from kvlab.sweep.plots import capacity_panels, latency_panels, write_png
+
+    curves = latency_panels(result.curve_rows + result.probe_rows, list(run_options()))
+    bars = capacity_panels(result.configurations, result.searches)
+    write_png(curves, out / "fig12.png", title="Figure 12: normalized latency against request rate (OPT-13B, "
+              "A100-40GB)", ymax=1.0)
+    write_png(bars, out / "fig12_capacity.png", title=f"Sustained rate under {result.setup.slo}")
+    write_html(out / "fig12.html", [("Normalized latency (s/token) against request rate", curves, 1.0),
+                                    (f"Sustained rate under {result.setup.slo}", bars, None)],
+               title="vLLM paper, Figure 12, rebuilt by kvlab", data=data)
+    (out / "fig12.json").write_text(json.dumps(data, indent=2))
+
+
+def _print_fig12(data: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvlab.paper import PAPER_NAMES
+
+    setup = data["setup"]
+    workloads = setup["workloads"]
+    table = Table(title=f"vLLM paper, Figure 12: the rate each system sustains (req/s) with {setup['slo']}",
+                  title_justify="left", header_style="bold")
+    table.add_column("system")
+    for workload in workloads:
+        table.add_column(f"{workload} (paper's axis 0-{_axis(workload)})", justify="right")
+    for system in PAPER_NAMES:
+        table.add_row(PAPER_NAMES[system], *(_bracket(data["workloads"][w]["searches"][system]) for w in workloads))
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 130)
+    console.print(table)
+    for workload in workloads:
+        ratios = data["workloads"][workload]["ratios"]
+        parts = []
+        for name, value in ratios.items():
+            paper = data["paper_ratios"][name]
+            where = ""
+            if paper is not None and workload == "paper-sharegpt":
+                verdict = "inside" if paper[0] <= (value or 0) <= paper[1] else "outside"
+                where = f" (paper {paper[0]:g}-{paper[1]:g}x: {verdict})"
+            parts.append(f"{name.replace('vllm_vs_', 'vs ').replace('_', '-')} "
+                         f"{'–' if value is None else f'{value:.2f}x'}{where}")
+        console.print(f"vLLM on {workload}: " + ", ".join(parts), highlight=False)
+    console.print(f"Setup: OPT-13B on one A100-40GB, 12 GiB of KV cache (Table 1), {setup['duration_s']:g} s of "
+                  f"Poisson arrivals per simulation, seed {setup['seed']}, cost profile "
+                  f"{setup['cost'] or 'roofline (this kvlab has no paper-2023 profile)'}; {data['num_computed']} "
+                  f"simulations computed. The paper's ranges are for ShareGPT over three model sizes; docs/paper.md "
+                  f"explains the differences.", highlight=False)
+
+
+def _axis(workload: str) -> str:
+    from kvlab.paper import FIG12_RATE_AXES
+
+    return f"{FIG12_RATE_AXES[workload]:g}"
+
+
+def _bracket(search: dict) -> str:
+    if search["error"]:
+        return f"failed: {search['error']}"
+    lo, hi = search["bracket"]
+    return f"{search['capacity_rps']:.3g}  [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"

@@ -1,0 +1,411 @@
+"""``kvlab sweep`` and ``kvlab capacity``: many `kvlab run` points at once, stored in DuckDB, on local processes
+or a Ray cluster; and the highest rate each configuration sustains under a latency target.
+
+Any `kvlab run` option takes a comma list (``--rate 1,2 --strategy vllm,orca-oracle``); ``--grid FILE`` holds
+more (kvlab/sweep/grid.py). Everything is checked before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from kvlab.cli.app import app
+
+if TYPE_CHECKING:
+    from kvlab.sweep.runner import Runner
+    from kvlab.sweep.store import Store
+
+SWEEP_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+DEFAULT_OUT = Path("kvlab-sweep")
+EXTRA_HELP = ("Any `kvlab run` option, with a comma list of values to sweep: --strategy vllm,orca-oracle "
+              "--rate 1,2 --seed 0,1 --num-requests 300 ...")
+
+GridOpt = Annotated[Path | None, typer.Option("--grid", help="A YAML or TOML file of options and lists "
+                                                 "(docs/sweep.md); command-line lists override its keys.")]
+WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Worker processes (or Ray CPUs) "
+                                                   "\\[default: the number of cores].")]
+RayOpt = Annotated[bool, typer.Option("--ray", help="Run the points as Ray tasks on a local Ray instance.")]
+RayAddressOpt = Annotated[str | None, typer.Option("--ray-address", help="Run on an existing Ray cluster: "
+                                                      "HOST:PORT, or auto for $RAY_ADDRESS.")]
+OutOpt = Annotated[Path, typer.Option("--out", help="Folder of the sweep: its DuckDB store (sweep.duckdb, "
+                                      "resumed when present) and plots.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Run even when the estimate exceeds --max-time.")]
+MaxTimeOpt = Annotated[str, typer.Option("--max-time", help="Refuse (without --yes) a sweep estimated to take "
+                                         "longer than this: 90s, 20m, 2h.")]
+RetryOpt = Annotated[bool, typer.Option("--retry-failed", help="Compute again the points stored as failed.")]
+
+
+def parse_duration(text: str) -> float:
+    from kvlab.errors import KvlabError
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|h)?\s*", text)
+    if not match:
+        raise KvlabError(f"--max-time {text!r}: expected a duration such as 90s, 20m or 2h")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def default_workers() -> int:
+    """The cores this process may use (a container's CPU set, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def grid_lists(args: list[str], grid: Path | None) -> tuple[dict[str, list], list[dict]]:
+    from kvlab.sweep.grid import parse_cli_args, read_grid_file
+
+    lists, explicit = read_grid_file(grid) if grid is not None else ({}, [])
+    lists.update(parse_cli_args(args))
+    return lists, explicit
+
+
+class Session:
+    """What both commands share: the checks, the store, the pool, the progress, an interrupt that keeps what
+    is stored."""
+
+    store: Store  # these three from start() on
+    pool: Any
+    runner: Runner
+
+    def __init__(self, out: Path | None, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
+        self.out, self.as_json = out, as_json
+        self.workers = workers or default_workers()
+        self.ray, self.ray_address = ray, ray_address
+
+    @property
+    def store_path(self) -> str:
+        from kvlab.sweep.store import DB_NAME
+
+        return "(in memory)" if self.out is None else str(self.out / DB_NAME)
+
+    def check_ray(self) -> None:
+        from kvlab.sweep.runner import check_reachable, import_ray, resolve_ray_address
+
+        if not (self.ray or self.ray_address):
+            return
+        import_ray()
+        if self.ray_address:
+            check_reachable(resolve_ray_address(self.ray_address))
+
+    def stored_keys(self) -> set[str]:
+        """Keys already stored, without creating anything (nothing is written before the checks pass)."""
+        from kvlab.sweep.grid import run_options
+        from kvlab.sweep.store import DB_NAME, Store
+
+        if self.out is None or not (self.out / DB_NAME).exists():
+            return set()
+        store = Store(self.out / DB_NAME, {n: s.kind for n, s in run_options().items()})
+        try:
+            return store.stored_keys()
+        finally:
+            store.close()
+
+    def check_time(self, points: list[dict], num_runs: float, max_time: str, yes: bool, what: str) -> None:
+        from kvlab.errors import KvlabError
+        from kvlab.sweep.point import estimate_seconds
+
+        limit = parse_duration(max_time)
+        if not points:
+            return
+        seconds = estimate_seconds(points) * num_runs / len(points) / self.workers
+        if seconds > limit and not yes:
+            raise KvlabError(f"{what}: about {format_duration(seconds)} on {self.workers} workers, more than "
+                             f"--max-time {max_time}; add --yes to run it anyway, or sweep fewer points")
+
+    def start(self) -> None:
+        import kvlab
+        from kvlab.sweep.grid import run_options
+        from kvlab.sweep.runner import Runner, make_pool
+        from kvlab.sweep.store import DB_NAME, Store
+
+        self.pool = make_pool(self.workers, ray=self.ray, ray_address=self.ray_address)
+        path = None if self.out is None else self.out / DB_NAME  # no folder: a throwaway in-memory store
+        self.store = Store(path, {n: s.kind for n, s in run_options().items()})
+        self.runner = Runner(self.store, self.pool, kvlab.__version__, progress=self._progress_callback())
+
+    def _progress_callback(self):
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        if console.is_terminal and not self.as_json:
+            return RichProgress(console)
+        return LineProgress()
+
+    def finish(self, *, interrupted: bool = False) -> None:
+        if isinstance(self.runner.progress, RichProgress):
+            self.runner.progress.stop()
+        self.pool.close(cancel=interrupted)
+        self.store.close()
+
+
+class RichProgress:
+    """A bar with finished / running / failed and the time left."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(TextColumn("points"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=console)
+        self.progress.start()
+        self.task = self.progress.add_task("points", total=None, status="")
+
+    def __call__(self, done: int, running: int, failed: int, total: int) -> None:
+        self.progress.update(self.task, completed=done, total=total,
+                             status=f"finished {done} · running {running} · failed {failed}")
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+
+class LineProgress:
+    """A line on stderr per stored point, for logs (stderr is not a terminal)."""
+
+    def __init__(self):
+        self.last = None
+
+    def __call__(self, done: int, running: int, failed: int, total: int) -> None:
+        if (done, total) != self.last:
+            print(f"points: {done}/{total} stored · running {running} · failed {failed}", file=sys.stderr, flush=True)
+            self.last = (done, total)
+
+
+def run_session(session: Session, work):
+    """``work()`` inside the session; Ctrl-C stops the workers, keeps what is stored and says how to resume.
+    Whatever else stops it, the workers are stopped and the store closed with every finished point in it."""
+    session.start()
+    try:
+        result = work()
+    except KeyboardInterrupt:
+        num = session.runner.num_computed
+        session.finish(interrupted=True)
+        print(f"interrupted: {num} points computed and stored in {session.out}; run the same command again to "
+              f"compute the rest (stored points are never recomputed)", file=sys.stderr)
+        raise typer.Exit(130) from None
+    except BaseException:
+        session.finish(interrupted=True)
+        raise
+    session.finish()
+    return result
+
+
+def point_json(row: dict[str, Any], option_names: list[str]) -> dict[str, Any]:
+    summary = json.loads(row["summary"]) if row["summary"] else {}
+    summary.pop("name", None)
+    return {**{n: row[n] for n in option_names}, "key": row["key"], "status": row["status"], "error": row["error"],
+            **summary}
+
+
+@app.command(context_settings=SWEEP_CONTEXT, epilog=EXTRA_HELP)
+def sweep(
+    ctx: typer.Context,
+    grid: GridOpt = None,
+    workers: WorkersOpt = None,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
+    out: OutOpt = DEFAULT_OUT,
+    max_time: MaxTimeOpt = "1h",
+    yes: YesOpt = False,
+    retry_failed: RetryOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a grid of `kvlab run` points (comma lists of any of its options), store every summary in DuckDB,
+    resume when run again."""
+    import kvlab
+    from kvlab.sweep.grid import expand, point_key, run_options
+    from kvlab.sweep.point import check_points
+
+    lists, explicit = grid_lists(ctx.args, grid)
+    points = expand(lists, explicit)
+    check_points(points)
+    session = Session(out, workers, ray, ray_address, as_json)
+    session.check_ray()
+    stored = set() if retry_failed else session.stored_keys()
+    todo = [p for p in points if point_key(p, kvlab.__version__) not in stored]
+    session.check_time(todo, len(todo), max_time, yes, f"{len(todo)} of {len(points)} points to compute")
+    rows = run_session(session, lambda: session.runner.run(points))
+    names = list(run_options())
+    written = write_sweep_plots(rows, names, out)
+    if as_json:
+        typer.echo(json.dumps({"points": [point_json(r, names) for r in rows], "num_computed":
+                               session.runner.num_computed, "store": str(out / "sweep.duckdb")}, indent=2))
+        return
+    print_sweep(rows, names, session, written)
+
+
+def write_sweep_plots(rows, names, out: Path) -> list[Path]:
+    from kvlab.sweep.html import write_html
+    from kvlab.sweep.plots import latency_panels, write_png
+
+    panels = latency_panels(rows, names)
+    if not panels:
+        return []
+    title = "Normalized latency against request rate"
+    return [write_png(panels, out / "latency.png", title=title),
+            write_html(out / "sweep.html", [(title, panels, None)], title="kvlab sweep")]
+
+
+def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    varying = [n for n in names if len({repr(r[n]) for r in rows}) > 1] or ["strategy"]
+    table = Table(title=f"Sweep: {len(rows)} points", title_justify="left", header_style="bold")
+    for column in (*varying, "req/s", "tokens/s", "norm. latency s/tok", "TTFT p99 s", "TPOT p99 s", "status"):
+        table.add_column(column, justify="left" if column in varying or column == "status" else "right")
+    for row in rows:
+        ok = row["status"] == "ok"
+        cells = [f"{row['throughput_rps']:.3f}", f"{row['throughput_tps']:.0f}",
+                 _num(row.get("normalized_latency_s_per_token_mean")), _num(row.get("ttft_s_p99")),
+                 _num(row.get("tpot_s_p99"))] if ok else ["–"] * 5
+        table.add_row(*(str(row[n]) for n in varying), *cells, "ok" if ok else f"failed: {row['error']}")
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 150)
+    console.print(table)
+    num_failed = sum(r["status"] != "ok" for r in rows)
+    console.print(f"Computed {session.runner.num_computed} points now ({num_failed} failed in all); the other "
+                  f"{len(rows) - session.runner.num_computed} were stored. Store: {session.store_path} "
+                  f"(table points: SQL or pandas)." + (f" Plots: {', '.join(str(p) for p in written)}."
+                                                          if written else ""), highlight=False)
+
+
+def _num(value) -> str:
+    return "–" if value is None else f"{value:.4g}"
+
+
+SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE, e.g. "
+                                               "p99_ttft<2s, p90_tpot<100ms \\[default: mean_normalized_latency<0.1s, "
+                                               "the vLLM paper's metric].")]
+RtolOpt = Annotated[float, typer.Option("--rtol", help="Stop bisecting when the bracket [held, failed] is this "
+                                        "narrow, relative.")]
+MaxRateOpt = Annotated[float, typer.Option("--max-rate", help="Give up doubling above this rate (req/s).")]
+TYPICAL_SEARCH_RUNS = 8  # simulations a search usually takes (bracket + bisection to 5%): for the time estimate
+
+
+def run_capacity(session: Session, configurations: list[dict], start_rates: list[float], slo, rtol: float,
+                 max_rate: float):
+    """The searches and the stored rows of every rate they tried (for the curves), inside the session."""
+    import kvlab
+    from kvlab.sweep.capacity import search_capacities
+    from kvlab.sweep.grid import point_key
+
+    def work():
+        searches = search_capacities(configurations, session.runner, slo, start_rates=start_rates, rtol=rtol,
+                                     max_rate=max_rate)
+        keys = [point_key({**c, "rate": r}, kvlab.__version__)
+                for c, s in zip(configurations, searches) for r, _, _ in s.probes]
+        return searches, session.store.rows(keys)
+
+    return run_session(session, work)
+
+
+def capacity_json(configurations, searches, option_names) -> list[dict]:
+    return [{**{n: c[n] for n in option_names if n != "rate"}, **s.to_json()}
+            for c, s in zip(configurations, searches)]
+
+
+@app.command(context_settings=SWEEP_CONTEXT, epilog=EXTRA_HELP + " Here --rate is the search's first guess.")
+def capacity(
+    ctx: typer.Context,
+    slo: SloOpt = None,
+    rtol: RtolOpt = 0.05,
+    max_rate: MaxRateOpt = 1000.0,
+    grid: GridOpt = None,
+    workers: WorkersOpt = None,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
+    out: OutOpt = DEFAULT_OUT,
+    max_time: MaxTimeOpt = "1h",
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The highest request rate each configuration sustains under a latency target, by bracketing and bisection
+    (every simulation stored, like a sweep's)."""
+    from kvlab.errors import KvlabError
+    from kvlab.sweep.capacity import DEFAULT_SLO, parse_slo
+    from kvlab.sweep.grid import expand, run_options
+    from kvlab.sweep.point import check_points
+
+    target = parse_slo(slo or DEFAULT_SLO)
+    if not 0 < rtol < 1:
+        raise KvlabError(f"--rtol must be in (0, 1), got {rtol}")
+    lists, explicit = grid_lists(ctx.args, grid)
+    rates = lists.pop("rate", ["1"])
+    if len(rates) != 1 or any("rate" in p for p in explicit):
+        raise KvlabError("kvlab capacity searches the rate: give --rate one value (the first guess), or none")
+    start_rate = run_options()["rate"].convert(rates[0])
+    if start_rate is None or not start_rate > 0:
+        raise KvlabError(f"--rate {rates[0]!r}: the first guess must be a positive rate")
+    configurations = expand(lists, explicit)
+    check_points([{**c, "rate": start_rate} for c in configurations])
+    session = Session(out, workers, ray, ray_address, as_json)
+    session.check_ray()
+    session.check_time([{**c, "rate": start_rate} for c in configurations],
+                       TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
+                       f"{len(configurations)} capacity searches (about {TYPICAL_SEARCH_RUNS} simulations each)")
+    searches, rows = run_capacity(session, configurations, [start_rate] * len(configurations), target, rtol,
+                                  max_rate)
+    names = list(run_options())
+    written = write_capacity_plots(configurations, searches, rows, names, out, target.text)
+    if as_json:
+        typer.echo(json.dumps({"slo": target.text, "capacities": capacity_json(configurations, searches, names),
+                               "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb")},
+                              indent=2))
+        return
+    print_capacity(configurations, searches, names, target.text, session, written)
+
+
+def write_capacity_plots(configurations, searches, rows, names, out: Path, slo_text: str) -> list[Path]:
+    from kvlab.sweep.html import write_html
+    from kvlab.sweep.plots import capacity_panels, latency_panels, write_png
+
+    bars = capacity_panels(configurations, searches)
+    curves = latency_panels(rows, names)
+    written = [write_png(bars, out / "capacity.png", title=f"Capacity under {slo_text}")]
+    sections: list[tuple[str, list, float | None]] = [(f"Capacity under {slo_text}", bars, None)]
+    if curves:
+        written.append(write_png(curves, out / "capacity_latency.png", title="The rates the searches tried"))
+        sections.append(("Normalized latency at the rates the searches tried", curves, None))
+    written.append(write_html(out / "capacity.html", sections, title="kvlab capacity"))
+    return written
+
+
+def print_capacity(configurations, searches, names, slo_text, session: Session, written) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    varying = [n for n in names if n != "rate" and len({repr(c[n]) for c in configurations}) > 1] or ["strategy"]
+    table = Table(title=f"Capacity: the highest rate with {slo_text}", title_justify="left", header_style="bold")
+    for column in (*varying, "capacity req/s", "bracket (held, failed)", "simulations"):
+        table.add_column(column, justify="left" if column in varying else "right")
+    for config, search in zip(configurations, searches):
+        if search.error:
+            cells = ["–", f"failed: {search.error}", str(len(search.probes) + 1)]
+        else:
+            hi = "none up to --max-rate" if search.hi is None else f"{search.hi:g}"
+            lo = "none" if search.lo is None else f"{search.lo:g}"
+            cells = [f"{search.capacity:.4g}", f"[{lo}, {hi}]", str(len(search.probes))]
+        table.add_row(*(str(config[n]) for n in varying), *cells)
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 150)
+    console.print(table)
+    console.print(f"Computed {session.runner.num_computed} simulations now (the rest were stored). Store: "
+                  f"{session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)

@@ -1,0 +1,255 @@
+"""Grids of `kvlab run` options: comma lists and grid files into points, checked before anything runs.
+
+A *point* is one simulation: every option of `kvlab run` (the strategy included) with a value, defaults filled
+in, so that two spellings of the same point (``--rate 1`` and ``rate: 1.0`` in a file) are the same point.
+
+The option names and the values they accept are read from `kvlab run` itself (its Typer/Click parameters), so
+an option added to `kvlab run` can be swept without a change here.
+
+A grid file (YAML or TOML) maps option names to a value or a list of values (the cross product), and may hold
+``points``: a list of option mappings, each combined with every point of the cross product (for options that
+go together, such as a model and the GPU count it needs)::
+
+    strategy: [vllm, orca-oracle]
+    rate: [0.5, 1, 1.5, 2]
+    num_requests: 500
+    points:
+      - {model: opt-13b, gpu: a100-40gb}
+      - {model: opt-66b, gpu: a100-80gb, tensor_parallel_size: 4}
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from kvlab.errors import KvlabError
+
+Point = dict[str, Any]  # option name -> value, every option of `kvlab run`
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    """One option of `kvlab run`, as the sweep sees it."""
+
+    name: str  # the Python name: block_size
+    flag: str  # the command line's: --block-size
+    kind: str  # int, float, bool or str (the DuckDB column type follows it)
+    default: Any
+    param: Any  # the Typer parameter: its spellings and range
+
+    def convert(self, value: Any) -> Any:
+        """The value `kvlab run` would get for ``value`` (a string from the command line or a file's scalar), or
+        the error its parser would give."""
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
+            if self.default is None:
+                return None
+            raise KvlabError(f"{self.flag} needs a value (it has no 'none'; its default is {self.default!r})")
+        converted = _CONVERTERS[self.kind](value)
+        if converted is None:
+            raise KvlabError(f"{self.flag} {value!r}: not {_KIND_NAMES[self.kind]}")
+        low, high = getattr(self.param, "min", None), getattr(self.param, "max", None)
+        if (low is not None and converted < low) or (high is not None and converted > high):
+            raise KvlabError(f"{self.flag} {value!r}: outside its range [{low}, {high}]")
+        if self.name in ("workload", "cost"):
+            return _file_spec(self.name, str(converted))
+        return converted
+
+
+def _to_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+def _to_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(str(value).strip()) if not isinstance(value, (int, float)) else float(value)
+    except ValueError:
+        return None
+
+
+def _to_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    return {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
+            "off": False}.get(str(value).strip().lower())
+
+
+_CONVERTERS = {"int": _to_int, "float": _to_float, "bool": _to_bool, "str": lambda v: str(v).strip()}
+_KIND_NAMES = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string"}
+_KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
+
+
+@cache
+def run_options() -> dict[str, OptionSpec]:
+    """`kvlab run`'s options (its strategy argument as ``--strategy``), read from the command itself."""
+    import typer
+    import typer.main
+
+    from kvlab.cli.sim import SIM_OPTIONS, run
+
+    wrapper = typer.Typer()
+    wrapper.command()(run)
+    command = typer.main.get_command(wrapper)
+    specs: dict[str, OptionSpec] = {}
+    for param in command.params:
+        if param.name != "strategy" and param.name not in SIM_OPTIONS:
+            continue  # --json, --out: how `kvlab run` reports, not what it simulates
+        kind = _KINDS.get(param.type_descriptor.annotation, "str")  # type: ignore[attr-defined]  (Typer's, not Click's)
+        flag = "--strategy" if param.name == "strategy" else max(param.opts, key=len)
+        specs[param.name] = OptionSpec(param.name, flag, kind, param.default, param)
+    return specs
+
+
+def _flag_names() -> dict[str, str]:
+    """Every spelling a user may give an option -> its name (--block-size, block-size, block_size, -n)."""
+    names: dict[str, str] = {}
+    for spec in run_options().values():
+        spellings = [spec.flag, spec.name, spec.name.replace("_", "-"), *spec.param.opts,
+                     *getattr(spec.param, "secondary_opts", ())]
+        for spelling in spellings:
+            names[spelling] = spec.name
+            names[spelling.lstrip("-")] = spec.name
+    return names
+
+
+def option_name(spelling: str) -> str:
+    """The option a user meant by ``spelling``, or an error that says which options exist (did you mean?)."""
+    names = _flag_names()
+    if spelling in names:
+        return names[spelling]
+    flags = sorted({spec.flag for spec in run_options().values()})
+    close = difflib.get_close_matches(spelling if spelling.startswith("-") else "--" + spelling.replace("_", "-"),
+                                      flags, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise KvlabError(f"`kvlab run` has no option {spelling!r}: {hint}the options a sweep can vary are "
+                     f"{', '.join(flags)}")
+
+
+def parse_cli_args(args: list[str]) -> dict[str, list[Any]]:
+    """``--rate 1,2 --seed=0,1 --no-enable-chunked-prefill`` -> {option: [values]} (values as given, strings)."""
+    lists: dict[str, list[Any]] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("-"):
+            raise KvlabError(f"unexpected argument {token!r}: give options as --name VALUE[,VALUE...]")
+        flag, eq, value = token.partition("=")
+        name = option_name(flag)
+        spec = run_options()[name]
+        if spec.kind == "bool" and not eq:
+            # A flag alone: on, or off for its --no- spelling; it may also take a list: --enable-x true,false
+            negative = flag in getattr(spec.param, "secondary_opts", ())
+            if i + 1 < len(args) and not args[i + 1].startswith("-") and not negative:
+                value, i = args[i + 1], i + 1
+            else:
+                value = "false" if negative else "true"
+        elif not eq:
+            if i + 1 >= len(args):
+                raise KvlabError(f"{flag} needs a value (or a comma list of values)")
+            value, i = args[i + 1], i + 1
+        values = value.split(",")
+        if any(not v.strip() for v in values):
+            raise KvlabError(f"{flag} {value!r}: an empty value in the list (write none for an option's default)")
+        lists[name] = values
+        i += 1
+    return lists
+
+
+def read_grid_file(path: Path) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+    """A YAML or TOML grid file -> ({option: [values]}, [explicit point mappings])."""
+    if not path.is_file():
+        raise KvlabError(f"--grid {path}: no such file")
+    text = path.read_text()
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        import tomllib
+
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise KvlabError(f"--grid {path}: not valid TOML ({exc})") from None
+    elif suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise KvlabError(f"--grid {path}: not valid YAML ({exc})") from None
+    else:
+        raise KvlabError(f"--grid {path}: a grid file ends in .yaml, .yml or .toml")
+    if not isinstance(data, dict):
+        raise KvlabError(f"--grid {path}: expected a mapping of option names to values or lists")
+    explicit = data.pop("points", None)
+    if explicit is not None and (not isinstance(explicit, list) or not all(isinstance(p, dict) for p in explicit)):
+        raise KvlabError(f"--grid {path}: 'points' must be a list of option mappings")
+    if explicit == []:
+        raise KvlabError(f"--grid {path}: 'points' is an empty list, which makes an empty grid")
+    lists = {option_name(str(key)): list(value) if isinstance(value, list) else [value] for key, value in data.items()}
+    points = [{option_name(str(key)): value for key, value in p.items()} for p in explicit or []]
+    return lists, points
+
+
+def expand(lists: dict[str, list[Any]], explicit: list[dict[str, Any]] | None = None) -> list[Point]:
+    """The cross product of ``lists`` (combined with each explicit mapping), converted and with defaults filled
+    in, in a stable order, duplicates removed."""
+    specs = run_options()
+    for name, values in lists.items():
+        if not values:
+            raise KvlabError(f"{specs[name].flag}: an empty list of values makes an empty grid")
+    names = list(lists)
+    combos = [dict(zip(names, values)) for values in itertools.product(*(lists[n] for n in names))]
+    if explicit:
+        combos = [{**combo, **extra} for combo in combos for extra in explicit]
+    points: dict[str, Point] = {}
+    for combo in combos:
+        point = {name: spec.default for name, spec in specs.items()}
+        point.update({name: specs[name].convert(value) for name, value in combo.items()})
+        points.setdefault(canonical_json(point), point)
+    if not points:
+        raise KvlabError("the grid is empty: give at least one value for each option you vary")
+    return list(points.values())
+
+
+def canonical_json(point: Point) -> str:
+    return json.dumps(point, sort_keys=True, separators=(",", ":"))
+
+
+def point_key(point: Point, version: str) -> str:
+    """The point's identity in the store: a hash of its options and the kvlab version that computes it."""
+    import hashlib
+
+    payload = canonical_json({"options": point, "kvlab_version": version})
+    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+def _file_spec(name: str, spec: str) -> str:
+    """A bundled workload or cost profile as named; a user's file as an absolute path (workers may run
+    elsewhere: a Ray worker's working directory is not the user's)."""
+    if name == "workload":
+        from kvlab.workload import WORKLOADS
+
+        known: set[str] = set(WORKLOADS)
+    else:
+        from kvlab.cost.profiles import builtin_profiles
+
+        known = set(builtin_profiles())
+    if spec in known:
+        return spec
+    path = Path(spec).expanduser()
+    return str(path.resolve()) if path.exists() else spec

@@ -1,0 +1,220 @@
+"""Running points: on local worker processes (the default) or on a Ray cluster, stored as they arrive.
+
+    points ─▶ drop the stored ones ─▶ pool.submit (LocalPool: a persistent process pool · RayPool: Ray tasks)
+                                          │ one concurrent.futures.Future per point
+                                          ▼
+                              as each completes: Store.add (committed) ─▶ progress
+
+Only this process writes the store; workers return plain data (kvlab.sweep.point.compute). A point already in
+the store is never submitted again, so a sweep that was killed resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from typing import Any
+
+from kvlab.errors import KvlabError
+from kvlab.sweep.grid import Point, point_key
+from kvlab.sweep.point import compute
+from kvlab.sweep.store import Store
+
+# (num_done, num_running, num_failed, num_total) after each change
+ProgressCallback = Callable[[int, int, int, int], None]
+
+
+def _init_worker() -> None:
+    # Ctrl-C reaches the whole process group: the main process handles it (stops the pool, keeps what is
+    # stored); a worker must not die with a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A sweep killed outright (kill -9, out of memory) cannot stop its workers, and a worker waiting for its
+    # next point would wait forever (it holds both ends of the pool's queue): it leaves when its parent does.
+    import threading
+
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    import time
+
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def _warm() -> int:
+    import time
+
+    import kvlab.sim  # noqa: F401  (the import a first point would pay)
+
+    time.sleep(0.2)  # long enough that each warm-up task lands on its own worker
+    return os.getpid()
+
+
+class LocalPool:
+    """A persistent pool of worker processes (spawned: no state inherited from this process, whose DuckDB
+    connection holds threads and a file lock)."""
+
+    def __init__(self, num_workers: int):
+        if num_workers < 1:
+            raise KvlabError(f"--workers must be at least 1, got {num_workers}")
+        self.num_workers = num_workers
+        self.executor = self._new_executor()
+
+    def _new_executor(self):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        return ProcessPoolExecutor(self.num_workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_worker)
+
+    def warm_up(self) -> None:
+        """Start every worker and import the simulator in it (a benchmark times the sweep, not the start-up)."""
+        for future in [self.executor.submit(_warm) for _ in range(self.num_workers)]:
+            future.result()
+
+    def submit(self, point: Point) -> Future:
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self.executor.submit(compute, point)
+        except BrokenProcessPool:  # a worker died (its points were stored as failed): a fresh pool goes on
+            self.executor = self._new_executor()
+            return self.executor.submit(compute, point)
+
+    def close(self, *, cancel: bool = False) -> None:
+        processes = list(getattr(self.executor, "_processes", {}).values())  # the workers this pool started
+        self.executor.shutdown(wait=not cancel, cancel_futures=cancel)
+        if cancel:
+            for process in processes:
+                if process.is_alive():
+                    process.terminate()
+            for process in processes:
+                process.join(timeout=5)
+
+
+class RayPool:
+    """Points as Ray tasks: on a local Ray instance on loopback (``address=None``) or on an existing cluster."""
+
+    def __init__(self, num_workers: int, address: str | None = None):
+        ray = import_ray()
+        self.ray = ray
+        if address is not None:
+            address = resolve_ray_address(address)
+            host = check_reachable(address)
+            # A driver on the head's own loopback address must say so, or Ray looks for a raylet at its LAN IP.
+            local = {"_node_ip_address": "127.0.0.1"} if host in ("127.0.0.1", "localhost") else {}
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False, **local)
+        else:
+            ray.init(address="local", num_cpus=num_workers, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     logging_level="ERROR", log_to_driver=False)
+        self.num_workers = int(ray.cluster_resources().get("CPU", num_workers))
+        self.task = ray.remote(num_cpus=1, max_retries=0)(compute)
+
+    def warm_up(self) -> None:
+        self.ray.get([self.ray.remote(num_cpus=1)(_warm).remote() for _ in range(self.num_workers)])
+
+    def submit(self, point: Point) -> Future:
+        return self.task.remote(point).future()
+
+    def close(self, *, cancel: bool = False) -> None:
+        self.ray.shutdown()
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise KvlabError("--ray needs Ray, which is not installed: pip install ray (or kvlab with its extra "
+                         "named ray)") from None
+    return ray
+
+
+def resolve_ray_address(address: str) -> str:
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS", "")
+        if not address:
+            raise KvlabError("--ray-address auto reads RAY_ADDRESS, which is not set: give the cluster's "
+                             "HOST:PORT (the one `ray start --head` printed)")
+    return address
+
+
+def check_reachable(address: str, timeout_s: float = 3.0) -> str:
+    """A clear error now rather than Ray's retries for a minute: is anything listening at HOST:PORT?"""
+    import socket
+
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise KvlabError(f"--ray-address {address!r}: expected HOST:PORT (or ray://HOST:PORT, or auto)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise KvlabError(f"cannot reach a Ray cluster at {address}: {exc.strerror or exc} (is it running? "
+                         f"`ray start --head` prints its address)") from None
+    return host
+
+
+def make_pool(num_workers: int, *, ray: bool = False, ray_address: str | None = None):
+    if ray or ray_address is not None:
+        return RayPool(num_workers, ray_address)
+    return LocalPool(num_workers)
+
+
+class Runner:
+    """Computes the points a store does not hold yet, on a pool, and stores each result as it arrives."""
+
+    def __init__(self, store: Store, pool, version: str, *, retry_failed: bool = False,
+                 progress: ProgressCallback | None = None):
+        self.store = store
+        self.pool = pool
+        self.version = version
+        self.retry_failed = retry_failed
+        self.progress = progress
+        self.num_computed = 0
+        self.num_failed = 0
+        self.num_done_before = self.num_total_before = 0  # earlier calls' points (a capacity search's rounds)
+
+    def run(self, points: list[Point]) -> list[dict[str, Any]]:
+        """Every point's stored row (computing the missing ones), in the order of ``points``."""
+        keys = [point_key(p, self.version) for p in points]
+        stored = self.store.stored_keys(include_failed=not self.retry_failed)
+        todo = {k: p for k, p in zip(keys, points) if k not in stored}
+        total = len(set(keys))
+        futures = {self.pool.submit(point): (key, point) for key, point in todo.items()}
+        done = total - len(futures)
+        self._report(done, len(futures), total)
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                key, point = futures[future]
+                self.store.add(key, point, self._outcome(future), self.version)
+                self.num_computed += 1
+                done += 1
+            self._report(done, len(pending), total)
+        self.num_done_before += total
+        self.num_total_before += total
+        return self.store.rows(keys)
+
+    def _outcome(self, future: Future) -> dict[str, Any]:
+        try:
+            outcome = future.result()
+        except Exception as exc:  # noqa: BLE001  (the worker died: killed, out of memory; the point failed)
+            return {"summary": None, "error": f"worker failed: {type(exc).__name__}: {exc}", "elapsed_s": None,
+                    "cpu_s": None, "worker": None}
+        if outcome["kvlab_version"] != self.version:
+            outcome = {**outcome, "summary": None, "error": f"the worker runs kvlab {outcome['kvlab_version']}, "
+                       f"this sweep kvlab {self.version}: install the same version on every node"}
+        if outcome["error"] is not None:
+            self.num_failed += 1
+        return outcome
+
+    def _report(self, done: int, running: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(self.num_done_before + done, min(running, self.pool.num_workers), self.num_failed,
+                          self.num_total_before + total)

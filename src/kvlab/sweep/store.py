@@ -1,0 +1,132 @@
+"""The sweep's results in DuckDB: one row per point, with every option and every summary metric.
+
+    points         key (hash of the options and kvlab's version) · kvlab_version · status (ok | failed) · error
+                   · one column per `kvlab run` option · one column per summary metric (ttft_s_p99, ...)
+                   · summary (the whole summary as JSON) · elapsed_s · cpu_s · worker · finished_at
+    computations   one row per simulation whose result reached the store: key · elapsed_s · worker · finished_at
+
+A user reads it with SQL (``duckdb DIR/sweep.duckdb "select strategy, rate, throughput_rps from points"``) or
+into pandas/Polars. Only the sweep's main process writes; each result is committed as it arrives, so a killed
+sweep loses at most the points that were running.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kvlab.errors import KvlabError
+
+DB_NAME = "sweep.duckdb"
+COLUMN_TYPES = {"bool": "BOOLEAN", "int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR"}
+# Summary entries whose keys are data (a reason per rejected request), kept as JSON rather than columns.
+JSON_METRICS = ("reject_reasons",)
+BASE_COLUMNS = {"key": "VARCHAR PRIMARY KEY", "kvlab_version": "VARCHAR", "status": "VARCHAR", "error": "VARCHAR"}
+TAIL_COLUMNS = {"summary": "VARCHAR", "elapsed_s": "DOUBLE", "cpu_s": "DOUBLE", "worker": "VARCHAR",
+                "finished_at": "TIMESTAMP"}
+RUN_COLUMNS = ("elapsed_s", "cpu_s", "worker", "finished_at")  # how a point was computed, not what it is
+
+
+def flatten_metrics(summary: dict[str, Any]) -> dict[str, Any]:
+    """{"ttft_s": {"p99": x}, "memory_shares": {"token": y}, ...} -> {"ttft_s_p99": x, "memory_shares_token": y}."""
+    flat: dict[str, Any] = {}
+    for name, value in summary.items():
+        if name == "name":
+            continue  # the strategy's name: the strategy option says it
+        if name in JSON_METRICS:
+            flat[name] = json.dumps(value, sort_keys=True)
+        elif isinstance(value, dict):
+            flat.update({f"{name}_{key}": inner for key, inner in value.items()})
+        else:
+            flat[name] = value
+    return flat
+
+
+def _column_type(value: Any) -> str:
+    """A metric's column: numbers are DOUBLE (a count is exact in a double; a metric that is 0 in one run and
+    0.5 in the next must not meet an integer column), text VARCHAR."""
+    if isinstance(value, bool):
+        return "BOOLEAN"
+    if isinstance(value, str):
+        return "VARCHAR"
+    return "DOUBLE"
+
+
+class Store:
+    """A sweep's DuckDB file (or an in-memory database for a throwaway search: ``path=None``)."""
+
+    def __init__(self, path: Path | None, option_kinds: dict[str, str]):
+        import duckdb
+
+        self.path = path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = duckdb.connect(":memory:" if path is None else str(path))
+        except duckdb.IOException as exc:
+            raise KvlabError(f"cannot open {path}: {exc} (is another sweep using this folder?)") from None
+        columns = {**BASE_COLUMNS, **{name: COLUMN_TYPES[kind] for name, kind in option_kinds.items()}}
+        self.db.execute(f"CREATE TABLE IF NOT EXISTS points ({', '.join(f'{_q(c)} {t}' for c, t in columns.items())})")
+        self.db.execute("CREATE TABLE IF NOT EXISTS computations (key VARCHAR, status VARCHAR, elapsed_s DOUBLE, "
+                        "worker VARCHAR, finished_at TIMESTAMP)")
+        self.columns = self._columns()
+        for name, kind in {**option_kinds, **{c: t for c, t in TAIL_COLUMNS.items()}}.items():
+            self._ensure_column(name, COLUMN_TYPES.get(kind, kind))
+
+    def _columns(self) -> set[str]:
+        return {row[0] for row in self.db.execute("SELECT column_name FROM information_schema.columns "
+                                                   "WHERE table_name = 'points'").fetchall()}
+
+    def _ensure_column(self, name: str, sql_type: str) -> None:
+        # A metric or an option kvlab gained since this file was written gets its column now.
+        if name not in self.columns:
+            self.db.execute(f"ALTER TABLE points ADD COLUMN {_q(name)} {sql_type}")
+            self.columns.add(name)
+
+    def stored_keys(self, *, include_failed: bool = True) -> set[str]:
+        where = "" if include_failed else " WHERE status = 'ok'"
+        return {row[0] for row in self.db.execute(f"SELECT key FROM points{where}").fetchall()}
+
+    def add(self, key: str, point: dict[str, Any], outcome: dict[str, Any], version: str) -> None:
+        """Store one computed point (replacing a failed one being retried) and log the computation, in one
+        transaction."""
+        summary = outcome["summary"]
+        row = {"key": key, "kvlab_version": version, "status": "ok" if outcome["error"] is None else "failed",
+               "error": outcome["error"], **point, **(flatten_metrics(summary) if summary else {}),
+               "summary": None if summary is None else json.dumps(summary),
+               "elapsed_s": outcome["elapsed_s"], "cpu_s": outcome.get("cpu_s"), "worker": outcome["worker"]}
+        for name, value in row.items():
+            self._ensure_column(name, _column_type(value))
+        names = ", ".join(_q(n) for n in row)
+        marks = ", ".join("?" for _ in row)
+        self.db.execute("BEGIN TRANSACTION")
+        try:
+            self.db.execute("DELETE FROM points WHERE key = ?", [key])
+            self.db.execute(f"INSERT INTO points ({names}, finished_at) VALUES ({marks}, now())", list(row.values()))
+            self.db.execute("INSERT INTO computations VALUES (?, ?, ?, ?, now())",
+                            [key, row["status"], outcome["elapsed_s"], outcome["worker"]])
+            self.db.execute("COMMIT")
+        except Exception:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def rows(self, keys: list[str] | None = None) -> list[dict[str, Any]]:
+        """Stored points as dicts (every column): all of them, or those of ``keys`` in their order."""
+        if keys is None:
+            cursor = self.db.execute("SELECT * FROM points ORDER BY key")
+        else:
+            cursor = self.db.execute("SELECT * FROM points WHERE list_contains(?, key)", [list(set(keys))])
+        names = [d[0] for d in cursor.description]
+        rows = {row[0]: dict(zip(names, row)) for row in cursor.fetchall()}
+        return list(rows.values()) if keys is None else [rows[k] for k in keys if k in rows]
+
+    def num_computations(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT key, count(*) FROM computations GROUP BY key").fetchall())
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

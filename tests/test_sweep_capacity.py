@@ -1,0 +1,76 @@
+"""kvlab capacity: the rate it reports meets the target when simulated on its own, the next rate of the bracket
+does not; the bracket and the simulations are reported; a second search reuses the stored simulations."""
+
+from __future__ import annotations
+
+import pytest
+
+CAPACITY = ["--strategy", "vllm,orca-max", "-n", "400", "--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("capacity")
+    r = subprocess.run([sys.executable, "-m", "kvlab", "capacity", *CAPACITY, "--out", str(out), "--json"],
+                       check=False, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return out, json.loads(r.stdout)
+
+
+def _run(kvlab, strategy: str, rate: float) -> dict:
+    r = kvlab("run", strategy, "--rate", rate, "-n", "400", "--json")
+    assert r.exit_code == 0, r.stderr
+    return r.json()["strategies"][0]
+
+
+def test_the_capacity_holds_and_the_bracket_s_other_end_fails(searched, kvlab):
+    _, data = searched
+    assert data["slo"] == "mean_normalized_latency<0.1s"
+    by_strategy = {c["strategy"]: c for c in data["capacities"]}
+    assert set(by_strategy) == {"vllm", "orca-max"}
+    for strategy, c in by_strategy.items():
+        lo, hi = c["bracket"]
+        assert c["capacity_rps"] == lo and hi / lo - 1 <= 0.05
+        assert c["num_simulations"] == len(c["probes"]) >= 3
+        # The same simulations, run on their own through `kvlab run`
+        assert _run(kvlab, strategy, lo)["normalized_latency_s_per_token"]["mean"] < 0.1
+        assert _run(kvlab, strategy, hi)["normalized_latency_s_per_token"]["mean"] >= 0.1
+    assert by_strategy["vllm"]["capacity_rps"] > 2 * by_strategy["orca-max"]["capacity_rps"]
+    assert data["num_computed"] == sum(c["num_simulations"] for c in data["capacities"])
+
+
+def test_another_target_gives_another_capacity_and_reuses_the_store(searched, kvlab):
+    out, data = searched
+    r = kvlab("capacity", *CAPACITY, "--slo", "p99_ttft<2s", "--out", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    ttft = {c["strategy"]: c for c in r.json()["capacities"]}
+    lo, hi = ttft["vllm"]["bracket"]
+    assert _run(kvlab, "vllm", lo)["ttft_s"]["p99"] < 2 <= _run(kvlab, "vllm", hi)["ttft_s"]["p99"]
+    assert r.json()["num_computed"] < sum(c["num_simulations"] for c in ttft.values())  # rates already stored
+    r = kvlab("capacity", *CAPACITY, "--out", out, "--json")
+    assert r.json()["num_computed"] == 0
+    assert [c["capacity_rps"] for c in r.json()["capacities"]] == [c["capacity_rps"] for c in data["capacities"]]
+
+
+def test_capacity_table_and_plots(searched, kvlab):
+    out, _ = searched
+    r = kvlab("capacity", *CAPACITY, "--out", out)
+    assert r.exit_code == 0, r.stderr
+    assert "capacity req/s" in r.stdout and "bracket" in r.stdout and "vllm" in r.stdout
+    for name in ("capacity.png", "capacity_latency.png", "capacity.html"):
+        assert (out / name).stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rate", "1,2"], "give --rate one value"),
+    (["--slo", "p99_ttft>2s"], "--slo"),
+    (["--rtol", "0"], "--rtol"),
+])
+def test_capacity_bad_input(kvlab, tmp_path, args, message):
+    r = kvlab("capacity", "-n", "50", *args, "--out", tmp_path / "c")
+    assert r.exit_code == 2 and message in r.stderr
+    assert not (tmp_path / "c").exists()

@@ -1,0 +1,151 @@
+"""kvlab sweep's grids and checks: points from comma lists and grid files, and every bad input refused (one
+line, exit code 2) before anything runs or is written."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from kvlab.errors import KvlabError
+from kvlab.sweep.capacity import Search, parse_slo
+from kvlab.sweep.grid import expand, parse_cli_args, point_key, read_grid_file, run_options
+
+
+def test_the_sweepable_options_are_kvlab_runs():
+    options = run_options()
+    assert {"strategy", "rate", "seed", "block_size", "max_num_seqs", "workload", "model", "gpu",
+            "enable_chunked_prefill", "num_requests"} <= set(options)
+    assert "as_json" not in options and "out" not in options  # how `kvlab run` reports, not what it simulates
+    assert options["block_size"].flag == "--block-size" and options["block_size"].kind == "int"
+
+
+def test_comma_lists_make_the_cross_product_with_defaults_filled_in():
+    points = expand(parse_cli_args(["--strategy", "vllm,orca-oracle", "--rate=1,2", "-n", "300",
+                                    "--no-enable-chunked-prefill"]))
+    assert [(p["strategy"], p["rate"]) for p in points] == [("vllm", 1.0), ("vllm", 2.0), ("orca-oracle", 1.0),
+                                                            ("orca-oracle", 2.0)]
+    for p in points:
+        assert p["num_requests"] == 300 and p["enable_chunked_prefill"] is False
+        assert p["block_size"] == 16 and p["model"] == "opt-13b"  # `kvlab run`'s defaults
+        assert set(p) == set(run_options())
+
+
+def test_a_point_is_the_same_point_however_it_is_spelled(tmp_path):
+    yaml_file = tmp_path / "grid.yaml"
+    yaml_file.write_text("strategy: vllm\nrate: [1.0]\nnum-requests: 300\n")
+    toml_file = tmp_path / "grid.toml"
+    toml_file.write_text('strategy = "vllm"\nrate = 1\nnum_requests = 300\n')
+    from_cli = expand(parse_cli_args(["--rate", "1", "--num-requests", "300"]))
+    keys = {point_key(expand(*read_grid_file(f))[0], "0.1.0") for f in (yaml_file, toml_file)}
+    assert keys == {point_key(from_cli[0], "0.1.0")}
+    assert point_key(from_cli[0], "0.2.0") not in keys  # another kvlab version: another point
+
+
+def test_a_grid_file_combines_its_lists_with_explicit_points(tmp_path):
+    f = tmp_path / "grid.yaml"
+    f.write_text("strategy: [vllm, orca-max]\nrate: 2\npoints:\n  - {model: opt-13b, gpu: a100-40gb}\n"
+                 "  - {model: opt-66b, gpu: a100-80gb, tensor_parallel_size: 4}\n")
+    points = expand(*read_grid_file(f))
+    assert [(p["strategy"], p["model"], p["tensor_parallel_size"]) for p in points] == [
+        ("vllm", "opt-13b", None), ("vllm", "opt-66b", 4), ("orca-max", "opt-13b", None), ("orca-max", "opt-66b", 4)]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--block-sise", "16,32"], "did you mean --block-size?"),
+    (["--rate", "1,fast"], "--rate 'fast': not a number"),
+    (["--block-size", "16.5"], "--block-size '16.5': not a whole number"),
+    (["--rate", "1,,2"], "an empty value in the list"),
+    (["--strategy", "vllm,vlm"], "vlm"),
+    (["--workload", "sharegtp"], "unknown workload 'sharegtp'"),
+    (["--block-size", "32", "--max-model-len", "16"], "a block must fit in a sequence"),
+    (["--max-num-seqs", "0"], "max_num_seqs must be positive"),
+    (["--seed", "0,-1"], "seed must be a whole number"),
+    (["--cost", "paper-2042"], "unknown cost profile 'paper-2042'"),
+])
+def test_bad_options_and_values_are_refused_before_anything_runs(kvlab, tmp_path, args, message):
+    out = tmp_path / "sweep"
+    r = kvlab("sweep", *args, "-n", "20", "--workers", "1", "--out", out)
+    assert r.exit_code == 2, r.stdout + r.stderr
+    assert "error:" in r.stderr and message in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists()  # nothing left behind
+
+
+def test_an_empty_grid_is_refused(kvlab, tmp_path):
+    f = tmp_path / "grid.yaml"
+    f.write_text("strategy: vllm\nrate: []\n")
+    r = kvlab("sweep", "--grid", f, "--out", tmp_path / "sweep")
+    assert r.exit_code == 2 and "empty" in r.stderr
+    f.write_text("strategy: vllm\npoints: []\n")
+    r = kvlab("sweep", "--grid", f, "--out", tmp_path / "sweep")
+    assert r.exit_code == 2 and "empty" in r.stderr
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_grid_too_large_for_the_stated_time_asks_for_yes(kvlab, tmp_path):
+    out = tmp_path / "sweep"
+    r = kvlab("sweep", "--rate", ",".join(str(r) for r in range(1, 41)), "--seed", "0,1,2,3,4", "-n", "2000",
+              "--workers", "2", "--max-time", "5s", "--out", out)
+    assert r.exit_code == 2
+    assert "200 of 200 points" in r.stderr and "--yes" in r.stderr and "on 2 workers" in r.stderr
+    assert not out.exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_ray_address_is_refused_at_once(kvlab, tmp_path, monkeypatch):
+    r = kvlab("sweep", "-n", "20", "--ray-address", f"127.0.0.1:{_free_port()}", "--out", tmp_path / "s")
+    assert r.exit_code == 2 and "cannot reach a Ray cluster at 127.0.0.1:" in r.stderr
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    r = kvlab("sweep", "-n", "20", "--ray-address", "auto", "--out", tmp_path / "s")
+    assert r.exit_code == 2 and "RAY_ADDRESS" in r.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_ray_not_installed_is_said_plainly(kvlab, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where Ray is not installed
+    r = kvlab("sweep", "-n", "20", "--ray", "--out", tmp_path / "s")
+    assert r.exit_code == 2 and "Ray, which is not installed: pip install ray" in r.stderr
+
+
+@pytest.mark.parametrize("text, metric, stat, limit", [
+    ("p99_ttft<2s", "ttft_s", "p99", 2.0),
+    ("p90_tpot<100ms", "tpot_s", "p90", 0.1),
+    ("mean_normalized_latency<=0.1s", "normalized_latency_s_per_token", "mean", 0.1),
+    ("p50_e2e<30s", "e2e_latency_s", "p50", 30.0),
+])
+def test_slo_parsing(text, metric, stat, limit):
+    slo = parse_slo(text)
+    assert (slo.metric, slo.stat) == (metric, stat) and slo.limit_s == pytest.approx(limit)
+
+
+@pytest.mark.parametrize("text", ["p95_ttft<2s", "p99_ttfb<2s", "p99_ttft<2", "p99_ttft>2s", "p99_ttft<0s"])
+def test_bad_slos_are_refused(text):
+    with pytest.raises(KvlabError, match="--slo"):
+        parse_slo(text)
+
+
+@pytest.mark.parametrize("capacity, start", [(3.3, 1.0), (0.37, 1.0), (47.0, 10.0), (1.0, 1.0)])
+def test_search_brackets_then_bisects_to_the_tolerance(capacity, start):
+    search = Search(start_rate=start, rtol=0.02)
+    while (rate := search.next_rate()) is not None:
+        search.record(rate, rate, rate <= capacity)  # latency rises with the rate; holds up to the capacity
+    lo, hi = search.lo, search.hi
+    assert lo <= capacity < hi and hi / lo - 1 <= 0.02
+    assert search.capacity == lo
+    assert len(search.probes) <= 14
+    assert len({r for r, _, _ in search.probes}) == len(search.probes)  # never the same rate twice
+
+
+def test_search_says_when_no_rate_holds():
+    search = Search(start_rate=1.0, min_rate=0.01)
+    while (rate := search.next_rate()) is not None:
+        search.record(rate, None, False)
+    assert search.capacity == 0.0 and search.lo is None and search.hi < 0.02

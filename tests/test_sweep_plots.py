@@ -1,0 +1,115 @@
+"""A sweep's plots: PNGs, and an HTML page that works offline (no request leaves the page), shows the value
+under the pointer and hides a strategy when its legend entry is clicked; `kvlab paper fig12` end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    from kvlab.cli import main
+
+    out = tmp_path_factory.mktemp("plots")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "--strategy", "vllm,orca-oracle,orca-max", "--rate", "0.5,1,1.5,2", "--seed", "0,1",
+              "-n", "200", "--workers", "2", "--out", str(out), "--json"])
+    assert exit_info.value.code in (0, None)
+    return out
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_the_page_is_self_contained(sweep_dir):
+    text = (sweep_dir / "sweep.html").read_text()
+    parser = _Tags()
+    parser.feed(text)
+    tags = parser.tags
+    assert not [t for t, a in tags if "src" in a or "href" in a]  # no script, style, image or font from anywhere
+    assert "http:" not in text and "https:" not in text and "@import" not in text
+    assert sum(t == "svg" for t, _ in tags) == 1
+    # one marker per (strategy, rate): the seeds averaged
+    assert sum(t == "circle" for t, _ in tags) == 3 * 4
+    assert (sweep_dir / "latency.png").read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.browser
+def test_the_page_hovers_and_toggles_in_a_browser_without_network(sweep_dir):
+    if not CHROMIUM.exists():
+        pytest.fail("the browser tests need Debian's Chromium: apt-get install -y chromium")
+    from playwright.sync_api import sync_playwright
+
+    outside: list[str] = []
+    user_data_dir = tempfile.mkdtemp(prefix="kvlab-chromium-")
+    try:
+        with sync_playwright() as p:
+            context = p.chromium.launch_persistent_context(
+                user_data_dir, executable_path=str(CHROMIUM), headless=True,
+                args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                      "--disable-background-networking", "--disable-component-update"])
+
+            def route(r):
+                if r.request.url.startswith("file://"):
+                    r.continue_()
+                else:
+                    outside.append(r.request.url)
+                    r.abort()
+
+            context.route("**/*", route)
+            page = context.new_page()
+            page.goto((sweep_dir / "sweep.html").as_uri())
+            circle = page.locator('circle[data-series="orca-max"]').first
+            circle.hover()
+            tip = page.locator("#tip")
+            assert tip.is_visible() and "orca-max" in tip.inner_text() and "rate 0.5 req/s" in tip.inner_text()
+            line = page.locator('polyline[data-series="vllm"]')
+            assert line.is_visible()
+            page.locator('.legend-item[data-series="vllm"]').click()
+            assert not line.is_visible()
+            assert page.locator('polyline[data-series="orca-max"]').is_visible()
+            page.locator('.legend-item[data-series="vllm"]').click()
+            assert line.is_visible()
+            context.close()
+    finally:
+        shutil.rmtree(user_data_dir, ignore_errors=True)
+    assert outside == []
+
+
+def test_paper_fig12(kvlab, tmp_path):
+    r = kvlab("paper", "fig12", "--duration", "300", "--workers", "2", "--out", tmp_path, "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert data["setup"]["cost"] == "paper-2023" and data["setup"]["model"] == "opt-13b"
+    caps = data["capacities"]  # ShareGPT, the panel the paper's ranges are about
+    assert caps["vllm"] > caps["orca-oracle"] > caps["orca-pow2"] > caps["orca-max"] > 0
+    assert caps["vllm"] <= 2.0  # on the paper-era clock, inside Figure 12a's 0-2 req/s axis
+    ratios = data["ratios"]
+    assert set(ratios) == {"vllm_vs_orca_oracle", "vllm_vs_orca_pow2", "vllm_vs_orca_max"}
+    assert ratios["vllm_vs_orca_oracle"] == pytest.approx(caps["vllm"] / caps["orca-oracle"])
+    assert 1.7 <= ratios["vllm_vs_orca_oracle"] <= 2.7 and 2.7 <= ratios["vllm_vs_orca_max"] <= 8.0
+    for workload in ("paper-sharegpt", "paper-alpaca"):
+        for search in data["workloads"][workload]["searches"].values():
+            lo, hi = search["bracket"]
+            assert hi / lo - 1 <= data["setup"]["rtol"] and search["num_simulations"] == len(search["probes"])
+    for name in ("fig12.png", "fig12_capacity.png"):
+        assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC
+    assert json.loads((tmp_path / "fig12.json").read_text())["ratios"] == ratios
+    r = kvlab("paper", "fig12", "--duration", "300", "--workers", "2", "--out", tmp_path)
+    assert r.exit_code == 0 and "Orca (Oracle)" in r.stdout and "inside" in r.stdout
+    assert "0 simulations computed" in r.stdout  # resumed from the store in --out

@@ -1,0 +1,204 @@
+"""Running sweeps: the same stored results on one worker, two workers and a Ray cluster; a sweep killed halfway
+(SIGINT, SIGKILL) resumes and ends with every point computed exactly once; a failing point is stored with its
+error and does not stop the sweep."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kvlab.sweep.store import RUN_COLUMNS
+
+SWEEP = ["--strategy", "vllm,orca-oracle", "--rate", "1,2", "--seed", "0,1", "--num-requests", "300"]
+
+
+def stored(path) -> dict[str, dict]:
+    """The stored points by key, without how they were computed (time taken, worker, when)."""
+    import duckdb
+
+    with duckdb.connect(str(path / "sweep.duckdb"), read_only=True) as db:
+        cursor = db.execute("SELECT * FROM points")
+        names = [d[0] for d in cursor.description]
+        rows = [dict(zip(names, row)) for row in cursor.fetchall()]
+    return {row["key"]: {k: v for k, v in row.items() if k not in RUN_COLUMNS} for row in rows}
+
+
+def computations(path) -> dict[str, int]:
+    import duckdb
+
+    with duckdb.connect(str(path / "sweep.duckdb"), read_only=True) as db:
+        return dict(db.execute("SELECT key, count(*) FROM computations GROUP BY key").fetchall())
+
+
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory):
+    from kvlab.cli import main
+
+    out = tmp_path_factory.mktemp("one")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", *SWEEP, "--workers", "1", "--out", str(out), "--json"])
+    assert exit_info.value.code in (0, None)
+    return out
+
+
+def test_one_and_two_workers_store_identical_results(one_worker, kvlab, tmp_path):
+    r = kvlab("sweep", *SWEEP, "--workers", "2", "--out", tmp_path, "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert data["num_computed"] == 8 and len(data["points"]) == 8
+    assert stored(tmp_path) == stored(one_worker)
+    assert len(stored(tmp_path)) == 8
+    # The points carry their options and `kvlab run --json`'s summary
+    point = data["points"][0]
+    assert {"strategy", "rate", "seed", "num_requests", "block_size", "throughput_rps", "ttft_s",
+            "normalized_latency_s_per_token", "status", "key"} <= set(point)
+    assert point["status"] == "ok" and point["num_finished"] == 300
+
+
+def test_a_stored_point_matches_kvlab_run(one_worker, kvlab):
+    r = kvlab("run", "orca-oracle", "--rate", "2", "--seed", "1", "-n", "300", "--json")
+    expected = r.json()["strategies"][0]
+    rows = [row for row in stored(one_worker).values()
+            if row["strategy"] == "orca-oracle" and row["rate"] == 2.0 and row["seed"] == 1]
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["throughput_rps"] == expected["throughput_rps"]
+    assert row["ttft_s_p99"] == expected["ttft_s"]["p99"]
+    assert row["normalized_latency_s_per_token_mean"] == expected["normalized_latency_s_per_token"]["mean"]
+    assert row["preemptions"] == expected["preemptions"]
+
+
+def test_running_again_computes_nothing_and_more_points_only_the_new_ones(one_worker, kvlab, tmp_path):
+    import shutil
+
+    shutil.copytree(one_worker, tmp_path / "s")
+    r = kvlab("sweep", *SWEEP, "--workers", "2", "--out", tmp_path / "s", "--json")
+    assert r.exit_code == 0 and r.json()["num_computed"] == 0
+    r = kvlab("sweep", *SWEEP[:-4], "--seed", "0,1,2", "--num-requests", "300", "--workers", "2",
+              "--out", tmp_path / "s", "--json")
+    assert r.json()["num_computed"] == 4 and len(r.json()["points"]) == 12
+    assert set(computations(tmp_path / "s").values()) == {1}
+
+
+def test_the_table_says_what_was_computed_and_where_it_is(one_worker, kvlab, tmp_path):
+    import shutil
+
+    shutil.copytree(one_worker, tmp_path / "s")
+    r = kvlab("sweep", *SWEEP, "--out", tmp_path / "s")
+    assert r.exit_code == 0, r.stderr
+    assert "Sweep: 8 points" in r.stdout and "orca-oracle" in r.stdout and "norm. latency" in r.stdout
+    assert "Computed 0 points now" in r.stdout and "sweep.duckdb" in r.stdout
+    assert (tmp_path / "s" / "latency.png").exists() and (tmp_path / "s" / "sweep.html").exists()
+
+
+def test_the_store_answers_sql(one_worker):
+    import duckdb
+
+    with duckdb.connect(str(one_worker / "sweep.duckdb"), read_only=True) as db:
+        rows = db.execute("SELECT strategy, avg(throughput_rps) FROM points WHERE rate = 2 GROUP BY strategy "
+                          "ORDER BY strategy").fetchall()
+    assert [name for name, _ in rows] == ["orca-oracle", "vllm"]
+    assert dict(rows)["vllm"] > dict(rows)["orca-oracle"]  # at 2 req/s Orca (Oracle) cannot keep up
+
+
+INTERRUPTED = ["--strategy", "vllm,orca-oracle", "--rate", "1.5,2,2.5,3", "--num-requests", "6000",
+               "--workers", "1", "--yes"]
+
+
+def _sweep_process(out):
+    return subprocess.Popen([sys.executable, "-m", "kvlab", "sweep", *INTERRUPTED, "--out", str(out), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for_stored(process, num: int) -> None:
+    """Read the sweep's progress lines until ``num`` points are stored."""
+    deadline = time.monotonic() + 120
+    for line in process.stderr:
+        if line.startswith("points: ") and int(line.split()[1].split("/")[0]) >= num:
+            return
+        assert time.monotonic() < deadline, "the sweep did not store points in time"
+    pytest.fail(f"the sweep ended before storing {num} points: {process.wait()}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_a_killed_sweep_resumes_and_computes_each_point_once(tmp_path, sig):
+    process = _sweep_process(tmp_path)
+    try:
+        _wait_for_stored(process, 2)
+        if sig == signal.SIGINT:
+            os.killpg(process.pid, sig)  # Ctrl-C: the terminal signals the whole process group
+        else:
+            os.kill(process.pid, sig)  # kill -9 of the sweep alone: its workers must notice and leave
+        # (the output pipes close when the sweep and its workers are all gone)
+        _, err = process.communicate(timeout=60)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # the workers of a SIGKILLed sweep, which we started
+        except ProcessLookupError:
+            pass
+    if sig == signal.SIGINT:
+        assert process.returncode == 130 and "interrupted:" in err and "Traceback" not in err
+    else:
+        assert process.returncode == -signal.SIGKILL
+    num_before = len(stored(tmp_path))
+    assert 2 <= num_before < 8
+    again = subprocess.run([sys.executable, "-m", "kvlab", "sweep", *INTERRUPTED, "--out", str(tmp_path),
+                            "--json"], check=False, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    import json
+
+    data = json.loads(again.stdout)
+    assert data["num_computed"] == 8 - num_before
+    assert len(data["points"]) == 8 and all(p["status"] == "ok" for p in data["points"])
+    counts = computations(tmp_path)
+    assert len(counts) == 8 and set(counts.values()) == {1}  # every point computed, each exactly once
+
+
+def test_a_failing_point_is_stored_with_its_error_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """A point that fails while it runs (here the simulator raising, which no valid input makes it do) is
+    stored as failed; the others are computed; a rerun leaves it alone unless asked to retry."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import kvlab
+    from kvlab.sweep import point as point_module
+    from kvlab.sweep.grid import expand, parse_cli_args, run_options
+    from kvlab.sweep.runner import Runner
+    from kvlab.sweep.store import Store
+
+    real = point_module.simulate_point
+
+    def flaky(point):
+        if point["rate"] == 2.0:
+            raise RuntimeError("the simulator broke")
+        return real(point)
+
+    class InProcessPool:
+        num_workers = 2
+
+        def __init__(self):
+            self.executor = ThreadPoolExecutor(2)
+
+        def submit(self, point):
+            return self.executor.submit(point_module.compute, point)
+
+    monkeypatch.setattr(point_module, "simulate_point", flaky)
+    points = expand(parse_cli_args(["--rate", "1,2,3", "-n", "100"]))
+    store = Store(tmp_path / "sweep.duckdb", {n: s.kind for n, s in run_options().items()})
+    runner = Runner(store, InProcessPool(), kvlab.__version__)
+    rows = runner.run(points)
+    assert [r["status"] for r in rows] == ["ok", "failed", "ok"]
+    assert rows[1]["error"] == "RuntimeError: the simulator broke" and rows[1]["throughput_rps"] is None
+    assert runner.num_computed == 3 and runner.num_failed == 1
+    again = Runner(store, InProcessPool(), kvlab.__version__)
+    again.run(points)
+    assert again.num_computed == 0
+    monkeypatch.setattr(point_module, "simulate_point", real)
+    retry = Runner(store, InProcessPool(), kvlab.__version__, retry_failed=True)
+    assert [r["status"] for r in retry.run(points)] == ["ok", "ok", "ok"]
+    assert retry.num_computed == 1
+    store.close()
