@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvlab import defaults
 from kvlab.cli.app import app
 from kvlab.cli.size import (
     AvailOpt,
@@ -27,8 +28,9 @@ from kvlab.cli.size import (
     UtilOpt,
 )
 
-DEFAULT_RATE = 4.0  # req/s for workloads without arrival times: enough to fill the paper setup's cache
-DEFAULT_NUM_REQUESTS = 1000
+# req/s for workloads without arrival times, and requests served: kvlab.defaults, shared with the lab and --html.
+DEFAULT_RATE = defaults.RATE
+DEFAULT_NUM_REQUESTS = defaults.NUM_REQUESTS
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Model: catalogue name, config.json, folder or HF id.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU from the catalogue (its bandwidth and FLOP/s set the clock).")]
@@ -202,13 +204,13 @@ def race(
     strategies: Annotated[Optional[list[str]], typer.Argument(help="Strategies to race \\[default: the lesson's "
                                                                    "four: static+max continuous+max static+paged "
                                                                    "continuous+paged].", show_default=False)] = None,
-    model: ModelOpt = "opt-13b",
-    gpu: GpuOpt = "a100-40gb",
+    model: ModelOpt = defaults.MODEL,
+    gpu: GpuOpt = defaults.GPU,
     gpu_memory_gib: GpuGibOpt = None,
     tensor_parallel_size: TpOpt = None,
     pipeline_parallel_size: PpOpt = 1,
     gpu_memory_utilization: UtilOpt = 0.9,
-    block_size: BlockOpt = 16,
+    block_size: BlockOpt = defaults.BLOCK_SIZE,
     dtype: DtypeOpt = "auto",
     kv_cache_dtype: KvDtypeOpt = "auto",
     max_model_len: MaxLenOpt = None,
@@ -219,22 +221,20 @@ def race(
     enable_chunked_prefill: ChunkedOpt = True,
     preemption_mode: PreemptOpt = None,
     swap_space: SwapOpt = 4.0,
-    workload: WorkloadOpt = "paper-sharegpt",
+    workload: WorkloadOpt = defaults.WORKLOAD,
     rate: RateOpt = None,
     arrival: ArrivalOpt = "auto",
     cv: CvOpt = 1.0,
     num_requests: NumReqOpt = None,
     duration: DurationOpt = None,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = defaults.SEED,
     as_json: JsonOpt = False,
     out: OutOpt = None,
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained page that replays the race "
                                                  "(no server, no network).")] = None,
 ) -> None:
     """Race serving strategies on the same workload and clock; the table says who served the most and why."""
-    from kvlab.strategies import LESSON_RACE
-
-    names = list(strategies) if strategies else list(LESSON_RACE)
+    names = list(strategies) if strategies else list(defaults.RACE_STRATEGIES)
     options = sim_options(locals())
     config, wl, results = simulate(names, quiet=as_json, **options)
     report(config, wl, results, as_json=as_json, out=out, title=f"Race: {len(names)} strategies, same workload")
@@ -250,13 +250,13 @@ def race(
 def run(
     strategy: Annotated[str, typer.Argument(help="A strategy: vllm, orca-max, orca-pow2, orca-oracle, static+max, "
                                             "continuous+paged, ... or BATCHING+ALLOCATOR[+swap][+prefix].")] = "vllm",
-    model: ModelOpt = "opt-13b",
-    gpu: GpuOpt = "a100-40gb",
+    model: ModelOpt = defaults.MODEL,
+    gpu: GpuOpt = defaults.GPU,
     gpu_memory_gib: GpuGibOpt = None,
     tensor_parallel_size: TpOpt = None,
     pipeline_parallel_size: PpOpt = 1,
     gpu_memory_utilization: UtilOpt = 0.9,
-    block_size: BlockOpt = 16,
+    block_size: BlockOpt = defaults.BLOCK_SIZE,
     dtype: DtypeOpt = "auto",
     kv_cache_dtype: KvDtypeOpt = "auto",
     max_model_len: MaxLenOpt = None,
@@ -267,13 +267,13 @@ def run(
     enable_chunked_prefill: ChunkedOpt = True,
     preemption_mode: PreemptOpt = None,
     swap_space: SwapOpt = 4.0,
-    workload: WorkloadOpt = "paper-sharegpt",
+    workload: WorkloadOpt = defaults.WORKLOAD,
     rate: RateOpt = None,
     arrival: ArrivalOpt = "auto",
     cv: CvOpt = 1.0,
     num_requests: NumReqOpt = None,
     duration: DurationOpt = None,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = defaults.SEED,
     as_json: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:

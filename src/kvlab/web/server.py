@@ -8,6 +8,7 @@
     GET    /api/sessions/{id}/stream      frames as server-sent events, ~30 a second, until done or closed
     POST   /api/sessions/{id}/step        one engine iteration -> a frame
     POST   /api/sessions/{id}/finish      run to the end -> the last frame, with the finish line
+    POST   /api/vllm-log                  {"text": a vLLM startup log, "model"?: catalogue name} -> what it says
     DELETE /api/sessions/{id}
 
 A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}``; the page shows the message. The simulator
@@ -33,6 +34,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from kvlab import defaults
 from kvlab.errors import KvlabError
 from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_run_spec, parse_speed, text
 from kvlab.web.session import Race, Session
@@ -42,7 +44,7 @@ from kvlab.web.session import Race, Session
 FRAMES_PER_SECOND = 45
 MAX_FRAME_GAP = 0.25  # seconds of wall time one frame may stand for
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
-DEFAULTS = {"model": "opt-13b", "gpu": "a100-40gb", "workload": "paper-sharegpt"}
+DEFAULTS = {"model": defaults.MODEL, "gpu": defaults.GPU, "workload": defaults.WORKLOAD}
 
 
 def static_dir() -> Path:
@@ -53,10 +55,8 @@ def build_race(spec: RunSpec) -> Race:
     """kvlab's simulator, configured from the page's parameters: one Simulation per strategy, one workload."""
     from kvlab.sim import SimConfig, Simulation
     from kvlab.strategies import parse_strategy
-    from kvlab.workload import load_workload
-
     from kvlab.web.calculator import catalogue_model
-    from kvlab.workload import WORKLOADS
+    from kvlab.workload import WORKLOADS, load_workload
 
     strategies = [parse_strategy(name) for name in spec.strategies]
     catalogue_model(spec.model)  # a catalogue name, never a path or a Hugging Face id from a web page
@@ -71,10 +71,10 @@ def build_race(spec: RunSpec) -> Race:
         num_gpu_blocks=spec.num_blocks,  # the lab's "KV blocks": a smaller cache, to watch memory run out
     )
     num_blocks = config.num_slots // config.block_size
-    if num_blocks > LIMITS["max_num_blocks"]:
+    if num_blocks > LIMITS["max_pool_blocks"]:
         raise KvlabError(
-            f"{spec.model} on {spec.gpu} gives {num_blocks:,} blocks of {spec.block_size}; the lab draws at most "
-            f"{LIMITS['max_num_blocks']:,}: pick a larger block size or set KV blocks"
+            f"{spec.model} on {spec.gpu} gives {num_blocks:,} blocks of {spec.block_size}; the lab simulates at "
+            f"most {LIMITS['max_pool_blocks']:,}: pick a larger block size or set KV blocks"
         )
     workload = load_workload(spec.workload, num_requests=spec.num_requests, rate=spec.rate, seed=spec.seed)
     return Race([Simulation(s, config, workload) for s in strategies])
@@ -91,6 +91,27 @@ def size_answer(params: dict) -> dict:
         context_len=integer(params, "context_len", 1, LIMITS["max_context_len"], 2048),
         gpu_memory_utilization=number(params, "gpu_memory_utilization", 0.05, 1.0, 0.9),
     )
+
+
+def explain_log(data) -> dict:
+    """The paste box: a vLLM startup log read by kvlab's parser (the one `kvlab vllm log` uses) and explained."""
+    from kvlab.vllm.log import explain_vllm_log, parse_vllm_log
+    from kvlab.web.calculator import catalogue_model
+
+    if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+        raise KvlabError('the log must be sent as {"text": "..."}')
+    unknown = sorted(set(data) - {"text", "model"})
+    if unknown:
+        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: model, text")
+    text = data["text"]
+    if len(text) > LIMITS["max_log_chars"]:
+        raise KvlabError(f"the log is {len(text):,} characters; at most {LIMITS['max_log_chars']:,} are read "
+                         "(the startup part is enough)")
+    model = data.get("model") or None
+    if model is not None:
+        model = catalogue_model(model).id  # a catalogue name, never a path or a Hugging Face id from a web page
+    log = parse_vllm_log(text)
+    return {"log": log.to_json(), "explain": explain_vllm_log(log, model=model)}
 
 
 class Sessions:
@@ -212,6 +233,13 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    async def vllm_log(request: Request) -> Response:
+        try:
+            data = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise KvlabError('the log must be sent as JSON: {"text": "..."}') from None
+        return JSONResponse(await run_in_threadpool(explain_log, data))
+
     async def user_error(request: Request, exc: KvlabError) -> Response:
         return JSONResponse({"error": str(exc)}, status_code=400)
 
@@ -224,6 +252,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         Route("/api/sessions/{sid}/step", step, methods=["POST"]),
         Route("/api/sessions/{sid}/finish", finish, methods=["POST"]),
         Route("/api/sessions/{sid}", delete, methods=["DELETE"]),
+        Route("/api/vllm-log", vllm_log, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=static), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)]
