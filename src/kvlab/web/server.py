@@ -51,7 +51,7 @@ def static_dir() -> Path:
     return Path(str(resources.files("kvlab.web") / "static"))
 
 
-def build_race(spec: RunSpec) -> Race:
+def build_race(spec: RunSpec, max_pool_blocks: int = LIMITS["max_pool_blocks"]) -> Race:
     """kvlab's simulator, configured from the page's parameters: one Simulation per strategy, one workload."""
     from kvlab.sim import SimConfig, Simulation
     from kvlab.strategies import parse_strategy
@@ -71,10 +71,10 @@ def build_race(spec: RunSpec) -> Race:
         num_gpu_blocks=spec.num_blocks,  # the lab's "KV blocks": a smaller cache, to watch memory run out
     )
     num_blocks = config.num_slots // config.block_size
-    if num_blocks > LIMITS["max_pool_blocks"]:
+    if num_blocks > max_pool_blocks:
         raise KvlabError(
             f"{spec.model} on {spec.gpu} gives {num_blocks:,} blocks of {spec.block_size}; the lab simulates at "
-            f"most {LIMITS['max_pool_blocks']:,}: pick a larger block size or set KV blocks"
+            f"most {max_pool_blocks:,}: pick a larger block size or set KV blocks"
         )
     workload = load_workload(spec.workload, num_requests=spec.num_requests, rate=spec.rate, seed=spec.seed)
     return Race([Simulation(s, config, workload) for s in strategies])
@@ -170,7 +170,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise KvlabError("the run's parameters must be a JSON object") from None
         spec = parse_run_spec(data)
-        race = await run_in_threadpool(build_race, spec)
+        race = await run_in_threadpool(build_race, spec, lim["max_pool_blocks"])
         session = Session(race, spec, lim["max_compute_seconds"])
         sid = sessions.add(session)
         frame = await run_in_threadpool(session.frame, None)
