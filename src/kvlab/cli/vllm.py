@@ -177,3 +177,132 @@ def json_compact(value) -> str:
     import json
 
     return json.dumps(value, separators=(",", ":"))
+
+
+@vllm_app.command("log")
+def log_command(
+    source: str = typer.Argument(..., metavar="FILE|-", help="A vLLM startup log (as pasted: docker, Ray, markdown "
+                                 "and colours are fine), or - to read it from stdin."),
+    model: str | None = typer.Option(None, "--model", help="The model, for kvlab's own calculation beside vLLM's: "
+                                     "a catalogue name, a config.json (or its folder) or a Hugging Face id "
+                                     "\\[default: the model the log names, if kvlab knows it]."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Read a vLLM startup log and explain its KV cache: tokens, blocks, conversations at full length."""
+    import json
+
+    from kvlab.vllm.log import explain_vllm_log, parse_vllm_log
+
+    text = _read_log(source)
+    log = parse_vllm_log(text)
+    explanation = explain_vllm_log(log, model)
+    if as_json:
+        typer.echo(json.dumps({**log.to_json(), "explanation": explanation}, indent=2))
+    else:
+        _print_log(log, explanation, source)
+
+
+def _read_log(source: str) -> str:
+    """The log's text from a file or stdin; a KvlabError naming the problem otherwise."""
+    import sys
+
+    from kvlab.errors import KvlabError
+
+    if source == "-":
+        if sys.stdin.isatty():
+            typer.echo("Paste the vLLM log, then press Ctrl-D.", err=True)
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        where = "stdin"
+    else:
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise KvlabError(f"no such file {source!r}: give a vLLM startup log file, or - to read the log from stdin")
+        if path.is_dir():
+            raise KvlabError(f"{source!r} is a folder: give a vLLM startup log file, or - to read it from stdin")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise KvlabError(f"cannot read {source!r}: {exc.strerror or exc}") from None
+        where = repr(source)
+    if b"\0" in data[:8192]:
+        raise KvlabError(f"{where} is not a text file: give vLLM's startup log as text")
+    text = data.decode("utf-8", errors="replace")
+    if not text.strip():
+        raise KvlabError(f"{where} is empty: give vLLM's startup log (what `vllm serve` prints while it starts)")
+    return text
+
+
+LOG_FIGURES = (
+    ("kv_cache_tokens", "KV cache size", lambda v: f"{v:,} tokens"),
+    ("num_gpu_blocks", "blocks", lambda v: f"{v:,}"),
+    ("block_size", "block size", lambda v: f"{v} tokens"),
+    ("max_concurrency", "maximum concurrency", lambda v: f"{v:.2f}x"),
+    ("max_model_len", "max_model_len", lambda v: f"{v:,} tokens"),
+    ("available_kv_cache_gib", "available KV cache memory", lambda v: f"{v:,.2f} GiB"),
+    ("model_weights_gib", "model weights", lambda v: f"{v:,.2f} GiB"),
+    ("total_gpu_memory_gib", "GPU memory", lambda v: f"{v:,.2f} GiB"),
+    ("gpu_memory_utilization", "gpu_memory_utilization", lambda v: f"{v}"),
+    ("num_cpu_blocks", "CPU swap blocks", lambda v: f"{v:,}"),
+    ("needed_kv_cache_gib", "KV cache needed", lambda v: f"{v:,.2f} GiB"),
+    ("estimated_max_model_len", "longest max_model_len that fits", lambda v: f"{v:,} tokens"),
+    ("model", "model", str),
+)
+
+
+def _print_log(log, explanation: dict, source: str) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kvlab.vllm.log import clean_line
+
+    console = Console(highlight=False)
+    engine = {"v1": "V1 engine", "v0": "V0 engine"}[log.format]
+    version = f", vLLM {log.vllm_version}" if log.vllm_version else ""
+    state = " [red]refused to start[/]" if log.refused else ""
+    name = "stdin" if source == "-" else source
+    table = Table(title=f"vLLM startup log ({name}): {engine}{version}{state}", title_justify="left",
+                  header_style="bold")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("read from", overflow="fold")
+    for key, label, fmt in LOG_FIGURES:
+        value = getattr(log, key)
+        if value is None:
+            continue
+        if key in log.derived:
+            where = f"[dim]worked out: {escape(log.derived[key])}[/]"
+        else:
+            line = clean_line(log.lines.get(key, ""))
+            where = escape(line.message if line is not None and line.message else log.lines.get(key, ""))
+        table.add_row(label, escape(fmt(value)), where)
+    console.print(table)
+    console.print("\n[bold]What it means[/]")
+    for sentence in explanation["lines"]:
+        console.print(f"  • {escape(sentence)}")
+    if explanation.get("comparison"):
+        _print_kvlab(console, explanation)
+
+
+def _print_kvlab(console, explanation: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    side = explanation["kvlab"]
+    table = Table(title=f"kvlab's calculation for {side['model']} ({side['available_kv_source']})",
+                  title_justify="left", header_style="bold")
+    for col in ("figure", "vLLM", "kvlab", ""):
+        table.add_column(col, justify="right" if col in ("vLLM", "kvlab") else "left")
+    colour = {"equal": "green", "within rounding": "green", "differs": "red"}
+    for row in explanation["comparison"]:
+        fmt = (lambda v: f"{v:.2f}x") if row["figure"] == "max_concurrency" else (lambda v: f"{v:,}")
+        extra = ""
+        if row["status"] == "within rounding" and "range" in side:
+            low, high = side["range"][row["figure"]]
+            extra = f" (the printed GiB allows {fmt(low)} to {fmt(high)})"
+        table.add_row(row["figure"], fmt(row["vllm"]), fmt(row["kvlab"]),
+                      f"[{colour[row['status']]}]{row['status']}[/]{escape(extra)}")
+    console.print()
+    console.print(table)
+    for difference in explanation["differences"]:
+        console.print(f"[red]difference:[/] {escape(difference)}")
