@@ -95,6 +95,9 @@ def size_answer(params: dict) -> dict:
 
 def explain_log(data) -> dict:
     """The paste box: a vLLM startup log read by kvlab's parser (the one `kvlab vllm log` uses) and explained."""
+    import dataclasses
+
+    from kvlab.catalog.config import looks_like_path
     from kvlab.vllm.log import explain_vllm_log, parse_vllm_log
     from kvlab.web.calculator import catalogue_model
 
@@ -111,6 +114,9 @@ def explain_log(data) -> dict:
     if model is not None:
         model = catalogue_model(model).id  # a catalogue name, never a path or a Hugging Face id from a web page
     log = parse_vllm_log(text)
+    if model is None and log.model and looks_like_path(log.model):
+        # The log names a local folder; a page must not make the server read it: go by the catalogue only.
+        log = dataclasses.replace(log, model=log.model.rstrip("/").split("/")[-1])
     return {"log": log.to_json(), "explain": explain_vllm_log(log, model=model)}
 
 

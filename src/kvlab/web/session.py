@@ -56,6 +56,7 @@ class Race:
         self.seq = -1
         self.max_unfilled = [0] * len(self.sims)
         self._summaries: list[dict] | None = None
+        self._curves: list | None = None
         # Per grid: the (step, clock) it was last drawn at, and that grid's frame entry; a simulation that has
         # not moved (finished, or waiting for its next arrival) is not read again.
         self._last: list[tuple | None] = [None] * len(self.sims)
@@ -144,7 +145,21 @@ class Race:
 
     def finish_line(self) -> dict:
         summaries = self.summaries()
-        return {"summaries": summaries, "winner": winner(summaries), "verdict": verdict(summaries)}
+        return {"summaries": summaries, "winner": winner(summaries), "verdict": verdict(summaries),
+                "finished_over_time": self.finish_curves()}
+
+    def finish_curves(self, num_points: int = 200) -> list[list[list[float]]]:
+        """Per strategy, [time, requests finished by then] at up to ``num_points`` points: the finish line's
+        chart, from each request's own finish time (so a run jumped to its end draws as it happened)."""
+        if self._curves is None:
+            self._curves = []
+            for sim in self.sims:
+                times = sorted(r.finish_time - self.start_time for r in sim.result().records
+                               if r.finish_time is not None)
+                n = len(times)
+                picks = sorted({max(1, round(j * n / num_points)) for j in range(1, num_points + 1)}) if n else []
+                self._curves.append([[0.0, 0]] + [[round(times[c - 1], 4), c] for c in picks])
+        return self._curves
 
     def meta(self) -> dict:
         """What the page needs once per run: the grids' shape, the strategies, and the requests (for hover)."""

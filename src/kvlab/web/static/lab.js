@@ -383,6 +383,7 @@ const nf1 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 1, maximumFr
 const nf2 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
 function gib(bytes) { return nf2.format(bytes / 2 ** 30) + " GiB"; }
 function pct(v) { return nf1.format(v) + "%"; }
+function blocks(n) { return `${nf0.format(n)} block${n === 1 ? "" : "s"}`; }
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -654,7 +655,7 @@ class Player {
     panel.append(wrap);
     const scale = el("div", { class: "scale" });
     const bar = el("canvas", { class: "sharebar", role: "img", "aria-label": "memory shares" });
-    const barLabel = el("div", { class: "sharebar-label", text: "memory right now: tokens · reserved · never used · rounded up · free" });
+    const barLabel = el("div", { class: "sharebar-label", text: "memory right now" });
     const seats = el("canvas", { class: "seats", role: "img", "aria-label": "running seats and waiting queue" });
     const seatsLabel = el("div", { class: "seats-label" });
     const dl = el("dl", { class: "counters" });
@@ -755,7 +756,8 @@ class Player {
         ? [Math.floor(note.gap_start / (this.meta.display_scale || 1)), Math.ceil(note.gap_blocks / (this.meta.display_scale || 1))] : null;
       if (JSON.stringify(gap) !== JSON.stringify(view.gap)) { view.gap = gap; view.overlayDirty = true; }
       const series = this.series[i], fin = g.counters.num_finished || 0;
-      if (series[series.length - 1][1] !== fin || g.done) series.push([frame.t, fin]);
+      if (frame.finish && frame.finish.finished_over_time) this.series[i] = frame.finish.finished_over_time[i];
+      else if (!g.done && series[series.length - 1][1] !== fin) series.push([frame.t, fin]);
       const summary = frame.finish ? frame.finish.summaries[i] : null;
       noteFacts(p.info, g, summary, this.meta);
     });
@@ -811,10 +813,10 @@ class Player {
       const who = n.next_readmit ? `evicted conversation ${n.next_id} needs ${nf0.format(n.next_blocks)} to come back`
         : `next conversation (${n.next_id}) needs ${nf0.format(n.next_blocks)}` +
           (contiguous ? " in one piece" : " for its prompt");
-      text = (contiguous ? `${nf0.format(n.gap_blocks)} blocks free in one piece` : `${nf0.format(n.free_blocks)} blocks free`) +
+      text = (contiguous ? `${blocks(n.gap_blocks)} free in one piece` : `${blocks(n.free_blocks)} free`) +
         `; the ${who}` + (waits ? `: ${nf0.format(g.counters.num_waiting)} wait` : "");
     } else if (n.free_blocks > 0 && g.counters.step > 0) {
-      text = `${nf0.format(n.free_blocks)} blocks free`;
+      text = `${blocks(n.free_blocks)} free`;
     }
     p.note.classList.toggle("waits", waits);
     if (p.note.textContent !== text) {
@@ -879,7 +881,16 @@ class Player {
     const shares = s ? [s.token, s.reserved, s.internal_fragmentation, 0, s.external_fragmentation]
       : [u.token, u.reserved, u.internal_fragmentation, u.overhead, u.free];
     const key = shares.join(",") + "|" + p.bar.clientWidth;
-    if (key !== p.lastShares) { p.lastShares = key; drawShareBar(p.bar, shares); }
+    if (key !== p.lastShares) {
+      p.lastShares = key;
+      drawShareBar(p.bar, shares);
+      const total = shares.reduce((a, b) => a + b, 0) || 1, f = v => nf0.format(100 * v / total) + "%";
+      const named = s ? [[0, "tokens"], [1, "reserved"], [2, "never used"], [4, "free or between slabs"]]
+        : [[0, "tokens"], [1, "reserved"], [2, "never used"], [3, "rounded up"], [4, "free"]];
+      setText(p.barLabel, (s ? "memory over the whole run (time-averaged): " : "memory right now: ") +
+        named.map(([j, name]) => `${f(shares[j])} ${name}`).join(" · "));
+      p.bar.setAttribute("aria-label", p.barLabel.textContent);
+    }
     this.drawSeats(p);
   }
 
@@ -961,7 +972,6 @@ class Player {
       setText(p.fields.token_share, pct(s.memory_shares.token));
       setData(p.fields.token_share, "average", s.memory_shares.token);
       setText(p.shareWhat, "of the memory held tokens, time-averaged over the run");
-      setText(p.barLabel, "memory over the whole run (time-averaged): tokens · reserved · never used · free or between slabs");
       setText(p.fields.num_preemptions, nf0.format(s.preemptions));
       p.ended.hidden = false;
       p.ended.textContent = `Run over: all ${nf0.format(s.num_finished)} served in ${nf1.format(s.makespan_s)} s, ` +
@@ -979,7 +989,8 @@ class Player {
     const node = this.finishNode;
     node.innerHTML = "";
     node.append(el("p", { class: "verdict", text: this.verdictText(finish) }));
-    node.append(el("div", { class: "tablewrap" }, summaryTable(this.finishRows(finish), finish.winner)));
+    node.append(el("div", { class: "tablewrap" }, summaryTable(this.finishRows(finish),
+      this.panels.length > 1 ? finish.winner : null)));
     node.hidden = false;
     this.panels.forEach(p => p.panel.classList.toggle("winner", this.panels.length > 1 && p.info.name === finish.winner));
   }
