@@ -198,6 +198,7 @@ def test_the_quiz_reveals_answers_only_after_a_choice(lab):
         share = 100 * note["recomputed_output_tokens"] / c["counters"]["num_output_tokens"]
         assert 0 <= share <= 100
         assert f"{share:.1f}% of the {c['counters']['num_output_tokens']:,} answer tokens" in answer
+    assert f"recomputed {c['counters']['num_recomputed_tokens']:,} tokens" in answer
     lab.screenshot("quiz-after", "#questions")
 
 

@@ -30,6 +30,7 @@ function hex(rgb) { return "#" + rgb.map(v => v.toString(16).padStart(2, "0")).j
 function word(rgb) { return ((255 << 24) | (rgb[2] << 16) | (rgb[1] << 8) | rgb[0]) >>> 0; }
 
 const SOLID32 = PALETTE.map(word);
+const PALETTE_HEX = PALETTE.map(hex);
 const PALE32 = PALETTE.map(c => word(pale(c, PALE)));
 const FREE32 = word(FREE_RGB), GAP32 = word(GAP_RGB);
 const OVER_BG32 = word(OVERHEAD_BG), OVER_LINE32 = word(OVERHEAD_LINE);
@@ -93,6 +94,7 @@ function chooseLayout(n, width, maxHeight) {
 }
 
 const FLASH_MS = 1400;
+const SLOW_MS = 100; // the figure's text (notes, share bars, seats) is rewritten at most this often while playing
 
 class GridView {
   constructor(wrap, numBlocks, blockSize, maxHeight) {
@@ -357,8 +359,8 @@ function buildLegend(host) {
 }
 
 // The five shares as one bar, drawn with the legend's own pixels (tokens in the palette's colours in turn).
-function drawShareBar(canvas, shares) {
-  const w = Math.max(40, Math.floor(canvas.clientWidth || 200)), h = 12;
+function drawShareBar(canvas, shares, width) {
+  const w = Math.max(40, Math.floor(width)), h = 12;
   if (canvas.width !== w) canvas.width = w;
   if (canvas.height !== h) canvas.height = h;
   const ctx = canvas.getContext("2d");
@@ -512,15 +514,16 @@ function explainQ3() {
   const evictions = s ? s.preemptions : c.num_preemptions, redo = s ? s.recomputed_tokens : c.num_recomputed_tokens;
   if (!evictions) return how + ` In your ${f.name} run memory never ran out: 0 evictions. Press "show me".`;
   const output = s ? Math.round(s.throughput_tps * s.makespan_s) : c.num_output_tokens;
-  let text = how + ` In your ${f.name} run${s ? "" : " so far"}: ${nf0.format(evictions)} evictions, and ` +
-    `${nf0.format(redo)} tokens computed a second time (the evicted conversations' prompts plus the answers so far).`;
-  // Answer tokens among them: read off each evicted conversation's pages in the frame before it left, so only
+  let text = how + ` In your ${f.name} run${s ? "" : " so far"}: ${nf0.format(evictions)} evictions.`;
+  // Answer tokens thrown away: read off each evicted conversation's pages in the frame before it left, so only
   // when every eviction was seen in a frame (a run jumped to its end is not watched).
   if (n.evictions_seen === evictions && output > 0) {
-    text += ` Of those, ${nf0.format(n.recomputed_output_tokens)} were answer tokens generated before the ` +
-      `eviction: ${pct(100 * n.recomputed_output_tokens / output)} of the ${nf0.format(output)} answer tokens ` +
-      `the run generated${s ? "" : " so far"} were generated twice.`;
+    text += ` They threw away ${nf0.format(n.recomputed_output_tokens)} answer tokens already generated, which ` +
+      `must be computed again: ${pct(100 * n.recomputed_output_tokens / output)} of the ${nf0.format(output)} ` +
+      `answer tokens the run generated${s ? "" : " so far"}.`;
   }
+  text += ` The engine has recomputed ${nf0.format(redo)} tokens${s ? "" : " so far"} (prompts and answers, ` +
+    "counted when a conversation comes back).";
   if (s) text += ` It still served everyone in ${nf0.format(s.makespan_s)} s.`;
   return text;
 }
@@ -738,6 +741,10 @@ class Player {
       const w = p.wrap.clientWidth;
       if (w > 0 && p.view.relayout(w)) { changed = true; this.caption(p); p.placedAt = null; }
     }
+    if (this.chart && !this.chart.hidden) {
+      const w = this.chart.querySelector("canvas").clientWidth;
+      if (w && w !== this.chartWidth) { this.chartWidth = w; changed = true; }
+    }
     if (changed) { for (const p of this.panels) p.lastShares = null; this.redrawStrips(); this.drawChart(); this.scheduleDraw(); }
   }
 
@@ -777,10 +784,13 @@ class Player {
     p.flashes += ids.length;
     setData(p.panel, "flashes", p.flashes);
     setData(p.panel, "flashCells", cells);
+    // The counter pulses (the Web Animations API restarts it without making the browser lay the page out).
     const ev = p.fields.num_preemptions;
-    ev.classList.remove("pulse");
-    void ev.offsetWidth; // restart the animation
     ev.classList.add("pulse");
+    if (ev.animate) {
+      ev.animate([{ color: "#b00020", transform: "scale(1.25)" }, { color: "inherit", transform: "scale(1)" }],
+        { duration: 900, easing: "ease-out" });
+    }
   }
 
   updateCounters(p, g) {
@@ -797,7 +807,7 @@ class Player {
     p.panel.classList.toggle("lane-done", !!g.done);
     setText(p.badge, g.done && g.finish_time !== null ? `done at ${nf1.format(g.finish_time)} s` : "");
     setData(p.panel, "finishTime", g.done && g.finish_time !== null ? g.finish_time : "");
-    this.writeNote(p, g);
+    p.noteDue = true;
   }
 
   // On the figure: how much is free, in its largest piece, and what the conversation at the head of the queue
@@ -826,15 +836,18 @@ class Player {
     } else if (text && p.placedAt !== n.gap_start) this.placeNote(p, n, scale);
   }
 
+  // Beside the gap's first square, below it (above it on the last rows), towards the middle: placed from the
+  // layout the page already knows, so that no frame forces the browser to measure anything.
   placeNote(p, n, scale) {
     p.placedAt = n.gap_start;
     if (!p.note.textContent || !(n.gap_start >= 0)) return;
     const v = p.view, L = v.layout, c = Math.floor(n.gap_start / scale / L.k);
-    const f = (v.canvas.clientWidth || v.canvas.width) / v.canvas.width;
-    const x = (c % L.cols) * L.s * f, y = (((c / L.cols) | 0) + 1) * L.s * f + 2;
-    const w = p.note.offsetWidth, h = p.note.offsetHeight, W = p.wrap.clientWidth, H = v.canvas.clientHeight;
-    p.note.style.left = Math.max(0, Math.min(W - w - 2, x)) + "px";
-    p.note.style.top = (y + h > H ? Math.max(0, y - h - L.s * f - 4) : y) + "px";
+    const x = (c % L.cols) * L.s, row = (c / L.cols) | 0, W = v.width, H = L.rows * L.s;
+    const st = p.note.style;
+    if (x > W / 2) { st.left = "auto"; st.right = Math.max(0, W - x - L.s) + "px"; }
+    else { st.right = "auto"; st.left = x + "px"; }
+    if (row + 2 < L.rows || L.rows < 3) { st.bottom = "auto"; st.top = Math.min(H, (row + 1) * L.s + 2) + "px"; }
+    else { st.top = "auto"; st.bottom = Math.max(0, H - row * L.s + 2) + "px"; }
   }
 
   // The running batch as seats, the queue as a line: empty seats beside a waiting queue are static batching's
@@ -844,26 +857,35 @@ class Player {
     if (!g) return;
     const running = g.counters.num_running || 0, waiting = g.counters.num_waiting || 0;
     p.peak = Math.max(p.peak, running);
-    const canvas = p.seats, w = Math.max(60, Math.floor(canvas.clientWidth || 200)), h = 34;
-    if (canvas.width !== w) canvas.width = w;
-    if (canvas.height !== h) canvas.height = h;
-    const ctx = canvas.getContext("2d");
-    ctx.clearRect(0, 0, w, h);
+    const canvas = p.seats, w = Math.max(60, p.view.width), h = 34;
     const ids = [];
     const seen = new Set(), owner = p.view.owner;
     for (let b = 0; b < owner.length; b++) { const o = owner[b]; if (o >= 0 && !seen.has(o)) { seen.add(o); ids.push(o); } }
     ids.sort((a, b) => a - b);
+    const key = `${w} ${p.peak} ${waiting} ${ids.join(",")}`;
+    if (key === p.seatsKey) return;
+    p.seatsKey = key;
+    if (canvas.width !== w) canvas.width = w;
+    if (canvas.height !== h) canvas.height = h;
+    const ctx = canvas.getContext("2d");
+    ctx.clearRect(0, 0, w, h);
     const seatsW = Math.floor(w * 0.62), seats = Math.max(1, p.peak);
     const rows = seats * 6 > seatsW ? 2 : 1;
     const per = Math.ceil(seats / rows), s = Math.max(2, Math.min(14, Math.floor(seatsW / per)));
+    // One path per colour (a canvas state change per seat would cost more than the drawing).
+    const paths = PALETTE.map(() => new Path2D()), empty = new Path2D();
     for (let i = 0; i < seats; i++) {
       const x = (i % per) * s, y = ((i / per) | 0) * (s + 2) + 1;
-      if (i < ids.length) { ctx.fillStyle = hex(PALETTE[ids[i] % PALETTE.length]); ctx.fillRect(x, y, s - 1, s - 1); }
-      else { ctx.strokeStyle = "#888"; ctx.lineWidth = 1; ctx.strokeRect(x + 0.5, y + 0.5, s - 2, s - 2); }
+      if (i < ids.length) paths[ids[i] % PALETTE.length].rect(x, y, s - 1, s - 1);
+      else empty.rect(x + 0.5, y + 0.5, s - 2, s - 2);
     }
+    paths.forEach((path, k) => { ctx.fillStyle = PALETTE_HEX[k]; ctx.fill(path); });
+    ctx.strokeStyle = "#888"; ctx.lineWidth = 1; ctx.stroke(empty);
     const qx = seatsW + 10, room = Math.max(0, Math.floor((w - qx - 40) / 5));
+    const queue = new Path2D();
+    for (let i = 0; i < Math.min(waiting, room); i++) queue.rect(qx + i * 5, 12, 3, 10);
     ctx.fillStyle = "#5f6368";
-    for (let i = 0; i < Math.min(waiting, room); i++) ctx.fillRect(qx + i * 5, 12, 3, 10);
+    ctx.fill(queue);
     if (waiting > room) { ctx.font = "11px system-ui, sans-serif"; ctx.fillText(`+${nf0.format(waiting - room)}`, qx + room * 5 + 2, 21); }
     const text = `seats: ${nf0.format(running)} running of ${nf0.format(seats)} (the most at once so far) · ` +
       `queue: ${nf0.format(waiting)} waiting`;
@@ -880,10 +902,10 @@ class Player {
     const u = g.usage;
     const shares = s ? [s.token, s.reserved, s.internal_fragmentation, 0, s.external_fragmentation]
       : [u.token, u.reserved, u.internal_fragmentation, u.overhead, u.free];
-    const key = shares.join(",") + "|" + p.bar.clientWidth;
+    const key = shares.join(",") + "|" + p.view.width;
     if (key !== p.lastShares) {
       p.lastShares = key;
-      drawShareBar(p.bar, shares);
+      drawShareBar(p.bar, shares, p.view.width);
       const total = shares.reduce((a, b) => a + b, 0) || 1, f = v => nf0.format(100 * v / total) + "%";
       const named = s ? [[0, "tokens"], [1, "reserved"], [2, "never used"], [4, "free or between slabs"]]
         : [[0, "tokens"], [1, "reserved"], [2, "never used"], [3, "rounded up"], [4, "free"]];
@@ -894,7 +916,12 @@ class Player {
     this.drawSeats(p);
   }
 
-  redrawStrips() { for (const p of this.panels) this.drawStrip(p); }
+  redrawStrips() {
+    for (const p of this.panels) {
+      this.drawStrip(p);
+      if (p.noteDue && p.last) { p.noteDue = false; this.writeNote(p, p.last); }
+    }
+  }
 
   scheduleDraw() {
     if (this.drawPending) return;
@@ -906,7 +933,11 @@ class Player {
       for (const v of this.views) drew = v.draw() || drew;
       let animating = false;
       for (const v of this.views) { v.drawOverlay(now); animating = animating || v.flashes.length > 0; }
-      if (this.stripsDue) { this.stripsDue = false; this.redrawStrips(); }
+      // The notes, share bars and seats change their text every frame: at 10 a second they read as well and
+      // spare the browser a layout per frame; the squares themselves are drawn at the frame rate.
+      if (this.stripsDue && (!this.stripsAt || now - this.stripsAt > SLOW_MS)) {
+        this.stripsDue = false; this.stripsAt = now; this.redrawStrips();
+      } else if (this.stripsDue) animating = true;
       if (this.chartDue && (!this.chartAt || now - this.chartAt > 250 || this.done)) {
         this.chartDue = false; this.chartAt = now; this.drawChart();
       } else if (this.chartDue) animating = true;
@@ -925,7 +956,8 @@ class Player {
   drawChart() {
     if (!this.chart || this.chart.hidden || !this.meta) return;
     const canvas = this.chart.querySelector("canvas");
-    const w = Math.max(100, Math.floor(canvas.clientWidth || 300)), h = 200;
+    if (!this.chartWidth) this.chartWidth = canvas.clientWidth;
+    const w = Math.max(100, Math.floor(this.chartWidth || 300)), h = 200;
     if (canvas.width !== w) canvas.width = w;
     if (canvas.height !== h) canvas.height = h;
     const ctx = canvas.getContext("2d");
@@ -1001,6 +1033,7 @@ class Player {
 
   setPlaying(on) {
     this.playing = on;
+    if (!on && this.panels.length) { this.stripsDue = true; this.stripsAt = 0; this.scheduleDraw(); } // the last frame's
     const b = this.transport.querySelector('[data-act="play"]');
     b.classList.toggle("playing", on);
     b.textContent = on ? "❚❚ pause" : "▶ play";
