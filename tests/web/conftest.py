@@ -71,9 +71,7 @@ class PageProbe:
 
         def guard(route):
             url = route.request.url
-            if url.startswith("file://") or url.startswith("data:") or url.startswith("blob:") or (
-                allowed_prefix and url.startswith(allowed_prefix)
-            ):
+            if url.startswith(("file://", "data:", "blob:")) or (allowed_prefix and url.startswith(allowed_prefix)):
                 route.continue_()
             else:
                 self.foreign_requests.append(url)

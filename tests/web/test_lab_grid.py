@@ -280,3 +280,20 @@ def test_a_value_the_page_cannot_check_still_gets_the_servers_message(lab):
     assert "llama-3.1-405b does not fit on T4" in page.inner_text("#grid-error")
     assert page.get_attribute("#grid", "data-stale") == "1"
     assert page.get_attribute("#grid", "data-session") == old
+
+
+def test_the_power_of_two_round_up_is_attributed_to_its_owner(lab):
+    page = lab.page
+    set_grid(page, allocator="pow2", num_requests=50)
+    play_until(page, 10)
+    blocks = grid_blocks(page)
+    b = next(b for b in range(blocks["n"])
+             if blocks["owner"][b] >= 0 and blocks["overhead"][b] == blocks["blockSize"])
+    owner, rect = blocks["owner"][b], blocks["rects"][b]
+    inner = {p for i, p in enumerate(square_pixels(page, rect)) if i % rect["w"] != 0}
+    assert inner == {PALETTE[owner % 7], (0xF4, 0xF4, 0xF4)}, inner  # hatched in its owner's colour
+    page.locator("#grid canvas.grid").hover(position={"x": rect["x"] + 2, "y": rect["y"] + 2})
+    tip = page.locator("#tooltip")
+    tip.wait_for(state="visible")
+    assert f"{blocks['blockSize']} rounded up by the allocator for conversation {owner}" in tip.inner_text()
+    lab.screenshot("grid-pow2-round-up", "#grid")

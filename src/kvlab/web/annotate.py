@@ -19,7 +19,8 @@ import numpy as np
 
 def slab_slots(allocator: str, prompt_len: int, num_output_tokens: int, max_tokens: int | None,
                max_model_len: int) -> int:
-    """Slots a contiguous allocator reserves at admission (the vLLM paper's §6.1 baselines)."""
+    """Slots a contiguous allocator reserves at admission (the vLLM paper's §6.1 baselines), before the buddy
+    allocator rounds the slab up to a power of two."""
     if allocator == "max":
         return max_model_len if max_tokens is None else min(max_model_len, prompt_len + max_tokens)
     if allocator == "pow2":
@@ -122,5 +123,7 @@ class Annotator:
         if self.allocator == "paged":
             slots = r.prompt_len
         else:
-            slots = slab_slots(self.allocator, r.prompt_len, r.num_output_tokens, r.max_tokens, self.max_model_len)
+            # The slab, placed by a buddy allocator: a chunk of the next power of two (memory/contiguous.py).
+            slab = slab_slots(self.allocator, r.prompt_len, r.num_output_tokens, r.max_tokens, self.max_model_len)
+            slots = 1 << (slab - 1).bit_length()
         return {"next_id": r.request_id, "next_blocks": math.ceil(slots / self.block_size), "next_readmit": False}
