@@ -118,6 +118,7 @@ class GridView {
     this.gap = null; // [first display block, count] of the largest free gap, outlined while a queue waits
     this.kbCell = -1;
     this.width = 0;
+    this.overlayAt = 0;
     this.relayout(wrap.clientWidth || 600);
   }
 
@@ -250,7 +251,9 @@ class GridView {
   drawOverlay(now) {
     const live = this.flashes.length > 0;
     if (!this.overlayDirty && !live) return;
+    if (!this.overlayDirty && now - this.overlayAt < 80) return; // a fade needs no more than a dozen steps a second
     this.overlayDirty = false;
+    this.overlayAt = now;
     const L = this.layout, ctx = this.octx, s = L.s;
     ctx.clearRect(0, 0, this.overlay.width, this.overlay.height);
     const at = c => [(c % L.cols) * s, ((c / L.cols) | 0) * s];
@@ -276,11 +279,14 @@ class GridView {
       ctx.fillStyle = `rgba(0,0,0,${(0.85 * a).toFixed(3)})`;
       for (const c of f.cells) { const [x, y] = at(c); ctx.fillRect(x, y, s - 1, s - 1); }
     }
-    if (this.flashes.length) this.overlayDirty = true; // fade on in the next frame
-    if (this.kbCell >= 0 && this.kbCell < L.cells) {
+    const cursor = this.kbCell >= 0 && this.kbCell < L.cells;
+    if (cursor) {
       const [x, y] = at(this.kbCell);
       ctx.strokeStyle = "#0072b2"; ctx.lineWidth = 3; ctx.strokeRect(x, y, s, s);
     }
+    // Nothing on top: no layer to composite over the squares.
+    const empty = !this.flashes.length && this.highlight < 0 && !cursor && !(this.gap && this.gap[1] > 0);
+    if (this.overlay.hidden !== empty) this.overlay.hidden = empty;
   }
 
   cellAt(evt) {
@@ -759,9 +765,6 @@ class Player {
       view.apply(g.blocks);
       p.last = g;
       this.updateCounters(p, g);
-      const gap = note.gap_blocks > 0 && note.next_id !== undefined && p.info.allocator !== "paged"
-        ? [Math.floor(note.gap_start / (this.meta.display_scale || 1)), Math.ceil(note.gap_blocks / (this.meta.display_scale || 1))] : null;
-      if (JSON.stringify(gap) !== JSON.stringify(view.gap)) { view.gap = gap; view.overlayDirty = true; }
       const series = this.series[i], fin = g.counters.num_finished || 0;
       if (frame.finish && frame.finish.finished_over_time) this.series[i] = frame.finish.finished_over_time[i];
       else if (!g.done && series[series.length - 1][1] !== fin) series.push([frame.t, fin]);
@@ -813,7 +816,10 @@ class Player {
   // On the figure: how much is free, in its largest piece, and what the conversation at the head of the queue
   // needs; in red when it does not fit (it waits, though memory is free).
   writeNote(p, g) {
-    const n = g.note || {}, scale = this.meta.display_scale || 1;
+    const n = g.note || {}, scale = this.meta.display_scale || 1, view = p.view;
+    const gap = !g.done && n.gap_blocks > 0 && n.next_id !== undefined && p.info.allocator !== "paged"
+      ? [Math.floor(n.gap_start / scale), Math.ceil(n.gap_blocks / scale)] : null;
+    if (String(gap) !== String(view.gap)) { view.gap = gap; view.overlayDirty = true; }
     let text = "", waits = false;
     if (g.done) text = "";
     else if (n.next_id !== undefined) {
