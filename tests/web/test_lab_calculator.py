@@ -18,9 +18,11 @@ def test_calculator_matches_kvlab_size(lab, kvlab, model, gpu):
     page.fill("#calc-context", "1024")
     page.select_option("#calc-gpu", gpu)
     page.select_option("#calc-model", model)
+    # Wait for the answer to these inputs (the first one on the page, for the defaults, may have the same tokens).
     page.wait_for_function(
-        "([tokens]) => document.querySelector('#calc-figures [data-key=num_tokens]').dataset.value === tokens",
-        arg=[str(expected["num_tokens"])],
+        "([tokens, fit]) => document.querySelector('#calc-figures [data-key=num_tokens]').dataset.value === tokens"
+        " && document.querySelector('#calc-figures [data-key=num_fit]').dataset.value === fit",
+        arg=[str(expected["num_tokens"]), str(fit["workload"]["max_num_requests"])],
     )
     assert int(figure(page, "kv_bytes_per_token")) == expected["kv_bytes_per_token"]
     assert int(figure(page, "num_tokens")) == expected["num_tokens"]
