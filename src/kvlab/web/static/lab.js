@@ -94,7 +94,8 @@ function chooseLayout(n, width, maxHeight) {
 }
 
 const FLASH_MS = 1400;
-const SLOW_MS = 100; // the figure's text (notes, share bars, seats) is rewritten at most this often while playing
+const SLOW_MS = 200; // the figure's text (notes, share bars, seats) is rewritten at most this often while playing
+const MAX_FLASHES = 8; // evictions fading at once per grid (a cache that thrashes evicts every frame)
 
 class GridView {
   constructor(wrap, numBlocks, blockSize, maxHeight) {
@@ -242,7 +243,11 @@ class GridView {
   flash(ids, now) {
     const cells = [];
     for (const id of ids) cells.push(...this.cellsOf(id));
-    if (cells.length) { this.flashes.push({ cells, t0: now }); this.overlayDirty = true; }
+    if (cells.length) {
+      this.flashes.push({ cells, t0: now });
+      if (this.flashes.length > MAX_FLASHES) this.flashes.shift();
+      this.overlayDirty = true;
+    }
     return cells.length;
   }
 
@@ -251,7 +256,7 @@ class GridView {
   drawOverlay(now) {
     const live = this.flashes.length > 0;
     if (!this.overlayDirty && !live) return;
-    if (!this.overlayDirty && now - this.overlayAt < 80) return; // a fade needs no more than a dozen steps a second
+    if (!this.overlayDirty && now - this.overlayAt < 120) return; // a fade needs no more than eight steps a second
     this.overlayDirty = false;
     this.overlayAt = now;
     const L = this.layout, ctx = this.octx, s = L.s;
@@ -939,7 +944,7 @@ class Player {
       for (const v of this.views) drew = v.draw() || drew;
       let animating = false;
       for (const v of this.views) { v.drawOverlay(now); animating = animating || v.flashes.length > 0; }
-      // The notes, share bars and seats change their text every frame: at 10 a second they read as well and
+      // The notes, share bars and seats change their text every frame: at 5 a second they read as well and
       // spare the browser a layout per frame; the squares themselves are drawn at the frame rate.
       if (this.stripsDue && (!this.stripsAt || now - this.stripsAt > SLOW_MS)) {
         this.stripsDue = false; this.stripsAt = now; this.redrawStrips();
