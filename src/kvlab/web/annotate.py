@@ -30,26 +30,31 @@ def slab_slots(allocator: str, prompt_len: int, num_output_tokens: int, max_toke
 
 def free_gaps(cols: dict[str, np.ndarray]) -> tuple[int, int, int]:
     """(free blocks, largest run of consecutive free blocks, where it starts); start -1 when nothing is free."""
-    held = cols["token"].astype(np.int64) + cols["reserved"] + cols["internal_fragmentation"] + cols["overhead"]
-    free = (cols["owner"] < 0) & (held == 0)
-    num_free = int(free.sum())
+    free = (cols["owner"] < 0) & (cols["overhead"] == 0) & (cols["token"] == 0) & (cols["reserved"] == 0)
+    num_free = int(np.count_nonzero(free))
     if not num_free:
         return 0, 0, -1
-    padded = np.concatenate(([0], free.view(np.int8), [0]))
-    edges = np.flatnonzero(np.diff(padded))
+    edges = np.flatnonzero(np.diff(free, prepend=False, append=False))
     starts, ends = edges[::2], edges[1::2]
     i = int(np.argmax(ends - starts))
     return num_free, int(ends[i] - starts[i]), int(starts[i])
 
 
 def held_tokens(cols: dict[str, np.ndarray]) -> dict[int, int]:
+    """Tokens each conversation holds, by request id."""
     owner = cols["owner"]
     mask = owner >= 0
     if not mask.any():
         return {}
-    ids, inverse = np.unique(owner[mask], return_inverse=True)
-    sums = np.bincount(inverse, weights=cols["token"][mask])
-    return {int(i): int(t) for i, t in zip(ids, sums)}
+    ids = owner[mask]
+    if ids.max() > 64 * len(owner):  # sparse ids: sort them rather than count into a huge array
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        sums = np.bincount(inverse, weights=cols["token"][mask]).astype(np.int64)
+        return dict(zip(uniq.tolist(), sums.tolist()))
+    counts = np.bincount(ids)
+    sums = np.bincount(ids, weights=cols["token"][mask]).astype(np.int64)
+    present = np.flatnonzero(counts)
+    return dict(zip(present.tolist(), sums[present].tolist()))
 
 
 class Annotator:
