@@ -46,13 +46,16 @@ def overflowing(page) -> list[str]:
     return page.evaluate("""() => {
         const W = document.documentElement.clientWidth, out = [];
         const scrolls = e => { for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
-            const o = getComputedStyle(a).overflowX; if (o === 'auto' || o === 'scroll' || o === 'hidden') return true; }
+            const o = getComputedStyle(a).overflowX;
+            if (o === 'auto' || o === 'scroll' || o === 'hidden') return true; }
             return false; };
         for (const e of document.body.querySelectorAll('*')) {
             const r = e.getBoundingClientRect();
             if (r.width === 0 || r.height === 0 || getComputedStyle(e).position === 'fixed') continue;
             if (r.right > W + 0.5 && !scrolls(e)) out.push(`${e.tagName.toLowerCase()}${e.id ? '#' + e.id : ''}` +
+
                 `.${e.className} right=${Math.round(r.right)} > ${W}`);
         }
-        if (document.documentElement.scrollWidth > W) out.push(`document scrollWidth ${document.documentElement.scrollWidth}`);
+        const sw = document.documentElement.scrollWidth;
+        if (sw > W) out.push(`document scrollWidth ${sw}`);
         return out.slice(0, 10); }""")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-
 from kvlab.web.annotate import Annotator, free_gaps, slab_slots
+
 from kvlab.web.params import parse_run_spec
 from kvlab.web.server import build_race
 
@@ -60,7 +60,8 @@ def test_evictions_are_named_between_frames():
 def test_an_annotator_without_evictions_names_none():
     class R:
         def __init__(self, i):
-            self.request_id, self.arrival_time, self.prompt_len, self.num_output_tokens, self.max_tokens = i, 0.0, 10, 5, None
+            self.request_id, self.arrival_time, self.prompt_len = i, 0.0, 10
+            self.num_output_tokens, self.max_tokens = 5, None
 
     a = Annotator([R(0), R(1)], "paged", 16, 2048, 0.0)
     counters = {"num_preemptions": 0, "num_waiting": 1}

@@ -46,7 +46,8 @@ def test_calculator_refuses_bad_values_with_a_message(lab):
     assert "stale" in page.get_attribute("#calculator", "class")  # the old figures are dimmed
     page.fill("#calc-context", "abc")
     page.wait_for_function("document.querySelector('#calc-error').textContent.includes('\"abc\" is not')")
-    assert page.inner_text("#calc-error") == 'tokens each (context_len) "abc" is not a whole number: type one from 1 to 10000000'
+    assert page.inner_text("#calc-error") == \
+        'tokens each (context_len) "abc" is not a whole number: type one from 1 to 10000000'
     lab.screenshot("calculator-error", "#calculator")
     page.fill("#calc-context", "4000")  # longer than OPT-13B's 2,048: sizing's own message
     page.wait_for_function("document.querySelector('#calc-error').textContent.includes('exceeds max_model_len')")

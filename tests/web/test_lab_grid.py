@@ -168,7 +168,8 @@ def test_keyboard_plays_pauses_and_steps(lab):
     page.keyboard.press("ArrowRight")
     page.wait_for_function("document.querySelector('#grid').dataset.seq === '2'")
     page.keyboard.press("Space")
-    page.wait_for_function("window.kvlab.players.grid.playing && Number(document.querySelector('#grid').dataset.seq) > 4")
+    page.wait_for_function("window.kvlab.players.grid.playing && "
+                           "Number(document.querySelector('#grid').dataset.seq) > 4")
     assert "pause" in page.inner_text('#grid-transport [data-act="play"]')
     page.keyboard.press("Space")
     page.wait_for_function("!window.kvlab.players.grid.playing")
@@ -194,7 +195,8 @@ def test_hover_says_whose_block_it_is(lab):
     lab.screenshot("grid-hover-highlight", "#grid")
     # The tooltip is rewritten every frame: play on, and it follows what the block holds now.
     page.keyboard.press("Space")
-    page.wait_for_function(f"!document.querySelector('#tooltip').textContent.includes('conversation {blocks['owner'][b]}:')"
+    page.wait_for_function("!document.querySelector('#tooltip').textContent.includes("
+                           f"'conversation {blocks['owner'][b]}:')"
                            " || window.kvlab.players.grid.done", timeout=60_000)
     page.keyboard.press("Space")
 
@@ -211,7 +213,8 @@ def test_large_pools_stay_legible(lab):
     # An aggregated square is drawn as the mix of its blocks: as many token pixels as its share of tokens.
     mix = page.evaluate("""() => { const v = window.kvlab.players.grid.views[0];
         for (let c = 0; c < v.layout.cells; c++) { const s = v.cellState(c);
-            if (c > 0 && s.t > 0 && s.t < s.total) return {c, t: s.t, total: s.total, owner: s.owner, rect: v.blockRect(c * v.layout.k)}; }
+            if (c > 0 && s.t > 0 && s.t < s.total)
+                return {c, t: s.t, total: s.total, owner: s.owner, rect: v.blockRect(c * v.layout.k)}; }
         return null; }""")
     assert mix is not None
     pixels = square_pixels(page, mix["rect"])
@@ -220,11 +223,14 @@ def test_large_pools_stay_legible(lab):
     lab.screenshot("grid-large-pool", "#grid")
 
 
+POSTED = "performance.getEntriesByType('resource').filter(e => e.name.endsWith('/api/sessions')).length"
+
+
 def test_a_bad_number_is_refused_in_the_page(lab):
     page = lab.page
     page.click("#grid details.settings summary")
     before = page.evaluate("window.kvlab.players.grid.session")
-    posted = page.evaluate("performance.getEntriesByType('resource').filter(e => e.name.endsWith('/api/sessions')).length")
+    posted = page.evaluate(POSTED)
     page.fill('#grid-form [name="rate"]', "abc")
     page.eval_on_selector("#grid-form", "f => f.dispatchEvent(new Event('change'))")
     page.wait_for_selector("#grid-error:not([hidden])")
@@ -241,14 +247,15 @@ def test_a_bad_number_is_refused_in_the_page(lab):
     assert page.inner_text("#grid-error") == "requests (num_requests) 5000 is out of range: 1 to 2000"
     page.fill('#grid-form [name="num_requests"]', "2.5")
     page.eval_on_selector("#grid-form", "f => f.dispatchEvent(new Event('input', {bubbles: true}))")
-    assert "requests (num_requests) 2.5 is not a whole number: type one from 1 to 2000" in page.inner_text("#grid-error")
+    assert page.inner_text("#grid-error") == \
+        "requests (num_requests) 2.5 is not a whole number: type one from 1 to 2000"
     page.fill('#grid-form [name="num_blocks"]', "lots")
     page.fill('#grid-form [name="num_requests"]', "40")
     page.eval_on_selector("#grid-form", "f => f.dispatchEvent(new Event('change'))")
     assert page.inner_text("#grid-error") == \
         'KV blocks (num_blocks) "lots" is not a whole number: type one from 4 to 65536, or auto'
     page.wait_for_timeout(400)
-    after = page.evaluate("performance.getEntriesByType('resource').filter(e => e.name.endsWith('/api/sessions')).length")
+    after = page.evaluate(POSTED)
     assert after == posted and page.evaluate("window.kvlab.players.grid.session") == before  # nothing sent
     # Fixed: the message goes, a new run starts, the result is no longer dimmed.
     page.fill('#grid-form [name="num_blocks"]', "auto")

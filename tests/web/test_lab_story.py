@@ -54,7 +54,8 @@ def to_the_end(page, section: str = "#grid"):
 def test_the_default_story_reserve_the_max_then_pages(lab, kvlab):
     """The page opens on reserve-the-max under the CLI's own load, then asks for pages; the token share rises past
     80% with pages, and the page's summaries are `kvlab race --json` for the same (default) settings."""
-    expected = {s["name"]: s for s in kvlab("race", "continuous+max", "continuous+paged", "--json").json()["strategies"]}
+    race = kvlab("race", "continuous+max", "continuous+paged", "--json").json()
+    expected = {s["name"]: s for s in race["strategies"]}
     page = lab.page
     assert page.evaluate("document.querySelector('#grid-form').elements.allocator.value") == "max"
     assert page.evaluate("document.querySelector('#grid-form').elements.batching.value") == "continuous"
@@ -215,8 +216,8 @@ def test_the_bridge_reads_vllms_startup_lines(lab, kvlab):
     old = page.get_attribute("#grid", "data-session")
     page.click('[data-act="bridge-draw"]')
     wait_new_run(page, "grid", old)
-    meta = page.evaluate("({k: window.kvlab.players.grid.meta.display_scale, n: window.kvlab.players.grid.meta.num_gpu_blocks,"
-                         " layoutK: window.kvlab.players.grid.views[0].layout.k})")
+    meta = page.evaluate("(g => ({k: g.meta.display_scale, n: g.meta.num_gpu_blocks, layoutK: g.views[0].layout.k}))"
+                         "(window.kvlab.players.grid)")
     assert meta["n"] == size["num_blocks"] and meta["k"] > 1
     scale = meta["k"] * meta["layoutK"]
     assert f"display scale: one square = {scale:,} blocks" in page.inner_text("#grid .scale")

@@ -227,7 +227,8 @@ def verdict(summaries: list[dict]) -> str:
             f"{b_batch:.1f} requests per iteration on average against {w_batch:.1f}."
         )
     else:
-        text += f"Its memory held {b_tok:.0f}% tokens against {w_tok:.0f}%; it batched {b_batch:.1f} requests on average."
+        text += (f"Its memory held {b_tok:.0f}% tokens against {w_tok:.0f}%; it batched {b_batch:.1f} requests "
+                 "on average.")
     if best["preemptions"]:
         text += (
             f" It evicted {best['preemptions']} times and recomputed {best['recomputed_tokens']:,} tokens, "
