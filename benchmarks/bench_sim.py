@@ -77,6 +77,48 @@ def run(name: str, config, workload, *, record_iterations: bool, repeat: int = 1
     return best
 
 
+def clipped(workload, max_model_len: int):
+    """Vidur's proportional clip: a request whose prompt + output exceeds ``max_model_len`` keeps their ratio."""
+    from dataclasses import replace
+
+    from kvlab.workload import Workload
+
+    requests = []
+    for r in workload.requests:
+        total = r.prompt_len + r.output_len
+        if total > max_model_len:
+            prompt_len = max(1, r.prompt_len * max_model_len // total)
+            r = replace(r, prompt_len=prompt_len, output_len=max(1, max_model_len - prompt_len - 1))
+        requests.append(r)
+    return Workload(name=workload.name, requests=tuple(requests), description=workload.description,
+                    source=workload.source)
+
+
+def saturation(say) -> dict:
+    """Light load against saturation on the setup run beside Vidur (issue 9): Llama-2-7B on an A100-80GB,
+    7,424 blocks of 16, ShareGPT lengths clipped to 4,096, chunked prefill off, 10,000 requests at 1.5 req/s
+    (below capacity) and 2.1 req/s (above it: the queue grows and preemptions recompute). Time per request at
+    saturation over time per request at light load is the figure (target: at most 1.5)."""
+    from kvlab.sim import SimConfig
+    from kvlab.workload import load_workload
+
+    config = SimConfig.from_options(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=7425, max_model_len=4096,
+                                    max_num_batched_tokens=4096, enable_chunked_prefill=False)
+    say("\nlight load against saturation: llama-2-7b on a100-80gb, 7,424 blocks, sharegpt-8k clipped to 4,096, "
+        "chunked prefill off, 10,000 requests, log off, best of 3:")
+    rows = {}
+    for rate in (1.5, 2.1):
+        workload = clipped(load_workload("sharegpt-8k", num_requests=10_000, rate=rate, arrival="poisson", seed=0),
+                           4096)
+        row = run("vllm", config, workload, record_iterations=False, repeat=3)
+        rows[str(rate)] = row
+        say(f"  {rate} req/s: {row['cpu_us_per_request']:6.1f} µs cpu per request, {row['requests_per_s']:8,.0f} "
+            f"requests/s, {row['num_iterations']:,} iterations")
+    ratio = rows["2.1"]["cpu_us_per_request"] / rows["1.5"]["cpu_us_per_request"]
+    say(f"  saturated / light load, cpu per request: {ratio:.2f} (target: at most 1.5)")
+    return {"rows": rows, "ratio": ratio}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=7200, help="requests per strategy (default: 7,200)")
@@ -166,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"  {size:>9,} requests: {point['us_per_request']:6.1f} µs wall, {point['cpu_us_per_request']:6.1f} µs cpu"
             f" = {point['cpu_us_per_request'] / unit:5.0f} calibration units")
     report["linearity"] = linearity
+    report["saturation"] = saturation(say)
     if args.json:
         print(json.dumps(report, indent=2))
     return 0

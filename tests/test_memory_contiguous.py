@@ -99,11 +99,11 @@ def test_fit_later_and_never():
     allocator = ContiguousAllocator(1500, "max", max_model_len=2048)
     huge = Seq(req(0, 10, 10))  # max_model_len 2048 > 1024
     assert allocator.allocate_slots(huge, 10) is Fit.NEVER
-    assert not allocator.can_ever_fit(huge.request)
+    assert allocator.why_never_fits(huge.request)
 
     a = Seq(req(1, 10, 10, max_tokens=990))  # slab 1000 -> chunk 1024
     b = Seq(req(2, 10, 10, max_tokens=500))  # slab 510 -> chunk 512: only 476 slots outside the 1024 region
-    assert allocator.can_ever_fit(b.request)
+    assert not allocator.why_never_fits(b.request)
     assert allocator.allocate_slots(a, 10) is Fit.NOW
     assert allocator.buddy.free_chunks()[0] == (1024, 256)
     assert allocator.num_allocated_slots == 1000
@@ -178,7 +178,7 @@ def test_random_admit_grow_free(policy, num_slots, max_model_len, requests, pick
     waiting = [
         Seq(req(i, p, o, m))
         for i, (p, o, m) in enumerate(requests)
-        if p + min(o, m or o) <= max_model_len and allocator.can_ever_fit(req(i, p, o, m))
+        if p + min(o, m or o) <= max_model_len and not allocator.why_never_fits(req(i, p, o, m))
     ]
     running: list[Seq] = []
     for pick in picks:

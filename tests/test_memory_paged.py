@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from kvlab.errors import KvlabError
 from kvlab.memory import Fit, PagedAllocator, make_allocator, slot_usage
+from kvlab.memory.base import DecodeRun
 from kvlab.workload.request import Request
 
 
@@ -112,8 +113,8 @@ def test_later_changes_nothing_and_never_rejects():
 
     too_long = Seq(req(2, 29))  # 8 blocks > the 7 usable ones
     assert admit(allocator, too_long) is Fit.NEVER
-    assert allocator.can_ever_fit(req(3, 25, output_len=4))  # writes 28 slots: 7 blocks
-    assert not allocator.can_ever_fit(req(3, 26, output_len=4))  # 29 slots: 8 blocks
+    assert not allocator.why_never_fits(req(3, 25, output_len=4))  # writes 28 slots: 7 blocks
+    assert allocator.why_never_fits(req(3, 26, output_len=4))  # 29 slots: 8 blocks
 
 
 def test_a_running_request_that_runs_out_gets_later():
@@ -142,27 +143,51 @@ def test_admission_needs_the_whole_sequence_to_fit():
     assert lenient.get_block_ids(1) == [2]
 
 
-def test_append_blocks_hands_out_what_allocate_slots_would():
-    # The simulator's jumps hand out decode blocks in bulk: same block ids, free queue and counters as one
-    # allocate_slots(seq, 1) after another, in the same order.
-    one_by_one, bulk = PagedAllocator(num_blocks=12, block_size=4), PagedAllocator(num_blocks=12, block_size=4)
-    a, b, c = Seq(req(0, 4, 6)), Seq(req(1, 8, 3)), Seq(req(2, 4, 9))  # a: 9 KV tokens, c: 12
+def _decoding_pair(allocator):
+    """a (9 KV tokens) and c (12), each having computed its 4-token prompt and sampled one token; b's blocks
+    freed in between: a holds [1], c holds [4], the free queue starts 3, 2, 5, 6."""
+    a, b, c = Seq(req(0, 4, 6)), Seq(req(1, 8, 3)), Seq(req(2, 4, 9))
     for seq in (a, b, c):
-        for allocator in (one_by_one, bulk):
-            assert allocator.allocate_slots(seq, seq.num_tokens) is Fit.NOW  # blocks 1 | 2, 3 | 4
+        assert allocator.allocate_slots(seq, seq.num_tokens) is Fit.NOW  # blocks 1 | 2, 3 | 4
         seq.num_computed_tokens = seq.num_tokens
-    for allocator in (one_by_one, bulk):
-        allocator.free(b)  # the free queue: 3, 2, 5, 6, ...
-    assert one_by_one.allocate_slots(c, 1) is Fit.NOW  # c's 5th token: block 3
-    assert one_by_one.allocate_slots(a, 1) is Fit.NOW  # a's 5th token: block 2
-    a.num_computed_tokens = 8
-    assert one_by_one.allocate_slots(a, 1) is Fit.NOW  # a's 9th and last token: block 5, 3 slots never written
-    bulk.append_blocks([2, 0, 0], num_internal_slots=3)
-    assert [bulk.get_block_ids(i) for i in (0, 2)] == [one_by_one.get_block_ids(i) for i in (0, 2)] == [[1, 2, 5], [4, 3]]
-    assert bulk.free_block_ids() == one_by_one.free_block_ids() == [6, 7, 8, 9, 10, 11]
-    assert bulk.slot_counters() == one_by_one.slot_counters()
-    a.num_computed_tokens, c.num_computed_tokens = 9, 5
-    bulk.check_invariants([a, c])
+        seq.num_output_tokens = 1
+    allocator.free(b)
+    return a, c
+
+
+def test_a_decode_run_hands_out_what_allocate_slots_would_step_by_step():
+    one_by_one, bulk = PagedAllocator(num_blocks=12, block_size=4), PagedAllocator(num_blocks=12, block_size=4)
+    steps, run = _decoding_pair(one_by_one), _decoding_pair(bulk)
+    for _ in range(6):
+        for seq in steps:  # the running loop: in running order, one token each
+            assert one_by_one.allocate_slots(seq, 1) is Fit.NOW
+        for seq in steps:
+            seq.num_computed_tokens += 1
+    decode_run = bulk.allocate_decode_run(list(run), 6)
+    assert decode_run.num_iterations == 6
+    # Iteration 0: a's 5th token takes block 3, then c's block 2; iteration 4: a's 9th and last takes 5 (3 slots
+    # beyond its last token: internal fragmentation), then c's takes 6.
+    assert decode_run.growth == ((0, 8, 0), (4, 8, 0), (4, 0, 3))
+    assert [bulk.get_block_ids(i) for i in (0, 2)] == [one_by_one.get_block_ids(i) for i in (0, 2)]
+    assert bulk.get_block_ids(0) == [1, 3, 5] and bulk.get_block_ids(2) == [4, 2, 6]
+    assert bulk.free_block_ids() == one_by_one.free_block_ids() == [7, 8, 9, 10, 11]
+    for name in ("num_allocated_slots", "num_internal_fragmentation_slots", "num_duplicate_token_slots"):
+        assert getattr(bulk, name) == getattr(one_by_one, name), name
+    for seq in run:
+        seq.num_computed_tokens += 6
+    bulk.check_invariants(list(run))
+
+
+def test_a_decode_run_stops_before_the_first_iteration_whose_blocks_are_not_free():
+    allocator = PagedAllocator(num_blocks=6, block_size=4)  # 5 usable: a [1], c [4], free 3, 2, 5
+    a, c = _decoding_pair(allocator)
+    run = allocator.allocate_decode_run([a, c], 6)
+    assert run.num_iterations == 4  # iteration 4 needs two blocks, one is free: a step preempts there
+    assert allocator.get_block_ids(0) == [1, 3] and allocator.get_block_ids(2) == [4, 2]
+    assert allocator.free_block_ids() == [5]
+    a.num_computed_tokens = c.num_computed_tokens = 8
+    assert allocator.allocate_decode_run([c, a], 3) == DecodeRun(0)  # not even the first: nothing handed out
+    assert allocator.free_block_ids() == [5]
 
 
 def test_free_of_an_unallocated_request_is_a_no_op():
@@ -382,7 +407,7 @@ def test_random_admit_grow_preempt_free(num_blocks, block_size, enable_prefix_ca
     """A little scheduler drives random admissions, chunked prefills, decodes, preemptions and finishes."""
     allocator = PagedAllocator(num_blocks, block_size, enable_prefix_caching=enable_prefix_caching)
     waiting = [Seq(req(i, p, o, prefix=tuple(h), chunk=4)) for i, (p, o, h) in enumerate(requests)]
-    waiting = [s for s in waiting if allocator.can_ever_fit(s.request)]
+    waiting = [s for s in waiting if not allocator.why_never_fits(s.request)]
     running: list[Seq] = []
     for action, pick, chunk in ops:
         if action == 0 and waiting:

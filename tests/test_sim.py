@@ -1,4 +1,4 @@
-"""The scheduler and the event loop: exact decisions on tiny pools, invariants on any input, jumps = steps."""
+"""The scheduler and the event loop: exact decisions on tiny pools, invariants on any input, runs = steps."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def trace(sim: Simulation) -> list[tuple[dict[int, int], tuple[int, ...]]]:
 
 def test_continuous_paged_preempts_the_newest_and_recomputes_it():
     # 8 blocks of 4 slots, block 0 the null block: 7 usable. Three requests of 6 + 6 tokens arrive together.
-    sim = Simulation(parse_strategy("vllm"), config(), workload((0, 6, 6), (0, 6, 6), (0, 6, 6)))
+    sim = Simulation(parse_strategy("vllm"), config(), workload((0, 6, 6), (0, 6, 6), (0, 6, 6)), max_iterations=1)
     steps = trace(sim)
     assert steps == [
         ({0: 6, 1: 6, 2: 4}, ()),  # C gets the last 4 tokens of the budget: a prefill chunk
@@ -75,7 +75,7 @@ def test_continuous_paged_preempts_the_newest_and_recomputes_it():
 
 
 def test_block_ids_follow_vllm_free_queue_order():
-    sim = Simulation(parse_strategy("vllm"), config(), workload((0, 6, 6), (0, 6, 6), (0, 6, 6)))
+    sim = Simulation(parse_strategy("vllm"), config(), workload((0, 6, 6), (0, 6, 6), (0, 6, 6)), max_iterations=1)
     sim.step()
     assert [sim.allocator.get_block_ids(i) for i in range(3)] == [[1, 2], [3, 4], [5]]
     for _ in range(3):
@@ -96,8 +96,8 @@ def test_static_batch_runs_until_its_slowest_member_finishes():
     # Two 16-slot slabs fit in 32 slots; C has to wait for a whole batch under static batching.
     cfg = config(max_model_len=16, block_size=4)
     reqs = workload((0, 4, 2), (0, 4, 8), (0, 4, 2))
-    static = trace(Simulation(parse_strategy("static+max"), cfg, reqs))
-    continuous = trace(Simulation(parse_strategy("continuous+max"), cfg, reqs))
+    static = trace(Simulation(parse_strategy("static+max"), cfg, reqs, max_iterations=1))
+    continuous = trace(Simulation(parse_strategy("continuous+max"), cfg, reqs, max_iterations=1))
     assert static[0] == ({0: 4, 1: 4}, ())
     assert len(static) == 10 and static[8] == ({2: 4}, ())  # C starts only after B's 8th token
     assert len(continuous) == 8 and continuous[2] == ({1: 1, 2: 4}, ())  # C takes A's seat at once
@@ -144,13 +144,13 @@ STRATEGY_NAMES = sorted(set(LESSON_RACE) | set(PAPER_SYSTEMS) | {"vllm+prefix", 
 
 def check_invariants(sim: Simulation) -> None:
     sched = sim.scheduler
+    sched.sync()
     usage = slot_usage(sim.allocator, sched.num_resident_computed_tokens)
     assert usage.num_slots == sim.allocator.num_slots
     assert min(usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free) >= 0
     assert sched.num_resident_computed_tokens == sum(s.num_computed_tokens for s in sched.running)
     assert len(sched.running) <= sim.config.max_num_seqs
-    if hasattr(sim.allocator, "check_invariants"):
-        sim.allocator.check_invariants(list(sched.running))
+    sim.allocator.check_invariants(list(sched.running), in_running_order=True)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -167,7 +167,7 @@ def test_every_request_finishes_and_memory_states_sum_to_capacity(specs, name, n
         kv_bytes_per_token=10, swap_space_bytes=2000,
     )
     wl = workload(*specs)
-    sim = Simulation(parse_strategy(name), cfg, wl, jump=False)
+    sim = Simulation(parse_strategy(name), cfg, wl, max_iterations=1)
     while sim.step() is not None:
         check_invariants(sim)
     result = sim.result()
@@ -185,13 +185,13 @@ def test_every_request_finishes_and_memory_states_sum_to_capacity(specs, name, n
 
 
 def assert_same_run(strategy, cfg, wl) -> None:
-    """A run with jumps is the run without: records, counters, integrals and the per-iteration log, exactly."""
-    stepped = Simulation(strategy, cfg, wl, jump=False).run()
-    jumped = Simulation(strategy, cfg, wl, jump=True).run()
-    assert jumped.records == stepped.records
-    assert jumped.counters == stepped.counters
-    assert dataclasses.asdict(jumped.integral) == dataclasses.asdict(stepped.integral)
-    assert {k: list(v) for k, v in jumped.log.columns.items()} == {k: list(v) for k, v in stepped.log.columns.items()}
+    """Runs of iterations give what stepping gives: records, counters, integrals and the per-iteration log, exactly."""
+    stepped = Simulation(strategy, cfg, wl, max_iterations=1).run()
+    runs = Simulation(strategy, cfg, wl).run()
+    assert runs.records == stepped.records
+    assert runs.counters == stepped.counters
+    assert dataclasses.asdict(runs.integral) == dataclasses.asdict(stepped.integral)
+    assert {k: list(v) for k, v in runs.log.columns.items()} == {k: list(v) for k, v in stepped.log.columns.items()}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -201,14 +201,14 @@ def assert_same_run(strategy, cfg, wl) -> None:
     num_blocks=st.integers(12, 64),
     max_num_seqs=st.integers(1, 8),
 )
-def test_jumping_gives_the_same_run_as_stepping(specs, name, num_blocks, max_num_seqs):
+def test_runs_give_what_stepping_gives(specs, name, num_blocks, max_num_seqs):
     cfg = config(num_slots=num_blocks * 4, max_model_len=48, max_num_seqs=max_num_seqs,
                  kv_bytes_per_token=10, swap_space_bytes=2000)
     assert_same_run(parse_strategy(name), cfg, workload(*specs))
 
 
 # Decode turns compute-bound from 3 requests on (6 ms of compute per token against 8 ms of weights), and with
-# costly attention also as contexts grow: the jump's loop must take the larger of the two times as a step does.
+# costly attention also as contexts grow: a run's durations must take the larger of the two times as a step does.
 COMPUTE_BOUND_COSTS = [
     dataclasses.replace(COST, flops_per_token=3e6, peak_flops=1e9),
     dataclasses.replace(COST, flops_per_token=3e6, attention_flops_per_pair=1e3, peak_flops=1e9),
@@ -223,27 +223,27 @@ COMPUTE_BOUND_COSTS = [
     max_num_seqs=st.integers(1, 8),
     cost=st.sampled_from(COMPUTE_BOUND_COSTS),
 )
-def test_jumping_gives_the_same_run_as_stepping_when_compute_bound(specs, name, num_blocks, max_num_seqs, cost):
+def test_runs_give_what_stepping_gives_when_compute_bound(specs, name, num_blocks, max_num_seqs, cost):
     cfg = config(num_slots=num_blocks * 4, max_model_len=48, max_num_seqs=max_num_seqs, cost=cost,
                  kv_bytes_per_token=10, swap_space_bytes=2000)
     assert_same_run(parse_strategy(name), cfg, workload(*specs))
 
 
-def test_jumping_really_skips_scheduling_on_long_decodes():
+def test_runs_really_skip_scheduling_on_long_decodes():
     wl = workload(*[(0.0, 8, 200) for _ in range(4)])
     sim = Simulation(parse_strategy("vllm"), config(num_slots=4096, max_model_len=512, max_num_batched_tokens=64), wl)
     calls = 0
     schedule = sim.scheduler.schedule
 
-    def counting_schedule():
+    def counting_schedule(*args):
         nonlocal calls
         calls += 1
-        return schedule()
+        return schedule(*args)
 
     sim.scheduler.schedule = counting_schedule
     result = sim.run()
     assert result.integral.num_iterations == 200
-    assert calls <= 5  # one prefill, one decode, then a jump to the iteration in which all four finish
+    assert calls <= 3  # one prefill, one decode, then a run to the iteration in which all four finish
 
 
 @settings(max_examples=40, deadline=None,
@@ -254,15 +254,14 @@ def test_jumping_really_skips_scheduling_on_long_decodes():
     num_blocks=st.integers(12, 64),
     max_num_seqs=st.integers(1, 8),
 )
-def test_jumps_numpy_stretches_and_buffer_flushes_match_stepping(specs, name, num_blocks, max_num_seqs, monkeypatch):
-    # The small workloads above never reach a jump's numpy stretches (64+ iterations) or a buffer flush (65,536
+def test_numpy_priced_runs_and_buffer_flushes_match_stepping(specs, name, num_blocks, max_num_seqs, monkeypatch):
+    # The small workloads above rarely reach a run priced with numpy (32+ iterations) or a buffer flush (32,768
     # iterations): make both happen all the time.
-    import kvlab.jump
+    import kvlab.metrics
     import kvlab.sim
 
-    monkeypatch.setattr(kvlab.jump, "VECTOR_MIN_ITERATIONS", 1)
-    monkeypatch.setattr(kvlab.jump, "BUFFER_ITERATIONS", 5)
-    monkeypatch.setattr(kvlab.sim, "BUFFER_ITERATIONS", 5)
+    monkeypatch.setattr(kvlab.sim, "VECTOR_MIN_ITERATIONS", 1)
+    monkeypatch.setattr(kvlab.metrics.IterationRecorder, "BUFFER_ITERATIONS", 5)
     cfg = config(num_slots=num_blocks * 4, max_model_len=48, max_num_seqs=max_num_seqs,
                  kv_bytes_per_token=10, swap_space_bytes=2000)
     assert_same_run(parse_strategy(name), cfg, workload(*specs))

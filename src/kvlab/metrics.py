@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from kvlab.memory.base import SlotUsage
 
 SHARE_KEYS = ("token", "reserved", "internal_fragmentation", "external_fragmentation")
 
@@ -40,22 +39,15 @@ ITERATION_COLUMNS = (
 
 class IterationLog:
     """One row per iteration, column by column: ``columns`` maps each of ITERATION_COLUMNS to a float64 numpy
-    array (a million iterations take ~100 MB). Rows come one at a time (``append``) or in blocks (``extend``)."""
+    array (a million iterations take ~100 MB). Rows come in blocks (``extend``), from ``IterationRecorder``."""
 
     def __init__(self) -> None:
         self._blocks: list = []  # float64 arrays of shape (len(ITERATION_COLUMNS), k), in row order
-        self._rows: list[tuple[float, ...]] = []  # appended rows not yet in a block
         self._num_rows = 0
         self._columns: dict | None = None
 
-    def append(self, *row: float) -> None:
-        self._rows.append(row)
-        self._num_rows += 1
-        self._columns = None
-
     def extend(self, block) -> None:
         """Rows at once: ``block`` is a float64 numpy array with one row per column, in ITERATION_COLUMNS order."""
-        self._gather_rows()
         self._blocks.append(block)
         self._num_rows += block.shape[1]
         self._columns = None
@@ -65,7 +57,6 @@ class IterationLog:
         if self._columns is None:
             import numpy as np
 
-            self._gather_rows()
             if len(self._blocks) != 1:
                 self._blocks = [
                     np.concatenate(self._blocks, axis=1) if self._blocks else np.empty((len(ITERATION_COLUMNS), 0))
@@ -73,15 +64,172 @@ class IterationLog:
             self._columns = dict(zip(ITERATION_COLUMNS, self._blocks[0]))
         return self._columns
 
-    def _gather_rows(self) -> None:
-        if self._rows:
-            import numpy as np
-
-            self._blocks.append(np.array(self._rows, dtype=np.float64).T.copy())
-            self._rows = []
-
     def __len__(self) -> int:
         return self._num_rows
+
+
+class RunRow(NamedTuple):
+    """What a run of iterations (``SchedulerOutput``) left in memory and in the queues, as the metrics need it.
+    Within the run, ``token`` grows by ``token_step`` per iteration and ``allocated`` and
+    ``internal_fragmentation`` by the run's ``kv_growth`` (from the iteration each block went out)."""
+
+    num_iterations: int
+    num_seqs: int
+    num_running: int
+    num_waiting: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_preemptions: int
+    token: int  # slots holding computed tokens in the first iteration (as if it had computed its tokens)
+    token_step: int
+    allocated: int  # slots handed out before the run's growth
+    internal_fragmentation: int  # likewise
+    overhead: int
+
+
+class IterationRecorder:
+    """Collects runs of iterations as they come and adds them to the integral and the log in numpy passes.
+
+    Per run, its ``RunRow`` (one array per column); per iteration, its duration; per block a run hands out, the
+    iteration and the slots it adds. ``flush`` expands them to per-iteration states (``slot_usage``'s arithmetic
+    over arrays) and sums state x duration left to right onto the running totals, so the floats are the same
+    however the iterations were grouped into runs. Slot counts become float64 there: whole numbers far below
+    2**53, so every sum and product of them is exact."""
+
+    # Iterations kept before a flush. Not more: the pass's temporaries then outgrow what the C allocator keeps
+    # mapped (at 65,536, half of a flush's time went to mapping fresh memory: benchmarks/README.md).
+    BUFFER_ITERATIONS = 32768
+
+    def __init__(self, num_slots: int, start_time: float, *, keep_log: bool) -> None:
+        from array import array
+
+        self.num_slots = num_slots
+        self.start_time = start_time
+        self.integral = UsageIntegral()
+        self.log = IterationLog() if keep_log else None
+        self._rows: list[RunRow] = []
+        self._durations = array("d")
+        self._growth: list[tuple[int, tuple[tuple[int, int, int], ...]]] = []  # (first iteration, run's growth)
+        # (iteration, clock) where buffered iterations start and where they resume after the clock jumped
+        # (idle until an arrival); in between, each starts when the one before ends.
+        self._clock_starts: list[tuple[int, float]] = []
+        self._clock_end = start_time
+
+    def add(self, row: RunRow, durations, start: float, growth: tuple[tuple[int, int, int], ...] = ()) -> float:
+        """Record a run that began at ``start``; returns the clock at its end (``now += dt``, left to right)."""
+        first = len(self._durations)
+        if not first or start != self._clock_end:
+            self._clock_starts.append((first, start))
+        self._rows.append(row)
+        if growth:
+            self._growth.append((first, growth))
+        if isinstance(durations, list):
+            end = start
+            for dt in durations:
+                end += dt
+            self._durations.extend(durations)
+        else:  # a numpy array (a long run): the same sequential sum
+            import numpy as np
+
+            end = float(np.add.accumulate(np.concatenate(([start], durations)))[-1])
+            self._durations.frombytes(durations.tobytes())
+        self._clock_end = end
+        if len(self._durations) >= self.BUFFER_ITERATIONS:
+            self.flush()
+        return end
+
+    def flush(self) -> None:
+        """Add the buffered iterations to the integral and the log."""
+        if not self._durations:
+            return
+        import numpy as np
+
+        dt = np.frombuffer(self._durations, dtype=np.float64).copy()
+        table = np.array(self._rows, dtype=np.int64).reshape(-1, len(RunRow._fields))
+        runs = {name: table[:, i] for i, name in enumerate(RunRow._fields)}
+        blocks = np.array([(first + at, slots, internal) for first, run in self._growth for at, slots, internal in run],
+                          dtype=np.int64).reshape(-1, 3)
+        growth = {"iteration": blocks[:, 0], "slots": blocks[:, 1], "internal": blocks[:, 2]}
+        states = self._expand(runs, growth, len(dt))
+        self._integrate(states, dt, runs)
+        if self.log is not None:
+            self._log_rows(states, dt, runs)
+        self._rows.clear()
+        self._growth.clear()
+        del self._durations[:]
+        self._clock_starts.clear()
+
+    def _expand(self, runs: dict, growth: dict, num: int) -> dict:
+        """Each iteration's slots in the five states, from its run's row and the run's growth."""
+        import numpy as np
+
+        counts = runs["num_iterations"]
+        run_starts = np.cumsum(counts) - counts
+
+        def expand(values):
+            return np.repeat(values.astype(np.float64), counts)
+
+        def cumsum_within_runs(values):
+            total = np.cumsum(values)
+            return total - np.repeat((total - values)[run_starts], counts)
+
+        offsets = np.arange(num, dtype=np.float64) - np.repeat(run_starts, counts)
+        token = expand(runs["token"]) + expand(runs["token_step"]) * offsets
+        allocated = expand(runs["allocated"])
+        internal = expand(runs["internal_fragmentation"])
+        if len(growth["iteration"]):
+            where = growth["iteration"]
+            allocated += cumsum_within_runs(np.bincount(where, weights=growth["slots"], minlength=num))
+            internal += cumsum_within_runs(np.bincount(where, weights=growth["internal"], minlength=num))
+        overhead = expand(runs["overhead"])
+        return {
+            "token": token,
+            "reserved": allocated - token - internal,
+            "internal_fragmentation": internal,
+            "overhead": overhead,
+            "free": self.num_slots - allocated - overhead,
+        }
+
+    def _integrate(self, states: dict, dt, runs: dict) -> None:
+        import numpy as np
+
+        integral = self.integral
+        names = ("token", "reserved", "internal_fragmentation", "overhead", "free")
+        sums = np.empty((6, len(dt)))
+        for row, name in enumerate(names):
+            np.multiply(states[name], dt, out=sums[row])
+        sums[5] = dt
+        sums[:, 0] += [getattr(integral, name) for name in names] + [integral.busy_time]
+        np.add.accumulate(sums, axis=1, out=sums)  # left to right along each row
+        totals = sums[:, -1].tolist()
+        for name, total in zip(names, totals):
+            setattr(integral, name, total)
+        integral.busy_time = totals[5]
+        integral.num_iterations += len(dt)
+        integral.sum_batch_size += int(runs["num_iterations"] @ runs["num_seqs"])
+
+    def _log_rows(self, states: dict, dt, runs: dict) -> None:
+        import numpy as np
+
+        assert self.log is not None
+        counts = runs["num_iterations"]
+        block = np.empty((len(ITERATION_COLUMNS), len(dt)))
+        # time: the clock at each iteration's start, as `now += dt` advanced it from each clock start.
+        times = block[0]
+        times[1:] = dt[:-1]
+        starts = self._clock_starts
+        times[[i for i, _ in starts]] = [t for _, t in starts]
+        bounds = [i for i, _ in starts] + [len(dt)]
+        for a, b in zip(bounds, bounds[1:]):
+            np.add.accumulate(times[a:b], out=times[a:b])
+        times -= self.start_time
+        block[1] = dt
+        for name in ("num_seqs", "num_running", "num_waiting", "num_prefill_tokens", "num_decode_tokens",
+                     "num_preemptions"):
+            block[ITERATION_COLUMNS.index(name)] = np.repeat(runs[name], counts)
+        for name in ("token", "reserved", "internal_fragmentation", "overhead", "free"):
+            block[ITERATION_COLUMNS.index(name)] = states[name]
+        self.log.extend(block)
 
 
 @dataclass
@@ -96,16 +244,6 @@ class UsageIntegral:
     busy_time: float = 0.0
     num_iterations: int = 0
     sum_batch_size: int = 0
-
-    def add(self, usage: SlotUsage, dt: float, num_seqs: int) -> None:
-        self.token += usage.token * dt
-        self.reserved += usage.reserved * dt
-        self.internal_fragmentation += usage.internal_fragmentation * dt
-        self.overhead += usage.overhead * dt
-        self.free += usage.free * dt
-        self.busy_time += dt
-        self.num_iterations += 1
-        self.sum_batch_size += num_seqs
 
     def shares(self) -> dict[str, float]:
         """The paper's four shares, in percent, summing to 100 (external = allocator overhead + free)."""
@@ -172,6 +310,7 @@ def distribution(values) -> dict[str, float | None]:
     numpy array of floats; the mean is the sum of the sorted values, left to right, over their number."""
     if not len(values):
         return {"mean": None, "p50": None, "p90": None, "p99": None}
+    ordered: Any
     if isinstance(values, list):
         ordered = sorted(values)
         total = sum(ordered)

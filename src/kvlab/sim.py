@@ -1,35 +1,38 @@
 """The event loop: schedule, cost, advance the clock, update, record.
 
     arrivals ─▶ Scheduler.schedule() ─▶ SchedulerOutput ─▶ CostModel ─▶ clock += dt ─▶ update_from_output
-                                                      └──▶ slot usage, iteration log, counters
+                                              │ (a run of k ≥ 1 iterations)       └──▶ IterationRecorder
+                                              └─ horizon: how many start before the next arrival
 
-``step()`` runs one engine iteration. ``run()`` and ``run_until()`` also jump over the iterations whose outcome is
-known (kvlab/jump.py), with the same results as stepping. Iterations are buffered and added to the integral
-and the log in one numpy pass (``_flush_iterations``), left to right as one by one would: the same floats.
+``step()`` runs the next run of iterations: one, or many when the scheduler knows their outcome (see
+kvlab/sched/scheduler.py); ``max_iterations=1`` steps one engine iteration at a time, with the same results.
+The simulator owns the clock: it tells the scheduler where a run must stop (the next arrival, or the
+``run_until`` limit) and prices each iteration with the cost model.
 """
 
 from __future__ import annotations
 
 import gc
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import islice
-from operator import attrgetter, gt, lt
+from typing import Any
 
 from kvlab.cost import PCIE_BANDWIDTH, CostModel
 from kvlab.errors import KvlabError
-from kvlab.jump import BUFFER_ITERATIONS, INF, RUN, RUN_FIELDS, Jumps
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, SlotUsage, slot_usage
-from kvlab.metrics import ITERATION_COLUMNS, Counters, IterationLog, RequestRecord, UsageIntegral, summarize
-from kvlab.sched.batching import ADMITS_WHILE_RUNNING
+from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, RunRow, UsageIntegral, summarize
 from kvlab.sched.output import SchedulerOutput
 from kvlab.sched.scheduler import Scheduler, SchedulerConfig
-from kvlab.sched.seq import FINISHED, REJECTED, Seq
+from kvlab.sched.seq import Seq, SeqStatus
 from kvlab.strategies import PREEMPTION_MODES, Strategy
 from kvlab.workload import Workload
 
+INF = float("inf")
+# The longest run the simulator asks for (a run also ends where a request finishes, so this rarely binds).
+MAX_RUN_ITERATIONS = 1 << 16
+# A run's durations are computed with numpy from this many iterations on (below, a Python loop is faster).
+VECTOR_MIN_ITERATIONS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +184,7 @@ class SimResult:
         return summarize(self.strategy.name, self.integral, self.records, self.counters, self.makespan)
 
 
-class Simulation(Jumps):
+class Simulation:
     def __init__(
         self,
         strategy: Strategy,
@@ -189,11 +192,14 @@ class Simulation(Jumps):
         workload: Workload,
         *,
         record_iterations: bool = True,
-        jump: bool = True,
+        max_iterations: int = MAX_RUN_ITERATIONS,
     ):
+        if max_iterations < 1:
+            raise KvlabError(f"max_iterations must be at least 1, got {max_iterations}")
         self.strategy = strategy
         self.config = config
         self.workload = workload
+        self.max_iterations = max_iterations
         preemption_mode = config.preemption_mode or strategy.preemption_mode
         if preemption_mode == "swap" and config.swap_space_bytes <= 0:
             raise KvlabError(f"strategy {strategy.name!r} swaps, but there is no swap space: give --swap-space GiB > 0")
@@ -222,110 +228,79 @@ class Simulation(Jumps):
         self.now = self.start_time
         self.seqs: dict[int, Seq] = {}
         self.counters = Counters()
-        self._integral = UsageIntegral()
-        self._log = IterationLog() if record_iterations else None
-        # Iterations not yet added to the integral and the log (see _flush_iterations): durations, runs of
-        # RUN_FIELDS ints and bucket sizes of block_size ints, one after the other. Flat arrays rather than lists
-        # of objects: tens of thousands of live floats and tuples, scattered over the heap, cost more to convert
-        # and free at each flush than the arrays' appends cost.
-        self._dts = array("d")
-        self._runs = array("q")
-        self._bucket_snapshots = array("q")
-        self._internal_changes = array("q")  # (iteration in the buffer, slots added from it on), pairs of ints
-        # (index, clock) where the buffered iterations start and where they resume after the clock jumped
-        # (idle until an arrival); in between, each starts when the one before ends.
-        self._clock_starts: list[tuple[int, float]] = []
-        self._clock_end = self.now  # when the last buffered iteration ended
-        self.jump = jump
+        self.recorder = IterationRecorder(config.num_slots, self.start_time, keep_log=record_iterations)
         self.last_finish_time = self.start_time
         self._next_arrival = 0
-        self._next_arrival_time = self.requests[0].arrival_time if self.requests else INF
-        # Whether the next iteration is known to be pure decode (see _may_jump_after); _jump then runs it.
-        self._can_jump = False
-        self._admits_while_running = ADMITS_WHILE_RUNNING[strategy.batching]
-        self._prefix_caching = bool(getattr(self.allocator, "enable_prefix_caching", False))
+        self._limit = INF  # run_until's: no iteration starts at or after it
+        self._run_durations: Any = None  # what the horizon priced for the coming run: a list or a numpy array
 
     # -- public ----------------------------------------------------------------------------------------
 
     @property
     def integral(self) -> UsageIntegral:
         """Σ state × dt over the iterations so far (see metrics.UsageIntegral)."""
-        self._flush_iterations()
-        return self._integral
+        self.recorder.flush()
+        return self.recorder.integral
 
     @property
     def log(self) -> IterationLog | None:
         """One row per iteration so far, or None when the simulation was made with record_iterations=False."""
-        self._flush_iterations()
-        return self._log
+        self.recorder.flush()
+        return self.recorder.log
 
     @property
     def done(self) -> bool:
         return self._next_arrival >= len(self.requests) and self.scheduler.num_unfinished == 0
 
+    @property
+    def next_arrival_time(self) -> float:
+        return self.requests[self._next_arrival].arrival_time if self._next_arrival < len(self.requests) else INF
+
     def step(self) -> SchedulerOutput | None:
-        """One engine iteration. Returns what was scheduled, or None when every request is done."""
+        """The next run of iterations (one when stepping). Returns what was scheduled, or None when every request
+        is done."""
         sched = self.scheduler
-        if self._next_arrival_time <= self.now:
-            self._arrive()
-        if not sched.running and not sched.waiting:
+        self._arrive()
+        while not sched.num_unfinished:  # idle until an arrival (everything arriving may be rejected)
             if self._next_arrival >= len(self.requests):
                 return None
-            self.now = max(self.now, self._next_arrival_time)  # idle until the next arrival
+            self.now = max(self.now, self.next_arrival_time)
             self._arrive()
-            if not sched.waiting:
-                return self.step()  # everything that arrived was rejected
-        out = sched.schedule()
-        num_tokens = out.num_prefill_tokens + out.num_decode_tokens
-        if not num_tokens and not out.new_req_ids and not out.preempted_req_ids:
+        self._run_durations = None
+        out = sched.schedule(self.max_iterations, self._horizon if self.max_iterations > 1 else None)
+        if not out.total_num_scheduled_tokens and not out.new_req_ids and not out.preempted_req_ids:
             raise RuntimeError(f"no progress in iteration {out.step}: {sched.running!r} {list(sched.waiting)[:3]!r}")
-        dt = self.config.cost.iteration_times(out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
-                                             out.num_context_tokens, out.num_attention_pairs)
-        if out.num_swap_bytes:
-            dt += out.num_swap_bytes / PCIE_BANDWIDTH
-        usage = slot_usage(self.allocator, sched.num_resident_computed_tokens + num_tokens)
-        if not self._dts or self.now != self._clock_end:
-            self._clock_starts.append((len(self._dts), self.now))
-        self._dts.append(dt)
-        self._runs.frombytes(RUN.pack(
-            1, 0, usage.token, 0, usage.overhead, usage.token + usage.reserved + usage.internal_fragmentation,
-            usage.internal_fragmentation, len(out.num_scheduled_tokens), len(sched.running), len(sched.waiting),
-            out.num_prefill_tokens, out.num_decode_tokens, len(out.preempted_req_ids), 0, -1,
-        ))
-        if len(self._dts) >= BUFFER_ITERATIONS:
-            self._flush_iterations()
-        self.now += dt
-        self._clock_end = self.now
-        finished = sched.update_from_output(out, self.now)
+        start = self.now
+        self.now = self.recorder.add(self._row(out), self._durations(out), start, out.kv_growth)
+        finished = sched.update_from_output(out, self.now, start)
         if finished:
             self.counters.num_finished += len(finished)
             self.last_finish_time = self.now
-        self._can_jump = self._may_jump_after(out, len(finished))
         return out
 
     def run_until(self, t: float) -> None:
-        """Advance until the clock reaches ``t`` (seconds) or every request is done."""
-        while self.now < t and not self.done:
-            if self.jump and self._can_jump and self._jump(t):
-                continue
-            if self.step() is None:
-                break
+        """Advance until the clock reaches ``t`` (seconds): no iteration starts at or after it."""
+        self._limit = t
+        try:
+            while self.now < t and not self.done:
+                if self.step() is None:
+                    break
+        finally:
+            self._limit = INF
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
         """Run to the end. ``progress(num_done, num_requests)`` is called now and then."""
         total = len(self.requests)
-        tick = 0
         # A run makes no reference cycles, so the cyclic garbage collector has nothing to free; left on, it
-        # spends ~10% of a large run scanning the millions of live requests. Paused for the run.
+        # scans the millions of live requests of a long run (benchmarks/README.md: ~10% of its time).
         collecting = gc.isenabled()
         gc.disable()
         try:
+            tick = 0
             while not self.done:
                 tick += 1
                 if progress is not None and tick % 256 == 0:
                     progress(self.counters.num_finished + self.counters.num_rejected, total)
-                if self.jump and self._can_jump and self._jump(INF):
-                    continue
                 if self.step() is None:
                     break
             if progress is not None:
@@ -356,10 +331,12 @@ class Simulation(Jumps):
         return slot_usage(self.allocator, self.scheduler.num_resident_computed_tokens)
 
     def snapshot(self) -> BlockSnapshot:
+        self.scheduler.sync()
         return self.allocator.snapshot(list(self.scheduler.running))
 
     def result(self) -> SimResult:
         sched = self.scheduler
+        sched.sync()
         self.counters.num_preemptions = sched.num_preemptions
         self.counters.num_recomputed_tokens = sched.num_recomputed_tokens
         self.counters.num_swapped_bytes = sched.num_swapped_bytes
@@ -378,164 +355,114 @@ class Simulation(Jumps):
 
     # -- internals -------------------------------------------------------------------------------------
 
+    def _horizon(self, num_seqs: int, num_context_tokens: int, max_iterations: int) -> int:
+        """How many iterations of a decode run of ``num_seqs`` requests, whose first reads
+        ``num_context_tokens`` tokens of KV, start before the next arrival (or ``run_until``'s limit): an
+        arrival joins the queue before the first iteration starting at or after it. Keeps their durations."""
+        stop = min(self.next_arrival_time, self._limit)
+        cost = self.config.cost
+        # Most runs end within a few iterations (an arrival, a finish): price them one by one, with numpy
+        # only the rest of a run still going after VECTOR_MIN_ITERATIONS.
+        durations: list[float] = []
+        now, context = self.now, num_context_tokens
+        for _ in range(min(max_iterations, VECTOR_MIN_ITERATIONS)):
+            if now >= stop:
+                break
+            dt = cost.iteration_times(num_seqs, 0, num_seqs, context, context)
+            durations.append(dt)
+            now += dt
+            context += num_seqs
+        self._run_durations = durations
+        if now >= stop or len(durations) == max_iterations:
+            return len(durations)
+        import numpy as np
+
+        contexts = context + num_seqs * np.arange(max_iterations - len(durations), dtype=np.int64)
+        rest = cost.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
+        if stop < INF:
+            starts = np.add.accumulate(np.concatenate(([now], rest[:-1])))  # as `now += dt`
+            rest = rest[: int(np.searchsorted(starts, stop, side="left"))]
+        self._run_durations = np.concatenate((np.array(durations), rest))
+        return len(self._run_durations)
+
+    def _durations(self, out: SchedulerOutput):
+        """Each iteration's duration: the cost model's, plus the time a swap moves KV over PCIe."""
+        k = out.num_iterations
+        if k > 1:  # a run: the horizon priced it (a single iteration is priced below, run or not)
+            assert self._run_durations is not None and len(self._run_durations) >= k
+            return self._run_durations[:k]
+        dt = self.config.cost.iteration_times(out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
+                                              out.num_context_tokens, out.num_attention_pairs)
+        if out.num_swap_bytes:
+            dt += out.num_swap_bytes / PCIE_BANDWIDTH
+        return [dt]
+
+    def _row(self, out: SchedulerOutput) -> RunRow:
+        """The run's memory and queues as the metrics read them (the allocator already holds all its blocks)."""
+        allocator, sched = self.allocator, self.scheduler
+        grown_slots = grown_internal = 0
+        for _, slots, internal in out.kv_growth:
+            grown_slots += slots
+            grown_internal += internal
+        decode = out.num_decode_tokens
+        return RunRow(  # (positional: the fields in RunRow's order)
+            out.num_iterations,
+            out.num_seqs,
+            len(sched.running),
+            len(sched.waiting),
+            out.num_prefill_tokens,
+            decode,
+            len(out.preempted_req_ids),
+            sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - allocator.num_duplicate_token_slots,
+            decode if out.num_iterations > 1 else 0,
+            allocator.num_allocated_slots - grown_slots,
+            allocator.num_internal_fragmentation_slots - grown_internal,
+            allocator.num_overhead_slots,
+        )
+
     def _arrive(self) -> None:
         """Requests whose arrival time has come join the waiting queue, or are rejected with a reason."""
-        requests = self.requests
-        num_requests = len(requests)
-        cfg = self.config
-        now = self.now
-        seqs = self.seqs
-        add_request = self.scheduler.add_request
-        can_ever_fit = self.allocator.can_ever_fit
-        i = self._next_arrival
-        while i < num_requests and requests[i].arrival_time <= now:
-            request = requests[i]
-            i += 1
+        requests, cfg = self.requests, self.config
+        while self._next_arrival < len(requests) and requests[self._next_arrival].arrival_time <= self.now:
+            request = requests[self._next_arrival]
+            self._next_arrival += 1
             reason = None
             if request.prompt_len >= cfg.max_model_len:
                 reason = "prompt longer than max_model_len"
             else:
                 room = cfg.max_model_len - request.prompt_len
                 if request.num_output_tokens > room:
-                    # vLLM stops a request at max_model_len (finish reason "length").
-                    request = replace(request, max_tokens=room)
-                if not can_ever_fit(request):
-                    reason = "larger than the whole KV cache"
-            seq = Seq(request)
-            seqs[request.request_id] = seq
-            if reason is not None:
-                seq.status = REJECTED
-                seq.reject_reason = reason
-                self.counters.num_rejected += 1
-                self.counters.reject_reasons[reason] = self.counters.reject_reasons.get(reason, 0) + 1
+                    request = replace(request, max_tokens=room)  # vLLM stops a request at max_model_len
+                reason = self.allocator.why_never_fits(request)
+            seq = self.seqs[request.request_id] = Seq(request)
+            if reason is None:
+                self.scheduler.add_request(seq)
                 continue
-            add_request(seq)
-        self._next_arrival = i
-        self._next_arrival_time = requests[i].arrival_time if i < num_requests else INF
-
-    def _flush_iterations(self) -> None:
-        """Add the buffered iterations (steps' and jumps') to the integral and the log.
-
-        The buffer holds each iteration's duration (``_dts``) and, per run of iterations (``_runs``): (count,
-        n, context tokens of the first, duplicate token slots, overhead slots, allocated slots before the first,
-        internal fragmentation, num_seqs, num_running, num_waiting, num_prefill_tokens, num_decode_tokens,
-        num_preemptions, jump iteration of the first, bucket sizes). Within a run the context grows by n per
-        iteration, and a paged jump's run hands out ``bucket sizes[s % block_size]`` blocks before iteration s
-        (-1: none). From them: the slot states (``slot_usage``'s arithmetic, over arrays) times the duration,
-        summed left to right onto the running totals as ``UsageIntegral.add`` would, so the floats are the same
-        however the simulation went."""
-        dts = self._dts
-        if not dts:
-            return
-        import numpy as np
-
-        num = len(dts)
-        dt = np.frombuffer(dts, dtype=np.float64)  # (views: dropped before the buffers are emptied below)
-        table = np.frombuffer(self._runs, dtype=np.int64).reshape(-1, RUN_FIELDS)
-        counts = table[:, 0].copy()
-        # Slot counts as floats from here on: whole numbers far below 2**53, so every sum and product of them is
-        # exact, and the products with the durations below need no conversion pass.
-        per_run = table.astype(np.float64)
-        log = self._log
-
-        def expand(values):
-            """A value per run -> the value in each of its iterations."""
-            return np.repeat(values, counts)
-
-        run_starts = np.cumsum(counts) - counts
-
-        def cumsum_within_runs(values):
-            """Per iteration, the sum of ``values`` over its run's iterations up to it."""
-            total = np.cumsum(values)
-            total -= expand((total - values)[run_starts])
-            return total
-
-        # (Arithmetic per run first, then expanded: one pass over the iterations per array, not one per field.)
-        offsets = np.arange(num, dtype=np.int64) - expand(run_starts)
-        token = expand(per_run[:, 2] - per_run[:, 3]) + expand(per_run[:, 1]) * offsets
-        alloc = expand(per_run[:, 5])
-        snapshots = self._bucket_snapshots
-        if snapshots:
-            # Blocks handed out before each iteration: its run's bucket sizes at its jump iteration modulo the block
-            # size; a run without (a step's, a stretch's) reads an extra row of zeros.
-            bs = self.config.block_size
-            sizes = np.concatenate((np.frombuffer(snapshots, dtype=np.int64), np.zeros(bs, dtype=np.int64)))
-            rows = np.where(table[:, 14] >= 0, table[:, 14], len(snapshots) // bs)
-            blocks = sizes[expand(rows * bs) + (expand(table[:, 13]) + offsets) % bs]
-            alloc += bs * cumsum_within_runs(blocks)
-        internal = expand(per_run[:, 6])
-        changes = self._internal_changes
-        if changes:
-            where = np.frombuffer(changes, dtype=np.int64)
-            # (the iterations of the changes, and their slots, one after the other; summed per iteration)
-            added = np.bincount(where[0::2], weights=where[1::2], minlength=num)
-            del where
-            internal += cumsum_within_runs(added)
-        overhead = expand(per_run[:, 4])
-        reserved = alloc - token - internal
-        free = self.allocator.num_slots - alloc - overhead
-        integral = self._integral
-        sums = np.empty((6, num))
-        for row, state in enumerate((token, reserved, internal, overhead, free)):
-            np.multiply(state, dt, out=sums[row])
-        sums[5] = dt
-        sums[:, 0] += (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead,
-                       integral.free, integral.busy_time)
-        np.add.accumulate(sums, axis=1, out=sums)  # left to right along each row
-        (integral.token, integral.reserved, integral.internal_fragmentation, integral.overhead, integral.free,
-         integral.busy_time) = sums[:, -1].tolist()
-        integral.num_iterations += num
-        integral.sum_batch_size += int(counts @ table[:, 7])
-        if log is not None:
-            block = np.empty((len(ITERATION_COLUMNS), num))
-            # time: the clock at each iteration's start, as `now += dt` advanced it from each clock start.
-            times = block[0]
-            times[1:] = dt[:-1]
-            starts = self._clock_starts
-            times[[i for i, _ in starts]] = [t for _, t in starts]
-            bounds = [i for i, _ in starts] + [num]
-            for a, b in zip(bounds, bounds[1:]):
-                np.add.accumulate(times[a:b], out=times[a:b])
-            times -= self.start_time
-            block[1] = dt
-            block[2:8] = np.repeat(per_run[:, 7:13], counts, axis=0).T  # num_seqs .. num_preemptions
-            block[8] = token
-            block[9] = reserved
-            block[10] = internal
-            block[11] = overhead
-            block[12] = free
-            log.extend(block)
-        del dt, table  # (the views of the buffers)
-        del dts[:]
-        del self._runs[:]
-        del snapshots[:]
-        del changes[:]
-        self._clock_starts.clear()
+            seq.status = SeqStatus.REJECTED
+            seq.reject_reason = reason
+            self.counters.num_rejected += 1
+            self.counters.reject_reasons[reason] = self.counters.reject_reasons.get(reason, 0) + 1
 
 
 def _in_arrival_order(requests) -> list:
     """Requests sorted by (arrival_time, request_id); a workload usually is already, so check first."""
-    times = list(map(attrgetter("arrival_time"), requests))
-    if all(map(lt, times, islice(times, 1, None))):
-        return list(requests)  # strictly increasing times: in order whatever the ids
-    key = attrgetter("arrival_time", "request_id")
-    keys = list(map(key, requests))
-    if any(map(gt, keys, islice(keys, 1, None))):
-        return sorted(requests, key=key)
-    return list(requests)
+    keys = [(r.arrival_time, r.request_id) for r in requests]
+    if all(a <= b for a, b in zip(keys, keys[1:])):
+        return list(requests)
+    return sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
 
 
 def _record_of(seq: Seq) -> RequestRecord:
     status = seq.status
-    return RequestRecord(  # (positional: a million of these in a long run)
-        seq.request_id,
-        seq.request.arrival_time,
-        seq.request.prompt_len,
-        seq.num_output_tokens,
-        "finished" if status is FINISHED else ("rejected" if status is REJECTED else status.value),
-        seq.first_scheduled_time,
-        seq.first_token_time,
-        seq.finish_time,
-        seq.num_preemptions,
-        seq.reject_reason,
+    return RequestRecord(
+        request_id=seq.request_id,
+        arrival_time=seq.request.arrival_time,
+        prompt_len=seq.request.prompt_len,
+        num_output_tokens=seq.num_output_tokens,
+        status="finished" if status is SeqStatus.FINISHED else status.value,
+        first_scheduled_time=seq.first_scheduled_time,
+        first_token_time=seq.first_token_time,
+        finish_time=seq.finish_time,
+        num_preemptions=seq.num_preemptions,
+        reject_reason=seq.reject_reason,
     )

@@ -191,10 +191,14 @@ def log_command(
     """Read a vLLM startup log and explain its KV cache: tokens, blocks, conversations at full length."""
     import json
 
+    from kvlab.errors import KvlabError
     from kvlab.vllm.log import explain_vllm_log, parse_vllm_log
 
     text = _read_log(source)
-    log = parse_vllm_log(text)
+    try:
+        log = parse_vllm_log(text)
+    except KvlabError as exc:
+        raise KvlabError(f"{'stdin' if source == '-' else repr(source)}: {exc}") from None
     explanation = explain_vllm_log(log, model)
     if as_json:
         typer.echo(json.dumps({**log.to_json(), "explanation": explanation}, indent=2))
@@ -264,8 +268,9 @@ def _print_log(log, explanation: dict, source: str) -> None:
     table = Table(title=f"vLLM startup log ({name}): {engine}{version}{state}", title_justify="left",
                   header_style="bold")
     table.add_column("figure")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", overflow="fold")
     table.add_column("read from", overflow="fold")
+    shown = None
     for key, label, fmt in LOG_FIGURES:
         value = getattr(log, key)
         if value is None:
@@ -274,7 +279,9 @@ def _print_log(log, explanation: dict, source: str) -> None:
             where = f"[dim]worked out: {escape(log.derived[key])}[/]"
         else:
             line = clean_line(log.lines.get(key, ""))
-            where = escape(line.message if line is not None and line.message else log.lines.get(key, ""))
+            text = line.message if line is not None and line.message else log.lines.get(key, "")
+            where = "[dim]the same line[/]" if text == shown else escape(text)
+            shown = text
         table.add_row(label, escape(fmt(value)), where)
     console.print(table)
     console.print("\n[bold]What it means[/]")
@@ -288,21 +295,21 @@ def _print_kvlab(console, explanation: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from kvlab.vllm.log import LABELS, format_figure
+
     side = explanation["kvlab"]
-    table = Table(title=f"kvlab's calculation for {side['model']} ({side['available_kv_source']})",
-                  title_justify="left", header_style="bold")
+    console.print(f"\n[bold]kvlab's calculation[/] for {escape(side['model'])}, from "
+                  f"{escape(side['available_kv_source'])}:", highlight=False)
+    table = Table(header_style="bold")
     for col in ("figure", "vLLM", "kvlab", ""):
         table.add_column(col, justify="right" if col in ("vLLM", "kvlab") else "left")
     colour = {"equal": "green", "within rounding": "green", "differs": "red"}
     for row in explanation["comparison"]:
-        fmt = (lambda v: f"{v:.2f}x") if row["figure"] == "max_concurrency" else (lambda v: f"{v:,}")
+        figure = row["figure"]
         extra = ""
-        if row["status"] == "within rounding" and "range" in side:
-            low, high = side["range"][row["figure"]]
-            extra = f" (the printed GiB allows {fmt(low)} to {fmt(high)})"
-        table.add_row(row["figure"], fmt(row["vllm"]), fmt(row["kvlab"]),
+        if row["status"] == "within rounding" and figure in side.get("range", {}):
+            low, high = side["range"][figure]
+            extra = f" (the printed GiB allows {format_figure(figure, low)} to {format_figure(figure, high)})"
+        table.add_row(LABELS[figure], format_figure(figure, row["vllm"]), format_figure(figure, row["kvlab"]),
                       f"[{colour[row['status']]}]{row['status']}[/]{escape(extra)}")
-    console.print()
     console.print(table)
-    for difference in explanation["differences"]:
-        console.print(f"[red]difference:[/] {escape(difference)}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Protocol
 
 from kvlab.workload.request import Request
@@ -77,18 +78,36 @@ class Sequence(Protocol):
 
     request: Request
     num_computed_tokens: int
-    # Prompt plus output tokens so far (vLLM's ``Request.num_tokens``); a preempted request keeps its output.
-    # The paged allocator reads it: a prefix-cache hit is capped at ``num_tokens - 1`` and a request being
-    # admitted must fit ``num_tokens`` whole (vLLM's ``scheduler_reserve_full_isl``).
-    num_tokens: int
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens so far (vLLM's ``Request.num_tokens``); a preempted request keeps its output.
+        The paged allocator reads it: a prefix-cache hit is capped at ``num_tokens - 1`` and a request being
+        admitted must fit ``num_tokens`` whole (vLLM's ``scheduler_reserve_full_isl``)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRun:
+    """What ``allocate_decode_run`` handed out: the iterations it covers (0: not even the first, nothing was
+    allocated) and ``(iteration from 0, slots, internal fragmentation slots)`` entries that add up, per
+    iteration, what its blocks added to the counters. A contiguous slab holds every token already: no growth."""
+
+    num_iterations: int
+    growth: tuple[tuple[int, int, int], ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.num_iterations > 0
 
 
 class KVAllocator(Protocol):
-    """The interface every memory strategy implements (contiguous: max, pow2, oracle; paged).
+    """The interface every memory strategy implements (contiguous: max, pow2, oracle; paged), and all that its
+    callers use.
 
     The calls mirror vLLM's KVCacheManager:
       get_num_cached_tokens  prefix-cache hit for a request about to be admitted (0 where nothing is shared)
       allocate_slots         make room for ``num_computed_tokens + num_new_tokens`` tokens of ``seq``
+      allocate_decode_run    allocate_slots(seq, 1) for many decoding requests over many iterations at once
       free                   give back everything ``seq`` holds
     Counters (slots): ``num_slots`` capacity; ``num_allocated_slots`` handed to requests (a shared block once);
     ``num_internal_fragmentation_slots``; ``num_overhead_slots``; ``num_duplicate_token_slots`` (slots that
@@ -96,14 +115,34 @@ class KVAllocator(Protocol):
     """
 
     num_slots: int
-    num_allocated_slots: int
-    num_internal_fragmentation_slots: int
-    num_overhead_slots: int
-    num_duplicate_token_slots: int
+    enable_prefix_caching: bool
+
+    @property
+    def num_allocated_slots(self) -> int: ...
+
+    @property
+    def num_internal_fragmentation_slots(self) -> int: ...
+
+    @property
+    def num_overhead_slots(self) -> int: ...
+
+    @property
+    def num_duplicate_token_slots(self) -> int: ...
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks a running request can still grow into (0 for slabs, which never grow)."""
+        ...
 
     def get_num_cached_tokens(self, seq: Sequence) -> int: ...
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit: ...
+
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int) -> DecodeRun:
+        """``allocate_slots(seq, 1)`` for each of ``seqs`` (each computes the one token it sampled last), for up
+        to ``max_iterations`` iterations, in step order (by iteration, then in ``seqs``' order): as many
+        iterations as memory covers. The scheduler's runs of iterations allocate through it."""
+        ...
 
     def free(self, seq: Sequence) -> None: ...
 
@@ -111,9 +150,16 @@ class KVAllocator(Protocol):
         """Slots the request holds (0 if none): it can compute that many tokens before allocating again."""
         ...
 
-    def can_ever_fit(self, request: Request) -> bool: ...
+    def why_never_fits(self, request: Request) -> str | None:
+        """None if the request can ever be served, else why not (the simulator rejects it with that reason)."""
+        ...
 
-    def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot: ...
+    def snapshot(self, seqs: Iterable[Sequence]) -> BlockSnapshot: ...
+
+    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False) -> None:
+        """For tests: the allocator's structures and counters agree with a recount (AssertionError if not);
+        ``in_running_order``: ``seqs`` is the scheduler's running queue."""
+        ...
 
 
 def slot_usage(allocator: KVAllocator, num_resident_computed_tokens: int) -> SlotUsage:

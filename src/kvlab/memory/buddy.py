@@ -23,8 +23,6 @@ import heapq
 from kvlab.errors import KvlabError
 from kvlab.memory.base import Fit
 
-# (An Enum member read through its class costs a metaclass lookup, ~6x a module global: hot paths use these.)
-NOW, LATER, NEVER = Fit.NOW, Fit.LATER, Fit.NEVER
 
 
 def next_pow2(n: int) -> int:
@@ -75,14 +73,14 @@ class BuddyAllocator:
         """Whether a chunk for ``size`` slots can be handed out now, later (after frees), or never."""
         order = _order_for(size)
         if order > self.max_order:
-            return NEVER
+            return Fit.NEVER
         for k in range(order, self.max_order + 1):
             if self._free[k]:
-                return NOW
-        return LATER
+                return Fit.NOW
+        return Fit.LATER
 
     def allocate(self, size: int) -> int:
-        """The address of a new chunk of ``next_pow2(size)`` slots; call only when ``fit(size)`` is NOW."""
+        """The address of a new chunk of ``next_pow2(size)`` slots; call only when ``fit(size)`` is Fit.NOW."""
         order = _order_for(size)
         k = order
         while k <= self.max_order and not self._free[k]:

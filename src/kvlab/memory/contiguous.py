@@ -17,16 +17,14 @@ The slab is placed by ``BuddyAllocator``, whose power-of-two round-up is allocat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kvlab.errors import KvlabError
-from kvlab.memory.base import BlockSnapshot, Fit, Sequence, check_slot_states
+from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states
 from kvlab.memory.buddy import BuddyAllocator, next_pow2
 from kvlab.workload.request import Request
 
-# (An Enum member read through its class costs a metaclass lookup, ~6x a module global: hot paths use this.)
-NOW = Fit.NOW
 
 
 def max_slab(request: Request, max_model_len: int) -> int:
@@ -83,11 +81,7 @@ class ContiguousAllocator:
         self.num_internal_fragmentation_slots = 0
         self.num_overhead_slots = 0
         self.num_duplicate_token_slots = 0  # nothing is shared between slabs
-
-    def slot_counters(self) -> tuple[int, int, int, int, int]:
-        """(num_allocated_slots, num_internal_fragmentation_slots, num_overhead_slots, num_duplicate_token_slots,
-        free blocks: 0, a slab never grows) in one call, as PagedAllocator.slot_counters."""
-        return self.num_allocated_slots, self.num_internal_fragmentation_slots, self.num_overhead_slots, 0, 0
+        self.enable_prefix_caching = False
 
     def slab_size(self, request: Request) -> int:
         return self._slab_size(request, self.max_model_len)
@@ -103,9 +97,18 @@ class ContiguousAllocator:
     def get_num_cached_tokens(self, seq: Sequence) -> int:
         return 0  # no prefix sharing between slabs
 
-    def can_ever_fit(self, request: Request) -> bool:
+    def why_never_fits(self, request: Request) -> str | None:
         slab = self.slab_size(request)
-        return request.num_kv_tokens <= slab <= self.buddy.largest_region
+        if slab > self.buddy.largest_region:
+            return f"{self.policy} slab larger than the buddy allocator's largest block ({self.buddy.largest_region:,} slots)"
+        assert request.num_kv_tokens <= slab, "a slab holds every token its request writes"
+        return None
+
+    num_free_blocks = 0  # a slab never grows
+
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int) -> DecodeRun:
+        """A slab holds every token its request will write: decoding never allocates."""
+        return DecodeRun(max_iterations)
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit:
         """Reserve the request's slab on its first call; later calls only check they stay inside it."""
@@ -114,7 +117,7 @@ class ContiguousAllocator:
         if slab is None:
             size = self.slab_size(request)
             fit = self.buddy.fit(size)
-            if fit is not NOW:
+            if fit is not Fit.NOW:
                 return fit
             address = self.buddy.allocate(size)
             slab = Slab(address, size, self.buddy.chunk_size(address), request.num_kv_tokens)
@@ -127,7 +130,7 @@ class ContiguousAllocator:
         assert num_tokens <= slab.num_slots, (
             f"request {request.request_id} needs {num_tokens} slots but its {self.policy} slab has {slab.num_slots}"
         )
-        return NOW
+        return Fit.NOW
 
     def free(self, seq: Sequence) -> None:
         slab = self._slabs.pop(seq.request.request_id, None)
@@ -138,7 +141,7 @@ class ContiguousAllocator:
         self.num_internal_fragmentation_slots -= max(0, slab.num_slots - slab.num_kv_tokens)
         self.num_overhead_slots -= slab.chunk_size - slab.num_slots
 
-    def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot:
+    def snapshot(self, seqs: Iterable[Sequence]) -> BlockSnapshot:
         """The address space in display blocks of ``display_block_size`` slots.
 
         A trailing partial display block (``num_slots`` not a multiple of the display block size) shows its
@@ -179,7 +182,7 @@ class ContiguousAllocator:
             shared=(False,) * num_display_blocks,
         )
 
-    def check_invariants(self, seqs: list[Sequence]) -> None:
+    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False) -> None:
         """For tests: slabs tile the space with the free chunks, counters match a recount, states sum up."""
         chunks = [(s.address, s.chunk_size) for s in self._slabs.values()]
         assert sorted(chunks) == self.buddy.allocated_chunks()

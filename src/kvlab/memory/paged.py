@@ -28,15 +28,16 @@ hits are exact (no hash collisions).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from itertools import chain
 
 from kvlab.errors import KvlabError
-from kvlab.memory.base import BlockSnapshot, Fit, Sequence, check_slot_states
+from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states
+from kvlab.memory.block_needs import BlockNeeds
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
 
-# (An Enum member read through its class costs a metaclass lookup, ~6x a module global: hot paths use these.)
-NOW, LATER, NEVER = Fit.NOW, Fit.LATER, Fit.NEVER
 
 
 class PagedAllocator:
@@ -64,10 +65,11 @@ class PagedAllocator:
         self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
         self.num_slots = num_blocks * block_size
         self.num_overhead_slots = block_size  # the null block
-        self.block_pool: BlockPool | PrefixCachingBlockPool = (
-            PrefixCachingBlockPool(num_blocks) if enable_prefix_caching else BlockPool(num_blocks)
-        )
+        # The prefix-caching pool, or None: the hash lookups and reference counts go through it.
+        self.prefix_pool = PrefixCachingBlockPool(num_blocks) if enable_prefix_caching else None
+        self.block_pool: BlockPool | PrefixCachingBlockPool = self.prefix_pool or BlockPool(num_blocks)
         self._block_tables: dict[int, list[int]] = {}  # request_id -> block ids, in token order
+        self._needs = BlockNeeds(block_size)  # when each request will need its next block (decode runs)
         self._num_kv_tokens: dict[int, int] = {}  # request_id -> slots it will ever write (Request.num_kv_tokens)
         self._num_table_entries = 0  # sum of block table lengths: a shared block once per holder
         self.num_internal_fragmentation_slots = 0
@@ -76,11 +78,12 @@ class PagedAllocator:
         self._block_hashes: dict[int, list[BlockHash]] = {}  # request_id -> hashes of its blocks so far
         self._prefix_block_hashes: dict[tuple, int] = {}  # (parent, chunk_len, ids, offset) -> interned hash
 
-    # Counters (slots) ---------------------------------------------------------------------------------------
-
     @property
-    def num_free_blocks(self) -> int:
-        return self.block_pool.num_free_blocks
+    def _cached_pool(self) -> PrefixCachingBlockPool:
+        assert self.prefix_pool is not None, "prefix caching is off"
+        return self.prefix_pool
+
+    # Counters (slots) ---------------------------------------------------------------------------------------
 
     @property
     def num_allocated_slots(self) -> int:
@@ -93,30 +96,23 @@ class PagedAllocator:
         num_owned_blocks = self.num_blocks - 1 - self.block_pool.num_free_blocks
         return self.block_size * (self._num_table_entries - num_owned_blocks)
 
-    def slot_counters(self) -> tuple[int, int, int, int, int]:
-        """(num_allocated_slots, num_internal_fragmentation_slots, num_overhead_slots, num_duplicate_token_slots,
-        num_free_blocks) in one call: the simulator reads them after every event of a jump."""
-        num_free = self.block_pool.num_free_blocks
-        num_owned_blocks = self.num_blocks - 1 - num_free
-        return (
-            self.block_size * num_owned_blocks,
-            self.num_internal_fragmentation_slots,
-            self.num_overhead_slots,
-            self.block_size * (self._num_table_entries - num_owned_blocks),
-            num_free,
-        )
-
     # The KVAllocator interface ------------------------------------------------------------------------------
 
-    def can_ever_fit(self, request: Request) -> bool:
-        return -(-request.num_kv_tokens // self.block_size) <= self.num_blocks - 1
+    def why_never_fits(self, request: Request) -> str | None:
+        if -(-request.num_kv_tokens // self.block_size) <= self.num_blocks - 1:
+            return None
+        return "larger than the whole KV cache"
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
 
     def get_num_cached_tokens(self, seq: Sequence) -> int:
         """Prefix-cache hit, in tokens, for a request about to be admitted (0 without prefix caching)."""
         if not self.enable_prefix_caching:
             return 0
         request = seq.request
-        cached = self.block_pool.cached_block_hash_to_block
+        cached = self._cached_pool.cached_block_hash_to_block
         max_num_blocks = (seq.num_tokens - 1) // self.block_size
         hashes = self._block_hashes.get(request.request_id, [])
         num_hit_blocks = 0
@@ -132,7 +128,7 @@ class PagedAllocator:
         """Make room for ``num_computed_tokens + num_cached_tokens + num_new_tokens`` tokens.
 
         As in vLLM, ``num_cached_tokens`` is the hit ``get_num_cached_tokens`` just returned for a request being
-        admitted, not yet counted in ``seq.num_computed_tokens``. LATER changes nothing.
+        admitted, not yet counted in ``seq.num_computed_tokens``. Fit.LATER changes nothing.
         """
         request_id = seq.request.request_id
         table = self._block_tables.get(request_id)
@@ -144,29 +140,41 @@ class PagedAllocator:
         num_new_blocks = -(-num_tokens // self.block_size) - len(table)
         if num_new_blocks > 0:
             if num_new_blocks > self.block_pool.num_free_blocks:
-                return NEVER if len(table) + num_new_blocks > self.num_blocks - 1 else LATER
+                return Fit.NEVER if len(table) + num_new_blocks > self.num_blocks - 1 else Fit.LATER
             self._append_new_blocks(request_id, table, num_new_blocks)
+        self._needs.update(request_id, len(table) * self.block_size, num_tokens, self._num_kv_tokens[request_id])
         # With prefix caching, blocks just filled get their hashes (checked here first: most steps fill none).
         if self.enable_prefix_caching and num_tokens // self.block_size > self._num_cached_blocks[request_id]:
             self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
-        return NOW
+        return Fit.NOW
 
-    def append_blocks(self, request_ids: list[int], num_internal_slots: int) -> None:
-        """One more block for each request, in this order: what ``allocate_slots(seq, 1)`` does when a running
-        request's next token starts a new block, for many requests at once (the simulator's decode jumps).
-        ``num_internal_slots``: the slots of these blocks beyond their request's last token (the caller knows
-        which block is a request's last; steps count them in ``allocate_slots``, and tests/test_sim.py checks
-        that jumps and steps agree).
-        Without prefix caching (nothing to hash); the caller has checked that the free blocks cover them."""
-        assert not self.enable_prefix_caching, "with prefix caching, allocate_slots also hashes filled blocks"
-        self.block_pool.append_new_blocks(map(self._block_tables.__getitem__, request_ids), len(request_ids))
-        self._num_table_entries += len(request_ids)
-        self.num_internal_fragmentation_slots += num_internal_slots
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int) -> DecodeRun:
+        """``allocate_slots(seq, 1)`` for every request of ``seqs`` (all the requests holding blocks, in running
+        order; each computes the token it sampled last), iteration after iteration, for as many of
+        ``max_iterations`` iterations as the free blocks cover. The blocks go out in the order steps would hand
+        them out: by iteration, then running order (``BlockNeeds`` knows who needs one when)."""
+        num_iterations, order, growth = self._needs.due(max_iterations, self.block_pool.num_free_blocks)
+        if num_iterations == 0:
+            return DecodeRun(0)
+        pool, tables = self.block_pool, self._block_tables
+        if isinstance(pool, BlockPool):
+            pool.append_new_blocks(map(tables.__getitem__, order), len(order))
+        else:
+            for request_id in order:
+                tables[request_id].extend(pool.get_new_blocks(1))
+        self._num_table_entries += len(order)
+        self.num_internal_fragmentation_slots += sum(internal for _, _, internal in growth)
+        if self.enable_prefix_caching:
+            for seq in seqs:  # the blocks the run filled get their hashes
+                table = self._block_tables[seq.request.request_id]
+                self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
+        return DecodeRun(num_iterations, tuple(growth))
 
     def free(self, seq: Sequence) -> None:
         """Give back every block of the request, tail first; shared blocks only lose a reference."""
         request_id = seq.request.request_id
         table = self._block_tables.pop(request_id, None)
+        self._needs.forget(request_id)
         if self.enable_prefix_caching:
             self._num_cached_blocks.pop(request_id, None)
             self._block_hashes.pop(request_id, None)
@@ -199,7 +207,7 @@ class PagedAllocator:
         of block tables holding it (kept implicit for speed) and ``check_invariants`` checks that it is <= 1.
         """
         if self.enable_prefix_caching:
-            return list(self.block_pool.ref_cnt)
+            return list(self._cached_pool.ref_cnt)
         ref_cnt = [0] * self.num_blocks
         for table in self._block_tables.values():
             for block_id in table:
@@ -208,9 +216,9 @@ class PagedAllocator:
 
     def block_hash(self, block_id: int) -> BlockHash | None:
         """A block's hash (prefix caching only): set while it is full and cached, dropped on eviction."""
-        return self.block_pool.block_hash[block_id] if self.enable_prefix_caching else None
+        return self._cached_pool.block_hash[block_id] if self.enable_prefix_caching else None
 
-    def snapshot(self, seqs: list[Sequence]) -> BlockSnapshot:
+    def snapshot(self, seqs: Iterable[Sequence]) -> BlockSnapshot:
         """Every pool block in block-id order; a shared block names its first holder among ``seqs``."""
         import numpy as np  # only snapshots need it; keeps `import kvlab.memory` light
 
@@ -255,8 +263,9 @@ class PagedAllocator:
             shared=tuple((refs > 1).tolist()),
         )
 
-    def check_invariants(self, seqs: list[Sequence]) -> None:
-        """For tests: every block is either free or owned, ref counts match the tables, counters a recount."""
+    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False) -> None:
+        """For tests: every block is either free or owned, ref counts match the tables, counters a recount;
+        ``in_running_order``: ``seqs`` are the scheduler's running queue, which must be in admission order."""
         held = [seq for seq in seqs if seq.request.request_id in self._block_tables]
         assert len(held) == len(self._block_tables), "a block table belongs to a request not among seqs"
         free = self.free_block_ids()
@@ -273,7 +282,7 @@ class PagedAllocator:
             in_queue = block_id in free_set
             assert in_queue != (holders[block_id] > 0), f"block {block_id}: free={in_queue}, holders={holders[block_id]}"
         if self.enable_prefix_caching:
-            pool = self.block_pool
+            pool = self._cached_pool
             assert pool.ref_cnt == holders, "ref_cnt differs from the number of block tables holding a block"
             num_hashed = 0
             for block_hash, blocks in pool.cached_block_hash_to_block.items():
@@ -303,6 +312,13 @@ class PagedAllocator:
         for seq in held:
             table = self._block_tables[seq.request.request_id]
             assert seq.num_computed_tokens <= len(table) * self.block_size, "computed tokens without slots"
+            if len(table) * self.block_size - seq.num_computed_tokens < self.block_size:  # (static reserves more)
+                assert self._needs.next_block_iteration(seq.request.request_id) == (
+                    len(table) * self.block_size - seq.num_computed_tokens + 1
+                ), "the next block's iteration differs from the slots left"
+        if in_running_order:  # the order decode runs hand blocks out in (see BlockNeeds)
+            stamps = [self._needs.stamp(seq.request.request_id) for seq in held]
+            assert stamps == sorted(stamps), "the requests holding blocks are not in the order they were admitted"
         check_slot_states(self, held)
 
     # Internals ----------------------------------------------------------------------------------------------
@@ -326,20 +342,20 @@ class PagedAllocator:
         num_full_blocks = -(-num_full_tokens // bs)
         num_needed = num_required_blocks if num_required_blocks > num_full_blocks else num_full_blocks
         if num_needed > self.num_blocks - 1:
-            return NEVER
+            return Fit.NEVER
         num_free = self.block_pool.num_free_blocks
         num_hit = len(hit_blocks)
         if hit_blocks:
             # A hit block sitting in the free queue leaves it when touched: it counts against the free blocks.
-            ref_cnt = self.block_pool.ref_cnt
+            ref_cnt = self._cached_pool.ref_cnt
             num_evictable = sum(ref_cnt[block_id] == 0 for block_id in hit_blocks)
             if max(num_full_blocks - num_hit, 0) + num_evictable > num_free:
-                return LATER
+                return Fit.LATER
             if max(num_required_blocks - num_hit, 0) + num_evictable > num_free:
-                return LATER
-            self.block_pool.touch(hit_blocks)
+                return Fit.LATER
+            self._cached_pool.touch(hit_blocks)
         elif num_needed > num_free:
-            return LATER
+            return Fit.LATER
         request_id = request.request_id
         num_kv_tokens = self._num_kv_tokens[request_id] = request.num_kv_tokens
         if hit_blocks:
@@ -356,10 +372,11 @@ class PagedAllocator:
             if internal > 0:
                 self.num_internal_fragmentation_slots += internal
         self._block_tables[request_id] = table
+        self._needs.admit(request_id, len(table) * bs, num_tokens, num_kv_tokens)
         if self.enable_prefix_caching:
             self._num_cached_blocks[request.request_id] = num_hit
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
-        return NOW
+        return Fit.NOW
 
     def _append_new_blocks(self, request_id: int, table: list[int], num_new_blocks: int) -> None:
         num_kv_tokens = self._num_kv_tokens[request_id]
@@ -373,9 +390,10 @@ class PagedAllocator:
 
     def _get_hit_blocks(self, request: Request, num_hit_blocks: int) -> list[int]:
         hashes = self._extend_block_hashes(request, num_hit_blocks)
-        blocks = [self.block_pool.get_cached_block(block_hash) for block_hash in hashes[:num_hit_blocks]]
-        assert None not in blocks, "prefix-cache hit no longer cached: call get_num_cached_tokens just before"
-        return blocks
+        blocks = [self._cached_pool.get_cached_block(block_hash) for block_hash in hashes[:num_hit_blocks]]
+        hits = [block for block in blocks if block is not None]
+        assert len(hits) == len(blocks), "prefix-cache hit no longer cached: call get_num_cached_tokens just before"
+        return hits
 
     def _cache_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
         """Hash every block now full of (scheduled) tokens; vLLM's ``cache_blocks``."""
@@ -384,7 +402,7 @@ class PagedAllocator:
         if num_full_blocks <= num_cached_blocks:
             return
         hashes = self._extend_block_hashes(request, num_full_blocks)
-        self.block_pool.cache_full_blocks(
+        self._cached_pool.cache_full_blocks(
             table[num_cached_blocks:num_full_blocks], hashes[num_cached_blocks:num_full_blocks]
         )
         self._num_cached_blocks[request.request_id] = num_full_blocks

@@ -3,6 +3,11 @@
 Each is a generator the scheduler drains after its running loop: it admits requests from the front of the
 waiting queue (allocating their memory and calling ``scheduler.admit``) and yields
 ``(seq, num_new_tokens, num_cached_tokens)`` for each, ``num_new_tokens`` being what it computes this iteration.
+
+The contract that lets the scheduler run iterations in bulk: a policy's decision depends only on the queue, the
+running requests, the token budget and the memory. If it admits nobody in an iteration in which every running
+request decodes, it would admit nobody in the iterations after it either, as long as nothing finishes (decoding
+only takes memory, and the seats and the budget stay the same).
 """
 
 from __future__ import annotations
@@ -11,9 +16,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from kvlab.memory.base import Fit
-
-# (An Enum member read through its class costs a metaclass lookup, ~6x a module global: hot paths use these.)
-NOW = Fit.NOW
 
 if TYPE_CHECKING:
     from kvlab.sched.scheduler import Scheduler
@@ -26,7 +28,7 @@ def _lookup(sched: Scheduler, seq: Seq) -> tuple[int, int]:
     """(tokens already computed if admitted now, of which prefix-cache hits). A swapped-out request keeps its
     computed tokens; a new or recomputing one starts from its prefix-cache hit (vLLM looks up only when
     num_computed_tokens == 0)."""
-    if seq.num_computed_tokens:
+    if seq.num_computed_tokens or not sched.allocator.enable_prefix_caching:
         return seq.num_computed_tokens, 0
     cached = sched.allocator.get_num_cached_tokens(seq)
     return cached, cached
@@ -38,25 +40,14 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
     queue (no skipping ahead)."""
     cfg = sched.config
     waiting = sched.waiting
-    running = sched.running
-    allocate_slots = sched.allocator.allocate_slots
-    # (_lookup inlined: this loop runs once per admission, a million times in a long run)
-    get_num_cached_tokens = (
-        sched.allocator.get_num_cached_tokens if getattr(sched.allocator, "enable_prefix_caching", True) else None
-    )
-    while budget > 0 and waiting and len(running) < cfg.max_num_seqs:
+    while budget > 0 and waiting and len(sched.running) < cfg.max_num_seqs:
         seq = waiting[0]
-        computed = seq.num_computed_tokens
-        if computed or get_num_cached_tokens is None:
-            cached = 0
-        else:
-            computed = cached = get_num_cached_tokens(seq)
-        num_new = seq.request.prompt_len + seq.num_output_tokens - computed  # (seq.num_tokens, inlined)
+        computed, cached = _lookup(sched, seq)
+        num_new = seq.num_tokens - computed
         if not cfg.enable_chunked_prefill and num_new > budget:
             break
-        if num_new > budget:
-            num_new = budget
-        if allocate_slots(seq, num_new, cached) is not NOW:
+        num_new = min(num_new, budget)
+        if sched.allocator.allocate_slots(seq, num_new, cached) is not Fit.NOW:
             break
         sched.admit(seq, num_new, cached)
         budget -= num_new
@@ -75,7 +66,7 @@ def static(sched: Scheduler, budget: int) -> Admission:
         seq = waiting[0]
         computed, cached = _lookup(sched, seq)
         num_prompt = seq.num_tokens - computed
-        if sched.allocator.allocate_slots(seq, num_prompt, cached) is not NOW:
+        if sched.allocator.allocate_slots(seq, num_prompt, cached) is not Fit.NOW:
             break
         sched.admit(seq, num_prompt, cached)
         if num_prompt <= budget:
@@ -87,6 +78,3 @@ def static(sched: Scheduler, budget: int) -> Admission:
 
 
 BATCHING = {"continuous": continuous, "static": static}
-
-# Whether a request arriving while others run can join them (the simulator's jump test needs to know).
-ADMITS_WHILE_RUNNING = {"continuous": True, "static": False}

@@ -3,11 +3,21 @@ brought back. One small class per mode; the scheduler does the evicting (newest 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from kvlab.sched.scheduler import SchedulerConfig
     from kvlab.sched.seq import Seq
+
+
+class PreemptionMode(Protocol):
+    def on_preempt(self, seq: Seq) -> int:
+        """The request was evicted: returns the bytes of KV copied out to the CPU (0 when it is recomputed)."""
+        ...
+
+    def on_resume(self, seq: Seq) -> int:
+        """The request is admitted again: returns the bytes of KV copied back."""
+        ...
 
 
 class Recompute:
@@ -48,4 +58,4 @@ class Swap:
         return nbytes
 
 
-PREEMPTION = {"recompute": Recompute, "swap": Swap}
+PREEMPTION: dict[str, type[Recompute] | type[Swap]] = {"recompute": Recompute, "swap": Swap}

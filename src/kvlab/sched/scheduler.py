@@ -1,4 +1,4 @@
-"""The scheduler: which requests run in the next iteration, and how many tokens each computes.
+"""The scheduler: which requests run next, how many tokens each computes, and for how many iterations.
 
 It follows vLLM V1's Scheduler.schedule() (vllm/v1/core/sched/scheduler.py): there are no prefill and decode
 phases; every request's ``num_computed_tokens`` catches up with its ``num_tokens`` under one token budget per
@@ -7,8 +7,16 @@ iteration (``max_num_batched_tokens``), running requests first, then waiting one
     running loop   for each running request, in order: num_new = num_tokens - num_computed_tokens, capped by
                    the budget (and by max_model_len); allocate_slots; when memory runs out, preempt the newest
                    running request (it may be the request itself) and retry.
-    waiting loop   only if nobody was preempted this iteration: admit from the front of the queue while the
-                   budget lasts, ``max_num_seqs`` allows, and the allocator says the request fits now.
+    waiting loop   only if nobody was preempted this iteration: admit from the front of the queue as the
+                   batching policy allows (budget, ``max_num_seqs``, memory).
+
+Runs. Asked for up to ``max_iterations`` iterations, the scheduler returns a run of several when their outcome
+is known without scheduling them one by one: every running request is decoding (``_decoding``), the waiting
+loop cannot admit anyone until something finishes (``_admission_blocked``, or an empty queue), and no request
+finishes or runs out of memory before the run's last iteration. Then each of those iterations is what the
+running loop would decide anyway (every request computes one token), and the allocator hands out the run's
+blocks in one call (``allocate_decode_run``), in the order the steps would. ``max_iterations=1`` is stepping:
+the loops above, every time.
 
 What differs between batching policies (when may a waiting request join?) lives in ``kvlab.sched.batching``;
 what differs between preemption modes (what happens to the evicted request's KV?) in ``kvlab.sched.preemption``.
@@ -17,11 +25,17 @@ what differs between preemption modes (what happens to the evicted request's KV?
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from heapq import heapify, heappop
 
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.output import SchedulerOutput
-from kvlab.sched.seq import FINISHED, PREEMPTED, RUNNING, Seq
+from kvlab.sched.seq import Seq, SeqStatus
+
+# How many iterations of a decode run start before the caller's next event: called with the run's batch size,
+# its first iteration's context tokens and the most iterations the scheduler would run; returns at most that.
+Horizon = Callable[[int, int, int], int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +53,12 @@ class SchedulerConfig:
 class Scheduler:
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator):
         from kvlab.sched.batching import BATCHING
-        from kvlab.sched.preemption import PREEMPTION
+        from kvlab.sched.preemption import PREEMPTION, PreemptionMode
 
         self.config = config
         self.allocator = allocator
         self.batching = BATCHING[config.batching]
-        self.preemption = PREEMPTION[config.preemption_mode](config)
+        self.preemption: PreemptionMode = PREEMPTION[config.preemption_mode](config)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.step = 0
@@ -54,77 +68,115 @@ class Scheduler:
         self.num_recomputed_tokens = 0
         self.num_swapped_bytes = 0
         self.num_sampled_tokens = 0  # output tokens generated (recomputation samples nothing new)
-        self.admission_blocked = False
+        # Every running request computes the one token it sampled last in the next iteration.
+        self._decoding = False
+        # The waiting loop stopped with a queue in an iteration in which every running request decoded, and
+        # nothing has freed memory or seats since: until something does, it would stop at the same request.
+        self._admission_blocked = False
+        # Runs leave the running requests' own counters behind (see sync): the iterations of runs not yet added
+        # to them, the runs' clock, and who finishes when on it (kept from a run until the next single iteration).
+        self._lag = 0
+        self._run_clock = 0
+        self._finishes: list[tuple[int, int, Seq]] | None = None
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def add_request(self, seq: Seq) -> None:
+        self.waiting.append(seq)  # (at the back: a blocked queue's head stays blocked)
+
+    def sync(self) -> None:
+        """Bring every running request's ``num_computed_tokens`` and ``num_output_tokens`` up to date.
+
+        A run of ``k`` iterations adds ``k`` to each of them; rather than visiting every running request after
+        every run, the scheduler counts the iterations (``_lag``) and adds them here: before a single iteration
+        (which reads them) and whenever someone outside looks (the simulator's snapshots and results). The
+        sums the metrics read (``num_resident_computed_tokens``, ``num_sampled_tokens``) are always current."""
+        if self._lag:
+            for seq in self.running:
+                seq.num_computed_tokens += self._lag
+                seq.num_output_tokens += self._lag
+            self._lag = 0
 
     # -- the iteration ---------------------------------------------------------------------------------
 
-    def add_request(self, seq: Seq) -> None:
-        self.waiting.append(seq)
+    def schedule(self, max_iterations: int = 1, horizon: Horizon | None = None) -> SchedulerOutput:
+        """The next run of iterations: one, or up to ``max_iterations`` when their outcome is known (see the
+        module doc). ``horizon`` cuts a run where the caller's next event (an arrival) falls."""
+        if max_iterations > 1 and self._can_run():
+            out = self._schedule_run(max_iterations, horizon)
+            if out is not None:
+                return out
+        return self._schedule_iteration()
 
-    def schedule(self) -> SchedulerOutput:
-        self.step += 1
-        cfg = self.config
-        budget = cfg.max_num_batched_tokens
-        scheduled: dict[int, int] = {}
-        prefill = decode = context = pairs = 0
-        preempted: list[Seq] = []
-        swap_bytes = 0
+    def _can_run(self) -> bool:
+        return (
+            self._decoding
+            and (not self.waiting or self._admission_blocked)
+            and 0 < len(self.running) <= self.config.max_num_batched_tokens
+        )
 
-        chunked = cfg.enable_chunked_prefill
-        max_computed = cfg.max_model_len - 1
-        allocate_slots = self.allocator.allocate_slots
-        now_fit = Fit.NOW  # (a local: see kvlab.memory.paged)
-        i = 0
+    def _schedule_run(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
+        """Iterations in which every running request decodes, up to the first in which one finishes. None when
+        not even the first iteration's blocks are free (a single iteration then preempts)."""
         running = self.running
-        while i < len(running) and budget > 0:
-            seq = running[i]
-            computed = seq.num_computed_tokens
-            num_tokens = seq.num_tokens
-            num_new = num_tokens - computed
-            if not chunked and num_new > budget:
-                # Only reachable under static batching, which admits a whole batch at once: without chunked
-                # prefill a prompt is computed in one piece, so it waits for an iteration with room.
-                i += 1
-                continue
-            # min(num_new, budget, max_model_len - 1 - computed)
-            if num_new > budget:
-                num_new = budget
-            if num_new > max_computed - computed:
-                num_new = max_computed - computed
-            if num_new <= 0:
-                i += 1
-                continue
-            while True:
-                fit = allocate_slots(seq, num_new)
-                if fit is now_fit:
-                    break
-                victim = running.pop()  # FCFS: the newest running request goes first
-                swap_bytes += self._preempt(victim)
-                preempted.append(victim)
-                if victim is seq:
-                    break
-            if seq.status is not RUNNING:
-                break  # it preempted itself: nobody after it can be scheduled either
-            scheduled[seq.request_id] = num_new
-            if num_new == 1 and computed == num_tokens - 1 and seq.num_output_tokens > 0:
-                decode += 1
-            else:
-                prefill += num_new
-            context += computed + num_new
-            pairs += num_new * computed + num_new * (num_new + 1) // 2
-            budget -= num_new
-            i += 1
+        num_seqs = len(running)
+        num_context = self.num_resident_computed_tokens + num_seqs
+        if self._finishes is None:
+            self.sync()
+            self._finishes = [(self._run_clock + s.request.num_output_tokens - s.num_output_tokens, i, s)
+                              for i, s in enumerate(running)]
+            heapify(self._finishes)
+        num_iterations = min(max_iterations, self._finishes[0][0] - self._run_clock)
+        if horizon is not None:
+            num_iterations = horizon(num_seqs, num_context, num_iterations)
+        if self.allocator.enable_prefix_caching:
+            self.sync()  # (it hashes the blocks the run fills: it reads their tokens)
+        run = self.allocator.allocate_decode_run(running, num_iterations)
+        if run.num_iterations == 0:
+            return None
+        self.step += 1
+        out = SchedulerOutput(
+            step=self.step,
+            num_scheduled_tokens=dict.fromkeys([seq.request_id for seq in running], 1),
+            new_req_ids=(),
+            preempted_req_ids=(),
+            num_prefill_tokens=0,
+            num_decode_tokens=num_seqs,
+            num_context_tokens=num_context,
+            num_attention_pairs=num_context,  # one new token each: computed + 1 pairs
+            num_iterations=run.num_iterations,
+            is_decode_run=True,
+            kv_growth=run.growth,
+        )
+        self.step += run.num_iterations - 1
+        return out
 
+    def _schedule_iteration(self) -> SchedulerOutput:
+        self.sync()
+        self._finishes = None  # (the batch and its counters may change in other ways than a run's)
+        self.step += 1
+        budget = self.config.max_num_batched_tokens
+        scheduled: dict[int, int] = {}
+        preempted: list[Seq] = []
+        num_running = len(self.running)
+        if self._decoding and 0 < num_running <= budget and self.allocator.allocate_decode_run(self.running, 1):
+            # Everyone decodes and this iteration's blocks are free: the running loop's outcome, in bulk.
+            for seq in self.running:
+                scheduled[seq.request_id] = 1
+            num_context = self.num_resident_computed_tokens + num_running
+            budget, totals, swap_bytes = budget - num_running, [0, num_running, num_context, num_context], 0
+        else:
+            budget, totals, swap_bytes = self._running_loop(budget, scheduled, preempted)
         new_ids: list[int] = []
-        # Whether the queue is still waiting after an admission attempt (the simulator's jump test).
-        self.admission_blocked = False
         if not preempted:  # vLLM admits nobody in an iteration that preempted
-            new_ids, num_prefill, num_context, num_pairs, swapped_in = self.schedule_waiting(budget, scheduled)
-            prefill += num_prefill
-            context += num_context
-            pairs += num_pairs
+            new_ids, waiting_totals, swapped_in = self._waiting_loop(budget, scheduled)
+            totals = [a + b for a, b in zip(totals, waiting_totals)]
             swap_bytes += swapped_in
-
+        prefill, decode, context, pairs = totals
+        # The queue's head did not fit while everyone decoded: later iterations of decoders only have less room.
+        self._admission_blocked = bool(self.waiting) and not preempted and not new_ids and decode == num_running
         return SchedulerOutput(
             step=self.step,
             num_scheduled_tokens=scheduled,
@@ -137,11 +189,49 @@ class Scheduler:
             num_swap_bytes=swap_bytes,
         )
 
-    def schedule_waiting(self, budget: int, scheduled: dict[int, int]) -> tuple[list[int], int, int, int, int]:
-        """The waiting loop of ``schedule``: admit from the front of the queue as the batching policy allows
-        within ``budget`` tokens, adding the admitted to ``scheduled``. Returns (new_req_ids, prefill tokens,
-        context tokens, attention pairs, bytes swapped in). The simulator calls it directly in an iteration
-        whose running requests all decode (its jumps account for those)."""
+    def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
+        """The running requests, in order, under the budget; preempting the newest when memory runs out.
+        Returns (budget left, [prefill, decode, context, pairs], bytes swapped out)."""
+        cfg = self.config
+        prefill = decode = context = pairs = swap_bytes = 0
+        max_computed = cfg.max_model_len - 1
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            computed = seq.num_computed_tokens
+            num_new = seq.num_tokens - computed
+            if not cfg.enable_chunked_prefill and num_new > budget:
+                # Only reachable under static batching, which admits a whole batch at once: without chunked
+                # prefill a prompt is computed in one piece, so it waits for an iteration with room.
+                i += 1
+                continue
+            num_new = min(num_new, budget, max_computed - computed)
+            if num_new <= 0:
+                i += 1
+                continue
+            while self.allocator.allocate_slots(seq, num_new) is not Fit.NOW:
+                victim = running.pop()  # FCFS: the newest running request goes first
+                swap_bytes += self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            if seq.status is not SeqStatus.RUNNING:
+                break  # it preempted itself: nobody after it can be scheduled either
+            scheduled[seq.request_id] = num_new
+            if num_new == 1 and computed == seq.num_tokens - 1 and seq.num_output_tokens > 0:
+                decode += 1
+            else:
+                prefill += num_new
+            context += computed + num_new
+            pairs += num_new * computed + num_new * (num_new + 1) // 2
+            budget -= num_new
+            i += 1
+        return budget, [prefill, decode, context, pairs], swap_bytes
+
+    def _waiting_loop(self, budget: int, scheduled: dict[int, int]):
+        """Admit from the front of the queue as the batching policy allows within ``budget`` tokens, adding the
+        admitted to ``scheduled``. Returns (new_req_ids, [prefill, decode, context, pairs], bytes swapped in)."""
         new_ids: list[int] = []
         prefill = context = pairs = swap_bytes = 0
         for seq, num_new, num_cached in self.batching(self, budget):
@@ -162,57 +252,88 @@ class Scheduler:
             prefill += num_new
             context += computed + num_new
             pairs += num_new * computed + num_new * (num_new + 1) // 2
-        self.admission_blocked = bool(self.waiting)
-        return new_ids, prefill, context, pairs, swap_bytes
+        return new_ids, [prefill, 0, context, pairs], swap_bytes
 
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
         """Move the head of the waiting queue to running (called by the batching policy after allocating)."""
         popped = self.waiting.popleft()
         assert popped is seq
-        seq.status = RUNNING
+        seq.status = SeqStatus.RUNNING
         self.running.append(seq)
         if num_cached_tokens:
             seq.num_computed_tokens = num_cached_tokens
         # KV that is in GPU memory again: prefix hits, or everything a swapped-out request brings back.
         self.num_resident_computed_tokens += seq.num_computed_tokens
 
-    def update_from_output(self, output: SchedulerOutput, now: float) -> list[Seq]:
-        """Advance every scheduled request by its tokens; a request whose computed tokens caught up samples one
-        token. Returns the requests that finished (their memory is already freed)."""
-        finished: list[Seq] = []
-        by_id = {s.request_id: s for s in self.running}
-        advance = self.advance
-        for req_id, num_new in output.num_scheduled_tokens.items():
-            seq = by_id[req_id]
-            if advance(seq, num_new, now):
-                finished.append(seq)
+    # -- after the iterations ran --------------------------------------------------------------------------
+
+    def update_from_output(self, output: SchedulerOutput, now: float, started: float | None = None) -> list[Seq]:
+        """Advance every scheduled request by its tokens, in each iteration of the run that began at
+        ``started`` and ended at ``now``; a request whose computed tokens caught up samples one token. Returns
+        the requests that finished (their memory is already freed)."""
+        started = now if started is None else started
+        if output.is_decode_run:
+            finished = self._advance_run(output.num_iterations)
+        else:
+            num_sampled = self.num_sampled_tokens
+            finished = self._advance_iteration(output, started, now)
+            # Every running request computed its tokens and sampled one: next, each decodes the one it sampled.
+            self._decoding = self.num_sampled_tokens - num_sampled == len(self.running)
         if finished:
             for seq in finished:
                 self.finish(seq, now)
             done = {s.request_id for s in finished}
             self.running = [s for s in self.running if s.request_id not in done]
+            self._admission_blocked = False  # memory and a seat were freed
         return finished
 
-    def advance(self, seq: Seq, num_new_tokens: int, now: float) -> bool:
-        """``seq`` computed ``num_new_tokens`` in the iteration that ended at ``now``; if its computed tokens
-        caught up, it samples one token. Returns whether that was its last."""
-        if seq.first_scheduled_time is None:
-            seq.first_scheduled_time = now
-        seq.num_computed_tokens += num_new_tokens
-        self.num_resident_computed_tokens += num_new_tokens
-        if seq.num_computed_tokens < seq.request.prompt_len + seq.num_output_tokens:  # (seq.num_tokens, inlined)
-            return False  # a chunk of a prompt: nothing sampled yet
-        seq.num_output_tokens += 1
-        self.num_sampled_tokens += 1
-        if seq.first_token_time is None:
-            seq.first_token_time = now
-        return seq.num_output_tokens >= seq.request.num_output_tokens
+    def _advance_iteration(self, output: SchedulerOutput, started: float, now: float) -> list[Seq]:
+        """The scheduled requests computed their tokens in the iteration from ``started`` to ``now``; those whose
+        computed tokens caught up sample one token. Returns those for which it was the last."""
+        scheduled = output.num_scheduled_tokens
+        pairs: Iterable[tuple[Seq, int]]
+        if len(scheduled) == len(self.running):  # all of them, in running order (admitted at the back)
+            pairs = zip(self.running, scheduled.values())
+        else:
+            by_id = {seq.request_id: seq for seq in self.running}
+            pairs = ((by_id[request_id], num_new) for request_id, num_new in scheduled.items())
+        finished = []
+        for seq, num_new in pairs:
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = started
+            seq.num_computed_tokens += num_new
+            self.num_resident_computed_tokens += num_new
+            if seq.num_computed_tokens < seq.request.prompt_len + seq.num_output_tokens:
+                continue  # a chunk of a prompt: nothing sampled yet
+            seq.num_output_tokens += 1
+            self.num_sampled_tokens += 1
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+            if seq.num_output_tokens >= seq.request.num_output_tokens:
+                finished.append(seq)
+        return finished
+
+    def _advance_run(self, num_iterations: int) -> list[Seq]:
+        """Every running request decoded ``num_iterations`` tokens (a run: nobody finishes before its end); the
+        requests are caught up later (``sync``), but for those finishing now."""
+        assert self._finishes is not None
+        self._lag += num_iterations
+        self._run_clock += num_iterations
+        num_tokens = num_iterations * len(self.running)
+        self.num_resident_computed_tokens += num_tokens
+        self.num_sampled_tokens += num_tokens
+        finished = []
+        while self._finishes and self._finishes[0][0] == self._run_clock:
+            seq = heappop(self._finishes)[2]
+            seq.num_computed_tokens += self._lag
+            seq.num_output_tokens += self._lag
+            finished.append(seq)
+        return finished
 
     def finish(self, seq: Seq, now: float) -> None:
         """Free a finished request's memory (it stays in ``running`` until the caller removes it)."""
-        self.allocator.free(seq)  # (_free, inlined: once per request)
-        self.num_resident_computed_tokens -= seq.num_computed_tokens
-        seq.status = FINISHED
+        self._free(seq)
+        seq.status = SeqStatus.FINISHED
         seq.finish_time = now
 
     # -- helpers ---------------------------------------------------------------------------------------
@@ -230,11 +351,7 @@ class Scheduler:
         if not seq.swapped:
             seq.num_lost_tokens += seq.num_computed_tokens
             seq.num_computed_tokens = 0
-        seq.status = PREEMPTED
+        seq.status = SeqStatus.PREEMPTED
         self.waiting.appendleft(seq)
         self.num_swapped_bytes += swap_bytes
         return swap_bytes
-
-    @property
-    def num_unfinished(self) -> int:
-        return len(self.running) + len(self.waiting)

@@ -15,11 +15,6 @@ class SeqStatus(enum.Enum):
     REJECTED = "rejected"
 
 
-# (An Enum member read through its class costs a metaclass lookup, ~6x a module global: hot paths use these.)
-WAITING, RUNNING, PREEMPTED = SeqStatus.WAITING, SeqStatus.RUNNING, SeqStatus.PREEMPTED
-FINISHED, REJECTED = SeqStatus.FINISHED, SeqStatus.REJECTED
-
-
 class Seq:
     """Mutable serving state of one request. ``num_tokens`` = prompt + generated so far, as in vLLM: the
     scheduler gives each request ``num_tokens - num_computed_tokens`` new tokens (its whole prompt, a chunk of
@@ -45,7 +40,7 @@ class Seq:
         self.request_id = request.request_id
         self.num_computed_tokens = 0
         self.num_output_tokens = 0
-        self.status = WAITING
+        self.status = SeqStatus.WAITING
         self.num_preemptions = 0
         self.num_lost_tokens = 0  # computed tokens dropped by preemptions, not yet recomputed
         self.swapped = False
@@ -57,10 +52,6 @@ class Seq:
     @property
     def num_tokens(self) -> int:
         return self.request.prompt_len + self.num_output_tokens
-
-    @property
-    def num_remaining_outputs(self) -> int:
-        return self.request.num_output_tokens - self.num_output_tokens
 
     def __repr__(self) -> str:
         return (

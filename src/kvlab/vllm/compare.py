@@ -121,8 +121,7 @@ def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: st
         enable_chunked_prefill=settings.enable_chunked_prefill, dtype=settings.dtype,
     )
     strategy = parse_strategy("vllm+prefix" if settings.enable_prefix_caching else "vllm")
-    sim = Simulation(strategy, config, Workload("compare", tuple(requests), "", ""), record_iterations=False,
-                     jump=False)
+    sim = Simulation(strategy, config, Workload("compare", tuple(requests), "", ""), record_iterations=False)
     steps: dict[int, int] = {}
     while not sim.done:
         before = sim.scheduler.step
@@ -137,11 +136,12 @@ def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: st
 
 
 def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], settings: EngineSettings) -> SideRun:
-    """kvlab's scheduler and paged allocator, stepped as the driver steps the real engine, recorded in the
-    driver's format."""
+    """kvlab's scheduler and paged allocator, run as ``kvlab run`` runs them (runs of iterations where their
+    outcome is known), recorded step by step in the driver's format."""
     from kvlab.memory.paged import PagedAllocator
     from kvlab.sched.scheduler import Scheduler, SchedulerConfig
     from kvlab.sched.seq import Seq
+    from kvlab.sim import MAX_RUN_ITERATIONS
 
     if settings.num_gpu_blocks_override is None:
         raise KvlabError("the comparison needs a fixed pool: give --num-blocks")
@@ -158,6 +158,13 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     steps: list[dict] = []
     step = 0
     next_index = 0
+
+    def horizon(num_seqs: int, num_context_tokens: int, max_iterations: int) -> int:
+        # The driver adds requests before their step: a run stops where the next one is due.
+        if next_index < len(order):
+            return max(1, min(max_iterations, add_before_step[order[next_index]] - step))
+        return max_iterations
+
     while next_index < len(order) or scheduler.num_unfinished:
         if not scheduler.num_unfinished:
             step = max(step, add_before_step[order[next_index]])  # idle: the driver jumps too
@@ -166,18 +173,16 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
             seqs[request.request_id] = seq = Seq(request)
             scheduler.add_request(seq)
             next_index += 1
-        out = scheduler.schedule()
-        finished = scheduler.update_from_output(out, float(step))
-        steps.append({
-            "step": step,
-            "num_scheduled_tokens": {str(k): v for k, v in out.num_scheduled_tokens.items()},
-            "preempted_in_order": [str(k) for k in out.preempted_req_ids],
-            "finished": {str(s.request_id): "length" for s in finished},
-            "running": [_seq_record(s) for s in scheduler.running],
-            "waiting": [_seq_record(s) for s in scheduler.waiting],
-            "num_free_blocks": allocator.num_free_blocks,
-        })
-        step += 1
+        out = scheduler.schedule(MAX_RUN_ITERATIONS, horizon)
+        scheduler.sync()  # (the records read each running request's counters)
+        # The run's iterations before its last, as the driver sees them after each step.
+        for j in range(out.num_iterations - 1):
+            later_blocks = sum(1 for at, _, _ in out.kv_growth if at > j)
+            steps.append(_step_record(step + j, out, [], scheduler, allocator.num_free_blocks + later_blocks, j + 1))
+        finished = scheduler.update_from_output(out, float(step + out.num_iterations - 1))
+        steps.append(_step_record(step + out.num_iterations - 1, out, finished, scheduler,
+                                  allocator.num_free_blocks, 0))
+        step += out.num_iterations
     return SideRun(
         name="kvlab",
         steps=steps,
@@ -185,9 +190,22 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     )
 
 
-def _seq_record(seq) -> dict:
-    return {"request_id": str(seq.request_id), "num_computed_tokens": seq.num_computed_tokens,
-            "num_tokens": seq.num_tokens, "num_output_tokens": seq.num_output_tokens}
+def _step_record(step: int, out, finished, scheduler, num_free_blocks: int, offset: int) -> dict:
+    """One step in the driver's format. Inside a run, before the scheduler applies it, each running request has
+    computed ``offset`` tokens more than the scheduler's state says (one per iteration of the run so far)."""
+    def record(seq, offset):
+        return {"request_id": str(seq.request_id), "num_computed_tokens": seq.num_computed_tokens + offset,
+                "num_tokens": seq.num_tokens + offset, "num_output_tokens": seq.num_output_tokens + offset}
+
+    return {
+        "step": step,
+        "num_scheduled_tokens": {str(k): v for k, v in out.num_scheduled_tokens.items()},
+        "preempted_in_order": [str(k) for k in out.preempted_req_ids],
+        "finished": {str(s.request_id): "length" for s in finished},
+        "running": [record(s, offset) for s in scheduler.running],
+        "waiting": [record(s, 0) for s in scheduler.waiting],
+        "num_free_blocks": num_free_blocks,
+    }
 
 
 # -- the real side and the comparison --------------------------------------------------------------------

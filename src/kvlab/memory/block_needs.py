@@ -1,0 +1,122 @@
+"""When each request holding blocks will next need a new one, if it only decodes from now on.
+
+A decoding request computes one token per iteration, so with ``s`` slots held after its tokens so far ``t`` it
+fills them in ``s - t`` iterations and needs a new block in the one after, then one every ``block_size``
+iterations. Blocks are handed out just in time, so ``s - t < block_size`` once the prompt is computed (static
+batching reserves a whole prompt before computing it in chunks: such a request waits outside the buckets, and
+no decode run happens while it is not decoding). During a decode run every running
+request decodes, so all of them move towards their next block at the same pace: on one clock
+(``num_decode_iterations``, advanced by each run), a request needs blocks at the iterations of one residue
+modulo ``block_size``, its phase, for as long as it only decodes. The requests are kept in one bucket per phase,
+so a run of ``k`` iterations reads ``k`` buckets instead of every running request (runs are short, and most
+requests need nothing in a given one). Its last block, whose slots beyond its last token are internal
+fragmentation, falls at a known iteration too.
+
+Within a bucket the requests are in admission order (a stamp that grows with each first allocation), which is
+the running queue's order (admitted at the back, preempted from the back): the order steps hand blocks out in is
+by iteration, then running order.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from heapq import heappop, heappush
+
+
+class BlockNeeds:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.num_decode_iterations = 0  # the clock: decode-run iterations so far
+        self._buckets: list[list[int]] = [[] for _ in range(block_size)]  # phase -> request ids, admission order
+        self._phase: dict[int, int] = {}  # request_id -> its bucket: the clock iterations of its blocks mod block_size
+        self._stamp: dict[int, int] = {}  # request_id -> admission stamp
+        self._last: dict[int, dict[int, int]] = {}  # clock iteration -> {request_id: internal slots of its last block}
+        self._last_of: dict[int, int] = {}  # request_id -> the key of its entry in _last
+        self._last_heap: list[int] = []  # the keys of _last (and some of removed entries: skipped)
+        self._far: set[int] = set()  # requests holding a block or more beyond their tokens: not decoding
+        self._num_stamps = 0
+
+    def admit(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
+        """A request got its first blocks: ``num_slots`` held, ``num_tokens`` filled once this iteration ran,
+        ``num_kv_tokens`` to be written over its life."""
+        self._num_stamps += 1
+        self._stamp[request_id] = self._num_stamps
+        self._place(request_id, num_slots, num_tokens, num_kv_tokens)
+
+    def update(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
+        """Its slots or its tokens changed outside a decode run (a step's allocate_slots)."""
+        self._remove(request_id)
+        self._place(request_id, num_slots, num_tokens, num_kv_tokens)
+
+    def forget(self, request_id: int) -> None:
+        if request_id in self._phase:
+            self._remove(request_id)
+            del self._stamp[request_id]
+
+    def stamp(self, request_id: int) -> int:
+        return self._stamp[request_id]
+
+    def next_block_iteration(self, request_id: int) -> int:
+        """For checks: the decode-run iteration from now (1: the next) in which the request needs a block."""
+        return (self._phase[request_id] - self.num_decode_iterations - 1) % self.block_size + 1
+
+    def due(self, max_iterations: int, num_free_blocks: int) -> tuple[int, list[int], list[tuple[int, int, int]]]:
+        """A run of up to ``max_iterations`` iterations, as many as ``num_free_blocks`` cover: (iterations, the
+        request ids that get a block, in step order, and per iteration (from 0) the slots and the internal
+        fragmentation slots its new blocks add). The clock advances by the run."""
+        assert not self._far, "a decode run while a request is still computing its prompt"
+        clock, bs, buckets = self.num_decode_iterations, self.block_size, self._buckets
+        order: list[int] = []
+        growth = []
+        num_iterations = max_iterations
+        for j in range(1, max_iterations + 1):
+            bucket = buckets[(clock + j) % bs]
+            if bucket:
+                num_blocks = len(bucket)
+                if num_blocks > num_free_blocks:
+                    num_iterations = j - 1  # the first iteration whose blocks are not all free: stop before it
+                    break
+                num_free_blocks -= num_blocks
+                order += bucket
+                growth.append((j - 1, bs * num_blocks, 0))
+        end = clock + num_iterations
+        while self._last_heap and self._last_heap[0] <= end:
+            at = heappop(self._last_heap)
+            wastes = self._last.pop(at, None)
+            if wastes:  # last blocks: their slots beyond the request's last token
+                growth.append((at - clock - 1, 0, sum(wastes.values())))
+                for request_id in wastes:
+                    del self._last_of[request_id]
+        self.num_decode_iterations = end
+        return num_iterations, order, growth
+
+    def _place(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
+        bs = self.block_size
+        at = self.num_decode_iterations + num_slots - num_tokens + 1
+        self._phase[request_id] = at % bs
+        if at - self.num_decode_iterations > bs:
+            self._far.add(request_id)
+            return
+        insort(self._buckets[at % bs], request_id, key=self._stamp.__getitem__)
+        num_blocks_to_come = -(-num_kv_tokens // bs) - num_slots // bs
+        waste = -num_kv_tokens % bs
+        if num_blocks_to_come > 0 and waste:
+            last = at + bs * (num_blocks_to_come - 1)
+            if last not in self._last:
+                self._last[last] = {}
+                heappush(self._last_heap, last)
+            self._last[last][request_id] = waste
+            self._last_of[request_id] = last
+
+    def _remove(self, request_id: int) -> None:
+        phase = self._phase.pop(request_id)
+        if request_id in self._far:
+            self._far.remove(request_id)
+            return
+        self._buckets[phase].remove(request_id)
+        last = self._last_of.pop(request_id, None)
+        if last is not None:
+            wastes = self._last[last]
+            del wastes[request_id]
+            if not wastes:
+                del self._last[last]

@@ -1,0 +1,343 @@
+"""The lesson's explanation of a vLLM startup log, and kvlab's own sizing beside vLLM's.
+
+``explain_vllm_log(log, model)`` says what the figures mean (tokens -> blocks of block_size tokens ->
+conversations at the full length), and where the model is known puts kvlab's own sizing (kvlab.sizing, the
+arithmetic of ``kvlab size``) beside vLLM's, flagging any difference beyond what the log's rounding allows.
+"""
+
+from __future__ import annotations
+
+from kvlab.errors import KvlabError
+from kvlab.vllm.log.startup import GIB, StartupLog, blocks_from_tokens, cdiv
+
+# vLLM prints GiB rounded to 2 decimals (format_gib: round(x, 2); V0: "%.2f"): the true figure is within this.
+GIB_ROUNDING = 0.005
+DEFAULT_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
+
+# --- the explanation --------------------------------------------------------------------------------------
+
+def _gib(x: float) -> str:
+    return f"{x:,.2f} GiB"
+
+
+def _memory_line(log: StartupLog, tokens: int | None, blocks: int | None, block_size: int) -> str | None:
+    if log.available_kv_cache_gib is None or log.refused:
+        return None
+    per_gpu = " per GPU" if (log.settings.get("tensor_parallel_size") or 1) > 1 else ""
+    left = (f"after the model weights ({_gib(log.model_weights_gib)})" if log.model_weights_gib is not None
+            else "after the model weights")
+    text = (f"Available KV cache memory, {_gib(log.available_kv_cache_gib)}{per_gpu}: what vLLM had left for "
+            f"the KV cache {left}, the activations of a profiling run and other memory")
+    if log.device == "CPU":
+        text = (f"KV cache memory, {_gib(log.available_kv_cache_gib)}: on a CPU vLLM takes it from "
+                "--kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE), else from what is left of the memory it "
+                "requested")
+    if tokens:
+        slots = blocks * block_size if blocks else tokens
+        per_token = log.available_kv_bytes / slots
+        text += (f"; at {per_token:,.0f} bytes of keys and values per token" if per_token == int(per_token)
+                 else f"; at about {per_token / 1024:,.1f} KiB of keys and values per token")
+        text += f" it holds {slots:,} tokens"
+    return text + "."
+
+
+def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
+    """Tokens -> blocks of block_size tokens -> conversations at the full length, in the log's own figures."""
+    out = []
+    tokens, blocks, length, device = log.kv_cache_tokens, log.num_gpu_blocks, log.max_model_len, log.device
+    if blocks is None and tokens and length and log.format == "v1":
+        blocks = blocks_from_tokens(tokens, block_size, length)
+    memory = _memory_line(log, tokens, blocks, block_size)
+    if memory:
+        out.append(memory)
+    bs_note = f" (block_size {block_size} assumed: the log does not say; it is vLLM's default)" if assumed else ""
+    if tokens and blocks:
+        if log.derived.get("kv_cache_tokens"):
+            out.append(f"{device} KV cache: {blocks:,} blocks of {block_size} tokens{bs_note} = {tokens:,} tokens "
+                       "(the keys and values of that many tokens fit at once).")
+        elif tokens == blocks * block_size or not length:
+            out.append(f"{device} KV cache size, {tokens:,} tokens: the keys and values of {tokens:,} tokens fit at "
+                       f"once. vLLM hands them out in blocks of {block_size} tokens{bs_note}: {tokens:,} / "
+                       f"{block_size} = {blocks:,} blocks.")
+        else:
+            out.append(f"{device} KV cache size, {tokens:,} tokens: vLLM counts conversations at full length x "
+                       f"their length ({tokens / length:,.2f} x {length:,}); the cache itself is {blocks:,} blocks "
+                       f"of {block_size} tokens{bs_note} = {blocks * block_size:,} token slots, and a "
+                       f"{length:,}-token conversation fills {cdiv(length, block_size):,} whole blocks.")
+    elif tokens:
+        out.append(f"{device} KV cache size, {tokens:,} tokens: in blocks of {block_size} tokens{bs_note}, "
+                   f"{tokens / block_size:,.1f} blocks.")
+    if length and blocks and not log.refused:
+        per_request = cdiv(length, block_size)
+        fit = blocks / per_request
+        text = (f"One conversation at the full length, max_model_len {length:,} tokens, takes {length:,} / "
+                f"{block_size} = {per_request:,} blocks{'' if length % block_size == 0 else ' (rounded up)'}, so "
+                f"{blocks:,} / {per_request:,} = {fit:,.2f} such conversations fit at once")
+        if log.max_concurrency is None or round(fit, 2) == log.max_concurrency:
+            text += (f": that is vLLM's 'Maximum concurrency ... {log.max_concurrency:.2f}x'."
+                     if log.max_concurrency is not None else ".")
+        else:
+            text += (f"; vLLM says {log.max_concurrency:.2f}x: this model's layers are not all full attention "
+                     "(sliding windows, or several KV cache groups), and vLLM counts a conversation's blocks per "
+                     "group.")
+        out.append(text)
+        if fit >= 1 and length >= 4 * block_size:
+            short = max(block_size, length // 8)
+            out.append(f"Shorter conversations take fewer blocks: at {short:,} tokens ({cdiv(short, block_size):,} "
+                       f"blocks) each, {blocks // cdiv(short, block_size):,} fit at once.")
+    elif length and log.max_concurrency is not None and not log.refused:
+        out.append(f"{log.max_concurrency:.2f} conversations at the full length of {length:,} tokens fit at once "
+                   "(vLLM's 'Maximum concurrency').")
+    out += _refusal_lines(log, block_size, bs_note)
+    return out
+
+
+def _refusal_lines(log: StartupLog, block_size: int, bs_note: str) -> list[str]:
+    if not log.refused:
+        return []
+    length = log.max_model_len
+    if log.no_kv_memory:
+        return [("vLLM refused to start: nothing was left for the KV cache after the weights and activations. "
+                 "Give it more memory (--gpu-memory-utilization, --tensor-parallel-size) or a smaller model.")]
+    need = (f"{length:,} / {block_size} = {cdiv(length, block_size):,} blocks of {block_size} tokens{bs_note}"
+            if length else "its blocks")
+    if log.needed_kv_cache_gib is not None:
+        need += f", {_gib(log.needed_kv_cache_gib)}"
+    have = []
+    if log.kv_cache_tokens:
+        have.append(f"{log.kv_cache_tokens:,} tokens")
+    if log.available_kv_cache_gib is not None:
+        have.append(_gib(log.available_kv_cache_gib))
+    longest = log.estimated_max_model_len or log.kv_cache_tokens
+    fix = f"--max-model-len {longest} or less" if longest else "a smaller --max-model-len"
+    if not longest and length and log.needed_kv_cache_gib and log.available_kv_cache_gib:
+        # The KV cache a request needs grows in proportion to its length (full attention).
+        about = int(length * log.available_kv_cache_gib / log.needed_kv_cache_gib) // block_size * block_size
+        fix = (f"--max-model-len of about {about:,} or less ({log.available_kv_cache_gib:.2f} / "
+               f"{log.needed_kv_cache_gib:.2f} of {length:,}, for full attention)")
+    return [(f"vLLM refused to start: one conversation at the full length of {length:,} tokens needs {need} of KV "
+             f"cache, and only {' = '.join(have) or 'less'} fit. Fix: {fix}, or more memory for the cache "
+             "(--gpu-memory-utilization, --tensor-parallel-size, --kv-cache-dtype fp8).")]
+
+
+def _worker_lines(log: StartupLog) -> list[str]:
+    if log.refused:
+        return []  # a refusal is printed twice (the log line and the exception): nothing to say about workers
+    names = {"available_kv_cache_gib": "available KV cache memory", "kv_cache_tokens": "KV cache size",
+             "num_gpu_blocks": "blocks", "model_weights_gib": "model weights"}
+    same: dict[tuple[int, int], list[str]] = {}  # (times, workers) -> labels
+    out = []
+    for figure, label in names.items():
+        entries = log.per_worker.get(figure, [])
+        values = [e["value"] for e in entries]
+        workers = {e["worker"] for e in entries if e["worker"]}
+        if len(values) < 2:
+            continue
+        if len(set(values)) == 1:
+            same.setdefault((len(values), len(workers)), []).append(label)
+        elif len(workers) > 1:
+            out.append(f"The {label} differs between workers ({', '.join(f'{v:,}' for v in values)}): vLLM sizes "
+                       "the cache by the smallest; the first is shown.")
+    for (times, num_workers), labels in same.items():
+        who = f", by {num_workers} workers," if num_workers > 1 else ""
+        what = labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
+        out.insert(0, f"The {what} line{'s' if len(labels) > 1 else ''} appear{'' if len(labels) > 1 else 's'} "
+                      f"{times} times{who} with the same figure: vLLM prints {'them' if len(labels) > 1 else 'it'} "
+                      "once per worker (or once per worker's KV cache config).")
+    return out
+
+
+# --- kvlab's own calculation beside vLLM's ---------------------------------------------------------------
+
+def resolve_model(log: StartupLog, model: str | None):
+    """(ModelSpec or None, where it came from or why there is none). ``model``: --model, a catalogue name,
+    config.json or Hugging Face id; otherwise the model the log names, if it is in the catalogue or a local
+    config.json (never fetched: a pasted log must not send kvlab online)."""
+    from kvlab.catalog.config import load_config_path, looks_like_path
+    from kvlab.catalog.models import find_catalogue_model, get_model
+
+    if model is not None:
+        return get_model(model), f"--model {model}"
+    name = log.model
+    if not name:
+        return None, "the log does not name the model (give --model NAME or a config.json)"
+    if looks_like_path(name):
+        try:
+            return load_config_path(name), f"the config.json in {name}, which the log names"
+        except KvlabError:
+            pass
+    parts = name.rstrip("/").split("/")
+    for candidate in (name, "/".join(parts[-2:]), parts[-1]):
+        spec = find_catalogue_model(candidate)
+        if spec is not None:
+            how = "" if candidate == spec.id else f" (the catalogue's name for {name})"
+            return spec, f"{spec.id}{how}"
+    return None, (f"{name!r}, which the log names, is not in kvlab's catalogue (give --model NAME, a config.json, or "
+                  "a Hugging Face id)")
+
+
+def _sizing_config(log: StartupLog, available_kv_bytes: int):
+    from kvlab.sizing import KV_CACHE_DTYPES, MODEL_DTYPES, SizingConfig
+
+    s = log.settings
+    dtype = s.get("dtype") if s.get("dtype") in MODEL_DTYPES else "auto"
+    kv_dtype = s.get("kv_cache_dtype") if s.get("kv_cache_dtype") in KV_CACHE_DTYPES else "auto"
+    return SizingConfig(
+        available_kv_bytes=max(1, available_kv_bytes), block_size=log.block_size or DEFAULT_BLOCK_SIZE,
+        max_model_len=log.max_model_len, dtype=dtype, kv_cache_dtype=kv_dtype,
+        tensor_parallel_size=s.get("tensor_parallel_size") or 1, pipeline_parallel_size=s.get("pipeline_parallel_size")
+        or 1, max_num_batched_tokens=s.get("max_num_batched_tokens"), max_num_seqs=s.get("max_num_seqs"),
+    )
+
+
+def _budget(log: StartupLog, bytes_per_block: int) -> tuple[int, int, int, str] | None:
+    """(low, middle, high) KV cache bytes per GPU consistent with the log, and what they come from."""
+    override = log.settings.get("num_gpu_blocks_override")
+    if isinstance(override, int) and override > 0:
+        exact = override * bytes_per_block
+        return exact, exact, exact, f"num_gpu_blocks_override={override} x {bytes_per_block:,} B per block"
+    exact = log.settings.get("kv_cache_memory_bytes")
+    if isinstance(exact, int) and exact > 0:
+        return exact, exact, exact, f"kv_cache_memory_bytes={exact:,} in the arguments"
+    gib = log.available_kv_cache_gib
+    if gib is not None and gib > 0:
+        low, high = max(1, round((gib - GIB_ROUNDING) * GIB)), round((gib + GIB_ROUNDING) * GIB) - 1
+        return low, round(gib * GIB), high, f"{gib} GiB as printed, rounded to 0.01 GiB"
+    if log.num_gpu_blocks and "num_gpu_blocks" not in log.derived:
+        exact = log.num_gpu_blocks * bytes_per_block
+        return exact, exact, exact, f"the log's {log.num_gpu_blocks:,} blocks x {bytes_per_block:,} B per block"
+    return None
+
+
+def _figures(log: StartupLog, result) -> dict:
+    """What vLLM would print for kvlab's block count: V1's formulas, or V0's (blocks x block_size)."""
+    refusal = {"estimated_max_model_len": result.estimated_max_model_len,
+               # max_memory_usage_bytes: the blocks of one max_model_len request, all layers
+               "needed_kv_cache_gib": result.blocks_per_request * result.bytes_per_block / GIB}
+    if log.format == "v0":
+        tokens = result.num_blocks * result.block_size
+        return {"num_gpu_blocks": result.num_blocks, "kv_cache_tokens": tokens,
+                "max_concurrency": tokens / result.max_model_len, **refusal}
+    return {"num_gpu_blocks": result.num_blocks, "kv_cache_tokens": result.num_tokens,
+            "max_concurrency": result.max_concurrency, **refusal}
+
+
+LABELS = {"num_gpu_blocks": "blocks", "kv_cache_tokens": "KV cache size (tokens)",
+          "max_concurrency": "maximum concurrency", "estimated_max_model_len": "longest max_model_len that fits",
+          "needed_kv_cache_gib": "KV cache one full-length conversation needs"}
+TWO_DECIMALS = {"max_concurrency": "x", "needed_kv_cache_gib": " GiB"}  # as vLLM prints them
+
+
+def format_figure(figure: str, value) -> str:
+    if figure in TWO_DECIMALS:
+        return f"{value:,.2f}{TWO_DECIMALS[figure]}"
+    return f"{value:,}"
+
+
+def _compare(figure: str, vllm, mid, low, high) -> tuple[str, str | None]:
+    """('equal' | 'within rounding' | 'differs', the difference as a sentence)."""
+    if figure in TWO_DECIMALS:
+        same = round(mid, 2) == vllm
+        inside = round(min(low, high), 2) <= vllm <= round(max(low, high), 2)
+    else:
+        same, inside = mid == vllm, min(low, high) <= vllm <= max(low, high)
+    if same:
+        return "equal", None
+    if inside:
+        return "within rounding", None
+    spread = ("" if low == high else
+              f" (the printed KV cache memory allows {format_figure(figure, low)}-{format_figure(figure, high)})")
+    return "differs", f"{LABELS[figure]}: kvlab {format_figure(figure, mid)}, vLLM {format_figure(figure, vllm)}{spread}"
+
+
+def _difference_hint(log: StartupLog, spec, side: dict, comparison: list[dict]) -> str:
+    """Where a difference most likely comes from, for the reader to check."""
+    status = {row["figure"]: row["status"] for row in comparison}
+    if status.get("num_gpu_blocks") in ("equal", "within rounding") and log.max_concurrency:
+        implied = log.num_gpu_blocks / log.max_concurrency
+        sliding = (f" (kvlab's {spec.id} keeps a {spec.sliding_window:,}-token window in {spec.num_sliding_layers} "
+                   "layers)" if spec.num_sliding_layers else "")
+        return (f"the blocks agree, so it is the blocks one conversation needs: kvlab counts "
+                f"{side['blocks_per_request']:,} blocks per conversation of {side['max_model_len']:,} tokens{sliding}, "
+                f"vLLM's figures imply about {implied:,.0f}; the served checkpoint is probably not the one kvlab "
+                "assumed (give --model with its config.json)")
+    return (f"check what kvlab assumed: {spec.id}, block_size {side['block_size']}, dtype {side['dtype']}, KV cache "
+            f"dtype {side['kv_cache_dtype']}, tensor_parallel_size {side['tensor_parallel_size']} (give --model, "
+            "or the arguments the server ran with)")
+
+
+def _log_lines(log: StartupLog, result, figures: dict) -> list[str]:
+    """The lines vLLM would have printed for kvlab's figures, in the log's own engine's format."""
+    if log.format == "v0":
+        return [f"# {log.kv_cache_device or 'GPU'} blocks: {figures['num_gpu_blocks']}",
+                f"Maximum concurrency for {result.max_model_len} tokens per request: {figures['max_concurrency']:.2f}x"]
+    device = log.kv_cache_device or "GPU"
+    return [line.replace("GPU KV cache size", f"{device} KV cache size") for line in result.vllm_log_lines]
+
+
+def kvlab_calculation(log: StartupLog, spec, source: str) -> dict:
+    """kvlab.sizing's figures for this log's budget and settings, beside vLLM's, with the differences."""
+    from kvlab.sizing import size_kv_cache
+
+    probe = size_kv_cache(spec, _sizing_config(log, GIB))
+    budget = _budget(log, probe.bytes_per_block)
+    side = {"model": spec.id, "model_source": source, "block_size": probe.block_size, "dtype": probe.dtype,
+            "kv_cache_dtype": probe.kv_cache_dtype, "tensor_parallel_size": probe.tensor_parallel_size,
+            "max_model_len": probe.max_model_len, "kv_bytes_per_token_per_gpu": probe.kv_bytes_per_token_per_gpu,
+            "page_size_bytes": probe.page_size_bytes, "bytes_per_block": probe.bytes_per_block,
+            "blocks_per_request": probe.blocks_per_request}
+    if budget is None:
+        side["note"] = "the log gives no KV cache memory or block count to size from"
+        return {"kvlab": side, "comparison": [], "differences": []}
+    low_b, mid_b, high_b, how = budget
+    results = [size_kv_cache(spec, _sizing_config(log, b)) for b in (low_b, mid_b, high_b)]
+    low, mid, high = (_figures(log, r) for r in results)
+    side.update(available_kv_bytes=mid_b, available_kv_source=how, **mid,
+                refused=not results[1].fits_max_model_len, vllm_log_lines=_log_lines(log, results[1], mid))
+    if low_b != high_b:
+        side["range"] = {k: [low[k], high[k]] for k in mid}
+    comparison, differences = [], []
+    # The refusal's figures are compared only for a refusal: a started engine printed none of them.
+    figures = [k for k in mid if log.refused or k not in ("estimated_max_model_len", "needed_kv_cache_gib")]
+    stated = {k: getattr(log, k) for k in figures if getattr(log, k) is not None and k not in log.derived}
+    for figure, vllm in stated.items():
+        status, difference = _compare(figure, vllm, mid[figure], low[figure], high[figure])
+        comparison.append({"figure": figure, "vllm": vllm, "kvlab": mid[figure], "status": status})
+        if difference:
+            differences.append(difference)
+    if side["refused"] != log.refused:
+        differences.append(f"vLLM {'refused' if log.refused else 'started'}, but kvlab's arithmetic says it would "
+                           f"{'start' if log.refused else 'refuse'}")
+    if differences:
+        side["hint"] = _difference_hint(log, spec, side, comparison)
+    return {"kvlab": side, "comparison": comparison, "differences": differences}
+
+
+def explain_vllm_log(log: StartupLog, model: str | None = None) -> dict:
+    """The lesson's explanation of ``log`` ("lines"), and, when the model is known (``model``: a catalogue
+    name, config.json or Hugging Face id; else the log's own), kvlab's calculation beside vLLM's ("kvlab",
+    "comparison") and the differences beyond the log's rounding ("differences", empty when they agree)."""
+    assumed = log.block_size is None
+    block_size = log.block_size or DEFAULT_BLOCK_SIZE
+    out: dict = {"lines": _lesson_lines(log, block_size, assumed) + _worker_lines(log)}
+    spec, source = resolve_model(log, model)
+    out["model_source"] = source
+    if spec is None:
+        out["lines"].append(f"kvlab's own calculation needs the model: {source}.")
+        return out
+    try:
+        out.update(kvlab_calculation(log, spec, source))
+    except KvlabError as exc:
+        if model is not None:
+            raise
+        out["lines"].append(f"kvlab cannot size {spec.id} with this log's settings: {exc}.")
+        return out
+    side = out["kvlab"]
+    if out["comparison"]:
+        differing = [LABELS[row["figure"]] for row in out["comparison"] if row["status"] == "differs"]
+        verdict = ("agrees with vLLM on every figure" if not out["differences"] else
+                   f"differs from vLLM on the {', '.join(differing) or 'refusal'}: {side['hint']}")
+        out["lines"].append(f"kvlab's own arithmetic for {spec.id} ({side['kv_bytes_per_token_per_gpu']:,} bytes per "
+                            f"token per GPU, {side['bytes_per_block']:,} per block of {side['block_size']}) "
+                            f"{verdict}.")
+    return out

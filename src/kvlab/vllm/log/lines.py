@@ -1,0 +1,337 @@
+"""Read a vLLM startup log as people paste it, and explain its KV cache figures the lesson's way.
+
+``parse_vllm_log(text)`` finds the lines vLLM prints while it sizes its KV cache, in every format it has
+printed (the format strings, with the files that print them):
+
+    V1 engine (vllm/v1/...)                                          V0 engine (vllm/worker, vllm/executor)
+    Available KV cache memory: 6.51 GiB          gpu_worker.py       Loading model weights took 2.6419 GB
+    Explicitly set (0.25/14.46) GiB for KV cache on node 0  (CPU)    Memory profiling results: total_gpu_memory=
+    GPU KV cache size: 42,656 tokens             kv_cache_utils.py       7.92GiB ... kv_cache_size=3.54GiB ...
+    Maximum concurrency for 32,768 tokens per request: 1.30x             gpu_memory_utilization=0.90
+      (one line in 0.32: "GPU KV cache size: N tokens, Maximum      the current vLLM instance can use total_gpu_memory
+      concurrency for ...")                                              (..GiB) x gpu_memory_utilization (0.90) = ..GiB
+    Model loading took 14.77 GiB and 24.3 seconds                    model weights take ..GiB; ...; the rest of the
+    ... num_gpu_blocks is: 6297                  loggers.py              memory reserved for KV Cache is 2.36GiB.
+    To serve at least one request with the model's max seq len       # GPU blocks: 1207, # CPU blocks: 1365
+      (N), (X GiB KV cache is needed, which is larger than the         (later "# cuda blocks", "# CUDA blocks")
+      available KV cache memory (Y GiB). ... estimated maximum       Maximum concurrency for 2048 tokens per request
+      model length is M.                         (the refusal)       The model's max seq len (N) is larger than the
+    non-default args: {'model': ..., 'block_size': 32, ...}              maximum number of tokens that can be stored
+    Initializing a V1 LLM engine (v0.11.0) with config: model=...       in KV cache (M).               (the refusal)
+
+whatever wraps them: vLLM's own ``(EngineCore_DP0 pid=…) INFO MM-DD hh:mm:ss [file.py:NNN]`` prefix (or the
+older ``INFO MM-DD hh:mm:ss file.py:NNN]``), Ray's ``(LLMRayActor pid=…, ip=…)`` and ``[repeated 3x across
+cluster]``, docker compose's ``name  | ``, ``docker logs -t`` / kubectl timestamps, ANSI colours (also with the
+escape character lost in a paste), markdown fences, quotes and back-quotes. A figure printed more than once
+(once per worker, or once per KV cache config) is reported as the first one; every occurrence is in
+``per_worker``.
+
+No I/O here: the CLI reads the file.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# --- cleaning: what people's tools put around vLLM's lines -------------------------------------------------
+
+ANSI = re.compile(r"(?:\x1b|\ufffd)\[[0-9;?]*[A-Za-z]|(?<![\w\]])\[[0-9]{1,3}(?:;[0-9]{1,3})*m")
+FENCE = re.compile(r"^\s*(```|~~~)")
+WRAPPERS = (
+    re.compile(r"^\s*>+\s?"),                                                  # markdown quote
+    re.compile(r"^\s*`+"),                                                     # markdown back-quotes
+    re.compile(r"^\s*\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"),  # docker -t, kubectl
+    re.compile(r"^\s*\[\d{4}-\d\d-\d\d[T ][^\]]*\]\s*"),                       # [2025-06-26T16:27:15Z] (CI)
+    re.compile(r"^\s*\[pod/[^\]]+\]\s*"),                                      # kubectl logs --prefix
+    re.compile(r"^\s*[A-Za-z0-9][\w.-]*\s+\|\s?"),                             # docker compose "name  | "
+)
+TRAILERS = (re.compile(r"`+\s*$"), re.compile(r"\s*\[repeated \d+x across cluster\]\s*$"))
+# vLLM's process prefix, and Ray's (with ", ip=..."), possibly nested: (LLMRayActor pid=1) (EngineCore pid=2)
+PROCESS = re.compile(r"^\s*\((?P<name>[A-Za-z_][\w.\-]*)(?: rank=\d+)? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s*")
+# vLLM's level, time and source: "INFO 10-06 15:57:53 [gpu_worker.py:298] " (older: "... gpu_worker.py:298] ")
+LEVEL = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+"
+                   r"\[?[\w./<>-]+:\d+\]\s*")
+
+
+@dataclass(frozen=True)
+class LogLine:
+    text: str  # as vLLM printed it: wrappers and colours removed, vLLM's own prefix kept
+    message: str  # vLLM's message alone
+    worker: str | None  # the innermost process prefix, e.g. "Worker_TP3 pid=41702"
+
+
+def clean_line(raw: str) -> LogLine | None:
+    """The vLLM line inside what a terminal, docker, Ray or markdown put around it; None for a fence."""
+    line = ANSI.sub("", raw).replace("\r", "").rstrip()
+    if FENCE.match(line):
+        return None
+    changed = True
+    while changed and not PROCESS.match(line):  # inside vLLM's own prefix nothing is a wrapper any more
+        changed = False
+        for pattern in WRAPPERS:
+            stripped = pattern.sub("", line, count=1)
+            if stripped != line:
+                line, changed = stripped, True
+                break
+    for pattern in TRAILERS:
+        line = pattern.sub("", line)
+    text = line.strip()
+    message, worker = text, None
+    while (m := PROCESS.match(message)) is not None:
+        worker = f"{m['name']} pid={m['pid']}"
+        message = message[m.end():]
+    message = LEVEL.sub("", message, count=1).strip()
+    return LogLine(text, message, worker)
+
+
+# --- the lines vLLM prints -------------------------------------------------------------------------------
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _float(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _dtype(value) -> str | None:
+    """'torch.bfloat16' (the engine config line) or 'bfloat16' (the arguments) -> 'bfloat16'."""
+    return None if value is None else str(value).removeprefix("torch.")
+
+
+ARG_SETTINGS = ("model", "dtype", "kv_cache_dtype", "block_size", "max_model_len", "gpu_memory_utilization",
+                "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
+                "kv_cache_memory_bytes", "num_gpu_blocks_override", "quantization", "enable_prefix_caching",
+                "swap_space", "served_model_name")
+LITERAL_ITEM = re.compile(r"'(?P<key>\w+)':\s*(?P<value>'[^']*'|\"[^\"]*\"|-?\d[\d_.]*(?:e-?\d+)?|True|False|None"
+                          r"|\[[^\[\]]*\])")
+
+
+def parse_args_dict(text: str) -> dict:
+    """The dict vLLM logs as 'non-default args', read as a Python literal; item by item when it holds reprs
+    that are not literals or was cut off in the paste."""
+    try:
+        value = ast.literal_eval(text)
+        if isinstance(value, dict):
+            return value
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        pass
+    items = {}
+    for m in LITERAL_ITEM.finditer(text):
+        try:
+            items[m["key"]] = ast.literal_eval(m["value"])
+        except (ValueError, SyntaxError):
+            continue
+    return items
+
+
+def _read_args(m: re.Match) -> dict:
+    args = parse_args_dict(m["args"])
+    settings = {k: args[k] for k in ARG_SETTINGS if k in args and args[k] is not None}
+    if "model" not in settings and isinstance(args.get("model_tag"), str):
+        settings["model"] = args["model_tag"]  # `vllm serve MODEL`: the positional argument
+    if "dtype" in settings:
+        settings["dtype"] = _dtype(settings["dtype"])
+    return {f"settings.{k}": v for k, v in settings.items()}
+
+
+CONFIG_ITEM = re.compile(r"(?P<key>\w+)=(?P<value>'[^']*'|[^,\s]+)")
+CONFIG_SETTINGS = {"model": "model", "dtype": "dtype", "max_seq_len": "max_model_len",
+                   "tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
+                   "kv_cache_dtype": "kv_cache_dtype", "quantization": "quantization"}
+
+
+def _read_engine_config(m: re.Match) -> dict:
+    found: dict = {"vllm_version": m["version"]}
+    for item in CONFIG_ITEM.finditer(m["rest"]):
+        name = CONFIG_SETTINGS.get(item["key"])
+        if name is None or f"config.{name}" in found:
+            continue
+        value = item["value"].strip("'")
+        if value == "None":
+            continue
+        if name == "dtype":
+            value = _dtype(value)
+        elif value.isdigit():
+            value = int(value)
+        found[f"config.{name}"] = value
+    return found
+
+
+CONFIG_KEYS = {v: k for k, v in CONFIG_SETTINGS.items()}
+PROFILE_ITEM = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+)(?:GiB|Gib|GB)?")
+
+
+def _read_profiling(m: re.Match) -> dict:
+    """V0 0.6.x: 'Memory profiling results: total_gpu_memory=7.92GiB ... kv_cache_size=6.27GiB
+    gpu_memory_utilization=0.90' (some builds: 'kv_cache_memory=')."""
+    items = {i["key"]: float(i["value"]) for i in PROFILE_ITEM.finditer(m["rest"])}
+    found = {}
+    for key in ("kv_cache_size", "kv_cache_memory"):
+        if key in items:
+            found["available_kv_cache_gib"] = items[key]
+            break
+    if "total_gpu_memory" in items:
+        found["total_gpu_memory_gib"] = items["total_gpu_memory"]
+    if "gpu_memory_utilization" in items:
+        found["gpu_memory_utilization"] = items["gpu_memory_utilization"]
+    return found
+
+
+@dataclass(frozen=True)
+class LinePattern:
+    """One kind of line: what it looks like, which engine prints it (None: both), what it gives."""
+
+    name: str
+    engine: str | None
+    regex: re.Pattern
+    read: Callable[[re.Match], dict]
+
+
+NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)"  # 42,656 or 42656: never the comma after a number
+
+
+def _pattern(name: str, engine: str | None, regex: str, read: Callable[[re.Match], dict]) -> LinePattern:
+    # Any run of spaces in a format string may be a line break or several spaces in a paste.
+    return LinePattern(name, engine, re.compile(regex.replace(" ", r"\s+").replace("NUM", NUM)), read)
+
+
+PATTERNS = (
+    _pattern("kv_cache_size", "v1", r"\b(?P<device>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<n>NUM) tokens",
+             lambda m: {"kv_cache_tokens": _int(m["n"]), "kv_cache_device": m["device"]}),
+    _pattern("max_concurrency", None,
+             r"Maximum concurrency for (?P<len>NUM) tokens per request: (?P<x>[\d.,]+)x",
+             lambda m: {"max_concurrency_tokens_per_request": _int(m["len"]), "max_concurrency": _float(m["x"])}),
+    _pattern("available_kv", "v1", r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB",
+             lambda m: {"available_kv_cache_gib": float(m["gib"])}),
+    _pattern("cpu_kv", "v1", r"(?:Explicitly|Auto) set \((?P<gib>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache",
+             lambda m: {"available_kv_cache_gib": float(m["gib"]), "total_memory_gib": float(m["total"])}),
+    _pattern("num_gpu_blocks", "v1", r"num_gpu_blocks is: (?P<n>NUM)",
+             lambda m: {"num_gpu_blocks": _int(m["n"])}),
+    _pattern("blocks_override", None, r"with num_gpu_blocks_override=(?P<n>\d+)",
+             lambda m: {"num_gpu_blocks": int(m["n"])}),
+    _pattern("weights_v1", None, r"Model loading took (?P<gib>[\d.]+) GiB",
+             lambda m: {"model_weights_gib": float(m["gib"])}),
+    _pattern("weights_v0", "v0", r"Loading model weights took (?P<gib>[\d.]+) GB",
+             lambda m: {"model_weights_gib": float(m["gib"])}),
+    _pattern("blocks_v0", "v0", r"#\s*(?P<device>\w+) blocks: (?P<n>NUM)(?:, #\s*CPU blocks: (?P<cpu>NUM))?",
+             lambda m: {"num_gpu_blocks": _int(m["n"]), "kv_cache_device": m["device"],
+                        **({"num_cpu_blocks": _int(m["cpu"])} if m["cpu"] else {})}),
+    _pattern("profiling_v0", "v0", r"Memory profiling results: (?P<rest>.*)", _read_profiling),
+    _pattern("budget", None, r"total_gpu_memory \((?P<total>[\d.]+)\s*GiB\) x gpu_memory_utilization "
+             r"\((?P<util>[\d.]+)\)",
+             lambda m: {"total_gpu_memory_gib": float(m["total"]), "gpu_memory_utilization": float(m["util"])}),
+    _pattern("memory_split", None, r"model weights take (?P<w>[\d.]+)\s*GiB;.*?the rest of the memory reserved for "
+             r"KV Cache is (?P<kv>-?[\d.]+)\s*GiB",
+             lambda m: {"model_weights_gib": float(m["w"]), "available_kv_cache_gib": float(m["kv"])}),
+    _pattern("refusal_v0", "v0", r"The model's max seq len \((?P<len>\d+)\) is larger than the maximum number of "
+             r"tokens that can be stored in KV cache \((?P<n>\d+)\)",
+             lambda m: {"refused": True, "max_model_len": int(m["len"]), "kv_cache_tokens": int(m["n"])}),
+    _pattern("refusal_v1", "v1", r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\), "
+             r"\((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory "
+             r"\((?P<avail>-?[\d.]+) GiB\)",
+             lambda m: {"refused": True, "max_model_len": int(m["len"]), "needed_kv_cache_gib": float(m["need"]),
+                        "available_kv_cache_gib": float(m["avail"])}),
+    _pattern("estimated_len", "v1", r"[Ee]stimated maximum model length is (?P<n>\d+)",
+             lambda m: {"estimated_max_model_len": int(m["n"])}),
+    _pattern("no_memory", None, r"No available memory for the cache blocks",
+             lambda m: {"refused": True, "no_kv_memory": True}),
+    _pattern("non_default_args", None, r"non-default args: (?P<args>\{.*\}?)", _read_args),
+    _pattern("engine_config", None, r"Initializing an? (?:(?P<engine>V[01]) )?LLM engine \(v?(?P<version>[^)\s]+)\) "
+             r"with config: (?P<rest>.*)", _read_engine_config),
+    _pattern("using_max_model_len", None, r"Using max model len (?P<n>\d+)",
+             lambda m: {"config.max_model_len": int(m["n"])}),
+    _pattern("server_version", None, r"vLLM API server version (?P<v>\S+)|█ +version (?P<b>\d[\w.+-]*)",
+             lambda m: {"vllm_version": m["v"] or m["b"]}),
+)
+SEEN_LABELS = {"non_default_args": "the non-default args line", "engine_config": "the engine config line",
+               "weights_v1": "the model loading line", "weights_v0": "the model loading line",
+               "server_version": "the version line", "using_max_model_len": "the max model len line",
+               "budget": "the GPU memory line"}
+# Figures about the KV cache itself: a log must have one of these to be explained.
+KV_FIGURES = ("kv_cache_tokens", "num_gpu_blocks", "max_concurrency", "available_kv_cache_gib", "refused")
+LOOKED_FOR = ("V1's 'Available KV cache memory: X GiB', 'GPU KV cache size: N tokens' (or 'CPU KV cache size'), "
+              "'Maximum concurrency for N tokens per request: X.XXx'; V0's '# GPU blocks: N, # CPU blocks: M', "
+              "'Memory profiling results: ... kv_cache_size=X GiB ...', '... the rest of the memory reserved for KV "
+              "Cache is X GiB'; and the refusals 'The model's max seq len (N) is larger than the maximum number of "
+              "tokens that can be stored in KV cache (M)', 'To serve at least one request with the model's max seq "
+              "len (N), ...', 'No available memory for the cache blocks'")
+V1_MARKERS = re.compile(r"\bEngineCore\b|\bV1 LLM engine\b|\bv1/")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One figure read from one line."""
+
+    figure: str
+    value: object
+    line: str
+    worker: str | None
+    engine: str | None  # the engine whose format the line is in, None if both printed it
+    pattern: str = ""  # the kind of line
+
+
+MAX_LINE_CHARS = 240
+
+
+def excerpt(text: str, figure: str) -> str:
+    """A long line (the engine config, the arguments) cut to vLLM's prefix and the part that holds ``figure``."""
+    if len(text) <= MAX_LINE_CHARS or "." not in figure:
+        return text
+    kind, name = figure.split(".", 1)
+    key = f"'{name}'" if kind == "settings" else f"{CONFIG_KEYS.get(name, name)}="
+    at = text.find(key)
+    marks = [text.find(m) + len(m) for m in ("non-default args:", "with config:") if m in text]
+    head = text[:marks[0]] if marks else text[:60]
+    if at < 0:
+        return head + " …"
+    end = text.find(",", at)
+    return f"{head} … {text[at:end if end > 0 else len(text)]} …"
+
+
+# Words one of which every known line holds (on its first line, when a paste wrapped it): the other lines of a
+# long log (requests, routes, progress bars) are skipped without running every pattern on them.
+KEYWORDS = ("KV cache", "KV Cache", "concurrency", "blocks", "Model loading", "model weights", "Memory profiling",
+            "total_gpu_memory", "max seq len", "To serve", "maximum model length", "No available memory",
+            "non-default args", "LLM engine", "max model len", "version")
+WRAPPED_LINES = 3  # a wrapped message's continuation lines looked at after a line with a keyword
+
+
+def _candidate_lines(text: str) -> list[LogLine]:
+    raw = text.splitlines()
+    keep = set()
+    for i, line in enumerate(raw):
+        if any(word in line for word in KEYWORDS):
+            keep.update(range(i, min(i + WRAPPED_LINES + 1, len(raw))))
+    lines = (clean_line(raw[i]) for i in sorted(keep))
+    return [line for line in lines if line is not None and line.message]
+
+
+def read_lines(text: str) -> list[Reading]:
+    """Every figure of every known line, in the order of the log."""
+    lines = _candidate_lines(text)
+    readings: list[Reading] = []
+    found = set()
+    for line in lines:
+        for pattern in PATTERNS:
+            m = pattern.regex.search(line.message)
+            if m is None:
+                continue
+            found.add(pattern.name)
+            for figure, value in pattern.read(m).items():
+                readings.append(Reading(figure, value, excerpt(line.text, figure), line.worker, pattern.engine,
+                                        pattern.name))
+    # A long message wrapped over several lines in a paste (the refusal, typically): look across lines too.
+    joined = "\n".join(line.message for line in lines)
+    for pattern in PATTERNS:
+        if pattern.name in found or pattern.name in ("non_default_args", "engine_config", "profiling_v0"):
+            continue
+        m = pattern.regex.search(joined)
+        if m is not None:
+            snippet = " ".join(m.group(0).split())
+            readings += [Reading(f, v, snippet, None, pattern.engine, pattern.name)
+                         for f, v in pattern.read(m).items()]
+    return readings
