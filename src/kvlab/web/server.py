@@ -151,6 +151,60 @@ class Sessions:
         self.by_id.pop(sid, None)
 
 
+def make_stream(sessions: Sessions, have_of):
+    """The stream route's handler: frames as server-sent events until the run is done or a newer stream of it
+    takes over."""
+
+    async def stream(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        speed = parse_speed(request.query_params.get("speed"))
+        have = have_of(request)
+        interval = 1.0 / FRAMES_PER_SECOND
+        session.stream_id += 1
+        me = session.stream_id
+
+        async def events():
+            nonlocal have
+            next_tick = last = time.monotonic()
+            while session.stream_id == me:  # a newer stream of this run takes over
+                # Simulated time follows wall time (x speed), whatever the frame rate the machine manages;
+                # a stall (a slow frame) is not made up for in one leap of more than MAX_FRAME_GAP.
+                now = time.monotonic()
+                dt = speed * min(max(now - last, interval), MAX_FRAME_GAP)
+                last = now
+                try:
+                    frame = await run_in_threadpool(session.advance, dt, have)
+                except KvlabError as exc:
+                    yield f"event: error\ndata: {json.dumps({'error': str(exc)})}\n\n"
+                    return
+                have = frame["seq"]
+                yield f"event: frame\ndata: {json.dumps(frame, separators=(',', ':'))}\n\n"
+                if frame["done"]:
+                    return
+                next_tick += interval
+                delay = next_tick - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                else:
+                    next_tick = time.monotonic()  # running behind: do not try to catch up in a burst
+
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    return stream
+
+
+async def vllm_log(request: Request) -> Response:
+    try:
+        data = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise KvlabError('the log must be sent as JSON: {"text": "..."}') from None
+    return JSONResponse(await run_in_threadpool(explain_log, data))
+
+
 def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = None) -> Starlette:
     """The lab's ASGI app. ``allowed_hosts`` guards against DNS rebinding (a web page elsewhere pointing a name
     at 127.0.0.1); by default only loopback names are served."""
@@ -200,51 +254,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         sessions.remove(request.path_params["sid"])
         return JSONResponse({"ok": True})
 
-    async def stream(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        speed = parse_speed(request.query_params.get("speed"))
-        have = have_of(request)
-        interval = 1.0 / FRAMES_PER_SECOND
-        session.stream_id += 1
-        me = session.stream_id
-
-        async def events():
-            nonlocal have
-            next_tick = last = time.monotonic()
-            while session.stream_id == me:  # a newer stream of this run takes over
-                # Simulated time follows wall time (x speed), whatever the frame rate the machine manages;
-                # a stall (a slow frame) is not made up for in one leap of more than MAX_FRAME_GAP.
-                now = time.monotonic()
-                dt = speed * min(max(now - last, interval), MAX_FRAME_GAP)
-                last = now
-                try:
-                    frame = await run_in_threadpool(session.advance, dt, have)
-                except KvlabError as exc:
-                    yield f"event: error\ndata: {json.dumps({'error': str(exc)})}\n\n"
-                    return
-                have = frame["seq"]
-                yield f"event: frame\ndata: {json.dumps(frame, separators=(',', ':'))}\n\n"
-                if frame["done"]:
-                    return
-                next_tick += interval
-                delay = next_tick - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                else:
-                    next_tick = time.monotonic()  # running behind: do not try to catch up in a burst
-
-        return StreamingResponse(
-            events(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-
-    async def vllm_log(request: Request) -> Response:
-        try:
-            data = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise KvlabError('the log must be sent as JSON: {"text": "..."}') from None
-        return JSONResponse(await run_in_threadpool(explain_log, data))
+    stream = make_stream(sessions, have_of)
 
     async def user_error(request: Request, exc: KvlabError) -> Response:
         return JSONResponse({"error": str(exc)}, status_code=400)
