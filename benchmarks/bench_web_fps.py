@@ -33,15 +33,13 @@ SPEED = "10"  # simulated seconds per wall second
 
 
 def set_race_form(page) -> None:
-    for name, value in RACE.items():
-        selector = f'#race-form [name="{name}"]'
-        if page.eval_on_selector(selector, "e => e.tagName") == "SELECT":
-            page.select_option(selector, value)
-        else:
-            page.fill(selector, value)
-    page.eval_on_selector("#race-form", "f => f.dispatchEvent(new Event('change'))")
+    """The race's settings (behind "settings" on the page), set as a person would leave them: a new run starts."""
+    page.evaluate("""values => { const f = document.querySelector('#race-form');
+        for (const [k, v] of Object.entries(values)) f.elements[k].value = v;
+        f.dispatchEvent(new Event('change')); }""", RACE)
     page.wait_for_function("document.querySelectorAll('#race canvas.grid').length === 4 && "
                            "window.kvlab.players.race.meta.num_blocks === 4096 && "
+                           "document.querySelector('#race').dataset.seq === '0' && "
                            "!document.querySelector('#race').classList.contains('busy')", timeout=60_000)
     page.select_option('#race-transport [data-act="speed"]', SPEED)
 

@@ -71,9 +71,7 @@ class PageProbe:
 
         def guard(route):
             url = route.request.url
-            if url.startswith("file://") or url.startswith("data:") or url.startswith("blob:") or (
-                allowed_prefix and url.startswith(allowed_prefix)
-            ):
+            if url.startswith(("file://", "data:", "blob:")) or (allowed_prefix and url.startswith(allowed_prefix)):
                 route.continue_()
             else:
                 self.foreign_requests.append(url)
@@ -122,3 +120,24 @@ def lab(open_page, lab_url):
     yield probe
     assert probe.foreign_requests == [], "the page fetched something from outside the lab's server"
     assert probe.errors == [], f"the page logged errors: {probe.errors}"
+
+
+@pytest.fixture
+def lab_at(open_page, lab_url, browser_context):
+    """``lab_at(width, height)`` -> PageProbe: the lab loaded in a viewport of that size (a phone, a desktop)."""
+    probes = []
+
+    def opener(width: int, height: int) -> PageProbe:
+        page = browser_context.new_page()
+        page.set_viewport_size({"width": width, "height": height})
+        probe = PageProbe(page, lab_url + "/")
+        probes.append(probe)
+        page.goto(lab_url + "/")
+        page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)
+        return probe
+
+    yield opener
+    for probe in probes:
+        probe.page.close()
+        assert probe.foreign_requests == [], "the page fetched something from outside the lab's server"
+        assert probe.errors == [], f"the page logged errors: {probe.errors}"

@@ -22,7 +22,8 @@ def as_lists(cols):
 
 
 def test_key_frame_round_trip():
-    s = snap([3, 3, -1, 7], [16, 5, 0, 2], reserved=[0, 11, 0, 0], internal=[0, 0, 0, 14], shared=[False, True, False, False])
+    s = snap([3, 3, -1, 7], [16, 5, 0, 2], reserved=[0, 11, 0, 0], internal=[0, 0, 0, 14],
+             shared=[False, True, False, False])
     msg = BlockEncoder().encode(s)
     assert msg["key"] is True and msg["n"] == 4
     # 4 blocks × (4 + 2·4 + 1) bytes, base64: 52 bytes -> 72 characters.

@@ -18,9 +18,11 @@ def test_calculator_matches_kvlab_size(lab, kvlab, model, gpu):
     page.fill("#calc-context", "1024")
     page.select_option("#calc-gpu", gpu)
     page.select_option("#calc-model", model)
+    # Wait for the answer to these inputs (the first one on the page, for the defaults, may have the same tokens).
     page.wait_for_function(
-        "([tokens]) => document.querySelector('#calc-figures [data-key=num_tokens]').dataset.value === tokens",
-        arg=[str(expected["num_tokens"])],
+        "([tokens, fit]) => document.querySelector('#calc-figures [data-key=num_tokens]').dataset.value === tokens"
+        " && document.querySelector('#calc-figures [data-key=num_fit]').dataset.value === fit",
+        arg=[str(expected["num_tokens"]), str(fit["workload"]["max_num_requests"])],
     )
     assert int(figure(page, "kv_bytes_per_token")) == expected["kv_bytes_per_token"]
     assert int(figure(page, "num_tokens")) == expected["num_tokens"]
@@ -36,11 +38,17 @@ def test_calculator_matches_kvlab_size(lab, kvlab, model, gpu):
     lab.screenshot(f"calculator-{model}", "#calculator")
 
 
-def test_calculator_shows_the_servers_message_for_a_bad_value(lab):
+def test_calculator_refuses_bad_values_with_a_message(lab):
     page = lab.page
-    page.fill("#calc-context", "999999999")
+    page.fill("#calc-context", "999999999")  # refused in the page, in the server's words
     page.wait_for_selector("#calc-error:not([hidden])")
-    assert "context_len 999999999 is out of range: 1 to 10000000" in page.inner_text("#calc-error")
+    assert "tokens each (context_len) 999999999 is out of range: 1 to 10000000" in page.inner_text("#calc-error")
+    assert "stale" in page.get_attribute("#calculator", "class")  # the old figures are dimmed
+    page.fill("#calc-context", "abc")
+    page.wait_for_function("document.querySelector('#calc-error').textContent.includes('\"abc\" is not')")
+    assert page.inner_text("#calc-error") == \
+        'tokens each (context_len) "abc" is not a whole number: type one from 1 to 10000000'
+    lab.screenshot("calculator-error", "#calculator")
     page.fill("#calc-context", "4000")  # longer than OPT-13B's 2,048: sizing's own message
     page.wait_for_function("document.querySelector('#calc-error').textContent.includes('exceeds max_model_len')")
     page.fill("#calc-context", "1000")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from labpage import set_form
 
 RACE = {"rate": "4", "num_requests": "40", "seed": "2", "workload": "paper-sharegpt"}
 CLI = ["race", "--workload", "paper-sharegpt", "--rate", "4", "--num-requests", "40", "--seed", "2", "--json"]
@@ -41,19 +42,7 @@ def assert_agrees(table: dict, expected: list[dict]):
 
 
 def set_race(page, **values):
-    old = page.get_attribute("#race", "data-session")
-    for name, value in values.items():
-        selector = f'#race-form [name="{name}"]'
-        if page.eval_on_selector(selector, "e => e.tagName") == "SELECT":
-            page.select_option(selector, value)
-        else:
-            page.fill(selector, value)
-    page.eval_on_selector("#race-form", "f => f.dispatchEvent(new Event('change'))")
-    page.wait_for_function(
-        "old => { const r = document.querySelector('#race'); "
-        "return r.dataset.session !== old && r.dataset.seq === '0' && r.dataset.busy === ''; }",
-        arg=old, timeout=30_000,
-    )
+    set_form(page, "race", **values)
 
 
 def test_race_to_the_finish_agrees_with_kvlab_race_json(lab, kvlab):
@@ -78,6 +67,15 @@ def test_race_to_the_finish_agrees_with_kvlab_race_json(lab, kvlab):
         panel = f'#race .panel[data-strategy="{s["name"]}"]'
         assert float(page.get_attribute(f'{panel} [data-counter="num_finished"]', "data-value")) == s["num_finished"]
         assert float(page.get_attribute(f'{panel} [data-counter="num_preemptions"]', "data-value")) == s["preemptions"]
+        # Each lane keeps its time-averaged summary on screen, and says when it served its last request.
+        average = float(page.get_attribute(f'{panel} [data-counter="token_share"]', "data-average"))
+        assert average == pytest.approx(s["memory_shares"]["token"], rel=1e-12)
+        assert page.inner_text(f'{panel} [data-field="finish-time"]') == f"done at {s['makespan_s']:.1f} s"
+        assert f"all {s['num_finished']} served in {s['makespan_s']:.1f} s" in page.inner_text(f"{panel} .ended")
+    # The finish line: requests finished over time, one line per strategy, each ending at its finish time.
+    legend = page.inner_text("#race-chart .chart-legend")
+    for s in expected:
+        assert f"{s['name']} (all served at {s['makespan_s']:.1f} s)" in legend
     lab.screenshot("race-finish", "#race")
 
 

@@ -40,7 +40,10 @@ def test_catalog_lists_the_catalogue_and_the_limits(client):
     assert {"opt-13b", "qwen3-32b"} <= {m["name"] for m in data["models"]}
     assert "A100-40GB" in {g["name"] for g in data["gpus"]}
     assert "paper-sharegpt" in {w["name"] for w in data["workloads"]}
-    assert data["defaults"] == {"model": "opt-13b", "gpu": "A100-40GB", "workload": "paper-sharegpt"}
+    assert data["defaults"] == {"model": "opt-13b", "gpu": "A100-40GB", "workload": "paper-sharegpt", "rate": 4.0,
+                                "num_requests": 1000, "seed": 0, "block_size": 16,
+                                "race": ["static+max", "continuous+max", "static+paged", "continuous+paged"],
+                                "story": ["continuous+max", "continuous+paged"]}
     assert data["limits"]["max_num_requests"] == 2000
 
 
@@ -91,11 +94,32 @@ def test_body_that_is_not_json_is_400(client):
     assert r.status_code == 400 and "JSON object" in r.json()["error"]
 
 
-def test_a_grid_too_large_to_draw_is_refused(client):
-    # Qwen2.5-0.5B on an H200 leaves millions of token slots: too many 16-token blocks for one page.
-    r = client.post("/api/sessions", json={"kind": "grid", "model": "qwen2.5-0.5b-instruct", "gpu": "H200"})
-    assert r.status_code == 400
-    assert "the lab draws at most 65,536" in r.json()["error"]
+def test_a_large_pool_is_drawn_at_a_display_scale(client):
+    # Qwen2.5-0.5B on an H200 leaves millions of token slots: the page gets groups of blocks, and says so.
+    meta = start(client, kind="grid", strategies=["continuous+paged"], model="qwen2.5-0.5b-instruct", gpu="H200",
+                 num_requests=20)
+    k = meta["display_scale"]
+    assert k > 1 and meta["num_blocks"] == -(-meta["num_gpu_blocks"] // k) and meta["num_blocks"] <= 16384
+    assert meta["block_size"] == k * meta["kv_block_size"] == k * 16
+    frame = client.post(f"/api/sessions/{meta['session_id']}/finish").json()
+    assert frame["done"]
+    step = client.post("/api/sessions", json={"kind": "grid", "strategies": ["continuous+paged"],
+                                              "model": "qwen2.5-0.5b-instruct", "gpu": "H200",
+                                              "num_requests": 20}).json()
+    sid = step["session_id"]
+    for _ in range(40):
+        frame = client.post(f"/api/sessions/{sid}/step", params={"have": -1}).json()
+    state = decode_blocks(frame["grids"][0]["blocks"])
+    assert len(state["owner"]) == meta["num_blocks"]
+    assert int(state["token"].sum()) == frame["grids"][0]["usage"]["token"]  # the groups add up to the counters
+
+
+def test_a_pool_too_large_to_simulate_is_refused():
+    with TestClient(create_app(allowed_hosts=["testserver"], limits={"max_pool_blocks": 1000})) as c:
+        assert c.post("/api/sessions", json={"kind": "grid"}).status_code == 200  # OPT-13B: 867 blocks
+        r = c.post("/api/sessions", json={"kind": "grid", "model": "qwen2.5-0.5b-instruct"})
+        assert r.status_code == 400
+        assert "blocks of 16; the lab simulates at most 1,000: pick a larger block size" in r.json()["error"]
 
 
 def test_only_loopback_names_are_served_by_default():

@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvlab import defaults
 from kvlab.cli.app import app
 from kvlab.cli.size import (
     AvailOpt,
@@ -30,8 +31,9 @@ from kvlab.cli.size import (
     with_options,
 )
 
-DEFAULT_RATE = 4.0  # req/s for workloads without arrival times: enough to fill the paper setup's cache
-DEFAULT_NUM_REQUESTS = 1000
+# req/s for workloads without arrival times, and requests served: kvlab.defaults, shared with the lab and --html.
+DEFAULT_RATE = defaults.RATE
+DEFAULT_NUM_REQUESTS = defaults.NUM_REQUESTS
 
 ModelOpt = Annotated[str, typer.Option("--model", help="Model: catalogue name, config.json, folder or HF id.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", help="GPU from the catalogue (its bandwidth and FLOP/s set the clock).")]
@@ -257,13 +259,13 @@ def race_json(config, wl, summaries) -> dict:
 
 
 def sim_option_template(
-    model: ModelOpt = "opt-13b",
-    gpu: GpuOpt = "a100-40gb",
+    model: ModelOpt = defaults.MODEL,
+    gpu: GpuOpt = defaults.GPU,
     gpu_memory_gib: GpuGibOpt = None,
     tensor_parallel_size: TpOpt = None,
     pipeline_parallel_size: PpOpt = 1,
     gpu_memory_utilization: UtilOpt = 0.9,
-    block_size: BlockOpt = 16,
+    block_size: BlockOpt = defaults.BLOCK_SIZE,
     dtype: DtypeOpt = "auto",
     kv_cache_dtype: KvDtypeOpt = "auto",
     max_model_len: MaxLenOpt = None,
@@ -274,13 +276,13 @@ def sim_option_template(
     enable_chunked_prefill: ChunkedOpt = True,
     preemption_mode: PreemptOpt = None,
     swap_space: SwapOpt = 4.0,
-    workload: WorkloadOpt = "paper-sharegpt",
+    workload: WorkloadOpt = defaults.WORKLOAD,
     rate: RateOpt = None,
     arrival: ArrivalOpt = "auto",
     cv: CvOpt = 1.0,
     num_requests: NumReqOpt = None,
     duration: DurationOpt = None,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = defaults.SEED,
     cost: CostOpt = None,
     long_requests: LongOpt = "reject",
 ) -> None:
@@ -315,10 +317,9 @@ def race(
     Named strategies: vllm, orca-max, orca-pow2, orca-oracle, static+max, continuous+max, static+paged, continuous+paged.
     Or BATCHING+ALLOCATOR (static|continuous + max|pow2|oracle|paged), then +swap, +recompute or +prefix.
     """
-    from kvlab.strategies import LESSON_RACE
     from kvlab.validate import allow_large_work, check_output_path
 
-    names = list(strategies) if strategies else list(LESSON_RACE)
+    names = list(strategies) if strategies else list(defaults.RACE_STRATEGIES)
     check_output_path(out, "--out", folder=True)
     check_output_path(html, "--html", folder=False)
     with allow_large_work(yes):

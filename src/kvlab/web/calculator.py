@@ -23,6 +23,7 @@ def catalogue_model(name: str):
 def catalog_listing(defaults: dict[str, str]) -> dict:
     """What the page's menus offer: models, GPUs, bundled workloads, named strategies; the defaults by the
     catalogue's own spelling of their names (the menus' values)."""
+    from kvlab import defaults as shared
     from kvlab.catalog import get_gpu, list_gpus, list_models
     from kvlab.strategies import STRATEGIES
     from kvlab.workload import WORKLOADS
@@ -39,6 +40,13 @@ def catalog_listing(defaults: dict[str, str]) -> dict:
             "model": catalogue_model(defaults["model"]).id,
             "gpu": get_gpu(defaults["gpu"]).id,
             "workload": defaults["workload"],
+            # The runs' defaults: the same as `kvlab race` (kvlab.defaults), so the page and the CLI agree.
+            "rate": shared.RATE,
+            "num_requests": shared.NUM_REQUESTS,
+            "seed": shared.SEED,
+            "block_size": shared.BLOCK_SIZE,
+            "race": list(shared.RACE_STRATEGIES),
+            "story": list(shared.STORY),
         },
     }
 

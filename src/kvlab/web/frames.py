@@ -165,3 +165,29 @@ def max_unfilled_slots_per_owner(columns: dict[str, np.ndarray]) -> int:
 
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
+
+
+def aggregate_columns(columns: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
+    """Display blocks of ``k`` consecutive blocks each, for pools too large to send block by block: the states
+    summed, the owner the one holding most of the group's slots, shared if any block is. The page draws them as
+    blocks of ``k × block_size`` slots and says "one square = k blocks"."""
+    if k <= 1:
+        return columns
+    n = len(columns["owner"])
+    m = -(-n // k)
+    pad = m * k - n
+
+    def grouped(col: np.ndarray, fill) -> np.ndarray:
+        return np.concatenate((col, np.full(pad, fill, dtype=col.dtype))).reshape(m, k)
+
+    out = {}
+    held = np.zeros((m, k), dtype=np.int64)
+    for name in ("token", "reserved", "internal_fragmentation", "overhead"):
+        g = grouped(columns[name], 0)
+        held += g
+        out[name] = g.sum(axis=1).astype("<u2")
+    owner = grouped(columns["owner"], -1)
+    best = np.argmax(np.where(owner >= 0, held + 1, 0), axis=1)
+    out["owner"] = owner[np.arange(m), best].astype("<i4")
+    out["shared"] = grouped(columns["shared"], 0).max(axis=1).astype("u1")
+    return out

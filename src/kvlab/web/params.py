@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvlab import defaults
 from kvlab.errors import KvlabError
-from kvlab.strategies import LESSON_RACE
 from kvlab.validate import bounded_number
 
 LIMITS = {
@@ -19,7 +19,8 @@ LIMITS = {
     "max_rate": 100.0,
     "block_sizes": (16, 32, 64, 128),  # --block-size values vLLM's CUDA attention backends take
     "min_num_blocks": 4,
-    "max_num_blocks": 65536,  # display blocks per grid: 4 grids of this still fit the page's budget
+    "max_num_blocks": 65536,  # the "KV blocks" a page may ask for
+    "max_pool_blocks": 4_194_304,  # a GPU's own pool, drawn at a display scale past 65,536 (session.py)
     "max_num_seqs": 1024,
     "max_strategies": 4,
     "min_speed": 0.01,  # simulated seconds per wall second
@@ -30,6 +31,7 @@ LIMITS = {
     "max_compute_seconds": 60.0,  # simulator time one run may spend, over its whole life
     "max_concurrency": 100000,  # the calculator's "conversations"
     "max_context_len": 10_000_000,
+    "max_log_chars": 1_000_000,  # a pasted vLLM log
 }
 
 
@@ -40,13 +42,13 @@ class RunSpec:
 
     kind: str  # "grid" | "race"
     strategies: tuple[str, ...]
-    model: str = "opt-13b"
-    gpu: str = "a100-40gb"
-    workload: str = "paper-sharegpt"
-    rate: float = 2.0
-    num_requests: int = 100
-    seed: int = 0
-    block_size: int = 16
+    model: str = defaults.MODEL
+    gpu: str = defaults.GPU
+    workload: str = defaults.WORKLOAD
+    rate: float = defaults.RATE
+    num_requests: int = defaults.NUM_REQUESTS
+    seed: int = defaults.SEED
+    block_size: int = defaults.BLOCK_SIZE
     num_blocks: int | None = None  # KV cache size in blocks; None: what the GPU leaves (vLLM's sizing)
     max_num_seqs: int | None = None  # None: vLLM's default for the GPU, as `kvlab race` uses
     cost: str = "roofline"  # a built-in cost profile (kvlab cost); files are for the command line only
@@ -61,7 +63,7 @@ def parse_run_spec(data: dict) -> RunSpec:
         raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: {', '.join(sorted(known))}")
     kind = choice(data, "kind", ("grid", "race"), "grid")
     strategies = _strategies(data.get("strategies"), kind)
-    block_size = integer(data, "block_size", 1, 1024, 16)
+    block_size = integer(data, "block_size", 1, 1024, defaults.BLOCK_SIZE)
     if block_size not in LIMITS["block_sizes"]:
         sizes = ", ".join(map(str, LIMITS["block_sizes"]))
         raise KvlabError(f"block_size {block_size} is not one the lab offers (vLLM's CUDA block sizes): {sizes}")
@@ -73,12 +75,12 @@ def parse_run_spec(data: dict) -> RunSpec:
     return RunSpec(
         kind=kind,
         strategies=strategies,
-        model=text(data, "model", "opt-13b"),
-        gpu=text(data, "gpu", "a100-40gb"),
-        workload=text(data, "workload", "paper-sharegpt"),
-        rate=number(data, "rate", LIMITS["min_rate"], LIMITS["max_rate"], 2.0),
-        num_requests=integer(data, "num_requests", 1, LIMITS["max_num_requests"], 100),
-        seed=integer(data, "seed", 0, LIMITS["max_seed"], 0),
+        model=text(data, "model", defaults.MODEL),
+        gpu=text(data, "gpu", defaults.GPU),
+        workload=text(data, "workload", defaults.WORKLOAD),
+        rate=number(data, "rate", LIMITS["min_rate"], LIMITS["max_rate"], defaults.RATE),
+        num_requests=integer(data, "num_requests", 1, LIMITS["max_num_requests"], defaults.NUM_REQUESTS),
+        seed=integer(data, "seed", 0, LIMITS["max_seed"], defaults.SEED),
         block_size=block_size,
         num_blocks=num_blocks,
         max_num_seqs=None if data.get("max_num_seqs") in (None, "")
@@ -108,7 +110,7 @@ def parse_speed(value: str | None) -> float:
 
 def _strategies(value, kind: str) -> tuple[str, ...]:
     if value in (None, "", []):
-        return LESSON_RACE if kind == "race" else ("continuous+paged",)
+        return defaults.RACE_STRATEGIES if kind == "race" else defaults.STORY[:1]
     if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

@@ -8,6 +8,7 @@
     GET    /api/sessions/{id}/stream      frames as server-sent events, ~30 a second, until done or closed
     POST   /api/sessions/{id}/step        one engine iteration -> a frame
     POST   /api/sessions/{id}/finish      run to the end -> the last frame, with the finish line
+    POST   /api/vllm-log                  {"text": a vLLM startup log, "model"?: catalogue name} -> what it says
     DELETE /api/sessions/{id}
 
 A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}``; the page shows the message. The simulator
@@ -33,6 +34,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from kvlab import defaults
 from kvlab.errors import KvlabError
 from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_run_spec, parse_speed, text
 from kvlab.web.session import Race, Session
@@ -42,21 +44,19 @@ from kvlab.web.session import Race, Session
 FRAMES_PER_SECOND = 45
 MAX_FRAME_GAP = 0.25  # seconds of wall time one frame may stand for
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
-DEFAULTS = {"model": "opt-13b", "gpu": "a100-40gb", "workload": "paper-sharegpt"}
+DEFAULTS = {"model": defaults.MODEL, "gpu": defaults.GPU, "workload": defaults.WORKLOAD}
 
 
 def static_dir() -> Path:
     return Path(str(resources.files("kvlab.web") / "static"))
 
 
-def build_race(spec: RunSpec) -> Race:
+def build_race(spec: RunSpec, max_pool_blocks: int = LIMITS["max_pool_blocks"]) -> Race:
     """kvlab's simulator, configured from the page's parameters: one Simulation per strategy, one workload."""
     from kvlab.sim import SimConfig, Simulation
     from kvlab.strategies import parse_strategy
-    from kvlab.workload import load_workload
-
     from kvlab.web.calculator import catalogue_model
-    from kvlab.workload import WORKLOADS
+    from kvlab.workload import WORKLOADS, load_workload
 
     strategies = [parse_strategy(name) for name in spec.strategies]
     catalogue_model(spec.model)  # a catalogue name, never a path or a Hugging Face id from a web page
@@ -71,10 +71,10 @@ def build_race(spec: RunSpec) -> Race:
         num_gpu_blocks=spec.num_blocks,  # the lab's "KV blocks": a smaller cache, to watch memory run out
     )
     num_blocks = config.num_slots // config.block_size
-    if num_blocks > LIMITS["max_num_blocks"]:
+    if num_blocks > max_pool_blocks:
         raise KvlabError(
-            f"{spec.model} on {spec.gpu} gives {num_blocks:,} blocks of {spec.block_size}; the lab draws at most "
-            f"{LIMITS['max_num_blocks']:,}: pick a larger block size or set KV blocks"
+            f"{spec.model} on {spec.gpu} gives {num_blocks:,} blocks of {spec.block_size}; the lab simulates at "
+            f"most {max_pool_blocks:,}: pick a larger block size or set KV blocks"
         )
     workload = load_workload(spec.workload, num_requests=spec.num_requests, rate=spec.rate, seed=spec.seed)
     return Race([Simulation(s, config, workload) for s in strategies])
@@ -91,6 +91,33 @@ def size_answer(params: dict) -> dict:
         context_len=integer(params, "context_len", 1, LIMITS["max_context_len"], 2048),
         gpu_memory_utilization=number(params, "gpu_memory_utilization", 0.05, 1.0, 0.9),
     )
+
+
+def explain_log(data) -> dict:
+    """The paste box: a vLLM startup log read by kvlab's parser (the one `kvlab vllm log` uses) and explained."""
+    import dataclasses
+
+    from kvlab.catalog.config import looks_like_path
+    from kvlab.vllm.log import explain_vllm_log, parse_vllm_log
+    from kvlab.web.calculator import catalogue_model
+
+    if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+        raise KvlabError('the log must be sent as {"text": "..."}')
+    unknown = sorted(set(data) - {"text", "model"})
+    if unknown:
+        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: model, text")
+    text = data["text"]
+    if len(text) > LIMITS["max_log_chars"]:
+        raise KvlabError(f"the log is {len(text):,} characters; at most {LIMITS['max_log_chars']:,} are read "
+                         "(the startup part is enough)")
+    model = data.get("model") or None
+    if model is not None:
+        model = catalogue_model(model).id  # a catalogue name, never a path or a Hugging Face id from a web page
+    log = parse_vllm_log(text)
+    if model is None and log.model and looks_like_path(log.model):
+        # The log names a local folder; a page must not make the server read it: go by the catalogue only.
+        log = dataclasses.replace(log, model=log.model.rstrip("/").split("/")[-1])
+    return {"log": log.to_json(), "explain": explain_vllm_log(log, model=model)}
 
 
 class Sessions:
@@ -124,54 +151,9 @@ class Sessions:
         self.by_id.pop(sid, None)
 
 
-def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = None) -> Starlette:
-    """The lab's ASGI app. ``allowed_hosts`` guards against DNS rebinding (a web page elsewhere pointing a name
-    at 127.0.0.1); by default only loopback names are served."""
-    lim = {**LIMITS, **(limits or {})}
-    sessions = Sessions(lim["max_sessions"], lim["session_idle_seconds"], lim["max_compute_seconds"])
-    static = static_dir()
-
-    async def index(request: Request) -> Response:
-        return FileResponse(static / "index.html", headers={"Cache-Control": "no-cache"})
-
-    async def catalog(request: Request) -> Response:
-        from kvlab.web.calculator import catalog_listing
-
-        listing = await run_in_threadpool(catalog_listing, DEFAULTS)
-        return JSONResponse({**listing, "limits": lim})
-
-    async def size(request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(size_answer, dict(request.query_params)))
-
-    async def create_session(request: Request) -> Response:
-        try:
-            data = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise KvlabError("the run's parameters must be a JSON object") from None
-        spec = parse_run_spec(data)
-        race = await run_in_threadpool(build_race, spec)
-        session = Session(race, spec, lim["max_compute_seconds"])
-        sid = sessions.add(session)
-        frame = await run_in_threadpool(session.frame, None)
-        return JSONResponse({"session_id": sid, **race.meta(), "frame": frame, "spec": spec.__dict__})
-
-    def have_of(request: Request) -> int | None:
-        value = request.query_params.get("have")
-        if value in (None, "", "-1"):
-            return None
-        return integer({"have": value}, "have", 0, 2**62, None)
-
-    async def step(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        return JSONResponse(await run_in_threadpool(session.step, have_of(request)))
-
-    async def finish(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        return JSONResponse(await run_in_threadpool(session.finish, have_of(request)))
-
-    async def delete(request: Request) -> Response:
-        sessions.remove(request.path_params["sid"])
-        return JSONResponse({"ok": True})
+def make_stream(sessions: Sessions, have_of):
+    """The stream route's handler: frames as server-sent events until the run is done or a newer stream of it
+    takes over."""
 
     async def stream(request: Request) -> Response:
         session = sessions.get(request.path_params["sid"])
@@ -212,6 +194,68 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    return stream
+
+
+async def vllm_log(request: Request) -> Response:
+    try:
+        data = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise KvlabError('the log must be sent as JSON: {"text": "..."}') from None
+    return JSONResponse(await run_in_threadpool(explain_log, data))
+
+
+def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = None) -> Starlette:
+    """The lab's ASGI app. ``allowed_hosts`` guards against DNS rebinding (a web page elsewhere pointing a name
+    at 127.0.0.1); by default only loopback names are served."""
+    lim = {**LIMITS, **(limits or {})}
+    sessions = Sessions(lim["max_sessions"], lim["session_idle_seconds"], lim["max_compute_seconds"])
+    static = static_dir()
+
+    async def index(request: Request) -> Response:
+        return FileResponse(static / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def catalog(request: Request) -> Response:
+        from kvlab.web.calculator import catalog_listing
+
+        listing = await run_in_threadpool(catalog_listing, DEFAULTS)
+        return JSONResponse({**listing, "limits": lim})
+
+    async def size(request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(size_answer, dict(request.query_params)))
+
+    async def create_session(request: Request) -> Response:
+        try:
+            data = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise KvlabError("the run's parameters must be a JSON object") from None
+        spec = parse_run_spec(data)
+        race = await run_in_threadpool(build_race, spec, lim["max_pool_blocks"])
+        session = Session(race, spec, lim["max_compute_seconds"])
+        sid = sessions.add(session)
+        frame = await run_in_threadpool(session.frame, None)
+        return JSONResponse({"session_id": sid, **race.meta(), "frame": frame, "spec": spec.__dict__})
+
+    def have_of(request: Request) -> int | None:
+        value = request.query_params.get("have")
+        if value in (None, "", "-1"):
+            return None
+        return integer({"have": value}, "have", 0, 2**62, None)
+
+    async def step(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        return JSONResponse(await run_in_threadpool(session.step, have_of(request)))
+
+    async def finish(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        return JSONResponse(await run_in_threadpool(session.finish, have_of(request)))
+
+    async def delete(request: Request) -> Response:
+        sessions.remove(request.path_params["sid"])
+        return JSONResponse({"ok": True})
+
+    stream = make_stream(sessions, have_of)
+
     async def user_error(request: Request, exc: KvlabError) -> Response:
         return JSONResponse({"error": str(exc)}, status_code=400)
 
@@ -224,6 +268,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         Route("/api/sessions/{sid}/step", step, methods=["POST"]),
         Route("/api/sessions/{sid}/finish", finish, methods=["POST"]),
         Route("/api/sessions/{sid}", delete, methods=["DELETE"]),
+        Route("/api/vllm-log", vllm_log, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=static), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)]

@@ -15,13 +15,25 @@ import threading
 import time
 
 from kvlab.errors import KvlabError
+from kvlab.web.annotate import Annotator
 from kvlab.web.frames import (
     BlockEncoder,
+    aggregate_columns,
     counters_dict,
     max_unfilled_slots_per_owner,
     snapshot_columns,
     usage_dict,
 )
+
+# Pools of more blocks than this are sent as display blocks of k blocks each (k the smallest that fits): the page
+# could not draw more squares than this legibly anyway, and a frame stays small.
+MAX_DISPLAY_BLOCKS = 16384
+MAX_UNSCALED_BLOCKS = 65536
+
+
+def display_scale(num_gpu_blocks: int) -> int:
+    """Blocks per display block: 1 up to MAX_UNSCALED_BLOCKS, else what brings the pool to MAX_DISPLAY_BLOCKS."""
+    return 1 if num_gpu_blocks <= MAX_UNSCALED_BLOCKS else -(-num_gpu_blocks // MAX_DISPLAY_BLOCKS)
 
 
 class Race:
@@ -32,10 +44,19 @@ class Race:
         self.names = names or [sim.strategy.name for sim in self.sims]
         self.encoders = [BlockEncoder() for _ in self.sims]
         self.start_time = min(sim.start_time for sim in self.sims)
+        cfg = self.sims[0].config
+        self.num_gpu_blocks = cfg.num_slots // cfg.block_size
+        self.scale = display_scale(self.num_gpu_blocks)
+        self.annotators = [
+            Annotator(sim.requests, sim.strategy.allocator, cfg.block_size, cfg.max_model_len, self.start_time)
+            for sim in self.sims
+        ]
+        self.finish_times: list[float | None] = [None] * len(self.sims)
         self.clock = self.start_time
         self.seq = -1
         self.max_unfilled = [0] * len(self.sims)
         self._summaries: list[dict] | None = None
+        self._curves: list | None = None
         # Per grid: the (step, clock) it was last drawn at, and that grid's frame entry; a simulation that has
         # not moved (finished, or waiting for its next arrival) is not read again.
         self._last: list[tuple | None] = [None] * len(self.sims)
@@ -47,7 +68,8 @@ class Race:
 
     @property
     def num_blocks(self) -> int:
-        return self.sims[0].config.num_slots // self.sims[0].config.block_size
+        """Display blocks per grid (the pool's blocks, or groups of ``scale`` of them)."""
+        return -(-self.num_gpu_blocks // self.scale)
 
     def advance(self, dt: float) -> None:
         """Move the shared clock ``dt`` simulated seconds on; each simulation runs until it gets there."""
@@ -85,25 +107,36 @@ class Race:
         for i, sim in enumerate(self.sims):
             moved = (sim.scheduler.step, sim.now)
             if not key and self._last[i] == moved:
-                grids.append({**self._last_entry[i], "blocks": {"key": False, "n": 0, "data": ""}})
+                last = self._last_entry[i]
+                grids.append({**last, "note": {**last["note"], "evicted": []},
+                              "blocks": {"key": False, "n": 0, "data": ""}})
                 continue
             self._last[i] = moved
-            cols = snapshot_columns(sim.snapshot())
-            usage = sim.slot_usage()
-            self.max_unfilled[i] = max(self.max_unfilled[i], max_unfilled_slots_per_owner(cols))
-            counters = counters_dict(sim.counters_now(), usage)
-            counters["max_unfilled_per_request"] = self.max_unfilled[i]
-            entry = {
-                "counters": counters,
-                "usage": usage_dict(usage),
-                "blocks": self.encoders[i].encode_columns(cols, key=key),
-            }
-            self._last_entry[i] = entry
+            self._last_entry[i] = entry = self._entry(i, sim, key)
             grids.append(entry)
         out = {"seq": self.seq, "t": self.clock - self.start_time, "done": self.done, "grids": grids}
         if out["done"]:
             out["finish"] = self.finish_line()
         return out
+
+    def _entry(self, i: int, sim, key: bool) -> dict:
+        cols = snapshot_columns(sim.snapshot())
+        usage = sim.slot_usage()
+        self.max_unfilled[i] = max(self.max_unfilled[i], max_unfilled_slots_per_owner(cols))
+        raw = sim.counters_now()
+        counters = counters_dict(raw, usage)
+        counters["max_unfilled_per_request"] = self.max_unfilled[i]
+        if sim.done and self.finish_times[i] is None:
+            self.finish_times[i] = sim.now - self.start_time
+        note = self.annotators[i].note(cols, raw, sim.now)
+        return {
+            "counters": counters,
+            "usage": usage_dict(usage),
+            "done": sim.done,
+            "finish_time": self.finish_times[i],
+            "note": note,
+            "blocks": self.encoders[i].encode_columns(aggregate_columns(cols, self.scale), key=key),
+        }
 
     def summaries(self) -> list[dict]:
         if self._summaries is None:
@@ -112,15 +145,33 @@ class Race:
 
     def finish_line(self) -> dict:
         summaries = self.summaries()
-        return {"summaries": summaries, "winner": winner(summaries), "verdict": verdict(summaries)}
+        return {"summaries": summaries, "winner": winner(summaries), "verdict": verdict(summaries),
+                "finished_over_time": self.finish_curves()}
+
+    def finish_curves(self, num_points: int = 200) -> list[list[list[float]]]:
+        """Per strategy, [time, requests finished by then] at up to ``num_points`` points: the finish line's
+        chart, from each request's own finish time (so a run jumped to its end draws as it happened)."""
+        if self._curves is None:
+            self._curves = []
+            for sim in self.sims:
+                times = sorted(r.finish_time - self.start_time for r in sim.result().records
+                               if r.finish_time is not None)
+                n = len(times)
+                picks = sorted({max(1, round(j * n / num_points)) for j in range(1, num_points + 1)}) if n else []
+                self._curves.append([[0.0, 0]] + [[round(times[c - 1], 4), c] for c in picks])
+        return self._curves
 
     def meta(self) -> dict:
         """What the page needs once per run: the grids' shape, the strategies, and the requests (for hover)."""
         first = self.sims[0]
         cfg = first.config
         return {
-            "num_blocks": self.num_blocks,
-            "block_size": cfg.block_size,
+            "num_blocks": self.num_blocks,  # display blocks, of block_size x display_scale slots each
+            "display_scale": self.scale,
+            "num_gpu_blocks": self.num_gpu_blocks,
+            "kv_block_size": cfg.block_size,
+            "max_num_seqs": cfg.max_num_seqs,
+            "block_size": cfg.block_size * self.scale,
             "num_slots": cfg.num_slots,
             "max_model_len": cfg.max_model_len,
             "model": cfg.model,
@@ -176,7 +227,8 @@ def verdict(summaries: list[dict]) -> str:
             f"{b_batch:.1f} requests per iteration on average against {w_batch:.1f}."
         )
     else:
-        text += f"Its memory held {b_tok:.0f}% tokens against {w_tok:.0f}%; it batched {b_batch:.1f} requests on average."
+        text += (f"Its memory held {b_tok:.0f}% tokens against {w_tok:.0f}%; it batched {b_batch:.1f} requests "
+                 "on average.")
     if best["preemptions"]:
         text += (
             f" It evicted {best['preemptions']} times and recomputed {best['recomputed_tokens']:,} tokens, "

@@ -8,7 +8,8 @@
 // Okabe & Ito's colour-blind-safe palette (without black, which reads as "token" of nobody). Conversation k gets
 // PALETTE[k % 7]; the memory states differ by lightness and pattern as well as hue, so they read in grey too:
 //   token: solid · reserved: pale tint · internal fragmentation: pale with diagonal stripes ·
-//   allocator overhead: grey cross-hatch · free: plain grey.
+//   allocator overhead: cross-hatch (in the colour of the conversation it was handed to; grey for nobody's) ·
+//   free: plain grey.
 const PALETTE = [
   [0xE6, 0x9F, 0x00], [0x56, 0xB4, 0xE9], [0x00, 0x9E, 0x73], [0xF0, 0xE4, 0x42],
   [0x00, 0x72, 0xB2], [0xD5, 0x5E, 0x00], [0xCC, 0x79, 0xA7],
@@ -19,10 +20,9 @@ const FREE_RGB = [0xD9, 0xD9, 0xD9];
 const GAP_RGB = [0xFF, 0xFF, 0xFF];
 const OVERHEAD_BG = [0xF4, 0xF4, 0xF4];
 const OVERHEAD_LINE = [0x60, 0x60, 0x60];
+const NOBODY = -1; // colour index of memory no conversation holds (the paged pool's null block)
 
 const TOKEN = 0, RESERVED = 1, INTERNAL = 2, OVERHEAD = 3, FREE = 4;
-const STATE_NAMES = ["tokens", "reserved, still empty", "internal fragmentation (never used)",
-  "allocator overhead", "free"];
 
 function pale(rgb, f) { return rgb.map(v => Math.round(255 - (255 - v) * f)); }
 function hex(rgb) { return "#" + rgb.map(v => v.toString(16).padStart(2, "0")).join(""); }
@@ -30,6 +30,7 @@ function hex(rgb) { return "#" + rgb.map(v => v.toString(16).padStart(2, "0")).j
 function word(rgb) { return ((255 << 24) | (rgb[2] << 16) | (rgb[1] << 8) | rgb[0]) >>> 0; }
 
 const SOLID32 = PALETTE.map(word);
+const PALETTE_HEX = PALETTE.map(hex);
 const PALE32 = PALETTE.map(c => word(pale(c, PALE)));
 const FREE32 = word(FREE_RGB), GAP32 = word(GAP_RGB);
 const OVER_BG32 = word(OVERHEAD_BG), OVER_LINE32 = word(OVERHEAD_LINE);
@@ -42,12 +43,13 @@ function pixel(state, colour, x, y) {
     case TOKEN: return SOLID32[colour];
     case RESERVED: return PALE32[colour];
     case INTERNAL: return (x + y) % 3 === 0 ? SOLID32[colour] : PALE32[colour];
-    case OVERHEAD: return ((x + y) % 3 === 0 || (x - y + 3000) % 3 === 0) ? OVER_LINE32 : OVER_BG32;
+    case OVERHEAD: return ((x + y) % 3 === 0 || (x - y + 3000) % 3 === 0)
+      ? (colour === NOBODY ? OVER_LINE32 : SOLID32[colour]) : OVER_BG32;
     default: return FREE32;
   }
 }
 
-function colourOf(owner) { return owner >= 0 ? owner % PALETTE.length : 0; }
+function colourOf(owner) { return owner >= 0 ? owner % PALETTE.length : NOBODY; }
 
 // ---------------------------------------------------------------- frames on the wire (see kvlab/web/frames.py)
 function base64Bytes(s) {
@@ -91,31 +93,52 @@ function chooseLayout(n, width, maxHeight) {
   return { s, cols, rows: Math.ceil(cells / cols), k, cells };
 }
 
+const FLASH_MS = 1400;
+const SLOW_MS = 200; // the figure's text (notes, share bars, seats) is rewritten at most this often while playing
+const MAX_FLASHES = 8; // evictions fading at once per grid (a cache that thrashes evicts every frame)
+
 class GridView {
-  constructor(host, numBlocks, blockSize, maxHeight) {
+  constructor(wrap, numBlocks, blockSize, maxHeight) {
     this.n = numBlocks;
     this.blockSize = blockSize;
+    this.maxHeight = maxHeight;
+    this.wrap = wrap;
     this.owner = new Int32Array(numBlocks).fill(-1);
     this.token = new Uint16Array(numBlocks);
     this.reserved = new Uint16Array(numBlocks);
     this.internal = new Uint16Array(numBlocks);
     this.overhead = new Uint16Array(numBlocks);
     this.shared = new Uint8Array(numBlocks);
-    const width = Math.max(120, Math.floor(host.clientWidth || 600));
-    this.layout = chooseLayout(numBlocks, width, maxHeight);
-    const L = this.layout;
-    this.canvas = document.createElement("canvas");
-    this.canvas.className = "grid";
-    this.canvas.width = L.cols * L.s;
-    this.canvas.height = L.rows * L.s;
-    host.appendChild(this.canvas);
+    this.canvas = el("canvas", { class: "grid", tabindex: "0", role: "img" });
+    this.overlay = el("canvas", { class: "overlay", "aria-hidden": "true" });
+    wrap.append(this.canvas, this.overlay);
     this.ctx = this.canvas.getContext("2d");
+    this.octx = this.overlay.getContext("2d");
+    this.flashes = [];
+    this.highlight = -1;
+    this.gap = null; // [first display block, count] of the largest free gap, outlined while a queue waits
+    this.kbCell = -1;
+    this.width = 0;
+    this.overlayAt = 0;
+    this.relayout(wrap.clientWidth || 600);
+  }
+
+  // Size the grid to the width it is given (on build and on every resize): same blocks, new squares.
+  relayout(width) {
+    width = Math.max(60, Math.floor(width));
+    if (width === this.width) return false;
+    this.width = width;
+    this.layout = chooseLayout(this.n, width, this.maxHeight);
+    const L = this.layout;
+    for (const c of [this.canvas, this.overlay]) { c.width = L.cols * L.s; c.height = L.rows * L.s; }
     this.image = this.ctx.createImageData(this.canvas.width, this.canvas.height);
     this.px = new Uint32Array(this.image.data.buffer);
     this.px.fill(GAP32);
     this.dirty = new Uint8Array(L.cells);
     this.dirtyList = [];
     this.allDirty = true;
+    this.overlayDirty = true;
+    return true;
   }
 
   apply(msg) {
@@ -134,6 +157,7 @@ class GridView {
       this.markDirty((b / k) | 0);
       if (b + 1 < this.n) this.markDirty(((b + 1) / k) | 0); // its neighbour's boundary mark may change
     }
+    if (this.highlight >= 0) this.overlayDirty = true;
   }
 
   markDirty(c) {
@@ -206,6 +230,70 @@ class GridView {
     return true;
   }
 
+  // The cells holding any block of conversation ``id``.
+  cellsOf(id) {
+    const k = this.layout.k, out = [];
+    let last = -1;
+    for (let b = 0; b < this.n; b++) {
+      if (this.owner[b] === id) { const c = (b / k) | 0; if (c !== last) { out.push(c); last = c; } }
+    }
+    return out;
+  }
+
+  flash(ids, now) {
+    const cells = [];
+    for (const id of ids) cells.push(...this.cellsOf(id));
+    if (cells.length) {
+      this.flashes.push({ cells, t0: now });
+      if (this.flashes.length > MAX_FLASHES) this.flashes.shift();
+      this.overlayDirty = true;
+    }
+    return cells.length;
+  }
+
+  // What sits on top of the squares: a hovered conversation's blocks (the rest veiled), evicted pages flashing
+  // out, the largest free gap outlined, the keyboard's cursor.
+  drawOverlay(now) {
+    const live = this.flashes.length > 0;
+    if (!this.overlayDirty && !live) return;
+    if (!this.overlayDirty && now - this.overlayAt < 120) return; // a fade needs no more than eight steps a second
+    this.overlayDirty = false;
+    this.overlayAt = now;
+    const L = this.layout, ctx = this.octx, s = L.s;
+    ctx.clearRect(0, 0, this.overlay.width, this.overlay.height);
+    const at = c => [(c % L.cols) * s, ((c / L.cols) | 0) * s];
+    if (this.gap && this.gap[1] > 0) {
+      ctx.strokeStyle = "#1d1d1f"; ctx.lineWidth = 2; ctx.setLineDash([4, 3]);
+      const c0 = (this.gap[0] / L.k) | 0, c1 = Math.min(L.cells - 1, ((this.gap[0] + this.gap[1] - 1) / L.k) | 0);
+      for (let r = (c0 / L.cols) | 0; r <= ((c1 / L.cols) | 0); r++) {
+        const a = Math.max(c0, r * L.cols), b = Math.min(c1, r * L.cols + L.cols - 1);
+        ctx.strokeRect((a % L.cols) * s + 1, r * s + 1, (b - a + 1) * s - 2, s - 2);
+      }
+      ctx.setLineDash([]);
+    }
+    if (this.highlight >= 0) {
+      const cells = this.cellsOf(this.highlight);
+      ctx.fillStyle = "rgba(255,255,255,0.6)";
+      ctx.fillRect(0, 0, this.overlay.width, this.overlay.height);
+      ctx.strokeStyle = "#1d1d1f"; ctx.lineWidth = 2;
+      for (const c of cells) { const [x, y] = at(c); ctx.clearRect(x, y, s, s); ctx.strokeRect(x + 1, y + 1, s - 2, s - 2); }
+    }
+    this.flashes = this.flashes.filter(f => now - f.t0 < FLASH_MS);
+    for (const f of this.flashes) {
+      const a = 1 - (now - f.t0) / FLASH_MS;
+      ctx.fillStyle = `rgba(0,0,0,${(0.85 * a).toFixed(3)})`;
+      for (const c of f.cells) { const [x, y] = at(c); ctx.fillRect(x, y, s - 1, s - 1); }
+    }
+    const cursor = this.kbCell >= 0 && this.kbCell < L.cells;
+    if (cursor) {
+      const [x, y] = at(this.kbCell);
+      ctx.strokeStyle = "#0072b2"; ctx.lineWidth = 3; ctx.strokeRect(x, y, s, s);
+    }
+    // Nothing on top: no layer to composite over the squares.
+    const empty = !this.flashes.length && this.highlight < 0 && !cursor && !(this.gap && this.gap[1] > 0);
+    if (this.overlay.hidden !== empty) this.overlay.hidden = empty;
+  }
+
   cellAt(evt) {
     const rect = this.canvas.getBoundingClientRect();
     const x = Math.floor((evt.clientX - rect.left) * this.canvas.width / rect.width);
@@ -223,12 +311,22 @@ class GridView {
     return { x: (c % L.cols) * L.s, y: Math.floor(c / L.cols) * L.s, w: L.s - 1, h: L.s - 1, cell: c };
   }
 
-  describe(c, requests) {
+  // A cell's position on the screen, in CSS pixels (the canvas may be drawn smaller than its pixels).
+  cellClientRect(c) {
+    const L = this.layout, rect = this.canvas.getBoundingClientRect(), f = rect.width / this.canvas.width;
+    return { left: rect.left + (c % L.cols) * L.s * f, top: rect.top + ((c / L.cols) | 0) * L.s * f,
+      size: L.s * f, scale: f };
+  }
+
+  describe(c, requests, scale) {
     const st = this.cellState(c);
     const lines = [];
-    lines.push(st.hi - st.lo === 1 ? `block ${st.lo}` : `blocks ${st.lo}–${st.hi - 1} (one square = ${st.hi - st.lo} blocks)`);
+    const per = scale > 1 ? ` (each square stands for ${scale} blocks of the pool)` : "";
+    lines.push(st.hi - st.lo === 1 ? `block ${st.lo}${per}`
+      : `blocks ${st.lo}–${st.hi - 1} (one square = ${st.hi - st.lo} blocks)${per}`);
     if (st.owner < 0) {
-      lines.push(`free: ${st.f} of ${st.total} slots`);
+      if (st.o > 0) lines.push(`the null block: vLLM keeps one page aside as a placeholder; it never holds tokens (${st.o} slots)`);
+      if (st.f > 0) lines.push(`free: ${st.f} of ${st.total} slots`);
       return lines.join("\n");
     }
     const req = requests && requests.get(st.owner);
@@ -236,7 +334,7 @@ class GridView {
     lines.push(who + ` (${PALETTE_NAMES[colourOf(st.owner)]})`);
     if (st.hi - st.lo === 1 && this.shared[st.lo]) lines.push("shared with other conversations (same prefix)");
     const parts = [[st.t, "tokens"], [st.r, "reserved, still empty"], [st.i, "never to be used"],
-      [st.o, "allocator overhead"], [st.f, "free"]].filter(([v]) => v > 0);
+      [st.o, `rounded up by the allocator for conversation ${st.owner}`], [st.f, "free"]].filter(([v]) => v > 0);
     lines.push(parts.map(([v, name]) => `${v} ${name}`).join(", ") + ` (of ${st.total} slots)`);
     return lines.join("\n");
   }
@@ -251,30 +349,54 @@ function swatch(state, colour, size = 15) {
   const px = new Uint32Array(img.data.buffer);
   for (let y = 0; y < size; y++) for (let x = 0; x < size; x++) px[y * size + x] = pixel(state, colour, x, y);
   ctx.putImageData(img, 0, 0);
+  c.setAttribute("aria-hidden", "true");
   return c;
 }
 
 function buildLegend(host) {
+  if (!host) return;
   host.innerHTML = "";
   const add = (canvases, label, cls) => {
-    const item = document.createElement("span");
-    item.className = "item" + (cls ? " " + cls : "");
+    const item = el("span", { class: "item" + (cls ? " " + cls : "") });
     for (const cv of canvases) item.appendChild(cv);
     item.appendChild(document.createTextNode(label));
     host.appendChild(item);
   };
-  add([0, 1, 2].map(k => swatch(TOKEN, k)), "solid: tokens (one colour per conversation)", "legend-token");
+  add([0, 1, 2].map(k => swatch(TOKEN, k)), "solid: tokens (a colour per conversation)", "legend-token");
   add([0, 1, 2].map(k => swatch(RESERVED, k)), "pale: reserved, still empty", "legend-reserved");
   add([0, 1, 2].map(k => swatch(INTERNAL, k)), "striped: reserved, never to be used", "legend-internal");
-  add([swatch(OVERHEAD, 0)], "cross-hatched: allocator overhead", "legend-overhead");
+  add([swatch(OVERHEAD, 0), swatch(OVERHEAD, NOBODY)], "cross-hatched: rounded up by the allocator (grey: nobody's)", "legend-overhead");
   add([swatch(FREE, 0)], "grey: free", "legend-free");
 }
 
-// ---------------------------------------------------------------- formatting
+// The five shares as one bar, drawn with the legend's own pixels (tokens in the palette's colours in turn).
+function drawShareBar(canvas, shares, width) {
+  const w = Math.max(40, Math.floor(width)), h = 12;
+  if (canvas.width !== w) canvas.width = w;
+  if (canvas.height !== h) canvas.height = h;
+  const ctx = canvas.getContext("2d");
+  const img = ctx.createImageData(w, h);
+  const px = new Uint32Array(img.data.buffer);
+  const total = shares.reduce((a, b) => a + b, 0) || 1;
+  const edges = [];
+  let acc = 0;
+  for (const v of shares) { acc += v; edges.push(Math.round(w * acc / total)); }
+  for (let x = 0; x < w; x++) {
+    let state = 0;
+    while (state < 4 && x >= edges[state]) state++;
+    const colour = state === OVERHEAD ? NOBODY : ((x / 6) | 0) % PALETTE.length;
+    for (let y = 0; y < h; y++) px[y * w + x] = pixel(state, colour, x, y);
+  }
+  ctx.putImageData(img, 0, 0);
+}
+
+// ---------------------------------------------------------------- formatting and input
 const nf0 = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
 const nf1 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
 const nf2 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
 function gib(bytes) { return nf2.format(bytes / 2 ** 30) + " GiB"; }
+function pct(v) { return nf1.format(v) + "%"; }
+function blocks(n) { return `${nf0.format(n)} block${n === 1 ? "" : "s"}`; }
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -296,8 +418,8 @@ async function api(path, options) {
 }
 
 // Writing the same text or style again still costs the browser a layout: write only what changed.
-function setText(node, text) { if (node.textContent !== text) node.textContent = text; }
-function setData(node, key, value) { const v = String(value); if (node.dataset[key] !== v) node.dataset[key] = v; }
+function setText(node, text) { if (node && node.textContent !== text) node.textContent = text; }
+function setData(node, key, value) { const v = String(value); if (node && node.dataset[key] !== v) node.dataset[key] = v; }
 
 function showError(node, err) {
   if (!node) return;
@@ -305,72 +427,159 @@ function showError(node, err) {
   else { node.textContent = ""; node.hidden = true; }
 }
 
-// ---------------------------------------------------------------- what the questions point at
-// The latest numbers per memory strategy, from whatever grid or race ran last.
-const facts = {};
+const NUMBER_RE = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
 
-function noteFacts(info, grid, finish) {
+// One field's value, checked in the page against the same ranges the server enforces (params.LIMITS), so that
+// nothing is sent that the server would refuse. Returns [value or null for "auto", message or null].
+function checkField(input) {
+  const kind = input.dataset.kind;
+  if (!kind) return [input.value, null];
+  const raw = input.value.trim(), label = input.dataset.label || input.name;
+  const lo = Number(input.dataset.min), hi = Number(input.dataset.max);
+  const range = `${nf0.format(lo) === String(lo) ? lo : input.dataset.min} to ${input.dataset.max}`;
+  if (kind === "blocks" && (raw === "" || raw.toLowerCase() === "auto")) return [null, null];
+  const what = kind === "number" ? "a number" : "a whole number";
+  const also = kind === "blocks" ? ", or auto" : "";
+  if (raw === "") return [null, `${label} (${input.name}) is empty: type ${what} from ${range}${also}`];
+  if (!NUMBER_RE.test(raw) || !Number.isFinite(Number(raw))) {
+    return [null, `${label} (${input.name}) "${raw}" is not ${what}: type one from ${range}${also}`];
+  }
+  const v = Number(raw);
+  if (kind !== "number" && !Number.isInteger(v)) return [null, `${label} (${input.name}) ${raw} is not a whole number: type one from ${range}${also}`];
+  if (v < lo || v > hi) return [null, `${label} (${input.name}) ${raw} is out of range: ${range}`];
+  return [v, null];
+}
+
+// Every checked field of a form: the values, or the first message (and each bad field marked).
+function checkForm(form) {
+  let first = null;
+  const values = {};
+  for (const input of form.querySelectorAll("input[data-kind]")) {
+    const [v, msg] = checkField(input);
+    input.classList.toggle("invalid", !!msg);
+    input.setAttribute("aria-invalid", msg ? "true" : "false");
+    if (msg && !first) first = msg;
+    values[input.name] = v;
+  }
+  return [values, first];
+}
+
+// ---------------------------------------------------------------- what the questions point at
+// Per memory strategy, the latest run the page showed: its name, counters, and (once it finished) the
+// time-averaged summary the simulator computed over the whole run.
+const facts = {};
+let answersDue = false;
+
+function noteFacts(info, grid, summary, meta) {
   if (!grid.counters.step) return; // nothing has run yet
   const f = facts[info.allocator] = facts[info.allocator] || {};
+  if (f.name !== info.name || f.runId !== meta.runId) { delete f.summary; }
   f.name = info.name;
-  f.block_size = info.block_size;
+  f.runId = meta.runId;
+  f.block_size = meta.kv_block_size || info.block_size;
   f.counters = grid.counters;
-  f.usage = grid.usage;
-  if (finish) f.summary = finish;
+  f.note = grid.note || {};
+  f.num_prompt_tokens = meta.num_prompt_tokens;
+  if (summary) f.summary = summary;
   answersDue = true;
 }
 
-// The answers are rewritten at most once per drawn frame (Player.scheduleDraw), not once per grid per frame.
-let answersDue = false;
+const QUIZ = {
+  q1: { right: "Right: a fifth or less.", wrong: "Not quite: a fifth or less." },
+  q2: { right: "Right: 15 slots, never more.", wrong: "Not quite: 15 slots, the unfilled part of its last page." },
+  q3: { right: "Right: it evicts and recomputes.", wrong: "Not quite: vLLM evicts the newest conversation and recomputes it later." },
+};
 
-function pct(v) { return nf1.format(v) + "%"; }
+function explainQ1() {
+  const f = facts.max, paper = " The vLLM paper measured 20.4% for Orca (Max) and 96.3% for vLLM.";
+  if (!f) return "Press \"show me\": the grid runs reserve-the-max, and this answer fills in with its numbers." + paper;
+  if (!f.summary) {
+    return `Your ${f.name} run is not over yet; right now ${pct(f.counters.token_share)} of the cache holds ` +
+      "tokens. Run it to the end (▸▸) for the time-averaged numbers." + paper;
+  }
+  const s = f.summary.memory_shares;
+  return `Your ${f.name} run, time-averaged over its ${nf0.format(f.summary.makespan_s)} s: ${pct(s.token)} of ` +
+    `the memory held tokens, ${pct(s.internal_fragmentation)} was reserved for answer tokens that never came ` +
+    `(striped), ${pct(s.reserved)} waited for tokens still to come (pale), and ${pct(s.external_fragmentation)} ` +
+    "was free or between slabs too small for the next conversation's 2,048 tokens." + paper;
+}
+
+function explainQ2() {
+  const f = facts.paged;
+  if (!f) return "Press \"show me\": the grid runs pages, and this answer fills in with its numbers.";
+  const bound = f.block_size - 1, c = f.counters;
+  let text = `Pages are handed out as the answer grows, so only a conversation's last page can be partly empty: at ` +
+    `most block_size − 1 = ${bound} slots. In your ${f.name} run the most any one conversation held without ` +
+    `tokens, in the frames drawn, was ${nf0.format(c.max_unfilled_per_request)} slots.`;
+  if (facts.max) text += ` Under reserve-the-max it was ${nf0.format(facts.max.counters.max_unfilled_per_request)}.`;
+  if (f.summary) text += ` Time-averaged over the run, ${pct(f.summary.memory_shares.token)} of the memory held tokens.`;
+  return text;
+}
+
+function explainQ3() {
+  const f = facts.paged;
+  const how = "The newest running conversation is evicted whole and goes back to the front of the queue; its " +
+    "pages go to the others, and when it returns its tokens are computed again.";
+  if (!f) return how + " Press \"show me\" to shrink the cache and watch it happen.";
+  const s = f.summary, c = f.counters, n = f.note;
+  const evictions = s ? s.preemptions : c.num_preemptions, redo = s ? s.recomputed_tokens : c.num_recomputed_tokens;
+  if (!evictions) return how + ` In your ${f.name} run memory never ran out: 0 evictions. Press "show me".`;
+  const output = s ? Math.round(s.throughput_tps * s.makespan_s) : c.num_output_tokens;
+  let text = how + ` In your ${f.name} run${s ? "" : " so far"}: ${nf0.format(evictions)} evictions.`;
+  // Answer tokens thrown away: read off each evicted conversation's pages in the frame before it left, so only
+  // when every eviction was seen in a frame (a run jumped to its end is not watched).
+  if (n.evictions_seen === evictions && output > 0) {
+    text += ` They threw away ${nf0.format(n.recomputed_output_tokens)} answer tokens already generated, which ` +
+      `must be computed again: ${pct(100 * n.recomputed_output_tokens / output)} of the ${nf0.format(output)} ` +
+      `answer tokens the run generated${s ? "" : " so far"}.`;
+  }
+  text += ` The engine has recomputed ${nf0.format(redo)} tokens${s ? "" : " so far"} (prompts and answers, ` +
+    "counted when a conversation comes back).";
+  if (s) text += ` It still served everyone in ${nf0.format(s.makespan_s)} s.`;
+  return text;
+}
 
 function renderAnswers() {
-  const q1 = document.querySelector('[data-answer="q1"]');
-  const q2 = document.querySelector('[data-answer="q2"]');
-  const q3 = document.querySelector('[data-answer="q3"]');
-  if (q1 && facts.max) {
-    const f = facts.max, u = f.usage, total = u.token + u.reserved + u.internal_fragmentation + u.overhead + u.free;
-    let text = `What you just saw (${f.name}): ${pct(100 * u.token / total)} of the cache holds tokens, ` +
-      `${pct(100 * u.internal_fragmentation / total)} is reserved for answer tokens that will never come, ` +
-      `${pct(100 * u.reserved / total)} waits for tokens still to come, ${pct(100 * u.free / total)} is free.`;
-    if (f.summary) {
-      const s = f.summary.memory_shares;
-      text += ` Over the whole run: ${pct(s.token)} tokens, ${pct(s.internal_fragmentation)} never used, ` +
-        `${pct(s.external_fragmentation)} free or between slabs.`;
-    }
-    setText(q1, text);
+  const explain = { q1: explainQ1, q2: explainQ2, q3: explainQ3 };
+  for (const [q, fn] of Object.entries(explain)) {
+    const node = document.querySelector(`[data-answer="${q}"]`);
+    if (node && !node.closest(".reveal").hidden) setText(node, fn());
   }
-  if (q2 && facts.paged) {
-    const f = facts.paged, c = f.counters;
-    setText(q2, `What you just saw (${f.name}, ${f.block_size}-token pages): the most empty slots any ` +
-      `conversation held at once was ${nf0.format(c.max_unfilled_per_request)}; the bound is ` +
-      `${f.block_size - 1}. ${pct(c.token_share)} of the cache holds tokens right now.`);
-  }
-  if (q3 && facts.paged) {
-    const c = facts.paged.counters;
-    const done = c.num_output_tokens || 0;
-    setText(q3, c.num_preemptions > 0
-      ? `What you just saw (${facts.paged.name}): ${nf0.format(c.num_preemptions)} evictions; ` +
-        `${nf0.format(c.num_recomputed_tokens)} tokens had to be computed again, work the GPU already did once ` +
-        `(${done ? pct(100 * c.num_recomputed_tokens / done) : "—"} of the ${nf0.format(done)} tokens generated so far).`
-      : `In your last paged run memory never ran out: 0 evictions. Press "show me" to shrink the cache and raise the rate.`);
+}
+
+function setupQuiz() {
+  for (const q of document.querySelectorAll(".question")) {
+    const reveal = q.querySelector(".reveal");
+    q.querySelector(".options").addEventListener("change", e => {
+      const choice = e.target.value, correct = q.dataset.correct;
+      for (const label of q.querySelectorAll(".options label")) {
+        const v = label.querySelector("input").value;
+        label.classList.toggle("right", v === correct);
+        label.classList.toggle("wrong", v === choice && v !== correct);
+      }
+      const verdict = reveal.querySelector(".verdict");
+      verdict.textContent = QUIZ[q.id][choice === correct ? "right" : "wrong"];
+      verdict.className = "verdict " + (choice === correct ? "right" : "wrong");
+      reveal.hidden = false;
+      renderAnswers();
+    });
   }
 }
 
 // ---------------------------------------------------------------- a player: views, counters, transport
 const COUNTERS = [
-  ["token_share", "memory holding tokens", v => pct(v)],
   ["num_running", "running", v => nf0.format(v)],
   ["num_waiting", "waiting", v => nf0.format(v)],
   ["num_finished", "finished", v => nf0.format(v)],
-  ["num_preemptions", "evictions", v => nf0.format(v)],
   ["num_recomputed_tokens", "recomputed tokens", v => nf0.format(v)],
-  ["throughput_tps", "throughput (tokens/s)", v => nf1.format(v)],
+  ["throughput_tps", "tokens/s", v => nf1.format(v)],
   ["num_rejected", "rejected", v => nf0.format(v)],
 ];
+const LANE_COLOURS = [PALETTE[4], PALETTE[5], PALETTE[2], PALETTE[0]].map(hex);
+const LANE_DASHES = [[], [7, 4], [2, 3], [10, 3, 2, 3]];
 
 const stats = { framesApplied: 0, framesDrawn: 0, drawMs: 0, playAt: null, firstFrameAt: null, firstDrawAt: null };
+let runCounter = 0;
 
 class Player {
   constructor(section, kind) {
@@ -380,6 +589,7 @@ class Player {
     this.errorNode = section.querySelector(".error");
     this.transport = section.querySelector(".transport");
     this.finishNode = section.querySelector(".finish");
+    this.chart = section.querySelector(".chart");
     this.views = [];
     this.panels = [];
     this.meta = null;
@@ -388,6 +598,8 @@ class Player {
     this.playing = false;
     this.done = false;
     this.drawPending = false;
+    this.hoverAt = null; // {view, c, x, y}: refreshed after every frame drawn
+    this.highlight = -1;
     this.speed = Number(this.transport.querySelector('[data-act="speed"]').value);
     this.transport.addEventListener("click", e => {
       const act = e.target.closest("button") && e.target.closest("button").dataset.act;
@@ -402,79 +614,167 @@ class Player {
     });
     section.addEventListener("pointerdown", () => { activePlayer = this; });
     section.addEventListener("focusin", () => { activePlayer = this; });
+    new ResizeObserver(() => this.relayout()).observe(this.panelsHost);
   }
 
   build(meta) {
+    meta.runId = ++runCounter;
+    meta.num_prompt_tokens = meta.requests.reduce((a, r) => a + r[2], 0);
     this.meta = meta;
     this.requests = new Map(meta.requests.map(r => [r[0], r]));
     this.panelsHost.innerHTML = "";
+    this.panelsHost.dataset.lanes = String(meta.grids.length);
     this.views = [];
     this.panels = [];
+    this.series = meta.grids.map(() => [[0, 0]]);
+    this.hoverAt = null;
+    this.highlight = -1;
+    tooltip.hidden = true;
     if (this.finishNode) { this.finishNode.hidden = true; this.finishNode.innerHTML = ""; }
     const race = meta.grids.length > 1;
-    const maxHeight = race ? 300 : 420;
-    this.panelsHost.style.gridTemplateColumns = `repeat(${meta.grids.length}, minmax(0, 1fr))`;
     // All panels first, then the grids: each grid measures the width its panel really gets.
-    const wraps = meta.grids.map(info => {
-      const panel = el("div", { class: "panel", "data-strategy": info.name });
-      panel.append(el("h3", {}, info.name + " ", el("span", { class: "desc", text: info.description || "" })));
-      const wrap = el("div", { class: "gridwrap" });
-      panel.append(wrap);
-      this.panelsHost.append(panel);
-      return [info, panel, wrap];
+    const built = meta.grids.map((info, i) => this.buildPanel(info, i, race));
+    built.forEach(p => {
+      p.view = new GridView(p.wrap, meta.num_blocks, meta.block_size, this.maxGridHeight(race));
+      p.wrap.append(p.note, p.ended);
+      this.wireView(p.view, p);
+      this.views.push(p.view);
+      this.panels.push(p);
+      this.caption(p);
     });
-    for (const [info, panel, wrap] of wraps) {
-      const view = new GridView(wrap, meta.num_blocks, meta.block_size, maxHeight);
-      const L = view.layout;
-      panel.append(el("div", { class: "scale", text:
-        `${nf0.format(meta.num_blocks)} blocks of ${meta.block_size} slots` +
-        (L.k > 1 ? ` · one square = ${L.k} blocks` : " · one square = one block") +
-        ` · ${nf0.format(meta.num_slots)} token slots` }));
-      const bar = el("div", { class: "sharebar", title: "memory: tokens · reserved · never used · overhead · free" });
-      for (const k of ["token", "reserved", "internal_fragmentation", "overhead"]) bar.append(el("span", { class: k }));
-      panel.append(bar);
-      const dl = el("dl", { class: "counters" });
-      const fields = {};
-      for (const [key, label] of COUNTERS) {
-        const dd = el("dd", { "data-counter": key, text: "–" });
-        dl.append(el("dt", { text: label }), dd);
-        fields[key] = dd;
-      }
-      panel.append(dl);
-      view.canvas.addEventListener("mousemove", e => this.hover(view, e));
-      view.canvas.addEventListener("mouseleave", () => { tooltip.hidden = true; });
-      this.views.push(view);
-      this.panels.push({ panel, bar, fields, info });
+    if (this.chart) this.chart.hidden = !race;
+    this.drawChart();
+  }
+
+  maxGridHeight(race) {
+    const h = window.innerHeight || 800;
+    return Math.max(120, Math.min(race ? 300 : 420, Math.round(h * (race ? 0.35 : 0.5))));
+  }
+
+  buildPanel(info, i, race) {
+    const panel = el("div", { class: "panel", "data-strategy": info.name });
+    const badge = el("span", { class: "badge", "data-field": "finish-time" });
+    panel.append(el("h3", {}, el("span", { text: info.name }), el("span", { class: "desc", text: info.description || "" }), badge));
+    const share = el("span", { class: "big", "data-counter": "token_share", "data-value": "0", text: "–" });
+    const shareWhat = el("span", { class: "what", text: "of the memory holds tokens" });
+    const ev = el("span", { class: "big evictions", "data-counter": "num_preemptions", "data-value": "0", text: "0" });
+    const big = el("div", { class: "bignums", role: "status", "aria-live": "polite", "aria-atomic": "false" },
+      el("div", {}, share, shareWhat), el("div", {}, ev, el("span", { class: "what", text: "evictions" })));
+    if (!race) {
+      big.append(el("p", { class: "paper", text: "The vLLM paper, time-averaged: 20.4–38.2% for systems that " +
+        "reserve (Orca), 96.3% for vLLM's pages." }));
+    }
+    panel.append(big);
+    const wrap = el("div", { class: "gridwrap" });
+    panel.append(wrap);
+    const scale = el("div", { class: "scale" });
+    const bar = el("canvas", { class: "sharebar", role: "img", "aria-label": "memory shares" });
+    const barLabel = el("div", { class: "sharebar-label", text: "memory right now" });
+    const seats = el("canvas", { class: "seats", role: "img", "aria-label": "running seats and waiting queue" });
+    const seatsLabel = el("div", { class: "seats-label" });
+    const dl = el("dl", { class: "counters" });
+    const fields = { token_share: share, num_preemptions: ev };
+    for (const [key, label] of COUNTERS) {
+      const dd = el("dd", { "data-counter": key, text: "–" });
+      dl.append(el("div", {}, el("dt", { text: label }), dd));
+      fields[key] = dd;
+    }
+    panel.append(scale, bar, barLabel, seats, seatsLabel, dl);
+    this.panelsHost.append(panel);
+    const note = el("div", { class: "note", "aria-hidden": "true" });
+    const ended = el("div", { class: "ended" });
+    ended.hidden = true;
+    return { panel, wrap, scale, bar, barLabel, seats, seatsLabel, fields, info, note, ended, badge, shareWhat,
+      lane: i, peak: 0, flashes: 0, lastShares: null, last: null };
+  }
+
+  caption(p) {
+    const m = this.meta, L = p.view.layout, k = L.k * (m.display_scale || 1);
+    p.scale.textContent = `${nf0.format(m.num_gpu_blocks || m.num_blocks)} blocks of ${m.kv_block_size || m.block_size} ` +
+      `tokens (${nf0.format(m.num_slots)} token slots) · ` + (k > 1 ? `display scale: one square = ${nf0.format(k)} blocks`
+      : "one square = one block");
+    p.view.canvas.setAttribute("aria-label", `KV cache of ${p.info.name}: ${p.scale.textContent}. ` +
+      "Arrow keys move between squares; each is described below the grid.");
+  }
+
+  wireView(view, p) {
+    view.canvas.addEventListener("mousemove", e => {
+      const c = view.cellAt(e);
+      this.hoverAt = c < 0 ? null : { view, c, x: e.clientX, y: e.clientY };
+      this.refreshTooltip();
+    });
+    view.canvas.addEventListener("mouseleave", () => { this.hoverAt = null; this.refreshTooltip(); });
+    view.canvas.addEventListener("blur", () => { view.kbCell = -1; view.overlayDirty = true; this.hoverAt = null; this.refreshTooltip(); });
+    view.canvas.addEventListener("keydown", e => {
+      const L = view.layout, moves = { ArrowRight: 1, ArrowLeft: -1, ArrowDown: L.cols, ArrowUp: -L.cols,
+        Home: -Infinity, End: Infinity };
+      if (!(e.key in moves)) return;
+      e.preventDefault();
+      e.stopPropagation();
+      const c = view.kbCell < 0 ? 0 : view.kbCell + moves[e.key];
+      view.kbCell = Math.max(0, Math.min(L.cells - 1, Number.isFinite(c) ? c : (c > 0 ? L.cells - 1 : 0)));
+      view.overlayDirty = true;
+      const r = view.cellClientRect(view.kbCell);
+      this.hoverAt = { view, c: view.kbCell, x: r.left + r.size, y: r.top + r.size, kb: true };
+      this.refreshTooltip();
+      this.scheduleDraw();
+    });
+  }
+
+  // The tooltip says what is under the pointer (or the keyboard's cursor) now, so it is rewritten every frame.
+  refreshTooltip() {
+    const h = this.hoverAt;
+    let id = -1;
+    if (!h || !this.views.includes(h.view)) {
+      if (tooltip.dataset.owner === this.kind) tooltip.hidden = true;
+    } else {
+      const text = h.view.describe(h.c, this.requests, this.meta.display_scale || 1);
+      setText(tooltip, text);
+      tooltip.dataset.owner = this.kind;
+      tooltip.hidden = false;
+      tooltip.style.left = Math.max(4, Math.min(window.innerWidth - tooltip.offsetWidth - 8, h.x + 14)) + "px";
+      tooltip.style.top = Math.min(window.innerHeight - tooltip.offsetHeight - 8, h.y + 14) + "px";
+      if (h.kb) setText(announce, text);
+      id = h.view.cellState(h.c).owner;
+    }
+    if (id !== this.highlight) {
+      // One conversation's blocks, highlighted in every grid of this section (its pages may lie anywhere).
+      this.highlight = id;
+      for (const v of this.views) { v.highlight = id; v.overlayDirty = true; }
+      this.scheduleDraw();
     }
   }
 
-  hover(view, e) {
-    const c = view.cellAt(e);
-    if (c < 0) { tooltip.hidden = true; return; }
-    tooltip.textContent = view.describe(c, this.requests);
-    tooltip.hidden = false;
-    tooltip.style.left = Math.min(window.innerWidth - 350, e.clientX + 14) + "px";
-    tooltip.style.top = (e.clientY + 14) + "px";
+  relayout() {
+    if (!this.panels.length) return;
+    let changed = false;
+    for (const p of this.panels) {
+      const w = p.wrap.clientWidth;
+      if (w > 0 && p.view.relayout(w)) { changed = true; this.caption(p); p.placedAt = null; }
+    }
+    if (this.chart && !this.chart.hidden) {
+      const w = this.chart.querySelector("canvas").clientWidth;
+      if (w && w !== this.chartWidth) { this.chartWidth = w; changed = true; }
+    }
+    if (changed) { for (const p of this.panels) p.lastShares = null; this.redrawStrips(); this.drawChart(); this.scheduleDraw(); }
   }
 
   onFrame(frame) {
     this.seq = frame.seq;
     stats.framesApplied++;
     if (stats.playAt !== null && stats.firstFrameAt === null) stats.firstFrameAt = performance.now();
+    const now = performance.now();
     frame.grids.forEach((g, i) => {
-      this.views[i].apply(g.blocks);
-      const p = this.panels[i];
-      for (const [key, , fmt] of COUNTERS) {
-        if (key in g.counters) { setText(p.fields[key], fmt(g.counters[key])); setData(p.fields[key], "value", g.counters[key]); }
-      }
-      const u = g.usage, total = u.token + u.reserved + u.internal_fragmentation + u.overhead + u.free;
-      const spans = p.bar.children;
-      ["token", "reserved", "internal_fragmentation", "overhead"].forEach((k, j) => {
-        const width = (100 * u[k] / total).toFixed(2) + "%";
-        if (spans[j].style.width !== width) spans[j].style.width = width;
-      });
+      const p = this.panels[i], view = this.views[i], note = g.note || {};
+      if (note.evicted && note.evicted.length) this.flashEvicted(p, view, note.evicted, now);
+      view.apply(g.blocks);
+      p.last = g;
+      this.updateCounters(p, g);
+      const series = this.series[i], fin = g.counters.num_finished || 0;
+      if (frame.finish && frame.finish.finished_over_time) this.series[i] = frame.finish.finished_over_time[i];
+      else if (!g.done && series[series.length - 1][1] !== fin) series.push([frame.t, fin]);
       const summary = frame.finish ? frame.finish.summaries[i] : null;
-      noteFacts(p.info, g, summary);
+      noteFacts(p.info, g, summary, this.meta);
     });
     const clock = this.transport.querySelector('[data-field="clock"]');
     setText(clock, `t = ${nf1.format(frame.t)} s` + (frame.done ? " · done" : ""));
@@ -482,63 +782,269 @@ class Player {
     setData(this.section, "seq", frame.seq);
     if (frame.done) { this.done = true; this.setPlaying(false); }
     if (frame.finish) this.showFinish(frame.finish);
+    this.chartDue = true;
+    this.stripsDue = true;
     this.scheduleDraw();
+  }
+
+  flashEvicted(p, view, ids, now) {
+    const cells = view.flash(ids, now);
+    p.flashes += ids.length;
+    setData(p.panel, "flashes", p.flashes);
+    setData(p.panel, "flashCells", cells);
+    // The counter pulses (the Web Animations API restarts it without making the browser lay the page out).
+    const ev = p.fields.num_preemptions;
+    ev.classList.add("pulse");
+    if (ev.animate) {
+      ev.animate([{ color: "#b00020", transform: "scale(1.25)" }, { color: "inherit", transform: "scale(1)" }],
+        { duration: 900, easing: "ease-out" });
+    }
+  }
+
+  updateCounters(p, g) {
+    for (const [key, , fmt] of COUNTERS) {
+      if (key in g.counters) { setText(p.fields[key], fmt(g.counters[key])); setData(p.fields[key], "value", g.counters[key]); }
+    }
+    setData(p.fields.num_preemptions, "value", g.counters.num_preemptions);
+    setText(p.fields.num_preemptions, nf0.format(g.counters.num_preemptions));
+    setData(p.fields.token_share, "value", g.counters.token_share);
+    if (!g.done) {
+      setText(p.fields.token_share, pct(g.counters.token_share));
+      setText(p.shareWhat, "of the memory holds tokens right now");
+    }
+    p.panel.classList.toggle("lane-done", !!g.done);
+    setText(p.badge, g.done && g.finish_time !== null ? `done at ${nf1.format(g.finish_time)} s` : "");
+    setData(p.panel, "finishTime", g.done && g.finish_time !== null ? g.finish_time : "");
+    p.noteDue = true;
+  }
+
+  // On the figure: how much is free, in its largest piece, and what the conversation at the head of the queue
+  // needs; in red when it does not fit (it waits, though memory is free).
+  writeNote(p, g) {
+    const n = g.note || {}, scale = this.meta.display_scale || 1, view = p.view;
+    const gap = !g.done && n.gap_blocks > 0 && n.next_id !== undefined && p.info.allocator !== "paged"
+      ? [Math.floor(n.gap_start / scale), Math.ceil(n.gap_blocks / scale)] : null;
+    if (String(gap) !== String(view.gap)) { view.gap = gap; view.overlayDirty = true; }
+    let text = "", waits = false;
+    if (g.done) text = "";
+    else if (n.next_id !== undefined) {
+      const contiguous = p.info.allocator !== "paged";
+      const room = contiguous ? n.gap_blocks : n.free_blocks;
+      waits = n.next_blocks > room;
+      const who = n.next_readmit ? `evicted conversation ${n.next_id} needs ${nf0.format(n.next_blocks)} to come back`
+        : `next conversation (${n.next_id}) needs ${nf0.format(n.next_blocks)}` +
+          (contiguous ? " in one piece" : " for its prompt");
+      text = (contiguous ? `${blocks(n.gap_blocks)} free in one piece` : `${blocks(n.free_blocks)} free`) +
+        `; the ${who}` + (waits ? `: ${nf0.format(g.counters.num_waiting)} wait` : "");
+    } else if (n.free_blocks > 0 && g.counters.step > 0) {
+      text = `${blocks(n.free_blocks)} free`;
+    }
+    p.note.classList.toggle("waits", waits);
+    if (p.note.textContent !== text) {
+      p.note.textContent = text;
+      setData(p.panel, "note", text);
+      this.placeNote(p, n, scale);
+    } else if (text && p.placedAt !== n.gap_start) this.placeNote(p, n, scale);
+  }
+
+  // Beside the gap's first square, below it (above it on the last rows), towards the middle: placed from the
+  // layout the page already knows, so that no frame forces the browser to measure anything.
+  placeNote(p, n, scale) {
+    p.placedAt = n.gap_start;
+    if (!p.note.textContent || !(n.gap_start >= 0)) return;
+    const v = p.view, L = v.layout, c = Math.floor(n.gap_start / scale / L.k);
+    const x = (c % L.cols) * L.s, row = (c / L.cols) | 0, W = v.width, H = L.rows * L.s;
+    const st = p.note.style;
+    if (x > W / 2) { st.left = "auto"; st.right = Math.max(0, W - x - L.s) + "px"; }
+    else { st.right = "auto"; st.left = x + "px"; }
+    if (row + 2 < L.rows || L.rows < 3) { st.bottom = "auto"; st.top = Math.min(H, (row + 1) * L.s + 2) + "px"; }
+    else { st.top = "auto"; st.bottom = Math.max(0, H - row * L.s + 2) + "px"; }
+  }
+
+  // The running batch as seats, the queue as a line: empty seats beside a waiting queue are static batching's
+  // cost; seats refilled at once are continuous batching's. Seats: the most this engine has run at once.
+  drawSeats(p) {
+    const g = p.last;
+    if (!g) return;
+    const running = g.counters.num_running || 0, waiting = g.counters.num_waiting || 0;
+    p.peak = Math.max(p.peak, running);
+    const canvas = p.seats, w = Math.max(60, p.view.width), h = 34;
+    const ids = [];
+    const seen = new Set(), owner = p.view.owner;
+    for (let b = 0; b < owner.length; b++) { const o = owner[b]; if (o >= 0 && !seen.has(o)) { seen.add(o); ids.push(o); } }
+    ids.sort((a, b) => a - b);
+    const key = `${w} ${p.peak} ${waiting} ${ids.join(",")}`;
+    if (key === p.seatsKey) return;
+    p.seatsKey = key;
+    if (canvas.width !== w) canvas.width = w;
+    if (canvas.height !== h) canvas.height = h;
+    const ctx = canvas.getContext("2d");
+    ctx.clearRect(0, 0, w, h);
+    const seatsW = Math.floor(w * 0.62), seats = Math.max(1, p.peak);
+    const rows = seats * 6 > seatsW ? 2 : 1;
+    const per = Math.ceil(seats / rows), s = Math.max(2, Math.min(14, Math.floor(seatsW / per)));
+    // One path per colour (a canvas state change per seat would cost more than the drawing).
+    const paths = PALETTE.map(() => new Path2D()), empty = new Path2D();
+    for (let i = 0; i < seats; i++) {
+      const x = (i % per) * s, y = ((i / per) | 0) * (s + 2) + 1;
+      if (i < ids.length) paths[ids[i] % PALETTE.length].rect(x, y, s - 1, s - 1);
+      else empty.rect(x + 0.5, y + 0.5, s - 2, s - 2);
+    }
+    paths.forEach((path, k) => { ctx.fillStyle = PALETTE_HEX[k]; ctx.fill(path); });
+    ctx.strokeStyle = "#888"; ctx.lineWidth = 1; ctx.stroke(empty);
+    const qx = seatsW + 10, room = Math.max(0, Math.floor((w - qx - 40) / 5));
+    const queue = new Path2D();
+    for (let i = 0; i < Math.min(waiting, room); i++) queue.rect(qx + i * 5, 12, 3, 10);
+    ctx.fillStyle = "#5f6368";
+    ctx.fill(queue);
+    if (waiting > room) { ctx.font = "11px system-ui, sans-serif"; ctx.fillText(`+${nf0.format(waiting - room)}`, qx + room * 5 + 2, 21); }
+    const text = `seats: ${nf0.format(running)} running of ${nf0.format(seats)} (the most at once so far) · ` +
+      `queue: ${nf0.format(waiting)} waiting`;
+    setText(p.seatsLabel, text);
+    setData(p.seats, "running", running);
+    setData(p.seats, "waiting", waiting);
+    setData(p.seats, "seats", seats);
+  }
+
+  drawStrip(p) {
+    const g = p.last;
+    if (!g) return;
+    const s = p.summary ? p.summary.memory_shares : null;
+    const u = g.usage;
+    const shares = s ? [s.token, s.reserved, s.internal_fragmentation, 0, s.external_fragmentation]
+      : [u.token, u.reserved, u.internal_fragmentation, u.overhead, u.free];
+    const key = shares.join(",") + "|" + p.view.width;
+    if (key !== p.lastShares) {
+      p.lastShares = key;
+      drawShareBar(p.bar, shares, p.view.width);
+      const total = shares.reduce((a, b) => a + b, 0) || 1, f = v => nf0.format(100 * v / total) + "%";
+      const named = s ? [[0, "tokens"], [1, "reserved"], [2, "never used"], [4, "free or between slabs"]]
+        : [[0, "tokens"], [1, "reserved"], [2, "never used"], [3, "rounded up"], [4, "free"]];
+      setText(p.barLabel, (s ? "memory over the whole run (time-averaged): " : "memory right now: ") +
+        named.map(([j, name]) => `${f(shares[j])} ${name}`).join(" · "));
+      p.bar.setAttribute("aria-label", p.barLabel.textContent);
+    }
+    this.drawSeats(p);
+  }
+
+  redrawStrips() {
+    for (const p of this.panels) {
+      this.drawStrip(p);
+      if (p.noteDue && p.last) { p.noteDue = false; this.writeNote(p, p.last); }
+    }
   }
 
   scheduleDraw() {
     if (this.drawPending) return;
     this.drawPending = true;
-    requestAnimationFrame(() => {
+    requestAnimationFrame(now => {
       this.drawPending = false;
       const t0 = performance.now();
       let drew = false;
       for (const v of this.views) drew = v.draw() || drew;
+      let animating = false;
+      for (const v of this.views) { v.drawOverlay(now); animating = animating || v.flashes.length > 0; }
+      // The notes, share bars and seats change their text every frame: at 5 a second they read as well and
+      // spare the browser a layout per frame; the squares themselves are drawn at the frame rate.
+      if (this.stripsDue && (!this.stripsAt || now - this.stripsAt > SLOW_MS)) {
+        this.stripsDue = false; this.stripsAt = now; this.redrawStrips();
+      } else if (this.stripsDue) animating = true;
+      if (this.chartDue && (!this.chartAt || now - this.chartAt > 250 || this.done)) {
+        this.chartDue = false; this.chartAt = now; this.drawChart();
+      } else if (this.chartDue) animating = true;
       if (answersDue) { answersDue = false; renderAnswers(); }
+      if (this.hoverAt) this.refreshTooltip();
       if (drew) {
         stats.framesDrawn++;
         stats.drawMs += performance.now() - t0;
         if (stats.playAt !== null && stats.firstDrawAt === null) stats.firstDrawAt = performance.now();
       }
+      if (animating) this.scheduleDraw();
     });
+  }
+
+  // Requests finished over time, one line per strategy: the race's finish line.
+  drawChart() {
+    if (!this.chart || this.chart.hidden || !this.meta) return;
+    const canvas = this.chart.querySelector("canvas");
+    if (!this.chartWidth) this.chartWidth = canvas.clientWidth;
+    const w = Math.max(100, Math.floor(this.chartWidth || 300)), h = 200;
+    if (canvas.width !== w) canvas.width = w;
+    if (canvas.height !== h) canvas.height = h;
+    const ctx = canvas.getContext("2d");
+    ctx.clearRect(0, 0, w, h);
+    const total = this.meta.requests.length || 1;
+    const tMax = Math.max(1, ...this.series.map(s => s[s.length - 1][0]));
+    const left = 40, bottom = h - 22, top = 8, right = w - 8;
+    const X = t => left + (right - left) * t / tMax, Y = n => bottom - (bottom - top) * n / total;
+    ctx.strokeStyle = "#d0d0d0"; ctx.lineWidth = 1; ctx.fillStyle = "#5f6368"; ctx.font = "11px system-ui, sans-serif";
+    ctx.beginPath(); ctx.moveTo(left, top); ctx.lineTo(left, bottom); ctx.lineTo(right, bottom); ctx.stroke();
+    ctx.fillText(nf0.format(total), 2, top + 8); ctx.fillText("0", 28, bottom);
+    ctx.fillText(`${nf0.format(tMax)} s`, right - 40, h - 6); ctx.fillText("simulated time", left + 4, h - 6);
+    this.series.forEach((s, i) => {
+      ctx.strokeStyle = LANE_COLOURS[i % 4]; ctx.lineWidth = 2.5; ctx.setLineDash(LANE_DASHES[i % 4]);
+      ctx.beginPath();
+      s.forEach(([t, n], j) => { if (j === 0) ctx.moveTo(X(t), Y(n)); else ctx.lineTo(X(t), Y(n)); });
+      ctx.stroke(); ctx.setLineDash([]);
+      const g = this.panels[i] && this.panels[i].last;
+      if (g && g.done && g.finish_time !== null) {
+        ctx.fillStyle = LANE_COLOURS[i % 4];
+        ctx.beginPath(); ctx.arc(X(g.finish_time), Y(s[s.length - 1][1]), 4, 0, 7); ctx.fill();
+      }
+    });
+    const legend = this.chart.querySelector(".chart-legend");
+    const names = this.meta.grids.map((g, i) => {
+      const last = this.panels[i] && this.panels[i].last;
+      return g.name + (last && last.done && last.finish_time !== null ? ` (all served at ${nf1.format(last.finish_time)} s)` : "");
+    }).join("|");
+    if (legend.dataset.names !== names) {
+      legend.dataset.names = names;
+      legend.innerHTML = "";
+      names.split("|").forEach((name, i) => legend.append(el("span", {},
+        el("i", { style: `border-top-color:${LANE_COLOURS[i % 4]};border-top-style:${i % 4 ? "dashed" : "solid"}` }), name)));
+    }
+  }
+
+  // The end of a run: every conversation has left, so the grid is empty; what stays on screen is the run's
+  // time-averaged summary (the simulator's, the same numbers `kvlab race --json` prints).
+  showSummaries(finish) {
+    finish.summaries.forEach((s, i) => {
+      const p = this.panels[i];
+      if (!p) return;
+      p.summary = s;
+      setText(p.fields.token_share, pct(s.memory_shares.token));
+      setData(p.fields.token_share, "average", s.memory_shares.token);
+      setText(p.shareWhat, "of the memory held tokens, time-averaged over the run");
+      setText(p.fields.num_preemptions, nf0.format(s.preemptions));
+      p.ended.hidden = false;
+      p.ended.textContent = `Run over: all ${nf0.format(s.num_finished)} served in ${nf1.format(s.makespan_s)} s, ` +
+        `the cache is empty again. Over the run ${pct(s.memory_shares.token)} of the memory held tokens and ` +
+        `${nf1.format(s.mean_batch_size)} conversations ran at once on average.`;
+      p.lastShares = null;
+    });
+    this.stripsDue = true;
   }
 
   showFinish(finish) {
+    this.showSummaries(finish);
     if (!this.finishNode) return;
+    this.recordRuns(finish);
     const node = this.finishNode;
     node.innerHTML = "";
-    node.append(el("p", { class: "verdict", text: finish.verdict }));
-    const cols = [
-      ["num_finished", "finished", v => nf0.format(v)],
-      ["finish_time", "all served at (s)", v => nf1.format(v)],
-      ["throughput_rps", "requests/s", v => nf2.format(v)],
-      ["throughput_tps", "tokens/s", v => nf1.format(v)],
-      ["token_share", "memory holding tokens (time avg.)", v => pct(v)],
-      ["mean_batch_size", "mean batch", v => nf1.format(v)],
-      ["preemptions", "evictions", v => nf0.format(v)],
-      ["recomputed_tokens", "recomputed tokens", v => nf0.format(v)],
-      ["normalized_latency_mean", "normalized latency (s/token)", v => nf2.format(v)],
-    ];
-    const table = el("table", { class: "summary" });
-    const head = el("tr", {}, el("th", { text: "strategy" }));
-    for (const [, label] of cols) head.append(el("th", { text: label }));
-    table.append(head);
-    finish.summaries.forEach((s, i) => {
-      const row = el("tr", { "data-strategy": s.name }, el("td", { text: s.name + (s.name === finish.winner ? " ★" : "") }));
-      const flat = flatSummary(s);
-      for (const [key, , fmt] of cols) {
-        const v = flat[key];
-        row.append(el("td", { "data-key": key, "data-value": v === undefined || v === null ? "" : String(v),
-          text: v === undefined || v === null ? "–" : fmt(v) }));
-      }
-      table.append(row);
-    });
-    node.append(table);
+    node.append(el("p", { class: "verdict", text: this.verdictText(finish) }));
+    node.append(el("div", { class: "tablewrap" }, summaryTable(this.finishRows(finish),
+      this.panels.length > 1 ? finish.winner : null)));
     node.hidden = false;
-    this.panels.forEach(p => p.panel.classList.toggle("winner", p.info.name === finish.winner));
+    this.panels.forEach(p => p.panel.classList.toggle("winner", this.panels.length > 1 && p.info.name === finish.winner));
   }
+
+  recordRuns() {}
+  finishRows(finish) { return finish.summaries; }
+  verdictText(finish) { return finish.verdict; }
 
   setPlaying(on) {
     this.playing = on;
+    if (!on && this.panels.length) { this.stripsDue = true; this.stripsAt = 0; this.scheduleDraw(); } // the last frame's
     const b = this.transport.querySelector('[data-act="play"]');
     b.classList.toggle("playing", on);
     b.textContent = on ? "❚❚ pause" : "▶ play";
@@ -546,6 +1052,18 @@ class Player {
 
   toggle() { if (this.playing) this.pause(); else this.play(); }
 }
+
+const SUMMARY_COLS = [
+  ["num_finished", "finished", v => nf0.format(v)],
+  ["finish_time", "all served at (s)", v => nf1.format(v)],
+  ["throughput_rps", "requests/s", v => nf2.format(v)],
+  ["throughput_tps", "tokens/s", v => nf1.format(v)],
+  ["token_share", "memory holding tokens (time avg.)", v => pct(v)],
+  ["mean_batch_size", "mean batch", v => nf1.format(v)],
+  ["preemptions", "evictions", v => nf0.format(v)],
+  ["recomputed_tokens", "recomputed tokens", v => nf0.format(v)],
+  ["normalized_latency_mean", "normalized latency (s/token)", v => nf2.format(v)],
+];
 
 function flatSummary(s) {
   const nl = s.normalized_latency_s_per_token || {};
@@ -555,6 +1073,24 @@ function flatSummary(s) {
     mean_batch_size: s.mean_batch_size, preemptions: s.preemptions, recomputed_tokens: s.recomputed_tokens,
     normalized_latency_mean: nl.mean,
   };
+}
+
+function summaryTable(summaries, winner) {
+  const table = el("table", { class: "summary" });
+  const head = el("tr", {}, el("th", { text: "strategy" }));
+  for (const [, label] of SUMMARY_COLS) head.append(el("th", { text: label }));
+  table.append(head);
+  for (const s of summaries) {
+    const row = el("tr", { "data-strategy": s.name }, el("td", { text: s.name + (s.name === winner ? " ★" : "") }));
+    const flat = flatSummary(s);
+    for (const [key, , fmt] of SUMMARY_COLS) {
+      const v = flat[key];
+      row.append(el("td", { "data-key": key, "data-value": v === undefined || v === null ? "" : String(v),
+        text: v === undefined || v === null ? "–" : fmt(v) }));
+    }
+    table.append(row);
+  }
+  return table;
 }
 
 // Live: the engine runs on the server; frames arrive as server-sent events over a streaming fetch (so that an
@@ -568,28 +1104,53 @@ class LivePlayer extends Player {
     this.stale = true;
     this.timer = null;
     this.resetting = null;
-    // A changed control starts a new run (shortly, so that typing a number does not start one per digit).
-    form.addEventListener("change", () => {
-      this.stale = true;
-      clearTimeout(this.timer);
-      this.timer = setTimeout(() => this.reset(), 250);
-    });
+    this.runs = new Map(); // the grid's finished runs this visit, by strategy: the story's comparison
+    // A changed control starts a new run (shortly, so that typing a number does not start one per digit). A bad
+    // value is refused here, with a message, and the old result is dimmed; nothing is sent.
+    form.addEventListener("change", () => this.controlsChanged());
+    form.addEventListener("input", e => { if (e.target.dataset.kind) this.validate(); });
   }
 
-  spec() {
+  controlsChanged() {
+    this.stale = true;
+    clearTimeout(this.timer);
+    if (!this.validate()) { this.pause(); return; }
+    this.timer = setTimeout(() => this.reset(), 250);
+  }
+
+  // [spec, message]: the run the controls describe, or why they describe none.
+  specOrError() {
+    const [values, msg] = checkForm(this.form);
+    if (msg) return [null, msg];
     const data = Object.fromEntries(new FormData(this.form).entries());
     const spec = { kind: this.kind };
     if (this.kind === "grid") {
       spec.strategies = [`${data.batching}+${data.allocator}`];
-      delete data.batching; delete data.allocator;
     } else {
-      spec.strategies = data.strategies.split(",").map(s => s.trim()).filter(Boolean);
-      delete data.strategies;
+      spec.strategies = Array.from(this.form.querySelectorAll('input[name="strategy"]:checked')).map(i => i.value);
+      const max = (catalog && catalog.limits.max_strategies) || 4;
+      if (!spec.strategies.length) return [null, "pick at least one strategy to race"];
+      if (spec.strategies.length > max) {
+        return [null, `a race holds at most ${max} strategies; ${spec.strategies.length} are ticked: untick ` +
+          `${spec.strategies.length - max}`];
+      }
     }
-    for (const [k, v] of Object.entries(data)) spec[k] = v;
-    if (spec.num_blocks === "auto" || spec.num_blocks === "") delete spec.num_blocks;
-    return spec;
+    for (const k of ["workload", "block_size", "model", "gpu"]) spec[k] = data[k];
+    for (const k of ["rate", "num_requests", "seed"]) spec[k] = values[k];
+    if (values.num_blocks !== null) spec.num_blocks = values.num_blocks;
+    return [spec, null];
   }
+
+  validate() {
+    const [, msg] = this.specOrError();
+    this.setStale(!!msg || this.stale);
+    if (msg) showError(this.errorNode, new Error(msg));
+    else if (this.errorNode.dataset.local === "1" || !this.errorNode.hidden) showError(this.errorNode, null);
+    this.errorNode.dataset.local = msg ? "1" : "";
+    return !msg;
+  }
+
+  setStale(on) { this.section.classList.toggle("stale", on); this.section.dataset.stale = on ? "1" : ""; }
 
   reset() {
     clearTimeout(this.timer);
@@ -599,6 +1160,8 @@ class LivePlayer extends Player {
 
   async newRun() {
     this.pause();
+    const [spec, msg] = this.specOrError();
+    if (msg) { showError(this.errorNode, new Error(msg)); this.setStale(true); return; }
     this.stale = false; // a control changed from here on makes the run stale again
     const old = this.session;
     this.session = null;
@@ -606,26 +1169,33 @@ class LivePlayer extends Player {
     this.setBusy(true);
     try {
       const meta = await api("api/sessions", { method: "POST", headers: { "Content-Type": "application/json" },
-        body: JSON.stringify(this.spec()) });
+        body: JSON.stringify(spec) });
       showError(this.errorNode, null);
       this.session = meta.session_id;
       this.section.dataset.session = meta.session_id;
       this.done = false;
       this.build(meta);
       this.onFrame(meta.frame);
+      this.setStale(false);
+      if (this.onNewRun) this.onNewRun(meta);
     } catch (err) {
       showError(this.errorNode, err);
+      this.setStale(true);
     } finally {
       this.setBusy(false);
     }
   }
 
-  setBusy(on) { this.section.classList.toggle("busy", on); this.section.dataset.busy = on ? "1" : ""; }
+  setBusy(on) {
+    this.section.classList.toggle("busy", on);
+    this.section.dataset.busy = on ? "1" : "";
+    this.section.setAttribute("aria-busy", on ? "true" : "false");
+  }
 
   async ready() {
     if (this.resetting) await this.resetting;
     if (!this.session || this.stale) await this.reset();
-    return this.session !== null;
+    return this.session !== null && !this.section.classList.contains("stale");
   }
 
   async play() {
@@ -638,6 +1208,7 @@ class LivePlayer extends Player {
       this.starting = false;
     }
     this.setPlaying(true);
+    if (this.onPlay) this.onPlay();
     const ctrl = new AbortController();
     this.abort = ctrl;
     try {
@@ -649,29 +1220,33 @@ class LivePlayer extends Player {
         throw new Error(msg);
       }
       showError(this.errorNode, null);
-      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buf = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buf += value;
-        let cut;
-        while ((cut = buf.indexOf("\n\n")) >= 0) {
-          const chunk = buf.slice(0, cut);
-          buf = buf.slice(cut + 2);
-          let event = "message", data = "";
-          for (const line of chunk.split("\n")) {
-            if (line.startsWith("event: ")) event = line.slice(7);
-            else if (line.startsWith("data: ")) data += line.slice(6);
-          }
-          if (event === "frame") this.onFrame(JSON.parse(data));
-          else if (event === "error") throw new Error(JSON.parse(data).error);
-        }
-      }
+      await this.readStream(resp);
     } catch (err) {
       if (err.name !== "AbortError") showError(this.errorNode, err);
     } finally {
       if (this.abort === ctrl) { this.abort = null; this.setPlaying(false); }
+    }
+  }
+
+  async readStream(resp) {
+    const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += value;
+      let cut;
+      while ((cut = buf.indexOf("\n\n")) >= 0) {
+        const chunk = buf.slice(0, cut);
+        buf = buf.slice(cut + 2);
+        let event = "message", data = "";
+        for (const line of chunk.split("\n")) {
+          if (line.startsWith("event: ")) event = line.slice(7);
+          else if (line.startsWith("data: ")) data += line.slice(6);
+        }
+        if (event === "frame") this.onFrame(JSON.parse(data));
+        else if (event === "error") throw new Error(JSON.parse(data).error);
+      }
     }
   }
 
@@ -683,17 +1258,37 @@ class LivePlayer extends Player {
   async post(action) {
     this.pause();
     if (!(await this.ready())) return;
+    this.setBusy(true);
     try {
       const frame = await api(`api/sessions/${this.session}/${action}?have=${this.seq}`, { method: "POST" });
       showError(this.errorNode, null);
       this.onFrame(frame);
     } catch (err) {
       showError(this.errorNode, err);
+    } finally {
+      this.setBusy(false);
     }
   }
 
   step() { return this.post("step"); }
   finish() { return this.post("finish"); }
+
+  // The grid keeps each strategy's last finished run, so that the story's two runs sit side by side.
+  recordRuns(finish) {
+    if (this.kind !== "grid") return;
+    for (const s of finish.summaries) { this.runs.delete(s.name); this.runs.set(s.name, s); }
+    if (this.onRunsChanged) this.onRunsChanged();
+  }
+
+  finishRows(finish) { return this.kind === "grid" ? Array.from(this.runs.values()) : finish.summaries; }
+
+  verdictText(finish) {
+    if (this.kind !== "grid" || this.runs.size < 2) return finish.verdict;
+    const rows = Array.from(this.runs.values());
+    return finish.verdict + " Your runs so far, time-averaged: " +
+      rows.map(s => `${s.name} ${pct(s.memory_shares.token)} of memory holding tokens, all served in ` +
+        `${nf0.format(s.makespan_s)} s`).join("; ") + ".";
+  }
 }
 
 // Replay: the --html export carries the frames of a finished race; the same views draw them on the same clock.
@@ -752,8 +1347,10 @@ class LogPlayer extends Player {
   }
 }
 
-// ---------------------------------------------------------------- the calculator
-async function setupCalculator(catalog) {
+// ---------------------------------------------------------------- the calculator and the bridge to vLLM
+const BRIDGE_MODEL = "qwen2.5-0.5b-instruct"; // `vllm serve Qwen/Qwen2.5-0.5B-Instruct`
+
+async function setupCalculator() {
   const form = document.getElementById("calc-form");
   const modelSel = document.getElementById("calc-model"), gpuSel = document.getElementById("calc-gpu");
   for (const m of catalog.models) modelSel.append(el("option", { value: m.name, text: m.name }));
@@ -762,24 +1359,30 @@ async function setupCalculator(catalog) {
   gpuSel.value = catalog.defaults.gpu;
   const errorNode = document.getElementById("calc-error");
   const out = document.getElementById("calc-out");
+  const section = document.getElementById("calculator");
   let serial = 0;
   const update = async () => {
     const mine = ++serial;
+    const [, msg] = checkForm(form);
+    if (msg) { showError(errorNode, new Error(msg)); section.classList.add("stale"); return; }
     const q = new URLSearchParams(new FormData(form));
     try {
       const r = await api("api/size?" + q.toString());
       if (mine !== serial) return;
       showError(errorNode, null);
+      section.classList.remove("stale");
       renderCalc(r);
       out.hidden = false;
     } catch (err) {
       if (mine !== serial) return;
       showError(errorNode, err);
+      section.classList.add("stale");
     }
   };
   form.addEventListener("input", update);
   form.addEventListener("change", update);
-  await update();
+  gpuSel.addEventListener("change", () => updateBridge(gpuSel.value));
+  await Promise.all([update(), updateBridge(gpuSel.value)]);
 }
 
 function renderCalc(r) {
@@ -790,12 +1393,15 @@ function renderCalc(r) {
   const total = split.gpu_memory_bytes;
   const parts = [["weights", split.weights_bytes, "weights"], ["kv", split.kv_cache_bytes, "KV cache"],
     ["other", split.other_bytes, "other"]];
+  const said = [];
   for (const [cls, v, label] of parts) {
     if (v <= 0) continue;
     const share = 100 * v / total;
+    said.push(`${label} ${nf0.format(share)}%`);
     bar.append(el("span", { class: cls, style: `width:${share}%`, title: `${label}: ${gib(v)} (${nf1.format(share)}%)`,
       "data-part": cls, "data-value": String(v), text: share >= 8 ? `${label} ${nf0.format(share)}%` : "" }));
   }
+  bar.setAttribute("aria-label", "GPU memory: " + said.join(", "));
   const set = (key, text, value) => {
     const dd = document.querySelector(`#calc-figures [data-key="${key}"]`);
     dd.textContent = text;
@@ -817,15 +1423,97 @@ function renderCalc(r) {
   document.getElementById("calc-log").textContent = r.log_lines.join("\n");
 }
 
+let bridgeSize = null;
+
+// The lesson's model on the calculator's GPU, by kvlab's own sizing: the lines vLLM prints, and how to read them.
+async function updateBridge(gpu) {
+  try {
+    bridgeSize = await api("api/size?" + new URLSearchParams({ model: BRIDGE_MODEL, gpu }).toString());
+  } catch (err) {
+    showError(document.getElementById("vllm-log-error"), err);
+    return;
+  }
+  const r = bridgeSize;
+  for (const n of document.querySelectorAll('[data-field="bridge-gpu"]')) n.textContent = r.gpu;
+  const log = document.getElementById("bridge-log");
+  log.innerHTML = "";
+  for (const line of r.log_lines) {
+    const key = /KV cache size|Maximum concurrency/.test(line);
+    log.append(key ? el("mark", { text: line }) : document.createTextNode(line), "\n");
+  }
+  const reading = document.getElementById("bridge-reading");
+  reading.innerHTML = "";
+  reading.append(
+    el("li", { text: `"GPU KV cache size: ${nf0.format(r.num_tokens)} tokens" is the pool: every conversation's ` +
+      "tokens together must fit in it." }),
+    el("li", { "data-field": "bridge-blocks", "data-value": String(r.num_blocks),
+      text: `blocks = tokens / ${r.block_size} = ${nf0.format(r.num_tokens)} / ${r.block_size} = ` +
+        `${nf0.format(r.num_blocks)} blocks: the squares of the grid.` }),
+    el("li", { text: `"Maximum concurrency for ${nf0.format(r.max_model_len)} tokens per request: ` +
+      `${nf2.format(r.max_concurrency)}x" is how many conversations of the full context fit at once: ` +
+      `${nf0.format(r.num_blocks)} blocks / ${nf0.format(r.max_model_len / r.block_size)} blocks each. With pages, ` +
+      "shorter conversations fit many more." }),
+  );
+}
+
+async function explainLog() {
+  const input = document.getElementById("vllm-log-input");
+  const errorNode = document.getElementById("vllm-log-error"), out = document.getElementById("vllm-log-out");
+  const text = input.value;
+  const max = (catalog && catalog.limits.max_log_chars) || 1000000;
+  if (!text.trim()) { showError(errorNode, new Error("paste a vLLM startup log first (the lines vllm serve prints)")); return; }
+  if (text.length > max) {
+    showError(errorNode, new Error(`that is ${nf0.format(text.length)} characters; paste at most ${nf0.format(max)} (the startup part is enough)`));
+    return;
+  }
+  const model = document.getElementById("vllm-log-model").value;
+  out.classList.add("stale");
+  try {
+    const r = await api("api/vllm-log", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(model ? { text, model } : { text }) });
+    showError(errorNode, null);
+    renderExplained(out, r);
+  } catch (err) {
+    showError(errorNode, err);
+    out.hidden = true;
+  } finally {
+    out.classList.remove("stale");
+  }
+}
+
+function renderExplained(out, r) {
+  const log = r.log, dl = el("dl", {});
+  const add = (key, label, value) => {
+    if (value === null || value === undefined) return;
+    dl.append(el("dt", { text: label }), el("dd", { "data-key": key, "data-value": String(value),
+      text: typeof value === "number" ? nf0.format(value) : String(value) }));
+  };
+  add("kv_cache_tokens", "KV cache size (tokens)", log.kv_cache_tokens);
+  add("num_gpu_blocks", `blocks of ${log.block_size || 16} tokens`, log.num_gpu_blocks);
+  if (log.max_concurrency !== null && log.max_concurrency !== undefined) {
+    dl.append(el("dt", { text: `maximum concurrency at ${nf0.format(log.max_concurrency_tokens_per_request || 0)} tokens` }),
+      el("dd", { "data-key": "max_concurrency", "data-value": String(log.max_concurrency), text: nf2.format(log.max_concurrency) + "x" }));
+  }
+  out.innerHTML = "";
+  out.append(dl, el("ul", {}, ...r.explain.lines.map(line => el("li", { text: line }))));
+  if (r.explain.differences && r.explain.differences.length) {
+    out.append(el("p", { text: "Where kvlab's calculation differs:" }),
+      el("ul", {}, ...r.explain.differences.map(line => el("li", { text: line }))));
+  }
+  out.hidden = false;
+}
+
 // ---------------------------------------------------------------- boot
 const tooltip = document.getElementById("tooltip");
+const announce = document.getElementById("announce") || el("div");
 let activePlayer = null;
+let catalog = null;
 
 document.addEventListener("keydown", e => {
-  if (!activePlayer || e.altKey || e.ctrlKey || e.metaKey) return;
-  if (e.target.closest && e.target.closest("input, select, textarea, button")) return;
+  if (!activePlayer || e.altKey || e.ctrlKey || e.metaKey || e.defaultPrevented) return;
+  if (e.target.closest && e.target.closest("input, select, textarea, button, summary")) return;
   if (e.key === " ") { e.preventDefault(); activePlayer.toggle(); }
-  else if (e.key === "ArrowRight") { e.preventDefault(); activePlayer.step(); }
+  else if (e.key === "ArrowRight" && !(e.target.matches && e.target.matches("canvas"))) { e.preventDefault(); activePlayer.step(); }
 });
 
 async function readLog(node) {
@@ -834,6 +1522,35 @@ async function readLog(node) {
   const bytes = base64Bytes(node.textContent.trim());
   const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
   return JSON.parse(await new Response(stream).text());
+}
+
+function fillForms() {
+  const d = catalog.defaults;
+  const fill = (sel, items, value, title) => {
+    for (const node of document.querySelectorAll(sel)) {
+      for (const it of items) node.append(el("option", { value: it.name, text: it.name, title: title ? title(it) : "" }));
+      node.value = value;
+    }
+  };
+  fill(".model-select", catalog.models, d.model);
+  fill(".gpu-select", catalog.gpus, d.gpu);
+  fill(".workload-select", catalog.workloads, d.workload, w => w.description || "");
+  fill("#vllm-log-model", catalog.models, "");
+  for (const form of document.querySelectorAll("#grid-form, #race-form")) {
+    form.elements.rate.value = String(d.rate);
+    form.elements.num_requests.value = String(d.num_requests);
+    form.elements.seed.value = String(d.seed);
+    form.elements.block_size.value = String(d.block_size);
+  }
+  const [batching, allocator] = d.story[0].split("+");
+  document.querySelector(`#grid-form [name="allocator"][value="${allocator}"]`).checked = true;
+  document.querySelector(`#grid-form [name="batching"][value="${batching}"]`).checked = true;
+  const box = document.getElementById("race-strategies");
+  for (const s of catalog.strategies) {
+    const input = el("input", { type: "checkbox", name: "strategy", value: s.name });
+    input.checked = d.race.includes(s.name);
+    box.append(el("label", { title: s.description }, input, el("span", { text: s.name })));
+  }
 }
 
 async function boot() {
@@ -850,37 +1567,64 @@ async function boot() {
     return;
   }
   buildLegend(document.getElementById("grid-legend"));
-  const catalog = await api("api/catalog");
+  catalog = await api("api/catalog");
   window.kvlab.catalog = catalog;
-  for (const sel of document.querySelectorAll(".model-select")) {
-    for (const m of catalog.models) sel.append(el("option", { value: m.name, text: m.name }));
-    sel.value = catalog.defaults.model;
-  }
-  for (const sel of document.querySelectorAll(".gpu-select")) {
-    for (const g of catalog.gpus) sel.append(el("option", { value: g.name, text: g.name }));
-    sel.value = catalog.defaults.gpu;
-  }
-  for (const sel of document.querySelectorAll(".workload-select")) {
-    for (const w of catalog.workloads) sel.append(el("option", { value: w.name, text: w.name, title: w.description || "" }));
-    sel.value = catalog.defaults.workload;
-  }
+  fillForms();
   const grid = new LivePlayer(document.getElementById("grid"), "grid", document.getElementById("grid-form"));
   const race = new LivePlayer(document.getElementById("race"), "race", document.getElementById("race-form"));
   window.kvlab.players = { grid, race };
   activePlayer = grid;
-  setupQuestions(grid);
-  await Promise.all([setupCalculator(catalog), grid.reset(), race.reset()]);
+  setupStory(grid);
+  setupQuiz();
+  setupShowMe(grid);
+  setupBridge(grid);
+  await Promise.all([setupCalculator(), grid.reset(), race.reset()]);
   document.body.dataset.ready = "1";
 }
 
-function setupQuestions(grid) {
+// The story: the grid opens on reserve-the-max; once that has been watched, the page asks for pages.
+function setupStory(grid) {
+  const story = document.getElementById("story");
+  const steps = { max: story.querySelector('[data-step="max"]'), paged: story.querySelector('[data-step="paged"]') };
+  const watched = new Set();
+  const mark = () => {
+    const allocator = grid.form.elements.allocator.value;
+    steps.max.classList.toggle("done", watched.has("max"));
+    steps.paged.classList.toggle("done", watched.has("paged"));
+    steps.max.classList.toggle("current", allocator === "max" && !watched.has("max"));
+    steps.paged.classList.toggle("current", watched.has("max") || allocator === "paged");
+    const runs = Array.from(grid.runs.values());
+    const max = runs.filter(s => s.name.endsWith("+max")).pop(), paged = runs.filter(s => s.name.endsWith("+paged")).pop();
+    let out = story.querySelector(".compare");
+    if (max && paged) {
+      if (!out) { out = el("li", { class: "compare current", role: "status" }); story.append(out); }
+      out.textContent = `Time-averaged, ${pct(max.memory_shares.token)} of the memory held tokens under ` +
+        `reserve-the-max (${max.name}) against ${pct(paged.memory_shares.token)} with pages (${paged.name}); ` +
+        `everyone was served in ${nf0.format(max.makespan_s)} s against ${nf0.format(paged.makespan_s)} s.`;
+    }
+  };
+  grid.onPlay = () => { watched.add(grid.form.elements.allocator.value); mark(); };
+  grid.onRunsChanged = mark;
+  grid.onNewRun = mark;
+  story.querySelector('[data-act="story-next"]').addEventListener("click", async () => {
+    grid.form.elements.allocator.value = "paged";
+    activePlayer = grid;
+    await grid.reset();
+    grid.play();
+  });
+  mark();
+}
+
+function setupShowMe(grid) {
   const form = grid.form;
+  const d = catalog.defaults;
   const set = values => {
     for (const [k, v] of Object.entries(values)) form.elements[k].value = String(v);
+    checkForm(form);
   };
   const presets = {
-    q1: { allocator: "max", batching: "continuous", block_size: 16, num_blocks: "auto", rate: 2 },
-    q2: { allocator: "paged", batching: "continuous", block_size: 16, num_blocks: "auto", rate: 2 },
+    q1: { allocator: "max", batching: "continuous", block_size: d.block_size, num_blocks: "auto", rate: d.rate },
+    q2: { allocator: "paged", batching: "continuous", block_size: d.block_size, num_blocks: "auto", rate: d.rate },
     // A cache of 64 blocks (1,024 slots) under 20 requests/s: pages run out mid-answer.
     q3: { allocator: "paged", batching: "continuous", block_size: 16, num_blocks: 64, rate: 20 },
   };
@@ -894,6 +1638,26 @@ function setupQuestions(grid) {
       grid.play();
     });
   }
+}
+
+function setupBridge(grid) {
+  document.querySelector('[data-act="bridge-draw"]').addEventListener("click", async () => {
+    const form = grid.form;
+    form.elements.model.value = BRIDGE_MODEL;
+    form.elements.gpu.value = document.getElementById("calc-gpu").value;
+    form.elements.num_blocks.value = "auto";
+    form.elements.allocator.value = "paged";
+    activePlayer = grid;
+    await grid.reset();
+    const m = grid.meta, v = grid.views[0];
+    if (m && v) {
+      const k = v.layout.k * (m.display_scale || 1);
+      setText(document.getElementById("bridge-scale"), `Drawn: ${nf0.format(m.num_gpu_blocks)} blocks, one square = ` +
+        `${nf0.format(k)} blocks (the page picks the scale so the pool fits the screen).`);
+    }
+    document.getElementById("grid").scrollIntoView({ behavior: "instant", block: "start" });
+  });
+  document.querySelector('[data-act="explain-log"]').addEventListener("click", explainLog);
 }
 
 boot().catch(err => {
