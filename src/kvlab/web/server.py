@@ -69,6 +69,7 @@ def build_race(spec: RunSpec, max_pool_blocks: int = LIMITS["max_pool_blocks"]) 
         block_size=spec.block_size,
         max_num_seqs=spec.max_num_seqs,
         num_gpu_blocks=spec.num_blocks,  # the lab's "KV blocks": a smaller cache, to watch memory run out
+        cost=spec.cost,
     )
     num_blocks = config.num_slots // config.block_size
     if num_blocks > max_pool_blocks:
