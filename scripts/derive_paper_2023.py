@@ -53,7 +53,6 @@ def profile_data(overhead_s: float, capacity: float | None = None) -> dict:
 
 def capacity(overhead_s: float) -> float:
     from kvlab.cost.profiles import write_profile
-
     from kvlab.sim import SimConfig, Simulation
     from kvlab.strategies import parse_strategy
     from kvlab.workload import load_workload

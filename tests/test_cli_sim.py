@@ -47,7 +47,7 @@ def test_lesson_race_continuous_paged_wins_static_max_loses(lesson_race):
     race = lesson_race
     best = race["continuous+paged"]
     worst = race["static+max"]
-    for name, s in race.items():
+    for s in race.values():
         assert s["memory_shares"]["token"] <= best["memory_shares"]["token"]
         assert s["mean_batch_size"] <= best["mean_batch_size"]
         assert s["throughput_rps"] <= best["throughput_rps"]

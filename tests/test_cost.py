@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 import pytest
-from kvlab.cost.profiles import write_profile
 
 from kvlab.cost import CostModel, CostProfileWarning, builtin_profiles, get_profile
+from kvlab.cost.profiles import write_profile
 from kvlab.errors import KvlabError
 from kvlab.sim import SimConfig, Simulation
 from kvlab.strategies import parse_strategy

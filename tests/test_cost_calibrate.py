@@ -12,8 +12,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from kvlab.cost.profiles import write_profile
 
+from kvlab.cost.profiles import write_profile
 from kvlab.sim import SimConfig, Simulation
 from kvlab.strategies import parse_strategy
 
@@ -35,9 +35,8 @@ def true_profile(tmp_path, **constants) -> str:
 def write_bench(out, cost: str, *, rate: float, num_requests: int = 150, arrival: str = "poisson", seed: int = 0,
                 num_gpu_blocks: int = 4096) -> dict:
     """Simulate the workload under ``cost`` step by step and write what kvlab bench would have measured."""
-    from kvlab.cost.latency import delayed
-
     from kvlab.cli.sim import build_workload
+    from kvlab.cost.latency import delayed
     config = SimConfig.from_options(model=str(REPO / TINY), gpu="a100-40gb", num_gpu_blocks=num_gpu_blocks,
                                     max_num_seqs=64, max_model_len=2048, cost=cost)
     workload = build_workload("paper-alpaca", rate, arrival, 1.0, num_requests, None, seed, None)

@@ -7,8 +7,18 @@ import pytest
 from kvlab.catalog import get_gpu, get_model
 from kvlab.errors import KvlabError
 from kvlab.sizing import (
-    KVCacheSpec, SizingConfig, blocks_per_request, default_max_num_batched_tokens, fewest_gpus, format_gib,
-    group_layers, max_context_len, max_num_requests, pipeline_stages, size_kv_cache, workload_fit,
+    KVCacheSpec,
+    SizingConfig,
+    blocks_per_request,
+    default_max_num_batched_tokens,
+    fewest_gpus,
+    format_gib,
+    group_layers,
+    max_context_len,
+    max_num_requests,
+    pipeline_stages,
+    size_kv_cache,
+    workload_fit,
 )
 
 GIB = 2**30

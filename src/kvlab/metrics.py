@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-
 SHARE_KEYS = ("token", "reserved", "internal_fragmentation", "external_fragmentation")
 
 ITERATION_COLUMNS = (

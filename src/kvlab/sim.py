@@ -143,7 +143,7 @@ class SimConfig:
             )
         # Per TP rank, all layers: pipeline stages run one after the other, so an iteration reads every layer.
         kv_bytes_per_token_per_rank = sizing.kv_bytes_per_token_per_gpu * pipeline_parallel_size
-        cost = profile.cost_model(
+        cost_model = profile.cost_model(
             weights_bytes=sizing.weights_bytes_total / tp,
             kv_bytes_per_token=kv_bytes_per_token_per_rank,
             flops_per_token=2.0 * model_spec.num_active_params / tp,
@@ -154,7 +154,7 @@ class SimConfig:
         )
         return cls(
             num_slots=num_slots,
-            cost=cost,
+            cost=cost_model,
             block_size=block_size,
             max_model_len=sizing.max_model_len,
             max_num_seqs=sizing.max_num_seqs,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, replace
+from typing import Any
 
 from kvlab.errors import KvlabError
 
@@ -48,7 +49,7 @@ STRATEGIES: dict[str, Strategy] = {
 LESSON_RACE = ("static+max", "continuous+max", "static+paged", "continuous+paged")
 PAPER_SYSTEMS = ("orca-max", "orca-pow2", "orca-oracle", "vllm")
 
-_OPTIONS = {"swap": {"preemption_mode": "swap"}, "recompute": {"preemption_mode": "recompute"},
+_OPTIONS: dict[str, dict[str, Any]] = {"swap": {"preemption_mode": "swap"}, "recompute": {"preemption_mode": "recompute"},
             "prefix": {"enable_prefix_caching": True}}
 
 

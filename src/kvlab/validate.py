@@ -121,7 +121,7 @@ def _parse(model: type[BaseModel], data: dict, name_of, where: str = "") -> Base
         expected = _description(field.annotation) or field.description if field is not None else ""
         prefix = f"{where}: " if where else ""
         if error["type"] == "missing":
-            raise KvlabError(f"{prefix}missing field {name_of(key)!r}" + (f"; valid: {expected}" if expected else ""))
+            raise KvlabError(f"{prefix}missing field {name_of(key)!r}" + (f"; valid: {expected}" if expected else "")) from None
         value = f" {_show(data[key] if key in data else error.get('input'))}"
         raise KvlabError(f"{prefix}{name_of(key)}{value} {_problem(error)}"
                          + (f"; valid: {expected}" if expected else "")) from None

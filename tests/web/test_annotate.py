@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from kvlab.web.annotate import Annotator, free_gaps, slab_slots
 
+from kvlab.web.annotate import Annotator, free_gaps, slab_slots
 from kvlab.web.params import parse_run_spec
 from kvlab.web.server import build_race
 

@@ -166,7 +166,7 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
             task = progress.add_task(f"{strategy.name:<18}", total=wl.num_requests)
             # A profile's time outside the engine delays each request on its way in (kvlab/cost/latency.py).
             sim = Simulation(strategy, config, delayed(wl, latency_s))
-            result = sim.run(progress=lambda done, total: progress.update(task, completed=done))
+            result = sim.run(progress=lambda done, total, task=task: progress.update(task, completed=done))
             results.append(as_seen_by_clients(result, latency_s))
     return config, wl, results
 

@@ -19,8 +19,8 @@ duplicate references) and ``slot_usage`` combines them with the sum of computed 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from kvlab.workload.request import Request

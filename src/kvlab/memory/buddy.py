@@ -24,7 +24,6 @@ from kvlab.errors import KvlabError
 from kvlab.memory.base import Fit
 
 
-
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (n >= 1)."""
     return 1 << (n - 1).bit_length()

@@ -26,7 +26,6 @@ from kvlab.memory.buddy import BuddyAllocator, next_pow2
 from kvlab.workload.request import Request
 
 
-
 def max_slab(request: Request, max_model_len: int) -> int:
     if request.max_tokens is None:
         return max_model_len

@@ -29,7 +29,6 @@ hits are exact (no hash collisions).
 from __future__ import annotations
 
 from collections.abc import Iterable
-
 from itertools import chain
 
 from kvlab.errors import KvlabError
@@ -37,7 +36,6 @@ from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slo
 from kvlab.memory.block_needs import BlockNeeds
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
-
 
 
 class PagedAllocator:

@@ -69,7 +69,7 @@ def plot_memory_shares(results: list[SimResult], path: Path) -> Path:
         }
         t = None
         stacks = []
-        for key, values in series.items():
+        for values in series.values():
             t, v = _binned(cols["time"], 100.0 * values / capacity, dt)
             stacks.append(v)
         if t is not None and len(t):

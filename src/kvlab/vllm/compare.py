@@ -253,6 +253,7 @@ def kvlab_sizing(settings: EngineSettings) -> dict:
     base = SizingConfig(block_size=settings.block_size, max_model_len=settings.max_model_len,
                         dtype=settings.dtype, available_kv_bytes=1)
     bytes_per_block = kv_layout(model, base).page_size_bytes * model.num_hidden_layers
+    available: int | None
     if settings.num_gpu_blocks_override is not None:
         available = settings.num_gpu_blocks_override * bytes_per_block
     else:
@@ -312,7 +313,7 @@ def compare_many(cases: Sequence[tuple[Sequence[Request], EngineSettings]], *, g
         prepared.append((requests, settings, arrival_steps(requests, settings, gpu)))
     results = run_jobs([build_job(r, steps, s) for r, s, steps in prepared], timeout=timeout)
     comparisons = []
-    for (requests, settings, steps), result in zip(prepared, results):
+    for (requests, settings, _steps), result in zip(prepared, results):
         real = SideRun(name="vllm", steps=result["steps"], requests=result["requests"],
                        startup=result.get("startup", {}), log_lines=tuple(result.get("log_lines", ())))
         comparisons.append(compare(requests, settings, gpu=gpu, vllm_run=real))

@@ -21,7 +21,7 @@ docs/workloads.md reports the resulting distributions.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -61,7 +61,7 @@ def _solve_scale(values: np.ndarray, target_mean: float) -> float:
     return low if abs(below - target_mean) < abs(above - target_mean) else high
 
 
-@lru_cache(maxsize=None)
+@cache
 def paper_sharegpt_fit() -> tuple[float, float]:
     """The (prompt, output) scale factors that turn the Sarathi ShareGPT rows into the paper's sample."""
     shape = read_length_stats(SHAREGPT_SHAPE_FILE)
@@ -80,7 +80,7 @@ def paper_sharegpt_fit() -> tuple[float, float]:
     raise RuntimeError("paper-sharegpt fit did not converge")
 
 
-@lru_cache(maxsize=None)
+@cache
 def paper_sharegpt_population() -> LengthTable:
     """The stand-in's population: every Sarathi ShareGPT row rescaled, the rows over 2,048 tokens dropped."""
     shape = read_length_stats(SHAREGPT_SHAPE_FILE)
@@ -126,7 +126,7 @@ def _solve_log_mean(target_mean: float, sigma: float) -> float:
     raise RuntimeError("paper-alpaca fit did not converge")
 
 
-@lru_cache(maxsize=None)
+@cache
 def paper_alpaca_fit() -> tuple[tuple[float, float], tuple[float, float]]:
     """((mu, sigma) of prompts, (mu, sigma) of outputs) of the Alpaca stand-in's lognormals."""
     target_prompt, target_output = PAPER_ALPACA_MEANS

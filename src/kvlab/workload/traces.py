@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 import numpy as np
@@ -42,7 +42,7 @@ def _in_arrival_order(
     return LengthTable(prompt_len=prompt_len[order], output_len=output_len[order], arrival_time=arrival_time, **extra)
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_azure(filename: str) -> LengthTable:
     """Azure LLM inference trace 2023: TIMESTAMP (wall clock, 100 ns digits), ContextTokens, GeneratedTokens."""
     stamps, prompt, output = _csv_columns(filename, {"TIMESTAMP": str, "ContextTokens": int, "GeneratedTokens": int})
@@ -52,14 +52,14 @@ def read_azure(filename: str) -> LengthTable:
     return _in_arrival_order(seconds, prompt, output)
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_length_stats(filename: str) -> LengthTable:
     """Sarathi-Serve / Vidur processed traces: num_prefill_tokens, num_decode_tokens (no arrival times)."""
     prompt, output = _csv_columns(filename, {"num_prefill_tokens": int, "num_decode_tokens": int})
     return LengthTable(prompt_len=prompt, output_len=output)
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_burstgpt(filename: str) -> LengthTable:
     """BurstGPT: Timestamp (s), Request tokens, Response tokens. Failed requests are logged with 0 tokens."""
     seconds, prompt_len, output_len = _csv_columns(
@@ -76,14 +76,14 @@ def read_burstgpt(filename: str) -> LengthTable:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_llmservingsim(filename: str) -> LengthTable:
     """LLMServingSim workload: arrival_time_ns, input_toks, output_toks."""
     stamps, prompt, output = _csv_columns(filename, {"arrival_time_ns": int, "input_toks": int, "output_toks": int})
     return _in_arrival_order(stamps / 1e9, prompt, output)
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_mooncake(filename: str, bin_width: float) -> LengthTable:
     """Mooncake FAST'25 trace (JSONL): timestamp (ms), input_length, output_length, hash_ids.
 
