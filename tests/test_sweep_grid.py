@@ -60,7 +60,7 @@ def test_a_grid_file_combines_its_lists_with_explicit_points(tmp_path):
     (["--workload", "sharegtp"], "unknown workload 'sharegtp'"),
     (["--block-size", "32", "--max-model-len", "16"], "a block must fit in a sequence"),
     (["--max-num-seqs", "0"], "max_num_seqs must be positive"),
-    (["--seed", "0,-1"], "seed must be a whole number"),
+    (["--seed", "0,-1"], "--seed -1 is out of range"),
     (["--cost", "paper-2042"], "unknown cost profile 'paper-2042'"),
 ])
 def test_bad_options_and_values_are_refused_before_anything_runs(kvlab, tmp_path, args, message):

@@ -141,17 +141,7 @@ class SimConfig:
             raise KvlabError(
                 f"{model_spec.id} on {gpu_spec.id} leaves a KV cache of {num_slots} token slots: too small to serve"
             )
-        # Per TP rank, all layers: pipeline stages run one after the other, so an iteration reads every layer.
-        kv_bytes_per_token_per_rank = sizing.kv_bytes_per_token_per_gpu * pipeline_parallel_size
-        cost_model = profile.cost_model(
-            weights_bytes=sizing.weights_bytes_total / tp,
-            kv_bytes_per_token=kv_bytes_per_token_per_rank,
-            flops_per_token=2.0 * model_spec.num_active_params / tp,
-            attention_flops_per_pair=4.0 * model_spec.num_hidden_layers * model_spec.num_attention_heads
-            * model_spec.head_dim / tp,
-            gpu=gpu_spec,
-            model_id=model_spec.id,
-        )
+        cost_model = _cost_model(profile, model_spec, gpu_spec, sizing, tp, pipeline_parallel_size)
         return cls(
             num_slots=num_slots,
             cost=cost_model,
@@ -441,6 +431,20 @@ class Simulation:
             seq.reject_reason = reason
             self.counters.num_rejected += 1
             self.counters.reject_reasons[reason] = self.counters.reject_reasons.get(reason, 0) + 1
+
+
+def _cost_model(profile, model_spec, gpu_spec, sizing, tp: int, pp: int) -> CostModel:
+    """The cost profile's model for this model's weights, KV and FLOPs per tensor-parallel rank."""
+    return profile.cost_model(
+        weights_bytes=sizing.weights_bytes_total / tp,
+        # Per TP rank, all layers: pipeline stages run one after the other, so an iteration reads every layer.
+        kv_bytes_per_token=sizing.kv_bytes_per_token_per_gpu * pp,
+        flops_per_token=2.0 * model_spec.num_active_params / tp,
+        attention_flops_per_pair=4.0 * model_spec.num_hidden_layers * model_spec.num_attention_heads
+        * model_spec.head_dim / tp,
+        gpu=gpu_spec,
+        model_id=model_spec.id,
+    )
 
 
 def _in_arrival_order(requests) -> list:

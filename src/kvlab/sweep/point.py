@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 # The options that describe the workload (`build_workload`'s); the rest, but the strategy, configure the engine.
-WORKLOAD_OPTIONS = ("workload", "rate", "arrival", "cv", "num_requests", "duration", "seed")
+WORKLOAD_OPTIONS = ("workload", "rate", "arrival", "cv", "num_requests", "duration", "seed", "long_requests")
 # `kvlab run` flag names that SimConfig.from_options spells differently.
 CONFIG_RENAMES = {"swap_space": "swap_space_gib"}
 
@@ -42,7 +42,7 @@ def build_workload(point: dict[str, Any]):
     from kvlab.cli.sim import build_workload as cli_build_workload
 
     return cli_build_workload(point["workload"], point["rate"], point["arrival"], point["cv"], point["num_requests"],
-                              point["duration"], point["seed"], None)
+                              point["duration"], point["seed"], None, point.get("long_requests", "reject"))
 
 
 def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
