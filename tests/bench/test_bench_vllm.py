@@ -64,8 +64,12 @@ def test_every_request_completes_and_the_server_counters_agree(kvlab, server, tm
     assert summary["client"]["prompt_format"] == "token-ids" and summary["client"]["ignore_eos"] is True
 
 
-def _burst(tmp_path, num_requests: int = 16, prompt_len: int = 40, output_len: int = 200):
-    """Everyone at t = 0, each needing 8 blocks at the end: 16 x 8 = 128 blocks wanted of 23."""
+BURST_OUTPUT_LEN = 400  # 14 blocks of 32 at the end: any two requests that overlap to their ends overflow 23 blocks
+
+
+def _burst(tmp_path, num_requests: int = 16, prompt_len: int = 40, output_len: int = BURST_OUTPUT_LEN):
+    """Everyone at t = 0, each needing 14 blocks at the end: 16 x 14 = 224 blocks wanted of 23. (So even when a
+    busy machine's client sends them spread out, the server holds several at once and must preempt.)"""
     path = tmp_path / "burst.csv"
     path.write_text("arrival_time,prompt_len,output_len\n" + f"0.0,{prompt_len},{output_len}\n" * num_requests)
     return path
@@ -79,12 +83,12 @@ def test_compare_shows_preemptions_on_both_sides_and_writes_plots_and_table(kvla
     summary = result.json()
     assert summary == json.loads((out / "summary.json").read_text())
     assert summary["num_finished"] == 16
-    assert all(r["num_output_tokens"] == 200 for r in summary["requests"])
+    assert all(r["num_output_tokens"] == BURST_OUTPUT_LEN for r in summary["requests"])
     table = {row["figure"]: row for row in summary["compare"]["table"]}
     # The memory side: preemptions on both sides, the same tokens through both.
     assert table["preemptions"]["measured"] > 0 and table["preemptions"]["simulated"] > 0
     assert table["prompt tokens"]["measured"] == table["prompt tokens"]["simulated"] == 16 * 40
-    assert table["generation tokens"]["measured"] == table["generation tokens"]["simulated"] == 16 * 200
+    assert table["generation tokens"]["measured"] == table["generation tokens"]["simulated"] == 16 * BURST_OUTPUT_LEN
     assert table["requests finished"]["ratio"] == 1.0
     # (The measured peak is a scrape's: on a busy machine the server may answer /metrics late, so not asserted.)
     assert table["peak KV cache usage"]["simulated"] > 0.9
