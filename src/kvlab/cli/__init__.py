@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
         command.main(args=argv, prog_name="kvlab")
     except KvlabError as exc:
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        # (escaped: a message may name `pip install 'kvlab[bench]'`, which is not markup)
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(2)
