@@ -65,20 +65,22 @@ def fig2(
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
-    table = Table(title="vLLM paper, Figure 2: share of KV memory (%), kvlab | paper", title_justify="left",
-                  header_style="bold")
-    for header in ("system", "token states", "reservation", "internal frag.", "external frag. & other",
-                   "requests waiting", "req/s", "batch"):
+    # (Fits 80 columns: short headers, explained in the legend below.)
+    table = Table(title="vLLM paper, Figure 2: share of KV memory (%), kvlab|paper", title_justify="left",
+                  header_style="bold underline", box=None, pad_edge=False)
+    for header in ("system", "tokens", "reserved", "internal", "external", "wait", "req/s", "batch"):
         table.add_column(header, justify="left" if header == "system" else "right")
     for row in rows:
-        cells = [f"{row.shares[k]:.1f} | {_pct(row.paper[k])}" for k in
+        cells = [f"{row.shares[k]:.1f}|{_pct(row.paper[k])}" for k in
                  ("token", "reserved", "internal_fragmentation", "external_fragmentation")]
-        table.add_row(PAPER_NAMES[row.system], *cells, f"{100 * row.saturation:.0f}% of time",
+        table.add_row(PAPER_NAMES[row.system], *cells, f"{100 * row.saturation:.0f}%",
                       f"{row.throughput_rps:.2f}", f"{row.mean_batch_size:.1f}")
     out_console = Console()
-    if not out_console.is_terminal:
-        out_console.width = max(out_console.width, 130)
     out_console.print(table)
+    out_console.print("tokens: slots holding computed tokens; reserved: held for tokens still to come; internal: "
+                      "reserved, never to be used; external: free or lost to the allocator (the paper's 'external "
+                      "fragmentation & other'); wait: share of time with requests queued; batch: mean requests "
+                      "per iteration.", highlight=False)
     fastest = max(rows, key=lambda r: r.throughput_rps)
     out_console.print(
         f"Setup: OPT-13B on one A100-40GB with Table 1's 12 GiB of KV cache (15,728 slots), {setup.num_requests:,} "
