@@ -32,15 +32,18 @@ def cost(
         of_kind = [p for p in profiles if p.kind == kind]
         if not of_kind:
             continue
+        # (80 columns: the constants' meanings go below the table, not in a column of their own)
         table = Table(title=f"Cost profiles: {kind} (kvlab run --cost NAME; docs/cost.md)", title_justify="left",
-                      header_style="bold")
+                      header_style="bold underline", box=None, pad_edge=False)
         table.add_column("constant", no_wrap=True)
         for p in of_kind:
-            table.add_column(p.name, justify="right")
-        table.add_column("what it is")
-        for constant, meaning in constants.items():
-            table.add_row(constant, *(_fmt(constant, p.constants[constant]) for p in of_kind), meaning)
+            table.add_column(p.name, justify="right", no_wrap=True)
+        for constant in constants:
+            table.add_row(constant, *(_fmt(constant, p.constants[constant]) for p in of_kind))
         console.print(table)
+        for constant, meaning in constants.items():
+            console.print(f"  [bold]{constant}[/]: {meaning}")
+        console.print()
     for p in profiles:
         fitted = f" (fitted for {', '.join(x for x in (p.model, p.gpu) if x)})" if p.model or p.gpu else ""
         console.print(f"[bold]{p.name}[/]{fitted}: {p.source}")
