@@ -310,7 +310,9 @@ class PagedAllocator:
         for seq in held:
             table = self._block_tables[seq.request.request_id]
             assert seq.num_computed_tokens <= len(table) * self.block_size, "computed tokens without slots"
-            if len(table) * self.block_size - seq.num_computed_tokens < self.block_size:  # (static reserves more)
+            # Decoding (its one token left is one it sampled): a decode run may hand it blocks next. (Others are
+            # re-timed by their next allocate_slots: static batching reserves a prompt before computing it.)
+            if seq.num_tokens - seq.num_computed_tokens == 1 and seq.num_computed_tokens >= seq.request.prompt_len:
                 assert self._needs.next_block_iteration(seq.request.request_id) == (
                     len(table) * self.block_size - seq.num_computed_tokens + 1
                 ), "the next block's iteration differs from the slots left"
