@@ -55,7 +55,7 @@ class BlockPool:
 
     def append_new_blocks(self, block_tables: Iterable[list[int]], num_blocks: int) -> None:
         """One block from the front of the free queue appended to each of these ``num_blocks`` block tables, in
-        order (as ``get_new_blocks`` would hand them out). The simulator's decode jumps hand out blocks this way,
+        order (as ``get_new_blocks`` would hand them out). The scheduler's decode runs hand out blocks this way,
         ~20 per request: without an intermediate list. The caller has checked that enough are free."""
         pop = self._free.pop
         for table in block_tables:
