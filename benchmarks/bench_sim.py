@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
     report: dict = {
         "setup": "opt-13b on a100-40gb, 12 GiB KV cache "
-                 f"({config.num_slots:,} slots), paper-sharegpt at 2 req/s, seed 0",
+                 f"({config.cache.num_slots:,} slots), paper-sharegpt at 2 req/s, seed 0",
         "python": sys.version.split()[0],
         "load_average": os.getloadavg(),
         "calibration_us": calibrate(),

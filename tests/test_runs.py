@@ -123,4 +123,4 @@ def test_the_log_over_time_adds_up_to_the_memory_shares(pair):
     for name in ("token", "reserved", "internal_fragmentation", "overhead", "free"):
         assert float((columns[name] * columns["duration"]).sum()) == pytest.approx(getattr(integral, name), rel=1e-9)
     capacity = sum(columns[name] for name in ("token", "reserved", "internal_fragmentation", "overhead", "free"))
-    assert set(capacity.tolist()) == {float(runs.config.num_slots)}
+    assert set(capacity.tolist()) == {float(runs.config.cache.num_slots)}

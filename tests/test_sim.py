@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvlab.config import CacheConfig, SchedulerConfig
 from kvlab.cost import CostModel
 from kvlab.memory.base import slot_usage
 from kvlab.sim import SimConfig, Simulation
@@ -37,10 +38,13 @@ def workload(*specs: tuple) -> Workload:
     return Workload(name="test", requests=tuple(requests), description="made by the test", source="test")
 
 
-def config(**kw) -> SimConfig:
-    defaults = dict(num_slots=32, cost=COST, block_size=4, max_model_len=32, max_num_seqs=8, max_num_batched_tokens=16)
-    defaults.update(kw)
-    return SimConfig(**defaults)
+def config(cost: CostModel = COST, **numbers) -> SimConfig:
+    """A config from plain numbers, each given to the sub-config that owns it."""
+    numbers = dict(num_slots=32, block_size=4, max_model_len=32, max_num_seqs=8, max_num_batched_tokens=16) | numbers
+    parts = {kind: {k: v for k, v in numbers.items() if k in {f.name for f in dataclasses.fields(kind)}}
+             for kind in (CacheConfig, SchedulerConfig)}
+    assert set(numbers) == set(parts[CacheConfig]) | set(parts[SchedulerConfig]), numbers
+    return SimConfig(CacheConfig(**parts[CacheConfig]), cost, SchedulerConfig(**parts[SchedulerConfig]))
 
 
 def trace(sim: Simulation) -> list[tuple[dict[int, int], tuple[int, ...]]]:
@@ -149,7 +153,7 @@ def check_invariants(sim: Simulation) -> None:
     assert usage.num_slots == sim.allocator.num_slots
     assert min(usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free) >= 0
     assert sched.num_resident_computed_tokens == sum(s.num_computed_tokens for s in sched.running)
-    assert len(sched.running) <= sim.config.max_num_seqs
+    assert len(sched.running) <= sim.config.scheduler.max_num_seqs
     sim.allocator.check_invariants(list(sched.running), in_running_order=True)
 
 
@@ -175,7 +179,7 @@ def test_every_request_finishes_and_memory_states_sum_to_capacity(specs, name, n
     for record in result.records:
         request = wl.requests[record.request_id]
         if record.status == "finished":
-            assert record.num_output_tokens == min(request.output_len, cfg.max_model_len - request.prompt_len)
+            assert record.num_output_tokens == min(request.output_len, cfg.scheduler.max_model_len - request.prompt_len)
             assert record.arrival_time <= record.first_token_time <= record.finish_time
         else:
             assert record.reject_reason

@@ -8,6 +8,8 @@ same cache holds several times as many conversations, which is the lesson.
 
 from __future__ import annotations
 
+from kvlab.strategies import LESSON_RACE
+
 MODEL = "opt-13b"
 GPU = "a100-40gb"
 WORKLOAD = "paper-sharegpt"
@@ -16,8 +18,8 @@ NUM_REQUESTS = 1000
 SEED = 0
 BLOCK_SIZE = 16
 
-# The lesson's race: the 2x2 of batching x memory.
-RACE_STRATEGIES = ("static+max", "continuous+max", "static+paged", "continuous+paged")
+# The lesson's race: the 2x2 of batching x memory (named in kvlab.strategies, the one table of strategies).
+RACE_STRATEGIES = LESSON_RACE
 # The lab's grid tells the story in two runs: it opens on the first, then asks the reader to switch to the second.
 # Only the memory strategy changes between them, so the difference on screen is the memory's.
 STORY = ("continuous+max", "continuous+paged")

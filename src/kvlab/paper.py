@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvlab.metrics import SHARE_KEYS
+from kvlab.strategies import PAPER_SYSTEMS
 
 # Figure 2 of the paper (percent of KV memory). Orca (Oracle) has no internal fragmentation ("–");
 # vLLM's bar gives only the token share (96.3%); the rest is split in no published figure.
@@ -25,7 +26,7 @@ FIG2_PAPER: dict[str, dict[str, float | None]] = {
     "orca-oracle": {"token": 38.2, "reserved": 25.2, "internal_fragmentation": 0.0, "external_fragmentation": 36.6},
     "vllm": {"token": 96.3, "reserved": None, "internal_fragmentation": None, "external_fragmentation": None},
 }
-FIG2_SYSTEMS = tuple(FIG2_PAPER)
+FIG2_SYSTEMS = PAPER_SYSTEMS  # (the keys of FIG2_PAPER, in the figure's order)
 PAPER_NAMES = {"orca-max": "Orca (Max)", "orca-pow2": "Orca (Pow2)", "orca-oracle": "Orca (Oracle)", "vllm": "vLLM"}
 
 
@@ -41,6 +42,14 @@ class Fig2Setup:
     cost: str = "paper-2023"
     num_requests: int = 2000
     seed: int = 0
+
+    def sim_options(self) -> dict:
+        """``SimConfig.from_options``'s keywords: Table 1's cache on the paper-era clock, the rest at defaults."""
+        return {"model": self.model, "gpu": self.gpu, "available_kv_gib": self.available_kv_gib, "cost": self.cost}
+
+    def workload_options(self) -> dict:
+        """``load_workload``'s keywords (besides the workload's name)."""
+        return {"num_requests": self.num_requests, "rate": self.rate, "seed": self.seed}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +69,8 @@ def run_fig2(setup: Fig2Setup = Fig2Setup(), progress: Callable[[str, int, int],
     from kvlab.strategies import parse_strategy
     from kvlab.workload import load_workload
 
-    config = SimConfig.from_options(model=setup.model, gpu=setup.gpu, available_kv_gib=setup.available_kv_gib,
-                                    cost=setup.cost)
-    workload = load_workload(setup.workload, num_requests=setup.num_requests, rate=setup.rate, seed=setup.seed)
+    config = SimConfig.from_options(**setup.sim_options())
+    workload = load_workload(setup.workload, **setup.workload_options())
     rows = []
     for system in FIG2_SYSTEMS:
         sim = Simulation(parse_strategy(system), config, workload)

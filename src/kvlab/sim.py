@@ -17,15 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvlab.cost import PCIE_BANDWIDTH, CostModel
+from kvlab.config import SimConfig
+from kvlab.cost import PCIE_BANDWIDTH
 from kvlab.errors import KvlabError
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, SlotUsage, slot_usage
 from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, RunRow, UsageIntegral, summarize
 from kvlab.sched.output import SchedulerOutput
-from kvlab.sched.scheduler import Scheduler, SchedulerConfig
+from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.seq import Seq, SeqStatus
-from kvlab.strategies import PREEMPTION_MODES, Strategy
+from kvlab.strategies import Strategy
 from kvlab.workload import Workload
 
 INF = float("inf")
@@ -33,129 +34,6 @@ INF = float("inf")
 MAX_RUN_ITERATIONS = 1 << 16
 # A run's durations are computed with numpy from this many iterations on (below, a Python loop is faster).
 VECTOR_MIN_ITERATIONS = 32
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """Everything a run needs besides the strategy and the workload, as plain numbers.
-
-    ``num_slots`` is the KV cache's capacity in tokens (``kvlab size``'s "GPU KV cache size").
-    ``from_options`` builds one from a model, a GPU and vLLM's flags."""
-
-    num_slots: int
-    cost: CostModel
-    block_size: int = 16
-    max_model_len: int = 2048
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    enable_chunked_prefill: bool = True
-    preemption_mode: str | None = None  # overrides the strategy's when set
-    swap_space_bytes: int = 4 * 2**30  # vLLM's old default: 4 GiB of CPU swap per GPU
-    kv_bytes_per_token: int = 0  # whole model: what one token's KV costs to swap
-    model: str = ""
-    gpu: str = ""
-
-    def __post_init__(self) -> None:
-        for name in ("num_slots", "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens"):
-            if getattr(self, name) <= 0:
-                raise KvlabError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.block_size > self.max_model_len:
-            raise KvlabError(
-                f"--block-size {self.block_size} is larger than --max-model-len {self.max_model_len}: "
-                f"a block must fit in a sequence"
-            )
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise KvlabError(
-                f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be at least --max-num-seqs "
-                f"({self.max_num_seqs}), as vLLM requires: every running request needs a token each iteration"
-            )
-        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise KvlabError(
-                f"without chunked prefill, --max-num-batched-tokens ({self.max_num_batched_tokens}) must be at least "
-                f"--max-model-len ({self.max_model_len}), as vLLM requires: a whole prompt is computed in one iteration"
-            )
-        if self.preemption_mode is not None and self.preemption_mode not in PREEMPTION_MODES:
-            raise KvlabError(f"--preemption-mode {self.preemption_mode!r}: valid are {', '.join(PREEMPTION_MODES)}")
-        if self.preemption_mode == "swap" and self.swap_space_bytes <= 0:
-            raise KvlabError("--preemption-mode swap needs CPU swap space: give --swap-space GiB > 0")
-
-    @classmethod
-    def from_options(
-        cls,
-        *,
-        model: str = "opt-13b",
-        gpu: str = "a100-40gb",
-        gpu_memory_gib: float | None = None,
-        available_kv_gib: float | None = None,
-        num_gpu_blocks: int | None = None,
-        gpu_memory_utilization: float = 0.9,
-        block_size: int = 16,
-        dtype: str = "auto",
-        kv_cache_dtype: str = "auto",
-        tensor_parallel_size: int = 1,
-        pipeline_parallel_size: int = 1,
-        max_model_len: int | None = None,
-        max_num_seqs: int | None = None,
-        max_num_batched_tokens: int | None = None,
-        enable_chunked_prefill: bool = True,
-        preemption_mode: str | None = None,
-        swap_space_gib: float = 4.0,
-        cost: str | None = None,
-    ) -> SimConfig:
-        """Size the KV cache as vLLM would (``kvlab size``) and build the cost model for ``model`` on ``gpu``.
-
-        ``num_gpu_blocks`` fixes the pool (vLLM's ``num_gpu_blocks_override``); ``available_kv_gib`` fixes the
-        budget vLLM printed; otherwise kvlab's estimate of the budget is used. ``cost`` is a cost profile's name or
-        file (``kvlab cost``; default ``roofline``)."""
-        from kvlab.catalog import get_gpu, get_model
-        from kvlab.cost.profiles import get_profile
-        from kvlab.sizing import GIB, SizingConfig, size_kv_cache
-
-        model_spec = get_model(model)
-        gpu_spec = get_gpu(gpu)
-        profile = get_profile(cost)  # first: a bad --cost fails before anything is sized
-        for name, value in (("--gpu-memory-gib", gpu_memory_gib), ("--available-kv-gib", available_kv_gib),
-                            ("--num-gpu-blocks", num_gpu_blocks), ("--swap-space", swap_space_gib)):
-            if value is not None and value < 0 or (value == 0 and name != "--swap-space"):
-                raise KvlabError(f"{name} must be positive, got {value}")
-        sizing = size_kv_cache(
-            model_spec,
-            SizingConfig(
-                gpu_memory_bytes=int((gpu_memory_gib * GIB) if gpu_memory_gib else gpu_spec.memory_bytes),
-                gpu_memory_utilization=gpu_memory_utilization,
-                block_size=block_size,
-                dtype=dtype,
-                kv_cache_dtype=kv_cache_dtype,
-                tensor_parallel_size=tensor_parallel_size,
-                pipeline_parallel_size=pipeline_parallel_size,
-                max_model_len=max_model_len,
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_num_seqs=max_num_seqs,
-                available_kv_bytes=int(available_kv_gib * GIB) if available_kv_gib else None,
-                gpu_name=gpu_spec.id,
-            ),
-        )
-        tp = tensor_parallel_size
-        num_slots = num_gpu_blocks * block_size if num_gpu_blocks else sizing.num_tokens
-        if num_slots < block_size * 2:
-            raise KvlabError(
-                f"{model_spec.id} on {gpu_spec.id} leaves a KV cache of {num_slots} token slots: too small to serve"
-            )
-        cost_model = _cost_model(profile, model_spec, gpu_spec, sizing, tp, pipeline_parallel_size)
-        return cls(
-            num_slots=num_slots,
-            cost=cost_model,
-            block_size=block_size,
-            max_model_len=sizing.max_model_len,
-            max_num_seqs=sizing.max_num_seqs,
-            max_num_batched_tokens=sizing.max_num_batched_tokens,
-            enable_chunked_prefill=enable_chunked_prefill,
-            preemption_mode=preemption_mode,
-            swap_space_bytes=int(swap_space_gib * GIB * tp),
-            kv_bytes_per_token=sizing.kv_bytes_per_token,
-            model=model_spec.id,
-            gpu=gpu_spec.id,
-        )
 
 
 @dataclass
@@ -189,35 +67,26 @@ class Simulation:
         self.config = config
         self.workload = workload
         self.max_iterations = max_iterations
-        preemption_mode = config.preemption_mode or strategy.preemption_mode
-        if preemption_mode == "swap" and config.swap_space_bytes <= 0:
+        cache = config.cache
+        # The strategy's batching and preemption mode (the config's --preemption-mode, when set, overrides it).
+        scheduler_config = replace(config.scheduler, batching=strategy.batching,
+                                   preemption_mode=config.scheduler.preemption_mode or strategy.preemption_mode)
+        if scheduler_config.preemption_mode == "swap" and cache.swap_space_bytes <= 0:
             raise KvlabError(f"strategy {strategy.name!r} swaps, but there is no swap space: give --swap-space GiB > 0")
         self.allocator = make_allocator(
             strategy.allocator,
-            num_slots=config.num_slots,
-            block_size=config.block_size,
-            max_model_len=config.max_model_len,
+            num_slots=cache.num_slots,
+            block_size=cache.block_size,
+            max_model_len=scheduler_config.max_model_len,
             enable_prefix_caching=strategy.enable_prefix_caching,
         )
-        self.scheduler = Scheduler(
-            SchedulerConfig(
-                max_num_seqs=config.max_num_seqs,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                max_model_len=config.max_model_len,
-                enable_chunked_prefill=config.enable_chunked_prefill,
-                batching=strategy.batching,
-                preemption_mode=preemption_mode,
-                swap_space_bytes=config.swap_space_bytes,
-                kv_bytes_per_token=config.kv_bytes_per_token,
-            ),
-            self.allocator,
-        )
+        self.scheduler = Scheduler(scheduler_config, self.allocator, cache)
         self.requests = _in_arrival_order(workload.requests)
         self.start_time = self.requests[0].arrival_time if self.requests else 0.0
         self.now = self.start_time
         self.seqs: dict[int, Seq] = {}
         self.counters = Counters()
-        self.recorder = IterationRecorder(config.num_slots, self.start_time, keep_log=record_iterations)
+        self.recorder = IterationRecorder(cache.num_slots, self.start_time, keep_log=record_iterations)
         self.last_finish_time = self.start_time
         self._next_arrival = 0
         self._limit = INF  # run_until's: no iteration starts at or after it
@@ -411,7 +280,7 @@ class Simulation:
 
     def _arrive(self) -> None:
         """Requests whose arrival time has come join the waiting queue, or are rejected with a reason."""
-        requests, cfg = self.requests, self.config
+        requests, cfg = self.requests, self.config.scheduler
         while self._next_arrival < len(requests) and requests[self._next_arrival].arrival_time <= self.now:
             request = requests[self._next_arrival]
             self._next_arrival += 1
@@ -431,20 +300,6 @@ class Simulation:
             seq.reject_reason = reason
             self.counters.num_rejected += 1
             self.counters.reject_reasons[reason] = self.counters.reject_reasons.get(reason, 0) + 1
-
-
-def _cost_model(profile, model_spec, gpu_spec, sizing, tp: int, pp: int) -> CostModel:
-    """The cost profile's model for this model's weights, KV and FLOPs per tensor-parallel rank."""
-    return profile.cost_model(
-        weights_bytes=sizing.weights_bytes_total / tp,
-        # Per TP rank, all layers: pipeline stages run one after the other, so an iteration reads every layer.
-        kv_bytes_per_token=sizing.kv_bytes_per_token_per_gpu * pp,
-        flops_per_token=2.0 * model_spec.num_active_params / tp,
-        attention_flops_per_pair=4.0 * model_spec.num_hidden_layers * model_spec.num_attention_heads
-        * model_spec.head_dim / tp,
-        gpu=gpu_spec,
-        model_id=model_spec.id,
-    )
 
 
 def _in_arrival_order(requests) -> list:

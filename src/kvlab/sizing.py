@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, replace
 
 from kvlab.catalog.gpus import GpuSpec, list_gpus
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
+from kvlab.config import SchedulerConfig, check_block_size
 from kvlab.errors import KvlabError
 
 GIB = 2**30
@@ -414,14 +415,10 @@ def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
         raise KvlabError(f"--max-model-len {max_model_len:,} is greater than {model.id}'s max_position_embeddings "
                          f"({model.max_position_embeddings:,}); vLLM refuses it (use at most "
                          f"{model.max_position_embeddings:,})")
-    if config.block_size > max_model_len:
-        # The same refusal as `kvlab run` (SimConfig): a block longer than the longest request is never filled.
-        raise KvlabError(f"--block-size {config.block_size} is larger than --max-model-len {max_model_len}: a block "
-                         f"must fit in a sequence; valid: a block size of at most {max_model_len:,}")
-    batched, seqs = config.resolved_max_num_batched_tokens, config.resolved_max_num_seqs
-    if batched < seqs:
-        raise KvlabError(f"--max-num-batched-tokens ({batched}) must be at least --max-num-seqs ({seqs}), as vLLM "
-                         "requires: every running request needs a token each iteration")
+    # The same refusals as `kvlab run`'s, from the one place that makes them (kvlab.config).
+    check_block_size(config.block_size, max_model_len)
+    SchedulerConfig(max_num_seqs=config.resolved_max_num_seqs,
+                    max_num_batched_tokens=config.resolved_max_num_batched_tokens, max_model_len=max_model_len)
     return max_model_len
 
 

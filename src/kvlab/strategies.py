@@ -15,6 +15,8 @@ from typing import Any
 
 from kvlab.errors import KvlabError
 
+# The names of the parts; the engine's dispatch dicts (kvlab.sched.batching.BATCHING, kvlab.memory.ALLOCATORS,
+# kvlab.sched.preemption.PREEMPTION) map exactly these to implementations (tests/test_strategies.py checks).
 BATCHING_NAMES = ("static", "continuous")
 ALLOCATOR_NAMES = ("max", "pow2", "oracle", "paged")
 PREEMPTION_MODES = ("recompute", "swap")
@@ -49,8 +51,8 @@ STRATEGIES: dict[str, Strategy] = {
 LESSON_RACE = ("static+max", "continuous+max", "static+paged", "continuous+paged")
 PAPER_SYSTEMS = ("orca-max", "orca-pow2", "orca-oracle", "vllm")
 
-_OPTIONS: dict[str, dict[str, Any]] = {"swap": {"preemption_mode": "swap"}, "recompute": {"preemption_mode": "recompute"},
-            "prefix": {"enable_prefix_caching": True}}
+_OPTIONS: dict[str, dict[str, Any]] = {**{mode: {"preemption_mode": mode} for mode in reversed(PREEMPTION_MODES)},
+                                       "prefix": {"enable_prefix_caching": True}}
 
 
 def parse_strategy(text: str) -> Strategy:
@@ -94,6 +96,17 @@ def parse_strategy(text: str) -> Strategy:
     return strategy
 
 
+def check_preemption_mode(mode: str) -> None:
+    if mode not in PREEMPTION_MODES:
+        raise KvlabError(f"--preemption-mode {mode!r}; valid: {', '.join(PREEMPTION_MODES)}")
+
+
+def strategy_names_help() -> str:
+    """The named strategies and the pattern of the rest, for the command line's help."""
+    return (f"Named strategies: {', '.join(STRATEGIES)}. Or BATCHING+ALLOCATOR ({'|'.join(BATCHING_NAMES)} + "
+            f"{'|'.join(ALLOCATOR_NAMES)}), then +swap, +recompute or +prefix.")
+
+
 def named_preemption_mode(strategy: Strategy) -> str | None:
     """The preemption mode a strategy's name states (+swap, +recompute), or None when it states none."""
     parts = strategy.name.split("+")
@@ -106,8 +119,7 @@ def with_preemption_mode(strategy: Strategy, mode: str | None) -> Strategy:
     and a name that states none gains ``+swap`` when the mode differs from its own (recompute)."""
     if mode is None:
         return strategy
-    if mode not in PREEMPTION_MODES:
-        raise KvlabError(f"--preemption-mode {mode!r}; valid: {', '.join(PREEMPTION_MODES)}")
+    check_preemption_mode(mode)
     stated = named_preemption_mode(strategy)
     if stated is not None and stated != mode:
         base = "+".join(p for p in strategy.name.split("+") if p != stated)

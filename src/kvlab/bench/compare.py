@@ -85,10 +85,11 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
                      + (" (calibrate it and pass --cost)" if cost_supported() else ""))
     config = SimConfig.from_options(**options)
     strategy = "vllm+prefix" if cache.get("enable_prefix_caching") else "vllm"
-    settings = {"model": config.model, "gpu": config.gpu, "cost": cost, "strategy": strategy,
-                "block_size": config.block_size, "num_gpu_blocks": num_gpu_blocks,
-                "num_slots": config.num_slots, "max_model_len": config.max_model_len,
-                "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens}
+    settings = {"model": config.model.model, "gpu": config.gpu, "cost": cost, "strategy": strategy,
+                "block_size": config.cache.block_size, "num_gpu_blocks": num_gpu_blocks,
+                "num_slots": config.cache.num_slots, "max_model_len": config.scheduler.max_model_len,
+                "max_num_seqs": config.scheduler.max_num_seqs,
+                "max_num_batched_tokens": config.scheduler.max_num_batched_tokens}
     return SimSetup(config, strategy, settings, tuple(notes))
 
 
@@ -141,7 +142,7 @@ def simulated_series(result: SimResult) -> dict[str, Series]:
         raise ValueError("the simulation kept no iteration log (record_iterations=False)")
     columns = result.log.columns
     config = result.config
-    usable = config.num_slots - config.block_size
+    usable = config.cache.num_slots - config.cache.block_size
     time = columns["time"].tolist()
     return {
         "kv_cache_usage": Series(time, (1.0 - columns["free"] / usable).tolist()),

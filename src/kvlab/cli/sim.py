@@ -151,9 +151,9 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
             preemption_mode=preemption_mode, swap_space_gib=swap_space, cost=cost,
         )
     config = replace(config, gpu=gpu_label(config.gpu, gpu_memory_gib))
-    check_pool_work(config.num_slots // config.block_size, config.block_size)
+    check_pool_work(config.cache.num_gpu_blocks, config.cache.block_size)
     if long_requests == "clip":
-        options["max_model_len"] = config.max_model_len
+        options["max_model_len"] = config.scheduler.max_model_len
     from kvlab.workload import load_workload
 
     wl = load_workload(workload, **options)
@@ -172,12 +172,13 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
 
 
 def setup_line(config, wl) -> str:
+    cache, sched = config.cache, config.scheduler
     return (
-        f"{config.model} on {config.gpu}: KV cache {config.num_slots:,} token slots "
-        f"({config.num_slots // config.block_size:,} blocks of {config.block_size}, one of them vLLM's null block "
+        f"{config.model.model} on {config.gpu}: KV cache {cache.num_slots:,} token slots "
+        f"({cache.num_gpu_blocks:,} blocks of {cache.block_size}, one of them vLLM's null block "
         f"for paged memory), max_model_len "
-        f"{config.max_model_len:,}, max_num_seqs {config.max_num_seqs}, max_num_batched_tokens "
-        f"{config.max_num_batched_tokens:,}. Workload: {wl.name}, {wl.num_requests:,} requests, "
+        f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
+        f"{sched.max_num_batched_tokens:,}. Workload: {wl.name}, {wl.num_requests:,} requests, "
         f"{wl.request_rate:.2f} req/s, mean prompt {wl.mean_prompt_len:.0f} / output {wl.mean_output_len:.0f} tokens."
     )
 
@@ -186,7 +187,7 @@ def typical_iteration(config, summary: dict) -> dict:
     """The cost model's terms for an iteration of this run's mean batch over its mean KV context (a decode
     iteration: one new token per request): what an iteration's time is made of, in ms."""
     num_seqs = summary["mean_batch_size"]
-    context = summary["memory_shares"]["token"] / 100 * config.num_slots
+    context = summary["memory_shares"]["token"] / 100 * config.cache.num_slots
     terms = config.cost.terms(round(num_seqs), 0, round(num_seqs), round(context), round(context))
     return {"num_seqs": num_seqs, "num_context_tokens": context, "weights_ms": 1e3 * terms.weights,
             "kv_ms": 1e3 * terms.kv, "compute_ms": 1e3 * terms.compute, "overhead_ms": 1e3 * terms.overhead,
@@ -246,11 +247,11 @@ def report(config, wl, results, *, as_json: bool, out: Path | None, title: str, 
 
 def race_json(config, wl, summaries) -> dict:
     return {
-        "model": config.model,
+        "model": config.model.model,
         "gpu": config.gpu,
-        "num_slots": config.num_slots,
-        "block_size": config.block_size,
-        "max_model_len": config.max_model_len,
+        "num_slots": config.cache.num_slots,
+        "block_size": config.cache.block_size,
+        "max_model_len": config.scheduler.max_model_len,
         "cost": {"profile": config.cost.profile, "notes": list(config.cost.notes)},
         "workload": {"name": wl.name, "num_requests": wl.num_requests, "rate": wl.request_rate,
                      "description": wl.description},

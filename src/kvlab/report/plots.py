@@ -59,7 +59,7 @@ def plot_memory_shares(results: list[SimResult], path: Path) -> Path:
     for ax, result in zip(axes[:, 0], results):
         cols = result.log.columns
         dt = np.asarray(cols["duration"])
-        capacity = result.config.num_slots
+        capacity = result.config.cache.num_slots
         series = {
             "token": np.asarray(cols["token"]),
             "reserved": np.asarray(cols["reserved"]),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from kvlab.sched.scheduler import SchedulerConfig
+    from kvlab.config import CacheConfig
     from kvlab.sched.seq import Seq
 
 
@@ -23,8 +23,8 @@ class PreemptionMode(Protocol):
 class Recompute:
     """vLLM V1's only mode: the request's blocks are freed and its tokens computed again when it resumes."""
 
-    def __init__(self, config: SchedulerConfig):
-        del config  # recomputation keeps no state: the request's tokens are simply computed again
+    def __init__(self, cache_config: CacheConfig | None):
+        del cache_config  # recomputation keeps no state: the request's tokens are simply computed again
 
     def on_preempt(self, seq: Seq) -> int:
         return 0
@@ -37,9 +37,10 @@ class Swap:
     """vLLM's older engine: the request's KV is copied to a bounded CPU swap space and copied back when it
     resumes (vLLM paper §4.5). When the swap space is full, the request is recomputed instead."""
 
-    def __init__(self, config: SchedulerConfig):
-        self.capacity_bytes = config.swap_space_bytes
-        self.kv_bytes_per_token = config.kv_bytes_per_token
+    def __init__(self, cache_config: CacheConfig | None):
+        # Without a cache config there is no swap space: every preempted request is recomputed.
+        self.capacity_bytes = cache_config.swap_space_bytes if cache_config is not None else 0
+        self.kv_bytes_per_token = cache_config.kv_bytes_per_token if cache_config is not None else 0
         self.used_bytes = 0
 
     def on_preempt(self, seq: Seq) -> int:

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from heapq import heapify, heappop
 
+from kvlab.config import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.output import SchedulerOutput
 from kvlab.sched.seq import Seq, SeqStatus
@@ -38,27 +38,16 @@ from kvlab.sched.seq import Seq, SeqStatus
 Horizon = Callable[[int, int, int], int]
 
 
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    max_model_len: int = 2048
-    enable_chunked_prefill: bool = True
-    batching: str = "continuous"  # a key of kvlab.sched.batching.BATCHING
-    preemption_mode: str = "recompute"  # a key of kvlab.sched.preemption.PREEMPTION
-    swap_space_bytes: int = 0  # CPU memory for swapped-out KV (swap preemption)
-    kv_bytes_per_token: int = 0  # whole model, all GPUs: what one token's KV costs to swap
-
-
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, allocator: KVAllocator):
+    def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None):
+        """``cache_config`` gives swap preemption its budget (without it, a swapping scheduler recomputes)."""
         from kvlab.sched.batching import BATCHING
         from kvlab.sched.preemption import PREEMPTION, PreemptionMode
 
         self.config = config
         self.allocator = allocator
         self.batching = BATCHING[config.batching]
-        self.preemption: PreemptionMode = PREEMPTION[config.preemption_mode](config)
+        self.preemption: PreemptionMode = PREEMPTION[config.preemption_mode or "recompute"](cache_config)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.step = 0

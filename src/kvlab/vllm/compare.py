@@ -114,12 +114,7 @@ def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: st
     from kvlab.strategies import parse_strategy
     from kvlab.workload import Workload
 
-    config = SimConfig.from_options(
-        model=str(TINY_MODEL_CONFIG), gpu=gpu, num_gpu_blocks=settings.num_gpu_blocks_override,
-        block_size=settings.block_size, max_model_len=settings.max_model_len, max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
-        enable_chunked_prefill=settings.enable_chunked_prefill, dtype=settings.dtype,
-    )
+    config = SimConfig.from_options(**settings.sim_options(str(TINY_MODEL_CONFIG), gpu))
     strategy = parse_strategy("vllm+prefix" if settings.enable_prefix_caching else "vllm")
     sim = Simulation(strategy, config, Workload("compare", tuple(requests), "", ""), record_iterations=False)
     steps: dict[int, int] = {}
@@ -139,7 +134,7 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     """kvlab's scheduler and paged allocator, run as ``kvlab run`` runs them (runs of iterations where their
     outcome is known), recorded step by step in the driver's format."""
     from kvlab.memory.paged import PagedAllocator
-    from kvlab.sched.scheduler import Scheduler, SchedulerConfig
+    from kvlab.sched.scheduler import Scheduler
     from kvlab.sched.seq import Seq
     from kvlab.sim import MAX_RUN_ITERATIONS
 
@@ -148,11 +143,7 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     allocator = PagedAllocator(settings.num_gpu_blocks_override, settings.block_size,
                                enable_prefix_caching=settings.enable_prefix_caching,
                                max_model_len=settings.max_model_len)
-    scheduler = Scheduler(
-        SchedulerConfig(max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
-                        max_model_len=settings.max_model_len, enable_chunked_prefill=settings.enable_chunked_prefill),
-        allocator,
-    )
+    scheduler = Scheduler(settings.scheduler_config, allocator)
     order = sorted(range(len(requests)), key=lambda i: (add_before_step[i], i))
     seqs: dict[int, Seq] = {}
     steps: list[dict] = []

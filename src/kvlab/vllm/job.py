@@ -18,6 +18,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from kvlab.config import SchedulerConfig
 from kvlab.errors import KvlabError
 from kvlab.workload.request import Request
 
@@ -31,7 +32,8 @@ CPU_BLOCK_SIZE_MULTIPLE = 32
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """The real engine's settings, in vLLM's names (EngineArgs)."""
+    """The real engine's settings, in vLLM's names (EngineArgs, flat as the driver reads them); kvlab's side
+    derives its configuration from them (``scheduler_config``, ``sim_options``)."""
 
     block_size: int = 32
     num_gpu_blocks_override: int | None = None
@@ -44,6 +46,19 @@ class EngineSettings:
     long_prefill_token_threshold: int = 0
     dtype: str = "float32"
     seed: int = 0
+
+    @property
+    def scheduler_config(self) -> SchedulerConfig:
+        """kvlab's scheduler under these settings (the strategy's batching and preemption mode: vLLM V1's)."""
+        return SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                               max_model_len=self.max_model_len, enable_chunked_prefill=self.enable_chunked_prefill)
+
+    def sim_options(self, model: str, gpu: str) -> dict:
+        """``SimConfig.from_options``'s keywords for ``model`` on ``gpu`` under these settings."""
+        return {"model": model, "gpu": gpu, "num_gpu_blocks": self.num_gpu_blocks_override,
+                "block_size": self.block_size, "max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
+                "max_num_batched_tokens": self.max_num_batched_tokens,
+                "enable_chunked_prefill": self.enable_chunked_prefill, "dtype": self.dtype}
 
     def check(self) -> None:
         """Refuse, before starting the engine, what vLLM 0.32.0 would refuse, with vLLM's reason."""
@@ -65,17 +80,8 @@ class EngineSettings:
                     f"({num_blocks_per_request} blocks of {self.block_size} plus the null block, so at least "
                     f"{num_blocks_per_request + 1} blocks)"
                 )
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise KvlabError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be greater than or equal to "
-                f"max_num_seqs ({self.max_num_seqs}) (vLLM's SchedulerConfig check)"
-            )
-        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise KvlabError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) is smaller than max_model_len "
-                f"({self.max_model_len}) with chunked prefill disabled: vLLM would reject longer sequences"
-            )
-        if self.long_prefill_token_threshold > self.max_model_len:
+        scheduler = self.scheduler_config  # (vLLM's scheduler refusals are made where it is built: kvlab.config)
+        if self.long_prefill_token_threshold > scheduler.max_model_len:
             raise KvlabError(
                 f"long_prefill_token_threshold ({self.long_prefill_token_threshold}) cannot be greater than "
                 f"max_model_len ({self.max_model_len})"

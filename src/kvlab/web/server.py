@@ -63,21 +63,14 @@ def build_race(spec: RunSpec, max_pool_blocks: int = LIMITS["max_pool_blocks"]) 
     if spec.workload not in WORKLOADS:
         raise KvlabError(f"unknown workload {spec.workload!r}: not a bundled workload ({', '.join(WORKLOADS)})")
     # The same sizing and defaults as `kvlab race` (cli/sim.py), so that the page and the command line agree.
-    config = SimConfig.from_options(
-        model=spec.model,
-        gpu=spec.gpu,
-        block_size=spec.block_size,
-        max_num_seqs=spec.max_num_seqs,
-        num_gpu_blocks=spec.num_blocks,  # the lab's "KV blocks": a smaller cache, to watch memory run out
-        cost=spec.cost,
-    )
-    num_blocks = config.num_slots // config.block_size
+    config = SimConfig.from_options(**spec.sim_options())
+    num_blocks = config.cache.num_gpu_blocks
     if num_blocks > max_pool_blocks:
         raise KvlabError(
             f"{spec.model} on {spec.gpu} gives {num_blocks:,} blocks of {spec.block_size}; the lab simulates at "
             f"most {max_pool_blocks:,}: pick a larger block size or set KV blocks"
         )
-    workload = load_workload(spec.workload, num_requests=spec.num_requests, rate=spec.rate, seed=spec.seed)
+    workload = load_workload(spec.workload, **spec.workload_options())
     return Race([Simulation(s, config, workload) for s in strategies])
 
 

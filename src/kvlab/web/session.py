@@ -45,10 +45,11 @@ class Race:
         self.encoders = [BlockEncoder() for _ in self.sims]
         self.start_time = min(sim.start_time for sim in self.sims)
         cfg = self.sims[0].config
-        self.num_gpu_blocks = cfg.num_slots // cfg.block_size
+        self.num_gpu_blocks = cfg.cache.num_gpu_blocks
         self.scale = display_scale(self.num_gpu_blocks)
         self.annotators = [
-            Annotator(sim.requests, sim.strategy.allocator, cfg.block_size, cfg.max_model_len, self.start_time)
+            Annotator(sim.requests, sim.strategy.allocator, cfg.cache.block_size, cfg.scheduler.max_model_len,
+                      self.start_time)
             for sim in self.sims
         ]
         self.finish_times: list[float | None] = [None] * len(self.sims)
@@ -169,12 +170,12 @@ class Race:
             "num_blocks": self.num_blocks,  # display blocks, of block_size x display_scale slots each
             "display_scale": self.scale,
             "num_gpu_blocks": self.num_gpu_blocks,
-            "kv_block_size": cfg.block_size,
-            "max_num_seqs": cfg.max_num_seqs,
-            "block_size": cfg.block_size * self.scale,
-            "num_slots": cfg.num_slots,
-            "max_model_len": cfg.max_model_len,
-            "model": cfg.model,
+            "kv_block_size": cfg.cache.block_size,
+            "max_num_seqs": cfg.scheduler.max_num_seqs,
+            "block_size": cfg.cache.block_size * self.scale,
+            "num_slots": cfg.cache.num_slots,
+            "max_model_len": cfg.scheduler.max_model_len,
+            "model": cfg.model.model,
             "gpu": cfg.gpu,
             "workload": first.workload.name,
             "workload_description": first.workload.description,
@@ -184,7 +185,7 @@ class Race:
                     "batching": sim.strategy.batching,
                     "allocator": sim.strategy.allocator,
                     "description": sim.strategy.description,
-                    "block_size": cfg.block_size,
+                    "block_size": cfg.cache.block_size,
                 }
                 for name, sim in zip(self.names, self.sims)
             ],
