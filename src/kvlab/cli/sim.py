@@ -30,6 +30,7 @@ from kvlab.cli.size import (
     UtilOpt,
     with_options,
 )
+from kvlab.strategies import STRATEGIES, strategy_names_help
 
 # req/s for workloads without arrival times, and requests served: kvlab.defaults, shared with the lab and --html.
 DEFAULT_RATE = defaults.RATE
@@ -298,12 +299,18 @@ def sim_options(values: dict) -> dict:
     return {name: values[name] for name in SIM_OPTIONS}
 
 
-@app.command()
+RACE_HELP = f"""Race serving strategies on the same workload and clock; the table says who served the most and why.
+
+{strategy_names_help()}
+"""
+
+
+@app.command(help=RACE_HELP)
 @with_options(sim_option_template)
 def race(
     strategies: Annotated[Optional[list[str]], typer.Argument(help="Strategies to race \\[default: the lesson's "
-                                                                   "four: static+max continuous+max static+paged "
-                                                                   "continuous+paged].", show_default=False)] = None,
+                                                                   f"four: {' '.join(defaults.RACE_STRATEGIES)}].",
+                                                              show_default=False)] = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
     plots: PlotsOpt = True,
@@ -313,11 +320,7 @@ def race(
     yes: YesOpt = False,
     **options,
 ) -> None:
-    """Race serving strategies on the same workload and clock; the table says who served the most and why.
-
-    Named strategies: vllm, orca-max, orca-pow2, orca-oracle, static+max, continuous+max, static+paged, continuous+paged.
-    Or BATCHING+ALLOCATOR (static|continuous + max|pow2|oracle|paged), then +swap, +recompute or +prefix.
-    """
+    """Race serving strategies on the same workload and clock (RACE_HELP)."""
     from kvlab.validate import allow_large_work, check_output_path
 
     names = list(strategies) if strategies else list(defaults.RACE_STRATEGIES)
@@ -338,8 +341,8 @@ def race(
 @app.command()
 @with_options(sim_option_template)
 def run(
-    strategy: Annotated[str, typer.Argument(help="A strategy: vllm, orca-max, orca-pow2, orca-oracle, static+max, "
-                                            "continuous+paged, ... or BATCHING+ALLOCATOR[+swap][+prefix].")] = "vllm",
+    strategy: Annotated[str, typer.Argument(help=f"A strategy: {', '.join(STRATEGIES)}, or "
+                                            "BATCHING+ALLOCATOR[+swap][+prefix].")] = "vllm",
     as_json: JsonOpt = False,
     out: OutOpt = None,
     plots: PlotsOpt = True,
