@@ -104,6 +104,20 @@ def build_workload(workload, rate, arrival, cv, num_requests, duration, seed, ma
                                                       max_model_len, long_requests))
 
 
+# The options that describe the workload (``workload_options``'s); the others configure the engine.
+WORKLOAD_OPTIONS = ("workload", "rate", "arrival", "cv", "num_requests", "duration", "seed", "long_requests")
+# `kvlab run` flags that SimConfig.from_options spells differently.
+CONFIG_RENAMES = {"swap_space": "swap_space_gib"}
+
+
+def engine_options(values: dict) -> dict:
+    """``SimConfig.from_options``'s keywords from `kvlab run`'s options (``values`` may hold others too)."""
+    kwargs = {CONFIG_RENAMES.get(name, name): values[name] for name in SIM_OPTIONS
+              if name not in WORKLOAD_OPTIONS and name in values}
+    kwargs["tensor_parallel_size"] = kwargs.get("tensor_parallel_size") or 1
+    return kwargs
+
+
 def check_work(strategies: list, workload: str, options: dict) -> None:
     """Refuse, before anything is built, a run beyond kvlab.validate's limits (the estimate says why)."""
     from kvlab.validate import check_simulation_work
@@ -128,7 +142,8 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
     from kvlab.validate import check_options, check_pool_work
 
     long_requests = long_requests or "reject"
-    check_options(locals())
+    given = dict(locals())
+    check_options(given)
     strategies = [with_preemption_mode(parse_strategy(name), preemption_mode) for name in strategy_names]
     check_distinct(strategies)
     options = workload_options(workload, rate, arrival, cv, num_requests, duration, seed, None, long_requests)
@@ -143,14 +158,7 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
 
     with warnings.catch_warnings():  # the report prints the profile's notes itself
         warnings.simplefilter("ignore", CostProfileWarning)
-        config = SimConfig.from_options(
-            model=model, gpu=gpu, gpu_memory_gib=gpu_memory_gib, available_kv_gib=available_kv_gib,
-            num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-            dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
-            pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens, enable_chunked_prefill=enable_chunked_prefill,
-            preemption_mode=preemption_mode, swap_space_gib=swap_space, cost=cost,
-        )
+        config = SimConfig.from_options(**engine_options(given))
     config = replace(config, gpu=gpu_label(config.gpu, gpu_memory_gib))
     check_pool_work(config.cache.num_gpu_blocks, config.cache.block_size)
     if long_requests == "clip":

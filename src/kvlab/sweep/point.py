@@ -1,8 +1,8 @@
 """One point of a sweep: its options into a simulation, and the simulation's summary out.
 
-This is the one place that knows how a point's options (`kvlab run`'s) become a ``SimConfig``, a workload and a
-strategy; everything else in kvlab.sweep handles points as plain mappings. It runs in worker processes (local or
-on a Ray cluster), so it imports only the simulator and returns plain data.
+A point's options are `kvlab run`'s: they become a ``SimConfig``, a workload and a strategy exactly as `kvlab run`
+makes them (kvlab.cli.sim's ``engine_options`` and ``build_workload``); everything else in kvlab.sweep handles points
+as plain mappings. It runs in worker processes (local or on a Ray cluster) and returns plain data.
 """
 
 from __future__ import annotations
@@ -12,18 +12,12 @@ import socket
 import time
 from typing import Any
 
-# The options that describe the workload (`build_workload`'s); the rest, but the strategy, configure the engine.
-WORKLOAD_OPTIONS = ("workload", "rate", "arrival", "cv", "num_requests", "duration", "seed", "long_requests")
-# `kvlab run` flag names that SimConfig.from_options spells differently.
-CONFIG_RENAMES = {"swap_space": "swap_space_gib"}
-
 
 def config_options(point: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments of ``SimConfig.from_options`` for this point, as `kvlab run` passes them."""
-    kwargs = {CONFIG_RENAMES.get(name, name): value for name, value in point.items()
-              if name != "strategy" and name not in WORKLOAD_OPTIONS}
-    kwargs["tensor_parallel_size"] = kwargs.get("tensor_parallel_size") or 1
-    return kwargs
+    from kvlab.cli.sim import engine_options
+
+    return engine_options(point)
 
 
 def check_config(point: dict[str, Any]) -> None:
@@ -73,6 +67,7 @@ def compute(point: dict[str, Any]) -> dict[str, Any]:
 def check_points(points: list[dict[str, Any]]) -> None:
     """Raise the first KvlabError `kvlab run` would raise for any point, naming the point, before anything runs.
     Each distinct strategy, engine configuration and workload is built once."""
+    from kvlab.cli.sim import WORKLOAD_OPTIONS
     from kvlab.errors import KvlabError
     from kvlab.strategies import parse_strategy
 
