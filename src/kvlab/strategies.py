@@ -16,7 +16,7 @@ from typing import Any
 from kvlab.errors import KvlabError
 
 # The names of the parts; the engine's dispatch dicts (kvlab.sched.batching.BATCHING, kvlab.memory.ALLOCATORS,
-# kvlab.sched.preemption.PREEMPTION) map exactly these to implementations (tests/test_strategies.py checks).
+# kvlab.sched.preemption.PREEMPTION) map exactly these to implementations (tests/test_config.py checks).
 BATCHING_NAMES = ("static", "continuous")
 ALLOCATOR_NAMES = ("max", "pow2", "oracle", "paged")
 PREEMPTION_MODES = ("recompute", "swap")
@@ -51,7 +51,7 @@ STRATEGIES: dict[str, Strategy] = {
 LESSON_RACE = ("static+max", "continuous+max", "static+paged", "continuous+paged")
 PAPER_SYSTEMS = ("orca-max", "orca-pow2", "orca-oracle", "vllm")
 
-_OPTIONS: dict[str, dict[str, Any]] = {**{mode: {"preemption_mode": mode} for mode in reversed(PREEMPTION_MODES)},
+_OPTIONS: dict[str, dict[str, Any]] = {**{mode: {"preemption_mode": mode} for mode in PREEMPTION_MODES},
                                        "prefix": {"enable_prefix_caching": True}}
 
 
