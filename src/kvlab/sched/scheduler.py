@@ -15,8 +15,10 @@ is known without scheduling them one by one: every running request is decoding (
 loop cannot admit anyone until something finishes (``_admission_blocked``, or an empty queue), and no request
 finishes or runs out of memory before the run's last iteration. Then each of those iterations is what the
 running loop would decide anyway (every request computes one token), and the allocator hands out the run's
-blocks in one call (``allocate_decode_run``), in the order the steps would. ``max_iterations=1`` is stepping:
-the loops above, every time.
+blocks in one call (``allocate_decode_run``), in the order the steps would. When everyone decodes and the
+queue's head may fit, the decoders' blocks come from that call and the batching policy decides: if it admits
+nobody, that iteration begins a run; if it admits someone, only the admitted are visited
+(``_schedule_decode_and_admit``). ``max_iterations=1`` is stepping: the loops above, every time.
 
 What differs between batching policies (when may a waiting request join?) lives in ``kvlab.sched.batching``;
 what differs between preemption modes (what happens to the evicted request's KV?) in ``kvlab.sched.preemption``.
