@@ -154,7 +154,7 @@ def check_invariants(sim: Simulation) -> None:
     assert min(usage.token, usage.reserved, usage.internal_fragmentation, usage.overhead, usage.free) >= 0
     assert sched.num_resident_computed_tokens == sum(s.num_computed_tokens for s in sched.running)
     assert len(sched.running) <= sim.config.scheduler.max_num_seqs
-    sim.allocator.check_invariants(list(sched.running), in_running_order=True)
+    sim.allocator.check_invariants(list(sched.running), in_running_order=True, all_decoding=sched.is_decoding)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -114,8 +114,9 @@ class IterationRecorder:
         self._clock_starts: list[tuple[int, float]] = []
         self._clock_end = start_time
 
-    def add(self, row: RunRow, durations, start: float, growth: tuple[tuple[int, int, int], ...] = ()) -> float:
-        """Record a run that began at ``start``; returns the clock at its end (``now += dt``, left to right)."""
+    def add(self, row: RunRow, durations, start: float, end: float,
+            growth: tuple[tuple[int, int, int], ...] = ()) -> None:
+        """Record a run that began at ``start`` and ended at ``end`` (``now += dt``, left to right)."""
         first = len(self._durations)
         if not first or start != self._clock_end:
             self._clock_starts.append((first, start))
@@ -123,19 +124,12 @@ class IterationRecorder:
         if growth:
             self._growth.append((first, growth))
         if isinstance(durations, list):
-            end = start
-            for dt in durations:
-                end += dt
             self._durations.extend(durations)
-        else:  # a numpy array (a long run): the same sequential sum
-            import numpy as np
-
-            end = float(np.add.accumulate(np.concatenate(([start], durations)))[-1])
+        else:  # a numpy array (a long run)
             self._durations.frombytes(durations.tobytes())
         self._clock_end = end
         if len(self._durations) >= self.BUFFER_ITERATIONS:
             self.flush()
-        return end
 
     def flush(self) -> None:
         """Add the buffered iterations to the integral and the log."""

@@ -90,7 +90,9 @@ class Simulation:
         self.last_finish_time = self.start_time
         self._next_arrival = 0
         self._limit = INF  # run_until's: no iteration starts at or after it
-        self._run_durations: Any = None  # what the horizon priced for the coming run: a list or a numpy array
+        # What the horizon priced for the coming run (a list or a numpy array) and the clock at its end.
+        self._run_durations: Any = None
+        self._run_end = 0.0
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -129,7 +131,8 @@ class Simulation:
         if not out.total_num_scheduled_tokens and not out.new_req_ids and not out.preempted_req_ids:
             raise RuntimeError(f"no progress in iteration {out.step}: {sched.running!r} {list(sched.waiting)[:3]!r}")
         start = self.now
-        self.now = self.recorder.add(self._row(out), self._durations(out), start, out.kv_growth)
+        durations, self.now = self._timing(out, start)
+        self.recorder.add(self._row(out), durations, start, self.now, out.kv_growth)
         finished = sched.update_from_output(out, self.now, start)
         if finished:
             self.counters.num_finished += len(finished)
@@ -216,44 +219,59 @@ class Simulation:
     def _horizon(self, num_seqs: int, num_context_tokens: int, max_iterations: int) -> int:
         """How many iterations of a decode run of ``num_seqs`` requests, whose first reads
         ``num_context_tokens`` tokens of KV, start before the next arrival (or ``run_until``'s limit): an
-        arrival joins the queue before the first iteration starting at or after it. Keeps their durations."""
+        arrival joins the queue before the first iteration starting at or after it. Keeps their durations and
+        the clock at their end for ``_timing``."""
         stop = min(self.next_arrival_time, self._limit)
         cost = self.config.cost
-        # Most runs end within a few iterations (an arrival, a finish): price them one by one, with numpy
-        # only the rest of a run still going after VECTOR_MIN_ITERATIONS.
-        durations: list[float] = []
-        now, context = self.now, num_context_tokens
-        for _ in range(min(max_iterations, VECTOR_MIN_ITERATIONS)):
-            if now >= stop:
-                break
-            dt = cost.iteration_times(num_seqs, 0, num_seqs, context, context)
-            durations.append(dt)
+        now = self.now
+        if now >= stop or max_iterations <= 0:
+            return 0
+        dt = cost.iteration_times(num_seqs, 0, num_seqs, num_context_tokens, num_context_tokens)
+        # An iteration takes at least as long as the one before (its context is longer), so no more than this
+        # many start before ``stop`` (one to spare for rounding).
+        if stop < INF:
+            max_iterations = min(max_iterations, int((stop - now) / dt) + 2)
+        if max_iterations < VECTOR_MIN_ITERATIONS:
+            durations = [dt]
             now += dt
-            context += num_seqs
-        self._run_durations = durations
-        if now >= stop or len(durations) == max_iterations:
+            context = num_context_tokens
+            for _ in range(max_iterations - 1):
+                if now >= stop:
+                    break
+                context += num_seqs
+                dt = cost.iteration_times(num_seqs, 0, num_seqs, context, context)
+                durations.append(dt)
+                now += dt
+            self._run_durations, self._run_end = durations, now
             return len(durations)
         import numpy as np
 
-        contexts = context + num_seqs * np.arange(max_iterations - len(durations), dtype=np.int64)
-        rest = cost.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
-        if stop < INF:
-            starts = np.add.accumulate(np.concatenate(([now], rest[:-1])))  # as `now += dt`
-            rest = rest[: int(np.searchsorted(starts, stop, side="left"))]
-        self._run_durations = np.concatenate((np.array(durations), rest))
-        return len(self._run_durations)
+        contexts = num_context_tokens + num_seqs * np.arange(max_iterations, dtype=np.int64)
+        durations = cost.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
+        ends = np.add.accumulate(np.concatenate(([now], durations)))  # (as `now += dt`, left to right)
+        num_iterations = int(np.searchsorted(ends[:-1], stop, side="left"))
+        self._run_durations, self._run_end = durations[:num_iterations], float(ends[num_iterations])
+        return num_iterations
 
-    def _durations(self, out: SchedulerOutput):
-        """Each iteration's duration: the cost model's, plus the time a swap moves KV over PCIe."""
+    def _timing(self, out: SchedulerOutput, start: float) -> tuple[Any, float]:
+        """Each iteration's duration and the clock at the run's end: the cost model's, plus the time a swap
+        moves KV over PCIe."""
         k = out.num_iterations
         if k > 1:  # a run: the horizon priced it (a single iteration is priced below, run or not)
-            assert self._run_durations is not None and len(self._run_durations) >= k
-            return self._run_durations[:k]
+            durations = self._run_durations
+            assert durations is not None and len(durations) >= k
+            if len(durations) == k:
+                return durations, self._run_end
+            durations = durations[:k]  # (the blocks ran out before the horizon)
+            end = start
+            for dt in durations if isinstance(durations, list) else durations.tolist():
+                end += dt
+            return durations, end
         dt = self.config.cost.iteration_times(out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
                                               out.num_context_tokens, out.num_attention_pairs)
         if out.num_swap_bytes:
             dt += out.num_swap_bytes / PCIE_BANDWIDTH
-        return [dt]
+        return [dt], start + dt
 
     def _row(self, out: SchedulerOutput) -> RunRow:
         """The run's memory and queues as the metrics read them (the allocator already holds all its blocks)."""

@@ -21,18 +21,50 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import typer
     import typer.main
 
     from kvlab.errors import KvlabError
 
+    # Click's usage errors (a bad number, an unknown option, a missing argument), from the Click that Typer uses
+    # (its own copy in recent versions): the class BadParameter derives from.
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     _register()
     command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        command.main(args=argv, prog_name="kvlab")
+        code = command.main(args=args, prog_name="kvlab", standalone_mode=False)
     except KvlabError as exc:
-        from rich.console import Console
-        from rich.markup import escape
+        _error(str(exc))
+    except usage_error as exc:
+        if not exc.format_message():  # (a bare `kvlab`: Click printed the help, which is the answer)
+            sys.exit(exc.exit_code)
+        _error(_usage_message(exc, args))
+    except typer.Abort:
+        _error("interrupted", code=130)
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
-        # (escaped: a message may name `pip install 'kvlab[bench]'`, which is not markup)
-        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
-        sys.exit(2)
+
+def _error(message: str, code: int = 2) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    # (escaped: a message may name `pip install 'kvlab[bench]'`, which is not markup)
+    Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    sys.exit(code)
+
+
+def _usage_message(exc, args: list[str]) -> str:
+    """Click's message in kvlab's form: the option, the value given, what would do, and where help is."""
+    import typer
+
+    message = exc.format_message().rstrip(".")
+    if isinstance(exc, typer.BadParameter) and exc.param is not None and getattr(exc.param, "opts", None):
+        opts = exc.param.opts
+        given = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in opts), None)
+        given = given or next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in opts and "=" in a), None)
+        if given is not None:
+            message = f"{'/'.join(opts)} {given!r}: {exc.message}"
+    where = exc.ctx.command_path if exc.ctx is not None else "kvlab"
+    return f"{message} (see '{where} --help')"

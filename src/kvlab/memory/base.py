@@ -156,9 +156,12 @@ class KVAllocator(Protocol):
 
     def snapshot(self, seqs: Iterable[Sequence]) -> BlockSnapshot: ...
 
-    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False) -> None:
+    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False,
+                         all_decoding: bool = False) -> None:
         """For tests: the allocator's structures and counters agree with a recount (AssertionError if not);
-        ``in_running_order``: ``seqs`` is the scheduler's running queue."""
+        ``in_running_order``: ``seqs`` is the scheduler's running queue; ``all_decoding``: each of them computes the
+        one token it sampled last in the next iteration (a decode run's precondition: what a run would hand out is
+        checked too)."""
         ...
 
 

@@ -181,7 +181,8 @@ class ContiguousAllocator:
             shared=(False,) * num_display_blocks,
         )
 
-    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False) -> None:
+    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False,
+                         all_decoding: bool = False) -> None:
         """For tests: slabs tile the space with the free chunks, counters match a recount, states sum up."""
         chunks = [(s.address, s.chunk_size) for s in self._slabs.values()]
         assert sorted(chunks) == self.buddy.allocated_chunks()

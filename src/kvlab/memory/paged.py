@@ -261,9 +261,11 @@ class PagedAllocator:
             shared=tuple((refs > 1).tolist()),
         )
 
-    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False) -> None:
+    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False,
+                         all_decoding: bool = False) -> None:
         """For tests: every block is either free or owned, ref counts match the tables, counters a recount;
-        ``in_running_order``: ``seqs`` are the scheduler's running queue, which must be in admission order."""
+        ``in_running_order``: ``seqs`` are the scheduler's running queue, which must be in admission order;
+        ``all_decoding``: each computes the token it sampled last next (when its next block falls is checked)."""
         held = [seq for seq in seqs if seq.request.request_id in self._block_tables]
         assert len(held) == len(self._block_tables), "a block table belongs to a request not among seqs"
         free = self.free_block_ids()
@@ -310,12 +312,10 @@ class PagedAllocator:
         for seq in held:
             table = self._block_tables[seq.request.request_id]
             assert seq.num_computed_tokens <= len(table) * self.block_size, "computed tokens without slots"
-            # Decoding (its one token left is one it sampled): a decode run may hand it blocks next. (Others are
-            # re-timed by their next allocate_slots: static batching reserves a prompt before computing it.)
-            if seq.num_tokens - seq.num_computed_tokens == 1 and seq.num_computed_tokens >= seq.request.prompt_len:
-                assert self._needs.next_block_iteration(seq.request.request_id) == (
-                    len(table) * self.block_size - seq.num_computed_tokens + 1
-                ), "the next block's iteration differs from the slots left"
+            if all_decoding:  # what a decode run would hand out next
+                slack = len(table) * self.block_size - seq.num_computed_tokens
+                assert self._needs.next_block_iteration(seq.request.request_id) == slack + 1, (
+                    "the next block's iteration differs from the slots left")
         if in_running_order:  # the order decode runs hand blocks out in (see BlockNeeds)
             stamps = [self._needs.stamp(seq.request.request_id) for seq in held]
             assert stamps == sorted(stamps), "the requests holding blocks are not in the order they were admitted"

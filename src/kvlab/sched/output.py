@@ -29,6 +29,10 @@ class SchedulerOutput(NamedTuple):
     # Made by the scheduler's run path (every request decodes; it may still be one iteration long): the
     # scheduler applies it to its requests as a run (see Scheduler.sync).
     is_decode_run: bool = False
+    # A single iteration in which every request running before it decodes (their blocks from the allocator's
+    # decode-run call) and the batching policy admits ``new_req_ids``: the decoders advance on the scheduler's
+    # clock, as in a run of one, and only the admitted are visited.
+    decodes_in_bulk: bool = False
     # Memory handed out during the run, per block: (iteration from 0, slots, internal fragmentation slots)
     # (the allocator's DecodeRun.growth); the allocator's counters already include all of it.
     kv_growth: tuple[tuple[int, int, int], ...] = ()

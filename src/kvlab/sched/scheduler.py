@@ -15,8 +15,10 @@ is known without scheduling them one by one: every running request is decoding (
 loop cannot admit anyone until something finishes (``_admission_blocked``, or an empty queue), and no request
 finishes or runs out of memory before the run's last iteration. Then each of those iterations is what the
 running loop would decide anyway (every request computes one token), and the allocator hands out the run's
-blocks in one call (``allocate_decode_run``), in the order the steps would. ``max_iterations=1`` is stepping:
-the loops above, every time.
+blocks in one call (``allocate_decode_run``), in the order the steps would. When everyone decodes and the
+queue's head may fit, the decoders' blocks come from that call and the batching policy decides: if it admits
+nobody, that iteration begins a run; if it admits someone, only the admitted are visited
+(``_schedule_decode_and_admit``). ``max_iterations=1`` is stepping: the loops above, every time.
 
 What differs between batching policies (when may a waiting request join?) lives in ``kvlab.sched.batching``;
 what differs between preemption modes (what happens to the evicted request's KV?) in ``kvlab.sched.preemption``.
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from heapq import heapify, heappop
+from heapq import heapify, heappop, heappush
 
 from kvlab.config import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
@@ -62,15 +64,23 @@ class Scheduler:
         # The waiting loop stopped with a queue in an iteration in which every running request decoded, and
         # nothing has freed memory or seats since: until something does, it would stop at the same request.
         self._admission_blocked = False
-        # Runs leave the running requests' own counters behind (see sync): the iterations of runs not yet added
-        # to them, the runs' clock, and who finishes when on it (kept from a run until the next single iteration).
-        self._lag = 0
-        self._run_clock = 0
+        # Runs leave the running requests' own counters behind (see sync): the decode clock (iterations in which
+        # every running request decoded, run in bulk), whether some request's counters lag behind it, who
+        # finishes when on it (kept from a bulk iteration to the next; None after a single iteration, which may
+        # change the batch in other ways), and the admission stamps (the running queue's order).
+        self._clock = 0
+        self._synced = True
         self._finishes: list[tuple[int, int, Seq]] | None = None
+        self._num_stamps = 0
 
     @property
     def num_unfinished(self) -> int:
         return len(self.running) + len(self.waiting)
+
+    @property
+    def is_decoding(self) -> bool:
+        """Every running request computes the one token it sampled last in the next iteration."""
+        return self._decoding
 
     def add_request(self, seq: Seq) -> None:
         self.waiting.append(seq)  # (at the back: a blocked queue's head stays blocked)
@@ -78,53 +88,112 @@ class Scheduler:
     def sync(self) -> None:
         """Bring every running request's ``num_computed_tokens`` and ``num_output_tokens`` up to date.
 
-        A run of ``k`` iterations adds ``k`` to each of them; rather than visiting every running request after
-        every run, the scheduler counts the iterations (``_lag``) and adds them here: before a single iteration
-        (which reads them) and whenever someone outside looks (the simulator's snapshots and results). The
-        sums the metrics read (``num_resident_computed_tokens``, ``num_sampled_tokens``) are always current."""
-        if self._lag:
+        A run of ``k`` iterations adds ``k`` to each decoding request; rather than visiting every running request
+        after every run, the scheduler advances its decode clock and each request remembers the clock it was
+        last brought up to date at (``Seq.synced_clock``). They are caught up here: before a single iteration
+        (which reads them) and whenever someone outside looks (the simulator's snapshots and results). The sums
+        the metrics read (``num_resident_computed_tokens``, ``num_sampled_tokens``) are always current."""
+        if not self._synced:
             for seq in self.running:
-                seq.num_computed_tokens += self._lag
-                seq.num_output_tokens += self._lag
-            self._lag = 0
+                self._sync_one(seq)
+            self._synced = True
+
+    def _sync_one(self, seq: Seq) -> None:
+        lag = self._clock - seq.synced_clock
+        if lag:
+            seq.num_computed_tokens += lag
+            seq.num_output_tokens += lag
+            seq.synced_clock = self._clock
 
     # -- the iteration ---------------------------------------------------------------------------------
 
     def schedule(self, max_iterations: int = 1, horizon: Horizon | None = None) -> SchedulerOutput:
         """The next run of iterations: one, or up to ``max_iterations`` when their outcome is known (see the
         module doc). ``horizon`` cuts a run where the caller's next event (an arrival) falls."""
-        if max_iterations > 1 and self._can_run():
-            out = self._schedule_run(max_iterations, horizon)
+        if max_iterations > 1 and self._decoding and 0 < len(self.running) <= self.config.max_num_batched_tokens:
+            if not self.waiting or self._admission_blocked:
+                out = self._schedule_run(max_iterations, horizon)
+            else:
+                out = self._schedule_decode_and_admit(max_iterations, horizon)
             if out is not None:
                 return out
         return self._schedule_iteration()
 
-    def _can_run(self) -> bool:
-        return (
-            self._decoding
-            and (not self.waiting or self._admission_blocked)
-            and 0 < len(self.running) <= self.config.max_num_batched_tokens
-        )
-
     def _schedule_run(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
         """Iterations in which every running request decodes, up to the first in which one finishes. None when
         not even the first iteration's blocks are free (a single iteration then preempts)."""
+        num_iterations = self._run_length(max_iterations, horizon)
+        if self.allocator.enable_prefix_caching:
+            self.sync()  # (it hashes the blocks the run fills: it reads their tokens)
+        run = self.allocator.allocate_decode_run(self.running, num_iterations)
+        if run.num_iterations == 0:
+            return None
+        return self._run_output(run.num_iterations, run.growth)
+
+    def _schedule_decode_and_admit(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
+        """Every running request decodes and the queue's head may fit: what the running loop and the waiting
+        loop would decide, with the decoders' blocks in one call. When the batching policy admits nobody, the
+        head waits until something finishes (its contract), so the iteration is the first of a run. None when
+        the decoders' blocks are not all free."""
+        running = self.running
+        num_seqs = len(running)
+        self._finish_heap()  # (before the admitted join: it holds the decoders only)
+        if self.allocator.enable_prefix_caching:
+            self.sync()
+        first = self.allocator.allocate_decode_run(running, 1)
+        if not first.num_iterations:
+            return None
+        num_context = self.num_resident_computed_tokens + num_seqs
+        scheduled = dict.fromkeys([seq.request_id for seq in running], 1)
+        budget = self.config.max_num_batched_tokens - num_seqs
+        new_ids, (prefill, _, context, pairs), swap_bytes = self._waiting_loop(budget, scheduled)
+        if new_ids:
+            self.step += 1
+            return SchedulerOutput(
+                step=self.step,
+                num_scheduled_tokens=scheduled,
+                new_req_ids=tuple(new_ids),
+                preempted_req_ids=(),
+                num_prefill_tokens=prefill,
+                num_decode_tokens=num_seqs,
+                num_context_tokens=num_context + context,
+                num_attention_pairs=num_context + pairs,
+                num_swap_bytes=swap_bytes,
+                decodes_in_bulk=True,
+            )
+        self._admission_blocked = True
+        growth = first.growth
+        # (With prefix caching the run's blocks are hashed from the requests' counters, which do not count the
+        # first iteration yet: the run is that one iteration.)
+        num_iterations = 1 if self.allocator.enable_prefix_caching else self._run_length(max_iterations, horizon)
+        if num_iterations > 1:
+            rest = self.allocator.allocate_decode_run(running, num_iterations - 1)
+            num_iterations = 1 + rest.num_iterations
+            growth += tuple((j + 1, slots, internal) for j, slots, internal in rest.growth)
+        return self._run_output(max(1, num_iterations), growth)
+
+    def _run_length(self, max_iterations: int, horizon: Horizon | None) -> int:
+        """Iterations of a decode run from now: up to the first finish, cut by the caller's horizon."""
+        num_seqs = len(self.running)
+        num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)
+        if horizon is not None:
+            num_iterations = horizon(num_seqs, self.num_resident_computed_tokens + num_seqs, num_iterations)
+        return num_iterations
+
+    def _finish_heap(self) -> list[tuple[int, int, Seq]]:
+        """(clock iteration of its last token, stamp, request) for every running request, soonest first."""
+        if self._finishes is None:
+            self.sync()
+            clock = self._clock
+            self._finishes = [(clock + s.request.num_output_tokens - s.num_output_tokens, s.stamp, s)
+                              for s in self.running]
+            heapify(self._finishes)
+        return self._finishes
+
+    def _run_output(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...]) -> SchedulerOutput:
         running = self.running
         num_seqs = len(running)
         num_context = self.num_resident_computed_tokens + num_seqs
-        if self._finishes is None:
-            self.sync()
-            self._finishes = [(self._run_clock + s.request.num_output_tokens - s.num_output_tokens, i, s)
-                              for i, s in enumerate(running)]
-            heapify(self._finishes)
-        num_iterations = min(max_iterations, self._finishes[0][0] - self._run_clock)
-        if horizon is not None:
-            num_iterations = horizon(num_seqs, num_context, num_iterations)
-        if self.allocator.enable_prefix_caching:
-            self.sync()  # (it hashes the blocks the run fills: it reads their tokens)
-        run = self.allocator.allocate_decode_run(running, num_iterations)
-        if run.num_iterations == 0:
-            return None
         self.step += 1
         out = SchedulerOutput(
             step=self.step,
@@ -135,11 +204,11 @@ class Scheduler:
             num_decode_tokens=num_seqs,
             num_context_tokens=num_context,
             num_attention_pairs=num_context,  # one new token each: computed + 1 pairs
-            num_iterations=run.num_iterations,
+            num_iterations=num_iterations,
             is_decode_run=True,
-            kv_growth=run.growth,
+            kv_growth=growth,
         )
-        self.step += run.num_iterations - 1
+        self.step += num_iterations - 1
         return out
 
     def _schedule_iteration(self) -> SchedulerOutput:
@@ -248,6 +317,9 @@ class Scheduler:
         popped = self.waiting.popleft()
         assert popped is seq
         seq.status = SeqStatus.RUNNING
+        self._num_stamps += 1
+        seq.stamp = self._num_stamps
+        seq.synced_clock = self._clock
         self.running.append(seq)
         if num_cached_tokens:
             seq.num_computed_tokens = num_cached_tokens
@@ -261,11 +333,14 @@ class Scheduler:
         ``started`` and ended at ``now``; a request whose computed tokens caught up samples one token. Returns
         the requests that finished (their memory is already freed)."""
         started = now if started is None else started
+        num_sampled = self.num_sampled_tokens
         if output.is_decode_run:
-            finished = self._advance_run(output.num_iterations)
+            finished = self._advance_run(output.num_iterations, output.num_decode_tokens)
+        elif output.decodes_in_bulk:
+            finished = self._advance_run(1, output.num_decode_tokens) + self._advance_admitted(output, started, now)
         else:
-            num_sampled = self.num_sampled_tokens
             finished = self._advance_iteration(output, started, now)
+        if not output.is_decode_run:
             # Every running request computed its tokens and sampled one: next, each decodes the one it sampled.
             self._decoding = self.num_sampled_tokens - num_sampled == len(self.running)
         if finished:
@@ -302,21 +377,49 @@ class Scheduler:
                 finished.append(seq)
         return finished
 
-    def _advance_run(self, num_iterations: int) -> list[Seq]:
-        """Every running request decoded ``num_iterations`` tokens (a run: nobody finishes before its end); the
-        requests are caught up later (``sync``), but for those finishing now."""
+    def _advance_run(self, num_iterations: int, num_decoders: int) -> list[Seq]:
+        """The ``num_decoders`` requests running before the run decoded ``num_iterations`` tokens each (nobody
+        finishes before its end): the clock advances and they are caught up later (``sync``), but for those
+        finishing now."""
         assert self._finishes is not None
-        self._lag += num_iterations
-        self._run_clock += num_iterations
-        num_tokens = num_iterations * len(self.running)
+        self._clock += num_iterations
+        self._synced = False
+        num_tokens = num_iterations * num_decoders
         self.num_resident_computed_tokens += num_tokens
         self.num_sampled_tokens += num_tokens
         finished = []
-        while self._finishes and self._finishes[0][0] == self._run_clock:
+        while self._finishes and self._finishes[0][0] == self._clock:
             seq = heappop(self._finishes)[2]
-            seq.num_computed_tokens += self._lag
-            seq.num_output_tokens += self._lag
+            self._sync_one(seq)
             finished.append(seq)
+        return finished
+
+    def _advance_admitted(self, output: SchedulerOutput, started: float, now: float) -> list[Seq]:
+        """The requests admitted in a bulk iteration (at the back of the running queue) computed their tokens;
+        those that caught up sampled one and join the finish heap. Returns those for which it was the last."""
+        assert self._finishes is not None
+        scheduled, clock = output.num_scheduled_tokens, self._clock
+        running = self.running
+        finished = []
+        for seq in running[len(running) - len(output.new_req_ids):]:
+            seq.synced_clock = clock
+            num_new = scheduled.get(seq.request_id, 0)
+            if not num_new:
+                continue  # admitted, but its first tokens wait for budget
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = started
+            seq.num_computed_tokens += num_new
+            self.num_resident_computed_tokens += num_new
+            if seq.num_computed_tokens < seq.request.prompt_len + seq.num_output_tokens:
+                continue  # a chunk of its prompt: it is not decoding (the next iteration is a single one)
+            seq.num_output_tokens += 1
+            self.num_sampled_tokens += 1
+            if seq.first_token_time is None:
+                seq.first_token_time = now
+            if seq.num_output_tokens >= seq.request.num_output_tokens:
+                finished.append(seq)
+            else:
+                heappush(self._finishes, (clock + seq.request.num_output_tokens - seq.num_output_tokens, seq.stamp, seq))
         return finished
 
     def finish(self, seq: Seq, now: float) -> None:

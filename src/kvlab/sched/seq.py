@@ -33,6 +33,8 @@ class Seq:
         "first_token_time",
         "finish_time",
         "reject_reason",
+        "synced_clock",
+        "stamp",
     )
 
     def __init__(self, request: Request):
@@ -48,6 +50,10 @@ class Seq:
         self.first_token_time: float | None = None
         self.finish_time: float | None = None
         self.reject_reason: str | None = None
+        # The scheduler's decode clock when the counters above were last brought up to date (Scheduler.sync),
+        # and the order of its admission to the running batch (the running queue's order).
+        self.synced_clock = 0
+        self.stamp = 0
 
     @property
     def num_tokens(self) -> int:

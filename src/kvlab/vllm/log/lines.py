@@ -253,12 +253,9 @@ SEEN_LABELS = {"non_default_args": "the non-default args line", "engine_config":
                "budget": "the GPU memory line"}
 # Figures about the KV cache itself: a log must have one of these to be explained.
 KV_FIGURES = ("kv_cache_tokens", "num_gpu_blocks", "max_concurrency", "available_kv_cache_gib", "refused")
-LOOKED_FOR = ("V1's 'Available KV cache memory: X GiB', 'GPU KV cache size: N tokens' (or 'CPU KV cache size'), "
-              "'Maximum concurrency for N tokens per request: X.XXx'; V0's '# GPU blocks: N, # CPU blocks: M', "
-              "'Memory profiling results: ... kv_cache_size=X GiB ...', '... the rest of the memory reserved for KV "
-              "Cache is X GiB'; and the refusals 'The model's max seq len (N) is larger than the maximum number of "
-              "tokens that can be stored in KV cache (M)', 'To serve at least one request with the model's max seq "
-              "len (N), ...', 'No available memory for the cache blocks'")
+# The lines looked for, in one breath, for the error when none is found (every line read: docs/vllm.md).
+LOOKED_FOR_BRIEFLY = ("V1's 'GPU KV cache size: N tokens' and 'Maximum concurrency for N tokens per request: X.XXx', "
+                      "V0's '# GPU blocks: N', or one of vLLM's refusals")
 V1_MARKERS = re.compile(r"\bEngineCore\b|\bV1 LLM engine\b|\bv1/")
 
 

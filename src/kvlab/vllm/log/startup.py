@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvlab.errors import KvlabError
-from kvlab.vllm.log.lines import KV_FIGURES, LOOKED_FOR, SEEN_LABELS, V1_MARKERS, Reading, read_lines
+from kvlab.vllm.log.lines import KV_FIGURES, LOOKED_FOR_BRIEFLY, SEEN_LABELS, V1_MARKERS, Reading, read_lines
 
 GIB = 2**30
 
@@ -99,13 +99,14 @@ def parse_vllm_log(text: str) -> StartupLog:
 
     Raises KvlabError naming the lines it looked for when the text has none of them."""
     if not text.strip():
-        raise KvlabError(f"the log is empty; paste vLLM's startup log, which has lines such as {LOOKED_FOR}")
+        raise KvlabError(f"the log is empty; paste vLLM's startup log, which has lines such as {LOOKED_FOR_BRIEFLY}")
     readings = read_lines(text)
     if not any(r.figure in KV_FIGURES for r in readings):
         seen = sorted({SEEN_LABELS.get(r.pattern, r.pattern) for r in readings})
         has = f" (only {' and '.join(seen)})" if seen else ""
-        raise KvlabError(f"no vLLM KV cache line found{has}; looked for {LOOKED_FOR}. vLLM prints them once the "
-                         "model is loaded and profiled: paste the log up to 'Maximum concurrency' (or the error)")
+        raise KvlabError(f"no vLLM KV cache line found{has}; looked for {LOOKED_FOR_BRIEFLY} (every line read: "
+                         "docs/vllm.md). vLLM prints them once the model is loaded and profiled: paste the log up to "
+                         "'Maximum concurrency' (or the error)")
     first: dict = {}
     lines: dict = {}
     kind: dict = {}
