@@ -85,13 +85,15 @@ def test_running_again_computes_nothing_and_more_points_only_the_new_ones(one_wo
     assert set(computations(tmp_path / "s").values()) == {1}
 
 
-def test_the_table_says_what_was_computed_and_where_it_is(one_worker, kvlab, tmp_path):
+def test_the_table_says_what_was_computed_and_where_it_is(one_worker, kvlab, tmp_path, monkeypatch):
     import shutil
 
     shutil.copytree(one_worker, tmp_path / "s")
+    monkeypatch.setenv("COLUMNS", "80")
     r = kvlab("sweep", *SWEEP, "--out", tmp_path / "s")
     assert r.exit_code == 0, r.stderr
-    assert "Sweep: 8 points" in r.stdout and "orca-oracle" in r.stdout and "norm. latency" in r.stdout
+    assert "Sweep: 8 points" in r.stdout and "orca-oracle" in r.stdout and "mean normalized latency" in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80 and "…" not in r.stdout
     assert "Computed 0 points now" in r.stdout and "sweep.duckdb" in r.stdout
     assert (tmp_path / "s" / "latency.png").exists() and (tmp_path / "s" / "sweep.html").exists()
 

@@ -42,8 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         _error(_usage_message(exc, args))
     except typer.Abort:
         _error("interrupted", code=130)
-    if isinstance(code, int) and code:
-        sys.exit(code)
+    sys.exit(code if isinstance(code, int) else 0)  # (as Click's standalone mode ends)
 
 
 def _error(message: str, code: int = 2) -> None:

@@ -267,18 +267,21 @@ def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
 
     varying = [n for n in names if len({repr(r[n]) for r in rows}) > 1] or ["strategy"]
     table = Table(title=f"Sweep: {len(rows)} points", title_justify="left", header_style="bold")
-    for column in (*varying, "req/s", "tokens/s", "norm. latency s/tok", "TTFT p99 s", "TPOT p99 s", "status"):
-        table.add_column(column, justify="left" if column in varying or column == "status" else "right")
+    failed = any(row["status"] != "ok" for row in rows)  # (a status column only then: the table fits 80 columns)
+    for column in (*varying, "req/s", "tok/s", "s/tok", "TTFT p99", "TPOT p99", *(["status"] if failed else [])):
+        table.add_column(column, justify="left" if column in varying or column == "status" else "right",
+                         no_wrap=column in varying)
     for row in rows:
         ok = row["status"] == "ok"
         cells = [f"{row['throughput_rps']:.3f}", f"{row['throughput_tps']:.0f}",
                  _num(row.get("normalized_latency_s_per_token_mean")), _num(row.get("ttft_s_p99")),
                  _num(row.get("tpot_s_p99"))] if ok else ["–"] * 5
-        table.add_row(*(str(row[n]) for n in varying), *cells, "ok" if ok else f"failed: {row['error']}")
+        status = ["ok" if ok else f"failed: {row['error']}"] if failed else []
+        table.add_row(*(str(row[n]) for n in varying), *cells, *status)
     console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 150)
     console.print(table)
+    console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT p99 in "
+                  "seconds.", highlight=False)
     num_failed = sum(r["status"] != "ok" for r in rows)
     console.print(f"Computed {session.runner.num_computed} points now ({num_failed} failed in all); the other "
                   f"{len(rows) - session.runner.num_computed} were stored. Store: {session.store_path} "
@@ -287,7 +290,7 @@ def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
 
 
 def _num(value) -> str:
-    return "–" if value is None else f"{value:.4g}"
+    return "–" if value is None else f"{value:.3g}"
 
 
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE, e.g. "

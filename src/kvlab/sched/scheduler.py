@@ -361,21 +361,23 @@ class Scheduler:
         else:
             by_id = {seq.request_id: seq for seq in self.running}
             pairs = ((by_id[request_id], num_new) for request_id, num_new in scheduled.items())
-        finished = []
-        for seq, num_new in pairs:
-            if seq.first_scheduled_time is None:
-                seq.first_scheduled_time = started
-            seq.num_computed_tokens += num_new
-            self.num_resident_computed_tokens += num_new
-            if seq.num_computed_tokens < seq.request.prompt_len + seq.num_output_tokens:
-                continue  # a chunk of a prompt: nothing sampled yet
-            seq.num_output_tokens += 1
-            self.num_sampled_tokens += 1
-            if seq.first_token_time is None:
-                seq.first_token_time = now
-            if seq.num_output_tokens >= seq.request.num_output_tokens:
-                finished.append(seq)
-        return finished
+        return [seq for seq, num_new in pairs
+                if self._compute(seq, num_new, started, now) and seq.num_output_tokens >= seq.request.num_output_tokens]
+
+    def _compute(self, seq: Seq, num_new: int, started: float, now: float) -> bool:
+        """``seq`` computed ``num_new`` tokens in the iteration from ``started`` to ``now``. True when its computed
+        tokens caught up and it sampled one (False: a chunk of a prompt, nothing sampled yet)."""
+        if seq.first_scheduled_time is None:
+            seq.first_scheduled_time = started
+        seq.num_computed_tokens += num_new
+        self.num_resident_computed_tokens += num_new
+        if seq.num_computed_tokens < seq.request.prompt_len + seq.num_output_tokens:
+            return False
+        seq.num_output_tokens += 1
+        self.num_sampled_tokens += 1
+        if seq.first_token_time is None:
+            seq.first_token_time = now
+        return True
 
     def _advance_run(self, num_iterations: int, num_decoders: int) -> list[Seq]:
         """The ``num_decoders`` requests running before the run decoded ``num_iterations`` tokens each (nobody
@@ -404,18 +406,10 @@ class Scheduler:
         for seq in running[len(running) - len(output.new_req_ids):]:
             seq.synced_clock = clock
             num_new = scheduled.get(seq.request_id, 0)
-            if not num_new:
-                continue  # admitted, but its first tokens wait for budget
-            if seq.first_scheduled_time is None:
-                seq.first_scheduled_time = started
-            seq.num_computed_tokens += num_new
-            self.num_resident_computed_tokens += num_new
-            if seq.num_computed_tokens < seq.request.prompt_len + seq.num_output_tokens:
-                continue  # a chunk of its prompt: it is not decoding (the next iteration is a single one)
-            seq.num_output_tokens += 1
-            self.num_sampled_tokens += 1
-            if seq.first_token_time is None:
-                seq.first_token_time = now
+            # (Admitted with no tokens yet for want of budget, or a chunk of its prompt: not decoding, so the next
+            # iteration is a single one.)
+            if not num_new or not self._compute(seq, num_new, started, now):
+                continue
             if seq.num_output_tokens >= seq.request.num_output_tokens:
                 finished.append(seq)
             else:
