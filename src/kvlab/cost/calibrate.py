@@ -1,6 +1,9 @@
 """``kvlab calibrate``: fit an absolute cost profile to a real server's measurements (``kvlab bench --out DIR``).
 
-What a streaming client sees is enough to time the engine's iterations. Consecutive chunks of a decoding request
+Two sources of iterations. With ``--server-log``, the server's own log of every step (vLLM's ``--enable-logging-
+iteration-details``: what each step held and how long it took, server_log.py), which a machine's pauses and the API
+server's streaming do not touch: on a shared CPU they dominate what a client sees (docs/cost.md, "Validation
+against the real vLLM server"). Without it, what a streaming client sees: consecutive chunks of a decoding request
 are one iteration apart (CONTRACTS.md: token_times.jsonl): a chunk closes the iterations that started at the chunk
 before, one per token it carried. Chunks less than BURST_GAP_S apart are one burst (a server whose streaming fell
 behind sends a backlog at once): their tokens count as one chunk's. What an iteration held is read off every
@@ -137,8 +140,9 @@ def observe_iterations(directories: list[Path]) -> Iterations:
 
 def logged_iterations(directories: list[Path], server_log: Path) -> Iterations:
     """The iterations the server's own log shows for each bench folder (server_log.py): exactly what each step
-    held (its context to a block, from the KV cache usage), and its time (the forward pass as logged, plus the rest of an iteration as vLLM's inter-token latency
-    shows it, per step and per request in the step). The requests' first tokens are the client's, as in ``observe_iterations``."""
+    held (its context to a block, from the KV cache usage), and its time (the forward pass as logged, plus the
+    rest of an iteration as vLLM's inter-token latency shows it, per step and per request in the step). The
+    requests' first tokens are the client's, as in ``observe_iterations``."""
     import numpy as np
 
     from kvlab.cost.server_log import bench_steps, read_steps

@@ -6,11 +6,12 @@ vLLM started with ``--enable-logging-iteration-details`` logs one line per engin
     Engine 000: Iteration(1538): 1 context requests, 24 context tokens, 7 generation requests, 7 generation tokens,
     iteration elapsed time: 21.03 ms, CPU KV cache usage: 4.4%
 
-It says exactly what the step held (context requests are prefilling, generation requests decoding), how much of
-the KV cache its requests held afterwards (their context, to a block), and how long its forward pass took, measured inside the engine core from dispatching the batch to the model runner to having its
-sampled tokens (vllm/v1/engine/core.py: ``capture_iteration_details``). A streaming client sees none of this
-directly: its chunk gaps also hold the API server's streaming and every pause of a shared machine, and what a step
-held has to be guessed from the requests' timelines (calibrate.py).
+It says exactly what the step held (context requests are prefilling, generation requests decoding), how much of the
+KV cache its requests held afterwards (their context, to a block), and how long its forward pass took, measured
+inside the engine core from dispatching the batch to the model runner to having its sampled tokens
+(vllm/v1/engine/core.py: ``capture_iteration_details``). A streaming client sees none of this directly: its chunk
+gaps also hold the API server's streaming and every pause of a shared machine, and what a step held has to be
+guessed from the requests' timelines (calibrate.py).
 
 The rest of an iteration (scheduling, update_from_output, the message queue between the engine core and the model
 runner) is outside ``elapsed``, and grows with the number of requests the step held. vLLM's inter-token-latency
