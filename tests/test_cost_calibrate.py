@@ -222,3 +222,14 @@ def test_a_folder_that_is_not_a_bench_is_refused(kvlab, tmp_path, make, message)
     make(tmp_path / "x")
     r = kvlab("calibrate", tmp_path / "x", "--out", tmp_path / "p.toml")
     assert r.exit_code == 2 and message in r.stderr
+
+
+def test_the_log_of_another_server_is_refused(kvlab, tmp_path):
+    """The bench's scrapes number its steps; a log that holds none of them is not its server's."""
+    bench = write_bench(tmp_path / "run", true_profile(tmp_path), rate=40.0, num_requests=20)
+    log = write_server_log(tmp_path / "run", bench, outside_s=0.0)
+    other = tmp_path / "other.log"
+    other.write_text(log.read_text().replace("Iteration(", "Iteration(9"))  # steps 90, 91, ...: not the bench's
+    r = kvlab("calibrate", tmp_path / "run", "--server-log", other, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and "give the log of the server that bench ran against" in r.stderr
+    assert not (tmp_path / "p.toml").exists()
