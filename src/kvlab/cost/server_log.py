@@ -22,7 +22,7 @@ output timestamps, so it holds whole iterations, each once per generation token.
     ITL_sum_j − Σ_{steps i in j} generation_tokens_i × elapsed_i = Σ_i generation_tokens_i × (a + b × num_seqs_i)
 
 and the outside part of a step, ``a + b × num_seqs``, is the non-negative least-squares fit of a and b over the
-scrapes (measured on the CPU server: 2 ms a step at 1.5 req/s, 4–5 ms at 6 and 16 req/s).
+scrapes (measured on the CPU server: a 0.8–3.6 ms, b 0.12–0.53 ms per request).
 
 Which lines belong to a bench: the steps are numbered from the engine's start, and the bench scraped the number of
 steps so far (``vllm:iteration_tokens_total_count``, one observation per step) at its start and its end: the
