@@ -79,7 +79,7 @@ CASES = [
     (("size", "opt-13b", *GPU, "--block-size", "4096"), ["--block-size 4096", "at most 2,048"]),
     (("size", "opt-13b", *GPU, "--block-size", "8"), ["--block-size 8", "multiple of 16"]),
     (("size", "opt-13b", *GPU, "--block-size", "0"), ["--block-size 0", "1 to"]),
-    (("size", "opt-13b", *GPU, "--block-size", "abc"), ["--block-size 'abc'", "valid integer"]),
+    (("size", "opt-13b", *GPU, "--block-size", "abc"), ["--block-size 'abc'", "not a whole number"]),
     (("size", "opt-13b", *GPU, "--tensor-parallel-size", "0"), ["--tensor-parallel-size 0", "1 to 1,024"]),
     (("size", "opt-13b", *GPU, "--tensor-parallel-size", "3"), ["tensor parallel size (3)", "valid --tensor-parallel-size: 1, 2"]),
     (("size", "opt-13b", *GPU, "--pipeline-parallel-size", "100"), ["--pipeline-parallel-size 100", "valid: 1 to 40"]),

@@ -13,9 +13,9 @@ def kvlab(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (("run", "--rate", "abc"), ["error: --rate 'abc':", "valid number", "kvlab run --help"]),
-    (("run", "--rate=abc"), ["error: --rate 'abc':", "valid number"]),
-    (("race", "--max-num-seqs", "x"), ["error: --max-num-seqs 'x':", "valid integer", "kvlab race --help"]),
+    (("run", "--rate", "abc"), ["error: --rate 'abc':", "not a number; valid: a number", "kvlab run --help"]),
+    (("run", "--rate=abc"), ["error: --rate 'abc':", "not a number"]),
+    (("race", "--max-num-seqs", "x"), ["error: --max-num-seqs 'x':", "not a whole number; valid: a whole number", "kvlab race --help"]),
     (("run", "--nope"), ["error: No such option: --nope"]),
     (("vllm", "log"), ["error: Missing argument 'FILE|-'", "kvlab vllm log --help"]),
     (("nope",), ["error: No such command 'nope'"]),

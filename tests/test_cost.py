@@ -260,3 +260,17 @@ def test_cost_model_keeps_the_physical_constructor():
     c = CostModel(weights_bytes=8e6, kv_bytes_per_token=800.0, flops_per_token=1.0, attention_flops_per_pair=1.0,
                   memory_bandwidth=1e9, peak_flops=1e15, overhead_s=0.0)
     assert c.iteration_times(1, 0, 1, 1000, 1000) == pytest.approx(8e6 / 0.8e9 + 1000 * 800 / 0.8e9)
+
+
+def test_the_profile_file_docs_cost_md_shows_is_one_kvlab_runs_on(tmp_path):
+    import re
+    from pathlib import Path
+
+    from kvlab.cost.profiles import get_profile
+
+    text = (Path(__file__).parents[1] / "docs" / "cost.md").read_text()
+    example = re.search(r"```toml\n(.*?)```", text, re.S).group(1)
+    (tmp_path / "my-gpu.toml").write_text(example)
+    profile = get_profile(str(tmp_path / "my-gpu.toml"))
+    assert profile.name == "my-gpu" and profile.kind == "efficiency"
+    assert profile.constants["flops_efficiency"] == 0.6

@@ -44,17 +44,26 @@ def write_bench(out, cost: str, *, rate: float, num_requests: int = 150, arrival
     sim = Simulation(parse_strategy("vllm"), config, delayed(workload, config.cost.request_latency_s),
                      max_iterations=1)
     prompt = {r.request_id: r.prompt_len for r in workload.requests}
+    output_len = {r.request_id: r.output_len for r in workload.requests}
     computed, emitted, chunks = dict.fromkeys(prompt, 0), dict.fromkeys(prompt, 0), {rid: [] for rid in prompt}
     waiting = []  # what a /metrics scrape after each iteration would read
-    while (out_ := sim.step()) is not None:
+    steps = []  # what vLLM's --enable-logging-iteration-details would log: (context reqs, tokens, generation ...)
+    ends = []  # when each step ended
+    while (start := sim.now, out_ := sim.step())[1] is not None:
         waiting.append((sim.now, sim.counters_now()["num_waiting"]))
         for rid in out_.preempted_req_ids:
             computed[rid] = 0
+        context = [n for rid, n in out_.num_scheduled_tokens.items() if emitted[rid] == 0]
+        generation = [n for rid, n in out_.num_scheduled_tokens.items() if emitted[rid] > 0]
+        steps.append((len(context), sum(context), len(generation), sum(generation), sim.now - start))
+        ends.append(sim.now)
         for rid, n in out_.num_scheduled_tokens.items():
             computed[rid] += n
             if computed[rid] >= prompt[rid] + emitted[rid]:  # its last token computed: one new token streams
                 emitted[rid] += 1
                 chunks[rid].append(sim.now)
+        held = sum(-(-computed[rid] // config.block_size) for rid, n in emitted.items() if n < output_len[rid])
+        steps[-1] += (held / (num_gpu_blocks - 1),)  # the KV cache usage after the step, as vLLM reports it
     out.mkdir(parents=True, exist_ok=True)
     with (out / "requests.csv").open("w", newline="") as f:
         writer = csv.writer(f)
@@ -72,9 +81,41 @@ def write_bench(out, cost: str, *, rate: float, num_requests: int = 150, arrival
         writer = csv.writer(f)
         writer.writerow(["time", "name", "value"])
         writer.writerows((t, "vllm:num_requests_waiting", n) for t, n in waiting)
-    (out / "summary.json").write_text(json.dumps({"workload": {"rate": rate}}))
+    (out / "summary.json").write_text(json.dumps({"workload": {"rate": rate}, "server": {
+        "block_size": config.block_size, "num_gpu_blocks": num_gpu_blocks}}))
     assert all(len(chunks[r.request_id]) == r.output_len for r in workload.requests)
-    return {"config": config, "workload": workload}
+    return {"config": config, "workload": workload, "steps": steps, "ends": ends, "chunks": chunks}
+
+
+def write_server_log(out, bench: dict, *, outside_s: float, first_step: int = 7) -> Path:
+    """The log vLLM would have written for that bench with --enable-logging-iteration-details (each step's
+    elapsed time its duration less ``outside_s``, the part of an iteration outside the timed forward pass), after
+    ``first_step`` steps of an earlier bench; and the scrapes of /metrics that number the bench's steps and time
+    its tokens (metrics.csv)."""
+    lines = ["INFO 12-01 11:00:00 [api_server.py:1] vLLM API server version 0.32.0"]
+    lines += [f"(APIServer pid=1) INFO 12-01 11:00:01 [loggers.py:199] Engine 000: Iteration({i}): 0 context "
+              "requests, 0 context tokens, 1 generation requests, 1 generation tokens, iteration elapsed time: "
+              "999.00 ms, CPU KV cache usage: 1.0%" for i in range(first_step)]  # not this bench's
+    for i, (num_ctx, ctx_tokens, num_gen, gen_tokens, duration, usage) in enumerate(bench["steps"], first_step):
+        lines.append(f"(APIServer pid=1) INFO 12-01 11:00:02 [loggers.py:199] Engine 000: Iteration({i}): {num_ctx} "
+                     f"context requests, {ctx_tokens} context tokens, {num_gen} generation requests, {gen_tokens} "
+                     f"generation tokens, iteration elapsed time: {(duration - outside_s) * 1e3:.3f} ms, CPU KV "
+                     f"cache usage: {usage * 100:.3f}%")
+    path = out / "vllm-server.log"
+    path.write_text("\n".join(lines) + "\n")
+    # Scrapes every 10 steps: the step counter and the inter-token latencies of the tokens streamed by then.
+    ends = bench["ends"]
+    gaps = [(b, b - a) for times in bench["chunks"].values() for a, b in zip(times, times[1:])]
+    scrapes = [*range(0, len(bench["steps"]), 10), len(bench["steps"])]
+    with (out / "metrics.csv").open("a", newline="") as f:
+        writer = csv.writer(f)
+        for k, num_steps in enumerate(scrapes):
+            until = ends[num_steps - 1] if num_steps else -1.0
+            done = [gap for end, gap in gaps if end <= until]
+            writer.writerows([(k, "vllm:iteration_tokens_total_count", first_step + num_steps),
+                              (k, "vllm:inter_token_latency_seconds_sum", 5.0 + sum(done)),
+                              (k, "vllm:inter_token_latency_seconds_count", 300 + len(done))])
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +153,34 @@ def test_a_calibrated_profile_reproduces_the_run_it_came_from(kvlab, bench_dir, 
     for key in ("ttft_s", "tpot_s"):
         assert fitted[key]["p50"] == pytest.approx(truth[key]["p50"], rel=0.03), key
     assert fitted["throughput_rps"] == pytest.approx(truth["throughput_rps"], rel=0.02)
+
+
+def test_calibrate_reads_the_servers_own_account_of_its_steps(kvlab, tmp_path):
+    """--server-log: each step's contents, KV cache usage and forward-pass time as the server logged them, the
+    rest of an iteration from vLLM's inter-token latency."""
+    bench = write_bench(tmp_path / "run", true_profile(tmp_path), rate=40.0)
+    log = write_server_log(tmp_path / "run", bench, outside_s=0.0008)
+    out = tmp_path / "fitted.toml"
+    r = kvlab("calibrate", tmp_path / "run", "--server-log", log, "--out", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    fitted = tomllib.loads(out.read_text())
+    for name in ("weights_read_s", "token_s", "seq_overhead_s", "prefill_token_overhead_s"):
+        assert fitted["constants"][name] == pytest.approx(TRUE[name], rel=0.03), name
+    # The context is read off the blocks held, to half a block per request.
+    assert fitted["constants"]["context_token_s"] == pytest.approx(TRUE["context_token_s"], rel=0.1)
+    # The time outside the forward pass comes back as per-iteration overhead (to the log's 1 µs resolution).
+    assert fitted["constants"]["overhead_s"] == pytest.approx(TRUE["overhead_s"], abs=2e-5)
+    assert fitted["fit"]["num_iterations"] == len(bench["steps"])  # the bench's steps, not the earlier bench's
+    assert "the server's log" in fitted["source"]
+    assert fitted["constants"]["request_latency_s"] == pytest.approx(TRUE["request_latency_s"], rel=0.15)
+
+
+def test_a_server_log_without_step_lines_is_refused(kvlab, bench_dir, tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("INFO 12-01 11:00:00 [api_server.py:1] vLLM API server version 0.32.0\n")
+    r = kvlab("calibrate", bench_dir, "--server-log", log, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and "--enable-logging-iteration-details" in r.stderr
+    assert not (tmp_path / "p.toml").exists()
 
 
 def test_a_constant_the_data_cannot_identify_is_refused_by_name(kvlab, tmp_path):
@@ -153,3 +222,14 @@ def test_a_folder_that_is_not_a_bench_is_refused(kvlab, tmp_path, make, message)
     make(tmp_path / "x")
     r = kvlab("calibrate", tmp_path / "x", "--out", tmp_path / "p.toml")
     assert r.exit_code == 2 and message in r.stderr
+
+
+def test_the_log_of_another_server_is_refused(kvlab, tmp_path):
+    """The bench's scrapes number its steps; a log that holds none of them is not its server's."""
+    bench = write_bench(tmp_path / "run", true_profile(tmp_path), rate=40.0, num_requests=20)
+    log = write_server_log(tmp_path / "run", bench, outside_s=0.0)
+    other = tmp_path / "other.log"
+    other.write_text(log.read_text().replace("Iteration(", "Iteration(9"))  # steps 90, 91, ...: not the bench's
+    r = kvlab("calibrate", tmp_path / "run", "--server-log", other, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and "give the log of the server that bench ran against" in r.stderr
+    assert not (tmp_path / "p.toml").exists()

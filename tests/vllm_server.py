@@ -33,6 +33,38 @@ SERVED_MODEL_NAME = "tiny"
 # machine's memory; an explicit KV memory size skips that (see src/kvlab/vllm/driver.py), and the override
 # then sets the block count.
 PLACEHOLDER_KV_CACHE_MEMORY_BYTES = 16 * 2**20
+# What torch_linear puts on the server's PYTHONPATH: every process of the server (the API server, the engine core,
+# the model runner, however each is started) clears oneDNN's flag as vllm._custom_ops is imported (the flag
+# kvlab's driver clears, src/kvlab/vllm/driver.py: _use_torch_linear).
+TORCH_LINEAR_SITECUSTOMIZE = """
+import importlib.abc, importlib.util, sys
+
+class _TorchLinear(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "vllm._custom_ops":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        exec_module = spec.loader.exec_module
+
+        def exec_and_clear(module):
+            exec_module(module)
+            module._supports_onednn = False
+
+        spec.loader.exec_module = exec_and_clear
+        return spec
+
+sys.meta_path.insert(0, _TorchLinear())
+"""
+
+
+def _cpu_ids(spec: str) -> set[int]:
+    """CPU ids of a list like "0,2-3"."""
+    ids: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        ids.update(range(int(lo), int(hi or lo) + 1))
+    return ids
 
 
 @dataclass(frozen=True)
@@ -46,6 +78,14 @@ class ServerSettings:
     max_num_batched_tokens: int = 256
     enable_prefix_caching: bool = False
     extra_args: tuple[str, ...] = ()
+    # Determinism, as kvlab's driver has it (src/kvlab/vllm/driver.py): the linear layers through
+    # torch.nn.functional.linear instead of oneDNN, whose GEMM builds a kernel per new batch shape (an iteration
+    # then costs what the history of shapes says, not what it holds).
+    torch_linear: bool = False
+    # The engine's model runner on these CPUs (VLLM_CPU_OMP_THREADS_BIND, e.g. "0"), and every other process of
+    # the server (the API server, the engine core's scheduler loop) on the rest: the model's time then is not
+    # shared with the streaming of its tokens. None: vLLM's own choice (all but one CPU for the model).
+    engine_cpus: str | None = None
 
     def args(self) -> list[str]:
         args = ["--block-size", str(self.block_size), "--max-model-len", str(self.max_model_len),
@@ -92,11 +132,21 @@ class VllmServer:
                    "--uvicorn-log-level", "warning", *settings.args()]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         env.update(VLLM_HOST_IP="127.0.0.1", VLLM_NO_USAGE_STATS="1", VLLM_DO_NOT_TRACK="1")
+        if settings.torch_linear:
+            site = workdir / "site"
+            site.mkdir(exist_ok=True)
+            (site / "sitecustomize.py").write_text(TORCH_LINEAR_SITECUSTOMIZE)
+            env["PYTHONPATH"] = str(site)
+        other_cpus = None
+        if settings.engine_cpus is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = settings.engine_cpus
+            other_cpus = os.sched_getaffinity(0) - _cpu_ids(settings.engine_cpus) or None
         log_path = workdir / "vllm-server.log"
         with log_path.open("w") as log:
             # Its own process group: stop() ends the API server and the engine-core process it forks.
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir,
-                                       start_new_session=True)
+                                       start_new_session=True,
+                                       preexec_fn=(lambda: os.sched_setaffinity(0, other_cpus)) if other_cpus else None)
         server = cls(f"http://127.0.0.1:{port}", settings, process, log_path, model_dir, command)
         try:
             server.wait_ready(startup_timeout)

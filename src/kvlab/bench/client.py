@@ -59,7 +59,7 @@ class BenchRun:
     results: list[RequestResult]
     samples: list[MetricSample]
     server_counters: dict | None
-    makespan: float  # s from the start to the last request's end
+    makespan: float  # s from the first request's send to the last request's end (as kvlab run's, from the first arrival)
     stopped: str | None  # None, "interrupted" (Ctrl-C) or "time limit"
     num_scrape_errors: int = 0
     last_scrape_error: str = ""
@@ -296,7 +296,10 @@ async def run_load(requests: Sequence[Request], config: ClientConfig, *, stop: a
             all_done.cancel()
         stopping.cancel()
         load.unsent()
-        makespan = max((r.finish_time for r in load.results.values() if r.finish_time is not None), default=0.0)
+        # From the first send, as kvlab run counts from the first arrival: the same throughput on both sides.
+        first_send = min((r.send_time for r in load.results.values() if r.send_time is not None), default=0.0)
+        makespan = max((r.finish_time - first_send for r in load.results.values() if r.finish_time is not None),
+                       default=0.0)
         if scraper is not None and scraping is not None:
             scraping_done.set()
             await scraping

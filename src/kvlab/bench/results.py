@@ -86,8 +86,9 @@ class MetricSample:
 def summarize(results: list[RequestResult], makespan: float, server_counters: dict | None) -> dict:
     """The summary keys of ``kvlab run --json`` for what was measured, plus the failures.
 
-    ``makespan`` runs from the bench's start to the last request's end; ``server_counters`` are the server's
-    own counts over the run (differences of its /metrics counters), None when it publishes none."""
+    ``makespan`` runs from the first request's send to the last request's end (as kvlab run's runs from the first
+    arrival); ``server_counters`` are the server's own counts over the run (differences of its /metrics
+    counters), None when it publishes none."""
     from collections import Counter
 
     from kvlab.metrics import distribution

@@ -54,6 +54,16 @@ def _error(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+# Typer's parse messages (pydantic's, in recent versions) in kvlab's words: what the value is not, what would do.
+_PARSE_MESSAGES = {"number": "not a number; valid: a number such as 2 or 0.5",
+                   "integer": "not a whole number; valid: a whole number such as 16"}
+
+
+def _kind(message: str) -> str:
+    lowered = message.lower()
+    return "integer" if "integer" in lowered else "number" if "number" in lowered or "float" in lowered else ""
+
+
 def _usage_message(exc, args: list[str]) -> str:
     """Click's message in kvlab's form: the option, the value given, what would do, and where help is."""
     import typer
@@ -64,6 +74,6 @@ def _usage_message(exc, args: list[str]) -> str:
         given = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in opts), None)
         given = given or next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in opts and "=" in a), None)
         if given is not None:
-            message = f"{'/'.join(opts)} {given!r}: {exc.message}"
+            message = f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(_kind(exc.message), exc.message)}"
     where = exc.ctx.command_path if exc.ctx is not None else "kvlab"
     return f"{message} (see '{where} --help')"

@@ -63,15 +63,22 @@ def calibrate(
                                       "kvlab run --cost FILE.")] = Path("calibrated.toml"),
     name: Annotated[str | None, typer.Option("--name", help="The profile's name \\[default: the file's "
                                                 "stem].")] = None,
-    fit: Annotated[str, typer.Option("--fit", help="Constants to fit, comma-separated (the rest are 0).")]
-    = "weights_read_s,context_token_s,token_s,overhead_s,seq_overhead_s,prefill_token_overhead_s,request_latency_s",
+    fit: Annotated[str | None, typer.Option("--fit", help="Constants to fit, comma-separated (the rest are 0) "
+                                            "\\[default: weights_read_s, context_token_s, "
+                                            "token_s, overhead_s, seq_overhead_s, prefill_token_overhead_s, "
+                                            "request_latency_s].", show_default=False)] = None,
+    server_log: Annotated[Path | None, typer.Option("--server-log", help="The vLLM server's log, started with "
+                                                    "--enable-logging-iteration-details: time the iterations from "
+                                                    "the server's own account of each step instead of the token "
+                                                    "streams.")] = None,
     model: Annotated[str, typer.Option("--model", help="The model the server ran, as kvlab names it (a run of "
                                        "another model warns).")] = "",
     gpu: Annotated[str, typer.Option("--gpu", help="What the server ran on (e.g. cpu); a run on another "
                                      "warns.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit as JSON.")] = False,
 ) -> None:
-    """Fit a cost profile to a real server's token timings (kvlab bench --out DIR) by least squares."""
+    """Fit a cost profile to a real server's iterations by least squares: from its token timings (kvlab bench --out
+    DIR) or, with --server-log, from its own log of each step."""
     from rich.console import Console
     from rich.table import Table
 
@@ -83,7 +90,8 @@ def calibrate(
 
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
-    result = run_calibration(list(directories), tuple(k.strip() for k in fit.split(",") if k.strip()))
+    names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else None
+    result = run_calibration(list(directories), names, server_log=server_log)
     document = result.profile(name or out.stem, model=model, gpu=gpu)
     write_profile(document, out)
     weak = significance(result)
@@ -92,7 +100,8 @@ def calibrate(
                               ensure_ascii=False))
         return
     console = Console(highlight=False)
-    table = Table(title=f"Calibrated from {result.num_iterations} timed iterations of {result.num_requests} requests",
+    table = Table(title=f"Calibrated from {result.num_iterations} iterations timed from {result.observed_by}, "
+                        f"{result.num_requests} requests",
                   title_justify="left", header_style="bold")
     for header in ("constant", "value", "± (1σ)", "what it is"):
         table.add_column(header, justify="left" if header in ("constant", "what it is") else "right")

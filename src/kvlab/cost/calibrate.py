@@ -1,6 +1,9 @@
 """``kvlab calibrate``: fit an absolute cost profile to a real server's measurements (``kvlab bench --out DIR``).
 
-What a streaming client sees is enough to time the engine's iterations. Consecutive chunks of a decoding request
+Two sources of iterations. With ``--server-log``, the server's own log of every step (vLLM's ``--enable-logging-
+iteration-details``: what each step held and how long it took, server_log.py), which a machine's pauses and the API
+server's streaming do not touch: on a shared CPU they dominate what a client sees (docs/cost.md, "Validation
+against the real vLLM server"). Without it, what a streaming client sees: consecutive chunks of a decoding request
 are one iteration apart (CONTRACTS.md: token_times.jsonl): a chunk closes the iterations that started at the chunk
 before, one per token it carried. Chunks less than BURST_GAP_S apart are one burst (a server whose streaming fell
 behind sends a backlog at once): their tokens count as one chunk's. What an iteration held is read off every
@@ -74,6 +77,8 @@ class Iterations:
     first_tokens: tuple  # (bench, send_time, first_token_time, prompt_len, queued) of each finished request
     num_requests: int
     sources: tuple[str, ...]
+    observed_by: str = "the token streams"
+    client: Iterations | None = None  # the client's observations, when these are the server log's
 
     def __len__(self) -> int:
         return len(self.duration)
@@ -131,6 +136,41 @@ def observe_iterations(directories: list[Path]) -> Iterations:
     arrays = {k: np.asarray(v, dtype=float) for k, v in columns.items()}
     return Iterations(**arrays, first_tokens=tuple(first_tokens), num_requests=num_requests,
                       sources=tuple(str(d) for d in directories))
+
+
+def logged_iterations(directories: list[Path], server_log: Path) -> Iterations:
+    """The iterations the server's own log shows for each bench folder (server_log.py): exactly what each step
+    held (its context to a block, from the KV cache usage), and its time (the forward pass as logged, plus the
+    rest of an iteration as vLLM's inter-token latency shows it, per step and per request in the step). The
+    requests' first tokens are the client's, as in ``observe_iterations``."""
+    import numpy as np
+
+    from kvlab.cost.server_log import bench_steps, read_steps
+
+    steps = read_steps(server_log)
+    columns: dict[str, list[float]] = {k: [] for k in ("duration", "num_seqs", "num_prefill_tokens",
+                                                       "num_decode_tokens", "num_context_tokens", "bench")}
+    for index, directory in enumerate(directories):
+        _, _, summary = read_bench(directory)
+        block_size, num_gpu_blocks = (summary.get("server", {}).get(k) for k in ("block_size", "num_gpu_blocks"))
+        if not isinstance(block_size, int) or not isinstance(num_gpu_blocks, int):
+            raise KvlabError(f"{directory / 'summary.json'} does not say the server's block_size and num_gpu_blocks "
+                             "(a bench of a vLLM server has them): --server-log reads each step's context off its KV "
+                             "cache usage")
+        rows, outside_s, outside_per_seq_s = bench_steps(directory, steps)
+        for num_prefilling, num_prefill_tokens, num_decoding, num_decode_tokens, elapsed_s, usage in rows:
+            num_seqs = num_prefilling + num_decoding
+            # The blocks held, less half a block per request (its last block is partly filled).
+            context = max(0.0, usage * (num_gpu_blocks - 1) * block_size - num_seqs * block_size / 2)
+            duration = elapsed_s + outside_s + outside_per_seq_s * num_seqs
+            for key, value in zip(columns, (duration, num_seqs, num_prefill_tokens, num_decode_tokens, context, index)):
+                columns[key].append(value)
+    arrays = {k: np.asarray(v, dtype=float) for k, v in columns.items()}
+    client = observe_iterations(directories)
+    num = len(arrays["duration"])
+    return Iterations(**arrays, weight=np.ones(num), end=np.full(num, np.nan),
+                      first_tokens=client.first_tokens, num_requests=client.num_requests, sources=client.sources,
+                      observed_by=f"the server's log ({server_log})", client=client)
 
 
 def _queue_samples(directory: Path) -> tuple[list[float], list[float]]:
@@ -252,13 +292,14 @@ class Fit:
     r2: float
     mean_duration_s: float
     sources: tuple[str, ...]
+    observed_by: str = "the token streams"
 
     def profile(self, name: str, model: str = "", gpu: str = "") -> dict:
         """The fit as a profile document (profiles.py) that --cost takes."""
         shown = ", ".join(f"{k} {self.constants[k]:.4g} ± {self.sigma[k]:.2g}" for k in self.fitted)
         not_fitted = [k for k in self.constants if k not in self.fitted]
         source = (
-            f"kvlab calibrate: {self.num_iterations} iterations timed from the token streams of "
+            f"kvlab calibrate: {self.num_iterations} iterations timed from {self.observed_by} for "
             f"{self.num_requests} requests in {', '.join(self.sources)} (kvlab bench --out), fitted by least "
             f"squares (scipy, constants >= 0): {shown} s; residuals rms {self.rms_residual_s * 1e3:.3g} ms "
             f"(median {self.median_abs_relative_residual:.1%} of an iteration), R² {self.r2:.3f}"
@@ -274,7 +315,7 @@ class Fit:
                     "fitted": list(self.fitted), "sigma": {k: self.sigma[k] for k in self.fitted},
                     "rms_residual_s": self.rms_residual_s,
                     "median_abs_relative_residual": self.median_abs_relative_residual, "r2": self.r2,
-                    "mean_iteration_s": self.mean_duration_s},
+                    "mean_iteration_s": self.mean_duration_s, "observed_by": self.observed_by},
         }
 
 
@@ -321,6 +362,7 @@ def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT) -> Fit:
         rms_residual_s=math.sqrt(rss / float(w.sum())),
         median_abs_relative_residual=float(np.median(np.abs(residual) / y)),
         r2=1 - rss / total if total > 0 else 1.0, mean_duration_s=mean, sources=its.sources,
+        observed_by=its.observed_by,
     )
 
 
@@ -407,14 +449,15 @@ def _request_latency(its: Iterations, constants: dict) -> tuple[float, float, in
     median over requests, its standard error and how many requests."""
     import numpy as np
 
+    observed = its.client or its
     gaps = []
     for bench, send, first, prompt_len, queued in its.first_tokens:
         if queued:  # it waited for a seat: its gap holds that wait too
             continue
-        own = _observed(its, bench, first)
+        own = _observed(observed, bench, first)
         if own is None:  # nobody else decoding: the prefill ran alone
             own = float(predicted(constants, 1.0, float(prompt_len), 0.0, float(prompt_len)))
-        before = _observed(its, bench, first - own) or 0.0
+        before = _observed(observed, bench, first - own) or 0.0
         gaps.append(first - own - before / 2 - send)
     n = len(gaps)
     if n < MIN_FIRST_TOKENS:
@@ -433,10 +476,13 @@ def _observed(its: Iterations, bench: int, end: float) -> float | None:
     return float(its.duration[near[np.argmin(np.abs(its.end[near] - end))]]) if len(near) else None
 
 
-def calibrate(directories: list[Path], fit: tuple[str, ...] = DEFAULT_FIT) -> Fit:
+def calibrate(directories: list[Path], fit: tuple[str, ...] | None = None, server_log: Path | None = None) -> Fit:
+    """The fit of ``fit`` (default: every constant the data can give) to the bench folders' iterations, as the
+    token streams show them or, with ``server_log``, as the server logged them."""
     if not directories:
         raise KvlabError("give at least one folder written by kvlab bench --out DIR")
-    return fit_iterations(observe_iterations(directories), fit)
+    its = observe_iterations(directories) if server_log is None else logged_iterations(directories, server_log)
+    return fit_iterations(its, fit or DEFAULT_FIT)
 
 
 def significance(fit: Fit) -> list[str]:

@@ -52,7 +52,8 @@ class OptionSpec:
             raise KvlabError(f"{self.flag} needs a value (it has no 'none'; its default is {self.default!r})")
         converted = _CONVERTERS[self.kind](value)
         if converted is None:
-            raise KvlabError(f"{self.flag} {value!r}: not {_KIND_NAMES[self.kind]}")
+            raise KvlabError(f"{self.flag} {value!r}: not {_KIND_NAMES[self.kind]}; valid: a comma list of "
+                             f"{_EXAMPLES[self.kind]}")
         low, high = getattr(self.param, "min", None), getattr(self.param, "max", None)
         if (low is not None and converted < low) or (high is not None and converted > high):
             raise KvlabError(f"{self.flag} {value!r}: outside its range [{low}, {high}]")
@@ -92,6 +93,8 @@ def _to_bool(value: Any) -> bool | None:
 
 _CONVERTERS = {"int": _to_int, "float": _to_float, "bool": _to_bool, "str": lambda v: str(v).strip()}
 _KIND_NAMES = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string"}
+_EXAMPLES = {"int": "whole numbers, e.g. 16,32", "float": "numbers, e.g. 1,1.5,2", "bool": "true and false",
+             "str": "strings"}
 _KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
 
 
