@@ -62,7 +62,7 @@ def write_bench(out, cost: str, *, rate: float, num_requests: int = 150, arrival
             if computed[rid] >= prompt[rid] + emitted[rid]:  # its last token computed: one new token streams
                 emitted[rid] += 1
                 chunks[rid].append(sim.now)
-        held = sum(-(-computed[rid] // config.block_size) for rid, n in emitted.items() if n < output_len[rid])
+        held = sum(-(-computed[rid] // config.cache.block_size) for rid, n in emitted.items() if n < output_len[rid])
         steps[-1] += (held / (num_gpu_blocks - 1),)  # the KV cache usage after the step, as vLLM reports it
     out.mkdir(parents=True, exist_ok=True)
     with (out / "requests.csv").open("w", newline="") as f:
@@ -82,7 +82,7 @@ def write_bench(out, cost: str, *, rate: float, num_requests: int = 150, arrival
         writer.writerow(["time", "name", "value"])
         writer.writerows((t, "vllm:num_requests_waiting", n) for t, n in waiting)
     (out / "summary.json").write_text(json.dumps({"workload": {"rate": rate}, "server": {
-        "block_size": config.block_size, "num_gpu_blocks": num_gpu_blocks}}))
+        "block_size": config.cache.block_size, "num_gpu_blocks": num_gpu_blocks}}))
     assert all(len(chunks[r.request_id]) == r.output_len for r in workload.requests)
     return {"config": config, "workload": workload, "steps": steps, "ends": ends, "chunks": chunks}
 
