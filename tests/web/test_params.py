@@ -65,3 +65,10 @@ def test_speed():
     assert parse_speed("10") == 10.0
     with pytest.raises(KvlabError, match="speed '1e9' is out of range: 0.01 to 1000"):
         parse_speed("1e9")
+
+
+def test_a_race_refuses_a_strategy_given_twice_as_kvlab_race_does():
+    with pytest.raises(KvlabError, match="strategy 'vllm' is given 2 times; .* valid: each name once"):
+        parse_run_spec({"kind": "race", "strategies": ["vllm", "orca-max", "vllm"]})
+    with pytest.raises(KvlabError, match="unknown strategy 'nope'"):
+        parse_run_spec({"kind": "race", "strategies": ["vllm", "nope"]})

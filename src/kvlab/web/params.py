@@ -131,6 +131,9 @@ def _strategies(value, kind: str) -> tuple[str, ...]:
         raise KvlabError(f"a grid runs one strategy, got {len(names)}: {', '.join(names)}")
     if len(names) > LIMITS["max_strategies"]:
         raise KvlabError(f"a race holds at most {LIMITS['max_strategies']} strategies, got {len(names)}")
+    from kvlab.strategies import check_distinct, parse_strategy
+
+    check_distinct([parse_strategy(name) for name in names])  # (as `kvlab race`: each name once)
     return names
 
 
