@@ -111,4 +111,8 @@ def test_a_light_load_preempts_on_neither_side(kvlab, server, tmp_path):
     assert result.exit_code == 0, result.stderr
     table = {row["figure"]: row for row in result.json()["compare"]["table"]}
     assert table["preemptions"]["measured"] == table["preemptions"]["simulated"] == 0
-    assert table["peak running"]["simulated"] == 1
+    # One at a time on the server, and at most the one finishing and the next in kvlab's replay: each request
+    # arrives at the moment it was sent, so whether the simulation of one ends before the next is sent depends on
+    # kvlab's clock against the server's (a warm server in a full suite answers faster than the roofline's clock).
+    # (The measured peak is not checked: a scrape every so often can miss a request this short.)
+    assert 1 <= table["peak running"]["simulated"] <= 2
