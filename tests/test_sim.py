@@ -250,6 +250,27 @@ def test_runs_really_skip_scheduling_on_long_decodes():
     assert calls <= 3  # one prefill, one decode, then a run to the iteration in which all four finish
 
 
+def test_a_request_arriving_into_decodes_is_admitted_by_the_first_iteration_of_a_run():
+    # Request 0 decodes alone when request 1 arrives (at 50 ms, 8 ms iterations): the next output computes 1's
+    # prompt beside 0's decode and runs on with both decoding, to 1's last token, in one SchedulerOutput.
+    wl = workload((0.0, 8, 40), (0.05, 6, 10))
+    cfg = config(num_slots=256, max_model_len=64, max_num_batched_tokens=32)
+    sim = Simulation(parse_strategy("vllm"), cfg, wl)
+    outputs = []
+    while (out := sim.step()) is not None:
+        outputs.append(out)
+    joined = next(out for out in outputs if 1 in out.new_req_ids)
+    assert joined.new_req_ids == (1,) and joined.decodes_in_bulk
+    assert joined.num_scheduled_tokens == {0: 1, 1: 6}
+    assert joined.num_iterations == 10  # 1's prompt and first token, then its nine other tokens
+    columns = sim.log.columns
+    first = list(columns["num_prefill_tokens"]).index(6)
+    assert [int(v) for v in columns["num_prefill_tokens"][first:first + 11]] == [6] + [0] * 10
+    assert [int(v) for v in columns["num_decode_tokens"][first:first + 11]] == [1] + [2] * 9 + [1]
+    assert [int(v) for v in columns["num_seqs"][first:first + 11]] == [2] * 10 + [1]
+    assert_same_run(parse_strategy("vllm"), cfg, wl)
+
+
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(

@@ -70,7 +70,8 @@ class IterationLog:
 class RunRow(NamedTuple):
     """What a run of iterations (``SchedulerOutput``) left in memory and in the queues, as the metrics need it.
     Within the run, ``token`` grows by ``token_step`` per iteration and ``allocated`` and
-    ``internal_fragmentation`` by the run's ``kv_growth`` (from the iteration each block went out)."""
+    ``internal_fragmentation`` by the run's ``kv_growth`` (from the iteration each block went out). The prefill
+    and decode tokens are the first iteration's: in the later ones, each of the ``num_seqs`` requests decodes."""
 
     num_iterations: int
     num_seqs: int
@@ -220,6 +221,11 @@ class IterationRecorder:
         for name in ("num_seqs", "num_running", "num_waiting", "num_prefill_tokens", "num_decode_tokens",
                      "num_preemptions"):
             block[ITERATION_COLUMNS.index(name)] = np.repeat(runs[name], counts)
+        # After a run's first iteration (which may admit), every request decodes.
+        later = np.ones(len(dt), dtype=bool)
+        later[np.cumsum(counts) - counts] = False
+        block[ITERATION_COLUMNS.index("num_prefill_tokens")][later] = 0
+        block[ITERATION_COLUMNS.index("num_decode_tokens")][later] = block[ITERATION_COLUMNS.index("num_seqs")][later]
         for name in ("token", "reserved", "internal_fragmentation", "overhead", "free"):
             block[ITERATION_COLUMNS.index(name)] = states[name]
         self.log.extend(block)

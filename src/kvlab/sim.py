@@ -24,7 +24,7 @@ from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, SlotUsage, slot_usage
 from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, RunRow, UsageIntegral, summarize
 from kvlab.sched.output import SchedulerOutput
-from kvlab.sched.scheduler import Scheduler
+from kvlab.sched.scheduler import FirstIteration, Scheduler
 from kvlab.sched.seq import Seq, SeqStatus
 from kvlab.strategies import Strategy
 from kvlab.workload import Workload
@@ -133,7 +133,8 @@ class Simulation:
         start = self.now
         durations, self.now = self._timing(out, start)
         self.recorder.add(self._row(out), durations, start, self.now, out.kv_growth)
-        finished = sched.update_from_output(out, self.now, start)
+        first_end = self.now if out.num_iterations == 1 else start + float(durations[0])
+        finished = sched.update_from_output(out, self.now, start, first_end)
         if finished:
             self.counters.num_finished += len(finished)
             self.last_finish_time = self.now
@@ -216,16 +217,34 @@ class Simulation:
 
     # -- internals -------------------------------------------------------------------------------------
 
-    def _horizon(self, num_seqs: int, num_context_tokens: int, max_iterations: int) -> int:
-        """How many iterations of a decode run of ``num_seqs`` requests, whose first reads
-        ``num_context_tokens`` tokens of KV, start before the next arrival (or ``run_until``'s limit): an
-        arrival joins the queue before the first iteration starting at or after it. Keeps their durations and
-        the clock at their end for ``_timing``."""
+    def _horizon(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
+                 first: FirstIteration | None = None) -> int:
+        """How many iterations of a run start before the next arrival (or ``run_until``'s limit): an arrival
+        joins the queue before the first iteration starting at or after it. The run's decode iterations have
+        ``num_seqs`` requests and the first of them reads ``num_context_tokens`` tokens of KV; with ``first``,
+        that iteration (which admits) comes before them. Keeps their durations and the clock at their end for
+        ``_timing``."""
         stop = min(self.next_arrival_time, self._limit)
-        cost = self.config.cost
         now = self.now
+        lead: list[float] = []
+        if first is not None:
+            dt = self.config.cost.iteration_times(*first)
+            lead, now = [dt], now + dt
+            max_iterations -= 1
         if now >= stop or max_iterations <= 0:
-            return 0
+            self._run_durations, self._run_end = lead, now
+            return len(lead)
+        durations, self._run_end = self._decode_durations(num_seqs, num_context_tokens, max_iterations, now, stop)
+        if lead:
+            durations = lead + durations if isinstance(durations, list) else _prepend(lead[0], durations)
+        self._run_durations = durations
+        return len(durations)
+
+    def _decode_durations(self, num_seqs: int, num_context_tokens: int, max_iterations: int, now: float,
+                          stop: float) -> tuple[Any, float]:
+        """The durations of the decode iterations that start before ``stop`` (at least one, the first starting
+        at ``now``), and the clock at their end."""
+        cost = self.config.cost
         dt = cost.iteration_times(num_seqs, 0, num_seqs, num_context_tokens, num_context_tokens)
         # An iteration takes at least as long as the one before (its context is longer), so no more than this
         # many start before ``stop`` (one to spare for rounding).
@@ -242,16 +261,14 @@ class Simulation:
                 dt = cost.iteration_times(num_seqs, 0, num_seqs, context, context)
                 durations.append(dt)
                 now += dt
-            self._run_durations, self._run_end = durations, now
-            return len(durations)
+            return durations, now
         import numpy as np
 
         contexts = num_context_tokens + num_seqs * np.arange(max_iterations, dtype=np.int64)
-        durations = cost.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
-        ends = np.add.accumulate(np.concatenate(([now], durations)))  # (as `now += dt`, left to right)
+        all_durations = cost.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
+        ends = np.add.accumulate(np.concatenate(([now], all_durations)))  # (as `now += dt`, left to right)
         num_iterations = int(np.searchsorted(ends[:-1], stop, side="left"))
-        self._run_durations, self._run_end = durations[:num_iterations], float(ends[num_iterations])
-        return num_iterations
+        return all_durations[:num_iterations], float(ends[num_iterations])
 
     def _timing(self, out: SchedulerOutput, start: float) -> tuple[Any, float]:
         """Each iteration's duration and the clock at the run's end: the cost model's, plus the time a swap
@@ -290,7 +307,7 @@ class Simulation:
             decode,
             len(out.preempted_req_ids),
             sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - allocator.num_duplicate_token_slots,
-            decode if out.num_iterations > 1 else 0,
+            out.num_seqs if out.num_iterations > 1 else 0,  # (after the first iteration, everyone decodes)
             allocator.num_allocated_slots - grown_slots,
             allocator.num_internal_fragmentation_slots - grown_internal,
             allocator.num_overhead_slots,
@@ -318,6 +335,12 @@ class Simulation:
             seq.reject_reason = reason
             self.counters.num_rejected += 1
             self.counters.reject_reasons[reason] = self.counters.reject_reasons.get(reason, 0) + 1
+
+
+def _prepend(value: float, values):
+    import numpy as np
+
+    return np.concatenate(([value], values))
 
 
 def _in_arrival_order(requests) -> list:

@@ -1,10 +1,12 @@
 """What the scheduler decided: one immutable value per run of iterations, read by the cost model, the metrics,
 the trace and the animation (vLLM's SchedulerOutput, reduced to what a simulator needs, plus runs).
 
-A run is ``num_iterations >= 1`` iterations of the same batch. For more than one, every scheduled request is
-decoding (it computes the one token it sampled last, once per iteration), so iteration ``j`` (from 0) reads
-``num_context_tokens + j * num_decode_tokens`` tokens of KV, and as many attention pairs. Stepping is a run of
-one iteration: every field then describes that iteration alone.
+A run is ``num_iterations >= 1`` iterations of the same batch. The fields describe its first iteration; from the
+second on, every scheduled request is decoding (it computes the one token it sampled last, once per iteration),
+so iteration ``j >= 1`` reads ``num_context_tokens + j * num_seqs`` tokens of KV, and as many attention pairs.
+The first iteration is a decode too (``is_decode_run``), or it admits ``new_req_ids`` beside the decoders
+(``decodes_in_bulk``), who then decode with them. Stepping is a run of one iteration: every field then describes
+that iteration alone.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ class SchedulerOutput(NamedTuple):
     # Made by the scheduler's run path (every request decodes; it may still be one iteration long): the
     # scheduler applies it to its requests as a run (see Scheduler.sync).
     is_decode_run: bool = False
-    # A single iteration in which every request running before it decodes (their blocks from the allocator's
+    # A first iteration in which every request running before it decodes (their blocks from the allocator's
     # decode-run call) and the batching policy admits ``new_req_ids``: the decoders advance on the scheduler's
-    # clock, as in a run of one, and only the admitted are visited.
+    # clock, as in a run of one, and only the admitted are visited. When it is longer, each admitted request
+    # computed all its tokens in the first iteration, and the whole batch decodes in the others.
     decodes_in_bulk: bool = False
     # Memory handed out during the run, per block: (iteration from 0, slots, internal fragmentation slots)
     # (the allocator's DecodeRun.growth); the allocator's counters already include all of it.
@@ -44,3 +47,7 @@ class SchedulerOutput(NamedTuple):
     @property
     def num_seqs(self) -> int:
         return len(self.num_scheduled_tokens)
+
+    def scheduled_in(self, iteration: int) -> dict[int, int]:
+        """request_id -> tokens computed in iteration ``iteration`` (from 0) of the run."""
+        return self.num_scheduled_tokens if iteration == 0 else dict.fromkeys(self.num_scheduled_tokens, 1)

@@ -17,8 +17,10 @@ finishes or runs out of memory before the run's last iteration. Then each of tho
 running loop would decide anyway (every request computes one token), and the allocator hands out the run's
 blocks in one call (``allocate_decode_run``), in the order the steps would. When everyone decodes and the
 queue's head may fit, the decoders' blocks come from that call and the batching policy decides: if it admits
-nobody, that iteration begins a run; if it admits someone, only the admitted are visited
-(``_schedule_decode_and_admit``). ``max_iterations=1`` is stepping: the loops above, every time.
+nobody, that iteration begins a run; if it admits someone, only the admitted are visited, and when they compute
+their whole prompts and nobody is left waiting, the iteration begins a run in which the whole batch decodes
+(``_schedule_decode_and_admit``, ``_after_admission``). ``max_iterations=1`` is stepping: the loops above,
+every time.
 
 What differs between batching policies (when may a waiting request join?) lives in ``kvlab.sched.batching``;
 what differs between preemption modes (what happens to the evicted request's KV?) in ``kvlab.sched.preemption``.
@@ -27,17 +29,27 @@ what differs between preemption modes (what happens to the evicted request's KV?
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from heapq import heapify, heappop, heappush
+from typing import Protocol
 
 from kvlab.config import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.output import SchedulerOutput
 from kvlab.sched.seq import Seq, SeqStatus
 
-# How many iterations of a decode run start before the caller's next event: called with the run's batch size,
-# its first iteration's context tokens and the most iterations the scheduler would run; returns at most that.
-Horizon = Callable[[int, int, int], int]
+# (the run's first iteration: batch size, prefill tokens, decode tokens, context tokens, attention pairs)
+FirstIteration = tuple[int, int, int, int, int]
+
+
+class Horizon(Protocol):
+    """How many iterations of a run start before the caller's next event: called with the batch size of its
+    decode iterations, the context tokens of the first of them and the most iterations the scheduler would run;
+    returns at most that. With ``first``, the run begins with that iteration (it admits), and the decode
+    iterations follow it (the count includes it)."""
+
+    def __call__(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
+                 first: FirstIteration | None = None) -> int: ...
 
 
 class Scheduler:
@@ -140,29 +152,37 @@ class Scheduler:
         self._finish_heap()  # (before the admitted join: it holds the decoders only)
         if self.allocator.enable_prefix_caching:
             self.sync()
-        first = self.allocator.allocate_decode_run(running, 1)
-        if not first.num_iterations:
+        first_run = self.allocator.allocate_decode_run(running, 1)
+        if not first_run.num_iterations:
             return None
         num_context = self.num_resident_computed_tokens + num_seqs
         scheduled = dict.fromkeys([seq.request_id for seq in running], 1)
         budget = self.config.max_num_batched_tokens - num_seqs
         new_ids, (prefill, _, context, pairs), swap_bytes = self._waiting_loop(budget, scheduled)
         if new_ids:
+            first = (len(scheduled), prefill, num_seqs, num_context + context, num_context + pairs)
+            num_iterations, growth = 1, first_run.growth
+            if max_iterations > 1 and not swap_bytes and self._admitted_decode_next(len(new_ids), scheduled):
+                num_iterations, growth = self._after_admission(max_iterations, horizon, first, growth)
             self.step += 1
-            return SchedulerOutput(
+            out = SchedulerOutput(
                 step=self.step,
                 num_scheduled_tokens=scheduled,
                 new_req_ids=tuple(new_ids),
                 preempted_req_ids=(),
                 num_prefill_tokens=prefill,
                 num_decode_tokens=num_seqs,
-                num_context_tokens=num_context + context,
-                num_attention_pairs=num_context + pairs,
+                num_context_tokens=first[3],
+                num_attention_pairs=first[4],
                 num_swap_bytes=swap_bytes,
+                num_iterations=num_iterations,
                 decodes_in_bulk=True,
+                kv_growth=growth,
             )
+            self.step += num_iterations - 1
+            return out
         self._admission_blocked = True
-        growth = first.growth
+        growth = first_run.growth
         # (With prefix caching the run's blocks are hashed from the requests' counters, which do not count the
         # first iteration yet: the run is that one iteration.)
         num_iterations = 1 if self.allocator.enable_prefix_caching else self._run_length(max_iterations, horizon)
@@ -171,6 +191,42 @@ class Scheduler:
             num_iterations = 1 + rest.num_iterations
             growth += tuple((j + 1, slots, internal) for j, slots, internal in rest.growth)
         return self._run_output(max(1, num_iterations), growth)
+
+    def _admitted_decode_next(self, num_admitted: int, scheduled: dict[int, int]) -> bool:
+        """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? True when
+        the queue is empty and every request just admitted computes all its tokens now (it samples one) and has
+        more to generate. (With prefix caching the run's blocks are hashed from the requests' counters: no.)"""
+        if self.waiting or self.allocator.enable_prefix_caching:
+            return False
+        for seq in self.running[len(self.running) - num_admitted:]:
+            if scheduled.get(seq.request_id) != seq.num_tokens - seq.num_computed_tokens:
+                return False  # admitted for want of budget with no tokens yet, or a chunk of its prompt
+            if seq.request.num_output_tokens - seq.num_output_tokens < 2:
+                return False  # it finishes in this iteration
+        return True
+
+    def _after_admission(self, max_iterations: int, horizon: Horizon | None, first: FirstIteration,
+                         growth: tuple[tuple[int, int, int], ...]) -> tuple[int, tuple[tuple[int, int, int], ...]]:
+        """A run whose first iteration admits (``first``: its batch size, prefill and decode tokens, context and
+        attention pairs) and whose later iterations are decodes of the whole batch, as the running loop would
+        schedule them: up to the first finish (of a decoder, or of someone just admitted), cut by the horizon
+        and by the free blocks. Returns (iterations, the run's growth)."""
+        running = self.running
+        num_admitted = first[0] - first[2]
+        clock = self._clock + 1  # the decode clock after the first iteration
+        num_rest = min(max_iterations - 1, self._finishes[0][0] - clock if self._finishes else max_iterations)
+        for seq in running[len(running) - num_admitted:]:
+            num_rest = min(num_rest, seq.request.num_output_tokens - seq.num_output_tokens - 1)
+        if num_rest <= 0:
+            return 1, growth
+        num_seqs = len(running)
+        num_iterations = 1 + num_rest
+        if horizon is not None:
+            num_iterations = horizon(num_seqs, first[3] + num_seqs, num_iterations, first)
+        if num_iterations <= 1:
+            return 1, growth
+        rest = self.allocator.allocate_decode_run(running, num_iterations - 1)
+        return 1 + rest.num_iterations, growth + tuple((j + 1, slots, internal) for j, slots, internal in rest.growth)
 
     def _run_length(self, max_iterations: int, horizon: Horizon | None) -> int:
         """Iterations of a decode run from now: up to the first finish, cut by the caller's horizon."""
@@ -328,21 +384,28 @@ class Scheduler:
 
     # -- after the iterations ran --------------------------------------------------------------------------
 
-    def update_from_output(self, output: SchedulerOutput, now: float, started: float | None = None) -> list[Seq]:
+    def update_from_output(self, output: SchedulerOutput, now: float, started: float | None = None,
+                           first_end: float | None = None) -> list[Seq]:
         """Advance every scheduled request by its tokens, in each iteration of the run that began at
-        ``started`` and ended at ``now``; a request whose computed tokens caught up samples one token. Returns
-        the requests that finished (their memory is already freed)."""
+        ``started``, whose first iteration ended at ``first_end`` and whose last ended at ``now``; a request
+        whose computed tokens caught up samples one token. Returns the requests that finished (their memory
+        is already freed)."""
         started = now if started is None else started
         num_sampled = self.num_sampled_tokens
         if output.is_decode_run:
             finished = self._advance_run(output.num_iterations, output.num_decode_tokens)
         elif output.decodes_in_bulk:
-            finished = self._advance_run(1, output.num_decode_tokens) + self._advance_admitted(output, started, now)
+            first_end = now if first_end is None else first_end
+            finished = self._advance_run(1, output.num_decode_tokens) + self._advance_admitted(output, started,
+                                                                                                first_end)
+            if output.num_iterations > 1:  # then the whole batch decodes (nobody finished in the first)
+                finished += self._advance_run(output.num_iterations - 1, len(self.running))
         else:
             finished = self._advance_iteration(output, started, now)
         if not output.is_decode_run:
             # Every running request computed its tokens and sampled one: next, each decodes the one it sampled.
-            self._decoding = self.num_sampled_tokens - num_sampled == len(self.running)
+            self._decoding = (output.num_iterations > 1
+                              or self.num_sampled_tokens - num_sampled == len(self.running))
         if finished:
             for seq in finished:
                 self.finish(seq, now)

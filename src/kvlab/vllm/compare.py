@@ -150,7 +150,7 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     step = 0
     next_index = 0
 
-    def horizon(num_seqs: int, num_context_tokens: int, max_iterations: int) -> int:
+    def horizon(num_seqs: int, num_context_tokens: int, max_iterations: int, first=None) -> int:
         # The driver adds requests before their step: a run stops where the next one is due.
         if next_index < len(order):
             return max(1, min(max_iterations, add_before_step[order[next_index]] - step))
@@ -169,10 +169,10 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
         # The run's iterations before its last, as the driver sees them after each step.
         for j in range(out.num_iterations - 1):
             later_blocks = sum(1 for at, _, _ in out.kv_growth if at > j)
-            steps.append(_step_record(step + j, out, [], scheduler, allocator.num_free_blocks + later_blocks, j + 1))
+            steps.append(_step_record(step + j, out, j, [], scheduler, allocator.num_free_blocks + later_blocks))
         finished = scheduler.update_from_output(out, float(step + out.num_iterations - 1))
-        steps.append(_step_record(step + out.num_iterations - 1, out, finished, scheduler,
-                                  allocator.num_free_blocks, 0))
+        steps.append(_step_record(step + out.num_iterations - 1, out, out.num_iterations - 1, finished, scheduler,
+                                  allocator.num_free_blocks, applied=True))
         step += out.num_iterations
     return SideRun(
         name="kvlab",
@@ -181,20 +181,27 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     )
 
 
-def _step_record(step: int, out, finished, scheduler, num_free_blocks: int, offset: int) -> dict:
-    """One step in the driver's format. Inside a run, before the scheduler applies it, each running request has
-    computed ``offset`` tokens more than the scheduler's state says (one per iteration of the run so far)."""
-    def record(seq, offset):
-        return {"request_id": str(seq.request_id), "num_computed_tokens": seq.num_computed_tokens + offset,
-                "num_tokens": seq.num_tokens + offset, "num_output_tokens": seq.num_output_tokens + offset}
+def _step_record(step: int, out, iteration: int, finished, scheduler, num_free_blocks: int,
+                 applied: bool = False) -> dict:
+    """One step in the driver's format: iteration ``iteration`` (from 0) of the run ``out``. Inside a run, before
+    the scheduler applies it (``applied`` False), each running request has computed its first iteration's tokens
+    and one more per iteration since, and sampled one token per iteration, more than the scheduler's state says."""
+    scheduled = out.num_scheduled_tokens
+
+    def record(seq, ahead: bool):
+        computed = sampled = 0
+        if ahead:
+            computed, sampled = scheduled.get(seq.request_id, 0) + iteration, iteration + 1
+        return {"request_id": str(seq.request_id), "num_computed_tokens": seq.num_computed_tokens + computed,
+                "num_tokens": seq.num_tokens + sampled, "num_output_tokens": seq.num_output_tokens + sampled}
 
     return {
         "step": step,
-        "num_scheduled_tokens": {str(k): v for k, v in out.num_scheduled_tokens.items()},
-        "preempted_in_order": [str(k) for k in out.preempted_req_ids],
+        "num_scheduled_tokens": {str(k): v for k, v in out.scheduled_in(iteration).items()},
+        "preempted_in_order": [str(k) for k in out.preempted_req_ids] if iteration == 0 else [],
         "finished": {str(s.request_id): "length" for s in finished},
-        "running": [record(s, offset) for s in scheduler.running],
-        "waiting": [record(s, 0) for s in scheduler.waiting],
+        "running": [record(s, not applied) for s in scheduler.running],
+        "waiting": [record(s, False) for s in scheduler.waiting],
         "num_free_blocks": num_free_blocks,
     }
 
