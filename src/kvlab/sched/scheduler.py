@@ -189,7 +189,7 @@ class Scheduler:
         if num_iterations > 1:
             rest = self.allocator.allocate_decode_run(running, num_iterations - 1)
             num_iterations = 1 + rest.num_iterations
-            growth += tuple((j + 1, slots, internal) for j, slots, internal in rest.growth)
+            growth = _after_first(growth, rest.growth)
         return self._run_output(max(1, num_iterations), growth)
 
     def _admitted_decode_next(self, num_admitted: int, scheduled: dict[int, int]) -> bool:
@@ -226,7 +226,7 @@ class Scheduler:
         if num_iterations <= 1:
             return 1, growth
         rest = self.allocator.allocate_decode_run(running, num_iterations - 1)
-        return 1 + rest.num_iterations, growth + tuple((j + 1, slots, internal) for j, slots, internal in rest.growth)
+        return 1 + rest.num_iterations, _after_first(growth, rest.growth)
 
     def _run_length(self, max_iterations: int, horizon: Horizon | None) -> int:
         """Iterations of a decode run from now: up to the first finish, cut by the caller's horizon."""
@@ -504,3 +504,9 @@ class Scheduler:
         self.waiting.appendleft(seq)
         self.num_swapped_bytes += swap_bytes
         return swap_bytes
+
+
+def _after_first(growth: tuple[tuple[int, int, int], ...],
+                 rest: tuple[tuple[int, int, int], ...]) -> tuple[tuple[int, int, int], ...]:
+    """A run's growth: its first iteration's, then that of the iterations after it (counted from 0 there)."""
+    return growth + tuple((j + 1, slots, internal) for j, slots, internal in rest)
