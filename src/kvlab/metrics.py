@@ -110,20 +110,25 @@ class IterationRecorder:
         self._rows: list[RunRow] = []
         self._durations = array("d")
         self._growth: list[tuple[int, tuple[tuple[int, int, int], ...]]] = []  # (first iteration, run's growth)
+        self._joined: list[int] = []  # the iteration before which a request joined the queue, one per request
         # (iteration, clock) where buffered iterations start and where they resume after the clock jumped
         # (idle until an arrival); in between, each starts when the one before ends.
         self._clock_starts: list[tuple[int, float]] = []
         self._clock_end = start_time
 
     def add(self, row: RunRow, durations, start: float, end: float,
-            growth: tuple[tuple[int, int, int], ...] = ()) -> None:
-        """Record a run that began at ``start`` and ended at ``end`` (``now += dt``, left to right)."""
+            growth: tuple[tuple[int, int, int], ...] = (), joined: tuple[int, ...] = ()) -> None:
+        """Record a run that began at ``start`` and ended at ``end`` (``now += dt``, left to right). ``joined``:
+        for each request that joined the waiting queue during the run, the iteration (from 0) before which it did
+        (from then on ``num_waiting`` counts it)."""
         first = len(self._durations)
         if not first or start != self._clock_end:
             self._clock_starts.append((first, start))
         self._rows.append(row)
         if growth:
             self._growth.append((first, growth))
+        if joined:
+            self._joined.extend(first + j for j in joined)
         if isinstance(durations, list):
             self._durations.extend(durations)
         else:  # a numpy array (a long run)
@@ -150,6 +155,7 @@ class IterationRecorder:
             self._log_rows(states, dt, runs)
         self._rows.clear()
         self._growth.clear()
+        self._joined.clear()
         del self._durations[:]
         self._clock_starts.clear()
 
@@ -163,18 +169,14 @@ class IterationRecorder:
         def expand(values):
             return np.repeat(values.astype(np.float64), counts)
 
-        def cumsum_within_runs(values):
-            total = np.cumsum(values)
-            return total - np.repeat((total - values)[run_starts], counts)
-
         offsets = np.arange(num, dtype=np.float64) - np.repeat(run_starts, counts)
         token = expand(runs["token"]) + expand(runs["token_step"]) * offsets
         allocated = expand(runs["allocated"])
         internal = expand(runs["internal_fragmentation"])
         if len(growth["iteration"]):
             where = growth["iteration"]
-            allocated += cumsum_within_runs(np.bincount(where, weights=growth["slots"], minlength=num))
-            internal += cumsum_within_runs(np.bincount(where, weights=growth["internal"], minlength=num))
+            allocated += _cumsum_within_runs(np.bincount(where, weights=growth["slots"], minlength=num), counts)
+            internal += _cumsum_within_runs(np.bincount(where, weights=growth["internal"], minlength=num), counts)
         overhead = expand(runs["overhead"])
         return {
             "token": token,
@@ -221,6 +223,9 @@ class IterationRecorder:
         for name in ("num_seqs", "num_running", "num_waiting", "num_prefill_tokens", "num_decode_tokens",
                      "num_preemptions"):
             block[ITERATION_COLUMNS.index(name)] = np.repeat(runs[name], counts)
+        if self._joined:  # requests that joined the queue during a run (its head waited: nobody was admitted)
+            joined = np.bincount(np.array(self._joined, dtype=np.int64), minlength=len(dt)).astype(np.float64)
+            block[ITERATION_COLUMNS.index("num_waiting")] += _cumsum_within_runs(joined, counts)
         # After a run's first iteration (which may admit), every request decodes.
         later = np.ones(len(dt), dtype=bool)
         later[np.cumsum(counts) - counts] = False
@@ -229,6 +234,15 @@ class IterationRecorder:
         for name in ("token", "reserved", "internal_fragmentation", "overhead", "free"):
             block[ITERATION_COLUMNS.index(name)] = states[name]
         self.log.extend(block)
+
+
+def _cumsum_within_runs(values, counts):
+    """The running sum of per-iteration ``values``, restarting at each run (``counts``: iterations per run)."""
+    import numpy as np
+
+    total = np.cumsum(values)
+    run_starts = np.cumsum(counts) - counts
+    return total - np.repeat((total - values)[run_starts], counts)
 
 
 @dataclass

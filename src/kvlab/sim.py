@@ -93,6 +93,8 @@ class Simulation:
         # What the horizon priced for the coming run (a list or a numpy array) and the clock at its end.
         self._run_durations: Any = None
         self._run_end = 0.0
+        # Whether the coming run goes past arrivals (the queue's head waits for a finish: see the horizon).
+        self._run_past_arrivals = False
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -126,13 +128,17 @@ class Simulation:
                 return None
             self.now = max(self.now, self.next_arrival_time)
             self._arrive()
-        self._run_durations = None
+        self._run_durations, self._run_past_arrivals = None, False
         out = sched.schedule(self.max_iterations, self._horizon if self.max_iterations > 1 else None)
         if not out.total_num_scheduled_tokens and not out.new_req_ids and not out.preempted_req_ids:
             raise RuntimeError(f"no progress in iteration {out.step}: {sched.running!r} {list(sched.waiting)[:3]!r}")
         start = self.now
         durations, self.now = self._timing(out, start)
-        self.recorder.add(self._row(out), durations, start, self.now, out.kv_growth)
+        row = self._row(out)
+        joined: tuple[int, ...] = ()
+        if self._run_past_arrivals and out.num_iterations > 1 and self.next_arrival_time < self.now:
+            joined = self._arrive_during(start, durations)
+        self.recorder.add(row, durations, start, self.now, out.kv_growth, joined)
         first_end = self.now if out.num_iterations == 1 else start + float(durations[0])
         finished = sched.update_from_output(out, self.now, start, first_end)
         if finished:
@@ -218,13 +224,15 @@ class Simulation:
     # -- internals -------------------------------------------------------------------------------------
 
     def _horizon(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
-                 first: FirstIteration | None = None) -> int:
+                 first: FirstIteration | None = None, queue_waits: bool = False) -> int:
         """How many iterations of a run start before the next arrival (or ``run_until``'s limit): an arrival
-        joins the queue before the first iteration starting at or after it. The run's decode iterations have
+        joins the queue before the first iteration starting at or after it (with ``queue_waits`` it changes
+        nothing in the run, and joins after it: ``_arrive_during``). The run's decode iterations have
         ``num_seqs`` requests and the first of them reads ``num_context_tokens`` tokens of KV; with ``first``,
         that iteration (which admits) comes before them. Keeps their durations and the clock at their end for
         ``_timing``."""
-        stop = min(self.next_arrival_time, self._limit)
+        self._run_past_arrivals = queue_waits
+        stop = self._limit if queue_waits else min(self.next_arrival_time, self._limit)
         now = self.now
         lead: list[float] = []
         if first is not None:
@@ -315,26 +323,48 @@ class Simulation:
 
     def _arrive(self) -> None:
         """Requests whose arrival time has come join the waiting queue, or are rejected with a reason."""
-        requests, cfg = self.requests, self.config.scheduler
+        requests = self.requests
         while self._next_arrival < len(requests) and requests[self._next_arrival].arrival_time <= self.now:
+            self._next_arrival += 1
+            self._arrival(requests[self._next_arrival - 1])
+
+    def _arrive_during(self, start: float, durations) -> tuple[int, ...]:
+        """The requests that arrived during a run that went past arrivals, from its start to its last iteration's
+        start, join the queue (or are rejected) as they would have between its iterations: before the first
+        iteration starting at or after the arrival. Returns that iteration (from 0) for each that joined."""
+        import numpy as np
+
+        # Each iteration's start, as `now += dt` advanced the clock, left to right.
+        starts = np.add.accumulate(np.concatenate(([start], durations[:-1])))
+        last, requests = float(starts[-1]), self.requests
+        joined = []
+        while self._next_arrival < len(requests) and requests[self._next_arrival].arrival_time <= last:
             request = requests[self._next_arrival]
             self._next_arrival += 1
-            reason = None
-            if request.prompt_len >= cfg.max_model_len:
-                reason = "prompt longer than max_model_len"
-            else:
-                room = cfg.max_model_len - request.prompt_len
-                if request.num_output_tokens > room:
-                    request = replace(request, max_tokens=room)  # vLLM stops a request at max_model_len
-                reason = self.allocator.why_never_fits(request)
-            seq = self.seqs[request.request_id] = Seq(request)
-            if reason is None:
-                self.scheduler.add_request(seq)
-                continue
-            seq.status = SeqStatus.REJECTED
-            seq.reject_reason = reason
-            self.counters.num_rejected += 1
-            self.counters.reject_reasons[reason] = self.counters.reject_reasons.get(reason, 0) + 1
+            if self._arrival(request):
+                joined.append(int(np.searchsorted(starts, request.arrival_time, side="left")))
+        return tuple(joined)
+
+    def _arrival(self, request) -> bool:
+        """One request arrives: it joins the waiting queue (True), or is rejected with a reason."""
+        cfg = self.config.scheduler
+        reason = None
+        if request.prompt_len >= cfg.max_model_len:
+            reason = "prompt longer than max_model_len"
+        else:
+            room = cfg.max_model_len - request.prompt_len
+            if request.num_output_tokens > room:
+                request = replace(request, max_tokens=room)  # vLLM stops a request at max_model_len
+            reason = self.allocator.why_never_fits(request)
+        seq = self.seqs[request.request_id] = Seq(request)
+        if reason is None:
+            self.scheduler.add_request(seq)
+            return True
+        seq.status = SeqStatus.REJECTED
+        seq.reject_reason = reason
+        self.counters.num_rejected += 1
+        self.counters.reject_reasons[reason] = self.counters.reject_reasons.get(reason, 0) + 1
+        return False
 
 
 def _prepend(value: float, values):

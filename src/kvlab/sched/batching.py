@@ -5,9 +5,10 @@ waiting queue (allocating their memory and calling ``scheduler.admit``) and yiel
 ``(seq, num_new_tokens, num_cached_tokens)`` for each, ``num_new_tokens`` being what it computes this iteration.
 
 The contract that lets the scheduler run iterations in bulk: a policy's decision depends only on the queue, the
-running requests, the token budget and the memory. If it admits nobody in an iteration in which every running
-request decodes, it would admit nobody in the iterations after it either, as long as nothing finishes (decoding
-only takes memory, and the seats and the budget stay the same).
+running requests, the token budget and the memory, and it admits from the front of the queue. If it admits
+nobody in an iteration in which every running request decodes, it would admit nobody in the iterations after it
+either, as long as nothing finishes (decoding only takes memory, and the seats and the budget stay the same),
+even as requests arrive (they join the queue behind the head that waits).
 """
 
 from __future__ import annotations

@@ -46,10 +46,12 @@ class Horizon(Protocol):
     """How many iterations of a run start before the caller's next event: called with the batch size of its
     decode iterations, the context tokens of the first of them and the most iterations the scheduler would run;
     returns at most that. With ``first``, the run begins with that iteration (it admits), and the decode
-    iterations follow it (the count includes it)."""
+    iterations follow it (the count includes it). With ``queue_waits``, the queue's head waits until something
+    finishes (the run ends before), so a request arriving meanwhile, which joins behind it, changes nothing in
+    the run: it need not end there."""
 
     def __call__(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
-                 first: FirstIteration | None = None) -> int: ...
+                 first: FirstIteration | None = None, queue_waits: bool = False) -> int: ...
 
 
 class Scheduler:
@@ -233,7 +235,8 @@ class Scheduler:
         num_seqs = len(self.running)
         num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)
         if horizon is not None:
-            num_iterations = horizon(num_seqs, self.num_resident_computed_tokens + num_seqs, num_iterations)
+            num_iterations = horizon(num_seqs, self.num_resident_computed_tokens + num_seqs, num_iterations, None,
+                                     bool(self.waiting) and self._admission_blocked)
         return num_iterations
 
     def _finish_heap(self) -> list[tuple[int, int, Seq]]:

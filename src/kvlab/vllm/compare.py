@@ -150,8 +150,9 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     step = 0
     next_index = 0
 
-    def horizon(num_seqs: int, num_context_tokens: int, max_iterations: int, first=None) -> int:
-        # The driver adds requests before their step: a run stops where the next one is due.
+    def horizon(num_seqs: int, num_context_tokens: int, max_iterations: int, first=None, queue_waits=False) -> int:
+        # The driver adds requests before their step: a run stops where the next one is due (the records list
+        # the waiting queue at every step, so even a run whose queue waits stops there).
         if next_index < len(order):
             return max(1, min(max_iterations, add_before_step[order[next_index]] - step))
         return max_iterations
