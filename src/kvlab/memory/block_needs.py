@@ -35,22 +35,26 @@ class BlockNeeds:
         self._last_heap: list[int] = []  # the keys of _last (and some of removed entries: skipped)
         self._far: set[int] = set()  # requests holding a block or more beyond their tokens: not decoding
         self._num_stamps = 0
+        # request_id -> (slots, tokens, KV tokens) given since the clock last moved, placed when it next does (a
+        # prompt computed in chunks over single iterations is placed once, not after every chunk).
+        self._pending: dict[int, tuple[int, int, int]] = {}
 
     def admit(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         """A request got its first blocks: ``num_slots`` held, ``num_tokens`` filled once this iteration ran,
         ``num_kv_tokens`` to be written over its life."""
         self._num_stamps += 1
         self._stamp[request_id] = self._num_stamps
-        self._place(request_id, num_slots, num_tokens, num_kv_tokens)
+        self._pending[request_id] = (num_slots, num_tokens, num_kv_tokens)
 
     def update(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         """Its slots or its tokens changed outside a decode run (a step's allocate_slots)."""
-        self._remove(request_id)
-        self._place(request_id, num_slots, num_tokens, num_kv_tokens)
+        self._pending[request_id] = (num_slots, num_tokens, num_kv_tokens)
 
     def forget(self, request_id: int) -> None:
-        if request_id in self._phase:
-            self._remove(request_id)
+        if request_id in self._stamp:
+            self._pending.pop(request_id, None)
+            if request_id in self._phase:
+                self._remove(request_id)
             del self._stamp[request_id]
 
     def stamp(self, request_id: int) -> int:
@@ -58,12 +62,23 @@ class BlockNeeds:
 
     def next_block_iteration(self, request_id: int) -> int:
         """For checks: the decode-run iteration from now (1: the next) in which the request needs a block."""
+        self._settle()
         return (self._phase[request_id] - self.num_decode_iterations - 1) % self.block_size + 1
+
+    def _settle(self) -> None:
+        """Place the requests given since the clock last moved (on the clock as it still is)."""
+        for request_id, (num_slots, num_tokens, num_kv_tokens) in self._pending.items():
+            if request_id in self._phase:
+                self._remove(request_id)
+            self._place(request_id, num_slots, num_tokens, num_kv_tokens)
+        self._pending.clear()
 
     def due(self, max_iterations: int, num_free_blocks: int) -> tuple[int, list[int], list[tuple[int, int, int]]]:
         """A run of up to ``max_iterations`` iterations, as many as ``num_free_blocks`` cover: (iterations, the
         request ids that get a block, in step order, and per iteration (from 0) the slots and the internal
         fragmentation slots its new blocks add). The clock advances by the run."""
+        if self._pending:
+            self._settle()
         assert not self._far, "a decode run while a request is still computing its prompt"
         clock, bs, buckets = self.num_decode_iterations, self.block_size, self._buckets
         order: list[int] = []

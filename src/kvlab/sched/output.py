@@ -36,8 +36,9 @@ class SchedulerOutput(NamedTuple):
     # clock, as in a run of one, and only the admitted are visited. When it is longer, each admitted request
     # computed all its tokens in the first iteration, and the whole batch decodes in the others.
     decodes_in_bulk: bool = False
-    # Memory handed out during the run, per block: (iteration from 0, slots, internal fragmentation slots)
-    # (the allocator's DecodeRun.growth); the allocator's counters already include all of it.
+    # Memory handed out during the run: (iteration from 0, slots, internal fragmentation slots), one entry per
+    # iteration that hands out blocks or fills last blocks (the allocator's DecodeRun.growth); the allocator's
+    # counters already include all of it.
     kv_growth: tuple[tuple[int, int, int], ...] = ()
 
     @property

@@ -31,24 +31,31 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from heapq import heapify, heappop, heappush
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kvlab.config import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.output import SchedulerOutput
 from kvlab.sched.seq import Seq, SeqStatus
 
-# (the run's first iteration: batch size, prefill tokens, decode tokens, context tokens, attention pairs)
-FirstIteration = tuple[int, int, int, int, int]
+
+class FirstIteration(NamedTuple):
+    """A run's first iteration when it admits (the cost model's arguments, in its order)."""
+
+    num_seqs: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_context_tokens: int
+    num_attention_pairs: int
 
 
 class Horizon(Protocol):
     """How many iterations of a run start before the caller's next event: called with the batch size of its
-    decode iterations, the context tokens of the first of them and the most iterations the scheduler would run;
-    returns at most that. With ``first``, the run begins with that iteration (it admits), and the decode
-    iterations follow it (the count includes it). With ``queue_waits``, the queue's head waits until something
-    finishes (the run ends before), so a request arriving meanwhile, which joins behind it, changes nothing in
-    the run: it need not end there."""
+    decode iterations, the context tokens of the first decode iteration and the most iterations the scheduler
+    would run; returns at most that. With ``first``, the run begins with that iteration (it admits), the decode
+    iterations follow it, and both counts include it. With ``queue_waits``, the queue's head waits until
+    something finishes (the run ends before), so a request arriving meanwhile, which joins behind it, changes
+    nothing in the run: it need not end there."""
 
     def __call__(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
                  first: FirstIteration | None = None, queue_waits: bool = False) -> int: ...
@@ -162,7 +169,7 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens - num_seqs
         new_ids, (prefill, _, context, pairs), swap_bytes = self._waiting_loop(budget, scheduled)
         if new_ids:
-            first = (len(scheduled), prefill, num_seqs, num_context + context, num_context + pairs)
+            first = FirstIteration(len(scheduled), prefill, num_seqs, num_context + context, num_context + pairs)
             num_iterations, growth = 1, first_run.growth
             if max_iterations > 1 and not swap_bytes and self._admitted_decode_next(len(new_ids), scheduled):
                 num_iterations, growth = self._after_admission(max_iterations, horizon, first, growth)
@@ -174,8 +181,8 @@ class Scheduler:
                 preempted_req_ids=(),
                 num_prefill_tokens=prefill,
                 num_decode_tokens=num_seqs,
-                num_context_tokens=first[3],
-                num_attention_pairs=first[4],
+                num_context_tokens=first.num_context_tokens,
+                num_attention_pairs=first.num_attention_pairs,
                 num_swap_bytes=swap_bytes,
                 num_iterations=num_iterations,
                 decodes_in_bulk=True,
@@ -214,9 +221,10 @@ class Scheduler:
         schedule them: up to the first finish (of a decoder, or of someone just admitted), cut by the horizon
         and by the free blocks. Returns (iterations, the run's growth)."""
         running = self.running
-        num_admitted = first[0] - first[2]
+        num_admitted = first.num_seqs - first.num_decode_tokens
         clock = self._clock + 1  # the decode clock after the first iteration
-        num_rest = min(max_iterations - 1, self._finishes[0][0] - clock if self._finishes else max_iterations)
+        assert self._finishes  # (the decoders': _schedule_decode_and_admit made it)
+        num_rest = min(max_iterations - 1, self._finishes[0][0] - clock)
         for seq in running[len(running) - num_admitted:]:
             num_rest = min(num_rest, seq.request.num_output_tokens - seq.num_output_tokens - 1)
         if num_rest <= 0:
@@ -224,7 +232,7 @@ class Scheduler:
         num_seqs = len(running)
         num_iterations = 1 + num_rest
         if horizon is not None:
-            num_iterations = horizon(num_seqs, first[3] + num_seqs, num_iterations, first)
+            num_iterations = horizon(num_seqs, first.num_context_tokens + num_seqs, num_iterations, first)
         if num_iterations <= 1:
             return 1, growth
         rest = self.allocator.allocate_decode_run(running, num_iterations - 1)

@@ -116,7 +116,10 @@ def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: st
 
     config = SimConfig.from_options(**settings.sim_options(str(TINY_MODEL_CONFIG), gpu))
     strategy = parse_strategy("vllm+prefix" if settings.enable_prefix_caching else "vllm")
-    sim = Simulation(strategy, config, Workload("compare", tuple(requests), "", ""), record_iterations=False)
+    # Stepping: each request joins the queue between the two iterations its arrival falls between (a run may
+    # add the requests arriving while the queue waits only after it).
+    sim = Simulation(strategy, config, Workload("compare", tuple(requests), "", ""), record_iterations=False,
+                     max_iterations=1)
     steps: dict[int, int] = {}
     while not sim.done:
         before = sim.scheduler.step
@@ -130,9 +133,10 @@ def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: st
 # -- kvlab's side ----------------------------------------------------------------------------------------
 
 
-def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], settings: EngineSettings) -> SideRun:
+def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], settings: EngineSettings,
+              max_iterations: int | None = None) -> SideRun:
     """kvlab's scheduler and paged allocator, run as ``kvlab run`` runs them (runs of iterations where their
-    outcome is known), recorded step by step in the driver's format."""
+    outcome is known, up to ``max_iterations`` at once; 1 steps), recorded step by step in the driver's format."""
     from kvlab.memory.paged import PagedAllocator
     from kvlab.sched.scheduler import Scheduler
     from kvlab.sched.seq import Seq
@@ -165,13 +169,14 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
             seqs[request.request_id] = seq = Seq(request)
             scheduler.add_request(seq)
             next_index += 1
-        out = scheduler.schedule(MAX_RUN_ITERATIONS, horizon)
+        out = scheduler.schedule(max_iterations or MAX_RUN_ITERATIONS, horizon)
         scheduler.sync()  # (the records read each running request's counters)
         # The run's iterations before its last, as the driver sees them after each step.
         for j in range(out.num_iterations - 1):
-            later_blocks = sum(1 for at, _, _ in out.kv_growth if at > j)
+            later_blocks = sum(slots for at, slots, _ in out.kv_growth if at > j) // settings.block_size
             steps.append(_step_record(step + j, out, j, [], scheduler, allocator.num_free_blocks + later_blocks))
         finished = scheduler.update_from_output(out, float(step + out.num_iterations - 1))
+        scheduler.sync()  # (and the last of the run, after it was applied)
         steps.append(_step_record(step + out.num_iterations - 1, out, out.num_iterations - 1, finished, scheduler,
                                   allocator.num_free_blocks, applied=True))
         step += out.num_iterations
