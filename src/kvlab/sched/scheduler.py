@@ -13,7 +13,9 @@ iteration (``max_num_batched_tokens``), running requests first, then waiting one
 Runs. Asked for up to ``max_iterations`` iterations, the scheduler returns a run of several when their outcome
 is known without scheduling them one by one: every running request is decoding (``_decoding``), the waiting
 loop cannot admit anyone until something finishes (``_admission_blocked``, or an empty queue), and no request
-finishes or runs out of memory before the run's last iteration. Then each of those iterations is what the
+finishes or runs out of memory before the run's last iteration. (The caller's horizon ends a run where a request
+arrives, unless the queue's head waits: an arrival then joins behind it and changes nothing before the run
+ends.) Then each of those iterations is what the
 running loop would decide anyway (every request computes one token), and the allocator hands out the run's
 blocks in one call (``allocate_decode_run``), in the order the steps would. When everyone decodes and the
 queue's head may fit, the decoders' blocks come from that call and the batching policy decides: if it admits
