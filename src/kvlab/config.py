@@ -181,7 +181,7 @@ class SimConfig:
             ),
         )
         tp = tensor_parallel_size
-        num_slots = num_gpu_blocks * block_size if num_gpu_blocks else sizing.num_tokens
+        num_slots = num_gpu_blocks * block_size if num_gpu_blocks else sizing.num_pool_slots
         if num_slots < block_size * 2:
             raise KvlabError(
                 f"{model_spec.id} on {gpu_spec.id} leaves a KV cache of {num_slots} token slots: too small to serve"

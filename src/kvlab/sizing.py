@@ -358,6 +358,17 @@ class SizingResult:
         return max(0, self.num_blocks - 1)
 
     @property
+    def num_pool_slots(self) -> int:
+        """Token slots of the block pool as the simulator serves it. With one KV cache group, the blocks times the
+        block size: what the block pool holds, whatever ``num_tokens`` (vLLM's "GPU KV cache size", whole
+        max_model_len requests' worth) rounds away when max_model_len is not a multiple of the block size. With
+        several (sliding-window layers beside full attention), a request takes blocks in each and the simulator's
+        one pool stands for them: then vLLM's token figure."""
+        if len(self.kv_cache_groups) == 1:
+            return self.num_blocks * self.block_size
+        return self.num_tokens
+
+    @property
     def fits_max_model_len(self) -> bool:
         """Whether vLLM would start: one max_model_len request must fit in the usable blocks
         (kv_cache_utils._check_enough_kv_cache_memory)."""
