@@ -356,7 +356,7 @@ BAD_FILES = [
     ("a.csv", "arrival_time,prompt_len,output_len\n0,-10,5\n", "line 2", "'-10'"),
     ("a.csv", "arrival_time,prompt_len,output_len\n0,10,5\n\n2,10,0\n", "line 4", "'0'"),
     ("a.csv", "arrival_time,prompt_len,output_len\n0,10.5,5\n", "line 2", "'10.5'"),
-    ("a.csv", "arrival_time,prompt_len,output_len\n0,10\n", "line 2", "None"),
+    ("a.csv", "arrival_time,prompt_len,output_len\n0,10\n", "line 2", "missing field 'output_len'"),
     ("a.csv", "arrival_time,prompt_len,output_len,max_tokens\n0,10,5,0\n", "line 2", "max_tokens '0'"),
     ("a.csv", "arrival_time,prompt_len,output_len\n0,10,5\nnan,10,5\n", "line 3", "'nan'"),
     ("a.jsonl", '{"arrival_time": 0, "prompt_len": 10}\n', "line 1", "output_len"),

@@ -67,7 +67,7 @@ def parse_strategy(text: str) -> Strategy:
         base = Strategy(f"{head}+{options[0]}", head, options[0])
         rest = options[1:]
     else:
-        valid = sorted(STRATEGIES) + [f"{b}+{a}" for b in BATCHING_NAMES for a in ALLOCATOR_NAMES]
+        valid = sorted(set(STRATEGIES) | {f"{b}+{a}" for b in BATCHING_NAMES for a in ALLOCATOR_NAMES})
         close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise KvlabError(

@@ -120,7 +120,7 @@ def _parse(model: type[BaseModel], data: dict, name_of, where: str = "") -> Base
         field = model.model_fields.get(key)
         expected = _description(field.annotation) or field.description if field is not None else ""
         prefix = f"{where}: " if where else ""
-        if error["type"] == "missing":
+        if error["type"] == "missing" or (key in data and data[key] is None):  # (None: an empty CSV cell)
             raise KvlabError(f"{prefix}missing field {name_of(key)!r}" + (f"; valid: {expected}" if expected else "")) from None
         value = f" {_show(data[key] if key in data else error.get('input'))}"
         raise KvlabError(f"{prefix}{name_of(key)}{value} {_problem(error)}"

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     except usage_error as exc:
         if not exc.format_message():  # (a bare `kvlab`: Click printed the help, which is the answer)
             sys.exit(exc.exit_code)
-        _error(_usage_message(exc, args))
+        _error(_usage_message(exc, args, _command_path(command, args)))
     except typer.Abort:
         _error("interrupted", code=130)
     sys.exit(code if isinstance(code, int) else 0)  # (as Click's standalone mode ends)
@@ -64,7 +64,19 @@ def _kind(message: str) -> str:
     return "integer" if "integer" in lowered else "number" if "number" in lowered or "float" in lowered else ""
 
 
-def _usage_message(exc, args: list[str]) -> str:
+def _command_path(command, args: list[str]) -> str:
+    """``kvlab`` and the subcommands ``args`` name, as far as they go (Click gives some errors no context)."""
+    path = ["kvlab"]
+    for arg in args:
+        sub = getattr(command, "commands", {}).get(arg)
+        if sub is None:
+            break
+        path.append(arg)
+        command = sub
+    return " ".join(path)
+
+
+def _usage_message(exc, args: list[str], command_path: str = "kvlab") -> str:
     """Click's message in kvlab's form: the option, the value given, what would do, and where help is."""
     import typer
 
@@ -75,5 +87,5 @@ def _usage_message(exc, args: list[str]) -> str:
         given = given or next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in opts and "=" in a), None)
         if given is not None:
             message = f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(_kind(exc.message), exc.message)}"
-    where = exc.ctx.command_path if exc.ctx is not None else "kvlab"
+    where = exc.ctx.command_path if exc.ctx is not None else command_path
     return f"{message} (see '{where} --help')"
