@@ -153,3 +153,15 @@ def test_race_html_export_is_one_self_contained_file(kvlab, tmp_path):
     assert "<script src=" not in text and "<link rel=\"stylesheet\" href=" not in text  # everything inline
     for strategy in ("static+max", "continuous+paged"):
         assert strategy in text
+
+
+def test_options_the_run_does_not_use_are_named_and_the_run_goes_on(kvlab):
+    result = kvlab("run", "vllm", "-n", "30", "--swap-space", "8", "--available-kv-gib", "5",
+                   "--num-gpu-blocks", "500", "--json")
+    assert result.exit_code == 0, result.stderr
+    err = " ".join(result.stderr.split())
+    assert "note: --swap-space 8 is not used: no strategy here swaps" in err
+    assert "note: --num-gpu-blocks 500 sets the pool" in err and "--available-kv-gib 5 is not used" in err
+    assert result.json()["num_slots"] == 500 * 16 and result.json()["strategies"][0]["num_finished"] == 30
+    swapping = kvlab("run", "vllm+swap", "-n", "30", "--swap-space", "8", "--json")
+    assert swapping.exit_code == 0 and "note:" not in swapping.stderr

@@ -128,6 +128,21 @@ def check_work(strategies: list, workload: str, options: dict) -> None:
     check_simulation_work(num, mean_len, len(strategies), "this run")
 
 
+DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's --swap-space default
+
+
+def _unused_options(strategies, swap_space: float, available_kv_gib, num_gpu_blocks) -> list[str]:
+    """Options given that this run does not use, each said in one line (the run goes on)."""
+    notes = []
+    if swap_space != DEFAULT_SWAP_SPACE_GIB and not any(s.preemption_mode == "swap" for s in strategies):
+        notes.append(f"--swap-space {swap_space:g} is not used: no strategy here swaps (a +swap strategy, or "
+                     f"--preemption-mode swap, would)")
+    if available_kv_gib and num_gpu_blocks:
+        notes.append(f"--num-gpu-blocks {num_gpu_blocks} sets the pool (as vLLM's --num-gpu-blocks-override "
+                     f"does): --available-kv-gib {available_kv_gib:g} is not used")
+    return notes
+
+
 def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size,
              gpu_memory_utilization, block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens,
              max_num_seqs, available_kv_gib, num_gpu_blocks, enable_chunked_prefill, preemption_mode, swap_space,
@@ -169,6 +184,8 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
     latency_s = config.cost.request_latency_s
     results = []
     console = Console(stderr=True)
+    for note in _unused_options(strategies, swap_space, available_kv_gib, num_gpu_blocks):
+        console.print(f"note: {note}", style="yellow", highlight=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=quiet or not console.is_terminal) as progress:
         for strategy in strategies:
@@ -285,7 +302,7 @@ def sim_option_template(
     num_gpu_blocks: NumBlocksOpt = None,
     enable_chunked_prefill: ChunkedOpt = True,
     preemption_mode: PreemptOpt = None,
-    swap_space: SwapOpt = 4.0,
+    swap_space: SwapOpt = DEFAULT_SWAP_SPACE_GIB,
     workload: WorkloadOpt = defaults.WORKLOAD,
     rate: RateOpt = None,
     arrival: ArrivalOpt = "auto",
