@@ -1,11 +1,11 @@
 """Machine instructions per simulated request, counted by valgrind's callgrind: a figure that, unlike time, does not
 drift with a shared machine's load (two runs of the same code agree to within a fraction of a percent).
 
-    python benchmarks/count_instructions.py                      # the four cases below, 7,200 requests each
+    python benchmarks/count_instructions.py                      # the six cases below, 7,200 requests each
     python benchmarks/count_instructions.py --case 1.5 --requests 10000
     PYTHONPATH=/path/to/other/checkout/src python benchmarks/count_instructions.py   # another version's code
 
-Cases: a strategy of the lesson's race on bench_sim.py's setup (OPT-13B, 12 GiB of KV cache, paper-sharegpt at
+Cases: each strategy of the lesson's race on bench_sim.py's setup (OPT-13B, 12 GiB of KV cache, paper-sharegpt at
 2 req/s, log on), or a rate of the saturation benchmark (``vllm`` on Llama-2-7B, 7,424 blocks, ShareGPT clipped to
 4,096, chunked prefill off: 1.5 req/s is below capacity, 2.1 above). Each case runs twice under callgrind, with
 and without the simulation (same imports, same workload built, the same small warm-up run), and the difference is
@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 
-CASES = ("static+max", "continuous+paged", "1.5", "2.1")
+CASES = ("static+max", "continuous+max", "static+paged", "continuous+paged", "1.5", "2.1")  # the lesson's four, two rates
 
 CHILD = r"""
 import sys
@@ -62,7 +62,7 @@ def count(case: str, num_requests: int, simulate: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--case", action="append", choices=CASES, help="a case (repeatable; default: all four)")
+    parser.add_argument("--case", action="append", choices=CASES, help="a case (repeatable; default: all six)")
     parser.add_argument("--requests", type=int, default=7200, help="requests per case (default: 7,200)")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
