@@ -23,25 +23,33 @@ import sys
 
 CASES = ("static+max", "continuous+max", "static+paged", "continuous+paged", "1.5", "2.1")  # the lesson's four, two rates
 
+def setup(case: str, num_requests: int):
+    """A case's (config, workload, strategy name, whether the iteration log is kept)."""
+    from bench_sim import clipped  # (benchmarks/ is on sys.path: this file's folder)
+
+    from kvlab.sim import SimConfig
+    from kvlab.workload import load_workload
+
+    if case[0].isdigit():
+        config = SimConfig.from_options(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=7425, max_model_len=4096,
+                                        max_num_batched_tokens=4096, enable_chunked_prefill=False)
+        workload = clipped(load_workload("sharegpt-8k", num_requests=num_requests, rate=float(case),
+                                         arrival="poisson", seed=0), 4096)
+        return config, workload, "vllm", False
+    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
+    return config, load_workload("paper-sharegpt", num_requests=num_requests, rate=2.0, seed=0), case, True
+
+
 CHILD = r"""
 import sys
 sys.path.insert(0, {benchmarks!r})
-from bench_sim import clipped
-from kvlab.sim import SimConfig, Simulation
+from count_instructions import setup
+from kvlab.sim import Simulation
 from kvlab.strategies import parse_strategy
 from kvlab.workload import load_workload
 
 case, num_requests, simulate = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-if case[0].isdigit():
-    config = SimConfig.from_options(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=7425, max_model_len=4096,
-                                    max_num_batched_tokens=4096, enable_chunked_prefill=False)
-    workload = clipped(load_workload("sharegpt-8k", num_requests=num_requests, rate=float(case), arrival="poisson",
-                                     seed=0), 4096)
-    name, record = "vllm", False
-else:
-    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
-    workload = load_workload("paper-sharegpt", num_requests=num_requests, rate=2.0, seed=0)
-    name, record = case, True
+config, workload, name, record = setup(case, num_requests)
 warm = load_workload("paper-sharegpt", num_requests=20, rate=2.0, seed=1)  # lazy imports, paid in both runs
 Simulation(parse_strategy(name), config, warm, record_iterations=record).run().summary()
 if simulate:
