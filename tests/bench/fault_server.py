@@ -36,6 +36,8 @@ http_requests_total{path="/v1/completions"} 3.0
 class FaultState:
     token_interval: float = 0.005  # s between streamed tokens
     metrics: str = "none"  # none (404) | foreign (Prometheus text, not vLLM's)
+    metrics_delay: float = 0.0  # s each /metrics answer takes
+    metrics_times: list[float] = field(default_factory=list)  # when each /metrics request came (monotonic)
     openai: bool = True  # False: /v1/models answers with an HTML page
     received: list[dict] = field(default_factory=list)  # request bodies, in arrival order
     headers: list[dict] = field(default_factory=list)
@@ -59,6 +61,9 @@ def make_app(state: FaultState) -> Starlette:
         return JSONResponse({"object": "list", "data": [{"id": "fault-model", "object": "model"}]})
 
     async def metrics(request: Request) -> Response:
+        state.metrics_times.append(time.monotonic())
+        if state.metrics_delay:
+            await asyncio.sleep(state.metrics_delay)
         if state.metrics == "foreign":
             return PlainTextResponse(FOREIGN_METRICS)
         return PlainTextResponse("not found", status_code=404)

@@ -183,6 +183,20 @@ def test_foreign_metrics_are_named_and_the_run_proceeds(kvlab, tmp_path):
         assert names == {"http_requests_total"}  # what the server does publish is still recorded
 
 
+def test_a_server_slow_to_answer_metrics_is_scraped_less_often(kvlab, tmp_path):
+    # Each /metrics answer takes 0.2 s and the bench asks every 0.01 s: after each, it waits 4 x 0.2 s instead,
+    # so scraping takes at most a fifth of the server's time (vLLM answers it on the loop that streams tokens).
+    # A load of about 2.4 s then sees a scrape a second, not five: with the probe before the load, the scrape
+    # that opens it and the one that closes it, at most 7 in all (asking back to back would make about 15).
+    with FaultServer(FaultState(metrics="foreign", metrics_delay=0.2, token_interval=0.2)) as server:
+        result = _bench(kvlab, server, _workload(tmp_path, [NORMAL] * 2), "--metrics-interval", "0.01")
+        assert result.exit_code == 0, result.stderr
+        times = server.state.metrics_times
+        gaps = [round(b - a, 2) for a, b in zip(times, times[1:])]
+        assert 4 <= len(times) <= 7, gaps
+        assert max(gaps) >= 0.2 + 4 * 0.2 - 0.05, gaps  # the pause after a scrape inside the load
+
+
 def test_compare_without_the_server_config_stops_before_any_load(kvlab, fault_server, tmp_path):
     result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL] * 3), "--compare")
     assert result.exit_code == 2

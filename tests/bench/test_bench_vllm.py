@@ -77,17 +77,21 @@ def _burst(tmp_path, num_requests: int = 16, prompt_len: int = 40, output_len: i
 
 def _timeline(summary) -> str:
     """What a failing burst looked like from the client: when each request was sent, got its first token, ended."""
-    rows = sorted((r["send_time"], r["first_token_time"], r["finish_time"]) for r in summary["requests"])
-    return "send / first token / finish (s): " + "; ".join(f"{a:.2f}/{b:.2f}/{c:.2f}" for a, b, c in rows)
+    def at(t) -> str:
+        return "-" if t is None else f"{t:.2f}"
+
+    rows = sorted((r["send_time"] or 0.0, r["first_token_time"], r["finish_time"]) for r in summary["requests"])
+    return "send / first token / finish (s): " + "; ".join("/".join(map(at, row)) for row in rows)
 
 
 BURST_ATTEMPTS = 3
 
 
 def test_compare_shows_preemptions_on_both_sides_and_writes_plots_and_table(kvlab, server, tmp_path):
-    # The server preempts only if its API server hands the burst to the engine together. On a busy 2-core
-    # machine it once took them one at a time (its own log: "Running: 1 reqs, Waiting: 0 reqs" throughout, no
-    # preemption), which says nothing about kvlab: then the burst is sent again, a bounded number of times.
+    # Both sides preempt only if the burst reaches the engine together. On a busy 2-core machine vLLM's API
+    # server once let the requests in one at a time (its own log: "Running: 1 reqs, Waiting: 0 reqs"
+    # throughout, no preemption), which says nothing about kvlab: then the burst is sent again, a bounded
+    # number of times, and each attempt's timeline is kept for the failure.
     timelines = []
     for attempt in range(BURST_ATTEMPTS):
         out = tmp_path / f"out{attempt}"
@@ -96,13 +100,12 @@ def test_compare_shows_preemptions_on_both_sides_and_writes_plots_and_table(kvla
         assert result.exit_code == 0, result.stderr
         summary = result.json()
         table = {row["figure"]: row for row in summary["compare"]["table"]}
-        # The replay of sixteen sends within a few milliseconds overflows 23 blocks, whatever the server did.
-        assert table["preemptions"]["simulated"] > 0, _timeline(summary)
-        if table["preemptions"]["measured"] > 0:
+        if table["preemptions"]["measured"] > 0 and table["preemptions"]["simulated"] > 0:
             break
-        timelines.append(_timeline(summary))
+        timelines.append(f"preemptions measured {table['preemptions']['measured']}, simulated "
+                         f"{table['preemptions']['simulated']}; " + _timeline(summary))
     else:
-        pytest.fail(f"the server preempted none of the burst in {BURST_ATTEMPTS} attempts:\n" + "\n".join(timelines))
+        pytest.fail(f"the burst was not preempted on both sides in {BURST_ATTEMPTS} attempts:\n" + "\n".join(timelines))
     assert summary == json.loads((out / "summary.json").read_text())
     assert summary["num_finished"] == 16
     assert all(r["num_output_tokens"] == BURST_OUTPUT_LEN for r in summary["requests"])

@@ -35,7 +35,9 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds a request 
                                            "before it counts as timed out.")]
 TimeLimitOpt = Annotated[float, typer.Option("--time-limit", help="Seconds the whole run may take; then the requests "
                                              "still open are stopped and kept, marked.")]
-IntervalOpt = Annotated[float, typer.Option("--metrics-interval", help="Seconds between scrapes of /metrics.")]
+IntervalOpt = Annotated[float, typer.Option("--metrics-interval", help="Seconds between scrapes of /metrics (at least 4 "
+                                            "times as long as the last one took: scraping keeps to a fifth of the "
+                                            "server's time).")]
 BenchOutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write requests.csv, token_times.jsonl, "
                                                      "metrics.csv, summary.json (and --compare's plots and table) "
                                                      "here.")]
