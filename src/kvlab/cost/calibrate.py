@@ -62,6 +62,9 @@ COLLINEAR = 1e-6  # 1 - R² of a Jacobian column on the others below this: not s
 BURST_GAP_S = 5e-4  # chunks closer than this are one burst (no engine iteration is this short)
 
 
+# Where iterations are timed from when no server log is given.
+TOKEN_STREAMS = "the token streams"
+
 @dataclass(frozen=True)
 class Iterations:
     """Observed iterations, one numpy array per column, the idle arrivals' TTFTs, and where they came from."""
@@ -77,7 +80,7 @@ class Iterations:
     first_tokens: tuple  # (bench, send_time, first_token_time, prompt_len, queued) of each finished request
     num_requests: int
     sources: tuple[str, ...]
-    observed_by: str = "the token streams"
+    observed_by: str = TOKEN_STREAMS
     client: Iterations | None = None  # the client's observations, when these are the server log's
 
     def __len__(self) -> int:
@@ -292,7 +295,7 @@ class Fit:
     r2: float
     mean_duration_s: float
     sources: tuple[str, ...]
-    observed_by: str = "the token streams"
+    observed_by: str = TOKEN_STREAMS
 
     def profile(self, name: str, model: str = "", gpu: str = "") -> dict:
         """The fit as a profile document (profiles.py) that --cost takes."""

@@ -197,11 +197,7 @@ class Scheduler:
         # (With prefix caching the run's blocks are hashed from the requests' counters, which do not count the
         # first iteration yet: the run is that one iteration.)
         num_iterations = 1 if self.allocator.enable_prefix_caching else self._run_length(max_iterations, horizon)
-        if num_iterations > 1:
-            rest = self.allocator.allocate_decode_run(running, num_iterations - 1)
-            num_iterations = 1 + rest.num_iterations
-            growth = _after_first(growth, rest.growth)
-        return self._run_output(max(1, num_iterations), growth)
+        return self._run_output(*self._after_first(num_iterations, growth))
 
     def _admitted_decode_next(self, num_admitted: int, scheduled: dict[int, int]) -> bool:
         """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? True when
@@ -235,10 +231,16 @@ class Scheduler:
         num_iterations = 1 + num_rest
         if horizon is not None:
             num_iterations = horizon(num_seqs, first.num_context_tokens + num_seqs, num_iterations, first)
+        return self._after_first(num_iterations, growth)
+
+    def _after_first(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...]
+                     ) -> tuple[int, tuple[tuple[int, int, int], ...]]:
+        """A run's first iteration (its blocks handed out, ``growth``) followed by decode iterations of the whole
+        batch, up to ``num_iterations`` in all as far as the free blocks go: (iterations, the run's growth)."""
         if num_iterations <= 1:
             return 1, growth
-        rest = self.allocator.allocate_decode_run(running, num_iterations - 1)
-        return 1 + rest.num_iterations, _after_first(growth, rest.growth)
+        rest = self.allocator.allocate_decode_run(self.running, num_iterations - 1)
+        return 1 + rest.num_iterations, growth + tuple((j + 1, slots, internal) for j, slots, internal in rest.growth)
 
     def _run_length(self, max_iterations: int, horizon: Horizon | None) -> int:
         """Iterations of a decode run from now: up to the first finish, cut by the caller's horizon."""
@@ -517,9 +519,3 @@ class Scheduler:
         self.waiting.appendleft(seq)
         self.num_swapped_bytes += swap_bytes
         return swap_bytes
-
-
-def _after_first(growth: tuple[tuple[int, int, int], ...],
-                 rest: tuple[tuple[int, int, int], ...]) -> tuple[tuple[int, int, int], ...]:
-    """A run's growth: its first iteration's, then that of the iterations after it (counted from 0 there)."""
-    return growth + tuple((j + 1, slots, internal) for j, slots, internal in rest)
