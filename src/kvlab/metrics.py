@@ -14,6 +14,7 @@ Every metric is defined with its formula in docs/metrics.md. In short, over iter
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -70,7 +71,8 @@ class IterationLog:
 class RunRow(NamedTuple):
     """What a run of iterations (``SchedulerOutput``) left in memory and in the queues, as the metrics need it.
     Within the run, ``token`` grows by ``token_step`` per iteration and ``allocated`` and
-    ``internal_fragmentation`` by the run's ``kv_growth`` (from the iteration each block went out). The prefill
+    ``internal_fragmentation`` by the run's ``kv_growth`` (from the iteration each block went out), up to what the
+    row holds: the counters once the run's blocks all went out (the recorder takes the growth off). The prefill
     and decode tokens are the first iteration's: in the later ones, each of the ``num_seqs`` requests decodes."""
 
     num_iterations: int
@@ -82,7 +84,7 @@ class RunRow(NamedTuple):
     num_preemptions: int
     token: int  # slots holding computed tokens in the first iteration (as if it had computed its tokens)
     token_step: int
-    allocated: int  # slots handed out before the run's growth
+    allocated: int  # slots handed out once the run's blocks all went out (its growth included)
     internal_fragmentation: int  # likewise
     overhead: int
 
@@ -107,9 +109,9 @@ class IterationRecorder:
         self.start_time = start_time
         self.integral = UsageIntegral()
         self.log = IterationLog() if keep_log else None
-        self._rows: list[RunRow] = []
+        self._rows = array("q")  # the RunRows, one after another
         self._durations = array("d")
-        self._growth: list[tuple[int, tuple[tuple[int, int, int], ...]]] = []  # (first iteration, run's growth)
+        self._growth: list[tuple[tuple[int, int, int], ...]] = []  # each run's growth, in run order
         self._joined: list[int] = []  # the iteration before which a request joined the queue, one per request
         # (iteration, clock) where buffered iterations start and where they resume after the clock jumped
         # (idle until an arrival); in between, each starts when the one before ends.
@@ -124,9 +126,8 @@ class IterationRecorder:
         first = len(self._durations)
         if not first or start != self._clock_end:
             self._clock_starts.append((first, start))
-        self._rows.append(row)
-        if growth:
-            self._growth.append((first, growth))
+        self._rows.extend(row)
+        self._growth.append(growth)
         if joined:
             self._joined.extend(first + j for j in joined)
         if isinstance(durations, list):
@@ -144,20 +145,36 @@ class IterationRecorder:
         import numpy as np
 
         dt = np.frombuffer(self._durations, dtype=np.float64).copy()
-        table = np.array(self._rows, dtype=np.int64).reshape(-1, len(RunRow._fields))
+        table = np.frombuffer(self._rows, dtype=np.int64).reshape(-1, len(RunRow._fields)).copy()
         runs = {name: table[:, i] for i, name in enumerate(RunRow._fields)}
-        blocks = np.array([(first + at, slots, internal) for first, run in self._growth for at, slots, internal in run],
-                          dtype=np.int64).reshape(-1, 3)
-        growth = {"iteration": blocks[:, 0], "slots": blocks[:, 1], "internal": blocks[:, 2]}
+        growth = self._growth_entries(runs)
         states = self._expand(runs, growth, len(dt))
         self._integrate(states, dt, runs)
         if self.log is not None:
             self._log_rows(states, dt, runs)
-        self._rows.clear()
+        del self._rows[:]
         self._growth.clear()
         self._joined.clear()
         del self._durations[:]
         self._clock_starts.clear()
+
+    def _growth_entries(self, runs: dict) -> dict:
+        """The buffered runs' growth, one array per field, with each entry's iteration counted from the buffer's
+        start; ``runs``' allocation and internal fragmentation become the run's first iteration's (before its
+        growth). (Flattened by C iterators: a run has a few entries, and a Python loop over them cost more than
+        the rest of the flush.)"""
+        import numpy as np
+
+        num_entries = np.fromiter(map(len, self._growth), dtype=np.int64, count=len(self._growth))
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(self._growth)), dtype=np.int64,
+                           count=3 * int(num_entries.sum())).reshape(-1, 3)
+        run_of_entry = np.repeat(np.arange(len(num_entries)), num_entries)
+        runs["allocated"] -= np.bincount(run_of_entry, weights=flat[:, 1], minlength=len(num_entries)).astype(np.int64)
+        runs["internal_fragmentation"] -= np.bincount(run_of_entry, weights=flat[:, 2],
+                                                      minlength=len(num_entries)).astype(np.int64)
+        counts = runs["num_iterations"]
+        iteration = flat[:, 0] + np.repeat(np.cumsum(counts) - counts, num_entries)
+        return {"iteration": iteration, "slots": flat[:, 1], "internal": flat[:, 2]}
 
     def _expand(self, runs: dict, growth: dict, num: int) -> dict:
         """Each iteration's slots in the five states, from its run's row and the run's growth."""

@@ -301,10 +301,6 @@ class Simulation:
     def _row(self, out: SchedulerOutput) -> RunRow:
         """The run's memory and queues as the metrics read them (the allocator already holds all its blocks)."""
         allocator, sched = self.allocator, self.scheduler
-        grown_slots = grown_internal = 0
-        for _, slots, internal in out.kv_growth:
-            grown_slots += slots
-            grown_internal += internal
         decode = out.num_decode_tokens
         return RunRow(  # (positional: the fields in RunRow's order)
             out.num_iterations,
@@ -316,8 +312,8 @@ class Simulation:
             len(out.preempted_req_ids),
             sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - allocator.num_duplicate_token_slots,
             out.num_seqs if out.num_iterations > 1 else 0,  # (after the first iteration, everyone decodes)
-            allocator.num_allocated_slots - grown_slots,
-            allocator.num_internal_fragmentation_slots - grown_internal,
+            allocator.num_allocated_slots,  # (the recorder takes the run's growth off)
+            allocator.num_internal_fragmentation_slots,
             allocator.num_overhead_slots,
         )
 

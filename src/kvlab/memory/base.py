@@ -138,10 +138,11 @@ class KVAllocator(Protocol):
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit: ...
 
-    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int) -> DecodeRun:
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
         """``allocate_slots(seq, 1)`` for each of ``seqs`` (each computes the one token it sampled last), for up
         to ``max_iterations`` iterations, in step order (by iteration, then in ``seqs``' order): as many
-        iterations as memory covers. The scheduler's runs of iterations allocate through it."""
+        iterations as memory covers. The scheduler's runs of iterations allocate through it. ``first`` numbers
+        the iterations of the growth it returns (the run's iteration this call's first one is)."""
         ...
 
     def free(self, seq: Sequence) -> None: ...

@@ -73,10 +73,12 @@ class BlockNeeds:
             self._place(request_id, num_slots, num_tokens, num_kv_tokens)
         self._pending.clear()
 
-    def due(self, max_iterations: int, num_free_blocks: int) -> tuple[int, list[int], list[tuple[int, int, int]]]:
+    def due(self, max_iterations: int, num_free_blocks: int, first: int = 0
+            ) -> tuple[int, list[int], list[tuple[int, int, int]], int]:
         """A run of up to ``max_iterations`` iterations, as many as ``num_free_blocks`` cover: (iterations, the
-        request ids that get a block, in step order, and per iteration (from 0) the slots and the internal
-        fragmentation slots its new blocks add). The clock advances by the run."""
+        request ids that get a block, in step order, per iteration (counted from ``first``) the slots and the
+        internal fragmentation slots its new blocks add, and those internal slots in all). The clock advances by
+        the run."""
         if self._pending:
             self._settle()
         assert not self._far, "a decode run while a request is still computing its prompt"
@@ -93,17 +95,20 @@ class BlockNeeds:
                     break
                 num_free_blocks -= num_blocks
                 order += bucket
-                growth.append((j - 1, bs * num_blocks, 0))
+                growth.append((first + j - 1, bs * num_blocks, 0))
         end = clock + num_iterations
+        internal = 0
         while self._last_heap and self._last_heap[0] <= end:
             at = heappop(self._last_heap)
             wastes = self._last.pop(at, None)
             if wastes:  # last blocks: their slots beyond the request's last token
-                growth.append((at - clock - 1, 0, sum(wastes.values())))
+                waste = sum(wastes.values())
+                growth.append((first + at - clock - 1, 0, waste))
+                internal += waste
                 for request_id in wastes:
                     del self._last_of[request_id]
         self.num_decode_iterations = end
-        return num_iterations, order, growth
+        return num_iterations, order, growth, internal
 
     def _place(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         bs = self.block_size

@@ -105,7 +105,7 @@ class ContiguousAllocator:
 
     num_free_blocks = 0  # a slab never grows
 
-    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int) -> DecodeRun:
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
         """A slab holds every token its request will write: decoding never allocates."""
         return DecodeRun(max_iterations)
 

@@ -146,12 +146,13 @@ class PagedAllocator:
             self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
-    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int) -> DecodeRun:
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
         """``allocate_slots(seq, 1)`` for every request of ``seqs`` (all the requests holding blocks, in running
         order; each computes the token it sampled last), iteration after iteration, for as many of
         ``max_iterations`` iterations as the free blocks cover. The blocks go out in the order steps would hand
         them out: by iteration, then running order (``BlockNeeds`` knows who needs one when)."""
-        num_iterations, order, growth = self._needs.due(max_iterations, self.block_pool.num_free_blocks)
+        num_iterations, order, growth, internal = self._needs.due(max_iterations, self.block_pool.num_free_blocks,
+                                                                  first)
         if num_iterations == 0:
             return DecodeRun(0)
         pool, tables = self.block_pool, self._block_tables
@@ -161,7 +162,7 @@ class PagedAllocator:
             for request_id in order:
                 tables[request_id].extend(pool.get_new_blocks(1))
         self._num_table_entries += len(order)
-        self.num_internal_fragmentation_slots += sum(internal for _, _, internal in growth)
+        self.num_internal_fragmentation_slots += internal
         if self.enable_prefix_caching:
             for seq in seqs:  # the blocks the run filled get their hashes
                 table = self._block_tables[seq.request.request_id]

@@ -239,8 +239,8 @@ class Scheduler:
         batch, up to ``num_iterations`` in all as far as the free blocks go: (iterations, the run's growth)."""
         if num_iterations <= 1:
             return 1, growth
-        rest = self.allocator.allocate_decode_run(self.running, num_iterations - 1)
-        return 1 + rest.num_iterations, growth + tuple((j + 1, slots, internal) for j, slots, internal in rest.growth)
+        rest = self.allocator.allocate_decode_run(self.running, num_iterations - 1, first=1)
+        return 1 + rest.num_iterations, growth + rest.growth
 
     def _run_length(self, max_iterations: int, horizon: Horizon | None) -> int:
         """Iterations of a decode run from now: up to the first finish, cut by the caller's horizon."""
