@@ -272,10 +272,13 @@ class Simulation:
             return durations, now
         import numpy as np
 
-        contexts = num_context_tokens + num_seqs * np.arange(max_iterations, dtype=np.int64)
+        contexts = np.arange(num_context_tokens, num_context_tokens + num_seqs * max_iterations, num_seqs,
+                             dtype=np.int64)
         all_durations = cost.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
         ends = np.add.accumulate(np.concatenate(([now], all_durations)))  # (as `now += dt`, left to right)
-        num_iterations = int(np.searchsorted(ends[:-1], stop, side="left"))
+        if stop == INF:
+            return all_durations, float(ends[-1])
+        num_iterations = int(ends[:-1].searchsorted(stop, side="left"))
         return all_durations[:num_iterations], float(ends[num_iterations])
 
     def _timing(self, out: SchedulerOutput, start: float) -> tuple[Any, float]:
@@ -338,7 +341,7 @@ class Simulation:
             request = requests[self._next_arrival]
             self._next_arrival += 1
             if self._arrival(request):
-                joined.append(int(np.searchsorted(starts, request.arrival_time, side="left")))
+                joined.append(int(starts.searchsorted(request.arrival_time, side="left")))
         return tuple(joined)
 
     def _arrival(self, request) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kvlab.workload.request import Request
 
@@ -87,11 +87,11 @@ class Sequence(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class DecodeRun:
+class DecodeRun(NamedTuple):
     """What ``allocate_decode_run`` handed out: the iterations it covers (0: not even the first, nothing was
     allocated) and ``(iteration from 0, slots, internal fragmentation slots)`` entries that add up, per
-    iteration, what its blocks added to the counters. A contiguous slab holds every token already: no growth."""
+    iteration, what its blocks added to the counters. A contiguous slab holds every token already: no growth.
+    (A named tuple: made once or twice per run, and a frozen dataclass's constructor costs several times more.)"""
 
     num_iterations: int
     growth: tuple[tuple[int, int, int], ...] = ()

@@ -424,8 +424,7 @@ class Scheduler:
         if finished:
             for seq in finished:
                 self.finish(seq, now)
-            done = {s.request_id for s in finished}
-            self.running = [s for s in self.running if s.request_id not in done]
+                self.running.remove(seq)
             self._admission_blocked = False  # memory and a seat were freed
         return finished
 
