@@ -261,12 +261,12 @@ class Simulation:
         if max_iterations < VECTOR_MIN_ITERATIONS:
             durations = [dt]
             now += dt
-            context = num_context_tokens
-            for _ in range(max_iterations - 1):
+            times = cost.iteration_times
+            for context in range(num_context_tokens + num_seqs, num_context_tokens + num_seqs * max_iterations,
+                                 num_seqs):
                 if now >= stop:
                     break
-                context += num_seqs
-                dt = cost.iteration_times(num_seqs, 0, num_seqs, context, context)
+                dt = times(num_seqs, 0, num_seqs, context, context)
                 durations.append(dt)
                 now += dt
             return durations, now
@@ -304,17 +304,17 @@ class Simulation:
     def _row(self, out: SchedulerOutput) -> RunRow:
         """The run's memory and queues as the metrics read them (the allocator already holds all its blocks)."""
         allocator, sched = self.allocator, self.scheduler
-        decode = out.num_decode_tokens
+        decode, num_seqs = out.num_decode_tokens, out.num_seqs
         return RunRow(  # (positional: the fields in RunRow's order)
             out.num_iterations,
-            out.num_seqs,
+            num_seqs,
             len(sched.running),
             len(sched.waiting),
             out.num_prefill_tokens,
             decode,
             len(out.preempted_req_ids),
             sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - allocator.num_duplicate_token_slots,
-            out.num_seqs if out.num_iterations > 1 else 0,  # (after the first iteration, everyone decodes)
+            num_seqs if out.num_iterations > 1 else 0,  # (after the first iteration, everyone decodes)
             allocator.num_allocated_slots,  # (the recorder takes the run's growth off)
             allocator.num_internal_fragmentation_slots,
             allocator.num_overhead_slots,

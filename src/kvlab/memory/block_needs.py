@@ -86,16 +86,17 @@ class BlockNeeds:
         order: list[int] = []
         growth = []
         num_iterations = max_iterations
-        for j in range(1, max_iterations + 1):
-            bucket = buckets[(clock + j) % bs]
+        nxt = clock + 1  # the clock iteration of the run's first
+        for j in range(max_iterations):
+            bucket = buckets[(nxt + j) % bs]
             if bucket:
                 num_blocks = len(bucket)
                 if num_blocks > num_free_blocks:
-                    num_iterations = j - 1  # the first iteration whose blocks are not all free: stop before it
+                    num_iterations = j  # the first iteration whose blocks are not all free: stop before it
                     break
                 num_free_blocks -= num_blocks
                 order += bucket
-                growth.append((first + j - 1, bs * num_blocks, 0))
+                growth.append((first + j, bs * num_blocks, 0))
         end = clock + num_iterations
         internal = 0
         while self._last_heap and self._last_heap[0] <= end:
