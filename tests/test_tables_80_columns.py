@@ -1,5 +1,6 @@
 """`kvlab race`, `kvlab models` and `kvlab workloads` read in an 80-column terminal: no value is cut ("…"),
-no line is wider than 80, every name is there whole; --wide shows every column."""
+no line is wider than 80, every name is there whole; --wide shows every column. So does every command's
+--help, with each option's name (and its --no- spelling) whole."""
 
 from __future__ import annotations
 
@@ -132,3 +133,35 @@ def test_wide_catalogue_tables_show_every_column(kvlab, command):
     r = kvlab(command, "--wide")
     assert r.exit_code == 0, r.stderr
     assert ("dtype" if command == "models" else "source") in r.stdout and "…" not in r.stdout
+
+
+def _commands():
+    """Every command path (``["run"]``, ``["vllm", "compare"]``, ...) and its click command."""
+    import typer.main
+
+    from kvlab.cli import _register
+    from kvlab.cli.app import app
+
+    _register()
+
+    def walk(group, path):
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):
+                yield from walk(command, [*path, name])
+            else:
+                yield [*path, name], command
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+@pytest.mark.parametrize("path", [" ".join(p) for p, _ in _commands()])
+def test_every_commands_help_fits_80_columns_with_every_option_named_whole(kvlab80, path):
+    command = dict((" ".join(p), c) for p, c in _commands())[path]
+    r = kvlab80(*path.split(), "--help")
+    assert r.exit_code == 0, r.stderr
+    _check_fits(r.stdout)
+    words = set(re.findall(r"--?[a-z][a-z0-9-]*", r.stdout))
+    for param in command.params:
+        for name in [*param.opts, *getattr(param, "secondary_opts", [])]:
+            if name.startswith("-"):
+                assert name in words, f"{name} is not in `kvlab {path} --help`:\n{r.stdout}"

@@ -17,3 +17,34 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+
+
+def _negatives_in_help_text() -> None:
+    """Typer's help gives the ``--no-`` spelling of each on/off flag a column of its own, as wide as the longest
+    (``--no-enable-chunked-prefill``): at 80 columns it squeezed every option's name (``--tensor-parallel-…``).
+    While a panel of options is drawn, that column stays empty and each flag's help names its ``--no-``
+    spelling. (Typer has no setting for it; without the function patched here, the help stays as Typer draws
+    it.)"""
+    import typer.rich_utils as rich_utils
+
+    draw = getattr(rich_utils, "_print_options_panel", None)
+    if draw is None or getattr(draw, "negatives_in_help_text", False):
+        return
+
+    def print_options_panel(*, params, **kwargs):
+        flags = [(p, p.secondary_opts, p.help) for p in params if getattr(p, "secondary_opts", None)]
+        for param, negatives, text in flags:
+            param.secondary_opts = []
+            if not all(n in (text or "") for n in negatives):
+                param.help = f"{text or ''} Off: {', '.join(negatives)}.".strip()
+        try:
+            draw(params=params, **kwargs)
+        finally:
+            for param, negatives, text in flags:
+                param.secondary_opts, param.help = negatives, text
+
+    print_options_panel.negatives_in_help_text = True  # type: ignore[attr-defined]
+    rich_utils._print_options_panel = print_options_panel
+
+
+_negatives_in_help_text()
