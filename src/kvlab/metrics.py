@@ -103,14 +103,14 @@ class IterationRecorder:
     BUFFER_ITERATIONS = 32768
 
     def __init__(self, num_slots: int, start_time: float, *, keep_log: bool) -> None:
-        from array import array
-
         self.num_slots = num_slots
         self.start_time = start_time
         self.integral = UsageIntegral()
         self.log = IterationLog() if keep_log else None
-        self._rows = array("q")  # the RunRows, one after another
-        self._durations = array("d")
+        # The RunRows one after another, and every iteration's duration: flat lists, read by np.fromiter (an
+        # array.array parses each number it takes in, which cost twice as much per run).
+        self._rows: list[int] = []
+        self._durations: list[float] = []
         self._growth: list[tuple[tuple[int, int, int], ...]] = []  # each run's growth, in run order
         self._joined: list[int] = []  # the iteration before which a request joined the queue, one per request
         # (iteration, clock) where buffered iterations start and where they resume after the clock jumped
@@ -126,14 +126,11 @@ class IterationRecorder:
         first = len(self._durations)
         if not first or start != self._clock_end:
             self._clock_starts.append((first, start))
-        self._rows.extend(row)
+        self._rows += row
         self._growth.append(growth)
         if joined:
             self._joined.extend(first + j for j in joined)
-        if isinstance(durations, list):
-            self._durations.extend(durations)
-        else:  # a numpy array (a long run)
-            self._durations.frombytes(durations.tobytes())
+        self._durations += durations if isinstance(durations, list) else durations.tolist()  # (or an array)
         self._clock_end = end
         if len(self._durations) >= self.BUFFER_ITERATIONS:
             self.flush()
@@ -144,18 +141,18 @@ class IterationRecorder:
             return
         import numpy as np
 
-        dt = np.frombuffer(self._durations, dtype=np.float64).copy()
-        table = np.frombuffer(self._rows, dtype=np.int64).reshape(-1, len(RunRow._fields)).copy()
+        dt = np.fromiter(self._durations, dtype=np.float64, count=len(self._durations))
+        table = np.fromiter(self._rows, dtype=np.int64, count=len(self._rows)).reshape(-1, len(RunRow._fields))
         runs = {name: table[:, i] for i, name in enumerate(RunRow._fields)}
         growth = self._growth_entries(runs)
         states = self._expand(runs, growth, len(dt))
         self._integrate(states, dt, runs)
         if self.log is not None:
             self._log_rows(states, dt, runs)
-        del self._rows[:]
+        self._rows.clear()
         self._growth.clear()
         self._joined.clear()
-        del self._durations[:]
+        self._durations.clear()
         self._clock_starts.clear()
 
     def _growth_entries(self, runs: dict) -> dict:
