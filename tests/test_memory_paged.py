@@ -190,6 +190,38 @@ def test_a_decode_run_stops_before_the_first_iteration_whose_blocks_are_not_free
     assert allocator.free_block_ids() == [5]
 
 
+def test_an_iteration_short_of_blocks_evicts_the_newest_as_the_running_loop_does():
+    """Iteration 4 of _decoding_pair's run needs two blocks and one is free: a takes it, then c finds none,
+    evicts the newest running request (itself) and nobody else is visited; the same as allocate_slots one
+    request at a time with the running loop's preemption."""
+    one_by_one, bulk = PagedAllocator(num_blocks=6, block_size=4), PagedAllocator(num_blocks=6, block_size=4)
+    steps, run = list(_decoding_pair(one_by_one)), list(_decoding_pair(bulk))
+    for allocator, seqs in ((one_by_one, steps), (bulk, run)):
+        assert allocator.allocate_decode_run(seqs, 4).num_iterations == 4
+        for seq in seqs:
+            seq.num_computed_tokens += 4
+    running = list(steps)
+    for seq in steps:  # the running loop
+        while seq in running and one_by_one.allocate_slots(seq, 1) is not Fit.NOW:
+            one_by_one.free(running.pop())
+    evicted = []
+
+    def evict():
+        evicted.append(run.pop())
+        bulk.free(evicted[-1])
+        return evicted[-1]
+
+    iteration = bulk.allocate_decode_iteration(list(run), evict)
+    assert [s.request.request_id for s in evicted] == [2] and len(running) == len(run) == 1
+    assert iteration.growth == ((0, 4, 0), (0, 0, 3))  # a's 9th and last token: 3 slots beyond it are internal
+    assert bulk.get_block_ids(0) == one_by_one.get_block_ids(0) == [1, 3, 5]
+    assert bulk.free_block_ids() == one_by_one.free_block_ids() == [2, 4]
+    for name in ("num_allocated_slots", "num_internal_fragmentation_slots"):
+        assert getattr(bulk, name) == getattr(one_by_one, name), name
+    run[0].num_computed_tokens += 1
+    bulk.check_invariants(run, all_decoding=True)
+
+
 def test_free_of_an_unallocated_request_is_a_no_op():
     allocator = PagedAllocator(num_blocks=4, block_size=4)
     allocator.free(Seq(req(9, 3)))

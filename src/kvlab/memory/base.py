@@ -19,7 +19,7 @@ duplicate references) and ``slot_usage`` combines them with the sum of computed 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -108,6 +108,7 @@ class KVAllocator(Protocol):
       get_num_cached_tokens  prefix-cache hit for a request about to be admitted (0 where nothing is shared)
       allocate_slots         make room for ``num_computed_tokens + num_new_tokens`` tokens of ``seq``
       allocate_decode_run    allocate_slots(seq, 1) for many decoding requests over many iterations at once
+      allocate_decode_iteration  the same for one iteration whose blocks run out, evicting as the running loop does
       free                   give back everything ``seq`` holds
     Counters (slots): ``num_slots`` capacity; ``num_allocated_slots`` handed to requests (a shared block once);
     ``num_internal_fragmentation_slots``; ``num_overhead_slots``; ``num_duplicate_token_slots`` (slots that
@@ -143,6 +144,13 @@ class KVAllocator(Protocol):
         to ``max_iterations`` iterations, in step order (by iteration, then in ``seqs``' order): as many
         iterations as memory covers. The scheduler's runs of iterations allocate through it. ``first`` numbers
         the iterations of the growth it returns (the run's iteration this call's first one is)."""
+        ...
+
+    def allocate_decode_iteration(self, seqs: Iterable[Sequence], evict: Callable[[], Sequence]) -> DecodeRun:
+        """One iteration of ``allocate_slots(seq, 1)`` for each of ``seqs`` in order when their blocks are not
+        all free, as the running loop does it: when a request finds no free block, ``evict()`` preempts the
+        newest running request (freeing its blocks here) and returns it, until one is free or the request
+        evicted itself (everyone after it went first). Covers one iteration, for those left."""
         ...
 
     def free(self, seq: Sequence) -> None: ...

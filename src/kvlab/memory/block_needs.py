@@ -111,6 +111,13 @@ class BlockNeeds:
         self.num_decode_iterations = end
         return num_iterations, order, growth, internal
 
+    def next_needs(self) -> list[int]:
+        """The requests that need a block in the next decode iteration, in step order (a copy)."""
+        if self._pending:
+            self._settle()
+        assert not self._far, "a decode iteration while a request is still computing its prompt"
+        return list(self._buckets[(self.num_decode_iterations + 1) % self.block_size])
+
     def _place(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         bs = self.block_size
         at = self.num_decode_iterations + num_slots - num_tokens + 1

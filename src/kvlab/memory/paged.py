@@ -28,7 +28,7 @@ hits are exact (no hash collisions).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain
 
 from kvlab.errors import KvlabError
@@ -168,6 +168,29 @@ class PagedAllocator:
                 table = self._block_tables[seq.request.request_id]
                 self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
         return DecodeRun(num_iterations, tuple(growth))
+
+    def allocate_decode_iteration(self, seqs: Iterable[Sequence], evict: Callable[[], Sequence]) -> DecodeRun:
+        """The running loop's blocks for one iteration in which everyone decodes and the free blocks run out
+        (the KVAllocator doc): only the requests that need a block are visited (``BlockNeeds``), in running
+        order; those evicted meanwhile are skipped."""
+        assert not self.enable_prefix_caching, "prefix caching hashes blocks from the requests' counters: step"
+        tables, pool = self._block_tables, self.block_pool
+        given = 0
+        for request_id in self._needs.next_needs():
+            if request_id not in tables:
+                continue  # evicted for a request before it
+            while not pool.num_free_blocks:
+                if evict().request.request_id == request_id:
+                    break
+            if request_id not in tables:
+                break  # it evicted itself
+            tables[request_id].extend(pool.get_new_blocks(1))
+            given += 1
+        num_iterations, order, growth, internal = self._needs.due(1, given)
+        assert num_iterations == 1 and len(order) == given, "the blocks given are the iteration's"
+        self._num_table_entries += given
+        self.num_internal_fragmentation_slots += internal
+        return DecodeRun(1, tuple(growth))
 
     def free(self, seq: Sequence) -> None:
         """Give back every block of the request, tail first; shared blocks only lose a reference."""

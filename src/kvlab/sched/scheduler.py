@@ -21,7 +21,9 @@ blocks in one call (``allocate_decode_run``), in the order the steps would. When
 queue's head may fit, the decoders' blocks come from that call and the batching policy decides: if it admits
 nobody, that iteration begins a run; if it admits someone, only the admitted are visited, and when they compute
 their whole prompts and nobody is left waiting, the iteration begins a run in which the whole batch decodes
-(``_schedule_decode_and_admit``, ``_after_admission``). ``max_iterations=1`` is stepping: the loops above,
+(``_schedule_decode_and_admit``, ``_after_admission``). When everyone decodes and the free blocks run out, the
+iteration that preempts is decided in bulk as well (``_schedule_evicting_decode``): the allocator visits only
+those needing a block and evicts through the scheduler. ``max_iterations=1`` is stepping: the loops above,
 every time.
 
 What differs between batching policies (when may a waiting request join?) lives in ``kvlab.sched.batching``;
@@ -142,9 +144,46 @@ class Scheduler:
                 out = self._schedule_run(max_iterations, horizon)
             else:
                 out = self._schedule_decode_and_admit(max_iterations, horizon)
+            if out is None and not self.allocator.enable_prefix_caching:
+                out = self._schedule_evicting_decode()  # (the decoders' blocks are not all free)
             if out is not None:
                 return out
         return self._schedule_iteration()
+
+    def _schedule_evicting_decode(self) -> SchedulerOutput:
+        """An iteration in which every running request decodes and the free blocks run out: what the running
+        loop decides (each takes a block if it needs one; when none is free, the newest running request is
+        preempted, perhaps the one asking), with only those needing a block visited and the others advanced on
+        the decode clock. Nobody is admitted in an iteration that preempted."""
+        preempted: list[Seq] = []
+        swap_bytes = [0]
+
+        def evict() -> Seq:
+            victim = self.running.pop()  # FCFS: the newest running request goes first
+            self._sync_one(victim)
+            swap_bytes[0] += self._preempt(victim)
+            preempted.append(victim)
+            return victim
+
+        self._finish_heap()  # (before anyone leaves: the heap skips the evicted from then on)
+        growth = self.allocator.allocate_decode_iteration(self.running, evict).growth
+        self._admission_blocked = False
+        num_seqs = len(self.running)
+        num_context = self.num_resident_computed_tokens + num_seqs
+        self.step += 1
+        return SchedulerOutput(
+            step=self.step,
+            num_scheduled_tokens=self._decoders.copy(),
+            new_req_ids=(),
+            preempted_req_ids=tuple(s.request_id for s in preempted),
+            num_prefill_tokens=0,
+            num_decode_tokens=num_seqs,
+            num_context_tokens=num_context,
+            num_attention_pairs=num_context,
+            num_swap_bytes=swap_bytes[0],
+            is_decode_run=True,
+            kv_growth=growth,
+        )
 
     def _schedule_run(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
         """Iterations in which every running request decodes, up to the first in which one finishes. None when
@@ -256,14 +295,18 @@ class Scheduler:
         return num_iterations
 
     def _finish_heap(self) -> list[tuple[int, int, Seq]]:
-        """(clock iteration of its last token, stamp, request) for every running request, soonest first."""
+        """(clock iteration of its last token, stamp, request) for every running request, soonest first (and
+        entries of requests preempted since, skipped: ``_stale``)."""
         if self._finishes is None:
             self.sync()
             clock = self._clock
             self._finishes = [(clock + s.request.num_output_tokens - s.num_output_tokens, s.stamp, s)
                               for s in self.running]
             heapify(self._finishes)
-        return self._finishes
+        finishes = self._finishes
+        while finishes and _stale(finishes[0]):
+            heappop(finishes)
+        return finishes
 
     def _run_output(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...]) -> SchedulerOutput:
         running = self.running
@@ -472,10 +515,11 @@ class Scheduler:
         self.num_resident_computed_tokens += num_tokens
         self.num_sampled_tokens += num_tokens
         finished = []
-        while self._finishes and self._finishes[0][0] == self._clock:
-            seq = heappop(self._finishes)[2]
-            self._sync_one(seq)
-            finished.append(seq)
+        while self._finishes and self._finishes[0][0] == self._clock:  # (a run ends at the heap's first)
+            entry = heappop(self._finishes)
+            if not _stale(entry):
+                self._sync_one(entry[2])
+                finished.append(entry[2])
         return finished
 
     def _advance_admitted(self, output: SchedulerOutput, started: float, now: float) -> list[Seq]:
@@ -524,3 +568,8 @@ class Scheduler:
         self.waiting.appendleft(seq)
         self.num_swapped_bytes += swap_bytes
         return swap_bytes
+
+
+def _stale(entry: tuple[int, int, Seq]) -> bool:
+    """A finish-heap entry of a request preempted since it was pushed (running again, it has a new stamp)."""
+    return entry[2].status is not SeqStatus.RUNNING or entry[1] != entry[2].stamp
