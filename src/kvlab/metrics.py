@@ -158,8 +158,8 @@ class IterationRecorder:
     def _growth_entries(self, runs: dict) -> dict:
         """The buffered runs' growth, one array per field, with each entry's iteration counted from the buffer's
         start; ``runs``' allocation and internal fragmentation become the run's first iteration's (before its
-        growth). (Flattened by C iterators: a run has a few entries, and a Python loop over them cost more than
-        the rest of the flush.)"""
+        growth). (Flattened by C iterators: a Python loop over the entries took about half of a flush's time, by
+        py-spy's samples.)"""
         import numpy as np
 
         num_entries = np.fromiter(map(len, self._growth), dtype=np.int64, count=len(self._growth))
