@@ -103,14 +103,17 @@ class IterationRecorder:
     BUFFER_ITERATIONS = 32768
 
     def __init__(self, num_slots: int, start_time: float, *, keep_log: bool) -> None:
+        from array import array
+
         self.num_slots = num_slots
         self.start_time = start_time
         self.integral = UsageIntegral()
         self.log = IterationLog() if keep_log else None
-        # The RunRows one after another, and every iteration's duration: flat lists, read by np.fromiter (an
-        # array.array parses each number it takes in, which cost twice as much per run).
+        # The RunRows one after another, a flat list read by np.fromiter (an array.array parses each number it
+        # takes in: twice the cost per run); every iteration's duration, an array.array (a long run's come as a
+        # numpy array, copied in as bytes).
         self._rows: list[int] = []
-        self._durations: list[float] = []
+        self._durations = array("d")
         self._growth: list[tuple[tuple[int, int, int], ...]] = []  # each run's growth, in run order
         self._joined: list[int] = []  # the iteration before which a request joined the queue, one per request
         # (iteration, clock) where buffered iterations start and where they resume after the clock jumped
@@ -130,7 +133,10 @@ class IterationRecorder:
         self._growth.append(growth)
         if joined:
             self._joined.extend(first + j for j in joined)
-        self._durations += durations if isinstance(durations, list) else durations.tolist()  # (or an array)
+        if isinstance(durations, list):
+            self._durations.extend(durations)
+        else:  # a numpy array (a long run)
+            self._durations.frombytes(durations.tobytes())
         self._clock_end = end
         if len(self._durations) >= self.BUFFER_ITERATIONS:
             self.flush()
@@ -141,7 +147,7 @@ class IterationRecorder:
             return
         import numpy as np
 
-        dt = np.fromiter(self._durations, dtype=np.float64, count=len(self._durations))
+        dt = np.frombuffer(self._durations, dtype=np.float64).copy()
         table = np.fromiter(self._rows, dtype=np.int64, count=len(self._rows)).reshape(-1, len(RunRow._fields))
         runs = {name: table[:, i] for i, name in enumerate(RunRow._fields)}
         growth = self._growth_entries(runs)
@@ -152,7 +158,7 @@ class IterationRecorder:
         self._rows.clear()
         self._growth.clear()
         self._joined.clear()
-        self._durations.clear()
+        del self._durations[:]
         self._clock_starts.clear()
 
     def _growth_entries(self, runs: dict) -> dict:
