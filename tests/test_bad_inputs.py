@@ -132,6 +132,10 @@ CASES = [
     (("race", "-n", "20", "--html", "{tmp}"), ["is a folder", "race.html"]),
     (("run", "vllm", "-n", "20", "--out", "/proc/nope"), ["--out /proc/nope", "valid: a folder"]),
     (("paper", "fig2", "-n", "20", "--out", "/proc/nope"), ["--out /proc/nope", "valid: a folder"]),
+    (("sweep", "--strategy", "vllm", "-n", "20", "--out", "{tmp}/a-file.txt"), ["exists and is a file",
+                                                                               "valid: a folder"]),
+    (("sweep", "--strategy", "vllm", "-n", "20", "--out", "/proc/x"), ["--out /proc/x", "valid: a folder"]),
+    (("capacity", "--strategy", "vllm", "-n", "20", "--out", "{tmp}/a-file.txt"), ["exists and is a file"]),
     # --- bounded work ------------------------------------------------------------------------------------------
     (("run", "vllm", "-n", "100000000"), ["100,000,000 requests", "--yes"]),
     (("run", "vllm", "--rate", "4", "--duration", "1e9"), ["4,000,000,000 requests", "--yes"]),

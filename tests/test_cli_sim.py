@@ -43,6 +43,17 @@ def test_race_json_has_every_strategy_with_the_documented_keys(kvlab):
     assert data["workload"]["num_requests"] == 60
 
 
+def test_a_workload_arriving_at_once_has_no_rate_in_strict_json_or_in_the_text(kvlab):
+    def refuse(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    r = kvlab("run", "vllm", "-n", "4", "--arrival", "burst", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout, parse_constant=refuse)["workload"]["rate"] is None
+    text = kvlab("run", "vllm", "-n", "4", "--arrival", "burst")
+    assert "all arriving at once" in text.stdout and "inf req/s" not in text.stdout
+
+
 def test_lesson_race_continuous_paged_wins_static_max_loses(lesson_race):
     race = lesson_race
     best = race["continuous+paged"]

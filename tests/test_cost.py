@@ -197,6 +197,7 @@ BAD_PROFILES = [
     (_set("overhead_s", math.nan), "overhead_s = nan must be finite"),
     (_set("flops_efficiency", math.inf), "flops_efficiency = inf must be finite"),
     (_set("flops_efficiency", 1.5), "flops_efficiency = 1.5 must be in (0, 1]"),
+    (_set("seq_overhead_s", 1e308), "seq_overhead_s = 1e+308 s is more than 60 s; valid: 0 to 60"),
     (_set("flops_efficiency", "fast"), "flops_efficiency must be a number, got 'fast'"),
     (lambda d: d["constants"].__setitem__("overhed_s", d["constants"].pop("overhead_s")),
      "unknown constant 'overhed_s' for an efficiency profile (did you mean 'overhead_s'"),

@@ -205,8 +205,18 @@ def setup_line(config, wl) -> str:
         f"for paged memory), max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
         f"{sched.max_num_batched_tokens:,}. Workload: {wl.name}, {wl.num_requests:,} requests, "
-        f"{wl.request_rate:.2f} req/s, mean prompt {wl.mean_prompt_len:.0f} / output {wl.mean_output_len:.0f} tokens."
+        f"{_rate_text(wl)}, mean prompt {wl.mean_prompt_len:.0f} / output {wl.mean_output_len:.0f} tokens."
     )
+
+
+def _rate(wl) -> float | None:
+    """The workload's mean arrival rate, or None when every request arrives at once (it has no rate)."""
+    return wl.request_rate if wl.duration > 0 else None
+
+
+def _rate_text(wl) -> str:
+    rate = _rate(wl)
+    return "all arriving at once" if rate is None else f"{rate:.2f} req/s"
 
 
 def typical_iteration(config, summary: dict) -> dict:
@@ -258,17 +268,22 @@ def report(config, wl, results, *, as_json: bool, out: Path | None, title: str, 
     console.print(verdict(summaries, strategies=behaviours))
     best = max(summaries, key=lambda s: s["throughput_rps"])
     t = best["typical_iteration"]
+    if t["num_seqs"] > 0:  # (nothing to explain when every request was rejected)
+        _print_typical_iteration(console, config, best["name"], t)
+    for note in config.cost.notes:
+        console.print(f"warning: {note}", style="yellow", highlight=False)
+    if written:
+        console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
+
+
+def _print_typical_iteration(console, config, name: str, t: dict) -> None:
     console.print(
-        f"A typical iteration of {best['name']} ({t['num_seqs']:.0f} requests over {t['num_context_tokens']:,.0f} "
+        f"A typical iteration of {name} ({t['num_seqs']:.0f} requests over {t['num_context_tokens']:,.0f} "
         f"tokens of KV): reading the weights {t['weights_ms']:.1f} ms + reading the KV {t['kv_ms']:.1f} ms against "
         f"computing {t['compute_ms']:.1f} ms ({t['bound']}-bound), + {t['overhead_ms']:.1f} ms overhead"
         + (f" + {t['seqs_ms']:.1f} ms per-sequence overhead" if t["seqs_ms"] else "")
         + f" = {t['total_ms']:.1f} ms, under cost profile {config.cost.profile!r} (kvlab cost; docs/cost.md).",
         highlight=False)
-    for note in config.cost.notes:
-        console.print(f"warning: {note}", style="yellow", highlight=False)
-    if written:
-        console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
 
 
 def race_json(config, wl, summaries) -> dict:
@@ -279,7 +294,7 @@ def race_json(config, wl, summaries) -> dict:
         "block_size": config.cache.block_size,
         "max_model_len": config.scheduler.max_model_len,
         "cost": {"profile": config.cost.profile, "notes": list(config.cost.notes)},
-        "workload": {"name": wl.name, "num_requests": wl.num_requests, "rate": wl.request_rate,
+        "workload": {"name": wl.name, "num_requests": wl.num_requests, "rate": _rate(wl),
                      "description": wl.description},
         "strategies": summaries,
     }

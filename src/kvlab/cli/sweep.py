@@ -85,6 +85,9 @@ class Session:
     runner: Runner
 
     def __init__(self, out: Path | None, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
+        from kvlab.validate import check_output_path
+
+        check_output_path(out, "--out", folder=True)
         self.out, self.as_json = out, as_json
         self.workers = workers or default_workers()
         self.ray, self.ray_address = ray, ray_address

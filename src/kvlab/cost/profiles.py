@@ -15,7 +15,7 @@ A profile is a TOML or JSON file (data/*.toml are the built-ins):
     source = "what the numbers are and where they come from"
     model = "llama-2-7b"                # optional: what it was fitted for (a run of another warns)
     gpu = "A100-80GB"                   # optional
-    [constants]                         # every constant of the kind, finite and >= 0 (efficiencies in (0, 1])
+    [constants]                         # every constant of the kind: seconds from 0 to 60, efficiencies in (0, 1]
     ...
     [fit]                               # optional: how it was fitted (residuals, uncertainties), shown as is
 """
@@ -63,6 +63,9 @@ KINDS = {"efficiency": EFFICIENCY_CONSTANTS, "absolute": ABSOLUTE_CONSTANTS}
 FRACTIONS = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency",
              "attention_flops_efficiency")
 TOP_LEVEL_KEYS = ("name", "kind", "source", "model", "gpu", "constants", "fit")
+# Every other constant is seconds per iteration, token, sequence or request: beyond a minute it describes no
+# server (and 1e308 overflowed the simulator's sums to NaN).
+MAX_SECONDS = 60.0
 
 
 class CostProfileWarning(UserWarning):
@@ -199,6 +202,9 @@ def _constants(raw: Any, kind: str, where: str) -> dict[str, float]:
             raise KvlabError(f"{where}: constant {name} = {value!r} must be finite and >= 0 ({expected[name]})")
         if name in FRACTIONS and not 0 < value <= 1:
             raise KvlabError(f"{where}: constant {name} = {value!r} must be in (0, 1] ({expected[name]})")
+        if name not in FRACTIONS and value > MAX_SECONDS:
+            raise KvlabError(f"{where}: constant {name} = {value!r} s is more than {MAX_SECONDS:g} s; valid: 0 to "
+                             f"{MAX_SECONDS:g} ({expected[name]})")
         out[name] = value
     return out
 
