@@ -32,3 +32,12 @@ def test_help_and_a_bare_command_still_answer():
     assert kvlab("--help").returncode == 0
     bare = kvlab()
     assert "Usage: kvlab" in bare.stdout + bare.stderr and "error" not in bare.stderr
+
+
+def test_version_and_the_short_help_option():
+    import kvlab as package
+
+    version = kvlab("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"kvlab {package.__version__}"
+    short, long = kvlab("run", "-h"), kvlab("run", "--help")
+    assert short.returncode == long.returncode == 0 and short.stdout == long.stdout

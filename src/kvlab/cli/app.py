@@ -16,7 +16,22 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import kvlab
+
+        typer.echo(f"kvlab {kvlab.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                          help="Print kvlab's version and exit.")) -> None:
+    del version  # (handled by its callback, before any command)
 
 
 def _negatives_in_help_text() -> None:
