@@ -62,4 +62,19 @@ def _negatives_in_help_text() -> None:
     rich_utils._print_options_panel = print_options_panel
 
 
-_negatives_in_help_text()
+def _patch_when_help_is_drawn() -> None:
+    """Typer's help module takes ~0.14 s to import, and a command that prints no help never imports it: the
+    patch above is made by the first help drawn."""
+    import typer.core
+
+    for cls in (typer.core.TyperCommand, typer.core.TyperGroup):
+        draw_help = cls.format_help
+
+        def format_help(self, ctx, formatter, _draw_help=draw_help):
+            _negatives_in_help_text()
+            _draw_help(self, ctx, formatter)
+
+        cls.format_help = format_help  # type: ignore[method-assign]
+
+
+_patch_when_help_is_drawn()
