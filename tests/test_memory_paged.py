@@ -211,7 +211,7 @@ def test_an_iteration_short_of_blocks_evicts_the_newest_as_the_running_loop_does
         bulk.free(evicted[-1])
         return evicted[-1]
 
-    iteration = bulk.allocate_decode_iteration(list(run), evict)
+    iteration = bulk.allocate_decode_iteration(evict)
     assert [s.request.request_id for s in evicted] == [2] and len(running) == len(run) == 1
     assert iteration.growth == ((0, 4, 0), (0, 0, 3))  # a's 9th and last token: 3 slots beyond it are internal
     assert bulk.get_block_ids(0) == one_by_one.get_block_ids(0) == [1, 3, 5]

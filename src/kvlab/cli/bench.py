@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -228,13 +227,12 @@ def _run(wl, config, console, *, quiet: bool):
 def _summary(run, server, wl, config) -> dict:
     """What --json prints and summary.json holds (CONTRACTS.md)."""
     from kvlab.bench.results import summarize
+    from kvlab.cli.sim import workload_rate
 
     summary = summarize(run.results, run.makespan, run.server_counters)
     summary["stopped"] = run.stopped
     summary["server"] = server.to_json()
-    # A burst's rate is infinite, which JSON cannot say: null.
-    rate = wl.request_rate if math.isfinite(wl.request_rate) else None
-    summary["workload"] = {"name": wl.name, "num_requests": wl.num_requests, "rate": rate,
+    summary["workload"] = {"name": wl.name, "num_requests": wl.num_requests, "rate": workload_rate(wl),
                            "description": wl.description, "num_prompt_tokens": wl.num_prompt_tokens,
                            "num_output_tokens": wl.num_output_tokens}
     summary["client"] = {"concurrency": config.concurrency, "prompt_format": config.prompt_format,

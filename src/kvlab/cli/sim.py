@@ -209,13 +209,14 @@ def setup_line(config, wl) -> str:
     )
 
 
-def _rate(wl) -> float | None:
-    """The workload's mean arrival rate, or None when every request arrives at once (it has no rate)."""
+def workload_rate(wl) -> float | None:
+    """The workload's mean arrival rate, or None when every request arrives at once (it has no rate, and JSON
+    has no infinity)."""
     return wl.request_rate if wl.duration > 0 else None
 
 
 def _rate_text(wl) -> str:
-    rate = _rate(wl)
+    rate = workload_rate(wl)
     return "all arriving at once" if rate is None else f"{rate:.2f} req/s"
 
 
@@ -294,7 +295,7 @@ def race_json(config, wl, summaries) -> dict:
         "block_size": config.cache.block_size,
         "max_model_len": config.scheduler.max_model_len,
         "cost": {"profile": config.cost.profile, "notes": list(config.cost.notes)},
-        "workload": {"name": wl.name, "num_requests": wl.num_requests, "rate": _rate(wl),
+        "workload": {"name": wl.name, "num_requests": wl.num_requests, "rate": workload_rate(wl),
                      "description": wl.description},
         "strategies": summaries,
     }

@@ -65,6 +65,7 @@ BURST_GAP_S = 5e-4  # chunks closer than this are one burst (no engine iteration
 # Where iterations are timed from when no server log is given.
 TOKEN_STREAMS = "the token streams"
 
+
 @dataclass(frozen=True)
 class Iterations:
     """Observed iterations, one numpy array per column, the idle arrivals' TTFTs, and where they came from."""

@@ -146,11 +146,12 @@ class KVAllocator(Protocol):
         the iterations of the growth it returns (the run's iteration this call's first one is)."""
         ...
 
-    def allocate_decode_iteration(self, seqs: Iterable[Sequence], evict: Callable[[], Sequence]) -> DecodeRun:
-        """One iteration of ``allocate_slots(seq, 1)`` for each of ``seqs`` in order when their blocks are not
-        all free, as the running loop does it: when a request finds no free block, ``evict()`` preempts the
-        newest running request (freeing its blocks here) and returns it, until one is free or the request
-        evicted itself (everyone after it went first). Covers one iteration, for those left."""
+    def allocate_decode_iteration(self, evict: Callable[[], Sequence]) -> DecodeRun:
+        """One iteration of ``allocate_slots(seq, 1)`` for every request holding blocks, in running order, when
+        their blocks are not all free, as the running loop does it: when a request finds no free block,
+        ``evict()`` preempts the newest running request (freeing its blocks here) and returns it, until one is
+        free or the request evicted itself (everyone after it went first). Covers one iteration, for those
+        left."""
         ...
 
     def free(self, seq: Sequence) -> None: ...

@@ -79,9 +79,7 @@ class BlockNeeds:
         request ids that get a block, in step order, per iteration (counted from ``first``) the slots and the
         internal fragmentation slots its new blocks add, and those internal slots in all). The clock advances by
         the run."""
-        if self._pending:
-            self._settle()
-        assert not self._far, "a decode run while a request is still computing its prompt"
+        self._ready_to_decode()
         clock, bs, buckets = self.num_decode_iterations, self.block_size, self._buckets
         order: list[int] = []
         growth = []
@@ -113,10 +111,14 @@ class BlockNeeds:
 
     def next_needs(self) -> list[int]:
         """The requests that need a block in the next decode iteration, in step order (a copy)."""
+        self._ready_to_decode()
+        return list(self._buckets[(self.num_decode_iterations + 1) % self.block_size])
+
+    def _ready_to_decode(self) -> None:
+        """Every request placed on the clock, as decoding needs (nobody still computing a prompt)."""
         if self._pending:
             self._settle()
         assert not self._far, "a decode iteration while a request is still computing its prompt"
-        return list(self._buckets[(self.num_decode_iterations + 1) % self.block_size])
 
     def _place(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         bs = self.block_size

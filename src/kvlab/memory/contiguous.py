@@ -109,7 +109,7 @@ class ContiguousAllocator:
         """A slab holds every token its request will write: decoding never allocates."""
         return DecodeRun(max_iterations)
 
-    def allocate_decode_iteration(self, seqs: Iterable[Sequence], evict: Callable[[], Sequence]) -> DecodeRun:
+    def allocate_decode_iteration(self, evict: Callable[[], Sequence]) -> DecodeRun:
         return DecodeRun(1)  # (never short of memory while decoding: a slab holds every token)
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit:

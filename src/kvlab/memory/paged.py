@@ -169,7 +169,7 @@ class PagedAllocator:
                 self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
         return DecodeRun(num_iterations, tuple(growth))
 
-    def allocate_decode_iteration(self, seqs: Iterable[Sequence], evict: Callable[[], Sequence]) -> DecodeRun:
+    def allocate_decode_iteration(self, evict: Callable[[], Sequence]) -> DecodeRun:
         """The running loop's blocks for one iteration in which everyone decodes and the free blocks run out
         (the KVAllocator doc): only the requests that need a block are visited (``BlockNeeds``), in running
         order; those evicted meanwhile are skipped."""

@@ -155,18 +155,16 @@ class Scheduler:
         loop decides (each takes a block if it needs one; when none is free, the newest running request is
         preempted, perhaps the one asking), with only those needing a block visited and the others advanced on
         the decode clock. Nobody is admitted in an iteration that preempted."""
-        preempted: list[Seq] = []
-        swap_bytes = [0]
+        preempted: list[tuple[Seq, int]] = []  # (victim, bytes swapped out)
 
         def evict() -> Seq:
             victim = self.running.pop()  # FCFS: the newest running request goes first
             self._sync_one(victim)
-            swap_bytes[0] += self._preempt(victim)
-            preempted.append(victim)
+            preempted.append((victim, self._preempt(victim)))
             return victim
 
         self._finish_heap()  # (before anyone leaves: the heap skips the evicted from then on)
-        growth = self.allocator.allocate_decode_iteration(self.running, evict).growth
+        growth = self.allocator.allocate_decode_iteration(evict).growth
         self._admission_blocked = False
         num_seqs = len(self.running)
         num_context = self.num_resident_computed_tokens + num_seqs
@@ -175,12 +173,12 @@ class Scheduler:
             step=self.step,
             num_scheduled_tokens=self._decoders.copy(),
             new_req_ids=(),
-            preempted_req_ids=tuple(s.request_id for s in preempted),
+            preempted_req_ids=tuple(s.request_id for s, _ in preempted),
             num_prefill_tokens=0,
             num_decode_tokens=num_seqs,
             num_context_tokens=num_context,
             num_attention_pairs=num_context,
-            num_swap_bytes=swap_bytes[0],
+            num_swap_bytes=sum(nbytes for _, nbytes in preempted),
             is_decode_run=True,
             kv_growth=growth,
         )
