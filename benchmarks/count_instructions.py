@@ -1,12 +1,12 @@
 """Machine instructions per simulated request, counted by valgrind's callgrind: a figure that, unlike time, does not
 drift with a shared machine's load (two runs of the same code agree to within a fraction of a percent).
 
-    python benchmarks/count_instructions.py                      # the six cases below, 7,200 requests each
+    python benchmarks/count_instructions.py                      # the seven cases below, 7,200 requests each
     python benchmarks/count_instructions.py --case 1.5 --requests 10000
     PYTHONPATH=/path/to/other/checkout/src python benchmarks/count_instructions.py   # another version's code
 
 Cases: each strategy of the lesson's race on bench_sim.py's setup (OPT-13B, 12 GiB of KV cache, paper-sharegpt at
-2 req/s, log on), or a rate of the saturation benchmark (``vllm`` on Llama-2-7B, 7,424 blocks, ShareGPT clipped to
+2 req/s, log on), ``vllm`` on it with the log off (bench_sim.py's million-request run), or a rate of the saturation benchmark (``vllm`` on Llama-2-7B, 7,424 blocks, ShareGPT clipped to
 4,096, chunked prefill off: 1.5 req/s is below capacity, 2.1 above). Each case runs twice under callgrind, with
 and without the simulation (same imports, same workload built, the same small warm-up run), and the difference is
 divided by the number of requests. Needs valgrind (``apt install valgrind``); about a minute per case here.
@@ -21,7 +21,8 @@ import shutil
 import subprocess
 import sys
 
-CASES = ("static+max", "continuous+max", "static+paged", "continuous+paged", "1.5", "2.1")  # the lesson's four, two rates
+# The lesson's four, bench_sim.py's large run (vllm, log off) and the saturation benchmark's two rates.
+CASES = ("static+max", "continuous+max", "static+paged", "continuous+paged", "vllm", "1.5", "2.1")
 
 def setup(case: str, num_requests: int):
     """A case's (config, workload, strategy name, whether the iteration log is kept)."""
@@ -37,7 +38,7 @@ def setup(case: str, num_requests: int):
                                          arrival="poisson", seed=0), 4096)
         return config, workload, "vllm", False
     config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
-    return config, load_workload("paper-sharegpt", num_requests=num_requests, rate=2.0, seed=0), case, True
+    return config, load_workload("paper-sharegpt", num_requests=num_requests, rate=2.0, seed=0), case, case != "vllm"
 
 
 CHILD = r"""
@@ -70,7 +71,7 @@ def count(case: str, num_requests: int, simulate: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--case", action="append", choices=CASES, help="a case (repeatable; default: all six)")
+    parser.add_argument("--case", action="append", choices=CASES, help="a case (repeatable; default: all seven)")
     parser.add_argument("--requests", type=int, default=7200, help="requests per case (default: 7,200)")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:

@@ -1,7 +1,7 @@
 """How many SchedulerOutputs (trips through the simulator's loop) and iterations each simulated request costs, in
 the cases of count_instructions.py: what runs of iterations save, without valgrind and in seconds.
 
-    python benchmarks/count_outputs.py                 # the six cases, 7,200 requests each
+    python benchmarks/count_outputs.py                 # the seven cases, 7,200 requests each
     python benchmarks/count_outputs.py --requests 1000
     PYTHONPATH=/path/to/other/checkout/src python benchmarks/count_outputs.py   # another version's code
 

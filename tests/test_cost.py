@@ -66,6 +66,42 @@ def test_one_cost_function_for_numbers_and_arrays(name, tmp_path):
         assert cost.terms(*args).total == pytest.approx(scalar, rel=1e-12)
 
 
+@pytest.mark.parametrize("name", sorted(builtin_profiles()) + ["absolute"])
+def test_a_decode_run_is_priced_as_its_iterations_one_by_one(name, tmp_path):
+    """decode_times gives each iteration of a decode run exactly what iteration_times gives it alone, whichever
+    side of the roofline wins, where the sides cross within the run, as a list or (long runs) an array; cut by
+    a time span, it still covers every iteration that starts within it."""
+    if name == "absolute":
+        cost = SimConfig.from_options(model="src/kvlab/vllm/tiny_llama.json", gpu="a100-40gb", num_gpu_blocks=256,
+                                      cost=absolute_profile(tmp_path)).cost
+    else:
+        cost = _config(name).cost
+    fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = cost.coefficients
+    cases = []
+    for num_seqs in (1, 2, 7, 64, 255, 512, 2048):
+        for context in (0, num_seqs, 1_000, 123_457):
+            cases += [(num_seqs, context, k) for k in (1, 2, 5, 31, 32, 200)]
+        if kv_token_s != flops_per_pair / flops:  # start a few iterations before the sides cross
+            crossing = (overhead_s + flops_per_token * num_seqs / flops - fixed_s) / (kv_token_s - flops_per_pair / flops)
+            if crossing > 10 * num_seqs:
+                cases += [(num_seqs, int(crossing) - j * num_seqs, 12) for j in (1, 3, 6)]
+    sides = set()
+    for num_seqs, context, k in cases:
+        got = cost.decode_times(num_seqs, context, k)
+        want = [cost.iteration_times(num_seqs, 0, num_seqs, c, c) for c in range(context, context + k * num_seqs,
+                                                                                  num_seqs)]
+        assert isinstance(got, list) == (k < 32)
+        assert [float(t) for t in got] == want, (num_seqs, context, k)
+        sides.add(tuple(cost.terms(num_seqs, 0, num_seqs, c, c).bound for c in (context, context + (k - 1) * num_seqs)))
+        seconds = 2.5 * want[0]
+        cut = cost.decode_times(num_seqs, context, k, seconds)
+        assert [float(t) for t in cut] == want[:len(cut)]
+        assert len(cut) == k or sum(cut) >= seconds  # every iteration starting within the span is there
+    assert ("memory", "memory") in sides or ("compute", "compute") in sides
+    if name == "roofline":
+        assert {("memory", "memory"), ("compute", "compute"), ("compute", "memory")} <= sides
+
+
 def test_profiles_differ_in_their_constants_as_their_sources_say():
     p = builtin_profiles()
     assert next(iter(p)) == "roofline"

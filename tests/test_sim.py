@@ -282,10 +282,10 @@ def test_a_request_arriving_into_decodes_is_admitted_by_the_first_iteration_of_a
 def test_numpy_priced_runs_and_buffer_flushes_match_stepping(specs, name, num_blocks, max_num_seqs, monkeypatch):
     # The small workloads above rarely reach a run priced with numpy (32+ iterations) or a buffer flush (32,768
     # iterations): make both happen all the time.
+    import kvlab.cost.model
     import kvlab.metrics
-    import kvlab.sim
 
-    monkeypatch.setattr(kvlab.sim, "VECTOR_MIN_ITERATIONS", 1)
+    monkeypatch.setattr(kvlab.cost.model, "VECTOR_MIN_ITERATIONS", 2)
     monkeypatch.setattr(kvlab.metrics.IterationRecorder, "BUFFER_ITERATIONS", 5)
     cfg = config(num_slots=num_blocks * 4, max_model_len=48, max_num_seqs=max_num_seqs,
                  kv_bytes_per_token=10, swap_space_bytes=2000)

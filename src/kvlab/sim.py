@@ -13,8 +13,10 @@ The simulator owns the clock: it tells the scheduler where a run must stop (the 
 from __future__ import annotations
 
 import gc
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import accumulate
 from typing import Any
 
 from kvlab.config import SimConfig
@@ -32,8 +34,6 @@ from kvlab.workload import Workload
 INF = float("inf")
 # The longest run the simulator asks for (a run also ends where a request finishes, so this rarely binds).
 MAX_RUN_ITERATIONS = 1 << 16
-# A run's durations are computed with numpy from this many iterations on (below, a Python loop is faster).
-VECTOR_MIN_ITERATIONS = 32
 
 
 @dataclass
@@ -252,34 +252,18 @@ class Simulation:
                           stop: float) -> tuple[Any, float]:
         """The durations of the decode iterations that start before ``stop`` (at least one, the first starting
         at ``now``), and the clock at their end."""
-        cost = self.config.cost
-        dt = cost.iteration_times(num_seqs, 0, num_seqs, num_context_tokens, num_context_tokens)
-        # An iteration takes at least as long as the one before (its context is longer), so no more than this
-        # many start before ``stop`` (one to spare for rounding).
-        if stop < INF:
-            max_iterations = min(max_iterations, int((stop - now) / dt) + 2)
-        if max_iterations < VECTOR_MIN_ITERATIONS:
-            durations = [dt]
-            now += dt
-            times = cost.iteration_times
-            for context in range(num_context_tokens + num_seqs, num_context_tokens + num_seqs * max_iterations,
-                                 num_seqs):
-                if now >= stop:
-                    break
-                dt = times(num_seqs, 0, num_seqs, context, context)
-                durations.append(dt)
-                now += dt
-            return durations, now
+        durations = self.config.cost.decode_times(num_seqs, num_context_tokens, max_iterations, stop - now)
+        if isinstance(durations, list):
+            ends = list(accumulate(durations, initial=now))  # (as `now += dt`, left to right)
+            num_iterations = bisect_left(ends, stop, 0, len(durations))  # those starting before stop
+            return durations[:num_iterations], ends[num_iterations]
         import numpy as np
 
-        contexts = np.arange(num_context_tokens, num_context_tokens + num_seqs * max_iterations, num_seqs,
-                             dtype=np.int64)
-        all_durations = cost.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
-        ends = np.add.accumulate(np.concatenate(([now], all_durations)))  # (as `now += dt`, left to right)
+        ends = np.add.accumulate(np.concatenate(([now], durations)))
         if stop == INF:
-            return all_durations, float(ends[-1])
+            return durations, float(ends[-1])
         num_iterations = int(ends[:-1].searchsorted(stop, side="left"))
-        return all_durations[:num_iterations], float(ends[num_iterations])
+        return durations[:num_iterations], float(ends[num_iterations])
 
     def _timing(self, out: SchedulerOutput, start: float) -> tuple[Any, float]:
         """Each iteration's duration and the clock at the run's end: the cost model's, plus the time a swap

@@ -26,10 +26,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+INF = float("inf")
+
 BANDWIDTH_EFFICIENCY = 0.8
 FLOPS_EFFICIENCY = 0.5
 ITERATION_OVERHEAD_S = 0.003
 PCIE_BANDWIDTH = 25e9  # bytes/s a swap moves between GPU and CPU memory (PCIe 4.0 x16, in practice)
+# A decode run's durations come from numpy from this many iterations on (below, a Python list is faster).
+VECTOR_MIN_ITERATIONS = 32
+# How far apart (relative) the two sides of the roofline must be at both ends of a decode run for the run to be
+# priced on one side only: far above the few ulps either side's rounding may move it (see decode_times).
+_SIDE_MARGIN = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +146,48 @@ class CostModel:
         if self.has_cpu_terms:
             return t + (num_seqs * self.seq_overhead_s + num_prefill_tokens * self.prefill_token_overhead_s)
         return t
+
+    def decode_times(self, num_seqs: int, num_context_tokens: int, num_iterations: int, seconds: float = INF):
+        """The durations of consecutive decode iterations of ``num_seqs`` requests, the first reading
+        ``num_context_tokens`` tokens of KV and each one after it ``num_seqs`` more: ``num_iterations`` of them,
+        or fewer when ``seconds`` is given (no more than can start within that time, plus one to spare).
+
+        Each is ``iteration_times(num_seqs, 0, num_seqs, context, context)`` bit for bit: the first is computed
+        by it, and so is a long run (numpy arrays, from VECTOR_MIN_ITERATIONS on: an array comes back). A short
+        run is a list: both sides of the roofline grow linearly with the context, so when one side is clearly
+        the larger at both ends of the run it is the larger throughout, and only that side is computed (the same
+        expression as iteration_times', two float operations an iteration; benchmarks/README.md)."""
+        first = self.iteration_times(num_seqs, 0, num_seqs, num_context_tokens, num_context_tokens)
+        if seconds < INF:
+            # An iteration takes at least as long as the one before (its context is longer).
+            num_iterations = min(num_iterations, int(seconds / first) + 2)
+        if num_iterations <= 1:
+            return [first]
+        end = num_context_tokens + num_seqs * num_iterations
+        if num_iterations >= VECTOR_MIN_ITERATIONS:
+            import numpy as np
+
+            contexts = np.arange(num_context_tokens, end, num_seqs, dtype=np.int64)
+            return self.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
+        fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
+        tokens = flops_per_token * (0 + num_seqs)
+        contexts = range(num_context_tokens + num_seqs, end, num_seqs)
+        last = end - num_seqs
+        gap_first = (fixed_s + num_context_tokens * kv_token_s) - (overhead_s + (tokens + flops_per_pair
+                                                                                 * num_context_tokens) / flops)
+        gap_last = (fixed_s + last * kv_token_s) - (overhead_s + (tokens + flops_per_pair * last) / flops)
+        margin = _SIDE_MARGIN * first
+        if gap_first > margin and gap_last > margin:  # memory-bound throughout
+            rest = [fixed_s + c * kv_token_s for c in contexts]
+        elif gap_first < -margin and gap_last < -margin:  # compute-bound throughout
+            rest = [overhead_s + (tokens + flops_per_pair * c) / flops for c in contexts]
+        else:  # the sides cross within the run: both, iteration by iteration
+            times = self.iteration_times
+            return [first] + [times(num_seqs, 0, num_seqs, c, c) for c in contexts]
+        if self.has_cpu_terms:
+            cpu = num_seqs * self.seq_overhead_s + 0 * self.prefill_token_overhead_s
+            rest = [t + cpu for t in rest]
+        return [first] + rest
 
     def __post_init__(self) -> None:
         bandwidth = self.memory_bandwidth * self.bandwidth_efficiency
