@@ -6,10 +6,11 @@ drift with a shared machine's load (two runs of the same code agree to within a 
     PYTHONPATH=/path/to/other/checkout/src python benchmarks/count_instructions.py   # another version's code
 
 Cases: each strategy of the lesson's race on bench_sim.py's setup (OPT-13B, 12 GiB of KV cache, paper-sharegpt at
-2 req/s, log on), ``vllm`` on it with the log off (bench_sim.py's million-request run), or a rate of the saturation benchmark (``vllm`` on Llama-2-7B, 7,424 blocks, ShareGPT clipped to
-4,096, chunked prefill off: 1.5 req/s is below capacity, 2.1 above). Each case runs twice under callgrind, with
-and without the simulation (same imports, same workload built, the same small warm-up run), and the difference is
-divided by the number of requests. Needs valgrind (``apt install valgrind``); about a minute per case here.
+2 req/s, log on), ``vllm`` on it with the log off (bench_sim.py's million-request run), or a rate of the
+saturation benchmark (``vllm`` on Llama-2-7B, 7,424 blocks, ShareGPT clipped to 4,096, chunked prefill off:
+1.5 req/s is below capacity, 2.1 above). Each case runs twice under callgrind, with and without the simulation
+(same imports, same workload built, the same small warm-up run), and the difference is divided by the number of
+requests. Needs valgrind (``apt install valgrind``); about two minutes per case here.
 """
 
 from __future__ import annotations

@@ -54,6 +54,13 @@ def test_a_workload_arriving_at_once_has_no_rate_in_strict_json_or_in_the_text(k
     assert "all arriving at once" in text.stdout and "inf req/s" not in text.stdout
 
 
+def test_one_request_is_one_request_and_a_slow_rate_keeps_its_digits(kvlab):
+    text = " ".join(kvlab("run", "vllm", "-n", "1").stdout.split())
+    assert "paper-sharegpt, 1 request," in text and "(1 request over" in text and "1 requests" not in text
+    text = " ".join(kvlab("run", "vllm", "-n", "3", "--rate", "0.0001").stdout.split())
+    assert "3 requests, 0.0001" in text and "0.00 req/s" not in text
+
+
 def test_lesson_race_continuous_paged_wins_static_max_loses(lesson_race):
     race = lesson_race
     best = race["continuous+paged"]

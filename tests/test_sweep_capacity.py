@@ -65,8 +65,17 @@ def test_capacity_table_and_plots(searched, kvlab):
         assert (out / name).stat().st_size > 1000
 
 
+def test_a_workload_too_short_to_fail_says_the_capacity_is_only_a_lower_bound(kvlab, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = kvlab("capacity", "-n", "3", "--max-rate", "8", "--workers", "1", "--out", tmp_path / "c")
+    assert r.exit_code == 0, r.stderr
+    assert "[8, –]" in r.stdout and "no rate up to --max-rate 8 req/s failed" in r.stdout and "raise -n" in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80, r.stdout
+
+
 @pytest.mark.parametrize("args, message", [
     (["--rate", "1,2"], "give --rate one value"),
+    (["--workers", "0"], "--workers 0: valid 1 to 1,024"),
     (["--slo", "p99_ttft>2s"], "--slo"),
     (["--rtol", "0"], "--rtol"),
 ])

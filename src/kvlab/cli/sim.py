@@ -28,6 +28,7 @@ from kvlab.cli.size import (
     SeqsOpt,
     TpOpt,
     UtilOpt,
+    plural,
     with_options,
 )
 from kvlab.strategies import STRATEGIES, strategy_names_help
@@ -204,7 +205,7 @@ def setup_line(config, wl) -> str:
         f"({cache.num_gpu_blocks:,} blocks of {cache.block_size}, one of them vLLM's null block "
         f"for paged memory), max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
-        f"{sched.max_num_batched_tokens:,}. Workload: {wl.name}, {wl.num_requests:,} requests, "
+        f"{sched.max_num_batched_tokens:,}. Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
         f"{_rate_text(wl)}, mean prompt {wl.mean_prompt_len:.0f} / output {wl.mean_output_len:.0f} tokens."
     )
 
@@ -217,7 +218,7 @@ def workload_rate(wl) -> float | None:
 
 def _rate_text(wl) -> str:
     rate = workload_rate(wl)
-    return "all arriving at once" if rate is None else f"{rate:.2f} req/s"
+    return "all arriving at once" if rate is None else f"{rate:.3g} req/s"
 
 
 def typical_iteration(config, summary: dict) -> dict:
@@ -279,7 +280,7 @@ def report(config, wl, results, *, as_json: bool, out: Path | None, title: str, 
 
 def _print_typical_iteration(console, config, name: str, t: dict) -> None:
     console.print(
-        f"A typical iteration of {name} ({t['num_seqs']:.0f} requests over {t['num_context_tokens']:,.0f} "
+        f"A typical iteration of {name} ({plural(round(t['num_seqs']), 'request')} over {t['num_context_tokens']:,.0f} "
         f"tokens of KV): reading the weights {t['weights_ms']:.1f} ms + reading the KV {t['kv_ms']:.1f} ms against "
         f"computing {t['compute_ms']:.1f} ms ({t['bound']}-bound), + {t['overhead_ms']:.1f} ms overhead"
         + (f" + {t['seqs_ms']:.1f} ms per-sequence overhead" if t["seqs_ms"] else "")

@@ -296,24 +296,25 @@ def _title(model, gpu, config, result=None) -> str:
     return text
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
+    """'1 request', '2 requests'."""
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def _print_workload(console, fit) -> None:
     spare = gib(abs(fit.spare_blocks) * fit.bytes_per_block)
-    console.print(f"\n[bold]Workload:[/] {_plural(fit.num_requests, 'request')} x {fit.context_len:,} tokens")
+    console.print(f"\n[bold]Workload:[/] {plural(fit.num_requests, 'request')} x {fit.context_len:,} tokens")
     console.print(f"  needs {fit.num_blocks_needed:,} blocks ({fit.num_requests:,} x {fit.blocks_per_request:,}) = "
                   f"{gib(fit.kv_bytes_needed)} per GPU; the cache holds {fit.num_usable_blocks:,} usable blocks "
                   f"({gib(fit.kv_bytes_usable)}; one block is vLLM's null block)")
     if fit.fits:
-        room = _plural(fit.max_num_requests - fit.num_requests, "more request")
+        room = plural(fit.max_num_requests - fit.num_requests, "more request")
         console.print(f"  [green]fits[/], with {fit.spare_blocks:,} blocks ({spare}) to spare: room for {room} "
                       "of this length")
     else:
         console.print(f"  [red]does not fit[/]: {-fit.spare_blocks:,} blocks ({spare}) short")
-    console.print(f"  at {fit.context_len:,} tokens at most {_plural(fit.max_num_requests, 'request')} fit; "
-                  f"{_plural(fit.num_requests, 'request')} fit up to {fit.max_context_len:,} tokens each")
+    console.print(f"  at {fit.context_len:,} tokens at most {plural(fit.max_num_requests, 'request')} fit; "
+                  f"{plural(fit.num_requests, 'request')} fit up to {fit.max_context_len:,} tokens each")
 
 
 @app.command()

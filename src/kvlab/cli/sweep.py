@@ -60,6 +60,9 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+MAX_WORKERS = 1024
+
+
 def default_workers() -> int:
     """The cores this process may use (a container's CPU set, not the host's count)."""
     try:
@@ -85,9 +88,12 @@ class Session:
     runner: Runner
 
     def __init__(self, out: Path | None, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
+        from kvlab.errors import KvlabError
         from kvlab.validate import check_output_path
 
         check_output_path(out, "--out", folder=True)
+        if workers is not None and not 1 <= workers <= MAX_WORKERS:
+            raise KvlabError(f"--workers {workers}: valid 1 to {MAX_WORKERS:,} worker processes (or Ray CPUs)")
         self.out, self.as_json = out, as_json
         self.workers = workers or default_workers()
         self.ray, self.ray_address = ray, ray_address
@@ -375,7 +381,7 @@ def capacity(
                                "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb")},
                               indent=2))
         return
-    print_capacity(configurations, searches, names, target.text, session, written)
+    print_capacity(configurations, searches, names, target.text, session, written, max_rate)
 
 
 def write_capacity_plots(configurations, searches, rows, names, out: Path, slo_text: str) -> list[Path]:
@@ -393,7 +399,7 @@ def write_capacity_plots(configurations, searches, rows, names, out: Path, slo_t
     return written
 
 
-def print_capacity(configurations, searches, names, slo_text, session: Session, written) -> None:
+def print_capacity(configurations, searches, names, slo_text, session: Session, written, max_rate: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -405,13 +411,16 @@ def print_capacity(configurations, searches, names, slo_text, session: Session, 
         if search.error:
             cells = ["–", f"failed: {search.error}", str(len(search.probes) + 1)]
         else:
-            hi = "none up to --max-rate" if search.hi is None else f"{search.hi:g}"
-            lo = "none" if search.lo is None else f"{search.lo:g}"
+            hi = "–" if search.hi is None else f"{search.hi:g}"
+            lo = "–" if search.lo is None else f"{search.lo:g}"
             cells = [f"{search.capacity:.4g}", f"[{lo}, {hi}]", str(len(search.probes))]
         table.add_row(*(str(config[n]) for n in varying), *cells)
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 150)
+    console = Console(highlight=False)
     console.print(table)
+    if any(not s.error and s.hi is None for s in searches):
+        console.print(f"[held, –]: no rate up to --max-rate {max_rate:g} req/s failed, so the capacity is at least the "
+                      "rate shown. A short workload may never load the engine: raise -n (or --max-rate).", markup=False)
+    if any(not s.error and s.lo is None for s in searches):
+        console.print("[–, failed]: even the lowest rate tried failed the SLO: capacity 0.", markup=False)
     console.print(f"Computed {session.runner.num_computed} simulations now (the rest were stored). Store: "
                   f"{session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)

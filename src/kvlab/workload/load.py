@@ -64,6 +64,20 @@ def _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_le
         raise KvlabError("--long-requests clip needs the --max-model-len to clip to")
 
 
+# The latest arrival kvlab simulates (seconds, ~31.7 years): a float64 clock there still resolves a microsecond,
+# where an iteration's milliseconds would otherwise round away (--rate 1e-15 put a trillion years between requests).
+MAX_ARRIVAL_S = 1e9
+
+
+def _check_span(times) -> None:
+    if len(times) and float(times[-1]) > MAX_ARRIVAL_S:
+        raise KvlabError(
+            f"the requests would arrive over {float(times[-1]):.3g} s (the last one's arrival time), beyond the "
+            f"{MAX_ARRIVAL_S:.0e} s (~31 years) the simulator's clock keeps to the microsecond; raise --rate, "
+            "or keep fewer requests (-n, --duration)"
+        )
+
+
 def _user_source(spec: str) -> BundledWorkload:
     """A user's file, described like a bundled trace (its arrival times are its own)."""
     path = Path(spec)
@@ -276,6 +290,7 @@ def load_workload(
             num_requests=num_requests, duration=duration, rate=rate, arrival=process, cv=cv,
         )
 
+    _check_span(times)
     num_clipped = 0
     if long_requests == "clip":
         table, num_clipped = _clip_to_max_model_len(table, max_model_len)
