@@ -259,11 +259,11 @@ class Simulation:
             return durations[:num_iterations], ends[num_iterations]
         import numpy as np
 
-        ends = np.add.accumulate(np.concatenate(([now], durations)))
+        end_array = np.add.accumulate(np.concatenate(([now], durations)))
         if stop == INF:
-            return durations, float(ends[-1])
-        num_iterations = int(ends[:-1].searchsorted(stop, side="left"))
-        return durations[:num_iterations], float(ends[num_iterations])
+            return durations, float(end_array[-1])
+        num_iterations = int(end_array[:-1].searchsorted(stop, side="left"))
+        return durations[:num_iterations], float(end_array[num_iterations])
 
     def _timing(self, out: SchedulerOutput, start: float) -> tuple[Any, float]:
         """Each iteration's duration and the clock at the run's end: the cost model's, plus the time a swap

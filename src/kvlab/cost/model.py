@@ -167,8 +167,8 @@ class CostModel:
         if num_iterations >= VECTOR_MIN_ITERATIONS:
             import numpy as np
 
-            contexts = np.arange(num_context_tokens, end, num_seqs, dtype=np.int64)
-            return self.iteration_times(num_seqs, 0, num_seqs, contexts, contexts)
+            context_array = np.arange(num_context_tokens, end, num_seqs, dtype=np.int64)
+            return self.iteration_times(num_seqs, 0, num_seqs, context_array, context_array)
         fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
         tokens = flops_per_token * (0 + num_seqs)
         contexts = range(num_context_tokens + num_seqs, end, num_seqs)
