@@ -582,7 +582,9 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
         if _weights_fit(model, trial):
             hints.append(f"--tensor-parallel-size {tp} on this GPU")
             break
-    bigger = [g.id for g in sorted(list_gpus(), key=lambda g: g.memory_bytes)
+    named = (config.gpu_name or "").split(" with ")[0]  # (--gpu-memory-gib names it "A100-40GB with 20 GiB")
+    bigger = [g.id if g.id != named else f"{g.id} with its whole {format_gib(g.memory_bytes)} GiB"
+              for g in sorted(list_gpus(), key=lambda g: g.memory_bytes)
               if g.memory_bytes > (config.gpu_memory_bytes or 0)
               and _weights_fit(model, replace(config, gpu_memory_bytes=g.memory_bytes, gpu_name=g.id))]
     if bigger:

@@ -261,7 +261,7 @@ class ServingOptions(BaseModel):
     gpu_memory_gib: Real(0, 100_000, "GiB of GPU memory as CUDA reports it") | None = None
     available_kv_gib: Real(0, 100_000, "GiB of KV cache vLLM printed") | None = None
     gpu_memory_utilization: Real(0, 1, "the fraction of GPU memory vLLM may use") | None = None
-    block_size: Count(1, 2**20, "tokens per block") | None = None
+    block_size: Count(16, 2**20, "tokens per block, a multiple of 16") | None = None
     tensor_parallel_size: Count(1, 1024, "GPUs") | None = None
     pipeline_parallel_size: Count(1, 1024, "GPUs") | None = None
     max_model_len: Count(1, 2**34, "tokens") | None = None

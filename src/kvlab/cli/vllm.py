@@ -8,6 +8,9 @@ import typer
 
 from kvlab.cli.app import app
 
+# How `vllm compare` spells the engine settings EngineSettings.check names.
+CLI_SPELLING = {"block_size": "--block-size", "num_gpu_blocks_override": "--num-gpu-blocks",
+                "max_model_len": "--max-model-len"}
 COMPARE_RATE = 50.0  # req/s: the tiny model's steps are short, so requests overlap at this rate
 
 vllm_app = typer.Typer(
@@ -76,8 +79,8 @@ def compare(
     seed: int = typer.Option(0, "--seed", help="Random seed of the workload."),
     block_size: int = typer.Option(32, "--block-size", help="Tokens per block (vLLM's CPU backend: a multiple "
                                    "of 32)."),
-    num_blocks: int = typer.Option(24, "--num-blocks", help="Blocks in the pool, the null block included "
-                                   "(vLLM's num_gpu_blocks_override)."),
+    num_gpu_blocks: int = typer.Option(24, "--num-gpu-blocks", "--num-blocks", help="Blocks in the pool, the null "
+                                       "block included (vLLM's num_gpu_blocks_override), as in `kvlab run`."),
     max_num_seqs: int = typer.Option(16, "--max-num-seqs", help="Requests per step."),
     max_num_batched_tokens: int = typer.Option(256, "--max-num-batched-tokens", help="Tokens per step."),
     max_model_len: int = typer.Option(512, "--max-model-len", help="Longest request, prompt + answer."),
@@ -99,12 +102,15 @@ def compare(
     from kvlab.vllm.install import require_installed
     from kvlab.vllm.job import EngineSettings
 
+    from kvlab.validate import check_options
+
+    check_options(locals())  # (the ranges every command shares, in the flags' spelling)
     settings = EngineSettings(
-        block_size=block_size, num_gpu_blocks_override=num_blocks, max_num_seqs=max_num_seqs,
+        block_size=block_size, num_gpu_blocks_override=num_gpu_blocks, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
         enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
     )
-    settings.check()  # vLLM's own refusals, before anything starts
+    settings.check(CLI_SPELLING)  # vLLM's own refusals, before anything starts
     if rate is None and arrival in ("auto", "poisson", "gamma"):
         rate = COMPARE_RATE  # a default that never contradicts --arrival trace or burst
     wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, None)

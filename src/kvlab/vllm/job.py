@@ -60,11 +60,16 @@ class EngineSettings:
                 "max_num_batched_tokens": self.max_num_batched_tokens,
                 "enable_chunked_prefill": self.enable_chunked_prefill, "dtype": self.dtype}
 
-    def check(self) -> None:
-        """Refuse, before starting the engine, what vLLM 0.32.0 would refuse, with vLLM's reason."""
+    def check(self, spelling: dict[str, str] | None = None) -> None:
+        """Refuse, before starting the engine, what vLLM 0.32.0 would refuse, with vLLM's reason. ``spelling``
+        names settings as the caller spells them (``{"block_size": "--block-size"}``); otherwise vLLM's names."""
+        def name(setting: str, value: object) -> str:
+            flag = (spelling or {}).get(setting)
+            return f"{flag} {value}" if flag else f"{setting}={value}"
+
         if self.block_size <= 0 or self.block_size % CPU_BLOCK_SIZE_MULTIPLE:
             raise KvlabError(
-                f"block_size {self.block_size} is not supported by vLLM's CPU attention backend: it needs a "
+                f"{name('block_size', self.block_size)} is not supported by vLLM's CPU attention backend: it needs a "
                 f"multiple of {CPU_BLOCK_SIZE_MULTIPLE} (e.g. 32, 64, 128)"
             )
         if self.num_gpu_blocks_override is None and self.kv_cache_memory_bytes is None:
@@ -75,10 +80,10 @@ class EngineSettings:
             num_blocks_per_request = -(-self.max_model_len // self.block_size)
             if self.num_gpu_blocks_override - 1 < num_blocks_per_request:
                 raise KvlabError(
-                    f"num_gpu_blocks_override={self.num_gpu_blocks_override} is too small: vLLM refuses to start "
-                    f"unless one request of max_model_len={self.max_model_len} tokens fits "
-                    f"({num_blocks_per_request} blocks of {self.block_size} plus the null block, so at least "
-                    f"{num_blocks_per_request + 1} blocks)"
+                    f"{name('num_gpu_blocks_override', self.num_gpu_blocks_override)} is too small: vLLM refuses "
+                    f"to start unless one request of {name('max_model_len', self.max_model_len)} tokens fits "
+                    f"({num_blocks_per_request} blocks of {self.block_size} plus the null block); valid: at least "
+                    f"{num_blocks_per_request + 1} blocks"
                 )
         scheduler = self.scheduler_config  # (vLLM's scheduler refusals are made where it is built: kvlab.config)
         if self.long_prefill_token_threshold > scheduler.max_model_len:
