@@ -38,8 +38,8 @@ def _negatives_in_help_text() -> None:
     """Typer's help gives the ``--no-`` spelling of each on/off flag a column of its own, as wide as the longest
     (``--no-enable-chunked-prefill``): at 80 columns it squeezed every option's name (``--tensor-parallel-…``).
     While a panel of options is drawn, that column stays empty and each flag's help names its ``--no-``
-    spelling. (Typer has no setting for it; without the function patched here, the help stays as Typer draws
-    it.)"""
+    spelling; a flag, which takes no value, shows no value type (Typer wrote ``<bool>``). (Typer has no setting
+    for either; without the function patched here, the help stays as Typer draws it.)"""
     import typer.rich_utils as rich_utils
 
     draw = getattr(rich_utils, "_print_options_panel", None)
@@ -52,11 +52,17 @@ def _negatives_in_help_text() -> None:
             param.secondary_opts = []
             if not all(n in (text or "") for n in negatives):
                 param.help = f"{text or ''} Off: {', '.join(negatives)}.".strip()
+        # A flag takes no value: no "<bool>" in the column of value types.
+        switches = [(p, p.metavar) for p in params if getattr(p, "is_flag", False) and p.metavar is None]
+        for param, _ in switches:
+            param.metavar = ""
         try:
             draw(params=params, **kwargs)
         finally:
             for param, negatives, text in flags:
                 param.secondary_opts, param.help = negatives, text
+            for param, metavar in switches:
+                param.metavar = metavar
 
     print_options_panel.negatives_in_help_text = True  # type: ignore[attr-defined]
     rich_utils._print_options_panel = print_options_panel

@@ -98,11 +98,10 @@ def compare(
     from rich.console import Console
 
     from kvlab.cli.sim import build_workload
+    from kvlab.validate import check_options
     from kvlab.vllm.compare import compare as run_compare
     from kvlab.vllm.install import require_installed
     from kvlab.vllm.job import EngineSettings
-
-    from kvlab.validate import check_options
 
     check_options(locals())  # (the ranges every command shares, in the flags' spelling)
     settings = EngineSettings(
