@@ -33,6 +33,16 @@ def test_a_lengths_only_file_without_a_rate_says_to_give_one(tmp_path):
         load_workload(str(path), arrival="trace")
 
 
+def test_a_row_with_more_fields_than_the_header_is_refused_not_cut(tmp_path):
+    # "1,024,128" under prompt_len,output_len read as prompt 1, output 24 (128 dropped) would be a silent lie.
+    path = tmp_path / "thousands.csv"
+    path.write_text("prompt_len,output_len\n10,20\n1,024,128\n")
+    with pytest.raises(KvlabError, match=r"thousands.csv, line 3: 3 fields under a header of 2 \('1,024,128'\)"):
+        load_workload(str(path), rate=1.0)
+    path.write_text("prompt_len,output_len,note\n10,20,first\n30,40\n")  # fewer fields, or extra columns: fine
+    assert sorted(r.prompt_len for r in load_workload(str(path), rate=1.0).requests) == [10, 30]
+
+
 def test_vidur_and_sarathi_columns_are_read(tmp_path):
     path = tmp_path / "vidur.csv"
     path.write_text("num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n74,918,992,0.08\n290,905,1195,0.32\n")

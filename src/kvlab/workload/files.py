@@ -56,6 +56,10 @@ def _rows_csv(path: str, text: str):
     for fields in reader:
         if not fields or all(not field.strip() for field in fields):
             continue  # blank line
+        if len(fields) > len(header):  # ("1,024,128" under prompt_len,output_len is not 1,024 and 128)
+            raise KvlabError(f"{path}, line {reader.line_num}: {len(fields)} fields under a header of {len(header)} "
+                             f"({','.join(fields)[:60]!r}); valid: one field per column, numbers without thousands "
+                             "separators")
         yield reader.line_num, {name: (fields[i].strip() if i < len(fields) else None) for name, i in index.items()}
 
 
