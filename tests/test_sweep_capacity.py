@@ -61,6 +61,7 @@ def test_capacity_table_and_plots(searched, kvlab):
     r = kvlab("capacity", *CAPACITY, "--out", out)
     assert r.exit_code == 0, r.stderr
     assert "capacity req/s" in r.stdout and "bracket" in r.stdout and "vllm" in r.stdout
+    assert "Computed 0 simulations now, " in r.stdout and " were stored already." in " ".join(r.stdout.split())
     for name in ("capacity.png", "capacity_latency.png", "capacity.html"):
         assert (out / name).stat().st_size > 1000
 
@@ -76,6 +77,9 @@ def test_a_workload_too_short_to_fail_says_the_capacity_is_only_a_lower_bound(kv
 @pytest.mark.parametrize("args, message", [
     (["--rate", "1,2"], "give --rate one value"),
     (["--workers", "0"], "--workers 0: valid 1 to 1,024"),
+    (["--max-rate", "0"], "--max-rate 0 is out of range"),
+    (["--max-rate", "inf"], "--max-rate inf is not a finite number"),
+    (["--max-rate", "0.5"], "--max-rate 0.5 is below the first rate tried (--rate 1)"),
     (["--slo", "p99_ttft>2s"], "--slo"),
     (["--rtol", "0"], "--rtol"),
 ])

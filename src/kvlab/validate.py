@@ -278,11 +278,13 @@ class ServingOptions(BaseModel):
     context_len: Count(1, 2**34, "tokens") | None = None
 
 
-def check_options(values: dict, *, spelling: str = "cli") -> ServingOptions:
+def check_options(values: dict, *, spelling: str = "cli", flags: dict[str, str] | None = None) -> ServingOptions:
     """The options in ``values`` that ServingOptions knows (others are left alone), checked; the message spells
-    names as CLI flags (``--rate``) or as the lab's parameter names (``rate``)."""
+    names as CLI flags (``--rate``) or as the lab's parameter names (``rate``), or as ``flags`` says
+    (``{"rate": "--max-rate"}``: a value with the meaning and range of a rate under another flag)."""
     known = {k: v for k, v in values.items() if k in ServingOptions.model_fields and v is not None}
-    return _parse(ServingOptions, known, cli_flag if spelling == "cli" else (lambda key: key))
+    spell = cli_flag if spelling == "cli" else (lambda key: key)
+    return _parse(ServingOptions, known, lambda key: (flags or {}).get(key) or spell(key))
 
 
 def bounded_number(value: Any, name: str, lo: float, hi: float, *, whole: bool = False) -> float | int:

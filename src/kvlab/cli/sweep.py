@@ -292,10 +292,21 @@ def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
     console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT p99 in "
                   "seconds.", highlight=False)
     num_failed = sum(r["status"] != "ok" for r in rows)
-    console.print(f"Computed {session.runner.num_computed} points now ({num_failed} failed in all); the other "
-                  f"{len(rows) - session.runner.num_computed} were stored. Store: {session.store_path} "
-                  f"(table points: SQL or pandas)." + (f" Plots: {', '.join(str(p) for p in written)}."
-                                                          if written else ""), highlight=False)
+    console.print(_computed_text(session.runner.num_computed, len(rows), "point")
+                  + (f", {num_failed} failed in all" if num_failed else "")
+                  + f". Store: {session.store_path} (table points: SQL or pandas)."
+                  + (f" Plots: {', '.join(str(p) for p in written)}." if written else ""), highlight=False)
+
+
+def _computed_text(num_computed: int, num_total: int, noun: str) -> str:
+    """'Computed 4 points now', '..., 3 were stored already', 'Computed 1 simulation now'."""
+    from kvlab.cli.size import plural
+
+    text = f"Computed {plural(num_computed, noun)} now"
+    num_stored = max(0, num_total - num_computed)
+    if num_stored:
+        text += f", {num_stored:,} {'was' if num_stored == 1 else 'were'} stored already"
+    return text
 
 
 def _num(value) -> str:
@@ -354,6 +365,7 @@ def capacity(
     from kvlab.sweep.capacity import DEFAULT_SLO, parse_slo
     from kvlab.sweep.grid import expand, run_options
     from kvlab.sweep.point import check_points
+    from kvlab.validate import check_options
 
     target = parse_slo(slo or DEFAULT_SLO)
     if not 0 < rtol < 1:
@@ -365,13 +377,18 @@ def capacity(
     start_rate = run_options()["rate"].convert(rates[0])
     if start_rate is None or not start_rate > 0:
         raise KvlabError(f"--rate {rates[0]!r}: the first guess must be a positive rate")
+    check_options({"rate": max_rate}, flags={"rate": "--max-rate"})
+    if max_rate < start_rate:
+        raise KvlabError(f"--max-rate {max_rate:g} is below the first rate tried (--rate {start_rate:g}); valid: "
+                         f"--max-rate {start_rate:g} or more")
     configurations = expand(lists, explicit)
     check_points([{**c, "rate": start_rate} for c in configurations])
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()
     session.check_time([{**c, "rate": start_rate} for c in configurations],
                        TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
-                       f"{len(configurations)} capacity searches (about {TYPICAL_SEARCH_RUNS} simulations each)")
+                       f"{len(configurations)} capacity search{'es' if len(configurations) > 1 else ''} (about "
+                       f"{TYPICAL_SEARCH_RUNS} simulations each)")
     searches, rows = run_capacity(session, configurations, [start_rate] * len(configurations), target, rtol,
                                   max_rate)
     names = list(run_options())
@@ -422,5 +439,6 @@ def print_capacity(configurations, searches, names, slo_text, session: Session, 
                       "rate shown. A short workload may never load the engine: raise -n (or --max-rate).", markup=False)
     if any(not s.error and s.lo is None for s in searches):
         console.print("[–, failed]: even the lowest rate tried failed the SLO: capacity 0.", markup=False)
-    console.print(f"Computed {session.runner.num_computed} simulations now (the rest were stored). Store: "
-                  f"{session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)
+    num_simulations = sum(len(search.probes) for search in searches)
+    console.print(_computed_text(session.runner.num_computed, num_simulations, "simulation")
+                  + f". Store: {session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)
