@@ -173,6 +173,16 @@ def test_race_html_export_is_one_self_contained_file(kvlab, tmp_path):
         assert strategy in text
 
 
+def test_a_pool_vllm_would_refuse_is_said_and_the_run_goes_on(kvlab):
+    # max_model_len 2,048 in blocks of 16 is 128 blocks, plus the null block: vLLM starts with 129, not 128.
+    refused = kvlab("run", "vllm", "-n", "5", "--num-gpu-blocks", "128")
+    assert refused.exit_code == 0, refused.stderr
+    assert "note: vLLM would refuse to start with this pool: one 2,048-token request (--max-model-len) needs 128 " \
+           "blocks of 16, more than the 127 usable" in " ".join(refused.stderr.split())
+    started = kvlab("run", "vllm", "-n", "5", "--num-gpu-blocks", "129")
+    assert started.exit_code == 0 and "refuse" not in started.stderr
+
+
 def test_options_the_run_does_not_use_are_named_and_the_run_goes_on(kvlab):
     result = kvlab("run", "vllm", "-n", "30", "--swap-space", "8", "--available-kv-gib", "5",
                    "--num-gpu-blocks", "500", "--json")

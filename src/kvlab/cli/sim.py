@@ -144,6 +144,17 @@ def _unused_options(strategies, swap_space: float, available_kv_gib, num_gpu_blo
     return notes
 
 
+def _refusals(config) -> list[str]:
+    """What vLLM would refuse to start with, though kvlab runs it (the run shows what would happen)."""
+    cache, max_model_len = config.cache, config.scheduler.max_model_len
+    num_blocks_per_request = -(-max_model_len // cache.block_size)
+    if cache.num_gpu_blocks - 1 >= num_blocks_per_request:
+        return []
+    return [f"vLLM would refuse to start with this pool: one {max_model_len:,}-token request (--max-model-len) "
+            f"needs {num_blocks_per_request:,} blocks of {cache.block_size}, more than the {cache.num_gpu_blocks - 1:,} "
+            f"usable (the null block aside); kvlab runs it anyway, and a request that can never fit is rejected"]
+
+
 def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size,
              gpu_memory_utilization, block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens,
              max_num_seqs, available_kv_gib, num_gpu_blocks, enable_chunked_prefill, preemption_mode, swap_space,
@@ -185,7 +196,7 @@ def simulate(strategy_names: list[str], *, model, gpu, gpu_memory_gib, tensor_pa
     latency_s = config.cost.request_latency_s
     results = []
     console = Console(stderr=True)
-    for note in _unused_options(strategies, swap_space, available_kv_gib, num_gpu_blocks):
+    for note in [*_unused_options(strategies, swap_space, available_kv_gib, num_gpu_blocks), *_refusals(config)]:
         console.print(f"note: {note}", style="yellow", highlight=False)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=quiet or not console.is_terminal) as progress:
