@@ -59,6 +59,8 @@ def test_one_request_is_one_request_and_a_slow_rate_keeps_its_digits(kvlab):
     assert "paper-sharegpt, 1 request," in text and "(1 request over" in text and "1 requests" not in text
     text = " ".join(kvlab("run", "vllm", "-n", "3", "--rate", "0.0001").stdout.split())
     assert "3 requests, 0.0001" in text and "0.00 req/s" not in text
+    tps = kvlab("run", "vllm", "-n", "3", "--rate", "0.0001", "--json").json()["strategies"][0]["throughput_tps"]
+    assert 0 < tps < 1 and f" {tps:.3g} " in text  # a slow rate's tokens per second are not printed as 0
 
 
 def test_lesson_race_continuous_paged_wins_static_max_loses(lesson_race):

@@ -43,6 +43,22 @@ def test_a_row_with_more_fields_than_the_header_is_refused_not_cut(tmp_path):
     assert sorted(r.prompt_len for r in load_workload(str(path), rate=1.0).requests) == [10, 30]
 
 
+def test_a_byte_order_mark_is_read_and_a_misspelt_or_repeated_column_refused(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffprompt_len,output_len\n10,20\n".encode())  # Excel's "CSV UTF-8"
+    assert [r.prompt_len for r in load_workload(str(path), rate=1.0).requests] == [10]
+    path.write_text("arival_time,prompt_len,output_len\n0,10,20\n")
+    with pytest.raises(KvlabError, match="column 'arival_time' is not one kvlab reads; did you mean 'arrival_time'"):
+        load_workload(str(path))
+    path.write_text("prompt_len,output_len,prompt_len\n10,20,3\n")
+    with pytest.raises(KvlabError, match="column 'prompt_len' appears twice"):
+        load_workload(str(path), rate=1.0)
+    jsonl = tmp_path / "typo.jsonl"
+    jsonl.write_text('{"prompt_len": 10, "output_len": 5, "max_token": 4}\n')
+    with pytest.raises(KvlabError, match="typo.jsonl, line 1: column 'max_token' .* did you mean 'max_tokens'"):
+        load_workload(str(jsonl), rate=1.0)
+
+
 def test_vidur_and_sarathi_columns_are_read(tmp_path):
     path = tmp_path / "vidur.csv"
     path.write_text("num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n74,918,992,0.08\n290,905,1195,0.32\n")

@@ -199,8 +199,8 @@ def _intro(server, wl, config) -> list[str]:
                                    "ignore_eos" if config.ignore_eos else "") if x)
     lines = [", ".join(parts) + "."]
     lines += [f"[yellow]note:[/] {note}" for note in server.notes]
-    lines.append(f"Load: {wl.num_requests:,} requests of {wl.name} {pacing}, mean prompt {wl.mean_prompt_len:.0f} / "
-                 f"output {wl.mean_output_len:.0f} tokens, {extras}. Bounds: each request times out after "
+    lines.append(f"Load: {wl.num_requests:,} requests of {wl.name} {pacing}, mean prompt {wl.mean_prompt_len:,.0f} / "
+                 f"output {wl.mean_output_len:,.0f} tokens, {extras}. Bounds: each request times out after "
                  f"{config.request_timeout:g} s (--timeout), the run stops after {config.time_limit:g} s "
                  "(--time-limit); Ctrl-C stops it and keeps what was measured.")
     return lines

@@ -217,7 +217,7 @@ def setup_line(config, wl) -> str:
         f"for paged memory), max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
         f"{sched.max_num_batched_tokens:,}. Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
-        f"{_rate_text(wl)}, mean prompt {wl.mean_prompt_len:.0f} / output {wl.mean_output_len:.0f} tokens."
+        f"{_rate_text(wl)}, mean prompt {wl.mean_prompt_len:,.0f} / output {wl.mean_output_len:,.0f} tokens."
     )
 
 

@@ -99,6 +99,11 @@ def _fit(columns: list[tuple[str, str]], rows: list[dict], width: int) -> list[t
     return columns
 
 
+def _tokens_per_s(value: float) -> str:
+    """Whole tokens per second with separators; below 10, three significant digits (a slow rate is not 0)."""
+    return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:.3g}"
+
+
 def _cells(s: dict, is_best: bool, lat_factor: float, ttft_factor: float) -> dict:
     shares, lat, ttft = s["memory_shares"], s["normalized_latency_s_per_token"], s["ttft_s"]
     return {
@@ -106,7 +111,7 @@ def _cells(s: dict, is_best: bool, lat_factor: float, ttft_factor: float) -> dic
         "reserved": f"{shares['reserved']:.1f}", "internal_fragmentation": f"{shares['internal_fragmentation']:.1f}",
         "external_fragmentation": f"{shares['external_fragmentation']:.1f}",
         "batch": f"{s['mean_batch_size']:.1f}", "rps": f"{s['throughput_rps']:.3g}",
-        "tps": f"{s['throughput_tps']:,.0f}", "lat50": _time(lat["p50"], lat_factor),
+        "tps": _tokens_per_s(s["throughput_tps"]), "lat50": _time(lat["p50"], lat_factor),
         "lat99": _time(lat["p99"], lat_factor), "ttft50": _time(ttft["p50"], ttft_factor),
         "ttft99": _time(ttft["p99"], ttft_factor), "preemptions": f"{s['preemptions']:,}",
         "recomputed": f"{s['recomputed_tokens']:,}", "done": f"{s['num_finished']:,}",

@@ -40,12 +40,28 @@ def _canonical(names) -> dict[str, str]:
     return found
 
 
+def _check_names(path: str, where: str, names: list[str]) -> None:
+    """A column twice, or one a letter or two away from a column kvlab reads (``arival_time``), is refused: read
+    as an other column, it would be ignored without a word. Other columns are ignored."""
+    from difflib import get_close_matches
+
+    known = REQUIRED_COLUMNS + OPTIONAL_COLUMNS + tuple(COLUMN_ALIASES)
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise KvlabError(f"{path}, {where}: column {name!r} appears twice; valid: each column once")
+        close = get_close_matches(name, known, n=1, cutoff=0.85) if name not in known else []
+        if close:
+            raise KvlabError(f"{path}, {where}: column {name!r} is not one kvlab reads; did you mean {close[0]!r}? "
+                             f"(valid: {', '.join(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)}; other columns are ignored)")
+
+
 def _rows_csv(path: str, text: str):
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)
     if header is None:
         raise KvlabError(f"{path}, line 1: the file is empty; {_EXPECTED}")
     header = [name.strip() for name in header]
+    _check_names(path, "line 1", header)
     columns = _canonical(header)
     missing = [name for name in REQUIRED_COLUMNS if name not in columns]
     if missing:
@@ -73,6 +89,7 @@ def _rows_jsonl(path: str, text: str):
             raise KvlabError(f"{path}, line {line}: {raw.strip()[:60]!r} is not JSON ({exc.msg})") from None
         if not isinstance(row, dict):
             raise KvlabError(f"{path}, line {line}: {raw.strip()[:60]!r} is not a JSON object; {_EXPECTED}")
+        _check_names(path, f"line {line}", list(row))
         columns = _canonical(row)
         missing = [name for name in REQUIRED_COLUMNS if name not in columns]
         if missing:
@@ -87,7 +104,7 @@ def _read_text(path: str) -> str:
     if file.suffix.lower() not in SUFFIXES:
         raise KvlabError(f"{path}: a workload file must end in .csv or .jsonl (got {file.suffix or 'no suffix'!r})")
     try:
-        return file.read_text(encoding="utf-8")
+        return file.read_text(encoding="utf-8-sig")  # (a byte-order mark, as spreadsheets write, is dropped)
     except FileNotFoundError:
         raise KvlabError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -313,7 +313,7 @@ def _describe(entry, source_table, table, times, how, seed, max_model_len, num_c
     parts = [f"{entry.name} ({entry.kind}): {table.num_rows:,} requests", how]
     if times[-1] > 0:
         parts.append(f"last arrival at {times[-1]:,.1f} s")
-    parts.append(f"mean prompt {table.prompt_len.mean():.1f}, mean output {table.output_len.mean():.1f} tokens")
+    parts.append(f"mean prompt {table.prompt_len.mean():,.1f}, mean output {table.output_len.mean():,.1f} tokens")
     if source_table is not None and source_table.num_skipped:
         parts.append(
             f"{source_table.num_skipped} of {source_table.num_rows + source_table.num_skipped} source rows "
