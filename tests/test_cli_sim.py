@@ -58,7 +58,7 @@ def test_one_request_is_one_request_and_a_slow_rate_keeps_its_digits(kvlab):
     text = " ".join(kvlab("run", "vllm", "-n", "1").stdout.split())
     assert "paper-sharegpt, 1 request," in text and "(1 request over" in text and "1 requests" not in text
     text = " ".join(kvlab("run", "vllm", "-n", "3", "--rate", "0.0001").stdout.split())
-    assert "3 requests, 0.0001" in text and "0.00 req/s" not in text
+    assert "3 requests, arriving at 0.0001" in text and "0.00 req/s" not in text
     tps = kvlab("run", "vllm", "-n", "3", "--rate", "0.0001", "--json").json()["strategies"][0]["throughput_tps"]
     assert 0 < tps < 1 and f" {tps:.3g} " in text  # a slow rate's tokens per second are not printed as 0
 
@@ -162,6 +162,15 @@ def test_paper_fig2_reproduces_the_papers_token_shares(kvlab):
     for s in systems.values():
         assert sum(s[k] for k in SHARE_KEYS) == pytest.approx(100.0)
         assert s["saturation"] > 0.9  # the paper's premise: a full cache and a queue
+
+
+def test_paper_fig2_on_too_few_requests_says_the_premise_does_not_hold(kvlab):
+    text = " ".join(kvlab("paper", "fig2", "-n", "200").stdout.split())
+    waits = kvlab("paper", "fig2", "-n", "200", "--json").json()["systems"]
+    idle = [name for name, s in waits.items() if s["saturation"] < 0.5]
+    assert idle and "had requests waiting less than half the time (column 'wait')" in text
+    assert "every system has requests waiting" not in text and "give more requests (-n)" in text
+    assert "1 request of the ShareGPT" in " ".join(kvlab("paper", "fig2", "-n", "1").stdout.split())
 
 
 def test_race_html_export_is_one_self_contained_file(kvlab, tmp_path):

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvlab.cli.app import app
+from kvlab.cli.size import plural
 
 paper_app = typer.Typer(help="The vLLM paper's experiments, rebuilt and compared with its figures.",
                         no_args_is_help=True)
@@ -82,13 +83,18 @@ def fig2(
                       "fragmentation & other'); wait: share of time with requests queued; batch: mean requests "
                       "per iteration.", highlight=False)
     fastest = max(rows, key=lambda r: r.throughput_rps)
+    idle = [PAPER_NAMES[r.system] for r in rows if r.saturation < 0.5]
+    premise = ("at this rate every system has requests waiting most of the time (column 'wait')" if not idle else
+               f"here {', '.join(idle)} had requests waiting less than half the time (column 'wait'), so "
+               f"{'its' if len(idle) == 1 else 'their'} shares are not the paper's situation: give more requests "
+               f"(-n) or a higher --rate")
     out_console.print(
-        f"Setup: OPT-13B on one A100-40GB with Table 1's 12 GiB of KV cache (15,728 slots), {setup.num_requests:,} "
-        f"requests of the ShareGPT stand-in, Poisson at {setup.rate:g} req/s, seed {setup.seed}. "
-        f"The paper's shares describe systems with a full cache and a queue: at this rate every system has requests "
-        f"waiting most of the time (column 'requests waiting'). The knee: the most any system serves here is "
-        f"{fastest.throughput_rps:.2f} req/s ({PAPER_NAMES[fastest.system]}: {fastest.mean_batch_size:.0f} requests "
-        f"per iteration of {1000 * fastest.mean_iteration_s:.0f} ms on the clock of cost profile {setup.cost!r}: "
+        f"Setup: OPT-13B on one A100-40GB with Table 1's 12 GiB of KV cache (15,728 slots), "
+        f"{plural(setup.num_requests, 'request')} of the ShareGPT stand-in, Poisson at {setup.rate:g} req/s, seed "
+        f"{setup.seed}. The paper's shares describe systems with a full cache and a queue: {premise}. The knee: the "
+        f"most any system serves here is {fastest.throughput_rps:.2f} req/s ({PAPER_NAMES[fastest.system]}: "
+        f"{plural(round(fastest.mean_batch_size), 'request')} per iteration of {1000 * fastest.mean_iteration_s:.0f} "
+        f"ms on the clock of cost profile {setup.cost!r}: "
         f"the paper-era engine's, derived from the paper's Figure 12a and §7.1, see kvlab cost); below that rate "
         f"vLLM's cache is not full and its token share falls with the load. "
         f"docs/paper.md explains each difference from the paper.",

@@ -44,7 +44,8 @@ WorkloadOpt = Annotated[str, typer.Option("--workload", "-w", help="Bundled work
                                           "(or Vidur's num_prefill_tokens, num_decode_tokens).")]
 RateOpt = Annotated[Optional[float], typer.Option("--rate", help="Requests per second. Workloads without arrival "
                                                   f"times get Poisson arrivals at this rate \\[default: {DEFAULT_RATE}]; "
-                                                  "a trace's own arrivals are rescaled to it.")]
+                                                  "a trace keeps its own arrivals unless --rate is given, "
+                                                  "which rescales them to it.")]
 ArrivalOpt = Annotated[str, typer.Option("--arrival", help="auto (a trace's own times, else Poisson), poisson, "
                                          "gamma, trace, burst (all at t=0).")]
 CvOpt = Annotated[float, typer.Option("--cv", help="Coefficient of variation of gamma inter-arrival times.")]
@@ -229,7 +230,7 @@ def workload_rate(wl) -> float | None:
 
 def _rate_text(wl) -> str:
     rate = workload_rate(wl)
-    return "all arriving at once" if rate is None else f"{rate:.3g} req/s"
+    return "all arriving at once" if rate is None else f"arriving at {rate:.3g} req/s on average"
 
 
 def typical_iteration(config, summary: dict) -> dict:
