@@ -60,7 +60,7 @@ def test_capacity_table_and_plots(searched, kvlab):
     out, _ = searched
     r = kvlab("capacity", *CAPACITY, "--out", out)
     assert r.exit_code == 0, r.stderr
-    assert "capacity req/s" in r.stdout and "bracket" in r.stdout and "vllm" in r.stdout
+    assert "req/s" in r.stdout and "bracket" in r.stdout and "vllm" in r.stdout and "orca-max" in r.stdout
     assert "Computed 0 simulations now, " in r.stdout and " were stored already." in " ".join(r.stdout.split())
     for name in ("capacity.png", "capacity_latency.png", "capacity.html"):
         assert (out / name).stat().st_size > 1000

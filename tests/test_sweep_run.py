@@ -204,3 +204,21 @@ def test_a_failing_point_is_stored_with_its_error_and_the_sweep_goes_on(tmp_path
     assert [r["status"] for r in retry.run(points)] == ["ok", "ok", "ok"]
     assert retry.num_computed == 1
     store.close()
+
+
+def test_three_varying_options_leave_room_for_every_number_at_80_columns(kvlab, tmp_path, monkeypatch):
+    from kvlab.cli.sweep import _num
+
+    monkeypatch.setenv("COLUMNS", "80")
+    r = kvlab("sweep", "--strategy", "continuous+paged+swap,orca-oracle", "--block-size", "16,32",
+              "--gpu-memory-utilization", "0.8,0.9", "-n", "40", "--workers", "2", "--out", tmp_path / "s", "--json")
+    assert r.exit_code == 0, r.stderr
+    points = r.json()["points"]
+    text = kvlab("sweep", "--strategy", "continuous+paged+swap,orca-oracle", "--block-size", "16,32",
+                 "--gpu-memory-utilization", "0.8,0.9", "-n", "40", "--out", tmp_path / "s").stdout
+    assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text, text
+    for point in points:  # each row whole: the three options and req/s, and TPOT's p99 last
+        row = f"{point['gpu_memory_utilization']} {point['block_size']} {point['strategy']} " \
+              f"{point['throughput_rps']:.3f}"
+        assert any(" ".join(line.split()).startswith(row) and line.split()[-1] == _num(point['tpot_s']['p99'], 1e3)
+                   for line in text.splitlines()), (row, text)

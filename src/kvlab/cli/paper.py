@@ -180,12 +180,10 @@ def _print_fig12(data: dict) -> None:
                   title_justify="left", header_style="bold")
     table.add_column("system")
     for workload in workloads:
-        table.add_column(f"{workload} (paper's axis 0-{_axis(workload)})", justify="right")
+        table.add_column(f"{workload}\n(paper's axis 0-{_axis(workload)})", justify="right")
     for system in PAPER_NAMES:
         table.add_row(PAPER_NAMES[system], *(_bracket(data["workloads"][w]["searches"][system]) for w in workloads))
     console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 130)
     console.print(table)
     for workload in workloads:
         ratios = data["workloads"][workload]["ratios"]
@@ -216,4 +214,4 @@ def _bracket(search: dict) -> str:
     if search["error"]:
         return f"failed: {search['error']}"
     lo, hi = search["bracket"]
-    return f"{search['capacity_rps']:.3g}  [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"
+    return f"{search['capacity_rps']:.3g} [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"

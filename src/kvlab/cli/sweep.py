@@ -271,31 +271,54 @@ def write_sweep_plots(rows, names, out: Path) -> list[Path]:
 
 
 def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     varying = [n for n in names if len({repr(r[n]) for r in rows}) > 1] or ["strategy"]
-    table = Table(title=f"Sweep: {len(rows)} points", title_justify="left", header_style="bold")
+    table = Table(title=f"Sweep: {len(rows)} points", title_justify="left", header_style="bold",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     failed = any(row["status"] != "ok" for row in rows)  # (a status column only then: the table fits 80 columns)
-    for column in (*varying, "req/s", "tok/s", "s/tok", "TTFT p99", "TPOT p99", *(["status"] if failed else [])):
-        table.add_column(column, justify="left" if column in varying or column == "status" else "right",
-                         no_wrap=column in varying)
+    table_rows = []
     for row in rows:
         ok = row["status"] == "ok"
         cells = [f"{row['throughput_rps']:.3f}", f"{row['throughput_tps']:.0f}",
-                 _num(row.get("normalized_latency_s_per_token_mean")), _num(row.get("ttft_s_p99")),
-                 _num(row.get("tpot_s_p99"))] if ok else ["–"] * 5
+                 _num(row.get("normalized_latency_s_per_token_mean")), _num(row.get("ttft_s_p99"), 1e3),
+                 _num(row.get("tpot_s_p99"), 1e3)] if ok else ["–"] * 5
         status = ["ok" if ok else f"failed: {row['error']}"] if failed else []
-        table.add_row(*(str(row[n]) for n in varying), *cells, *status)
+        table_rows.append([*(str(row[n]) for n in varying), *cells, *status])
+    headers = (*varying, "req/s", "tok/s", "s/tok", "TTFT p99 ms", "TPOT p99 ms", *(["status"] if failed else []))
+    for i, column in enumerate(headers):
+        # Every value whole, each header stacked at its underscores and spaces to about its values' width: at
+        # 80 columns three varying options' names once left the numbers no room at all.
+        widest = max((len(cells[i]) for cells in table_rows), default=1) if column != "status" else None
+        table.add_column(_stacked(column, widest or len(column)), min_width=widest,
+                         justify="left" if column in varying or column == "status" else "right")
+    for cells in table_rows:
+        table.add_row(*cells)
     console = Console()
     console.print(table)
-    console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT p99 in "
-                  "seconds.", highlight=False)
+    console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT: p99 in "
+                  "milliseconds.", highlight=False)
     num_failed = sum(r["status"] != "ok" for r in rows)
     console.print(_computed_text(session.runner.num_computed, len(rows), "point")
                   + (f", {num_failed} failed in all" if num_failed else "")
                   + f". Store: {session.store_path} (table points: SQL or pandas)."
                   + (f" Plots: {', '.join(str(p) for p in written)}." if written else ""), highlight=False)
+
+
+def _stacked(header: str, width: int) -> str:
+    """``header`` on lines of about ``width`` characters (at least 4), broken after underscores and at spaces:
+    'gpu_memory_utilization' over 3-character values is 'gpu_' / 'memory_' / 'utilization'."""
+    import re
+
+    lines: list[str] = []
+    for part in re.findall(r"[^_ ]+[_ ]?", header):
+        if lines and len(lines[-1] + part.rstrip()) <= max(width, 4):
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _computed_text(num_computed: int, num_total: int, noun: str) -> str:
@@ -309,8 +332,12 @@ def _computed_text(num_computed: int, num_total: int, noun: str) -> str:
     return text
 
 
-def _num(value) -> str:
-    return "–" if value is None else f"{value:.3g}"
+def _num(value, scale: float = 1.0) -> str:
+    """Three significant digits ('0.0288', '97.7'); from 1,000 on, whole with separators ('1,110', not 1.11e+03)."""
+    if value is None:
+        return "–"
+    value *= scale
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE, e.g. "
@@ -417,13 +444,14 @@ def write_capacity_plots(configurations, searches, rows, names, out: Path, slo_t
 
 
 def print_capacity(configurations, searches, names, slo_text, session: Session, written, max_rate: float) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     varying = [n for n in names if n != "rate" and len({repr(c[n]) for c in configurations}) > 1] or ["strategy"]
-    table = Table(title=f"Capacity: the highest rate with {slo_text}", title_justify="left", header_style="bold")
-    for column in (*varying, "capacity req/s", "bracket (held, failed)", "simulations"):
-        table.add_column(column, justify="left" if column in varying else "right")
+    table = Table(title=f"Capacity: the highest rate with {slo_text}", title_justify="left", header_style="bold",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table_rows = []
     for config, search in zip(configurations, searches):
         if search.error:
             cells = ["–", f"failed: {search.error}", str(len(search.probes) + 1)]
@@ -431,7 +459,14 @@ def print_capacity(configurations, searches, names, slo_text, session: Session, 
             hi = "–" if search.hi is None else f"{search.hi:g}"
             lo = "–" if search.lo is None else f"{search.lo:g}"
             cells = [f"{search.capacity:.4g}", f"[{lo}, {hi}]", str(len(search.probes))]
-        table.add_row(*(str(config[n]) for n in varying), *cells)
+        table_rows.append([*(str(config[n]) for n in varying), *cells])
+    for i, column in enumerate((*varying, "capacity req/s", "bracket (held, failed)", "simulations")):
+        widest = max(len(cells[i]) for cells in table_rows) if not any(r[i].startswith("failed") for r in
+                                                                      table_rows) else None
+        table.add_column(_stacked(column, widest or len(column)), min_width=widest,
+                         justify="left" if column in varying else "right")
+    for cells in table_rows:
+        table.add_row(*cells)
     console = Console(highlight=False)
     console.print(table)
     if any(not s.error and s.hi is None for s in searches):
