@@ -153,7 +153,7 @@ CASES = [
     # --- workloads and arrivals ----------------------------------------------------------------------------------
     (("run", "vllm", "--rate", "0"), ["--rate 0", "a number > 0"]),
     (("run", "vllm", "--rate", "1e-15", "-n", "3"), ["arrive over 1.55e+15 s", "raise --rate"]),
-    (("sweep", "--strategy", "vllm", "-n", "20", "--workers", "0"), ["--workers 0", "valid 1 to 1,024"]),
+    (("sweep", "--strategy", "vllm", "-n", "20", "--workers", "0"), ["--workers 0 is out of range", "from 1 to 1,024"]),
     (("run", "vllm", "--rate", "inf"), ["--rate inf", "a number > 0"]),
     (("run", "vllm", "--rate", "nan"), ["--rate nan", "a number > 0"]),
     (("run", "vllm", "--duration", "0"), ["--duration 0", "a number > 0"]),

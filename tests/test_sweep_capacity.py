@@ -76,7 +76,7 @@ def test_a_workload_too_short_to_fail_says_the_capacity_is_only_a_lower_bound(kv
 
 @pytest.mark.parametrize("args, message", [
     (["--rate", "1,2"], "give --rate one value"),
-    (["--workers", "0"], "--workers 0: valid 1 to 1,024"),
+    (["--workers", "0"], "--workers 0 is out of range; valid: worker processes (or Ray CPUs), a whole number from 1 to 1,024"),
     (["--max-rate", "0"], "--max-rate 0 is out of range"),
     (["--max-rate", "inf"], "--max-rate inf is not a finite number"),
     (["--max-rate", "0.5"], "--max-rate 0.5 is below the first rate tried (--rate 1)"),

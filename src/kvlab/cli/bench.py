@@ -88,7 +88,8 @@ def bench(
     max_num_seqs: SimSeqsOpt = None,
     max_num_batched_tokens: SimBatchedOpt = None,
 ) -> None:
-    """Replay a workload against a real OpenAI-compatible server (vLLM, Ollama, ...), streaming every answer:
+    """Replay a workload against a real OpenAI-compatible server (vLLM, Ollama, ...), streaming every answer.
+
     TTFT, TPOT and latency per request, the server's /metrics over time; --compare puts kvlab's simulation beside."""
     from rich.console import Console
 

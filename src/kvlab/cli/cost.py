@@ -77,8 +77,9 @@ def calibrate(
                                      "warns.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit as JSON.")] = False,
 ) -> None:
-    """Fit a cost profile to a real server's iterations by least squares: from its token timings (kvlab bench --out
-    DIR) or, with --server-log, from its own log of each step."""
+    """Fit a cost profile to a real server's iterations by least squares.
+
+    From its token timings (kvlab bench --out DIR) or, with --server-log, from its own log of each step."""
     from rich.console import Console
     from rich.table import Table
 

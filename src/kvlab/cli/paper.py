@@ -30,7 +30,7 @@ def fig2(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write a PNG of kvlab's bars next to the "
                                                 "paper's to this folder.")] = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Go ahead with work beyond kvlab's limits.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Go ahead with work beyond kvlab's limits.")] = False,
 ) -> None:
     """Figure 2: where each system's KV memory goes (OPT-13B, A100-40GB, 12 GB of KV cache, ShareGPT, Poisson)."""
     from rich.console import Console

@@ -71,7 +71,7 @@ PlotsOpt = Annotated[bool, typer.Option("--plots/--no-plots", help="With --out: 
                                         "CSV and JSON only, faster).")]
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column of the table (memory split, p50 and p99, "
                                        "recomputed tokens); the default fits 80 columns.")]
-YesOpt = Annotated[bool, typer.Option("--yes", help="Go ahead with work beyond kvlab's limits (the refusal says "
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Go ahead with work beyond kvlab's limits (the refusal says "
                                       "what it would cost).")]
 LongOpt = Annotated[str, typer.Option("--long-requests", help="A request whose prompt + output exceeds "
                                       "--max-model-len: reject (vLLM: a too-long prompt is refused, an answer stops "

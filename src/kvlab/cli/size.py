@@ -19,7 +19,7 @@ ModelArg = Annotated[str, typer.Argument(help="Catalogue name (see `kvlab models
 GpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU from the catalogue (see `kvlab gpus`).")]
 GpuGibOpt = Annotated[Optional[float], typer.Option("--gpu-memory-gib", help="GPU memory in GiB, as CUDA reports "
                                                     "it; with --gpu, replaces that GPU's memory.")]
-YesOpt = Annotated[bool, typer.Option("--yes", help="Go ahead with work beyond kvlab's limits (it says when: huge "
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Go ahead with work beyond kvlab's limits (it says when: huge "
                                       "workloads, models with thousands of layers).")]
 TpOpt = Annotated[Optional[int], typer.Option("--tensor-parallel-size", "-tp", help="GPUs that split each layer "
                                               "\\[default: 1].")]

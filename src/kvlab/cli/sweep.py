@@ -93,7 +93,8 @@ class Session:
 
         check_output_path(out, "--out", folder=True)
         if workers is not None and not 1 <= workers <= MAX_WORKERS:
-            raise KvlabError(f"--workers {workers}: valid 1 to {MAX_WORKERS:,} worker processes (or Ray CPUs)")
+            raise KvlabError(f"--workers {workers} is out of range; valid: worker processes (or Ray CPUs), a whole "
+                             f"number from 1 to {MAX_WORKERS:,}")
         self.out, self.as_json = out, as_json
         self.workers = workers or default_workers()
         self.ray, self.ray_address = ray, ray_address
@@ -234,8 +235,9 @@ def sweep(
     retry_failed: RetryOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run a grid of `kvlab run` points (comma lists of any of its options), store every summary in DuckDB,
-    resume when run again."""
+    """Run a grid of `kvlab run` points and store every summary in DuckDB; run again, it resumes.
+
+    Any of `kvlab run`'s options takes a comma list; the grid is every combination."""
     import kvlab
     from kvlab.sweep.grid import expand, point_key, run_options
     from kvlab.sweep.point import check_points
@@ -343,7 +345,7 @@ def _num(value, scale: float = 1.0) -> str:
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE, e.g. "
                                                "p99_ttft<2s, p90_tpot<100ms \\[default: mean_normalized_latency<0.1s, "
                                                "the vLLM paper's metric].")]
-RtolOpt = Annotated[float, typer.Option("--rtol", help="Stop bisecting when the bracket [held, failed] is this "
+RtolOpt = Annotated[float, typer.Option("--rtol", help="Stop bisecting when the bracket \\[held, failed] is this "
                                         "narrow, relative.")]
 MaxRateOpt = Annotated[float, typer.Option("--max-rate", help="Give up doubling above this rate (req/s).")]
 TYPICAL_SEARCH_RUNS = 8  # simulations a search usually takes (bracket + bisection to 5%): for the time estimate
@@ -386,8 +388,9 @@ def capacity(
     yes: YesOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """The highest request rate each configuration sustains under a latency target, by bracketing and bisection
-    (every simulation stored, like a sweep's)."""
+    """The highest request rate each configuration sustains under a latency target.
+
+    Found by bracketing and bisection; every simulation is stored, like a sweep's."""
     from kvlab.errors import KvlabError
     from kvlab.sweep.capacity import DEFAULT_SLO, parse_slo
     from kvlab.sweep.grid import expand, run_options
