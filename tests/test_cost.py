@@ -98,6 +98,14 @@ def test_a_decode_run_is_priced_as_its_iterations_one_by_one(name, tmp_path):
         assert [float(t) for t in cut] == want[:len(cut)]
         assert len(cut) == k or sum(cut) >= seconds  # every iteration starting within the span is there
     assert ("memory", "memory") in sides or ("compute", "compute") in sides
+    if name == "absolute":  # the sides tied to the last bit over a context tiny beside the batch (a review's case)
+        near_tie = CostModel.from_seconds(weights_read_s=2.6100732841770833e-12, context_token_s=0.000614106125519308,
+                                          token_s=0.0, attention_pair_s=0.0006141061255193081, overhead_s=0.0)
+        got = near_tie.decode_times(2**20, 1, 31)
+        assert got == [near_tie.iteration_times(2**20, 0, 2**20, c, c) for c in range(1, 1 + 31 * 2**20, 2**20)]
+        zero = CostModel.from_seconds(weights_read_s=0.0, context_token_s=0.0, token_s=0.0, attention_pair_s=0.0,
+                                      overhead_s=0.0)
+        assert zero.decode_times(4, 100, 5, seconds=1.0) == [0.0] * 5  # (no division by a zero duration)
     if name == "roofline":
         assert {("memory", "memory"), ("compute", "compute"), ("compute", "memory")} <= sides
 

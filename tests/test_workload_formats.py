@@ -41,6 +41,8 @@ def test_a_row_with_more_fields_than_the_header_is_refused_not_cut(tmp_path):
         load_workload(str(path), rate=1.0)
     path.write_text("prompt_len,output_len,note\n10,20,first\n30,40\n")  # fewer fields, or extra columns: fine
     assert sorted(r.prompt_len for r in load_workload(str(path), rate=1.0).requests) == [10, 30]
+    path.write_text("prompt_len,output_len,,\n10,20,,\n30,40,\n")  # a spreadsheet's trailing commas: fine
+    assert sorted(r.prompt_len for r in load_workload(str(path), rate=1.0).requests) == [10, 30]
 
 
 def test_a_byte_order_mark_is_read_and_a_misspelt_or_repeated_column_refused(tmp_path):
@@ -53,6 +55,8 @@ def test_a_byte_order_mark_is_read_and_a_misspelt_or_repeated_column_refused(tmp
     path.write_text("prompt_len,output_len,prompt_len\n10,20,3\n")
     with pytest.raises(KvlabError, match="column 'prompt_len' appears twice"):
         load_workload(str(path), rate=1.0)
+    path.write_text("prompt_len,output_len,prompt_length\n10,20,3\n")  # a column of its own beside prompt_len
+    assert [r.prompt_len for r in load_workload(str(path), rate=1.0).requests] == [10]
     jsonl = tmp_path / "typo.jsonl"
     jsonl.write_text('{"prompt_len": 10, "output_len": 5, "max_token": 4}\n')
     with pytest.raises(KvlabError, match="typo.jsonl, line 1: column 'max_token' .* did you mean 'max_tokens'"):

@@ -230,7 +230,9 @@ def workload_rate(wl) -> float | None:
 
 def _rate_text(wl) -> str:
     rate = workload_rate(wl)
-    return "all arriving at once" if rate is None else f"arriving at {rate:.3g} req/s on average"
+    if rate is None:
+        return "all arriving at once"
+    return f"arriving at {rate:,.0f} req/s on average" if rate >= 1000 else f"arriving at {rate:.3g} req/s on average"
 
 
 def typical_iteration(config, summary: dict) -> dict:

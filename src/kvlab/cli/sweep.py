@@ -339,7 +339,8 @@ def _num(value, scale: float = 1.0) -> str:
     if value is None:
         return "–"
     value *= scale
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    text = f"{value:.3g}"
+    return f"{value:,.0f}" if "e+" in text else text  # (999.6 rounds to 1e+03 in three digits)
 
 
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE, e.g. "
@@ -472,11 +473,14 @@ def print_capacity(configurations, searches, names, slo_text, session: Session, 
         table.add_row(*cells)
     console = Console(highlight=False)
     console.print(table)
-    if any(not s.error and s.hi is None for s in searches):
-        console.print(f"[held, –]: no rate up to --max-rate {max_rate:g} req/s failed, so the capacity is at least the "
-                      "rate shown. A short workload may never load the engine: raise -n (or --max-rate).", markup=False)
+    unbounded = [s for s in searches if not s.error and s.hi is None]
+    if unbounded:
+        highest = max(s.lo or 0 for s in unbounded)
+        console.print(f"[held, –]: no rate tried failed (the highest, {highest:g} req/s, held; doubling it would pass "
+                      f"--max-rate {max_rate:g}), so the capacity is at least the rate shown. A short workload may "
+                      "never load the engine: raise -n (or --max-rate).", markup=False)
     if any(not s.error and s.lo is None for s in searches):
         console.print("[–, failed]: even the lowest rate tried failed the SLO: capacity 0.", markup=False)
-    num_simulations = sum(len(search.probes) for search in searches)
+    num_simulations = sum(len(search.probes) + bool(search.error) for search in searches)  # (a failed one is no probe)
     console.print(_computed_text(session.runner.num_computed, num_simulations, "simulation")
                   + f". Store: {session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)

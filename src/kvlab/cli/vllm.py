@@ -68,7 +68,7 @@ def compare(
     workload: str = typer.Option("paper-alpaca", "--workload", "-w", help="Bundled workload or a CSV/JSONL file "
                                  "(as in `kvlab run`)."),
     rate: float | None = typer.Option(None, "--rate", help="Requests per second (Poisson for lengths-only "
-                                      "workloads; a trace's own arrivals are rescaled) \\[default: 50 for auto, "
+                                      "workloads; a trace's own arrivals rescaled to it) \\[default: 50 for auto, "
                                       "poisson and gamma arrivals; none for trace and burst].",
                                       show_default=False),
     arrival: str = typer.Option("auto", "--arrival", help="auto, poisson, gamma, trace, burst (all at once)."),
@@ -103,7 +103,8 @@ def compare(
     from kvlab.vllm.install import require_installed
     from kvlab.vllm.job import EngineSettings
 
-    check_options(locals())  # (the ranges every command shares, in the flags' spelling)
+    # The ranges every command shares, in the flags' spelling; the block size is the CPU backend's (below).
+    check_options({name: value for name, value in locals().items() if name != "block_size"})
     settings = EngineSettings(
         block_size=block_size, num_gpu_blocks_override=num_gpu_blocks, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,

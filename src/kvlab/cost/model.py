@@ -154,11 +154,12 @@ class CostModel:
 
         Each is ``iteration_times(num_seqs, 0, num_seqs, context, context)`` bit for bit: the first is computed
         by it, and so is a long run (numpy arrays, from VECTOR_MIN_ITERATIONS on: an array comes back). A short
-        run is a list: both sides of the roofline grow linearly with the context, so when one side is clearly
-        the larger at both ends of the run it is the larger throughout, and only that side is computed (the same
-        expression as iteration_times', two float operations an iteration; benchmarks/README.md)."""
+        run is a list: both sides of the roofline grow linearly with the context, so when one side is the larger
+        at both ends of the run by far more than either side's rounding at its end, it is the larger throughout,
+        and only that side is computed (the same expression as iteration_times', two float operations an
+        iteration; benchmarks/README.md). A cost of zero (every constant 0) leaves ``seconds`` no bound."""
         first = self.iteration_times(num_seqs, 0, num_seqs, num_context_tokens, num_context_tokens)
-        if seconds < INF:
+        if seconds < INF and first > 0:
             # An iteration takes at least as long as the one before (its context is longer).
             num_iterations = min(num_iterations, int(seconds / first) + 2)
         if num_iterations <= 1:
@@ -175,8 +176,11 @@ class CostModel:
         last = end - num_seqs
         gap_first = (fixed_s + num_context_tokens * kv_token_s) - (overhead_s + (tokens + flops_per_pair
                                                                                  * num_context_tokens) / flops)
-        gap_last = (fixed_s + last * kv_token_s) - (overhead_s + (tokens + flops_per_pair * last) / flops)
-        margin = _SIDE_MARGIN * first
+        memory_last, compute_last = fixed_s + last * kv_token_s, overhead_s + (tokens + flops_per_pair * last) / flops
+        gap_last = memory_last - compute_last
+        # Each side's rounding is a few ulps of its value, and no iteration is longer than the last: a margin
+        # of the last iteration's larger side bounds the rounding of every iteration between.
+        margin = _SIDE_MARGIN * max(memory_last, compute_last)
         if gap_first > margin and gap_last > margin:  # memory-bound throughout
             rest = [fixed_s + c * kv_token_s for c in contexts]
         elif gap_first < -margin and gap_last < -margin:  # compute-bound throughout

@@ -41,16 +41,19 @@ def _canonical(names) -> dict[str, str]:
 
 
 def _check_names(path: str, where: str, names: list[str]) -> None:
-    """A column twice, or one a letter or two away from a column kvlab reads (``arival_time``), is refused: read
-    as an other column, it would be ignored without a word. Other columns are ignored."""
+    """A column twice, or one a letter or two away from a column kvlab reads and the file lacks (``arival_time``),
+    is refused: taken for an other column, it would be ignored without a word. Other columns are ignored, and so
+    are unnamed ones (a spreadsheet's trailing commas)."""
     from difflib import get_close_matches
 
     known = REQUIRED_COLUMNS + OPTIONAL_COLUMNS + tuple(COLUMN_ALIASES)
     for i, name in enumerate(names):
+        if not name:
+            continue
         if name in names[:i]:
             raise KvlabError(f"{path}, {where}: column {name!r} appears twice; valid: each column once")
         close = get_close_matches(name, known, n=1, cutoff=0.85) if name not in known else []
-        if close:
+        if close and close[0] not in names and COLUMN_ALIASES.get(close[0], close[0]) not in names:
             raise KvlabError(f"{path}, {where}: column {name!r} is not one kvlab reads; did you mean {close[0]!r}? "
                              f"(valid: {', '.join(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)}; other columns are ignored)")
 
@@ -72,7 +75,8 @@ def _rows_csv(path: str, text: str):
     for fields in reader:
         if not fields or all(not field.strip() for field in fields):
             continue  # blank line
-        if len(fields) > len(header):  # ("1,024,128" under prompt_len,output_len is not 1,024 and 128)
+        if len(fields) > len(header) and any(field.strip() for field in fields[len(header):]):
+            # ("1,024,128" under prompt_len,output_len is not 1,024 and 128; "10,20," is a trailing comma)
             raise KvlabError(f"{path}, line {reader.line_num}: {len(fields)} fields under a header of {len(header)} "
                              f"({','.join(fields)[:60]!r}); valid: one field per column, numbers without thousands "
                              "separators")
@@ -80,6 +84,7 @@ def _rows_csv(path: str, text: str):
 
 
 def _rows_jsonl(path: str, text: str):
+    checked: set[tuple[str, ...]] = set()  # (the key sets already checked: most files have one)
     for line, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -89,7 +94,9 @@ def _rows_jsonl(path: str, text: str):
             raise KvlabError(f"{path}, line {line}: {raw.strip()[:60]!r} is not JSON ({exc.msg})") from None
         if not isinstance(row, dict):
             raise KvlabError(f"{path}, line {line}: {raw.strip()[:60]!r} is not a JSON object; {_EXPECTED}")
-        _check_names(path, f"line {line}", list(row))
+        if tuple(row) not in checked:
+            _check_names(path, f"line {line}", list(row))
+            checked.add(tuple(row))
         columns = _canonical(row)
         missing = [name for name in REQUIRED_COLUMNS if name not in columns]
         if missing:

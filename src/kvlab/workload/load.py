@@ -64,7 +64,7 @@ def _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_le
         raise KvlabError("--long-requests clip needs the --max-model-len to clip to")
 
 
-# The latest arrival kvlab simulates (seconds, ~31.7 years): a float64 clock there still resolves a microsecond,
+# The latest arrival kvlab simulates (seconds, ~32 years): a float64 clock there still resolves a microsecond,
 # where an iteration's milliseconds would otherwise round away (--rate 1e-15 put a trillion years between requests).
 MAX_ARRIVAL_S = 1e9
 
@@ -73,7 +73,7 @@ def _check_span(times) -> None:
     if len(times) and float(times[-1]) > MAX_ARRIVAL_S:
         raise KvlabError(
             f"the requests would arrive over {float(times[-1]):.3g} s (the last one's arrival time), beyond the "
-            f"{MAX_ARRIVAL_S:.0e} s (~31 years) the simulator's clock keeps to the microsecond; raise --rate, "
+            f"{MAX_ARRIVAL_S:.0e} s (~32 years) the simulator's clock keeps to the microsecond; raise --rate, "
             "or keep fewer requests (-n, --duration)"
         )
 
