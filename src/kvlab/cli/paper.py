@@ -82,13 +82,22 @@ def fig2(
                       "reserved, never to be used; external: free or lost to the allocator (the paper's 'external "
                       "fragmentation & other'); wait: share of time with requests queued; batch: mean requests "
                       "per iteration.", highlight=False)
+    out_console.print(_fig2_setup_text(setup, rows), highlight=False)
+    if out is not None:
+        out_console.print(f"Wrote {out / 'fig2.png'} and {out / 'fig2.json'}", highlight=False)
+
+
+def _fig2_setup_text(setup, rows) -> str:
+    """The setup, whether the paper's premise (a full cache and a queue) held, and where the knee is."""
+    from kvlab.paper import PAPER_NAMES
+
     fastest = max(rows, key=lambda r: r.throughput_rps)
     idle = [PAPER_NAMES[r.system] for r in rows if r.saturation < 0.5]
     premise = ("at this rate every system has requests waiting most of the time (column 'wait')" if not idle else
                f"here {', '.join(idle)} had requests waiting less than half the time (column 'wait'), so "
                f"{'its' if len(idle) == 1 else 'their'} shares are not the paper's situation: give more requests "
                f"(-n) or a higher --rate")
-    out_console.print(
+    return (
         f"Setup: OPT-13B on one A100-40GB with Table 1's 12 GiB of KV cache (15,728 slots), "
         f"{plural(setup.num_requests, 'request')} of the ShareGPT stand-in, Poisson at {setup.rate:g} req/s, seed "
         f"{setup.seed}. The paper's shares describe systems with a full cache and a queue: {premise}. The knee: the "
@@ -97,11 +106,8 @@ def fig2(
         f"ms on the clock of cost profile {setup.cost!r}: "
         f"the paper-era engine's, derived from the paper's Figure 12a and §7.1, see kvlab cost); below that rate "
         f"vLLM's cache is not full and its token share falls with the load. "
-        f"docs/paper.md explains each difference from the paper.",
-        highlight=False,
+        f"docs/paper.md explains each difference from the paper."
     )
-    if out is not None:
-        out_console.print(f"Wrote {out / 'fig2.png'} and {out / 'fig2.json'}", highlight=False)
 
 
 @paper_app.command("fig12")
