@@ -93,6 +93,12 @@ class SchedulerConfig:
             check_preemption_mode(self.preemption_mode)
 
 
+def min_num_gpu_blocks(max_model_len: int, block_size: int) -> int:
+    """The fewest blocks vLLM starts with: one request of ``max_model_len`` tokens, plus the null block
+    (vllm/v1/core/kv_cache_utils.py: _check_enough_kv_cache_memory)."""
+    return -(-max_model_len // block_size) + 1
+
+
 def check_block_size(block_size: int, max_model_len: int) -> None:
     """A block longer than the longest sequence is never filled: refused by `kvlab run` and `kvlab size` alike."""
     if block_size > max_model_len:

@@ -260,8 +260,6 @@ class Simulation:
         import numpy as np
 
         end_array = np.add.accumulate(np.concatenate(([now], durations)))
-        if stop == INF:
-            return durations, float(end_array[-1])
         num_iterations = int(end_array[:-1].searchsorted(stop, side="left"))
         return durations[:num_iterations], float(end_array[num_iterations])
 

@@ -147,12 +147,14 @@ def _unused_options(strategies, swap_space: float, available_kv_gib, num_gpu_blo
 
 def _refusals(config) -> list[str]:
     """What vLLM would refuse to start with, though kvlab runs it (the run shows what would happen)."""
+    from kvlab.config import min_num_gpu_blocks
+
     cache, max_model_len = config.cache, config.scheduler.max_model_len
-    num_blocks_per_request = -(-max_model_len // cache.block_size)
-    if cache.num_gpu_blocks - 1 >= num_blocks_per_request:
+    least = min_num_gpu_blocks(max_model_len, cache.block_size)
+    if cache.num_gpu_blocks >= least:
         return []
     return [f"vLLM would refuse to start with this pool: one {max_model_len:,}-token request (--max-model-len) "
-            f"needs {num_blocks_per_request:,} blocks of {cache.block_size}, more than the {cache.num_gpu_blocks - 1:,} "
+            f"needs {least - 1:,} blocks of {cache.block_size}, more than the {cache.num_gpu_blocks - 1:,} "
             f"usable (the null block aside); kvlab runs it anyway, and a request that can never fit is rejected"]
 
 
@@ -229,10 +231,10 @@ def workload_rate(wl) -> float | None:
 
 
 def _rate_text(wl) -> str:
+    from kvlab.report.tables import significant
+
     rate = workload_rate(wl)
-    if rate is None:
-        return "all arriving at once"
-    return f"arriving at {rate:,.0f} req/s on average" if rate >= 1000 else f"arriving at {rate:.3g} req/s on average"
+    return "all arriving at once" if rate is None else f"arriving at {significant(rate)} req/s on average"
 
 
 def typical_iteration(config, summary: dict) -> dict:

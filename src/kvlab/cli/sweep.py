@@ -273,13 +273,9 @@ def write_sweep_plots(rows, names, out: Path) -> list[Path]:
 
 
 def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
 
     varying = [n for n in names if len({repr(r[n]) for r in rows}) > 1] or ["strategy"]
-    table = Table(title=f"Sweep: {len(rows)} points", title_justify="left", header_style="bold",
-                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     failed = any(row["status"] != "ok" for row in rows)  # (a status column only then: the table fits 80 columns)
     table_rows = []
     for row in rows:
@@ -290,14 +286,8 @@ def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
         status = ["ok" if ok else f"failed: {row['error']}"] if failed else []
         table_rows.append([*(str(row[n]) for n in varying), *cells, *status])
     headers = (*varying, "req/s", "tok/s", "s/tok", "TTFT p99 ms", "TPOT p99 ms", *(["status"] if failed else []))
-    for i, column in enumerate(headers):
-        # Every value whole, each header stacked at its underscores and spaces to about its values' width: at
-        # 80 columns three varying options' names once left the numbers no room at all.
-        widest = max((len(cells[i]) for cells in table_rows), default=1) if column != "status" else None
-        table.add_column(_stacked(column, widest or len(column)), min_width=widest,
-                         justify="left" if column in varying or column == "status" else "right")
-    for cells in table_rows:
-        table.add_row(*cells)
+    table = _whole_values_table(f"Sweep: {len(rows)} points", headers, table_rows, left={*varying, "status"},
+                                wrapping={"status"})
     console = Console()
     console.print(table)
     console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT: p99 in "
@@ -307,6 +297,24 @@ def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
                   + (f", {num_failed} failed in all" if num_failed else "")
                   + f". Store: {session.store_path} (table points: SQL or pandas)."
                   + (f" Plots: {', '.join(str(p) for p in written)}." if written else ""), highlight=False)
+
+
+def _whole_values_table(title: str, headers, rows: list[list[str]], *, left: set[str], wrapping: set[str]):
+    """A table in which every value is whole (but in the ``wrapping`` columns) and each header is stacked at its
+    underscores and spaces to about its values' width: at 80 columns, three varying options' names once left
+    the numbers no room at all."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    for i, column in enumerate(headers):
+        widest = None if column in wrapping else max((len(cells[i]) for cells in rows), default=1)
+        table.add_column(_stacked(column, widest or len(column)), min_width=widest,
+                         justify="left" if column in left else "right")
+    for cells in rows:
+        table.add_row(*cells)
+    return table
 
 
 def _stacked(header: str, width: int) -> str:
@@ -335,12 +343,9 @@ def _computed_text(num_computed: int, num_total: int, noun: str) -> str:
 
 
 def _num(value, scale: float = 1.0) -> str:
-    """Three significant digits ('0.0288', '97.7'); from 1,000 on, whole with separators ('1,110', not 1.11e+03)."""
-    if value is None:
-        return "–"
-    value *= scale
-    text = f"{value:.3g}"
-    return f"{value:,.0f}" if "e+" in text else text  # (999.6 rounds to 1e+03 in three digits)
+    from kvlab.report.tables import significant
+
+    return "–" if value is None else significant(value * scale)
 
 
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE, e.g. "
@@ -448,13 +453,9 @@ def write_capacity_plots(configurations, searches, rows, names, out: Path, slo_t
 
 
 def print_capacity(configurations, searches, names, slo_text, session: Session, written, max_rate: float) -> None:
-    from rich import box
     from rich.console import Console
-    from rich.table import Table
 
     varying = [n for n in names if n != "rate" and len({repr(c[n]) for c in configurations}) > 1] or ["strategy"]
-    table = Table(title=f"Capacity: the highest rate with {slo_text}", title_justify="left", header_style="bold",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
     table_rows = []
     for config, search in zip(configurations, searches):
         if search.error:
@@ -464,13 +465,10 @@ def print_capacity(configurations, searches, names, slo_text, session: Session, 
             lo = "–" if search.lo is None else f"{search.lo:g}"
             cells = [f"{search.capacity:.4g}", f"[{lo}, {hi}]", str(len(search.probes))]
         table_rows.append([*(str(config[n]) for n in varying), *cells])
-    for i, column in enumerate((*varying, "capacity req/s", "bracket (held, failed)", "simulations")):
-        widest = max(len(cells[i]) for cells in table_rows) if not any(r[i].startswith("failed") for r in
-                                                                      table_rows) else None
-        table.add_column(_stacked(column, widest or len(column)), min_width=widest,
-                         justify="left" if column in varying else "right")
-    for cells in table_rows:
-        table.add_row(*cells)
+    bracket = "bracket (held, failed)"  # (where a failed search says why: that column may wrap)
+    table = _whole_values_table(f"Capacity: the highest rate with {slo_text}",
+                                (*varying, "capacity req/s", bracket, "simulations"), table_rows, left=set(varying),
+                                wrapping={bracket} if any(s.error for s in searches) else set())
     console = Console(highlight=False)
     console.print(table)
     unbounded = [s for s in searches if not s.error and s.hi is None]

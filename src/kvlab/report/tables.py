@@ -99,6 +99,13 @@ def _fit(columns: list[tuple[str, str]], rows: list[dict], width: int) -> list[t
     return columns
 
 
+def significant(value: float) -> str:
+    """Three significant digits ('0.0288', '97.7'); where that would take an exponent, whole with separators
+    ('1,110', not 1.11e+03; 999.6 is '1,000')."""
+    text = f"{value:.3g}"
+    return f"{value:,.0f}" if "e+" in text else text
+
+
 def _tokens_per_s(value: float) -> str:
     """Whole tokens per second with separators; below 10, three significant digits (a slow rate is not 0)."""
     return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:.3g}"

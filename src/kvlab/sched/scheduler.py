@@ -166,22 +166,8 @@ class Scheduler:
         self._finish_heap()  # (before anyone leaves: the heap skips the evicted from then on)
         growth = self.allocator.allocate_decode_iteration(evict).growth
         self._admission_blocked = False
-        num_seqs = len(self.running)
-        num_context = self.num_resident_computed_tokens + num_seqs
-        self.step += 1
-        return SchedulerOutput(
-            step=self.step,
-            num_scheduled_tokens=self._decoders.copy(),
-            new_req_ids=(),
-            preempted_req_ids=tuple(s.request_id for s, _ in preempted),
-            num_prefill_tokens=0,
-            num_decode_tokens=num_seqs,
-            num_context_tokens=num_context,
-            num_attention_pairs=num_context,
-            num_swap_bytes=sum(nbytes for _, nbytes in preempted),
-            is_decode_run=True,
-            kv_growth=growth,
-        )
+        return self._run_output(1, growth, preempted_req_ids=tuple(s.request_id for s, _ in preempted),
+                                num_swap_bytes=sum(nbytes for _, nbytes in preempted))
 
     def _schedule_run(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
         """Iterations in which every running request decodes, up to the first in which one finishes. None when
@@ -306,7 +292,9 @@ class Scheduler:
             heappop(finishes)
         return finishes
 
-    def _run_output(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...]) -> SchedulerOutput:
+    def _run_output(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...],
+                    preempted_req_ids: tuple[int, ...] = (), num_swap_bytes: int = 0) -> SchedulerOutput:
+        """Everyone running decodes, ``num_iterations`` times (those preempted for this run's blocks are gone)."""
         running = self.running
         num_seqs = len(running)
         num_context = self.num_resident_computed_tokens + num_seqs
@@ -315,11 +303,12 @@ class Scheduler:
             step=self.step,
             num_scheduled_tokens=self._decoders.copy(),
             new_req_ids=(),
-            preempted_req_ids=(),
+            preempted_req_ids=preempted_req_ids,
             num_prefill_tokens=0,
             num_decode_tokens=num_seqs,
             num_context_tokens=num_context,
             num_attention_pairs=num_context,  # one new token each: computed + 1 pairs
+            num_swap_bytes=num_swap_bytes,
             num_iterations=num_iterations,
             is_decode_run=True,
             kv_growth=growth,

@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from kvlab.config import SchedulerConfig
+from kvlab.config import SchedulerConfig, min_num_gpu_blocks
 from kvlab.errors import KvlabError
 from kvlab.workload.request import Request
 
@@ -75,15 +75,12 @@ class EngineSettings:
         if self.num_gpu_blocks_override is None and self.kv_cache_memory_bytes is None:
             raise KvlabError("give num_gpu_blocks_override or kv_cache_memory_bytes: the pool size must be fixed")
         if self.num_gpu_blocks_override is not None:
-            # Block 0 is the null block; one request of max_model_len must fit in the rest
-            # (vllm/v1/core/kv_cache_utils.py: get_kv_cache_configs, _check_enough_kv_cache_memory).
-            num_blocks_per_request = -(-self.max_model_len // self.block_size)
-            if self.num_gpu_blocks_override - 1 < num_blocks_per_request:
+            least = min_num_gpu_blocks(self.max_model_len, self.block_size)
+            if self.num_gpu_blocks_override < least:
                 raise KvlabError(
                     f"{name('num_gpu_blocks_override', self.num_gpu_blocks_override)} is too small: vLLM refuses "
                     f"to start unless one request of {name('max_model_len', self.max_model_len)} tokens fits "
-                    f"({num_blocks_per_request} blocks of {self.block_size} plus the null block); valid: at least "
-                    f"{num_blocks_per_request + 1} blocks"
+                    f"({least - 1} blocks of {self.block_size} plus the null block); valid: at least {least} blocks"
                 )
         scheduler = self.scheduler_config  # (vLLM's scheduler refusals are made where it is built: kvlab.config)
         if self.long_prefill_token_threshold > scheduler.max_model_len:
