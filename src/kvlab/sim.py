@@ -146,15 +146,20 @@ class Simulation:
             self.last_finish_time = self.now
         return out
 
-    def run_until(self, t: float) -> None:
-        """Advance until the clock reaches ``t`` (seconds): no iteration starts at or after it."""
+    def run_until(self, t: float) -> list[SchedulerOutput]:
+        """Advance until the clock reaches ``t`` (seconds): no iteration starts at or after it. Returns what was
+        scheduled meanwhile (who was admitted, who was preempted), in order."""
         self._limit = t
+        outputs = []
         try:
             while self.now < t and not self.done:
-                if self.step() is None:
+                out = self.step()
+                if out is None:
                     break
+                outputs.append(out)
         finally:
             self._limit = INF
+        return outputs
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
         """Run to the end. ``progress(num_done, num_requests)`` is called now and then."""
