@@ -5,7 +5,7 @@
     python benchmarks/bench_sim.py --json     # the same numbers as JSON
 
 The setup is issue 3's: OPT-13B on one A100-40GB with the paper's 12 GiB of KV cache
-(``SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)``, 15,728 slots), the ShareGPT
+(``engine_config(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)``, 15,728 slots), the ShareGPT
 stand-in at 2 requests/s (``load_workload("paper-sharegpt", num_requests=N, rate=2.0, seed=0)``: 7,200 requests
 are the paper's one-hour trace). Targets: the lesson's four strategies on the 7,200 requests in under 2 s in all;
 a million requests through ``vllm`` in under a minute; time per request flat from 10k to 1M requests.
@@ -27,6 +27,18 @@ import time
 
 LESSON = ("static+max", "continuous+max", "static+paged", "continuous+paged")
 PAPER = ("orca-max", "orca-pow2", "orca-oracle", "vllm")
+
+
+def engine_config(**options):
+    """The engine's configuration for these options (kvlab.config.resolve's), also on a checkout of kvlab from
+    before the front door (SimConfig.from_options), so that two versions can be timed with this one file."""
+    try:
+        from kvlab.config import resolve
+    except ImportError:
+        from kvlab.sim import SimConfig
+
+        return SimConfig.from_options(**options)
+    return resolve(options).engine
 
 
 def calibrate() -> float:
@@ -99,11 +111,10 @@ def saturation(say) -> dict:
     7,424 blocks of 16, ShareGPT lengths clipped to 4,096, chunked prefill off, 10,000 requests at 1.5 req/s
     (below capacity) and 2.1 req/s (above it: the queue grows and preemptions recompute). Time per request at
     saturation over time per request at light load is the figure (target: at most 1.5)."""
-    from kvlab.sim import SimConfig
     from kvlab.workload import load_workload
 
-    config = SimConfig.from_options(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=7425, max_model_len=4096,
-                                    max_num_batched_tokens=4096, enable_chunked_prefill=False)
+    config = engine_config(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=7425, max_model_len=4096,
+                           max_num_batched_tokens=4096, enable_chunked_prefill=False)
     say("\nlight load against saturation: llama-2-7b on a100-80gb, 7,424 blocks, sharegpt-8k clipped to 4,096, "
         "chunked prefill off, 10,000 requests, log off, best of 3:")
     rows = {}
@@ -130,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
 
-    from kvlab.sim import SimConfig
-
-    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
+    config = engine_config(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
     report: dict = {
         "setup": "opt-13b on a100-40gb, 12 GiB KV cache "
                  f"({config.cache.num_slots:,} slots), paper-sharegpt at 2 req/s, seed 0",

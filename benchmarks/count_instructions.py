@@ -27,18 +27,17 @@ CASES = ("static+max", "continuous+max", "static+paged", "continuous+paged", "vl
 
 def setup(case: str, num_requests: int):
     """A case's (config, workload, strategy name, whether the iteration log is kept)."""
-    from bench_sim import clipped  # (benchmarks/ is on sys.path: this file's folder)
+    from bench_sim import clipped, engine_config  # (benchmarks/ is on sys.path: this file's folder)
 
-    from kvlab.sim import SimConfig
     from kvlab.workload import load_workload
 
     if case[0].isdigit():
-        config = SimConfig.from_options(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=7425, max_model_len=4096,
-                                        max_num_batched_tokens=4096, enable_chunked_prefill=False)
+        config = engine_config(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=7425, max_model_len=4096,
+                               max_num_batched_tokens=4096, enable_chunked_prefill=False)
         workload = clipped(load_workload("sharegpt-8k", num_requests=num_requests, rate=float(case),
                                          arrival="poisson", seed=0), 4096)
         return config, workload, "vllm", False
-    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
+    config = engine_config(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
     return config, load_workload("paper-sharegpt", num_requests=num_requests, rate=2.0, seed=0), case, case != "vllm"
 
 

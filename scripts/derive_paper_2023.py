@@ -52,14 +52,15 @@ def profile_data(overhead_s: float, capacity: float | None = None) -> dict:
 
 
 def capacity(overhead_s: float) -> float:
+    from kvlab.config import resolve
     from kvlab.cost.profiles import write_profile
-    from kvlab.sim import SimConfig, Simulation
+    from kvlab.sim import Simulation
     from kvlab.strategies import parse_strategy
     from kvlab.workload import load_workload
 
     with tempfile.TemporaryDirectory() as tmp:
         path = write_profile(profile_data(overhead_s), Path(tmp) / "p.json")
-        config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12.0, cost=str(path))
+        config = resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12.0, cost=str(path)).engine
     workload = load_workload("paper-sharegpt", num_requests=NUM_REQUESTS, rate=OVERLOAD_RATE, seed=0)
     return Simulation(parse_strategy("vllm"), config, workload).run().summary()["throughput_rps"]
 

@@ -77,10 +77,11 @@ CASES = [
     (("size", "opt-13b", *GPU, "--max-num-batched-tokens", "1"), ["--max-num-batched-tokens (1)",
                                                                    "at least --max-num-seqs (256)"]),
     (("size", "opt-13b", *GPU, "--block-size", "4096"), ["--block-size 4096", "at most 2,048"]),
-    (("size", "opt-13b", *GPU, "--block-size", "8"), ["--block-size 8", "multiple of 16"]),
     (("size", "opt-13b", *GPU, "--gpu-memory-gib", "20"), ["does not fit on A100-40GB with 20 GiB",
                                                            "A100-40GB with its whole 39.49 GiB"]),
-    (("size", "opt-13b", *GPU, "--block-size", "0"), ["--block-size 0", "a multiple of 16", "16 to 1,048,576"]),
+    (("size", "opt-13b", *GPU, "--block-size", "0"), ["--block-size 0", "tokens per block", "1 to 1,048,576"]),
+    (("run", "vllm", "--block-size", "0"), ["--block-size 0", "tokens per block", "1 to 1,048,576"]),
+    (("sweep", "--block-size", "0", "-n", "10", "--out", "{tmp}/sweep"), ["--block-size 0", "1 to 1,048,576"]),
     (("size", "opt-13b", *GPU, "--block-size", "abc"), ["--block-size 'abc'", "not a whole number"]),
     (("size", "opt-13b", *GPU, "--tensor-parallel-size", "0"), ["--tensor-parallel-size 0", "1 to 1,024"]),
     (("size", "opt-13b", *GPU, "--tensor-parallel-size", "3"), ["tensor parallel size (3)", "valid --tensor-parallel-size: 1, 2"]),
@@ -281,19 +282,21 @@ def test_preemption_mode_joins_a_name_that_states_none(kvlab):
 
 
 def test_vllm_compare_rate_default_does_not_contradict_burst_or_trace():
-    from kvlab.cli.sim import build_workload
+    from kvlab import service
+    from kvlab.config.resolve import workload_config
 
     # What `kvlab vllm compare --arrival burst` builds once the engine is there (the refusal came before).
-    assert build_workload("paper-alpaca", None, "burst", 1.0, 8, None, 0, None).num_requests == 8
+    assert service.load(workload_config(workload="paper-alpaca", arrival="burst", num_requests=8)).num_requests == 8
 
 
 # --- the engine's side (the lead's branch fixes them) -----------------------------------------------------------
 
 def _engine(workload):
-    from kvlab.sim import SimConfig, Simulation
+    from kvlab.config import resolve
+    from kvlab.sim import Simulation
     from kvlab.strategies import parse_strategy
 
-    return Simulation(parse_strategy("vllm"), SimConfig.from_options(), workload).run()
+    return Simulation(parse_strategy("vllm"), resolve().engine, workload).run()
 
 
 def test_a_workload_of_only_too_long_prompts_is_rejected_and_counted():

@@ -12,15 +12,11 @@ SHARE_KEYS = {"token", "reserved", "internal_fragmentation", "external_fragmenta
 @pytest.fixture(scope="module")
 def lesson_race():
     """The lesson's race on a short workload (the main job's setup, 400 requests)."""
-    from kvlab.cli.sim import SIM_OPTIONS, simulate
+    from kvlab.service import simulate
     from kvlab.strategies import LESSON_RACE
 
-    defaults = dict.fromkeys(SIM_OPTIONS)
-    defaults.update(model="opt-13b", gpu="a100-40gb", pipeline_parallel_size=1, gpu_memory_utilization=0.9,
-                    block_size=16, dtype="auto", kv_cache_dtype="auto", enable_chunked_prefill=True, swap_space=4.0,
-                    workload="paper-sharegpt", arrival="auto", cv=1.0, num_requests=400, seed=0)
-    _, _, results = simulate(list(LESSON_RACE), quiet=True, **defaults)
-    return {r.strategy.name: r.summary() for r in results}
+    run = simulate(list(LESSON_RACE), num_requests=400)
+    return {r.strategy.name: r.summary() for r in run.results}
 
 
 def test_race_json_has_every_strategy_with_the_documented_keys(kvlab):

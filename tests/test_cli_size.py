@@ -132,7 +132,6 @@ def test_config_json_route(kvlab, tmp_path):
     (("size", "opt-13b", "--gpu", "a100-40gb", "--max-num-batched-tokens", "-1"),
      "--max-num-batched-tokens -1 is out of range"),
     (("size", "opt-13b", "--gpu", "a100-40gb", "--concurrency", "0"), "--concurrency 0 is out of range"),
-    (("size", "opt-13b", "--gpu", "a100-40gb", "--block-size", "8"), "multiple of 16"),
     (("size", "opt-13b", "--gpu", "a100-40gb", "--tensor-parallel-size", "3"),
      "must be divisible by tensor parallel size (3)"),
     (("size", "opt-13b", "--gpu", "t4"), "GiB short"),

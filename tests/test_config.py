@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from kvlab.config import CacheConfig, ModelConfig, SchedulerConfig, SimConfig
+from kvlab.config import CacheConfig, ModelConfig, SchedulerConfig, SimConfig, resolve
 from kvlab.errors import KvlabError
 from kvlab.sim import Simulation
 from kvlab.strategies import ALLOCATOR_NAMES, BATCHING_NAMES, PREEMPTION_MODES, parse_strategy
@@ -16,7 +16,7 @@ from kvlab.workload.request import Request
 
 @pytest.fixture(scope="module")
 def paper_config() -> SimConfig:
-    return SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
+    return resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12).engine
 
 
 def test_from_options_builds_each_sub_config_from_the_sizing(paper_config):
@@ -36,7 +36,7 @@ def test_the_simulated_pool_has_the_blocks_the_calculator_reports(kvlab, max_mod
     # vLLM's "GPU KV cache size" counts whole max_model_len requests (867 blocks / 7 per 100-token request x 100
     # = 12,385 tokens); its block pool, and so kvlab's, holds all 867 blocks of 16.
     size = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--max-model-len", str(max_model_len), "--json").json()
-    cfg = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", max_model_len=max_model_len)
+    cfg = resolve(model="opt-13b", gpu="a100-40gb", max_model_len=max_model_len).engine
     assert cfg.cache.num_gpu_blocks == size["num_blocks"] == 867
     assert cfg.cache.num_slots == 867 * 16
 
@@ -72,7 +72,7 @@ def test_vllms_scheduler_refusals_are_made_in_one_place_for_every_caller(setting
     with pytest.raises(KvlabError) as built:
         SchedulerConfig(**settings)
     with pytest.raises(KvlabError) as run:
-        SimConfig.from_options(model="opt-13b", **settings)
+        resolve(model="opt-13b", **settings)
     with pytest.raises(KvlabError) as real:
         EngineSettings(block_size=32, num_gpu_blocks_override=64, **settings).check()
     assert str(built.value).startswith(message)

@@ -8,10 +8,11 @@ import math
 import numpy as np
 import pytest
 
+from kvlab.config import resolve
 from kvlab.cost import CostModel, CostProfileWarning, builtin_profiles, get_profile
 from kvlab.cost.profiles import write_profile
 from kvlab.errors import KvlabError
-from kvlab.sim import SimConfig, Simulation
+from kvlab.sim import Simulation
 from kvlab.strategies import parse_strategy
 from kvlab.workload import load_workload
 
@@ -28,9 +29,9 @@ def absolute_profile(tmp_path, **constants) -> str:
 def test_the_default_profile_is_the_stated_roofline_bit_for_bit():
     """No --cost is `roofline`: 80% of peak bandwidth, 50% of peak FLOP/s, 3 ms, in the arithmetic the golden
     runs were made with."""
-    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
-    assert config.cost == SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12,
-                                                 cost="roofline").cost
+    config = resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12).engine
+    assert config.cost == resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12,
+                                  cost="roofline").engine.cost
     c = config.cost
     bandwidth = 1555e9 * 0.8
     assert c.coefficients == (c.weights_bytes / bandwidth + 0.003, c.kv_bytes_per_token / bandwidth,
@@ -39,7 +40,7 @@ def test_the_default_profile_is_the_stated_roofline_bit_for_bit():
 
 
 def _config(cost=None, **kw):
-    return SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12, cost=cost, **kw)
+    return resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12, cost=cost, **kw).engine
 
 
 @pytest.mark.parametrize("name", sorted(builtin_profiles()) + ["absolute"])
@@ -47,8 +48,8 @@ def test_one_cost_function_for_numbers_and_arrays(name, tmp_path):
     """Each element of the array result equals the scalar result bit for bit, under every profile; the terms add
     up to it."""
     if name == "absolute":
-        cost = SimConfig.from_options(model="src/kvlab/vllm/tiny_llama.json", gpu="a100-40gb", num_gpu_blocks=256,
-                                      cost=absolute_profile(tmp_path)).cost
+        cost = resolve(model="src/kvlab/vllm/tiny_llama.json", gpu="a100-40gb", num_gpu_blocks=256,
+                       cost=absolute_profile(tmp_path)).engine.cost
         assert cost.has_cpu_terms
     else:
         cost = _config(name).cost
@@ -72,8 +73,8 @@ def test_a_decode_run_is_priced_as_its_iterations_one_by_one(name, tmp_path):
     side of the roofline wins, where the sides cross within the run, as a list or (long runs) an array; cut by
     a time span, it still covers every iteration that starts within it."""
     if name == "absolute":
-        cost = SimConfig.from_options(model="src/kvlab/vllm/tiny_llama.json", gpu="a100-40gb", num_gpu_blocks=256,
-                                      cost=absolute_profile(tmp_path)).cost
+        cost = resolve(model="src/kvlab/vllm/tiny_llama.json", gpu="a100-40gb", num_gpu_blocks=256,
+                       cost=absolute_profile(tmp_path)).engine.cost
     else:
         cost = _config(name).cost
     fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = cost.coefficients
@@ -198,7 +199,7 @@ def test_run_and_race_take_cost_and_say_which(kvlab, tmp_path):
 
 def test_a_profile_for_another_gpu_or_model_warns_and_says_what_it_assumed(kvlab):
     with pytest.warns(CostProfileWarning, match="fitted on A100-40GB, this run is on H100-SXM"):
-        SimConfig.from_options(gpu="h100", cost="paper-2023")  # a library caller gets a Python warning
+        resolve(gpu="h100", cost="paper-2023")  # a library caller gets a Python warning
     r = kvlab("run", "-n", "30", "--cost", "paper-2023", "--gpu", "h100", "--json")
     assert r.exit_code == 0, r.stderr
     (note,) = r.json()["cost"]["notes"]
@@ -210,11 +211,11 @@ def test_a_profile_for_another_gpu_or_model_warns_and_says_what_it_assumed(kvlab
 def test_an_absolute_profile_needs_no_catalogue_bandwidth(tmp_path):
     """A GPU without bandwidth or FLOP/s in the catalogue serves under a profile of absolute times, not under
     efficiencies of figures it lacks."""
-    config = SimConfig.from_options(model="src/kvlab/vllm/tiny_llama.json", gpu="rtx-4090", num_gpu_blocks=64,
-                                    cost=absolute_profile(tmp_path))
+    config = resolve(model="src/kvlab/vllm/tiny_llama.json", gpu="rtx-4090", num_gpu_blocks=64,
+                     cost=absolute_profile(tmp_path)).engine
     assert config.cost.terms(1, 0, 1, 10, 10).weights == ABSOLUTE["weights_read_s"]
     with pytest.raises(KvlabError, match="no memory bandwidth or FLOP/s for RTX-4090"):
-        SimConfig.from_options(model="src/kvlab/vllm/tiny_llama.json", gpu="rtx-4090", num_gpu_blocks=64)
+        resolve(model="src/kvlab/vllm/tiny_llama.json", gpu="rtx-4090", num_gpu_blocks=64)
 
 
 @pytest.mark.parametrize("suffix", [".toml", ".json"])

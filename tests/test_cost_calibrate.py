@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kvlab.config import resolve
 from kvlab.cost.profiles import write_profile
-from kvlab.sim import SimConfig, Simulation
+from kvlab.sim import Simulation
 from kvlab.strategies import parse_strategy
 
 # Both sides of the max set the time in some iterations (3 ms of fixed step against 0.4 ms per token: batches of
@@ -35,11 +36,13 @@ def true_profile(tmp_path, **constants) -> str:
 def write_bench(out, cost: str, *, rate: float, num_requests: int = 150, arrival: str = "poisson", seed: int = 0,
                 num_gpu_blocks: int = 4096) -> dict:
     """Simulate the workload under ``cost`` step by step and write what kvlab bench would have measured."""
-    from kvlab.cli.sim import build_workload
+    from kvlab import service
+    from kvlab.config.resolve import workload_config
     from kvlab.cost.latency import delayed
-    config = SimConfig.from_options(model=str(REPO / TINY), gpu="a100-40gb", num_gpu_blocks=num_gpu_blocks,
-                                    max_num_seqs=64, max_model_len=2048, cost=cost)
-    workload = build_workload("paper-alpaca", rate, arrival, 1.0, num_requests, None, seed, None)
+    config = resolve(model=str(REPO / TINY), gpu="a100-40gb", num_gpu_blocks=num_gpu_blocks,
+                     max_num_seqs=64, max_model_len=2048, cost=cost).engine
+    workload = service.load(workload_config(workload="paper-alpaca", rate=rate, arrival=arrival,
+                                            num_requests=num_requests, seed=seed))
     # The engine sees each request request_latency_s late; the client's clock is the engine's.
     sim = Simulation(parse_strategy("vllm"), config, delayed(workload, config.cost.request_latency_s),
                      max_iterations=1)

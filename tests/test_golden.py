@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kvlab.sim import SimConfig, Simulation
+from kvlab.config import resolve
+from kvlab.sim import Simulation
 from kvlab.strategies import STRATEGIES, parse_strategy
 from kvlab.workload import load_workload
 
@@ -25,7 +26,7 @@ NAMES = sorted(STRATEGIES) + ["vllm+swap", "continuous+pow2"]
 
 @pytest.fixture(scope="module")
 def setup():
-    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
+    config = resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12).engine
     workload = load_workload("paper-sharegpt", num_requests=300, rate=4.0, seed=0)
     return config, workload
 

@@ -13,6 +13,7 @@ import dataclasses
 
 import pytest
 
+from kvlab.config import resolve
 from kvlab.memory import ContiguousAllocator, PagedAllocator
 from kvlab.sim import SimConfig, Simulation
 from kvlab.strategies import parse_strategy
@@ -33,9 +34,9 @@ CASES = [
 
 def _config(num_gpu_blocks: int, max_model_len: int, chunked: bool) -> SimConfig:
     model = "llama-2-7b" if max_model_len <= 4096 else "llama-3.1-8b"
-    return SimConfig.from_options(model=model, gpu="a100-80gb", num_gpu_blocks=num_gpu_blocks,
-                                  max_model_len=max_model_len, max_num_batched_tokens=max(4096, max_model_len),
-                                  enable_chunked_prefill=chunked)
+    return resolve(model=model, gpu="a100-80gb", num_gpu_blocks=num_gpu_blocks,
+                   max_model_len=max_model_len, max_num_batched_tokens=max(4096, max_model_len),
+                   enable_chunked_prefill=chunked).engine
 
 
 def _memory_state(sim: Simulation) -> tuple:

@@ -244,9 +244,8 @@ def test_fewest_gpus_hold_weights_and_one_full_request():
 @pytest.mark.parametrize("settings, message", [
     (dict(gpu_memory_utilization=0), r"outside \(0, 1\]"),
     (dict(gpu_memory_utilization=1.5), r"outside \(0, 1\]"),
-    (dict(block_size=8), "multiple of 16"),
-    (dict(block_size=24), "multiple of 16"),
-    (dict(block_size=0), "multiple of 16"),
+    (dict(block_size=0), "must be positive"),
+    (dict(block_size=-16), "must be positive"),
     (dict(gpu_memory_bytes=-1), "gpu_memory_bytes must be positive"),
     (dict(max_model_len=0), "max_model_len must be positive"),
     (dict(max_num_batched_tokens=-5), "max_num_batched_tokens must be positive"),

@@ -9,7 +9,8 @@ import pytest
 
 from kvlab.errors import KvlabError
 from kvlab.sweep.capacity import Search, parse_slo
-from kvlab.sweep.grid import expand, parse_cli_args, point_key, read_grid_file, run_options
+from kvlab.sweep.grid import expand, parse_cli_args, read_grid_file, run_options
+from kvlab.sweep.point import resolve_point
 
 
 def test_the_sweepable_options_are_kvlab_runs():
@@ -37,9 +38,30 @@ def test_a_point_is_the_same_point_however_it_is_spelled(tmp_path):
     toml_file = tmp_path / "grid.toml"
     toml_file.write_text('strategy = "vllm"\nrate = 1\nnum_requests = 300\n')
     from_cli = expand(parse_cli_args(["--rate", "1", "--num-requests", "300"]))
-    keys = {point_key(expand(*read_grid_file(f))[0], "0.1.0") for f in (yaml_file, toml_file)}
-    assert keys == {point_key(from_cli[0], "0.1.0")}
-    assert point_key(from_cli[0], "0.2.0") not in keys  # another kvlab version: another point
+    keys = {resolve_point(expand(*read_grid_file(f))[0], "0.1.0").key for f in (yaml_file, toml_file)}
+    assert keys == {resolve_point(from_cli[0], "0.1.0").key}
+    assert resolve_point(from_cli[0], "0.2.0").key not in keys  # another kvlab version: another point
+
+
+@pytest.mark.parametrize("spelling", [["--cost", "roofline"], ["--max-model-len", "2048"], ["--model", "OPT-13B"],
+                                      ["--gpu", "A100-40GB"], ["--arrival", "poisson"], ["--strategy", "VLLM"]])
+def test_spellings_that_resolve_alike_are_one_point(spelling):
+    """A point is what it resolves to: an option given at its default value, or a name spelt another way, is the
+    same configuration (issue 20: four spellings had left four rows)."""
+    plain = resolve_point(expand(parse_cli_args(["-n", "200"]))[0], "0.1.0")
+    spelt = resolve_point(expand(parse_cli_args(["-n", "200", *spelling]))[0], "0.1.0")
+    assert spelt.key == plain.key and spelt.row == plain.row
+    other = resolve_point(expand(parse_cli_args(["-n", "200", "--seed", "1"]))[0], "0.1.0")
+    assert other.key != plain.key
+
+
+def test_a_stored_point_holds_resolved_values_never_null_for_a_default():
+    row = resolve_point(expand(parse_cli_args(["-n", "200"]))[0], "0.1.0").row
+    for name in ("cost", "max_model_len", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size",
+                 "num_gpu_blocks", "available_kv_gib", "gpu_memory_gib"):
+        assert row[name] is not None, name
+    assert (row["cost"], row["max_model_len"], row["tensor_parallel_size"]) == ("roofline", 2048, 1)
+    assert row["num_gpu_blocks"] == 867 and row["num_slots"] == 867 * 16
 
 
 def test_a_grid_file_combines_its_lists_with_explicit_points(tmp_path):
@@ -59,7 +81,7 @@ def test_a_grid_file_combines_its_lists_with_explicit_points(tmp_path):
     (["--strategy", "vllm,vlm"], "vlm"),
     (["--workload", "sharegtp"], "unknown workload 'sharegtp'"),
     (["--block-size", "32", "--max-model-len", "16"], "a block must fit in a sequence"),
-    (["--max-num-seqs", "0"], "max_num_seqs must be positive"),
+    (["--max-num-seqs", "0"], "--max-num-seqs 0 is out of range; valid: requests per step"),  # as `kvlab run` says
     (["--seed", "0,-1"], "--seed -1 is out of range"),
     (["--cost", "paper-2042"], "unknown cost profile 'paper-2042'"),
 ])

@@ -218,7 +218,7 @@ def test_three_varying_options_leave_room_for_every_number_at_80_columns(kvlab, 
                  "--gpu-memory-utilization", "0.8,0.9", "-n", "40", "--out", tmp_path / "s").stdout
     assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text, text
     for point in points:  # each row whole: the three options and req/s, and TPOT's p99 last
-        row = f"{point['gpu_memory_utilization']} {point['block_size']} {point['strategy']} " \
+        row = f"{point['strategy']} {point['gpu_memory_utilization']} {point['block_size']} " \
               f"{point['throughput_rps']:.3f}"
         assert any(" ".join(line.split()).startswith(row) and line.split()[-1] == _num(point['tpot_s']['p99'], 1e3)
                    for line in text.splitlines()), (row, text)

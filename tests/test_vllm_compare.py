@@ -151,7 +151,7 @@ def test_calculator_sizes_the_tiny_model_like_the_engine_log():
     "args, message",
     [
         (("--block-size", "48"), "--block-size 48 is not supported by vLLM's CPU attention backend"),
-        (("--num-blocks", "8", "--max-model-len", "256"), "--num-gpu-blocks 8 is too small"),
+        (("--num-gpu-blocks", "8", "--max-model-len", "256"), "--num-gpu-blocks 8 is too small"),
         (("--num-gpu-blocks", "8", "--max-model-len", "256"), "valid: at least 9 blocks"),
         (("--max-num-seqs", "0"), "--max-num-seqs 0 is out of range"),
     ],

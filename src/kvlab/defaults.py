@@ -8,15 +8,17 @@ same cache holds several times as many conversations, which is the lesson.
 
 from __future__ import annotations
 
+from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS
 from kvlab.strategies import LESSON_RACE
 
-MODEL = "opt-13b"
-GPU = "a100-40gb"
-WORKLOAD = "paper-sharegpt"
-RATE = 4.0  # requests per second, for workloads without arrival times
-NUM_REQUESTS = 1000
-SEED = 0
-BLOCK_SIZE = 16
+# The options' own defaults (kvlab/config/options.py, where each is declared).
+MODEL = OPTIONS["model"].default
+GPU = OPTIONS["gpu"].default
+WORKLOAD = OPTIONS["workload"].default
+RATE = DEFAULT_RATE  # requests per second, for workloads without arrival times
+NUM_REQUESTS = DEFAULT_NUM_REQUESTS
+SEED = OPTIONS["seed"].default
+BLOCK_SIZE = OPTIONS["block_size"].default
 
 # The lesson's race: the 2x2 of batching x memory (named in kvlab.strategies, the one table of strategies).
 RACE_STRATEGIES = LESSON_RACE

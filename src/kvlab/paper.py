@@ -43,13 +43,11 @@ class Fig2Setup:
     num_requests: int = 2000
     seed: int = 0
 
-    def sim_options(self) -> dict:
-        """``SimConfig.from_options``'s keywords: Table 1's cache on the paper-era clock, the rest at defaults."""
-        return {"model": self.model, "gpu": self.gpu, "available_kv_gib": self.available_kv_gib, "cost": self.cost}
-
-    def workload_options(self) -> dict:
-        """``load_workload``'s keywords (besides the workload's name)."""
-        return {"num_requests": self.num_requests, "rate": self.rate, "seed": self.seed}
+    def options(self) -> dict:
+        """The run's options (kvlab.config.resolve's keywords): Table 1's cache on the paper-era clock, the rest at
+        `kvlab run`'s defaults."""
+        return {"model": self.model, "gpu": self.gpu, "available_kv_gib": self.available_kv_gib, "cost": self.cost,
+                "workload": self.workload, "num_requests": self.num_requests, "rate": self.rate, "seed": self.seed}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +63,12 @@ class Fig2Row:
 
 
 def run_fig2(setup: Fig2Setup = Fig2Setup(), progress: Callable[[str, int, int], None] | None = None) -> list[Fig2Row]:
-    from kvlab.sim import SimConfig, Simulation
-    from kvlab.strategies import parse_strategy
-    from kvlab.workload import load_workload
+    from kvlab import service
+    from kvlab.config import resolve
 
-    config = SimConfig.from_options(**setup.sim_options())
-    workload = load_workload(setup.workload, **setup.workload_options())
+    run = service.run(resolve(setup.options()), FIG2_SYSTEMS, progress=progress)
     rows = []
-    for system in FIG2_SYSTEMS:
-        sim = Simulation(parse_strategy(system), config, workload)
-        callback = None if progress is None else (lambda done, total, s=system: progress(s, done, total))
-        result = sim.run(progress=callback)
+    for system, result in zip(FIG2_SYSTEMS, run.results):
         summary = result.summary()
         rows.append(
             Fig2Row(
@@ -130,7 +123,7 @@ FIG12_PAPER_RATIOS: dict[str, tuple[float, float] | None] = {
 }
 # The right end of Figure 12's rate axis for OPT-13B on one A100 (12a: ShareGPT, 12d: Alpaca).
 FIG12_RATE_AXES = {"paper-sharegpt": 2.0, "paper-alpaca": 30.0}
-FIG12_COST = "paper-2023"  # the paper-era clock (kvlab cost), when this kvlab has it
+FIG12_COST = "paper-2023"  # the paper-era clock (kvlab cost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +134,7 @@ class Fig12Setup:
     workloads: tuple[str, ...] = tuple(FIG12_RATE_AXES)
     duration: float = 600.0  # s of Poisson arrivals per point (the paper's traces are one hour long)
     seed: int = 0
-    cost: str | None = FIG12_COST
+    cost: str = FIG12_COST
     slo: str = "mean_normalized_latency<0.1s"
     num_curve_rates: int = 8  # points per curve, evenly over the paper's rate axis
     rtol: float = 0.02
@@ -152,25 +145,12 @@ class Fig12Setup:
 
         lists = {"strategy": [system], "model": [self.model], "gpu": [self.gpu], "workload": [workload],
                  "available_kv_gib": [self.available_kv_gib], "duration": [self.duration], "seed": [self.seed],
-                 "rate": [rate]}
-        if self.cost is not None:
-            lists["cost"] = [self.cost]
+                 "rate": [rate], "cost": [self.cost]}
         return expand(lists)[0]
 
     def curve_rates(self, workload: str) -> list[float]:
         top = FIG12_RATE_AXES[workload]
         return [round(top * (i + 1) / self.num_curve_rates, 4) for i in range(self.num_curve_rates)]
-
-
-def fig12_cost_available() -> bool:
-    """Whether `kvlab run` takes --cost and knows the paper-era profile (older kvlab runs on the roofline)."""
-    from kvlab.sweep.grid import run_options
-
-    if "cost" not in run_options():
-        return False
-    from kvlab.cost.profiles import builtin_profiles
-
-    return FIG12_COST in builtin_profiles()
 
 
 @dataclass(frozen=True, slots=True)

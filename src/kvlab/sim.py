@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Any
 
-from kvlab.config import SimConfig
+from kvlab.config.engine import SimConfig
 from kvlab.cost import PCIE_BANDWIDTH
 from kvlab.errors import KvlabError
 from kvlab.memory import make_allocator

@@ -28,17 +28,28 @@ from dataclasses import asdict, dataclass, replace
 
 from kvlab.catalog.gpus import GpuSpec, list_gpus
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
-from kvlab.config import SchedulerConfig, check_block_size
+from kvlab.config.engine import SchedulerConfig, check_block_size
+from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
 
 GIB = 2**30
 
-MODEL_DTYPES = ("auto", "float16", "half", "bfloat16", "float32", "float")
-# --kv-cache-dtype values kvlab models; 'auto' means the model's dtype (config/cache.py CacheDType).
+MODEL_DTYPES = OPTIONS["dtype"].choices
+# --kv-cache-dtype values kvlab models, and their bytes; 'auto' means the model's dtype (config/cache.py CacheDType).
 KV_CACHE_DTYPES = {"auto": None, "float16": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+assert tuple(KV_CACHE_DTYPES) == OPTIONS["kv_cache_dtype"].choices
 # vLLM's CUDA attention backends (FlashAttention, FlashInfer, Triton, FlexAttention) take kernel blocks that are
-# multiples of 16 tokens (get_supported_kernel_block_sizes); any other --block-size finds no backend.
+# multiples of 16 tokens (get_supported_kernel_block_sizes); any other --block-size finds no backend there. The
+# arithmetic holds for any block size, and the simulator runs any: a report notes it (cuda_block_size_note).
 BLOCK_SIZE_MULTIPLE = 16
+
+
+def cuda_block_size_note(block_size: int) -> str | None:
+    """What vLLM's CUDA backends would say of this block size, or None when they take it."""
+    if block_size % BLOCK_SIZE_MULTIPLE == 0:
+        return None
+    return (f"--block-size {block_size}: vLLM's CUDA attention backends take multiples of {BLOCK_SIZE_MULTIPLE} and "
+            "would refuse it; the arithmetic and the simulator take any block size")
 
 # --- the estimate of activation and other memory (an estimate: vLLM measures these in a profiling run) ---
 # Peak activation of the profiling forward pass over max_num_batched_tokens tokens, per token: four hidden-size
@@ -115,9 +126,9 @@ class SizingConfig:
         for name in ("tensor_parallel_size", "pipeline_parallel_size"):
             if getattr(self, name) < 1:
                 raise KvlabError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.block_size <= 0 or self.block_size % BLOCK_SIZE_MULTIPLE:
-            raise KvlabError(f"--block-size {self.block_size} would be refused: vLLM's CUDA attention backends "
-                             f"need a positive multiple of {BLOCK_SIZE_MULTIPLE}; valid: 16, 32, 64, 128, ...")
+        if self.block_size <= 0:
+            raise KvlabError(f"--block-size {self.block_size} must be positive; valid: 16, 32, 64, 128, ... (vLLM's "
+                             "CUDA block sizes), or any whole number from 1 for the arithmetic and the simulator")
         if self.dtype not in MODEL_DTYPES:
             raise KvlabError(f"--dtype {self.dtype!r} is not a model dtype; valid: {', '.join(MODEL_DTYPES)}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:

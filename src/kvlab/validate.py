@@ -253,38 +253,59 @@ def workload_row(row: dict, where: str) -> WorkloadRow:
 
 # --- serving options: the CLI's flags and the lab's parameters ---------------------------------------------
 
-class ServingOptions(BaseModel):
-    """Every numeric option of size / fit / run / race / paper / vllm compare / the lab, with one meaning each."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    gpu_memory_gib: Real(0, 100_000, "GiB of GPU memory as CUDA reports it") | None = None
-    available_kv_gib: Real(0, 100_000, "GiB of KV cache vLLM printed") | None = None
-    gpu_memory_utilization: Real(0, 1, "the fraction of GPU memory vLLM may use") | None = None
-    block_size: Count(16, 2**20, "tokens per block, a multiple of 16") | None = None
-    tensor_parallel_size: Count(1, 1024, "GPUs") | None = None
-    pipeline_parallel_size: Count(1, 1024, "GPUs") | None = None
-    max_model_len: Count(1, 2**34, "tokens") | None = None
-    max_num_batched_tokens: Count(1, 2**34, "tokens per step") | None = None
-    max_num_seqs: Count(1, 2**20, "requests per step") | None = None
-    num_gpu_blocks: Count(2, 2**40, "blocks, vLLM's null block included") | None = None
-    swap_space: Real(0, 100_000, "GiB of CPU memory per GPU", lo_open=False) | None = None
-    rate: Real(0, 1e9, "requests per second") | None = None
-    duration: Real(0, 1e12, "seconds") | None = None
-    cv: Real(0, 100, "the coefficient of variation of inter-arrival gaps") | None = None
-    num_requests: Count(1, 2**40, "requests") | None = None
-    seed: Count(0, 2**63 - 1, "a seed") | None = None
-    concurrency: Count(1, 2**30, "requests") | None = None
-    context_len: Count(1, 2**34, "tokens") | None = None
+# Options that are not a run's (config/options.py declares those) but are checked the same way: `kvlab size`'s
+# workload questions.
+EXTRA_OPTIONS = {
+    "concurrency": (1, 2**30, "requests"),
+    "context_len": (1, 2**34, "tokens"),
+}
 
 
-def check_options(values: dict, *, spelling: str = "cli", flags: dict[str, str] | None = None) -> ServingOptions:
-    """The options in ``values`` that ServingOptions knows (others are left alone), checked; the message spells
-    names as CLI flags (``--rate``) or as the lab's parameter names (``rate``), or as ``flags`` says
-    (``{"rate": "--max-rate"}``: a value with the meaning and range of a rate under another flag)."""
-    known = {k: v for k, v in values.items() if k in ServingOptions.model_fields and v is not None}
+def _option_type(option) -> Any:
+    """The pydantic type of a declared option's value (None where a string's choices are checked instead)."""
+    if option.kind is int:
+        return Count(int(option.lo), int(option.hi), option.what)
+    if option.kind is float:
+        return Real(option.lo, option.hi, option.what, lo_open=option.lo_open)
+    return None
+
+
+def _serving_options() -> type[BaseModel]:
+    """Every numeric option of every face (size / fit / run / race / sweep / paper / vllm compare / bench / the
+    lab), one meaning and one range each: config/options.py's declarations."""
+    from pydantic import create_model
+
+    from kvlab.config.options import OPTIONS
+
+    fields: dict[str, Any] = {name: (kind | None, None) for name, option in OPTIONS.items()
+                              if (kind := _option_type(option)) is not None}
+    fields.update({name: (Count(lo, hi, what) | None, None) for name, (lo, hi, what) in EXTRA_OPTIONS.items()})
+    return create_model("ServingOptions", __config__=ConfigDict(extra="ignore"), **fields)
+
+
+ServingOptions = _serving_options()
+
+
+def check_options(values: dict, *, spelling: str = "cli", flags: dict[str, str] | None = None) -> BaseModel:
+    """The options in ``values`` that are declared (config/options.py; others are left alone), checked: numbers
+    against their ranges, strings against their choices. The message spells names as CLI flags (``--rate``) or
+    as the lab's parameter names (``rate``), or as ``flags`` says (``{"rate": "--max-rate"}``: a value with the
+    meaning and range of a rate under another flag)."""
+    from kvlab.config.options import OPTIONS
+
     spell = cli_flag if spelling == "cli" else (lambda key: key)
-    return _parse(ServingOptions, known, lambda key: (flags or {}).get(key) or spell(key))
+
+    def name_of(key: str) -> str:
+        return (flags or {}).get(key) or spell(key)
+
+    for name, value in values.items():
+        option = OPTIONS.get(name)
+        if option is not None and option.choices and value is not None:
+            if not isinstance(value, str) or value not in option.choices:
+                raise KvlabError(f"{name_of(name)} {_show(value)} is not one of its values; valid: "
+                                 f"{', '.join(option.choices)}")
+    known = {k: v for k, v in values.items() if k in ServingOptions.model_fields and v is not None}
+    return _parse(ServingOptions, known, name_of)
 
 
 def bounded_number(value: Any, name: str, lo: float, hi: float, *, whole: bool = False) -> float | int:

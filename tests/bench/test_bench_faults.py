@@ -219,8 +219,7 @@ def test_bad_options_are_one_line_errors(kvlab, fault_server, tmp_path):
 
 def test_compare_with_a_given_configuration_writes_its_table_and_plots(kvlab, fault_server, tmp_path):
     """A server that publishes no configuration can still be compared when it is given; --cost goes through to
-    the simulator where it takes cost profiles, and is refused by name where it does not."""
-    from kvlab.bench.compare import cost_supported
+    the simulator."""
     from kvlab.vllm.compare import TINY_MODEL_CONFIG
 
     out = tmp_path / "out"
@@ -236,8 +235,5 @@ def test_compare_with_a_given_configuration_writes_its_table_and_plots(kvlab, fa
     assert any("not calibrated for this server" in note for note in compare["notes"])
     assert all((out / name).exists() for name in ("compare.csv", "compare_latency.png", "compare_kv_cache_usage.png"))
     result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL]), *given, "--cost", "roofline", "--json")
-    if cost_supported():
-        assert result.exit_code == 0, result.stderr
-        assert result.json()["compare"]["settings"]["cost"] == "roofline"
-    else:
-        assert result.exit_code == 2 and "--cost needs a kvlab whose simulator takes" in result.stderr
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["compare"]["settings"]["cost"] == "roofline"

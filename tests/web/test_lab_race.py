@@ -81,11 +81,11 @@ def test_race_to_the_finish_agrees_with_kvlab_race_json(lab, kvlab):
 
 def test_html_export_replays_from_disk_with_the_network_off(open_page, browser_context, tmp_path, kvlab):
     expected = kvlab(*CLI).json()
-    from kvlab.sim import SimConfig
+    from kvlab.config import resolve
     from kvlab.web.export import write_race_html
     from kvlab.workload import load_workload
 
-    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb")
+    config = resolve(model="opt-13b", gpu="a100-40gb")
     workload = load_workload("paper-sharegpt", num_requests=40, rate=4.0, seed=2)
     path = write_race_html(tmp_path / "race.html", config, workload, [s["name"] for s in expected["strategies"]])
     text = path.read_text()

@@ -11,13 +11,14 @@ from kvlab.web.params import LIMITS, parse_run_spec, parse_speed
 def test_defaults_are_the_command_lines():
     """One source of truth: the lab's runs default to what `kvlab race` runs (kvlab.defaults)."""
     from kvlab import defaults
-    from kvlab.cli import sim
+    from kvlab.config import resolve
 
     spec = parse_run_spec({"kind": "race"})
     assert spec.strategies == ("static+max", "continuous+max", "static+paged", "continuous+paged")
     assert (spec.num_requests, spec.rate, spec.block_size, spec.num_blocks) == (1000, 4.0, 16, None)
-    assert (sim.DEFAULT_RATE, sim.DEFAULT_NUM_REQUESTS) == (defaults.RATE, defaults.NUM_REQUESTS) == (4.0, 1000)
     assert (spec.model, spec.gpu, spec.workload, spec.seed) == (defaults.MODEL, defaults.GPU, defaults.WORKLOAD, 0)
+    # The page's run and `kvlab race`'s are one configuration: one key.
+    assert resolve(spec.options()).key == resolve().key
     # The grid tells the story: it opens on reserve-the-max.
     assert parse_run_spec({}).strategies == ("continuous+max",)
 

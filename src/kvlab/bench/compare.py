@@ -2,18 +2,18 @@
 configuration.
 
     server: block_size, num_gpu_blocks (vllm:cache_config_info), max_model_len (/v1/models), the model
-            (the path it loaded, or --model-config) ──▶ SimConfig ──▶ kvlab's `vllm` strategy
+            (the path it loaded, or --model-config) ──▶ kvlab.config.resolve ──▶ the run service, `vllm` strategy
     requests: the ones the bench sent, each arriving at the moment it was sent (so a --concurrency run and a
               late send are simulated as the server saw them), with the max_tokens that was sent
 
 The memory side (tokens, preemptions, KV cache usage, queue lengths) follows from the block pool and the
 scheduler, which kvlab models as vLLM does; the time side comes from kvlab's cost model, which matches a
-server only once it is calibrated for it (``--cost``). Nothing here draws (see plots.py) or does I/O.
+server only once it is calibrated for it (``--cost``), every term of the profile included (its request latency:
+the time outside the engine). Nothing here draws (see plots.py) or does I/O.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,22 +24,16 @@ from kvlab.bench.server import ServerInfo
 from kvlab.errors import KvlabError
 
 if TYPE_CHECKING:
-    from kvlab.sim import SimConfig, SimResult
+    from kvlab.config import KvlabConfig
+    from kvlab.sim import SimResult
 
 
 @dataclass(frozen=True)
 class SimSetup:
-    config: SimConfig
+    config: KvlabConfig
     strategy: str
     settings: dict  # what the simulation was given, in vLLM's names
     notes: tuple[str, ...]
-
-
-def cost_supported() -> bool:
-    """Whether this kvlab's simulator takes a calibrated cost model (``SimConfig.from_options(cost=...)``)."""
-    from kvlab.sim import SimConfig
-
-    return "cost" in inspect.signature(SimConfig.from_options).parameters
 
 
 def _sim_model(server: ServerInfo, model_config: str | None) -> str:
@@ -57,7 +51,7 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
               max_num_batched_tokens: int | None = None) -> SimSetup:
     """The simulator's configuration for ``server``: what it publishes, overridden by what is given. Raises
     KvlabError (before any load is sent) when the KV cache's size is neither published nor given."""
-    from kvlab.sim import SimConfig
+    from kvlab.config.resolve import quietly
 
     cache = server.cache_config
     block_size = block_size if block_size is not None else cache.get("block_size")
@@ -75,28 +69,24 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
                                 "block_size": block_size, "max_model_len": max_model_len, "max_num_seqs": max_num_seqs,
                                 "max_num_batched_tokens": max_num_batched_tokens, "enable_chunked_prefill": True}
     if cost is not None:
-        if not cost_supported():
-            raise KvlabError("--cost needs a kvlab whose simulator takes calibrated cost models (`kvlab calibrate`); "
-                             "this one does not. Drop --cost to compare with the roofline cost model.")
         options["cost"] = cost
     else:
         notes.append(f"time side: kvlab's roofline cost model of the {gpu}, not calibrated for this server, so "
-                     "latency and throughput ratios are not expected to be 1"
-                     + (" (calibrate it and pass --cost)" if cost_supported() else ""))
-    config = SimConfig.from_options(**options)
+                     "latency and throughput ratios are not expected to be 1 (calibrate it and pass --cost)")
+    config = quietly(options)  # (the profile's notes go into the comparison's notes)
     strategy = "vllm+prefix" if cache.get("enable_prefix_caching") else "vllm"
-    settings = {"model": config.model.model, "gpu": config.gpu, "cost": cost, "strategy": strategy,
+    settings = {"model": config.model.model, "gpu": config.device.label, "cost": cost, "strategy": strategy,
                 "block_size": config.cache.block_size, "num_gpu_blocks": num_gpu_blocks,
                 "num_slots": config.cache.num_slots, "max_model_len": config.scheduler.max_model_len,
                 "max_num_seqs": config.scheduler.max_num_seqs,
                 "max_num_batched_tokens": config.scheduler.max_num_batched_tokens}
-    return SimSetup(config, strategy, settings, tuple(notes))
+    return SimSetup(config, strategy, settings, (*notes, *config.cost.model.notes))
 
 
 def simulate_sent(run: BenchRun, requests, setup: SimSetup) -> SimResult:
-    """kvlab's simulation of the requests that were sent, each arriving when it was sent."""
-    from kvlab.sim import Simulation
-    from kvlab.strategies import parse_strategy
+    """kvlab's simulation of the requests that were sent, each arriving when it was sent, through the run service
+    (as `kvlab run --cost PROFILE` runs it: the profile's request latency included)."""
+    from kvlab import service
     from kvlab.workload import Workload
 
     by_id = {r.request_id: r for r in requests}
@@ -106,7 +96,7 @@ def simulate_sent(run: BenchRun, requests, setup: SimSetup) -> SimResult:
     # The simulator wants ids 0..N-1 in arrival order.
     replayed = tuple(replace(by_id[r.request_id], request_id=i, arrival_time=r.send_time) for i, r in enumerate(sent))
     workload = Workload("bench", replayed, f"{len(replayed)} requests as sent by kvlab bench", "kvlab bench")
-    return Simulation(parse_strategy(setup.strategy), setup.config, workload).run()
+    return service.run(setup.config, [setup.strategy], workload=workload).results[0]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ a local config.json or folder, or a Hugging Face id; ``get_gpu(name)`` a GPU nam
 """
 
 from kvlab.catalog.gpus import GpuSpec, get_gpu, list_gpus
-from kvlab.catalog.models import ModelSpec, get_model, list_models
+from kvlab.catalog.lookup import get_model
+from kvlab.catalog.models import ModelSpec, list_models
 
 __all__ = ["GpuSpec", "ModelSpec", "get_gpu", "get_model", "list_gpus", "list_models"]

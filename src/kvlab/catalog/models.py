@@ -508,20 +508,3 @@ def closest_model_names(name: str, n: int = 3) -> list[str]:
     hits = difflib.get_close_matches(name.strip().lower(), list(names), n=8, cutoff=0.5)
     ordered = list(dict.fromkeys(names[h] for h in hits))
     return ordered[:n]
-
-
-def get_model(name_or_path: str) -> ModelSpec:
-    """A model from the catalogue (forgiving name), a local config.json or folder, or a Hugging Face id."""
-    from kvlab.catalog import config
-
-    if config.looks_like_path(name_or_path):
-        return config.load_config_path(name_or_path)
-    spec = find_catalogue_model(name_or_path)
-    if spec is not None:
-        return spec
-    if config.looks_like_hf_id(name_or_path):
-        return config.load_hf_model(name_or_path)
-    suggestions = closest_model_names(name_or_path)
-    hint = f" Did you mean: {', '.join(suggestions)}?" if suggestions else ""
-    raise KvlabError(f"unknown model {name_or_path!r}.{hint} See `kvlab models` for the catalogue, or give a "
-                     "config.json (or a folder holding one) or a Hugging Face id such as Qwen/Qwen3-8B.")

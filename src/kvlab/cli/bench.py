@@ -11,14 +11,23 @@ from typing import Annotated, Optional
 import typer
 
 from kvlab.cli.app import app
-from kvlab.cli.sim import ArrivalOpt, CvOpt, DurationOpt, GpuOpt, JsonOpt, RateOpt, SeedOpt, WorkloadOpt
+from kvlab.cli.options import JsonOpt, options_template, with_options
 
 DEFAULT_NUM_REQUESTS = 100  # a real server's time is not free: a bounded default, unlike the simulator's 1000
 
-NumReqOpt = Annotated[Optional[int], typer.Option("--num-requests", "-n", help="Send the first N requests "
-                                                  f"\\[default: {DEFAULT_NUM_REQUESTS} unless --duration].")]
-_SIM = "--compare: the simulation's"
-_SERVER = "\\[default: the server's]"
+# The workload's options and the simulation's (for --compare), declared once in kvlab/config/options.py; here the
+# defaults are a real server's: a bounded load, and the server's own KV cache and limits.
+SERVER = "the server's (--compare)"
+BENCH_WORKLOAD_OPTIONS = ("workload", "rate", "arrival", "cv", "num_requests", "duration", "seed")
+SIM_SETUP_OPTIONS = ("gpu", "cost", "block_size", "num_gpu_blocks", "max_model_len", "max_num_seqs",
+                     "max_num_batched_tokens")
+bench_options = options_template(
+    BENCH_WORKLOAD_OPTIONS + SIM_SETUP_OPTIONS,
+    defaults={"cost": None, "block_size": None},
+    default_texts={"num_requests": f"{DEFAULT_NUM_REQUESTS} unless --duration", "cost": "roofline, not calibrated",
+                   "block_size": SERVER, "num_gpu_blocks": SERVER, "max_model_len": SERVER,
+                   "max_num_seqs": "kvlab's for the GPU (as the server was started)",
+                   "max_num_batched_tokens": "kvlab's for the GPU (as the server was started)"})
 UrlOpt = Annotated[str, typer.Option("--url", help="The server, e.g. http://127.0.0.1:8000 (OpenAI-compatible: "
                                      "/v1/models, /v1/completions; vLLM also gives /metrics).")]
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", help="N clients in a closed loop (each sends "
@@ -42,33 +51,15 @@ BenchOutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write reques
                                                      "here.")]
 CompareOpt = Annotated[bool, typer.Option("--compare", help="Simulate the same requests on the server's "
                                           "configuration and lay measured beside simulated.")]
-ModelConfigOpt = Annotated[Optional[str], typer.Option("--model-config", help=f"{_SIM} model: catalogue name, "
-                                                       "config.json, folder or HF id \\[default: what the server "
-                                                       "loaded].")]
-CostOpt = Annotated[Optional[str], typer.Option("--cost", help=f"{_SIM} cost model: a calibrated profile name or "
-                                                "file (`kvlab calibrate`).")]
-SimBlockOpt = Annotated[Optional[int], typer.Option("--block-size", help=f"{_SIM} block size {_SERVER}.")]
-SimBlocksOpt = Annotated[Optional[int], typer.Option("--num-gpu-blocks", help=f"{_SIM} KV cache blocks, the null "
-                                                     f"block included {_SERVER}.")]
-SimMaxLenOpt = Annotated[Optional[int], typer.Option("--max-model-len", help=f"{_SIM} max_model_len {_SERVER}.")]
-SimSeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs", help=f"{_SIM} max_num_seqs (as the server "
-                                                   "was started).")]
-SimBatchedOpt = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help=f"{_SIM} "
-                                                      "max_num_batched_tokens (as the server was started).")]
-SIM_SETUP_OPTIONS = ("model_config", "gpu", "cost", "block_size", "num_gpu_blocks", "max_model_len", "max_num_seqs",
-                     "max_num_batched_tokens")
+ModelConfigOpt = Annotated[Optional[str], typer.Option("--model-config", help="--compare: the simulation's model: "
+                                                       "catalogue name, config.json, folder or HF id \\[default: what "
+                                                       "the server loaded] (--model is the served model's name).")]
 
 
 @app.command()
+@with_options(bench_options)
 def bench(
     url: UrlOpt,
-    workload: WorkloadOpt = "paper-sharegpt",
-    rate: RateOpt = None,
-    arrival: ArrivalOpt = "auto",
-    cv: CvOpt = 1.0,
-    num_requests: NumReqOpt = None,
-    duration: DurationOpt = None,
-    seed: SeedOpt = 0,
     concurrency: ConcurrencyOpt = None,
     model: ServedModelOpt = None,
     prompt_format: PromptFormatOpt = "auto",
@@ -80,13 +71,7 @@ def bench(
     out: BenchOutOpt = None,
     compare: CompareOpt = False,
     model_config: ModelConfigOpt = None,
-    gpu: GpuOpt = "a100-40gb",
-    cost: CostOpt = None,
-    block_size: SimBlockOpt = None,
-    num_gpu_blocks: SimBlocksOpt = None,
-    max_model_len: SimMaxLenOpt = None,
-    max_num_seqs: SimSeqsOpt = None,
-    max_num_batched_tokens: SimBatchedOpt = None,
+    **options,
 ) -> None:
     """Replay a workload against a real OpenAI-compatible server (vLLM, Ollama, ...), streaming every answer.
 
@@ -95,11 +80,10 @@ def bench(
 
     _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format)
     console = Console(stderr=True, highlight=False)
-    values = locals()
     try:  # before the load: Ctrl-C here has nothing to keep
-        server, setup, wl = _prepare(url, model, compare, {name: values[name] for name in SIM_SETUP_OPTIONS},
-                                     {"workload": workload, "rate": rate, "arrival": arrival, "cv": cv,
-                                      "num_requests": num_requests, "duration": duration, "seed": seed})
+        server, setup, wl = _prepare(url, model, compare,
+                                     {"model_config": model_config, **{n: options[n] for n in SIM_SETUP_OPTIONS}},
+                                     {n: options[n] for n in BENCH_WORKLOAD_OPTIONS})
     except KeyboardInterrupt:
         console.print("Interrupted before any load was sent.")
         raise typer.Exit(130) from None
@@ -168,7 +152,8 @@ def _workload(workload, rate, arrival, cv, num_requests, duration, seed, max_mod
     arrival times of its own, otherwise its first DEFAULT_NUM_REQUESTS rows (a trace's times cannot be drawn)."""
     from dataclasses import replace
 
-    from kvlab.cli.sim import build_workload
+    from kvlab import service
+    from kvlab.config.resolve import workload_config
     from kvlab.workload import WORKLOADS
 
     bounded = num_requests is None and duration is None
@@ -176,7 +161,10 @@ def _workload(workload, rate, arrival, cv, num_requests, duration, seed, max_mod
     own_arrivals = (entry is None or entry.kind == "trace") and arrival in ("auto", "trace")
     if bounded and not own_arrivals:
         num_requests = DEFAULT_NUM_REQUESTS
-    wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, max_model_len)
+    config = workload_config(workload=workload, rate=rate, arrival=arrival, cv=cv, num_requests=num_requests,
+                             duration=duration, seed=seed)
+    # A real server is sent each answer's cap (max_tokens), so the requests carry it.
+    wl = service.load(config, max_model_len, cap_answers=max_model_len is not None)
     if bounded and wl.num_requests > DEFAULT_NUM_REQUESTS:
         wl = replace(wl, requests=wl.requests[:DEFAULT_NUM_REQUESTS],
                      description=f"{wl.description}; the first {DEFAULT_NUM_REQUESTS} (give -n or --duration for more)")
@@ -228,7 +216,7 @@ def _run(wl, config, console, *, quiet: bool):
 def _summary(run, server, wl, config) -> dict:
     """What --json prints and summary.json holds (CONTRACTS.md)."""
     from kvlab.bench.results import summarize
-    from kvlab.cli.sim import workload_rate
+    from kvlab.report.tables import workload_rate
 
     summary = summarize(run.results, run.makespan, run.server_counters)
     summary["stopped"] = run.stopped

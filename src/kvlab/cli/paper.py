@@ -37,13 +37,9 @@ def fig2(
     from rich.progress import Progress
     from rich.table import Table
 
-    from kvlab.strategies import PAPER_SYSTEMS
-    from kvlab.validate import allow_large_work, check_options, check_output_path, check_simulation_work
+    from kvlab.validate import allow_large_work, check_output_path
 
-    check_options({"rate": rate, "num_requests": num_requests, "seed": seed})
     check_output_path(out, "--out", folder=True)
-    with allow_large_work(yes):
-        check_simulation_work(num_requests, 161.31 + 337.99, len(PAPER_SYSTEMS), "this experiment")
     from kvlab.paper import PAPER_NAMES, Fig2Setup, fig2_json, run_fig2
     setup = Fig2Setup(rate=rate, num_requests=num_requests, seed=seed, cost=cost)
     console = Console(stderr=True)
@@ -55,7 +51,8 @@ def fig2(
                 tasks[system] = progress.add_task(system, total=total)
             progress.update(tasks[system], completed=done)
 
-        rows = run_fig2(setup, progress=update)
+        with allow_large_work(yes):  # (the run service checks every option and the work before it starts)
+            rows = run_fig2(setup, progress=update)
     data = fig2_json(setup, rows)
     if out is not None:
         from kvlab.report.plots import plot_fig2
@@ -116,8 +113,8 @@ def fig12(
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the workloads.")] = 0,
     slo: Annotated[str, typer.Option("--slo", help="The latency target a sustained rate meets.")] =
         "mean_normalized_latency<0.1s",
-    cost: Annotated[str | None, typer.Option("--cost", help="Cost profile \\[default: paper-2023, the paper-era "
-                                                "clock, when this kvlab has it].")] = None,
+    cost: Annotated[str, typer.Option("--cost", help="Cost profile (kvlab cost) or file: the clock \\[default: "
+                                      "paper-2023, the paper-era clock].")] = "paper-2023",
     workers: Annotated[int | None, typer.Option("--workers", help="Worker processes \\[default: the number of "
                                                    "cores].")] = None,
     ray: Annotated[bool, typer.Option("--ray", help="Run on a local Ray instance.")] = False,
@@ -129,22 +126,16 @@ def fig12(
 ) -> None:
     """Figure 12: normalized latency against rate, and the rate each system sustains (OPT-13B, one A100-40GB,
     ShareGPT and Alpaca stand-ins), with vLLM's ratios beside the paper's 1.7-2.7x and 2.7-8x."""
+    import kvlab
     from kvlab.cli.sweep import Session, run_session
-    from kvlab.errors import KvlabError
-    from kvlab.paper import FIG12_COST, Fig12Setup, fig12_cost_available, fig12_json, run_fig12
+    from kvlab.paper import Fig12Setup, fig12_json, run_fig12
     from kvlab.sweep.capacity import parse_slo
-    from kvlab.sweep.point import check_points
+    from kvlab.sweep.point import resolve_points
 
-    if not duration > 0:
-        raise KvlabError(f"--duration must be positive, got {duration}")
     parse_slo(slo)
-    from kvlab.sweep.grid import run_options
-
-    if cost is not None and "cost" not in run_options():
-        raise KvlabError("--cost needs a kvlab whose `kvlab run` takes --cost")
-    setup = Fig12Setup(duration=duration, seed=seed, slo=slo,
-                       cost=cost if cost is not None else (FIG12_COST if fig12_cost_available() else None))
-    check_points([setup.point(s, w, 1.0) for w in setup.workloads for s in ("vllm", "orca-max")])
+    setup = Fig12Setup(duration=duration, seed=seed, slo=slo, cost=cost)
+    resolve_points([setup.point(s, w, 1.0) for w in setup.workloads for s in ("vllm", "orca-max")],
+                   kvlab.__version__)  # (a bad --duration, --seed or --cost is refused before anything runs)
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()
     result = run_session(session, lambda: run_fig12(setup, session.runner))
@@ -205,7 +196,7 @@ def _print_fig12(data: dict) -> None:
         console.print(f"vLLM on {workload}: " + ", ".join(parts), highlight=False)
     console.print(f"Setup: OPT-13B on one A100-40GB, 12 GiB of KV cache (Table 1), {setup['duration_s']:g} s of "
                   f"Poisson arrivals per simulation, seed {setup['seed']}, cost profile "
-                  f"{setup['cost'] or 'roofline (this kvlab has no paper-2023 profile)'}; {data['num_computed']} "
+                  f"{setup['cost']}; {data['num_computed']} "
                   f"simulations computed. The paper's ranges are for ShareGPT over three model sizes; docs/paper.md "
                   f"explains the differences.", highlight=False)
 

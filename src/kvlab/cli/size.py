@@ -11,79 +11,30 @@ from typing import Annotated, Optional
 import typer
 
 from kvlab.cli.app import app
+from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
+from kvlab.config.options import SIZING_OPTIONS
 
 GIB = 2**30
 
 ModelArg = Annotated[str, typer.Argument(help="Catalogue name (see `kvlab models`), a config.json or a folder "
                                              "holding one, or a Hugging Face id.", show_default=False)]
-GpuOpt = Annotated[Optional[str], typer.Option("--gpu", help="GPU from the catalogue (see `kvlab gpus`).")]
-GpuGibOpt = Annotated[Optional[float], typer.Option("--gpu-memory-gib", help="GPU memory in GiB, as CUDA reports "
-                                                    "it; with --gpu, replaces that GPU's memory.")]
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Go ahead with work beyond kvlab's limits (it says when: huge "
-                                      "workloads, models with thousands of layers).")]
-TpOpt = Annotated[Optional[int], typer.Option("--tensor-parallel-size", "-tp", help="GPUs that split each layer "
-                                              "\\[default: 1].")]
-PpOpt = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", help="GPUs that split the layers.")]
-UtilOpt = Annotated[float, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use, "
-                                        "in (0, 1].")]
-BlockOpt = Annotated[int, typer.Option("--block-size", help="Tokens per KV cache block (a multiple of 16).")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="Model dtype: auto, float16, bfloat16, float32.")]
-KvDtypeOpt = Annotated[str, typer.Option("--kv-cache-dtype", help="auto (the model dtype), fp8, fp8_e4m3, "
-                                         "fp8_e5m2, float16, bfloat16.")]
-MaxLenOpt = Annotated[Optional[int], typer.Option("--max-model-len", help="Longest request in tokens \\[default: "
-                                                  "the model's max_position_embeddings].")]
-BatchedOpt = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="Tokens per engine step "
-                                                   "\\[default: vllm serve's for the GPU: 2048, 8192 or 16384].")]
-SeqsOpt = Annotated[Optional[int], typer.Option("--max-num-seqs", help="Requests per engine step \\[default: vllm "
-                                                "serve's for the GPU: 256 or 1024].")]
-AvailOpt = Annotated[Optional[float], typer.Option("--available-kv-gib", help="The 'Available KV cache memory' vLLM "
-                                                   "printed, in GiB: replaces kvlab's estimate of the budget.")]
 ConcOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Requests that should fit at once.")]
 CtxOpt = Annotated[Optional[int], typer.Option("--context-len", help="Tokens per request (prompt + answer).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+# The options `kvlab size` and `kvlab fit` share (``build_config``'s arguments): the ones that decide the KV cache,
+# declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
+sizing_options = options_template(SIZING_OPTIONS, defaults={"gpu": None})
 
 
-def with_options(template):
-    """Give a command the options of ``template`` (a function whose signature declares them), so that options
-    several commands share are declared once. The command receives them in its ``**options``."""
-    import functools
-    import inspect
+def _note_block_size(block_size: int, as_json: bool) -> None:
+    """A block size vLLM's CUDA backends refuse is sized all the same, with a note on stderr."""
+    from kvlab.sizing import cuda_block_size_note
 
-    shared = list(inspect.signature(template, eval_str=True).parameters.values())
+    note = cuda_block_size_note(block_size)
+    if note and not as_json:
+        from rich.console import Console
 
-    def decorate(command):
-        own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
-               if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        arguments = [p for p in own if p.default is inspect.Parameter.empty]
-        rest = [p for p in own if p.default is not inspect.Parameter.empty]
-        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in arguments + shared + rest]
-
-        @functools.wraps(command)
-        def wrapper(**kwargs):
-            return command(**kwargs)
-
-        wrapper.__signature__ = inspect.Signature(params)
-        wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        return wrapper
-
-    return decorate
-
-
-def sizing_options(
-    gpu: GpuOpt = None,
-    gpu_memory_gib: GpuGibOpt = None,
-    tensor_parallel_size: TpOpt = None,
-    pipeline_parallel_size: PpOpt = 1,
-    gpu_memory_utilization: UtilOpt = 0.9,
-    block_size: BlockOpt = 16,
-    dtype: DtypeOpt = "auto",
-    kv_cache_dtype: KvDtypeOpt = "auto",
-    max_model_len: MaxLenOpt = None,
-    max_num_batched_tokens: BatchedOpt = None,
-    max_num_seqs: SeqsOpt = None,
-    available_kv_gib: AvailOpt = None,
-) -> None:
-    """The options `kvlab size` and `kvlab fit` share (``build_config``'s arguments), declared once."""
+        Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
 
 
 def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
@@ -336,6 +287,7 @@ def size(
     with allow_large_work(yes):
         spec = get_model(model)
     gpu_spec, config = build_config(**options)
+    _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
         return
@@ -433,6 +385,7 @@ def fit(
     with allow_large_work(yes):
         spec = get_model(model)
     gpu_spec, config = build_config(**options)
+    _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
                          "a memory budget")

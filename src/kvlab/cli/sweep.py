@@ -116,18 +116,18 @@ class Session:
 
     def stored_keys(self) -> set[str]:
         """Keys already stored, without creating anything (nothing is written before the checks pass)."""
-        from kvlab.sweep.grid import run_options
+        from kvlab.sweep.grid import row_kinds
         from kvlab.sweep.store import DB_NAME, Store
 
         if self.out is None or not (self.out / DB_NAME).exists():
             return set()
-        store = Store(self.out / DB_NAME, {n: s.kind for n, s in run_options().items()})
+        store = Store(self.out / DB_NAME, row_kinds())
         try:
             return store.stored_keys()
         finally:
             store.close()
 
-    def check_time(self, points: list[dict], num_runs: float, max_time: str, yes: bool, what: str) -> None:
+    def check_time(self, points: list, num_runs: float, max_time: str, yes: bool, what: str) -> None:
         from kvlab.errors import KvlabError
         from kvlab.sweep.point import estimate_seconds
 
@@ -141,13 +141,13 @@ class Session:
 
     def start(self) -> None:
         import kvlab
-        from kvlab.sweep.grid import run_options
+        from kvlab.sweep.grid import row_kinds
         from kvlab.sweep.runner import Runner, make_pool
         from kvlab.sweep.store import DB_NAME, Store
 
         self.pool = make_pool(self.workers, ray=self.ray, ray_address=self.ray_address)
         path = None if self.out is None else self.out / DB_NAME  # no folder: a throwaway in-memory store
-        self.store = Store(path, {n: s.kind for n, s in run_options().items()})
+        self.store = Store(path, row_kinds())
         self.runner = Runner(self.store, self.pool, kvlab.__version__, progress=self._progress_callback())
 
     def _progress_callback(self):
@@ -239,16 +239,15 @@ def sweep(
 
     Any of `kvlab run`'s options takes a comma list; the grid is every combination."""
     import kvlab
-    from kvlab.sweep.grid import expand, point_key, run_options
-    from kvlab.sweep.point import check_points
+    from kvlab.sweep.grid import expand, run_options
+    from kvlab.sweep.point import resolve_points
 
     lists, explicit = grid_lists(ctx.args, grid)
-    points = expand(lists, explicit)
-    check_points(points)
+    points = resolve_points(expand(lists, explicit), kvlab.__version__)
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()
     stored = set() if retry_failed else session.stored_keys()
-    todo = [p for p in points if point_key(p, kvlab.__version__) not in stored]
+    todo = [p for p in points if p.key not in stored]
     session.check_time(todo, len(todo), max_time, yes, f"{len(todo)} of {len(points)} points to compute")
     rows = run_session(session, lambda: session.runner.run(points))
     names = list(run_options())
@@ -257,7 +256,8 @@ def sweep(
         typer.echo(json.dumps({"points": [point_json(r, names) for r in rows], "num_computed":
                                session.runner.num_computed, "store": str(out / "sweep.duckdb")}, indent=2))
         return
-    print_sweep(rows, names, session, written)
+    varied = {name for name, values in lists.items() if len(values) > 1} | {n for p in explicit for n in p}
+    print_sweep(rows, names, session, written, varied)
 
 
 def write_sweep_plots(rows, names, out: Path) -> list[Path]:
@@ -272,10 +272,10 @@ def write_sweep_plots(rows, names, out: Path) -> list[Path]:
             write_html(out / "sweep.html", [(title, panels, None)], title="kvlab sweep")]
 
 
-def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
+def print_sweep(rows, names, session: Session, written: list[Path], varied: set[str] | None = None) -> None:
     from rich.console import Console
 
-    varying = [n for n in names if len({repr(r[n]) for r in rows}) > 1] or ["strategy"]
+    varying = shown_columns(rows, names, varied)
     failed = any(row["status"] != "ok" for row in rows)  # (a status column only then: the table fits 80 columns)
     table_rows = []
     for row in rows:
@@ -284,7 +284,7 @@ def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
                  _num(row.get("normalized_latency_s_per_token_mean")), _num(row.get("ttft_s_p99"), 1e3),
                  _num(row.get("tpot_s_p99"), 1e3)] if ok else ["–"] * 5
         status = ["ok" if ok else f"failed: {row['error']}"] if failed else []
-        table_rows.append([*(str(row[n]) for n in varying), *cells, *status])
+        table_rows.append([*(cell(row[n]) for n in varying), *cells, *status])
     headers = (*varying, "req/s", "tok/s", "s/tok", "TTFT p99 ms", "TPOT p99 ms", *(["status"] if failed else []))
     table = _whole_values_table(f"Sweep: {len(rows)} points", headers, table_rows, left={*varying, "status"},
                                 wrapping={"status"})
@@ -297,6 +297,22 @@ def print_sweep(rows, names, session: Session, written: list[Path]) -> None:
                   + (f", {num_failed} failed in all" if num_failed else "")
                   + f". Store: {session.store_path} (table points: SQL or pandas)."
                   + (f" Plots: {', '.join(str(p) for p in written)}." if written else ""), highlight=False)
+
+
+def shown_columns(rows, names, varied=None) -> list[str]:
+    """The options whose values differ between the rows, among those the user varied (``varied``; a stored row
+    also holds what follows from them, such as the blocks a utilization gives, which the store keeps)."""
+    shown = [n for n in names if (varied is None or n in varied) and len({repr(r[n]) for r in rows}) > 1]
+    return shown or ["strategy"]
+
+
+def cell(value) -> str:
+    """An option's value in a table: a resolved number in a few digits (6.645, not 6.644978334195912)."""
+    from kvlab.report.tables import significant
+
+    if isinstance(value, float) and not value.is_integer():
+        return significant(value)
+    return str(value)
 
 
 def _whole_values_table(title: str, headers, rows: list[list[str]], *, left: set[str], wrapping: set[str]):
@@ -362,12 +378,12 @@ def run_capacity(session: Session, configurations: list[dict], start_rates: list
     """The searches and the stored rows of every rate they tried (for the curves), inside the session."""
     import kvlab
     from kvlab.sweep.capacity import search_capacities
-    from kvlab.sweep.grid import point_key
+    from kvlab.sweep.point import resolve_point
 
     def work():
         searches = search_capacities(configurations, session.runner, slo, start_rates=start_rates, rtol=rtol,
                                      max_rate=max_rate)
-        keys = [point_key({**c, "rate": r}, kvlab.__version__)
+        keys = [resolve_point({**c, "rate": r}, kvlab.__version__).key
                 for c, s in zip(configurations, searches) for r, _, _ in s.probes]
         return searches, session.store.rows(keys)
 
@@ -397,10 +413,11 @@ def capacity(
     """The highest request rate each configuration sustains under a latency target.
 
     Found by bracketing and bisection; every simulation is stored, like a sweep's."""
+    import kvlab
     from kvlab.errors import KvlabError
     from kvlab.sweep.capacity import DEFAULT_SLO, parse_slo
     from kvlab.sweep.grid import expand, run_options
-    from kvlab.sweep.point import check_points
+    from kvlab.sweep.point import resolve_points
     from kvlab.validate import check_options
 
     target = parse_slo(slo or DEFAULT_SLO)
@@ -418,10 +435,10 @@ def capacity(
         raise KvlabError(f"--max-rate {max_rate:g} is below the first rate tried (--rate {start_rate:g}); valid: "
                          f"--max-rate {start_rate:g} or more")
     configurations = expand(lists, explicit)
-    check_points([{**c, "rate": start_rate} for c in configurations])
+    first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__)
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()
-    session.check_time([{**c, "rate": start_rate} for c in configurations],
+    session.check_time(first_points,
                        TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
                        f"{len(configurations)} capacity search{'es' if len(configurations) > 1 else ''} (about "
                        f"{TYPICAL_SEARCH_RUNS} simulations each)")

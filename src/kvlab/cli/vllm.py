@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from kvlab.cli.app import app
+from kvlab.cli.options import JsonOpt, options_template, with_options
 
 # How `vllm compare` spells the engine settings EngineSettings.check names.
 CLI_SPELLING = {"block_size": "--block-size", "num_gpu_blocks_override": "--num-gpu-blocks",
@@ -63,57 +64,52 @@ def install(
     typer.echo(str(done.python))
 
 
+# `vllm compare`'s options: the run's own (kvlab/config/options.py), with the defaults of the driver's tiny engine on
+# the CPU: a small pool that fills, so that both schedulers preempt; the CPU backend's block size.
+TINY_ENGINE = {"workload": "paper-alpaca", "num_requests": 80, "block_size": 32, "num_gpu_blocks": 24,
+               "max_num_seqs": 16, "max_num_batched_tokens": 256, "max_model_len": 512}
+COMPARE_OPTIONS = ("workload", "rate", "arrival", "cv", "num_requests", "duration", "seed", "block_size",
+                   "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                   "enable_chunked_prefill", "gpu")
+compare_options = options_template(COMPARE_OPTIONS, defaults=TINY_ENGINE, default_texts={
+    "rate": f"{COMPARE_RATE:g} for auto, poisson and gamma arrivals; none for trace and burst",
+    "block_size": "32, a multiple of 32 as vLLM's CPU backend needs",
+    "gpu": "a100-40gb: its simulated clock turns arrival times into arrival steps"})
+
+
 @vllm_app.command()
+@with_options(compare_options)
 def compare(
-    workload: str = typer.Option("paper-alpaca", "--workload", "-w", help="Bundled workload or a CSV/JSONL file "
-                                 "(as in `kvlab run`)."),
-    rate: float | None = typer.Option(None, "--rate", help="Requests per second (Poisson for lengths-only "
-                                      "workloads; a trace's own arrivals rescaled to it) \\[default: 50 for auto, "
-                                      "poisson and gamma arrivals; none for trace and burst].",
-                                      show_default=False),
-    arrival: str = typer.Option("auto", "--arrival", help="auto, poisson, gamma, trace, burst (all at once)."),
-    cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of gamma inter-arrival times."),
-    num_requests: int | None = typer.Option(80, "--num-requests", "-n", help="Serve the first N requests."),
-    duration: float | None = typer.Option(None, "--duration", help="Serve the requests arriving in the first "
-                                          "this many seconds."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the workload."),
-    block_size: int = typer.Option(32, "--block-size", help="Tokens per block (vLLM's CPU backend: a multiple "
-                                   "of 32)."),
-    num_gpu_blocks: int = typer.Option(24, "--num-gpu-blocks", "--num-blocks", help="Blocks in the pool, the null "
-                                       "block included (vLLM's num_gpu_blocks_override), as in `kvlab run`."),
-    max_num_seqs: int = typer.Option(16, "--max-num-seqs", help="Requests per step."),
-    max_num_batched_tokens: int = typer.Option(256, "--max-num-batched-tokens", help="Tokens per step."),
-    max_model_len: int = typer.Option(512, "--max-model-len", help="Longest request, prompt + answer."),
     enable_prefix_caching: bool = typer.Option(False, "--enable-prefix-caching/--no-enable-prefix-caching",
                                                help="Share full blocks of equal prefixes."),
-    enable_chunked_prefill: bool = typer.Option(True, "--enable-chunked-prefill/--no-enable-chunked-prefill",
-                                                help="Split prompts over steps."),
-    gpu: str = typer.Option("a100-40gb", "--gpu", help="The GPU whose simulated clock turns arrival times into "
-                            "arrival steps."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    as_json: JsonOpt = False,
+    **options,
 ) -> None:
     """Run a workload through the real vLLM engine and through kvlab's `vllm` strategy; compare every step."""
     import json
 
     from rich.console import Console
 
-    from kvlab.cli.sim import build_workload
+    from kvlab import service
+    from kvlab.config.resolve import workload_config
     from kvlab.validate import check_options
     from kvlab.vllm.compare import compare as run_compare
     from kvlab.vllm.install import require_installed
     from kvlab.vllm.job import EngineSettings
 
-    # The ranges every command shares, in the flags' spelling; the block size is the CPU backend's (below).
-    check_options({name: value for name, value in locals().items() if name != "block_size"})
+    check_options(options)  # the ranges every command shares, in the flags' spelling
     settings = EngineSettings(
-        block_size=block_size, num_gpu_blocks_override=num_gpu_blocks, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
-        enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
+        block_size=options["block_size"], num_gpu_blocks_override=options["num_gpu_blocks"],
+        max_num_seqs=options["max_num_seqs"], max_num_batched_tokens=options["max_num_batched_tokens"],
+        max_model_len=options["max_model_len"], enable_prefix_caching=enable_prefix_caching,
+        enable_chunked_prefill=options["enable_chunked_prefill"],
     )
     settings.check(CLI_SPELLING)  # vLLM's own refusals, before anything starts
-    if rate is None and arrival in ("auto", "poisson", "gamma"):
-        rate = COMPARE_RATE  # a default that never contradicts --arrival trace or burst
-    wl = build_workload(workload, rate, arrival, cv, num_requests, duration, seed, None)
+    gpu = options["gpu"]
+    workload = {name: options[name] for name in COMPARE_OPTIONS[:7]}
+    if workload["rate"] is None and workload["arrival"] in ("auto", "poisson", "gamma"):
+        workload["rate"] = COMPARE_RATE  # a default that never contradicts --arrival trace or burst
+    wl = service.load(workload_config(workload))
     require_installed()
     console = Console(stderr=True)
     with console.status(f"Running {wl.num_requests} requests through the real vLLM engine and through kvlab",

@@ -95,7 +95,7 @@ class CostProfile:
         the notes go on the model so that a report can repeat them."""
         notes = self._mismatches(model_id, gpu.id)
         for note in notes:
-            warnings.warn(note, CostProfileWarning, stacklevel=3)  # (the caller of SimConfig.from_options)
+            warnings.warn(note, CostProfileWarning, stacklevel=4)  # (the caller of kvlab.config.resolve)
         c = self.constants
         if self.kind == "absolute":
             return CostModel.from_seconds(**c, profile=self.name, notes=notes)

@@ -14,6 +14,12 @@ if TYPE_CHECKING:
     from kvlab.sim import SimResult
 
 
+def workload_rate(wl) -> float | None:
+    """The workload's mean arrival rate, or None when every request arrives at once (it has no rate, and JSON
+    has no infinity)."""
+    return wl.request_rate if wl.duration > 0 else None
+
+
 def _same(a: float, b: float) -> bool:
     """Equal as the table shows them (3 significant digits): a difference nobody can read is a tie."""
     return f"{a:.3g}" == f"{b:.3g}"

@@ -13,16 +13,26 @@ even as requests arrive (they join the queue behind the head that waits).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from kvlab.memory.base import Fit
+from kvlab.config.engine import SchedulerConfig
+from kvlab.memory.base import Fit, KVAllocator
+from kvlab.sched.seq import Seq
 
-if TYPE_CHECKING:
-    from kvlab.sched.scheduler import Scheduler
-    from kvlab.sched.seq import Seq
+Admission = Iterator[tuple[Seq, int, int]]
 
-Admission = Iterator[tuple["Seq", int, int]]
+
+class Scheduler(Protocol):
+    """What a batching policy reads of the scheduler, and the one call it makes (kvlab.sched.scheduler's)."""
+
+    config: SchedulerConfig
+    allocator: KVAllocator
+    waiting: deque[Seq]
+    running: list[Seq]
+
+    def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None: ...
 
 
 def _lookup(sched: Scheduler, seq: Seq) -> tuple[int, int]:

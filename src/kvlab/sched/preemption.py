@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from kvlab.config import CacheConfig
+    from kvlab.config.engine import CacheConfig
     from kvlab.sched.seq import Seq
 
 

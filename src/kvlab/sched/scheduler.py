@@ -37,9 +37,11 @@ from collections.abc import Iterable
 from heapq import heapify, heappop, heappush
 from typing import NamedTuple, Protocol
 
-from kvlab.config import CacheConfig, SchedulerConfig
+from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
+from kvlab.sched.batching import BATCHING
 from kvlab.sched.output import SchedulerOutput
+from kvlab.sched.preemption import PREEMPTION, PreemptionMode
 from kvlab.sched.seq import Seq, SeqStatus
 
 
@@ -68,9 +70,6 @@ class Horizon(Protocol):
 class Scheduler:
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None):
         """``cache_config`` gives swap preemption its budget (without it, a swapping scheduler recomputes)."""
-        from kvlab.sched.batching import BATCHING
-        from kvlab.sched.preemption import PREEMPTION, PreemptionMode
-
         self.config = config
         self.allocator = allocator
         self.batching = BATCHING[config.batching]

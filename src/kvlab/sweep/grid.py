@@ -1,10 +1,12 @@
 """Grids of `kvlab run` options: comma lists and grid files into points, checked before anything runs.
 
-A *point* is one simulation: every option of `kvlab run` (the strategy included) with a value, defaults filled
-in, so that two spellings of the same point (``--rate 1`` and ``rate: 1.0`` in a file) are the same point.
+A *point* is one simulation: every option of a run (the strategy included) with a value, defaults filled in.
+Its identity is what it resolves to (kvlab/sweep/point.py: the resolved configuration's key and the strategy's
+name), so two spellings of one point (``--rate 1`` and ``rate: 1.0`` in a file, ``--model OPT-13B`` and the
+default) are one point.
 
-The option names and the values they accept are read from `kvlab run` itself (its Typer/Click parameters), so
-an option added to `kvlab run` can be swept without a change here.
+The option names, their types and defaults are the run's options as declared once (kvlab/config/options.py),
+so an option added there can be swept without a change here.
 
 A grid file (YAML or TOML) maps option names to a value or a list of values (the cross product), and may hold
 ``points``: a list of option mappings, each combined with every point of the cross product (for options that
@@ -35,28 +37,25 @@ Point = dict[str, Any]  # option name -> value, every option of `kvlab run`
 
 @dataclass(frozen=True, slots=True)
 class OptionSpec:
-    """One option of `kvlab run`, as the sweep sees it."""
+    """One option of a run, as the sweep sees it."""
 
     name: str  # the Python name: block_size
     flag: str  # the command line's: --block-size
     kind: str  # int, float, bool or str (the DuckDB column type follows it)
     default: Any
-    param: Any  # the Typer parameter: its spellings and range
+    aliases: tuple[str, ...] = ()  # other spellings: -n, -tp
 
     def convert(self, value: Any) -> Any:
-        """The value `kvlab run` would get for ``value`` (a string from the command line or a file's scalar), or
-        the error its parser would give."""
+        """The value a run gets for ``value`` (a string from the command line or a file's scalar), or the error
+        its parser would give. (Ranges are checked when the point is resolved: one check, one message.)"""
         if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null", "")):
-            if self.default is None:
+            if self.default is None or self.name == "preemption_mode":
                 return None
             raise KvlabError(f"{self.flag} needs a value (it has no 'none'; its default is {self.default!r})")
         converted = _CONVERTERS[self.kind](value)
         if converted is None:
             raise KvlabError(f"{self.flag} {value!r}: not {_KIND_NAMES[self.kind]}; valid: a comma list of "
                              f"{_EXAMPLES[self.kind]}")
-        low, high = getattr(self.param, "min", None), getattr(self.param, "max", None)
-        if (low is not None and converted < low) or (high is not None and converted > high):
-            raise KvlabError(f"{self.flag} {value!r}: outside its range [{low}, {high}]")
         if self.name in ("workload", "cost"):
             return _file_spec(self.name, str(converted))
         return converted
@@ -100,31 +99,32 @@ _KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
 
 @cache
 def run_options() -> dict[str, OptionSpec]:
-    """`kvlab run`'s options (its strategy argument as ``--strategy``), read from the command itself."""
-    import typer
-    import typer.main
+    """The options a sweep can vary: the strategy (`kvlab run`'s argument, as ``--strategy``) and every option
+    of a run, as declared in kvlab/config/options.py."""
+    from kvlab.config.options import OPTIONS
 
-    from kvlab.cli.sim import SIM_OPTIONS, run
-
-    wrapper = typer.Typer()
-    wrapper.command()(run)
-    command = typer.main.get_command(wrapper)
-    specs: dict[str, OptionSpec] = {}
-    for param in command.params:
-        if param.name != "strategy" and param.name not in SIM_OPTIONS:
-            continue  # --json, --out: how `kvlab run` reports, not what it simulates
-        kind = _KINDS.get(param.type_descriptor.annotation, "str")  # type: ignore[attr-defined]  (Typer's, not Click's)
-        flag = "--strategy" if param.name == "strategy" else max(param.opts, key=len)
-        specs[param.name] = OptionSpec(param.name, flag, kind, param.default, param)
+    specs = {"strategy": OptionSpec("strategy", "--strategy", "str", "vllm")}
+    for name, option in OPTIONS.items():
+        specs[name] = OptionSpec(name, option.flag, _KINDS[option.kind], option.default, option.aliases)
     return specs
+
+
+def row_kinds() -> dict[str, str]:
+    """A stored point's columns and their kinds: the strategy, every option at its resolved value, and the numbers
+    the resolved configuration derives (kvlab.config.resolve.DERIVED_FIELDS)."""
+    from kvlab.config.resolve import DERIVED_FIELDS
+
+    return {**{name: spec.kind for name, spec in run_options().items()},
+            **{name: _KINDS[kind] for name, kind in DERIVED_FIELDS.items()}}
 
 
 def _flag_names() -> dict[str, str]:
     """Every spelling a user may give an option -> its name (--block-size, block-size, block_size, -n)."""
     names: dict[str, str] = {}
     for spec in run_options().values():
-        spellings = [spec.flag, spec.name, spec.name.replace("_", "-"), *spec.param.opts,
-                     *getattr(spec.param, "secondary_opts", ())]
+        spellings = [spec.flag, spec.name, spec.name.replace("_", "-"), *spec.aliases]
+        if spec.kind == "bool":
+            spellings.append("--no-" + spec.flag.removeprefix("--"))
         for spelling in spellings:
             names[spelling] = spec.name
             names[spelling.lstrip("-")] = spec.name
@@ -157,7 +157,7 @@ def parse_cli_args(args: list[str]) -> dict[str, list[Any]]:
         spec = run_options()[name]
         if spec.kind == "bool" and not eq:
             # A flag alone: on, or off for its --no- spelling; it may also take a list: --enable-x true,false
-            negative = flag in getattr(spec.param, "secondary_opts", ())
+            negative = flag.lstrip("-").startswith("no-")
             if i + 1 < len(args) and not args[i + 1].startswith("-") and not negative:
                 value, i = args[i + 1], i + 1
             else:
@@ -233,11 +233,12 @@ def canonical_json(point: Point) -> str:
     return json.dumps(point, sort_keys=True, separators=(",", ":"))
 
 
-def point_key(point: Point, version: str) -> str:
-    """The point's identity in the store: a hash of its options and the kvlab version that computes it."""
+def point_key(config_key: str, strategy: str, version: str) -> str:
+    """A point's identity in the store: what its options resolve to (the resolved configuration's key and the
+    strategy's canonical name) and the kvlab version that computes it."""
     import hashlib
 
-    payload = canonical_json({"options": point, "kvlab_version": version})
+    payload = canonical_json({"config": config_key, "strategy": strategy, "kvlab_version": version})
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 

@@ -1,8 +1,12 @@
-"""One point of a sweep: its options into a simulation, and the simulation's summary out.
+"""One point of a sweep: its options resolved into a configuration, run through the service, its summary out.
 
-A point's options are `kvlab run`'s: they become a ``SimConfig``, a workload and a strategy exactly as `kvlab run`
-makes them (kvlab.cli.sim's ``engine_options`` and ``build_workload``); everything else in kvlab.sweep handles points
-as plain mappings. It runs in worker processes (local or on a Ray cluster) and returns plain data.
+    point (options as given) ──▶ resolve_point ──▶ Resolved: config (KvlabConfig), strategy, key, row
+                                                     │ the key: what the point resolves to, so two spellings
+                                                     │ of one point are one row in the store
+    worker: compute(point) ──▶ kvlab.service.run(resolve(options), [strategy]) ──▶ summary (plain data)
+
+Points travel to workers (local or on a Ray cluster) as their options; a worker resolves them again (resolution
+is idempotent and cheap) and returns plain data.
 """
 
 from __future__ import annotations
@@ -10,37 +14,78 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvlab.config import KvlabConfig
 
 
-def config_options(point: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of ``SimConfig.from_options`` for this point, as `kvlab run` passes them."""
-    from kvlab.cli.sim import engine_options
+@dataclass(frozen=True)
+class Resolved:
+    """A point resolved: the configuration it stands for, its strategy's canonical name, its identity."""
 
-    return engine_options(point)
+    options: dict[str, Any]  # as given (every option, defaults filled in): what a worker resolves again
+    config: KvlabConfig
+    strategy: str
+    key: str
+
+    @property
+    def row(self) -> dict[str, Any]:
+        """What the store keeps of the point: the strategy and every option at its resolved value, with the
+        numbers derived from them (num_gpu_blocks, num_slots)."""
+        return {"strategy": self.strategy, **self.config.to_dict()}
 
 
-def check_config(point: dict[str, Any]) -> None:
-    """Raise the KvlabError `kvlab run` would raise for this point's engine options, without simulating."""
-    from kvlab.sim import SimConfig
-
-    SimConfig.from_options(**config_options(point))
+def engine_options(point: dict[str, Any]) -> dict[str, Any]:
+    """The point's options without its strategy: a configuration's (kvlab.config.resolve's keywords)."""
+    return {name: value for name, value in point.items() if name != "strategy"}
 
 
-def build_workload(point: dict[str, Any]):
-    from kvlab.cli.sim import build_workload as cli_build_workload
+def resolve_point(point: dict[str, Any], version: str) -> Resolved:
+    """The point resolved, or the KvlabError a run of it would raise, naming the point."""
+    from kvlab import service
+    from kvlab.config.resolve import quietly
+    from kvlab.errors import KvlabError
+    from kvlab.sweep.grid import point_key
 
-    return cli_build_workload(point["workload"], point["rate"], point["arrival"], point["cv"], point["num_requests"],
-                              point["duration"], point["seed"], None, point.get("long_requests", "reject"))
+    try:
+        config = quietly(engine_options(point))
+        strategy = service.strategies([point["strategy"]], config)[0].name
+    except KvlabError as exc:
+        raise KvlabError(f"{exc} (in the point {_shown(point)})") from None
+    return Resolved(point, config, strategy, point_key(config.key, strategy, version))
+
+
+def resolve_points(points: list[dict[str, Any]], version: str) -> list[Resolved]:
+    """Every point resolved and checked before anything runs (each distinct workload is built once, so that a
+    workload that cannot be built is refused now), in order, points that resolve alike kept once."""
+    from kvlab import service
+    from kvlab.errors import KvlabError
+
+    resolved: dict[str, Resolved] = {}
+    workloads: set[Any] = set()
+    for point in points:
+        r = resolve_point(point, version)
+        resolved.setdefault(r.key, r)
+        if r.config.workload not in workloads:
+            workloads.add(r.config.workload)
+            try:
+                service.check_work(r.config, 1, "a point of this sweep")
+                service.load(r.config)
+            except KvlabError as exc:
+                raise KvlabError(f"{exc} (in the point {_shown(point)})") from None
+    return list(resolved.values())
 
 
 def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
     """The summary `kvlab run --json` prints for this point (its ``strategies[0]`` entry, without the
     typical-iteration explanation)."""
-    from kvlab.cli.sim import simulate
+    from kvlab import service
+    from kvlab.config.resolve import quietly
 
-    _, _, results = simulate([point["strategy"]], quiet=True, **{k: v for k, v in point.items() if k != "strategy"})
-    return results[0].summary()
+    run = service.run(quietly(engine_options(point)), [point["strategy"]])
+    return run.results[0].summary()
 
 
 def compute(point: dict[str, Any]) -> dict[str, Any]:
@@ -64,51 +109,34 @@ def compute(point: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def check_points(points: list[dict[str, Any]]) -> None:
-    """Raise the first KvlabError `kvlab run` would raise for any point, naming the point, before anything runs.
-    Each distinct strategy, engine configuration and workload is built once."""
-    from kvlab.cli.sim import WORKLOAD_OPTIONS
-    from kvlab.errors import KvlabError
-    from kvlab.strategies import parse_strategy
-
-    seen: set[tuple] = set()
-    for point in points:
-        parts = (("strategy", lambda p: parse_strategy(p["strategy"]), ("strategy",)),
-                 ("engine", check_config, tuple(n for n in point if n != "strategy" and n not in WORKLOAD_OPTIONS)),
-                 ("workload", build_workload, WORKLOAD_OPTIONS))
-        for what, check, names in parts:
-            key = (what, *(repr(point[n]) for n in names))
-            if key in seen:
-                continue
-            seen.add(key)
-            try:
-                check(point)
-            except KvlabError as exc:
-                raise KvlabError(f"{exc} (in the point {_shown(point, names)})") from None
-
-
-def _shown(point: dict[str, Any], names) -> str:
-    """The point's options among ``names`` that differ from `kvlab run`'s defaults: what to look at."""
+def _shown(point: dict[str, Any]) -> str:
+    """The point's options that differ from their defaults: what to look at."""
     from kvlab.sweep.grid import run_options
 
     specs = run_options()
-    changed = [f"{n}={point[n]!r}" for n in names if n in specs and point[n] != specs[n].default]
+    changed = [f"{n}={v!r}" for n, v in point.items() if n in specs and v != specs[n].default]
     return ", ".join(changed) or "with `kvlab run`'s defaults"
 
 
-def estimate_seconds(points: list[dict[str, Any]], probe_requests: int = 200) -> float:
+def estimate_seconds(points: list[Resolved], probe_requests: int = 200) -> float:
     """Roughly how long the points take on one core: a short run of the first point's setup, timed, scaled by
     each point's number of requests (an estimate: a saturated run costs more per request than a light one)."""
+    from kvlab import service
+    from kvlab.config.resolve import quietly
+
     first = points[0]
-    probe = {**first, "num_requests": probe_requests, "duration": None}
-    num_probe_requests = build_workload(probe).num_requests
+    probe = quietly({**engine_options(first.options), "num_requests": probe_requests, "duration": None})
     start = time.perf_counter()
-    simulate_point(probe)
-    per_request = (time.perf_counter() - start) / max(1, num_probe_requests)
+    run = service.run(probe, [first.strategy])
+    per_request = (time.perf_counter() - start) / max(1, run.workload.num_requests)
     total_requests = 0
+    sizes: dict[Any, int] = {}
     for point in points:
-        if point["num_requests"] is not None and point["duration"] is None:
-            total_requests += point["num_requests"]
-        else:  # a duration, or the workload's default length
-            total_requests += build_workload(point).num_requests
+        wl = point.config.workload
+        if wl.num_requests is not None and wl.duration is None:
+            total_requests += wl.num_requests
+        else:  # a duration, or a file served whole: count what it builds
+            if wl not in sizes:
+                sizes[wl] = service.load(point.config).num_requests
+            total_requests += sizes[wl]
     return per_request * total_requests

@@ -18,8 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from kvlab.errors import KvlabError
-from kvlab.sweep.grid import Point, point_key
-from kvlab.sweep.point import compute
+from kvlab.sweep.point import Resolved, compute
 from kvlab.sweep.store import Store
 
 # (num_done, num_running, num_failed, num_total) after each change
@@ -76,7 +75,7 @@ class LocalPool:
         for future in [self.executor.submit(_warm) for _ in range(self.num_workers)]:
             future.result()
 
-    def submit(self, point: Point) -> Future:
+    def submit(self, point: dict[str, Any]) -> Future:
         from concurrent.futures.process import BrokenProcessPool
 
         try:
@@ -117,7 +116,7 @@ class RayPool:
     def warm_up(self) -> None:
         self.ray.get([self.ray.remote(num_cpus=1)(_warm).remote() for _ in range(self.num_workers)])
 
-    def submit(self, point: Point) -> Future:
+    def submit(self, point: dict[str, Any]) -> Future:
         return self.task.remote(point).future()
 
     def close(self, *, cancel: bool = False) -> None:
@@ -179,21 +178,25 @@ class Runner:
         self.num_failed = 0
         self.num_done_before = self.num_total_before = 0  # earlier calls' points (a capacity search's rounds)
 
-    def run(self, points: list[Point]) -> list[dict[str, Any]]:
-        """Every point's stored row (computing the missing ones), in the order of ``points``."""
-        keys = [point_key(p, self.version) for p in points]
+    def run(self, points: list[Resolved] | list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every point's stored row (computing the missing ones), in the order of ``points`` (resolved, or as
+        options: resolved here)."""
+        from kvlab.sweep.point import resolve_point
+
+        points = [p if isinstance(p, Resolved) else resolve_point(p, self.version) for p in points]
+        keys = [p.key for p in points]
         stored = self.store.stored_keys(include_failed=not self.retry_failed)
-        todo = {k: p for k, p in zip(keys, points) if k not in stored}
+        todo = {p.key: p for p in points if p.key not in stored}
         total = len(set(keys))
-        futures = {self.pool.submit(point): (key, point) for key, point in todo.items()}
+        futures = {self.pool.submit(point.options): point for point in todo.values()}
         done = total - len(futures)
         self._report(done, len(futures), total)
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
-                key, point = futures[future]
-                self.store.add(key, point, self._outcome(future), self.version)
+                point = futures[future]
+                self.store.add(point.key, point.row, self._outcome(future), self.version)
                 self.num_computed += 1
                 done += 1
             self._report(done, len(pending), total)

@@ -110,16 +110,16 @@ def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: st
     """The engine step before which each request is added: where its arrival time falls on kvlab's simulated
     clock (the tiny model on ``gpu``, kvlab's `vllm` strategy with these settings). Derived once, then fixed,
     so that both sides see the same arrivals whatever a real step costs in wall time."""
-    from kvlab.sim import SimConfig, Simulation
-    from kvlab.strategies import parse_strategy
+    from kvlab import service
+    from kvlab.config import resolve
     from kvlab.workload import Workload
 
-    config = SimConfig.from_options(**settings.sim_options(str(TINY_MODEL_CONFIG), gpu))
-    strategy = parse_strategy("vllm+prefix" if settings.enable_prefix_caching else "vllm")
+    config = resolve(settings.options(str(TINY_MODEL_CONFIG), gpu))
+    strategies = service.strategies(["vllm+prefix" if settings.enable_prefix_caching else "vllm"], config)
     # Stepping: each request joins the queue between the two iterations its arrival falls between (a run may
     # add the requests arriving while the queue waits only after it).
-    sim = Simulation(strategy, config, Workload("compare", tuple(requests), "", ""), record_iterations=False,
-                     max_iterations=1)
+    _, (sim,) = service.start(config, strategies, workload=Workload("compare", tuple(requests), "", ""),
+                              record_iterations=False, max_iterations=1)
     steps: dict[int, int] = {}
     while not sim.done:
         before = sim.scheduler.step

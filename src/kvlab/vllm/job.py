@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from kvlab.config import SchedulerConfig, min_num_gpu_blocks
+from kvlab.config.engine import SchedulerConfig, min_num_gpu_blocks
 from kvlab.errors import KvlabError
 from kvlab.workload.request import Request
 
@@ -33,7 +33,7 @@ CPU_BLOCK_SIZE_MULTIPLE = 32
 @dataclass(frozen=True)
 class EngineSettings:
     """The real engine's settings, in vLLM's names (EngineArgs, flat as the driver reads them); kvlab's side
-    derives its configuration from them (``scheduler_config``, ``sim_options``)."""
+    derives its configuration from them (``scheduler_config``, ``options``)."""
 
     block_size: int = 32
     num_gpu_blocks_override: int | None = None
@@ -53,8 +53,8 @@ class EngineSettings:
         return SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                                max_model_len=self.max_model_len, enable_chunked_prefill=self.enable_chunked_prefill)
 
-    def sim_options(self, model: str, gpu: str) -> dict:
-        """``SimConfig.from_options``'s keywords for ``model`` on ``gpu`` under these settings."""
+    def options(self, model: str, gpu: str) -> dict:
+        """The run's options (kvlab.config.resolve's keywords) for ``model`` on ``gpu`` under these settings."""
         return {"model": model, "gpu": gpu, "num_gpu_blocks": self.num_gpu_blocks_override,
                 "block_size": self.block_size, "max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
                 "max_num_batched_tokens": self.max_num_batched_tokens,

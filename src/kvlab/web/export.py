@@ -85,13 +85,13 @@ def render_page(log: dict, *, title: str) -> str:
 
 
 def write_race_html(path: str | Path, config, workload, strategies: list, *, title: str | None = None) -> Path:
-    """Race ``strategies`` (names or kvlab.strategies.Strategy) on ``workload`` under ``config`` (a SimConfig),
-    recording every frame, and write the replay page to ``path``. The same inputs as `kvlab race` gives its
-    table, so the page's finish line shows the same numbers. Returns the path written."""
-    from kvlab.sim import Simulation
-    from kvlab.strategies import parse_strategy
+    """Race ``strategies`` (names or kvlab.strategies.Strategy) on ``workload`` under ``config`` (a resolved
+    KvlabConfig), recording every frame, and write the replay page to ``path``. The same inputs as `kvlab race`
+    gives its table, through the same run service, so the page's finish line shows the same numbers. Returns the
+    path written."""
+    from kvlab import service
 
-    sims = [Simulation(parse_strategy(s) if isinstance(s, str) else s, config, workload) for s in strategies]
+    _, sims = service.start(config, service.strategies(strategies, config), workload=workload)
     log = record_race(sims)
     names = ", ".join(g["name"] for g in log["meta"]["grids"])
     page = render_page(log, title=title or f"{names} on {log['meta']['workload']}")

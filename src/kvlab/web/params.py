@@ -53,16 +53,13 @@ class RunSpec:
     max_num_seqs: int | None = None  # None: vLLM's default for the GPU, as `kvlab race` uses
     cost: str = "roofline"  # a built-in cost profile (kvlab cost); files are for the command line only
 
-    def sim_options(self) -> dict:
-        """``SimConfig.from_options``'s keywords: the engine is configured as `kvlab race` configures it, every
-        option the page does not offer at its default."""
+    def options(self) -> dict:
+        """The run's options (kvlab.config.resolve's keywords): the engine is configured as `kvlab race` configures
+        it, every option the page does not offer at its default."""
         return {"model": self.model, "gpu": self.gpu, "block_size": self.block_size, "max_num_seqs": self.max_num_seqs,
                 "num_gpu_blocks": self.num_blocks,  # the lab's "KV blocks": a smaller cache, to watch memory run out
-                "cost": self.cost}
-
-    def workload_options(self) -> dict:
-        """``load_workload``'s keywords (besides the workload's name)."""
-        return {"num_requests": self.num_requests, "rate": self.rate, "seed": self.seed}
+                "cost": self.cost, "workload": self.workload, "num_requests": self.num_requests, "rate": self.rate,
+                "seed": self.seed}
 
 
 def parse_run_spec(data: dict) -> RunSpec:

@@ -53,25 +53,25 @@ def static_dir() -> Path:
 
 def build_race(spec: RunSpec, max_pool_blocks: int = LIMITS["max_pool_blocks"]) -> Race:
     """kvlab's simulator, configured from the page's parameters: one Simulation per strategy, one workload."""
-    from kvlab.sim import SimConfig, Simulation
-    from kvlab.strategies import parse_strategy
+    from kvlab import service
+    from kvlab.config import resolve
     from kvlab.web.calculator import catalogue_model
-    from kvlab.workload import WORKLOADS, load_workload
+    from kvlab.workload import WORKLOADS
 
-    strategies = [parse_strategy(name) for name in spec.strategies]
     catalogue_model(spec.model)  # a catalogue name, never a path or a Hugging Face id from a web page
     if spec.workload not in WORKLOADS:
         raise KvlabError(f"unknown workload {spec.workload!r}: not a bundled workload ({', '.join(WORKLOADS)})")
-    # The same sizing and defaults as `kvlab race` (cli/sim.py), so that the page and the command line agree.
-    config = SimConfig.from_options(**spec.sim_options())
+    # The same resolution and run service as `kvlab race`, so that the page and the command line agree.
+    config = resolve(spec.options())
+    strategies = service.strategies(spec.strategies, config)
     num_blocks = config.cache.num_gpu_blocks
     if num_blocks > max_pool_blocks:
         raise KvlabError(
             f"{spec.model} on {spec.gpu} gives {num_blocks:,} blocks of {spec.block_size}; the lab simulates at "
             f"most {max_pool_blocks:,}: pick a larger block size or set KV blocks"
         )
-    workload = load_workload(spec.workload, **spec.workload_options())
-    return Race([Simulation(s, config, workload) for s in strategies])
+    _, sims = service.start(config, strategies)
+    return Race(sims)
 
 
 def size_answer(params: dict) -> dict:

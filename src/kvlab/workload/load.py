@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvlab.config.options import DEFAULT_NUM_REQUESTS
 from kvlab.errors import KvlabError
 from kvlab.workload.arrivals import burst_arrivals, generate_arrivals, rescale_arrivals
 from kvlab.workload.bundled import WORKLOADS, BundledWorkload
@@ -33,8 +34,8 @@ from kvlab.workload.workload import Workload
 
 ARRIVALS = ("auto", "trace", "poisson", "gamma", "burst")
 
-# Requests drawn from a stand-in when neither num_requests nor duration is given (it has no rows to count).
-DEFAULT_NUM_REQUESTS = 1000
+# DEFAULT_NUM_REQUESTS: requests drawn from a stand-in when neither num_requests nor duration is given (it has no
+# rows to count); declared with the options.
 
 
 LONG_REQUESTS = ("reject", "clip")

@@ -153,8 +153,9 @@ def resolve_model(log: StartupLog, model: str | None):
     """(ModelSpec or None, where it came from or why there is none). ``model``: --model, a catalogue name,
     config.json or Hugging Face id; otherwise the model the log names, if it is in the catalogue or a local
     config.json (never fetched: a pasted log must not send kvlab online)."""
+    from kvlab.catalog import get_model
     from kvlab.catalog.config import load_config_path, looks_like_path
-    from kvlab.catalog.models import find_catalogue_model, get_model
+    from kvlab.catalog.models import find_catalogue_model
 
     if model is not None:
         return get_model(model), f"--model {model}"

@@ -1,0 +1,86 @@
+"""The command line's flags, generated from the options' one declaration (kvlab/config/options.py), as vLLM's
+``EngineArgs.add_cli_args`` generates its flags from its fields; and the few flags every command shares.
+
+A command takes a set of declared options with ``@with_options(options_template(names))``: each becomes a
+Typer option with the declared spelling (``--block-size``, ``-tp``), help and default; the command receives them
+in its ``**options``. A face whose setup differs names its own defaults (``vllm compare``'s tiny engine), and the
+help says them; the spelling and the check stay the option's.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Optional
+
+import typer
+
+from kvlab.config.options import OPTIONS, Option
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every column of the table; the default fits 80 columns.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Go ahead with work beyond kvlab's limits (the refusal says "
+                                      "what it would cost).")]
+
+
+def _help(option: Option, default: Any, default_text: str | None = None) -> str:
+    text = option.help.replace("[", "\\[")
+    stated = default_text or (option.default_text if default is None else "")
+    if stated:
+        text += f" \\[default: {stated}]"
+    return text
+
+
+def typer_parameter(option: Option, default: Any = inspect.Parameter.empty,
+                    default_text: str | None = None) -> inspect.Parameter:
+    """One declared option as a keyword parameter Typer reads: its annotation carries the flags and the help."""
+    default = option.default if default is inspect.Parameter.empty else default
+    if option.kind is bool:
+        negative = "--no-" + option.flag.removeprefix("--")
+        declaration = typer.Option(f"{option.flag}/{negative}", *option.aliases,
+                                   help=_help(option, default, default_text))
+        annotation: Any = bool
+    else:
+        declaration = typer.Option(*option.flags, help=_help(option, default, default_text),
+                                   show_default=default is not None and default_text is None)
+        annotation = Optional[option.kind] if default is None or option.optional else option.kind  # noqa: UP007
+    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=Annotated[annotation, declaration])
+
+
+def options_template(names: Sequence[str], defaults: dict[str, Any] | None = None,
+                     default_texts: dict[str, str] | None = None) -> Callable[..., None]:
+    """A function whose signature declares the options ``names``, for ``with_options``. A face whose setup differs
+    gives its own ``defaults`` and says them in ``default_texts`` (the help's "[default: ...]")."""
+    def template(**options: Any) -> None:
+        """The options, declared once in kvlab/config/options.py."""
+
+    defaults, texts = defaults or {}, default_texts or {}
+    params = [typer_parameter(OPTIONS[name], defaults.get(name, inspect.Parameter.empty), texts.get(name))
+              for name in names]
+    template.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    return template
+
+
+def with_options(template: Callable[..., None]):
+    """Give a command the options of ``template`` (a function whose signature declares them), so that options
+    several commands share are declared once. The command receives them in its ``**options``."""
+    shared = list(inspect.signature(template, eval_str=True).parameters.values())
+
+    def decorate(command):
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+               if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        arguments = [p for p in own if p.default is inspect.Parameter.empty]
+        rest = [p for p in own if p.default is not inspect.Parameter.empty]
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in arguments + shared + rest]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs):
+            return command(**kwargs)
+
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate

@@ -1,0 +1,148 @@
+"""Every option of a run, declared once: its name (vLLM's), type, range, default and help.
+
+    OPTIONS ──▶ cli/options.py   the command line's flags (``--block-size``, ``-tp``), generated from them
+            ├─▶ validate.py      one check per option, one message, whatever face the value came from
+            ├─▶ web/params.py    the lab's parameters (the same names, narrower ranges where the page bounds work)
+            ├─▶ sweep/grid.py    the options a sweep can vary, their types (the store's columns)
+            └─▶ config/resolve   ``resolve(options)``: every default filled in, names made canonical (KvlabConfig)
+
+As vLLM's ``EngineArgs`` (vllm/engine/arg_utils.py) are declared once as dataclass fields and
+``EngineArgs.add_cli_args`` turns them into flags, a kvlab option is one ``Option`` here. A default of None means
+"resolved": vLLM's default for the model and GPU (``max_num_seqs``), the model's own (``max_model_len``), or what
+the sizing gives (``num_gpu_blocks``); the help says which.
+
+The groups are the resolved configuration's parts (vLLM's ModelConfig, ParallelConfig, CacheConfig,
+SchedulerConfig; kvlab's CostConfig and WorkloadConfig).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GROUPS = ("model", "device", "parallel", "cache", "scheduler", "cost", "workload")
+
+# Resolved defaults of the workload: requests per second for a source without arrival times of its own, and how
+# many requests a bundled source serves.
+DEFAULT_RATE = 4.0
+DEFAULT_NUM_REQUESTS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option. ``lo``/``hi`` bound a number (``lo_open``: lo itself is refused); ``choices`` a string;
+    ``what`` says what the number counts, for the message ('tokens per block'); ``default_text`` is how the help
+    states a resolved default ('vLLM's for the GPU: 256 or 1024')."""
+
+    name: str
+    group: str
+    kind: type
+    default: Any
+    help: str
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    what: str = ""
+    choices: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()  # other spellings on the command line: -tp, -n
+    default_text: str = ""
+    nullable: bool = False  # None is a value of its own (not "resolve it"): --preemption-mode's "the strategy's"
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return (self.flag, *self.aliases)
+
+    @property
+    def optional(self) -> bool:
+        """None is allowed (a resolved default, or a value of its own)."""
+        return self.default is None or self.nullable
+
+
+def _options(*options: Option) -> dict[str, Option]:
+    return {o.name: o for o in options}
+
+
+OPTIONS: dict[str, Option] = _options(
+    # --- model -------------------------------------------------------------------------------------------------
+    Option("model", "model", str, "opt-13b", "Model: catalogue name, config.json, folder or HF id."),
+    Option("dtype", "model", str, "auto", "Model dtype: auto, float16, bfloat16, float32.",
+           choices=("auto", "float16", "half", "bfloat16", "float32", "float")),
+    Option("max_model_len", "scheduler", int, None, "Longest request in tokens, prompt + answer.", lo=1, hi=2**34,
+           what="tokens", default_text="the model's max_position_embeddings"),
+    # --- device ------------------------------------------------------------------------------------------------
+    Option("gpu", "device", str, "a100-40gb", "GPU from the catalogue (its memory sizes the KV cache; its bandwidth "
+           "and FLOP/s set the clock)."),
+    Option("gpu_memory_gib", "device", float, None, "GPU memory in GiB, as CUDA reports it; replaces the GPU's.",
+           lo=0.0, hi=100_000.0, lo_open=True, what="GiB of GPU memory as CUDA reports it", default_text="the GPU's"),
+    # --- parallel ----------------------------------------------------------------------------------------------
+    Option("tensor_parallel_size", "parallel", int, None, "GPUs that split each layer.", lo=1, hi=1024,
+           what="GPUs", aliases=("-tp",), default_text="1; kvlab fit: the fewest that hold the model"),
+    Option("pipeline_parallel_size", "parallel", int, 1, "GPUs that split the layers.", lo=1, hi=1024, what="GPUs",
+           aliases=("-pp",)),
+    # --- cache -------------------------------------------------------------------------------------------------
+    Option("gpu_memory_utilization", "cache", float, 0.9, "Fraction of GPU memory vLLM may use, in (0, 1].",
+           lo=0.0, hi=1.0, lo_open=True, what="the fraction of GPU memory vLLM may use"),
+    Option("block_size", "cache", int, 16, "Tokens per KV cache block (vLLM's CUDA attention backends take "
+           "multiples of 16; the simulator takes any).", lo=1, hi=2**20, what="tokens per block"),
+    Option("kv_cache_dtype", "cache", str, "auto", "auto (the model dtype), fp8, fp8_e4m3, fp8_e5m2, float16, "
+           "bfloat16.", choices=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")),
+    Option("available_kv_gib", "cache", float, None, "The 'Available KV cache memory' vLLM printed, in GiB: "
+           "replaces kvlab's estimate of the budget.", lo=0.0, hi=100_000.0, lo_open=True,
+           what="GiB of KV cache vLLM printed",
+           default_text="kvlab's estimate"),
+    Option("num_gpu_blocks", "cache", int, None, "Fix the KV cache at this many blocks (vLLM's "
+           "num_gpu_blocks_override), vLLM's null block included: 7425 gives 7424 usable.", lo=2, hi=2**40,
+           what="blocks, vLLM's null block included", default_text="what the GPU leaves"),
+    Option("swap_space", "cache", float, 4.0, "CPU swap space per GPU in GiB, for swap preemption.", lo=0.0,
+           hi=100_000.0, what="GiB of CPU memory per GPU"),
+    # --- scheduler ---------------------------------------------------------------------------------------------
+    Option("max_num_seqs", "scheduler", int, None, "Requests per engine step.", lo=1, hi=2**20,
+           what="requests per step", default_text="vllm serve's for the GPU: 256 or 1024"),
+    Option("max_num_batched_tokens", "scheduler", int, None, "Tokens per engine step.", lo=1, hi=2**34,
+           what="tokens per step", default_text="vllm serve's for the GPU: 2048, 8192 or 16384"),
+    Option("enable_chunked_prefill", "scheduler", bool, True, "Split long prompts over iterations (vLLM V1 always "
+           "does)."),
+    Option("preemption_mode", "scheduler", str, None, "recompute or swap.", choices=("recompute", "swap"),
+           default_text="the strategy's, recompute", nullable=True),
+    # --- cost --------------------------------------------------------------------------------------------------
+    Option("cost", "cost", str, "roofline", "Cost profile that sets the clock: a name (kvlab cost) or a "
+           ".toml/.json file (kvlab calibrate)."),
+    # --- workload ----------------------------------------------------------------------------------------------
+    Option("workload", "workload", str, "paper-sharegpt", "Bundled workload (see `kvlab workloads`) or a CSV/JSONL "
+           "file with prompt_len, output_len[, arrival_time, max_tokens] (or Vidur's num_prefill_tokens, "
+           "num_decode_tokens).", aliases=("-w",)),
+    Option("rate", "workload", float, None, "Requests per second. Workloads without arrival times get Poisson "
+           "arrivals at this rate; a trace keeps its own arrivals unless --rate is given, which rescales them to "
+           "it.", lo=0.0, hi=1e9, lo_open=True, what="requests per second",
+           default_text="4 for workloads without arrival times; a trace's own"),
+    Option("arrival", "workload", str, "auto", "auto (a trace's own times, else Poisson), poisson, gamma, trace, "
+           "burst (all at t=0).", choices=("auto", "trace", "poisson", "gamma", "burst")),
+    Option("cv", "workload", float, 1.0, "Coefficient of variation of gamma inter-arrival times.", lo=0.0, hi=100.0,
+           lo_open=True, what="the coefficient of variation of inter-arrival gaps"),
+    Option("num_requests", "workload", int, None, "Serve the first N requests.", lo=1, hi=2**40, what="requests",
+           aliases=("-n",), default_text="1000 unless --duration"),
+    Option("duration", "workload", float, None, "Serve the requests arriving in the first this many seconds.",
+           lo=0.0, hi=1e12, lo_open=True, what="seconds", default_text="none"),
+    Option("seed", "workload", int, 0, "Random seed: same seed, same requests.", lo=0, hi=2**63 - 1, what="a seed"),
+    Option("long_requests", "workload", str, "reject", "A request whose prompt + output exceeds --max-model-len: "
+           "reject (vLLM: a too-long prompt is refused, an answer stops at max_model_len) or clip (Vidur: prompt "
+           "and output scaled down to fit).", choices=("reject", "clip")),
+)
+
+# What `kvlab size` and `kvlab fit` take: the options that decide the KV cache.
+SIZING_OPTIONS = ("gpu", "gpu_memory_gib", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
+                  "block_size", "dtype", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
+                  "available_kv_gib")
+# Everything a simulation is configured by (`kvlab run`, `race`, a sweep point, the library's resolve()).
+RUN_OPTIONS = tuple(OPTIONS)
+WORKLOAD_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.group == "workload")
+ENGINE_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.group != "workload")
+
+
+def defaults(names=RUN_OPTIONS) -> dict[str, Any]:
+    """Each option's declared default (None: resolved when the configuration is)."""
+    return {name: OPTIONS[name].default for name in names}

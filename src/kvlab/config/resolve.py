@@ -1,0 +1,371 @@
+"""A run's configuration, resolved: every option checked once, every default filled in, every name canonical.
+
+    options (a face's flags, a sweep point, the lab's parameters, a library call's keywords)
+       │  resolve(options)        checks each value (kvlab.validate, from config/options.py's declarations),
+       ▼                          sizes the KV cache once (kvlab.sizing), builds the cost model once
+    KvlabConfig                   (vLLM's VllmConfig, with kvlab's cost and workload beside it)
+      ├── model: ModelConfig          the catalogue id (or a config.json's absolute path, an HF id), dtype
+      ├── device: DeviceConfig        the GPU's catalogue id and its memory
+      ├── parallel: ParallelConfig    tensor, pipeline and data-parallel sizes (a fleet's replicas)
+      ├── cache: CacheConfig          token slots, block size, KV dtype, the budget it was sized from, swap space
+      ├── scheduler: SchedulerConfig  seats, token budget, max_model_len, chunked prefill, preemption mode
+      ├── cost: CostConfig            the profile (a built-in name or a file's absolute path), its constants, the clock
+      └── workload: WorkloadConfig    the source, its arrivals, how many requests, the seed
+       │
+       ├─▶ .engine        the SimConfig a Simulation takes (cache, scheduler, the cost model)
+       ├─▶ .to_dict()     every option's resolved value, and the numbers derived from them (num_gpu_blocks)
+       └─▶ .key           a hash of to_dict() and of the files' contents: two spellings of one configuration
+                          (``--model OPT-13B``, ``--cost roofline``, ``--max-model-len 2048`` on OPT-13B) have one key
+
+Resolution is idempotent: ``resolve(config.options())`` is ``config``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvlab.config.engine import GIB, CacheConfig, ModelConfig, SchedulerConfig, SimConfig
+from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, WORKLOAD_OPTIONS
+from kvlab.errors import KvlabError
+
+if TYPE_CHECKING:
+    from kvlab.cost import CostModel
+    from kvlab.sizing import SizingResult
+
+
+# What KvlabConfig.to_dict() adds to the options, and its type: token slots, bytes of KV per token (whole model),
+# GPUs in all.
+DERIVED_FIELDS: dict[str, type] = {"num_slots": int, "kv_bytes_per_token": int, "num_gpus": int}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConfig:
+    """The GPU (vLLM's DeviceConfig is the device type; kvlab's GPUs are catalogue entries with a memory)."""
+
+    gpu: str  # the catalogue id
+    gpu_memory_bytes: int  # what CUDA reports: the GPU's, or --gpu-memory-gib's
+    catalogue_memory_bytes: int = field(default=0, compare=False)
+
+    @property
+    def gpu_memory_gib(self) -> float:
+        return self.gpu_memory_bytes / GIB
+
+    @property
+    def label(self) -> str:
+        """The GPU as the reports name it: 'A100-40GB', or 'A100-40GB with 20 GiB' when its memory was replaced."""
+        if not self.catalogue_memory_bytes or self.gpu_memory_bytes == self.catalogue_memory_bytes:
+            return self.gpu
+        return f"{self.gpu} with {self.gpu_memory_gib:g} GiB"
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelConfig:
+    """How many GPUs, split how (vLLM's ParallelConfig). ``data_parallel_size``: replicas of the whole engine,
+    each with its own KV cache (a fleet)."""
+
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
+
+    @property
+    def world_size(self) -> int:
+        """GPUs one replica uses."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def num_gpus(self) -> int:
+        return self.world_size * self.data_parallel_size
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    """The clock: a cost profile (``kvlab cost``), its constants as read, and the model built from them."""
+
+    profile: str  # a built-in name, or a profile file's absolute path
+    name: str  # the profile's own name (a file's ``name``)
+    constants: tuple[tuple[str, float], ...]
+    source: str  # where its numbers come from
+    model: CostModel = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    """``load_workload``'s arguments, resolved: a bundled name or a file's absolute path; a rate only where one
+    applies (a trace keeps its own arrivals unless given one); the number of requests a bundled source serves."""
+
+    workload: str = "paper-sharegpt"
+    rate: float | None = DEFAULT_RATE
+    arrival: str = "poisson"
+    cv: float = 1.0
+    num_requests: int | None = DEFAULT_NUM_REQUESTS
+    duration: float | None = None
+    seed: int = 0
+    long_requests: str = "reject"
+
+    def load_options(self, max_model_len: int | None, *, cap_answers: bool = False) -> dict[str, Any]:
+        """``load_workload``'s keywords. The simulator caps answers itself (as vLLM stops them at max_model_len),
+        so its workload is built without max_model_len, unless long requests are clipped to it (Vidur's way);
+        ``cap_answers`` writes the caps into the requests' max_tokens (what a client sends a real server)."""
+        use = cap_answers or self.long_requests == "clip"
+        return {"num_requests": self.num_requests, "duration": self.duration, "rate": self.rate,
+                "arrival": self.arrival, "cv": self.cv, "seed": self.seed, "long_requests": self.long_requests,
+                "max_model_len": max_model_len if use else None}
+
+
+@dataclass(frozen=True)
+class KvlabConfig:
+    """Everything a run is configured by, resolved (``resolve``). The strategy is not part of it: many strategies
+    race on one configuration."""
+
+    model: ModelConfig
+    device: DeviceConfig
+    parallel: ParallelConfig
+    cache: CacheConfig
+    scheduler: SchedulerConfig
+    cost: CostConfig
+    workload: WorkloadConfig
+    sizing: SizingResult = field(compare=False, repr=False)
+    # The files' contents (a config.json, a workload file, a profile file): part of the key, not of the options.
+    digests: tuple[tuple[str, str], ...] = ()
+    # The options given a value other than their default: what a run may say is unused.
+    given: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def engine(self) -> SimConfig:
+        """What a Simulation takes: the cache, the scheduler's limits and the clock."""
+        return SimConfig(cache=self.cache, cost=self.cost.model, scheduler=self.scheduler, model=self.model,
+                         gpu=self.device.label)
+
+    def options(self) -> dict[str, Any]:
+        """Every option (config/options.py) at its resolved value: ``resolve(config.options())`` is this config."""
+        cache, sched, workload = self.cache, self.scheduler, self.workload
+        return {
+            "model": self.model.model, "dtype": self.model.dtype, "max_model_len": sched.max_model_len,
+            "gpu": self.device.gpu, "gpu_memory_gib": self.device.gpu_memory_gib,
+            "tensor_parallel_size": self.parallel.tensor_parallel_size,
+            "pipeline_parallel_size": self.parallel.pipeline_parallel_size,
+            "gpu_memory_utilization": cache.gpu_memory_utilization, "block_size": cache.block_size,
+            "kv_cache_dtype": cache.kv_cache_dtype, "available_kv_gib": cache.available_kv_bytes / GIB,
+            "num_gpu_blocks": cache.num_gpu_blocks,
+            "swap_space": cache.swap_space_bytes / GIB / self.parallel.tensor_parallel_size,
+            "max_num_seqs": sched.max_num_seqs, "max_num_batched_tokens": sched.max_num_batched_tokens,
+            "enable_chunked_prefill": sched.enable_chunked_prefill, "preemption_mode": sched.preemption_mode,
+            "cost": self.cost.profile,
+            "workload": workload.workload, "rate": workload.rate, "arrival": workload.arrival, "cv": workload.cv,
+            "num_requests": workload.num_requests, "duration": workload.duration, "seed": workload.seed,
+            "long_requests": workload.long_requests,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options and the numbers derived from them that a reader of a stored run wants beside them
+        (DERIVED_FIELDS)."""
+        return {**self.options(), "num_slots": self.cache.num_slots,
+                "kv_bytes_per_token": self.cache.kv_bytes_per_token, "num_gpus": self.parallel.num_gpus}
+
+    @property
+    def key(self) -> str:
+        """A stable name of what this configuration resolves to: equal for equal configurations, whatever
+        spelling they were given in, different when a file they read changed."""
+        payload = json.dumps({"config": self.to_dict(), "cost_constants": self.cost.constants,
+                              "digests": self.digests}, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+    def describe(self) -> dict[str, Any]:
+        """The setup in words a report can print: what ran, on what, under which clock and from where."""
+        cache, sched = self.cache, self.scheduler
+        return {
+            "model": self.model.model, "gpu": self.device.label, "num_gpus": self.parallel.num_gpus,
+            "tensor_parallel_size": self.parallel.tensor_parallel_size,
+            "pipeline_parallel_size": self.parallel.pipeline_parallel_size,
+            "num_gpu_blocks": cache.num_gpu_blocks, "block_size": cache.block_size, "num_slots": cache.num_slots,
+            "max_model_len": sched.max_model_len, "max_num_seqs": sched.max_num_seqs,
+            "max_num_batched_tokens": sched.max_num_batched_tokens,
+            "enable_chunked_prefill": sched.enable_chunked_prefill,
+            "cost": self.cost.name, "cost_source": self.cost.source,
+            "workload": {name: getattr(self.workload, name) for name in WORKLOAD_OPTIONS},
+        }
+
+
+def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabConfig:
+    """The configuration ``options`` (and ``keywords``) describe, every other option at its default.
+
+    Each value is checked (kvlab.validate) and an unknown name is refused with the names that exist. Names are
+    made canonical (catalogue ids, profile names, files' absolute paths); the KV cache is sized as vLLM would
+    (``kvlab size``) and the cost model built for the model on the GPU."""
+    from kvlab.validate import check_options
+
+    given = {**(options or {}), **keywords}
+    _check_names(given)
+    values = {name: o.default for name, o in OPTIONS.items()}
+    values.update({k: v for k, v in given.items() if v is not None or OPTIONS[k].nullable})
+    check_options(values)
+    from kvlab.catalog import get_gpu, get_model
+    from kvlab.cost.profiles import get_profile
+
+    model_spec = get_model(values["model"])
+    gpu_spec = get_gpu(values["gpu"])
+    profile = get_profile(values["cost"])  # before anything is sized: a bad --cost fails first
+    sizing = _size(model_spec, gpu_spec, values)
+    tp, pp = values["tensor_parallel_size"] or 1, values["pipeline_parallel_size"]
+    block_size = values["block_size"]
+    num_slots = values["num_gpu_blocks"] * block_size if values["num_gpu_blocks"] else sizing.num_pool_slots
+    if num_slots < block_size * 2:
+        raise KvlabError(f"{model_spec.id} on {gpu_spec.id} leaves a KV cache of {num_slots} token slots: too small "
+                         "to serve")
+    from kvlab.validate import check_pool_work
+
+    check_pool_work(num_slots // block_size, block_size)
+    # A profile fitted for another model or GPU warns (CostProfileWarning) and its notes travel on the cost model,
+    # for a report to repeat: the command line prints those instead of the warning (quietly()).
+    cost_model = _cost_model(profile, model_spec, gpu_spec, sizing, tp, pp)
+    swap_space_gib = values["swap_space"]
+    config = KvlabConfig(
+        model=ModelConfig(model=_model_name(model_spec, values["model"]), dtype=sizing.dtype),
+        device=DeviceConfig(gpu=gpu_spec.id, gpu_memory_bytes=sizing.gpu_memory_bytes or gpu_spec.memory_bytes,
+                            catalogue_memory_bytes=gpu_spec.memory_bytes),
+        parallel=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp),
+        cache=CacheConfig(num_slots=num_slots, block_size=block_size, kv_cache_dtype=sizing.kv_cache_dtype,
+                          kv_bytes_per_token=sizing.kv_bytes_per_token,
+                          swap_space_bytes=round(swap_space_gib * GIB) * tp,
+                          gpu_memory_utilization=values["gpu_memory_utilization"],
+                          available_kv_bytes=sizing.available_kv_bytes),
+        scheduler=SchedulerConfig(max_num_seqs=sizing.max_num_seqs,
+                                  max_num_batched_tokens=sizing.max_num_batched_tokens,
+                                  max_model_len=sizing.max_model_len,
+                                  enable_chunked_prefill=values["enable_chunked_prefill"],
+                                  preemption_mode=values["preemption_mode"]),
+        cost=CostConfig(profile=profile.path and str(Path(profile.path).resolve()) or profile.name, name=profile.name,
+                        constants=tuple(sorted(profile.constants.items())), source=profile.source, model=cost_model),
+        workload=resolve_workload(values),
+        sizing=sizing,
+        digests=_digests(model_spec, profile, values),
+        given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),
+    )
+    config.engine  # noqa: B018  (SimConfig's checks of what spans two parts: a block longer than a sequence, ...)
+    return config
+
+
+def quietly(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabConfig:
+    """``resolve`` without the cost profile's warnings, for a face that prints the profile's notes itself."""
+    from kvlab.cost import CostProfileWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostProfileWarning)
+        return resolve(options, **keywords)
+
+
+def _check_names(given: dict[str, Any]) -> None:
+    import difflib
+
+    for name in given:
+        if name not in OPTIONS:
+            close = difflib.get_close_matches(name, list(OPTIONS), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise KvlabError(f"unknown option {name!r}{hint}; the options are: {', '.join(OPTIONS)}")
+
+
+def _size(model_spec, gpu_spec, values: dict[str, Any]) -> SizingResult:
+    from kvlab.sizing import SizingConfig, size_kv_cache
+
+    gpu_memory_gib, available_kv_gib = values["gpu_memory_gib"], values["available_kv_gib"]
+    return size_kv_cache(model_spec, SizingConfig(
+        gpu_memory_bytes=round(gpu_memory_gib * GIB) if gpu_memory_gib else gpu_spec.memory_bytes,
+        gpu_memory_utilization=values["gpu_memory_utilization"], block_size=values["block_size"],
+        dtype=values["dtype"], kv_cache_dtype=values["kv_cache_dtype"],
+        tensor_parallel_size=values["tensor_parallel_size"] or 1,
+        pipeline_parallel_size=values["pipeline_parallel_size"], max_model_len=values["max_model_len"],
+        max_num_batched_tokens=values["max_num_batched_tokens"], max_num_seqs=values["max_num_seqs"],
+        available_kv_bytes=round(available_kv_gib * GIB) if available_kv_gib else None, gpu_name=gpu_spec.id))
+
+
+def _model_name(spec, given: str) -> str:
+    """The model as a configuration names it: its catalogue id, a config.json's absolute path, or its HF id."""
+    if spec.origin == "config.json":
+        path = Path(given).expanduser().resolve()
+        return str(path / "config.json" if path.is_dir() else path)
+    if spec.origin == "huggingface" and spec.hf_repo:
+        return spec.hf_repo
+    return spec.id
+
+
+def workload_config(options: dict[str, Any] | None = None, /, **keywords: Any) -> WorkloadConfig:
+    """The workload options alone, checked and resolved (a face that needs requests but no engine: bench's
+    load, the real engine's comparison)."""
+    from kvlab.validate import check_options
+
+    given = {**(options or {}), **keywords}
+    _check_names(given)
+    unknown = sorted(set(given) - set(WORKLOAD_OPTIONS))
+    if unknown:
+        raise KvlabError(f"{unknown[0]!r} is not a workload option; the workload options are: "
+                         f"{', '.join(WORKLOAD_OPTIONS)}")
+    values = {name: OPTIONS[name].default for name in WORKLOAD_OPTIONS}
+    values.update({k: v for k, v in given.items() if v is not None})
+    check_options(values)
+    return resolve_workload(values)
+
+
+def resolve_workload(values: dict[str, Any]) -> WorkloadConfig:
+    """The workload's options with `kvlab run`'s defaults: a source without arrival times gets Poisson arrivals
+    at DEFAULT_RATE; a bundled source serves DEFAULT_NUM_REQUESTS requests (a trace at most its rows); a user's
+    file is served whole. The same requests, named one way ('auto' on a lengths-only source is 'poisson')."""
+    from kvlab.workload import WORKLOADS
+    from kvlab.workload.load import _resolve
+
+    workload, rate, arrival = values["workload"], values["rate"], values["arrival"]
+    num_requests, duration = values["num_requests"], values["duration"]
+    entry = _resolve(workload)  # a bad name or a missing file fails here
+    bundled = workload in WORKLOADS
+    own_arrivals = entry.kind == "trace"
+    if rate is None and not own_arrivals and arrival not in ("trace", "burst"):
+        rate = DEFAULT_RATE
+    if num_requests is None and duration is None and bundled:
+        # A trace's own arrivals cannot be stretched past its rows.
+        rows = entry.rows() if own_arrivals and entry.rows is not None else None
+        num_requests = min(DEFAULT_NUM_REQUESTS, rows.num_rows) if rows is not None else DEFAULT_NUM_REQUESTS
+    if arrival == "auto" and not own_arrivals:
+        arrival = "poisson"
+    elif arrival == "auto" and rate is None:
+        arrival = "trace"
+    return WorkloadConfig(workload=workload if bundled else str(Path(workload).expanduser().resolve()), rate=rate,
+                          arrival=arrival, cv=values["cv"], num_requests=num_requests, duration=duration,
+                          seed=values["seed"], long_requests=values["long_requests"])
+
+
+def _digests(model_spec, profile, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    from kvlab.workload import WORKLOADS
+
+    files = []
+    if model_spec.origin == "config.json":
+        files.append(("model", _model_name(model_spec, values["model"])))
+    if profile.path:
+        files.append(("cost", profile.path))
+    if values["workload"] not in WORKLOADS:
+        files.append(("workload", values["workload"]))
+    return tuple((what, _file_digest(path)) for what, path in files)
+
+
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).expanduser().read_bytes()).hexdigest()[:20]
+    except OSError:
+        return ""
+
+
+def _cost_model(profile, model_spec, gpu_spec, sizing, tp: int, pp: int) -> CostModel:
+    """The cost profile's model for this model's weights, KV and FLOPs per tensor-parallel rank."""
+    return profile.cost_model(
+        weights_bytes=sizing.weights_bytes_total / tp,
+        # Per TP rank, all layers: pipeline stages run one after the other, so an iteration reads every layer.
+        kv_bytes_per_token=sizing.kv_bytes_per_token_per_gpu * pp,
+        flops_per_token=2.0 * model_spec.num_active_params / tp,
+        attention_flops_per_pair=4.0 * model_spec.num_hidden_layers * model_spec.num_attention_heads
+        * model_spec.head_dim / tp,
+        gpu=gpu_spec,
+        model_id=model_spec.id,
+    )

@@ -1,0 +1,160 @@
+"""The one way every face runs the simulator: a resolved configuration and strategies in, results out.
+
+    options ──▶ kvlab.config.resolve ──▶ KvlabConfig ──┐
+    strategy names ──▶ strategies(names, config) ──────┼──▶ run(config, strategies) ──▶ RunResult
+    (a workload of the face's own: bench's sent requests)┘      │ checks the work first (kvlab.validate)
+                                                                │ loads the workload once
+                                                                │ one Simulation per strategy, on the same requests
+                                                                │ a profile's request latency around each run
+                                                                └ the notes: options unused, what vLLM would refuse
+
+The CLI (run, race), a sweep's points, capacity's searches, the paper's figures, the lab and its export, bench
+``--compare`` and ``vllm compare``'s kvlab side all come through here, so one question gets one answer wherever
+it is asked. A face that steps the engine itself (the lab's grid) asks ``start`` for the simulations and
+``finish`` for each result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvlab.config import KvlabConfig, WorkloadConfig, min_num_gpu_blocks
+from kvlab.strategies import Strategy
+
+if TYPE_CHECKING:
+    from kvlab.sim import SimResult, Simulation
+    from kvlab.workload import Workload
+
+# (strategy name, requests done, requests in all), now and then during a run
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run of the service gives: its configuration, the workload, one result per strategy (as clients
+    see them: a profile's request latency included), and what the run says beside its numbers."""
+
+    config: KvlabConfig
+    workload: Workload
+    results: tuple[SimResult, ...]
+    notes: tuple[str, ...] = ()
+
+    def summaries(self) -> list[dict[str, Any]]:
+        return [r.summary() for r in self.results]
+
+    def setup(self) -> dict[str, Any]:
+        """The run described: the configuration's setup, the workload as built, the notes."""
+        wl = self.workload
+        return {**self.config.describe(), "workload_description": wl.description, "num_requests": wl.num_requests,
+                "strategies": [r.strategy.name for r in self.results], "notes": list(self.notes)}
+
+
+def strategies(names: Sequence[str | Strategy], config: KvlabConfig | None = None) -> list[Strategy]:
+    """Strategies by name (kvlab.strategies), with the configuration's --preemption-mode put into each, each at
+    most once."""
+    from kvlab.strategies import check_distinct, parse_strategy, with_preemption_mode
+
+    mode = config.scheduler.preemption_mode if config is not None else None
+    parsed = [with_preemption_mode(n if isinstance(n, Strategy) else parse_strategy(n), mode) for n in names]
+    check_distinct(parsed)
+    return parsed
+
+
+def check_work(config: KvlabConfig, num_strategies: int, what: str = "this run") -> None:
+    """Refuse, before any request is drawn, a run beyond kvlab.validate's limits (the estimate says why)."""
+    from kvlab.validate import check_simulation_work
+    from kvlab.workload.load import estimate_workload
+
+    wl = config.workload
+    num, mean_len = estimate_workload(wl.workload, num_requests=wl.num_requests, duration=wl.duration, rate=wl.rate,
+                                      arrival=wl.arrival)
+    check_simulation_work(num, mean_len, num_strategies, what)
+
+
+def load(config: KvlabConfig | WorkloadConfig, max_model_len: int | None = None, *,
+         cap_answers: bool = False) -> Workload:
+    """The workload of a configuration (or of a workload configuration alone), built once: the same requests
+    for every strategy. For a workload alone, ``max_model_len`` is what long requests are clipped or answers
+    capped to (``cap_answers``: the max_tokens a client sends a real server)."""
+    from kvlab.workload import load_workload
+
+    if isinstance(config, KvlabConfig):
+        workload, max_model_len = config.workload, config.scheduler.max_model_len
+    else:
+        workload = config
+    return load_workload(workload.workload, **workload.load_options(max_model_len, cap_answers=cap_answers))
+
+
+def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = ()) -> tuple[str, ...]:
+    """What a run of ``config`` says before its numbers: options given that it does not use, and what vLLM would
+    refuse to start with though kvlab runs it. (The cost profile's notes travel on the cost model.)"""
+    given = dict(config.given)
+    said = []
+    if "swap_space" in given and strategy_list and not any(s.preemption_mode == "swap" for s in strategy_list):
+        said.append(f"--swap-space {given['swap_space']:g} is not used: no strategy here swaps (a +swap strategy, "
+                    "or --preemption-mode swap, would)")
+    if given.get("available_kv_gib") and given.get("num_gpu_blocks"):
+        said.append(f"--num-gpu-blocks {given['num_gpu_blocks']} sets the pool (as vLLM's "
+                    f"--num-gpu-blocks-override does): --available-kv-gib {given['available_kv_gib']:g} is not used")
+    cache, max_model_len = config.cache, config.scheduler.max_model_len
+    least = min_num_gpu_blocks(max_model_len, cache.block_size)
+    if cache.num_gpu_blocks < least:
+        said.append(f"vLLM would refuse to start with this pool: one {max_model_len:,}-token request "
+                    f"(--max-model-len) needs {least - 1:,} blocks of {cache.block_size}, more than the "
+                    f"{cache.num_gpu_blocks - 1:,} usable (the null block aside); kvlab runs it anyway, and a request "
+                    "that can never fit is rejected")
+    from kvlab.sizing import cuda_block_size_note
+
+    block_note = cuda_block_size_note(cache.block_size)
+    if block_note:
+        said.append(block_note)
+    return tuple(said)
+
+
+def start(config: KvlabConfig, strategy_list: Sequence[Strategy], *, workload: Workload | None = None,
+          record_iterations: bool = True, max_iterations: int | None = None) -> tuple[Workload, list[Simulation]]:
+    """The workload and one Simulation per strategy, not yet run: for a face that steps them itself. A profile's
+    request latency delays each request on its way to the scheduler (kvlab/cost/latency.py); ``finish`` puts
+    the clients' times back."""
+    from kvlab.cost.latency import delayed
+    from kvlab.sim import MAX_RUN_ITERATIONS, Simulation
+
+    wl = load(config) if workload is None else workload
+    engine = config.engine
+    latency_s = engine.cost.request_latency_s
+    sims = [Simulation(strategy, engine, delayed(wl, latency_s), record_iterations=record_iterations,
+                       max_iterations=max_iterations or MAX_RUN_ITERATIONS) for strategy in strategy_list]
+    return wl, sims
+
+
+def finish(sim: Simulation) -> SimResult:
+    """A simulation's result as its clients saw it (a profile's request latency included in TTFT and latency)."""
+    from kvlab.cost.latency import as_seen_by_clients
+
+    return as_seen_by_clients(sim.result(), sim.config.cost.request_latency_s)
+
+
+def run(config: KvlabConfig, strategy_list: Sequence[Strategy | str], *, workload: Workload | None = None,
+        progress: Progress | None = None, record_iterations: bool = True) -> RunResult:
+    """Each strategy on the configuration's workload (or ``workload``), one after the other, on one clock each.
+    The work is checked before any request is drawn."""
+    chosen = strategies(strategy_list, config)
+    if workload is None:
+        check_work(config, len(chosen))
+    wl, sims = start(config, chosen, workload=workload, record_iterations=record_iterations)
+    results = []
+    for sim in sims:
+        callback = None if progress is None else (lambda done, total, name=sim.strategy.name: progress(name, done,
+                                                                                                        total))
+        sim.run(progress=callback)
+        results.append(finish(sim))
+    return RunResult(config=config, workload=wl, results=tuple(results), notes=notes(config, chosen))
+
+
+def simulate(strategy_names: Sequence[str], progress: Progress | None = None, **options: Any) -> RunResult:
+    """The library's one call: ``simulate(["vllm", "orca-max"], model="opt-13b", rate=2)``."""
+    from kvlab.config import resolve
+
+    return run(resolve(options), strategy_names, progress=progress)
