@@ -20,12 +20,12 @@ from itertools import accumulate
 from typing import Any
 
 from kvlab.config.engine import SimConfig
-from kvlab.cost import PCIE_BANDWIDTH
+from kvlab.cost.model import swap_seconds
 from kvlab.errors import KvlabError
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, SlotUsage, slot_usage
 from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, RunRow, UsageIntegral, summarize
-from kvlab.sched.output import SchedulerOutput
+from kvlab.sched.output import RunTiming, SchedulerOutput
 from kvlab.sched.scheduler import FirstIteration, Scheduler
 from kvlab.sched.seq import Seq, SeqStatus
 from kvlab.strategies import Strategy
@@ -90,11 +90,6 @@ class Simulation:
         self.last_finish_time = self.start_time
         self._next_arrival = 0
         self._limit = INF  # run_until's: no iteration starts at or after it
-        # What the horizon priced for the coming run (a list or a numpy array) and the clock at its end.
-        self._run_durations: Any = None
-        self._run_end = 0.0
-        # Whether the coming run goes past arrivals (the queue's head waits for a finish: see the horizon).
-        self._run_past_arrivals = False
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -128,7 +123,6 @@ class Simulation:
                 return None
             self.now = max(self.now, self.next_arrival_time)
             self._arrive()
-        self._run_durations, self._run_past_arrivals = None, False
         out = sched.schedule(self.max_iterations, self._horizon if self.max_iterations > 1 else None)
         if not out.total_num_scheduled_tokens and not out.new_req_ids and not out.preempted_req_ids:
             raise RuntimeError(f"no progress in iteration {out.step}: {sched.running!r} {list(sched.waiting)[:3]!r}")
@@ -136,7 +130,8 @@ class Simulation:
         durations, self.now = self._timing(out, start)
         row = self._row(out)
         joined: tuple[int, ...] = ()
-        if self._run_past_arrivals and out.num_iterations > 1 and self.next_arrival_time < self.now:
+        timing = out.timing
+        if timing is not None and timing.past_arrivals and out.num_iterations > 1 and self.next_arrival_time < self.now:
             joined = self._arrive_during(start, durations)
         self.recorder.add(row, durations, start, self.now, out.kv_growth, joined)
         first_end = self.now if out.num_iterations == 1 else start + float(durations[0])
@@ -229,14 +224,13 @@ class Simulation:
     # -- internals -------------------------------------------------------------------------------------
 
     def _horizon(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
-                 first: FirstIteration | None = None, queue_waits: bool = False) -> int:
+                 first: FirstIteration | None = None, queue_waits: bool = False) -> RunTiming:
         """How many iterations of a run start before the next arrival (or ``run_until``'s limit): an arrival
         joins the queue before the first iteration starting at or after it (with ``queue_waits`` it changes
         nothing in the run, and joins after it: ``_arrive_during``). The run's decode iterations have
         ``num_seqs`` requests and the first of them reads ``num_context_tokens`` tokens of KV; with ``first``,
-        that iteration (which admits) comes before them. Keeps their durations and the clock at their end for
-        ``_timing``."""
-        self._run_past_arrivals = queue_waits
+        that iteration (which admits) comes before them. Their durations and the clock at their end travel back
+        in the run's output (``_timing`` reads them there)."""
         stop = self._limit if queue_waits else min(self.next_arrival_time, self._limit)
         now = self.now
         lead: list[float] = []
@@ -245,13 +239,11 @@ class Simulation:
             lead, now = [dt], now + dt
             max_iterations -= 1
         if now >= stop or max_iterations <= 0:
-            self._run_durations, self._run_end = lead, now
-            return len(lead)
-        durations, self._run_end = self._decode_durations(num_seqs, num_context_tokens, max_iterations, now, stop)
+            return RunTiming(len(lead), lead, now, queue_waits)
+        durations, end = self._decode_durations(num_seqs, num_context_tokens, max_iterations, now, stop)
         if lead:
             durations = lead + durations if isinstance(durations, list) else _prepend(lead[0], durations)
-        self._run_durations = durations
-        return len(durations)
+        return RunTiming(len(durations), durations, end, queue_waits)
 
     def _decode_durations(self, num_seqs: int, num_context_tokens: int, max_iterations: int, now: float,
                           stop: float) -> tuple[Any, float]:
@@ -273,10 +265,10 @@ class Simulation:
         moves KV over PCIe."""
         k = out.num_iterations
         if k > 1:  # a run: the horizon priced it (a single iteration is priced below, run or not)
-            durations = self._run_durations
-            assert durations is not None and len(durations) >= k
+            assert out.timing is not None and len(out.timing.durations) >= k
+            durations = out.timing.durations
             if len(durations) == k:
-                return durations, self._run_end
+                return durations, out.timing.end
             durations = durations[:k]  # (the blocks ran out before the horizon)
             end = start
             for dt in durations if isinstance(durations, list) else durations.tolist():
@@ -285,7 +277,7 @@ class Simulation:
         dt = self.config.cost.iteration_times(out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
                                               out.num_context_tokens, out.num_attention_pairs)
         if out.num_swap_bytes:
-            dt += out.num_swap_bytes / PCIE_BANDWIDTH
+            dt += swap_seconds(out.num_swap_bytes)
         return [dt], start + dt
 
     def _row(self, out: SchedulerOutput) -> RunRow:

@@ -39,6 +39,12 @@ VECTOR_MIN_ITERATIONS = 32
 _SIDE_MARGIN = 1e-9
 
 
+def swap_seconds(num_bytes: int) -> float:
+    """Time a swap takes to move KV between GPU and CPU memory over PCIe (the vLLM paper's §4.5 swapping), added
+    to the iteration that swaps."""
+    return num_bytes / PCIE_BANDWIDTH
+
+
 @dataclass(frozen=True, slots=True)
 class IterationCost:
     """The terms of one iteration's time, in seconds.

@@ -26,6 +26,13 @@ from typing import NamedTuple, Protocol
 from kvlab.workload.request import Request
 
 
+def num_blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks of ``block_size`` slots that hold ``num_tokens`` tokens (vLLM's ``cdiv(num_tokens, block_size)``): the
+    one arithmetic of block needs, for a step's allocation (``allocate_slots``), a run's (memory/block_needs.py),
+    and whether a request can ever fit."""
+    return -(-num_tokens // block_size)
+
+
 class Fit(enum.Enum):
     """What an allocation request came to. Never a sentinel: every caller handles all three."""
 

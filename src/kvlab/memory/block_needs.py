@@ -22,6 +22,8 @@ from __future__ import annotations
 from bisect import insort
 from heapq import heappop, heappush
 
+from kvlab.memory.base import num_blocks_for
+
 
 class BlockNeeds:
     def __init__(self, block_size: int) -> None:
@@ -122,13 +124,16 @@ class BlockNeeds:
 
     def _place(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         bs = self.block_size
+        # A decoding request writes one token an iteration: it needs its next block (num_blocks_for(tokens) passes
+        # the blocks it holds) in the first iteration whose token finds no slot, num_slots - num_tokens + 1 from
+        # now, and then every block_size iterations.
         at = self.num_decode_iterations + num_slots - num_tokens + 1
         self._phase[request_id] = at % bs
         if at - self.num_decode_iterations > bs:
             self._far.add(request_id)
             return
         insort(self._buckets[at % bs], request_id, key=self._stamp.__getitem__)
-        num_blocks_to_come = -(-num_kv_tokens // bs) - num_slots // bs
+        num_blocks_to_come = num_blocks_for(num_kv_tokens, bs) - num_slots // bs
         waste = -num_kv_tokens % bs
         if num_blocks_to_come > 0 and waste:
             last = at + bs * (num_blocks_to_come - 1)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 
 from kvlab.errors import KvlabError
-from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states
+from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states, num_blocks_for
 from kvlab.memory.block_needs import BlockNeeds
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
@@ -97,7 +97,7 @@ class PagedAllocator:
     # The KVAllocator interface ------------------------------------------------------------------------------
 
     def why_never_fits(self, request: Request) -> str | None:
-        if -(-request.num_kv_tokens // self.block_size) <= self.num_blocks - 1:
+        if num_blocks_for(request.num_kv_tokens, self.block_size) <= self.num_blocks - 1:
             return None
         return "larger than the whole KV cache"
 
@@ -135,7 +135,7 @@ class PagedAllocator:
         assert num_cached_tokens == 0, "a running request gets no new prefix-cache hits"
         # vLLM caps at max_model_len here too, but its scheduler never schedules a running request past it.
         num_tokens = seq.num_computed_tokens + num_new_tokens
-        num_new_blocks = -(-num_tokens // self.block_size) - len(table)
+        num_new_blocks = num_blocks_for(num_tokens, self.block_size) - len(table)
         if num_new_blocks > 0:
             if num_new_blocks > self.block_pool.num_free_blocks:
                 return Fit.NEVER if len(table) + num_new_blocks > self.num_blocks - 1 else Fit.LATER
@@ -362,8 +362,8 @@ class PagedAllocator:
                 num_tokens = max_model_len
             if num_full_tokens > max_model_len:
                 num_full_tokens = max_model_len
-        num_required_blocks = -(-num_tokens // bs)
-        num_full_blocks = -(-num_full_tokens // bs)
+        num_required_blocks = num_blocks_for(num_tokens, bs)
+        num_full_blocks = num_blocks_for(num_full_tokens, bs)
         num_needed = num_required_blocks if num_required_blocks > num_full_blocks else num_full_blocks
         if num_needed > self.num_blocks - 1:
             return Fit.NEVER

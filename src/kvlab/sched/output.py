@@ -11,7 +11,20 @@ that iteration alone.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+
+class RunTiming(NamedTuple):
+    """What the caller's clock said of a run when the scheduler asked it (the horizon, kvlab/sim.py): how many of
+    its iterations start before the caller's next event, their durations (a list or a numpy array; None when
+    the caller keeps no clock) and the clock at their end, and whether the run may go past arrivals (the queue's
+    head waits for a finish). It travels in the run's output to the caller, who priced it; the scheduler only
+    reads ``num_iterations``."""
+
+    num_iterations: int
+    durations: Any = None
+    end: float = 0.0
+    past_arrivals: bool = False
 
 
 class SchedulerOutput(NamedTuple):
@@ -40,6 +53,9 @@ class SchedulerOutput(NamedTuple):
     # iteration that hands out blocks or fills last blocks (the allocator's DecodeRun.growth); the allocator's
     # counters already include all of it.
     kv_growth: tuple[tuple[int, int, int], ...] = ()
+    # A run's iterations as the caller's horizon priced them (RunTiming), or None: each is priced from the fields.
+    # The run may be shorter than the horizon's count (the blocks ran out): its first num_iterations are the run's.
+    timing: RunTiming | None = None
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -52,3 +68,19 @@ class SchedulerOutput(NamedTuple):
     def scheduled_in(self, iteration: int) -> dict[int, int]:
         """request_id -> tokens computed in iteration ``iteration`` (from 0) of the run."""
         return self.num_scheduled_tokens if iteration == 0 else dict.fromkeys(self.num_scheduled_tokens, 1)
+
+
+def attention_work(num_computed_tokens: int, num_new_tokens: int) -> tuple[int, int]:
+    """What attention reads and computes for a request computing ``num_new_tokens`` after ``num_computed_tokens``:
+    the context tokens of KV it reads (all of them, its new ones included) and its attention pairs (each new
+    token attends to the tokens before it and to itself): (computed + new, new × computed + new × (new + 1) / 2).
+    A decode (one new token) is (computed + 1, computed + 1): a decode iteration of every running request reads
+    the requests' computed tokens plus one each, ``decode_context``."""
+    return (num_computed_tokens + num_new_tokens,
+            num_new_tokens * num_computed_tokens + num_new_tokens * (num_new_tokens + 1) // 2)
+
+
+def decode_context(num_computed_tokens: int, num_seqs: int) -> int:
+    """Context tokens (and attention pairs) of a decode iteration of ``num_seqs`` requests that hold
+    ``num_computed_tokens`` computed tokens between them: ``attention_work(c, 1)`` summed over the requests."""
+    return num_computed_tokens + num_seqs

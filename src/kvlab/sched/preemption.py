@@ -12,12 +12,20 @@ if TYPE_CHECKING:
 
 class PreemptionMode(Protocol):
     def on_preempt(self, seq: Seq) -> int:
-        """The request was evicted: returns the bytes of KV copied out to the CPU (0 when it is recomputed)."""
+        """The request was evicted (its blocks already freed): keep or drop its KV; returns the bytes copied out to
+        the CPU (0 when it is recomputed)."""
         ...
 
     def on_resume(self, seq: Seq) -> int:
         """The request is admitted again: returns the bytes of KV copied back."""
         ...
+
+
+def drop_kv(seq: Seq) -> None:
+    """What recomputation loses: every token the request had computed, counted as lost until it is computed again
+    (the waiting loop counts what it recomputes, less what the prefix cache still holds)."""
+    seq.num_lost_tokens += seq.num_computed_tokens
+    seq.num_computed_tokens = 0
 
 
 class Recompute:
@@ -27,6 +35,7 @@ class Recompute:
         del cache_config  # recomputation keeps no state: the request's tokens are simply computed again
 
     def on_preempt(self, seq: Seq) -> int:
+        drop_kv(seq)
         return 0
 
     def on_resume(self, seq: Seq) -> int:
@@ -46,6 +55,7 @@ class Swap:
     def on_preempt(self, seq: Seq) -> int:
         nbytes = seq.num_computed_tokens * self.kv_bytes_per_token
         if nbytes == 0 or self.used_bytes + nbytes > self.capacity_bytes:
+            drop_kv(seq)  # no room on the CPU: recomputed instead
             return 0
         self.used_bytes += nbytes
         seq.swapped = True

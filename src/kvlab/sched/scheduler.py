@@ -40,9 +40,9 @@ from typing import NamedTuple, Protocol
 from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.batching import BATCHING
-from kvlab.sched.output import SchedulerOutput
+from kvlab.sched.output import RunTiming, SchedulerOutput, attention_work, decode_context
 from kvlab.sched.preemption import PREEMPTION, PreemptionMode
-from kvlab.sched.seq import Seq, SeqStatus
+from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
 
 
 class FirstIteration(NamedTuple):
@@ -58,13 +58,14 @@ class FirstIteration(NamedTuple):
 class Horizon(Protocol):
     """How many iterations of a run start before the caller's next event: called with the batch size of its
     decode iterations, the context tokens of the first decode iteration and the most iterations the scheduler
-    would run; returns at most that. With ``first``, the run begins with that iteration (it admits), the decode
-    iterations follow it, and both counts include it. With ``queue_waits``, the queue's head waits until
-    something finishes (the run ends before), so a request arriving meanwhile, which joins behind it, changes
-    nothing in the run: it need not end there."""
+    would run; returns at most that many, and what the caller priced them at (RunTiming, carried back to it in
+    the run's output). With ``first``, the run begins with that iteration (it admits), the decode iterations
+    follow it, and both counts include it. With ``queue_waits``, the queue's head waits until something
+    finishes (the run ends before), so a request arriving meanwhile, which joins behind it, changes nothing in
+    the run: it need not end there."""
 
     def __call__(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
-                 first: FirstIteration | None = None, queue_waits: bool = False) -> int: ...
+                 first: FirstIteration | None = None, queue_waits: bool = False) -> RunTiming: ...
 
 
 class Scheduler:
@@ -157,10 +158,8 @@ class Scheduler:
         preempted: list[tuple[Seq, int]] = []  # (victim, bytes swapped out)
 
         def evict() -> Seq:
-            victim = self.running.pop()  # FCFS: the newest running request goes first
-            self._sync_one(victim)
-            preempted.append((victim, self._preempt(victim)))
-            return victim
+            preempted.append(self._evict_newest())
+            return preempted[-1][0]
 
         self._finish_heap()  # (before anyone leaves: the heap skips the evicted from then on)
         growth = self.allocator.allocate_decode_iteration(evict).growth
@@ -171,13 +170,13 @@ class Scheduler:
     def _schedule_run(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
         """Iterations in which every running request decodes, up to the first in which one finishes. None when
         not even the first iteration's blocks are free (a single iteration then preempts)."""
-        num_iterations = self._run_length(max_iterations, horizon)
+        timing = self._run_length(max_iterations, horizon)
         if self.allocator.enable_prefix_caching:
             self.sync()  # (it hashes the blocks the run fills: it reads their tokens)
-        run = self.allocator.allocate_decode_run(self.running, num_iterations)
+        run = self.allocator.allocate_decode_run(self.running, timing.num_iterations)
         if run.num_iterations == 0:
             return None
-        return self._run_output(run.num_iterations, run.growth)
+        return self._run_output(run.num_iterations, run.growth, timing=timing)
 
     def _schedule_decode_and_admit(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
         """Every running request decodes and the queue's head may fit: what the running loop and the waiting
@@ -192,15 +191,15 @@ class Scheduler:
         first_run = self.allocator.allocate_decode_run(running, 1)
         if not first_run.num_iterations:
             return None
-        num_context = self.num_resident_computed_tokens + num_seqs
+        num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
         scheduled = self._decoders.copy()
         budget = self.config.max_num_batched_tokens - num_seqs
         new_ids, (prefill, _, context, pairs), swap_bytes = self._waiting_loop(budget, scheduled)
         if new_ids:
             first = FirstIteration(len(scheduled), prefill, num_seqs, num_context + context, num_context + pairs)
-            num_iterations, growth = 1, first_run.growth
+            num_iterations, growth, timing = 1, first_run.growth, None
             if max_iterations > 1 and not swap_bytes and self._admitted_decode_next(len(new_ids), scheduled):
-                num_iterations, growth = self._after_admission(max_iterations, horizon, first, growth)
+                num_iterations, growth, timing = self._after_admission(max_iterations, horizon, first, growth)
             self.step += 1
             out = SchedulerOutput(
                 step=self.step,
@@ -215,6 +214,7 @@ class Scheduler:
                 num_iterations=num_iterations,
                 decodes_in_bulk=True,
                 kv_growth=growth,
+                timing=timing,
             )
             self.step += num_iterations - 1
             return out
@@ -222,8 +222,10 @@ class Scheduler:
         growth = first_run.growth
         # (With prefix caching the run's blocks are hashed from the requests' counters, which do not count the
         # first iteration yet: the run is that one iteration.)
-        num_iterations = 1 if self.allocator.enable_prefix_caching else self._run_length(max_iterations, horizon)
-        return self._run_output(*self._after_first(num_iterations, growth))
+        if self.allocator.enable_prefix_caching:
+            return self._run_output(1, growth)
+        timing = self._run_length(max_iterations, horizon)
+        return self._run_output(*self._after_first(timing.num_iterations, growth), timing=timing)
 
     def _admitted_decode_next(self, num_admitted: int, scheduled: dict[int, int]) -> bool:
         """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? True when
@@ -234,30 +236,33 @@ class Scheduler:
         for seq in self.running[len(self.running) - num_admitted:]:
             if scheduled.get(seq.request_id) != seq.num_tokens - seq.num_computed_tokens:
                 return False  # admitted for want of budget with no tokens yet, or a chunk of its prompt
-            if seq.request.num_output_tokens - seq.num_output_tokens < 2:
+            if num_tokens_to_finish(seq) <= 1:
                 return False  # it finishes in this iteration
         return True
 
     def _after_admission(self, max_iterations: int, horizon: Horizon | None, first: FirstIteration,
-                         growth: tuple[tuple[int, int, int], ...]) -> tuple[int, tuple[tuple[int, int, int], ...]]:
+                         growth: tuple[tuple[int, int, int], ...]
+                         ) -> tuple[int, tuple[tuple[int, int, int], ...], RunTiming | None]:
         """A run whose first iteration admits (``first``: its batch size, prefill and decode tokens, context and
         attention pairs) and whose later iterations are decodes of the whole batch, as the running loop would
         schedule them: up to the first finish (of a decoder, or of someone just admitted), cut by the horizon
-        and by the free blocks. Returns (iterations, the run's growth)."""
+        and by the free blocks. Returns (iterations, the run's growth, the horizon's timing)."""
         running = self.running
         num_admitted = first.num_seqs - first.num_decode_tokens
         clock = self._clock + 1  # the decode clock after the first iteration
         assert self._finishes  # (the decoders': _schedule_decode_and_admit made it)
         num_rest = min(max_iterations - 1, self._finishes[0][0] - clock)
         for seq in running[len(running) - num_admitted:]:
-            num_rest = min(num_rest, seq.request.num_output_tokens - seq.num_output_tokens - 1)
+            num_rest = min(num_rest, num_tokens_to_finish(seq) - 1)
         if num_rest <= 0:
-            return 1, growth
+            return 1, growth, None
         num_seqs = len(running)
-        num_iterations = 1 + num_rest
+        timing = RunTiming(1 + num_rest)
         if horizon is not None:
-            num_iterations = horizon(num_seqs, first.num_context_tokens + num_seqs, num_iterations, first)
-        return self._after_first(num_iterations, growth)
+            # (after the first iteration everyone decodes, each over one more token of context)
+            timing = horizon(num_seqs, decode_context(first.num_context_tokens, num_seqs), timing.num_iterations,
+                             first)
+        return (*self._after_first(timing.num_iterations, growth), timing)
 
     def _after_first(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...]
                      ) -> tuple[int, tuple[tuple[int, int, int], ...]]:
@@ -268,14 +273,14 @@ class Scheduler:
         rest = self.allocator.allocate_decode_run(self.running, num_iterations - 1, first=1)
         return 1 + rest.num_iterations, growth + rest.growth
 
-    def _run_length(self, max_iterations: int, horizon: Horizon | None) -> int:
+    def _run_length(self, max_iterations: int, horizon: Horizon | None) -> RunTiming:
         """Iterations of a decode run from now: up to the first finish, cut by the caller's horizon."""
         num_seqs = len(self.running)
-        num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)
+        timing = RunTiming(min(max_iterations, self._finish_heap()[0][0] - self._clock))
         if horizon is not None:
-            num_iterations = horizon(num_seqs, self.num_resident_computed_tokens + num_seqs, num_iterations, None,
-                                     bool(self.waiting) and self._admission_blocked)
-        return num_iterations
+            timing = horizon(num_seqs, decode_context(self.num_resident_computed_tokens, num_seqs),
+                             timing.num_iterations, None, bool(self.waiting) and self._admission_blocked)
+        return timing
 
     def _finish_heap(self) -> list[tuple[int, int, Seq]]:
         """(clock iteration of its last token, stamp, request) for every running request, soonest first (and
@@ -283,8 +288,7 @@ class Scheduler:
         if self._finishes is None:
             self.sync()
             clock = self._clock
-            self._finishes = [(clock + s.request.num_output_tokens - s.num_output_tokens, s.stamp, s)
-                              for s in self.running]
+            self._finishes = [(clock + num_tokens_to_finish(s), s.stamp, s) for s in self.running]
             heapify(self._finishes)
         finishes = self._finishes
         while finishes and _stale(finishes[0]):
@@ -292,11 +296,12 @@ class Scheduler:
         return finishes
 
     def _run_output(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...],
-                    preempted_req_ids: tuple[int, ...] = (), num_swap_bytes: int = 0) -> SchedulerOutput:
+                    preempted_req_ids: tuple[int, ...] = (), num_swap_bytes: int = 0,
+                    timing: RunTiming | None = None) -> SchedulerOutput:
         """Everyone running decodes, ``num_iterations`` times (those preempted for this run's blocks are gone)."""
         running = self.running
         num_seqs = len(running)
-        num_context = self.num_resident_computed_tokens + num_seqs
+        num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
         self.step += 1
         out = SchedulerOutput(
             step=self.step,
@@ -311,6 +316,7 @@ class Scheduler:
             num_iterations=num_iterations,
             is_decode_run=True,
             kv_growth=growth,
+            timing=timing,
         )
         self.step += num_iterations - 1
         return out
@@ -326,7 +332,7 @@ class Scheduler:
         if self._decoding and 0 < num_running <= budget and self.allocator.allocate_decode_run(self.running, 1):
             # Everyone decodes and this iteration's blocks are free: the running loop's outcome, in bulk.
             scheduled.update(self._decoders)
-            num_context = self.num_resident_computed_tokens + num_running
+            num_context = decode_context(self.num_resident_computed_tokens, num_running)
             budget, totals, swap_bytes = budget - num_running, [0, num_running, num_context, num_context], 0
         else:
             budget, totals, swap_bytes = self._running_loop(budget, scheduled, preempted)
@@ -372,8 +378,8 @@ class Scheduler:
                 i += 1
                 continue
             while self.allocator.allocate_slots(seq, num_new) is not Fit.NOW:
-                victim = running.pop()  # FCFS: the newest running request goes first
-                swap_bytes += self._preempt(victim)
+                victim, num_bytes = self._evict_newest()
+                swap_bytes += num_bytes
                 preempted.append(victim)
                 if victim is seq:
                     break
@@ -384,8 +390,9 @@ class Scheduler:
                 decode += 1
             else:
                 prefill += num_new
-            context += computed + num_new
-            pairs += num_new * computed + num_new * (num_new + 1) // 2
+            seq_context, seq_pairs = attention_work(computed, num_new)
+            context += seq_context
+            pairs += seq_pairs
             budget -= num_new
             i += 1
         return budget, [prefill, decode, context, pairs], swap_bytes
@@ -409,10 +416,10 @@ class Scheduler:
             if num_new == 0:
                 continue  # admitted (memory reserved) but its first tokens wait for budget
             scheduled[seq.request_id] = num_new
-            computed = seq.num_computed_tokens
             prefill += num_new
-            context += computed + num_new
-            pairs += num_new * computed + num_new * (num_new + 1) // 2
+            seq_context, seq_pairs = attention_work(seq.num_computed_tokens, num_new)
+            context += seq_context
+            pairs += seq_pairs
         return new_ids, [prefill, 0, context, pairs], swap_bytes
 
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
@@ -472,8 +479,7 @@ class Scheduler:
         else:
             by_id = {seq.request_id: seq for seq in self.running}
             pairs = ((by_id[request_id], num_new) for request_id, num_new in scheduled.items())
-        return [seq for seq, num_new in pairs
-                if self._compute(seq, num_new, started, now) and seq.num_output_tokens >= seq.request.num_output_tokens]
+        return [seq for seq, num_new in pairs if self._compute(seq, num_new, started, now) and not num_tokens_to_finish(seq)]
 
     def _compute(self, seq: Seq, num_new: int, started: float, now: float) -> bool:
         """``seq`` computed ``num_new`` tokens in the iteration from ``started`` to ``now``. True when its computed
@@ -522,10 +528,11 @@ class Scheduler:
             # iteration is a single one.)
             if not num_new or not self._compute(seq, num_new, started, now):
                 continue
-            if seq.num_output_tokens >= seq.request.num_output_tokens:
+            left = num_tokens_to_finish(seq)
+            if not left:
                 finished.append(seq)
             else:
-                heappush(self._finishes, (clock + seq.request.num_output_tokens - seq.num_output_tokens, seq.stamp, seq))
+                heappush(self._finishes, (clock + left, seq.stamp, seq))
         return finished
 
     def finish(self, seq: Seq, now: float) -> None:
@@ -540,16 +547,20 @@ class Scheduler:
         self.allocator.free(seq)
         self.num_resident_computed_tokens -= seq.num_computed_tokens
 
+    def _evict_newest(self) -> tuple[Seq, int]:
+        """Preempt vLLM's victim, the newest running request (FCFS: the last admitted goes first), whether the
+        running loop runs out of memory or a decode iteration does. Returns it and the bytes swapped out."""
+        victim = self.running.pop()
+        self._sync_one(victim)
+        return victim, self._preempt(victim)
+
     def _preempt(self, seq: Seq) -> int:
         """Evict ``seq`` whole and put it at the front of the waiting queue. Returns bytes swapped out."""
         self.num_preemptions += 1
         seq.num_preemptions += 1
         del self._decoders[seq.request_id]
         self._free(seq)
-        swap_bytes = self.preemption.on_preempt(seq)
-        if not seq.swapped:
-            seq.num_lost_tokens += seq.num_computed_tokens
-            seq.num_computed_tokens = 0
+        swap_bytes = self.preemption.on_preempt(seq)  # (what the request loses, or moves: the mode's)
         seq.status = SeqStatus.PREEMPTED
         self.waiting.appendleft(seq)
         self.num_swapped_bytes += swap_bytes

@@ -64,3 +64,12 @@ class Seq:
             f"Seq(id={self.request_id}, {self.status.value}, computed={self.num_computed_tokens}, "
             f"tokens={self.num_tokens}, out={self.num_output_tokens}/{self.request.num_output_tokens})"
         )
+
+
+def num_tokens_to_finish(seq: Seq) -> int:
+    """When a request finishes, the one rule (vLLM's check_stop, vllm/v1/core/sched/utils.py, for kvlab's
+    requests): it stops when its output reaches its length, the true answer capped by ``max_tokens`` (and, as it
+    arrives, by max_model_len). Returns the tokens it still samples: it finishes in the iteration that samples
+    the last of them, the k-th from now in which it samples when this is k (a run of k decode iterations ends
+    with its finish; one step finishes it when this is 1), and it has finished when this is 0."""
+    return seq.request.num_output_tokens - seq.num_output_tokens
