@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Shows that the engine's tests catch three bugs that once survived them (issue 9): each is applied to a scratch
+# Shows that the engine's tests catch bugs that once survived them (issues 9 and 20): each is applied to a scratch
 # copy of the repository, the tests that guard runs of iterations are run there, and the script says whether
-# they failed, as they must. Usage: bash scripts/check_mutations.sh [python]   (default: .venv/bin/python)
+# they failed, as they must. It fails (exit 1) when a mutation survives or its code has moved (update it here).
+# The test command runs it (scripts/test.sh). Usage: bash scripts/check_mutations.sh [python]
+# (default: .venv/bin/python)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python="${1:-$PWD/.venv/bin/python}"
@@ -22,7 +24,8 @@ PY
     echo "NOT RUN   $1: its code moved"; survived=1; return
   fi
   if (cd "$scratch/repo" && PYTHONPATH=src "$python" -m pytest -q -x -p no:cacheprovider \
-        tests/test_sim.py tests/test_runs.py tests/test_memory_paged.py tests/test_golden.py >"$scratch/log" 2>&1); then
+        tests/test_sim.py tests/test_runs.py tests/test_memory_paged.py tests/test_golden.py tests/test_cost.py \
+        >"$scratch/log" 2>&1); then
     echo "SURVIVED  $1: the tests passed with this bug"; survived=1
   else
     echo "caught    $1: $(grep -E '^FAILED' "$scratch/log" | head -1)"
@@ -39,7 +42,14 @@ mutate "the log's reserved and internal-fragmentation columns swapped" src/kvlab
   'for name, other in zip(("token", "reserved", "internal_fragmentation", "overhead", "free"),
                                ("token", "internal_fragmentation", "reserved", "overhead", "free")):
             block[ITERATION_COLUMNS.index(name)] = states[other]'
-mutate "a run's durations priced as memory-bound only (compute and attention ignored)" src/kvlab/sim.py \
-  "dt = cost.iteration_times(num_seqs, 0, num_seqs, context, context)" \
-  "dt = cost.iteration_times(num_seqs, 0, 0, context, 0)"
+mutate "a run's durations priced as memory-bound only where compute-bound (compute and attention ignored)" \
+  src/kvlab/cost/model.py \
+  "rest = [overhead_s + (tokens + flops_per_pair * c) / flops for c in contexts]" \
+  "rest = [fixed_s + c * kv_token_s for c in contexts]"
+mutate "the victim is the oldest running request, not the newest" src/kvlab/sched/scheduler.py \
+  "victim = self.running.pop()" \
+  "victim = self.running.pop(0)"
+mutate "a run ends one iteration after its first finish" src/kvlab/sched/scheduler.py \
+  "timing = RunTiming(min(max_iterations, self._finish_heap()[0][0] - self._clock))" \
+  "timing = RunTiming(min(max_iterations, self._finish_heap()[0][0] - self._clock + 1))"
 exit $survived

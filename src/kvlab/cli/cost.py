@@ -9,13 +9,14 @@ from typing import Annotated
 import typer
 
 from kvlab.cli.app import app
+from kvlab.cli.options import JsonOpt
 
 
 @app.command("cost")
 def cost(
     name: Annotated[str | None, typer.Argument(help="One profile (a name or a .toml/.json file) "
                                                   "\\[default: every built-in one].", show_default=False)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """The cost profiles that set kvlab's clock (choose one with --cost): constants, sources and fits."""
     from rich.console import Console

@@ -24,6 +24,11 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Go ahead with work be
                                       "what it would cost).")]
 
 
+# The help's panels: one per part of the resolved configuration (kvlab/config/resolve.py).
+PANELS = {"model": "Model", "device": "GPU", "parallel": "Parallelism", "cache": "KV cache", "scheduler": "Scheduler",
+          "cost": "Clock (cost model)", "workload": "Workload"}
+
+
 def _help(option: Option, default: Any, default_text: str | None = None) -> str:
     text = option.help.replace("[", "\\[")
     stated = default_text or (option.default_text if default is None else "")
@@ -39,11 +44,12 @@ def typer_parameter(option: Option, default: Any = inspect.Parameter.empty,
     if option.kind is bool:
         negative = "--no-" + option.flag.removeprefix("--")
         declaration = typer.Option(f"{option.flag}/{negative}", *option.aliases,
-                                   help=_help(option, default, default_text))
+                                   help=_help(option, default, default_text), rich_help_panel=PANELS[option.group])
         annotation: Any = bool
     else:
         declaration = typer.Option(*option.flags, help=_help(option, default, default_text),
-                                   show_default=default is not None and default_text is None)
+                                   show_default=default is not None and default_text is None,
+                                   rich_help_panel=PANELS[option.group])
         annotation = Optional[option.kind] if default is None or option.optional else option.kind  # noqa: UP007
     return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=Annotated[annotation, declaration])

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvlab.cli.app import app
+from kvlab.cli.options import JsonOpt
 from kvlab.cli.size import plural
 
 paper_app = typer.Typer(help="The vLLM paper's experiments, rebuilt and compared with its figures.",
@@ -27,7 +28,7 @@ def fig2(
     cost: Annotated[str, typer.Option("--cost", help="Cost profile (kvlab cost) or file: the clock.")] = "paper-2023",
     num_requests: Annotated[int, typer.Option("--num-requests", "-n", help="Requests in the experiment.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the workload.")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    as_json: JsonOpt = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write a PNG of kvlab's bars next to the "
                                                 "paper's to this folder.")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Go ahead with work beyond kvlab's limits.")] = False,
@@ -120,7 +121,7 @@ def fig12(
     ray: Annotated[bool, typer.Option("--ray", help="Run on a local Ray instance.")] = False,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Run on a Ray cluster: HOST:PORT "
                                                        "or auto.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    as_json: JsonOpt = False,
     out: Annotated[Path | None, typer.Option("--out", help="Keep the store (sweep.duckdb, resumable) and write "
                                              "fig12.png, fig12_capacity.png, fig12.html, fig12.json here.")] = None,
 ) -> None:

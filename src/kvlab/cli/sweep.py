@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kvlab.cli.app import app
+from kvlab.cli.options import JsonOpt
 
 if TYPE_CHECKING:
     from kvlab.sweep.runner import Runner
@@ -36,7 +37,6 @@ RayAddressOpt = Annotated[str | None, typer.Option("--ray-address", help="Run on
                                                       "HOST:PORT, or auto for $RAY_ADDRESS.")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Folder of the sweep: its DuckDB store (sweep.duckdb, "
                                       "resumed when present) and plots.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Run even when the estimate exceeds --max-time.")]
 MaxTimeOpt = Annotated[str, typer.Option("--max-time", help="Refuse (without --yes) a sweep estimated to take "
                                          "longer than this: 90s, 20m, 2h.")]

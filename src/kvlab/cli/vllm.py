@@ -194,7 +194,7 @@ def log_command(
     model: str | None = typer.Option(None, "--model", help="The model, for kvlab's own calculation beside vLLM's: "
                                      "a catalogue name, a config.json (or its folder) or a Hugging Face id "
                                      "\\[default: the model the log names, if kvlab knows it]."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    as_json: JsonOpt = False,
 ) -> None:
     """Read a vLLM startup log and explain its KV cache: tokens, blocks, conversations at full length."""
     import json

@@ -71,8 +71,6 @@ OPTIONS: dict[str, Option] = _options(
     Option("model", "model", str, "opt-13b", "Model: catalogue name, config.json, folder or HF id."),
     Option("dtype", "model", str, "auto", "Model dtype: auto, float16, bfloat16, float32.",
            choices=("auto", "float16", "half", "bfloat16", "float32", "float")),
-    Option("max_model_len", "scheduler", int, None, "Longest request in tokens, prompt + answer.", lo=1, hi=2**34,
-           what="tokens", default_text="the model's max_position_embeddings"),
     # --- device ------------------------------------------------------------------------------------------------
     Option("gpu", "device", str, "a100-40gb", "GPU from the catalogue (its memory sizes the KV cache; its bandwidth "
            "and FLOP/s set the clock)."),
@@ -100,6 +98,8 @@ OPTIONS: dict[str, Option] = _options(
     Option("swap_space", "cache", float, 4.0, "CPU swap space per GPU in GiB, for swap preemption.", lo=0.0,
            hi=100_000.0, what="GiB of CPU memory per GPU"),
     # --- scheduler ---------------------------------------------------------------------------------------------
+    Option("max_model_len", "scheduler", int, None, "Longest request in tokens, prompt + answer.", lo=1, hi=2**34,
+           what="tokens", default_text="the model's max_position_embeddings"),
     Option("max_num_seqs", "scheduler", int, None, "Requests per engine step.", lo=1, hi=2**20,
            what="requests per step", default_text="vllm serve's for the GPU: 256 or 1024"),
     Option("max_num_batched_tokens", "scheduler", int, None, "Tokens per engine step.", lo=1, hi=2**34,
