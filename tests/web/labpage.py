@@ -59,3 +59,13 @@ def overflowing(page) -> list[str]:
         const sw = document.documentElement.scrollWidth;
         if (sw > W) out.push(`document scrollWidth ${sw}`);
         return out.slice(0, 10); }""")
+
+
+def seek(page, seconds: float, section: str = "grid"):
+    """Run the section's engine on to ``seconds`` of simulated time and wait until that frame is drawn, notes and
+    all: a defined frame, the same on any machine and any browser (playing would stop wherever the wall clock
+    happened to be when the test pressed pause)."""
+    page.evaluate("([s, t]) => window.kvlab.players[s].seek(t)", [section, seconds])
+    page.wait_for_function("s => { const p = window.kvlab.players[s]; return !p.playing && !p.stripsDue && "
+                           "!p.drawPending; }", arg=section)
+    drawn(page)

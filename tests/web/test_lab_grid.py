@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from labpage import clock, counter, drawn, set_form  # noqa: F401
+from labpage import counter, seek, set_form
 
 # Okabe & Ito's colour-blind-safe palette: conversation k is drawn in PALETTE[k % 7].
 PALETTE = [(0xE6, 0x9F, 0x00), (0x56, 0xB4, 0xE9), (0x00, 0x9E, 0x73), (0xF0, 0xE4, 0x42),
@@ -19,17 +19,6 @@ def pale(rgb, f=0.3):
 def set_grid(page, **values):
     """Change the grid's controls; the page starts a new run (a new session) with them."""
     set_form(page, "grid", **values)
-
-
-def play_until(page, seconds: float):
-    """Play with the keyboard until the simulated clock passes ``seconds``, then pause."""
-    page.locator("body").click(position={"x": 5, "y": 5})
-    page.keyboard.press("Space")
-    page.wait_for_function(f"Number(document.querySelector('#grid [data-field=clock]').dataset.value) >= {seconds}"
-                           " || window.kvlab.players.grid.done", timeout=60_000)
-    page.keyboard.press("Space")
-    page.wait_for_function("!window.kvlab.players.grid.playing")
-    drawn(page)
 
 
 def grid_blocks(page) -> dict:
@@ -105,7 +94,7 @@ def test_pages_hold_more_tokens_than_reserve_the_max(lab):
     workload = {"rate": 4, "num_requests": 80, "seed": 3, "batching": "continuous", "block_size": 16}
 
     set_grid(page, allocator="max", **workload)
-    play_until(page, 12)
+    seek(page, 12)
     max_share = counter(page, "token_share")
     blocks = grid_blocks(page)
     seen = check_colours(page, blocks)
@@ -114,7 +103,7 @@ def test_pages_hold_more_tokens_than_reserve_the_max(lab):
     lab.screenshot("grid-reserve-the-max", "#grid")
 
     set_grid(page, allocator="paged", **workload)
-    play_until(page, 12)
+    seek(page, 12)
     paged_share = counter(page, "token_share")
     blocks = grid_blocks(page)
     seen = check_colours(page, blocks)
@@ -179,7 +168,7 @@ def test_keyboard_plays_pauses_and_steps(lab):
 def test_hover_says_whose_block_it_is(lab):
     page = lab.page
     set_grid(page, allocator="max", rate=4, num_requests=30)
-    play_until(page, 5)
+    seek(page, 5)
     blocks = grid_blocks(page)
     b = next(b for b in range(blocks["n"]) if blocks["owner"][b] >= 0 and blocks["token"][b] == blocks["blockSize"])
     rect = blocks["rects"][b]
@@ -193,12 +182,14 @@ def test_hover_says_whose_block_it_is(lab):
     # The hovered conversation's blocks are outlined, the rest veiled.
     assert page.evaluate("window.kvlab.players.grid.views[0].highlight") == blocks["owner"][b]
     lab.screenshot("grid-hover-highlight", "#grid")
-    # The tooltip is rewritten every frame: play on, and it follows what the block holds now.
-    page.keyboard.press("Space")
-    page.wait_for_function("!document.querySelector('#tooltip').textContent.includes("
-                           f"'conversation {blocks['owner'][b]}:')"
-                           " || window.kvlab.players.grid.done", timeout=60_000)
-    page.keyboard.press("Space")
+    # The tooltip is rewritten every frame: run on, and it follows what the block holds now.
+    held_by = f"conversation {blocks['owner'][b]}:"
+    for t in range(10, 60, 5):  # a few seconds on at a time, until the conversation has left that block
+        seek(page, t)
+        text = tip.inner_text()
+        if held_by not in text:
+            break
+    assert held_by not in text and f"block {b}" in text, text
 
 
 def test_large_pools_stay_legible(lab):
@@ -209,7 +200,7 @@ def test_large_pools_stay_legible(lab):
     assert info["n"] == 65536 and info["k"] > 1 and info["cells"] == -(-65536 // info["k"])
     assert info["height"] <= 420
     assert f"one square = {info['k']} blocks" in page.inner_text("#grid .scale")
-    play_until(page, 10)
+    seek(page, 10)
     # An aggregated square is drawn as the mix of its blocks: as many token pixels as its share of tokens.
     mix = page.evaluate("""() => { const v = window.kvlab.players.grid.views[0];
         for (let c = 0; c < v.layout.cells; c++) { const s = v.cellState(c);
@@ -292,7 +283,7 @@ def test_a_value_the_page_cannot_check_still_gets_the_servers_message(lab):
 def test_the_power_of_two_round_up_is_attributed_to_its_owner(lab):
     page = lab.page
     set_grid(page, allocator="pow2", num_requests=50)
-    play_until(page, 10)
+    seek(page, 10)
     blocks = grid_blocks(page)
     b = next(b for b in range(blocks["n"])
              if blocks["owner"][b] >= 0 and blocks["overhead"][b] == blocks["blockSize"])

@@ -79,7 +79,7 @@ def test_race_to_the_finish_agrees_with_kvlab_race_json(lab, kvlab):
     lab.screenshot("race-finish", "#race")
 
 
-def test_html_export_replays_from_disk_with_the_network_off(open_page, browser_context, tmp_path, kvlab):
+def test_html_export_replays_from_disk_with_the_network_off(open_page, tmp_path, kvlab):
     expected = kvlab(*CLI).json()
     from kvlab.config import resolve
     from kvlab.web.export import write_race_html
@@ -91,27 +91,31 @@ def test_html_export_replays_from_disk_with_the_network_off(open_page, browser_c
     text = path.read_text()
     assert "http://" not in text and "https://" not in text and "src=" not in text  # nothing to fetch
 
-    browser_context.set_offline(True)
-    try:
-        probe = open_page(path.as_uri())
-        page = probe.page
-        page.wait_for_function("document.body.dataset.ready === '1'", timeout=30_000)
-        assert page.evaluate("navigator.onLine") is False
-        page.locator("body").click(position={"x": 5, "y": 5})
-        page.select_option('#race-transport [data-act="speed"]', "100")
-        page.keyboard.press("Space")
-        page.wait_for_function("window.kvlab.players.race.playing")
-        page.wait_for_function("Number(document.querySelector('#race [data-field=clock]').dataset.value) > 2")
-        probe.screenshot("export-replaying", "#race")
-        page.wait_for_selector("#race-finish:not([hidden])", timeout=60_000)
-        assert_agrees(finish_table(page), expected["strategies"])
-        probe.screenshot("export-finish")
-        # Step back to the start and forward one frame at a time with the keyboard.
-        page.click('#race-transport [data-act="reset"]')
-        page.locator("body").click(position={"x": 5, "y": 5})
-        page.keyboard.press("ArrowRight")
-        page.wait_for_function("document.querySelector('#race').dataset.seq === '1'")
-        assert probe.foreign_requests == []
-        assert probe.errors == []
-    finally:
-        browser_context.set_offline(False)
+    # Every request the page makes goes through Playwright's routing (conftest.PageProbe): anything but the file
+    # itself (file://, data:, blob:) is refused and recorded. The browser's own offline flag is not relied on:
+    # navigator.onLine stays true on some Chromium builds.
+    probe = open_page(path.as_uri())
+    page = probe.page
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.wait_for_function("document.body.dataset.ready === '1'", timeout=30_000)
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.select_option('#race-transport [data-act="speed"]', "100")
+    page.keyboard.press("Space")
+    page.wait_for_function("window.kvlab.players.race.playing")
+    page.wait_for_function("Number(document.querySelector('#race [data-field=clock]').dataset.value) > 2")
+    probe.screenshot("export-replaying", "#race")
+    page.wait_for_selector("#race-finish:not([hidden])", timeout=60_000)
+    assert_agrees(finish_table(page), expected["strategies"])
+    probe.screenshot("export-finish")
+    # Step back to the start and forward one frame at a time with the keyboard.
+    page.click('#race-transport [data-act="reset"]')
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("document.querySelector('#race').dataset.seq === '1'")
+    assert probe.foreign_requests == []
+    assert all(url.startswith(("file://", "data:", "blob:")) for url in requested), requested
+    assert probe.errors == []
+    # The guard is live: a fetch from this page to anywhere would have been caught and refused.
+    refused = page.evaluate("fetch('https://example.invalid/x').then(() => 'fetched', () => 'refused')")
+    assert refused == "refused" and probe.foreign_requests == ["https://example.invalid/x"]

@@ -229,3 +229,32 @@ def test_a_new_stream_stops_the_older_one():
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_seek_gives_the_same_frame_whatever_the_path_there(client):
+    """The browser tests drive the page to a defined frame with seek: the frame at t must not depend on how
+    the clock got there (one leap, a few, or many small steps as a stream takes)."""
+    spec = {"kind": "race", "strategies": ["continuous+max", "continuous+paged"], **SMALL}
+
+    def at(*times):
+        sid = start(client, **spec)["session_id"]
+        for t in times:
+            frame = client.post(f"/api/sessions/{sid}/seek", params={"t": t, "have": -1}).json()
+        return frame
+
+    one, few = at(2.5), at(0.4, 1.1, 2.5)
+    many = at(*[0.1 * k for k in range(1, 26)])
+    for frame in (few, many):
+        for a, b in zip(one["grids"], frame["grids"]):
+            # (max_unfilled_per_request is the most over the frames drawn, so it depends on the path by design)
+            engine = {k: v for k, v in a["counters"].items() if k != "max_unfilled_per_request"}
+            assert engine == {k: b["counters"][k] for k in engine} and a["usage"] == b["usage"]
+            assert (decode_blocks(a["blocks"])["owner"] == decode_blocks(b["blocks"])["owner"]).all()
+    assert one["t"] == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize("t, message", [("-1", "t '-1' is out of range: 0 to 1e+06"), ("soon", "t must be a number")])
+def test_seek_refuses_a_bad_time(client, t, message):
+    sid = start(client, kind="grid", **SMALL)["session_id"]
+    r = client.post(f"/api/sessions/{sid}/seek", params={"t": t})
+    assert r.status_code == 400 and message in r.json()["error"], r.json()

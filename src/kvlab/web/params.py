@@ -29,6 +29,7 @@ LIMITS = {
     "max_sessions": 8,  # runs alive at once; the oldest is dropped for a new one
     "session_idle_seconds": 600.0,
     "max_compute_seconds": 60.0,  # simulator time one run may spend, over its whole life
+    "max_seek_seconds": 1e6,  # simulated seconds a seek may ask for (the compute budget bounds it anyway)
     "max_concurrency": 100000,  # the calculator's "conversations"
     "max_context_len": 10_000_000,
     "max_log_chars": 1_000_000,  # a pasted vLLM log

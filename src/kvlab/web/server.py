@@ -8,6 +8,7 @@
     GET    /api/sessions/{id}/stream      frames as server-sent events, ~30 a second, until done or closed
     POST   /api/sessions/{id}/step        one engine iteration -> a frame
     POST   /api/sessions/{id}/finish      run to the end -> the last frame, with the finish line
+    POST   /api/sessions/{id}/seek?t=     run on to t simulated seconds after the first arrival -> that frame
     POST   /api/vllm-log                  {"text": a vLLM startup log, "model"?: catalogue name} -> what it says
     DELETE /api/sessions/{id}
 
@@ -244,6 +245,11 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         session = sessions.get(request.path_params["sid"])
         return JSONResponse(await run_in_threadpool(session.finish, have_of(request)))
 
+    async def seek(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        t = number(dict(request.query_params), "t", 0.0, lim["max_seek_seconds"], 0.0)
+        return JSONResponse(await run_in_threadpool(session.seek, t, have_of(request)))
+
     async def delete(request: Request) -> Response:
         sessions.remove(request.path_params["sid"])
         return JSONResponse({"ok": True})
@@ -261,6 +267,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         Route("/api/sessions/{sid}/stream", stream),
         Route("/api/sessions/{sid}/step", step, methods=["POST"]),
         Route("/api/sessions/{sid}/finish", finish, methods=["POST"]),
+        Route("/api/sessions/{sid}/seek", seek, methods=["POST"]),
         Route("/api/sessions/{sid}", delete, methods=["DELETE"]),
         Route("/api/vllm-log", vllm_log, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=static), name="static"),

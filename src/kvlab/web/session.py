@@ -74,7 +74,11 @@ class Race:
 
     def advance(self, dt: float) -> None:
         """Move the shared clock ``dt`` simulated seconds on; each simulation runs until it gets there."""
-        target = self.clock + dt
+        self.advance_to(self.clock + dt)
+
+    def advance_to(self, target: float) -> None:
+        """Move the shared clock to ``target`` (the simulations' own clock, not time since the start); each
+        simulation runs until it gets there. A frame taken after it is the same whatever path led there."""
         for sim in self.sims:
             if not sim.done:
                 sim.run_until(target)
@@ -91,6 +95,15 @@ class Race:
                 sim.step()
         still = [sim.now for sim in self.sims if not sim.done]
         self.clock = max(self.clock, min(still) if still else max(sim.now for sim in self.sims))
+
+    def seek(self, t: float, deadline: float | None = None) -> None:
+        """Run on until ``t`` seconds after the first arrival (never back); ``deadline`` (time.monotonic())
+        bounds the wall time, as run_to_end's does."""
+        target = self.start_time + t
+        while self.clock < target and not self.done:
+            if deadline is not None and time.monotonic() > deadline:
+                raise KvlabError("the run did not get there within its time budget; make it smaller (fewer requests)")
+            self.advance_to(min(target, self.clock + 10.0))
 
     def run_to_end(self, deadline: float | None = None) -> None:
         """Run every simulation to the end; ``deadline`` (time.monotonic()) bounds the wall time."""
@@ -259,6 +272,10 @@ class Session:
     def finish(self, have: int | None) -> dict:
         remaining = max(0.0, self.max_compute_seconds - self.compute_seconds)
         return self._run(lambda: self.race.run_to_end(time.monotonic() + remaining), have)
+
+    def seek(self, t: float, have: int | None) -> dict:
+        remaining = max(0.0, self.max_compute_seconds - self.compute_seconds)
+        return self._run(lambda: self.race.seek(t, time.monotonic() + remaining), have)
 
     def frame(self, have: int | None) -> dict:
         return self._run(lambda: None, have)

@@ -1255,12 +1255,12 @@ class LivePlayer extends Player {
     this.setPlaying(false);
   }
 
-  async post(action) {
+  async post(action, query = "") {
     this.pause();
     if (!(await this.ready())) return;
     this.setBusy(true);
     try {
-      const frame = await api(`api/sessions/${this.session}/${action}?have=${this.seq}`, { method: "POST" });
+      const frame = await api(`api/sessions/${this.session}/${action}?have=${this.seq}${query}`, { method: "POST" });
       showError(this.errorNode, null);
       this.onFrame(frame);
     } catch (err) {
@@ -1272,6 +1272,8 @@ class LivePlayer extends Player {
 
   step() { return this.post("step"); }
   finish() { return this.post("finish"); }
+  // Run on to t simulated seconds and show that frame: the same frame whatever the machine's speed.
+  seek(t) { return this.post("seek", `&t=${t}`); }
 
   // The grid keeps each strategy's last finished run, so that the story's two runs sit side by side.
   recordRuns(finish) {
@@ -1337,6 +1339,12 @@ class LogPlayer extends Player {
   step() { this.pause(); this.applyNext(); }
 
   finish() { this.pause(); while (this.applyNext()) { /* every delta must be applied in order */ } }
+
+  // The recorded frames up to t simulated seconds, applied in order.
+  seek(t) {
+    this.pause();
+    while (this.index < this.log.frames.length && this.log.frames[this.index].t <= t) this.applyNext();
+  }
 
   reset() {
     this.pause();
