@@ -147,3 +147,24 @@ def test_a_block_size_vllm_would_refuse_runs_with_a_note(kvlab):
     size = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--block-size", "8")
     assert size.exit_code == 0 and "would refuse it" in " ".join(size.stderr.split())
     assert "GPU KV cache size" in size.stdout
+
+
+def test_a_config_file_sets_options_and_a_flag_wins(kvlab, tmp_path):
+    """`kvlab run --config FILE`, as `vllm serve --config`: the file's options, the command line's flags over them;
+    a name that is no option is refused with the options there are."""
+    path = tmp_path / "serve.yaml"
+    path.write_text("model: llama-3.1-8b\ngpu: h100-sxm\nmax-num-seqs: 64\nnum_requests: 30\n")
+    r = kvlab("run", "vllm", "--config", path, "--max-num-seqs", "32", "--json")
+    assert r.exit_code == 0, r.stderr
+    setup = r.json()["setup"]
+    assert (setup["model"], setup["gpu"], setup["max_num_seqs"]) == ("llama-3.1-8b", "H100-SXM", 32)
+    assert r.json()["workload"]["num_requests"] == 30
+    toml = tmp_path / "serve.toml"
+    toml.write_text('model = "llama-3.1-8b"\nmax_num_seqs = 64\nnum_requests = 30\n')
+    assert kvlab("run", "vllm", "--config", toml, "--json").json()["setup"]["max_num_seqs"] == 64
+    path.write_text("max_num_seq: 4\n")
+    bad = kvlab("run", "vllm", "--config", path)
+    assert bad.exit_code == 2
+    assert "'max_num_seq' is not an option (did you mean 'max_num_seqs'?); the options are: model, dtype" in bad.stderr
+    path.write_text("max_num_seqs: 0\n")
+    assert "--max-num-seqs 0 is out of range" in kvlab("run", "vllm", "--config", path).stderr

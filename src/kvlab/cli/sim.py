@@ -23,6 +23,20 @@ OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write per-request
                                                 "PNG plots to this folder.")]
 PlotsOpt = Annotated[bool, typer.Option("--plots/--no-plots", help="With --out: also draw the PNG plots (--no-plots: "
                                         "CSV and JSON only, faster).")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A YAML or TOML file of options (model: ..., "
+                                                   "max-num-seqs: ...), as `vllm serve --config`; a flag given on "
+                                                   "the command line wins.")]
+
+
+def with_config_file(ctx: typer.Context, path: Path | None, options: dict) -> dict:
+    """The command's options with a --config file's values in place of those left at their defaults."""
+    if path is None:
+        return options
+    from kvlab.config.files import read_options
+
+    from_file = read_options(path)
+    given = {name for name in options if ctx.get_parameter_source(name).name != "DEFAULT"}
+    return {**options, **{name: value for name, value in from_file.items() if name not in given}}
 
 # `kvlab run` and `kvlab race` take every option of a run (kvlab/config/options.py), declared there once.
 sim_option_template = options_template(RUN_OPTIONS)
@@ -172,6 +186,7 @@ RACE_HELP = f"""Race serving strategies on the same workload and clock; the tabl
 @app.command(help=RACE_HELP)
 @with_options(sim_option_template)
 def race(
+    ctx: typer.Context,
     strategies: Annotated[Optional[list[str]], typer.Argument(help="Strategies to race \\[default: the lesson's "
                                                                    f"four: {' '.join(defaults.RACE_STRATEGIES)}].",
                                                               show_default=False)] = None,
@@ -182,6 +197,7 @@ def race(
                                                  "(no server, no network).")] = None,
     wide: WideOpt = False,
     yes: YesOpt = False,
+    config: ConfigOpt = None,
     **options,
 ) -> None:
     """Race serving strategies on the same workload and clock (RACE_HELP)."""
@@ -190,6 +206,7 @@ def race(
     names = list(strategies) if strategies else list(defaults.RACE_STRATEGIES)
     check_output_path(out, "--out", folder=True)
     check_output_path(html, "--html", folder=False)
+    options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
         run = simulate(names, quiet=as_json, **options)
     report(run, as_json=as_json, out=out, title=f"Race: {len(names)} strategies, same workload", wide=wide,
@@ -205,6 +222,7 @@ def race(
 @app.command()
 @with_options(sim_option_template)
 def run(
+    ctx: typer.Context,
     strategy: Annotated[str, typer.Argument(help=f"A strategy: {', '.join(STRATEGIES)}, or "
                                             "BATCHING+ALLOCATOR[+swap][+prefix].")] = "vllm",
     as_json: JsonOpt = False,
@@ -212,12 +230,14 @@ def run(
     plots: PlotsOpt = True,
     wide: WideOpt = False,
     yes: YesOpt = False,
+    config: ConfigOpt = None,
     **options,
 ) -> None:
     """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions."""
     from kvlab.validate import allow_large_work, check_output_path
 
     check_output_path(out, "--out", folder=True)
+    options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
         run = simulate([strategy], quiet=as_json, **options)
     report(run, as_json=as_json, out=out, title=f"Run: {run.results[0].strategy.name}", wide=wide, plots=plots)

@@ -176,28 +176,9 @@ def parse_cli_args(args: list[str]) -> dict[str, list[Any]]:
 
 def read_grid_file(path: Path) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
     """A YAML or TOML grid file -> ({option: [values]}, [explicit point mappings])."""
-    if not path.is_file():
-        raise KvlabError(f"--grid {path}: no such file")
-    text = path.read_text()
-    suffix = path.suffix.lower()
-    if suffix == ".toml":
-        import tomllib
+    from kvlab.config.files import read_mapping
 
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise KvlabError(f"--grid {path}: not valid TOML ({exc})") from None
-    elif suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise KvlabError(f"--grid {path}: not valid YAML ({exc})") from None
-    else:
-        raise KvlabError(f"--grid {path}: a grid file ends in .yaml, .yml or .toml")
-    if not isinstance(data, dict):
-        raise KvlabError(f"--grid {path}: expected a mapping of option names to values or lists")
+    data = read_mapping(path, "--grid")
     explicit = data.pop("points", None)
     if explicit is not None and (not isinstance(explicit, list) or not all(isinstance(p, dict) for p in explicit)):
         raise KvlabError(f"--grid {path}: 'points' must be a list of option mappings")

@@ -1,0 +1,70 @@
+"""Options from a file: ``kvlab run --config FILE`` (as ``vllm serve --config FILE``), a YAML or TOML mapping of
+option names to values; the sweep's ``--grid`` files are read by the same parser.
+
+    model: llama-3.1-8b          # names as declared (config/options.py), in either spelling:
+    gpu: h100-sxm                # max_num_seqs or max-num-seqs
+    max-num-seqs: 512
+    rate: 20
+
+A name that is no option is refused with the name and the options there are; a value is checked when the options
+are resolved, with the same message as the flag's.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+from kvlab.config.options import OPTIONS
+from kvlab.errors import KvlabError
+
+
+def read_mapping(path: Path, flag: str) -> dict[str, Any]:
+    """A YAML (.yaml, .yml) or TOML (.toml) file's top-level mapping; ``flag`` names it in a message."""
+    if not path.is_file():
+        raise KvlabError(f"{flag} {path}: no such file")
+    text = path.read_text(encoding="utf-8")
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        import tomllib
+
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise KvlabError(f"{flag} {path}: not valid TOML ({exc})") from None
+    elif suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise KvlabError(f"{flag} {path}: not valid YAML ({exc})") from None
+    else:
+        raise KvlabError(f"{flag} {path}: a file of options ends in .yaml, .yml or .toml")
+    if not isinstance(data, dict):
+        raise KvlabError(f"{flag} {path}: expected a mapping of option names to values")
+    return data
+
+
+def option_name(spelling: str, where: str, extra: tuple[str, ...] = ()) -> str:
+    """The declared option a file's key names (``max-num-seqs``, ``max_num_seqs``, ``--max-num-seqs``), or an
+    error naming it and the options there are (``extra``: names a file may hold beside them)."""
+    name = spelling.strip().lstrip("-").replace("-", "_")
+    if name in OPTIONS or name in extra:
+        return name
+    valid = [*extra, *OPTIONS]
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise KvlabError(f"{where}: {spelling!r} is not an option{hint}; the options are: {', '.join(valid)}")
+
+
+def read_options(path: Path, flag: str = "--config") -> dict[str, Any]:
+    """A file of option values (one value each), by declared name."""
+    options = {}
+    for key, value in read_mapping(path, flag).items():
+        if isinstance(value, (list, dict)):
+            raise KvlabError(f"{flag} {path}: {key!r} has a {type(value).__name__}; a run takes one value per "
+                             "option (kvlab sweep --grid takes lists)")
+        options[option_name(str(key), f"{flag} {path}")] = value
+    return options
