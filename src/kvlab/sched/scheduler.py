@@ -170,13 +170,14 @@ class Scheduler:
     def _schedule_run(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
         """Iterations in which every running request decodes, up to the first in which one finishes. None when
         not even the first iteration's blocks are free (a single iteration then preempts)."""
-        timing = self._run_length(max_iterations, horizon)
+        num_context = decode_context(self.num_resident_computed_tokens, len(self.running))
+        timing = self._run_length(max_iterations, horizon, num_context)
         if self.allocator.enable_prefix_caching:
             self.sync()  # (it hashes the blocks the run fills: it reads their tokens)
         run = self.allocator.allocate_decode_run(self.running, timing.num_iterations)
         if run.num_iterations == 0:
             return None
-        return self._run_output(run.num_iterations, run.growth, timing=timing)
+        return self._run_output(run.num_iterations, run.growth, timing=timing, num_context=num_context)
 
     def _schedule_decode_and_admit(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
         """Every running request decodes and the queue's head may fit: what the running loop and the waiting
@@ -224,8 +225,9 @@ class Scheduler:
         # first iteration yet: the run is that one iteration.)
         if self.allocator.enable_prefix_caching:
             return self._run_output(1, growth)
-        timing = self._run_length(max_iterations, horizon)
-        return self._run_output(*self._after_first(timing.num_iterations, growth), timing=timing)
+        timing = self._run_length(max_iterations, horizon, num_context)  # (nobody joined: the same context)
+        return self._run_output(*self._after_first(timing.num_iterations, growth), timing=timing,
+                                num_context=num_context)
 
     def _admitted_decode_next(self, num_admitted: int, scheduled: dict[int, int]) -> bool:
         """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? True when
@@ -257,11 +259,10 @@ class Scheduler:
         if num_rest <= 0:
             return 1, growth, None
         num_seqs = len(running)
-        timing = RunTiming(1 + num_rest)
-        if horizon is not None:
-            # (after the first iteration everyone decodes, each over one more token of context)
-            timing = horizon(num_seqs, decode_context(first.num_context_tokens, num_seqs), timing.num_iterations,
-                             first)
+        if horizon is None:
+            timing = RunTiming(1 + num_rest)
+        else:  # (after the first iteration everyone decodes, each over one more token of context)
+            timing = horizon(num_seqs, decode_context(first.num_context_tokens, num_seqs), 1 + num_rest, first)
         return (*self._after_first(timing.num_iterations, growth), timing)
 
     def _after_first(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...]
@@ -273,14 +274,14 @@ class Scheduler:
         rest = self.allocator.allocate_decode_run(self.running, num_iterations - 1, first=1)
         return 1 + rest.num_iterations, growth + rest.growth
 
-    def _run_length(self, max_iterations: int, horizon: Horizon | None) -> RunTiming:
-        """Iterations of a decode run from now: up to the first finish, cut by the caller's horizon."""
-        num_seqs = len(self.running)
-        timing = RunTiming(min(max_iterations, self._finish_heap()[0][0] - self._clock))
-        if horizon is not None:
-            timing = horizon(num_seqs, decode_context(self.num_resident_computed_tokens, num_seqs),
-                             timing.num_iterations, None, bool(self.waiting) and self._admission_blocked)
-        return timing
+    def _run_length(self, max_iterations: int, horizon: Horizon | None, num_context: int) -> RunTiming:
+        """Iterations of a decode run from now (its first reading ``num_context`` tokens of KV): up to the first
+        finish, cut by the caller's horizon."""
+        num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)
+        if horizon is None:
+            return RunTiming(num_iterations)
+        return horizon(len(self.running), num_context, num_iterations, None,
+                       bool(self.waiting) and self._admission_blocked)
 
     def _finish_heap(self) -> list[tuple[int, int, Seq]]:
         """(clock iteration of its last token, stamp, request) for every running request, soonest first (and
@@ -297,11 +298,13 @@ class Scheduler:
 
     def _run_output(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...],
                     preempted_req_ids: tuple[int, ...] = (), num_swap_bytes: int = 0,
-                    timing: RunTiming | None = None) -> SchedulerOutput:
-        """Everyone running decodes, ``num_iterations`` times (those preempted for this run's blocks are gone)."""
+                    timing: RunTiming | None = None, num_context: int | None = None) -> SchedulerOutput:
+        """Everyone running decodes, ``num_iterations`` times (those preempted for this run's blocks are gone);
+        ``num_context``: its first iteration's context, when the caller has it."""
         running = self.running
         num_seqs = len(running)
-        num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
+        if num_context is None:
+            num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
         self.step += 1
         out = SchedulerOutput(
             step=self.step,
