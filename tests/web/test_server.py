@@ -301,3 +301,26 @@ def test_a_pasted_log_is_explained_in_the_pages_words(client):
     lines = r.json()["explain"]["lines"]
     assert any("the model it served" in line for line in lines), lines
     assert not any("--model" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("path, params, message", [
+    ("stream", {"until": "-5"}, "until '-5' is out of range: 0 to 1e+06"),
+    ("stream", {"until": "later"}, "until must be a number"),
+    ("follow", {"id": "x"}, "id must be an integer"),
+    ("follow", {"id": "-1"}, "id -1 is out of range"),
+])
+def test_new_controls_refuse_bad_values(client, path, params, message):
+    sid = start(client, kind="grid", **SMALL)["session_id"]
+    method = client.get if path == "stream" else client.post
+    r = method(f"/api/sessions/{sid}/{path}", params=params)
+    assert r.status_code == 400 and message in r.json()["error"], r.json()
+
+
+def test_follow_returns_the_tables_without_spending_a_frame(client):
+    meta = start(client, kind="race", strategies=["continuous+max", "continuous+paged"], **SMALL)
+    sid = meta["session_id"]
+    frame = client.post(f"/api/sessions/{sid}/seek", params={"t": 3, "have": 0}).json()
+    r = client.post(f"/api/sessions/{sid}/follow", params={"id": 0}).json()
+    assert r["seq"] == frame["seq"] and len(r["tables"]) == 2 and r["tables"][1]["id"] == 0
+    nxt = client.post(f"/api/sessions/{sid}/step", params={"have": frame["seq"]}).json()
+    assert nxt["seq"] == frame["seq"] + 1 and nxt["grids"][1]["table"]["id"] == 0

@@ -222,6 +222,50 @@ def make_stream(sessions: Sessions, have_of):
     return stream
 
 
+def have_of(request: Request) -> int | None:
+    """The frame the page last applied (``have``), or None: the next frame is then a key frame."""
+    value = request.query_params.get("have")
+    if value in (None, "", "-1"):
+        return None
+    return integer({"have": value}, "have", 0, 2**62, None)
+
+
+def run_routes(sessions: Sessions, max_seek_seconds: float) -> list[Route]:
+    """What moves a run, besides its stream: one iteration, to the end, on to a time; the conversation whose block
+    table frames carry; and the end of the run."""
+
+    async def step(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        return JSONResponse(await run_in_threadpool(session.step, have_of(request)))
+
+    async def finish(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        return JSONResponse(await run_in_threadpool(session.finish, have_of(request)))
+
+    async def seek(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        t = number(dict(request.query_params), "t", 0.0, max_seek_seconds, 0.0)
+        return JSONResponse(await run_in_threadpool(session.seek, t, have_of(request)))
+
+    async def follow(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        value = request.query_params.get("id")
+        request_id = None if value in (None, "") else integer({"id": value}, "id", 0, 2**31 - 1, None)
+        return JSONResponse(await run_in_threadpool(session.follow, request_id))
+
+    async def delete(request: Request) -> Response:
+        sessions.remove(request.path_params["sid"])
+        return JSONResponse({"ok": True})
+
+    return [
+        Route("/api/sessions/{sid}/step", step, methods=["POST"]),
+        Route("/api/sessions/{sid}/finish", finish, methods=["POST"]),
+        Route("/api/sessions/{sid}/seek", seek, methods=["POST"]),
+        Route("/api/sessions/{sid}/follow", follow, methods=["POST"]),
+        Route("/api/sessions/{sid}", delete, methods=["DELETE"]),
+    ]
+
+
 async def vllm_log(request: Request) -> Response:
     try:
         data = await request.json()
@@ -261,35 +305,6 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         frame = await run_in_threadpool(session.frame, None)
         return JSONResponse({"session_id": sid, **race.meta(), "frame": frame, "spec": spec.__dict__})
 
-    def have_of(request: Request) -> int | None:
-        value = request.query_params.get("have")
-        if value in (None, "", "-1"):
-            return None
-        return integer({"have": value}, "have", 0, 2**62, None)
-
-    async def step(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        return JSONResponse(await run_in_threadpool(session.step, have_of(request)))
-
-    async def finish(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        return JSONResponse(await run_in_threadpool(session.finish, have_of(request)))
-
-    async def seek(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        t = number(dict(request.query_params), "t", 0.0, lim["max_seek_seconds"], 0.0)
-        return JSONResponse(await run_in_threadpool(session.seek, t, have_of(request)))
-
-    async def follow(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        value = request.query_params.get("id")
-        request_id = None if value in (None, "") else integer({"id": value}, "id", 0, 2**31 - 1, None)
-        return JSONResponse(await run_in_threadpool(session.follow, request_id))
-
-    async def delete(request: Request) -> Response:
-        sessions.remove(request.path_params["sid"])
-        return JSONResponse({"ok": True})
-
     stream = make_stream(sessions, have_of)
 
     async def user_error(request: Request, exc: KvlabError) -> Response:
@@ -301,11 +316,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         Route("/api/size", size),
         Route("/api/sessions", create_session, methods=["POST"]),
         Route("/api/sessions/{sid}/stream", stream),
-        Route("/api/sessions/{sid}/step", step, methods=["POST"]),
-        Route("/api/sessions/{sid}/finish", finish, methods=["POST"]),
-        Route("/api/sessions/{sid}/seek", seek, methods=["POST"]),
-        Route("/api/sessions/{sid}/follow", follow, methods=["POST"]),
-        Route("/api/sessions/{sid}", delete, methods=["DELETE"]),
+        *run_routes(sessions, lim["max_seek_seconds"]),
         Route("/api/vllm-log", vllm_log, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=static), name="static"),
     ]

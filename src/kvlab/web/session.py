@@ -121,9 +121,10 @@ class Race:
                 raise KvlabError("the run did not finish within its time budget; make it smaller (fewer requests)")
             self.advance(10.0)
             # A run jumped to its end is still looked at every 10 simulated seconds, for the most memory one
-            # conversation held without tokens (the second question reads it).
+            # conversation held without tokens (the second question reads it); not a pool drawn at a display
+            # scale, whose snapshots cost more than the run.
             for i, sim in enumerate(self.sims):
-                if not sim.done:
+                if not sim.done and self.scale == 1:
                     cols = snapshot_columns(sim.snapshot())
                     self.max_unfilled[i] = max(self.max_unfilled[i], max_unfilled_slots_per_owner(cols))
 
@@ -274,7 +275,7 @@ def verdict(summaries: list[dict]) -> str:
             worst = min(rest, key=lambda s: (s["throughput_rps"], s["name"]))
             text += f" {worst['name']} served the fewest: {worst['throughput_rps']:.2f} requests/s."
         if same:
-            text += " They ran the same engine decisions here: one is the other's name."
+            text += " Same throughput, same finish time, same evictions: nothing separates them."
         return text
     if len(summaries) == 1:
         s = summaries[0]

@@ -911,12 +911,12 @@ class Player {
   }
 
   // Every number of every panel, the clock, the notes and the strips, written from one frame: the last applied.
-  // While playing, at most every SLOW_MS (a layout per frame would cost the grids their frame rate).
+  // At most every SLOW_MS (a layout per frame would cost the grids their frame rate), except right after a stop.
   renderText() {
     const frame = this.lastFrame;
     if (!frame) return;
     const clock = this.transport.querySelector('[data-field="clock"]');
-    setText(clock, `t = ${nf1.format(frame.t)} s` + (frame.done ? " · done" : ""));
+    setText(clock, `simulated time ${nf1.format(frame.t)} s` + (frame.done ? " · done" : ""));
     setData(clock, "value", frame.t);
     for (const p of this.panels) this.renderPanel(p, frame);
     setData(this.section, "seq", frame.seq);
@@ -951,7 +951,11 @@ class Player {
     if (this.look.note) this.writeNote(p, g);
     else this.placeGap(p, null);
     if (p.bar) this.drawStrip(p, s);
-    if (p.seats) this.drawSeats(p);
+    if (p.seats) {
+      // Over, the seats say nothing the summary does not (the peak is of the frames drawn, and a jump draws none).
+      p.seats.hidden = p.seatsLabel.hidden = !!s;
+      if (!s) this.drawSeats(p);
+    }
     if (s) {
       p.ended.hidden = false;
       setText(p.ended, `Run over: all ${nf0.format(s.num_finished)} served in ${nf1.format(s.makespan_s)} s; the cache ` +
@@ -997,8 +1001,9 @@ class Player {
       text = `${blocks(n.free_blocks)} free; nobody is waiting.`;
     }
     if (evicted) {
-      text += ` Just evicted: ${evicted.slice(0, 3).map(([id, t]) => `conversation ${id}` +
-        (t ? ` (${plural(t, "token")} to compute again)` : "")).join(", ")}${evicted.length > 3 ? ", …" : ""}.`;
+      text += ` Evicted since the last frame: ${evicted.slice(0, 3).map(([id, t]) => `conversation ${id}` +
+        (t ? ` (${plural(t, "token")} to compute again)` : "")).join(", ")}` +
+        `${evicted.length > 3 ? ` and ${nf0.format(evicted.length - 3)} more` : ""}.`;
     }
     p.note.classList.toggle("waits", waits && h && h.waits === "memory");
     setText(p.note, text.trim());
@@ -1081,10 +1086,11 @@ class Player {
       let drew = false;
       for (const v of this.views) drew = v.draw() || drew;
       let animating = false;
-      for (const v of this.views) { v.drawOverlay(now); animating = animating || v.flashes.length > 0; }
-      if (this.textDue && (!this.playing || !this.textAt || now - this.textAt > SLOW_MS)) {
+      // The text first: the note says where the free piece is, which the overlay outlines.
+      if (this.textDue && (!this.textAt || now - this.textAt > SLOW_MS)) {
         this.textDue = false; this.textAt = now; this.renderText();
       } else if (this.textDue) animating = true;
+      for (const v of this.views) { v.drawOverlay(now); animating = animating || v.flashes.length > 0; }
       if (this.chartDue && (!this.chartAt || now - this.chartAt > 250 || this.done || !this.playing)) {
         this.chartDue = false; this.chartAt = now; this.drawChart();
       } else if (this.chartDue) animating = true;
@@ -1165,7 +1171,8 @@ class Player {
 
   setPlaying(on) {
     this.playing = on;
-    if (!on && this.panels.length) { this.textDue = true; this.scheduleDraw(); } // the last frame's numbers
+    // Stopped: the last frame's numbers at once, and the next frame's (a step, a seek) too.
+    if (!on && this.panels.length) { this.textDue = true; this.textAt = 0; this.scheduleDraw(); }
     const b = this.transport.querySelector('[data-act="play"]');
     b.classList.toggle("playing", on);
     b.textContent = on ? "❚❚ pause" : "▶ play";
@@ -1915,6 +1922,7 @@ async function setupCalculator(grid) {
       section.classList.remove("stale");
       renderCalc(r);
       out.hidden = false;
+      fitMembarLabels();
     } catch (err) {
       if (mine !== serial) return;
       showError(errorNode, err);
@@ -1947,6 +1955,7 @@ function renderCalc(r) {
       "data-part": cls, "data-value": String(v), text: share >= 8 ? `${label} ${nf0.format(share)}%` : "" }));
   }
   bar.setAttribute("aria-label", "GPU memory: " + said.join(", "));
+  fitMembarLabels();
   const set = (key, text, value) => {
     const dd = document.querySelector(`#calc-figures [data-key="${key}"]`);
     dd.textContent = text;
@@ -1967,6 +1976,16 @@ function renderCalc(r) {
       : `only ${nf0.format(w.num_fit)} of ${nf0.format(w.concurrency)} fit: the rest wait, or are evicted mid-answer` }));
   document.getElementById("calc-log").textContent = r.log_lines.join("\n");
 }
+
+// A segment's label is written inside it only where it fits whole (the legend and the tooltip say it anyway).
+function fitMembarLabels() {
+  for (const span of document.querySelectorAll("#calc-bar span")) {
+    if (!span.dataset.label) span.dataset.label = span.textContent;
+    span.textContent = span.dataset.label;
+    if (span.scrollWidth > span.clientWidth) span.textContent = "";
+  }
+}
+window.addEventListener("resize", fitMembarLabels);
 
 let bridgeSize = null;
 
