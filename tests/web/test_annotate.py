@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvlab.sim import SimConfig, Simulation
-from kvlab.strategies import parse_strategy
+from kvlab import service
+from kvlab.config import resolve
 from kvlab.web.annotate import free_mask, free_piece
 from kvlab.web.frames import snapshot_columns
 from kvlab.web.params import parse_run_spec
@@ -39,10 +39,10 @@ def test_what_the_lab_says_the_head_of_the_queue_needs_is_what_the_allocator_han
     """Step by step: whenever the lab names the head of the queue and what admitting it takes, the next time that
     request is admitted the allocator hands out exactly that (a slab's buddy chunk, or its first blocks), and the
     note said it waits for memory exactly when it did not fit."""
-    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", num_gpu_blocks=300)
+    config = resolve(model="opt-13b", gpu="a100-40gb", num_gpu_blocks=300)
     requests = boundary_requests(config.scheduler.max_model_len)
     workload = Workload("boundaries", tuple(requests), "boundary requests", "tests")
-    sim = Simulation(parse_strategy(name), config, workload, max_iterations=1)
+    _, (sim,) = service.start(config, service.strategies([name], config), workload=workload, max_iterations=1)
     race = Race([sim])
     bs = config.cache.block_size
     said: dict[int, dict] = {}

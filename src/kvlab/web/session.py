@@ -60,6 +60,7 @@ class Race:
         self.clock = self.start_time
         self.seq = -1
         self.max_unfilled = [0] * len(self.sims)
+        self._results: list | None = None
         self._summaries: list[dict] | None = None
         self._curves: list | None = None
         # Per grid: the (step, clock) it was last drawn at, and that grid's frame entry; a simulation that has
@@ -172,9 +173,17 @@ class Race:
             entry["table"] = annotate.block_table(sim, self.follow, self.block_size)
         return entry
 
+    def results(self) -> list:
+        """Each simulation's result as its clients saw it (the run service's: a profile's request latency in)."""
+        from kvlab import service
+
+        if self._results is None:
+            self._results = [service.finish(sim) for sim in self.sims]
+        return self._results
+
     def summaries(self) -> list[dict]:
         if self._summaries is None:
-            self._summaries = [sim.result().summary() for sim in self.sims]
+            self._summaries = [r.summary() for r in self.results()]
         return self._summaries
 
     def finish_line(self) -> dict:
@@ -187,8 +196,8 @@ class Race:
         chart, from each request's own finish time (so a run jumped to its end draws as it happened)."""
         if self._curves is None:
             self._curves = []
-            for sim in self.sims:
-                times = sorted(r.finish_time - self.start_time for r in sim.result().records
+            for result in self.results():
+                times = sorted(r.finish_time - self.start_time for r in result.records
                                if r.finish_time is not None)
                 n = len(times)
                 picks = sorted({max(1, round(j * n / num_points)) for j in range(1, num_points + 1)}) if n else []
