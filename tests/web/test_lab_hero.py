@@ -179,12 +179,16 @@ def test_the_pages_numbers_are_the_engines_for_the_same_frame(lab):
     a, b = (sim.counters_now() for sim in race.sims)
     assert f"reserving the max leaves {a['num_waiting']:,} waiting, pages {b['num_waiting']:,}" in headline
 
-    # The block table: the page's table of the picked conversation is the allocator's.
+    # The block table: the page's table of the picked conversation is the allocator's. (It and the batching
+    # figure are drawn once they are on screen.)
+    page.locator("#table").scroll_into_view_if_needed()
     page.wait_for_function("document.querySelector('#table [data-field=table-map]').dataset.blocks")
     rid = int(page.get_attribute("#table-figure", "data-id"))
     blocks = page.get_attribute('#table [data-field="table-map"]', "data-blocks")
     assert [int(x) for x in blocks.split(",")] == race.sims[1].allocator.get_block_ids(rid)
     # The batching figure marks the two runs' batches, from the same frame, on the cost model's curve.
+    page.locator("#batching").scroll_into_view_if_needed()
+    page.wait_for_function("document.querySelector('#batching-chart').dataset.batches")
     assert page.get_attribute("#batching-chart", "data-batches") == f"{a['num_running']},{b['num_running']}"
     cost = race.sims[0].config.cost
     caption = page.inner_text("#batching-chart figcaption")

@@ -1590,6 +1590,18 @@ function setupOne(one) {
   };
 }
 
+// A figure drawn from another's frames is redrawn only while it is on screen (and once when it comes into view):
+// the first screen's frame rate is not spent on figures below it.
+function whenVisible(node, onShow) {
+  const state = { visible: false };
+  new IntersectionObserver(entries => {
+    const was = state.visible;
+    state.visible = entries.some(e => e.isIntersecting);
+    if (state.visible && !was) onShow();
+  }).observe(node);
+  return state;
+}
+
 // ---------------------------------------------------------------- 3. the block table
 class TableFigure {
   constructor(host, hero) {
@@ -1604,7 +1616,8 @@ class TableFigure {
     this.runId = null;
     this.id = -1;
     this.tables = null;
-    hero.listeners.push((player, frame) => this.update(frame));
+    this.seen = whenVisible(host, () => { if (hero.lastFrame) this.update(hero.lastFrame); });
+    hero.listeners.push((player, frame) => { if (this.seen.visible) this.update(frame); });
   }
 
   build() {
@@ -1731,7 +1744,8 @@ class BatchChart {
     this.caption = figure.querySelector('[data-field="batching-caption"]');
     this.hero = hero;
     this.key = "";
-    hero.listeners.push(() => this.draw());
+    this.seen = whenVisible(figure, () => this.draw());
+    hero.listeners.push(() => { if (this.seen.visible) this.draw(); });
     new ResizeObserver(() => { this.key = ""; this.draw(); }).observe(this.canvas);
   }
 
