@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from kvlab.errors import KvlabError
 from kvlab.memory import ContiguousAllocator, Fit, make_allocator, slot_usage
+from kvlab.memory.base import Admission
 from kvlab.workload.request import Request
 
 
@@ -50,6 +51,7 @@ def test_slab_sizes(policy, request_, slab, chunk):
     allocator = ContiguousAllocator(16_384, policy, max_model_len=2048)
     assert allocator.slab_size(request) == slab
     seq = Seq(request)
+    assert allocator.admission(seq) == Admission(slab, chunk, 16_384, True)
     assert allocator.allocate_slots(seq, request.prompt_len) is Fit.NOW
     placed = allocator.get_slab(request.request_id)
     assert (placed.num_slots, placed.chunk_size) == (slab, chunk)
@@ -185,9 +187,14 @@ def test_random_admit_grow_free(policy, num_slots, max_model_len, requests, pick
         action = pick % 3
         if action == 0 and waiting:
             seq = waiting[0]
+            need = allocator.admission(seq)
             fit = allocator.allocate_slots(seq, seq.request.prompt_len)
             assert fit is not Fit.NEVER
+            # What the lab says admission takes is what the allocator does: fits iff the chunk is free, and takes it.
+            assert (fit is Fit.NOW) == (need.num_slots <= need.num_room_slots), need
             if fit is Fit.NOW:
+                slab = allocator.get_slab(seq.request.request_id)
+                assert (slab.num_slots, slab.chunk_size) == (need.num_asked_slots, need.num_slots)
                 waiting.pop(0)
                 seq.num_computed_tokens = seq.request.prompt_len
                 running.append(seq)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kvlab.errors import KvlabError
 from kvlab.memory import Fit, PagedAllocator, make_allocator, slot_usage
-from kvlab.memory.base import DecodeRun
+from kvlab.memory.base import Admission, DecodeRun
 from kvlab.workload.request import Request
 
 
@@ -136,6 +136,7 @@ def test_admission_needs_the_whole_sequence_to_fit():
     holder = Seq(req(0, 4))
     assert admit(allocator, holder) is Fit.NOW  # 4 free left
     resumed = Seq(req(1, 12, output_len=10), num_tokens=20)  # preempted after 8 outputs: 5 blocks
+    assert allocator.admission(resumed) == Admission(20, 20, 16, False)  # 5 blocks needed, 4 free
     assert admit(allocator, resumed, num_new_tokens=4) is Fit.LATER
     lenient = PagedAllocator(num_blocks=6, block_size=4, scheduler_reserve_full_isl=False)
     assert admit(lenient, Seq(req(0, 4))) is Fit.NOW
@@ -448,8 +449,14 @@ def test_random_admit_grow_preempt_free(num_blocks, block_size, enable_prefix_ca
             assert num_cached % block_size == 0 and num_cached < seq.num_tokens
             before = _state(allocator, running)
             num_new = min(chunk, seq.num_tokens - num_cached)
+            need = allocator.admission(seq)
             fit = allocator.allocate_slots(seq, num_new, num_cached)
             assert fit is not Fit.NEVER
+            if not num_cached:  # what the lab says admission takes is what the allocator does
+                assert (fit is Fit.NOW) == (need.num_slots <= need.num_room_slots), need
+                assert need.num_asked_slots == seq.num_tokens and not need.in_one_piece
+                if fit is Fit.NOW and num_new == seq.num_tokens:
+                    assert len(allocator.get_block_ids(seq.request.request_id)) * block_size == need.num_slots
             if fit is Fit.LATER:
                 assert _state(allocator, running) == before
             else:

@@ -84,14 +84,15 @@ class PageProbe:
         if msg.type == "error" and "status of 400" not in msg.text:
             self.errors.append(msg.text)
 
-    def screenshot(self, name: str, selector: str | None = None) -> Path:
-        """artifacts/web/NAME.png: the element ``selector`` (a section of the page), or the whole page."""
+    def screenshot(self, name: str, selector: str | None = None, *, full_page: bool = True) -> Path:
+        """artifacts/web/NAME.png: the element ``selector`` (a section of the page), or the whole page (or, with
+        ``full_page=False``, what the window shows: the first screen)."""
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         path = ARTIFACTS / f"{name}.png"
         if selector:
             self.page.locator(selector).screenshot(path=str(path))
         else:
-            self.page.screenshot(path=str(path), full_page=True)
+            self.page.screenshot(path=str(path), full_page=full_page)
         return path
 
 

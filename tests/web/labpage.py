@@ -66,6 +66,6 @@ def seek(page, seconds: float, section: str = "grid"):
     all: a defined frame, the same on any machine and any browser (playing would stop wherever the wall clock
     happened to be when the test pressed pause)."""
     page.evaluate("([s, t]) => window.kvlab.players[s].seek(t)", [section, seconds])
-    page.wait_for_function("s => { const p = window.kvlab.players[s]; return !p.playing && !p.stripsDue && "
+    page.wait_for_function("s => { const p = window.kvlab.players[s]; return !p.playing && !p.textDue && "
                            "!p.drawPending; }", arg=section)
     drawn(page)

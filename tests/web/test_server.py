@@ -258,3 +258,69 @@ def test_seek_refuses_a_bad_time(client, t, message):
     sid = start(client, kind="grid", **SMALL)["session_id"]
     r = client.post(f"/api/sessions/{sid}/seek", params={"t": t})
     assert r.status_code == 400 and message in r.json()["error"], r.json()
+
+
+def test_a_tie_is_said_as_a_tie(client):
+    """continuous+paged and vllm make the same decisions: neither won."""
+    meta = start(client, kind="race", strategies=["static+max", "continuous+paged", "vllm"], **SMALL)
+    frame = client.post(f"/api/sessions/{meta['session_id']}/finish").json()
+    finish = frame["finish"]
+    paged, vllm = finish["summaries"][1], finish["summaries"][2]
+    assert paged["throughput_rps"] == vllm["throughput_rps"]
+    assert finish["winner"] is None
+    assert finish["verdict"].startswith("continuous+paged and vllm tied: each served")
+    assert "won" not in finish["verdict"] and "static+max served the fewest" in finish["verdict"]
+
+
+def test_runs_carry_their_whole_setup(client):
+    """Runs are compared by their whole setup, not by their strategy's name."""
+    a = start(client, kind="grid", strategies=["continuous+max"], **SMALL)
+    b = start(client, kind="grid", strategies=["continuous+paged"], **SMALL)
+    c = start(client, kind="grid", strategies=["continuous+paged"], **{**SMALL, "rate": 20})
+    d = start(client, kind="grid", strategies=["continuous+paged"], **SMALL, num_blocks=64)
+    assert a["setup_key"] == b["setup_key"]
+    assert len({b["setup_key"], c["setup_key"], d["setup_key"]}) == 3
+    assert a["setup"]["num_gpu_blocks"] == 867 and d["setup"]["num_gpu_blocks"] == 64
+    assert a["setup"]["rate"] == 4.0 and c["setup"]["rate"] == 20.0
+
+
+def test_a_stream_can_stop_at_a_given_time(client):
+    meta = start(client, kind="race", strategies=["continuous+max", "continuous+paged"], **SMALL)
+    with client.stream("GET", f"/api/sessions/{meta['session_id']}/stream",
+                       params={"speed": 1000, "have": 0, "until": 2.5}) as r:
+        frames = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert frames[-1]["held"] is True and frames[-1]["t"] == pytest.approx(2.5) and not frames[-1]["done"]
+    assert all(f["t"] <= 2.5 + 1e-9 for f in frames)
+
+
+def test_a_pasted_log_is_explained_in_the_pages_words(client):
+    """A log that does not name its model: the command line would ask for --model; the page names its own menu."""
+    text = "INFO 05-01 12:00:00 gpu_worker.py:1 GPU KV cache size: 2,941,664 tokens\n"
+    r = client.post("/api/vllm-log", json={"text": text})
+    assert r.status_code == 200, r.text
+    lines = r.json()["explain"]["lines"]
+    assert any("the model it served" in line for line in lines), lines
+    assert not any("--model" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("path, params, message", [
+    ("stream", {"until": "-5"}, "until '-5' is out of range: 0 to 1e+06"),
+    ("stream", {"until": "later"}, "until must be a number"),
+    ("follow", {"id": "x"}, "id must be an integer"),
+    ("follow", {"id": "-1"}, "id -1 is out of range"),
+])
+def test_new_controls_refuse_bad_values(client, path, params, message):
+    sid = start(client, kind="grid", **SMALL)["session_id"]
+    method = client.get if path == "stream" else client.post
+    r = method(f"/api/sessions/{sid}/{path}", params=params)
+    assert r.status_code == 400 and message in r.json()["error"], r.json()
+
+
+def test_follow_returns_the_tables_without_spending_a_frame(client):
+    meta = start(client, kind="race", strategies=["continuous+max", "continuous+paged"], **SMALL)
+    sid = meta["session_id"]
+    frame = client.post(f"/api/sessions/{sid}/seek", params={"t": 3, "have": 0}).json()
+    r = client.post(f"/api/sessions/{sid}/follow", params={"id": 0}).json()
+    assert r["seq"] == frame["seq"] and len(r["tables"]) == 2 and r["tables"][1]["id"] == 0
+    nxt = client.post(f"/api/sessions/{sid}/step", params={"have": frame["seq"]}).json()
+    assert nxt["seq"] == frame["seq"] + 1 and nxt["grids"][1]["table"]["id"] == 0

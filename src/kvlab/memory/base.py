@@ -107,6 +107,19 @@ class DecodeRun(NamedTuple):
         return self.num_iterations > 0
 
 
+class Admission(NamedTuple):
+    """What admitting a waiting request would take now (no prefix-cache hit counted), beside the room there is:
+    memory admits it iff ``num_slots <= num_room_slots``. ``num_asked_slots`` is what the strategy reserves for
+    it (its slab; or, with pages, its tokens so far: the prompt, and the answer of an evicted request coming
+    back); ``num_slots`` what the allocator hands out for that (a buddy chunk, or whole blocks); ``in_one_piece``:
+    those slots must be consecutive (a slab) or may lie anywhere (pages). The lab writes it beside the grid."""
+
+    num_asked_slots: int
+    num_slots: int
+    num_room_slots: int  # the largest free chunk (in one piece), or every free block's slots
+    in_one_piece: bool
+
+
 class KVAllocator(Protocol):
     """The interface every memory strategy implements (contiguous: max, pow2, oracle; paged), and all that its
     callers use.
@@ -165,6 +178,10 @@ class KVAllocator(Protocol):
 
     def get_num_slots(self, request_id: int) -> int:
         """Slots the request holds (0 if none): it can compute that many tokens before allocating again."""
+        ...
+
+    def admission(self, seq: Sequence) -> Admission:
+        """What admitting ``seq`` (waiting, holding nothing) would take now, and the room there is."""
         ...
 
     def why_never_fits(self, request: Request) -> str | None:

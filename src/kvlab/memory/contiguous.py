@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kvlab.errors import KvlabError
-from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states
+from kvlab.memory.base import Admission, BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states
 from kvlab.memory.buddy import BuddyAllocator, next_pow2
 from kvlab.workload.request import Request
 
@@ -89,6 +89,11 @@ class ContiguousAllocator:
         """Slots the request holds (0 if none): its slab."""
         slab = self._slabs.get(request_id)
         return 0 if slab is None else slab.num_slots
+
+    def admission(self, seq: Sequence) -> Admission:
+        """Its slab, in the buddy chunk that holds it (the next power of two), against the largest free chunk."""
+        slab = self.slab_size(seq.request)
+        return Admission(slab, next_pow2(slab), self.buddy.largest_free_chunk, True)
 
     def get_slab(self, request_id: int) -> Slab:
         return self._slabs[request_id]

@@ -32,7 +32,15 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 
 from kvlab.errors import KvlabError
-from kvlab.memory.base import BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states, num_blocks_for
+from kvlab.memory.base import (
+    Admission,
+    BlockSnapshot,
+    DecodeRun,
+    Fit,
+    Sequence,
+    check_slot_states,
+    num_blocks_for,
+)
 from kvlab.memory.block_needs import BlockNeeds
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
@@ -216,6 +224,13 @@ class PagedAllocator:
         """Slots the request holds (0 if none): it can compute up to this many tokens without allocating."""
         table = self._block_tables.get(request_id)
         return 0 if table is None else len(table) * self.block_size
+
+    def admission(self, seq: Sequence) -> Admission:
+        """Blocks for all its tokens so far (vLLM's scheduler_reserve_full_isl, and what a whole prompt takes),
+        anywhere, against the free blocks."""
+        num_tokens = seq.num_tokens if self.max_model_len is None else min(seq.num_tokens, self.max_model_len)
+        num_slots = num_blocks_for(num_tokens, self.block_size) * self.block_size
+        return Admission(num_tokens, num_slots, self.block_pool.num_free_blocks * self.block_size, False)
 
     def get_block_ids(self, request_id: int) -> list[int]:
         return list(self._block_tables[request_id])

@@ -30,7 +30,8 @@ def catalog_listing(defaults: dict[str, str]) -> dict:
 
     return {
         "models": [
-            {"name": m.id, "num_layers": m.num_hidden_layers, "max_position_embeddings": m.max_position_embeddings}
+            {"name": m.id, "hf_repo": m.hf_repo, "num_layers": m.num_hidden_layers,
+             "max_position_embeddings": m.max_position_embeddings}
             for m in list_models()
         ],
         "gpus": [{"name": g.id, "memory_bytes": g.memory_bytes} for g in list_gpus()],

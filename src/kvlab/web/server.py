@@ -6,9 +6,12 @@
     GET    /api/size?model=&gpu=&...      the calculator: kvlab.sizing's numbers, plus the workload's fit
     POST   /api/sessions                  start a grid or a race (JSON RunSpec) -> meta and its first frame
     GET    /api/sessions/{id}/stream      frames as server-sent events, ~30 a second, until done or closed
+                                          (?until=T: the last frame is the one at T simulated seconds)
     POST   /api/sessions/{id}/step        one engine iteration -> a frame
     POST   /api/sessions/{id}/finish      run to the end -> the last frame, with the finish line
     POST   /api/sessions/{id}/seek?t=     run on to t simulated seconds after the first arrival -> that frame
+    POST   /api/sessions/{id}/follow?id=  every frame from now on carries conversation id's block table
+                                          -> the tables as they stand
     POST   /api/vllm-log                  {"text": a vLLM startup log, "model"?: catalogue name} -> what it says
     DELETE /api/sessions/{id}
 
@@ -38,7 +41,7 @@ from starlette.staticfiles import StaticFiles
 from kvlab import defaults
 from kvlab.errors import KvlabError
 from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_run_spec, parse_speed, text
-from kvlab.web.session import Race, Session
+from kvlab.web.session import Race, Session, setup_of
 
 # Frames a stream aims for: above the 30 a grid needs to look fluid, so that the page's rate is set by what the
 # machine manages rather than by this cap; simulated time does not depend on it.
@@ -72,7 +75,7 @@ def build_race(spec: RunSpec, max_pool_blocks: int = LIMITS["max_pool_blocks"]) 
             f"most {max_pool_blocks:,}: pick a larger block size or set KV blocks"
         )
     _, sims = service.start(config, strategies)
-    return Race(sims)
+    return Race(sims, setup={**setup_of(spec, config), "key": config.key})
 
 
 def size_answer(params: dict) -> dict:
@@ -112,7 +115,32 @@ def explain_log(data) -> dict:
     if model is None and log.model and looks_like_path(log.model):
         # The log names a local folder; a page must not make the server read it: go by the catalogue only.
         log = dataclasses.replace(log, model=log.model.rstrip("/").split("/")[-1])
-    return {"log": log.to_json(), "explain": explain_vllm_log(log, model=model)}
+    return {"log": log.to_json(), "explain": in_page_words(explain_vllm_log(log, model=model))}
+
+
+# The explanation is written for the command line (`kvlab vllm log --model NAME`); on the page the model is picked
+# in the menu beside the box.
+PAGE_WORDS = (
+    ("give --model NAME or a config.json", "pick it under \u201cthe model it served\u201d"),
+    ("give --model NAME, a config.json, or a Hugging Face id",
+     "pick it under \u201cthe model it served\u201d, if the catalogue has it"),
+    ("give --model with its config.json", "pick the model it served"),
+    ("give --model, or the arguments the server ran with",
+     "pick the model it served, and check the arguments the server ran with"),
+)
+
+
+def in_page_words(explained: dict) -> dict:
+    def reword(line: str) -> str:
+        for cli, page in PAGE_WORDS:
+            line = line.replace(cli, page)
+        return line
+
+    out = dict(explained)
+    for key in ("lines", "differences"):
+        if key in out:
+            out[key] = [reword(line) for line in out[key]]
+    return out
 
 
 class Sessions:
@@ -153,6 +181,8 @@ def make_stream(sessions: Sessions, have_of):
     async def stream(request: Request) -> Response:
         session = sessions.get(request.path_params["sid"])
         speed = parse_speed(request.query_params.get("speed"))
+        until = request.query_params.get("until")
+        hold = None if until in (None, "") else number({"until": until}, "until", 0.0, LIMITS["max_seek_seconds"], 0.0)
         have = have_of(request)
         interval = 1.0 / FRAMES_PER_SECOND
         session.stream_id += 1
@@ -168,13 +198,13 @@ def make_stream(sessions: Sessions, have_of):
                 dt = speed * min(max(now - last, interval), MAX_FRAME_GAP)
                 last = now
                 try:
-                    frame = await run_in_threadpool(session.advance, dt, have)
+                    frame = await run_in_threadpool(session.advance, dt, have, hold)
                 except KvlabError as exc:
                     yield f"event: error\ndata: {json.dumps({'error': str(exc)})}\n\n"
                     return
                 have = frame["seq"]
                 yield f"event: frame\ndata: {json.dumps(frame, separators=(',', ':'))}\n\n"
-                if frame["done"]:
+                if frame["done"] or frame.get("held"):
                     return
                 next_tick += interval
                 delay = next_tick - time.monotonic()
@@ -190,6 +220,50 @@ def make_stream(sessions: Sessions, have_of):
         )
 
     return stream
+
+
+def have_of(request: Request) -> int | None:
+    """The frame the page last applied (``have``), or None: the next frame is then a key frame."""
+    value = request.query_params.get("have")
+    if value in (None, "", "-1"):
+        return None
+    return integer({"have": value}, "have", 0, 2**62, None)
+
+
+def run_routes(sessions: Sessions, max_seek_seconds: float) -> list[Route]:
+    """What moves a run, besides its stream: one iteration, to the end, on to a time; the conversation whose block
+    table frames carry; and the end of the run."""
+
+    async def step(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        return JSONResponse(await run_in_threadpool(session.step, have_of(request)))
+
+    async def finish(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        return JSONResponse(await run_in_threadpool(session.finish, have_of(request)))
+
+    async def seek(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        t = number(dict(request.query_params), "t", 0.0, max_seek_seconds, 0.0)
+        return JSONResponse(await run_in_threadpool(session.seek, t, have_of(request)))
+
+    async def follow(request: Request) -> Response:
+        session = sessions.get(request.path_params["sid"])
+        value = request.query_params.get("id")
+        request_id = None if value in (None, "") else integer({"id": value}, "id", 0, 2**31 - 1, None)
+        return JSONResponse(await run_in_threadpool(session.follow, request_id))
+
+    async def delete(request: Request) -> Response:
+        sessions.remove(request.path_params["sid"])
+        return JSONResponse({"ok": True})
+
+    return [
+        Route("/api/sessions/{sid}/step", step, methods=["POST"]),
+        Route("/api/sessions/{sid}/finish", finish, methods=["POST"]),
+        Route("/api/sessions/{sid}/seek", seek, methods=["POST"]),
+        Route("/api/sessions/{sid}/follow", follow, methods=["POST"]),
+        Route("/api/sessions/{sid}", delete, methods=["DELETE"]),
+    ]
 
 
 async def vllm_log(request: Request) -> Response:
@@ -231,29 +305,6 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         frame = await run_in_threadpool(session.frame, None)
         return JSONResponse({"session_id": sid, **race.meta(), "frame": frame, "spec": spec.__dict__})
 
-    def have_of(request: Request) -> int | None:
-        value = request.query_params.get("have")
-        if value in (None, "", "-1"):
-            return None
-        return integer({"have": value}, "have", 0, 2**62, None)
-
-    async def step(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        return JSONResponse(await run_in_threadpool(session.step, have_of(request)))
-
-    async def finish(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        return JSONResponse(await run_in_threadpool(session.finish, have_of(request)))
-
-    async def seek(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        t = number(dict(request.query_params), "t", 0.0, lim["max_seek_seconds"], 0.0)
-        return JSONResponse(await run_in_threadpool(session.seek, t, have_of(request)))
-
-    async def delete(request: Request) -> Response:
-        sessions.remove(request.path_params["sid"])
-        return JSONResponse({"ok": True})
-
     stream = make_stream(sessions, have_of)
 
     async def user_error(request: Request, exc: KvlabError) -> Response:
@@ -265,10 +316,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         Route("/api/size", size),
         Route("/api/sessions", create_session, methods=["POST"]),
         Route("/api/sessions/{sid}/stream", stream),
-        Route("/api/sessions/{sid}/step", step, methods=["POST"]),
-        Route("/api/sessions/{sid}/finish", finish, methods=["POST"]),
-        Route("/api/sessions/{sid}/seek", seek, methods=["POST"]),
-        Route("/api/sessions/{sid}", delete, methods=["DELETE"]),
+        *run_routes(sessions, lim["max_seek_seconds"]),
         Route("/api/vllm-log", vllm_log, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=static), name="static"),
     ]

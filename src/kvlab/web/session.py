@@ -15,7 +15,8 @@ import threading
 import time
 
 from kvlab.errors import KvlabError
-from kvlab.web.annotate import Annotator
+from kvlab.web import annotate
+from kvlab.web.cost_curve import batch_cost_curve
 from kvlab.web.frames import (
     BlockEncoder,
     aggregate_columns,
@@ -37,25 +38,29 @@ def display_scale(num_gpu_blocks: int) -> int:
 
 
 class Race:
-    def __init__(self, simulations: list, names: list[str] | None = None):
+    """``setup``: what the runs were made from (the page's settings, resolved), the same for every grid; two runs
+    are compared only if their setups are equal (``setup_key``)."""
+
+    def __init__(self, simulations: list, names: list[str] | None = None, setup: dict | None = None):
         if not simulations:
             raise KvlabError("a race needs at least one strategy")
         self.sims = list(simulations)
         self.names = names or [sim.strategy.name for sim in self.sims]
+        self.setup = setup or {}
         self.encoders = [BlockEncoder() for _ in self.sims]
         self.start_time = min(sim.start_time for sim in self.sims)
         cfg = self.sims[0].config
         self.num_gpu_blocks = cfg.cache.num_gpu_blocks
+        self.block_size = cfg.cache.block_size
         self.scale = display_scale(self.num_gpu_blocks)
-        self.annotators = [
-            Annotator(sim.requests, sim.strategy.allocator, cfg.cache.block_size, cfg.scheduler.max_model_len,
-                      self.start_time)
-            for sim in self.sims
-        ]
+        # Per grid: the ids the engine evicted since the last frame (from its SchedulerOutputs), in order.
+        self.evicted: list[list[int]] = [[] for _ in self.sims]
+        self.follow: int | None = None  # the conversation whose block table each frame carries
         self.finish_times: list[float | None] = [None] * len(self.sims)
         self.clock = self.start_time
         self.seq = -1
         self.max_unfilled = [0] * len(self.sims)
+        self._results: list | None = None
         self._summaries: list[dict] | None = None
         self._curves: list | None = None
         # Per grid: the (step, clock) it was last drawn at, and that grid's frame entry; a simulation that has
@@ -79,10 +84,15 @@ class Race:
     def advance_to(self, target: float) -> None:
         """Move the shared clock to ``target`` (the simulations' own clock, not time since the start); each
         simulation runs until it gets there. A frame taken after it is the same whatever path led there."""
-        for sim in self.sims:
+        for i, sim in enumerate(self.sims):
             if not sim.done:
-                sim.run_until(target)
+                self._ran(i, sim.run_until(target))
         self.clock = target if not self.done else max(self.clock, max(sim.now for sim in self.sims))
+
+    def _ran(self, i: int, outputs) -> None:
+        for out in outputs:
+            if out is not None and out.preempted_req_ids:
+                self.evicted[i].extend(out.preempted_req_ids)
 
     def step(self) -> None:
         """One engine iteration of the simulation(s) furthest behind, so that all stay on one clock."""
@@ -90,9 +100,9 @@ class Race:
         if not behind:
             return
         earliest = min(sim.now for sim in behind)
-        for sim in behind:
-            if sim.now <= earliest:
-                sim.step()
+        for i, sim in enumerate(self.sims):
+            if not sim.done and sim.now <= earliest:
+                self._ran(i, [sim.step()])
         still = [sim.now for sim in self.sims if not sim.done]
         self.clock = max(self.clock, min(still) if still else max(sim.now for sim in self.sims))
 
@@ -111,6 +121,13 @@ class Race:
             if deadline is not None and time.monotonic() > deadline:
                 raise KvlabError("the run did not finish within its time budget; make it smaller (fewer requests)")
             self.advance(10.0)
+            # A run jumped to its end is still looked at every 10 simulated seconds, for the most memory one
+            # conversation held without tokens (the second question reads it); not a pool drawn at a display
+            # scale, whose snapshots cost more than the run.
+            for i, sim in enumerate(self.sims):
+                if not sim.done and self.scale == 1:
+                    cols = snapshot_columns(sim.snapshot())
+                    self.max_unfilled[i] = max(self.max_unfilled[i], max_unfilled_slots_per_owner(cols))
 
     def frame(self, have: int | None = None) -> dict:
         """The next frame. A delta if the client's last applied frame (``have``) is the last one encoded,
@@ -120,7 +137,7 @@ class Race:
         grids = []
         for i, sim in enumerate(self.sims):
             moved = (sim.scheduler.step, sim.now)
-            if not key and self._last[i] == moved:
+            if not key and self._last[i] == moved and self.follow == self._last_entry[i].get("following"):
                 last = self._last_entry[i]
                 grids.append({**last, "note": {**last["note"], "evicted": []},
                               "blocks": {"key": False, "n": 0, "data": ""}})
@@ -142,19 +159,31 @@ class Race:
         counters["max_unfilled_per_request"] = self.max_unfilled[i]
         if sim.done and self.finish_times[i] is None:
             self.finish_times[i] = sim.now - self.start_time
-        note = self.annotators[i].note(cols, raw, sim.now)
-        return {
+        evicted, self.evicted[i] = self.evicted[i], []
+        entry = {
             "counters": counters,
             "usage": usage_dict(usage),
             "done": sim.done,
             "finish_time": self.finish_times[i],
-            "note": note,
+            "note": annotate.note(sim, cols, evicted, self.block_size),
             "blocks": self.encoders[i].encode_columns(aggregate_columns(cols, self.scale), key=key),
+            "following": self.follow,
         }
+        if self.follow is not None:
+            entry["table"] = annotate.block_table(sim, self.follow, self.block_size)
+        return entry
+
+    def results(self) -> list:
+        """Each simulation's result as its clients saw it (the run service's: a profile's request latency in)."""
+        from kvlab import service
+
+        if self._results is None:
+            self._results = [service.finish(sim) for sim in self.sims]
+        return self._results
 
     def summaries(self) -> list[dict]:
         if self._summaries is None:
-            self._summaries = [sim.result().summary() for sim in self.sims]
+            self._summaries = [r.summary() for r in self.results()]
         return self._summaries
 
     def finish_line(self) -> dict:
@@ -167,8 +196,8 @@ class Race:
         chart, from each request's own finish time (so a run jumped to its end draws as it happened)."""
         if self._curves is None:
             self._curves = []
-            for sim in self.sims:
-                times = sorted(r.finish_time - self.start_time for r in sim.result().records
+            for result in self.results():
+                times = sorted(r.finish_time - self.start_time for r in result.records
                                if r.finish_time is not None)
                 n = len(times)
                 picks = sorted({max(1, round(j * n / num_points)) for j in range(1, num_points + 1)}) if n else []
@@ -180,6 +209,9 @@ class Race:
         first = self.sims[0]
         cfg = first.config
         return {
+            "setup": self.setup,
+            "setup_key": setup_key(self.setup),
+            "cost_curve": batch_cost_curve(cfg.cost, first.requests, cfg.scheduler.max_num_seqs),
             "num_blocks": self.num_blocks,  # display blocks, of block_size x display_scale slots each
             "display_scale": self.scale,
             "num_gpu_blocks": self.num_gpu_blocks,
@@ -210,14 +242,50 @@ class Race:
         }
 
 
-def winner(summaries: list[dict]) -> str:
-    """Who served the most: the highest request throughput; ties go to the fewer evictions, then the name."""
-    best = max(summaries, key=lambda s: (s["throughput_rps"], -s["preemptions"], s["name"]))
-    return best["name"]
+def setup_of(spec, config) -> dict:
+    """What a run was made from besides its strategy: the page's settings, with what they resolved to (the
+    pool's blocks, the seats, the longest context). Runs are compared only when these are equal."""
+    return {
+        "model": spec.model, "gpu": spec.gpu, "workload": spec.workload, "rate": spec.rate,
+        "num_requests": spec.num_requests, "seed": spec.seed, "block_size": spec.block_size,
+        "num_gpu_blocks": config.cache.num_gpu_blocks, "max_num_seqs": config.scheduler.max_num_seqs,
+        "max_model_len": config.scheduler.max_model_len, "cost": spec.cost,
+    }
+
+
+def setup_key(setup: dict) -> str:
+    """The resolved configuration's own key (kvlab.config.KvlabConfig.key) when the setup carries it."""
+    return setup.get("key") or "|".join(f"{k}={setup[k]}" for k in sorted(setup))
+
+
+def tied(summaries: list[dict]) -> list[str]:
+    """The names that share the highest request throughput (more than one: a tie), in race order."""
+    best = max(s["throughput_rps"] for s in summaries)
+    return [s["name"] for s in summaries if s["throughput_rps"] == best]
+
+
+def winner(summaries: list[dict]) -> str | None:
+    """Who served the most: the highest request throughput; None when two or more share it (a tie)."""
+    names = tied(summaries)
+    return names[0] if len(names) == 1 else None
 
 
 def verdict(summaries: list[dict]) -> str:
-    """The finish line's sentence: who served the most and why, from the summaries alone."""
+    """The finish line's sentence: who served the most and why, from the summaries alone; a tie is said as one."""
+    if len(summaries) > 1 and winner(summaries) is None:
+        names = tied(summaries)
+        top = [s for s in summaries if s["name"] in names]
+        first = top[0]
+        same = all(s["makespan_s"] == first["makespan_s"] and s["preemptions"] == first["preemptions"] for s in top)
+        text = (f"{_and(names)} tied: each served {first['throughput_rps']:.2f} requests/s"
+                + (f", all {first['num_finished']} in {first['makespan_s']:.1f} s" if same else "") + ".")
+        rest = [s for s in summaries if s["name"] not in names]
+        if rest:
+            worst = min(rest, key=lambda s: (s["throughput_rps"], s["name"]))
+            text += f" {worst['name']} served the fewest: {worst['throughput_rps']:.2f} requests/s."
+        if same:
+            text += " Same throughput, same finish time, same evictions: nothing separates them."
+        return text
     if len(summaries) == 1:
         s = summaries[0]
         return (
@@ -225,8 +293,7 @@ def verdict(summaries: list[dict]) -> str:
             f"({s['throughput_rps']:.2f} requests/s) with {s['memory_shares']['token']:.1f}% of its memory "
             f"holding tokens and {s['mean_batch_size']:.1f} requests per iteration on average."
         )
-    name = winner(summaries)
-    best = next(s for s in summaries if s["name"] == name)
+    best = next(s for s in summaries if s["name"] == winner(summaries))
     worst = min(summaries, key=lambda s: (s["throughput_rps"], s["name"]))
     text = (
         f"{best['name']} served the most: {best['throughput_rps']:.2f} requests/s, all {best['num_finished']} "
@@ -245,10 +312,15 @@ def verdict(summaries: list[dict]) -> str:
                  "on average.")
     if best["preemptions"]:
         text += (
-            f" It evicted {best['preemptions']} times and recomputed {best['recomputed_tokens']:,} tokens, "
-            f"and still won."
+            f" It evicted {best['preemptions']:,} times (when its pages ran out mid-answer, the newest "
+            f"conversation went back to the queue, to be computed again: {best['recomputed_tokens']:,} tokens in "
+            f"all), and still served the most."
         )
     return text
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 class Session:
@@ -263,8 +335,29 @@ class Session:
         self.lock = threading.Lock()
         self.stream_id = 0  # the newest stream; an older one stops at its next frame
 
-    def advance(self, dt: float, have: int | None) -> dict:
-        return self._run(lambda: self.race.advance(dt), have)
+    def advance(self, dt: float, have: int | None, hold: float | None = None) -> dict:
+        """``dt`` simulated seconds on; with ``hold``, never past ``hold`` seconds after the first arrival, and
+        the frame that reaches it says so (``held``: the stream that asked for it ends there)."""
+        if hold is None:
+            return self._run(lambda: self.race.advance(dt), have)
+        race = self.race
+        target = min(race.clock + dt, race.start_time + hold)
+        frame = self._run(lambda: race.advance_to(max(race.clock, target)), have)
+        if race.clock >= race.start_time + hold and not frame["done"]:
+            frame["held"] = True
+        return frame
+
+    def follow(self, request_id: int | None) -> dict:
+        """From the next frame on, every frame carries ``request_id``'s block table (None: no table). Returns the
+        tables as they stand now, which are the last frame's when nothing has run since (no frame is spent, so a
+        stream playing meanwhile keeps its order)."""
+        with self.lock:
+            race = self.race
+            race.follow = request_id
+            self.last_used = time.monotonic()
+            tables = None if request_id is None else [
+                annotate.block_table(sim, request_id, race.block_size) for sim in race.sims]
+            return {"seq": race.seq, "tables": tables}
 
     def step(self, have: int | None) -> dict:
         return self._run(self.race.step, have)

@@ -1,30 +1,36 @@
 /* kvlab lab: draws the frames kvlab's simulator sends (live, from the server) or replays a recorded frame log
- * (the --html export). Nothing here simulates: every number on the page comes from a frame or from the server.
- * No dependencies, no network beyond the page's own origin. */
+ * (the --html export). Nothing here simulates: every number on the page comes from a frame or from the server,
+ * and every panel's text is written from one frame at a time. No dependencies, no network beyond the page's own
+ * origin. */
 "use strict";
 (function () {
 
 // ---------------------------------------------------------------- colours and patterns
-// Okabe & Ito's colour-blind-safe palette (without black, which reads as "token" of nobody). Conversation k gets
-// PALETTE[k % 7]; the memory states differ by lightness and pattern as well as hue, so they read in grey too:
-//   token: solid · reserved: pale tint · internal fragmentation: pale with diagonal stripes ·
-//   allocator overhead: cross-hatch (in the colour of the conversation it was handed to; grey for nobody's) ·
-//   free: plain grey.
+// Okabe & Ito's colour-blind-safe palette, without black (it reads as nobody's) and yellow (too light to tell
+// from free memory). Conversation k gets PALETTE[k % 6]. The memory states differ by texture as well as colour,
+// so that they read in grey and for colour-blind readers:
+//   token: solid · reserved, still empty: stripes in a dark shade of the colour over its pale tint ·
+//   reserved, never to be used: the same, cross-hatched · rounded up by the allocator: dark grey cross-hatch on
+//   light grey · free: plain light grey.
+// The stripes' ink is at least 3:1 against free grey in luminance (tests/web/test_lab_hero.py reads it off a
+// screenshot), so "reserved but empty" never passes for "free".
 const PALETTE = [
-  [0xE6, 0x9F, 0x00], [0x56, 0xB4, 0xE9], [0x00, 0x9E, 0x73], [0xF0, 0xE4, 0x42],
+  [0xE6, 0x9F, 0x00], [0x56, 0xB4, 0xE9], [0x00, 0x9E, 0x73],
   [0x00, 0x72, 0xB2], [0xD5, 0x5E, 0x00], [0xCC, 0x79, 0xA7],
 ];
-const PALETTE_NAMES = ["orange", "sky blue", "green", "yellow", "blue", "vermillion", "purple"];
-const PALE = 0.3; // reserved slots: the conversation's colour at 30% over white
-const FREE_RGB = [0xD9, 0xD9, 0xD9];
+const PALETTE_NAMES = ["orange", "sky blue", "green", "blue", "vermillion", "purple"];
+const PALE = 0.3; // the tint under the stripes: the conversation's colour at 30% over white
+const INK = 0.45; // the stripes: the colour at 45% of its brightness
+const FREE_RGB = [0xE4, 0xE4, 0xE4];
 const GAP_RGB = [0xFF, 0xFF, 0xFF];
-const OVERHEAD_BG = [0xF4, 0xF4, 0xF4];
-const OVERHEAD_LINE = [0x60, 0x60, 0x60];
+const OVERHEAD_BG = [0xE4, 0xE4, 0xE4];
+const OVERHEAD_LINE = [0x4A, 0x4A, 0x4A];
 const NOBODY = -1; // colour index of memory no conversation holds (the paged pool's null block)
 
 const TOKEN = 0, RESERVED = 1, INTERNAL = 2, OVERHEAD = 3, FREE = 4;
 
 function pale(rgb, f) { return rgb.map(v => Math.round(255 - (255 - v) * f)); }
+function shade(rgb, f) { return rgb.map(v => Math.round(v * f)); }
 function hex(rgb) { return "#" + rgb.map(v => v.toString(16).padStart(2, "0")).join(""); }
 // ImageData is RGBA bytes; read as little-endian 32-bit words they are ABGR.
 function word(rgb) { return ((255 << 24) | (rgb[2] << 16) | (rgb[1] << 8) | rgb[0]) >>> 0; }
@@ -32,19 +38,22 @@ function word(rgb) { return ((255 << 24) | (rgb[2] << 16) | (rgb[1] << 8) | rgb[
 const SOLID32 = PALETTE.map(word);
 const PALETTE_HEX = PALETTE.map(hex);
 const PALE32 = PALETTE.map(c => word(pale(c, PALE)));
+const INK32 = PALETTE.map(c => word(shade(c, INK)));
 const FREE32 = word(FREE_RGB), GAP32 = word(GAP_RGB);
 const OVER_BG32 = word(OVERHEAD_BG), OVER_LINE32 = word(OVERHEAD_LINE);
-const BOUNDARY32 = word([0x33, 0x33, 0x33]);
+const BOUNDARY32 = word([0x22, 0x22, 0x22]);
 
-// The colour of one pixel at canvas position (x, y), for a slot state and a conversation colour.
-// Patterns are anchored to the canvas, so stripes run on across neighbouring squares.
-function pixel(state, colour, x, y) {
+// The colour of one pixel at canvas position (x, y), for a slot state and a conversation colour. Patterns are
+// anchored to the canvas, so stripes run on across neighbouring squares. ``simple`` (the first figure) draws all
+// of a conversation's empty room one way: "reserved, still empty".
+function pixel(state, colour, x, y, simple) {
+  if (simple && colour !== NOBODY && (state === INTERNAL || state === OVERHEAD)) state = RESERVED;
   switch (state) {
     case TOKEN: return SOLID32[colour];
-    case RESERVED: return PALE32[colour];
-    case INTERNAL: return (x + y) % 3 === 0 ? SOLID32[colour] : PALE32[colour];
+    case RESERVED: return (x + y) % 4 < 2 ? INK32[colour] : PALE32[colour];
+    case INTERNAL: return ((x + y) % 4 === 0 || (x - y + 4000) % 4 === 0) ? INK32[colour] : PALE32[colour];
     case OVERHEAD: return ((x + y) % 3 === 0 || (x - y + 3000) % 3 === 0)
-      ? (colour === NOBODY ? OVER_LINE32 : SOLID32[colour]) : OVER_BG32;
+      ? (colour === NOBODY ? OVER_LINE32 : INK32[colour]) : OVER_BG32;
     default: return FREE32;
   }
 }
@@ -94,14 +103,15 @@ function chooseLayout(n, width, maxHeight) {
 }
 
 const FLASH_MS = 1400;
-const SLOW_MS = 200; // the figure's text (notes, share bars, seats) is rewritten at most this often while playing
+const SLOW_MS = 200; // a panel's text (numbers, notes, share bars, seats) is rewritten at most this often while playing
 const MAX_FLASHES = 8; // evictions fading at once per grid (a cache that thrashes evicts every frame)
 
 class GridView {
-  constructor(wrap, numBlocks, blockSize, maxHeight) {
+  constructor(wrap, numBlocks, blockSize, maxHeight, simple = false) {
     this.n = numBlocks;
     this.blockSize = blockSize;
     this.maxHeight = maxHeight;
+    this.simple = simple;
     this.wrap = wrap;
     this.owner = new Int32Array(numBlocks).fill(-1);
     this.token = new Uint16Array(numBlocks);
@@ -116,7 +126,8 @@ class GridView {
     this.octx = this.overlay.getContext("2d");
     this.flashes = [];
     this.highlight = -1;
-    this.gap = null; // [first display block, count] of the largest free gap, outlined while a queue waits
+    this.labels = null; // Map(block -> text) written on the squares (the block table's logical numbers)
+    this.gap = null; // [first display block, count] of the free piece the allocator would hand out, outlined
     this.kbCell = -1;
     this.width = 0;
     this.overlayAt = 0;
@@ -160,6 +171,14 @@ class GridView {
     if (this.highlight >= 0) this.overlayDirty = true;
   }
 
+  // The same blocks as another view (the block table's copy of a grid drawn elsewhere on the page).
+  copyFrom(v) {
+    this.owner.set(v.owner); this.token.set(v.token); this.reserved.set(v.reserved);
+    this.internal.set(v.internal); this.overhead.set(v.overhead); this.shared.set(v.shared);
+    this.allDirty = true;
+    this.overlayDirty = true;
+  }
+
   markDirty(c) {
     if (!this.dirty[c]) { this.dirty[c] = 1; this.dirtyList.push(c); }
   }
@@ -189,12 +208,12 @@ class GridView {
     const b1 = Math.round(area * (st.t + st.r) / st.total);
     const b2 = Math.round(area * (st.t + st.r + st.i) / st.total);
     const b3 = Math.round(area * (st.t + st.r + st.i + st.o) / st.total);
-    const colour = colourOf(st.owner);
+    const colour = colourOf(st.owner), simple = this.simple;
     let p = 0;
     for (let x = 0; x < w; x++) {
       for (let y = 0; y < h; y++, p++) {
         const state = p < b0 ? TOKEN : p < b1 ? RESERVED : p < b2 ? INTERNAL : p < b3 ? OVERHEAD : FREE;
-        this.px[(y0 + y) * W + x0 + x] = pixel(state, colour, x0 + x, y0 + y);
+        this.px[(y0 + y) * W + x0 + x] = pixel(state, colour, x0 + x, y0 + y, simple);
       }
     }
     // Two conversations of the same colour side by side would read as one: mark where the second begins.
@@ -252,7 +271,7 @@ class GridView {
   }
 
   // What sits on top of the squares: a hovered conversation's blocks (the rest veiled), evicted pages flashing
-  // out, the largest free gap outlined, the keyboard's cursor.
+  // out, the free piece outlined, the block table's numbers, the keyboard's cursor.
   drawOverlay(now) {
     const live = this.flashes.length > 0;
     if (!this.overlayDirty && !live) return;
@@ -273,10 +292,19 @@ class GridView {
     }
     if (this.highlight >= 0) {
       const cells = this.cellsOf(this.highlight);
-      ctx.fillStyle = "rgba(255,255,255,0.6)";
+      ctx.fillStyle = "rgba(255,255,255,0.7)";
       ctx.fillRect(0, 0, this.overlay.width, this.overlay.height);
       ctx.strokeStyle = "#1d1d1f"; ctx.lineWidth = 2;
       for (const c of cells) { const [x, y] = at(c); ctx.clearRect(x, y, s, s); ctx.strokeRect(x + 1, y + 1, s - 2, s - 2); }
+    }
+    if (this.labels && s >= 12) {
+      ctx.font = `bold ${Math.min(12, s - 4)}px system-ui, sans-serif`;
+      ctx.textAlign = "center"; ctx.textBaseline = "middle";
+      for (const [b, text] of this.labels) {
+        const [x, y] = at((b / L.k) | 0);
+        ctx.fillStyle = "rgba(255,255,255,0.85)"; ctx.fillRect(x + 2, y + 2, s - 5, s - 5);
+        ctx.fillStyle = "#1d1d1f"; ctx.fillText(text, x + s / 2, y + s / 2 + 0.5);
+      }
     }
     this.flashes = this.flashes.filter(f => now - f.t0 < FLASH_MS);
     for (const f of this.flashes) {
@@ -290,7 +318,8 @@ class GridView {
       ctx.strokeStyle = "#0072b2"; ctx.lineWidth = 3; ctx.strokeRect(x, y, s, s);
     }
     // Nothing on top: no layer to composite over the squares.
-    const empty = !this.flashes.length && this.highlight < 0 && !cursor && !(this.gap && this.gap[1] > 0);
+    const empty = !this.flashes.length && this.highlight < 0 && !cursor && !(this.gap && this.gap[1] > 0) &&
+      !(this.labels && this.labels.size);
     if (this.overlay.hidden !== empty) this.overlay.hidden = empty;
   }
 
@@ -333,44 +362,52 @@ class GridView {
     const who = req ? `conversation ${st.owner}: prompt ${req[2]} + answer ${req[3]} tokens` : `conversation ${st.owner}`;
     lines.push(who + ` (${PALETTE_NAMES[colourOf(st.owner)]})`);
     if (st.hi - st.lo === 1 && this.shared[st.lo]) lines.push("shared with other conversations (same prefix)");
-    const parts = [[st.t, "tokens"], [st.r, "reserved, still empty"], [st.i, "never to be used"],
-      [st.o, `rounded up by the allocator for conversation ${st.owner}`], [st.f, "free"]].filter(([v]) => v > 0);
-    lines.push(parts.map(([v, name]) => `${v} ${name}`).join(", ") + ` (of ${st.total} slots)`);
+    const parts = this.simple
+      ? [[st.t, "tokens"], [st.r + st.i + st.o, "reserved, still empty"], [st.f, "free"]]
+      : [[st.t, "tokens"], [st.r, "reserved, still empty"], [st.i, "reserved, never to be used"],
+        [st.o, `rounded up by the allocator for conversation ${st.owner}`], [st.f, "free"]];
+    lines.push(parts.filter(([v]) => v > 0).map(([v, name]) => `${v} ${name}`).join(", ") + ` (of ${st.total} slots)`);
     return lines.join("\n");
   }
 }
 
 // A legend swatch drawn by the same pixel function as the grid, so the legend is what the grid shows.
-function swatch(state, colour, size = 15) {
+function swatch(state, colour, size = 15, simple = false) {
   const c = document.createElement("canvas");
   c.width = size; c.height = size;
   const ctx = c.getContext("2d");
   const img = ctx.createImageData(size, size);
   const px = new Uint32Array(img.data.buffer);
-  for (let y = 0; y < size; y++) for (let x = 0; x < size; x++) px[y * size + x] = pixel(state, colour, x, y);
+  for (let y = 0; y < size; y++) for (let x = 0; x < size; x++) px[y * size + x] = pixel(state, colour, x, y, simple);
   ctx.putImageData(img, 0, 0);
   c.setAttribute("aria-hidden", "true");
   return c;
 }
 
-function buildLegend(host) {
+// The first figure says three things; the explorer grid says all five (each defined in its own words).
+function buildLegend(host, simple = false) {
   if (!host) return;
   host.innerHTML = "";
   const add = (canvases, label, cls) => {
     const item = el("span", { class: "item" + (cls ? " " + cls : "") });
     for (const cv of canvases) item.appendChild(cv);
-    item.appendChild(document.createTextNode(label));
+    item.appendChild(el("span", { text: label }));
     host.appendChild(item);
   };
   add([0, 1, 2].map(k => swatch(TOKEN, k)), "solid: tokens (a colour per conversation)", "legend-token");
-  add([0, 1, 2].map(k => swatch(RESERVED, k)), "pale: reserved, still empty", "legend-reserved");
-  add([0, 1, 2].map(k => swatch(INTERNAL, k)), "striped: reserved, never to be used", "legend-internal");
-  add([swatch(OVERHEAD, 0), swatch(OVERHEAD, NOBODY)], "cross-hatched: rounded up by the allocator (grey: nobody's)", "legend-overhead");
-  add([swatch(FREE, 0)], "grey: free", "legend-free");
+  add([0, 1, 2].map(k => swatch(RESERVED, k)), simple ? "striped: reserved for it, still empty"
+    : "striped: reserved for tokens still to come", "legend-reserved");
+  if (!simple) {
+    add([0, 1, 2].map(k => swatch(INTERNAL, k)), "cross-hatched: reserved, never to be used (beyond the answer's end)",
+      "legend-internal");
+    add([swatch(OVERHEAD, 0), swatch(OVERHEAD, NOBODY)], "fine hatch: rounded up by the allocator (grey: nobody's)",
+      "legend-overhead");
+  }
+  add([swatch(FREE, 0)], "plain grey: free", "legend-free");
 }
 
 // The five shares as one bar, drawn with the legend's own pixels (tokens in the palette's colours in turn).
-function drawShareBar(canvas, shares, width) {
+function drawShareBar(canvas, shares, width, simple, nobodys) {
   const w = Math.max(40, Math.floor(width)), h = 12;
   if (canvas.width !== w) canvas.width = w;
   if (canvas.height !== h) canvas.height = h;
@@ -384,8 +421,8 @@ function drawShareBar(canvas, shares, width) {
   for (let x = 0; x < w; x++) {
     let state = 0;
     while (state < 4 && x >= edges[state]) state++;
-    const colour = state === OVERHEAD ? NOBODY : ((x / 6) | 0) % PALETTE.length;
-    for (let y = 0; y < h; y++) px[y * w + x] = pixel(state, colour, x, y);
+    const colour = state === OVERHEAD && (nobodys || !simple) ? NOBODY : ((x / 6) | 0) % PALETTE.length;
+    for (let y = 0; y < h; y++) px[y * w + x] = pixel(state, colour, x, y, simple);
   }
   ctx.putImageData(img, 0, 0);
 }
@@ -396,7 +433,8 @@ const nf1 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 1, maximumFr
 const nf2 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
 function gib(bytes) { return nf2.format(bytes / 2 ** 30) + " GiB"; }
 function pct(v) { return nf1.format(v) + "%"; }
-function blocks(n) { return `${nf0.format(n)} block${n === 1 ? "" : "s"}`; }
+function plural(n, one, many) { return `${nf0.format(n)} ${n === 1 ? one : (many || one + "s")}`; }
+function blocks(n) { return plural(n, "block"); }
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -435,8 +473,9 @@ function checkField(input) {
   const kind = input.dataset.kind;
   if (!kind) return [input.value, null];
   const raw = input.value.trim(), label = input.dataset.label || input.name;
-  const lo = Number(input.dataset.min), hi = Number(input.dataset.max);
+  const lo = Number(input.dataset.min);
   const range = `${nf0.format(lo) === String(lo) ? lo : input.dataset.min} to ${input.dataset.max}`;
+  const hi = Number(input.dataset.max);
   if (kind === "blocks" && (raw === "" || raw.toLowerCase() === "auto")) return [null, null];
   const what = kind === "number" ? "a number" : "a whole number";
   const also = kind === "blocks" ? ", or auto" : "";
@@ -464,8 +503,24 @@ function checkForm(form) {
   return [values, first];
 }
 
+// What two setups differ in, in the page's words ("rate 4 against 20"); empty when they are the same.
+const SETUP_WORDS = { model: "model", gpu: "GPU", workload: "workload", rate: "requests/s", num_requests: "requests",
+  seed: "seed", block_size: "block size", num_gpu_blocks: "KV blocks", max_num_seqs: "seats (max_num_seqs)",
+  max_model_len: "max_model_len", cost: "cost profile" };
+function setupDifference(a, b) {
+  return Object.keys(SETUP_WORDS).filter(k => a[k] !== b[k])
+    .map(k => `${SETUP_WORDS[k]} ${typeof a[k] === "number" ? nf0.format(a[k]) : a[k]} against ` +
+      `${typeof b[k] === "number" ? nf0.format(b[k]) : b[k]}`).join(", ");
+}
+function describeSetup(s) {
+  if (!s || !s.model) return "";
+  return `${s.model} on ${s.gpu} · ${nf0.format(s.num_gpu_blocks)} blocks of ${s.block_size} tokens · ` +
+    `${nf0.format(s.num_requests)} requests at ${s.rate}/s (${s.workload}, seed ${s.seed}) · ` +
+    `${nf0.format(s.max_num_seqs)} seats · cost profile ${s.cost}`;
+}
+
 // ---------------------------------------------------------------- what the questions point at
-// Per memory strategy, the latest run the page showed: its name, counters, and (once it finished) the
+// Per memory strategy, the latest run the grid showed: its name, setup, counters, and (once it finished) the
 // time-averaged summary the simulator computed over the whole run.
 const facts = {};
 let answersDue = false;
@@ -476,10 +531,11 @@ function noteFacts(info, grid, summary, meta) {
   if (f.name !== info.name || f.runId !== meta.runId) { delete f.summary; }
   f.name = info.name;
   f.runId = meta.runId;
+  f.setup = meta.setup || {};
+  f.setupKey = meta.setup_key;
   f.block_size = meta.kv_block_size || info.block_size;
   f.counters = grid.counters;
   f.note = grid.note || {};
-  f.num_prompt_tokens = meta.num_prompt_tokens;
   if (summary) f.summary = summary;
   answersDue = true;
 }
@@ -500,8 +556,8 @@ function explainQ1() {
   const s = f.summary.memory_shares;
   return `Your ${f.name} run, time-averaged over its ${nf0.format(f.summary.makespan_s)} s: ${pct(s.token)} of ` +
     `the memory held tokens, ${pct(s.internal_fragmentation)} was reserved for answer tokens that never came ` +
-    `(striped), ${pct(s.reserved)} waited for tokens still to come (pale), and ${pct(s.external_fragmentation)} ` +
-    "was free or between slabs too small for the next conversation's 2,048 tokens." + paper;
+    `(cross-hatched), ${pct(s.reserved)} waited for tokens still to come (striped), and ` +
+    `${pct(s.external_fragmentation)} was free or between slabs too small for the next conversation.` + paper;
 }
 
 function explainQ2() {
@@ -510,8 +566,13 @@ function explainQ2() {
   const bound = f.block_size - 1, c = f.counters;
   let text = `Pages are handed out as the answer grows, so only a conversation's last page can be partly empty: at ` +
     `most block_size − 1 = ${bound} slots. In your ${f.name} run the most any one conversation held without ` +
-    `tokens, in the frames drawn, was ${nf0.format(c.max_unfilled_per_request)} slots.`;
-  if (facts.max) text += ` Under reserve-the-max it was ${nf0.format(facts.max.counters.max_unfilled_per_request)}.`;
+    `tokens, in the frames looked at, was ${nf0.format(c.max_unfilled_per_request)} slots.`;
+  const m = facts.max;
+  if (m && m.setupKey === f.setupKey) {
+    text += ` Under reserve-the-max, on the same settings, it was ${nf0.format(m.counters.max_unfilled_per_request)}.`;
+  } else if (m) {
+    text += ` (Your reserve-the-max run had other settings (${setupDifference(m.setup, f.setup)}): not compared.)`;
+  }
   if (f.summary) text += ` Time-averaged over the run, ${pct(f.summary.memory_shares.token)} of the memory held tokens.`;
   return text;
 }
@@ -524,17 +585,11 @@ function explainQ3() {
   const s = f.summary, c = f.counters, n = f.note;
   const evictions = s ? s.preemptions : c.num_preemptions, redo = s ? s.recomputed_tokens : c.num_recomputed_tokens;
   if (!evictions) return how + ` In your ${f.name} run memory never ran out: 0 evictions. Press "show me".`;
-  const output = s ? Math.round(s.throughput_tps * s.makespan_s) : c.num_output_tokens;
-  let text = how + ` In your ${f.name} run${s ? "" : " so far"}: ${nf0.format(evictions)} evictions.`;
-  // Answer tokens thrown away: read off each evicted conversation's pages in the frame before it left, so only
-  // when every eviction was seen in a frame (a run jumped to its end is not watched).
-  if (n.evictions_seen === evictions && output > 0) {
-    text += ` They threw away ${nf0.format(n.recomputed_output_tokens)} answer tokens already generated, which ` +
-      `must be computed again: ${pct(100 * n.recomputed_output_tokens / output)} of the ${nf0.format(output)} ` +
-      `answer tokens the run generated${s ? "" : " so far"}.`;
-  }
-  text += ` The engine has recomputed ${nf0.format(redo)} tokens${s ? "" : " so far"} (prompts and answers, ` +
-    "counted when a conversation comes back).";
+  let text = how + ` In your ${f.name} run${s ? "" : " so far"}: ${plural(evictions, "eviction")}; the engine has ` +
+    `computed ${nf0.format(redo)} tokens a second time${s ? "" : " so far"} (prompts and answers, counted when a ` +
+    "conversation comes back)";
+  if (!s && n.tokens_to_recompute) text += `, and ${nf0.format(n.tokens_to_recompute)} more wait in the queue`;
+  text += ".";
   if (s) text += ` It still served everyone in ${nf0.format(s.makespan_s)} s.`;
   return text;
 }
@@ -566,7 +621,38 @@ function setupQuiz() {
   }
 }
 
-// ---------------------------------------------------------------- a player: views, counters, transport
+// ---------------------------------------------------------------- a player: views, numbers, transport
+// What each figure's panels show. ``big``: the numbers in large type; ``bar``: the memory bar; ``seats``: the
+// running batch and the queue; ``counters``: the small numbers; ``note``: the line under the grid about the head of
+// the queue; ``simple``: three states drawn (tokens, reserved and still empty, free); ``height``: the grid's share
+// of the window's height.
+const LOOKS = {
+  hero: { big: ["num_running", "num_waiting"], bar: true, simple: true, height: 0.4, phoneHeight: 0.28, names: true },
+  one: { big: ["held_slots", "token_slots"], bar: true, simple: true, height: 0.3, names: true },
+  grid: { big: ["token_share", "num_preemptions"], bar: true, seats: true, counters: true, note: true, paper: true,
+    height: 0.5 },
+  evictions: { big: ["num_preemptions", "tokens_to_recompute", "num_recomputed_tokens"], seats: true, note: true,
+    counters: true, height: 0.4 },
+  race: { big: ["token_share", "num_preemptions"], bar: true, seats: true, counters: true, note: true, height: 0.35 },
+};
+
+// The big numbers: what each says, and where in the frame it comes from.
+const BIG = {
+  num_running: { what: () => "conversations at once", of: g => g.counters.num_running },
+  num_waiting: { what: () => "waiting in the queue", of: g => g.counters.num_waiting },
+  token_share: { what: () => "of the memory holds tokens right now", of: g => g.counters.token_share, fmt: pct },
+  num_preemptions: {
+    what: g => g.counters.num_preemptions ? "evictions: sent back to the queue when pages ran out, " +
+      `to be computed again (${nf0.format(g.counters.num_recomputed_tokens)} tokens so far)` : "evictions",
+    of: g => g.counters.num_preemptions },
+  tokens_to_recompute: { what: () => "tokens dropped, waiting to be computed again", of: g => g.note.tokens_to_recompute },
+  num_recomputed_tokens: { what: () => "tokens computed a second time so far", of: g => g.counters.num_recomputed_tokens },
+  // (the paged pool's overhead is its null block, nobody's)
+  held_slots: { what: () => "slots set aside for it", of: (g, info) => g.usage.token + g.usage.reserved +
+    g.usage.internal_fragmentation + (info.allocator === "paged" ? 0 : g.usage.overhead) },
+  token_slots: { what: () => "of them hold its tokens", of: g => g.usage.token },
+};
+
 const COUNTERS = [
   ["num_running", "running", v => nf0.format(v)],
   ["num_waiting", "waiting", v => nf0.format(v)],
@@ -575,16 +661,18 @@ const COUNTERS = [
   ["throughput_tps", "tokens/s", v => nf1.format(v)],
   ["num_rejected", "rejected", v => nf0.format(v)],
 ];
-const LANE_COLOURS = [PALETTE[4], PALETTE[5], PALETTE[2], PALETTE[0]].map(hex);
+const FRIENDLY = { max: "reserve the max", paged: "pages (vLLM)", pow2: "power of two", oracle: "oracle" };
+const LANE_COLOURS = [PALETTE[3], PALETTE[4], PALETTE[2], PALETTE[0]].map(hex);
 const LANE_DASHES = [[], [7, 4], [2, 3], [10, 3, 2, 3]];
 
 const stats = { framesApplied: 0, framesDrawn: 0, drawMs: 0, playAt: null, firstFrameAt: null, firstDrawAt: null };
 let runCounter = 0;
 
 class Player {
-  constructor(section, kind) {
+  constructor(section, kind, look) {
     this.section = section;
     this.kind = kind;
+    this.look = look || LOOKS[kind] || LOOKS.race;
     this.panelsHost = section.querySelector(".panels");
     this.errorNode = section.querySelector(".error");
     this.transport = section.querySelector(".transport");
@@ -595,11 +683,13 @@ class Player {
     this.meta = null;
     this.requests = new Map();
     this.seq = -1;
+    this.t = 0;
     this.playing = false;
     this.done = false;
     this.drawPending = false;
     this.hoverAt = null; // {view, c, x, y}: refreshed after every frame drawn
     this.highlight = -1;
+    this.listeners = []; // other figures drawn from this player's frames (the block table, the batching chart)
     this.speed = Number(this.transport.querySelector('[data-act="speed"]').value);
     this.transport.addEventListener("click", e => {
       const act = e.target.closest("button") && e.target.closest("button").dataset.act;
@@ -619,48 +709,55 @@ class Player {
 
   build(meta) {
     meta.runId = ++runCounter;
-    meta.num_prompt_tokens = meta.requests.reduce((a, r) => a + r[2], 0);
     this.meta = meta;
     this.requests = new Map(meta.requests.map(r => [r[0], r]));
     this.panelsHost.innerHTML = "";
     this.panelsHost.dataset.lanes = String(meta.grids.length);
     this.views = [];
     this.panels = [];
+    this.summaries = null;
     this.series = meta.grids.map(() => [[0, 0]]);
     this.hoverAt = null;
     this.highlight = -1;
     tooltip.hidden = true;
     if (this.finishNode) { this.finishNode.hidden = true; this.finishNode.innerHTML = ""; }
-    const race = meta.grids.length > 1;
     // All panels first, then the grids: each grid measures the width its panel really gets.
-    const built = meta.grids.map((info, i) => this.buildPanel(info, i, race));
+    const built = meta.grids.map((info, i) => this.buildPanel(info, i));
     built.forEach(p => {
-      p.view = new GridView(p.wrap, meta.num_blocks, meta.block_size, this.maxGridHeight(race));
-      p.wrap.append(p.note, p.ended);
+      p.view = new GridView(p.wrap, meta.num_blocks, meta.block_size, this.maxGridHeight(), !!this.look.simple);
       this.wireView(p.view, p);
       this.views.push(p.view);
       this.panels.push(p);
       this.caption(p);
     });
-    if (this.chart) this.chart.hidden = !race;
+    if (this.chart) this.chart.hidden = meta.grids.length < 2;
     this.drawChart();
   }
 
-  maxGridHeight(race) {
-    const h = window.innerHeight || 800;
-    return Math.max(120, Math.min(race ? 300 : 420, Math.round(h * (race ? 0.35 : 0.5))));
+  maxGridHeight() {
+    const h = window.innerHeight || 800, w = window.innerWidth || 1000;
+    const share = w < 640 && this.look.phoneHeight ? this.look.phoneHeight : this.look.height;
+    return Math.max(100, Math.min(420, Math.round(h * share)));
   }
 
-  buildPanel(info, i, race) {
+  buildPanel(info, i) {
+    const look = this.look;
     const panel = el("div", { class: "panel", "data-strategy": info.name });
     const badge = el("span", { class: "badge", "data-field": "finish-time" });
-    panel.append(el("h3", {}, el("span", { text: info.name }), el("span", { class: "desc", text: info.description || "" }), badge));
-    const share = el("span", { class: "big", "data-counter": "token_share", "data-value": "0", text: "–" });
-    const shareWhat = el("span", { class: "what", text: "of the memory holds tokens" });
-    const ev = el("span", { class: "big evictions", "data-counter": "num_preemptions", "data-value": "0", text: "0" });
-    const big = el("div", { class: "bignums", role: "status", "aria-live": "polite", "aria-atomic": "false" },
-      el("div", {}, share, shareWhat), el("div", {}, ev, el("span", { class: "what", text: "evictions" })));
-    if (!race) {
+    const title = look.names ? (FRIENDLY[info.allocator] || info.name) : info.name;
+    panel.append(el("h3", {}, el("span", { class: "name", text: title }),
+      el("span", { class: "desc", text: look.names ? info.name : (info.description || "") }), badge));
+    const fields = {}, whats = {};
+    const big = el("div", { class: "bignums", role: "status", "aria-live": "polite", "aria-atomic": "false" });
+    for (const key of look.big) {
+      const node = el("span", { class: "big" + (key === "num_preemptions" ? " evictions" : ""), "data-counter": key,
+        "data-value": "0", text: "–" });
+      const what = el("span", { class: "what", text: BIG[key].what({ counters: { num_preemptions: 0 } }) });
+      big.append(el("div", {}, node, what));
+      fields[key] = node;
+      whats[key] = what;
+    }
+    if (look.paper) {
       big.append(el("p", { class: "paper", text: "The vLLM paper, time-averaged: 20.4–38.2% for systems that " +
         "reserve (Orca), 96.3% for vLLM's pages." }));
     }
@@ -668,24 +765,34 @@ class Player {
     const wrap = el("div", { class: "gridwrap" });
     panel.append(wrap);
     const scale = el("div", { class: "scale" });
-    const bar = el("canvas", { class: "sharebar", role: "img", "aria-label": "memory shares" });
-    const barLabel = el("div", { class: "sharebar-label", text: "memory right now" });
-    const seats = el("canvas", { class: "seats", role: "img", "aria-label": "running seats and waiting queue" });
-    const seatsLabel = el("div", { class: "seats-label" });
-    const dl = el("dl", { class: "counters" });
-    const fields = { token_share: share, num_preemptions: ev };
-    for (const [key, label] of COUNTERS) {
-      const dd = el("dd", { "data-counter": key, text: "–" });
-      dl.append(el("div", {}, el("dt", { text: label }), dd));
-      fields[key] = dd;
-    }
-    panel.append(scale, bar, barLabel, seats, seatsLabel, dl);
-    this.panelsHost.append(panel);
-    const note = el("div", { class: "note", "aria-hidden": "true" });
-    const ended = el("div", { class: "ended" });
+    const note = el("p", { class: "note" });
+    const ended = el("p", { class: "ended" });
     ended.hidden = true;
-    return { panel, wrap, scale, bar, barLabel, seats, seatsLabel, fields, info, note, ended, badge, shareWhat,
-      lane: i, peak: 0, flashes: 0, lastShares: null, last: null };
+    panel.append(ended, note, scale);
+    const p = { panel, wrap, scale, fields, whats, info, note, ended, badge, lane: i, peak: 0, flashes: 0,
+      lastShares: null, last: null };
+    if (look.bar) {
+      p.bar = el("canvas", { class: "sharebar", role: "img", "aria-label": "memory shares" });
+      p.barLabel = el("div", { class: "sharebar-label", text: "memory right now" });
+      panel.append(p.bar, p.barLabel);
+    }
+    if (look.seats) {
+      p.seats = el("canvas", { class: "seats", role: "img", "aria-label": "running seats and waiting queue" });
+      p.seatsLabel = el("div", { class: "seats-label" });
+      panel.append(p.seats, p.seatsLabel);
+    }
+    if (look.counters) {
+      const dl = el("dl", { class: "counters" });
+      for (const [key, label] of COUNTERS) {
+        if (look.big.includes(key)) continue;
+        const dd = el("dd", { "data-counter": key, text: "–" });
+        dl.append(el("div", {}, el("dt", { text: label }), dd));
+        fields[key] = dd;
+      }
+      panel.append(dl);
+    }
+    this.panelsHost.append(panel);
+    return p;
   }
 
   caption(p) {
@@ -704,10 +811,15 @@ class Player {
       this.refreshTooltip();
     });
     view.canvas.addEventListener("mouseleave", () => { this.hoverAt = null; this.refreshTooltip(); });
+    view.canvas.addEventListener("click", e => {
+      const c = view.cellAt(e);
+      if (c >= 0 && this.onPick) this.onPick(view.cellState(c).owner, p);
+    });
     view.canvas.addEventListener("blur", () => { view.kbCell = -1; view.overlayDirty = true; this.hoverAt = null; this.refreshTooltip(); });
     view.canvas.addEventListener("keydown", e => {
       const L = view.layout, moves = { ArrowRight: 1, ArrowLeft: -1, ArrowDown: L.cols, ArrowUp: -L.cols,
         Home: -Infinity, End: Infinity };
+      if (e.key === "Enter" && view.kbCell >= 0 && this.onPick) { this.onPick(view.cellState(view.kbCell).owner, p); return; }
       if (!(e.key in moves)) return;
       e.preventDefault();
       e.stopPropagation();
@@ -750,122 +862,158 @@ class Player {
     let changed = false;
     for (const p of this.panels) {
       const w = p.wrap.clientWidth;
-      if (w > 0 && p.view.relayout(w)) { changed = true; this.caption(p); p.placedAt = null; }
+      if (w > 0 && p.view.relayout(w)) { changed = true; this.caption(p); }
     }
     if (this.chart && !this.chart.hidden) {
       const w = this.chart.querySelector("canvas").clientWidth;
       if (w && w !== this.chartWidth) { this.chartWidth = w; changed = true; }
     }
-    if (changed) { for (const p of this.panels) p.lastShares = null; this.redrawStrips(); this.drawChart(); this.scheduleDraw(); }
+    if (changed) { for (const p of this.panels) p.lastShares = null; this.renderText(); this.drawChart(); this.scheduleDraw(); }
   }
 
   onFrame(frame) {
     this.seq = frame.seq;
+    this.t = frame.t;
     stats.framesApplied++;
     if (stats.playAt !== null && stats.firstFrameAt === null) stats.firstFrameAt = performance.now();
     const now = performance.now();
     frame.grids.forEach((g, i) => {
       const p = this.panels[i], view = this.views[i], note = g.note || {};
-      if (note.evicted && note.evicted.length) this.flashEvicted(p, view, note.evicted, now);
+      if (note.evicted && note.evicted.length) this.flashEvicted(p, view, note, now);
       view.apply(g.blocks);
       p.last = g;
-      this.updateCounters(p, g);
       const series = this.series[i], fin = g.counters.num_finished || 0;
       if (frame.finish && frame.finish.finished_over_time) this.series[i] = frame.finish.finished_over_time[i];
       else if (!g.done && series[series.length - 1][1] !== fin) series.push([frame.t, fin]);
-      const summary = frame.finish ? frame.finish.summaries[i] : null;
-      noteFacts(p.info, g, summary, this.meta);
+      if (this.kind === "grid") noteFacts(p.info, g, frame.finish ? frame.finish.summaries[i] : null, this.meta);
     });
-    const clock = this.transport.querySelector('[data-field="clock"]');
-    setText(clock, `t = ${nf1.format(frame.t)} s` + (frame.done ? " · done" : ""));
-    setData(clock, "value", frame.t);
-    setData(this.section, "seq", frame.seq);
+    this.lastFrame = frame;
     if (frame.done) { this.done = true; this.setPlaying(false); }
     if (frame.finish) this.showFinish(frame.finish);
+    this.textDue = true;
     this.chartDue = true;
-    this.stripsDue = true;
     this.scheduleDraw();
   }
 
-  flashEvicted(p, view, ids, now) {
-    const cells = view.flash(ids, now);
-    p.flashes += ids.length;
+  flashEvicted(p, view, note, now) {
+    const cells = view.flash(note.evicted, now);
+    p.flashes += note.evicted.length;
+    p.lastEvicted = note.evicted.map((id, j) => [id, (note.evicted_tokens || [])[j] || 0]);
     setData(p.panel, "flashes", p.flashes);
     setData(p.panel, "flashCells", cells);
     // The counter pulses (the Web Animations API restarts it without making the browser lay the page out).
     const ev = p.fields.num_preemptions;
+    if (!ev) return;
     ev.classList.add("pulse");
     if (ev.animate) {
-      ev.animate([{ color: "#b00020", transform: "scale(1.25)" }, { color: "inherit", transform: "scale(1)" }],
-        { duration: 900, easing: "ease-out" });
+      ev.animate([{ transform: "scale(1.25)" }, { transform: "scale(1)" }], { duration: 900, easing: "ease-out" });
     }
   }
 
-  updateCounters(p, g) {
-    for (const [key, , fmt] of COUNTERS) {
-      if (key in g.counters) { setText(p.fields[key], fmt(g.counters[key])); setData(p.fields[key], "value", g.counters[key]); }
+  // Every number of every panel, the clock, the notes and the strips, written from one frame: the last applied.
+  // At most every SLOW_MS (a layout per frame would cost the grids their frame rate), except right after a stop.
+  renderText() {
+    const frame = this.lastFrame;
+    if (!frame) return;
+    const clock = this.transport.querySelector('[data-field="clock"]');
+    setText(clock, `simulated time ${nf1.format(frame.t)} s` + (frame.done ? " · done" : ""));
+    setData(clock, "value", frame.t);
+    for (const p of this.panels) this.renderPanel(p, frame);
+    setData(this.section, "seq", frame.seq);
+    setData(this.section, "shownSeq", frame.seq);
+    for (const f of this.listeners) f(this, frame);
+    if (this.onRender) this.onRender(frame);
+  }
+
+  renderPanel(p, frame) {
+    const g = p.last;
+    if (!g) return;
+    const s = this.summaries ? this.summaries[p.lane] : null;
+    for (const key of this.look.big) {
+      const node = p.fields[key], def = BIG[key];
+      let v = def.of(g, p.info), what = def.what(g);
+      if (s && key === "token_share") { v = s.memory_shares.token; what = "of the memory held tokens, time-averaged over the run"; }
+      if (v === undefined || v === null) v = 0;
+      setText(node, (def.fmt || (x => nf0.format(x)))(v));
+      setData(node, "value", v);
+      if (s && key === "token_share") setData(node, "average", v);
+      setText(p.whats[key], what);
     }
-    setData(p.fields.num_preemptions, "value", g.counters.num_preemptions);
-    setText(p.fields.num_preemptions, nf0.format(g.counters.num_preemptions));
-    setData(p.fields.token_share, "value", g.counters.token_share);
-    if (!g.done) {
-      setText(p.fields.token_share, pct(g.counters.token_share));
-      setText(p.shareWhat, "of the memory holds tokens right now");
+    for (const [key, , fmt] of COUNTERS) {
+      const node = p.fields[key];
+      if (node && !this.look.big.includes(key) && key in g.counters) {
+        setText(node, fmt(g.counters[key])); setData(node, "value", g.counters[key]);
+      }
     }
     p.panel.classList.toggle("lane-done", !!g.done);
     setText(p.badge, g.done && g.finish_time !== null ? `done at ${nf1.format(g.finish_time)} s` : "");
     setData(p.panel, "finishTime", g.done && g.finish_time !== null ? g.finish_time : "");
-    p.noteDue = true;
-  }
-
-  // On the figure: how much is free, in its largest piece, and what the conversation at the head of the queue
-  // needs; in red when it does not fit (it waits, though memory is free).
-  writeNote(p, g) {
-    const n = g.note || {}, scale = this.meta.display_scale || 1, view = p.view;
-    const gap = !g.done && n.gap_blocks > 0 && n.next_id !== undefined && p.info.allocator !== "paged"
-      ? [Math.floor(n.gap_start / scale), Math.ceil(n.gap_blocks / scale)] : null;
-    if (String(gap) !== String(view.gap)) { view.gap = gap; view.overlayDirty = true; }
-    let text = "", waits = false;
-    if (g.done) text = "";
-    else if (n.next_id !== undefined) {
-      const contiguous = p.info.allocator !== "paged";
-      const room = contiguous ? n.gap_blocks : n.free_blocks;
-      waits = n.next_blocks > room;
-      const who = n.next_readmit ? `evicted conversation ${n.next_id} needs ${nf0.format(n.next_blocks)} to come back`
-        : `next conversation (${n.next_id}) needs ${nf0.format(n.next_blocks)}` +
-          (contiguous ? " in one piece" : " for its prompt");
-      text = (contiguous ? `${blocks(n.gap_blocks)} free in one piece` : `${blocks(n.free_blocks)} free`) +
-        `; the ${who}` + (waits ? `: ${nf0.format(g.counters.num_waiting)} wait` : "");
-    } else if (n.free_blocks > 0 && g.counters.step > 0) {
-      text = `${blocks(n.free_blocks)} free`;
+    if (this.look.note) this.writeNote(p, g);
+    else this.placeGap(p, null);
+    if (p.bar) this.drawStrip(p, s);
+    if (p.seats) {
+      // Over, the seats say nothing the summary does not (the peak is of the frames drawn, and a jump draws none).
+      p.seats.hidden = p.seatsLabel.hidden = !!s;
+      if (!s) this.drawSeats(p);
     }
-    p.note.classList.toggle("waits", waits);
-    if (p.note.textContent !== text) {
-      p.note.textContent = text;
-      setData(p.panel, "note", text);
-      this.placeNote(p, n, scale);
-    } else if (text && p.placedAt !== n.gap_start) this.placeNote(p, n, scale);
+    if (s) {
+      p.ended.hidden = false;
+      setText(p.ended, `Run over: all ${nf0.format(s.num_finished)} served in ${nf1.format(s.makespan_s)} s; the cache ` +
+        `is empty again. Over the run ${pct(s.memory_shares.token)} of the memory held tokens and ` +
+        `${nf1.format(s.mean_batch_size)} conversations ran at once on average.`);
+    } else p.ended.hidden = true;
+    setData(p.panel, "seq", frame.seq);
   }
 
-  // Beside the gap's first square, below it (above it on the last rows), towards the middle: placed from the
-  // layout the page already knows, so that no frame forces the browser to measure anything.
-  placeNote(p, n, scale) {
-    p.placedAt = n.gap_start;
-    if (!p.note.textContent || !(n.gap_start >= 0)) return;
-    const v = p.view, L = v.layout, c = Math.floor(n.gap_start / scale / L.k);
-    const x = (c % L.cols) * L.s, row = (c / L.cols) | 0, W = v.width, H = L.rows * L.s;
-    const st = p.note.style;
-    if (x > W / 2) { st.left = "auto"; st.right = Math.max(0, W - x - L.s) + "px"; }
-    else { st.right = "auto"; st.left = x + "px"; }
-    if (row + 2 < L.rows || L.rows < 3) { st.bottom = "auto"; st.top = Math.min(H, (row + 1) * L.s + 2) + "px"; }
-    else { st.top = "auto"; st.bottom = Math.max(0, H - row * L.s + 2) + "px"; }
+  placeGap(p, gap) {
+    const view = p.view;
+    if (String(gap) !== String(view.gap)) { view.gap = gap; view.overlayDirty = true; }
+  }
+
+  // Under the figure: who is next in the queue, what admitting it takes (the allocator's answer) and what keeps
+  // it waiting; the free piece the allocator would hand out is outlined on the grid.
+  writeNote(p, g) {
+    const n = g.note || {}, scale = this.meta.display_scale || 1, bs = this.meta.kv_block_size || this.meta.block_size;
+    const h = n.head;
+    const piece = !g.done && h && h.one_piece && n.piece && n.piece[0] >= 0
+      ? [Math.floor(n.piece[0] / scale), Math.ceil(n.piece[1] / scale)] : null;
+    this.placeGap(p, piece);
+    let text = "", waits = false;
+    const evicted = p.lastEvicted && p.lastEvicted.length && !g.done ? p.lastEvicted : null;
+    if (g.done) text = "";
+    else if (h) {
+      const need = Math.ceil(h.slots / bs), room = Math.floor(h.room_slots / bs);
+      const who = h.evicted ? `evicted conversation ${h.id}, back at the head of the queue,`
+        : `the next conversation (${h.id})`;
+      const what = h.one_piece
+        ? `needs ${h.slots === h.asked_slots ? "" : `${nf0.format(h.asked_slots)} slots, rounded up to `}` +
+          `${blocks(need)} in one piece`
+        : `needs ${blocks(need)} for its ${plural(h.num_tokens, "token")}${h.evicted ? ", all to compute again" : ""}`;
+      const there = h.one_piece ? `the largest free piece is ${blocks(room)} (${nf0.format(n.free_blocks)} free in all)`
+        : `${blocks(room)} free`;
+      waits = h.waits !== "";
+      const why = { memory: `: it waits, with ${nf0.format(g.counters.num_waiting)} in the queue`,
+        seats: `, but every seat is taken (${nf0.format(g.counters.num_running)} running, max_num_seqs): it waits`,
+        batch: ": static batching, so it waits for the whole running batch to finish",
+        "": ": it joins at the next step" }[h.waits];
+      text = `${who[0].toUpperCase()}${who.slice(1)} ${what}; ${there}${why}.`;
+    } else if (g.counters.step > 0) {
+      text = `${blocks(n.free_blocks)} free; nobody is waiting.`;
+    }
+    if (evicted) {
+      text += ` Evicted since the last frame: ${evicted.slice(0, 3).map(([id, t]) => `conversation ${id}` +
+        (t ? ` (${plural(t, "token")} to compute again)` : "")).join(", ")}` +
+        `${evicted.length > 3 ? ` and ${nf0.format(evicted.length - 3)} more` : ""}.`;
+    }
+    p.note.classList.toggle("waits", waits && h && h.waits === "memory");
+    setText(p.note, text.trim());
+    setData(p.panel, "note", text.trim());
   }
 
   // The running batch as seats, the queue as a line: empty seats beside a waiting queue are static batching's
   // cost; seats refilled at once are continuous batching's. Seats: the most this engine has run at once.
   drawSeats(p) {
     const g = p.last;
-    if (!g) return;
     const running = g.counters.num_running || 0, waiting = g.counters.num_waiting || 0;
     p.peak = Math.max(p.peak, running);
     const canvas = p.seats, w = Math.max(60, p.view.width), h = 34;
@@ -873,65 +1021,60 @@ class Player {
     const seen = new Set(), owner = p.view.owner;
     for (let b = 0; b < owner.length; b++) { const o = owner[b]; if (o >= 0 && !seen.has(o)) { seen.add(o); ids.push(o); } }
     ids.sort((a, b) => a - b);
-    const key = `${w} ${p.peak} ${waiting} ${ids.join(",")}`;
-    if (key === p.seatsKey) return;
-    p.seatsKey = key;
-    if (canvas.width !== w) canvas.width = w;
-    if (canvas.height !== h) canvas.height = h;
-    const ctx = canvas.getContext("2d");
-    ctx.clearRect(0, 0, w, h);
-    const seatsW = Math.floor(w * 0.62), seats = Math.max(1, p.peak);
-    const rows = seats * 6 > seatsW ? 2 : 1;
-    const per = Math.ceil(seats / rows), s = Math.max(2, Math.min(14, Math.floor(seatsW / per)));
-    // One path per colour (a canvas state change per seat would cost more than the drawing).
-    const paths = PALETTE.map(() => new Path2D()), empty = new Path2D();
-    for (let i = 0; i < seats; i++) {
-      const x = (i % per) * s, y = ((i / per) | 0) * (s + 2) + 1;
-      if (i < ids.length) paths[ids[i] % PALETTE.length].rect(x, y, s - 1, s - 1);
-      else empty.rect(x + 0.5, y + 0.5, s - 2, s - 2);
+    const key = `${w} ${p.peak} ${running} ${waiting} ${ids.join(",")}`;
+    if (key !== p.seatsKey) {
+      p.seatsKey = key;
+      if (canvas.width !== w) canvas.width = w;
+      if (canvas.height !== h) canvas.height = h;
+      const ctx = canvas.getContext("2d");
+      ctx.clearRect(0, 0, w, h);
+      const seatsW = Math.floor(w * 0.62), seats = Math.max(1, p.peak);
+      const rows = seats * 6 > seatsW ? 2 : 1;
+      const per = Math.ceil(seats / rows), s = Math.max(2, Math.min(14, Math.floor(seatsW / per)));
+      // One path per colour (a canvas state change per seat would cost more than the drawing).
+      const paths = PALETTE.map(() => new Path2D()), empty = new Path2D();
+      for (let i = 0; i < seats; i++) {
+        const x = (i % per) * s, y = ((i / per) | 0) * (s + 2) + 1;
+        if (i < Math.min(running, ids.length)) paths[ids[i] % PALETTE.length].rect(x, y, s - 1, s - 1);
+        else empty.rect(x + 0.5, y + 0.5, s - 2, s - 2);
+      }
+      paths.forEach((path, k) => { ctx.fillStyle = PALETTE_HEX[k]; ctx.fill(path); });
+      ctx.strokeStyle = "#888"; ctx.lineWidth = 1; ctx.stroke(empty);
+      const qx = seatsW + 10, room = Math.max(0, Math.floor((w - qx - 40) / 5));
+      const queue = new Path2D();
+      for (let i = 0; i < Math.min(waiting, room); i++) queue.rect(qx + i * 5, 12, 3, 10);
+      ctx.fillStyle = "#5f6368";
+      ctx.fill(queue);
+      if (waiting > room) { ctx.font = "11px system-ui, sans-serif"; ctx.fillText(`+${nf0.format(waiting - room)}`, qx + room * 5 + 2, 21); }
     }
-    paths.forEach((path, k) => { ctx.fillStyle = PALETTE_HEX[k]; ctx.fill(path); });
-    ctx.strokeStyle = "#888"; ctx.lineWidth = 1; ctx.stroke(empty);
-    const qx = seatsW + 10, room = Math.max(0, Math.floor((w - qx - 40) / 5));
-    const queue = new Path2D();
-    for (let i = 0; i < Math.min(waiting, room); i++) queue.rect(qx + i * 5, 12, 3, 10);
-    ctx.fillStyle = "#5f6368";
-    ctx.fill(queue);
-    if (waiting > room) { ctx.font = "11px system-ui, sans-serif"; ctx.fillText(`+${nf0.format(waiting - room)}`, qx + room * 5 + 2, 21); }
-    const text = `seats: ${nf0.format(running)} running of ${nf0.format(seats)} (the most at once so far) · ` +
-      `queue: ${nf0.format(waiting)} waiting`;
-    setText(p.seatsLabel, text);
+    setText(p.seatsLabel, `seats: ${nf0.format(running)} running of ${nf0.format(Math.max(1, p.peak))} (the most at ` +
+      `once so far) · queue: ${nf0.format(waiting)} waiting`);
     setData(p.seats, "running", running);
     setData(p.seats, "waiting", waiting);
-    setData(p.seats, "seats", seats);
   }
 
-  drawStrip(p) {
-    const g = p.last;
-    if (!g) return;
-    const s = p.summary ? p.summary.memory_shares : null;
-    const u = g.usage;
-    const shares = s ? [s.token, s.reserved, s.internal_fragmentation, 0, s.external_fragmentation]
+  drawStrip(p, s) {
+    const g = p.last, u = g.usage, simple = !!this.look.simple;
+    const shares = s ? [s.memory_shares.token, s.memory_shares.reserved, s.memory_shares.internal_fragmentation, 0,
+      s.memory_shares.external_fragmentation]
       : [u.token, u.reserved, u.internal_fragmentation, u.overhead, u.free];
     const key = shares.join(",") + "|" + p.view.width;
-    if (key !== p.lastShares) {
-      p.lastShares = key;
-      drawShareBar(p.bar, shares, p.view.width);
-      const total = shares.reduce((a, b) => a + b, 0) || 1, f = v => nf0.format(100 * v / total) + "%";
-      const named = s ? [[0, "tokens"], [1, "reserved"], [2, "never used"], [4, "free or between slabs"]]
-        : [[0, "tokens"], [1, "reserved"], [2, "never used"], [3, "rounded up"], [4, "free"]];
-      setText(p.barLabel, (s ? "memory over the whole run (time-averaged): " : "memory right now: ") +
-        named.map(([j, name]) => `${f(shares[j])} ${name}`).join(" · "));
-      p.bar.setAttribute("aria-label", p.barLabel.textContent);
-    }
-    this.drawSeats(p);
-  }
-
-  redrawStrips() {
-    for (const p of this.panels) {
-      this.drawStrip(p);
-      if (p.noteDue && p.last) { p.noteDue = false; this.writeNote(p, p.last); }
-    }
+    if (key === p.lastShares) return;
+    p.lastShares = key;
+    // A paged pool's overhead is its null block, nobody's; a slab's is its owner's round-up.
+    const paged = p.info.allocator === "paged";
+    drawShareBar(p.bar, shares, p.view.width, simple, paged);
+    // Shares of the whole, each rounded to a tenth of a percent from the frame's slot counts (the same
+    // numbers as the big one: tokens / all slots).
+    const total = shares.reduce((a, b) => a + b, 0) || 1, f = v => pct(100 * v / total);
+    const named = simple ? (paged
+      ? [[[0], "tokens"], [[1, 2], "reserved, still empty"], [[4], "free"], [[3], "vLLM's null block"]]
+      : [[[0], "tokens"], [[1, 2, 3], "reserved, still empty"], [[4], "free"]])
+      : s ? [[[0], "tokens"], [[1], "reserved"], [[2], "never used"], [[4], "free or between slabs"]]
+        : [[[0], "tokens"], [[1], "reserved"], [[2], "never used"], [[3], "rounded up"], [[4], "free"]];
+    setText(p.barLabel, (s ? "memory over the whole run (time-averaged): " : "memory right now: ") +
+      named.map(([js, name]) => `${f(js.reduce((a, j) => a + shares[j], 0))} ${name}`).join(" · "));
+    p.bar.setAttribute("aria-label", p.barLabel.textContent);
   }
 
   scheduleDraw() {
@@ -943,13 +1086,12 @@ class Player {
       let drew = false;
       for (const v of this.views) drew = v.draw() || drew;
       let animating = false;
+      // The text first: the note says where the free piece is, which the overlay outlines.
+      if (this.textDue && (!this.textAt || now - this.textAt > SLOW_MS)) {
+        this.textDue = false; this.textAt = now; this.renderText();
+      } else if (this.textDue) animating = true;
       for (const v of this.views) { v.drawOverlay(now); animating = animating || v.flashes.length > 0; }
-      // The notes, share bars and seats change their text every frame: at 5 a second they read as well and
-      // spare the browser a layout per frame; the squares themselves are drawn at the frame rate.
-      if (this.stripsDue && (!this.stripsAt || now - this.stripsAt > SLOW_MS)) {
-        this.stripsDue = false; this.stripsAt = now; this.redrawStrips();
-      } else if (this.stripsDue) animating = true;
-      if (this.chartDue && (!this.chartAt || now - this.chartAt > 250 || this.done)) {
+      if (this.chartDue && (!this.chartAt || now - this.chartAt > 250 || this.done || !this.playing)) {
         this.chartDue = false; this.chartAt = now; this.drawChart();
       } else if (this.chartDue) animating = true;
       if (answersDue) { answersDue = false; renderAnswers(); }
@@ -1005,37 +1147,22 @@ class Player {
     }
   }
 
-  // The end of a run: every conversation has left, so the grid is empty; what stays on screen is the run's
-  // time-averaged summary (the simulator's, the same numbers `kvlab race --json` prints).
-  showSummaries(finish) {
-    finish.summaries.forEach((s, i) => {
-      const p = this.panels[i];
-      if (!p) return;
-      p.summary = s;
-      setText(p.fields.token_share, pct(s.memory_shares.token));
-      setData(p.fields.token_share, "average", s.memory_shares.token);
-      setText(p.shareWhat, "of the memory held tokens, time-averaged over the run");
-      setText(p.fields.num_preemptions, nf0.format(s.preemptions));
-      p.ended.hidden = false;
-      p.ended.textContent = `Run over: all ${nf0.format(s.num_finished)} served in ${nf1.format(s.makespan_s)} s, ` +
-        `the cache is empty again. Over the run ${pct(s.memory_shares.token)} of the memory held tokens and ` +
-        `${nf1.format(s.mean_batch_size)} conversations ran at once on average.`;
-      p.lastShares = null;
-    });
-    this.stripsDue = true;
-  }
-
+  // The end of a run: every conversation has left, so the grid is empty; the last frame stays, and beside it the
+  // run's time-averaged summary (the simulator's, the same numbers `kvlab race --json` prints).
   showFinish(finish) {
-    this.showSummaries(finish);
+    this.summaries = finish.summaries;
+    for (const p of this.panels) p.lastShares = null;
     if (!this.finishNode) return;
     this.recordRuns(finish);
     const node = this.finishNode;
     node.innerHTML = "";
     node.append(el("p", { class: "verdict", text: this.verdictText(finish) }));
-    node.append(el("div", { class: "tablewrap" }, summaryTable(this.finishRows(finish),
-      this.panels.length > 1 ? finish.winner : null)));
+    const many = this.panels.length > 1;
+    node.append(el("div", { class: "tablewrap" }, summaryTable(this.finishRows(finish), many ? finish.winner : null)));
+    node.append(el("p", { class: "hint", text: "normalized latency: a request's time from arrival to its last token, " +
+      "divided by its answer's tokens (the vLLM paper's measure), averaged over requests." }));
     node.hidden = false;
-    this.panels.forEach(p => p.panel.classList.toggle("winner", this.panels.length > 1 && p.info.name === finish.winner));
+    this.panels.forEach(p => p.panel.classList.toggle("winner", many && p.info.name === finish.winner));
   }
 
   recordRuns() {}
@@ -1044,7 +1171,8 @@ class Player {
 
   setPlaying(on) {
     this.playing = on;
-    if (!on && this.panels.length) { this.stripsDue = true; this.stripsAt = 0; this.scheduleDraw(); } // the last frame's
+    // Stopped: the last frame's numbers at once, and the next frame's (a step, a seek) too.
+    if (!on && this.panels.length) { this.textDue = true; this.textAt = 0; this.scheduleDraw(); }
     const b = this.transport.querySelector('[data-act="play"]');
     b.classList.toggle("playing", on);
     b.textContent = on ? "❚❚ pause" : "▶ play";
@@ -1059,9 +1187,9 @@ const SUMMARY_COLS = [
   ["throughput_rps", "requests/s", v => nf2.format(v)],
   ["throughput_tps", "tokens/s", v => nf1.format(v)],
   ["token_share", "memory holding tokens (time avg.)", v => pct(v)],
-  ["mean_batch_size", "mean batch", v => nf1.format(v)],
+  ["mean_batch_size", "conversations at once (avg.)", v => nf1.format(v)],
   ["preemptions", "evictions", v => nf0.format(v)],
-  ["recomputed_tokens", "recomputed tokens", v => nf0.format(v)],
+  ["recomputed_tokens", "tokens computed again", v => nf0.format(v)],
   ["normalized_latency_mean", "normalized latency (s/token)", v => nf2.format(v)],
 ];
 
@@ -1096,19 +1224,24 @@ function summaryTable(summaries, winner) {
 // Live: the engine runs on the server; frames arrive as server-sent events over a streaming fetch (so that an
 // HTTP 400 carries its message to the page, which EventSource cannot do).
 class LivePlayer extends Player {
-  constructor(section, kind, form) {
-    super(section, kind);
+  // ``form``: the controls the run is made from (none: ``fixed`` gives the spec).
+  constructor(section, kind, form, fixed, look) {
+    super(section, kind, look);
     this.form = form;
+    this.fixed = fixed || {};
     this.session = null;
     this.abort = null;
     this.stale = true;
     this.timer = null;
     this.resetting = null;
-    this.runs = new Map(); // the grid's finished runs this visit, by strategy: the story's comparison
-    // A changed control starts a new run (shortly, so that typing a number does not start one per digit). A bad
-    // value is refused here, with a message, and the old result is dimmed; nothing is sent.
-    form.addEventListener("change", () => this.controlsChanged());
-    form.addEventListener("input", e => { if (e.target.dataset.kind) this.validate(); });
+    this.until = null; // a stream asked to stop at this simulated time
+    this.runs = new Map(); // the grid's finished runs this visit, keyed by setup and strategy
+    if (form) {
+      // A changed control starts a new run (shortly, so that typing a number does not start one per digit). A bad
+      // value is refused here, with a message, and the old result is dimmed; nothing is sent.
+      form.addEventListener("change", () => this.controlsChanged());
+      form.addEventListener("input", e => { if (e.target.dataset.kind) this.validate(); });
+    }
   }
 
   controlsChanged() {
@@ -1120,11 +1253,12 @@ class LivePlayer extends Player {
 
   // [spec, message]: the run the controls describe, or why they describe none.
   specOrError() {
+    if (!this.form) return [{ ...this.fixed }, null];
     const [values, msg] = checkForm(this.form);
     if (msg) return [null, msg];
     const data = Object.fromEntries(new FormData(this.form).entries());
-    const spec = { kind: this.kind };
-    if (this.kind === "grid") {
+    const spec = { kind: this.kind === "race" ? "race" : "grid" };
+    if (this.kind !== "race") {
       spec.strategies = [`${data.batching}+${data.allocator}`];
     } else {
       spec.strategies = Array.from(this.form.querySelectorAll('input[name="strategy"]:checked')).map(i => i.value);
@@ -1174,6 +1308,7 @@ class LivePlayer extends Player {
       this.session = meta.session_id;
       this.section.dataset.session = meta.session_id;
       this.done = false;
+      this.held = false;
       this.build(meta);
       this.onFrame(meta.frame);
       this.setStale(false);
@@ -1198,7 +1333,8 @@ class LivePlayer extends Player {
     return this.session !== null && !this.section.classList.contains("stale");
   }
 
-  async play() {
+  // Play; with ``until`` (simulated seconds), the stream's last frame is the one at that time, and it stays.
+  async play(until) {
     if (this.playing || this.starting) return; // one stream at a time: two would interleave their deltas
     stats.playAt = performance.now(); stats.firstFrameAt = null; stats.firstDrawAt = null;
     this.starting = true;
@@ -1207,12 +1343,14 @@ class LivePlayer extends Player {
     } finally {
       this.starting = false;
     }
+    this.until = until === undefined ? null : until;
     this.setPlaying(true);
     if (this.onPlay) this.onPlay();
     const ctrl = new AbortController();
     this.abort = ctrl;
     try {
-      const resp = await fetch(`api/sessions/${this.session}/stream?speed=${this.speed}&have=${this.seq}`,
+      const hold = this.until === null ? "" : `&until=${this.until}`;
+      const resp = await fetch(`api/sessions/${this.session}/stream?speed=${this.speed}&have=${this.seq}${hold}`,
         { signal: ctrl.signal });
       if (!resp.ok) {
         let msg = `the server answered ${resp.status}`;
@@ -1225,6 +1363,14 @@ class LivePlayer extends Player {
       if (err.name !== "AbortError") showError(this.errorNode, err);
     } finally {
       if (this.abort === ctrl) { this.abort = null; this.setPlaying(false); }
+    }
+  }
+
+  onFrame(frame) {
+    super.onFrame(frame);
+    if (frame.held) {
+      this.held = true;
+      if (this.onHeld) this.onHeld(frame);
     }
   }
 
@@ -1275,20 +1421,37 @@ class LivePlayer extends Player {
   // Run on to t simulated seconds and show that frame: the same frame whatever the machine's speed.
   seek(t) { return this.post("seek", `&t=${t}`); }
 
-  // The grid keeps each strategy's last finished run, so that the story's two runs sit side by side.
+  // From now on every frame carries conversation ``id``'s block table; the tables as they stand now come back.
+  async follow(id) {
+    if (!this.session) return null;
+    const r = await api(`api/sessions/${this.session}/follow?id=${id}`, { method: "POST" });
+    return r.tables;
+  }
+
+  // The grid keeps each strategy's last finished run per setup, so that the story compares like with like.
   recordRuns(finish) {
     if (this.kind !== "grid") return;
-    for (const s of finish.summaries) { this.runs.delete(s.name); this.runs.set(s.name, s); }
+    for (const s of finish.summaries) {
+      const key = `${this.meta.setup_key} ${s.name}`;
+      this.runs.delete(key);
+      this.runs.set(key, { summary: s, setup: this.meta.setup, setupKey: this.meta.setup_key,
+        allocator: this.meta.grids[0].allocator });
+    }
     if (this.onRunsChanged) this.onRunsChanged();
   }
 
-  finishRows(finish) { return this.kind === "grid" ? Array.from(this.runs.values()) : finish.summaries; }
+  // The finish table: this run and the runs before it on the same settings (never a run on other settings).
+  finishRows(finish) {
+    if (this.kind !== "grid") return finish.summaries;
+    return Array.from(this.runs.values()).filter(r => r.setupKey === this.meta.setup_key).map(r => r.summary);
+  }
 
   verdictText(finish) {
-    if (this.kind !== "grid" || this.runs.size < 2) return finish.verdict;
-    const rows = Array.from(this.runs.values());
-    return finish.verdict + " Your runs so far, time-averaged: " +
-      rows.map(s => `${s.name} ${pct(s.memory_shares.token)} of memory holding tokens, all served in ` +
+    if (this.kind !== "grid") return finish.verdict;
+    const same = this.finishRows(finish);
+    if (same.length < 2) return finish.verdict;
+    return finish.verdict + " Your runs on these settings, time-averaged: " +
+      same.map(s => `${s.name} ${pct(s.memory_shares.token)} of memory holding tokens, all served in ` +
         `${nf0.format(s.makespan_s)} s`).join("; ") + ".";
   }
 }
@@ -1355,10 +1518,402 @@ class LogPlayer extends Player {
   }
 }
 
-// ---------------------------------------------------------------- the calculator and the bridge to vLLM
-const BRIDGE_MODEL = "qwen2.5-0.5b-instruct"; // `vllm serve Qwen/Qwen2.5-0.5B-Instruct`
+// ---------------------------------------------------------------- the first figure: two caches, one clock
+const HERO_HOLD = 60; // simulated seconds: where the first figure stops, and the headline it stops on
 
-async function setupCalculator() {
+function setupHero(hero) {
+  const headline = document.getElementById("hero-headline");
+  const onward = hero.transport.querySelector('[data-act="onward"]');
+  onward.addEventListener("click", () => { activePlayer = hero; hero.play(); });
+  // Play stops at the headline's moment the first time; from there, it plays on to the end.
+  hero.toggle = () => { if (hero.playing) hero.pause(); else hero.play(hero.t < HERO_HOLD ? HERO_HOLD : undefined); };
+  hero.onNewRun = () => { if (hero.autoplay) { hero.autoplay = false; hero.play(HERO_HOLD); } };
+  hero.transport.querySelector('[data-act="again"]').addEventListener("click", () => {
+    activePlayer = hero; hero.autoplay = true; hero.reset();
+  });
+  hero.onRender = frame => {
+    if (hero.panels.length !== 2 || !hero.panels[0].last) return;
+    const [a, b] = hero.panels.map(p => p.last.counters);
+    const reached = frame.t >= HERO_HOLD - 1e-9;
+    const at = reached ? `${nf0.format(frame.t)} s in` : `${nf1.format(frame.t)} s in`;
+    let big, rest;
+    if (a.num_running === b.num_running) {
+      big = `Both run ${plural(a.num_running, "conversation")} at once: a tie so far.`;
+      rest = ` Same GPU, same requests, ${at}.`;
+    } else {
+      big = `${plural(a.num_running, "conversation")} at once against ${nf0.format(b.num_running)}.`;
+      rest = ` Same GPU, same requests, ${at}: reserving the max leaves ${nf0.format(a.num_waiting)} waiting, ` +
+        `pages ${nf0.format(b.num_waiting)}.`;
+    }
+    headline.innerHTML = "";
+    headline.append(el("b", { text: big }), document.createTextNode(rest));
+    if (reached) headline.append(document.createTextNode(" Why? One conversation up close, below."));
+    headline.classList.toggle("reached", reached);
+    setData(headline, "final", reached ? "1" : "");
+    setData(headline, "t", frame.t);
+    setData(headline, "seq", frame.seq);
+    setData(headline, "speed", hero.speed);
+    onward.hidden = !(reached && !frame.done && !hero.playing);
+  };
+}
+
+// ---------------------------------------------------------------- 1. one conversation
+const ONE_SEED = 3; // the workload's conversation drawn first: a 129-token prompt and a 681-token answer
+
+function setupOne(one) {
+  one.transport.querySelector('[data-act="another"]').addEventListener("click", async () => {
+    one.fixed.seed = (one.fixed.seed + 1) % 1000;
+    activePlayer = one;
+    await one.reset();
+    one.play();
+  });
+  const caption = document.getElementById("one-caption");
+  one.onRender = frame => {
+    if (one.panels.length !== 2 || !one.panels[0].last || !one.meta.requests.length) return;
+    const [id, , prompt, answer] = one.meta.requests[0];
+    const [slab, pages] = one.panels.map(p => p.last);
+    const held = (g, info) => BIG.held_slots.of(g, info);
+    const ms = held(slab, one.panels[0].info), ps = held(pages, one.panels[1].info);
+    const tok = pages.usage.token;
+    let text = `Conversation ${id}: a ${nf0.format(prompt)}-token prompt, then ${plural(answer, "token")} of answer. `;
+    if (!ms && !tok && !frame.done) text += "Press play: it arrives, and both caches make room for it.";
+    else if (frame.done) {
+      text += "It has finished, and both caches are empty again: its slab goes back whole, its pages one by one. " +
+        "A hole the slab's size can only be reused by another conversation whose slab fits in it.";
+    } else {
+      text += `Now ${plural(tok, "token")}. Reserve the max set aside ${nf0.format(ms)} slots the moment it started ` +
+        `and fills ${pct(100 * tok / ms)} of them; pages hold it in ${nf0.format(ps)} slots ` +
+        `(${blocks(ps / (one.meta.kv_block_size || 16))}), ${pct(100 * tok / Math.max(1, ps))} full: only the last page ` +
+        "is partly empty.";
+    }
+    setText(caption, text);
+  };
+}
+
+// A figure drawn from another's frames is redrawn only while it is on screen (and once when it comes into view):
+// the first screen's frame rate is not spent on figures below it.
+function whenVisible(node, onShow) {
+  const state = { visible: false };
+  new IntersectionObserver(entries => {
+    const was = state.visible;
+    state.visible = entries.some(e => e.isIntersecting);
+    if (state.visible && !was) onShow();
+  }).observe(node);
+  return state;
+}
+
+// ---------------------------------------------------------------- 3. the block table
+class TableFigure {
+  constructor(host, hero) {
+    this.host = host;
+    this.hero = hero;
+    this.gridHost = host.querySelector(".tablefig-grid");
+    this.who = host.querySelector('[data-field="table-who"]');
+    this.map = host.querySelector('[data-field="table-map"]');
+    this.slab = host.querySelector('[data-field="table-slab"]');
+    this.logical = host.querySelector("canvas.logical");
+    this.view = null;
+    this.runId = null;
+    this.id = -1;
+    this.tables = null;
+    this.seen = whenVisible(host, () => { if (hero.lastFrame) this.update(hero.lastFrame); });
+    hero.listeners.push((player, frame) => { if (this.seen.visible) this.update(frame); });
+  }
+
+  build() {
+    const m = this.hero.meta;
+    this.gridHost.innerHTML = "";
+    const wrap = el("div", { class: "gridwrap" });
+    this.gridHost.append(wrap);
+    this.view = new GridView(wrap, m.num_blocks, m.block_size, Math.max(160, Math.min(380, window.innerHeight * 0.45)), true);
+    this.view.canvas.setAttribute("aria-label", "the pages cache of the first figure; click a square to pick its conversation");
+    this.view.canvas.addEventListener("click", e => {
+      const c = this.view.cellAt(e);
+      if (c >= 0) { const owner = this.view.cellState(c).owner; if (owner >= 0) this.pick(owner); }
+    });
+    new ResizeObserver(() => { if (this.view && this.view.relayout(wrap.clientWidth)) { this.view.copyFrom(this.source()); this.draw(); } })
+      .observe(wrap);
+    this.runId = m.runId;
+    this.id = -1;
+  }
+
+  source() { return this.hero.views[1]; } // the pages grid (the race is reserve-the-max, then pages)
+
+  update(frame) {
+    if (!this.hero.meta || this.hero.views.length < 2) return;
+    if (this.runId !== this.hero.meta.runId) this.build();
+    this.view.copyFrom(this.source());
+    const g = frame.grids;
+    if (g[1] && g[1].table && g[1].table.id === this.id) this.tables = g.map(x => x.table);
+    if (this.id < 0 || (this.tables && !this.tables[1].blocks.length && frame.grids[1].counters.num_running)) {
+      const biggest = this.biggest();
+      if (biggest >= 0 && biggest !== this.id) { this.pick(biggest); return; }
+    }
+    this.draw();
+  }
+
+  // The conversation holding the most pages now: its table shows the scatter best.
+  biggest() {
+    const counts = new Map(), owner = this.source().owner;
+    for (let b = 0; b < owner.length; b++) if (owner[b] >= 0) counts.set(owner[b], (counts.get(owner[b]) || 0) + 1);
+    let best = -1, n = 0;
+    for (const [id, c] of counts) if (c > n) { best = id; n = c; }
+    return best;
+  }
+
+  async pick(id) {
+    this.id = id;
+    setData(this.host, "id", id);
+    try {
+      const tables = await this.hero.follow(id);
+      if (tables && this.id === id) this.tables = tables;
+    } catch (err) { /* the hero's run was replaced: the next frame picks again */ }
+    this.draw();
+  }
+
+  draw() {
+    if (!this.view) return;
+    const t = this.tables && this.tables[1] && this.tables[1].id === this.id ? this.tables : null;
+    const v = this.view;
+    v.highlight = this.id;
+    v.labels = new Map();
+    const pages = t ? t[1] : null, slab = t ? t[0] : null;
+    const bs = this.hero.meta.kv_block_size || 16, k = this.hero.meta.display_scale || 1;
+    if (pages && pages.blocks.length) pages.blocks.forEach((b, j) => v.labels.set(Math.floor(b / k), String(j)));
+    v.overlayDirty = true;
+    v.draw();
+    v.drawOverlay(performance.now());
+    if (!pages) { setText(this.who, "Waiting for the figure at the top to run…"); return; }
+    const req = this.hero.requests.get(this.id);
+    const n = pages.blocks.length;
+    if (!n) {
+      setText(this.who, `Conversation ${this.id} holds no pages now (${pages.status}). Click a coloured square.`);
+    } else {
+      setText(this.who, `Conversation ${this.id}` + (req ? ` (a ${nf0.format(req[2])}-token prompt)` : "") +
+        `: ${plural(pages.num_tokens, "token")} in ${plural(n, "page")}. Its logical blocks, in token order, and the ` +
+        "physical block each one is (the numbers on the grid):");
+    }
+    this.drawLogical(pages, bs);
+    this.map.innerHTML = "";
+    const shown = pages.blocks.slice(0, 24);
+    shown.forEach((b, j) => this.map.append(el("li", { text: `${j} → ${b}` })));
+    if (n > shown.length) this.map.append(el("li", { text: `… ${n - shown.length} more` }));
+    setData(this.map, "blocks", pages.blocks.join(","));
+    if (slab && slab.blocks.length) {
+      const a = slab.blocks[0], z = slab.blocks[slab.blocks.length - 1];
+      setText(this.slab, `Under reserve the max the same conversation holds blocks ${a}–${z}: one piece of ` +
+        `${nf0.format(slab.slab_slots)} slots, logical block j at block ${a} + j. No table is needed, and no other ` +
+        "piece would do.");
+    } else if (slab) {
+      setText(this.slab, `Under reserve the max the same conversation holds no slab now: ` + ({
+        waiting: "it is still waiting in the queue for a free piece long enough.",
+        preempted: "it was evicted and waits to come back.",
+        finished: "it has already finished.",
+      }[slab.status] || `(${slab.status}).`));
+    }
+  }
+
+  // The logical blocks as a strip: each filled as far as it holds tokens, numbered with its physical block.
+  drawLogical(pages, bs) {
+    const c = this.logical, n = pages ? pages.blocks.length : 0;
+    const w = Math.max(100, c.clientWidth || 300), per = Math.max(8, Math.min(34, Math.floor(w / Math.max(1, n))));
+    const rows = Math.max(1, Math.ceil(n * per / w)), h = rows * (per + 14);
+    c.width = w; c.height = h;
+    const ctx = c.getContext("2d");
+    ctx.clearRect(0, 0, w, h);
+    if (!n) return;
+    const colour = PALETTE_HEX[colourOf(this.id)], cols = Math.max(1, Math.floor(w / per));
+    ctx.font = "10px system-ui, sans-serif"; ctx.textAlign = "center";
+    for (let j = 0; j < n; j++) {
+      const x = (j % cols) * per, y = Math.floor(j / cols) * (per + 14);
+      const filled = Math.max(0, Math.min(bs, pages.num_computed_tokens - j * bs)) / bs;
+      ctx.fillStyle = "#e4e4e4"; ctx.fillRect(x, y, per - 2, per - 2);
+      ctx.fillStyle = colour; ctx.fillRect(x, y, (per - 2) * filled, per - 2);
+      ctx.fillStyle = "#1d1d1f";
+      if (per >= 16) ctx.fillText(String(j), x + per / 2 - 1, y + per / 2 + 3);
+      if (per >= 22) ctx.fillText(String(pages.blocks[j]), x + per / 2 - 1, y + per + 9);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- 4. why batching more is faster
+class BatchChart {
+  constructor(figure, hero) {
+    this.figure = figure;
+    this.canvas = figure.querySelector("canvas");
+    this.caption = figure.querySelector('[data-field="batching-caption"]');
+    this.hero = hero;
+    this.key = "";
+    this.seen = whenVisible(figure, () => this.draw());
+    hero.listeners.push(() => { if (this.seen.visible) this.draw(); });
+    new ResizeObserver(() => { this.key = ""; this.draw(); }).observe(this.canvas);
+  }
+
+  draw() {
+    const m = this.hero.meta;
+    if (!m || !m.cost_curve || this.hero.panels.length !== 2 || !this.hero.panels[0].last) return;
+    const runs = this.hero.panels.map(p => p.last.counters.num_running);
+    const w = Math.max(240, Math.floor(this.canvas.clientWidth || 600)), h = 240;
+    const key = `${m.runId} ${runs.join(",")} ${w}`;
+    if (key === this.key) return;
+    this.key = key;
+    const rows = m.cost_curve.seconds.map((seconds, j) => ({ batch: j + 1, seconds })), B = rows.length;
+    const ms = r => 1000 * r.seconds, tps = r => r.batch / r.seconds;
+    const nice = v => { const e = 10 ** Math.floor(Math.log10(v)), f = v / e; return (f <= 2 ? 2 : f <= 5 ? 5 : 10) * e; };
+    const msTop = nice(Math.max(...rows.map(ms))), tpsTop = nice(Math.max(...rows.map(tps)));
+    this.canvas.width = w; this.canvas.height = h;
+    const ctx = this.canvas.getContext("2d");
+    ctx.clearRect(0, 0, w, h);
+    const left = 52, right = w - 64, top = 14, bottom = h - 36;
+    // The batch on a log scale: 1, 2, 4, ... are evenly spaced, so the small batches are not crowded together.
+    const X = b => left + (right - left) * Math.log2(b) / Math.max(1, Math.log2(B));
+    const Y1 = v => bottom - (bottom - top) * v / msTop, Y2 = v => bottom - (bottom - top) * v / tpsTop;
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.strokeStyle = "#e6e6e6"; ctx.lineWidth = 1; ctx.fillStyle = "#5f6368";
+    for (let j = 0; j <= 4; j++) {
+      const y = bottom - (bottom - top) * j / 4;
+      ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(right, y); ctx.stroke();
+      ctx.textAlign = "right"; ctx.fillText(`${nf0.format(msTop * j / 4)} ms`, left - 4, y + 4);
+      ctx.textAlign = "left"; ctx.fillText(nf0.format(tpsTop * j / 4), right + 4, y + 4);
+    }
+    ctx.textAlign = "center";
+    for (let b = 1; b <= B; b *= 2) ctx.fillText(nf0.format(b), X(b), bottom + 13);
+    ctx.fillText("conversations in one iteration (the batch; a log scale)", (left + right) / 2, h - 6);
+    const line = (Y, f, style, dash) => {
+      ctx.strokeStyle = style; ctx.lineWidth = 2.5; ctx.setLineDash(dash); ctx.beginPath();
+      rows.forEach((r, j) => { if (j === 0) ctx.moveTo(X(r.batch), Y(f(r))); else ctx.lineTo(X(r.batch), Y(f(r))); });
+      ctx.stroke(); ctx.setLineDash([]);
+    };
+    line(Y1, ms, "#1d1d1f", []);
+    line(Y2, tps, "#0072b2", [6, 4]);
+    const at = b => rows[Math.max(1, Math.min(B, b)) - 1];
+    const names = ["reserve the max", "pages"];
+    runs.forEach((b, i) => {
+      const r = at(b), colour = PALETTE_HEX[i === 0 ? 0 : 3], x = X(r.batch);
+      ctx.strokeStyle = colour; ctx.lineWidth = 1; ctx.setLineDash([2, 2]);
+      ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, bottom); ctx.stroke(); ctx.setLineDash([]);
+      for (const [Y, f] of [[Y1, ms], [Y2, tps]]) {
+        ctx.fillStyle = colour; ctx.strokeStyle = "#1d1d1f"; ctx.lineWidth = 1.5;
+        ctx.beginPath(); ctx.arc(x, Y(f(r)), 5, 0, 7); ctx.fill(); ctx.stroke();
+      }
+      const label = `${names[i]}: ${nf0.format(b)}`, tw = ctx.measureText(label).width;
+      const lx = Math.min(right - tw - 2, Math.max(left + 2, x - tw / 2)), ly = top + 2 + 14 * i;
+      ctx.fillStyle = "rgba(255,255,255,0.9)"; ctx.fillRect(lx - 2, ly - 1, tw + 4, 13);
+      ctx.fillStyle = "#1d1d1f"; ctx.textAlign = "left"; ctx.fillText(label, lx, ly + 9);
+    });
+    setData(this.figure, "batches", runs.join(","));
+    const [ra, rb] = runs.map(at), w0 = m.cost_curve.weights_s * 1000;
+    const c = m.cost_curve;
+    let text = `One iteration of ${m.model} on ${m.gpu} (kvlab's cost model, profile ${c.profile}), each ` +
+      `conversation reading ${plural(c.context_len, "token")} of keys and values (the workload's mean over a ` +
+      `conversation's life). Reading the weights alone takes ${nf1.format(w0)} ms, whatever the batch. `;
+    if (runs[0] !== runs[1]) {
+      text += `The figure at the top, now: reserve the max runs ${nf0.format(runs[0])} at once, ` +
+        `${nf1.format(ms(ra))} ms a step, ${nf0.format(tps(ra))} tokens/s; pages run ${nf0.format(runs[1])}, ` +
+        `${nf1.format(ms(rb))} ms a step, ${nf0.format(tps(rb))} tokens/s: ${nf1.format(tps(rb) / tps(ra))}× the ` +
+        `tokens for ${nf2.format(ms(rb) / ms(ra))}× the time per step.`;
+    } else {
+      text += `The figure at the top, now: both run ${nf0.format(runs[0])} at once, ${nf1.format(ms(ra))} ms a step.`;
+    }
+    const bend = m.cost_curve.compute_from;
+    if (bend) text += ` From ${nf0.format(bend)} conversations on, arithmetic outweighs reading memory and the time line steepens.`;
+    setText(this.caption, text);
+  }
+}
+
+// ---------------------------------------------------------------- 5. evictions
+function setupEvictions(ev) {
+  const caption = document.getElementById("evictions-caption");
+  ev.onRender = frame => {
+    const g = ev.panels[0] && ev.panels[0].last;
+    if (!g) return;
+    const c = g.counters, n = g.note || {};
+    let text;
+    if (!c.num_preemptions) text = "No eviction yet: press play.";
+    else {
+      text = `So far ${plural(c.num_preemptions, "eviction")}. The engine has computed ` +
+        `${plural(c.num_recomputed_tokens, "token")} a second time for conversations that came back` +
+        (n.tokens_to_recompute ? `, and ${nf0.format(n.tokens_to_recompute)} more wait in the queue` : "") +
+        `; meanwhile it generated ${plural(c.num_output_tokens, "answer token")}. That work is what an eviction ` +
+        `costs: time. Nothing is lost: ${nf0.format(c.num_finished)} served so far, none failed.`;
+    }
+    setText(caption, text);
+  };
+}
+
+// ---------------------------------------------------------------- 2. the story on the grid
+// The grid opens on reserve-the-max; once that has been watched, the page asks for pages. Two finished runs are
+// compared only when their settings are the same.
+function setupStory(grid) {
+  const story = document.getElementById("story");
+  const steps = { max: story.querySelector('[data-step="max"]'), paged: story.querySelector('[data-step="paged"]') };
+  const watched = new Set();
+  const mark = () => {
+    const allocator = grid.form.elements.allocator.value;
+    steps.max.classList.toggle("done", watched.has("max"));
+    steps.paged.classList.toggle("done", watched.has("paged"));
+    steps.max.classList.toggle("current", allocator === "max" && !watched.has("max"));
+    steps.paged.classList.toggle("current", watched.has("max") || allocator === "paged");
+    const runs = Array.from(grid.runs.values());
+    const max = runs.filter(r => r.allocator === "max").pop(), paged = runs.filter(r => r.allocator === "paged").pop();
+    let out = story.querySelector(".compare");
+    if (max && paged) {
+      if (!out) { out = el("li", { class: "compare current", role: "status" }); story.append(out); }
+      const a = max.summary, b = paged.summary;
+      if (max.setupKey !== paged.setupKey) {
+        out.dataset.compared = "";
+        out.textContent = `Not compared: your reserve-the-max run (${a.name}) and your pages run (${b.name}) had ` +
+          `different settings (${setupDifference(max.setup, paged.setup)}). Run both on the same settings to ` +
+          "compare them.";
+      } else {
+        out.dataset.compared = "1";
+        const time = a.makespan_s === b.makespan_s ? `both served everyone in ${nf0.format(a.makespan_s)} s (a tie)`
+          : `everyone was served in ${nf0.format(a.makespan_s)} s against ${nf0.format(b.makespan_s)} s`;
+        out.textContent = `On the same settings (${describeSetup(max.setup)}), time-averaged, ` +
+          `${pct(a.memory_shares.token)} of the memory held tokens under reserve-the-max (${a.name}) against ` +
+          `${pct(b.memory_shares.token)} with pages (${b.name}); ${time}.`;
+      }
+    }
+  };
+  grid.onPlay = () => { watched.add(grid.form.elements.allocator.value); mark(); };
+  grid.onRunsChanged = mark;
+  grid.onNewRun = mark;
+  story.querySelector('[data-act="story-next"]').addEventListener("click", async () => {
+    grid.form.elements.allocator.value = "paged";
+    activePlayer = grid;
+    await grid.reset();
+    grid.play();
+  });
+  mark();
+}
+
+function setupShowMe(grid) {
+  const form = grid.form;
+  const d = catalog.defaults;
+  const set = values => {
+    for (const [k, v] of Object.entries(values)) form.elements[k].value = String(v);
+    checkForm(form);
+  };
+  const presets = {
+    q1: { allocator: "max", batching: "continuous", block_size: d.block_size, num_blocks: "auto", rate: d.rate },
+    q2: { allocator: "paged", batching: "continuous", block_size: d.block_size, num_blocks: "auto", rate: d.rate },
+    // A cache of 64 blocks (1,024 slots) under 20 requests/s: pages run out mid-answer.
+    q3: { allocator: "paged", batching: "continuous", block_size: 16, num_blocks: 64, rate: 20 },
+  };
+  for (const button of document.querySelectorAll("[data-show]")) {
+    button.addEventListener("click", async () => {
+      button.blur(); // so that space then pauses the grid rather than pressing "show me" again
+      set(presets[button.dataset.show]);
+      activePlayer = grid;
+      document.getElementById("grid").scrollIntoView({ behavior: "instant", block: "start" });
+      await grid.reset();
+      grid.play();
+    });
+  }
+}
+
+// ---------------------------------------------------------------- the calculator and the bridge to vLLM
+async function setupCalculator(grid) {
   const form = document.getElementById("calc-form");
   const modelSel = document.getElementById("calc-model"), gpuSel = document.getElementById("calc-gpu");
   for (const m of catalog.models) modelSel.append(el("option", { value: m.name, text: m.name }));
@@ -1381,6 +1936,7 @@ async function setupCalculator() {
       section.classList.remove("stale");
       renderCalc(r);
       out.hidden = false;
+      fitMembarLabels();
     } catch (err) {
       if (mine !== serial) return;
       showError(errorNode, err);
@@ -1389,8 +1945,11 @@ async function setupCalculator() {
   };
   form.addEventListener("input", update);
   form.addEventListener("change", update);
-  gpuSel.addEventListener("change", () => updateBridge(gpuSel.value));
-  await Promise.all([update(), updateBridge(gpuSel.value)]);
+  const bridge = () => updateBridge(modelSel.value, gpuSel.value);
+  modelSel.addEventListener("change", bridge);
+  gpuSel.addEventListener("change", bridge);
+  setupBridge(grid, modelSel, gpuSel);
+  await Promise.all([update(), bridge()]);
 }
 
 function renderCalc(r) {
@@ -1410,6 +1969,7 @@ function renderCalc(r) {
       "data-part": cls, "data-value": String(v), text: share >= 8 ? `${label} ${nf0.format(share)}%` : "" }));
   }
   bar.setAttribute("aria-label", "GPU memory: " + said.join(", "));
+  fitMembarLabels();
   const set = (key, text, value) => {
     const dd = document.querySelector(`#calc-figures [data-key="${key}"]`);
     dd.textContent = text;
@@ -1431,18 +1991,33 @@ function renderCalc(r) {
   document.getElementById("calc-log").textContent = r.log_lines.join("\n");
 }
 
+// A segment's label is written inside it only where it fits whole (the legend and the tooltip say it anyway).
+function fitMembarLabels() {
+  for (const span of document.querySelectorAll("#calc-bar span")) {
+    if (!span.dataset.label) span.dataset.label = span.textContent;
+    span.textContent = span.dataset.label;
+    if (span.scrollWidth > span.clientWidth) span.textContent = "";
+  }
+}
+window.addEventListener("resize", fitMembarLabels);
+
 let bridgeSize = null;
 
-// The lesson's model on the calculator's GPU, by kvlab's own sizing: the lines vLLM prints, and how to read them.
-async function updateBridge(gpu) {
+// The model and GPU picked in the calculator, by kvlab's own sizing: the command, the lines vLLM prints, how to
+// read them, and what drawing that pool changes in section 2.
+async function updateBridge(model, gpu) {
+  let r;
   try {
-    bridgeSize = await api("api/size?" + new URLSearchParams({ model: BRIDGE_MODEL, gpu }).toString());
+    r = await api("api/size?" + new URLSearchParams({ model, gpu }).toString());
   } catch (err) {
     showError(document.getElementById("vllm-log-error"), err);
     return;
   }
-  const r = bridgeSize;
+  bridgeSize = r;
+  const entry = catalog.models.find(m => m.name === r.model);
   for (const n of document.querySelectorAll('[data-field="bridge-gpu"]')) n.textContent = r.gpu;
+  for (const n of document.querySelectorAll('[data-field="bridge-model"]')) n.textContent = r.model;
+  setText(document.querySelector('[data-field="bridge-cmd"]'), `vllm serve ${(entry && entry.hf_repo) || r.model}`);
   const log = document.getElementById("bridge-log");
   log.innerHTML = "";
   for (const line of r.log_lines) {
@@ -1462,6 +2037,29 @@ async function updateBridge(gpu) {
       `${nf0.format(r.num_blocks)} blocks / ${nf0.format(r.max_model_len / r.block_size)} blocks each. With pages, ` +
       "shorter conversations fit many more." }),
   );
+  setText(document.getElementById("bridge-scale"), `This sets section 2 to ${r.model} on ${r.gpu} with the whole KV ` +
+    `cache vLLM would have there (${blocks(r.num_blocks)}), memory in pages; its requests and batching stay as they are.`);
+}
+
+function setupBridge(grid, modelSel, gpuSel) {
+  document.querySelector('[data-act="bridge-draw"]').addEventListener("click", async () => {
+    const form = grid.form;
+    form.elements.model.value = modelSel.value;
+    form.elements.gpu.value = gpuSel.value;
+    form.elements.num_blocks.value = "auto";
+    form.elements.allocator.value = "paged";
+    activePlayer = grid;
+    await grid.reset();
+    const m = grid.meta, v = grid.views[0];
+    if (m && v) {
+      const k = v.layout.k * (m.display_scale || 1);
+      setText(document.getElementById("bridge-scale"), `Section 2 now draws ${m.model} on ${m.gpu}: ` +
+        `${nf0.format(m.num_gpu_blocks)} blocks, one square = ${nf0.format(k)} blocks (the page picks the scale ` +
+        "so the pool fits the screen).");
+    }
+    document.getElementById("grid").scrollIntoView({ behavior: "instant", block: "start" });
+  });
+  document.querySelector('[data-act="explain-log"]').addEventListener("click", explainLog);
 }
 
 async function explainLog() {
@@ -1553,16 +2151,19 @@ function fillForms() {
   const [batching, allocator] = d.story[0].split("+");
   document.querySelector(`#grid-form [name="allocator"][value="${allocator}"]`).checked = true;
   document.querySelector(`#grid-form [name="batching"][value="${batching}"]`).checked = true;
+  // The race: the lesson's four strategies in view, the others under "more".
   const box = document.getElementById("race-strategies");
+  const more = el("details", { class: "more inline" }, el("summary", { text: "more strategies" }));
   for (const s of catalog.strategies) {
     const input = el("input", { type: "checkbox", name: "strategy", value: s.name });
     input.checked = d.race.includes(s.name);
-    box.append(el("label", { title: s.description }, input, el("span", { text: s.name })));
+    (d.race.includes(s.name) ? box : more).append(el("label", { title: s.description }, input, el("span", { text: s.name })));
   }
+  box.append(more);
 }
 
 async function boot() {
-  window.kvlab = { stats, facts, palette: PALETTE.map(hex), paletteRgb: PALETTE, pale: PALE,
+  window.kvlab = { stats, facts, palette: PALETTE.map(hex), paletteRgb: PALETTE, pale: PALE, ink: INK,
     freeRgb: FREE_RGB, players: {} };
   const logNode = document.getElementById("kvlab-log");
   if (logNode) {
@@ -1574,98 +2175,42 @@ async function boot() {
     document.body.dataset.ready = "1";
     return;
   }
+  buildLegend(document.getElementById("hero-legend"), true);
   buildLegend(document.getElementById("grid-legend"));
   catalog = await api("api/catalog");
   window.kvlab.catalog = catalog;
   fillForms();
+  const d = catalog.defaults;
+  const story = { kind: "race", strategies: d.story, model: d.model, gpu: d.gpu, workload: d.workload, rate: d.rate,
+    num_requests: d.num_requests, seed: d.seed, block_size: d.block_size };
+  const hero = new LivePlayer(document.getElementById("hero"), "hero", null, story);
+  const one = new LivePlayer(document.getElementById("one"), "one", null,
+    { ...story, num_requests: 1, num_blocks: 144, seed: ONE_SEED });
   const grid = new LivePlayer(document.getElementById("grid"), "grid", document.getElementById("grid-form"));
+  const evictions = new LivePlayer(document.getElementById("evictions"), "evictions", null,
+    { kind: "grid", strategies: [d.story[1]], model: d.model, gpu: d.gpu, workload: d.workload, rate: 10,
+      num_requests: 200, seed: d.seed, block_size: d.block_size, num_blocks: 256 });
   const race = new LivePlayer(document.getElementById("race"), "race", document.getElementById("race-form"));
-  window.kvlab.players = { grid, race };
-  activePlayer = grid;
+  window.kvlab.players = { hero, one, grid, evictions, race };
+  activePlayer = hero;
+  setupHero(hero);
+  // The figure leads: it plays on arrival (or, for a reader who asked for less motion, shows the moment it
+  // would stop at).
+  const still = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+  hero.autoplay = !still;
+  const heroReady = hero.reset().then(() => (still ? hero.seek(HERO_HOLD) : null));
+  setupOne(one);
+  window.kvlab.table = new TableFigure(document.getElementById("table-figure"), hero);
+  window.kvlab.batching = new BatchChart(document.getElementById("batching-chart"), hero);
+  setupEvictions(evictions);
   setupStory(grid);
   setupQuiz();
   setupShowMe(grid);
-  setupBridge(grid);
-  await Promise.all([setupCalculator(), grid.reset(), race.reset()]);
+  race.onRender = () => setText(document.querySelector('[data-field="race-setup"]'),
+    race.meta ? `Every lane: ${describeSetup(race.meta.setup)}.` : "");
+  await heroReady;
+  await Promise.all([setupCalculator(grid), one.reset(), grid.reset(), evictions.reset(), race.reset()]);
   document.body.dataset.ready = "1";
-}
-
-// The story: the grid opens on reserve-the-max; once that has been watched, the page asks for pages.
-function setupStory(grid) {
-  const story = document.getElementById("story");
-  const steps = { max: story.querySelector('[data-step="max"]'), paged: story.querySelector('[data-step="paged"]') };
-  const watched = new Set();
-  const mark = () => {
-    const allocator = grid.form.elements.allocator.value;
-    steps.max.classList.toggle("done", watched.has("max"));
-    steps.paged.classList.toggle("done", watched.has("paged"));
-    steps.max.classList.toggle("current", allocator === "max" && !watched.has("max"));
-    steps.paged.classList.toggle("current", watched.has("max") || allocator === "paged");
-    const runs = Array.from(grid.runs.values());
-    const max = runs.filter(s => s.name.endsWith("+max")).pop(), paged = runs.filter(s => s.name.endsWith("+paged")).pop();
-    let out = story.querySelector(".compare");
-    if (max && paged) {
-      if (!out) { out = el("li", { class: "compare current", role: "status" }); story.append(out); }
-      out.textContent = `Time-averaged, ${pct(max.memory_shares.token)} of the memory held tokens under ` +
-        `reserve-the-max (${max.name}) against ${pct(paged.memory_shares.token)} with pages (${paged.name}); ` +
-        `everyone was served in ${nf0.format(max.makespan_s)} s against ${nf0.format(paged.makespan_s)} s.`;
-    }
-  };
-  grid.onPlay = () => { watched.add(grid.form.elements.allocator.value); mark(); };
-  grid.onRunsChanged = mark;
-  grid.onNewRun = mark;
-  story.querySelector('[data-act="story-next"]').addEventListener("click", async () => {
-    grid.form.elements.allocator.value = "paged";
-    activePlayer = grid;
-    await grid.reset();
-    grid.play();
-  });
-  mark();
-}
-
-function setupShowMe(grid) {
-  const form = grid.form;
-  const d = catalog.defaults;
-  const set = values => {
-    for (const [k, v] of Object.entries(values)) form.elements[k].value = String(v);
-    checkForm(form);
-  };
-  const presets = {
-    q1: { allocator: "max", batching: "continuous", block_size: d.block_size, num_blocks: "auto", rate: d.rate },
-    q2: { allocator: "paged", batching: "continuous", block_size: d.block_size, num_blocks: "auto", rate: d.rate },
-    // A cache of 64 blocks (1,024 slots) under 20 requests/s: pages run out mid-answer.
-    q3: { allocator: "paged", batching: "continuous", block_size: 16, num_blocks: 64, rate: 20 },
-  };
-  for (const button of document.querySelectorAll("[data-show]")) {
-    button.addEventListener("click", async () => {
-      button.blur(); // so that space then pauses the grid rather than pressing "show me" again
-      set(presets[button.dataset.show]);
-      activePlayer = grid;
-      document.getElementById("grid").scrollIntoView({ behavior: "instant", block: "start" });
-      await grid.reset();
-      grid.play();
-    });
-  }
-}
-
-function setupBridge(grid) {
-  document.querySelector('[data-act="bridge-draw"]').addEventListener("click", async () => {
-    const form = grid.form;
-    form.elements.model.value = BRIDGE_MODEL;
-    form.elements.gpu.value = document.getElementById("calc-gpu").value;
-    form.elements.num_blocks.value = "auto";
-    form.elements.allocator.value = "paged";
-    activePlayer = grid;
-    await grid.reset();
-    const m = grid.meta, v = grid.views[0];
-    if (m && v) {
-      const k = v.layout.k * (m.display_scale || 1);
-      setText(document.getElementById("bridge-scale"), `Drawn: ${nf0.format(m.num_gpu_blocks)} blocks, one square = ` +
-        `${nf0.format(k)} blocks (the page picks the scale so the pool fits the screen).`);
-    }
-    document.getElementById("grid").scrollIntoView({ behavior: "instant", block: "start" });
-  });
-  document.querySelector('[data-act="explain-log"]').addEventListener("click", explainLog);
 }
 
 boot().catch(err => {
