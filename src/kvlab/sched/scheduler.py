@@ -40,7 +40,7 @@ from typing import NamedTuple, Protocol
 from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.batching import BATCHING
-from kvlab.sched.output import RunTiming, SchedulerOutput, attention_work, decode_context
+from kvlab.sched.output import RunTiming, SchedulerOutput, decode_context
 from kvlab.sched.preemption import PREEMPTION, PreemptionMode
 from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
 
@@ -393,9 +393,10 @@ class Scheduler:
                 decode += 1
             else:
                 prefill += num_new
-            seq_context, seq_pairs = attention_work(computed, num_new)
-            context += seq_context
-            pairs += seq_pairs
+            # attention_work(computed, num_new), summed (written out here and in the waiting loop: a call per
+            # request and step was 1% of static+paged's bytecodes, benchmarks/count_instructions.py)
+            context += computed + num_new
+            pairs += num_new * computed + num_new * (num_new + 1) // 2
             budget -= num_new
             i += 1
         return budget, [prefill, decode, context, pairs], swap_bytes
@@ -420,9 +421,9 @@ class Scheduler:
                 continue  # admitted (memory reserved) but its first tokens wait for budget
             scheduled[seq.request_id] = num_new
             prefill += num_new
-            seq_context, seq_pairs = attention_work(seq.num_computed_tokens, num_new)
-            context += seq_context
-            pairs += seq_pairs
+            computed = seq.num_computed_tokens  # (attention_work, summed: see the running loop)
+            context += computed + num_new
+            pairs += num_new * computed + num_new * (num_new + 1) // 2
         return new_ids, [prefill, 0, context, pairs], swap_bytes
 
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
