@@ -60,7 +60,7 @@ def _synthetic_run(num_requests: int = 40, vary_batch: bool = True, constants=TR
         duration = float(predicted(constants, len(scheduled), num_prefill, num_decode, context))
         steps.append(_step(len(steps), scheduled, now, duration))
         now += duration
-        for rid, (computed, n) in scheduled.items():
+        for rid, (_, n) in scheduled.items():
             state[rid][0] += n
             state[rid][1] += 1
             if state[rid][1] >= prompt[rid].num_output_tokens:
