@@ -140,14 +140,12 @@ def test_a_profile_calibrated_in_process_predicts_two_other_workloads(tmp_path):
     except KvlabError:
         pytest.skip("the vLLM CPU engine is not installed here (kvlab vllm install): no real engine to time")
     cpu = min(os.sched_getaffinity(0))
-    workloads = [("calibration", timing.CALIBRATION.requests())]
-    workloads += [(w.name, w.requests()) for w in timing.CHECKS] * 2  # interleaved: the machine drifts between runs
-    runs = timing.run_timed(workloads, cpu=cpu, timeout=900)
-    calibration = timing.fit_steps(runs[:1])
+    runs = timing.run_timed(timing.design(), cpu=cpu, timeout=900)  # calibration and checks, twice, interleaved
+    calibration = timing.fit_steps(timing.calibration_runs(runs))
     document = timing.profile_document(calibration, "in-process", model="tiny_llama (wide)")
     path = write_profile(document, tmp_path / "in-process.toml")
     assert read_profile(path).kind == "absolute"
-    rows = timing.check_rows(runs[1:], document)
+    rows = timing.check_rows(runs, document)
     fit = calibration.fit
     print(f"\ncalibrated on {timing.CALIBRATION.describe()}: {fit.num_iterations} steps, R² {fit.r2:.3f}; "
           + ", ".join(f"{k} {fit.constants[k]:.4g}" for k in fit.fitted)

@@ -57,28 +57,27 @@ def calibrate(
     if names is not None:
         timing.check_fit(names)
     given = {"num_requests": num_requests, "rate": rate, "arrival": arrival, "cv": cv, "seed": seed}
-    design = replace(timing.CALIBRATION, **{k: v for k, v in given.items() if v is not None})
+    calibration_workload = replace(timing.CALIBRATION, **{k: v for k, v in given.items() if v is not None})
     require_installed()
-    workloads = [(design.name, design.requests())]
-    if check:
-        workloads += [(w.name, w.requests()) for w in timing.CHECKS] * 2  # (interleaved: the drift between runs)
+    workloads = timing.design(calibration_workload) if check else [
+        (calibration_workload.name, calibration_workload.requests())]
     console = Console(stderr=True)
     with console.status(f"Running {len(workloads)} workloads through the real engine in real time on CPU {cpu}",
                         spinner="dots") if not as_json and console.is_terminal else _nothing():
         runs = timing.run_timed(workloads, cpu=cpu)
-    calibration = timing.fit_steps(runs[:1], names)
+    calibration = timing.fit_steps(timing.calibration_runs(runs), names)
     document = timing.profile_document(calibration, name or out.stem, model="tiny_llama (wide: timing.WIDE_MODEL)")
     write_profile(document, out)
-    rows = timing.check_rows(runs[1:], document) if check else []
+    rows = timing.check_rows(runs, document) if check else []
     if as_json:
-        typer.echo(json.dumps({"profile": document, "path": str(out), "calibration_workload": design.describe(),
+        typer.echo(json.dumps({"profile": document, "path": str(out), "calibration_workload": calibration_workload.describe(),
                                "not_identified": list(calibration.not_identified),
                                "runs": [{"workload": r.workload, **r.figures(), "timing": r.timing} for r in runs],
                                "check": [{"workload": r.workload, "figure": r.figure, "measured": list(r.measured),
                                           "run_to_run": r.run_to_run, "kvlab": r.kvlab, "error": r.error,
                                           "tolerance": r.tolerance, "ok": r.ok} for r in rows]}, indent=1))
     else:
-        _print(calibration, design, rows, out, runs)
+        _print(calibration, calibration_workload, rows, out, runs)
     if any(not row.ok for row in rows):
         raise typer.Exit(1)
 

@@ -16,7 +16,7 @@ JOB.json is one job or a list of jobs (a list runs in one process, one engine af
                 "kv_cache_memory_bytes": null,          # or bytes; one of the two must be given
                 "max_num_seqs": 8, "max_num_batched_tokens": 256, "max_model_len": 1024,
                 "enable_prefix_caching": false, "enable_chunked_prefill": true,
-                "long_prefill_token_threshold": 0, "dtype": "float32", "seed": 0},
+                "long_prefill_token_threshold": 0, "watermark": 0.0, "dtype": "float32", "seed": 0},
      "requests": [{"request_id": "0", "prompt_token_ids": [...], "max_tokens": 12, "add_before_step": 0}, ...],
      "model": {...},             # optional config.json overrides of TINY_LLAMA
      "record_block_ids": true,   # optional, default true
@@ -188,6 +188,7 @@ def _engine_args(model_dir: str, engine: dict):
         enable_prefix_caching=engine["enable_prefix_caching"],
         enable_chunked_prefill=engine.get("enable_chunked_prefill", True),
         long_prefill_token_threshold=engine.get("long_prefill_token_threshold", 0),
+        watermark=engine.get("watermark", 0.0),
         # Eager mode: torch.compile would cost minutes of startup for nothing the scheduler sees.
         enforce_eager=True,
         disable_log_stats=True,

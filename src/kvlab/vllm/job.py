@@ -45,6 +45,7 @@ class EngineSettings:
     enable_prefix_caching: bool = False
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0
+    watermark: float = 0.0  # vLLM's --watermark (0: V1's default, off)
     dtype: str = "float32"
     seed: int = 0
 
@@ -52,14 +53,16 @@ class EngineSettings:
     def scheduler_config(self) -> SchedulerConfig:
         """kvlab's scheduler under these settings (the strategy's batching and preemption mode: vLLM V1's)."""
         return SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-                               max_model_len=self.max_model_len, enable_chunked_prefill=self.enable_chunked_prefill)
+                               max_model_len=self.max_model_len, enable_chunked_prefill=self.enable_chunked_prefill,
+                               watermark=self.watermark)
 
     def options(self, model: str, gpu: str) -> dict:
         """The run's options (kvlab.config.resolve's keywords) for ``model`` on ``gpu`` under these settings."""
         return {"model": model, "gpu": gpu, "num_gpu_blocks": self.num_gpu_blocks_override,
                 "block_size": self.block_size, "max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
                 "max_num_batched_tokens": self.max_num_batched_tokens,
-                "enable_chunked_prefill": self.enable_chunked_prefill, "dtype": self.dtype}
+                "enable_chunked_prefill": self.enable_chunked_prefill, "dtype": self.dtype,
+                "watermark": self.watermark}
 
     def check(self, spelling: dict[str, str] | None = None) -> None:
         """Refuse, before starting the engine, what vLLM 0.32.0 would refuse, with vLLM's reason. ``spelling``

@@ -101,13 +101,23 @@ class TimedWorkload:
                 f"outputs {self.output_len[0]}-{self.output_len[1]} tokens, {arrivals}")
 
 
-# The design (capacity of this setup on the benchmark machine: ~4-5 req/s). The calibration's bursts fill the
-# batch to max_num_seqs with prefill chunks up to the token budget, its lulls leave one or two requests decoding
-# (batch sizes 1-16, contexts from a few tokens to thousands: every constant identifiable); the checks are other
-# requests, one well below capacity and one above it.
-CALIBRATION = TimedWorkload("calibration", 100, 4.0, (16, 384), (4, 128), arrival="gamma", cv=2.5, seed=1)
-CHECKS = (TimedWorkload("below capacity", 40, 1.5, (16, 256), (16, 160), seed=2),
+# The design (capacity of this setup on the benchmark machine: ~5 req/s). The calibration's bursts fill the batch
+# to max_num_seqs with prefill chunks up to the token budget, its lulls leave one or two requests decoding (batch
+# sizes 1-16, contexts from a few tokens to thousands: every constant identifiable); the checks are other
+# requests, one well below capacity and one above it. Each is run twice, the calibration too, interleaved
+# (calibration, checks, calibration, checks): the machine drifts by 10-20% in a minute (docs/cost.md), and the fit
+# pools both calibration runs so that it stands on the same stretch of time as the checks.
+CALIBRATION = TimedWorkload("calibration", 80, 5.0, (16, 384), (4, 128), arrival="gamma", cv=2.0, seed=1)
+CHECKS = (TimedWorkload("below capacity", 30, 1.5, (16, 256), (16, 160), seed=2),
           TimedWorkload("above capacity", 80, 12.0, (32, 384), (8, 96), seed=3))
+REPEATS = 2
+
+
+def design(calibration: TimedWorkload = CALIBRATION, checks: Sequence[TimedWorkload] = CHECKS,
+           repeats: int = REPEATS) -> list[tuple[str, list[Request]]]:
+    """The runs of a check, in order: the calibration and the checks, ``repeats`` times over."""
+    once = [(calibration.name, calibration.requests())] + [(w.name, w.requests()) for w in checks]
+    return once * repeats
 
 
 @dataclass(frozen=True)
@@ -204,7 +214,7 @@ def step_iterations(runs: Sequence[TimedRun]) -> Iterations:
             for key, value in zip(columns, row):
                 columns[key].append(float(value))
     arrays = {k: np.asarray(v, dtype=float) for k, v in columns.items()}
-    return Iterations(**arrays, weight=np.ones(len(arrays["duration"])), first_tokens=(),
+    return Iterations(**arrays, weight=np.ones(len(arrays["duration"])), first_tokens=(),  # type: ignore[arg-type]
                       num_requests=sum(len(r.served) for r in runs), sources=tuple(r.workload for r in runs),
                       observed_by="the real engine's own steps, timed in-process")
 
@@ -215,8 +225,12 @@ class Calibration:
     not_identified: tuple[str, ...]  # one sentence per constant the data could not identify (left at 0)
 
 
+def calibration_runs(runs: Sequence[TimedRun], calibration: str = CALIBRATION.name) -> list[TimedRun]:
+    return [r for r in runs if r.workload == calibration]
+
+
 def fit_steps(runs: Sequence[TimedRun], fit: tuple[str, ...] | None = None) -> Calibration:
-    """calibrate.py's least squares over the runs' steps. ``fit`` None: every iteration constant the steps
+    """calibrate.py's least squares over the runs' steps (pooled). ``fit`` None: every iteration constant the steps
     identify, each one they cannot left out with the reason and the workload that would; an explicit ``fit``
     is fitted as asked, or refused (Unidentifiable) with the same sentence."""
     from kvlab.cost.calibrate import fit_iterations
@@ -226,7 +240,7 @@ def fit_steps(runs: Sequence[TimedRun], fit: tuple[str, ...] | None = None) -> C
         check_fit(fit)
         return Calibration(fit_iterations(its, fit, ENGINE_STEPS), ())
     names = list(ITERATION_CONSTANTS)
-    dropped = []
+    dropped: list[str] = []
     while True:
         try:
             return Calibration(fit_iterations(its, tuple(names), ENGINE_STEPS), tuple(dropped))
@@ -304,11 +318,13 @@ class CheckRow:
 
 
 def check_rows(runs: Sequence[TimedRun], profile: dict, settings: EngineSettings = SETTINGS,
-               model: dict | None = None) -> list[CheckRow]:
-    """Runs of the same workload (by name, in order) against kvlab's prediction for it, figure by figure."""
+               model: dict | None = None, calibration: str = CALIBRATION.name) -> list[CheckRow]:
+    """Runs of the same workload (by name, in order; the calibration's left out) against kvlab's prediction for
+    it, figure by figure."""
     by_workload: dict[str, list[TimedRun]] = {}
     for run in runs:
-        by_workload.setdefault(run.workload, []).append(run)
+        if run.workload != calibration:
+            by_workload.setdefault(run.workload, []).append(run)
     rows = []
     for name, repeats in by_workload.items():
         predicted = predict(repeats[0], profile, settings, model)
