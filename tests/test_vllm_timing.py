@@ -39,7 +39,7 @@ def _synthetic_run(num_requests: int = 40, vary_batch: bool = True, constants=TR
 
     rng = random.Random(0)
     # (all together, they also finish together: every step holds all of them)
-    requests = [Request(i, 0.0, rng.randint(16, 300), rng.randint(4, 60) if vary_batch else 30)
+    requests = [Request(i, 0.0, rng.randint(16, 300), rng.randint(4, 60) if vary_batch else 70)
                 for i in range(num_requests)]
     state = {}  # id -> [computed, outputs]
     pending = list(requests)
@@ -98,17 +98,17 @@ def test_uniform_steps_name_the_constant_they_cannot_identify_and_the_workload_t
         timing.fit_steps([run], ("overhead_s", "seq_overhead_s", "prefill_token_overhead_s"))
     message = str(info.value)
     assert info.value.constant == "seq_overhead_s"
-    assert "the engine's steps cannot identify seq_overhead_s" in message
+    assert "the calibration run cannot identify seq_overhead_s" in message
     assert "Data that would: steps of many batch sizes" in message
     # Without --fit, every constant the steps identify is fitted and each one they cannot is named, with why.
     calibration = timing.fit_steps([run])
     assert "seq_overhead_s" not in calibration.fit.fitted
-    assert any(s.startswith("the engine's steps cannot identify seq_overhead_s") for s in calibration.not_identified)
+    assert any(s.startswith("the calibration run cannot identify seq_overhead_s") for s in calibration.not_identified)
 
 
 def test_too_few_steps_are_refused_with_what_would_do():
     run = _synthetic_run(num_requests=2)
-    with pytest.raises(KvlabError, match=r"the engine's steps shows \d+ timed iterations .* calibrate on more "
+    with pytest.raises(KvlabError, match=r"the calibration run shows \d+ timed iterations .* calibrate on more "
                                          r"requests \(-n\)"):
         timing.fit_steps([run])
 

@@ -61,6 +61,7 @@ DEFAULT_FIT = (*ITERATION_CONSTANTS, "request_latency_s")
 MIN_ITERATIONS_PER_CONSTANT = 10
 MIN_FIRST_TOKENS = 5
 COLLINEAR = 1e-6  # 1 - R² of a Jacobian column on the others below this: not separable
+CONSTANT = 1e-6  # a Jacobian column whose range is below this share of its size: the same in every iteration
 BURST_GAP_S = 5e-4  # chunks closer than this are one burst (no engine iteration is this short)
 
 
@@ -450,27 +451,32 @@ def _check_identifiable(jac, names: tuple[str, ...], wording: Wording = BENCH, a
     to avoid)."""
     import numpy as np
 
-    for i, name in enumerate(names):
-        column = jac[:, i]
+    def refuse(name: str, why: str) -> None:
         others = [k for k in names if k != name]
-        leave_out = f"Or leave it out: --fit {','.join([*others, *also])}"
-        why = None
-        if not np.any(column):
-            why = (f"in none of the {len(column)} timed iterations does it set the time (the other side of the max "
-                   f"does)")
-        elif name != "overhead_s" and np.ptp(column) == 0:
-            why = (f"what it multiplies is the same in all {len(column)} timed iterations, so it cannot be told from "
-                   f"the per-iteration overhead")
-        elif name != "overhead_s":  # (every step has the overhead: what moves in step with it is the other one)
-            rest = np.delete(jac, i, axis=1)
-            if rest.shape[1]:
-                coef, *_ = np.linalg.lstsq(rest, column, rcond=None)
-                spread = float(((column - column.mean()) ** 2).sum()) or float((column**2).sum())
-                if float(((column - rest @ coef) ** 2).sum()) < COLLINEAR * spread:
-                    why = f"over the {len(column)} timed iterations it moves the time in step with {', '.join(others)}"
-        if why is not None:
-            raise Unidentifiable(f"{wording.data} cannot identify {name}: {why}. Data that would: "
-                                 f"{wording.hints[name]}. {leave_out}", name)
+        raise Unidentifiable(f"{wording.data} cannot identify {name}: {why}. Data that would: {wording.hints[name]}. "
+                             f"Or leave it out: --fit {','.join([*others, *also])}", name)
+
+    num = len(jac)
+    # First a side of the max that never sets the time: then the constants beside it look constant too.
+    for i, name in enumerate(names):
+        if not np.any(jac[:, i]):
+            refuse(name, f"in none of the {num} timed iterations does it set the time (the other side of the max "
+                         f"does)")
+    for i, name in enumerate(names):
+        if name == "overhead_s":  # (every step has the overhead: what moves in step with it is the other one)
+            continue
+        column = jac[:, i]
+        # (the Jacobian is numerical: a column that is constant in truth varies in its last digits)
+        if np.ptp(column) <= CONSTANT * np.abs(column).max():
+            refuse(name, f"what it multiplies is the same in all {num} timed iterations, so it cannot be told from "
+                         f"the per-iteration overhead")
+        rest = np.delete(jac, i, axis=1)
+        if rest.shape[1]:
+            coef, *_ = np.linalg.lstsq(rest, column, rcond=None)
+            spread = float(((column - column.mean()) ** 2).sum())
+            if float(((column - rest @ coef) ** 2).sum()) < COLLINEAR * spread:
+                refuse(name, f"over the {num} timed iterations it moves the time in step with "
+                             f"{', '.join(k for k in names if k != name)}")
 
 
 def _request_latency(its: Iterations, constants: dict, wording: Wording = BENCH) -> tuple[float, float, int]:

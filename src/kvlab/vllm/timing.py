@@ -48,7 +48,7 @@ NICE = -20
 TOLERANCE = MappingProxyType({"throughput_rps": 0.05, "ttft_p50": 0.20, "tpot_p50": 0.20})
 
 ENGINE_STEPS = Wording(
-    data="the engine's steps",
+    data="the calibration run",
     hints=MappingProxyType({
         "weights_read_s": "a calibration workload with both small decode batches (quiet periods) and long prefills "
                           "(bursts of long prompts): --arrival gamma --cv 2 or more",
@@ -215,7 +215,7 @@ def step_iterations(runs: Sequence[TimedRun]) -> Iterations:
                 columns[key].append(float(value))
     arrays = {k: np.asarray(v, dtype=float) for k, v in columns.items()}
     return Iterations(**arrays, weight=np.ones(len(arrays["duration"])), first_tokens=(),  # type: ignore[arg-type]
-                      num_requests=sum(len(r.served) for r in runs), sources=tuple(r.workload for r in runs),
+                      num_requests=sum(len(r.requests) for r in runs), sources=tuple(r.workload for r in runs),
                       observed_by="the real engine's own steps, timed in-process")
 
 
