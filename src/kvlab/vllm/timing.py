@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from kvlab.cost.calibrate import DEFAULT_FIT, ITERATION_CONSTANTS, Fit, Iterations, Unidentifiable, Wording
+from kvlab.cost.calibrate import ITERATION_CONSTANTS, Fit, Iterations, Unidentifiable, Wording
 from kvlab.errors import KvlabError
 from kvlab.vllm.job import EngineSettings
 from kvlab.workload.request import Request
@@ -348,6 +348,3 @@ def format_rows(rows: Sequence[CheckRow]) -> list[str]:
 def _fmt(figure: str, value: float) -> str:
     return f"{value:.3f}" if figure == "throughput_rps" else f"{value * 1e3:.1f} ms"
 
-
-__all__ = ["CALIBRATION", "CHECKS", "DEFAULT_FIT", "SETTINGS", "TOLERANCE", "CheckRow", "TimedRun", "TimedWorkload",
-           "check_rows", "fit_steps", "predict", "profile_document", "run_timed", "step_iterations"]
