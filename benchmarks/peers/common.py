@@ -57,18 +57,20 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, lo
 
 def kvlab_run(requests_csv: Path, *, watermark: float = 0.0, chunked_prefill: bool = False) -> tuple[dict, float]:
     """kvlab's `vllm` strategy on Vidur's requests (a CSV of arrived_at, num_prefill_tokens, num_decode_tokens),
-    in this process: (the summary's figures, the seconds the simulation took)."""
-    from kvlab.sim import SimConfig, Simulation
-    from kvlab.strategies import parse_strategy
-    from kvlab.workload.load import load_workload
+    in this process, through the run service: (the summary's figures, the seconds the simulation took)."""
+    from dataclasses import replace
 
-    workload = load_workload(str(requests_csv), arrival="trace", max_model_len=MAX_MODEL_LEN, long_requests="clip")
-    config = SimConfig.from_options(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=NUM_GPU_BLOCKS,
-                                    block_size=BLOCK_SIZE, max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
-                                    max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-                                    enable_chunked_prefill=chunked_prefill, cost="vidur-a100", watermark=watermark)
+    from kvlab import service
+    from kvlab.config import resolve
+
+    config = resolve(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=NUM_GPU_BLOCKS, block_size=BLOCK_SIZE,
+                     max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
+                     max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, enable_chunked_prefill=chunked_prefill,
+                     cost="vidur-a100", workload=str(requests_csv), arrival="trace", long_requests="clip")
+    # (vLLM's --watermark is the scheduler's; not yet a run option: SchedulerConfig.watermark)
+    config = replace(config, scheduler=replace(config.scheduler, watermark=watermark))
     start = time.perf_counter()
-    summary = Simulation(parse_strategy("vllm"), config, workload, record_iterations=False).run().summary()
+    summary = service.run(config, ["vllm"], record_iterations=False).summaries()[0]
     seconds = time.perf_counter() - start
     return {"throughput_rps": summary["throughput_rps"], "ttft_p50": summary["ttft_s"]["p50"],
             "ttft_p99": summary["ttft_s"]["p99"], "tpot_p50": summary["tpot_s"]["p50"],

@@ -261,27 +261,31 @@ def profile_document(calibration: Calibration, name: str, model: str = "", gpu: 
 
 
 def predict(run: TimedRun, profile: dict, settings: EngineSettings = SETTINGS, model: dict | None = None) -> dict:
-    """kvlab's `vllm` strategy on ``profile`` (a profile document) for the run's requests and arrivals."""
+    """kvlab's `vllm` strategy on ``profile`` (a profile document) for the run's requests and arrivals, through
+    the run service."""
     import tempfile
 
-    from kvlab.cost.model import CostModel
-    from kvlab.cost.profiles import profile_from_dict
-    from kvlab.sim import SimConfig, Simulation
-    from kvlab.strategies import parse_strategy
+    from kvlab import service
+    from kvlab.config import resolve
+    from kvlab.cost.profiles import write_profile
     from kvlab.vllm.compare import TINY_MODEL_CONFIG
     from kvlab.workload import Workload
 
-    checked = profile_from_dict(json.loads(json.dumps(profile)), "the calibrated profile")
+    start = min(r.arrival_time for r in run.requests)
+    requests = tuple(replace(r, arrival_time=r.arrival_time - start) for r in run.requests)
     with tempfile.TemporaryDirectory(prefix="kvlab-timing-") as tmp:
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps({**json.loads(TINY_MODEL_CONFIG.read_text()),
                                            **(WIDE_MODEL if model is None else model)}))
-        config = SimConfig.from_options(**settings.sim_options(str(config_path), "a100-40gb"))
-    # An absolute profile is the machine's own seconds: no catalogue GPU enters the clock.
-    config = replace(config, cost=CostModel.from_seconds(**checked.constants, profile=checked.name))
-    start = min(r.arrival_time for r in run.requests)
-    requests = tuple(replace(r, arrival_time=r.arrival_time - start) for r in run.requests)
-    summary = Simulation(parse_strategy("vllm"), config, Workload(run.workload, requests, "", "")).run().summary()
+        # An absolute profile is the machine's own seconds: no catalogue GPU enters the clock (the GPU sizes
+        # nothing either: the pool is fixed).
+        options = {**settings.options(str(config_path), "a100-40gb"),
+                   "cost": str(write_profile(profile, Path(tmp) / "profile.json"))}
+        config = resolve(options)
+        config = replace(config, scheduler=settings.scheduler_config)
+        result = service.run(config, ["vllm"], workload=Workload(run.workload, requests, "", ""),
+                             record_iterations=False)
+    summary = result.summaries()[0]
     return {"throughput_rps": summary["throughput_rps"], "ttft_p50": summary["ttft_s"]["p50"],
             "tpot_p50": summary["tpot_s"]["p50"], "num_steps": summary["num_iterations"]}
 
