@@ -162,3 +162,12 @@ def test_a_profile_calibrated_in_process_predicts_two_other_workloads(tmp_path):
     outside = [f"{r.workload} {r.figure}: kvlab {r.kvlab:.4g} against {r.mean:.4g} ({r.error:+.1%}; allowed "
                f"{r.tolerance:.0%})" for r in rows if not r.ok]
     assert not outside, "; ".join(outside)
+
+
+def test_calibrates_help_states_the_designed_calibration_workload(kvlab):
+    r = kvlab("vllm", "calibrate", "--help")
+    design = timing.CALIBRATION
+    text = " ".join(r.stdout.split())
+    for default in (f"[default: {design.num_requests}]", f"[default: {design.rate:g}]", f"[default: {design.cv:g}]",
+                    f"[default: {design.arrival}]", f"[default: {design.seed}]"):
+        assert default in text

