@@ -10,6 +10,7 @@ The rest needs no engine: what a timed step held, in kvlab's terms, and the fit'
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -146,11 +147,14 @@ def test_a_profile_calibrated_in_process_predicts_two_other_workloads(tmp_path):
     path = write_profile(document, tmp_path / "in-process.toml")
     assert read_profile(path).kind == "absolute"
     rows = timing.check_rows(runs, document)
+    # The runs as measured, for a failure's post-mortem (timing.TimedRun's fields; the steps in the driver's format).
+    (tmp_path / "runs.json").write_text(json.dumps([{"workload": r.workload, "steps": r.steps, "served": r.served,
+                                                     "timing": r.timing} for r in runs]))
     fit = calibration.fit
     print(f"\ncalibrated on {timing.CALIBRATION.describe()}: {fit.num_iterations} steps, R² {fit.r2:.3f}; "
           + ", ".join(f"{k} {fit.constants[k]:.4g}" for k in fit.fitted)
           + "".join(f"\n  not fitted: {s}" for s in calibration.not_identified))
-    print("\n".join(timing.format_rows(rows)))
+    print("\n".join(timing.format_rows(rows)) + f"\n(the runs: {tmp_path / 'runs.json'})")
     print("runs: " + "; ".join(f"{r.workload} (nice {r.timing.get('nice')}, load {r.timing['load_average_start'][0]:.1f},"
                                f" off its CPU {r.off_cpu:.0%} of its steps)" for r in runs))
     assert fit.r2 > 0.8
