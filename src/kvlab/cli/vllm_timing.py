@@ -104,7 +104,7 @@ def _print(calibration, design, rows, out: Path, runs) -> None:
         console.print(f"  {k:<26} {_fmt(k, fit.constants[k]):>10} ± {_fmt(k, fit.sigma[k])}")
     for sentence in calibration.not_identified:
         console.print(f"  not fitted (0): {sentence}", style="yellow")
-    for sentence in significance(fit):
+    for sentence in significance(fit, timing.ENGINE_STEPS):
         console.print(f"  warning: {sentence}", style="yellow")
     console.print(f"Wrote {out}: kvlab run --cost {out} ...")
     if rows:

@@ -522,12 +522,12 @@ def calibrate(directories: list[Path], fit: tuple[str, ...] | None = None, serve
     return fit_iterations(its, fit or DEFAULT_FIT)
 
 
-def significance(fit: Fit) -> list[str]:
+def significance(fit: Fit, wording: Wording = BENCH) -> list[str]:
     """Sentences on the constants the data barely constrains (an uncertainty as large as the value)."""
     out = []
     for k in fit.fitted:
         value, sigma = fit.constants[k], fit.sigma[k]
         if not math.isfinite(sigma) or sigma >= abs(value):
             out.append(f"{k} = {value:.3g} ± {sigma:.2g} s: not distinguishable from 0 with this data "
-                       f"({FIT_HINTS[k]} would pin it down)")
+                       f"({wording.hints[k]} would pin it down)")
     return out
