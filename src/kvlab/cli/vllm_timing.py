@@ -31,7 +31,8 @@ def calibrate(
                                    "\\[default: every one the steps identify; each one they cannot is named].",
                                    show_default=False),
     check: bool = typer.Option(True, "--check/--no-check", help="Replay two other workloads in real time, each "
-                               "twice, and put kvlab's predictions on the profile beside them."),
+                               "twice (the calibration before, between and after them), and put kvlab's predictions on "
+                               "the profile beside them."),
     cpu: int = typer.Option(0, "--cpu", help="The CPU the engine runs on, alone among kvlab's processes."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:

@@ -4,7 +4,7 @@ one workload's steps, replay other workloads in real time and put kvlab's predic
     workload ──▶ build_timed_job ──▶ driver.py: vLLM's LLMEngine in one process pinned to one CPU (no API server,
                                      no HTTP client), requests added at their arrival times, every step timed
     calibration run's steps ──▶ step_iterations ──▶ cost/calibrate.py's fit ──▶ an absolute cost profile
-    check workloads ──▶ the engine, twice each (its own run-to-run difference)
+    check workloads ──▶ the engine, twice each (its own run-to-run difference), between calibration runs
                    └──▶ kvlab's `vllm` strategy on the profile ──▶ throughput, TTFT p50, TPOT p50 beside them
 
 Why in-process: on a 2-core machine a server's API process and a load generator share the model runner's
@@ -104,9 +104,9 @@ class TimedWorkload:
 # The design (capacity of this setup on the benchmark machine: ~5 req/s). The calibration's bursts fill the batch
 # to max_num_seqs with prefill chunks up to the token budget, its lulls leave one or two requests decoding (batch
 # sizes 1-16, contexts from a few tokens to thousands: every constant identifiable); the checks are other
-# requests, one well below capacity and one above it. Each is run twice, the calibration too, interleaved
-# (calibration, checks, calibration, checks): the machine drifts by 10-20% in a minute (docs/cost.md), and the fit
-# pools both calibration runs so that it stands on the same stretch of time as the checks.
+# requests, one well below capacity and one above it. Each check is run twice and the calibration three times,
+# interleaved (calibration, checks, calibration, checks, calibration): the machine drifts by 10-20% in a minute
+# (docs/cost.md), and the fit pools the calibration runs so that it stands on the same stretch of time as the checks.
 CALIBRATION = TimedWorkload("calibration", 80, 5.0, (16, 384), (4, 128), arrival="gamma", cv=2.0, seed=1)
 CHECKS = (TimedWorkload("below capacity", 30, 1.5, (16, 256), (16, 160), seed=2),
           TimedWorkload("above capacity", 80, 12.0, (32, 384), (8, 96), seed=3))
@@ -115,9 +115,11 @@ REPEATS = 2
 
 def design(calibration: TimedWorkload = CALIBRATION, checks: Sequence[TimedWorkload] = CHECKS,
            repeats: int = REPEATS) -> list[tuple[str, list[Request]]]:
-    """The runs of a check, in order: the calibration and the checks, ``repeats`` times over."""
-    once = [(calibration.name, calibration.requests())] + [(w.name, w.requests()) for w in checks]
-    return once * repeats
+    """The runs of a check, in order: the calibration and the checks, ``repeats`` times over, and the calibration
+    once more: the calibration brackets the checks, so that a machine that speeds up or slows down over the
+    minutes of the check moves the pooled calibration as it moves the checks' mean."""
+    calibrate = (calibration.name, calibration.requests())
+    return ([calibrate] + [(w.name, w.requests()) for w in checks]) * repeats + [calibrate]
 
 
 @dataclass(frozen=True)
