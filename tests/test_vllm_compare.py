@@ -34,23 +34,27 @@ def workload(seed: int, n: int, *, over_time: bool, prefixes: bool) -> list[Requ
 
 
 CASES = [
-    # (seed, requests, over time, prefix caching, blocks)
-    (1, 40, False, False, 40),
-    (2, 40, True, False, 32),
-    (3, 40, False, True, 40),
-    (4, 40, True, True, 48),
-    (5, 30, True, True, 256),
+    # (seed, requests, over time, prefix caching, blocks, watermark)
+    (1, 40, False, False, 40, 0.0),
+    (2, 40, True, False, 32, 0.0),
+    (3, 40, False, True, 40, 0.0),
+    (4, 40, True, True, 48, 0.0),
+    (5, 30, True, True, 256, 0.0),
+    # vLLM's --watermark (V0's admission rule, off by default in V1): case 2's requests and pool, and prefix hits.
+    (2, 40, True, False, 32, 0.1),
+    (4, 40, True, True, 48, 0.05),
 ]
 
 
-def settings_for(num_blocks: int, caching: bool) -> EngineSettings:
+def settings_for(num_blocks: int, caching: bool, watermark: float = 0.0) -> EngineSettings:
     return EngineSettings(block_size=32, num_gpu_blocks_override=num_blocks, max_num_seqs=12,
-                          max_num_batched_tokens=160, max_model_len=512, enable_prefix_caching=caching)
+                          max_num_batched_tokens=160, max_model_len=512, enable_prefix_caching=caching,
+                          watermark=watermark)
 
 
 @pytest.fixture(scope="module")
 def comparisons():
-    cases = [(workload(seed, n, over_time=t, prefixes=c), settings_for(b, c)) for seed, n, t, c, b in CASES]
+    cases = [(workload(seed, n, over_time=t, prefixes=c), settings_for(b, c, w)) for seed, n, t, c, b, w in CASES]
     return compare_many(cases)
 
 
@@ -62,6 +66,18 @@ def test_every_step_is_identical_to_the_real_engine(comparisons):
         assert result.kvlab.num_preemptions == result.vllm.num_preemptions
         assert not result.output_mismatches
         assert result.identical
+
+
+@pytest.mark.vllm
+def test_the_watermark_changes_what_the_real_engine_admits_and_kvlab_follows(comparisons):
+    """The same requests and pool with and without vLLM's watermark: the engine schedules differently (it admits
+    later and preempts less), and kvlab's steps are the engine's in both (the test above)."""
+    without, with_watermark = comparisons[1], comparisons[5]
+    assert CASES[1][:5] == CASES[5][:5] and CASES[5][5] > 0
+    schedule = [s["num_scheduled_tokens"] for s in without.vllm.steps]
+    assert [s["num_scheduled_tokens"] for s in with_watermark.vllm.steps] != schedule
+    assert with_watermark.vllm.num_preemptions < without.vllm.num_preemptions
+    assert with_watermark.vllm.startup["watermark"] == 0.1
 
 
 @pytest.mark.vllm
@@ -125,12 +141,12 @@ def test_kvlab_side_is_deterministic_and_uses_the_arrival_steps():
         assert first["step"] >= step
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"seed{c[0]}" for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[f"seed{c[0]}-watermark{c[5]}" for c in CASES])
 def test_kvlab_side_records_every_step_of_a_run_as_stepping_does(case):
     # The driver's format, step by step: what was scheduled, who runs with how many tokens computed, who waits,
     # how many blocks are free. A run's steps are rebuilt from the run; stepping schedules each.
-    seed, n, over_time, caching, num_blocks = case
-    settings = settings_for(num_blocks, caching)
+    seed, n, over_time, caching, num_blocks, watermark = case
+    settings = settings_for(num_blocks, caching, watermark)
     requests = prepare(workload(seed, n, over_time=over_time, prefixes=caching), settings)
     steps = arrival_steps(requests, settings)
     runs, stepped = run_kvlab(requests, steps, settings), run_kvlab(requests, steps, settings, max_iterations=1)

@@ -74,6 +74,10 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     batching: str = "continuous"  # a key of kvlab.sched.batching.BATCHING
     preemption_mode: str | None = None  # a key of kvlab.sched.preemption.PREEMPTION; None: the strategy's
+    # vLLM's --watermark: the fraction of the KV cache's blocks a waiting or preempted request must leave free to
+    # be admitted while others run (vllm/v1/core/kv_cache_manager.py: allocate_slots). 0, V1's default, is off;
+    # V0 (and Vidur) kept 0.01 always.
+    watermark: float = 0.0
 
     def __post_init__(self) -> None:
         """vLLM's refusals (config/scheduler.py, SchedulerConfig.verify_max_model_len), in `kvlab run`'s words."""
@@ -92,6 +96,9 @@ class SchedulerConfig:
             raise KvlabError(f"batching {self.batching!r}; valid: {', '.join(BATCHING_NAMES)}")
         if self.preemption_mode is not None:
             check_preemption_mode(self.preemption_mode)
+        if not 0.0 <= self.watermark < 1.0:  # (vLLM's range: config/scheduler.py, SchedulerConfig.watermark)
+            raise KvlabError(f"--watermark {self.watermark!r} is out of range; valid: a fraction from 0 (off, vLLM V1's "
+                             "default) to less than 1 (V0 kept 0.01)")
 
 
 def min_num_gpu_blocks(max_model_len: int, block_size: int) -> int:

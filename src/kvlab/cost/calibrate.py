@@ -36,8 +36,10 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from kvlab.errors import KvlabError
 
@@ -59,11 +61,33 @@ DEFAULT_FIT = (*ITERATION_CONSTANTS, "request_latency_s")
 MIN_ITERATIONS_PER_CONSTANT = 10
 MIN_FIRST_TOKENS = 5
 COLLINEAR = 1e-6  # 1 - R² of a Jacobian column on the others below this: not separable
+CONSTANT = 1e-6  # a Jacobian column whose range is below this share of its size: the same in every iteration
 BURST_GAP_S = 5e-4  # chunks closer than this are one burst (no engine iteration is this short)
 
 
 # Where iterations are timed from when no server log is given.
 TOKEN_STREAMS = "the token streams"
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How a refusal names the data and what data would identify each constant: a bench's (kvlab calibrate), or
+    the real engine's own steps (kvlab vllm calibrate, vllm/timing.py)."""
+
+    data: str = "the bench data"
+    hints: Mapping[str, str] = field(default_factory=lambda: MappingProxyType(FIT_HINTS))
+    more: str = "bench more requests or longer outputs"
+
+
+BENCH = Wording()
+
+
+class Unidentifiable(KvlabError):
+    """The data cannot identify ``constant``; the message says why and what data would."""
+
+    def __init__(self, message: str, constant: str) -> None:
+        super().__init__(message)
+        self.constant = constant
 
 
 @dataclass(frozen=True)
@@ -332,8 +356,9 @@ def predicted(x: dict, num_seqs, num_prefill_tokens, num_decode_tokens, num_cont
             + x["overhead_s"] + x["seq_overhead_s"] * num_seqs + x["prefill_token_overhead_s"] * num_prefill_tokens)
 
 
-def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT) -> Fit:
-    """Least squares over the observed iterations; KvlabError when the data cannot identify a requested constant."""
+def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT, wording: Wording = BENCH) -> Fit:
+    """Least squares over the observed iterations; Unidentifiable (a KvlabError) when the data cannot identify a
+    requested constant, KvlabError when there are too few iterations."""
     import numpy as np
 
     from kvlab.cost.profiles import ABSOLUTE_CONSTANTS
@@ -347,15 +372,16 @@ def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT) -> Fit:
     needed = MIN_ITERATIONS_PER_CONSTANT * len(iteration_fit)
     if len(its) < needed:
         raise KvlabError(
-            f"the bench data shows {len(its)} timed iterations (from {its.num_requests} finished requests); fitting "
-            f"{len(iteration_fit)} constants needs at least {needed}: bench more requests or longer outputs"
+            f"{wording.data} shows {len(its)} timed iterations (from {its.num_requests} finished requests); fitting "
+            f"{len(iteration_fit)} constants needs at least {needed}: {wording.more}"
         )
-    x, sigma, residual = _least_squares(its, iteration_fit)
+    x, sigma, residual = _least_squares(its, iteration_fit, wording, "request_latency_s" in fit)
     constants = dict.fromkeys(ABSOLUTE_CONSTANTS, 0.0)
     constants.update(x)
     num_first_tokens = 0
     if "request_latency_s" in fit:
-        constants["request_latency_s"], sigma["request_latency_s"], num_first_tokens = _request_latency(its, constants)
+        constants["request_latency_s"], sigma["request_latency_s"], num_first_tokens = _request_latency(
+            its, constants, wording)
     y, w = its.duration, its.weight
     mean = float(np.average(y, weights=w))
     total = float((w * (y - mean) ** 2).sum())
@@ -370,7 +396,7 @@ def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT) -> Fit:
     )
 
 
-def _least_squares(its: Iterations, names: tuple[str, ...]):
+def _least_squares(its: Iterations, names: tuple[str, ...], wording: Wording = BENCH, with_latency: bool = True):
     """(constants, standard errors, residuals) of the weighted fit, from several starts (the max makes it
     non-convex); refuses constants the Jacobian at the fit cannot separate."""
     import numpy as np
@@ -410,7 +436,7 @@ def _least_squares(its: Iterations, names: tuple[str, ...]):
             if best is None or result.cost < best.cost:
                 best = result
     jac = best.jac * (1 / scale)  # d residual / d constant
-    _check_identifiable(jac / sqrt_w[:, None], names)
+    _check_identifiable(jac / sqrt_w[:, None], names, wording, ("request_latency_s",) if with_latency else ())
     dof = max(1, len(y) - len(names))
     s2 = 2 * best.cost / dof
     cov = s2 * np.linalg.pinv(jac.T @ jac)
@@ -419,34 +445,41 @@ def _least_squares(its: Iterations, names: tuple[str, ...]):
     return x, sigma, best.fun / sqrt_w
 
 
-def _check_identifiable(jac, names: tuple[str, ...]) -> None:
+def _check_identifiable(jac, names: tuple[str, ...], wording: Wording = BENCH, also: tuple[str, ...] = ()) -> None:
     """Each constant's column of the Jacobian must vary on its own: not all zero (it never sets the time), not
-    constant unless it is the overhead, not a combination of the others' columns."""
+    constant unless it is the overhead, not a combination of the others' columns (the overhead's is the others'
+    to avoid)."""
     import numpy as np
 
-    for i, name in enumerate(names):
-        column = jac[:, i]
+    def refuse(name: str, why: str) -> None:
         others = [k for k in names if k != name]
-        leave_out = f"Or leave it out: --fit {','.join([*others, 'request_latency_s'])}"
-        if not np.any(column):
-            raise KvlabError(f"the bench data cannot identify {name}: in none of the {len(column)} timed iterations "
-                             f"does it set the time (the other side of the max does). Data that would: "
-                             f"{FIT_HINTS[name]}. {leave_out}")
+        raise Unidentifiable(f"{wording.data} cannot identify {name}: {why}. Data that would: {wording.hints[name]}. "
+                             f"Or leave it out: --fit {','.join([*others, *also])}", name)
+
+    num = len(jac)
+    # First a side of the max that never sets the time: then the constants beside it look constant too.
+    for i, name in enumerate(names):
+        if not np.any(jac[:, i]):
+            refuse(name, f"in none of the {num} timed iterations does it set the time (the other side of the max "
+                         f"does)")
+    for i, name in enumerate(names):
+        if name == "overhead_s":  # (every step has the overhead: what moves in step with it is the other one)
+            continue
+        column = jac[:, i]
+        # (the Jacobian is numerical: a column that is constant in truth varies in its last digits)
+        if np.ptp(column) <= CONSTANT * np.abs(column).max():
+            refuse(name, f"what it multiplies is the same in all {num} timed iterations, so it cannot be told from "
+                         f"the per-iteration overhead")
         rest = np.delete(jac, i, axis=1)
-        if name != "overhead_s" and np.ptp(column) == 0:
-            raise KvlabError(f"the bench data cannot identify {name}: what it multiplies is the same in all "
-                             f"{len(column)} timed iterations, so it cannot be told from the per-iteration overhead. "
-                             f"Data that would: {FIT_HINTS[name]}. {leave_out}")
         if rest.shape[1]:
             coef, *_ = np.linalg.lstsq(rest, column, rcond=None)
-            spread = float(((column - column.mean()) ** 2).sum()) or float((column**2).sum())
+            spread = float(((column - column.mean()) ** 2).sum())
             if float(((column - rest @ coef) ** 2).sum()) < COLLINEAR * spread:
-                raise KvlabError(f"the bench data cannot identify {name}: over the {len(column)} timed iterations it "
-                                 f"moves the time in step with {', '.join(others)}. Data that would: "
-                                 f"{FIT_HINTS[name]}. {leave_out}")
+                refuse(name, f"over the {num} timed iterations it moves the time in step with "
+                             f"{', '.join(k for k in names if k != name)}")
 
 
-def _request_latency(its: Iterations, constants: dict) -> tuple[float, float, int]:
+def _request_latency(its: Iterations, constants: dict, wording: Wording = BENCH) -> tuple[float, float, int]:
     """A request's time outside the engine: its time to first token less the iteration that prefilled it (ended
     at its first token) and half the one before (it reached the engine at some point of it; none when the engine
     was idle). Each iteration's duration as observed, or as fitted where no other request observed it. The
@@ -465,9 +498,9 @@ def _request_latency(its: Iterations, constants: dict) -> tuple[float, float, in
         gaps.append(first - own - before / 2 - send)
     n = len(gaps)
     if n < MIN_FIRST_TOKENS:
-        raise KvlabError(f"the bench data cannot identify request_latency_s: {n} requests have a first token (it "
-                         f"needs {MIN_FIRST_TOKENS}). Data that would: {FIT_HINTS['request_latency_s']}. Or leave it "
-                         f"out: --fit without request_latency_s")
+        raise Unidentifiable(f"{wording.data} cannot identify request_latency_s: {n} requests have a first token (it "
+                             f"needs {MIN_FIRST_TOKENS}). Data that would: {wording.hints['request_latency_s']}. Or "
+                             f"leave it out: --fit without request_latency_s", "request_latency_s")
     gaps = np.asarray(gaps)
     return max(0.0, float(np.median(gaps))), float(1.2533 * np.std(gaps) / math.sqrt(n)), n
 
@@ -489,12 +522,12 @@ def calibrate(directories: list[Path], fit: tuple[str, ...] | None = None, serve
     return fit_iterations(its, fit or DEFAULT_FIT)
 
 
-def significance(fit: Fit) -> list[str]:
+def significance(fit: Fit, wording: Wording = BENCH) -> list[str]:
     """Sentences on the constants the data barely constrains (an uncertainty as large as the value)."""
     out = []
     for k in fit.fitted:
         value, sigma = fit.constants[k], fit.sigma[k]
         if not math.isfinite(sigma) or sigma >= abs(value):
             out.append(f"{k} = {value:.3g} ± {sigma:.2g} s: not distinguishable from 0 with this data "
-                       f"({FIT_HINTS[k]} would pin it down)")
+                       f"({wording.hints[k]} would pin it down)")
     return out

@@ -157,7 +157,16 @@ class KVAllocator(Protocol):
 
     def get_num_cached_tokens(self, seq: Sequence) -> int: ...
 
-    def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit: ...
+    def watermark_blocks(self, watermark: float) -> int:
+        """The blocks vLLM's ``watermark`` (a fraction of the pool) keeps free at admission; 0 for slabs."""
+        ...
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0,
+                       watermark_blocks: int = 0) -> Fit:
+        """Room for the request's next ``num_new_tokens`` (after ``num_cached_tokens`` of prefix-cache hits, for a
+        request being admitted). ``watermark_blocks``: blocks a first allocation must leave free (vLLM's watermark;
+        a contiguous slab has no blocks and ignores it)."""
+        ...
 
     def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
         """``allocate_slots(seq, 1)`` for each of ``seqs`` (each computes the one token it sampled last), for up

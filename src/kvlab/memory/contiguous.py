@@ -117,7 +117,11 @@ class ContiguousAllocator:
     def allocate_decode_iteration(self, evict: Callable[[], Sequence]) -> DecodeRun:
         return DecodeRun(1)  # (never short of memory while decoding: a slab holds every token)
 
-    def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit:
+    def watermark_blocks(self, watermark: float) -> int:
+        return 0  # (a slab is placed whole at admission: there are no blocks to keep free)
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0,
+                       watermark_blocks: int = 0) -> Fit:
         """Reserve the request's slab on its first call; later calls only check they stay inside it."""
         request = seq.request
         slab = self._slabs.get(request.request_id)

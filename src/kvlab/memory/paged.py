@@ -130,16 +130,23 @@ class PagedAllocator:
             num_hit_blocks += 1
         return num_hit_blocks * self.block_size
 
-    def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> Fit:
+    def watermark_blocks(self, watermark: float) -> int:
+        """``int(watermark × num_blocks)``, the null block counted (vllm/v1/core/kv_cache_manager.py:
+        KVCacheManager.__init__)."""
+        return int(watermark * self.num_blocks)
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0,
+                       watermark_blocks: int = 0) -> Fit:
         """Make room for ``num_computed_tokens + num_cached_tokens + num_new_tokens`` tokens.
 
         As in vLLM, ``num_cached_tokens`` is the hit ``get_num_cached_tokens`` just returned for a request being
-        admitted, not yet counted in ``seq.num_computed_tokens``. Fit.LATER changes nothing.
+        admitted, not yet counted in ``seq.num_computed_tokens``; a request being admitted must leave
+        ``watermark_blocks`` free (the scheduler passes vLLM's watermark). Fit.LATER changes nothing.
         """
         request_id = seq.request.request_id
         table = self._block_tables.get(request_id)
         if table is None:
-            return self._allocate_first(seq, num_new_tokens, num_cached_tokens)
+            return self._allocate_first(seq, num_new_tokens, num_cached_tokens, watermark_blocks)
         assert num_cached_tokens == 0, "a running request gets no new prefix-cache hits"
         # vLLM caps at max_model_len here too, but its scheduler never schedules a running request past it.
         num_tokens = seq.num_computed_tokens + num_new_tokens
@@ -364,8 +371,11 @@ class PagedAllocator:
 
     # Internals ----------------------------------------------------------------------------------------------
 
-    def _allocate_first(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int) -> Fit:
-        """Admit a request holding no blocks (new, or preempted and resumed), with its prefix-cache hit."""
+    def _allocate_first(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int,
+                        watermark_blocks: int = 0) -> Fit:
+        """Admit a request holding no blocks (new, or preempted and resumed), with its prefix-cache hit, leaving
+        ``watermark_blocks`` free (vllm/v1/core/kv_cache_manager.py: allocate_slots adds them to both the full
+        sequence's and this step's blocks before comparing with the free ones)."""
         assert num_new_tokens > 0 or num_cached_tokens > 0, "nothing to allocate"
         assert num_cached_tokens % self.block_size == 0, "prefix-cache hits are whole blocks"
         request = seq.request
@@ -384,7 +394,7 @@ class PagedAllocator:
         num_needed = num_required_blocks if num_required_blocks > num_full_blocks else num_full_blocks
         if num_needed > self.num_blocks - 1:
             return Fit.NEVER
-        num_free = self.block_pool.num_free_blocks
+        num_free = self.block_pool.num_free_blocks - watermark_blocks
         num_hit = len(hit_blocks)
         if hit_blocks:
             # A hit block sitting in the free queue leaves it when touched: it counts against the free blocks.

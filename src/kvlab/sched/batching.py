@@ -48,9 +48,11 @@ def _lookup(sched: Scheduler, seq: Seq) -> tuple[int, int]:
 def continuous(sched: Scheduler, budget: int) -> Admission:
     """Orca's iteration-level scheduling, vLLM's default: between any two iterations waiting requests join,
     FCFS, while the token budget, ``max_num_seqs`` and memory allow. The first that does not fit stops the
-    queue (no skipping ahead)."""
+    queue (no skipping ahead). With a watermark, a request joining a non-empty batch must leave that many blocks
+    free (vLLM applies it only while something is scheduled, ``has_scheduled_reqs``: an idle engine admits)."""
     cfg = sched.config
     waiting = sched.waiting
+    watermark = sched.allocator.watermark_blocks(cfg.watermark) if cfg.watermark else 0
     while budget > 0 and waiting and len(sched.running) < cfg.max_num_seqs:
         seq = waiting[0]
         computed, cached = _lookup(sched, seq)
@@ -58,7 +60,7 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
         if not cfg.enable_chunked_prefill and num_new > budget:
             break
         num_new = min(num_new, budget)
-        if sched.allocator.allocate_slots(seq, num_new, cached) is not Fit.NOW:
+        if sched.allocator.allocate_slots(seq, num_new, cached, watermark if sched.running else 0) is not Fit.NOW:
             break
         sched.admit(seq, num_new, cached)
         budget -= num_new

@@ -16,15 +16,32 @@ JOB.json is one job or a list of jobs (a list runs in one process, one engine af
                 "kv_cache_memory_bytes": null,          # or bytes; one of the two must be given
                 "max_num_seqs": 8, "max_num_batched_tokens": 256, "max_model_len": 1024,
                 "enable_prefix_caching": false, "enable_chunked_prefill": true,
-                "long_prefill_token_threshold": 0, "dtype": "float32", "seed": 0},
+                "long_prefill_token_threshold": 0, "watermark": 0.0, "dtype": "float32", "seed": 0},
      "requests": [{"request_id": "0", "prompt_token_ids": [...], "max_tokens": 12, "add_before_step": 0}, ...],
      "model": {...},             # optional config.json overrides of TINY_LLAMA
      "record_block_ids": true,   # optional, default true
      "max_steps": 100000,        # optional
-     "torch_linear": true}       # optional, default true (see _use_torch_linear)
+     "torch_linear": true,       # optional, default true (see _use_torch_linear)
+     "timing": {...}}            # optional: time the steps in real time (below)
   Requests are added, in the job's order, just before the engine step numbered add_before_step; each is
   generated with SamplingParams(max_tokens, ignore_eos=True, temperature=0), so it finishes with exactly
   max_tokens output tokens (unless it reaches max_model_len first).
+
+  With "timing" the requests carry "arrival_s" (seconds from the run's start) instead of add_before_step, and
+  the engine runs in real time: before each step every request whose arrival time has passed is added; an idle
+  engine sleeps until the next arrival. Each step is timed (LLMEngine.step(): schedule, forward pass,
+  update_from_output, output processing), and its record is the light one (no running/waiting lists, no block
+  ids: the recorder's own work stays out of the steps it times). Times are on the engine clock (_EngineClock:
+  wall time less the time the process was off its CPU during steps and overslept while idle), or with
+  "clock": "wall" on the wall clock.
+    "timing": {"cpu": 0,                          # optional: pin the process (engine and model runner, one
+                                                  # process) to this CPU; the first job's value holds for a list
+               "nice": -20,                       # optional: the process's priority (as `nice`), likewise; left
+                                                  # as it is where raising it is not permitted
+               "clock": "engine",                 # optional: "engine" (default) or "wall" (see _EngineClock)
+               "warmup_requests": [{"request_id", "prompt_token_ids", "max_tokens"}, ...]}
+                                                  # optional: served to completion first, untimed and unrecorded
+                                                  # (a fresh engine's first steps are slower)
 
 RESULT.json (a list of these for a list of jobs):
     {"startup": {num_gpu_blocks, num_blocks, num_free_blocks, block_size, kv_cache_size_tokens,
@@ -54,6 +71,13 @@ RESULT.json (a list of these for a list of jobs):
          "num_free_blocks": n}, ...],            # after the step (finished requests' blocks freed)
      "requests": {id: {"num_output_tokens", "finish_reason", "finished_at_step"}},
      "num_steps": n, "startup_time_s": s, "run_time_s": s}
+  and with "timing": each step also has "start_s", "end_s" (seconds from the run's start, on the clock), "wall_s"
+  and "cpu_s" (its wall time and the CPU time the process spent in it: less when the machine ran something else
+  on its CPU); each request
+  "arrival_s", "added_s" (when it was added, before the step after its arrival) and "token_s" (the end of each
+  step that sampled one of its tokens, one entry per token); and the result has "timing": {"cpu", "nice", "affinity",
+  "torch_num_threads", "clock", "stalled_s" (the time the engine clock left out), "load_average_start",
+  "load_average_end"}.
   or, when the engine refuses a job or fails in it: {"error": {"type", "message", "traceback"}}; the exit code
   is then 3.
 """
@@ -164,6 +188,7 @@ def _engine_args(model_dir: str, engine: dict):
         enable_prefix_caching=engine["enable_prefix_caching"],
         enable_chunked_prefill=engine.get("enable_chunked_prefill", True),
         long_prefill_token_threshold=engine.get("long_prefill_token_threshold", 0),
+        watermark=engine.get("watermark", 0.0),
         # Eager mode: torch.compile would cost minutes of startup for nothing the scheduler sees.
         enforce_eager=True,
         disable_log_stats=True,
@@ -215,9 +240,12 @@ def _startup(engine_core, vllm_config) -> dict:
 class _Recorder:
     """Wraps the live scheduler's schedule() and update_from_output() and records one entry per step."""
 
-    def __init__(self, scheduler, record_block_ids: bool) -> None:
+    def __init__(self, scheduler, record_block_ids: bool, light: bool = False) -> None:
         self.scheduler = scheduler
         self.record_block_ids = record_block_ids
+        # Light: what a timed step needs (what it scheduled, sampled, finished), not the queues' state.
+        self.light = light
+        self.stalled_s = 0.0  # (a timed run's: the engine clock's subtracted time)
         self.steps: list[dict] = []
         self.step_index = 0
         self._pending: dict | None = None
@@ -282,6 +310,11 @@ class _Recorder:
                 if o.finish_reason is not None:
                     finished[o.request_id] = str(o.finish_reason)
         manager = sched.kv_cache_manager
+        if self.light:
+            entry.update({"sampled": sampled, "finished": finished,
+                          "num_free_blocks": manager.block_pool.get_num_free_blocks()})
+            self.steps.append(entry)
+            return result
         running = []
         for r in sched.running:
             item = {
@@ -337,10 +370,22 @@ def run(job: dict) -> dict:
     startup_s = time.perf_counter() - t0
     engine_core = engine.engine_core.engine_core  # InprocClient -> EngineCore
     startup = _startup(engine_core, engine.vllm_config)
-    recorder = _Recorder(engine_core.scheduler, job.get("record_block_ids", True))
-
+    timing = job.get("timing")
+    extra = {}
     try:
-        steps, outputs, run_s = _drive(engine, recorder, job)
+        if timing is not None:
+            _warm_up(engine, timing.get("warmup_requests", ()))
+            recorder = _Recorder(engine_core.scheduler, record_block_ids=False, light=True)
+            extra["timing"] = {"cpu": timing.get("cpu"), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                               "affinity": sorted(os.sched_getaffinity(0)),
+                               "torch_num_threads": __import__("torch").get_num_threads(),
+                               "load_average_start": list(os.getloadavg())}
+            steps, outputs, run_s = _drive_in_real_time(engine, recorder, job)
+            extra["timing"].update({"clock": timing.get("clock", "engine"), "stalled_s": recorder.stalled_s,
+                                    "load_average_end": list(os.getloadavg())})
+        else:
+            recorder = _Recorder(engine_core.scheduler, job.get("record_block_ids", True))
+            steps, outputs, run_s = _drive(engine, recorder, job)
     finally:
         # Several jobs may run in one process: release this engine before the next one starts.
         engine.engine_core.shutdown()
@@ -353,12 +398,12 @@ def run(job: dict) -> dict:
         "startup_time_s": startup_s,
         "run_time_s": run_s,
         "num_steps": len(steps),
+        **extra,
     }
 
 
 def _drive(engine, recorder: _Recorder, job: dict) -> tuple[list[dict], dict[str, dict], float]:
     """Add each request before its step and step the engine until every request has finished."""
-    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     # Stable sort: requests added before the same step keep the job's order, which is their FCFS order.
@@ -376,8 +421,8 @@ def _drive(engine, recorder: _Recorder, job: dict) -> tuple[list[dict], dict[str
         while next_index < len(pending) and pending[next_index]["add_before_step"] <= step:
             r = pending[next_index]
             next_index += 1
-            params = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True, temperature=0.0, detokenize=False)
-            engine.add_request(str(r["request_id"]), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]), params)
+            engine.add_request(str(r["request_id"]), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]),
+                               _params(r["max_tokens"]))
         recorder.step_index = step
         num_recorded = len(recorder.steps)
         for out in engine.step():
@@ -395,6 +440,115 @@ def _drive(engine, recorder: _Recorder, job: dict) -> tuple[list[dict], dict[str
     return recorder.steps, outputs, time.perf_counter() - t1
 
 
+def _params(max_tokens: int):
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0, detokenize=False)
+
+
+def _warm_up(engine, requests: list[dict]) -> None:
+    """Serve ``requests`` to completion, all at once (the recorder is not installed yet)."""
+    from vllm.inputs import TokensPrompt
+
+    for r in requests:
+        engine.add_request(str(r["request_id"]), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]),
+                           _params(r["max_tokens"]))
+    while engine.has_unfinished_requests():
+        engine.step()
+
+
+class _EngineClock:
+    """The time of an engine alone on its CPU: wall time less the time this process spent off its CPU during
+    steps (wall time beyond the process's CPU time: another process held the CPU) and beyond the end of an idle
+    sleep. On a shared machine other processes take the engine's CPU at moments no profile can know (measured:
+    a third of a run's step time beside other test suites, whatever the priority); with "clock": "wall" they
+    stay in."""
+
+    def __init__(self, subtract_stalls: bool) -> None:
+        self.subtract_stalls = subtract_stalls
+        self.t0 = time.perf_counter()
+        self.stalled_s = 0.0
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0 - self.stalled_s
+
+    def sleep_until(self, t: float) -> None:
+        if t > self.now():
+            time.sleep(t - self.now())
+        if self.subtract_stalls:
+            self.stalled_s += max(0.0, self.now() - t)
+
+    def step(self, fn):
+        """fn()'s result, its wall time and its CPU time (the process's: every thread of the engine)."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if self.subtract_stalls:
+            self.stalled_s += max(0.0, wall - cpu)
+        return result, wall, cpu
+
+
+def _drive_in_real_time(engine, recorder: _Recorder, job: dict) -> tuple[list[dict], dict[str, dict], float]:
+    """Add each request once its arrival time has passed, step the engine between arrivals, time every step."""
+    from vllm.inputs import TokensPrompt
+
+    pending = sorted(job["requests"], key=lambda r: r["arrival_s"])  # (stable: FCFS among equal times)
+    max_steps = job.get("max_steps", 100_000)
+    outputs: dict[str, dict] = {}
+    clock = _EngineClock(job["timing"].get("clock", "engine") == "engine")
+    step = 0
+    next_index = 0
+    while next_index < len(pending) or engine.has_unfinished_requests():
+        if not engine.has_unfinished_requests() and pending[next_index]["arrival_s"] > clock.now():
+            clock.sleep_until(pending[next_index]["arrival_s"])  # idle until the next arrival
+        now = clock.now()
+        while next_index < len(pending) and pending[next_index]["arrival_s"] <= now:
+            r = pending[next_index]
+            next_index += 1
+            engine.add_request(str(r["request_id"]), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]),
+                               _params(r["max_tokens"]))
+            outputs[str(r["request_id"])] = {"arrival_s": r["arrival_s"], "added_s": clock.now(), "token_s": []}
+        recorder.step_index = step
+        num_recorded = len(recorder.steps)
+        start = clock.now()
+        results, wall_s, cpu_s = clock.step(engine.step)
+        end = clock.now()
+        if len(recorder.steps) == num_recorded:
+            raise RuntimeError(f"engine step {step} did not call the scheduler")
+        recorder.steps[-1].update({"start_s": start, "end_s": end, "wall_s": wall_s, "cpu_s": cpu_s})
+        for out in results:
+            record = outputs[out.request_id]
+            num_tokens = len(out.outputs[0].token_ids)
+            record["token_s"].extend([end] * (num_tokens - len(record["token_s"])))
+            if out.finished:
+                record.update({"num_output_tokens": num_tokens, "finish_reason": out.outputs[0].finish_reason,
+                               "finished_at_step": step})
+        step += 1
+        if step > max_steps:
+            raise RuntimeError(f"the workload did not finish within max_steps={max_steps}")
+    recorder.stalled_s = clock.stalled_s
+    return recorder.steps, outputs, clock.now()
+
+
+def _pin(job: dict) -> None:
+    """Pin this process, and vLLM's OpenMP threads, to the job's CPU and raise its priority, before vLLM (and
+    torch, whose threads inherit both) is imported (the result's "timing" says what was achieved)."""
+    timing = job.get("timing") or {}
+    cpu, nice = timing.get("cpu"), timing.get("nice")
+    if cpu is not None:
+        os.sched_setaffinity(0, {int(cpu)})
+        # The CPU worker binds its OpenMP threads to these CPUs (vllm/utils/ompmultiprocessing.py); its default,
+        # "auto", would pick them itself.
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(int(cpu))
+    if nice is not None:
+        # A shared machine's other processes land on the engine's CPU too; at a higher priority they get little of
+        # it. Raising priority needs privileges: without them the run goes on at the priority it has.
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, int(nice))
+        except PermissionError:
+            pass
+
+
 def _run_one(job: dict) -> dict:
     try:
         return run(job)
@@ -409,6 +563,7 @@ def main(argv: list[str]) -> int:
     with open(argv[1]) as f:
         job = json.load(f)
     # A list of jobs runs in one process, one engine after the other: importing vllm costs most of a run.
+    _pin(job[0] if isinstance(job, list) and job else job)
     if isinstance(job, list):
         result = [_run_one(j) for j in job]
         failed = any("error" in r for r in result)

@@ -9,7 +9,8 @@ be identical on both sides of a comparison is decided here, once, in kvlab:
   (request_id, position). The LAST prompt token is always of the second kind, so no two prompts are identical.
 - output lengths: `max_tokens = request.num_output_tokens` with ignore_eos, so the engine generates exactly the
   workload's output length;
-- arrivals: `add_before_step[i]` is the engine step before which request i is added.
+- arrivals: `add_before_step[i]` is the engine step before which request i is added; or, for a run in real time
+  (`build_timed_job`), `arrival_s`, the request's arrival time, at which the driver adds it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class EngineSettings:
     enable_prefix_caching: bool = False
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0
+    watermark: float = 0.0  # vLLM's --watermark (0: V1's default, off)
     dtype: str = "float32"
     seed: int = 0
 
@@ -51,10 +53,12 @@ class EngineSettings:
     def scheduler_config(self) -> SchedulerConfig:
         """kvlab's scheduler under these settings (the strategy's batching and preemption mode: vLLM V1's)."""
         return SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
-                               max_model_len=self.max_model_len, enable_chunked_prefill=self.enable_chunked_prefill)
+                               max_model_len=self.max_model_len, enable_chunked_prefill=self.enable_chunked_prefill,
+                               watermark=self.watermark)
 
     def options(self, model: str, gpu: str) -> dict:
-        """The run's options (kvlab.config.resolve's keywords) for ``model`` on ``gpu`` under these settings."""
+        """The run's options (kvlab.config.resolve's keywords) for ``model`` on ``gpu`` under these settings (the
+        watermark is not one of them yet: ``scheduler_config`` carries it)."""
         return {"model": model, "gpu": gpu, "num_gpu_blocks": self.num_gpu_blocks_override,
                 "block_size": self.block_size, "max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
                 "max_num_batched_tokens": self.max_num_batched_tokens,
@@ -106,6 +110,35 @@ def prompt_token_ids(request: Request) -> list[int]:
         else:
             tokens.append(_token("unique", request.request_id, position))
     return tokens
+
+
+def build_timed_job(
+    requests: Sequence[Request],
+    settings: EngineSettings,
+    *,
+    model: dict | None = None,
+    cpu: int | None = None,
+    nice: int | None = None,
+    clock: str = "engine",
+    warmup: Sequence[Request] = (),
+    max_steps: int = 100_000,
+) -> dict:
+    """The driver's job in real time: each request added at its arrival time (seconds from the first), every
+    step timed on ``clock`` ("engine": less the time the process was off its CPU; or "wall"; driver.py);
+    ``model`` overrides the tiny Llama's config, ``cpu`` pins the engine's process and ``nice`` sets its priority,
+    ``warmup`` is served first, untimed."""
+    start = min((r.arrival_time for r in requests), default=0.0)
+    job = build_job(requests, [0] * len(requests), settings, record_block_ids=False, max_steps=max_steps)
+    for entry, request in zip(job["requests"], requests):
+        del entry["add_before_step"]
+        entry["arrival_s"] = request.arrival_time - start
+    warm = build_job(warmup, [0] * len(warmup), settings)["requests"]
+    job["timing"] = {"cpu": cpu, "nice": nice, "clock": clock, "warmup_requests": [
+        {"request_id": f"warmup-{r['request_id']}", "prompt_token_ids": r["prompt_token_ids"],
+         "max_tokens": r["max_tokens"]} for r in warm]}
+    if model:
+        job["model"] = dict(model)
+    return job
 
 
 def build_job(

