@@ -58,17 +58,14 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, lo
 def kvlab_run(requests_csv: Path, *, watermark: float = 0.0, chunked_prefill: bool = False) -> tuple[dict, float]:
     """kvlab's `vllm` strategy on Vidur's requests (a CSV of arrived_at, num_prefill_tokens, num_decode_tokens),
     in this process, through the run service: (the summary's figures, the seconds the simulation took)."""
-    from dataclasses import replace
-
     from kvlab import service
     from kvlab.config import resolve
 
     config = resolve(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=NUM_GPU_BLOCKS, block_size=BLOCK_SIZE,
                      max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
                      max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, enable_chunked_prefill=chunked_prefill,
-                     cost="vidur-a100", workload=str(requests_csv), arrival="trace", long_requests="clip")
-    # (vLLM's --watermark is the scheduler's; not yet a run option: SchedulerConfig.watermark)
-    config = replace(config, scheduler=replace(config.scheduler, watermark=watermark))
+                     cost="vidur-a100", workload=str(requests_csv), arrival="trace", long_requests="clip",
+                     watermark=watermark)
     start = time.perf_counter()
     summary = service.run(config, ["vllm"], record_iterations=False).summaries()[0]
     seconds = time.perf_counter() - start

@@ -104,6 +104,9 @@ OPTIONS: dict[str, Option] = _options(
            what="requests per step", default_text="vllm serve's for the GPU: 256 or 1024"),
     Option("max_num_batched_tokens", "scheduler", int, None, "Tokens per engine step.", lo=1, hi=2**34,
            what="tokens per step", default_text="vllm serve's for the GPU: 2048, 8192 or 16384"),
+    Option("watermark", "scheduler", float, 0.0, "Fraction of the KV cache's blocks a request joining a running batch "
+           "must leave free (vLLM's --watermark; 0, V1's default, is off).", lo=0.0, hi=0.999999,
+           what="a fraction of the blocks, below 1"),
     Option("enable_chunked_prefill", "scheduler", bool, True, "Split long prompts over iterations (vLLM V1 always "
            "does)."),
     Option("preemption_mode", "scheduler", str, None, "recompute or swap.", choices=("recompute", "swap"),

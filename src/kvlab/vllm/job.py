@@ -57,12 +57,12 @@ class EngineSettings:
                                watermark=self.watermark)
 
     def options(self, model: str, gpu: str) -> dict:
-        """The run's options (kvlab.config.resolve's keywords) for ``model`` on ``gpu`` under these settings (the
-        watermark is not one of them yet: ``scheduler_config`` carries it)."""
+        """The run's options (kvlab.config.resolve's keywords) for ``model`` on ``gpu`` under these settings."""
         return {"model": model, "gpu": gpu, "num_gpu_blocks": self.num_gpu_blocks_override,
                 "block_size": self.block_size, "max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
                 "max_num_batched_tokens": self.max_num_batched_tokens,
-                "enable_chunked_prefill": self.enable_chunked_prefill, "dtype": self.dtype}
+                "enable_chunked_prefill": self.enable_chunked_prefill, "dtype": self.dtype,
+                "watermark": self.watermark}
 
     def check(self, spelling: dict[str, str] | None = None) -> None:
         """Refuse, before starting the engine, what vLLM 0.32.0 would refuse, with vLLM's reason. ``spelling``

@@ -287,7 +287,6 @@ def predict(run: TimedRun, profile: dict, settings: EngineSettings = SETTINGS, m
         with warnings.catch_warnings():  # (fitted on "cpu", no catalogue GPU: said in the profile, not per run)
             warnings.simplefilter("ignore", CostProfileWarning)
             config = resolve(options)
-        config = replace(config, scheduler=settings.scheduler_config)
         result = service.run(config, ["vllm"], workload=Workload(run.workload, requests, "", ""),
                              record_iterations=False)
     summary = result.summaries()[0]
