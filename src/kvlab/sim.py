@@ -32,9 +32,6 @@ from kvlab.strategies import Strategy
 from kvlab.workload import Workload
 
 INF = float("inf")
-# A run's RunTiming made without its named tuple's Python-level __new__ (once per run: 2% of light load's
-# bytecodes, count_instructions.py).
-_new_run_timing = tuple.__new__
 # The longest run the simulator asks for (a run also ends where a request finishes, so this rarely binds).
 MAX_RUN_ITERATIONS = 1 << 16
 
@@ -242,11 +239,11 @@ class Simulation:
             lead, now = [dt], now + dt
             max_iterations -= 1
         if now >= stop or max_iterations <= 0:
-            return _new_run_timing(RunTiming, (len(lead), lead, now, queue_waits))
+            return RunTiming(len(lead), lead, now, queue_waits)
         durations, end = self._decode_durations(num_seqs, num_context_tokens, max_iterations, now, stop)
         if lead:
             durations = lead + durations if isinstance(durations, list) else _prepend(lead[0], durations)
-        return _new_run_timing(RunTiming, (len(durations), durations, end, queue_waits))
+        return RunTiming(len(durations), durations, end, queue_waits)
 
     def _decode_durations(self, num_seqs: int, num_context_tokens: int, max_iterations: int, now: float,
                           stop: float) -> tuple[Any, float]:
