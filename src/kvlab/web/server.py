@@ -115,34 +115,11 @@ def explain_log(data) -> dict:
     if model is None and log.model and looks_like_path(log.model):
         # The log names a local folder; a page must not make the server read it: go by the catalogue only.
         log = dataclasses.replace(log, model=log.model.rstrip("/").split("/")[-1])
-    return {"log": log.to_json(), "explain": in_page_words(explain_vllm_log(log, model=model))}
+    return {"log": log.to_json(), "explain": explain_vllm_log(log, model=model, audience="page")}
 
 
 # The explanation is written for the command line (`kvlab vllm log --model NAME`); on the page the model is picked
 # in the menu beside the box.
-PAGE_WORDS = (
-    ("give --model NAME or a config.json", "pick it under \u201cthe model it served\u201d"),
-    ("give --model NAME, a config.json, or a Hugging Face id",
-     "pick it under \u201cthe model it served\u201d, if the catalogue has it"),
-    ("give --model with its config.json", "pick the model it served"),
-    ("give --model, or the arguments the server ran with",
-     "pick the model it served, and check the arguments the server ran with"),
-)
-
-
-def in_page_words(explained: dict) -> dict:
-    def reword(line: str) -> str:
-        for cli, page in PAGE_WORDS:
-            line = line.replace(cli, page)
-        return line
-
-    out = dict(explained)
-    for key in ("lines", "differences"):
-        if key in out:
-            out[key] = [reword(line) for line in out[key]]
-    return out
-
-
 class Sessions:
     """The runs alive, at most ``max_sessions``; the least recently used goes first, idle ones expire."""
 

@@ -149,7 +149,20 @@ def _worker_lines(log: StartupLog) -> list[str]:
 
 # --- kvlab's own calculation beside vLLM's ---------------------------------------------------------------
 
-def resolve_model(log: StartupLog, model: str | None):
+# How a reader tells kvlab which model a log is about: with --model on the command line, or with the lab page's own
+# menu (the page shows the same explanation: ``explain_vllm_log(..., audience="page")``).
+HOW_TO_NAME_THE_MODEL = {
+    "cli": {"name": "give --model NAME or a config.json",
+            "name_or_hf": "give --model NAME, a config.json, or a Hugging Face id",
+            "with_config": "give --model with its config.json",
+            "or_arguments": "give --model, or the arguments the server ran with"},
+    "page": {"name": "pick it under \u201cthe model it served\u201d",
+             "name_or_hf": "pick it under \u201cthe model it served\u201d, if the catalogue has it",
+             "with_config": "pick the model it served",
+             "or_arguments": "pick the model it served, and check the arguments the server ran with"},
+}
+
+def resolve_model(log: StartupLog, model: str | None, audience: str = "cli"):
     """(ModelSpec or None, where it came from or why there is none). ``model``: --model, a catalogue name,
     config.json or Hugging Face id; otherwise the model the log names, if it is in the catalogue or a local
     config.json (never fetched: a pasted log must not send kvlab online)."""
@@ -161,7 +174,7 @@ def resolve_model(log: StartupLog, model: str | None):
         return get_model(model), f"--model {model}"
     name = log.model
     if not name:
-        return None, "the log does not name the model (give --model NAME or a config.json)"
+        return None, f"the log does not name the model ({HOW_TO_NAME_THE_MODEL[audience]['name']})"
     if looks_like_path(name):
         try:
             return load_config_path(name), f"the config.json in {name}, which the log names"
@@ -173,8 +186,8 @@ def resolve_model(log: StartupLog, model: str | None):
         if spec is not None:
             how = "" if candidate == spec.id else f" (the catalogue's name for {name})"
             return spec, f"{spec.id}{how}"
-    return None, (f"{name!r}, which the log names, is not in kvlab's catalogue (give --model NAME, a config.json, or "
-                  "a Hugging Face id)")
+    return None, (f"{name!r}, which the log names, is not in kvlab's catalogue "
+                  f"({HOW_TO_NAME_THE_MODEL[audience]['name_or_hf']})")
 
 
 def _sizing_config(log: StartupLog, available_kv_bytes: int):
@@ -251,7 +264,7 @@ def _compare(figure: str, vllm, mid, low, high) -> tuple[str, str | None]:
     return "differs", f"{LABELS[figure]}: kvlab {format_figure(figure, mid)}, vLLM {format_figure(figure, vllm)}{spread}"
 
 
-def _difference_hint(log: StartupLog, spec, side: dict, comparison: list[dict]) -> str:
+def _difference_hint(log: StartupLog, spec, side: dict, comparison: list[dict], audience: str = "cli") -> str:
     """Where a difference most likely comes from, for the reader to check."""
     status = {row["figure"]: row["status"] for row in comparison}
     if status.get("num_gpu_blocks") in ("equal", "within rounding") and log.max_concurrency:
@@ -261,10 +274,10 @@ def _difference_hint(log: StartupLog, spec, side: dict, comparison: list[dict]) 
         return (f"the blocks agree, so it is the blocks one conversation needs: kvlab counts "
                 f"{side['blocks_per_request']:,} blocks per conversation of {side['max_model_len']:,} tokens{sliding}, "
                 f"vLLM's figures imply about {implied:,.0f}; the served checkpoint is probably not the one kvlab "
-                "assumed (give --model with its config.json)")
+                f"assumed ({HOW_TO_NAME_THE_MODEL[audience]['with_config']})")
     return (f"check what kvlab assumed: {spec.id}, block_size {side['block_size']}, dtype {side['dtype']}, KV cache "
-            f"dtype {side['kv_cache_dtype']}, tensor_parallel_size {side['tensor_parallel_size']} (give --model, "
-            "or the arguments the server ran with)")
+            f"dtype {side['kv_cache_dtype']}, tensor_parallel_size {side['tensor_parallel_size']} "
+            f"({HOW_TO_NAME_THE_MODEL[audience]['or_arguments']})")
 
 
 def _log_lines(log: StartupLog, result, figures: dict) -> list[str]:
@@ -276,7 +289,7 @@ def _log_lines(log: StartupLog, result, figures: dict) -> list[str]:
     return [line.replace("GPU KV cache size", f"{device} KV cache size") for line in result.vllm_log_lines]
 
 
-def kvlab_calculation(log: StartupLog, spec, source: str) -> dict:
+def kvlab_calculation(log: StartupLog, spec, source: str, audience: str = "cli") -> dict:
     """kvlab.sizing's figures for this log's budget and settings, beside vLLM's, with the differences."""
     from kvlab.sizing import size_kv_cache
 
@@ -310,24 +323,25 @@ def kvlab_calculation(log: StartupLog, spec, source: str) -> dict:
         differences.append(f"vLLM {'refused' if log.refused else 'started'}, but kvlab's arithmetic says it would "
                            f"{'start' if log.refused else 'refuse'}")
     if differences:
-        side["hint"] = _difference_hint(log, spec, side, comparison)
+        side["hint"] = _difference_hint(log, spec, side, comparison, audience)
     return {"kvlab": side, "comparison": comparison, "differences": differences}
 
 
-def explain_vllm_log(log: StartupLog, model: str | None = None) -> dict:
+def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = "cli") -> dict:
     """The lesson's explanation of ``log`` ("lines"), and, when the model is known (``model``: a catalogue
     name, config.json or Hugging Face id; else the log's own), kvlab's calculation beside vLLM's ("kvlab",
-    "comparison") and the differences beyond the log's rounding ("differences", empty when they agree)."""
+    "comparison") and the differences beyond the log's rounding ("differences", empty when they agree).
+    ``audience``: how the reader names the model, "cli" (--model) or "page" (the lab's menu)."""
     assumed = log.block_size is None
     block_size = log.block_size or DEFAULT_BLOCK_SIZE
     out: dict = {"lines": _lesson_lines(log, block_size, assumed) + _worker_lines(log)}
-    spec, source = resolve_model(log, model)
+    spec, source = resolve_model(log, model, audience)
     out["model_source"] = source
     if spec is None:
         out["lines"].append(f"kvlab's own calculation needs the model: {source}.")
         return out
     try:
-        out.update(kvlab_calculation(log, spec, source))
+        out.update(kvlab_calculation(log, spec, source, audience))
     except KvlabError as exc:
         if model is not None:
             raise
