@@ -338,17 +338,20 @@ class Simulation:
                 joined.append(int(starts.searchsorted(request.arrival_time, side="left")))
         return tuple(joined)
 
+    def admission(self, request: Request) -> tuple[Request, str | None]:
+        """The request as this engine serves it (its answer stopped at max_model_len, as vLLM stops it) and why it
+        would reject it on arrival (None: it joins the queue)."""
+        cfg = self.config.scheduler
+        if request.prompt_len >= cfg.max_model_len:
+            return request, "prompt longer than max_model_len"
+        room = cfg.max_model_len - request.prompt_len
+        if request.num_output_tokens > room:
+            request = replace(request, max_tokens=room)  # vLLM stops a request at max_model_len
+        return request, self.allocator.why_never_fits(request)
+
     def _arrival(self, request) -> bool:
         """One request arrives: it joins the waiting queue (True), or is rejected with a reason."""
-        cfg = self.config.scheduler
-        reason = None
-        if request.prompt_len >= cfg.max_model_len:
-            reason = "prompt longer than max_model_len"
-        else:
-            room = cfg.max_model_len - request.prompt_len
-            if request.num_output_tokens > room:
-                request = replace(request, max_tokens=room)  # vLLM stops a request at max_model_len
-            reason = self.allocator.why_never_fits(request)
+        request, reason = self.admission(request)
         seq = self.seqs[request.request_id] = Seq(request)
         if reason is None:
             self.scheduler.add_request(seq)
