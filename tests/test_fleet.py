@@ -187,14 +187,14 @@ def test_prefix_goes_where_the_prefix_is_cached_and_misses_to_the_least_loaded()
 
 
 def test_a_prefix_tie_goes_to_the_least_loaded_holder():
+    # r0 and r1 arrive together: r1 finds nothing cached (r0 has not run yet) and goes to the least loaded,
+    # replica 1; r2 has no prefix and goes to replica 2 (loads 1, 1, 0).
     requests = (req(0, 0.000, 17, 40, prefix=(7, 8)), req(1, 0.000, 17, 40, prefix=(7, 8)),
                 req(2, 0.001, 5, 40), req(3, 0.050, 17, 40, prefix=(7, 8)))
-    # r0 and r1 arrive together: r1 finds nothing cached yet (r0 has not run) and goes to replica 1. At 50 ms both
-    # hold the prefix; replica 0 also holds r2 (least loaded at 1 ms: loads 1, 1, 0 -> replica 2? no: see below).
-    got = decisions("prefix", "vllm+prefix", *requests)
-    assert got[:2] == [0, 1]
-    assert got[2] == 2  # loads 1, 1, 0
-    assert got[3] == 0  # both 0 and 1 hold 16 tokens with one request each: the lowest index
+    fleet = Fleet(parse_strategy("vllm+prefix"), config(), workload(*requests), "prefix", 3).run()
+    assert decisions("prefix", "vllm+prefix", *requests) == [0, 1, 2, 0]
+    # r3: replicas 0 and 1 both hold 16 of its tokens and one request each: the lowest index.
+    assert fleet.reasons == {"no prefix cached: fewest requests": 3, "longest cached prefix, tie: fewest requests": 1}
 
 
 def test_weighted_adds_its_scorers_by_weight():

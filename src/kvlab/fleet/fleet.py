@@ -115,13 +115,22 @@ class Fleet:
 
     def _clock(self, reads: frozenset[str], replicas: list[Simulation]):
         """How replicas are brought to an arrival's instant for a router that reads ``reads`` of them."""
-        if not self.strategy.enable_prefix_caching:
-            reads -= {CACHED_TOKENS}  # (nothing is ever cached: the answer is 0 whatever the state)
-        if self.sync_every_arrival or reads - {LOAD}:
+        kind = "every" if self.sync_every_arrival else replicas_read(reads, self.strategy)
+        if kind == "every":
             return EveryReplica(replicas)
-        if reads:
+        if kind == "load":
             return WhenLoadMayChange(replicas, self.config.cost.iteration_times(0, 0, 0, 0, 0))
         return NoReplica()
+
+
+def replicas_read(reads: frozenset[str], strategy: Strategy) -> str:
+    """What a router reading ``reads`` needs of the replicas: "none", "load" (only their loads) or "every" (their
+    state at every arrival)."""
+    if not strategy.enable_prefix_caching:
+        reads -= {CACHED_TOKENS}  # (nothing is ever cached: the answer is 0 whatever the state)
+    if reads - {LOAD}:
+        return "every"
+    return "load" if reads else "none"
 
 
 # How the replicas are brought to the instant a request arrives: ``before(request)`` the router reads them,
