@@ -91,7 +91,7 @@ def _user_source(spec: str) -> BundledWorkload:
     return BundledWorkload(
         name=path.name,
         kind="trace" if table.has_arrivals else "lengths",
-        summary=f"requests from {spec}",
+        summary=f"{'turns of conversations' if table.is_conversation else 'requests'} from {spec}",
         source=str(path),
         licence="",
         sample=lambda num, rng: sample_table(table, num, rng),

@@ -52,6 +52,8 @@ from kvlab.workload.table import LengthTable, draw_rows
 TURNS_DISTS = ("geometric", "fixed")
 THINK_TIME_DISTS = ("exponential", "fixed")
 DEFAULT_MAX_CONTEXT_LEN = 2048
+# Tokens per content id: every block size kvlab takes is a multiple, so sharing is exact block by block.
+CONTENT_CHUNK_LEN = 16
 CHUNK = 4096  # values drawn per call, fixed so that the first sessions do not depend on how many are drawn
 
 
@@ -68,7 +70,7 @@ class SessionSpec:
     num_system_prompts: int = 1
     system_prompt_share: float = 1.0
     max_context_len: int | None = None
-    chunk_len: int = 16
+    chunk_len: int = CONTENT_CHUNK_LEN
 
     def __post_init__(self) -> None:
         _check(math.isfinite(self.turns) and self.turns >= 1, f"--session-turns {self.turns!r}: a mean number of "
