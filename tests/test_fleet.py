@@ -83,11 +83,12 @@ def test_one_replica_behind_any_router_is_kvlab_run(router, strategy):
 
 
 @pytest.mark.parametrize("router", ["round-robin", "least-requests", "prefix"])
-def test_one_replica_on_a_bundled_workload(router):
+@pytest.mark.parametrize(("name", "strategy"), [("paper-sharegpt", "vllm"), ("sessions", "vllm+prefix")])
+def test_one_replica_on_a_bundled_workload(router, name, strategy):
     cfg = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=2)
-    wl = load_workload("paper-sharegpt", num_requests=400, rate=3.0, seed=1)
-    plain = Simulation(parse_strategy("vllm"), cfg, wl).run()
-    fleet = Fleet(parse_strategy("vllm"), cfg, wl, router, 1).run()
+    wl = load_workload(name, num_requests=400, rate=3.0, seed=1)
+    plain = Simulation(parse_strategy(strategy), cfg, wl).run()
+    fleet = Fleet(parse_strategy(strategy), cfg, wl, router, 1).run()
     _same_run(fleet.replicas[0], plain)
     assert fleet.summary()["fleet"] == plain.summary()
 

@@ -49,3 +49,15 @@ def test_prefix_routing_finds_the_conversation_cached_where_it_ran():
         prefix, round_robin = result[(seed, "prefix")], result[(seed, "round-robin")]
         assert prefix["prefix_hit_rate"] > round_robin["prefix_hit_rate"]
         assert prefix["mean_ttft_s"] < round_robin["mean_ttft_s"]
+
+
+def test_one_shared_system_prompt_pulls_prefix_routing_onto_one_replica_and_weighted_spreads_it():
+    """Every session opens with one 256-token system prompt: the first replica to cache it holds the longest
+    prefix of every new session, so the prefix router sends it everything; the weighted router, with load
+    scorers beside prefix, spreads the sessions and hits more than round-robin."""
+    result = experiments.shared_system_prompt()
+    prefix, weighted = result["prefix"], result["weighted(prefix:2,least-kv:1,least-requests:1)"]
+    assert prefix["per_replica"] == [2000, 0, 0, 0] and prefix["load_imbalance"] == pytest.approx(4.0)
+    assert weighted["load_imbalance"] < 1.1
+    assert weighted["prefix_hit_rate"] > result["round-robin"]["prefix_hit_rate"]
+    assert weighted["mean_ttft_s"] < min(result["round-robin"]["mean_ttft_s"], prefix["mean_ttft_s"])

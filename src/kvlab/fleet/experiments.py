@@ -12,6 +12,9 @@
 - ``bursty``: gamma arrivals with CV 3 near the replicas' capacity: p99 TTFT under least-requests and round-robin.
 - ``sessions``: multi-turn sessions (kvlab.workload.sessions) with prefix caching: prefix hit rate and mean TTFT
   under prefix and round-robin.
+- ``shared_system_prompt``: the same sessions all opening with one system prompt, where the prefix router
+  follows the cache onto one replica and the weighted router (prefix and load) spreads them.
+- ``mooncake``: the bundled real multi-turn trace on long-context replicas (printed, not asserted).
 """
 
 from __future__ import annotations
@@ -113,6 +116,50 @@ def sessions(*, num_replicas: int = 4, rate: float = 1.0, num_requests: int = 20
     return out
 
 
+def shared_system_prompt(*, num_replicas: int = 4, rate: float = 1.0, num_requests: int = 2000, seed: int = 0,
+                         routers: tuple[str, ...] = ("round-robin", "least-requests", "prefix", "weighted")) -> dict:
+    """Sessions that all open with one 256-token system prompt: per router, prefix hit rate, mean TTFT, load
+    imbalance and the requests each replica got."""
+    from kvlab.fleet.fleet import Fleet
+    from kvlab.strategies import parse_strategy
+    from kvlab.workload import load_workload
+    from kvlab.workload.sessions import SessionSpec
+
+    workload = load_workload("sessions", rate=num_replicas * rate, num_requests=num_requests, seed=seed,
+                             sessions=SessionSpec(system_prompt_len=256))
+    out: dict = {}
+    for router in routers:
+        summary = Fleet(parse_strategy("vllm+prefix"), _config(), workload, router, num_replicas,
+                        record_iterations=False).run().summary()
+        out[summary["router"]] = {"prefix_hit_rate": summary["prefix_hit_rate"],
+                                  "mean_ttft_s": summary["fleet"]["ttft_s"]["mean"],
+                                  "load_imbalance": summary["load_imbalance"],
+                                  "per_replica": summary["decisions"]["per_replica"]}
+    return out
+
+
+def mooncake(*, num_replicas: int = 4, num_requests: int = 1500,
+             routers: tuple[str, ...] = ("round-robin", "least-requests", "prefix", "weighted")) -> dict:
+    """The real multi-turn trace, mooncake-conversation (its own arrivals), on Llama-3.1-8B replicas on one H100
+    SXM each with a 131,072-token context: per router, prefix hit rate, mean and p99 TTFT, load imbalance."""
+    from kvlab.config import SimConfig
+    from kvlab.fleet.fleet import Fleet
+    from kvlab.strategies import parse_strategy
+    from kvlab.workload import load_workload
+
+    config = SimConfig.from_options(model="llama-3.1-8b", gpu="h100-sxm", max_model_len=131072)
+    workload = load_workload("mooncake-conversation", num_requests=num_requests)
+    out: dict = {}
+    for router in routers:
+        summary = Fleet(parse_strategy("vllm+prefix"), config, workload, router, num_replicas,
+                        record_iterations=False).run().summary()
+        out[summary["router"]] = {"prefix_hit_rate": summary["prefix_hit_rate"],
+                                  "mean_ttft_s": summary["fleet"]["ttft_s"]["mean"],
+                                  "p99_ttft_s": summary["fleet"]["ttft_s"]["p99"],
+                                  "load_imbalance": summary["load_imbalance"]}
+    return out
+
+
 def main() -> None:
     split = random_split()
     print(f"random split: {split['num_replicas']} replicas at {split['num_replicas'] * split['rate']:g} req/s "
@@ -130,6 +177,16 @@ def main() -> None:
     for (seed, router), v in sessions().items():
         print(f"  seed {seed} {router:<15} {v['prefix_hit_rate']:.1%}  {v['mean_ttft_s']:.3f} s / "
               f"{v['p99_ttft_s']:.3f} s")
+    print("sessions opening with one shared 256-token system prompt (as above, seed 0): prefix hit rate, mean "
+          "TTFT, load imbalance, requests per replica")
+    for router, v in shared_system_prompt().items():
+        print(f"  {router:<46} {v['prefix_hit_rate']:.1%}  {v['mean_ttft_s']:.3f} s  {v['load_imbalance']:.2f}  "
+              f"{v['per_replica']}")
+    print("mooncake-conversation (first 1,500 requests, own arrivals; 4 x Llama-3.1-8B on H100 SXM, 131,072-token "
+          "context, vllm+prefix): prefix hit rate, mean / p99 TTFT, load imbalance")
+    for router, v in mooncake().items():
+        print(f"  {router:<46} {v['prefix_hit_rate']:.1%}  {v['mean_ttft_s']:.3f} s / {v['p99_ttft_s']:.3f} s  "
+              f"{v['load_imbalance']:.2f}")
 
 
 if __name__ == "__main__":
