@@ -115,7 +115,8 @@ class Fleet:
 
     def _clock(self, reads: frozenset[str], replicas: list[Simulation]):
         """How replicas are brought to an arrival's instant for a router that reads ``reads`` of them."""
-        kind = "every" if self.sync_every_arrival else replicas_read(reads, self.strategy)
+        shares = any(r.prefix_hashes for r in self.workload.requests)
+        kind = "every" if self.sync_every_arrival else replicas_read(reads, self.strategy, shares)
         if kind == "every":
             return EveryReplica(replicas)
         if kind == "load":
@@ -123,11 +124,12 @@ class Fleet:
         return NoReplica()
 
 
-def replicas_read(reads: frozenset[str], strategy: Strategy) -> str:
+def replicas_read(reads: frozenset[str], strategy: Strategy, shares_prefixes: bool = True) -> str:
     """What a router reading ``reads`` needs of the replicas: "none", "load" (only their loads) or "every" (their
-    state at every arrival)."""
-    if not strategy.enable_prefix_caching:
-        reads -= {CACHED_TOKENS}  # (nothing is ever cached: the answer is 0 whatever the state)
+    state at every arrival). Without prefix caching, or without prompts that share a prefix, no request ever
+    finds anything cached: that answer is 0 whatever the state."""
+    if not (strategy.enable_prefix_caching and shares_prefixes):
+        reads -= {CACHED_TOKENS}
     if reads - {LOAD}:
         return "every"
     return "load" if reads else "none"
