@@ -8,6 +8,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvlab.config import CacheConfig, SchedulerConfig
 from kvlab.cost import CostModel
@@ -111,6 +113,34 @@ def test_replicas_brought_only_where_needed_decide_and_run_as_if_all_were(router
     for a, b in zip(fast.replicas, reference.replicas):
         _same_run(a, b)
     assert fast.summary() == reference.summary()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    specs=st.lists(st.tuples(st.floats(0, 0.05), st.integers(1, 60), st.integers(1, 30), st.integers(-1, 2)),
+                   min_size=1, max_size=40),
+    num_replicas=st.integers(2, 4),
+    strategy=st.sampled_from(["vllm", "vllm+swap", "orca-oracle", "static+paged"]),
+    chunked=st.booleans(),
+    num_blocks=st.integers(8, 40),
+    seq_overhead_s=st.sampled_from([0.0, 0.004]),
+)
+def test_loads_read_lazily_are_the_loads_at_every_arrival(specs, num_replicas, strategy, chunked, num_blocks,
+                                                          seq_overhead_s):
+    """least-requests on random tiny fleets (preemption by recompute or swap, slabs, static batches, chunked
+    prefill on and off, a per-sequence cost): the replicas it skips could not have changed their loads."""
+    t, requests = 0.0, []
+    for i, (gap, prompt, output, group) in enumerate(specs):
+        t += gap
+        requests.append(req(i, t, prompt, output, (group, 5) if group >= 0 else ()))
+    cost = dataclasses.replace(COST, seq_overhead_s=seq_overhead_s)
+    cfg = dataclasses.replace(config(num_slots=4 * num_blocks, enable_chunked_prefill=chunked), cost=cost)
+    wl = workload(*requests)
+    fast = Fleet(parse_strategy(strategy), cfg, wl, "least-requests", num_replicas).run()
+    reference = Fleet(parse_strategy(strategy), cfg, wl, "least-requests", num_replicas, sync_every_arrival=True).run()
+    assert fast.num_routed == reference.num_routed
+    for a, b in zip(fast.replicas, reference.replicas):
+        assert a.records == b.records
 
 
 def test_a_replica_serves_its_share_as_a_lone_engine_would():

@@ -8,11 +8,18 @@ Each replica is a ``kvlab.sim.Simulation`` with the run's strategy and configura
 where the fleet's does (the first arrival), so every replica's times are on the one clock. Requests are handed
 out in arrival order; a replica serves what it was given exactly as a lone engine would serve that workload.
 
-Bringing every replica to every arrival is needed only when the router reads their state. A router that does not
-(round-robin, random) is asked at once, and each replica runs its requests afterwards, in one pass: the same
-records and logs, since cutting an engine's runs at instants where nothing arrives changes nothing (runs =
-stepping, tests/test_runs.py) and its decision does not depend on the state it skips (tests/test_fleet.py checks
-both paths give the same results).
+Bringing a replica to an arrival cuts its run of iterations there, which costs a scheduling pass; a fleet brings
+only as many as the router needs (``replicas_read``):
+
+    none    the router reads nothing (round-robin, random): it is asked at once, and each replica runs its
+            requests afterwards in one pass (NoReplica)
+    load    it reads only loads (least-requests; prefix when nothing can be cached): a replica is brought to an
+            arrival only when one of its requests may have finished since (WhenLoadMayChange)
+    every   it reads KV use or cached blocks: every replica to every arrival (EveryReplica)
+
+Each gives the decisions and the records of ``every``: cutting an engine's runs at instants where nothing arrives
+changes nothing (runs = stepping, tests/test_runs.py), and the state skipped is state the router does not read or
+that cannot have changed (tests/test_fleet.py compares every router's decisions and runs with ``every``'s).
 """
 
 from __future__ import annotations
