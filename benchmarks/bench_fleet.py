@@ -7,7 +7,7 @@ same load per replica.
     python benchmarks/bench_fleet.py --instructions --requests 16000   # callgrind's instructions, not time
 
 The setup is bench_sim.py's: OPT-13B on one A100-40GB with the paper's 12 GiB of KV cache
-(``SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)``), ``vllm``, the ShareGPT
+(``resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12).engine``), ``vllm``, the ShareGPT
 stand-in, Poisson arrivals. The fleet serves ``--requests`` at ``replicas × --rate``; the lone replica serves
 ``--requests / replicas`` at ``--rate``: the same load per replica. Both record no per-iteration log (as
 bench_sim's large runs) and include ``summary()``. Times are the process's CPU time (``time.process_time``), the
@@ -41,13 +41,13 @@ def _best_cpu(run, repeat: int) -> float:
 
 def case(router: str | None, *, num_requests: int, num_replicas: int, rate: float):
     """(the run, its number of requests): the lone replica's (router None) or the fleet's."""
-    from kvlab.config import SimConfig
+    from kvlab.config import resolve
     from kvlab.fleet import Fleet
     from kvlab.sim import Simulation
     from kvlab.strategies import parse_strategy
     from kvlab.workload import load_workload
 
-    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
+    config = resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12).engine
     strategy = parse_strategy("vllm")
     if router is None:
         num = num_requests // num_replicas

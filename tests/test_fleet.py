@@ -18,7 +18,7 @@ from kvlab.fleet import ROUTERS, Fleet, check_num_replicas, parse_router, parse_
 from kvlab.metrics import ITERATION_COLUMNS
 from kvlab.sim import SimConfig, Simulation
 from kvlab.strategies import parse_strategy
-from kvlab.workload import Workload, load_workload
+from kvlab.workload import Workload
 from kvlab.workload.request import Request
 
 # 10 ms of weights per iteration plus 1 µs per context token: simple numbers, memory-bound (as tests/test_sim.py).
@@ -86,13 +86,30 @@ def test_one_replica_behind_any_router_is_kvlab_run(router, strategy):
 
 @pytest.mark.parametrize("router", ["round-robin", "least-requests", "prefix"])
 @pytest.mark.parametrize(("name", "strategy"), [("paper-sharegpt", "vllm"), ("sessions", "vllm+prefix")])
-def test_one_replica_on_a_bundled_workload(router, name, strategy):
-    cfg = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=2)
-    wl = load_workload(name, num_requests=400, rate=3.0, seed=1)
-    plain = Simulation(parse_strategy(strategy), cfg, wl).run()
-    fleet = Fleet(parse_strategy(strategy), cfg, wl, router, 1).run()
-    _same_run(fleet.replicas[0], plain)
-    assert fleet.summary()["fleet"] == plain.summary()
+def test_one_replica_is_what_the_run_service_gives(router, name, strategy):
+    """`kvlab run` is kvlab.service.run: one replica behind a router gives its result exactly."""
+    from kvlab import service
+    from kvlab.config import resolve
+
+    config = resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=2, workload=name, rate=3.0,
+                     num_requests=400, seed=1)
+    ran = service.run(config, [strategy])
+    fleet = Fleet(parse_strategy(strategy), config.engine, ran.workload, router, 1).run()
+    _same_run(fleet.replicas[0], ran.results[0])
+    assert fleet.summary()["fleet"] == ran.summaries()[0]
+
+
+def test_a_profiles_request_latency_is_around_the_fleet_as_around_one_engine():
+    from kvlab.cost.latency import as_seen_by_clients, delayed
+
+    cfg = config()
+    cfg = dataclasses.replace(cfg, cost=dataclasses.replace(cfg.cost, request_latency_s=0.05))
+    wl = random_workload(seed=2)
+    alone = as_seen_by_clients(Simulation(parse_strategy("vllm"), cfg, delayed(wl, 0.05)).run(), 0.05)
+    fleet = Fleet(parse_strategy("vllm"), cfg, wl, "least-requests", 1).run()
+    _same_run(fleet.replicas[0], alone)
+    assert fleet.records[0].arrival_time == wl.requests[0].arrival_time  # the client's clock
+    assert min(r.ttft for r in fleet.records if r.ttft is not None) > 0.05
 
 
 # The fast paths are the reference path ------------------------------------------------------------------------

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from kvlab.config import resolve
 from kvlab.errors import KvlabError
 from kvlab.fleet import MAX_REPLICAS, check_fleet_work, estimate_fleet_work, fewest_replicas
-from kvlab.sim import SimConfig
 from kvlab.strategies import parse_strategy
 from kvlab.validate import TooMuchWork, allow_large_work
 from kvlab.workload import load_workload
@@ -14,7 +14,7 @@ from kvlab.workload import load_workload
 
 @pytest.fixture(scope="module")
 def setup():
-    config = SimConfig.from_options(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
+    config = resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12).engine
     return parse_strategy("vllm"), config, load_workload("paper-sharegpt", rate=7.0, num_requests=1500, seed=0)
 
 

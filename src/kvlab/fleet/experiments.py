@@ -28,9 +28,9 @@ PAPER_SETUP = dict(model="opt-13b", gpu="a100-40gb", available_kv_gib=12)
 
 @cache
 def _config():
-    from kvlab.config import SimConfig
+    from kvlab.config import resolve
 
-    return SimConfig.from_options(**PAPER_SETUP)
+    return resolve(PAPER_SETUP).engine
 
 
 def _finished(records) -> list:
@@ -142,12 +142,12 @@ def mooncake(*, num_replicas: int = 4, num_requests: int = 1500,
              routers: tuple[str, ...] = ("round-robin", "least-requests", "prefix", "weighted")) -> dict:
     """The real multi-turn trace, mooncake-conversation (its own arrivals), on Llama-3.1-8B replicas on one H100
     SXM each with a 131,072-token context: per router, prefix hit rate, mean and p99 TTFT, load imbalance."""
-    from kvlab.config import SimConfig
+    from kvlab.config import resolve
     from kvlab.fleet.fleet import Fleet
     from kvlab.strategies import parse_strategy
     from kvlab.workload import load_workload
 
-    config = SimConfig.from_options(model="llama-3.1-8b", gpu="h100-sxm", max_model_len=131072)
+    config = resolve(model="llama-3.1-8b", gpu="h100-sxm", max_model_len=131072).engine
     workload = load_workload("mooncake-conversation", num_requests=num_requests)
     out: dict = {}
     for router in routers:

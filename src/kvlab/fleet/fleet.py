@@ -32,6 +32,7 @@ from kvlab.errors import KvlabError
 from kvlab.fleet.routers import CACHED_TOKENS, LOAD, RouterSpec, parse_router
 from kvlab.fleet.summary import fleet_summary
 from kvlab.metrics import RequestRecord
+from kvlab.sched.seq import num_tokens_to_finish
 from kvlab.sim import SimResult, Simulation
 from kvlab.strategies import Strategy
 from kvlab.workload import Request, Workload
@@ -92,7 +93,13 @@ class Fleet:
         self.sync_every_arrival = sync_every_arrival
 
     def run(self) -> FleetResult:
-        requests = sorted(self.workload.requests, key=lambda r: (r.arrival_time, r.request_id))
+        from kvlab.cost.latency import as_seen_by_clients, delayed
+
+        # As the run service does for one engine: a profile's time outside the engines (HTTP, the API servers)
+        # delays each request on its way in, so the router decides as it reaches them; the records are put back
+        # on the clients' clock.
+        latency_s = self.config.cost.request_latency_s
+        requests = sorted(delayed(self.workload, latency_s).requests, key=lambda r: (r.arrival_time, r.request_id))
         start = requests[0].arrival_time if requests else 0.0
         empty = replace(self.workload, requests=())
         replicas = [Simulation(self.strategy, self.config, empty, record_iterations=self.record_iterations,
@@ -112,7 +119,7 @@ class Fleet:
                 clock.given(index, request)
                 num_routed[index] += 1
                 reasons[reason] = reasons.get(reason, 0) + 1
-            results = [sim.run() for sim in replicas]
+            results = [as_seen_by_clients(sim.run(), latency_s) for sim in replicas]
         finally:
             if collecting:
                 gc.enable()
@@ -206,8 +213,7 @@ class WhenLoadMayChange:
         if not sched.num_unfinished:
             return INF  # idle: nothing changes until it is given a request
         sched.sync()  # (each request's tokens up to date)
-        fewest_left = min(seq.request.num_output_tokens - seq.num_output_tokens
-                          for queue in (sched.running, sched.waiting) for seq in queue)
+        fewest_left = min(num_tokens_to_finish(seq) for queue in (sched.running, sched.waiting) for seq in queue)
         return sim.now + (fewest_left - 1) * self.min_iteration_s * SAFETY
 
 
