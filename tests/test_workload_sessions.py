@@ -14,6 +14,7 @@ from kvlab.sim import SimConfig, Simulation
 from kvlab.strategies import parse_strategy
 from kvlab.workload import Workload, load_workload
 from kvlab.workload.sessions import SessionSpec, conversation_ids, session_table
+from kvlab.workload.synthetic import paper_sharegpt_population
 
 COST = CostModel(weights_bytes=8e6, kv_bytes_per_token=800.0, flops_per_token=1.0, attention_flops_per_pair=1.0,
                  memory_bandwidth=1e9, peak_flops=1e15, overhead_s=0.0)
@@ -62,7 +63,7 @@ def test_rate_seed_and_length_of_the_workload():
 
 def test_system_prompts_are_shared_by_the_sessions_that_open_with_them():
     spec = SessionSpec(system_prompt_len=100, num_system_prompts=2, system_prompt_share=0.5)
-    table = session_table(spec, num_requests=2000, duration=None, rate=4.0)
+    table = session_table(spec, paper_sharegpt_population(), num_requests=2000, duration=None, rate=4.0)
     openings = {tuple(range(6)): set(), tuple(range(6, 12)): set()}  # 100 tokens: 6 whole chunks of 16 each
     without = set()
     for ids in table.prefix_hashes:
@@ -143,7 +144,8 @@ def test_sessions_need_a_rate_a_process_and_room():
     with pytest.raises(KvlabError, match="sessions needs --rate"):
         load_workload("sessions", num_requests=10)
     with pytest.raises(KvlabError, match="--arrival burst for sessions: .* valid: --arrival poisson or gamma"):
-        session_table(SessionSpec(), num_requests=10, duration=None, rate=1.0, arrival="burst")
+        session_table(SessionSpec(), paper_sharegpt_population(), num_requests=10, duration=None, rate=1.0,
+                      arrival="burst")
     with pytest.raises(KvlabError, match="sessions has no arrival times of its own"):
         load_workload("sessions", num_requests=10, arrival="trace")
     with pytest.raises(KvlabError, match="session options apply to --workload sessions only"):

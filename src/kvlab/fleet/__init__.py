@@ -17,12 +17,13 @@
 
 One replica behind any router gives the engine's own records and summary, bit for bit (`--replicas 1` is
 `kvlab run`). The pieces: routers.py (the routers and the weighted router's scorers), fleet.py (the loop on one
-clock), summary.py (the fleet's numbers), capacity.py (the fewest replicas), work.py (what a fleet costs to
+clock), result.py (what a fleet did, and its numbers), capacity.py (the fewest replicas), work.py (what a fleet costs to
 simulate).
 """
 
 from kvlab.fleet.capacity import ReplicaSearch, fewest_replicas
-from kvlab.fleet.fleet import Fleet, FleetResult, check_num_replicas, run_fleet
+from kvlab.fleet.fleet import Fleet, check_num_replicas, run_fleet
+from kvlab.fleet.result import FleetResult
 from kvlab.fleet.routers import DEFAULT_SCORERS, ROUTERS, SCORERS, RouterSpec, parse_router, parse_scorers
 from kvlab.fleet.work import MAX_REPLICAS, FleetWork, check_fleet_work, estimate_fleet_work
 

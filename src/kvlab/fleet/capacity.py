@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from kvlab.config import SimConfig
 from kvlab.errors import KvlabError
-from kvlab.fleet.fleet import FleetResult, check_num_replicas, run_fleet
+from kvlab.fleet.fleet import check_num_replicas, run_fleet
+from kvlab.fleet.result import FleetResult
 from kvlab.fleet.routers import RouterSpec, parse_router
 from kvlab.strategies import Strategy
 from kvlab.workload import Workload

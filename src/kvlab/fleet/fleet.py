@@ -25,50 +25,20 @@ that cannot have changed (tests/test_fleet.py compares every router's decisions 
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kvlab.config import SimConfig
 from kvlab.errors import KvlabError
+from kvlab.fleet.result import FleetResult
 from kvlab.fleet.routers import CACHED_TOKENS, LOAD, RouterSpec, parse_router
-from kvlab.fleet.summary import fleet_summary
-from kvlab.metrics import RequestRecord
 from kvlab.sched.seq import num_tokens_to_finish
-from kvlab.sim import SimResult, Simulation
+from kvlab.sim import Simulation
 from kvlab.strategies import Strategy
 from kvlab.workload import Request, Workload
 
 INF = float("inf")
 # The clock adds iterations one after another; their least duration times a count may round above that sum.
 SAFETY = 1 - 1e-9
-
-
-@dataclass
-class FleetResult:
-    """What a fleet did: each replica's own result (records, counters, memory integral, log), in replica order, and
-    what the router decided. ``summary()`` is the fleet's `--json` entry (kvlab/fleet/summary.py)."""
-
-    strategy: Strategy
-    config: SimConfig
-    workload_name: str
-    router: RouterSpec
-    replicas: list[SimResult]
-    num_routed: list[int]  # requests the router gave each replica
-    reasons: dict[str, int]  # decisions counted by the router's reason
-    num_cached_tokens: list[int]  # per replica: prompt tokens found in its prefix cache at first admission
-    num_queried_tokens: list[int]  # per replica: prompt tokens of the requests it admitted
-
-    @property
-    def num_replicas(self) -> int:
-        return len(self.replicas)
-
-    @property
-    def records(self) -> list[RequestRecord]:
-        """Every replica's records, in arrival order (as one engine's are)."""
-        merged = [record for result in self.replicas for record in result.records]
-        return sorted(merged, key=lambda r: (r.arrival_time, r.request_id))
-
-    def summary(self) -> dict:
-        return fleet_summary(self)
 
 
 def check_num_replicas(num_replicas: object) -> int:

@@ -138,7 +138,7 @@ WORKLOADS: dict[str, BundledWorkload] = {
             "the sharing); ShareGPT-like turns, 4 per session on average, 10 s apart (docs/fleet.md)",
             "kvlab's session generator (kvlab/workload/sessions.py); turn lengths from paper-sharegpt",
             "Apache-2.0",
-            expected_means=sessions.default_means,
+            expected_means=lambda: sessions.default_means(synthetic.paper_sharegpt_population()),
             generate=sessions.session_table,
         ),
     )

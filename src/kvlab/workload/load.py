@@ -144,9 +144,14 @@ def _generated(entry: BundledWorkload, spec: SessionSpec, num_requests, duration
                          "hold")
     if num_requests is None and duration is None:
         num_requests = DEFAULT_NUM_REQUESTS
+    lengths = WORKLOADS.get(spec.lengths)
+    if lengths is None or lengths.rows is None:
+        names = ", ".join(name for name, e in WORKLOADS.items() if e.rows is not None)
+        raise KvlabError(f"--session-lengths {spec.lengths!r}: the lengths of turns come from a bundled workload's "
+                         f"rows; valid: {names}")
     process = "poisson" if arrival == "auto" else arrival
-    table = entry.generate(spec, num_requests=num_requests, duration=duration, rate=rate, arrival=process, cv=cv,
-                           seed=seed, max_model_len=max_model_len)
+    table = entry.generate(spec, lengths.rows(), num_requests=num_requests, duration=duration, rate=rate,
+                           arrival=process, cv=cv, seed=seed, max_model_len=max_model_len)
     if not table.num_rows:
         raise KvlabError(f"no turn arrives before --duration {duration:g} s at {rate:g} req/s; valid: a longer "
                          "--duration")

@@ -115,9 +115,10 @@ def _chunked(draw, num: int) -> np.ndarray:
 
 
 @cache
-def default_means() -> tuple[float, float]:
-    """Mean prompt and answer of the default sessions (4,000 turns of seed 0): what `kvlab workloads` lists."""
-    table = session_table(SessionSpec(), num_requests=4000, duration=None, rate=1.0)
+def default_means(lengths: LengthTable) -> tuple[float, float]:
+    """Mean prompt and answer of the default sessions over ``lengths`` (the default's, paper-sharegpt's rows; 4,000
+    turns of seed 0): what `kvlab workloads` lists."""
+    table = session_table(SessionSpec(), lengths, num_requests=4000, duration=None, rate=1.0)
     return float(table.prompt_len.mean()), float(table.output_len.mean())
 
 
@@ -172,23 +173,17 @@ def _kept_turns(spec: SessionSpec, draws: _Draws, messages: np.ndarray, answers:
     return kept
 
 
-def session_table(spec: SessionSpec, *, num_requests: int | None, duration: float | None, rate: float,
-                  arrival: str = "poisson", cv: float = 1.0, seed: int = 0,
+def session_table(spec: SessionSpec, lengths: LengthTable, *, num_requests: int | None, duration: float | None,
+                  rate: float, arrival: str = "poisson", cv: float = 1.0, seed: int = 0,
                   max_model_len: int | None = None) -> LengthTable:
-    """The turns of sessions as one table in arrival order, with their content ids: the first ``num_requests``
+    """The turns of sessions as one table in arrival order, with their content ids, each turn's (message, answer)
+    lengths a row of ``lengths`` (the rows of ``spec.lengths``, which the caller looked up): the first ``num_requests``
     turns to arrive, or those arriving before ``duration`` seconds (both: whichever stops first). ``rate`` is
     requests per second: sessions start at ``rate`` over the mean turns a session keeps under the context cap
     (measured on the seed's first CHUNK sessions, so that it does not depend on how many are drawn)."""
-    from kvlab.workload.bundled import WORKLOADS
-
     if arrival not in ("poisson", "gamma"):
         raise KvlabError(f"--arrival {arrival} for sessions: sessions start as a Poisson or gamma process; valid: "
                          "--arrival poisson or gamma (auto: poisson)")
-    if spec.lengths not in WORKLOADS or WORKLOADS[spec.lengths].rows is None:
-        names = ", ".join(name for name, entry in WORKLOADS.items() if entry.rows is not None)
-        raise KvlabError(f"--session-lengths {spec.lengths!r}: the lengths of turns come from a bundled workload's "
-                         f"rows; valid: {names}")
-    lengths = WORKLOADS[spec.lengths].rows()
     max_context_len = spec.max_context_len or max_model_len or DEFAULT_MAX_CONTEXT_LEN
     if spec.system_prompt_len + 2 > max_context_len:
         raise KvlabError(f"--system-prompt-len {spec.system_prompt_len:,} leaves no room for a message and an "

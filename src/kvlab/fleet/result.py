@@ -1,4 +1,5 @@
-"""A fleet's numbers: each replica's summary and the fleet's, by kvlab.metrics' own definitions, and the router's.
+"""What a fleet did (``FleetResult``) and its numbers: each replica's summary and the fleet's, by kvlab.metrics'
+own definitions, and the router's.
 
 Over replicas j = 1..N, each replica's clock starting at the fleet's first arrival:
 
@@ -15,13 +16,42 @@ With one replica the fleet entry is exactly the engine's own summary (`kvlab run
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields
 
-from kvlab.metrics import Counters, UsageIntegral, summarize
+from kvlab.config import SimConfig
+from kvlab.fleet.routers import RouterSpec
+from kvlab.metrics import Counters, RequestRecord, UsageIntegral, summarize
+from kvlab.sim import SimResult
+from kvlab.strategies import Strategy
 
-if TYPE_CHECKING:
-    from kvlab.fleet.fleet import FleetResult
+
+@dataclass
+class FleetResult:
+    """What a fleet did: each replica's own result (records, counters, memory integral, log), in replica order, and
+    what the router decided. ``summary()`` is the fleet's `--json` entry (below)."""
+
+    strategy: Strategy
+    config: SimConfig
+    workload_name: str
+    router: RouterSpec
+    replicas: list[SimResult]
+    num_routed: list[int]  # requests the router gave each replica
+    reasons: dict[str, int]  # decisions counted by the router's reason
+    num_cached_tokens: list[int]  # per replica: prompt tokens found in its prefix cache at first admission
+    num_queried_tokens: list[int]  # per replica: prompt tokens of the requests it admitted
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.replicas)
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        """Every replica's records, in arrival order (as one engine's are)."""
+        merged = [record for result in self.replicas for record in result.records]
+        return sorted(merged, key=lambda r: (r.arrival_time, r.request_id))
+
+    def summary(self) -> dict:
+        return fleet_summary(self)
 
 
 def summed_integral(integrals) -> UsageIntegral:
