@@ -166,7 +166,7 @@ def main() -> None:
           f"against one at r ({split['per_replica']:,} requests each; replicas got {split['replica_num_requests']})")
     for name in ("same", "control"):
         entry = split[name]
-        ks = ", ".join(f"{p:.3f}" for p in entry["ttft_ks_p"])
+        ks = ", ".join(f"{p:.3g}" for p in entry["ttft_ks_p"])
         print(f"  lone at {entry['rate']:g} req/s: TTFT KS p per replica {ks}; mean TPOT replicas "
               f"{np.mean(split['replica_mean_tpot']) * 1e3:.3f} ms vs lone runs "
               f"{np.mean(entry['lone_mean_tpot']) * 1e3:.3f} ms, Welch p {entry['tpot_t_p']:.3g}")
