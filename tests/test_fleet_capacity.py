@@ -38,6 +38,9 @@ def test_the_fewest_replicas_hold_and_one_fewer_does_not(setup):
     assert search.runs[3].num_replicas == 3 and search.runs[3].summary()["fleet"]["ttft_s"]["p99"] < 0.5
     assert search.runs[2].summary()["fleet"]["ttft_s"]["p99"] > 10
     assert search.router.text == "least-requests"
+    curve = search.points()
+    assert [(n, held) for n, _, held in curve] == [(1, False), (2, False), (3, True), (4, True)]
+    assert curve[0][1] > curve[1][1] > curve[2][1] > 0  # p99 TTFT falls as replicas are added
 
 
 def test_no_answer_below_the_most_replicas_allowed(setup):

@@ -37,6 +37,11 @@ class ReplicaSearch:
     def tried(self) -> list[int]:
         return sorted(self.runs)
 
+    def points(self, metric: str = "ttft_s", stat: str = "p99") -> list[tuple[int, float | None, bool]]:
+        """(replicas, the fleet's ``stat`` of ``metric``, held) for every count tried, fewest first: the curve a
+        report plots (p99 TTFT against replica count by default)."""
+        return [(n, self.runs[n].summary()["fleet"][metric][stat], self.held[n]) for n in self.tried]
+
 
 def fewest_replicas(strategy: Strategy, config: SimConfig, router: RouterSpec | str, workload: Workload,
                     holds: Callable[[FleetResult], bool], *, max_replicas: int = 64, first: int = 1,
