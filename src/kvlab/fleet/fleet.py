@@ -161,20 +161,26 @@ class WhenLoadMayChange:
         self.replicas = replicas
         self.min_iteration_s = min_iteration_s
         self.quiet = [INF] * len(replicas)  # replica j's load stays as it is for arrivals up to quiet[j]
+        self.first_due = INF  # min(quiet): most arrivals bring nobody
 
     def before(self, request: Request) -> None:
         t = request.arrival_time
+        if t <= self.first_due:
+            return
         quiet = self.quiet
         for j, sim in enumerate(self.replicas):
             if t > quiet[j]:
                 sim.run_until(t)
                 quiet[j] = self._quiet_until(sim)
+        self.first_due = min(quiet)
 
     def given(self, index: int, request: Request) -> None:
         served, reason = self.replicas[index].admission(request)
         t = request.arrival_time
         bound = t if reason is not None else t + (served.num_output_tokens - 1) * self.min_iteration_s * SAFETY
-        self.quiet[index] = min(self.quiet[index], bound)
+        if bound < self.quiet[index]:
+            self.quiet[index] = bound
+            self.first_due = min(self.first_due, bound)
 
     def _quiet_until(self, sim: Simulation) -> float:
         sched = sim.scheduler
@@ -183,7 +189,8 @@ class WhenLoadMayChange:
         if not sched.num_unfinished:
             return INF  # idle: nothing changes until it is given a request
         sched.sync()  # (each request's tokens up to date)
-        fewest_left = min(num_tokens_to_finish(seq) for queue in (sched.running, sched.waiting) for seq in queue)
+        fewest_left = min(min(map(num_tokens_to_finish, sched.running), default=INF),
+                          min(map(num_tokens_to_finish, sched.waiting), default=INF))
         return sim.now + (fewest_left - 1) * self.min_iteration_s * SAFETY
 
 

@@ -76,7 +76,11 @@ class Router(Protocol):
         ...
 
 
-def _least_loaded(replicas: Sequence[Simulation], indices) -> int:
+def _least_loaded(replicas: Sequence[Simulation], indices: Sequence[int] | None = None) -> int:
+    """The replica with the lowest load (the lowest index among equals), of ``indices`` (default: all)."""
+    if indices is None:
+        loads = [load(sim) for sim in replicas]
+        return loads.index(min(loads))
     return min(indices, key=lambda i: (load(replicas[i]), i))
 
 
@@ -109,7 +113,7 @@ class LeastRequests:
     reads = frozenset({LOAD})
 
     def route(self, request: Request, replicas: Sequence[Simulation]) -> tuple[int, str]:
-        return _least_loaded(replicas, range(len(replicas))), "fewest requests"
+        return _least_loaded(replicas), "fewest requests"
 
 
 class LeastKV:
@@ -128,7 +132,7 @@ class Prefix:
         hits = [cached_tokens(sim, request) for sim in replicas]
         best = max(hits)
         if not best:
-            return _least_loaded(replicas, range(len(replicas))), "no prefix cached: fewest requests"
+            return _least_loaded(replicas), "no prefix cached: fewest requests"
         holders = [i for i, hit in enumerate(hits) if hit == best]
         if len(holders) == 1:
             return holders[0], "longest cached prefix"
