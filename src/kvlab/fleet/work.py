@@ -26,7 +26,7 @@ MAX_REPLICAS = 4096
 # What bringing the replicas to each arrival adds, in request-runs per replica per request, by what the router
 # reads (kvlab.fleet.fleet.replicas_read; bench_fleet.py, 8 replicas against one: round-robin and random read
 # nothing, least-requests only loads, the others everything).
-SYNC_COST = {"none": 0.0, "load": 0.08, "every": 0.15}
+SYNC_COST = {"none": 0.0, "load": 0.07, "every": 0.18}
 # Setting up a pool's block (a paged pool's free list): in request-runs, and bytes.
 BLOCK_COST = 0.02
 BYTES_PER_BLOCK = 48
