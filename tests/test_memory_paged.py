@@ -399,6 +399,73 @@ def test_prefix_blocks_straddling_chunks_and_offsets():
     assert allocator.get_num_cached_tokens(longer) == 24
 
 
+def _turn(request_id: int, prompt_len: int, output_len: int, ids: tuple[int, ...], prefix_len: int | None) -> Seq:
+    """A conversation's turn: its prompt and answer are the session's tokens, named by ``ids`` (chunks of 4)."""
+    return Seq(Request(request_id, 0.0, prompt_len, output_len, prefix_hashes=ids, prefix_chunk_len=4,
+                       prefix_len=prefix_len))
+
+
+def _serve(allocator: PagedAllocator, seq: Seq) -> None:
+    """Admit, decode to the last token whose KV is written, free (as a finished request)."""
+    assert admit(allocator, seq) is Fit.NOW
+    while seq.num_computed_tokens < seq.request.num_kv_tokens:
+        assert decode(allocator, seq) is Fit.NOW
+    allocator.free(seq)
+
+
+def test_a_conversation_turn_finds_the_last_turns_answer_blocks_cached():
+    """Turn 1: 6 prompt tokens and a 4-token answer, all of it the session's (prefix_len 10); its KV holds positions
+    0..8 in blocks [1, 2, 3]. Turn 2's prompt repeats those 10 tokens and adds 3: its first two blocks, answer tokens
+    6 and 7 among them, are turn 1's blocks 1 and 2; block 2 of the sequence (positions 8..11) was never full."""
+    allocator = PagedAllocator(num_blocks=10, block_size=4, enable_prefix_caching=True)
+    first = _turn(0, 6, 4, (10, 11, 12), prefix_len=10)
+    assert admit(allocator, first) is Fit.NOW
+    assert allocator.get_block_ids(0) == [1, 2]
+    while first.num_computed_tokens < first.request.num_kv_tokens:
+        assert decode(allocator, first) is Fit.NOW
+    assert allocator.get_block_ids(0) == [1, 2, 3]
+    # Block 2 filled while decoding: named by content (interned 1), not (request_id, 1); block 3 is not full.
+    assert [allocator.block_hash(b) for b in (1, 2, 3)] == [0, 1, None]
+    allocator.free(first)
+    assert allocator.free_block_ids() == [3, 4, 5, 6, 7, 8, 9, 2, 1]
+
+    second = _turn(1, 13, 2, (10, 11, 12, 13), prefix_len=15)
+    assert allocator.peek_num_cached_tokens(second.request) == 8
+    assert allocator.get_num_cached_tokens(second) == 8
+    assert admit(allocator, second) is Fit.NOW
+    assert allocator.get_block_ids(1) == [1, 2, 3, 4]
+    assert allocator.free_block_ids() == [5, 6, 7, 8, 9]
+    allocator.check_invariants([second])
+
+
+def test_without_prefix_len_an_answer_is_the_requests_own():
+    """The same two turns with a trace's semantics (ids name the prompt but its last token): turn 1's answer
+    blocks are (request_id, j), so turn 2 finds only block 0 cached."""
+    allocator = PagedAllocator(num_blocks=10, block_size=4, enable_prefix_caching=True)
+    _serve(allocator, _turn(0, 6, 4, (10, 11, 12), prefix_len=None))
+    assert [allocator.block_hash(b) for b in (1, 2, 3)] == [0, (0, 1), None]
+    second = _turn(1, 13, 2, (10, 11, 12, 13), prefix_len=None)
+    assert allocator.peek_num_cached_tokens(second.request) == 4
+    assert allocator.get_num_cached_tokens(second) == 4
+
+
+def test_peek_changes_nothing_and_agrees_with_the_lookup():
+    allocator = PagedAllocator(num_blocks=12, block_size=4, enable_prefix_caching=True)
+    _serve(allocator, _turn(0, 9, 6, (1, 2, 3, 4), prefix_len=15))
+    holder = _turn(1, 17, 3, (1, 2, 3, 4, 5), prefix_len=20)  # hits 12 tokens, holds the blocks it computes
+    assert admit(allocator, holder) is Fit.NOW
+    probes = [_turn(2 + i, p, 1, ids, prefix_len=None)
+              for i, (p, ids) in enumerate([(17, (1, 2, 3, 4, 5)), (30, (1, 2, 9)), (3, (1,)), (40, (7, 2, 3))])]
+    before = (allocator.free_block_ids(), allocator.ref_cnts(), dict(allocator._prefix_block_hashes),
+              {k: list(v) for k, v in allocator._block_hashes.items()})
+    peeked = [allocator.peek_num_cached_tokens(p.request) for p in probes]
+    after = (allocator.free_block_ids(), allocator.ref_cnts(), dict(allocator._prefix_block_hashes),
+             {k: list(v) for k, v in allocator._block_hashes.items()})
+    assert after == before
+    assert peeked == [allocator.get_num_cached_tokens(p) for p in probes] == [16, 8, 0, 0]
+    assert PagedAllocator(4, 4).peek_num_cached_tokens(probes[0].request) == 0  # no prefix caching
+
+
 def test_make_allocator_paged():
     allocator = make_allocator("paged", num_slots=15_728, block_size=16, max_model_len=2048)
     assert isinstance(allocator, PagedAllocator)

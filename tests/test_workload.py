@@ -49,12 +49,13 @@ def test_list_workloads_counts_every_row_of_every_file():
     expected_rows = {
         "azure-conv": 19_366, "azure-code": 8_819, "mooncake-conversation": 12_031, "mooncake-synthetic": 3_993,
         "burstgpt": 383, "llmservingsim-sharegpt": 300, "sharegpt-8k": 30_731, "arxiv": 28_257, "bwb": 33_768,
-        "paper-sharegpt": 30_731, "paper-alpaca": None,
+        "paper-sharegpt": 30_731, "paper-alpaca": None, "sessions": None,
     }
     assert {name: row.num_rows for name, row in info.items()} == expected_rows
     assert info["burstgpt"].num_skipped == 17
     assert info["azure-conv"].kind == "trace with arrivals" and info["arxiv"].kind == "lengths only"
     assert info["paper-alpaca"].kind == "stand-in" and info["paper-sharegpt"].kind == "stand-in"
+    assert info["sessions"].kind == "generated sessions"
     # The README's means (input / output): Azure conv 1,155 / 211, BWB 1,067 / 1,613.
     assert round(info["azure-conv"].mean_prompt_len) == 1155 and round(info["azure-conv"].mean_output_len) == 211
     assert round(info["bwb"].mean_prompt_len) == 1067 and round(info["bwb"].mean_output_len) == 1613

@@ -29,7 +29,7 @@ from kvlab.sched.output import RunTiming, SchedulerOutput
 from kvlab.sched.scheduler import FirstIteration, Scheduler
 from kvlab.sched.seq import Seq, SeqStatus
 from kvlab.strategies import Strategy
-from kvlab.workload import Workload
+from kvlab.workload import Request, Workload
 
 INF = float("inf")
 # The longest run the simulator asks for (a run also ends where a request finishes, so this rarely binds).
@@ -60,6 +60,7 @@ class Simulation:
         *,
         record_iterations: bool = True,
         max_iterations: int = MAX_RUN_ITERATIONS,
+        start_time: float | None = None,
     ):
         if max_iterations < 1:
             raise KvlabError(f"max_iterations must be at least 1, got {max_iterations}")
@@ -82,7 +83,10 @@ class Simulation:
         )
         self.scheduler = Scheduler(scheduler_config, self.allocator, cache)
         self.requests = _in_arrival_order(workload.requests)
-        self.start_time = self.requests[0].arrival_time if self.requests else 0.0
+        # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
+        if start_time is None:
+            start_time = self.requests[0].arrival_time if self.requests else 0.0
+        self.start_time = start_time
         self.now = self.start_time
         self.seqs: dict[int, Seq] = {}
         self.counters = Counters()
@@ -115,11 +119,11 @@ class Simulation:
 
     def step(self) -> SchedulerOutput | None:
         """The next run of iterations (one when stepping). Returns what was scheduled, or None when every request
-        is done."""
+        is done (or, within ``run_until``, when idle until its limit or later)."""
         sched = self.scheduler
         self._arrive()
         while not sched.num_unfinished:  # idle until an arrival (everything arriving may be rejected)
-            if self._next_arrival >= len(self.requests):
+            if self._next_arrival >= len(self.requests) or self.next_arrival_time >= self._limit:
                 return None
             self.now = max(self.now, self.next_arrival_time)
             self._arrive()
@@ -142,8 +146,9 @@ class Simulation:
         return out
 
     def run_until(self, t: float) -> list[SchedulerOutput]:
-        """Advance until the clock reaches ``t`` (seconds): no iteration starts at or after it. Returns what was
-        scheduled meanwhile (who was admitted, who was preempted), in order."""
+        """Advance to ``t`` (seconds): every iteration that starts before it runs, none that starts at or after it
+        (idle until a later arrival, the clock stays where the last iteration ended). Returns what was scheduled
+        meanwhile (who was admitted, who was preempted), in order."""
         self._limit = t
         outputs = []
         try:
@@ -155,6 +160,16 @@ class Simulation:
         finally:
             self._limit = INF
         return outputs
+
+    def add_request(self, request: Request) -> None:
+        """A request that comes after the simulation was made (a fleet's router hands them out as they arrive).
+        It joins the requests still to arrive, last: arrivals come in order, and no iteration may have started after
+        it (advance with ``run_until(request.arrival_time)`` at most before adding it)."""
+        if self.requests and request.arrival_time < self.requests[-1].arrival_time:
+            raise KvlabError(f"request {request.request_id} arrives at {request.arrival_time:g} s, before request "
+                             f"{self.requests[-1].request_id} ({self.requests[-1].arrival_time:g} s): add them in "
+                             "arrival order")
+        self.requests.append(request)
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
         """Run to the end. ``progress(num_done, num_requests)`` is called now and then."""
@@ -323,17 +338,20 @@ class Simulation:
                 joined.append(int(starts.searchsorted(request.arrival_time, side="left")))
         return tuple(joined)
 
+    def admission(self, request: Request) -> tuple[Request, str | None]:
+        """The request as this engine serves it (its answer stopped at max_model_len, as vLLM stops it) and why it
+        would reject it on arrival (None: it joins the queue)."""
+        cfg = self.config.scheduler
+        if request.prompt_len >= cfg.max_model_len:
+            return request, "prompt longer than max_model_len"
+        room = cfg.max_model_len - request.prompt_len
+        if request.num_output_tokens > room:
+            request = replace(request, max_tokens=room)  # vLLM stops a request at max_model_len
+        return request, self.allocator.why_never_fits(request)
+
     def _arrival(self, request) -> bool:
         """One request arrives: it joins the waiting queue (True), or is rejected with a reason."""
-        cfg = self.config.scheduler
-        reason = None
-        if request.prompt_len >= cfg.max_model_len:
-            reason = "prompt longer than max_model_len"
-        else:
-            room = cfg.max_model_len - request.prompt_len
-            if request.num_output_tokens > room:
-                request = replace(request, max_tokens=room)  # vLLM stops a request at max_model_len
-            reason = self.allocator.why_never_fits(request)
+        request, reason = self.admission(request)
         seq = self.seqs[request.request_id] = Seq(request)
         if reason is None:
             self.scheduler.add_request(seq)

@@ -126,6 +126,7 @@ class KVAllocator(Protocol):
 
     The calls mirror vLLM's KVCacheManager:
       get_num_cached_tokens  prefix-cache hit for a request about to be admitted (0 where nothing is shared)
+      peek_num_cached_tokens the same for a new request, changing nothing (what a prefix-aware router asks)
       allocate_slots         make room for ``num_computed_tokens + num_new_tokens`` tokens of ``seq``
       allocate_decode_run    allocate_slots(seq, 1) for many decoding requests over many iterations at once
       allocate_decode_iteration  the same for one iteration whose blocks run out, evicting as the running loop does
@@ -156,6 +157,8 @@ class KVAllocator(Protocol):
         ...
 
     def get_num_cached_tokens(self, seq: Sequence) -> int: ...
+
+    def peek_num_cached_tokens(self, request: Request) -> int: ...
 
     def watermark_blocks(self, watermark: float) -> int:
         """The blocks vLLM's ``watermark`` (a fraction of the pool) keeps free at admission; 0 for slabs."""

@@ -101,6 +101,9 @@ class ContiguousAllocator:
     def get_num_cached_tokens(self, seq: Sequence) -> int:
         return 0  # no prefix sharing between slabs
 
+    def peek_num_cached_tokens(self, request: Request) -> int:
+        return 0
+
     def why_never_fits(self, request: Request) -> str | None:
         slab = self.slab_size(request)
         if slab > self.buddy.largest_region:

@@ -18,8 +18,9 @@ FullAttentionManager, block_pool.py):
     The request's blocks go back in reverse order (tail first).
 
 Block hashes. kvlab's requests carry lengths, not token ids, so a block's content is named from the request:
-block j (tokens ``[j*block_size, (j+1)*block_size)``) inside the shared prefix is named by the prefix ids
-covering it and its offset, chained over its parent's hash so that equal hashes mean equal prefixes (as vLLM's
+block j (tokens ``[j*block_size, (j+1)*block_size)``) inside the shared prefix (``Request.num_shared_prefix_tokens``:
+part of the prompt, or with ``prefix_len`` a conversation's answer too) is named by the prefix ids covering it and
+its offset, chained over its parent's hash so that equal hashes mean equal prefixes (as vLLM's
 ``hash_block_tokens`` chains over the parent hash); any other block holds prompt tail or generated tokens
 unique to the request and is named ``(request_id, j)``, which already fixes its whole prefix. A preempted
 request therefore finds its own freed blocks again. Chained prefix hashes are interned to small integers, so
@@ -129,6 +130,23 @@ class PagedAllocator:
                 break
             num_hit_blocks += 1
         return num_hit_blocks * self.block_size
+
+    def peek_num_cached_tokens(self, request: Request) -> int:
+        """The prefix-cache hit a new request would find if it were admitted now (``get_num_cached_tokens``' answer
+        for it), computed without changing anything here: what a prefix-aware router asks each replica (llm-d's
+        precise prefix-cache scorer keeps the same answer from the engines' KV events). 0 without prefix caching."""
+        if not self.enable_prefix_caching:
+            return 0
+        bs = self.block_size
+        # A new request's own blocks, (request_id, j), are cached nowhere: only its shared blocks can hit.
+        num_blocks = min((request.prompt_len - 1) // bs, request.num_shared_prefix_tokens // bs)
+        cached, interned = self._cached_pool.cached_block_hash_to_block, self._prefix_block_hashes
+        parent = None
+        for j in range(num_blocks):
+            parent = interned.get(self._shared_block_key(request, parent, j))
+            if parent is None or parent not in cached:
+                return j * bs
+        return num_blocks * bs
 
     def watermark_blocks(self, watermark: float) -> int:
         """``int(watermark × num_blocks)``, the null block counted (vllm/v1/core/kv_cache_manager.py:
@@ -464,20 +482,10 @@ class PagedAllocator:
         j = len(hashes)
         if j >= num_blocks:
             return hashes
-        bs = self.block_size
-        chunk_len = request.prefix_chunk_len
-        num_shared_blocks = min(num_blocks, request.num_shared_prefix_tokens // bs)
+        num_shared_blocks = min(num_blocks, request.num_shared_prefix_tokens // self.block_size)
         interned = self._prefix_block_hashes
         while j < num_shared_blocks:
-            start = j * bs
-            first_chunk = start // chunk_len
-            last_chunk = (start + bs - 1) // chunk_len
-            key = (
-                hashes[j - 1] if j else None,
-                chunk_len,
-                request.prefix_hashes[first_chunk : last_chunk + 1],
-                start - first_chunk * chunk_len,
-            )
+            key = self._shared_block_key(request, hashes[j - 1] if j else None, j)
             block_hash = interned.get(key)
             if block_hash is None:
                 block_hash = interned[key] = len(interned)
@@ -486,3 +494,12 @@ class PagedAllocator:
         request_id = request.request_id
         hashes.extend((request_id, k) for k in range(j, num_blocks))
         return hashes
+
+    def _shared_block_key(self, request: Request, parent: BlockHash | None, j: int) -> tuple:
+        """What names block ``j`` of a shared prefix: its parent's hash, then the prefix ids covering its tokens
+        and where in the first of them it starts (vLLM's hash_block_tokens over the parent hash and the tokens)."""
+        start = j * self.block_size
+        chunk_len = request.prefix_chunk_len
+        first_chunk = start // chunk_len
+        last_chunk = (start + self.block_size - 1) // chunk_len
+        return parent, chunk_len, request.prefix_hashes[first_chunk : last_chunk + 1], start - first_chunk * chunk_len

@@ -33,6 +33,7 @@ class Seq:
         "first_token_time",
         "finish_time",
         "reject_reason",
+        "num_cached_tokens",
         "synced_clock",
         "stamp",
     )
@@ -50,6 +51,9 @@ class Seq:
         self.first_token_time: float | None = None
         self.finish_time: float | None = None
         self.reject_reason: str | None = None
+        # vLLM's Request.num_cached_tokens: the prompt tokens its first admission found in the prefix cache (None
+        # until then; a preempted request keeps the first admission's).
+        self.num_cached_tokens: int | None = None
         # The scheduler's decode clock when the counters above were last brought up to date (Scheduler.sync),
         # and the order of its admission to the running batch (the running queue's order).
         self.synced_clock = 0

@@ -8,13 +8,14 @@ from functools import partial
 
 import numpy as np
 
-from kvlab.workload import synthetic, traces
+from kvlab.workload import sessions, synthetic, traces
 from kvlab.workload.table import LengthTable, sample_table
 
 KINDS = {
     "trace": "trace with arrivals",  # real (or the source's own synthetic) arrival times
     "lengths": "lengths only",  # real lengths; arrivals come from a process at a rate
     "stand-in": "stand-in",  # fitted to published numbers, not real rows
+    "generated": "generated sessions",  # multi-turn conversations drawn by a generator (kvlab.workload.sessions)
 }
 
 
@@ -25,6 +26,7 @@ class BundledWorkload:
     ``rows`` gives every row the source has (a trace's requests in arrival order; the ShareGPT stand-in's
     fitted population); ``sample(num, rng)`` draws ``num`` rows with a seeded generator. A generated
     stand-in has no rows; ``expected_means`` gives its model's exact (prompt, output) means instead.
+    ``generate`` (sessions) draws whole conversations, arrivals and all: kvlab.workload.sessions.session_table.
     """
 
     name: str
@@ -32,9 +34,10 @@ class BundledWorkload:
     summary: str
     source: str
     licence: str
-    sample: Callable[[int, np.random.Generator], LengthTable]
+    sample: Callable[[int, np.random.Generator], LengthTable] | None = None
     rows: Callable[[], LengthTable] | None = None
     expected_means: Callable[[], tuple[float, float]] | None = None
+    generate: Callable[..., LengthTable] | None = None
 
 
 def _from_rows(
@@ -128,6 +131,15 @@ WORKLOADS: dict[str, BundledWorkload] = {
             "Apache-2.0",
             sample=synthetic.sample_paper_alpaca,
             expected_means=lambda: tuple(synthetic.rounded_lognormal_mean(*fit) for fit in synthetic.paper_alpaca_fit()),
+        ),
+        BundledWorkload(
+            "sessions", "generated",
+            "multi-turn chat: each turn's prompt is the conversation so far plus a new message (prefix caching sees "
+            "the sharing); ShareGPT-like turns, 4 per session on average, 10 s apart (docs/fleet.md)",
+            "kvlab's session generator (kvlab/workload/sessions.py); turn lengths from paper-sharegpt",
+            "Apache-2.0",
+            expected_means=lambda: sessions.default_means(synthetic.paper_sharegpt_population()),
+            generate=sessions.session_table,
         ),
     )
 }

@@ -3,6 +3,13 @@
 Columns: ``prompt_len`` and ``output_len`` (whole tokens, ≥ 1), optionally ``arrival_time`` (seconds, ≥ 0) and
 ``max_tokens`` (whole tokens ≥ 1, or empty / null for no cap). Other columns are ignored. Without
 ``arrival_time`` the file is lengths only: arrivals come from ``--arrival poisson`` / ``gamma`` at ``--rate``.
+
+Conversations: a ``session_id`` column (a whole number ≥ 0 on every row) makes each row a turn of its session,
+turns in arrival order; a turn's ``prompt_len`` is its whole prompt, the conversation so far included. Turns arrive
+at their ``arrival_time``, or ``think_time`` seconds (≥ 0) after their session's previous turn (a session's first
+turn: after t = 0). A prompt longer than its session's context so far (the previous turn's prompt and answer)
+repeats it and adds a message; a shorter one is taken to repeat its first tokens (kvlab.workload.sessions
+.conversation_ids). So prefix caching finds each turn's context where the session last ran.
 The peers' length traces are read as they are: Vidur's and Sarathi-Serve's ``num_prefill_tokens`` /
 ``num_decode_tokens`` (and Vidur's ``arrived_at``) are the same columns under other names.
 Anything else is a ``KvlabError`` that names the file, the line and the value (kvlab.validate.WorkloadRow).
@@ -13,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +29,14 @@ from kvlab.errors import KvlabError
 from kvlab.workload.table import LengthTable
 
 REQUIRED_COLUMNS = ("prompt_len", "output_len")
-OPTIONAL_COLUMNS = ("arrival_time", "max_tokens")
+OPTIONAL_COLUMNS = ("arrival_time", "max_tokens", "session_id", "think_time")
 # Other tools' names for kvlab's columns (Vidur / Sarathi-Serve traces and request logs).
 COLUMN_ALIASES = {"num_prefill_tokens": "prompt_len", "num_decode_tokens": "output_len", "arrived_at": "arrival_time"}
 SUFFIXES = (".csv", ".jsonl")
 
 _EXPECTED = ("a workload file has columns prompt_len and output_len (or Vidur's num_prefill_tokens and "
-             "num_decode_tokens), optionally arrival_time and max_tokens")
+             "num_decode_tokens), optionally arrival_time and max_tokens, and session_id with arrival_time or "
+             "think_time for conversations")
 
 
 def _canonical(names) -> dict[str, str]:
@@ -118,6 +127,36 @@ def _read_text(path: str) -> str:
         raise KvlabError(f"{path}: cannot read it as UTF-8 text ({exc})") from None
 
 
+def _session_id(value, where: str) -> int:
+    """A row's session: a whole number >= 0 (a JSON integer, or its digits in a CSV cell)."""
+    valid = "valid: a session id, a whole number >= 0, on every row"
+    if value is None or value == "":
+        raise KvlabError(f"{where}: missing field 'session_id'; {valid}")
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number.is_integer() and number >= 0):
+        raise KvlabError(f"{where}: session_id {value!r} is not a whole number >= 0; {valid}")
+    return int(number)
+
+
+def _think_time(value, where: str) -> float:
+    """Seconds after the session's previous turn: a finite number >= 0."""
+    valid = "valid: seconds after the session's previous turn, a number >= 0, on every row"
+    if value is None or value == "":
+        raise KvlabError(f"{where}: missing field 'think_time'; {valid}")
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number):
+        raise KvlabError(f"{where}: think_time {value!r} is not a finite number; {valid}")
+    if number < 0:
+        raise KvlabError(f"{where}: think_time {value!r} is negative; {valid}")
+    return number
+
+
 def read_user_file(path: str) -> LengthTable:
     """Every request of a user's CSV or JSONL file, sorted by arrival time (stable) when it has arrival times."""
     from kvlab.validate import workload_row
@@ -128,9 +167,15 @@ def read_user_file(path: str) -> LengthTable:
     prompt_len: list[int] = []
     output_len: list[int] = []
     max_tokens: list[int | None] = []
+    turns: list[tuple[int, float | None]] = []  # (session, think time) of each row of a conversations file
     first_line_without_time = None
     for line, row in rows:
-        parsed = workload_row(row, f"{path}, line {line}")
+        where = f"{path}, line {line}"
+        parsed = workload_row(row, where)
+        if "session_id" in row or "think_time" in row:
+            turns.append(_turn(row, parsed.arrival_time, where))
+        elif turns:
+            _session_id(None, where)
         if parsed.arrival_time is None and first_line_without_time is None:
             first_line_without_time = line
         arrival_time.append(parsed.arrival_time)
@@ -139,11 +184,15 @@ def read_user_file(path: str) -> LengthTable:
         max_tokens.append(parsed.max_tokens)
     if not prompt_len:
         raise KvlabError(f"{path}: no requests in the file; {_EXPECTED}")
+    caps = None if all(cap is None for cap in max_tokens) else tuple(max_tokens)
+    if turns:
+        if len(turns) != len(prompt_len):
+            raise KvlabError(f"{path}: session_id is given on some rows only; valid: a session id on every row")
+        return _conversations(turns, arrival_time, prompt_len, output_len, caps)
     timed = [t is not None for t in arrival_time]
     if any(timed) and not all(timed):
         raise KvlabError(f"{path}, line {first_line_without_time}: arrival_time is empty while other rows have one; "
                          "valid: an arrival time on every row, or on none (lengths only: arrivals at --rate)")
-    caps = None if all(cap is None for cap in max_tokens) else tuple(max_tokens)
     prompts, outputs = np.array(prompt_len, dtype=np.int64), np.array(output_len, dtype=np.int64)
     if not any(timed):
         return LengthTable(prompt_len=prompts, output_len=outputs, max_tokens=caps)
@@ -154,4 +203,47 @@ def read_user_file(path: str) -> LengthTable:
         output_len=outputs[order],
         arrival_time=times[order],
         max_tokens=None if caps is None else tuple(caps[i] for i in order.tolist()),
+    )
+
+
+def _turn(row: dict, arrival_time: float | None, where: str) -> tuple[int, float | None]:
+    """A conversation's row: its session and its think time (None when it has an arrival time instead)."""
+    if "session_id" not in row:
+        raise KvlabError(f"{where}: think_time needs a session_id column (a turn comes that long after its "
+                         "session's previous turn); valid: add session_id, or give arrival_time instead")
+    session = _session_id(row["session_id"], where)
+    think = row.get("think_time")
+    if think is not None and think != "" and arrival_time is not None:
+        raise KvlabError(f"{where}: both arrival_time and think_time are given; valid: one of them, on every row")
+    if arrival_time is not None:
+        return session, None
+    if "think_time" not in row:
+        raise KvlabError(f"{where}: a turn of session {session} has no arrival_time and no think_time; valid: "
+                         "arrival_time (seconds) or think_time (seconds after the session's previous turn) on "
+                         "every row")
+    return session, _think_time(think, where)
+
+
+def _conversations(turns, arrival_time, prompt_len, output_len, caps) -> LengthTable:
+    """Turns of conversations in arrival order, each named as the session so far (sessions.conversation_ids)."""
+    from kvlab.workload.sessions import CONTENT_CHUNK_LEN, conversation_ids
+
+    if len({think is None for _, think in turns}) > 1:
+        raise KvlabError("a conversations file gives every turn an arrival_time, or every turn a think_time, not "
+                         "some one and some the other; valid: one of the two on every row")
+    clocks: dict[int, float] = {}
+    times = []
+    for (session, think), t in zip(turns, arrival_time):
+        if think is not None:
+            t = clocks[session] = clocks.get(session, 0.0) + think
+        times.append(t)
+    order = sorted(range(len(times)), key=lambda i: times[i])
+    hashes, prefix_len = conversation_ids(((turns[i][0], prompt_len[i], output_len[i]) for i in order),
+                                          CONTENT_CHUNK_LEN)
+    return LengthTable(
+        prompt_len=np.array([prompt_len[i] for i in order], dtype=np.int64),
+        output_len=np.array([output_len[i] for i in order], dtype=np.int64),
+        arrival_time=np.array([times[i] for i in order], dtype=float),
+        max_tokens=None if caps is None else tuple(caps[i] for i in order),
+        prefix_hashes=hashes, prefix_len=prefix_len, prefix_chunk_len=CONTENT_CHUNK_LEN,
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import math
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ from kvlab.workload.arrivals import burst_arrivals, generate_arrivals, rescale_a
 from kvlab.workload.bundled import WORKLOADS, BundledWorkload
 from kvlab.workload.files import SUFFIXES, read_user_file
 from kvlab.workload.request import Request
+from kvlab.workload.sessions import SessionSpec
 from kvlab.workload.table import LengthTable, sample_table
 from kvlab.workload.workload import Workload
 
@@ -89,7 +91,7 @@ def _user_source(spec: str) -> BundledWorkload:
     return BundledWorkload(
         name=path.name,
         kind="trace" if table.has_arrivals else "lengths",
-        summary=f"requests from {spec}",
+        summary=f"{'turns of conversations' if table.is_conversation else 'requests'} from {spec}",
         source=str(path),
         licence="",
         sample=lambda num, rng: sample_table(table, num, rng),
@@ -133,6 +135,36 @@ def _own_arrivals(
     return table.take(rows), times[:num], how
 
 
+def _generated(entry: BundledWorkload, spec: SessionSpec, num_requests, duration, rate, arrival, cv, seed,
+               max_model_len) -> tuple[LengthTable, np.ndarray, str]:
+    """Sessions drawn whole (kvlab.workload.sessions): their turns' lengths, arrival times and content."""
+    assert entry.generate is not None
+    if rate is None:
+        raise KvlabError(f"{entry.name} needs --rate (requests/s): sessions start at the rate over the turns they "
+                         "hold")
+    if num_requests is None and duration is None:
+        num_requests = DEFAULT_NUM_REQUESTS
+    lengths = WORKLOADS.get(spec.lengths)
+    if lengths is None or lengths.rows is None:
+        names = ", ".join(name for name, e in WORKLOADS.items() if e.rows is not None)
+        raise KvlabError(f"--session-lengths {spec.lengths!r}: the lengths of turns come from a bundled workload's "
+                         f"rows; valid: {names}")
+    process = "poisson" if arrival == "auto" else arrival
+    table = entry.generate(spec, lengths.rows(), num_requests=num_requests, duration=duration, rate=rate,
+                           arrival=process, cv=cv, seed=seed, max_model_len=max_model_len)
+    if not table.num_rows:
+        raise KvlabError(f"no turn arrives before --duration {duration:g} s at {rate:g} req/s; valid: a longer "
+                         "--duration")
+    assert table.arrival_time is not None
+    starts = "Poisson" if process == "poisson" else f"gamma (CV {cv:g})"
+    how = (f"sessions starting as {starts} at {rate:g} req/s over their turns (mean {spec.turns:g} "
+           f"{spec.turns_dist}), turns {spec.think_time_s:g} s apart ({spec.think_time_dist})")
+    if spec.system_prompt_len:
+        how += (f", {spec.system_prompt_share:.0%} opening with one of {spec.num_system_prompts} system prompts of "
+                f"{spec.system_prompt_len:,} tokens")
+    return table, table.arrival_time, how
+
+
 def _new_arrivals(
     entry: BundledWorkload,
     lengths_rng: np.random.Generator,
@@ -145,6 +177,9 @@ def _new_arrivals(
     cv: float,
 ) -> tuple[LengthTable, np.ndarray, str]:
     table = entry.rows() if entry.rows is not None else None
+    if table is not None and table.is_conversation:
+        raise KvlabError(f"{entry.name} holds conversations: its turns keep their own arrivals, in their sessions' "
+                         f"order; valid: --arrival auto or trace (--rate rescales them), not --arrival {arrival}")
     # Without a limit: one pass over a source's rows; a stand-in's rows are a model, not a count.
     default_num = DEFAULT_NUM_REQUESTS if table is None or entry.kind == "stand-in" else table.num_rows
     if arrival == "burst":
@@ -165,6 +200,7 @@ def _new_arrivals(
         if len(times) == 0:
             raise KvlabError(f"no request arrives before --duration {duration:g} s at {rate:g} req/s; valid: a longer "
                              "--duration")
+    assert entry.sample is not None  # (a generated workload went to _generated)
     return entry.sample(len(times), lengths_rng), times, how
 
 
@@ -192,6 +228,8 @@ def _build_requests(table: LengthTable, times: np.ndarray, max_tokens: list[int 
         columns.append(max_tokens if max_tokens is not None else [None] * num)
     if table.prefix_hashes is not None:
         columns.append(table.prefix_hashes)
+    if table.prefix_len is not None:  # (Request's fields in order: prefix_chunk_len, n, prefix_len)
+        columns += [repeat(table.prefix_chunk_len, num), repeat(1, num), table.prefix_len]
     # A million small frozen objects: the cyclic collector would walk them again and again while they are
     # made, and none of them can be part of a cycle.
     was_enabled = gc.isenabled()
@@ -254,6 +292,7 @@ def load_workload(
     seed: int = 0,
     max_model_len: int | None = None,
     long_requests: str = "reject",
+    sessions: SessionSpec | None = None,
 ) -> Workload:
     """The requests of a bundled workload (``WORKLOADS``) or of a user's .csv / .jsonl file.
 
@@ -263,6 +302,7 @@ def load_workload(
     ``long_requests="clip"`` instead scales prompt and output of a too-long request down to fit, as Vidur does.
     Same arguments, same requests, in any process. See the module docstring for ``arrival``. A workload beyond
     kvlab.validate's memory limit is refused before any request is drawn (``allow_large_work`` lifts it).
+    ``sessions`` sets the session generator's parameters (the ``sessions`` workload only; its defaults otherwise).
     """
     from kvlab.validate import check_simulation_work
 
@@ -270,6 +310,8 @@ def load_workload(
     num_requests = None if num_requests is None else int(num_requests)
     max_model_len = None if max_model_len is None else int(max_model_len)
     entry = _resolve(spec)
+    if sessions is not None and entry.generate is None:
+        raise KvlabError(f"session options apply to --workload sessions only (--workload is {entry.name})")
     num_expected, mean_len = estimate_workload(spec, num_requests=num_requests, duration=duration, rate=rate,
                                                arrival=arrival)
     check_simulation_work(num_expected, mean_len, 1, f"workload {entry.name}", memory_only=True)
@@ -282,7 +324,10 @@ def load_workload(
         raise KvlabError(
             f"{entry.name} has no arrival times of its own ({entry.kind}); use --arrival poisson or gamma with --rate"
         )
-    if arrival in ("auto", "trace") and has_arrivals:
+    if entry.generate is not None:
+        table, times, how = _generated(entry, sessions or SessionSpec(), num_requests, duration, rate, arrival, cv,
+                                       seed, max_model_len)
+    elif arrival in ("auto", "trace") and has_arrivals:
         table, times, how = _own_arrivals(entry, source_table, num_requests, duration, rate)
     else:
         process = "poisson" if arrival == "auto" else arrival
@@ -293,6 +338,9 @@ def load_workload(
 
     _check_span(times)
     num_clipped = 0
+    if long_requests == "clip" and table.is_conversation:
+        raise KvlabError(f"--long-requests clip would cut turns of {entry.name}'s conversations, whose prompts repeat "
+                         "each other; valid: --long-requests reject (a session's context stays within its own cap)")
     if long_requests == "clip":
         table, num_clipped = _clip_to_max_model_len(table, max_model_len)
     max_tokens = list(table.max_tokens) if table.max_tokens is not None else None

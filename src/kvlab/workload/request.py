@@ -17,6 +17,12 @@ class Request:
     so two requests whose leading ids are equal share those tokens (and, with prefix caching, those KV blocks).
     The rest of the prompt is unique to the request, its last token always: no two prompts are identical (a
     whole-prompt hit would leave nothing to compute; the real-engine driver builds token ids the same way).
+
+    ``prefix_len`` says instead how many leading tokens of the request's whole sequence, prompt then answer, the
+    ids name: a turn of a conversation, whose answer the next turn's prompt repeats (``len(prefix_hashes) *
+    prefix_chunk_len`` must cover them). Its answer's blocks are then named by content too, and the next turn,
+    whose ids begin with the same ones, finds them cached (kvlab.workload.sessions). None: the prompt but its
+    last token, as a trace's hash ids describe a prompt.
     """
 
     request_id: int
@@ -27,6 +33,7 @@ class Request:
     prefix_hashes: tuple[int, ...] = ()
     prefix_chunk_len: int = 512
     n: int = 1
+    prefix_len: int | None = None
     # Derived once here, read as plain attributes: the simulator reads them several times per request, and a
     # property costs a call each time.
     #: How many tokens the answer really has: the true length, capped by ``max_tokens``.
@@ -41,4 +48,6 @@ class Request:
 
     @property
     def num_shared_prefix_tokens(self) -> int:
-        return min(self.prompt_len - 1, len(self.prefix_hashes) * self.prefix_chunk_len)
+        """Leading tokens of the sequence named by ``prefix_hashes`` (a prompt's, or with ``prefix_len`` beyond)."""
+        named = self.prompt_len - 1 if self.prefix_len is None else self.prefix_len
+        return min(named, len(self.prefix_hashes) * self.prefix_chunk_len)

@@ -18,7 +18,9 @@ class LengthTable:
 
     ``arrival_time`` is in seconds from the first request (sorted), or None for a lengths-only source.
     ``max_tokens`` (a user's file only) holds one entry per row, None where the row has no cap.
-    ``prefix_hashes`` (Mooncake only) holds each row's 512-token prefix block ids.
+    ``prefix_hashes`` holds each row's prefix ids, ``prefix_chunk_len`` tokens each (Mooncake: 512-token blocks);
+    ``prefix_len`` (conversations: kvlab.workload.sessions, a user's file with a session column) how many tokens
+    of each row's prompt and answer they name (``Request.prefix_len``).
     ``num_skipped`` counts source rows that cannot be served as data (``skip_reason`` says why).
     """
 
@@ -27,6 +29,8 @@ class LengthTable:
     arrival_time: np.ndarray | None = None
     max_tokens: tuple[int | None, ...] | None = None
     prefix_hashes: tuple[tuple[int, ...], ...] | None = None
+    prefix_len: tuple[int, ...] | None = None
+    prefix_chunk_len: int = 512
     num_skipped: int = 0
     skip_reason: str = ""
 
@@ -54,13 +58,25 @@ class LengthTable:
         span = float(self.arrival_time[-1] - self.arrival_time[0])
         return (self.num_rows - 1) / span if span > 0 else None
 
+    @property
+    def is_conversation(self) -> bool:
+        """Rows are turns of conversations, in their order (each one's prefix names the turn before it)."""
+        return self.prefix_len is not None
+
     def take(self, rows: np.ndarray) -> LengthTable:
         """The given rows, in the given order (arrival times dropped: the caller gives new ones)."""
+        picked = rows.tolist()
+
+        def column(values):
+            return None if values is None else tuple(values[i] for i in picked)
+
         return LengthTable(
             prompt_len=self.prompt_len[rows],
             output_len=self.output_len[rows],
-            max_tokens=None if self.max_tokens is None else tuple(self.max_tokens[i] for i in rows.tolist()),
-            prefix_hashes=None if self.prefix_hashes is None else tuple(self.prefix_hashes[i] for i in rows.tolist()),
+            max_tokens=column(self.max_tokens),
+            prefix_hashes=column(self.prefix_hashes),
+            prefix_len=column(self.prefix_len),
+            prefix_chunk_len=self.prefix_chunk_len,
         )
 
 

@@ -1,0 +1,257 @@
+"""Routers: which replica serves a request, decided when it arrives from the replicas' state at that instant.
+
+Each router is a small class with one method, ``route(request, replicas) -> (index, reason)``; ``ROUTERS`` maps
+the names to them (a plain dict, as vLLM picks its implementations). A replica is a ``kvlab.sim.Simulation``; a
+router reads it through the three functions below, the numbers a production router scrapes from vLLM:
+
+    load(sim)                 requests it was given that have not finished: running + waiting (vLLM's
+                              num_requests_running + num_requests_waiting), and those that arrived during the
+                              iteration now running (they join its queue when it ends)
+    kv_usage(sim)             the share of its KV cache handed to requests (vLLM's kv_cache_usage gauge: a
+                              cached block whose requests finished is free; vLLM leaves the null block out of the
+                              count, which scales every replica alike)
+    cached_tokens(sim, req)   the prompt tokens the request would find in its prefix cache if admitted now, by
+                              vLLM's block hashes as the paged allocator keeps them (0 without prefix caching)
+
+Rules (ties always go to the lowest replica index, so a run is reproducible):
+
+    round-robin     replicas in turn: 0, 1, ..., N-1, 0, ...
+    random          uniformly at random, from the router's own generator (seeded: same seed, same choices)
+    least-requests  the lowest load
+    least-kv        the lowest kv_usage
+    prefix          the longest cached prefix of the prompt; among equals, and when no replica holds any, the
+                    lowest load
+    weighted        the highest weighted sum of scorers, each in [0, 1], as llm-d's scheduler scores pods:
+                      prefix          cached_tokens / prompt_len            (llm-d's prefix-cache scorer)
+                      least-kv        1 - kv_usage                          (its kv-cache-utilization scorer)
+                      least-requests  (max load - load) / (max load - min load), 1 when all loads are equal
+                                                                            (its queue scorer, min-max normalised)
+                    spelt NAME:WEIGHT,... (``parse_scorers``: weights finite and >= 0, one at least > 0)
+
+``reads`` names what a router reads of the replicas (of "load", "kv_usage", "cached_tokens"): round-robin and
+random read nothing, so a fleet need not bring every replica to every arrival's instant for them, and a router
+that reads only the load needs a replica brought there only when one of its requests may have finished
+(kvlab.fleet.fleet).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from kvlab.errors import KvlabError
+from kvlab.workload.request import Request
+
+if TYPE_CHECKING:
+    from kvlab.sim import Simulation
+
+
+def load(sim: Simulation) -> int:
+    """Requests given to the replica and not yet finished (or rejected)."""
+    counters = sim.counters
+    return len(sim.requests) - counters.num_finished - counters.num_rejected
+
+
+def kv_usage(sim: Simulation) -> float:
+    allocator = sim.allocator
+    return allocator.num_allocated_slots / allocator.num_slots
+
+
+def cached_tokens(sim: Simulation, request: Request) -> int:
+    return sim.allocator.peek_num_cached_tokens(request)
+
+
+LOAD, KV_USAGE, CACHED_TOKENS = "load", "kv_usage", "cached_tokens"
+
+
+class Router(Protocol):
+    name: str
+    reads: frozenset[str]
+
+    def route(self, request: Request, replicas: Sequence[Simulation]) -> tuple[int, str]:
+        """The replica (an index into ``replicas``) and why, in a few words from a fixed set (counted per run)."""
+        ...
+
+
+def _least_loaded(replicas: Sequence[Simulation], indices: Sequence[int] | None = None) -> int:
+    """The replica with the lowest load (the lowest index among equals), of ``indices`` (default: all)."""
+    if indices is None:
+        loads = [load(sim) for sim in replicas]
+        return loads.index(min(loads))
+    return min(indices, key=lambda i: (load(replicas[i]), i))
+
+
+class RoundRobin:
+    name = "round-robin"
+    reads: frozenset[str] = frozenset()
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def route(self, request: Request, replicas: Sequence[Simulation]) -> tuple[int, str]:
+        index = self.next
+        self.next = (index + 1) % len(replicas)
+        return index, "in turn"
+
+
+class Random:
+    name = "random"
+    reads: frozenset[str] = frozenset()
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+
+    def route(self, request: Request, replicas: Sequence[Simulation]) -> tuple[int, str]:
+        return self.rng.randrange(len(replicas)), "drawn"
+
+
+class LeastRequests:
+    name = "least-requests"
+    reads = frozenset({LOAD})
+
+    def route(self, request: Request, replicas: Sequence[Simulation]) -> tuple[int, str]:
+        return _least_loaded(replicas), "fewest requests"
+
+
+class LeastKV:
+    name = "least-kv"
+    reads = frozenset({KV_USAGE})
+
+    def route(self, request: Request, replicas: Sequence[Simulation]) -> tuple[int, str]:
+        return min(range(len(replicas)), key=lambda i: (kv_usage(replicas[i]), i)), "lowest KV use"
+
+
+class Prefix:
+    name = "prefix"
+    reads = frozenset({LOAD, CACHED_TOKENS})
+
+    def route(self, request: Request, replicas: Sequence[Simulation]) -> tuple[int, str]:
+        hits = [cached_tokens(sim, request) for sim in replicas]
+        best = max(hits)
+        if not best:
+            return _least_loaded(replicas), "no prefix cached: fewest requests"
+        holders = [i for i, hit in enumerate(hits) if hit == best]
+        if len(holders) == 1:
+            return holders[0], "longest cached prefix"
+        return _least_loaded(replicas, holders), "longest cached prefix, tie: fewest requests"
+
+
+# Scorers of the weighted router: each gives every replica a score in [0, 1], higher is better.
+
+def _prefix_scores(request: Request, replicas: Sequence[Simulation]) -> list[float]:
+    return [cached_tokens(sim, request) / request.prompt_len for sim in replicas]
+
+
+def _kv_scores(request: Request, replicas: Sequence[Simulation]) -> list[float]:
+    return [1.0 - kv_usage(sim) for sim in replicas]
+
+
+def _request_scores(request: Request, replicas: Sequence[Simulation]) -> list[float]:
+    loads = [load(sim) for sim in replicas]
+    lo, hi = min(loads), max(loads)
+    return [1.0] * len(loads) if hi == lo else [(hi - n) / (hi - lo) for n in loads]
+
+
+SCORERS: dict[str, Callable[[Request, Sequence[Simulation]], list[float]]] = {
+    "prefix": _prefix_scores,
+    "least-kv": _kv_scores,
+    "least-requests": _request_scores,
+}
+_SCORER_READS = {"prefix": CACHED_TOKENS, "least-kv": KV_USAGE, "least-requests": LOAD}
+DEFAULT_SCORERS = "prefix:2,least-kv:1,least-requests:1"
+
+
+class Weighted:
+    name = "weighted"
+
+    def __init__(self, scorers: tuple[tuple[str, float], ...]) -> None:
+        self.scorers = tuple((SCORERS[name], weight) for name, weight in scorers if weight > 0)
+        self.reads = frozenset(_SCORER_READS[name] for name, weight in scorers if weight > 0)
+
+    def route(self, request: Request, replicas: Sequence[Simulation]) -> tuple[int, str]:
+        totals = [0.0] * len(replicas)
+        for scorer, weight in self.scorers:
+            for i, score in enumerate(scorer(request, replicas)):
+                totals[i] += weight * score
+        best = max(totals)
+        return totals.index(best), "highest score"
+
+
+ROUTERS: dict[str, Callable[..., Router]] = {
+    "round-robin": RoundRobin,
+    "random": Random,
+    "least-requests": LeastRequests,
+    "least-kv": LeastKV,
+    "prefix": Prefix,
+    "weighted": Weighted,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSpec:
+    """A router as configured: its name, the weighted router's scorers, the random router's seed. ``text`` names it
+    in reports and stores: ``weighted(prefix:2,least-kv:1)``."""
+
+    name: str
+    scorers: tuple[tuple[str, float], ...] = ()
+    seed: int = 0
+
+    @property
+    def text(self) -> str:
+        if self.name != "weighted":
+            return self.name
+        return f"weighted({','.join(f'{name}:{weight:g}' for name, weight in self.scorers)})"
+
+    def make(self) -> Router:
+        """A fresh router (its turn counter or generator at the start)."""
+        if self.name == "weighted":
+            return Weighted(self.scorers)
+        if self.name == "random":
+            return Random(self.seed)
+        return ROUTERS[self.name]()
+
+
+def parse_scorers(text: str) -> tuple[tuple[str, float], ...]:
+    """``prefix:2,least-kv:1,least-requests:1`` -> ((name, weight), ...); a scorer without a weight weighs 1."""
+    example = f"e.g. {DEFAULT_SCORERS!r}"
+    if not text.strip():
+        raise KvlabError(f"--router-scorers is empty; valid: NAME:WEIGHT pairs, {example}")
+    scorers: dict[str, float] = {}
+    for part in text.split(","):
+        name, _, weight_text = part.strip().partition(":")
+        name = name.strip()
+        if name not in SCORERS:
+            raise KvlabError(f"unknown scorer {name!r} in --router-scorers {text!r}; valid: {', '.join(SCORERS)}")
+        if name in scorers:
+            raise KvlabError(f"scorer {name!r} is given twice in --router-scorers {text!r}; valid: each scorer once")
+        try:
+            weight = float(weight_text) if weight_text.strip() else 1.0
+        except ValueError:
+            weight = math.nan
+        if not math.isfinite(weight) or weight < 0:
+            raise KvlabError(f"weight {weight_text.strip()!r} of scorer {name!r} in --router-scorers {text!r} is not "
+                             "a finite number >= 0; valid: a weight such as 1, 2 or 0.5")
+        scorers[name] = weight
+    if not any(weight > 0 for weight in scorers.values()):
+        raise KvlabError(f"--router-scorers {text!r} weighs every scorer 0; valid: at least one weight above 0")
+    return tuple(scorers.items())
+
+
+def parse_router(name: str, scorers: str | None = None, seed: int = 0) -> RouterSpec:
+    """A router by name; ``scorers`` (``parse_scorers``' spelling) only for ``weighted``, which defaults to
+    ``DEFAULT_SCORERS``. Raises KvlabError naming what is valid."""
+    import difflib
+
+    key = name.strip().lower()
+    if key not in ROUTERS:
+        close = difflib.get_close_matches(key, list(ROUTERS), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise KvlabError(f"unknown router {name!r}{hint} (valid: {', '.join(ROUTERS)})")
+    if scorers is not None and key != "weighted":
+        raise KvlabError(f"--router-scorers applies only to --router weighted (--router is {key})")
+    if key == "weighted":
+        return RouterSpec(key, parse_scorers(DEFAULT_SCORERS if scorers is None else scorers))
+    return RouterSpec(key, seed=seed if key == "random" else 0)
