@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvlab.config import KvlabConfig, WorkloadConfig, min_num_gpu_blocks
+from kvlab.errors import KvlabError
 from kvlab.strategies import Strategy
 
 if TYPE_CHECKING:
+    from kvlab.fleet import FleetResult
     from kvlab.sim import SimResult, Simulation
     from kvlab.workload import Workload
 
@@ -40,6 +42,9 @@ class RunResult:
     workload: Workload
     results: tuple[SimResult, ...]
     notes: tuple[str, ...] = ()
+    # With --replicas N > 1, each strategy's fleet (kvlab.fleet.FleetResult: the replicas, the router's
+    # decisions); ``results`` then holds each fleet as one engine's result (FleetResult.as_result).
+    fleets: tuple[FleetResult, ...] = ()
 
     def summaries(self) -> list[dict[str, Any]]:
         return [r.summary() for r in self.results]
@@ -105,6 +110,14 @@ def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = ()) -> tuple[
                     f"(--max-model-len) needs {least - 1:,} blocks of {cache.block_size}, more than the "
                     f"{cache.num_gpu_blocks - 1:,} usable (the null block aside); kvlab runs it anyway, and a request "
                     "that can never fit is rejected")
+    uses_prefix = config.router.router == "prefix" or (config.router.router == "weighted"
+                                                       and "prefix:" in config.router.router_scorers)
+    if config.parallel.data_parallel_size > 1 and uses_prefix:
+        blind = [s.name for s in strategy_list if not s.enable_prefix_caching]
+        if blind:
+            said.append(f"--router {config.router.router} reads the replicas' prefix caches, and {', '.join(blind)} "
+                        f"cache{'s' if len(blind) == 1 else ''} no prefixes (every lookup misses): give "
+                        f"{blind[0]}+prefix")
     from kvlab.sizing import cuda_block_size_note
 
     block_note = cuda_block_size_note(cache.block_size)
@@ -121,6 +134,8 @@ def start(config: KvlabConfig, strategy_list: Sequence[Strategy], *, workload: W
     from kvlab.cost.latency import delayed
     from kvlab.sim import MAX_RUN_ITERATIONS, Simulation
 
+    if config.parallel.data_parallel_size > 1:
+        raise KvlabError("this face steps one engine: give --replicas 1 (a fleet runs through service.run)")
     wl = load(config) if workload is None else workload
     engine = config.engine
     latency_s = engine.cost.request_latency_s
@@ -143,6 +158,9 @@ def run(config: KvlabConfig, strategy_list: Sequence[Strategy | str], *, workloa
     chosen = strategies(strategy_list, config)
     if workload is None:
         check_work(config, len(chosen))
+    if config.parallel.data_parallel_size > 1:
+        return run_fleets(config, chosen, load(config) if workload is None else workload,
+                          record_iterations=record_iterations)
     wl, sims = start(config, chosen, workload=workload, record_iterations=record_iterations)
     results = []
     for sim in sims:
@@ -151,6 +169,23 @@ def run(config: KvlabConfig, strategy_list: Sequence[Strategy | str], *, workloa
         sim.run(progress=callback)
         results.append(finish(sim))
     return RunResult(config=config, workload=wl, results=tuple(results), notes=notes(config, chosen))
+
+
+def run_fleets(config: KvlabConfig, strategy_list: Sequence[Strategy], workload: Workload, *,
+               record_iterations: bool = True) -> RunResult:
+    """Each strategy as a fleet of ``config.parallel.data_parallel_size`` replicas behind the configured router
+    (kvlab.fleet), on one clock; a profile's request latency is put around the fleet as ``finish`` puts it around
+    one engine. The work is checked first (a fleet too large to simulate is refused with an estimate)."""
+    from kvlab.fleet import Fleet, check_fleet_work
+
+    num_replicas = config.parallel.data_parallel_size
+    router = config.router.spec(config.workload.seed)
+    for strategy in strategy_list:
+        check_fleet_work(workload.num_requests, num_replicas, router, config.cache.num_gpu_blocks, strategy)
+    fleets = tuple(Fleet(strategy, config.engine, workload, router, num_replicas,
+                         record_iterations=record_iterations).run() for strategy in strategy_list)
+    return RunResult(config=config, workload=workload, results=tuple(f.as_result() for f in fleets),
+                     notes=notes(config, strategy_list), fleets=fleets)
 
 
 def simulate(strategy_names: Sequence[str], progress: Progress | None = None, **options: Any) -> RunResult:

@@ -25,8 +25,9 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Go ahead with work be
 
 
 # The help's panels: one per part of the resolved configuration (kvlab/config/resolve.py).
-PANELS = {"model": "Model", "device": "GPU", "parallel": "Parallelism", "cache": "KV cache", "scheduler": "Scheduler",
-          "cost": "Clock (cost model)", "workload": "Workload"}
+PANELS = {"model": "Model", "device": "GPU", "parallel": "Parallelism and replicas", "router": "Router (a fleet)",
+          "cache": "KV cache", "scheduler": "Scheduler", "cost": "Clock (cost model)", "workload": "Workload",
+          "sessions": "Sessions (--workload sessions)"}
 
 
 def _help(option: Option, default: Any, default_text: str | None = None) -> str:

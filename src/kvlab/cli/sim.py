@@ -71,10 +71,11 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, **options):
         return service.run(config, chosen, progress=advance)
 
 
-def setup_line(config, wl) -> str:
+def setup_line(config, wl, replicas: int = 1, router: str = "") -> str:
     cache, sched = config.cache, config.scheduler
+    fleet = f"{replicas} replicas behind the {router} router, each " if replicas > 1 else ""
     return (
-        f"{config.model.model} on {config.gpu}: KV cache {cache.num_slots:,} token slots "
+        f"{fleet}{config.model.model} on {config.gpu}: KV cache {cache.num_slots:,} token slots "
         f"({cache.num_gpu_blocks:,} blocks of {cache.block_size}, one of them vLLM's null block "
         f"for paged memory), max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
@@ -113,6 +114,9 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     summaries = [r.summary() for r in results]
     for summary in summaries:
         summary["typical_iteration"] = typical_iteration(config, summary)
+    if run.fleets:
+        for summary, fleet in zip(summaries, run.fleets):
+            summary["fleet"] = {k: v for k, v in fleet.summary().items() if k != "fleet"}
     written: list[Path] = []
     if out is not None:
         from kvlab.report.tables import write_run_data
@@ -120,7 +124,10 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         out.mkdir(parents=True, exist_ok=True)
         for result in results:
             written += write_run_data(result, out)
-        if plots:
+        for fleet in run.fleets:  # (each replica's own files, its iteration log among them)
+            for j, replica in enumerate(fleet.replicas):
+                written += write_run_data(replica, out / f"replica{j}")
+        if plots and not run.fleets:  # (the race's plots read one engine's iteration log)
             from kvlab.report.plots import plot_race
 
             written += plot_race(results, out)
@@ -134,11 +141,13 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     if not console.is_terminal and wide:
         console.width = max(console.width, 150)  # piped --wide output: room for the whole table
     behaviours = [r.strategy for r in results]
-    console.print(setup_line(config, wl))
+    console.print(setup_line(config, wl, run.config.parallel.data_parallel_size, setup.get("router", "")))
     console.print(race_table(summaries, title, wide=wide, strategies=behaviours, width=console.width))
     for line in footnotes(summaries, wide=wide):
         console.print(line)
     console.print(verdict(summaries, strategies=behaviours))
+    if run.fleets:
+        print_fleets(console, run, summaries)
     best = max(summaries, key=lambda s: s["throughput_rps"])
     t = best["typical_iteration"]
     if t["num_seqs"] > 0:  # (nothing to explain when every request was rejected)
@@ -147,6 +156,36 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         console.print(f"warning: {note}", style="yellow", highlight=False)
     if written:
         console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
+
+
+def print_fleets(console, run, summaries) -> None:
+    """Each strategy's fleet: the router's work (imbalance, prefix hits, where requests went) and, for one or two
+    strategies, each replica's numbers."""
+    from rich import box
+    from rich.table import Table
+
+    from kvlab.report.tables import significant
+
+    def ms(value) -> str:
+        return "–" if value is None else significant(1e3 * value)
+
+    for summary in summaries:
+        f = summary["fleet"]
+        hit = "–" if f["prefix_hit_rate"] is None else f"{100 * f['prefix_hit_rate']:.1f}%"
+        imbalance = "–" if f["load_imbalance"] is None else f"{f['load_imbalance']:.2f}"
+        console.print(f"{summary['name']}: {f['num_replicas']} replicas behind {f['router']}: load imbalance "
+                      f"{imbalance} (max over mean of each replica's served tokens), prefix hit rate {hit}; "
+                      f"requests routed per replica: {', '.join(f'{n:,}' for n in f['decisions']['per_replica'])}.")
+        if len(run.fleets) > 2:
+            continue
+        table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+        for column in ("replica", "routed", "req/s", "TTFT p99 ms", "TPOT p50 ms", "pre-empt.", "prefix hits"):
+            table.add_column(column, justify="right")
+        for r in f["replicas"]:
+            table.add_row(str(r["replica"]), f"{r['num_routed']:,}", significant(r["throughput_rps"]),
+                          ms(r["ttft_s"]["p99"]), ms(r["tpot_s"]["p50"]), f"{r['preemptions']:,}",
+                          "–" if r["prefix_hit_rate"] is None else f"{100 * r['prefix_hit_rate']:.1f}%")
+        console.print(table)
 
 
 def _print_typical_iteration(console, config, name: str, t: dict) -> None:

@@ -253,7 +253,9 @@ def sweep(
     names = list(run_options())
     written = write_sweep_plots(rows, names, out)
     if as_json:
-        typer.echo(json.dumps({"points": [point_json(r, names) for r in rows], "num_computed":
+        from kvlab.sweep.grid import row_kinds
+
+        typer.echo(json.dumps({"points": [point_json(r, list(row_kinds())) for r in rows], "num_computed":
                                session.runner.num_computed, "store": str(out / "sweep.duckdb")}, indent=2))
         return
     varied = {name for name, values in lists.items() if len(values) > 1} | {n for p in explicit for n in p}

@@ -21,12 +21,13 @@ from kvlab.config.resolve import (
     DeviceConfig,
     KvlabConfig,
     ParallelConfig,
+    RouterConfig,
     WorkloadConfig,
     resolve,
 )
 
 __all__ = [
     "GIB", "OPTIONS", "CacheConfig", "CostConfig", "DeviceConfig", "KvlabConfig", "ModelConfig", "Option",
-    "ParallelConfig", "SchedulerConfig", "SimConfig", "WorkloadConfig", "check_block_size", "min_num_gpu_blocks",
+    "ParallelConfig", "RouterConfig", "SchedulerConfig", "SimConfig", "WorkloadConfig", "check_block_size", "min_num_gpu_blocks",
     "resolve",
 ]

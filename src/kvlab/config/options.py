@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-GROUPS = ("model", "device", "parallel", "cache", "scheduler", "cost", "workload")
+GROUPS = ("model", "device", "parallel", "router", "cache", "scheduler", "cost", "workload", "sessions")
 
 # Resolved defaults of the workload: requests per second for a source without arrival times of its own, and how
 # many requests a bundled source serves.
@@ -81,6 +81,18 @@ OPTIONS: dict[str, Option] = _options(
            what="GPUs", aliases=("-tp",), default_text="1; kvlab fit: the fewest that hold the model"),
     Option("pipeline_parallel_size", "parallel", int, 1, "GPUs that split the layers.", lo=1, hi=1024, what="GPUs",
            aliases=("-pp",)),
+    Option("replicas", "parallel", int, 1, "Replicas of the engine behind a router, each with its own GPUs and KV "
+           "cache, on one clock (vLLM's data-parallel size; a fleet).", lo=1, hi=4096,
+           what="replicas of the engine"),
+    # --- router (a fleet of replicas) ----------------------------------------------------------------------------
+    Option("router", "router", str, "round-robin", "How a fleet's router picks a replica for each arrival, from the "
+           "replicas' state at that instant: round-robin, random, least-requests (fewest running plus waiting), "
+           "least-kv (lowest KV-cache use), prefix (the longest cached prefix of the prompt), weighted "
+           "(--router-scorers).", choices=("round-robin", "random", "least-requests", "least-kv", "prefix",
+                                            "weighted")),
+    Option("router_scorers", "router", str, "prefix:2,least-kv:1,least-requests:1", "The weighted router's "
+           "scorers: NAME:WEIGHT,... with NAME prefix, least-kv or least-requests (as llm-d's scheduler weighs "
+           "them)."),
     # --- cache -------------------------------------------------------------------------------------------------
     Option("gpu_memory_utilization", "cache", float, 0.9, "Fraction of GPU memory vLLM may use, in (0, 1].",
            lo=0.0, hi=1.0, lo_open=True, what="the fraction of GPU memory vLLM may use"),
@@ -134,6 +146,25 @@ OPTIONS: dict[str, Option] = _options(
     Option("long_requests", "workload", str, "reject", "A request whose prompt + output exceeds --max-model-len: "
            "reject (vLLM: a too-long prompt is refused, an answer stops at max_model_len) or clip (Vidur: prompt "
            "and output scaled down to fit).", choices=("reject", "clip")),
+    # --- sessions (--workload sessions: multi-turn chat, kvlab/workload/sessions.py) ----------------------------
+    Option("session_turns", "sessions", float, 4.0, "Mean turns per session.", lo=1.0, hi=10_000.0,
+           what="turns per session"),
+    Option("session_turns_dist", "sessions", str, "geometric", "geometric (after each turn the user goes on with "
+           "probability 1 - 1/turns) or fixed.", choices=("geometric", "fixed")),
+    Option("think_time", "sessions", float, 10.0, "Mean seconds from one turn's arrival to the next's.", lo=0.0,
+           hi=1e9, what="seconds between a session's turns"),
+    Option("think_time_dist", "sessions", str, "exponential", "exponential or fixed.",
+           choices=("exponential", "fixed")),
+    Option("session_lengths", "sessions", str, "paper-sharegpt", "The bundled workload whose rows give each turn's "
+           "message and answer lengths."),
+    Option("system_prompt_len", "sessions", int, 0, "Tokens of each shared system prompt (0: none).", lo=0,
+           hi=2**30, what="tokens"),
+    Option("num_system_prompts", "sessions", int, 1, "Distinct system prompts; each session draws one.", lo=1,
+           hi=2**20, what="system prompts"),
+    Option("system_prompt_share", "sessions", float, 1.0, "The share of sessions that open with a system prompt.",
+           lo=0.0, hi=1.0, what="a share"),
+    Option("max_context_len", "sessions", int, None, "A session ends before a turn that would exceed this many "
+           "tokens.", lo=2, hi=2**34, what="tokens", default_text="--max-model-len"),
 )
 
 # What `kvlab size` and `kvlab fit` take: the options that decide the KV cache.
@@ -142,8 +173,9 @@ SIZING_OPTIONS = ("gpu", "gpu_memory_gib", "tensor_parallel_size", "pipeline_par
                   "available_kv_gib")
 # Everything a simulation is configured by (`kvlab run`, `race`, a sweep point, the library's resolve()).
 RUN_OPTIONS = tuple(OPTIONS)
-WORKLOAD_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.group == "workload")
-ENGINE_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.group != "workload")
+WORKLOAD_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.group in ("workload", "sessions"))
+SESSION_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.group == "sessions")
+ENGINE_OPTIONS = tuple(name for name, o in OPTIONS.items() if name not in WORKLOAD_OPTIONS)
 
 
 def defaults(names=RUN_OPTIONS) -> dict[str, Any]:

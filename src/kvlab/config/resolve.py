@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvlab.config.engine import GIB, CacheConfig, ModelConfig, SchedulerConfig, SimConfig
-from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, WORKLOAD_OPTIONS
+from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, SESSION_OPTIONS, WORKLOAD_OPTIONS
 from kvlab.errors import KvlabError
 
 if TYPE_CHECKING:
@@ -82,6 +82,21 @@ class ParallelConfig:
         return self.world_size * self.data_parallel_size
 
 
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    """How a fleet's router picks a replica (kvlab.fleet): its name and, for ``weighted``, its scorers as
+    NAME:WEIGHT,... in a canonical spelling. With one replica there is nothing to route."""
+
+    router: str = "round-robin"
+    router_scorers: str = "prefix:2,least-kv:1,least-requests:1"
+
+    def spec(self, seed: int):
+        """kvlab.fleet's RouterSpec (the random router draws from the run's seed)."""
+        from kvlab.fleet import parse_router
+
+        return parse_router(self.router, self.router_scorers if self.router == "weighted" else None, seed)
+
+
 @dataclass(frozen=True)
 class CostConfig:
     """The clock: a cost profile (``kvlab cost``), its constants as read, and the model built from them."""
@@ -106,15 +121,23 @@ class WorkloadConfig:
     duration: float | None = None
     seed: int = 0
     long_requests: str = "reject"
+    # --workload sessions: the generator's parameters (kvlab.workload.sessions.SessionSpec's fields), else empty.
+    sessions: tuple[tuple[str, Any], ...] = ()
 
     def load_options(self, max_model_len: int | None, *, cap_answers: bool = False) -> dict[str, Any]:
         """``load_workload``'s keywords. The simulator caps answers itself (as vLLM stops them at max_model_len),
         so its workload is built without max_model_len, unless long requests are clipped to it (Vidur's way);
         ``cap_answers`` writes the caps into the requests' max_tokens (what a client sends a real server)."""
         use = cap_answers or self.long_requests == "clip"
-        return {"num_requests": self.num_requests, "duration": self.duration, "rate": self.rate,
-                "arrival": self.arrival, "cv": self.cv, "seed": self.seed, "long_requests": self.long_requests,
-                "max_model_len": max_model_len if use else None}
+        options: dict[str, Any] = {
+            "num_requests": self.num_requests, "duration": self.duration, "rate": self.rate, "arrival": self.arrival,
+            "cv": self.cv, "seed": self.seed, "long_requests": self.long_requests,
+            "max_model_len": max_model_len if use else None}
+        if self.sessions:
+            from kvlab.workload.sessions import SessionSpec
+
+            options["sessions"] = SessionSpec(**dict(self.sessions))
+        return options
 
 
 @dataclass(frozen=True)
@@ -125,6 +148,7 @@ class KvlabConfig:
     model: ModelConfig
     device: DeviceConfig
     parallel: ParallelConfig
+    router: RouterConfig
     cache: CacheConfig
     scheduler: SchedulerConfig
     cost: CostConfig
@@ -149,6 +173,8 @@ class KvlabConfig:
             "gpu": self.device.gpu, "gpu_memory_gib": self.device.gpu_memory_gib,
             "tensor_parallel_size": self.parallel.tensor_parallel_size,
             "pipeline_parallel_size": self.parallel.pipeline_parallel_size,
+            "replicas": self.parallel.data_parallel_size, "router": self.router.router,
+            "router_scorers": self.router.router_scorers,
             "gpu_memory_utilization": cache.gpu_memory_utilization, "block_size": cache.block_size,
             "kv_cache_dtype": cache.kv_cache_dtype, "available_kv_gib": cache.available_kv_bytes / GIB,
             "num_gpu_blocks": cache.num_gpu_blocks,
@@ -160,6 +186,7 @@ class KvlabConfig:
             "workload": workload.workload, "rate": workload.rate, "arrival": workload.arrival, "cv": workload.cv,
             "num_requests": workload.num_requests, "duration": workload.duration, "seed": workload.seed,
             "long_requests": workload.long_requests,
+            **session_options(workload.sessions),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -183,12 +210,15 @@ class KvlabConfig:
             "model": self.model.model, "gpu": self.device.label, "num_gpus": self.parallel.num_gpus,
             "tensor_parallel_size": self.parallel.tensor_parallel_size,
             "pipeline_parallel_size": self.parallel.pipeline_parallel_size,
+            "replicas": self.parallel.data_parallel_size,
+            **({"router": self.router.spec(self.workload.seed).text} if self.parallel.data_parallel_size > 1 else {}),
             "num_gpu_blocks": cache.num_gpu_blocks, "block_size": cache.block_size, "num_slots": cache.num_slots,
             "max_model_len": sched.max_model_len, "max_num_seqs": sched.max_num_seqs,
             "max_num_batched_tokens": sched.max_num_batched_tokens,
             "enable_chunked_prefill": sched.enable_chunked_prefill,
             "cost": self.cost.name, "cost_source": self.cost.source,
-            "workload": {name: getattr(self.workload, name) for name in WORKLOAD_OPTIONS},
+            "workload": {name: value for name, value in self.options().items() if name in WORKLOAD_OPTIONS
+                         and (name not in SESSION_OPTIONS or self.workload.sessions)},
         }
 
 
@@ -205,6 +235,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     values = {name: o.default for name, o in OPTIONS.items()}
     values.update({k: v for k, v in given.items() if v is not None or OPTIONS[k].nullable})
     check_options(values)
+    values = _typed(values)
     from kvlab.catalog import get_gpu, get_model
     from kvlab.cost.profiles import get_profile
 
@@ -229,7 +260,9 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         model=ModelConfig(model=_model_name(model_spec, values["model"]), dtype=sizing.dtype),
         device=DeviceConfig(gpu=gpu_spec.id, gpu_memory_bytes=sizing.gpu_memory_bytes or gpu_spec.memory_bytes,
                             catalogue_memory_bytes=gpu_spec.memory_bytes),
-        parallel=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp),
+        parallel=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                                data_parallel_size=values["replicas"]),
+        router=resolve_router(values),
         cache=CacheConfig(num_slots=num_slots, block_size=block_size, kv_cache_dtype=sizing.kv_cache_dtype,
                           kv_bytes_per_token=sizing.kv_bytes_per_token,
                           swap_space_bytes=round(swap_space_gib * GIB) * tp,
@@ -242,7 +275,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
                                   preemption_mode=values["preemption_mode"], watermark=values["watermark"]),
         cost=CostConfig(profile=profile.path and str(Path(profile.path).resolve()) or profile.name, name=profile.name,
                         constants=tuple(sorted(profile.constants.items())), source=profile.source, model=cost_model),
-        workload=resolve_workload(values),
+        workload=resolve_workload(values, sizing.max_model_len),
         sizing=sizing,
         digests=_digests(model_spec, profile, values),
         given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),
@@ -258,6 +291,26 @@ def quietly(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CostProfileWarning)
         return resolve(options, **keywords)
+
+
+def _typed(values: dict[str, Any]) -> dict[str, Any]:
+    """Each checked value as its option's type (``rate: 2`` from a file is 2.0, ``block_size: "16"`` is 16), so that
+    one configuration has one key however its numbers were written."""
+    typed = {}
+    for name, value in values.items():
+        kind = OPTIONS[name].kind
+        if value is None or isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+            typed[name] = value
+        elif kind is bool:
+            text = str(value).strip().lower()
+            if text not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                raise KvlabError(f"{OPTIONS[name].flag} {value!r} is not true or false; valid: true, false")
+            typed[name] = text in ("true", "1", "yes", "on")
+        elif kind in (int, float):
+            typed[name] = kind(float(value)) if kind is int else float(value)
+        else:
+            typed[name] = str(value)
+    return typed
 
 
 def _check_names(given: dict[str, Any]) -> None:
@@ -308,10 +361,40 @@ def workload_config(options: dict[str, Any] | None = None, /, **keywords: Any) -
     values = {name: OPTIONS[name].default for name in WORKLOAD_OPTIONS}
     values.update({k: v for k, v in given.items() if v is not None})
     check_options(values)
-    return resolve_workload(values)
+    return resolve_workload(_typed(values))
 
 
-def resolve_workload(values: dict[str, Any]) -> WorkloadConfig:
+# The session options' names in kvlab.workload.sessions.SessionSpec.
+SESSION_FIELDS = {"session_turns": "turns", "session_turns_dist": "turns_dist", "think_time": "think_time_s",
+                  "think_time_dist": "think_time_dist", "session_lengths": "lengths",
+                  "system_prompt_len": "system_prompt_len", "num_system_prompts": "num_system_prompts",
+                  "system_prompt_share": "system_prompt_share", "max_context_len": "max_context_len"}
+
+
+def session_options(sessions: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """The session options (config/options.py's names) of a workload's generator, their defaults when it has none."""
+    fields = dict(sessions)
+    return {name: fields.get(field, OPTIONS[name].default) for name, field in SESSION_FIELDS.items()}
+
+
+def resolve_router(values: dict[str, Any]) -> RouterConfig:
+    """The router, checked (kvlab.fleet.parse_router), its scorers spelt one way; with one replica, the defaults
+    (nothing is routed: the key does not depend on them)."""
+    router = RouterConfig(values["router"], values["router_scorers"])
+    if values["replicas"] == 1:
+        if (router.router, router.router_scorers) != (OPTIONS["router"].default, OPTIONS["router_scorers"].default):
+            raise KvlabError(f"--router {router.router} needs a fleet: give --replicas 2 or more (one replica routes "
+                             "nothing)")
+        return router
+    spec = router.spec(values["seed"])
+    scorers = ",".join(f"{name}:{weight:g}" for name, weight in spec.scorers) if spec.scorers else \
+        OPTIONS["router_scorers"].default
+    if router.router != "weighted" and values["router_scorers"] != OPTIONS["router_scorers"].default:
+        raise KvlabError(f"--router-scorers applies only to --router weighted (--router is {router.router})")
+    return RouterConfig(spec.name, scorers)
+
+
+def resolve_workload(values: dict[str, Any], max_model_len: int | None = None) -> WorkloadConfig:
     """The workload's options with `kvlab run`'s defaults: a source without arrival times gets Poisson arrivals
     at DEFAULT_RATE; a bundled source serves DEFAULT_NUM_REQUESTS requests (a trace at most its rows); a user's
     file is served whole. The same requests, named one way ('auto' on a lengths-only source is 'poisson')."""
@@ -335,7 +418,26 @@ def resolve_workload(values: dict[str, Any]) -> WorkloadConfig:
         arrival = "trace"
     return WorkloadConfig(workload=workload if bundled else str(Path(workload).expanduser().resolve()), rate=rate,
                           arrival=arrival, cv=values["cv"], num_requests=num_requests, duration=duration,
-                          seed=values["seed"], long_requests=values["long_requests"])
+                          seed=values["seed"], long_requests=values["long_requests"],
+                          sessions=_sessions(values, workload, max_model_len))
+
+
+def _sessions(values: dict[str, Any], workload: str, max_model_len: int | None) -> tuple[tuple[str, Any], ...]:
+    """The session generator's parameters for --workload sessions (its unset context cap: max_model_len); a session
+    option given for another workload is refused."""
+    if workload != "sessions":
+        for name in SESSION_OPTIONS:
+            if values.get(name, OPTIONS[name].default) != OPTIONS[name].default:
+                raise KvlabError(f"{OPTIONS[name].flag} applies only to --workload sessions (--workload is "
+                                 f"{workload})")
+        return ()
+    fields = {field: values.get(name, OPTIONS[name].default) for name, field in SESSION_FIELDS.items()}
+    if fields["max_context_len"] is None and max_model_len is not None:
+        fields["max_context_len"] = max_model_len
+    from kvlab.workload.sessions import SessionSpec
+
+    SessionSpec(**fields)  # (its own checks: the lengths' workload, what spans two fields)
+    return tuple(fields.items())
 
 
 def _digests(model_spec, profile, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 
 from kvlab.config import SimConfig
 from kvlab.fleet.routers import RouterSpec
-from kvlab.metrics import Counters, RequestRecord, UsageIntegral, summarize
+from kvlab.metrics import Counters, RequestRecord, UsageIntegral
 from kvlab.sim import SimResult
 from kvlab.strategies import Strategy
 
@@ -52,6 +52,16 @@ class FleetResult:
 
     def summary(self) -> dict:
         return fleet_summary(self)
+
+    def as_result(self) -> SimResult:
+        """The fleet as one engine's result, as a report reads one: every replica's records, counters and memory
+        summed, the last finish anywhere; no iteration log (each replica keeps its own). Its ``summary()`` is this
+        result's summary()["fleet"]."""
+        replicas = self.replicas
+        return SimResult(strategy=self.strategy, config=self.config, workload_name=self.workload_name,
+                         records=self.records, counters=summed_counters(r.counters for r in replicas),
+                         integral=summed_integral(r.integral for r in replicas), log=None,
+                         makespan=max((r.makespan for r in replicas), default=0.0))
 
 
 def summed_integral(integrals) -> UsageIntegral:
@@ -90,13 +100,7 @@ def _rate(hits: int, queried: int) -> float | None:
 def fleet_summary(result: FleetResult) -> dict:
     replicas = result.replicas
     served = [served_tokens(r.records) for r in replicas]
-    fleet = summarize(
-        result.strategy.name,
-        summed_integral(r.integral for r in replicas),
-        result.records,
-        summed_counters(r.counters for r in replicas),
-        max((r.makespan for r in replicas), default=0.0),
-    )
+    fleet = result.as_result().summary()
     per_replica = []
     for j, r in enumerate(replicas):
         entry = r.summary()
