@@ -134,8 +134,8 @@ class Simulation:
         durations, self.now = self._timing(out, start)
         row = self._row(out)
         joined: tuple[int, ...] = ()
-        timing = out.timing
-        if timing is not None and timing.past_arrivals and out.num_iterations > 1 and self.next_arrival_time < self.now:
+        timing = out.timing  # (durations, end, past arrivals)
+        if out.num_iterations > 1 and timing is not None and timing[2] and self.next_arrival_time < self.now:
             joined = self._arrive_during(start, durations)
         self.recorder.add(row, durations, start, self.now, out.kv_growth, joined)
         first_end = self.now if out.num_iterations == 1 else start + float(durations[0])
@@ -239,7 +239,7 @@ class Simulation:
     # -- internals -------------------------------------------------------------------------------------
 
     def _horizon(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
-                 first: FirstIteration | None = None, queue_waits: bool = False) -> RunTiming:
+                 first: FirstIteration | None = None, queue_waits: bool = False) -> tuple[int, RunTiming]:
         """How many iterations of a run start before the next arrival (or ``run_until``'s limit): an arrival
         joins the queue before the first iteration starting at or after it (with ``queue_waits`` it changes
         nothing in the run, and joins after it: ``_arrive_during``). The run's decode iterations have
@@ -254,11 +254,11 @@ class Simulation:
             lead, now = [dt], now + dt
             max_iterations -= 1
         if now >= stop or max_iterations <= 0:
-            return RunTiming(len(lead), lead, now, queue_waits)
+            return len(lead), (lead, now, queue_waits)
         durations, end = self._decode_durations(num_seqs, num_context_tokens, max_iterations, now, stop)
         if lead:
             durations = lead + durations if isinstance(durations, list) else _prepend(lead[0], durations)
-        return RunTiming(len(durations), durations, end, queue_waits)
+        return len(durations), (durations, end, queue_waits)
 
     def _decode_durations(self, num_seqs: int, num_context_tokens: int, max_iterations: int, now: float,
                           stop: float) -> tuple[Any, float]:
@@ -280,10 +280,10 @@ class Simulation:
         moves KV over PCIe."""
         k = out.num_iterations
         if k > 1:  # a run: the horizon priced it (a single iteration is priced below, run or not)
-            timing: Any = out.timing  # (a run's always has durations, at least k: it may stop short of the horizon)
-            durations = timing.durations
+            # (a run's timing always has durations, at least k: it may stop short of the horizon)
+            durations, end, _ = out.timing  # type: ignore[misc]
             if len(durations) == k:
-                return durations, timing.end
+                return durations, end
             durations = durations[:k]  # (the blocks ran out before the horizon)
             end = start
             for dt in durations if isinstance(durations, list) else durations.tolist():

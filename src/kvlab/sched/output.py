@@ -13,18 +13,12 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-
-class RunTiming(NamedTuple):
-    """What the caller's clock said of a run when the scheduler asked it (the horizon, kvlab/sim.py): how many of
-    its iterations start before the caller's next event, their durations (a list or a numpy array; None when
-    the caller keeps no clock) and the clock at their end, and whether the run may go past arrivals (the queue's
-    head waits for a finish). It travels in the run's output to the caller, who priced it; the scheduler only
-    reads ``num_iterations``."""
-
-    num_iterations: int
-    durations: Any = None
-    end: float = 0.0
-    past_arrivals: bool = False
+# What the caller's clock said of a run when the scheduler asked it how many iterations fit (the horizon,
+# kvlab/sim.py): (their durations, a list or a numpy array; the clock at their end; whether the run may go past
+# arrivals, the queue's head waiting for a finish). Opaque to the scheduler, which carries it back to the caller in
+# the run's output. (A plain tuple, unpacked by name where it is read: a named tuple's constructor cost 1% of a
+# light load's instructions, benchmarks/count_instructions.py.)
+RunTiming = tuple[Any, float, bool]
 
 
 class SchedulerOutput(NamedTuple):
@@ -53,8 +47,9 @@ class SchedulerOutput(NamedTuple):
     # iteration that hands out blocks or fills last blocks (the allocator's DecodeRun.growth); the allocator's
     # counters already include all of it.
     kv_growth: tuple[tuple[int, int, int], ...] = ()
-    # A run's iterations as the caller's horizon priced them (RunTiming), or None: each is priced from the fields.
-    # The run may be shorter than the horizon's count (the blocks ran out): its first num_iterations are the run's.
+    # A run's iterations as the caller's horizon priced them (RunTiming: durations, end, past arrivals), or None:
+    # each is priced from the fields. The run may be shorter than the horizon's count (the blocks ran out): its
+    # first num_iterations durations are the run's.
     timing: RunTiming | None = None
 
     @property

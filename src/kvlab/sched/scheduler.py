@@ -58,14 +58,14 @@ class FirstIteration(NamedTuple):
 class Horizon(Protocol):
     """How many iterations of a run start before the caller's next event: called with the batch size of its
     decode iterations, the context tokens of the first decode iteration and the most iterations the scheduler
-    would run; returns at most that many, and what the caller priced them at (RunTiming, carried back to it in
-    the run's output). With ``first``, the run begins with that iteration (it admits), the decode iterations
+    would run; returns (at most that many, what the caller priced them at: a RunTiming carried back to it in the
+    run's output, or None). With ``first``, the run begins with that iteration (it admits), the decode iterations
     follow it, and both counts include it. With ``queue_waits``, the queue's head waits until something
     finishes (the run ends before), so a request arriving meanwhile, which joins behind it, changes nothing in
     the run: it need not end there."""
 
     def __call__(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
-                 first: FirstIteration | None = None, queue_waits: bool = False) -> RunTiming: ...
+                 first: FirstIteration | None = None, queue_waits: bool = False) -> tuple[int, RunTiming | None]: ...
 
 
 class Scheduler:
@@ -171,10 +171,10 @@ class Scheduler:
         """Iterations in which every running request decodes, up to the first in which one finishes. None when
         not even the first iteration's blocks are free (a single iteration then preempts)."""
         num_context = decode_context(self.num_resident_computed_tokens, len(self.running))
-        timing = self._run_length(max_iterations, horizon, num_context)
+        num_iterations, timing = self._run_length(max_iterations, horizon, num_context)
         if self.allocator.enable_prefix_caching:
             self.sync()  # (it hashes the blocks the run fills: it reads their tokens)
-        run = self.allocator.allocate_decode_run(self.running, timing.num_iterations)
+        run = self.allocator.allocate_decode_run(self.running, num_iterations)
         if run.num_iterations == 0:
             return None
         return self._run_output(run.num_iterations, run.growth, timing=timing, num_context=num_context)
@@ -225,9 +225,8 @@ class Scheduler:
         # first iteration yet: the run is that one iteration.)
         if self.allocator.enable_prefix_caching:
             return self._run_output(1, growth)
-        timing = self._run_length(max_iterations, horizon, num_context)  # (nobody joined: the same context)
-        return self._run_output(*self._after_first(timing.num_iterations, growth), timing=timing,
-                                num_context=num_context)
+        num_iterations, timing = self._run_length(max_iterations, horizon, num_context)  # (the same context)
+        return self._run_output(*self._after_first(num_iterations, growth), timing=timing, num_context=num_context)
 
     def _admitted_decode_next(self, num_admitted: int, scheduled: dict[int, int]) -> bool:
         """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? True when
@@ -260,10 +259,11 @@ class Scheduler:
             return 1, growth, None
         num_seqs = len(running)
         if horizon is None:
-            timing = RunTiming(1 + num_rest)
+            num_iterations, timing = 1 + num_rest, None
         else:  # (after the first iteration everyone decodes, each over one more token of context)
-            timing = horizon(num_seqs, decode_context(first.num_context_tokens, num_seqs), 1 + num_rest, first)
-        return (*self._after_first(timing.num_iterations, growth), timing)
+            num_iterations, timing = horizon(num_seqs, decode_context(first.num_context_tokens, num_seqs),
+                                             1 + num_rest, first)
+        return (*self._after_first(num_iterations, growth), timing)
 
     def _after_first(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...]
                      ) -> tuple[int, tuple[tuple[int, int, int], ...]]:
@@ -274,12 +274,13 @@ class Scheduler:
         rest = self.allocator.allocate_decode_run(self.running, num_iterations - 1, first=1)
         return 1 + rest.num_iterations, growth + rest.growth
 
-    def _run_length(self, max_iterations: int, horizon: Horizon | None, num_context: int) -> RunTiming:
+    def _run_length(self, max_iterations: int, horizon: Horizon | None,
+                    num_context: int) -> tuple[int, RunTiming | None]:
         """Iterations of a decode run from now (its first reading ``num_context`` tokens of KV): up to the first
         finish, cut by the caller's horizon."""
         num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)
         if horizon is None:
-            return RunTiming(num_iterations)
+            return num_iterations, None
         return horizon(len(self.running), num_context, num_iterations, None,
                        bool(self.waiting) and self._admission_blocked)
 

@@ -138,7 +138,6 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     """kvlab's scheduler and paged allocator, run as ``kvlab run`` runs them (runs of iterations where their
     outcome is known, up to ``max_iterations`` at once; 1 steps), recorded step by step in the driver's format."""
     from kvlab.memory.paged import PagedAllocator
-    from kvlab.sched.output import RunTiming
     from kvlab.sched.scheduler import Scheduler
     from kvlab.sched.seq import Seq
     from kvlab.sim import MAX_RUN_ITERATIONS
@@ -156,12 +155,12 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     next_index = 0
 
     def horizon(num_seqs: int, num_context_tokens: int, max_iterations: int, first=None,
-                queue_waits=False) -> RunTiming:
+                queue_waits=False) -> tuple[int, None]:
         # The driver adds requests before their step: a run stops where the next one is due (the records list
         # the waiting queue at every step, so even a run whose queue waits stops there). Steps have no clock.
         if next_index < len(order):
-            return RunTiming(max(1, min(max_iterations, add_before_step[order[next_index]] - step)))
-        return RunTiming(max_iterations)
+            return max(1, min(max_iterations, add_before_step[order[next_index]] - step)), None
+        return max_iterations, None
 
     while next_index < len(order) or scheduler.num_unfinished:
         if not scheduler.num_unfinished:
