@@ -50,6 +50,6 @@ mutate "the victim is the oldest running request, not the newest" src/kvlab/sche
   "victim = self.running.pop()" \
   "victim = self.running.pop(0)"
 mutate "a run ends one iteration after its first finish" src/kvlab/sched/scheduler.py \
-  "timing = RunTiming(min(max_iterations, self._finish_heap()[0][0] - self._clock))" \
-  "timing = RunTiming(min(max_iterations, self._finish_heap()[0][0] - self._clock + 1))"
+  "num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)" \
+  "num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock + 1)"
 exit $survived

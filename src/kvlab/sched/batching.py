@@ -45,12 +45,6 @@ def _lookup(sched: Scheduler, seq: Seq) -> tuple[int, int]:
     return cached, cached
 
 
-def _admit(sched: Scheduler, seq: Seq, num_new: int, cached: int) -> None:
-    sched.admit(seq, num_new, cached)
-    if seq.num_cached_tokens is None:  # (vLLM's scheduler counts the hit of a request's first admission)
-        seq.num_cached_tokens = cached
-
-
 def continuous(sched: Scheduler, budget: int) -> Admission:
     """Orca's iteration-level scheduling, vLLM's default: between any two iterations waiting requests join,
     FCFS, while the token budget, ``max_num_seqs`` and memory allow. The first that does not fit stops the
@@ -68,7 +62,7 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
         num_new = min(num_new, budget)
         if sched.allocator.allocate_slots(seq, num_new, cached, watermark if sched.running else 0) is not Fit.NOW:
             break
-        _admit(sched, seq, num_new, cached)
+        sched.admit(seq, num_new, cached)
         budget -= num_new
         yield seq, num_new, cached
 
@@ -87,7 +81,7 @@ def static(sched: Scheduler, budget: int) -> Admission:
         num_prompt = seq.num_tokens - computed
         if sched.allocator.allocate_slots(seq, num_prompt, cached) is not Fit.NOW:
             break
-        _admit(sched, seq, num_prompt, cached)
+        sched.admit(seq, num_prompt, cached)
         if num_prompt <= budget:
             num_new = num_prompt
         else:
