@@ -131,6 +131,23 @@ def test_bad_calibrate_options_are_one_line_and_exit_2(kvlab, tmp_path, args, me
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def _other_vllm_processes() -> list[str]:
+    """Command lines of the processes running vLLM now (a server a test left running, say)."""
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if "vllm" in command and "pytest" not in command:
+            found.append(f"{proc.name}: {command[:120]}")
+    return found
+
+
 @pytest.mark.vllm
 def test_a_profile_calibrated_in_process_predicts_two_other_workloads(tmp_path):
     from kvlab.cost.profiles import read_profile, write_profile
@@ -140,6 +157,8 @@ def test_a_profile_calibrated_in_process_predicts_two_other_workloads(tmp_path):
         require_installed()
     except KvlabError:
         pytest.skip("the vLLM CPU engine is not installed here (kvlab vllm install): no real engine to time")
+    others = _other_vllm_processes()
+    assert not others, f"other vLLM processes run beside the timed engine (they take its CPU): {others}"
     cpu = min(os.sched_getaffinity(0))
     runs = timing.run_timed(timing.design(), cpu=cpu, timeout=1200)  # the calibration bracketing the checks, twice
     calibration = timing.fit_steps(timing.calibration_runs(runs))

@@ -9,10 +9,12 @@ from vllm_server import ServerSettings, VllmServer
 _started: list[VllmServer] = []
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_server_factory(tmp_path_factory):
     """``start(ServerSettings(...)) -> VllmServer``: a real vLLM OpenAI API server on 127.0.0.1, stopped at the
-    end of the session; its log stays in the session's temporary folder."""
+    end of the module that started it (a server left running for the session took CPU from the tests that time
+    the real engine later: tests/test_vllm_timing.py failed in CI at a load average of 6 on 2 CPUs); its log
+    stays in the session's temporary folder."""
 
     def start(settings: ServerSettings | None = None, **kwargs) -> VllmServer:
         server = VllmServer.start(tmp_path_factory.mktemp("vllm-server"), settings or ServerSettings(), **kwargs)
