@@ -113,3 +113,49 @@ def test_paper_fig12(kvlab, tmp_path):
     r = kvlab("paper", "fig12", "--duration", "300", "--workers", "2", "--out", tmp_path)
     assert r.exit_code == 0 and "Orca (Oracle)" in r.stdout and "inside" in r.stdout
     assert "0 simulations computed" in r.stdout  # resumed from the store in --out
+
+
+def _panels(num: int, **extra):
+    from kvlab.sweep.plots import Panel, Series
+
+    series = [Series("vllm", [1.0, 2.0, 3.0], [0.05, 0.08, 1.5], "#0072B2"),
+              Series("orca-max", [1.0, 2.0, 3.0], [0.06, 0.9, 4.0], "#D55E00")]
+    return [Panel(f"panel {i}", "request rate (req/s)", "normalized latency (s/token)", series, **extra)
+            for i in range(num)]
+
+
+def test_nine_panels_make_a_grid_not_a_row(tmp_path):
+    from PIL import Image
+
+    from kvlab.sweep.plots import grid_shape, write_png
+
+    assert grid_shape(9) == (3, 3) and grid_shape(4) == (2, 3) and grid_shape(1) == (1, 1)
+    width, height = Image.open(write_png(_panels(9), tmp_path / "nine.png", title="nine")).size
+    assert width < 2 * height * 1.5 and width <= 1800  # three panels a row, three rows: not 5040 x 456
+
+
+def test_threshold_and_marks_are_drawn():
+    from kvlab.sweep.plots import build_figure
+
+    panels = _panels(2, threshold=0.1, threshold_label="SLO 0.1 s", marks={"vllm": 2.4, "orca-max": 1.3},
+                     notes=["vllm 49.7 req/s: beyond the paper's axis (0-30 req/s)"], ylog=True)
+    fig = build_figure(panels, title="t")
+    ax = fig.axes[0]
+    by_gid = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
+    assert list(by_gid["threshold"].get_ydata()) == [0.1, 0.1] and by_gid["threshold"].get_linestyle() == "--"
+    assert by_gid["mark:vllm"].get_xdata()[0] == 2.4 and by_gid["mark:vllm"].get_color() == "#0072B2"
+    assert by_gid["mark:orca-max"].get_color() == "#D55E00"
+    assert ax.get_yscale() == "log"
+    assert any("beyond the paper's axis" in t.get_text() for t in ax.texts)
+    assert any("SLO 0.1 s" in t.get_text() for t in ax.texts)
+    assert len(fig.legends) == 1  # the panels share their series: one legend
+
+
+def test_the_page_draws_threshold_marks_and_notes(tmp_path):
+    from kvlab.sweep.html import write_html
+
+    text = write_html(tmp_path / "p.html", [("h", _panels(2, threshold=0.1, threshold_label="SLO 0.1 s",
+                                                           marks={"vllm": 2.4}, notes=["beyond"]), None)],
+                      title="t").read_text()
+    assert text.count('class="threshold"') == 2 and text.count('class="mark"') == 2 and "SLO 0.1 s" in text
+    assert text.count('class="note"') == 2
