@@ -159,3 +159,21 @@ def test_the_page_draws_threshold_marks_and_notes(tmp_path):
                       title="t").read_text()
     assert text.count('class="threshold"') == 2 and text.count('class="mark"') == 2 and "SLO 0.1 s" in text
     assert text.count('class="note"') == 2
+
+
+def test_fig12_flags_a_capacity_beyond_the_papers_axis():
+    from kvlab.cli.paper import _flag_beyond_axis
+    from kvlab.paper import beyond_axis_note
+    from kvlab.sweep.plots import Panel, Series
+
+    assert beyond_axis_note("paper-alpaca", "vllm", 29.5) is None
+    note = beyond_axis_note("paper-alpaca", "vllm", 49.7)
+    assert note == "vLLM 49.7 req/s: beyond the paper's axis (0-30 req/s)"
+    data = {"workloads": {"paper-alpaca": {"paper_axis_rps": [0.0, 30.0], "beyond_paper_axis": {"vllm": note},
+                                           "capacities": {"vllm": 49.7}}}}
+    bar = Panel("workload=paper-alpaca", "strategy", "capacity (req/s)", [Series("vllm", [0.0], [49.7], "#000")],
+                kind="bar", upper=[50.6])
+    curve = Panel("workload=paper-alpaca", "rate", "latency", [Series("vllm", [10.0, 50.0], [0.05, 0.2], "#000")])
+    flagged_bar, flagged_curve = _flag_beyond_axis([bar, curve], data)
+    assert flagged_bar.threshold == 30.0 and flagged_bar.notes == [note]
+    assert flagged_curve.marks["vllm"] == 49.7 and flagged_curve.notes == [note]

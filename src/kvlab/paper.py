@@ -126,6 +126,14 @@ FIG12_RATE_AXES = {"paper-sharegpt": 2.0, "paper-alpaca": 30.0}
 FIG12_COST = "paper-2023"  # the paper-era clock (kvlab cost)
 
 
+def beyond_axis_note(workload: str, system: str, rate: float) -> str | None:
+    """A note when ``rate`` lies past the right end of the paper's Figure 12 axis for ``workload``, else None."""
+    top = FIG12_RATE_AXES.get(workload)
+    if top is None or rate <= top:
+        return None
+    return f"{PAPER_NAMES.get(system, system)} {rate:.3g} req/s: beyond the paper's axis (0-{top:g} req/s)"
+
+
 @dataclass(frozen=True, slots=True)
 class Fig12Setup:
     model: str = "opt-13b"
@@ -198,6 +206,9 @@ def fig12_json(result: Fig12Result) -> dict:
         workloads[workload] = {
             "capacities": {system: result.capacity(workload, system) for system in FIG2_SYSTEMS},
             "ratios": result.ratios(workload),
+            "paper_axis_rps": [0.0, FIG12_RATE_AXES[workload]],
+            "beyond_paper_axis": {system: note for system in FIG2_SYSTEMS
+                                  if (note := beyond_axis_note(workload, system, result.capacity(workload, system)))},
             "searches": {c["strategy"]: s.to_json() for c, s in zip(result.configurations, result.searches)
                          if c["workload"] == workload},
             "curves": {system: [{"rate": r["rate"], "normalized_latency_s_per_token":

@@ -157,6 +157,7 @@ def _write_fig12(result, data: dict, out: Path) -> None:
 
     curves = latency_panels(result.curve_rows + result.probe_rows, list(run_options()))
     bars = capacity_panels(result.configurations, result.searches)
+    curves, bars = _flag_beyond_axis(curves, data), _flag_beyond_axis(bars, data)
     write_png(curves, out / "fig12.png", title="Figure 12: normalized latency against request rate (OPT-13B, "
               "A100-40GB)", ymax=1.0)
     write_png(bars, out / "fig12_capacity.png", title=f"Sustained rate under {result.setup.slo}")
@@ -164,6 +165,29 @@ def _write_fig12(result, data: dict, out: Path) -> None:
                                     (f"Sustained rate under {result.setup.slo}", bars, None)],
                title="vLLM paper, Figure 12, rebuilt by kvlab", data=data)
     (out / "fig12.json").write_text(json.dumps(data, indent=2))
+
+
+def _flag_beyond_axis(panels: list, data: dict) -> list:
+    """Each panel of a workload: the paper's axis end as a dashed line (bars) or a grey mark (curves), each
+    capacity marked on the curves, and a note for every capacity beyond the paper's axis."""
+    from dataclasses import replace
+
+    flagged = []
+    for panel in panels:
+        workload = next((w for w in data["workloads"] if w in panel.title), None)
+        if workload is None:
+            flagged.append(panel)
+            continue
+        entry = data["workloads"][workload]
+        top = entry["paper_axis_rps"][1]
+        notes = list(entry["beyond_paper_axis"].values())
+        if panel.kind == "bar":
+            flagged.append(replace(panel, threshold=top, threshold_label=f"paper's axis ends at {top:g} req/s",
+                                   notes=notes))
+        else:
+            marks = {**entry["capacities"], "paper's axis end": top}
+            flagged.append(replace(panel, marks=marks, notes=notes))
+    return flagged
 
 
 def _print_fig12(data: dict) -> None:
@@ -180,9 +204,14 @@ def _print_fig12(data: dict) -> None:
     for workload in workloads:
         table.add_column(f"{workload}\n(paper's axis 0-{_axis(workload)})", justify="right")
     for system in PAPER_NAMES:
-        table.add_row(PAPER_NAMES[system], *(_bracket(data["workloads"][w]["searches"][system]) for w in workloads))
+        table.add_row(PAPER_NAMES[system], *(_bracket(data["workloads"][w]["searches"][system]) +
+                                             (" beyond axis" if system in data["workloads"][w]["beyond_paper_axis"]
+                                              else "") for w in workloads))
     console = Console()
     console.print(table)
+    for workload in workloads:
+        for note in data["workloads"][workload]["beyond_paper_axis"].values():
+            console.print(f"{workload}: {note}", highlight=False)
     for workload in workloads:
         ratios = data["workloads"][workload]["ratios"]
         parts = []
