@@ -177,3 +177,21 @@ def test_fig12_flags_a_capacity_beyond_the_papers_axis():
     flagged_bar, flagged_curve = _flag_beyond_axis([bar, curve], data)
     assert flagged_bar.threshold == 30.0 and flagged_bar.notes == [note]
     assert flagged_curve.marks["vllm"] == 49.7 and flagged_curve.notes == [note]
+
+
+def test_paper_fig18b_short_run(kvlab, tmp_path):
+    r = kvlab("paper", "fig18b", "--block-sizes", "4,16,256", "--duration", "60", "--workers", "1", "--out", tmp_path,
+              "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    rows = {(row["workload"], row["block_size"]): row for row in data["rows"]}
+    assert set(rows) == {(w, b) for w in ("paper-sharegpt", "paper-alpaca") for b in (4, 16, 256)}
+    assert rows["paper-alpaca", 16]["paper_best"] == [16, 32]
+    assert rows["paper-sharegpt", 16]["paper_best"] == [16, 32, 64, 128]
+    # Alpaca's short requests lose most to 256-token blocks (memory), and 16 is among kvlab's best
+    assert rows["paper-alpaca", 256]["normalized_latency_s_per_token"] > rows["paper-alpaca", 16][
+        "normalized_latency_s_per_token"]
+    assert 16 in rows["paper-alpaca", 16]["kvlab_best"]
+    assert any("no per-block kernel term" in n for n in data["notes"])
+    assert any("--block-size 4" in n for n in data["notes"])
+    assert (tmp_path / "fig18b.png").read_bytes()[:8] == PNG_MAGIC

@@ -242,3 +242,72 @@ def _bracket(search: dict) -> str:
         return f"failed: {search['error']}"
     lo, hi = search["bracket"]
     return f"{search['capacity_rps']:.3g} [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"
+
+
+@paper_app.command("fig18b")
+def fig18b(
+    block_sizes: Annotated[str, typer.Option("--block-sizes", help="Comma list of block sizes.")] =
+        "1,2,4,8,16,32,64,128,256",
+    duration: Annotated[float, typer.Option("--duration", help="Seconds of Poisson arrivals per simulation.")] = 600.0,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the workloads.")] = 0,
+    workers: Annotated[int | None, typer.Option("--workers", help="Worker processes \\[default: the number of "
+                                                   "cores].")] = None,
+    as_json: JsonOpt = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Keep the store (sweep.duckdb, resumable) and write "
+                                             "fig18b.png and fig18b.json here.")] = None,
+) -> None:
+    """Figure 18b: vLLM's normalized latency against block size (OPT-13B, one A100-40GB, ShareGPT and Alpaca),
+    beside §7.2's best block sizes."""
+    from kvlab.cli.sweep import Session, run_session
+    from kvlab.errors import KvlabError
+    from kvlab.paper import FIG18B_COST_NOTE, Fig18bSetup, run_fig18b
+    from kvlab.sizing import cuda_block_size_note
+
+    try:
+        sizes = tuple(int(b) for b in block_sizes.split(","))
+    except ValueError:
+        raise KvlabError(f"--block-sizes {block_sizes!r}: not a comma list of whole numbers; valid: e.g. "
+                         "16,32,64") from None
+    if not sizes or min(sizes) < 1:
+        raise KvlabError(f"--block-sizes {block_sizes!r}: valid: whole numbers of at least 1")
+    setup = Fig18bSetup(block_sizes=sizes, duration=duration, seed=seed)
+    session = Session(out, workers, False, None, as_json)
+    rows = run_session(session, lambda: run_fig18b(setup, session.runner))
+    notes = [FIG18B_COST_NOTE] + [n for b in sizes if (n := cuda_block_size_note(b))]
+    data = {"setup": {"model": setup.model, "gpu": setup.gpu, "available_kv_gib": setup.available_kv_gib,
+                      "duration_s": setup.duration, "seed": setup.seed, "cost": setup.cost,
+                      "block_sizes": list(sizes)}, "rows": rows, "notes": notes}
+    if out is not None:
+        _plot_fig18b(rows, out / "fig18b.png")
+        (out / "fig18b.json").write_text(json.dumps(data, indent=2))
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    for workload in setup.workloads:
+        mine = [r for r in rows if r["workload"] == workload]
+        typer.echo(f"{workload} at {mine[0]['rate']:g} req/s: normalized latency (s/token) by block size")
+        for r in mine:
+            value = r["normalized_latency_s_per_token"]
+            typer.echo(f"  {r['block_size']:>4}  {'failed' if value is None else f'{value:.4f}'}")
+        typer.echo(f"  kvlab's best: {mine[0]['kvlab_best']}; paper (§7.2): {mine[0]['paper_best']}: "
+                   f"{'agrees' if mine[0]['agrees'] else 'differs'}")
+    for note in notes:
+        typer.echo(f"Note: {note}")
+
+
+def _plot_fig18b(rows: list[dict], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5, 3.8), layout="constrained")
+    ax = fig.subplots()
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        mine = [r for r in rows if r["workload"] == workload and r["normalized_latency_s_per_token"] is not None]
+        ax.plot([r["block_size"] for r in mine], [r["normalized_latency_s_per_token"] for r in mine], marker="o",
+                label=f"{workload} (paper's best {mine[0]['paper_best'][0]}-{mine[0]['paper_best'][-1]})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("block size (tokens)")
+    ax.set_ylabel("normalized latency (s/token)")
+    ax.set_title("Figure 18b, rebuilt by kvlab (no per-block kernel cost)", fontsize=9)
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
