@@ -113,3 +113,85 @@ def test_paper_fig12(kvlab, tmp_path):
     r = kvlab("paper", "fig12", "--duration", "300", "--workers", "2", "--out", tmp_path)
     assert r.exit_code == 0 and "Orca (Oracle)" in r.stdout and "inside" in r.stdout
     assert "0 simulations computed" in r.stdout  # resumed from the store in --out
+
+
+def _panels(num: int, **extra):
+    from kvlab.sweep.plots import Panel, Series
+
+    series = [Series("vllm", [1.0, 2.0, 3.0], [0.05, 0.08, 1.5], "#0072B2"),
+              Series("orca-max", [1.0, 2.0, 3.0], [0.06, 0.9, 4.0], "#D55E00")]
+    return [Panel(f"panel {i}", "request rate (req/s)", "normalized latency (s/token)", series, **extra)
+            for i in range(num)]
+
+
+def test_nine_panels_make_a_grid_not_a_row(tmp_path):
+    from PIL import Image
+
+    from kvlab.sweep.plots import grid_shape, write_png
+
+    assert grid_shape(9) == (3, 3) and grid_shape(4) == (2, 3) and grid_shape(1) == (1, 1)
+    width, height = Image.open(write_png(_panels(9), tmp_path / "nine.png", title="nine")).size
+    assert width < 2 * height * 1.5 and width <= 1800  # three panels a row, three rows: not 5040 x 456
+
+
+def test_threshold_and_marks_are_drawn():
+    from kvlab.sweep.plots import build_figure
+
+    panels = _panels(2, threshold=0.1, threshold_label="SLO 0.1 s", marks={"vllm": 2.4, "orca-max": 1.3},
+                     notes=["vllm 49.7 req/s: beyond the paper's axis (0-30 req/s)"], ylog=True)
+    fig = build_figure(panels, title="t")
+    ax = fig.axes[0]
+    by_gid = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
+    assert list(by_gid["threshold"].get_ydata()) == [0.1, 0.1] and by_gid["threshold"].get_linestyle() == "--"
+    assert by_gid["mark:vllm"].get_xdata()[0] == 2.4 and by_gid["mark:vllm"].get_color() == "#0072B2"
+    assert by_gid["mark:orca-max"].get_color() == "#D55E00"
+    assert ax.get_yscale() == "log"
+    assert any("beyond the paper's axis" in t.get_text() for t in ax.texts)
+    assert any("SLO 0.1 s" in t.get_text() for t in ax.texts)
+    assert len(fig.legends) == 1  # the panels share their series: one legend
+
+
+def test_the_page_draws_threshold_marks_and_notes(tmp_path):
+    from kvlab.sweep.html import write_html
+
+    text = write_html(tmp_path / "p.html", [("h", _panels(2, threshold=0.1, threshold_label="SLO 0.1 s",
+                                                           marks={"vllm": 2.4}, notes=["beyond"]), None)],
+                      title="t").read_text()
+    assert text.count('class="threshold"') == 2 and text.count('class="mark"') == 2 and "SLO 0.1 s" in text
+    assert text.count('class="note"') == 2
+
+
+def test_fig12_flags_a_capacity_beyond_the_papers_axis():
+    from kvlab.cli.paper import _flag_beyond_axis
+    from kvlab.paper import beyond_axis_note
+    from kvlab.sweep.plots import Panel, Series
+
+    assert beyond_axis_note("paper-alpaca", "vllm", 29.5) is None
+    note = beyond_axis_note("paper-alpaca", "vllm", 49.7)
+    assert note == "vLLM 49.7 req/s: beyond the paper's axis (0-30 req/s)"
+    data = {"workloads": {"paper-alpaca": {"paper_axis_rps": [0.0, 30.0], "beyond_paper_axis": {"vllm": note},
+                                           "capacities": {"vllm": 49.7}}}}
+    bar = Panel("workload=paper-alpaca", "strategy", "capacity (req/s)", [Series("vllm", [0.0], [49.7], "#000")],
+                kind="bar", upper=[50.6])
+    curve = Panel("workload=paper-alpaca", "rate", "latency", [Series("vllm", [10.0, 50.0], [0.05, 0.2], "#000")])
+    flagged_bar, flagged_curve = _flag_beyond_axis([bar, curve], data)
+    assert flagged_bar.threshold == 30.0 and flagged_bar.notes == [note]
+    assert flagged_curve.marks["vllm"] == 49.7 and flagged_curve.notes == [note]
+
+
+def test_paper_fig18b_short_run(kvlab, tmp_path):
+    r = kvlab("paper", "fig18b", "--block-sizes", "4,16,256", "--duration", "60", "--workers", "1", "--out", tmp_path,
+              "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    rows = {(row["workload"], row["block_size"]): row for row in data["rows"]}
+    assert set(rows) == {(w, b) for w in ("paper-sharegpt", "paper-alpaca") for b in (4, 16, 256)}
+    assert rows["paper-alpaca", 16]["paper_best"] == [16, 32]
+    assert rows["paper-sharegpt", 16]["paper_best"] == [16, 32, 64, 128]
+    # Alpaca's short requests lose most to 256-token blocks (memory), and 16 is among kvlab's best
+    assert rows["paper-alpaca", 256]["normalized_latency_s_per_token"] > rows["paper-alpaca", 16][
+        "normalized_latency_s_per_token"]
+    assert 16 in rows["paper-alpaca", 16]["kvlab_best"]
+    assert any("no per-block kernel term" in n for n in data["notes"])
+    assert any("--block-size 4" in n for n in data["notes"])
+    assert (tmp_path / "fig18b.png").read_bytes()[:8] == PNG_MAGIC

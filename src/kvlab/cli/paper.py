@@ -157,6 +157,7 @@ def _write_fig12(result, data: dict, out: Path) -> None:
 
     curves = latency_panels(result.curve_rows + result.probe_rows, list(run_options()))
     bars = capacity_panels(result.configurations, result.searches)
+    curves, bars = _flag_beyond_axis(curves, data), _flag_beyond_axis(bars, data)
     write_png(curves, out / "fig12.png", title="Figure 12: normalized latency against request rate (OPT-13B, "
               "A100-40GB)", ymax=1.0)
     write_png(bars, out / "fig12_capacity.png", title=f"Sustained rate under {result.setup.slo}")
@@ -164,6 +165,29 @@ def _write_fig12(result, data: dict, out: Path) -> None:
                                     (f"Sustained rate under {result.setup.slo}", bars, None)],
                title="vLLM paper, Figure 12, rebuilt by kvlab", data=data)
     (out / "fig12.json").write_text(json.dumps(data, indent=2))
+
+
+def _flag_beyond_axis(panels: list, data: dict) -> list:
+    """Each panel of a workload: the paper's axis end as a dashed line (bars) or a grey mark (curves), each
+    capacity marked on the curves, and a note for every capacity beyond the paper's axis."""
+    from dataclasses import replace
+
+    flagged = []
+    for panel in panels:
+        workload = next((w for w in data["workloads"] if w in panel.title), None)
+        if workload is None:
+            flagged.append(panel)
+            continue
+        entry = data["workloads"][workload]
+        top = entry["paper_axis_rps"][1]
+        notes = list(entry["beyond_paper_axis"].values())
+        if panel.kind == "bar":
+            flagged.append(replace(panel, threshold=top, threshold_label=f"paper's axis ends at {top:g} req/s",
+                                   notes=notes))
+        else:
+            marks = {**entry["capacities"], "paper's axis end": top}
+            flagged.append(replace(panel, marks=marks, notes=notes))
+    return flagged
 
 
 def _print_fig12(data: dict) -> None:
@@ -180,9 +204,14 @@ def _print_fig12(data: dict) -> None:
     for workload in workloads:
         table.add_column(f"{workload}\n(paper's axis 0-{_axis(workload)})", justify="right")
     for system in PAPER_NAMES:
-        table.add_row(PAPER_NAMES[system], *(_bracket(data["workloads"][w]["searches"][system]) for w in workloads))
+        table.add_row(PAPER_NAMES[system], *(_bracket(data["workloads"][w]["searches"][system]) +
+                                             (" beyond axis" if system in data["workloads"][w]["beyond_paper_axis"]
+                                              else "") for w in workloads))
     console = Console()
     console.print(table)
+    for workload in workloads:
+        for note in data["workloads"][workload]["beyond_paper_axis"].values():
+            console.print(f"{workload}: {note}", highlight=False)
     for workload in workloads:
         ratios = data["workloads"][workload]["ratios"]
         parts = []
@@ -213,3 +242,72 @@ def _bracket(search: dict) -> str:
         return f"failed: {search['error']}"
     lo, hi = search["bracket"]
     return f"{search['capacity_rps']:.3g} [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"
+
+
+@paper_app.command("fig18b")
+def fig18b(
+    block_sizes: Annotated[str, typer.Option("--block-sizes", help="Comma list of block sizes.")] =
+        "1,2,4,8,16,32,64,128,256",
+    duration: Annotated[float, typer.Option("--duration", help="Seconds of Poisson arrivals per simulation.")] = 600.0,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the workloads.")] = 0,
+    workers: Annotated[int | None, typer.Option("--workers", help="Worker processes \\[default: the number of "
+                                                   "cores].")] = None,
+    as_json: JsonOpt = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Keep the store (sweep.duckdb, resumable) and write "
+                                             "fig18b.png and fig18b.json here.")] = None,
+) -> None:
+    """Figure 18b: vLLM's normalized latency against block size (OPT-13B, one A100-40GB, ShareGPT and Alpaca),
+    beside §7.2's best block sizes."""
+    from kvlab.cli.sweep import Session, run_session
+    from kvlab.errors import KvlabError
+    from kvlab.paper import FIG18B_COST_NOTE, Fig18bSetup, run_fig18b
+    from kvlab.sizing import cuda_block_size_note
+
+    try:
+        sizes = tuple(int(b) for b in block_sizes.split(","))
+    except ValueError:
+        raise KvlabError(f"--block-sizes {block_sizes!r}: not a comma list of whole numbers; valid: e.g. "
+                         "16,32,64") from None
+    if not sizes or min(sizes) < 1:
+        raise KvlabError(f"--block-sizes {block_sizes!r}: valid: whole numbers of at least 1")
+    setup = Fig18bSetup(block_sizes=sizes, duration=duration, seed=seed)
+    session = Session(out, workers, False, None, as_json)
+    rows = run_session(session, lambda: run_fig18b(setup, session.runner))
+    notes = [FIG18B_COST_NOTE] + [n for b in sizes if (n := cuda_block_size_note(b))]
+    data = {"setup": {"model": setup.model, "gpu": setup.gpu, "available_kv_gib": setup.available_kv_gib,
+                      "duration_s": setup.duration, "seed": setup.seed, "cost": setup.cost,
+                      "block_sizes": list(sizes)}, "rows": rows, "notes": notes}
+    if out is not None:
+        _plot_fig18b(rows, out / "fig18b.png")
+        (out / "fig18b.json").write_text(json.dumps(data, indent=2))
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    for workload in setup.workloads:
+        mine = [r for r in rows if r["workload"] == workload]
+        typer.echo(f"{workload} at {mine[0]['rate']:g} req/s: normalized latency (s/token) by block size")
+        for r in mine:
+            value = r["normalized_latency_s_per_token"]
+            typer.echo(f"  {r['block_size']:>4}  {'failed' if value is None else f'{value:.4f}'}")
+        typer.echo(f"  kvlab's best: {mine[0]['kvlab_best']}; paper (§7.2): {mine[0]['paper_best']}: "
+                   f"{'agrees' if mine[0]['agrees'] else 'differs'}")
+    for note in notes:
+        typer.echo(f"Note: {note}")
+
+
+def _plot_fig18b(rows: list[dict], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5, 3.8), layout="constrained")
+    ax = fig.subplots()
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        mine = [r for r in rows if r["workload"] == workload and r["normalized_latency_s_per_token"] is not None]
+        ax.plot([r["block_size"] for r in mine], [r["normalized_latency_s_per_token"] for r in mine], marker="o",
+                label=f"{workload} (paper's best {mine[0]['paper_best'][0]}-{mine[0]['paper_best'][-1]})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("block size (tokens)")
+    ax.set_ylabel("normalized latency (s/token)")
+    ax.set_title("Figure 18b, rebuilt by kvlab (no per-block kernel cost)", fontsize=9)
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)

@@ -34,7 +34,8 @@ document.querySelectorAll('.legend-item').forEach(item => {
 
 STYLE = """
 body { font: 14px system-ui, sans-serif; margin: 24px; color: #222; }
-.panels { display: flex; flex-wrap: wrap; gap: 16px; }
+.panels { display: grid; grid-template-columns: repeat(auto-fill, 460px); gap: 16px; max-width: 1412px; }
+.note { fill: #a00000; }
 svg text { font: 11px system-ui, sans-serif; fill: #333; }
 .legend-item { cursor: pointer; user-select: none; } .legend-item.off { opacity: 0.35; }
 #tip { position: absolute; display: none; background: #fff; border: 1px solid #999; padding: 3px 6px;
@@ -55,25 +56,44 @@ def _ticks(top: float, num: int = 5) -> list[float]:
     return [i * step for i in range(int(top / step + 1e-9) + 1)]
 
 
+def _log_ticks(bottom: float, top: float) -> list[float]:
+    """Powers of ten from ``bottom`` to ``top``."""
+    import math
+
+    return [10.0 ** e for e in range(math.ceil(math.log10(bottom) - 1e-9), math.floor(math.log10(top) + 1e-9) + 1)]
+
+
 def _svg(panel: Panel, ymax: float | None) -> str:
-    xs = [x for s in panel.series for x in s.xs]
+    import math
+
+    xs = [x for s in panel.series for x in s.xs] + list(panel.marks.values())
     ys = [y for s in panel.series for y in s.ys] + [u for u in panel.upper if u is not None]
+    if panel.threshold is not None:
+        ys.append(panel.threshold)
     bars = panel.kind == "bar"
     x_top = len(panel.series) if bars else max(xs) * 1.05
     y_top = ymax if ymax is not None else (max(ys) * 1.08 if ys and max(ys) > 0 else 1.0)
+    positive = [y for y in ys if y > 0]
+    ylog = panel.ylog and bool(positive)
+    y_bottom = min(positive) / 1.5 if ylog else 0.0
+    if ylog and ymax is None:
+        y_top = max(positive) * 1.5
     w, h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def sx(x: float) -> float:
         return LEFT + w * ((x + 0.5) if bars else x) / x_top
 
     def sy(y: float) -> float:
+        if ylog:
+            y = min(max(y, y_bottom), y_top)
+            return TOP + h * (1 - math.log(y / y_bottom) / math.log(y_top / y_bottom))
         return TOP + h * (1 - min(y, y_top) / y_top)
 
     out = [f'<svg width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img">',
            f'<text x="{WIDTH / 2}" y="16" text-anchor="middle">{html.escape(panel.title)}</text>',
            f'<line x1="{LEFT}" y1="{TOP + h}" x2="{LEFT + w}" y2="{TOP + h}" stroke="#333"/>',
            f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{TOP + h}" stroke="#333"/>']
-    for t in _ticks(y_top):
+    for t in (_log_ticks(y_bottom, y_top) if ylog else _ticks(y_top)):
         out.append(f'<line x1="{LEFT}" y1="{sy(t):.1f}" x2="{LEFT + w}" y2="{sy(t):.1f}" stroke="#eee"/>'
                    f'<text x="{LEFT - 5}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:g}</text>')
     if not bars:
@@ -98,6 +118,7 @@ def _svg(panel: Panel, ymax: float | None) -> str:
             tip = html.escape(f"{s.label}\nrate {x:g} req/s\n{panel.ylabel}: {y:.4g}")
             out.append(f'<circle data-series="{label}" data-tip="{tip}" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" '
                        f'fill="{s.colour}"/>')
+    out.extend(_marks(panel, sx, sy, TOP, TOP + h, LEFT, LEFT + w, bars))
     if not bars:
         for i, s in enumerate(panel.series):
             y = TOP + 8 + 15 * i
@@ -106,6 +127,26 @@ def _svg(panel: Panel, ymax: float | None) -> str:
                        f'{html.escape(s.label)}</text></g>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _marks(panel: Panel, sx, sy, top: float, bottom: float, left: float, right: float, bars: bool) -> list[str]:
+    """The threshold (a dashed line across), the marks (a dotted line up, in the series' colour) and the notes."""
+    out = []
+    if panel.threshold is not None:
+        y = sy(panel.threshold)
+        out.append(f'<line class="threshold" x1="{left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#666" '
+                   f'stroke-dasharray="6,4"/><text x="{left + 4}" y="{y - 4:.1f}" fill="#666">'
+                   f'{html.escape(panel.threshold_text)}</text>')
+    for label, x in ({} if bars else panel.marks).items():
+        colour, name = panel.mark_colour(label), html.escape(label)
+        series = f' data-series="{name}"' if any(s.label == label for s in panel.series) else ""
+        out.append(f'<line class="mark"{series} data-tip="{html.escape(f"{label}: {x:.4g}")}" x1="{sx(x):.1f}" '
+                   f'y1="{top}" x2="{sx(x):.1f}" y2="{bottom}" stroke="{colour}" stroke-dasharray="2,3" '
+                   f'stroke-width="2"/>')
+    for i, note in enumerate(panel.notes):
+        out.append(f'<text class="note" x="{right - 4}" y="{bottom - 8 - 14 * (len(panel.notes) - 1 - i)}" '
+                   f'text-anchor="end">{html.escape(note)}</text>')
+    return out
 
 
 def write_html(path: Path, sections: list[tuple[str, list[Panel], float | None]], *, title: str,

@@ -2,7 +2,8 @@
 
 ``latency_panels`` and ``capacity_panels`` turn stored rows and searches into plain series; ``write_png`` draws
 them with matplotlib and kvlab.sweep.html as a self-contained interactive page. One panel per combination of
-the options that vary besides the strategy, the rate and the seed (the paper: one panel per model and dataset).
+the options that vary besides the strategy, the rate and the seed (the paper: one panel per model and dataset),
+laid out in a grid at most three panels wide.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from kvlab.report.plots import LINE_COLOURS
 CURVE_OPTIONS = ("strategy", "rate", "seed")  # along a panel's curves, not between panels
 DEFAULT_METRIC = "normalized_latency_s_per_token_mean"
 METRIC_LABELS = {"normalized_latency_s_per_token_mean": "normalized latency (s/token)"}
+MAX_COLUMNS = 3  # panels per row of a figure
+PANEL_SIZE = (4.6, 3.6)  # inches per panel (width, height)
+MARK_GREY = "#666666"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +33,47 @@ class Series:
 
 @dataclass(frozen=True, slots=True)
 class Panel:
+    """One panel: its series, and optional marks a reader needs to judge them.
+
+    ``threshold`` is a horizontal dashed line (an SLO's target, a paper's axis end) labelled ``threshold_label``;
+    ``marks`` maps a label to an x: a vertical line there, in the colour of the series of that label (each
+    strategy's capacity) or grey for a label no series has; ``notes`` are lines of text printed in the panel
+    (a point beyond a paper's axis); ``ylog`` draws the y axis on a log scale (latency climbing by orders of
+    magnitude). Bar panels draw the threshold and the notes, not the marks (their x is a strategy, not a rate)."""
+
     title: str
     xlabel: str
     ylabel: str
     series: list[Series]
     kind: str = "line"  # line: latency against rate · bar: capacity per strategy
     upper: list[float | None] = field(default_factory=list)  # bars: the bracket's failing end
+    threshold: float | None = None
+    threshold_label: str = ""
+    marks: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    ylog: bool = False
+
+    @property
+    def threshold_text(self) -> str:
+        return self.threshold_label or ("" if self.threshold is None else f"threshold {self.threshold:g}")
+
+    def mark_colour(self, label: str) -> str:
+        return next((s.colour for s in self.series if s.label == label), MARK_GREY)
+
+
+def grid_shape(num_panels: int, max_columns: int = MAX_COLUMNS) -> tuple[int, int]:
+    """(rows, columns) of a grid holding ``num_panels``: at most ``max_columns`` wide, as many rows as needed."""
+    columns = max(1, min(max_columns, num_panels))
+    return -(-max(1, num_panels) // columns), columns
+
+
+def shared_labels(panels: list[Panel]) -> list[str] | None:
+    """The series labels every line panel shares, in order, when there is more than one panel and they are the
+    same everywhere: then one legend for the figure reads better than one per panel."""
+    if len(panels) < 2 or any(p.kind != "line" for p in panels):
+        return None
+    labels = [[s.label for s in p.series] for p in panels]
+    return labels[0] if all(set(other) == set(labels[0]) for other in labels) else None
 
 
 def panel_titles(points: list[dict[str, Any]], skip: tuple[str, ...] = CURVE_OPTIONS) -> list[str]:
@@ -79,33 +118,75 @@ def capacity_panels(configurations: list[dict[str, Any]], searches) -> list[Pane
 
 
 def write_png(panels: list[Panel], path: Path, *, title: str, ymax: float | None = None) -> Path:
-    """All panels side by side in one PNG (the paper's Figure 12 is a row of such panels)."""
-    import matplotlib
+    """The panels in a grid (at most three a row) in one PNG."""
+    fig = build_figure(panels, title=title, ymax=ymax)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 0.6, 3.8), squeeze=False)
-    for ax, panel in zip(axes[0], panels):
+def build_figure(panels: list[Panel], *, title: str, ymax: float | None = None):
+    """A matplotlib Figure of the panels in a grid (no pyplot state: nothing to close), one shared legend under
+    the panels when they share their series."""
+    from matplotlib.figure import Figure
+
+    rows, columns = grid_shape(len(panels))
+    shared = shared_labels(panels)
+    fig = Figure(figsize=(PANEL_SIZE[0] * columns + 0.4, PANEL_SIZE[1] * rows + (0.9 if shared else 0.5)),
+                 layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    for ax, panel in zip(axes, panels):
         if panel.kind == "bar":
             _bars(ax, panel)
         else:
-            for s in panel.series:
-                ax.plot(s.xs, s.ys, marker="o", markersize=3.5, color=s.colour, label=s.label)
-            ax.set_xlim(left=0)
-            top = ymax if ymax is not None else max(y for s in panel.series for y in s.ys) * 1.05
-            ax.set_ylim(0, top)
-            ax.legend(fontsize=8)
+            _lines(ax, panel, ymax, legend=shared is None)
+        _decorate(ax, panel)
         ax.set_title(panel.title or title, fontsize=9)
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         ax.grid(alpha=0.3)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    if shared:
+        handles = {h.get_label(): h for h in axes[0].get_lines()}
+        fig.legend([handles[label] for label in shared], shared, loc="outside lower center", ncol=len(shared),
+                   fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
+
+
+def _lines(ax, panel: Panel, ymax: float | None, *, legend: bool) -> None:
+    for s in panel.series:
+        ax.plot(s.xs, s.ys, marker="o", markersize=3.5, color=s.colour, label=s.label)
+    ax.set_xlim(left=0)
+    values = [y for s in panel.series for y in s.ys] + ([panel.threshold] if panel.threshold is not None else [])
+    if panel.ylog:  # (matplotlib's own limits: a log axis has no zero)
+        ax.set_yscale("log")
+        if ymax is not None:
+            ax.set_ylim(top=ymax)
+    else:
+        ax.set_ylim(0, ymax if ymax is not None else (max(values, default=0.0) * 1.05 or 1.0))
+    for label, x in panel.marks.items():
+        ax.axvline(x, color=panel.mark_colour(label), linestyle=":", linewidth=1.2, label=f"_mark {label}",
+                   gid=f"mark:{label}")
+        ax.annotate(f"{label} {x:.3g}", (x, 1), xycoords=("data", "axes fraction"), xytext=(2, -2),
+                    textcoords="offset points", rotation=90, va="top", ha="left", fontsize=7,
+                    color=panel.mark_colour(label))
+    if legend:
+        ax.legend(fontsize=8)
+
+
+def _decorate(ax, panel: Panel) -> None:
+    """The threshold and the notes, on any kind of panel."""
+    if panel.threshold is not None:
+        ax.axhline(panel.threshold, color=MARK_GREY, linestyle="--", linewidth=1, label="_threshold",
+                   gid="threshold")
+        ax.annotate(panel.threshold_text, (0, panel.threshold), xycoords=("axes fraction", "data"),
+                    xytext=(3, 2), textcoords="offset points", fontsize=7, color=MARK_GREY)
+    if panel.notes:
+        ax.text(0.03, 0.97, "\n".join(panel.notes), transform=ax.transAxes, ha="left", va="top", fontsize=7,
+                color="#a00000", bbox={"facecolor": "white", "edgecolor": "#a00000", "alpha": 0.85, "pad": 3},
+                gid="notes")
 
 
 def _bars(ax, panel: Panel) -> None:
