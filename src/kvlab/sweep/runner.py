@@ -100,6 +100,11 @@ class LocalPool:
                     process.kill()  # (they ignore SIGTERM)
             for process in processes:
                 process.join(timeout=5)
+            # A worker killed halfway through writing its result leaves the executor's thread waiting for the
+            # rest of the message: with this process's end of the pipe closed too, it reads EOF and stops.
+            writer = getattr(getattr(self.executor, "_result_queue", None), "_writer", None)
+            if writer is not None:
+                writer.close()
         self.executor.shutdown(wait=True, cancel_futures=cancel)
 
 
