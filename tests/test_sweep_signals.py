@@ -78,7 +78,7 @@ def _stop(args: list[str], out: Path, sig: int, *, delay_s: float = 0.0, after_s
     err = "".join(lines) + rest
     name = signal.Signals(sig).name
     assert process.returncode == 128 + sig, err
-    for bad in ("Traceback", "Error", "rror:", "interrupted", "leaked", "Segmentation"):
+    for bad in ("Traceback", "Error", "rror:", "Query interrupted", "leaked", "Segmentation"):
         assert bad not in err, err
     said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")]
     assert len(said) == 1 and re.fullmatch(rf"stopped by {name}: \d+ points? stored in \S+sweep.duckdb; run the "
