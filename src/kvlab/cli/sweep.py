@@ -98,6 +98,7 @@ class Session:
         self.out, self.as_json = out, as_json
         self.workers = workers or default_workers()
         self.ray, self.ray_address = ray, ray_address
+        stop_on_signals(self)
 
     @property
     def store_path(self) -> str:
@@ -141,14 +142,16 @@ class Session:
 
     def start(self) -> None:
         import kvlab
+        from kvlab.sweep import stop
         from kvlab.sweep.grid import row_kinds
         from kvlab.sweep.runner import Runner, make_pool
         from kvlab.sweep.store import DB_NAME, Store
 
-        self.pool = make_pool(self.workers, ray=self.ray, ray_address=self.ray_address)
-        path = None if self.out is None else self.out / DB_NAME  # no folder: a throwaway in-memory store
-        self.store = Store(path, row_kinds())
-        self.runner = Runner(self.store, self.pool, kvlab.__version__, progress=self._progress_callback())
+        with stop.held():  # (a signal meanwhile stops the session once all three exist: ray.init must not break)
+            path = None if self.out is None else self.out / DB_NAME  # no folder: a throwaway in-memory store
+            self.store = Store(path, row_kinds())
+            self.pool = make_pool(self.workers, ray=self.ray, ray_address=self.ray_address)
+            self.runner = Runner(self.store, self.pool, kvlab.__version__, progress=self._progress_callback())
 
     def _progress_callback(self):
         from rich.console import Console
@@ -159,10 +162,21 @@ class Session:
         return LineProgress()
 
     def finish(self, *, interrupted: bool = False) -> None:
-        if isinstance(self.runner.progress, RichProgress):
-            self.runner.progress.stop()
-        self.pool.close(cancel=interrupted)
-        self.store.close()
+        """Stop the progress, the pool (waiting for it, or ``interrupted``: killing its workers) and close the
+        store; whatever of it ``start`` got to (a signal may come while it runs)."""
+        from kvlab.sweep import stop
+
+        with stop.held():
+            runner, pool, store = (getattr(self, name, None) for name in ("runner", "pool", "store"))
+            if runner is not None and isinstance(runner.progress, RichProgress):
+                runner.progress.stop()
+            if pool is not None:
+                pool.close(cancel=interrupted)
+            if store is not None:
+                self.num_stored = store.num_stored()
+                store.close()
+            if not interrupted:
+                stop.after_finish()  # (the plots: a signal now ends the command after them)
 
 
 class RichProgress:
@@ -197,22 +211,50 @@ class LineProgress:
 
 
 def run_session(session: Session, work):
-    """``work()`` inside the session; Ctrl-C stops the workers, keeps what is stored and says how to resume.
+    """``work()`` inside the session. SIGINT or SIGTERM (kvlab.sweep.stop, from Session() on) stops the workers and
+    keeps what is stored; the command then says in one line how to resume and exits 130 or 143 (stop_on_signals).
     Whatever else stops it, the workers are stopped and the store closed with every finished point in it."""
-    session.start()
     try:
+        session.start()
         result = work()
-    except KeyboardInterrupt:
-        num = session.runner.num_computed
-        session.finish(interrupted=True)
-        print(f"interrupted: {num} points computed and stored in {session.out}; run the same command again to "
-              f"compute the rest (stored points are never recomputed)", file=sys.stderr)
-        raise typer.Exit(130) from None
     except BaseException:
         session.finish(interrupted=True)
         raise
     session.finish()
     return result
+
+
+def stop_on_signals(session: Session) -> None:
+    """SIGINT and SIGTERM noted from now until the command ends, raised as kvlab.sweep.stop.Stopped where that is
+    safe; as the command ends, one that came says how many points are stored and exits 128 + signum (the Exit
+    replaces a Stopped on its way out). Outside a command (no Click context) nothing is installed."""
+    from kvlab.sweep import stop
+
+    try:
+        from typer._click.globals import get_current_context  # (Typer's own copy of Click, in recent versions)
+    except ImportError:
+        from click import get_current_context
+    context = get_current_context(silent=True)
+    if context is None:
+        return
+    stop.install()
+
+    def end() -> None:
+        signum = stop.received()
+        try:
+            if signum is not None:
+                num_stored = getattr(session, "num_stored", None)
+                if num_stored is None:  # (stopped before the session started)
+                    num_stored = len(session.stored_keys())
+        finally:
+            stop.restore()
+        if signum is not None:
+            print(f"stopped by {stop.signal_name(signum)}: {num_stored:,} point{'' if num_stored == 1 else 's'} "
+                  f"stored in {session.store_path}; run the same command again to resume (stored points are never "
+                  "recomputed)", file=sys.stderr, flush=True)
+            raise typer.Exit(128 + signum)
+
+    context.call_on_close(end)
 
 
 def point_json(row: dict[str, Any], option_names: list[str]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from kvlab.errors import KvlabError
+from kvlab.sweep import stop
 from kvlab.sweep.point import Resolved, compute
 from kvlab.sweep.store import Store
 
@@ -26,9 +27,12 @@ ProgressCallback = Callable[[int, int, int, int], None]
 
 
 def _init_worker() -> None:
-    # Ctrl-C reaches the whole process group: the main process handles it (stops the pool, keeps what is
-    # stored); a worker must not die with a traceback of its own.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C reaches the whole process group, and a service manager's SIGTERM may too: the main process handles
+    # both (stops the pool, keeps what is stored); a worker must neither die with a traceback of its own nor
+    # die first, its point then stored as failed. (It was started with both blocked: kvlab.sweep.stop.blocked.)
+    for signum in stop.SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop.SIGNALS)
     # A sweep killed outright (kill -9, out of memory) cannot stop its workers, and a worker waiting for its
     # next point would wait forever (it holds both ends of the pool's queue): it leaves when its parent does.
     import threading
@@ -78,21 +82,30 @@ class LocalPool:
     def submit(self, point: dict[str, Any]) -> Future:
         from concurrent.futures.process import BrokenProcessPool
 
-        try:
-            return self.executor.submit(compute, point)
-        except BrokenProcessPool:  # a worker died (its points were stored as failed): a fresh pool goes on
-            self.executor = self._new_executor()
-            return self.executor.submit(compute, point)
+        with stop.blocked():  # (the executor starts its workers inside submit)
+            try:
+                return self.executor.submit(compute, point)
+            except BrokenProcessPool:  # a worker died (its points were stored as failed): a fresh pool goes on
+                self.executor = self._new_executor()
+                return self.executor.submit(compute, point)
 
     def close(self, *, cancel: bool = False) -> None:
+        """Wait for the running points, or (``cancel``) kill the workers; either way every worker is joined and
+        the executor shut down, so its semaphores are released (killed with them held, the resource tracker
+        warns of leaked semaphores)."""
         processes = list(getattr(self.executor, "_processes", {}).values())  # the workers this pool started
-        self.executor.shutdown(wait=not cancel, cancel_futures=cancel)
         if cancel:
             for process in processes:
                 if process.is_alive():
-                    process.terminate()
+                    process.kill()  # (they ignore SIGTERM)
             for process in processes:
                 process.join(timeout=5)
+            # A worker killed halfway through writing its result leaves the executor's thread waiting for the
+            # rest of the message: with this process's end of the pipe closed too, it reads EOF and stops.
+            writer = getattr(getattr(self.executor, "_result_queue", None), "_writer", None)
+            if writer is not None:
+                writer.close()
+        self.executor.shutdown(wait=True, cancel_futures=cancel)
 
 
 class RayPool:

@@ -7,7 +7,8 @@
 
 A user reads it with SQL (``duckdb DIR/sweep.duckdb "select strategy, rate, throughput_rps from points"``) or
 into pandas/Polars. Only the sweep's main process writes; each result is committed as it arrives, so a killed
-sweep loses at most the points that were running.
+sweep loses at most the points that were running. Every call into DuckDB is held (kvlab.sweep.stop): a Ctrl-C
+would interrupt the query, and a transaction must end, committed or rolled back, before a sweep stops.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kvlab.errors import KvlabError
+from kvlab.sweep.stop import held
 
 DB_NAME = "sweep.duckdb"
 COLUMN_TYPES = {"bool": "BOOLEAN", "int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR"}
@@ -56,6 +58,7 @@ def _column_type(value: Any) -> str:
 class Store:
     """A sweep's DuckDB file (or an in-memory database for a throwaway search: ``path=None``)."""
 
+    @held()
     def __init__(self, path: Path | None, option_kinds: dict[str, str]):
         import duckdb
 
@@ -84,10 +87,12 @@ class Store:
             self.db.execute(f"ALTER TABLE points ADD COLUMN {_q(name)} {sql_type}")
             self.columns.add(name)
 
+    @held()
     def stored_keys(self, *, include_failed: bool = True) -> set[str]:
         where = "" if include_failed else " WHERE status = 'ok'"
         return {row[0] for row in self.db.execute(f"SELECT key FROM points{where}").fetchall()}
 
+    @held()
     def add(self, key: str, point: dict[str, Any], outcome: dict[str, Any], version: str) -> None:
         """Store one computed point (replacing a failed one being retried) and log the computation, in one
         transaction."""
@@ -111,6 +116,7 @@ class Store:
             self.db.execute("ROLLBACK")
             raise
 
+    @held()
     def rows(self, keys: list[str] | None = None) -> list[dict[str, Any]]:
         """Stored points as dicts (every column): all of them, or those of ``keys`` in their order."""
         if keys is None:
@@ -121,9 +127,15 @@ class Store:
         rows = {row[0]: dict(zip(names, row)) for row in cursor.fetchall()}
         return list(rows.values()) if keys is None else [rows[k] for k in keys if k in rows]
 
+    @held()
     def num_computations(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT key, count(*) FROM computations GROUP BY key").fetchall())
 
+    @held()
+    def num_stored(self) -> int:
+        return self.db.execute("SELECT count(*) FROM points").fetchone()[0]
+
+    @held()
     def close(self) -> None:
         self.db.close()
 

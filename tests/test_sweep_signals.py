@@ -1,0 +1,150 @@
+"""Ctrl-C (SIGINT to the process group, as a terminal sends it) and SIGTERM at random moments of the real
+`kvlab sweep` and `kvlab capacity`, on local workers and with --ray: the command exits 130 or 143 with one line
+saying how many points are stored, and nothing else (no traceback, no DuckDB error, no leaked semaphore); run
+again, it completes and every point has been computed exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SWEEP = ["sweep", "--rate", "1,2,3,4,5,6", "--num-requests", "4000", "--workers", "2", "--yes"]
+NUM_POINTS = 6
+CAPACITY = ["capacity", "--strategy", "vllm,orca-oracle", "--num-requests", "1000", "--workers", "2", "--yes"]
+TIMEOUT_S = 180
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/PID/status (Linux)")
+
+
+def _start(args: list[str], out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "kvlab", *args, "--out", str(out), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _handles_sigterm(pid: int) -> bool:
+    """Whether the process catches SIGTERM: the command has installed its handlers (Python alone catches only
+    SIGINT), so a signal from now on meets the command rather than the interpreter's start."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+
+def _wait_for_handlers(process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not _handles_sigterm(process.pid):
+        assert process.poll() is None, f"the command ended before it began: {process.communicate()}"
+        assert time.monotonic() < deadline, "the command never installed its signal handlers"
+        time.sleep(0.01)
+
+
+def _wait_for_stored(process: subprocess.Popen, num: int, lines: list[str]) -> None:
+    """Read the progress lines (kept in ``lines``) until ``num`` points are stored."""
+    for line in process.stderr:
+        lines.append(line)
+        if line.startswith("points: ") and int(line.split()[1].split("/")[0]) >= num:
+            return
+    pytest.fail(f"the command ended before storing {num} points: {process.wait()}")
+
+
+def _stop(args: list[str], out: Path, sig: int, *, delay_s: float = 0.0, after_stored: int | None = None) -> str:
+    """Start the command, signal its process group ``delay_s`` after its handlers are in (or once
+    ``after_stored`` points are stored), check how it ended; the line it said."""
+    process = _start(args, out)
+    lines: list[str] = []
+    try:
+        _wait_for_handlers(process)
+        if after_stored is not None:
+            _wait_for_stored(process, after_stored, lines)
+        time.sleep(delay_s)
+        os.killpg(process.pid, sig)
+        _, rest = process.communicate(timeout=TIMEOUT_S)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # (whatever of the group is left, which we started)
+        except ProcessLookupError:
+            pass
+    err = "".join(lines) + rest
+    name = signal.Signals(sig).name
+    assert process.returncode == 128 + sig, err
+    for bad in ("Traceback", "Error", "rror:", "Query interrupted", "leaked", "Segmentation"):
+        assert bad not in err, err
+    said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")]
+    assert len(said) == 1 and re.fullmatch(rf"stopped by {name}: \d+ points? stored in \S+sweep.duckdb; run the "
+                                            r"same command again to resume .*", said[0]), err
+    return said[0]
+
+
+def _resume(args: list[str], out: Path) -> dict:
+    r = subprocess.run([sys.executable, "-m", "kvlab", *args, "--out", str(out), "--json"], check=False,
+                       capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _computations(out: Path) -> dict[str, int]:
+    import duckdb
+
+    with duckdb.connect(str(out / "sweep.duckdb"), read_only=True) as db:
+        assert db.execute("SELECT count(*) FROM computations WHERE status != 'ok'").fetchone()[0] == 0
+        return dict(db.execute("SELECT key, count(*) FROM computations WHERE status = 'ok' GROUP BY key").fetchall())
+
+
+def _num_points(out: Path) -> int:
+    import duckdb
+
+    with duckdb.connect(str(out / "sweep.duckdb"), read_only=True) as db:
+        return db.execute("SELECT count(*) FROM points WHERE status = 'ok'").fetchone()[0]
+
+
+def _stop_and_resume(args: list[str], out: Path, sig: int, **when) -> None:
+    said = _stop(args, out, sig, **when)
+    num_stored = int(said.split(": ")[1].split()[0])
+    data = _resume(args, out)
+    assert data["num_computed"] == NUM_POINTS - num_stored  # (the line told the truth)
+    assert all(p["status"] == "ok" for p in data["points"])
+    counts = _computations(out)
+    assert len(counts) == _num_points(out) == NUM_POINTS and set(counts.values()) == {1}
+
+
+# Ten moments: at once when the handlers are in (the time estimate, the workers starting), after the first point
+# is stored, and eight at random (seeded) while the sweep runs; SIGINT and SIGTERM in turn.
+_rng = random.Random(21)
+LOCAL_MOMENTS = [{"delay_s": 0.0}, {"after_stored": 1}, *({"delay_s": round(_rng.uniform(0, 2.0), 2)}
+                                                          for _ in range(8))]
+
+
+@pytest.mark.parametrize("i", range(len(LOCAL_MOMENTS)))
+def test_a_signal_at_any_moment_stops_the_sweep_and_a_resume_computes_each_point_once(tmp_path, i):
+    sig = (signal.SIGINT, signal.SIGTERM)[i % 2]
+    _stop_and_resume(SWEEP, tmp_path, sig, **LOCAL_MOMENTS[i])
+
+
+@pytest.mark.parametrize(("sig", "when"), [(signal.SIGINT, {"delay_s": 0.5}),  # while Ray starts
+                                           (signal.SIGTERM, {"after_stored": 1})],
+                         ids=["sigint-while-ray-starts", "sigterm-while-points-run"])
+def test_a_signal_stops_a_sweep_on_ray(tmp_path, sig, when):
+    pytest.importorskip("ray", reason="Ray is kvlab's optional extra `ray` (in the test extra)")
+    _stop_and_resume([*SWEEP, "--ray"], tmp_path, sig, **when)
+
+
+def test_an_interrupted_capacity_search_resumes_from_its_stored_points(tmp_path):
+    _stop(CAPACITY, tmp_path, signal.SIGINT, after_stored=2)
+    num_before = _num_points(tmp_path)
+    assert num_before >= 2
+    data = _resume(CAPACITY, tmp_path)
+    assert all(c["capacity_rps"] > 0 and c["error"] is None for c in data["capacities"])
+    counts = _computations(tmp_path)
+    assert len(counts) == _num_points(tmp_path) > num_before and set(counts.values()) == {1}
+    assert data["num_computed"] == len(counts) - num_before  # the stored points were not run again
