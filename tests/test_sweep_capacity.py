@@ -1,11 +1,12 @@
-"""kvlab capacity: the rate it reports meets the target when simulated on its own, the next rate of the bracket
-does not; the bracket and the simulations are reported; a second search reuses the stored simulations."""
+"""kvlab capacity: the rate it reports meets the target over its measured window when simulated on its own, the
+next rate of the bracket does not; the bracket and the simulations are reported; a second search reuses the stored
+simulations. (tests/test_capacity_sustained.py: sustained rates, setups, the clock's spread.)"""
 
 from __future__ import annotations
 
 import pytest
 
-CAPACITY = ["--strategy", "vllm,orca-max", "-n", "400", "--workers", "2"]
+CAPACITY = ["--strategy", "vllm,orca-max", "-n", "400", "--cost", "roofline", "--workers", "2"]
 
 
 @pytest.fixture(scope="module")
@@ -21,10 +22,17 @@ def searched(tmp_path_factory):
     return out, json.loads(r.stdout)
 
 
-def _run(kvlab, strategy: str, rate: float) -> dict:
-    r = kvlab("run", strategy, "--rate", rate, "-n", "400", "--json")
-    assert r.exit_code == 0, r.stderr
-    return r.json()["strategies"][0]
+def _judged(strategy: str, rate: float, slo: str):
+    """The point simulated on its own (the worker's function) and judged against ``slo``."""
+    from kvlab.sweep.capacity import parse_slo, verdict
+    from kvlab.sweep.grid import expand
+    from kvlab.sweep.point import simulate_point
+
+    (point,) = expand({"strategy": [strategy], "rate": [str(rate)], "num_requests": ["400"]})
+    summary, latencies = simulate_point(point)
+    import json
+
+    return verdict(parse_slo(slo), {"summary": json.dumps(summary), "window_latencies": latencies})[0]
 
 
 def test_the_capacity_holds_and_the_bracket_s_other_end_fails(searched, kvlab):
@@ -36,9 +44,10 @@ def test_the_capacity_holds_and_the_bracket_s_other_end_fails(searched, kvlab):
         lo, hi = c["bracket"]
         assert c["capacity_rps"] == lo and hi / lo - 1 <= 0.05
         assert c["num_simulations"] == len(c["probes"]) >= 3
-        # The same simulations, run on their own through `kvlab run`
-        assert _run(kvlab, strategy, lo)["normalized_latency_s_per_token"]["mean"] < 0.1
-        assert _run(kvlab, strategy, hi)["normalized_latency_s_per_token"]["mean"] >= 0.1
+        # The same simulations, run on their own
+        held = _judged(strategy, lo, data["slo"])
+        assert held.held and held.values[data["slo"]] < 0.1
+        assert not _judged(strategy, hi, data["slo"]).held
     assert by_strategy["vllm"]["capacity_rps"] > 2 * by_strategy["orca-max"]["capacity_rps"]
     assert data["num_computed"] == sum(c["num_simulations"] for c in data["capacities"])
 
@@ -49,7 +58,7 @@ def test_another_target_gives_another_capacity_and_reuses_the_store(searched, kv
     assert r.exit_code == 0, r.stderr
     ttft = {c["strategy"]: c for c in r.json()["capacities"]}
     lo, hi = ttft["vllm"]["bracket"]
-    assert _run(kvlab, "vllm", lo)["ttft_s"]["p99"] < 2 <= _run(kvlab, "vllm", hi)["ttft_s"]["p99"]
+    assert _judged("vllm", lo, "p99_ttft<2s").held and not _judged("vllm", hi, "p99_ttft<2s").held
     assert r.json()["num_computed"] < sum(c["num_simulations"] for c in ttft.values())  # rates already stored
     r = kvlab("capacity", *CAPACITY, "--out", out, "--json")
     assert r.json()["num_computed"] == 0
@@ -60,7 +69,7 @@ def test_capacity_table_and_plots(searched, kvlab):
     out, _ = searched
     r = kvlab("capacity", *CAPACITY, "--out", out)
     assert r.exit_code == 0, r.stderr
-    assert "req/s" in r.stdout and "bracket" in r.stdout and "vllm" in r.stdout and "orca-max" in r.stdout
+    assert "req/s" in r.stdout and "bracket" in r.stdout and "stable" in r.stdout and "vllm" in r.stdout and "orca-max" in r.stdout
     assert "Computed 0 simulations now, " in r.stdout and " were stored already." in " ".join(r.stdout.split())
     for name in ("capacity.png", "capacity_latency.png", "capacity.html"):
         assert (out / name).stat().st_size > 1000
@@ -68,11 +77,12 @@ def test_capacity_table_and_plots(searched, kvlab):
 
 def test_a_workload_too_short_to_fail_says_the_capacity_is_only_a_lower_bound(kvlab, tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    r = kvlab("capacity", "-n", "3", "--max-rate", "8", "--workers", "1", "--out", tmp_path / "c")
+    r = kvlab("capacity", "-n", "30", "--cost", "roofline", "--max-rate", "8", "--workers", "1", "--out",
+              tmp_path / "c")
     assert r.exit_code == 0, r.stderr
     text = " ".join(r.stdout.split())
-    assert "[8, –]" in text and "no rate tried failed (the highest, 8 req/s, held; doubling it would pass " \
-           "--max-rate 8)" in text and "raise -n" in text
+    assert "≥ " in text and "a lower bound only: the run at " in text and "was too short to load the engine" in text
+    assert "raise -n or --duration" in text
     assert max(len(line) for line in r.stdout.splitlines()) <= 80, r.stdout
 
 
@@ -83,7 +93,7 @@ def test_a_workload_too_short_to_fail_says_the_capacity_is_only_a_lower_bound(kv
     (["--max-rate", "inf"], "--max-rate inf is not a finite number"),
     (["--max-rate", "0.5"], "--max-rate 0.5 is below the first rate tried (--rate 1)"),
     (["--slo", "p99_ttft>2s"], "--slo"),
-    (["--rtol", "0"], "--rtol"),
+    (["--rtol", "0"], "--rtol 0 is out of range; valid: a relative width in (0, 1)"),
 ])
 def test_capacity_bad_input(kvlab, tmp_path, args, message):
     r = kvlab("capacity", "-n", "50", *args, "--out", tmp_path / "c")

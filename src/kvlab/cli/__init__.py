@@ -8,7 +8,7 @@ import sys
 from kvlab.cli.app import app
 
 # One module per topic; each registers its commands on ``app`` when imported.
-COMMAND_MODULES = ("catalog", "size", "sim", "paper", "lab", "vllm", "vllm_timing", "bench", "cost", "sweep")
+COMMAND_MODULES = ("catalog", "size", "sim", "paper", "lab", "vllm", "vllm_timing", "bench", "cost", "sweep", "capacity")
 
 
 def _register() -> None:

@@ -7,70 +7,22 @@ rate from a first guess, then bisects the bracket until it is narrower than a re
     fails  ✗ at r  → hi = r, next r/2           (until a rate holds, or below min_rate: capacity 0)
     then   r = (lo + hi) / 2                    (until hi / lo − 1 ≤ rtol)
 
-The capacity is ``lo``, the highest rate that held: a conservative answer. Every rate tried is a sweep point,
-stored like any other, so a search run twice (or beside a sweep over the same rates) reuses its simulations.
-The target is mean normalized latency (the vLLM paper's metric: end-to-end latency ÷ output tokens, averaged
-over requests) by default, or a percentile of TTFT, TPOT, end-to-end or normalized latency (``--slo``).
+The capacity is ``lo``, the highest rate that held: a conservative answer. A rate holds only when its run
+sustained it (kvlab.window: the engine kept up over the measured window) and the window's requests met the
+target (kvlab.sweep.slo). The answer is only a lower bound when no rate tried failed, or when the run at ``lo``
+was too short to load the engine (more seats than requests in its window: an overload could not show).
+Every rate tried is a sweep point, stored like any other, so a search run twice (or beside a sweep over the
+same rates) reuses its simulations.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvlab.errors import KvlabError
+from kvlab.sweep.slo import DEFAULT_SLO, Slo, Verdict, parse_slo
 
-METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_latency_s", "e2e_latency": "e2e_latency_s",
-           "normalized": "normalized_latency_s_per_token", "normalized_latency": "normalized_latency_s_per_token"}
-STATS = ("mean", "p50", "p90", "p99")
-UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
-# The paper's Figure 12 curves sit at a few tens of ms per token until a system's queue starts to grow, then
-# climb past 1 s per token; 0.1 s per token (a few times the unloaded value) is on the steep part of every curve.
-DEFAULT_SLO = "mean_normalized_latency<0.1s"
-
-
-@dataclass(frozen=True, slots=True)
-class Slo:
-    """A latency target: ``stat`` of ``metric`` (a summary entry, seconds) at most ``limit_s``."""
-
-    text: str
-    metric: str
-    stat: str
-    limit_s: float
-
-    def value(self, summary: dict[str, Any] | None) -> float | None:
-        if summary is None:
-            return None
-        return summary[self.metric][self.stat]
-
-    def holds(self, summary: dict[str, Any] | None) -> bool:
-        """Met, with every request served: a run that rejected or dropped requests did not sustain the rate."""
-        value = self.value(summary)
-        if summary is None or value is None or summary["num_finished"] == 0 or summary["num_rejected"] > 0:
-            return False
-        return value <= self.limit_s
-
-
-def parse_slo(text: str) -> Slo:
-    """``p99_ttft<2s``, ``p90_tpot<100ms``, ``mean_normalized_latency<0.1s`` -> Slo."""
-    match = re.fullmatch(r"\s*(\w+?)_(\w+)\s*<=?\s*([0-9.eE+-]+)\s*(s|ms|us)\s*", text)
-    example = 'e.g. "p99_ttft<2s", "p90_tpot<100ms", "mean_normalized_latency<0.1s"'
-    if not match:
-        raise KvlabError(f"--slo {text!r}: expected STAT_METRIC<VALUE with a unit (s or ms), {example}")
-    stat, metric, number, unit = match.groups()
-    if stat not in STATS:
-        raise KvlabError(f"--slo {text!r}: {stat!r} is not a statistic kvlab reports; use {', '.join(STATS)}")
-    if metric not in METRICS:
-        raise KvlabError(f"--slo {text!r}: {metric!r} is not a latency kvlab reports; use "
-                         f"{', '.join(sorted(METRICS))}")
-    try:
-        limit = float(number) * UNITS[unit]
-    except ValueError:
-        raise KvlabError(f"--slo {text!r}: {number!r} is not a number") from None
-    if not limit > 0:
-        raise KvlabError(f"--slo {text!r}: the limit must be positive")
-    return Slo(text.strip(), METRICS[metric], stat, limit)
+__all__ = ["DEFAULT_SLO", "Search", "Slo", "parse_slo", "round_rate", "search_capacities", "verdict"]
 
 
 def round_rate(rate: float) -> float:
@@ -89,6 +41,8 @@ class Search:
     lo: float | None = None  # highest rate that held
     hi: float | None = None  # lowest rate that failed
     probes: list[tuple[float, float | None, bool]] = field(default_factory=list)  # (rate, value, held)
+    verdicts: list[Verdict] = field(default_factory=list)  # one per probe
+    windows: list[dict[str, Any]] = field(default_factory=list)  # one per probe: kvlab.window.Window.to_dict
     error: str | None = None  # a point that failed to simulate ends the search
 
     def next_rate(self) -> float | None:
@@ -109,8 +63,11 @@ class Search:
         rate = round_rate((self.lo + self.hi) / 2)
         return rate if self.lo < rate < self.hi else None
 
-    def record(self, rate: float, value: float | None, held: bool) -> None:
+    def record(self, rate: float, value: float | None, held: bool, verdict: Verdict | None = None,
+               window: dict[str, Any] | None = None) -> None:
         self.probes.append((rate, value, held))
+        self.verdicts.append(verdict or Verdict(held, {}, None, "" if held else "missed"))
+        self.windows.append(window or {})
         if held:
             self.lo = rate if self.lo is None else max(self.lo, rate)
         else:
@@ -120,9 +77,53 @@ class Search:
     def capacity(self) -> float:
         return self.lo or 0.0
 
+    def window_at(self, rate: float | None) -> dict[str, Any]:
+        for (r, _, _), window in zip(self.probes, self.windows):
+            if r == rate:
+                return window
+        return {}
+
+    @property
+    def lower_bound(self) -> str | None:
+        """Why the answer is only a lower bound (None: it is certified: the next rate up failed and the run at
+        the answer loaded the engine)."""
+        if self.error is not None or self.lo is None:
+            return None
+        if self.hi is None:
+            return "no rate tried failed"
+        window = self.window_at(self.lo)
+        if window and not window.get("loaded", True):
+            return (f"the run at {self.lo:g} req/s was too short to load the engine ({window['num_arrived']} requests "
+                    f"in its window, {window['num_seats']} seats)")
+        return None
+
     def to_json(self) -> dict[str, Any]:
-        return {"capacity_rps": self.capacity, "bracket": [self.lo, self.hi], "num_simulations": len(self.probes),
-                "probes": [{"rate": r, "value": v, "held": h} for r, v, h in self.probes], "error": self.error}
+        at = self.window_at(self.lo)
+        return {"capacity_rps": self.capacity, "lower_bound": self.lower_bound is not None,
+                "lower_bound_reason": self.lower_bound, "bracket": [self.lo, self.hi],
+                "served_share_at_capacity": at.get("served_share"), "state_at_capacity": at.get("state"),
+                "num_simulations": len(self.probes),
+                "probes": [{"rate": r, "value": v, "held": h, "state": w.get("state"), "loaded": w.get("loaded"),
+                            "served_share": w.get("served_share"), "offered_rps": w.get("offered_rps"),
+                            "served_rps": w.get("served_rps"), "values": verdict.values,
+                            "attainment": verdict.attainment, "reason": verdict.reason}
+                           for (r, v, h), verdict, w in zip(self.probes, self.verdicts, self.windows)],
+                "error": self.error}
+
+
+def verdict(slo: Slo, row: dict[str, Any]) -> tuple[Verdict, dict[str, Any] | None]:
+    """A stored row judged against ``slo``: the verdict and the row's measured window."""
+    import json
+
+    import numpy as np
+
+    from kvlab.window import LATENCY_METRICS
+
+    summary = json.loads(row["summary"]) if row.get("summary") else None
+    window = None if summary is None else summary.get("window")
+    blob = row.get("window_latencies")
+    latencies = None if blob is None else np.frombuffer(blob, dtype=np.float64).reshape(len(LATENCY_METRICS), -1)
+    return slo.judge(window, latencies), window
 
 
 def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *, start_rates: list[float],
@@ -130,7 +131,6 @@ def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *,
     """One search per configuration (a point's options without ``rate``), each from its first guess, all
     advancing together: each round simulates the next rate of every unfinished search at once, so a pool of N
     workers runs N searches side by side."""
-    import json
 
     searches = [Search(start_rate=rate, rtol=rtol, max_rate=max_rate) for rate in start_rates]
     while True:
@@ -143,5 +143,5 @@ def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *,
             if row["status"] != "ok":
                 search.error = row["error"]
                 continue
-            summary = json.loads(row["summary"])
-            search.record(rate, slo.value(summary), slo.holds(summary))
+            judged, window = verdict(slo, row)
+            search.record(rate, slo.value(judged), judged.held, judged, window)

@@ -214,12 +214,17 @@ def canonical_json(point: Point) -> str:
     return json.dumps(point, sort_keys=True, separators=(",", ":"))
 
 
+# What a stored point holds; a store's points of an older format are computed again. 2: with its measured window.
+POINT_FORMAT = 2
+
+
 def point_key(config_key: str, strategy: str, version: str) -> str:
     """A point's identity in the store: what its options resolve to (the resolved configuration's key and the
-    strategy's canonical name) and the kvlab version that computes it."""
+    strategy's canonical name), the kvlab version that computes it and what a point stores."""
     import hashlib
 
-    payload = canonical_json({"config": config_key, "strategy": strategy, "kvlab_version": version})
+    payload = canonical_json({"config": config_key, "strategy": strategy, "kvlab_version": version,
+                              "format": POINT_FORMAT})
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 

@@ -150,10 +150,10 @@ def _marks(panel: Panel, sx, sy, top: float, bottom: float, left: float, right: 
 
 
 def write_html(path: Path, sections: list[tuple[str, list[Panel], float | None]], *, title: str,
-               data: dict | None = None) -> Path:
+               data: dict | None = None, subtitle: str = "") -> Path:
     """``sections``: (heading, panels, y-axis top or None) each. ``data`` is embedded as JSON for a reader
-    who wants the numbers."""
-    body = [f"<h1>{html.escape(title)}</h1>"]
+    who wants the numbers; ``subtitle`` (a setup) is a paragraph under the title."""
+    body = [f"<h1>{html.escape(title)}</h1>"] + ([f"<p>{html.escape(subtitle)}</p>"] if subtitle else [])
     for heading, panels, ymax in sections:
         body.append(f"<h2>{html.escape(heading)}</h2>")
         body.append('<div class="panels">' + "".join(_svg(p, ymax) for p in panels) + "</div>")

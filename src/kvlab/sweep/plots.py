@@ -117,11 +117,17 @@ def capacity_panels(configurations: list[dict[str, Any]], searches) -> list[Pane
     return panels
 
 
-def write_png(panels: list[Panel], path: Path, *, title: str, ymax: float | None = None) -> Path:
-    """The panels in a grid (at most three a row) in one PNG."""
+def write_png(panels: list[Panel], path: Path, *, title: str, ymax: float | None = None,
+              description: str = "") -> Path:
+    """The panels in a grid (at most three a row) in one PNG; ``description`` (the setup) printed under the
+    title and kept in the file's Description field."""
+    import textwrap
+
+    if description:
+        title += "\n" + "\n".join(textwrap.wrap(description, 70 * grid_shape(len(panels))[1]))
     fig = build_figure(panels, title=title, ymax=ymax)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, metadata={"Description": description} if description else None)
     return path
 
 
@@ -198,3 +204,30 @@ def _bars(ax, panel: Panel) -> None:
             ax.plot([i, i], [height, hi], color="black", linewidth=1)
         ax.text(i, height, f"{height:.3g}", ha="center", va="bottom", fontsize=8)
     ax.tick_params(axis="x", labelsize=8, rotation=15)
+
+
+def slo_panels(configurations: list[dict[str, Any]], searches, labels: list[str], slo) -> list[Panel]:
+    """The target's own metric (its first term's statistic, or goodput's attainment) at every rate each search
+    tried, one series per configuration (``labels``), the target's threshold drawn and each answer marked; one
+    panel per combination of the other options that vary."""
+    titles = panel_titles(configurations, skip=("strategy", "rate", "cost", "num_requests"))
+    colours = _colours(labels)
+    term = slo.terms[0]
+    if slo.goodput is None:
+        ylabel, threshold, scale = f"{term.text.split('<')[0]} (s)", term.limit_s, 1.0
+    else:
+        ylabel, threshold, scale = "share of requests meeting every term", slo.goodput, 1.0
+    grouped: dict[str, list[Series]] = {}
+    marks: dict[str, dict[str, float]] = {}
+    for title, label, search in zip(titles, labels, searches):
+        probes = sorted((rate, value) for rate, value, _ in search.probes if value is not None
+                        and value == value and value != float("inf"))
+        if not probes:
+            continue
+        grouped.setdefault(title, []).append(Series(label, [r for r, _ in probes], [v * scale for _, v in probes],
+                                                    colours[label]))
+        if search.lo:
+            marks.setdefault(title, {})[label] = search.lo
+    label = (f"target {term.limit_s:g} s" if slo.goodput is None else f"goodput {slo.goodput:.0%}")
+    return [Panel(title, "request rate (req/s)", ylabel, series, threshold=threshold, threshold_label=label,
+                  marks=marks.get(title, {}), ylog=slo.goodput is None) for title, series in grouped.items()]

@@ -78,14 +78,21 @@ def resolve_points(points: list[dict[str, Any]], version: str) -> list[Resolved]
     return list(resolved.values())
 
 
-def simulate_point(point: dict[str, Any]) -> dict[str, Any]:
+def simulate_point(point: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     """The summary `kvlab run --json` prints for this point (its ``strategies[0]`` entry, without the
-    typical-iteration explanation)."""
-    from kvlab import service
+    typical-iteration explanation), with its measured window (kvlab.window: whether the run sustained its rate),
+    and the latencies of the window's requests (float64 bytes, kvlab.window.latencies' rows) that a capacity
+    search judges."""
+    from kvlab import service, window
     from kvlab.config.resolve import quietly
 
     run = service.run(quietly(engine_options(point)), [point["strategy"]])
-    return run.results[0].summary()
+    result = run.results[0]
+    config, workload = run.config, run.workload
+    held = window.mean_tokens_held(result.strategy.allocator, workload.requests, config.scheduler.max_model_len)
+    seats = window.num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held)
+    measured = window.measure(result.records, seats * config.parallel.data_parallel_size)
+    return {**result.summary(), "window": measured.to_dict()}, window.latencies(result.records, measured).tobytes()
 
 
 def compute(point: dict[str, Any]) -> dict[str, Any]:
@@ -94,13 +101,14 @@ def compute(point: dict[str, Any]) -> dict[str, Any]:
     import kvlab
 
     start, start_cpu = time.perf_counter(), time.process_time()
-    summary, error = None, None
+    summary, latencies, error = None, None, None
     try:
-        summary = simulate_point(point)
+        summary, latencies = simulate_point(point)
     except Exception as exc:  # noqa: BLE001  (stored with the point and shown; the sweep goes on)
         error = f"{type(exc).__name__}: {exc}"
     return {
         "summary": summary,
+        "latencies": latencies,
         "error": error,
         "elapsed_s": time.perf_counter() - start,
         "cpu_s": time.process_time() - start_cpu,  # beside elapsed_s: how much of the wall time this worker ran

@@ -2,7 +2,9 @@
 
     points         key (hash of the options and kvlab's version) · kvlab_version · status (ok | failed) · error
                    · one column per `kvlab run` option · one column per summary metric (ttft_s_p99, ...)
-                   · summary (the whole summary as JSON) · elapsed_s · cpu_s · worker · finished_at
+                   · summary (the whole summary as JSON, its measured window included: kvlab.window)
+                   · window_latencies (the window's requests' latencies: float64 bytes, kvlab.window.latencies'
+                     rows; what a capacity search judges) · elapsed_s · cpu_s · worker · finished_at
     computations   one row per simulation whose result reached the store: key · elapsed_s · worker · finished_at
 
 A user reads it with SQL (``duckdb DIR/sweep.duckdb "select strategy, rate, throughput_rps from points"``) or
@@ -25,7 +27,7 @@ COLUMN_TYPES = {"bool": "BOOLEAN", "int": "BIGINT", "float": "DOUBLE", "str": "V
 # Summary entries whose keys are data (a reason per rejected request), kept as JSON rather than columns.
 JSON_METRICS = ("reject_reasons",)
 BASE_COLUMNS = {"key": "VARCHAR PRIMARY KEY", "kvlab_version": "VARCHAR", "status": "VARCHAR", "error": "VARCHAR"}
-TAIL_COLUMNS = {"summary": "VARCHAR", "elapsed_s": "DOUBLE", "cpu_s": "DOUBLE", "worker": "VARCHAR",
+TAIL_COLUMNS = {"summary": "VARCHAR", "window_latencies": "BLOB", "elapsed_s": "DOUBLE", "cpu_s": "DOUBLE", "worker": "VARCHAR",
                 "finished_at": "TIMESTAMP"}
 RUN_COLUMNS = ("elapsed_s", "cpu_s", "worker", "finished_at")  # how a point was computed, not what it is
 
@@ -52,6 +54,8 @@ def _column_type(value: Any) -> str:
         return "BOOLEAN"
     if isinstance(value, str):
         return "VARCHAR"
+    if isinstance(value, bytes):
+        return "BLOB"
     return "DOUBLE"
 
 
@@ -99,7 +103,7 @@ class Store:
         summary = outcome["summary"]
         row = {"key": key, "kvlab_version": version, "status": "ok" if outcome["error"] is None else "failed",
                "error": outcome["error"], **point, **(flatten_metrics(summary) if summary else {}),
-               "summary": None if summary is None else json.dumps(summary),
+               "summary": None if summary is None else json.dumps(summary), "window_latencies": outcome.get("latencies"),
                "elapsed_s": outcome["elapsed_s"], "cpu_s": outcome.get("cpu_s"), "worker": outcome["worker"]}
         for name, value in row.items():
             self._ensure_column(name, _column_type(value))
@@ -133,7 +137,8 @@ class Store:
 
     @held()
     def num_stored(self) -> int:
-        return self.db.execute("SELECT count(*) FROM points").fetchone()[0]
+        (count,) = self.db.execute("SELECT count(*) FROM points").fetchone() or (0,)
+        return int(count)
 
     @held()
     def close(self) -> None:

@@ -1,0 +1,392 @@
+"""``kvlab capacity``: the highest request rate each configuration sustains under a latency target (SLO).
+
+Every rate tried is a sweep point (kvlab.sweep.capacity: bracketing and bisection), judged on its measured window
+(kvlab.window: sustained, stable / backlogged / overloaded) against the SLO (kvlab.sweep.slo: several terms, or
+goodput). By default the workload is long enough to load the engine (scaled to its seats) and every built-in
+cost profile that applies to the GPU prices it, so the answer shows how far the clock's choice moves it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kvlab.cli.app import app
+from kvlab.cli.options import JsonOpt
+from kvlab.cli.sweep import (
+    DEFAULT_OUT,
+    EXTRA_HELP,
+    SWEEP_CONTEXT,
+    GridOpt,
+    MaxTimeOpt,
+    OutOpt,
+    RayAddressOpt,
+    RayOpt,
+    Session,
+    WorkersOpt,
+    YesOpt,
+    _computed_text,
+    _whole_values_table,
+    grid_lists,
+    run_session,
+)
+
+SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE terms, comma-separated, "
+                                               "all of which must hold, e.g. p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s "
+                                               "\\[default: mean_normalized_latency<0.1s, the vLLM paper's metric].")]
+GoodputOpt = Annotated[float | None, typer.Option("--goodput", help="Judge each request against every term (written "
+                                                     "without a statistic: ttft<2s,tpot<100ms): a rate holds when at "
+                                                     "least this share of requests meets them all (DistServe's goodput).")]
+RtolOpt = Annotated[float, typer.Option("--rtol", help="Stop bisecting when the bracket \\[held, failed] is this "
+                                        "narrow, relative.")]
+MaxRateOpt = Annotated[float, typer.Option("--max-rate", help="Give up doubling above this rate (req/s).")]
+TYPICAL_SEARCH_RUNS = 8  # simulations a search usually takes (bracket + bisection to 5%): for the time estimate
+SEATS_FACTOR = 2  # the default workload: this many times the engine's seats arrive in the measured window
+MIN_WINDOW_REQUESTS = 10  # fewer in the measured window measure nothing
+
+
+def applicable_profiles(gpu_id: str) -> list[str]:
+    """The built-in cost profiles fitted on this GPU, and those fitted on none (the roofline)."""
+    from kvlab.catalog.models import name_key
+    from kvlab.cost.profiles import builtin_profiles
+
+    return [p.name for p in builtin_profiles().values() if not p.gpu or name_key(p.gpu) == name_key(gpu_id)]
+
+
+def fitted_to(name: str) -> str:
+    """What a profile's numbers come from, in a few words."""
+    from kvlab.cost.profiles import get_profile
+
+    profile = get_profile(name)
+    where = f"fitted on {profile.gpu}" + (f" for {profile.model}" if profile.model else "") if profile.gpu else \
+        "stated, not fitted; any GPU"
+    first = re.sub(r"\s*\([^()]*\)", "", profile.source.split(". ")[0]).strip().rstrip(".")
+    return f"{profile.name} ({where}): {first if len(first) <= 200 else first[:199] + '…'}"
+
+
+def window_num_requests(seats: int) -> int:
+    """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (kvlab.window: its middle 70%),
+    in hundreds, at least `kvlab run`'s default."""
+    from kvlab.config.options import DEFAULT_NUM_REQUESTS
+    from kvlab.window import DRAIN_SHARE, WARMUP_SHARE
+
+    needed = SEATS_FACTOR * seats / (1 - WARMUP_SHARE - DRAIN_SHARE)
+    return max(DEFAULT_NUM_REQUESTS, 100 * math.ceil(needed / 100))
+
+
+def seats_of(point: dict[str, Any]) -> int:
+    """The seats of a point's engine (kvlab.window.num_seats) on its workload."""
+    import kvlab
+    from kvlab import service
+    from kvlab.sweep.point import resolve_point
+    from kvlab.window import mean_tokens_held, num_seats
+
+    resolved = resolve_point(point, kvlab.__version__)
+    config = resolved.config
+    allocator = service.strategies([resolved.strategy], config)[0].allocator
+    held = mean_tokens_held(allocator, service.load(config).requests, config.scheduler.max_model_len)
+    return num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held) * config.parallel.data_parallel_size
+
+
+def _given(name: str, lists: dict, explicit: list[dict]) -> bool:
+    return name in lists or any(name in p for p in explicit)
+
+
+@app.command(context_settings=SWEEP_CONTEXT, epilog=EXTRA_HELP + " Here --rate is the search's first guess.")
+def capacity(
+    ctx: typer.Context,
+    slo: SloOpt = None,
+    goodput: GoodputOpt = None,
+    rtol: RtolOpt = 0.05,
+    max_rate: MaxRateOpt = 1000.0,
+    grid: GridOpt = None,
+    workers: WorkersOpt = None,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
+    out: OutOpt = DEFAULT_OUT,
+    max_time: MaxTimeOpt = "1h",
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The highest request rate each configuration sustains under a latency target.
+
+    A rate holds when its run kept up (served ≥ 95% of offered over the measured window, the queue not growing)
+    and the window's requests met the target. Found by bracketing and bisection; every simulation is stored,
+    like a sweep's. Without --cost, every built-in cost profile that applies to the GPU prices the search, and
+    the answer shows their spread; without -n or --duration, the workload is scaled to load the engine."""
+    import kvlab
+    from kvlab.errors import KvlabError
+    from kvlab.sweep.grid import expand, run_options
+    from kvlab.sweep.point import resolve_points
+    from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
+    from kvlab.validate import check_options
+
+    target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
+    if not 0 < rtol < 1:
+        raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
+    lists, explicit = grid_lists(ctx.args, grid)
+    if lists.get("replicas") == ["auto"]:
+        lists.pop("replicas")
+        from kvlab.cli.capacity_fleet import fewest_replicas_command
+
+        fewest_replicas_command(lists, explicit, target, out, as_json)
+        return
+    rates = lists.pop("rate", ["1"])
+    if len(rates) != 1 or any("rate" in p for p in explicit):
+        raise KvlabError("kvlab capacity searches the rate: give --rate one value (the first guess), or none")
+    start_rate = run_options()["rate"].convert(rates[0])
+    if start_rate is None or not start_rate > 0:
+        raise KvlabError(f"--rate {rates[0]!r}: the first guess must be a positive rate")
+    check_options({"rate": max_rate}, flags={"rate": "--max-rate"})
+    if max_rate < start_rate:
+        raise KvlabError(f"--max-rate {max_rate:g} is below the first rate tried (--rate {start_rate:g}); valid: "
+                         f"--max-rate {start_rate:g} or more")
+    configurations = expand(lists, explicit)
+    costs_given = _given("cost", lists, explicit)
+    if not costs_given:  # the clock's uncertainty: every profile that applies to the GPU
+        configurations = [{**c, "cost": name} for c in configurations for name in applicable_profiles(
+            resolve_points([{**c, "rate": start_rate}], kvlab.__version__)[0].config.device.gpu)]
+    scaled = not (_given("num_requests", lists, explicit) or _given("duration", lists, explicit))
+    seats = [seats_of({**c, "rate": start_rate}) for c in configurations]
+    if scaled:
+        configurations = [{**c, "num_requests": window_num_requests(s)} for c, s in zip(configurations, seats)]
+    _check_window(configurations, start_rate)
+    first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__)
+    session = Session(out, workers, ray, ray_address, as_json)
+    session.check_ray()
+    session.check_time(first_points, TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
+                       f"{len(configurations)} capacity search{'es' if len(configurations) > 1 else ''} (about "
+                       f"{TYPICAL_SEARCH_RUNS} simulations each)")
+    searches, rows = run_capacity(session, configurations, [start_rate] * len(configurations), target, rtol,
+                                  max_rate)
+    names = list(run_options())
+    setups = [p.config.describe() for p in first_points]
+    answer = Answer(configurations, searches, setups, seats, target, scaled)
+    written = write_capacity_plots(answer, rows, names, out)
+    if as_json:
+        typer.echo(json.dumps({"slo": target.text, "goodput": target.goodput, "setup": answer.common_setup(),
+                               "capacities": capacity_json(answer, names), "spread": answer.spreads(),
+                               "cost_profiles": {n: fitted_to(n) for n in answer.costs()},
+                               "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb"),
+                               "plots": [str(p) for p in written]}, indent=2))
+        return
+    print_capacity(answer, names, session, written, max_rate)
+
+
+def _check_window(configurations: list[dict], start_rate: float) -> None:
+    """A workload whose measured window would hold fewer than MIN_WINDOW_REQUESTS at the first rate measures
+    nothing: refused, naming what would do."""
+    from kvlab.errors import KvlabError
+    from kvlab.window import DRAIN_SHARE, WARMUP_SHARE
+
+    share = 1 - WARMUP_SHARE - DRAIN_SHARE
+    for c in configurations:
+        if c.get("duration") is not None:
+            expected = c["duration"] * start_rate * share
+            if expected < MIN_WINDOW_REQUESTS:
+                need = MIN_WINDOW_REQUESTS / share / start_rate
+                raise KvlabError(f"--duration {c['duration']:g}: at the first rate ({start_rate:g} req/s) the measured "
+                                 f"window (the middle {share:.0%} of the arrivals) would hold about {expected:.0f} "
+                                 f"requests; valid: --duration {math.ceil(need)} or more (or a higher --rate)")
+        elif c.get("num_requests") is not None and c["num_requests"] * share < MIN_WINDOW_REQUESTS:
+            need = math.ceil(MIN_WINDOW_REQUESTS / share)
+            raise KvlabError(f"--num-requests {c['num_requests']}: the measured window (the middle {share:.0%} of the "
+                             f"arrivals) would hold about {c['num_requests'] * share:.0f} requests; valid: -n {need} "
+                             "or more")
+
+
+def run_capacity(session: Session, configurations: list[dict], start_rates: list[float], slo, rtol: float,
+                 max_rate: float):
+    """The searches and the stored rows of every rate they tried (for the curves), inside the session."""
+    import kvlab
+    from kvlab.sweep.capacity import search_capacities
+    from kvlab.sweep.point import resolve_point
+
+    def work():
+        searches = search_capacities(configurations, session.runner, slo, start_rates=start_rates, rtol=rtol,
+                                     max_rate=max_rate)
+        keys = [resolve_point({**c, "rate": r}, kvlab.__version__).key
+                for c, s in zip(configurations, searches) for r, _, _ in s.probes]
+        return searches, session.store.rows(keys)
+
+    return run_session(session, work)
+
+
+class Answer:
+    """The searches with what they were searched on: a report's material."""
+
+    SETUP_FIELDS = ("model", "gpu", "num_gpus", "tensor_parallel_size", "pipeline_parallel_size", "replicas",
+                    "num_gpu_blocks", "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+                    "enable_chunked_prefill", "cost")
+
+    def __init__(self, configurations, searches, setups, seats, slo, scaled: bool):
+        self.configurations, self.searches, self.setups, self.seats = configurations, searches, setups, seats
+        self.slo, self.scaled = slo, scaled
+
+    def costs(self) -> list[str]:
+        return list(dict.fromkeys(s["cost"] for s in self.setups))
+
+    def setup_of(self, i: int) -> dict[str, Any]:
+        """Configuration ``i``'s setup: kvlab.config's description, with the workload's length and seats."""
+        setup = dict(self.setups[i])
+        workload = dict(setup.pop("workload"))
+        workload.pop("rate", None)  # searched
+        return {**setup, "workload": {**workload, "arrival_rate": "searched", "num_seats": self.seats[i],
+                                      "scaled_to_seats": self.scaled}}
+
+    def common_setup(self) -> dict[str, Any]:
+        """What every configuration shares (fields that vary are in each capacity's entry)."""
+        all_setups = [self.setup_of(i) for i in range(len(self.setups))]
+        common = {k: v for k, v in all_setups[0].items() if k != "workload" and all(s.get(k) == v for s in all_setups)}
+        workloads = [s["workload"] for s in all_setups]
+        common["workload"] = {k: v for k, v in workloads[0].items() if all(w.get(k) == v for w in workloads)}
+        return common
+
+    def spreads(self) -> list[dict[str, Any]]:
+        """For each configuration but its cost profile: the capacity under each profile, and their spread."""
+        groups: dict[str, list[int]] = {}
+        for i, c in enumerate(self.configurations):
+            groups.setdefault(json.dumps({k: v for k, v in c.items() if k not in ("cost", "num_requests")},
+                                         sort_keys=True, default=str), []).append(i)
+        spreads = []
+        for indices in groups.values():
+            if len(indices) < 2:
+                continue
+            by_cost = {self.setups[i]["cost"]: self.searches[i].capacity for i in indices}
+            values = [v for v in by_cost.values() if v > 0]
+            spreads.append({"strategy": self.configurations[indices[0]]["strategy"], "capacities": by_cost,
+                            "low": min(values, default=0.0), "high": max(values, default=0.0),
+                            "spread": (max(values) / min(values) - 1) if values else None})
+        return spreads
+
+
+def capacity_json(answer: Answer, option_names) -> list[dict]:
+    common = answer.common_setup()
+    entries = []
+    for i, (c, s) in enumerate(zip(answer.configurations, answer.searches)):
+        setup = answer.setup_of(i)
+        own = {k: v for k, v in setup.items() if k != "workload" and common.get(k) != v}
+        own_workload = {k: v for k, v in setup["workload"].items() if common["workload"].get(k) != v}
+        entries.append({**{n: c[n] for n in option_names if n != "rate"}, **s.to_json(), "setup": setup,
+                        "setup_differs": {**own, **({"workload": own_workload} if own_workload else {})}})
+    return entries
+
+
+def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
+    """A setup (Answer.common_setup) in words, one line per part, only the parts it has (``short``: the cost
+    profile by its name, for a figure)."""
+    from kvlab.cli.size import plural
+
+    lines = []
+    if "model" in setup and "gpu" in setup:
+        parallel = (f" (TP {setup['tensor_parallel_size']}, PP {setup['pipeline_parallel_size']})"
+                    if setup.get("num_gpus", 1) > 1 else "")
+        replicas = f", {setup['replicas']} replicas" if setup.get("replicas", 1) > 1 else ""
+        lines.append(f"{setup['model']} on {setup.get('num_gpus', 1)}× {setup['gpu']}{parallel}{replicas}")
+    if "num_gpu_blocks" in setup:
+        lines.append(f"KV cache: {setup['num_gpu_blocks']:,} blocks of {setup['block_size']} tokens")
+    limits = [f"{k} {setup[k]:,}" for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len") if k in setup]
+    if "enable_chunked_prefill" in setup:
+        limits.append("chunked prefill " + ("on" if setup["enable_chunked_prefill"] else "off"))
+    if limits:
+        lines.append("scheduler: " + ", ".join(limits))
+    w = setup.get("workload", {})
+    words = [str(w["workload"])] if "workload" in w else []
+    if "arrival" in w:
+        at = f" at {w['rate']:g} req/s" if w.get("rate") is not None else " at the searched rate"
+        words.append(f"{w['arrival']} arrivals" + (f" (cv {w['cv']:g})" if w["arrival"] == "gamma" else "") + at)
+    if w.get("duration") is not None:
+        words.append(f"{w['duration']:g} s of arrivals")
+    elif "num_requests" in w:
+        words.append(plural(w["num_requests"], "request") + (f" (scaled to the engine's {w['num_seats']:,} seats)"
+                                                            if w.get("scaled_to_seats") and "num_seats" in w else ""))
+    if "seed" in w:
+        words.append(f"seed {w['seed']}")
+    if words:
+        lines.append("workload: " + ", ".join(words))
+    if "cost" in setup:
+        lines.append("cost profile: " + (setup["cost"] if short else fitted_to(setup["cost"])))
+    return lines
+
+
+def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:
+    from kvlab.sweep.html import write_html
+    from kvlab.sweep.plots import capacity_panels, slo_panels, write_png
+
+    subtitle = " · ".join(setup_lines(answer.common_setup(), short=True))
+    labels = [_label(c, answer) for c in answer.configurations]
+    bars = capacity_panels([{**c, "strategy": label} for c, label in zip(answer.configurations, labels)],
+                           answer.searches)
+    curves = slo_panels(answer.configurations, answer.searches, labels, answer.slo)
+    title = f"Capacity under {answer.slo.describe}"
+    written = [write_png(bars, out / "capacity.png", title=title, description=subtitle)]
+    sections: list[tuple[str, list, float | None]] = [(title, bars, None)]
+    if curves:
+        written.append(write_png(curves, out / "capacity_latency.png", description=subtitle,
+                                 title="The target's metric at the rates the searches tried"))
+        sections.append(("The target's metric at the rates the searches tried", curves, None))
+    written.append(write_html(out / "capacity.html", sections, title="kvlab capacity", subtitle=subtitle))
+    return written
+
+
+def _label(config: dict, answer: Answer) -> str:
+    """A configuration's name in plots: its strategy, with its cost profile when several are compared."""
+    return config["strategy"] + (f" · {config['cost']}" if len(answer.costs()) > 1 else "")
+
+
+def print_capacity(answer: Answer, names, session: Session, written, max_rate: float) -> None:
+    from rich.console import Console
+
+    configurations, searches = answer.configurations, answer.searches
+    varying = [n for n in names if n != "rate" and len({repr(c[n]) for c in configurations}) > 1] or ["strategy"]
+    table_rows = []
+    for config, search in zip(configurations, searches):
+        if search.error:
+            cells = ["–", "–", f"failed: {search.error}", str(len(search.probes) + 1)]
+        else:
+            hi = "–" if search.hi is None else f"{search.hi:g}"
+            lo = "–" if search.lo is None else f"{search.lo:g}"
+            at = search.window_at(search.lo)
+            state = "–" if not at else f"{at['state']} {at['served_share']:.0%}"  # (the served share, floored)
+            shown = f"≥ {search.capacity:.4g}" if search.lower_bound else f"{search.capacity:.4g}"
+            cells = [shown, state, f"[{lo}, {hi}]", str(len(search.probes))]
+        table_rows.append([*(f"{config[n]:,}" if isinstance(config[n], int) and not isinstance(config[n], bool)
+                             else str(config[n]) for n in varying), *cells])
+    bracket = "bracket [held, failed]"
+    table = _whole_values_table(f"Capacity: the highest rate sustained with {answer.slo.describe}",
+                                (*varying, "capacity req/s", "run at it", bracket, "sims"),
+                                table_rows, left=set(varying),
+                                wrapping={bracket} if any(s.error for s in searches) else set())
+    console = Console(highlight=False)
+    console.print(table)
+    console.print("run at it: the run at the answer over its measured window (after a 20% warm-up, before the last "
+                  "10% of arrivals) and the share of the offered requests it served; stable = served ≥ 95% and no "
+                  "growing queue (docs/sweep.md).", markup=False)
+    if answer.scaled:
+        console.print("num_requests: scaled so that twice the engine's seats arrive in the measured window (-n or "
+                      "--duration to choose).", markup=False)
+    bounds = [(c, s) for c, s in zip(configurations, searches) if s.lower_bound]
+    for config, search in bounds:
+        advice = ("raise --max-rate" if search.hi is None and (search.lo or 0) * 2 > max_rate
+                  else "raise -n or --duration")
+        console.print(f"≥: {config['strategy']} under {config['cost']}: a lower bound only: {search.lower_bound}; "
+                      f"{advice}.", markup=False)
+    if any(not s.error and s.lo is None for s in searches):
+        console.print("[–, failed]: even the lowest rate tried failed: capacity 0.", markup=False)
+    for spread in answer.spreads():
+        parts = ", ".join(f"{name} {value:.4g}" for name, value in spread["capacities"].items())
+        if spread["spread"] is not None:
+            console.print(f"The clock's spread for {spread['strategy']}: {parts} req/s ({spread['spread']:.0%} between "
+                          "the lowest and the highest).", markup=False)
+    console.print("Setup: " + "; ".join(setup_lines(answer.common_setup())) + ".", markup=False)
+    if len(answer.costs()) > 1:
+        for name in answer.costs():
+            console.print(f"  cost profile {fitted_to(name)}.", markup=False)
+    num_simulations = sum(len(search.probes) + bool(search.error) for search in searches)
+    console.print(_computed_text(session.runner.num_computed, num_simulations, "simulation")
+                  + f". Store: {session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)

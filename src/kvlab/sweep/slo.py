@@ -1,0 +1,179 @@
+"""Latency targets (SLOs) and whether a stored run meets one.
+
+An SLO is one or more terms, comma-separated, all of which must hold:
+
+    p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s       a statistic of each latency over the window's requests
+    ttft<2s,tpot<100ms  with --goodput 0.9       each request against every term; goodput (DistServe's): the
+                                                 rate holds if at least 90% of the requests meet every term
+
+Statistics: ``mean`` or ``pNN`` (any percentile, p50, p90, p99, p99.9). Latencies: ``ttft``, ``tpot``, ``e2e``
+(end-to-end) and ``normalized`` (end-to-end ÷ output tokens, the vLLM paper's metric). Units: s, ms, us.
+
+Either way a rate holds only when the run sustained it (kvlab.window: the engine kept up over the measured
+window, nothing refused), and the latencies judged are those of the requests that arrived in the window.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvlab.errors import KvlabError
+from kvlab.window import LATENCY_METRICS
+
+if TYPE_CHECKING:
+    import numpy as np
+
+METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_latency_s", "e2e_latency": "e2e_latency_s",
+           "normalized": "normalized_latency_s_per_token", "normalized_latency": "normalized_latency_s_per_token"}
+METRIC_WORDS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_latency_s": "end-to-end latency",
+                "normalized_latency_s_per_token": "normalized latency"}
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+# The paper's Figure 12 curves sit at a few tens of ms per token until a system's queue starts to grow, then
+# climb past 1 s per token; 0.1 s per token (a few times the unloaded value) is on the steep part of every curve.
+DEFAULT_SLO = "mean_normalized_latency<0.1s"
+EXAMPLE = 'e.g. "p99_ttft<2s", "p99_ttft<2s,p99_tpot<100ms", "mean_normalized_latency<0.1s"'
+_TERM = re.compile(r"\s*(?:(mean|p\d+(?:\.\d+)?)_)?([a-z_0-9]+?)\s*<=?\s*([0-9.eE+-]+)\s*([a-z]*)\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """``stat`` (mean, p99, ...; None: each request) of ``metric`` (a summary's latency name) at most ``limit_s``."""
+
+    text: str
+    metric: str
+    stat: str | None
+    limit_s: float
+
+    @property
+    def quantile(self) -> float | None:
+        """p99 -> 0.99; None for the mean (and for a per-request term)."""
+        return None if self.stat in (None, "mean") else float(self.stat[1:]) / 100
+
+    def value(self, latencies: np.ndarray) -> float:
+        """The statistic over the window's requests (``latencies``: kvlab.window.latencies' array): the same
+        linear interpolation between order statistics as a summary's percentiles."""
+        import numpy as np
+
+        values = latencies[LATENCY_METRICS.index(self.metric)]
+        values = values[~np.isnan(values)]
+        if not len(values):
+            return float("nan")
+        if self.quantile is None:
+            return float(values.mean())
+        return float(np.quantile(values, self.quantile))
+
+    def met_by_each(self, latencies: np.ndarray) -> np.ndarray:
+        """Which of the window's requests meet this term (a request without this latency, a one-token answer's
+        TPOT, meets it)."""
+        import numpy as np
+
+        values = latencies[LATENCY_METRICS.index(self.metric)]
+        return np.isnan(values) | (values <= self.limit_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    held: bool
+    values: dict[str, float]  # each term's statistic (goodput: each term's share of requests meeting it)
+    attainment: float | None  # goodput: the share of requests meeting every term
+    reason: str  # why it failed ("" when it held)
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """A latency target: every term holds (``goodput`` None), or at least ``goodput`` of the requests meet every
+    term."""
+
+    text: str
+    terms: tuple[Term, ...]
+    goodput: float | None = None
+
+    @property
+    def describe(self) -> str:
+        if self.goodput is None:
+            return self.text
+        return f"{self.goodput:.0%} of requests with {self.text}"
+
+    def judge(self, window: dict[str, Any] | None, latencies: np.ndarray | None) -> Verdict:
+        """Whether a stored run (its window, kvlab.window.Window.to_dict, and its window's latencies) meets the
+        target at a sustained rate."""
+        import numpy as np
+
+        if window is None or latencies is None:
+            return Verdict(False, {}, None, "no measured window")
+        if self.goodput is None:
+            values = {t.text: t.value(latencies) for t in self.terms}
+            missed = [t.text for t in self.terms if not values[t.text] <= t.limit_s]
+            attainment = None
+        else:
+            each = [t.met_by_each(latencies) for t in self.terms]
+            values = {t.text: float(m.mean()) if len(m) else float("nan") for t, m in zip(self.terms, each)}
+            every = np.logical_and.reduce(each) if len(latencies[0]) else np.zeros(0, dtype=bool)
+            attainment = float(every.mean()) if len(every) else 0.0
+            missed = [] if attainment >= self.goodput else [f"{attainment:.1%} of requests met every term"]
+        if window["state"] != "stable":
+            reason = f"{window['state']} (served {window['served_share']:.1%} of offered"
+            reason += f", queue {window['queue_first_half']:.0f} → {window['queue_second_half']:.0f})"
+        elif window["num_rejected"]:
+            reason = f"{window['num_rejected']} requests refused"
+        else:
+            reason = "; ".join(f"missed {m}" for m in missed)
+        return Verdict(not reason, values, attainment, reason)
+
+    def value(self, verdict: Verdict) -> float | None:
+        """What a plot shows of a verdict: the first term's statistic, or the attainment."""
+        if self.goodput is not None:
+            return verdict.attainment
+        return verdict.values.get(self.terms[0].text)
+
+
+def parse_slo(text: str, goodput: float | None = None) -> Slo:
+    """``p99_ttft<2s,p90_tpot<100ms`` (and ``ttft<2s`` with a goodput share) -> Slo."""
+    if goodput is not None and not 0 < goodput <= 1:
+        raise KvlabError(f"--goodput {goodput:g}: the share of requests that must meet every term is in (0, 1], "
+                         "e.g. 0.9")
+    parts = [p for p in text.split(",")]
+    if not text.strip() or any(not p.strip() for p in parts):
+        raise KvlabError(f"--slo {text!r}: an empty term; expected STAT_METRIC<VALUE terms separated by commas, "
+                         f"{EXAMPLE}")
+    terms = [_term(p, text, goodput) for p in parts]
+    seen: dict[tuple[str, str | None], Term] = {}
+    for term in terms:
+        other = seen.setdefault((term.metric, term.stat), term)
+        if other is not term:
+            raise KvlabError(f"--slo {text!r}: {other.text!r} and {term.text!r} bound the same statistic twice; "
+                             f"give each statistic of a latency once")
+    return Slo(",".join(t.text for t in terms), tuple(terms), goodput)
+
+
+def _term(part: str, text: str, goodput: float | None) -> Term:
+    where = f"--slo {text!r}" if part.strip() == text.strip() else f"--slo {text!r}: the term {part.strip()!r}"
+    match = _TERM.fullmatch(part)
+    if not match:
+        raise KvlabError(f"{where}: expected STAT_METRIC<VALUE with a unit (s, ms or us), {EXAMPLE}")
+    stat, metric, number, unit = match.groups()
+    if metric not in METRICS:
+        head = metric.split("_")[0]
+        hint = (f" ({head!r} is not a statistic: use mean or pNN such as p99)" if head not in METRICS
+                and "_" in metric else "")
+        raise KvlabError(f"{where}: {metric!r} is not a latency kvlab reports; use {', '.join(sorted(METRICS))}"
+                         + hint)
+    if stat is not None and stat != "mean" and not 0 < float(stat[1:]) < 100:
+        raise KvlabError(f"{where}: {stat!r} is not a percentile; use p1 to p99.9 (or mean)")
+    if unit not in UNITS:
+        raise KvlabError(f"{where}: {unit or 'no unit'!r} is not a unit; use s, ms or us (e.g. 2s, 100ms)")
+    try:
+        limit = float(number) * UNITS[unit]
+    except ValueError:
+        raise KvlabError(f"{where}: {number!r} is not a number") from None
+    if not limit > 0:
+        raise KvlabError(f"{where}: the limit must be positive")
+    if goodput is None and stat is None:
+        raise KvlabError(f"{where}: which statistic? e.g. p99_{metric}<{number}{unit}, or judge each request "
+                         f"against it with --goodput SHARE")
+    if goodput is not None and stat is not None:
+        raise KvlabError(f"{where}: with --goodput each request is judged against the term: write it without a "
+                         f"statistic ({metric}<{number}{unit})")
+    return Term(part.strip(), METRICS[metric], stat, limit)
