@@ -86,8 +86,11 @@ def test_every_answer_states_its_setup(answered, kvlab):
     text = " ".join(r.stdout.split())
     blocks = f"{setup['num_gpu_blocks']:,} blocks of {setup['block_size']} tokens"
     for words in (f"on 1× {setup['gpu']}", blocks, f"max_num_seqs {setup['max_num_seqs']:,}", "poisson arrivals",
-                  f"{setup['workload']['num_requests']:,} requests (scaled to the engine's", "cost profile"):
+                  "num_requests: scaled so that twice the engine's seats arrive in the measured window",
+                  "cost profile"):
         assert words in text, words
+    for c in data["capacities"]:  # (each configuration's own request count, in the table)
+        assert f"{c['setup']['workload']['num_requests']:,}" in text
     for name in ("capacity.png", "capacity_latency.png"):
         described = Image.open(out / name).text["Description"]
         assert blocks in described and setup["gpu"] in described and "poisson arrivals" in described

@@ -144,7 +144,7 @@ def test_a_killed_sweep_resumes_and_computes_each_point_once(tmp_path, sig):
         except ProcessLookupError:
             pass
     if sig == signal.SIGINT:
-        assert process.returncode == 130 and "interrupted:" in err and "Traceback" not in err
+        assert process.returncode == 130 and "stopped by SIGINT:" in err and "Traceback" not in err
     else:
         assert process.returncode == -signal.SIGKILL
     num_before = len(stored(tmp_path))

@@ -5,6 +5,7 @@ again, it completes and every point has been computed exactly once."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -71,10 +72,8 @@ def _stop(args: list[str], out: Path, sig: int, *, delay_s: float = 0.0, after_s
         os.killpg(process.pid, sig)
         _, rest = process.communicate(timeout=TIMEOUT_S)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):  # (the group may be gone already)
             os.killpg(process.pid, signal.SIGKILL)  # (whatever of the group is left, which we started)
-        except ProcessLookupError:
-            pass
     err = "".join(lines) + rest
     name = signal.Signals(sig).name
     assert process.returncode == 128 + sig, err

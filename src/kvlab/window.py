@@ -7,9 +7,10 @@ A run of N requests arriving over [a₀, a₁] has three parts:
     drain    (a₁ − 10%, end]        arrivals stop and the engine empties: not measured
 
 Over the window, the engine **keeps up** when it finished at least 95% as many requests as arrived in it (served
-÷ offered ≥ 0.95) and its queue (requests that arrived and were not yet scheduled) did not grow: the queue's mean
-over the window's second half exceeds its mean over the first half by at most 1% of the window's arrivals (and
-at least 2 requests; a growing queue is an engine falling behind). A run is then
+÷ offered ≥ 0.95; the finishes counted over the window shifted by its arrivals' median latency, so that the
+requests in flight at its ends cancel) and its queue (requests that arrived and were not yet scheduled) did not
+grow: the queue's mean over the window's second half exceeds its mean over the first half by at most 1% of the
+window's arrivals (and at least 2 requests; a growing queue is an engine falling behind). A run is then
 
     stable       keeps up: served ≥ 95% and the queue does not grow
     backlogged   served ≥ 95%, but the queue grows (it would fail on a longer run)
@@ -130,7 +131,13 @@ def measure(records: list[RequestRecord], seats: int) -> Window:
     start, end = bounds(arrival)
     inside = (arrival >= start) & (arrival <= end)
     num_arrived = int(inside.sum())
-    num_served = int(((finish >= start) & (finish <= end)).sum())
+    # Served: the requests that finished in the window shifted by the median latency of its arrivals, so that the
+    # requests in flight at either end do not count for or against an engine that keeps up (over a short window
+    # they are many); an engine falling behind has latencies that grow across the window, which no shift undoes.
+    latency = finish[inside] - arrival[inside]
+    latency = latency[np.isfinite(latency)]
+    shift = float(np.median(latency)) if len(latency) else 0.0
+    num_served = int(((finish >= start + shift) & (finish <= end + shift)).sum())
     # The queue at a time t: arrived by t, not refused, not yet scheduled.
     arrival_sorted = np.sort(arrival[~rejected])
     scheduled_sorted = np.sort(scheduled[~rejected])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,6 +34,7 @@ from kvlab.cli.sweep import (
     grid_lists,
     run_session,
 )
+from kvlab.report.setup import fitted_to, setup_lines
 
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE terms, comma-separated, "
                                                "all of which must hold, e.g. p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s "
@@ -56,17 +56,6 @@ def applicable_profiles(gpu_id: str) -> list[str]:
     from kvlab.cost.profiles import builtin_profiles
 
     return [p.name for p in builtin_profiles().values() if not p.gpu or name_key(p.gpu) == name_key(gpu_id)]
-
-
-def fitted_to(name: str) -> str:
-    """What a profile's numbers come from, in a few words."""
-    from kvlab.cost.profiles import get_profile
-
-    profile = get_profile(name)
-    where = f"fitted on {profile.gpu}" + (f" for {profile.model}" if profile.model else "") if profile.gpu else \
-        "stated, not fitted; any GPU"
-    first = re.sub(r"\s*\([^()]*\)", "", profile.source.split(". ")[0]).strip().rstrip(".")
-    return f"{profile.name} ({where}): {first if len(first) <= 200 else first[:199] + '…'}"
 
 
 def window_num_requests(seats: int) -> int:
@@ -275,43 +264,6 @@ def capacity_json(answer: Answer, option_names) -> list[dict]:
         entries.append({**{n: c[n] for n in option_names if n != "rate"}, **s.to_json(), "setup": setup,
                         "setup_differs": {**own, **({"workload": own_workload} if own_workload else {})}})
     return entries
-
-
-def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
-    """A setup (Answer.common_setup) in words, one line per part, only the parts it has (``short``: the cost
-    profile by its name, for a figure)."""
-    from kvlab.cli.size import plural
-
-    lines = []
-    if "model" in setup and "gpu" in setup:
-        parallel = (f" (TP {setup['tensor_parallel_size']}, PP {setup['pipeline_parallel_size']})"
-                    if setup.get("num_gpus", 1) > 1 else "")
-        replicas = f", {setup['replicas']} replicas" if setup.get("replicas", 1) > 1 else ""
-        lines.append(f"{setup['model']} on {setup.get('num_gpus', 1)}× {setup['gpu']}{parallel}{replicas}")
-    if "num_gpu_blocks" in setup:
-        lines.append(f"KV cache: {setup['num_gpu_blocks']:,} blocks of {setup['block_size']} tokens")
-    limits = [f"{k} {setup[k]:,}" for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len") if k in setup]
-    if "enable_chunked_prefill" in setup:
-        limits.append("chunked prefill " + ("on" if setup["enable_chunked_prefill"] else "off"))
-    if limits:
-        lines.append("scheduler: " + ", ".join(limits))
-    w = setup.get("workload", {})
-    words = [str(w["workload"])] if "workload" in w else []
-    if "arrival" in w:
-        at = f" at {w['rate']:g} req/s" if w.get("rate") is not None else " at the searched rate"
-        words.append(f"{w['arrival']} arrivals" + (f" (cv {w['cv']:g})" if w["arrival"] == "gamma" else "") + at)
-    if w.get("duration") is not None:
-        words.append(f"{w['duration']:g} s of arrivals")
-    elif "num_requests" in w:
-        words.append(plural(w["num_requests"], "request") + (f" (scaled to the engine's {w['num_seats']:,} seats)"
-                                                            if w.get("scaled_to_seats") and "num_seats" in w else ""))
-    if "seed" in w:
-        words.append(f"seed {w['seed']}")
-    if words:
-        lines.append("workload: " + ", ".join(words))
-    if "cost" in setup:
-        lines.append("cost profile: " + (setup["cost"] if short else fitted_to(setup["cost"])))
-    return lines
 
 
 def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:

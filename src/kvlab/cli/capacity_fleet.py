@@ -19,11 +19,11 @@ def fewest_replicas_command(lists: dict[str, list], explicit: list[dict], slo, o
     import sys
 
     from kvlab import service, window
-    from kvlab.cli.capacity import fitted_to, setup_lines
     from kvlab.config import resolve
     from kvlab.config.options import DEFAULT_NUM_REQUESTS
     from kvlab.errors import KvlabError
     from kvlab.fleet import MAX_REPLICAS, fewest_replicas
+    from kvlab.report.setup import fitted_to, setup_lines
     from kvlab.sweep.grid import expand
 
     rates = lists.get("rate", [])
@@ -98,8 +98,8 @@ def _entry(s: dict[str, Any], slo) -> dict[str, Any]:
 def _print(entries, slo, rate: float, setup: dict, written) -> None:
     from rich.console import Console
 
-    from kvlab.cli.capacity import setup_lines
     from kvlab.cli.sweep import _whole_values_table
+    from kvlab.report.setup import setup_lines
 
     rows = []
     for e in entries:
