@@ -138,8 +138,10 @@ def capacity(
     configurations = expand(lists, explicit)
     costs_given = _given("cost", lists, explicit)
     if not costs_given:  # the clock's uncertainty: every profile that applies to the GPU
-        configurations = [{**c, "cost": name} for c in configurations for name in applicable_profiles(
-            resolve_points([{**c, "rate": start_rate}], kvlab.__version__)[0].config.device.gpu)]
+        from kvlab.catalog import get_gpu
+
+        configurations = [{**c, "cost": name} for c in configurations
+                          for name in applicable_profiles(get_gpu(c["gpu"]).id)]
     scaled = not (_given("num_requests", lists, explicit) or _given("duration", lists, explicit))
     seats = [seats_of({**c, "rate": start_rate}) for c in configurations]
     if scaled:

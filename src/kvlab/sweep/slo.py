@@ -134,7 +134,7 @@ def parse_slo(text: str, goodput: float | None = None) -> Slo:
     if goodput is not None and not 0 < goodput <= 1:
         raise KvlabError(f"--goodput {goodput:g}: the share of requests that must meet every term is in (0, 1], "
                          "e.g. 0.9")
-    parts = [p for p in text.split(",")]
+    parts = text.split(",")
     if not text.strip() or any(not p.strip() for p in parts):
         raise KvlabError(f"--slo {text!r}: an empty term; expected STAT_METRIC<VALUE terms separated by commas, "
                          f"{EXAMPLE}")
