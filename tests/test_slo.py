@@ -27,7 +27,7 @@ def test_every_term_must_hold():
     assert slo.judge(STABLE, good).held
     slow_tokens = _latencies([0.5] * 100, [0.2] * 100)
     verdict = slo.judge(STABLE, slow_tokens)
-    assert not verdict.held and verdict.reason == "missed p50_tpot<100ms"
+    assert not verdict.held and verdict.reason == "missed p50_tpot<100ms (200 ms)"
     assert verdict.values["p50_tpot<100ms"] == pytest.approx(0.2)
 
 

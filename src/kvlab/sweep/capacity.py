@@ -25,6 +25,10 @@ from kvlab.sweep.slo import DEFAULT_SLO, Slo, Verdict, parse_slo
 __all__ = ["DEFAULT_SLO", "Search", "Slo", "parse_slo", "round_rate", "search_capacities", "verdict"]
 
 
+# What a failing rate's reason (kvlab.sweep.slo.Slo.judge) says limited the answer.
+LIMITS = {"missed": "latency", "overloaded": "throughput", "backlogged": "throughput", "refused": "refusals"}
+
+
 def round_rate(rate: float) -> float:
     """Rates to 4 significant digits: a search's points then have short, repeatable names in the store."""
     return float(f"{rate:.4g}")
@@ -97,10 +101,23 @@ class Search:
                     f"in its window, {window['num_seats']} seats)")
         return None
 
+    @property
+    def limited_by(self) -> str | None:
+        """What stopped the answer going higher: the lowest failing rate's reason, e.g. "throughput: overloaded
+        (served 91.2% of offered, ...) at 55 req/s" or "latency: missed p99_ttft<2s (2.41 s) at 55 req/s" (None:
+        no rate failed)."""
+        if self.hi is None:
+            return None
+        for (rate, _, held), verdict in zip(self.probes, self.verdicts):
+            if rate == self.hi and not held:
+                kind = next((k for word, k in LIMITS.items() if word in verdict.reason), "run")
+                return f"{kind}: {verdict.reason} at {rate:g} req/s"
+        return None
+
     def to_json(self) -> dict[str, Any]:
         at = self.window_at(self.lo)
         return {"capacity_rps": self.capacity, "lower_bound": self.lower_bound is not None,
-                "lower_bound_reason": self.lower_bound, "bracket": [self.lo, self.hi],
+                "lower_bound_reason": self.lower_bound, "limited_by": self.limited_by, "bracket": [self.lo, self.hi],
                 "served_share_at_capacity": at.get("served_share"), "state_at_capacity": at.get("state"),
                 "num_simulations": len(self.probes),
                 "probes": [{"rate": r, "value": v, "held": h, "state": w.get("state"), "loaded": w.get("loaded"),

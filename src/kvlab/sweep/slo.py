@@ -105,7 +105,7 @@ class Slo:
             return Verdict(False, {}, None, "no measured window")
         if self.goodput is None:
             values = {t.text: t.value(latencies) for t in self.terms}
-            missed = [t.text for t in self.terms if not values[t.text] <= t.limit_s]
+            missed = [f"{t.text} ({_seconds(values[t.text])})" for t in self.terms if not values[t.text] <= t.limit_s]
             attainment = None
         else:
             each = [t.met_by_each(latencies) for t in self.terms]
@@ -127,6 +127,17 @@ class Slo:
         if self.goodput is not None:
             return verdict.attainment
         return verdict.values.get(self.terms[0].text)
+
+
+def _seconds(value: float) -> str:
+    """A latency in the unit that reads best: 2.41 s, 87.3 ms, 450 us."""
+    if value != value:
+        return "no value"
+    if value >= 1 or value == 0 or value == float("inf"):
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} us"
 
 
 def parse_slo(text: str, goodput: float | None = None) -> Slo:
