@@ -80,8 +80,9 @@ def _stop(args: list[str], out: Path, sig: int, *, delay_s: float = 0.0, after_s
     for bad in ("Traceback", "Error", "rror:", "Query interrupted", "leaked", "Segmentation"):
         assert bad not in err, err
     said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")]
-    assert len(said) == 1 and re.fullmatch(rf"stopped by {name}: \d+ points? stored in \S+sweep.duckdb; run the "
-                                            r"same command again to resume .*", said[0]), err
+    assert len(said) == 1 and re.fullmatch(rf"stopped by {name}: [\d,]+ points? computed now \([\d,]+ in all "
+                                            r"stored in \S+sweep.duckdb\); run the same command again to resume .*",
+                                            said[0]), err
     return said[0]
 
 
@@ -109,7 +110,7 @@ def _num_points(out: Path) -> int:
 
 def _stop_and_resume(args: list[str], out: Path, sig: int, **when) -> None:
     said = _stop(args, out, sig, **when)
-    num_stored = int(said.split(": ")[1].split()[0])
+    num_stored = int(re.search(r"\(([\d,]+) in all", said).group(1).replace(",", ""))
     data = _resume(args, out)
     assert data["num_computed"] == NUM_POINTS - num_stored  # (the line told the truth)
     assert all(p["status"] == "ok" for p in data["points"])

@@ -6,11 +6,15 @@ A run of N requests arriving over [a₀, a₁] has three parts:
     window   [a₀ + 20%, a₁ − 10%]  measured
     drain    (a₁ − 10%, end]        arrivals stop and the engine empties: not measured
 
-Over the window, the engine **keeps up** when it finished at least 95% as many requests as arrived in it (served
-÷ offered ≥ 0.95; the finishes counted over the window shifted by its arrivals' median latency, so that the
-requests in flight at its ends cancel) and its queue (requests that arrived and were not yet scheduled) did not
-grow: the queue's mean over the window's second half exceeds its mean over the first half by at most 1% of the
-window's arrivals (and at least 2 requests; a growing queue is an engine falling behind). A run is then
+Over the window, the engine **keeps up** when it served at least 95% of what was offered (served ÷ offered ≥
+0.95) and its queue (requests that arrived and were not yet scheduled) did not grow. Served ÷ offered is read from
+how the latency of the window's arrivals grows: an engine that keeps up gives the last of them the same latency as
+the first, one that falls behind makes each wait longer than the one before. If the latency grows by g seconds for
+each second of arrivals, the window's arrivals finish at 1 / (1 + g) of the pace they arrive at: that is the share
+served. g is the median latency of the window's later half of arrivals less that of its earlier half, over the time
+between their median arrivals (medians: a few long answers, or one burst, do not move it; at light load it is 0 and
+the share 1, however few the requests). The queue grows when its mean over the window's second half exceeds its
+mean over the first half by more than 1% of the window's arrivals (and at least 2 requests). A run is then
 
     stable       keeps up: served ≥ 95% and the queue does not grow
     backlogged   served ≥ 95%, but the queue grows (it would fail on a longer run)
@@ -52,7 +56,7 @@ class Window:
     start_s: float
     end_s: float
     num_arrived: int  # requests that arrived in the window
-    num_served: int  # requests that finished in it
+    latency_growth: float  # g: seconds of latency gained per second of arrivals across the window (module doc)
     num_rejected: int  # of those that arrived in it
     queue_first_half: float  # mean number waiting (arrived, not yet scheduled), first half of the window
     queue_second_half: float
@@ -69,12 +73,14 @@ class Window:
         return self.num_arrived / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
-    def served_rps(self) -> float:
-        return self.num_served / self.duration_s if self.duration_s > 0 else 0.0
+    def served_share(self) -> float:
+        """Served ÷ offered: 1 / (1 + g), at most 1 (a latency that falls across the window: a warm-up's queue
+        draining, the engine ahead of its arrivals); 0 when nothing arrived."""
+        return share_served(self.num_arrived, self.latency_growth)
 
     @property
-    def served_share(self) -> float:
-        return self.num_served / self.num_arrived if self.num_arrived else 0.0
+    def served_rps(self) -> float:
+        return self.offered_rps * self.served_share
 
     @property
     def queue_growth(self) -> float:
@@ -86,8 +92,17 @@ class Window:
         return self.state == "stable" and self.num_rejected == 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "duration_s": self.duration_s, "offered_rps": self.offered_rps,
+        fields = asdict(self)
+        if math.isinf(self.latency_growth):  # (JSON has no infinity: nothing of the later half finished)
+            fields["latency_growth"] = None
+        return {**fields, "duration_s": self.duration_s, "offered_rps": self.offered_rps,
                 "served_rps": self.served_rps, "served_share": self.served_share, "queue_growth": self.queue_growth}
+
+
+def share_served(num_arrived: int, latency_growth: float) -> float:
+    """Served ÷ offered of a window with ``num_arrived`` arrivals whose latency grew by ``latency_growth`` seconds
+    per second of arrivals (the module doc): 1 / (1 + g), at most 1; 0 when nothing arrived."""
+    return 1.0 / (1.0 + max(0.0, latency_growth)) if num_arrived else 0.0
 
 
 def num_seats(max_num_seqs: int, num_kv_tokens: int, mean_tokens_held: float) -> int:
@@ -131,13 +146,8 @@ def measure(records: list[RequestRecord], seats: int) -> Window:
     start, end = bounds(arrival)
     inside = (arrival >= start) & (arrival <= end)
     num_arrived = int(inside.sum())
-    # Served: the requests that finished in the window shifted by the median latency of its arrivals, so that the
-    # requests in flight at either end do not count for or against an engine that keeps up (over a short window
-    # they are many); an engine falling behind has latencies that grow across the window, which no shift undoes.
-    latency = finish[inside] - arrival[inside]
-    latency = latency[np.isfinite(latency)]
-    shift = float(np.median(latency)) if len(latency) else 0.0
-    num_served = int(((finish >= start + shift) & (finish <= end + shift)).sum())
+    kept = inside & ~rejected
+    growth = latency_growth(arrival[kept], finish[kept] - arrival[kept])
     # The queue at a time t: arrived by t, not refused, not yet scheduled.
     arrival_sorted = np.sort(arrival[~rejected])
     scheduled_sorted = np.sort(scheduled[~rejected])
@@ -150,11 +160,32 @@ def measure(records: list[RequestRecord], seats: int) -> Window:
         return float(waiting.mean())
 
     first_half, second_half = mean_queue(start, middle), mean_queue(middle, end)
-    served = num_served >= SERVED_SHARE * num_arrived and num_arrived > 0
+    served = share_served(num_arrived, growth) >= SERVED_SHARE
     growing = second_half - first_half > max(QUEUE_GROWTH_MIN, QUEUE_GROWTH_SHARE * num_arrived)
     state = "overloaded" if not served else "backlogged" if growing else "stable"
-    return Window(start, end, num_arrived, num_served, int((inside & rejected).sum()), first_half, second_half,
+    return Window(start, end, num_arrived, growth, int((inside & rejected).sum()), first_half, second_half,
                   seats, state, num_arrived > seats)
+
+
+def latency_growth(arrival: np.ndarray, latency: np.ndarray) -> float:
+    """g: the median latency of the later half of the arrivals less that of the earlier half, over the time
+    between their median arrivals (the module doc). A request that has not finished has an infinite latency: g is
+    infinite when the later half's median has none. 0 with fewer than two arrivals, or no time between halves."""
+    import numpy as np
+
+    if len(arrival) < 2:
+        return 0.0
+    order = np.argsort(arrival, kind="stable")
+    times, waits = arrival[order], latency[order]
+    half = len(times) // 2
+    early, late = slice(0, half), slice(len(times) - half, len(times))
+    gap = float(np.median(times[late]) - np.median(times[early]))
+    early_wait, late_wait = float(np.median(waits[early])), float(np.median(waits[late]))
+    if math.isinf(late_wait):
+        return math.inf
+    if not gap > 0:
+        return 0.0
+    return (late_wait - early_wait) / gap
 
 
 def latencies(records: list[RequestRecord], window: Window) -> np.ndarray:

@@ -104,10 +104,16 @@ def capacity(
 ) -> None:
     """The highest request rate each configuration sustains under a latency target.
 
-    A rate holds when its run kept up (served ≥ 95% of offered over the measured window, the queue not growing)
-    and the window's requests met the target. Found by bracketing and bisection; every simulation is stored,
-    like a sweep's. Without --cost, every built-in cost profile that applies to the GPU prices the search, and
-    the answer shows their spread; without -n or --duration, the workload is scaled to load the engine."""
+    A rate holds when its run kept up (served ≥ 95% of offered over its measured window, no growing queue) and met the target.
+
+    Found by bracketing and bisection; every simulation is stored like a sweep's, so a search run again reuses them.
+
+    Without --cost, every built-in cost profile that applies to the GPU prices the search, and the answer shows the spread.
+
+    Without -n or --duration, the workload is scaled to load the engine (twice its seats arrive in the measured window).
+
+    With --replicas auto --rate R: the fewest replicas that sustain R req/s, per --router (default round-robin,least-requests).
+    """
     import kvlab
     from kvlab.errors import KvlabError
     from kvlab.sweep.grid import expand, run_options
@@ -182,13 +188,18 @@ def _check_window(configurations: list[dict], start_rate: float) -> None:
             if expected < MIN_WINDOW_REQUESTS:
                 need = MIN_WINDOW_REQUESTS / share / start_rate
                 raise KvlabError(f"--duration {c['duration']:g}: at the first rate ({start_rate:g} req/s) the measured "
-                                 f"window (the middle {share:.0%} of the arrivals) would hold about {expected:.0f} "
-                                 f"requests; valid: --duration {math.ceil(need)} or more (or a higher --rate)")
+                                 f"window (the middle {share:.0%} of the arrivals) would hold about "
+                                 f"{_requests(expected)}; valid: --duration {math.ceil(need)} or more (or a higher "
+                                 "--rate)")
         elif c.get("num_requests") is not None and c["num_requests"] * share < MIN_WINDOW_REQUESTS:
             need = math.ceil(MIN_WINDOW_REQUESTS / share)
             raise KvlabError(f"--num-requests {c['num_requests']}: the measured window (the middle {share:.0%} of the "
-                             f"arrivals) would hold about {c['num_requests'] * share:.0f} requests; valid: -n {need} "
+                             f"arrivals) would hold about {_requests(c['num_requests'] * share)}; valid: -n {need} "
                              "or more")
+
+
+def _requests(count: float) -> str:
+    return f"{count:.0f} request{'' if round(count) == 1 else 's'}"
 
 
 def run_capacity(session: Session, configurations: list[dict], start_rates: list[float], slo, rtol: float,
@@ -293,6 +304,21 @@ def _label(config: dict, answer: Answer) -> str:
     return config["strategy"] + (f" · {config['cost']}" if len(answer.costs()) > 1 else "")
 
 
+def rate_text(rate: float) -> str:
+    """A capacity to 3 significant digits (the search's 5% tolerance does not tell a fourth), rounded down: the
+    rate shown never exceeds the rate that held."""
+    if rate <= 0:
+        return "0"
+    step = 10 ** (math.floor(math.log10(rate)) - 2)
+    value = math.floor(rate / step + 1e-9) * step
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _floor_percent(share: float) -> str:
+    """94.9% as 94%, never 95%: the 95% line is not crossed by rounding."""
+    return f"{math.floor(share * 100 + 1e-9):.0f}%"
+
+
 def print_capacity(answer: Answer, names, session: Session, written, max_rate: float) -> None:
     from rich.console import Console
 
@@ -301,19 +327,21 @@ def print_capacity(answer: Answer, names, session: Session, written, max_rate: f
     table_rows = []
     for config, search in zip(configurations, searches):
         if search.error:
-            cells = ["–", "–", f"failed: {search.error}", str(len(search.probes) + 1)]
+            cells = ["–", "–", "–", f"failed: {search.error}", str(len(search.probes) + 1)]
         else:
             hi = "–" if search.hi is None else f"{search.hi:g}"
             lo = "–" if search.lo is None else f"{search.lo:g}"
             at = search.window_at(search.lo)
-            state = "–" if not at else f"{at['state']} {at['served_share']:.0%}"  # (the served share, floored)
-            shown = f"≥ {search.capacity:.4g}" if search.lower_bound else f"{search.capacity:.4g}"
-            cells = [shown, state, f"[{lo}, {hi}]", str(len(search.probes))]
+            state = "–" if not at else f"{at['state']} {_floor_percent(at['served_share'])}"
+            shown = ("≥ " if search.lower_bound else "") + rate_text(search.capacity)
+            limit = search.limited_by
+            cells = [shown, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
+                     str(len(search.probes))]
         table_rows.append([*(f"{config[n]:,}" if isinstance(config[n], int) and not isinstance(config[n], bool)
                              else str(config[n]) for n in varying), *cells])
     bracket = "bracket [held, failed]"
     table = _whole_values_table(f"Capacity: the highest rate sustained with {answer.slo.describe}",
-                                (*varying, "capacity req/s", "run at it", bracket, "sims"),
+                                (*varying, "capacity req/s", "run at it", "limited by", bracket, "sims"),
                                 table_rows, left=set(varying),
                                 wrapping={bracket} if any(s.error for s in searches) else set())
     console = Console(highlight=False)
@@ -326,14 +354,18 @@ def print_capacity(answer: Answer, names, session: Session, written, max_rate: f
                       "--duration to choose).", markup=False)
     bounds = [(c, s) for c, s in zip(configurations, searches) if s.lower_bound]
     for config, search in bounds:
-        advice = ("raise --max-rate" if search.hi is None and (search.lo or 0) * 2 > max_rate
-                  else "raise -n or --duration")
+        advice = ("raise -n or --duration" if search.too_short or not (search.hi is None and (search.lo or 0) * 2
+                                                                        > max_rate) else "raise --max-rate")
         console.print(f"≥: {config['strategy']} under {config['cost']}: a lower bound only: {search.lower_bound}; "
                       f"{advice}.", markup=False)
+    for config, search in zip(configurations, searches):
+        if search.limited_by:
+            console.print(f"limited by: {config['strategy']} under {config['cost']}: {search.limited_by}.",
+                          markup=False)
     if any(not s.error and s.lo is None for s in searches):
         console.print("[–, failed]: even the lowest rate tried failed: capacity 0.", markup=False)
     for spread in answer.spreads():
-        parts = ", ".join(f"{name} {value:.4g}" for name, value in spread["capacities"].items())
+        parts = ", ".join(f"{name} {rate_text(value)}" for name, value in spread["capacities"].items())
         if spread["spread"] is not None:
             console.print(f"The clock's spread for {spread['strategy']}: {parts} req/s ({spread['spread']:.0%} between "
                           "the lowest and the highest).", markup=False)

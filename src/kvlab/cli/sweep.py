@@ -249,9 +249,11 @@ def stop_on_signals(session: Session) -> None:
         finally:
             stop.restore()
         if signum is not None:
-            print(f"stopped by {stop.signal_name(signum)}: {num_stored:,} point{'' if num_stored == 1 else 's'} "
-                  f"stored in {session.store_path}; run the same command again to resume (stored points are never "
-                  "recomputed)", file=sys.stderr, flush=True)
+            runner = getattr(session, "runner", None)
+            computed = 0 if runner is None else runner.num_computed
+            print(f"stopped by {stop.signal_name(signum)}: {computed:,} point{'' if computed == 1 else 's'} computed "
+                  f"now ({num_stored:,} in all stored in {session.store_path}); run the same command again to resume "
+                  "(stored points are never recomputed)", file=sys.stderr, flush=True)
             raise typer.Exit(128 + signum)
 
     context.call_on_close(end)

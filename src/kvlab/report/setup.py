@@ -16,7 +16,18 @@ def fitted_to(name: str) -> str:
     where = f"fitted on {profile.gpu}" + (f" for {profile.model}" if profile.model else "") if profile.gpu else \
         "stated, not fitted; any GPU"
     first = re.sub(r"\s*\([^()]*\)", "", profile.source.split(". ")[0]).strip().rstrip(".")
-    return f"{profile.name} ({where}): {first if len(first) <= 200 else first[:199] + '…'}"
+    return f"{profile.name} ({where}): {_shortened(first, 200)}"
+
+
+def _shortened(text: str, limit: int) -> str:
+    """``text`` cut at the last clause or word that fits ``limit`` characters, with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    for mark in (", ", "; ", " "):
+        if mark in cut:
+            return cut[:cut.rindex(mark)].rstrip(",;") + " …"
+    return cut + "…"
 
 
 def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:

@@ -17,6 +17,7 @@ same rates) reuses its simulations.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from kvlab.sweep.slo import DEFAULT_SLO, Slo, Verdict, parse_slo
 __all__ = ["DEFAULT_SLO", "Search", "Slo", "parse_slo", "round_rate", "search_capacities", "verdict"]
 
 
+BRACKET_GUESS = 3  # more doublings or halvings an unbracketed search likely takes (for the progress' total)
 # What a failing rate's reason (kvlab.sweep.slo.Slo.judge) says limited the answer.
 LIMITS = {"missed": "latency", "overloaded": "throughput", "backlogged": "throughput", "refused": "refusals"}
 
@@ -77,6 +79,15 @@ class Search:
         else:
             self.hi = rate if self.hi is None else min(self.hi, rate)
 
+    def expected_remaining(self) -> int:
+        """Simulations this search will likely still make: the bisection's exactly once bracketed; before that
+        a guess (BRACKET_GUESS doublings or halvings more, then the bisection of one doubling)."""
+        if self.next_rate() is None:
+            return 0
+        if self.lo is None or self.hi is None:
+            return BRACKET_GUESS + max(1, math.ceil(math.log2(1 / self.rtol)))
+        return max(1, math.ceil(math.log2((self.hi / self.lo - 1) / self.rtol)))
+
     @property
     def capacity(self) -> float:
         return self.lo or 0.0
@@ -93,13 +104,18 @@ class Search:
         the answer loaded the engine)."""
         if self.error is not None or self.lo is None:
             return None
-        if self.hi is None:
-            return "no rate tried failed"
         window = self.window_at(self.lo)
-        if window and not window.get("loaded", True):
-            return (f"the run at {self.lo:g} req/s was too short to load the engine ({window['num_arrived']} requests "
-                    f"in its window, {window['num_seats']} seats)")
-        return None
+        short = (f"the run at {self.lo:g} req/s was too short to load the engine ({window['num_arrived']} requests "
+                 f"in its window, {window['num_seats']} seats)") if window and not window.get("loaded", True) else None
+        if self.hi is None:
+            return "no rate tried failed" + (f", and {short}" if short else "")
+        return short
+
+    @property
+    def too_short(self) -> bool:
+        """The run at the answer did not load the engine: a longer workload (not a higher rate) would tell more."""
+        window = self.window_at(self.lo)
+        return bool(window) and not window.get("loaded", True)
 
     @property
     def limited_by(self) -> str | None:
@@ -151,6 +167,8 @@ def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *,
 
     searches = [Search(start_rate=rate, rtol=rtol, max_rate=max_rate) for rate in start_rates]
     while True:
+        if hasattr(runner, "expected_total"):
+            runner.expected_total = sum(len(s.probes) + s.expected_remaining() for s in searches)
         batch = [(search, config, rate) for search, config in zip(searches, configurations)
                  if (rate := search.next_rate()) is not None]
         if not batch:

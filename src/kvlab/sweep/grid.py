@@ -214,8 +214,9 @@ def canonical_json(point: Point) -> str:
     return json.dumps(point, sort_keys=True, separators=(",", ":"))
 
 
-# What a stored point holds; a store's points of an older format are computed again. 2: with its measured window.
-POINT_FORMAT = 2
+# What a stored point holds; a store's points of an older format are computed again. 2: with its measured window;
+# 3: served ÷ offered read from the latency's growth across the window (kvlab.window).
+POINT_FORMAT = 3
 
 
 def point_key(config_key: str, strategy: str, version: str) -> str:

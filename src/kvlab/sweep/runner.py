@@ -190,6 +190,7 @@ class Runner:
         self.num_computed = 0
         self.num_failed = 0
         self.num_done_before = self.num_total_before = 0  # earlier calls' points (a capacity search's rounds)
+        self.expected_total: int | None = None  # all calls' points, as a caller foresees them (the progress' total)
 
     def run(self, points: list[Resolved] | list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Every point's stored row (computing the missing ones), in the order of ``points`` (resolved, or as
@@ -232,5 +233,6 @@ class Runner:
 
     def _report(self, done: int, running: int, total: int) -> None:
         if self.progress is not None:
+            total = self.num_total_before + total
             self.progress(self.num_done_before + done, min(running, self.pool.num_workers), self.num_failed,
-                          self.num_total_before + total)
+                          max(total, self.expected_total or 0))
