@@ -80,8 +80,10 @@ def _stop(args: list[str], out: Path, sig: int, *, delay_s: float = 0.0, after_s
     for bad in ("Traceback", "Error", "rror:", "Query interrupted", "leaked", "Segmentation"):
         assert bad not in err, err
     said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")]
-    assert len(said) == 1 and re.fullmatch(rf"stopped by {name}: [\d,]+ points? computed now \([\d,]+ in all "
-                                            r"stored in \S+sweep.duckdb\); run the same command again to resume .*",
+    # Before the command's session takes the signals (kvlab starting, the options being checked) nothing is stored
+    # and the line is only "stopped by NAME"; after, it says what is stored.
+    assert len(said) == 1 and re.fullmatch(rf"stopped by {name}(: [\d,]+ points? computed now \([\d,]+ in all "
+                                            r"stored in \S+sweep.duckdb\); run the same command again to resume .*)?",
                                             said[0]), err
     return said[0]
 
@@ -110,7 +112,8 @@ def _num_points(out: Path) -> int:
 
 def _stop_and_resume(args: list[str], out: Path, sig: int, **when) -> None:
     said = _stop(args, out, sig, **when)
-    num_stored = int(re.search(r"\(([\d,]+) in all", said).group(1).replace(",", ""))
+    stored = re.search(r"\(([\d,]+) in all", said)
+    num_stored = 0 if stored is None else int(stored.group(1).replace(",", ""))
     data = _resume(args, out)
     assert data["num_computed"] == NUM_POINTS - num_stored  # (the line told the truth)
     assert all(p["status"] == "ok" for p in data["points"])
@@ -123,6 +126,19 @@ def _stop_and_resume(args: list[str], out: Path, sig: int, **when) -> None:
 _rng = random.Random(21)
 LOCAL_MOMENTS = [{"delay_s": 0.0}, {"after_stored": 1}, *({"delay_s": round(_rng.uniform(0, 2.0), 2)}
                                                           for _ in range(8))]
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.1, 0.3])
+def test_a_signal_while_kvlab_starts_ends_it_with_one_line(tmp_path, delay_s):
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        process = _start(SWEEP, tmp_path / signal.Signals(sig).name)
+        _wait_for_handlers(process)  # (kvlab's first: before them the interpreter itself is starting)
+        time.sleep(delay_s)  # (kvlab importing Typer and the sweep's modules, checking the options)
+        os.killpg(process.pid, sig)
+        _, err = process.communicate(timeout=TIMEOUT_S)
+        assert process.returncode == 128 + sig and "Traceback" not in err, err
+        said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")]
+        assert len(said) == 1 and said[0].startswith(f"stopped by {signal.Signals(sig).name}"), err
 
 
 @pytest.mark.parametrize("i", range(len(LOCAL_MOMENTS)))

@@ -3,10 +3,33 @@
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
-from kvlab.cli.app import app
 
+def _quiet_stop(signum, frame) -> None:
+    """Ctrl-C or SIGTERM while kvlab starts (importing, before a command runs: nothing is done yet), and SIGTERM
+    until a command that keeps work (sweep, capacity) takes the signals itself: exit 128 + signum with one line
+    and no traceback, as the default handling would exit, but saying so (once), and letting exit handlers run
+    (Ray's shutdown stops the processes it started)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # (a second signal while exiting is only ignored)
+        signal.signal(sig, signal.SIG_IGN)
+    print(f"stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+    raise SystemExit(128 + signum)
+
+
+# Only in the kvlab command itself (`kvlab`, `python -m kvlab`), not in a program that imports kvlab.cli; and a
+# signal the parent had kvlab ignore, as a shell does SIGINT for a script's background jobs, stays ignored.
+_COMMAND = bool(sys.argv) and sys.argv[0].replace("\\", "/").endswith(("/kvlab", "kvlab/__main__.py"))
+_IGNORED = {sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) is signal.SIG_IGN}
+for _sig in ({signal.SIGINT, signal.SIGTERM} - _IGNORED) if _COMMAND else ():
+    signal.signal(_sig, _quiet_stop)
+
+from kvlab.cli.app import app  # noqa: E402  (after the handlers: importing Typer and Rich takes a moment)
+
+# Commands that keep their work in a store (kvlab.cli.sweep.Session): until the session takes the signals
+# (kvlab.sweep.stop), nothing is stored, and a signal ends them at once.
+KEEP_WORK = ("sweep", "capacity", "paper")
 # One module per topic; each registers its commands on ``app`` when imported.
 COMMAND_MODULES = ("catalog", "size", "sim", "paper", "lab", "vllm", "vllm_timing", "bench", "cost", "sweep", "capacity")
 
@@ -32,6 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     _register()
     command = typer.main.get_command(app)
     args = sys.argv[1:] if argv is None else list(argv)
+    if _COMMAND and signal.SIGINT not in _IGNORED and next((a for a in args if not a.startswith("-")), None) not in KEEP_WORK:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # started: Ctrl-C is Click's Abort ("interrupted")
     try:
         code = command.main(args=args, prog_name="kvlab", standalone_mode=False)
     except KvlabError as exc:
