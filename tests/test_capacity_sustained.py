@@ -96,6 +96,11 @@ def test_every_answer_states_its_setup(answered, kvlab):
         assert blocks in described and setup["gpu"] in described and "poisson arrivals" in described
     page = (out / "capacity.html").read_text()
     assert blocks in page and "poisson arrivals" in page
+    # One panel of bars, a group per cost profile, though each strategy's request count was scaled on its own
+    assert len({c["setup"]["workload"]["num_requests"] for c in data["capacities"]}) > 1 or model != "llama-3.1-8b"
+    assert page.count('<rect class="bar"') == len(data["capacities"]) and page.count("<svg") == 2
+    assert page.count('class="group"') == len(data["cost_profiles"])
+    assert all(f">{name}</text>" in page for name in data["cost_profiles"])
 
 
 def test_a_workload_too_short_to_load_the_engine_gives_a_lower_bound(kvlab, tmp_path):

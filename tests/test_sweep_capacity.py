@@ -73,6 +73,8 @@ def test_capacity_table_and_plots(searched, kvlab):
     assert "Computed 0 simulations now, " in r.stdout and " were stored already." in " ".join(r.stdout.split())
     for name in ("capacity.png", "capacity_latency.png", "capacity.html"):
         assert (out / name).stat().st_size > 1000
+    page = (out / "capacity.html").read_text()  # one profile: a bar per strategy, named under it
+    assert page.count('<rect class="bar"') == 2 and ">vllm</text>" in page and ">orca-max</text>" in page
 
 
 def test_a_workload_too_short_to_fail_says_the_capacity_is_only_a_lower_bound(kvlab, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -49,8 +50,10 @@ def test_the_page_is_self_contained(sweep_dir):
     assert (sweep_dir / "latency.png").read_bytes()[:8] == PNG_MAGIC
 
 
-@pytest.mark.browser
-def test_the_page_hovers_and_toggles_in_a_browser_without_network(sweep_dir):
+@contextmanager
+def _browser_page(path: Path):
+    """The page at ``path`` in headless Chromium, every request that is not for a local file refused (and
+    counted: none may be made)."""
     if not CHROMIUM.exists():
         pytest.fail("the browser tests need Debian's Chromium: apt-get install -y chromium")
     from playwright.sync_api import sync_playwright
@@ -73,22 +76,47 @@ def test_the_page_hovers_and_toggles_in_a_browser_without_network(sweep_dir):
 
             context.route("**/*", route)
             page = context.new_page()
-            page.goto((sweep_dir / "sweep.html").as_uri())
-            circle = page.locator('circle[data-series="orca-max"]').first
-            circle.hover()
-            tip = page.locator("#tip")
-            assert tip.is_visible() and "orca-max" in tip.inner_text() and "rate 0.5 req/s" in tip.inner_text()
-            line = page.locator('polyline[data-series="vllm"]')
-            assert line.is_visible()
-            page.locator('.legend-item[data-series="vllm"]').click()
-            assert not line.is_visible()
-            assert page.locator('polyline[data-series="orca-max"]').is_visible()
-            page.locator('.legend-item[data-series="vllm"]').click()
-            assert line.is_visible()
+            page.goto(path.as_uri())
+            yield page
             context.close()
     finally:
         shutil.rmtree(user_data_dir, ignore_errors=True)
     assert outside == []
+
+
+@pytest.mark.browser
+def test_the_page_hovers_and_toggles_in_a_browser_without_network(sweep_dir):
+    with _browser_page(sweep_dir / "sweep.html") as page:
+        circle = page.locator('circle[data-series="orca-max"]').first
+        circle.hover()
+        tip = page.locator("#tip")
+        assert tip.is_visible() and "orca-max" in tip.inner_text() and "rate 0.5 req/s" in tip.inner_text()
+        line = page.locator('polyline[data-series="vllm"]')
+        assert line.is_visible()
+        page.locator('.legend-item[data-series="vllm"]').click()
+        assert not line.is_visible()
+        assert page.locator('polyline[data-series="orca-max"]').is_visible()
+        page.locator('.legend-item[data-series="vllm"]').click()
+        assert line.is_visible()
+
+
+@pytest.mark.browser
+def test_the_capacity_page_tells_what_limited_a_bar_and_hides_a_strategy(tmp_path):
+    from kvlab.sweep.html import write_html
+    from kvlab.sweep.plots import capacity_panels
+
+    configurations, searches = _two_by_two()
+    path = write_html(tmp_path / "c.html", [("Capacity", capacity_panels(configurations, searches, skip=SCALED),
+                                             None)], title="t")
+    with _browser_page(path) as page:
+        page.locator('rect.bar[data-series="vllm"]').nth(1).hover()
+        tip = page.locator("#tip").inner_text()
+        assert "vllm under paper-2023: 1.31 req/s (fails at 1.37)" in tip and "limited by throughput" in tip
+        bars = page.locator('rect.bar[data-series="orca-max"]')
+        assert bars.nth(0).is_visible() and bars.nth(1).is_visible()
+        page.locator('.legend-item[data-series="orca-max"]').click()
+        assert not bars.nth(0).is_visible() and not bars.nth(1).is_visible()
+        assert page.locator('rect.bar[data-series="vllm"]').nth(0).is_visible()
 
 
 def test_paper_fig12(kvlab, tmp_path):
@@ -147,8 +175,8 @@ def test_threshold_and_marks_are_drawn():
     assert by_gid["mark:orca-max"].get_color() == "#D55E00"
     assert ax.get_yscale() == "log"
     assert any("beyond the paper's axis" in t.get_text() for t in ax.texts)
-    assert any("SLO 0.1 s" in t.get_text() for t in ax.texts)
-    assert len(fig.legends) == 1  # the panels share their series: one legend
+    assert len(fig.legends) == 1  # the panels share their series: one legend, the marks' values and the SLO in it
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["vllm: 2.4", "orca-max: 1.3", "SLO 0.1 s"]
 
 
 def test_the_page_draws_threshold_marks_and_notes(tmp_path):
@@ -195,3 +223,180 @@ def test_paper_fig18b_short_run(kvlab, tmp_path):
     assert any("no per-block kernel term" in n for n in data["notes"])
     assert any("--block-size 4" in n for n in data["notes"])
     assert (tmp_path / "fig18b.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def _search(lo: float, hi: float | None, reason: str = "missed p99_ttft<2s (2.41 s)"):
+    """A finished capacity search: ``lo`` held (its run loaded the engine), ``hi`` failed for ``reason``."""
+    from kvlab.sweep.capacity import Search
+    from kvlab.sweep.slo import Verdict
+
+    search = Search(start_rate=lo)
+    search.record(lo, 1.0, True, window={"loaded": True, "num_arrived": 500, "num_seats": 256})
+    if hi is not None:
+        search.record(hi, 3.0, False, Verdict(False, {}, None, reason))
+    return search
+
+
+def _two_by_two(model: str = "opt-13b", scale: float = 1.0):
+    """vllm and orca-max under two cost profiles, num_requests scaled per strategy (as kvlab capacity does);
+    orca-max under paper-2023 only a lower bound (no rate tried failed), vllm under it limited by throughput."""
+    configurations = [{"strategy": strategy, "model": model, "cost": cost, "num_requests": n, "rate": None}
+                      for strategy, n in (("vllm", 1000), ("orca-max", 600)) for cost in ("roofline", "paper-2023")]
+    searches = [_search(2.25 * scale, 2.31 * scale), _search(1.31 * scale, 1.37 * scale, "overloaded (served 91%)"),
+                _search(0.344 * scale, 0.359 * scale), _search(0.16 * scale, None)]
+    return configurations, searches
+
+
+SCALED = ("strategy", "rate", "num_requests")  # kvlab capacity's panels when it chose the request counts
+
+
+def _drawn(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def _bars_of(ax):
+    return sorted((p for p in ax.patches if (p.get_gid() or "").startswith("bar:")), key=lambda p: p.get_x())
+
+
+def test_capacity_bars_stand_side_by_side_grouped_by_cost_profile():
+    from kvlab.sweep.plots import build_figure, capacity_panels
+
+    configurations, searches = _two_by_two()
+    (panel,) = capacity_panels(configurations, searches, skip=SCALED)  # one panel: not one per profile × -n
+    assert panel.groups == ["roofline", "paper-2023"] and [s.label for s in panel.series] == ["vllm", "orca-max"]
+    fig = build_figure([panel], title="Capacity under p99_ttft<2s")
+    _drawn(fig)
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    bars = _bars_of(ax)
+    assert [b.get_gid() for b in bars] == ["bar:vllm:0", "bar:orca-max:0", "bar:vllm:1", "bar:orca-max:1"]
+    assert [round(b.get_height(), 3) for b in bars] == [2.25, 0.344, 1.31, 0.16]
+    assert bars[0].get_facecolor() == bars[2].get_facecolor() != bars[1].get_facecolor()  # a colour per strategy
+    gap_within, gap_between = (bars[i + 1].get_x() - bars[i].get_x() - bars[i].get_width() for i in (0, 1))
+    assert gap_between > 3 * gap_within  # two groups, not four evenly spaced bars
+    assert [t.get_text() for t in ax.get_xticklabels(minor=True)] == ["roofline", "paper-2023"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["latency", "latency", "throughput", ""]  # what limited each
+    assert "what limited it" in ax.get_xlabel()
+    values = [t.get_text() for t in ax.texts if (t.get_gid() or "").startswith("value:")]
+    assert values == ["2.25", "0.344", "1.31", "≥ 0.16"]  # the lower bound marked ≥ ...
+    assert [b.get_hatch() for b in bars] == [None, None, None, "///"]  # ... and hatched
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["vllm", "orca-max", "≥, hatched: a lower bound only"]
+    whiskers = [line for line in ax.get_lines() if list(line.get_xdata())[0] == list(line.get_xdata())[1]]
+    assert sorted(tuple(line.get_ydata()) for line in whiskers) == sorted(
+        [(0.344, 0.359), (1.31, 1.37), (2.25, 2.31)])  # the bracket [held, failed) of each certified answer
+    assert ax.get_ylim()[1] > 2.31  # room above the tallest whisker for its value
+
+
+def test_the_same_limit_everywhere_is_said_once():
+    from kvlab.sweep.plots import capacity_panels
+
+    configurations, searches = _two_by_two()
+    searches[1], searches[3] = _search(1.31, 1.37), _search(0.16, 0.17)
+    (panel,) = capacity_panels(configurations, searches, skip=SCALED)
+    assert panel.xlabel == "cost profile (every answer limited by latency)"
+    assert not any(s.captions for s in panel.series)
+
+
+def test_capacity_panels_only_for_what_the_user_varied_on_one_y_scale():
+    from kvlab.sweep.plots import build_figure, capacity_panels
+
+    first, first_searches = _two_by_two("opt-13b")
+    second, second_searches = _two_by_two("llama-2-7b", scale=1.5)
+    panels = capacity_panels(first + second, first_searches + second_searches, skip=SCALED)
+    assert [p.title for p in panels] == ["model=opt-13b", "model=llama-2-7b"]
+    fig = build_figure(panels, title="t")
+    left, right = [a for a in fig.axes if a.get_visible()]
+    assert left.get_ylim() == right.get_ylim()  # one scale to compare them on
+    # Scales far apart (the vLLM paper's ShareGPT and Alpaca panels): each its own, short bars stay readable
+    far, far_searches = _two_by_two("llama-2-7b", scale=20.0)
+    left, right = [a for a in build_figure(capacity_panels(first + far, first_searches + far_searches, skip=SCALED),
+                                           title="t").axes if a.get_visible()]
+    assert right.get_ylim()[1] > 10 * left.get_ylim()[1]
+    # -n given by the user with several values: a panel each
+    assert len(capacity_panels(first, first_searches)) == 2
+
+
+LONG = ("opt-13b on 1× A100-40GB · KV cache: 867 blocks of 16 tokens · scheduler: max_num_seqs 256, "
+        "max_num_batched_tokens 2,048, max_model_len 2,048, chunked prefill on · workload: paper-sharegpt, poisson "
+        "arrivals at the searched rate, 1,000 requests, seed 0 · cost profile: roofline")
+
+
+@pytest.mark.parametrize("num_panels", [1, 2, 3, 5])
+def test_the_title_and_setup_fit_inside_the_figure(num_panels):
+    from kvlab.sweep.plots import build_figure
+
+    title = "Capacity under 90% of requests with p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s"
+    fig = build_figure(_panels(num_panels), title=title, description=LONG)
+    renderer = _drawn(fig)
+    (heading,) = [t for t in fig.texts if t.get_text().startswith("Capacity under")]
+    box, page = heading.get_window_extent(renderer), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    assert " ".join(heading.get_text().split()) == f"{title} {LONG}"  # wrapped, nothing dropped
+    for ax in fig.axes:  # the panels and their legends inside too
+        extent = ax.get_tightbbox(renderer)
+        assert not ax.get_visible() or (page.x0 <= extent.x0 + 1 and extent.x1 <= page.x1 + 1)
+
+
+def test_an_untitled_panel_does_not_repeat_the_figure_title():
+    from dataclasses import replace
+
+    from kvlab.sweep.plots import build_figure
+
+    fig = build_figure([replace(_panels(1)[0], title="")], title="The target's metric", description="setup")
+    _drawn(fig)
+    shown = [t.get_text() for t in fig.texts] + [ax.get_title() for ax in fig.axes]
+    assert sum("The target's metric" in text for text in shown) == 1
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_close_marks_are_named_in_the_legend_without_overprinting():
+    from kvlab.sweep.plots import build_figure, slo_panels
+    from kvlab.sweep.slo import parse_slo
+
+    configurations, searches = _two_by_two()
+    for s, rates in zip(searches, ([1.0, 2.0], [0.5, 1.0], [0.2, 0.3], [0.1, 0.15])):
+        for rate in rates:
+            s.record(rate, 0.5 if rate < s.capacity else 5.0, rate < s.capacity)
+    labels = [f"{c['strategy']} · {c['cost']}" for c in configurations]
+    (panel,) = slo_panels(configurations, searches, labels, parse_slo("p99_ttft<2s"))
+    assert panel.title == "" and panel.marks["orca-max · paper-2023"] == 0.16
+    fig = build_figure([panel], title="The target's metric at the rates the searches tried", description=LONG)
+    renderer = _drawn(fig)
+    (ax,) = fig.axes
+    assert not [t for t in ax.texts if t.get_rotation()]  # no text standing at the lines
+    assert {line.get_gid() for line in ax.get_lines()} >= {f"mark:{label}" for label in labels}
+    legend = ax.get_legend() or fig.legends[0]
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts == ["vllm · roofline: capacity 2.25", "vllm · paper-2023: capacity 1.31",
+                     "orca-max · roofline: capacity 0.344", "orca-max · paper-2023: capacity 0.16", "target 2 s"]
+    boxes = [t.get_window_extent(renderer) for t in legend.get_texts()]
+    assert not any(_overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert not _overlap(legend.get_window_extent(renderer), ax.get_window_extent(renderer))  # outside the data
+    styles = {line.get_label(): line.get_linestyle() for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert styles["vllm · roofline: capacity 2.25"] == "-" and styles["vllm · paper-2023: capacity 1.31"] == "--"
+
+
+def test_the_page_groups_the_bars_as_the_png_does(tmp_path):
+    from kvlab.sweep.html import write_html
+    from kvlab.sweep.plots import capacity_panels
+
+    configurations, searches = _two_by_two()
+    panels = capacity_panels(configurations, searches, skip=SCALED)
+    text = write_html(tmp_path / "c.html", [("Capacity", panels, None)], title="t").read_text()
+    parser = _Tags()
+    parser.feed(text)
+    bars = [a for t, a in parser.tags if t == "rect" and a.get("class") == "bar"]
+    assert [b["data-series"] for b in bars] == ["vllm", "orca-max", "vllm", "orca-max"]
+    assert sorted(float(b["x"]) for b in bars) == [float(b["x"]) for b in bars]  # left to right
+    assert "limited by throughput: overloaded (served 91%) at 1.37 req/s" in bars[2]["data-tip"]
+    assert "a lower bound only: no rate tried failed" in bars[3]["data-tip"]
+    assert sum(a.get("class") == "hatch" for _, a in parser.tags) == 1 and "≥ 0.16" in text
+    assert [a["data-series"] for t, a in parser.tags if a.get("class") == "legend-item"] == ["vllm", "orca-max"]
+    assert ">roofline</text>" in text and ">paper-2023</text>" in text and ">throughput</text>" in text

@@ -280,28 +280,33 @@ def capacity_json(answer: Answer, option_names) -> list[dict]:
 
 
 def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:
+    """capacity.png (bars: the strategies side by side, a group per cost profile), capacity_latency.png (the
+    target's metric at every rate tried, each answer marked) and capacity.html (both, interactive)."""
     from kvlab.sweep.html import write_html
-    from kvlab.sweep.plots import capacity_panels, slo_panels, write_png
+    from kvlab.sweep.plots import CAPACITY_OPTIONS, capacity_panels, slo_panels, write_png
 
     subtitle = " · ".join(setup_lines(answer.common_setup(), short=True))
     labels = [_label(c, answer) for c in answer.configurations]
-    bars = capacity_panels([{**c, "strategy": label} for c, label in zip(answer.configurations, labels)],
-                           answer.searches)
+    skip = (*CAPACITY_OPTIONS, *(("num_requests",) if answer.scaled else ()))  # (scaled: not the user's choice)
+    bars = capacity_panels(answer.configurations, answer.searches, group_by="cost", skip=skip)
     curves = slo_panels(answer.configurations, answer.searches, labels, answer.slo)
     title = f"Capacity under {answer.slo.describe}"
     written = [write_png(bars, out / "capacity.png", title=title, description=subtitle)]
     sections: list[tuple[str, list, float | None]] = [(title, bars, None)]
     if curves:
-        written.append(write_png(curves, out / "capacity_latency.png", description=subtitle,
-                                 title="The target's metric at the rates the searches tried"))
-        sections.append(("The target's metric at the rates the searches tried", curves, None))
+        curves_title = "The target's metric at the rates the searches tried"
+        written.append(write_png(curves, out / "capacity_latency.png", description=subtitle, title=curves_title))
+        sections.append((curves_title, curves, None))
     written.append(write_html(out / "capacity.html", sections, title="kvlab capacity", subtitle=subtitle))
     return written
 
 
 def _label(config: dict, answer: Answer) -> str:
-    """A configuration's name in plots: its strategy, with its cost profile when several are compared."""
-    return config["strategy"] + (f" · {config['cost']}" if len(answer.costs()) > 1 else "")
+    """A configuration's name in plots: its strategy, with its cost profile when several are compared, and its
+    request count when the user gave several."""
+    varied_n = not answer.scaled and len({c.get("num_requests") for c in answer.configurations}) > 1
+    return (config["strategy"] + (f" · {config['cost']}" if len(answer.costs()) > 1 else "")
+            + (f" · n={config['num_requests']}" if varied_n else ""))
 
 
 def rate_text(rate: float) -> str:
