@@ -35,6 +35,7 @@ from kvlab.cli.sweep import (
     run_session,
 )
 from kvlab.report.setup import fitted_to, setup_lines
+from kvlab.sweep.capacity import rate_text
 
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE terms, comma-separated, "
                                                "all of which must hold, e.g. p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s "
@@ -307,16 +308,6 @@ def _label(config: dict, answer: Answer) -> str:
     varied_n = not answer.scaled and len({c.get("num_requests") for c in answer.configurations}) > 1
     return (config["strategy"] + (f" · {config['cost']}" if len(answer.costs()) > 1 else "")
             + (f" · n={config['num_requests']}" if varied_n else ""))
-
-
-def rate_text(rate: float) -> str:
-    """A capacity to 3 significant digits (the search's 5% tolerance does not tell a fourth), rounded down: the
-    rate shown never exceeds the rate that held."""
-    if rate <= 0:
-        return "0"
-    step = 10 ** (math.floor(math.log10(rate)) - 2)
-    value = math.floor(rate / step + 1e-9) * step
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _floor_percent(share: float) -> str:

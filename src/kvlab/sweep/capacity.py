@@ -23,7 +23,7 @@ from typing import Any
 
 from kvlab.sweep.slo import DEFAULT_SLO, Slo, Verdict, parse_slo
 
-__all__ = ["DEFAULT_SLO", "Search", "Slo", "parse_slo", "round_rate", "search_capacities", "verdict"]
+__all__ = ["DEFAULT_SLO", "Search", "Slo", "parse_slo", "rate_text", "round_rate", "search_capacities", "verdict"]
 
 
 BRACKET_GUESS = 3  # more doublings or halvings an unbracketed search likely takes (for the progress' total)
@@ -34,6 +34,16 @@ LIMITS = {"missed": "latency", "overloaded": "throughput", "backlogged": "throug
 def round_rate(rate: float) -> float:
     """Rates to 4 significant digits: a search's points then have short, repeatable names in the store."""
     return float(f"{rate:.4g}")
+
+
+def rate_text(rate: float) -> str:
+    """A capacity to 3 significant digits (the search's 5% tolerance does not tell a fourth), rounded down: the
+    rate shown never exceeds the rate that held."""
+    if rate <= 0:
+        return "0"
+    step = 10 ** (math.floor(math.log10(rate)) - 2)
+    value = math.floor(rate / step + 1e-9) * step
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 @dataclass

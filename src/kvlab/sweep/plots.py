@@ -15,6 +15,7 @@ from statistics import fmean
 from typing import Any
 
 from kvlab.report.plots import LINE_COLOURS
+from kvlab.sweep.capacity import rate_text
 
 CURVE_OPTIONS = ("strategy", "rate", "seed")  # along a panel's curves, not between panels
 CAPACITY_OPTIONS = ("strategy", "rate")  # along a capacity panel's bars, not between panels
@@ -85,7 +86,7 @@ class Panel:
 
     def mark_text(self, label: str) -> str:
         """A mark's legend text: "vllm: capacity 2.25"."""
-        return f"{label}: {self.mark_name + ' ' if self.mark_name else ''}{self.marks[label]:.3g}"
+        return f"{label}: {self.mark_name + ' ' if self.mark_name else ''}{rate_text(self.marks[label])}"
 
     def series_text(self, series: Series) -> str:
         """A series' legend text, with its mark's value when it has one."""
@@ -108,7 +109,7 @@ class Bar:
 
     @property
     def text(self) -> str:
-        return f"{'≥ ' if self.lower_bound else ''}{self.value:.3g}"
+        return f"{'≥ ' if self.lower_bound else ''}{rate_text(self.value)}"
 
     @property
     def top(self) -> float:
@@ -216,7 +217,7 @@ def _limit_word(search) -> str:
 def _capacity_tip(name: str, search) -> str:
     if search.error:
         return f"{name}: failed: {search.error}"
-    lines = [f"{name}: {'≥ ' if search.lower_bound else ''}{search.capacity:.4g} req/s"
+    lines = [f"{name}: {'≥ ' if search.lower_bound else ''}{rate_text(search.capacity)} req/s"
              + ("" if search.hi is None else f" (fails at {search.hi:.4g})")]
     if search.limited_by:
         lines.append(f"limited by {search.limited_by}")
