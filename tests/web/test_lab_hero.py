@@ -157,6 +157,47 @@ def test_the_first_screen_is_the_figure_and_its_headline(lab_at, width, height):
     assert page.evaluate("window.kvlab.players.hero.views[0].owner.some(o => o >= 0)")
 
 
+def test_evictions_in_the_first_figure_are_named_where_they_flash(lab):
+    """The pages cache of the first figure evicts under the default load, and its evicted squares flash black: the
+    figure's legend says what that is (its swatch is the flash over a free square) and points at section 5."""
+    page = lab.page
+    wait_for_headline(page)
+    race = build_race(parse_run_spec(HERO))
+    race.seek(HERO_HOLD)
+    assert race.sims[1].counters_now()["num_preemptions"] > 0  # the default run does evict
+    assert int(page.get_attribute("#hero .panel:nth-child(2)", "data-flashes")) > 0  # and the page flashed them
+    for legend in ("#hero-legend", "#grid-legend"):
+        item = page.locator(f"{legend} .legend-evicted")
+        assert item.inner_text().startswith("flashing black: evicted (memory ran out mid-answer"), legend
+        assert item.locator("a").get_attribute("href") == "#evictions"
+        swatch = page.evaluate("""sel => Array.from(document.querySelector(sel + ' .legend-evicted canvas')
+            .getContext('2d').getImageData(7, 7, 1, 1).data.slice(0, 3))""", legend)
+        flash = page.evaluate("1 - 0.85")  # drawOverlay's black at the flash's start, over free grey
+        free = page.evaluate("window.kvlab.freeRgb")
+        assert swatch == [round(v * flash) for v in free], (legend, swatch)
+
+
+@pytest.mark.parametrize("width, height", VIEWPORTS)
+def test_the_block_tables_numbers_are_written_only_where_legible(lab_at, width, height):
+    """A square's logical block number is written in 10 px type or more, or not at all (a phone's squares are 12
+    px): the caption then points at the outlined squares, and the list beside the grid holds the table."""
+    page = lab_at(width, height).page
+    wait_for_headline(page)
+    page.locator("#table").scroll_into_view_if_needed()
+    page.wait_for_function("document.querySelector('#table [data-field=table-map]').dataset.blocks")
+    got = page.evaluate("""() => { const v = window.kvlab.table.view;
+        return {s: v.layout.s, labels: v.labels.size, drawn: v.labelsDrawn,
+                who: document.querySelector('#table [data-field=table-who]').textContent}; }""")
+    assert got["labels"] > 0, got
+    if got["s"] < 16:
+        assert width == 390 and got["drawn"] == 0, got
+        assert got["who"].endswith("(its squares are outlined on the grid):"), got
+    else:
+        assert width == 1440 and got["drawn"] > 0, got
+        said = "(the numbers on the grid):" if got["drawn"] == got["labels"] else "where a number fits):"
+        assert got["who"].endswith(said), got
+
+
 def test_the_pages_numbers_are_the_engines_for_the_same_frame(lab):
     """Every number on the first figure, the block table and the batching figure is the engine's for the frame the
     page shows: the same simulations, built in this process and run to the same moment."""

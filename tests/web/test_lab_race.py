@@ -79,6 +79,18 @@ def test_race_to_the_finish_agrees_with_kvlab_race_json(lab, kvlab):
     lab.screenshot("race-finish", "#race")
 
 
+def test_lanes_are_named_in_the_words_the_page_defines(lab):
+    """The lesson's four lanes say their batching and memory as section 2's buttons define them (continuous or
+    static batching, reserve the max or pages); no term the page never defines ("iteration-level")."""
+    page = lab.page
+    subtitles = page.evaluate("Array.from(document.querySelectorAll('#race .panel h3 .desc')).map(e => e.textContent)")
+    assert subtitles == ["static batching, reserve the max", "continuous batching, reserve the max",
+                         "static batching, pages", "continuous batching, pages (= vLLM)"]
+    assert page.inner_text("#grid .panel h3 .desc") == "continuous batching, reserve the max"
+    text = page.inner_text("body")
+    assert "iteration-level" not in text and "request-level" not in text
+
+
 def test_html_export_replays_from_disk_with_the_network_off(open_page, tmp_path, kvlab):
     expected = kvlab(*CLI).json()
     from kvlab.config import resolve
@@ -99,6 +111,9 @@ def test_html_export_replays_from_disk_with_the_network_off(open_page, tmp_path,
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
     page.wait_for_function("document.body.dataset.ready === '1'", timeout=30_000)
+    # Its legend names the eviction flash too, with no link to a section 5 the export does not have.
+    assert page.inner_text("#race-legend .legend-evicted").startswith("flashing black: evicted")
+    assert page.locator("#race-legend .legend-evicted a").count() == 0
     page.locator("body").click(position={"x": 5, "y": 5})
     page.select_option('#race-transport [data-act="speed"]', "100")
     page.keyboard.press("Space")

@@ -103,7 +103,9 @@ function chooseLayout(n, width, maxHeight) {
 }
 
 const FLASH_MS = 1400;
+const FLASH_ALPHA = 0.85; // an evicted square's black at the flash's start
 const SLOW_MS = 200; // a panel's text (numbers, notes, share bars, seats) is rewritten at most this often while playing
+const LABEL_PX = 10, LABEL_SQUARE = 16; // the smallest type a number on a square is written in, and square
 const MAX_FLASHES = 8; // evictions fading at once per grid (a cache that thrashes evicts every frame)
 
 class GridView {
@@ -127,6 +129,7 @@ class GridView {
     this.flashes = [];
     this.highlight = -1;
     this.labels = null; // Map(block -> text) written on the squares (the block table's logical numbers)
+    this.labelsDrawn = 0; // how many of them were legible and written
     this.gap = null; // [first display block, count] of the free piece the allocator would hand out, outlined
     this.kbCell = -1;
     this.width = 0;
@@ -297,19 +300,29 @@ class GridView {
       ctx.strokeStyle = "#1d1d1f"; ctx.lineWidth = 2;
       for (const c of cells) { const [x, y] = at(c); ctx.clearRect(x, y, s, s); ctx.strokeRect(x + 1, y + 1, s - 2, s - 2); }
     }
-    if (this.labels && s >= 12) {
-      ctx.font = `bold ${Math.min(12, s - 4)}px system-ui, sans-serif`;
+    // A number is written on a square only where it is legible: squares of LABEL_SQUARE pixels or more, type of 12
+    // down to LABEL_PX pixels, as wide as the square's outline. (A phone's squares are too small: the list beside
+    // the grid says the same.)
+    this.labelsDrawn = 0;
+    if (this.labels && s >= LABEL_SQUARE) {
       ctx.textAlign = "center"; ctx.textBaseline = "middle";
       for (const [b, text] of this.labels) {
+        let px = 12;
+        for (; px >= LABEL_PX; px--) {
+          ctx.font = `bold ${px}px system-ui, sans-serif`;
+          if (ctx.measureText(text).width <= s - 2) break;
+        }
+        if (px < LABEL_PX) continue;
         const [x, y] = at((b / L.k) | 0);
         ctx.fillStyle = "rgba(255,255,255,0.85)"; ctx.fillRect(x + 2, y + 2, s - 5, s - 5);
         ctx.fillStyle = "#1d1d1f"; ctx.fillText(text, x + s / 2, y + s / 2 + 0.5);
+        this.labelsDrawn++;
       }
     }
     this.flashes = this.flashes.filter(f => now - f.t0 < FLASH_MS);
     for (const f of this.flashes) {
       const a = 1 - (now - f.t0) / FLASH_MS;
-      ctx.fillStyle = `rgba(0,0,0,${(0.85 * a).toFixed(3)})`;
+      ctx.fillStyle = `rgba(0,0,0,${(FLASH_ALPHA * a).toFixed(3)})`;
       for (const c of f.cells) { const [x, y] = at(c); ctx.fillRect(x, y, s - 1, s - 1); }
     }
     const cursor = this.kbCell >= 0 && this.kbCell < L.cells;
@@ -404,6 +417,18 @@ function buildLegend(host, simple = false) {
       "legend-overhead");
   }
   add([swatch(FREE, 0)], "plain grey: free", "legend-free");
+  // Evicted pages flash black and fade (drawOverlay): said where they appear, not only in section 5.
+  const more = document.getElementById("evictions") ? [", ", el("a", { href: "#evictions", text: "section 5" })] : [];
+  host.appendChild(el("span", { class: "item legend-evicted" }, flashSwatch(), el("span", {},
+    "flashing black: evicted (memory ran out mid-answer; its tokens are computed again later", ...more, ")")));
+}
+
+// The eviction flash as drawOverlay draws it at its start, over a free square.
+function flashSwatch(size = 15) {
+  const c = swatch(FREE, 0, size), ctx = c.getContext("2d");
+  ctx.fillStyle = `rgba(0,0,0,${FLASH_ALPHA})`;
+  ctx.fillRect(0, 0, size, size);
+  return c;
 }
 
 // The five shares as one bar, drawn with the legend's own pixels (tokens in the palette's colours in turn).
@@ -662,6 +687,15 @@ const COUNTERS = [
   ["num_rejected", "rejected", v => nf0.format(v)],
 ];
 const FRIENDLY = { max: "reserve the max", paged: "pages (vLLM)", pow2: "power of two", oracle: "oracle" };
+
+// A lane's subtitle: the lesson's four (named batching+memory) in the words section 2 defines beside its buttons
+// (continuous or static batching, reserve the max or pages); the others (the paper's systems, under "more") in
+// their own description.
+function describe(info) {
+  const memory = { max: "reserve the max", paged: "pages" }[info.allocator];
+  if (!memory || info.name !== `${info.batching}+${info.allocator}`) return info.description || "";
+  return `${info.batching} batching, ${memory}` + (info.name === "continuous+paged" ? " (= vLLM)" : "");
+}
 const LANE_COLOURS = [PALETTE[3], PALETTE[4], PALETTE[2], PALETTE[0]].map(hex);
 const LANE_DASHES = [[], [7, 4], [2, 3], [10, 3, 2, 3]];
 
@@ -746,7 +780,7 @@ class Player {
     const badge = el("span", { class: "badge", "data-field": "finish-time" });
     const title = look.names ? (FRIENDLY[info.allocator] || info.name) : info.name;
     panel.append(el("h3", {}, el("span", { class: "name", text: title }),
-      el("span", { class: "desc", text: look.names ? info.name : (info.description || "") }), badge));
+      el("span", { class: "desc", text: look.names ? info.name : describe(info) }), badge));
     const fields = {}, whats = {};
     const big = el("div", { class: "bignums", role: "status", "aria-live": "polite", "aria-atomic": "false" });
     for (const key of look.big) {
@@ -1691,7 +1725,8 @@ class TableFigure {
     } else {
       setText(this.who, `Conversation ${this.id}` + (req ? ` (a ${nf0.format(req[2])}-token prompt)` : "") +
         `: ${plural(pages.num_tokens, "token")} in ${plural(n, "page")}. Its logical blocks, in token order, and the ` +
-        "physical block each one is (the numbers on the grid):");
+        "physical block each one is" + (v.labelsDrawn === v.labels.size ? " (the numbers on the grid):"
+          : v.labelsDrawn ? " (numbered on the grid where a number fits):" : " (its squares are outlined on the grid):"));
     }
     this.drawLogical(pages, bs);
     this.map.innerHTML = "";
