@@ -48,3 +48,13 @@ def test_a_ray_cluster_stores_what_local_workers_store(cluster, tmp_path):
 def test_ray_without_an_address_starts_and_stops_its_own(tmp_path):
     data = _sweep("--ray", "--workers", "2", "--out", str(tmp_path / "own"))
     assert data["num_computed"] == 8 and all(p["status"] == "ok" for p in data["points"])
+
+
+def test_figure_18b_on_a_ray_cluster_gives_the_local_rows(cluster, tmp_path):
+    def fig18b(*args: str) -> list[dict]:
+        r = subprocess.run([sys.executable, "-m", "kvlab", "paper", "fig18b", "--block-sizes", "8,16", "--duration",
+                            "30", "--json", *args], capture_output=True, text=True, check=False, timeout=300)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["rows"]
+
+    assert fig18b("--ray-address", cluster) == fig18b("--workers", "1")

@@ -11,6 +11,7 @@ import typer
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt
 from kvlab.cli.size import plural
+from kvlab.cli.sweep import RayAddressOpt, RayOpt, WorkersOpt
 
 paper_app = typer.Typer(help="The vLLM paper's experiments, rebuilt and compared with its figures.",
                         no_args_is_help=True)
@@ -116,11 +117,9 @@ def fig12(
         "mean_normalized_latency<0.1s",
     cost: Annotated[str, typer.Option("--cost", help="Cost profile (kvlab cost) or file: the clock \\[default: "
                                       "paper-2023, the paper-era clock].")] = "paper-2023",
-    workers: Annotated[int | None, typer.Option("--workers", help="Worker processes \\[default: the number of "
-                                                   "cores].")] = None,
-    ray: Annotated[bool, typer.Option("--ray", help="Run on a local Ray instance.")] = False,
-    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Run on a Ray cluster: HOST:PORT "
-                                                       "or auto.")] = None,
+    workers: WorkersOpt = None,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
     as_json: JsonOpt = False,
     out: Annotated[Path | None, typer.Option("--out", help="Keep the store (sweep.duckdb, resumable) and write "
                                              "fig12.png, fig12_capacity.png, fig12.html, fig12.json here.")] = None,
@@ -250,8 +249,9 @@ def fig18b(
         "1,2,4,8,16,32,64,128,256",
     duration: Annotated[float, typer.Option("--duration", help="Seconds of Poisson arrivals per simulation.")] = 600.0,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the workloads.")] = 0,
-    workers: Annotated[int | None, typer.Option("--workers", help="Worker processes \\[default: the number of "
-                                                   "cores].")] = None,
+    workers: WorkersOpt = None,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
     as_json: JsonOpt = False,
     out: Annotated[Path | None, typer.Option("--out", help="Keep the store (sweep.duckdb, resumable) and write "
                                              "fig18b.png and fig18b.json here.")] = None,
@@ -271,7 +271,8 @@ def fig18b(
     if not sizes or min(sizes) < 1:
         raise KvlabError(f"--block-sizes {block_sizes!r}: valid: whole numbers of at least 1")
     setup = Fig18bSetup(block_sizes=sizes, duration=duration, seed=seed)
-    session = Session(out, workers, False, None, as_json)
+    session = Session(out, workers, ray, ray_address, as_json)
+    session.check_ray()
     rows = run_session(session, lambda: run_fig18b(setup, session.runner))
     notes = [FIG18B_COST_NOTE] + [n for b in sizes if (n := cuda_block_size_note(b))]
     data = {"setup": {"model": setup.model, "gpu": setup.gpu, "available_kv_gib": setup.available_kv_gib,
