@@ -1,6 +1,7 @@
-"""kvlab capacity --replicas auto: the fewest replicas that sustain an offered rate, per router, resting on runs it
-prints: the answer held, one replica fewer failed; the setup, the cost profile and a plot of p99 TTFT against the
-replica count."""
+"""kvlab capacity --replicas auto: the fewest replicas that sustain an offered rate, per router and per cost
+profile, resting on runs it prints: the answer held, one replica fewer failed (and what limited it); the setup,
+each profile's provenance and their spread; what memory alone asks of one replica; and a plot of p99 TTFT
+against the replica count, with whole counts on its axis."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ def test_the_fewest_replicas_hold_and_one_fewer_does_not(kvlab, tmp_path):
     r = kvlab(*ARGS, "--out", tmp_path, "--json")
     assert r.exit_code == 0, r.stderr
     data = r.json()
-    assert {e["router"] for e in data["fewest_replicas"]} == {"round-robin", "least-requests"}
+    # Without --cost, every built-in profile that applies to the A100-40GB prices a search of its own.
+    assert set(data["cost_profiles"]) == {"roofline", "paper-2023"}
+    assert data["cost_profiles"]["paper-2023"].startswith("paper-2023 (fitted on A100-40GB for opt-13b)")
+    assert {(e["router"], e["cost"]) for e in data["fewest_replicas"]} == {
+        (router, cost) for router in ("round-robin", "least-requests") for cost in ("roofline", "paper-2023")}
     for entry in data["fewest_replicas"]:
         n = entry["replicas"]
         runs = {run["replicas"]: run for run in entry["runs"]}
@@ -19,14 +24,88 @@ def test_the_fewest_replicas_hold_and_one_fewer_does_not(kvlab, tmp_path):
         assert n == 1 or not runs[n - 1]["held"]
         assert entry["gpus"] == n * data["setup"]["tensor_parallel_size"] * data["setup"]["pipeline_parallel_size"]
         assert runs[n]["ttft_p99_s"] < 2
+        assert n == 1 or entry["fewer_limited_by"].split(":")[0] in ("latency", "throughput")
+        assert entry["fewer_limited_by"].endswith(f"with {n - 1} replica{'' if n == 2 else 's'}")
+        assert entry["memory"] == {"model": "opt-13b", "gpu": "A100-40GB", "gpus_per_replica": 1,
+                                   "max_model_len": 2048, "fewest_gpus_per_replica": 1, "tensor_parallel_size": 1,
+                                   "starts": True}
+    for spread in data["spread"]:
+        answers = {e["cost"]: e["replicas"] for e in data["fewest_replicas"] if e["router"] == spread["router"]}
+        assert spread["replicas"] == answers
+        assert (spread["fewest"], spread["most"]) == (min(answers.values()), max(answers.values()))
+    assert {s["router"] for s in data["spread"]} == {"round-robin", "least-requests"}
     assert data["setup"]["model"] == "opt-13b" and data["setup"]["workload"]["rate"] == 8
-    assert data["cost_profile"].startswith("roofline")
+    assert "cost" not in data["setup"]  # (it varies: each entry has its own)
     assert (tmp_path / "replicas.png").stat().st_size > 1000
-    r = kvlab(*ARGS, "--out", tmp_path)
+
+
+def test_the_text_names_each_profile_the_spread_and_the_failures(kvlab, tmp_path):
+    r = kvlab(*ARGS, "--router", "round-robin", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
     text = " ".join(r.stdout.split())
     assert "The fewest replicas that sustain 8 req/s with p99_ttft<2s" in text and "poisson arrivals at 8 req/s" in text
+    data = kvlab(*ARGS, "--router", "round-robin", "--out", tmp_path, "--json").json()
+    by_cost = {e["cost"]: e for e in data["fewest_replicas"]}
+    assert (f"The clock's spread for vllm behind round-robin: replicas under roofline {by_cost['roofline']['replicas']}, "
+            f"under paper-2023 {by_cost['paper-2023']['replicas']}.") in text
+    for cost, entry in by_cost.items():
+        n = entry["replicas"]
+        kind, _, reason = entry["fewer_limited_by"].partition(": ")
+        assert f"vllm behind round-robin under {cost}: {n} replicas ({n} GPUs); one fewer was limited by {kind}: " \
+               f"{reason}." in text
+        for run in entry["runs"]:
+            if not run["held"]:
+                count = "1 replica" if run["replicas"] == 1 else f"{run['replicas']} replicas"
+                assert f"vllm behind round-robin under {cost}, {count}: {run['reason']}" in text
+        missed = [run["reason"] for run in entry["runs"] if run["reason"].startswith("missed")]
+        assert all(reason.startswith("missed p99_ttft<2s (") and reason.endswith(" s)") for reason in missed)
+    assert "1 replicas" not in text and "1 replica:" in text
+    assert "cost profile roofline (stated, not fitted; any GPU)" in text
+    assert "cost profile paper-2023 (fitted on A100-40GB for opt-13b)" in text
+    assert "Memory: each replica's 1 × A100-40GB holds opt-13b's weights and one 2,048-token request" in text
+
+
+def test_a_replica_memory_cannot_start_is_said(kvlab, tmp_path):
+    # Llama-3.1-8B's weights fit one L4, one 131,072-token request does not (tests/test_cli_size.py): vLLM would
+    # not start such a replica, and `kvlab fit` says the fewest GPUs that would.
+    r = kvlab("capacity", "--replicas", "auto", "--rate", "4", "--model", "llama-3.1-8b", "--gpu", "l4", "--router",
+              "round-robin", "--cost", "roofline", "--slo", "p99_ttft<2s", "--out", tmp_path, "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    fit = kvlab("fit", "llama-3.1-8b", "--gpu", "l4", "--json").json()["fewest_gpus"]
+    memory = data["fewest_replicas"][0]["memory"]
+    assert memory["starts"] is False and memory["gpus_per_replica"] == 1
+    assert memory["fewest_gpus_per_replica"] == fit["num_gpus"] and memory["tensor_parallel_size"] == fit[
+        "tensor_parallel_size"]
+    assert list(data["cost_profiles"]) == ["roofline"] and data["setup"]["cost"] == "roofline"
+    text = " ".join(kvlab("capacity", "--replicas", "auto", "--rate", "4", "--model", "llama-3.1-8b", "--gpu", "l4",
+                          "--router", "round-robin", "--cost", "roofline", "--slo", "p99_ttft<2s", "--out",
+                          tmp_path).stdout.split())
+    assert (f"Memory: one replica needs at least {fit['num_gpus']} × L4 (TP {fit['tensor_parallel_size']}) to hold "
+            "llama-3.1-8b's weights and one 131,072-token request") in text and "vLLM would refuse" in text
+
+
+def test_the_plot_counts_replicas_in_whole_numbers():
+    from kvlab.cli.capacity_fleet import replicas_figure
+    from kvlab.sweep.slo import parse_slo
+
+    # Two counts tried (0 to 2 on the axis): matplotlib's own ticks would be 0, 0.25, 0.5, ...
+    entries = [{"strategy": "vllm", "router": "round-robin", "cost": "roofline", "replicas": 2,
+                "runs": [{"replicas": 1, "ttft_p99_s": 5.0}, {"replicas": 2, "ttft_p99_s": 0.5}]}]
+    fig = replicas_figure(entries, parse_slo("p99_ttft<2s"), "title")
+    ticks = fig.axes[0].xaxis.get_majorticklocs()
+    assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks)
 
 
 def test_replicas_auto_needs_one_offered_rate(kvlab, tmp_path):
     r = kvlab("capacity", "--replicas", "auto", "--rate", "4,8", "--out", tmp_path / "c")
     assert r.exit_code == 2 and "give --rate R" in r.stderr
+
+
+def test_the_profiles_searched_are_plain_capacitys():
+    from kvlab.catalog import list_gpus
+    from kvlab.cli.capacity import applicable_profiles
+    from kvlab.cli.capacity_fleet import profiles_for
+
+    for gpu in list_gpus():
+        assert profiles_for(gpu.id) == applicable_profiles(gpu.id)

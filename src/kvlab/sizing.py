@@ -16,7 +16,8 @@ Forward: a GPU budget -> blocks, token slots and maximum concurrency, as vLLM 0.
 get_max_concurrency_for_kv_cache_config, get_kv_cache_capacity.)
 
 Reverse: the longest context for N requests, the most requests at context L, the fewest GPUs that hold the
-weights and one full-length request, and whether a workload of N requests of L tokens fits.
+weights and one full-length request, whether a workload of N requests of L tokens fits, and how many
+replicas (and GPUs: replicas x TP x PP) hold it at once when one does not.
 
 Every size here is per GPU unless its name says otherwise. No I/O.
 """
@@ -644,16 +645,38 @@ def check_context_len(model: ModelSpec, result: SizingResult, context_len: int) 
                          f"{model.max_position_embeddings:,})")
 
 
+def on_gpu(config: SizingConfig, gpu: GpuSpec, tensor_parallel_size: int) -> SizingConfig:
+    """``config`` on ``tensor_parallel_size`` of ``gpu``, its KV budget estimated (as vLLM would size it there)."""
+    return replace(config, tensor_parallel_size=tensor_parallel_size, gpu_memory_bytes=gpu.memory_bytes,
+                   gpu_name=gpu.id, available_kv_bytes=None)
+
+
+def _starts(model: ModelSpec, config: SizingConfig) -> SizingResult | None:
+    """The sizing, when vLLM would start with ``config``: the weights fit and one max_model_len request does."""
+    try:
+        result = size_kv_cache(model, config)
+    except KvlabError:
+        return None
+    return result if result.fits_max_model_len else None
+
+
+def settings_of(result: SizingResult) -> SizingConfig:
+    """The settings ``result`` was sized with (its defaults resolved): to ask the reverse questions of a run's
+    engine (kvlab.config's ``sizing``)."""
+    return SizingConfig(
+        gpu_memory_bytes=result.gpu_memory_bytes, gpu_memory_utilization=result.gpu_memory_utilization,
+        block_size=result.block_size, dtype=result.dtype, kv_cache_dtype=result.kv_cache_dtype,
+        tensor_parallel_size=result.tensor_parallel_size, pipeline_parallel_size=result.pipeline_parallel_size,
+        max_model_len=result.max_model_len, max_num_batched_tokens=result.max_num_batched_tokens,
+        max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name,
+        available_kv_bytes=result.available_kv_bytes if result.available_kv_source == "given" else None)
+
+
 def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[int, SizingResult]:
     """Smallest tensor-parallel size on ``gpu`` that holds the weights and one max_model_len request."""
     for tp in valid_tensor_parallel_sizes(model):
-        trial = replace(config, tensor_parallel_size=tp, gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.id,
-                         available_kv_bytes=None)
-        try:
-            result = size_kv_cache(model, trial)
-        except KvlabError:
-            continue
-        if result.fits_max_model_len:
+        result = _starts(model, on_gpu(config, gpu, tp))
+        if result is not None:
             return tp, result
     largest = valid_tensor_parallel_sizes(model)[-1]
     raise KvlabError(f"{model.id} does not fit on up to {largest} x {gpu.id} with tensor parallelism (the most its "
@@ -713,3 +736,57 @@ def workload_fit(model: ModelSpec, config: SizingConfig, num_requests: int, cont
         bytes_per_block=result.bytes_per_block, max_num_requests=result.num_usable_blocks // per_request,
         max_context_len=_longest(groups, result.num_usable_blocks, num_requests, result.max_model_len, in_flight),
     )
+
+
+@dataclass(frozen=True)
+class WorkloadReplicas:
+    """Replicas of one engine (each ``tensor_parallel_size`` × ``pipeline_parallel_size`` GPUs) whose KV caches hold
+    ``num_requests`` requests of ``context_len`` tokens at once, each replica at most ``max_num_requests`` of them:
+    what memory alone needs, whatever the rate."""
+
+    num_requests: int
+    context_len: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_num_requests: int  # per replica, at context_len (WorkloadFit.max_num_requests)
+    num_replicas: int  # ceil(num_requests / max_num_requests)
+
+    @property
+    def num_gpus_per_replica(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_replicas * self.num_gpus_per_replica
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "num_gpus_per_replica": self.num_gpus_per_replica, "num_gpus": self.num_gpus}
+
+
+def workload_replicas(model: ModelSpec, config: SizingConfig, num_requests: int, context_len: int,
+                      gpu: GpuSpec | None = None) -> list[WorkloadReplicas]:
+    """For ``num_requests`` requests of ``context_len`` tokens at once: the replicas each tensor-parallel size
+    needs (workload_fit's max_num_requests per replica). Without ``gpu``, only ``config``'s (a given KV budget);
+    with it, every size vLLM allows that starts on ``gpu`` (as fewest_gpus tries them), smallest first, up to the
+    first whose one replica has as many GPUs as the fewest found so far (no larger size can need fewer)."""
+    if gpu is None:
+        trials = [config]
+    else:
+        trials = [on_gpu(config, gpu, tp) for tp in valid_tensor_parallel_sizes(model)]
+    options: list[WorkloadReplicas] = []
+    for trial in trials:
+        if options and trial.world_size >= min(o.num_gpus for o in options):
+            break
+        if gpu is not None and _starts(model, trial) is None:
+            continue
+        most = workload_fit(model, trial, num_requests, context_len).max_num_requests
+        if most:
+            options.append(WorkloadReplicas(num_requests, context_len, trial.tensor_parallel_size,
+                                            trial.pipeline_parallel_size, most, cdiv(num_requests, most)))
+    return options
+
+
+def fewest_gpus_for_workload(options: list[WorkloadReplicas]) -> WorkloadReplicas | None:
+    """The option with the fewest GPUs (among equals, the smallest tensor-parallel size); None if none holds one
+    request of the length."""
+    return min(options, key=lambda o: (o.num_gpus, o.tensor_parallel_size), default=None)

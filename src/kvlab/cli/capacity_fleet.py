@@ -1,6 +1,11 @@
 """``kvlab capacity --replicas auto``: the fewest replicas (and GPUs: replicas × TP × PP) that sustain an offered
 rate under a latency target, per router (kvlab.fleet.fewest_replicas), each count judged as a capacity search
-judges a rate: its measured window sustained (kvlab.window) and the SLO met by the window's requests."""
+judges a rate: its measured window sustained (kvlab.window) and the SLO met by the window's requests.
+
+Without --cost, every built-in cost profile that applies to the GPU prices a search of its own (as plain
+``kvlab capacity`` does), and the answer shows their spread. Beside the answer, what memory alone asks of one
+replica: the fewest GPUs that hold the model's weights and one max_model_len request (kvlab.sizing.fewest_gpus,
+as ``kvlab fit`` answers it)."""
 
 from __future__ import annotations
 
@@ -15,15 +20,24 @@ DEFAULT_ROUTERS = ("round-robin", "least-requests")
 TRAFFIC_SECONDS = 120  # the default workload: this long of the offered traffic, at least
 
 
-def fewest_replicas_command(lists: dict[str, list], explicit: list[dict], slo, out: Path, as_json: bool) -> None:
-    import sys
+def replicas_text(n: int) -> str:
+    """'1 replica', '4 replicas'."""
+    return f"{n} replica{'' if n == 1 else 's'}"
 
-    from kvlab import service, window
-    from kvlab.config import resolve
-    from kvlab.config.options import DEFAULT_NUM_REQUESTS
+
+def profiles_for(gpu_id: str) -> list[str]:
+    """The built-in cost profiles fitted on this GPU, and those fitted on none: kvlab.cli.capacity's
+    applicable_profiles, which this module cannot import (kvlab.cli.capacity imports it: a circle);
+    tests/test_capacity_replicas.py holds the two equal on every GPU."""
+    from kvlab.catalog.models import name_key
+    from kvlab.cost.profiles import builtin_profiles
+
+    return [p.name for p in builtin_profiles().values() if not p.gpu or name_key(p.gpu) == name_key(gpu_id)]
+
+
+def fewest_replicas_command(lists: dict[str, list], explicit: list[dict], slo, out: Path, as_json: bool) -> None:
     from kvlab.errors import KvlabError
-    from kvlab.fleet import MAX_REPLICAS, fewest_replicas
-    from kvlab.report.setup import fitted_to, setup_lines
+    from kvlab.report.setup import fitted_to
     from kvlab.sweep.grid import expand
 
     rates = lists.get("rate", [])
@@ -34,52 +48,71 @@ def fewest_replicas_command(lists: dict[str, list], explicit: list[dict], slo, o
     if any("router" in p or "replicas" in p for p in explicit):
         raise KvlabError("--replicas auto: give the routers on the command line (--router a,b), not in --grid")
     given_length = "num_requests" in lists or "duration" in lists
-    searches = []
-    for point in expand(lists, explicit):
-        options = {k: v for k, v in point.items() if k not in ("strategy", "replicas", "router")}
-        if not given_length:
-            options["num_requests"] = max(DEFAULT_NUM_REQUESTS, math.ceil(point["rate"] * TRAFFIC_SECONDS))
-        for router in routers:
-            config = resolve({**options, "router": router, "replicas": 2})  # (a router needs a fleet; N is searched)
-            strategy = service.strategies([point["strategy"]], config)[0]
-            workload = service.load(config)
-            held = window.mean_tokens_held(strategy.allocator, workload.requests, config.scheduler.max_model_len)
-            seats = window.num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held)
-            windows: dict[int, dict[str, Any]] = {}
-            reasons: dict[int, str] = {}
+    points = expand(lists, explicit)
+    if not ("cost" in lists or any("cost" in p for p in explicit)):  # the clock's uncertainty, as kvlab capacity's
+        from kvlab.catalog import get_gpu
 
-            def holds(result, seats=seats, windows=windows, reasons=reasons) -> bool:
-                records = result.as_result().records
-                measured = window.measure(records, seats * result.num_replicas)
-                windows[result.num_replicas] = measured.to_dict()
-                verdict = slo.judge(measured.to_dict(), window.latencies(records, measured))
-                reasons[result.num_replicas] = verdict.reason
-                return verdict.held
-
-            def progress(n, result, held, router=router, strategy=strategy) -> None:
-                print(f"{strategy.name} behind {router}: {n} replicas {'held' if held else 'failed'}",
-                      file=sys.stderr, flush=True)
-
-            search = fewest_replicas(strategy, config.engine, config.router.spec(config.workload.seed), workload,
-                                     holds, max_replicas=MAX_REPLICAS, on_run=progress)
-            searches.append({"strategy": strategy.name, "router": router, "config": config, "search": search,
-                             "windows": windows, "reasons": reasons, "seats": seats})
-    entries = [_entry(s, slo) for s in searches]
+        points = [{**p, "cost": name} for p in points for name in profiles_for(get_gpu(p["gpu"]).id)]
+    searches = [_search(point, router, slo, given_length, several_costs=len({p["cost"] for p in points}) > 1)
+                for point in points for router in routers]
+    entries = [_entry(s) for s in searches]
+    costs = list(dict.fromkeys(e["cost"] for e in entries))
     setup = searches[0]["config"].describe()
-    setup.pop("replicas", None)
-    setup.pop("router", None)
+    for key in ("replicas", "router", *(("cost", "cost_source") if len(costs) > 1 else ())):
+        setup.pop(key, None)
     parallel = searches[0]["config"].parallel
     setup["num_gpus"] = parallel.tensor_parallel_size * parallel.pipeline_parallel_size  # (each replica's)
-    written = _plot(entries, slo, out, " · ".join(setup_lines(setup, short=True)))
+    written = _plot(entries, slo, out, setup)
+    spreads = _spreads(searches, entries)
     if as_json:
         typer.echo(json.dumps({"slo": slo.text, "goodput": slo.goodput, "rate": float(rates[0]), "setup": setup,
-                               "fewest_replicas": entries, "cost_profile": fitted_to(setup["cost"]),
+                               "fewest_replicas": entries, "spread": spreads,
+                               "cost_profiles": {name: fitted_to(name) for name in costs},
                                "plots": [str(p) for p in written]}, indent=2, default=str))
         return
-    _print(entries, slo, float(rates[0]), setup, written)
+    _print(entries, spreads, costs, slo, float(rates[0]), setup, written)
 
 
-def _entry(s: dict[str, Any], slo) -> dict[str, Any]:
+def _search(point: dict[str, Any], router: str, slo, given_length: bool, *, several_costs: bool) -> dict[str, Any]:
+    """One search over the replica count: ``point``'s engine behind ``router``, with the runs' windows and
+    verdicts by count."""
+    import sys
+
+    from kvlab import service, window
+    from kvlab.config import resolve
+    from kvlab.config.options import DEFAULT_NUM_REQUESTS
+    from kvlab.fleet import MAX_REPLICAS, fewest_replicas
+
+    options = {k: v for k, v in point.items() if k not in ("strategy", "replicas", "router")}
+    if not given_length:
+        options["num_requests"] = max(DEFAULT_NUM_REQUESTS, math.ceil(point["rate"] * TRAFFIC_SECONDS))
+    config = resolve({**options, "router": router, "replicas": 2})  # (a router needs a fleet; N is searched)
+    strategy = service.strategies([point["strategy"]], config)[0]
+    workload = service.load(config)
+    held = window.mean_tokens_held(strategy.allocator, workload.requests, config.scheduler.max_model_len)
+    seats = window.num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held)
+    windows: dict[int, dict[str, Any]] = {}
+    reasons: dict[int, str] = {}
+    name = f"{strategy.name} behind {router}" + (f" under {point['cost']}" if several_costs else "")
+
+    def holds(result) -> bool:
+        records = result.as_result().records
+        measured = window.measure(records, seats * result.num_replicas)
+        windows[result.num_replicas] = measured.to_dict()
+        verdict = slo.judge(measured.to_dict(), window.latencies(records, measured))
+        reasons[result.num_replicas] = verdict.reason
+        return verdict.held
+
+    def progress(n, result, held) -> None:
+        print(f"{name}: {replicas_text(n)} {'held' if held else 'failed'}", file=sys.stderr, flush=True)
+
+    search = fewest_replicas(strategy, config.engine, config.router.spec(config.workload.seed), workload, holds,
+                             max_replicas=MAX_REPLICAS, on_run=progress)
+    return {"strategy": strategy.name, "router": router, "cost": point["cost"], "point": point, "config": config,
+            "search": search, "windows": windows, "reasons": reasons, "seats": seats}
+
+
+def _entry(s: dict[str, Any]) -> dict[str, Any]:
     search, config = s["search"], s["config"]
     gpus_each = config.parallel.tensor_parallel_size * config.parallel.pipeline_parallel_size
     runs = []
@@ -90,53 +123,184 @@ def _entry(s: dict[str, Any], slo) -> dict[str, Any]:
                      "reason": s["reasons"].get(n, "")})
     answer = search.num_replicas
     at = s["windows"].get(answer, {}) if answer else {}
-    return {"strategy": s["strategy"], "router": s["router"], "replicas": answer,
+    return {"strategy": s["strategy"], "router": s["router"], "cost": s["cost"], "replicas": answer,
             "gpus": None if answer is None else answer * gpus_each,
-            "may_be_too_few": bool(at) and not at.get("loaded", True), "runs": runs}
+            "may_be_too_few": bool(at) and not at.get("loaded", True),
+            "fewer_limited_by": _fewer_limited_by(search, s["reasons"]), "memory": memory_per_replica(config),
+            "runs": runs}
 
 
-def _print(entries, slo, rate: float, setup: dict, written) -> None:
+def _fewer_limited_by(search, reasons: dict[int, str]) -> str | None:
+    """What failed one replica fewer than the answer (or at the most tried, when none held): "latency: missed
+    p99_ttft<2s (2.97 s) with 3 replicas", "throughput: overloaded (...) with 2 replicas" (the words of
+    kvlab.sweep.capacity's limited_by). None when the answer is the first count tried."""
+    from kvlab.sweep.capacity import LIMITS
+
+    n = search.max_replicas if search.num_replicas is None else search.num_replicas - 1
+    if n not in reasons:
+        return None
+    kind = next((k for word, k in LIMITS.items() if word in reasons[n]), "run")
+    return f"{kind}: {reasons[n]} with {replicas_text(n)}"
+
+
+def memory_per_replica(config) -> dict[str, Any]:
+    """What memory alone asks of one replica: the fewest GPUs (on the run's GPU, at its pipeline parallelism) that
+    hold the model's weights and one max_model_len request (kvlab.sizing.fewest_gpus, as `kvlab fit` answers
+    it), against the run's TP × PP; ``starts`` False: vLLM would refuse to start such a replica."""
+    from dataclasses import replace
+
+    from kvlab.catalog import get_gpu, get_model
+    from kvlab.errors import KvlabError
+    from kvlab.sizing import fewest_gpus, settings_of
+
+    sizing = config.sizing
+    gpu = replace(get_gpu(config.device.gpu), memory_bytes=config.device.gpu_memory_bytes)  # (--gpu-memory-gib)
+    has = config.parallel.tensor_parallel_size * config.parallel.pipeline_parallel_size
+    memory: dict[str, Any] = {"model": sizing.model_id, "gpu": gpu.id, "gpus_per_replica": has,
+                              "max_model_len": sizing.max_model_len}
+    try:
+        tp, _ = fewest_gpus(get_model(config.model.model), gpu, settings_of(sizing))
+    except KvlabError as exc:
+        return {**memory, "fewest_gpus_per_replica": None, "tensor_parallel_size": None, "starts": False,
+                "note": str(exc)}
+    fewest = tp * config.parallel.pipeline_parallel_size
+    return {**memory, "fewest_gpus_per_replica": fewest, "tensor_parallel_size": tp, "starts": has >= fewest}
+
+
+def _spreads(searches: list[dict[str, Any]], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each configuration but its cost profile searched under several: the answer under each profile."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s, e in zip(searches, entries):
+        key = {k: v for k, v in s["point"].items() if k != "cost"}
+        groups.setdefault(json.dumps({**key, "router": s["router"]}, sort_keys=True, default=str), []).append(e)
+    spreads = []
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        found = [e["replicas"] for e in group if e["replicas"] is not None]
+        spreads.append({"strategy": group[0]["strategy"], "router": group[0]["router"],
+                        "replicas": {e["cost"]: e["replicas"] for e in group},
+                        "gpus": {e["cost"]: e["gpus"] for e in group},
+                        "fewest": min(found, default=None), "most": max(found, default=None),
+                        "all_found": len(found) == len(group)})
+    return spreads
+
+
+def _name(e: dict[str, Any], several_costs: bool) -> str:
+    return f"{e['strategy']} behind {e['router']}" + (f" under {e['cost']}" if several_costs else "")
+
+
+def _print(entries, spreads, costs: list[str], slo, rate: float, setup: dict, written) -> None:
     from rich.console import Console
 
     from kvlab.cli.sweep import _whole_values_table
-    from kvlab.report.setup import setup_lines
+    from kvlab.report.setup import fitted_to, setup_lines
 
+    several = len(costs) > 1
+    headers = ("strategy", "router", *(("cost profile",) if several else ()), "replicas", "GPUs",
+               "counts tried (✓ held, ✗ failed)")
     rows = []
     for e in entries:
         tried = ", ".join(f"{r['replicas']}{'✓' if r['held'] else '✗'}" for r in e["runs"])
         answer = "none" if e["replicas"] is None else f"{e['replicas']}" + (" (?)" if e["may_be_too_few"] else "")
-        rows.append([e["strategy"], e["router"], answer, "–" if e["gpus"] is None else str(e["gpus"]), tried])
-    table = _whole_values_table(f"The fewest replicas that sustain {rate:g} req/s with {slo.describe}",
-                                ("strategy", "router", "replicas", "GPUs", "counts tried (✓ held, ✗ failed)"), rows,
-                                left={"strategy", "router"}, wrapping={"counts tried (✓ held, ✗ failed)"})
+        rows.append([e["strategy"], e["router"], *((e["cost"],) if several else ()), answer,
+                     "–" if e["gpus"] is None else str(e["gpus"]), tried])
+    table = _whole_values_table(f"The fewest replicas that sustain {rate:g} req/s with {slo.describe}", headers, rows,
+                                left={"strategy", "router", "cost profile"},
+                                wrapping={"counts tried (✓ held, ✗ failed)"})
     console = Console(highlight=False)
     console.print(table)
     for e in entries:
         for r in e["runs"]:
             if not r["held"]:
-                console.print(f"  {e['strategy']} behind {e['router']}, {r['replicas']} replicas: {r['reason']}",
-                              markup=False)
+                console.print(f"  {_name(e, several)}, {replicas_text(r['replicas'])}: {r['reason']}", markup=False)
+    for e in entries:
+        console.print(_answer_line(e, several), markup=False)
+    for spread in spreads:
+        parts = ", ".join(f"under {cost} {'none' if n is None else n}" for cost, n in spread["replicas"].items())
+        console.print(f"The clock's spread for {spread['strategy']} behind {spread['router']}: replicas {parts}.",
+                      markup=False)
     if any(e["may_be_too_few"] for e in entries):
         console.print("(?): the run at the answer was too short to load its replicas (fewer requests in its window "
                       "than their seats): more replicas may be needed; raise -n or --duration.", markup=False)
+    for line in dict.fromkeys(_memory_line(e["memory"]) for e in entries):
+        console.print(line, markup=False)
     console.print("Setup: " + "; ".join(setup_lines(setup)) + ".", markup=False)
+    if several:
+        for name in costs:
+            console.print(f"  cost profile {fitted_to(name)}.", markup=False)
     console.print("Each replica: the setup above. Each count is simulated as one fleet on one clock (not stored in "
                   "the sweep store).", markup=False)
     console.print("Plots: " + ", ".join(str(p) for p in written) + ".", markup=False)
 
 
-def _plot(entries, slo, out: Path, description: str) -> list[Path]:
+def _answer_line(e: dict[str, Any], several_costs: bool) -> str:
+    """A router's answer and what limited one replica fewer."""
+    name = _name(e, several_costs)
+    if e["replicas"] is None:
+        return f"{name}: no count held; {e['fewer_limited_by']}."
+    head = f"{name}: {replicas_text(e['replicas'])} ({e['gpus']} GPU{'' if e['gpus'] == 1 else 's'})"
+    if e["fewer_limited_by"] is None:
+        return head + ", the fewest there are."
+    kind, _, reason = e["fewer_limited_by"].partition(": ")
+    return f"{head}; one fewer was limited by {kind}: {reason}."
+
+
+def _memory_line(memory: dict[str, Any]) -> str:
+    """The answer against memory alone: does one replica's TP × PP even hold the model and one full request?"""
+    has, fewest = memory["gpus_per_replica"], memory["fewest_gpus_per_replica"]
+    what = f"{memory['model']}'s weights and one {memory['max_model_len']:,}-token request"
+    if fewest is None:
+        return f"Memory: {memory['note']}: vLLM would refuse to start these replicas."
+    if not memory["starts"]:
+        return (f"Memory: one replica needs at least {fewest} × {memory['gpu']} (TP {memory['tensor_parallel_size']}) "
+                f"to hold {what} (kvlab fit); these replicas have {has}: vLLM would refuse to start them, so these "
+                f"counts are not a fleet it can run; give --tensor-parallel-size {memory['tensor_parallel_size']} "
+                "(or a lower --max-model-len).")
+    return (f"Memory: each replica's {has} × {memory['gpu']} hold{'s' if has == 1 else ''} {what} (the fewest that "
+            f"do: {fewest}, kvlab fit): the counts above are the traffic's and the target's, not memory's.")
+
+
+def replicas_figure(entries: list[dict[str, Any]], slo, title: str):
+    """p99 TTFT against the replica count, one line per search (a matplotlib Figure); the x axis has whole
+    counts only."""
+    from matplotlib.ticker import MaxNLocator
+
     from kvlab.report.plots import LINE_COLOURS
-    from kvlab.sweep.plots import Panel, Series, write_png
+    from kvlab.sweep.plots import Panel, Series, build_figure
+
+    several = len({e["cost"] for e in entries}) > 1
+
+    def label(e: dict[str, Any]) -> str:
+        return f"{e['strategy']} · {e['router']}" + (f" · {e['cost']}" if several else "")
 
     series = []
     for i, e in enumerate(entries):
         points = [(r["replicas"], r["ttft_p99_s"]) for r in e["runs"] if r["ttft_p99_s"] is not None]
-        series.append(Series(f"{e['strategy']} · {e['router']}", [float(n) for n, _ in points], [v for _, v in points],
+        series.append(Series(label(e), [float(n) for n, _ in points], [v for _, v in points],
                              LINE_COLOURS[i % len(LINE_COLOURS)]))
     ttft = next((t for t in slo.terms if t.metric == "ttft_s"), None)
-    marks = {f"{e['strategy']} · {e['router']}": float(e["replicas"]) for e in entries if e["replicas"]}
+    marks = {label(e): float(e["replicas"]) for e in entries if e["replicas"]}
     panel = Panel(slo.describe, "replicas", "p99 TTFT (s)", series, threshold=None if ttft is None else ttft.limit_s,
                   threshold_label="" if ttft is None else f"target {ttft.limit_s:g} s", marks=marks, ylog=True)
-    return [write_png([panel], out / "replicas.png", title="p99 TTFT against the replica count",
-                      description=description)]
+    fig = build_figure([panel], title=title)
+    for ax in fig.axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig
+
+
+def _plot(entries, slo, out: Path, setup: dict) -> list[Path]:
+    """replicas.png, its description the setup (as kvlab.sweep.plots.write_png writes one)."""
+    import textwrap
+
+    from kvlab.report.setup import setup_lines
+
+    costs = list(dict.fromkeys(e["cost"] for e in entries))
+    description = " · ".join(setup_lines(setup, short=True) + ([] if "cost" in setup else
+                                                                [f"cost profiles: {', '.join(costs)}"]))
+    title = "p99 TTFT against the replica count\n" + "\n".join(textwrap.wrap(description, 70))
+    fig = replicas_figure(entries, slo, title)
+    path = out / "replicas.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, metadata={"Description": description})
+    return [path]

@@ -411,6 +411,8 @@ def fit(
                                   "max_position_embeddings": spec.max_position_embeddings}
     answers["max_num_requests"] = {"context_len": length, "num_requests": most}
     answers["workload"] = workload_fit(spec, config, concurrency, context_len).to_dict() if context_len else None
+    if context_len:
+        answers["workload_gpus"] = _workload_gpus(spec, gpu_spec, config, concurrency, context_len)
     answers["sizing"] = {k: v for k, v in result.to_dict().items() if k in (
         "kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "page_size_bytes", "weights_bytes", "available_kv_bytes",
         "available_kv_source", "num_blocks", "num_tokens", "max_concurrency", "max_model_len")}
@@ -420,14 +422,57 @@ def fit(
     _print_fit(spec, gpu_spec, config, result, answers, notes, concurrency, context_len)
 
 
+def _target_gpu(gpu_spec, config):
+    """The GPU the reverse questions size on: --gpu's, or one of --gpu-memory-gib's memory."""
+    from kvlab.catalog import GpuSpec
+
+    return gpu_spec or GpuSpec(id=f"{gib(config.gpu_memory_bytes)} GPU", memory_bytes=config.gpu_memory_bytes,
+                               memory_bytes_source="given", memory_bandwidth_bytes_per_s=None, peak_flops=None)
+
+
+def _workload_gpus(spec, gpu_spec, config, num_requests: int, context_len: int) -> dict:
+    """The fewest GPUs whose KV caches hold the workload at once (as replicas x TP x PP), and the replicas at the
+    asked tensor-parallel size. On a GPU's memory every tensor-parallel size that starts is tried; a given KV
+    budget (--available-kv-gib) is per GPU at the asked parallelism, so only that one is."""
+    from kvlab.sizing import fewest_gpus_for_workload, workload_replicas
+
+    gpu = _target_gpu(gpu_spec, config) if config.available_kv_bytes is None else None
+    options = workload_replicas(spec, config, num_requests, context_len, gpu)
+    fewest = fewest_gpus_for_workload(options)
+    asked = fewest_gpus_for_workload(workload_replicas(spec, config, num_requests, context_len))  # (config's only)
+    return {"fewest": None if fewest is None else fewest.to_dict(),
+            "at_tensor_parallel_size": None if asked is None else asked.to_dict(),
+            "gpu": None if gpu is None else gpu.id}
+
+
+def _print_workload_gpus(console, answer: dict, num_gpus: int) -> None:
+    """Memory alone needs more GPUs than the asked replica's ``num_gpus``: the fewest that hold the workload at once,
+    and the replicas at the asked parallelism."""
+    def replicas(o: dict) -> str:
+        parallel = f"TP {o['tensor_parallel_size']}" + (f" x PP {o['pipeline_parallel_size']}"
+                                                         if o["pipeline_parallel_size"] > 1 else "")
+        each = "its KV cache holds" if o["num_replicas"] == 1 else "each KV cache holds"
+        return f"{plural(o['num_replicas'], 'replica')} x {parallel} ({each} {o['max_num_requests']:,} of them)"
+
+    fewest, asked = answer["fewest"], answer["at_tensor_parallel_size"]
+    if fewest is None:
+        console.print("  [red]memory alone:[/] no replica on this GPU holds one request of this length")
+        return
+    def gpus(o: dict) -> str:
+        return f"{o['num_gpus']:,} x {answer['gpu']}" if answer["gpu"] else plural(o["num_gpus"], "GPU")
+
+    console.print(f"  [bold]memory alone needs more than {plural(num_gpus, 'GPU')}:[/] the fewest whose KV caches "
+                  f"hold the {fewest['num_requests']:,} requests at once: {gpus(fewest)}, {replicas(fewest)}")
+    if asked is not None and asked != fewest:
+        console.print(f"  at --tensor-parallel-size {asked['tensor_parallel_size']}: {gpus(asked)}, {replicas(asked)}")
+
+
 def _fewest_gpus(spec, gpu_spec, config, notes: list[str]) -> dict | None:
     """`fit`'s fewest GPUs that hold the weights and one max_model_len request (None, with a note, if none)."""
-    from kvlab.catalog import GpuSpec
     from kvlab.errors import KvlabError
     from kvlab.sizing import fewest_gpus
 
-    target = gpu_spec or GpuSpec(id=f"{gib(config.gpu_memory_bytes)} GPU", memory_bytes=config.gpu_memory_bytes,
-                                 memory_bytes_source="given", memory_bandwidth_bytes_per_s=None, peak_flops=None)
+    target = _target_gpu(gpu_spec, config)
     try:
         tp, fewest = fewest_gpus(spec, target, config)
     except KvlabError as exc:
@@ -463,7 +508,10 @@ def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], 
                   f"{longest:,} tokens{capped}")
     console.print(f"[bold]Most concurrent requests at {length:,} tokens:[/] {most:,}")
     if context_len:
-        _print_workload(console, workload_fit(spec, config, concurrency, context_len))
+        fit = workload_fit(spec, config, concurrency, context_len)
+        _print_workload(console, fit)
+        if not fit.fits:
+            _print_workload_gpus(console, answers["workload_gpus"], config.world_size)
     if not result.fits_max_model_len:
         console.print(f"[yellow]vLLM would refuse to start with max_model_len {result.max_model_len:,}: lower it to "
                       f"{result.estimated_max_model_len:,} or add GPUs.[/]")
