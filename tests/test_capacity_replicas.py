@@ -92,7 +92,7 @@ def test_the_plot_counts_replicas_in_whole_numbers():
     # Two counts tried (0 to 2 on the axis): matplotlib's own ticks would be 0, 0.25, 0.5, ...
     entries = [{"strategy": "vllm", "router": "round-robin", "cost": "roofline", "replicas": 2,
                 "runs": [{"replicas": 1, "ttft_p99_s": 5.0}, {"replicas": 2, "ttft_p99_s": 0.5}]}]
-    fig = replicas_figure(entries, parse_slo("p99_ttft<2s"), "title")
+    fig = replicas_figure(entries, parse_slo("p99_ttft<2s"))
     ticks = fig.axes[0].xaxis.get_majorticklocs()
     assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks)
 

@@ -261,9 +261,9 @@ def _memory_line(memory: dict[str, Any]) -> str:
             f"do: {fewest}, kvlab fit): the counts above are the traffic's and the target's, not memory's.")
 
 
-def replicas_figure(entries: list[dict[str, Any]], slo, title: str):
-    """p99 TTFT against the replica count, one line per search (a matplotlib Figure); the x axis has whole
-    counts only."""
+def replicas_figure(entries: list[dict[str, Any]], slo, description: str = ""):
+    """p99 TTFT against the replica count, one line per search, each answer marked (a matplotlib Figure, the setup
+    in ``description`` under its title); the x axis has whole counts only."""
     from matplotlib.ticker import MaxNLocator
 
     from kvlab.report.plots import LINE_COLOURS
@@ -282,8 +282,9 @@ def replicas_figure(entries: list[dict[str, Any]], slo, title: str):
     ttft = next((t for t in slo.terms if t.metric == "ttft_s"), None)
     marks = {label(e): float(e["replicas"]) for e in entries if e["replicas"]}
     panel = Panel(slo.describe, "replicas", "p99 TTFT (s)", series, threshold=None if ttft is None else ttft.limit_s,
-                  threshold_label="" if ttft is None else f"target {ttft.limit_s:g} s", marks=marks, ylog=True)
-    fig = build_figure([panel], title=title)
+                  threshold_label="" if ttft is None else f"target {ttft.limit_s:g} s", marks=marks, ylog=True,
+                  mark_name="fewest replicas")
+    fig = build_figure([panel], title="p99 TTFT against the replica count", description=description)
     for ax in fig.axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return fig
@@ -291,15 +292,12 @@ def replicas_figure(entries: list[dict[str, Any]], slo, title: str):
 
 def _plot(entries, slo, out: Path, setup: dict) -> list[Path]:
     """replicas.png, its description the setup (as kvlab.sweep.plots.write_png writes one)."""
-    import textwrap
-
     from kvlab.report.setup import setup_lines
 
     costs = list(dict.fromkeys(e["cost"] for e in entries))
     description = " · ".join(setup_lines(setup, short=True) + ([] if "cost" in setup else
                                                                 [f"cost profiles: {', '.join(costs)}"]))
-    title = "p99 TTFT against the replica count\n" + "\n".join(textwrap.wrap(description, 70))
-    fig = replicas_figure(entries, slo, title)
+    fig = replicas_figure(entries, slo, description)
     path = out / "replicas.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, metadata={"Description": description})
