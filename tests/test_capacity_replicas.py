@@ -100,12 +100,3 @@ def test_the_plot_counts_replicas_in_whole_numbers():
 def test_replicas_auto_needs_one_offered_rate(kvlab, tmp_path):
     r = kvlab("capacity", "--replicas", "auto", "--rate", "4,8", "--out", tmp_path / "c")
     assert r.exit_code == 2 and "give --rate R" in r.stderr
-
-
-def test_the_profiles_searched_are_plain_capacitys():
-    from kvlab.catalog import list_gpus
-    from kvlab.cli.capacity import applicable_profiles
-    from kvlab.cli.capacity_fleet import profiles_for
-
-    for gpu in list_gpus():
-        assert profiles_for(gpu.id) == applicable_profiles(gpu.id)

@@ -51,14 +51,6 @@ SEATS_FACTOR = 2  # the default workload: this many times the engine's seats arr
 MIN_WINDOW_REQUESTS = 10  # fewer in the measured window measure nothing
 
 
-def applicable_profiles(gpu_id: str) -> list[str]:
-    """The built-in cost profiles fitted on this GPU, and those fitted on none (the roofline)."""
-    from kvlab.catalog.models import name_key
-    from kvlab.cost.profiles import builtin_profiles
-
-    return [p.name for p in builtin_profiles().values() if not p.gpu or name_key(p.gpu) == name_key(gpu_id)]
-
-
 def window_num_requests(seats: int) -> int:
     """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (kvlab.window: its middle 70%),
     in hundreds, at least `kvlab run`'s default."""
@@ -117,7 +109,7 @@ def capacity(
     """
     import kvlab
     from kvlab.errors import KvlabError
-    from kvlab.sweep.grid import expand, run_options
+    from kvlab.sweep.grid import run_options
     from kvlab.sweep.point import resolve_points
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
     from kvlab.validate import check_options
@@ -142,18 +134,7 @@ def capacity(
     if max_rate < start_rate:
         raise KvlabError(f"--max-rate {max_rate:g} is below the first rate tried (--rate {start_rate:g}); valid: "
                          f"--max-rate {start_rate:g} or more")
-    configurations = expand(lists, explicit)
-    costs_given = _given("cost", lists, explicit)
-    if not costs_given:  # the clock's uncertainty: every profile that applies to the GPU
-        from kvlab.catalog import get_gpu
-
-        configurations = [{**c, "cost": name} for c in configurations
-                          for name in applicable_profiles(get_gpu(c["gpu"]).id)]
-    scaled = not (_given("num_requests", lists, explicit) or _given("duration", lists, explicit))
-    seats = [seats_of({**c, "rate": start_rate}) for c in configurations]
-    if scaled:
-        configurations = [{**c, "num_requests": window_num_requests(s)} for c, s in zip(configurations, seats)]
-    _check_window(configurations, start_rate)
+    configurations, seats, scaled = searched_configurations(lists, explicit, start_rate)
     first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__)
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()
@@ -174,6 +155,27 @@ def capacity(
                                "plots": [str(p) for p in written]}, indent=2))
         return
     print_capacity(answer, names, session, written, max_rate)
+
+
+def searched_configurations(lists: dict, explicit: list[dict], start_rate: float):
+    """The configurations to search (the grid's points without a rate), each cost profile that applies to the GPU
+    when --cost is not given, and the workload scaled to each one's seats when neither -n nor --duration is; with
+    their seats and whether they were scaled. A window too short to measure at the first rate is refused."""
+    from kvlab.sweep.grid import expand
+
+    configurations = expand(lists, explicit)
+    if not _given("cost", lists, explicit):  # the clock's uncertainty: every profile that applies to the GPU
+        from kvlab.catalog import get_gpu
+        from kvlab.cost.profiles import applicable_profiles
+
+        configurations = [{**c, "cost": name} for c in configurations
+                          for name in applicable_profiles(get_gpu(c["gpu"]).id)]
+    scaled = not (_given("num_requests", lists, explicit) or _given("duration", lists, explicit))
+    seats = [seats_of({**c, "rate": start_rate}) for c in configurations]
+    if scaled:
+        configurations = [{**c, "num_requests": window_num_requests(s)} for c, s in zip(configurations, seats)]
+    _check_window(configurations, start_rate)
+    return configurations, seats, scaled
 
 
 def _check_window(configurations: list[dict], start_rate: float) -> None:

@@ -25,16 +25,6 @@ def replicas_text(n: int) -> str:
     return f"{n} replica{'' if n == 1 else 's'}"
 
 
-def profiles_for(gpu_id: str) -> list[str]:
-    """The built-in cost profiles fitted on this GPU, and those fitted on none: kvlab.cli.capacity's
-    applicable_profiles, which this module cannot import (kvlab.cli.capacity imports it: a circle);
-    tests/test_capacity_replicas.py holds the two equal on every GPU."""
-    from kvlab.catalog.models import name_key
-    from kvlab.cost.profiles import builtin_profiles
-
-    return [p.name for p in builtin_profiles().values() if not p.gpu or name_key(p.gpu) == name_key(gpu_id)]
-
-
 def fewest_replicas_command(lists: dict[str, list], explicit: list[dict], slo, out: Path, as_json: bool) -> None:
     from kvlab.errors import KvlabError
     from kvlab.report.setup import fitted_to
@@ -51,8 +41,9 @@ def fewest_replicas_command(lists: dict[str, list], explicit: list[dict], slo, o
     points = expand(lists, explicit)
     if not ("cost" in lists or any("cost" in p for p in explicit)):  # the clock's uncertainty, as kvlab capacity's
         from kvlab.catalog import get_gpu
+        from kvlab.cost.profiles import applicable_profiles
 
-        points = [{**p, "cost": name} for p in points for name in profiles_for(get_gpu(p["gpu"]).id)]
+        points = [{**p, "cost": name} for p in points for name in applicable_profiles(get_gpu(p["gpu"]).id)]
     searches = [_search(point, router, slo, given_length, several_costs=len({p["cost"] for p in points}) > 1)
                 for point in points for router in routers]
     entries = [_entry(s) for s in searches]

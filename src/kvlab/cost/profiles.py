@@ -230,6 +230,14 @@ def read_profile(path: Path) -> CostProfile:
 
 
 @cache
+def applicable_profiles(gpu_id: str) -> list[str]:
+    """The built-in profiles that can price a run on this GPU: those fitted on it, and those fitted on none (the
+    roofline). kvlab capacity prices with each when no --cost is given."""
+    from kvlab.catalog.models import name_key
+
+    return [p.name for p in builtin_profiles().values() if not p.gpu or name_key(p.gpu) == name_key(gpu_id)]
+
+
 def builtin_profiles() -> dict[str, CostProfile]:
     """The bundled profiles, by name (data/*.toml; the default first)."""
     files = sorted(resources.files("kvlab.cost").joinpath("data").iterdir(), key=lambda f: f.name)
