@@ -67,7 +67,7 @@ def test_a_run_that_did_not_keep_up_fails_whatever_its_latencies():
     ("q99_ttft<2s", None, "'q99' is not a statistic: use mean or pNN such as p99"),
     ("p100_ttft<2s", None, "'p100' is not a percentile; use p1 to p99.9 (or mean)"),
     ("p99_ttft<2h", None, "'h' is not a unit; use s, ms or us"),
-    ("p99_ttft<2", None, "'no unit' is not a unit"),
+    ("p99_ttft<2", None, "the limit 2 has no unit; use s, ms or us (e.g. 2s"),
     ("p99_ttft>2s", None, "expected STAT_METRIC<VALUE with a unit"),
     ("", None, "an empty term"),
     ("p99_ttft<2s,", None, "an empty term"),

@@ -284,7 +284,7 @@ def test_capacity_bars_stand_side_by_side_grouped_by_cost_profile():
     assert values == ["2.25", "0.344", "1.31", "≥ 0.16"]  # the lower bound marked ≥ ...
     assert [b.get_hatch() for b in bars] == [None, None, None, "///"]  # ... and hatched
     (legend,) = fig.legends
-    assert [t.get_text() for t in legend.get_texts()] == ["vllm", "orca-max", "≥, hatched: a lower bound only"]
+    assert [t.get_text() for t in legend.get_texts()] == ["vllm", "orca-max", "hatched: not certified (≥ a lower bound; ? too short to load the engine)"]
     whiskers = [line for line in ax.get_lines() if list(line.get_xdata())[0] == list(line.get_xdata())[1]]
     assert sorted(tuple(line.get_ydata()) for line in whiskers) == sorted(
         [(0.344, 0.359), (1.31, 1.37), (2.25, 2.31)])  # the bracket [held, failed) of each certified answer
@@ -396,7 +396,7 @@ def test_the_page_groups_the_bars_as_the_png_does(tmp_path):
     assert [b["data-series"] for b in bars] == ["vllm", "orca-max", "vllm", "orca-max"]
     assert sorted(float(b["x"]) for b in bars) == [float(b["x"]) for b in bars]  # left to right
     assert "limited by throughput: overloaded (served 91%) at 1.37 req/s" in bars[2]["data-tip"]
-    assert "a lower bound only: no rate tried failed" in bars[3]["data-tip"]
+    assert "not certified: no rate tried failed" in bars[3]["data-tip"]
     assert sum(a.get("class") == "hatch" for _, a in parser.tags) == 1 and "≥ 0.16" in text
     assert [a["data-series"] for t, a in parser.tags if a.get("class") == "legend-item"] == ["vllm", "orca-max"]
     assert ">roofline</text>" in text and ">paper-2023</text>" in text and ">throughput</text>" in text

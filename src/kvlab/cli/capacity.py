@@ -35,7 +35,7 @@ from kvlab.cli.sweep import (
     run_session,
 )
 from kvlab.report.setup import fitted_to, setup_lines
-from kvlab.sweep.capacity import rate_text
+from kvlab.sweep.capacity import mark_text, rate_text
 
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE terms, comma-separated, "
                                                "all of which must hold, e.g. p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s "
@@ -331,7 +331,7 @@ def print_capacity(answer: Answer, names, session: Session, written, max_rate: f
             lo = "–" if search.lo is None else f"{search.lo:g}"
             at = search.window_at(search.lo)
             state = "–" if not at else f"{at['state']} {_floor_percent(at['served_share'])}"
-            shown = ("≥ " if search.lower_bound else "") + rate_text(search.capacity)
+            shown = mark_text(search.mark, rate_text(search.capacity))
             limit = search.limited_by
             cells = [shown, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
                      str(len(search.probes))]
@@ -350,12 +350,12 @@ def print_capacity(answer: Answer, names, session: Session, written, max_rate: f
     if answer.scaled:
         console.print("num_requests: scaled so that twice the engine's seats arrive in the measured window (-n or "
                       "--duration to choose).", markup=False)
-    bounds = [(c, s) for c, s in zip(configurations, searches) if s.lower_bound]
-    for config, search in bounds:
-        advice = ("raise -n or --duration" if search.too_short or not (search.hi is None and (search.lo or 0) * 2
-                                                                        > max_rate) else "raise --max-rate")
-        console.print(f"≥: {config['strategy']} under {config['cost']}: a lower bound only: {search.lower_bound}; "
-                      f"{advice}.", markup=False)
+    for config, search in zip(configurations, searches):
+        if search.uncertified:
+            advice = ("raise -n or --duration" if search.too_short or not (search.hi is None and (search.lo or 0) * 2
+                                                                            > max_rate) else "raise --max-rate")
+            console.print(f"{search.mark}: {config['strategy']} under {config['cost']}: not certified: "
+                          f"{search.uncertified}; {advice}.", markup=False)
     for config, search in zip(configurations, searches):
         if search.limited_by:
             console.print(f"limited by: {config['strategy']} under {config['cost']}: {search.limited_by}.",

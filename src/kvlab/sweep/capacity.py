@@ -23,7 +23,7 @@ from typing import Any
 
 from kvlab.sweep.slo import DEFAULT_SLO, Slo, Verdict, parse_slo
 
-__all__ = ["DEFAULT_SLO", "Search", "Slo", "parse_slo", "rate_text", "round_rate", "search_capacities", "verdict"]
+__all__ = ["DEFAULT_SLO", "Search", "Slo", "parse_slo", "mark_text", "rate_text", "round_rate", "search_capacities", "verdict"]
 
 
 BRACKET_GUESS = 3  # more doublings or halvings an unbracketed search likely takes (for the progress' total)
@@ -44,6 +44,11 @@ def rate_text(rate: float) -> str:
     step = 10 ** (math.floor(math.log10(rate)) - 2)
     value = math.floor(rate / step + 1e-9) * step
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def mark_text(mark: str, value: str) -> str:
+    """A capacity with its mark: "≥ 2.5" (a lower bound), "2.5 ?" (too short to tell), "2.5"."""
+    return f"≥ {value}" if mark == "≥" else f"{value} ?" if mark == "?" else value
 
 
 @dataclass
@@ -109,17 +114,28 @@ class Search:
         return {}
 
     @property
-    def lower_bound(self) -> str | None:
-        """Why the answer is only a lower bound (None: it is certified: the next rate up failed and the run at
-        the answer loaded the engine)."""
+    def uncertified(self) -> str | None:
+        """Why the answer is not certified (None: it is: a rate above it failed and the run at it loaded the
+        engine). Either no rate tried failed (the answer is a lower bound, ``mark`` ≥), or the run at the answer was
+        too short to load the engine (``mark`` ?): its queue had no time to build, so a longer run may fail at a
+        lower rate; the answer may be too high as well as too low."""
         if self.error is not None or self.lo is None:
             return None
         window = self.window_at(self.lo)
         short = (f"the run at {self.lo:g} req/s was too short to load the engine ({window['num_arrived']} requests "
-                 f"in its window, {window['num_seats']} seats)") if window and not window.get("loaded", True) else None
+                 f"in its window, {window['num_seats']} seats): a longer run may fail at a lower rate"
+                 ) if self.too_short else None
         if self.hi is None:
             return "no rate tried failed" + (f", and {short}" if short else "")
         return short
+
+    @property
+    def mark(self) -> str:
+        """How the answer is marked: "?" (too short to load the engine), "≥" (a lower bound: no rate failed), or ""
+        (certified)."""
+        if self.uncertified is None:
+            return ""
+        return "?" if self.too_short else "≥"
 
     @property
     def too_short(self) -> bool:
@@ -142,8 +158,9 @@ class Search:
 
     def to_json(self) -> dict[str, Any]:
         at = self.window_at(self.lo)
-        return {"capacity_rps": self.capacity, "lower_bound": self.lower_bound is not None,
-                "lower_bound_reason": self.lower_bound, "limited_by": self.limited_by, "bracket": [self.lo, self.hi],
+        return {"capacity_rps": self.capacity, "certified": self.uncertified is None,
+                "lower_bound": self.mark == "≥", "too_short": self.mark == "?", "uncertified_reason": self.uncertified,
+                "limited_by": self.limited_by, "bracket": [self.lo, self.hi],
                 "served_share_at_capacity": at.get("served_share"), "state_at_capacity": at.get("state"),
                 "num_simulations": len(self.probes),
                 "probes": [{"rate": r, "value": v, "held": h, "state": w.get("state"), "loaded": w.get("loaded"),

@@ -15,7 +15,7 @@ from statistics import fmean
 from typing import Any
 
 from kvlab.report.plots import LINE_COLOURS
-from kvlab.sweep.capacity import rate_text
+from kvlab.sweep.capacity import mark_text, rate_text
 
 CURVE_OPTIONS = ("strategy", "rate", "seed")  # along a panel's curves, not between panels
 CAPACITY_OPTIONS = ("strategy", "rate")  # along a capacity panel's bars, not between panels
@@ -31,7 +31,7 @@ LINE_STYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))  # a second cost profil
 MARK_GREY = "#666666"
 HATCH = "///"
 TITLE_SIZE, TEXT_SIZE, SMALL_SIZE = 10.0, 8.0, 7.0  # points
-LOWER_BOUND_TEXT = "≥, hatched: a lower bound only"
+LOWER_BOUND_TEXT = "hatched: not certified (≥ a lower bound; ? too short to load the engine)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ class Series:
     colour: str
     linestyle: Any = "-"  # lines: a matplotlib line style (a second cost profile's curves dashed)
     upper: list[float | None] = field(default_factory=list)  # bars: the bracket's failing end (value in [y, upper))
-    lower_bound: list[bool] = field(default_factory=list)  # bars: the value is only a lower bound (≥, hatched)
+    lower_bound: list[str] = field(default_factory=list)  # bars: Search.mark: ≥ or ? (hatched), "" certified
     captions: list[str] = field(default_factory=list)  # bars: a word under the bar (what limited the answer)
     tips: list[str] = field(default_factory=list)  # the page's hover text of each point, when more than its value
 
@@ -103,13 +103,13 @@ class Bar:
     width: float
     value: float
     upper: float | None
-    lower_bound: bool
+    lower_bound: str  # Search.mark: "≥" a lower bound, "?" too short to load the engine, "" certified
     caption: str
     tip: str
 
     @property
     def text(self) -> str:
-        return f"{'≥ ' if self.lower_bound else ''}{rate_text(self.value)}"
+        return mark_text(self.lower_bound, rate_text(self.value))
 
     @property
     def top(self) -> float:
@@ -127,7 +127,7 @@ def bar_layout(panel: Panel) -> list[Bar]:
             group = int(x) if panel.groups else 0
             upper = s.upper[j] if j < len(s.upper) else (panel.upper[i] if i < len(panel.upper) else None)
             bars.append(Bar(i, group, group + (i - (len(panel.series) - 1) / 2) * width, width, y, upper,
-                            j < len(s.lower_bound) and s.lower_bound[j], s.captions[j] if j < len(s.captions) else "",
+                            s.lower_bound[j] if j < len(s.lower_bound) else "", s.captions[j] if j < len(s.captions) else "",
                             s.tips[j] if j < len(s.tips) else ""))
     return sorted(bars, key=lambda b: b.x)
 
@@ -202,7 +202,7 @@ def capacity_panels(configurations: list[dict[str, Any]], searches, *, group_by:
 
 def _bar_series(label: str, colour: str, found: list[tuple[int, Any]], groups: list[str], captioned: bool) -> Series:
     return Series(label, [float(g) for g, _ in found], [s.capacity for _, s in found], colour,
-                  upper=[s.hi for _, s in found], lower_bound=[s.lower_bound is not None for _, s in found],
+                  upper=[s.hi for _, s in found], lower_bound=[s.mark for _, s in found],
                   captions=[_limit_word(s) for _, s in found] if captioned else [],
                   tips=[_capacity_tip(label + (f" under {groups[g]}" if groups else ""), s) for g, s in found])
 
@@ -217,12 +217,12 @@ def _limit_word(search) -> str:
 def _capacity_tip(name: str, search) -> str:
     if search.error:
         return f"{name}: failed: {search.error}"
-    lines = [f"{name}: {'≥ ' if search.lower_bound else ''}{rate_text(search.capacity)} req/s"
+    lines = [f"{name}: {mark_text(search.mark, rate_text(search.capacity))} req/s"
              + ("" if search.hi is None else f" (fails at {search.hi:.4g})")]
     if search.limited_by:
         lines.append(f"limited by {search.limited_by}")
-    if search.lower_bound:
-        lines.append(f"a lower bound only: {search.lower_bound}")
+    if search.uncertified:
+        lines.append(f"not certified: {search.uncertified}")
     return "\n".join(lines)
 
 

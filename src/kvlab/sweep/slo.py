@@ -173,8 +173,10 @@ def _term(part: str, text: str, goodput: float | None) -> Term:
                          + hint)
     if stat is not None and stat != "mean" and not 0 < float(stat[1:]) < 100:
         raise KvlabError(f"{where}: {stat!r} is not a percentile; use p1 to p99.9 (or mean)")
+    if not unit:
+        raise KvlabError(f"{where}: the limit {number} has no unit; use s, ms or us (e.g. {number}s, 100ms)")
     if unit not in UNITS:
-        raise KvlabError(f"{where}: {unit or 'no unit'!r} is not a unit; use s, ms or us (e.g. 2s, 100ms)")
+        raise KvlabError(f"{where}: {unit!r} is not a unit; use s, ms or us (e.g. 2s, 100ms)")
     try:
         limit = float(number) * UNITS[unit]
     except ValueError:
