@@ -210,8 +210,8 @@ class Runner:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 point = futures[future]
+                self.num_computed += 1  # (first: a signal noted during the add stops the run as the add ends)
                 self.store.add(point.key, point.row, self._outcome(future), self.version)
-                self.num_computed += 1
                 done += 1
             self._report(done, len(pending), total)
         self.num_done_before += total
