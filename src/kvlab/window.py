@@ -176,16 +176,16 @@ def latency_growth(arrival: np.ndarray, latency: np.ndarray) -> float:
     if len(arrival) < 2:
         return 0.0
     order = np.argsort(arrival, kind="stable")
-    times, waits = arrival[order], latency[order]
+    times, latencies_in_order = arrival[order], latency[order]
     half = len(times) // 2
     early, late = slice(0, half), slice(len(times) - half, len(times))
     gap = float(np.median(times[late]) - np.median(times[early]))
-    early_wait, late_wait = float(np.median(waits[early])), float(np.median(waits[late]))
-    if math.isinf(late_wait):
+    early_latency, late_latency = (float(np.median(latencies_in_order[half_])) for half_ in (early, late))
+    if math.isinf(late_latency):
         return math.inf
     if not gap > 0:
         return 0.0
-    return (late_wait - early_wait) / gap
+    return (late_latency - early_latency) / gap
 
 
 def latencies(records: list[RequestRecord], window: Window) -> np.ndarray:

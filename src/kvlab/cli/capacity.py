@@ -154,7 +154,7 @@ def capacity(
                                "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb"),
                                "plots": [str(p) for p in written]}, indent=2))
         return
-    print_capacity(answer, names, session, written, max_rate)
+    print_capacity(answer, names, session, written)
 
 
 def searched_configurations(lists: dict, explicit: list[dict], start_rate: float):
@@ -317,7 +317,7 @@ def _floor_percent(share: float) -> str:
     return f"{math.floor(share * 100 + 1e-9):.0f}%"
 
 
-def print_capacity(answer: Answer, names, session: Session, written, max_rate: float) -> None:
+def print_capacity(answer: Answer, names, session: Session, written) -> None:
     from rich.console import Console
 
     configurations, searches = answer.configurations, answer.searches
@@ -352,8 +352,7 @@ def print_capacity(answer: Answer, names, session: Session, written, max_rate: f
                       "--duration to choose).", markup=False)
     for config, search in zip(configurations, searches):
         if search.uncertified:
-            advice = ("raise -n or --duration" if search.too_short or not (search.hi is None and (search.lo or 0) * 2
-                                                                            > max_rate) else "raise --max-rate")
+            advice = "raise -n or --duration" if search.too_short else "raise --max-rate"  # (else: none failed)
             console.print(f"{search.mark}: {config['strategy']} under {config['cost']}: not certified: "
                           f"{search.uncertified}; {advice}.", markup=False)
     for config, search in zip(configurations, searches):

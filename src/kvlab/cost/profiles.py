@@ -229,7 +229,6 @@ def read_profile(path: Path) -> CostProfile:
     return profile_from_dict(data, str(path))
 
 
-@cache
 def applicable_profiles(gpu_id: str) -> list[str]:
     """The built-in profiles that can price a run on this GPU: those fitted on it, and those fitted on none (the
     roofline). kvlab capacity prices with each when no --cost is given."""
@@ -238,6 +237,7 @@ def applicable_profiles(gpu_id: str) -> list[str]:
     return [p.name for p in builtin_profiles().values() if not p.gpu or name_key(p.gpu) == name_key(gpu_id)]
 
 
+@cache
 def builtin_profiles() -> dict[str, CostProfile]:
     """The bundled profiles, by name (data/*.toml; the default first)."""
     files = sorted(resources.files("kvlab.cost").joinpath("data").iterdir(), key=lambda f: f.name)

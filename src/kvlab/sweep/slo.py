@@ -133,7 +133,7 @@ def _seconds(value: float) -> str:
     """A latency in the unit that reads best: 2.41 s, 87.3 ms, 450 us."""
     if value != value:
         return "no value"
-    if value >= 1 or value == 0 or value == float("inf"):
+    if value >= 1 or value == 0:
         return f"{value:.3g} s"
     if value >= 1e-3:
         return f"{value * 1e3:.3g} ms"
