@@ -6,24 +6,14 @@ import importlib
 import signal
 import sys
 
+from kvlab.sweep import stop
 
-def _quiet_stop(signum, frame) -> None:
-    """Ctrl-C or SIGTERM while kvlab starts (importing, before a command runs: nothing is done yet), and SIGTERM
-    until a command that keeps work (sweep, capacity) takes the signals itself: exit 128 + signum with one line
-    and no traceback, as the default handling would exit, but saying so (once), and letting exit handlers run
-    (Ray's shutdown stops the processes it started)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):  # (a second signal while exiting is only ignored)
-        signal.signal(sig, signal.SIG_IGN)
-    print(f"stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
-    raise SystemExit(128 + signum)
-
-
-# Only in the kvlab command itself (`kvlab`, `python -m kvlab`), not in a program that imports kvlab.cli; and a
-# signal the parent had kvlab ignore, as a shell does SIGINT for a script's background jobs, stays ignored.
+# Ctrl-C or SIGTERM while kvlab starts (importing, checking the options: nothing is done yet), and SIGTERM until a
+# command that keeps work (sweep, capacity) takes the signals itself: one line, exit 128 + signum, no traceback
+# (kvlab.sweep.stop.exit_on_signals). Only in the kvlab command itself (`kvlab`, `python -m kvlab`), not in a
+# program that imports kvlab.cli.
 _COMMAND = bool(sys.argv) and sys.argv[0].replace("\\", "/").endswith(("/kvlab", "kvlab/__main__.py"))
-_IGNORED = {sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) is signal.SIG_IGN}
-for _sig in ({signal.SIGINT, signal.SIGTERM} - _IGNORED) if _COMMAND else ():
-    signal.signal(_sig, _quiet_stop)
+_HANDLED = stop.exit_on_signals() if _COMMAND else set()
 
 from kvlab.cli.app import app  # noqa: E402  (after the handlers: importing Typer and Rich takes a moment)
 
@@ -55,8 +45,10 @@ def main(argv: list[str] | None = None) -> None:
     _register()
     command = typer.main.get_command(app)
     args = sys.argv[1:] if argv is None else list(argv)
-    if _COMMAND and signal.SIGINT not in _IGNORED and next((a for a in args if not a.startswith("-")), None) not in KEEP_WORK:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # started: Ctrl-C is Click's Abort ("interrupted")
+    if _HANDLED and next((a for a in args if not a.startswith("-")), None) not in KEEP_WORK:
+        stop.unwind_on_exit()  # (a command that keeps no work may start a server, a process: SIGTERM unwinds it)
+        if signal.SIGINT in _HANDLED:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C is Click's Abort ("interrupted")
     try:
         code = command.main(args=args, prog_name="kvlab", standalone_mode=False)
     except KvlabError as exc:

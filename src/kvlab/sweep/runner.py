@@ -24,6 +24,10 @@ from kvlab.sweep.store import Store
 
 # (num_done, num_running, num_failed, num_total) after each change
 ProgressCallback = Callable[[int, int, int, int], None]
+# How long the wait for finished points lasts at most. It is held (kvlab.sweep.stop): a Stopped raised inside it
+# could leave the futures' locks taken (concurrent.futures.wait takes them one by one), and the pool's thread,
+# failing those futures as the workers are killed, would wait for them forever.
+WAIT_S = 0.1
 
 
 def _init_worker() -> None:
@@ -207,7 +211,8 @@ class Runner:
         self._report(done, len(futures), total)
         pending = set(futures)
         while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            with stop.held():  # (a signal is raised as the wait ends, at most WAIT_S later)
+                finished, pending = wait(pending, timeout=WAIT_S, return_when=FIRST_COMPLETED)
             for future in finished:
                 point = futures[future]
                 self.num_computed += 1  # (first: a signal noted during the add stops the run as the add ends)

@@ -1,19 +1,33 @@
-"""Ctrl-C (SIGINT) and SIGTERM during a sweep: noted at once, raised as ``Stopped`` only where stopping is safe.
+"""Ctrl-C (SIGINT) and SIGTERM in the kvlab command: a sweep's session notes them, and raises ``Stopped`` only
+where stopping is safe; before a session, the command ends at once.
 
-    signal ─▶ _handle: note it ─┬─ nothing held ─▶ raise Stopped here (waiting for points, between them)
-                                └─ held ─────────▶ raise Stopped when the outermost hold ends
+    signal ─▶ _handle: note it ─▶ raise Stopped as the next hold ends, in ordinary code
     held: every DuckDB call (a KeyboardInterrupt inside a query interrupts it: "Query interrupted", a transaction
-          that "cannot rollback"), a session's start (ray.init, which crashes when interrupted), the end of a
-          finished session (its plots: the command exits 128 + signum after them, see ``after_finish``)
+          that "cannot rollback"), a session's start (ray.init, which crashes when interrupted), each wait for
+          finished points (a tenth of a second at most), the end of a finished session (its plots: the command
+          exits 128 + signum after them, see ``after_finish``)
+
+An exception raised by a signal handler is raised wherever the main thread is: inside a lock's acquisition
+(concurrent.futures.wait takes its futures' locks one by one: left taken, the pool's thread waits for them
+forever), inside a callback that cannot raise (a weakref's, as every import's module lock has: "Exception ignored"),
+or inside C code that drops it (compiling a module). So a session's handler raises nothing itself.
 
 Stopped is raised once; a second Ctrl-C while the session cleans up is only noted. Signals are the process's, so
 the state is too: one module-level ``_State``, installed and restored by the command that owns the session.
+
+Before any session (kvlab importing, the options being checked: nothing is started or stored yet), the handler of
+``exit_on_signals`` says one line and ends the process (exit 130, 143). Once something may need its exit handlers
+(``unwind_on_exit``: a session has run, or a command that does not keep work has started), it raises SignalExit
+instead, and raises it again if a callback lost it.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +49,15 @@ class Stopped(BaseException):
         return 128 + self.signum  # what a shell reports for a process a signal ended: 130, 143
 
 
+class SignalExit(SystemExit):
+    """The command ended by SIGINT or SIGTERM before a session took the signals: exit 128 + signum, as the
+    default handling would, but said in one line, and with exit handlers run (Ray's shutdown)."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
 @dataclass
 class _State:
     installed: dict[int, Any] = field(default_factory=dict)  # signal -> the handler it had before
@@ -46,6 +69,72 @@ class _State:
 _state = _State()
 
 
+@dataclass
+class _Exiting:
+    signum: int | None = None  # the signal that ends the command
+    unwind: bool = False  # end it by SignalExit (exit handlers run) rather than at once
+    again: bool = False  # its SignalExit was lost: raise it once more
+
+
+_exiting = _Exiting()
+
+
+def exit_on_signals() -> set[signal.Signals]:
+    """SIGINT and SIGTERM end the command from now on (SignalExit), save those the parent had this process
+    ignore (as a shell does SIGINT for a script's background jobs); the signals so handled."""
+    handled = {signum for signum in SIGNALS if signal.getsignal(signum) is not signal.SIG_IGN}
+    for signum in handled:
+        signal.signal(signum, _exit)
+    return handled
+
+
+def unwind_on_exit() -> None:
+    """From now on a signal ends the command by SignalExit: its ``finally`` blocks and exit handlers run."""
+    _exiting.unwind = True
+    _watch_lost_exceptions()
+
+
+def _exit(signum: int, frame) -> None:
+    if _exiting.signum is None:
+        _exiting.signum = signum
+        print(f"stopped by {signal_name(signum)}", file=sys.stderr, flush=True)
+    elif not _exiting.again:
+        return  # (a second signal while the command exits is only ignored)
+    if not _exiting.unwind:
+        sys.stdout.flush()
+        os._exit(128 + signum)
+    _exiting.again = False
+    raise SignalExit(_exiting.signum)
+
+
+_reported = [sys.unraisablehook]  # (how other lost exceptions are reported: as before)
+
+
+def _watch_lost_exceptions() -> None:
+    if sys.unraisablehook is not _unraisable:
+        _reported[0] = sys.unraisablehook
+        sys.unraisablehook = _unraisable
+
+
+def _unraisable(unraisable) -> None:
+    """A SignalExit that a callback could not raise: raised again by the same handler, the signal sent once more."""
+    exc = unraisable.exc_value
+    if not isinstance(exc, SignalExit):
+        _reported[0](unraisable)
+        return
+    _exiting.again = True
+    threading.Thread(target=_signal_again, args=(exc.signum,), daemon=True).start()
+
+
+def _signal_again(signum: int) -> None:
+    # The main thread has long left the callback when the signal comes again (and were it in another one, the
+    # exception would be raised once more from there).
+    time.sleep(0.05)
+    main = threading.main_thread().ident
+    if main is not None:
+        signal.pthread_kill(main, signum)
+
+
 def install() -> None:
     """Note SIGINT and SIGTERM from now on (in the main thread; elsewhere Python allows no handler)."""
     if _state.installed or threading.current_thread() is not threading.main_thread():
@@ -53,6 +142,7 @@ def install() -> None:
     _state.received, _state.raised, _state.holds = None, False, 0
     for signum in SIGNALS:
         _state.installed[signum] = signal.signal(signum, _handle)
+    unwind_on_exit()  # (after the session, what it started may need its exit handlers: Ray's shutdown)
 
 
 def restore() -> None:
@@ -73,8 +163,6 @@ def signal_name(signum: int) -> str:
 def _handle(signum: int, frame) -> None:
     if _state.received is None:
         _state.received = signum
-    if _state.holds == 0:
-        _raise()
 
 
 def _raise() -> None:
