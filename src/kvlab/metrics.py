@@ -305,7 +305,8 @@ class UsageIntegral:
 class RequestRecord(NamedTuple):
     """One request's outcome. A named tuple rather than a frozen dataclass: as immutable, and a long run builds
     a million of them (a frozen dataclass's constructor sets each field through object.__setattr__, ~5x
-    slower)."""
+    slower). The simulator makes them with ``RequestRecord.__new__(RequestRecord, request_id=..., ...)``, as the
+    scheduler its outputs (see kvlab.sched.output.SchedulerOutput): 4.7k instructions fewer a request."""
 
     request_id: int
     arrival_time: float

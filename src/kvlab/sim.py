@@ -13,10 +13,11 @@ The simulator owns the clock: it tells the scheduler where a run must stop (the 
 from __future__ import annotations
 
 import gc
+import operator
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import accumulate
+from itertools import accumulate, islice
 from typing import Any
 
 from kvlab.config.engine import SimConfig
@@ -299,7 +300,8 @@ class Simulation:
         """The run's memory and queues as the metrics read them (the allocator already holds all its blocks)."""
         allocator, sched = self.allocator, self.scheduler
         decode, num_seqs = out.num_decode_tokens, out.num_seqs
-        return RunRow(  # (positional: the fields in RunRow's order)
+        return RunRow.__new__(  # (positional: the fields in RunRow's order; a function call: see SchedulerOutput)
+            RunRow,
             out.num_iterations,
             num_seqs,
             len(sched.running),
@@ -370,16 +372,19 @@ def _prepend(value: float, values):
 
 
 def _in_arrival_order(requests) -> list:
-    """Requests sorted by (arrival_time, request_id); a workload usually is already, so check first."""
-    keys = [(r.arrival_time, r.request_id) for r in requests]
-    if all(a <= b for a, b in zip(keys, keys[1:])):
+    """Requests sorted by (arrival_time, request_id). A workload usually is already, its arrival times rising:
+    that is checked first, without a key per request (a tuple each, allocated before the run turns the garbage
+    collector off: its collections fell in the run, benchmarks/count_instructions.py)."""
+    times = [r.arrival_time for r in requests]
+    if all(map(operator.lt, times, islice(times, 1, None))):
         return list(requests)
     return sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
 
 
 def _record_of(seq: Seq) -> RequestRecord:
     status = seq.status
-    return RequestRecord(
+    return RequestRecord.__new__(  # (a function call: see RequestRecord)
+        RequestRecord,
         request_id=seq.request_id,
         arrival_time=seq.request.arrival_time,
         prompt_len=seq.request.prompt_len,

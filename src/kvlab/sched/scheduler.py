@@ -199,10 +199,13 @@ class Scheduler:
         if new_ids:
             first = FirstIteration(len(scheduled), prefill, num_seqs, num_context + context, num_context + pairs)
             num_iterations, growth, timing = 1, first_run.growth, None
-            if max_iterations > 1 and not swap_bytes and self._admitted_decode_next(len(new_ids), scheduled):
-                num_iterations, growth, timing = self._after_admission(max_iterations, horizon, first, growth)
+            if max_iterations > 1 and not swap_bytes:
+                num_rest = self._admitted_run_length(len(new_ids), scheduled, max_iterations - 1)
+                if num_rest > 0:
+                    num_iterations, growth, timing = self._after_admission(num_rest, horizon, first, growth)
             self.step += 1
-            out = SchedulerOutput(
+            out = SchedulerOutput.__new__(  # (a function call: see SchedulerOutput)
+                SchedulerOutput,
                 step=self.step,
                 num_scheduled_tokens=scheduled,
                 new_req_ids=tuple(new_ids),
@@ -228,36 +231,35 @@ class Scheduler:
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)  # (the same context)
         return self._run_output(*self._after_first(num_iterations, growth), timing=timing, num_context=num_context)
 
-    def _admitted_decode_next(self, num_admitted: int, scheduled: dict[int, int]) -> bool:
-        """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? True when
-        the queue is empty and every request just admitted computes all its tokens now (it samples one) and has
-        more to generate. (With prefix caching the run's blocks are hashed from the requests' counters: no.)"""
+    def _admitted_run_length(self, num_admitted: int, scheduled: dict[int, int], max_rest: int) -> int:
+        """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? If so, the
+        decode iterations that can follow it as far as the requests just admitted go (at most ``max_rest``): up to
+        the first of them to finish. 0 when not: the queue is not empty, a request just admitted does not compute
+        all its tokens now (it samples none), or one finishes now. (With prefix caching the run's blocks are hashed
+        from the requests' counters: 0.)"""
         if self.waiting or self.allocator.enable_prefix_caching:
-            return False
+            return 0
+        num_rest = max_rest
         for seq in self.running[len(self.running) - num_admitted:]:
             if scheduled.get(seq.request_id) != seq.num_tokens - seq.num_computed_tokens:
-                return False  # admitted for want of budget with no tokens yet, or a chunk of its prompt
-            if num_tokens_to_finish(seq) <= 1:
-                return False  # it finishes in this iteration
-        return True
+                return 0  # admitted for want of budget with no tokens yet, or a chunk of its prompt
+            num_rest = min(num_rest, num_tokens_to_finish(seq) - 1)  # (it samples one now: 0 if its last)
+        return num_rest
 
-    def _after_admission(self, max_iterations: int, horizon: Horizon | None, first: FirstIteration,
+    def _after_admission(self, num_rest: int, horizon: Horizon | None, first: FirstIteration,
                          growth: tuple[tuple[int, int, int], ...]
                          ) -> tuple[int, tuple[tuple[int, int, int], ...], RunTiming | None]:
         """A run whose first iteration admits (``first``: its batch size, prefill and decode tokens, context and
-        attention pairs) and whose later iterations are decodes of the whole batch, as the running loop would
-        schedule them: up to the first finish (of a decoder, or of someone just admitted), cut by the horizon
-        and by the free blocks. Returns (iterations, the run's growth, the horizon's timing)."""
-        running = self.running
-        num_admitted = first.num_seqs - first.num_decode_tokens
+        attention pairs) and whose later iterations, at most ``num_rest`` (``_admitted_run_length``), are decodes
+        of the whole batch, as the running loop would schedule them: up to the first finish (of a decoder, or of
+        someone just admitted), cut by the horizon and by the free blocks. Returns (iterations, the run's growth,
+        the horizon's timing)."""
         clock = self._clock + 1  # the decode clock after the first iteration
         assert self._finishes  # (the decoders': _schedule_decode_and_admit made it)
-        num_rest = min(max_iterations - 1, self._finishes[0][0] - clock)
-        for seq in running[len(running) - num_admitted:]:
-            num_rest = min(num_rest, num_tokens_to_finish(seq) - 1)
+        num_rest = min(num_rest, self._finishes[0][0] - clock)
         if num_rest <= 0:
             return 1, growth, None
-        num_seqs = len(running)
+        num_seqs = len(self.running)
         if horizon is None:
             num_iterations, timing = 1 + num_rest, None
         else:  # (after the first iteration everyone decodes, each over one more token of context)
@@ -310,7 +312,8 @@ class Scheduler:
         if num_context is None:
             num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
         self.step += 1
-        out = SchedulerOutput(
+        out = SchedulerOutput.__new__(  # (a function call: see SchedulerOutput)
+            SchedulerOutput,
             step=self.step,
             num_scheduled_tokens=self._decoders.copy(),
             new_req_ids=(),
@@ -351,7 +354,8 @@ class Scheduler:
         prefill, decode, context, pairs = totals
         # The queue's head did not fit while everyone decoded: later iterations of decoders only have less room.
         self._admission_blocked = bool(self.waiting) and not preempted and not new_ids and decode == num_running
-        return SchedulerOutput(
+        return SchedulerOutput.__new__(  # (a function call: see SchedulerOutput)
+            SchedulerOutput,
             step=self.step,
             num_scheduled_tokens=scheduled,
             new_req_ids=tuple(new_ids),
