@@ -82,9 +82,10 @@ def _stop(args: list[str], out: Path, sig: int, *, delay_s: float = 0.0, after_s
     said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")]
     # Before the command's session takes the signals (kvlab starting, the options being checked) nothing is stored
     # and the line is only "stopped by NAME"; after, it says what is stored.
-    assert len(said) == 1 and re.fullmatch(rf"stopped by {name}(: [\d,]+ points? computed now \([\d,]+ in all "
-                                            r"stored in \S+sweep.duckdb\); run the same command again to resume .*)?",
-                                            said[0]), err
+    # (A signal as the answer is written waits for it, whole, and says so: "once the work was done".)
+    assert len(said) == 1 and re.fullmatch(rf"stopped by {name}((: | once the work was done: )[\d,]+ points? computed "
+                                            r"now \([\d,]+ in all stored in \S+sweep.duckdb\)(; run the same command "
+                                            r"again to resume .*)?)?", said[0]), err
     return said[0]
 
 
@@ -209,3 +210,29 @@ def test_an_interrupted_capacity_search_resumes_from_its_stored_points(tmp_path)
     counts = _computations(tmp_path)
     assert len(counts) == _num_points(tmp_path) > num_before and set(counts.values()) == {1}
     assert data["num_computed"] == len(counts) - num_before  # the stored points were not run again
+
+
+@pytest.mark.parametrize("delay_s", [0.2, 1.0])
+def test_ctrl_c_in_a_command_that_keeps_no_work_says_so_in_one_line(tmp_path, delay_s):
+    process = subprocess.Popen([sys.executable, "-m", "kvlab", "run", "vllm", "--num-requests", "300000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_for_handlers(process)
+    time.sleep(delay_s)
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=TIMEOUT_S)
+    assert (process.returncode, out, err) == (130, "", "stopped by SIGINT\n")
+
+
+def test_a_sweep_started_with_ctrl_c_ignored_keeps_ignoring_it(tmp_path):
+    """A script's background job (`kvlab sweep ... &`) starts with SIGINT ignored: so it stays, session or not."""
+    process = subprocess.Popen([sys.executable, "-m", "kvlab", *SWEEP, "--out", str(tmp_path), "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    _wait_for_handlers(process)
+    os.killpg(process.pid, signal.SIGINT)  # (kvlab starting)
+    lines: list[str] = []
+    _wait_for_stored(process, 1, lines)
+    os.killpg(process.pid, signal.SIGINT)  # (the session running)
+    out, err = process.communicate(timeout=TIMEOUT_S)
+    assert process.returncode == 0 and "stopped" not in "".join(lines) + err
+    assert json.loads(out)["num_computed"] == NUM_POINTS

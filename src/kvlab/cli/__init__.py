@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     if _HANDLED and next((a for a in args if not a.startswith("-")), None) not in KEEP_WORK:
         stop.unwind_on_exit()  # (a command that keeps no work may start a server, a process: SIGTERM unwinds it)
         if signal.SIGINT in _HANDLED:
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C is Click's Abort ("interrupted")
+            stop.interrupt_on_ctrl_c()
     try:
         code = command.main(args=args, prog_name="kvlab", standalone_mode=False)
     except KvlabError as exc:
@@ -57,8 +57,10 @@ def main(argv: list[str] | None = None) -> None:
         if not exc.format_message():  # (a bare `kvlab`: Click printed the help, which is the answer)
             sys.exit(exc.exit_code)
         _error(_usage_message(exc, args, _command_path(command, args)))
-    except typer.Abort:
-        _error("interrupted", code=130)
+    except typer.Abort:  # (Ctrl-C, in the Click of older Typers; recent ones exit 130 and say nothing)
+        code = 130
+    if code == 130 and stop.interrupted():
+        print("stopped by SIGINT", file=sys.stderr, flush=True)
     sys.exit(code if isinstance(code, int) else 0)  # (as Click's standalone mode ends)
 
 

@@ -176,6 +176,7 @@ class Session:
                 self.num_stored = store.num_stored()
                 store.close()
             if not interrupted:
+                self.finished = True
                 stop.after_finish()  # (the plots: a signal now ends the command after them)
 
 
@@ -251,9 +252,14 @@ def stop_on_signals(session: Session) -> None:
         if signum is not None:
             runner = getattr(session, "runner", None)
             computed = 0 if runner is None else runner.num_computed
-            print(f"stopped by {stop.signal_name(signum)}: {computed:,} point{'' if computed == 1 else 's'} computed "
-                  f"now ({num_stored:,} in all stored in {session.store_path}); run the same command again to resume "
-                  "(stored points are never recomputed)", file=sys.stderr, flush=True)
+            counts = (f"{computed:,} point{'' if computed == 1 else 's'} computed now ({num_stored:,} in all stored in "
+                      f"{session.store_path})")
+            if getattr(session, "finished", False):  # (the signal came as the answer was written: it was, whole)
+                print(f"stopped by {stop.signal_name(signum)} once the work was done: {counts}", file=sys.stderr,
+                      flush=True)
+            else:
+                print(f"stopped by {stop.signal_name(signum)}: {counts}; run the same command again to resume (stored "
+                      "points are never recomputed)", file=sys.stderr, flush=True)
             raise typer.Exit(128 + signum)
 
     context.call_on_close(end)

@@ -64,6 +64,7 @@ class _State:
     received: int | None = None  # the first signal noted
     raised: bool = False
     holds: int = 0
+    ignored: set[int] = field(default_factory=set)  # signals the parent had ignored: they stay so
 
 
 _state = _State()
@@ -74,6 +75,7 @@ class _Exiting:
     signum: int | None = None  # the signal that ends the command
     unwind: bool = False  # end it by SignalExit (exit handlers run) rather than at once
     again: bool = False  # its SignalExit was lost: raise it once more
+    interrupted: bool = False  # Ctrl-C raised KeyboardInterrupt (interrupt_on_ctrl_c)
 
 
 _exiting = _Exiting()
@@ -92,6 +94,21 @@ def unwind_on_exit() -> None:
     """From now on a signal ends the command by SignalExit: its ``finally`` blocks and exit handlers run."""
     _exiting.unwind = True
     _watch_lost_exceptions()
+
+
+def interrupt_on_ctrl_c() -> None:
+    """From now on Ctrl-C raises KeyboardInterrupt, as Python's own handling does (a command may keep what it has:
+    bench its finished requests), and is noted, so that the command's end can say so (``interrupted``)."""
+    signal.signal(signal.SIGINT, _interrupt)
+
+
+def _interrupt(signum: int, frame) -> None:
+    _exiting.interrupted = True
+    raise KeyboardInterrupt
+
+
+def interrupted() -> bool:
+    return _exiting.interrupted
 
 
 def _exit(signum: int, frame) -> None:
@@ -136,12 +153,16 @@ def _signal_again(signum: int) -> None:
 
 
 def install() -> None:
-    """Note SIGINT and SIGTERM from now on (in the main thread; elsewhere Python allows no handler)."""
+    """Note SIGINT and SIGTERM from now on (in the main thread; elsewhere Python allows no handler), save a signal
+    the parent had this process ignore (a script's background job ignores SIGINT): that one stays ignored."""
     if _state.installed or threading.current_thread() is not threading.main_thread():
         return
     _state.received, _state.raised, _state.holds = None, False, 0
     for signum in SIGNALS:
-        _state.installed[signum] = signal.signal(signum, _handle)
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            _state.ignored.add(signum)
+        else:
+            _state.installed[signum] = signal.signal(signum, _handle)
     unwind_on_exit()  # (after the session, what it started may need its exit handlers: Ray's shutdown)
 
 
@@ -149,6 +170,7 @@ def restore() -> None:
     for signum, previous in _state.installed.items():
         signal.signal(signum, previous)
     _state.installed.clear()
+    _state.ignored.clear()
     _state.holds = 0
 
 
@@ -187,8 +209,9 @@ def held() -> Iterator[None]:
 def _reclaim() -> None:
     # A library that took a signal inside a held call gets it back (ray.init sets SIGTERM to sys.exit).
     for signum in SIGNALS:
-        if signal.getsignal(signum) is not _handle:
-            signal.signal(signum, _handle)
+        mine = signal.SIG_IGN if signum in _state.ignored else _handle
+        if signal.getsignal(signum) is not mine:
+            signal.signal(signum, mine)
 
 
 def after_finish() -> None:
