@@ -335,3 +335,15 @@ def test_vllm_compare_runs_with_burst_and_trace_arrivals(kvlab, tmp_path, arriva
     data = r.json()
     assert data["identical"] is True and data["output_mismatches"] == {}
     assert data["num_steps"]["vllm"] == data["num_steps"]["kvlab"] > 0
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["capacity", "--replicas", "0", "-n", "50"], ""),  # (one configuration: the message says it all)
+    (["sweep", "--model", "opt-13b,opt-66b", "--gpu", "T4", "-n", "50"], " (in the point model='opt-13b')"),
+    (["sweep", "--rate", "1,2", "--block-size", "0,16", "-n", "50"], " (in the point block_size=0, rate=1.0)"),
+])
+def test_a_bad_point_is_named_by_what_tells_it_from_the_others(kvlab, tmp_path, args, named):
+    r = kvlab(*args, "--out", tmp_path / "out")
+    assert r.exit_code == 2 and not (tmp_path / "out").exists()
+    message = " ".join(r.stderr.split())
+    assert message.endswith(named) and message.count("(in the point") == (1 if named else 0), message

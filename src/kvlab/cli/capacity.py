@@ -61,14 +61,15 @@ def window_num_requests(seats: int) -> int:
     return max(DEFAULT_NUM_REQUESTS, 100 * math.ceil(needed / 100))
 
 
-def seats_of(point: dict[str, Any]) -> int:
-    """The seats of a point's engine (kvlab.window.num_seats) on its workload."""
+def seats_of(point: dict[str, Any], varied: set[str] | None = None) -> int:
+    """The seats of a point's engine (kvlab.window.num_seats) on its workload (an error names the point by its
+    ``varied`` options, kvlab.sweep.point.resolve_point)."""
     import kvlab
     from kvlab import service
     from kvlab.sweep.point import resolve_point
     from kvlab.window import mean_tokens_held, num_seats
 
-    resolved = resolve_point(point, kvlab.__version__)
+    resolved = resolve_point(point, kvlab.__version__, varied)
     config = resolved.config
     allocator = service.strategies([resolved.strategy], config)[0].allocator
     held = mean_tokens_held(allocator, service.load(config).requests, config.scheduler.max_model_len)
@@ -164,6 +165,8 @@ def searched_configurations(lists: dict, explicit: list[dict], start_rate: float
     from kvlab.sweep.grid import expand
 
     configurations = expand(lists, explicit)
+    # (what the user varies tells the configurations apart in an error; not the cost profiles added below)
+    varied = {n for n in {n for c in configurations for n in c} if len({repr(c.get(n)) for c in configurations}) > 1}
     if not _given("cost", lists, explicit):  # the clock's uncertainty: every profile that applies to the GPU
         from kvlab.catalog import get_gpu
         from kvlab.cost.profiles import applicable_profiles
@@ -171,7 +174,7 @@ def searched_configurations(lists: dict, explicit: list[dict], start_rate: float
         configurations = [{**c, "cost": name} for c in configurations
                           for name in applicable_profiles(get_gpu(c["gpu"]).id)]
     scaled = not (_given("num_requests", lists, explicit) or _given("duration", lists, explicit))
-    seats = [seats_of({**c, "rate": start_rate}) for c in configurations]
+    seats = [seats_of({**c, "rate": start_rate}, varied) for c in configurations]
     if scaled:
         configurations = [{**c, "num_requests": window_num_requests(s)} for c, s in zip(configurations, seats)]
     _check_window(configurations, start_rate)

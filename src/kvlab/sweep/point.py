@@ -42,8 +42,9 @@ def engine_options(point: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in point.items() if name != "strategy"}
 
 
-def resolve_point(point: dict[str, Any], version: str) -> Resolved:
-    """The point resolved, or the KvlabError a run of it would raise, naming the point."""
+def resolve_point(point: dict[str, Any], version: str, varied: set[str] | None = None) -> Resolved:
+    """The point resolved, or the KvlabError a run of it would raise, naming the point (by its ``varied`` options
+    alone when given: the ones that tell it from the other points)."""
     from kvlab import service
     from kvlab.config.resolve import quietly
     from kvlab.errors import KvlabError
@@ -53,7 +54,7 @@ def resolve_point(point: dict[str, Any], version: str) -> Resolved:
         config = quietly(engine_options(point))
         strategy = service.strategies([point["strategy"]], config)[0].name
     except KvlabError as exc:
-        raise KvlabError(f"{exc} (in the point {_shown(point)})") from None
+        raise KvlabError(f"{exc}{_in_the_point(point, varied)}") from None
     return Resolved(point, config, strategy, point_key(config.key, strategy, version))
 
 
@@ -65,8 +66,10 @@ def resolve_points(points: list[dict[str, Any]], version: str) -> list[Resolved]
 
     resolved: dict[str, Resolved] = {}
     workloads: set[Any] = set()
+    names = {name for point in points for name in point}
+    varied = {n for n in names if len({repr(point.get(n)) for point in points}) > 1}
     for point in points:
-        r = resolve_point(point, version)
+        r = resolve_point(point, version, varied)
         resolved.setdefault(r.key, r)
         if r.config.workload not in workloads:
             workloads.add(r.config.workload)
@@ -74,7 +77,7 @@ def resolve_points(points: list[dict[str, Any]], version: str) -> list[Resolved]
                 service.check_work(r.config, 1, "a point of this sweep")
                 service.load(r.config)
             except KvlabError as exc:
-                raise KvlabError(f"{exc} (in the point {_shown(point)})") from None
+                raise KvlabError(f"{exc}{_in_the_point(point, varied)}") from None
     return list(resolved.values())
 
 
@@ -117,13 +120,20 @@ def compute(point: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _shown(point: dict[str, Any]) -> str:
-    """The point's options that differ from their defaults: what to look at."""
+DEFAULTS_SHOWN = "with `kvlab run`'s defaults"
+
+
+def _in_the_point(point: dict[str, Any], varied: set[str] | None) -> str:
+    """Which point an error is about: its options that vary among the points (none: the error says it all), or,
+    alone, those that differ from their defaults."""
     from kvlab.sweep.grid import run_options
 
+    if varied is not None:
+        shown = [f"{n}={v!r}" for n, v in point.items() if n in varied]
+        return f" (in the point {', '.join(shown)})" if shown else ""
     specs = run_options()
     changed = [f"{n}={v!r}" for n, v in point.items() if n in specs and v != specs[n].default]
-    return ", ".join(changed) or "with `kvlab run`'s defaults"
+    return f" (in the point {', '.join(changed) or DEFAULTS_SHOWN})"
 
 
 def estimate_seconds(points: list[Resolved], probe_requests: int = 200) -> float:
