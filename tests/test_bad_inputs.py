@@ -347,3 +347,11 @@ def test_a_bad_point_is_named_by_what_tells_it_from_the_others(kvlab, tmp_path, 
     assert r.exit_code == 2 and not (tmp_path / "out").exists()
     message = " ".join(r.stderr.split())
     assert message.endswith(named) and message.count("(in the point") == (1 if named else 0), message
+
+
+@pytest.mark.parametrize("command", ["run", "race"])
+def test_strategy_as_an_option_where_strategies_are_arguments_says_how(kvlab, command):
+    r = kvlab(command, "--strategy", "vllm")
+    assert r.exit_code == 2
+    assert f"kvlab {command} takes its strategies as arguments, not --strategy: e.g. kvlab {command} vllm" in \
+        " ".join(r.stderr.split())

@@ -95,6 +95,10 @@ def _command_path(command, args: list[str]) -> str:
     return " ".join(path)
 
 
+# Commands whose strategies are arguments (sweep and capacity vary them as an option, --strategy).
+STRATEGIES_AS_ARGUMENTS = ("kvlab run", "kvlab race")
+
+
 def _usage_message(exc, args: list[str], command_path: str = "kvlab") -> str:
     """Click's message in kvlab's form: the option, the value given, what would do, and where help is."""
     import typer
@@ -107,4 +111,7 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab") -> str:
         if given is not None:
             message = f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(_kind(exc.message), exc.message)}"
     where = exc.ctx.command_path if exc.ctx is not None else command_path
+    if getattr(exc, "option_name", None) == "--strategy" and where in STRATEGIES_AS_ARGUMENTS:
+        message = (f"{where} takes its strategies as arguments, not --strategy: e.g. {where} vllm orca-max "
+                   "(sweep and capacity take --strategy)")
     return f"{message} (see '{where} --help')"
