@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +118,8 @@ def _exit(signum: int, frame) -> None:
     elif not _exiting.again:
         return  # (a second signal while the command exits is only ignored)
     if not _exiting.unwind:
-        sys.stdout.flush()
+        with suppress(OSError, ValueError):  # (what was printed is kept; a closed pipe is no reason for a traceback)
+            sys.stdout.flush()
         os._exit(128 + signum)
     _exiting.again = False
     raise SignalExit(_exiting.signum)
