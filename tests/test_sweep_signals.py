@@ -148,7 +148,8 @@ IN_A_CALLBACK = """
 import signal, sys, time, weakref
 from kvlab.sweep import stop
 
-class Held: pass
+class Held:
+    "Something a weak reference can point to: its callback raises the signal as it goes."
 
 stop.exit_on_signals()
 if sys.argv[1] == "unwinding":
@@ -181,8 +182,8 @@ def test_a_session_raises_a_signal_only_as_a_hold_ends():
         with pytest.raises(stop.Stopped) as raised, stop.held():
             assert stop.received() == signal.SIGTERM
         assert raised.value.exit_code == 143
-        with stop.held():  # (once)
-            pass
+        with stop.held():  # (raised once: a hold after it ends as it began)
+            assert stop.received() == signal.SIGTERM
     finally:
         stop.restore()
 

@@ -163,10 +163,10 @@ def searched_configurations(lists: dict, explicit: list[dict], start_rate: float
     when --cost is not given, and the workload scaled to each one's seats when neither -n nor --duration is; with
     their seats and whether they were scaled. A window too short to measure at the first rate is refused."""
     from kvlab.sweep.grid import expand
+    from kvlab.sweep.point import varied_options
 
     configurations = expand(lists, explicit)
-    # (what the user varies tells the configurations apart in an error; not the cost profiles added below)
-    varied = {n for n in {n for c in configurations for n in c} if len({repr(c.get(n)) for c in configurations}) > 1}
+    varied = varied_options(configurations)  # (in an error: what the user varies, not the profiles added below)
     if not _given("cost", lists, explicit):  # the clock's uncertainty: every profile that applies to the GPU
         from kvlab.catalog import get_gpu
         from kvlab.cost.profiles import applicable_profiles

@@ -86,6 +86,7 @@ class Session:
     store: Store  # these three from start() on
     pool: Any
     runner: Runner
+    finished = False  # finish() ran without an interrupt: every point is stored (what is left: the answer)
 
     def __init__(self, out: Path | None, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
         from kvlab.errors import KvlabError
@@ -254,7 +255,7 @@ def stop_on_signals(session: Session) -> None:
             computed = 0 if runner is None else runner.num_computed
             counts = (f"{computed:,} point{'' if computed == 1 else 's'} computed now ({num_stored:,} in all stored in "
                       f"{session.store_path})")
-            if getattr(session, "finished", False):  # (the signal came as the answer was written: it was, whole)
+            if session.finished:  # (the signal came as the answer was written: it was, whole)
                 print(f"stopped by {stop.signal_name(signum)} once the work was done: {counts}", file=sys.stderr,
                       flush=True)
             else:

@@ -66,8 +66,7 @@ def resolve_points(points: list[dict[str, Any]], version: str) -> list[Resolved]
 
     resolved: dict[str, Resolved] = {}
     workloads: set[Any] = set()
-    names = {name for point in points for name in point}
-    varied = {n for n in names if len({repr(point.get(n)) for point in points}) > 1}
+    varied = varied_options(points)
     for point in points:
         r = resolve_point(point, version, varied)
         resolved.setdefault(r.key, r)
@@ -121,6 +120,12 @@ def compute(point: dict[str, Any]) -> dict[str, Any]:
 
 
 DEFAULTS_SHOWN = "with `kvlab run`'s defaults"
+
+
+def varied_options(points: list[dict[str, Any]]) -> set[str]:
+    """The options whose values differ among ``points``: what tells one from the others."""
+    names = {name for point in points for name in point}
+    return {n for n in names if len({repr(point.get(n)) for point in points}) > 1}
 
 
 def _in_the_point(point: dict[str, Any], varied: set[str] | None) -> str:

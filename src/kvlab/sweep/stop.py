@@ -50,8 +50,9 @@ class Stopped(BaseException):
 
 
 class SignalExit(SystemExit):
-    """The command ended by SIGINT or SIGTERM before a session took the signals: exit 128 + signum, as the
-    default handling would, but said in one line, and with exit handlers run (Ray's shutdown)."""
+    """The command ended by SIGINT or SIGTERM outside a session, once exit handlers may matter (``unwind_on_exit``):
+    exit 128 + signum, as the default handling would, but said in one line, and with ``finally`` blocks and exit
+    handlers run (Ray's shutdown)."""
 
     def __init__(self, signum: int):
         super().__init__(128 + signum)
