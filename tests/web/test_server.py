@@ -78,7 +78,7 @@ def test_size_bad_values_are_400_with_a_message(client, params, message):
     [
         ({"num_requests": 100000}, "num_requests 100000 is out of range: 1 to 2000"),
         ({"strategies": ["continuous+lru"]}, "unknown strategy 'continuous+lru'"),
-        ({"workload": "/etc/passwd"}, "not a bundled workload"),
+        ({"workload": "/etc/passwd"}, "not a named workload"),
         ({"model": "gpt-5"}, "unknown model 'gpt-5'"),
         ({"rate": 0}, "rate 0 is out of range"),
     ],

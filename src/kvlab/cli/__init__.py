@@ -21,7 +21,8 @@ from kvlab.cli.app import app  # noqa: E402  (after the handlers: importing Type
 # (kvlab.sweep.stop), nothing is stored, and a signal ends them at once.
 KEEP_WORK = ("sweep", "capacity", "paper")
 # One module per topic; each registers its commands on ``app`` when imported.
-COMMAND_MODULES = ("catalog", "size", "sim", "paper", "lab", "vllm", "vllm_timing", "bench", "cost", "sweep", "capacity")
+COMMAND_MODULES = ("catalog", "size", "sim", "workloads", "paper", "lab", "vllm", "vllm_timing", "bench", "cost", "sweep",
+                   "capacity")
 
 
 def _register() -> None:

@@ -1,4 +1,4 @@
-"""``kvlab run``, ``kvlab race`` and ``kvlab workloads``: strategies served on one workload, side by side.
+"""``kvlab run`` and ``kvlab race``: strategies served on one workload, side by side.
 
 ``kvlab race`` with no arguments is kvlab's main job: the lesson's four strategies on the vLLM paper's setup
 (OPT-13B on one A100-40GB, the ShareGPT stand-in, Poisson arrivals), in seconds.
@@ -280,37 +280,3 @@ def run(
     with allow_large_work(yes):
         run = simulate([strategy], quiet=as_json, **options)
     report(run, as_json=as_json, out=out, title=f"Run: {run.results[0].strategy.name}", wide=wide, plots=plots)
-
-
-@app.command()
-def workloads(as_json: JsonOpt = False, wide: WideOpt = False) -> None:
-    """The bundled workloads: real traces, length files and the paper's stand-ins, with sources and licences."""
-    from dataclasses import asdict
-
-    from rich.console import Console
-
-    from kvlab.cli.catalog import compact_table
-    from kvlab.workload import list_workloads
-
-    infos = list_workloads()
-    if as_json:
-        typer.echo(json.dumps([asdict(i) for i in infos], indent=2))
-        return
-    kinds = {"trace with arrivals": "trace", "lengths only": "lengths", "stand-in": "stand-in"}
-    table = compact_table("Bundled workloads (use with --workload NAME)")
-    columns = ["name", "kind", "rows", "mean\nprompt", "mean\noutput", "req/s", "licence"] + (["source"] if wide else [])
-    for col in columns:
-        table.add_column(col, justify="left" if col in ("name", "kind", "licence", "source") else "right",
-                         no_wrap=col != "source")
-    for i in infos:
-        row = [i.name, kinds.get(i.kind, i.kind), "–" if i.num_rows is None else f"{i.num_rows:,}",
-               f"{i.mean_prompt_len:,.0f}", f"{i.mean_output_len:,.0f}",
-               "–" if i.mean_rate is None else f"{i.mean_rate:.2f}", i.licence]
-        table.add_row(*(row + ([i.source] if wide else [])))
-    console = Console(highlight=False)
-    console.print(table)
-    if not wide:
-        console.print("kind: trace (its own arrival times), lengths (arrivals at --rate), stand-in (fitted to the "
-                      "vLLM paper's means). Sources:")
-        for i in infos:
-            console.print(f"  {i.name}: {i.source}")

@@ -127,7 +127,7 @@ OPTIONS: dict[str, Option] = _options(
     Option("cost", "cost", str, "roofline", "Cost profile that sets the clock: a name (kvlab cost) or a "
            ".toml/.json file (kvlab calibrate)."),
     # --- workload ----------------------------------------------------------------------------------------------
-    Option("workload", "workload", str, "paper-sharegpt", "Bundled workload (see `kvlab workloads`) or a CSV/JSONL "
+    Option("workload", "workload", str, "paper-sharegpt", "Named workload (see `kvlab workloads`) or a CSV/JSONL "
            "file with prompt_len, output_len[, arrival_time, max_tokens] (or Vidur's num_prefill_tokens, "
            "num_decode_tokens).", aliases=("-w",)),
     Option("rate", "workload", float, None, "Requests per second. Workloads without arrival times get Poisson "
@@ -155,7 +155,7 @@ OPTIONS: dict[str, Option] = _options(
            hi=1e9, what="seconds between a session's turns"),
     Option("think_time_dist", "sessions", str, "exponential", "exponential or fixed.",
            choices=("exponential", "fixed")),
-    Option("session_lengths", "sessions", str, "paper-sharegpt", "The bundled workload whose rows give each turn's "
+    Option("session_lengths", "sessions", str, "paper-sharegpt", "The named workload whose rows give each turn's "
            "message and answer lengths."),
     Option("system_prompt_len", "sessions", int, 0, "Tokens of each shared system prompt (0: none).", lo=0,
            hi=2**30, what="tokens"),

@@ -64,7 +64,7 @@ def build_race(spec: RunSpec, max_pool_blocks: int = LIMITS["max_pool_blocks"]) 
 
     catalogue_model(spec.model)  # a catalogue name, never a path or a Hugging Face id from a web page
     if spec.workload not in WORKLOADS:
-        raise KvlabError(f"unknown workload {spec.workload!r}: not a bundled workload ({', '.join(WORKLOADS)})")
+        raise KvlabError(f"unknown workload {spec.workload!r}: not a named workload ({', '.join(WORKLOADS)})")
     # The same resolution and run service as `kvlab race`, so that the page and the command line agree.
     config = resolve(spec.options())
     strategies = service.strategies(spec.strategies, config)

@@ -1,10 +1,10 @@
 """Workloads: the requests a simulation (or a real engine) serves.
 
-    load_workload("paper-sharegpt", rate=2.0, duration=3600, seed=0)   # a bundled stand-in, Poisson arrivals
-    load_workload("azure-conv", num_requests=1000)                      # a real trace with its own arrivals
+    load_workload("paper-sharegpt", rate=2.0, duration=3600, seed=0)   # kvlab's stand-in, Poisson arrivals
+    load_workload("azure-conv", num_requests=1000)                      # a published trace (a copy: kvlab workloads fetch)
     load_workload("my_requests.csv")                                    # a user's file
 
-``WORKLOADS`` names the bundled sources; ``list_workloads()`` summarises them. docs/workloads.md tells where
+``WORKLOADS`` names kvlab's own workloads and the published traces it reads; ``list_workloads()`` summarises them. docs/workloads.md tells where
 each comes from and how the paper stand-ins were fitted.
 """
 

@@ -27,8 +27,9 @@ import numpy as np
 from kvlab.config.options import DEFAULT_NUM_REQUESTS
 from kvlab.errors import KvlabError
 from kvlab.workload.arrivals import burst_arrivals, generate_arrivals, rescale_arrivals
-from kvlab.workload.bundled import WORKLOADS, BundledWorkload
+from kvlab.workload.bundled import WORKLOADS, BundledWorkload, trace_workload
 from kvlab.workload.files import SUFFIXES, read_user_file
+from kvlab.workload.published import trace_for_file
 from kvlab.workload.request import Request
 from kvlab.workload.sessions import SessionSpec
 from kvlab.workload.table import LengthTable, sample_table
@@ -82,11 +83,15 @@ def _check_span(times) -> None:
 
 
 def _user_source(spec: str) -> BundledWorkload:
-    """A user's file, described like a bundled trace (its arrival times are its own)."""
+    """A user's file, described like a bundled trace (its arrival times are its own); a copy of a published trace
+    (known by its file name) is read as that trace."""
     path = Path(spec)
     if not path.exists():
         names = ", ".join(WORKLOADS)
-        raise KvlabError(f"unknown workload {spec!r}: not a bundled workload ({names}) and no such file")
+        raise KvlabError(f"unknown workload {spec!r}: not a named workload ({names}) and no such file")
+    trace = trace_for_file(path)
+    if trace is not None and path.is_file():
+        return trace_workload(trace.name, path)
     table = read_user_file(spec)
     return BundledWorkload(
         name=path.name,
@@ -104,7 +109,7 @@ def _resolve(spec: str) -> BundledWorkload:
         return WORKLOADS[spec]
     if Path(spec).suffix.lower() not in SUFFIXES and not Path(spec).exists():
         names = ", ".join(WORKLOADS)
-        raise KvlabError(f"unknown workload {spec!r}; bundled: {names}; or a path to a .csv or .jsonl file")
+        raise KvlabError(f"unknown workload {spec!r}; named: {names}; or a path to a .csv or .jsonl file")
     return _user_source(spec)
 
 

@@ -17,7 +17,7 @@ The generator's parameters (``SessionSpec``; docs/fleet.md):
                        time, which the workload cannot know; a turn that comes before the last answer is done
                        finds only what was cached by then)
     think_time_dist    exponential or fixed
-    lengths            the bundled workload whose rows give each turn's (message, answer) lengths, one row a turn
+    lengths            the named workload whose rows give each turn's (message, answer) lengths, one row a turn
                        (default paper-sharegpt: ShareGPT-like turns, means 161 / 338)
     system_prompt_len  tokens of each system prompt (0: none)
     num_system_prompts distinct system prompts, each session drawing one uniformly

@@ -1,7 +1,9 @@
-"""Readers for the bundled traces (``data/``, attribution in ``data/ATTRIBUTION.md``), one per file format.
+"""Readers for the published traces (kvlab.workload.published says where each is published and found), one per
+file format.
 
-Each reader parses its file once per process (``lru_cache``) into a ``LengthTable`` in arrival order, with
-times in seconds from the first request. Rows that are not servable data are dropped and counted.
+Each reader parses its file once per process (``cache``, keyed by path) into a ``LengthTable`` in arrival order,
+with times in seconds from the first request. Rows that are not servable data are dropped and counted. A file that
+is not in its publisher's format is a ``KvlabError`` naming the file and what was expected.
 """
 
 from __future__ import annotations
@@ -9,26 +11,37 @@ from __future__ import annotations
 import io
 import json
 from functools import cache
-from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
+from kvlab.errors import KvlabError
 from kvlab.workload.arrivals import spread_within_bins
 from kvlab.workload.table import LengthTable
 
 
-def _read_text(filename: str) -> str:
-    return resources.files("kvlab.workload").joinpath("data", filename).read_text(encoding="utf-8")
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise KvlabError(f"{path}: cannot be read as a text trace ({error})") from None
 
 
-def _csv_columns(filename: str, columns: dict[str, type]) -> list[np.ndarray]:
-    """The named columns of a bundled CSV file (plain comma-separated, one header line), parsed by numpy."""
-    text = _read_text(filename)
-    header = text.split("\n", 1)[0].strip().split(",")
-    return [
-        np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, usecols=header.index(name), dtype=dtype, ndmin=1)
-        for name, dtype in columns.items()
-    ]
+def _csv_columns(path: Path, columns: dict[str, type]) -> list[np.ndarray]:
+    """The named columns of a CSV file (plain comma-separated, one header line), parsed by numpy."""
+    text = _read_text(path)
+    header = [name.strip() for name in text.split("\n", 1)[0].strip().split(",")]
+    missing = [name for name in columns if name not in header]
+    if missing:
+        raise KvlabError(f"{path}: no column {missing[0]!r} (its header is {','.join(header)[:120]!r}); "
+                         f"valid: the published file, whose columns include {', '.join(columns)}")
+    try:
+        return [
+            np.loadtxt(io.StringIO(text), delimiter=",", skiprows=1, usecols=header.index(name), dtype=dtype, ndmin=1)
+            for name, dtype in columns.items()
+        ]
+    except ValueError as error:
+        raise KvlabError(f"{path}: a row does not parse ({str(error)[:160]}); valid: the file as published") from None
 
 
 def _in_arrival_order(
@@ -42,28 +55,49 @@ def _in_arrival_order(
     return LengthTable(prompt_len=prompt_len[order], output_len=output_len[order], arrival_time=arrival_time, **extra)
 
 
+def _jsonl_rows(path: Path, fields: tuple[str, ...]) -> list[dict]:
+    rows = []
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise KvlabError(f"{path}, line {number}: not a JSON object; valid: the file as published") from None
+        missing = [name for name in fields if not isinstance(row, dict) or name not in row]
+        if missing:
+            raise KvlabError(f"{path}, line {number}: no field {missing[0]!r}; valid: rows with {', '.join(fields)}")
+        rows.append(row)
+    if not rows:
+        raise KvlabError(f"{path}: no rows; valid: the file as published")
+    return rows
+
+
 @cache
-def read_azure(filename: str) -> LengthTable:
+def read_azure(path: Path) -> LengthTable:
     """Azure LLM inference trace 2023: TIMESTAMP (wall clock, 100 ns digits), ContextTokens, GeneratedTokens."""
-    stamps, prompt, output = _csv_columns(filename, {"TIMESTAMP": str, "ContextTokens": int, "GeneratedTokens": int})
+    stamps, prompt, output = _csv_columns(path, {"TIMESTAMP": str, "ContextTokens": int, "GeneratedTokens": int})
     # numpy parses "2023-11-16 18:17:03.9799600" as a naive datetime; nanoseconds keep all 7 digits.
-    clock = stamps.astype("datetime64[ns]")
+    try:
+        clock = stamps.astype("datetime64[ns]")
+    except ValueError:
+        raise KvlabError(f"{path}: a TIMESTAMP is not a date and time; valid: the file as published") from None
     seconds = (clock - clock.min()).astype(np.int64) / 1e9
     return _in_arrival_order(seconds, prompt, output)
 
 
 @cache
-def read_length_stats(filename: str) -> LengthTable:
+def read_length_stats(path: Path) -> LengthTable:
     """Sarathi-Serve / Vidur processed traces: num_prefill_tokens, num_decode_tokens (no arrival times)."""
-    prompt, output = _csv_columns(filename, {"num_prefill_tokens": int, "num_decode_tokens": int})
+    prompt, output = _csv_columns(path, {"num_prefill_tokens": int, "num_decode_tokens": int})
     return LengthTable(prompt_len=prompt, output_len=output)
 
 
 @cache
-def read_burstgpt(filename: str) -> LengthTable:
+def read_burstgpt(path: Path) -> LengthTable:
     """BurstGPT: Timestamp (s), Request tokens, Response tokens. Failed requests are logged with 0 tokens."""
     seconds, prompt_len, output_len = _csv_columns(
-        filename, {"Timestamp": float, "Request tokens": int, "Response tokens": int}
+        path, {"Timestamp": float, "Request tokens": int, "Response tokens": int}
     )
     servable = (prompt_len > 0) & (output_len > 0)
     num_failed = int((~servable).sum())
@@ -77,20 +111,26 @@ def read_burstgpt(filename: str) -> LengthTable:
 
 
 @cache
-def read_llmservingsim(filename: str) -> LengthTable:
-    """LLMServingSim workload: arrival_time_ns, input_toks, output_toks."""
-    stamps, prompt, output = _csv_columns(filename, {"arrival_time_ns": int, "input_toks": int, "output_toks": int})
+def read_llmservingsim(path: Path) -> LengthTable:
+    """LLMServingSim workload: arrival_time_ns, input_toks, output_toks, as published (JSONL, with token ids) or
+    as a CSV of those three columns."""
+    fields = ("arrival_time_ns", "input_toks", "output_toks")
+    if path.suffix.lower() == ".jsonl":
+        rows = _jsonl_rows(path, fields)
+        stamps, prompt, output = (np.array([row[name] for row in rows], dtype=np.int64) for name in fields)
+    else:
+        stamps, prompt, output = _csv_columns(path, dict.fromkeys(fields, int))
     return _in_arrival_order(stamps / 1e9, prompt, output)
 
 
 @cache
-def read_mooncake(filename: str, bin_width: float) -> LengthTable:
+def read_mooncake(path: Path, bin_width: float) -> LengthTable:
     """Mooncake FAST'25 trace (JSONL): timestamp (ms), input_length, output_length, hash_ids.
 
     ``hash_ids`` name the prompt's 512-token blocks; requests with equal leading ids share that prefix.
     With ``bin_width`` > 0 the binned timestamps are spread within their bins (``spread_within_bins``).
     """
-    rows = [json.loads(line) for line in _read_text(filename).splitlines() if line.strip()]
+    rows = _jsonl_rows(path, ("timestamp", "input_length", "output_length", "hash_ids"))
     seconds = np.array([row["timestamp"] for row in rows], dtype=float) / 1e3
     table = _in_arrival_order(
         seconds,

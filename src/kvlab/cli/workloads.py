@@ -1,0 +1,114 @@
+"""``kvlab workloads``: the named workloads, where each published trace is found; ``kvlab workloads fetch NAME``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from kvlab.cli.app import app
+from kvlab.cli.options import JsonOpt, WideOpt
+
+workloads_app = typer.Typer(
+    name="workloads",
+    help="The named workloads: kvlab's own stand-ins and generators, and the published traces it reads (each "
+         "fetched from its publisher with `kvlab workloads fetch NAME`).",
+    invoke_without_command=True,
+)
+app.add_typer(workloads_app, name="workloads")
+
+_WHERE = {"built in": "built in", "KVLAB_TRACES_DIR": "env dir", "cache": "cache"}
+
+
+@workloads_app.callback()
+def workloads(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = False) -> None:
+    """The named workloads: kvlab's own stand-ins and generators (built in) and the published traces, each with
+    where its copy is (KVLAB_TRACES_DIR, the cache) or how to fetch it."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from dataclasses import asdict
+
+    from rich.console import Console
+
+    from kvlab.cli.catalog import compact_table
+    from kvlab.workload import list_workloads
+
+    infos = list_workloads()
+    if as_json:
+        typer.echo(json.dumps([asdict(i) for i in infos], indent=2))
+        return
+    kinds = {"trace with arrivals": "trace", "lengths only": "lengths", "stand-in": "stand-in",
+             "generated sessions": "sessions"}
+    table = compact_table("Workloads (use with --workload NAME)")
+    columns = ["name", "kind", "copy", "rows", "mean\nprompt", "mean\noutput", "req/s", "licence"]
+    for col in columns + (["source"] if wide else []):
+        table.add_column(col, justify="left" if col in ("name", "kind", "copy", "licence", "source") else "right",
+                         no_wrap=col != "source", overflow="fold" if col == "source" else "ellipsis")
+    for i in infos:
+        where = _WHERE.get(i.location.split(":", 1)[0], "absent") if i.present else "absent"
+        row = [i.name, kinds.get(i.kind, i.kind), where, "–" if i.num_rows is None else f"{i.num_rows:,}",
+               "–" if i.mean_prompt_len is None else f"{i.mean_prompt_len:,.0f}",
+               "–" if i.mean_output_len is None else f"{i.mean_output_len:,.0f}",
+               "–" if i.mean_rate is None else f"{i.mean_rate:.2f}", i.licence]
+        table.add_row(*(row + ([i.source] if wide else [])))
+    console = Console(highlight=False)
+    console.print(table)
+    if wide:
+        return
+    console.print("kind: trace (its own arrival times), lengths (arrivals at --rate), stand-in (kvlab's fit to the "
+                  "vLLM paper's means). copy: built in (kvlab's own), env dir (KVLAB_TRACES_DIR), cache (fetched), "
+                  "absent (`kvlab workloads fetch NAME`, or set KVLAB_TRACES_DIR). Sources:")
+    for i in infos:
+        console.print(f"  {i.name}: {i.source}")
+        if i.present and i.location != "built in":
+            console.print(f"    copy: {i.location.split(': ', 1)[1]}")
+
+
+@workloads_app.command()
+def fetch(
+    name: Annotated[str, typer.Argument(help="A published trace: azure-conv, azure-code, mooncake-conversation, "
+                                             "mooncake-synthetic, burstgpt, llmservingsim-sharegpt, sharegpt-8k, "
+                                             "arxiv, bwb.")],
+    url: Annotated[Optional[str], typer.Option("--from", help="Download from this address instead (a mirror); the "
+                                               "checksum is still the published one.")] = None,
+) -> None:
+    """Download a published trace from its publisher into kvlab's cache, check its checksum, and print its licence
+    and citation."""
+    from rich.console import Console
+
+    from kvlab.errors import KvlabError
+    from kvlab.workload.fetch import fetch as download
+    from kvlab.workload.published import TRACES, cache_dir
+
+    if name not in TRACES:
+        raise KvlabError(f"unknown trace {name!r}; valid: {', '.join(TRACES)} (kvlab's own workloads need no fetch)")
+    trace = TRACES[name]
+    err = Console(stderr=True, highlight=False)
+    err.print(f"fetching {name} from {url or trace.url}")
+    err.print(f"  into {cache_dir()}")
+    with _progress(err) as report:
+        path = download(name, url=url, progress=report)
+    typer.echo(f"{name}: saved {path} ({path.stat().st_size:,} bytes, checksum {trace.checksum} verified)")
+    typer.echo(f"licence: {trace.licence}; published by {trace.publisher}")
+    typer.echo(f"cite: {trace.citation}")
+
+
+def _progress(console):
+    """A byte counter on stderr while a download runs (nothing when stderr is not a terminal)."""
+    from contextlib import contextmanager
+
+    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+    @contextmanager
+    def bar():
+        with Progress("{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=console,
+                      transient=True, disable=not console.is_terminal) as progress:
+            task = progress.add_task("download", total=None)
+
+            def report(done: int, total: int | None) -> None:
+                progress.update(task, completed=done, total=total)
+
+            yield report
+
+    return bar()

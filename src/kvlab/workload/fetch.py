@@ -1,0 +1,93 @@
+"""``kvlab workloads fetch NAME``: a published trace downloaded from its publisher's address into the cache.
+
+The download goes to a temporary file beside its destination; only a file whose checksum is the published one is
+renamed into place, so the cache never holds half a file or someone else's bytes. The network is touched here and
+nowhere else in kvlab.workload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from kvlab.errors import KvlabError
+from kvlab.workload.published import TRACES, PublishedTrace, cache_dir
+
+CHUNK_BYTES = 1 << 20
+TIMEOUT_S = 30.0
+
+
+def file_checksum(path: Path, kind: str) -> str:
+    """``kind:HEX`` of a file: ``sha256`` of its bytes, or ``git-blob-sha1`` (SHA-1 of ``blob SIZE\\0`` + bytes,
+    the id git gives the file)."""
+    if kind == "sha256":
+        digest = hashlib.sha256()
+    elif kind == "git-blob-sha1":
+        digest = hashlib.sha1(usedforsecurity=False)
+        digest.update(f"blob {path.stat().st_size}\0".encode())
+    else:
+        raise ValueError(f"unknown checksum kind {kind!r}")
+    with path.open("rb") as file:
+        while chunk := file.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return f"{kind}:{digest.hexdigest()}"
+
+
+def matches_checksum(path: Path, checksum: str) -> bool:
+    return file_checksum(path, checksum.split(":", 1)[0]) == checksum
+
+
+def fetch(
+    name: str,
+    url: str | None = None,
+    destination: Path | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
+) -> Path:
+    """Downloads trace ``name`` (from ``url``, a mirror, or else its published address), checks its checksum and
+    saves it in ``destination`` (default: the cache folder) under its published file name; returns the path.
+
+    ``progress(bytes_so_far, total_or_None)`` is called as the bytes arrive. A KvlabError, with nothing saved,
+    when the name is unknown, the server cannot be reached or answers an error, or the checksum differs."""
+    import httpx
+
+    if name not in TRACES:
+        raise KvlabError(f"unknown trace {name!r}; valid: {', '.join(TRACES)}")
+    trace: PublishedTrace = TRACES[name]
+    source = url or trace.url
+    folder = destination if destination is not None else cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise KvlabError(f"cannot create the folder {folder} for {name} ({error.strerror})") from None
+    target = folder / trace.filename
+    handle, temporary = tempfile.mkstemp(prefix=f".{trace.filename}.", suffix=".part", dir=folder)
+    part = Path(temporary)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            try:
+                with httpx.stream("GET", source, follow_redirects=True, timeout=TIMEOUT_S) as response:
+                    if response.status_code != 200:
+                        raise KvlabError(f"could not download {name}: {source} answered HTTP {response.status_code}; "
+                                         "try again later, or download the file yourself and set KVLAB_TRACES_DIR")
+                    total = int(response.headers["content-length"]) if "content-length" in response.headers else None
+                    done = 0
+                    for chunk in response.iter_bytes(CHUNK_BYTES):
+                        out.write(chunk)
+                        done += len(chunk)
+                        if progress is not None:
+                            progress(done, total)
+            except httpx.HTTPError as error:
+                reason = str(error) or type(error).__name__
+                raise KvlabError(f"could not download {name} from {source} ({reason}); check the connection, or "
+                                 "download the file yourself and set KVLAB_TRACES_DIR to its folder") from None
+        got = file_checksum(part, trace.checksum.split(":", 1)[0])
+        if got != trace.checksum:
+            raise KvlabError(f"the file downloaded from {source} is not the published {name}: its checksum is {got}, "
+                             f"the published one {trace.checksum}; nothing was saved")
+        os.replace(part, target)
+    finally:
+        part.unlink(missing_ok=True)
+    return target

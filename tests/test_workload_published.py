@@ -1,0 +1,247 @@
+"""Published traces: kvlab ships none; it finds a copy (a path, KVLAB_TRACES_DIR, the cache) or fetches one from its
+publisher with its checksum checked; its own workloads need no trace at all."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kvlab.errors import KvlabError
+from kvlab.workload import WORKLOADS, load_workload
+from kvlab.workload.fetch import fetch, file_checksum, matches_checksum
+from kvlab.workload.published import TRACES, how_to_get, locate, require
+from kvlab.workload.synthetic import PAPER_SHAREGPT_MEANS, paper_sharegpt_population, sharegpt_shape_fit
+from tests.conftest import REPO, SHARED_TRACES
+
+
+@pytest.fixture
+def no_traces(monkeypatch, tmp_path):
+    """A machine with no trace: KVLAB_TRACES_DIR unset, an empty cache."""
+    monkeypatch.delenv("KVLAB_TRACES_DIR", raising=False)
+    monkeypatch.setenv("KVLAB_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "traces"
+
+
+def _no_trace_env(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "KVLAB_TRACES_DIR"}
+    env["KVLAB_CACHE_DIR"] = str(tmp_path / "empty-cache")
+    env["COLUMNS"] = "100"
+    return env
+
+
+# --- what kvlab ships ---------------------------------------------------------------------------------------------
+
+
+def test_the_built_wheel_holds_no_third_party_data_file(tmp_path):
+    source = tmp_path / "source"
+    shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
+                    "-w", str(tmp_path / "dist"), str(source)], check=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("kvlab-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        digests = {f"sha256:{hashlib.sha256(archive.read(n)).hexdigest()}" for n in names}
+    published_names = {filename for trace in TRACES.values() for filename in trace.filenames}
+    assert not [n for n in names if Path(n).name in published_names]
+    assert not digests & {trace.checksum for trace in TRACES.values()}
+    assert not [n for n in names if n.endswith((".csv", ".jsonl"))]
+    data = sorted(n for n in names if n.startswith("kvlab/workload/data/"))
+    assert data == ["kvlab/workload/data/paper_sharegpt_fit.json"]
+    assert "kvlab/workload/published.py" in names and "kvlab/workload/traces.py" in names
+
+
+def test_the_shipped_sharegpt_fit_is_what_the_script_derives_from_the_published_trace():
+    derive = runpy.run_path(str(REPO / "scripts" / "fit_paper_sharegpt.py"))["shipped_fit"]
+    assert derive() == sharegpt_shape_fit()
+
+
+def test_the_paper_sharegpt_stand_in_has_the_papers_means_and_cap():
+    population = paper_sharegpt_population()
+    assert population.num_rows + population.num_skipped == sharegpt_shape_fit()["num_rows"]
+    assert population.prompt_len.mean() == pytest.approx(PAPER_SHAREGPT_MEANS[0], abs=0.01)
+    assert population.output_len.mean() == pytest.approx(PAPER_SHAREGPT_MEANS[1], abs=0.01)
+    assert int((population.prompt_len + population.output_len).max()) <= 2048
+    assert population.prompt_len.min() >= 1 and population.output_len.min() >= 1
+
+
+def test_every_published_trace_is_a_named_workload_and_the_shared_copies_are_the_published_bytes():
+    assert set(TRACES) <= set(WORKLOADS)
+    for name, trace in TRACES.items():
+        located = locate(name)
+        assert located is not None and located.where == "KVLAB_TRACES_DIR", name
+        if name != "burstgpt" and name != "llmservingsim-sharegpt":  # the collection keeps excerpts of these two
+            assert matches_checksum(located.path, trace.checksum), name
+
+
+# --- with no trace on the machine ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["race", "-n", "200"], ["paper", "fig2"], ["run", "vllm", "--workload", "sessions",
+                                                                             "-n", "50"]])
+def test_kvlabs_own_workloads_run_with_no_trace_present(tmp_path, argv):
+    done = subprocess.run([sys.executable, "-m", "kvlab", *argv], env=_no_trace_env(tmp_path), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_lab_serves_its_page_with_no_trace_present(tmp_path):
+    server = subprocess.Popen([sys.executable, "-m", "kvlab", "lab", "--port", "0", "--no-browser"],
+                              env=_no_trace_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        url = line.split("kvlab lab: ", 1)[1].split()[0]
+        page = urllib.request.urlopen(url, timeout=30).read().decode()
+        assert "<html" in page.lower()
+        choices = json.loads(urllib.request.urlopen(url + "api/catalog", timeout=60).read())
+        assert "paper-sharegpt" in [w["name"] for w in choices["workloads"]]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_an_absent_trace_says_in_one_line_how_to_get_it(kvlab, no_traces):
+    result = kvlab("run", "vllm", "--workload", "azure-conv", "-n", "10")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"error: {how_to_get('azure-conv')}"]
+    assert "kvlab workloads fetch azure-conv" in lines[0] and "KVLAB_TRACES_DIR" in lines[0]
+
+
+def test_kvlab_workloads_says_which_traces_are_absent(kvlab, no_traces):
+    rows = {row["name"]: row for row in kvlab("workloads", "--json").json()}
+    assert rows["azure-conv"]["present"] is False and rows["azure-conv"]["num_rows"] is None
+    assert rows["azure-conv"]["location"] == "absent: kvlab workloads fetch azure-conv"
+    assert rows["paper-sharegpt"]["present"] is True and rows["paper-sharegpt"]["location"] == "built in"
+    table = kvlab("workloads").stdout
+    assert "azure-conv" in table and "absent" in table
+
+
+def test_a_traces_dir_that_is_not_a_folder_is_named(kvlab, monkeypatch, tmp_path):
+    monkeypatch.setenv("KVLAB_TRACES_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("KVLAB_CACHE_DIR", str(tmp_path / "cache"))
+    result = kvlab("run", "vllm", "--workload", "bwb", "-n", "10")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: KVLAB_TRACES_DIR={str(tmp_path / 'nowhere')!r} is not a folder; valid: a folder holding trace files "
+        f"(see `kvlab workloads`), or unset it to use the cache {tmp_path / 'cache' / 'traces'}"
+    ]
+
+
+def test_a_malformed_copy_is_named_with_what_was_expected(kvlab, monkeypatch, tmp_path):
+    (tmp_path / "azure2023_conv.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,12,x\n")
+    (tmp_path / "conversation_trace.jsonl").write_text('{"timestamp": 0, "input_length": 5}\n')
+    monkeypatch.setenv("KVLAB_TRACES_DIR", str(tmp_path))
+    result = kvlab("run", "vllm", "--workload", "azure-conv", "-n", "1")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert f"{tmp_path / 'azure2023_conv.csv'}: a row does not parse" in result.stderr
+    result = kvlab("run", "vllm", "--workload", "mooncake-conversation", "-n", "1")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {tmp_path / 'conversation_trace.jsonl'}, line 1: no field 'output_length'; "
+                                     "valid: rows with timestamp, input_length, output_length, hash_ids")
+
+
+def test_a_path_to_a_copy_is_read_as_that_trace(tmp_path, no_traces):
+    copy = tmp_path / "AzureLLMInferenceTrace_code.csv"
+    shutil.copy(SHARED_TRACES / "azure2023_code.csv", copy)
+    from_path = load_workload(str(copy), num_requests=50)
+    with pytest.raises(KvlabError, match="kvlab workloads fetch azure-code"):
+        load_workload("azure-code", num_requests=50)
+    os.environ["KVLAB_TRACES_DIR"] = str(SHARED_TRACES)
+    try:
+        assert from_path.requests == load_workload("azure-code", num_requests=50).requests
+    finally:
+        del os.environ["KVLAB_TRACES_DIR"]
+    assert "Azure/AzurePublicDataset" in from_path.source
+
+
+# --- fetching from a publisher (a real HTTP server on 127.0.0.1) ----------------------------------------------------
+
+
+@pytest.fixture
+def publisher():
+    """The shared copies served over HTTP on 127.0.0.1, as a publisher would serve them; yields its base URL."""
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args):
+            super().__init__(*args, directory=str(SHARED_TRACES))
+
+        def log_message(self, *args):  # quiet: the tests read the command's output
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_fetch_with_the_published_checksum_is_saved_under_the_published_name(publisher, tmp_path):
+    path = fetch("azure-code", url=f"{publisher}/azure2023_code.csv", destination=tmp_path)
+    assert path == tmp_path / "AzureLLMInferenceTrace_code.csv"
+    assert path.read_bytes() == (SHARED_TRACES / "azure2023_code.csv").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["AzureLLMInferenceTrace_code.csv"]
+
+
+def test_a_fetch_whose_checksum_differs_saves_nothing(publisher, tmp_path):
+    with pytest.raises(KvlabError) as error:
+        fetch("azure-conv", url=f"{publisher}/azure2023_code.csv", destination=tmp_path)
+    assert str(error.value) == (
+        f"the file downloaded from {publisher}/azure2023_code.csv is not the published azure-conv: its checksum is "
+        f"{TRACES['azure-code'].checksum}, the published one {TRACES['azure-conv'].checksum}; nothing was saved")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fetch_from_a_server_that_is_gone_or_answers_404_saves_nothing(publisher, tmp_path):
+    with pytest.raises(KvlabError, match=r"answered HTTP 404"):
+        fetch("azure-conv", url=f"{publisher}/no-such-file.csv", destination=tmp_path)
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on: bound, then closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(KvlabError, match=r"could not download azure-conv from http://127.0.0.1:\d+/x.csv \(.*\)"):
+        fetch("azure-conv", url=f"http://127.0.0.1:{port}/x.csv", destination=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_kvlab_workloads_fetch_prints_the_licence_and_citation_and_the_trace_is_then_found(publisher, kvlab, no_traces):
+    result = kvlab("workloads", "fetch", "mooncake-synthetic", "--from", f"{publisher}/mooncake_fast25_synthetic_trace.jsonl")
+    assert result.exit_code == 0, result.stderr
+    trace = TRACES["mooncake-synthetic"]
+    assert f"licence: {trace.licence}" in result.stdout and f"cite: {trace.citation}" in result.stdout
+    assert f"checksum {trace.checksum} verified" in result.stdout
+    located = locate("mooncake-synthetic")
+    assert located is not None and located.where == "cache" and located.path == no_traces / "synthetic_trace.jsonl"
+    assert load_workload("mooncake-synthetic", num_requests=5).num_requests == 5
+    assert kvlab("workloads", "fetch", "paper-sharegpt").exit_code == 2
+
+
+def test_checksums_are_sha256_or_gits_blob_id(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_bytes(b"prompt_len,output_len\n3,4\n")
+    assert file_checksum(path, "sha256") == f"sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+    git = subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+    assert file_checksum(path, "git-blob-sha1") == f"git-blob-sha1:{git}"
+    assert all(t.checksum.split(":")[0] in ("sha256", "git-blob-sha1") for t in TRACES.values())
+
+
+def test_require_names_the_trace_when_it_is_absent(no_traces):
+    with pytest.raises(KvlabError) as error:
+        require("bwb")
+    assert str(error.value) == how_to_get("bwb")
+    assert not no_traces.exists()  # a look-up creates no folder
