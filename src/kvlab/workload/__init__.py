@@ -4,8 +4,8 @@
     load_workload("azure-conv", num_requests=1000)                      # a published trace (a copy: kvlab workloads fetch)
     load_workload("my_requests.csv")                                    # a user's file
 
-``WORKLOADS`` names kvlab's own workloads and the published traces it reads; ``list_workloads()`` summarises them. docs/workloads.md tells where
-each comes from and how the paper stand-ins were fitted.
+``WORKLOADS`` names kvlab's own workloads and the published traces it reads; ``list_workloads()`` summarises them.
+docs/workloads.md tells where each comes from and how the paper stand-ins were fitted.
 """
 
 from kvlab.workload.bundled import KINDS, WORKLOADS, BundledWorkload, WorkloadInfo, list_workloads
