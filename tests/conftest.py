@@ -12,8 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # The published traces' copies for tests and CI (kvlab ships none): ../shared/data/traces beside the repository,
 # unless the command that runs the tests named a folder (scripts/test.sh sets the same one).
-SHARED_TRACES = REPO.parent / "shared" / "data" / "traces"
-os.environ.setdefault("KVLAB_TRACES_DIR", str(SHARED_TRACES))
+SHARED_TRACES = Path(os.environ.setdefault("KVLAB_TRACES_DIR", str(REPO.parent / "shared" / "data" / "traces")))
 
 
 @dataclass
