@@ -125,10 +125,31 @@ def test_an_absent_trace_says_in_one_line_how_to_get_it(kvlab, no_traces):
 def test_kvlab_workloads_says_which_traces_are_absent(kvlab, no_traces):
     rows = {row["name"]: row for row in kvlab("workloads", "--json").json()}
     assert rows["azure-conv"]["present"] is False and rows["azure-conv"]["num_rows"] is None
-    assert rows["azure-conv"]["location"] == "absent: kvlab workloads fetch azure-conv"
-    assert rows["paper-sharegpt"]["present"] is True and rows["paper-sharegpt"]["location"] == "built in"
+    assert rows["azure-conv"]["copy"] == "absent" and rows["azure-conv"]["location"] == "kvlab workloads fetch azure-conv"
+    assert rows["azure-conv"]["checksum"] == TRACES["azure-conv"].checksum
+    assert rows["azure-conv"]["url"] == TRACES["azure-conv"].url
+    assert rows["azure-conv"]["filenames"] == list(TRACES["azure-conv"].filenames)
+    assert rows["paper-sharegpt"]["present"] is True and rows["paper-sharegpt"]["copy"] == "built in"
+    assert rows["paper-sharegpt"]["checksum"] is None
     table = kvlab("workloads").stdout
     assert "azure-conv" in table and "absent" in table
+
+
+def test_kvlab_workloads_lists_everything_when_a_copy_or_the_variable_is_bad(kvlab, monkeypatch, tmp_path):
+    (tmp_path / "azure2023_conv.csv").write_text("hello world\n")
+    (tmp_path / "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv").write_bytes(b"\x87\x00\xff")
+    monkeypatch.setenv("KVLAB_TRACES_DIR", str(tmp_path))
+    result = kvlab("workloads")
+    assert result.exit_code == 0, result.stderr
+    rows = {row["name"]: row for row in kvlab("workloads", "--json").json()}
+    assert rows["azure-conv"]["copy"] == "unreadable" and "no column 'TIMESTAMP'" in rows["azure-conv"]["location"]
+    assert rows["arxiv"]["copy"] == "unreadable" and "not a text file" in rows["arxiv"]["location"]
+    assert rows["azure-code"]["copy"] == "absent" and rows["paper-sharegpt"]["num_rows"] is not None
+    assert "azure-conv is unreadable: " in result.stdout
+    monkeypatch.setenv("KVLAB_TRACES_DIR", str(tmp_path / "nowhere"))
+    result = kvlab("workloads", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert all(row["copy"] in ("unreadable", "built in") for row in result.json())
 
 
 def test_a_traces_dir_that_is_not_a_folder_is_named(kvlab, monkeypatch, tmp_path):
@@ -137,8 +158,8 @@ def test_a_traces_dir_that_is_not_a_folder_is_named(kvlab, monkeypatch, tmp_path
     result = kvlab("run", "vllm", "--workload", "bwb", "-n", "10")
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
-        f"error: KVLAB_TRACES_DIR={str(tmp_path / 'nowhere')!r} is not a folder; valid: a folder holding trace files "
-        f"(see `kvlab workloads`), or unset it to use the cache {tmp_path / 'cache' / 'traces'}"
+        f"error: KVLAB_TRACES_DIR={str(tmp_path / 'nowhere')!r} is not a folder; valid: a folder holding the published "
+        f"trace files (their names: docs/workloads.md), or unset it to use the cache {tmp_path / 'cache' / 'traces'}"
     ]
 
 
@@ -207,7 +228,7 @@ def test_a_fetch_whose_checksum_differs_saves_nothing(publisher, tmp_path):
 
 
 def test_a_fetch_from_a_server_that_is_gone_or_answers_404_saves_nothing(publisher, tmp_path):
-    with pytest.raises(KvlabError, match=r"answered HTTP 404"):
+    with pytest.raises(KvlabError, match=r"answered HTTP 404; check the address"):
         fetch("azure-conv", url=f"{publisher}/no-such-file.csv", destination=tmp_path)
     import socket
 
@@ -228,7 +249,39 @@ def test_kvlab_workloads_fetch_prints_the_licence_and_citation_and_the_trace_is_
     located = locate("mooncake-synthetic")
     assert located is not None and located.where == "cache" and located.path == no_traces / "synthetic_trace.jsonl"
     assert load_workload("mooncake-synthetic", num_requests=5).num_requests == 5
-    assert kvlab("workloads", "fetch", "paper-sharegpt").exit_code == 2
+    again = kvlab("workloads", "fetch", "mooncake-synthetic", "--from", f"{publisher}/nothing-there")
+    assert again.exit_code == 0 and "already in the cache with the published checksum" in again.stdout
+    assert kvlab("workloads", "fetch", "mooncake-synthetic", "--force", "--from", f"{publisher}/nothing-there").exit_code == 2
+    assert located.path.is_file()  # a failed fetch leaves the good copy
+    built_in = kvlab("workloads", "fetch", "paper-sharegpt")
+    assert built_in.exit_code == 2 and "paper-sharegpt is one of kvlab's own workloads, built in" in built_in.stderr
+
+
+def test_a_damaged_cached_copy_says_fetch_again(kvlab, no_traces):
+    no_traces.mkdir(parents=True)
+    (no_traces / "AzureLLMInferenceTrace_code.csv").write_text("")
+    result = kvlab("run", "vllm", "--workload", "azure-code", "-n", "5")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {no_traces / 'AzureLLMInferenceTrace_code.csv'}: the file is empty; valid: "
+                                     "the file as published; the cached copy is damaged: run `kvlab workloads fetch "
+                                     "azure-code` again")
+
+
+@pytest.mark.parametrize("source", ["/work/traces/azure2023_conv.csv", "ftp://example.org/x.csv", "notaurl"])
+def test_fetch_from_takes_an_http_address(kvlab, no_traces, source):
+    result = kvlab("workloads", "fetch", "azure-conv", "--from", source)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: --from {source!r} is not an http(s) address; for a file on this machine, "
+                                     "give its path as --workload (named AzureLLMInferenceTrace_conv.csv) or put it in "
+                                     "a folder named by KVLAB_TRACES_DIR")
+
+
+def test_a_cache_that_cannot_be_written_says_what_to_set(kvlab, monkeypatch, tmp_path, publisher):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("KVLAB_CACHE_DIR", str(tmp_path / "a-file"))
+    result = kvlab("workloads", "fetch", "azure-code", "--from", f"{publisher}/azure2023_code.csv")
+    assert result.exit_code == 2
+    assert result.stderr.strip().endswith("set KVLAB_CACHE_DIR to a folder you can write in")
 
 
 def test_checksums_are_sha256_or_gits_blob_id(tmp_path):

@@ -18,7 +18,8 @@ workloads_app = typer.Typer(
 )
 app.add_typer(workloads_app, name="workloads")
 
-_WHERE = {"built in": "built in", "KVLAB_TRACES_DIR": "env dir", "cache": "cache"}
+_COPY = {"built in": "built in", "KVLAB_TRACES_DIR": "env dir", "cache": "cache", "absent": "absent",
+         "unreadable": "unreadable"}
 
 
 @workloads_app.callback()
@@ -36,33 +37,37 @@ def workloads(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = Fals
 
     infos = list_workloads()
     if as_json:
-        typer.echo(json.dumps([asdict(i) for i in infos], indent=2))
+        typer.echo(json.dumps([dict(asdict(i), present=i.present) for i in infos], indent=2))
         return
     kinds = {"trace with arrivals": "trace", "lengths only": "lengths", "stand-in": "stand-in",
              "generated sessions": "sessions"}
     table = compact_table("Workloads (use with --workload NAME)")
     columns = ["name", "kind", "copy", "rows", "mean\nprompt", "mean\noutput", "req/s", "licence"]
-    for col in columns + (["source"] if wide else []):
-        table.add_column(col, justify="left" if col in ("name", "kind", "copy", "licence", "source") else "right",
-                         no_wrap=col != "source", overflow="fold" if col == "source" else "ellipsis")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("name", "kind", "copy", "licence") else "right", no_wrap=True)
     for i in infos:
-        where = _WHERE.get(i.location.split(":", 1)[0], "absent") if i.present else "absent"
-        row = [i.name, kinds.get(i.kind, i.kind), where, "–" if i.num_rows is None else f"{i.num_rows:,}",
-               "–" if i.mean_prompt_len is None else f"{i.mean_prompt_len:,.0f}",
-               "–" if i.mean_output_len is None else f"{i.mean_output_len:,.0f}",
-               "–" if i.mean_rate is None else f"{i.mean_rate:.2f}", i.licence]
-        table.add_row(*(row + ([i.source] if wide else [])))
+        table.add_row(i.name, kinds.get(i.kind, i.kind), _COPY[i.copy], "–" if i.num_rows is None else f"{i.num_rows:,}",
+                      "–" if i.mean_prompt_len is None else f"{i.mean_prompt_len:,.0f}",
+                      "–" if i.mean_output_len is None else f"{i.mean_output_len:,.0f}",
+                      "–" if i.mean_rate is None else f"{i.mean_rate:.2f}", i.licence)
     console = Console(highlight=False)
     console.print(table)
-    if wide:
-        return
     console.print("kind: trace (its own arrival times), lengths (arrivals at --rate), stand-in (kvlab's fit to the "
                   "vLLM paper's means). copy: built in (kvlab's own), env dir (KVLAB_TRACES_DIR), cache (fetched), "
-                  "absent (`kvlab workloads fetch NAME`, or set KVLAB_TRACES_DIR). Sources:")
+                  "absent (`kvlab workloads fetch NAME`, or set KVLAB_TRACES_DIR), unreadable (see below).")
+    for i in infos:
+        if i.copy == "unreadable":
+            console.print(f"{i.name} is unreadable: {i.location}", soft_wrap=True)
+    console.print("Sources" + (", with each published file's address, checksum and the names a copy may have:" if wide
+                               else " (--wide: each published file's address and checksum):"))
     for i in infos:
         console.print(f"  {i.name}: {i.source}")
-        if i.present and i.location != "built in":
-            console.print(f"    copy: {i.location.split(': ', 1)[1]}")
+        if wide and i.url is not None:
+            # Addresses and paths whole, however wide (soft wrap): a terminal's copy of a broken line is a broken address.
+            console.print(f"    {i.url}", soft_wrap=True)
+            console.print(f"    checksum {i.checksum}; file {' or '.join(i.filenames or ())}", soft_wrap=True)
+        if wide and i.copy in ("KVLAB_TRACES_DIR", "cache"):
+            console.print(f"    copy: {i.location}", soft_wrap=True)
 
 
 @workloads_app.command()
@@ -72,23 +77,34 @@ def fetch(
                                              "arxiv, bwb.")],
     url: Annotated[Optional[str], typer.Option("--from", help="Download from this address instead (a mirror); the "
                                                "checksum is still the published one.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Fetch again even if the cache holds a good copy.")] = False,
 ) -> None:
     """Download a published trace from its publisher into kvlab's cache, check its checksum, and print its licence
     and citation."""
     from rich.console import Console
 
     from kvlab.errors import KvlabError
+    from kvlab.workload import WORKLOADS
     from kvlab.workload.fetch import fetch as download
+    from kvlab.workload.fetch import fetched, source_address
     from kvlab.workload.published import TRACES, cache_dir
 
+    if name in WORKLOADS and name not in TRACES:
+        raise KvlabError(f"{name} is one of kvlab's own workloads, built in: there is nothing to fetch; published "
+                         f"traces: {', '.join(TRACES)}")
     if name not in TRACES:
-        raise KvlabError(f"unknown trace {name!r}; valid: {', '.join(TRACES)} (kvlab's own workloads need no fetch)")
+        raise KvlabError(f"unknown trace {name!r}; valid: {', '.join(TRACES)}")
     trace = TRACES[name]
-    err = Console(stderr=True, highlight=False)
-    err.print(f"fetching {name} from {url or trace.url}")
-    err.print(f"  into {cache_dir()}")
-    with _progress(err) as report:
-        path = download(name, url=url, progress=report)
+    source = source_address(name, url)
+    path = None if force else fetched(name)
+    if path is None:
+        err = Console(stderr=True, highlight=False)
+        err.print(f"fetching {name} from {source}", soft_wrap=True)
+        err.print(f"  into {cache_dir()}", soft_wrap=True)
+        with _progress(err) as report:
+            path = download(name, url=url, progress=report)
+    else:
+        typer.echo(f"{name}: already in the cache with the published checksum (--force fetches it again)")
     typer.echo(f"{name}: saved {path} ({path.stat().st_size:,} bytes, checksum {trace.checksum} verified)")
     typer.echo(f"licence: {trace.licence}; published by {trace.publisher}")
     typer.echo(f"cite: {trace.citation}")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvlab.errors import KvlabError
 from kvlab.workload import published, sessions, synthetic, traces
 from kvlab.workload.table import LengthTable, sample_table
 
@@ -74,15 +75,26 @@ _TRACE_READERS: dict[str, tuple[str, str, Callable[[Path], LengthTable]]] = {
 
 
 def _trace_rows(name: str, path: Path | None = None) -> LengthTable:
-    """The rows of published trace ``name``: from ``path``, or from where kvlab.workload.published finds a copy."""
-    return _TRACE_READERS[name][2](path if path is not None else published.require(name))
+    """The rows of published trace ``name``: from ``path``, or from where kvlab.workload.published finds a copy. A
+    copy that cannot be read says what would do: fetching it again (the cache), or the file as published."""
+    if path is not None:
+        return _TRACE_READERS[name][2](path)
+    located = published.locate(name)
+    if located is None:
+        raise KvlabError(published.how_to_get(name))
+    try:
+        return _TRACE_READERS[name][2](located.path)
+    except KvlabError as error:
+        if located.where == "cache":
+            raise KvlabError(f"{error}; the cached copy is damaged: run `kvlab workloads fetch {name}` again") from None
+        raise
 
 
 def trace_workload(name: str, path: Path | None = None) -> BundledWorkload:
     """Published trace ``name`` as a workload, read from ``path`` or from where a copy is found."""
     kind, summary, _ = _TRACE_READERS[name]
     trace = published.TRACES[name]
-    source = f"{trace.publisher}, {trace.url}; {trace.citation}"
+    source = f"{trace.publisher}; {trace.citation}"  # the address: published.TRACES[name].url
     return _from_rows(name, kind, summary, source, trace.licence, partial(_trace_rows, name, path))
 
 
@@ -125,12 +137,12 @@ WORKLOADS: dict[str, BundledWorkload] = {
 
 @dataclass(frozen=True)
 class WorkloadInfo:
-    """One line of ``kvlab workloads``. A published trace that is not on this machine has no rows or means here
-    (None) and ``location`` says how to get it."""
+    """One line of ``kvlab workloads``. A published trace that is not on this machine, or whose copy cannot be read,
+    has no rows or means here (None); ``location`` says how to get it or what is wrong with the copy."""
 
     name: str
     kind: str  # one of KINDS' values
-    num_rows: int | None  # rows in the source; None for a generated stand-in or an absent trace
+    num_rows: int | None  # rows in the source; None for a generated stand-in or an absent or unreadable trace
     num_skipped: int  # source rows that are not servable data
     mean_prompt_len: float | None
     mean_output_len: float | None
@@ -138,31 +150,49 @@ class WorkloadInfo:
     summary: str
     source: str
     licence: str
-    present: bool  # False: a published trace with no copy on this machine
-    location: str  # "built in", "KVLAB_TRACES_DIR: PATH", "cache: PATH", or how to fetch it
+    copy: str  # "built in", "KVLAB_TRACES_DIR", "cache", "absent" or "unreadable"
+    location: str  # the copy's path; how to fetch an absent trace; what is wrong with an unreadable copy
+    url: str | None = None  # a published trace's address, checksum and file names (None for kvlab's own)
+    checksum: str | None = None
+    filenames: tuple[str, ...] | None = None
+
+    @property
+    def present(self) -> bool:
+        return self.copy not in ("absent", "unreadable")
 
 
 def describe(entry: BundledWorkload) -> WorkloadInfo:
-    """Rows, means and rate of one workload (reads its file once per process); where a published trace was found."""
-    if entry.name in published.TRACES:
-        located = published.locate(entry.name)
-        if located is None:
-            return WorkloadInfo(entry.name, KINDS[entry.kind], None, 0, None, None, None, entry.summary, entry.source,
-                                entry.licence, False, f"absent: kvlab workloads fetch {entry.name}")
-        location = f"{located.where}: {located.path}"
+    """Rows, means and rate of one workload (reads its file once per process); where a published trace was found.
+    A trace that is absent or whose copy cannot be read is described as such, never raised: the listing is where a
+    user looks when something is wrong."""
+    trace = published.TRACES.get(entry.name)
+    where = dict(url=trace.url, checksum=trace.checksum, filenames=trace.filenames) if trace else {}
+    empty = (None, 0, None, None, None, entry.summary, entry.source, entry.licence)
+    if trace is None:
+        copy, location = "built in", "built in"
     else:
-        location = "built in"
+        try:
+            located = published.locate(entry.name)
+        except KvlabError as error:
+            return WorkloadInfo(entry.name, KINDS[entry.kind], *empty, "unreadable", str(error), **where)
+        if located is None:
+            return WorkloadInfo(entry.name, KINDS[entry.kind], *empty, "absent",
+                                f"kvlab workloads fetch {entry.name}", **where)
+        copy, location = located.where, str(located.path)
     if entry.rows is None:
         mean_prompt, mean_output = entry.expected_means()
         return WorkloadInfo(
             entry.name, KINDS[entry.kind], None, 0, mean_prompt, mean_output, None,
-            entry.summary, entry.source, entry.licence, True, location,
+            entry.summary, entry.source, entry.licence, copy, location, **where,
         )
-    table = entry.rows()
+    try:
+        table = entry.rows()
+    except KvlabError as error:
+        return WorkloadInfo(entry.name, KINDS[entry.kind], *empty, "unreadable", str(error), **where)
     return WorkloadInfo(
         entry.name, KINDS[entry.kind], table.num_rows, table.num_skipped,
         float(table.prompt_len.mean()), float(table.output_len.mean()), table.own_rate,
-        entry.summary, entry.source, entry.licence, True, location,
+        entry.summary, entry.source, entry.licence, copy, location, **where,
     )
 
 

@@ -40,6 +40,23 @@ def matches_checksum(path: Path, checksum: str) -> bool:
     return file_checksum(path, checksum.split(":", 1)[0]) == checksum
 
 
+def fetched(name: str, destination: Path | None = None) -> Path | None:
+    """The copy of trace ``name`` a fetch already saved, if it is there with the published checksum."""
+    trace = TRACES[name]
+    path = (destination if destination is not None else cache_dir()) / trace.filename
+    return path if path.is_file() and matches_checksum(path, trace.checksum) else None
+
+
+def source_address(name: str, url: str | None) -> str:
+    """Where trace ``name`` is fetched from: ``url`` (a mirror), which must be an http(s) address, or its publisher's."""
+    if url is None:
+        return TRACES[name].url
+    if not url.startswith(("http://", "https://")):
+        raise KvlabError(f"--from {url!r} is not an http(s) address; for a file on this machine, give its path as "
+                         f"--workload (named {TRACES[name].filename}) or put it in a folder named by KVLAB_TRACES_DIR")
+    return url
+
+
 def fetch(
     name: str,
     url: str | None = None,
@@ -56,22 +73,24 @@ def fetch(
     if name not in TRACES:
         raise KvlabError(f"unknown trace {name!r}; valid: {', '.join(TRACES)}")
     trace: PublishedTrace = TRACES[name]
-    source = url or trace.url
+    source = source_address(name, url)
     folder = destination if destination is not None else cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{trace.filename}.", suffix=".part", dir=folder)
     except OSError as error:
-        raise KvlabError(f"cannot create the folder {folder} for {name} ({error.strerror})") from None
+        raise KvlabError(f"cannot write in the folder {folder} for {name} ({error.strerror}); set KVLAB_CACHE_DIR to "
+                         "a folder you can write in") from None
     target = folder / trace.filename
-    handle, temporary = tempfile.mkstemp(prefix=f".{trace.filename}.", suffix=".part", dir=folder)
     part = Path(temporary)
     try:
         with os.fdopen(handle, "wb") as out:
             try:
                 with httpx.stream("GET", source, follow_redirects=True, timeout=TIMEOUT_S) as response:
                     if response.status_code != 200:
+                        advice = ("check the address" if 400 <= response.status_code < 500 else "try again later")
                         raise KvlabError(f"could not download {name}: {source} answered HTTP {response.status_code}; "
-                                         "try again later, or download the file yourself and set KVLAB_TRACES_DIR")
+                                         f"{advice}, or download the file yourself and set KVLAB_TRACES_DIR")
                     total = int(response.headers["content-length"]) if "content-length" in response.headers else None
                     done = 0
                     for chunk in response.iter_bytes(CHUNK_BYTES):
@@ -87,6 +106,9 @@ def fetch(
         if got != trace.checksum:
             raise KvlabError(f"the file downloaded from {source} is not the published {name}: its checksum is {got}, "
                              f"the published one {trace.checksum}; nothing was saved")
+        umask = os.umask(0)
+        os.umask(umask)
+        part.chmod(0o666 & ~umask)  # mkstemp's 0600 is for the half-written file; the trace is an ordinary file
         os.replace(part, target)
     finally:
         part.unlink(missing_ok=True)

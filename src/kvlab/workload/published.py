@@ -156,8 +156,8 @@ def traces_dir() -> Path | None:
         return None
     path = Path(value).expanduser()
     if not path.is_dir():
-        raise KvlabError(f"{TRACES_DIR_VARIABLE}={value!r} is not a folder; valid: a folder holding trace files "
-                         f"(see `kvlab workloads`), or unset it to use the cache {cache_dir()}")
+        raise KvlabError(f"{TRACES_DIR_VARIABLE}={value!r} is not a folder; valid: a folder holding the published trace "
+                         f"files (their names: docs/workloads.md), or unset it to use the cache {cache_dir()}")
     return path
 
 

@@ -22,9 +22,15 @@ from kvlab.workload.table import LengthTable
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise KvlabError(f"{path}: cannot be read as a text trace ({error})") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise KvlabError(f"{path}: not a text file (byte {error.start} is not UTF-8); valid: the file as published") \
+            from None
+    except OSError as error:
+        raise KvlabError(f"{path}: cannot be read ({error.strerror})") from None
+    if not text.strip():
+        raise KvlabError(f"{path}: the file is empty; valid: the file as published")
+    return text
 
 
 def _csv_columns(path: Path, columns: dict[str, type]) -> list[np.ndarray]:
@@ -63,8 +69,10 @@ def _jsonl_rows(path: Path, fields: tuple[str, ...]) -> list[dict]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
-            raise KvlabError(f"{path}, line {number}: not a JSON object; valid: the file as published") from None
-        missing = [name for name in fields if not isinstance(row, dict) or name not in row]
+            raise KvlabError(f"{path}, line {number}: not valid JSON; valid: the file as published") from None
+        if not isinstance(row, dict):
+            raise KvlabError(f"{path}, line {number}: not a JSON object; valid: rows with {', '.join(fields)}")
+        missing = [name for name in fields if name not in row]
         if missing:
             raise KvlabError(f"{path}, line {number}: no field {missing[0]!r}; valid: rows with {', '.join(fields)}")
         rows.append(row)
