@@ -51,7 +51,7 @@ def test_size_reproduces_the_qwen3_14b_log(kvlab):
 @pytest.mark.parametrize("model, kv_bytes", [("Llama-3.1-8B", 131_072), ("Qwen3-32B", 262_144),
                                              ("DeepSeek-V2-Lite", 31_104), ("Qwen2.5-0.5B", 12_288)])
 def test_bytes_per_token_from_config(kvlab, model, kv_bytes):
-    data = kvlab("size", model, "--gpu", "h100", "--json").json()
+    data = kvlab("size", model, "--gpu", "h100-sxm", "--json").json()
     assert data["kv_bytes_per_token"] == kv_bytes
 
 
@@ -64,14 +64,14 @@ def test_size_without_a_gpu_gives_the_per_token_numbers(kvlab):
 
 
 def test_size_explains_mla_sliding_and_parallel_splits(kvlab):
-    mla = kvlab("size", "deepseek-v2-lite", "--gpu", "h100", "-tp", "2").stdout
+    mla = kvlab("size", "deepseek-v2-lite", "--gpu", "h100-sxm", "-tp", "2").stdout
     assert "MLA" in mla and "not split by tensor" in mla
     hybrid = kvlab("size", "gemma-3-1b-it", "--gpu", "l4").stdout
     assert "7 KV cache groups" in hybrid and "sliding: ceil(min(512 - 1" in hybrid
-    data = kvlab("size", "llama-3.1-70b", "--gpu", "h100", "-tp", "2", "-pp", "2", "--json").json()
+    data = kvlab("size", "llama-3.1-70b", "--gpu", "h100-sxm", "-tp", "2", "-pp", "2", "--json").json()
     assert data["num_kv_heads_per_gpu"] == 4 and data["num_layers_per_gpu"] == 40
     assert data["kv_bytes_per_token_per_gpu"] == 40 * 2 * 4 * 128 * 2
-    fp8 = kvlab("size", "llama-3.1-8b", "--gpu", "h100", "--kv-cache-dtype", "fp8", "--json").json()
+    fp8 = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", "--kv-cache-dtype", "fp8", "--json").json()
     assert fp8["kv_bytes_per_token"] == 65_536 and fp8["kv_cache_dtype"] == "fp8"
 
 

@@ -41,12 +41,23 @@ class GpuSpec:
 
 
 @cache
+def _catalogue() -> dict:
+    return json.loads(resources.files("kvlab.catalog").joinpath("data/gpus.json").read_text(encoding="utf-8"))
+
+
+@cache
+def ambiguous_aliases() -> dict[str, tuple[str, ...]]:
+    """Names that fit more than one card (``h100``: the SXM and the PCIe card both carry 80 GB), each with the cards
+    it could mean: such a name is refused, never silently read as one of them."""
+    return {name: tuple(ids) for name, ids in _catalogue()["ambiguous_aliases"].items() if not name.startswith("_")}
+
+
+@cache
 def list_gpus() -> tuple[GpuSpec, ...]:
     from kvlab.validate import gpu_entry
 
-    text = resources.files("kvlab.catalog").joinpath("data/gpus.json").read_text(encoding="utf-8")
     specs = []
-    for raw in json.loads(text)["gpus"]:
+    for raw in _catalogue()["gpus"]:
         g = gpu_entry(raw)
         specs.append(GpuSpec(id=g.id, memory_bytes=g.memory_bytes, memory_bytes_source=g.memory_bytes_source,
                              memory_bandwidth_bytes_per_s=g.memory_bandwidth_bytes_per_s, peak_flops=g.peak_flops,
@@ -70,6 +81,11 @@ def get_gpu(name: str) -> GpuSpec:
     import difflib
 
     key = name_key(name)
+    both = {name_key(a): ids for a, ids in ambiguous_aliases().items()}.get(key) or {
+        name_key(a): ids for a, ids in ambiguous_aliases().items()}.get(key.removeprefix("nvidia"))
+    if both is not None:
+        raise KvlabError(f"GPU name {name!r} fits {len(both)} cards: {' and '.join(both)}; name one of them "
+                         f"(--gpu {both[0].lower()})")
     gpu = _gpu_index().get(key) or _gpu_index().get(key.removeprefix("nvidia"))
     if gpu is not None:
         return gpu
