@@ -32,6 +32,8 @@ from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION,
 from kvlab.config.engine import SchedulerConfig, check_block_size
 from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
+from kvlab.memory_profile import MemoryProfile, ProfileInputs, Term, activation_bytes, cuda_graph_bytes, non_torch_bytes
+from kvlab.vllm_rules import VllmRules, resolve_version, rules_for
 
 GIB = 2**30
 
@@ -51,22 +53,6 @@ def cuda_block_size_note(block_size: int) -> str | None:
         return None
     return (f"--block-size {block_size}: vLLM's CUDA attention backends take multiples of {BLOCK_SIZE_MULTIPLE} and "
             "would refuse it; the arithmetic and the simulator take any block size")
-
-# --- the estimate of activation and other memory (an estimate: vLLM measures these in a profiling run) ---
-# Peak activation of the profiling forward pass over max_num_batched_tokens tokens, per token: four hidden-size
-# tensors alive at once (residual, normed input, attention output, projection output) and, at the MLP's peak,
-# its up/gate output and activated output, 3 x the MLP width per GPU (MoE: experts_per_token + shared experts).
-ACTIVATION_HIDDEN_TENSORS = 4
-ACTIVATION_MLP_TENSORS = 3
-# The dummy sampler run holds float32 logits and probabilities for max_num_seqs requests over the vocabulary.
-SAMPLER_FP32_COPIES = 2
-# Fixed figures, not measured by kvlab: vLLM logs show non-torch memory of ~0.1-0.2 GiB on one device
-# (vllm-project/vllm-ascend#8289 log: 0.13 GiB) and CUDA graph estimates of a few tenths of a GiB
-# (gpustack/runner#251: "Estimated CUDA graph memory: 0.36 GiB total"); NCCL buffers with >1 GPU are assumed.
-NON_TORCH_BYTES = int(0.2 * GIB)
-NCCL_BYTES = int(0.2 * GIB)
-CUDA_GRAPH_BYTES = int(0.4 * GIB)
-
 
 def format_gib(num_bytes: int) -> str:
     """GiB as vLLM's format_gib prints them: round(x, 2) through str(), so '12.0' and '6.51'."""
@@ -114,6 +100,9 @@ class SizingConfig:
     max_num_seqs: int | None = None
     available_kv_bytes: int | None = None
     gpu_name: str | None = None
+    vllm_version: str | None = None  # whose rules apply; None: the newest kvlab knows (kvlab.vllm_rules)
+    enforce_eager: bool = False
+    quantization: str | None = None  # --quantization: the checkpoint's weight format when config.json names none
 
     def __post_init__(self):
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -135,6 +124,11 @@ class SizingConfig:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise KvlabError(f"--kv-cache-dtype {self.kv_cache_dtype!r} is not modelled (fp8_ds_mla and the 4-bit "
                              f"formats are not); valid: {', '.join(KV_CACHE_DTYPES)}")
+        rules_for(self.vllm_version)  # an unknown version is refused here, naming the known ones
+        if self.quantization is not None:
+            from kvlab.catalog.quant import check_method
+
+            check_method(self.quantization, "--quantization")
 
     @classmethod
     def for_gpu(cls, gpu: GpuSpec, **settings) -> SizingConfig:
@@ -157,8 +151,16 @@ class SizingConfig:
         return default_max_num_seqs(self.gpu_memory_bytes, self.gpu_name)
 
     @property
+    def rules(self) -> VllmRules:
+        return rules_for(self.vllm_version)
+
+    @property
     def max_in_flight_tokens(self) -> int:
-        """Tokens scheduled but not yet freed: (PP + 1) batches with async scheduling (VllmConfig)."""
+        """Tokens a sliding-window layer keeps beyond its window when vLLM counts a request's blocks: one batch
+        (SlidingWindowSpec.max_memory_usage_bytes, up to 0.20), or (PP + 1) batches with async scheduling
+        (VllmConfig's max in-flight tokens, later releases)."""
+        if self.rules.sliding_in_flight == "one_batch":
+            return self.resolved_max_num_batched_tokens
         return (self.pipeline_parallel_size + 1) * self.resolved_max_num_batched_tokens
 
 
@@ -258,26 +260,19 @@ def blocks_per_request(groups: tuple[KVCacheGroup, ...], num_tokens: int, max_in
     return sum(g.spec.max_num_blocks_per_request(num_tokens, max_in_flight_tokens) for g in groups)
 
 
-def estimate_activation_bytes(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
-                              last_stage: bool = True) -> int:
-    """Estimate of the profiling run's peak activation on one GPU (see ACTIVATION_* above)."""
+def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int, num_layers: int,
+                   last_stage: bool = True) -> ProfileInputs:
+    """The numbers the memory profile's estimates read, for one GPU of a stage."""
+    tp = config.tensor_parallel_size
+    inputs = dict(hidden_size=model.hidden_size, vocab_size=model.vocab_size, num_layers=num_layers,
+                  act_dtype_bytes=act_dtype_bytes, max_num_batched_tokens=config.resolved_max_num_batched_tokens,
+                  max_num_seqs=config.resolved_max_num_seqs, tensor_parallel_size=tp, last_stage=last_stage,
+                  qkv_width_per_gpu=(model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim // tp)
     if model.is_moe:
-        mlp_width = (model.experts_per_token + (model.num_shared_experts or 0)) * (
-            model.moe_intermediate_size or model.intermediate_size)
-    else:
-        mlp_width = model.intermediate_size
-    per_token = (ACTIVATION_HIDDEN_TENSORS * model.hidden_size
-                 + ACTIVATION_MLP_TENSORS * mlp_width / config.tensor_parallel_size) * act_dtype_bytes
-    activation = config.resolved_max_num_batched_tokens * per_token
-    if last_stage:
-        activation += config.resolved_max_num_seqs * model.vocab_size * 4 * SAMPLER_FP32_COPIES
-    return int(activation)
-
-
-def estimate_fixed_bytes(config: SizingConfig) -> tuple[int, int]:
-    """(non-torch memory, CUDA graph memory) per GPU: fixed figures, see NON_TORCH_BYTES above."""
-    non_torch = NON_TORCH_BYTES + (NCCL_BYTES if config.world_size > 1 else 0)
-    return non_torch, CUDA_GRAPH_BYTES
+        width = model.moe_intermediate_size or model.intermediate_size
+        return ProfileInputs(mlp_width_per_gpu=(model.num_shared_experts or 0) * width // tp,
+                             moe_top_k=model.experts_per_token, moe_width_per_gpu=width // tp, **inputs)
+    return ProfileInputs(mlp_width_per_gpu=model.intermediate_size // tp, **inputs)
 
 
 def requested_memory_bytes(config: SizingConfig) -> int | None:
@@ -287,24 +282,38 @@ def requested_memory_bytes(config: SizingConfig) -> int | None:
     return math.ceil(config.gpu_memory_bytes * config.gpu_memory_utilization)
 
 
+def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], act_bytes: int) -> list[MemoryProfile]:
+    """vLLM's memory profile of one GPU of each pipeline stage (kvlab.memory_profile): total, requested, weights and
+    the estimates of the terms vLLM measures; without a GPU size the total and requested terms are 0."""
+    requested = requested_memory_bytes(config) or 0
+    total = config.gpu_memory_bytes or 0
+    version = resolve_version(config.vllm_version)
+    rules = config.rules
+    non_torch = non_torch_bytes(config.tensor_parallel_size, config.gpu_name)
+    profiles = []
+    for index, layers in enumerate(stages):
+        first, last = index == 0, index == len(stages) - 1
+        weights = model.weights_bytes_for(layers, dtype_bytes=act_bytes,
+                                          tensor_parallel_size=config.tensor_parallel_size,
+                                          first_stage=first, last_stage=last, quantization=config.quantization)
+        profiles.append(MemoryProfile(
+            total=Term("total", total, "GPU memory as CUDA reports it"),
+            requested=Term("requested", requested, f"total x gpu_memory_utilization {config.gpu_memory_utilization}"),
+            weights=Term("weights", weights, model.weights_source(config.quantization)),
+            activation=activation_bytes(profile_inputs(model, config, act_bytes, len(layers), last)),
+            non_torch=non_torch,
+            cuda_graphs=cuda_graph_bytes(len(layers), rules.cuda_graphs_deducted, config.enforce_eager, version)))
+    return profiles
+
+
 def stage_budgets(model: ModelSpec, config: SizingConfig, stages: list[range],
                   act_bytes: int) -> list[tuple[int, int, int | None]]:
     """(weights, activation estimate, estimated KV budget) for one GPU of each pipeline stage.
 
     The budget is None without a GPU size; it may be zero or negative when the GPU is too small.
     """
-    requested = requested_memory_bytes(config)
-    non_torch, cuda_graphs = estimate_fixed_bytes(config)
-    budgets = []
-    for index, layers in enumerate(stages):
-        first, last = index == 0, index == len(stages) - 1
-        weights = model.weights_bytes_for(layers, dtype_bytes=act_bytes,
-                                          tensor_parallel_size=config.tensor_parallel_size,
-                                          first_stage=first, last_stage=last)
-        activation = estimate_activation_bytes(model, config, act_bytes, last_stage=last)
-        available = None if requested is None else requested - weights - activation - non_torch - cuda_graphs
-        budgets.append((weights, activation, available))
-    return budgets
+    return [(p.weights.bytes, p.activation.bytes, None if config.gpu_memory_bytes is None else p.available_bytes)
+            for p in stage_profiles(model, config, stages, act_bytes)]
 
 
 def resolve_dtype(model: ModelSpec, dtype: str) -> str:
@@ -353,6 +362,11 @@ class SizingResult:
     num_tokens: int
     max_concurrency: float
     estimated_max_model_len: int  # longest request one GPU's cache holds (vLLM's estimate_max_model_len)
+    vllm_version: str = ""  # whose rules were applied (kvlab.vllm_rules)
+    vllm_rules_since: str = ""  # the first release of those rules
+    profile_terms: tuple[Term, ...] = ()  # the memory profile, term by term, with sources (limiting GPU)
+    enforce_eager: bool = False
+    quantization: str | None = None  # --quantization given (None: the checkpoint's own)
 
     @property
     def other_estimate_bytes(self) -> int:
@@ -499,26 +513,36 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     tp = config.tensor_parallel_size
     groups, page_size = layout.kv_cache_groups, layout.page_size_bytes
     stages = layout.stages
-    budgets = stage_budgets(model, config, list(stages), act_bytes)
+    profiles = stage_profiles(model, config, list(stages), act_bytes)
     requested = requested_memory_bytes(config)
-    non_torch, cuda_graphs = estimate_fixed_bytes(config)
-    worst = None  # (num_blocks, stage index, weights, activation, available, bytes_per_block)
-    for index, (layers, (weights, activation, available)) in enumerate(zip(stages, budgets)):
+    worst = None  # (num_blocks, stage index, available, bytes_per_block)
+    for index, (layers, profile) in enumerate(zip(stages, profiles)):
+        weights = profile.weights.bytes
         if config.available_kv_bytes is not None:
             _check_given_budget(model, config, weights)
             available = config.available_kv_bytes
-        elif available <= 0:
-            raise_too_small(model, config, weights, requested, activation + non_torch + cuda_graphs)
+        else:
+            available = profile.available_bytes
+            if available <= 0:
+                raise_too_small(model, config, weights, requested, profile.other_bytes)
         layer_set = set(layers)
         bytes_per_block = max(sum(i in layer_set for i in g.layers) for g in groups) * page_size
         num_blocks = available // bytes_per_block
         if worst is None or num_blocks < worst[0]:
-            worst = (num_blocks, index, weights, activation, available, bytes_per_block)
-    num_blocks, index, weights, activation, available, bytes_per_block = worst
+            worst = (num_blocks, index, available, bytes_per_block)
+    num_blocks, index, available, bytes_per_block = worst
+    profile = profiles[index]
 
     in_flight = config.max_in_flight_tokens
     per_request = blocks_per_request(groups, max_model_len, in_flight)
     max_concurrency = num_blocks / per_request
+    rules = config.rules
+    if rules.tokens_line == "blocks":
+        # kv_cache_utils._report_kv_cache_config (0.9 to 0.20): num_blocks // groups x the smallest block size.
+        num_tokens = num_blocks // len(groups) * min(g.spec.block_size for g in groups)
+    else:
+        # get_kv_cache_capacity: int(max_concurrency * max_model_len), in this order of float operations.
+        num_tokens = int(max_concurrency * max_model_len)
     return SizingResult(
         model_id=model.id, gpu_name=config.gpu_name, gpu_memory_bytes=config.gpu_memory_bytes,
         gpu_memory_utilization=config.gpu_memory_utilization, block_size=config.block_size, dtype=layout.dtype,
@@ -530,14 +554,16 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(kv_dtype_bytes, tp, len(stages[index])),
         page_size_bytes=page_size, num_layers_per_gpu=len(stages[index]),
         num_kv_heads_per_gpu=layout.num_kv_heads_per_gpu, bytes_per_block=bytes_per_block, kv_cache_groups=groups,
-        num_params=model.num_params, weights_bytes=weights,
+        num_params=model.num_params, weights_bytes=profile.weights.bytes,
         weights_bytes_total=layout.weights_bytes_total,
-        requested_memory_bytes=requested, activation_bytes=activation, non_torch_bytes=non_torch,
-        cuda_graph_bytes=cuda_graphs, available_kv_bytes=available,
+        requested_memory_bytes=requested, activation_bytes=profile.activation.bytes,
+        non_torch_bytes=profile.non_torch.bytes, cuda_graph_bytes=profile.cuda_graphs.bytes,
+        available_kv_bytes=available,
         available_kv_source="given" if config.available_kv_bytes is not None else "estimated",
         num_blocks=num_blocks, blocks_per_request=per_request,
-        # vLLM: int(max_concurrency * max_model_len), in this order of float operations (get_kv_cache_capacity).
-        num_tokens=int(max_concurrency * max_model_len), max_concurrency=max_concurrency,
+        num_tokens=num_tokens, max_concurrency=max_concurrency,
+        vllm_version=resolve_version(config.vllm_version), vllm_rules_since=rules.since,
+        profile_terms=profile.terms, enforce_eager=config.enforce_eager, quantization=config.quantization,
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight),
     )
 
@@ -668,7 +694,8 @@ def settings_of(result: SizingResult) -> SizingConfig:
         block_size=result.block_size, dtype=result.dtype, kv_cache_dtype=result.kv_cache_dtype,
         tensor_parallel_size=result.tensor_parallel_size, pipeline_parallel_size=result.pipeline_parallel_size,
         max_model_len=result.max_model_len, max_num_batched_tokens=result.max_num_batched_tokens,
-        max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name,
+        max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name, vllm_version=result.vllm_version or None,
+        enforce_eager=result.enforce_eager, quantization=result.quantization,
         available_kv_bytes=result.available_kv_bytes if result.available_kv_source == "given" else None)
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from kvlab.catalog.quant import DEFAULTS as QUANT_DEFAULTS
+from kvlab.catalog.quant import WeightFormat, check_method, from_quantization_config
 from kvlab.errors import KvlabError
 
 FULL_ATTENTION = "full_attention"
@@ -24,11 +26,6 @@ DTYPE_BYTES = {
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
 }
 
-# Bytes per parameter of the weight formats a checkpoint can ship in fewer bits than its dtype.
-# fp8: one byte per weight of the decoder's linear layers (block scales, 4 B per 128x128, are ignored).
-# mxfp4: 4-bit values plus one 8-bit scale per 32 values = 4.25 bits, for MoE experts only (gpt-oss).
-QUANTIZED_LINEAR_BYTES = {"fp8": 1.0}
-QUANTIZED_EXPERT_BYTES = {"fp8": 1.0, "mxfp4": 4.25 / 8}
 
 
 @dataclass(frozen=True)
@@ -125,6 +122,9 @@ class ModelSpec:
     num_shared_experts: int | None = None
     first_k_dense_replace: int | None = None
     quantization: str | None = None
+    weight_format: WeightFormat | None = None  # the checkpoint's quantized layout (kvlab.catalog.quant)
+    vision_params: int = 0  # vision tower and projector (multimodal checkpoints), kept in the model's dtype
+    vision_source: str = ""
     aliases: tuple[str, ...] = ()
     num_params_card: float | None = None
     num_active_params_card: float | None = None
@@ -283,18 +283,41 @@ class ModelSpec:
         return (self.num_embedding_params + self.num_head_params
                 + sum(self.layer_params(i).active for i in range(self.num_hidden_layers)))
 
+    def weight_format_for(self, quantization: str | None = None) -> WeightFormat | None:
+        """The format the weights are held in: ``quantization`` (--quantization) over the checkpoint's own."""
+        if quantization is not None:
+            own = self.weight_format
+            name = check_method(quantization, "--quantization")
+            return own if own is not None and own.method == name else QUANT_DEFAULTS[name]
+        return self.weight_format
+
+    def weights_source(self, quantization: str | None = None) -> str:
+        fmt = self.weight_format_for(quantization)
+        text = f"{self.num_params / 1e9:,.2f} B parameters counted from config.json's architecture"
+        if self.is_moe:
+            text += f" (all {self.num_experts} experts)"
+        if self.vision_params:
+            text += f" + {self.vision_params / 1e9:,.2f} B of vision tower and projector ({self.vision_source})"
+        if fmt is not None:
+            text += f"; {fmt.text}; embeddings, norms, router and lm_head in the model dtype"
+        if self.tie_word_embeddings:
+            text += "; lm_head tied to the embedding (one copy)"
+        return text
+
     def weights_bytes_for(self, layers: range, *, dtype_bytes: int, tensor_parallel_size: int = 1,
-                          first_stage: bool = True, last_stage: bool = True) -> int:
+                          first_stage: bool = True, last_stage: bool = True, quantization: str | None = None) -> int:
         """Weight bytes one GPU holds for ``layers`` (a pipeline stage) under tensor parallelism.
 
         vLLM splits embeddings (vocab-parallel), attention heads, MLP columns and experts across TP ranks;
         norms and routers are replicated, and K/V projections are replicated once TP exceeds the KV heads.
-        With pipeline parallelism the first stage holds the embedding and the last the final norm and
-        lm_head (a second copy of the embedding when tied).
+        With pipeline parallelism the first stage holds the embedding and the vision tower (replicated on each
+        TP rank) and the last the final norm and lm_head (a second copy of the embedding when tied). Quantized
+        formats (kvlab.catalog.quant) change the bytes of the linear layers or only of the routed experts.
         """
         tp = tensor_parallel_size
-        linear_bytes = QUANTIZED_LINEAR_BYTES.get(self.quantization, dtype_bytes)
-        expert_bytes = QUANTIZED_EXPERT_BYTES.get(self.quantization, dtype_bytes)
+        fmt = self.weight_format_for(quantization)
+        linear_bytes = fmt.bytes_per_param if fmt is not None and fmt.scope == "linear" else dtype_bytes
+        expert_bytes = fmt.bytes_per_param if fmt is not None else dtype_bytes
         kv_replicas = max(1, tp // self.num_key_value_heads) if not self.is_mla else 1
         total = 0.0
         for i in layers:
@@ -304,7 +327,7 @@ class ModelSpec:
             total += (p.router + p.norms) * dtype_bytes
         vocab_matrix = self.vocab_size * self.hidden_size
         if first_stage:
-            total += self.num_embedding_params / tp * dtype_bytes
+            total += self.num_embedding_params / tp * dtype_bytes + self.vision_params * dtype_bytes
         if last_stage:
             total += self.hidden_size * self.traits.norm_params_per_dim * dtype_bytes
             if not self.tie_word_embeddings or not first_stage:
@@ -420,11 +443,13 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
                                                      and not fields.get("use_sliding_window")):
         sliding_window = None  # Qwen2/3: the window is present but off unless use_sliding_window is true
     quantization = fields.get("quantization")
-    if quantization is None and isinstance(fields.get("quantization_config"), dict):
-        quantization = fields["quantization_config"].get("quant_method")
-    if quantization is not None and quantization not in QUANTIZED_EXPERT_BYTES:
-        raise KvlabError(f"{where}: weight quantization {quantization!r} is not modelled; kvlab knows "
-                         f"{sorted(QUANTIZED_EXPERT_BYTES)} (or none)")
+    weight_format = None
+    if isinstance(fields.get("quantization_config"), dict):
+        weight_format = from_quantization_config(fields["quantization_config"], where)
+    elif quantization is not None:
+        weight_format = QUANT_DEFAULTS[check_method(quantization, where)]
+    if weight_format is not None:
+        quantization = weight_format.method
     num_experts = numbers.num_experts or None
     experts_per_token = numbers.experts_per_token
     if num_experts and experts_per_token is None:
@@ -448,7 +473,7 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
         num_experts=num_experts, experts_per_token=experts_per_token if num_experts else None,
         moe_intermediate_size=numbers.moe_intermediate_size,
         num_shared_experts=numbers.num_shared_experts,
-        first_k_dense_replace=numbers.first_k_dense_replace, quantization=quantization,
+        first_k_dense_replace=numbers.first_k_dense_replace, quantization=quantization, weight_format=weight_format,
         aliases=aliases,
         num_params_card=_card_number(fields.get("params_total_card")),
         num_active_params_card=_card_number(fields.get("params_active_card")),

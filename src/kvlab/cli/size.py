@@ -20,6 +20,13 @@ ModelArg = Annotated[str, typer.Argument(help="Catalogue name (see `kvlab models
                                              "holding one, or a Hugging Face id.", show_default=False)]
 ConcOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Requests that should fit at once.")]
 CtxOpt = Annotated[Optional[int], typer.Option("--context-len", help="Tokens per request (prompt + answer).")]
+VersionOpt = Annotated[Optional[str], typer.Option(
+    "--vllm-version", help="Whose startup arithmetic to follow, e.g. 0.10.1 (docs/sizing.md lists what changed).",
+    show_default="the newest kvlab knows")]
+QuantOpt = Annotated[Optional[str], typer.Option(
+    "--quantization", "-q", help="Weight format when config.json names none: fp8, int8, gptq, awq, auto-round, "
+    "mxfp4, nvfp4, bitsandbytes (vLLM's --quantization).", show_default="the checkpoint's")]
+EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (vLLM's --enforce-eager).")]
 
 # The options `kvlab size` and `kvlab fit` share (``build_config``'s arguments): the ones that decide the KV cache,
 # declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
@@ -44,7 +51,7 @@ def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
 
 def build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
                  block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
-                 available_kv_gib):
+                 available_kv_gib, vllm_version=None, quantization=None, enforce_eager=False):
     """(GpuSpec or None, SizingConfig) from the command-line options. With --gpu and --gpu-memory-gib both, the
     GPU keeps its name and defaults and takes the given memory, as in `kvlab run`."""
     from dataclasses import replace
@@ -66,6 +73,7 @@ def build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_si
         pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         available_kv_bytes=None if available_kv_gib is None else round(available_kv_gib * GIB),
+        vllm_version=vllm_version, quantization=quantization, enforce_eager=enforce_eager,
     )
     return spec, config
 
@@ -117,14 +125,9 @@ def _per_token_rows(model, layout, tp: int) -> list[tuple[str, str, str]]:
     ]
 
 
-def _weights_row(model, weights_bytes: int, act_bytes: int, tp: int, pp: int) -> tuple[str, str, str]:
-    how = f"{model.num_params / 1e9:,.2f} B parameters counted from the architecture x {act_bytes} B"
-    if model.quantization == "fp8":
-        how += " (linear layers fp8: 1 B)"
-    elif model.quantization == "mxfp4":
-        how += " (MoE experts mxfp4: 4.25 bits)"
-    if model.is_moe:
-        how += f", all {model.num_experts} experts"
+def _weights_row(model, weights_bytes: int, act_bytes: int, tp: int, pp: int,
+                 quantization: str | None = None) -> tuple[str, str, str]:
+    how = model.weights_source(quantization) + f"; the rest {act_bytes} B"
     if tp > 1 or pp > 1:
         how += f"; split over TP {tp} x PP {pp} (the heaviest GPU shown)"
     return ("Weights per GPU", gib(weights_bytes), how)
@@ -158,23 +161,6 @@ def _per_request_text(result) -> str:
     return " + ".join(f"{n} x ({t})" if n > 1 else t for t, n in terms.items())
 
 
-def _estimate_text(result, model) -> str:
-    from kvlab.catalog.models import DTYPE_BYTES
-
-    act_bytes = DTYPE_BYTES[result.dtype]
-    if model.is_moe:
-        width = (f"({model.experts_per_token}+{model.num_shared_experts or 0}) experts x "
-                 f"{model.moe_intermediate_size or model.intermediate_size:,}")
-    else:
-        width = f"{model.intermediate_size:,}"
-    tp = result.tensor_parallel_size
-    return (f"an estimate, not vLLM's measurement: peak activation {gib(result.activation_bytes)} = "
-            f"{result.max_num_batched_tokens:,} batched tokens x (4 x {model.hidden_size:,} + 3 x {width}"
-            f"{' / TP ' + str(tp) if tp > 1 else ''}) x {act_bytes} B + sampler {result.max_num_seqs} x "
-            f"{model.vocab_size:,} vocab x 4 B x 2; non-torch {gib(result.non_torch_bytes)} and CUDA graphs "
-            f"{gib(result.cuda_graph_bytes)} (fixed figures)")
-
-
 def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
     from kvlab.catalog.models import DTYPE_BYTES
 
@@ -183,18 +169,22 @@ def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
                  f"{result.bytes_per_block // result.page_size_bytes} layers x {result.page_size_bytes:,} B; "
                  + _groups_text(result)))
     rows.append(_weights_row(model, result.weights_bytes, DTYPE_BYTES[result.dtype], result.tensor_parallel_size,
-                             result.pipeline_parallel_size))
+                             result.pipeline_parallel_size, result.quantization))
     if result.requested_memory_bytes is not None:
         where = f"{gpu.id}, {gpu.memory_bytes_source.replace('_', ' ')}" if gpu else "--gpu-memory-gib"
         rows.append(("GPU memory requested", gib(result.requested_memory_bytes),
                      f"{gib(result.gpu_memory_bytes)} ({where}) x {result.gpu_memory_utilization} "
                      "gpu_memory_utilization"))
-    rows.append(("Activation + other (estimate)", gib(result.other_estimate_bytes), _estimate_text(result, model)))
+    terms = {t.name: t for t in result.profile_terms}
+    for name, label in (("peak activation", "Peak activation"), ("non-torch", "Non-torch memory"),
+                        ("CUDA graphs", "CUDA graphs")):
+        rows.append((label, gib(terms[name].bytes), terms[name].source))
     if result.available_kv_source == "given":
         budget = "given with --available-kv-gib (vLLM's own 'Available KV cache memory')"
     else:
         budget = (f"{gib(result.requested_memory_bytes)} requested - {gib(result.weights_bytes)} weights - "
-                  f"{gib(result.other_estimate_bytes)} estimate")
+                  f"{gib(result.activation_bytes)} activation - {gib(result.non_torch_bytes)} non-torch - "
+                  f"{gib(result.cuda_graph_bytes)} CUDA graphs")
     rows.append(("KV cache budget", gib(result.available_kv_bytes), budget))
     rows.append(("Blocks", f"{result.num_blocks:,}",
                  f"{result.available_kv_bytes:,} B // {result.bytes_per_block:,} B per block"
@@ -244,6 +234,8 @@ def _title(model, gpu, config, result=None) -> str:
     if result is not None:
         text += (f" · {result.dtype} · KV {result.kv_cache_dtype} · block_size {result.block_size} · max_model_len "
                  f"{result.max_model_len:,}")
+        text += (f"\nvLLM {result.vllm_version}'s rules (those of {result.vllm_rules_since} on"
+                 f"{', the newest kvlab knows' if config.vllm_version is None else ''}; docs/sizing.md)")
     return text
 
 
@@ -274,6 +266,9 @@ def size(
     model: ModelArg,
     concurrency: ConcOpt = None,
     context_len: CtxOpt = None,
+    vllm_version: VersionOpt = None,
+    quantization: QuantOpt = None,
+    enforce_eager: EagerOpt = False,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -286,7 +281,8 @@ def size(
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
-    gpu_spec, config = build_config(**options)
+    gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
+                                    enforce_eager=enforce_eager)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
@@ -299,7 +295,8 @@ def size(
         data = result.to_dict()
         data["model"] = {"id": spec.id, "hf_repo": spec.hf_repo, "origin": spec.origin, "attention": spec.attention}
         data["estimate_note"] = ("activation_bytes, non_torch_bytes and cuda_graph_bytes are kvlab's estimate; "
-                                 "vLLM measures them in a profiling run")
+                                 "vLLM measures them at startup")
+        data["profile_terms"] = [{"name": t.name, "bytes": t.bytes, "source": t.source} for t in result.profile_terms]
         data["workload"] = fit.to_dict() if fit else None
         typer.echo(json.dumps(data, indent=1))
         return
@@ -364,6 +361,9 @@ def fit(
     model: ModelArg,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Requests at once, for the longest context.")] = 1,
     context_len: CtxOpt = None,
+    vllm_version: VersionOpt = None,
+    quantization: QuantOpt = None,
+    enforce_eager: EagerOpt = False,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -384,7 +384,8 @@ def fit(
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
-    gpu_spec, config = build_config(**options)
+    gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
+                                    enforce_eager=enforce_eager)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "

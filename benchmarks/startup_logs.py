@@ -1,0 +1,239 @@
+"""kvlab's sizing against real vLLM startup logs: each term predicted from scratch against what vLLM printed.
+
+    python benchmarks/startup_logs.py            # per log: weights, activation, non-torch, CUDA graphs,
+                                                 # available KV, KV tokens, max concurrency; then the shares
+    python benchmarks/startup_logs.py --fit      # also the coefficients the logs of the fitting half imply
+
+The corpus is tests/data/startup_logs/index.json (one entry per log: where it comes from, the settings it was
+started with, the figures it printed); models the catalogue lacks are read from tests/data/model_configs/. The
+printed figures are read again from each log with kvlab's own reader (kvlab.vllm.log) and checked against the
+index. Logs are split in two by a hash of their id: the estimates' coefficients (kvlab.memory_profile.FIT) may be
+fitted on the "fit" half only; the "held-out" half says how they do on logs they have not seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "data" / "startup_logs"
+CONFIGS = (ROOT / "tests" / "data" / "model_configs", Path("/work/shared/data/model-configs"))
+GIB = 2**30
+WITHIN = 0.02
+
+
+def split_of(log_id: str) -> str:
+    return "fit" if zlib.crc32(log_id.encode()) % 2 == 0 else "held-out"
+
+
+def find_model(entry: dict):
+    """The model of a log: a config.json the corpus carries for it, else the catalogue; None with the reason."""
+    from kvlab.catalog.config import load_config_path
+    from kvlab.catalog.models import find_catalogue_model
+
+    model = str(entry.get("model") or "")
+    names = [entry.get("model_config"), model.split("/")[-1], model.split("/")[-1].lower(), model.replace("/", "--")]
+    for folder in (entry["_folder"].parent / "model_configs", *CONFIGS):
+        for name in filter(None, names):
+            for path in (folder / name, folder / f"{name}.json", folder / name / "config.json"):
+                if path.is_file():
+                    return load_config_path(str(path)), None
+    spec = find_catalogue_model(model) or find_catalogue_model(model.split("/")[-1])
+    if spec is not None:
+        return spec, None
+    return None, f"no config.json for {model.split(' (')[0]!r} in the catalogue or tests/data/model_configs"
+
+
+def quantization_of(entry: dict) -> str | None:
+    """The --quantization the entry states, when the model's config does not carry it."""
+    text = str(entry.get("quantization") or "").lower()
+    for name in ("nvfp4", "mxfp4", "fp8", "awq", "gptq", "int4", "int8"):
+        if name in text:
+            return {"int4": "gptq"}.get(name, name)
+    return None
+
+
+@dataclass
+class Row:
+    entry: dict
+    error: str | None = None
+    predicted: dict = field(default_factory=dict)
+    printed: dict = field(default_factory=dict)
+    reader: dict = field(default_factory=dict)
+
+
+def predict(entry: dict) -> Row:
+    from kvlab.catalog import get_gpu
+    from kvlab.errors import KvlabError
+    from kvlab.sizing import SizingConfig, size_kv_cache
+
+    row = Row(entry, printed=dict(entry.get("printed") or {}))
+    if not entry.get("gpu_kvlab"):
+        row.error = f"GPU {entry.get('gpu')!r} is not in kvlab's catalogue"
+        return row
+    model, why = find_model(entry)
+    if model is None:
+        row.error = why
+        return row
+    try:
+        gpu = get_gpu(entry["gpu_kvlab"])
+        kv_dtype = entry.get("kv_cache_dtype") or "auto"
+        dtype = entry.get("dtype") or "auto"
+        settings = dict(
+            gpu_memory_utilization=entry.get("gpu_memory_utilization") or 0.9,
+            tensor_parallel_size=entry.get("tensor_parallel_size") or 1,
+            pipeline_parallel_size=entry.get("pipeline_parallel_size") or 1,
+            max_model_len=entry.get("max_model_len"), max_num_batched_tokens=entry.get("max_num_batched_tokens"),
+            max_num_seqs=entry.get("max_num_seqs"), kv_cache_dtype=kv_dtype if kv_dtype != "None" else "auto",
+            dtype=dtype if dtype in ("auto", "float16", "bfloat16", "float32") else "auto",
+            vllm_version=entry.get("vllm_version"), enforce_eager=bool(entry.get("enforce_eager")),
+            quantization=None if model.weight_format is not None else quantization_of(entry))
+        result = size_kv_cache(model, SizingConfig.for_gpu(gpu, **settings))
+    except KvlabError as exc:
+        row.error = str(exc)
+        return row
+    row.predicted = {
+        "weights_gib": result.weights_bytes / GIB, "activation_gib": result.activation_bytes / GIB,
+        "non_torch_gib": result.non_torch_bytes / GIB, "cuda_graph_gib": result.cuda_graph_bytes / GIB,
+        "available_kv_gib": result.available_kv_bytes / GIB, "kv_cache_tokens": result.num_tokens,
+        "max_concurrency": result.max_concurrency, "requested_gib": result.requested_memory_bytes / GIB,
+        "multimodal": bool(model.vision_params), "rules": result.vllm_rules_since,
+    }
+    return row
+
+
+def read_log(entry: dict) -> dict:
+    """The figures kvlab's own log reader finds in the log file."""
+    from kvlab.errors import KvlabError
+    from kvlab.vllm.log import parse_vllm_log
+
+    path = entry["_folder"] / entry["file"]
+    try:
+        log = parse_vllm_log(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, KvlabError) as exc:
+        return {"error": str(exc).splitlines()[0][:100]}
+    return {"kv_cache_tokens": log.kv_cache_tokens, "max_concurrency": log.max_concurrency,
+            "available_kv_gib": log.available_kv_cache_gib, "model_loading_gib": log.model_weights_gib}
+
+
+def rel(predicted, printed) -> float | None:
+    if predicted is None or not printed:
+        return None
+    return (predicted - printed) / printed
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def num(x, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+TERMS = (("weights GiB", "weights_gib", "model_loading_gib"), ("activation GiB", "activation_gib", "activation_gib"),
+         ("non-torch GiB", "non_torch_gib", "non_torch_gib"), ("CUDA graphs GiB", "cuda_graph_gib", "cuda_graph_gib"),
+         ("available KV GiB", "available_kv_gib", "available_kv_gib"))
+
+
+def print_row(row: Row) -> None:
+    e = row.entry
+    print(f"\n{e['id']}  [{split_of(e['id'])}]  vLLM {e.get('vllm_version')} · {e.get('num_gpus')} x "
+          f"{e.get('gpu_kvlab') or e.get('gpu')} · TP {e.get('tensor_parallel_size')} · {', '.join(e.get('layout', []))}")
+    mismatch = [f"{k} reader {row.reader.get(k)} vs index {row.printed.get(k)}" for k in
+                ("kv_cache_tokens", "max_concurrency", "available_kv_gib", "model_loading_gib")
+                if row.reader.get(k) is not None and row.printed.get(k) is not None
+                and abs(row.reader[k] - row.printed[k]) > 1e-6 * max(1, abs(row.printed[k]))]
+    if "error" in row.reader:
+        print(f"  log reader: {row.reader['error']}")
+    elif mismatch:
+        print("  log reader disagrees with index.json: " + "; ".join(mismatch))
+    if row.error:
+        print(f"  not sized: {row.error}")
+        return
+    p, q = row.predicted, row.printed
+    print(f"  rules of {p['rules']} on; requested {p['requested_gib']:.2f} GiB")
+    for label, mine, theirs in TERMS:
+        printed = q.get(theirs)
+        note = ""
+        if mine == "cuda_graph_gib" and printed is not None and p["cuda_graph_gib"] == 0:
+            note = "  (printed after the cache was allocated: not deducted)"
+        err = None if printed is None or note else p[mine] - printed
+        print(f"  {label:<18} {p[mine]:>10.2f}  printed {num(printed):>8}  error "
+              f"{'-' if err is None else f'{err:+.2f} GiB'}{note}")
+    for label, key, fmt in (("KV tokens", "kv_cache_tokens", ",d"), ("max concurrency", "max_concurrency", ".2f")):
+        print(f"  {label:<18} {format(p[key], fmt):>10}  printed {num(q.get(key), fmt):>8}  error "
+              f"{pct(rel(p[key], q.get(key)))}")
+
+
+def summary(rows: list[Row]) -> None:
+    print("\n== summary ==")
+    for part in ("fit", "held-out", "all"):
+        chosen = [r for r in rows if part == "all" or split_of(r.entry["id"]) == part]
+        sized = [r for r in chosen if not r.error]
+        for label, key in (("KV tokens", "kv_cache_tokens"), ("max concurrency", "max_concurrency")):
+            errors = [rel(r.predicted[key], r.printed.get(key)) for r in sized if r.printed.get(key)]
+            within = sum(abs(x) <= WITHIN for x in errors)
+            print(f"  {part:<8} {label:<16} within 2%: {within} of {len(errors)} sized logs "
+                  f"({within / len(errors):.0%})" if errors else f"  {part:<8} {label:<16} no sized log",
+                  f"· {len(chosen)} logs in all, {len(chosen) - len(sized)} not sized")
+    text_only = [r for r in rows if not r.error and r.printed.get("model_loading_gib") is not None
+                 and not r.predicted["multimodal"] and "multimodal" not in r.entry.get("layout", [])]
+    errs = [r.predicted["weights_gib"] - r.printed["model_loading_gib"] for r in text_only]
+    ok = sum(abs(x) <= 0.1 for x in errs)
+    print(f"  weights (text-only): {ok} of {len(errs)} within 0.1 GiB of 'Model loading took'; errors "
+          + ", ".join(f"{r.entry['id']} {x:+.2f}" for r, x in zip(text_only, errs)))
+    missing = [r for r in rows if r.error]
+    if missing:
+        print("  not sized: " + "; ".join(f"{r.entry['id']}: {r.error[:90]}" for r in missing))
+
+
+def fit(rows: list[Row]) -> None:
+    """What the fitting half implies for the estimates vLLM measures: the 'other' memory (requested - weights -
+    available, from printed figures) against kvlab's estimate of it, and the measured terms where printed."""
+    print("\n== fit (logs of the fitting half only) ==")
+    chosen = [r for r in rows if not r.error and split_of(r.entry["id"]) == "fit"]
+    for r in chosen:
+        q, p = r.printed, r.predicted
+        if q.get("available_kv_gib") is None:
+            continue
+        weights = q.get("model_loading_gib")
+        other = p["requested_gib"] - (weights if weights is not None else p["weights_gib"]) - q["available_kv_gib"]
+        mine = p["activation_gib"] + p["non_torch_gib"] + p["cuda_graph_gib"]
+        print(f"  {r.entry['id']:<48} other printed {other:6.2f} GiB (weights "
+              f"{'printed' if weights is not None else 'predicted'}), kvlab {mine:6.2f}: activation "
+              f"{p['activation_gib']:.2f} (printed {num(q.get('activation_gib'))}), non-torch {p['non_torch_gib']:.2f} "
+              f"(printed {num(q.get('non_torch_gib'))}), graphs {p['cuda_graph_gib']:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true", help="also print what the fitting half implies")
+    parser.add_argument("--corpus", type=Path, default=CORPUS / "index.json")
+    args = parser.parse_args(argv)
+    if not args.corpus.is_file():
+        print(f"no corpus at {args.corpus}: the startup-log corpus (tests/data/startup_logs/index.json) is not here",
+              file=sys.stderr)
+        return 2
+    entries = json.loads(args.corpus.read_text(encoding="utf-8"))
+    for entry in entries:
+        entry["_folder"] = args.corpus.parent
+    rows = []
+    for entry in entries:
+        row = predict(entry)
+        row.reader = read_log(entry)
+        print_row(row)
+        rows.append(row)
+    summary(rows)
+    if args.fit:
+        fit(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "src"))
+    sys.exit(main())

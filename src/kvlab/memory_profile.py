@@ -1,0 +1,157 @@
+"""vLLM's memory profile at startup, term by term: what is left for the KV cache on one GPU.
+
+    requested  = total (as CUDA reports it) x gpu_memory_utilization            gpu_worker.init_device
+    available  = requested - (weights + peak activation + non-torch)            gpu_worker.determine_available_memory
+                 - CUDA graphs, in the releases that deduct them                (VllmRules.cuda_graphs_deducted)
+
+vLLM measures three of the terms at startup (memory_profiling in vllm/utils: the torch peak increase of the dummy
+profiling run, the non-torch increase since the worker's first snapshot, and the graphs' memory); kvlab cannot
+measure them before the server starts, so it estimates each from the model and the settings, with the
+coefficients in ``FIT`` below, fitted on real startup logs (benchmarks/startup_logs.py --fit says which logs and
+how many; docs/sizing.md gives the figures). The weights are computed, not fitted (ModelSpec.weights_bytes_for).
+
+No I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class ProfileFit:
+    """Coefficients of the estimates, and how many logs each rests on (``basis``)."""
+
+    # Activation of the dummy forward over max_num_batched_tokens tokens, per token: hidden-size tensors alive at
+    # the MLP's peak (residual, normed input) and the MLP's own (gate/up output and the activated product: 3 x
+    # the MLP width per GPU) plus the q/k/v projection's output (gpu_model_runner.profile_run -> _dummy_run).
+    hidden_tensors: float
+    mlp_tensors: float
+    qkv_tensors: float
+    # The dummy sampler run: min(max_num_seqs, max_num_batched_tokens) rows of logits over the vocabulary, as
+    # float32 logits, probabilities and the sort's values and int64 indices (_dummy_sampler_run).
+    sampler_bytes_per_logit: float
+    # MoE: fused_moe's intermediate caches, per routed token: (2 N + N) of the expert width per GPU plus the hidden
+    # size, for each of top-k experts (fused_moe.fused_experts_impl's intermediate_cache1..3).
+    moe_cache_tensors: float
+    # Non-torch memory: what the worker holds outside PyTorch's allocator after profiling (cuBLAS/cuDNN
+    # workspaces; with TP > 1 NCCL's buffers and the custom all-reduce's, which NVLink SHARP makes large on
+    # NVSwitch systems).
+    non_torch_base_gib: float
+    non_torch_nccl_pcie_gib: float
+    non_torch_nccl_nvswitch_gib: float
+    # CUDA graphs, where deducted: the profiler's estimate grows with the layers one GPU captures.
+    cuda_graph_gib_per_layer: float
+    basis: str
+
+
+FIT = ProfileFit(
+    hidden_tensors=2.0, mlp_tensors=3.0, qkv_tensors=1.0, sampler_bytes_per_logit=20.0, moe_cache_tensors=1.0,
+    non_torch_base_gib=0.13, non_torch_nccl_pcie_gib=0.08, non_torch_nccl_nvswitch_gib=1.25,
+    cuda_graph_gib_per_layer=0.012,
+    basis="priors read from vLLM's code (tensor counts); fixed memory from logs that print it: see docs/sizing.md",
+)
+
+# GPUs whose multi-GPU systems are NVSwitch-connected (SXM boards): NCCL allocates NVLink SHARP buffers there.
+NVSWITCH_GPUS = ("H100-SXM", "H200", "B200", "A100-80GB", "A100-40GB")
+
+
+@dataclass(frozen=True)
+class ProfileInputs:
+    """What the estimates read, in plain numbers (one GPU of the stage sized)."""
+
+    hidden_size: int
+    mlp_width_per_gpu: int  # dense MLP width / TP (MoE: shared experts' width / TP)
+    qkv_width_per_gpu: int  # (q + k + v) heads x head_dim / TP
+    vocab_size: int
+    num_layers: int  # layers on this GPU
+    act_dtype_bytes: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    tensor_parallel_size: int
+    last_stage: bool
+    moe_top_k: int = 0
+    moe_width_per_gpu: int = 0  # one expert's intermediate size on this GPU (N / TP, or N under expert parallelism)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term of the profile: bytes per GPU and where the figure comes from."""
+
+    name: str
+    bytes: int
+    source: str
+
+
+def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
+    """Peak activation of vLLM's profiling run (the torch peak increase it measures), estimated."""
+    t = x.max_num_batched_tokens
+    per_token = (fit.hidden_tensors * x.hidden_size + fit.mlp_tensors * x.mlp_width_per_gpu
+                 + fit.qkv_tensors * x.qkv_width_per_gpu) * x.act_dtype_bytes
+    forward = t * per_token
+    moe = 0.0
+    if x.moe_top_k:
+        moe = fit.moe_cache_tensors * t * x.moe_top_k * (3 * x.moe_width_per_gpu + x.hidden_size) * x.act_dtype_bytes
+    num_reqs = min(x.max_num_seqs, t)
+    sampler = num_reqs * x.vocab_size * fit.sampler_bytes_per_logit if x.last_stage else 0.0
+    source = (f"estimate: {t:,} batched tokens x ({fit.hidden_tensors:g} x {x.hidden_size:,} hidden + "
+              f"{fit.mlp_tensors:g} x {x.mlp_width_per_gpu:,} MLP + {fit.qkv_tensors:g} x {x.qkv_width_per_gpu:,} "
+              f"qkv) x {x.act_dtype_bytes} B")
+    if x.moe_top_k:
+        source += (f" + MoE caches {t:,} x top-{x.moe_top_k} x (3 x {x.moe_width_per_gpu:,} + {x.hidden_size:,}) x "
+                   f"{x.act_dtype_bytes} B")
+    if x.last_stage:
+        source += f" + sampler {num_reqs:,} x {x.vocab_size:,} vocab x {fit.sampler_bytes_per_logit:g} B"
+    return Term("peak activation", int(forward + moe + sampler), source + " (vLLM measures it in its profiling run)")
+
+
+def non_torch_bytes(tensor_parallel_size: int, gpu_name: str | None, fit: ProfileFit = FIT) -> Term:
+    """Memory outside PyTorch's allocator that vLLM counts (non-torch increase), estimated."""
+    gib = fit.non_torch_base_gib
+    source = f"estimate: {fit.non_torch_base_gib:g} GiB of library workspaces"
+    if tensor_parallel_size > 1:
+        nvswitch = (gpu_name or "").split(" with ")[0] in NVSWITCH_GPUS
+        nccl = fit.non_torch_nccl_nvswitch_gib if nvswitch else fit.non_torch_nccl_pcie_gib
+        gib += nccl
+        source += (f" + {nccl:g} GiB of NCCL buffers for TP {tensor_parallel_size} "
+                   f"({'NVSwitch: NVLink SHARP' if nvswitch else 'PCIe'})")
+    return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup)")
+
+
+def cuda_graph_bytes(num_layers: int, deducted: bool, enforce_eager: bool, version: str,
+                     fit: ProfileFit = FIT) -> Term:
+    """CUDA-graph memory deducted from the KV budget: only where the version deducts it and graphs are captured."""
+    if enforce_eager:
+        return Term("CUDA graphs", 0, "none: --enforce-eager captures no graphs")
+    if not deducted:
+        return Term("CUDA graphs", 0, f"not deducted by vLLM {version} (graphs are captured after the KV cache is "
+                                      "allocated, from what is left)")
+    gib = fit.cuda_graph_gib_per_layer * num_layers
+    return Term("CUDA graphs", int(gib * GIB), f"estimate: {fit.cuda_graph_gib_per_layer:g} GiB x {num_layers} "
+                                               f"layers (vLLM {version} profiles and deducts them)")
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """The terms of one GPU's budget; ``available`` is what vLLM prints as 'Available KV cache memory'."""
+
+    total: Term
+    requested: Term
+    weights: Term
+    activation: Term
+    non_torch: Term
+    cuda_graphs: Term
+
+    @property
+    def other_bytes(self) -> int:
+        return self.activation.bytes + self.non_torch.bytes + self.cuda_graphs.bytes
+
+    @property
+    def available_bytes(self) -> int:
+        return self.requested.bytes - self.weights.bytes - self.other_bytes
+
+    @property
+    def terms(self) -> tuple[Term, ...]:
+        return (self.total, self.requested, self.weights, self.activation, self.non_torch, self.cuda_graphs)
