@@ -225,10 +225,17 @@ def test_mla_field_missing_is_named(tmp_path):
         get_model(str(tmp_path))
 
 
-def test_linear_attention_layers_are_refused(tmp_path):
+def test_linear_attention_layers_without_state_sizes_are_refused(tmp_path):
     cfg = dict(LLAMA_8B, num_hidden_layers=4, layer_types=["linear_attention"] * 3 + ["full_attention"])
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(KvlabError, match="'linear_attention' is not modelled"):
+    with pytest.raises(KvlabError, match="no state sizes kvlab knows"):
+        get_model(str(tmp_path))
+
+
+def test_an_unknown_layer_type_is_refused_naming_the_known_ones(tmp_path):
+    cfg = dict(LLAMA_8B, num_hidden_layers=2, layer_types=["chunked_attention", "full_attention"])
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(KvlabError, match="'chunked_attention' is not modelled; kvlab sizes full_attention"):
         get_model(str(tmp_path))
 
 

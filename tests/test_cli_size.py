@@ -184,8 +184,8 @@ def test_fit_a_model_no_tensor_parallel_size_holds(kvlab):
 
 
 def test_fit_says_the_fewest_gpus_whose_kv_caches_hold_the_workload(kvlab):
-    # Qwen2.5-0.5B on a T4, 64 requests of 32,768 tokens at once: one replica's cache holds 30 of them at TP 1
-    # (62,283 usable blocks // 2,048 per request), 62 at TP 2; so 3 replicas x TP 1 = 3 GPUs (TP 2: 2 x 2 = 4).
+    # Qwen2.5-0.5B on a T4, 64 requests of 32,768 tokens at once: one replica's cache holds 29 of them at TP 1
+    # (60,916 usable blocks // 2,048 per request), 61 at TP 2; so 3 replicas x TP 1 = 3 GPUs (TP 2: 2 x 2 = 4).
     import math
 
     from kvlab.catalog import get_gpu, get_model
@@ -199,10 +199,10 @@ def test_fit_says_the_fewest_gpus_whose_kv_caches_hold_the_workload(kvlab):
         sized = size_kv_cache(model, SizingConfig.for_gpu(gpu, tensor_parallel_size=tp))
         per_replica = sized.num_usable_blocks // cdiv(32768, sized.block_size)
         gpus[tp] = (math.ceil(64 / per_replica), per_replica)
-    assert gpus[1] == (3, 30) and gpus[2] == (2, 62)
+    assert gpus[1] == (3, 29) and gpus[2] == (2, 61)
     fewest = data["workload_gpus"]["fewest"]
     assert fewest == {"num_requests": 64, "context_len": 32768, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
-                      "max_num_requests": 30, "num_replicas": 3, "num_gpus_per_replica": 1, "num_gpus": 3}
+                      "max_num_requests": 29, "num_replicas": 3, "num_gpus_per_replica": 1, "num_gpus": 3}
     assert fewest["num_gpus"] == min(n * tp for tp, (n, _) in gpus.items())
     assert data["workload_gpus"]["at_tensor_parallel_size"] == fewest and data["workload_gpus"]["gpu"] == "T4"
     assert data["workload"]["max_num_requests"] == 30 and not data["workload"]["fits"]

@@ -54,8 +54,8 @@ FIT = ProfileFit(
     basis="priors read from vLLM's code (tensor counts); fixed memory from logs that print it: see docs/sizing.md",
 )
 
-# GPUs whose multi-GPU systems are NVSwitch-connected (SXM boards): NCCL allocates NVLink SHARP buffers there.
-NVSWITCH_GPUS = ("H100-SXM", "H200", "B200", "A100-80GB", "A100-40GB")
+# Hopper and Blackwell SXM boards sit on third-generation NVSwitches, where NCCL allocates NVLink SHARP (NVLS) buffers.
+NVSWITCH_GPUS = ("H100-SXM", "H200", "B200")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from kvlab.catalog.gpus import GpuSpec, list_gpus
+from kvlab.catalog.gpus import GpuSpec, compute_capability, list_gpus
+from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
 from kvlab.config.engine import SchedulerConfig, check_block_size
 from kvlab.config.options import OPTIONS
@@ -168,17 +169,21 @@ class SizingConfig:
 class KVCacheSpec:
     """The KV cache of one layer on one GPU (vLLM's FullAttentionSpec / SlidingWindowSpec / MLAAttentionSpec)."""
 
-    kind: str  # full_attention | sliding_attention | mla
+    kind: str  # full_attention | sliding_attention | mla | mamba (linear attention and Mamba: vLLM's MambaSpec)
     block_size: int
     num_kv_heads: int
     head_size: int
     head_size_v: int  # 0 for MLA: one latent, no separate V
     dtype_bytes: int
     sliding_window: int | None = None
+    state_page_bytes: int = 0  # mamba: one request's state, padded to the attention page
 
     @property
     def page_size_bytes(self) -> int:
-        """One block of one layer: heads x block_size x (K + V values) x bytes (AttentionSpec.page_size_bytes)."""
+        """One block of one layer: heads x block_size x (K + V values) x bytes (AttentionSpec.page_size_bytes);
+        a state layer's page is its padded state (MambaSpec.page_size_bytes with mamba_page_size_padded)."""
+        if self.kind == "mamba":
+            return self.state_page_bytes
         return self.num_kv_heads * self.block_size * (self.head_size + self.head_size_v) * self.dtype_bytes
 
     def max_num_blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
@@ -191,6 +196,8 @@ class KVCacheSpec:
         if self.kind == SLIDING_ATTENTION:
             num_tokens = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
             return cdiv(num_tokens, self.block_size) + 1
+        if self.kind == "mamba":
+            return 1  # one state per request (MambaSpec.max_memory_usage_bytes = one page)
         return cdiv(max_model_len, self.block_size)
 
 
@@ -202,22 +209,36 @@ class KVCacheGroup:
     layers: tuple[int, ...]
 
 
-def layer_kv_specs(model: ModelSpec, config: SizingConfig, kv_dtype_bytes: int) -> list[KVCacheSpec]:
-    heads = model.num_kv_heads_per_gpu(config.tensor_parallel_size)
-    specs = []
+def layer_kv_specs(model: ModelSpec, config: SizingConfig, kv_dtype_bytes: int,
+                   act_dtype_bytes: int = 2) -> list[KVCacheSpec | None]:
+    """Each layer's cache spec (None: a layer without one, Nemotron-H's MLP blocks). A hybrid with linear-attention
+    or Mamba layers gets one page size for all: the attention block grows until its page holds a state, and the
+    state is padded to it (kvlab.catalog.hybrid)."""
+    tp = config.tensor_parallel_size
+    heads = model.num_kv_heads_per_gpu(tp)
+    block_size, state_page = config.block_size, 0
+    if model.state is not None:
+        per_token = model.kv_bytes_per_token_per_layer(kv_dtype_bytes) // model.num_kv_heads_cached * heads
+        block_size = attention_block_size(model.state.state_bytes(tp, act_dtype_bytes), per_token, block_size)
+        state_page = block_size * per_token
+    specs: list[KVCacheSpec | None] = []
     for layer_type in model.layer_types:
-        if model.is_mla:
-            specs.append(KVCacheSpec("mla", config.block_size, 1, model.kv_head_size, 0, kv_dtype_bytes))
+        if layer_type in (LINEAR_ATTENTION, MAMBA):
+            specs.append(KVCacheSpec("mamba", block_size, 0, 0, 0, act_dtype_bytes, state_page_bytes=state_page))
+        elif layer_type not in (FULL_ATTENTION, SLIDING_ATTENTION):
+            specs.append(None)
+        elif model.is_mla:
+            specs.append(KVCacheSpec("mla", block_size, 1, model.kv_head_size, 0, kv_dtype_bytes))
         elif layer_type == SLIDING_ATTENTION:
-            specs.append(KVCacheSpec(SLIDING_ATTENTION, config.block_size, heads, model.head_dim, model.head_dim,
+            specs.append(KVCacheSpec(SLIDING_ATTENTION, block_size, heads, model.head_dim, model.head_dim,
                                      kv_dtype_bytes, model.sliding_window))
         else:
-            specs.append(KVCacheSpec(FULL_ATTENTION, config.block_size, heads, model.head_dim, model.head_dim,
+            specs.append(KVCacheSpec(FULL_ATTENTION, block_size, heads, model.head_dim, model.head_dim,
                                      kv_dtype_bytes))
     return specs
 
 
-def group_layers(specs: list[KVCacheSpec]) -> tuple[KVCacheGroup, ...]:
+def group_layers(specs: list[KVCacheSpec | None]) -> tuple[KVCacheGroup, ...]:
     """Group layers as vLLM's get_kv_cache_groups does for layers of one page size.
 
     One kind of layer: one group. Several (hybrid, e.g. Gemma 3's 5 sliding : 1 full): bucket layers by spec,
@@ -228,7 +249,8 @@ def group_layers(specs: list[KVCacheSpec]) -> tuple[KVCacheGroup, ...]:
     """
     buckets: dict[KVCacheSpec, list[int]] = {}
     for i, spec in enumerate(specs):
-        buckets.setdefault(spec, []).append(i)
+        if spec is not None:
+            buckets.setdefault(spec, []).append(i)
     if len(buckets) == 1:
         spec, layers = next(iter(buckets.items()))
         return (KVCacheGroup(spec, tuple(layers)),)
@@ -239,6 +261,11 @@ def group_layers(specs: list[KVCacheSpec]) -> tuple[KVCacheGroup, ...]:
         num_groups = cdiv(len(layers), group_size)
         groups += [KVCacheGroup(spec, tuple(layers[i::num_groups])) for i in range(num_groups)]
     return tuple(groups)
+
+
+def attention_group(groups: tuple[KVCacheGroup, ...]) -> KVCacheGroup:
+    """The first group of attention layers (a hybrid's state groups hold no KV heads)."""
+    return next((g for g in groups if g.spec.kind != "mamba"), groups[0])
 
 
 def pipeline_stages(num_layers: int, pipeline_parallel_size: int) -> list[range]:
@@ -295,7 +322,8 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
         first, last = index == 0, index == len(stages) - 1
         weights = model.weights_bytes_for(layers, dtype_bytes=act_bytes,
                                           tensor_parallel_size=config.tensor_parallel_size,
-                                          first_stage=first, last_stage=last, quantization=config.quantization)
+                                          first_stage=first, last_stage=last, quantization=config.quantization,
+                                          compute_capability=compute_capability(config.gpu_name))
         profiles.append(MemoryProfile(
             total=Term("total", total, "GPU memory as CUDA reports it"),
             requested=Term("requested", requested, f"total x gpu_memory_utilization {config.gpu_memory_utilization}"),
@@ -489,7 +517,7 @@ def kv_layout(model: ModelSpec, config: SizingConfig) -> KVLayout:
     act_bytes = DTYPE_BYTES[dtype]
     kv_dtype_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
     tp = config.tensor_parallel_size
-    groups = group_layers(layer_kv_specs(model, config, kv_dtype_bytes))
+    groups = group_layers(layer_kv_specs(model, config, kv_dtype_bytes, act_bytes))
     stages = tuple(pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size))
     budgets = stage_budgets(model, config, list(stages), act_bytes)
     return KVLayout(
@@ -499,7 +527,7 @@ def kv_layout(model: ModelSpec, config: SizingConfig) -> KVLayout:
         kv_bytes_per_token=model.kv_bytes_per_token(kv_dtype_bytes),
         kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(kv_dtype_bytes, tp,
                                                                     max(len(s) for s in stages)),
-        page_size_bytes=groups[0].spec.page_size_bytes, num_kv_heads_per_gpu=groups[0].spec.num_kv_heads,
+        page_size_bytes=groups[0].spec.page_size_bytes, num_kv_heads_per_gpu=attention_group(groups).spec.num_kv_heads,
         weights_bytes=max(weights for weights, _, _ in budgets), weights_bytes_total=model.weights_bytes(act_bytes),
     )
 
@@ -545,7 +573,8 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         num_tokens = int(max_concurrency * max_model_len)
     return SizingResult(
         model_id=model.id, gpu_name=config.gpu_name, gpu_memory_bytes=config.gpu_memory_bytes,
-        gpu_memory_utilization=config.gpu_memory_utilization, block_size=config.block_size, dtype=layout.dtype,
+        gpu_memory_utilization=config.gpu_memory_utilization, block_size=attention_group(groups).spec.block_size,
+        dtype=layout.dtype,
         kv_cache_dtype=layout.kv_cache_dtype, kv_dtype_bytes=kv_dtype_bytes, tensor_parallel_size=tp,
         pipeline_parallel_size=config.pipeline_parallel_size, max_model_len=max_model_len,
         max_num_batched_tokens=config.resolved_max_num_batched_tokens, max_num_seqs=config.resolved_max_num_seqs,

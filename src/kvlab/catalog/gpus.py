@@ -40,6 +40,18 @@ class GpuSpec:
         return self.memory_bytes / GIB
 
 
+# CUDA compute capability of each catalogue GPU (NVIDIA's "CUDA GPUs" table, developer.nvidia.com/cuda-gpus): it
+# decides which kernels vLLM picks for a quantized format, and with them how the weights are laid out (FP8 tensor
+# cores from 8.9, vLLM's MXFP4 MoE kernels without Marlin from 9.0, FP4 tensor cores from 10.0). None: not NVIDIA.
+COMPUTE_CAPABILITY = {"T4": 7.5, "A10G": 8.6, "L4": 8.9, "L40S": 8.9, "A100-40GB": 8.0, "A100-80GB": 8.0,
+                      "H100-SXM": 9.0, "H100-PCIe": 9.0, "H200": 9.0, "B200": 10.0, "RTX-4090": 8.9, "MI300X": None}
+
+
+def compute_capability(gpu_name: str | None) -> float | None:
+    """The compute capability of a catalogue GPU by its id (a --gpu-memory-gib label keeps the id in front)."""
+    return COMPUTE_CAPABILITY.get((gpu_name or "").split(" with ")[0])
+
+
 @cache
 def _catalogue() -> dict:
     return json.loads(resources.files("kvlab.catalog").joinpath("data/gpus.json").read_text(encoding="utf-8"))
