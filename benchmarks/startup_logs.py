@@ -70,6 +70,7 @@ class Row:
 def predict(entry: dict) -> Row:
     from kvlab.catalog import get_gpu
     from kvlab.errors import KvlabError
+    from kvlab.memory_profile import model_family
     from kvlab.sizing import SizingConfig, size_kv_cache
 
     row = Row(entry, printed=dict(entry.get("printed") or {}))
@@ -103,6 +104,7 @@ def predict(entry: dict) -> Row:
         "available_kv_gib": result.available_kv_bytes / GIB, "kv_cache_tokens": result.num_tokens,
         "max_concurrency": result.max_concurrency, "requested_gib": result.requested_memory_bytes / GIB,
         "multimodal": bool(model.vision_params), "rules": result.vllm_rules_since,
+        "family": model_family(model.state is not None, bool(model.vision_params), model.is_moe),
     }
     return row
 
@@ -193,21 +195,36 @@ def summary(rows: list[Row]) -> None:
 
 
 def fit(rows: list[Row]) -> None:
-    """What the fitting half implies for the estimates vLLM measures: the 'other' memory (requested - weights -
-    available, from printed figures) against kvlab's estimate of it, and the measured terms where printed."""
+    """What the fitting half implies: per family, the scale on the activation estimate that best explains the
+    'other' memory (requested - weights - available, from printed figures; the weights predicted where the log
+    prints none and the model is text-only and unquantized, where kvlab's weights are exact) after kvlab's
+    non-torch and CUDA-graph estimates: least squares, scale = sum(a x (other - rest)) / sum(a^2), with the activation
+    estimate a taken at scale 1."""
+    from kvlab.memory_profile import FIT
+
     print("\n== fit (logs of the fitting half only) ==")
-    chosen = [r for r in rows if not r.error and split_of(r.entry["id"]) == "fit"]
-    for r in chosen:
-        q, p = r.printed, r.predicted
-        if q.get("available_kv_gib") is None:
+    sums: dict[str, list] = {}
+    for r in rows:
+        if r.error or split_of(r.entry["id"]) != "fit" or r.printed.get("available_kv_gib") is None:
             continue
+        q, p = r.printed, r.predicted
         weights = q.get("model_loading_gib")
-        other = p["requested_gib"] - (weights if weights is not None else p["weights_gib"]) - q["available_kv_gib"]
-        mine = p["activation_gib"] + p["non_torch_gib"] + p["cuda_graph_gib"]
-        print(f"  {r.entry['id']:<48} other printed {other:6.2f} GiB (weights "
-              f"{'printed' if weights is not None else 'predicted'}), kvlab {mine:6.2f}: activation "
-              f"{p['activation_gib']:.2f} (printed {num(q.get('activation_gib'))}), non-torch {p['non_torch_gib']:.2f} "
-              f"(printed {num(q.get('non_torch_gib'))}), graphs {p['cuda_graph_gib']:.2f}")
+        if weights is None and (p["multimodal"] or r.entry.get("quantization")):
+            continue
+        weights = p["weights_gib"] if weights is None else weights
+        other = p["requested_gib"] - weights - q["available_kv_gib"]
+        scale = FIT.activation_scale.get(p["family"], 1.0)
+        a = p["activation_gib"] / scale
+        rest = other - p["non_torch_gib"] - p["cuda_graph_gib"]
+        entry = sums.setdefault(p["family"], [0.0, 0.0, []])
+        entry[0] += a * rest
+        entry[1] += a * a
+        entry[2].append(r.entry["id"])
+        print(f"  {r.entry['id']:<46} {p['family']:<10} other {other:5.2f} GiB = activation? {rest:5.2f} "
+              f"(estimate at scale 1: {a:.2f}; printed activation {num(q.get('activation_gib'))})")
+    for family, (num_, den, ids) in sorted(sums.items()):
+        print(f"  activation_scale[{family!r}] = {num_ / den:.2f}  (on {len(ids)} log{'s' if len(ids) > 1 else ''}: "
+              f"{', '.join(ids)})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,10 +30,19 @@ from dataclasses import asdict, dataclass, replace
 from kvlab.catalog.gpus import GpuSpec, compute_capability, list_gpus
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
+from kvlab.catalog.quant import expert_padding
 from kvlab.config.engine import SchedulerConfig, check_block_size
 from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
-from kvlab.memory_profile import MemoryProfile, ProfileInputs, Term, activation_bytes, cuda_graph_bytes, non_torch_bytes
+from kvlab.memory_profile import (
+    MemoryProfile,
+    ProfileInputs,
+    Term,
+    activation_bytes,
+    cuda_graph_bytes,
+    model_family,
+    non_torch_bytes,
+)
 from kvlab.vllm_rules import VllmRules, resolve_version, rules_for
 
 GIB = 2**30
@@ -294,7 +303,8 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
     inputs = dict(hidden_size=model.hidden_size, vocab_size=model.vocab_size, num_layers=num_layers,
                   act_dtype_bytes=act_dtype_bytes, max_num_batched_tokens=config.resolved_max_num_batched_tokens,
                   max_num_seqs=config.resolved_max_num_seqs, tensor_parallel_size=tp, last_stage=last_stage,
-                  qkv_width_per_gpu=(model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim // tp)
+                  qkv_width_per_gpu=(model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim // tp,
+                  family=model_family(model.state is not None, bool(model.vision_params), model.is_moe))
     if model.is_moe:
         width = model.moe_intermediate_size or model.intermediate_size
         return ProfileInputs(mlp_width_per_gpu=(model.num_shared_experts or 0) * width // tp,
@@ -323,7 +333,9 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
         weights = model.weights_bytes_for(layers, dtype_bytes=act_bytes,
                                           tensor_parallel_size=config.tensor_parallel_size,
                                           first_stage=first, last_stage=last, quantization=config.quantization,
-                                          compute_capability=compute_capability(config.gpu_name))
+                                          expert_padding=expert_padding(
+                                              model.weight_format_for(config.quantization),
+                                              compute_capability(config.gpu_name), rules.mxfp4_hopper_padding))
         profiles.append(MemoryProfile(
             total=Term("total", total, "GPU memory as CUDA reports it"),
             requested=Term("requested", requested, f"total x gpu_memory_utilization {config.gpu_memory_utilization}"),

@@ -14,7 +14,7 @@ from importlib import resources
 
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, NO_CACHE, StateLayout, hybrid_layer_types, state_layout
 from kvlab.catalog.quant import DEFAULTS as QUANT_DEFAULTS
-from kvlab.catalog.quant import WeightFormat, check_method, expert_padding, from_quantization_config
+from kvlab.catalog.quant import WeightFormat, check_method, from_quantization_config
 from kvlab.errors import KvlabError
 
 FULL_ATTENTION = "full_attention"
@@ -346,7 +346,7 @@ class ModelSpec:
 
     def weights_bytes_for(self, layers: range, *, dtype_bytes: int, tensor_parallel_size: int = 1,
                           first_stage: bool = True, last_stage: bool = True, quantization: str | None = None,
-                          compute_capability: float | None = None) -> int:
+                          expert_padding: tuple[int, int] = (1, 1)) -> int:
         """Weight bytes one GPU holds for ``layers`` (a pipeline stage) under tensor parallelism.
 
         vLLM splits embeddings (vocab-parallel), attention heads, MLP columns and experts across TP ranks;
@@ -361,7 +361,7 @@ class ModelSpec:
         expert_bytes = fmt.bytes_per_param if fmt is not None else dtype_bytes
         kv_replicas = max(1, tp // self.num_key_value_heads) if not self.is_mla else 1
         expert_scale = 1.0
-        pad_width, pad_hidden = expert_padding(fmt, compute_capability)
+        pad_width, pad_hidden = expert_padding
         if self.is_moe and (pad_width > 1 or pad_hidden > 1):
             width = (self.moe_intermediate_size or self.intermediate_size) / tp
             expert_scale = (-(-width // pad_width) * pad_width / width) * (

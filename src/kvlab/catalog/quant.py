@@ -65,16 +65,17 @@ SPELLINGS = {"gptq_marlin": "gptq", "awq_marlin": "awq", "auto_round": "auto-rou
              "modelopt_fp4": "nvfp4", "w8a8": "int8", "ptpc_fp8": "fp8", "fp8_e4m3": "fp8", "gpt_oss_mxfp4": "mxfp4"}
 
 
-def expert_padding(fmt: WeightFormat | None, capability: float | None) -> tuple[int, int]:
+def expert_padding(fmt: WeightFormat | None, capability: float | None,
+                   hopper_padding: tuple[int, int]) -> tuple[int, int]:
     """(multiple the expert width per GPU is rounded up to, multiple the hidden size is rounded up to) when vLLM
-    lays out MXFP4 experts (Mxfp4MoEMethod.create_weights): Marlin's layout before compute capability 9.0 pads the
-    width to 128 and the hidden size to 256 (checked on gpt-oss-120b TP 4 on A100: 17.15 GiB against 17.22 printed);
-    the Triton kernels from 9.0 pad the width to 64. (1, 1): no padding."""
+    lays out MXFP4 experts (Mxfp4MoEMethod.create_weights): Marlin's layout pads the width to 128 and the hidden
+    size to 256 (gpt-oss-120b TP 4 on A100 with 0.10.1: 17.15 GiB against 17.22 printed); from compute capability
+    9.0 the version's ``hopper_padding`` (kvlab.vllm_rules). (1, 1): no padding."""
     if fmt is None or fmt.method != "mxfp4":
         return 1, 1
     if capability is not None and capability < 9.0:
         return 128, 256
-    return 64, 1
+    return hopper_padding
 
 
 def check_method(method: str, where: str) -> str:
