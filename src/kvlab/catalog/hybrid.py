@@ -17,7 +17,8 @@ The state's shapes per GPU follow vLLM's MambaStateShapeCalculator (model_execut
                     ssm   heads / TP x head_dim x state
     Mamba1          conv  intermediate / TP x (kernel - 1);  ssm  intermediate / TP x state
 
-both in the model's dtype (vLLM's mamba_ssm_cache_dtype 'auto').
+in the model's dtype, the SSM state in ``mamba_ssm_dtype`` where config.json names one (Qwen3.5: float32; vLLM's
+mamba_ssm_cache_dtype 'auto' follows it).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class StateLayout:
     num_k_heads: int = 0  # GDN
     n_groups: int = 1  # Mamba2
     intermediate_size: int = 0  # Mamba1/2
+    ssm_dtype_bytes: int | None = None  # config.json's mamba_ssm_dtype (Qwen3.5: float32); None: the model's dtype
 
     def conv_elements(self, tp: int) -> int:
         if self.kind == "gdn":
@@ -64,8 +66,9 @@ class StateLayout:
         return self.intermediate_size // tp * self.state_size
 
     def state_bytes(self, tp: int, dtype_bytes: int) -> int:
-        """One request's state in one layer on one GPU (MambaSpec.page_size_bytes before padding)."""
-        return (self.conv_elements(tp) + self.ssm_elements(tp)) * dtype_bytes
+        """One request's state in one layer on one GPU (MambaSpec.page_size_bytes before padding): the convolution
+        state in the model's dtype, the SSM state in mamba_ssm_dtype where the config sets one."""
+        return self.conv_elements(tp) * dtype_bytes + self.ssm_elements(tp) * (self.ssm_dtype_bytes or dtype_bytes)
 
     def params(self, hidden_size: int) -> int:
         """Parameters of one such layer's mixer (projections, convolution, per-head scalars, norm)."""
@@ -93,8 +96,23 @@ def attention_block_size(state_page_bytes: int, attention_bytes_per_token: int, 
     return max(block_size, needed)
 
 
+SSM_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
 def state_layout(fields: dict, model_type: str, where: str) -> StateLayout | None:
     """The linear-attention or Mamba layout a config.json describes, or None for a model without one."""
+    from dataclasses import replace
+
+    layout = _state_layout(fields, model_type, where)
+    ssm = fields.get("mamba_ssm_dtype")
+    if layout is None or ssm is None:
+        return layout
+    if str(ssm) not in SSM_DTYPE_BYTES:
+        raise KvlabError(f"{where}: mamba_ssm_dtype {ssm!r} is not one of {', '.join(SSM_DTYPE_BYTES)}")
+    return replace(layout, ssm_dtype_bytes=SSM_DTYPE_BYTES[str(ssm)])
+
+
+def _state_layout(fields: dict, model_type: str, where: str) -> StateLayout | None:
     if fields.get("linear_num_value_heads") is not None:
         return StateLayout("gdn", conv_kernel=int(fields.get("linear_conv_kernel_dim", 4)),
                            num_heads=int(fields["linear_num_value_heads"]),

@@ -50,6 +50,7 @@ class Traits:
     attention_sinks: bool = False
     tie_word_embeddings_default: bool = False
     attn_output_gate: bool = False  # q_proj also outputs a per-head gate for the attention output (Qwen3-Next)
+    shared_expert_gate: bool = False
 
 
 TRAITS = {
@@ -63,9 +64,14 @@ TRAITS = {
     "gemma3_text": Traits(norms_per_layer=4, qk_norm=True, tie_word_embeddings_default=True),
     "gpt_oss": Traits(qkv_bias=True, o_bias=True, mlp_bias=True, attention_sinks=True),
     "qwen3_moe": Traits(qk_norm=True),
-    "qwen3_next": Traits(qk_norm=True, attn_output_gate=True),
+    "qwen2_moe": Traits(qkv_bias=True, shared_expert_gate=True),
+    "qwen2_vl": Traits(qkv_bias=True),
+    "qwen2_5_vl": Traits(qkv_bias=True),
+    "qwen3_next": Traits(qk_norm=True, attn_output_gate=True, shared_expert_gate=True),
     "qwen3_5": Traits(qk_norm=True, attn_output_gate=True),
-    "qwen3_5_moe": Traits(qk_norm=True, attn_output_gate=True),
+    "qwen3_5_text": Traits(qk_norm=True, attn_output_gate=True),
+    "qwen3_5_moe": Traits(qk_norm=True, attn_output_gate=True, shared_expert_gate=True),
+    "qwen3_5_moe_text": Traits(qk_norm=True, attn_output_gate=True, shared_expert_gate=True),
 }
 DEFAULT_TRAITS = Traits()
 
@@ -290,6 +296,8 @@ class ModelSpec:
             active_experts = self.experts_per_token * one_expert
             mlp = (self.num_shared_experts or 0) * matrices * h * inter
             router = h * self.num_experts + (self.num_experts if t.mlp_bias else 0)
+            if t.shared_expert_gate and self.num_shared_experts:
+                router += h  # Qwen2-MoE / Qwen3-Next: a sigmoid gate on the shared expert's output
         else:
             mlp = matrices * h * self.intermediate_size
             if t.mlp_bias:
