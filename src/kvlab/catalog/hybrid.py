@@ -121,7 +121,7 @@ def _state_layout(fields: dict, model_type: str, where: str) -> StateLayout | No
                            num_k_heads=int(fields.get("linear_num_key_heads", fields["linear_num_value_heads"])))
     hidden = int(fields.get("hidden_size") or 0)
     if fields.get("mamba_num_heads") is not None or fields.get("mamba_n_heads") is not None:  # Nemotron-H, Granite 4
-        heads = int(fields.get("mamba_num_heads") or fields.get("mamba_n_heads"))
+        heads = int(fields.get("mamba_num_heads") or fields.get("mamba_n_heads") or 0)
         head_dim = int(fields.get("mamba_head_dim") or fields.get("mamba_d_head") or 64)
         return StateLayout("mamba2", conv_kernel=int(fields.get("conv_kernel") or fields.get("mamba_d_conv") or 4),
                            num_heads=heads, head_dim=head_dim,

@@ -42,11 +42,12 @@ def vision_params(config: dict) -> tuple[int, str]:
     if not isinstance(vc, dict):
         return 0, ""
     model_type = str(config.get("model_type") or "")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict = nested if isinstance(nested, dict) else config
     text_hidden = int(text.get("hidden_size") or 0)
     kind = str(vc.get("model_type") or "")
     if model_type in ("qwen2_vl", "qwen2_5_vl"):
-        h = int(vc.get("hidden_size") if model_type == "qwen2_5_vl" else vc.get("embed_dim", 1280))
+        h = int((vc.get("hidden_size") if model_type == "qwen2_5_vl" else vc.get("embed_dim")) or 1280)
         depth = int(vc.get("depth", 32))
         patch = int(vc.get("in_chans", 3)) * int(vc.get("temporal_patch_size", 2)) * int(vc.get("patch_size", 14)) ** 2
         if model_type == "qwen2_5_vl":
