@@ -22,7 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "startup_logs"
-CONFIGS = (ROOT / "tests" / "data" / "model_configs", Path("/work/shared/data/model-configs"))
+CONFIGS = (ROOT / "tests" / "data" / "model_configs", ROOT / "tests" / "data" / "sizing_configs",
+           Path("/work/shared/data/model-configs"))
 GIB = 2**30
 WITHIN = 0.02
 
@@ -47,6 +48,33 @@ def find_model(entry: dict):
     if spec is not None:
         return spec, None
     return None, f"no config.json for {model.split(' (')[0]!r} in the catalogue or tests/data/model_configs"
+
+
+def printed_total_gib(entry: dict) -> float | None:
+    """The GPU total the log prints ('Free memory on device (78.66/79.19 GiB)'), or the index's."""
+    import re
+
+    if entry["printed"].get("total_gib"):
+        return entry["printed"]["total_gib"]
+    try:
+        text = (entry["_folder"] / entry["file"]).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"Free memory on device \(([\d.]+)/([\d.]+) GiB\)", text)
+    return float(match.group(2)) if match else None
+
+
+def sampler_of(entry: dict) -> str | None:
+    """The top-k/top-p sampler the log names (vLLM prints which one it uses), or None."""
+    try:
+        text = (entry["_folder"] / entry["file"]).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    if "Using FlashInfer for top-p & top-k sampling" in text:
+        return "flashinfer"
+    if "PyTorch-native implementation of top-p & top-k sampling" in text:
+        return "pytorch"
+    return None
 
 
 def quantization_of(entry: dict) -> str | None:
@@ -74,15 +102,22 @@ def predict(entry: dict) -> Row:
     from kvlab.sizing import SizingConfig, size_kv_cache
 
     row = Row(entry, printed=dict(entry.get("printed") or {}))
-    if not entry.get("gpu_kvlab"):
-        row.error = f"GPU {entry.get('gpu')!r} is not in kvlab's catalogue"
+    total = printed_total_gib(entry)
+    if not entry.get("gpu_kvlab") and total is None:
+        row.error = f"GPU {str(entry.get('gpu'))[:60]!r} is not in kvlab's catalogue and the log prints no total"
         return row
     model, why = find_model(entry)
     if model is None:
         row.error = why
         return row
     try:
-        gpu = get_gpu(entry["gpu_kvlab"])
+        if entry.get("gpu_kvlab"):
+            gpu = get_gpu(entry["gpu_kvlab"])
+        else:  # the card is not named, but vLLM printed its total: size with that memory, as --gpu-memory-gib does
+            from kvlab.catalog.gpus import GpuSpec
+
+            gpu = GpuSpec(id=f"a {total} GiB GPU", memory_bytes=round(total * GIB),
+                          memory_bytes_source="printed by the log", memory_bandwidth_bytes_per_s=None, peak_flops=None)
         kv_dtype = entry.get("kv_cache_dtype") or "auto"
         dtype = entry.get("dtype") or "auto"
         settings = dict(
@@ -93,6 +128,7 @@ def predict(entry: dict) -> Row:
             max_num_seqs=entry.get("max_num_seqs"), kv_cache_dtype=kv_dtype if kv_dtype != "None" else "auto",
             dtype=dtype if dtype in ("auto", "float16", "bfloat16", "float32") else "auto",
             vllm_version=entry.get("vllm_version"), enforce_eager=bool(entry.get("enforce_eager")),
+            sampler=sampler_of(entry),
             quantization=None if model.weight_format is not None else quantization_of(entry))
         result = size_kv_cache(model, SizingConfig.for_gpu(gpu, **settings))
     except KvlabError as exc:
@@ -105,6 +141,9 @@ def predict(entry: dict) -> Row:
         "max_concurrency": result.max_concurrency, "requested_gib": result.requested_memory_bytes / GIB,
         "multimodal": bool(model.vision_params), "rules": result.vllm_rules_since,
         "family": model_family(model.state is not None, bool(model.vision_params), model.is_moe),
+        "sampler": sampler_of(entry) or SizingConfig(vllm_version=entry.get("vllm_version")).rules.default_sampler,
+        "sampler_named": sampler_of(entry) is not None, "logits": (min(result.max_num_seqs, result.max_num_batched_tokens)
+                                                 * model.vocab_size),
     }
     return row
 
@@ -195,15 +234,15 @@ def summary(rows: list[Row]) -> None:
 
 
 def fit(rows: list[Row]) -> None:
-    """What the fitting half implies: per family, the scale on the activation estimate that best explains the
-    'other' memory (requested - weights - available, from printed figures; the weights predicted where the log
-    prints none and the model is text-only and unquantized, where kvlab's weights are exact) after kvlab's
-    non-torch and CUDA-graph estimates: least squares, scale = sum(a x (other - rest)) / sum(a^2), with the activation
-    estimate a taken at scale 1."""
+    """What the fitting half implies. 'Other' memory = requested - weights - available, from printed figures (the
+    weights predicted where the log prints none and the model is text-only and unquantized: there kvlab's are
+    exact), less kvlab's non-torch and CUDA-graph estimates, is the activation vLLM measured. First the sampler's
+    bytes per logit, from dense logs that name their sampler: least squares of (other - forward estimate) on the
+    logits. Then each other family's scale on its forward estimate: least squares of (other - sampler) on it."""
     from kvlab.memory_profile import FIT
 
     print("\n== fit (logs of the fitting half only) ==")
-    sums: dict[str, list] = {}
+    points = []
     for r in rows:
         if r.error or split_of(r.entry["id"]) != "fit" or r.printed.get("available_kv_gib") is None:
             continue
@@ -212,19 +251,31 @@ def fit(rows: list[Row]) -> None:
         if weights is None and (p["multimodal"] or r.entry.get("quantization")):
             continue
         weights = p["weights_gib"] if weights is None else weights
-        other = p["requested_gib"] - weights - q["available_kv_gib"]
+        measured = p["requested_gib"] - weights - q["available_kv_gib"] - p["non_torch_gib"] - p["cuda_graph_gib"]
+        sampler = p["sampler"] + ("" if p["sampler_named"] else " (default)")
+        per_logit = FIT.sampler_bytes_per_logit[p["sampler"]]
+        logits_gib = p["logits"] / GIB
         scale = FIT.activation_scale.get(p["family"], 1.0)
-        a = p["activation_gib"] / scale
-        rest = other - p["non_torch_gib"] - p["cuda_graph_gib"]
-        entry = sums.setdefault(p["family"], [0.0, 0.0, []])
-        entry[0] += a * rest
-        entry[1] += a * a
-        entry[2].append(r.entry["id"])
-        print(f"  {r.entry['id']:<46} {p['family']:<10} other {other:5.2f} GiB = activation? {rest:5.2f} "
-              f"(estimate at scale 1: {a:.2f}; printed activation {num(q.get('activation_gib'))})")
-    for family, (num_, den, ids) in sorted(sums.items()):
-        print(f"  activation_scale[{family!r}] = {num_ / den:.2f}  (on {len(ids)} log{'s' if len(ids) > 1 else ''}: "
-              f"{', '.join(ids)})")
+        forward = (p["activation_gib"] - per_logit * logits_gib) / scale
+        points.append((r.entry["id"], p["family"], p["sampler"], measured, forward, logits_gib))
+        print(f"  {r.entry['id']:<46} {p['family']:<10} sampler {sampler:<20} activation measured {measured:5.2f} "
+              f"GiB; estimate: forward {forward:.2f} + {p['logits'] / 1e6:.1f} M logits")
+    fitted = dict(FIT.sampler_bytes_per_logit)
+    named = {r.entry["id"] for r in rows if not r.error and r.predicted["sampler_named"]}
+    for impl in ("flashinfer", "pytorch"):
+        chosen = [pt for pt in points if pt[1] == "dense" and pt[2] == impl and pt[0] in named]
+        if chosen:
+            value = sum((m - f) * n for _, _, _, m, f, n in chosen) / sum(n * n for *_, n in chosen)
+            fitted[impl] = value
+            print(f"  sampler_bytes_per_logit[{impl!r}] = {value:.1f}  (on {len(chosen)} dense log"
+                  f"{'s' if len(chosen) > 1 else ''}: {', '.join(pt[0] for pt in chosen)})")
+    for family in ("moe", "hybrid", "multimodal"):
+        chosen = [pt for pt in points if pt[1] == family]
+        if chosen:
+            rest = [(m - fitted[impl] * n, f) for _, _, impl, m, f, n in chosen]
+            value = sum(x * f for x, f in rest) / sum(f * f for _, f in rest)
+            print(f"  activation_scale[{family!r}] = {value:.2f}  (on {len(chosen)} log"
+                  f"{'s' if len(chosen) > 1 else ''}: {', '.join(pt[0] for pt in chosen)})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,9 +30,11 @@ class ProfileFit:
     hidden_tensors: float
     mlp_tensors: float
     qkv_tensors: float
-    # The dummy sampler run: min(max_num_seqs, max_num_batched_tokens) rows of logits over the vocabulary, as
-    # float32 logits, probabilities and the sort's values and int64 indices (_dummy_sampler_run).
-    sampler_bytes_per_logit: float
+    # The dummy sampler run: min(max_num_seqs, max_num_batched_tokens) rows of logits over the vocabulary
+    # (_dummy_sampler_run), bytes per logit by the top-k/top-p implementation the log names ('Using FlashInfer for
+    # top-p & top-k sampling', or 'Falling back to the PyTorch-native implementation', which sorts: float32
+    # values and int64 indices beside the float32 logits and probabilities).
+    sampler_bytes_per_logit: dict
     # MoE: fused_moe's intermediate caches, per routed token: (2 N + N) of the expert width per GPU plus the hidden
     # size, for each of top-k experts (fused_moe.fused_experts_impl's intermediate_cache1..3).
     moe_cache_tensors: float
@@ -51,13 +53,18 @@ class ProfileFit:
 
 
 FIT = ProfileFit(
-    hidden_tensors=2.0, mlp_tensors=3.0, qkv_tensors=1.0, sampler_bytes_per_logit=20.0, moe_cache_tensors=1.0,
+    hidden_tensors=2.0, mlp_tensors=3.0, qkv_tensors=1.0, moe_cache_tensors=1.0,
+    # `python benchmarks/startup_logs.py --fit`, fitting half of the corpus: each on 2 dense logs naming their sampler.
+    sampler_bytes_per_logit={"flashinfer": 7.1, "pytorch": 35.3},
     # The three 0.10.2 logs that print vLLM's breakdown ('Actual usage is ... GiB for non-torch memory'): 0.07 GiB on
     # one 80 GB GPU (LLaVA-NeXT), 0.21 with TP 8 over PCIe (Qwen3-235B on L40S), 1.38 with TP 2 on H200.
     non_torch_base_gib=0.07, non_torch_nccl_pcie_gib=0.14, non_torch_nccl_nvswitch_gib=1.31,
     cuda_graph_gib_per_layer=0.012,
-    activation_scale={"dense": 1.0, "moe": 1.0, "hybrid": 1.0, "multimodal": 1.0},
-    basis="priors read from vLLM's code (tensor counts); fixed memory from logs that print it: see docs/sizing.md",
+    # The same fit: dense not scaled (its sampler fit absorbs the rest); MoE on 1 log (gpt-oss-120b, 4 x A100),
+    # hybrid on 1 (Qwen3-Next, 2 x H200), multimodal on 1 (LLaVA-NeXT): each rests on one log, and says so.
+    activation_scale={"dense": 1.0, "moe": 3.76, "hybrid": 0.84, "multimodal": 0.51},
+    basis="tensor counts read from vLLM's code; non-torch from the 3 logs that print vLLM's breakdown; the activation "
+          "scale per family fitted on the fitting half of tests/data/startup_logs (docs/sizing.md)",
 )
 
 # Hopper and Blackwell SXM boards sit on third-generation NVSwitches, where NCCL allocates NVLink SHARP (NVLS) buffers.
@@ -81,6 +88,7 @@ class ProfileInputs:
     moe_top_k: int = 0
     moe_width_per_gpu: int = 0  # one expert's intermediate size on this GPU (N / TP, or N under expert parallelism)
     family: str = "dense"  # dense | moe | hybrid | multimodal: which fitted scale applies (model_family)
+    sampler: str = "pytorch"  # flashinfer | pytorch: the top-k/top-p implementation (SAMPLERS)
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,8 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
     if x.moe_top_k:
         moe = fit.moe_cache_tensors * t * x.moe_top_k * (3 * x.moe_width_per_gpu + x.hidden_size) * x.act_dtype_bytes
     num_reqs = min(x.max_num_seqs, t)
-    sampler = num_reqs * x.vocab_size * fit.sampler_bytes_per_logit if x.last_stage else 0.0
+    per_logit = fit.sampler_bytes_per_logit[x.sampler]
+    sampler = num_reqs * x.vocab_size * per_logit if x.last_stage else 0.0
     source = (f"estimate: {t:,} batched tokens x ({fit.hidden_tensors:g} x {x.hidden_size:,} hidden + "
               f"{fit.mlp_tensors:g} x {x.mlp_width_per_gpu:,} MLP + {fit.qkv_tensors:g} x {x.qkv_width_per_gpu:,} "
               f"qkv) x {x.act_dtype_bytes} B")
@@ -110,12 +119,15 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
         source += (f" + MoE caches {t:,} x top-{x.moe_top_k} x (3 x {x.moe_width_per_gpu:,} + {x.hidden_size:,}) x "
                    f"{x.act_dtype_bytes} B")
     if x.last_stage:
-        source += f" + sampler {num_reqs:,} x {x.vocab_size:,} vocab x {fit.sampler_bytes_per_logit:g} B"
+        source += f" + {x.sampler} sampler {num_reqs:,} x {x.vocab_size:,} vocab x {per_logit:g} B"
     scale = fit.activation_scale.get(x.family, 1.0)
     if scale != 1.0:
-        source = f"{scale:.2f} ({x.family} fit) x [{source}]"
-    return Term("peak activation", int(scale * (forward + moe + sampler)),
+        source = source.replace("estimate: ", f"estimate: {scale:.2f} ({x.family} fit) x the forward's ", 1)
+    return Term("peak activation", int(scale * (forward + moe) + sampler),
                 source + " (vLLM measures it in its profiling run)")
+
+
+SAMPLERS = ("flashinfer", "pytorch")
 
 
 def model_family(is_hybrid: bool, is_multimodal: bool, is_moe: bool) -> str:

@@ -36,6 +36,7 @@ from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
 from kvlab.memory_profile import (
     MemoryProfile,
+    SAMPLERS,
     ProfileInputs,
     Term,
     activation_bytes,
@@ -113,6 +114,7 @@ class SizingConfig:
     vllm_version: str | None = None  # whose rules apply; None: the newest kvlab knows (kvlab.vllm_rules)
     enforce_eager: bool = False
     quantization: str | None = None  # --quantization: the checkpoint's weight format when config.json names none
+    sampler: str | None = None  # top-k/top-p implementation of the profiling run; None: the version's default
 
     def __post_init__(self):
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -135,6 +137,8 @@ class SizingConfig:
             raise KvlabError(f"--kv-cache-dtype {self.kv_cache_dtype!r} is not modelled (fp8_ds_mla and the 4-bit "
                              f"formats are not); valid: {', '.join(KV_CACHE_DTYPES)}")
         rules_for(self.vllm_version)  # an unknown version is refused here, naming the known ones
+        if self.sampler is not None and self.sampler not in SAMPLERS:
+            raise KvlabError(f"--sampler {self.sampler!r} is not one kvlab knows; valid: {', '.join(SAMPLERS)}")
         if self.quantization is not None:
             from kvlab.catalog.quant import check_method
 
@@ -304,7 +308,8 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
                   act_dtype_bytes=act_dtype_bytes, max_num_batched_tokens=config.resolved_max_num_batched_tokens,
                   max_num_seqs=config.resolved_max_num_seqs, tensor_parallel_size=tp, last_stage=last_stage,
                   qkv_width_per_gpu=(model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim // tp,
-                  family=model_family(model.state is not None, bool(model.vision_params), model.is_moe))
+                  family=model_family(model.state is not None, bool(model.vision_params), model.is_moe),
+                  sampler=config.sampler or config.rules.default_sampler)
     if model.is_moe:
         width = model.moe_intermediate_size or model.intermediate_size
         return ProfileInputs(mlp_width_per_gpu=(model.num_shared_experts or 0) * width // tp,
@@ -407,6 +412,7 @@ class SizingResult:
     profile_terms: tuple[Term, ...] = ()  # the memory profile, term by term, with sources (limiting GPU)
     enforce_eager: bool = False
     quantization: str | None = None  # --quantization given (None: the checkpoint's own)
+    sampler: str | None = None  # --sampler given (None: the version's default)
 
     @property
     def other_estimate_bytes(self) -> int:
@@ -605,6 +611,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         num_tokens=num_tokens, max_concurrency=max_concurrency,
         vllm_version=resolve_version(config.vllm_version), vllm_rules_since=rules.since,
         profile_terms=profile.terms, enforce_eager=config.enforce_eager, quantization=config.quantization,
+        sampler=config.sampler,
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight),
     )
 
@@ -736,7 +743,7 @@ def settings_of(result: SizingResult) -> SizingConfig:
         tensor_parallel_size=result.tensor_parallel_size, pipeline_parallel_size=result.pipeline_parallel_size,
         max_model_len=result.max_model_len, max_num_batched_tokens=result.max_num_batched_tokens,
         max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name, vllm_version=result.vllm_version or None,
-        enforce_eager=result.enforce_eager, quantization=result.quantization,
+        enforce_eager=result.enforce_eager, quantization=result.quantization, sampler=result.sampler,
         available_kv_bytes=result.available_kv_bytes if result.available_kv_source == "given" else None)
 
 

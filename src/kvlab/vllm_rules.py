@@ -37,6 +37,9 @@ class VllmRules:
     # How MXFP4 experts are padded from compute capability 9.0 (width multiple, hidden multiple); before 9.0 Marlin's
     # (128, 256) throughout (kvlab.catalog.quant.expert_padding).
     mxfp4_hopper_padding: tuple[int, int]
+    # The top-k/top-p sampler assumed when the log does not say (--sampler): "pytorch" where pip installs of these
+    # releases came without FlashInfer, "flashinfer" where it ships with vLLM.
+    default_sampler: str
     changes: str
 
     @property
@@ -45,16 +48,16 @@ class VllmRules:
 
 
 RULES = (
-    VllmRules("0.9.0", "blocks", False, "one_batch", (128, 256),
+    VllmRules("0.9.0", "blocks", False, "one_batch", (128, 256), "pytorch",
               "V1 engine sizing: available = requested - (weights + torch peak increase + non-torch increase); "
               "CUDA graphs captured after the cache is allocated, not deducted; hybrid models' tokens printed as "
               "num_blocks // groups x block_size; MXFP4 experts in Marlin's layout on every GPU (gpt-oss-120b: "
               "65.83 GiB against 65.97 printed on H100 with 0.10.1)"),
-    VllmRules("0.14.0", "blocks", False, "one_batch", (256, 1),
+    VllmRules("0.14.0", "blocks", False, "one_batch", (256, 1), "pytorch",
               "MXFP4 experts on Hopper padded to a width multiple of 256, the hidden size unpadded (gpt-oss-120b on "
               "H100 with 0.14.1: 64.48 GiB against 64.38 printed); kvlab puts the change at 0.14.0 (0.11 and 0.13 "
               "logs in the corpus print no weights)"),
-    VllmRules("0.21.0", "capacity", True, "pp_plus_one", (256, 1),
+    VllmRules("0.21.0", "capacity", True, "pp_plus_one", (256, 1), "flashinfer",
               "CUDA-graph memory profiled and deducted by default (the log says 'default since v0.21.0'); tokens "
               "printed as int(max concurrency x max_model_len) (seen in 0.24, not yet in 0.20.1: kvlab puts the "
               "change here); sliding windows counted with the (PP + 1) batches async scheduling keeps in flight"),

@@ -27,6 +27,9 @@ QuantOpt = Annotated[Optional[str], typer.Option(
     "--quantization", "-q", help="Weight format when config.json names none: fp8, int8, gptq, awq, auto-round, "
     "mxfp4, nvfp4, bitsandbytes (vLLM's --quantization).", show_default="the checkpoint's")]
 EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (vLLM's --enforce-eager).")]
+SamplerOpt = Annotated[Optional[str], typer.Option(
+    "--sampler", help="Top-k/top-p sampler of vLLM's profiling run, as its log names it: flashinfer or pytorch.",
+    show_default="the vLLM version's usual one")]
 
 # The options `kvlab size` and `kvlab fit` share (``build_config``'s arguments): the ones that decide the KV cache,
 # declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
@@ -51,7 +54,7 @@ def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
 
 def build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
                  block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
-                 available_kv_gib, vllm_version=None, quantization=None, enforce_eager=False):
+                 available_kv_gib, vllm_version=None, quantization=None, enforce_eager=False, sampler=None):
     """(GpuSpec or None, SizingConfig) from the command-line options. With --gpu and --gpu-memory-gib both, the
     GPU keeps its name and defaults and takes the given memory, as in `kvlab run`."""
     from dataclasses import replace
@@ -73,7 +76,7 @@ def build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_si
         pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         available_kv_bytes=None if available_kv_gib is None else round(available_kv_gib * GIB),
-        vllm_version=vllm_version, quantization=quantization, enforce_eager=enforce_eager,
+        vllm_version=vllm_version, quantization=quantization, enforce_eager=enforce_eager, sampler=sampler,
     )
     return spec, config
 
@@ -269,6 +272,7 @@ def size(
     vllm_version: VersionOpt = None,
     quantization: QuantOpt = None,
     enforce_eager: EagerOpt = False,
+    sampler: SamplerOpt = None,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -282,7 +286,7 @@ def size(
     with allow_large_work(yes):
         spec = get_model(model)
     gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
-                                    enforce_eager=enforce_eager)
+                                    enforce_eager=enforce_eager, sampler=sampler)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
@@ -364,6 +368,7 @@ def fit(
     vllm_version: VersionOpt = None,
     quantization: QuantOpt = None,
     enforce_eager: EagerOpt = False,
+    sampler: SamplerOpt = None,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -385,7 +390,7 @@ def fit(
     with allow_large_work(yes):
         spec = get_model(model)
     gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
-                                    enforce_eager=enforce_eager)
+                                    enforce_eager=enforce_eager, sampler=sampler)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
