@@ -184,32 +184,32 @@ def test_fit_a_model_no_tensor_parallel_size_holds(kvlab):
 
 
 def test_fit_says_the_fewest_gpus_whose_kv_caches_hold_the_workload(kvlab):
-    # Qwen2.5-0.5B on a T4, 64 requests of 32,768 tokens at once: one replica's cache holds 29 of them at TP 1
-    # (60,916 usable blocks // 2,048 per request), 61 at TP 2; so 3 replicas x TP 1 = 3 GPUs (TP 2: 2 x 2 = 4).
+    # Qwen2.5-0.5B on a T4, 80 requests of 32,768 tokens at once: one replica's cache holds 31 of them at TP 1
+    # (63,796 usable blocks // 2,048 per request), 64 at TP 2; so 3 replicas x TP 1 = 3 GPUs (TP 2: 2 x 2 = 4).
     import math
 
     from kvlab.catalog import get_gpu, get_model
     from kvlab.sizing import SizingConfig, cdiv, size_kv_cache, valid_tensor_parallel_sizes
 
     model, gpu = get_model("qwen2.5-0.5b-instruct"), get_gpu("t4")
-    data = kvlab("fit", "qwen2.5-0.5b-instruct", "--gpu", "t4", "--concurrency", "64", "--context-len", "32768",
+    data = kvlab("fit", "qwen2.5-0.5b-instruct", "--gpu", "t4", "--concurrency", "80", "--context-len", "32768",
                  "--json").json()
     gpus = {}
     for tp in valid_tensor_parallel_sizes(model):
         sized = size_kv_cache(model, SizingConfig.for_gpu(gpu, tensor_parallel_size=tp))
         per_replica = sized.num_usable_blocks // cdiv(32768, sized.block_size)
-        gpus[tp] = (math.ceil(64 / per_replica), per_replica)
-    assert gpus[1] == (3, 29) and gpus[2] == (2, 61)
+        gpus[tp] = (math.ceil(80 / per_replica), per_replica)
+    assert gpus[1] == (3, 31) and gpus[2] == (2, 64)
     fewest = data["workload_gpus"]["fewest"]
-    assert fewest == {"num_requests": 64, "context_len": 32768, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
-                      "max_num_requests": 29, "num_replicas": 3, "num_gpus_per_replica": 1, "num_gpus": 3}
+    assert fewest == {"num_requests": 80, "context_len": 32768, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+                      "max_num_requests": 31, "num_replicas": 3, "num_gpus_per_replica": 1, "num_gpus": 3}
     assert fewest["num_gpus"] == min(n * tp for tp, (n, _) in gpus.items())
     assert data["workload_gpus"]["at_tensor_parallel_size"] == fewest and data["workload_gpus"]["gpu"] == "T4"
-    assert data["workload"]["max_num_requests"] == 29 and not data["workload"]["fits"]
-    text = " ".join(kvlab("fit", "qwen2.5-0.5b-instruct", "--gpu", "t4", "--concurrency", "64", "--context-len",
+    assert data["workload"]["max_num_requests"] == 31 and not data["workload"]["fits"]
+    text = " ".join(kvlab("fit", "qwen2.5-0.5b-instruct", "--gpu", "t4", "--concurrency", "80", "--context-len",
                           "32768").stdout.split())
-    assert ("memory alone needs more than 1 GPU: the fewest whose KV caches hold the 64 requests at once: 3 x T4, "
-            "3 replicas x TP 1 (each KV cache holds 29 of them)") in text
+    assert ("memory alone needs more than 1 GPU: the fewest whose KV caches hold the 80 requests at once: 3 x T4, "
+            "3 replicas x TP 1 (each KV cache holds 31 of them)") in text
     # OPT-13B on A100-40GB: 866 usable blocks // 128 = 6 requests of 2,048 tokens a GPU at TP 1 (11 replicas for
     # 64), but at TP 4 the weights take a quarter of each GPU and one replica holds all 64: fewer GPUs.
     text = " ".join(kvlab("fit", "opt-13b", "--gpu", "a100-40gb", "--concurrency", "64", "--context-len",
