@@ -37,7 +37,7 @@ def find_model(entry: dict):
     from kvlab.catalog.config import load_config_path
     from kvlab.catalog.models import find_catalogue_model
 
-    model = str(entry.get("model") or "")
+    model = str(entry.get("model") or "").split(" (")[0]
     names = [entry.get("model_config"), model.split("/")[-1], model.split("/")[-1].lower(), model.replace("/", "--")]
     for folder in (entry["_folder"].parent / "model_configs", *CONFIGS):
         for name in filter(None, names):
@@ -105,6 +105,9 @@ def predict(entry: dict) -> Row:
     total = printed_total_gib(entry)
     if not entry.get("gpu_kvlab") and total is None:
         row.error = f"GPU {str(entry.get('gpu'))[:60]!r} is not in kvlab's catalogue and the log prints no total"
+        return row
+    if "--decode-context-parallel-size" in str(entry.get("other_flags")):
+        row.error = "decode context parallelism (--decode-context-parallel-size) is not modelled"
         return row
     model, why = find_model(entry)
     if model is None:

@@ -44,8 +44,10 @@ class ProfileFit:
     non_torch_base_gib: float
     non_torch_nccl_pcie_gib: float
     non_torch_nccl_nvswitch_gib: float
-    # CUDA graphs, where deducted: the profiler's estimate grows with the layers one GPU captures.
-    cuda_graph_gib_per_layer: float
+    # CUDA graphs, where deducted: vLLM's profiler estimates the pool from the graphs it will capture; per graph,
+    # fitted on the two corpus logs that print both the counts and the estimate ('Profiling CUDA graph memory:
+    # PIECEWISE=51 (largest=512), FULL=19 (largest=128)' -> 0.48 GiB; PIECEWISE=4, FULL=3 -> 0.05 GiB).
+    cuda_graph_mib_per_graph: float
     # What the tensor counts above miss, per family (kernels' workspaces, torch.compile's buffers, the allocator's
     # rounding): the measured peak over the estimate, fitted on the fitting half of the corpus (1.0: no fit).
     activation_scale: dict
@@ -59,7 +61,7 @@ FIT = ProfileFit(
     # The three 0.10.2 logs that print vLLM's breakdown ('Actual usage is ... GiB for non-torch memory'): 0.07 GiB on
     # one 80 GB GPU (LLaVA-NeXT), 0.21 with TP 8 over PCIe (Qwen3-235B on L40S), 1.38 with TP 2 on H200.
     non_torch_base_gib=0.07, non_torch_nccl_pcie_gib=0.14, non_torch_nccl_nvswitch_gib=1.31,
-    cuda_graph_gib_per_layer=0.012,
+    cuda_graph_mib_per_graph=7.05,
     # The same fit: dense not scaled (its sampler fit absorbs the rest); MoE on 1 log (gpt-oss-120b, 4 x A100),
     # hybrid on 1 (Qwen3-Next, 2 x H200), multimodal on 1 (LLaVA-NeXT): each rests on one log, and says so.
     activation_scale={"dense": 1.0, "moe": 3.76, "hybrid": 0.84, "multimodal": 0.51},
@@ -149,17 +151,28 @@ def non_torch_bytes(tensor_parallel_size: int, gpu_name: str | None, fit: Profil
     return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup)")
 
 
-def cuda_graph_bytes(num_layers: int, deducted: bool, enforce_eager: bool, version: str,
+def capture_sizes(largest: int) -> list[int]:
+    """vLLM's default CUDA-graph batch sizes up to ``largest``: 1, 2, 4, then every 8 to 248, then every 16
+    (CompilationConfig's default cudagraph_capture_sizes)."""
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
+    return [n for n in sizes if n <= largest]
+
+
+def cuda_graph_bytes(max_num_seqs: int, deducted: bool, enforce_eager: bool, version: str,
                      fit: ProfileFit = FIT) -> Term:
-    """CUDA-graph memory deducted from the KV budget: only where the version deducts it and graphs are captured."""
+    """CUDA-graph memory deducted from the KV budget: only where the version deducts it and graphs are captured.
+    Piecewise graphs for batch sizes up to min(2 x max_num_seqs, 512), full graphs for decode batches up to
+    max_num_seqs (FULL_AND_PIECEWISE), each costing the fitted pool share."""
     if enforce_eager:
         return Term("CUDA graphs", 0, "none: --enforce-eager captures no graphs")
     if not deducted:
         return Term("CUDA graphs", 0, f"not deducted by vLLM {version} (graphs are captured after the KV cache is "
                                       "allocated, from what is left)")
-    gib = fit.cuda_graph_gib_per_layer * num_layers
-    return Term("CUDA graphs", int(gib * GIB), f"estimate: {fit.cuda_graph_gib_per_layer:g} GiB x {num_layers} "
-                                               f"layers (vLLM {version} profiles and deducts them)")
+    piecewise, full = len(capture_sizes(min(2 * max_num_seqs, 512))), len(capture_sizes(min(max_num_seqs, 512)))
+    size = int(fit.cuda_graph_mib_per_graph * 2**20 * (piecewise + full))
+    return Term("CUDA graphs", size, f"estimate: ({piecewise} piecewise + {full} full graphs) x "
+                                     f"{fit.cuda_graph_mib_per_graph:g} MiB (vLLM {version} profiles and deducts "
+                                     "them)")
 
 
 @dataclass(frozen=True)

@@ -347,7 +347,8 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
             weights=Term("weights", weights, model.weights_source(config.quantization)),
             activation=activation_bytes(profile_inputs(model, config, act_bytes, len(layers), last)),
             non_torch=non_torch,
-            cuda_graphs=cuda_graph_bytes(len(layers), rules.cuda_graphs_deducted, config.enforce_eager, version)))
+            cuda_graphs=cuda_graph_bytes(config.resolved_max_num_seqs, rules.cuda_graphs_deducted,
+                                         config.enforce_eager, version)))
     return profiles
 
 

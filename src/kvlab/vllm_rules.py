@@ -53,10 +53,12 @@ RULES = (
               "CUDA graphs captured after the cache is allocated, not deducted; hybrid models' tokens printed as "
               "num_blocks // groups x block_size; MXFP4 experts in Marlin's layout on every GPU (gpt-oss-120b: "
               "65.83 GiB against 65.97 printed on H100 with 0.10.1)"),
-    VllmRules("0.14.0", "blocks", False, "one_batch", (256, 1), "pytorch",
+    VllmRules("0.14.0", "blocks", False, "one_batch", (256, 1), "flashinfer",
               "MXFP4 experts on Hopper padded to a width multiple of 256, the hidden size unpadded (gpt-oss-120b on "
               "H100 with 0.14.1: 64.48 GiB against 64.38 printed); kvlab puts the change at 0.14.0 (0.11 and 0.13 "
-              "logs in the corpus print no weights)"),
+              "logs in the corpus print no weights). FlashInfer's sampler assumed where the log names none (the "
+              "0.15.1 log of Llama-3.1-8B measures what it takes; the 0.11.2 log of Qwen3-0.6B what PyTorch's "
+              "does)"),
     VllmRules("0.21.0", "capacity", True, "pp_plus_one", (256, 1), "flashinfer",
               "CUDA-graph memory profiled and deducted by default (the log says 'default since v0.21.0'); tokens "
               "printed as int(max concurrency x max_model_len) (seen in 0.24, not yet in 0.20.1: kvlab puts the "

@@ -145,4 +145,7 @@ def _compressed_tensors(qc: dict, where: str) -> WeightFormat:
     method = "fp8" if kind == "float" else ("int8" if bits == 8 else "gptq")
     zero = 0 if weights.get("symmetric", True) else bits
     scale = 2.0 if kind == "int" and bits < 8 else 4.0
-    return WeightFormat(method, bits, group, scale if group else 0.0, zero if group else 0)
+    # An ignore list that leaves attention and the shared experts unquantized (Kimi-K2's INT4): routed experts only.
+    ignore = " ".join(str(x) for x in qc.get("ignore") or [])
+    scope = "experts" if "self_attn" in ignore and "shared_expert" in ignore else "linear"
+    return WeightFormat(method, bits, group, scale if group else 0.0, zero if group else 0, scope)
