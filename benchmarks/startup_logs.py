@@ -50,6 +50,20 @@ def find_model(entry: dict):
     return None, f"no config.json for {model.split(' (')[0]!r} in the catalogue or tests/data/model_configs"
 
 
+def gpu_named_in(text: str) -> str | None:
+    """The one catalogue GPU whose id or alias the index's GPU text names ('NVIDIA GeForce RTX 3090 (4 cards)'),
+    for entries written before the catalogue had the card; None when none or several match."""
+    import re
+
+    from kvlab.catalog import list_gpus
+    from kvlab.catalog.models import name_key
+
+    words = name_key(re.sub(r"\(.*", "", text))
+    hits = {g.id for g in list_gpus() for name in (g.id, *g.aliases)
+            if len(name_key(name)) > 4 and name_key(name) in words}
+    return hits.pop() if len(hits) == 1 else None
+
+
 def printed_total_gib(entry: dict) -> float | None:
     """The GPU total the log prints ('Free memory on device (78.66/79.19 GiB)'), or the index's."""
     import re
@@ -103,7 +117,8 @@ def predict(entry: dict) -> Row:
 
     row = Row(entry, printed=dict(entry.get("printed") or {}))
     total = printed_total_gib(entry)
-    if not entry.get("gpu_kvlab") and total is None:
+    gpu_id = entry.get("gpu_kvlab") or gpu_named_in(str(entry.get("gpu") or ""))
+    if not gpu_id and total is None:
         row.error = f"GPU {str(entry.get('gpu'))[:60]!r} is not in kvlab's catalogue and the log prints no total"
         return row
     if "--decode-context-parallel-size" in str(entry.get("other_flags")):
@@ -114,8 +129,8 @@ def predict(entry: dict) -> Row:
         row.error = why
         return row
     try:
-        if entry.get("gpu_kvlab"):
-            gpu = get_gpu(entry["gpu_kvlab"])
+        if gpu_id:
+            gpu = get_gpu(gpu_id)
         else:  # the card is not named, but vLLM printed its total: size with that memory, as --gpu-memory-gib does
             from kvlab.catalog.gpus import GpuSpec
 

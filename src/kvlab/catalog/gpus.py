@@ -44,7 +44,8 @@ class GpuSpec:
 # decides which kernels vLLM picks for a quantized format, and with them how the weights are laid out (FP8 tensor
 # cores from 8.9, vLLM's MXFP4 MoE kernels without Marlin from 9.0, FP4 tensor cores from 10.0). None: not NVIDIA.
 COMPUTE_CAPABILITY = {"T4": 7.5, "A10G": 8.6, "L4": 8.9, "L40S": 8.9, "A100-40GB": 8.0, "A100-80GB": 8.0,
-                      "H100-SXM": 9.0, "H100-PCIe": 9.0, "H200": 9.0, "B200": 10.0, "RTX-4090": 8.9, "MI300X": None}
+                      "H100-SXM": 9.0, "H100-PCIe": 9.0, "H200": 9.0, "B200": 10.0, "RTX-4090": 8.9, "MI300X": None,
+                      "RTX-3090": 8.6, "RTX-5090": 12.0}
 
 
 def compute_capability(gpu_name: str | None) -> float | None:
