@@ -17,7 +17,7 @@ GIB = 2**30
 
 def test_every_entry_has_its_source():
     assert len(list_models()) == 28  # the 27 of shared/reference/models.json + Qwen3-14B
-    assert len(list_gpus()) == 12
+    assert len(list_gpus()) == 14  # the 12 of shared/reference/gpus.json + RTX 3090 and RTX 5090 (issue 30)
     for entry in (*list_models(), *list_gpus()):
         assert entry.source and all(s.strip() for s in entry.source), entry.id
 
