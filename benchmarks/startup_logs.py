@@ -148,8 +148,12 @@ def predict(entry: dict) -> Row:
             vllm_version=entry.get("vllm_version"), enforce_eager=bool(entry.get("enforce_eager")),
             sampler=sampler_of(entry),
             quantization=None if model.weight_format is not None else quantization_of(entry))
-        result = size_kv_cache(model, SizingConfig.for_gpu(gpu, **settings))
+        config = SizingConfig.for_gpu(gpu, **settings)
+        result = size_kv_cache(model, config)
     except KvlabError as exc:
+        if "config" in locals() and ("no memory left" in str(exc) or "does not fit" in str(exc)):
+            row.predicted = failed_start(model, config)  # vLLM too printed a budget of zero or less, or ran out
+            return row
         row.error = str(exc)
         return row
     row.predicted = {
@@ -164,6 +168,26 @@ def predict(entry: dict) -> Row:
                                                  * model.vocab_size),
     }
     return row
+
+
+def failed_start(model, config) -> dict:
+    """The memory profile where kvlab finds no room for the cache (the terms, a budget of zero or less)."""
+    from kvlab.catalog.models import DTYPE_BYTES
+    from kvlab.memory_profile import model_family
+    from kvlab.sizing import pipeline_stages, resolve_dtype, stage_profiles
+
+    stages = pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size)
+    profile = stage_profiles(model, config, stages, DTYPE_BYTES[resolve_dtype(model, config.dtype)])[0]
+    return {
+        "weights_gib": profile.weights.bytes / GIB, "activation_gib": profile.activation.bytes / GIB,
+        "non_torch_gib": profile.non_torch.bytes / GIB, "cuda_graph_gib": profile.cuda_graphs.bytes / GIB,
+        "available_kv_gib": profile.available_bytes / GIB, "kv_cache_tokens": None, "max_concurrency": None,
+        "requested_gib": profile.requested.bytes / GIB, "multimodal": bool(model.vision_params),
+        "rules": config.rules.since, "family": model_family(model.state is not None, bool(model.vision_params),
+                                                               model.is_moe),
+        "sampler": config.sampler or config.rules.default_sampler, "sampler_named": config.sampler is not None,
+        "logits": min(config.resolved_max_num_seqs, config.resolved_max_num_batched_tokens) * model.vocab_size,
+    }
 
 
 def read_log(entry: dict) -> dict:
@@ -225,7 +249,7 @@ def print_row(row: Row) -> None:
         print(f"  {label:<18} {p[mine]:>10.2f}  printed {num(printed):>8}  error "
               f"{'-' if err is None else f'{err:+.2f} GiB'}{note}")
     for label, key, fmt in (("KV tokens", "kv_cache_tokens", ",d"), ("max concurrency", "max_concurrency", ".2f")):
-        print(f"  {label:<18} {format(p[key], fmt):>10}  printed {num(q.get(key), fmt):>8}  error "
+        print(f"  {label:<18} {num(p[key], fmt):>10}  printed {num(q.get(key), fmt):>8}  error "
               f"{pct(rel(p[key], q.get(key)))}")
 
 
@@ -235,7 +259,8 @@ def summary(rows: list[Row]) -> None:
         chosen = [r for r in rows if part == "all" or split_of(r.entry["id"]) == part]
         sized = [r for r in chosen if not r.error]
         for label, key in (("KV tokens", "kv_cache_tokens"), ("max concurrency", "max_concurrency")):
-            errors = [rel(r.predicted[key], r.printed.get(key)) for r in sized if r.printed.get(key)]
+            errors = [rel(r.predicted[key], r.printed.get(key)) for r in sized
+                      if r.printed.get(key) and r.predicted[key] is not None]
             within = sum(abs(x) <= WITHIN for x in errors)
             print(f"  {part:<8} {label:<16} within 2%: {within} of {len(errors)} sized logs "
                   f"({within / len(errors):.0%})" if errors else f"  {part:<8} {label:<16} no sized log",
