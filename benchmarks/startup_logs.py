@@ -121,6 +121,9 @@ def predict(entry: dict) -> Row:
     if not gpu_id and total is None:
         row.error = f"GPU {str(entry.get('gpu'))[:60]!r} is not in kvlab's catalogue and the log prints no total"
         return row
+    if not entry.get("vllm_version") or not str(entry["vllm_version"])[:1].isdigit():
+        row.error = f"the log states no vLLM version ({entry.get('vllm_version')!r}), and the rules differ by version"
+        return row
     if "--decode-context-parallel-size" in str(entry.get("other_flags")):
         row.error = "decode context parallelism (--decode-context-parallel-size) is not modelled"
         return row
@@ -253,6 +256,23 @@ def print_row(row: Row) -> None:
               f"{pct(rel(p[key], q.get(key)))}")
 
 
+def cause(row: Row) -> str:
+    """Which term the error comes from: the largest gap among terms the log prints, else the estimated ones."""
+    p, q = row.predicted, row.printed
+    gaps = {label: p[mine] - q[theirs] for label, mine, theirs in TERMS[:3]
+            if q.get(theirs) is not None and not (mine == "cuda_graph_gib" and p[mine] == 0)}
+    budget = None if q.get("available_kv_gib") is None else p["available_kv_gib"] - q["available_kv_gib"]
+    if gaps:
+        label, gap = max(gaps.items(), key=lambda kv: abs(kv[1]))
+        if abs(gap) >= 0.05:
+            return f"{label} off by {gap:+.2f} GiB (printed by the log)"
+    if budget is None:
+        return "the log prints no budget to compare"
+    estimated = ", ".join(f"{label.split()[0]} {p[mine]:.2f}" for label, mine, theirs in TERMS[:4]
+                          if q.get(theirs) is None)
+    return f"budget off by {budget:+.2f} GiB: the estimated terms ({estimated} GiB), which the log does not print"
+
+
 def summary(rows: list[Row]) -> None:
     print("\n== summary ==")
     for part in ("fit", "held-out", "all"):
@@ -271,6 +291,12 @@ def summary(rows: list[Row]) -> None:
     ok = sum(abs(x) <= 0.1 for x in errs)
     print(f"  weights (text-only): {ok} of {len(errs)} within 0.1 GiB of 'Model loading took'; errors "
           + ", ".join(f"{r.entry['id']} {x:+.2f}" for r, x in zip(text_only, errs)))
+    outliers = [r for r in rows if not r.error and r.predicted["kv_cache_tokens"] is not None
+                and r.printed.get("kv_cache_tokens")
+                and abs(rel(r.predicted["kv_cache_tokens"], r.printed["kv_cache_tokens"])) > WITHIN]
+    for r in outliers:
+        print(f"  outlier {r.entry['id']}: tokens {pct(rel(r.predicted['kv_cache_tokens'], r.printed['kv_cache_tokens']))}"
+              f"; {cause(r)}")
     missing = [r for r in rows if r.error]
     if missing:
         print("  not sized: " + "; ".join(f"{r.entry['id']}: {r.error[:90]}" for r in missing))

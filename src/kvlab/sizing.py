@@ -35,8 +35,8 @@ from kvlab.config.engine import SchedulerConfig, check_block_size
 from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
 from kvlab.memory_profile import (
-    MemoryProfile,
     SAMPLERS,
+    MemoryProfile,
     ProfileInputs,
     Term,
     activation_bytes,
