@@ -253,3 +253,12 @@ def test_cli_prints_each_term_with_its_source_and_the_rules_applied(kvlab):
     for label in ("Weights per GPU", "GPU memory requested", "Peak activation", "Non-torch memory", "CUDA graphs"):
         assert label in out
     assert "not deducted by vLLM 0.10.1" in out and "cuda device query" in out
+
+
+def test_dtype_fp8_is_sized_as_fp8_weights_and_says_so(kvlab):
+    args = ("size", "llama-3.1-70b", "--gpu", "h100-sxm", "-tp", "2", "--json")
+    dtype, quant = kvlab(*args, "--dtype", "fp8").json(), kvlab(*args, "--quantization", "fp8").json()
+    assert dtype["weights_bytes"] == quant["weights_bytes"] and dtype["num_blocks"] == quant["num_blocks"]
+    assert dtype["dtype"] == "bfloat16"  # activations stay in the checkpoint's dtype
+    note = kvlab(*args[:-1], "--dtype", "fp8").stderr
+    assert "--quantization fp8" in " ".join(note.split())

@@ -47,6 +47,20 @@ def _note_block_size(block_size: int, as_json: bool) -> None:
         Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
 
 
+def weight_dtype(options: dict, quantization: str | None, as_json: bool) -> str | None:
+    """``--dtype fp8`` asks for FP8 weights, which vLLM spells ``--quantization fp8`` (its --dtype is the
+    activations'): sized as that, with a note, rather than refused. Returns the quantization to size with."""
+    if options.get("dtype") not in ("fp8", "fp8_e4m3"):
+        return quantization
+    options["dtype"] = "auto"
+    if not as_json:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print("note: --dtype fp8 sized as vLLM's --quantization fp8 (FP8 "
+                                                    "weights, activations in the checkpoint's dtype)", style="yellow")
+    return quantization or "fp8"
+
+
 def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
     """The GPU as kvlab names it: --gpu-memory-gib replaces the memory of --gpu, and the name says so."""
     return gpu_id if gpu_memory_gib is None else f"{gpu_id} with {gpu_memory_gib:g} GiB"
@@ -285,6 +299,7 @@ def size(
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
+    quantization = weight_dtype(options, quantization, as_json)
     gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler)
     _note_block_size(config.block_size, as_json)
@@ -389,6 +404,7 @@ def fit(
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
+    quantization = weight_dtype(options, quantization, as_json)
     gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler)
     _note_block_size(config.block_size, as_json)
