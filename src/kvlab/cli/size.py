@@ -116,22 +116,28 @@ def _per_token_rows(model, layout, tp: int) -> list[tuple[str, str, str]]:
     """Rows for the per-token numbers; ``layout`` is a KVLayout or a SizingResult (same field names)."""
     kvb, kv_dtype = layout.kv_dtype_bytes, layout.kv_cache_dtype
     if model.is_mla:
-        per_token = (f"1 latent (MLA, no separate K and V) x {model.num_hidden_layers} layers x "
+        per_token = (f"1 latent (MLA, no separate K and V) x {model.num_attention_layers} layers x "
                      f"({model.kv_lora_rank} kv_lora_rank + {model.qk_rope_head_dim} qk_rope_head_dim) x "
                      f"{kvb} B ({kv_dtype})")
         per_gpu = (f"{layout.num_layers_per_gpu} layers x 1 latent: MLA's latent is not split by tensor "
                    "parallelism")
         page = f"{layout.kv_cache_groups[0].spec.block_size} tokens x {model.kv_head_size} x {kvb} B"
     else:
-        per_token = (f"2 (K and V) x {model.num_hidden_layers} layers x {model.num_key_value_heads} KV heads x "
+        per_token = (f"2 (K and V) x {model.num_attention_layers} layers x {model.num_key_value_heads} KV heads x "
                      f"{model.head_dim} head_dim x {kvb} B ({kv_dtype})")
         derived = model.hidden_size // model.num_attention_heads
         if model.head_dim != derived:
             per_token += f"; head_dim from config.json, not hidden_size / heads = {derived}"
         split = f"{model.num_key_value_heads} KV heads / TP {tp}, at least 1" if tp > 1 else "all KV heads"
-        per_gpu = f"{layout.num_layers_per_gpu} layers x {layout.num_kv_heads_per_gpu} KV heads ({split})"
+        attention_layers = round(layout.num_layers_per_gpu * model.num_attention_layers / model.num_hidden_layers)
+        per_gpu = f"{attention_layers} layers x {layout.num_kv_heads_per_gpu} KV heads ({split})"
         page = (f"2 x {layout.kv_cache_groups[0].spec.block_size} tokens x {layout.num_kv_heads_per_gpu} heads x "
                 f"{model.head_dim} x {kvb} B")
+    if model.state is not None:
+        page += ("; a linear-attention/Mamba layer's state padded to the same page (the attention block grown to "
+                 "hold it)")
+        per_token += (f"; the other {model.num_hidden_layers - model.num_attention_layers} layers keep a fixed "
+                      f"{model.state.kind} state per request instead")
     if model.num_sliding_layers:
         per_token += (f"; {model.num_sliding_layers} of the layers keep only a {model.sliding_window:,}-token "
                       "window per request")
@@ -168,7 +174,9 @@ def _per_request_text(result) -> str:
     bs, length, in_flight = result.block_size, result.max_model_len, result.max_in_flight_tokens
     terms = {}
     for g in result.kv_cache_groups:
-        if g.spec.kind == "sliding_attention":
+        if g.spec.kind == "mamba":
+            text = "1 state block"
+        elif g.spec.kind == "sliding_attention":
             w = g.spec.sliding_window
             text = (f"sliding: ceil(min({w:,} - 1 + {in_flight:,} in flight, {length:,}) / {bs}) + 1 = "
                     f"{g.spec.max_num_blocks_per_request(length, in_flight):,}")
