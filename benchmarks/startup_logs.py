@@ -47,7 +47,8 @@ def find_model(entry: dict):
     spec = find_catalogue_model(model) or find_catalogue_model(model.split("/")[-1])
     if spec is not None:
         return spec, None
-    return None, f"no config.json for {model.split(' (')[0]!r} in the catalogue, tests/data/model_configs or tests/data/sizing_configs"
+    return None, (f"no config.json for {model.split(' (')[0]!r} in the catalogue, tests/data/model_configs or "
+                  "tests/data/sizing_configs")
 
 
 def gpu_named_in(text: str) -> str | None:
