@@ -17,7 +17,7 @@ GIB = 2**30
 
 def test_every_entry_has_its_source():
     assert len(list_models()) == 28  # the 27 of shared/reference/models.json + Qwen3-14B
-    assert len(list_gpus()) == 12
+    assert len(list_gpus()) == 14  # the 12 of shared/reference/gpus.json + RTX 3090 and RTX 5090 (issue 30)
     for entry in (*list_models(), *list_gpus()):
         assert entry.source and all(s.strip() for s in entry.source), entry.id
 
@@ -103,9 +103,28 @@ def test_unknown_model_suggests_close_names_and_the_config_route():
     assert "opt-13b" in str(err.value) and "config.json" in str(err.value) and "kvlab models" in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["a100-40gb", "A100-40GB", "A100_40GB", "nvidia a100 40gb", "a100"])
+@pytest.mark.parametrize("name", ["a100-40gb", "A100-40GB", "A100_40GB", "nvidia a100 40gb", "a100-40g"])
 def test_gpu_names_are_forgiving(name):
     assert get_gpu(name).id == "A100-40GB"
+
+
+@pytest.mark.parametrize(("name", "cards"), [("h100", ("H100-SXM", "H100-PCIe")), ("NVIDIA H100", ("H100-SXM", "H100-PCIe")),
+                                             ("h100_80gb", ("H100-SXM", "H100-PCIe")), ("a100", ("A100-40GB", "A100-80GB"))])
+def test_a_gpu_name_that_fits_two_cards_is_refused_naming_both(name, cards):
+    with pytest.raises(KvlabError) as err:
+        get_gpu(name)
+    assert all(card in str(err.value) for card in cards) and "\n" not in str(err.value)
+
+
+def test_no_alias_names_two_cards_and_every_alias_is_listed(kvlab):
+    from kvlab.catalog.gpus import ambiguous_aliases
+    from kvlab.catalog.models import name_key
+
+    names = [name_key(n) for g in list_gpus() for n in (g.id, *g.aliases)]
+    assert len(names) == len(set(names))
+    assert not set(names) & {name_key(a) for a in ambiguous_aliases()}
+    listing = kvlab("gpus").stdout.replace("\n", " ")
+    assert all(alias in listing for g in list_gpus() for alias in g.aliases) and "h100: H100-SXM or H100-PCIe" in listing
 
 
 def test_unknown_gpu_suggests_close_names():
@@ -119,8 +138,8 @@ def test_gpu_memory_prefers_what_cuda_reports():
     assert a100.memory_bytes == 42_405_855_232 and a100.memory_bytes_source == "cuda_device_query"
     assert get_gpu("h100-sxm").memory_bytes_source == "cuda_reported_observed"
     assert get_gpu("h100-sxm").memory_gib == pytest.approx(79.11, abs=0.005)
-    h200 = get_gpu("h200")
-    assert h200.memory_bytes_source == "marketing_label" and h200.memory_bytes == 141 * GIB
+    h200 = get_gpu("h200")  # CUDA reports 139.81 GiB, not the 141 GB label (issue 30)
+    assert h200.memory_bytes_source == "cuda_reported_observed" and h200.memory_gib == pytest.approx(139.81, abs=5e-3)
     assert get_gpu("a100-80gb").memory_bandwidth_bytes_per_s == 2_039_000_000_000  # SXM of the per-form-factor pair
     assert get_gpu("t4").peak_flops_kind.startswith("fp16")  # Turing has no bf16 tensor cores
     assert get_gpu("rtx-4090").peak_flops is None  # no source found: None, not a guess
@@ -206,10 +225,17 @@ def test_mla_field_missing_is_named(tmp_path):
         get_model(str(tmp_path))
 
 
-def test_linear_attention_layers_are_refused(tmp_path):
+def test_linear_attention_layers_without_state_sizes_are_refused(tmp_path):
     cfg = dict(LLAMA_8B, num_hidden_layers=4, layer_types=["linear_attention"] * 3 + ["full_attention"])
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(KvlabError, match="'linear_attention' is not modelled"):
+    with pytest.raises(KvlabError, match="no state sizes kvlab knows"):
+        get_model(str(tmp_path))
+
+
+def test_an_unknown_layer_type_is_refused_naming_the_known_ones(tmp_path):
+    cfg = dict(LLAMA_8B, num_hidden_layers=2, layer_types=["chunked_attention", "full_attention"])
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(KvlabError, match="'chunked_attention' is not modelled; kvlab sizes full_attention"):
         get_model(str(tmp_path))
 
 

@@ -115,7 +115,7 @@ def test_pipeline_stages_split_layers_as_vllm():
 def test_pipeline_parallelism_splits_the_weights():
     model = get_model("llama-3.1-70b")
     one = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("b200")))
-    two = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("h100"), pipeline_parallel_size=2))
+    two = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("h100-sxm"), pipeline_parallel_size=2))
     assert two.weights_bytes == pytest.approx(one.weights_bytes / 2, rel=0.02)
 
 
@@ -183,7 +183,7 @@ def test_moe_weights_count_every_expert():
 def test_default_max_num_batched_tokens_follow_vllm_serve():
     assert default_max_num_batched_tokens(A100.memory_bytes, A100.id) == 2048
     assert default_max_num_batched_tokens(get_gpu("a100-80gb").memory_bytes, "A100-80GB") == 2048
-    assert default_max_num_batched_tokens(get_gpu("h100").memory_bytes, "H100-SXM") == 8192
+    assert default_max_num_batched_tokens(get_gpu("h100-sxm").memory_bytes, "H100-SXM") == 8192
     assert default_max_num_batched_tokens(get_gpu("b200").memory_bytes, "B200") == 16384
 
 

@@ -27,11 +27,24 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from kvlab.catalog.gpus import GpuSpec, list_gpus
+from kvlab.catalog.gpus import GpuSpec, compute_capability, list_gpus
+from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
+from kvlab.catalog.quant import expert_padding
 from kvlab.config.engine import SchedulerConfig, check_block_size
 from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
+from kvlab.memory_profile import (
+    SAMPLERS,
+    MemoryProfile,
+    ProfileInputs,
+    Term,
+    activation_bytes,
+    cuda_graph_bytes,
+    model_family,
+    non_torch_bytes,
+)
+from kvlab.vllm_rules import VllmRules, resolve_version, rules_for
 
 GIB = 2**30
 
@@ -51,22 +64,6 @@ def cuda_block_size_note(block_size: int) -> str | None:
         return None
     return (f"--block-size {block_size}: vLLM's CUDA attention backends take multiples of {BLOCK_SIZE_MULTIPLE} and "
             "would refuse it; the arithmetic and the simulator take any block size")
-
-# --- the estimate of activation and other memory (an estimate: vLLM measures these in a profiling run) ---
-# Peak activation of the profiling forward pass over max_num_batched_tokens tokens, per token: four hidden-size
-# tensors alive at once (residual, normed input, attention output, projection output) and, at the MLP's peak,
-# its up/gate output and activated output, 3 x the MLP width per GPU (MoE: experts_per_token + shared experts).
-ACTIVATION_HIDDEN_TENSORS = 4
-ACTIVATION_MLP_TENSORS = 3
-# The dummy sampler run holds float32 logits and probabilities for max_num_seqs requests over the vocabulary.
-SAMPLER_FP32_COPIES = 2
-# Fixed figures, not measured by kvlab: vLLM logs show non-torch memory of ~0.1-0.2 GiB on one device
-# (vllm-project/vllm-ascend#8289 log: 0.13 GiB) and CUDA graph estimates of a few tenths of a GiB
-# (gpustack/runner#251: "Estimated CUDA graph memory: 0.36 GiB total"); NCCL buffers with >1 GPU are assumed.
-NON_TORCH_BYTES = int(0.2 * GIB)
-NCCL_BYTES = int(0.2 * GIB)
-CUDA_GRAPH_BYTES = int(0.4 * GIB)
-
 
 def format_gib(num_bytes: int) -> str:
     """GiB as vLLM's format_gib prints them: round(x, 2) through str(), so '12.0' and '6.51'."""
@@ -114,6 +111,10 @@ class SizingConfig:
     max_num_seqs: int | None = None
     available_kv_bytes: int | None = None
     gpu_name: str | None = None
+    vllm_version: str | None = None  # whose rules apply; None: the newest kvlab knows (kvlab.vllm_rules)
+    enforce_eager: bool = False
+    quantization: str | None = None  # --quantization: the checkpoint's weight format when config.json names none
+    sampler: str | None = None  # top-k/top-p implementation of the profiling run; None: the version's default
 
     def __post_init__(self):
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -135,6 +136,13 @@ class SizingConfig:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise KvlabError(f"--kv-cache-dtype {self.kv_cache_dtype!r} is not modelled (fp8_ds_mla and the 4-bit "
                              f"formats are not); valid: {', '.join(KV_CACHE_DTYPES)}")
+        rules_for(self.vllm_version)  # an unknown version is refused here, naming the known ones
+        if self.sampler is not None and self.sampler not in SAMPLERS:
+            raise KvlabError(f"--sampler {self.sampler!r} is not one kvlab knows; valid: {', '.join(SAMPLERS)}")
+        if self.quantization is not None:
+            from kvlab.catalog.quant import check_method
+
+            check_method(self.quantization, "--quantization")
 
     @classmethod
     def for_gpu(cls, gpu: GpuSpec, **settings) -> SizingConfig:
@@ -157,8 +165,16 @@ class SizingConfig:
         return default_max_num_seqs(self.gpu_memory_bytes, self.gpu_name)
 
     @property
+    def rules(self) -> VllmRules:
+        return rules_for(self.vllm_version)
+
+    @property
     def max_in_flight_tokens(self) -> int:
-        """Tokens scheduled but not yet freed: (PP + 1) batches with async scheduling (VllmConfig)."""
+        """Tokens a sliding-window layer keeps beyond its window when vLLM counts a request's blocks: one batch
+        (SlidingWindowSpec.max_memory_usage_bytes, up to 0.20), or (PP + 1) batches with async scheduling
+        (VllmConfig's max in-flight tokens, later releases)."""
+        if self.rules.sliding_in_flight == "one_batch":
+            return self.resolved_max_num_batched_tokens
         return (self.pipeline_parallel_size + 1) * self.resolved_max_num_batched_tokens
 
 
@@ -166,17 +182,21 @@ class SizingConfig:
 class KVCacheSpec:
     """The KV cache of one layer on one GPU (vLLM's FullAttentionSpec / SlidingWindowSpec / MLAAttentionSpec)."""
 
-    kind: str  # full_attention | sliding_attention | mla
+    kind: str  # full_attention | sliding_attention | mla | mamba (linear attention and Mamba: vLLM's MambaSpec)
     block_size: int
     num_kv_heads: int
     head_size: int
     head_size_v: int  # 0 for MLA: one latent, no separate V
     dtype_bytes: int
     sliding_window: int | None = None
+    state_page_bytes: int = 0  # mamba: one request's state, padded to the attention page
 
     @property
     def page_size_bytes(self) -> int:
-        """One block of one layer: heads x block_size x (K + V values) x bytes (AttentionSpec.page_size_bytes)."""
+        """One block of one layer: heads x block_size x (K + V values) x bytes (AttentionSpec.page_size_bytes);
+        a state layer's page is its padded state (MambaSpec.page_size_bytes with mamba_page_size_padded)."""
+        if self.kind == "mamba":
+            return self.state_page_bytes
         return self.num_kv_heads * self.block_size * (self.head_size + self.head_size_v) * self.dtype_bytes
 
     def max_num_blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
@@ -189,6 +209,8 @@ class KVCacheSpec:
         if self.kind == SLIDING_ATTENTION:
             num_tokens = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
             return cdiv(num_tokens, self.block_size) + 1
+        if self.kind == "mamba":
+            return 1  # one state per request (MambaSpec.max_memory_usage_bytes = one page)
         return cdiv(max_model_len, self.block_size)
 
 
@@ -200,22 +222,36 @@ class KVCacheGroup:
     layers: tuple[int, ...]
 
 
-def layer_kv_specs(model: ModelSpec, config: SizingConfig, kv_dtype_bytes: int) -> list[KVCacheSpec]:
-    heads = model.num_kv_heads_per_gpu(config.tensor_parallel_size)
-    specs = []
+def layer_kv_specs(model: ModelSpec, config: SizingConfig, kv_dtype_bytes: int,
+                   act_dtype_bytes: int = 2) -> list[KVCacheSpec | None]:
+    """Each layer's cache spec (None: a layer without one, Nemotron-H's MLP blocks). A hybrid with linear-attention
+    or Mamba layers gets one page size for all: the attention block grows until its page holds a state, and the
+    state is padded to it (kvlab.catalog.hybrid)."""
+    tp = config.tensor_parallel_size
+    heads = model.num_kv_heads_per_gpu(tp)
+    block_size, state_page = config.block_size, 0
+    if model.state is not None:
+        per_token = model.kv_bytes_per_token_per_layer(kv_dtype_bytes) // model.num_kv_heads_cached * heads
+        block_size = attention_block_size(model.state.state_bytes(tp, act_dtype_bytes), per_token, block_size)
+        state_page = block_size * per_token
+    specs: list[KVCacheSpec | None] = []
     for layer_type in model.layer_types:
-        if model.is_mla:
-            specs.append(KVCacheSpec("mla", config.block_size, 1, model.kv_head_size, 0, kv_dtype_bytes))
+        if layer_type in (LINEAR_ATTENTION, MAMBA):
+            specs.append(KVCacheSpec("mamba", block_size, 0, 0, 0, act_dtype_bytes, state_page_bytes=state_page))
+        elif layer_type not in (FULL_ATTENTION, SLIDING_ATTENTION):
+            specs.append(None)
+        elif model.is_mla:
+            specs.append(KVCacheSpec("mla", block_size, 1, model.kv_head_size, 0, kv_dtype_bytes))
         elif layer_type == SLIDING_ATTENTION:
-            specs.append(KVCacheSpec(SLIDING_ATTENTION, config.block_size, heads, model.head_dim, model.head_dim,
+            specs.append(KVCacheSpec(SLIDING_ATTENTION, block_size, heads, model.head_dim, model.head_dim,
                                      kv_dtype_bytes, model.sliding_window))
         else:
-            specs.append(KVCacheSpec(FULL_ATTENTION, config.block_size, heads, model.head_dim, model.head_dim,
+            specs.append(KVCacheSpec(FULL_ATTENTION, block_size, heads, model.head_dim, model.head_dim,
                                      kv_dtype_bytes))
     return specs
 
 
-def group_layers(specs: list[KVCacheSpec]) -> tuple[KVCacheGroup, ...]:
+def group_layers(specs: list[KVCacheSpec | None]) -> tuple[KVCacheGroup, ...]:
     """Group layers as vLLM's get_kv_cache_groups does for layers of one page size.
 
     One kind of layer: one group. Several (hybrid, e.g. Gemma 3's 5 sliding : 1 full): bucket layers by spec,
@@ -226,7 +262,8 @@ def group_layers(specs: list[KVCacheSpec]) -> tuple[KVCacheGroup, ...]:
     """
     buckets: dict[KVCacheSpec, list[int]] = {}
     for i, spec in enumerate(specs):
-        buckets.setdefault(spec, []).append(i)
+        if spec is not None:
+            buckets.setdefault(spec, []).append(i)
     if len(buckets) == 1:
         spec, layers = next(iter(buckets.items()))
         return (KVCacheGroup(spec, tuple(layers)),)
@@ -237,6 +274,11 @@ def group_layers(specs: list[KVCacheSpec]) -> tuple[KVCacheGroup, ...]:
         num_groups = cdiv(len(layers), group_size)
         groups += [KVCacheGroup(spec, tuple(layers[i::num_groups])) for i in range(num_groups)]
     return tuple(groups)
+
+
+def attention_group(groups: tuple[KVCacheGroup, ...]) -> KVCacheGroup:
+    """The first group of attention layers (a hybrid's state groups hold no KV heads)."""
+    return next((g for g in groups if g.spec.kind != "mamba"), groups[0])
 
 
 def pipeline_stages(num_layers: int, pipeline_parallel_size: int) -> list[range]:
@@ -258,26 +300,21 @@ def blocks_per_request(groups: tuple[KVCacheGroup, ...], num_tokens: int, max_in
     return sum(g.spec.max_num_blocks_per_request(num_tokens, max_in_flight_tokens) for g in groups)
 
 
-def estimate_activation_bytes(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
-                              last_stage: bool = True) -> int:
-    """Estimate of the profiling run's peak activation on one GPU (see ACTIVATION_* above)."""
+def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int, num_layers: int,
+                   last_stage: bool = True) -> ProfileInputs:
+    """The numbers the memory profile's estimates read, for one GPU of a stage."""
+    tp = config.tensor_parallel_size
+    inputs = dict(hidden_size=model.hidden_size, vocab_size=model.vocab_size, num_layers=num_layers,
+                  act_dtype_bytes=act_dtype_bytes, max_num_batched_tokens=config.resolved_max_num_batched_tokens,
+                  max_num_seqs=config.resolved_max_num_seqs, tensor_parallel_size=tp, last_stage=last_stage,
+                  qkv_width_per_gpu=(model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim // tp,
+                  family=model_family(model.state is not None, bool(model.vision_params), model.is_moe),
+                  sampler=config.sampler or config.rules.default_sampler)
     if model.is_moe:
-        mlp_width = (model.experts_per_token + (model.num_shared_experts or 0)) * (
-            model.moe_intermediate_size or model.intermediate_size)
-    else:
-        mlp_width = model.intermediate_size
-    per_token = (ACTIVATION_HIDDEN_TENSORS * model.hidden_size
-                 + ACTIVATION_MLP_TENSORS * mlp_width / config.tensor_parallel_size) * act_dtype_bytes
-    activation = config.resolved_max_num_batched_tokens * per_token
-    if last_stage:
-        activation += config.resolved_max_num_seqs * model.vocab_size * 4 * SAMPLER_FP32_COPIES
-    return int(activation)
-
-
-def estimate_fixed_bytes(config: SizingConfig) -> tuple[int, int]:
-    """(non-torch memory, CUDA graph memory) per GPU: fixed figures, see NON_TORCH_BYTES above."""
-    non_torch = NON_TORCH_BYTES + (NCCL_BYTES if config.world_size > 1 else 0)
-    return non_torch, CUDA_GRAPH_BYTES
+        width = model.moe_intermediate_size or model.intermediate_size
+        return ProfileInputs(mlp_width_per_gpu=(model.num_shared_experts or 0) * width // tp,
+                             moe_top_k=model.experts_per_token, moe_width_per_gpu=width // tp, **inputs)
+    return ProfileInputs(mlp_width_per_gpu=model.intermediate_size // tp, **inputs)
 
 
 def requested_memory_bytes(config: SizingConfig) -> int | None:
@@ -287,24 +324,42 @@ def requested_memory_bytes(config: SizingConfig) -> int | None:
     return math.ceil(config.gpu_memory_bytes * config.gpu_memory_utilization)
 
 
+def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], act_bytes: int) -> list[MemoryProfile]:
+    """vLLM's memory profile of one GPU of each pipeline stage (kvlab.memory_profile): total, requested, weights and
+    the estimates of the terms vLLM measures; without a GPU size the total and requested terms are 0."""
+    requested = requested_memory_bytes(config) or 0
+    total = config.gpu_memory_bytes or 0
+    version = resolve_version(config.vllm_version)
+    rules = config.rules
+    non_torch = non_torch_bytes(config.tensor_parallel_size, config.gpu_name)
+    profiles = []
+    for index, layers in enumerate(stages):
+        first, last = index == 0, index == len(stages) - 1
+        weights = model.weights_bytes_for(layers, dtype_bytes=act_bytes,
+                                          tensor_parallel_size=config.tensor_parallel_size,
+                                          first_stage=first, last_stage=last, quantization=config.quantization,
+                                          expert_padding=expert_padding(
+                                              model.weight_format_for(config.quantization),
+                                              compute_capability(config.gpu_name), rules.mxfp4_hopper_padding))
+        profiles.append(MemoryProfile(
+            total=Term("total", total, "GPU memory as CUDA reports it"),
+            requested=Term("requested", requested, f"total x gpu_memory_utilization {config.gpu_memory_utilization}"),
+            weights=Term("weights", weights, model.weights_source(config.quantization)),
+            activation=activation_bytes(profile_inputs(model, config, act_bytes, len(layers), last)),
+            non_torch=non_torch,
+            cuda_graphs=cuda_graph_bytes(config.resolved_max_num_seqs, rules.cuda_graphs_deducted,
+                                         config.enforce_eager, version)))
+    return profiles
+
+
 def stage_budgets(model: ModelSpec, config: SizingConfig, stages: list[range],
                   act_bytes: int) -> list[tuple[int, int, int | None]]:
     """(weights, activation estimate, estimated KV budget) for one GPU of each pipeline stage.
 
     The budget is None without a GPU size; it may be zero or negative when the GPU is too small.
     """
-    requested = requested_memory_bytes(config)
-    non_torch, cuda_graphs = estimate_fixed_bytes(config)
-    budgets = []
-    for index, layers in enumerate(stages):
-        first, last = index == 0, index == len(stages) - 1
-        weights = model.weights_bytes_for(layers, dtype_bytes=act_bytes,
-                                          tensor_parallel_size=config.tensor_parallel_size,
-                                          first_stage=first, last_stage=last)
-        activation = estimate_activation_bytes(model, config, act_bytes, last_stage=last)
-        available = None if requested is None else requested - weights - activation - non_torch - cuda_graphs
-        budgets.append((weights, activation, available))
-    return budgets
+    return [(p.weights.bytes, p.activation.bytes, None if config.gpu_memory_bytes is None else p.available_bytes)
+            for p in stage_profiles(model, config, stages, act_bytes)]
 
 
 def resolve_dtype(model: ModelSpec, dtype: str) -> str:
@@ -353,6 +408,12 @@ class SizingResult:
     num_tokens: int
     max_concurrency: float
     estimated_max_model_len: int  # longest request one GPU's cache holds (vLLM's estimate_max_model_len)
+    vllm_version: str = ""  # whose rules were applied (kvlab.vllm_rules)
+    vllm_rules_since: str = ""  # the first release of those rules
+    profile_terms: tuple[Term, ...] = ()  # the memory profile, term by term, with sources (limiting GPU)
+    enforce_eager: bool = False
+    quantization: str | None = None  # --quantization given (None: the checkpoint's own)
+    sampler: str | None = None  # --sampler given (None: the version's default)
 
     @property
     def other_estimate_bytes(self) -> int:
@@ -475,7 +536,7 @@ def kv_layout(model: ModelSpec, config: SizingConfig) -> KVLayout:
     act_bytes = DTYPE_BYTES[dtype]
     kv_dtype_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
     tp = config.tensor_parallel_size
-    groups = group_layers(layer_kv_specs(model, config, kv_dtype_bytes))
+    groups = group_layers(layer_kv_specs(model, config, kv_dtype_bytes, act_bytes))
     stages = tuple(pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size))
     budgets = stage_budgets(model, config, list(stages), act_bytes)
     return KVLayout(
@@ -485,7 +546,7 @@ def kv_layout(model: ModelSpec, config: SizingConfig) -> KVLayout:
         kv_bytes_per_token=model.kv_bytes_per_token(kv_dtype_bytes),
         kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(kv_dtype_bytes, tp,
                                                                     max(len(s) for s in stages)),
-        page_size_bytes=groups[0].spec.page_size_bytes, num_kv_heads_per_gpu=groups[0].spec.num_kv_heads,
+        page_size_bytes=groups[0].spec.page_size_bytes, num_kv_heads_per_gpu=attention_group(groups).spec.num_kv_heads,
         weights_bytes=max(weights for weights, _, _ in budgets), weights_bytes_total=model.weights_bytes(act_bytes),
     )
 
@@ -499,29 +560,40 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     tp = config.tensor_parallel_size
     groups, page_size = layout.kv_cache_groups, layout.page_size_bytes
     stages = layout.stages
-    budgets = stage_budgets(model, config, list(stages), act_bytes)
+    profiles = stage_profiles(model, config, list(stages), act_bytes)
     requested = requested_memory_bytes(config)
-    non_torch, cuda_graphs = estimate_fixed_bytes(config)
-    worst = None  # (num_blocks, stage index, weights, activation, available, bytes_per_block)
-    for index, (layers, (weights, activation, available)) in enumerate(zip(stages, budgets)):
+    worst = None  # (num_blocks, stage index, available, bytes_per_block)
+    for index, (layers, profile) in enumerate(zip(stages, profiles)):
+        weights = profile.weights.bytes
         if config.available_kv_bytes is not None:
             _check_given_budget(model, config, weights)
             available = config.available_kv_bytes
-        elif available <= 0:
-            raise_too_small(model, config, weights, requested, activation + non_torch + cuda_graphs)
+        else:
+            available = profile.available_bytes
+            if available <= 0:
+                raise_too_small(model, config, weights, requested, profile.other_bytes)
         layer_set = set(layers)
         bytes_per_block = max(sum(i in layer_set for i in g.layers) for g in groups) * page_size
         num_blocks = available // bytes_per_block
         if worst is None or num_blocks < worst[0]:
-            worst = (num_blocks, index, weights, activation, available, bytes_per_block)
-    num_blocks, index, weights, activation, available, bytes_per_block = worst
+            worst = (num_blocks, index, available, bytes_per_block)
+    num_blocks, index, available, bytes_per_block = worst
+    profile = profiles[index]
 
     in_flight = config.max_in_flight_tokens
     per_request = blocks_per_request(groups, max_model_len, in_flight)
     max_concurrency = num_blocks / per_request
+    rules = config.rules
+    if rules.tokens_line == "blocks":
+        # kv_cache_utils._report_kv_cache_config (0.9 to 0.20): num_blocks // groups x the smallest block size.
+        num_tokens = num_blocks // len(groups) * min(g.spec.block_size for g in groups)
+    else:
+        # get_kv_cache_capacity: int(max_concurrency * max_model_len), in this order of float operations.
+        num_tokens = int(max_concurrency * max_model_len)
     return SizingResult(
         model_id=model.id, gpu_name=config.gpu_name, gpu_memory_bytes=config.gpu_memory_bytes,
-        gpu_memory_utilization=config.gpu_memory_utilization, block_size=config.block_size, dtype=layout.dtype,
+        gpu_memory_utilization=config.gpu_memory_utilization, block_size=attention_group(groups).spec.block_size,
+        dtype=layout.dtype,
         kv_cache_dtype=layout.kv_cache_dtype, kv_dtype_bytes=kv_dtype_bytes, tensor_parallel_size=tp,
         pipeline_parallel_size=config.pipeline_parallel_size, max_model_len=max_model_len,
         max_num_batched_tokens=config.resolved_max_num_batched_tokens, max_num_seqs=config.resolved_max_num_seqs,
@@ -530,14 +602,17 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         kv_bytes_per_token_per_gpu=model.kv_bytes_per_token_per_gpu(kv_dtype_bytes, tp, len(stages[index])),
         page_size_bytes=page_size, num_layers_per_gpu=len(stages[index]),
         num_kv_heads_per_gpu=layout.num_kv_heads_per_gpu, bytes_per_block=bytes_per_block, kv_cache_groups=groups,
-        num_params=model.num_params, weights_bytes=weights,
+        num_params=model.num_params, weights_bytes=profile.weights.bytes,
         weights_bytes_total=layout.weights_bytes_total,
-        requested_memory_bytes=requested, activation_bytes=activation, non_torch_bytes=non_torch,
-        cuda_graph_bytes=cuda_graphs, available_kv_bytes=available,
+        requested_memory_bytes=requested, activation_bytes=profile.activation.bytes,
+        non_torch_bytes=profile.non_torch.bytes, cuda_graph_bytes=profile.cuda_graphs.bytes,
+        available_kv_bytes=available,
         available_kv_source="given" if config.available_kv_bytes is not None else "estimated",
         num_blocks=num_blocks, blocks_per_request=per_request,
-        # vLLM: int(max_concurrency * max_model_len), in this order of float operations (get_kv_cache_capacity).
-        num_tokens=int(max_concurrency * max_model_len), max_concurrency=max_concurrency,
+        num_tokens=num_tokens, max_concurrency=max_concurrency,
+        vllm_version=resolve_version(config.vllm_version), vllm_rules_since=rules.since,
+        profile_terms=profile.terms, enforce_eager=config.enforce_eager, quantization=config.quantization,
+        sampler=config.sampler,
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight),
     )
 
@@ -668,7 +743,8 @@ def settings_of(result: SizingResult) -> SizingConfig:
         block_size=result.block_size, dtype=result.dtype, kv_cache_dtype=result.kv_cache_dtype,
         tensor_parallel_size=result.tensor_parallel_size, pipeline_parallel_size=result.pipeline_parallel_size,
         max_model_len=result.max_model_len, max_num_batched_tokens=result.max_num_batched_tokens,
-        max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name,
+        max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name, vllm_version=result.vllm_version or None,
+        enforce_eager=result.enforce_eager, quantization=result.quantization, sampler=result.sampler,
         available_kv_bytes=result.available_kv_bytes if result.available_kv_source == "given" else None)
 
 

@@ -47,8 +47,13 @@ def text_fields(config: dict) -> dict:
 def spec_from_config(config: dict, *, id: str, where: str, origin: str, hf_repo: str | None = None) -> ModelSpec:
     if not isinstance(config, dict):
         raise KvlabError(f"{where}: expected a JSON object, got {type(config).__name__}")
-    return spec_from_fields(text_fields(config), id=id, where=where, origin=origin, hf_repo=hf_repo,
-                            source=(where,))
+    from dataclasses import replace
+
+    from kvlab.catalog.vision import vision_params
+
+    spec = spec_from_fields(text_fields(config), id=id, where=where, origin=origin, hf_repo=hf_repo, source=(where,))
+    params, how = vision_params(config)
+    return replace(spec, vision_params=params, vision_source=how) if how else spec
 
 
 def load_config_path(path: str) -> ModelSpec:

@@ -40,13 +40,37 @@ class GpuSpec:
         return self.memory_bytes / GIB
 
 
+# CUDA compute capability of each catalogue GPU (NVIDIA's "CUDA GPUs" table, developer.nvidia.com/cuda-gpus): it
+# decides which kernels vLLM picks for a quantized format, and with them how the weights are laid out (FP8 tensor
+# cores from 8.9, vLLM's MXFP4 MoE kernels without Marlin from 9.0, FP4 tensor cores from 10.0). None: not NVIDIA.
+COMPUTE_CAPABILITY = {"T4": 7.5, "A10G": 8.6, "L4": 8.9, "L40S": 8.9, "A100-40GB": 8.0, "A100-80GB": 8.0,
+                      "H100-SXM": 9.0, "H100-PCIe": 9.0, "H200": 9.0, "B200": 10.0, "RTX-4090": 8.9, "MI300X": None,
+                      "RTX-3090": 8.6, "RTX-5090": 12.0}
+
+
+def compute_capability(gpu_name: str | None) -> float | None:
+    """The compute capability of a catalogue GPU by its id (a --gpu-memory-gib label keeps the id in front)."""
+    return COMPUTE_CAPABILITY.get((gpu_name or "").split(" with ")[0])
+
+
+@cache
+def _catalogue() -> dict:
+    return json.loads(resources.files("kvlab.catalog").joinpath("data/gpus.json").read_text(encoding="utf-8"))
+
+
+@cache
+def ambiguous_aliases() -> dict[str, tuple[str, ...]]:
+    """Names that fit more than one card (``h100``: the SXM and the PCIe card both carry 80 GB), each with the cards
+    it could mean: such a name is refused, never silently read as one of them."""
+    return {name: tuple(ids) for name, ids in _catalogue()["ambiguous_aliases"].items() if not name.startswith("_")}
+
+
 @cache
 def list_gpus() -> tuple[GpuSpec, ...]:
     from kvlab.validate import gpu_entry
 
-    text = resources.files("kvlab.catalog").joinpath("data/gpus.json").read_text(encoding="utf-8")
     specs = []
-    for raw in json.loads(text)["gpus"]:
+    for raw in _catalogue()["gpus"]:
         g = gpu_entry(raw)
         specs.append(GpuSpec(id=g.id, memory_bytes=g.memory_bytes, memory_bytes_source=g.memory_bytes_source,
                              memory_bandwidth_bytes_per_s=g.memory_bandwidth_bytes_per_s, peak_flops=g.peak_flops,
@@ -70,6 +94,11 @@ def get_gpu(name: str) -> GpuSpec:
     import difflib
 
     key = name_key(name)
+    both = {name_key(a): ids for a, ids in ambiguous_aliases().items()}.get(key) or {
+        name_key(a): ids for a, ids in ambiguous_aliases().items()}.get(key.removeprefix("nvidia"))
+    if both is not None:
+        raise KvlabError(f"GPU name {name!r} fits {len(both)} cards: {' and '.join(both)}; name one of them "
+                         f"(--gpu {both[0].lower()})")
     gpu = _gpu_index().get(key) or _gpu_index().get(key.removeprefix("nvidia"))
     if gpu is not None:
         return gpu

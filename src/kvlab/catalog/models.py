@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, NO_CACHE, StateLayout, hybrid_layer_types, state_layout
+from kvlab.catalog.quant import DEFAULTS as QUANT_DEFAULTS
+from kvlab.catalog.quant import WeightFormat, check_method, from_quantization_config
 from kvlab.errors import KvlabError
 
 FULL_ATTENTION = "full_attention"
@@ -24,11 +27,6 @@ DTYPE_BYTES = {
     "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
 }
 
-# Bytes per parameter of the weight formats a checkpoint can ship in fewer bits than its dtype.
-# fp8: one byte per weight of the decoder's linear layers (block scales, 4 B per 128x128, are ignored).
-# mxfp4: 4-bit values plus one 8-bit scale per 32 values = 4.25 bits, for MoE experts only (gpt-oss).
-QUANTIZED_LINEAR_BYTES = {"fp8": 1.0}
-QUANTIZED_EXPERT_BYTES = {"fp8": 1.0, "mxfp4": 4.25 / 8}
 
 
 @dataclass(frozen=True)
@@ -51,6 +49,8 @@ class Traits:
     learned_position_offset: int | None = None
     attention_sinks: bool = False
     tie_word_embeddings_default: bool = False
+    attn_output_gate: bool = False  # q_proj also outputs a per-head gate for the attention output (Qwen3-Next)
+    shared_expert_gate: bool = False
 
 
 TRAITS = {
@@ -63,6 +63,15 @@ TRAITS = {
     "gemma3": Traits(norms_per_layer=4, qk_norm=True, tie_word_embeddings_default=True),
     "gemma3_text": Traits(norms_per_layer=4, qk_norm=True, tie_word_embeddings_default=True),
     "gpt_oss": Traits(qkv_bias=True, o_bias=True, mlp_bias=True, attention_sinks=True),
+    "qwen3_moe": Traits(qk_norm=True),
+    "qwen2_moe": Traits(qkv_bias=True, shared_expert_gate=True),
+    "qwen2_vl": Traits(qkv_bias=True),
+    "qwen2_5_vl": Traits(qkv_bias=True),
+    "qwen3_next": Traits(qk_norm=True, attn_output_gate=True, shared_expert_gate=True),
+    "qwen3_5": Traits(qk_norm=True, attn_output_gate=True),
+    "qwen3_5_text": Traits(qk_norm=True, attn_output_gate=True),
+    "qwen3_5_moe": Traits(qk_norm=True, attn_output_gate=True, shared_expert_gate=True),
+    "qwen3_5_moe_text": Traits(qk_norm=True, attn_output_gate=True, shared_expert_gate=True),
 }
 DEFAULT_TRAITS = Traits()
 
@@ -125,6 +134,10 @@ class ModelSpec:
     num_shared_experts: int | None = None
     first_k_dense_replace: int | None = None
     quantization: str | None = None
+    weight_format: WeightFormat | None = None  # the checkpoint's quantized layout (kvlab.catalog.quant)
+    state: StateLayout | None = None  # linear-attention / Mamba layers' state (kvlab.catalog.hybrid)
+    vision_params: int = 0  # vision tower and projector (multimodal checkpoints), kept in the model's dtype
+    vision_source: str = ""
     aliases: tuple[str, ...] = ()
     num_params_card: float | None = None
     num_active_params_card: float | None = None
@@ -174,8 +187,18 @@ class ModelSpec:
         return self.kv_factor * self.num_kv_heads_cached * self.kv_head_size * kv_dtype_bytes
 
     def kv_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
-        """KV cache bytes one token needs in every layer (sliding layers included: this is per token)."""
-        return self.num_hidden_layers * self.kv_bytes_per_token_per_layer(kv_dtype_bytes)
+        """KV cache bytes one token needs in every attention layer (sliding layers included: this is per token;
+        linear-attention and Mamba layers keep a fixed state per request instead)."""
+        return self.num_attention_layers * self.kv_bytes_per_token_per_layer(kv_dtype_bytes)
+
+    @property
+    def num_attention_layers(self) -> int:
+        return sum(t in (FULL_ATTENTION, SLIDING_ATTENTION) for t in self.layer_types)
+
+    @property
+    def num_state_layers(self) -> int:
+        """Linear-attention and Mamba layers: a fixed-size state per request."""
+        return sum(t in (LINEAR_ATTENTION, MAMBA) for t in self.layer_types)
 
     def num_kv_heads_per_gpu(self, tensor_parallel_size: int) -> int:
         """vLLM's ModelConfig.get_num_kv_heads: MLA is not split; GQA heads are split, replicated below 1."""
@@ -185,7 +208,8 @@ class ModelSpec:
 
     def kv_bytes_per_token_per_gpu(self, kv_dtype_bytes: int = 2, tensor_parallel_size: int = 1,
                                    num_layers: int | None = None) -> int:
-        layers = self.num_hidden_layers if num_layers is None else num_layers
+        layers = self.num_attention_layers if num_layers is None else round(
+            num_layers * self.num_attention_layers / self.num_hidden_layers)
         return (layers * self.kv_factor * self.num_kv_heads_per_gpu(tensor_parallel_size)
                 * self.kv_head_size * kv_dtype_bytes)
 
@@ -195,7 +219,7 @@ class ModelSpec:
 
     @property
     def num_full_layers(self) -> int:
-        return self.num_hidden_layers - self.num_sliding_layers
+        return sum(t == FULL_ATTENTION for t in self.layer_types)
 
     @property
     def is_moe(self) -> bool:
@@ -215,6 +239,15 @@ class ModelSpec:
         t = self.traits
         h = self.hidden_size
         heads = self.num_attention_heads
+        kind = self.layer_types[layer]
+        mixer_only = self.model_type == "nemotron_h"  # Nemotron-H: each block is one mixer, or one MLP
+        if kind in (LINEAR_ATTENTION, MAMBA, NO_CACHE):
+            mixer = self.state.params(h) if kind != NO_CACHE else 0
+            mlp_params = self._mlp_params(layer) if not (mixer_only and kind != NO_CACHE) else LayerParams(
+                0, 0, 0, 0, 0, 0, 0)
+            norms = (1 if mixer_only else t.norms_per_layer) * h * t.norm_params_per_dim
+            return LayerParams(mixer, 0, mlp_params.mlp, mlp_params.experts, mlp_params.active_experts,
+                               mlp_params.router, norms)
         if self.is_mla:
             # DeepSeek-V2/V3 (modeling_deepseek): q through an optional low-rank q_a/q_b pair; one joint
             # kv_a projection to the latent + RoPE key, its norm, kv_b back to per-head K_nope and V.
@@ -242,6 +275,18 @@ class ModelSpec:
                 attention += 2 * d
             if t.attention_sinks:
                 attention += heads
+            if t.attn_output_gate:
+                attention += h * heads * d
+        if mixer_only:
+            return LayerParams(attention, kv_projection, 0, 0, 0, 0, h * t.norm_params_per_dim)
+        m = self._mlp_params(layer)
+        norms = t.norms_per_layer * h * t.norm_params_per_dim
+        return LayerParams(attention, kv_projection, m.mlp, m.experts, m.active_experts, m.router, norms)
+
+    def _mlp_params(self, layer: int) -> LayerParams:
+        """The MLP or MoE part of a layer (the other fields zero)."""
+        t = self.traits
+        h = self.hidden_size
         mlp = experts = active_experts = router = 0
         matrices = 3 if t.gated_mlp else 2
         if self.is_moe and layer >= (self.first_k_dense_replace or 0):
@@ -251,12 +296,13 @@ class ModelSpec:
             active_experts = self.experts_per_token * one_expert
             mlp = (self.num_shared_experts or 0) * matrices * h * inter
             router = h * self.num_experts + (self.num_experts if t.mlp_bias else 0)
+            if t.shared_expert_gate and self.num_shared_experts:
+                router += h  # Qwen2-MoE / Qwen3-Next: a sigmoid gate on the shared expert's output
         else:
             mlp = matrices * h * self.intermediate_size
             if t.mlp_bias:
                 mlp += (matrices - 1) * self.intermediate_size + h
-        norms = t.norms_per_layer * h * t.norm_params_per_dim
-        return LayerParams(attention, kv_projection, mlp, experts, active_experts, router, norms)
+        return LayerParams(0, 0, mlp, experts, active_experts, router, 0)
 
     @property
     def num_embedding_params(self) -> int:
@@ -283,28 +329,61 @@ class ModelSpec:
         return (self.num_embedding_params + self.num_head_params
                 + sum(self.layer_params(i).active for i in range(self.num_hidden_layers)))
 
+    def weight_format_for(self, quantization: str | None = None) -> WeightFormat | None:
+        """The format the weights are held in: ``quantization`` (--quantization) over the checkpoint's own."""
+        if quantization is not None:
+            own = self.weight_format
+            name = check_method(quantization, "--quantization")
+            return own if own is not None and own.method == name else QUANT_DEFAULTS[name]
+        return self.weight_format
+
+    def weights_source(self, quantization: str | None = None) -> str:
+        fmt = self.weight_format_for(quantization)
+        text = f"{self.num_params / 1e9:,.2f} B parameters counted from config.json's architecture"
+        if self.is_moe:
+            text += f" (all {self.num_experts} experts)"
+        if self.vision_params:
+            text += f" + {self.vision_params / 1e9:,.2f} B of vision tower and projector ({self.vision_source})"
+        elif self.vision_source:
+            text += f"; {self.vision_source}"
+        if fmt is not None:
+            text += f"; {fmt.text}; embeddings, norms, router and lm_head in the model dtype"
+        if self.tie_word_embeddings:
+            text += "; lm_head tied to the embedding (one copy)"
+        return text
+
     def weights_bytes_for(self, layers: range, *, dtype_bytes: int, tensor_parallel_size: int = 1,
-                          first_stage: bool = True, last_stage: bool = True) -> int:
+                          first_stage: bool = True, last_stage: bool = True, quantization: str | None = None,
+                          expert_padding: tuple[int, int] = (1, 1)) -> int:
         """Weight bytes one GPU holds for ``layers`` (a pipeline stage) under tensor parallelism.
 
         vLLM splits embeddings (vocab-parallel), attention heads, MLP columns and experts across TP ranks;
         norms and routers are replicated, and K/V projections are replicated once TP exceeds the KV heads.
-        With pipeline parallelism the first stage holds the embedding and the last the final norm and
-        lm_head (a second copy of the embedding when tied).
+        With pipeline parallelism the first stage holds the embedding and the vision tower (replicated on each
+        TP rank) and the last the final norm and lm_head (a second copy of the embedding when tied). Quantized
+        formats (kvlab.catalog.quant) change the bytes of the linear layers or only of the routed experts.
         """
         tp = tensor_parallel_size
-        linear_bytes = QUANTIZED_LINEAR_BYTES.get(self.quantization, dtype_bytes)
-        expert_bytes = QUANTIZED_EXPERT_BYTES.get(self.quantization, dtype_bytes)
+        fmt = self.weight_format_for(quantization)
+        linear_bytes = fmt.bytes_per_param if fmt is not None and fmt.scope == "linear" else dtype_bytes
+        expert_bytes = fmt.bytes_per_param if fmt is not None else dtype_bytes
         kv_replicas = max(1, tp // self.num_key_value_heads) if not self.is_mla else 1
+        expert_scale = 1.0
+        pad_width, pad_hidden = expert_padding
+        if self.is_moe and (pad_width > 1 or pad_hidden > 1):
+            width = (self.moe_intermediate_size or self.intermediate_size) / tp
+            expert_scale = (-(-width // pad_width) * pad_width / width) * (
+                -(-self.hidden_size // pad_hidden) * pad_hidden / self.hidden_size)
         total = 0.0
         for i in layers:
             p = self.layer_params(i)
             attention = (p.attention - p.kv_projection) / tp + p.kv_projection * kv_replicas / tp
-            total += (attention + p.mlp / tp) * linear_bytes + p.experts / tp * expert_bytes
+            total += (attention + p.mlp / tp) * linear_bytes + p.experts / tp * expert_bytes * expert_scale
             total += (p.router + p.norms) * dtype_bytes
         vocab_matrix = self.vocab_size * self.hidden_size
         if first_stage:
-            total += self.num_embedding_params / tp * dtype_bytes
+            # The vision tower's linear layers are split across TP ranks as the decoder's are.
+            total += (self.num_embedding_params + self.vision_params) / tp * dtype_bytes
         if last_stage:
             total += self.hidden_size * self.traits.norm_params_per_dim * dtype_bytes
             if not self.tie_word_embeddings or not first_stage:
@@ -355,17 +434,22 @@ def derive_layer_types(fields: dict, model_type: str, num_layers: int, sliding_w
     """
     explicit = fields.get("layer_types")
     if explicit is not None:
+        # Granite 4 spells them 'attention' and 'mamba'; Qwen3.5 'full_attention' and 'linear_attention'.
+        explicit = [FULL_ATTENTION if t == "attention" else t for t in explicit]
         if len(explicit) != num_layers:
             raise KvlabError(f"{where}: layer_types has {len(explicit)} entries but num_hidden_layers is "
                              f"{num_layers}")
-        unknown = sorted({t for t in explicit if t not in (FULL_ATTENTION, SLIDING_ATTENTION)})
+        known = (FULL_ATTENTION, SLIDING_ATTENTION, LINEAR_ATTENTION, MAMBA)
+        unknown = sorted({t for t in explicit if t not in known})
         if unknown:
-            raise KvlabError(f"{where}: layer type {unknown[0]!r} is not modelled: kvlab sizes attention KV caches "
-                             f"('{FULL_ATTENTION}' and '{SLIDING_ATTENTION}' layers), not Mamba or linear-attention "
-                             "state")
+            raise KvlabError(f"{where}: layer type {unknown[0]!r} is not modelled; kvlab sizes {', '.join(known)} "
+                             "layers")
         if SLIDING_ATTENTION in explicit and sliding_window is None:
             raise KvlabError(f"{where}: layer_types has sliding layers but sliding_window is missing")
         return tuple(explicit)
+    hybrid = hybrid_layer_types(fields, model_type, num_layers)
+    if hybrid is not None:
+        return hybrid
     if sliding_window is None:
         return (FULL_ATTENTION,) * num_layers
     pattern = fields.get("sliding_window_pattern")
@@ -380,6 +464,15 @@ def derive_layer_types(fields: dict, model_type: str, num_layers: int, sliding_w
     if pattern:
         return tuple(FULL_ATTENTION if i % pattern == pattern - 1 else SLIDING_ATTENTION for i in range(num_layers))
     return (SLIDING_ATTENTION,) * num_layers
+
+
+def _shared_from_width(fields: dict, moe_width: int | None) -> int | None:
+    """Qwen2-MoE / Qwen3-Next give one shared expert's width (shared_expert_intermediate_size) instead of a count:
+    as a count of routed-expert widths, which is how the parameters are counted."""
+    width = fields.get("shared_expert_intermediate_size")
+    if not width or not moe_width:
+        return None
+    return max(1, round(width / moe_width))
 
 
 def _card_number(text: str | None) -> float | None:
@@ -420,11 +513,13 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
                                                      and not fields.get("use_sliding_window")):
         sliding_window = None  # Qwen2/3: the window is present but off unless use_sliding_window is true
     quantization = fields.get("quantization")
-    if quantization is None and isinstance(fields.get("quantization_config"), dict):
-        quantization = fields["quantization_config"].get("quant_method")
-    if quantization is not None and quantization not in QUANTIZED_EXPERT_BYTES:
-        raise KvlabError(f"{where}: weight quantization {quantization!r} is not modelled; kvlab knows "
-                         f"{sorted(QUANTIZED_EXPERT_BYTES)} (or none)")
+    weight_format = None
+    if isinstance(fields.get("quantization_config"), dict):
+        weight_format = from_quantization_config(fields["quantization_config"], where)
+    elif quantization is not None:
+        weight_format = QUANT_DEFAULTS[check_method(quantization, where)]
+    if weight_format is not None:
+        quantization = weight_format.method
     num_experts = numbers.num_experts or None
     experts_per_token = numbers.experts_per_token
     if num_experts and experts_per_token is None:
@@ -433,6 +528,9 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
     if tie is None:
         tie = TRAITS.get(model_type, DEFAULT_TRAITS).tie_word_embeddings_default
     layer_types = derive_layer_types(fields, model_type, num_layers, sliding_window, where)
+    state = state_layout(fields, model_type, where)
+    if state is None and any(t in (LINEAR_ATTENTION, MAMBA) for t in layer_types):
+        raise KvlabError(f"{where}: the model has linear-attention or Mamba layers but no state sizes kvlab knows")
     if SLIDING_ATTENTION not in layer_types:
         sliding_window = None
     return ModelSpec(
@@ -447,8 +545,10 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
         v_head_dim=numbers.v_head_dim,
         num_experts=num_experts, experts_per_token=experts_per_token if num_experts else None,
         moe_intermediate_size=numbers.moe_intermediate_size,
-        num_shared_experts=numbers.num_shared_experts,
-        first_k_dense_replace=numbers.first_k_dense_replace, quantization=quantization,
+        num_shared_experts=numbers.num_shared_experts if numbers.num_shared_experts is not None else
+        _shared_from_width(fields, numbers.moe_intermediate_size),
+        first_k_dense_replace=numbers.first_k_dense_replace, quantization=quantization, weight_format=weight_format,
+        state=state,
         aliases=aliases,
         num_params_card=_card_number(fields.get("params_total_card")),
         num_active_params_card=_card_number(fields.get("params_active_card")),

@@ -84,6 +84,7 @@ def model_dict(m) -> dict:
 def gpus(as_json: bool = typer.Option(False, "--json", help="Print the catalogue as JSON.")) -> None:
     """The GPUs kvlab knows: memory (and which figure it is), bandwidth and peak FLOP/s, with sources."""
     from kvlab.catalog import list_gpus
+    from kvlab.catalog.gpus import ambiguous_aliases
 
     specs = list_gpus()
     if as_json:
@@ -104,4 +105,10 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print the catalogue
         flops = "-" if g.peak_flops is None else f"{g.peak_flops / 1e12:,.1f}"
         table.add_row(g.id, f"{g.memory_gib:.2f}", g.memory_bytes_source.replace("_", " "), bandwidth, flops,
                       g.peak_flops_kind or "no source")
-    Console(highlight=False).print(table)
+    console = Console(highlight=False)
+    console.print(table)
+    # Every name --gpu takes (case, spaces, '-' and '_' do not matter), and the names refused as fitting two cards.
+    console.print("Names: " + "; ".join(f"{g.id} = {', '.join(g.aliases)}" if g.aliases else g.id for g in specs),
+                  soft_wrap=False)
+    console.print("Refused (fit two cards): " + "; ".join(f"{name}: {' or '.join(ids)}"
+                                                        for name, ids in ambiguous_aliases().items()))

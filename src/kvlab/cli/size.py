@@ -20,6 +20,16 @@ ModelArg = Annotated[str, typer.Argument(help="Catalogue name (see `kvlab models
                                              "holding one, or a Hugging Face id.", show_default=False)]
 ConcOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Requests that should fit at once.")]
 CtxOpt = Annotated[Optional[int], typer.Option("--context-len", help="Tokens per request (prompt + answer).")]
+VersionOpt = Annotated[Optional[str], typer.Option(
+    "--vllm-version", help="Whose startup arithmetic to follow, e.g. 0.10.1 (docs/sizing.md lists what changed).",
+    show_default="the newest kvlab knows")]
+QuantOpt = Annotated[Optional[str], typer.Option(
+    "--quantization", "-q", help="Weight format when config.json names none: fp8, int8, gptq, awq, auto-round, "
+    "mxfp4, nvfp4, bitsandbytes (vLLM's --quantization).", show_default="the checkpoint's")]
+EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (vLLM's --enforce-eager).")]
+SamplerOpt = Annotated[Optional[str], typer.Option(
+    "--sampler", help="Top-k/top-p sampler of vLLM's profiling run, as its log names it: flashinfer or pytorch.",
+    show_default="the vLLM version's usual one")]
 
 # The options `kvlab size` and `kvlab fit` share (``build_config``'s arguments): the ones that decide the KV cache,
 # declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
@@ -37,6 +47,20 @@ def _note_block_size(block_size: int, as_json: bool) -> None:
         Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
 
 
+def weight_dtype(options: dict, quantization: str | None, as_json: bool) -> str | None:
+    """``--dtype fp8`` asks for FP8 weights, which vLLM spells ``--quantization fp8`` (its --dtype is the
+    activations'): sized as that, with a note, rather than refused. Returns the quantization to size with."""
+    if options.get("dtype") not in ("fp8", "fp8_e4m3"):
+        return quantization
+    options["dtype"] = "auto"
+    if not as_json:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print("note: --dtype fp8 sized as vLLM's --quantization fp8 (FP8 "
+                                                    "weights, activations in the checkpoint's dtype)", style="yellow")
+    return quantization or "fp8"
+
+
 def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
     """The GPU as kvlab names it: --gpu-memory-gib replaces the memory of --gpu, and the name says so."""
     return gpu_id if gpu_memory_gib is None else f"{gpu_id} with {gpu_memory_gib:g} GiB"
@@ -44,7 +68,7 @@ def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
 
 def build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
                  block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
-                 available_kv_gib):
+                 available_kv_gib, vllm_version=None, quantization=None, enforce_eager=False, sampler=None):
     """(GpuSpec or None, SizingConfig) from the command-line options. With --gpu and --gpu-memory-gib both, the
     GPU keeps its name and defaults and takes the given memory, as in `kvlab run`."""
     from dataclasses import replace
@@ -66,6 +90,7 @@ def build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_si
         pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         available_kv_bytes=None if available_kv_gib is None else round(available_kv_gib * GIB),
+        vllm_version=vllm_version, quantization=quantization, enforce_eager=enforce_eager, sampler=sampler,
     )
     return spec, config
 
@@ -91,22 +116,28 @@ def _per_token_rows(model, layout, tp: int) -> list[tuple[str, str, str]]:
     """Rows for the per-token numbers; ``layout`` is a KVLayout or a SizingResult (same field names)."""
     kvb, kv_dtype = layout.kv_dtype_bytes, layout.kv_cache_dtype
     if model.is_mla:
-        per_token = (f"1 latent (MLA, no separate K and V) x {model.num_hidden_layers} layers x "
+        per_token = (f"1 latent (MLA, no separate K and V) x {model.num_attention_layers} layers x "
                      f"({model.kv_lora_rank} kv_lora_rank + {model.qk_rope_head_dim} qk_rope_head_dim) x "
                      f"{kvb} B ({kv_dtype})")
         per_gpu = (f"{layout.num_layers_per_gpu} layers x 1 latent: MLA's latent is not split by tensor "
                    "parallelism")
         page = f"{layout.kv_cache_groups[0].spec.block_size} tokens x {model.kv_head_size} x {kvb} B"
     else:
-        per_token = (f"2 (K and V) x {model.num_hidden_layers} layers x {model.num_key_value_heads} KV heads x "
+        per_token = (f"2 (K and V) x {model.num_attention_layers} layers x {model.num_key_value_heads} KV heads x "
                      f"{model.head_dim} head_dim x {kvb} B ({kv_dtype})")
         derived = model.hidden_size // model.num_attention_heads
         if model.head_dim != derived:
             per_token += f"; head_dim from config.json, not hidden_size / heads = {derived}"
         split = f"{model.num_key_value_heads} KV heads / TP {tp}, at least 1" if tp > 1 else "all KV heads"
-        per_gpu = f"{layout.num_layers_per_gpu} layers x {layout.num_kv_heads_per_gpu} KV heads ({split})"
+        attention_layers = round(layout.num_layers_per_gpu * model.num_attention_layers / model.num_hidden_layers)
+        per_gpu = f"{attention_layers} layers x {layout.num_kv_heads_per_gpu} KV heads ({split})"
         page = (f"2 x {layout.kv_cache_groups[0].spec.block_size} tokens x {layout.num_kv_heads_per_gpu} heads x "
                 f"{model.head_dim} x {kvb} B")
+    if model.state is not None:
+        page += ("; a linear-attention/Mamba layer's state padded to the same page (the attention block grown to "
+                 "hold it)")
+        per_token += (f"; the other {model.num_hidden_layers - model.num_attention_layers} layers keep a fixed "
+                      f"{model.state.kind} state per request instead")
     if model.num_sliding_layers:
         per_token += (f"; {model.num_sliding_layers} of the layers keep only a {model.sliding_window:,}-token "
                       "window per request")
@@ -117,14 +148,9 @@ def _per_token_rows(model, layout, tp: int) -> list[tuple[str, str, str]]:
     ]
 
 
-def _weights_row(model, weights_bytes: int, act_bytes: int, tp: int, pp: int) -> tuple[str, str, str]:
-    how = f"{model.num_params / 1e9:,.2f} B parameters counted from the architecture x {act_bytes} B"
-    if model.quantization == "fp8":
-        how += " (linear layers fp8: 1 B)"
-    elif model.quantization == "mxfp4":
-        how += " (MoE experts mxfp4: 4.25 bits)"
-    if model.is_moe:
-        how += f", all {model.num_experts} experts"
+def _weights_row(model, weights_bytes: int, act_bytes: int, tp: int, pp: int,
+                 quantization: str | None = None) -> tuple[str, str, str]:
+    how = model.weights_source(quantization) + f"; the rest {act_bytes} B"
     if tp > 1 or pp > 1:
         how += f"; split over TP {tp} x PP {pp} (the heaviest GPU shown)"
     return ("Weights per GPU", gib(weights_bytes), how)
@@ -148,7 +174,9 @@ def _per_request_text(result) -> str:
     bs, length, in_flight = result.block_size, result.max_model_len, result.max_in_flight_tokens
     terms = {}
     for g in result.kv_cache_groups:
-        if g.spec.kind == "sliding_attention":
+        if g.spec.kind == "mamba":
+            text = "1 state block"
+        elif g.spec.kind == "sliding_attention":
             w = g.spec.sliding_window
             text = (f"sliding: ceil(min({w:,} - 1 + {in_flight:,} in flight, {length:,}) / {bs}) + 1 = "
                     f"{g.spec.max_num_blocks_per_request(length, in_flight):,}")
@@ -156,23 +184,6 @@ def _per_request_text(result) -> str:
             text = f"ceil({length:,} / {bs}) = {g.spec.max_num_blocks_per_request(length, in_flight):,}"
         terms[text] = terms.get(text, 0) + 1
     return " + ".join(f"{n} x ({t})" if n > 1 else t for t, n in terms.items())
-
-
-def _estimate_text(result, model) -> str:
-    from kvlab.catalog.models import DTYPE_BYTES
-
-    act_bytes = DTYPE_BYTES[result.dtype]
-    if model.is_moe:
-        width = (f"({model.experts_per_token}+{model.num_shared_experts or 0}) experts x "
-                 f"{model.moe_intermediate_size or model.intermediate_size:,}")
-    else:
-        width = f"{model.intermediate_size:,}"
-    tp = result.tensor_parallel_size
-    return (f"an estimate, not vLLM's measurement: peak activation {gib(result.activation_bytes)} = "
-            f"{result.max_num_batched_tokens:,} batched tokens x (4 x {model.hidden_size:,} + 3 x {width}"
-            f"{' / TP ' + str(tp) if tp > 1 else ''}) x {act_bytes} B + sampler {result.max_num_seqs} x "
-            f"{model.vocab_size:,} vocab x 4 B x 2; non-torch {gib(result.non_torch_bytes)} and CUDA graphs "
-            f"{gib(result.cuda_graph_bytes)} (fixed figures)")
 
 
 def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
@@ -183,18 +194,22 @@ def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
                  f"{result.bytes_per_block // result.page_size_bytes} layers x {result.page_size_bytes:,} B; "
                  + _groups_text(result)))
     rows.append(_weights_row(model, result.weights_bytes, DTYPE_BYTES[result.dtype], result.tensor_parallel_size,
-                             result.pipeline_parallel_size))
+                             result.pipeline_parallel_size, result.quantization))
     if result.requested_memory_bytes is not None:
         where = f"{gpu.id}, {gpu.memory_bytes_source.replace('_', ' ')}" if gpu else "--gpu-memory-gib"
         rows.append(("GPU memory requested", gib(result.requested_memory_bytes),
                      f"{gib(result.gpu_memory_bytes)} ({where}) x {result.gpu_memory_utilization} "
                      "gpu_memory_utilization"))
-    rows.append(("Activation + other (estimate)", gib(result.other_estimate_bytes), _estimate_text(result, model)))
+    terms = {t.name: t for t in result.profile_terms}
+    for name, label in (("peak activation", "Peak activation"), ("non-torch", "Non-torch memory"),
+                        ("CUDA graphs", "CUDA graphs")):
+        rows.append((label, gib(terms[name].bytes), terms[name].source))
     if result.available_kv_source == "given":
         budget = "given with --available-kv-gib (vLLM's own 'Available KV cache memory')"
     else:
         budget = (f"{gib(result.requested_memory_bytes)} requested - {gib(result.weights_bytes)} weights - "
-                  f"{gib(result.other_estimate_bytes)} estimate")
+                  f"{gib(result.activation_bytes)} activation - {gib(result.non_torch_bytes)} non-torch - "
+                  f"{gib(result.cuda_graph_bytes)} CUDA graphs")
     rows.append(("KV cache budget", gib(result.available_kv_bytes), budget))
     rows.append(("Blocks", f"{result.num_blocks:,}",
                  f"{result.available_kv_bytes:,} B // {result.bytes_per_block:,} B per block"
@@ -244,6 +259,8 @@ def _title(model, gpu, config, result=None) -> str:
     if result is not None:
         text += (f" · {result.dtype} · KV {result.kv_cache_dtype} · block_size {result.block_size} · max_model_len "
                  f"{result.max_model_len:,}")
+        text += (f"\nvLLM {result.vllm_version}'s rules (those of {result.vllm_rules_since} on"
+                 f"{', the newest kvlab knows' if config.vllm_version is None else ''}; docs/sizing.md)")
     return text
 
 
@@ -274,6 +291,10 @@ def size(
     model: ModelArg,
     concurrency: ConcOpt = None,
     context_len: CtxOpt = None,
+    vllm_version: VersionOpt = None,
+    quantization: QuantOpt = None,
+    enforce_eager: EagerOpt = False,
+    sampler: SamplerOpt = None,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -286,7 +307,9 @@ def size(
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
-    gpu_spec, config = build_config(**options)
+    quantization = weight_dtype(options, quantization, as_json)
+    gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
+                                    enforce_eager=enforce_eager, sampler=sampler)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
@@ -299,7 +322,8 @@ def size(
         data = result.to_dict()
         data["model"] = {"id": spec.id, "hf_repo": spec.hf_repo, "origin": spec.origin, "attention": spec.attention}
         data["estimate_note"] = ("activation_bytes, non_torch_bytes and cuda_graph_bytes are kvlab's estimate; "
-                                 "vLLM measures them in a profiling run")
+                                 "vLLM measures them at startup")
+        data["profile_terms"] = [{"name": t.name, "bytes": t.bytes, "source": t.source} for t in result.profile_terms]
         data["workload"] = fit.to_dict() if fit else None
         typer.echo(json.dumps(data, indent=1))
         return
@@ -364,6 +388,10 @@ def fit(
     model: ModelArg,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Requests at once, for the longest context.")] = 1,
     context_len: CtxOpt = None,
+    vllm_version: VersionOpt = None,
+    quantization: QuantOpt = None,
+    enforce_eager: EagerOpt = False,
+    sampler: SamplerOpt = None,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -384,7 +412,9 @@ def fit(
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
-    gpu_spec, config = build_config(**options)
+    quantization = weight_dtype(options, quantization, as_json)
+    gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
+                                    enforce_eager=enforce_eager, sampler=sampler)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "

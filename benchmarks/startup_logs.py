@@ -1,0 +1,377 @@
+"""kvlab's sizing against real vLLM startup logs: each term predicted from scratch against what vLLM printed.
+
+    python benchmarks/startup_logs.py            # per log: weights, activation, non-torch, CUDA graphs,
+                                                 # available KV, KV tokens, max concurrency; then the shares
+    python benchmarks/startup_logs.py --fit      # also the coefficients the logs of the fitting half imply
+
+The corpus is tests/data/startup_logs/index.json (one entry per log: where it comes from, the settings it was
+started with, the figures it printed); models the catalogue lacks are read from tests/data/model_configs/. The
+printed figures are read again from each log with kvlab's own reader (kvlab.vllm.log) and checked against the
+index. Logs are split in two by a hash of their id: the estimates' coefficients (kvlab.memory_profile.FIT) may be
+fitted on the "fit" half only; the "held-out" half says how they do on logs they have not seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "data" / "startup_logs"
+CONFIGS = (ROOT / "tests" / "data" / "model_configs", ROOT / "tests" / "data" / "sizing_configs",
+           Path("/work/shared/data/model-configs"))
+GIB = 2**30
+WITHIN = 0.02
+
+
+def split_of(log_id: str) -> str:
+    return "fit" if zlib.crc32(log_id.encode()) % 2 == 0 else "held-out"
+
+
+def find_model(entry: dict):
+    """The model of a log: a config.json the corpus carries for it, else the catalogue; None with the reason."""
+    from kvlab.catalog.config import load_config_path
+    from kvlab.catalog.models import find_catalogue_model
+
+    model = str(entry.get("model") or "").split(" (")[0]
+    names = [entry.get("model_config"), model.split("/")[-1], model.split("/")[-1].lower(), model.replace("/", "--")]
+    for folder in (entry["_folder"].parent / "model_configs", *CONFIGS):
+        for name in filter(None, names):
+            for path in (folder / name, folder / f"{name}.json", folder / name / "config.json"):
+                if path.is_file():
+                    return load_config_path(str(path)), None
+    spec = find_catalogue_model(model) or find_catalogue_model(model.split("/")[-1])
+    if spec is not None:
+        return spec, None
+    return None, (f"no config.json for {model.split(' (')[0]!r} in the catalogue, tests/data/model_configs or "
+                  "tests/data/sizing_configs")
+
+
+def gpu_named_in(text: str) -> str | None:
+    """The one catalogue GPU whose id or alias the index's GPU text names ('NVIDIA GeForce RTX 3090 (4 cards)'),
+    for entries written before the catalogue had the card; None when none or several match."""
+    import re
+
+    from kvlab.catalog import list_gpus
+    from kvlab.catalog.models import name_key
+
+    words = name_key(re.sub(r"\(.*", "", text))
+    hits = {g.id for g in list_gpus() for name in (g.id, *g.aliases)
+            if len(name_key(name)) > 4 and name_key(name) in words}
+    return hits.pop() if len(hits) == 1 else None
+
+
+def printed_total_gib(entry: dict) -> float | None:
+    """The GPU total the log prints ('Free memory on device (78.66/79.19 GiB)'), or the index's."""
+    import re
+
+    if entry["printed"].get("total_gib"):
+        return entry["printed"]["total_gib"]
+    try:
+        text = (entry["_folder"] / entry["file"]).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"Free memory on device \(([\d.]+)/([\d.]+) GiB\)", text)
+    return float(match.group(2)) if match else None
+
+
+def sampler_of(entry: dict) -> str | None:
+    """The top-k/top-p sampler the log names (vLLM prints which one it uses), or None."""
+    try:
+        text = (entry["_folder"] / entry["file"]).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    if "Using FlashInfer for top-p & top-k sampling" in text:
+        return "flashinfer"
+    if "PyTorch-native implementation of top-p & top-k sampling" in text:
+        return "pytorch"
+    return None
+
+
+def quantization_of(entry: dict) -> str | None:
+    """The --quantization the entry states, when the model's config does not carry it."""
+    text = str(entry.get("quantization") or "").lower()
+    for name in ("nvfp4", "mxfp4", "fp8", "awq", "gptq", "int4", "int8"):
+        if name in text:
+            return {"int4": "gptq"}.get(name, name)
+    return None
+
+
+@dataclass
+class Row:
+    entry: dict
+    error: str | None = None
+    predicted: dict = field(default_factory=dict)
+    printed: dict = field(default_factory=dict)
+    reader: dict = field(default_factory=dict)
+
+
+def predict(entry: dict) -> Row:
+    from kvlab.catalog import get_gpu
+    from kvlab.errors import KvlabError
+    from kvlab.memory_profile import model_family
+    from kvlab.sizing import SizingConfig, size_kv_cache
+
+    row = Row(entry, printed=dict(entry.get("printed") or {}))
+    total = printed_total_gib(entry)
+    gpu_id = entry.get("gpu_kvlab") or gpu_named_in(str(entry.get("gpu") or ""))
+    if not gpu_id and total is None:
+        row.error = f"GPU {str(entry.get('gpu'))[:60]!r} is not in kvlab's catalogue and the log prints no total"
+        return row
+    if not entry.get("vllm_version") or not str(entry["vllm_version"])[:1].isdigit():
+        row.error = f"the log states no vLLM version ({entry.get('vllm_version')!r}), and the rules differ by version"
+        return row
+    if "--decode-context-parallel-size" in str(entry.get("other_flags")):
+        row.error = "decode context parallelism (--decode-context-parallel-size) is not modelled"
+        return row
+    model, why = find_model(entry)
+    if model is None:
+        row.error = why
+        return row
+    try:
+        if gpu_id:
+            gpu = get_gpu(gpu_id)
+        else:  # the card is not named, but vLLM printed its total: size with that memory, as --gpu-memory-gib does
+            from kvlab.catalog.gpus import GpuSpec
+
+            gpu = GpuSpec(id=f"a {total} GiB GPU", memory_bytes=round(total * GIB),
+                          memory_bytes_source="printed by the log", memory_bandwidth_bytes_per_s=None, peak_flops=None)
+        kv_dtype = entry.get("kv_cache_dtype") or "auto"
+        dtype = entry.get("dtype") or "auto"
+        settings = dict(
+            gpu_memory_utilization=entry.get("gpu_memory_utilization") or 0.9,
+            tensor_parallel_size=entry.get("tensor_parallel_size") or 1,
+            pipeline_parallel_size=entry.get("pipeline_parallel_size") or 1,
+            max_model_len=entry.get("max_model_len"), max_num_batched_tokens=entry.get("max_num_batched_tokens"),
+            max_num_seqs=entry.get("max_num_seqs"), kv_cache_dtype=kv_dtype if kv_dtype != "None" else "auto",
+            dtype=dtype if dtype in ("auto", "float16", "bfloat16", "float32") else "auto",
+            vllm_version=entry.get("vllm_version"), enforce_eager=bool(entry.get("enforce_eager")),
+            sampler=sampler_of(entry),
+            quantization=None if model.weight_format is not None else quantization_of(entry))
+        config = SizingConfig.for_gpu(gpu, **settings)
+        result = size_kv_cache(model, config)
+    except KvlabError as exc:
+        if "config" in locals() and ("no memory left" in str(exc) or "does not fit" in str(exc)):
+            row.predicted = failed_start(model, config)  # vLLM too printed a budget of zero or less, or ran out
+            return row
+        row.error = str(exc)
+        return row
+    row.predicted = {
+        "weights_gib": result.weights_bytes / GIB, "activation_gib": result.activation_bytes / GIB,
+        "non_torch_gib": result.non_torch_bytes / GIB, "cuda_graph_gib": result.cuda_graph_bytes / GIB,
+        "available_kv_gib": result.available_kv_bytes / GIB, "kv_cache_tokens": result.num_tokens,
+        "max_concurrency": result.max_concurrency, "requested_gib": result.requested_memory_bytes / GIB,
+        "multimodal": bool(model.vision_params), "rules": result.vllm_rules_since,
+        "family": model_family(model.state is not None, bool(model.vision_params), model.is_moe),
+        "sampler": sampler_of(entry) or SizingConfig(vllm_version=entry.get("vllm_version")).rules.default_sampler,
+        "sampler_named": sampler_of(entry) is not None, "logits": (min(result.max_num_seqs, result.max_num_batched_tokens)
+                                                 * model.vocab_size),
+    }
+    return row
+
+
+def failed_start(model, config) -> dict:
+    """The memory profile where kvlab finds no room for the cache (the terms, a budget of zero or less)."""
+    from kvlab.catalog.models import DTYPE_BYTES
+    from kvlab.memory_profile import model_family
+    from kvlab.sizing import pipeline_stages, resolve_dtype, stage_profiles
+
+    stages = pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size)
+    profile = stage_profiles(model, config, stages, DTYPE_BYTES[resolve_dtype(model, config.dtype)])[0]
+    return {
+        "weights_gib": profile.weights.bytes / GIB, "activation_gib": profile.activation.bytes / GIB,
+        "non_torch_gib": profile.non_torch.bytes / GIB, "cuda_graph_gib": profile.cuda_graphs.bytes / GIB,
+        "available_kv_gib": profile.available_bytes / GIB, "kv_cache_tokens": None, "max_concurrency": None,
+        "requested_gib": profile.requested.bytes / GIB, "multimodal": bool(model.vision_params),
+        "rules": config.rules.since, "family": model_family(model.state is not None, bool(model.vision_params),
+                                                               model.is_moe),
+        "sampler": config.sampler or config.rules.default_sampler, "sampler_named": config.sampler is not None,
+        "logits": min(config.resolved_max_num_seqs, config.resolved_max_num_batched_tokens) * model.vocab_size,
+    }
+
+
+def read_log(entry: dict) -> dict:
+    """The figures kvlab's own log reader finds in the log file."""
+    from kvlab.errors import KvlabError
+    from kvlab.vllm.log import parse_vllm_log
+
+    path = entry["_folder"] / entry["file"]
+    try:
+        log = parse_vllm_log(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, KvlabError) as exc:
+        return {"error": str(exc).splitlines()[0][:100]}
+    return {"kv_cache_tokens": log.kv_cache_tokens, "max_concurrency": log.max_concurrency,
+            "available_kv_gib": log.available_kv_cache_gib, "model_loading_gib": log.model_weights_gib}
+
+
+def rel(predicted, printed) -> float | None:
+    if predicted is None or not printed:
+        return None
+    return (predicted - printed) / printed
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def num(x, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+TERMS = (("weights GiB", "weights_gib", "model_loading_gib"), ("activation GiB", "activation_gib", "activation_gib"),
+         ("non-torch GiB", "non_torch_gib", "non_torch_gib"), ("CUDA graphs GiB", "cuda_graph_gib", "cuda_graph_gib"),
+         ("available KV GiB", "available_kv_gib", "available_kv_gib"))
+
+
+def print_row(row: Row) -> None:
+    e = row.entry
+    print(f"\n{e['id']}  [{split_of(e['id'])}]  vLLM {e.get('vllm_version')} · {e.get('num_gpus')} x "
+          f"{e.get('gpu_kvlab') or e.get('gpu')} · TP {e.get('tensor_parallel_size')} · {', '.join(e.get('layout', []))}")
+    mismatch = [f"{k} reader {row.reader.get(k)} vs index {row.printed.get(k)}" for k in
+                ("kv_cache_tokens", "max_concurrency", "available_kv_gib", "model_loading_gib")
+                if row.reader.get(k) is not None and row.printed.get(k) is not None
+                and abs(row.reader[k] - row.printed[k]) > 1e-6 * max(1, abs(row.printed[k]))]
+    if "error" in row.reader:
+        print(f"  log reader: {row.reader['error']}")
+    elif mismatch:
+        print("  log reader disagrees with index.json: " + "; ".join(mismatch))
+    if row.error:
+        print(f"  not sized: {row.error}")
+        return
+    p, q = row.predicted, row.printed
+    print(f"  rules of {p['rules']} on; requested {p['requested_gib']:.2f} GiB")
+    for label, mine, theirs in TERMS:
+        printed = q.get(theirs)
+        note = ""
+        if mine == "cuda_graph_gib" and printed is not None and p["cuda_graph_gib"] == 0:
+            note = "  (printed after the cache was allocated: not deducted)"
+        err = None if printed is None or note else p[mine] - printed
+        print(f"  {label:<18} {p[mine]:>10.2f}  printed {num(printed):>8}  error "
+              f"{'-' if err is None else f'{err:+.2f} GiB'}{note}")
+    for label, key, fmt in (("KV tokens", "kv_cache_tokens", ",d"), ("max concurrency", "max_concurrency", ".2f")):
+        print(f"  {label:<18} {num(p[key], fmt):>10}  printed {num(q.get(key), fmt):>8}  error "
+              f"{pct(rel(p[key], q.get(key)))}")
+
+
+def cause(row: Row) -> str:
+    """Which term the error comes from: the largest gap among terms the log prints, else the estimated ones."""
+    p, q = row.predicted, row.printed
+    gaps = {label: p[mine] - q[theirs] for label, mine, theirs in TERMS[:3]
+            if q.get(theirs) is not None and not (mine == "cuda_graph_gib" and p[mine] == 0)}
+    budget = None if q.get("available_kv_gib") is None else p["available_kv_gib"] - q["available_kv_gib"]
+    if gaps:
+        label, gap = max(gaps.items(), key=lambda kv: abs(kv[1]))
+        if abs(gap) >= 0.05:
+            return f"{label} off by {gap:+.2f} GiB (printed by the log)"
+    if budget is None:
+        return "the log prints no budget to compare"
+    estimated = ", ".join(f"{label.split()[0]} {p[mine]:.2f}" for label, mine, theirs in TERMS[:4]
+                          if q.get(theirs) is None)
+    return f"budget off by {budget:+.2f} GiB: the estimated terms ({estimated} GiB), which the log does not print"
+
+
+def summary(rows: list[Row]) -> None:
+    print("\n== summary ==")
+    for part in ("fit", "held-out", "all"):
+        chosen = [r for r in rows if part == "all" or split_of(r.entry["id"]) == part]
+        sized = [r for r in chosen if not r.error]
+        for label, key in (("KV tokens", "kv_cache_tokens"), ("max concurrency", "max_concurrency")):
+            errors = [rel(r.predicted[key], r.printed.get(key)) for r in sized
+                      if r.printed.get(key) and r.predicted[key] is not None]
+            within = sum(abs(x) <= WITHIN for x in errors)
+            print(f"  {part:<8} {label:<16} within 2%: {within} of {len(errors)} sized logs "
+                  f"({within / len(errors):.0%})" if errors else f"  {part:<8} {label:<16} no sized log",
+                  f"· {len(chosen)} logs in all, {len(chosen) - len(sized)} not sized")
+    text_only = [r for r in rows if not r.error and r.printed.get("model_loading_gib") is not None
+                 and not r.predicted["multimodal"] and "multimodal" not in r.entry.get("layout", [])]
+    errs = [r.predicted["weights_gib"] - r.printed["model_loading_gib"] for r in text_only]
+    ok = sum(abs(x) <= 0.1 for x in errs)
+    print(f"  weights (text-only): {ok} of {len(errs)} within 0.1 GiB of 'Model loading took'; errors "
+          + ", ".join(f"{r.entry['id']} {x:+.2f}" for r, x in zip(text_only, errs)))
+    outliers = [r for r in rows if not r.error and r.predicted["kv_cache_tokens"] is not None
+                and r.printed.get("kv_cache_tokens")
+                and abs(rel(r.predicted["kv_cache_tokens"], r.printed["kv_cache_tokens"])) > WITHIN]
+    for r in outliers:
+        print(f"  outlier {r.entry['id']}: tokens {pct(rel(r.predicted['kv_cache_tokens'], r.printed['kv_cache_tokens']))}"
+              f"; {cause(r)}")
+    missing = [r for r in rows if r.error]
+    if missing:
+        print("  not sized: " + "; ".join(f"{r.entry['id']}: {r.error[:90]}" for r in missing))
+
+
+def fit(rows: list[Row]) -> None:
+    """What the fitting half implies. 'Other' memory = requested - weights - available, from printed figures (the
+    weights predicted where the log prints none and the model is text-only and unquantized: there kvlab's are
+    exact), less kvlab's non-torch and CUDA-graph estimates, is the activation vLLM measured. First the sampler's
+    bytes per logit, from dense logs that name their sampler: least squares of (other - forward estimate) on the
+    logits. Then each other family's scale on its forward estimate: least squares of (other - sampler) on it."""
+    from kvlab.memory_profile import FIT
+
+    print("\n== fit (logs of the fitting half only) ==")
+    points = []
+    for r in rows:
+        if r.error or split_of(r.entry["id"]) != "fit" or r.printed.get("available_kv_gib") is None:
+            continue
+        q, p = r.printed, r.predicted
+        weights = q.get("model_loading_gib")
+        if weights is None and (p["multimodal"] or r.entry.get("quantization")):
+            continue
+        weights = p["weights_gib"] if weights is None else weights
+        measured = p["requested_gib"] - weights - q["available_kv_gib"] - p["non_torch_gib"] - p["cuda_graph_gib"]
+        sampler = p["sampler"] + ("" if p["sampler_named"] else " (default)")
+        per_logit = FIT.sampler_bytes_per_logit[p["sampler"]]
+        logits_gib = p["logits"] / GIB
+        scale = FIT.activation_scale.get(p["family"], 1.0)
+        forward = (p["activation_gib"] - per_logit * logits_gib) / scale
+        points.append((r.entry["id"], p["family"], p["sampler"], measured, forward, logits_gib))
+        print(f"  {r.entry['id']:<46} {p['family']:<10} sampler {sampler:<20} activation measured {measured:5.2f} "
+              f"GiB; estimate: forward {forward:.2f} + {p['logits'] / 1e6:.1f} M logits")
+    fitted = dict(FIT.sampler_bytes_per_logit)
+    named = {r.entry["id"] for r in rows if not r.error and r.predicted["sampler_named"]}
+    for impl in ("flashinfer", "pytorch"):
+        chosen = [pt for pt in points if pt[1] == "dense" and pt[2] == impl and pt[0] in named]
+        if chosen:
+            value = sum((m - f) * n for _, _, _, m, f, n in chosen) / sum(n * n for *_, n in chosen)
+            fitted[impl] = value
+            print(f"  sampler_bytes_per_logit[{impl!r}] = {value:.1f}  (on {len(chosen)} dense log"
+                  f"{'s' if len(chosen) > 1 else ''}: {', '.join(pt[0] for pt in chosen)})")
+    for family in ("moe", "hybrid", "multimodal"):
+        chosen = [pt for pt in points if pt[1] == family]
+        if chosen:
+            rest = [(m - fitted[impl] * n, f) for _, _, impl, m, f, n in chosen]
+            value = sum(x * f for x, f in rest) / sum(f * f for _, f in rest)
+            print(f"  activation_scale[{family!r}] = {value:.2f}  (on {len(chosen)} log"
+                  f"{'s' if len(chosen) > 1 else ''}: {', '.join(pt[0] for pt in chosen)})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true", help="also print what the fitting half implies")
+    parser.add_argument("--corpus", type=Path, default=CORPUS / "index.json")
+    args = parser.parse_args(argv)
+    if not args.corpus.is_file():
+        print(f"no corpus at {args.corpus}: the startup-log corpus (tests/data/startup_logs/index.json) is not here",
+              file=sys.stderr)
+        return 2
+    entries = json.loads(args.corpus.read_text(encoding="utf-8"))
+    for entry in entries:
+        entry["_folder"] = args.corpus.parent
+    rows = []
+    for entry in entries:
+        row = predict(entry)
+        row.reader = read_log(entry)
+        print_row(row)
+        rows.append(row)
+    summary(rows)
+    if args.fit:
+        fit(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "src"))
+    sys.exit(main())

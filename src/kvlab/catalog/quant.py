@@ -1,0 +1,151 @@
+"""Quantized weight layouts: the bytes one parameter takes in a checkpoint's format, read from ``quantization_config``.
+
+A linear layer of ``rows x cols`` parameters quantized to ``bits`` with one scale per ``group_size`` values (and a
+zero point per group when asymmetric) takes::
+
+    rows x cols x (bits / 8  +  (scale_bytes + zero_point_bits / 8) / group_size)
+
+e.g. GPTQ/AWQ INT4 with groups of 128 and fp16 scales: 0.5 + 2 / 128 (+ 0.5 / 128 with AWQ's zero points) bytes per
+parameter; MXFP4: 4 bits + one 8-bit scale per 32 = 4.25 bits; NVFP4: 4 bits + one fp8 scale per 16 = 4.5 bits;
+FP8 with 128 x 128 block scales: 1 + 4 / 16384. Per-channel and per-tensor scales (one per output row or one per
+matrix) are below a thousandth of the weights and not counted. What is never quantized: embeddings, norms, the MoE
+router, and the lm_head unless the format says so (vLLM's quant methods skip them: UnquantizedEmbeddingMethod,
+``modules_to_not_convert`` / ``ignore``). vLLM repacks INT4 and FP8 into Marlin's layout on GPUs whose tensor cores
+lack the format (FP8 before Ada, FP4 before Blackwell): the same bits and scales, so the same bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvlab.errors import KvlabError
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How a checkpoint stores its quantized weights. ``scope``: "linear" (every linear layer of the decoder) or
+    "experts" (only the routed experts, gpt-oss's MXFP4)."""
+
+    method: str
+    bits: int
+    group_size: int | None = None  # values per scale; None: per channel or per tensor (not counted)
+    scale_bytes: float = 0.0
+    zero_point_bits: int = 0
+    scope: str = "linear"
+
+    @property
+    def bytes_per_param(self) -> float:
+        overhead = 0.0 if not self.group_size else (self.scale_bytes + self.zero_point_bits / 8) / self.group_size
+        return self.bits / 8 + overhead
+
+    @property
+    def text(self) -> str:
+        groups = f", a {self.scale_bytes:g}-B scale" if self.group_size else ""
+        if self.group_size:
+            groups += f"{' + ' + str(self.zero_point_bits) + '-bit zero point' if self.zero_point_bits else ''} " \
+                      f"per {self.group_size:,} values"
+        where = "routed experts" if self.scope == "experts" else "linear layers"
+        return f"{self.method} {where}: {self.bits} bits{groups} = {self.bytes_per_param:.4g} B per parameter"
+
+
+# The format each method name means when nothing more is said (--quantization, or a config naming only the method).
+DEFAULTS = {
+    "fp8": WeightFormat("fp8", 8),
+    "fbgemm_fp8": WeightFormat("fbgemm_fp8", 8),
+    "int8": WeightFormat("int8", 8),
+    "gptq": WeightFormat("gptq", 4, 128, 2.0),
+    "awq": WeightFormat("awq", 4, 128, 2.0, 4),
+    "auto-round": WeightFormat("auto-round", 4, 128, 2.0),
+    "mxfp4": WeightFormat("mxfp4", 4, 32, 1.0, scope="experts"),
+    "nvfp4": WeightFormat("nvfp4", 4, 16, 1.0),
+    "bitsandbytes": WeightFormat("bitsandbytes", 4, 64, 4.0),
+}
+# Names vLLM and checkpoints use for the same methods.
+SPELLINGS = {"gptq_marlin": "gptq", "awq_marlin": "awq", "auto_round": "auto-round", "autoround": "auto-round",
+             "modelopt_fp4": "nvfp4", "w8a8": "int8", "ptpc_fp8": "fp8", "fp8_e4m3": "fp8", "gpt_oss_mxfp4": "mxfp4"}
+
+
+def expert_padding(fmt: WeightFormat | None, capability: float | None,
+                   hopper_padding: tuple[int, int]) -> tuple[int, int]:
+    """(multiple the expert width per GPU is rounded up to, multiple the hidden size is rounded up to) when vLLM
+    lays out MXFP4 experts (Mxfp4MoEMethod.create_weights): Marlin's layout pads the width to 128 and the hidden
+    size to 256 (gpt-oss-120b TP 4 on A100 with 0.10.1: 17.15 GiB against 17.22 printed); from compute capability
+    9.0 the version's ``hopper_padding`` (kvlab.vllm_rules). (1, 1): no padding."""
+    if fmt is None or fmt.method != "mxfp4":
+        return 1, 1
+    if capability is not None and capability < 9.0:
+        return 128, 256
+    return hopper_padding
+
+
+def check_method(method: str, where: str) -> str:
+    """The canonical method name, or a one-line refusal naming the known ones."""
+    name = SPELLINGS.get(str(method).lower(), str(method).lower())
+    if name not in DEFAULTS:
+        raise KvlabError(f"{where}: weight quantization {method!r} is not modelled; kvlab knows "
+                         f"{', '.join(DEFAULTS)} (and compressed-tensors / modelopt configs naming one of them), or "
+                         "none")
+    return name
+
+
+def _group(value) -> int | None:
+    return None if value in (None, -1, 0) else int(value)
+
+
+def from_quantization_config(qc: dict, where: str) -> WeightFormat:
+    """The weight format a config.json's ``quantization_config`` describes."""
+    method = str(qc.get("quant_method") or qc.get("quant_algo") or "").lower()
+    if method == "fp8":
+        block = qc.get("weight_block_size")
+        return WeightFormat("fp8", 8, block[0] * block[1] if block else None, 4.0 if block else 0.0)
+    if method in ("gptq", "gptq_marlin", "auto-round", "auto_round", "autoround"):
+        bits = int(qc.get("bits", 4))
+        sym = qc.get("sym", True)
+        name = "gptq" if method.startswith("gptq") else "auto-round"
+        return WeightFormat(name, bits, _group(qc.get("group_size", 128)), 2.0, 0 if sym else bits)
+    if method in ("awq", "awq_marlin"):
+        bits = int(qc.get("bits", qc.get("w_bit", 4)))
+        zero = qc.get("zero_point", True)
+        return WeightFormat("awq", bits, _group(qc.get("group_size", qc.get("q_group_size", 128))), 2.0,
+                            bits if zero else 0)
+    if method == "mxfp4":
+        return DEFAULTS["mxfp4"]
+    if method in ("modelopt", "modelopt_fp4", "nvfp4"):
+        algo = str(qc.get("quant_algo") or (qc.get("quantization") or {}).get("quant_algo") or "NVFP4").upper()
+        if "FP8" in algo:
+            return WeightFormat("fp8", 8)
+        if "FP4" in algo:
+            return WeightFormat("nvfp4", 4, int(qc.get("group_size", 16)), 1.0)
+        raise KvlabError(f"{where}: modelopt quant_algo {algo!r} is not modelled; kvlab knows FP8 and NVFP4")
+    if method == "compressed-tensors":
+        return _compressed_tensors(qc, where)
+    if method == "bitsandbytes":
+        if qc.get("load_in_8bit"):
+            return WeightFormat("bitsandbytes", 8)
+        return DEFAULTS["bitsandbytes"]
+    if method == "fbgemm_fp8":
+        return DEFAULTS["fbgemm_fp8"]
+    return DEFAULTS[check_method(method or "(none)", f"{where} quantization_config.quant_method")]
+
+
+def _compressed_tensors(qc: dict, where: str) -> WeightFormat:
+    """llm-compressor's format: the first config group's weights (num_bits, type, strategy, group_size)."""
+    groups = qc.get("config_groups") or {}
+    if not groups:
+        raise KvlabError(f"{where}: compressed-tensors quantization_config without config_groups cannot be sized")
+    weights = next(iter(groups.values())).get("weights") or {}
+    bits, kind = int(weights.get("num_bits", 8)), weights.get("type", "int")
+    fmt = str(qc.get("format", ""))
+    if "nvfp4" in fmt or (bits == 4 and kind == "float"):
+        return WeightFormat("nvfp4", 4, int(weights.get("group_size") or 16), 1.0)
+    group = _group(weights.get("group_size")) if weights.get("strategy") == "group" else None
+    if weights.get("strategy") == "block" and weights.get("block_structure"):
+        rows, cols = weights["block_structure"]
+        group = rows * cols
+    method = "fp8" if kind == "float" else ("int8" if bits == 8 else "gptq")
+    zero = 0 if weights.get("symmetric", True) else bits
+    scale = 2.0 if kind == "int" and bits < 8 else 4.0
+    # An ignore list that leaves attention and the shared experts unquantized (Kimi-K2's INT4): routed experts only.
+    ignore = " ".join(str(x) for x in qc.get("ignore") or [])
+    scope = "experts" if "self_attn" in ignore and "shared_expert" in ignore else "linear"
+    return WeightFormat(method, bits, group, scale if group else 0.0, zero if group else 0, scope)

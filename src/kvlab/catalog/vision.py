@@ -1,0 +1,77 @@
+"""The vision tower and projector of a multimodal checkpoint: parameters counted from ``vision_config``.
+
+vLLM loads them beside the language model and counts them in "Model loading took"; they stay in the model's dtype
+(quantized checkpoints leave them unquantized, as their ``ignore`` lists say). Counted per family from the modeling
+code vLLM runs:
+
+- CLIP (LLaVA, LLaVA-NeXT; vllm/model_executor/models/clip.py): patch convolution, class and position embeddings,
+  a pre-LayerNorm, and only the layers up to ``vision_feature_layer`` (-2: all but the last); each layer q/k/v/o
+  with biases, a two-matrix MLP with biases, two LayerNorms. Projector: two linear layers with biases
+  (multi_modal_projector), and LLaVA-NeXT's image_newline.
+- SigLIP (Gemma 3, PaliGemma; siglip.py): as CLIP without the class embedding and pre-norm, with a post-LayerNorm;
+  Gemma 3's projector is one matrix and an RMSNorm.
+- Qwen2-VL / Qwen2.5-VL (qwen2_vl.py, qwen2_5_vl.py): a 3-D patch convolution over temporal_patch_size frames,
+  ``depth`` blocks (Qwen2-VL: LayerNorm and a two-matrix MLP of mlp_ratio x; Qwen2.5-VL: RMSNorm and a gated MLP of
+  intermediate_size), and the patch merger (a norm, then spatial_merge_size^2 x hidden -> same -> out_hidden_size).
+"""
+
+from __future__ import annotations
+
+
+def _clip_layers(vc: dict, feature_layer) -> int:
+    layers = int(vc.get("num_hidden_layers", 24))
+    if isinstance(feature_layer, list):
+        feature_layer = max(feature_layer)
+    if isinstance(feature_layer, int) and feature_layer < 0:
+        return layers + feature_layer + 1
+    if isinstance(feature_layer, int):
+        return feature_layer
+    return layers
+
+
+def _vit_layer(h: int, inter: int, gated: bool = False, norm_bias: bool = True) -> int:
+    attention = 4 * (h * h + h)
+    mlp = (3 * h * inter + 2 * inter + h) if gated else (2 * h * inter + inter + h)
+    return attention + mlp + 2 * h * (2 if norm_bias else 1)
+
+
+def vision_params(config: dict) -> tuple[int, str]:
+    """(parameters of the vision tower and projector, how they were counted); (0, "") for a text-only config, and
+    (0, why) for a vision_config kvlab does not know how to count."""
+    vc = config.get("vision_config")
+    if not isinstance(vc, dict):
+        return 0, ""
+    model_type = str(config.get("model_type") or "")
+    nested = config.get("text_config")
+    text: dict = nested if isinstance(nested, dict) else config
+    text_hidden = int(text.get("hidden_size") or 0)
+    kind = str(vc.get("model_type") or "")
+    if model_type in ("qwen2_vl", "qwen2_5_vl"):
+        h = int((vc.get("hidden_size") if model_type == "qwen2_5_vl" else vc.get("embed_dim")) or 1280)
+        depth = int(vc.get("depth", 32))
+        patch = int(vc.get("in_chans", 3)) * int(vc.get("temporal_patch_size", 2)) * int(vc.get("patch_size", 14)) ** 2
+        if model_type == "qwen2_5_vl":
+            block = _vit_layer(h, int(vc["intermediate_size"]), gated=True, norm_bias=False)
+        else:
+            block = _vit_layer(h, int(h * vc.get("mlp_ratio", 4)))
+        merged = h * int(vc.get("spatial_merge_size", 2)) ** 2
+        out = int(vc.get("out_hidden_size") or vc.get("hidden_size") or text_hidden)
+        merger = h * (2 if model_type == "qwen2_vl" else 1) + merged * merged + merged + merged * out + out
+        return patch * h + depth * block + merger, f"{model_type} vision: {depth} blocks of {h:,}, patch merger"
+    if kind in ("clip_vision_model", "siglip_vision_model") or model_type in ("llava", "llava_next", "gemma3"):
+        h, inter = int(vc.get("hidden_size", 1024)), int(vc.get("intermediate_size", 4096))
+        patch, image = int(vc.get("patch_size", 14)), int(vc.get("image_size", 336))
+        positions = (image // patch) ** 2
+        siglip = kind == "siglip_vision_model" or model_type == "gemma3"
+        layers = _clip_layers(vc, None if siglip else config.get("vision_feature_layer", -2))
+        embed = 3 * patch * patch * h + (h if siglip else 0) + (positions + (0 if siglip else 1)) * h
+        embed += 0 if siglip else h + 2 * h  # class embedding, pre-LayerNorm
+        tower = embed + layers * _vit_layer(h, inter) + (2 * h if siglip else 0)
+        if model_type == "gemma3":
+            projector = h * text_hidden + h
+        else:
+            projector = h * text_hidden + text_hidden + text_hidden * text_hidden + text_hidden
+            projector += text_hidden if model_type == "llava_next" else 0
+        name = "SigLIP" if siglip else "CLIP"
+        return tower + projector, f"{name} vision tower: {layers} layers of {h:,}, projector to {text_hidden:,}"
+    return 0, f"vision_config of {model_type or kind or 'this model'} NOT counted (kvlab does not know its tower)"

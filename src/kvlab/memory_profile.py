@@ -1,0 +1,199 @@
+"""vLLM's memory profile at startup, term by term: what is left for the KV cache on one GPU.
+
+    requested  = total (as CUDA reports it) x gpu_memory_utilization            gpu_worker.init_device
+    available  = requested - (weights + peak activation + non-torch)            gpu_worker.determine_available_memory
+                 - CUDA graphs, in the releases that deduct them                (VllmRules.cuda_graphs_deducted)
+
+vLLM measures three of the terms at startup (memory_profiling in vllm/utils: the torch peak increase of the dummy
+profiling run, the non-torch increase since the worker's first snapshot, and the graphs' memory); kvlab cannot
+measure them before the server starts, so it estimates each from the model and the settings, with the
+coefficients in ``FIT`` below, fitted on real startup logs (benchmarks/startup_logs.py --fit says which logs and
+how many; docs/sizing.md gives the figures). The weights are computed, not fitted (ModelSpec.weights_bytes_for).
+
+No I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class ProfileFit:
+    """Coefficients of the estimates, and how many logs each rests on (``basis``)."""
+
+    # Activation of the dummy forward over max_num_batched_tokens tokens, per token: hidden-size tensors alive at
+    # the MLP's peak (residual, normed input) and the MLP's own (gate/up output and the activated product: 3 x
+    # the MLP width per GPU) plus the q/k/v projection's output (gpu_model_runner.profile_run -> _dummy_run).
+    hidden_tensors: float
+    mlp_tensors: float
+    qkv_tensors: float
+    # The dummy sampler run: min(max_num_seqs, max_num_batched_tokens) rows of logits over the vocabulary
+    # (_dummy_sampler_run), bytes per logit by the top-k/top-p implementation the log names ('Using FlashInfer for
+    # top-p & top-k sampling', or 'Falling back to the PyTorch-native implementation', which sorts: float32
+    # values and int64 indices beside the float32 logits and probabilities).
+    sampler_bytes_per_logit: dict
+    # MoE: fused_moe's intermediate caches, per routed token: (2 N + N) of the expert width per GPU plus the hidden
+    # size, for each of top-k experts (fused_moe.fused_experts_impl's intermediate_cache1..3).
+    moe_cache_tensors: float
+    # Non-torch memory: what the worker holds outside PyTorch's allocator after profiling (cuBLAS/cuDNN
+    # workspaces; with TP > 1 NCCL's buffers and the custom all-reduce's, which NVLink SHARP makes large on
+    # NVSwitch systems).
+    non_torch_base_gib: float
+    non_torch_nccl_pcie_gib: float
+    non_torch_nccl_nvswitch_gib: float
+    # CUDA graphs, where deducted: vLLM's profiler estimates the pool from the graphs it will capture; per graph,
+    # fitted on the two corpus logs that print both the counts and the estimate ('Profiling CUDA graph memory:
+    # PIECEWISE=51 (largest=512), FULL=19 (largest=128)' -> 0.48 GiB; PIECEWISE=4, FULL=3 -> 0.05 GiB).
+    cuda_graph_mib_per_graph: float
+    # What the tensor counts above miss, per family (kernels' workspaces, torch.compile's buffers, the allocator's
+    # rounding): the measured peak over the estimate, fitted on the fitting half of the corpus (1.0: no fit).
+    activation_scale: dict
+    basis: str
+
+
+FIT = ProfileFit(
+    hidden_tensors=2.0, mlp_tensors=3.0, qkv_tensors=1.0, moe_cache_tensors=1.0,
+    # `python benchmarks/startup_logs.py --fit`, fitting half of the corpus: each on 2 dense logs naming their sampler.
+    sampler_bytes_per_logit={"flashinfer": 7.1, "pytorch": 35.3},
+    # The three 0.10.2 logs that print vLLM's breakdown ('Actual usage is ... GiB for non-torch memory'): 0.07 GiB on
+    # one 80 GB GPU (LLaVA-NeXT), 0.21 with TP 8 over PCIe (Qwen3-235B on L40S), 1.38 with TP 2 on H200.
+    non_torch_base_gib=0.07, non_torch_nccl_pcie_gib=0.14, non_torch_nccl_nvswitch_gib=1.31,
+    cuda_graph_mib_per_graph=7.05,
+    # The same fit: dense not scaled (its sampler fit absorbs the rest); MoE on 3 logs (gpt-oss-120b on 4 x A100
+    # and on one H100, gpt-oss-20b on an A100), hybrid on 1 (Qwen3-Next, 2 x H200), multimodal on 1 (LLaVA-NeXT).
+    activation_scale={"dense": 1.0, "moe": 0.85, "hybrid": 0.84, "multimodal": 0.51},
+    basis="tensor counts read from vLLM's code; non-torch from the 3 logs that print vLLM's breakdown; the activation "
+          "scale per family fitted on the fitting half of tests/data/startup_logs (docs/sizing.md)",
+)
+
+# Hopper and Blackwell SXM boards sit on third-generation NVSwitches, where NCCL allocates NVLink SHARP (NVLS) buffers.
+NVSWITCH_GPUS = ("H100-SXM", "H200", "B200")
+
+
+@dataclass(frozen=True)
+class ProfileInputs:
+    """What the estimates read, in plain numbers (one GPU of the stage sized)."""
+
+    hidden_size: int
+    mlp_width_per_gpu: int  # dense MLP width / TP (MoE: shared experts' width / TP)
+    qkv_width_per_gpu: int  # (q + k + v) heads x head_dim / TP
+    vocab_size: int
+    num_layers: int  # layers on this GPU
+    act_dtype_bytes: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    tensor_parallel_size: int
+    last_stage: bool
+    moe_top_k: int = 0
+    moe_width_per_gpu: int = 0  # one expert's intermediate size on this GPU (N / TP, or N under expert parallelism)
+    family: str = "dense"  # dense | moe | hybrid | multimodal: which fitted scale applies (model_family)
+    sampler: str = "pytorch"  # flashinfer | pytorch: the top-k/top-p implementation (SAMPLERS)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term of the profile: bytes per GPU and where the figure comes from."""
+
+    name: str
+    bytes: int
+    source: str
+
+
+def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
+    """Peak activation of vLLM's profiling run (the torch peak increase it measures), estimated."""
+    t = x.max_num_batched_tokens
+    per_token = (fit.hidden_tensors * x.hidden_size + fit.mlp_tensors * x.mlp_width_per_gpu
+                 + fit.qkv_tensors * x.qkv_width_per_gpu) * x.act_dtype_bytes
+    forward = t * per_token
+    moe = 0.0
+    if x.moe_top_k:
+        moe = fit.moe_cache_tensors * t * x.moe_top_k * (3 * x.moe_width_per_gpu + x.hidden_size) * x.act_dtype_bytes
+    num_reqs = min(x.max_num_seqs, t)
+    per_logit = fit.sampler_bytes_per_logit[x.sampler]
+    sampler = num_reqs * x.vocab_size * per_logit if x.last_stage else 0.0
+    source = (f"estimate: {t:,} batched tokens x ({fit.hidden_tensors:g} x {x.hidden_size:,} hidden + "
+              f"{fit.mlp_tensors:g} x {x.mlp_width_per_gpu:,} MLP + {fit.qkv_tensors:g} x {x.qkv_width_per_gpu:,} "
+              f"qkv) x {x.act_dtype_bytes} B")
+    if x.moe_top_k:
+        source += (f" + MoE caches {t:,} x top-{x.moe_top_k} x (3 x {x.moe_width_per_gpu:,} + {x.hidden_size:,}) x "
+                   f"{x.act_dtype_bytes} B")
+    if x.last_stage:
+        source += f" + {x.sampler} sampler {num_reqs:,} x {x.vocab_size:,} vocab x {per_logit:g} B"
+    scale = fit.activation_scale.get(x.family, 1.0)
+    if scale != 1.0:
+        source = source.replace("estimate: ", f"estimate: {scale:.2f} ({x.family} fit) x the forward's ", 1)
+    return Term("peak activation", int(scale * (forward + moe) + sampler),
+                source + " (vLLM measures it in its profiling run)")
+
+
+SAMPLERS = ("flashinfer", "pytorch")
+
+
+def model_family(is_hybrid: bool, is_multimodal: bool, is_moe: bool) -> str:
+    """The family whose fitted activation scale applies: a hybrid's state layers and a multimodal model's encoder
+    profiling change the peak most, then MoE's fused-expert buffers."""
+    return "hybrid" if is_hybrid else "multimodal" if is_multimodal else "moe" if is_moe else "dense"
+
+
+def non_torch_bytes(tensor_parallel_size: int, gpu_name: str | None, fit: ProfileFit = FIT) -> Term:
+    """Memory outside PyTorch's allocator that vLLM counts (non-torch increase), estimated."""
+    gib = fit.non_torch_base_gib
+    source = f"estimate: {fit.non_torch_base_gib:g} GiB of library workspaces"
+    if tensor_parallel_size > 1:
+        nvswitch = (gpu_name or "").split(" with ")[0] in NVSWITCH_GPUS
+        nccl = fit.non_torch_nccl_nvswitch_gib if nvswitch else fit.non_torch_nccl_pcie_gib
+        gib += nccl
+        source += (f" + {nccl:g} GiB of NCCL buffers for TP {tensor_parallel_size} "
+                   f"({'NVSwitch: NVLink SHARP' if nvswitch else 'PCIe'})")
+    return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup)")
+
+
+def capture_sizes(largest: int) -> list[int]:
+    """vLLM's default CUDA-graph batch sizes up to ``largest``: 1, 2, 4, then every 8 to 248, then every 16
+    (CompilationConfig's default cudagraph_capture_sizes)."""
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
+    return [n for n in sizes if n <= largest]
+
+
+def cuda_graph_bytes(max_num_seqs: int, deducted: bool, enforce_eager: bool, version: str,
+                     fit: ProfileFit = FIT) -> Term:
+    """CUDA-graph memory deducted from the KV budget: only where the version deducts it and graphs are captured.
+    Piecewise graphs for batch sizes up to min(2 x max_num_seqs, 512), full graphs for decode batches up to
+    max_num_seqs (FULL_AND_PIECEWISE), each costing the fitted pool share."""
+    if enforce_eager:
+        return Term("CUDA graphs", 0, "none: --enforce-eager captures no graphs")
+    if not deducted:
+        return Term("CUDA graphs", 0, f"not deducted by vLLM {version} (graphs are captured after the KV cache is "
+                                      "allocated, from what is left)")
+    piecewise, full = len(capture_sizes(min(2 * max_num_seqs, 512))), len(capture_sizes(min(max_num_seqs, 512)))
+    size = int(fit.cuda_graph_mib_per_graph * 2**20 * (piecewise + full))
+    return Term("CUDA graphs", size, f"estimate: ({piecewise} piecewise + {full} full graphs) x "
+                                     f"{fit.cuda_graph_mib_per_graph:g} MiB (vLLM {version} profiles and deducts "
+                                     "them)")
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """The terms of one GPU's budget; ``available`` is what vLLM prints as 'Available KV cache memory'."""
+
+    total: Term
+    requested: Term
+    weights: Term
+    activation: Term
+    non_torch: Term
+    cuda_graphs: Term
+
+    @property
+    def other_bytes(self) -> int:
+        return self.activation.bytes + self.non_torch.bytes + self.cuda_graphs.bytes
+
+    @property
+    def available_bytes(self) -> int:
+        return self.requested.bytes - self.weights.bytes - self.other_bytes
+
+    @property
+    def terms(self) -> tuple[Term, ...]:
+        return (self.total, self.requested, self.weights, self.activation, self.non_torch, self.cuda_graphs)

@@ -1,0 +1,96 @@
+"""Which vLLM version's rules a sizing follows: what changed in the startup arithmetic from one release to the next.
+
+Each ``VllmRules`` applies from its ``since`` release until the next one's. A version is matched to the newest rules
+at or below it; versions before the V1 engine's sizing (0.9.0) or after the newest kvlab knows are refused, because
+their arithmetic is not modelled. docs/sizing.md lists the epochs and the evidence for each boundary.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kvlab.errors import KvlabError
+
+# The newest release kvlab's rules were checked against (kvlab's own vLLM environment, kvlab/vllm/install.py).
+NEWEST_KNOWN = "0.32.0"
+
+
+@dataclass(frozen=True)
+class VllmRules:
+    """The startup arithmetic of the releases from ``since`` on.
+
+    ``tokens_line``: how "GPU KV cache size: N tokens" is computed. ``"blocks"``: num_blocks // number of KV cache
+    groups x the (smallest) attention block size (kv_cache_utils._report_kv_cache_config up to 0.20);
+    ``"capacity"``: int(max concurrency x max_model_len) (kv_cache_utils.get_kv_cache_capacity).
+    ``cuda_graphs_deducted``: the estimated CUDA-graph memory is subtracted from the KV budget before the cache is
+    allocated (gpu_worker.determine_available_memory with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default).
+    ``sliding_in_flight_batches``: batches whose tokens a sliding-window layer keeps beyond its window when vLLM
+    counts a request's blocks: 1 (max_num_batched_tokens, SlidingWindowSpec.max_memory_usage_bytes) or "pp+1"
+    (async scheduling keeps (PP + 1) batches in flight, VllmConfig's max in-flight tokens).
+    """
+
+    since: str
+    tokens_line: str
+    cuda_graphs_deducted: bool
+    sliding_in_flight: str  # "one_batch" | "pp_plus_one"
+    # How MXFP4 experts are padded from compute capability 9.0 (width multiple, hidden multiple); before 9.0 Marlin's
+    # (128, 256) throughout (kvlab.catalog.quant.expert_padding).
+    mxfp4_hopper_padding: tuple[int, int]
+    # The top-k/top-p sampler assumed when the log does not say (--sampler): "pytorch" where pip installs of these
+    # releases came without FlashInfer, "flashinfer" where it ships with vLLM.
+    default_sampler: str
+    changes: str
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return version_key(self.since)
+
+
+RULES = (
+    VllmRules("0.9.0", "blocks", False, "one_batch", (128, 256), "pytorch",
+              "V1 engine sizing: available = requested - (weights + torch peak increase + non-torch increase); "
+              "CUDA graphs captured after the cache is allocated, not deducted; hybrid models' tokens printed as "
+              "num_blocks // groups x block_size; MXFP4 experts in Marlin's layout on every GPU (gpt-oss-120b: "
+              "65.83 GiB against 65.97 printed on H100 with 0.10.1)"),
+    VllmRules("0.14.0", "blocks", False, "one_batch", (256, 1), "flashinfer",
+              "MXFP4 experts on Hopper padded to a width multiple of 256, the hidden size unpadded (gpt-oss-120b on "
+              "H100 with 0.14.1: 64.48 GiB against 64.38 printed); kvlab puts the change at 0.14.0 (0.11 and 0.13 "
+              "logs in the corpus print no weights). FlashInfer's sampler assumed where the log names none (the "
+              "0.15.1 log of Llama-3.1-8B measures what it takes; the 0.11.2 log of Qwen3-0.6B what PyTorch's "
+              "does)"),
+    VllmRules("0.21.0", "capacity", True, "pp_plus_one", (256, 1), "flashinfer",
+              "CUDA-graph memory profiled and deducted by default (the log says 'default since v0.21.0'); tokens "
+              "printed as int(max concurrency x max_model_len) (seen in 0.24, not yet in 0.20.1: kvlab puts the "
+              "change here); sliding windows counted with the (PP + 1) batches async scheduling keeps in flight"),
+)
+
+
+def version_key(version: str) -> tuple[int, int, int]:
+    """'0.10.1.1' -> (0, 10, 1); '0.20.1rc1.dev16+g7a1eb8ac2' -> (0, 20, 1); '0.24' -> (0, 24, 0)."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if match is None:
+        raise KvlabError(f"--vllm-version {version!r} is not a version number; valid: {known_versions_text()}")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def known_versions_text() -> str:
+    return f"{RULES[0].since} to {NEWEST_KNOWN} (rules change at {', '.join(r.since for r in RULES)})"
+
+
+def rules_for(version: str | None) -> VllmRules:
+    """The rules of ``version`` (None: the newest kvlab knows)."""
+    if version is None:
+        return RULES[-1]
+    key = version_key(version)
+    if key < RULES[0].key or key[:2] > version_key(NEWEST_KNOWN)[:2]:
+        raise KvlabError(f"vLLM version {version!r} is not one kvlab knows the startup arithmetic of; valid: "
+                         f"{known_versions_text()}")
+    return [r for r in RULES if r.key <= key][-1]
+
+
+def resolve_version(version: str | None) -> str:
+    """The version a sizing names: the one given, or the newest kvlab knows."""
+    rules_for(version)
+    return NEWEST_KNOWN if version is None else version.strip().lstrip("v")

@@ -1,0 +1,264 @@
+"""One test per layout family on a real config.json, at exact bytes and blocks; the vLLM version's rules; the
+quantized layouts; and the memory profile's terms.
+
+Configs: the catalogue's entries, /work/shared/data/model-configs/ (read from there), and two checked in under
+tests/data/sizing_configs/ (README.md there gives their sources). Expected figures are worked out by hand in the
+test (the formula beside them), or are published ones (parameter counts) or printed by vLLM in a real startup log
+(the corpus id is named).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvlab.catalog import get_gpu, get_model
+from kvlab.catalog.quant import from_quantization_config
+from kvlab.errors import KvlabError
+from kvlab.sizing import SizingConfig, cdiv, size_kv_cache
+
+GIB = 2**30
+DATA = Path(__file__).parent / "data" / "sizing_configs"
+SHARED = Path("/work/shared/data/model-configs")
+
+
+def given(gpu: str, gib: float, **settings) -> SizingConfig:
+    """Settings with vLLM's printed budget: every figure after it is exact arithmetic."""
+    return SizingConfig.for_gpu(get_gpu(gpu), available_kv_bytes=round(gib * GIB), **settings)
+
+
+def rounding_blocks(bytes_per_block: int) -> int:
+    """Blocks that the 0.005 GiB rounding of a printed 'Available KV cache memory' can hide."""
+    return cdiv(int(0.005 * GIB), bytes_per_block)
+
+
+# --- dense (MHA) and GQA -------------------------------------------------------------------------------------
+
+def test_dense_mha_opt_13b_pages_blocks_and_tokens():
+    r = size_kv_cache(get_model("opt-13b"), given("a100-40gb", 12, max_model_len=2048))
+    assert r.page_size_bytes == 2 * 16 * 40 * 128 * 2 == 327_680  # K and V x block x heads x head_dim x fp16
+    assert r.bytes_per_block == 40 * 327_680
+    assert r.num_blocks == 12 * GIB // (40 * 327_680) == 983
+    assert r.num_tokens == int(983 / cdiv(2048, 16) * 2048) == 15_728  # the paper's 15.7K slots
+
+
+def test_gqa_llama_3_1_8b_heads_split_by_tp_and_weights_exact():
+    model = get_model("llama-3.1-8b")
+    r = size_kv_cache(model, given("h100-sxm", 20, tensor_parallel_size=2, max_model_len=8192))
+    assert r.num_kv_heads_per_gpu == 4 and r.page_size_bytes == 2 * 16 * 4 * 128 * 2
+    assert r.num_blocks == 20 * GIB // (32 * 2 * 16 * 4 * 128 * 2)
+    # 8,030,261,248 parameters (the published count); bf16, vocab-parallel embedding and lm_head split over TP 2,
+    # norms (32 x 2 + 1 of 4,096) replicated.
+    assert model.num_params == 8_030_261_248
+    norms = (32 * 2 + 1) * 4096
+    assert r.weights_bytes == int(((8_030_261_248 - norms) / 2 + norms) * 2)
+
+
+# --- MLA ----------------------------------------------------------------------------------------------------
+
+def test_mla_deepseek_v2_lite_one_latent_not_split_by_tp():
+    r = size_kv_cache(get_model("deepseek-v2-lite"), given("h100-sxm", 10, tensor_parallel_size=2,
+                                                          max_model_len=32768))
+    assert r.page_size_bytes == 16 * (512 + 64) * 2 == 18_432  # block x (kv_lora_rank + rope dim) x bf16, no K/V pair
+    assert r.bytes_per_block == 27 * 18_432
+    assert r.num_blocks == 10 * GIB // (27 * 18_432)
+
+
+# --- sliding window + full, per vLLM version --------------------------------------------------------------------
+
+def test_gpt_oss_sliding_hybrid_prints_as_each_version_does():
+    # Corpus log gpt-oss-120b-4xa100-80gb-ray-0.10.1.1: 4 x A100 80GB, TP 4, max_model_len 16,384, 2,048 batched
+    # tokens, 'Available KV cache memory: 45.32 GiB', 'GPU KV cache size: 2,640,144 tokens', 'Maximum concurrency
+    # for 16,384 tokens per request: 284.25x'.
+    model = get_model("gpt-oss-120b")
+    settings = dict(tensor_parallel_size=4, max_model_len=16384, max_num_batched_tokens=2048,
+                    gpu_memory_utilization=0.8)
+    old = size_kv_cache(model, given("a100-80gb", 45.32, vllm_version="0.10.1.1", **settings))
+    assert [(g.spec.kind, len(g.layers)) for g in old.kv_cache_groups] == [("sliding_attention", 18),
+                                                                            ("full_attention", 18)]
+    assert old.bytes_per_block == 18 * 2 * 16 * 2 * 64 * 2  # 18 layers a group x (K, V) x 16 x 8/4 heads x 64 x bf16
+    # 0.10.1: a sliding request holds (128 - 1 + 2,048) tokens' blocks + 1, a full one 16,384 / 16.
+    assert old.blocks_per_request == cdiv(128 - 1 + 2048, 16) + 1 + 16384 // 16 == 1161
+    assert f"{old.max_concurrency:.2f}" == "284.25"
+    assert old.num_tokens == old.num_blocks // 2 * 16  # blocks // groups x block size, as 0.10.1 prints it
+    assert abs(old.num_tokens - 2_640_144) <= rounding_blocks(old.bytes_per_block) * 16 // 2
+    # The newest rules print int(concurrency x max_model_len) and keep (PP + 1) batches in flight: far more tokens.
+    new = size_kv_cache(model, given("a100-80gb", 45.32, **settings))
+    assert new.blocks_per_request == cdiv(128 - 1 + 2 * 2048, 16) + 1 + 16384 // 16
+    assert new.num_tokens == int(new.num_blocks / new.blocks_per_request * 16384) > 1.5 * old.num_tokens
+
+
+def test_gemma_2_alternates_sliding_and_full_layers():
+    model = get_model("gemma-2-9b")
+    r = size_kv_cache(model, given("l40s", 8, max_model_len=8192, max_num_batched_tokens=2048))
+    kinds = sorted((g.spec.kind, len(g.layers)) for g in r.kv_cache_groups)
+    assert kinds == [("full_attention", 21), ("sliding_attention", 21)]
+    assert r.blocks_per_request == cdiv(min(4096 - 1 + 2 * 2048, 8192), 16) + 1 + 8192 // 16
+
+
+# --- linear attention + attention (Gated DeltaNet) ------------------------------------------------------------
+
+def test_qwen3_next_hybrid_unifies_pages_and_matches_its_log():
+    model = get_model(str(DATA / "qwen3-next-80b-a3b-instruct.json"))
+    assert model.num_params == 79_674_391_296 and model.num_active_params == 3_874_929_408  # published counts
+    # Corpus log qwen3-next-80b-a3b-2xh200-0.10.2: 2 x H200, TP 2, 262,144 tokens, 8,192 batched; 'Available KV
+    # cache memory: 44.59 GiB', '973,760 tokens', '14.77x'; the log says vLLM set the attention block to 544.
+    r = size_kv_cache(model, given("h200", 44.59, tensor_parallel_size=2, max_model_len=262144,
+                                   max_num_batched_tokens=8192, vllm_version="0.10.2"))
+    conv = (2 * 16 * 128 + 32 * 128) // 2 * 3  # (2 x key dim + value dim) / TP x (kernel - 1)
+    ssm = 32 // 2 * 128 * 128  # value heads / TP x key dim x value dim
+    state = (conv + ssm) * 2
+    per_token = 2 * 1 * 256 * 2  # K and V x 2 KV heads / TP x head_dim 256 x bf16
+    assert r.block_size == 16 * cdiv(state, 16 * per_token) == 544
+    assert {g.spec.page_size_bytes for g in r.kv_cache_groups} == {544 * per_token}  # the state padded up to it
+    assert sorted(g.spec.kind for g in r.kv_cache_groups) == ["full_attention"] + ["mamba"] * 3
+    assert r.blocks_per_request == cdiv(262144, 544) + 3  # one state block in each of the 3 linear groups
+    assert r.num_tokens == 973_760 and f"{r.max_concurrency:.2f}" == "14.77"
+    assert r.num_blocks == 44.59 * GIB // (12 * 544 * per_token)
+
+
+# --- MoE ----------------------------------------------------------------------------------------------------
+
+def test_moe_mixtral_weights_count_every_expert_split_by_tp():
+    config = json.loads((SHARED / "mixtral-8x7b-v0.1" / "config.json").read_text())
+    model = get_model(str(SHARED / "mixtral-8x7b-v0.1" / "config.json"))
+    h, inter, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    experts = layers * 8 * 3 * h * inter
+    attention = layers * (2 * h * h + 2 * h * 1024)  # q, o and k, v of 8 KV heads x 128
+    router, norms, vocab = layers * h * 8, (2 * layers + 1) * h, 2 * 32000 * h
+    assert model.num_params == experts + attention + router + norms + vocab == 46_702_792_704
+    r = size_kv_cache(model, given("h100-sxm", 10, tensor_parallel_size=2, max_model_len=32768))
+    assert r.weights_bytes == int(((experts + attention + vocab) / 2 + router + norms) * 2)
+
+
+# --- multimodal ---------------------------------------------------------------------------------------------
+
+def test_qwen2_5_vl_counts_the_vision_tower_and_matches_its_log():
+    model = get_model(str(DATA / "qwen2.5-vl-7b-instruct.json"))
+    h, inter, depth = 1280, 3420, 32
+    block = 4 * (h * h + h) + 3 * h * inter + 2 * inter + h + 2 * h  # qkv+proj with biases, gated MLP, 2 RMSNorms
+    merger = h + (4 * h) ** 2 + 4 * h + 4 * h * 3584 + 3584  # RMSNorm, 5120 -> 5120 -> 3584 with biases
+    assert model.vision_params == 3 * 2 * 14 * 14 * h + depth * block + merger == 676_550_144
+    assert model.num_params + model.vision_params == 8_292_166_656  # the published 8.29B
+    # Corpus log qwen2.5-vl-7b-2xl4-tp2-0.9: 2 x L4, TP 2, 8,192 tokens, 10.04 GiB -> 375,968 tokens, 45.89x.
+    r = size_kv_cache(model, given("l4", 10.04, tensor_parallel_size=2, max_model_len=8192, vllm_version="0.9.2"))
+    assert abs(r.num_tokens - 375_968) <= rounding_blocks(r.bytes_per_block) * 16
+    assert abs(r.max_concurrency - 45.89) < 0.05
+
+
+# --- quantized layouts --------------------------------------------------------------------------------------
+
+QUANT_CONFIGS = {  # quantization_config as the checkpoints publish them
+    "gptq": ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}, 0.5 + 2 / 128),
+    "awq": ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+            0.5 + (2 + 0.5) / 128),
+    "fp8-block": ({"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+                   "weight_block_size": [128, 128]}, 1 + 4 / 128 ** 2),
+    "int8": ({"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True}}}}, 1.0),
+    "nvfp4": ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16}, 0.5 + 1 / 16),
+    "w4a16": ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}}}},
+        0.5 + 2 / 128),
+}
+
+
+@pytest.mark.parametrize("name", QUANT_CONFIGS)
+def test_quantized_linear_layers_take_their_format_bytes(tmp_path, name):
+    qc, bytes_per_param = QUANT_CONFIGS[name]
+    assert from_quantization_config(qc, name).bytes_per_param == pytest.approx(bytes_per_param)
+    base = json.loads((SHARED / "mistral-nemo-instruct-2407" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(dict(base, quantization_config=qc)))
+    quant, plain = get_model(str(tmp_path)), get_model(str(SHARED / "mistral-nemo-instruct-2407" / "config.json"))
+    h, layers, vocab = base["hidden_size"], base["num_hidden_layers"], base["vocab_size"]
+    kept = 2 * vocab * h + (2 * layers + 1) * h  # embeddings, lm_head and norms stay bf16
+    linear = plain.num_params - kept
+    assert quant.weights_bytes(2) == int(linear * bytes_per_param + kept * 2)
+
+
+def test_mxfp4_experts_only_and_padded_as_vllm_lays_them_out():
+    model = get_model("gpt-oss-120b")
+    fmt = model.weight_format
+    assert fmt.method == "mxfp4" and fmt.scope == "experts" and fmt.bytes_per_param == 4.25 / 8
+    a100 = size_kv_cache(model, given("a100-80gb", 40, tensor_parallel_size=4, max_model_len=16384,
+                                      vllm_version="0.10.1"))
+    # Marlin's layout before compute capability 9.0: width 720 per GPU -> 768, hidden 2,880 -> 3,072.
+    experts = 36 * 128 * (3 * 2880 * 2880 + 2 * 2880 + 2880) / 4  # experts' weights and biases on one GPU
+    unpadded = model.weights_bytes_for(range(36), dtype_bytes=2, tensor_parallel_size=4)
+    assert a100.weights_bytes - unpadded == pytest.approx(experts * 4.25 / 8 * (768 / 720 * 3072 / 2880 - 1), rel=1e-6)
+    assert abs(a100.weights_bytes / GIB - 17.2217) < 0.1  # 'Model loading took 17.2217 GiB' (the corpus log)
+
+
+def test_quantization_flag_sizes_a_plain_checkpoint_in_that_format():
+    model = get_model("llama-3.1-70b")
+    plain = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("h100-sxm"), tensor_parallel_size=4,
+                                                      max_model_len=8192))
+    fp8 = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("h100-sxm"), tensor_parallel_size=4, max_model_len=8192,
+                                                    quantization="fp8"))
+    assert fp8.weights_bytes < 0.55 * plain.weights_bytes and fp8.num_blocks > plain.num_blocks
+    assert "fp8 linear layers" in dict((t.name, t.source) for t in fp8.profile_terms)["weights"]
+
+
+# --- the memory profile, term by term -----------------------------------------------------------------------
+
+def test_profile_terms_add_up_to_the_budget_and_cuda_graphs_follow_the_version():
+    model = get_model("qwen3-8b")
+    for version, graphs in (("0.9.2", False), ("0.28.0", True)):
+        r = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("a100-40gb"), max_model_len=40960,
+                                                      vllm_version=version))
+        terms = {t.name: t.bytes for t in r.profile_terms}
+        assert terms["requested"] == r.requested_memory_bytes == -(-get_gpu("a100-40gb").memory_bytes * 9 // 10)
+        assert r.available_kv_bytes == (terms["requested"] - terms["weights"] - terms["peak activation"]
+                                        - terms["non-torch"] - terms["CUDA graphs"])
+        assert (terms["CUDA graphs"] > 0) == graphs
+    eager = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("a100-40gb"), max_model_len=40960,
+                                                      vllm_version="0.28.0", enforce_eager=True))
+    assert {t.name: t.bytes for t in eager.profile_terms}["CUDA graphs"] == 0
+
+
+# --- bad input ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"vllm_version": "0.8.5"}, "vLLM version '0.8.5' is not one kvlab knows"),
+    ({"vllm_version": "9.0"}, "valid: 0.9.0 to 0.32.0"),
+    ({"vllm_version": "latest"}, "is not a version number"),
+    ({"quantization": "hqq"}, "weight quantization 'hqq' is not modelled; kvlab knows fp8"),
+])
+def test_bad_settings_are_refused_in_one_line(settings, message):
+    with pytest.raises(KvlabError, match=message) as err:
+        SizingConfig(gpu_memory_bytes=40 * GIB, **settings)
+    assert "\n" not in str(err.value)
+
+
+def test_an_unknown_quantization_method_in_config_json_is_refused(tmp_path):
+    base = json.loads((SHARED / "yi-34b" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(dict(base, quantization_config={"quant_method": "quip"})))
+    with pytest.raises(KvlabError, match="'quip' is not modelled"):
+        get_model(str(tmp_path))
+
+
+def test_cli_names_the_bad_value_in_one_line(kvlab):
+    for args, message in ((("--vllm-version", "0.7.3"), "0.7.3"), (("--quantization", "hqq"), "hqq"),
+                          (("--gpu", "h100"), "H100-SXM and H100-PCIe")):
+        result = kvlab("size", "llama-3.1-8b", *(("--gpu", "h100-sxm") if args[0] != "--gpu" else ()), *args)
+        output = result.stdout + result.stderr
+        assert result.exit_code != 0 and message in output and "Traceback" not in output
+
+
+def test_cli_prints_each_term_with_its_source_and_the_rules_applied(kvlab):
+    out = " ".join(kvlab("size", "qwen3-8b", "--gpu", "a100-40gb", "--vllm-version", "0.10.1").stdout.split())
+    assert "vLLM 0.10.1's rules (those of 0.9.0 on" in out
+    for label in ("Weights per GPU", "GPU memory requested", "Peak activation", "Non-torch memory", "CUDA graphs"):
+        assert label in out
+    assert "not deducted by vLLM 0.10.1" in out and "cuda device query" in out
+
+
+def test_dtype_fp8_is_sized_as_fp8_weights_and_says_so(kvlab):
+    args = ("size", "llama-3.1-70b", "--gpu", "h100-sxm", "-tp", "2", "--json")
+    dtype, quant = kvlab(*args, "--dtype", "fp8").json(), kvlab(*args, "--quantization", "fp8").json()
+    assert dtype["weights_bytes"] == quant["weights_bytes"] and dtype["num_blocks"] == quant["num_blocks"]
+    assert dtype["dtype"] == "bfloat16"  # activations stay in the checkpoint's dtype
+    note = kvlab(*args[:-1], "--dtype", "fp8").stderr
+    assert "--quantization fp8" in " ".join(note.split())

@@ -1,0 +1,87 @@
+"""benchmarks/startup_logs.py on a tiny corpus written here: one log, its index entry, the figures it prints."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "startup_logs.py"
+
+# Lines as vLLM 0.10.1.1 prints them for Qwen2-7B on one A100 80GB (the corpus log
+# qwen2-7b-a100-80gb-util0.5-0.10.1.1 prints these figures); the settings are its index entry's.
+LOG = """\
+(EngineCore_0 pid=2881) INFO 09-04 01:29:01 [topk_topp_sampler.py:50] Using FlashInfer for top-p & top-k sampling.
+(EngineCore_0 pid=2881) INFO 09-04 01:29:20 [gpu_model_runner.py:1892] Model loading took 14.2474 GiB and 5.1 seconds
+(EngineCore_0 pid=2881) INFO 09-04 01:29:40 [gpu_worker.py:276] Available KV cache memory: 24.83 GiB
+(EngineCore_0 pid=2881) INFO 09-04 01:29:41 [kv_cache_utils.py:849] GPU KV cache size: 464,848 tokens
+(EngineCore_0 pid=2881) INFO 09-04 01:29:41 [kv_cache_utils.py:853] Maximum concurrency for 16,384 tokens per request: 28.37x
+"""
+ENTRY = {
+    "id": "qwen2-7b-a100-80gb-util0.5", "file": "qwen2-7b.log", "vllm_version": "0.10.1.1", "gpu": "A100 80GB",
+    "gpu_kvlab": "A100-80GB", "num_gpus": 1, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+    "model": "Qwen/Qwen2-7B-Instruct", "dtype": "bfloat16", "quantization": None, "kv_cache_dtype": "auto",
+    "gpu_memory_utilization": 0.5, "max_model_len": 16384, "max_num_seqs": None, "max_num_batched_tokens": 2048,
+    "enforce_eager": False, "other_flags": "", "layout": ["dense", "gqa"],
+    "printed": {"model_loading_gib": 14.2474, "available_kv_gib": 24.83, "kv_cache_tokens": 464848,
+                "max_concurrency": 28.37, "max_concurrency_len": 16384, "activation_gib": None, "non_torch_gib": None,
+                "cuda_graph_gib": None, "total_gib": None},
+}
+
+
+@pytest.fixture
+def bench():
+    spec = importlib.util.spec_from_file_location("startup_logs_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def corpus(tmp_path: Path, entry: dict) -> Path:
+    folder = tmp_path / "startup_logs"
+    folder.mkdir()
+    (folder / "qwen2-7b.log").write_text(LOG)
+    (folder / "index.json").write_text(json.dumps([entry]))
+    return folder / "index.json"
+
+
+def test_each_term_is_predicted_against_the_printed_one(bench, tmp_path, capsys):
+    assert bench.main(["--corpus", str(corpus(tmp_path, ENTRY))]) == 0
+    out = capsys.readouterr().out
+    assert "rules of 0.9.0 on" in out and "log reader disagrees" not in out
+    weights = next(line for line in out.splitlines() if line.strip().startswith("weights GiB"))
+    assert "printed    14.25" in weights  # the Qwen2-7B config in tests/data/sizing_configs, 7.6 B parameters
+    assert "KV tokens within 2%: 1 of 1 sized logs" in " ".join(out.split())
+    assert "weights (text-only): 1 of 1 within 0.1 GiB" in out
+
+
+def test_the_log_reader_is_checked_against_the_index(bench, tmp_path, capsys):
+    entry = dict(ENTRY, printed=dict(ENTRY["printed"], kv_cache_tokens=464_000))
+    bench.main(["--corpus", str(corpus(tmp_path, entry))])
+    assert "log reader disagrees with index.json: kv_cache_tokens reader 464848 vs index 464000" in capsys.readouterr().out
+
+
+def test_what_cannot_be_sized_is_said_not_guessed(bench, tmp_path, capsys):
+    for change, reason in ((dict(gpu_kvlab=None, gpu="a card nobody names"), "is not in kvlab's catalogue"),
+                           (dict(model="nobody/unknown-7b"), "no config.json for 'nobody/unknown-7b'"),
+                           (dict(vllm_version=None), "states no vLLM version"),
+                           (dict(other_flags="--decode-context-parallel-size 8"), "decode context parallelism")):
+        folder = tmp_path / str(len(reason))
+        folder.mkdir()
+        bench.main(["--corpus", str(corpus(folder, dict(ENTRY, **change)))])
+        out = capsys.readouterr().out
+        assert "not sized: " in out and reason in out and "KV tokens" not in out.split("== summary")[0]
+
+
+def test_the_sampler_is_read_from_the_log(bench, tmp_path):
+    entry = dict(ENTRY, _folder=corpus(tmp_path, ENTRY).parent)
+    assert bench.sampler_of(entry) == "flashinfer"
+    (entry["_folder"] / "qwen2-7b.log").write_text(LOG.replace("Using FlashInfer for top-p & top-k sampling",
+                                                               "Falling back to the PyTorch-native implementation "
+                                                               "of top-p & top-k sampling"))
+    assert bench.sampler_of(entry) == "pytorch"
