@@ -165,7 +165,7 @@ CASES = [
     (("run", "vllm", "-w", "azure-conv", "--arrival", "trace", "--rate", "2"), ["--rate 2", "drop --rate"]),
     (("run", "vllm", "--arrival", "burst", "--rate", "2"), ["--rate 2 contradicts --arrival burst", "drop --rate"]),
     (("run", "vllm", "-w", "arxiv", "--arrival", "trace"), ["arxiv has no arrival times", "--arrival poisson"]),
-    (("run", "vllm", "-w", "nope"), ["'nope'", "bundled"]),
+    (("run", "vllm", "-w", "nope"), ["'nope'", "named: "]),
     (("run", "vllm", "-w", "azure-conv", "-n", "20000"), ["not 20,000", "ask for fewer"]),
     (("run", "vllm", "--seed", "-1"), ["--seed -1", "whole number"]),
     (("run", "vllm", "--num-requests", "0"), ["--num-requests 0", "1 to"]),

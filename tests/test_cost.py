@@ -199,8 +199,8 @@ def test_run_and_race_take_cost_and_say_which(kvlab, tmp_path):
 
 def test_a_profile_for_another_gpu_or_model_warns_and_says_what_it_assumed(kvlab):
     with pytest.warns(CostProfileWarning, match="fitted on A100-40GB, this run is on H100-SXM"):
-        resolve(gpu="h100", cost="paper-2023")  # a library caller gets a Python warning
-    r = kvlab("run", "-n", "30", "--cost", "paper-2023", "--gpu", "h100", "--json")
+        resolve(gpu="h100-sxm", cost="paper-2023")  # a library caller gets a Python warning
+    r = kvlab("run", "-n", "30", "--cost", "paper-2023", "--gpu", "h100-sxm", "--json")
     assert r.exit_code == 0, r.stderr
     (note,) = r.json()["cost"]["notes"]
     assert "fitted on A100-40GB, this run is on H100-SXM" in note and "assumed to hold" in note
