@@ -15,7 +15,10 @@
     POST   /api/vllm-log                  {"text": a vLLM startup log, "model"?: catalogue name} -> what it says
     DELETE /api/sessions/{id}
 
-A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}``; the page shows the message. The simulator
+A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}``; the page shows the message. The page asks
+for refusals in the body instead (header ``X-Kvlab-Refusals: in-body``: HTTP 200 with ``{"error": message,
+"refused": true}``), so that a refused value is one line beside its control and nothing in the browser's console
+(a 4xx response is logged there as "Failed to load resource" whatever the page does with it). The simulator
 runs in a worker thread so the event loop keeps serving; a session's lock serializes its requests. Bounds
 (params.LIMITS): requests per run, blocks per grid, sessions alive, compute seconds per run.
 """
@@ -48,6 +51,7 @@ from kvlab.web.session import Race, Session, setup_of
 FRAMES_PER_SECOND = 45
 MAX_FRAME_GAP = 0.25  # seconds of wall time one frame may stand for
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
+REFUSALS_HEADER = "X-Kvlab-Refusals"  # "in-body": a refusal is answered 200 {"error", "refused": true} (the page)
 DEFAULTS = {"model": defaults.MODEL, "gpu": defaults.GPU, "workload": defaults.WORKLOAD}
 
 
@@ -78,17 +82,27 @@ def build_race(spec: RunSpec, max_pool_blocks: int = LIMITS["max_pool_blocks"]) 
     return Race(sims, setup={**setup_of(spec, config), "key": config.key})
 
 
-def size_answer(params: dict) -> dict:
-    """The calculator: kvlab.sizing's forward question, and whether N conversations of L tokens fit."""
+def size_answer(params: dict, *, page: bool = False) -> dict:
+    """The calculator: kvlab.sizing's forward question, and whether N conversations of L tokens fit. For the page
+    (``page``), a refusal of the model, GPU or context is an answer: the reason, and what to change among the page's
+    controls (kvlab.web.refusal), never a command-line flag."""
     from kvlab.web.calculator import answer
+    from kvlab.web.refusal import refused_answer
 
-    return answer(
-        model=text(params, "model", DEFAULTS["model"]),
-        gpu=text(params, "gpu", DEFAULTS["gpu"]),
-        concurrency=integer(params, "concurrency", 1, LIMITS["max_concurrency"], 16),
-        context_len=integer(params, "context_len", 1, LIMITS["max_context_len"], 2048),
-        gpu_memory_utilization=number(params, "gpu_memory_utilization", 0.05, 1.0, 0.9),
-    )
+    asked = {
+        "model": text(params, "model", DEFAULTS["model"]),
+        "gpu": text(params, "gpu", DEFAULTS["gpu"]),
+        "concurrency": integer(params, "concurrency", 1, LIMITS["max_concurrency"], 16),
+        "context_len": integer(params, "context_len", 1, LIMITS["max_context_len"], 2048),
+        "gpu_memory_utilization": number(params, "gpu_memory_utilization", 0.05, 1.0, 0.9),
+    }
+    try:
+        return answer(**asked)
+    except KvlabError as exc:
+        if not page:
+            raise
+        return {"model": asked["model"], "gpu": asked["gpu"],
+                **refused_answer(exc, **asked, max_utilization=1.0)}
 
 
 def explain_log(data) -> dict:
@@ -264,11 +278,15 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     async def catalog(request: Request) -> Response:
         from kvlab.web.calculator import catalog_listing
 
+        from kvlab.paper import FIG1_PAPER, FIG2_PAPER
+
         listing = await run_in_threadpool(catalog_listing, DEFAULTS)
-        return JSONResponse({**listing, "limits": lim})
+        # The paper's figures the page sets its own numbers beside (kvlab.paper, their one home).
+        return JSONResponse({**listing, "limits": lim, "paper": {"figure1": FIG1_PAPER, "figure2": FIG2_PAPER}})
 
     async def size(request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(size_answer, dict(request.query_params)))
+        page = request.headers.get(REFUSALS_HEADER) == "in-body"
+        return JSONResponse(await run_in_threadpool(lambda: size_answer(dict(request.query_params), page=page)))
 
     async def create_session(request: Request) -> Response:
         try:
@@ -285,6 +303,8 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     stream = make_stream(sessions, have_of)
 
     async def user_error(request: Request, exc: KvlabError) -> Response:
+        if request.headers.get(REFUSALS_HEADER) == "in-body":
+            return JSONResponse({"error": str(exc), "refused": True})
         return JSONResponse({"error": str(exc)}, status_code=400)
 
     routes = [

@@ -417,10 +417,24 @@ function buildLegend(host, simple = false) {
       "legend-overhead");
   }
   add([swatch(FREE, 0)], "plain grey: free", "legend-free");
+  if (!simple) add([pieceSwatch()], "dashed outline: the largest free piece, where the next slab would go " +
+    "(reserve the max)", "legend-piece");
   // Evicted pages flash black and fade (drawOverlay): said where they appear, not only in section 5.
   const more = document.getElementById("evictions") ? [", ", el("a", { href: "#evictions", text: "section 5" })] : [];
   host.appendChild(el("span", { class: "item legend-evicted" }, flashSwatch(), el("span", {},
     "flashing black: evicted (memory ran out mid-answer; its tokens are computed again later", ...more, ")")));
+}
+
+// The free piece's outline as drawOverlay draws it (GridView.gap), around two free squares.
+function pieceSwatch(size = 15) {
+  const c = document.createElement("canvas");
+  c.width = 2 * size; c.height = size;
+  const ctx = c.getContext("2d");
+  ctx.fillStyle = hex(FREE_RGB); ctx.fillRect(0, 0, 2 * size, size);
+  ctx.strokeStyle = "#1d1d1f"; ctx.lineWidth = 2; ctx.setLineDash([4, 3]);
+  ctx.strokeRect(1, 1, 2 * size - 2, size - 2);
+  c.setAttribute("aria-hidden", "true");
+  return c;
 }
 
 // The eviction flash as drawOverlay draws it at its start, over a free square.
@@ -452,6 +466,14 @@ function drawShareBar(canvas, shares, width, simple, nobodys) {
   ctx.putImageData(img, 0, 0);
 }
 
+// The vLLM paper's Figure 2 (kvlab.paper.FIG2_PAPER, through the catalogue): the token share of the systems that
+// reserve (Orca's three) against vLLM's.
+function paperShares(fig2) {
+  const reserve = Object.keys(fig2).filter(k => k.startsWith("orca")).map(k => fig2[k].token);
+  return `The vLLM paper, time-averaged: ${nf1.format(Math.min(...reserve))}–${pct(Math.max(...reserve))} for systems ` +
+    `that reserve (Orca), ${pct(fig2.vllm.token)} for vLLM's pages.`;
+}
+
 // ---------------------------------------------------------------- formatting and input
 const nf0 = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
 const nf1 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
@@ -469,10 +491,17 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
-async function api(path, options) {
-  const resp = await fetch(path, options);
+// The server answers the page's refusals in the body (HTTP 200, {"error", "refused": true}): a refused value is a
+// line beside its control, and the browser logs nothing (it logs every 4xx response as a failed resource).
+const REFUSALS = { "X-Kvlab-Refusals": "in-body" };
+class Refusal extends Error {
+  constructor(body) { super(body.error); this.advice = body.advice || []; }
+}
+async function api(path, options = {}) {
+  const resp = await fetch(path, { ...options, headers: { ...(options.headers || {}), ...REFUSALS } });
   let body = null;
   try { body = await resp.json(); } catch (e) { body = null; }
+  if (body && body.refused) throw new Refusal(body);
   if (!resp.ok) {
     const msg = body && body.error ? body.error : `the server answered ${resp.status}`;
     throw new Error(msg);
@@ -484,10 +513,14 @@ async function api(path, options) {
 function setText(node, text) { if (node && node.textContent !== text) node.textContent = text; }
 function setData(node, key, value) { const v = String(value); if (node && node.dataset[key] !== v) node.dataset[key] = v; }
 
+// One section's error slot: the message, and (for a refusal) what to change among the page's controls.
 function showError(node, err) {
   if (!node) return;
-  if (err) { node.textContent = err.message || String(err); node.hidden = false; }
-  else { node.textContent = ""; node.hidden = true; }
+  if (err) {
+    node.textContent = err.message || String(err);
+    if (err.advice && err.advice.length) node.append(el("span", { class: "advice", text: "Try: " + err.advice.join("; or ") + "." }));
+    node.hidden = false;
+  } else { node.textContent = ""; node.hidden = true; }
 }
 
 const NUMBER_RE = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
@@ -667,8 +700,11 @@ const BIG = {
   num_waiting: { what: () => "waiting in the queue", of: g => g.counters.num_waiting },
   token_share: { what: () => "of the memory holds tokens right now", of: g => g.counters.token_share, fmt: pct },
   num_preemptions: {
-    what: g => g.counters.num_preemptions ? "evictions: sent back to the queue when pages ran out, " +
-      `to be computed again (${nf0.format(g.counters.num_recomputed_tokens)} tokens so far)` : "evictions",
+    // (where the recomputed tokens are a big number of their own, they are not said again here)
+    what: (g, look) => !g.counters.num_preemptions ? "evictions"
+      : look && look.big.includes("num_recomputed_tokens") ? "evictions: sent back to the queue when pages ran out"
+        : "evictions: sent back to the queue when pages ran out, " +
+          `to be computed again (${nf0.format(g.counters.num_recomputed_tokens)} tokens so far)`,
     of: g => g.counters.num_preemptions },
   tokens_to_recompute: { what: () => "tokens dropped, waiting to be computed again", of: g => g.note.tokens_to_recompute },
   num_recomputed_tokens: { what: () => "tokens computed a second time so far", of: g => g.counters.num_recomputed_tokens },
@@ -686,6 +722,18 @@ const COUNTERS = [
   ["throughput_tps", "tokens/s", v => nf1.format(v)],
   ["num_rejected", "rejected", v => nf0.format(v)],
 ];
+const SETUP_FIELDS = {
+  model: m => m.model,
+  gpu: m => m.gpu,
+  "num-blocks": m => nf0.format(m.num_gpu_blocks),
+  "block-size": m => nf0.format(m.kv_block_size),
+  "display-scale": m => (m.display_scale > 1 ? `, drawn ${nf0.format(m.display_scale)} to a square` : ""),
+  rate: m => String(m.setup.rate),
+  "slab-blocks": m => nf0.format(Math.ceil(m.max_model_len / m.kv_block_size)),
+  "max-model-len": m => nf0.format(m.max_model_len),
+  "kv-per-token": m => `${nf0.format(m.kv_bytes_per_token / 1024)} KiB (${nf0.format(m.kv_bytes_per_token)} bytes) ` +
+    `per token for ${m.model}`,
+};
 const FRIENDLY = { max: "reserve the max", paged: "pages (vLLM)", pow2: "power of two", oracle: "oracle" };
 
 // A lane's subtitle: the lesson's four (named batching+memory) in the words section 2 defines beside its buttons
@@ -779,8 +827,10 @@ class Player {
     const panel = el("div", { class: "panel", "data-strategy": info.name });
     const badge = el("span", { class: "badge", "data-field": "finish-time" });
     const title = look.names ? (FRIENDLY[info.allocator] || info.name) : info.name;
+    // The first figures name each strategy in words; kvlab's names (continuous+max) come with section 2's
+    // definitions and the race.
     panel.append(el("h3", {}, el("span", { class: "name", text: title }),
-      el("span", { class: "desc", text: look.names ? info.name : describe(info) }), badge));
+      el("span", { class: "desc", text: look.names ? "" : describe(info) }), badge));
     const fields = {}, whats = {};
     const big = el("div", { class: "bignums", role: "status", "aria-live": "polite", "aria-atomic": "false" });
     for (const key of look.big) {
@@ -791,10 +841,7 @@ class Player {
       fields[key] = node;
       whats[key] = what;
     }
-    if (look.paper) {
-      big.append(el("p", { class: "paper", text: "The vLLM paper, time-averaged: 20.4–38.2% for systems that " +
-        "reserve (Orca), 96.3% for vLLM's pages." }));
-    }
+    if (look.paper && catalog.paper) big.append(el("p", { class: "paper", text: paperShares(catalog.paper.figure2) }));
     panel.append(big);
     const wrap = el("div", { class: "gridwrap" });
     panel.append(wrap);
@@ -847,6 +894,8 @@ class Player {
     view.canvas.addEventListener("mouseleave", () => { this.hoverAt = null; this.refreshTooltip(); });
     view.canvas.addEventListener("click", e => {
       const c = view.cellAt(e);
+      // A tap (a phone has no hover) says what the square is, as the pointer's hover does.
+      if (c >= 0) { this.hoverAt = { view, c, x: e.clientX, y: e.clientY }; this.refreshTooltip(); }
       if (c >= 0 && this.onPick) this.onPick(view.cellState(c).owner, p);
     });
     view.canvas.addEventListener("blur", () => { view.kbCell = -1; view.overlayDirty = true; this.hoverAt = null; this.refreshTooltip(); });
@@ -965,7 +1014,7 @@ class Player {
     const s = this.summaries ? this.summaries[p.lane] : null;
     for (const key of this.look.big) {
       const node = p.fields[key], def = BIG[key];
-      let v = def.of(g, p.info), what = def.what(g);
+      let v = def.of(g, p.info), what = def.what(g, this.look);
       if (s && key === "token_share") { v = s.memory_shares.token; what = "of the memory held tokens, time-averaged over the run"; }
       if (v === undefined || v === null) v = 0;
       setText(node, (def.fmt || (x => nf0.format(x)))(v));
@@ -1102,13 +1151,25 @@ class Player {
     // numbers as the big one: tokens / all slots).
     const total = shares.reduce((a, b) => a + b, 0) || 1, f = v => pct(100 * v / total);
     const named = simple ? (paged
-      ? [[[0], "tokens"], [[1, 2], "reserved, still empty"], [[4], "free"], [[3], "vLLM's null block"]]
+      ? [[[0], "tokens"], [[1, 2], "reserved, still empty"], [[4], "free"],
+        [[3], "vLLM's null block (one page it keeps aside as a placeholder, never holding tokens)"]]
       : [[[0], "tokens"], [[1, 2, 3], "reserved, still empty"], [[4], "free"]])
       : s ? [[[0], "tokens"], [[1], "reserved"], [[2], "never used"], [[4], "free or between slabs"]]
         : [[[0], "tokens"], [[1], "reserved"], [[2], "never used"], [[3], "rounded up"], [[4], "free"]];
-    setText(p.barLabel, (s ? "memory over the whole run (time-averaged): " : "memory right now: ") +
-      named.map(([js, name]) => `${f(js.reduce((a, j) => a + shares[j], 0))} ${name}`).join(" · "));
-    p.bar.setAttribute("aria-label", p.barLabel.textContent);
+    const parts = named.map(([js, name]) => [f(js.reduce((a, j) => a + shares[j], 0)), name]);
+    const text = (s ? "memory over the whole run (time-averaged): " : "memory right now: ") +
+      parts.map(([v, name]) => `${v} ${name}`).join(" · ");
+    if (p.barLabel.textContent !== text) {
+      // The waste (reserved and still empty) is the first figure's point: its share in bold.
+      p.barLabel.textContent = "";
+      p.barLabel.append(s ? "memory over the whole run (time-averaged): " : "memory right now: ");
+      parts.forEach(([v, name], i) => {
+        if (i) p.barLabel.append(" · ");
+        p.barLabel.append(/reserved/.test(name) ? el("b", { "data-share": "reserved", text: `${v} ${name}` })
+          : `${v} ${name}`);
+      });
+      p.bar.setAttribute("aria-label", text);
+    }
   }
 
   scheduleDraw() {
@@ -1239,16 +1300,16 @@ function flatSummary(s) {
 
 function summaryTable(summaries, winner) {
   const table = el("table", { class: "summary" });
-  const head = el("tr", {}, el("th", { text: "strategy" }));
+  const head = el("tr", { class: "head" }, el("th", { text: "strategy" }));
   for (const [, label] of SUMMARY_COLS) head.append(el("th", { text: label }));
   table.append(head);
   for (const s of summaries) {
     const row = el("tr", { "data-strategy": s.name }, el("td", { text: s.name + (s.name === winner ? " ★" : "") }));
     const flat = flatSummary(s);
-    for (const [key, , fmt] of SUMMARY_COLS) {
+    for (const [key, label, fmt] of SUMMARY_COLS) {
       const v = flat[key];
-      row.append(el("td", { "data-key": key, "data-value": v === undefined || v === null ? "" : String(v),
-        text: v === undefined || v === null ? "–" : fmt(v) }));
+      row.append(el("td", { "data-key": key, "data-label": label, "data-value": v === undefined || v === null ? ""
+        : String(v), text: v === undefined || v === null ? "–" : fmt(v) }));
     }
     table.append(row);
   }
@@ -1296,7 +1357,7 @@ class LivePlayer extends Player {
       spec.strategies = [`${data.batching}+${data.allocator}`];
     } else {
       spec.strategies = Array.from(this.form.querySelectorAll('input[name="strategy"]:checked')).map(i => i.value);
-      const max = (catalog && catalog.limits.max_strategies) || 4;
+      const max = catalog.limits.max_strategies;
       if (!spec.strategies.length) return [null, "pick at least one strategy to race"];
       if (spec.strategies.length > max) {
         return [null, `a race holds at most ${max} strategies; ${spec.strategies.length} are ticked: untick ` +
@@ -1344,6 +1405,7 @@ class LivePlayer extends Player {
       this.done = false;
       this.held = false;
       this.build(meta);
+      this.writeSetup(meta);
       this.onFrame(meta.frame);
       this.setStale(false);
       if (this.onNewRun) this.onNewRun(meta);
@@ -1352,6 +1414,15 @@ class LivePlayer extends Player {
       this.setStale(true);
     } finally {
       this.setBusy(false);
+    }
+  }
+
+  // The section's prose names the run it draws: each [data-field] of SETUP_FIELDS, from the run's meta (so a pool
+  // drawn from the calculator, or another rate, is the one the text names).
+  writeSetup(meta) {
+    for (const node of this.section.querySelectorAll("[data-field]")) {
+      const f = SETUP_FIELDS[node.dataset.field];
+      if (f) { setText(node, f(meta)); setData(node, "value", node.textContent); }
     }
   }
 
@@ -1385,7 +1456,10 @@ class LivePlayer extends Player {
     try {
       const hold = this.until === null ? "" : `&until=${this.until}`;
       const resp = await fetch(`api/sessions/${this.session}/stream?speed=${this.speed}&have=${this.seq}${hold}`,
-        { signal: ctrl.signal });
+        { signal: ctrl.signal, headers: REFUSALS });
+      if ((resp.headers.get("content-type") || "").startsWith("application/json")) {
+        throw new Refusal(await resp.json()); // refused before the stream began (a run that expired)
+      }
       if (!resp.ok) {
         let msg = `the server answered ${resp.status}`;
         try { msg = (await resp.json()).error || msg; } catch (e) { /* keep the status */ }
@@ -1617,7 +1691,7 @@ function setupOne(one) {
     } else {
       text += `Now ${plural(tok, "token")}. Reserve the max set aside ${nf0.format(ms)} slots the moment it started ` +
         `and fills ${pct(100 * tok / ms)} of them; pages hold it in ${nf0.format(ps)} slots ` +
-        `(${blocks(ps / (one.meta.kv_block_size || 16))}), ${pct(100 * tok / Math.max(1, ps))} full: only the last page ` +
+        `(${blocks(ps / one.meta.kv_block_size)}), ${pct(100 * tok / Math.max(1, ps))} full: only the last page ` +
         "is partly empty.";
     }
     setText(caption, text);
@@ -1959,23 +2033,30 @@ async function setupCalculator(grid) {
   const out = document.getElementById("calc-out");
   const section = document.getElementById("calculator");
   let serial = 0;
+  // Three states: an answer (shown); a value typed out of range (refused here, nothing sent: the last answer
+  // dimmed, data-state "stale"); a model, GPU or context the engine refuses (the last answer, another model's,
+  // hidden: data-state "refused").
+  const state = (name, err) => {
+    showError(errorNode, err);
+    section.classList.toggle("stale", name !== "ok");
+    section.classList.toggle("refused", name === "refused");
+    section.dataset.state = name;
+  };
   const update = async () => {
     const mine = ++serial;
-    const [, msg] = checkForm(form);
-    if (msg) { showError(errorNode, new Error(msg)); section.classList.add("stale"); return; }
+    const [values, msg] = checkForm(form);
+    if (msg) { state("stale", new Error(msg)); return; }
     const q = new URLSearchParams(new FormData(form));
     try {
       const r = await api("api/size?" + q.toString());
       if (mine !== serial) return;
-      showError(errorNode, null);
-      section.classList.remove("stale");
-      renderCalc(r);
+      state("ok", null);
+      renderCalc(r, values.gpu_memory_utilization);
       out.hidden = false;
       fitMembarLabels();
     } catch (err) {
       if (mine !== serial) return;
-      showError(errorNode, err);
-      section.classList.add("stale");
+      state(err instanceof Refusal ? "refused" : "stale", err);
     }
   };
   form.addEventListener("input", update);
@@ -1987,7 +2068,7 @@ async function setupCalculator(grid) {
   await Promise.all([update(), bridge()]);
 }
 
-function renderCalc(r) {
+function renderCalc(r, utilization) {
   const bar = document.getElementById("calc-bar");
   bar.innerHTML = "";
   // The paper's Figure 1: the GPU's memory by use, as `kvlab size` splits it.
@@ -2024,6 +2105,24 @@ function renderCalc(r) {
     text: w.fits ? `all ${nf0.format(w.concurrency)} fit; the cache holds ${nf0.format(w.num_fit)} of that length`
       : `only ${nf0.format(w.num_fit)} of ${nf0.format(w.concurrency)} fit: the rest wait, or are evicted mid-answer` }));
   document.getElementById("calc-log").textContent = r.log_lines.join("\n");
+  setText(document.getElementById("calc-paper"), paperSplitNote(r, utilization));
+}
+
+// Why the bar's shares are not the paper's Figure 1 (kvlab.paper.FIG1_PAPER): the paper divides by the GB on the
+// label and leaves nothing unused; the bar divides by the GiB CUDA reports, with 1 - utilization left unused.
+function paperSplitNote(r, utilization) {
+  const f1 = catalog.paper.figure1, split = r.memory_split;
+  const same = r.model === f1.model && r.gpu.toLowerCase() === f1.gpu;
+  const label = nf0.format(f1.label_bytes / 1e9);
+  let text = `Why not the vLLM paper's ${nf0.format(100 * f1.weights_share)}% weights and ` +
+    `${nf0.format(100 * f1.kv_cache_share)}% KV cache (its Figure 1, ${f1.model} on ${f1.gpu})? The paper divides ` +
+    `by the ${label} GB on the GPU's label (1 GB = 10⁹ bytes) and counts nothing as left unused. This bar divides ` +
+    `by the ${gib(split.gpu_memory_bytes)} the GPU reports to CUDA (1 GiB = 2³⁰ bytes), and "other" includes the ` +
+    `${nf0.format(100 * (1 - utilization))}% vLLM leaves unused at GPU memory utilization ${utilization}.`;
+  if (same) {
+    text += ` Against the ${label} GB label these weights are ${nf0.format(100 * split.weights_bytes / f1.label_bytes)}%.`;
+  }
+  return text;
 }
 
 // A segment's label is written inside it only where it fits whole (the legend and the tooltip say it anyway).
@@ -2036,18 +2135,32 @@ function fitMembarLabels() {
 }
 window.addEventListener("resize", fitMembarLabels);
 
-let bridgeSize = null;
+let bridgeSize = null, bridgeSerial = 0;
 
 // The model and GPU picked in the calculator, by kvlab's own sizing: the command, the lines vLLM prints, how to
 // read them, and what drawing that pool changes in section 2.
 async function updateBridge(model, gpu) {
+  const errorNode = document.getElementById("bridge-error"), now = document.getElementById("bridge-now");
+  const draw = document.querySelector('[data-act="bridge-draw"]');
+  const mine = ++bridgeSerial;
   let r;
   try {
     r = await api("api/size?" + new URLSearchParams({ model, gpu }).toString());
   } catch (err) {
-    showError(document.getElementById("vllm-log-error"), err);
+    if (mine !== bridgeSerial) return;
+    // This section's own slot; what it showed is another model's, so it is dimmed and cannot be drawn.
+    showError(errorNode, err);
+    now.classList.add("stale-part");
+    now.dataset.stale = "1";
+    draw.disabled = true;
+    bridgeSize = null;
     return;
   }
+  if (mine !== bridgeSerial) return;
+  showError(errorNode, null);
+  now.classList.remove("stale-part");
+  now.dataset.stale = "";
+  draw.disabled = false;
   bridgeSize = r;
   const entry = catalog.models.find(m => m.name === r.model);
   for (const n of document.querySelectorAll('[data-field="bridge-gpu"]')) n.textContent = r.gpu;
@@ -2101,7 +2214,7 @@ async function explainLog() {
   const input = document.getElementById("vllm-log-input");
   const errorNode = document.getElementById("vllm-log-error"), out = document.getElementById("vllm-log-out");
   const text = input.value;
-  const max = (catalog && catalog.limits.max_log_chars) || 1000000;
+  const max = catalog.limits.max_log_chars;
   if (!text.trim()) { showError(errorNode, new Error("paste a vLLM startup log first (the lines vllm serve prints)")); return; }
   if (text.length > max) {
     showError(errorNode, new Error(`that is ${nf0.format(text.length)} characters; paste at most ${nf0.format(max)} (the startup part is enough)`));
@@ -2130,7 +2243,8 @@ function renderExplained(out, r) {
       text: typeof value === "number" ? nf0.format(value) : String(value) }));
   };
   add("kv_cache_tokens", "KV cache size (tokens)", log.kv_cache_tokens);
-  add("num_gpu_blocks", `blocks of ${log.block_size || 16} tokens`, log.num_gpu_blocks);
+  if (log.block_size) add("num_gpu_blocks", `blocks of ${log.block_size} tokens`, log.num_gpu_blocks);
+  else add("num_gpu_blocks", "blocks (the log names no block size)", log.num_gpu_blocks);
   if (log.max_concurrency !== null && log.max_concurrency !== undefined) {
     dl.append(el("dt", { text: `maximum concurrency at ${nf0.format(log.max_concurrency_tokens_per_request || 0)} tokens` }),
       el("dd", { "data-key": "max_concurrency", "data-value": String(log.max_concurrency), text: nf2.format(log.max_concurrency) + "x" }));
