@@ -5,7 +5,6 @@ the page before (5868b29). The ``lab`` fixtures fail a test on any console error
 from __future__ import annotations
 
 import pytest
-
 from labpage import seek, set_form, wait_new_run
 
 from kvlab.web.server import size_answer

@@ -276,9 +276,8 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         return FileResponse(static / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def catalog(request: Request) -> Response:
-        from kvlab.web.calculator import catalog_listing
-
         from kvlab.paper import FIG1_PAPER, FIG2_PAPER
+        from kvlab.web.calculator import catalog_listing
 
         listing = await run_in_threadpool(catalog_listing, DEFAULTS)
         # The paper's figures the page sets its own numbers beside (kvlab.paper, their one home).
