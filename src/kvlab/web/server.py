@@ -12,6 +12,8 @@
     POST   /api/sessions/{id}/seek?t=     run on to t simulated seconds after the first arrival -> that frame
     POST   /api/sessions/{id}/follow?id=  every frame from now on carries conversation id's block table
                                           -> the tables as they stand
+    GET    /api/rates?model=&gpu=&...     each system's breaking point as the rate grows (kvlab.web.rates)
+    GET    /api/rates/at?rate=&...        every system's normalized latency at one rate
     POST   /api/vllm-log                  {"text": a vLLM startup log, "model"?: catalogue name} -> what it says
     DELETE /api/sessions/{id}
 
@@ -43,7 +45,8 @@ from starlette.staticfiles import StaticFiles
 
 from kvlab import defaults
 from kvlab.errors import KvlabError
-from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_run_spec, parse_speed, text
+from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_rate_setup, parse_run_spec, parse_speed, text
+from kvlab.web.rates import AXIS_OVER_CAPACITY, RateLab
 from kvlab.web.session import Race, Session, setup_of
 
 # Frames a stream aims for: above the 30 a grid needs to look fluid, so that the page's rate is set by what the
@@ -300,6 +303,25 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         return JSONResponse({"session_id": sid, **race.meta(), "frame": frame, "spec": spec.__dict__})
 
     stream = make_stream(sessions, have_of)
+    rates = RateLab()
+
+    async def breaking_points(request: Request) -> Response:
+        setup = parse_rate_setup(dict(request.query_params))
+        return JSONResponse(await run_in_threadpool(rates.breaking_points, setup))
+
+    async def rate_point(request: Request) -> Response:
+        params = dict(request.query_params)
+        setup = parse_rate_setup(params)
+        rate = number(params, "rate", LIMITS["min_rate"], LIMITS["max_rate"], 0.0)
+        if rate <= 0:
+            raise KvlabError(f"rate is required: requests per second, from {LIMITS['min_rate']} to "
+                             f"{LIMITS['max_rate']:g}")
+        found = await run_in_threadpool(rates.breaking_points, setup)
+        if rate > found["axis_rps"]:
+            raise KvlabError(f"rate {rate:g} req/s is past the chart (0 to {found['axis_rps']:g} req/s, at least "
+                             f"{AXIS_OVER_CAPACITY:g} times the highest breaking point): beyond it every system is "
+                             "overloaded, and the page keeps its simulations within the chart")
+        return JSONResponse(await run_in_threadpool(rates.at, setup, rate))
 
     async def user_error(request: Request, exc: KvlabError) -> Response:
         if request.headers.get(REFUSALS_HEADER) == "in-body":
@@ -311,6 +333,8 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         Route("/api/catalog", catalog),
         Route("/api/size", size),
         Route("/api/sessions", create_session, methods=["POST"]),
+        Route("/api/rates", breaking_points),
+        Route("/api/rates/at", rate_point),
         Route("/api/sessions/{sid}/stream", stream),
         *run_routes(sessions, lim["max_seek_seconds"]),
         Route("/api/vllm-log", vllm_log, methods=["POST"]),
