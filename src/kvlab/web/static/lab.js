@@ -1683,7 +1683,13 @@ function heroRateNote(hero, rates) {
   } else if (holds(paged) && !holds(max)) {
     text = `At ${rate} req/s pages keep up and reserving the max does not: ${both} (section 7).`;
   } else text = `At ${rate} req/s ${holds(max) ? "both keep up" : "pages do not keep up"}: ${both} (section 7).`;
-  setText(note.querySelector('[data-field="hero-rate-text"]'), text);
+  const said = note.querySelector('[data-field="hero-rate-text"]');
+  if (said.dataset.text !== text) {
+    said.dataset.text = text;
+    said.textContent = "";
+    const [head, tail] = text.split("section 7");
+    said.append(head, el("a", { href: "#rates", text: "section 7" }), tail);
+  }
   const button = note.querySelector('[data-act="lesson-rate"]');
   const lesson = f.lesson_rate;
   button.hidden = lesson === null || lesson === rate;
