@@ -196,3 +196,19 @@ def test_the_race_table_needs_no_sideways_scrolling_on_a_phone(lab_at):
     label = page.evaluate("""() => getComputedStyle(document.querySelector(
         '#race-finish td[data-key=preemptions]'), '::before').content""")
     assert label == '"evictions"'
+
+
+def test_the_page_types_in_no_engine_number():
+    """Every number and rule comes from the engine's frames and answers: none of the default setup's numbers, the
+    paper's figures or a block-size fallback is typed into the page's script or text (the page's script is its
+    parts joined, kvlab.web.bundle, as the export inlines it)."""
+    from kvlab.paper import FIG2_PAPER
+    from kvlab.web.bundle import PARTS, lab_js
+    from kvlab.web.server import static_dir
+
+    script, page = lab_js(), (static_dir() / "index.html").read_text(encoding="utf-8")
+    assert all((static_dir() / part).read_text(encoding="utf-8") in script for part in PARTS)
+    paper = {f"{v:g}" for shares in FIG2_PAPER.values() for v in shares.values() if v}
+    for typed in ("|| 16", "||16", "2,048", "2048", "867", "800 KB", *paper):
+        assert typed not in script, typed
+        assert typed not in page, typed

@@ -275,6 +275,11 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     sessions = Sessions(lim["max_sessions"], lim["session_idle_seconds"], lim["max_compute_seconds"])
     static = static_dir()
 
+    async def script(request: Request) -> Response:
+        from kvlab.web.bundle import lab_js
+
+        return Response(lab_js(), media_type="text/javascript", headers={"Cache-Control": "no-cache"})
+
     async def index(request: Request) -> Response:
         return FileResponse(static / "index.html", headers={"Cache-Control": "no-cache"})
 
@@ -338,6 +343,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         Route("/api/sessions/{sid}/stream", stream),
         *run_routes(sessions, lim["max_seek_seconds"]),
         Route("/api/vllm-log", vllm_log, methods=["POST"]),
+        Route("/static/lab.js", script),  # (its parts, static/lab-*.js, joined: kvlab.web.bundle)
         Mount("/static", app=StaticFiles(directory=static), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)]
