@@ -22,14 +22,19 @@ function noteFacts(info, grid, summary, meta) {
   answersDue = true;
 }
 
-const QUIZ = {
-  q1: { right: "Right: a fifth or less.", wrong: "Not quite: a fifth or less." },
-  q2: { right: "Right: 15 slots, never more.", wrong: "Not quite: 15 slots, the unfilled part of its last page." },
-  q3: { right: "Right: it evicts and recomputes.", wrong: "Not quite: vLLM evicts the newest conversation and recomputes it later." },
-};
+// The verdicts; question 2's bound is the default block size's (catalogue), less the slot its token fills.
+function quizWords(q) {
+  const slots = catalog.defaults.block_size - 1;
+  return {
+    q1: { right: "Right: a fifth or less.", wrong: "Not quite: a fifth or less." },
+    q2: { right: `Right: ${slots} slots, never more.`, wrong: `Not quite: ${slots} slots, the unfilled part of its last page.` },
+    q3: { right: "Right: it evicts and recomputes.", wrong: "Not quite: vLLM evicts the newest conversation and recomputes it later." },
+  }[q];
+}
 
 function explainQ1() {
-  const f = facts.max, paper = " The vLLM paper measured 20.4% for Orca (Max) and 96.3% for vLLM.";
+  const fig2 = catalog.paper.figure2, f = facts.max;
+  const paper = ` The vLLM paper measured ${pct(fig2["orca-max"].token)} for Orca (Max) and ${pct(fig2.vllm.token)} for vLLM.`;
   if (!f) return "Press \"show me\": the grid runs reserve-the-max, and this answer fills in with its numbers." + paper;
   if (!f.summary) {
     return `Your ${f.name} run is not over yet; right now ${pct(f.counters.token_share)} of the cache holds ` +
@@ -95,7 +100,7 @@ function setupQuiz() {
         label.classList.toggle("wrong", v === choice && v !== correct);
       }
       const verdict = reveal.querySelector(".verdict");
-      verdict.textContent = QUIZ[q.id][choice === correct ? "right" : "wrong"];
+      verdict.textContent = quizWords(q.id)[choice === correct ? "right" : "wrong"];
       verdict.className = "verdict " + (choice === correct ? "right" : "wrong");
       reveal.hidden = false;
       renderAnswers();
