@@ -25,7 +25,8 @@ class RateFigure {
     this.cursor = null; // the rate under the cursor (swept, dragged or picked)
     this.picked = null;
     this.sweeping = null;
-    this.frames = 0; // frames drawn while sweeping (benchmarks/bench_web_fps.py)
+    this.frames = 0; // frames drawn while sweeping, and the time they took (benchmarks/bench_web_fps.py)
+    this.drawMs = 0;
     section.querySelector('[data-act="sweep"]').addEventListener("click", () => this.sweep());
     document.querySelector('#hero-rate [data-act="lesson-rate"]').addEventListener("click",
       () => this.pick(this.found.lesson_rate, "lesson"));
@@ -115,6 +116,7 @@ class RateFigure {
 
   draw() {
     if (!this.found) return;
+    const t0 = performance.now();
     const canvas = this.canvas, w = Math.max(200, Math.floor(canvas.clientWidth || 600)), h = 260;
     if (canvas.width !== w) canvas.width = w;
     if (canvas.height !== h) canvas.height = h;
@@ -162,7 +164,7 @@ class RateFigure {
       ctx.strokeStyle = "#1d1d1f"; ctx.lineWidth = 1.5;
       ctx.beginPath(); ctx.moveTo(X(this.cursor), top); ctx.lineTo(X(this.cursor), bottom); ctx.stroke();
     }
-    if (this.sweeping) this.frames++;
+    if (this.sweeping) { this.frames++; this.drawMs += performance.now() - t0; }
   }
 
   // The rate sweeps across the chart on its own; the curves are drawn up to it, each breaking point named as it
