@@ -15,8 +15,8 @@ gives the same breaking points (tests/web/test_lab_rates.py checks that).
 
 from __future__ import annotations
 
+import os
 import threading
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from kvlab.errors import KvlabError
 
 FIRST_RATE = 1.0  # the search's first guess: `kvlab capacity`'s (--rate 1)
 RTOL = 0.05  # `kvlab capacity`'s --rtol
+NICENESS = 10  # the simulations' worker process: below the server's streams and the browser (os.nice)
 AXIS_OVER_CAPACITY = 1.5  # the chart's axis runs to at least this times the highest breaking point
 
 
@@ -46,20 +47,6 @@ class RateSetup:
                 "cost": [self.cost]}
 
 
-class InlinePool:
-    """A sweep pool that computes each point at once, in the calling thread (the server's worker thread): the lab
-    runs one search at a time and keeps its simulations in this process."""
-
-    num_workers = 1
-
-    def submit(self, point: dict[str, Any]) -> Future:
-        from kvlab.sweep.point import compute
-
-        future: Future = Future()
-        future.set_result(compute(point))
-        return future
-
-
 class RateLab:
     """The searches and points of the rate section, kept for the server's life (one store, one lock)."""
 
@@ -72,10 +59,16 @@ class RateLab:
         if self.runner is None:
             import kvlab
             from kvlab.sweep.grid import row_kinds
-            from kvlab.sweep.runner import Runner
+            from kvlab.sweep.runner import LocalPool, Runner
             from kvlab.sweep.store import Store
 
-            self.runner = Runner(Store(None, row_kinds()), InlinePool(), kvlab.__version__)
+            # One worker process, as `kvlab capacity --workers 1` runs: the simulations hold no lock of the
+            # server's, so the page's streams keep their frame rate while a search runs (benchmarks/bench_web_fps).
+            pool = LocalPool(1)
+            # At a lower priority than the server and the browser beside it: a search must not cost the figures
+            # their frames on a machine of few cores (bench_web_fps.py: 27 fps at normal priority, against 40).
+            pool.executor.submit(os.nice, NICENESS).result()
+            self.runner = Runner(Store(None, row_kinds()), pool, kvlab.__version__)
         return self.runner
 
     @staticmethod

@@ -110,9 +110,16 @@ async function boot() {
   await heroReady;
   await Promise.all([setupCalculator(grid, hero.meta.max_model_len), one.reset(), grid.reset(), evictions.reset(), race.reset()]);
   document.body.dataset.ready = "1";
-  // The breaking points take the engine a while (a capacity search per system): the page is ready before them.
+  // The breaking points take the engine a while (a capacity search per system): the page is ready before them,
+  // and they are asked for once the first figure has stopped at its headline (or section 7 comes near), so that
+  // the figure's first seconds have the machine to themselves.
   rates.onPicked = () => heroRateNote(hero, rates);
-  rates.load();
+  let asked = false;
+  const ask = () => { if (!asked) { asked = true; rates.load(); } };
+  hero.onHeld = ask;
+  if (!hero.playing) ask();
+  new IntersectionObserver(entries => { if (entries.some(e => e.isIntersecting)) ask(); },
+    { rootMargin: "100% 0px" }).observe(document.getElementById("rates"));
 }
 
 boot().catch(err => {
