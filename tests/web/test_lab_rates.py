@@ -123,3 +123,18 @@ def test_the_sweep_names_each_breaking_point_as_it_passes(rates_lab):
     page.wait_for_function("document.querySelector('#rates').dataset.sweeping === '1'")
     page.wait_for_function("document.querySelector('#rates').dataset.sweeping === ''", timeout=30_000)
     assert page.evaluate("window.kvlab.rates.frames") > 0
+
+
+@pytest.mark.parametrize("width, height", [(1440, 900), (390, 844)])
+def test_section_7_fits_a_desktop_and_a_phone(lab_at, width, height):
+    from labpage import overflowing
+
+    probe = lab_at(width, height)
+    page = probe.page
+    page.locator("#rates").scroll_into_view_if_needed()
+    page.wait_for_function("document.querySelector('#rates').dataset.curves === '1' && "
+                           "document.querySelector('#rates').dataset.state === 'ok'", timeout=READY_S * 1000)
+    assert overflowing(page) == []
+    page.evaluate("document.querySelector('#rates').scrollIntoView({block: 'start'})")
+    page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    probe.screenshot(f"rates-{width}", full_page=False)

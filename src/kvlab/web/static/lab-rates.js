@@ -59,11 +59,11 @@ class RateFigure {
     this.range.step = String(f.axis_rps / 400);
     this.input.dataset.max = String(f.axis_rps);
     setText(this.section.querySelector('[data-field="slo"]'), `${nf2.format(f.slo_s)} s per token`);
-    setText(this.section.querySelector('[data-field="rates-setup"]'), `${s.model} on ${s.gpu.toUpperCase()}, ` +
+    setText(this.section.querySelector('[data-field="rates-setup"]'), `Every run: ${s.model} on ${s.gpu.toUpperCase()}, ` +
       `${nf0.format(s.num_requests)} requests of ${s.workload} arriving at random (Poisson) at each rate, ` +
-      `cost profile ${s.cost}; the same as kvlab capacity --strategy ${f.systems.map(x => x.name).join(",")} ` +
+      `cost profile ${s.cost}. The breaking points are those of kvlab capacity --strategy ${f.systems.map(x => x.name).join(",")} ` +
       `--model ${s.model} --gpu ${s.gpu} --workload ${s.workload} -n ${s.num_requests} --seed ${s.seed} ` +
-      `--block-size ${s.block_size} --cost ${s.cost}`);
+      `--block-size ${s.block_size} --cost ${s.cost}.`);
     const legend = this.section.querySelector(".chart-legend");
     legend.innerHTML = "";
     f.systems.forEach((x, i) => legend.append(el("span", { "data-system": x.name },
