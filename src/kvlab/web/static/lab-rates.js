@@ -182,7 +182,8 @@ class RateFigure {
       this.cursor = u * this.found.axis_rps;
       this.range.value = String(this.cursor);
       this.draw();
-      this.readout(this.cursor, null);
+      // The table is rewritten at most every SLOW_MS (a layout per frame would cost the chart its frame rate).
+      if (!this.readAt || now - this.readAt > SLOW_MS) { this.readAt = now; this.readout(this.cursor, null); }
       if (u < 1) requestAnimationFrame(tick);
       else this.stopSweep();
     };
