@@ -349,4 +349,5 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)]
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={KvlabError: user_error})
     app.state.sessions = sessions
+    app.state.rates = rates
     return app
