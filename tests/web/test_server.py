@@ -324,3 +324,40 @@ def test_follow_returns_the_tables_without_spending_a_frame(client):
     assert r["seq"] == frame["seq"] and len(r["tables"]) == 2 and r["tables"][1]["id"] == 0
     nxt = client.post(f"/api/sessions/{sid}/step", params={"have": frame["seq"]}).json()
     assert nxt["seq"] == frame["seq"] + 1 and nxt["grids"][1]["table"]["id"] == 0
+
+
+def test_the_page_gets_refusals_in_the_body_with_advice_in_its_own_controls(client):
+    """Asked with X-Kvlab-Refusals: in-body (the page), a refusal is 200 {"error", "refused"}: the browser logs no
+    4xx. The calculator's advice names the page's controls, never a command-line flag."""
+    page = {"X-Kvlab-Refusals": "in-body"}
+    plain = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "A100-80GB"})
+    assert plain.status_code == 400 and "--tensor-parallel-size" in plain.json()["error"]  # the command line's words
+    r = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "A100-80GB"}, headers=page)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["refused"] and body["error"] == plain.json()["error"].split(". Would fit:")[0]
+    assert body["advice"] and all("--" not in line for line in body["advice"])
+    assert any("GPU" in line for line in body["advice"])
+    bad = client.get("/api/size", params={"concurrency": "0"}, headers=page)
+    assert bad.status_code == 200 and bad.json()["refused"] and "concurrency 0 is out of range" in bad.json()["error"]
+    run = client.post("/api/sessions", json={"num_requests": 100000}, headers=page)
+    assert run.status_code == 200 and run.json() == {"error": "num_requests 100000 is out of range: 1 to 2000",
+                                                     "refused": True}
+
+
+@pytest.mark.parametrize("rate, message", [
+    ("0", "rate '0' is out of range: 0.01 to 100"),
+    ("-1", "rate '-1' is out of range: 0.01 to 100"),
+    ("abc", "rate must be a number from 0.01 to 100, got 'abc'"),
+    ("", "rate is required"),
+])
+def test_a_bad_rate_for_section_7_is_refused_before_any_run(client, rate, message):
+    r = client.get("/api/rates/at", params={"rate": rate})
+    assert r.status_code == 400 and message in r.json()["error"], r.json()
+
+
+def test_section_7_takes_only_its_setups_options(client):
+    r = client.get("/api/rates", params={"strategy": "vllm"})
+    assert r.status_code == 400 and "unknown parameter 'strategy'" in r.json()["error"]
+    r = client.get("/api/rates", params={"model": "/etc/passwd"})
+    assert r.status_code == 400 and "the lab takes catalogue models" in r.json()["error"]

@@ -50,10 +50,12 @@ def pack_log(log: dict) -> str:
 
 
 def render_page(log: dict, *, title: str) -> str:
+    from kvlab.web.bundle import lab_js
+
     static = resources.files("kvlab.web") / "static"
     template = (static / "export.html").read_text(encoding="utf-8")
     css = (static / "lab.css").read_text(encoding="utf-8")
-    js = (static / "lab.js").read_text(encoding="utf-8")
+    js = lab_js()
     if "</script" in js.lower():
         raise RuntimeError("lab.js contains '</script', which would end the inlined script early")
     meta = log["meta"]

@@ -167,3 +167,25 @@ def text(data: dict, key: str, default: str) -> str:
     if not isinstance(value, str) or len(value) > 200:
         raise KvlabError(f"{key} must be a name of at most 200 characters, got {str(value)[:40]!r}")
     return value
+
+
+RATE_SETUP_KEYS = ("model", "gpu", "workload", "num_requests", "seed", "block_size", "cost")
+
+
+def parse_rate_setup(data: dict):
+    """The rate section's setup (kvlab.web.rates.RateSetup): a run's options but its strategies and rate, checked
+    as a run's are; catalogue names only."""
+    from kvlab.catalog import get_gpu
+    from kvlab.web.calculator import catalogue_model
+    from kvlab.web.rates import RateSetup
+    from kvlab.workload import WORKLOADS
+
+    unknown = sorted(set(data) - set(RATE_SETUP_KEYS) - {"rate"})
+    if unknown:
+        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: {', '.join(RATE_SETUP_KEYS)}, rate")
+    spec = parse_run_spec({"kind": "race", **{k: data[k] for k in RATE_SETUP_KEYS if k in data}})
+    if spec.workload not in WORKLOADS:
+        raise KvlabError(f"unknown workload {spec.workload!r}: not a bundled workload ({', '.join(WORKLOADS)})")
+    return RateSetup(model=catalogue_model(spec.model).id, gpu=get_gpu(spec.gpu).id.lower(), workload=spec.workload,
+                     num_requests=spec.num_requests, seed=spec.seed, block_size=spec.block_size, cost=spec.cost)
+

@@ -51,7 +51,20 @@ def serve(sock: socket.socket, *, host: str = "127.0.0.1", open_browser: str | N
                 webbrowser.open(open_browser)
 
         threading.Thread(target=opener, daemon=True).start()
+    threading.Thread(target=warm_rates, args=(server,), daemon=True).start()
     server.run(sockets=[sock])
+
+
+def warm_rates(server) -> None:
+    """Section 7's searches for the default setup, begun as `kvlab lab` starts (in their low-priority worker
+    process), so that the first figure's sentence about its rate is ready by the time a reader's figure stops."""
+    from kvlab.errors import KvlabError
+    from kvlab.web.params import parse_rate_setup
+
+    try:
+        server.config.app.state.rates.breaking_points(parse_rate_setup({}))
+    except KvlabError:
+        pass  # (the page asks again, and shows the reason in section 7's slot)
 
 
 def serve_in_thread(host: str = "127.0.0.1", port: int = 0):

@@ -12,10 +12,15 @@
     POST   /api/sessions/{id}/seek?t=     run on to t simulated seconds after the first arrival -> that frame
     POST   /api/sessions/{id}/follow?id=  every frame from now on carries conversation id's block table
                                           -> the tables as they stand
+    GET    /api/rates?model=&gpu=&...     each system's breaking point as the rate grows (kvlab.web.rates)
+    GET    /api/rates/at?rate=&...        every system's normalized latency at one rate
     POST   /api/vllm-log                  {"text": a vLLM startup log, "model"?: catalogue name} -> what it says
     DELETE /api/sessions/{id}
 
-A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}``; the page shows the message. The simulator
+A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}``; the page shows the message. The page asks
+for refusals in the body instead (header ``X-Kvlab-Refusals: in-body``: HTTP 200 with ``{"error": message,
+"refused": true}``), so that a refused value is one line beside its control and nothing in the browser's console
+(a 4xx response is logged there as "Failed to load resource" whatever the page does with it). The simulator
 runs in a worker thread so the event loop keeps serving; a session's lock serializes its requests. Bounds
 (params.LIMITS): requests per run, blocks per grid, sessions alive, compute seconds per run.
 """
@@ -40,7 +45,8 @@ from starlette.staticfiles import StaticFiles
 
 from kvlab import defaults
 from kvlab.errors import KvlabError
-from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_run_spec, parse_speed, text
+from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_rate_setup, parse_run_spec, parse_speed, text
+from kvlab.web.rates import AXIS_OVER_CAPACITY, RateLab
 from kvlab.web.session import Race, Session, setup_of
 
 # Frames a stream aims for: above the 30 a grid needs to look fluid, so that the page's rate is set by what the
@@ -48,6 +54,7 @@ from kvlab.web.session import Race, Session, setup_of
 FRAMES_PER_SECOND = 45
 MAX_FRAME_GAP = 0.25  # seconds of wall time one frame may stand for
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
+REFUSALS_HEADER = "X-Kvlab-Refusals"  # "in-body": a refusal is answered 200 {"error", "refused": true} (the page)
 DEFAULTS = {"model": defaults.MODEL, "gpu": defaults.GPU, "workload": defaults.WORKLOAD}
 
 
@@ -78,17 +85,27 @@ def build_race(spec: RunSpec, max_pool_blocks: int = LIMITS["max_pool_blocks"]) 
     return Race(sims, setup={**setup_of(spec, config), "key": config.key})
 
 
-def size_answer(params: dict) -> dict:
-    """The calculator: kvlab.sizing's forward question, and whether N conversations of L tokens fit."""
+def size_answer(params: dict, *, page: bool = False) -> dict:
+    """The calculator: kvlab.sizing's forward question, and whether N conversations of L tokens fit. For the page
+    (``page``), a refusal of the model, GPU or context is an answer: the reason, and what to change among the page's
+    controls (kvlab.web.refusal), never a command-line flag."""
     from kvlab.web.calculator import answer
+    from kvlab.web.refusal import refused_answer
 
-    return answer(
-        model=text(params, "model", DEFAULTS["model"]),
-        gpu=text(params, "gpu", DEFAULTS["gpu"]),
-        concurrency=integer(params, "concurrency", 1, LIMITS["max_concurrency"], 16),
-        context_len=integer(params, "context_len", 1, LIMITS["max_context_len"], 2048),
-        gpu_memory_utilization=number(params, "gpu_memory_utilization", 0.05, 1.0, 0.9),
-    )
+    asked = {
+        "model": text(params, "model", DEFAULTS["model"]),
+        "gpu": text(params, "gpu", DEFAULTS["gpu"]),
+        "concurrency": integer(params, "concurrency", 1, LIMITS["max_concurrency"], 16),
+        "context_len": integer(params, "context_len", 1, LIMITS["max_context_len"], 2048),
+        "gpu_memory_utilization": number(params, "gpu_memory_utilization", 0.05, 1.0, 0.9),
+    }
+    try:
+        return answer(**asked)
+    except KvlabError as exc:
+        if not page:
+            raise
+        return {"model": asked["model"], "gpu": asked["gpu"],
+                **refused_answer(exc, **asked, max_utilization=1.0)}
 
 
 def explain_log(data) -> dict:
@@ -258,17 +275,25 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     sessions = Sessions(lim["max_sessions"], lim["session_idle_seconds"], lim["max_compute_seconds"])
     static = static_dir()
 
+    async def script(request: Request) -> Response:
+        from kvlab.web.bundle import lab_js
+
+        return Response(lab_js(), media_type="text/javascript", headers={"Cache-Control": "no-cache"})
+
     async def index(request: Request) -> Response:
         return FileResponse(static / "index.html", headers={"Cache-Control": "no-cache"})
 
     async def catalog(request: Request) -> Response:
+        from kvlab.paper import FIG1_PAPER, FIG2_PAPER
         from kvlab.web.calculator import catalog_listing
 
         listing = await run_in_threadpool(catalog_listing, DEFAULTS)
-        return JSONResponse({**listing, "limits": lim})
+        # The paper's figures the page sets its own numbers beside (kvlab.paper, their one home).
+        return JSONResponse({**listing, "limits": lim, "paper": {"figure1": FIG1_PAPER, "figure2": FIG2_PAPER}})
 
     async def size(request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(size_answer, dict(request.query_params)))
+        page = request.headers.get(REFUSALS_HEADER) == "in-body"
+        return JSONResponse(await run_in_threadpool(lambda: size_answer(dict(request.query_params), page=page)))
 
     async def create_session(request: Request) -> Response:
         try:
@@ -283,8 +308,29 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         return JSONResponse({"session_id": sid, **race.meta(), "frame": frame, "spec": spec.__dict__})
 
     stream = make_stream(sessions, have_of)
+    rates = RateLab()
+
+    async def breaking_points(request: Request) -> Response:
+        setup = parse_rate_setup(dict(request.query_params))
+        return JSONResponse(await run_in_threadpool(rates.breaking_points, setup))
+
+    async def rate_point(request: Request) -> Response:
+        params = dict(request.query_params)
+        setup = parse_rate_setup(params)
+        rate = number(params, "rate", LIMITS["min_rate"], LIMITS["max_rate"], 0.0)
+        if rate <= 0:
+            raise KvlabError(f"rate is required: requests per second, from {LIMITS['min_rate']} to "
+                             f"{LIMITS['max_rate']:g}")
+        found = await run_in_threadpool(rates.breaking_points, setup)
+        if rate > found["axis_rps"]:
+            raise KvlabError(f"rate {rate:g} req/s is past the chart (0 to {found['axis_rps']:g} req/s, at least "
+                             f"{AXIS_OVER_CAPACITY:g} times the highest breaking point): beyond it every system is "
+                             "overloaded, and the page keeps its simulations within the chart")
+        return JSONResponse(await run_in_threadpool(rates.at, setup, rate))
 
     async def user_error(request: Request, exc: KvlabError) -> Response:
+        if request.headers.get(REFUSALS_HEADER) == "in-body":
+            return JSONResponse({"error": str(exc), "refused": True})
         return JSONResponse({"error": str(exc)}, status_code=400)
 
     routes = [
@@ -292,12 +338,16 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         Route("/api/catalog", catalog),
         Route("/api/size", size),
         Route("/api/sessions", create_session, methods=["POST"]),
+        Route("/api/rates", breaking_points),
+        Route("/api/rates/at", rate_point),
         Route("/api/sessions/{sid}/stream", stream),
         *run_routes(sessions, lim["max_seek_seconds"]),
         Route("/api/vllm-log", vllm_log, methods=["POST"]),
+        Route("/static/lab.js", script),  # (its parts, static/lab-*.js, joined: kvlab.web.bundle)
         Mount("/static", app=StaticFiles(directory=static), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)]
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={KvlabError: user_error})
     app.state.sessions = sessions
+    app.state.rates = rates
     return app

@@ -216,6 +216,7 @@ class Race:
             "display_scale": self.scale,
             "num_gpu_blocks": self.num_gpu_blocks,
             "kv_block_size": cfg.cache.block_size,
+            "kv_bytes_per_token": cfg.cache.kv_bytes_per_token,
             "max_num_seqs": cfg.scheduler.max_num_seqs,
             "block_size": cfg.cache.block_size * self.scale,
             "num_slots": cfg.cache.num_slots,

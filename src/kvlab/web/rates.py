@@ -1,0 +1,161 @@
+"""The lab's rate section: each system's normalized latency against the request rate, and the rate at which it
+breaks (the vLLM paper's Figure 12, on the lab's setup).
+
+Nothing here simulates or judges on its own: a point is `kvlab run`'s (kvlab.sweep.point.compute), a breaking
+point is `kvlab capacity`'s search (kvlab.sweep.capacity.search_capacities: bracket, then bisect, to the highest
+rate whose run was sustained and met the paper's target, mean normalized latency < 0.1 s per token), and every
+point is stored in one in-memory sweep store, so the search's probes, the curves and a rate the reader picks share
+their simulations. The same setup on the command line:
+
+    kvlab capacity --strategy orca-max,orca-pow2,orca-oracle,vllm --model M --gpu G --workload W -n N --seed S \\
+        --block-size B --cost C --json
+
+gives the same breaking points (tests/web/test_lab_rates.py checks that).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kvlab import defaults
+from kvlab.errors import KvlabError
+
+FIRST_RATE = 1.0  # the search's first guess: `kvlab capacity`'s (--rate 1)
+RTOL = 0.05  # `kvlab capacity`'s --rtol
+NICENESS = 10  # the simulations' worker process: below the server's streams and the browser (os.nice)
+AXIS_OVER_CAPACITY = 1.5  # the chart's axis runs to at least this times the highest breaking point
+
+
+@dataclass(frozen=True)
+class RateSetup:
+    """What the rate section's curves are drawn for: the lab's run options without the rate."""
+
+    model: str
+    gpu: str
+    workload: str
+    num_requests: int
+    seed: int
+    block_size: int
+    cost: str
+
+    def lists(self, systems: tuple[str, ...]) -> dict[str, list[Any]]:
+        return {"strategy": list(systems), "model": [self.model], "gpu": [self.gpu], "workload": [self.workload],
+                "num_requests": [self.num_requests], "seed": [self.seed], "block_size": [self.block_size],
+                "cost": [self.cost]}
+
+
+class RateLab:
+    """The searches and points of the rate section, kept for the server's life (one store, one lock)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runner = None
+        self.searched: dict[RateSetup, dict] = {}
+
+    def _runner(self):
+        if self.runner is None:
+            import kvlab
+            from kvlab.sweep.grid import row_kinds
+            from kvlab.sweep.runner import LocalPool, Runner
+            from kvlab.sweep.store import Store
+
+            # One worker process, as `kvlab capacity --workers 1` runs: the simulations hold no lock of the
+            # server's, so the page's streams keep their frame rate while a search runs (benchmarks/bench_web_fps).
+            pool = LocalPool(1)
+            # At a lower priority than the server and the browser beside it: a search must not cost the figures
+            # their frames on a machine of few cores (bench_web_fps.py: the first figure drew 27.6 frames a second
+            # while a search ran at normal priority, 37.6 without one). The worker leaves when the server does.
+            pool.executor.submit(os.nice, NICENESS).result()
+            self.runner = Runner(Store(None, row_kinds()), pool, kvlab.__version__)
+        return self.runner
+
+    @staticmethod
+    def systems() -> tuple[str, ...]:
+        from kvlab.paper import FIG2_SYSTEMS
+
+        return tuple(FIG2_SYSTEMS)
+
+    def breaking_points(self, setup: RateSetup) -> dict:
+        """Each system's breaking point (its capacity under the paper's target) and the rates its search tried,
+        with the normalized latency at each."""
+        from kvlab.paper import PAPER_NAMES
+        from kvlab.strategies import STRATEGIES
+        from kvlab.sweep.capacity import mark_text, parse_slo, rate_text, search_capacities
+        from kvlab.sweep.grid import expand
+        from kvlab.sweep.slo import DEFAULT_SLO
+
+        with self.lock:
+            if setup in self.searched:
+                return self.searched[setup]
+            systems = self.systems()
+            configurations = expand(setup.lists(systems))
+            slo = parse_slo(DEFAULT_SLO)
+            searches = search_capacities(configurations, self._runner(), slo, start_rates=[FIRST_RATE] * len(systems),
+                                         rtol=RTOL)
+            lines = []
+            for name, search in zip(systems, searches):
+                if search.error is not None:
+                    raise KvlabError(f"{name} could not be simulated on this setup: {search.error}")
+                found = search.to_json()
+                strategy = STRATEGIES[name]
+                lines.append({"name": name, "paper_name": PAPER_NAMES.get(name, name),
+                              "batching": strategy.batching, "allocator": strategy.allocator,
+                              "capacity_rps": found["capacity_rps"], "lower_bound": found["lower_bound"],
+                              "capacity_text": mark_text(search.mark, rate_text(search.capacity)),
+                              "limited_by": found["limited_by"],
+                              "points": sorted(({"rate": p["rate"], "value": p["value"], "held": p["held"],
+                                                 "reason": p["reason"]} for p in found["probes"]),
+                                               key=lambda p: p["rate"])})
+            # The chart reaches past the highest breaking point, every rate the searches tried, and the rate the
+            # lab opens at (kvlab.defaults.RATE), so that the first figure's rate is on it.
+            top = max(AXIS_OVER_CAPACITY * max(line["capacity_rps"] for line in lines), defaults.RATE,
+                      *(p["rate"] for line in lines for p in line["points"]))
+            answer = {"setup": setup.__dict__, "slo": slo.text, "slo_s": slo.terms[0].limit_s,
+                      "metric": "mean normalized latency (s per output token)",
+                      "axis_rps": nice_ceiling(top), "systems": lines,
+                      "lesson_rate": lesson_rate(lines)}
+            self.searched[setup] = answer
+            return answer
+
+    def at(self, setup: RateSetup, rate: float) -> dict:
+        """Every system at one rate: its normalized latency and whether the rate holds (sustained and on target),
+        judged as the search judges."""
+        from kvlab.sweep.capacity import parse_slo, verdict
+        from kvlab.sweep.grid import expand
+        from kvlab.sweep.slo import DEFAULT_SLO
+
+        slo = parse_slo(DEFAULT_SLO)
+        with self.lock:
+            points = [{**c, "rate": rate} for c in expand(setup.lists(self.systems()))]
+            rows = self._runner().run(points)
+        out = []
+        for name, row in zip(self.systems(), rows):
+            if row["status"] != "ok":
+                raise KvlabError(f"{name} at {rate:g} req/s could not be simulated: {row['error']}")
+            judged, _ = verdict(slo, row)
+            out.append({"name": name, "value": slo.value(judged), "held": judged.held, "reason": judged.reason})
+        return {"rate": rate, "systems": out}
+
+
+def lesson_rate(lines: list[dict]) -> float | None:
+    """A rate where the lesson shows without thrashing: past where reserving the max breaks, short of where pages
+    break (halfway between the two breaking points, to two significant digits); None when there is no such rate."""
+    from kvlab.sweep.capacity import round_rate
+
+    by_memory = {(line["batching"], line["allocator"]): line["capacity_rps"] for line in lines}
+    reserve, pages = by_memory.get(("continuous", "max")), by_memory.get(("continuous", "paged"))
+    if not reserve or not pages or pages <= reserve:
+        return None
+    return float(f"{round_rate((reserve + pages) / 2):.2g}")
+
+
+def nice_ceiling(value: float) -> float:
+    """``value`` rounded up to two significant digits (3.938 -> 4.0): the chart's end."""
+    import math
+
+    step = 10 ** (math.floor(math.log10(value)) - 1)
+    return round(math.ceil(value / step - 1e-9) * step, 6)
+

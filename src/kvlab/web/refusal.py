@@ -1,0 +1,68 @@
+"""The calculator's refusals in the page's words: what the engine refused, and what to change among the controls
+the page has (model, GPU, conversations, tokens each, GPU memory utilization), never a command-line flag.
+
+kvlab.sizing words its refusals for the command line ("Would fit: --tensor-parallel-size 2"). The page has no
+such control, so the flag advice is cut and the page's own advice is found by asking the engine again: each
+catalogue GPU at the same utilization, this GPU at the highest utilization the page takes, the longest context the
+model allows. Nothing here decides what fits; ``answer`` (kvlab.sizing) does.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvlab.errors import KvlabError
+
+# The command line's advice, cut from the engine's message (its first sentence says what was refused and why).
+CLI_ADVICE = (re.compile(r"\. Would fit: .*$"), re.compile(r"\. Nothing in the catalogue fits.*$"),
+              re.compile(r" \([^()]*--[a-z][a-z-]*[^()]*\)"))
+
+
+def refused_answer(error: KvlabError, *, model: str, gpu: str, concurrency: int, context_len: int,
+                   gpu_memory_utilization: float, max_utilization: float) -> dict:
+    """``{"error": the engine's reason without flags, "advice": [what to change on the page], "refused": true}``."""
+    reason = str(error)
+    for pattern in CLI_ADVICE:
+        reason = pattern.sub("", reason)
+    del concurrency  # (how many conversations fit is an answer, never a refusal)
+    return {"error": reason, "advice": _advice(model, gpu, context_len, gpu_memory_utilization, max_utilization),
+            "refused": True}
+
+
+def _fits(**kwargs) -> dict | None:
+    from kvlab.web.calculator import answer
+
+    try:
+        return answer(**kwargs)
+    except KvlabError:
+        return None
+
+
+def _advice(model: str, gpu: str, context_len: int, utilization: float,
+            max_utilization: float) -> list[str]:
+    from kvlab.catalog import list_gpus
+
+    same = {"concurrency": 1, "context_len": 1, "model": model}
+    if _fits(**same, gpu=gpu, gpu_memory_utilization=utilization) is None:
+        # The model does not fit on this GPU at all: another GPU, or more of this one.
+        advice = []
+        higher = _fits(**same, gpu=gpu, gpu_memory_utilization=max_utilization)
+        if higher is not None and max_utilization > utilization:
+            advice.append(f"raise GPU memory utilization to {max_utilization:g}")
+        gpus = [g.id for g in sorted(list_gpus(), key=lambda g: g.memory_bytes) if g.id.lower() != gpu.lower()]
+        others = [g for g in gpus if _fits(**same, gpu=g, gpu_memory_utilization=utilization) is not None]
+        if others:
+            advice.append(f"pick a GPU it fits on: {', '.join(others[:3])}")
+        elif max_utilization > utilization:
+            others = [g for g in gpus if _fits(**same, gpu=g, gpu_memory_utilization=max_utilization) is not None]
+            if others:
+                advice.append(f"raise GPU memory utilization to {max_utilization:g} and pick a GPU it then fits on: "
+                              f"{', '.join(others[:3])}")
+        if not advice:
+            advice.append("pick a smaller model: no GPU in the menu holds this one's weights")
+        return advice
+    fitted = _fits(**same, gpu=gpu, gpu_memory_utilization=utilization)
+    assert fitted is not None
+    if context_len > fitted["max_model_len"]:
+        return [f"type at most {fitted['max_model_len']:,} in tokens each ({model}'s max_model_len)"]
+    return []

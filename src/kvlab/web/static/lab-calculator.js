@@ -1,0 +1,241 @@
+/* Sections 9 and 10: the calculator and the bridge to vLLM. A part of lab.js: kvlab.web.bundle joins the parts, in
+ * order, into one script, so every name here is shared with the other parts. */
+
+// ---------------------------------------------------------------- the calculator and the bridge to vLLM
+// ``contextLen``: the question it opens on, conversations as long as the first figure's max_model_len.
+async function setupCalculator(grid, contextLen) {
+  const form = document.getElementById("calc-form");
+  const modelSel = document.getElementById("calc-model"), gpuSel = document.getElementById("calc-gpu");
+  for (const m of catalog.models) modelSel.append(el("option", { value: m.name, text: m.name }));
+  for (const g of catalog.gpus) gpuSel.append(el("option", { value: g.name, text: g.name }));
+  modelSel.value = catalog.defaults.model;
+  document.getElementById("calc-context").value = String(contextLen);
+  gpuSel.value = catalog.defaults.gpu;
+  const errorNode = document.getElementById("calc-error");
+  const out = document.getElementById("calc-out");
+  const section = document.getElementById("calculator");
+  let serial = 0;
+  // Three states: an answer (shown); a value typed out of range (refused here, nothing sent: the last answer
+  // dimmed, data-state "stale"); a model, GPU or context the engine refuses (the last answer, another model's,
+  // hidden: data-state "refused").
+  const state = (name, err) => {
+    showError(errorNode, err);
+    section.classList.toggle("stale", name !== "ok");
+    section.classList.toggle("refused", name === "refused");
+    section.dataset.state = name;
+  };
+  const update = async () => {
+    const mine = ++serial;
+    const [values, msg] = checkForm(form);
+    if (msg) { state("stale", new Error(msg)); return; }
+    const q = new URLSearchParams(new FormData(form));
+    try {
+      const r = await api("api/size?" + q.toString());
+      if (mine !== serial) return;
+      state("ok", null);
+      renderCalc(r, values.gpu_memory_utilization);
+      out.hidden = false;
+      fitMembarLabels();
+    } catch (err) {
+      if (mine !== serial) return;
+      state(err instanceof Refusal ? "refused" : "stale", err);
+    }
+  };
+  form.addEventListener("input", update);
+  form.addEventListener("change", update);
+  const bridge = () => updateBridge(modelSel.value, gpuSel.value);
+  modelSel.addEventListener("change", bridge);
+  gpuSel.addEventListener("change", bridge);
+  setupBridge(grid, modelSel, gpuSel);
+  await Promise.all([update(), bridge()]);
+}
+
+function renderCalc(r, utilization) {
+  const bar = document.getElementById("calc-bar");
+  bar.innerHTML = "";
+  // The paper's Figure 1: the GPU's memory by use, as `kvlab size` splits it.
+  const split = r.memory_split;
+  const total = split.gpu_memory_bytes;
+  const parts = [["weights", split.weights_bytes, "weights"], ["kv", split.kv_cache_bytes, "KV cache"],
+    ["other", split.other_bytes, "other"]];
+  const said = [];
+  for (const [cls, v, label] of parts) {
+    if (v <= 0) continue;
+    const share = 100 * v / total;
+    said.push(`${label} ${nf0.format(share)}%`);
+    bar.append(el("span", { class: cls, style: `width:${share}%`, title: `${label}: ${gib(v)} (${nf1.format(share)}%)`,
+      "data-part": cls, "data-value": String(v), text: share >= 8 ? `${label} ${nf0.format(share)}%` : "" }));
+  }
+  bar.setAttribute("aria-label", "GPU memory: " + said.join(", "));
+  fitMembarLabels();
+  const set = (key, text, value) => {
+    const dd = document.querySelector(`#calc-figures [data-key="${key}"]`);
+    dd.textContent = text;
+    dd.dataset.value = String(value);
+    return dd;
+  };
+  set("kv_bytes_per_token", `${nf0.format(r.kv_bytes_per_token)} bytes (${nf0.format(r.kv_bytes_per_token / 1024)} KiB)`, r.kv_bytes_per_token);
+  set("available_kv_bytes", gib(r.available_kv_bytes), r.available_kv_bytes);
+  set("num_tokens", `${nf0.format(r.num_tokens)} tokens (${nf0.format(r.num_blocks)} blocks of ${r.block_size})`, r.num_tokens);
+  set("weights_bytes", gib(r.weights_bytes), r.weights_bytes);
+  set("max_concurrency", `${nf2.format(r.max_concurrency)}× for ${nf0.format(r.max_model_len)} tokens per request`, r.max_concurrency);
+  set("needed", `${nf0.format(r.workload.num_tokens_needed)} tokens (${gib(r.workload.kv_bytes_needed)})`, r.workload.num_tokens_needed);
+  const fit = set("num_fit", "", r.workload.num_fit);
+  fit.innerHTML = "";
+  const w = r.workload;
+  fit.append(el("span", { class: w.fits ? "fits" : "nofit",
+    text: w.fits ? `all ${nf0.format(w.concurrency)} fit; the cache holds ${nf0.format(w.num_fit)} of that length`
+      : `only ${nf0.format(w.num_fit)} of ${nf0.format(w.concurrency)} fit: the rest wait, or are evicted mid-answer` }));
+  document.getElementById("calc-log").textContent = r.log_lines.join("\n");
+  setText(document.getElementById("calc-paper"), paperSplitNote(r, utilization));
+}
+
+// Why the bar's shares are not the paper's Figure 1 (kvlab.paper.FIG1_PAPER): the paper divides by the GB on the
+// label and leaves nothing unused; the bar divides by the GiB CUDA reports, with 1 - utilization left unused.
+function paperSplitNote(r, utilization) {
+  const f1 = catalog.paper.figure1, split = r.memory_split;
+  const same = r.model === f1.model && r.gpu.toLowerCase() === f1.gpu;
+  const label = nf0.format(f1.label_bytes / 1e9);
+  let text = `Why not the vLLM paper's ${nf0.format(100 * f1.weights_share)}% weights and ` +
+    `${nf0.format(100 * f1.kv_cache_share)}% KV cache (its Figure 1, ${f1.model} on ${f1.gpu})? The paper divides ` +
+    `by the ${label} GB on the GPU's label (1 GB = 10⁹ bytes) and counts nothing as left unused. This bar divides ` +
+    `by the ${gib(split.gpu_memory_bytes)} the GPU reports to CUDA (1 GiB = 2³⁰ bytes), and "other" includes the ` +
+    `${nf0.format(100 * (1 - utilization))}% vLLM leaves unused at GPU memory utilization ${utilization}.`;
+  if (same) {
+    text += ` Against the ${label} GB label these weights are ${nf0.format(100 * split.weights_bytes / f1.label_bytes)}%.`;
+  }
+  return text;
+}
+
+// A segment's label is written inside it only where it fits whole (the legend and the tooltip say it anyway).
+function fitMembarLabels() {
+  for (const span of document.querySelectorAll("#calc-bar span")) {
+    if (!span.dataset.label) span.dataset.label = span.textContent;
+    span.textContent = span.dataset.label;
+    if (span.scrollWidth > span.clientWidth) span.textContent = "";
+  }
+}
+window.addEventListener("resize", fitMembarLabels);
+
+let bridgeSize = null, bridgeSerial = 0;
+
+// The model and GPU picked in the calculator, by kvlab's own sizing: the command, the lines vLLM prints, how to
+// read them, and what drawing that pool changes in section 2.
+async function updateBridge(model, gpu) {
+  const errorNode = document.getElementById("bridge-error"), now = document.getElementById("bridge-now");
+  const draw = document.querySelector('[data-act="bridge-draw"]');
+  const mine = ++bridgeSerial;
+  let r;
+  try {
+    r = await api("api/size?" + new URLSearchParams({ model, gpu }).toString());
+  } catch (err) {
+    if (mine !== bridgeSerial) return;
+    // This section's own slot; what it showed is another model's, so it is dimmed and cannot be drawn.
+    showError(errorNode, err);
+    now.classList.add("stale-part");
+    now.dataset.stale = "1";
+    draw.disabled = true;
+    bridgeSize = null;
+    return;
+  }
+  if (mine !== bridgeSerial) return;
+  showError(errorNode, null);
+  now.classList.remove("stale-part");
+  now.dataset.stale = "";
+  draw.disabled = false;
+  bridgeSize = r;
+  const entry = catalog.models.find(m => m.name === r.model);
+  for (const n of document.querySelectorAll('[data-field="bridge-gpu"]')) n.textContent = r.gpu;
+  for (const n of document.querySelectorAll('[data-field="bridge-model"]')) n.textContent = r.model;
+  setText(document.querySelector('[data-field="bridge-cmd"]'), `vllm serve ${(entry && entry.hf_repo) || r.model}`);
+  const log = document.getElementById("bridge-log");
+  log.innerHTML = "";
+  for (const line of r.log_lines) {
+    const key = /KV cache size|Maximum concurrency/.test(line);
+    log.append(key ? el("mark", { text: line }) : document.createTextNode(line), "\n");
+  }
+  const reading = document.getElementById("bridge-reading");
+  reading.innerHTML = "";
+  reading.append(
+    el("li", { text: `"GPU KV cache size: ${nf0.format(r.num_tokens)} tokens" is the pool: every conversation's ` +
+      "tokens together must fit in it." }),
+    el("li", { "data-field": "bridge-blocks", "data-value": String(r.num_blocks),
+      text: `blocks = tokens / ${r.block_size} = ${nf0.format(r.num_tokens)} / ${r.block_size} = ` +
+        `${nf0.format(r.num_blocks)} blocks: the squares of the grid.` }),
+    el("li", { text: `"Maximum concurrency for ${nf0.format(r.max_model_len)} tokens per request: ` +
+      `${nf2.format(r.max_concurrency)}x" is how many conversations of the full context fit at once: ` +
+      `${nf0.format(r.num_blocks)} blocks / ${nf0.format(r.max_model_len / r.block_size)} blocks each. With pages, ` +
+      "shorter conversations fit many more." }),
+  );
+  setText(document.getElementById("bridge-scale"), `This sets section 2 to ${r.model} on ${r.gpu} with the whole KV ` +
+    `cache vLLM would have there (${blocks(r.num_blocks)}), memory in pages; its requests and batching stay as they are.`);
+}
+
+function setupBridge(grid, modelSel, gpuSel) {
+  document.querySelector('[data-act="bridge-draw"]').addEventListener("click", async () => {
+    const form = grid.form;
+    form.elements.model.value = modelSel.value;
+    form.elements.gpu.value = gpuSel.value;
+    form.elements.num_blocks.value = "auto";
+    form.elements.allocator.value = "paged";
+    activePlayer = grid;
+    await grid.reset();
+    const m = grid.meta, v = grid.views[0];
+    if (m && v) {
+      const k = v.layout.k * (m.display_scale || 1);
+      setText(document.getElementById("bridge-scale"), `Section 2 now draws ${m.model} on ${m.gpu}: ` +
+        `${nf0.format(m.num_gpu_blocks)} blocks, one square = ${nf0.format(k)} blocks (the page picks the scale ` +
+        "so the pool fits the screen).");
+    }
+    document.getElementById("grid").scrollIntoView({ behavior: "instant", block: "start" });
+  });
+  document.querySelector('[data-act="explain-log"]').addEventListener("click", explainLog);
+}
+
+async function explainLog() {
+  const input = document.getElementById("vllm-log-input");
+  const errorNode = document.getElementById("vllm-log-error"), out = document.getElementById("vllm-log-out");
+  const text = input.value;
+  const max = catalog.limits.max_log_chars;
+  if (!text.trim()) { showError(errorNode, new Error("paste a vLLM startup log first (the lines vllm serve prints)")); return; }
+  if (text.length > max) {
+    showError(errorNode, new Error(`that is ${nf0.format(text.length)} characters; paste at most ${nf0.format(max)} (the startup part is enough)`));
+    return;
+  }
+  const model = document.getElementById("vllm-log-model").value;
+  out.classList.add("stale");
+  try {
+    const r = await api("api/vllm-log", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(model ? { text, model } : { text }) });
+    showError(errorNode, null);
+    renderExplained(out, r);
+  } catch (err) {
+    showError(errorNode, err);
+    out.hidden = true;
+  } finally {
+    out.classList.remove("stale");
+  }
+}
+
+function renderExplained(out, r) {
+  const log = r.log, dl = el("dl", {});
+  const add = (key, label, value) => {
+    if (value === null || value === undefined) return;
+    dl.append(el("dt", { text: label }), el("dd", { "data-key": key, "data-value": String(value),
+      text: typeof value === "number" ? nf0.format(value) : String(value) }));
+  };
+  add("kv_cache_tokens", "KV cache size (tokens)", log.kv_cache_tokens);
+  if (log.block_size) add("num_gpu_blocks", `blocks of ${log.block_size} tokens`, log.num_gpu_blocks);
+  else add("num_gpu_blocks", "blocks (the log names no block size)", log.num_gpu_blocks);
+  if (log.max_concurrency !== null && log.max_concurrency !== undefined) {
+    dl.append(el("dt", { text: `maximum concurrency at ${nf0.format(log.max_concurrency_tokens_per_request || 0)} tokens` }),
+      el("dd", { "data-key": "max_concurrency", "data-value": String(log.max_concurrency), text: nf2.format(log.max_concurrency) + "x" }));
+  }
+  out.innerHTML = "";
+  out.append(dl, el("ul", {}, ...r.explain.lines.map(line => el("li", { text: line }))));
+  if (r.explain.differences && r.explain.differences.length) {
+    out.append(el("p", { text: "Where kvlab's calculation differs:" }),
+      el("ul", {}, ...r.explain.differences.map(line => el("li", { text: line }))));
+  }
+  out.hidden = false;
+}

@@ -1,0 +1,140 @@
+"""Section 7: each system's normalized latency against the rate, and its breaking point, as the engine finds them.
+
+The breaking points are compared with `kvlab capacity`'s for the same setup, run here; the numbers at a picked
+rate with the engine's own run of that rate. Nothing is pinned: the default workload and cost profiles may change,
+and the page must follow them."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlab.web.rates import RateLab, RateSetup
+
+READY_S = 240  # the page's capacity searches, on a shared two-core machine
+
+
+@pytest.fixture
+def rates_lab(lab):
+    lab.page.wait_for_function("document.querySelector('#rates').dataset.ready === '1' && "
+                               "document.querySelector('#rates').dataset.state === 'ok' && "
+                               "document.querySelector('#rates').dataset.curves === '1'", timeout=READY_S * 1000)
+    return lab
+
+
+def found(page) -> dict:
+    return page.evaluate("window.kvlab.rates.found")
+
+
+def test_the_breaking_points_are_kvlab_capacitys(rates_lab, kvlab, tmp_path):
+    page = rates_lab.page
+    f = found(page)
+    s = f["setup"]
+    systems = [x["name"] for x in f["systems"]]
+    out = kvlab("capacity", "--strategy", ",".join(systems), "--model", s["model"], "--gpu", s["gpu"],
+                "--workload", s["workload"], "-n", s["num_requests"], "--seed", s["seed"], "--block-size",
+                s["block_size"], "--cost", s["cost"], "--workers", "1", "--out", tmp_path / "sweep", "--json")
+    assert out.exit_code == 0, out.stderr
+    cli = {c["strategy"]: c for c in out.json()["capacities"]}
+    assert f["slo"] == out.json()["slo"]
+    for x in f["systems"]:
+        assert x["capacity_rps"] == cli[x["name"]]["capacity_rps"], x["name"]
+        assert x["limited_by"] == cli[x["name"]]["limited_by"]
+        assert [p["rate"] for p in x["points"]] == sorted(p["rate"] for p in cli[x["name"]]["probes"])
+    # Each is named on the page with its rate (the legend) and drawn after a sweep.
+    legend = page.inner_text("#rates-chart .chart-legend")
+    for x in f["systems"]:
+        assert f"{x['paper_name']} (" in legend and f"breaks at {x['capacity_text']} req/s" in legend
+    # The setup named on the page is the command above.
+    assert f"kvlab capacity --strategy {','.join(systems)} --model {s['model']}" in page.inner_text("#rates")
+    # They differ, as in the paper: reserving the max breaks first, pages last.
+    caps = {(x["batching"], x["allocator"]): x["capacity_rps"] for x in f["systems"]}
+    assert caps[("continuous", "max")] < caps[("continuous", "paged")]
+    rates_lab.screenshot("rates", "#rates")
+
+
+def test_a_picked_rate_is_run_by_the_engine_and_the_figures_above_follow(rates_lab):
+    page = rates_lab.page
+    f = found(page)
+    rate = f["lesson_rate"]
+    assert rate is not None
+    old = page.get_attribute("#hero", "data-session")
+    page.evaluate("r => { const i = document.querySelector('#rate-range'); i.value = String(r); "
+                  "i.dispatchEvent(new Event('input')); i.dispatchEvent(new Event('change')); }", rate)
+    page.wait_for_function("r => document.querySelector('#rates').dataset.state === 'ok' && "
+                           "Number(document.querySelector('#rates').dataset.rate) === r", arg=rate, timeout=120_000)
+    s = f["setup"]
+    engine = RateLab().at(RateSetup(**s), rate)
+    rows = page.evaluate("""() => Array.from(document.querySelectorAll('#rates-at tr[data-system]')).map(tr =>
+        [tr.dataset.system, Number(tr.querySelector('[data-key=value]').dataset.value),
+         tr.querySelector('[data-key=held]').dataset.value === '1'])""")
+    assert rows == [[x["name"], x["value"], x["held"]] for x in engine["systems"]]
+    # At the lesson's rate pages keep up and reserving the max does not.
+    held = {x["allocator"]: row[2] for x, row in zip(f["systems"], rows) if x["batching"] == "continuous"}
+    assert held["paged"] and not held["max"]
+    # The first figure runs again at that rate, to its headline's moment; the grid's and race's settings follow.
+    page.wait_for_function("([old, r]) => { const h = window.kvlab.players.hero; return h.meta && "
+                           "document.querySelector('#hero').dataset.session !== old && h.meta.setup.rate === r && "
+                           "h.t >= 60 && !h.drawPending; }", arg=[old, rate], timeout=120_000)
+    for form in ("#grid-form", "#race-form"):
+        assert float(page.eval_on_selector(form, "f => f.elements.rate.value")) == rate
+    note = page.inner_text("#hero-rate")
+    assert f"At {rate:g} req/s pages keep up and reserving the max does not" in note
+
+
+def test_the_first_screen_says_where_its_rate_stands(rates_lab):
+    page = rates_lab.page
+    f = found(page)
+    page.wait_for_selector("#hero-rate:not([hidden])")
+    rate = page.evaluate("window.kvlab.players.hero.fixed.rate")
+    note = page.inner_text("#hero-rate")
+    by = {(x["batching"], x["allocator"]): x for x in f["systems"]}
+    paged, reserve = by[("continuous", "paged")], by[("continuous", "max")]
+    assert f"pages keep up to {paged['capacity_text']} req/s, reserving the max to {reserve['capacity_text']}" in note
+    if rate > paged["capacity_rps"] and rate > reserve["capacity_rps"]:
+        assert "faster than either cache serves them" in note
+        assert page.is_visible('#hero-rate [data-act="lesson-rate"]')
+
+
+@pytest.mark.parametrize("typed, words", [
+    ("0", "requests/s (rate) 0 is out of range: 0.01 to "),
+    ("-1", "requests/s (rate) -1 is out of range: 0.01 to "),
+    ("abc", 'requests/s (rate) "abc" is not a number'),
+    ("100", "the chart: past"),
+])
+def test_a_bad_rate_is_one_line_beside_the_control(rates_lab, typed, words):
+    page = rates_lab.page
+    asked = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/rates/at" in r.url else None)
+    page.fill("#rate-input", typed)
+    page.dispatch_event("#rate-input", "change")
+    page.wait_for_selector("#rates-error:not([hidden])")
+    assert words in page.inner_text("#rates-error")
+    assert page.get_attribute("#rate-input", "aria-invalid") == "true"
+    assert asked == []  # refused in the page: nothing sent
+    f = found(page)
+    page.fill("#rate-input", str(f["systems"][0]["capacity_rps"]))
+    page.dispatch_event("#rate-input", "change")
+    page.wait_for_selector("#rates-error", state="hidden", timeout=60_000)
+
+
+def test_the_sweep_names_each_breaking_point_as_it_passes(rates_lab):
+    page = rates_lab.page
+    page.click('#rates [data-act="sweep"]')
+    page.wait_for_function("document.querySelector('#rates').dataset.sweeping === '1'")
+    page.wait_for_function("document.querySelector('#rates').dataset.sweeping === ''", timeout=30_000)
+    assert page.evaluate("window.kvlab.rates.frames") > 0
+
+
+@pytest.mark.parametrize("width, height", [(1440, 900), (390, 844)])
+def test_section_7_fits_a_desktop_and_a_phone(lab_at, width, height):
+    from labpage import overflowing
+
+    probe = lab_at(width, height)
+    page = probe.page
+    page.locator("#rates").scroll_into_view_if_needed()
+    page.wait_for_function("document.querySelector('#rates').dataset.curves === '1' && "
+                           "document.querySelector('#rates').dataset.state === 'ok'", timeout=READY_S * 1000)
+    assert overflowing(page) == []
+    page.evaluate("document.querySelector('#rates').scrollIntoView({block: 'start'})")
+    page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    probe.screenshot(f"rates-{width}", full_page=False)
