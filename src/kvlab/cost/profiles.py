@@ -33,7 +33,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from kvlab.cost.model import CostModel
+from kvlab.cost.model import PCIE_BANDWIDTH, CostModel
 from kvlab.errors import KvlabError
 
 DEFAULT_PROFILE = "roofline"
@@ -48,7 +48,12 @@ EFFICIENCY_CONSTANTS = {
     "seq_overhead_s": "seconds per scheduled sequence per iteration",
     "prefill_token_overhead_s": "seconds per prefill token",
     "request_latency_s": "seconds a request spends outside the engine (HTTP, queues between processes), per request",
+    "allreduce_link_efficiency": "fraction of the GPU link's bandwidth a tensor-parallel all-reduce moves bytes at",
+    "allreduce_latency_s": "seconds per tensor-parallel all-reduce call (2 per layer per iteration)",
 }
+# Constants a profile may leave out: without allreduce_link_efficiency, all-reduce costs nothing (the built-in
+# profiles from before issue 29 price no communication).
+OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s")
 ABSOLUTE_CONSTANTS = {
     "weights_read_s": "seconds to read the weights once (per iteration)",
     "context_token_s": "seconds to read one context token's K/V",
@@ -61,7 +66,7 @@ ABSOLUTE_CONSTANTS = {
 }
 KINDS = {"efficiency": EFFICIENCY_CONSTANTS, "absolute": ABSOLUTE_CONSTANTS}
 FRACTIONS = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency",
-             "attention_flops_efficiency")
+             "attention_flops_efficiency", "allreduce_link_efficiency")
 TOP_LEVEL_KEYS = ("name", "kind", "source", "model", "gpu", "constants", "fit")
 # Every other constant is seconds per iteration, token, sequence or request: beyond a minute it describes no
 # server (and 1e308 overflowed the simulator's sums to NaN).
@@ -88,8 +93,12 @@ class CostProfile:
                 **dict(self.constants), "fit": _plain(self.fit), "path": self.path}
 
     def cost_model(self, *, weights_bytes: float, kv_bytes_per_token: float, flops_per_token: float,
-                   attention_flops_per_pair: float, gpu, model_id: str) -> CostModel:
+                   attention_flops_per_pair: float, gpu, model_id: str, terms=None) -> CostModel:
         """The cost model of a run: this profile on the run's model (per-GPU numbers) and GPU (a GpuSpec).
+
+        ``terms`` (kvlab.cost.terms.Terms) adds what the catalogue knows beyond the roofline: an MoE model's
+        routed experts read per iteration, an FP8 model's matmuls at the GPU's FP8 rate, and, with a profile that
+        has ``allreduce_link_efficiency``, the tensor-parallel all-reduces.
 
         A model or GPU other than the profile's is a warning (CostProfileWarning) that says what is assumed;
         the notes go on the model so that a report can repeat them."""
@@ -104,12 +113,27 @@ class CostProfile:
                 f"the catalogue has no memory bandwidth or FLOP/s for {gpu.id}, which the cost profile "
                 f"{self.name!r} needs; pick a GPU that has both (kvlab gpus) or an absolute profile (kvlab calibrate)"
             )
+        bandwidth, peak_flops, overhead_s = float(gpu.memory_bandwidth_bytes_per_s), float(gpu.peak_flops), c["overhead_s"]
+        extra: dict = {}
+        if terms is not None:
+            weights_bytes = terms.dense_weights_bytes
+            if terms.num_experts:
+                extra.update(expert_read_s=terms.expert_bytes / (bandwidth * c["bandwidth_efficiency"]),
+                             num_experts=terms.num_experts, experts_per_token=terms.experts_per_token)
+            if terms.matmul_peak_flops != peak_flops:  # (attention stays at the bf16 rate: FLOPs at the matmuls')
+                attention_flops_per_pair *= terms.matmul_peak_flops / peak_flops
+                peak_flops = terms.matmul_peak_flops
+            link_efficiency = c.get("allreduce_link_efficiency")
+            if link_efficiency and terms.num_allreduce_calls:
+                link = terms.link_bandwidth or PCIE_BANDWIDTH  # (no link in the catalogue: PCIe, as a swap)
+                extra["token_overhead_s"] = terms.allreduce_bytes_per_token / (link * link_efficiency)
+                overhead_s += terms.num_allreduce_calls * c.get("allreduce_latency_s", 0.0)
         return CostModel(
             weights_bytes=weights_bytes, kv_bytes_per_token=kv_bytes_per_token, flops_per_token=flops_per_token,
             attention_flops_per_pair=attention_flops_per_pair,
-            memory_bandwidth=float(gpu.memory_bandwidth_bytes_per_s), peak_flops=float(gpu.peak_flops),
+            memory_bandwidth=bandwidth, peak_flops=peak_flops,
             bandwidth_efficiency=c["bandwidth_efficiency"], flops_efficiency=c["flops_efficiency"],
-            overhead_s=c["overhead_s"],
+            overhead_s=overhead_s, **extra,
             # Equal to the matmuls' is "the same" (None), so that the roofline's arithmetic stays as it was.
             attention_bandwidth_efficiency=_unless_equal(c["attention_bandwidth_efficiency"],
                                                          c["bandwidth_efficiency"]),
@@ -188,12 +212,14 @@ def _constants(raw: Any, kind: str, where: str) -> dict[str, float]:
     if unknown:
         raise KvlabError(f"{where}: unknown constant {unknown[0]!r} for an {kind} profile"
                          f"{_did_you_mean(unknown[0], expected)}; valid: {', '.join(expected)}")
-    missing = [name for name in expected if name not in raw]
+    missing = [name for name in expected if name not in raw and name not in OPTIONAL_CONSTANTS]
     if missing:
         raise KvlabError(f"{where}: missing constant {missing[0]!r} ({expected[missing[0]]}); an {kind} profile "
                          f"needs all of: {', '.join(expected)}")
     out = {}
     for name in expected:
+        if name not in raw:
+            continue  # (an optional constant left out)
         value = raw[name]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise KvlabError(f"{where}: constant {name} must be a number, got {value!r}")

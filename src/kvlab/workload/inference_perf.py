@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from kvlab.errors import KvlabError
-from kvlab.workload.table import LengthTable
+from kvlab.workload.table import LengthTable, sample_table
 
 CHUNK_LEN = 16  # tokens per content id (as kvlab.workload.sessions: every block size kvlab takes is a multiple)
 SUFFIXES = (".yaml", ".yml")
@@ -129,10 +129,21 @@ def user_prefix_ids(spec: SharedPrefixSpec, user: int) -> tuple[int, ...]:
     return (group,) * num_system_chunks + (spec.num_groups + user,) * (num_chunks - num_system_chunks)
 
 
-def shared_prefix_table(spec: SharedPrefixSpec) -> LengthTable:
-    """Every request of the configuration, in arrival order, with its arrival time and content ids."""
+def shared_prefix_table(spec: SharedPrefixSpec, repeat_questions: bool = True) -> LengthTable:
+    """Every request of the configuration, in arrival order, with its arrival time and content ids.
+
+    ``repeat_questions=False``: each request's question is its own (only system prompts are shared)."""
     times = arrival_times(spec)
     num = len(times)
+    if not repeat_questions:
+        shared = spec.system_prompt_len // CHUNK_LEN
+        own = -(-spec.prompt_len // CHUNK_LEN) - shared
+        return LengthTable(
+            prompt_len=np.full(num, spec.prompt_len, dtype=np.int64),
+            output_len=np.full(num, spec.output_len, dtype=np.int64), arrival_time=times,
+            prefix_hashes=tuple((i % spec.num_users // spec.num_prompts_per_group,) * shared
+                                + (spec.num_groups + i,) * own for i in range(num)),
+            prefix_chunk_len=CHUNK_LEN)
     ids = [user_prefix_ids(spec, u) for u in range(spec.num_users)]
     return LengthTable(
         prompt_len=np.full(num, spec.prompt_len, dtype=np.int64),
@@ -229,6 +240,6 @@ def inference_perf_source(path: str):
                  f"{spec.output_len} tokens; constant load {stages}"),
         source=f"{path} (inference-perf configuration; github.com/kubernetes-sigs/inference-perf)",
         licence="",
-        sample=None,
+        sample=lambda num, rng: sample_table(table, num, rng),  # (--arrival poisson/burst: its rows redrawn)
         rows=lambda: table,
     )
