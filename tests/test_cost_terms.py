@@ -133,3 +133,21 @@ def _write(constants, folder=None) -> str:
     path.write_text(json.dumps({"name": "all-terms", "kind": "efficiency", "source": "test",
                                 "constants": constants}))
     return str(path)
+
+
+def test_the_admission_lag_puts_one_of_its_own_decode_iterations_on_a_busy_arrivals_ttft_and_end():
+    from kvlab.cost.latency import as_seen_by_clients
+    from kvlab.metrics import RequestRecord
+    from kvlab.sim import SimResult
+
+    def record(i, arrival, scheduled, first, finish):
+        return RequestRecord(i, arrival, 100, 11, "finished", scheduled, first, finish, 0)
+
+    records = [record(0, 0.0, 0.0, 0.05, 1.05),  # found the engine idle: scheduled at once
+               record(1, 0.5, 0.52, 0.6, 1.6)]  # arrived mid-iteration: 10 decode iterations of 0.1 s
+    result = SimResult(strategy=None, config=None, workload_name="", records=records, counters=None, integral=None,
+                       log=None, makespan=1.6)
+    seen = as_seen_by_clients(result, 0.0, 1.0).records
+    assert seen[0] == records[0]
+    assert seen[1].first_token_time == pytest.approx(0.7) and seen[1].finish_time == pytest.approx(1.7)
+    assert as_seen_by_clients(result, 0.0, 0.0) is result

@@ -82,6 +82,11 @@ def calibrate(
     gpu: Annotated[str, typer.Option("--gpu", help="What the server ran on (e.g. cpu); a run on another "
                                      "warns.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit as JSON.")] = False,
+    start: Annotated[str | None, typer.Option("--start", help="With --runs: start the fixed point from this "
+                                              "profile's constants (a name or file) instead of the roofline's.",
+                                              show_default=False)] = None,
+    iterations: Annotated[int, typer.Option("--iterations", help="With --runs: most replay-and-fit rounds.",
+                                            min=1, max=20)] = 4,
 ) -> None:
     """Fit a cost profile to a real server's iterations by least squares.
 
@@ -101,7 +106,7 @@ def calibrate(
         if directories or server_log is not None:
             raise KvlabError("--runs fits measured runs; bench folders and --server-log are another kind of "
                              "calibration: give one or the other")
-        _calibrate_runs(runs, out, name or out.stem, fit, as_json)
+        _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations)
         return
     if not directories:
         raise KvlabError("kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE (measured "
@@ -134,22 +139,33 @@ def calibrate(
     console.print(f"Wrote {out}: kvlab run --cost {out} ...")
 
 
-def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool) -> None:
+def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool, start: str | None,
+                    iterations: int) -> None:
     """``kvlab calibrate --runs FILE``: an efficiency profile fitted across measured runs (kvlab/cost/fit.py)."""
     import sys
 
     from rich.console import Console
     from rich.table import Table
 
-    from kvlab.cost.fit import CONSTANTS, calibration_profile
+    from kvlab.cost.fit import CONSTANTS, DEFAULT_FIT, calibration_profile
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
+    from kvlab.errors import KvlabError
 
-    names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else CONSTANTS
+    names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else DEFAULT_FIT
+    start_constants = None
+    if start is not None:
+        from kvlab.cost.profiles import get_profile
+
+        start_profile = get_profile(start)
+        if start_profile.kind != "efficiency":
+            raise KvlabError(f"--start {start!r} is an {start_profile.kind} profile; valid: an efficiency profile")
+        start_constants = {k: v for k, v in start_profile.constants.items() if k in CONSTANTS}
     measured = read_runs(path)
     console = Console(highlight=False, stderr=True)
-    document, report = calibration_profile(measured, names, name=name, source_path=path,
+    document, report = calibration_profile(measured, names, name=name, source_path=path, start=start_constants,
+                                           max_iterations=iterations,
                                            progress=lambda line: console.print(line, style="dim"))
     write_profile(document, out)
     if as_json:

@@ -34,6 +34,7 @@ import gc
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -59,18 +60,22 @@ FIT_HINTS = {
     "request_latency_s": "any runs (TTFT and E2E carry it, ITL does not)",
 }
 # Where the fixed point starts: the stated roofline's efficiencies, no CPU terms, all-reduce at 80% of the link.
-START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "flops_efficiency": 0.5,
+# Held, not fitted, by default: flops_efficiency is Vidur's H100 matmul fit (vidur-h100): these runs' prefills are
+# mostly cached prefixes, too little compute to identify it (its σ was 10x its value when fitted).
+DEFAULT_FIT = tuple(k for k in CONSTANTS if k != "flops_efficiency")
+START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "flops_efficiency": 0.609,
          "overhead_s": 0.003, "allreduce_latency_s": 0.0, "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0,
          "allreduce_link_efficiency": 0.8, "request_latency_s": 0.0}
 STRATEGY = "vllm+prefix"
-import os  # noqa: E402  (experiment switch)
-ASYNC_LAG = os.environ.get("KVLAB_LAG", "1") == "1"
+# vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
+ADMISSION_LAG_ITERATIONS = 1.0
 
 
 def profile_document(constants: dict[str, float], name: str, source: str) -> dict:
     """A cost profile (profiles.py's format) with these constants; attention FLOPs at the matmuls' efficiency."""
     c = dict(constants)
     c.setdefault("attention_flops_efficiency", c["flops_efficiency"])
+    c.setdefault("admission_lag_iterations", ADMISSION_LAG_ITERATIONS)
     return {"name": name, "kind": "efficiency", "source": source, "constants": c}
 
 
@@ -79,10 +84,10 @@ class Prepared:
     """A run's configuration and the per-GPU physics its iterations are priced from (independent of θ)."""
 
     run: MeasuredRun
-    config: object  # KvlabConfig
-    model_spec: object
-    gpu_spec: object
-    workload: object
+    config: Any  # KvlabConfig
+    model_spec: Any
+    gpu_spec: Any
+    workload: Any
     weights_s: float  # dense weights read at 100% bandwidth
     expert_s: float  # one routed expert's read at 100% bandwidth
     num_experts: int
@@ -99,6 +104,7 @@ class Prepared:
         from kvlab.cost.profiles import profile_from_dict
 
         if profile is None:
+            assert constants is not None
             profile = profile_from_dict(profile_document(constants, "fitting", "kvlab.cost.fit"), "fitting")
         tp = self.run.tensor_parallel_size
         cost = cost_model_for(profile, self.model_spec, self.gpu_spec, self.config.sizing, tp, 1)
@@ -129,6 +135,7 @@ def prepare(run: MeasuredRun) -> Prepared:
                      max_num_batched_tokens=run.max_num_batched_tokens, max_model_len=run.max_model_len,
                      enable_chunked_prefill=True, cost="roofline")
     table = shared_prefix_table(run.workload)
+    assert table.arrival_time is not None
     workload = Workload(name=f"run {run.id}", requests=_build_requests(table, table.arrival_time, None),
                         description="", source="")
     tp = run.tensor_parallel_size
@@ -157,7 +164,9 @@ class Replay:
     starts: np.ndarray  # each iteration's start (scheduler clock)
     durations: np.ndarray
     phi: np.ndarray  # (iterations, 8): each iteration's features, θ's order without request_latency_s
-    arrival: np.ndarray  # client arrival of each request (request_id order)
+    arrival: np.ndarray  # client arrival of each request (request_id order); the rest on the scheduler's clock
+    first_scheduled: np.ndarray  # when its first iteration started
+    lag_iterations: float  # the profile's admission lag (latency.py)
     first_token: np.ndarray
     finish: np.ndarray
     stage: np.ndarray
@@ -173,25 +182,20 @@ class Replay:
         out[~inside] = 0.0
         return out
 
-    def in_flight(self, times: np.ndarray) -> np.ndarray:
-        """The iteration under way at each time (-1: the engine was idle)."""
-        k = np.searchsorted(self.starts, times, side="right") - 1
-        kk = np.maximum(k, 0)
-        return np.where((k >= 0) & (times < self.starts[kk] + self.durations[kk]), k, -1)
-
-    def lag(self) -> np.ndarray:
-        """Each request's admission lag under async scheduling: the iteration in flight when it reached the
-        scheduler (its Φ; zeros when the engine was idle)."""
-        k = self.in_flight(self.arrival + self.constants["request_latency_s"])
-        return np.where((k >= 0)[:, None], self.phi[np.maximum(k, 0)], 0.0)
+    def busy(self) -> np.ndarray:
+        """Whether each request reached a busy engine (it waited for an iteration under way)."""
+        return self.first_scheduled > self.arrival + self.constants["request_latency_s"] + 1e-12
 
     def equations(self) -> list[tuple[str, str, np.ndarray, float]]:
         """(group, metric, row over CONSTANTS' θ, measured) for each fitted metric of each group."""
         lat = self.constants["request_latency_s"]
         at_scheduler = self.arrival + lat
-        lag = self.lag() if ASYNC_LAG else 0.0
-        x_e2e = self.cumulative(self.finish) - self.cumulative(at_scheduler) + lag
-        x_ttft = self.cumulative(self.first_token) - self.cumulative(at_scheduler) + lag
+        finish, first_token = self.cumulative(self.finish), self.cumulative(self.first_token)
+        out_len = self.prepared.run.workload.output_len
+        # The admission lag (latency.py): one more iteration, priced as the request's own mean decode iteration.
+        lag = self.lag_iterations * self.busy()[:, None] * (finish - first_token) / max(1, out_len - 1)
+        x_e2e = finish - self.cumulative(at_scheduler) + lag
+        x_ttft = first_token - self.cumulative(at_scheduler) + lag
         out_len = self.prepared.run.workload.output_len
         rows = []
         for group in self.prepared.run.groups:
@@ -206,12 +210,11 @@ class Replay:
 
     def predicted(self) -> dict[str, dict[str, float]]:
         """The metrics a client would have measured, per group (summary and each stage)."""
+        from kvlab.cost.latency import admission_lag
+
         out_len = self.prepared.run.workload.output_len
-        lag = 0.0
-        if ASYNC_LAG:
-            k = self.in_flight(self.arrival + self.constants["request_latency_s"])
-            lag = np.where(k >= 0, self.durations[np.maximum(k, 0)], 0.0)
-        e2e, ttft = self.finish - self.arrival + lag, self.first_token - self.arrival + lag
+        lag = admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish, out_len)
+        e2e, ttft = self.finish + lag - self.arrival, self.first_token + lag - self.arrival
         groups = {"summary": np.ones(len(e2e), bool)}
         groups.update({f"stage{k}": self.stage == k for k in range(len(self.prepared.run.workload.stages))})
         out = {}
@@ -262,7 +265,7 @@ def constants_of(theta: np.ndarray) -> dict[str, float]:
 def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None) -> Replay:
     """Replay a run under the constants (or a whole profile, whose features are then not θ's), iteration by
     iteration (kvlab.sim's runs of iterations unrolled)."""
-    from kvlab.cost.latency import as_seen_by_clients, delayed
+    from kvlab.cost.latency import delayed
     from kvlab.sim import Simulation
     from kvlab.strategies import parse_strategy
     from kvlab.workload.inference_perf import stage_of
@@ -283,7 +286,8 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
                 break
             k = out.num_iterations
             if k > 1:
-                durations = np.asarray(out.timing[0][:k], dtype=float)
+                assert out.timing is not None
+                durations = np.array(out.timing[0][:k], dtype=np.float64)
             else:
                 durations = np.array([cost.iteration_times(out.num_seqs, out.num_prefill_tokens,
                                                            out.num_decode_tokens, out.num_context_tokens,
@@ -293,7 +297,7 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
             chunks.append(durations)
             fields.append((out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens, out.num_context_tokens,
                            out.num_attention_pairs))
-        result = as_seen_by_clients(sim.result(), latency)
+        result = sim.result()  # (the scheduler's clock: predicted() puts the client's view on it)
     finally:
         if collecting:
             gc.enable()
@@ -320,9 +324,11 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
         bad = next(r for r in records if r.finish_time is None)
         raise KvlabError(f"run {p.run.id!r}: request {bad.request_id} did not finish in the replay "
                          f"({bad.reject_reason or 'rejected'}); its settings cannot serve this workload")
-    arrival = np.array([r.arrival_time for r in records])
+    arrival = np.array([r.arrival_time for r in records]) - latency  # (the clients' arrival times)
     return Replay(prepared=p, constants=dict(constants), starts=starts, durations=durations, phi=phi,
-                  arrival=arrival, first_token=np.array([r.first_token_time for r in records]),
+                  arrival=arrival, first_scheduled=np.array([r.first_scheduled_time for r in records]),
+                  lag_iterations=cost.admission_lag_iterations,
+                  first_token=np.array([r.first_token_time for r in records]),
                   finish=np.array([r.finish_time for r in records]),
                   stage=stage_of(p.run.workload, arrival - arrival[0]))
 
@@ -404,10 +410,12 @@ class Calibration:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = CONSTANTS, *,
-                   start: dict[str, float] | None = None, max_iterations: int = 6, tolerance: float = 1e-3,
+def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *,
+                   start: dict[str, float] | None = None, max_iterations: int = 4, tolerance: float = 1e-3,
                    progress: Callable[[str], None] | None = None) -> Calibration:
-    """The fixed point of (replay under θ, fit θ) over all runs (module doc)."""
+    """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
+    way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
+    the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
     unknown = [k for k in fitted if k not in CONSTANTS]
     if unknown:
         raise KvlabError(f"--fit {unknown[0]!r} is not a constant kvlab fits on measured runs; valid: "
@@ -419,19 +427,22 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = CONSTANT
     history = [dict(constants)]
     fit = None
     replays: list[Replay] = []
+    previous = math.inf
     for iteration in range(1, max_iterations + 1):
         replays = [replay(p, constants) for p in prepared]
         rows, labels = _rows(replays)
         fit = solve(rows, fitted, constants, labels)
-        moved = max(abs(fit.constants[k] - constants[k]) / max(abs(constants[k]), 1e-6) for k in fitted)
-        constants = fit.constants
-        history.append(dict(constants))
         if progress is not None:
-            progress(f"iteration {iteration}: largest change {moved:.2%}, rms relative residual "
-                     f"{fit.rms_relative_residual:.2%}")
-        if moved < tolerance:
+            progress(f"iteration {iteration}: rms relative residual {fit.rms_relative_residual:.2%} (under the "
+                     "constants the runs were replayed with, refitted)")
+        if abs(previous - fit.rms_relative_residual) < tolerance or iteration == max_iterations:
             break
+        previous = fit.rms_relative_residual
+        theta = 0.5 * (theta_of(constants) + theta_of(fit.constants))
+        constants = constants_of(theta)
+        history.append(dict(constants))
     assert fit is not None
+    # The profile is the fit on the last replays: its σ and residuals are those equations'.
     return Calibration(fit=fit, replays=replays, iterations=len(history) - 1, history=history)
 
 
@@ -475,10 +486,11 @@ def common_gpu(runs: Sequence[MeasuredRun]) -> str:
     return ids.pop() if len(ids) == 1 else ""
 
 
-def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = CONSTANTS, *, name: str,
-                        source_path, progress: Callable[[str], None] | None = None) -> tuple[dict, dict]:
+def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *, name: str,
+                        source_path, start: dict[str, float] | None = None, max_iterations: int = 4,
+                        progress: Callable[[str], None] | None = None) -> tuple[dict, dict]:
     """Fit, leave one out, and write it all down: (the profile document, the leave-one-out report)."""
-    calibration = calibrate_runs(runs, fitted, progress=progress)
+    calibration = calibrate_runs(runs, fitted, start=start, max_iterations=max_iterations, progress=progress)
     loo = errors(leave_one_out(calibration, progress=progress))
     medians = median_abs_errors(loo)
     fit = calibration.fit
@@ -498,13 +510,21 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = CON
         "fitted": list(fit.fitted),
         "equations": fit.num_equations,
         "iterations": calibration.iterations,
+        "start": {k: round_sig(v) for k, v in calibration.history[0].items()},
         "rms_relative_residual": round_sig(fit.rms_relative_residual),
         "sigma": {k: round_sig(v) for k, v in fit.sigma.items()},
         "loo_median_abs_error": {m: round_sig(v) for m, v in medians.items()},
-        "loo_error": {f"run {run.id}": {r["metric"]: round_sig(r["error"]) for r in loo if r["run"] == run.id}
+        "loo_error": {_key(run.id): {r["metric"]: round_sig(r["error"]) for r in loo if r["run"] == run.id}
                       for run in runs},
     }
     return document, {"rows": loo, "median_abs_error": medians}
+
+
+def _key(run_id: str) -> str:
+    """A run's id as a TOML bare key (letters, digits, _ and -)."""
+    import re
+
+    return "run_" + re.sub(r"[^A-Za-z0-9_-]", "_", run_id)
 
 
 def round_sig(value: float, digits: int = 4) -> float:

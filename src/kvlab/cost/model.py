@@ -107,6 +107,9 @@ class CostModel:
     # Time outside the engine (HTTP, the API server, queues between processes), once per request: not an
     # iteration's; a request reaches the scheduler this much later than it arrived (kvlab/cost/latency.py).
     request_latency_s: float = 0.0
+    # vLLM's async scheduling: iterations a request that reaches a busy engine waits beyond a synchronous
+    # scheduler's admission, put on its first token and end (kvlab/cost/latency.py); not an iteration's either.
+    admission_lag_iterations: float = 0.0
     profile: str = field(default="roofline", compare=False)  # the cost profile's name (``kvlab cost``)
     notes: tuple[str, ...] = field(default=(), compare=False)  # what was assumed building it (profile mismatches)
     # (weights read + overhead in seconds, seconds to read one context token's KV, flops_per_token,

@@ -50,10 +50,12 @@ EFFICIENCY_CONSTANTS = {
     "request_latency_s": "seconds a request spends outside the engine (HTTP, queues between processes), per request",
     "allreduce_link_efficiency": "fraction of the GPU link's bandwidth a tensor-parallel all-reduce moves bytes at",
     "allreduce_latency_s": "seconds per tensor-parallel all-reduce call (2 per layer per iteration)",
+    "admission_lag_iterations": "iterations a request reaching a busy engine waits beyond synchronous admission "
+                                "(vLLM's async scheduling: 1)",
 }
 # Constants a profile may leave out: without allreduce_link_efficiency, all-reduce costs nothing (the built-in
 # profiles from before issue 29 price no communication).
-OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s")
+OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s", "admission_lag_iterations")
 ABSOLUTE_CONSTANTS = {
     "weights_read_s": "seconds to read the weights once (per iteration)",
     "context_token_s": "seconds to read one context token's K/V",
@@ -139,7 +141,8 @@ class CostProfile:
                                                          c["bandwidth_efficiency"]),
             attention_flops_efficiency=_unless_equal(c["attention_flops_efficiency"], c["flops_efficiency"]),
             seq_overhead_s=c["seq_overhead_s"], prefill_token_overhead_s=c["prefill_token_overhead_s"],
-            request_latency_s=c["request_latency_s"], profile=self.name, notes=notes,
+            request_latency_s=c["request_latency_s"], admission_lag_iterations=c.get("admission_lag_iterations", 0.0),
+            profile=self.name, notes=notes,
         )
 
     def _mismatches(self, model_id: str, gpu_id: str) -> tuple[str, ...]:
@@ -294,6 +297,7 @@ def write_profile(profile_data: dict, path: Path) -> Path:
     profile_from_dict(json.loads(json.dumps(profile_data)), str(path))
     if path.suffix.lower() == ".toml":
         text = _to_toml(profile_data)
+        tomllib.loads(text)  # (what it writes reads back)
     else:
         text = json.dumps(profile_data, indent=2) + "\n"
     path.write_text(text, encoding="utf-8")
@@ -307,12 +311,19 @@ def _to_toml(data: dict, prefix: str = "") -> str:
         if isinstance(value, dict):
             tables.append((key, value))
         else:
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
     text = "\n".join(lines) + ("\n" if lines else "")
     for key, value in tables:
-        name = f"{prefix}{key}"
+        name = f"{prefix}{_toml_key(key)}"
         text += f"\n[{name}]\n" + _to_toml(value, prefix=f"{name}.")
     return text
+
+
+def _toml_key(key: str) -> str:
+    """A bare key where TOML allows one (letters, digits, _ and -), else a quoted one."""
+    import re
+
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
 
 
 def _toml_value(value) -> str:
