@@ -64,7 +64,7 @@ def test_moe_reads_the_distinct_experts_its_tokens_touch():
 
 
 def test_an_fp8_model_multiplies_at_the_gpus_fp8_rate_where_it_has_one():
-    scout = get_model("llama-4-scout-17b-16e-fp8")
+    scout = get_model("llama-4-scout-17b-fp8")
     on_h100 = terms_for(scout, get_gpu("H100-SXM"), scout.weights_bytes(tensor_parallel_size=2) / 2, 2)
     assert on_h100.matmul_peak_flops == 1978.9e12 and on_h100.attention_peak_flops == 989.4e12
     on_a100 = terms_for(scout, get_gpu("A100-80GB"), scout.weights_bytes(tensor_parallel_size=2) / 2, 2)

@@ -61,10 +61,10 @@ def _fmt(name: str, value: float) -> str:
 def calibrate(
     directories: Annotated[list[Path] | None, typer.Argument(help="Folders written by kvlab bench --out DIR.",
                                                              show_default=False)] = None,
-    runs: Annotated[Path | None, typer.Option("--runs", help="Measured runs as published (a JSON file in the "
-                                              "format of ../shared/data/real-vllm/trainval.json: workload, engine "
-                                              "settings, summary metrics): fit an efficiency profile across them, "
-                                              "with leave-one-out errors.", show_default=False)] = None,
+    runs: Annotated[Path | None, typer.Option("--runs", help="Measured runs as published (JSON in the "
+                                              "calibration set's format, trainval.json: workload, engine settings, "
+                                              "summary metrics): fit an efficiency profile across them, with "
+                                              "leave-one-out errors.", show_default=False)] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Profile file to write (.toml or .json); give it to "
                                       "kvlab run --cost FILE.")] = Path("calibrated.toml"),
     name: Annotated[str | None, typer.Option("--name", help="The profile's name \\[default: the file's "
@@ -85,8 +85,8 @@ def calibrate(
     start: Annotated[str | None, typer.Option("--start", help="With --runs: start the fixed point from this "
                                               "profile's constants (a name or file) instead of the roofline's.",
                                               show_default=False)] = None,
-    iterations: Annotated[int, typer.Option("--iterations", help="With --runs: most replay-and-fit rounds.",
-                                            min=1, max=20)] = 4,
+    iterations: Annotated[int, typer.Option("--iterations", help="With --runs: most replay-and-fit rounds "
+                                            "(1 to 20).")] = 4,
 ) -> None:
     """Fit a cost profile to a real server's iterations by least squares.
 
@@ -103,6 +103,8 @@ def calibrate(
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
     if runs is not None:
+        if not 1 <= iterations <= 20:
+            raise KvlabError(f"--iterations {iterations}: valid: 1 to 20 replay-and-fit rounds")
         if directories or server_log is not None:
             raise KvlabError("--runs fits measured runs; bench folders and --server-log are another kind of "
                              "calibration: give one or the other")
