@@ -241,6 +241,10 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
 
     model_spec = get_model(values["model"])
     gpu_spec = get_gpu(values["gpu"])
+    if values["cost"] is None:  # the best evidence for this GPU: a profile fitted on real runs on it, or roofline
+        from kvlab.cost.profiles import default_profile_for
+
+        values["cost"] = default_profile_for(gpu_spec.id)
     profile = get_profile(values["cost"])  # before anything is sized: a bad --cost fails first
     sizing = _size(model_spec, gpu_spec, values)
     tp, pp = values["tensor_parallel_size"] or 1, values["pipeline_parallel_size"]

@@ -258,6 +258,17 @@ def read_profile(path: Path) -> CostProfile:
     return profile_from_dict(data, str(path))
 
 
+def default_profile_for(gpu_id: str) -> str:
+    """The profile a run on this GPU gets without --cost: a built-in fitted on measured runs on that GPU (its
+    ``[fit]`` names them; ``kvlab calibrate --runs``), else the stated roofline."""
+    from kvlab.catalog.models import name_key
+
+    for p in builtin_profiles().values():
+        if p.gpu and name_key(p.gpu) == name_key(gpu_id) and p.fit.get("runs"):
+            return p.name
+    return DEFAULT_PROFILE
+
+
 def applicable_profiles(gpu_id: str) -> list[str]:
     """The built-in profiles that can price a run on this GPU: those fitted on it, and those fitted on none (the
     roofline). kvlab capacity prices with each when no --cost is given."""
