@@ -103,12 +103,7 @@ def calibrate(
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
     if runs is not None:
-        if not 1 <= iterations <= 20:
-            raise KvlabError(f"--iterations {iterations}: valid: 1 to 20 replay-and-fit rounds")
-        if directories or server_log is not None:
-            raise KvlabError("--runs fits measured runs; bench folders and --server-log are another kind of "
-                             "calibration: give one or the other")
-        _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations)
+        _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log))
         return
     if not directories:
         raise KvlabError("kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE (measured "
@@ -142,7 +137,7 @@ def calibrate(
 
 
 def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool, start: str | None,
-                    iterations: int) -> None:
+                    iterations: int, other_sources: bool) -> None:
     """``kvlab calibrate --runs FILE``: an efficiency profile fitted across measured runs (kvlab/cost/fit.py)."""
     import sys
 
@@ -155,6 +150,11 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     from kvlab.cost.profiles import write_profile
     from kvlab.errors import KvlabError
 
+    if not 1 <= iterations <= 20:
+        raise KvlabError(f"--iterations {iterations}: valid: 1 to 20 replay-and-fit rounds")
+    if other_sources:
+        raise KvlabError("--runs fits measured runs; bench folders and --server-log are another kind of "
+                         "calibration: give one or the other")
     names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else DEFAULT_FIT
     start_constants = None
     if start is not None:
