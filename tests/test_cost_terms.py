@@ -151,3 +151,23 @@ def test_the_admission_lag_puts_one_of_its_own_decode_iterations_on_a_busy_arriv
     assert seen[0] == records[0]
     assert seen[1].first_token_time == pytest.approx(0.7) and seen[1].finish_time == pytest.approx(1.7)
     assert as_seen_by_clients(result, 0.0, 0.0) is result
+
+
+@pytest.mark.parametrize("name", ["vllm", "orca-max", "static+paged", "vllm+swap", "continuous+pow2"])
+def test_the_golden_strategies_schedule_the_same_steps_with_every_new_term_on(name, tmp_path):
+    """The golden runs' setup (tests/test_golden.py) at TP 2, everyone at once: the same steps under the roofline
+    and under all-reduce, CPU terms, request latency and the admission lag."""
+    workload = load_workload("paper-sharegpt", num_requests=120, arrival="burst", seed=0)
+
+    def steps(cost):
+        engine = resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12, tensor_parallel_size=2,
+                         swap_space=4, cost=cost).engine
+        sim = Simulation(parse_strategy(name), engine, workload, max_iterations=1)
+        out = []
+        while not sim.done:
+            step = sim.step()
+            out.append((step.num_scheduled_tokens, step.new_req_ids, step.preempted_req_ids))
+        return out, sim.now
+
+    base, with_terms = steps("roofline"), steps(_write({**ALL_TERMS, "admission_lag_iterations": 1.0}, tmp_path))
+    assert base[0] == with_terms[0] and base[1] != with_terms[1]
