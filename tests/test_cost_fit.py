@@ -13,9 +13,18 @@ from kvlab.cost import fit as F
 from kvlab.cost.measured import read_runs, run_from_dict
 from kvlab.errors import KvlabError
 
-TRAINVAL = Path(__file__).resolve().parents[1].parent / "shared/data/real-vllm/trainval.json"
-if not TRAINVAL.is_file():  # (a worktree: the shared folder is beside the main checkout)
-    TRAINVAL = Path("/work/shared/data/real-vllm/trainval.json")
+
+def _trainval() -> Path:
+    """../shared/data/real-vllm/trainval.json beside the repository (benchmarks/real_vllm.py finds it the same way)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("real_vllm", Path(__file__).parents[1] / "benchmarks/real_vllm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.default_runs()
+
+
+TRAINVAL = _trainval()
 
 RUN = {
     "id": "tiny", "model": "Qwen/Qwen2.5-0.5B-Instruct", "hardware": "H100", "tp": 1, "precision": "FP16",
