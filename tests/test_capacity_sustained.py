@@ -40,7 +40,8 @@ def test_the_answer_is_a_rate_its_run_sustains_and_the_next_rate_up_fails(answer
 
     (model, gpu, _), _, data = answered
     assert {c["cost"] for c in data["capacities"]} == {p for p in ("roofline", "paper-2023", "vidur-a100",
-                                                                   "vidur-h100") if p in data["cost_profiles"]}
+                                                                   "vidur-h100", "vllm-h100")
+                                                       if p in data["cost_profiles"]}
     for c in data["capacities"]:
         rate, failed = c["bracket"]
         assert c["capacity_rps"] == rate > 0

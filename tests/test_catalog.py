@@ -16,7 +16,8 @@ GIB = 2**30
 
 
 def test_every_entry_has_its_source():
-    assert len(list_models()) == 28  # the 27 of shared/reference/models.json + Qwen3-14B
+    # the 27 of shared/reference/models.json + Qwen3-14B + the calibration set's Mistral-NeMo, Yi-34B, Llama-4-Scout
+    assert len(list_models()) == 31
     assert len(list_gpus()) == 14  # the 12 of shared/reference/gpus.json + RTX 3090 and RTX 5090 (issue 30)
     for entry in (*list_models(), *list_gpus()):
         assert entry.source and all(s.strip() for s in entry.source), entry.id
@@ -30,6 +31,15 @@ def test_every_entry_has_its_source():
 ])
 def test_kv_bytes_per_token_from_config(name, kv_bytes):
     assert get_model(name).kv_bytes_per_token(2) == kv_bytes
+
+
+def test_the_calibration_sets_models_resolve_by_their_repo_names_with_their_published_sizes():
+    scout = get_model("llama-4-scout-17b-16e-instruct-fp8-dynamic")
+    assert scout.is_moe and scout.quantization == "fp8"
+    assert round(scout.num_active_params / 1e9) == 17  # "17B" active, the model's name
+    assert round(scout.num_params / 1e9) == 108  # 109B on the card includes the 0.9B vision tower
+    assert get_model("mistral-nemo-instruct-2407").kv_bytes_per_token(2) == 40 * 2 * 8 * 128 * 2
+    assert get_model("yi-34b").kv_bytes_per_token(2) == 60 * 2 * 8 * 128 * 2
 
 
 def test_explicit_head_dim_wins_and_mla_is_not_ordinary_attention():

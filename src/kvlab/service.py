@@ -148,7 +148,8 @@ def finish(sim: Simulation) -> SimResult:
     """A simulation's result as its clients saw it (a profile's request latency included in TTFT and latency)."""
     from kvlab.cost.latency import as_seen_by_clients
 
-    return as_seen_by_clients(sim.result(), sim.config.cost.request_latency_s)
+    cost = sim.config.cost
+    return as_seen_by_clients(sim.result(), cost.request_latency_s, cost.admission_lag_iterations)
 
 
 def run(config: KvlabConfig, strategy_list: Sequence[Strategy | str], *, workload: Workload | None = None,

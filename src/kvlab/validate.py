@@ -220,6 +220,9 @@ class GpuEntry(BaseModel):
     memory_bandwidth_bytes_per_s: Count(1, 2**60, "bytes per second") | None = None
     peak_flops: Count(1, 2**70, "FLOP/s") | None = None
     peak_flops_kind: str | None = None
+    link: str | None = None
+    link_bandwidth_bytes_per_s: Count(1, 2**60, "bytes per second, per direction") | None = None
+    peak_flops_fp8: Count(1, 2**70, "FLOP/s") | None = None
     notes: list[str] = []
     source: list[str] = []
 

@@ -31,6 +31,10 @@ class GpuSpec:
     peak_flops_kind: str | None = None
     memory_gb_marketing: float | None = None
     memory_type: str | None = None
+    # The path a tensor-parallel all-reduce takes between two GPUs (NVLink, else PCIe) and its bytes/s per direction.
+    link: str | None = None
+    link_bandwidth_bytes_per_s: int | None = None
+    peak_flops_fp8: int | None = None  # dense FP8 tensor FLOP/s, where the part has FP8
     aliases: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     source: tuple[str, ...] = field(default=(), compare=False)
@@ -75,7 +79,9 @@ def list_gpus() -> tuple[GpuSpec, ...]:
         specs.append(GpuSpec(id=g.id, memory_bytes=g.memory_bytes, memory_bytes_source=g.memory_bytes_source,
                              memory_bandwidth_bytes_per_s=g.memory_bandwidth_bytes_per_s, peak_flops=g.peak_flops,
                              peak_flops_kind=g.peak_flops_kind, memory_gb_marketing=g.memory_gb_marketing,
-                             memory_type=g.memory_type, aliases=tuple(g.aliases), notes=tuple(g.notes),
+                             memory_type=g.memory_type, link=g.link,
+                             link_bandwidth_bytes_per_s=g.link_bandwidth_bytes_per_s, peak_flops_fp8=g.peak_flops_fp8,
+                             aliases=tuple(g.aliases), notes=tuple(g.notes),
                              source=tuple(g.source)))
     return tuple(specs)
 

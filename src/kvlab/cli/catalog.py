@@ -52,7 +52,7 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print the catalog
         attention = m.attention + ("·MoE" if m.is_moe else "") + ("·SW" if m.num_sliding_layers else "")
         row = [m.id, attention, str(m.num_hidden_layers), f"{m.num_attention_heads}/{m.num_kv_heads_cached}",
                head_dim, f"{m.kv_bytes_per_token(m.dtype_bytes):,}", f"{m.num_params / 1e9:.1f}B",
-               f"{m.max_position_embeddings:,}"]
+               _tokens(m.max_position_embeddings)]
         if wide:
             sliding = f"{m.num_sliding_layers} of {m.sliding_window:,}" if m.num_sliding_layers else "–"
             experts = f"{m.experts_per_token}/{m.num_experts}" if m.is_moe else "–"
@@ -112,3 +112,8 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print the catalogue
                   soft_wrap=False)
     console.print("Refused (fit two cards): " + "; ".join(f"{name}: {' or '.join(ids)}"
                                                         for name, ids in ambiguous_aliases().items()))
+
+
+def _tokens(n: int) -> str:
+    """A context length in an 80-column cell: 1,024,000 as 1,024k (Mistral-NeMo's), others in full."""
+    return f"{n // 1000:,}k" if n >= 1_000_000 and n % 1000 == 0 else f"{n:,}"

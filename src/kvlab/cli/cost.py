@@ -40,7 +40,8 @@ def cost(
         for p in of_kind:
             table.add_column(p.name, justify="right", no_wrap=True)
         for constant in constants:
-            table.add_row(constant, *(_fmt(constant, p.constants[constant]) for p in of_kind))
+            table.add_row(constant, *(_fmt(constant, p.constants[constant]) if constant in p.constants else "-"
+                                      for p in of_kind))
         console.print(table)
         for constant, meaning in constants.items():
             console.print(f"  [bold]{constant}[/]: {meaning}")
@@ -58,8 +59,12 @@ def _fmt(name: str, value: float) -> str:
 
 @app.command()
 def calibrate(
-    directories: Annotated[list[Path], typer.Argument(help="Folders written by kvlab bench --out DIR.",
-                                                      show_default=False)],
+    directories: Annotated[list[Path] | None, typer.Argument(help="Folders written by kvlab bench --out DIR.",
+                                                             show_default=False)] = None,
+    runs: Annotated[Path | None, typer.Option("--runs", help="Measured runs as published (JSON in the "
+                                              "calibration set's format, trainval.json: workload, engine settings, "
+                                              "summary metrics): fit an efficiency profile across them, with "
+                                              "leave-one-out errors.", show_default=False)] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Profile file to write (.toml or .json); give it to "
                                       "kvlab run --cost FILE.")] = Path("calibrated.toml"),
     name: Annotated[str | None, typer.Option("--name", help="The profile's name \\[default: the file's "
@@ -77,6 +82,11 @@ def calibrate(
     gpu: Annotated[str, typer.Option("--gpu", help="What the server ran on (e.g. cpu); a run on another "
                                      "warns.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print the fit as JSON.")] = False,
+    start: Annotated[str | None, typer.Option("--start", help="With --runs: start the fixed point from this "
+                                              "profile's constants (a name or file) instead of the roofline's.",
+                                              show_default=False)] = None,
+    iterations: Annotated[int, typer.Option("--iterations", help="With --runs: most replay-and-fit rounds "
+                                            "(1 to 20).")] = 4,
 ) -> None:
     """Fit a cost profile to a real server's iterations by least squares.
 
@@ -92,6 +102,12 @@ def calibrate(
 
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
+    if runs is not None:
+        _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log))
+        return
+    if not directories:
+        raise KvlabError("kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE (measured "
+                         "runs as published)")
     names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else None
     result = run_calibration(list(directories), names, server_log=server_log)
     document = result.profile(name or out.stem, model=model, gpu=gpu)
@@ -117,4 +133,57 @@ def calibrate(
     console.print(f"Not fitted (0 in the profile): {', '.join(not_fitted)}.")
     for sentence in weak:
         console.print(f"warning: {sentence}", style="yellow")
+    console.print(f"Wrote {out}: kvlab run --cost {out} ...")
+
+
+def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool, start: str | None,
+                    iterations: int, other_sources: bool) -> None:
+    """``kvlab calibrate --runs FILE``: an efficiency profile fitted across measured runs (kvlab/cost/fit.py)."""
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvlab.cost.fit import CONSTANTS, DEFAULT_FIT, calibration_profile
+    from kvlab.cost.measured import read_runs
+    from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
+    from kvlab.cost.profiles import write_profile
+    from kvlab.errors import KvlabError
+
+    if not 1 <= iterations <= 20:
+        raise KvlabError(f"--iterations {iterations}: valid: 1 to 20 replay-and-fit rounds")
+    if other_sources:
+        raise KvlabError("--runs fits measured runs; bench folders and --server-log are another kind of "
+                         "calibration: give one or the other")
+    names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else DEFAULT_FIT
+    start_constants = None
+    if start is not None:
+        from kvlab.cost.profiles import get_profile
+
+        start_profile = get_profile(start)
+        if start_profile.kind != "efficiency":
+            raise KvlabError(f"--start {start!r} is an {start_profile.kind} profile; valid: an efficiency profile")
+        start_constants = {k: v for k, v in start_profile.constants.items() if k in CONSTANTS}
+    measured = read_runs(path)
+    console = Console(highlight=False, stderr=True)
+    document, report = calibration_profile(measured, names, name=name, source_path=path, start=start_constants,
+                                           max_iterations=iterations,
+                                           progress=lambda line: console.print(line, style="dim"))
+    write_profile(document, out)
+    if as_json:
+        typer.echo(json.dumps({"profile": document, "path": str(out), "leave_one_out": report}, indent=1,
+                              ensure_ascii=False))
+        return
+    console = Console(highlight=False, file=sys.stdout)
+    table = Table(title=f"Fitted on {len(measured)} measured runs ({path.name}), least squares across runs",
+                  title_justify="left", header_style="bold")
+    for header in ("constant", "value", "± (1σ)", "what it is"):
+        table.add_column(header, justify="left" if header in ("constant", "what it is") else "right")
+    constants, sigma = document["constants"], document["fit"]["sigma"]
+    for k in names:
+        table.add_row(k, _fmt(k, constants[k]), _fmt(k, sigma[k]), MEANING[k])
+    console.print(table)
+    medians = document["fit"]["loo_median_abs_error"]
+    console.print("Leave-one-out median |error| (each run predicted by a fit on the others): "
+                  + ", ".join(f"{m} {v:.1%}" for m, v in medians.items()) + ".")
     console.print(f"Wrote {out}: kvlab run --cost {out} ...")

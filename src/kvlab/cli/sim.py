@@ -194,8 +194,21 @@ def _print_typical_iteration(console, config, name: str, t: dict) -> None:
         f"tokens of KV): reading the weights {t['weights_ms']:.1f} ms + reading the KV {t['kv_ms']:.1f} ms against "
         f"computing {t['compute_ms']:.1f} ms ({t['bound']}-bound), + {t['overhead_ms']:.1f} ms overhead"
         + (f" + {t['seqs_ms']:.1f} ms per-sequence overhead" if t["seqs_ms"] else "")
-        + f" = {t['total_ms']:.1f} ms, under cost profile {config.cost.profile!r} (kvlab cost; docs/cost.md).",
+        + f" = {t['total_ms']:.1f} ms, under cost profile {config.cost.profile!r} (kvlab cost; docs/cost.md)"
+        + _measured_error(config.cost.profile) + ".",
         highlight=False)
+
+
+def _measured_error(profile_name: str) -> str:
+    """What a profile fitted on real runs measured of itself: its leave-one-out errors (kvlab calibrate --runs)."""
+    from kvlab.cost.profiles import get_profile
+
+    medians = get_profile(profile_name).fit.get("loo_median_abs_error")
+    if not medians:
+        return ""
+    runs = len(get_profile(profile_name).fit.get("runs", ()))
+    return (f"; its error on {runs} real vLLM runs it was not fitted on (leave-one-out median): E2E "
+            f"{medians['e2e_mean']:.0%}, TTFT {medians['ttft_mean']:.0%}, ITL {medians['itl_mean']:.0%}")
 
 
 def race_json(config, wl, summaries, setup: dict | None = None) -> dict:

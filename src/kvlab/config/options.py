@@ -124,8 +124,9 @@ OPTIONS: dict[str, Option] = _options(
     Option("preemption_mode", "scheduler", str, None, "recompute or swap.", choices=("recompute", "swap"),
            default_text="the strategy's, recompute", nullable=True),
     # --- cost --------------------------------------------------------------------------------------------------
-    Option("cost", "cost", str, "roofline", "Cost profile that sets the clock: a name (kvlab cost) or a "
-           ".toml/.json file (kvlab calibrate)."),
+    Option("cost", "cost", str, None, "Cost profile that sets the clock: a name (kvlab cost) or a "
+           ".toml/.json file (kvlab calibrate).", default_text="vllm-h100 on H100-SXM (fitted on real runs), "
+           "roofline elsewhere"),
     # --- workload ----------------------------------------------------------------------------------------------
     Option("workload", "workload", str, "paper-sharegpt", "Named workload (see `kvlab workloads`) or a CSV/JSONL "
            "file with prompt_len, output_len[, arrival_time, max_tokens] (or Vidur's num_prefill_tokens, "

@@ -241,6 +241,10 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
 
     model_spec = get_model(values["model"])
     gpu_spec = get_gpu(values["gpu"])
+    if values["cost"] is None:  # the best evidence for this GPU: a profile fitted on real runs on it, or roofline
+        from kvlab.cost.profiles import default_profile_for
+
+        values["cost"] = default_profile_for(gpu_spec.id)
     profile = get_profile(values["cost"])  # before anything is sized: a bad --cost fails first
     sizing = _size(model_spec, gpu_spec, values)
     tp, pp = values["tensor_parallel_size"] or 1, values["pipeline_parallel_size"]
@@ -254,7 +258,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     check_pool_work(num_slots // block_size, block_size)
     # A profile fitted for another model or GPU warns (CostProfileWarning) and its notes travel on the cost model,
     # for a report to repeat: the command line prints those instead of the warning (quietly()).
-    cost_model = _cost_model(profile, model_spec, gpu_spec, sizing, tp, pp)
+    cost_model = cost_model_for(profile, model_spec, gpu_spec, sizing, tp, pp)
     swap_space_gib = values["swap_space"]
     config = KvlabConfig(
         model=ModelConfig(model=_model_name(model_spec, values["model"]), dtype=sizing.dtype),
@@ -460,8 +464,11 @@ def _file_digest(path: str) -> str:
         return ""
 
 
-def _cost_model(profile, model_spec, gpu_spec, sizing, tp: int, pp: int) -> CostModel:
+def cost_model_for(profile, model_spec, gpu_spec, sizing, tp: int, pp: int) -> CostModel:
     """The cost profile's model for this model's weights, KV and FLOPs per tensor-parallel rank."""
+    from kvlab.cost.terms import terms_for
+
+    terms = terms_for(model_spec, gpu_spec, sizing.weights_bytes_total / tp, tp) if gpu_spec.peak_flops else None
     return profile.cost_model(
         weights_bytes=sizing.weights_bytes_total / tp,
         # Per TP rank, all layers: pipeline stages run one after the other, so an iteration reads every layer.
@@ -471,4 +478,5 @@ def _cost_model(profile, model_spec, gpu_spec, sizing, tp: int, pp: int) -> Cost
         * model_spec.head_dim / tp,
         gpu=gpu_spec,
         model_id=model_spec.id,
+        terms=terms,
     )

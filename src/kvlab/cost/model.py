@@ -10,7 +10,16 @@ a fixed overhead per iteration, one per scheduled sequence and one per prefill t
     t_compute  = 2 × active_params × num_tokens / (peak_flops × flops_efficiency)
                  + attention_flops / (peak_flops × attention_flops_efficiency)
     t          = max(t_mem, t_compute) + overhead + num_seqs × seq_overhead
-                 + num_prefill_tokens × prefill_token_overhead
+                 + num_prefill_tokens × prefill_token_overhead + num_tokens × token_overhead
+
+    token_overhead  = what each scheduled token costs outside the roofline: the tensor-parallel all-reduces'
+                      transfer (kvlab/cost/terms.py: 2 per layer, ring bytes over the GPU's link)
+
+A mixture-of-experts model reads its dense weights every iteration, and of its routed experts only those its
+tokens choose: with E experts, k per token and routing taken as uniform, T tokens touch
+E × (1 − (1 − k/E)^T) distinct experts on average (kvlab/cost/terms.py), so
+
+    t_mem     += expert_read × E × (1 − (1 − k/E)^num_tokens)      (expert_read: one routed expert's weights)
 
     kv_read_bytes   = num_context_tokens × kv_bytes_per_token           (each scheduled sequence reads its context)
     attention_flops = 4 × num_layers × num_heads × head_dim × num_attention_pairs
@@ -88,9 +97,19 @@ class CostModel:
     attention_flops_efficiency: float | None = None
     seq_overhead_s: float = 0.0
     prefill_token_overhead_s: float = 0.0
+    # Per scheduled token, outside the roofline: the tensor-parallel all-reduces' transfer (kvlab/cost/terms.py).
+    token_overhead_s: float = 0.0
+    # MoE: seconds to read one routed expert's weights (every MoE layer, this GPU's share), the routed experts and
+    # how many each token picks; weights_bytes then holds the rest (dense layers, attention, shared experts).
+    expert_read_s: float = 0.0
+    num_experts: int = 0
+    experts_per_token: int = 0
     # Time outside the engine (HTTP, the API server, queues between processes), once per request: not an
     # iteration's; a request reaches the scheduler this much later than it arrived (kvlab/cost/latency.py).
     request_latency_s: float = 0.0
+    # vLLM's async scheduling: iterations a request that reaches a busy engine waits beyond a synchronous
+    # scheduler's admission, put on its first token and end (kvlab/cost/latency.py); not an iteration's either.
+    admission_lag_iterations: float = 0.0
     profile: str = field(default="roofline", compare=False)  # the cost profile's name (``kvlab cost``)
     notes: tuple[str, ...] = field(default=(), compare=False)  # what was assumed building it (profile mismatches)
     # (weights read + overhead in seconds, seconds to read one context token's KV, flops_per_token,
@@ -98,8 +117,10 @@ class CostModel:
     # computes with: ``fixed + context * per_token`` against ``overhead + (flops_per_token * tokens + per_pair *
     # pairs) / flops``, the larger.
     coefficients: tuple[float, float, float, float, float, float] = field(init=False, repr=False, compare=False)
-    # Whether the per-sequence or per-prefill-token term is non-zero (the common roofline skips them).
+    # Whether the per-sequence or per-token terms are non-zero (the common roofline skips them).
     has_cpu_terms: bool = field(init=False, repr=False, compare=False)
+    # Whether routed experts are read by the iteration's tokens (an MoE model with expert_read_s > 0).
+    has_experts: bool = field(init=False, repr=False, compare=False)
 
     @classmethod
     def from_seconds(cls, *, weights_read_s: float, context_token_s: float, token_s: float, attention_pair_s: float,
@@ -120,13 +141,23 @@ class CostModel:
         num_tokens = num_prefill_tokens + num_decode_tokens
         _, kv_token_s, _, flops_per_pair, flops, _ = self.coefficients
         return IterationCost(
-            weights=self.weights_bytes / bandwidth,
+            weights=self.weights_bytes / bandwidth + (self.experts_read_s(num_tokens) if self.has_experts else 0.0),
             kv=num_context_tokens * kv_token_s,
             compute=(self.flops_per_token * num_tokens + flops_per_pair * num_attention_pairs) / flops,
             overhead=self.overhead_s,
             seqs=num_seqs * self.seq_overhead_s,
-            prefill=num_prefill_tokens * self.prefill_token_overhead_s,
+            prefill=num_prefill_tokens * self.prefill_token_overhead_s + num_tokens * self.token_overhead_s,
         )
+
+    def experts_read_s(self, num_tokens):
+        """Seconds to read the distinct routed experts ``num_tokens`` tokens touch (a number or an array)."""
+        if num_tokens.__class__ is int or num_tokens.__class__ is float:
+            return self.expert_read_s * self.num_experts * (1.0 - (1.0 - self.experts_per_token / self.num_experts)
+                                                            ** num_tokens)
+        import numpy as np
+
+        return self.expert_read_s * self.num_experts * (1.0 - np.power(1.0 - self.experts_per_token
+                                                                       / self.num_experts, num_tokens))
 
     def iteration_times(self, num_seqs, num_prefill_tokens, num_decode_tokens, num_context_tokens,
                         num_attention_pairs):
@@ -138,6 +169,8 @@ class CostModel:
         added to both sides before the larger is taken, reading the weights counted with the overhead), so it
         may differ from ``terms(...).total`` in the last bit."""
         fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
+        if self.has_experts:
+            fixed_s = fixed_s + self.experts_read_s(num_prefill_tokens + num_decode_tokens)
         t_mem = fixed_s + num_context_tokens * kv_token_s
         t_compute = overhead_s + (
             flops_per_token * (num_prefill_tokens + num_decode_tokens) + flops_per_pair * num_attention_pairs
@@ -150,7 +183,8 @@ class CostModel:
             # The larger of two positive numbers: np.maximum picks the same one as the scalar `if`.
             t = np.maximum(t_mem, t_compute)
         if self.has_cpu_terms:
-            return t + (num_seqs * self.seq_overhead_s + num_prefill_tokens * self.prefill_token_overhead_s)
+            return t + (num_seqs * self.seq_overhead_s + num_prefill_tokens * self.prefill_token_overhead_s
+                        + (num_prefill_tokens + num_decode_tokens) * self.token_overhead_s)
         return t
 
     def decode_times(self, num_seqs: int, num_context_tokens: int, num_iterations: int, seconds: float = INF):
@@ -177,6 +211,8 @@ class CostModel:
             context_array = np.arange(num_context_tokens, end, num_seqs, dtype=np.int64)
             return self.iteration_times(num_seqs, 0, num_seqs, context_array, context_array)
         fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
+        if self.has_experts:  # (num_seqs tokens every iteration: the same experts' read, as iteration_times adds it)
+            fixed_s = fixed_s + self.experts_read_s(0 + num_seqs)
         tokens = flops_per_token * (0 + num_seqs)
         contexts = range(num_context_tokens + num_seqs, end, num_seqs)
         last = end - num_seqs
@@ -195,7 +231,8 @@ class CostModel:
             times = self.iteration_times
             return [first] + [times(num_seqs, 0, num_seqs, c, c) for c in contexts]
         if self.has_cpu_terms:
-            cpu = num_seqs * self.seq_overhead_s + 0 * self.prefill_token_overhead_s
+            cpu = (num_seqs * self.seq_overhead_s + 0 * self.prefill_token_overhead_s
+                   + (0 + num_seqs) * self.token_overhead_s)
             rest = [t + cpu for t in rest]
         return [first] + rest
 
@@ -213,4 +250,6 @@ class CostModel:
             self.peak_flops * self.flops_efficiency,
             self.overhead_s,
         ))
-        object.__setattr__(self, "has_cpu_terms", bool(self.seq_overhead_s or self.prefill_token_overhead_s))
+        object.__setattr__(self, "has_cpu_terms", bool(self.seq_overhead_s or self.prefill_token_overhead_s
+                                                        or self.token_overhead_s))
+        object.__setattr__(self, "has_experts", bool(self.expert_read_s and self.num_experts))

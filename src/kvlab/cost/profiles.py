@@ -33,7 +33,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from kvlab.cost.model import CostModel
+from kvlab.cost.model import PCIE_BANDWIDTH, CostModel
 from kvlab.errors import KvlabError
 
 DEFAULT_PROFILE = "roofline"
@@ -48,7 +48,14 @@ EFFICIENCY_CONSTANTS = {
     "seq_overhead_s": "seconds per scheduled sequence per iteration",
     "prefill_token_overhead_s": "seconds per prefill token",
     "request_latency_s": "seconds a request spends outside the engine (HTTP, queues between processes), per request",
+    "allreduce_link_efficiency": "fraction of the GPU link's bandwidth a tensor-parallel all-reduce moves bytes at",
+    "allreduce_latency_s": "seconds per tensor-parallel all-reduce call (2 per layer per iteration)",
+    "admission_lag_iterations": "iterations a request reaching a busy engine waits beyond synchronous admission "
+                                "(vLLM's async scheduling: 1)",
 }
+# Constants a profile may leave out: without allreduce_link_efficiency, all-reduce costs nothing (the built-in
+# profiles from before issue 29 price no communication).
+OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s", "admission_lag_iterations")
 ABSOLUTE_CONSTANTS = {
     "weights_read_s": "seconds to read the weights once (per iteration)",
     "context_token_s": "seconds to read one context token's K/V",
@@ -61,7 +68,7 @@ ABSOLUTE_CONSTANTS = {
 }
 KINDS = {"efficiency": EFFICIENCY_CONSTANTS, "absolute": ABSOLUTE_CONSTANTS}
 FRACTIONS = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency",
-             "attention_flops_efficiency")
+             "attention_flops_efficiency", "allreduce_link_efficiency")
 TOP_LEVEL_KEYS = ("name", "kind", "source", "model", "gpu", "constants", "fit")
 # Every other constant is seconds per iteration, token, sequence or request: beyond a minute it describes no
 # server (and 1e308 overflowed the simulator's sums to NaN).
@@ -88,8 +95,12 @@ class CostProfile:
                 **dict(self.constants), "fit": _plain(self.fit), "path": self.path}
 
     def cost_model(self, *, weights_bytes: float, kv_bytes_per_token: float, flops_per_token: float,
-                   attention_flops_per_pair: float, gpu, model_id: str) -> CostModel:
+                   attention_flops_per_pair: float, gpu, model_id: str, terms=None) -> CostModel:
         """The cost model of a run: this profile on the run's model (per-GPU numbers) and GPU (a GpuSpec).
+
+        ``terms`` (kvlab.cost.terms.Terms) adds what the catalogue knows beyond the roofline: an MoE model's
+        routed experts read per iteration, an FP8 model's matmuls at the GPU's FP8 rate, and, with a profile that
+        has ``allreduce_link_efficiency``, the tensor-parallel all-reduces.
 
         A model or GPU other than the profile's is a warning (CostProfileWarning) that says what is assumed;
         the notes go on the model so that a report can repeat them."""
@@ -104,18 +115,34 @@ class CostProfile:
                 f"the catalogue has no memory bandwidth or FLOP/s for {gpu.id}, which the cost profile "
                 f"{self.name!r} needs; pick a GPU that has both (kvlab gpus) or an absolute profile (kvlab calibrate)"
             )
+        bandwidth, peak_flops, overhead_s = float(gpu.memory_bandwidth_bytes_per_s), float(gpu.peak_flops), c["overhead_s"]
+        extra: dict = {}
+        if terms is not None:
+            weights_bytes = terms.dense_weights_bytes
+            if terms.num_experts:
+                extra.update(expert_read_s=terms.expert_bytes / (bandwidth * c["bandwidth_efficiency"]),
+                             num_experts=terms.num_experts, experts_per_token=terms.experts_per_token)
+            if terms.matmul_peak_flops != peak_flops:  # (attention stays at the bf16 rate: FLOPs at the matmuls')
+                attention_flops_per_pair *= terms.matmul_peak_flops / peak_flops
+                peak_flops = terms.matmul_peak_flops
+            link_efficiency = c.get("allreduce_link_efficiency")
+            if link_efficiency and terms.num_allreduce_calls:
+                link = terms.link_bandwidth or PCIE_BANDWIDTH  # (no link in the catalogue: PCIe, as a swap)
+                extra["token_overhead_s"] = terms.allreduce_bytes_per_token / (link * link_efficiency)
+                overhead_s += terms.num_allreduce_calls * c.get("allreduce_latency_s", 0.0)
         return CostModel(
             weights_bytes=weights_bytes, kv_bytes_per_token=kv_bytes_per_token, flops_per_token=flops_per_token,
             attention_flops_per_pair=attention_flops_per_pair,
-            memory_bandwidth=float(gpu.memory_bandwidth_bytes_per_s), peak_flops=float(gpu.peak_flops),
+            memory_bandwidth=bandwidth, peak_flops=peak_flops,
             bandwidth_efficiency=c["bandwidth_efficiency"], flops_efficiency=c["flops_efficiency"],
-            overhead_s=c["overhead_s"],
+            overhead_s=overhead_s, **extra,
             # Equal to the matmuls' is "the same" (None), so that the roofline's arithmetic stays as it was.
             attention_bandwidth_efficiency=_unless_equal(c["attention_bandwidth_efficiency"],
                                                          c["bandwidth_efficiency"]),
             attention_flops_efficiency=_unless_equal(c["attention_flops_efficiency"], c["flops_efficiency"]),
             seq_overhead_s=c["seq_overhead_s"], prefill_token_overhead_s=c["prefill_token_overhead_s"],
-            request_latency_s=c["request_latency_s"], profile=self.name, notes=notes,
+            request_latency_s=c["request_latency_s"], admission_lag_iterations=c.get("admission_lag_iterations", 0.0),
+            profile=self.name, notes=notes,
         )
 
     def _mismatches(self, model_id: str, gpu_id: str) -> tuple[str, ...]:
@@ -188,12 +215,14 @@ def _constants(raw: Any, kind: str, where: str) -> dict[str, float]:
     if unknown:
         raise KvlabError(f"{where}: unknown constant {unknown[0]!r} for an {kind} profile"
                          f"{_did_you_mean(unknown[0], expected)}; valid: {', '.join(expected)}")
-    missing = [name for name in expected if name not in raw]
+    missing = [name for name in expected if name not in raw and name not in OPTIONAL_CONSTANTS]
     if missing:
         raise KvlabError(f"{where}: missing constant {missing[0]!r} ({expected[missing[0]]}); an {kind} profile "
                          f"needs all of: {', '.join(expected)}")
     out = {}
     for name in expected:
+        if name not in raw:
+            continue  # (an optional constant left out)
         value = raw[name]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise KvlabError(f"{where}: constant {name} must be a number, got {value!r}")
@@ -227,6 +256,17 @@ def read_profile(path: Path) -> CostProfile:
         kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
         raise KvlabError(f"cost profile {str(path)!r} is not valid {kind}: {exc}") from None
     return profile_from_dict(data, str(path))
+
+
+def default_profile_for(gpu_id: str) -> str:
+    """The profile a run on this GPU gets without --cost: a built-in fitted on measured runs on that GPU (its
+    ``[fit]`` names them; ``kvlab calibrate --runs``), else the stated roofline."""
+    from kvlab.catalog.models import name_key
+
+    for p in builtin_profiles().values():
+        if p.gpu and name_key(p.gpu) == name_key(gpu_id) and p.fit.get("runs"):
+            return p.name
+    return DEFAULT_PROFILE
 
 
 def applicable_profiles(gpu_id: str) -> list[str]:
@@ -268,6 +308,7 @@ def write_profile(profile_data: dict, path: Path) -> Path:
     profile_from_dict(json.loads(json.dumps(profile_data)), str(path))
     if path.suffix.lower() == ".toml":
         text = _to_toml(profile_data)
+        tomllib.loads(text)  # (what it writes reads back)
     else:
         text = json.dumps(profile_data, indent=2) + "\n"
     path.write_text(text, encoding="utf-8")
@@ -281,12 +322,19 @@ def _to_toml(data: dict, prefix: str = "") -> str:
         if isinstance(value, dict):
             tables.append((key, value))
         else:
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
     text = "\n".join(lines) + ("\n" if lines else "")
     for key, value in tables:
-        name = f"{prefix}{key}"
+        name = f"{prefix}{_toml_key(key)}"
         text += f"\n[{name}]\n" + _to_toml(value, prefix=f"{name}.")
     return text
+
+
+def _toml_key(key: str) -> str:
+    """A bare key where TOML allows one (letters, digits, _ and -), else a quoted one."""
+    import re
+
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
 
 
 def _toml_value(value) -> str:

@@ -89,7 +89,8 @@ class Fleet:
                 clock.given(index, request)
                 num_routed[index] += 1
                 reasons[reason] = reasons.get(reason, 0) + 1
-            results = [as_seen_by_clients(sim.run(), latency_s) for sim in replicas]
+            lag = self.config.cost.admission_lag_iterations
+            results = [as_seen_by_clients(sim.run(), latency_s, lag) for sim in replicas]
         finally:
             if collecting:
                 gc.enable()

@@ -29,6 +29,8 @@ from kvlab.errors import KvlabError
 from kvlab.workload.arrivals import burst_arrivals, generate_arrivals, rescale_arrivals
 from kvlab.workload.bundled import WORKLOADS, BundledWorkload, trace_workload
 from kvlab.workload.files import SUFFIXES, read_user_file
+from kvlab.workload.inference_perf import SUFFIXES as INFERENCE_PERF_SUFFIXES
+from kvlab.workload.inference_perf import inference_perf_source
 from kvlab.workload.published import trace_for_file
 from kvlab.workload.request import Request
 from kvlab.workload.sessions import SessionSpec
@@ -107,9 +109,12 @@ def _user_source(spec: str) -> BundledWorkload:
 def _resolve(spec: str) -> BundledWorkload:
     if spec in WORKLOADS:
         return WORKLOADS[spec]
+    if Path(spec).suffix.lower() in INFERENCE_PERF_SUFFIXES:  # an inference-perf configuration (issue 29)
+        return inference_perf_source(spec)
     if Path(spec).suffix.lower() not in SUFFIXES and not Path(spec).exists():
         names = ", ".join(WORKLOADS)
-        raise KvlabError(f"unknown workload {spec!r}; named: {names}; or a path to a .csv or .jsonl file")
+        raise KvlabError(f"unknown workload {spec!r}; named: {names}; or a path to a .csv or .jsonl file"
+                         " (or an inference-perf .yaml)")
     return _user_source(spec)
 
 
@@ -231,10 +236,10 @@ def _build_requests(table: LengthTable, times: np.ndarray, max_tokens: list[int 
     columns = [range(num), times.tolist(), table.prompt_len.tolist(), table.output_len.tolist()]
     if max_tokens is not None or table.prefix_hashes is not None:
         columns.append(max_tokens if max_tokens is not None else [None] * num)
-    if table.prefix_hashes is not None:
-        columns.append(table.prefix_hashes)
+    if table.prefix_hashes is not None:  # (the table's chunk length with its ids: not every source's is 512)
+        columns += [table.prefix_hashes, repeat(table.prefix_chunk_len, num)]
     if table.prefix_len is not None:  # (Request's fields in order: prefix_chunk_len, n, prefix_len)
-        columns += [repeat(table.prefix_chunk_len, num), repeat(1, num), table.prefix_len]
+        columns += [repeat(1, num), table.prefix_len]
     # A million small frozen objects: the cyclic collector would walk them again and again while they are
     # made, and none of them can be part of a cycle.
     was_enabled = gc.isenabled()

@@ -1,0 +1,534 @@
+"""An efficiency profile fitted on measured runs by least squares across runs (``kvlab calibrate --runs FILE``).
+
+Each run (kvlab/cost/measured.py) is replayed with its own settings: its model and GPU from the catalogue, its
+tensor-parallel size, KV blocks, limits, chunked prefill and prefix caching (``vllm+prefix``), and its workload
+(kvlab/workload/inference_perf.py). An iteration's time is the cost model's (kvlab/cost/model.py), linear in the
+profile's constants once the side of the roofline is known:
+
+    θ = (1/bandwidth_efficiency, 1/attention_bandwidth_efficiency, 1/flops_efficiency, overhead_s,
+         allreduce_latency_s, seq_overhead_s, prefill_token_overhead_s, 1/allreduce_link_efficiency)
+    t_iteration = Φ_iteration · θ         Φ: each term at 100% of the catalogue's figure (kvlab/cost/terms.py)
+
+A request is in the engine from its arrival at the scheduler to its last token; every iteration it overlaps adds
+its share (the overlapped fraction) of Φ, so with F(t) the running sum of Φ over the iterations up to time t:
+
+    E2E_r  = request_latency_s + θ · (F(finish_r) − F(arrival_r + request_latency_s))
+    TTFT_r = request_latency_s + θ · (F(first_token_r) − F(arrival_r + request_latency_s))
+    ITL    = (mean E2E − mean TTFT) / (output_len − 1)          (the calibration set's definition)
+
+The means over each load stage's requests are then linear in (θ, request_latency_s): one equation per run, stage
+and metric (E2E, TTFT and ITL means), weighted by 1 / measured (relative errors), solved by bounded linear least
+squares (scipy's lsq_linear: efficiencies in (0, 1], seconds >= 0). The schedule (which requests share which
+iteration) depends on the clock, so the fit is a fixed point: replay every run under the constants, fit,
+replay under the new constants, until they move less than 0.1% (or ``max_iterations``). Each constant's
+uncertainty is the fit's σ² (AᵀA)⁻¹ at the fixed point (delta method for an efficiency: σ(1/θ) = σ_θ / θ²).
+
+Leave-one-out: each run is predicted by constants fitted on the other runs' equations (the schedules of those runs
+as the all-runs fixed point replayed them: re-replaying twelve runs per fold would cost 12x more and moves the
+constants by far less than their σ) and replayed under them; its errors are what the profile's error means.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from kvlab.cost.measured import METRICS, MeasuredRun, catalogue_model
+from kvlab.errors import KvlabError
+
+# The fitted constants, in θ's order, and whether θ holds the constant or its inverse (an efficiency).
+CONSTANTS = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency", "overhead_s",
+             "allreduce_latency_s", "seq_overhead_s", "prefill_token_overhead_s", "allreduce_link_efficiency",
+             "request_latency_s")
+INVERTED = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency", "allreduce_link_efficiency")
+FITTED_METRICS = ("e2e_mean", "ttft_mean", "itl_mean")
+# What data identifies each constant (the message when the runs cannot).
+FIT_HINTS = {
+    "bandwidth_efficiency": "runs whose decode iterations read the weights (any run below saturation)",
+    "attention_bandwidth_efficiency": "runs with long contexts in decode (long prompts or answers, large batches)",
+    "flops_efficiency": "runs with prefill chunks large enough to be compute-bound (long prompts not in the cache)",
+    "overhead_s": "runs of different models (the fixed step time against the weights' read)",
+    "allreduce_latency_s": "runs at tensor-parallel size 2 or more, beside runs at 1",
+    "seq_overhead_s": "runs whose batch sizes differ (different rates or output lengths)",
+    "prefill_token_overhead_s": "runs whose prompts differ in length",
+    "allreduce_link_efficiency": "runs at tensor-parallel size 2 or more with different tokens per iteration",
+    "request_latency_s": "any runs (TTFT and E2E carry it, ITL does not)",
+}
+# Where the fixed point starts: the stated roofline's efficiencies, no CPU terms, all-reduce at 80% of the link.
+# Held, not fitted, by default: flops_efficiency is Vidur's H100 matmul fit (vidur-h100): these runs' prefills are
+# mostly cached prefixes, too little compute to identify it (its σ was 10x its value when fitted).
+DEFAULT_FIT = tuple(k for k in CONSTANTS if k != "flops_efficiency")
+START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "flops_efficiency": 0.609,
+         "overhead_s": 0.003, "allreduce_latency_s": 0.0, "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0,
+         "allreduce_link_efficiency": 0.8, "request_latency_s": 0.0}
+STRATEGY = "vllm+prefix"
+# vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
+ADMISSION_LAG_ITERATIONS = 1.0
+
+
+def profile_document(constants: dict[str, float], name: str, source: str) -> dict:
+    """A cost profile (profiles.py's format) with these constants; attention FLOPs at the matmuls' efficiency."""
+    c = dict(constants)
+    c.setdefault("attention_flops_efficiency", c["flops_efficiency"])
+    c.setdefault("admission_lag_iterations", ADMISSION_LAG_ITERATIONS)
+    return {"name": name, "kind": "efficiency", "source": source, "constants": c}
+
+
+@dataclass
+class Prepared:
+    """A run's configuration and the per-GPU physics its iterations are priced from (independent of θ)."""
+
+    run: MeasuredRun
+    config: Any  # KvlabConfig
+    model_spec: Any
+    gpu_spec: Any
+    workload: Any
+    weights_s: float  # dense weights read at 100% bandwidth
+    expert_s: float  # one routed expert's read at 100% bandwidth
+    num_experts: int
+    experts_per_token: int
+    kv_token_s: float  # one context token's KV at 100% bandwidth
+    token_flops_s: float  # one token's matmuls at 100% of the matmul peak
+    pair_flops_s: float  # one attention pair at 100% of the matmul peak
+    allreduce_token_s: float  # one token's all-reduce bytes at 100% of the link (0 at tp 1)
+    num_allreduce_calls: int
+
+    def engine(self, constants: dict[str, float] | None = None, profile=None):
+        """The run's engine under these constants, or under a profile (kvlab.cost.profiles.CostProfile)."""
+        from kvlab.config.resolve import cost_model_for
+        from kvlab.cost.profiles import profile_from_dict
+
+        if profile is None:
+            assert constants is not None
+            profile = profile_from_dict(profile_document(constants, "fitting", "kvlab.cost.fit"), "fitting")
+        tp = self.run.tensor_parallel_size
+        cost = cost_model_for(profile, self.model_spec, self.gpu_spec, self.config.sizing, tp, 1)
+        return replace(self.config.engine, cost=cost)
+
+
+def prepare(run: MeasuredRun) -> Prepared:
+    from kvlab.catalog import get_gpu
+    from kvlab.config.resolve import quietly
+    from kvlab.cost.terms import terms_for
+    from kvlab.workload.inference_perf import shared_prefix_table
+    from kvlab.workload.load import _build_requests
+    from kvlab.workload.workload import Workload
+
+    model_spec = catalogue_model(run)
+    try:
+        gpu_spec = get_gpu(run.gpu)
+    except KvlabError:
+        raise KvlabError(f"run {run.id!r}: hardware {run.gpu!r} is not in kvlab's GPU catalogue (kvlab gpus)") from None
+    if not (gpu_spec.memory_bandwidth_bytes_per_s and gpu_spec.peak_flops):
+        raise KvlabError(f"run {run.id!r}: the catalogue has no bandwidth or FLOP/s for {gpu_spec.id}; an efficiency "
+                         "profile is fitted against both")
+    if run.workload.prompt_len + run.workload.output_len > run.max_model_len:
+        raise KvlabError(f"run {run.id!r}: prompts of {run.workload.prompt_len} + answers of "
+                         f"{run.workload.output_len} tokens exceed max_model_len {run.max_model_len}")
+    config = quietly(model=model_spec.id, gpu=gpu_spec.id, tensor_parallel_size=run.tensor_parallel_size,
+                     num_gpu_blocks=run.num_gpu_blocks, max_num_seqs=run.max_num_seqs,
+                     max_num_batched_tokens=run.max_num_batched_tokens, max_model_len=run.max_model_len,
+                     enable_chunked_prefill=True, cost="roofline")
+    table = shared_prefix_table(run.workload)
+    assert table.arrival_time is not None
+    workload = Workload(name=f"run {run.id}", requests=_build_requests(table, table.arrival_time, None),
+                        description="", source="")
+    tp = run.tensor_parallel_size
+    terms = terms_for(model_spec, gpu_spec, config.sizing.weights_bytes_total / tp, tp)
+    bandwidth = float(gpu_spec.memory_bandwidth_bytes_per_s)
+    base = config.cost.model  # (roofline: its per-GPU byte and FLOP counts, not its efficiencies)
+    link = terms.link_bandwidth or 25e9
+    return Prepared(
+        run=run, config=config, model_spec=model_spec, gpu_spec=gpu_spec, workload=workload,
+        weights_s=terms.dense_weights_bytes / bandwidth, expert_s=terms.expert_bytes / bandwidth,
+        num_experts=terms.num_experts, experts_per_token=terms.experts_per_token,
+        kv_token_s=base.kv_bytes_per_token / bandwidth,
+        token_flops_s=base.flops_per_token / terms.matmul_peak_flops,
+        pair_flops_s=base.attention_flops_per_pair / terms.attention_peak_flops,
+        allreduce_token_s=terms.allreduce_bytes_per_token / link,
+        num_allreduce_calls=terms.num_allreduce_calls,
+    )
+
+
+@dataclass
+class Replay:
+    """One run replayed under one set of constants: its iterations (features) and its requests."""
+
+    prepared: Prepared
+    constants: dict[str, float]
+    starts: np.ndarray  # each iteration's start (scheduler clock)
+    durations: np.ndarray
+    phi: np.ndarray  # (iterations, 8): each iteration's features, θ's order without request_latency_s
+    arrival: np.ndarray  # client arrival of each request (request_id order); the rest on the scheduler's clock
+    first_scheduled: np.ndarray  # when its first iteration started
+    lag_iterations: float  # the profile's admission lag (latency.py)
+    first_token: np.ndarray
+    finish: np.ndarray
+    stage: np.ndarray
+
+    def cumulative(self, times: np.ndarray) -> np.ndarray:
+        """F(t): Σ Φ over the iterations before t, the one under way counted by the fraction elapsed."""
+        running = np.vstack([np.zeros(self.phi.shape[1]), np.cumsum(self.phi, axis=0)])
+        k = np.searchsorted(self.starts, times, side="right") - 1
+        inside = k >= 0
+        kk = np.where(inside, k, 0)
+        frac = np.clip((times - self.starts[kk]) / np.maximum(self.durations[kk], 1e-30), 0.0, 1.0)
+        out = running[kk] + frac[:, None] * self.phi[kk]
+        out[~inside] = 0.0
+        return out
+
+    def busy(self) -> np.ndarray:
+        """Whether each request reached a busy engine (it waited for an iteration under way)."""
+        return self.first_scheduled > self.arrival + self.constants["request_latency_s"] + 1e-12
+
+    def equations(self) -> list[tuple[str, str, np.ndarray, float]]:
+        """(group, metric, row over CONSTANTS' θ, measured) for each fitted metric of each group."""
+        lat = self.constants["request_latency_s"]
+        at_scheduler = self.arrival + lat
+        finish, first_token = self.cumulative(self.finish), self.cumulative(self.first_token)
+        out_len = self.prepared.run.workload.output_len
+        # The admission lag (latency.py): one more iteration, priced as the request's own mean decode iteration.
+        lag = self.lag_iterations * self.busy()[:, None] * (finish - first_token) / max(1, out_len - 1)
+        x_e2e = finish - self.cumulative(at_scheduler) + lag
+        x_ttft = first_token - self.cumulative(at_scheduler) + lag
+        out_len = self.prepared.run.workload.output_len
+        rows = []
+        for group in self.prepared.run.groups:
+            chosen = np.ones(len(self.arrival), bool) if group == "summary" else self.stage == int(group[5:])
+            e2e, ttft = x_e2e[chosen].mean(axis=0), x_ttft[chosen].mean(axis=0)
+            for metric, vector, latency in (("e2e_mean", e2e, 1.0), ("ttft_mean", ttft, 1.0),
+                                            ("itl_mean", (e2e - ttft) / (out_len - 1), 0.0)):
+                if metric == "itl_mean" and not itl_consistent(self.prepared.run, group):
+                    continue  # (its E2E and TTFT already say what the ITL must be)
+                rows.append((group, metric, np.append(vector, latency), self.prepared.run.measured(group, metric)))
+        return rows
+
+    def predicted(self) -> dict[str, dict[str, float]]:
+        """The metrics a client would have measured, per group (summary and each stage)."""
+        from kvlab.cost.latency import admission_lag
+
+        out_len = self.prepared.run.workload.output_len
+        lag = admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish, out_len)
+        e2e, ttft = self.finish + lag - self.arrival, self.first_token + lag - self.arrival
+        groups = {"summary": np.ones(len(e2e), bool)}
+        groups.update({f"stage{k}": self.stage == k for k in range(len(self.prepared.run.workload.stages))})
+        out = {}
+        for group, chosen in groups.items():
+            e, t = e2e[chosen], ttft[chosen]
+            out[group] = {"e2e_mean": float(e.mean()), "e2e_p90": float(np.percentile(e, 90)),
+                          "e2e_p99": float(np.percentile(e, 99)), "ttft_mean": float(t.mean()),
+                          "ttft_p90": float(np.percentile(t, 90)), "ttft_p99": float(np.percentile(t, 99)),
+                          "itl_mean": float((e.mean() - t.mean()) / (out_len - 1))}
+        return out
+
+
+ITL_TOLERANCE = 0.05
+
+
+def itl_consistent(run: MeasuredRun, group: str) -> bool:
+    """Whether a run's published ITL is (E2E mean − TTFT mean) / (output_len − 1), as the calibration set defines
+    it, within ITL_TOLERANCE. Runs of Llama-2-7B are not (their ITL implies ~79% of the answer's tokens: the
+    client counted fewer tokens than the engine generated); their ITL is reported, not fitted."""
+    implied = (run.measured(group, "e2e_mean") - run.measured(group, "ttft_mean")) / (run.workload.output_len - 1)
+    return abs(run.measured(group, "itl_mean") / implied - 1.0) <= ITL_TOLERANCE
+
+
+def _features(p: Prepared, theta: np.ndarray, n, prefill, decode, context, pairs) -> tuple[np.ndarray, np.ndarray]:
+    """Each iteration's Φ (θ's order without request_latency_s) and its side of the roofline under θ."""
+    tokens = prefill + decode
+    weights = np.full(len(n), p.weights_s)
+    if p.num_experts:
+        weights = weights + p.expert_s * p.num_experts * (1.0 - (1.0 - p.experts_per_token / p.num_experts) ** tokens)
+    kv = context * p.kv_token_s
+    compute = tokens * p.token_flops_s + pairs * p.pair_flops_s
+    memory_bound = theta[0] * weights + theta[1] * kv >= theta[2] * compute
+    phi = np.column_stack([
+        np.where(memory_bound, weights, 0.0), np.where(memory_bound, kv, 0.0), np.where(memory_bound, 0.0, compute),
+        np.ones(len(n)), np.full(len(n), float(p.num_allreduce_calls)), n, prefill, tokens * p.allreduce_token_s,
+    ])
+    return phi, memory_bound
+
+
+def theta_of(constants: dict[str, float]) -> np.ndarray:
+    return np.array([1.0 / constants[k] if k in INVERTED else constants[k] for k in CONSTANTS])
+
+
+def constants_of(theta: np.ndarray) -> dict[str, float]:
+    return {k: (1.0 / v if k in INVERTED else float(v)) for k, v in zip(CONSTANTS, theta)}
+
+
+def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None) -> Replay:
+    """Replay a run under the constants (or a whole profile, whose features are then not θ's), iteration by
+    iteration (kvlab.sim's runs of iterations unrolled)."""
+    from kvlab.cost.latency import delayed
+    from kvlab.sim import Simulation
+    from kvlab.strategies import parse_strategy
+    from kvlab.workload.inference_perf import stage_of
+
+    engine = p.engine(constants, profile)
+    cost = engine.cost
+    latency = cost.request_latency_s
+    if constants is None:
+        constants = {**START, "request_latency_s": latency}
+    sim = Simulation(parse_strategy(STRATEGY), engine, delayed(p.workload, latency), record_iterations=False)
+    ends, counts, fields, chunks = [], [], [], []
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        while not sim.done:
+            out = sim.step()
+            if out is None:
+                break
+            k = out.num_iterations
+            if k > 1:
+                assert out.timing is not None
+                durations = np.array(out.timing[0][:k], dtype=np.float64)
+            else:
+                durations = np.array([cost.iteration_times(out.num_seqs, out.num_prefill_tokens,
+                                                           out.num_decode_tokens, out.num_context_tokens,
+                                                           out.num_attention_pairs)])
+            ends.append(sim.now)
+            counts.append(k)
+            chunks.append(durations)
+            fields.append((out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens, out.num_context_tokens,
+                           out.num_attention_pairs))
+        result = sim.result()  # (the scheduler's clock: predicted() puts the client's view on it)
+    finally:
+        if collecting:
+            gc.enable()
+    counts_a = np.array(counts)
+    durations = np.concatenate(chunks)
+    f = np.array(fields, dtype=float)
+    group = np.repeat(np.arange(len(counts)), counts_a)
+    first = np.concatenate([[0], np.cumsum(counts_a)[:-1]])
+    j = np.arange(len(durations)) - first[group]
+    n = f[group, 0]
+    later = j > 0
+    prefill = np.where(later, 0.0, f[group, 1])
+    decode = np.where(later, n, f[group, 2])
+    context = f[group, 3] + j * n
+    pairs = np.where(later, context, f[group, 4])
+    # Each iteration starts where the run that holds it ended, less the durations from it to that end.
+    cum = np.cumsum(durations)
+    last = first + counts_a - 1
+    starts = np.array(ends)[group] - (cum[last[group]] - cum) - durations
+    theta = theta_of(constants)
+    phi, _ = _features(p, theta, n, prefill, decode, context, pairs)
+    records = sorted(result.records, key=lambda r: r.request_id)
+    if any(r.finish_time is None for r in records):
+        bad = next(r for r in records if r.finish_time is None)
+        raise KvlabError(f"run {p.run.id!r}: request {bad.request_id} did not finish in the replay "
+                         f"({bad.reject_reason or 'rejected'}); its settings cannot serve this workload")
+    arrival = np.array([r.arrival_time for r in records]) - latency  # (the clients' arrival times)
+    return Replay(prepared=p, constants=dict(constants), starts=starts, durations=durations, phi=phi,
+                  arrival=arrival, first_scheduled=np.array([r.first_scheduled_time for r in records]),
+                  lag_iterations=cost.admission_lag_iterations,
+                  first_token=np.array([r.first_token_time for r in records]),
+                  finish=np.array([r.finish_time for r in records]),
+                  stage=stage_of(p.run.workload, arrival - arrival[0]))
+
+
+@dataclass
+class Fit:
+    constants: dict[str, float]
+    sigma: dict[str, float]
+    fitted: tuple[str, ...]
+    num_equations: int
+    rms_relative_residual: float
+
+
+def solve(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed: dict[str, float],
+          labels: Sequence[str] = ()) -> Fit:
+    """Bounded least squares on relative errors for the ``fitted`` constants (the rest held at ``fixed``)."""
+    from scipy.optimize import lsq_linear
+
+    index = [CONSTANTS.index(k) for k in fitted]
+    held = [i for i in range(len(CONSTANTS)) if i not in index]
+    theta_fixed = theta_of({**START, **fixed})
+    a = np.array([row for row, _ in rows])
+    b = np.array([measured for _, measured in rows])
+    weights = 1.0 / b
+    target = (b - a[:, held] @ theta_fixed[held]) * weights
+    matrix = a[:, index] * weights[:, None]
+    if len(rows) <= len(index):
+        raise KvlabError(f"{len(rows)} equations (runs x stages x 3 metrics) cannot fit {len(index)} constants "
+                         f"({', '.join(fitted)}); valid: more runs, or fewer constants (--fit)")
+    for col, name in enumerate(fitted):
+        if not np.any(matrix[:, col]):
+            raise KvlabError(f"cannot fit {name}: what it multiplies is 0 in every run "
+                             f"({'; '.join(labels[:3]) + ('...' if len(labels) > 3 else '')}); data that would fit "
+                             f"it: {FIT_HINTS[name]}; or leave it out (--fit without it: it stays at {START[name]:g})")
+    scale = np.linalg.norm(matrix, axis=0)
+    singular = np.linalg.svd(matrix / scale, compute_uv=True)
+    s, vt = singular[1], singular[2]
+    if s[-1] < 1e-9 * s[0]:
+        null = np.abs(vt[-1])
+        pair = [fitted[i] for i in np.argsort(null)[-2:]]
+        raise KvlabError(f"cannot tell {pair[1]} from {pair[0]}: in these runs what they multiply varies in step; "
+                         f"data that would fit {pair[1]}: {FIT_HINTS[pair[1]]}")
+    lower = np.array([1.0 if k in INVERTED else 0.0 for k in fitted])
+    upper = np.array([50.0 if k in INVERTED else 1.0 for k in fitted])
+    solution = lsq_linear(matrix / scale, target, bounds=(lower * scale, upper * scale), method="bvls")
+    theta = solution.x / scale
+    residual = matrix @ theta - target
+    dof = max(1, len(rows) - len(index))
+    s2 = float(residual @ residual) / dof
+    try:
+        cov = s2 * np.linalg.inv(matrix.T @ matrix)
+        sd = np.sqrt(np.clip(np.diag(cov), 0, None))
+    except np.linalg.LinAlgError:
+        sd = np.full(len(index), math.inf)
+    full = theta_fixed.copy()
+    full[index] = theta
+    constants = constants_of(full)
+    sigma = {}
+    for k, t, e in zip(fitted, theta, sd):
+        sigma[k] = float(e / t**2) if k in INVERTED else float(e)
+    return Fit(constants=constants, sigma=sigma, fitted=tuple(fitted), num_equations=len(rows),
+               rms_relative_residual=float(np.sqrt(np.mean(residual**2))))
+
+
+def _rows(replays: Sequence[Replay]) -> tuple[list[tuple[np.ndarray, float]], list[str]]:
+    rows, labels = [], []
+    for r in replays:
+        for group, metric, row, measured in r.equations():
+            rows.append((row, measured))
+            labels.append(f"run {r.prepared.run.id} {group} {metric}")
+    return rows, labels
+
+
+@dataclass
+class Calibration:
+    fit: Fit
+    replays: list[Replay]  # under the fitted constants
+    iterations: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *,
+                   start: dict[str, float] | None = None, max_iterations: int = 4, tolerance: float = 1e-3,
+                   progress: Callable[[str], None] | None = None) -> Calibration:
+    """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
+    way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
+    the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
+    unknown = [k for k in fitted if k not in CONSTANTS]
+    if unknown:
+        raise KvlabError(f"--fit {unknown[0]!r} is not a constant kvlab fits on measured runs; valid: "
+                         f"{', '.join(CONSTANTS)}")
+    if len(runs) < 2:
+        raise KvlabError(f"{len(runs)} measured run: a fit across runs needs at least 2 (and leave-one-out 3)")
+    constants = {**START, **(start or {})}
+    prepared = [prepare(run) for run in runs]
+    history = [dict(constants)]
+    fit = None
+    replays: list[Replay] = []
+    previous = math.inf
+    for iteration in range(1, max_iterations + 1):
+        replays = [replay(p, constants) for p in prepared]
+        rows, labels = _rows(replays)
+        fit = solve(rows, fitted, constants, labels)
+        if progress is not None:
+            progress(f"iteration {iteration}: rms relative residual {fit.rms_relative_residual:.2%} (under the "
+                     "constants the runs were replayed with, refitted)")
+        if abs(previous - fit.rms_relative_residual) < tolerance or iteration == max_iterations:
+            break
+        previous = fit.rms_relative_residual
+        theta = 0.5 * (theta_of(constants) + theta_of(fit.constants))
+        constants = constants_of(theta)
+        history.append(dict(constants))
+    assert fit is not None
+    # The profile is the fit on the last replays: its σ and residuals are those equations'.
+    return Calibration(fit=fit, replays=replays, iterations=len(history) - 1, history=history)
+
+
+def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None) -> list[Replay]:
+    """Each run replayed under constants fitted on the other runs' equations (module doc)."""
+    out = []
+    fit = calibration.fit
+    for i, held in enumerate(calibration.replays):
+        others = [r for j, r in enumerate(calibration.replays) if j != i]
+        rows, labels = _rows(others)
+        fold = solve(rows, fit.fitted, fit.constants, labels)
+        out.append(replay(held.prepared, fold.constants))
+        if progress is not None:
+            progress(f"left out run {held.prepared.run.id}")
+    return out
+
+
+def errors(replays: Sequence[Replay]) -> list[dict]:
+    """Per run, group and metric: measured, predicted and relative error."""
+    rows = []
+    for r in replays:
+        predicted = r.predicted()
+        for group in ("summary",):
+            for metric in METRICS:
+                measured = r.prepared.run.measured(group, metric)
+                rows.append({"run": r.prepared.run.id, "label": r.prepared.run.label, "group": group,
+                             "metric": metric, "measured": measured, "predicted": predicted[group][metric],
+                             "error": predicted[group][metric] / measured - 1.0})
+    return rows
+
+
+def median_abs_errors(rows: Sequence[dict]) -> dict[str, float]:
+    return {m: float(np.median([abs(r["error"]) for r in rows if r["metric"] == m])) for m in METRICS}
+
+
+def common_gpu(runs: Sequence[MeasuredRun]) -> str:
+    """The catalogue GPU every run ran on ("" when they differ)."""
+    from kvlab.catalog import get_gpu
+
+    ids = {get_gpu(run.gpu).id for run in runs}
+    return ids.pop() if len(ids) == 1 else ""
+
+
+def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *, name: str,
+                        source_path, start: dict[str, float] | None = None, max_iterations: int = 4,
+                        progress: Callable[[str], None] | None = None) -> tuple[dict, dict]:
+    """Fit, leave one out, and write it all down: (the profile document, the leave-one-out report)."""
+    calibration = calibrate_runs(runs, fitted, start=start, max_iterations=max_iterations, progress=progress)
+    loo = errors(leave_one_out(calibration, progress=progress))
+    medians = median_abs_errors(loo)
+    fit = calibration.fit
+    constants = {k: round_sig(v) for k, v in fit.constants.items()}
+    document = profile_document(constants, name, (
+        f"Fitted by kvlab calibrate --runs {source_path.name} ({len(runs)} measured runs of real vLLM; the file says "
+        "where its numbers come from): least squares across runs on E2E, TTFT and ITL means per load stage, "
+        "leave-one-out errors in [fit] (docs/cost.md, 'Fitted on real runs')."))
+    gpu = common_gpu(runs)
+    if gpu:
+        document["gpu"] = gpu
+    document["fit"] = {
+        "method": "kvlab/cost/fit.py: fixed point of (replay every run, bounded linear least squares on relative "
+                  "errors of E2E/TTFT/ITL means per stage)",
+        "data": str(source_path.name),
+        "runs": [run.id for run in runs],
+        "fitted": list(fit.fitted),
+        "equations": fit.num_equations,
+        "iterations": calibration.iterations,
+        "start": {k: round_sig(v) for k, v in calibration.history[0].items()},
+        "rms_relative_residual": round_sig(fit.rms_relative_residual),
+        "sigma": {k: round_sig(v) for k, v in fit.sigma.items()},
+        "loo_median_abs_error": {m: round_sig(v) for m, v in medians.items()},
+        "loo_error": {_key(run.id): {r["metric"]: round_sig(r["error"]) for r in loo if r["run"] == run.id}
+                      for run in runs},
+    }
+    return document, {"rows": loo, "median_abs_error": medians}
+
+
+def _key(run_id: str) -> str:
+    """A run's id as a TOML bare key (letters, digits, _ and -)."""
+    import re
+
+    return "run_" + re.sub(r"[^A-Za-z0-9_-]", "_", run_id)
+
+
+def round_sig(value: float, digits: int = 4) -> float:
+    """``value`` to ``digits`` significant digits (what a profile file keeps)."""
+    if value == 0 or not math.isfinite(value):
+        return float(value)
+    return float(f"{value:.{digits - 1}e}")

@@ -1,0 +1,182 @@
+"""Measured runs as published: a workload spec, the engine's settings and the summary metrics a client measured.
+
+The format is the calibration set's (../shared/data/real-vllm/trainval.json, whose README says what the runs are):
+
+    {"experiments": [{"id": "64", "model": "Qwen/Qwen2.5-7B-Instruct", "hardware": "H100", "tp": 1,
+                      "precision": "FP16", "total_kv_blocks": 65352, "max_num_seqs": 128,
+                      "max_num_batched_tokens": 2048, "max_model_len": 4096,
+                      "workload": {inference-perf shared_prefix fields, "stages": [{rate, duration}], ...},
+                      "actual": {"summary": {"e2e_mean": 1772.3, ...}, "stage0": {...}, ...}}, ...]}
+
+Metrics are milliseconds (a number, or a string with its unit: "57.8 ms", "0.0578 s"); ``actual`` holds
+``summary`` (every request) and ``stage0``, ``stage1``, ... (the requests that arrived in that load stage). Every
+mistake is one KvlabError line that names the run and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from kvlab.errors import KvlabError
+from kvlab.workload.inference_perf import SharedPrefixSpec, spec_from_dict
+
+METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
+REQUIRED = ("id", "model", "hardware", "tp", "total_kv_blocks", "max_num_seqs", "max_num_batched_tokens",
+            "max_model_len", "workload", "actual")
+PRECISIONS = {"fp16": None, "bf16": None, "fp8": "fp8"}  # precision -> the weight format it implies
+_UNITS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
+_NUMBER_WITH_UNIT = re.compile(r"^\s*([-+0-9.eE]+)\s*(ms|s|us|µs)\s*$")
+# Prompt tokens each request carries beyond system prompt + question (the calibration set's README: the real
+# prompts measured 27-48 tokens longer, the tokenizer's round trip of random ids and BOS; the middle of the range).
+PROMPT_OVERHEAD_TOKENS = 37
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    id: str
+    model: str  # as the file names it (a Hugging Face id or a catalogue name)
+    gpu: str
+    tensor_parallel_size: int
+    precision: str
+    num_gpu_blocks: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    workload: SharedPrefixSpec
+    actual: MappingProxyType  # "summary" / "stage0" / ... -> metric -> seconds
+
+    @property
+    def label(self) -> str:
+        return f"{self.id} {self.model.rsplit('/', 1)[-1]} tp{self.tensor_parallel_size} {self.workload_name}"
+
+    @property
+    def workload_name(self) -> str:
+        return str(self.actual.get("_workload_name", ""))
+
+    def measured(self, group: str, metric: str) -> float:
+        return self.actual[group][metric]
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The metric groups to fit on: each stage when the run has more than one, else the whole run."""
+        stages = tuple(f"stage{k}" for k in range(len(self.workload.stages)))
+        if len(stages) > 1 and all(s in self.actual for s in stages):
+            return stages
+        return ("summary",)
+
+
+def _seconds(value: Any, where: str) -> float:
+    """A metric: a number of milliseconds, or a string with its unit."""
+    if isinstance(value, bool):
+        raise KvlabError(f"{where} = {value!r} is not a duration; valid: milliseconds, or a string like '57.8 ms'")
+    if isinstance(value, int | float):
+        seconds = float(value) * 1e-3
+    elif isinstance(value, str):
+        match = _NUMBER_WITH_UNIT.match(value)
+        if match is None:
+            raise KvlabError(f"{where} = {value!r}: unit not understood; valid: a number of milliseconds, or a "
+                             f"number with one of {', '.join(_UNITS)} ('57.8 ms')")
+        try:
+            seconds = float(match.group(1)) * _UNITS[match.group(2)]
+        except ValueError:
+            raise KvlabError(f"{where} = {value!r} is not a number") from None
+    else:
+        raise KvlabError(f"{where} = {value!r} is not a duration; valid: milliseconds, or a string like '57.8 ms'")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise KvlabError(f"{where} = {value!r} must be a positive, finite duration")
+    return seconds
+
+
+def _whole(raw: dict, key: str, where: str, minimum: int = 1) -> int:
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer() \
+            or value < minimum:
+        raise KvlabError(f"{where}: {key} = {value!r}; valid: a whole number >= {minimum}")
+    return int(value)
+
+
+def run_from_dict(raw: Any, where: str, prompt_overhead_tokens: int = PROMPT_OVERHEAD_TOKENS) -> MeasuredRun:
+    if not isinstance(raw, dict):
+        raise KvlabError(f"{where}: a run is an object, got {type(raw).__name__}")
+    where = f"{where} (run {raw.get('id', '?')!r})"
+    for key in REQUIRED:
+        if key not in raw or raw[key] is None:
+            raise KvlabError(f"{where}: missing field {key!r}; a measured run has {', '.join(REQUIRED)}")
+    # (cpu_kv_blocks alone is the swap space vLLM's log reports; V1 moves nothing there without an offload connector)
+    if raw.get("cpu_offload"):
+        raise KvlabError(f"{where}: cpu_offload {raw.get('cpu_offload')!r}: kvlab cannot express KV offload to CPU "
+                         "memory; valid: runs with cpu_offload null (every KV block on the GPU)")
+    precision = str(raw.get("precision") or "FP16")
+    if precision.lower() not in PRECISIONS:
+        raise KvlabError(f"{where}: precision {precision!r} is not one kvlab prices; valid: "
+                         f"{', '.join(p.upper() for p in PRECISIONS)}")
+    actual_raw = raw["actual"]
+    if not isinstance(actual_raw, dict) or "summary" not in actual_raw:
+        raise KvlabError(f"{where}: missing field 'actual.summary' (the metrics over every request)")
+    actual: dict[str, Any] = {}
+    for group, metrics in actual_raw.items():
+        if not isinstance(metrics, dict):
+            raise KvlabError(f"{where}: actual.{group} must map metrics to values, got {metrics!r}")
+        missing = [m for m in METRICS if m not in metrics]
+        if missing:
+            raise KvlabError(f"{where}: missing field 'actual.{group}.{missing[0]}'; each group has "
+                             f"{', '.join(METRICS)}")
+        actual[group] = MappingProxyType({m: _seconds(metrics[m], f"{where}: actual.{group}.{m}") for m in METRICS})
+    workload = spec_from_dict(raw["workload"], f"{where}: workload", prompt_overhead_tokens=prompt_overhead_tokens)
+    actual["_workload_name"] = str(raw["workload"].get("name", "")) if isinstance(raw["workload"], dict) else ""
+    return MeasuredRun(
+        id=str(raw["id"]), model=str(raw["model"]), gpu=str(raw["hardware"]),
+        tensor_parallel_size=_whole(raw, "tp", where), precision=precision,
+        num_gpu_blocks=_whole(raw, "total_kv_blocks", where, 2), max_num_seqs=_whole(raw, "max_num_seqs", where),
+        max_num_batched_tokens=_whole(raw, "max_num_batched_tokens", where),
+        max_model_len=_whole(raw, "max_model_len", where, 2), workload=workload,
+        actual=MappingProxyType(actual),
+    )
+
+
+def read_runs(path: str | Path, prompt_overhead_tokens: int = PROMPT_OVERHEAD_TOKENS) -> tuple[MeasuredRun, ...]:
+    """Every run of a measured-runs file (JSON: {"experiments": [...]} or a list of runs)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise KvlabError(f"measured runs {str(path)!r}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvlabError(f"measured runs {str(path)!r}: cannot read it ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise KvlabError(f"measured runs {str(path)!r} is not valid JSON: {exc}") from None
+    runs = data.get("experiments") if isinstance(data, dict) else data
+    if not isinstance(runs, list) or not runs:
+        raise KvlabError(f"measured runs {str(path)!r}: no runs (an 'experiments' list of runs, or a list)")
+    out = tuple(run_from_dict(raw, f"{path.name}, run {i}", prompt_overhead_tokens) for i, raw in enumerate(runs))
+    ids = [r.id for r in out]
+    duplicate = next((i for i in ids if ids.count(i) > 1), None)
+    if duplicate is not None:
+        raise KvlabError(f"measured runs {str(path)!r}: run id {duplicate!r} appears twice; valid: one id per run")
+    return out
+
+
+def catalogue_model(run: MeasuredRun):
+    """The catalogue's model for a run: its name as given, or the repository's last part; FP8 runs need an FP8
+    entry (the weight bytes differ)."""
+    from kvlab.catalog import get_model
+
+    try:
+        spec = get_model(run.model)
+    except KvlabError:
+        try:
+            spec = get_model(run.model.rsplit("/", 1)[-1])
+        except KvlabError:
+            raise KvlabError(f"run {run.id!r}: model {run.model!r} is not in kvlab's catalogue (kvlab models); add "
+                             "its config.json numbers to src/kvlab/catalog/data/models.json") from None
+    wanted = PRECISIONS[run.precision.lower()]
+    if (spec.quantization or None) != wanted:
+        raise KvlabError(f"run {run.id!r}: precision {run.precision} but the catalogue's {spec.id} stores weights "
+                         f"as {spec.quantization or spec.dtype}; valid: a catalogue entry in that precision")
+    return spec

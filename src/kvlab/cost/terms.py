@@ -1,0 +1,69 @@
+"""The physical quantities behind the clock's terms, from the model, the GPU and the parallelism (per GPU).
+
+Each is what a term costs at 100% of the catalogue's figure; a cost profile's efficiencies scale them
+(kvlab/cost/profiles.py). Sources are in docs/cost.md, "Terms".
+
+Tensor-parallel all-reduce. vLLM's row-parallel layers (attention's output projection and the MLP's down
+projection) end with an all-reduce of the layer's output, 2 per decoder layer, ``hidden_size`` activations of
+``activation_bytes`` each per token. A ring all-reduce over ``tp`` GPUs sends and receives 2 (tp − 1) / tp of the
+buffer on each GPU's link (Patarasuk & Yuan 2009; NCCL's ring algorithm), so per scheduled token
+
+    allreduce_bytes_per_token = num_layers × 2 × 2 (tp − 1) / tp × hidden_size × activation_bytes
+    t_allreduce               = num_tokens × allreduce_bytes_per_token / (link_bandwidth × link_efficiency)
+                                + 2 × num_layers × allreduce_latency_s          (once per iteration, tp > 1)
+
+Mixture of experts. Routed experts are read only when a token picks them; with E experts, k per token and
+uniform routing, the expected number of distinct experts T tokens touch is E × (1 − (1 − k/E)^T).
+
+Weight formats. FP8 (and the catalogue's other formats) sets the bytes per weight (kvlab.catalog.models:
+QUANTIZED_LINEAR_BYTES); an FP8 model's matrix multiplies run at the GPU's FP8 rate where it has one (W8A8,
+vLLM's fp8 dynamic quantization), else at its bf16 rate (weight-only: the GPU dequantizes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACTIVATION_BYTES = 2  # bf16/fp16 activations: what the all-reduce moves
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """Per-GPU quantities of one model on one GPU at one tensor-parallel size."""
+
+    dense_weights_bytes: float  # weights read every iteration: all but the routed experts
+    expert_bytes: float  # one routed expert's weights over every MoE layer (0: a dense model)
+    num_experts: int
+    experts_per_token: int
+    matmul_peak_flops: float  # FP8 rate for an FP8 model on a GPU that has one, else bf16
+    attention_peak_flops: float  # attention runs in the activations' dtype
+    allreduce_bytes_per_token: float  # 0 at tp 1
+    num_allreduce_calls: int  # per iteration; 0 at tp 1
+    link_bandwidth: float | None  # bytes/s per direction (None: the catalogue has none)
+
+
+def terms_for(model_spec, gpu_spec, weights_bytes: float, tp: int) -> Terms:
+    """``weights_bytes``: this GPU's share of all the weights (as the KV sizing counts them)."""
+    from kvlab.catalog.models import QUANTIZED_EXPERT_BYTES
+
+    expert_bytes = 0.0
+    num_experts = experts_per_token = 0
+    if model_spec.is_moe:
+        per_param = QUANTIZED_EXPERT_BYTES.get(model_spec.quantization, model_spec.dtype_bytes)
+        num_experts, experts_per_token = model_spec.num_experts, model_spec.experts_per_token
+        routed = sum(model_spec.layer_params(i).experts for i in range(model_spec.num_hidden_layers))
+        expert_bytes = routed / num_experts * per_param / tp
+    bf16_peak = float(gpu_spec.peak_flops or 0.0)
+    fp8 = model_spec.quantization == "fp8" and gpu_spec.peak_flops_fp8
+    layers = model_spec.num_hidden_layers
+    return Terms(
+        dense_weights_bytes=weights_bytes - num_experts * expert_bytes,
+        expert_bytes=expert_bytes,
+        num_experts=num_experts,
+        experts_per_token=experts_per_token,
+        matmul_peak_flops=float(gpu_spec.peak_flops_fp8) if fp8 else bf16_peak,
+        attention_peak_flops=bf16_peak,
+        allreduce_bytes_per_token=layers * 2 * 2 * (tp - 1) / tp * model_spec.hidden_size * ACTIVATION_BYTES,
+        num_allreduce_calls=2 * layers if tp > 1 else 0,
+        link_bandwidth=float(gpu_spec.link_bandwidth_bytes_per_s) if gpu_spec.link_bandwidth_bytes_per_s else None,
+    )

@@ -1,0 +1,245 @@
+"""inference-perf's ``shared_prefix`` workload with its staged constant-rate load, as kvlab requests.
+
+inference-perf (github.com/kubernetes-sigs/inference-perf, inference_perf/datagen/shared_prefix_datagen.py) builds
+``num_groups`` system prompts of ``system_prompt_len`` tokens, each shared by ``num_prompts_per_group`` users who
+each have a question of ``question_len`` tokens; every request asks for exactly ``output_len`` tokens (ignore_eos).
+Request i goes to user i mod (groups x users), so each user's prompt comes back every groups x users requests:
+
+    user u = i mod N,  N = num_groups x num_prompts_per_group;   group g = u // num_prompts_per_group
+    prompt  = [system prompt g: system_prompt_len] [question u: question_len + prompt_overhead_tokens]
+
+The load (``load.type: constant``) runs its stages one after the other: stage k sends rate_k x duration_k requests
+evenly spaced at 1 / rate_k, starting where stage k - 1 ended.
+
+Content goes through kvlab's prefix hashes (``Request.prefix_hashes``, 16-token chunks as in
+kvlab.workload.sessions): a chunk wholly inside a system prompt is named by its group, every other chunk by its
+user, so users of a group share the system prompt's blocks and a user's later requests find its whole prompt
+cached (but the last token, as vLLM never caches a whole prompt) where its earlier one left it.
+
+What is not modelled, and why: inference-perf's multi-turn mode serialises a user's rounds (the next waits for the
+previous answer) and, in its source, grows the session's context; the runs this module replays measured prompts
+27-48 tokens longer than system + question (the calibration set's README), not a growing context, so each round is
+the same prompt and rounds are sent at their scheduled times. ``prompt_overhead_tokens`` adds those tokens
+(tokenizer round trip, BOS) to each question. inference-perf's random assignment of system prompts to users is
+replaced by the fixed one above (the same sharing: each group's prompt serves exactly its users).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvlab.errors import KvlabError
+from kvlab.workload.table import LengthTable, sample_table
+
+CHUNK_LEN = 16  # tokens per content id (as kvlab.workload.sessions: every block size kvlab takes is a multiple)
+SUFFIXES = (".yaml", ".yml")
+# inference-perf's own names and the calibration set's (trainval.json's ``workload``), for each field.
+_ALIASES = {
+    "num_groups": ("num_groups", "num_unique_system_prompts"),
+    "num_prompts_per_group": ("num_prompts_per_group", "num_users_per_system_prompt"),
+    "system_prompt_len": ("system_prompt_len",),
+    "question_len": ("question_len",),
+    "output_len": ("output_len",),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    rate: float  # requests per second
+    duration: float  # seconds
+
+    @property
+    def num_requests(self) -> int:
+        return round(self.rate * self.duration)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefixSpec:
+    """One inference-perf shared_prefix configuration with its load stages (module doc)."""
+
+    num_groups: int
+    num_prompts_per_group: int
+    system_prompt_len: int
+    question_len: int
+    output_len: int
+    stages: tuple[Stage, ...]
+    enable_multi_turn_chat: bool = False
+    prompt_overhead_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("num_groups", "num_prompts_per_group", "question_len", "output_len"):
+            value = getattr(self, name)
+            if value < 1:
+                raise KvlabError(f"inference-perf shared_prefix: {name} = {value} must be a whole number >= 1")
+        for name in ("system_prompt_len", "prompt_overhead_tokens"):
+            if getattr(self, name) < 0:
+                raise KvlabError(f"inference-perf shared_prefix: {name} = {getattr(self, name)} must be >= 0")
+        if not self.stages:
+            raise KvlabError("inference-perf load: no stages; valid: stages: [{rate: R, duration: S}, ...]")
+        for k, stage in enumerate(self.stages):
+            if not (math.isfinite(stage.rate) and stage.rate > 0 and math.isfinite(stage.duration)
+                    and stage.duration > 0 and stage.num_requests >= 1):
+                raise KvlabError(f"inference-perf load: stage {k} (rate {stage.rate!r}, duration {stage.duration!r}) "
+                                 "sends no request; valid: rate > 0 req/s and duration > 0 s with rate x duration >= 1")
+
+    @property
+    def num_users(self) -> int:
+        return self.num_groups * self.num_prompts_per_group
+
+    @property
+    def prompt_len(self) -> int:
+        return self.system_prompt_len + self.question_len + self.prompt_overhead_tokens
+
+    @property
+    def num_requests(self) -> int:
+        return sum(stage.num_requests for stage in self.stages)
+
+    @property
+    def stage_starts(self) -> tuple[float, ...]:
+        """Where each stage begins, in seconds from the first request."""
+        starts, t = [], 0.0
+        for stage in self.stages:
+            starts.append(t)
+            t += stage.duration
+        return tuple(starts)
+
+
+def arrival_times(spec: SharedPrefixSpec) -> np.ndarray:
+    """Stage k's requests at start_k + j / rate_k, j = 0 .. rate_k x duration_k - 1 (constant load)."""
+    return np.concatenate([start + np.arange(stage.num_requests) / stage.rate
+                           for start, stage in zip(spec.stage_starts, spec.stages)])
+
+
+def stage_of(spec: SharedPrefixSpec, times) -> np.ndarray:
+    """The stage (from 0) each arrival time falls in."""
+    return np.searchsorted(np.array(spec.stage_starts[1:]), np.asarray(times, dtype=float), side="right")
+
+
+def user_prefix_ids(spec: SharedPrefixSpec, user: int) -> tuple[int, ...]:
+    """The content ids of a user's prompt, one per CHUNK_LEN tokens: its group's system prompt (ids 0 .. groups - 1)
+    where a chunk lies wholly inside it, the user's own id (groups + user) elsewhere."""
+    group = user // spec.num_prompts_per_group
+    num_chunks = -(-spec.prompt_len // CHUNK_LEN)
+    num_system_chunks = spec.system_prompt_len // CHUNK_LEN
+    return (group,) * num_system_chunks + (spec.num_groups + user,) * (num_chunks - num_system_chunks)
+
+
+def shared_prefix_table(spec: SharedPrefixSpec, repeat_questions: bool = True) -> LengthTable:
+    """Every request of the configuration, in arrival order, with its arrival time and content ids.
+
+    ``repeat_questions=False``: each request's question is its own (only system prompts are shared)."""
+    times = arrival_times(spec)
+    num = len(times)
+    if not repeat_questions:
+        shared = spec.system_prompt_len // CHUNK_LEN
+        own = -(-spec.prompt_len // CHUNK_LEN) - shared
+        return LengthTable(
+            prompt_len=np.full(num, spec.prompt_len, dtype=np.int64),
+            output_len=np.full(num, spec.output_len, dtype=np.int64), arrival_time=times,
+            prefix_hashes=tuple((i % spec.num_users // spec.num_prompts_per_group,) * shared
+                                + (spec.num_groups + i,) * own for i in range(num)),
+            prefix_chunk_len=CHUNK_LEN)
+    ids = [user_prefix_ids(spec, u) for u in range(spec.num_users)]
+    return LengthTable(
+        prompt_len=np.full(num, spec.prompt_len, dtype=np.int64),
+        output_len=np.full(num, spec.output_len, dtype=np.int64),
+        arrival_time=times,
+        prefix_hashes=tuple(ids[i % spec.num_users] for i in range(num)),
+        prefix_chunk_len=CHUNK_LEN,
+    )
+
+
+def _field(section: dict, name: str, where: str) -> int:
+    for key in _ALIASES[name]:
+        if key in section:
+            value = section[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
+                raise KvlabError(f"{where}: {key} = {value!r} is not a whole number of tokens or users")
+            return int(value)
+    raise KvlabError(f"{where}: missing field {_ALIASES[name][0]!r} (inference-perf shared_prefix needs "
+                     f"{', '.join(a[0] for a in _ALIASES.values())})")
+
+
+def _stages(raw: Any, where: str) -> tuple[Stage, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise KvlabError(f"{where}: 'stages' must be a list of {{rate, duration}}, got {raw!r}")
+    stages = []
+    for k, stage in enumerate(raw):
+        if not isinstance(stage, dict) or "rate" not in stage or "duration" not in stage:
+            raise KvlabError(f"{where}: stage {k} is {stage!r}; valid: {{rate: requests/s, duration: seconds}} "
+                             "(kvlab replays constant-rate stages; concurrency stages are not supported)")
+        try:
+            stages.append(Stage(rate=float(stage["rate"]), duration=float(stage["duration"])))
+        except (TypeError, ValueError):
+            raise KvlabError(f"{where}: stage {k}'s rate {stage['rate']!r} or duration {stage['duration']!r} is "
+                             "not a number") from None
+    return tuple(stages)
+
+
+def spec_from_dict(data: Any, where: str, prompt_overhead_tokens: int = 0) -> SharedPrefixSpec:
+    """A spec from inference-perf's config (``data: {type: shared_prefix, shared_prefix: ...}``, ``load: {type:
+    constant, stages: ...}``) or from a flat record of the same fields (the calibration set's ``workload``)."""
+    if not isinstance(data, dict):
+        raise KvlabError(f"{where}: an inference-perf configuration is a mapping, got {type(data).__name__}")
+    if "data" in data or "load" in data:  # inference-perf's own layout
+        section = data.get("data") or {}
+        if section.get("type", "shared_prefix") != "shared_prefix":
+            raise KvlabError(f"{where}: data.type {section.get('type')!r} is not supported; valid: shared_prefix")
+        fields = section.get("shared_prefix")
+        if not isinstance(fields, dict):
+            raise KvlabError(f"{where}: missing field 'data.shared_prefix'")
+        load = data.get("load") or {}
+        load_type, raw_stages = load.get("type", "constant"), load.get("stages")
+        stage_where = f"{where}: load"
+    else:
+        fields, load_type, raw_stages, stage_where = data, data.get("load_type", "constant"), data.get("stages"), where
+    if load_type != "constant":
+        raise KvlabError(f"{where}: load type {load_type!r} is not supported; valid: constant (evenly spaced at "
+                         "1 / rate)")
+    values = {name: _field(fields, name, f"{where}: shared_prefix") for name in _ALIASES}
+    return SharedPrefixSpec(**values, stages=_stages(raw_stages, stage_where),
+                            enable_multi_turn_chat=bool(fields.get("enable_multi_turn_chat", False)),
+                            prompt_overhead_tokens=prompt_overhead_tokens)
+
+
+def read_config(path: str) -> SharedPrefixSpec:
+    """An inference-perf YAML configuration file."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise KvlabError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvlabError(f"{path}: cannot read it as UTF-8 text ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise KvlabError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return spec_from_dict(data, path)
+
+
+def inference_perf_source(path: str):
+    """An inference-perf configuration file as a workload source with its own arrival times (``--workload
+    config.yaml``: kvlab.workload.load recognises the suffix)."""
+    from kvlab.workload.bundled import BundledWorkload
+
+    spec = read_config(path)
+    table = shared_prefix_table(spec)
+    stages = ", ".join(f"{s.rate:g} req/s for {s.duration:g} s" for s in spec.stages)
+    return BundledWorkload(
+        name=Path(path).name,
+        kind="trace",
+        summary=(f"inference-perf shared_prefix: {spec.num_groups} system prompts of {spec.system_prompt_len} tokens "
+                 f"x {spec.num_prompts_per_group} users, questions of {spec.question_len}, answers of "
+                 f"{spec.output_len} tokens; constant load {stages}"),
+        source=f"{path} (inference-perf configuration; github.com/kubernetes-sigs/inference-perf)",
+        licence="",
+        sample=lambda num, rng: sample_table(table, num, rng),  # (--arrival poisson/burst: its rows redrawn)
+        rows=lambda: table,
+    )

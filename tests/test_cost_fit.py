@@ -1,0 +1,125 @@
+"""Measured runs as published (kvlab/cost/measured.py) and the profile fitted across them (kvlab/cost/fit.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvlab.cost import fit as F
+from kvlab.cost.measured import read_runs, run_from_dict
+from kvlab.errors import KvlabError
+
+
+def _trainval() -> Path:
+    """../shared/data/real-vllm/trainval.json beside the repository (benchmarks/real_vllm.py finds it the same way)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("real_vllm", Path(__file__).parents[1] / "benchmarks/real_vllm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.default_runs()
+
+
+TRAINVAL = _trainval()
+
+RUN = {
+    "id": "tiny", "model": "Qwen/Qwen2.5-0.5B-Instruct", "hardware": "H100", "tp": 1, "precision": "FP16",
+    "total_kv_blocks": 2000, "max_num_seqs": 16, "max_num_batched_tokens": 512, "max_model_len": 1024,
+    "workload": {"num_unique_system_prompts": 2, "num_users_per_system_prompt": 3, "system_prompt_len": 64,
+                 "question_len": 100, "output_len": 20, "enable_multi_turn_chat": True, "load_type": "constant",
+                 "stages": [{"rate": 20.0, "duration": 1}, {"rate": 40.0, "duration": 1}]},
+    "actual": {group: {"e2e_mean": 120.0, "e2e_p90": 140.0, "e2e_p99": 150.0, "ttft_mean": 12.0,
+                       "ttft_p90": 15.0, "ttft_p99": "0.02 s", "itl_mean": 5.684}
+               for group in ("summary", "stage0", "stage1")},
+}
+
+
+def _with(path: str, value):
+    raw = copy.deepcopy(RUN)
+    *head, last = path.split(".")
+    node = raw
+    for key in head:
+        node = node[key]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return raw
+
+
+def test_a_published_run_reads_with_its_units():
+    run = run_from_dict(RUN, "runs.json, run 0")
+    assert run.measured("summary", "e2e_mean") == pytest.approx(0.120)
+    assert run.measured("summary", "ttft_p99") == pytest.approx(0.020)
+    assert run.groups == ("stage0", "stage1")
+    assert run.workload.num_requests == 60 and run.workload.prompt_len == 64 + 100 + 37
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    ("tp", None, r"run 'tiny'\): missing field 'tp'"),
+    ("actual.summary.itl_mean", None, r"missing field 'actual.summary.itl_mean'"),
+    ("actual.summary.e2e_mean", "120 fortnights", r"actual.summary.e2e_mean = '120 fortnights': unit not understood"),
+    ("actual.summary.e2e_mean", -3, r"must be a positive, finite duration"),
+    ("cpu_offload", "lmcache", r"cannot express KV offload"),
+    ("precision", "INT4-AWQ", r"precision 'INT4-AWQ' is not one kvlab prices"),
+    ("workload.load_type", "poisson", r"load type 'poisson' is not supported"),
+    ("max_num_seqs", 2.5, r"max_num_seqs = 2.5; valid: a whole number"),
+])
+def test_a_bad_run_is_one_line_naming_the_run_and_the_field(path, value, message):
+    with pytest.raises(KvlabError, match=message):
+        run_from_dict(_with(path, value), "runs.json, run 0")
+
+
+def test_a_run_kvlab_cannot_price_is_named(tmp_path):
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": [_with("model", "org/NoSuchModel-7B")]}))
+    (run,) = read_runs(file)
+    with pytest.raises(KvlabError, match=r"run 'tiny': model 'org/NoSuchModel-7B' is not in kvlab's catalogue"):
+        F.prepare(run)
+    fp8 = _with("precision", "FP8")
+    with pytest.raises(KvlabError, match=r"precision FP8 but the catalogue's qwen2.5-0.5b-instruct stores weights"):
+        F.prepare(run_from_dict(fp8, "x"))
+
+
+def test_an_iteration_is_its_features_times_theta_and_requests_sum_the_iterations_they_span():
+    prepared = F.prepare(run_from_dict(RUN, "x"))
+    replay = F.replay(prepared, F.START)
+    theta = F.theta_of(F.START)
+    np.testing.assert_allclose(replay.phi @ theta[:8], replay.durations, rtol=1e-12)
+    # The linear prediction of each fitted mean is the replay's own value at the constants it was replayed under.
+    predicted = replay.predicted()
+    for group, metric, row, _ in replay.equations():
+        assert row @ theta == pytest.approx(predicted[group][metric], rel=1e-9)
+
+
+def test_constants_the_runs_cannot_identify_are_refused_with_the_data_that_would():
+    prepared = F.prepare(run_from_dict(RUN, "x"))
+    rows, labels = F._rows([F.replay(prepared, F.START)])
+    with pytest.raises(KvlabError, match=r"cannot fit allreduce_link_efficiency: what it multiplies is 0 in every run"
+                                         r" .*tensor-parallel size 2 or more"):
+        F.solve(rows, ("bandwidth_efficiency", "allreduce_link_efficiency"), F.START, labels)
+    with pytest.raises(KvlabError, match=r"6 equations .* cannot fit 9 constants"):
+        F.solve(rows, F.CONSTANTS, F.START, labels)
+    with pytest.raises(KvlabError, match=r"cannot tell"):
+        F.solve(rows + rows, ("overhead_s", "request_latency_s", "seq_overhead_s", "bandwidth_efficiency",
+                              "attention_bandwidth_efficiency", "prefill_token_overhead_s"), F.START, labels)
+
+
+@pytest.mark.skipif(not TRAINVAL.is_file(), reason="the calibration set (../shared/data/real-vllm) is not here")
+def test_the_shipped_profile_is_the_fit_on_the_calibration_set():
+    """Replayed under the shipped constants, the 13 runs fit back to them (the fixed point calibrate stops at)."""
+    from kvlab.cost.profiles import get_profile
+
+    profile = get_profile("vllm-h100")
+    constants = {k: profile.constants[k] for k in F.CONSTANTS}
+    runs = read_runs(TRAINVAL)
+    assert [r.id for r in runs] == list(profile.fit["runs"])
+    replays = [F.replay(F.prepare(run), constants) for run in runs]
+    rows, labels = F._rows(replays)
+    refit = F.solve(rows, profile.fit["fitted"], constants, labels)
+    for name in profile.fit["fitted"]:
+        assert refit.constants[name] == pytest.approx(constants[name], rel=0.02, abs=3 * profile.fit["sigma"][name]), name

@@ -1,0 +1,173 @@
+"""The clock's terms beyond the roofline (kvlab/cost/terms.py): tensor-parallel all-reduce, MoE experts read per
+iteration, FP8 matmuls; each changes the clock and nothing else."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvlab.catalog import get_gpu, get_model
+from kvlab.config import resolve
+from kvlab.cost.model import CostModel
+from kvlab.cost.profiles import profile_from_dict
+from kvlab.cost.terms import terms_for
+from kvlab.sim import Simulation
+from kvlab.strategies import parse_strategy
+from kvlab.workload import load_workload
+
+ALL_TERMS = {"bandwidth_efficiency": 0.7, "attention_bandwidth_efficiency": 0.9, "flops_efficiency": 0.6,
+             "attention_flops_efficiency": 0.6, "overhead_s": 0.002, "seq_overhead_s": 2e-5,
+             "prefill_token_overhead_s": 1e-6, "request_latency_s": 0.01, "allreduce_link_efficiency": 0.5,
+             "allreduce_latency_s": 1e-5}
+
+
+def _profile(constants=ALL_TERMS):
+    return profile_from_dict({"name": "all-terms", "kind": "efficiency", "source": "test", "constants": constants},
+                             "test")
+
+
+def test_allreduce_is_two_ring_all_reduces_per_layer_over_the_link():
+    model, gpu = get_model("llama-2-7b"), get_gpu("H100-SXM")
+    terms = terms_for(model, gpu, model.weights_bytes(tensor_parallel_size=2) / 2, 2)
+    # 32 layers x 2 all-reduces x 2 (tp - 1) / tp x 4096 activations x 2 bytes
+    assert terms.allreduce_bytes_per_token == 32 * 2 * 1 * 4096 * 2
+    assert terms.num_allreduce_calls == 64 and terms.link_bandwidth == 450e9
+    cost = resolve(model="llama-2-7b", gpu="H100-SXM", tensor_parallel_size=2, num_gpu_blocks=1000,
+                   cost=_write(ALL_TERMS)).engine.cost
+    assert cost.token_overhead_s == pytest.approx(32 * 2 * 4096 * 2 / (450e9 * 0.5), rel=1e-12)
+    assert cost.overhead_s == pytest.approx(0.002 + 64 * 1e-5, rel=1e-12)
+    single = terms_for(model, gpu, model.weights_bytes(), 1)
+    assert single.allreduce_bytes_per_token == 0 and single.num_allreduce_calls == 0
+
+
+def test_a_profile_without_the_link_constant_prices_no_all_reduce():
+    constants = {k: v for k, v in ALL_TERMS.items() if not k.startswith("allreduce")}
+    cost = resolve(model="llama-2-7b", gpu="H100-SXM", tensor_parallel_size=2, num_gpu_blocks=1000,
+                   cost=_write(constants)).engine.cost
+    assert cost.token_overhead_s == 0.0 and cost.overhead_s == 0.002
+
+
+def test_moe_reads_the_distinct_experts_its_tokens_touch():
+    model = get_model("mixtral-8x7b-v0.1")
+    terms = terms_for(model, get_gpu("H100-SXM"), model.weights_bytes(), 1)
+    per_expert = 32 * 3 * 4096 * 14336 * 2  # 32 layers x (gate, up, down) x hidden x intermediate x bf16
+    assert terms.expert_bytes == per_expert and terms.num_experts == 8 and terms.experts_per_token == 2
+    assert terms.dense_weights_bytes == model.weights_bytes() - 8 * per_expert
+    cost = CostModel(weights_bytes=1.0, kv_bytes_per_token=0.0, flops_per_token=0.0, attention_flops_per_pair=0.0,
+                     memory_bandwidth=1.0, peak_flops=1.0, bandwidth_efficiency=1.0, overhead_s=0.0,
+                     expert_read_s=1.0, num_experts=8, experts_per_token=2)
+    # One token reads its 2 experts; T tokens 8 (1 - (3/4)^T); a large batch all 8.
+    assert cost.iteration_times(1, 0, 1, 0, 0) == pytest.approx(1.0 + 2.0)
+    assert cost.iteration_times(3, 0, 3, 0, 0) == pytest.approx(1.0 + 8 * (1 - 0.75**3))
+    assert cost.iteration_times(256, 0, 256, 0, 0) == pytest.approx(9.0)
+    assert cost.terms(3, 0, 3, 0, 0).weights == pytest.approx(1.0 + 8 * (1 - 0.75**3))
+
+
+def test_an_fp8_model_multiplies_at_the_gpus_fp8_rate_where_it_has_one():
+    scout = get_model("llama-4-scout-17b-fp8")
+    on_h100 = terms_for(scout, get_gpu("H100-SXM"), scout.weights_bytes(tensor_parallel_size=2) / 2, 2)
+    assert on_h100.matmul_peak_flops == 1978.9e12 and on_h100.attention_peak_flops == 989.4e12
+    on_a100 = terms_for(scout, get_gpu("A100-80GB"), scout.weights_bytes(tensor_parallel_size=2) / 2, 2)
+    assert on_a100.matmul_peak_flops == on_a100.attention_peak_flops == 312e12  # no FP8: weight-only, bf16 math
+    assert on_h100.expert_bytes == pytest.approx(48 * 3 * 5120 * 8192 * 1 / 2)  # fp8: a byte a weight, split by TP
+
+
+@pytest.mark.parametrize("model, tp", [("mixtral-8x7b-v0.1", 2), ("llama-2-7b", 4)])
+def test_every_term_keeps_one_cost_function_for_numbers_arrays_and_decode_runs(model, tp):
+    cost = resolve(model=model, gpu="H100-SXM", tensor_parallel_size=tp, num_gpu_blocks=4000,
+                   cost=_write(ALL_TERMS)).engine.cost
+    assert cost.has_cpu_terms and cost.token_overhead_s > 0 and (cost.has_experts == (model != "llama-2-7b"))
+    rng = np.random.default_rng(2)
+    num_seqs = rng.integers(1, 256, 300)
+    prefill = rng.integers(0, 2048, 300) * (rng.random(300) < 0.3)
+    decode = np.minimum(num_seqs, rng.integers(0, 256, 300))
+    context = rng.integers(0, 200_000, 300)
+    array = cost.iteration_times(num_seqs, prefill, decode, context, context)
+    for i in range(300):
+        args = (int(num_seqs[i]), int(prefill[i]), int(decode[i]), int(context[i]), int(context[i]))
+        assert cost.iteration_times(*args) == array[i]
+        assert cost.terms(*args).total == pytest.approx(array[i], rel=1e-12)
+    for num_seqs_, context_, k in ((1, 0, 5), (7, 1000, 31), (64, 5000, 40), (255, 123_457, 200)):
+        got = cost.decode_times(num_seqs_, context_, k)
+        assert [float(t) for t in got] == [cost.iteration_times(num_seqs_, 0, num_seqs_, c, c)
+                                           for c in range(context_, context_ + k * num_seqs_, num_seqs_)]
+
+
+def _steps(engine, workload):
+    sim = Simulation(parse_strategy("vllm+prefix"), engine, workload, max_iterations=1)
+    steps, clock = [], []
+    while not sim.done:
+        out = sim.step()
+        steps.append((out.num_scheduled_tokens, out.new_req_ids, out.preempted_req_ids))
+        clock.append(sim.now)
+    return steps, clock
+
+
+@pytest.mark.parametrize("model, tp", [("mixtral-8x7b-v0.1", 2), ("llama-2-7b", 4)])
+def test_the_new_terms_change_the_clock_and_nothing_else(model, tp, tmp_path):
+    """Everyone at once (no arrival depends on the clock), a cache small enough to preempt, prefix sharing: the
+    same steps under the roofline and under every new term on; only the times differ."""
+    config = tmp_path / "shared-prefix.yaml"
+    config.write_text("data: {type: shared_prefix, shared_prefix: {num_groups: 3, num_prompts_per_group: 4, "
+                      "system_prompt_len: 300, question_len: 200, output_len: 120}}\n"
+                      "load: {type: constant, stages: [{rate: 10, duration: 8}]}\n")
+    workload = load_workload(str(config), arrival="burst")
+
+    def engine(cost):
+        return resolve(model=model, gpu="H100-SXM", tensor_parallel_size=tp, num_gpu_blocks=300,
+                       max_model_len=2048, cost=cost).engine
+
+    base, with_terms = _steps(engine("roofline"), workload), _steps(engine(_write(ALL_TERMS, tmp_path)), workload)
+    assert any(preempted for _, _, preempted in base[0])
+    assert base[0] == with_terms[0]
+    assert base[1] != with_terms[1]
+
+
+def _write(constants, folder=None) -> str:
+    import json
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(folder or tempfile.mkdtemp())
+    path = folder / "all-terms.json"
+    path.write_text(json.dumps({"name": "all-terms", "kind": "efficiency", "source": "test",
+                                "constants": constants}))
+    return str(path)
+
+
+def test_the_admission_lag_puts_one_of_its_own_decode_iterations_on_a_busy_arrivals_ttft_and_end():
+    from kvlab.cost.latency import as_seen_by_clients
+    from kvlab.metrics import RequestRecord
+    from kvlab.sim import SimResult
+
+    def record(i, arrival, scheduled, first, finish):
+        return RequestRecord(i, arrival, 100, 11, "finished", scheduled, first, finish, 0)
+
+    records = [record(0, 0.0, 0.0, 0.05, 1.05),  # found the engine idle: scheduled at once
+               record(1, 0.5, 0.52, 0.6, 1.6)]  # arrived mid-iteration: 10 decode iterations of 0.1 s
+    result = SimResult(strategy=None, config=None, workload_name="", records=records, counters=None, integral=None,
+                       log=None, makespan=1.6)
+    seen = as_seen_by_clients(result, 0.0, 1.0).records
+    assert seen[0] == records[0]
+    assert seen[1].first_token_time == pytest.approx(0.7) and seen[1].finish_time == pytest.approx(1.7)
+    assert as_seen_by_clients(result, 0.0, 0.0) is result
+
+
+@pytest.mark.parametrize("name", ["vllm", "orca-max", "static+paged", "vllm+swap", "continuous+pow2"])
+def test_the_golden_strategies_schedule_the_same_steps_with_every_new_term_on(name, tmp_path):
+    """The golden runs' setup (tests/test_golden.py) at TP 2, everyone at once: the same steps under the roofline
+    and under all-reduce, CPU terms, request latency and the admission lag."""
+    workload = load_workload("paper-sharegpt", num_requests=120, arrival="burst", seed=0)
+
+    def steps(cost):
+        engine = resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12, tensor_parallel_size=2,
+                         swap_space=4, cost=cost).engine
+        sim = Simulation(parse_strategy(name), engine, workload, max_iterations=1)
+        out = []
+        while not sim.done:
+            step = sim.step()
+            out.append((step.num_scheduled_tokens, step.new_req_ids, step.preempted_req_ids))
+        return out, sim.now
+
+    base, with_terms = steps("roofline"), steps(_write({**ALL_TERMS, "admission_lag_iterations": 1.0}, tmp_path))
+    assert base[0] == with_terms[0] and base[1] != with_terms[1]

@@ -1,0 +1,126 @@
+"""inference-perf's shared_prefix workload (kvlab/workload/inference_perf.py): arrivals, users, shared content."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvlab.errors import KvlabError
+from kvlab.workload import load_workload
+from kvlab.workload.inference_perf import (
+    CHUNK_LEN,
+    SharedPrefixSpec,
+    Stage,
+    arrival_times,
+    shared_prefix_table,
+    spec_from_dict,
+    stage_of,
+    user_prefix_ids,
+)
+
+CONFIG = """\
+data:
+  type: shared_prefix
+  shared_prefix:
+    num_groups: 2
+    num_prompts_per_group: 3
+    system_prompt_len: 40
+    question_len: 20
+    output_len: 5
+    enable_multi_turn_chat: true
+load:
+  type: constant
+  stages:
+    - {rate: 2.0, duration: 3}
+    - {rate: 4.0, duration: 1}
+"""
+
+
+def _spec(**kw) -> SharedPrefixSpec:
+    values = dict(num_groups=2, num_prompts_per_group=3, system_prompt_len=40, question_len=20, output_len=5,
+                  stages=(Stage(2.0, 3), Stage(4.0, 1)))
+    return SharedPrefixSpec(**{**values, **kw})
+
+
+def test_stages_send_rate_times_duration_evenly_spaced_one_after_the_other():
+    spec = _spec()
+    times = arrival_times(spec)
+    assert times.tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.25, 3.5, 3.75]
+    assert spec.num_requests == 10
+    assert stage_of(spec, times).tolist() == [0] * 6 + [1] * 4
+
+
+def test_request_i_goes_to_user_i_mod_users_and_users_of_a_group_share_the_system_prompt():
+    spec = _spec()
+    table = shared_prefix_table(spec)
+    assert table.prompt_len.tolist() == [60] * 10 and table.output_len.tolist() == [5] * 10
+    hashes = table.prefix_hashes
+    # 60 tokens: 4 chunks of 16; the first two lie wholly in the 40-token system prompt.
+    assert hashes[0] == (0, 0, 2, 2) and hashes[1] == (0, 0, 3, 3) and hashes[3] == (1, 1, 5, 5)
+    assert hashes[6] == hashes[0] and hashes[7] == hashes[1]  # user 0 and 1 again, 6 requests later
+    assert len(hashes[0]) * CHUNK_LEN >= spec.prompt_len - 1
+
+
+def test_prompt_overhead_tokens_lengthen_the_users_own_part():
+    spec = _spec(prompt_overhead_tokens=30)
+    assert spec.prompt_len == 90
+    assert user_prefix_ids(spec, 4) == (1, 1) + (6,) * 4
+
+
+def test_a_config_file_is_a_workload_and_prefix_caching_finds_the_shared_blocks(tmp_path):
+    path = tmp_path / "ip.yaml"
+    path.write_text(CONFIG)
+    workload = load_workload(str(path))
+    assert workload.num_requests == 10
+    assert [r.arrival_time for r in workload.requests][:3] == [0.0, 0.5, 1.0]
+    assert workload.requests[3].prefix_hashes == (1, 1, 5, 5)
+
+    from kvlab.memory.paged import PagedAllocator
+
+    allocator = PagedAllocator(64, 16, enable_prefix_caching=True, max_model_len=4096)
+    seqs = _admit(allocator, workload.requests[:2])
+    # Request 1 (user 1, same group as user 0) finds the two system-prompt blocks request 0 cached.
+    assert seqs == [0, 32]
+    assert _admit(allocator, workload.requests[6:7]) == [48]  # user 0 again: its whole prompt but the last block
+
+
+def _admit(allocator, requests) -> list[int]:
+    from kvlab.sched.seq import Seq
+
+    hits = []
+    for request in requests:
+        seq = Seq(request)
+        hit = allocator.get_num_cached_tokens(seq)
+        hits.append(hit)
+        allocator.allocate_slots(seq, request.prompt_len - hit, hit)
+        seq.num_computed_tokens = request.prompt_len
+    return hits
+
+
+def test_the_calibration_sets_flat_record_reads_as_the_same_spec():
+    record = {"num_unique_system_prompts": 2, "num_users_per_system_prompt": 3, "system_prompt_len": 40,
+              "question_len": 20, "output_len": 5, "enable_multi_turn_chat": True, "load_type": "constant",
+              "stages": [{"rate": 2.0, "duration": 3}, {"rate": 4.0, "duration": 1}]}
+    assert spec_from_dict(record, "run 1") == _spec(enable_multi_turn_chat=True)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"load": {"type": "poisson", "stages": [{"rate": 1, "duration": 1}]}}, "load type 'poisson' is not supported"),
+    ({"load": {"stages": [{"concurrency_level": 4}]}}, "stage 0 is"),
+    ({"load": {"stages": [{"rate": 0, "duration": 10}]}}, "sends no request"),
+    ({"data": {"type": "random"}}, "data.type 'random' is not supported"),
+    ({"data": {"shared_prefix": {"num_groups": 2}}}, "missing field 'num_prompts_per_group'"),
+    ({"data": {"shared_prefix": {"num_groups": 2.5, "num_prompts_per_group": 1, "system_prompt_len": 1,
+                                 "question_len": 1, "output_len": 1}}}, "num_groups = 2.5 is not a whole number"),
+])
+def test_bad_configurations_are_one_line_naming_the_field(change, message):
+    import yaml
+
+    data = {**yaml.safe_load(CONFIG), **change}
+    with pytest.raises(KvlabError, match=message):
+        spec_from_dict(data, "ip.yaml")
+
+
+def test_the_arrivals_are_a_float_array_in_order():
+    times = arrival_times(_spec())
+    assert times.dtype == np.float64 and np.all(np.diff(times) > 0)
