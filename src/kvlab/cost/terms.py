@@ -44,17 +44,16 @@ class Terms:
 
 def terms_for(model_spec, gpu_spec, weights_bytes: float, tp: int) -> Terms:
     """``weights_bytes``: this GPU's share of all the weights (as the KV sizing counts them)."""
-    from kvlab.catalog.models import QUANTIZED_EXPERT_BYTES
-
+    fmt = model_spec.weight_format  # the checkpoint's quantized layout (kvlab.catalog.quant), None for 16-bit
     expert_bytes = 0.0
     num_experts = experts_per_token = 0
     if model_spec.is_moe:
-        per_param = QUANTIZED_EXPERT_BYTES.get(model_spec.quantization, model_spec.dtype_bytes)
+        per_param = fmt.bytes_per_param if fmt is not None else model_spec.dtype_bytes
         num_experts, experts_per_token = model_spec.num_experts, model_spec.experts_per_token
         routed = sum(model_spec.layer_params(i).experts for i in range(model_spec.num_hidden_layers))
         expert_bytes = routed / num_experts * per_param / tp
     bf16_peak = float(gpu_spec.peak_flops or 0.0)
-    fp8 = model_spec.quantization == "fp8" and gpu_spec.peak_flops_fp8
+    fp8 = fmt is not None and fmt.method == "fp8" and fmt.scope == "linear" and gpu_spec.peak_flops_fp8
     layers = model_spec.num_hidden_layers
     return Terms(
         dense_weights_bytes=weights_bytes - num_experts * expert_bytes,

@@ -268,6 +268,30 @@ async def vllm_log(request: Request) -> Response:
     return JSONResponse(await run_in_threadpool(explain_log, data))
 
 
+def rate_routes(rates: RateLab) -> list[Route]:
+    """Section 7: each system's breaking point, and every system at one rate (kvlab.web.rates)."""
+
+    async def breaking_points(request: Request) -> Response:
+        setup = parse_rate_setup(dict(request.query_params))
+        return JSONResponse(await run_in_threadpool(rates.breaking_points, setup))
+
+    async def rate_point(request: Request) -> Response:
+        params = dict(request.query_params)
+        setup = parse_rate_setup(params)
+        rate = number(params, "rate", LIMITS["min_rate"], LIMITS["max_rate"], 0.0)
+        if rate <= 0:
+            raise KvlabError(f"rate is required: requests per second, from {LIMITS['min_rate']} to "
+                             f"{LIMITS['max_rate']:g}")
+        found = await run_in_threadpool(rates.breaking_points, setup)
+        if rate > found["axis_rps"]:
+            raise KvlabError(f"rate {rate:g} req/s is past the chart (0 to {found['axis_rps']:g} req/s, at least "
+                             f"{AXIS_OVER_CAPACITY:g} times the highest breaking point): beyond it every system is "
+                             "overloaded, and the page keeps its simulations within the chart")
+        return JSONResponse(await run_in_threadpool(rates.at, setup, rate))
+
+    return [Route("/api/rates", breaking_points), Route("/api/rates/at", rate_point)]
+
+
 def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = None) -> Starlette:
     """The lab's ASGI app. ``allowed_hosts`` guards against DNS rebinding (a web page elsewhere pointing a name
     at 127.0.0.1); by default only loopback names are served."""
@@ -310,24 +334,6 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     stream = make_stream(sessions, have_of)
     rates = RateLab()
 
-    async def breaking_points(request: Request) -> Response:
-        setup = parse_rate_setup(dict(request.query_params))
-        return JSONResponse(await run_in_threadpool(rates.breaking_points, setup))
-
-    async def rate_point(request: Request) -> Response:
-        params = dict(request.query_params)
-        setup = parse_rate_setup(params)
-        rate = number(params, "rate", LIMITS["min_rate"], LIMITS["max_rate"], 0.0)
-        if rate <= 0:
-            raise KvlabError(f"rate is required: requests per second, from {LIMITS['min_rate']} to "
-                             f"{LIMITS['max_rate']:g}")
-        found = await run_in_threadpool(rates.breaking_points, setup)
-        if rate > found["axis_rps"]:
-            raise KvlabError(f"rate {rate:g} req/s is past the chart (0 to {found['axis_rps']:g} req/s, at least "
-                             f"{AXIS_OVER_CAPACITY:g} times the highest breaking point): beyond it every system is "
-                             "overloaded, and the page keeps its simulations within the chart")
-        return JSONResponse(await run_in_threadpool(rates.at, setup, rate))
-
     async def user_error(request: Request, exc: KvlabError) -> Response:
         if request.headers.get(REFUSALS_HEADER) == "in-body":
             return JSONResponse({"error": str(exc), "refused": True})
@@ -338,8 +344,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         Route("/api/catalog", catalog),
         Route("/api/size", size),
         Route("/api/sessions", create_session, methods=["POST"]),
-        Route("/api/rates", breaking_points),
-        Route("/api/rates/at", rate_point),
+        *rate_routes(rates),
         Route("/api/sessions/{sid}/stream", stream),
         *run_routes(sessions, lim["max_seek_seconds"]),
         Route("/api/vllm-log", vllm_log, methods=["POST"]),
