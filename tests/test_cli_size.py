@@ -103,7 +103,7 @@ def test_fit_answers_the_reverse_questions(kvlab):
 
 def test_models_and_gpus(kvlab):
     models = kvlab("models", "--json").json()
-    assert len(models) == 28 and all(m["source"] for m in models)
+    assert len(models) == 31 and all(m["source"] for m in models)
     assert {m["id"]: m["kv_bytes_per_token"] for m in models}["opt-13b"] == 819_200
     assert "deepseek-v3" in kvlab("models").stdout
     gpus = kvlab("gpus", "--json").json()
