@@ -5,7 +5,7 @@
                                               └─ horizon: how many start before the next arrival
 
 ``step()`` runs the next run of iterations: one, or many when the scheduler knows their outcome (see
-kvlab/sched/scheduler.py); ``max_iterations=1`` steps one engine iteration at a time, with the same results.
+kvlab/sched/runs.py); ``max_iterations=1`` steps one engine iteration at a time, with the same results.
 The simulator owns the clock: it tells the scheduler where a run must stop (the next arrival, or the
 ``run_until`` limit) and prices each iteration with the cost model.
 """
@@ -27,7 +27,7 @@ from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, SlotUsage, slot_usage
 from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, RunRow, UsageIntegral, summarize
 from kvlab.sched.output import RunTiming, SchedulerOutput
-from kvlab.sched.scheduler import FirstIteration, Scheduler
+from kvlab.sched.runs import FirstIteration, RunScheduler
 from kvlab.sched.seq import Seq, SeqStatus
 from kvlab.strategies import Strategy
 from kvlab.workload import Request, Workload
@@ -82,7 +82,7 @@ class Simulation:
             max_model_len=scheduler_config.max_model_len,
             enable_prefix_caching=strategy.enable_prefix_caching,
         )
-        self.scheduler = Scheduler(scheduler_config, self.allocator, cache)
+        self.scheduler = RunScheduler(scheduler_config, self.allocator, cache)
         self.requests = _in_arrival_order(workload.requests)
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
         if start_time is None:

@@ -34,6 +34,8 @@ class Request:
     prefix_chunk_len: int = 512
     n: int = 1
     prefix_len: int | None = None
+    #: vLLM's request priority under ``--scheduling-policy priority``: smaller is served first (0, vLLM's default).
+    priority: int = 0
     # Derived once here, read as plain attributes: the simulator reads them several times per request, and a
     # property costs a call each time.
     #: How many tokens the answer really has: the true length, capped by ``max_tokens``.
