@@ -123,6 +123,9 @@ OPTIONS: dict[str, Option] = _options(
            "does)."),
     Option("preemption_mode", "scheduler", str, None, "recompute or swap.", choices=("recompute", "swap"),
            default_text="the strategy's, recompute", nullable=True),
+    Option("scheduling_policy", "scheduler", str, "fcfs", "fcfs, or priority: the waiting queue by (priority, "
+           "arrival), the lowest priority's latest arrival preempted first (vLLM's --scheduling-policy).",
+           choices=("fcfs", "priority")),
     # --- cost --------------------------------------------------------------------------------------------------
     Option("cost", "cost", str, "roofline", "Cost profile that sets the clock: a name (kvlab cost) or a "
            ".toml/.json file (kvlab calibrate)."),

@@ -182,6 +182,8 @@ class KvlabConfig:
             "max_num_seqs": sched.max_num_seqs, "max_num_batched_tokens": sched.max_num_batched_tokens,
             "enable_chunked_prefill": sched.enable_chunked_prefill, "preemption_mode": sched.preemption_mode,
             "watermark": sched.watermark,
+            # (named only when not FCFS: the keys of every configuration stored before it existed stay as they were)
+            **({"scheduling_policy": sched.scheduling_policy} if sched.scheduling_policy != "fcfs" else {}),
             "cost": self.cost.profile,
             "workload": workload.workload, "rate": workload.rate, "arrival": workload.arrival, "cv": workload.cv,
             "num_requests": workload.num_requests, "duration": workload.duration, "seed": workload.seed,
@@ -272,7 +274,8 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
                                   max_num_batched_tokens=sizing.max_num_batched_tokens,
                                   max_model_len=sizing.max_model_len,
                                   enable_chunked_prefill=values["enable_chunked_prefill"],
-                                  preemption_mode=values["preemption_mode"], watermark=values["watermark"]),
+                                  preemption_mode=values["preemption_mode"], watermark=values["watermark"],
+                                  scheduling_policy=values["scheduling_policy"]),
         cost=CostConfig(profile=profile.path and str(Path(profile.path).resolve()) or profile.name, name=profile.name,
                         constants=tuple(sorted(profile.constants.items())), source=profile.source, model=cost_model),
         workload=resolve_workload(values, sizing.max_model_len),
