@@ -11,6 +11,9 @@ same iteration its tokens are taken back.
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -172,3 +175,77 @@ def test_the_run_scheduler_stepping_is_the_reference(specs, num_blocks, budget):
         other = b[request_id]
         assert (seq.first_token_time, seq.finish_time, seq.num_preemptions) == (
             other.first_token_time, other.finish_time, other.num_preemptions)
+
+
+# -- the workload --------------------------------------------------------------------------------------------
+
+
+def test_a_files_priority_column_travels_with_its_rows(tmp_path):
+    from kvlab.workload import load_workload
+
+    path = tmp_path / "w.csv"
+    path.write_text("prompt_len,output_len,arrival_time,priority\n100,50,0.5,1\n80,20,0.1,0\n90,30,0.2,-2\n")
+    assert [(r.prompt_len, r.priority) for r in load_workload(str(path)).requests] == [(80, 0), (90, -2), (100, 1)]
+    jsonl = tmp_path / "w.jsonl"
+    jsonl.write_text('{"prompt_len": 10, "output_len": 5, "priority": 3}\n{"prompt_len": 12, "output_len": 5, '
+                     '"priority": 0}\n')
+    drawn = load_workload(str(jsonl), rate=1.0, arrival="poisson", num_requests=6).requests  # (rows drawn anew)
+    assert {(r.prompt_len, r.priority) for r in drawn} == {(10, 3), (12, 0)}
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("100,50,0.5,high\n", "line 2: priority 'high' is not an integer"),
+    ("100,50,0.5,1.5\n", "line 2: priority '1.5' is not an integer"),
+    ("100,50,0.5,1\n80,20,0.6,\n", "line 3: priority is empty while other rows have one"),
+])
+def test_a_bad_priority_in_a_file_is_named_in_one_line(tmp_path, rows, message):
+    from kvlab.errors import KvlabError
+    from kvlab.workload import load_workload
+
+    path = tmp_path / "w.csv"
+    path.write_text("prompt_len,output_len,arrival_time,priority\n" + rows)
+    with pytest.raises(KvlabError, match=re.escape(message)):
+        load_workload(str(path))
+
+
+def test_priority_classes_draw_each_request_by_their_shares_with_the_seed():
+    from kvlab.workload import load_workload
+
+    plain = load_workload("paper-sharegpt", num_requests=2000, rate=2.0, seed=4)
+    drawn = load_workload("paper-sharegpt", num_requests=2000, rate=2.0, seed=4, priority_classes="0:1,7:3")
+    assert [(r.prompt_len, r.arrival_time) for r in drawn.requests] == [
+        (r.prompt_len, r.arrival_time) for r in plain.requests]  # (the classes come from a stream of their own)
+    share = sum(r.priority == 0 for r in drawn.requests) / 2000
+    assert {r.priority for r in drawn.requests} == {0, 7} and 0.22 < share < 0.28
+    again = load_workload("paper-sharegpt", num_requests=2000, rate=2.0, seed=4, priority_classes="0:1,7:3")
+    assert again.requests == drawn.requests
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0:0.2,x:1", "priority 'x' is not an integer"),
+    ("0", "'0' has no share"),
+    ("0:0", "share '0' of priority 0 is not a number > 0"),
+    ("1:1,1:2", "priority 1 appears twice"),
+])
+def test_bad_priority_classes_are_named_in_one_line(kvlab, text, message):
+    r = kvlab("run", "vllm", "-n", "10", "--priority-classes", text)
+    assert r.exit_code == 2 and message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_high_priority_class_waits_less_than_a_low_one():
+    from kvlab import service
+    from kvlab.config import resolve
+
+    def mean_wait(policy: str) -> dict[int, float]:
+        config = resolve(model="opt-13b", num_requests=300, rate=20.0, seed=2, num_gpu_blocks=500,
+                         scheduling_policy=policy, priority_classes="0:0.2,1:0.8")
+        records = {r.request_id: r for r in service.run(config, ["vllm"]).results[0].records}
+        waits: dict[int, list[float]] = {0: [], 1: []}
+        for request in service.load(config).requests:
+            record = records[request.request_id]
+            waits[request.priority].append(record.first_token_time - record.arrival_time)
+        return {p: sum(w) / len(w) for p, w in waits.items()}
+
+    fcfs, priority = mean_wait("fcfs"), mean_wait("priority")
+    assert priority[0] < fcfs[0] / 2 and priority[0] < priority[1]

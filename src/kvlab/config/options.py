@@ -149,6 +149,10 @@ OPTIONS: dict[str, Option] = _options(
     Option("long_requests", "workload", str, "reject", "A request whose prompt + output exceeds --max-model-len: "
            "reject (vLLM: a too-long prompt is refused, an answer stops at max_model_len) or clip (Vidur: prompt "
            "and output scaled down to fit).", choices=("reject", "clip")),
+    Option("priority_classes", "workload", str, None, "Each request's priority drawn from classes, "
+           "PRIORITY:SHARE,... (0:0.2,1:0.8: a fifth at 0, the rest at 1; smaller served first under "
+           "--scheduling-policy priority). A file's own priority column otherwise.",
+           default_text="a file's priority column, else 0"),
     # --- sessions (--workload sessions: multi-turn chat, kvlab/workload/sessions.py) ----------------------------
     Option("session_turns", "sessions", float, 4.0, "Mean turns per session.", lo=1.0, hi=10_000.0,
            what="turns per session"),

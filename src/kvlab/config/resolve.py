@@ -123,6 +123,8 @@ class WorkloadConfig:
     long_requests: str = "reject"
     # --workload sessions: the generator's parameters (kvlab.workload.sessions.SessionSpec's fields), else empty.
     sessions: tuple[tuple[str, Any], ...] = ()
+    # --priority-classes: PRIORITY:SHARE,... drawn per request (kvlab.workload.priority), or None.
+    priority_classes: str | None = None
 
     def load_options(self, max_model_len: int | None, *, cap_answers: bool = False) -> dict[str, Any]:
         """``load_workload``'s keywords. The simulator caps answers itself (as vLLM stops them at max_model_len),
@@ -137,6 +139,8 @@ class WorkloadConfig:
             from kvlab.workload.sessions import SessionSpec
 
             options["sessions"] = SessionSpec(**dict(self.sessions))
+        if self.priority_classes:
+            options["priority_classes"] = self.priority_classes
         return options
 
 
@@ -188,6 +192,7 @@ class KvlabConfig:
             "workload": workload.workload, "rate": workload.rate, "arrival": workload.arrival, "cv": workload.cv,
             "num_requests": workload.num_requests, "duration": workload.duration, "seed": workload.seed,
             "long_requests": workload.long_requests,
+            **({"priority_classes": workload.priority_classes} if workload.priority_classes else {}),
             **session_options(workload.sessions),
         }
 
@@ -422,7 +427,18 @@ def resolve_workload(values: dict[str, Any], max_model_len: int | None = None) -
     return WorkloadConfig(workload=workload if bundled else str(Path(workload).expanduser().resolve()), rate=rate,
                           arrival=arrival, cv=values["cv"], num_requests=num_requests, duration=duration,
                           seed=values["seed"], long_requests=values["long_requests"],
-                          sessions=_sessions(values, workload, max_model_len))
+                          sessions=_sessions(values, workload, max_model_len),
+                          priority_classes=_priority_classes(values.get("priority_classes")))
+
+
+def _priority_classes(text: str | None) -> str | None:
+    """--priority-classes, checked (a bad one fails here, named) and written one way."""
+    if not text:
+        return None
+    from kvlab.workload.priority import parse_classes
+
+    parse_classes(text)
+    return ",".join(part.strip().replace(" ", "") for part in text.split(","))
 
 
 def _sessions(values: dict[str, Any], workload: str, max_model_len: int | None) -> tuple[tuple[str, Any], ...]:

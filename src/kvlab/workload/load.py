@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import math
+from dataclasses import replace
 from itertools import repeat
 from pathlib import Path
 
@@ -282,7 +283,7 @@ def _clip_to_max_model_len(table: LengthTable, max_model_len: int) -> tuple[Leng
     output = np.where(over, np.maximum(1, np.minimum(np.floor(table.output_len * scale), max_model_len - prompt)),
                       table.output_len).astype(np.int64)
     clipped = LengthTable(prompt_len=prompt, output_len=output, max_tokens=table.max_tokens,
-                          prefix_hashes=table.prefix_hashes)
+                          prefix_hashes=table.prefix_hashes, priority=table.priority)
     return clipped, int(over.sum())
 
 
@@ -298,6 +299,7 @@ def load_workload(
     max_model_len: int | None = None,
     long_requests: str = "reject",
     sessions: SessionSpec | None = None,
+    priority_classes: str | None = None,
 ) -> Workload:
     """The requests of a bundled workload (``WORKLOADS``) or of a user's .csv / .jsonl file.
 
@@ -308,6 +310,7 @@ def load_workload(
     Same arguments, same requests, in any process. See the module docstring for ``arrival``. A workload beyond
     kvlab.validate's memory limit is refused before any request is drawn (``allow_large_work`` lifts it).
     ``sessions`` sets the session generator's parameters (the ``sessions`` workload only; its defaults otherwise).
+    ``priority_classes`` draws each request's priority (kvlab.workload.priority; a file's own column otherwise).
     """
     from kvlab.validate import check_simulation_work
 
@@ -355,8 +358,17 @@ def load_workload(
         if num_capped == 0 and table.max_tokens is None:
             max_tokens = None
     requests = _build_requests(table, times, max_tokens)
+    if table.priority is not None and not priority_classes:
+        requests = tuple(replace(r, priority=p) for r, p in zip(requests, table.priority))
+    if priority_classes:  # (a third stream of the seed: the lengths and arrivals stay those drawn without classes)
+        from kvlab.workload.priority import assign_classes
+
+        requests = assign_classes(requests, priority_classes,
+                                  np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(3)[2]))
 
     description = _describe(entry, source_table, table, times, how, seed, max_model_len, num_capped)
+    if priority_classes:
+        description += f" Priority classes {priority_classes} (priority:share, smaller served first)."
     if long_requests == "clip":
         description += (f" {num_clipped:,} requests longer than max_model_len {max_model_len:,} clipped (prompt and "
                         "output scaled down together, as Vidur does).")

@@ -1,0 +1,63 @@
+"""Priority classes of a workload, for vLLM's ``--scheduling-policy priority`` (smaller is served first).
+
+A user's file may give each request its own (a ``priority`` column, kvlab.workload.files); a generated workload
+draws one per request from ``--priority-classes``, written ``PRIORITY:SHARE,...`` (``0:0.2,1:0.8``: a fifth of
+the requests at priority 0, the rest at 1; the shares are weights, scaled to sum to 1), with the workload's seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from kvlab.errors import KvlabError
+from kvlab.workload.request import Request
+
+_VALID = ("valid: PRIORITY:SHARE pairs separated by commas, e.g. 0:0.2,1:0.8 (integer priorities, smaller served "
+          "first; shares > 0)")
+
+
+def parse_priority(value, where: str) -> int:
+    """One request's priority: an integer (vLLM's ``priority``, any sign)."""
+    if isinstance(value, bool):
+        value = None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number.is_integer()):
+        raise KvlabError(f"{where}: priority {value!r} is not an integer; valid: a whole number, smaller served "
+                         "first (vLLM's --scheduling-policy priority)")
+    return int(number)
+
+
+def parse_classes(text: str) -> tuple[tuple[int, float], ...]:
+    """``PRIORITY:SHARE,...`` as (priority, share) pairs, the shares summing to 1."""
+    pairs: list[tuple[int, float]] = []
+    for part in text.split(","):
+        priority, sep, share = part.strip().partition(":")
+        if not sep:
+            raise KvlabError(f"--priority-classes {text!r}: {part.strip()!r} has no share; {_VALID}")
+        number = parse_priority(priority.strip(), f"--priority-classes {text!r}")
+        try:
+            weight = float(share)
+        except ValueError:
+            weight = math.nan
+        if not (math.isfinite(weight) and weight > 0):
+            raise KvlabError(f"--priority-classes {text!r}: share {share.strip()!r} of priority {number} is not a "
+                             f"number > 0; {_VALID}")
+        if any(number == p for p, _ in pairs):
+            raise KvlabError(f"--priority-classes {text!r}: priority {number} appears twice; {_VALID}")
+        pairs.append((number, weight))
+    total = sum(w for _, w in pairs)
+    return tuple((p, w / total) for p, w in pairs)
+
+
+def assign_classes(requests: tuple[Request, ...], text: str, rng: np.random.Generator) -> tuple[Request, ...]:
+    """Each request drawn into one of the classes of ``text``, by their shares."""
+    classes = parse_classes(text)
+    priorities = np.array([p for p, _ in classes])
+    drawn = rng.choice(priorities, size=len(requests), p=[s for _, s in classes]).tolist()
+    return tuple(replace(r, priority=p) for r, p in zip(requests, drawn))
