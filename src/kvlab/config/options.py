@@ -153,6 +153,9 @@ OPTIONS: dict[str, Option] = _options(
            "PRIORITY:SHARE,... (0:0.2,1:0.8: a fifth at 0, the rest at 1; smaller served first under "
            "--scheduling-policy priority). A file's own priority column otherwise.",
            default_text="a file's priority column, else 0"),
+    Option("timeout", "workload", str, None, "Seconds a client waits for its whole answer before giving up (the "
+           "engine aborts the request, as vLLM does): SECONDS for every request, or PRIORITY:SECONDS,... per "
+           "priority class.", default_text="no deadline"),
     # --- sessions (--workload sessions: multi-turn chat, kvlab/workload/sessions.py) ----------------------------
     Option("session_turns", "sessions", float, 4.0, "Mean turns per session.", lo=1.0, hi=10_000.0,
            what="turns per session"),

@@ -125,6 +125,8 @@ class WorkloadConfig:
     sessions: tuple[tuple[str, Any], ...] = ()
     # --priority-classes: PRIORITY:SHARE,... drawn per request (kvlab.workload.priority), or None.
     priority_classes: str | None = None
+    # --timeout: SECONDS, or PRIORITY:SECONDS,... (kvlab.workload.priority), or None.
+    timeout: str | None = None
 
     def load_options(self, max_model_len: int | None, *, cap_answers: bool = False) -> dict[str, Any]:
         """``load_workload``'s keywords. The simulator caps answers itself (as vLLM stops them at max_model_len),
@@ -141,6 +143,8 @@ class WorkloadConfig:
             options["sessions"] = SessionSpec(**dict(self.sessions))
         if self.priority_classes:
             options["priority_classes"] = self.priority_classes
+        if self.timeout:
+            options["timeout"] = self.timeout
         return options
 
 
@@ -193,6 +197,7 @@ class KvlabConfig:
             "num_requests": workload.num_requests, "duration": workload.duration, "seed": workload.seed,
             "long_requests": workload.long_requests,
             **({"priority_classes": workload.priority_classes} if workload.priority_classes else {}),
+            **({"timeout": workload.timeout} if workload.timeout else {}),
             **session_options(workload.sessions),
         }
 
@@ -428,7 +433,18 @@ def resolve_workload(values: dict[str, Any], max_model_len: int | None = None) -
                           arrival=arrival, cv=values["cv"], num_requests=num_requests, duration=duration,
                           seed=values["seed"], long_requests=values["long_requests"],
                           sessions=_sessions(values, workload, max_model_len),
-                          priority_classes=_priority_classes(values.get("priority_classes")))
+                          priority_classes=_priority_classes(values.get("priority_classes")),
+                          timeout=_timeout(values.get("timeout")))
+
+
+def _timeout(text: str | None) -> str | None:
+    """--timeout, checked (a bad one fails here, named) and written one way."""
+    if not text:
+        return None
+    from kvlab.workload.priority import parse_timeouts
+
+    parse_timeouts(text)
+    return ",".join(part.strip().replace(" ", "") for part in text.split(","))
 
 
 def _priority_classes(text: str | None) -> str | None:

@@ -11,15 +11,15 @@
               already scheduled in this iteration gives its tokens back (the scheduler's running loop).
 
 The priority queue answers to a deque's names (``append`` is vLLM's add_request, ``appendleft`` prepend_request,
-``popleft`` pop_request, ``[0]`` peek_request) so that FCFS keeps a plain deque, and the batching policies read
-either the same way.
+``popleft`` pop_request, ``[0]`` peek_request) so that FCFS keeps a deque (with vLLM's ``remove_requests`` for
+aborts), and the batching policies read either the same way.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from typing import NamedTuple
 
 from kvlab.sched.seq import Seq
@@ -60,9 +60,25 @@ class PriorityQueue:
     def __repr__(self) -> str:
         return f"PriorityQueue({list(self)!r})"
 
+    def remove_requests(self, leaving: set[int]) -> None:
+        """Remove the requests whose ``id()`` is in ``leaving`` (vLLM's remove_requests: filter, heapify)."""
+        self._heap = [entry for entry in self._heap if id(entry[3]) not in leaving]
+        heapify(self._heap)
+
+
+class FCFSQueue(deque):
+    """vLLM's FCFSRequestQueue: a deque, and the removal of aborted requests (O(n): aborts are rare)."""
+
+    __slots__ = ()
+
+    def remove_requests(self, leaving: set[int]) -> None:
+        kept = [seq for seq in self if id(seq) not in leaving]
+        self.clear()
+        self.extend(kept)
+
 
 # What the scheduler's ``waiting`` is, as the batching policies read it (a head, popped from the left).
-WaitingQueue = deque[Seq] | PriorityQueue
+WaitingQueue = FCFSQueue | PriorityQueue
 
 
 def _newest(running: list[Seq]) -> int:
@@ -84,7 +100,7 @@ def _lowest_priority(running: list[Seq]) -> int:
 
 class Policy(NamedTuple):
     name: str
-    make_queue: type[deque] | type[PriorityQueue]
+    make_queue: type[FCFSQueue] | type[PriorityQueue]
     victim_index: Callable[[list[Seq]], int]  # the index in ``running`` of the request to preempt
     # Arrivals join the queue behind its head: one the batching policy cannot admit yet stays the head until
     # something finishes (what lets kvlab.sched.runs run past arrivals while the head waits).
@@ -92,6 +108,6 @@ class Policy(NamedTuple):
 
 
 POLICIES = {
-    "fcfs": Policy("fcfs", deque, _newest, True),
+    "fcfs": Policy("fcfs", FCFSQueue, _newest, True),
     "priority": Policy("priority", PriorityQueue, _lowest_priority, False),
 }

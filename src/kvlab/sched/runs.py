@@ -403,6 +403,15 @@ class RunScheduler(Scheduler):
                 heappush(self._finishes, (clock + left, seq.stamp, seq))
         return finished
 
+    def finish_requests(self, seqs: list[Seq], now: float) -> list[Seq]:
+        self.sync()  # (the aborted leave with their counters current; the finish heap skips them: _stale)
+        aborted = super().finish_requests(seqs, now)
+        for seq in aborted:
+            self._decoders.pop(seq.request_id, None)
+        if aborted:
+            self._admission_blocked = False  # memory and seats were freed
+        return aborted
+
     def _preempt(self, seq: Seq) -> int:
         self._sync_one(seq)
         del self._decoders[seq.request_id]

@@ -227,6 +227,28 @@ class Scheduler:
             seq.first_token_time = now
         return True
 
+    def finish_requests(self, seqs: list[Seq], now: float) -> list[Seq]:
+        """Abort requests from outside (a client gave up), as vLLM's Scheduler.finish_requests with
+        FINISHED_ABORTED: running ones leave the batch (its order kept) and free their blocks, waiting ones leave the
+        queue; those already finished are skipped. Returns the aborted. What they had computed is wasted work
+        (their ``num_computed_tokens`` and the ``num_lost_tokens`` preemption dropped)."""
+        unique = {id(seq): seq for seq in seqs}.values()  # (vLLM takes a set of ids)
+        aborted = [seq for seq in unique if seq.status in (SeqStatus.RUNNING, SeqStatus.WAITING, SeqStatus.PREEMPTED)]
+        if not aborted:
+            return aborted
+        leaving = {id(seq) for seq in aborted}
+        self.running[:] = [seq for seq in self.running if id(seq) not in leaving]
+        self.waiting.remove_requests(leaving)
+        for seq in aborted:
+            if seq.status is SeqStatus.RUNNING:
+                self._free(seq)
+            elif seq.swapped:
+                self.preemption.on_resume(seq)  # (its copy on the CPU is dropped: the swap space is free again)
+                seq.swapped = False
+            seq.status = SeqStatus.ABORTED
+            seq.finish_time = now
+        return aborted
+
     def finish(self, seq: Seq, now: float) -> None:
         """Free a finished request's memory (it stays in ``running`` until the caller removes it)."""
         self._free(seq)

@@ -13,6 +13,7 @@ class SeqStatus(enum.Enum):
     PREEMPTED = "preempted"  # back in the waiting queue; its KV dropped (recompute) or on the CPU (swap)
     FINISHED = "finished"
     REJECTED = "rejected"
+    ABORTED = "aborted"  # its client gave up (a deadline passed): vLLM's FINISHED_ABORTED
 
 
 class Seq:

@@ -300,6 +300,7 @@ def load_workload(
     long_requests: str = "reject",
     sessions: SessionSpec | None = None,
     priority_classes: str | None = None,
+    timeout: str | None = None,
 ) -> Workload:
     """The requests of a bundled workload (``WORKLOADS``) or of a user's .csv / .jsonl file.
 
@@ -310,7 +311,8 @@ def load_workload(
     Same arguments, same requests, in any process. See the module docstring for ``arrival``. A workload beyond
     kvlab.validate's memory limit is refused before any request is drawn (``allow_large_work`` lifts it).
     ``sessions`` sets the session generator's parameters (the ``sessions`` workload only; its defaults otherwise).
-    ``priority_classes`` draws each request's priority (kvlab.workload.priority; a file's own column otherwise).
+    ``priority_classes`` draws each request's priority (kvlab.workload.priority; a file's own column otherwise);
+    ``timeout`` gives the clients deadlines (all, or per priority class).
     """
     from kvlab.validate import check_simulation_work
 
@@ -366,9 +368,15 @@ def load_workload(
         requests = assign_classes(requests, priority_classes,
                                   np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(3)[2]))
 
+    if timeout:
+        from kvlab.workload.priority import assign_timeouts
+
+        requests = assign_timeouts(requests, timeout)
     description = _describe(entry, source_table, table, times, how, seed, max_model_len, num_capped)
     if priority_classes:
         description += f" Priority classes {priority_classes} (priority:share, smaller served first)."
+    if timeout:
+        description += f" Clients give up after {timeout} s (--timeout)."
     if long_requests == "clip":
         description += (f" {num_clipped:,} requests longer than max_model_len {max_model_len:,} clipped (prompt and "
                         "output scaled down together, as Vidur does).")

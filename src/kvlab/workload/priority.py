@@ -1,8 +1,12 @@
-"""Priority classes of a workload, for vLLM's ``--scheduling-policy priority`` (smaller is served first).
+"""Classes of a workload's clients: their priority, for vLLM's ``--scheduling-policy priority`` (smaller is served
+first), and how long they wait before giving up.
 
-A user's file may give each request its own (a ``priority`` column, kvlab.workload.files); a generated workload
-draws one per request from ``--priority-classes``, written ``PRIORITY:SHARE,...`` (``0:0.2,1:0.8``: a fifth of
-the requests at priority 0, the rest at 1; the shares are weights, scaled to sum to 1), with the workload's seed.
+A user's file may give each request its own priority (a ``priority`` column, kvlab.workload.files); a generated
+workload draws one per request from ``--priority-classes``, written ``PRIORITY:SHARE,...`` (``0:0.2,1:0.8``: a
+fifth of the requests at priority 0, the rest at 1; the shares are weights, scaled to sum to 1), with the
+workload's seed. ``--timeout`` gives every client a deadline, ``SECONDS`` after its request arrives, or one per
+priority class, ``PRIORITY:SECONDS,...`` (a class not named waits as long as it takes): the simulator aborts a
+request whose deadline passes before it finishes (kvlab.sim, Request.timeout).
 """
 
 from __future__ import annotations
@@ -53,6 +57,42 @@ def parse_classes(text: str) -> tuple[tuple[int, float], ...]:
         pairs.append((number, weight))
     total = sum(w for _, w in pairs)
     return tuple((p, w / total) for p, w in pairs)
+
+
+def parse_timeouts(text: str) -> dict[int, float] | float:
+    """``SECONDS`` (every request) or ``PRIORITY:SECONDS,...`` (per class): seconds > 0."""
+    valid = ("valid: seconds > 0 after a request's arrival (e.g. 30), or PRIORITY:SECONDS pairs separated by commas "
+             "(e.g. 0:10,1:60)")
+
+    def seconds(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and number > 0):
+            raise KvlabError(f"--timeout {text!r}: {value.strip()!r} is not a number of seconds > 0; {valid}")
+        return number
+
+    if ":" not in text:
+        return seconds(text)
+    timeouts: dict[int, float] = {}
+    for part in text.split(","):
+        priority, sep, value = part.strip().partition(":")
+        if not sep:
+            raise KvlabError(f"--timeout {text!r}: {part.strip()!r} names no priority class; {valid}")
+        number = parse_priority(priority.strip(), f"--timeout {text!r}")
+        if number in timeouts:
+            raise KvlabError(f"--timeout {text!r}: priority {number} appears twice; {valid}")
+        timeouts[number] = seconds(value)
+    return timeouts
+
+
+def assign_timeouts(requests: tuple[Request, ...], text: str) -> tuple[Request, ...]:
+    """Each request's client deadline from ``--timeout`` (by its priority class, when given per class)."""
+    timeouts = parse_timeouts(text)
+    if isinstance(timeouts, float):
+        return tuple(replace(r, timeout=timeouts) for r in requests)
+    return tuple(replace(r, timeout=timeouts.get(r.priority)) for r in requests)
 
 
 def assign_classes(requests: tuple[Request, ...], text: str, rng: np.random.Generator) -> tuple[Request, ...]:
