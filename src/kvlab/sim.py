@@ -15,9 +15,9 @@ from __future__ import annotations
 import gc
 import operator
 from bisect import bisect_left
-from heapq import heappop, heappush
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from heapq import heappop, heappush
 from itertools import accumulate, islice
 from typing import Any
 
