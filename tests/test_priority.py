@@ -93,6 +93,17 @@ def test_the_victim_is_the_lowest_priority_latest_arrival_not_the_newest():
     assert sched.waiting[0].status is SeqStatus.PREEMPTED and sched.waiting[0].num_computed_tokens == 0
 
 
+def test_among_equal_priorities_and_arrival_times_the_victim_is_the_last_added():
+    # A burst: vLLM's arrival times are the wall clock at each add_request and never tie, so its victim among
+    # equals is the last added; kvlab adds tied requests in request-id order (found against the real engine).
+    sched = _scheduler(8, budget=64)
+    for i in range(3):
+        sched.add_request(_seq(i, 0.0, 8, 20, 0))
+    _step(sched)
+    out, _ = _step(sched)
+    assert out.preempted_req_ids == (2,)
+
+
 def test_fcfs_evicts_the_newest_on_the_same_requests():
     sched = _scheduler(8, budget=64, policy="fcfs")
     for seq in (_seq(0, 0.0, 8, 20, 1), _seq(1, 0.1, 8, 20, 2), _seq(2, 0.2, 8, 20, 0)):

@@ -7,7 +7,7 @@
               going back to its place, not the front; the victim is the running request with the largest
               (priority, arrival time), the lowest priority's latest arrival, wherever it is in the batch
               (request_queue.py: PriorityRequestQueue, ordered by vllm/v1/request.py's Request.__lt__;
-              Scheduler.schedule: ``max(self.running, key=lambda r: (r.priority, r.arrival_time))``). A victim
+              Scheduler.schedule: the max of ``self.running`` by (priority, arrival_time)). A victim
               already scheduled in this iteration gives its tokens back (the scheduler's running loop).
 
 The priority queue answers to a deque's names (``append`` is vLLM's add_request, ``appendleft`` prepend_request,
@@ -86,13 +86,15 @@ def _newest(running: list[Seq]) -> int:
 
 
 def _lowest_priority(running: list[Seq]) -> int:
-    """The first running request with the largest (priority, arrival time): Python's ``max`` keeps the first of
-    equal keys, as vLLM's does over the same running order."""
+    """The running request with the largest (priority, arrival time, request id). vLLM keys on (priority,
+    arrival_time) alone, but its arrival times are the wall clock at each add_request and never tie; a workload's
+    may (a burst), and kvlab adds tied requests in request-id order, so the id stands for the later addition."""
     best = 0
-    best_key = (running[0].request.priority, running[0].request.arrival_time)
+    first = running[0].request
+    best_key = (first.priority, first.arrival_time, first.request_id)
     for index in range(1, len(running)):
         request = running[index].request
-        key = (request.priority, request.arrival_time)
+        key = (request.priority, request.arrival_time, request.request_id)
         if key > best_key:
             best, best_key = index, key
     return best
