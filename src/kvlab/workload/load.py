@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gc
 import math
-from dataclasses import replace
 from itertools import repeat
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from kvlab.errors import KvlabError
 from kvlab.workload.arrivals import burst_arrivals, generate_arrivals, rescale_arrivals
 from kvlab.workload.bundled import WORKLOADS, BundledWorkload, trace_workload
 from kvlab.workload.files import SUFFIXES, read_user_file
+from kvlab.workload.priority import clients_note, with_clients
 from kvlab.workload.published import trace_for_file
 from kvlab.workload.request import Request
 from kvlab.workload.sessions import SessionSpec
@@ -311,8 +311,7 @@ def load_workload(
     Same arguments, same requests, in any process. See the module docstring for ``arrival``. A workload beyond
     kvlab.validate's memory limit is refused before any request is drawn (``allow_large_work`` lifts it).
     ``sessions`` sets the session generator's parameters (the ``sessions`` workload only; its defaults otherwise).
-    ``priority_classes`` draws each request's priority (kvlab.workload.priority; a file's own column otherwise);
-    ``timeout`` gives the clients deadlines (all, or per priority class).
+    ``priority_classes`` and ``timeout``: the clients' classes and deadlines (kvlab.workload.priority).
     """
     from kvlab.validate import check_simulation_work
 
@@ -360,23 +359,9 @@ def load_workload(
         if num_capped == 0 and table.max_tokens is None:
             max_tokens = None
     requests = _build_requests(table, times, max_tokens)
-    if table.priority is not None and not priority_classes:
-        requests = tuple(replace(r, priority=p) for r, p in zip(requests, table.priority))
-    if priority_classes:  # (a third stream of the seed: the lengths and arrivals stay those drawn without classes)
-        from kvlab.workload.priority import assign_classes
-
-        requests = assign_classes(requests, priority_classes,
-                                  np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(3)[2]))
-
-    if timeout:
-        from kvlab.workload.priority import assign_timeouts
-
-        requests = assign_timeouts(requests, timeout)
+    requests = with_clients(requests, table.priority, priority_classes, timeout, seed)
     description = _describe(entry, source_table, table, times, how, seed, max_model_len, num_capped)
-    if priority_classes:
-        description += f" Priority classes {priority_classes} (priority:share, smaller served first)."
-    if timeout:
-        description += f" Clients give up after {timeout} s (--timeout)."
+    description += clients_note(priority_classes, timeout)
     if long_requests == "clip":
         description += (f" {num_clipped:,} requests longer than max_model_len {max_model_len:,} clipped (prompt and "
                         "output scaled down together, as Vidur does).")

@@ -59,6 +59,27 @@ def parse_classes(text: str) -> tuple[tuple[int, float], ...]:
     return tuple((p, w / total) for p, w in pairs)
 
 
+def with_clients(requests: tuple[Request, ...], priority: tuple[int, ...] | None, priority_classes: str | None,
+                 timeout: str | None, seed: int) -> tuple[Request, ...]:
+    """The requests with their clients' classes: a file's ``priority`` column, or ``priority_classes`` drawn on a
+    third stream of the workload's seed (the lengths and arrivals stay those the seed draws without classes); then
+    the deadlines of ``timeout``."""
+    if priority is None and not priority_classes and not timeout:
+        return requests
+    if priority_classes:
+        rng = np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(3)[2])
+        requests = assign_classes(requests, priority_classes, rng)
+    elif priority is not None:
+        requests = tuple(replace(r, priority=p) for r, p in zip(requests, priority))
+    return assign_timeouts(requests, timeout) if timeout else requests
+
+
+def clients_note(priority_classes: str | None, timeout: str | None) -> str:
+    """What a workload's description adds about its clients' classes and deadlines ('' when it has neither)."""
+    note = f" Priority classes {priority_classes} (priority:share, smaller served first)." if priority_classes else ""
+    return note + (f" Clients give up after {timeout} s (--timeout)." if timeout else "")
+
+
 def parse_timeouts(text: str) -> dict[int, float] | float:
     """``SECONDS`` (every request) or ``PRIORITY:SECONDS,...`` (per class): seconds > 0."""
     valid = ("valid: seconds > 0 after a request's arrival (e.g. 30), or PRIORITY:SECONDS pairs separated by commas "
