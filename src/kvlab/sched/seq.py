@@ -79,9 +79,3 @@ def num_tokens_to_finish(seq: Seq) -> int:
     with its finish; one step finishes it when this is 1), and it has finished when this is 0."""
     return seq.request.num_output_tokens - seq.num_output_tokens
 
-
-def check_stop(seq: Seq, num_iterations: int) -> bool:
-    """The rule above as vLLM asks it: has ``seq`` finished once it has sampled in ``num_iterations`` more
-    iterations? Stepping asks it after each sample (0 more); a run of k decode iterations ends at the first
-    request for which k is enough (kvlab.sched.runs keeps them in a heap by ``num_tokens_to_finish``)."""
-    return num_tokens_to_finish(seq) <= num_iterations
