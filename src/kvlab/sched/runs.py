@@ -85,7 +85,7 @@ class RunScheduler(Scheduler):
         return self._decoding
 
     def add_request(self, seq: Seq) -> None:
-        super().add_request(seq)
+        Scheduler.add_request(self, seq)
         if not self._fcfs:
             self._admission_blocked = False  # (under priority an arrival may go ahead of the head that waits)
 
@@ -123,26 +123,25 @@ class RunScheduler(Scheduler):
                 out = self._schedule_evicting_decode()  # (the decoders' blocks are not all free)
             if out is not None:
                 return out
-        return self._schedule_iteration()
-
-    def _schedule_iteration(self) -> SchedulerOutput:
+        # A single iteration: the reference's (its counters current, the finish heap rebuilt after it, as the
+        # batch and its counters may change in other ways than a run's).
         self.sync()
-        self._finishes = None  # (the batch and its counters may change in other ways than a run's)
+        self._finishes = None
         num_running = len(self.running)
-        out = super()._schedule_iteration()
+        out = self._schedule_iteration()
         # The queue's head did not fit while everyone decoded: later iterations of decoders only have less room.
         self._admission_blocked = (bool(self.waiting) and not out.preempted_req_ids and not out.new_req_ids
                                    and out.num_decode_tokens == num_running)
         return out
 
-    def _schedule_running(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
+    def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
         num_running = len(self.running)
         if self._decoding and 0 < num_running <= budget and self.allocator.allocate_decode_run(self.running, 1):
             # Everyone decodes and this iteration's blocks are free: the running loop's outcome, in bulk.
             scheduled.update(self._decoders)
             num_context = decode_context(self.num_resident_computed_tokens, num_running)
             return budget - num_running, [0, num_running, num_context, num_context], 0
-        return self._running_loop(budget, scheduled, preempted)
+        return Scheduler._running_loop(self, budget, scheduled, preempted)
 
     def _schedule_evicting_decode(self) -> SchedulerOutput:
         """An iteration in which every running request decodes and the free blocks run out: what the running
@@ -324,7 +323,7 @@ class RunScheduler(Scheduler):
         return out
 
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
-        super().admit(seq, num_new_tokens, num_cached_tokens)
+        Scheduler.admit(self, seq, num_new_tokens, num_cached_tokens)
         self._num_stamps += 1
         seq.stamp = self._num_stamps
         seq.synced_clock = self._clock
@@ -360,7 +359,7 @@ class RunScheduler(Scheduler):
         return finished
 
     def _remove_finished(self, finished: list[Seq], now: float) -> None:
-        super()._remove_finished(finished, now)
+        Scheduler._remove_finished(self, finished, now)
         for seq in finished:
             del self._decoders[seq.request_id]
 
@@ -405,7 +404,7 @@ class RunScheduler(Scheduler):
 
     def finish_requests(self, seqs: list[Seq], now: float) -> list[Seq]:
         self.sync()  # (the aborted leave with their counters current; the finish heap skips them: _stale)
-        aborted = super().finish_requests(seqs, now)
+        aborted = Scheduler.finish_requests(self, seqs, now)
         for seq in aborted:
             self._decoders.pop(seq.request_id, None)
         if aborted:
@@ -415,7 +414,7 @@ class RunScheduler(Scheduler):
     def _preempt(self, seq: Seq) -> int:
         self._sync_one(seq)
         del self._decoders[seq.request_id]
-        return super()._preempt(seq)
+        return Scheduler._preempt(self, seq)
 
 
 def _stale(entry: tuple[int, int, Seq]) -> bool:

@@ -73,7 +73,7 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         scheduled: dict[int, int] = {}
         preempted: list[Seq] = []
-        budget, totals, swap_bytes = self._schedule_running(budget, scheduled, preempted)
+        budget, totals, swap_bytes = self._running_loop(budget, scheduled, preempted)
         new_ids: list[int] = []
         if not preempted:  # vLLM admits nobody in an iteration that preempted
             new_ids, waiting_totals, swapped_in = self._waiting_loop(budget, scheduled)
@@ -93,13 +93,10 @@ class Scheduler:
             num_swap_bytes=swap_bytes,
         )
 
-    def _schedule_running(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
-        """The running requests' part of the iteration (``RunScheduler`` decides it in bulk when it can)."""
-        return self._running_loop(budget, scheduled, preempted)
-
     def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
         """The running requests, in order, under the budget; preempting the policy's victim when memory runs out.
-        Returns (budget left, [prefill, decode, context, pairs], bytes swapped out)."""
+        Returns (budget left, [prefill, decode, context, pairs], bytes swapped out). (``RunScheduler`` decides it
+        in bulk when everyone decodes.)"""
         cfg = self.config
         prefill = decode = context = pairs = swap_bytes = 0
         max_computed = cfg.max_model_len - 1
