@@ -168,7 +168,7 @@ def test_every_rule_in_the_architecture_table_has_its_home():
 
 
 def test_the_finish_rule_is_written_once():
-    """When a request finishes is one function (sched/seq.py tokens_to_finish, vLLM's check_stop as a function
+    """When a request finishes is one function (sched/seq.py num_tokens_to_finish, vLLM's check_stop as a function
     of the iterations to come): the stepping reference and the runs call it; no copy of
     `request.num_output_tokens - num_output_tokens` anywhere else."""
     import re

@@ -32,7 +32,7 @@ from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import KVAllocator
 from kvlab.sched.output import RunTiming, SchedulerOutput, decode_context
 from kvlab.sched.scheduler import Scheduler
-from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish, tokens_to_finish
+from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
 
 
 class FirstIteration(NamedTuple):
@@ -286,8 +286,7 @@ class RunScheduler(Scheduler):
         if self._finishes is None:
             self.sync()
             clock = self._clock
-            running = self.running
-            self._finishes = [(clock + left, s.stamp, s) for s, left in zip(running, tokens_to_finish(running))]
+            self._finishes = [(clock + num_tokens_to_finish(s), s.stamp, s) for s in self.running]
             heapify(self._finishes)
         finishes = self._finishes
         while finishes and _stale(finishes[0]):

@@ -10,7 +10,7 @@ iteration (``max_num_batched_tokens``), running requests first, then waiting one
     waiting loop   only if nobody was preempted this iteration: admit from the front of the queue as the
                    batching policy allows (budget, ``max_num_seqs``, memory).
     update         each scheduled request computed its tokens; one that caught up samples a token; one whose
-                   answer is complete (``seq.tokens_to_finish``, vLLM's check_stop) finishes, freeing its
+                   answer is complete (``seq.num_tokens_to_finish``, vLLM's check_stop) finishes, freeing its
                    memory.
 
 This class schedules one iteration per call, every time. ``kvlab.sched.runs.RunScheduler`` extends it (as vLLM's
@@ -29,7 +29,7 @@ from kvlab.sched.batching import BATCHING
 from kvlab.sched.output import SchedulerOutput
 from kvlab.sched.policy import POLICIES, WaitingQueue
 from kvlab.sched.preemption import PREEMPTION, PreemptionMode
-from kvlab.sched.seq import Seq, SeqStatus, tokens_to_finish
+from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
 
 
 class Scheduler:
@@ -200,7 +200,7 @@ class Scheduler:
 
     def _advance_iteration(self, output: SchedulerOutput, started: float, now: float) -> list[Seq]:
         """The scheduled requests computed their tokens in the iteration from ``started`` to ``now``; those whose
-        computed tokens caught up sampled one token. Returns those for which it was the last (``tokens_to_finish``)."""
+        computed tokens caught up sampled one token. Returns those for which it was the last (``num_tokens_to_finish``)."""
         scheduled = output.num_scheduled_tokens
         if len(scheduled) == len(self.running):  # all of them, in running order (admitted at the back)
             pairs = zip(self.running, scheduled.values())
@@ -208,9 +208,8 @@ class Scheduler:
             by_id = {seq.request_id: seq for seq in self.running}
             pairs = ((by_id[request_id], num_new) for request_id, num_new in scheduled.items())  # type: ignore[assignment]
         compute = self._compute
-        sampled = [seq for seq, num_new in pairs if compute(seq, num_new, started, now)]
         # (finished: it sampled now, and no token is left to sample; a run of k asks the same rule, runs.py)
-        return [seq for seq, left in zip(sampled, tokens_to_finish(sampled)) if not left]
+        return [seq for seq, num_new in pairs if compute(seq, num_new, started, now) and not num_tokens_to_finish(seq)]
 
     def _compute(self, seq: Seq, num_new: int, started: float, now: float) -> bool:
         """``seq`` computed ``num_new`` tokens in the iteration from ``started`` to ``now``. True when its computed

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 
 from kvlab.workload.request import Request
 
@@ -72,17 +71,11 @@ class Seq:
         )
 
 
-def tokens_to_finish(seqs: Iterable[Seq]) -> list[int]:
-    """When a request finishes, the one rule (vLLM's check_stop, vllm/v1/core/sched/utils.py, for kvlab's
-    requests), for each of ``seqs``: it stops when its output reaches its length, the true answer capped by
-    ``max_tokens`` (and, as it arrives, by max_model_len). Each entry is the tokens it still samples: it finishes in
-    the iteration that samples the last of them, the k-th from now in which it samples when this is k (a run of k
-    decode iterations ends with its finish; one step finishes it when this is 1), and it has finished when this is
-    0. (A whole batch per call: the finish heap's rebuild and a step's samples ask it for every request, and one
-    call per request cost 1% of a light load's instructions, benchmarks/count_instructions.py.)"""
-    return [seq.request.num_output_tokens - seq.num_output_tokens for seq in seqs]
-
-
 def num_tokens_to_finish(seq: Seq) -> int:
-    """``tokens_to_finish`` for one request."""
-    return tokens_to_finish((seq,))[0]
+    """When a request finishes, the one rule (vLLM's check_stop, vllm/v1/core/sched/utils.py, for kvlab's
+    requests): it stops when its output reaches its length, the true answer capped by ``max_tokens`` (and, as it
+    arrives, by max_model_len). Returns the tokens it still samples: it finishes in the iteration that samples
+    the last of them, the k-th from now in which it samples when this is k (a run of k decode iterations ends
+    with its finish; one step finishes it when this is 1), and it has finished when this is 0."""
+    return seq.request.num_output_tokens - seq.num_output_tokens
+
