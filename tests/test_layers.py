@@ -168,18 +168,19 @@ def test_every_rule_in_the_architecture_table_has_its_home():
 
 
 def test_the_finish_rule_is_written_once():
-    """When a request finishes is one function (sched/seq.py num_tokens_to_finish): the scheduler's copies of
-    `request.num_output_tokens - num_output_tokens` call it, but for the two hottest places, where it is written
-    out for speed, each under a comment that names it and its measured saving (benchmarks/count_instructions.py):
-    the finish heap's rebuild and the end of a single iteration (_advance_iteration). Any other copy fails."""
+    """When a request finishes is one function (sched/seq.py num_tokens_to_finish, vLLM's check_stop as a function
+    of the iterations to come), called everywhere but in the two hottest places, where it is written out for speed,
+    each under a comment that names it and its measured saving (benchmarks/count_instructions.py): the end of a
+    single iteration (scheduler.py _advance_iteration) and the finish heap's rebuild (runs.py). Any other copy
+    fails."""
     import re
 
     pattern = re.compile(r"request\.num_output_tokens\s*-\s*\w+\.num_output_tokens|num_output_tokens\s*>=\s*\w+\.request"
                          r"\.num_output_tokens")
     homes = [str(path.relative_to(ROOT)) for path in ROOT.rglob("*.py") if pattern.search(path.read_text())]
-    assert sorted(homes) == ["sched/scheduler.py", "sched/seq.py"], homes
-    lines = (ROOT / "sched" / "scheduler.py").read_text().splitlines()
-    copies = [i for i, line in enumerate(lines) if pattern.search(line)]
-    assert len(copies) == 2, [lines[i] for i in copies]
-    for i in copies:  # the comment is on one of the three lines above the copy
-        assert any("(num_tokens_to_finish, written out:" in lines[j] for j in range(max(0, i - 3), i)), lines[i]
+    assert sorted(homes) == ["sched/runs.py", "sched/scheduler.py", "sched/seq.py"], homes
+    for name in ("runs.py", "scheduler.py"):
+        lines = (ROOT / "sched" / name).read_text().splitlines()
+        copies = [i for i, line in enumerate(lines) if pattern.search(line)]
+        assert len(copies) == 1, [lines[i] for i in copies]
+        assert any("(num_tokens_to_finish, written out:" in lines[j] for j in range(max(0, copies[0] - 3), copies[0]))

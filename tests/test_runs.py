@@ -29,14 +29,21 @@ CASES = [
     ("static+paged", "llmservingsim-sharegpt", 300, None, 900, 2048, True),
     ("orca-pow2", "paper-sharegpt", 400, 6.0, 700, 2048, True),
     ("static+max", "azure-conv", 300, None, 1500, 4096, False),
+    # vLLM's --scheduling-policy priority: each request in one of three classes (request id mod 3), its victims
+    # taken from the middle of the batch.
+    ("vllm", "paper-sharegpt", 400, 8.0, 600, 2048, True, "priority"),
+    ("vllm+prefix", "mooncake-conversation", 300, None, 3000, 32768, True, "priority"),
+    # Client deadlines (Request.timeout): requests aborted as they run or wait, a run cut where a deadline falls.
+    ("vllm", "paper-sharegpt", 400, 8.0, 600, 2048, True, "priority", 25.0),
+    ("vllm+swap", "paper-sharegpt", 400, 8.0, 500, 2048, True, "fcfs", 20.0),
 ]
 
 
-def _config(num_gpu_blocks: int, max_model_len: int, chunked: bool) -> SimConfig:
+def _config(num_gpu_blocks: int, max_model_len: int, chunked: bool, policy: str = "fcfs") -> SimConfig:
     model = "llama-2-7b" if max_model_len <= 4096 else "llama-3.1-8b"
     return resolve(model=model, gpu="a100-80gb", num_gpu_blocks=num_gpu_blocks,
                    max_model_len=max_model_len, max_num_batched_tokens=max(4096, max_model_len),
-                   enable_chunked_prefill=chunked).engine
+                   enable_chunked_prefill=chunked, scheduling_policy=policy).engine
 
 
 def _memory_state(sim: Simulation) -> tuple:
@@ -62,12 +69,19 @@ def _counting_outputs(sim: Simulation) -> list[int]:
     return sizes
 
 
-@pytest.fixture(scope="module", params=CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+@pytest.fixture(scope="module", params=CASES, ids=[f"{c[0]}-{c[1]}" + "".join(f"-{x}" for x in c[7:]) for c in CASES])
 def pair(request):
-    name, workload_name, n, rate, num_blocks, max_model_len, chunked = request.param
-    config = _config(num_blocks, max_model_len, chunked)
+    name, workload_name, n, rate, num_blocks, max_model_len, chunked, *extra = request.param
+    policy, timeout = (extra + [None, None])[:2]
+    config = _config(num_blocks, max_model_len, chunked, policy or "fcfs")
     workload = load_workload(workload_name, num_requests=n, rate=rate, seed=1,
                              arrival="poisson" if rate else "auto")
+    if policy:
+        workload = dataclasses.replace(workload, requests=tuple(dataclasses.replace(r, priority=r.request_id % 3)
+                                                                for r in workload.requests))
+    if timeout:
+        workload = dataclasses.replace(workload, requests=tuple(dataclasses.replace(r, timeout=timeout)
+                                                                for r in workload.requests))
     strategy = parse_strategy(name)
     stepped = Simulation(strategy, config, workload, max_iterations=1)
     runs = Simulation(strategy, config, workload)
@@ -87,6 +101,11 @@ def pair(request):
 
 def test_the_runs_really_run_many_iterations_at_once(pair):
     stepped, runs, _, sizes = pair
+    if runs.config.scheduler.scheduling_policy == "priority":  # (the classes are in play)
+        assert len({r.priority for r in runs.requests}) == 3
+    if runs.requests[0].timeout is not None:  # (deadlines are in play: some requests were aborted, not all)
+        statuses = [r.status for r in runs.result().records]
+        assert 0 < statuses.count("aborted") < statuses.count("finished")
     assert sum(sizes) == runs.result().integral.num_iterations == stepped.result().integral.num_iterations
     assert max(sizes) > 1 and len(sizes) < sum(sizes) / 2  # (mostly runs: at least 2 iterations per output)
 

@@ -312,7 +312,7 @@ class RequestRecord(NamedTuple):
     arrival_time: float
     prompt_len: int
     num_output_tokens: int
-    status: str  # finished | rejected
+    status: str  # finished | rejected | aborted
     first_scheduled_time: float | None
     first_token_time: float | None
     finish_time: float | None
@@ -374,6 +374,11 @@ class Counters:
     num_recomputed_tokens: int = 0
     num_swapped_bytes: int = 0
     reject_reasons: dict[str, int] = field(default_factory=dict)
+    # Client deadlines (issue 32, kvlab.sim: a request whose client gave up is aborted as vLLM aborts it):
+    # requests that arrived with one, those aborted, and the tokens they had computed in vain.
+    num_with_deadline: int = 0
+    num_aborted: int = 0
+    num_wasted_tokens: int = 0
 
 
 def summarize(
@@ -411,7 +416,17 @@ def summarize(
         "num_finished": counters.num_finished,
         "num_rejected": counters.num_rejected,
         "reject_reasons": dict(counters.reject_reasons),
+        # (only when clients had deadlines: the summaries of runs without them stay as they were)
+        **(_abandonment(counters, len(records)) if counters.num_with_deadline else {}),
     }
+
+
+def _abandonment(counters: Counters, num_requests: int) -> dict:
+    """Aborted requests (their client's deadline passed first), their share of the requests, and the tokens of
+    KV computed for them in vain (docs/vllm.md, time-outs)."""
+    return {"num_aborted": counters.num_aborted,
+            "abandoned_share": counters.num_aborted / num_requests if num_requests else 0.0,
+            "wasted_tokens": counters.num_wasted_tokens}
 
 
 def _latencies(finished: list[RequestRecord]) -> dict | None:

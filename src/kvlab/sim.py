@@ -5,7 +5,7 @@
                                               └─ horizon: how many start before the next arrival
 
 ``step()`` runs the next run of iterations: one, or many when the scheduler knows their outcome (see
-kvlab/sched/scheduler.py); ``max_iterations=1`` steps one engine iteration at a time, with the same results.
+kvlab/sched/runs.py); ``max_iterations=1`` steps one engine iteration at a time, with the same results.
 The simulator owns the clock: it tells the scheduler where a run must stop (the next arrival, or the
 ``run_until`` limit) and prices each iteration with the cost model.
 """
@@ -17,6 +17,7 @@ import operator
 from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from heapq import heappop, heappush
 from itertools import accumulate, islice
 from typing import Any
 
@@ -27,7 +28,7 @@ from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, SlotUsage, slot_usage
 from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, RunRow, UsageIntegral, summarize
 from kvlab.sched.output import RunTiming, SchedulerOutput
-from kvlab.sched.scheduler import FirstIteration, Scheduler
+from kvlab.sched.runs import FirstIteration, RunScheduler
 from kvlab.sched.seq import Seq, SeqStatus
 from kvlab.strategies import Strategy
 from kvlab.workload import Request, Workload
@@ -82,7 +83,7 @@ class Simulation:
             max_model_len=scheduler_config.max_model_len,
             enable_prefix_caching=strategy.enable_prefix_caching,
         )
-        self.scheduler = Scheduler(scheduler_config, self.allocator, cache)
+        self.scheduler = RunScheduler(scheduler_config, self.allocator, cache)
         self.requests = _in_arrival_order(workload.requests)
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
         if start_time is None:
@@ -95,6 +96,8 @@ class Simulation:
         self.last_finish_time = self.start_time
         self._next_arrival = 0
         self._limit = INF  # run_until's: no iteration starts at or after it
+        # Client deadlines: (arrival + timeout, request id) of requests whose client gives up (Request.timeout).
+        self._deadlines: list[tuple[float, int]] = []
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -123,6 +126,8 @@ class Simulation:
         is done (or, within ``run_until``, when idle until its limit or later)."""
         sched = self.scheduler
         self._arrive()
+        if self._deadlines and self._deadlines[0][0] <= self.now:
+            self._abandon()
         while not sched.num_unfinished:  # idle until an arrival (everything arriving may be rejected)
             if self._next_arrival >= len(self.requests) or self.next_arrival_time >= self._limit:
                 return None
@@ -248,6 +253,8 @@ class Simulation:
         that iteration (which admits) comes before them. Their durations and the clock at their end travel back
         in the run's output (``_timing`` reads them there)."""
         stop = self._limit if queue_waits else min(self.next_arrival_time, self._limit)
+        if self._deadlines:  # (a deadline ends a run as an arrival does; an arrival may bring one: runs stop there)
+            stop, queue_waits = min(self.next_arrival_time, self._limit, self._deadlines[0][0]), False
         now = self.now
         lead: list[float] = []
         if first is not None:
@@ -357,12 +364,26 @@ class Simulation:
         seq = self.seqs[request.request_id] = Seq(request)
         if reason is None:
             self.scheduler.add_request(seq)
+            if request.timeout is not None:
+                heappush(self._deadlines, (request.arrival_time + request.timeout, request.request_id))
+                self.counters.num_with_deadline += 1
             return True
         seq.status = SeqStatus.REJECTED
         seq.reject_reason = reason
         self.counters.num_rejected += 1
         self.counters.reject_reasons[reason] = self.counters.reject_reasons.get(reason, 0) + 1
         return False
+
+    def _abandon(self) -> None:
+        """Client deadlines (issue 32): the requests whose client's deadline has passed, and that have not finished,
+        are aborted before the next iteration, as vLLM aborts them between engine steps (EngineCore.abort_requests,
+        Scheduler.finish_requests). What they had computed is wasted work."""
+        due = []
+        while self._deadlines and self._deadlines[0][0] <= self.now:
+            due.append(self.seqs[heappop(self._deadlines)[1]])
+        aborted = self.scheduler.finish_requests(due, self.now)
+        self.counters.num_aborted += len(aborted)
+        self.counters.num_wasted_tokens += sum(seq.num_computed_tokens + seq.num_lost_tokens for seq in aborted)
 
 
 def _prepend(value: float, values):

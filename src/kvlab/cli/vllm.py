@@ -70,7 +70,7 @@ TINY_ENGINE = {"workload": "paper-alpaca", "num_requests": 80, "block_size": 32,
                "max_num_seqs": 16, "max_num_batched_tokens": 256, "max_model_len": 512}
 COMPARE_OPTIONS = ("workload", "rate", "arrival", "cv", "num_requests", "duration", "seed", "block_size",
                    "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                   "enable_chunked_prefill", "gpu")
+                   "enable_chunked_prefill", "gpu", "scheduling_policy", "priority_classes")
 compare_options = options_template(COMPARE_OPTIONS, defaults=TINY_ENGINE, default_texts={
     "rate": f"{COMPARE_RATE:g} for auto, poisson and gamma arrivals; none for trace and burst",
     "block_size": "32, a multiple of 32 as vLLM's CPU backend needs",
@@ -102,11 +102,11 @@ def compare(
         block_size=options["block_size"], num_gpu_blocks_override=options["num_gpu_blocks"],
         max_num_seqs=options["max_num_seqs"], max_num_batched_tokens=options["max_num_batched_tokens"],
         max_model_len=options["max_model_len"], enable_prefix_caching=enable_prefix_caching,
-        enable_chunked_prefill=options["enable_chunked_prefill"],
+        enable_chunked_prefill=options["enable_chunked_prefill"], scheduling_policy=options["scheduling_policy"],
     )
     settings.check(CLI_SPELLING)  # vLLM's own refusals, before anything starts
     gpu = options["gpu"]
-    workload = {name: options[name] for name in COMPARE_OPTIONS[:7]}
+    workload = {name: options[name] for name in COMPARE_OPTIONS[:7] + ("priority_classes",)}
     if workload["rate"] is None and workload["arrival"] in ("auto", "poisson", "gamma"):
         workload["rate"] = COMPARE_RATE  # a default that never contradicts --arrival trace or burst
     wl = service.load(workload_config(workload))

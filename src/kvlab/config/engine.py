@@ -78,6 +78,9 @@ class SchedulerConfig:
     # be admitted while others run (vllm/v1/core/kv_cache_manager.py: allocate_slots). 0, V1's default, is off;
     # V0 (and Vidur) kept 0.01 always.
     watermark: float = 0.0
+    # vLLM's --scheduling-policy: fcfs, or priority (the waiting order and the preemption victim by each request's
+    # priority, smaller first; a key of kvlab.sched.policy.POLICIES).
+    scheduling_policy: str = "fcfs"
 
     def __post_init__(self) -> None:
         """vLLM's refusals (config/scheduler.py, SchedulerConfig.verify_max_model_len), in `kvlab run`'s words."""
@@ -96,6 +99,8 @@ class SchedulerConfig:
             raise KvlabError(f"batching {self.batching!r}; valid: {', '.join(BATCHING_NAMES)}")
         if self.preemption_mode is not None:
             check_preemption_mode(self.preemption_mode)
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise KvlabError(f"--scheduling-policy {self.scheduling_policy!r}; valid: fcfs, priority")
         if not 0.0 <= self.watermark < 1.0:  # (vLLM's range: config/scheduler.py, SchedulerConfig.watermark)
             raise KvlabError(f"--watermark {self.watermark!r} is out of range; valid: a fraction from 0 (off, vLLM V1's "
                              "default) to less than 1 (V0 kept 0.01)")

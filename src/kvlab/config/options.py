@@ -123,6 +123,9 @@ OPTIONS: dict[str, Option] = _options(
            "does)."),
     Option("preemption_mode", "scheduler", str, None, "recompute or swap.", choices=("recompute", "swap"),
            default_text="the strategy's, recompute", nullable=True),
+    Option("scheduling_policy", "scheduler", str, "fcfs", "fcfs, or priority: the waiting queue by (priority, "
+           "arrival), the lowest priority's latest arrival preempted first (vLLM's --scheduling-policy).",
+           choices=("fcfs", "priority")),
     # --- cost --------------------------------------------------------------------------------------------------
     Option("cost", "cost", str, None, "Cost profile that sets the clock: a name (kvlab cost) or a "
            ".toml/.json file (kvlab calibrate).", default_text="vllm-h100 on H100-SXM (fitted on real runs), "
@@ -147,6 +150,13 @@ OPTIONS: dict[str, Option] = _options(
     Option("long_requests", "workload", str, "reject", "A request whose prompt + output exceeds --max-model-len: "
            "reject (vLLM: a too-long prompt is refused, an answer stops at max_model_len) or clip (Vidur: prompt "
            "and output scaled down to fit).", choices=("reject", "clip")),
+    Option("priority_classes", "workload", str, None, "Each request's priority drawn from classes, "
+           "PRIORITY:SHARE,... (0:0.2,1:0.8: a fifth at 0, the rest at 1; smaller served first under "
+           "--scheduling-policy priority). A file's own priority column otherwise.",
+           default_text="a file's priority column, else 0"),
+    Option("timeout", "workload", str, None, "Seconds a client waits for its whole answer before giving up (the "
+           "engine aborts the request, as vLLM does): SECONDS for every request, or PRIORITY:SECONDS,... per "
+           "priority class.", default_text="no deadline"),
     # --- sessions (--workload sessions: multi-turn chat, kvlab/workload/sessions.py) ----------------------------
     Option("session_turns", "sessions", float, 4.0, "Mean turns per session.", lo=1.0, hi=10_000.0,
            what="turns per session"),

@@ -123,6 +123,10 @@ class WorkloadConfig:
     long_requests: str = "reject"
     # --workload sessions: the generator's parameters (kvlab.workload.sessions.SessionSpec's fields), else empty.
     sessions: tuple[tuple[str, Any], ...] = ()
+    # --priority-classes: PRIORITY:SHARE,... drawn per request (kvlab.workload.priority), or None.
+    priority_classes: str | None = None
+    # --timeout: SECONDS, or PRIORITY:SECONDS,... (kvlab.workload.priority), or None.
+    timeout: str | None = None
 
     def load_options(self, max_model_len: int | None, *, cap_answers: bool = False) -> dict[str, Any]:
         """``load_workload``'s keywords. The simulator caps answers itself (as vLLM stops them at max_model_len),
@@ -137,6 +141,10 @@ class WorkloadConfig:
             from kvlab.workload.sessions import SessionSpec
 
             options["sessions"] = SessionSpec(**dict(self.sessions))
+        if self.priority_classes:
+            options["priority_classes"] = self.priority_classes
+        if self.timeout:
+            options["timeout"] = self.timeout
         return options
 
 
@@ -182,10 +190,14 @@ class KvlabConfig:
             "max_num_seqs": sched.max_num_seqs, "max_num_batched_tokens": sched.max_num_batched_tokens,
             "enable_chunked_prefill": sched.enable_chunked_prefill, "preemption_mode": sched.preemption_mode,
             "watermark": sched.watermark,
+            # (named only when not FCFS: the keys of every configuration stored before it existed stay as they were)
+            **({"scheduling_policy": sched.scheduling_policy} if sched.scheduling_policy != "fcfs" else {}),
             "cost": self.cost.profile,
             "workload": workload.workload, "rate": workload.rate, "arrival": workload.arrival, "cv": workload.cv,
             "num_requests": workload.num_requests, "duration": workload.duration, "seed": workload.seed,
             "long_requests": workload.long_requests,
+            **({"priority_classes": workload.priority_classes} if workload.priority_classes else {}),
+            **({"timeout": workload.timeout} if workload.timeout else {}),
             **session_options(workload.sessions),
         }
 
@@ -276,7 +288,8 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
                                   max_num_batched_tokens=sizing.max_num_batched_tokens,
                                   max_model_len=sizing.max_model_len,
                                   enable_chunked_prefill=values["enable_chunked_prefill"],
-                                  preemption_mode=values["preemption_mode"], watermark=values["watermark"]),
+                                  preemption_mode=values["preemption_mode"], watermark=values["watermark"],
+                                  scheduling_policy=values["scheduling_policy"]),
         cost=CostConfig(profile=profile.path and str(Path(profile.path).resolve()) or profile.name, name=profile.name,
                         constants=tuple(sorted(profile.constants.items())), source=profile.source, model=cost_model),
         workload=resolve_workload(values, sizing.max_model_len),
@@ -423,7 +436,29 @@ def resolve_workload(values: dict[str, Any], max_model_len: int | None = None) -
     return WorkloadConfig(workload=workload if bundled else str(Path(workload).expanduser().resolve()), rate=rate,
                           arrival=arrival, cv=values["cv"], num_requests=num_requests, duration=duration,
                           seed=values["seed"], long_requests=values["long_requests"],
-                          sessions=_sessions(values, workload, max_model_len))
+                          sessions=_sessions(values, workload, max_model_len),
+                          priority_classes=_priority_classes(values.get("priority_classes")),
+                          timeout=_timeout(values.get("timeout")))
+
+
+def _timeout(text: str | None) -> str | None:
+    """--timeout, checked (a bad one fails here, named) and written one way."""
+    if not text:
+        return None
+    from kvlab.workload.priority import parse_timeouts
+
+    parse_timeouts(text)
+    return ",".join(part.strip().replace(" ", "") for part in text.split(","))
+
+
+def _priority_classes(text: str | None) -> str | None:
+    """--priority-classes, checked (a bad one fails here, named) and written one way."""
+    if not text:
+        return None
+    from kvlab.workload.priority import parse_classes
+
+    parse_classes(text)
+    return ",".join(part.strip().replace(" ", "") for part in text.split(","))
 
 
 def _sessions(values: dict[str, Any], workload: str, max_model_len: int | None) -> tuple[tuple[str, Any], ...]:

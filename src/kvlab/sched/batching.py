@@ -13,12 +13,12 @@ even as requests arrive (they join the queue behind the head that waits).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 from typing import Protocol
 
 from kvlab.config.engine import SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
+from kvlab.sched.policy import WaitingQueue
 from kvlab.sched.seq import Seq
 
 Admission = Iterator[tuple[Seq, int, int]]
@@ -29,7 +29,7 @@ class Scheduler(Protocol):
 
     config: SchedulerConfig
     allocator: KVAllocator
-    waiting: deque[Seq]
+    waiting: WaitingQueue
     running: list[Seq]
 
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None: ...

@@ -1,71 +1,35 @@
-"""The scheduler: which requests run next, how many tokens each computes, and for how many iterations.
+"""The scheduler: which requests run next, and how many tokens each computes. The stepping reference.
 
 It follows vLLM V1's Scheduler.schedule() (vllm/v1/core/sched/scheduler.py): there are no prefill and decode
 phases; every request's ``num_computed_tokens`` catches up with its ``num_tokens`` under one token budget per
-iteration (``max_num_batched_tokens``), running requests first, then waiting ones in FCFS order.
+iteration (``max_num_batched_tokens``), running requests first, then waiting ones in the policy's order.
 
     running loop   for each running request, in order: num_new = num_tokens - num_computed_tokens, capped by
-                   the budget (and by max_model_len); allocate_slots; when memory runs out, preempt the newest
-                   running request (it may be the request itself) and retry.
+                   the budget (and by max_model_len); allocate_slots; when memory runs out, preempt the policy's
+                   victim (it may be the request itself) and retry.
     waiting loop   only if nobody was preempted this iteration: admit from the front of the queue as the
                    batching policy allows (budget, ``max_num_seqs``, memory).
+    update         each scheduled request computed its tokens; one that caught up samples a token; one whose
+                   answer is complete (``seq.num_tokens_to_finish``, vLLM's check_stop) finishes, freeing its
+                   memory.
 
-Runs. Asked for up to ``max_iterations`` iterations, the scheduler returns a run of several when their outcome
-is known without scheduling them one by one: every running request is decoding (``_decoding``), the waiting
-loop cannot admit anyone until something finishes (``_admission_blocked``, or an empty queue), and no request
-finishes or runs out of memory before the run's last iteration. (The caller's horizon ends a run where a request
-arrives, unless the queue's head waits: an arrival then joins behind it and changes nothing before the run
-ends.) Then each of those iterations is what the
-running loop would decide anyway (every request computes one token), and the allocator hands out the run's
-blocks in one call (``allocate_decode_run``), in the order the steps would. When everyone decodes and the
-queue's head may fit, the decoders' blocks come from that call and the batching policy decides: if it admits
-nobody, that iteration begins a run; if it admits someone, only the admitted are visited, and when they compute
-their whole prompts and nobody is left waiting, the iteration begins a run in which the whole batch decodes
-(``_schedule_decode_and_admit``, ``_after_admission``). When everyone decodes and the free blocks run out, the
-iteration that preempts is decided in bulk as well (``_schedule_evicting_decode``): the allocator visits only
-those needing a block and evicts through the scheduler. ``max_iterations=1`` is stepping: the loops above,
-every time.
-
-What differs between batching policies (when may a waiting request join?) lives in ``kvlab.sched.batching``;
-what differs between preemption modes (what happens to the evicted request's KV?) in ``kvlab.sched.preemption``.
+This class schedules one iteration per call, every time. ``kvlab.sched.runs.RunScheduler`` extends it (as vLLM's
+AsyncScheduler extends Scheduler) with runs of many iterations whose outcome is known; tests/test_runs.py proves
+both give the same records, logs, block tables and free queues. What differs between batching policies (when may
+a waiting request join?) lives in ``kvlab.sched.batching``; between preemption modes (what happens to the evicted
+request's KV?) in ``kvlab.sched.preemption``; between scheduling policies (the waiting order, the victim) in
+``kvlab.sched.policy``. Time never enters the scheduler: it counts iterations and tokens; the caller stamps times.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable
-from heapq import heapify, heappop, heappush
-from typing import NamedTuple, Protocol
-
 from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.batching import BATCHING
-from kvlab.sched.output import RunTiming, SchedulerOutput, decode_context
+from kvlab.sched.output import SchedulerOutput
+from kvlab.sched.policy import POLICIES, WaitingQueue
 from kvlab.sched.preemption import PREEMPTION, PreemptionMode
-from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
-
-
-class FirstIteration(NamedTuple):
-    """A run's first iteration when it admits (the cost model's arguments, in its order)."""
-
-    num_seqs: int
-    num_prefill_tokens: int
-    num_decode_tokens: int
-    num_context_tokens: int
-    num_attention_pairs: int
-
-
-class Horizon(Protocol):
-    """How many iterations of a run start before the caller's next event: called with the batch size of its
-    decode iterations, the context tokens of the first decode iteration and the most iterations the scheduler
-    would run; returns (at most that many, what the caller priced them at: a RunTiming carried back to it in the
-    run's output, or None). With ``first``, the run begins with that iteration (it admits), the decode iterations
-    follow it, and both counts include it. With ``queue_waits``, the queue's head waits until something
-    finishes (the run ends before), so a request arriving meanwhile, which joins behind it, changes nothing in
-    the run: it need not end there."""
-
-    def __call__(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
-                 first: FirstIteration | None = None, queue_waits: bool = False) -> tuple[int, RunTiming | None]: ...
+from kvlab.sched.seq import Seq, SeqStatus
 
 
 class Scheduler:
@@ -75,12 +39,10 @@ class Scheduler:
         self.allocator = allocator
         self.batching = BATCHING[config.batching]
         self.preemption: PreemptionMode = PREEMPTION[config.preemption_mode or "recompute"](cache_config)
-        self.waiting: deque[Seq] = deque()
+        self.policy = POLICIES[config.scheduling_policy]
+        # A deque in FCFS order, or the priority policy's heap behind a deque's names (kvlab.sched.policy).
+        self.waiting: WaitingQueue = self.policy.make_queue()
         self.running: list[Seq] = []
-        # request_id -> 1 for each running request, in running order: what a decode iteration schedules, kept
-        # beside ``running`` (admitted at the back, preempted from the back, finished out of it) and copied for
-        # each run: rebuilding it from ``running`` cost 7% of a saturated simulation (benchmarks/README.md).
-        self._decoders: dict[int, int] = {}
         self.step = 0
         # Sum of num_computed_tokens over the requests whose KV is in GPU memory (see memory.base.slot_usage).
         self.num_resident_computed_tokens = 0
@@ -88,272 +50,36 @@ class Scheduler:
         self.num_recomputed_tokens = 0
         self.num_swapped_bytes = 0
         self.num_sampled_tokens = 0  # output tokens generated (recomputation samples nothing new)
-        # Every running request computes the one token it sampled last in the next iteration.
-        self._decoding = False
-        # The waiting loop stopped with a queue in an iteration in which every running request decoded, and
-        # nothing has freed memory or seats since: until something does, it would stop at the same request.
-        self._admission_blocked = False
-        # Runs leave the running requests' own counters behind (see sync): the decode clock (iterations in which
-        # every running request decoded, run in bulk), whether some request's counters lag behind it, who
-        # finishes when on it (kept from a bulk iteration to the next; None after a single iteration, which may
-        # change the batch in other ways), and the admission stamps (the running queue's order).
-        self._clock = 0
-        self._synced = True
-        self._finishes: list[tuple[int, int, Seq]] | None = None
-        self._num_stamps = 0
 
     @property
     def num_unfinished(self) -> int:
         return len(self.running) + len(self.waiting)
 
-    @property
-    def is_decoding(self) -> bool:
-        """Every running request computes the one token it sampled last in the next iteration."""
-        return self._decoding
-
     def add_request(self, seq: Seq) -> None:
-        self.waiting.append(seq)  # (at the back: a blocked queue's head stays blocked)
+        self.waiting.append(seq)  # (FCFS: at the back; priority: in its place)
 
     def sync(self) -> None:
-        """Bring every running request's ``num_computed_tokens`` and ``num_output_tokens`` up to date.
-
-        A run of ``k`` iterations adds ``k`` to each decoding request; rather than visiting every running request
-        after every run, the scheduler advances its decode clock and each request remembers the clock it was
-        last brought up to date at (``Seq.synced_clock``). They are caught up here: before a single iteration
-        (which reads them) and whenever someone outside looks (the simulator's snapshots and results). The sums
-        the metrics read (``num_resident_computed_tokens``, ``num_sampled_tokens``) are always current."""
-        if not self._synced:
-            for seq in self.running:
-                self._sync_one(seq)
-            self._synced = True
-
-    def _sync_one(self, seq: Seq) -> None:
-        lag = self._clock - seq.synced_clock
-        if lag:
-            seq.num_computed_tokens += lag
-            seq.num_output_tokens += lag
-            seq.synced_clock = self._clock
+        """Bring every running request's counters up to date: stepping keeps them current (runs do not)."""
 
     # -- the iteration ---------------------------------------------------------------------------------
 
-    def schedule(self, max_iterations: int = 1, horizon: Horizon | None = None) -> SchedulerOutput:
-        """The next run of iterations: one, or up to ``max_iterations`` when their outcome is known (see the
-        module doc). ``horizon`` cuts a run where the caller's next event (an arrival) falls."""
-        if max_iterations > 1 and self._decoding and 0 < len(self.running) <= self.config.max_num_batched_tokens:
-            if not self.waiting or self._admission_blocked:
-                out = self._schedule_run(max_iterations, horizon)
-            else:
-                out = self._schedule_decode_and_admit(max_iterations, horizon)
-            if out is None and not self.allocator.enable_prefix_caching:
-                out = self._schedule_evicting_decode()  # (the decoders' blocks are not all free)
-            if out is not None:
-                return out
+    def schedule(self, max_iterations: int = 1, horizon=None) -> SchedulerOutput:
+        """The next iteration (the reference takes one at a time: ``max_iterations`` and ``horizon`` are for
+        ``RunScheduler``)."""
         return self._schedule_iteration()
 
-    def _schedule_evicting_decode(self) -> SchedulerOutput:
-        """An iteration in which every running request decodes and the free blocks run out: what the running
-        loop decides (each takes a block if it needs one; when none is free, the newest running request is
-        preempted, perhaps the one asking), with only those needing a block visited and the others advanced on
-        the decode clock. Nobody is admitted in an iteration that preempted."""
-        preempted: list[tuple[Seq, int]] = []  # (victim, bytes swapped out)
-
-        def evict() -> Seq:
-            preempted.append(self._evict_newest())
-            return preempted[-1][0]
-
-        self._finish_heap()  # (before anyone leaves: the heap skips the evicted from then on)
-        growth = self.allocator.allocate_decode_iteration(evict).growth
-        self._admission_blocked = False
-        return self._run_output(1, growth, preempted_req_ids=tuple(s.request_id for s, _ in preempted),
-                                num_swap_bytes=sum(nbytes for _, nbytes in preempted))
-
-    def _schedule_run(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
-        """Iterations in which every running request decodes, up to the first in which one finishes. None when
-        not even the first iteration's blocks are free (a single iteration then preempts)."""
-        num_context = decode_context(self.num_resident_computed_tokens, len(self.running))
-        num_iterations, timing = self._run_length(max_iterations, horizon, num_context)
-        if self.allocator.enable_prefix_caching:
-            self.sync()  # (it hashes the blocks the run fills: it reads their tokens)
-        run = self.allocator.allocate_decode_run(self.running, num_iterations)
-        if run.num_iterations == 0:
-            return None
-        return self._run_output(run.num_iterations, run.growth, timing=timing, num_context=num_context)
-
-    def _schedule_decode_and_admit(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
-        """Every running request decodes and the queue's head may fit: what the running loop and the waiting
-        loop would decide, with the decoders' blocks in one call. When the batching policy admits nobody, the
-        head waits until something finishes (its contract), so the iteration is the first of a run. None when
-        the decoders' blocks are not all free."""
-        running = self.running
-        num_seqs = len(running)
-        self._finish_heap()  # (before the admitted join: it holds the decoders only)
-        if self.allocator.enable_prefix_caching:
-            self.sync()
-        first_run = self.allocator.allocate_decode_run(running, 1)
-        if not first_run.num_iterations:
-            return None
-        num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
-        scheduled = self._decoders.copy()
-        budget = self.config.max_num_batched_tokens - num_seqs
-        new_ids, (prefill, _, context, pairs), swap_bytes = self._waiting_loop(budget, scheduled)
-        if new_ids:
-            first = FirstIteration(len(scheduled), prefill, num_seqs, num_context + context, num_context + pairs)
-            num_iterations, growth, timing = 1, first_run.growth, None
-            if max_iterations > 1 and not swap_bytes:
-                num_rest = self._admitted_run_length(len(new_ids), scheduled, max_iterations - 1)
-                if num_rest > 0:
-                    num_iterations, growth, timing = self._after_admission(num_rest, horizon, first, growth)
-            self.step += 1
-            out = SchedulerOutput.__new__(  # (a function call: see SchedulerOutput)
-                SchedulerOutput,
-                step=self.step,
-                num_scheduled_tokens=scheduled,
-                new_req_ids=tuple(new_ids),
-                preempted_req_ids=(),
-                num_prefill_tokens=prefill,
-                num_decode_tokens=num_seqs,
-                num_context_tokens=first.num_context_tokens,
-                num_attention_pairs=first.num_attention_pairs,
-                num_swap_bytes=swap_bytes,
-                num_iterations=num_iterations,
-                decodes_in_bulk=True,
-                kv_growth=growth,
-                timing=timing,
-            )
-            self.step += num_iterations - 1
-            return out
-        self._admission_blocked = True
-        growth = first_run.growth
-        # (With prefix caching the run's blocks are hashed from the requests' counters, which do not count the
-        # first iteration yet: the run is that one iteration.)
-        if self.allocator.enable_prefix_caching:
-            return self._run_output(1, growth)
-        num_iterations, timing = self._run_length(max_iterations, horizon, num_context)  # (the same context)
-        return self._run_output(*self._after_first(num_iterations, growth), timing=timing, num_context=num_context)
-
-    def _admitted_run_length(self, num_admitted: int, scheduled: dict[int, int], max_rest: int) -> int:
-        """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? If so, the
-        decode iterations that can follow it as far as the requests just admitted go (at most ``max_rest``): up to
-        the first of them to finish. 0 when not: the queue is not empty, a request just admitted does not compute
-        all its tokens now (it samples none), or one finishes now. (With prefix caching the run's blocks are hashed
-        from the requests' counters: 0.)"""
-        if self.waiting or self.allocator.enable_prefix_caching:
-            return 0
-        num_rest = max_rest
-        for seq in self.running[len(self.running) - num_admitted:]:
-            if scheduled.get(seq.request_id) != seq.num_tokens - seq.num_computed_tokens:
-                return 0  # admitted for want of budget with no tokens yet, or a chunk of its prompt
-            num_rest = min(num_rest, num_tokens_to_finish(seq) - 1)  # (it samples one now: 0 if its last)
-        return num_rest
-
-    def _after_admission(self, num_rest: int, horizon: Horizon | None, first: FirstIteration,
-                         growth: tuple[tuple[int, int, int], ...]
-                         ) -> tuple[int, tuple[tuple[int, int, int], ...], RunTiming | None]:
-        """A run whose first iteration admits (``first``: its batch size, prefill and decode tokens, context and
-        attention pairs) and whose later iterations, at most ``num_rest`` (``_admitted_run_length``), are decodes
-        of the whole batch, as the running loop would schedule them: up to the first finish (of a decoder, or of
-        someone just admitted), cut by the horizon and by the free blocks. Returns (iterations, the run's growth,
-        the horizon's timing)."""
-        clock = self._clock + 1  # the decode clock after the first iteration
-        assert self._finishes  # (the decoders': _schedule_decode_and_admit made it)
-        num_rest = min(num_rest, self._finishes[0][0] - clock)
-        if num_rest <= 0:
-            return 1, growth, None
-        num_seqs = len(self.running)
-        if horizon is None:
-            num_iterations, timing = 1 + num_rest, None
-        else:  # (after the first iteration everyone decodes, each over one more token of context)
-            num_iterations, timing = horizon(num_seqs, decode_context(first.num_context_tokens, num_seqs),
-                                             1 + num_rest, first)
-        return (*self._after_first(num_iterations, growth), timing)
-
-    def _after_first(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...]
-                     ) -> tuple[int, tuple[tuple[int, int, int], ...]]:
-        """A run's first iteration (its blocks handed out, ``growth``) followed by decode iterations of the whole
-        batch, up to ``num_iterations`` in all as far as the free blocks go: (iterations, the run's growth)."""
-        if num_iterations <= 1:
-            return 1, growth
-        rest = self.allocator.allocate_decode_run(self.running, num_iterations - 1, first=1)
-        return 1 + rest.num_iterations, growth + rest.growth
-
-    def _run_length(self, max_iterations: int, horizon: Horizon | None,
-                    num_context: int) -> tuple[int, RunTiming | None]:
-        """Iterations of a decode run from now (its first reading ``num_context`` tokens of KV): up to the first
-        finish, cut by the caller's horizon."""
-        num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)
-        if horizon is None:
-            return num_iterations, None
-        return horizon(len(self.running), num_context, num_iterations, None,
-                       bool(self.waiting) and self._admission_blocked)
-
-    def _finish_heap(self) -> list[tuple[int, int, Seq]]:
-        """(clock iteration of its last token, stamp, request) for every running request, soonest first (and
-        entries of requests preempted since, skipped: ``_stale``)."""
-        if self._finishes is None:
-            self.sync()
-            clock = self._clock
-            # (num_tokens_to_finish, written out: saved a call per running request and rebuild; with _advance_iteration's
-            # copy, 1-2k instructions/request on static+max, static+paged, continuous+*, 2.1)
-            self._finishes = [(clock + s.request.num_output_tokens - s.num_output_tokens, s.stamp, s)
-                              for s in self.running]
-            heapify(self._finishes)
-        finishes = self._finishes
-        while finishes and _stale(finishes[0]):
-            heappop(finishes)
-        return finishes
-
-    def _run_output(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...],
-                    preempted_req_ids: tuple[int, ...] = (), num_swap_bytes: int = 0,
-                    timing: RunTiming | None = None, num_context: int | None = None) -> SchedulerOutput:
-        """Everyone running decodes, ``num_iterations`` times (those preempted for this run's blocks are gone);
-        ``num_context``: its first iteration's context, when the caller has it."""
-        running = self.running
-        num_seqs = len(running)
-        if num_context is None:
-            num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
-        self.step += 1
-        out = SchedulerOutput.__new__(  # (a function call: see SchedulerOutput)
-            SchedulerOutput,
-            step=self.step,
-            num_scheduled_tokens=self._decoders.copy(),
-            new_req_ids=(),
-            preempted_req_ids=preempted_req_ids,
-            num_prefill_tokens=0,
-            num_decode_tokens=num_seqs,
-            num_context_tokens=num_context,
-            num_attention_pairs=num_context,  # one new token each: computed + 1 pairs
-            num_swap_bytes=num_swap_bytes,
-            num_iterations=num_iterations,
-            is_decode_run=True,
-            kv_growth=growth,
-            timing=timing,
-        )
-        self.step += num_iterations - 1
-        return out
-
     def _schedule_iteration(self) -> SchedulerOutput:
-        self.sync()
-        self._finishes = None  # (the batch and its counters may change in other ways than a run's)
         self.step += 1
         budget = self.config.max_num_batched_tokens
         scheduled: dict[int, int] = {}
         preempted: list[Seq] = []
-        num_running = len(self.running)
-        if self._decoding and 0 < num_running <= budget and self.allocator.allocate_decode_run(self.running, 1):
-            # Everyone decodes and this iteration's blocks are free: the running loop's outcome, in bulk.
-            scheduled.update(self._decoders)
-            num_context = decode_context(self.num_resident_computed_tokens, num_running)
-            budget, totals, swap_bytes = budget - num_running, [0, num_running, num_context, num_context], 0
-        else:
-            budget, totals, swap_bytes = self._running_loop(budget, scheduled, preempted)
+        budget, totals, swap_bytes = self._running_loop(budget, scheduled, preempted)
         new_ids: list[int] = []
         if not preempted:  # vLLM admits nobody in an iteration that preempted
             new_ids, waiting_totals, swapped_in = self._waiting_loop(budget, scheduled)
             totals = [a + b for a, b in zip(totals, waiting_totals)]
             swap_bytes += swapped_in
         prefill, decode, context, pairs = totals
-        # The queue's head did not fit while everyone decoded: later iterations of decoders only have less room.
-        self._admission_blocked = bool(self.waiting) and not preempted and not new_ids and decode == num_running
         return SchedulerOutput.__new__(  # (a function call: see SchedulerOutput)
             SchedulerOutput,
             step=self.step,
@@ -368,8 +94,9 @@ class Scheduler:
         )
 
     def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
-        """The running requests, in order, under the budget; preempting the newest when memory runs out.
-        Returns (budget left, [prefill, decode, context, pairs], bytes swapped out)."""
+        """The running requests, in order, under the budget; preempting the policy's victim when memory runs out.
+        Returns (budget left, [prefill, decode, context, pairs], bytes swapped out). (``RunScheduler`` decides it
+        in bulk when everyone decodes.)"""
         cfg = self.config
         prefill = decode = context = pairs = swap_bytes = 0
         max_computed = cfg.max_model_len - 1
@@ -389,8 +116,16 @@ class Scheduler:
                 i += 1
                 continue
             while self.allocator.allocate_slots(seq, num_new) is not Fit.NOW:
-                victim, num_bytes = self._evict_newest()
-                swap_bytes += num_bytes
+                index = self.policy.victim_index(running)
+                victim = running[index]
+                if index < i:  # (priority only: scheduled earlier in this iteration; vLLM takes it back)
+                    i -= 1
+                    if victim.request_id in scheduled:
+                        undone = _work(victim, scheduled.pop(victim.request_id))
+                        budget += undone[0] + undone[1]
+                        prefill, decode = prefill - undone[0], decode - undone[1]
+                        context, pairs = context - undone[2], pairs - undone[3]
+                swap_bytes += self._evict(index)
                 preempted.append(victim)
                 if victim is seq:
                     break
@@ -439,11 +174,7 @@ class Scheduler:
         popped = self.waiting.popleft()
         assert popped is seq
         seq.status = SeqStatus.RUNNING
-        self._num_stamps += 1
-        seq.stamp = self._num_stamps
-        seq.synced_clock = self._clock
         self.running.append(seq)
-        self._decoders[seq.request_id] = 1
         if num_cached_tokens:
             seq.num_computed_tokens = num_cached_tokens
         if seq.num_cached_tokens is None:  # (vLLM's scheduler counts the hit of a request's first admission)
@@ -451,51 +182,34 @@ class Scheduler:
         # KV that is in GPU memory again: prefix hits, or everything a swapped-out request brings back.
         self.num_resident_computed_tokens += seq.num_computed_tokens
 
-    # -- after the iterations ran --------------------------------------------------------------------------
+    # -- after the iteration ran -----------------------------------------------------------------------
 
     def update_from_output(self, output: SchedulerOutput, now: float, started: float | None = None,
                            first_end: float | None = None) -> list[Seq]:
-        """Advance every scheduled request by its tokens, in each iteration of the run that began at
-        ``started``, whose first iteration ended at ``first_end`` and whose last ended at ``now``; a request
-        whose computed tokens caught up samples one token. Returns the requests that finished (their memory
-        is already freed)."""
-        started = now if started is None else started
-        num_sampled = self.num_sampled_tokens
-        if output.is_decode_run:
-            finished = self._advance_run(output.num_iterations, output.num_decode_tokens)
-        elif output.decodes_in_bulk:
-            first_end = now if first_end is None else first_end
-            finished = self._advance_run(1, output.num_decode_tokens) + self._advance_admitted(output, started,
-                                                                                                first_end)
-            if output.num_iterations > 1:  # then the whole batch decodes (nobody finished in the first)
-                finished += self._advance_run(output.num_iterations - 1, len(self.running))
-        else:
-            finished = self._advance_iteration(output, started, now)
-        if not output.is_decode_run:
-            # Every running request computed its tokens and sampled one: next, each decodes the one it sampled.
-            self._decoding = (output.num_iterations > 1
-                              or self.num_sampled_tokens - num_sampled == len(self.running))
-        if finished:
-            for seq in finished:
-                self.finish(seq, now)
-                self.running.remove(seq)
-                del self._decoders[seq.request_id]
-            self._admission_blocked = False  # memory and a seat were freed
+        """Advance every scheduled request by its tokens, in the iteration from ``started`` to ``now``; a request
+        whose computed tokens caught up samples one token. Returns the requests that finished (their memory is
+        already freed, and they have left ``running``)."""
+        finished = self._advance_iteration(output, now if started is None else started, now)
+        self._remove_finished(finished, now)
         return finished
+
+    def _remove_finished(self, finished: list[Seq], now: float) -> None:
+        for seq in finished:
+            self.finish(seq, now)
+            self.running.remove(seq)
 
     def _advance_iteration(self, output: SchedulerOutput, started: float, now: float) -> list[Seq]:
         """The scheduled requests computed their tokens in the iteration from ``started`` to ``now``; those whose
-        computed tokens caught up sample one token. Returns those for which it was the last."""
+        computed tokens caught up sampled one token. Returns those for which it was the last (``num_tokens_to_finish``)."""
         scheduled = output.num_scheduled_tokens
-        pairs: Iterable[tuple[Seq, int]]
         if len(scheduled) == len(self.running):  # all of them, in running order (admitted at the back)
             pairs = zip(self.running, scheduled.values())
         else:
             by_id = {seq.request_id: seq for seq in self.running}
-            pairs = ((by_id[request_id], num_new) for request_id, num_new in scheduled.items())
+            pairs = ((by_id[request_id], num_new) for request_id, num_new in scheduled.items())  # type: ignore[assignment]
         compute = self._compute
-        # (num_tokens_to_finish, written out: saved a call per scheduled request and step; with the finish heap's
-        # copy, 1-2k instructions/request on static+max, static+paged, continuous+*, 2.1, benchmarks/count_instructions.py)
+        # (num_tokens_to_finish, written out: the call cost 8k instructions/request with the heap's copy, static+paged
+        # 349k against 341k, benchmarks/count_instructions.py --requests 3000; finished: sampled, none left)
         return [seq for seq, num_new in pairs
                 if compute(seq, num_new, started, now) and seq.request.num_output_tokens - seq.num_output_tokens == 0]
 
@@ -514,44 +228,27 @@ class Scheduler:
             seq.first_token_time = now
         return True
 
-    def _advance_run(self, num_iterations: int, num_decoders: int) -> list[Seq]:
-        """The ``num_decoders`` requests running before the run decoded ``num_iterations`` tokens each (nobody
-        finishes before its end): the clock advances and they are caught up later (``sync``), but for those
-        finishing now."""
-        assert self._finishes is not None
-        self._clock += num_iterations
-        self._synced = False
-        num_tokens = num_iterations * num_decoders
-        self.num_resident_computed_tokens += num_tokens
-        self.num_sampled_tokens += num_tokens
-        finished = []
-        while self._finishes and self._finishes[0][0] == self._clock:  # (a run ends at the heap's first)
-            entry = heappop(self._finishes)
-            if not _stale(entry):
-                self._sync_one(entry[2])
-                finished.append(entry[2])
-        return finished
-
-    def _advance_admitted(self, output: SchedulerOutput, started: float, now: float) -> list[Seq]:
-        """The requests admitted in a bulk iteration (at the back of the running queue) computed their tokens;
-        those that caught up sampled one and join the finish heap. Returns those for which it was the last."""
-        assert self._finishes is not None
-        scheduled, clock = output.num_scheduled_tokens, self._clock
-        running = self.running
-        finished = []
-        for seq in running[len(running) - len(output.new_req_ids):]:
-            seq.synced_clock = clock
-            num_new = scheduled.get(seq.request_id, 0)
-            # (Admitted with no tokens yet for want of budget, or a chunk of its prompt: not decoding, so the next
-            # iteration is a single one.)
-            if not num_new or not self._compute(seq, num_new, started, now):
-                continue
-            left = num_tokens_to_finish(seq)
-            if not left:
-                finished.append(seq)
-            else:
-                heappush(self._finishes, (clock + left, seq.stamp, seq))
-        return finished
+    def finish_requests(self, seqs: list[Seq], now: float) -> list[Seq]:
+        """Abort requests from outside (a client gave up), as vLLM's Scheduler.finish_requests with
+        FINISHED_ABORTED: running ones leave the batch (its order kept) and free their blocks, waiting ones leave the
+        queue; those already finished are skipped. Returns the aborted. What they had computed is wasted work
+        (their ``num_computed_tokens`` and the ``num_lost_tokens`` preemption dropped)."""
+        unique = {id(seq): seq for seq in seqs}.values()  # (vLLM takes a set of ids)
+        aborted = [seq for seq in unique if seq.status in (SeqStatus.RUNNING, SeqStatus.WAITING, SeqStatus.PREEMPTED)]
+        if not aborted:
+            return aborted
+        leaving = {id(seq) for seq in aborted}
+        self.running[:] = [seq for seq in self.running if id(seq) not in leaving]
+        self.waiting.remove_requests(leaving)
+        for seq in aborted:
+            if seq.status is SeqStatus.RUNNING:
+                self._free(seq)
+            elif seq.swapped:
+                self.preemption.on_resume(seq)  # (its copy on the CPU is dropped: the swap space is free again)
+                seq.swapped = False
+            seq.status = SeqStatus.ABORTED
+            seq.finish_time = now
+        return aborted
 
     def finish(self, seq: Seq, now: float) -> None:
         """Free a finished request's memory (it stays in ``running`` until the caller removes it)."""
@@ -559,24 +256,22 @@ class Scheduler:
         seq.status = SeqStatus.FINISHED
         seq.finish_time = now
 
-    # -- helpers ---------------------------------------------------------------------------------------
+    # -- preemption ------------------------------------------------------------------------------------
 
     def _free(self, seq: Seq) -> None:
         self.allocator.free(seq)
         self.num_resident_computed_tokens -= seq.num_computed_tokens
 
-    def _evict_newest(self) -> tuple[Seq, int]:
-        """Preempt vLLM's victim, the newest running request (FCFS: the last admitted goes first), whether the
-        running loop runs out of memory or a decode iteration does. Returns it and the bytes swapped out."""
-        victim = self.running.pop()
-        self._sync_one(victim)
-        return victim, self._preempt(victim)
+    def _evict(self, index: int) -> int:
+        """Take ``running[index]`` (the policy's victim) out of the batch and preempt it. Returns bytes swapped
+        out."""
+        return self._preempt(self.running.pop(index))
 
     def _preempt(self, seq: Seq) -> int:
-        """Evict ``seq`` whole and put it at the front of the waiting queue. Returns bytes swapped out."""
+        """Evict ``seq`` whole and put it back in the waiting queue (vLLM's _preempt_request: prepend_request, the
+        front under FCFS, its place under priority). Returns bytes swapped out."""
         self.num_preemptions += 1
         seq.num_preemptions += 1
-        del self._decoders[seq.request_id]
         self._free(seq)
         swap_bytes = self.preemption.on_preempt(seq)  # (what the request loses, or moves: the mode's)
         seq.status = SeqStatus.PREEMPTED
@@ -585,6 +280,10 @@ class Scheduler:
         return swap_bytes
 
 
-def _stale(entry: tuple[int, int, Seq]) -> bool:
-    """A finish-heap entry of a request preempted since it was pushed (running again, it has a new stamp)."""
-    return entry[2].status is not SeqStatus.RUNNING or entry[1] != entry[2].stamp
+def _work(seq: Seq, num_new: int) -> tuple[int, int, int, int]:
+    """What ``seq`` scheduled for ``num_new`` tokens adds to an iteration's totals, as the running loop counts it:
+    (prefill, decode, context, pairs). (Read only to take a request's tokens back, as vLLM's priority victims.)"""
+    computed = seq.num_computed_tokens
+    is_decode = num_new == 1 and computed == seq.num_tokens - 1 and seq.num_output_tokens > 0
+    return ((0 if is_decode else num_new), (1 if is_decode else 0), computed + num_new,
+            num_new * computed + num_new * (num_new + 1) // 2)

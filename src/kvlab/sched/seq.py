@@ -13,6 +13,7 @@ class SeqStatus(enum.Enum):
     PREEMPTED = "preempted"  # back in the waiting queue; its KV dropped (recompute) or on the CPU (swap)
     FINISHED = "finished"
     REJECTED = "rejected"
+    ABORTED = "aborted"  # its client gave up (a deadline passed): vLLM's FINISHED_ABORTED
 
 
 class Seq:
@@ -77,3 +78,4 @@ def num_tokens_to_finish(seq: Seq) -> int:
     the last of them, the k-th from now in which it samples when this is k (a run of k decode iterations ends
     with its finish; one step finishes it when this is 1), and it has finished when this is 0."""
     return seq.request.num_output_tokens - seq.num_output_tokens
+

@@ -138,7 +138,7 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     """kvlab's scheduler and paged allocator, run as ``kvlab run`` runs them (runs of iterations where their
     outcome is known, up to ``max_iterations`` at once; 1 steps), recorded step by step in the driver's format."""
     from kvlab.memory.paged import PagedAllocator
-    from kvlab.sched.scheduler import Scheduler
+    from kvlab.sched.runs import RunScheduler
     from kvlab.sched.seq import Seq
     from kvlab.sim import MAX_RUN_ITERATIONS
 
@@ -147,7 +147,7 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     allocator = PagedAllocator(settings.num_gpu_blocks_override, settings.block_size,
                                enable_prefix_caching=settings.enable_prefix_caching,
                                max_model_len=settings.max_model_len)
-    scheduler = Scheduler(settings.scheduler_config, allocator)
+    scheduler = RunScheduler(settings.scheduler_config, allocator)
     order = sorted(range(len(requests)), key=lambda i: (add_before_step[i], i))
     seqs: dict[int, Seq] = {}
     steps: list[dict] = []

@@ -16,8 +16,10 @@ JOB.json is one job or a list of jobs (a list runs in one process, one engine af
                 "kv_cache_memory_bytes": null,          # or bytes; one of the two must be given
                 "max_num_seqs": 8, "max_num_batched_tokens": 256, "max_model_len": 1024,
                 "enable_prefix_caching": false, "enable_chunked_prefill": true,
-                "long_prefill_token_threshold": 0, "watermark": 0.0, "dtype": "float32", "seed": 0},
-     "requests": [{"request_id": "0", "prompt_token_ids": [...], "max_tokens": 12, "add_before_step": 0}, ...],
+                "long_prefill_token_threshold": 0, "watermark": 0.0, "dtype": "float32", "seed": 0,
+                "scheduling_policy": "fcfs"},         # optional: "fcfs" (default) or "priority"
+     "requests": [{"request_id": "0", "prompt_token_ids": [...], "max_tokens": 12, "add_before_step": 0,
+                   "priority": 0}, ...],   # priority optional (0): smaller first under "priority"
      "model": {...},             # optional config.json overrides of TINY_LLAMA
      "record_block_ids": true,   # optional, default true
      "max_steps": 100000,        # optional
@@ -189,6 +191,7 @@ def _engine_args(model_dir: str, engine: dict):
         enable_chunked_prefill=engine.get("enable_chunked_prefill", True),
         long_prefill_token_threshold=engine.get("long_prefill_token_threshold", 0),
         watermark=engine.get("watermark", 0.0),
+        scheduling_policy=engine.get("scheduling_policy", "fcfs"),
         # Eager mode: torch.compile would cost minutes of startup for nothing the scheduler sees.
         enforce_eager=True,
         disable_log_stats=True,
@@ -422,7 +425,7 @@ def _drive(engine, recorder: _Recorder, job: dict) -> tuple[list[dict], dict[str
             r = pending[next_index]
             next_index += 1
             engine.add_request(str(r["request_id"]), TokensPrompt(prompt_token_ids=r["prompt_token_ids"]),
-                               _params(r["max_tokens"]))
+                               _params(r["max_tokens"]), priority=r.get("priority", 0))
         recorder.step_index = step
         num_recorded = len(recorder.steps)
         for out in engine.step():

@@ -46,6 +46,7 @@ class EngineSettings:
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0
     watermark: float = 0.0  # vLLM's --watermark (0: V1's default, off)
+    scheduling_policy: str = "fcfs"  # vLLM's --scheduling-policy: fcfs, or priority (each request's, smaller first)
     dtype: str = "float32"
     seed: int = 0
 
@@ -54,7 +55,7 @@ class EngineSettings:
         """kvlab's scheduler under these settings (the strategy's batching and preemption mode: vLLM V1's)."""
         return SchedulerConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                                max_model_len=self.max_model_len, enable_chunked_prefill=self.enable_chunked_prefill,
-                               watermark=self.watermark)
+                               watermark=self.watermark, scheduling_policy=self.scheduling_policy)
 
     def options(self, model: str, gpu: str) -> dict:
         """The run's options (kvlab.config.resolve's keywords) for ``model`` on ``gpu`` under these settings."""
@@ -62,7 +63,7 @@ class EngineSettings:
                 "block_size": self.block_size, "max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
                 "max_num_batched_tokens": self.max_num_batched_tokens,
                 "enable_chunked_prefill": self.enable_chunked_prefill, "dtype": self.dtype,
-                "watermark": self.watermark}
+                "watermark": self.watermark, "scheduling_policy": self.scheduling_policy}
 
     def check(self, spelling: dict[str, str] | None = None) -> None:
         """Refuse, before starting the engine, what vLLM 0.32.0 would refuse, with vLLM's reason. ``spelling``
@@ -175,6 +176,7 @@ def build_job(
                 "prompt_token_ids": prompt_token_ids(request),
                 "max_tokens": request.num_output_tokens,
                 "add_before_step": int(step),
+                "priority": request.priority,
             }
         )
     return {

@@ -31,6 +31,7 @@ from kvlab.workload.bundled import WORKLOADS, BundledWorkload, trace_workload
 from kvlab.workload.files import SUFFIXES, read_user_file
 from kvlab.workload.inference_perf import SUFFIXES as INFERENCE_PERF_SUFFIXES
 from kvlab.workload.inference_perf import inference_perf_source
+from kvlab.workload.priority import clients_note, with_clients
 from kvlab.workload.published import trace_for_file
 from kvlab.workload.request import Request
 from kvlab.workload.sessions import SessionSpec
@@ -287,7 +288,7 @@ def _clip_to_max_model_len(table: LengthTable, max_model_len: int) -> tuple[Leng
     output = np.where(over, np.maximum(1, np.minimum(np.floor(table.output_len * scale), max_model_len - prompt)),
                       table.output_len).astype(np.int64)
     clipped = LengthTable(prompt_len=prompt, output_len=output, max_tokens=table.max_tokens,
-                          prefix_hashes=table.prefix_hashes)
+                          prefix_hashes=table.prefix_hashes, priority=table.priority)
     return clipped, int(over.sum())
 
 
@@ -303,6 +304,8 @@ def load_workload(
     max_model_len: int | None = None,
     long_requests: str = "reject",
     sessions: SessionSpec | None = None,
+    priority_classes: str | None = None,
+    timeout: str | None = None,
 ) -> Workload:
     """The requests of a bundled workload (``WORKLOADS``) or of a user's .csv / .jsonl file.
 
@@ -313,6 +316,7 @@ def load_workload(
     Same arguments, same requests, in any process. See the module docstring for ``arrival``. A workload beyond
     kvlab.validate's memory limit is refused before any request is drawn (``allow_large_work`` lifts it).
     ``sessions`` sets the session generator's parameters (the ``sessions`` workload only; its defaults otherwise).
+    ``priority_classes`` and ``timeout``: the clients' classes and deadlines (kvlab.workload.priority).
     """
     from kvlab.validate import check_simulation_work
 
@@ -360,8 +364,9 @@ def load_workload(
         if num_capped == 0 and table.max_tokens is None:
             max_tokens = None
     requests = _build_requests(table, times, max_tokens)
-
+    requests = with_clients(requests, table.priority, priority_classes, timeout, seed)
     description = _describe(entry, source_table, table, times, how, seed, max_model_len, num_capped)
+    description += clients_note(priority_classes, timeout)
     if long_requests == "clip":
         description += (f" {num_clipped:,} requests longer than max_model_len {max_model_len:,} clipped (prompt and "
                         "output scaled down together, as Vidur does).")

@@ -34,6 +34,11 @@ class Request:
     prefix_chunk_len: int = 512
     n: int = 1
     prefix_len: int | None = None
+    #: vLLM's request priority under ``--scheduling-policy priority``: smaller is served first (0, vLLM's default).
+    priority: int = 0
+    #: Seconds after its arrival the client waits for the whole answer before it gives up (the engine then aborts
+    #: the request, as vLLM aborts one whose client disconnected); None: it waits as long as it takes.
+    timeout: float | None = None
     # Derived once here, read as plain attributes: the simulator reads them several times per request, and a
     # property costs a call each time.
     #: How many tokens the answer really has: the true length, capped by ``max_tokens``.

@@ -31,6 +31,8 @@ class LengthTable:
     prefix_hashes: tuple[tuple[int, ...], ...] | None = None
     prefix_len: tuple[int, ...] | None = None
     prefix_chunk_len: int = 512
+    # A user's file's ``priority`` column (vLLM's --scheduling-policy priority), one integer per row, or None.
+    priority: tuple[int, ...] | None = None
     num_skipped: int = 0
     skip_reason: str = ""
 
@@ -77,6 +79,7 @@ class LengthTable:
             prefix_hashes=column(self.prefix_hashes),
             prefix_len=column(self.prefix_len),
             prefix_chunk_len=self.prefix_chunk_len,
+            priority=column(self.priority),
         )
 
 

@@ -1,0 +1,124 @@
+"""Classes of a workload's clients: their priority, for vLLM's ``--scheduling-policy priority`` (smaller is served
+first), and how long they wait before giving up.
+
+A user's file may give each request its own priority (a ``priority`` column, kvlab.workload.files); a generated
+workload draws one per request from ``--priority-classes``, written ``PRIORITY:SHARE,...`` (``0:0.2,1:0.8``: a
+fifth of the requests at priority 0, the rest at 1; the shares are weights, scaled to sum to 1), with the
+workload's seed. ``--timeout`` gives every client a deadline, ``SECONDS`` after its request arrives, or one per
+priority class, ``PRIORITY:SECONDS,...`` (a class not named waits as long as it takes): the simulator aborts a
+request whose deadline passes before it finishes (kvlab.sim, Request.timeout).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from kvlab.errors import KvlabError
+from kvlab.workload.request import Request
+
+_VALID = ("valid: PRIORITY:SHARE pairs separated by commas, e.g. 0:0.2,1:0.8 (integer priorities, smaller served "
+          "first; shares > 0)")
+
+
+def parse_priority(value, where: str) -> int:
+    """One request's priority: an integer (vLLM's ``priority``, any sign)."""
+    if isinstance(value, bool):
+        value = None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number.is_integer()):
+        raise KvlabError(f"{where}: priority {value!r} is not an integer; valid: a whole number, smaller served "
+                         "first (vLLM's --scheduling-policy priority)")
+    return int(number)
+
+
+def parse_classes(text: str) -> tuple[tuple[int, float], ...]:
+    """``PRIORITY:SHARE,...`` as (priority, share) pairs, the shares summing to 1."""
+    pairs: list[tuple[int, float]] = []
+    for part in text.split(","):
+        priority, sep, share = part.strip().partition(":")
+        if not sep:
+            raise KvlabError(f"--priority-classes {text!r}: {part.strip()!r} has no share; {_VALID}")
+        number = parse_priority(priority.strip(), f"--priority-classes {text!r}")
+        try:
+            weight = float(share)
+        except ValueError:
+            weight = math.nan
+        if not (math.isfinite(weight) and weight > 0):
+            raise KvlabError(f"--priority-classes {text!r}: share {share.strip()!r} of priority {number} is not a "
+                             f"number > 0; {_VALID}")
+        if any(number == p for p, _ in pairs):
+            raise KvlabError(f"--priority-classes {text!r}: priority {number} appears twice; {_VALID}")
+        pairs.append((number, weight))
+    total = sum(w for _, w in pairs)
+    return tuple((p, w / total) for p, w in pairs)
+
+
+def with_clients(requests: tuple[Request, ...], priority: tuple[int, ...] | None, priority_classes: str | None,
+                 timeout: str | None, seed: int) -> tuple[Request, ...]:
+    """The requests with their clients' classes: a file's ``priority`` column, or ``priority_classes`` drawn on a
+    third stream of the workload's seed (the lengths and arrivals stay those the seed draws without classes); then
+    the deadlines of ``timeout``."""
+    if priority is None and not priority_classes and not timeout:
+        return requests
+    if priority_classes:
+        rng = np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(3)[2])
+        requests = assign_classes(requests, priority_classes, rng)
+    elif priority is not None:
+        requests = tuple(replace(r, priority=p) for r, p in zip(requests, priority))
+    return assign_timeouts(requests, timeout) if timeout else requests
+
+
+def clients_note(priority_classes: str | None, timeout: str | None) -> str:
+    """What a workload's description adds about its clients' classes and deadlines ('' when it has neither)."""
+    note = f" Priority classes {priority_classes} (priority:share, smaller served first)." if priority_classes else ""
+    return note + (f" Clients give up after {timeout} s (--timeout)." if timeout else "")
+
+
+def parse_timeouts(text: str) -> dict[int, float] | float:
+    """``SECONDS`` (every request) or ``PRIORITY:SECONDS,...`` (per class): seconds > 0."""
+    valid = ("valid: seconds > 0 after a request's arrival (e.g. 30), or PRIORITY:SECONDS pairs separated by commas "
+             "(e.g. 0:10,1:60)")
+
+    def seconds(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and number > 0):
+            raise KvlabError(f"--timeout {text!r}: {value.strip()!r} is not a number of seconds > 0; {valid}")
+        return number
+
+    if ":" not in text:
+        return seconds(text)
+    timeouts: dict[int, float] = {}
+    for part in text.split(","):
+        priority, sep, value = part.strip().partition(":")
+        if not sep:
+            raise KvlabError(f"--timeout {text!r}: {part.strip()!r} names no priority class; {valid}")
+        number = parse_priority(priority.strip(), f"--timeout {text!r}")
+        if number in timeouts:
+            raise KvlabError(f"--timeout {text!r}: priority {number} appears twice; {valid}")
+        timeouts[number] = seconds(value)
+    return timeouts
+
+
+def assign_timeouts(requests: tuple[Request, ...], text: str) -> tuple[Request, ...]:
+    """Each request's client deadline from ``--timeout`` (by its priority class, when given per class)."""
+    timeouts = parse_timeouts(text)
+    if isinstance(timeouts, float):
+        return tuple(replace(r, timeout=timeouts) for r in requests)
+    return tuple(replace(r, timeout=timeouts.get(r.priority)) for r in requests)
+
+
+def assign_classes(requests: tuple[Request, ...], text: str, rng: np.random.Generator) -> tuple[Request, ...]:
+    """Each request drawn into one of the classes of ``text``, by their shares."""
+    classes = parse_classes(text)
+    priorities = np.array([p for p, _ in classes])
+    drawn = rng.choice(priorities, size=len(requests), p=[s for _, s in classes]).tolist()
+    return tuple(replace(r, priority=p) for r, p in zip(requests, drawn))
