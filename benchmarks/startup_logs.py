@@ -67,16 +67,9 @@ def gpu_named_in(text: str) -> str | None:
 
 def printed_total_gib(entry: dict) -> float | None:
     """The GPU total the log prints ('Free memory on device (78.66/79.19 GiB)'), or the index's."""
-    import re
-
     if entry["printed"].get("total_gib"):
         return entry["printed"]["total_gib"]
-    try:
-        text = (entry["_folder"] / entry["file"]).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    match = re.search(r"Free memory on device \(([\d.]+)/([\d.]+) GiB\)", text)
-    return float(match.group(2)) if match else None
+    return read_log(entry).get("total_gib")
 
 
 def sampler_of(entry: dict) -> str | None:
@@ -205,7 +198,9 @@ def read_log(entry: dict) -> dict:
     except (OSError, KvlabError) as exc:
         return {"error": str(exc).splitlines()[0][:100]}
     return {"kv_cache_tokens": log.kv_cache_tokens, "max_concurrency": log.max_concurrency,
-            "available_kv_gib": log.available_kv_cache_gib, "model_loading_gib": log.model_weights_gib}
+            "available_kv_gib": log.available_kv_cache_gib, "model_loading_gib": log.model_weights_gib,
+            "activation_gib": log.activation_gib, "non_torch_gib": log.non_torch_gib,
+            "cuda_graph_gib": log.cuda_graph_gib, "total_gib": log.total_gpu_memory_gib}
 
 
 def rel(predicted, printed) -> float | None:
@@ -232,7 +227,8 @@ def print_row(row: Row) -> None:
     print(f"\n{e['id']}  [{split_of(e['id'])}]  vLLM {e.get('vllm_version')} · {e.get('num_gpus')} x "
           f"{e.get('gpu_kvlab') or e.get('gpu')} · TP {e.get('tensor_parallel_size')} · {', '.join(e.get('layout', []))}")
     mismatch = [f"{k} reader {row.reader.get(k)} vs index {row.printed.get(k)}" for k in
-                ("kv_cache_tokens", "max_concurrency", "available_kv_gib", "model_loading_gib")
+                ("kv_cache_tokens", "max_concurrency", "available_kv_gib", "model_loading_gib", "activation_gib",
+                 "non_torch_gib", "cuda_graph_gib", "total_gib")
                 if row.reader.get(k) is not None and row.printed.get(k) is not None
                 and abs(row.reader[k] - row.printed[k]) > 1e-6 * max(1, abs(row.printed[k]))]
     if "error" in row.reader:

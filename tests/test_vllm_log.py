@@ -157,6 +157,59 @@ def test_v0_cuda_blocks_and_three_line_memory_message():
     assert log.derived["block_size"].startswith("the only block size")
 
 
+CORPUS = Path(__file__).parent / "data" / "startup_logs"
+
+
+def corpus_log(name: str):
+    return parse_vllm_log((CORPUS / name).read_text(encoding="utf-8", errors="replace"))
+
+
+def test_v0_memory_split_gives_every_term():
+    log = parse("v0_0.7.2_qwen2.5_1.5b_colab.log")
+    # the weights as 'Loading model weights took 2.8884 GB' printed them first, the split's 2.89GiB after
+    assert (log.model_weights_gib, log.non_torch_gib, log.activation_gib, log.available_kv_cache_gib) == (
+        2.8884, 0.01, 2.02, 2.36)
+    assert "PyTorch activation peak memory takes 2.02GiB" in log.lines["activation_gib"]
+
+
+def test_free_memory_on_startup_and_actual_usage_of_0_10():
+    # llava-v1.6 on an 80 GB card, vLLM 0.10.2 (tests/data/startup_logs/index.json has the source)
+    log = corpus_log("llava-v1.6-mistral-7b-80gb-0.10.2.log")
+    assert (log.total_gpu_memory_gib, log.gpu_memory_utilization, log.requested_memory_gib) == (79.19, 0.9, 71.27)
+    assert (log.activation_gib, log.non_torch_gib, log.cuda_graph_gib) == (1.97, 0.07, 0.67)
+    assert "1.97 GiB for peak activation" in log.lines["activation_gib"]
+
+
+def test_actual_usage_of_0_28_wrapped_over_four_lines():
+    log = corpus_log("qwen3-14b-awq-rtx5090-util0.7-0.28.0.log")
+    assert (log.total_gpu_memory_gib, log.requested_memory_gib) == (31.36, 21.95)
+    assert (log.weights_and_non_torch_gib, log.activation_gib, log.cuda_graph_gib) == (11.22, 1.46, 0.52)
+    assert log.model_weights_gib is None and log.non_torch_gib is None  # printed as one figure
+
+
+def test_debug_profile_line_of_0_10():
+    log = corpus_log("qwen3-8b-fp8-24gb-util0.8-debug-0.10.2.log")
+    assert (log.non_kv_cache_gib, log.activation_gib, log.non_torch_gib, log.model_weights_gib) == (
+        10.22, 1.4, 0.02, 8.8)
+    assert (log.total_gpu_memory_gib, log.requested_memory_gib) == (23.53, 18.82)
+
+
+def test_gb_units_of_0_8_are_gib():
+    log = corpus_log("gemma-3-1b-it-0.8.2.log")
+    assert (log.model_weights_gib, log.cuda_graph_gib) == (1.9134, 0.44)
+    assert corpus_log("llama-3.1-8b-lora-a100-0.8.2.log").model_weights_gib == 15.1749
+    v0 = parse_vllm_log("INFO 05-30 06:40:51 model_runner.py:1115] Loading model weights took 2.8876 GB\n"
+                        "INFO 05-30 06:40:55 executor_base.py:110] # CUDA blocks: 5,512, # CPU blocks: 9,362")
+    assert v0.model_weights_gib == 2.8876
+
+
+def test_cuda_graph_estimate_and_pool_of_0_19():
+    log = corpus_log("qwen2.5-7b-awq-windows-util0.7-0.19.0.log")
+    assert (log.estimated_cuda_graph_gib, log.cuda_graph_gib) == (0.05, 0.03)
+    assert "Estimated CUDA graph memory: 0.05 GiB total" in log.lines["estimated_cuda_graph_gib"]
+    assert log.to_json()["estimated_cuda_graph_gib"] == 0.05
+
+
 def test_refusals():
     v0 = parse("v0_refusal.log")
     assert "The model's max seq len (131072)" in v0.lines["refused"]

@@ -19,7 +19,13 @@ printed (the format strings, with the files that print them):
     non-default args: {'model': ..., 'block_size': 32, ...}              maximum number of tokens that can be stored
     Initializing a V1 LLM engine (v0.11.0) with config: model=...       in KV cache (M).               (the refusal)
 
-whatever wraps them: vLLM's own ``(EngineCore_DP0 pid=…) INFO MM-DD hh:mm:ss [file.py:NNN]`` prefix (or the
+and the memory profile's terms (gpu_worker.py): V1 0.10 on "Free memory on device (78.66/79.19 GiB) on startup.
+Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is W GiB for weight, A GiB for peak activation, N
+GiB for non-torch memory, and C GiB for CUDAGraph memory" (later "X GiB for consumed memory (weights + non-torch)"),
+0.9-0.10's DEBUG "Total non KV cache memory: ..; torch peak memory increase: ..; non-torch forward increase memory:
+..; weights memory: ..", "Graph capturing finished in N secs, took C GiB", "Estimated CUDA graph memory: C GiB
+total", "CUDA graph pool memory: C GiB (actual), E GiB (estimated)", and "GB" for GiB in 0.8 and V0 (vLLM divided
+by 2**30 and printed "GB"); whatever wraps them: vLLM's own ``(EngineCore_DP0 pid=…) INFO MM-DD hh:mm:ss [file.py:NNN]`` prefix (or the
 older ``INFO MM-DD hh:mm:ss file.py:NNN]``), Ray's ``(LLMRayActor pid=…, ip=…)`` and ``[repeated 3x across
 cluster]``, docker compose's ``name  | ``, ``docker logs -t`` / kubectl timestamps, ANSI colours (also with the
 escape character lost in a paste), markdown fences, quotes and back-quotes. A figure printed more than once
@@ -181,6 +187,34 @@ def _read_profiling(m: re.Match) -> dict:
     return found
 
 
+SPLIT_ITEM = re.compile(r"(?P<key>model weights take|non_torch_memory takes|PyTorch activation peak memory takes|"
+                        r"the rest of the memory reserved for KV Cache is) (?P<gib>-?[\d.]+)\s*GiB")
+SPLIT_FIGURES = {"model weights take": "model_weights_gib", "non_torch_memory takes": "non_torch_gib",
+                 "PyTorch activation peak memory takes": "activation_gib",
+                 "the rest of the memory reserved for KV Cache is": "available_kv_cache_gib"}
+
+
+def _read_memory_split(m: re.Match) -> dict:
+    """V0 and V1 up to 0.9 (worker.py, gpu_worker.py): 'model weights take 14.99GiB; non_torch_memory takes 0.17GiB;
+    PyTorch activation peak memory takes 4.35GiB; the rest of the memory reserved for KV Cache is 51.68GiB.'"""
+    return {SPLIT_FIGURES[i["key"]]: float(i["gib"]) for i in SPLIT_ITEM.finditer(m.group(0))}
+
+
+USAGE_ITEM = re.compile(r"(?P<gib>-?[\d.]+) GiB for (?P<what>weight|consumed memory \(weights \+ non-torch\)|peak "
+                        r"activation|non-torch memory|CUDAGraph memory)")
+USAGE_FIGURES = {"weight": "model_weights_gib", "consumed memory (weights + non-torch)": "weights_and_non_torch_gib",
+                 "peak activation": "activation_gib", "non-torch memory": "non_torch_gib",
+                 "CUDAGraph memory": "cuda_graph_gib"}
+
+
+def _read_actual_usage(m: re.Match) -> dict:
+    """gpu_worker.py's 'Actual usage is ...': 0.10-0.11 'W GiB for weight, A GiB for peak activation, N GiB for
+    non-torch memory, and C GiB for CUDAGraph memory'; later 'X GiB for consumed memory (weights + non-torch), A GiB
+    for peak activation, and C GiB for CUDAGraph memory'."""
+    text = " ".join(m["rest"].split())
+    return {USAGE_FIGURES[i["what"]]: float(i["gib"]) for i in USAGE_ITEM.finditer(text)}
+
+
 @dataclass(frozen=True)
 class LinePattern:
     """One kind of line: what it looks like, which engine prints it (None: both), what it gives."""
@@ -213,9 +247,10 @@ PATTERNS = (
              lambda m: {"num_gpu_blocks": _int(m["n"])}),
     _pattern("blocks_override", None, r"with num_gpu_blocks_override=(?P<n>\d+)",
              lambda m: {"num_gpu_blocks": int(m["n"])}),
-    _pattern("weights_v1", None, r"Model loading took (?P<gib>[\d.]+) GiB",
+    # "GB" (0.8 and V0) is GiB too: vLLM divides by GiB_bytes (2**30) and printed the unit as "GB" until 0.9.
+    _pattern("weights_v1", None, r"Model loading took (?P<gib>[\d.]+) (?:GiB|GB)\b",
              lambda m: {"model_weights_gib": float(m["gib"])}),
-    _pattern("weights_v0", "v0", r"Loading model weights took (?P<gib>[\d.]+) GB",
+    _pattern("weights_v0", "v0", r"Loading model weights took (?P<gib>[\d.]+) (?:GiB|GB)\b",
              lambda m: {"model_weights_gib": float(m["gib"])}),
     _pattern("blocks_v0", "v0", r"#\s*(?P<device>\w+) blocks: (?P<n>NUM)(?:, #\s*CPU blocks: (?P<cpu>NUM))?",
              lambda m: {"num_gpu_blocks": _int(m["n"]), "kv_cache_device": m["device"],
@@ -225,8 +260,30 @@ PATTERNS = (
              r"\((?P<util>[\d.]+)\)",
              lambda m: {"total_gpu_memory_gib": float(m["total"]), "gpu_memory_utilization": float(m["util"])}),
     _pattern("memory_split", None, r"model weights take (?P<w>[\d.]+)\s*GiB;.*?the rest of the memory reserved for "
-             r"KV Cache is (?P<kv>-?[\d.]+)\s*GiB",
-             lambda m: {"model_weights_gib": float(m["w"]), "available_kv_cache_gib": float(m["kv"])}),
+             r"KV Cache is (?P<kv>-?[\d.]+)\s*GiB", _read_memory_split),
+    # V1 0.9-0.10, at DEBUG: the profile's terms (gpu_worker.determine_available_memory)
+    _pattern("profile_debug", "v1", r"Total non KV cache memory: (?P<other>[\d.]+)\s*GiB; torch peak memory increase: "
+             r"(?P<act>-?[\d.]+)\s*GiB; non-torch forward increase memory: (?P<nt>-?[\d.]+)\s*GiB; weights memory: "
+             r"(?P<w>[\d.]+)\s*GiB",
+             lambda m: {"non_kv_cache_gib": float(m["other"]), "activation_gib": float(m["act"]),
+                        "non_torch_gib": float(m["nt"]), "model_weights_gib": float(m["w"])}),
+    _pattern("requested_debug", "v1", r"Initial free memory: (?P<free>[\d.]+) GiB; Requested memory: (?P<util>[\d.]+) "
+             r"\(util\), (?P<req>[\d.]+) GiB",
+             lambda m: {"gpu_memory_utilization": float(m["util"]), "requested_memory_gib": float(m["req"])}),
+    # V1 0.10 on: "Free memory on device (78.66/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27
+    # GiB). Actual usage is ..." (the terms follow: _read_actual_usage)
+    _pattern("free_on_startup", "v1", r"Free memory on device \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup\. "
+             r"Desired GPU memory utilization is \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)",
+             lambda m: {"total_gpu_memory_gib": float(m["total"]), "gpu_memory_utilization": float(m["util"]),
+                        "requested_memory_gib": float(m["req"])}),
+    _pattern("actual_usage", "v1", r"Actual usage is (?P<rest>[\s\S]*?GiB for CUDAGraph memory)", _read_actual_usage),
+    _pattern("cuda_graph_captured", None, r"Graph capturing finished in [\d.]+ secs?, took (?P<gib>-?[\d.]+) GiB",
+             lambda m: {"cuda_graph_gib": float(m["gib"])}),
+    _pattern("cuda_graph_estimate", "v1", r"Estimated CUDA graph memory: (?P<gib>-?[\d.]+) GiB total",
+             lambda m: {"estimated_cuda_graph_gib": float(m["gib"])}),
+    _pattern("cuda_graph_pool", "v1", r"CUDA graph pool memory: (?P<actual>-?[\d.]+) GiB \(actual\), "
+             r"(?P<est>-?[\d.]+) GiB \(estimated\)",
+             lambda m: {"cuda_graph_gib": float(m["actual"]), "estimated_cuda_graph_gib": float(m["est"])}),
     _pattern("refusal_v0", "v0", r"The model's max seq len \((?P<len>\d+)\) is larger than the maximum number of "
              r"tokens that can be stored in KV cache \((?P<n>\d+)\)",
              lambda m: {"refused": True, "max_model_len": int(m["len"]), "kv_cache_tokens": int(m["n"])}),
@@ -292,6 +349,8 @@ def excerpt(text: str, figure: str) -> str:
 # Words one of which every known line holds (on its first line, when a paste wrapped it): the other lines of a
 # long log (requests, routes, progress bars) are skipped without running every pattern on them.
 KEYWORDS = ("KV cache", "KV Cache", "concurrency", "blocks", "Model loading", "model weights", "Memory profiling",
+            "Free memory on device", "Actual usage", "non KV cache memory", "Initial free memory", "Graph capturing",
+            "CUDA graph memory", "CUDA graph pool",
             "total_gpu_memory", "max seq len", "To serve", "maximum model length", "No available memory",
             "non-default args", "LLM engine", "max model len", "version")
 WRAPPED_LINES = 3  # a wrapped message's continuation lines looked at after a line with a keyword

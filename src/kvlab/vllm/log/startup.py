@@ -16,7 +16,11 @@ GIB = 2**30
 REPORTED = ("kv_cache_tokens", "num_gpu_blocks", "num_cpu_blocks", "block_size", "max_concurrency",
             "max_concurrency_tokens_per_request", "available_kv_cache_gib", "model_weights_gib", "max_model_len",
             "total_gpu_memory_gib", "gpu_memory_utilization", "estimated_max_model_len", "needed_kv_cache_gib",
-            "model", "refused")
+            "model", "refused", "activation_gib", "non_torch_gib", "weights_and_non_torch_gib", "cuda_graph_gib",
+            "estimated_cuda_graph_gib", "non_kv_cache_gib", "requested_memory_gib")
+# The memory profile's terms, as vLLM printed them (GiB per GPU); None where the log does not print one.
+PROFILE_TERMS = ("activation_gib", "non_torch_gib", "weights_and_non_torch_gib", "cuda_graph_gib",
+                 "estimated_cuda_graph_gib", "non_kv_cache_gib", "requested_memory_gib")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,16 @@ class StartupLog:
     estimated_max_model_len: int | None = None
     model: str | None = None
     vllm_version: str | None = None
+    # The memory profile's lines (gpu_worker.py): the torch peak increase of the profiling run, non-torch memory,
+    # weights + non-torch where one figure is printed for both, CUDA graphs (captured, or the pool after capture),
+    # their estimate deducted before the cache (0.21 on), all non-KV memory, and total x utilization.
+    activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    weights_and_non_torch_gib: float | None = None
+    cuda_graph_gib: float | None = None
+    estimated_cuda_graph_gib: float | None = None
+    non_kv_cache_gib: float | None = None
+    requested_memory_gib: float | None = None
     settings: dict = field(default_factory=dict)  # engine settings the log states, in vLLM's names
     lines: dict = field(default_factory=dict)
     derived: dict = field(default_factory=dict)
@@ -62,7 +76,8 @@ class StartupLog:
             "max_model_len": self.max_model_len, "total_gpu_memory_gib": self.total_gpu_memory_gib,
             "gpu_memory_utilization": self.gpu_memory_utilization, "refused": self.refused,
             "needed_kv_cache_gib": self.needed_kv_cache_gib, "estimated_max_model_len": self.estimated_max_model_len,
-            "model": self.model, "vllm_version": self.vllm_version, "settings": dict(self.settings),
+            "model": self.model, "vllm_version": self.vllm_version,
+            **{name: getattr(self, name) for name in PROFILE_TERMS}, "settings": dict(self.settings),
             "lines": dict(self.lines), "derived": dict(self.derived),
             "per_worker": {k: list(v) for k, v in self.per_worker.items()},
         }
@@ -191,4 +206,5 @@ def _assemble(fmt: str, first: dict, lines: dict, setting_lines: dict, settings:
         needed_kv_cache_gib=first.get("needed_kv_cache_gib"), estimated_max_model_len=first.get(
             "estimated_max_model_len"), model=settings.get("model"), vllm_version=first.get("vllm_version"),
         settings=settings, lines=lines, derived=derived, per_worker=repeated,
+        **{name: first.get(name) for name in PROFILE_TERMS},
     )
