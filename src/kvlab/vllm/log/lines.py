@@ -25,7 +25,9 @@ GiB for non-torch memory, and C GiB for CUDAGraph memory" (later "X GiB for cons
 0.9-0.10's DEBUG "Total non KV cache memory: ..; torch peak memory increase: ..; non-torch forward increase memory:
 ..; weights memory: ..", "Graph capturing finished in N secs, took C GiB", "Estimated CUDA graph memory: C GiB
 total", "CUDA graph pool memory: C GiB (actual), E GiB (estimated)", and "GB" for GiB in 0.8 and V0 (vLLM divided
-by 2**30 and printed "GB"); whatever wraps them: vLLM's own ``(EngineCore_DP0 pid=…) INFO MM-DD hh:mm:ss [file.py:NNN]`` prefix (or the
+by 2**30 and printed "GB").
+
+Whatever wraps them is removed: vLLM's own ``(EngineCore_DP0 pid=…) INFO MM-DD hh:mm:ss [file.py:NNN]`` prefix (or the
 older ``INFO MM-DD hh:mm:ss file.py:NNN]``), Ray's ``(LLMRayActor pid=…, ip=…)`` and ``[repeated 3x across
 cluster]``, docker compose's ``name  | ``, ``docker logs -t`` / kubectl timestamps, ANSI colours (also with the
 escape character lost in a paste), markdown fences, quotes and back-quotes. A figure printed more than once
