@@ -115,7 +115,9 @@ def predict(entry: dict) -> Row:
     if not gpu_id and total is None:
         row.error = f"GPU {str(entry.get('gpu'))[:60]!r} is not in kvlab's catalogue and the log prints no total"
         return row
-    if not entry.get("vllm_version") or not str(entry["vllm_version"])[:1].isdigit():
+    # A dev build or an unstated version whose range falls in one epoch of the rules: that epoch's release (index.json)
+    version = entry.get("vllm_rules_version") or entry.get("vllm_version")
+    if not version or not str(version)[:1].isdigit():
         row.error = f"the log states no vLLM version ({entry.get('vllm_version')!r}), and the rules differ by version"
         return row
     if "--decode-context-parallel-size" in str(entry.get("other_flags")):
@@ -142,7 +144,7 @@ def predict(entry: dict) -> Row:
             max_model_len=entry.get("max_model_len"), max_num_batched_tokens=entry.get("max_num_batched_tokens"),
             max_num_seqs=entry.get("max_num_seqs"), kv_cache_dtype=kv_dtype if kv_dtype != "None" else "auto",
             dtype=dtype if dtype in ("auto", "float16", "bfloat16", "float32") else "auto",
-            vllm_version=entry.get("vllm_version"), enforce_eager=bool(entry.get("enforce_eager")),
+            vllm_version=version, enforce_eager=bool(entry.get("enforce_eager")),
             sampler=sampler_of(entry),
             quantization=None if model.weight_format is not None else quantization_of(entry))
         config = SizingConfig.for_gpu(gpu, **settings)
@@ -160,7 +162,7 @@ def predict(entry: dict) -> Row:
         "max_concurrency": result.max_concurrency, "requested_gib": result.requested_memory_bytes / GIB,
         "multimodal": bool(model.vision_params), "rules": result.vllm_rules_since,
         "family": model_family(model.state is not None, bool(model.vision_params), model.is_moe),
-        "sampler": sampler_of(entry) or SizingConfig(vllm_version=entry.get("vllm_version")).rules.default_sampler,
+        "sampler": sampler_of(entry) or SizingConfig(vllm_version=version).rules.default_sampler,
         "sampler_named": sampler_of(entry) is not None, "logits": (min(result.max_num_seqs, result.max_num_batched_tokens)
                                                  * model.vocab_size),
     }
@@ -224,7 +226,9 @@ TERMS = (("weights GiB", "weights_gib", "model_loading_gib"), ("activation GiB",
 
 def print_row(row: Row) -> None:
     e = row.entry
-    print(f"\n{e['id']}  [{split_of(e['id'])}]  vLLM {e.get('vllm_version')} · {e.get('num_gpus')} x "
+    rules = f" (rules of {e['vllm_rules_version']}: {e['settings_from']['vllm_rules_version'][:60]}…)" \
+        if e.get("vllm_rules_version") else ""
+    print(f"\n{e['id']}  [{split_of(e['id'])}]  vLLM {e.get('vllm_version')}{rules} · {e.get('num_gpus')} x "
           f"{e.get('gpu_kvlab') or e.get('gpu')} · TP {e.get('tensor_parallel_size')} · {', '.join(e.get('layout', []))}")
     mismatch = [f"{k} reader {row.reader.get(k)} vs index {row.printed.get(k)}" for k in
                 ("kv_cache_tokens", "max_concurrency", "available_kv_gib", "model_loading_gib", "activation_gib",
