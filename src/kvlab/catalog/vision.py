@@ -13,6 +13,10 @@ code vLLM runs:
 - Qwen2-VL / Qwen2.5-VL (qwen2_vl.py, qwen2_5_vl.py): a 3-D patch convolution over temporal_patch_size frames,
   ``depth`` blocks (Qwen2-VL: LayerNorm and a two-matrix MLP of mlp_ratio x; Qwen2.5-VL: RMSNorm and a gated MLP of
   intermediate_size), and the patch merger (a norm, then spatial_merge_size^2 x hidden -> same -> out_hidden_size).
+- Qwen3-VL (qwen3_vl.py, also the MoE checkpoints): a biased 3-D patch convolution, learned position embeddings
+  (num_position_embeddings), ``depth`` LayerNorm blocks with a two-matrix MLP of intermediate_size, the patch merger
+  (LayerNorm over hidden), and one more merger per ``deepstack_visual_indexes`` entry whose LayerNorm is over the
+  merged width (use_postshuffle_norm).
 """
 
 from __future__ import annotations
@@ -58,6 +62,18 @@ def vision_params(config: dict) -> tuple[int, str]:
         out = int(vc.get("out_hidden_size") or vc.get("hidden_size") or text_hidden)
         merger = h * (2 if model_type == "qwen2_vl" else 1) + merged * merged + merged + merged * out + out
         return patch * h + depth * block + merger, f"{model_type} vision: {depth} blocks of {h:,}, patch merger"
+    if model_type in ("qwen3_vl", "qwen3_vl_moe"):
+        h, depth = int(vc.get("hidden_size", 1152)), int(vc.get("depth", 27))
+        patch = int(vc.get("in_channels", 3)) * int(vc.get("temporal_patch_size", 2)) * int(vc.get("patch_size", 16)) ** 2
+        embed = patch * h + h + int(vc.get("num_position_embeddings", 2304)) * h
+        block = _vit_layer(h, int(vc["intermediate_size"]))
+        merged = h * int(vc.get("spatial_merge_size", 2)) ** 2
+        out = int(vc.get("out_hidden_size") or text_hidden)
+        linears = merged * merged + merged + merged * out + out
+        deepstack = len(vc.get("deepstack_visual_indexes") or ())
+        mergers = 2 * h + linears + deepstack * (2 * merged + linears)
+        return embed + depth * block + mergers, (f"{model_type} vision: {depth} blocks of {h:,}, patch merger and "
+                                                 f"{deepstack} deepstack mergers")
     if kind in ("clip_vision_model", "siglip_vision_model") or model_type in ("llava", "llava_next", "gemma3"):
         h, inter = int(vc.get("hidden_size", 1024)), int(vc.get("intermediate_size", 4096))
         patch, image = int(vc.get("patch_size", 14)), int(vc.get("image_size", 336))
