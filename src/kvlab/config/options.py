@@ -71,6 +71,10 @@ OPTIONS: dict[str, Option] = _options(
     Option("model", "model", str, "opt-13b", "Model: catalogue name, config.json, folder or HF id."),
     Option("dtype", "model", str, "auto", "Model dtype: auto, float16, bfloat16, float32.",
            choices=("auto", "float16", "half", "bfloat16", "float32", "float")),
+    Option("quantization", "model", str, None, "Weight format when config.json names none: fp8, int8, gptq, awq, "
+           "auto-round, mxfp4, nvfp4, bitsandbytes (vLLM's --quantization).", default_text="the checkpoint's"),
+    Option("vllm_version", "model", str, None, "Whose startup arithmetic sizes the KV cache, e.g. 0.10.1 "
+           "(docs/sizing.md lists what changed).", default_text="the newest kvlab knows"),
     # --- device ------------------------------------------------------------------------------------------------
     Option("gpu", "device", str, "a100-40gb", "GPU from the catalogue (its memory sizes the KV cache; its bandwidth "
            "and FLOP/s set the clock)."),

@@ -199,6 +199,9 @@ class KvlabConfig:
             **({"priority_classes": workload.priority_classes} if workload.priority_classes else {}),
             **({"timeout": workload.timeout} if workload.timeout else {}),
             **session_options(workload.sessions),
+            # (named only when given: the keys of configurations stored before they existed stay as they were)
+            **({"quantization": self.sizing.quantization} if self.sizing.quantization else {}),
+            **({"vllm_version": self.sizing.vllm_version} if "vllm_version" in dict(self.given) else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -351,7 +354,8 @@ def _size(model_spec, gpu_spec, values: dict[str, Any]) -> SizingResult:
         tensor_parallel_size=values["tensor_parallel_size"] or 1,
         pipeline_parallel_size=values["pipeline_parallel_size"], max_model_len=values["max_model_len"],
         max_num_batched_tokens=values["max_num_batched_tokens"], max_num_seqs=values["max_num_seqs"],
-        available_kv_bytes=round(available_kv_gib * GIB) if available_kv_gib else None, gpu_name=gpu_spec.id))
+        available_kv_bytes=round(available_kv_gib * GIB) if available_kv_gib else None, gpu_name=gpu_spec.id,
+        quantization=values["quantization"], vllm_version=values["vllm_version"]))
 
 
 def _model_name(spec, given: str) -> str:

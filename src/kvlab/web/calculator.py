@@ -52,15 +52,17 @@ def catalog_listing(defaults: dict[str, str]) -> dict:
     }
 
 
-def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memory_utilization: float) -> dict:
-    """``kvlab size MODEL --gpu GPU --gpu-memory-utilization U`` and ``--concurrency N --context-len L``,
-    in the numbers the page shows (same function, so the same numbers)."""
+def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memory_utilization: float,
+           quantization: str | None = None, vllm_version: str | None = None) -> dict:
+    """``kvlab size MODEL --gpu GPU --gpu-memory-utilization U`` and ``--concurrency N --context-len L`` (and
+    ``--quantization``, ``--vllm-version``), in the numbers the page shows (same function, so the same numbers)."""
     from kvlab.catalog import get_gpu
     from kvlab.sizing import SizingConfig, size_kv_cache, workload_fit
 
     spec = catalogue_model(model)
     gpu_spec = get_gpu(gpu)
-    config = SizingConfig.for_gpu(gpu_spec, gpu_memory_utilization=gpu_memory_utilization)
+    config = SizingConfig.for_gpu(gpu_spec, gpu_memory_utilization=gpu_memory_utilization,
+                                  quantization=quantization, vllm_version=vllm_version)
     result = size_kv_cache(spec, config)
     fit = workload_fit(spec, config, concurrency, context_len)
     split = result.memory_split
@@ -82,6 +84,9 @@ def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memo
         "other_bytes": split["other_bytes"],
         "memory_split": split,
         "log_lines": list(result.vllm_log_lines),
+        "vllm_version": result.vllm_version,
+        "vllm_rules_since": result.vllm_rules_since,
+        "quantization": result.quantization,
         "workload": {
             "concurrency": concurrency,
             "context_len": context_len,

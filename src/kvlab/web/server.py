@@ -99,8 +99,9 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
         "context_len": integer(params, "context_len", 1, LIMITS["max_context_len"], 2048),
         "gpu_memory_utilization": number(params, "gpu_memory_utilization", 0.05, 1.0, 0.9),
     }
+    rules = {key: text(params, key, "") or None for key in ("quantization", "vllm_version")}  # kvlab size's flags
     try:
-        return answer(**asked)
+        return answer(**asked, **rules)
     except KvlabError as exc:
         if not page:
             raise
