@@ -493,8 +493,12 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
     from kvlab.validate import ModelFields, model_fields
 
     model_type = fields.get("model_type") or ""
+    # A dense checkpoint of a MoE family says so with zeros (Granite 4.0 micro: num_local_experts 0,
+    # num_experts_per_tok 0): no experts, nothing to check of them.
+    dense = not _get(fields, "num_experts")
     numbers = model_fields({name: value for name in ModelFields.model_fields
-                            if (value := _get(fields, name)) is not None}, where)
+                            if (value := _get(fields, name)) is not None
+                            and not (dense and name == "experts_per_token")}, where)
     num_layers, hidden, heads = numbers.num_hidden_layers, numbers.hidden_size, numbers.num_attention_heads
     kv_heads = heads if numbers.num_key_value_heads is None else numbers.num_key_value_heads
     head_dim = hidden // heads if numbers.head_dim is None else numbers.head_dim
