@@ -18,7 +18,7 @@ GIB = 2**30
 def test_every_entry_has_its_source():
     # the 27 of shared/reference/models.json + Qwen3-14B + the calibration set's Mistral-NeMo, Yi-34B, Llama-4-Scout
     assert len(list_models()) == 31
-    assert len(list_gpus()) == 14  # the 12 of shared/reference/gpus.json + RTX 3090 and RTX 5090 (issue 30)
+    assert len(list_gpus()) == 15  # the 12 of shared/reference/gpus.json + RTX 3090, RTX 5090 and GB10 (issue 30)
     for entry in (*list_models(), *list_gpus()):
         assert entry.source and all(s.strip() for s in entry.source), entry.id
 
