@@ -106,8 +106,7 @@ class Row:
 def predict(entry: dict) -> Row:
     from kvlab.catalog import get_gpu
     from kvlab.errors import KvlabError
-    from kvlab.memory_profile import model_family
-    from kvlab.sizing import SizingConfig, size_kv_cache
+    from kvlab.sizing import SizingConfig, profile_family, size_kv_cache
 
     row = Row(entry, printed=dict(entry.get("printed") or {}))
     total = printed_total_gib(entry)
@@ -161,7 +160,7 @@ def predict(entry: dict) -> Row:
         "available_kv_gib": result.available_kv_bytes / GIB, "kv_cache_tokens": result.num_tokens,
         "max_concurrency": result.max_concurrency, "requested_gib": result.requested_memory_bytes / GIB,
         "multimodal": bool(model.vision_params), "rules": result.vllm_rules_since,
-        "family": model_family(model.state is not None, bool(model.vision_params), model.is_moe),
+        "family": profile_family(model, config.quantization),
         "sampler": sampler_of(entry) or SizingConfig(vllm_version=version).rules.default_sampler,
         "sampler_named": sampler_of(entry) is not None, "logits": (min(result.max_num_seqs, result.max_num_batched_tokens)
                                                  * model.vocab_size),
@@ -172,8 +171,7 @@ def predict(entry: dict) -> Row:
 def failed_start(model, config) -> dict:
     """The memory profile where kvlab finds no room for the cache (the terms, a budget of zero or less)."""
     from kvlab.catalog.models import DTYPE_BYTES
-    from kvlab.memory_profile import model_family
-    from kvlab.sizing import pipeline_stages, resolve_dtype, stage_profiles
+    from kvlab.sizing import pipeline_stages, profile_family, resolve_dtype, stage_profiles
 
     stages = pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size)
     profile = stage_profiles(model, config, stages, DTYPE_BYTES[resolve_dtype(model, config.dtype)])[0]
@@ -182,8 +180,7 @@ def failed_start(model, config) -> dict:
         "non_torch_gib": profile.non_torch.bytes / GIB, "cuda_graph_gib": profile.cuda_graphs.bytes / GIB,
         "available_kv_gib": profile.available_bytes / GIB, "kv_cache_tokens": None, "max_concurrency": None,
         "requested_gib": profile.requested.bytes / GIB, "multimodal": bool(model.vision_params),
-        "rules": config.rules.since, "family": model_family(model.state is not None, bool(model.vision_params),
-                                                               model.is_moe),
+        "rules": config.rules.since, "family": profile_family(model, config.quantization),
         "sampler": config.sampler or config.rules.default_sampler, "sampler_named": config.sampler is not None,
         "logits": min(config.resolved_max_num_seqs, config.resolved_max_num_batched_tokens) * model.vocab_size,
     }
@@ -339,7 +336,7 @@ def fit(rows: list[Row]) -> None:
             fitted[impl] = value
             print(f"  sampler_bytes_per_logit[{impl!r}] = {value:.1f}  (on {len(chosen)} dense log"
                   f"{'s' if len(chosen) > 1 else ''}: {', '.join(pt[0] for pt in chosen)})")
-    for family in ("moe", "hybrid", "multimodal"):
+    for family in ("moe", "hybrid", "multimodal", "int4"):
         chosen = [pt for pt in points if pt[1] == family]
         if chosen:
             rest = [(m - fitted[impl] * n, f) for _, _, impl, m, f, n in chosen]

@@ -262,3 +262,58 @@ def test_dtype_fp8_is_sized_as_fp8_weights_and_says_so(kvlab):
     assert dtype["dtype"] == "bfloat16"  # activations stay in the checkpoint's dtype
     note = kvlab(*args[:-1], "--dtype", "fp8").stderr
     assert "--quantization fp8" in " ".join(note.split())
+
+
+# --- configs added for the startup-log corpus (tests/data/sizing_configs/README.md) ------------------------------
+
+def test_qwen3_vl_counts_its_vision_tower_with_the_deepstack_mergers():
+    model = get_model(str(DATA / "qwen3-vl-30b-a3b-instruct.json"))
+    h, inter, depth, merged, out = 1152, 4304, 27, 4 * 1152, 2048
+    embed = 3 * 2 * 16 * 16 * h + h + 2304 * h  # biased 3-D patch convolution, learned positions
+    block = 4 * (h * h + h) + 2 * h * inter + inter + h + 4 * h  # qkv+proj with biases, 2-matrix MLP, 2 LayerNorms
+    linears = merged * merged + merged + merged * out + out
+    mergers = (2 * h + linears) + 3 * (2 * merged + linears)  # the merger, and 3 deepstack ones normed after shuffle
+    assert model.vision_params == embed + depth * block + mergers == 538_631_408
+    assert model.num_params == 30_532_110_336 and model.is_moe  # the text model: Qwen3-30B-A3B's
+    # 48 layers x 4 KV heads x 128 x K,V x bf16 per token; TP 4 leaves one KV head per GPU
+    r = size_kv_cache(model, given("rtx-3090", 2.31, tensor_parallel_size=4, max_model_len=65536,
+                                   vllm_version="0.11.0"))
+    assert r.kv_bytes_per_token == 48 * 4 * 128 * 2 * 2 and r.num_kv_heads_per_gpu == 1
+    # corpus log qwen3-vl-30b-a3b-4xrtx3090-0.11.0: 2.31 GiB -> 100,752 tokens, 1.54x
+    assert abs(r.num_tokens - 100_752) <= rounding_blocks(r.bytes_per_block) * 16
+    assert abs(r.max_concurrency - 1.54) < 0.01
+
+
+def test_a_dense_granite_4_is_not_refused_for_its_zero_experts():
+    model = get_model(str(DATA / "granite-4.0-micro.json"))
+    assert not model.is_moe and model.state is None and model.num_experts is None
+    assert model.num_params == 3_402_836_480  # the published 3.4 B
+    # corpus log granite-4.0-micro-fp8-l40s-0.11.0: FP8 weights, 35.34 GiB -> 463,136 tokens at 131,072 tokens
+    r = size_kv_cache(model, given("l40s", 35.34, quantization="fp8", max_model_len=131072, vllm_version="0.11.0"))
+    assert r.kv_bytes_per_token == 40 * 8 * 64 * 2 * 2
+    assert abs(r.num_tokens - 463_136) <= rounding_blocks(r.bytes_per_block) * 16
+
+
+def test_seed_oss_dense_gqa_matches_its_log():
+    model = get_model(str(DATA / "seed-oss-36b-instruct.json"))
+    # 36,151,104,512 published; kvlab leaves out the q/k/v biases (64 layers x 12,288)
+    assert model.num_params == 36_151_104_512 - 64 * 12_288
+    r = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("a100-80gb"), tensor_parallel_size=2, max_model_len=65536,
+                                                  vllm_version="0.11.2"))
+    assert r.num_kv_heads_per_gpu == 4 and r.page_size_bytes == 2 * 16 * 4 * 128 * 2
+    # from scratch (no printed budget): the corpus log printed 290,448 tokens, 4.43x
+    assert abs(r.num_tokens / 290_448 - 1) < 0.02 and abs(r.max_concurrency / 4.43 - 1) < 0.02
+
+
+def test_int4_marlin_checkpoints_take_their_fitted_activation_scale():
+    from kvlab.memory_profile import FIT
+    from kvlab.sizing import profile_family
+
+    awq = get_model(str(DATA / "qwen3-14b-awq.json"))
+    assert profile_family(awq) == "int4" and FIT.activation_scale["int4"] > 1
+    assert profile_family(get_model("llama-3.1-8b")) == "dense"
+    assert profile_family(get_model("llama-3.1-8b"), "gptq") == "int4"
+    assert profile_family(get_model("llama-3.1-8b"), "fp8") == "dense"
+    plain = size_kv_cache(get_model("llama-3.1-8b"), SizingConfig.for_gpu(get_gpu("l40s")))
+    marlin = size_kv_cache(get_model("llama-3.1-8b"), SizingConfig.for_gpu(get_gpu("l40s"), quantization="awq"))
+    assert marlin.activation_bytes > plain.activation_bytes

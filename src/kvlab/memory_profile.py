@@ -63,8 +63,10 @@ FIT = ProfileFit(
     non_torch_base_gib=0.07, non_torch_nccl_pcie_gib=0.14, non_torch_nccl_nvswitch_gib=1.31,
     cuda_graph_mib_per_graph=7.05,
     # The same fit: dense not scaled (its sampler fit absorbs the rest); MoE on 3 logs (gpt-oss-120b on 4 x A100
-    # and on one H100, gpt-oss-20b on an A100), hybrid on 1 (Qwen3-Next, 2 x H200), multimodal on 1 (LLaVA-NeXT).
-    activation_scale={"dense": 1.0, "moe": 0.85, "hybrid": 0.84, "multimodal": 0.51},
+    # and on one H100, gpt-oss-20b on an A100), hybrid on 1 (Qwen3-Next, 2 x H200), multimodal on 1 (LLaVA-NeXT),
+    # int4 on 1 (Llama-3-70B-AWQ, 2 x L40S: the awq_marlin forward peaks at 3.4 x the tensors counted; Qwen3-14B-AWQ,
+    # whose 0.28 log prints its peak, 1.46 GiB, is of the fitting half too but prints no weights line to fit on).
+    activation_scale={"dense": 1.0, "moe": 0.85, "hybrid": 0.84, "multimodal": 0.51, "int4": 3.42},
     basis="tensor counts read from vLLM's code; non-torch from the 3 logs that print vLLM's breakdown; the activation "
           "scale per family fitted on the fitting half of tests/data/startup_logs (docs/sizing.md)",
 )
@@ -89,7 +91,7 @@ class ProfileInputs:
     last_stage: bool
     moe_top_k: int = 0
     moe_width_per_gpu: int = 0  # one expert's intermediate size on this GPU (N / TP, or N under expert parallelism)
-    family: str = "dense"  # dense | moe | hybrid | multimodal: which fitted scale applies (model_family)
+    family: str = "dense"  # dense | moe | hybrid | multimodal | int4: which fitted scale applies (model_family)
     sampler: str = "pytorch"  # flashinfer | pytorch: the top-k/top-p implementation (SAMPLERS)
 
 
@@ -132,10 +134,13 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
 SAMPLERS = ("flashinfer", "pytorch")
 
 
-def model_family(is_hybrid: bool, is_multimodal: bool, is_moe: bool) -> str:
+def model_family(is_hybrid: bool, is_multimodal: bool, is_moe: bool, is_int4: bool = False) -> str:
     """The family whose fitted activation scale applies: a hybrid's state layers and a multimodal model's encoder
-    profiling change the peak most, then MoE's fused-expert buffers."""
-    return "hybrid" if is_hybrid else "multimodal" if is_multimodal else "moe" if is_moe else "dense"
+    profiling change the peak most, then MoE's fused-expert buffers, then the Marlin kernels (awq_marlin,
+    gptq_marlin) vLLM runs 4-bit GPTQ/AWQ/AutoRound linear layers with."""
+    if is_hybrid:
+        return "hybrid"
+    return "multimodal" if is_multimodal else "moe" if is_moe else "int4" if is_int4 else "dense"
 
 
 def non_torch_bytes(tensor_parallel_size: int, gpu_name: str | None, fit: ProfileFit = FIT) -> Term:

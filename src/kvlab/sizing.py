@@ -300,6 +300,14 @@ def blocks_per_request(groups: tuple[KVCacheGroup, ...], num_tokens: int, max_in
     return sum(g.spec.max_num_blocks_per_request(num_tokens, max_in_flight_tokens) for g in groups)
 
 
+def profile_family(model: ModelSpec, quantization: str | None = None) -> str:
+    """The family whose fitted activation scale applies (kvlab.memory_profile.model_family); 4-bit GPTQ/AWQ/AutoRound
+    linear layers run on vLLM's Marlin kernels."""
+    fmt = model.weight_format_for(quantization)
+    int4 = fmt is not None and fmt.bits == 4 and fmt.scope == "linear" and fmt.method in ("gptq", "awq", "auto-round")
+    return model_family(model.state is not None, bool(model.vision_params), model.is_moe, int4)
+
+
 def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int, num_layers: int,
                    last_stage: bool = True) -> ProfileInputs:
     """The numbers the memory profile's estimates read, for one GPU of a stage."""
@@ -308,7 +316,7 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
                   act_dtype_bytes=act_dtype_bytes, max_num_batched_tokens=config.resolved_max_num_batched_tokens,
                   max_num_seqs=config.resolved_max_num_seqs, tensor_parallel_size=tp, last_stage=last_stage,
                   qkv_width_per_gpu=(model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim // tp,
-                  family=model_family(model.state is not None, bool(model.vision_params), model.is_moe),
+                  family=profile_family(model, config.quantization),
                   sampler=config.sampler or config.rules.default_sampler)
     if model.is_moe:
         width = model.moe_intermediate_size or model.intermediate_size
