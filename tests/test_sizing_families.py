@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvlab.catalog import get_gpu, get_model
+from kvlab.catalog.models import FULL_ATTENTION
 from kvlab.catalog.quant import from_quantization_config
 from kvlab.errors import KvlabError
 from kvlab.sizing import SizingConfig, cdiv, size_kv_cache
@@ -317,3 +318,25 @@ def test_int4_marlin_checkpoints_take_their_fitted_activation_scale():
     plain = size_kv_cache(get_model("llama-3.1-8b"), SizingConfig.for_gpu(get_gpu("l40s")))
     marlin = size_kv_cache(get_model("llama-3.1-8b"), SizingConfig.for_gpu(get_gpu("l40s"), quantization="awq"))
     assert marlin.activation_bytes > plain.activation_bytes
+
+
+def test_mamba2_hybrid_granite_4_h_1b_matches_its_log():
+    """Corpus log granite-4.0-h-1b-util0.6-eager-0.19.0 (vLLM 0.19.0, max_model_len 4,096): 'Setting attention block
+    size to 400 tokens', 'Padding mamba page size by 1.59%', 4.09 GiB -> 53,200 tokens, 66.95x, 'Model loading took
+    2.72 GiB'. The GPU is not named, so the budget is the printed one."""
+    model = get_model(str(DATA / "granite-4.0-h-1b.json"))
+    assert model.state.kind == "mamba2" and model.layer_types.count(FULL_ATTENTION) == 4
+    # one request's state per Mamba layer: conv (4 - 1) x (3,072 + 2 x 128) + SSM 48 x 64 x 128, bf16
+    state = model.state.state_bytes(1, 2)
+    assert state == (3 * 3328 + 48 * 64 * 128) * 2 == 806_400
+    r = size_kv_cache(model, given("rtx-4090", 4.09, max_model_len=4096, max_num_seqs=2, enforce_eager=True,
+                                   vllm_version="0.19.0"))
+    # the attention block grows to a multiple of 16 whose page (x 4 KV heads x 128 x K,V x bf16) holds the state
+    assert r.block_size == 400 and r.page_size_bytes == 400 * 2 * 4 * 128 * 2 == 819_200
+    assert round((r.page_size_bytes / state - 1) * 100, 2) == 1.59  # the log's padding
+    # 4 attention layers and 36 Mamba layers in 10 groups of 4 sharing each block; vLLM had 1,339 blocks
+    # (66.95 x (11 attention blocks + 9 state blocks) per request), within the printed GiB's rounding
+    assert abs(r.num_blocks - 1339) <= rounding_blocks(4 * r.page_size_bytes)
+    assert 1339 // 10 * 400 == 53_200 and round(1339 / (cdiv(4096, 400) + 9), 2) == 66.95
+    assert abs(r.num_tokens - 53_200) <= 400 and abs(r.max_concurrency - 66.95) < 0.1
+    assert abs(r.weights_bytes / GIB - 2.72) < 0.01
