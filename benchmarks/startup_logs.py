@@ -262,8 +262,12 @@ def cause(row: Row) -> str:
     budget = None if q.get("available_kv_gib") is None else p["available_kv_gib"] - q["available_kv_gib"]
     if gaps:
         label, gap = max(gaps.items(), key=lambda kv: abs(kv[1]))
-        if abs(gap) >= 0.05:
+        # a printed term explains the error when it is most of the budget's gap (kvlab's term too small: budget high)
+        if abs(gap) >= 0.05 and (budget is None or abs(gap) >= 0.5 * abs(budget)):
             return f"{label} off by {gap:+.2f} GiB (printed by the log)"
+        if abs(gap) >= 0.05:
+            return (f"budget off by {budget:+.2f} GiB, of which {label} {gap:+.2f} GiB (printed by the log); the rest "
+                    "in terms the log does not print")
     if budget is None:
         return "the log prints no budget to compare"
     estimated = ", ".join(f"{label.split()[0]} {p[mine]:.2f}" for label, mine, theirs in TERMS[:4]
@@ -295,6 +299,14 @@ def summary(rows: list[Row]) -> None:
     for r in outliers:
         print(f"  outlier {r.entry['id']}: tokens {pct(rel(r.predicted['kv_cache_tokens'], r.printed['kv_cache_tokens']))}"
               f"; {cause(r)}")
+    for r in rows:  # the tokens agree but not the concurrency: the blocks one request takes differ
+        if r.error or r.predicted["max_concurrency"] is None or not r.printed.get("max_concurrency") or r in outliers:
+            continue
+        err = rel(r.predicted["max_concurrency"], r.printed["max_concurrency"])
+        if abs(err) > WITHIN:
+            print(f"  outlier {r.entry['id']}: max concurrency {pct(err)} with tokens "
+                  f"{pct(rel(r.predicted['kv_cache_tokens'], r.printed.get('kv_cache_tokens')))}: the blocks one "
+                  "request takes differ (its layout: sliding window, hybrid groups)")
     missing = [r for r in rows if r.error]
     if missing:
         print("  not sized: " + "; ".join(f"{r.entry['id']}: {r.error[:90]}" for r in missing))
