@@ -180,6 +180,14 @@ def test_free_memory_on_startup_and_actual_usage_of_0_10():
     assert "1.97 GiB for peak activation" in log.lines["activation_gib"]
 
 
+def test_the_explanation_states_vllms_memory_profile():
+    lines = explain_vllm_log(corpus_log("llava-v1.6-mistral-7b-80gb-0.10.2.log"))["lines"]
+    assert ("vLLM's memory profile of the 71.27 GiB it requested (0.9 x 79.19 GiB): weights 14.08 GiB, the peak "
+            "activation of its profiling run 1.97 GiB, non-torch memory 0.07 GiB, CUDA graphs 0.67 GiB") in " ".join(lines)
+    plain = explain_vllm_log(parse("v1_0.32_cpu_api_server.log"))["lines"]
+    assert not any("memory profile" in line for line in plain)  # a log without the breakdown says nothing of it
+
+
 def test_actual_usage_of_0_28_wrapped_over_four_lines():
     log = corpus_log("qwen3-14b-awq-rtx5090-util0.7-0.28.0.log")
     assert (log.total_gpu_memory_gib, log.requested_memory_gib) == (31.36, 21.95)

@@ -41,6 +41,24 @@ def _memory_line(log: StartupLog, tokens: int | None, blocks: int | None, block_
     return text + "."
 
 
+def _profile_line(log: StartupLog) -> str | None:
+    """vLLM's own memory profile, where the log prints its terms (the 'Actual usage' or memory-split lines)."""
+    terms = [(label, value) for label, value in (
+        ("weights", log.model_weights_gib if log.weights_and_non_torch_gib is None else None),
+        ("weights and non-torch memory", log.weights_and_non_torch_gib),
+        ("the peak activation of its profiling run", log.activation_gib),
+        ("non-torch memory", log.non_torch_gib), ("CUDA graphs", log.cuda_graph_gib)) if value is not None]
+    if log.activation_gib is None or len(terms) < 2 or log.refused:
+        return None
+    requested = ""
+    if log.requested_memory_gib is not None:
+        requested = f" of the {_gib(log.requested_memory_gib)} it requested"
+        if log.total_gpu_memory_gib is not None and log.gpu_memory_utilization is not None:
+            requested += f" ({log.gpu_memory_utilization:g} x {_gib(log.total_gpu_memory_gib)})"
+    return (f"vLLM's memory profile{requested}: " + ", ".join(f"{label} {_gib(v)}" for label, v in terms)
+            + " (kvlab size estimates each of these: docs/sizing.md).")
+
+
 def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
     """Tokens -> blocks of block_size tokens -> conversations at the full length, in the log's own figures."""
     out = []
@@ -50,6 +68,9 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
     memory = _memory_line(log, tokens, blocks, block_size)
     if memory:
         out.append(memory)
+    profile = _profile_line(log)
+    if profile:
+        out.append(profile)
     bs_note = f" (block_size {block_size} assumed: the log does not say; it is vLLM's default)" if assumed else ""
     if tokens and blocks:
         if log.derived.get("kv_cache_tokens"):
