@@ -12,7 +12,7 @@ import typer
 
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
-from kvlab.config.options import SIZING_OPTIONS
+from kvlab.config.options import OPTIONS, SIZING_OPTIONS
 
 GIB = 2**30
 
@@ -20,12 +20,12 @@ ModelArg = Annotated[str, typer.Argument(help="Catalogue name (see `kvlab models
                                              "holding one, or a Hugging Face id.", show_default=False)]
 ConcOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Requests that should fit at once.")]
 CtxOpt = Annotated[Optional[int], typer.Option("--context-len", help="Tokens per request (prompt + answer).")]
+# (their help and defaults are the run options' of the same names, declared in kvlab/config/options.py)
 VersionOpt = Annotated[Optional[str], typer.Option(
-    "--vllm-version", help="Whose startup arithmetic to follow, e.g. 0.10.1 (docs/sizing.md lists what changed).",
-    show_default="the newest kvlab knows")]
+    OPTIONS["vllm_version"].flag, help=OPTIONS["vllm_version"].help, show_default=OPTIONS["vllm_version"].default_text)]
 QuantOpt = Annotated[Optional[str], typer.Option(
-    "--quantization", "-q", help="Weight format when config.json names none: fp8, int8, gptq, awq, auto-round, "
-    "mxfp4, nvfp4, bitsandbytes (vLLM's --quantization).", show_default="the checkpoint's")]
+    OPTIONS["quantization"].flag, "-q", help=OPTIONS["quantization"].help,
+    show_default=OPTIONS["quantization"].default_text)]
 EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (vLLM's --enforce-eager).")]
 SamplerOpt = Annotated[Optional[str], typer.Option(
     "--sampler", help="Top-k/top-p sampler of vLLM's profiling run, as its log names it: flashinfer or pytorch.",
