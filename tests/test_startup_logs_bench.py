@@ -85,3 +85,30 @@ def test_the_sampler_is_read_from_the_log(bench, tmp_path):
                                                                "Falling back to the PyTorch-native implementation "
                                                                "of top-p & top-k sampling"))
     assert bench.sampler_of(entry) == "pytorch"
+
+
+def test_a_version_range_inside_one_epoch_is_sized_with_that_epochs_rules(bench, tmp_path, capsys):
+    entry = dict(ENTRY, vllm_version="0.1.dev7548+gbaba038 (a source build between 0.9.2 and 0.10.0)",
+                 vllm_rules_version="0.9.2",
+                 settings_from={"vllm_rules_version": "a build between 0.9.2 and 0.10.0: one epoch of rules"})
+    bench.main(["--corpus", str(corpus(tmp_path, entry))])
+    out = capsys.readouterr().out
+    assert "(rules of 0.9.2: a build between 0.9.2 and 0.10.0" in out and "rules of 0.9.0 on" in out
+    assert "KV tokens within 2%: 1 of 1 sized logs" in " ".join(out.split())
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    bench.main(["--corpus", str(corpus(bare, dict(ENTRY, vllm_version=entry["vllm_version"])))])
+    # without it the dev build's number (0.1) is taken as it stands, and refused
+    assert "is not one kvlab knows the startup arithmetic of" in capsys.readouterr().out
+
+
+def test_a_concurrency_that_disagrees_alone_is_named(bench, tmp_path, capsys):
+    entry = dict(ENTRY, printed=dict(ENTRY["printed"], max_concurrency=14.0))
+    log = LOG.replace("28.37x", "14.00x")
+    folder = tmp_path / "startup_logs"
+    folder.mkdir()
+    (folder / "qwen2-7b.log").write_text(log)
+    (folder / "index.json").write_text(json.dumps([entry]))
+    bench.main(["--corpus", str(folder / "index.json")])
+    out = capsys.readouterr().out
+    assert "outlier qwen2-7b-a100-80gb-util0.5: max concurrency +103.3% with tokens +0.3%" in out
