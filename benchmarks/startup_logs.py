@@ -348,7 +348,7 @@ def fit(rows: list[Row]) -> None:
             fitted[impl] = value
             print(f"  sampler_bytes_per_logit[{impl!r}] = {value:.1f}  (on {len(chosen)} dense log"
                   f"{'s' if len(chosen) > 1 else ''}: {', '.join(pt[0] for pt in chosen)})")
-    for family in ("moe", "hybrid", "multimodal", "int4"):
+    for family in ("moe", "hybrid", "int4"):
         chosen = [pt for pt in points if pt[1] == family]
         if chosen:
             rest = [(m - fitted[impl] * n, f) for _, _, impl, m, f, n in chosen]

@@ -149,6 +149,41 @@ def test_qwen2_5_vl_counts_the_vision_tower_and_matches_its_log():
     assert abs(r.max_concurrency - 45.89) < 0.05
 
 
+def test_qwen_vl_encoder_profiling_run_is_derived_from_the_vision_config():
+    """vLLM's profile_run encodes the largest dummy image before the text dummy run and keeps its float32
+    pixel_values and outputs through it; the peak is the larger of the encoder run and the text run plus those."""
+    from kvlab.memory_profile import encoder_bytes
+    from kvlab.sizing import encoder_inputs, profile_family
+
+    model = get_model(str(DATA / "qwen2.5-vl-7b-instruct.json"))
+    assert profile_family(model) == "dense"  # the text model's family: the encoder is its own term, not a scale
+    config = SizingConfig.for_gpu(get_gpu("l4"), tensor_parallel_size=2, max_model_len=8192, vllm_version="0.9.2")
+    e = encoder_inputs(model, config)
+    # 12,845,056 max pixels / 14^2 = 65,536 patches (256 x 256), / 2^2 = 16,384 tokens; the budget max(2,048
+    # batched tokens, 16,384) holds 1 image; 3 x 2 x 14^2 = 1,176 pixel values per patch; gated MLP 3,420 / TP 2.
+    assert (e.items, e.patches_per_item, e.tokens_per_item, e.values_per_patch) == (1, 65536, 16384, 1176)
+    assert (e.out_width, e.mlp_width_per_gpu, e.mlp_tensors, e.video_instead) == (3584, 1710, 3, False)
+    forward, kept = encoder_bytes(e, 2)
+    assert kept == 65536 * 1176 * 4 + 16384 * 3584 * 2
+    assert forward == kept + 65536 * (1176 + 2 * 1280 + 3 * 1710) * 2
+    # From scratch against corpus log qwen2.5-vl-7b-2xl4-tp2-0.9 (2 x L4, 0.9.2): 375,968 tokens printed.
+    r = size_kv_cache(model, config)
+    assert abs(r.num_tokens / 375_968 - 1) < 0.02
+    # A batch of 16,384 tokens holds the same one image; at 8,192 x 4 tokens per request vLLM would profile a video.
+    long = SizingConfig.for_gpu(get_gpu("l4"), tensor_parallel_size=2, max_model_len=49152, vllm_version="0.9.2")
+    assert encoder_inputs(model, long).video_instead
+    assert "lower bound" in dict((t.name, t.source) for t in size_kv_cache(model, long).profile_terms)[
+        "peak activation"]
+    qwen3 = get_model(str(DATA / "qwen3-vl-30b-a3b-instruct.json"))
+    e3 = encoder_inputs(qwen3, SizingConfig.for_gpu(get_gpu("rtx-3090"), tensor_parallel_size=4,
+                                                    max_model_len=65536))
+    # 16,777,216 / 16^2 = 65,536 patches; outputs 2,048 wide x (1 + 3 deepstack mergers); 65,536 >= 3 x 16,384
+    assert (e3.patches_per_item, e3.tokens_per_item, e3.out_width, e3.video_instead) == (65536, 16384, 8192, True)
+    # A CLIP tower's run (LLaVA-NeXT) is not derived: no encoder term, and the text run alone is the estimate.
+    llava = get_model(str(DATA / "llava-v1.6-mistral-7b-hf.json"))
+    assert llava.vision_params and llava.vision_tower is None
+
+
 # --- quantized layouts --------------------------------------------------------------------------------------
 
 QUANT_CONFIGS = {  # quantization_config as the checkpoints publish them

@@ -63,10 +63,11 @@ FIT = ProfileFit(
     non_torch_base_gib=0.07, non_torch_nccl_pcie_gib=0.14, non_torch_nccl_nvswitch_gib=1.31,
     cuda_graph_mib_per_graph=7.05,
     # The same fit: dense not scaled (its sampler fit absorbs the rest); MoE on 3 logs (gpt-oss-120b on 4 x A100
-    # and on one H100, gpt-oss-20b on an A100), hybrid on 1 (Qwen3-Next, 2 x H200), multimodal on 1 (LLaVA-NeXT),
-    # int4 on 1 (Llama-3-70B-AWQ, 2 x L40S: the awq_marlin forward peaks at 3.4 x the tensors counted; Qwen3-14B-AWQ,
-    # whose 0.28 log prints its peak, 1.46 GiB, is of the fitting half too but prints no weights line to fit on).
-    activation_scale={"dense": 1.0, "moe": 0.85, "hybrid": 0.84, "multimodal": 0.51, "int4": 3.42},
+    # and on one H100, gpt-oss-20b on an A100), hybrid on 1 (Qwen3-Next, 2 x H200), int4 on 1 (Llama-3-70B-AWQ,
+    # 2 x L40S: the awq_marlin forward peaks at 3.4 x the tensors counted; Qwen3-14B-AWQ, whose 0.28 log prints its
+    # peak, 1.46 GiB, is of the fitting half too but prints no weights line to fit on). Multimodal models take their
+    # text model's family: the encoder's profiling run is its own term (encoder_bytes), not a scale.
+    activation_scale={"dense": 1.0, "moe": 0.85, "hybrid": 0.84, "int4": 3.42},
     basis="tensor counts read from vLLM's code; non-torch from the 3 logs that print vLLM's breakdown; the activation "
           "scale per family fitted on the fitting half of tests/data/startup_logs (docs/sizing.md)",
 )
@@ -91,8 +92,27 @@ class ProfileInputs:
     last_stage: bool
     moe_top_k: int = 0
     moe_width_per_gpu: int = 0  # one expert's intermediate size on this GPU (N / TP, or N under expert parallelism)
-    family: str = "dense"  # dense | moe | hybrid | multimodal | int4: which fitted scale applies (model_family)
+    family: str = "dense"  # dense | moe | hybrid | int4: which fitted scale applies (model_family)
     sampler: str = "pytorch"  # flashinfer | pytorch: the top-k/top-p implementation (SAMPLERS)
+    encoder: EncoderInputs | None = None  # a multimodal model's encoder profiling run, where kvlab derives it
+
+
+@dataclass(frozen=True)
+class EncoderInputs:
+    """The encoder profiling run of a multimodal model, in plain numbers (gpu_model_runner.profile_run: before the
+    text dummy run, vLLM runs the encoder over ``items`` dummy items of the modality with the most tokens per item,
+    as many as fit the encoder budget max(max_num_batched_tokens, tokens per item), and keeps the outputs in the
+    encoder cache while the text dummy run follows)."""
+
+    items: int
+    patches_per_item: int
+    values_per_patch: int  # one row of pixel_values
+    tokens_per_item: int
+    out_width: int  # one output token's width
+    hidden_size: int  # the tower's
+    mlp_width_per_gpu: int  # the tower's MLP width / TP (its linear layers are split as the decoder's)
+    mlp_tensors: int  # MLP tensors alive at its peak, in mlp_width (gated 3, else 2)
+    video_instead: bool = False  # vLLM profiles a video item here, whose size kvlab does not derive
 
 
 @dataclass(frozen=True)
@@ -127,20 +147,47 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
     scale = fit.activation_scale.get(x.family, 1.0)
     if scale != 1.0:
         source = source.replace("estimate: ", f"estimate: {scale:.2f} ({x.family} fit) x the forward's ", 1)
-    return Term("peak activation", int(scale * (forward + moe) + sampler),
-                source + " (vLLM measures it in its profiling run)")
+    text = int(scale * (forward + moe) + sampler)
+    if x.encoder is None:
+        return Term("peak activation", text, source + " (vLLM measures it in its profiling run)")
+    encoder, kept = encoder_bytes(x.encoder, x.act_dtype_bytes)
+    e = x.encoder
+    what = (f"{e.items} image{'s' if e.items > 1 else ''} of {e.patches_per_item:,} patches -> {e.tokens_per_item:,} "
+            f"tokens each")
+    if e.video_instead:
+        what += (" (vLLM profiles a video item at this max_model_len, larger than the image; kvlab does not derive "
+                 "its size, so this is a lower bound)")
+    if encoder > text + kept:
+        return Term("peak activation", encoder, f"estimate: the encoder's profiling run over {what}: float32 "
+                    f"pixel_values, their model-dtype copy, the tower's hidden, normed and MLP tensors per patch and "
+                    f"the outputs; above the text run's {text / GIB:.2f} GiB (vLLM measures the peak)")
+    return Term("peak activation", text + kept, source + f" + {kept / GIB:.2f} GiB held from the encoder's profiling "
+                f"run over {what} (float32 pixel_values and the outputs in the encoder cache) (vLLM measures it in "
+                "its profiling run)")
+
+
+def encoder_bytes(e: EncoderInputs, act_dtype_bytes: int) -> tuple[int, int]:
+    """(peak of the encoder's profiling run, what it leaves held during the text dummy run), estimated by counting
+    tensors as for the text model: the pixel_values the HF processor hands over in float32 (kept by profile_run
+    until it returns), the model-dtype copy the tower casts them to, then per patch the hidden and normed tensors and
+    the MLP's; the outputs (tokens x out width, deepstack included) stay in the encoder cache."""
+    patches = e.items * e.patches_per_item
+    pixels = patches * e.values_per_patch * 4
+    outputs = e.items * e.tokens_per_item * e.out_width * act_dtype_bytes
+    per_patch = e.values_per_patch + 2 * e.hidden_size + e.mlp_tensors * e.mlp_width_per_gpu
+    return pixels + patches * per_patch * act_dtype_bytes + outputs, pixels + outputs
 
 
 SAMPLERS = ("flashinfer", "pytorch")
 
 
-def model_family(is_hybrid: bool, is_multimodal: bool, is_moe: bool, is_int4: bool = False) -> str:
-    """The family whose fitted activation scale applies: a hybrid's state layers and a multimodal model's encoder
-    profiling change the peak most, then MoE's fused-expert buffers, then the Marlin kernels (awq_marlin,
-    gptq_marlin) vLLM runs 4-bit GPTQ/AWQ/AutoRound linear layers with."""
+def model_family(is_hybrid: bool, is_moe: bool, is_int4: bool = False) -> str:
+    """The family whose fitted activation scale applies: a hybrid's state layers change the peak most, then MoE's
+    fused-expert buffers, then the Marlin kernels (awq_marlin, gptq_marlin) vLLM runs 4-bit GPTQ/AWQ/AutoRound linear
+    layers with. A multimodal model takes its text model's family (its encoder run is a term of its own)."""
     if is_hybrid:
         return "hybrid"
-    return "multimodal" if is_multimodal else "moe" if is_moe else "int4" if is_int4 else "dense"
+    return "moe" if is_moe else "int4" if is_int4 else "dense"
 
 
 def non_torch_bytes(tensor_parallel_size: int, gpu_name: str | None, fit: ProfileFit = FIT) -> Term:

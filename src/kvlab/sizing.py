@@ -36,6 +36,7 @@ from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
 from kvlab.memory_profile import (
     SAMPLERS,
+    EncoderInputs,
     MemoryProfile,
     ProfileInputs,
     Term,
@@ -305,11 +306,11 @@ def profile_family(model: ModelSpec, quantization: str | None = None) -> str:
     linear layers run on vLLM's Marlin kernels."""
     fmt = model.weight_format_for(quantization)
     int4 = fmt is not None and fmt.bits == 4 and fmt.scope == "linear" and fmt.method in ("gptq", "awq", "auto-round")
-    return model_family(model.state is not None, bool(model.vision_params), model.is_moe, int4)
+    return model_family(model.state is not None, model.is_moe, int4)
 
 
 def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int, num_layers: int,
-                   last_stage: bool = True) -> ProfileInputs:
+                   last_stage: bool = True, first_stage: bool = True) -> ProfileInputs:
     """The numbers the memory profile's estimates read, for one GPU of a stage."""
     tp = config.tensor_parallel_size
     inputs = dict(hidden_size=model.hidden_size, vocab_size=model.vocab_size, num_layers=num_layers,
@@ -317,12 +318,33 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
                   max_num_seqs=config.resolved_max_num_seqs, tensor_parallel_size=tp, last_stage=last_stage,
                   qkv_width_per_gpu=(model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim // tp,
                   family=profile_family(model, config.quantization),
-                  sampler=config.sampler or config.rules.default_sampler)
+                  sampler=config.sampler or config.rules.default_sampler,
+                  encoder=encoder_inputs(model, config) if first_stage else None)  # the tower's stage
     if model.is_moe:
         width = model.moe_intermediate_size or model.intermediate_size
         return ProfileInputs(mlp_width_per_gpu=(model.num_shared_experts or 0) * width // tp,
                              moe_top_k=model.experts_per_token, moe_width_per_gpu=width // tp, **inputs)
     return ProfileInputs(mlp_width_per_gpu=model.intermediate_size // tp, **inputs)
+
+
+def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | None:
+    """The encoder profiling run vLLM makes for a Qwen-VL model (gpu_model_runner.profile_run): images of the most
+    features (vision.MAX_PIXELS), as many as the encoder budget max(max_num_batched_tokens, tokens per image) holds
+    (compute_mm_encoder_budget; 'profiled with N image items of the maximum feature size'). vLLM picks the modality
+    with the most tokens per item: a video's dummy takes the frames that fit max_model_len less one image
+    (Qwen2VLProcessingInfo.get_num_frames_with_most_features, temporal patches of 2 frames), so from
+    3 x the image's tokens on the video is larger; kvlab does not derive its size and says so."""
+    tower = model.vision_tower
+    if tower is None:
+        return None
+    tokens = tower.max_tokens_per_image
+    budget = max(config.resolved_max_num_batched_tokens, tokens)
+    return EncoderInputs(items=max(1, budget // tokens), patches_per_item=tower.max_patches,
+                         values_per_patch=tower.values_per_patch, tokens_per_item=tokens, out_width=tower.out_width,
+                         hidden_size=tower.hidden_size,
+                         mlp_width_per_gpu=tower.mlp_width // config.tensor_parallel_size,
+                         mlp_tensors=tower.mlp_tensors,
+                         video_instead=(config.max_model_len or model.max_position_embeddings) >= 3 * tokens)
 
 
 def requested_memory_bytes(config: SizingConfig) -> int | None:
@@ -353,7 +375,7 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
             total=Term("total", total, "GPU memory as CUDA reports it"),
             requested=Term("requested", requested, f"total x gpu_memory_utilization {config.gpu_memory_utilization}"),
             weights=Term("weights", weights, model.weights_source(config.quantization)),
-            activation=activation_bytes(profile_inputs(model, config, act_bytes, len(layers), last)),
+            activation=activation_bytes(profile_inputs(model, config, act_bytes, len(layers), last, first)),
             non_torch=non_torch,
             cuda_graphs=cuda_graph_bytes(config.resolved_max_num_seqs, rules.cuda_graphs_deducted,
                                          config.enforce_eager, version)))

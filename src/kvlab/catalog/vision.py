@@ -21,6 +21,55 @@ code vLLM runs:
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+# The most pixels an image may keep after the HF processor's smart_resize, which vLLM's processing info reads
+# (Qwen2VLProcessingInfo.get_image_size_with_most_features): Qwen2VLImageProcessor's default max_pixels,
+# 12,845,056 = 16,384 tokens x (2 x 14)^2, as Qwen2-VL and Qwen2.5-VL checkpoints' preprocessor_config.json keep it;
+# Qwen3-VL's processor, size["longest_edge"] 16,777,216 = 16,384 tokens x (2 x 16)^2.
+MAX_PIXELS = {"qwen2_vl": 12_845_056, "qwen2_5_vl": 12_845_056, "qwen3_vl": 16_777_216, "qwen3_vl_moe": 16_777_216}
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """The numbers vLLM's encoder profiling run depends on, for the towers whose dummy input kvlab derives (Qwen2-VL,
+    Qwen2.5-VL, Qwen3-VL: the image of most features is a square of the processor's max pixels)."""
+
+    model_type: str
+    hidden_size: int
+    mlp_width: int  # intermediate size of one block's MLP
+    mlp_tensors: int  # MLP tensors alive at its peak per patch, in mlp_width: gated 3 (gate, up, product), else 2
+    values_per_patch: int  # in_channels x temporal_patch_size x patch_size^2: one row of pixel_values
+    patches_per_token: int  # spatial_merge_size^2
+    max_patches: int  # patches of the largest image: max_pixels // patch_size^2, whole merge groups
+    out_width: int  # one output token's width: out_hidden_size, x (1 + deepstack mergers) for Qwen3-VL
+
+    @property
+    def max_tokens_per_image(self) -> int:
+        return self.max_patches // self.patches_per_token
+
+
+def vision_tower(config: dict) -> VisionTower | None:
+    """The profiling geometry of a Qwen-VL tower, or None for other towers (their encoder run is not estimated)."""
+    vc, model_type = config.get("vision_config"), str(config.get("model_type") or "")
+    if not isinstance(vc, dict) or model_type not in MAX_PIXELS:
+        return None
+    nested = config.get("text_config")
+    text_hidden = int((nested if isinstance(nested, dict) else config).get("hidden_size") or 0)
+    qwen3 = model_type.startswith("qwen3")
+    h = int((vc.get("embed_dim") if model_type == "qwen2_vl" else vc.get("hidden_size")) or 1280)
+    patch, merge = int(vc.get("patch_size", 16 if qwen3 else 14)), int(vc.get("spatial_merge_size", 2))
+    gated = model_type == "qwen2_5_vl"
+    width = int(h * vc.get("mlp_ratio", 4)) if model_type == "qwen2_vl" else int(vc["intermediate_size"])
+    values = int(vc.get("in_channels", vc.get("in_chans", 3))) * int(vc.get("temporal_patch_size", 2)) * patch ** 2
+    side = math.isqrt(MAX_PIXELS[model_type] // patch ** 2) // merge * merge  # grid side of the square image
+    out = int(vc.get("out_hidden_size") or text_hidden)
+    deepstack = len(vc.get("deepstack_visual_indexes") or ()) if qwen3 else 0
+    return VisionTower(model_type=model_type, hidden_size=h, mlp_width=width, mlp_tensors=3 if gated else 2,
+                       values_per_patch=values, patches_per_token=merge * merge, max_patches=side * side,
+                       out_width=out * (1 + deepstack))
+
 
 def _clip_layers(vc: dict, feature_layer) -> int:
     layers = int(vc.get("num_hidden_layers", 24))
