@@ -193,6 +193,12 @@ def test_actual_usage_of_0_28_wrapped_over_four_lines():
     assert (log.total_gpu_memory_gib, log.requested_memory_gib) == (31.36, 21.95)
     assert (log.weights_and_non_torch_gib, log.activation_gib, log.cuda_graph_gib) == (11.22, 1.46, 0.52)
     assert log.model_weights_gib is None and log.non_torch_gib is None  # printed as one figure
+    assert log.free_on_startup_gib == 30.86
+    # 0.28's 'consumed memory' is total - free after loading: it counts what was in use at the startup snapshot.
+    text = " ".join(explain_vllm_log(log)["lines"])
+    assert ("0.50 GiB was in use on the device at its startup snapshot (31.36 GiB total - 30.86 GiB free: its own "
+            "CUDA context and any other process's memory), which its 'consumed memory'") in " ".join(text.split())
+    assert "assumes none" in text
 
 
 def test_debug_profile_line_of_0_10():

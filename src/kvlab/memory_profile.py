@@ -200,7 +200,8 @@ def non_torch_bytes(tensor_parallel_size: int, gpu_name: str | None, fit: Profil
         gib += nccl
         source += (f" + {nccl:g} GiB of NCCL buffers for TP {tensor_parallel_size} "
                    f"({'NVSwitch: NVLink SHARP' if nvswitch else 'PCIe'})")
-    return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup)")
+    return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup); memory other processes hold "
+                "on the GPU is not known and assumed 0 (vLLM 0.28's 'consumed memory' counts it)")
 
 
 def capture_sizes(largest: int) -> list[int]:

@@ -55,8 +55,23 @@ def _profile_line(log: StartupLog) -> str | None:
         requested = f" of the {_gib(log.requested_memory_gib)} it requested"
         if log.total_gpu_memory_gib is not None and log.gpu_memory_utilization is not None:
             requested += f" ({log.gpu_memory_utilization:g} x {_gib(log.total_gpu_memory_gib)})"
-    return (f"vLLM's memory profile{requested}: " + ", ".join(f"{label} {_gib(v)}" for label, v in terms)
-            + " (kvlab size estimates each of these: docs/sizing.md).")
+    text = f"vLLM's memory profile{requested}: " + ", ".join(f"{label} {_gib(v)}" for label, v in terms)
+    before = _in_use_before_start(log)
+    if before:
+        text += (f"; {_gib(before)} was in use on the device at its startup snapshot ({_gib(log.total_gpu_memory_gib)} "
+                 f"total - {_gib(log.free_on_startup_gib)} free: its own CUDA context and any other process's memory)")
+        if log.weights_and_non_torch_gib is not None:
+            text += (", which its 'consumed memory' (total - free after loading) includes; kvlab size cannot know "
+                     "other processes' memory and assumes none")
+    return text + " (kvlab size estimates each of these: docs/sizing.md)."
+
+
+def _in_use_before_start(log: StartupLog) -> float | None:
+    """Memory in use on the device at vLLM's startup snapshot (gpu_worker.init_device, after its CUDA context was
+    created): total - free on startup, as the log prints them."""
+    if log.total_gpu_memory_gib is None or log.free_on_startup_gib is None:
+        return None
+    return round(log.total_gpu_memory_gib - log.free_on_startup_gib, 2) or None
 
 
 def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:

@@ -277,7 +277,7 @@ PATTERNS = (
     _pattern("free_on_startup", "v1", r"Free memory on device \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup\. "
              r"Desired GPU memory utilization is \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)",
              lambda m: {"total_gpu_memory_gib": float(m["total"]), "gpu_memory_utilization": float(m["util"]),
-                        "requested_memory_gib": float(m["req"])}),
+                        "requested_memory_gib": float(m["req"]), "free_on_startup_gib": float(m["free"])}),
     _pattern("actual_usage", "v1", r"Actual usage is (?P<rest>[\s\S]*?GiB for CUDAGraph memory)", _read_actual_usage),
     _pattern("cuda_graph_captured", None, r"Graph capturing finished in [\d.]+ secs?, took (?P<gib>-?[\d.]+) GiB",
              lambda m: {"cuda_graph_gib": float(m["gib"])}),

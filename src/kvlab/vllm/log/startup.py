@@ -17,10 +17,10 @@ REPORTED = ("kv_cache_tokens", "num_gpu_blocks", "num_cpu_blocks", "block_size",
             "max_concurrency_tokens_per_request", "available_kv_cache_gib", "model_weights_gib", "max_model_len",
             "total_gpu_memory_gib", "gpu_memory_utilization", "estimated_max_model_len", "needed_kv_cache_gib",
             "model", "refused", "activation_gib", "non_torch_gib", "weights_and_non_torch_gib", "cuda_graph_gib",
-            "estimated_cuda_graph_gib", "non_kv_cache_gib", "requested_memory_gib")
+            "estimated_cuda_graph_gib", "non_kv_cache_gib", "requested_memory_gib", "free_on_startup_gib")
 # The memory profile's terms, as vLLM printed them (GiB per GPU); None where the log does not print one.
 PROFILE_TERMS = ("activation_gib", "non_torch_gib", "weights_and_non_torch_gib", "cuda_graph_gib",
-                 "estimated_cuda_graph_gib", "non_kv_cache_gib", "requested_memory_gib")
+                 "estimated_cuda_graph_gib", "non_kv_cache_gib", "requested_memory_gib", "free_on_startup_gib")
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ class StartupLog:
     estimated_cuda_graph_gib: float | None = None
     non_kv_cache_gib: float | None = None
     requested_memory_gib: float | None = None
+    free_on_startup_gib: float | None = None  # 'Free memory on device (F/T GiB) on startup': F
     settings: dict = field(default_factory=dict)  # engine settings the log states, in vLLM's names
     lines: dict = field(default_factory=dict)
     derived: dict = field(default_factory=dict)
