@@ -33,7 +33,8 @@ def split_of(log_id: str) -> str:
 
 
 def find_model(entry: dict):
-    """The model of a log: a config.json the corpus carries for it, else the catalogue; None with the reason."""
+    """The model of a log: a config.json the corpus carries for it (index.json's model_config, else its name), else
+    the catalogue; None with the reason."""
     from kvlab.catalog.config import load_config_path
     from kvlab.catalog.models import find_catalogue_model
 
@@ -44,7 +45,10 @@ def find_model(entry: dict):
             for path in (folder / name, folder / f"{name}.json", folder / name / "config.json"):
                 if path.is_file():
                     return load_config_path(str(path)), None
-    spec = find_catalogue_model(model) or find_catalogue_model(model.split("/")[-1])
+    # model_config may name a catalogue entry of the same shape (a quantized checkpoint of a catalogued model, its
+    # format then from the entry's quantization)
+    spec = (find_catalogue_model(entry["model_config"]) if entry.get("model_config") else None) \
+        or find_catalogue_model(model) or find_catalogue_model(model.split("/")[-1])
     if spec is not None:
         return spec, None
     return None, (f"no config.json for {model.split(' (')[0]!r} in the catalogue, tests/data/model_configs or "
@@ -129,6 +133,11 @@ def predict(entry: dict) -> Row:
     try:
         if gpu_id:
             gpu = get_gpu(gpu_id)
+            if entry.get("gpu_memory_gib"):  # this machine's own total, where the index has evidence of it
+                from dataclasses import replace
+
+                gpu = replace(gpu, memory_bytes=round(entry["gpu_memory_gib"] * GIB),
+                              memory_bytes_source="index.json: " + entry["settings_from"]["gpu_memory_gib"])
         else:  # the card is not named, but vLLM printed its total: size with that memory, as --gpu-memory-gib does
             from kvlab.catalog.gpus import GpuSpec
 
