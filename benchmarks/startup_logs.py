@@ -89,6 +89,14 @@ def sampler_of(entry: dict) -> str | None:
     return None
 
 
+def dcp_of(entry: dict) -> int:
+    """--decode-context-parallel-size as the entry's flags state it (1 without)."""
+    import re
+
+    m = re.search(r"--decode-context-parallel-size[ =](\d+)", str(entry.get("other_flags") or ""))
+    return int(m.group(1)) if m else 1
+
+
 def quantization_of(entry: dict) -> str | None:
     """The --quantization the entry states, when the model's config does not carry it."""
     text = str(entry.get("quantization") or "").lower()
@@ -123,9 +131,6 @@ def predict(entry: dict) -> Row:
     if not version or not str(version)[:1].isdigit():
         row.error = f"the log states no vLLM version ({entry.get('vllm_version')!r}), and the rules differ by version"
         return row
-    if "--decode-context-parallel-size" in str(entry.get("other_flags")):
-        row.error = "decode context parallelism (--decode-context-parallel-size) is not modelled"
-        return row
     model, why = find_model(entry)
     if model is None:
         row.error = why
@@ -153,7 +158,7 @@ def predict(entry: dict) -> Row:
             max_num_seqs=entry.get("max_num_seqs"), kv_cache_dtype=kv_dtype if kv_dtype != "None" else "auto",
             dtype=dtype if dtype in ("auto", "float16", "bfloat16", "float32") else "auto",
             vllm_version=version, enforce_eager=bool(entry.get("enforce_eager")),
-            sampler=sampler_of(entry),
+            sampler=sampler_of(entry), decode_context_parallel_size=dcp_of(entry),
             quantization=None if model.weight_format is not None else quantization_of(entry))
         config = SizingConfig.for_gpu(gpu, **settings)
         result = size_kv_cache(model, config)

@@ -184,6 +184,24 @@ def test_qwen_vl_encoder_profiling_run_is_derived_from_the_vision_config():
     assert llava.vision_params and llava.vision_tower is None
 
 
+def test_decode_context_parallelism_spreads_a_request_over_the_dcp_ranks():
+    """--decode-context-parallel-size D: each GPU keeps every D-th token of a request, so one takes
+    cdiv(cdiv(L, D), 16) blocks; vLLM 0.9-0.20 prints num_blocks x 16 x D ('Multiplying the GPU KV cache size by the
+    dcp_world_size')."""
+    model = get_model(str(DATA / "kimi-k2-thinking.json"))
+    settings = dict(tensor_parallel_size=8, max_model_len=262144, vllm_version="0.11.1")
+    plain = size_kv_cache(model, given("h200", 46.80, **settings))
+    dcp = size_kv_cache(model, given("h200", 46.80, decode_context_parallel_size=8, **settings))
+    assert dcp.num_blocks == plain.num_blocks and dcp.num_tokens == 8 * plain.num_tokens
+    assert dcp.blocks_per_request == cdiv(cdiv(262144, 8), 16) == 2048 and plain.blocks_per_request == 16384
+    assert dcp.max_concurrency == pytest.approx(8 * plain.max_concurrency)
+    # Corpus logs kimi-k2-thinking-8xh200-tp8(-dcp8)-0.11.1-nightly, both 46.80 GiB: 715,072 and 5,721,088 tokens.
+    slack = rounding_blocks(plain.bytes_per_block) * 16
+    assert abs(plain.num_tokens - 715_072) <= slack and abs(dcp.num_tokens - 5_721_088) <= 8 * slack
+    with pytest.raises(KvlabError, match="--decode-context-parallel-size 3 must divide --tensor-parallel-size 8"):
+        SizingConfig(tensor_parallel_size=8, decode_context_parallel_size=3)
+
+
 # --- quantized layouts --------------------------------------------------------------------------------------
 
 QUANT_CONFIGS = {  # quantization_config as the checkpoints publish them

@@ -70,12 +70,19 @@ def test_what_cannot_be_sized_is_said_not_guessed(bench, tmp_path, capsys):
     for change, reason in ((dict(gpu_kvlab=None, gpu="a card nobody names"), "is not in kvlab's catalogue"),
                            (dict(model="nobody/unknown-7b"), "no config.json for 'nobody/unknown-7b'"),
                            (dict(vllm_version=None), "states no vLLM version"),
-                           (dict(other_flags="--decode-context-parallel-size 8"), "decode context parallelism")):
+                           (dict(other_flags="--decode-context-parallel-size 3"),
+                            "--decode-context-parallel-size 3 must divide --tensor-parallel-size")):
         folder = tmp_path / str(len(reason))
         folder.mkdir()
         bench.main(["--corpus", str(corpus(folder, dict(ENTRY, **change)))])
         out = capsys.readouterr().out
         assert "not sized: " in out and reason in out and "KV tokens" not in out.split("== summary")[0]
+
+
+def test_the_decode_context_parallel_size_is_read_from_the_flags(bench):
+    assert bench.dcp_of({"other_flags": "--decode-context-parallel-size 8 --trust-remote-code"}) == 8
+    assert bench.dcp_of({"other_flags": "--decode-context-parallel-size=2"}) == 2
+    assert bench.dcp_of({"other_flags": None}) == bench.dcp_of({}) == 1
 
 
 def test_the_sampler_is_read_from_the_log(bench, tmp_path):

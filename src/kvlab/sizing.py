@@ -116,6 +116,9 @@ class SizingConfig:
     enforce_eager: bool = False
     quantization: str | None = None  # --quantization: the checkpoint's weight format when config.json names none
     sampler: str | None = None  # top-k/top-p implementation of the profiling run; None: the version's default
+    # --decode-context-parallel-size: the TP ranks of a DCP group each keep every DCP-th token's KV, so a request of
+    # L tokens takes cdiv(L, DCP) tokens' blocks on each GPU (AttentionSpec.max_memory_usage_bytes)
+    decode_context_parallel_size: int = 1
 
     def __post_init__(self):
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -126,9 +129,14 @@ class SizingConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise KvlabError(f"{name} must be positive, got {value}")
-        for name in ("tensor_parallel_size", "pipeline_parallel_size"):
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size"):
             if getattr(self, name) < 1:
                 raise KvlabError(f"{name} must be at least 1, got {getattr(self, name)}")
+        tp, dcp = self.tensor_parallel_size, self.decode_context_parallel_size
+        if tp % dcp:
+            valid = ", ".join(str(d) for d in range(1, tp + 1) if tp % d == 0)
+            raise KvlabError(f"--decode-context-parallel-size {dcp} must divide --tensor-parallel-size {tp} (DCP "
+                             f"groups are made of TP ranks); valid: {valid}")
         if self.block_size <= 0:
             raise KvlabError(f"--block-size {self.block_size} must be positive; valid: 16, 32, 64, 128, ... (vLLM's "
                              "CUDA block sizes), or any whole number from 1 for the arithmetic and the simulator")
@@ -443,6 +451,7 @@ class SizingResult:
     profile_terms: tuple[Term, ...] = ()  # the memory profile, term by term, with sources (limiting GPU)
     enforce_eager: bool = False
     quantization: str | None = None  # --quantization given (None: the checkpoint's own)
+    decode_context_parallel_size: int = 1  # a request's tokens are spread over this many GPUs' caches
     sampler: str | None = None  # --sampler given (None: the version's default)
 
     @property
@@ -611,12 +620,14 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     profile = profiles[index]
 
     in_flight = config.max_in_flight_tokens
-    per_request = blocks_per_request(groups, max_model_len, in_flight)
+    dcp = config.decode_context_parallel_size
+    per_request = blocks_per_request(groups, cdiv(max_model_len, dcp), in_flight)
     max_concurrency = num_blocks / per_request
     rules = config.rules
     if rules.tokens_line == "blocks":
-        # kv_cache_utils._report_kv_cache_config (0.9 to 0.20): num_blocks // groups x the smallest block size.
-        num_tokens = num_blocks // len(groups) * min(g.spec.block_size for g in groups)
+        # kv_cache_utils._report_kv_cache_config (0.9 to 0.20): num_blocks // groups x the smallest block size, x the
+        # DCP size ('Multiplying the GPU KV cache size by the dcp_world_size').
+        num_tokens = num_blocks // len(groups) * min(g.spec.block_size for g in groups) * dcp
     else:
         # get_kv_cache_capacity: int(max_concurrency * max_model_len), in this order of float operations.
         num_tokens = int(max_concurrency * max_model_len)
@@ -643,7 +654,8 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         vllm_version=resolve_version(config.vllm_version), vllm_rules_since=rules.since,
         profile_terms=profile.terms, enforce_eager=config.enforce_eager, quantization=config.quantization,
         sampler=config.sampler,
-        estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight),
+        estimated_max_model_len=_longest(groups, num_blocks - 1, 1, cdiv(max_model_len, dcp), in_flight) * dcp,
+        decode_context_parallel_size=dcp,
     )
 
 
