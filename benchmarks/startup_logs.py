@@ -178,8 +178,20 @@ def predict(entry: dict) -> Row:
         "sampler": sampler_of(entry) or SizingConfig(vllm_version=version).rules.default_sampler,
         "sampler_named": sampler_of(entry) is not None, "logits": (min(result.max_num_seqs, result.max_num_batched_tokens)
                                                  * model.vocab_size),
+        "encoder": encoder_of(model, config),
     }
     return row
+
+
+def encoder_of(model, config) -> str | None:
+    """kvlab's dummy for the encoder's profiling run, in the words of vLLM's log line; None for a text model."""
+    from kvlab.sizing import encoder_inputs
+
+    e = encoder_inputs(model, config)
+    if e is None:
+        return None
+    text = f"{e.items} image item(s) of {e.tokens_per_item:,} tokens"
+    return text + (" (vLLM profiles a video here: its size not derived)" if e.video_instead else "")
 
 
 def failed_start(model, config) -> dict:
@@ -213,7 +225,9 @@ def read_log(entry: dict) -> dict:
     return {"kv_cache_tokens": log.kv_cache_tokens, "max_concurrency": log.max_concurrency,
             "available_kv_gib": log.available_kv_cache_gib, "model_loading_gib": log.model_weights_gib,
             "activation_gib": log.activation_gib, "non_torch_gib": log.non_torch_gib,
-            "cuda_graph_gib": log.cuda_graph_gib, "total_gib": log.total_gpu_memory_gib}
+            "cuda_graph_gib": log.cuda_graph_gib, "total_gib": log.total_gpu_memory_gib,
+            "encoder_budget_tokens": log.encoder_budget_tokens, "encoder_profile_items": log.encoder_profile_items,
+            "encoder_profile_modality": log.encoder_profile_modality}
 
 
 def rel(predicted, printed) -> float | None:
@@ -266,6 +280,11 @@ def print_row(row: Row) -> None:
     for label, key, fmt in (("KV tokens", "kv_cache_tokens", ",d"), ("max concurrency", "max_concurrency", ".2f")):
         print(f"  {label:<18} {num(p[key], fmt):>10}  printed {num(q.get(key), fmt):>8}  error "
               f"{pct(rel(p[key], q.get(key)))}")
+    if row.reader.get("encoder_profile_items") is not None or p.get("encoder"):
+        logged = row.reader.get("encoder_profile_items")
+        print(f"  encoder run        kvlab {p.get('encoder') or 'not derived for this tower'}; log "
+              + (f"{logged} {row.reader['encoder_profile_modality']} item(s), budget "
+                 f"{row.reader['encoder_budget_tokens']:,} tokens" if logged is not None else "does not say"))
 
 
 def cause(row: Row) -> str:

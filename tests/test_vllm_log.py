@@ -188,6 +188,19 @@ def test_the_explanation_states_vllms_memory_profile():
     assert not any("memory profile" in line for line in plain)  # a log without the breakdown says nothing of it
 
 
+def test_the_encoder_profiling_line_of_a_multimodal_model():
+    llava = corpus_log("llava-v1.6-mistral-7b-80gb-0.10.2.log")
+    assert (llava.encoder_budget_tokens, llava.encoder_profile_items, llava.encoder_profile_modality) == (
+        16384, 5, "image")
+    qwen3_vl = corpus_log("qwen3-vl-30b-a3b-4xrtx3090-0.11.0.log")  # printed once per TP worker
+    assert (qwen3_vl.encoder_budget_tokens, qwen3_vl.encoder_profile_items, qwen3_vl.encoder_profile_modality) == (
+        153600, 1, "video")
+    text = " ".join(" ".join(explain_vllm_log(qwen3_vl)["lines"]).split())
+    assert ("vLLM ran the multimodal encoder over 1 video item of the largest size, with an encoder cache budget of "
+            "153,600 tokens") in text
+    assert corpus_log("qwen3-8b-a100-40gb-0.9.2.log").encoder_profile_items is None  # a text model: no such line
+
+
 def test_actual_usage_of_0_28_wrapped_over_four_lines():
     log = corpus_log("qwen3-14b-awq-rtx5090-util0.7-0.28.0.log")
     assert (log.total_gpu_memory_gib, log.requested_memory_gib) == (31.36, 21.95)

@@ -86,6 +86,12 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
     profile = _profile_line(log)
     if profile:
         out.append(profile)
+    if log.encoder_profile_items is not None:
+        items = f"{log.encoder_profile_items} {log.encoder_profile_modality} item" + (
+            "s" if log.encoder_profile_items != 1 else "")
+        out.append(f"Before the text model's profiling run vLLM ran the multimodal encoder over {items} of the "
+                   f"largest size, with an encoder cache budget of {log.encoder_budget_tokens:,} tokens; that run's "
+                   "peak, or its outputs held through the text run, is part of the peak activation.")
     bs_note = f" (block_size {block_size} assumed: the log does not say; it is vLLM's default)" if assumed else ""
     if tokens and blocks:
         if log.derived.get("kv_cache_tokens"):

@@ -279,6 +279,11 @@ PATTERNS = (
              lambda m: {"total_gpu_memory_gib": float(m["total"]), "gpu_memory_utilization": float(m["util"]),
                         "requested_memory_gib": float(m["req"]), "free_on_startup_gib": float(m["free"])}),
     _pattern("actual_usage", "v1", r"Actual usage is (?P<rest>[\s\S]*?GiB for CUDAGraph memory)", _read_actual_usage),
+    # V1, multimodal models: the encoder's profiling run (gpu_model_runner.profile_run)
+    _pattern("encoder_profile", "v1", r"Encoder cache will be initialized with a budget of (?P<n>NUM) tokens, and "
+             r"profiled with (?P<k>\d+) (?P<mod>\w+) items",
+             lambda m: {"encoder_budget_tokens": _int(m["n"]), "encoder_profile_items": int(m["k"]),
+                        "encoder_profile_modality": m["mod"]}),
     _pattern("cuda_graph_captured", None, r"Graph capturing finished in [\d.]+ secs?, took (?P<gib>-?[\d.]+) GiB",
              lambda m: {"cuda_graph_gib": float(m["gib"])}),
     _pattern("cuda_graph_estimate", "v1", r"Estimated CUDA graph memory: (?P<gib>-?[\d.]+) GiB total",
