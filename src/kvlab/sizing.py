@@ -341,7 +341,8 @@ def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | No
     (compute_mm_encoder_budget; 'profiled with N image items of the maximum feature size'). vLLM picks the modality
     with the most tokens per item: a video's dummy takes the frames that fit max_model_len less one image
     (Qwen2VLProcessingInfo.get_num_frames_with_most_features, temporal patches of 2 frames), so from
-    3 x the image's tokens on the video is larger; kvlab does not derive its size and says so."""
+    3 x the image's tokens on the video is larger; kvlab does not derive its size and says so (Qwen3-VL's video
+    processor allows more than that rule: 'a budget of 153600 tokens, and profiled with 1 video items' at 65,536)."""
     tower = model.vision_tower
     if tower is None:
         return None
