@@ -119,3 +119,14 @@ def test_a_concurrency_that_disagrees_alone_is_named(bench, tmp_path, capsys):
     bench.main(["--corpus", str(folder / "index.json")])
     out = capsys.readouterr().out
     assert "outlier qwen2-7b-a100-80gb-util0.5: max concurrency +103.3% with tokens +0.3%" in out
+
+
+def test_model_config_may_name_a_catalogue_entry_and_gpu_memory_gib_the_machines_total(bench, tmp_path, capsys):
+    # The same log under a checkpoint name nothing matches: model_config names the catalogue's Qwen2.5-7B shape
+    # (28 layers, 4 KV heads x 128 like Qwen2-7B), and gpu_memory_gib replaces the A100's 79.25 GiB with 40 GiB.
+    entry = dict(ENTRY, model="someone/renamed-7b", model_config="qwen2.5-7b-instruct", gpu_memory_gib=40.0,
+                 settings_from={"gpu_memory_gib": "a test: the machine's own total"})
+    bench.main(["--corpus", str(corpus(tmp_path, entry))])
+    out = capsys.readouterr().out
+    assert "not sized" not in out.split("== summary")[0]
+    assert "requested 20.00 GiB" in out  # 0.5 x 40 GiB, not 0.5 x the catalogue's A100-80GB
