@@ -198,8 +198,9 @@ def test_the_layer_test_sees_an_upward_import():
     """The graph is read as it should be: the command line imports the service, the service the config."""
     graph = kvlab_edges(imports())
     assert "kvlab.service" in graph["kvlab.cli.sim"]
-    assert "kvlab.config" in graph["kvlab.service"] or "kvlab.config.resolve" in graph["kvlab.service"]
+    assert "kvlab.config" in graph["kvlab.service.engine"] or "kvlab.config.resolve" in graph["kvlab.service.engine"]
     assert layer("kvlab.web.server") == "face" and layer("kvlab.sched.scheduler") == "core"
+    assert layer("kvlab.service.replicas") == "service"
 
 
 def architecture_homes() -> list[tuple[str, str, str]]:

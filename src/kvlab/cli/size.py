@@ -13,6 +13,7 @@ import typer
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
 from kvlab.config.options import SIZING_OPTIONS
+from kvlab.service.size import sizing_config
 
 GIB = 2**30
 
@@ -31,8 +32,8 @@ SamplerOpt = Annotated[Optional[str], typer.Option(
     "--sampler", help="Top-k/top-p sampler of vLLM's profiling run, as its log names it: flashinfer or pytorch.",
     show_default="the vLLM version's usual one")]
 
-# The options `kvlab size` and `kvlab fit` share (``build_config``'s arguments): the ones that decide the KV cache,
-# declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
+# The options `kvlab size` and `kvlab fit` share (kvlab.service.size.sizing_config's arguments): the ones that decide
+# the KV cache, declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
 sizing_options = options_template(SIZING_OPTIONS, defaults={"gpu": None})
 
 
@@ -59,40 +60,6 @@ def weight_dtype(options: dict, quantization: str | None, as_json: bool) -> str 
         Console(stderr=True, highlight=False).print("note: --dtype fp8 sized as vLLM's --quantization fp8 (FP8 "
                                                     "weights, activations in the checkpoint's dtype)", style="yellow")
     return quantization or "fp8"
-
-
-def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
-    """The GPU as kvlab names it: --gpu-memory-gib replaces the memory of --gpu, and the name says so."""
-    return gpu_id if gpu_memory_gib is None else f"{gpu_id} with {gpu_memory_gib:g} GiB"
-
-
-def build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
-                 block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
-                 available_kv_gib, vllm_version=None, quantization=None, enforce_eager=False, sampler=None):
-    """(GpuSpec or None, SizingConfig) from the command-line options. With --gpu and --gpu-memory-gib both, the
-    GPU keeps its name and defaults and takes the given memory, as in `kvlab run`."""
-    from dataclasses import replace
-
-    from kvlab.catalog import get_gpu
-    from kvlab.sizing import SizingConfig
-    from kvlab.validate import check_options
-
-    check_options(locals())
-    spec = get_gpu(gpu) if gpu is not None else None
-    if spec is not None and gpu_memory_gib is not None:
-        spec = replace(spec, id=gpu_label(spec.id, gpu_memory_gib), memory_bytes=round(gpu_memory_gib * GIB),
-                       memory_bytes_source="set by --gpu-memory-gib")
-    memory = spec.memory_bytes if spec else (round(gpu_memory_gib * GIB) if gpu_memory_gib is not None else None)
-    config = SizingConfig(
-        gpu_memory_bytes=memory, gpu_name=spec.id if spec else None,
-        gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
-        kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
-        pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-        available_kv_bytes=None if available_kv_gib is None else round(available_kv_gib * GIB),
-        vllm_version=vllm_version, quantization=quantization, enforce_eager=enforce_eager, sampler=sampler,
-    )
-    return spec, config
 
 
 # --- formatting ----------------------------------------------------------------------------------------
@@ -308,7 +275,7 @@ def size(
     with allow_large_work(yes):
         spec = get_model(model)
     quantization = weight_dtype(options, quantization, as_json)
-    gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
+    gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
@@ -413,7 +380,7 @@ def fit(
     with allow_large_work(yes):
         spec = get_model(model)
     quantization = weight_dtype(options, quantization, as_json)
-    gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
+    gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
