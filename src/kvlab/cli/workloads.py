@@ -9,6 +9,7 @@ import typer
 
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, WideOpt
+from kvlab.report.text import compact_table
 
 workloads_app = typer.Typer(
     name="workloads",
@@ -32,7 +33,6 @@ def workloads(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = Fals
 
     from rich.console import Console
 
-    from kvlab.cli.catalog import compact_table
     from kvlab.workload import list_workloads
 
     infos = list_workloads()
