@@ -1,9 +1,12 @@
 """The package's layers, read from its imports (ast): no import circle, no upward import.
 
     cli                      the command line: may import anything below
-    faces                    web, sweep, bench, paper, vllm, report: ask the service; never the command line
-    service                  kvlab.service: one entry per question a face asks (run, size, capacity, fewest
-                             replicas, the bench workload, who won)
+    faces                    web, bench, paper, vllm, report, and the sweep's plots and session: ask the service;
+                             never the command line
+    service                  kvlab.service's questions (size, capacity, fewest replicas, the bench workload, who won)
+    sweep                    kvlab.sweep's points, store, runner and searches: every point through the run service
+    run                      kvlab.service.engine (and the package, which re-exports it): the one way to run the
+                             engine
     core                     config, sizing, catalog, workload, memory, sched, cost, metrics, sim, fleet, ...:
                              imports no face, no web framework, no plotting library, nothing of the network
 
@@ -19,8 +22,9 @@ from pathlib import Path
 import kvlab
 
 ROOT = Path(kvlab.__file__).parent
-FACES = ("kvlab.web", "kvlab.sweep", "kvlab.bench", "kvlab.paper", "kvlab.vllm", "kvlab.report")
-RANKS = {"core": 0, "service": 1, "face": 2, "cli": 3}
+FACES = ("kvlab.web", "kvlab.bench", "kvlab.paper", "kvlab.vllm", "kvlab.report", "kvlab.sweep.plots",
+         "kvlab.sweep.html", "kvlab.sweep.session")
+RANKS = {"core": 0, "run": 1, "sweep": 2, "service": 3, "face": 4, "cli": 5}
 # Libraries that belong to the faces: the core draws nothing, serves nothing, stores nothing, talks to no one.
 FACE_LIBRARIES = ("typer", "click", "rich", "starlette", "uvicorn", "matplotlib", "httpx", "duckdb", "ray",
                   "playwright", "prometheus_client", "huggingface_hub")
@@ -39,10 +43,14 @@ def module_name(path: Path) -> str:
 def layer(module: str) -> str:
     if module == "kvlab.cli" or module.startswith("kvlab.cli.") or module == "kvlab.__main__":
         return "cli"
-    if module == "kvlab.service" or module.startswith("kvlab.service."):
+    if module in ("kvlab.service", "kvlab.service.engine"):
+        return "run"
+    if module.startswith("kvlab.service."):
         return "service"
     if any(module == face or module.startswith(face + ".") for face in FACES):
         return "face"
+    if module == "kvlab.sweep" or module.startswith("kvlab.sweep."):
+        return "sweep"
     return "core"
 
 
@@ -119,7 +127,7 @@ def test_the_checks_see_a_circle_and_an_upward_import():
     graph = {"kvlab.sweep.point": {"kvlab.cli.sim"}, "kvlab.cli.sim": set(),
              "kvlab.catalog.config": {"kvlab.catalog.models"}, "kvlab.catalog.models": {"kvlab.catalog.config"},
              "kvlab.catalog": {"kvlab.catalog.config"}}
-    assert upward_imports(graph) == ["kvlab.sweep.point (face) imports kvlab.cli.sim (cli)"]
+    assert upward_imports(graph) == ["kvlab.sweep.point (sweep) imports kvlab.cli.sim (cli)"]
     assert circles(graph) == ["kvlab.catalog.config -> kvlab.catalog.models -> kvlab.catalog.config"]
 
 
@@ -200,7 +208,8 @@ def test_the_layer_test_sees_an_upward_import():
     assert "kvlab.service" in graph["kvlab.cli.sim"]
     assert "kvlab.config" in graph["kvlab.service.engine"] or "kvlab.config.resolve" in graph["kvlab.service.engine"]
     assert layer("kvlab.web.server") == "face" and layer("kvlab.sched.scheduler") == "core"
-    assert layer("kvlab.service.replicas") == "service"
+    assert layer("kvlab.service.replicas") == "service" and layer("kvlab.sweep.runner") == "sweep"
+    assert layer("kvlab.sweep.session") == "face" and layer("kvlab.service") == "run"
 
 
 def architecture_homes() -> list[tuple[str, str, str]]:
