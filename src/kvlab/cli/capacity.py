@@ -285,9 +285,9 @@ def print_replicas(answer, slo, session: Session, written) -> None:
     if several:
         for name in costs:
             console.print(f"  cost profile {fitted_to(name)}.", markup=False)
-    num_counts = sum(len(e["runs"]) for e in entries)
+    runner = session.runner  # (its counts are distinct points: one replica is one point for every router)
     console.print("Each replica: the setup above. Each count is simulated as one fleet on one clock, stored in the "
-                  f"sweep store ({session.store_path}); " + computed_text(session.runner.num_computed, num_counts,
+                  f"sweep store ({session.store_path}); " + computed_text(runner.num_computed, runner.num_total_before,
                                                                           "simulation") + ".", markup=False)
     console.print("Plots: " + ", ".join(str(p) for p in written) + ".", markup=False)
 
