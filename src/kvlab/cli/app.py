@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import typer
 
+import kvlab
+
 app = typer.Typer(
     name="kvlab",
     help="Shows, measures and predicts why vLLM is fast: KV cache sizing, a serving simulator, a browser lab.",
@@ -31,8 +33,6 @@ vllm_app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        import kvlab
-
         typer.echo(f"kvlab {kvlab.__version__}")
         raise typer.Exit()
 

@@ -12,6 +12,7 @@ import typer
 
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, options_template, with_options
+from kvlab.errors import KvlabError
 from kvlab.service.bench import DEFAULT_NUM_REQUESTS, bench_workload
 
 # The workload's options and the simulation's (for --compare), declared once in kvlab/config/options.py; here the
@@ -110,7 +111,6 @@ def bench(
 
 def _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format) -> None:
     from kvlab.bench.client import PROMPT_FORMATS
-    from kvlab.errors import KvlabError
 
     for name, value in (("--concurrency", concurrency), ("--timeout", timeout), ("--time-limit", time_limit),
                         ("--metrics-interval", metrics_interval)):

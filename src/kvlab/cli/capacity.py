@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+import kvlab
 from kvlab.cli.app import app
 from kvlab.cli.options import (
     DEFAULT_OUT,
@@ -30,10 +31,12 @@ from kvlab.cli.options import (
     WorkersOpt,
 )
 from kvlab.cli.options import SweepYesOpt as YesOpt
+from kvlab.errors import KvlabError
 from kvlab.report.setup import fitted_to, setup_lines
 from kvlab.report.text import computed_text, whole_values_table
 from kvlab.sweep.capacity import mark_text, rate_text
 from kvlab.sweep.session import Session, grid_lists, run_session
+from kvlab.validate import check_options
 
 if TYPE_CHECKING:
     from kvlab.service.capacity import Answer
@@ -75,13 +78,10 @@ def capacity(
 
     With --replicas auto --rate R: the fewest replicas that sustain R req/s, per --router (default round-robin,least-requests).
     """
-    import kvlab
-    from kvlab.errors import KvlabError
     from kvlab.service import capacity as service
     from kvlab.sweep.grid import run_options
     from kvlab.sweep.point import resolve_points
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
-    from kvlab.validate import check_options
 
     target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
     if not 0 < rtol < 1:

@@ -10,6 +10,7 @@ import typer
 
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt
+from kvlab.errors import KvlabError
 from kvlab.report.text import constant_text
 
 
@@ -93,7 +94,6 @@ def calibrate(
     from kvlab.cost.calibrate import significance
     from kvlab.cost.profiles import ABSOLUTE_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
-    from kvlab.errors import KvlabError
 
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
@@ -143,7 +143,6 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
-    from kvlab.errors import KvlabError
 
     if not 1 <= iterations <= 20:
         raise KvlabError(f"--iterations {iterations}: valid: 1 to 20 replay-and-fit rounds")

@@ -10,11 +10,26 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvlab.catalog import GpuSpec, get_model
+from kvlab.catalog.models import DTYPE_BYTES
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
 from kvlab.config.options import SIZING_OPTIONS
+from kvlab.errors import KvlabError
 from kvlab.report.text import plural
 from kvlab.service.size import sizing_config
+from kvlab.sizing import (
+    cuda_block_size_note,
+    fewest_gpus,
+    fewest_gpus_for_workload,
+    kv_layout,
+    max_context_len,
+    max_num_requests,
+    size_kv_cache,
+    workload_fit,
+    workload_replicas,
+)
+from kvlab.validate import allow_large_work, check_options
 
 GIB = 2**30
 
@@ -40,8 +55,6 @@ sizing_options = options_template(SIZING_OPTIONS, defaults={"gpu": None})
 
 def _note_block_size(block_size: int, as_json: bool) -> None:
     """A block size vLLM's CUDA backends refuse is sized all the same, with a note on stderr."""
-    from kvlab.sizing import cuda_block_size_note
-
     note = cuda_block_size_note(block_size)
     if note and not as_json:
         from rich.console import Console
@@ -155,8 +168,6 @@ def _per_request_text(result) -> str:
 
 
 def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
-    from kvlab.catalog.models import DTYPE_BYTES
-
     rows = _per_token_rows(model, result, result.tensor_parallel_size)
     rows.append(("Block (all layers of a group)", b(result.bytes_per_block),
                  f"{result.bytes_per_block // result.page_size_bytes} layers x {result.page_size_bytes:,} B; "
@@ -263,10 +274,6 @@ def size(
     **options,
 ) -> None:
     """The KV cache vLLM would allocate for MODEL, the lines it would print, and where each number comes from."""
-    from kvlab.catalog import get_model
-    from kvlab.sizing import kv_layout, size_kv_cache, workload_fit
-    from kvlab.validate import allow_large_work, check_options
-
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
@@ -362,15 +369,6 @@ def fit(
     """The reverse questions: longest context for N requests, most requests at a length, fewest GPUs for MODEL."""
     from dataclasses import replace
 
-    from kvlab.catalog import get_model
-    from kvlab.errors import KvlabError
-    from kvlab.sizing import (
-        max_context_len,
-        max_num_requests,
-        size_kv_cache,
-        workload_fit,
-    )
-    from kvlab.validate import allow_large_work, check_options
 
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
@@ -417,8 +415,6 @@ def fit(
 
 def _target_gpu(gpu_spec, config):
     """The GPU the reverse questions size on: --gpu's, or one of --gpu-memory-gib's memory."""
-    from kvlab.catalog import GpuSpec
-
     return gpu_spec or GpuSpec(id=f"{gib(config.gpu_memory_bytes)} GPU", memory_bytes=config.gpu_memory_bytes,
                                memory_bytes_source="given", memory_bandwidth_bytes_per_s=None, peak_flops=None)
 
@@ -427,8 +423,6 @@ def _workload_gpus(spec, gpu_spec, config, num_requests: int, context_len: int) 
     """The fewest GPUs whose KV caches hold the workload at once (as replicas x TP x PP), and the replicas at the
     asked tensor-parallel size. On a GPU's memory every tensor-parallel size that starts is tried; a given KV
     budget (--available-kv-gib) is per GPU at the asked parallelism, so only that one is."""
-    from kvlab.sizing import fewest_gpus_for_workload, workload_replicas
-
     gpu = _target_gpu(gpu_spec, config) if config.available_kv_bytes is None else None
     options = workload_replicas(spec, config, num_requests, context_len, gpu)
     fewest = fewest_gpus_for_workload(options)
@@ -462,9 +456,6 @@ def _print_workload_gpus(console, answer: dict, num_gpus: int) -> None:
 
 def _fewest_gpus(spec, gpu_spec, config, notes: list[str]) -> dict | None:
     """`fit`'s fewest GPUs that hold the weights and one max_model_len request (None, with a note, if none)."""
-    from kvlab.errors import KvlabError
-    from kvlab.sizing import fewest_gpus
-
     target = _target_gpu(gpu_spec, config)
     try:
         tp, fewest = fewest_gpus(spec, target, config)
@@ -478,8 +469,6 @@ def _fewest_gpus(spec, gpu_spec, config, notes: list[str]) -> dict | None:
 
 def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], concurrency: int,
                context_len: int | None) -> None:
-    from kvlab.sizing import workload_fit
-
     longest = answers["max_context_len"]["context_len"]
     length, most = answers["max_num_requests"]["context_len"], answers["max_num_requests"]["num_requests"]
     from rich.console import Console

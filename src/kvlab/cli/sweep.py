@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+import kvlab
 from kvlab.cli.app import app
 from kvlab.cli.options import (
     DEFAULT_OUT,
@@ -55,7 +56,6 @@ def sweep(
     """Run a grid of `kvlab run` points and store every summary in DuckDB; run again, it resumes.
 
     Any of `kvlab run`'s options takes a comma list; the grid is every combination."""
-    import kvlab
     from kvlab.sweep.grid import expand, run_options
     from kvlab.sweep.point import resolve_points
 

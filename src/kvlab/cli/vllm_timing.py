@@ -9,7 +9,9 @@ from pathlib import Path
 import typer
 
 from kvlab.cli.app import vllm_app
+from kvlab.errors import KvlabError
 from kvlab.report.text import constant_text
+from kvlab.validate import check_options
 
 ARRIVALS = ("poisson", "gamma", "burst")
 
@@ -43,8 +45,6 @@ def calibrate(
     from rich.console import Console
 
     from kvlab.cost.profiles import write_profile
-    from kvlab.errors import KvlabError
-    from kvlab.validate import check_options
     from kvlab.vllm import timing
     from kvlab.vllm.install import require_installed
 
