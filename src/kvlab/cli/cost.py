@@ -10,6 +10,8 @@ import typer
 
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt
+from kvlab.errors import KvlabError
+from kvlab.report.text import constant_text
 
 
 @app.command("cost")
@@ -40,7 +42,7 @@ def cost(
         for p in of_kind:
             table.add_column(p.name, justify="right", no_wrap=True)
         for constant in constants:
-            table.add_row(constant, *(_fmt(constant, p.constants[constant]) if constant in p.constants else "-"
+            table.add_row(constant, *(constant_text(constant, p.constants[constant]) if constant in p.constants else "-"
                                       for p in of_kind))
         console.print(table)
         for constant, meaning in constants.items():
@@ -49,12 +51,6 @@ def cost(
     for p in profiles:
         fitted = f" (fitted for {', '.join(x for x in (p.model, p.gpu) if x)})" if p.model or p.gpu else ""
         console.print(f"[bold]{p.name}[/]{fitted}: {p.source}")
-
-
-def _fmt(name: str, value: float) -> str:
-    if name.endswith("_s"):
-        return f"{value * 1e3:.4g} ms" if value >= 1e-4 or value == 0 else f"{value * 1e6:.4g} µs"
-    return f"{value:g}"
 
 
 @app.command()
@@ -98,7 +94,6 @@ def calibrate(
     from kvlab.cost.calibrate import significance
     from kvlab.cost.profiles import ABSOLUTE_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
-    from kvlab.errors import KvlabError
 
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
@@ -124,7 +119,7 @@ def calibrate(
     for header in ("constant", "value", "± (1σ)", "what it is"):
         table.add_column(header, justify="left" if header in ("constant", "what it is") else "right")
     for k in result.fitted:
-        table.add_row(k, _fmt(k, result.constants[k]), _fmt(k, result.sigma[k]), MEANING[k])
+        table.add_row(k, constant_text(k, result.constants[k]), constant_text(k, result.sigma[k]), MEANING[k])
     console.print(table)
     median = result.median_abs_relative_residual
     console.print(f"Residuals: rms {result.rms_residual_s * 1e3:.3g} ms over iterations of "
@@ -148,7 +143,6 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
-    from kvlab.errors import KvlabError
 
     if not 1 <= iterations <= 20:
         raise KvlabError(f"--iterations {iterations}: valid: 1 to 20 replay-and-fit rounds")
@@ -181,7 +175,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
         table.add_column(header, justify="left" if header in ("constant", "what it is") else "right")
     constants, sigma = document["constants"], document["fit"]["sigma"]
     for k in names:
-        table.add_row(k, _fmt(k, constants[k]), _fmt(k, sigma[k]), MEANING[k])
+        table.add_row(k, constant_text(k, constants[k]), constant_text(k, sigma[k]), MEANING[k])
     console.print(table)
     medians = document["fit"]["loo_median_abs_error"]
     console.print("Leave-one-out median |error| (each run predicted by a fit on the others): "

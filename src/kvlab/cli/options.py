@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -91,3 +92,24 @@ def with_options(template: Callable[..., None]):
         return wrapper
 
     return decorate
+
+
+# --- the flags of a sweep's session (kvlab.sweep.session): `kvlab sweep`, `kvlab capacity`, `kvlab paper` ----------
+SWEEP_CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+DEFAULT_OUT = Path("kvlab-sweep")
+EXTRA_HELP = ("Any `kvlab run` option, with a comma list of values to sweep: --strategy vllm,orca-oracle "
+              "--rate 1,2 --seed 0,1 --num-requests 300 ...")
+
+GridOpt = Annotated[Path | None, typer.Option("--grid", help="A YAML or TOML file of options and lists "
+                                                 "(docs/sweep.md); command-line lists override its keys.")]
+WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Worker processes (or Ray CPUs) "
+                                                   "\\[default: the number of cores].")]
+RayOpt = Annotated[bool, typer.Option("--ray", help="Run the points as Ray tasks on a local Ray instance.")]
+RayAddressOpt = Annotated[str | None, typer.Option("--ray-address", help="Run on an existing Ray cluster: "
+                                                      "HOST:PORT, or auto for $RAY_ADDRESS.")]
+OutOpt = Annotated[Path, typer.Option("--out", help="Folder of the sweep: its DuckDB store (sweep.duckdb, "
+                                      "resumed when present) and plots.")]
+SweepYesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Run even when the estimate exceeds --max-time.")]
+MaxTimeOpt = Annotated[str, typer.Option("--max-time", help="Refuse (without --yes) a sweep estimated to take "
+                                         "longer than this: 90s, 20m, 2h.")]
+RetryOpt = Annotated[bool, typer.Option("--retry-failed", help="Compute again the points stored as failed.")]

@@ -8,10 +8,13 @@ from typing import Annotated, Optional
 
 import typer
 
+import kvlab
 from kvlab.cli.app import app
-from kvlab.cli.options import JsonOpt
-from kvlab.cli.size import plural
-from kvlab.cli.sweep import RayAddressOpt, RayOpt, WorkersOpt
+from kvlab.cli.options import JsonOpt, RayAddressOpt, RayOpt, WorkersOpt
+from kvlab.errors import KvlabError
+from kvlab.report.text import plural
+from kvlab.sizing import cuda_block_size_note
+from kvlab.validate import allow_large_work, check_output_path
 
 paper_app = typer.Typer(help="The vLLM paper's experiments, rebuilt and compared with its figures.",
                         no_args_is_help=True)
@@ -39,7 +42,6 @@ def fig2(
     from rich.progress import Progress
     from rich.table import Table
 
-    from kvlab.validate import allow_large_work, check_output_path
 
     check_output_path(out, "--out", folder=True)
     from kvlab.paper import PAPER_NAMES, Fig2Setup, fig2_json, run_fig2
@@ -126,11 +128,10 @@ def fig12(
 ) -> None:
     """Figure 12: normalized latency against rate, and the rate each system sustains (OPT-13B, one A100-40GB,
     ShareGPT and Alpaca stand-ins), with vLLM's ratios beside the paper's 1.7-2.7x and 2.7-8x."""
-    import kvlab
-    from kvlab.cli.sweep import Session, run_session
     from kvlab.paper import Fig12Setup, fig12_json, run_fig12
     from kvlab.sweep.capacity import parse_slo
     from kvlab.sweep.point import resolve_points
+    from kvlab.sweep.session import Session, run_session
 
     parse_slo(slo)
     setup = Fig12Setup(duration=duration, seed=seed, slo=slo, cost=cost)
@@ -258,10 +259,8 @@ def fig18b(
 ) -> None:
     """Figure 18b: vLLM's normalized latency against block size (OPT-13B, one A100-40GB, ShareGPT and Alpaca),
     beside §7.2's best block sizes."""
-    from kvlab.cli.sweep import Session, run_session
-    from kvlab.errors import KvlabError
     from kvlab.paper import FIG18B_COST_NOTE, Fig18bSetup, run_fig18b
-    from kvlab.sizing import cuda_block_size_note
+    from kvlab.sweep.session import Session, run_session
 
     try:
         sizes = tuple(int(b) for b in block_sizes.split(","))

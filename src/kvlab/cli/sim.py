@@ -15,9 +15,11 @@ import typer
 from kvlab import defaults
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_options
-from kvlab.cli.size import plural
 from kvlab.config.options import RUN_OPTIONS
+from kvlab.config.resolve import quietly
+from kvlab.report.text import plural
 from kvlab.strategies import STRATEGIES, strategy_names_help
+from kvlab.validate import allow_large_work, check_output_path
 
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write per-request and per-iteration CSV files and "
                                                 "PNG plots to this folder.")]
@@ -51,7 +53,6 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, **options):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kvlab import service
-    from kvlab.config.resolve import quietly
 
     config = quietly(options)  # (the report prints the cost profile's notes)
     chosen = service.strategies(strategy_names, config)
@@ -253,8 +254,6 @@ def race(
     **options,
 ) -> None:
     """Race serving strategies on the same workload and clock (RACE_HELP)."""
-    from kvlab.validate import allow_large_work, check_output_path
-
     names = list(strategies) if strategies else list(defaults.RACE_STRATEGIES)
     check_output_path(out, "--out", folder=True)
     check_output_path(html, "--html", folder=False)
@@ -286,8 +285,6 @@ def run(
     **options,
 ) -> None:
     """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions."""
-    from kvlab.validate import allow_large_work, check_output_path
-
     check_output_path(out, "--out", folder=True)
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):

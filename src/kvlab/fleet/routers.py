@@ -36,13 +36,13 @@ that reads only the load needs a replica brought there only when one of its requ
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from kvlab.errors import KvlabError
+# The router as configured is parsed in the configuration (kvlab.config.router); its names are kept here for
+# kvlab.fleet's callers.
+from kvlab.config.router import DEFAULT_SCORERS, RouterSpec, parse_router, parse_scorers  # noqa: F401
 from kvlab.workload.request import Request
 
 if TYPE_CHECKING:
@@ -161,7 +161,6 @@ SCORERS: dict[str, Callable[[Request, Sequence[Simulation]], list[float]]] = {
     "least-requests": _request_scores,
 }
 _SCORER_READS = {"prefix": CACHED_TOKENS, "least-kv": KV_USAGE, "least-requests": LOAD}
-DEFAULT_SCORERS = "prefix:2,least-kv:1,least-requests:1"
 
 
 class Weighted:
@@ -190,68 +189,10 @@ ROUTERS: dict[str, Callable[..., Router]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class RouterSpec:
-    """A router as configured: its name, the weighted router's scorers, the random router's seed. ``text`` names it
-    in reports and stores: ``weighted(prefix:2,least-kv:1)``."""
-
-    name: str
-    scorers: tuple[tuple[str, float], ...] = ()
-    seed: int = 0
-
-    @property
-    def text(self) -> str:
-        if self.name != "weighted":
-            return self.name
-        return f"weighted({','.join(f'{name}:{weight:g}' for name, weight in self.scorers)})"
-
-    def make(self) -> Router:
-        """A fresh router (its turn counter or generator at the start)."""
-        if self.name == "weighted":
-            return Weighted(self.scorers)
-        if self.name == "random":
-            return Random(self.seed)
-        return ROUTERS[self.name]()
-
-
-def parse_scorers(text: str) -> tuple[tuple[str, float], ...]:
-    """``prefix:2,least-kv:1,least-requests:1`` -> ((name, weight), ...); a scorer without a weight weighs 1."""
-    example = f"e.g. {DEFAULT_SCORERS!r}"
-    if not text.strip():
-        raise KvlabError(f"--router-scorers is empty; valid: NAME:WEIGHT pairs, {example}")
-    scorers: dict[str, float] = {}
-    for part in text.split(","):
-        name, _, weight_text = part.strip().partition(":")
-        name = name.strip()
-        if name not in SCORERS:
-            raise KvlabError(f"unknown scorer {name!r} in --router-scorers {text!r}; valid: {', '.join(SCORERS)}")
-        if name in scorers:
-            raise KvlabError(f"scorer {name!r} is given twice in --router-scorers {text!r}; valid: each scorer once")
-        try:
-            weight = float(weight_text) if weight_text.strip() else 1.0
-        except ValueError:
-            weight = math.nan
-        if not math.isfinite(weight) or weight < 0:
-            raise KvlabError(f"weight {weight_text.strip()!r} of scorer {name!r} in --router-scorers {text!r} is not "
-                             "a finite number >= 0; valid: a weight such as 1, 2 or 0.5")
-        scorers[name] = weight
-    if not any(weight > 0 for weight in scorers.values()):
-        raise KvlabError(f"--router-scorers {text!r} weighs every scorer 0; valid: at least one weight above 0")
-    return tuple(scorers.items())
-
-
-def parse_router(name: str, scorers: str | None = None, seed: int = 0) -> RouterSpec:
-    """A router by name; ``scorers`` (``parse_scorers``' spelling) only for ``weighted``, which defaults to
-    ``DEFAULT_SCORERS``. Raises KvlabError naming what is valid."""
-    import difflib
-
-    key = name.strip().lower()
-    if key not in ROUTERS:
-        close = difflib.get_close_matches(key, list(ROUTERS), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise KvlabError(f"unknown router {name!r}{hint} (valid: {', '.join(ROUTERS)})")
-    if scorers is not None and key != "weighted":
-        raise KvlabError(f"--router-scorers applies only to --router weighted (--router is {key})")
-    if key == "weighted":
-        return RouterSpec(key, parse_scorers(DEFAULT_SCORERS if scorers is None else scorers))
-    return RouterSpec(key, seed=seed if key == "random" else 0)
+def make_router(spec: RouterSpec) -> Router:
+    """A fresh router as ``spec`` configures it (its turn counter or generator at the start)."""
+    if spec.name == "weighted":
+        return Weighted(spec.scorers)
+    if spec.name == "random":
+        return Random(spec.seed)
+    return ROUTERS[spec.name]()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvlab.fleet.fleet import check_num_replicas, replicas_read
-from kvlab.fleet.routers import RouterSpec, parse_router
+from kvlab.fleet.routers import RouterSpec, make_router, parse_router
 from kvlab.strategies import Strategy
 from kvlab.validate import BYTES_PER_REQUEST, GIB, TooMuchWork, large_work_allowed, work_limit
 
@@ -51,7 +51,7 @@ def estimate_fleet_work(num_requests: int, num_replicas: int, router: RouterSpec
     """What a fleet of ``strategy`` (default: prefix caching on, the costliest) would cost to simulate."""
     spec = parse_router(router) if isinstance(router, str) else router
     check_num_replicas(num_replicas)
-    reads = replicas_read(spec.make().reads, strategy or Strategy("", "continuous", "paged", enable_prefix_caching=True))
+    reads = replicas_read(make_router(spec).reads, strategy or Strategy("", "continuous", "paged", enable_prefix_caching=True))
     sync = SYNC_COST[reads] * num_replicas
     runs = num_requests * (1 + sync) + num_replicas * num_gpu_blocks * BLOCK_COST
     memory = num_requests * BYTES_PER_REQUEST + num_replicas * num_gpu_blocks * BYTES_PER_BLOCK

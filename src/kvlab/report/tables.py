@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvlab.metrics import ITERATION_COLUMNS
+from kvlab.service.verdict import same_throughput
+from kvlab.service.verdict import winner as verdict_winner
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -18,11 +20,6 @@ def workload_rate(wl) -> float | None:
     """The workload's mean arrival rate, or None when every request arrives at once (it has no rate, and JSON
     has no infinity)."""
     return wl.request_rate if wl.duration > 0 else None
-
-
-def _same(a: float, b: float) -> bool:
-    """Equal as the table shows them (3 significant digits): a difference nobody can read is a tie."""
-    return f"{a:.3g}" == f"{b:.3g}"
 
 
 def time_unit(values: list[float | None]) -> tuple[str, float]:
@@ -39,11 +36,10 @@ def _time(value: float | None, factor: float) -> str:
 
 
 def winner(summaries: list[dict]) -> dict | None:
-    """The strategy that served the most requests/s, or None when the best ties with another (or only one ran)."""
-    if len(summaries) < 2:
-        return None
-    ranked = sorted(summaries, key=lambda s: s["throughput_rps"], reverse=True)
-    return None if _same(ranked[0]["throughput_rps"], ranked[1]["throughput_rps"]) else ranked[0]
+    """The summary of who won (kvlab.service.verdict: the most requests/s, a tie at 3 significant digits), or None
+    when the best ties with another (or only one ran)."""
+    name = verdict_winner(summaries)
+    return next((s for s in summaries if s["name"] == name), None) if name is not None else None
 
 
 def race_table(summaries: list[dict], title: str, *, wide: bool = False, strategies=None,
@@ -177,7 +173,7 @@ def verdict(summaries: list[dict], strategies=None) -> str:
         )
     ranked = sorted(summaries, key=lambda s: s["throughput_rps"], reverse=True)
     best, worst = ranked[0], ranked[-1]
-    tied = [s["name"] for s in ranked if _same(s["throughput_rps"], best["throughput_rps"])]
+    tied = [s["name"] for s in ranked if same_throughput(s["throughput_rps"], best["throughput_rps"])]
     if len(tied) == len(ranked):
         text = (f"A tie: all {len(ranked)} strategies served {best['throughput_rps']:.3g} req/s. At this load "
                 "the requests do not compete for memory, so how it is managed does not change throughput.")

@@ -56,13 +56,12 @@ def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memo
            quantization: str | None = None, vllm_version: str | None = None) -> dict:
     """``kvlab size MODEL --gpu GPU --gpu-memory-utilization U`` and ``--concurrency N --context-len L`` (and
     ``--quantization``, ``--vllm-version``), in the numbers the page shows (same function, so the same numbers)."""
-    from kvlab.catalog import get_gpu
-    from kvlab.sizing import SizingConfig, size_kv_cache, workload_fit
+    from kvlab.service.size import default_sizing_options, sizing_config
+    from kvlab.sizing import size_kv_cache, workload_fit
 
     spec = catalogue_model(model)
-    gpu_spec = get_gpu(gpu)
-    config = SizingConfig.for_gpu(gpu_spec, gpu_memory_utilization=gpu_memory_utilization,
-                                  quantization=quantization, vllm_version=vllm_version)
+    gpu_spec, config = sizing_config(**default_sizing_options(gpu=gpu, gpu_memory_utilization=gpu_memory_utilization),
+                                     quantization=quantization, vllm_version=vllm_version)
     result = size_kv_cache(spec, config)
     fit = workload_fit(spec, config, concurrency, context_len)
     split = result.memory_split

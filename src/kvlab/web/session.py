@@ -15,6 +15,7 @@ import threading
 import time
 
 from kvlab.errors import KvlabError
+from kvlab.service.verdict import tied, winner
 from kvlab.web import annotate
 from kvlab.web.cost_curve import batch_cost_curve
 from kvlab.web.frames import (
@@ -257,18 +258,6 @@ def setup_of(spec, config) -> dict:
 def setup_key(setup: dict) -> str:
     """The resolved configuration's own key (kvlab.config.KvlabConfig.key) when the setup carries it."""
     return setup.get("key") or "|".join(f"{k}={setup[k]}" for k in sorted(setup))
-
-
-def tied(summaries: list[dict]) -> list[str]:
-    """The names that share the highest request throughput (more than one: a tie), in race order."""
-    best = max(s["throughput_rps"] for s in summaries)
-    return [s["name"] for s in summaries if s["throughput_rps"] == best]
-
-
-def winner(summaries: list[dict]) -> str | None:
-    """Who served the most: the highest request throughput; None when two or more share it (a tie)."""
-    names = tied(summaries)
-    return names[0] if len(names) == 1 else None
 
 
 def verdict(summaries: list[dict]) -> str:

@@ -1,4 +1,4 @@
-"""The one way every face runs the simulator: a resolved configuration and strategies in, results out.
+"""Running: the one way every face runs the simulator, a resolved configuration and strategies in, results out.
 
     options ──▶ kvlab.config.resolve ──▶ KvlabConfig ──┐
     strategy names ──▶ strategies(names, config) ──────┼──▶ run(config, strategies) ──▶ RunResult

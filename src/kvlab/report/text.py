@@ -1,0 +1,65 @@
+"""Words and tables the commands share: counts in words, tables whose values are never cut, a cost constant with
+its unit. (Rich is imported where a table is drawn: `kvlab size` starts without it.)"""
+
+from __future__ import annotations
+
+import re
+
+
+def plural(n: int, word: str) -> str:
+    """'1 request', '2 requests'."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def computed_text(num_computed: int, num_total: int, noun: str) -> str:
+    """'Computed 4 points now', '..., 3 were stored already', 'Computed 1 simulation now'."""
+    text = f"Computed {plural(num_computed, noun)} now"
+    num_stored = max(0, num_total - num_computed)
+    if num_stored:
+        text += f", {num_stored:,} {'was' if num_stored == 1 else 'were'} stored already"
+    return text
+
+
+def whole_values_table(title: str, headers, rows: list[list[str]], *, left: set[str], wrapping: set[str]):
+    """A table in which every value is whole (but in the ``wrapping`` columns) and each header is stacked at its
+    underscores and spaces to about its values' width: at 80 columns, three varying options' names once left
+    the numbers no room at all."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
+    for i, column in enumerate(headers):
+        widest = None if column in wrapping else max((len(cells[i]) for cells in rows), default=1)
+        table.add_column(stacked(column, widest or len(column)), min_width=widest,
+                         justify="left" if column in left else "right")
+    for cells in rows:
+        table.add_row(*cells)
+    return table
+
+
+def stacked(header: str, width: int) -> str:
+    """``header`` on lines of about ``width`` characters (at least 4), broken after underscores and at spaces:
+    'gpu_memory_utilization' over 3-character values is 'gpu_' / 'memory_' / 'utilization'."""
+    lines: list[str] = []
+    for part in re.findall(r"[^_ ]+[_ ]?", header):
+        if lines and len(lines[-1] + part.rstrip()) <= max(width, 4):
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def compact_table(title: str):
+    """A table that fits 80 columns: no borders, one space between columns, values never cut."""
+    from rich.table import Table
+
+    return Table(title=title, title_justify="left", box=None, pad_edge=False, padding=(0, 1, 0, 0),
+                 header_style="bold underline")
+
+
+def constant_text(name: str, value: float) -> str:
+    """A cost profile's constant with its unit: seconds (a name ending in _s) in ms or µs, the rest as is."""
+    if name.endswith("_s"):
+        return f"{value * 1e3:.4g} ms" if value >= 1e-4 or value == 0 else f"{value * 1e6:.4g} µs"
+    return f"{value:g}"

@@ -1,0 +1,36 @@
+"""The bench workload: the requests `kvlab bench` sends a real server (and `--compare` simulates), `kvlab run`'s
+workload bounded by default, each answer capped to the server's max_model_len as the client sends max_tokens."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from kvlab.config.resolve import workload_config
+from kvlab.service.engine import load
+
+if TYPE_CHECKING:
+    from kvlab.workload import Workload
+
+DEFAULT_NUM_REQUESTS = 100  # a real server's time is not free: a bounded default, unlike the simulator's 1000
+
+
+def bench_workload(workload: str, rate, arrival: str, cv, num_requests: int | None, duration: float | None, seed: int,
+                   max_model_len: int | None) -> Workload:
+    """`kvlab run`'s workload, bounded by default to DEFAULT_NUM_REQUESTS: drawn that many times when it has no
+    arrival times of its own, otherwise its first DEFAULT_NUM_REQUESTS rows (a trace's times cannot be drawn)."""
+    from kvlab.workload import WORKLOADS  # (numpy: not at `kvlab size`'s start, which imports every command)
+
+    bounded = num_requests is None and duration is None
+    entry = WORKLOADS.get(workload)
+    own_arrivals = (entry is None or entry.kind == "trace") and arrival in ("auto", "trace")
+    if bounded and not own_arrivals:
+        num_requests = DEFAULT_NUM_REQUESTS
+    config = workload_config(workload=workload, rate=rate, arrival=arrival, cv=cv, num_requests=num_requests,
+                             duration=duration, seed=seed)
+    # A real server is sent each answer's cap (max_tokens), so the requests carry it.
+    wl = load(config, max_model_len, cap_answers=max_model_len is not None)
+    if bounded and wl.num_requests > DEFAULT_NUM_REQUESTS:
+        wl = replace(wl, requests=wl.requests[:DEFAULT_NUM_REQUESTS],
+                     description=f"{wl.description}; the first {DEFAULT_NUM_REQUESTS} (give -n or --duration for more)")
+    return wl

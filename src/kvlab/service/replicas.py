@@ -1,0 +1,225 @@
+"""The fewest replicas (and GPUs: replicas × TP × PP) that sustain an offered rate under a latency target, per
+router: `kvlab capacity --replicas auto`.
+
+    grid point × router ──▶ CountSearch (kvlab.fleet.counts: double, then bisect) ──▶ the next count N
+        ──▶ a sweep point {..., replicas: N, router} on the runner ──▶ kvlab.sweep.point.simulate_point
+              └─ kvlab.service.run ─▶ run_fleets: the fleet's work checked (check_fleet_work), one fleet on one clock
+        ──▶ stored in the sweep store (kvlab.sweep.store) ──▶ judged as a capacity search judges a rate: its measured
+            window sustained (kvlab.window) and the SLO met by the window's requests (kvlab.sweep.capacity.verdict)
+
+Every count is a stored point, so a search stopped by Ctrl-C resumes from the counts already simulated (the runner
+computes only what the store lacks), and one replica (the engine alone, as `kvlab run` runs it: a fleet of one
+gives the engine's result bit for bit) is stored once for every router.
+
+Without --cost, every built-in cost profile that applies to the GPU prices a search of its own (as plain
+``kvlab capacity`` does), and the answer shows their spread. Beside the answer, what memory alone asks of one
+replica: the fewest GPUs that hold the model's weights and one max_model_len request (kvlab.sizing.fewest_gpus,
+as ``kvlab fit`` answers it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvlab.catalog import get_gpu, get_model
+from kvlab.config import KvlabConfig, resolve
+from kvlab.config.options import DEFAULT_NUM_REQUESTS, OPTIONS
+from kvlab.errors import KvlabError
+from kvlab.fleet.counts import CountSearch
+from kvlab.fleet.work import MAX_REPLICAS
+from kvlab.service.engine import strategies
+from kvlab.sizing import fewest_gpus, settings_of
+
+DEFAULT_ROUTERS = ("round-robin", "least-requests")
+TRAFFIC_SECONDS = 120  # the default workload: this long of the offered traffic, at least
+
+
+def replicas_text(n: int) -> str:
+    """'1 replica', '4 replicas'."""
+    return f"{n} replica{'' if n == 1 else 's'}"
+
+
+@dataclass
+class FewestReplicasSearch:
+    """One search over the replica count: ``point``'s engine behind ``router``, with each count's stored window,
+    verdict and p99 TTFT."""
+
+    point: dict[str, Any]  # the grid point as given (its strategy and cost among its options)
+    router: str
+    options: dict[str, Any]  # the options every count shares (the workload's length put in)
+    config: KvlabConfig  # the setup (resolved with 2 replicas: a router needs a fleet; N is searched)
+    strategy: str
+    counts: CountSearch
+    windows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    reasons: dict[int, str] = field(default_factory=dict)
+    ttft_p99: dict[int, float | None] = field(default_factory=dict)
+    error: str | None = None  # a count that failed to simulate (refused as too much work, ...) ends the search
+
+    @property
+    def cost(self) -> str:
+        return self.point["cost"]
+
+    def count_point(self, n: int) -> dict[str, Any]:
+        """Count ``n`` as a sweep point. One replica routes nothing: it is the engine alone, at the router's
+        defaults (one stored point for every router)."""
+        if n == 1:
+            routed = {"router": OPTIONS["router"].default, "router_scorers": OPTIONS["router_scorers"].default}
+        else:
+            routed = {"router": self.router}
+        return {**self.options, **routed, "strategy": self.strategy, "replicas": n}
+
+    def judge(self, n: int, row: dict[str, Any], slo) -> bool:
+        from kvlab.sweep.capacity import verdict
+
+        judged, window = verdict(slo, row)
+        summary = json.loads(row["summary"])
+        self.windows[n], self.reasons[n] = window, judged.reason
+        self.ttft_p99[n] = summary["ttft_s"]["p99"]
+        self.counts.record(n, judged.held)
+        return judged.held
+
+
+def replica_searches(lists: dict[str, list], explicit: list[dict]) -> tuple[float, list[FewestReplicasSearch]]:
+    """The searches a command line asks for (its grid's lists and explicit points, --replicas auto taken out): one
+    per grid point, cost profile (each that applies to the GPU without --cost) and router (--router, default
+    DEFAULT_ROUTERS), with the offered rate. Refused, in one line, without one --rate or with routers in --grid."""
+    from kvlab.sweep.grid import expand
+
+    rates = lists.get("rate", [])
+    if len(rates) != 1:
+        raise KvlabError("kvlab capacity --replicas auto finds the fewest replicas for one offered rate: give "
+                         "--rate R (req/s, the whole fleet's traffic)")
+    routers = lists.pop("router", list(DEFAULT_ROUTERS))
+    if any("router" in p or "replicas" in p for p in explicit):
+        raise KvlabError("--replicas auto: give the routers on the command line (--router a,b), not in --grid")
+    given_length = "num_requests" in lists or "duration" in lists
+    points = expand(lists, explicit)
+    if not ("cost" in lists or any("cost" in p for p in explicit)):  # the clock's uncertainty, as kvlab capacity's
+        from kvlab.cost.profiles import applicable_profiles
+
+        points = [{**p, "cost": name} for p in points for name in applicable_profiles(get_gpu(p["gpu"]).id)]
+    return float(rates[0]), [_search(point, router, given_length) for point in points for router in routers]
+
+
+def _search(point: dict[str, Any], router: str, given_length: bool) -> FewestReplicasSearch:
+    options = {k: v for k, v in point.items() if k not in ("strategy", "replicas", "router")}
+    if not given_length:
+        options["num_requests"] = max(DEFAULT_NUM_REQUESTS, math.ceil(point["rate"] * TRAFFIC_SECONDS))
+    config = resolve({**options, "router": router, "replicas": 2})  # (a router needs a fleet; N is searched)
+    strategy = strategies([point["strategy"]], config)[0].name
+    return FewestReplicasSearch(point, router, options, config, strategy, CountSearch(first=1, max_replicas=MAX_REPLICAS))
+
+
+def search_fewest_replicas(searches: list[FewestReplicasSearch], runner, slo,
+                           on_judged: Callable[[FewestReplicasSearch, int, bool], None] | None = None) -> None:
+    """Every search to its answer, all advancing together: each round computes the next count of every unfinished
+    search at once on ``runner`` (kvlab.sweep.runner.Runner: the counts its store holds are read, not simulated
+    again), and judges them. ``on_judged(search, n, held)`` after each verdict (a progress line)."""
+    while True:
+        batch = [(s, n) for s in searches if s.error is None and (n := s.counts.next_count()) is not None]
+        if not batch:
+            return
+        rows = runner.run([s.count_point(n) for s, n in batch])
+        for (search, n), row in zip(batch, rows):
+            if row["status"] != "ok":
+                search.error = f"{replicas_text(n)}: {row['error']}"
+                continue
+            held = search.judge(n, row, slo)
+            if on_judged is not None:
+                on_judged(search, n, held)
+
+
+@dataclass
+class ReplicasAnswer:
+    """The searches' answers as a report reads them: one entry per search, the spread over cost profiles, the
+    setup every search shares."""
+
+    rate: float
+    entries: list[dict[str, Any]]
+    spreads: list[dict[str, Any]]
+    costs: list[str]
+    setup: dict[str, Any]
+
+
+def answer(rate: float, searches: list[FewestReplicasSearch]) -> ReplicasAnswer:
+    entries = [_entry(s) for s in searches]
+    costs = list(dict.fromkeys(e["cost"] for e in entries))
+    setup = searches[0].config.describe()
+    for key in ("replicas", "router", *(("cost", "cost_source") if len(costs) > 1 else ())):
+        setup.pop(key, None)
+    parallel = searches[0].config.parallel
+    setup["num_gpus"] = parallel.tensor_parallel_size * parallel.pipeline_parallel_size  # (each replica's)
+    return ReplicasAnswer(rate, entries, _spreads(searches, entries), costs, setup)
+
+
+def _entry(s: FewestReplicasSearch) -> dict[str, Any]:
+    config, counts = s.config, s.counts
+    gpus_each = config.parallel.tensor_parallel_size * config.parallel.pipeline_parallel_size
+    runs = []
+    for n in counts.tried:
+        w = s.windows.get(n, {})
+        runs.append({"replicas": n, "gpus": n * gpus_each, "held": counts.held[n], "ttft_p99_s": s.ttft_p99[n],
+                     "state": w.get("state"), "served_share": w.get("served_share"), "loaded": w.get("loaded"),
+                     "reason": s.reasons.get(n, "")})
+    found = counts.num_replicas if s.error is None else None
+    at = s.windows.get(found, {}) if found else {}
+    entry = {"strategy": s.strategy, "router": s.router, "cost": s.cost, "replicas": found,
+             "gpus": None if found is None else found * gpus_each,
+             "may_be_too_few": bool(at) and not at.get("loaded", True),
+             "fewer_limited_by": _fewer_limited_by(s), "memory": memory_per_replica(config), "runs": runs}
+    return entry if s.error is None else {**entry, "error": s.error}
+
+
+def _fewer_limited_by(s: FewestReplicasSearch) -> str | None:
+    """What failed one replica fewer than the answer (or at the most tried, when none held): "latency: missed
+    p99_ttft<2s (2.97 s) with 3 replicas", "throughput: overloaded (...) with 2 replicas" (the words of
+    kvlab.sweep.capacity's limited_by). None when the answer is the first count tried."""
+    from kvlab.sweep.capacity import LIMITS
+
+    counts = s.counts
+    n = counts.max_replicas if counts.num_replicas is None else counts.num_replicas - 1
+    if n not in s.reasons:
+        return None
+    kind = next((k for word, k in LIMITS.items() if word in s.reasons[n]), "run")
+    return f"{kind}: {s.reasons[n]} with {replicas_text(n)}"
+
+
+def memory_per_replica(config: KvlabConfig) -> dict[str, Any]:
+    """What memory alone asks of one replica: the fewest GPUs (on the run's GPU, at its pipeline parallelism) that
+    hold the model's weights and one max_model_len request (kvlab.sizing.fewest_gpus, as `kvlab fit` answers
+    it), against the run's TP × PP; ``starts`` False: vLLM would refuse to start such a replica."""
+    sizing = config.sizing
+    gpu = replace(get_gpu(config.device.gpu), memory_bytes=config.device.gpu_memory_bytes)  # (--gpu-memory-gib)
+    has = config.parallel.tensor_parallel_size * config.parallel.pipeline_parallel_size
+    memory: dict[str, Any] = {"model": sizing.model_id, "gpu": gpu.id, "gpus_per_replica": has,
+                              "max_model_len": sizing.max_model_len}
+    try:
+        tp, _ = fewest_gpus(get_model(config.model.model), gpu, settings_of(sizing))
+    except KvlabError as exc:
+        return {**memory, "fewest_gpus_per_replica": None, "tensor_parallel_size": None, "starts": False,
+                "note": str(exc)}
+    fewest = tp * config.parallel.pipeline_parallel_size
+    return {**memory, "fewest_gpus_per_replica": fewest, "tensor_parallel_size": tp, "starts": has >= fewest}
+
+
+def _spreads(searches: list[FewestReplicasSearch], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each configuration but its cost profile searched under several: the answer under each profile."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s, e in zip(searches, entries):
+        key = {k: v for k, v in s.point.items() if k != "cost"}
+        groups.setdefault(json.dumps({**key, "router": s.router}, sort_keys=True, default=str), []).append(e)
+    spreads = []
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        found = [e["replicas"] for e in group if e["replicas"] is not None]
+        spreads.append({"strategy": group[0]["strategy"], "router": group[0]["router"],
+                        "replicas": {e["cost"]: e["replicas"] for e in group},
+                        "gpus": {e["cost"]: e["gpus"] for e in group},
+                        "fewest": min(found, default=None), "most": max(found, default=None),
+                        "all_found": len(found) == len(group)})
+    return spreads

@@ -1,0 +1,51 @@
+"""Sizing: the one builder of a SizingConfig from a face's options, for `kvlab size`, `kvlab fit` and the lab's
+calculator (web/calculator.py), so the three size the same GPU the same way.
+
+    options (config/options.py's SIZING_OPTIONS, checked once) ──▶ sizing_config(...) ──▶ (GpuSpec | None, SizingConfig)
+                                                                                          ──▶ kvlab.sizing.size_kv_cache
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvlab.catalog import GpuSpec, get_gpu
+from kvlab.config.engine import GIB
+from kvlab.config.options import OPTIONS, SIZING_OPTIONS
+from kvlab.sizing import SizingConfig
+from kvlab.validate import check_options
+
+
+def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
+    """The GPU as kvlab names it: --gpu-memory-gib replaces the memory of --gpu, and the name says so."""
+    return gpu_id if gpu_memory_gib is None else f"{gpu_id} with {gpu_memory_gib:g} GiB"
+
+
+def sizing_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
+                  block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
+                  available_kv_gib, vllm_version=None, quantization=None, enforce_eager=False,
+                  sampler=None) -> tuple[GpuSpec | None, SizingConfig]:
+    """(GpuSpec or None, SizingConfig) from the sizing options, checked (kvlab.validate). With --gpu and
+    --gpu-memory-gib both, the GPU keeps its name and defaults and takes the given memory, as in `kvlab run`."""
+    check_options(locals())
+    spec = get_gpu(gpu) if gpu is not None else None
+    if spec is not None and gpu_memory_gib is not None:
+        spec = replace(spec, id=gpu_label(spec.id, gpu_memory_gib), memory_bytes=round(gpu_memory_gib * GIB),
+                       memory_bytes_source="set by --gpu-memory-gib")
+    memory = spec.memory_bytes if spec else (round(gpu_memory_gib * GIB) if gpu_memory_gib is not None else None)
+    config = SizingConfig(
+        gpu_memory_bytes=memory, gpu_name=spec.id if spec else None,
+        gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
+        pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        available_kv_bytes=None if available_kv_gib is None else round(available_kv_gib * GIB),
+        vllm_version=vllm_version, quantization=quantization, enforce_eager=enforce_eager, sampler=sampler,
+    )
+    return spec, config
+
+
+def default_sizing_options(**given) -> dict:
+    """The sizing options at their defaults (config/options.py's OPTIONS), with ``given`` put in: what a face that
+    asks only some of them (the lab's calculator: a GPU and a memory share) passes to ``sizing_config``."""
+    return {**{name: OPTIONS[name].default for name in SIZING_OPTIONS}, **given}

@@ -1,0 +1,245 @@
+"""A sweep's session: the checks, the store, the pool, the progress and an interrupt that keeps what is stored,
+shared by `kvlab sweep`, `kvlab capacity` (its rate search and its fewest-replicas search) and `kvlab paper`.
+
+    Session(out, workers, ray, ...)   checked before anything runs; SIGINT / SIGTERM noted from here on
+    run_session(session, work)        work() with the store (kvlab.sweep.store), the pool and the runner started;
+                                      a signal stops the workers, keeps every stored point and ends the command
+                                      with one line saying how to resume (kvlab.sweep.stop)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvlab.sweep.runner import Runner
+    from kvlab.sweep.store import Store
+
+
+def parse_duration(text: str) -> float:
+    from kvlab.errors import KvlabError
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|h)?\s*", text)
+    if not match:
+        raise KvlabError(f"--max-time {text!r}: expected a duration such as 90s, 20m or 2h")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+MAX_WORKERS = 1024
+
+
+def default_workers() -> int:
+    """The cores this process may use (a container's CPU set, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def grid_lists(args: list[str], grid: Path | None) -> tuple[dict[str, list], list[dict]]:
+    from kvlab.sweep.grid import parse_cli_args, read_grid_file
+
+    lists, explicit = read_grid_file(grid) if grid is not None else ({}, [])
+    lists.update(parse_cli_args(args))
+    return lists, explicit
+
+
+class Session:
+    """What both commands share: the checks, the store, the pool, the progress, an interrupt that keeps what
+    is stored."""
+
+    store: Store  # these three from start() on
+    pool: Any
+    runner: Runner
+    finished = False  # finish() ran without an interrupt: every point is stored (what is left: the answer)
+
+    def __init__(self, out: Path | None, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
+        from kvlab.errors import KvlabError
+        from kvlab.validate import check_output_path
+
+        check_output_path(out, "--out", folder=True)
+        if workers is not None and not 1 <= workers <= MAX_WORKERS:
+            raise KvlabError(f"--workers {workers} is out of range; valid: worker processes (or Ray CPUs), a whole "
+                             f"number from 1 to {MAX_WORKERS:,}")
+        self.out, self.as_json = out, as_json
+        self.workers = workers or default_workers()
+        self.ray, self.ray_address = ray, ray_address
+        stop_on_signals(self)
+
+    @property
+    def store_path(self) -> str:
+        from kvlab.sweep.store import DB_NAME
+
+        return "(in memory)" if self.out is None else str(self.out / DB_NAME)
+
+    def check_ray(self) -> None:
+        from kvlab.sweep.runner import check_reachable, import_ray, resolve_ray_address
+
+        if not (self.ray or self.ray_address):
+            return
+        import_ray()
+        if self.ray_address:
+            check_reachable(resolve_ray_address(self.ray_address))
+
+    def stored_keys(self) -> set[str]:
+        """Keys already stored, without creating anything (nothing is written before the checks pass)."""
+        from kvlab.sweep.grid import row_kinds
+        from kvlab.sweep.store import DB_NAME, Store
+
+        if self.out is None or not (self.out / DB_NAME).exists():
+            return set()
+        store = Store(self.out / DB_NAME, row_kinds())
+        try:
+            return store.stored_keys()
+        finally:
+            store.close()
+
+    def check_time(self, points: list, num_runs: float, max_time: str, yes: bool, what: str) -> None:
+        from kvlab.errors import KvlabError
+        from kvlab.sweep.point import estimate_seconds
+
+        limit = parse_duration(max_time)
+        if not points:
+            return
+        seconds = estimate_seconds(points) * num_runs / len(points) / self.workers
+        if seconds > limit and not yes:
+            raise KvlabError(f"{what}: about {format_duration(seconds)} on {self.workers} workers, more than "
+                             f"--max-time {max_time}; add --yes to run it anyway, or sweep fewer points")
+
+    def start(self) -> None:
+        import kvlab
+        from kvlab.sweep import stop
+        from kvlab.sweep.grid import row_kinds
+        from kvlab.sweep.runner import Runner, make_pool
+        from kvlab.sweep.store import DB_NAME, Store
+
+        with stop.held():  # (a signal meanwhile stops the session once all three exist: ray.init must not break)
+            path = None if self.out is None else self.out / DB_NAME  # no folder: a throwaway in-memory store
+            self.store = Store(path, row_kinds())
+            self.pool = make_pool(self.workers, ray=self.ray, ray_address=self.ray_address)
+            self.runner = Runner(self.store, self.pool, kvlab.__version__, progress=self._progress_callback())
+
+    def _progress_callback(self):
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        if console.is_terminal and not self.as_json:
+            return RichProgress(console)
+        return LineProgress()
+
+    def finish(self, *, interrupted: bool = False) -> None:
+        """Stop the progress, the pool (waiting for it, or ``interrupted``: killing its workers) and close the
+        store; whatever of it ``start`` got to (a signal may come while it runs)."""
+        from kvlab.sweep import stop
+
+        with stop.held():
+            runner, pool, store = (getattr(self, name, None) for name in ("runner", "pool", "store"))
+            if runner is not None and isinstance(runner.progress, RichProgress):
+                runner.progress.stop()
+            if pool is not None:
+                pool.close(cancel=interrupted)
+            if store is not None:
+                self.num_stored = store.num_stored()
+                store.close()
+            if not interrupted:
+                self.finished = True
+                stop.after_finish()  # (the plots: a signal now ends the command after them)
+
+
+class RichProgress:
+    """A bar with finished / running / failed and the time left."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(TextColumn("points"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[status]}"), TimeRemainingColumn(), console=console)
+        self.progress.start()
+        self.task = self.progress.add_task("points", total=None, status="")
+
+    def __call__(self, done: int, running: int, failed: int, total: int) -> None:
+        self.progress.update(self.task, completed=done, total=total,
+                             status=f"finished {done} · running {running} · failed {failed}")
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+
+class LineProgress:
+    """A line on stderr per stored point, for logs (stderr is not a terminal)."""
+
+    def __init__(self):
+        self.last = None
+
+    def __call__(self, done: int, running: int, failed: int, total: int) -> None:
+        if (done, total) != self.last:
+            print(f"points: {done}/{total} stored · running {running} · failed {failed}", file=sys.stderr, flush=True)
+            self.last = (done, total)
+
+
+def run_session(session: Session, work):
+    """``work()`` inside the session. SIGINT or SIGTERM (kvlab.sweep.stop, from Session() on) stops the workers and
+    keeps what is stored; the command then says in one line how to resume and exits 130 or 143 (stop_on_signals).
+    Whatever else stops it, the workers are stopped and the store closed with every finished point in it."""
+    try:
+        session.start()
+        result = work()
+    except BaseException:
+        session.finish(interrupted=True)
+        raise
+    session.finish()
+    return result
+
+
+def stop_on_signals(session: Session) -> None:
+    """SIGINT and SIGTERM noted from now until the command ends, raised as kvlab.sweep.stop.Stopped where that is
+    safe; as the command ends, one that came says how many points are stored and exits 128 + signum (the Exit
+    replaces a Stopped on its way out). Outside a command (no Click context) nothing is installed."""
+    import typer
+
+    from kvlab.sweep import stop
+
+    try:
+        from typer._click.globals import get_current_context  # (Typer's own copy of Click, in recent versions)
+    except ImportError:
+        from click import get_current_context
+    context = get_current_context(silent=True)
+    if context is None:
+        return
+    stop.install()
+
+    def end() -> None:
+        signum = stop.received()
+        try:
+            if signum is not None:
+                num_stored = getattr(session, "num_stored", None)
+                if num_stored is None:  # (stopped before the session started)
+                    num_stored = len(session.stored_keys())
+        finally:
+            stop.restore()
+        if signum is not None:
+            runner = getattr(session, "runner", None)
+            computed = 0 if runner is None else runner.num_computed
+            counts = (f"{computed:,} point{'' if computed == 1 else 's'} computed now ({num_stored:,} in all stored in "
+                      f"{session.store_path})")
+            if session.finished:  # (the signal came as the answer was written: it was, whole)
+                print(f"stopped by {stop.signal_name(signum)} once the work was done: {counts}", file=sys.stderr,
+                      flush=True)
+            else:
+                print(f"stopped by {stop.signal_name(signum)}: {counts}; run the same command again to resume (stored "
+                      "points are never recomputed)", file=sys.stderr, flush=True)
+            raise typer.Exit(128 + signum)
+
+    context.call_on_close(end)
