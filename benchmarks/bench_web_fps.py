@@ -125,14 +125,15 @@ def play_to_first_frame(page, repeats: int = 5) -> list[float]:
 
 def replay_fps(context, url: str) -> dict:
     """Record the same race (the export's frame log) and replay it as fast as the page draws."""
-    from kvlab.web.export import record_race, render_page
+    from kvlab.config import resolve
+    from kvlab.web.export import rates_command, record_race, render_page
     from kvlab.web.params import parse_run_spec
     from kvlab.web.server import build_race
 
     spec = parse_run_spec({"kind": "race", **RACE, "num_requests": "600"})
     log = record_race(build_race(spec).sims, target_frames=400)
     path = Path(tempfile.mkdtemp()) / "race.html"
-    path.write_text(render_page(log, title="bench"), encoding="utf-8")
+    path.write_text(render_page(log, title="bench", rates=rates_command(resolve(spec.options()))), encoding="utf-8")
     page = context.new_page()
     page.goto(path.as_uri())
     page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlab.web.rates import RateLab, RateSetup
+from kvlab.web.rates import RateLab, RateSetup, evictions_rate, lesson_rate
 
 READY_S = 240  # the page's capacity searches, on a shared two-core machine
 
@@ -81,18 +81,28 @@ def test_a_picked_rate_is_run_by_the_engine_and_the_figures_above_follow(rates_l
     assert f"At {rate:g} req/s pages keep up and reserving the max does not" in note
 
 
-def test_the_first_screen_says_where_its_rate_stands(rates_lab):
+def test_the_page_opens_at_the_rates_the_engine_gives_its_lessons(rates_lab):
+    """The first figure opens at a rate where pages keep up and reserving the max does not (kvlab.web.rates.
+    lesson_rate, from the breaking points the test above holds to `kvlab capacity`'s), and says so; section 5 runs
+    pages at their own breaking point, where they run out on purpose, and says that too."""
     page = rates_lab.page
     f = found(page)
-    page.wait_for_selector("#hero-rate:not([hidden])")
-    rate = page.evaluate("window.kvlab.players.hero.fixed.rate")
-    note = page.inner_text("#hero-rate")
     by = {(x["batching"], x["allocator"]): x for x in f["systems"]}
     paged, reserve = by[("continuous", "paged")], by[("continuous", "max")]
+    rate = lesson_rate(f["systems"])
+    assert rate is not None and f["lesson_rate"] == rate
+    assert reserve["capacity_rps"] < rate < paged["capacity_rps"]
+    assert page.evaluate("window.kvlab.players.hero.meta.setup.rate") == rate
+    note = page.inner_text("#hero-rate")
+    assert f"The figure runs at {rate:g} req/s, halfway between where its two caches break" in note
     assert f"pages keep up to {paged['capacity_text']} req/s, reserving the max to {reserve['capacity_text']}" in note
-    if rate > paged["capacity_rps"] and rate > reserve["capacity_rps"]:
-        assert "faster than either cache serves them" in note
-        assert page.is_visible('#hero-rate [data-act="lesson-rate"]')
+    assert not page.is_visible('#hero-rate [data-act="lesson-rate"]')  # (it is the rate the figure runs at)
+    ev = f["evictions"]
+    assert ev["rate"] == evictions_rate(f["systems"]) == paged["capacity_rps"] and ev["num_preemptions"] > 0
+    assert page.evaluate("window.kvlab.players.evictions.meta.setup.rate") == ev["rate"]
+    said = page.inner_text("#evictions")
+    assert f"at {ev['rate']:g} conversations a second: pages' breaking point" in said
+    assert f"the engine evicts conversations {ev['num_preemptions']:,} times there" in said
 
 
 @pytest.mark.parametrize("typed, words", [

@@ -42,17 +42,27 @@ class RateFigure {
       block_size: d.block_size };
   }
 
+  // The breaking points (asked once): the first figure's opening rate and section 5's are read from them.
+  fetch() {
+    if (!this.asked) {
+      this.section.classList.add("busy");
+      this.section.dataset.busy = "1";
+      this.asked = api("api/rates?" + new URLSearchParams(this.setup()).toString()).finally(() => {
+        this.section.classList.remove("busy");
+        this.section.dataset.busy = "";
+      });
+    }
+    return this.asked;
+  }
+
   async load() {
-    this.section.classList.add("busy");
-    this.section.dataset.busy = "1";
+    if (this.loaded) return;
+    this.loaded = true;
     try {
-      this.found = await api("api/rates?" + new URLSearchParams(this.setup()).toString());
+      this.found = await this.fetch();
     } catch (err) {
       showError(this.errorNode, err);
       return;
-    } finally {
-      this.section.classList.remove("busy");
-      this.section.dataset.busy = "";
     }
     const f = this.found, s = f.setup;
     this.range.max = String(f.axis_rps);
