@@ -55,8 +55,10 @@ def test_the_breaking_points_are_kvlab_capacitys(rates_lab, kvlab, tmp_path):
 def test_a_picked_rate_is_run_by_the_engine_and_the_figures_above_follow(rates_lab):
     page = rates_lab.page
     f = found(page)
-    rate = f["lesson_rate"]
-    assert rate is not None
+    assert f["lesson_rate"] is not None
+    # A rate between where reserving the max breaks and the lesson's (the figure's own): pages keep up there too.
+    reserve = next(x for x in f["systems"] if (x["batching"], x["allocator"]) == ("continuous", "max"))
+    rate = round((reserve["capacity_rps"] + f["lesson_rate"]) / 2, 2)
     old = page.get_attribute("#hero", "data-session")
     page.evaluate("r => { const i = document.querySelector('#rate-range'); i.value = String(r); "
                   "i.dispatchEvent(new Event('input')); i.dispatchEvent(new Event('change')); }", rate)
@@ -79,6 +81,9 @@ def test_a_picked_rate_is_run_by_the_engine_and_the_figures_above_follow(rates_l
         assert float(page.eval_on_selector(form, "f => f.elements.rate.value")) == rate
     note = page.inner_text("#hero-rate")
     assert f"At {rate:g} req/s pages keep up and reserving the max does not" in note
+    # and the lesson's own rate is one press away again.
+    assert page.inner_text('#hero-rate [data-act="lesson-rate"]') == (
+        f"watch at {f['lesson_rate']:g} req/s, where pages keep up and reserving the max does not")
 
 
 def test_the_page_opens_at_the_rates_the_engine_gives_its_lessons(rates_lab):
