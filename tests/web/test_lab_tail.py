@@ -198,6 +198,17 @@ def test_the_race_table_needs_no_sideways_scrolling_on_a_phone(lab_at):
     assert label == '"evictions"'
 
 
+def test_every_part_of_the_script_is_joined_once_in_order():
+    """Each web/static/lab-*.js is in the bundle's PARTS once (a part left out would be dead code in the package and
+    a name missing at run time); the shared player is its own small part, its panels and finish line beside it."""
+    from kvlab.web.bundle import PARTS
+    from kvlab.web.server import static_dir
+
+    assert sorted(PARTS) == sorted(p.name for p in static_dir().glob("lab-*.js"))
+    assert PARTS.index("lab-player.js") < PARTS.index("lab-panel.js") < PARTS.index("lab-live.js")
+    assert len((static_dir() / "lab-player.js").read_text(encoding="utf-8").splitlines()) < 200
+
+
 def test_the_page_types_in_no_engine_number():
     """Every number and rule comes from the engine's frames and answers: none of the default setup's numbers, the
     paper's figures or a block-size fallback is typed into the page's script or text (the page's script is its
