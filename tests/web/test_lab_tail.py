@@ -101,18 +101,23 @@ def test_section_2s_text_names_the_pool_it_draws(lab, kvlab):
     assert default not in text
 
 
-def test_refused_runs_log_nothing_and_clear(lab):
-    """A run the engine refuses (a model that does not fit the GPU) is one line in the section; a valid one clears
-    it. The fixture fails the test on any console error, the 400 a refusal once logged included."""
+@pytest.mark.parametrize("section", ["grid", "race"])
+def test_refused_runs_log_nothing_advise_the_pages_controls_and_clear(lab, section):
+    """A run the engine refuses (a model that does not fit the GPU) is one line in the section, with what to change
+    among the section's own controls, never a command-line flag (it once said "Would fit: --tensor-parallel-size 4",
+    a control the page does not have); a valid one clears it. The fixture fails the test on any console error, the
+    400 a refusal once logged included."""
     page = lab.page
-    page.evaluate("""() => { const f = document.querySelector('#grid-form');
+    page.evaluate("""s => { const f = document.querySelector(s);
         f.elements.model.value = 'llama-3.1-70b'; f.elements.gpu.value = 'A100-40GB';
-        f.dispatchEvent(new Event('change')); }""")
-    page.wait_for_selector("#grid-error:not([hidden])", timeout=30_000)
-    assert "does not fit" in page.inner_text("#grid-error")
-    assert page.get_attribute("#grid", "data-stale") == "1"
-    set_form(page, "grid", model="opt-13b")
-    assert page.is_hidden("#grid-error")
+        f.dispatchEvent(new Event('change')); }""", f"#{section}-form")
+    page.wait_for_selector(f"#{section}-error:not([hidden])", timeout=30_000)
+    said = page.inner_text(f"#{section}-error")
+    assert "does not fit" in said
+    assert "--" not in said and "Try: pick a GPU it fits on: " in said, said
+    assert page.get_attribute(f"#{section}", "data-stale") == "1"
+    set_form(page, section, model="opt-13b")
+    assert page.is_hidden(f"#{section}-error")
 
 
 def test_every_section_link_is_in_view_on_a_phone(lab_at):
