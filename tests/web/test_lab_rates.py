@@ -153,3 +153,23 @@ def test_section_7_fits_a_desktop_and_a_phone(lab_at, width, height):
     page.evaluate("document.querySelector('#rates').scrollIntoView({block: 'start'})")
     page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
     probe.screenshot(f"rates-{width}", full_page=False)
+
+
+def test_each_rate_on_the_chart_stands_under_its_tick(rates_lab):
+    """The rate axis has a tick per labelled rate and each label is centred under it, so a breaking point's dot is
+    read against the number below it (the labels once ended at their rate, with no tick: a dot at 0.625 stood over
+    the space between "0.80" and "1.00" on a phone)."""
+    page = rates_lab.page
+    got = page.evaluate("""() => {
+        const r = window.kvlab.rates, L = r.layout, ctx = r.canvas.getContext('2d');
+        const X = v => L.left + (L.right - L.left) * v / L.axis;
+        const inked = (x0, y0, w, h) => { const d = ctx.getImageData(x0, y0, w, h).data, cols = [];
+            for (let i = 3; i < d.length; i += 4) if (d[i] > 0) cols.push(x0 + ((i - 3) / 4) % w);
+            return cols; };
+        return [1, 2, 3].map(k => { const x = Math.round(X(L.axis * k / 4));
+            const tick = inked(x - 1, L.bottom + 2, 3, 2).length > 0;
+            const label = inked(x - 40, L.bottom + 9, 80, 12);
+            return {x, tick, centre: label.length ? (Math.min(...label) + Math.max(...label)) / 2 : null}; }); }""")
+    for t in got:
+        assert t["tick"], got
+        assert t["centre"] is not None and abs(t["centre"] - t["x"]) <= 3, got
