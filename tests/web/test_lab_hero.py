@@ -342,3 +342,29 @@ def test_a_tie_is_reported_as_one(lab):
     assert "★" not in page.inner_text("#race-finish table")
     assert page.locator("#race .panel.winner").count() == 0
     lab.screenshot("race-tie", "#race")
+
+
+@pytest.mark.parametrize("width, height", VIEWPORTS)
+def test_nothing_below_the_first_figure_moves_while_it_plays(browser_context, lab_url, width, height):
+    """From the figure's first frame to its headline, section 2 stays where it is: the headline keeps one shape and
+    "keep going" holds its place (section 2 once moved 30 px at 1440 and 65 px at 390 as the headline grew, which
+    also moved a square out from under a reader's pointer)."""
+    from conftest import PageProbe
+
+    page = browser_context.new_page()
+    page.set_viewport_size({"width": width, "height": height})
+    probe = PageProbe(page, lab_url + "/")
+    # Every animation frame from the first one whose headline the figure has written, where section 2 begins.
+    page.add_init_script("""(() => { window.__tops = []; const f = () => {
+        const h = document.getElementById('hero-headline'), g = document.getElementById('grid');
+        if (h && h.dataset.seq && g) window.__tops.push(Math.round(g.getBoundingClientRect().top + scrollY));
+        if (!window.__stop) requestAnimationFrame(f); }; requestAnimationFrame(f); })()""")
+    try:
+        page.goto(lab_url + "/")
+        wait_for_headline(page)
+        page.wait_for_timeout(300)  # (the frames after the headline's, "keep going" shown)
+        tops = page.evaluate("window.__stop = true, window.__tops")
+        assert len(tops) > 10 and len(set(tops)) == 1, sorted(set(tops))
+        assert probe.errors == []
+    finally:
+        page.close()

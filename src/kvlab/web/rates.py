@@ -127,7 +127,9 @@ class RateLab:
         if rate is None:
             return None
         name = next(line["name"] for line in lines if (line["batching"], line["allocator"]) == PAGES)
-        (row,) = self._runner().run([{**expand_one(setup, name)[0], "rate": rate}])
+        from kvlab.sweep.grid import expand
+
+        (row,) = self._runner().run([{**expand(setup.lists((name,)))[0], "rate": rate}])
         return {"rate": rate, "strategy": name, "num_preemptions": int(row["preemptions"] or 0)}
 
     def at(self, setup: RateSetup, rate: float) -> dict:
@@ -151,12 +153,6 @@ class RateLab:
 
 
 RESERVE_MAX, PAGES = ("continuous", "max"), ("continuous", "paged")  # the first figure's two caches
-
-
-def expand_one(setup: RateSetup, name: str) -> list[dict]:
-    from kvlab.sweep.grid import expand
-
-    return expand(setup.lists((name,)))
 
 
 def lesson_rate(lines: list[dict]) -> float | None:

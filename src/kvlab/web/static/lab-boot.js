@@ -108,8 +108,10 @@ async function boot() {
   setupShowMe(grid);
   race.onRender = () => setText(document.querySelector('[data-field="race-setup"]'),
     race.meta ? `Every lane: ${describeSetup(race.meta.setup)}.` : "");
+  // Sections 1, 2 and the race need nothing from the breaking points: they start while the engine searches.
+  const unhurried = [one.reset(), grid.reset(), race.reset()];
   await heroReady;
-  await Promise.all([setupCalculator(grid, hero.meta.max_model_len), one.reset(), grid.reset(), evictions.reset(), race.reset()]);
+  await Promise.all([setupCalculator(grid, hero.meta.max_model_len), evictions.reset(), ...unhurried]);
   document.body.dataset.ready = "1";
   // Section 7's curves take the engine a while (eight more rates per system): they are drawn once the first
   // figure has stopped at its headline (or section 7 comes near), so that the figure's first seconds have the

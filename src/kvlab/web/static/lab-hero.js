@@ -23,18 +23,16 @@ function setupHero(hero) {
     evicted.hidden = !(a.num_preemptions || b.num_preemptions);
     const reached = frame.t >= HERO_HOLD - 1e-9;
     const at = reached ? `${nf0.format(frame.t)} s in` : `${nf1.format(frame.t)} s in`;
-    let big, rest;
-    if (a.num_running === b.num_running) {
-      big = `Both run ${plural(a.num_running, "conversation")} at once: a tie so far.`;
-      rest = ` Same GPU, same requests, ${at}.`;
-    } else {
-      big = `${plural(a.num_running, "conversation")} at once against ${nf0.format(b.num_running)}.`;
-      rest = ` Same GPU, same requests, ${at}: reserving the max leaves ${nf0.format(a.num_waiting)} waiting, ` +
-        `pages ${nf0.format(b.num_waiting)}.`;
-    }
+    // One shape from the first frame to the last (the closing clause is held, unseen, until the headline's
+    // moment: lab.css), so that the page below does not move as the numbers change.
+    const big = a.num_running === b.num_running
+      ? `Both run ${plural(a.num_running, "conversation")} at once: a tie so far.`
+      : `${plural(a.num_running, "conversation")} at once against ${nf0.format(b.num_running)}.`;
+    const rest = ` Same GPU, same requests, ${at}: reserving the max leaves ${nf0.format(a.num_waiting)} waiting, ` +
+      `pages ${nf0.format(b.num_waiting)}.`;
     headline.innerHTML = "";
-    headline.append(el("b", { text: big }), document.createTextNode(rest));
-    if (reached) headline.append(document.createTextNode(" Why? One conversation up close, below."));
+    headline.append(el("b", { text: big }), document.createTextNode(rest),
+      el("span", { class: "why", text: " Why? One conversation up close, below.", "aria-hidden": reached ? "false" : "true" }));
     headline.classList.toggle("reached", reached);
     setData(headline, "final", reached ? "1" : "");
     setData(headline, "t", frame.t);
