@@ -4,8 +4,9 @@
     python benchmarks/bench_web_fps.py [--seconds 10] [--only figure,race,rates] [--json]
 
 Five numbers:
-  figure fps      the first figure (two caches side by side, 867 blocks each, on one clock) playing on the lab's
-                  server at its default speed, both grids changing: frames drawn per second. Target: at least 30.
+  figure fps      the first figure (two caches side by side, the default pool each, on one clock, at the rate the
+                  engine opens it at) playing on the lab's server at its default speed, both grids changing: frames
+                  drawn per second. Target: at least 30.
   live fps        the race running on the lab's server (kvlab's simulator in Python, frames over server-sent
                   events, drawn by lab.js): frames drawn per second while playing.
   play -> frame   milliseconds from pressing play to the first frame drawn (median of several presses).
@@ -93,6 +94,8 @@ def figure_fps(page, seconds: float) -> dict:
         "frames_received_per_s": (s1["framesApplied"] - s0["framesApplied"]) / (t1 - t0),
         "draw_ms_per_frame": (s1["drawMs"] - s0["drawMs"]) / max(1, drawn),
         "blocks_held_at_start_and_end": [c0, c1],
+        "num_blocks": page.evaluate("window.kvlab.players.hero.meta.num_gpu_blocks"),
+        "rate": page.evaluate("window.kvlab.players.hero.meta.setup.rate"),
         "finished_during_window": done,
     }
 
@@ -125,14 +128,15 @@ def play_to_first_frame(page, repeats: int = 5) -> list[float]:
 
 def replay_fps(context, url: str) -> dict:
     """Record the same race (the export's frame log) and replay it as fast as the page draws."""
-    from kvlab.web.export import record_race, render_page
+    from kvlab.config import resolve
+    from kvlab.web.export import rates_command, record_race, render_page
     from kvlab.web.params import parse_run_spec
     from kvlab.web.server import build_race
 
     spec = parse_run_spec({"kind": "race", **RACE, "num_requests": "600"})
     log = record_race(build_race(spec).sims, target_frames=400)
     path = Path(tempfile.mkdtemp()) / "race.html"
-    path.write_text(render_page(log, title="bench"), encoding="utf-8")
+    path.write_text(render_page(log, title="bench", rates=rates_command(resolve(spec.options()))), encoding="utf-8")
     page = context.new_page()
     page.goto(path.as_uri())
     page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)
@@ -226,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
     else:
         if figure:
-            print(f"the first figure: two grids of 867 blocks at 10x, headless Chromium ({CHROMIUM})")
+            print(f"the first figure: two grids of {figure['num_blocks']:,} blocks at {figure['rate']:g} req/s, 10x, "
+                  f"headless Chromium ({CHROMIUM})")
             print(f"  figure fps (server -> page) {result['figure_fps']:6.1f}   (target >= 30)")
             print(f"  frames received per second  {result['figure_frames_received_per_s']:6.1f}")
             print(f"  draw time per frame         {result['figure_draw_ms_per_frame']:6.2f} ms (both grids)")

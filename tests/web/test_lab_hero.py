@@ -132,8 +132,12 @@ def test_the_first_screen_is_the_figure_and_its_headline(lab_at, width, height):
     text = headline.inner_text()
     running = [int(page.get_attribute(f'#hero .panel:nth-child({i}) [data-counter="num_running"]', "data-value"))
                for i in (1, 2)]
+    waiting = [int(page.get_attribute(f'#hero .panel:nth-child({i}) [data-counter="num_waiting"]', "data-value"))
+               for i in (1, 2)]
     assert text.startswith(f"{running[0]} conversations at once against {running[1]}.")
-    assert running[1] > 3 * running[0]
+    # The lesson shows without thrashing: pages run more than twice as many, and their queue is a fraction of the
+    # other's (the rate is the engine's, halfway between the two caches' breaking points: test_lab_rates.py).
+    assert running[1] > 2 * running[0] and 4 * waiting[1] <= waiting[0], (running, waiting)
     probe.screenshot(f"first-screen-{width}", full_page=False)
     # The first screen (no scrolling) holds both grids whole, the play button and the headline.
     inside = page.evaluate("""([w, h]) => {
@@ -157,18 +161,25 @@ def test_the_first_screen_is_the_figure_and_its_headline(lab_at, width, height):
     assert page.evaluate("window.kvlab.players.hero.views[0].owner.some(o => o >= 0)")
 
 
+def hero_spec(page) -> dict:
+    """The first figure's run as the page made it (its rate is the engine's: test_lab_rates.py)."""
+    return {**HERO, "rate": page.evaluate("window.kvlab.players.hero.meta.setup.rate")}
+
+
 def test_evictions_in_the_first_figure_are_named_where_they_flash(lab):
-    """The pages cache of the first figure evicts under the default load, and its evicted squares flash black: the
-    figure's legend says what that is (its swatch is the flash over a free square) and points at section 5."""
+    """The first figure's legend names the eviction flash (its swatch is the flash over a free square, pointing at
+    section 5) when its run has evicted, and only then: at the opening rate pages keep up and nothing flashes.
+    Section 2's legend always names it."""
     page = lab.page
     wait_for_headline(page)
-    race = build_race(parse_run_spec(HERO))
+    race = build_race(parse_run_spec(hero_spec(page)))
     race.seek(HERO_HOLD)
-    assert race.sims[1].counters_now()["num_preemptions"] > 0  # the default run does evict
-    assert int(page.get_attribute("#hero .panel:nth-child(2)", "data-flashes")) > 0  # and the page flashed them
+    evicted = any(sim.counters_now()["num_preemptions"] for sim in race.sims)
+    assert page.is_visible("#hero-legend .legend-evicted") == evicted
+    assert (int(page.get_attribute("#hero .panel:nth-child(2)", "data-flashes") or 0) > 0) == evicted
     for legend in ("#hero-legend", "#grid-legend"):
         item = page.locator(f"{legend} .legend-evicted")
-        assert item.inner_text().startswith("flashing black: evicted (memory ran out mid-answer"), legend
+        assert item.text_content().startswith("flashing black: evicted (memory ran out mid-answer"), legend
         assert item.locator("a").get_attribute("href") == "#evictions"
         swatch = page.evaluate("""sel => Array.from(document.querySelector(sel + ' .legend-evicted canvas')
             .getContext('2d').getImageData(7, 7, 1, 1).data.slice(0, 3))""", legend)
@@ -203,7 +214,7 @@ def test_the_pages_numbers_are_the_engines_for_the_same_frame(lab):
     page shows: the same simulations, built in this process and run to the same moment."""
     page = lab.page
     wait_for_headline(page)
-    race = build_race(parse_run_spec(HERO))
+    race = build_race(parse_run_spec(hero_spec(page)))
     race.seek(HERO_HOLD)
     frame_t = float(page.get_attribute("#hero-headline", "data-t"))
     assert frame_t == pytest.approx(HERO_HOLD)
@@ -255,9 +266,10 @@ def test_the_pages_numbers_are_the_engines_for_the_same_frame(lab):
     lab.screenshot("one-conversation", "#one")
 
     # The grid of section 2 and the evictions of section 5, at a moment picked by the test.
+    # (Section 5 runs at pages' breaking point, read from the engine: its evictions begin some 45 s in.)
+    evictions = page.evaluate("window.kvlab.players.evictions.fixed")
     for section, spec, t in (("grid", {"kind": "grid", "strategies": ["continuous+max"]}, 37.5),
-                             ("evictions", {"kind": "grid", "strategies": ["continuous+paged"], "num_blocks": 256,
-                                            "rate": 10, "num_requests": 200}, 12.0)):
+                             ("evictions", evictions, 60.0)):
         seek(page, t, section)
         race = build_race(parse_run_spec(spec))
         race.seek(t)
@@ -330,3 +342,29 @@ def test_a_tie_is_reported_as_one(lab):
     assert "★" not in page.inner_text("#race-finish table")
     assert page.locator("#race .panel.winner").count() == 0
     lab.screenshot("race-tie", "#race")
+
+
+@pytest.mark.parametrize("width, height", VIEWPORTS)
+def test_nothing_below_the_first_figure_moves_while_it_plays(browser_context, lab_url, width, height):
+    """From the figure's first frame to its headline, section 2 stays where it is: the headline keeps one shape and
+    "keep going" holds its place (section 2 once moved 30 px at 1440 and 65 px at 390 as the headline grew, which
+    also moved a square out from under a reader's pointer)."""
+    from conftest import PageProbe
+
+    page = browser_context.new_page()
+    page.set_viewport_size({"width": width, "height": height})
+    probe = PageProbe(page, lab_url + "/")
+    # Every animation frame from the first one whose headline the figure has written, where section 2 begins.
+    page.add_init_script("""(() => { window.__tops = []; const f = () => {
+        const h = document.getElementById('hero-headline'), g = document.getElementById('grid');
+        if (h && h.dataset.seq && g) window.__tops.push(Math.round(g.getBoundingClientRect().top + scrollY));
+        if (!window.__stop) requestAnimationFrame(f); }; requestAnimationFrame(f); })()""")
+    try:
+        page.goto(lab_url + "/")
+        wait_for_headline(page)
+        page.wait_for_timeout(300)  # (the frames after the headline's, "keep going" shown)
+        tops = page.evaluate("window.__stop = true, window.__tops")
+        assert len(tops) > 10 and len(set(tops)) == 1, sorted(set(tops))
+        assert probe.errors == []
+    finally:
+        page.close()

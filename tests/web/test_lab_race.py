@@ -134,3 +134,30 @@ def test_html_export_replays_from_disk_with_the_network_off(open_page, tmp_path,
     # The guard is live: a fetch from this page to anywhere would have been caught and refused.
     refused = page.evaluate("fetch('https://example.invalid/x').then(() => 'fetched', () => 'refused')")
     assert refused == "refused" and probe.foreign_requests == ["https://example.invalid/x"]
+
+
+def test_html_export_says_why_section_7_is_absent_and_names_the_command_that_draws_it(open_page, tmp_path, kvlab,
+                                                                                     monkeypatch):
+    """The export replays frames; section 7's curves are runs of the engine made when asked. The page says so, and
+    the command it names, run as written, draws them for the race's setup (capacity.html, offline)."""
+    import shlex
+
+    from kvlab.config import resolve
+    from kvlab.web.export import write_race_html
+    from kvlab.workload import load_workload
+
+    config = resolve(model="opt-13b", gpu="a100-40gb", workload="paper-sharegpt", num_requests=40, rate=4.0, seed=2)
+    workload = load_workload("paper-sharegpt", num_requests=40, rate=4.0, seed=2)
+    path = write_race_html(tmp_path / "race.html", config, workload, ["continuous+max", "continuous+paged"])
+    page = open_page(path.as_uri()).page
+    page.wait_for_function("document.body.dataset.ready === '1'", timeout=30_000)
+    said = page.inner_text("#export-absent")
+    assert "section 7" in said and "is not in it" in said
+    command = page.inner_text("#export-absent code")
+    argv = shlex.split(command)
+    assert argv[:2] == ["kvlab", "capacity"]
+    assert argv[argv.index("-n") + 1] == "40" and argv[argv.index("--seed") + 1] == "2"
+    monkeypatch.chdir(tmp_path)
+    out = kvlab(*argv[1:], "--workers", "1")
+    assert out.exit_code == 0, out.stderr
+    assert (tmp_path / "kvlab-rates" / "capacity.html").is_file()

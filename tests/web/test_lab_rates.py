@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvlab.web.rates import RateLab, RateSetup
+from kvlab.web.rates import RateLab, RateSetup, evictions_rate, lesson_rate
 
 READY_S = 240  # the page's capacity searches, on a shared two-core machine
 
@@ -55,8 +55,10 @@ def test_the_breaking_points_are_kvlab_capacitys(rates_lab, kvlab, tmp_path):
 def test_a_picked_rate_is_run_by_the_engine_and_the_figures_above_follow(rates_lab):
     page = rates_lab.page
     f = found(page)
-    rate = f["lesson_rate"]
-    assert rate is not None
+    assert f["lesson_rate"] is not None
+    # A rate between where reserving the max breaks and the lesson's (the figure's own): pages keep up there too.
+    reserve = next(x for x in f["systems"] if (x["batching"], x["allocator"]) == ("continuous", "max"))
+    rate = round((reserve["capacity_rps"] + f["lesson_rate"]) / 2, 2)
     old = page.get_attribute("#hero", "data-session")
     page.evaluate("r => { const i = document.querySelector('#rate-range'); i.value = String(r); "
                   "i.dispatchEvent(new Event('input')); i.dispatchEvent(new Event('change')); }", rate)
@@ -79,20 +81,33 @@ def test_a_picked_rate_is_run_by_the_engine_and_the_figures_above_follow(rates_l
         assert float(page.eval_on_selector(form, "f => f.elements.rate.value")) == rate
     note = page.inner_text("#hero-rate")
     assert f"At {rate:g} req/s pages keep up and reserving the max does not" in note
+    # and the lesson's own rate is one press away again.
+    assert page.inner_text('#hero-rate [data-act="lesson-rate"]') == (
+        f"watch at {f['lesson_rate']:g} req/s, where pages keep up and reserving the max does not")
 
 
-def test_the_first_screen_says_where_its_rate_stands(rates_lab):
+def test_the_page_opens_at_the_rates_the_engine_gives_its_lessons(rates_lab):
+    """The first figure opens at a rate where pages keep up and reserving the max does not (kvlab.web.rates.
+    lesson_rate, from the breaking points the test above holds to `kvlab capacity`'s), and says so; section 5 runs
+    pages at their own breaking point, where they run out on purpose, and says that too."""
     page = rates_lab.page
     f = found(page)
-    page.wait_for_selector("#hero-rate:not([hidden])")
-    rate = page.evaluate("window.kvlab.players.hero.fixed.rate")
-    note = page.inner_text("#hero-rate")
     by = {(x["batching"], x["allocator"]): x for x in f["systems"]}
     paged, reserve = by[("continuous", "paged")], by[("continuous", "max")]
+    rate = lesson_rate(f["systems"])
+    assert rate is not None and f["lesson_rate"] == rate
+    assert reserve["capacity_rps"] < rate < paged["capacity_rps"]
+    assert page.evaluate("window.kvlab.players.hero.meta.setup.rate") == rate
+    note = page.inner_text("#hero-rate")
+    assert f"The figure runs at {rate:g} req/s, halfway between where its two caches break" in note
     assert f"pages keep up to {paged['capacity_text']} req/s, reserving the max to {reserve['capacity_text']}" in note
-    if rate > paged["capacity_rps"] and rate > reserve["capacity_rps"]:
-        assert "faster than either cache serves them" in note
-        assert page.is_visible('#hero-rate [data-act="lesson-rate"]')
+    assert not page.is_visible('#hero-rate [data-act="lesson-rate"]')  # (it is the rate the figure runs at)
+    ev = f["evictions"]
+    assert ev["rate"] == evictions_rate(f["systems"]) == paged["capacity_rps"] and ev["num_preemptions"] > 0
+    assert page.evaluate("window.kvlab.players.evictions.meta.setup.rate") == ev["rate"]
+    said = page.inner_text("#evictions")
+    assert f"at {ev['rate']:g} conversations a second: pages' breaking point" in said
+    assert f"the engine evicts conversations {ev['num_preemptions']:,} times there" in said
 
 
 @pytest.mark.parametrize("typed, words", [
@@ -138,3 +153,23 @@ def test_section_7_fits_a_desktop_and_a_phone(lab_at, width, height):
     page.evaluate("document.querySelector('#rates').scrollIntoView({block: 'start'})")
     page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
     probe.screenshot(f"rates-{width}", full_page=False)
+
+
+def test_each_rate_on_the_chart_stands_under_its_tick(rates_lab):
+    """The rate axis has a tick per labelled rate and each label is centred under it, so a breaking point's dot is
+    read against the number below it (the labels once ended at their rate, with no tick: a dot at 0.625 stood over
+    the space between "0.80" and "1.00" on a phone)."""
+    page = rates_lab.page
+    got = page.evaluate("""() => {
+        const r = window.kvlab.rates, L = r.layout, ctx = r.canvas.getContext('2d');
+        const X = v => L.left + (L.right - L.left) * v / L.axis;
+        const inked = (x0, y0, w, h) => { const d = ctx.getImageData(x0, y0, w, h).data, cols = [];
+            for (let i = 3; i < d.length; i += 4) if (d[i] > 0) cols.push(x0 + ((i - 3) / 4) % w);
+            return cols; };
+        return [1, 2, 3].map(k => { const x = Math.round(X(L.axis * k / 4));
+            const tick = inked(x - 1, L.bottom + 2, 3, 2).length > 0;
+            const label = inked(x - 40, L.bottom + 9, 80, 12);
+            return {x, tick, centre: label.length ? (Math.min(...label) + Math.max(...label)) / 2 : null}; }); }""")
+    for t in got:
+        assert t["tick"], got
+        assert t["centre"] is not None and abs(t["centre"] - t["x"]) <= 3, got

@@ -101,18 +101,23 @@ def test_section_2s_text_names_the_pool_it_draws(lab, kvlab):
     assert default not in text
 
 
-def test_refused_runs_log_nothing_and_clear(lab):
-    """A run the engine refuses (a model that does not fit the GPU) is one line in the section; a valid one clears
-    it. The fixture fails the test on any console error, the 400 a refusal once logged included."""
+@pytest.mark.parametrize("section", ["grid", "race"])
+def test_refused_runs_log_nothing_advise_the_pages_controls_and_clear(lab, section):
+    """A run the engine refuses (a model that does not fit the GPU) is one line in the section, with what to change
+    among the section's own controls, never a command-line flag (it once said "Would fit: --tensor-parallel-size 4",
+    a control the page does not have); a valid one clears it. The fixture fails the test on any console error, the
+    400 a refusal once logged included."""
     page = lab.page
-    page.evaluate("""() => { const f = document.querySelector('#grid-form');
+    page.evaluate("""s => { const f = document.querySelector(s);
         f.elements.model.value = 'llama-3.1-70b'; f.elements.gpu.value = 'A100-40GB';
-        f.dispatchEvent(new Event('change')); }""")
-    page.wait_for_selector("#grid-error:not([hidden])", timeout=30_000)
-    assert "does not fit" in page.inner_text("#grid-error")
-    assert page.get_attribute("#grid", "data-stale") == "1"
-    set_form(page, "grid", model="opt-13b")
-    assert page.is_hidden("#grid-error")
+        f.dispatchEvent(new Event('change')); }""", f"#{section}-form")
+    page.wait_for_selector(f"#{section}-error:not([hidden])", timeout=30_000)
+    said = page.inner_text(f"#{section}-error")
+    assert "does not fit" in said
+    assert "--" not in said and "Try: pick a GPU it fits on: " in said, said
+    assert page.get_attribute(f"#{section}", "data-stale") == "1"
+    set_form(page, section, model="opt-13b")
+    assert page.is_hidden(f"#{section}-error")
 
 
 def test_every_section_link_is_in_view_on_a_phone(lab_at):
@@ -141,7 +146,7 @@ def test_the_calculators_labels_are_legible(lab):
 
 def test_the_evictions_panel_says_each_number_once(lab):
     page = lab.page
-    seek(page, 12, "evictions")
+    seek(page, 60, "evictions")  # (section 5 runs at pages' breaking point: evictions begin some 45 s in)
     panel = page.evaluate("""() => Array.from(document.querySelectorAll('#evictions .bignums > div')).map(d =>
         [d.querySelector('.big').textContent, d.querySelector('.what').textContent])""")
     assert float(page.get_attribute('#evictions [data-counter="num_preemptions"]', "data-value")) > 0
@@ -196,6 +201,17 @@ def test_the_race_table_needs_no_sideways_scrolling_on_a_phone(lab_at):
     label = page.evaluate("""() => getComputedStyle(document.querySelector(
         '#race-finish td[data-key=preemptions]'), '::before').content""")
     assert label == '"evictions"'
+
+
+def test_every_part_of_the_script_is_joined_once_in_order():
+    """Each web/static/lab-*.js is in the bundle's PARTS once (a part left out would be dead code in the package and
+    a name missing at run time); the shared player is its own small part, its panels and finish line beside it."""
+    from kvlab.web.bundle import PARTS
+    from kvlab.web.server import static_dir
+
+    assert sorted(PARTS) == sorted(p.name for p in static_dir().glob("lab-*.js"))
+    assert PARTS.index("lab-player.js") < PARTS.index("lab-panel.js") < PARTS.index("lab-live.js")
+    assert len((static_dir() / "lab-player.js").read_text(encoding="utf-8").splitlines()) < 200
 
 
 def test_the_page_types_in_no_engine_number():

@@ -16,7 +16,10 @@ PARTS = (
     "lab-grid.js",  # GridView, legends, the share bar
     "lab-format.js",  # numbers in words, the API and its refusals, checked input
     "lab-quiz.js",  # section 8's questions (facts noted by the grid's player)
-    "lab-player.js",  # the shared player: views, numbers, transport
+    "lab-words.js",  # a run in words: the setup fields the prose names, the strategies' names and colours
+    "lab-player.js",  # the shared player: frames applied, text written, transport
+    "lab-panel.js",  # a player's panels: views, big numbers, bar, seats, note, counters (Player's methods)
+    "lab-finish.js",  # a player's finish line: the chart and the table at the end (Player's methods)
     "lab-live.js",  # a run live from the server; the finish table
     "lab-replay.js",  # a recorded run (the --html export)
     "lab-hero.js",  # the first figure

@@ -4,6 +4,10 @@ The race is run here, once, on one clock (session.Race), and every frame is reco
 The frame log is gzip-compressed and base64-encoded into the page; the page's own script (the lab's lab.js,
 inlined with lab.css) unpacks it with the browser's DecompressionStream and replays it. No server, no network,
 no CDN: the file can be mailed to a colleague.
+
+What a replay cannot hold, the page says: the lab's section 7 (each system's latency as the rate grows) is dozens of
+whole-workload runs made when a rate is asked for, not frames; the page names the command that writes it as an
+offline page of its own (rates_command).
 """
 
 from __future__ import annotations
@@ -49,7 +53,20 @@ def pack_log(log: dict) -> str:
     return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
 
 
-def render_page(log: dict, *, title: str) -> str:
+def rates_command(config) -> str:
+    """The command that draws the lab's section 7 (each system's latency against the rate, its breaking point) for
+    the race's configuration (a resolved KvlabConfig), as an offline page of its own (kvlab-rates/capacity.html):
+    the search kvlab.web.rates runs."""
+    from kvlab.web.rates import RateLab
+
+    w = config.workload
+    return (f"kvlab capacity --strategy {','.join(RateLab.systems())} --model {config.model.model} "
+            f"--gpu {config.device.gpu.lower()} --workload {w.workload} -n {w.num_requests} --seed {w.seed} "
+            f"--block-size {config.cache.block_size} --cost {config.cost.name} --out kvlab-rates")
+
+
+def render_page(log: dict, *, title: str, rates: str) -> str:
+    """The replay page for ``log``; ``rates``: the command that draws section 7 for its setup (rates_command)."""
     from kvlab.web.bundle import lab_js
 
     static = resources.files("kvlab.web") / "static"
@@ -68,6 +85,7 @@ def render_page(log: dict, *, title: str) -> str:
     parts = {
         "{{TITLE}}": html.escape(title),
         "{{ABOUT}}": html.escape(about),
+        "{{RATES}}": html.escape(rates),
         "{{CSS}}": css,
         "{{JS}}": js,
         "{{LOG}}": pack_log(log),
@@ -96,7 +114,7 @@ def write_race_html(path: str | Path, config, workload, strategies: list, *, tit
     _, sims = service.start(config, service.strategies(strategies, config), workload=workload)
     log = record_race(sims)
     names = ", ".join(g["name"] for g in log["meta"]["grids"])
-    page = render_page(log, title=title or f"{names} on {log['meta']['workload']}")
+    page = render_page(log, title=title or f"{names} on {log['meta']['workload']}", rates=rates_command(config))
     path = Path(path)
     path.write_text(page, encoding="utf-8")
     return path

@@ -116,9 +116,21 @@ class RateLab:
             answer = {"setup": setup.__dict__, "slo": slo.text, "slo_s": slo.terms[0].limit_s,
                       "metric": "mean normalized latency (s per output token)",
                       "axis_rps": nice_ceiling(top), "systems": lines,
-                      "lesson_rate": lesson_rate(lines)}
+                      "lesson_rate": lesson_rate(lines), "evictions": self._evictions(setup, lines)}
             self.searched[setup] = answer
             return answer
+
+    def _evictions(self, setup: RateSetup, lines: list[dict]) -> dict | None:
+        """Section 5's run: pages at their breaking point, with the evictions the engine made there (the search's
+        own run of that rate, from the store)."""
+        rate = evictions_rate(lines)
+        if rate is None:
+            return None
+        name = next(line["name"] for line in lines if (line["batching"], line["allocator"]) == PAGES)
+        from kvlab.sweep.grid import expand
+
+        (row,) = self._runner().run([{**expand(setup.lists((name,)))[0], "rate": rate}])
+        return {"rate": rate, "strategy": name, "num_preemptions": int(row["preemptions"] or 0)}
 
     def at(self, setup: RateSetup, rate: float) -> dict:
         """Every system at one rate: its normalized latency and whether the rate holds (sustained and on target),
@@ -140,16 +152,28 @@ class RateLab:
         return {"rate": rate, "systems": out}
 
 
+RESERVE_MAX, PAGES = ("continuous", "max"), ("continuous", "paged")  # the first figure's two caches
+
+
 def lesson_rate(lines: list[dict]) -> float | None:
-    """A rate where the lesson shows without thrashing: past where reserving the max breaks, short of where pages
-    break (halfway between the two breaking points, to two significant digits); None when there is no such rate."""
+    """The rate the lab opens at: one where the lesson shows without thrashing, past where reserving the max breaks
+    and short of where pages break (halfway between the two breaking points, to two significant digits); None when
+    there is no such rate."""
     from kvlab.sweep.capacity import round_rate
 
     by_memory = {(line["batching"], line["allocator"]): line["capacity_rps"] for line in lines}
-    reserve, pages = by_memory.get(("continuous", "max")), by_memory.get(("continuous", "paged"))
+    reserve, pages = by_memory.get(RESERVE_MAX), by_memory.get(PAGES)
     if not reserve or not pages or pages <= reserve:
         return None
     return float(f"{round_rate((reserve + pages) / 2):.2g}")
+
+
+def evictions_rate(lines: list[dict]) -> float | None:
+    """The rate section 5 runs pages at, so that they run out on purpose: their breaking point, the highest rate
+    they keep up with, where their cache is full most of the time and an answer that grows finds no free block.
+    None when pages kept up at no rate the search tried."""
+    pages = next((line for line in lines if (line["batching"], line["allocator"]) == PAGES), None)
+    return pages["capacity_rps"] if pages and pages["capacity_rps"] else None
 
 
 def nice_ceiling(value: float) -> float:

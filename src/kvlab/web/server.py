@@ -85,6 +85,18 @@ def build_race(spec: RunSpec, max_pool_blocks: int = LIMITS["max_pool_blocks"]) 
     return Race(sims, setup={**setup_of(spec, config), "key": config.key})
 
 
+def run_refusal(error: KvlabError, spec: RunSpec) -> dict:
+    """A run the engine refused (a model its GPU cannot hold), in the page's words: the reason without the command
+    line's flags, and what to change among section 2's and the race's controls (model, GPU), which have no
+    utilization or context of their own (kvlab.web.refusal)."""
+    from kvlab.config.options import OPTIONS
+    from kvlab.web.refusal import refused_answer
+
+    utilization = OPTIONS["gpu_memory_utilization"].default
+    return refused_answer(error, model=spec.model, gpu=spec.gpu, concurrency=1, context_len=1,
+                          gpu_memory_utilization=utilization, max_utilization=utilization)
+
+
 def size_answer(params: dict, *, page: bool = False) -> dict:
     """The calculator: kvlab.sizing's forward question, and whether N conversations of L tokens fit. For the page
     (``page``), a refusal of the model, GPU or context is an answer: the reason, and what to change among the page's
@@ -326,7 +338,12 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise KvlabError("the run's parameters must be a JSON object") from None
         spec = parse_run_spec(data)
-        race = await run_in_threadpool(build_race, spec, lim["max_pool_blocks"])
+        try:
+            race = await run_in_threadpool(build_race, spec, lim["max_pool_blocks"])
+        except KvlabError as exc:
+            if request.headers.get(REFUSALS_HEADER) != "in-body":
+                raise
+            return JSONResponse(await run_in_threadpool(run_refusal, exc, spec))
         session = Session(race, spec, lim["max_compute_seconds"])
         sid = sessions.add(session)
         frame = await run_in_threadpool(session.frame, None)

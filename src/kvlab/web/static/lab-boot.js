@@ -79,18 +79,21 @@ async function boot() {
   const one = new LivePlayer(document.getElementById("one"), "one", null,
     { ...story, num_requests: 1, num_blocks: 144, seed: ONE_SEED });
   const grid = new LivePlayer(document.getElementById("grid"), "grid", document.getElementById("grid-form"));
+  // Section 5: pages alone, on the first figure's cache, at a rate read from the engine's breaking points.
   const evictions = new LivePlayer(document.getElementById("evictions"), "evictions", null,
-    { kind: "grid", strategies: [d.story[1]], model: d.model, gpu: d.gpu, workload: d.workload, rate: 10,
-      num_requests: 200, seed: d.seed, block_size: d.block_size, num_blocks: 256 });
+    { ...story, kind: "grid", strategies: [d.story[1]] });
   const race = new LivePlayer(document.getElementById("race"), "race", document.getElementById("race-form"));
   window.kvlab.players = { hero, one, grid, evictions, race };
   activePlayer = hero;
   setupHero(hero);
+  const rates = new RateFigure(document.getElementById("rates"), { hero, grid, race });
+  window.kvlab.rates = rates;
   // The figure leads: it plays on arrival (or, for a reader who asked for less motion, shows the moment it
-  // would stop at).
+  // would stop at), at the rate the engine's breaking points give it (openingRates).
   const still = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
   hero.autoplay = !still;
-  const heroReady = hero.reset().then(() => {
+  const opening = openingRates(rates, hero, evictions);
+  const heroReady = opening.then(() => hero.reset()).then(() => {
     // The block table's text and the questions' options name the first figure's setup (its pages' slots, its
     // max_model_len).
     if (hero.meta) for (const id of ["table", "questions"]) writeSetup(document.getElementById(id), hero.meta);
@@ -105,15 +108,15 @@ async function boot() {
   setupShowMe(grid);
   race.onRender = () => setText(document.querySelector('[data-field="race-setup"]'),
     race.meta ? `Every lane: ${describeSetup(race.meta.setup)}.` : "");
-  const rates = new RateFigure(document.getElementById("rates"), { hero, grid, race });
-  window.kvlab.rates = rates;
+  // Sections 1, 2 and the race need nothing from the breaking points: they start while the engine searches.
+  const unhurried = [one.reset(), grid.reset(), race.reset()];
   await heroReady;
-  await Promise.all([setupCalculator(grid, hero.meta.max_model_len), one.reset(), grid.reset(), evictions.reset(), race.reset()]);
+  await Promise.all([setupCalculator(grid, hero.meta.max_model_len), evictions.reset(), ...unhurried]);
   document.body.dataset.ready = "1";
-  // The breaking points take the engine a while (a capacity search per system): the page is ready before them,
-  // and they are asked for once the first figure has stopped at its headline (or section 7 comes near), so that
-  // the figure's first seconds have the machine to themselves.
-  rates.onPicked = () => heroRateNote(hero, rates);
+  // Section 7's curves take the engine a while (eight more rates per system): they are drawn once the first
+  // figure has stopped at its headline (or section 7 comes near), so that the figure's first seconds have the
+  // machine to themselves.
+  rates.onPicked = () => heroRateNote(hero, rates.found);
   let asked = false;
   const ask = () => { if (!asked) { asked = true; rates.load(); } };
   hero.onHeld = ask;

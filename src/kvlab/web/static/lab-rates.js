@@ -42,17 +42,27 @@ class RateFigure {
       block_size: d.block_size };
   }
 
+  // The breaking points (asked once): the first figure's opening rate and section 5's are read from them.
+  fetch() {
+    if (!this.asked) {
+      this.section.classList.add("busy");
+      this.section.dataset.busy = "1";
+      this.asked = api("api/rates?" + new URLSearchParams(this.setup()).toString()).finally(() => {
+        this.section.classList.remove("busy");
+        this.section.dataset.busy = "";
+      });
+    }
+    return this.asked;
+  }
+
   async load() {
-    this.section.classList.add("busy");
-    this.section.dataset.busy = "1";
+    if (this.loaded) return;
+    this.loaded = true;
     try {
-      this.found = await api("api/rates?" + new URLSearchParams(this.setup()).toString());
+      this.found = await this.fetch();
     } catch (err) {
       showError(this.errorNode, err);
       return;
-    } finally {
-      this.section.classList.remove("busy");
-      this.section.dataset.busy = "";
     }
     const f = this.found, s = f.setup;
     this.range.max = String(f.axis_rps);
@@ -131,8 +141,19 @@ class RateFigure {
     ctx.fillText(`${nf1.format(yMax)} s`, 4, top + 8); ctx.fillText("0", 34, bottom);
     ctx.fillText(`${nf2.format(yMax / 2)} s`, 4, Y(yMax / 2) + 4);
     ctx.fillText("s per token", 4, top + 22);
-    for (let k = 1; k <= 4; k++) ctx.fillText(nf2.format(axis * k / 4), X(axis * k / 4) - 24, h - 16);
+    // Each rate's label centred under its tick (the last one ends at the chart's edge), so that a dot is read
+    // against the number it stands over: a label set beside its tick once read 0.1 req/s off on a phone.
+    ctx.strokeStyle = "#5f6368";
+    for (let k = 0; k <= 4; k++) {
+      const r = axis * k / 4, x = X(r);
+      ctx.beginPath(); ctx.moveTo(x, bottom); ctx.lineTo(x, bottom + 5); ctx.stroke();
+      if (k === 0) continue;
+      ctx.textAlign = k === 4 ? "right" : "center";
+      ctx.fillText(nf2.format(r), k === 4 ? right : x, h - 14);
+    }
+    ctx.textAlign = "left";
     ctx.fillText("requests per second", left + 4, h - 3);
+    this.layout = { left, right, top, bottom, axis, width: w };
     // The target, across the chart.
     ctx.strokeStyle = "#b00020"; ctx.setLineDash([2, 3]);
     ctx.beginPath(); ctx.moveTo(left, Y(f.slo_s)); ctx.lineTo(right, Y(f.slo_s)); ctx.stroke(); ctx.setLineDash([]);
