@@ -1,4 +1,4 @@
-"""A fitted profile's leave-one-out errors as intervals (kvlab/cost/error_band.py) and where kvlab run shows them."""
+"""A fitted profile's leave-one-out errors as intervals (kvlab/cost/band.py) and where kvlab run shows them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from kvlab.cost.error_band import ErrorBand, error_band
+from kvlab.cost.band import ErrorBand, error_band
 from kvlab.cost.profiles import get_profile, profile_from_dict
 
 

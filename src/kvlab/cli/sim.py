@@ -206,7 +206,7 @@ def _print_typical_iteration(console, config, name: str, t: dict) -> None:
 
 def _error_band(profile_name: str):
     """The profile's leave-one-out error band (kvlab.cost.error_band), None for a profile not fitted on runs."""
-    from kvlab.cost.error_band import error_band
+    from kvlab.cost.band import error_band
     from kvlab.cost.profiles import get_profile
     from kvlab.errors import KvlabError
 
