@@ -166,3 +166,9 @@ def test_too_few_runs_for_leave_one_out_is_one_line_naming_them(kvlab, tmp_path)
     assert r.exit_code == 2
     assert "runs.json holds 2 measured runs ('tiny', 'other'): a fit judged by leave-one-out needs at least 3" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "p.toml").exists()
+
+
+def test_the_sets_h100_is_the_sxm_card_for_the_profile_too():
+    """The profile a fit writes names the runs' GPU as prepare() priced them ("H100": H100-SXM, RUN_HARDWARE)."""
+    runs = [run_from_dict(RUN, "x"), run_from_dict({**RUN, "id": "other"}, "x")]
+    assert F.common_gpu(runs) == "H100-SXM"

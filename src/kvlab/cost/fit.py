@@ -607,7 +607,7 @@ def common_gpu(runs: Sequence[MeasuredRun]) -> str:
     """The catalogue GPU every run ran on ("" when they differ)."""
     from kvlab.catalog import get_gpu
 
-    ids = {get_gpu(run.gpu).id for run in runs}
+    ids = {get_gpu(RUN_HARDWARE.get(run.gpu, run.gpu)).id for run in runs}  # (the set's "H100": see RUN_HARDWARE)
     return ids.pop() if len(ids) == 1 else ""
 
 
