@@ -277,8 +277,8 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
     """Replay a run under the constants (or a whole profile, whose features are then not θ's), iteration by
     iteration (kvlab.sim's runs of iterations unrolled). Prepared with ``closed_loop``, a multi-turn run whose users'
     rounds would overlap is replayed again with each held round sent when its user's previous answer is in
-    (``_closed_loop``); by default every round is sent at its scheduled time (docs/cost.md: the runs' leave-one-out
-    errors are smaller so)."""
+    (``_closed_loop``); by default every round is sent at its scheduled time (docs/cost.md: the loop fits the
+    published runs no better, three of five leave-one-out medians worse)."""
     from kvlab.workload.inference_perf import closed_loop_send_times, stage_of
 
     engine = p.engine(constants, profile)
