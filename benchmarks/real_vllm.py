@@ -1,6 +1,6 @@
 """kvlab against real vLLM runs on real GPUs: every calibration run replayed with its own settings.
 
-    python benchmarks/real_vllm.py [--runs PATH] [--profile NAME] [--baseline NAME ...] [--json]
+    python benchmarks/real_vllm.py [--runs PATH] [--profile NAME] [--baseline NAME ...] [--json] [--closed-loop]
 
 For each run of the measured-runs file (default: the calibration set, ../shared/data/real-vllm/trainval.json
 beside the repository; its README says what the runs are and where they come from) and each metric (E2E, TTFT:
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="vllm-h100", help="the fitted profile to check by leave-one-out")
     parser.add_argument("--baseline", action="append", default=None, help="baseline profile(s) (default roofline)")
     parser.add_argument("--json", action="store_true", help="print every row as JSON")
+    parser.add_argument("--closed-loop", action="store_true", help="replay multi-turn users as inference-perf's "
+                        "client serialises them (a round waits for the user's previous answer; docs/cost.md)")
     args = parser.parse_args(argv)
     path = args.runs or default_runs()
     started = time.time()
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         baselines = [get_profile(name) for name in (args.baseline or ["roofline"])]
         fitted = tuple(profile.fit.get("fitted", F.CONSTANTS))
         constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
-        prepared = [F.prepare(run) for run in runs]
+        prepared = [F.prepare(run, args.closed_loop) for run in runs]
         print(f"{len(runs)} runs from {path}; fitted profile {profile.name!r} left out run by run; "
               f"baselines {', '.join(b.name for b in baselines)}", file=sys.stderr)
         calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0),

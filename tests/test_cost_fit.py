@@ -123,3 +123,52 @@ def test_the_shipped_profile_is_the_fit_on_the_calibration_set():
     refit = F.solve(rows, profile.fit["fitted"], constants, labels)
     for name in profile.fit["fitted"]:
         assert refit.constants[name] == pytest.approx(constants[name], rel=0.02, abs=3 * profile.fit["sigma"][name]), name
+
+
+def test_multi_turn_rounds_wait_for_the_users_previous_answer():
+    """inference-perf's multi-turn client holds a user's next round until its answer is in (workload/inference_perf.py):
+    each request is sent at max(its scheduled time, the client's end of the user's previous request), exactly."""
+    from kvlab.cost.latency import admission_lag
+    from kvlab.workload.inference_perf import arrival_times, closed_loop_send_times
+
+    raw = _with("workload.num_users_per_system_prompt", 1)
+    raw["workload"]["num_unique_system_prompts"] = 2  # two users, one round each 1/20 s at 40 req/s: they overlap
+    run = run_from_dict(raw, "x")
+    replay = F.replay(F.prepare(run, closed_loop=True), F.START)
+    scheduled = arrival_times(run.workload)
+    busy = replay.busy()
+    client_end = replay.finish + admission_lag(replay.lag_iterations, busy, replay.first_token, replay.finish,
+                                               run.workload.output_len)
+    assert np.any(replay.arrival > scheduled)  # (some rounds were held)
+    np.testing.assert_array_equal(replay.arrival, closed_loop_send_times(run.workload, scheduled, client_end))
+    assert np.all(replay.arrival[2:] >= client_end[:-2])  # a user never has two requests in flight
+    # Without multi-turn, or without closed_loop (the default), every request is sent at its scheduled time.
+    np.testing.assert_array_equal(F.replay(F.prepare(run), F.START).arrival, scheduled)
+    raw["workload"]["enable_multi_turn_chat"] = False
+    open_loop = F.replay(F.prepare(run_from_dict(raw, "x"), closed_loop=True), F.START)
+    np.testing.assert_array_equal(open_loop.arrival, scheduled)
+
+
+def test_closed_loop_send_times():
+    from kvlab.workload.inference_perf import SharedPrefixSpec, Stage, closed_loop_send_times
+
+    spec = SharedPrefixSpec(num_groups=1, num_prompts_per_group=2, system_prompt_len=16, question_len=16,
+                            output_len=4, stages=(Stage(rate=10.0, duration=0.5),), enable_multi_turn_chat=True)
+    scheduled = np.array([0.0, 0.1, 0.2, 0.3, 0.4])
+    end = np.array([0.35, 0.15, 0.5, 0.45, 0.6])  # request 0 (user 0) ends after request 2 was due
+    np.testing.assert_allclose(closed_loop_send_times(spec, scheduled, end), [0.0, 0.1, 0.35, 0.3, 0.5])
+
+
+def test_too_few_runs_for_leave_one_out_is_one_line_naming_them(kvlab, tmp_path):
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": [RUN, {**RUN, "id": "other"}]}))
+    r = kvlab("calibrate", "--runs", file, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2
+    assert "runs.json holds 2 measured runs ('tiny', 'other'): a fit judged by leave-one-out needs at least 3" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "p.toml").exists()
+
+
+def test_the_sets_h100_is_the_sxm_card_for_the_profile_too():
+    """The profile a fit writes names the runs' GPU as prepare() priced them ("H100": H100-SXM, RUN_HARDWARE)."""
+    runs = [run_from_dict(RUN, "x"), run_from_dict({**RUN, "id": "other"}, "x")]
+    assert F.common_gpu(runs) == "H100-SXM"

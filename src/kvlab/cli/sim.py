@@ -113,8 +113,11 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     config, wl, results = run.config.engine, run.workload, run.results
     setup = run.config.describe()
     summaries = [r.summary() for r in results]
+    band = _error_band(config.cost.profile)
     for summary in summaries:
         summary["typical_iteration"] = typical_iteration(config, summary)
+        if band is not None:  # (each latency and the throughput: where the real engine would be, docs/cost.md)
+            summary["error_band"] = band.intervals(summary)
     if run.fleets:
         for summary, fleet in zip(summaries, run.fleets):
             summary["fleet"] = {k: v for k, v in fleet.summary().items() if k != "fleet"}
@@ -153,6 +156,8 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     t = best["typical_iteration"]
     if t["num_seqs"] > 0:  # (nothing to explain when every request was rejected)
         _print_typical_iteration(console, config, best["name"], t)
+        if band is not None and best["num_finished"]:
+            console.print(band.describe(best), highlight=False)
     for note in config.cost.notes:
         console.print(f"warning: {note}", style="yellow", highlight=False)
     if written:
@@ -200,6 +205,18 @@ def _print_typical_iteration(console, config, name: str, t: dict) -> None:
         highlight=False)
 
 
+def _error_band(profile_name: str):
+    """The profile's leave-one-out error band (kvlab.cost.error_band), None for a profile not fitted on runs."""
+    from kvlab.cost.band import error_band
+    from kvlab.cost.profiles import get_profile
+    from kvlab.errors import KvlabError
+
+    try:
+        return error_band(get_profile(profile_name))
+    except KvlabError:  # (a profile read from a file is known here by its name only)
+        return None
+
+
 def _measured_error(profile_name: str) -> str:
     """What a profile fitted on real runs measured of itself: its leave-one-out errors (kvlab calibrate --runs)."""
     from kvlab.cost.profiles import get_profile
@@ -222,7 +239,8 @@ def race_json(config, wl, summaries, setup: dict | None = None) -> dict:
         "num_slots": config.cache.num_slots,
         "block_size": config.cache.block_size,
         "max_model_len": config.scheduler.max_model_len,
-        "cost": {"profile": config.cost.profile, "notes": list(config.cost.notes)},
+        "cost": {"profile": config.cost.profile, "notes": list(config.cost.notes),
+                 "error_band": (band.as_dict() if (band := _error_band(config.cost.profile)) else None)},
         "workload": {"name": wl.name, "num_requests": wl.num_requests, "rate": workload_rate(wl),
                      "description": wl.description},
         "strategies": summaries,

@@ -62,6 +62,10 @@ FIT_HINTS = {
 # Where the fixed point starts: the stated roofline's efficiencies, no CPU terms, all-reduce at 80% of the link.
 # Held, not fitted, by default: flops_efficiency is Vidur's H100 matmul fit (vidur-h100): these runs' prefills are
 # mostly cached prefixes, too little compute to identify it (its σ was 10x its value when fitted).
+# prefill_token_overhead_s is fitted, though it is in effect a cost per admitted request (nearly every prompt here is
+# cached but for a few dozen tokens) and overprices whole prompts: held at 0, the refitted profile's leave-one-out
+# medians were E2E mean 8.5%, E2E p99 11.8%, TTFT mean 8.9%, TTFT p99 22.8%, ITL 10.0%, against 6.6%, 6.7%, 7.7%,
+# 31.5%, 9.9% with it (benchmarks/real_vllm.py, docs/cost.md): better only on the TTFT tail.
 DEFAULT_FIT = tuple(k for k in CONSTANTS if k != "flops_efficiency")
 START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "flops_efficiency": 0.609,
          "overhead_s": 0.003, "allreduce_latency_s": 0.0, "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0,
@@ -103,6 +107,7 @@ class Prepared:
     pair_flops_s: float  # one attention pair at 100% of the matmul peak
     allreduce_token_s: float  # one token's all-reduce bytes at 100% of the link (0 at tp 1)
     num_allreduce_calls: int
+    closed_loop: bool = False  # replay multi-turn users as inference-perf's client serialises them (replay)
 
     def engine(self, constants: dict[str, float] | None = None, profile=None):
         """The run's engine under these constants, or under a profile (kvlab.cost.profiles.CostProfile)."""
@@ -117,7 +122,7 @@ class Prepared:
         return replace(self.config.engine, cost=cost)
 
 
-def prepare(run: MeasuredRun) -> Prepared:
+def prepare(run: MeasuredRun, closed_loop: bool = False) -> Prepared:
     from kvlab.catalog import get_gpu
     from kvlab.config.resolve import quietly
     from kvlab.cost.terms import terms_for
@@ -157,7 +162,7 @@ def prepare(run: MeasuredRun) -> Prepared:
         token_flops_s=base.flops_per_token / terms.matmul_peak_flops,
         pair_flops_s=base.attention_flops_per_pair / terms.attention_peak_flops,
         allreduce_token_s=terms.allreduce_bytes_per_token / link,
-        num_allreduce_calls=terms.num_allreduce_calls,
+        num_allreduce_calls=terms.num_allreduce_calls, closed_loop=closed_loop,
     )
 
 
@@ -270,19 +275,110 @@ def constants_of(theta: np.ndarray) -> dict[str, float]:
 
 def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None) -> Replay:
     """Replay a run under the constants (or a whole profile, whose features are then not θ's), iteration by
-    iteration (kvlab.sim's runs of iterations unrolled)."""
-    from kvlab.cost.latency import delayed
-    from kvlab.sim import Simulation
-    from kvlab.strategies import parse_strategy
-    from kvlab.workload.inference_perf import stage_of
+    iteration (kvlab.sim's runs of iterations unrolled). Prepared with ``closed_loop``, a multi-turn run whose users'
+    rounds would overlap is replayed again with each held round sent when its user's previous answer is in
+    (``_closed_loop``); by default every round is sent at its scheduled time (docs/cost.md: the loop fits the
+    published runs no better, three of five leave-one-out medians worse)."""
+    from kvlab.workload.inference_perf import closed_loop_send_times, stage_of
 
     engine = p.engine(constants, profile)
     cost = engine.cost
-    latency = cost.request_latency_s
     if constants is None:
-        constants = {**START, "request_latency_s": latency}
-    sim = Simulation(parse_strategy(STRATEGY), engine, delayed(p.workload, latency), record_iterations=False)
-    ends, counts, fields, chunks = [], [], [], []
+        constants = {**START, "request_latency_s": cost.request_latency_s}
+    spec = p.run.workload
+    scheduled = np.array([r.arrival_time for r in p.workload.requests])  # (request_id order: the table's)
+    timeline = _open_loop(p, engine)
+    send = scheduled
+    if p.closed_loop and spec.enable_multi_turn_chat:
+        held = closed_loop_send_times(spec, scheduled, _client_end(cost, scheduled, timeline, spec.output_len))
+        if np.any(held > scheduled):
+            timeline, send = _closed_loop(p, engine, scheduled)
+    theta = theta_of(constants)
+    phi, _ = _features(p, theta, *timeline.iterations())
+    return Replay(prepared=p, constants=dict(constants), starts=timeline.starts(), durations=timeline.durations(),
+                  phi=phi, arrival=send, first_scheduled=timeline.first_scheduled,
+                  lag_iterations=cost.admission_lag_iterations, first_token=timeline.first_token,
+                  finish=timeline.finish, stage=stage_of(spec, scheduled - scheduled[0]))
+
+
+class _Timeline:
+    """What a replay keeps of a simulation: each run of iterations (its end, count, durations and contents as the
+    scheduler output gives them), then each request's first iteration, first token and end (request_id order)."""
+
+    def __init__(self, cost) -> None:
+        self.cost = cost
+        self.ends: list[float] = []
+        self.counts: list[int] = []
+        self.chunks: list = []
+        self.fields: list[tuple] = []
+
+    def add(self, out, end: float) -> None:
+        k = out.num_iterations
+        if k > 1:
+            assert out.timing is not None
+            durations = np.array(out.timing[0][:k], dtype=np.float64)
+        else:
+            durations = np.array([self.cost.iteration_times(out.num_seqs, out.num_prefill_tokens,
+                                                            out.num_decode_tokens, out.num_context_tokens,
+                                                            out.num_attention_pairs)])
+        self.ends.append(end)
+        self.counts.append(k)
+        self.chunks.append(durations)
+        self.fields.append((out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens, out.num_context_tokens,
+                            out.num_attention_pairs))
+
+    def close(self, run_id: str, result) -> _Timeline:
+        records = sorted(result.records, key=lambda r: r.request_id)
+        if any(r.finish_time is None for r in records):
+            bad = next(r for r in records if r.finish_time is None)
+            raise KvlabError(f"run {run_id!r}: request {bad.request_id} did not finish in the replay "
+                             f"({bad.reject_reason or 'rejected'}); its settings cannot serve this workload")
+        self.first_scheduled = np.array([r.first_scheduled_time for r in records])
+        self.first_token = np.array([r.first_token_time for r in records])
+        self.finish = np.array([r.finish_time for r in records])
+        counts = np.array(self.counts)
+        self._group = np.repeat(np.arange(len(counts)), counts)
+        self._first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        self._durations = np.concatenate(self.chunks)
+        return self
+
+    def durations(self) -> np.ndarray:
+        return self._durations
+
+    def iterations(self) -> tuple[np.ndarray, ...]:
+        """Each iteration's (num_seqs, prefill, decode, context, attention pairs): a run's later iterations decode
+        one token of each of its requests, each reading num_seqs more tokens of context than the one before."""
+        f = np.array(self.fields, dtype=float)
+        group = self._group
+        j = np.arange(len(self._durations)) - self._first[group]
+        n = f[group, 0]
+        later = j > 0
+        context = f[group, 3] + j * n
+        return (n, np.where(later, 0.0, f[group, 1]), np.where(later, n, f[group, 2]), context,
+                np.where(later, context, f[group, 4]))
+
+    def starts(self) -> np.ndarray:
+        """Each iteration starts where the run that holds it ended, less the durations from it to that end."""
+        cum = np.cumsum(self._durations)
+        last = self._first + np.array(self.counts) - 1
+        group = self._group
+        return np.array(self.ends)[group] - (cum[last[group]] - cum) - self._durations
+
+
+def _simulation(p: Prepared, engine, requests, start_time: float | None = None):
+    from kvlab.cost.latency import delayed
+    from kvlab.sim import Simulation
+    from kvlab.strategies import parse_strategy
+
+    workload = replace(p.workload, requests=tuple(requests))
+    return Simulation(parse_strategy(STRATEGY), engine, delayed(workload, engine.cost.request_latency_s),
+                      record_iterations=False, start_time=start_time)
+
+
+def _open_loop(p: Prepared, engine) -> _Timeline:
+    """Every request sent at its scheduled time."""
+    sim = _simulation(p, engine, p.workload.requests)
+    timeline = _Timeline(engine.cost)
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -290,53 +386,75 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
             out = sim.step()
             if out is None:
                 break
-            k = out.num_iterations
-            if k > 1:
-                assert out.timing is not None
-                durations = np.array(out.timing[0][:k], dtype=np.float64)
-            else:
-                durations = np.array([cost.iteration_times(out.num_seqs, out.num_prefill_tokens,
-                                                           out.num_decode_tokens, out.num_context_tokens,
-                                                           out.num_attention_pairs)])
-            ends.append(sim.now)
-            counts.append(k)
-            chunks.append(durations)
-            fields.append((out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens, out.num_context_tokens,
-                           out.num_attention_pairs))
+            timeline.add(out, sim.now)
         result = sim.result()  # (the scheduler's clock: predicted() puts the client's view on it)
     finally:
         if collecting:
             gc.enable()
-    counts_a = np.array(counts)
-    durations = np.concatenate(chunks)
-    f = np.array(fields, dtype=float)
-    group = np.repeat(np.arange(len(counts)), counts_a)
-    first = np.concatenate([[0], np.cumsum(counts_a)[:-1]])
-    j = np.arange(len(durations)) - first[group]
-    n = f[group, 0]
-    later = j > 0
-    prefill = np.where(later, 0.0, f[group, 1])
-    decode = np.where(later, n, f[group, 2])
-    context = f[group, 3] + j * n
-    pairs = np.where(later, context, f[group, 4])
-    # Each iteration starts where the run that holds it ended, less the durations from it to that end.
-    cum = np.cumsum(durations)
-    last = first + counts_a - 1
-    starts = np.array(ends)[group] - (cum[last[group]] - cum) - durations
-    theta = theta_of(constants)
-    phi, _ = _features(p, theta, n, prefill, decode, context, pairs)
-    records = sorted(result.records, key=lambda r: r.request_id)
-    if any(r.finish_time is None for r in records):
-        bad = next(r for r in records if r.finish_time is None)
-        raise KvlabError(f"run {p.run.id!r}: request {bad.request_id} did not finish in the replay "
-                         f"({bad.reject_reason or 'rejected'}); its settings cannot serve this workload")
-    arrival = np.array([r.arrival_time for r in records]) - latency  # (the clients' arrival times)
-    return Replay(prepared=p, constants=dict(constants), starts=starts, durations=durations, phi=phi,
-                  arrival=arrival, first_scheduled=np.array([r.first_scheduled_time for r in records]),
-                  lag_iterations=cost.admission_lag_iterations,
-                  first_token=np.array([r.first_token_time for r in records]),
-                  finish=np.array([r.finish_time for r in records]),
-                  stage=stage_of(p.run.workload, arrival - arrival[0]))
+    return timeline.close(p.run.id, result)
+
+
+def _client_end(cost, send: np.ndarray, timeline: _Timeline, output_len: int) -> np.ndarray:
+    """When each request's answer is in at its client: its end plus the admission lag (kvlab/cost/latency.py)."""
+    from kvlab.cost.latency import admission_lag
+
+    busy = timeline.first_scheduled > send + cost.request_latency_s + 1e-12
+    return timeline.finish + admission_lag(cost.admission_lag_iterations, busy, timeline.first_token,
+                                           timeline.finish, output_len)
+
+
+def _closed_loop(p: Prepared, engine, scheduled: np.ndarray) -> tuple[_Timeline, np.ndarray]:
+    """The run with inference-perf's multi-turn serialisation (kvlab/workload/inference_perf.py): request i is sent
+    at max(its scheduled time, the client's end of request i - N), N the users. The simulation is stepped one
+    iteration at a time (``run_until`` just past its clock: the schedule is the same as in runs of iterations,
+    tests/test_runs.py) and a request is handed to it (``add_request``) once no later-released round can come
+    before it: a round is released at an answer's end plus the time outside the engine, so never earlier than the
+    clock plus ``request_latency_s``. Returns the timeline and each request's send time (the client's)."""
+    from heapq import heappop, heappush
+
+    from kvlab.cost.latency import admission_lag
+
+    cost = engine.cost
+    latency, lag_iterations = cost.request_latency_s, cost.admission_lag_iterations
+    spec = p.run.workload
+    num_users, output_len = spec.num_users, spec.output_len
+    requests = p.workload.requests
+    send = scheduled.copy()
+    pending = [(float(scheduled[i]), i) for i in range(min(num_users, len(requests)))]  # (send time, request id)
+    sim = _simulation(p, engine, (), start_time=float(scheduled[0]) + latency)
+    timeline = _Timeline(cost)
+    in_engine: set[int] = set()
+    num_finished = 0
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        while pending or in_engine:
+            while pending and (pending[0][0] <= sim.now or not in_engine):
+                t, i = heappop(pending)
+                sim.add_request(replace(requests[i], arrival_time=t + latency))  # (at the scheduler)
+                in_engine.add(i)
+            idle = sim.scheduler.num_unfinished == 0
+            limit = sim.next_arrival_time if idle else sim.now
+            for out in sim.run_until(limit + 1e-9):
+                timeline.add(out, sim.now)
+            if sim.counters.num_finished == num_finished:
+                continue
+            num_finished = sim.counters.num_finished
+            for i in [i for i in in_engine if i in sim.seqs and sim.seqs[i].finish_time is not None]:
+                in_engine.discard(i)
+                following = i + num_users
+                if following < len(requests):
+                    seq = sim.seqs[i]
+                    busy = seq.first_scheduled_time > send[i] + latency + 1e-12
+                    end = seq.finish_time + admission_lag(lag_iterations, busy, seq.first_token_time,
+                                                          seq.finish_time, output_len)
+                    send[following] = max(float(scheduled[following]), end)
+                    heappush(pending, (float(send[following]), following))
+        result = sim.result()
+    finally:
+        if collecting:
+            gc.enable()
+    return timeline.close(p.run.id, result), send
 
 
 @dataclass
@@ -418,7 +536,7 @@ class Calibration:
 
 def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *,
                    start: dict[str, float] | None = None, max_iterations: int = 4, tolerance: float = 1e-3,
-                   progress: Callable[[str], None] | None = None) -> Calibration:
+                   progress: Callable[[str], None] | None = None, closed_loop: bool = False) -> Calibration:
     """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
     way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
     the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
@@ -429,7 +547,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     if len(runs) < 2:
         raise KvlabError(f"{len(runs)} measured run: a fit across runs needs at least 2 (and leave-one-out 3)")
     constants = {**START, **(start or {})}
-    prepared = [prepare(run) for run in runs]
+    prepared = [prepare(run, closed_loop) for run in runs]
     history = [dict(constants)]
     fit = None
     replays: list[Replay] = []
@@ -488,7 +606,7 @@ def common_gpu(runs: Sequence[MeasuredRun]) -> str:
     """The catalogue GPU every run ran on ("" when they differ)."""
     from kvlab.catalog import get_gpu
 
-    ids = {get_gpu(run.gpu).id for run in runs}
+    ids = {get_gpu(RUN_HARDWARE.get(run.gpu, run.gpu)).id for run in runs}  # (the set's "H100": see RUN_HARDWARE)
     return ids.pop() if len(ids) == 1 else ""
 
 
@@ -496,6 +614,10 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
                         source_path, start: dict[str, float] | None = None, max_iterations: int = 4,
                         progress: Callable[[str], None] | None = None) -> tuple[dict, dict]:
     """Fit, leave one out, and write it all down: (the profile document, the leave-one-out report)."""
+    if len(runs) < 3:
+        raise KvlabError(f"{source_path.name} holds {len(runs)} measured run{'s' * (len(runs) != 1)} "
+                         f"({', '.join(repr(r.id) for r in runs)}): a fit judged by leave-one-out needs at least 3 "
+                         "(each run predicted by a fit on at least 2 others); valid: a file of 3 or more runs")
     calibration = calibrate_runs(runs, fitted, start=start, max_iterations=max_iterations, progress=progress)
     loo = errors(leave_one_out(calibration, progress=progress))
     medians = median_abs_errors(loo)

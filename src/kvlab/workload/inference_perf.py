@@ -16,11 +16,16 @@ kvlab.workload.sessions): a chunk wholly inside a system prompt is named by its 
 user, so users of a group share the system prompt's blocks and a user's later requests find its whole prompt
 cached (but the last token, as vLLM never caches a whole prompt) where its earlier one left it.
 
-What is not modelled, and why: inference-perf's multi-turn mode serialises a user's rounds (the next waits for the
-previous answer) and, in its source, grows the session's context; the runs this module replays measured prompts
-27-48 tokens longer than system + question (the calibration set's README), not a growing context, so each round is
-the same prompt and rounds are sent at their scheduled times. ``prompt_overhead_tokens`` adds those tokens
-(tokenizer round trip, BOS) to each question. inference-perf's random assignment of system prompts to users is
+Multi-turn (``enable_multi_turn_chat``): inference-perf serialises a user's rounds. A request's body is built under
+its user session's lock (inference_perf/apis/user_session.py: ``get_context`` waits, FIFO, while the user's previous
+round is in flight; ``update_context`` releases it when that answer is in), and the client's timer starts once the
+body is built, so a round sent while the user's previous answer streams is held, unmeasured, until that answer is
+in: request i is sent at max(its scheduled time, the client's end of request i - N) (``closed_loop_send_times``),
+which caps the requests in flight at N users. The simulation cannot know an answer's end before it runs it, so a
+replay finds these send times as a fixed point (kvlab/cost/fit.py). inference-perf's source also grows a session's
+context round by round; the runs this module replays measured prompts 27-48 tokens longer than system + question
+(the calibration set's README), not a growing context, so each round is the same prompt. ``prompt_overhead_tokens``
+adds those tokens (tokenizer round trip, BOS) to each question. inference-perf's random assignment of system prompts to users is
 replaced by the fixed one above (the same sharing: each group's prompt serves exactly its users).
 """
 
@@ -113,6 +118,19 @@ def arrival_times(spec: SharedPrefixSpec) -> np.ndarray:
     """Stage k's requests at start_k + j / rate_k, j = 0 .. rate_k x duration_k - 1 (constant load)."""
     return np.concatenate([start + np.arange(stage.num_requests) / stage.rate
                            for start, stage in zip(spec.stage_starts, spec.stages)])
+
+
+def closed_loop_send_times(spec: SharedPrefixSpec, scheduled: np.ndarray, client_end: np.ndarray) -> np.ndarray:
+    """When each request is sent under multi-turn serialisation (module doc): request i (arrival order, user
+    i mod N) at max(scheduled[i], client_end[i - N]), N the users; ``client_end``: when each request's answer was
+    in at the client. Without multi-turn, the scheduled times."""
+    scheduled = np.asarray(scheduled, dtype=float)
+    if not spec.enable_multi_turn_chat:
+        return scheduled
+    n = spec.num_users
+    send = scheduled.copy()
+    send[n:] = np.maximum(scheduled[n:], np.asarray(client_end, dtype=float)[:-n])
+    return send
 
 
 def stage_of(spec: SharedPrefixSpec, times) -> np.ndarray:

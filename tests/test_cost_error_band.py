@@ -1,0 +1,77 @@
+"""A fitted profile's leave-one-out errors as intervals (kvlab/cost/band.py) and where kvlab run shows them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from kvlab.cost.band import ErrorBand, error_band
+from kvlab.cost.profiles import get_profile, profile_from_dict
+
+
+def _profile(errors: dict[str, dict[str, float]]):
+    return profile_from_dict({
+        "name": "fitted", "kind": "efficiency", "source": "a test", "gpu": "H100-SXM",
+        "constants": {**get_profile("roofline").constants},
+        "fit": {"runs": list(errors), "loo_error": errors}}, "test")
+
+
+# Eleven runs whose |E2E error| is 0%, 1%, ..., 10%: the p90 is 9% exactly (numpy's linear quantile).
+ERRORS = {f"run_{k}": {"e2e_mean": (-1) ** k * k / 100, "ttft_mean": 0.2, "itl_mean": -0.05, "ttft_p99": 1.5}
+          for k in range(11)}
+
+
+def test_the_band_is_the_quantile_of_the_absolute_leave_one_out_errors():
+    band = error_band(_profile(ERRORS))
+    assert band.num_runs == 11 and band.gpu == "H100-SXM" and band.coverage == 0.9
+    assert band.relative["e2e_mean"] == pytest.approx(0.09)
+    assert band.relative["ttft_mean"] == pytest.approx(0.2)
+    assert band.covers == "LOO p90 over 11 H100-SXM runs"
+    assert error_band(_profile(ERRORS), coverage=0.5).relative["e2e_mean"] == pytest.approx(0.05)
+
+
+def test_a_predicted_value_brackets_the_measured_one_within_the_band():
+    band = error_band(_profile(ERRORS))
+    lo, hi = band.around(0.1, "ttft_mean")  # predicted / measured - 1 within ±20%
+    assert (lo, hi) == (pytest.approx(0.1 / 1.2), pytest.approx(0.1 / 0.8))
+    assert band.rate(10.0) == (pytest.approx(9.1), pytest.approx(10.9))  # by the E2E band, 9%
+    assert band.around(1.0, "ttft_p99") == (pytest.approx(0.4), math.inf)  # errors past 100%: no upper bound
+
+
+def test_intervals_cover_each_latency_and_the_throughput_and_are_json():
+    band = error_band(_profile(ERRORS))
+    summary = {"name": "vllm", "throughput_rps": 2.0, "num_finished": 5, "ttft_s": {"p50": 0.05, "p99": 0.1},
+               "tpot_s": {"mean": 0.01}, "e2e_latency_s": {"mean": 1.0},
+               "normalized_latency_s_per_token": {"p50": 0.012}}
+    intervals = band.intervals(summary)
+    assert intervals["throughput_rps"] == [pytest.approx(1.82), pytest.approx(2.18)]
+    assert intervals["ttft_s"]["p99"] == [pytest.approx(0.04), None]
+    assert intervals["tpot_s"]["mean"] == [pytest.approx(0.01 / 1.05), pytest.approx(0.01 / 0.95)]
+    json.loads(json.dumps(intervals, allow_nan=False))
+    line = band.describe(summary)
+    assert "LOO p90 over 11 H100-SXM runs" in line and "1.82–2.18 req/s if saturated" in line
+
+
+def test_profiles_not_fitted_on_runs_have_no_band():
+    assert error_band("roofline") is None
+    assert error_band("vidur-a100") is None
+    band = error_band("vllm-h100")
+    assert isinstance(band, ErrorBand) and band.num_runs == 13
+    assert set(band.relative) >= {"e2e_mean", "ttft_mean", "itl_mean"}
+
+
+def test_kvlab_run_reports_the_band_beside_its_figures(kvlab):
+    args = ("run", "--model", "llama-2-7b", "--gpu", "h100-sxm", "-n", "30")
+    result = kvlab(*args, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = result.json()
+    assert data["cost"]["error_band"]["covers"] == "LOO p90 over 13 H100-SXM runs"
+    strategy = data["strategies"][0]
+    lo, hi = strategy["error_band"]["ttft_s"]["p50"]
+    assert lo < strategy["ttft_s"]["p50"] < hi
+    text = kvlab(*args)
+    assert text.exit_code == 0 and "where the real engine would be (LOO p90 over 13" in " ".join(text.stdout.split())
+    roofline = kvlab(*args, "--cost", "roofline", "--json").json()
+    assert roofline["cost"]["error_band"] is None and "error_band" not in roofline["strategies"][0]
