@@ -30,6 +30,7 @@ from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestReco
 from kvlab.sched.output import RunTiming, SchedulerOutput
 from kvlab.sched.runs import FirstIteration, RunScheduler
 from kvlab.sched.seq import Seq, SeqStatus
+from kvlab.spec.cost import draft_seconds
 from kvlab.strategies import Strategy
 from kvlab.workload import Request, Workload
 
@@ -83,7 +84,7 @@ class Simulation:
             max_model_len=scheduler_config.max_model_len,
             enable_prefix_caching=strategy.enable_prefix_caching,
         )
-        self.scheduler = RunScheduler(scheduler_config, self.allocator, cache)
+        self.scheduler = _make_scheduler(config, scheduler_config, self.allocator, strategy)
         self.requests = _in_arrival_order(workload.requests)
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
         if start_time is None:
@@ -230,6 +231,8 @@ class Simulation:
         self.counters.num_recomputed_tokens = sched.num_recomputed_tokens
         self.counters.num_swapped_bytes = sched.num_swapped_bytes
         self.counters.num_output_tokens = sched.num_sampled_tokens
+        if self.config.speculative is not None:
+            self.counters.spec_decoding = sched.spec_stats.summary()  # type: ignore[attr-defined]
         records = [_record_of(seq) for seq in self.seqs.values()]
         return SimResult(
             strategy=self.strategy,
@@ -301,6 +304,8 @@ class Simulation:
                                               out.num_context_tokens, out.num_attention_pairs)
         if out.num_swap_bytes:
             dt += swap_seconds(out.num_swap_bytes)
+        if self.config.speculative is not None:
+            dt += draft_seconds(self.config.speculative, self.config.cost, out)
         return [dt], start + dt
 
     def _row(self, out: SchedulerOutput) -> RunRow:
@@ -384,6 +389,19 @@ class Simulation:
         aborted = self.scheduler.finish_requests(due, self.now)
         self.counters.num_aborted += len(aborted)
         self.counters.num_wasted_tokens += sum(seq.num_computed_tokens + seq.num_lost_tokens for seq in aborted)
+
+
+def _make_scheduler(config: SimConfig, scheduler_config, allocator, strategy: Strategy) -> RunScheduler:
+    """The run scheduler, or with speculative decoding its variant (kvlab.spec.scheduler), chosen once: the plain
+    path pays nothing for the feature."""
+    if config.speculative is None:
+        return RunScheduler(scheduler_config, allocator, config.cache)
+    if strategy.allocator != "paged":
+        raise KvlabError(f"speculative decoding needs paged memory, as vLLM's; strategy {strategy.name!r} reserves "
+                         "slabs: valid: vllm, vllm+prefix, continuous+paged, static+paged")
+    from kvlab.spec.scheduler import SpecRunScheduler
+
+    return SpecRunScheduler(scheduler_config, allocator, config.cache, speculative=config.speculative)
 
 
 def _prepend(value: float, values):

@@ -28,6 +28,7 @@ from kvlab.strategies import BATCHING_NAMES, check_preemption_mode
 
 if TYPE_CHECKING:
     from kvlab.cost import CostModel
+    from kvlab.spec.config import SpeculativeConfig
 
 GIB = 2**30
 
@@ -136,6 +137,8 @@ class SimConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     gpu: str = ""
+    # vLLM's --speculative-config (kvlab.spec): None, off.
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         check_block_size(self.cache.block_size, self.scheduler.max_model_len)

@@ -126,6 +126,19 @@ OPTIONS: dict[str, Option] = _options(
     Option("scheduling_policy", "scheduler", str, "fcfs", "fcfs, or priority: the waiting queue by (priority, "
            "arrival), the lowest priority's latest arrival preempted first (vLLM's --scheduling-policy).",
            choices=("fcfs", "priority")),
+    # vLLM's --speculative-config (kvlab.spec, docs/speculative.md): method, num_speculative_tokens, and the
+    # acceptance a real engine would measure.
+    Option("speculative_method", "scheduler", str, None, "Speculative decoding's proposer, as vLLM's "
+           "--speculative-config method: ngram, draft_model, eagle or mtp.", choices=("ngram", "draft_model",
+                                                                                  "eagle", "mtp"),
+           default_text="off"),
+    Option("num_speculative_tokens", "scheduler", int, 3, "Draft tokens per request and step (vLLM's "
+           "num_speculative_tokens), with --speculative-method.", lo=1, hi=64, what="draft tokens per step"),
+    Option("spec_acceptance", "scheduler", str, None, "With --speculative-method: the chance a draft token is "
+           "accepted, one for every position (0.7) or one per position (0.9/0.7/0.5), each given those before it "
+           "were.", default_text="required with --speculative-method"),
+    Option("speculative_model", "scheduler", str, None, "The draft model (--speculative-method draft_model): a "
+           "catalogue name; its size against the target's prices the drafting.", default_text="none"),
     # --- cost --------------------------------------------------------------------------------------------------
     Option("cost", "cost", str, None, "Cost profile that sets the clock: a name (kvlab cost) or a "
            ".toml/.json file (kvlab calibrate).", default_text="vllm-h100 on H100-SXM (fitted on real runs), "

@@ -36,6 +36,7 @@ from kvlab.errors import KvlabError
 if TYPE_CHECKING:
     from kvlab.cost import CostModel
     from kvlab.sizing import SizingResult
+    from kvlab.spec.config import SpeculativeConfig
 
 
 # What KvlabConfig.to_dict() adds to the options, and its type: token slots, bytes of KV per token (whole model),
@@ -162,6 +163,8 @@ class KvlabConfig:
     cost: CostConfig
     workload: WorkloadConfig
     sizing: SizingResult = field(compare=False, repr=False)
+    # vLLM's --speculative-config (kvlab.spec): None, off.
+    speculative: SpeculativeConfig | None = None
     # The files' contents (a config.json, a workload file, a profile file): part of the key, not of the options.
     digests: tuple[tuple[str, str], ...] = ()
     # The options given a value other than their default: what a run may say is unused.
@@ -171,7 +174,7 @@ class KvlabConfig:
     def engine(self) -> SimConfig:
         """What a Simulation takes: the cache, the scheduler's limits and the clock."""
         return SimConfig(cache=self.cache, cost=self.cost.model, scheduler=self.scheduler, model=self.model,
-                         gpu=self.device.label)
+                         gpu=self.device.label, speculative=self.speculative)
 
     def options(self) -> dict[str, Any]:
         """Every option (config/options.py) at its resolved value: ``resolve(config.options())`` is this config."""
@@ -199,6 +202,7 @@ class KvlabConfig:
             **({"priority_classes": workload.priority_classes} if workload.priority_classes else {}),
             **({"timeout": workload.timeout} if workload.timeout else {}),
             **session_options(workload.sessions),
+            **speculative_options(self.speculative),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -293,12 +297,48 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         cost=CostConfig(profile=profile.path and str(Path(profile.path).resolve()) or profile.name, name=profile.name,
                         constants=tuple(sorted(profile.constants.items())), source=profile.source, model=cost_model),
         workload=resolve_workload(values, sizing.max_model_len),
+        speculative=resolve_speculative(values, model_spec),
         sizing=sizing,
         digests=_digests(model_spec, profile, values),
         given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),
     )
     config.engine  # noqa: B018  (SimConfig's checks of what spans two parts: a block longer than a sequence, ...)
     return config
+
+
+def resolve_speculative(values: dict[str, Any], model_spec) -> SpeculativeConfig | None:
+    """vLLM's speculative config from the options (None: off); the drafter's cost from the models (kvlab.spec.cost)."""
+    method = values.get("speculative_method")
+    if method is None:
+        for name in ("spec_acceptance", "speculative_model"):
+            if values.get(name) is not None:
+                raise KvlabError(f"--{name.replace('_', '-')} needs --speculative-method; valid: ngram, draft_model, "
+                                 "eagle or mtp")
+        return None
+    from kvlab.spec.config import SpeculativeConfig, parse_acceptance
+    from kvlab.spec.cost import draft_cost_ratio
+
+    if values.get("spec_acceptance") is None:
+        raise KvlabError(f"--speculative-method {method} needs --spec-acceptance: the chance a draft token is "
+                         "accepted, from 0 to 1 (one for every position, or one per position: 0.9/0.7/0.5)")
+    draft = None
+    if values.get("speculative_model") is not None:
+        from kvlab.catalog import get_model
+
+        draft = get_model(values["speculative_model"])
+    return SpeculativeConfig(method=method, num_speculative_tokens=values["num_speculative_tokens"],
+                             acceptance_rates=parse_acceptance(values["spec_acceptance"]),
+                             draft_cost_ratio=draft_cost_ratio(method, model_spec, draft), seed=values["seed"],
+                             draft_model=draft.id if draft is not None else None)
+
+
+def speculative_options(speculative: SpeculativeConfig | None) -> dict[str, Any]:
+    """The options a speculative config came from (none when off: stored configurations' keys stay as they were)."""
+    if speculative is None:
+        return {}
+    return {"speculative_method": speculative.method, "num_speculative_tokens": speculative.num_speculative_tokens,
+            "spec_acceptance": "/".join(f"{r:g}" for r in speculative.acceptance_rates),
+            **({"speculative_model": speculative.draft_model} if speculative.draft_model else {})}
 
 
 def quietly(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabConfig:

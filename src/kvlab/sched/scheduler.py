@@ -50,6 +50,9 @@ class Scheduler:
         self.num_recomputed_tokens = 0
         self.num_swapped_bytes = 0
         self.num_sampled_tokens = 0  # output tokens generated (recomputation samples nothing new)
+        # Slots a running request's allocation reserves beyond its tokens (speculative decoding's EAGLE family:
+        # kvlab.spec.scheduler); 0 without.
+        self.num_lookahead_tokens = 0
 
     @property
     def num_unfinished(self) -> int:
@@ -100,12 +103,14 @@ class Scheduler:
         cfg = self.config
         prefill = decode = context = pairs = swap_bytes = 0
         max_computed = cfg.max_model_len - 1
+        lookahead = self.num_lookahead_tokens
         running = self.running
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
             computed = seq.num_computed_tokens
-            num_new = seq.num_tokens - computed
+            # vLLM's num_tokens_with_spec: the draft tokens proposed last iteration are verified in this one.
+            num_new = seq.num_tokens_with_spec - computed
             if not cfg.enable_chunked_prefill and num_new > budget:
                 # Only reachable under static batching, which admits a whole batch at once: without chunked
                 # prefill a prompt is computed in one piece, so it waits for an iteration with room.
@@ -115,7 +120,9 @@ class Scheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            while self.allocator.allocate_slots(seq, num_new) is not Fit.NOW:
+            # (EAGLE-style proposers reserve lookahead slots, up to max_model_len: kv_cache_manager.allocate_slots)
+            num_slots = num_new if not lookahead else min(num_new + lookahead, max_computed + 1 - computed)
+            while self.allocator.allocate_slots(seq, num_slots) is not Fit.NOW:
                 index = self.policy.victim_index(running)
                 victim = running[index]
                 if index < i:  # (priority only: scheduled earlier in this iteration; vLLM takes it back)
@@ -132,8 +139,8 @@ class Scheduler:
             if seq.status is not SeqStatus.RUNNING:
                 break  # it preempted itself: nobody after it can be scheduled either
             scheduled[seq.request_id] = num_new
-            if num_new == 1 and computed == seq.num_tokens - 1 and seq.num_output_tokens > 0:
-                decode += 1
+            if computed == seq.num_tokens - 1 and seq.num_output_tokens > 0:
+                decode += num_new  # the token it sampled last, and the drafts after it (speculative decoding)
             else:
                 prefill += num_new
             # attention_work(computed, num_new), summed (written out here and in the waiting loop: a call per
@@ -284,6 +291,6 @@ def _work(seq: Seq, num_new: int) -> tuple[int, int, int, int]:
     """What ``seq`` scheduled for ``num_new`` tokens adds to an iteration's totals, as the running loop counts it:
     (prefill, decode, context, pairs). (Read only to take a request's tokens back, as vLLM's priority victims.)"""
     computed = seq.num_computed_tokens
-    is_decode = num_new == 1 and computed == seq.num_tokens - 1 and seq.num_output_tokens > 0
-    return ((0 if is_decode else num_new), (1 if is_decode else 0), computed + num_new,
+    is_decode = computed == seq.num_tokens - 1 and seq.num_output_tokens > 0
+    return ((0 if is_decode else num_new), (num_new if is_decode else 0), computed + num_new,
             num_new * computed + num_new * (num_new + 1) // 2)
