@@ -381,6 +381,8 @@ class Counters:
     num_wasted_tokens: int = 0
     # Speculative decoding (kvlab.spec): vLLM's SpecDecodingStats as summary fields; empty when off.
     spec_decoding: dict = field(default_factory=dict)
+    # KV offload to CPU (kvlab.offload): prefix hits per tier and blocks moved; empty when off.
+    kv_offload: dict = field(default_factory=dict)
 
 
 def summarize(
@@ -421,6 +423,7 @@ def summarize(
         # (only when clients had deadlines: the summaries of runs without them stay as they were)
         **(_abandonment(counters, len(records)) if counters.num_with_deadline else {}),
         **counters.spec_decoding,
+        **counters.kv_offload,
     }
 
 

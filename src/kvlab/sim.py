@@ -77,13 +77,7 @@ class Simulation:
                                    preemption_mode=config.scheduler.preemption_mode or strategy.preemption_mode)
         if scheduler_config.preemption_mode == "swap" and cache.swap_space_bytes <= 0:
             raise KvlabError(f"strategy {strategy.name!r} swaps, but there is no swap space: give --swap-space GiB > 0")
-        self.allocator = make_allocator(
-            strategy.allocator,
-            num_slots=cache.num_slots,
-            block_size=cache.block_size,
-            max_model_len=scheduler_config.max_model_len,
-            enable_prefix_caching=strategy.enable_prefix_caching,
-        )
+        self.allocator = _make_allocator(config, strategy, scheduler_config.max_model_len)
         self.scheduler = _make_scheduler(config, scheduler_config, self.allocator, strategy)
         self.requests = _in_arrival_order(workload.requests)
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
@@ -233,6 +227,8 @@ class Simulation:
         self.counters.num_output_tokens = sched.num_sampled_tokens
         if self.config.speculative is not None:
             self.counters.spec_decoding = sched.spec_stats.summary()  # type: ignore[attr-defined]
+        if self.config.offload is not None:
+            self.counters.kv_offload = self.allocator.offload_stats()  # type: ignore[attr-defined]
         records = [_record_of(seq) for seq in self.seqs.values()]
         return SimResult(
             strategy=self.strategy,
@@ -306,6 +302,8 @@ class Simulation:
             dt += swap_seconds(out.num_swap_bytes)
         if self.config.speculative is not None:
             dt += draft_seconds(self.config.speculative, self.config.cost, out)
+        if self.config.offload is not None:  # blocks loaded from the CPU tier for the requests admitted
+            dt += self.config.offload.seconds(self.allocator.take_load_bytes())  # type: ignore[attr-defined]
         return [dt], start + dt
 
     def _row(self, out: SchedulerOutput) -> RunRow:
@@ -389,6 +387,23 @@ class Simulation:
         aborted = self.scheduler.finish_requests(due, self.now)
         self.counters.num_aborted += len(aborted)
         self.counters.num_wasted_tokens += sum(seq.num_computed_tokens + seq.num_lost_tokens for seq in aborted)
+
+
+def _make_allocator(config: SimConfig, strategy: Strategy, max_model_len: int):
+    """The strategy's allocator over the cache, or with a CPU tier (--kv-offloading-size) the paged allocator with
+    vLLM's offloading connector behind it (kvlab.offload), chosen once."""
+    cache = config.cache
+    if config.offload is None:
+        return make_allocator(strategy.allocator, num_slots=cache.num_slots, block_size=cache.block_size,
+                              max_model_len=max_model_len, enable_prefix_caching=strategy.enable_prefix_caching)
+    if not strategy.enable_prefix_caching:
+        raise KvlabError(f"KV offload needs prefix caching (vLLM's offloading connector finds blocks by their hashes); "
+                         f"strategy {strategy.name!r} has none: valid: vllm+prefix")
+    from kvlab.offload.allocator import OffloadingPagedAllocator
+
+    return OffloadingPagedAllocator(cache.num_slots // cache.block_size, cache.block_size,
+                                    num_cpu_blocks=config.offload.num_cpu_blocks,
+                                    block_bytes=config.offload.block_bytes, max_model_len=max_model_len)
 
 
 def _make_scheduler(config: SimConfig, scheduler_config, allocator, strategy: Strategy) -> RunScheduler:

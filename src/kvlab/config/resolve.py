@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 from kvlab.config.engine import GIB, CacheConfig, ModelConfig, SchedulerConfig, SimConfig
 from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, SESSION_OPTIONS, WORKLOAD_OPTIONS
 from kvlab.errors import KvlabError
+from kvlab.offload.config import resolve_offload
 
 if TYPE_CHECKING:
     from kvlab.cost import CostModel
+    from kvlab.offload.config import OffloadConfig
     from kvlab.sizing import SizingResult
     from kvlab.spec.config import SpeculativeConfig
 
@@ -165,6 +167,8 @@ class KvlabConfig:
     sizing: SizingResult = field(compare=False, repr=False)
     # vLLM's --speculative-config (kvlab.spec): None, off.
     speculative: SpeculativeConfig | None = None
+    # vLLM's --kv-offloading-size (kvlab.offload): None, off.
+    offload: OffloadConfig | None = None
     # The files' contents (a config.json, a workload file, a profile file): part of the key, not of the options.
     digests: tuple[tuple[str, str], ...] = ()
     # The options given a value other than their default: what a run may say is unused.
@@ -174,7 +178,7 @@ class KvlabConfig:
     def engine(self) -> SimConfig:
         """What a Simulation takes: the cache, the scheduler's limits and the clock."""
         return SimConfig(cache=self.cache, cost=self.cost.model, scheduler=self.scheduler, model=self.model,
-                         gpu=self.device.label, speculative=self.speculative)
+                         gpu=self.device.label, speculative=self.speculative, offload=self.offload)
 
     def options(self) -> dict[str, Any]:
         """Every option (config/options.py) at its resolved value: ``resolve(config.options())`` is this config."""
@@ -203,6 +207,7 @@ class KvlabConfig:
             **({"timeout": workload.timeout} if workload.timeout else {}),
             **session_options(workload.sessions),
             **speculative_options(self.speculative),
+            **offload_options(self.offload),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -298,6 +303,8 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
                         constants=tuple(sorted(profile.constants.items())), source=profile.source, model=cost_model),
         workload=resolve_workload(values, sizing.max_model_len),
         speculative=resolve_speculative(values, model_spec),
+        offload=resolve_offload(values["kv_offloading_size"], gpu_spec.id, tp * pp, block_size,
+                                sizing.kv_bytes_per_token, values["cpu_memory_gib"]),
         sizing=sizing,
         digests=_digests(model_spec, profile, values),
         given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),
@@ -330,6 +337,14 @@ def resolve_speculative(values: dict[str, Any], model_spec) -> SpeculativeConfig
                              acceptance_rates=parse_acceptance(values["spec_acceptance"]),
                              draft_cost_ratio=draft_cost_ratio(method, model_spec, draft), seed=values["seed"],
                              draft_model=draft.id if draft is not None else None)
+
+
+def offload_options(offload: OffloadConfig | None) -> dict[str, Any]:
+    """The options a CPU tier came from (none when off: stored configurations' keys stay as they were)."""
+    if offload is None:
+        return {}
+    return {"kv_offloading_size": offload.size_gib,
+            **({"cpu_memory_gib": offload.cpu_memory_gib} if offload.cpu_memory_gib is not None else {})}
 
 
 def speculative_options(speculative: SpeculativeConfig | None) -> dict[str, Any]:
