@@ -147,7 +147,7 @@ def test_a_simulations_mean_acceptance_length_and_tokens_per_step_match_vllms_fo
     expected = expected_tokens_per_step((0.8,) * 4)
     assert summary["spec_mean_acceptance_length"] == pytest.approx(expected, rel=0.02)
     assert summary["spec_mean_acceptance_length"] == 1 + summary["spec_num_accepted_tokens"] / summary["spec_num_drafts"]
-    assert summary["spec_acceptance_per_position"][0] == pytest.approx(0.8, abs=0.02)
+    assert summary["spec_acceptance_per_position"]["1"] == pytest.approx(0.8, abs=0.02)
     assert {r.status for r in result.records} == {"finished"} and sum(r.num_output_tokens for r in result.records) == 30000
     # Tokens per request and engine step: about `expected` (one per step without speculative decoding).
     assert 30000 / result.integral.sum_batch_size == pytest.approx(expected, rel=0.02)

@@ -78,7 +78,9 @@ class SpecDecodeStats:
             "spec_num_accepted_tokens": self.num_accepted_tokens,
             "spec_acceptance_rate": self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0,
             "spec_mean_acceptance_length": 1 + self.num_accepted_tokens / drafts if drafts else 1.0,
-            "spec_acceptance_per_position": [n / drafts if drafts else 0.0 for n in self.num_accepted_tokens_per_pos],
+            # position (from 1) -> accepted / drafts: a mapping, flattened by a sweep's store into one column each
+            "spec_acceptance_per_position": {str(i): n / drafts if drafts else 0.0
+                                             for i, n in enumerate(self.num_accepted_tokens_per_pos, 1)},
         }
 
 
