@@ -16,20 +16,24 @@ from kvlab.config import resolve
 from kvlab.config.engine import SchedulerConfig
 from kvlab.errors import KvlabError
 from kvlab.memory.paged import PagedAllocator
-from kvlab.sched.seq import Seq, SeqStatus
+from kvlab.sched.seq import SeqStatus
 from kvlab.sim import Simulation
 from kvlab.spec.config import SpeculativeConfig, expected_tokens_per_step
 from kvlab.spec.cost import draft_seconds
-from kvlab.spec.scheduler import RejectionSampler, SpecRunScheduler, SpecScheduler
+from kvlab.spec.lookahead import LookaheadPagedAllocator
+from kvlab.spec.scheduler import RejectionSampler, SpecRunScheduler, SpecScheduler, SpecSeq
 from kvlab.strategies import parse_strategy
 from kvlab.workload import Workload, load_workload
 from kvlab.workload.request import Request
 
 
 def _sched(cls, rates, method="ngram", k=3, num_blocks=12, block_size=4, budget=64, max_num_seqs=8):
-    allocator = PagedAllocator(num_blocks, block_size, max_model_len=256)
+    speculative = SpeculativeConfig(method, k, rates)
+    allocator = (LookaheadPagedAllocator if speculative.num_lookahead_tokens else PagedAllocator)(
+        num_blocks, block_size, max_model_len=256)
+    allocator.num_lookahead_tokens = speculative.num_lookahead_tokens
     config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=256)
-    return cls(config, allocator, speculative=SpeculativeConfig(method, k, rates)), allocator
+    return cls(config, allocator, speculative=speculative), allocator
 
 
 def _step(sched, t):
@@ -42,7 +46,7 @@ def _step(sched, t):
 def test_drafts_take_slots_and_the_rejected_give_them_back(cls):
     # Draft position 0 always accepted, 1 and 2 never: each verify step yields 2 tokens of the 4 it computed.
     sched, allocator = _sched(cls, (1.0, 0.0, 0.0))
-    seq = Seq(Request(0, 0.0, 6, 12))
+    seq = SpecSeq(Request(0, 0.0, 6, 12))
     sched.add_request(seq)
     out = _step(sched, 1)  # the prompt: 6 tokens in blocks 1-2, the first token sampled, 3 drafts proposed
     assert out.num_scheduled_tokens == {0: 6} and out.num_decode_tokens == 0
@@ -69,7 +73,7 @@ def test_drafts_take_slots_and_the_rejected_give_them_back(cls):
 @pytest.mark.parametrize("cls", [SpecScheduler, SpecRunScheduler])
 def test_drafts_stop_at_the_answer_and_a_full_acceptance_finishes_in_fewer_steps(cls):
     sched, allocator = _sched(cls, (1.0,))
-    seq = Seq(Request(0, 0.0, 6, 10))
+    seq = SpecSeq(Request(0, 0.0, 6, 10))
     sched.add_request(seq)
     scheduled = []
     t = 0
@@ -85,7 +89,7 @@ def test_drafts_stop_at_the_answer_and_a_full_acceptance_finishes_in_fewer_steps
 def test_eagle_reserves_lookahead_slots_and_ngram_does_not():
     for method, blocks in (("ngram", [1, 2, 3]), ("eagle", [1, 2, 3, 4])):
         sched, allocator = _sched(SpecScheduler, (0.0,), method=method)
-        seq = Seq(Request(0, 0.0, 6, 12))
+        seq = SpecSeq(Request(0, 0.0, 6, 12))
         sched.add_request(seq)
         _step(sched, 1)  # a prompt gets no lookahead (vLLM: effective lookahead 0 while nothing is computed)
         assert allocator.get_block_ids(0) == [1, 2]
@@ -97,7 +101,7 @@ def test_eagle_reserves_lookahead_slots_and_ngram_does_not():
 
 def test_the_budget_trims_the_drafts():
     sched, _ = _sched(SpecScheduler, (1.0,), budget=6, max_num_seqs=2)
-    seqs = [Seq(Request(i, 0.0, 3, 20)) for i in range(2)]
+    seqs = [SpecSeq(Request(i, 0.0, 3, 20)) for i in range(2)]
     for seq in seqs:
         sched.add_request(seq)
     assert _step(sched, 1).num_scheduled_tokens == {0: 3, 1: 3}  # two prompts of 3
@@ -109,7 +113,7 @@ def test_the_budget_trims_the_drafts():
 
 def test_a_preempted_request_loses_its_drafts():
     sched, allocator = _sched(SpecScheduler, (0.0,), num_blocks=5)
-    a, b = Seq(Request(0, 0.0, 4, 30)), Seq(Request(1, 0.0, 4, 30))
+    a, b = SpecSeq(Request(0, 0.0, 4, 30)), SpecSeq(Request(1, 0.0, 4, 30))
     for seq in (a, b):
         sched.add_request(seq)
     _step(sched, 1)

@@ -93,6 +93,9 @@ class Simulation:
         self._limit = INF  # run_until's: no iteration starts at or after it
         # Client deadlines: (arrival + timeout, request id) of requests whose client gives up (Request.timeout).
         self._deadlines: list[tuple[float, int]] = []
+        self._extra_seconds = (self._feature_seconds if config.speculative is not None or config.offload is not None
+                               else None)
+        self._new_seq = self.scheduler.seq_class
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -300,11 +303,19 @@ class Simulation:
                                               out.num_context_tokens, out.num_attention_pairs)
         if out.num_swap_bytes:
             dt += swap_seconds(out.num_swap_bytes)
-        if self.config.speculative is not None:
-            dt += draft_seconds(self.config.speculative, self.config.cost, out)
-        if self.config.offload is not None:  # blocks loaded from the CPU tier for the requests admitted
-            dt += self.config.offload.seconds(self.allocator.take_load_bytes())  # type: ignore[attr-defined]
+        if self._extra_seconds is not None:
+            dt += self._extra_seconds(out)
         return [dt], start + dt
+
+    def _feature_seconds(self, out: SchedulerOutput) -> float:
+        """What speculative decoding's drafter (kvlab.spec.cost) and the CPU tier's loads (kvlab.offload) add to a
+        single iteration; made ``_extra_seconds`` only when either is on, so the plain path checks one attribute."""
+        config, dt = self.config, 0.0
+        if config.speculative is not None:
+            dt += draft_seconds(config.speculative, config.cost, out)
+        if config.offload is not None:  # blocks loaded from the CPU tier for the requests admitted
+            dt += config.offload.seconds(self.allocator.take_load_bytes())  # type: ignore[attr-defined]
+        return dt
 
     def _row(self, out: SchedulerOutput) -> RunRow:
         """The run's memory and queues as the metrics read them (the allocator already holds all its blocks)."""
@@ -364,7 +375,7 @@ class Simulation:
     def _arrival(self, request) -> bool:
         """One request arrives: it joins the waiting queue (True), or is rejected with a reason."""
         request, reason = self.admission(request)
-        seq = self.seqs[request.request_id] = Seq(request)
+        seq = self.seqs[request.request_id] = self._new_seq(request)
         if reason is None:
             self.scheduler.add_request(seq)
             if request.timeout is not None:
@@ -393,17 +404,32 @@ def _make_allocator(config: SimConfig, strategy: Strategy, max_model_len: int):
     """The strategy's allocator over the cache, or with a CPU tier (--kv-offloading-size) the paged allocator with
     vLLM's offloading connector behind it (kvlab.offload), chosen once."""
     cache = config.cache
-    if config.offload is None:
+    lookahead = config.speculative.num_lookahead_tokens if config.speculative is not None else 0
+    if config.offload is None and not lookahead:
         return make_allocator(strategy.allocator, num_slots=cache.num_slots, block_size=cache.block_size,
                               max_model_len=max_model_len, enable_prefix_caching=strategy.enable_prefix_caching)
+    if strategy.allocator != "paged":
+        raise KvlabError(f"speculative decoding needs paged memory, as vLLM's; strategy {strategy.name!r} reserves "
+                         "slabs: valid: vllm, vllm+prefix, continuous+paged, static+paged")
+    num_blocks = cache.num_slots // cache.block_size
+    if config.offload is None:  # (the EAGLE family's lookahead slots: kvlab.spec.lookahead)
+        from kvlab.spec.lookahead import LookaheadPagedAllocator
+
+        allocator = LookaheadPagedAllocator(num_blocks, cache.block_size, strategy.enable_prefix_caching,
+                                            max_model_len=max_model_len)
+        allocator.num_lookahead_tokens = lookahead
+        return allocator
     if not strategy.enable_prefix_caching:
         raise KvlabError(f"KV offload needs prefix caching (vLLM's offloading connector finds blocks by their hashes); "
                          f"strategy {strategy.name!r} has none: valid: vllm+prefix")
     from kvlab.offload.allocator import OffloadingPagedAllocator
+    from kvlab.spec.lookahead import LookaheadOffloadingAllocator
 
-    return OffloadingPagedAllocator(cache.num_slots // cache.block_size, cache.block_size,
-                                    num_cpu_blocks=config.offload.num_cpu_blocks,
-                                    block_bytes=config.offload.block_bytes, max_model_len=max_model_len)
+    cls = LookaheadOffloadingAllocator if lookahead else OffloadingPagedAllocator
+    allocator = cls(num_blocks, cache.block_size, num_cpu_blocks=config.offload.num_cpu_blocks,
+                    block_bytes=config.offload.block_bytes, max_model_len=max_model_len)
+    allocator.num_lookahead_tokens = lookahead
+    return allocator
 
 
 def _make_scheduler(config: SimConfig, scheduler_config, allocator, strategy: Strategy) -> RunScheduler:

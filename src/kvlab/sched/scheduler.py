@@ -33,6 +33,9 @@ from kvlab.sched.seq import Seq, SeqStatus
 
 
 class Scheduler:
+    # What a request is tracked as (speculative decoding's SpecSeq keeps its drafts: kvlab.spec.scheduler).
+    seq_class = Seq
+
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None):
         """``cache_config`` gives swap preemption its budget (without it, a swapping scheduler recomputes)."""
         self.config = config
@@ -50,9 +53,6 @@ class Scheduler:
         self.num_recomputed_tokens = 0
         self.num_swapped_bytes = 0
         self.num_sampled_tokens = 0  # output tokens generated (recomputation samples nothing new)
-        # Slots a running request's allocation reserves beyond its tokens (speculative decoding's EAGLE family:
-        # kvlab.spec.scheduler); 0 without.
-        self.num_lookahead_tokens = 0
 
     @property
     def num_unfinished(self) -> int:
@@ -103,13 +103,13 @@ class Scheduler:
         cfg = self.config
         prefill = decode = context = pairs = swap_bytes = 0
         max_computed = cfg.max_model_len - 1
-        lookahead = self.num_lookahead_tokens
         running = self.running
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
             computed = seq.num_computed_tokens
-            # vLLM's num_tokens_with_spec: the draft tokens proposed last iteration are verified in this one.
+            # vLLM's num_tokens_with_spec: the draft tokens proposed last iteration are verified in this one (without
+            # speculative decoding the same property as num_tokens: kvlab.spec.scheduler.SpecSeq adds the drafts).
             num_new = seq.num_tokens_with_spec - computed
             if not cfg.enable_chunked_prefill and num_new > budget:
                 # Only reachable under static batching, which admits a whole batch at once: without chunked
@@ -120,9 +120,7 @@ class Scheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            # (EAGLE-style proposers reserve lookahead slots, up to max_model_len: kv_cache_manager.allocate_slots)
-            num_slots = num_new if not lookahead else min(num_new + lookahead, max_computed + 1 - computed)
-            while self.allocator.allocate_slots(seq, num_slots) is not Fit.NOW:
+            while self.allocator.allocate_slots(seq, num_new) is not Fit.NOW:
                 index = self.policy.victim_index(running)
                 victim = running[index]
                 if index < i:  # (priority only: scheduled earlier in this iteration; vLLM takes it back)

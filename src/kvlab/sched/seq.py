@@ -37,7 +37,6 @@ class Seq:
         "num_cached_tokens",
         "synced_clock",
         "stamp",
-        "num_spec_tokens",
     )
 
     def __init__(self, request: Request):
@@ -60,18 +59,14 @@ class Seq:
         # and the order of its admission to the running batch (the running queue's order).
         self.synced_clock = 0
         self.stamp = 0
-        # Draft tokens the proposer made for it last iteration, verified in its next (vLLM's spec_token_ids; 0
-        # without speculative decoding, kvlab.spec).
-        self.num_spec_tokens = 0
 
     @property
     def num_tokens(self) -> int:
         return self.request.prompt_len + self.num_output_tokens
 
-    @property
-    def num_tokens_with_spec(self) -> int:
-        """``num_tokens`` and the draft tokens awaiting verification (vLLM's Request.num_tokens_with_spec)."""
-        return self.request.prompt_len + self.num_output_tokens + self.num_spec_tokens
+    # vLLM's Request.num_tokens_with_spec, what the running loop schedules up to: ``num_tokens`` itself (the same
+    # property, at no cost) but for speculative decoding's requests, which add their drafts (kvlab.spec.scheduler).
+    num_tokens_with_spec = num_tokens
 
     def __repr__(self) -> str:
         return (

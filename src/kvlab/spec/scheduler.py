@@ -14,8 +14,9 @@ vllm/v1/core/sched/scheduler.py, for a request with draft tokens (``spec_token_i
     drafts                every request that sampled gets k new drafts for its next iteration (a request in the
                           middle of its prompt gets none; a preempted one loses its drafts).
 
-kvlab.sched.scheduler's running loop already schedules ``num_tokens_with_spec`` and the lookahead slots (0 and 0
-without speculative decoding); this mixin owns what happens after the iteration: the rejection sampler (each
+kvlab.sched.scheduler's running loop already schedules ``num_tokens_with_spec`` (``SpecSeq``'s adds the drafts; a
+plain Seq's is its num_tokens), and the lookahead slots are the allocator's (kvlab.spec.lookahead); this mixin
+owns what happens after the iteration: the rejection sampler (each
 draft position accepted with its rate, given that those before it were, from the simulation's own generator),
 the roll-back, and the next drafts. The RunScheduler's bulk decode runs assume one token per request and
 iteration, which speculative decoding breaks: with it on, the run scheduler steps (``_decoding`` stays False), and
@@ -33,6 +34,21 @@ from kvlab.sched.runs import RunScheduler
 from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.seq import Seq, num_tokens_to_finish
 from kvlab.spec.config import SpeculativeConfig
+
+
+class SpecSeq(Seq):
+    """A request with the draft tokens the proposer made for it last iteration, verified in its next (vLLM's
+    ``spec_token_ids``)."""
+
+    __slots__ = ("num_spec_tokens",)
+
+    def __init__(self, request):
+        super().__init__(request)
+        self.num_spec_tokens = 0
+
+    @property
+    def num_tokens_with_spec(self) -> int:  # type: ignore[override]
+        return self.request.prompt_len + self.num_output_tokens + self.num_spec_tokens
 
 
 class RejectionSampler:
@@ -87,6 +103,7 @@ class SpecDecodeStats:
 class SpeculativeDecoding:
     """The mixin: put before a scheduler class (``SpecScheduler``, ``SpecRunScheduler``)."""
 
+    seq_class = SpecSeq
     speculative: SpeculativeConfig
     sampler: RejectionSampler
     spec_stats: SpecDecodeStats
@@ -95,9 +112,8 @@ class SpeculativeDecoding:
         self.speculative = speculative
         self.sampler = RejectionSampler(speculative.rates, speculative.seed)
         self.spec_stats = SpecDecodeStats(speculative.num_speculative_tokens)
-        self.num_lookahead_tokens = speculative.num_lookahead_tokens  # type: ignore[attr-defined]
 
-    def _compute(self, seq: Seq, num_new: int, started: float, now: float) -> bool:
+    def _compute(self, seq: SpecSeq, num_new: int, started: float, now: float) -> bool:
         """``seq`` verified ``num_new`` tokens, drafts among them: the sampler's verdict comes off its computed
         tokens, it gains the accepted drafts and the token the target sampled, and drafts again. True when it
         sampled (False: a chunk of a prompt)."""
@@ -126,7 +142,7 @@ class SpeculativeDecoding:
         seq.num_spec_tokens = min(self.speculative.num_speculative_tokens, left - 1) if left else 0
         return True
 
-    def _preempt(self, seq: Seq) -> int:
+    def _preempt(self, seq: SpecSeq) -> int:
         seq.num_spec_tokens = 0  # its drafts go with its KV
         return super()._preempt(seq)  # type: ignore[misc]
 
