@@ -16,9 +16,8 @@ vllm/v1/core/sched/scheduler.py, for a request with draft tokens (``spec_token_i
 
 kvlab.sched.scheduler's running loop already schedules ``num_tokens_with_spec`` (``SpecSeq``'s adds the drafts; a
 plain Seq's is its num_tokens), and the lookahead slots are the allocator's (kvlab.spec.lookahead); this mixin
-owns what happens after the iteration: the rejection sampler (each
-draft position accepted with its rate, given that those before it were, from the simulation's own generator),
-the roll-back, and the next drafts. The RunScheduler's bulk decode runs assume one token per request and
+owns what happens after the iteration: the rejection sampler (each draft position accepted with its rate, given
+that those before it were, from the simulation's own generator), the roll-back, and the next drafts. The RunScheduler's bulk decode runs assume one token per request and
 iteration, which speculative decoding breaks: with it on, the run scheduler steps (``_decoding`` stays False), and
 tests/test_spec.py checks that both schedulers agree.
 """
