@@ -282,3 +282,17 @@ def test_no_block_is_lost_or_owned_twice_and_every_request_ends(specs, num_block
     for record, request in zip(sorted(result.records), workload.requests):
         if record.status == "finished":
             assert record.num_output_tokens == request.num_output_tokens
+
+
+def test_without_the_features_the_plain_classes_run():
+    """The off path pays nothing: the run scheduler, the plain paged allocator and plain requests, no extra time."""
+    from kvlab.memory.paged import PagedAllocator as Plain
+    from kvlab.sched.runs import RunScheduler
+    from kvlab.sched.seq import Seq
+
+    sim = Simulation(parse_strategy("vllm"), _config(num_gpu_blocks=500),
+                     load_workload("paper-sharegpt", num_requests=5, rate=1.0))
+    assert type(sim.scheduler) is RunScheduler and type(sim.allocator) is Plain and sim._extra_seconds is None
+    sim.run()
+    assert {type(seq) for seq in sim.seqs.values()} == {Seq}
+    assert Seq.num_tokens_with_spec is Seq.num_tokens
