@@ -379,6 +379,10 @@ class Counters:
     num_with_deadline: int = 0
     num_aborted: int = 0
     num_wasted_tokens: int = 0
+    # Speculative decoding (kvlab.spec): vLLM's SpecDecodingStats as summary fields; empty when off.
+    spec_decoding: dict = field(default_factory=dict)
+    # KV offload to CPU (kvlab.offload): prefix hits per tier and blocks moved; empty when off.
+    kv_offload: dict = field(default_factory=dict)
 
 
 def summarize(
@@ -418,6 +422,8 @@ def summarize(
         "reject_reasons": dict(counters.reject_reasons),
         # (only when clients had deadlines: the summaries of runs without them stay as they were)
         **(_abandonment(counters, len(records)) if counters.num_with_deadline else {}),
+        **counters.spec_decoding,
+        **counters.kv_offload,
     }
 
 

@@ -30,6 +30,7 @@ from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestReco
 from kvlab.sched.output import RunTiming, SchedulerOutput
 from kvlab.sched.runs import FirstIteration, RunScheduler
 from kvlab.sched.seq import Seq, SeqStatus
+from kvlab.spec.cost import draft_seconds
 from kvlab.strategies import Strategy
 from kvlab.workload import Request, Workload
 
@@ -76,14 +77,8 @@ class Simulation:
                                    preemption_mode=config.scheduler.preemption_mode or strategy.preemption_mode)
         if scheduler_config.preemption_mode == "swap" and cache.swap_space_bytes <= 0:
             raise KvlabError(f"strategy {strategy.name!r} swaps, but there is no swap space: give --swap-space GiB > 0")
-        self.allocator = make_allocator(
-            strategy.allocator,
-            num_slots=cache.num_slots,
-            block_size=cache.block_size,
-            max_model_len=scheduler_config.max_model_len,
-            enable_prefix_caching=strategy.enable_prefix_caching,
-        )
-        self.scheduler = RunScheduler(scheduler_config, self.allocator, cache)
+        self.allocator = _make_allocator(config, strategy, scheduler_config.max_model_len)
+        self.scheduler = _make_scheduler(config, scheduler_config, self.allocator, strategy)
         self.requests = _in_arrival_order(workload.requests)
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
         if start_time is None:
@@ -98,6 +93,9 @@ class Simulation:
         self._limit = INF  # run_until's: no iteration starts at or after it
         # Client deadlines: (arrival + timeout, request id) of requests whose client gives up (Request.timeout).
         self._deadlines: list[tuple[float, int]] = []
+        self._extra_seconds = (self._feature_seconds if config.speculative is not None or config.offload is not None
+                               else None)
+        self._new_seq = self.scheduler.seq_class
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -230,6 +228,10 @@ class Simulation:
         self.counters.num_recomputed_tokens = sched.num_recomputed_tokens
         self.counters.num_swapped_bytes = sched.num_swapped_bytes
         self.counters.num_output_tokens = sched.num_sampled_tokens
+        if self.config.speculative is not None:
+            self.counters.spec_decoding = sched.spec_stats.summary()  # type: ignore[attr-defined]
+        if self.config.offload is not None:
+            self.counters.kv_offload = self.allocator.offload_stats()  # type: ignore[attr-defined]
         records = [_record_of(seq) for seq in self.seqs.values()]
         return SimResult(
             strategy=self.strategy,
@@ -301,7 +303,19 @@ class Simulation:
                                               out.num_context_tokens, out.num_attention_pairs)
         if out.num_swap_bytes:
             dt += swap_seconds(out.num_swap_bytes)
+        if self._extra_seconds is not None:
+            dt += self._extra_seconds(out)
         return [dt], start + dt
+
+    def _feature_seconds(self, out: SchedulerOutput) -> float:
+        """What speculative decoding's drafter (kvlab.spec.cost) and the CPU tier's loads (kvlab.offload) add to a
+        single iteration; made ``_extra_seconds`` only when either is on, so the plain path checks one attribute."""
+        config, dt = self.config, 0.0
+        if config.speculative is not None:
+            dt += draft_seconds(config.speculative, config.cost, out)
+        if config.offload is not None:  # blocks loaded from the CPU tier for the requests admitted
+            dt += config.offload.seconds(self.allocator.take_load_bytes())  # type: ignore[attr-defined]
+        return dt
 
     def _row(self, out: SchedulerOutput) -> RunRow:
         """The run's memory and queues as the metrics read them (the allocator already holds all its blocks)."""
@@ -361,7 +375,7 @@ class Simulation:
     def _arrival(self, request) -> bool:
         """One request arrives: it joins the waiting queue (True), or is rejected with a reason."""
         request, reason = self.admission(request)
-        seq = self.seqs[request.request_id] = Seq(request)
+        seq = self.seqs[request.request_id] = self._new_seq(request)
         if reason is None:
             self.scheduler.add_request(seq)
             if request.timeout is not None:
@@ -384,6 +398,51 @@ class Simulation:
         aborted = self.scheduler.finish_requests(due, self.now)
         self.counters.num_aborted += len(aborted)
         self.counters.num_wasted_tokens += sum(seq.num_computed_tokens + seq.num_lost_tokens for seq in aborted)
+
+
+def _make_allocator(config: SimConfig, strategy: Strategy, max_model_len: int):
+    """The strategy's allocator over the cache, or with a CPU tier (--kv-offloading-size) the paged allocator with
+    vLLM's offloading connector behind it (kvlab.offload), chosen once."""
+    cache = config.cache
+    lookahead = config.speculative.num_lookahead_tokens if config.speculative is not None else 0
+    if config.offload is None and not lookahead:
+        return make_allocator(strategy.allocator, num_slots=cache.num_slots, block_size=cache.block_size,
+                              max_model_len=max_model_len, enable_prefix_caching=strategy.enable_prefix_caching)
+    if strategy.allocator != "paged":
+        raise KvlabError(f"speculative decoding needs paged memory, as vLLM's; strategy {strategy.name!r} reserves "
+                         "slabs: valid: vllm, vllm+prefix, continuous+paged, static+paged")
+    num_blocks = cache.num_slots // cache.block_size
+    if config.offload is None:  # (the EAGLE family's lookahead slots: kvlab.spec.lookahead)
+        from kvlab.spec.lookahead import LookaheadPagedAllocator
+
+        allocator = LookaheadPagedAllocator(num_blocks, cache.block_size, strategy.enable_prefix_caching,
+                                            max_model_len=max_model_len)
+        allocator.num_lookahead_tokens = lookahead
+        return allocator
+    if not strategy.enable_prefix_caching:
+        raise KvlabError(f"KV offload needs prefix caching (vLLM's offloading connector finds blocks by their hashes); "
+                         f"strategy {strategy.name!r} has none: valid: vllm+prefix")
+    from kvlab.offload.allocator import OffloadingPagedAllocator
+    from kvlab.spec.lookahead import LookaheadOffloadingAllocator
+
+    cls = LookaheadOffloadingAllocator if lookahead else OffloadingPagedAllocator
+    allocator = cls(num_blocks, cache.block_size, num_cpu_blocks=config.offload.num_cpu_blocks,
+                    block_bytes=config.offload.block_bytes, max_model_len=max_model_len)
+    allocator.num_lookahead_tokens = lookahead
+    return allocator
+
+
+def _make_scheduler(config: SimConfig, scheduler_config, allocator, strategy: Strategy) -> RunScheduler:
+    """The run scheduler, or with speculative decoding its variant (kvlab.spec.scheduler), chosen once: the plain
+    path pays nothing for the feature."""
+    if config.speculative is None:
+        return RunScheduler(scheduler_config, allocator, config.cache)
+    if strategy.allocator != "paged":
+        raise KvlabError(f"speculative decoding needs paged memory, as vLLM's; strategy {strategy.name!r} reserves "
+                         "slabs: valid: vllm, vllm+prefix, continuous+paged, static+paged")
+    from kvlab.spec.scheduler import SpecRunScheduler
+
+    return SpecRunScheduler(scheduler_config, allocator, config.cache, speculative=config.speculative)
 
 
 def _prepend(value: float, values):

@@ -28,6 +28,8 @@ from kvlab.strategies import BATCHING_NAMES, check_preemption_mode
 
 if TYPE_CHECKING:
     from kvlab.cost import CostModel
+    from kvlab.offload.config import OffloadConfig
+    from kvlab.spec.config import SpeculativeConfig
 
 GIB = 2**30
 
@@ -136,6 +138,10 @@ class SimConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     gpu: str = ""
+    # vLLM's --speculative-config (kvlab.spec): None, off.
+    speculative: SpeculativeConfig | None = None
+    # vLLM's --kv-offloading-size: a CPU tier behind the KV cache (kvlab.offload); None, off.
+    offload: OffloadConfig | None = None
 
     def __post_init__(self) -> None:
         check_block_size(self.cache.block_size, self.scheduler.max_model_len)

@@ -113,6 +113,13 @@ OPTIONS: dict[str, Option] = _options(
            what="blocks, vLLM's null block included", default_text="what the GPU leaves"),
     Option("swap_space", "cache", float, 4.0, "CPU swap space per GPU in GiB, for swap preemption.", lo=0.0,
            hi=100_000.0, what="GiB of CPU memory per GPU"),
+    Option("kv_offloading_size", "cache", float, None, "GiB of CPU memory for a KV tier behind the GPU's, through "
+           "vLLM's offloading connector (--kv-offloading-size, --kv-offloading-backend native; summed over the "
+           "tensor-parallel ranks): every block that fills is stored there, a prefix hit loads it back.", lo=0.0,
+           hi=1e6, lo_open=True, what="GiB of CPU memory", default_text="off"),
+    Option("cpu_memory_gib", "cache", float, None, "The machine's CPU memory in GiB, which bounds "
+           "--kv-offloading-size.", lo=0.0, hi=1e7, lo_open=True, what="GiB of CPU memory",
+           default_text="the GPUs' reference server's"),
     # --- scheduler ---------------------------------------------------------------------------------------------
     Option("max_model_len", "scheduler", int, None, "Longest request in tokens, prompt + answer.", lo=1, hi=2**34,
            what="tokens", default_text="the model's max_position_embeddings"),
@@ -130,6 +137,19 @@ OPTIONS: dict[str, Option] = _options(
     Option("scheduling_policy", "scheduler", str, "fcfs", "fcfs, or priority: the waiting queue by (priority, "
            "arrival), the lowest priority's latest arrival preempted first (vLLM's --scheduling-policy).",
            choices=("fcfs", "priority")),
+    # vLLM's --speculative-config (kvlab.spec, docs/speculative.md): method, num_speculative_tokens, and the
+    # acceptance a real engine would measure.
+    Option("speculative_method", "scheduler", str, None, "Speculative decoding's proposer, as vLLM's "
+           "--speculative-config method: ngram, draft_model, eagle or mtp.", choices=("ngram", "draft_model",
+                                                                                  "eagle", "mtp"),
+           default_text="off"),
+    Option("num_speculative_tokens", "scheduler", int, 3, "Draft tokens per request and step (vLLM's "
+           "num_speculative_tokens), with --speculative-method.", lo=1, hi=64, what="draft tokens per step"),
+    Option("spec_acceptance", "scheduler", str, None, "With --speculative-method: the chance a draft token is "
+           "accepted, one for every position (0.7) or one per position (0.9/0.7/0.5), each given those before it "
+           "were.", default_text="required with --speculative-method"),
+    Option("speculative_model", "scheduler", str, None, "The draft model (--speculative-method draft_model): a "
+           "catalogue name; its size against the target's prices the drafting.", default_text="none"),
     # --- cost --------------------------------------------------------------------------------------------------
     Option("cost", "cost", str, None, "Cost profile that sets the clock: a name (kvlab cost) or a "
            ".toml/.json file (kvlab calibrate).", default_text="vllm-h100 on H100-SXM (fitted on real runs), "

@@ -33,10 +33,13 @@ from kvlab.config.engine import GIB, CacheConfig, ModelConfig, SchedulerConfig, 
 from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, SESSION_OPTIONS, WORKLOAD_OPTIONS
 from kvlab.config.router import RouterSpec, parse_router
 from kvlab.errors import KvlabError
+from kvlab.offload.config import resolve_offload
 
 if TYPE_CHECKING:
     from kvlab.cost import CostModel
+    from kvlab.offload.config import OffloadConfig
     from kvlab.sizing import SizingResult
+    from kvlab.spec.config import SpeculativeConfig
 
 
 # What KvlabConfig.to_dict() adds to the options, and its type: token slots, bytes of KV per token (whole model),
@@ -161,6 +164,10 @@ class KvlabConfig:
     cost: CostConfig
     workload: WorkloadConfig
     sizing: SizingResult = field(compare=False, repr=False)
+    # vLLM's --speculative-config (kvlab.spec): None, off.
+    speculative: SpeculativeConfig | None = None
+    # vLLM's --kv-offloading-size (kvlab.offload): None, off.
+    offload: OffloadConfig | None = None
     # The files' contents (a config.json, a workload file, a profile file): part of the key, not of the options.
     digests: tuple[tuple[str, str], ...] = ()
     # The options given a value other than their default: what a run may say is unused.
@@ -170,7 +177,7 @@ class KvlabConfig:
     def engine(self) -> SimConfig:
         """What a Simulation takes: the cache, the scheduler's limits and the clock."""
         return SimConfig(cache=self.cache, cost=self.cost.model, scheduler=self.scheduler, model=self.model,
-                         gpu=self.device.label)
+                         gpu=self.device.label, speculative=self.speculative, offload=self.offload)
 
     def options(self) -> dict[str, Any]:
         """Every option (config/options.py) at its resolved value: ``resolve(config.options())`` is this config."""
@@ -201,6 +208,8 @@ class KvlabConfig:
             # (named only when given: the keys of configurations stored before they existed stay as they were)
             **({"quantization": self.sizing.quantization} if self.sizing.quantization else {}),
             **({"vllm_version": self.sizing.vllm_version} if "vllm_version" in dict(self.given) else {}),
+            **speculative_options(self.speculative),
+            **offload_options(self.offload),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -295,12 +304,58 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         cost=CostConfig(profile=profile.path and str(Path(profile.path).resolve()) or profile.name, name=profile.name,
                         constants=tuple(sorted(profile.constants.items())), source=profile.source, model=cost_model),
         workload=resolve_workload(values, sizing.max_model_len),
+        speculative=resolve_speculative(values, model_spec),
+        offload=resolve_offload(values["kv_offloading_size"], gpu_spec.id, tp * pp, block_size,
+                                sizing.kv_bytes_per_token, values["cpu_memory_gib"]),
         sizing=sizing,
         digests=_digests(model_spec, profile, values),
         given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),
     )
     config.engine  # noqa: B018  (SimConfig's checks of what spans two parts: a block longer than a sequence, ...)
     return config
+
+
+def resolve_speculative(values: dict[str, Any], model_spec) -> SpeculativeConfig | None:
+    """vLLM's speculative config from the options (None: off); the drafter's cost from the models (kvlab.spec.cost)."""
+    method = values.get("speculative_method")
+    if method is None:
+        for name in ("spec_acceptance", "speculative_model"):
+            if values.get(name) is not None:
+                raise KvlabError(f"--{name.replace('_', '-')} needs --speculative-method; valid: ngram, draft_model, "
+                                 "eagle or mtp")
+        return None
+    from kvlab.spec.config import SpeculativeConfig, parse_acceptance
+    from kvlab.spec.cost import draft_cost_ratio
+
+    if values.get("spec_acceptance") is None:
+        raise KvlabError(f"--speculative-method {method} needs --spec-acceptance: the chance a draft token is "
+                         "accepted, from 0 to 1 (one for every position, or one per position: 0.9/0.7/0.5)")
+    draft = None
+    if values.get("speculative_model") is not None:
+        from kvlab.catalog import get_model
+
+        draft = get_model(values["speculative_model"])
+    return SpeculativeConfig(method=method, num_speculative_tokens=values["num_speculative_tokens"],
+                             acceptance_rates=parse_acceptance(values["spec_acceptance"]),
+                             draft_cost_ratio=draft_cost_ratio(method, model_spec, draft), seed=values["seed"],
+                             draft_model=draft.id if draft is not None else None)
+
+
+def offload_options(offload: OffloadConfig | None) -> dict[str, Any]:
+    """The options a CPU tier came from (none when off: stored configurations' keys stay as they were)."""
+    if offload is None:
+        return {}
+    return {"kv_offloading_size": offload.size_gib,
+            **({"cpu_memory_gib": offload.cpu_memory_gib} if offload.cpu_memory_gib is not None else {})}
+
+
+def speculative_options(speculative: SpeculativeConfig | None) -> dict[str, Any]:
+    """The options a speculative config came from (none when off: stored configurations' keys stay as they were)."""
+    if speculative is None:
+        return {}
+    return {"speculative_method": speculative.method, "num_speculative_tokens": speculative.num_speculative_tokens,
+            "spec_acceptance": "/".join(f"{r:g}" for r in speculative.acceptance_rates),
+            **({"speculative_model": speculative.draft_model} if speculative.draft_model else {})}
 
 
 def quietly(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabConfig:

@@ -132,7 +132,8 @@ def footnotes(summaries: list[dict], *, wide: bool = False) -> list[str]:
     """What the columns mean, and every rejection with its reason and count."""
     lines = [("lat. = normalized latency: a request's end-to-end time divided by its output tokens (the vLLM "
               "paper's metric), p50 over requests. TTFT: time to first token. KV tok %: share of KV memory holding "
-              "tokens, averaged over time. pre-empt.: preemptions (memory ran out mid-answer; a request can be preempted more than once)."
+              "tokens, averaged over time. pre-empt.: preemptions (memory ran out mid-answer; a request can be preempted "
+              "more than once)."
               + (" ★ most req/s." if len(summaries) > 1 else ""))]
     if wide:
         lines.append("KV memory shares: tokens | reserved for tokens to come | internal fragmentation (reserved, "

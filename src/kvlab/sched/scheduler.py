@@ -33,6 +33,9 @@ from kvlab.sched.seq import Seq, SeqStatus
 
 
 class Scheduler:
+    # What a request is tracked as (speculative decoding's SpecSeq keeps its drafts: kvlab.spec.scheduler).
+    seq_class = Seq
+
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None):
         """``cache_config`` gives swap preemption its budget (without it, a swapping scheduler recomputes)."""
         self.config = config
@@ -105,7 +108,9 @@ class Scheduler:
         while i < len(running) and budget > 0:
             seq = running[i]
             computed = seq.num_computed_tokens
-            num_new = seq.num_tokens - computed
+            # vLLM's num_tokens_with_spec: the draft tokens proposed last iteration are verified in this one (without
+            # speculative decoding the same property as num_tokens: kvlab.spec.scheduler.SpecSeq adds the drafts).
+            num_new = seq.num_tokens_with_spec - computed
             if not cfg.enable_chunked_prefill and num_new > budget:
                 # Only reachable under static batching, which admits a whole batch at once: without chunked
                 # prefill a prompt is computed in one piece, so it waits for an iteration with room.
@@ -132,8 +137,8 @@ class Scheduler:
             if seq.status is not SeqStatus.RUNNING:
                 break  # it preempted itself: nobody after it can be scheduled either
             scheduled[seq.request_id] = num_new
-            if num_new == 1 and computed == seq.num_tokens - 1 and seq.num_output_tokens > 0:
-                decode += 1
+            if computed == seq.num_tokens - 1 and seq.num_output_tokens > 0:
+                decode += num_new  # the token it sampled last, and the drafts after it (speculative decoding)
             else:
                 prefill += num_new
             # attention_work(computed, num_new), summed (written out here and in the waiting loop: a call per
@@ -284,6 +289,6 @@ def _work(seq: Seq, num_new: int) -> tuple[int, int, int, int]:
     """What ``seq`` scheduled for ``num_new`` tokens adds to an iteration's totals, as the running loop counts it:
     (prefill, decode, context, pairs). (Read only to take a request's tokens back, as vLLM's priority victims.)"""
     computed = seq.num_computed_tokens
-    is_decode = num_new == 1 and computed == seq.num_tokens - 1 and seq.num_output_tokens > 0
-    return ((0 if is_decode else num_new), (1 if is_decode else 0), computed + num_new,
+    is_decode = computed == seq.num_tokens - 1 and seq.num_output_tokens > 0
+    return ((0 if is_decode else num_new), (num_new if is_decode else 0), computed + num_new,
             num_new * computed + num_new * (num_new + 1) // 2)

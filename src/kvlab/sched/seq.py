@@ -64,6 +64,10 @@ class Seq:
     def num_tokens(self) -> int:
         return self.request.prompt_len + self.num_output_tokens
 
+    # vLLM's Request.num_tokens_with_spec, what the running loop schedules up to: ``num_tokens`` itself (the same
+    # property, at no cost) but for speculative decoding's requests, which add their drafts (kvlab.spec.scheduler).
+    num_tokens_with_spec = num_tokens
+
     def __repr__(self) -> str:
         return (
             f"Seq(id={self.request_id}, {self.status.value}, computed={self.num_computed_tokens}, "

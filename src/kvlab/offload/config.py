@@ -1,0 +1,76 @@
+"""The CPU tier's size and link, in vLLM's names: ``--kv-offloading-size`` GiB (vllm/config/cache.py:
+CacheConfig.kv_offloading_size, the buffer summed over the tensor-parallel ranks) through ``--kv-offloading-backend
+native``, which becomes the OffloadingConnector with a CPU spec (vllm/v1/kv_offload/cpu.py: CPUOffloadingSpec,
+``num_cpu_blocks`` = bytes / the bytes of one offloaded block, the GPU block size by default).
+
+The GPU catalogue names each card's link between GPUs; a CPU tier is reached over the card's host link, PCIe for
+every card here (an SXM card's NVLink joins GPUs, not the host). ``HOST`` gives that link and the CPU memory per GPU
+of the reference server each card ships in (NVIDIA's DGX/HGX datasheets; a PCIe card: a typical 2-socket host of
+8 cards), so an offload larger than the machine's memory is refused; --cpu-memory-gib replaces it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvlab.errors import KvlabError
+
+GIB = 2**30
+
+# card -> (host link, bytes/s per direction, CPU memory GiB per GPU of its reference server)
+HOST = {
+    "T4": ("PCIe 3.0 x16", 16e9, 48),  # AWS g4dn.metal: 384 GiB over 8 T4
+    "A10G": ("PCIe 4.0 x16", 32e9, 96),  # AWS g5.48xlarge: 768 GiB over 8 A10G
+    "L4": ("PCIe 4.0 x16", 32e9, 96),  # AWS g6.48xlarge: 768 GiB over 8 L4
+    "L40S": ("PCIe 4.0 x16", 32e9, 192),  # AWS g6e.48xlarge: 1,536 GiB over 8 L40S
+    "A100-40GB": ("PCIe 4.0 x16", 32e9, 128),  # DGX A100: 1 TB over 8
+    "A100-80GB": ("PCIe 4.0 x16", 32e9, 256),  # DGX A100 640GB: 2 TB over 8
+    "H100-SXM": ("PCIe 5.0 x16", 64e9, 256),  # DGX H100: 2 TB over 8
+    "H100-PCIe": ("PCIe 5.0 x16", 64e9, 256),
+    "H200": ("PCIe 5.0 x16", 64e9, 256),  # DGX H200: 2 TB over 8
+    "B200": ("PCIe 5.0 x16", 64e9, 512),  # DGX B200: 4 TB over 8
+    "RTX-4090": ("PCIe 4.0 x16", 32e9, 64),
+    "RTX-3090": ("PCIe 4.0 x16", 32e9, 64),
+    "RTX-5090": ("PCIe 5.0 x16", 64e9, 64),
+    "MI300X": ("PCIe 5.0 x16", 64e9, 256),  # AMD Instinct MI300X platform: 2 TB over 8
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadConfig:
+    """A CPU tier of ``num_cpu_blocks`` blocks of ``block_bytes`` (one GPU block's KV, every layer and GPU), reached
+    over ``link`` at ``link_bandwidth_bytes_per_s``."""
+
+    num_cpu_blocks: int
+    block_bytes: int
+    link: str
+    link_bandwidth_bytes_per_s: float
+    size_gib: float = 0.0  # --kv-offloading-size, as given
+    cpu_memory_gib: float | None = None  # --cpu-memory-gib, when given
+
+    def __post_init__(self) -> None:
+        if self.num_cpu_blocks < 1:
+            raise KvlabError(f"--kv-offloading-size holds {self.num_cpu_blocks} blocks of {self.block_bytes:,} "
+                             "bytes; valid: a size of at least one block")
+
+    def seconds(self, num_bytes: int) -> float:
+        """Time to move ``num_bytes`` between GPU and CPU memory over the host link."""
+        return num_bytes / self.link_bandwidth_bytes_per_s
+
+
+def resolve_offload(size_gib: float | None, gpu: str, num_gpus: int, block_size: int, kv_bytes_per_token: int,
+                    cpu_memory_gib: float | None = None) -> OffloadConfig | None:
+    """The CPU tier ``--kv-offloading-size size_gib`` gives on ``num_gpus`` of ``gpu`` (None: off)."""
+    if not size_gib:
+        return None
+    link, bandwidth, per_gpu = HOST.get(gpu, ("PCIe 4.0 x16", 32e9, 64))
+    limit = cpu_memory_gib if cpu_memory_gib is not None else per_gpu * num_gpus
+    if size_gib > limit:
+        source = "--cpu-memory-gib" if cpu_memory_gib is not None else f"{num_gpus} x {gpu}'s reference server"
+        raise KvlabError(f"--kv-offloading-size {size_gib:g} GiB is more than the machine's CPU memory ({limit:g} GiB, "
+                         f"{source}); valid: at most {limit:g} GiB, or give --cpu-memory-gib")
+    block_bytes = kv_bytes_per_token * block_size
+    if block_bytes <= 0:
+        raise KvlabError("--kv-offloading-size needs the model's KV bytes per token: give a catalogue model")
+    return OffloadConfig(num_cpu_blocks=int(size_gib * GIB) // block_bytes, block_bytes=block_bytes, link=link,
+                         link_bandwidth_bytes_per_s=bandwidth, size_gib=size_gib, cpu_memory_gib=cpu_memory_gib)
