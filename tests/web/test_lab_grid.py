@@ -330,3 +330,13 @@ def test_section_2s_text_is_dimmed_when_its_pool_is_refused_and_follows_one_that
     assert page.inner_text('#grid-pool [data-field="model"]') == "qwen3-32b"
     assert page.inner_text('#grid-pool [data-field="num-blocks"]') == f"{m['num_gpu_blocks']:,}"
     assert page.inner_text('#story [data-field="slab-blocks"]') == f"{-(-m['max_model_len'] // m['kv_block_size']):,}"
+
+
+def test_an_empty_grid_says_no_seat_is_taken_yet(lab):
+    """Before anyone runs, the seats read "none taken yet" (they read "0 running of 1 (the most at once so far)")."""
+    page = lab.page
+    set_grid(page, num_requests=20)
+    label = page.inner_text("#grid .seats-label")
+    if page.get_attribute("#grid .seats", "data-running") == "0":
+        assert label.startswith("seats: none taken yet"), label
+    assert "0 running of 1 (" not in label

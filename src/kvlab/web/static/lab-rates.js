@@ -304,7 +304,7 @@ class RateFigure {
     const f = this.found;
     this.table.innerHTML = "";
     this.table.append(el("tr", { class: "head" }, el("th", { text: "system" }), el("th", { text: "memory" }),
-      el("th", { text: `normalized latency at ${nf2.format(rate)} req/s` }), el("th", { text: "breaks at" }),
+      el("th", { text: `normalized latency (mean, the paper's measure) at ${nf2.format(rate)} req/s` }), el("th", { text: "breaks at" }),
       el("th", { text: "at this rate" })));
     const broken = [], holding = [];
     f.systems.forEach((x, i) => {
