@@ -43,7 +43,7 @@ def test_the_breaking_points_are_kvlab_capacitys(rates_lab, kvlab, tmp_path):
     # Each is named on the page with its rate (the legend) and drawn after a sweep.
     legend = page.inner_text("#rates-chart .chart-legend")
     for x in f["systems"]:
-        assert f"{x['paper_name']} (" in legend and f"breaks at {x['capacity_text']} req/s" in legend
+        assert f"{x['paper_name']}, " in legend and f"breaks at {x['capacity_text']} req/s" in legend
     # The setup named on the page is the command above.
     assert f"kvlab capacity --strategy {','.join(systems)} --model {s['model']}" in page.inner_text("#rates")
     # They differ, as in the paper: reserving the max breaks first, pages last.
