@@ -53,3 +53,65 @@ def test_calculator_refuses_bad_values_with_a_message(lab):
     page.wait_for_function("document.querySelector('#calc-error').textContent.includes('exceeds max_model_len')")
     page.fill("#calc-context", "1000")
     page.wait_for_selector("#calc-error", state="hidden")
+
+
+def opacity(page, selector: str) -> float:
+    return float(page.eval_on_selector(selector, "e => getComputedStyle(e).opacity"))
+
+
+def test_a_changed_input_dims_the_figures_until_the_answer_arrives(lab):
+    """From the moment an input changes until /api/size answers, the figures on show are the old question's: they
+    are dimmed and "sizing…" stands beside the controls (they once stayed, state "ok", for seconds while the
+    engine sized llama-3.1-405b). The answer is held back here by intercepting the request."""
+    page = lab.page
+    page.wait_for_function("document.querySelector('#calculator').dataset.state === 'ok'")
+    assert opacity(page, "#calc-out") == 1 and not page.is_visible("#calc-pending")
+    held = []
+    asks = lambda url: "/api/size?" in url  # noqa: E731
+    page.route(asks, lambda route: held.append(route))
+    page.select_option("#calc-model", "llama-3.1-405b")
+    page.wait_for_function("document.querySelector('#calculator').dataset.state === 'pending'", timeout=5_000)
+    page.wait_for_timeout(300)  # (the answer is held: the state stays)
+    assert page.get_attribute("#calculator", "data-state") == "pending"
+    assert "stale" in page.get_attribute("#calculator", "class")
+    assert opacity(page, "#calc-out") < 0.5
+    assert page.is_visible("#calc-pending") and page.inner_text("#calc-pending") == "sizing…"
+    page.unroute(asks)
+    for route in held:
+        route.continue_()
+    page.wait_for_function("document.querySelector('#calculator').dataset.state === 'refused'", timeout=30_000)
+    assert not page.is_visible("#calc-pending") and page.is_visible("#calc-error")
+
+
+@pytest.mark.parametrize("model, gpu", [("opt-13b", "A100-40GB"), ("qwen3-32b", "H100-SXM"), ("opt-13b", "A100-80GB")])
+def test_the_bars_whole_shares_add_up_to_100(lab, model, gpu):
+    """The bar's percentages are whole numbers that add up to 100 (they once read 61 + 27 + 13 = 101%)."""
+    import re
+
+    page = lab.page
+    page.select_option("#calc-gpu", gpu)
+    page.select_option("#calc-model", model)
+    page.wait_for_function("document.querySelector('#calculator').dataset.state === 'ok'", timeout=30_000)
+    said = page.get_attribute("#calc-bar", "aria-label")
+    shares = [int(x) for x in re.findall(r"(\d+)%", said)]
+    assert len(shares) >= 2 and sum(shares) == 100, said
+
+
+def test_section_10_follows_the_calculators_utilization(lab):
+    """Section 10 reads the pool at the calculator's utilization (it kept showing 0.9's while the calculator was at
+    0.3), names it in the command, and is dimmed while the calculator refuses the value."""
+    page = lab.page
+    page.wait_for_function("document.querySelector('#calculator').dataset.state === 'ok'")
+    page.fill("#calc-util", "0.8")
+    page.dispatch_event("#calc-util", "change")
+    model, gpu = page.input_value("#calc-model"), page.input_value("#calc-gpu")
+    want = page.evaluate("q => fetch('api/size?' + q, {headers: {'X-Kvlab-Refusals': 'in-body'}}).then(r => r.json())",
+                         f"model={model}&gpu={gpu}&gpu_memory_utilization=0.8")
+    page.wait_for_function("n => document.querySelector('[data-field=bridge-blocks]').dataset.value === String(n)",
+                           arg=want["num_blocks"], timeout=30_000)
+    assert page.inner_text('[data-field="bridge-cmd"]').endswith("--gpu-memory-utilization 0.8")
+    assert page.get_attribute("#bridge-now", "data-stale") == ""
+    page.fill("#calc-util", "7")
+    page.dispatch_event("#calc-util", "change")
+    page.wait_for_function("document.querySelector('#bridge-now').dataset.stale === '1'")
+    assert page.is_disabled('[data-act="bridge-draw"]')

@@ -309,3 +309,34 @@ def test_the_power_of_two_round_up_is_attributed_to_its_owner(lab):
     tip.wait_for(state="visible")
     assert f"{blocks['blockSize']} rounded up by the allocator for conversation {owner}" in tip.inner_text()
     lab.screenshot("grid-pow2-round-up", "#grid")
+
+
+def test_section_2s_text_is_dimmed_when_its_pool_is_refused_and_follows_one_that_fits(lab):
+    """The intro and the story box name the pool drawn (its blocks, its slab): refused a model that does not fit,
+    they still name the last pool, so they are dimmed with the grid; a pool that fits is named."""
+    page = lab.page
+    set_grid(page, num_requests=20)
+    opacity = lambda sel: float(page.eval_on_selector(sel, "e => getComputedStyle(e).opacity"))  # noqa: E731
+    assert opacity("#grid-pool") == 1 and opacity("#story") == 1
+    page.evaluate("""() => { const f = document.querySelector('#grid-form');
+        f.elements.model.value = 'llama-3.1-70b'; f.elements.gpu.value = 'A100-40GB';
+        f.dispatchEvent(new Event('change')); }""")
+    page.wait_for_selector("#grid-error:not([hidden])", timeout=30_000)
+    assert "does not fit" in page.inner_text("#grid-error")
+    assert opacity("#grid-pool") < 0.5 and opacity("#story") < 0.5
+    set_form(page, "grid", model="qwen3-32b", gpu="H100-SXM")
+    m = page.evaluate("window.kvlab.players.grid.meta")
+    assert opacity("#grid-pool") == 1 and opacity("#story") == 1
+    assert page.inner_text('#grid-pool [data-field="model"]') == "qwen3-32b"
+    assert page.inner_text('#grid-pool [data-field="num-blocks"]') == f"{m['num_gpu_blocks']:,}"
+    assert page.inner_text('#story [data-field="slab-blocks"]') == f"{-(-m['max_model_len'] // m['kv_block_size']):,}"
+
+
+def test_an_empty_grid_says_no_seat_is_taken_yet(lab):
+    """Before anyone runs, the seats read "none taken yet" (they read "0 running of 1 (the most at once so far)")."""
+    page = lab.page
+    set_grid(page, num_requests=20)
+    label = page.inner_text("#grid .seats-label")
+    if page.get_attribute("#grid .seats", "data-running") == "0":
+        assert label.startswith("seats: none taken yet"), label
+    assert "0 running of 1 (" not in label

@@ -18,7 +18,8 @@ COLUMNS = {
     "mean_batch_size": lambda s: s["mean_batch_size"],
     "preemptions": lambda s: s["preemptions"],
     "recomputed_tokens": lambda s: s["recomputed_tokens"],
-    "normalized_latency_mean": lambda s: s["normalized_latency_s_per_token"]["mean"],
+    # The median, as `kvlab race` prints its "lat." column (the table once gave the mean under the same name).
+    "normalized_latency_p50": lambda s: s["normalized_latency_s_per_token"]["p50"],
 }
 
 
@@ -111,6 +112,12 @@ def test_html_export_replays_from_disk_with_the_network_off(open_page, tmp_path,
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
     page.wait_for_function("document.body.dataset.ready === '1'", timeout=30_000)
+    # Its intro names the patterns in its legend's words (it once called "striped" what the legend calls
+    # cross-hatched).
+    intro = page.inner_text('#race [data-field="pattern-words"]')
+    for cls in ("legend-token", "legend-reserved", "legend-internal", "legend-free"):
+        assert page.inner_text(f"#race-legend .{cls}") in intro
+    assert "striped: reserved for tokens still to come" in intro and "pale" not in intro
     # Its legend names the eviction flash too, with no link to a section 5 the export does not have.
     assert page.inner_text("#race-legend .legend-evicted").startswith("flashing black: evicted")
     assert page.locator("#race-legend .legend-evicted a").count() == 0

@@ -43,7 +43,7 @@ def test_the_breaking_points_are_kvlab_capacitys(rates_lab, kvlab, tmp_path):
     # Each is named on the page with its rate (the legend) and drawn after a sweep.
     legend = page.inner_text("#rates-chart .chart-legend")
     for x in f["systems"]:
-        assert f"{x['paper_name']} (" in legend and f"breaks at {x['capacity_text']} req/s" in legend
+        assert f"{x['paper_name']}, " in legend and f"breaks at {x['capacity_text']} req/s" in legend
     # The setup named on the page is the command above.
     assert f"kvlab capacity --strategy {','.join(systems)} --model {s['model']}" in page.inner_text("#rates")
     # They differ, as in the paper: reserving the max breaks first, pages last.
@@ -173,3 +173,69 @@ def test_each_rate_on_the_chart_stands_under_its_tick(rates_lab):
     for t in got:
         assert t["tick"], got
         assert t["centre"] is not None and abs(t["centre"] - t["x"]) <= 3, got
+
+
+def test_the_rate_has_one_range_and_a_refused_rate_dims_the_table(rates_lab):
+    """The slider, the box and the server state one range for the rate, the least rate a run takes to the chart's
+    end: the slider cannot go below it (it once went to 0, which the server refused as "0.01 to 100" while the box
+    said "0.01 to 4"), and a refused rate dims the table and its verdict, the last rate's numbers."""
+    page = rates_lab.page
+    f = found(page)
+    # (Its legend names each system's memory once: "Orca (Max) (reserve the max)" read twice bracketed.)
+    legend = page.inner_text("#rates-chart .chart-legend")
+    assert ") (" not in legend and "((" not in legend and "))" not in legend, legend
+    lo = page.evaluate("window.kvlab.catalog.limits.min_rate")
+    assert float(page.get_attribute("#rate-range", "min")) == lo
+    assert float(page.get_attribute("#rate-input", "data-min")) == lo
+    assert float(page.get_attribute("#rate-input", "data-max")) == f["axis_rps"] == \
+        float(page.get_attribute("#rate-range", "max"))
+    page.evaluate("() => { const i = document.querySelector('#rate-range'); i.value = '0'; "
+                  "i.dispatchEvent(new Event('input')); i.dispatchEvent(new Event('change')); }")
+    page.wait_for_function("r => document.querySelector('#rates').dataset.state === 'ok' && "
+                           "Number(document.querySelector('#rates').dataset.rate) === r", arg=lo, timeout=120_000)
+    assert page.is_hidden("#rates-error")
+    opacity = lambda sel: float(page.eval_on_selector(sel, "e => getComputedStyle(e).opacity"))  # noqa: E731
+    assert opacity("#rates-at") == 1
+    page.fill("#rate-input", "0")
+    page.dispatch_event("#rate-input", "change")
+    page.wait_for_selector("#rates-error:not([hidden])")
+    said = page.inner_text("#rates-error")
+    assert f"requests/s (rate) 0 is out of range: {lo:g} to {f['axis_rps']:g}" in said
+    # The server states the same range for the same value.
+    server = page.evaluate("u => fetch(u, {headers: {'X-Kvlab-Refusals': 'in-body'}}).then(r => r.json())",
+                           "api/rates/at?rate=0")
+    assert f"out of range: {lo:g} to {f['axis_rps']:g}" in server["error"]
+    assert opacity("#rates-at") < 0.5 and opacity("#rates-verdict") < 0.5
+
+
+def test_a_rate_typed_while_the_search_runs_wins_over_the_opening_rate(browser_context, lab_url):
+    """A rate typed into section 7's box before its breaking points are found is the one run once they are (it was
+    overwritten with the opening rate, without a word). The search's answer is held back by intercepting it."""
+    from conftest import PageProbe
+
+    page = browser_context.new_page()
+    probe = PageProbe(page, lab_url + "/")
+    held = []
+    asks = lambda url: "/api/rates?" in url  # noqa: E731
+    page.route(asks, lambda route: held.append(route))
+    try:
+        page.goto(lab_url + "/")
+        page.wait_for_function("document.querySelector('#rate-input') !== null")
+        page.wait_for_timeout(500)
+        page.locator("#rates").scroll_into_view_if_needed()
+        page.fill("#rate-input", "2")
+        page.dispatch_event("#rate-input", "change")
+        page.wait_for_timeout(300)
+        assert page.input_value("#rate-input") == "2"
+        page.unroute(asks)
+        for route in held:
+            route.continue_()
+        page.wait_for_function("document.body.dataset.ready === '1'", timeout=READY_S * 1000)
+        page.wait_for_function("document.querySelector('#rates').dataset.ready === '1' && "
+                               "document.querySelector('#rates').dataset.state === 'ok'", timeout=READY_S * 1000)
+        assert page.input_value("#rate-input") == "2"
+        assert float(page.get_attribute("#rates", "data-rate")) == 2
+        assert page.evaluate("window.kvlab.rates.picked") == 2
+        assert probe.errors == [] and probe.foreign_requests == []
+    finally:
+        page.close()

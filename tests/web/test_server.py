@@ -7,6 +7,7 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
+from kvlab.errors import KvlabError
 from kvlab.web.frames import decode_blocks
 from kvlab.web.params import parse_run_spec
 from kvlab.web.server import build_race, create_app
@@ -345,15 +346,26 @@ def test_the_page_gets_refusals_in_the_body_with_advice_in_its_own_controls(clie
                                                      "refused": True}
 
 
+@pytest.fixture(scope="module")
+def rates_client():
+    """One server for the rate checks: its breaking-point search (which sets the chart's end) runs once."""
+    with TestClient(create_app(allowed_hosts=["testserver"])) as c:
+        yield c
+
+
 @pytest.mark.parametrize("rate, message", [
-    ("0", "rate '0' is out of range: 0.01 to 100"),
-    ("-1", "rate '-1' is out of range: 0.01 to 100"),
-    ("abc", "rate must be a number from 0.01 to 100, got 'abc'"),
-    ("", "rate is required"),
+    ("0", "rate '0' is out of range: 0.01 to {axis:g}"),
+    ("-1", "rate '-1' is out of range: 0.01 to {axis:g}"),
+    ("abc", "rate must be a number from 0.01 to {axis:g}, got 'abc'"),
+    ("", "rate is required: requests per second, from 0.01 to {axis:g}"),
+    ("100", "rate '100' is out of range: 0.01 to {axis:g} (past {axis:g} req/s"),
 ])
-def test_a_bad_rate_for_section_7_is_refused_before_any_run(client, rate, message):
-    r = client.get("/api/rates/at", params={"rate": rate})
-    assert r.status_code == 400 and message in r.json()["error"], r.json()
+def test_a_bad_rate_for_section_7_is_refused_in_the_charts_range(rates_client, rate, message):
+    """The rate's one range, the least rate a run takes to the chart's end, the same as the page's box and slider
+    state it (a refusal once said 0.01 to 100 while the box said 0.01 to 4)."""
+    axis = rates_client.get("/api/rates").json()["axis_rps"]
+    r = rates_client.get("/api/rates/at", params={"rate": rate})
+    assert r.status_code == 400 and message.format(axis=axis) in r.json()["error"], r.json()
 
 
 def test_section_7_takes_only_its_setups_options(client):
@@ -361,3 +373,21 @@ def test_section_7_takes_only_its_setups_options(client):
     assert r.status_code == 400 and "unknown parameter 'strategy'" in r.json()["error"]
     r = client.get("/api/rates", params={"model": "/etc/passwd"})
     assert r.status_code == 400 and "the lab takes catalogue models" in r.json()["error"]
+
+
+def test_the_utilization_advice_is_the_least_that_fits(client):
+    """Refused at a low utilization, the advice names the least utilization (in steps of 0.05) at which the model
+    fits, a value someone would set, rather than the page's highest (it said "raise GPU memory utilization to 1")."""
+    from kvlab.web.calculator import answer
+
+    page = {"X-Kvlab-Refusals": "in-body"}
+    body = client.get("/api/size", params={"model": "opt-13b", "gpu": "A100-40GB", "gpu_memory_utilization": "0.3"},
+                      headers=page).json()
+    assert body["refused"], body
+    (line,) = [a for a in body["advice"] if a.startswith("raise GPU memory utilization to ")]
+    least = float(line.removeprefix("raise GPU memory utilization to ").split()[0])
+    assert 0.3 < least < 1 and "(the least at which it fits)" in line
+    fits = dict(model="opt-13b", gpu="A100-40GB", concurrency=1, context_len=1)
+    answer(**fits, gpu_memory_utilization=least)  # fits there
+    with pytest.raises(KvlabError):
+        answer(**fits, gpu_memory_utilization=round(least - 0.05, 2))

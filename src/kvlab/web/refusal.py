@@ -38,6 +38,16 @@ def _fits(**kwargs) -> dict | None:
         return None
 
 
+def _least_utilization(same: dict, gpu: str, utilization: float, max_utilization: float) -> float | None:
+    """The least utilization, in steps of 0.05 up to the page's highest, at which the model fits on ``gpu``: a
+    value someone would set (the page's highest, 1, leaves nothing for anything else)."""
+    steps = sorted({*(round(0.05 * k, 2) for k in range(1, 21)), max_utilization})
+    for u in (s for s in steps if utilization < s <= max_utilization):
+        if _fits(**same, gpu=gpu, gpu_memory_utilization=u) is not None:
+            return u
+    return None
+
+
 def _advice(model: str, gpu: str, context_len: int, utilization: float,
             max_utilization: float) -> list[str]:
     from kvlab.catalog import list_gpus
@@ -46,9 +56,11 @@ def _advice(model: str, gpu: str, context_len: int, utilization: float,
     if _fits(**same, gpu=gpu, gpu_memory_utilization=utilization) is None:
         # The model does not fit on this GPU at all: another GPU, or more of this one.
         advice = []
-        higher = _fits(**same, gpu=gpu, gpu_memory_utilization=max_utilization)
-        if higher is not None and max_utilization > utilization:
-            advice.append(f"raise GPU memory utilization to {max_utilization:g}")
+        least = _least_utilization(same, gpu, utilization, max_utilization)
+        if least is not None:
+            advice.append(f"raise GPU memory utilization to {least:g}" + (
+                " (the most there is: nothing left on the GPU for anything else)" if least >= 1 else
+                " (the least at which it fits)"))
         gpus = [g.id for g in sorted(list_gpus(), key=lambda g: g.memory_bytes) if g.id.lower() != gpu.lower()]
         others = [g for g in gpus if _fits(**same, gpu=g, gpu_memory_utilization=utilization) is not None]
         if others:

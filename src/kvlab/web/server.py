@@ -291,15 +291,18 @@ def rate_routes(rates: RateLab) -> list[Route]:
     async def rate_point(request: Request) -> Response:
         params = dict(request.query_params)
         setup = parse_rate_setup(params)
-        rate = number(params, "rate", LIMITS["min_rate"], LIMITS["max_rate"], 0.0)
-        if rate <= 0:
-            raise KvlabError(f"rate is required: requests per second, from {LIMITS['min_rate']} to "
-                             f"{LIMITS['max_rate']:g}")
+        # One range for the rate, stated the same way as the page's box and slider: the least rate a run takes to
+        # the chart's end (the page keeps its simulations within the chart).
         found = await run_in_threadpool(rates.breaking_points, setup)
-        if rate > found["axis_rps"]:
-            raise KvlabError(f"rate {rate:g} req/s is past the chart (0 to {found['axis_rps']:g} req/s, at least "
-                             f"{AXIS_OVER_CAPACITY:g} times the highest breaking point): beyond it every system is "
-                             "overloaded, and the page keeps its simulations within the chart")
+        lo, hi = LIMITS["min_rate"], found["axis_rps"]
+        if params.get("rate") in (None, ""):
+            raise KvlabError(f"rate is required: requests per second, from {lo:g} to {hi:g}")
+        try:
+            rate = number(params, "rate", lo, hi, 0.0)
+        except KvlabError as exc:
+            raise KvlabError(f"{exc} (past {hi:g} req/s, at least {AXIS_OVER_CAPACITY:g} times the highest breaking "
+                             "point, every system is overloaded, and the page keeps its simulations within the "
+                             "chart)") from None
         return JSONResponse(await run_in_threadpool(rates.at, setup, rate))
 
     return [Route("/api/rates", breaking_points), Route("/api/rates/at", rate_point)]

@@ -268,7 +268,7 @@ def verdict(summaries: list[dict]) -> str:
         first = top[0]
         same = all(s["makespan_s"] == first["makespan_s"] and s["preemptions"] == first["preemptions"] for s in top)
         text = (f"{_and(names)} tied: each served {first['throughput_rps']:.2f} requests/s"
-                + (f", all {first['num_finished']} in {first['makespan_s']:.1f} s" if same else "") + ".")
+                + (f", all {first['num_finished']:,} in {first['makespan_s']:.1f} s" if same else "") + ".")
         rest = [s for s in summaries if s["name"] not in names]
         if rest:
             worst = min(rest, key=lambda s: (s["throughput_rps"], s["name"]))
@@ -279,14 +279,14 @@ def verdict(summaries: list[dict]) -> str:
     if len(summaries) == 1:
         s = summaries[0]
         return (
-            f"{s['name']} served {s['num_finished']} requests in {s['makespan_s']:.1f} s "
+            f"{s['name']} served {s['num_finished']:,} requests in {s['makespan_s']:.1f} s "
             f"({s['throughput_rps']:.2f} requests/s) with {s['memory_shares']['token']:.1f}% of its memory "
             f"holding tokens and {s['mean_batch_size']:.1f} requests per iteration on average."
         )
     best = next(s for s in summaries if s["name"] == winner(summaries))
     worst = min(summaries, key=lambda s: (s["throughput_rps"], s["name"]))
     text = (
-        f"{best['name']} served the most: {best['throughput_rps']:.2f} requests/s, all {best['num_finished']} "
+        f"{best['name']} served the most: {best['throughput_rps']:.2f} requests/s, all {best['num_finished']:,} "
         f"served in {best['makespan_s']:.1f} s, against {worst['throughput_rps']:.2f} requests/s for "
         f"{worst['name']} ({worst['makespan_s']:.1f} s). "
     )

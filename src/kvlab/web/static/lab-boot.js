@@ -64,6 +64,10 @@ async function boot() {
     window.kvlab.players.race = race;
     activePlayer = race;
     buildLegend(document.getElementById("race-legend"));
+    // The intro names the patterns in the legend's own words (one source: buildLegend).
+    setText(document.querySelector('[data-field="pattern-words"]'), Array.from(document.querySelectorAll(
+      "#race-legend .item:is(.legend-token, .legend-reserved, .legend-internal, .legend-free)"))
+      .map(n => n.textContent).join("; "));
     document.body.dataset.ready = "1";
     return;
   }

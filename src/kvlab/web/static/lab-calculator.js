@@ -15,13 +15,15 @@ async function setupCalculator(grid, contextLen) {
   const out = document.getElementById("calc-out");
   const section = document.getElementById("calculator");
   let serial = 0;
-  // Three states: an answer (shown); a value typed out of range (refused here, nothing sent: the last answer
-  // dimmed, data-state "stale"); a model, GPU or context the engine refuses (the last answer, another model's,
-  // hidden: data-state "refused").
+  // Four states: an answer (shown); a question out (the last answer dimmed and "sizing…" beside the controls, from
+  // the moment an input changes until the answer, data-state "pending"); a value typed out of range (refused here,
+  // nothing sent: the last answer dimmed, data-state "stale"); a model, GPU or context the engine refuses (the last
+  // answer, another model's, hidden: data-state "refused").
   const state = (name, err) => {
     showError(errorNode, err);
     section.classList.toggle("stale", name !== "ok");
     section.classList.toggle("refused", name === "refused");
+    section.classList.toggle("busy", name === "pending");
     section.dataset.state = name;
   };
   const update = async () => {
@@ -29,6 +31,7 @@ async function setupCalculator(grid, contextLen) {
     const [values, msg] = checkForm(form);
     if (msg) { state("stale", new Error(msg)); return; }
     const q = new URLSearchParams(new FormData(form));
+    state("pending", null);
     try {
       const r = await api("api/size?" + q.toString());
       if (mine !== serial) return;
@@ -43,9 +46,11 @@ async function setupCalculator(grid, contextLen) {
   };
   form.addEventListener("input", update);
   form.addEventListener("change", update);
-  const bridge = () => updateBridge(modelSel.value, gpuSel.value);
+  const utilInput = document.getElementById("calc-util");
+  const bridge = () => updateBridge(modelSel.value, gpuSel.value, utilInput);
   modelSel.addEventListener("change", bridge);
   gpuSel.addEventListener("change", bridge);
+  utilInput.addEventListener("change", bridge); // section 10 follows the calculator's utilization too
   setupBridge(grid, modelSel, gpuSel);
   await Promise.all([update(), bridge()]);
 }
@@ -59,13 +64,15 @@ function renderCalc(r, utilization) {
   const parts = [["weights", split.weights_bytes, "weights"], ["kv", split.kv_cache_bytes, "KV cache"],
     ["other", split.other_bytes, "other"]];
   const said = [];
-  for (const [cls, v, label] of parts) {
-    if (v <= 0) continue;
+  const whole = wholeShares(parts.map(([, v]) => Math.max(0, v)), total);
+  parts.forEach(([cls, v, label], k) => {
+    if (v <= 0) return;
     const share = 100 * v / total;
-    said.push(`${label} ${nf0.format(share)}%`);
+    said.push(`${label} ${whole[k]}%`);
     bar.append(el("span", { class: cls, style: `width:${share}%`, title: `${label}: ${gib(v)} (${nf1.format(share)}%)`,
-      "data-part": cls, "data-value": String(v), text: share >= 8 ? `${label} ${nf0.format(share)}%` : "" }));
-  }
+      "data-part": cls, "data-value": String(v), "data-share": String(whole[k]),
+      text: share >= 8 ? `${label} ${whole[k]}%` : "" }));
+  });
   bar.setAttribute("aria-label", "GPU memory: " + said.join(", "));
   fitMembarLabels();
   const set = (key, text, value) => {
@@ -88,6 +95,15 @@ function renderCalc(r, utilization) {
       : `only ${nf0.format(w.num_fit)} of ${nf0.format(w.concurrency)} fit: the rest wait, or are evicted mid-answer` }));
   document.getElementById("calc-log").textContent = r.log_lines.join("\n");
   setText(document.getElementById("calc-paper"), paperSplitNote(r, utilization));
+}
+
+// Whole percentages that add up to 100 (the largest remainders round up): 61 + 27 + 13 once read 101%.
+function wholeShares(values, total) {
+  const exact = values.map(v => 100 * v / total), out = exact.map(Math.floor);
+  let left = 100 - out.reduce((a, b) => a + b, 0);
+  const order = exact.map((x, k) => [x - out[k], k]).filter(([, k]) => values[k] > 0).sort((a, b) => b[0] - a[0]);
+  for (const [, k] of order) { if (left <= 0) break; out[k]++; left--; }
+  return out;
 }
 
 // Why the bar's shares are not the paper's Figure 1 (kvlab.paper.FIG1_PAPER): the paper divides by the GB on the
@@ -121,33 +137,42 @@ let bridgeSize = null, bridgeSerial = 0;
 
 // The model and GPU picked in the calculator, by kvlab's own sizing: the command, the lines vLLM prints, how to
 // read them, and what drawing that pool changes in section 2.
-async function updateBridge(model, gpu) {
+// ``utilInput``: the calculator's GPU memory utilization, named in the command when it is not the one the page
+// opens on (vLLM's default); a value the calculator refuses leaves this section dimmed (the calculator says why).
+async function updateBridge(model, gpu, utilInput) {
   const errorNode = document.getElementById("bridge-error"), now = document.getElementById("bridge-now");
   const draw = document.querySelector('[data-act="bridge-draw"]');
   const mine = ++bridgeSerial;
+  const [util, utilMsg] = checkField(utilInput);
+  const dim = on => {
+    now.classList.toggle("stale-part", on);
+    now.dataset.stale = on ? "1" : "";
+    draw.disabled = on;
+  };
+  if (utilMsg) { showError(errorNode, null); dim(true); bridgeSize = null; return; }
+  const own = utilInput.value.trim() !== utilInput.defaultValue;
+  const q = own ? { model, gpu, gpu_memory_utilization: String(util) } : { model, gpu };
+  dim(true); // until the answer: what is shown is the last question's
   let r;
   try {
-    r = await api("api/size?" + new URLSearchParams({ model, gpu }).toString());
+    r = await api("api/size?" + new URLSearchParams(q).toString());
   } catch (err) {
     if (mine !== bridgeSerial) return;
     // This section's own slot; what it showed is another model's, so it is dimmed and cannot be drawn.
     showError(errorNode, err);
-    now.classList.add("stale-part");
-    now.dataset.stale = "1";
-    draw.disabled = true;
+    dim(true);
     bridgeSize = null;
     return;
   }
   if (mine !== bridgeSerial) return;
   showError(errorNode, null);
-  now.classList.remove("stale-part");
-  now.dataset.stale = "";
-  draw.disabled = false;
-  bridgeSize = r;
+  dim(false);
+  bridgeSize = { ...r, own_utilization: own };
   const entry = catalog.models.find(m => m.name === r.model);
   for (const n of document.querySelectorAll('[data-field="bridge-gpu"]')) n.textContent = r.gpu;
   for (const n of document.querySelectorAll('[data-field="bridge-model"]')) n.textContent = r.model;
-  setText(document.querySelector('[data-field="bridge-cmd"]'), `vllm serve ${(entry && entry.hf_repo) || r.model}`);
+  setText(document.querySelector('[data-field="bridge-cmd"]'), `vllm serve ${(entry && entry.hf_repo) || r.model}` +
+    (own ? ` --gpu-memory-utilization ${util}` : ""));
   const log = document.getElementById("bridge-log");
   log.innerHTML = "";
   for (const line of r.log_lines) {
@@ -176,7 +201,8 @@ function setupBridge(grid, modelSel, gpuSel) {
     const form = grid.form;
     form.elements.model.value = modelSel.value;
     form.elements.gpu.value = gpuSel.value;
-    form.elements.num_blocks.value = "auto";
+    // At the calculator's own utilization, the pool it sized (auto is the page's opening utilization's).
+    form.elements.num_blocks.value = bridgeSize && bridgeSize.own_utilization ? String(bridgeSize.num_blocks) : "auto";
     form.elements.allocator.value = "paged";
     activePlayer = grid;
     await grid.reset();

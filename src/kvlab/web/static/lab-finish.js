@@ -59,7 +59,8 @@ Object.assign(Player.prototype, {
     const many = this.panels.length > 1;
     node.append(el("div", { class: "tablewrap" }, summaryTable(this.finishRows(finish), many ? finish.winner : null)));
     node.append(el("p", { class: "hint", text: "normalized latency: a request's time from arrival to its last token, " +
-      "divided by its answer's tokens (the vLLM paper's measure), averaged over requests." }));
+      "divided by its answer's tokens (the vLLM paper's measure); p50: the median over requests, as kvlab race " +
+      "prints it." }));
     node.hidden = false;
     this.panels.forEach(p => p.panel.classList.toggle("winner", many && p.info.name === finish.winner));
   },

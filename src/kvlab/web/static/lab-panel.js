@@ -303,8 +303,8 @@ Object.assign(Player.prototype, {
       ctx.fill(queue);
       if (waiting > room) { ctx.font = "11px system-ui, sans-serif"; ctx.fillText(`+${nf0.format(waiting - room)}`, qx + room * 5 + 2, 21); }
     }
-    setText(p.seatsLabel, `seats: ${nf0.format(running)} running of ${nf0.format(Math.max(1, p.peak))} (the most at ` +
-      `once so far) · queue: ${nf0.format(waiting)} waiting`);
+    setText(p.seatsLabel, (p.peak > 0 ? `seats: ${nf0.format(running)} running of ${nf0.format(p.peak)} (the most at ` +
+      "once so far)" : "seats: none taken yet") + ` · queue: ${nf0.format(waiting)} waiting`);
     setData(p.seats, "running", running);
     setData(p.seats, "waiting", waiting);
   },

@@ -8,7 +8,10 @@
 // read off it says so ("≈"); the table under the chart holds the engine's own numbers for the picked rate.
 const SWEEP_MS = 6000; // one sweep of the rate across the chart
 const CURVE_RATES = 8; // rates evenly over the chart, run for every system besides the searches' probes
-const Y_OVER_SLO = 10; // the latency axis runs to ten times the target (the paper's axis: about 1 s per token)
+const Y_OVER_SLO = 10;
+// A system's memory in the legend, after its paper name ("Orca (Max), reserve the max"; "vLLM, pages"): the paper
+// names carry their own brackets.
+const MEMORY_WORDS = { max: "reserve the max", paged: "pages", pow2: "power of two", oracle: "oracle" }; // the latency axis runs to ten times the target (the paper's axis: about 1 s per token)
 
 class RateFigure {
   constructor(section, players) {
@@ -33,6 +36,9 @@ class RateFigure {
     this.range.addEventListener("input", () => { this.stopSweep(); this.cursor = Number(this.range.value); this.draw(); });
     this.range.addEventListener("change", () => this.pick(Number(this.range.value), "range"));
     this.input.addEventListener("change", () => this.typed());
+    // One range for the rate, the server's (params.LIMITS' least rate, the chart's end): the slider cannot go below
+    // it, and the box states it as the server does.
+    this.range.min = this.input.dataset.min = String(catalog.limits.min_rate);
     new ResizeObserver(() => this.draw()).observe(this.canvas);
   }
 
@@ -78,13 +84,15 @@ class RateFigure {
     legend.innerHTML = "";
     f.systems.forEach((x, i) => legend.append(el("span", { "data-system": x.name },
       el("i", { style: `border-top-color:${LANE_COLOURS[i % 4]};border-top-style:${i % 4 ? "dashed" : "solid"}` }),
-      `${x.paper_name} (${FRIENDLY[x.allocator]}): breaks at ${rateText(x)} req/s`)));
+      `${x.paper_name}, ${MEMORY_WORDS[x.allocator]}: breaks at ${rateText(x)} req/s`)));
     const marks = this.section.querySelector("figcaption");
     setText(marks, "Each line is one system's normalized latency; the dot and the dashed line mark its breaking point, " +
       `the highest rate at which its run kept up and stayed under ${nf2.format(f.slo_s)} s per token. ` +
       `Above ${nf1.format(Y_OVER_SLO * f.slo_s)} s per token a line runs along the top.`);
     this.section.dataset.ready = "1";
-    await this.pick(Number(this.players.hero.fixed.rate), "hero");
+    // A rate typed while the search ran (or before the page had set this section up) wins over the opening rate.
+    if (this.typedEarly || this.input.value.trim() !== "") this.typed();
+    else await this.pick(Number(this.players.hero.fixed.rate), "hero");
     await this.fillCurves();
   }
 
@@ -127,12 +135,12 @@ class RateFigure {
   draw() {
     if (!this.found) return;
     const t0 = performance.now();
-    const canvas = this.canvas, w = Math.max(200, Math.floor(canvas.clientWidth || 600)), h = 260;
+    const canvas = this.canvas, w = Math.max(200, Math.floor(canvas.clientWidth || 600)), h = 272;
     if (canvas.width !== w) canvas.width = w;
     if (canvas.height !== h) canvas.height = h;
     const ctx = canvas.getContext("2d"), f = this.found;
     const yMax = Y_OVER_SLO * f.slo_s, axis = f.axis_rps;
-    const left = 46, right = w - 10, top = 10, bottom = h - 30;
+    const left = 46, right = w - 10, top = 10, bottom = h - 42;
     const X = r => left + (right - left) * r / axis, Y = v => bottom - (bottom - top) * Math.min(v, yMax) / yMax;
     const upTo = this.sweeping ? this.cursor : axis;
     ctx.clearRect(0, 0, w, h);
@@ -149,7 +157,7 @@ class RateFigure {
       ctx.beginPath(); ctx.moveTo(x, bottom); ctx.lineTo(x, bottom + 5); ctx.stroke();
       if (k === 0) continue;
       ctx.textAlign = k === 4 ? "right" : "center";
-      ctx.fillText(nf2.format(r), k === 4 ? right : x, h - 14);
+      ctx.fillText(nf2.format(r), k === 4 ? right : x, bottom + 17);
     }
     ctx.textAlign = "left";
     ctx.fillText("requests per second", left + 4, h - 3);
@@ -178,7 +186,10 @@ class RateFigure {
       ctx.beginPath(); ctx.moveTo(cx, cy); ctx.lineTo(cx, bottom); ctx.stroke(); ctx.setLineDash([]);
       ctx.fillStyle = colour; ctx.beginPath(); ctx.arc(cx, cy, 5, 0, 7); ctx.fill();
       ctx.font = "bold 11px system-ui, sans-serif";
-      ctx.fillText(`${x.paper_name} ${rateText(x)}`, Math.min(cx + 6, right - 110), top + 12 + 13 * i);
+      // On a white halo, so that a name over a curve stays legible (on a phone the curves run under them).
+      const label = `${x.paper_name} ${rateText(x)}`, lx = Math.min(cx + 6, right - 110), ly = top + 12 + 13 * i;
+      ctx.strokeStyle = "#fff"; ctx.lineWidth = 3; ctx.lineJoin = "round"; ctx.strokeText(label, lx, ly);
+      ctx.fillText(label, lx, ly);
       ctx.font = "11px system-ui, sans-serif";
     });
     if (this.cursor !== null) {
@@ -223,6 +234,14 @@ class RateFigure {
   }
 
   typed() {
+    if (!this.found) {
+      // The chart's range is not known yet: the rate waits for the search (the busy line says it is running) and
+      // is run when it ends, in place of the opening rate.
+      this.typedEarly = true;
+      this.section.dataset.state = "busy";
+      return;
+    }
+    this.typedEarly = false;
     const [v, msg] = checkField(this.input);
     this.input.classList.toggle("invalid", !!msg);
     this.input.setAttribute("aria-invalid", msg ? "true" : "false");
@@ -238,6 +257,7 @@ class RateFigure {
 
   // Run every system at ``rate`` (the engine, once per rate), show its numbers, and have the figures above follow.
   async pick(rate, from) {
+    if (from === "range" && !(rate >= catalog.limits.min_rate)) rate = catalog.limits.min_rate;
     this.stopSweep();
     this.picked = rate;
     this.cursor = rate;
@@ -284,7 +304,7 @@ class RateFigure {
     const f = this.found;
     this.table.innerHTML = "";
     this.table.append(el("tr", { class: "head" }, el("th", { text: "system" }), el("th", { text: "memory" }),
-      el("th", { text: `normalized latency at ${nf2.format(rate)} req/s` }), el("th", { text: "breaks at" }),
+      el("th", { text: `normalized latency (mean, the paper's measure) at ${nf2.format(rate)} req/s` }), el("th", { text: "breaks at" }),
       el("th", { text: "at this rate" })));
     const broken = [], holding = [];
     f.systems.forEach((x, i) => {
