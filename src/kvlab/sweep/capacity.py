@@ -162,9 +162,11 @@ class Search:
                 "lower_bound": self.mark == "≥", "too_short": self.mark == "?", "uncertified_reason": self.uncertified,
                 "limited_by": self.limited_by, "bracket": [self.lo, self.hi],
                 "served_share_at_capacity": at.get("served_share"), "state_at_capacity": at.get("state"),
+                "decided_by_at_capacity": at.get("decided_by"),
                 "num_simulations": len(self.probes),
                 "probes": [{"rate": r, "value": v, "held": h, "state": w.get("state"), "loaded": w.get("loaded"),
-                            "served_share": w.get("served_share"), "offered_rps": w.get("offered_rps"),
+                            "served_share": w.get("served_share"), "decided_by": w.get("decided_by"),
+                            "offered_rps": w.get("offered_rps"),
                             "served_rps": w.get("served_rps"), "values": verdict.values,
                             "attainment": verdict.attainment, "reason": verdict.reason}
                            for (r, v, h), verdict, w in zip(self.probes, self.verdicts, self.windows)],
