@@ -46,6 +46,9 @@ GoodputOpt = Annotated[float | None, typer.Option("--goodput", help="Judge each 
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Stop bisecting when the bracket \\[held, failed] is this "
                                         "narrow, relative.")]
 MaxRateOpt = Annotated[float, typer.Option("--max-rate", help="Give up doubling above this rate (req/s).")]
+PriceOpt = Annotated[float | None, typer.Option("--gpu-hour-price", help="US dollars a GPU-hour, for the cost per "
+                                                "million output tokens \\[default: the catalogue's, with its date "
+                                                "and source (kvlab.catalog.prices)].")]
 TYPICAL_SEARCH_RUNS = 8  # simulations a search usually takes (bracket + bisection to 5%): for the time estimate
 SEATS_FACTOR = 2  # the default workload: this many times the engine's seats arrive in the measured window
 MIN_WINDOW_REQUESTS = 10  # fewer in the measured window measure nothing
@@ -95,10 +98,13 @@ def capacity(
     max_time: MaxTimeOpt = "1h",
     yes: YesOpt = False,
     as_json: JsonOpt = False,
+    gpu_hour_price: PriceOpt = None,
 ) -> None:
     """The highest request rate each configuration sustains under a latency target.
 
-    A rate holds when its run kept up (served ≥ 95% of offered over its measured window, no growing queue) and met the target.
+    A rate holds when its run kept up (its waiting queue grew neither in count nor in oldest wait, every request finished, judged up to the last arrival) and met the target.
+
+    Each answer is searched on two samples (the workload, and twice it) and both are shown with their spread.
 
     Found by bracketing and bisection; every simulation is stored like a sweep's, so a search run again reuses them.
 
@@ -115,7 +121,11 @@ def capacity(
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
     from kvlab.validate import check_options
 
+    from kvlab.catalog.prices import gpu_hour_price as check_price
+
     target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
+    if gpu_hour_price is not None:
+        check_price("", gpu_hour_price)  # (a price that is not a positive number: one line, before anything runs)
     if not 0 < rtol < 1:
         raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
     lists, explicit = grid_lists(ctx.args, grid)
@@ -123,7 +133,7 @@ def capacity(
         lists.pop("replicas")
         from kvlab.cli.capacity_fleet import fewest_replicas_command
 
-        fewest_replicas_command(lists, explicit, target, out, as_json)
+        fewest_replicas_command(lists, explicit, target, out, as_json, gpu_hour_price)
         return
     rates = lists.pop("rate", ["1"])
     if len(rates) != 1 or any("rate" in p for p in explicit):
@@ -137,25 +147,52 @@ def capacity(
                          f"--max-rate {start_rate:g} or more")
     configurations, seats, scaled = searched_configurations(lists, explicit, start_rate)
     first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__)
+    longer, no_second = _longer_samples(configurations, start_rate)
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()
-    session.check_time(first_points, TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
-                       f"{len(configurations)} capacity search{'es' if len(configurations) > 1 else ''} (about "
-                       f"{TYPICAL_SEARCH_RUNS} simulations each)")
-    searches, rows = run_capacity(session, configurations, [start_rate] * len(configurations), target, rtol,
-                                  max_rate)
+    every = configurations + longer
+    session.check_time(first_points, 3 * TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
+                       f"{len(every)} capacity search{'es' if len(every) > 1 else ''} (the workload and twice it; "
+                       f"about {TYPICAL_SEARCH_RUNS} simulations each)")
+    searches, rows = run_capacity(session, every, [start_rate] * len(every), target, rtol, max_rate)
     names = list(run_options())
-    setups = [p.config.describe() for p in first_points]
-    answer = Answer(configurations, searches, setups, seats, target, scaled)
+    setups = [{**p.config.describe(), **_engine_setup(p)} for p in first_points]
+    answer = Answer(configurations, searches[:len(configurations)], setups, seats, target, scaled)
+    answer.add_samples(longer, searches[len(configurations):], no_second)
+    answer.add_costs([p.config for p in first_points], gpu_hour_price)
     written = write_capacity_plots(answer, rows, names, out)
     if as_json:
         typer.echo(json.dumps({"slo": target.text, "goodput": target.goodput, "setup": answer.common_setup(),
                                "capacities": capacity_json(answer, names), "spread": answer.spreads(),
+                               "lead": answer.lead(), "cheapest": answer.cheapest(),
                                "cost_profiles": {n: fitted_to(n) for n in answer.costs()},
                                "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb"),
                                "plots": [str(p) for p in written]}, indent=2))
         return
     print_capacity(answer, names, session, written)
+
+
+def _engine_setup(point) -> dict[str, Any]:
+    from kvlab import service
+    from kvlab.report.setup import engine_setup
+
+    return engine_setup(point.config, service.strategies([point.strategy], point.config))
+
+
+def _longer_samples(configurations: list[dict], start_rate: float) -> tuple[list[dict], str | None]:
+    """Each configuration over twice its workload (kvlab.sweep.capacity.longer_sample), or none and why (a trace
+    with fewer requests than twice the first sample)."""
+    import kvlab
+    from kvlab.errors import KvlabError
+    from kvlab.sweep.capacity import longer_sample
+    from kvlab.sweep.point import resolve_points
+
+    longer = [longer_sample(c) for c in configurations]
+    try:
+        resolve_points([{**c, "rate": start_rate} for c in longer], kvlab.__version__)
+    except KvlabError as exc:
+        return [], f"no second sample: {exc}"
+    return longer, None
 
 
 def searched_configurations(lists: dict, explicit: list[dict], start_rate: float):
@@ -239,6 +276,66 @@ class Answer:
     def costs(self) -> list[str]:
         return list(dict.fromkeys(s["cost"] for s in self.setups))
 
+    def add_samples(self, longer: list[dict], searches, no_second: str | None) -> None:
+        """The second sample's searches (twice the workload), or why there is none."""
+        self.longer, self.second, self.no_second = longer, searches, no_second
+
+    def add_costs(self, configs, gpu_hour_price: float | None) -> None:
+        from kvlab import service
+        from kvlab.catalog import get_gpu
+        from kvlab.catalog.prices import gpu_hour_price as price_of
+
+        self.prices = [price_of(get_gpu(c.device.gpu).id, gpu_hour_price) for c in configs]
+        self.num_gpus = [c.parallel.num_gpus for c in configs]
+        requests = [service.load(c).requests for c in configs]
+        self.mean_outputs = [sum(r.num_output_tokens for r in rs) / max(1, len(rs)) for rs in requests]
+
+    def samples(self, i: int) -> dict[str, Any]:
+        """Configuration ``i``'s two samples: their lengths, answers, spread, and the answer (the lower)."""
+        from kvlab.sweep.capacity import STABLE_SPREAD, length_for_spread, sample_spread
+
+        first = self.searches[i].capacity
+        length = self.configurations[i].get("num_requests") or 0
+        if self.no_second is not None:
+            return {"lengths": [length], "capacities": [first], "spread": None, "stable": None,
+                    "answer_rps": first, "note": self.no_second}
+        second = self.second[i].capacity
+        spread = sample_spread(first, second)
+        return {"lengths": [length, self.longer[i].get("num_requests") or 0], "capacities": [first, second],
+                "spread": spread, "stable": spread is not None and spread <= STABLE_SPREAD,
+                "answer_rps": min(first, second),
+                "length_for_stable": length_for_spread(2 * length, spread) if length else None}
+
+    def cost_of(self, i: int) -> dict[str, Any] | None:
+        """Dollars per hour and per million output tokens at configuration ``i``'s answer (None: no price)."""
+        from kvlab.catalog.prices import serving_cost
+
+        price = self.prices[i]
+        if price is None:
+            return None
+        at = self.samples(i)["answer_rps"]
+        return {**serving_cost(price, self.num_gpus[i], at, self.mean_outputs[i]), "rate_rps": at,
+                "num_gpus": self.num_gpus[i], "usd_per_gpu_hour": price.usd_per_gpu_hour, "price_as_of": price.as_of,
+                "price_source": price.source, "mean_output_tokens": self.mean_outputs[i]}
+
+    def lead(self) -> dict[str, Any]:
+        """The clock the answer leads with (the best evidence for the GPU) and what it measured of itself."""
+        from kvlab.catalog import get_gpu
+        from kvlab.report.setup import evidence, lead_profile
+
+        name = lead_profile(get_gpu(self.configurations[0]["gpu"]).id, self.costs())
+        return {"cost": name, "evidence": evidence(name)}
+
+    def cheapest(self) -> dict[str, Any] | None:
+        """Under the lead clock, the configuration whose answer costs least per million output tokens."""
+        lead = self.lead()["cost"]
+        priced = [(c["usd_per_million_output_tokens"], i) for i in range(len(self.configurations))
+                  if self.setups[i]["cost"] == lead and (c := self.cost_of(i)) and c["usd_per_million_output_tokens"]]
+        if not priced:
+            return None
+        value, i = min(priced)
+        return {"strategy": self.configurations[i]["strategy"], "cost": lead, **(self.cost_of(i) or {})}
+
     def setup_of(self, i: int) -> dict[str, Any]:
         """Configuration ``i``'s setup: kvlab.config's description, with the workload's length and seats."""
         setup = dict(self.setups[i])
@@ -253,6 +350,7 @@ class Answer:
         common = {k: v for k, v in all_setups[0].items() if k != "workload" and all(s.get(k) == v for s in all_setups)}
         workloads = [s["workload"] for s in all_setups]
         common["workload"] = {k: v for k, v in workloads[0].items() if all(w.get(k) == v for w in workloads)}
+        common["prefix_caching"] = {k: v for s in all_setups for k, v in s.get("prefix_caching", {}).items()}
         return common
 
     def spreads(self) -> list[dict[str, Any]]:
@@ -281,6 +379,7 @@ def capacity_json(answer: Answer, option_names) -> list[dict]:
         own = {k: v for k, v in setup.items() if k != "workload" and common.get(k) != v}
         own_workload = {k: v for k, v in setup["workload"].items() if common["workload"].get(k) != v}
         entries.append({**{n: c[n] for n in option_names if n != "rate"}, **s.to_json(), "setup": setup,
+                        "samples": answer.samples(i), "serving_cost": answer.cost_of(i),
                         "setup_differs": {**own, **({"workload": own_workload} if own_workload else {})}})
     return entries
 
@@ -369,6 +468,7 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
         if spread["spread"] is not None:
             console.print(f"The clock's spread for {spread['strategy']}: {parts} req/s ({spread['spread']:.0%} between "
                           "the lowest and the highest).", markup=False)
+    _print_answer(console, answer)
     console.print("Setup: " + "; ".join(setup_lines(answer.common_setup())) + ".", markup=False)
     if len(answer.costs()) > 1:
         for name in answer.costs():
@@ -376,3 +476,39 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
     num_simulations = sum(len(search.probes) + bool(search.error) for search in searches)
     console.print(_computed_text(session.runner.num_computed, num_simulations, "simulation")
                   + f". Store: {session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)
+
+
+def _print_answer(console, answer: Answer) -> None:
+    """The lead clock's answers with their two samples, and what each costs."""
+    from kvlab.catalog.prices import price_text
+    from kvlab.sweep.capacity import samples_text
+
+    lead = answer.lead()
+    console.print(f"Answer under {lead['cost']}, the clock with the best evidence for this GPU ({lead['evidence']}); "
+                  "the other clocks are the spread.", markup=False)
+    for i, config in enumerate(answer.configurations):
+        if config["cost"] != lead["cost"] or answer.searches[i].error:
+            continue
+        sample = answer.samples(i)
+        if sample["spread"] is None and sample.get("note"):
+            words = f"{rate_text(sample['answer_rps'])} req/s ({sample['note']})"
+        else:
+            words = f"{rate_text(sample['answer_rps'])} req/s, the lower of two samples: " + samples_text(
+                tuple(sample["lengths"]), tuple(rate_text(c) for c in sample["capacities"]), sample["spread"], "req/s")
+        cost = answer.cost_of(i)
+        if cost is None:
+            money = "no price known for this GPU: give --gpu-hour-price"
+        elif cost["usd_per_million_output_tokens"] is None:
+            money = f"${cost['usd_per_hour']:,.2f} an hour for nothing served"
+        else:
+            money = (f"${cost['usd_per_hour']:,.2f} an hour on {cost['num_gpus']} GPU"
+                     f"{'s' if cost['num_gpus'] > 1 else ''}, ${cost['usd_per_million_output_tokens']:,.2f} per million "
+                     f"output tokens (mean answer {cost['mean_output_tokens']:,.0f} tokens)")
+        console.print(f"  {config['strategy']}: {words}; {money}.", markup=False)
+    cheapest = answer.cheapest()
+    if cheapest is not None and len(answer.configurations) > len(answer.costs()):
+        console.print(f"Cheapest under the target: {cheapest['strategy']} at ${cheapest['usd_per_million_output_tokens']:,.2f} "
+                      "per million output tokens.", markup=False)
+    price = next((p for p in answer.prices if p is not None), None)
+    if price is not None:
+        console.print(f"Price: {price_text(price)}.", markup=False)

@@ -1,6 +1,7 @@
 """A run's setup in words, for every report that must state what it answered on: the model and GPUs, the KV
-cache, the scheduler's limits, the workload and its arrivals, and the cost profile with what its numbers come
-from (kvlab.config.KvlabConfig.describe's fields)."""
+cache, the engine's defaults that change an answer (prefix caching, chunked prefill, the scheduler's limits), the
+tensor- and pipeline-parallel communication, the workload and its arrivals, and the cost profile with what its
+numbers come from and what it measured of itself (kvlab.config.KvlabConfig.describe's fields)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,37 @@ def fitted_to(name: str) -> str:
         "stated, not fitted; any GPU"
     first = re.sub(r"\s*\([^()]*\)", "", profile.source.split(". ")[0]).strip().rstrip(".")
     return f"{profile.name} ({where}): {_shortened(first, 200)}"
+
+
+def measured_error(name: str) -> str | None:
+    """What a profile fitted on real runs measured of itself (its leave-one-out median errors, kvlab calibrate
+    --runs), in words; None for a profile fitted on none."""
+    from kvlab.cost.profiles import get_profile
+
+    fit = get_profile(name).fit
+    medians = fit.get("loo_median_abs_error")
+    if not medians:
+        return None
+    parts = [f"{label} {medians[key]:.0%}" for key, label in (("ttft_p99", "TTFT p99"), ("ttft_mean", "TTFT mean"),
+                                                              ("e2e_mean", "E2E mean"), ("itl_mean", "ITL mean"))
+             if key in medians]
+    return (f"error on the {len(fit.get('runs', ()))} real vLLM runs it was fitted on, each left out in turn "
+            f"(median): {', '.join(parts)}")
+
+
+def lead_profile(gpu_id: str, profiles: list[str]) -> str:
+    """The profile an answer leads with: the one with the best evidence for ``gpu_id`` (fitted on real runs on
+    it, kvlab.cost.profiles.default_profile_for) when it is among ``profiles``, else the first."""
+    from kvlab.cost.profiles import default_profile_for
+
+    best = default_profile_for(gpu_id)
+    return best if best in profiles else profiles[0]
+
+
+def evidence(name: str) -> str:
+    """Why a lead profile is believed: what it is fitted on and its measured error, or that it is stated."""
+    error = measured_error(name)
+    return fitted_to(name) + (f"; {error}" if error else "; its error is not measured (fitted on no real runs)")
 
 
 def _shortened(text: str, limit: int) -> str:
@@ -44,8 +76,12 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
     limits = [f"{k} {setup[k]:,}" for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len") if k in setup]
     if "enable_chunked_prefill" in setup:
         limits.append("chunked prefill " + ("on" if setup["enable_chunked_prefill"] else "off"))
+    if "prefix_caching" in setup:
+        limits.append(prefix_caching_text(setup["prefix_caching"]))
     if limits:
-        lines.append("scheduler: " + ", ".join(limits))
+        lines.append("engine: " + ", ".join(limits))
+    if setup.get("communication"):
+        lines.append("parallel: " + setup["communication"])
     w = setup.get("workload", {})
     words = [str(w["workload"])] if "workload" in w else []
     if "arrival" in w:
@@ -65,3 +101,37 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
     if "cost" in setup:
         lines.append("cost profile: " + (setup["cost"] if short else fitted_to(setup["cost"])))
     return lines
+
+
+def prefix_caching_text(by_strategy: dict[str, bool]) -> str:
+    """"prefix caching on" (every strategy), "prefix caching off", or "prefix caching on for vllm, off for
+    orca-oracle"."""
+    states = set(by_strategy.values())
+    if len(states) == 1:
+        return "prefix caching " + ("on" if states.pop() else "off")
+    on = [n for n, v in by_strategy.items() if v]
+    off = [n for n, v in by_strategy.items() if not v]
+    return f"prefix caching on for {', '.join(on)}, off for {', '.join(off)}"
+
+
+def engine_setup(config, strategies) -> dict[str, Any]:
+    """What a setup adds to KvlabConfig.describe(): each strategy's prefix caching (``vllm`` has it on, as `vllm
+    serve`), and the tensor- and pipeline-parallel communication the clock prices."""
+    from kvlab.catalog import get_gpu
+
+    setup: dict[str, Any] = {"prefix_caching": {s.name: s.enable_prefix_caching for s in strategies}}
+    tp, pp = config.parallel.tensor_parallel_size, config.parallel.pipeline_parallel_size
+    if tp * pp > 1:
+        gpu = get_gpu(config.device.gpu)
+        link = (f"{gpu.link} at {gpu.link_bandwidth_bytes_per_s / 1e9:,.0f} GB/s a direction"
+                if gpu.link and gpu.link_bandwidth_bytes_per_s else "the GPUs' link")
+        words = []
+        if tp > 1:
+            words.append(f"TP {tp}: two all-reduces of each token's hidden state per layer over {link}, priced by "
+                         "the cost profile's allreduce terms (docs/cost.md)")
+        if pp > 1:
+            # (kvlab.config.resolve.cost_model_for: the stages run one after the other, no overlap)
+            words.append(f"PP {pp}: the stages run one after the other (no micro-batch overlap); their activation "
+                         f"hand-offs over {link} are not priced")
+        setup["communication"] = "; ".join(words)
+    return setup

@@ -209,3 +209,44 @@ def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *,
                 continue
             judged, window = verdict(slo, row)
             search.record(rate, slo.value(judged), judged.held, judged, window)
+
+
+# Two samples agree when their answers are this close (relative to the lower): twice the search's tolerance.
+STABLE_SPREAD = 0.10
+
+
+def longer_sample(configuration: dict[str, Any]) -> dict[str, Any]:
+    """The second sample a capacity answer is checked on: the same configuration over twice the workload (twice its
+    requests, or twice its duration): a trace's next stretch joins the first, a generated workload draws as many
+    again. An answer that holds on both does not move with the sample's length (docs/sweep.md)."""
+    if configuration.get("duration") is not None:
+        return {**configuration, "duration": 2 * configuration["duration"]}
+    return {**configuration, "num_requests": 2 * configuration["num_requests"]}
+
+
+def sample_spread(first: float, second: float) -> float | None:
+    """How far two samples' answers are apart, relative to the lower (None: either is 0)."""
+    low, high = sorted((first, second))
+    return high / low - 1 if low > 0 else None
+
+
+def length_for_spread(length: int, spread: float | None, target: float = STABLE_SPREAD) -> int | None:
+    """The workload length (requests) at which two samples would likely agree within ``target``: a sample's error
+    falls as 1/√n, so the spread seen at ``length`` shrinks to ``target`` at length × (spread / target)²; rounded
+    up to hundreds (None: no spread to scale)."""
+    if spread is None or spread <= target:
+        return None
+    return 100 * math.ceil(length * (spread / target) ** 2 / 100)
+
+
+def samples_text(lengths: tuple[int, int], answers: tuple[str, str], spread: float | None, unit: str,
+                 *, what: str = "requests") -> str:
+    """'on 2,400 requests 9.1 req/s, on 4,800 8.7 (spread 5%: stable)', or the advice when they disagree."""
+    text = f"on {lengths[0]:,} {what} {answers[0]} {unit}, on {lengths[1]:,} {answers[1]}"
+    if spread is None:
+        return text + " (one of them 0: no spread)"
+    if spread <= STABLE_SPREAD:
+        return text + f" (spread {spread:.0%}: stable)"
+    need = length_for_spread(lengths[1], spread)
+    return text + (f" (spread {spread:.0%}: the answer moves with the sample; a trace of about {need:,} {what} "
+                   "would give a stable one: -n)")
