@@ -102,7 +102,8 @@ def capacity(
 ) -> None:
     """The highest request rate each configuration sustains under a latency target.
 
-    A rate holds when its run kept up (its waiting queue grew neither in count nor in oldest wait, every request finished, judged up to the last arrival) and met the target.
+    A rate holds when its run kept up and met the target: its waiting queue grew neither in count nor in oldest wait,
+    every request finished, judged up to the last arrival.
 
     Each answer is searched on two samples (the workload, and twice it) and both are shown with their spread.
 
@@ -115,13 +116,12 @@ def capacity(
     With --replicas auto --rate R: the fewest replicas that sustain R req/s, per --router (default round-robin,least-requests).
     """
     import kvlab
+    from kvlab.catalog.prices import gpu_hour_price as check_price
     from kvlab.errors import KvlabError
     from kvlab.sweep.grid import run_options
     from kvlab.sweep.point import resolve_points
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
     from kvlab.validate import check_options
-
-    from kvlab.catalog.prices import gpu_hour_price as check_price
 
     target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
     if gpu_hour_price is not None:
