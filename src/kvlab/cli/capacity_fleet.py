@@ -25,7 +25,8 @@ def replicas_text(n: int) -> str:
     return f"{n} replica{'' if n == 1 else 's'}"
 
 
-def fewest_replicas_command(lists: dict[str, list], explicit: list[dict], slo, out: Path, as_json: bool) -> None:
+def fewest_replicas_command(lists: dict[str, list], explicit: list[dict], slo, out: Path, as_json: bool,
+                            gpu_hour_price: float | None = None) -> None:
     from kvlab.errors import KvlabError
     from kvlab.report.setup import fitted_to
     from kvlab.sweep.grid import expand
@@ -44,11 +45,18 @@ def fewest_replicas_command(lists: dict[str, list], explicit: list[dict], slo, o
         from kvlab.cost.profiles import applicable_profiles
 
         points = [{**p, "cost": name} for p in points for name in applicable_profiles(get_gpu(p["gpu"]).id)]
-    searches = [_search(point, router, slo, given_length, several_costs=len({p["cost"] for p in points}) > 1)
+    several = len({p["cost"] for p in points}) > 1
+    searches = [_search(point, router, slo, given_length, several_costs=several)
                 for point in points for router in routers]
-    entries = [_entry(s) for s in searches]
+    # The second sample: twice the workload (kvlab.sweep.capacity.longer_sample); the answer is the larger count.
+    longer = [_search(point, router, slo, given_length, several_costs=several, factor=2)
+              for point in points for router in routers]
+    entries = [_with_second(_entry(s), _entry(t), gpu_hour_price, float(rates[0])) for s, t in zip(searches, longer)]
     costs = list(dict.fromkeys(e["cost"] for e in entries))
-    setup = searches[0]["config"].describe()
+    from kvlab.report.setup import engine_setup
+
+    setup = {**searches[0]["config"].describe(),
+             **engine_setup(searches[0]["config"], [s["strategy_spec"] for s in searches])}
     for key in ("replicas", "router", *(("cost", "cost_source") if len(costs) > 1 else ())):
         setup.pop(key, None)
     parallel = searches[0]["config"].parallel
@@ -64,7 +72,8 @@ def fewest_replicas_command(lists: dict[str, list], explicit: list[dict], slo, o
     _print(entries, spreads, costs, slo, float(rates[0]), setup, written)
 
 
-def _search(point: dict[str, Any], router: str, slo, given_length: bool, *, several_costs: bool) -> dict[str, Any]:
+def _search(point: dict[str, Any], router: str, slo, given_length: bool, *, several_costs: bool,
+            factor: int = 1) -> dict[str, Any]:
     """One search over the replica count: ``point``'s engine behind ``router``, with the runs' windows and
     verdicts by count."""
     import sys
@@ -77,6 +86,10 @@ def _search(point: dict[str, Any], router: str, slo, given_length: bool, *, seve
     options = {k: v for k, v in point.items() if k not in ("strategy", "replicas", "router")}
     if not given_length:
         options["num_requests"] = max(DEFAULT_NUM_REQUESTS, math.ceil(point["rate"] * TRAFFIC_SECONDS))
+    if factor != 1:
+        from kvlab.sweep.capacity import longer_sample
+
+        options = longer_sample({**options, "num_requests": options.get("num_requests") or DEFAULT_NUM_REQUESTS})
     config = resolve({**options, "router": router, "replicas": 2})  # (a router needs a fleet; N is searched)
     strategy = service.strategies([point["strategy"]], config)[0]
     workload = service.load(config)
@@ -84,7 +97,8 @@ def _search(point: dict[str, Any], router: str, slo, given_length: bool, *, seve
     seats = window.num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held)
     windows: dict[int, dict[str, Any]] = {}
     reasons: dict[int, str] = {}
-    name = f"{strategy.name} behind {router}" + (f" under {point['cost']}" if several_costs else "")
+    name = (f"{strategy.name} behind {router}" + (f" under {point['cost']}" if several_costs else "")
+            + (f" ({len(workload.requests):,} requests)" if factor != 1 else ""))
 
     def holds(result) -> bool:
         records = result.as_result().records
@@ -99,7 +113,9 @@ def _search(point: dict[str, Any], router: str, slo, given_length: bool, *, seve
 
     search = fewest_replicas(strategy, config.engine, config.router.spec(config.workload.seed), workload, holds,
                              max_replicas=MAX_REPLICAS, on_run=progress)
-    return {"strategy": strategy.name, "router": router, "cost": point["cost"], "point": point, "config": config,
+    return {"strategy": strategy.name, "strategy_spec": strategy, "router": router, "cost": point["cost"],
+            "point": point, "config": config, "num_requests": len(workload.requests),
+            "mean_output_tokens": sum(r.num_output_tokens for r in workload.requests) / max(1, len(workload.requests)),
             "search": search, "windows": windows, "reasons": reasons, "seats": seats}
 
 
@@ -115,10 +131,34 @@ def _entry(s: dict[str, Any]) -> dict[str, Any]:
     answer = search.num_replicas
     at = s["windows"].get(answer, {}) if answer else {}
     return {"strategy": s["strategy"], "router": s["router"], "cost": s["cost"], "replicas": answer,
+            "num_requests": s["num_requests"], "mean_output_tokens": s["mean_output_tokens"], "gpus_each": gpus_each,
+            "gpu": config.device.gpu,
             "gpus": None if answer is None else answer * gpus_each,
             "may_be_too_few": bool(at) and not at.get("loaded", True),
             "fewer_limited_by": _fewer_limited_by(search, s["reasons"]), "memory": memory_per_replica(config),
             "runs": runs}
+
+
+def _with_second(first: dict[str, Any], second: dict[str, Any], gpu_hour_price: float | None,
+                 rate: float) -> dict[str, Any]:
+    """The first sample's entry with the second's answer beside it; the answer is the larger count (None when
+    either found none), priced (kvlab.catalog.prices) at the offered rate."""
+    from kvlab.catalog import get_gpu
+    from kvlab.catalog.prices import gpu_hour_price as price_of
+    from kvlab.catalog.prices import serving_cost
+
+    counts = [first["replicas"], second["replicas"]]
+    answer = None if None in counts else max(counts)
+    entry = {**first, "samples": {"lengths": [first["num_requests"], second["num_requests"]], "replicas": counts,
+                                  "agree": counts[0] == counts[1], "second_runs": second["runs"]},
+             "replicas": answer, "gpus": None if answer is None else answer * first["gpus_each"]}
+    if answer != first["replicas"]:  # (the answer is the second sample's: what limited one fewer there)
+        entry.update(fewer_limited_by=second["fewer_limited_by"], may_be_too_few=second["may_be_too_few"])
+    price = price_of(get_gpu(first["gpu"]).id, gpu_hour_price)
+    entry["serving_cost"] = None if price is None or answer is None else {
+        **serving_cost(price, entry["gpus"], rate, first["mean_output_tokens"]), "usd_per_gpu_hour": price.usd_per_gpu_hour,
+        "price_as_of": price.as_of, "price_source": price.source}
+    return entry
 
 
 def _fewer_limited_by(search, reasons: dict[int, str]) -> str | None:
@@ -207,6 +247,25 @@ def _print(entries, spreads, costs: list[str], slo, rate: float, setup: dict, wr
                 console.print(f"  {_name(e, several)}, {replicas_text(r['replicas'])}: {r['reason']}", markup=False)
     for e in entries:
         console.print(_answer_line(e, several), markup=False)
+        sample = e["samples"]
+        counts = ["none" if n is None else str(n) for n in sample["replicas"]]
+        console.print(f"  two samples: on {sample['lengths'][0]:,} requests {counts[0]}, on {sample['lengths'][1]:,} "
+                      f"{counts[1]}" + ("" if sample["agree"] else ": they differ, the answer is the larger")
+                      + (f"; ${e['serving_cost']['usd_per_hour']:,.2f} an hour, "
+                         f"${e['serving_cost']['usd_per_million_output_tokens']:,.2f} per million output tokens"
+                         if e["serving_cost"] else "; no price known for this GPU: give --gpu-hour-price"
+                         if e["replicas"] is not None else "") + ".", markup=False)
+    priced = sorted((e for e in entries if e["serving_cost"]), key=lambda e: e["serving_cost"]["usd_per_hour"])
+    if len(priced) > 1:
+        console.print("Cheapest under the target: " + "; ".join(
+            f"{_name(e, several)} ${e['serving_cost']['usd_per_hour']:,.2f}/h" for e in priced[:3]) + ".",
+            markup=False)
+    if priced:
+        from kvlab.catalog.prices import GpuPrice, price_text
+
+        c = priced[0]["serving_cost"]
+        console.print(f"Price: {price_text(GpuPrice(c['usd_per_gpu_hour'], c['price_as_of'], c['price_source']))}.",
+                      markup=False)
     for spread in spreads:
         parts = ", ".join(f"under {cost} {'none' if n is None else n}" for cost, n in spread["replicas"].items())
         console.print(f"The clock's spread for {spread['strategy']} behind {spread['router']}: replicas {parts}.",
