@@ -157,6 +157,9 @@ def capacity(
     searches, rows = run_capacity(session, every, [start_rate] * len(every), target, rtol, max_rate)
     names = list(run_options())
     setups = [{**p.config.describe(), **_engine_setup(p)} for p in first_points]
+    unreachable = [s.unreachable for s in searches if s.unreachable]
+    if unreachable and len(unreachable) == len(searches):
+        raise KvlabError(f"--slo {target.text!r} cannot be met at any rate: {unreachable[0]}; valid: a looser target")
     answer = Answer(configurations, searches[:len(configurations)], setups, seats, target, scaled)
     answer.add_samples(longer, searches[len(configurations):], no_second)
     answer.add_costs([p.config for p in first_points], gpu_hour_price)
@@ -461,7 +464,11 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
         if search.limited_by:
             console.print(f"limited by: {config['strategy']} under {config['cost']}: {search.limited_by}.",
                           markup=False)
-    if any(not s.error and s.lo is None for s in searches):
+    for config, search in zip(configurations, searches):
+        if search.unreachable:
+            console.print(f"{config['strategy']} under {config['cost']}: the target cannot be met at any rate: "
+                          f"{search.unreachable}.", markup=False)
+    if any(not s.error and s.lo is None and not s.unreachable for s in searches):
         console.print("[–, failed]: even the lowest rate tried failed: capacity 0.", markup=False)
     for spread in answer.spreads():
         parts = ", ".join(f"{name} {rate_text(value)}" for name, value in spread["capacities"].items())

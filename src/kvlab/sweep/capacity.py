@@ -26,6 +26,7 @@ from kvlab.sweep.slo import DEFAULT_SLO, Slo, Verdict, parse_slo
 __all__ = ["DEFAULT_SLO", "Search", "Slo", "parse_slo", "mark_text", "rate_text", "round_rate", "search_capacities", "verdict"]
 
 
+FLOOR_RTOL = 0.01  # two halvings whose missed latencies differ by less: the latency's floor (Search.unreachable)
 BRACKET_GUESS = 3  # more doublings or halvings an unbracketed search likely takes (for the progress' total)
 # What a failing rate's reason (kvlab.sweep.slo.Slo.judge) says limited the answer.
 LIMITS = {"missed": "latency", "overloaded": "throughput", "backlogged": "throughput", "refused": "refusals"}
@@ -74,6 +75,8 @@ class Search:
             return round_rate(self.start_rate)
         if self.lo is None:
             assert self.hi is not None  # a probe was made and did not hold
+            if self.unreachable is not None:
+                return None
             rate = round_rate(self.hi / 2)
             return rate if rate >= self.min_rate else None
         if self.hi is None:
@@ -102,6 +105,25 @@ class Search:
         if self.lo is None or self.hi is None:
             return BRACKET_GUESS + max(1, math.ceil(math.log2(1 / self.rtol)))
         return max(1, math.ceil(math.log2((self.hi / self.lo - 1) / self.rtol)))
+
+    @property
+    def unreachable(self) -> str | None:
+        """Why no rate will hold, when the latency has reached its floor: the last two rates tried (halving, nothing
+        held yet) both sustained, nothing waiting, and missed the same terms by values within FLOOR_RTOL of each
+        other: halving the rate again changes nothing the target judges. None otherwise."""
+        if self.lo is not None or len(self.probes) < 2 or any(held for _, _, held in self.probes[-2:]):
+            return None
+        (a, b), (wa, wb) = self.verdicts[-2:], self.windows[-2:]
+        if not (a.reason.startswith("missed") and b.reason.startswith("missed")):
+            return None
+        if any(w.get("state") != "stable" or w.get("oldest_wait_second_half_s", 1.0) > 0 for w in (wa, wb)):
+            return None
+        missed = [t for t in b.values if t in b.reason]
+        if not missed or any(not math.isclose(a.values[t], b.values[t], rel_tol=FLOOR_RTOL) for t in missed):
+            return None
+        rate = self.probes[-1][0]
+        return (f"{b.reason} even at {rate:g} req/s, with nothing waiting: the engine's latency with no queue (the "
+                "slowest requests' own prefill or decode) is above the target, whatever the rate")
 
     @property
     def capacity(self) -> float:
@@ -160,7 +182,7 @@ class Search:
         at = self.window_at(self.lo)
         return {"capacity_rps": self.capacity, "certified": self.uncertified is None,
                 "lower_bound": self.mark == "≥", "too_short": self.mark == "?", "uncertified_reason": self.uncertified,
-                "limited_by": self.limited_by, "bracket": [self.lo, self.hi],
+                "limited_by": self.limited_by, "unreachable": self.unreachable, "bracket": [self.lo, self.hi],
                 "served_share_at_capacity": at.get("served_share"), "state_at_capacity": at.get("state"),
                 "decided_by_at_capacity": at.get("decided_by"),
                 "num_simulations": len(self.probes),
