@@ -18,12 +18,10 @@ import typer
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt
 from kvlab.cli.sweep import (
-    DEFAULT_OUT,
     EXTRA_HELP,
     SWEEP_CONTEXT,
     GridOpt,
     MaxTimeOpt,
-    OutOpt,
     RayAddressOpt,
     RayOpt,
     Session,
@@ -94,7 +92,9 @@ def capacity(
     workers: WorkersOpt = None,
     ray: RayOpt = False,
     ray_address: RayAddressOpt = None,
-    out: OutOpt = DEFAULT_OUT,
+    out: Annotated[Path | None, typer.Option("--out", help="Folder of the search: its DuckDB store (sweep.duckdb, "
+                                             "resumed when present) and plots \\[default: the user's cache folder, "
+                                             "$KVLAB_CACHE_DIR or ~/.cache/kvlab, under capacity/].")] = None,
     max_time: MaxTimeOpt = "1h",
     yes: YesOpt = False,
     as_json: JsonOpt = False,
@@ -118,12 +118,14 @@ def capacity(
     import kvlab
     from kvlab.catalog.prices import gpu_hour_price as check_price
     from kvlab.errors import KvlabError
+    from kvlab.sweep.capacity import default_out
     from kvlab.sweep.grid import run_options
     from kvlab.sweep.point import resolve_points
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
     from kvlab.validate import check_options
 
     target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
+    out = out if out is not None else default_out()
     if gpu_hour_price is not None:
         check_price("", gpu_hour_price)  # (a price that is not a positive number: one line, before anything runs)
     if not 0 < rtol < 1:

@@ -272,3 +272,12 @@ def samples_text(lengths: tuple[int, int], answers: tuple[str, str], spread: flo
     need = length_for_spread(lengths[1], spread)
     return text + (f" (spread {spread:.0%}: the answer moves with the sample; a trace of about {need:,} {what} "
                    "would give a stable one: -n)")
+
+
+def default_out():
+    """Where a capacity search keeps its store and plots without --out: the user's cache folder, as the published
+    traces' (kvlab.workload.published.cache_dir: $KVLAB_CACHE_DIR, else $XDG_CACHE_HOME/kvlab, else ~/.cache/kvlab),
+    under capacity/: never the working directory."""
+    from kvlab.workload.published import cache_dir
+
+    return cache_dir().parent / "capacity"
