@@ -225,3 +225,11 @@ def latencies(records: list[RequestRecord], window: Window) -> np.ndarray:
             [inf if (v := r.e2e_latency) is None else v for r in chosen],
             [inf if (v := r.normalized_latency) is None else v for r in chosen]]
     return np.array(rows, dtype=np.float64).reshape(len(LATENCY_METRICS), len(chosen))
+
+
+def measure_run(records: list[RequestRecord], allocator: str, requests, scheduler, num_slots: int,
+                num_replicas: int = 1) -> Window:
+    """The window of one engine's run (or a fleet's, ``num_replicas`` engines' seats), its seats counted from its
+    allocator, workload and scheduler (``scheduler``: max_num_seqs and max_model_len)."""
+    held = mean_tokens_held(allocator, requests, scheduler.max_model_len)
+    return measure(records, num_seats(scheduler.max_num_seqs, num_slots, held) * num_replicas)

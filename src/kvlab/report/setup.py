@@ -135,3 +135,23 @@ def engine_setup(config, strategies) -> dict[str, Any]:
                          f"hand-offs over {link} are not priced")
         setup["communication"] = "; ".join(words)
     return setup
+
+
+ENGINE_LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
+
+
+def engine_defaults_text(settings: list[dict[str, Any]], strategies) -> str:
+    """The engine settings that change an answer, over several runs' settings (each a dict with ENGINE_LIMITS and
+    enable_chunked_prefill, as a sweep's rows or KvlabConfig.describe() have them) and their strategies: "max_num_seqs
+    256, max_num_batched_tokens 2,048, max_model_len 2,048, chunked prefill on, prefix caching on for vllm, off for
+    orca-max"; a setting that differs between runs is said to vary."""
+    words = []
+    for key in ENGINE_LIMITS:
+        values = {s.get(key) for s in settings} - {None}
+        if values:
+            words.append(f"{key} {values.pop():,}" if len(values) == 1 else f"{key} varied")
+    chunked = {s.get("enable_chunked_prefill") for s in settings} - {None}
+    if chunked:
+        words.append("chunked prefill " + ("varied" if len(chunked) > 1 else "on" if chunked.pop() else "off"))
+    words.append(prefix_caching_text({s.name: s.enable_prefix_caching for s in strategies}))
+    return ", ".join(words)

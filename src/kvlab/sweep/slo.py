@@ -192,3 +192,15 @@ def _term(part: str, text: str, goodput: float | None) -> Term:
         raise KvlabError(f"{where}: with --goodput each request is judged against the term: write it without a "
                          f"statistic ({metric}<{number}{unit})")
     return Term(part.strip(), METRICS[metric], stat, limit)
+
+
+def latency_cell(seconds: float | None) -> str:
+    """A latency for a table: in ms below 10 s ("87.3 ms", "2,293 ms"), in s from 10 s up ("2,293 s"): never a
+    seven-digit count of milliseconds."""
+    from kvlab.report.tables import significant
+
+    if seconds is None or seconds != seconds:
+        return "–"
+    if seconds >= 10:
+        return f"{significant(seconds)} s"
+    return f"{significant(seconds * 1e3)} ms"
