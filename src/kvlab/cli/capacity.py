@@ -297,17 +297,19 @@ class Answer:
 
     def samples(self, i: int) -> dict[str, Any]:
         """Configuration ``i``'s two samples: their lengths, answers, spread, and the answer (the lower)."""
-        from kvlab.sweep.capacity import STABLE_SPREAD, length_for_spread, sample_spread
+        from kvlab.sweep.capacity import agree, length_for_spread, sample_spread
 
         first = self.searches[i].capacity
         length = self.configurations[i].get("num_requests") or 0
         if self.no_second is not None:
             return {"lengths": [length], "capacities": [first], "spread": None, "stable": None,
+                    "num_simulations": [len(self.searches[i].probes)],
                     "answer_rps": first, "note": self.no_second}
         second = self.second[i].capacity
         spread = sample_spread(first, second)
         return {"lengths": [length, self.longer[i].get("num_requests") or 0], "capacities": [first, second],
-                "spread": spread, "stable": spread is not None and spread <= STABLE_SPREAD,
+                "spread": spread, "stable": agree(spread),
+                "num_simulations": [len(self.searches[i].probes), len(self.second[i].probes)],
                 "answer_rps": min(first, second),
                 "length_for_stable": length_for_spread(2 * length, spread) if length else None}
 
@@ -451,9 +453,10 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
                                 wrapping={bracket} if any(s.error for s in searches) else set())
     console = Console(highlight=False)
     console.print(table)
-    console.print("run at it: the run at the answer over its measured window (after a 20% warm-up, before the last "
-                  "10% of arrivals) and the share of the offered requests it served; stable = served ≥ 95% and no "
-                  "growing queue (docs/sweep.md).", markup=False)
+    console.print("run at it: the run at the answer over its measured window (after a 20% warm-up, up to the last "
+                  "arrival) and the share of the offered requests it served (read from its oldest wait's growth); "
+                  "stable = the waiting queue grows neither in count nor in oldest wait, every request finished "
+                  "(docs/sweep.md).", markup=False)
     if answer.scaled:
         console.print("num_requests: scaled so that twice the engine's seats arrive in the measured window (-n or "
                       "--duration to choose).", markup=False)

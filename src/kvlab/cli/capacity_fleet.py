@@ -149,11 +149,12 @@ def _with_second(first: dict[str, Any], second: dict[str, Any], gpu_hour_price: 
 
     counts = [first["replicas"], second["replicas"]]
     answer = None if None in counts else max(counts)
-    entry = {**first, "samples": {"lengths": [first["num_requests"], second["num_requests"]], "replicas": counts,
-                                  "agree": counts[0] == counts[1], "second_runs": second["runs"]},
+    # The entry is the sample that gave the answer (its runs, what limited one fewer there); the other beside it.
+    chosen, other = (second, first) if counts[0] is not None and answer != counts[0] else (first, second)
+    entry = {**chosen, "samples": {"lengths": [first["num_requests"], second["num_requests"]], "replicas": counts,
+                                   "agree": counts[0] == counts[1], "answered_by": chosen["num_requests"],
+                                   "other_runs": other["runs"]},
              "replicas": answer, "gpus": None if answer is None else answer * first["gpus_each"]}
-    if answer != first["replicas"]:  # (the answer is the second sample's: what limited one fewer there)
-        entry.update(fewer_limited_by=second["fewer_limited_by"], may_be_too_few=second["may_be_too_few"])
     price = price_of(get_gpu(first["gpu"]).id, gpu_hour_price)
     entry["serving_cost"] = None if price is None or answer is None else {
         **serving_cost(price, entry["gpus"], rate, first["mean_output_tokens"]), "usd_per_gpu_hour": price.usd_per_gpu_hour,

@@ -246,6 +246,11 @@ def longer_sample(configuration: dict[str, Any]) -> dict[str, Any]:
     return {**configuration, "num_requests": 2 * configuration["num_requests"]}
 
 
+def agree(spread: float | None) -> bool:
+    """Two samples agree: their spread within STABLE_SPREAD (a hair of rounding over it, 66 against 60, agrees)."""
+    return spread is not None and spread <= STABLE_SPREAD + 1e-9
+
+
 def sample_spread(first: float, second: float) -> float | None:
     """How far two samples' answers are apart, relative to the lower (None: either is 0)."""
     low, high = sorted((first, second))
@@ -256,7 +261,7 @@ def length_for_spread(length: int, spread: float | None, target: float = STABLE_
     """The workload length (requests) at which two samples would likely agree within ``target``: a sample's error
     falls as 1/√n, so the spread seen at ``length`` shrinks to ``target`` at length × (spread / target)²; rounded
     up to hundreds (None: no spread to scale)."""
-    if spread is None or spread <= target:
+    if spread is None or spread <= target + 1e-9:
         return None
     return 100 * math.ceil(length * (spread / target) ** 2 / 100)
 
@@ -267,7 +272,7 @@ def samples_text(lengths: tuple[int, int], answers: tuple[str, str], spread: flo
     text = f"on {lengths[0]:,} {what} {answers[0]} {unit}, on {lengths[1]:,} {answers[1]}"
     if spread is None:
         return text + " (one of them 0: no spread)"
-    if spread <= STABLE_SPREAD:
+    if agree(spread):
         return text + f" (spread {spread:.0%}: stable)"
     need = length_for_spread(lengths[1], spread)
     return text + (f" (spread {spread:.0%}: the answer moves with the sample; a trace of about {need:,} {what} "
