@@ -53,8 +53,8 @@ MIN_WINDOW_REQUESTS = 10  # fewer in the measured window measure nothing
 
 
 def window_num_requests(seats: int) -> int:
-    """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (kvlab.window: the arrivals after its 20% warm-up),
-    in hundreds, at least `kvlab run`'s default."""
+    """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (kvlab.window: the arrivals after
+    its 20% warm-up), in hundreds, at least `kvlab run`'s default."""
     from kvlab.config.options import DEFAULT_NUM_REQUESTS
     from kvlab.window import DRAIN_SHARE, WARMUP_SHARE
 
