@@ -256,6 +256,15 @@ def _print(entries, spreads, costs: list[str], slo, rate: float, setup: dict, wr
                          f"${e['serving_cost']['usd_per_million_output_tokens']:,.2f} per million output tokens"
                          if e["serving_cost"] else "; no price known for this GPU: give --gpu-hour-price"
                          if e["replicas"] is not None else "") + ".", markup=False)
+    if several:
+        from kvlab.catalog import get_gpu
+        from kvlab.report.setup import evidence, lead_profile
+
+        lead = lead_profile(get_gpu(entries[0]["gpu"]).id, costs)
+        answers = ", ".join(f"{e['strategy']} behind {e['router']} {'none' if e['replicas'] is None else e['replicas']}"
+                            for e in entries if e["cost"] == lead)
+        console.print(f"Answer under {lead}, the clock with the best evidence for this GPU ({evidence(lead)}): "
+                      f"{answers}; the other clocks are the spread.", markup=False)
     priced = sorted((e for e in entries if e["serving_cost"]), key=lambda e: e["serving_cost"]["usd_per_hour"])
     if len(priced) > 1:
         console.print("Cheapest under the target: " + "; ".join(
