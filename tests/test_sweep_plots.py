@@ -194,8 +194,8 @@ def test_fig12_flags_a_capacity_beyond_the_papers_axis():
     from kvlab.paper import beyond_axis_note
     from kvlab.sweep.plots import Panel, Series
 
-    assert beyond_axis_note("paper-alpaca", "vllm", 29.5) is None
-    note = beyond_axis_note("paper-alpaca", "vllm", 49.7)
+    assert beyond_axis_note("paper-alpaca", "vllm-paper", 29.5) is None
+    note = beyond_axis_note("paper-alpaca", "vllm-paper", 49.7)
     assert note == "vLLM 49.7 req/s: beyond the paper's axis (0-30 req/s)"
     data = {"workloads": {"paper-alpaca": {"paper_axis_rps": [0.0, 30.0], "beyond_paper_axis": {"vllm": note},
                                            "capacities": {"vllm": 49.7}}}}
