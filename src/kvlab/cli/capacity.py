@@ -335,6 +335,11 @@ def print_replicas(answer, slo, session: Session, written) -> None:
     for e in entries:
         console.print(_answer_line(e, several), markup=False)
         console.print(_samples_line(e), markup=False)
+    if several:
+        answers = ", ".join(f"{e['strategy']} behind {e['router']} {'none' if e['replicas'] is None else e['replicas']}"
+                            for e in entries if e["cost"] == answer.lead)
+        console.print(f"Answer under {answer.lead}, the clock with the best evidence for this GPU "
+                      f"({evidence(answer.lead)}): {answers}; the other clocks are the spread.", markup=False)
     priced = sorted((e for e in entries if e["serving_cost"]), key=lambda e: e["serving_cost"]["usd_per_hour"])
     if len(priced) > 1:
         console.print("Cheapest under the target: " + "; ".join(

@@ -47,8 +47,8 @@ MIN_WINDOW_REQUESTS = 10  # fewer in the measured window measure nothing
 
 
 def window_num_requests(seats: int) -> int:
-    """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (kvlab.window: its middle 70%),
-    in hundreds, at least `kvlab run`'s default."""
+    """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (kvlab.window: the arrivals after
+    its 20% warm-up), in hundreds, at least `kvlab run`'s default."""
     needed = SEATS_FACTOR * seats / (1 - WARMUP_SHARE - DRAIN_SHARE)
     return max(DEFAULT_NUM_REQUESTS, 100 * math.ceil(needed / 100))
 
@@ -95,12 +95,12 @@ def _check_window(configurations: list[dict], start_rate: float) -> None:
             if expected < MIN_WINDOW_REQUESTS:
                 need = MIN_WINDOW_REQUESTS / share / start_rate
                 raise KvlabError(f"--duration {c['duration']:g}: at the first rate ({start_rate:g} req/s) the measured "
-                                 f"window (the middle {share:.0%} of the arrivals) would hold about "
+                                 f"window (the last {share:.0%} of the arrivals) would hold about "
                                  f"{_requests(expected)}; valid: --duration {math.ceil(need)} or more (or a higher "
                                  "--rate)")
         elif c.get("num_requests") is not None and c["num_requests"] * share < MIN_WINDOW_REQUESTS:
             need = math.ceil(MIN_WINDOW_REQUESTS / share)
-            raise KvlabError(f"--num-requests {c['num_requests']}: the measured window (the middle {share:.0%} of the "
+            raise KvlabError(f"--num-requests {c['num_requests']}: the measured window (the last {share:.0%} of the "
                              f"arrivals) would hold about {_requests(c['num_requests'] * share)}; valid: -n {need} "
                              "or more")
 

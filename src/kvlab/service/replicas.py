@@ -35,6 +35,7 @@ from kvlab.catalog.prices import serving_cost
 from kvlab.config import KvlabConfig, resolve
 from kvlab.config.options import DEFAULT_NUM_REQUESTS, OPTIONS
 from kvlab.config.resolve import engine_setup
+from kvlab.cost.profiles import applicable_profiles, lead_profile
 from kvlab.errors import KvlabError
 from kvlab.fleet.counts import CountSearch
 from kvlab.fleet.work import MAX_REPLICAS
@@ -113,8 +114,6 @@ def replica_searches(lists: dict[str, list], explicit: list[dict]) -> tuple[floa
     given_length = "num_requests" in lists or "duration" in lists
     points = expand(lists, explicit)
     if not ("cost" in lists or any("cost" in p for p in explicit)):  # the clock's uncertainty, as kvlab capacity's
-        from kvlab.cost.profiles import applicable_profiles
-
         points = [{**p, "cost": name} for p in points for name in applicable_profiles(get_gpu(p["gpu"]).id)]
     return float(rates[0]), [_search(point, router, given_length, factor)
                              for factor in (1, 2) for point in points for router in routers]
@@ -164,6 +163,7 @@ class ReplicasAnswer:
     spreads: list[dict[str, Any]]
     costs: list[str]
     setup: dict[str, Any]
+    lead: str  # the cost profile with the best evidence for the GPU (kvlab.cost.profiles.lead_profile)
 
 
 def answer(rate: float, searches: list[FewestReplicasSearch], gpu_hour_price: float | None = None) -> ReplicasAnswer:
@@ -178,7 +178,8 @@ def answer(rate: float, searches: list[FewestReplicasSearch], gpu_hour_price: fl
         setup.pop(key, None)
     parallel = firsts[0].config.parallel
     setup["num_gpus"] = parallel.tensor_parallel_size * parallel.pipeline_parallel_size  # (each replica's)
-    return ReplicasAnswer(rate, entries, _spreads(firsts, entries), costs, setup)
+    lead = lead_profile(get_gpu(firsts[0].config.device.gpu).id, costs)
+    return ReplicasAnswer(rate, entries, _spreads(firsts, entries), costs, setup, lead)
 
 
 def _entry(s: FewestReplicasSearch) -> dict[str, Any]:
