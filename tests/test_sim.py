@@ -56,7 +56,7 @@ def trace(sim: Simulation) -> list[tuple[dict[int, int], tuple[int, ...]]]:
 
 def test_continuous_paged_preempts_the_newest_and_recomputes_it():
     # 8 blocks of 4 slots, block 0 the null block: 7 usable. Three requests of 6 + 6 tokens arrive together.
-    sim = Simulation(parse_strategy("vllm"), config(), workload((0, 6, 6), (0, 6, 6), (0, 6, 6)), max_iterations=1)
+    sim = Simulation(parse_strategy("vllm+noprefix"), config(), workload((0, 6, 6), (0, 6, 6), (0, 6, 6)), max_iterations=1)
     steps = trace(sim)
     assert steps == [
         ({0: 6, 1: 6, 2: 4}, ()),  # C gets the last 4 tokens of the budget: a prefill chunk
@@ -79,7 +79,7 @@ def test_continuous_paged_preempts_the_newest_and_recomputes_it():
 
 
 def test_block_ids_follow_vllm_free_queue_order():
-    sim = Simulation(parse_strategy("vllm"), config(), workload((0, 6, 6), (0, 6, 6), (0, 6, 6)), max_iterations=1)
+    sim = Simulation(parse_strategy("vllm+noprefix"), config(), workload((0, 6, 6), (0, 6, 6), (0, 6, 6)), max_iterations=1)
     sim.step()
     assert [sim.allocator.get_block_ids(i) for i in range(3)] == [[1, 2], [3, 4], [5]]
     for _ in range(3):
@@ -109,7 +109,7 @@ def test_static_batch_runs_until_its_slowest_member_finishes():
 
 def test_requests_that_can_never_fit_are_rejected_with_a_reason():
     cfg = config(num_slots=32, max_model_len=64, block_size=4)
-    sim = Simulation(parse_strategy("vllm"), cfg, workload((0, 64, 1), (0, 40, 1), (0, 4, 2)))
+    sim = Simulation(parse_strategy("vllm+noprefix"), cfg, workload((0, 64, 1), (0, 40, 1), (0, 4, 2)))
     result = sim.run()
     reasons = {r.request_id: r.reject_reason for r in result.records}
     assert reasons == {0: "prompt longer than max_model_len", 1: "larger than the whole KV cache", 2: None}
@@ -117,7 +117,7 @@ def test_requests_that_can_never_fit_are_rejected_with_a_reason():
 
 
 def test_output_is_cut_at_max_model_len_as_vllm_stops_it():
-    sim = Simulation(parse_strategy("vllm"), config(max_model_len=16), workload((0, 10, 50)))
+    sim = Simulation(parse_strategy("vllm+noprefix"), config(max_model_len=16), workload((0, 10, 50)))
     result = sim.run()
     assert result.records[0].num_output_tokens == 6
 
@@ -235,7 +235,7 @@ def test_runs_give_what_stepping_gives_when_compute_bound(specs, name, num_block
 
 def test_runs_really_skip_scheduling_on_long_decodes():
     wl = workload(*[(0.0, 8, 200) for _ in range(4)])
-    sim = Simulation(parse_strategy("vllm"), config(num_slots=4096, max_model_len=512, max_num_batched_tokens=64), wl)
+    sim = Simulation(parse_strategy("vllm+noprefix"), config(num_slots=4096, max_model_len=512, max_num_batched_tokens=64), wl)
     calls = 0
     schedule = sim.scheduler.schedule
 
@@ -255,7 +255,7 @@ def test_a_request_arriving_into_decodes_is_admitted_by_the_first_iteration_of_a
     # prompt beside 0's decode and runs on with both decoding, to 1's last token, in one SchedulerOutput.
     wl = workload((0.0, 8, 40), (0.05, 6, 10))
     cfg = config(num_slots=256, max_model_len=64, max_num_batched_tokens=32)
-    sim = Simulation(parse_strategy("vllm"), cfg, wl)
+    sim = Simulation(parse_strategy("vllm+noprefix"), cfg, wl)
     outputs = []
     while (out := sim.step()) is not None:
         outputs.append(out)
@@ -268,7 +268,7 @@ def test_a_request_arriving_into_decodes_is_admitted_by_the_first_iteration_of_a
     assert [int(v) for v in columns["num_prefill_tokens"][first:first + 11]] == [6] + [0] * 10
     assert [int(v) for v in columns["num_decode_tokens"][first:first + 11]] == [1] + [2] * 9 + [1]
     assert [int(v) for v in columns["num_seqs"][first:first + 11]] == [2] * 10 + [1]
-    assert_same_run(parse_strategy("vllm"), cfg, wl)
+    assert_same_run(parse_strategy("vllm+noprefix"), cfg, wl)
 
 
 @settings(max_examples=40, deadline=None,

@@ -49,7 +49,11 @@ def test_the_capacity_holds_and_the_bracket_s_other_end_fails(searched, kvlab):
         assert held.held and held.values[data["slo"]] < 0.1
         assert not _judged(strategy, hi, data["slo"]).held
     assert by_strategy["vllm"]["capacity_rps"] > 2 * by_strategy["orca-max"]["capacity_rps"]
-    assert data["num_computed"] == sum(c["num_simulations"] for c in data["capacities"])
+    # (each configuration searched on two samples: the workload and twice it)
+    assert data["num_computed"] == sum(sum(c["samples"]["num_simulations"]) for c in data["capacities"])
+    for c in data["capacities"]:
+        assert c["samples"]["lengths"] == [400, 800] and c["samples"]["num_simulations"][0] == c["num_simulations"]
+        assert c["samples"]["answer_rps"] == min(c["samples"]["capacities"])
 
 
 def test_another_target_gives_another_capacity_and_reuses_the_store(searched, kvlab):
@@ -59,7 +63,7 @@ def test_another_target_gives_another_capacity_and_reuses_the_store(searched, kv
     ttft = {c["strategy"]: c for c in r.json()["capacities"]}
     lo, hi = ttft["vllm"]["bracket"]
     assert _judged("vllm", lo, "p99_ttft<2s").held and not _judged("vllm", hi, "p99_ttft<2s").held
-    assert r.json()["num_computed"] < sum(c["num_simulations"] for c in ttft.values())  # rates already stored
+    assert r.json()["num_computed"] < sum(sum(c["samples"]["num_simulations"]) for c in ttft.values())  # (stored)
     r = kvlab("capacity", *CAPACITY, "--out", out, "--json")
     assert r.json()["num_computed"] == 0
     assert [c["capacity_rps"] for c in r.json()["capacities"]] == [c["capacity_rps"] for c in data["capacities"]]
@@ -77,13 +81,13 @@ def test_capacity_table_and_plots(searched, kvlab):
     assert page.count('<rect class="bar"') == 2 and ">vllm</text>" in page and ">orca-max</text>" in page
 
 
-def test_a_workload_too_short_to_fail_says_the_capacity_is_only_a_lower_bound(kvlab, tmp_path, monkeypatch):
+def test_a_workload_too_short_to_fail_says_the_capacity_is_not_certified(kvlab, tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     r = kvlab("capacity", "-n", "30", "--cost", "roofline", "--max-rate", "8", "--workers", "1", "--out",
               tmp_path / "c")
     assert r.exit_code == 0, r.stderr
     text = " ".join(r.stdout.split())
-    assert "≥ " in text and "not certified: no rate tried failed, and the run at 8 req/s was too short to load the engine" in text
+    assert "8 ?" in text and "not certified: no rate tried failed, and the run at 8 req/s was too short to load the engine" in text
     assert "raise -n or --duration" in text
     assert max(len(line) for line in r.stdout.splitlines()) <= 80, r.stdout
 

@@ -125,11 +125,11 @@ def test_paper_fig12(kvlab, tmp_path):
     data = r.json()
     assert data["setup"]["cost"] == "paper-2023" and data["setup"]["model"] == "opt-13b"
     caps = data["capacities"]  # ShareGPT, the panel the paper's ranges are about
-    assert caps["vllm"] > caps["orca-oracle"] > caps["orca-pow2"] > caps["orca-max"] > 0
-    assert caps["vllm"] <= 2.0  # on the paper-era clock, inside Figure 12a's 0-2 req/s axis
+    assert caps["vllm-paper"] > caps["orca-oracle"] > caps["orca-pow2"] > caps["orca-max"] > 0
+    assert caps["vllm-paper"] <= 2.0  # on the paper-era clock, inside Figure 12a's 0-2 req/s axis
     ratios = data["ratios"]
     assert set(ratios) == {"vllm_vs_orca_oracle", "vllm_vs_orca_pow2", "vllm_vs_orca_max"}
-    assert ratios["vllm_vs_orca_oracle"] == pytest.approx(caps["vllm"] / caps["orca-oracle"])
+    assert ratios["vllm_vs_orca_oracle"] == pytest.approx(caps["vllm-paper"] / caps["orca-oracle"])
     assert 1.7 <= ratios["vllm_vs_orca_oracle"] <= 2.7 and 2.7 <= ratios["vllm_vs_orca_max"] <= 8.0
     for workload in ("paper-sharegpt", "paper-alpaca"):
         for search in data["workloads"][workload]["searches"].values():
@@ -194,17 +194,17 @@ def test_fig12_flags_a_capacity_beyond_the_papers_axis():
     from kvlab.paper import beyond_axis_note
     from kvlab.sweep.plots import Panel, Series
 
-    assert beyond_axis_note("paper-alpaca", "vllm", 29.5) is None
-    note = beyond_axis_note("paper-alpaca", "vllm", 49.7)
+    assert beyond_axis_note("paper-alpaca", "vllm-paper", 29.5) is None
+    note = beyond_axis_note("paper-alpaca", "vllm-paper", 49.7)
     assert note == "vLLM 49.7 req/s: beyond the paper's axis (0-30 req/s)"
-    data = {"workloads": {"paper-alpaca": {"paper_axis_rps": [0.0, 30.0], "beyond_paper_axis": {"vllm": note},
-                                           "capacities": {"vllm": 49.7}}}}
-    bar = Panel("workload=paper-alpaca", "strategy", "capacity (req/s)", [Series("vllm", [0.0], [49.7], "#000")],
+    data = {"workloads": {"paper-alpaca": {"paper_axis_rps": [0.0, 30.0], "beyond_paper_axis": {"vllm-paper": note},
+                                           "capacities": {"vllm-paper": 49.7}}}}
+    bar = Panel("workload=paper-alpaca", "strategy", "capacity (req/s)", [Series("vllm-paper", [0.0], [49.7], "#000")],
                 kind="bar", upper=[50.6])
-    curve = Panel("workload=paper-alpaca", "rate", "latency", [Series("vllm", [10.0, 50.0], [0.05, 0.2], "#000")])
+    curve = Panel("workload=paper-alpaca", "rate", "latency", [Series("vllm-paper", [10.0, 50.0], [0.05, 0.2], "#000")])
     flagged_bar, flagged_curve = _flag_beyond_axis([bar, curve], data)
     assert flagged_bar.threshold == 30.0 and flagged_bar.notes == [note]
-    assert flagged_curve.marks["vllm"] == 49.7 and flagged_curve.notes == [note]
+    assert flagged_curve.marks["vllm-paper"] == 49.7 and flagged_curve.notes == [note]
 
 
 def test_paper_fig18b_short_run(kvlab, tmp_path):

@@ -220,15 +220,16 @@ REPLICAS = ["capacity", "--replicas", "auto", "--rate", "8", "--strategy", "vllm
 
 
 def test_an_interrupted_fewest_replicas_search_resumes_without_simulating_a_count_again(tmp_path):
-    """Each replica count is a point in the sweep store (kvlab.service.replicas): stopped after two counts, the search
-    run again reads them and simulates only the counts it had not judged."""
+    """Each replica count of each sample is a point in the sweep store (kvlab.service.replicas): stopped after two
+    counts, the search run again reads them and simulates only the counts it had not judged."""
     _stop(REPLICAS, tmp_path, signal.SIGINT, after_stored=2)
     num_before = _num_points(tmp_path)
     assert num_before >= 2
     data = _resume(REPLICAS, tmp_path)
     (entry,) = data["fewest_replicas"]
     counts = _computations(tmp_path)
-    assert len(counts) == _num_points(tmp_path) == len(entry["runs"]) > num_before
+    # (both samples' counts: the workload's and twice it's, each a point of its own)
+    assert len(counts) == _num_points(tmp_path) == len(entry["runs"]) + len(entry["samples"]["other_runs"]) > num_before
     assert set(counts.values()) == {1}  # (no count was simulated twice)
     n = entry["replicas"]
     runs = {run["replicas"]: run["held"] for run in entry["runs"]}

@@ -1,4 +1,4 @@
-"""kvlab.window: the measured window, served ÷ offered, the queue across it, stable / backlogged / overloaded, and
+"""kvlab.window: the measured window, the queue (count and oldest wait) across it, served ÷ offered, stable / backlogged / overloaded, and
 whether the run loaded the engine; on hand-made request records with exact times."""
 
 from __future__ import annotations
@@ -24,35 +24,55 @@ def _steady(n: int, latency: float) -> list[RequestRecord]:
     return [_record(i, float(i), float(i), i + latency) for i in range(n)]
 
 
-def test_the_window_is_the_arrivals_after_a_20_percent_warm_up_and_before_the_last_10_percent():
+def _aborted(i: int, arrival: float, gave_up: float) -> RequestRecord:
+    return RequestRecord(i, arrival, 100, 10, "aborted", None, None, gave_up, 0)
+
+
+def test_the_window_is_the_arrivals_after_a_20_percent_warm_up_up_to_the_last():
     w = measure(_steady(101, 0.5), seats=10)  # arrivals 0..100
-    assert (w.start_s, w.end_s) == (20.0, 90.0)
-    assert w.num_arrived == 71  # 20, 21, ..., 90
-    assert w.latency_growth == 0.0  # each waits 0.5 s, the last as the first
-    assert w.state == "stable" and w.sustained and w.loaded  # 71 arrivals, 10 seats
-    assert w.served_share == 1.0
+    assert (w.start_s, w.end_s) == (20.0, 100.0)
+    assert w.num_arrived == 81  # 20, 21, ..., 100: the last arrivals are judged too
+    assert w.oldest_wait_first_half_s == w.oldest_wait_second_half_s == 0.0  # nothing waits
+    assert w.state == "stable" and w.sustained and w.loaded  # 81 arrivals, 10 seats
+    assert w.served_share == 1.0 and w.decided_by.startswith("queue flat")
+    assert w.drain_s == 0.5
 
 
-def test_an_engine_that_serves_half_the_arrivals_is_overloaded():
-    # One arrival per second, finishing at two seconds apart: the engine serves 0.5 req/s.
-    records = [_record(i, float(i), float(i), 2.0 * i + 1) for i in range(101)]
+def test_an_engine_that_schedules_half_the_arrivals_is_overloaded_by_the_oldest_wait():
+    # One arrival per second, scheduled two seconds apart: the engine serves 0.5 req/s, and the oldest waiting
+    # request has waited half the time elapsed (at t it is the one that arrived at t/2).
+    records = [_record(i, float(i), 2.0 * i, 2.0 * i + 1) for i in range(101)]
     w = measure(records, seats=1000)
     assert w.state == "overloaded" and not w.sustained
-    assert w.latency_growth == 1.0  # the i-th waits i + 1 s: a second more for each second of arrivals
-    assert w.served_share == 0.5
+    assert abs(w.wait_growth - 0.5) < 0.02 and abs(w.served_share - 0.5) < 0.02
+    assert w.decided_by.startswith("oldest wait grew: served 5")
 
 
-def test_a_queue_that_grows_while_nearly_everything_is_served_is_backlogged():
-    # Served as they arrive for the first part of the window, then scheduling lags further and further behind
-    # while each still finishes in order: the queue grows, served ÷ offered stays high.
-    records = []
-    for i in range(1001):
-        lag = max(0.0, (i - 500) * 0.05)  # from arrival 500 on, each waits 0.05 s longer than the one before
-        records.append(_record(i, float(i), i + lag, i + lag + 0.5))
-    w = measure(records, seats=1000)
+def test_longer_and_longer_answers_with_nothing_waiting_are_not_overloaded():
+    # The issue's trace: each request is scheduled on arrival, but each answer takes longer than the one before
+    # (the latency grows by 0.5 s per second of arrivals). Nothing waits: the engine keeps up.
+    records = [_record(i, float(i), float(i), i + 1 + 0.5 * i) for i in range(201)]
+    w = measure(records, seats=10)
+    assert w.state == "stable" and w.sustained and w.served_share == 1.0
+    assert w.queue_first_half == w.queue_second_half == 0.0
+
+
+def test_more_and_more_requests_waiting_no_longer_is_backlogged():
+    # One arrival a second, then ten a second: each waits 5 s (the oldest wait is flat), but ten times as many
+    # wait at once: the count grows.
+    arrivals = [float(i) for i in range(100)] + [100 + i / 10 for i in range(1000)]
+    records = [_record(i, a, a + 5.0, a + 6.0) for i, a in enumerate(arrivals)]
+    w = measure(records, seats=10)
     assert w.served_share >= 0.95
     assert w.queue_second_half > w.queue_first_half + 0.01 * w.num_arrived
-    assert w.state == "backlogged" and not w.sustained
+    assert w.state == "backlogged" and not w.sustained and w.decided_by.startswith("queue count grew")
+
+
+def test_requests_their_clients_gave_up_on_are_unfinished_work():
+    records = _steady(101, 0.5)
+    records[90] = _aborted(90, 90.0, 95.0)
+    w = measure(records, seats=10)
+    assert w.num_unfinished == 1 and w.state == "overloaded" and "never finished" in w.decided_by
 
 
 def test_few_requests_of_an_engine_that_keeps_up_read_as_served_whatever_their_answers_lengths():
@@ -75,7 +95,7 @@ def test_refused_requests_are_counted_and_their_latencies_meet_nothing():
     w = measure(records, seats=10)
     assert w.num_rejected == 1 and not w.sustained
     lat = latencies(records, w)
-    assert lat.shape == (4, 71)
+    assert lat.shape == (4, 81)
     column = [r.request_id for r in records if w.start_s <= r.arrival_time <= w.end_s].index(50)
     assert all(math.isinf(v) for v in lat[:, column])
 
@@ -98,5 +118,10 @@ def test_invariants_on_any_run(times, seats):
     assert w.state in ("stable", "backlogged", "overloaded")
     assert w.loaded == (w.num_arrived > seats)
     assert latencies(records, w).shape == (4, w.num_arrived)
+    assert w.oldest_wait_first_half_s >= 0 and w.oldest_wait_second_half_s >= 0
     if w.state != "overloaded":
         assert w.served_share >= 0.95 and w.num_arrived > 0
+    # Latency is never a signal: the same schedule with every answer ten times longer is judged the same
+    longer = [r._replace(finish_time=r.first_scheduled_time + 10 * (r.finish_time - r.first_scheduled_time))
+              for r in records]
+    assert measure(longer, seats).state == w.state

@@ -24,7 +24,7 @@ FIG2_PAPER: dict[str, dict[str, float | None]] = {
     "orca-max": {"token": 20.4, "reserved": 13.3, "internal_fragmentation": 57.3, "external_fragmentation": 8.9},
     "orca-pow2": {"token": 26.8, "reserved": 17.9, "internal_fragmentation": 13.6, "external_fragmentation": 41.6},
     "orca-oracle": {"token": 38.2, "reserved": 25.2, "internal_fragmentation": 0.0, "external_fragmentation": 36.6},
-    "vllm": {"token": 96.3, "reserved": None, "internal_fragmentation": None, "external_fragmentation": None},
+    "vllm-paper": {"token": 96.3, "reserved": None, "internal_fragmentation": None, "external_fragmentation": None},
 }
 # Figure 1 of the paper: OPT-13B's memory on an NVIDIA A100 40GB, as shares of the 40 GB (10^9 bytes) on the label:
 # parameters 26 GB (65%), KV cache ">30%", the rest "others" (activations). docs/sizing.md says why kvlab's split,
@@ -32,7 +32,7 @@ FIG2_PAPER: dict[str, dict[str, float | None]] = {
 FIG1_PAPER = {"model": "opt-13b", "gpu": "a100-40gb", "label_bytes": 40 * 10**9, "weights_bytes": 26 * 10**9,
               "weights_share": 0.65, "kv_cache_share": 0.30}
 FIG2_SYSTEMS = PAPER_SYSTEMS  # (the keys of FIG2_PAPER, in the figure's order)
-PAPER_NAMES = {"orca-max": "Orca (Max)", "orca-pow2": "Orca (Pow2)", "orca-oracle": "Orca (Oracle)", "vllm": "vLLM"}
+PAPER_NAMES = {"orca-max": "Orca (Max)", "orca-pow2": "Orca (Pow2)", "orca-oracle": "Orca (Oracle)", "vllm-paper": "vLLM"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +181,7 @@ class Fig12Result:
         raise KeyError((workload, system))
 
     def ratios(self, workload: str) -> dict[str, float | None]:
-        vllm = self.capacity(workload, "vllm")
+        vllm = self.capacity(workload, "vllm-paper")
         return {f"vllm_vs_{system.replace('-', '_')}": (vllm / cap if (cap := self.capacity(workload, system)) else
                                                          None) for system in ("orca-oracle", "orca-pow2", "orca-max")}
 
@@ -261,7 +261,7 @@ class Fig18bSetup:
     def point(self, workload: str, block_size: int) -> dict:
         from kvlab.sweep.grid import expand
 
-        lists = {"strategy": ["vllm"], "model": [self.model], "gpu": [self.gpu], "workload": [workload],
+        lists = {"strategy": ["vllm-paper"], "model": [self.model], "gpu": [self.gpu], "workload": [workload],
                  "available_kv_gib": [self.available_kv_gib], "duration": [self.duration], "seed": [self.seed],
                  "rate": [FIG18B_RATES[workload]], "cost": [self.cost], "block_size": [block_size]}
         return expand(lists)[0]

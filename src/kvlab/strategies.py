@@ -2,7 +2,8 @@
 
 Any ``BATCHING+ALLOCATOR`` pair is a strategy (``static+pow2``, ``continuous+oracle``, ...); options ride along
 after more plus signs: ``+swap`` (swap preemption instead of recompute), ``+recompute`` (the default, said
-explicitly), ``+prefix`` (prefix caching, paged only). A name always says what the strategy does: each option at most
+explicitly), ``+prefix`` (prefix caching, paged only), ``+noprefix`` (without it: ``vllm+noprefix`` is `vllm serve
+--no-enable-prefix-caching`). A name always says what the strategy does: each option at most
 once, one preemption mode, and ``--preemption-mode`` either agrees with the name or is added to it
 (``with_preemption_mode``).
 """
@@ -44,15 +45,22 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("orca-max", "continuous", "max", description="Orca (Max): reserve up to max_model_len (2,048)"),
         Strategy("orca-pow2", "continuous", "pow2", description="Orca (Pow2): output space rounded up to a power of two"),
         Strategy("orca-oracle", "continuous", "oracle", description="Orca (Oracle): reserve exactly the true length"),
-        Strategy("vllm", "continuous", "paged", description="vLLM: PagedAttention + continuous batching + recompute"),
+        # `vllm serve`'s defaults (vLLM V1, the version kvlab.vllm.install mirrors): prefix caching is on unless
+        # --no-enable-prefix-caching (vllm/engine/arg_utils.py: EngineArgs.enable_prefix_caching resolves to True on
+        # V1). The 2023 paper's vLLM had none: ``vllm-paper`` (on its single-turn workloads the two agree).
+        Strategy("vllm", "continuous", "paged", enable_prefix_caching=True,
+                 description="vLLM serve: PagedAttention + continuous batching + recompute + prefix caching"),
+        Strategy("vllm-paper", "continuous", "paged",
+                 description="vLLM as in the 2023 paper: PagedAttention + continuous batching, no prefix caching"),
     )
 }
 
 LESSON_RACE = ("static+max", "continuous+max", "static+paged", "continuous+paged")
-PAPER_SYSTEMS = ("orca-max", "orca-pow2", "orca-oracle", "vllm")
+PAPER_SYSTEMS = ("orca-max", "orca-pow2", "orca-oracle", "vllm-paper")  # (the 2023 paper: no prefix caching)
 
 _OPTIONS: dict[str, dict[str, Any]] = {**{mode: {"preemption_mode": mode} for mode in PREEMPTION_MODES},
-                                       "prefix": {"enable_prefix_caching": True}}
+                                       "prefix": {"enable_prefix_caching": True},
+                                       "noprefix": {"enable_prefix_caching": False}}
 
 
 def parse_strategy(text: str) -> Strategy:
@@ -73,7 +81,7 @@ def parse_strategy(text: str) -> Strategy:
         raise KvlabError(
             f"unknown strategy {text!r}.{hint} Valid: {', '.join(sorted(STRATEGIES))}, or BATCHING+ALLOCATOR "
             f"with BATCHING in {{{', '.join(BATCHING_NAMES)}}} and ALLOCATOR in {{{', '.join(ALLOCATOR_NAMES)}}}, "
-            f"optionally +swap, +recompute or +prefix."
+            f"optionally +swap, +recompute, +prefix or +noprefix."
         )
     seen: dict[str, str] = {}
     for option in rest:
@@ -82,9 +90,11 @@ def parse_strategy(text: str) -> Strategy:
         if option in seen:
             raise KvlabError(f"{text!r} names +{option} twice; valid: each option once, e.g. "
                              f"{'+'.join(dict.fromkeys(name.split('+')))}")
-        key = "preemption" if option in PREEMPTION_MODES else option
+        key = "preemption" if option in PREEMPTION_MODES else "prefix" if option.endswith("prefix") else option
         if key in seen.values() and key == "preemption":
             raise KvlabError(f"{text!r} names two preemption modes; valid: one of +{' or +'.join(PREEMPTION_MODES)}")
+        if key in seen.values() and key == "prefix":
+            raise KvlabError(f"{text!r} names +prefix and +noprefix; valid: one of them")
         seen[option] = key
     strategy = base
     for option in rest:
@@ -104,7 +114,7 @@ def check_preemption_mode(mode: str) -> None:
 def strategy_names_help() -> str:
     """The named strategies and the pattern of the rest, for the command line's help."""
     return (f"Named strategies: {', '.join(STRATEGIES)}. Or BATCHING+ALLOCATOR ({'|'.join(BATCHING_NAMES)} + "
-            f"{'|'.join(ALLOCATOR_NAMES)}), then +swap, +recompute or +prefix.")
+            f"{'|'.join(ALLOCATOR_NAMES)}), then +swap, +recompute, +prefix or +noprefix.")
 
 
 def named_preemption_mode(strategy: Strategy) -> str | None:

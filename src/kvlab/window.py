@@ -1,30 +1,40 @@
-"""Whether a run sustained its rate: the measured window, what was served in it, and the queue across it.
+"""Whether a run sustained its rate: the measured window, the waiting queue across it, and what was finished.
 
-A run of N requests arriving over [a₀, a₁] has three parts:
+A run of N requests arriving over [a₀, a₁] has two parts, and a drain after them:
 
-    warm-up  [a₀, a₀ + 20%)        the engine fills from empty: not measured
-    window   [a₀ + 20%, a₁ − 10%]  measured
-    drain    (a₁ − 10%, end]        arrivals stop and the engine empties: not measured
+    warm-up  [a₀, a₀ + 20%)   the engine fills from empty: left out (its requests find an emptier engine
+                               than the rest: counting them would flatter the answer)
+    window   [a₀ + 20%, a₁]   measured, up to the last arrival: a burst at the end of a trace counts
+    drain    (a₁, end]        arrivals stop; the window's requests finish whenever they finish, and their
+                               latencies (all of them, the last arrivals' too) are what a target judges
 
-Over the window, the engine **keeps up** when it served at least 95% of what was offered (served ÷ offered ≥
-0.95) and its queue (requests that arrived and were not yet scheduled) did not grow. Served ÷ offered is read from
-how the latency of the window's arrivals grows: an engine that keeps up gives the last of them the same latency as
-the first, one that falls behind makes each wait longer than the one before. If the latency grows by g seconds for
-each second of arrivals, the window's arrivals finish at 1 / (1 + g) of the pace they arrive at: that is the share
-served. g is the median latency of the window's later half of arrivals less that of its earlier half, over the time
-between their median arrivals (medians: a few long answers, or one burst, do not move it; at light load it is 0 and
-the share 1, however few the requests). The queue grows when its mean over the window's second half exceeds its
-mean over the first half by more than 1% of the window's arrivals (and at least 2 requests). A run is then
+The engine **keeps up** when its waiting queue (requests that arrived and were not yet scheduled) does not grow
+across the window, by either measure of it, and the offered work is finished:
 
-    stable       keeps up: served ≥ 95% and the queue does not grow
-    backlogged   served ≥ 95%, but the queue grows (it would fail on a longer run)
-    overloaded   served < 95%
+    queue count   the mean number waiting over the window's second half less that over its first half, at most
+                  1% of the window's arrivals (and at least 2 requests: less is noise)
+    oldest wait   how long the oldest waiting request has waited, sampled over the window: an engine that serves
+                  μ of the λ requests a second offered to it falls behind by 1 − μ/λ seconds each second, so the
+                  oldest wait grows by that much for each second of the window. The served share is 1 − that
+                  growth (mean oldest wait, second half less first half, over the half-window between them);
+                  the engine keeps up while it is at least 95%
+    finished      every request of the window finished: none refused (a refused request meets no target), none
+                  given up by its client (status ``aborted``)
 
-The latency a target judges is that of the requests that arrived inside the window (they finish whenever they
-finish: the run drains). A window can only show an overload if more requests arrive in it than the engine has
-seats (``num_seats``: at most max_num_seqs, at most as many requests as the KV cache holds: their slabs under a
-reserving strategy, their prompts under paging): an engine that admits every request at once never queues,
-however slow it is. Such a run is **not loaded**, and a rate it holds is only a lower bound.
+    stable        keeps up: the queue neither grows in count nor in age, everything finished
+    backlogged    the oldest wait is flat (served ≥ 95%), but more and more requests wait: it would fail on a
+                  longer run
+    overloaded    the oldest wait grows (served < 95%), or a request of the window was never finished
+
+Latency is not a signal: a trace whose later answers are longer takes longer per request without anything
+waiting, and is not overloaded; only a target on the latency can fail it (kvlab.sweep.slo). A preempted request
+that waits again is not counted in the queue (it has been scheduled once); the arrivals queued behind it are.
+Each Window says which signal decided its state (``decided_by``).
+
+A window can only show an overload if more requests arrive in it than the engine has seats (``num_seats``: at
+most max_num_seqs, at most as many requests as the KV cache holds: their slabs under a reserving strategy,
+their prompts under paging): an engine that admits every request at once never queues, however slow it is. Such
+a run is **not loaded**, and a rate it holds is only a lower bound.
 """
 
 from __future__ import annotations
@@ -39,8 +49,8 @@ if TYPE_CHECKING:
     from kvlab.metrics import RequestRecord
 
 WARMUP_SHARE = 0.2  # of the arrival span, before the window
-DRAIN_SHARE = 0.1  # of the arrival span, after it
-SERVED_SHARE = 0.95  # served ÷ offered over the window, at least
+DRAIN_SHARE = 0.0  # of the arrival span left out at its end: none, the last arrivals are judged (the module doc)
+SERVED_SHARE = 0.95  # served ÷ offered over the window, at least: the oldest wait grows by at most 5% of the time
 QUEUE_GROWTH_SHARE = 0.01  # of the window's arrivals: the most the queue's mean may grow between its halves
 QUEUE_GROWTH_MIN = 2  # requests: less is noise
 NUM_QUEUE_SAMPLES = 64  # per half of the window
@@ -54,15 +64,19 @@ class Window:
     """What a run's measured window shows (plain numbers: a sweep stores them with the point)."""
 
     start_s: float
-    end_s: float
+    end_s: float  # the last arrival
     num_arrived: int  # requests that arrived in the window
-    latency_growth: float  # g: seconds of latency gained per second of arrivals across the window (module doc)
-    num_rejected: int  # of those that arrived in it
+    num_rejected: int  # of those that arrived in it: refused by the engine
+    num_unfinished: int  # of those that arrived in it: neither finished nor refused (given up by the client)
     queue_first_half: float  # mean number waiting (arrived, not yet scheduled), first half of the window
     queue_second_half: float
+    oldest_wait_first_half_s: float  # mean age of the oldest waiting request, first half of the window (0: none)
+    oldest_wait_second_half_s: float
     num_seats: int  # how many requests the engine could hold at once
     state: str  # stable | backlogged | overloaded
+    decided_by: str  # the signal that decided the state, in words (the module doc)
     loaded: bool  # more arrivals in the window than seats: an overload would show
+    drain_s: float  # from the last arrival to the last finish
 
     @property
     def duration_s(self) -> float:
@@ -73,10 +87,18 @@ class Window:
         return self.num_arrived / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
+    def wait_growth(self) -> float:
+        """Seconds the oldest wait gained per second of the window (half-means, half a window apart)."""
+        half = self.duration_s / 2
+        if not half > 0:
+            return 0.0
+        return (self.oldest_wait_second_half_s - self.oldest_wait_first_half_s) / half
+
+    @property
     def served_share(self) -> float:
-        """Served ÷ offered: 1 / (1 + g), at most 1 (a latency that falls across the window: a warm-up's queue
-        draining, the engine ahead of its arrivals); 0 when nothing arrived."""
-        return share_served(self.num_arrived, self.latency_growth)
+        """Served ÷ offered: 1 − wait_growth, within [0, 1] (an oldest wait that falls across the window: a
+        warm-up's queue draining, the engine ahead of its arrivals); 0 when nothing arrived."""
+        return share_served(self.num_arrived, self.wait_growth)
 
     @property
     def served_rps(self) -> float:
@@ -92,17 +114,15 @@ class Window:
         return self.state == "stable" and self.num_rejected == 0
 
     def to_dict(self) -> dict[str, Any]:
-        fields = asdict(self)
-        if math.isinf(self.latency_growth):  # (JSON has no infinity: nothing of the later half finished)
-            fields["latency_growth"] = None
-        return {**fields, "duration_s": self.duration_s, "offered_rps": self.offered_rps,
-                "served_rps": self.served_rps, "served_share": self.served_share, "queue_growth": self.queue_growth}
+        return {**asdict(self), "duration_s": self.duration_s, "offered_rps": self.offered_rps,
+                "served_rps": self.served_rps, "served_share": self.served_share, "queue_growth": self.queue_growth,
+                "wait_growth": self.wait_growth}
 
 
-def share_served(num_arrived: int, latency_growth: float) -> float:
-    """Served ÷ offered of a window with ``num_arrived`` arrivals whose latency grew by ``latency_growth`` seconds
-    per second of arrivals (the module doc): 1 / (1 + g), at most 1; 0 when nothing arrived."""
-    return 1.0 / (1.0 + max(0.0, latency_growth)) if num_arrived else 0.0
+def share_served(num_arrived: int, wait_growth: float) -> float:
+    """Served ÷ offered of a window with ``num_arrived`` arrivals whose oldest wait grew by ``wait_growth`` seconds
+    per second (the module doc): 1 − growth, within [0, 1]; 0 when nothing arrived."""
+    return min(1.0, max(0.0, 1.0 - wait_growth)) if num_arrived else 0.0
 
 
 def num_seats(max_num_seqs: int, num_kv_tokens: int, mean_tokens_held: float) -> int:
@@ -136,56 +156,60 @@ def measure(records: list[RequestRecord], seats: int) -> Window:
     import numpy as np
 
     if not records:
-        return Window(0.0, 0.0, 0, 0, 0, 0.0, 0.0, seats, "overloaded", False)
-    arrival = np.fromiter((r.arrival_time for r in records), dtype=np.float64, count=len(records))
-    finish = np.fromiter((math.inf if r.finish_time is None else r.finish_time for r in records),
-                         dtype=np.float64, count=len(records))
+        return Window(0.0, 0.0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, seats, "overloaded", "nothing arrived", False, 0.0)
+    n = len(records)
+    arrival = np.fromiter((r.arrival_time for r in records), dtype=np.float64, count=n)
+    finish = np.fromiter((math.nan if r.finish_time is None else r.finish_time for r in records), np.float64, n)
     scheduled = np.fromiter((math.inf if r.first_scheduled_time is None else r.first_scheduled_time
-                             for r in records), dtype=np.float64, count=len(records))
-    rejected = np.fromiter((r.status == "rejected" for r in records), dtype=bool, count=len(records))
+                             for r in records), dtype=np.float64, count=n)
+    rejected = np.fromiter((r.status == "rejected" for r in records), dtype=bool, count=n)
+    unfinished = np.fromiter((r.status not in ("finished", "rejected") for r in records), dtype=bool, count=n)
     start, end = bounds(arrival)
     inside = (arrival >= start) & (arrival <= end)
     num_arrived = int(inside.sum())
-    kept = inside & ~rejected
-    growth = latency_growth(arrival[kept], finish[kept] - arrival[kept])
-    # The queue at a time t: arrived by t, not refused, not yet scheduled.
-    arrival_sorted = np.sort(arrival[~rejected])
-    scheduled_sorted = np.sort(scheduled[~rejected])
+    # The queue at a time t: arrived by t, not refused, not yet scheduled (a client that gave up leaves it then).
+    kept = ~rejected
+    arrival_kept, scheduled_kept = arrival[kept], np.minimum(scheduled[kept], np.where(
+        np.isnan(finish[kept]), np.inf, finish[kept]))
+    arrival_sorted, scheduled_sorted = np.sort(arrival_kept), np.sort(scheduled_kept)
+    by_arrival = np.argsort(arrival_kept, kind="stable")
+    arrival_kept, scheduled_kept = arrival_kept[by_arrival], scheduled_kept[by_arrival]
     middle = (start + end) / 2
 
-    def mean_queue(lo: float, hi: float) -> float:
+    def mean_queue(lo: float, hi: float) -> tuple[float, float]:
+        """The mean number waiting and the mean age of the oldest waiting, over NUM_QUEUE_SAMPLES times."""
         times = np.linspace(lo, hi, NUM_QUEUE_SAMPLES)
         waiting = np.searchsorted(arrival_sorted, times, side="right") - np.searchsorted(scheduled_sorted, times,
                                                                                           side="right")
-        return float(waiting.mean())
+        ages = []
+        for t in times:
+            arrived = np.searchsorted(arrival_kept, t, side="right")
+            still = np.flatnonzero(scheduled_kept[:arrived] > t)
+            ages.append(t - arrival_kept[still[0]] if len(still) else 0.0)
+        return float(waiting.mean()), float(np.mean(ages))
 
-    first_half, second_half = mean_queue(start, middle), mean_queue(middle, end)
-    served = share_served(num_arrived, growth) >= SERVED_SHARE
-    growing = second_half - first_half > max(QUEUE_GROWTH_MIN, QUEUE_GROWTH_SHARE * num_arrived)
-    state = "overloaded" if not served else "backlogged" if growing else "stable"
-    return Window(start, end, num_arrived, growth, int((inside & rejected).sum()), first_half, second_half,
-                  seats, state, num_arrived > seats)
+    (count_1, age_1), (count_2, age_2) = mean_queue(start, middle), mean_queue(middle, end)
+    num_rejected = int((inside & rejected).sum())
+    num_unfinished = int((inside & unfinished).sum())
+    half = (end - start) / 2
+    served = share_served(num_arrived, (age_2 - age_1) / half if half > 0 else 0.0)
+    growing = count_2 - count_1 > max(QUEUE_GROWTH_MIN, QUEUE_GROWTH_SHARE * num_arrived)
+    queue = f"queue {count_1:.0f} → {count_2:.0f} waiting, oldest wait {_age(age_1)} → {_age(age_2)}"
+    if num_unfinished:
+        state, decided = "overloaded", f"{num_unfinished} of the window's requests never finished (given up)"
+    elif served < SERVED_SHARE:
+        state, decided = "overloaded", f"oldest wait grew: served {served:.1%} of offered ({queue})"
+    elif growing:
+        state, decided = "backlogged", f"queue count grew ({queue})"
+    else:
+        state, decided = "stable", f"queue flat ({queue})"
+    last_finish = float(np.nanmax(finish)) if not np.isnan(finish).all() else float(arrival.max())
+    return Window(start, end, num_arrived, num_rejected, num_unfinished, count_1, count_2, age_1, age_2, seats,
+                  state, decided, num_arrived > seats, max(0.0, last_finish - float(arrival.max())))
 
 
-def latency_growth(arrival: np.ndarray, latency: np.ndarray) -> float:
-    """g: the median latency of the later half of the arrivals less that of the earlier half, over the time
-    between their median arrivals (the module doc). A request that has not finished has an infinite latency: g is
-    infinite when the later half's median has none. 0 with fewer than two arrivals, or no time between halves."""
-    import numpy as np
-
-    if len(arrival) < 2:
-        return 0.0
-    order = np.argsort(arrival, kind="stable")
-    times, latencies_in_order = arrival[order], latency[order]
-    half = len(times) // 2
-    early, late = slice(0, half), slice(len(times) - half, len(times))
-    gap = float(np.median(times[late]) - np.median(times[early]))
-    early_latency, late_latency = (float(np.median(latencies_in_order[half_])) for half_ in (early, late))
-    if math.isinf(late_latency):
-        return math.inf
-    if not gap > 0:
-        return 0.0
-    return (late_latency - early_latency) / gap
+def _age(seconds: float) -> str:
+    return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:,.0f} s"
 
 
 def latencies(records: list[RequestRecord], window: Window) -> np.ndarray:
@@ -201,3 +225,11 @@ def latencies(records: list[RequestRecord], window: Window) -> np.ndarray:
             [inf if (v := r.e2e_latency) is None else v for r in chosen],
             [inf if (v := r.normalized_latency) is None else v for r in chosen]]
     return np.array(rows, dtype=np.float64).reshape(len(LATENCY_METRICS), len(chosen))
+
+
+def measure_run(records: list[RequestRecord], allocator: str, requests, scheduler, num_slots: int,
+                num_replicas: int = 1) -> Window:
+    """The window of one engine's run (or a fleet's, ``num_replicas`` engines' seats), its seats counted from its
+    allocator, workload and scheduler (``scheduler``: max_num_seqs and max_model_len)."""
+    held = mean_tokens_held(allocator, requests, scheduler.max_model_len)
+    return measure(records, num_seats(scheduler.max_num_seqs, num_slots, held) * num_replicas)

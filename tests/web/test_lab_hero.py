@@ -330,14 +330,14 @@ def test_comparisons_refuse_runs_of_other_settings(lab):
 
 
 def test_a_tie_is_reported_as_one(lab):
-    """continuous+paged and vllm are the same engine decisions: the race says they tied, and crowns nobody."""
+    """continuous+paged and vllm-paper are the same engine decisions: the race says they tied, and crowns nobody."""
     page = lab.page
     page.click("#race-strategies details.more summary")
-    set_form(page, "race", strategies=["static+max", "continuous+paged", "vllm"], num_requests=40, rate=4)
+    set_form(page, "race", strategies=["static+max", "continuous+paged", "vllm-paper"], num_requests=40, rate=4)
     page.click("#race-transport [data-act=finish]")
     page.wait_for_selector("#race-finish:not([hidden])", timeout=60_000)
     verdict = page.inner_text("#race-finish .verdict")
-    assert verdict.startswith("continuous+paged and vllm tied: each served"), verdict
+    assert verdict.startswith("continuous+paged and vllm-paper tied: each served"), verdict
     assert "won" not in verdict and "served the most" not in verdict
     assert "★" not in page.inner_text("#race-finish table")
     assert page.locator("#race .panel.winner").count() == 0

@@ -262,14 +262,14 @@ def test_seek_refuses_a_bad_time(client, t, message):
 
 
 def test_a_tie_is_said_as_a_tie(client):
-    """continuous+paged and vllm make the same decisions: neither won."""
-    meta = start(client, kind="race", strategies=["static+max", "continuous+paged", "vllm"], **SMALL)
+    """continuous+paged and vllm-paper make the same decisions: neither won."""
+    meta = start(client, kind="race", strategies=["static+max", "continuous+paged", "vllm-paper"], **SMALL)
     frame = client.post(f"/api/sessions/{meta['session_id']}/finish").json()
     finish = frame["finish"]
     paged, vllm = finish["summaries"][1], finish["summaries"][2]
     assert paged["throughput_rps"] == vllm["throughput_rps"]
     assert finish["winner"] is None
-    assert finish["verdict"].startswith("continuous+paged and vllm tied: each served")
+    assert finish["verdict"].startswith("continuous+paged and vllm-paper tied: each served")
     assert "won" not in finish["verdict"] and "static+max served the fewest" in finish["verdict"]
 
 

@@ -74,7 +74,7 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
         notes.append(f"time side: kvlab's roofline cost model of the {gpu}, not calibrated for this server, so "
                      "latency and throughput ratios are not expected to be 1 (calibrate it and pass --cost)")
     config = quietly(options)  # (the profile's notes go into the comparison's notes)
-    strategy = "vllm+prefix" if cache.get("enable_prefix_caching") else "vllm"
+    strategy = "vllm" if cache.get("enable_prefix_caching") else "vllm+noprefix"
     settings = {"model": config.model.model, "gpu": config.device.label, "cost": cost, "strategy": strategy,
                 "block_size": config.cache.block_size, "num_gpu_blocks": num_gpu_blocks,
                 "num_slots": config.cache.num_slots, "max_model_len": config.scheduler.max_model_len,

@@ -17,24 +17,24 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 import kvlab
+from kvlab.catalog.prices import GpuPrice, price_text
+from kvlab.catalog.prices import gpu_hour_price as check_price
 from kvlab.cli.app import app
 from kvlab.cli.options import (
-    DEFAULT_OUT,
     EXTRA_HELP,
     SWEEP_CONTEXT,
     GridOpt,
     JsonOpt,
     MaxTimeOpt,
-    OutOpt,
     RayAddressOpt,
     RayOpt,
     WorkersOpt,
 )
 from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.errors import KvlabError
-from kvlab.report.setup import fitted_to, setup_lines
+from kvlab.report.setup import evidence, fitted_to, setup_lines
 from kvlab.report.text import computed_text, whole_values_table
-from kvlab.sweep.capacity import mark_text, rate_text
+from kvlab.sweep.capacity import default_out, mark_text, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
 from kvlab.validate import check_options
 
@@ -50,6 +50,15 @@ GoodputOpt = Annotated[float | None, typer.Option("--goodput", help="Judge each 
 RtolOpt = Annotated[float, typer.Option("--rtol", help="Stop bisecting when the bracket \\[held, failed] is this "
                                         "narrow, relative.")]
 MaxRateOpt = Annotated[float, typer.Option("--max-rate", help="Give up doubling above this rate (req/s).")]
+PriceOpt = Annotated[float | None, typer.Option("--gpu-hour-price", help="US dollars a GPU-hour, for the cost per "
+                                                "million output tokens \\[default: the catalogue's, with its date "
+                                                "and source (kvlab.catalog.prices)].")]
+CapacityOutOpt = Annotated[Path | None, typer.Option("--out", help="Folder of the search: its DuckDB store "
+                                                     "(sweep.duckdb, resumed when present) and plots \\[default: the "
+                                                     "user's cache folder, $KVLAB_CACHE_DIR or ~/.cache/kvlab, under "
+                                                     "capacity/].")]
+
+
 @app.command(context_settings=SWEEP_CONTEXT, epilog=EXTRA_HELP + " Here --rate is the search's first guess.")
 def capacity(
     ctx: typer.Context,
@@ -61,14 +70,18 @@ def capacity(
     workers: WorkersOpt = None,
     ray: RayOpt = False,
     ray_address: RayAddressOpt = None,
-    out: OutOpt = DEFAULT_OUT,
+    out: CapacityOutOpt = None,
     max_time: MaxTimeOpt = "1h",
     yes: YesOpt = False,
     as_json: JsonOpt = False,
+    gpu_hour_price: PriceOpt = None,
 ) -> None:
     """The highest request rate each configuration sustains under a latency target.
 
-    A rate holds when its run kept up (served ≥ 95% of offered over its measured window, no growing queue) and met the target.
+    A rate holds when its run kept up and met the target: its waiting queue grew neither in count nor in oldest wait,
+    every request finished, judged up to the last arrival.
+
+    Each answer is searched on two samples (the workload, and twice it) and both are shown with their spread.
 
     Found by bracketing and bisection; every simulation is stored like a sweep's, so a search run again reuses them.
 
@@ -84,12 +97,16 @@ def capacity(
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
 
     target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
+    out = out if out is not None else default_out()
+    if gpu_hour_price is not None:
+        check_price("", gpu_hour_price)  # (a price that is not a positive number: one line, before anything runs)
     if not 0 < rtol < 1:
         raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
     lists, explicit = grid_lists(ctx.args, grid)
     if lists.get("replicas") == ["auto"]:
         lists.pop("replicas")
-        replicas_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json)
+        replicas_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json,
+                         gpu_hour_price)
         return
     rates = lists.pop("rate", ["1"])
     if len(rates) != 1 or any("rate" in p for p in explicit):
@@ -103,20 +120,24 @@ def capacity(
                          f"--max-rate {start_rate:g} or more")
     configurations, seats, scaled = service.searched_configurations(lists, explicit, start_rate)
     first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__)
+    longer, no_second = service.longer_samples(configurations, start_rate)
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()
-    session.check_time(first_points, service.TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
-                       f"{len(configurations)} capacity search{'es' if len(configurations) > 1 else ''} (about "
-                       f"{service.TYPICAL_SEARCH_RUNS} simulations each)")
+    every = configurations + longer
+    session.check_time(first_points, 3 * service.TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
+                       f"{len(every)} capacity search{'es' if len(every) > 1 else ''} (the workload and twice it; "
+                       f"about {service.TYPICAL_SEARCH_RUNS} simulations each)")
     searches, rows = run_session(session, lambda: service.capacities(
-        configurations, session.runner, target, [start_rate] * len(configurations), rtol, max_rate))
+        every, session.runner, target, [start_rate] * len(every), rtol, max_rate))
     names = list(run_options())
-    setups = [p.config.describe() for p in first_points]
-    answer = service.Answer(configurations, searches, setups, seats, target, scaled)
+    answer = service.answer(configurations, longer, no_second, searches, first_points, seats, target, scaled,
+                            gpu_hour_price)
     written = write_capacity_plots(answer, rows, names, out)
     if as_json:
         typer.echo(json.dumps({"slo": target.text, "goodput": target.goodput, "setup": answer.common_setup(),
                                "capacities": service.capacity_json(answer, names), "spread": answer.spreads(),
+                               "lead": {"cost": answer.lead(), "evidence": evidence(answer.lead())},
+                               "cheapest": answer.cheapest(),
                                "cost_profiles": {n: fitted_to(n) for n in answer.costs()},
                                "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb"),
                                "plots": [str(p) for p in written]}, indent=2))
@@ -186,9 +207,10 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
                                 wrapping={bracket} if any(s.error for s in searches) else set())
     console = Console(highlight=False)
     console.print(table)
-    console.print("run at it: the run at the answer over its measured window (after a 20% warm-up, before the last "
-                  "10% of arrivals) and the share of the offered requests it served; stable = served ≥ 95% and no "
-                  "growing queue (docs/sweep.md).", markup=False)
+    console.print("run at it: the run at the answer over its measured window (after a 20% warm-up, up to the last "
+                  "arrival) and the share of the offered requests it served (read from its oldest wait's growth); "
+                  "stable = the waiting queue grows neither in count nor in oldest wait, every request finished "
+                  "(docs/sweep.md).", markup=False)
     if answer.scaled:
         console.print("num_requests: scaled so that twice the engine's seats arrive in the measured window (-n or "
                       "--duration to choose).", markup=False)
@@ -201,13 +223,18 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
         if search.limited_by:
             console.print(f"limited by: {config['strategy']} under {config['cost']}: {search.limited_by}.",
                           markup=False)
-    if any(not s.error and s.lo is None for s in searches):
+    for config, search in zip(configurations, searches):
+        if search.unreachable:
+            console.print(f"{config['strategy']} under {config['cost']}: the target cannot be met at any rate: "
+                          f"{search.unreachable}.", markup=False)
+    if any(not s.error and s.lo is None and not s.unreachable for s in searches):
         console.print("[–, failed]: even the lowest rate tried failed: capacity 0.", markup=False)
     for spread in answer.spreads():
         parts = ", ".join(f"{name} {rate_text(value)}" for name, value in spread["capacities"].items())
         if spread["spread"] is not None:
             console.print(f"The clock's spread for {spread['strategy']}: {parts} req/s ({spread['spread']:.0%} between "
                           "the lowest and the highest).", markup=False)
+    _print_answer(console, answer)
     console.print("Setup: " + "; ".join(setup_lines(answer.common_setup())) + ".", markup=False)
     if len(answer.costs()) > 1:
         for name in answer.costs():
@@ -217,9 +244,43 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
                   + f". Store: {session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)
 
 
+def _print_answer(console, answer: Answer) -> None:
+    """The lead clock's answers with their two samples, and what each costs."""
+    lead = answer.lead()
+    console.print(f"Answer under {lead}, the clock with the best evidence for this GPU ({evidence(lead)}); "
+                  "the other clocks are the spread.", markup=False)
+    for i, config in enumerate(answer.configurations):
+        if config["cost"] != lead or answer.searches[i].error:
+            continue
+        sample = answer.samples(i)
+        if sample["spread"] is None and sample.get("note"):
+            words = f"{rate_text(sample['answer_rps'])} req/s ({sample['note']})"
+        else:
+            words = f"{rate_text(sample['answer_rps'])} req/s, the lower of two samples: " + samples_text(
+                tuple(sample["lengths"]), tuple(rate_text(c) for c in sample["capacities"]), sample["spread"], "req/s")
+        cost = answer.cost_of(i)
+        if cost is None:
+            money = "no price known for this GPU: give --gpu-hour-price"
+        elif cost["usd_per_million_output_tokens"] is None:
+            money = f"${cost['usd_per_hour']:,.2f} an hour for nothing served"
+        else:
+            money = (f"${cost['usd_per_hour']:,.2f} an hour on {cost['num_gpus']} GPU"
+                     f"{'s' if cost['num_gpus'] > 1 else ''}, ${cost['usd_per_million_output_tokens']:,.2f} per million "
+                     f"output tokens (mean answer {cost['mean_output_tokens']:,.0f} tokens)")
+        console.print(f"  {config['strategy']}: {words}; {money}.", markup=False)
+    cheapest = answer.cheapest()
+    if cheapest is not None and len(answer.configurations) > len(answer.costs()):
+        console.print(f"Cheapest under the target: {cheapest['strategy']} at "
+                      f"${cheapest['usd_per_million_output_tokens']:,.2f} per million output tokens.", markup=False)
+    price = next((p for p in answer.prices if p is not None), None)
+    if price is not None:
+        console.print(f"Price: {price_text(price)}.", markup=False)
+
+
 # --- --replicas auto: the fewest replicas that sustain a rate (kvlab.service.replicas) ------------------------------
 
-def replicas_command(lists: dict[str, list], explicit: list[dict], slo, session: Session, as_json: bool) -> None:
+def replicas_command(lists: dict[str, list], explicit: list[dict], slo, session: Session, as_json: bool,
+                     gpu_hour_price: float | None = None) -> None:
     from kvlab.service import replicas as service
 
     rate, searches = service.replica_searches(lists, explicit)
@@ -227,11 +288,12 @@ def replicas_command(lists: dict[str, list], explicit: list[dict], slo, session:
     several_costs = len({s.cost for s in searches}) > 1
 
     def progress(search, n: int, held: bool) -> None:
-        name = f"{search.strategy} behind {search.router}" + (f" under {search.cost}" if several_costs else "")
+        name = (f"{search.strategy} behind {search.router}" + (f" under {search.cost}" if several_costs else "")
+                + (f" ({search.num_requests:,} requests)" if search.factor != 1 else ""))
         print(f"{name}: {service.replicas_text(n)} {'held' if held else 'failed'}", file=sys.stderr, flush=True)
 
     run_session(session, lambda: service.search_fewest_replicas(searches, session.runner, slo, progress))
-    answer = service.answer(rate, searches)
+    answer = service.answer(rate, searches, gpu_hour_price)
     written = write_replicas_plot(answer.entries, slo, session.out, answer.setup)
     if as_json:
         typer.echo(json.dumps({"slo": slo.text, "goodput": slo.goodput, "rate": rate, "setup": answer.setup,
@@ -272,6 +334,21 @@ def print_replicas(answer, slo, session: Session, written) -> None:
                 console.print(f"  {_name(e, several)}, {replicas_text(r['replicas'])}: {r['reason']}", markup=False)
     for e in entries:
         console.print(_answer_line(e, several), markup=False)
+        console.print(_samples_line(e), markup=False)
+    if several:
+        answers = ", ".join(f"{e['strategy']} behind {e['router']} {'none' if e['replicas'] is None else e['replicas']}"
+                            for e in entries if e["cost"] == answer.lead)
+        console.print(f"Answer under {answer.lead}, the clock with the best evidence for this GPU "
+                      f"({evidence(answer.lead)}): {answers}; the other clocks are the spread.", markup=False)
+    priced = sorted((e for e in entries if e["serving_cost"]), key=lambda e: e["serving_cost"]["usd_per_hour"])
+    if len(priced) > 1:
+        console.print("Cheapest under the target: " + "; ".join(
+            f"{_name(e, several)} ${e['serving_cost']['usd_per_hour']:,.2f}/h" for e in priced[:3]) + ".",
+            markup=False)
+    if priced:
+        c = priced[0]["serving_cost"]
+        console.print(f"Price: {price_text(GpuPrice(c['usd_per_gpu_hour'], c['price_as_of'], c['price_source']))}.",
+                      markup=False)
     for spread in answer.spreads:
         parts = ", ".join(f"under {cost} {'none' if n is None else n}" for cost, n in spread["replicas"].items())
         console.print(f"The clock's spread for {spread['strategy']} behind {spread['router']}: replicas {parts}.",
@@ -305,6 +382,20 @@ def _answer_line(e: dict[str, Any], several_costs: bool) -> str:
         return head + ", the fewest there are."
     kind, _, reason = e["fewer_limited_by"].partition(": ")
     return f"{head}; one fewer was limited by {kind}: {reason}."
+
+
+def _samples_line(e: dict[str, Any]) -> str:
+    """A router's two samples (the workload and twice it) and what its answer costs."""
+    sample = e["samples"]
+    counts = ["none" if n is None else str(n) for n in sample["replicas"]]
+    text = (f"  two samples: on {sample['lengths'][0]:,} requests {counts[0]}, on {sample['lengths'][1]:,} "
+            f"{counts[1]}" + ("" if sample["agree"] else ": they differ, the answer is the larger"))
+    if e["serving_cost"]:
+        text += (f"; ${e['serving_cost']['usd_per_hour']:,.2f} an hour, "
+                 f"${e['serving_cost']['usd_per_million_output_tokens']:,.2f} per million output tokens")
+    elif e["replicas"] is not None:
+        text += "; no price known for this GPU: give --gpu-hour-price"
+    return text + "."
 
 
 def _memory_line(memory: dict[str, Any]) -> str:

@@ -135,7 +135,7 @@ def fig12(
 
     parse_slo(slo)
     setup = Fig12Setup(duration=duration, seed=seed, slo=slo, cost=cost)
-    resolve_points([setup.point(s, w, 1.0) for w in setup.workloads for s in ("vllm", "orca-max")],
+    resolve_points([setup.point(s, w, 1.0) for w in setup.workloads for s in ("vllm-paper", "orca-max")],
                    kvlab.__version__)  # (a bad --duration, --seed or --cost is refused before anything runs)
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()

@@ -17,6 +17,7 @@ from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_options
 from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
+from kvlab.report.setup import prefix_caching_text
 from kvlab.report.text import plural
 from kvlab.strategies import STRATEGIES, strategy_names_help
 from kvlab.validate import allow_large_work, check_output_path
@@ -72,15 +73,17 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, **options):
         return service.run(config, chosen, progress=advance)
 
 
-def setup_line(config, wl, replicas: int = 1, router: str = "") -> str:
+def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=()) -> str:
     cache, sched = config.cache, config.scheduler
     fleet = f"{replicas} replicas behind the {router} router, each " if replicas > 1 else ""
+    prefix = f", {prefix_caching_text({s.name: s.enable_prefix_caching for s in strategies})}" if strategies else ""
     return (
         f"{fleet}{config.model.model} on {config.gpu}: KV cache {cache.num_slots:,} token slots "
         f"({cache.num_gpu_blocks:,} blocks of {cache.block_size}, one of them vLLM's null block "
         f"for paged memory), max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
-        f"{sched.max_num_batched_tokens:,}. Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
+        f"{sched.max_num_batched_tokens:,}, chunked prefill {'on' if sched.enable_chunked_prefill else 'off'}{prefix}. "
+        f"Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
         f"{_rate_text(wl)}, mean prompt {wl.mean_prompt_len:,.0f} / output {wl.mean_output_len:,.0f} tokens."
     )
 
@@ -145,11 +148,13 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     if not console.is_terminal and wide:
         console.width = max(console.width, 150)  # piped --wide output: room for the whole table
     behaviours = [r.strategy for r in results]
-    console.print(setup_line(config, wl, run.config.parallel.data_parallel_size, setup.get("router", "")))
+    console.print(setup_line(config, wl, run.config.parallel.data_parallel_size, setup.get("router", ""), behaviours))
     console.print(race_table(summaries, title, wide=wide, strategies=behaviours, width=console.width))
     for line in footnotes(summaries, wide=wide):
         console.print(line)
     console.print(verdict(summaries, strategies=behaviours))
+    if (line := _all_overloaded(run, summaries)) is not None:
+        console.print(line, highlight=False)
     if run.fleets:
         print_fleets(console, run, summaries)
     best = max(summaries, key=lambda s: s["throughput_rps"])
@@ -162,6 +167,20 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         console.print(f"warning: {note}", style="yellow", highlight=False)
     if written:
         console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
+
+
+def _all_overloaded(run, summaries) -> str | None:
+    """When every strategy's waiting queue grows at the offered rate (kvlab.service.RunResult.overloaded_rps), the
+    race says so, with the rate each served (the most it sustains: an overloaded engine is busy throughout)."""
+    from kvlab.report.tables import significant
+
+    offered = run.overloaded_rps()
+    if offered is None:
+        return None
+    each = ", ".join(f"{s['name']} {significant(s['throughput_rps'])}" for s in summaries)
+    return (f"Every strategy is overloaded at the offered {significant(offered)} req/s (its waiting "
+            f"queue grows): this race compares engines falling behind. Each serves at most: {each} req/s; kvlab "
+            "capacity finds the rate each sustains under a latency target.")
 
 
 def print_fleets(console, run, summaries) -> None:

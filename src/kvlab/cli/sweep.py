@@ -29,7 +29,9 @@ from kvlab.cli.options import (
     WorkersOpt,
 )
 from kvlab.cli.options import SweepYesOpt as YesOpt
-from kvlab.report.text import computed_text, whole_values_table
+from kvlab.report.setup import engine_defaults_text
+from kvlab.report.text import computed_text, latency_cell, whole_values_table
+from kvlab.strategies import parse_strategy
 from kvlab.sweep.session import Session, grid_lists, run_session
 
 
@@ -100,17 +102,19 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
     for row in rows:
         ok = row["status"] == "ok"
         cells = [f"{row['throughput_rps']:.3f}", f"{row['throughput_tps']:.0f}",
-                 _num(row.get("normalized_latency_s_per_token_mean")), _num(row.get("ttft_s_p99"), 1e3),
-                 _num(row.get("tpot_s_p99"), 1e3)] if ok else ["–"] * 5
+                 _num(row.get("normalized_latency_s_per_token_mean")), latency_cell(row.get("ttft_s_p99")),
+                 latency_cell(row.get("tpot_s_p99"))] if ok else ["–"] * 5
         status = ["ok" if ok else f"failed: {row['error']}"] if failed else []
         table_rows.append([*(cell(row[n]) for n in varying), *cells, *status])
-    headers = (*varying, "req/s", "tok/s", "s/tok", "TTFT p99 ms", "TPOT p99 ms", *(["status"] if failed else []))
+    headers = (*varying, "req/s", "tok/s", "s/tok", "TTFT p99", "TPOT p99", *(["status"] if failed else []))
     table = whole_values_table(f"Sweep: {len(rows)} points", headers, table_rows, left={*varying, "status"},
                                 wrapping={"status"})
     console = Console()
     console.print(table)
-    console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT: p99 in "
-                  "milliseconds.", highlight=False)
+    console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT: p99, in ms "
+                  "below 10 s, in s above.", highlight=False)
+    strategies = [parse_strategy(n) for n in dict.fromkeys(str(r["strategy"]) for r in rows)]
+    console.print("Engine: " + engine_defaults_text(rows, strategies) + ".", highlight=False)
     num_failed = sum(r["status"] != "ok" for r in rows)
     console.print(computed_text(session.runner.num_computed, len(rows), "point")
                   + (f", {num_failed} failed in all" if num_failed else "")

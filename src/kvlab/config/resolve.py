@@ -245,6 +245,29 @@ class KvlabConfig:
         }
 
 
+def engine_setup(config, strategies) -> dict[str, Any]:
+    """What a setup adds to KvlabConfig.describe(): each strategy's prefix caching (``vllm`` has it on, as `vllm
+    serve`), and the tensor- and pipeline-parallel communication the clock prices."""
+    from kvlab.catalog import get_gpu
+
+    setup: dict[str, Any] = {"prefix_caching": {s.name: s.enable_prefix_caching for s in strategies}}
+    tp, pp = config.parallel.tensor_parallel_size, config.parallel.pipeline_parallel_size
+    if tp * pp > 1:
+        gpu = get_gpu(config.device.gpu)
+        link = (f"{gpu.link} at {gpu.link_bandwidth_bytes_per_s / 1e9:,.0f} GB/s a direction"
+                if gpu.link and gpu.link_bandwidth_bytes_per_s else "the GPUs' link")
+        words = []
+        if tp > 1:
+            words.append(f"TP {tp}: two all-reduces of each token's hidden state per layer over {link}, priced by "
+                         "the cost profile's allreduce terms (docs/cost.md)")
+        if pp > 1:
+            # (kvlab.config.resolve.cost_model_for: the stages run one after the other, no overlap)
+            words.append(f"PP {pp}: the stages run one after the other (no micro-batch overlap); their activation "
+                         f"hand-offs over {link} are not priced")
+        setup["communication"] = "; ".join(words)
+    return setup
+
+
 def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabConfig:
     """The configuration ``options`` (and ``keywords``) describe, every other option at its default.
 

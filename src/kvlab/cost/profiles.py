@@ -269,6 +269,13 @@ def default_profile_for(gpu_id: str) -> str:
     return DEFAULT_PROFILE
 
 
+def lead_profile(gpu_id: str, profiles: list[str]) -> str:
+    """The profile an answer leads with: the one with the best evidence for ``gpu_id`` (fitted on real runs on
+    it, kvlab.cost.profiles.default_profile_for) when it is among ``profiles``, else the first."""
+    best = default_profile_for(gpu_id)
+    return best if best in profiles else profiles[0]
+
+
 def applicable_profiles(gpu_id: str) -> list[str]:
     """The built-in profiles that can price a run on this GPU: those fitted on it, and those fitted on none (the
     roofline). kvlab capacity prices with each when no --cost is given."""

@@ -1,11 +1,18 @@
 """A run's setup in words, for every report that must state what it answered on: the model and GPUs, the KV
-cache, the scheduler's limits, the workload and its arrivals, and the cost profile with what its numbers come
-from (kvlab.config.KvlabConfig.describe's fields)."""
+cache, the engine's defaults that change an answer (prefix caching, chunked prefill, the scheduler's limits), the
+tensor- and pipeline-parallel communication, the workload and its arrivals, and the cost profile with what its
+numbers come from and what it measured of itself (kvlab.config.KvlabConfig.describe's fields)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+from kvlab.config.resolve import engine_setup
+from kvlab.cost.profiles import lead_profile
+
+__all__ = ["engine_defaults_text", "engine_setup", "evidence", "fitted_to", "lead_profile", "measured_error",
+           "prefix_caching_text", "setup_lines"]
 
 
 def fitted_to(name: str) -> str:
@@ -17,6 +24,28 @@ def fitted_to(name: str) -> str:
         "stated, not fitted; any GPU"
     first = re.sub(r"\s*\([^()]*\)", "", profile.source.split(". ")[0]).strip().rstrip(".")
     return f"{profile.name} ({where}): {_shortened(first, 200)}"
+
+
+def measured_error(name: str) -> str | None:
+    """What a profile fitted on real runs measured of itself (its leave-one-out median errors, kvlab calibrate
+    --runs), in words; None for a profile fitted on none."""
+    from kvlab.cost.profiles import get_profile
+
+    fit = get_profile(name).fit
+    medians = fit.get("loo_median_abs_error")
+    if not medians:
+        return None
+    parts = [f"{label} {medians[key]:.0%}" for key, label in (("ttft_p99", "TTFT p99"), ("ttft_mean", "TTFT mean"),
+                                                              ("e2e_mean", "E2E mean"), ("itl_mean", "ITL mean"))
+             if key in medians]
+    return (f"error on the {len(fit.get('runs', ()))} real vLLM runs it was fitted on, each left out in turn "
+            f"(median): {', '.join(parts)}")
+
+
+def evidence(name: str) -> str:
+    """Why a lead profile is believed: what it is fitted on and its measured error, or that it is stated."""
+    error = measured_error(name)
+    return fitted_to(name) + (f"; {error}" if error else "; its error is not measured (fitted on no real runs)")
 
 
 def _shortened(text: str, limit: int) -> str:
@@ -44,8 +73,12 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
     limits = [f"{k} {setup[k]:,}" for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len") if k in setup]
     if "enable_chunked_prefill" in setup:
         limits.append("chunked prefill " + ("on" if setup["enable_chunked_prefill"] else "off"))
+    if "prefix_caching" in setup:
+        limits.append(prefix_caching_text(setup["prefix_caching"]))
     if limits:
-        lines.append("scheduler: " + ", ".join(limits))
+        lines.append("engine: " + ", ".join(limits))
+    if setup.get("communication"):
+        lines.append("parallel: " + setup["communication"])
     w = setup.get("workload", {})
     words = [str(w["workload"])] if "workload" in w else []
     if "arrival" in w:
@@ -65,3 +98,34 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
     if "cost" in setup:
         lines.append("cost profile: " + (setup["cost"] if short else fitted_to(setup["cost"])))
     return lines
+
+
+def prefix_caching_text(by_strategy: dict[str, bool]) -> str:
+    """"prefix caching on" (every strategy), "prefix caching off", or "prefix caching on for vllm, off for
+    orca-oracle"."""
+    states = set(by_strategy.values())
+    if len(states) == 1:
+        return "prefix caching " + ("on" if states.pop() else "off")
+    on = [n for n, v in by_strategy.items() if v]
+    off = [n for n, v in by_strategy.items() if not v]
+    return f"prefix caching on for {', '.join(on)}, off for {', '.join(off)}"
+
+
+ENGINE_LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
+
+
+def engine_defaults_text(settings: list[dict[str, Any]], strategies) -> str:
+    """The engine settings that change an answer, over several runs' settings (each a dict with ENGINE_LIMITS and
+    enable_chunked_prefill, as a sweep's rows or KvlabConfig.describe() have them) and their strategies: "max_num_seqs
+    256, max_num_batched_tokens 2,048, max_model_len 2,048, chunked prefill on, prefix caching on for vllm, off for
+    orca-max"; a setting that differs between runs is said to vary."""
+    words = []
+    for key in ENGINE_LIMITS:
+        values = {s.get(key) for s in settings} - {None}
+        if values:
+            words.append(f"{key} {values.pop():,}" if len(values) == 1 else f"{key} varied")
+    chunked = {s.get("enable_chunked_prefill") for s in settings} - {None}
+    if chunked:
+        words.append("chunked prefill " + ("varied" if len(chunked) > 1 else "on" if chunked.pop() else "off"))
+    words.append(prefix_caching_text({s.name: s.enable_prefix_caching for s in strategies}))
+    return ", ".join(words)

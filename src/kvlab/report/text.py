@@ -63,3 +63,15 @@ def constant_text(name: str, value: float) -> str:
     if name.endswith("_s"):
         return f"{value * 1e3:.4g} ms" if value >= 1e-4 or value == 0 else f"{value * 1e6:.4g} µs"
     return f"{value:g}"
+
+
+def latency_cell(seconds: float | None) -> str:
+    """A latency for a table: in ms below 10 s ("87.3 ms", "2,293 ms"), in s from 10 s up ("2,293 s"): never a
+    seven-digit count of milliseconds."""
+    from kvlab.report.tables import significant
+
+    if seconds is None or seconds != seconds:
+        return "–"
+    if seconds >= 10:
+        return f"{significant(seconds)} s"
+    return f"{significant(seconds * 1e3)} ms"

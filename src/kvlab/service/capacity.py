@@ -6,7 +6,12 @@
     ──▶ capacities(configurations, runner, slo, ...): kvlab.sweep.capacity's searches (bracket, then bisect), every
         rate tried a sweep point stored in the runner's store (a search run again, or resumed after Ctrl-C, reads
         them), judged on its measured window (kvlab.window) against the SLO (kvlab.sweep.slo)
-    ──▶ Answer: the searches with what they were searched on, their spread over cost profiles; capacity_json
+    ──▶ longer_samples: each configuration again over twice its workload (kvlab.sweep.capacity.longer_sample),
+        searched alongside; the answer is the lower of the two, both shown with their spread
+    ──▶ answer(...): an Answer: the searches with what they were searched on (engine_setups: prefix caching per
+        strategy, TP/PP communication), their two samples, their spread over cost profiles, the clock with the best
+        evidence for the GPU (lead), what each answer costs (kvlab.catalog.prices) and the cheapest; a target no
+        rate meets refused in one line; capacity_json
 """
 
 from __future__ import annotations
@@ -17,13 +22,23 @@ from typing import Any
 
 import kvlab
 from kvlab.catalog import get_gpu
+from kvlab.catalog.prices import gpu_hour_price as price_of
+from kvlab.catalog.prices import serving_cost
 from kvlab.config.options import DEFAULT_NUM_REQUESTS
-from kvlab.cost.profiles import applicable_profiles
+from kvlab.config.resolve import engine_setup
+from kvlab.cost.profiles import applicable_profiles, lead_profile
 from kvlab.errors import KvlabError
 from kvlab.service.engine import load, strategies
-from kvlab.sweep.capacity import Search, search_capacities
+from kvlab.sweep.capacity import (
+    Search,
+    agree,
+    length_for_spread,
+    longer_sample,
+    sample_spread,
+    search_capacities,
+)
 from kvlab.sweep.grid import expand
-from kvlab.sweep.point import resolve_point, varied_options
+from kvlab.sweep.point import resolve_point, resolve_points, varied_options
 from kvlab.window import DRAIN_SHARE, WARMUP_SHARE, mean_tokens_held, num_seats
 
 TYPICAL_SEARCH_RUNS = 8  # simulations a search usually takes (bracket + bisection to 5%): for the time estimate
@@ -32,8 +47,8 @@ MIN_WINDOW_REQUESTS = 10  # fewer in the measured window measure nothing
 
 
 def window_num_requests(seats: int) -> int:
-    """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (kvlab.window: its middle 70%),
-    in hundreds, at least `kvlab run`'s default."""
+    """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (kvlab.window: the arrivals after
+    its 20% warm-up), in hundreds, at least `kvlab run`'s default."""
     needed = SEATS_FACTOR * seats / (1 - WARMUP_SHARE - DRAIN_SHARE)
     return max(DEFAULT_NUM_REQUESTS, 100 * math.ceil(needed / 100))
 
@@ -80,12 +95,12 @@ def _check_window(configurations: list[dict], start_rate: float) -> None:
             if expected < MIN_WINDOW_REQUESTS:
                 need = MIN_WINDOW_REQUESTS / share / start_rate
                 raise KvlabError(f"--duration {c['duration']:g}: at the first rate ({start_rate:g} req/s) the measured "
-                                 f"window (the middle {share:.0%} of the arrivals) would hold about "
+                                 f"window (the last {share:.0%} of the arrivals) would hold about "
                                  f"{_requests(expected)}; valid: --duration {math.ceil(need)} or more (or a higher "
                                  "--rate)")
         elif c.get("num_requests") is not None and c["num_requests"] * share < MIN_WINDOW_REQUESTS:
             need = math.ceil(MIN_WINDOW_REQUESTS / share)
-            raise KvlabError(f"--num-requests {c['num_requests']}: the measured window (the middle {share:.0%} of the "
+            raise KvlabError(f"--num-requests {c['num_requests']}: the measured window (the last {share:.0%} of the "
                              f"arrivals) would hold about {_requests(c['num_requests'] * share)}; valid: -n {need} "
                              "or more")
 
@@ -104,6 +119,37 @@ def capacities(configurations: list[dict], runner, slo, start_rates: list[float]
     return searches, runner.store.rows(keys)
 
 
+def longer_samples(configurations: list[dict], start_rate: float) -> tuple[list[dict], str | None]:
+    """Each configuration over twice its workload (kvlab.sweep.capacity.longer_sample), or none and why (a trace
+    with fewer requests than twice the first sample)."""
+    longer = [longer_sample(c) for c in configurations]
+    try:
+        resolve_points([{**c, "rate": start_rate} for c in longer], kvlab.__version__)
+    except KvlabError as exc:
+        return [], f"no second sample: {exc}"
+    return longer, None
+
+
+def engine_setups(points) -> list[dict[str, Any]]:
+    """Each resolved point's setup: kvlab.config's description with its strategy's prefix caching and the TP/PP
+    communication (kvlab.config.resolve.engine_setup)."""
+    return [{**p.config.describe(), **engine_setup(p.config, strategies([p.strategy], p.config))} for p in points]
+
+
+def answer(configurations: list[dict], longer: list[dict], no_second: str | None, searches: list[Search], first_points,
+           seats: list[int], slo, scaled: bool, gpu_hour_price: float | None = None) -> Answer:
+    """The Answer of ``searches`` (capacities' over ``configurations`` then ``longer``, the second samples), their
+    setups read from ``first_points`` (each configuration resolved at the first rate), priced at ``gpu_hour_price``
+    (--gpu-hour-price) or the catalogue's. A target that no rate meets for any configuration is refused."""
+    unreachable = [s.unreachable for s in searches if s.unreachable]
+    if unreachable and len(unreachable) == len(searches):
+        raise KvlabError(f"--slo {slo.text!r} cannot be met at any rate: {unreachable[0]}; valid: a looser target")
+    found = Answer(configurations, searches[:len(configurations)], engine_setups(first_points), seats, slo, scaled)
+    found.add_samples(longer, searches[len(configurations):], no_second)
+    found.add_costs([p.config for p in first_points], gpu_hour_price)
+    return found
+
+
 class Answer:
     """The searches with what they were searched on: a report's material."""
     SETUP_FIELDS = ("model", "gpu", "num_gpus", "tensor_parallel_size", "pipeline_parallel_size", "replicas",
@@ -113,9 +159,68 @@ class Answer:
     def __init__(self, configurations, searches, setups, seats, slo, scaled: bool):
         self.configurations, self.searches, self.setups, self.seats = configurations, searches, setups, seats
         self.slo, self.scaled = slo, scaled
+        self.longer: list[dict] = []
+        self.second: list[Search] = []
+        self.no_second: str | None = "no second sample searched"
+        self.prices: list = [None] * len(configurations)
+        self.num_gpus = [1] * len(configurations)
+        self.mean_outputs = [0.0] * len(configurations)
 
     def costs(self) -> list[str]:
         return list(dict.fromkeys(s["cost"] for s in self.setups))
+
+    def add_samples(self, longer: list[dict], searches, no_second: str | None) -> None:
+        """The second sample's searches (twice the workload), or why there is none."""
+        self.longer, self.second, self.no_second = longer, searches, no_second
+
+    def add_costs(self, configs, gpu_hour_price: float | None) -> None:
+        """Each configuration's price of a GPU-hour (kvlab.catalog.prices; ``gpu_hour_price`` overrides it), its
+        GPUs and its workload's mean answer length."""
+        self.prices = [price_of(get_gpu(c.device.gpu).id, gpu_hour_price) for c in configs]
+        self.num_gpus = [c.parallel.num_gpus for c in configs]
+        requests = [load(c).requests for c in configs]
+        self.mean_outputs = [sum(r.num_output_tokens for r in rs) / max(1, len(rs)) for rs in requests]
+
+    def samples(self, i: int) -> dict[str, Any]:
+        """Configuration ``i``'s two samples: their lengths, answers, spread, and the answer (the lower)."""
+        first = self.searches[i].capacity
+        length = self.configurations[i].get("num_requests") or 0
+        if self.no_second is not None:
+            return {"lengths": [length], "capacities": [first], "spread": None, "stable": None,
+                    "num_simulations": [len(self.searches[i].probes)],
+                    "answer_rps": first, "note": self.no_second}
+        second = self.second[i].capacity
+        spread = sample_spread(first, second)
+        return {"lengths": [length, self.longer[i].get("num_requests") or 0], "capacities": [first, second],
+                "spread": spread, "stable": agree(spread),
+                "num_simulations": [len(self.searches[i].probes), len(self.second[i].probes)],
+                "answer_rps": min(first, second),
+                "length_for_stable": length_for_spread(2 * length, spread) if length else None}
+
+    def cost_of(self, i: int) -> dict[str, Any] | None:
+        """Dollars per hour and per million output tokens at configuration ``i``'s answer (None: no price)."""
+        price = self.prices[i]
+        if price is None:
+            return None
+        at = self.samples(i)["answer_rps"]
+        return {**serving_cost(price, self.num_gpus[i], at, self.mean_outputs[i]), "rate_rps": at,
+                "num_gpus": self.num_gpus[i], "usd_per_gpu_hour": price.usd_per_gpu_hour, "price_as_of": price.as_of,
+                "price_source": price.source, "mean_output_tokens": self.mean_outputs[i]}
+
+    def lead(self) -> str:
+        """The cost profile (clock) the answer leads with: the one with the best evidence for the GPU
+        (kvlab.cost.profiles.lead_profile)."""
+        return lead_profile(get_gpu(self.configurations[0]["gpu"]).id, self.costs())
+
+    def cheapest(self) -> dict[str, Any] | None:
+        """Under the lead clock, the configuration whose answer costs least per million output tokens."""
+        lead = self.lead()
+        priced = [(c["usd_per_million_output_tokens"], i) for i in range(len(self.configurations))
+                  if self.setups[i]["cost"] == lead and (c := self.cost_of(i)) and c["usd_per_million_output_tokens"]]
+        if not priced:
+            return None
+        value, i = min(priced)
+        return {"strategy": self.configurations[i]["strategy"], "cost": lead, **(self.cost_of(i) or {})}
 
     def setup_of(self, i: int) -> dict[str, Any]:
         """Configuration ``i``'s setup: kvlab.config's description, with the workload's length and seats."""
@@ -131,6 +236,7 @@ class Answer:
         common = {k: v for k, v in all_setups[0].items() if k != "workload" and all(s.get(k) == v for s in all_setups)}
         workloads = [s["workload"] for s in all_setups]
         common["workload"] = {k: v for k, v in workloads[0].items() if all(w.get(k) == v for w in workloads)}
+        common["prefix_caching"] = {k: v for s in all_setups for k, v in s.get("prefix_caching", {}).items()}
         return common
 
     def spreads(self) -> list[dict[str, Any]]:
@@ -159,5 +265,6 @@ def capacity_json(answer: Answer, option_names) -> list[dict]:
         own = {k: v for k, v in setup.items() if k != "workload" and common.get(k) != v}
         own_workload = {k: v for k, v in setup["workload"].items() if common["workload"].get(k) != v}
         entries.append({**{n: c[n] for n in option_names if n != "rate"}, **s.to_json(), "setup": setup,
+                        "samples": answer.samples(i), "serving_cost": answer.cost_of(i),
                         "setup_differs": {**own, **({"workload": own_workload} if own_workload else {})}})
     return entries

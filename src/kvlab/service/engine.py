@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from kvlab.config import KvlabConfig, WorkloadConfig, min_num_gpu_blocks
 from kvlab.errors import KvlabError
 from kvlab.strategies import Strategy
+from kvlab.window import measure_run
 
 if TYPE_CHECKING:
     from kvlab.fleet import FleetResult
@@ -54,6 +55,16 @@ class RunResult:
         wl = self.workload
         return {**self.config.describe(), "workload_description": wl.description, "num_requests": wl.num_requests,
                 "strategies": [r.strategy.name for r in self.results], "notes": list(self.notes)}
+
+    def overloaded_rps(self) -> float | None:
+        """The offered rate when every strategy is overloaded at it (its waiting queue grows: kvlab.window's
+        measured window), else None."""
+        engine = self.config.engine
+        windows = [measure_run(r.records, r.strategy.allocator, self.workload.requests, engine.scheduler,
+                               engine.cache.num_slots, self.config.parallel.data_parallel_size) for r in self.results]
+        if not windows or any(w.state != "overloaded" for w in windows):
+            return None
+        return windows[0].offered_rps
 
 
 def strategies(names: Sequence[str | Strategy], config: KvlabConfig | None = None) -> list[Strategy]:

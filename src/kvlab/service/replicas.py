@@ -11,6 +11,10 @@ Every count is a stored point, so a search stopped by Ctrl-C resumes from the co
 computes only what the store lacks), and one replica (the engine alone, as `kvlab run` runs it: a fleet of one
 gives the engine's result bit for bit) is stored once for every router.
 
+Each search runs on two samples, the workload and twice it (kvlab.sweep.capacity.longer_sample): the answer is the
+larger count, and both are shown; it is priced (kvlab.catalog.prices) in dollars an hour and per million output
+tokens at the offered rate.
+
 Without --cost, every built-in cost profile that applies to the GPU prices a search of its own (as plain
 ``kvlab capacity`` does), and the answer shows their spread. Beside the answer, what memory alone asks of one
 replica: the fewest GPUs that hold the model's weights and one max_model_len request (kvlab.sizing.fewest_gpus,
@@ -26,13 +30,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvlab.catalog import get_gpu, get_model
+from kvlab.catalog.prices import gpu_hour_price as price_of
+from kvlab.catalog.prices import serving_cost
 from kvlab.config import KvlabConfig, resolve
 from kvlab.config.options import DEFAULT_NUM_REQUESTS, OPTIONS
+from kvlab.config.resolve import engine_setup
+from kvlab.cost.profiles import applicable_profiles, lead_profile
 from kvlab.errors import KvlabError
 from kvlab.fleet.counts import CountSearch
 from kvlab.fleet.work import MAX_REPLICAS
-from kvlab.service.engine import strategies
+from kvlab.service.engine import load, strategies
 from kvlab.sizing import fewest_gpus, settings_of
+from kvlab.strategies import Strategy
+from kvlab.sweep.capacity import longer_sample
 
 DEFAULT_ROUTERS = ("round-robin", "least-requests")
 TRAFFIC_SECONDS = 120  # the default workload: this long of the offered traffic, at least
@@ -53,7 +63,11 @@ class FewestReplicasSearch:
     options: dict[str, Any]  # the options every count shares (the workload's length put in)
     config: KvlabConfig  # the setup (resolved with 2 replicas: a router needs a fleet; N is searched)
     strategy: str
+    spec: Strategy  # (its prefix caching, for the setup)
     counts: CountSearch
+    num_requests: int  # the sample's length
+    mean_output_tokens: float  # (for the cost per million output tokens)
+    factor: int = 1  # 1: the workload; 2: the second sample, twice it
     windows: dict[int, dict[str, Any]] = field(default_factory=dict)
     reasons: dict[int, str] = field(default_factory=dict)
     ttft_p99: dict[int, float | None] = field(default_factory=dict)
@@ -86,7 +100,8 @@ class FewestReplicasSearch:
 def replica_searches(lists: dict[str, list], explicit: list[dict]) -> tuple[float, list[FewestReplicasSearch]]:
     """The searches a command line asks for (its grid's lists and explicit points, --replicas auto taken out): one
     per grid point, cost profile (each that applies to the GPU without --cost) and router (--router, default
-    DEFAULT_ROUTERS), with the offered rate. Refused, in one line, without one --rate or with routers in --grid."""
+    DEFAULT_ROUTERS), then the same again on the second sample (twice the workload, ``factor`` 2), with the offered
+    rate. Refused, in one line, without one --rate or with routers in --grid."""
     from kvlab.sweep.grid import expand
 
     rates = lists.get("rate", [])
@@ -99,19 +114,24 @@ def replica_searches(lists: dict[str, list], explicit: list[dict]) -> tuple[floa
     given_length = "num_requests" in lists or "duration" in lists
     points = expand(lists, explicit)
     if not ("cost" in lists or any("cost" in p for p in explicit)):  # the clock's uncertainty, as kvlab capacity's
-        from kvlab.cost.profiles import applicable_profiles
-
         points = [{**p, "cost": name} for p in points for name in applicable_profiles(get_gpu(p["gpu"]).id)]
-    return float(rates[0]), [_search(point, router, given_length) for point in points for router in routers]
+    return float(rates[0]), [_search(point, router, given_length, factor)
+                             for factor in (1, 2) for point in points for router in routers]
 
 
-def _search(point: dict[str, Any], router: str, given_length: bool) -> FewestReplicasSearch:
+def _search(point: dict[str, Any], router: str, given_length: bool, factor: int = 1) -> FewestReplicasSearch:
+    """One search: ``point``'s engine behind ``router`` over the workload (``factor`` 1) or twice it (2)."""
     options = {k: v for k, v in point.items() if k not in ("strategy", "replicas", "router")}
     if not given_length:
         options["num_requests"] = max(DEFAULT_NUM_REQUESTS, math.ceil(point["rate"] * TRAFFIC_SECONDS))
+    if factor == 2:
+        options = longer_sample({**options, "num_requests": options.get("num_requests") or DEFAULT_NUM_REQUESTS})
     config = resolve({**options, "router": router, "replicas": 2})  # (a router needs a fleet; N is searched)
-    strategy = strategies([point["strategy"]], config)[0].name
-    return FewestReplicasSearch(point, router, options, config, strategy, CountSearch(first=1, max_replicas=MAX_REPLICAS))
+    spec = strategies([point["strategy"]], config)[0]
+    requests = load(config).requests
+    mean_output = sum(r.num_output_tokens for r in requests) / max(1, len(requests))
+    return FewestReplicasSearch(point, router, options, config, spec.name, spec,
+                                CountSearch(first=1, max_replicas=MAX_REPLICAS), len(requests), mean_output, factor)
 
 
 def search_fewest_replicas(searches: list[FewestReplicasSearch], runner, slo,
@@ -135,25 +155,31 @@ def search_fewest_replicas(searches: list[FewestReplicasSearch], runner, slo,
 
 @dataclass
 class ReplicasAnswer:
-    """The searches' answers as a report reads them: one entry per search, the spread over cost profiles, the
-    setup every search shares."""
+    """The searches' answers as a report reads them: one entry per search on the workload (with its second sample
+    beside it, and what the answer costs), the spread over cost profiles, the setup every search shares."""
 
     rate: float
     entries: list[dict[str, Any]]
     spreads: list[dict[str, Any]]
     costs: list[str]
     setup: dict[str, Any]
+    lead: str  # the cost profile with the best evidence for the GPU (kvlab.cost.profiles.lead_profile)
 
 
-def answer(rate: float, searches: list[FewestReplicasSearch]) -> ReplicasAnswer:
-    entries = [_entry(s) for s in searches]
+def answer(rate: float, searches: list[FewestReplicasSearch], gpu_hour_price: float | None = None) -> ReplicasAnswer:
+    """The answer of ``searches`` (replica_searches'): each search on the workload paired with its second sample;
+    priced at ``gpu_hour_price`` (--gpu-hour-price) or the catalogue's price of the GPU."""
+    firsts = [s for s in searches if s.factor == 1]
+    seconds = [s for s in searches if s.factor != 1]
+    entries = [_with_second(_entry(s), _entry(t), gpu_hour_price, rate) for s, t in zip(firsts, seconds)]
     costs = list(dict.fromkeys(e["cost"] for e in entries))
-    setup = searches[0].config.describe()
+    setup = {**firsts[0].config.describe(), **engine_setup(firsts[0].config, [s.spec for s in firsts])}
     for key in ("replicas", "router", *(("cost", "cost_source") if len(costs) > 1 else ())):
         setup.pop(key, None)
-    parallel = searches[0].config.parallel
+    parallel = firsts[0].config.parallel
     setup["num_gpus"] = parallel.tensor_parallel_size * parallel.pipeline_parallel_size  # (each replica's)
-    return ReplicasAnswer(rate, entries, _spreads(searches, entries), costs, setup)
+    lead = lead_profile(get_gpu(firsts[0].config.device.gpu).id, costs)
+    return ReplicasAnswer(rate, entries, _spreads(firsts, entries), costs, setup, lead)
 
 
 def _entry(s: FewestReplicasSearch) -> dict[str, Any]:
@@ -168,10 +194,30 @@ def _entry(s: FewestReplicasSearch) -> dict[str, Any]:
     found = counts.num_replicas if s.error is None else None
     at = s.windows.get(found, {}) if found else {}
     entry = {"strategy": s.strategy, "router": s.router, "cost": s.cost, "replicas": found,
-             "gpus": None if found is None else found * gpus_each,
+             "num_requests": s.num_requests, "mean_output_tokens": s.mean_output_tokens, "gpus_each": gpus_each,
+             "gpu": config.device.gpu, "gpus": None if found is None else found * gpus_each,
              "may_be_too_few": bool(at) and not at.get("loaded", True),
              "fewer_limited_by": _fewer_limited_by(s), "memory": memory_per_replica(config), "runs": runs}
     return entry if s.error is None else {**entry, "error": s.error}
+
+
+def _with_second(first: dict[str, Any], second: dict[str, Any], gpu_hour_price: float | None,
+                 rate: float) -> dict[str, Any]:
+    """The first sample's entry with the second's answer beside it; the answer is the larger count (None when
+    either found none), priced (kvlab.catalog.prices) at the offered rate."""
+    counts = [first["replicas"], second["replicas"]]
+    answer = None if None in counts else max(counts)
+    # The entry is the sample that gave the answer (its runs, what limited one fewer there); the other beside it.
+    chosen, other = (second, first) if counts[0] is not None and answer != counts[0] else (first, second)
+    entry = {**chosen, "samples": {"lengths": [first["num_requests"], second["num_requests"]], "replicas": counts,
+                                   "agree": counts[0] == counts[1], "answered_by": chosen["num_requests"],
+                                   "other_runs": other["runs"]},
+             "replicas": answer, "gpus": None if answer is None else answer * first["gpus_each"]}
+    price = price_of(get_gpu(first["gpu"]).id, gpu_hour_price)
+    entry["serving_cost"] = None if price is None or answer is None else {
+        **serving_cost(price, entry["gpus"], rate, first["mean_output_tokens"]),
+        "usd_per_gpu_hour": price.usd_per_gpu_hour, "price_as_of": price.as_of, "price_source": price.source}
+    return entry
 
 
 def _fewer_limited_by(s: FewestReplicasSearch) -> str | None:

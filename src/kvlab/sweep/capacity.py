@@ -26,6 +26,7 @@ from kvlab.sweep.slo import DEFAULT_SLO, Slo, Verdict, parse_slo
 __all__ = ["DEFAULT_SLO", "Search", "Slo", "parse_slo", "mark_text", "rate_text", "round_rate", "search_capacities", "verdict"]
 
 
+FLOOR_RTOL = 0.01  # two halvings whose missed latencies differ by less: the latency's floor (Search.unreachable)
 BRACKET_GUESS = 3  # more doublings or halvings an unbracketed search likely takes (for the progress' total)
 # What a failing rate's reason (kvlab.sweep.slo.Slo.judge) says limited the answer.
 LIMITS = {"missed": "latency", "overloaded": "throughput", "backlogged": "throughput", "refused": "refusals"}
@@ -74,6 +75,8 @@ class Search:
             return round_rate(self.start_rate)
         if self.lo is None:
             assert self.hi is not None  # a probe was made and did not hold
+            if self.unreachable is not None:
+                return None
             rate = round_rate(self.hi / 2)
             return rate if rate >= self.min_rate else None
         if self.hi is None:
@@ -102,6 +105,25 @@ class Search:
         if self.lo is None or self.hi is None:
             return BRACKET_GUESS + max(1, math.ceil(math.log2(1 / self.rtol)))
         return max(1, math.ceil(math.log2((self.hi / self.lo - 1) / self.rtol)))
+
+    @property
+    def unreachable(self) -> str | None:
+        """Why no rate will hold, when the latency has reached its floor: the last two rates tried (halving, nothing
+        held yet) both sustained, nothing waiting, and missed the same terms by values within FLOOR_RTOL of each
+        other: halving the rate again changes nothing the target judges. None otherwise."""
+        if self.lo is not None or len(self.probes) < 2 or any(held for _, _, held in self.probes[-2:]):
+            return None
+        (a, b), (wa, wb) = self.verdicts[-2:], self.windows[-2:]
+        if not (a.reason.startswith("missed") and b.reason.startswith("missed")):
+            return None
+        if any(w.get("state") != "stable" or w.get("oldest_wait_second_half_s", 1.0) > 0 for w in (wa, wb)):
+            return None
+        missed = [t for t in b.values if t in b.reason]
+        if not missed or any(not math.isclose(a.values[t], b.values[t], rel_tol=FLOOR_RTOL) for t in missed):
+            return None
+        rate = self.probes[-1][0]
+        return (f"{b.reason} even at {rate:g} req/s, with nothing waiting: the engine's latency with no queue (the "
+                "slowest requests' own prefill or decode) is above the target, whatever the rate")
 
     @property
     def capacity(self) -> float:
@@ -160,11 +182,13 @@ class Search:
         at = self.window_at(self.lo)
         return {"capacity_rps": self.capacity, "certified": self.uncertified is None,
                 "lower_bound": self.mark == "≥", "too_short": self.mark == "?", "uncertified_reason": self.uncertified,
-                "limited_by": self.limited_by, "bracket": [self.lo, self.hi],
+                "limited_by": self.limited_by, "unreachable": self.unreachable, "bracket": [self.lo, self.hi],
                 "served_share_at_capacity": at.get("served_share"), "state_at_capacity": at.get("state"),
+                "decided_by_at_capacity": at.get("decided_by"),
                 "num_simulations": len(self.probes),
                 "probes": [{"rate": r, "value": v, "held": h, "state": w.get("state"), "loaded": w.get("loaded"),
-                            "served_share": w.get("served_share"), "offered_rps": w.get("offered_rps"),
+                            "served_share": w.get("served_share"), "decided_by": w.get("decided_by"),
+                            "offered_rps": w.get("offered_rps"),
                             "served_rps": w.get("served_rps"), "values": verdict.values,
                             "attainment": verdict.attainment, "reason": verdict.reason}
                            for (r, v, h), verdict, w in zip(self.probes, self.verdicts, self.windows)],
@@ -207,3 +231,58 @@ def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *,
                 continue
             judged, window = verdict(slo, row)
             search.record(rate, slo.value(judged), judged.held, judged, window)
+
+
+# Two samples agree when their answers are this close (relative to the lower): twice the search's tolerance.
+STABLE_SPREAD = 0.10
+
+
+def longer_sample(configuration: dict[str, Any]) -> dict[str, Any]:
+    """The second sample a capacity answer is checked on: the same configuration over twice the workload (twice its
+    requests, or twice its duration): a trace's next stretch joins the first, a generated workload draws as many
+    again. An answer that holds on both does not move with the sample's length (docs/sweep.md)."""
+    if configuration.get("duration") is not None:
+        return {**configuration, "duration": 2 * configuration["duration"]}
+    return {**configuration, "num_requests": 2 * configuration["num_requests"]}
+
+
+def agree(spread: float | None) -> bool:
+    """Two samples agree: their spread within STABLE_SPREAD (a hair of rounding over it, 66 against 60, agrees)."""
+    return spread is not None and spread <= STABLE_SPREAD + 1e-9
+
+
+def sample_spread(first: float, second: float) -> float | None:
+    """How far two samples' answers are apart, relative to the lower (None: either is 0)."""
+    low, high = sorted((first, second))
+    return high / low - 1 if low > 0 else None
+
+
+def length_for_spread(length: int, spread: float | None, target: float = STABLE_SPREAD) -> int | None:
+    """The workload length (requests) at which two samples would likely agree within ``target``: a sample's error
+    falls as 1/√n, so the spread seen at ``length`` shrinks to ``target`` at length × (spread / target)²; rounded
+    up to hundreds (None: no spread to scale)."""
+    if spread is None or spread <= target + 1e-9:
+        return None
+    return 100 * math.ceil(length * (spread / target) ** 2 / 100)
+
+
+def samples_text(lengths: tuple[int, int], answers: tuple[str, str], spread: float | None, unit: str,
+                 *, what: str = "requests") -> str:
+    """'on 2,400 requests 9.1 req/s, on 4,800 8.7 (spread 5%: stable)', or the advice when they disagree."""
+    text = f"on {lengths[0]:,} {what} {answers[0]} {unit}, on {lengths[1]:,} {answers[1]}"
+    if spread is None:
+        return text + " (one of them 0: no spread)"
+    if agree(spread):
+        return text + f" (spread {spread:.0%}: stable)"
+    need = length_for_spread(lengths[1], spread)
+    return text + (f" (spread {spread:.0%}: the answer moves with the sample; a trace of about {need:,} {what} "
+                   "would give a stable one: -n)")
+
+
+def default_out():
+    """Where a capacity search keeps its store and plots without --out: the user's cache folder, as the published
+    traces' (kvlab.workload.published.cache_dir: $KVLAB_CACHE_DIR, else $XDG_CACHE_HOME/kvlab, else ~/.cache/kvlab),
+    under capacity/: never the working directory."""
+    from kvlab.workload.published import cache_dir
+
+    return cache_dir().parent / "capacity"

@@ -227,33 +227,46 @@ def _capacity_tip(name: str, search) -> str:
 
 
 def slo_panels(configurations: list[dict[str, Any]], searches, labels: list[str], slo) -> list[Panel]:
-    """The target's own metric (its first term's statistic, or goodput's attainment) at every rate each search
-    tried, one series per configuration (``labels``: a colour per strategy, a line style per cost profile), the
-    target's threshold drawn and each answer marked; one panel per combination of the other options that vary."""
+    """Each term of the target (its statistic at every rate each search tried; goodput: the attainment), one series
+    per configuration (``labels``: a colour per strategy, a line style per cost profile), the term's threshold drawn
+    and each answer marked; one panel per term and per combination of the other options that vary. The binding
+    term (the one a search's lowest failing rate missed) says so in its panel's title."""
     titles = panel_titles(configurations, skip=("strategy", "rate", "cost", "num_requests"))
     colours = _colours([c["strategy"] for c in configurations])
     styles = {cost: LINE_STYLES[i % len(LINE_STYLES)]
               for i, cost in enumerate(dict.fromkeys(str(c.get("cost")) for c in configurations))}
-    term = slo.terms[0]
     if slo.goodput is None:
-        ylabel, threshold = f"{term.text.split('<')[0]} (s)", term.limit_s
+        terms = [(t.text, f"{t.text.split('<')[0]} (s)", t.limit_s, f"target {t.limit_s:g} s") for t in slo.terms]
     else:
-        ylabel, threshold = "share of requests meeting every term", slo.goodput
-    grouped: dict[str, list[Series]] = {}
-    marks: dict[str, dict[str, float]] = {}
-    for title, config, label, search in zip(titles, configurations, labels, searches):
-        probes = sorted((rate, value) for rate, value, _ in search.probes if value is not None
-                        and value == value and value != float("inf"))
-        if not probes:
-            continue
-        grouped.setdefault(title, []).append(Series(label, [r for r, _ in probes], [v for _, v in probes],
-                                                    colours[config["strategy"]], styles[str(config.get("cost"))]))
-        if search.lo:
-            marks.setdefault(title, {})[label] = search.lo
-    label = (f"target {term.limit_s:g} s" if slo.goodput is None else f"goodput {slo.goodput:.0%}")
-    return [Panel(title, "request rate (req/s)", ylabel, series, threshold=threshold, threshold_label=label,
-                  marks=marks.get(title, {}), ylog=slo.goodput is None, mark_name="capacity")
-            for title, series in grouped.items()]
+        terms = [("", "share of requests meeting every term", slo.goodput, f"goodput {slo.goodput:.0%}")]
+    binding = {text for search in searches for text, *_ in terms if text and _missed_at_hi(search, text)}
+    panels = []
+    for text, ylabel, threshold, threshold_label in terms:
+        grouped: dict[str, list[Series]] = {}
+        marks: dict[str, dict[str, float]] = {}
+        for title, config, label, search in zip(titles, configurations, labels, searches):
+            # (a probe recorded without each term's value: its one value is the first term's, Slo.value)
+            probes = sorted((rate, value) for (rate, first, _), verdict in zip(search.probes, search.verdicts)
+                            if (value := verdict.values.get(text, first if text == terms[0][0] else None) if text
+                                else verdict.attainment) is not None and value == value and value != float("inf"))
+            if not probes:
+                continue
+            grouped.setdefault(title, []).append(Series(label, [r for r, _ in probes], [v for _, v in probes],
+                                                        colours[config["strategy"]], styles[str(config.get("cost"))]))
+            if search.lo:
+                marks.setdefault(title, {})[label] = search.lo
+        name = text + (" (binding)" if text in binding else "") if len(terms) > 1 else ""  # (one: the figure's title)
+        panels += [Panel(" · ".join(p for p in (title, name) if p), "request rate (req/s)", ylabel, series,
+                         threshold=threshold, threshold_label=threshold_label, marks=marks.get(title, {}),
+                         ylog=slo.goodput is None, mark_name="capacity")
+                   for title, series in grouped.items()]
+    return panels
+
+
+def _missed_at_hi(search, text: str) -> bool:
+    """Whether the search's lowest failing rate missed the term ``text`` (kvlab.sweep.slo: "missed TERM (value)")."""
+    return any(rate == search.hi and not held and f"missed {text} (" in verdict.reason
+               for (rate, _, held), verdict in zip(search.probes, search.verdicts))
 
 
 def write_png(panels: list[Panel], path: Path, *, title: str, ymax: float | None = None,

@@ -9,8 +9,11 @@ An SLO is one or more terms, comma-separated, all of which must hold:
 Statistics: ``mean`` or ``pNN`` (any percentile, p50, p90, p99, p99.9). Latencies: ``ttft``, ``tpot``, ``e2e``
 (end-to-end) and ``normalized`` (end-to-end ÷ output tokens, the vLLM paper's metric). Units: s, ms, us.
 
-Either way a rate holds only when the run sustained it (kvlab.window: the engine kept up over the measured
-window, nothing refused), and the latencies judged are those of the requests that arrived in the window.
+Either way a rate holds only when the run sustained it (kvlab.window: the waiting queue grew neither in count nor
+in its oldest wait over the measured window, and every request finished), and the latencies judged are those of
+every request that arrived in the window (after the warm-up, up to the last arrival: a burst at the end counts).
+A verdict that failed says which signal decided it: "overloaded: oldest wait grew: ...", "backlogged: queue count
+grew ...", "missed p99_ttft<2s (2.41 s)".
 """
 
 from __future__ import annotations
@@ -114,8 +117,7 @@ class Slo:
             attainment = float(every.mean()) if len(every) else 0.0
             missed = [] if attainment >= self.goodput else [f"{attainment:.1%} of requests met every term"]
         if window["state"] != "stable":
-            reason = f"{window['state']} (served {window['served_share']:.1%} of offered"
-            reason += f", queue {window['queue_first_half']:.0f} → {window['queue_second_half']:.0f})"
+            reason = f"{window['state']}: {window['decided_by']}"
         elif window["num_rejected"]:
             reason = f"{window['num_rejected']} requests refused"
         else:

@@ -115,7 +115,7 @@ def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: st
     from kvlab.workload import Workload
 
     config = resolve(settings.options(str(TINY_MODEL_CONFIG), gpu))
-    strategies = service.strategies(["vllm+prefix" if settings.enable_prefix_caching else "vllm"], config)
+    strategies = service.strategies(["vllm" if settings.enable_prefix_caching else "vllm+noprefix"], config)
     # Stepping: each request joins the queue between the two iterations its arrival falls between (a run may
     # add the requests arriving while the queue waits only after it).
     _, (sim,) = service.start(config, strategies, workload=Workload("compare", tuple(requests), "", ""),

@@ -287,7 +287,8 @@ def predict(run: TimedRun, profile: dict, settings: EngineSettings = SETTINGS, m
         with warnings.catch_warnings():  # (fitted on "cpu", no catalogue GPU: said in the profile, not per run)
             warnings.simplefilter("ignore", CostProfileWarning)
             config = resolve(options)
-        result = service.run(config, ["vllm"], workload=Workload(run.workload, requests, "", ""),
+        strategy = "vllm" if settings.enable_prefix_caching else "vllm+noprefix"  # (as the timed engine ran)
+        result = service.run(config, [strategy], workload=Workload(run.workload, requests, "", ""),
                              record_iterations=False)
     summary = result.summaries()[0]
     return {"throughput_rps": summary["throughput_rps"], "ttft_p50": summary["ttft_s"]["p50"],

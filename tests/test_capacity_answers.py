@@ -1,0 +1,134 @@
+"""The pieces of a capacity answer a planner reads (issue 31): dollars at the answer, the two samples' spread, a
+target no rate meets, `vllm` as `vllm serve`, latencies in readable units, the engine defaults in words."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kvlab.errors import KvlabError
+
+
+def test_serving_cost_is_the_gpus_hour_over_the_output_tokens_it_serves():
+    from kvlab.catalog.prices import GpuPrice, serving_cost
+
+    cost = serving_cost(GpuPrice(2.0, "given", "test"), 3, 1.0, 500.0)
+    assert cost["usd_per_hour"] == 6.0
+    assert cost["usd_per_million_output_tokens"] == pytest.approx(6.0 / (1.0 * 500 * 3600) * 1e6)  # $3.33
+    assert serving_cost(GpuPrice(2.0, "given", "test"), 1, 0.0, 500.0)["usd_per_million_output_tokens"] is None
+
+
+def test_catalogue_prices_have_a_date_and_a_source_and_an_override_wins():
+    from kvlab.catalog.prices import PRICES, gpu_hour_price
+
+    for price in PRICES.values():
+        assert price.usd_per_gpu_hour > 0 and price.as_of and "http" not in price.source and "." in price.source
+    assert gpu_hour_price("H100-SXM").usd_per_gpu_hour == PRICES["H100-SXM"].usd_per_gpu_hour
+    assert gpu_hour_price("a100_80gb") is PRICES["A100-80GB"]
+    assert gpu_hour_price("T4") is None
+    assert gpu_hour_price("H100-SXM", 1.5).usd_per_gpu_hour == 1.5
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
+def test_a_price_that_is_not_a_positive_number_is_refused(bad):
+    from kvlab.catalog.prices import gpu_hour_price
+
+    with pytest.raises(KvlabError, match="--gpu-hour-price .*: a GPU-hour's price in US dollars must be a positive"):
+        gpu_hour_price("H100-SXM", bad)
+
+
+def test_a_bad_price_is_one_line_before_anything_runs(kvlab, tmp_path):
+    r = kvlab("capacity", "--gpu-hour-price", "-2", "--out", tmp_path / "c")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--gpu-hour-price -2" in r.stderr and not (tmp_path / "c").exists()
+
+
+def test_the_second_sample_is_twice_the_workload_and_the_spread_names_the_length_that_would_do():
+    from kvlab.sweep.capacity import length_for_spread, longer_sample, sample_spread, samples_text
+
+    assert longer_sample({"num_requests": 1300, "duration": None})["num_requests"] == 2600
+    assert longer_sample({"num_requests": None, "duration": 60.0})["duration"] == 120.0
+    assert sample_spread(19.0, 17.5) == pytest.approx(19 / 17.5 - 1)
+    assert sample_spread(0.0, 3.0) is None
+    assert length_for_spread(2600, 0.05) is None  # within 10%: stable
+    assert length_for_spread(2600, 0.20) == 10400  # 2,600 × (0.2 / 0.1)²
+    assert "stable" in samples_text((1300, 2600), ("19", "18.5"), 19 / 18.5 - 1, "req/s")
+    moving = samples_text((1300, 2600), ("19", "15"), 19 / 15 - 1, "req/s")
+    assert "the answer moves with the sample" in moving and "about 18,500 requests" in moving  # 2,600 × (0.267 / 0.1)²
+
+
+def _failing(search, rate: float, value: float, waiting: float = 0.0):
+    from kvlab.sweep.slo import Verdict
+
+    search.record(rate, value, False, Verdict(False, {"p99_ttft<1s": value}, None, f"missed p99_ttft<1s ({value} s)"),
+                  {"state": "stable", "oldest_wait_second_half_s": waiting})
+
+
+def test_a_search_stops_halving_when_the_latency_has_reached_its_floor():
+    from kvlab.sweep.capacity import Search
+
+    search = Search(start_rate=4.0)
+    _failing(search, 4.0, 3.0, waiting=2.0)
+    assert search.next_rate() == 2.0 and search.unreachable is None
+    _failing(search, 2.0, 1.3)
+    assert search.next_rate() == 1.0 and search.unreachable is None  # 3.0 -> 1.3: halving still helps
+    _failing(search, 1.0, 1.21)
+    assert search.next_rate() == 0.5  # 1.3 -> 1.21: 7%
+    _failing(search, 0.5, 1.205)
+    assert search.next_rate() is None and search.capacity == 0.0
+    assert search.unreachable.startswith("missed p99_ttft<1s (1.205 s) even at 0.5 req/s, with nothing waiting")
+    queued = Search(start_rate=1.0)
+    _failing(queued, 1.0, 1.21, waiting=0.5)
+    _failing(queued, 0.5, 1.21, waiting=0.5)
+    assert queued.unreachable is None and queued.next_rate() == 0.25  # (something waits: a lower rate may help)
+
+
+def test_vllm_is_vllm_serve_with_prefix_caching_and_the_paper_s_has_none():
+    from kvlab.strategies import PAPER_SYSTEMS, behaviour, parse_strategy
+
+    assert parse_strategy("vllm").enable_prefix_caching
+    assert behaviour(parse_strategy("vllm")) == behaviour(parse_strategy("vllm+prefix"))
+    assert behaviour(parse_strategy("vllm+noprefix")) == behaviour(parse_strategy("continuous+paged"))
+    assert behaviour(parse_strategy("vllm-paper")) == behaviour(parse_strategy("continuous+paged"))
+    assert "vllm-paper" in PAPER_SYSTEMS and "vllm" not in PAPER_SYSTEMS
+    with pytest.raises(KvlabError, match="names \\+prefix and \\+noprefix"):
+        parse_strategy("vllm+prefix+noprefix")
+    with pytest.raises(KvlabError, match="prefix caching needs paged memory"):
+        parse_strategy("orca-max+prefix")
+
+
+def test_latency_cells_switch_to_seconds_from_ten_seconds():
+    from kvlab.report.text import latency_cell
+
+    assert latency_cell(2293.104) == "2,293 s"  # (the issue's "2,293,104 ms")
+    assert latency_cell(12.3) == "12.3 s"
+    assert latency_cell(9.99) == "9,990 ms"
+    assert latency_cell(0.0873) == "87.3 ms"
+    assert latency_cell(None) == "–"
+
+
+def test_the_engine_defaults_that_change_an_answer_are_in_words():
+    from kvlab.config import resolve
+    from kvlab.report.setup import engine_defaults_text, engine_setup, setup_lines
+    from kvlab.strategies import parse_strategy
+
+    strategies = [parse_strategy("vllm"), parse_strategy("orca-max")]
+    config = resolve(model="llama-3.1-8b", gpu="h100-sxm", tensor_parallel_size=2)
+    text = engine_defaults_text([config.describe()], strategies)
+    assert text == (f"max_num_seqs {config.scheduler.max_num_seqs:,}, max_num_batched_tokens "
+                    f"{config.scheduler.max_num_batched_tokens:,}, max_model_len {config.scheduler.max_model_len:,}, "
+                    "chunked prefill on, prefix caching on for vllm, off for orca-max")
+    lines = setup_lines({**config.describe(), **engine_setup(config, strategies)})
+    assert any(line.startswith("parallel: TP 2: two all-reduces") and "NVLink" in line for line in lines)
+    assert any("prefix caching on for vllm, off for orca-max" in line for line in lines)
+
+
+def test_a_race_where_every_strategy_falls_behind_says_so(kvlab):
+    r = kvlab("race", "-n", "300")
+    assert r.exit_code == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "Every strategy is overloaded at the offered" in text and "Each serves at most: static+max" in text
+    assert "chunked prefill on, prefix caching off" in text
+    calm = " ".join(kvlab("race", "-n", "300", "--rate", "0.2").stdout.split())
+    assert "Every strategy is overloaded" not in calm

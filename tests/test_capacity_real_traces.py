@@ -1,0 +1,96 @@
+"""Capacity answers that hold on a real trace (issue 31): on azure-conv, whose later answers are longer than its
+earlier ones, `--replicas auto` answers a count whose whole-trace run meets the target and whose count minus one
+does not; the single-engine H100 answer holds on a run twice as long as its longer sample; `vllm` is `vllm serve`
+(prefix caching on) and says so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+
+def _cli(*args: str, timeout: int = 900) -> dict:
+    r = subprocess.run([sys.executable, "-m", "kvlab", "capacity", *args, "--json"], check=False,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _p99_ttft(records) -> float:
+    """p99 TTFT over every request of the run: the whole trace, warm-up and end included."""
+    values = [np.inf if r.ttft is None else r.ttft for r in records]
+    return float(np.quantile(values, 0.99))
+
+
+def test_the_fewest_replicas_meet_the_target_on_the_whole_trace_and_one_fewer_does_not(tmp_path):
+    from kvlab import service
+    from kvlab.config import resolve
+    from kvlab.fleet import run_fleet
+
+    data = _cli("--replicas", "auto", "--rate", "20", "--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--workload",
+                "azure-conv", "--slo", "p99_ttft<2s", "--cost", "vidur-a100", "--router", "round-robin",
+                "--out", str(tmp_path))
+    (entry,) = data["fewest_replicas"]
+    n = entry["replicas"]
+    assert n is not None and n > 1  # (the issue's "no count held" is gone)
+    assert "overloaded" not in " ".join(r["reason"] for r in entry["runs"] if r["replicas"] >= n)
+    for length in entry["samples"]["lengths"]:
+        config = resolve(model="llama-3.1-8b", gpu="a100-80gb", workload="azure-conv", rate=20, cost="vidur-a100",
+                         num_requests=length, router="round-robin", replicas=2)
+        workload = service.load(config)
+        if length == entry["samples"]["lengths"][0]:  # the issue's shape: the later half's answers are longer
+            outputs = [r.num_output_tokens for r in workload.requests]
+            half = len(outputs) // 2
+            assert np.mean(outputs[half:]) > 1.05 * np.mean(outputs[:half])
+        strategy = service.strategies(["vllm"], config)[0]
+        spec = config.router.spec(config.workload.seed)
+        at = run_fleet(strategy, config.engine, workload, spec, n).as_result().records
+        fewer = run_fleet(strategy, config.engine, workload, spec, n - 1).as_result().records
+        assert _p99_ttft(at) < 2.0, (length, n)
+        if length == max(entry["samples"]["lengths"]) or entry["samples"]["agree"]:
+            assert _p99_ttft(fewer) >= 2.0, (length, n - 1)
+
+
+def test_the_h100_answer_holds_on_a_whole_trace_twice_as_long_as_its_longer_sample(tmp_path):
+    from kvlab import service
+    from kvlab.config import resolve
+
+    data = _cli("--strategy", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload", "azure-conv",
+                "--slo", "p99_ttft<2s", "--cost", "vllm-h100", "-n", "1300", "--workers", "2", "--out", str(tmp_path))
+    (c,) = data["capacities"]
+    samples = c["samples"]
+    assert samples["lengths"] == [1300, 2600] and len(samples["capacities"]) == 2
+    assert samples["answer_rps"] == min(samples["capacities"]) > 0
+    config = resolve(model="llama-3.1-8b", gpu="h100-sxm", workload="azure-conv", cost="vllm-h100",
+                     rate=samples["answer_rps"], num_requests=2 * max(samples["lengths"]))
+    run = service.run(config, ["vllm"])
+    assert _p99_ttft(run.results[0].records) < 2.0
+
+
+def test_a_target_the_idle_engine_misses_is_one_line(kvlab, tmp_path):
+    # Under the fitted H100 clock azure-conv's longest prompts take 1.2 s to prefill on an idle engine: p99 TTFT
+    # under 1 s is met at no rate (the issue's 19 req/s was read on a window that left the trace's end out).
+    r = kvlab("capacity", "--strategy", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload",
+              "azure-conv", "--slo", "p99_ttft<1s", "--cost", "vllm-h100", "-n", "1300", "--workers", "2",
+              "--out", tmp_path)
+    errors = [line for line in r.stderr.splitlines() if not line.startswith("points: ")]  # (the progress lines)
+    assert r.exit_code == 2 and len(errors) == 1, r.stderr
+    assert "--slo 'p99_ttft<1s' cannot be met at any rate: missed p99_ttft<1s (1.2" in errors[0]
+
+
+def test_vllm_is_vllm_serve_with_prefix_caching_and_says_so(kvlab, tmp_path):
+    common = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload", "sessions", "--cost", "roofline",
+              "--slo", "p99_ttft<1s", "-n", "400", "--workers", "2", "--out", tmp_path]
+    r = kvlab("capacity", "--strategy", "vllm,vllm+prefix,vllm+noprefix", *common, "--json")
+    assert r.exit_code == 0, r.stderr
+    by_name = {c["strategy"]: c for c in r.json()["capacities"]}
+    assert by_name["vllm"]["capacity_rps"] == by_name["vllm+prefix"]["capacity_rps"]
+    assert by_name["vllm"]["probes"] == by_name["vllm+prefix"]["probes"]
+    assert by_name["vllm"]["capacity_rps"] > by_name["vllm+noprefix"]["capacity_rps"]  # (sessions share prefixes)
+    assert r.json()["setup"]["prefix_caching"] == {"vllm": True, "vllm+prefix": True, "vllm+noprefix": False}
+    r = kvlab("capacity", "--strategy", "vllm", *common)
+    assert r.exit_code == 0, r.stderr
+    assert "prefix caching on" in " ".join(r.stdout.split())
