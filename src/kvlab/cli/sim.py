@@ -178,8 +178,9 @@ def _all_overloaded(run, summaries) -> str | None:
     if offered is None:
         return None
     each = ", ".join(f"{s['name']} {significant(s['throughput_rps'])}" for s in summaries)
-    return (f"Every strategy is overloaded at the offered {significant(offered)} req/s (its waiting "
-            f"queue grows): this race compares engines falling behind. Each serves at most: {each} req/s; kvlab "
+    return (f"Every strategy is overloaded at the offered rate ({significant(offered)} req/s over the "
+            f"measured window, after the first 20% of arrivals; its waiting queue grows): this race compares "
+            f"engines falling behind. Each serves at most: {each} req/s; kvlab "
             "capacity finds the rate each sustains under a latency target.")
 
 
