@@ -231,7 +231,8 @@ def test_prefix_goes_where_the_prefix_is_cached_and_misses_to_the_least_loaded()
     assert summary["replicas"][0]["prefix_hit_rate"] == pytest.approx((16 + 8) / (17 + 17 + 12))
     assert summary["prefix_hit_rate"] == pytest.approx((16 + 8) / (17 + 6 + 17 + 9 + 12))
     # Without prefix caching nothing is ever cached: the prefix router is least-requests.
-    assert decisions("prefix", "vllm", *PREFIXED) == decisions("least-requests", "vllm", *PREFIXED) == [0, 1, 2, 0, 1]
+    assert decisions("prefix", "vllm+noprefix", *PREFIXED) == decisions("least-requests", "vllm+noprefix",
+                                                                         *PREFIXED) == [0, 1, 2, 0, 1]
 
 
 def test_a_prefix_tie_goes_to_the_least_loaded_holder():

@@ -296,3 +296,25 @@ def test_without_the_features_the_plain_classes_run():
     sim.run()
     assert {type(seq) for seq in sim.seqs.values()} == {Seq}
     assert Seq.num_tokens_with_spec is Seq.num_tokens
+
+
+def test_a_fleet_of_speculating_replicas_sums_their_counts_and_recomputes_the_rates():
+    """Two replicas' speculative-decoding summaries as one (kvlab.fleet.result.summed_counters): the counts add up
+    and the rates are those of the summed counts, not sums of rates."""
+    from kvlab.fleet.result import summed_counters
+    from kvlab.metrics import Counters
+    from kvlab.spec.scheduler import SpecDecodeStats
+
+    a, b = SpecDecodeStats(2), SpecDecodeStats(2)
+    a.num_drafts, a.num_draft_tokens, a.num_accepted_tokens, a.num_accepted_tokens_per_pos = 10, 20, 12, [8, 4]
+    b.num_drafts, b.num_draft_tokens, b.num_accepted_tokens, b.num_accepted_tokens_per_pos = 30, 60, 15, [12, 3]
+    one, two = Counters(), Counters()
+    one.spec_decoding, two.spec_decoding = a.summary(), b.summary()
+    one.kv_offload, two.kv_offload = {"cpu_prefix_hit_tokens": 5}, {"cpu_prefix_hit_tokens": 7}
+    total = summed_counters([one, two])
+    assert total.spec_decoding["spec_num_drafts"] == 40 and total.spec_decoding["spec_num_accepted_tokens"] == 27
+    assert total.spec_decoding["spec_acceptance_rate"] == 27 / 80
+    assert total.spec_decoding["spec_mean_acceptance_length"] == 1 + 27 / 40
+    assert total.spec_decoding["spec_acceptance_per_position"] == {"1": 20 / 40, "2": 7 / 40}
+    assert total.kv_offload == {"cpu_prefix_hit_tokens": 12}
+    assert summed_counters([Counters(), Counters()]).spec_decoding == {}

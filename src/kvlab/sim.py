@@ -231,7 +231,7 @@ class Simulation:
         if self.config.speculative is not None:
             self.counters.spec_decoding = sched.spec_stats.summary()  # type: ignore[attr-defined]
         if self.config.offload is not None:
-            self.counters.kv_offload = self.allocator.offload_stats()  # type: ignore[attr-defined]
+            self.counters.kv_offload = self.allocator.offload_stats()
         records = [_record_of(seq) for seq in self.seqs.values()]
         return SimResult(
             strategy=self.strategy,
@@ -314,7 +314,7 @@ class Simulation:
         if config.speculative is not None:
             dt += draft_seconds(config.speculative, config.cost, out)
         if config.offload is not None:  # blocks loaded from the CPU tier for the requests admitted
-            dt += config.offload.seconds(self.allocator.take_load_bytes())  # type: ignore[attr-defined]
+            dt += config.offload.seconds(self.allocator.take_load_bytes())
         return dt
 
     def _row(self, out: SchedulerOutput) -> RunRow:
@@ -421,15 +421,18 @@ def _make_allocator(config: SimConfig, strategy: Strategy, max_model_len: int):
         return allocator
     if not strategy.enable_prefix_caching:
         raise KvlabError(f"KV offload needs prefix caching (vLLM's offloading connector finds blocks by their hashes); "
-                         f"strategy {strategy.name!r} has none: valid: vllm+prefix")
+                         f"strategy {strategy.name!r} has none: valid: vllm (prefix caching on, as vllm serve)")
     from kvlab.offload.allocator import OffloadingPagedAllocator
     from kvlab.spec.lookahead import LookaheadOffloadingAllocator
 
-    cls = LookaheadOffloadingAllocator if lookahead else OffloadingPagedAllocator
-    allocator = cls(num_blocks, cache.block_size, num_cpu_blocks=config.offload.num_cpu_blocks,
-                    block_bytes=config.offload.block_bytes, max_model_len=max_model_len)
-    allocator.num_lookahead_tokens = lookahead
-    return allocator
+    if not lookahead:
+        return OffloadingPagedAllocator(num_blocks, cache.block_size, num_cpu_blocks=config.offload.num_cpu_blocks,
+                                        block_bytes=config.offload.block_bytes, max_model_len=max_model_len)
+    offloading = LookaheadOffloadingAllocator(num_blocks, cache.block_size,
+                                              num_cpu_blocks=config.offload.num_cpu_blocks,
+                                              block_bytes=config.offload.block_bytes, max_model_len=max_model_len)
+    offloading.num_lookahead_tokens = lookahead
+    return offloading
 
 
 def _make_scheduler(config: SimConfig, scheduler_config, allocator, strategy: Strategy) -> RunScheduler:

@@ -62,7 +62,7 @@ def vision_tower(config: dict) -> VisionTower | None:
     patch, merge = int(vc.get("patch_size", 16 if qwen3 else 14)), int(vc.get("spatial_merge_size", 2))
     gated = model_type == "qwen2_5_vl"
     width = int(h * vc.get("mlp_ratio", 4)) if model_type == "qwen2_vl" else int(vc["intermediate_size"])
-    values = int(vc.get("in_channels", vc.get("in_chans", 3))) * int(vc.get("temporal_patch_size", 2)) * patch ** 2
+    values = int(vc.get("in_channels") or vc.get("in_chans") or 3) * int(vc.get("temporal_patch_size", 2)) * patch ** 2
     side = math.isqrt(MAX_PIXELS[model_type] // patch ** 2) // merge * merge  # grid side of the square image
     out = int(vc.get("out_hidden_size") or text_hidden)
     deepstack = len(vc.get("deepstack_visual_indexes") or ()) if qwen3 else 0

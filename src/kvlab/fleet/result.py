@@ -22,6 +22,7 @@ from kvlab.config import SimConfig
 from kvlab.fleet.routers import RouterSpec
 from kvlab.metrics import Counters, RequestRecord, UsageIntegral
 from kvlab.sim import SimResult
+from kvlab.spec.scheduler import merged_summary
 from kvlab.strategies import Strategy
 
 
@@ -72,14 +73,23 @@ def summed_integral(integrals) -> UsageIntegral:
     return total
 
 
+MAPPINGS = ("reject_reasons", "spec_decoding", "kv_offload")  # (Counters' fields that are not numbers)
+
+
 def summed_counters(all_counters) -> Counters:
+    """The replicas' counters as one engine's: numbers summed, rejections by reason, the CPU tiers' counts summed,
+    speculative decoding's counts summed and its rates recomputed (kvlab.spec.scheduler.merged_summary)."""
+    all_counters = list(all_counters)
     total = Counters()
     for counters in all_counters:
         for f in fields(Counters):
-            if f.name != "reject_reasons":
+            if f.name not in MAPPINGS:
                 setattr(total, f.name, getattr(total, f.name) + getattr(counters, f.name))
         for reason, count in counters.reject_reasons.items():
             total.reject_reasons[reason] = total.reject_reasons.get(reason, 0) + count
+        for key, value in counters.kv_offload.items():
+            total.kv_offload[key] = total.kv_offload.get(key, 0) + value
+    total.spec_decoding = merged_summary([c.spec_decoding for c in all_counters])
     return total
 
 

@@ -68,7 +68,7 @@ class FewestReplicasSearch:
     num_requests: int  # the sample's length
     mean_output_tokens: float  # (for the cost per million output tokens)
     factor: int = 1  # 1: the workload; 2: the second sample, twice it
-    windows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    windows: dict[int, dict[str, Any] | None] = field(default_factory=dict)
     reasons: dict[int, str] = field(default_factory=dict)
     ttft_p99: dict[int, float | None] = field(default_factory=dict)
     error: str | None = None  # a count that failed to simulate (refused as too much work, ...) ends the search
@@ -187,12 +187,12 @@ def _entry(s: FewestReplicasSearch) -> dict[str, Any]:
     gpus_each = config.parallel.tensor_parallel_size * config.parallel.pipeline_parallel_size
     runs = []
     for n in counts.tried:
-        w = s.windows.get(n, {})
+        w = s.windows.get(n) or {}
         runs.append({"replicas": n, "gpus": n * gpus_each, "held": counts.held[n], "ttft_p99_s": s.ttft_p99[n],
                      "state": w.get("state"), "served_share": w.get("served_share"), "loaded": w.get("loaded"),
                      "reason": s.reasons.get(n, "")})
     found = counts.num_replicas if s.error is None else None
-    at = s.windows.get(found, {}) if found else {}
+    at = (s.windows.get(found) or {}) if found else {}
     entry = {"strategy": s.strategy, "router": s.router, "cost": s.cost, "replicas": found,
              "num_requests": s.num_requests, "mean_output_tokens": s.mean_output_tokens, "gpus_each": gpus_each,
              "gpu": config.device.gpu, "gpus": None if found is None else found * gpus_each,

@@ -21,7 +21,7 @@ class LookaheadSlots:
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0,
                        watermark_blocks: int = 0) -> Fit:
-        if seq.request.request_id in self._block_tables:  # type: ignore[attr-defined]  (running: it holds blocks)
+        if seq.request.request_id in self._block_tables:  # type: ignore[attr-defined]  # (running: it holds blocks)
             room = self.max_model_len - seq.num_computed_tokens  # type: ignore[attr-defined]
             num_new_tokens = min(num_new_tokens + self.num_lookahead_tokens, room)  # (the loop leaves room for 1)
         return super().allocate_slots(seq, num_new_tokens, num_cached_tokens, watermark_blocks)  # type: ignore[misc]

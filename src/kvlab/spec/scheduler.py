@@ -47,7 +47,7 @@ class SpecSeq(Seq):
         self.num_spec_tokens = 0
 
     @property
-    def num_tokens_with_spec(self) -> int:  # type: ignore[override]
+    def num_tokens_with_spec(self) -> int:
         return self.request.prompt_len + self.num_output_tokens + self.num_spec_tokens
 
 
@@ -100,6 +100,23 @@ class SpecDecodeStats:
         }
 
 
+def merged_summary(summaries: list[dict]) -> dict:
+    """Several engines' ``SpecDecodeStats.summary()`` as one (a fleet's replicas): the counts summed, the rates
+    recomputed from them (each position's accepted drafts are its rate times the drafts). Empty when all are."""
+    given = [s for s in summaries if s]
+    if not given:
+        return {}
+    positions = max(len(s["spec_acceptance_per_position"]) for s in given)
+    stats = SpecDecodeStats(positions)
+    stats.num_drafts = sum(s["spec_num_drafts"] for s in given)
+    stats.num_draft_tokens = sum(s["spec_num_draft_tokens"] for s in given)
+    stats.num_accepted_tokens = sum(s["spec_num_accepted_tokens"] for s in given)
+    stats.num_accepted_tokens_per_pos = [
+        round(sum(s["spec_acceptance_per_position"].get(str(i), 0.0) * s["spec_num_drafts"] for s in given))
+        for i in range(1, positions + 1)]
+    return stats.summary()
+
+
 class SpeculativeDecoding:
     """The mixin: put before a scheduler class (``SpecScheduler``, ``SpecRunScheduler``)."""
 
@@ -147,7 +164,7 @@ class SpeculativeDecoding:
         return super()._preempt(seq)  # type: ignore[misc]
 
 
-class SpecScheduler(SpeculativeDecoding, Scheduler):
+class SpecScheduler(SpeculativeDecoding, Scheduler):  # type: ignore[misc]  # (its seqs are all SpecSeq)
     """The stepping reference with speculative decoding."""
 
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None, *,
@@ -156,7 +173,7 @@ class SpecScheduler(SpeculativeDecoding, Scheduler):
         self._init_spec(speculative)
 
 
-class SpecRunScheduler(SpeculativeDecoding, RunScheduler):
+class SpecRunScheduler(SpeculativeDecoding, RunScheduler):  # type: ignore[misc]  # (its seqs are all SpecSeq)
     """RunScheduler with speculative decoding: every output a single iteration (its runs assume one token per
     request and iteration), the rest of its bookkeeping as without."""
 

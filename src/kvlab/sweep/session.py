@@ -214,7 +214,7 @@ def stop_on_signals(session: Session) -> None:
     try:
         from typer._click.globals import get_current_context  # (Typer's own copy of Click, in recent versions)
     except ImportError:
-        from click import get_current_context
+        from click import get_current_context  # type: ignore[no-redef]
     context = get_current_context(silent=True)
     if context is None:
         return
