@@ -30,7 +30,7 @@ from kvlab.cli.options import (
 )
 from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.report.setup import engine_defaults_text
-from kvlab.report.text import computed_text, latency_cell, whole_values_table
+from kvlab.report.text import computed_text, latency_column, whole_values_table
 from kvlab.strategies import parse_strategy
 from kvlab.sweep.session import Session, grid_lists, run_session
 
@@ -99,20 +99,22 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
     varying = shown_columns(rows, names, varied)
     failed = any(row["status"] != "ok" for row in rows)  # (a status column only then: the table fits 80 columns)
     table_rows = []
-    for row in rows:
+    ttft_unit, ttft = latency_column([r.get("ttft_s_p99") if r["status"] == "ok" else None for r in rows])
+    tpot_unit, tpot = latency_column([r.get("tpot_s_p99") if r["status"] == "ok" else None for r in rows])
+    for i, row in enumerate(rows):
         ok = row["status"] == "ok"
         cells = [f"{row['throughput_rps']:.3f}", f"{row['throughput_tps']:.0f}",
-                 _num(row.get("normalized_latency_s_per_token_mean")), latency_cell(row.get("ttft_s_p99")),
-                 latency_cell(row.get("tpot_s_p99"))] if ok else ["–"] * 5
+                 _num(row.get("normalized_latency_s_per_token_mean")), ttft[i], tpot[i]] if ok else ["–"] * 5
         status = ["ok" if ok else f"failed: {row['error']}"] if failed else []
         table_rows.append([*(cell(row[n]) for n in varying), *cells, *status])
-    headers = (*varying, "req/s", "tok/s", "s/tok", "TTFT p99", "TPOT p99", *(["status"] if failed else []))
+    headers = (*varying, "req/s", "tok/s", "s/tok", f"TTFT p99 {ttft_unit}", f"TPOT p99 {tpot_unit}",
+               *(["status"] if failed else []))
     table = whole_values_table(f"Sweep: {len(rows)} points", headers, table_rows, left={*varying, "status"},
                                 wrapping={"status"})
     console = Console()
     console.print(table)
-    console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT: p99, in ms "
-                  "below 10 s, in s above.", highlight=False)
+    console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT: p99, each "
+                  "column in ms, or in s when one of its values is 10 s or more.", highlight=False)
     strategies = [parse_strategy(n) for n in dict.fromkeys(str(r["strategy"]) for r in rows)]
     console.print("Engine: " + engine_defaults_text(rows, strategies) + ".", highlight=False)
     num_failed = sum(r["status"] != "ok" for r in rows)

@@ -65,6 +65,16 @@ def constant_text(name: str, value: float) -> str:
     return f"{value:g}"
 
 
+def latency_column(values: list[float | None]) -> tuple[str, list[str]]:
+    """A column of latencies in one unit, for a table: ms when every value is below 10 s, s when any is 10 s or
+    more (never a seven-digit count of milliseconds); the unit goes in the header, so the cells stay narrow."""
+    from kvlab.report.tables import significant
+
+    seen = [v for v in values if v is not None and v == v]
+    unit, scale = ("s", 1.0) if any(v >= 10 for v in seen) else ("ms", 1e3)
+    return unit, ["–" if v is None or v != v else significant(v * scale) for v in values]
+
+
 def latency_cell(seconds: float | None) -> str:
     """A latency for a table: in ms below 10 s ("87.3 ms", "2,293 ms"), in s from 10 s up ("2,293 s"): never a
     seven-digit count of milliseconds."""
