@@ -59,6 +59,23 @@ CapacityOutOpt = Annotated[Path | None, typer.Option("--out", help="Folder of th
                                                      "capacity/].")]
 
 
+def _start_rate(lists: dict, explicit: list[dict], max_rate: float) -> float:
+    """The search's first rate (--rate, taken out of ``lists``), checked against --max-rate."""
+    from kvlab.sweep.grid import run_options
+
+    rates = lists.pop("rate", ["1"])
+    if len(rates) != 1 or any("rate" in p for p in explicit):
+        raise KvlabError("kvlab capacity searches the rate: give --rate one value (the first guess), or none")
+    start_rate = run_options()["rate"].convert(rates[0])
+    if start_rate is None or not start_rate > 0:
+        raise KvlabError(f"--rate {rates[0]!r}: the first guess must be a positive rate")
+    check_options({"rate": max_rate}, flags={"rate": "--max-rate"})
+    if max_rate < start_rate:
+        raise KvlabError(f"--max-rate {max_rate:g} is below the first rate tried (--rate {start_rate:g}); valid: "
+                         f"--max-rate {start_rate:g} or more")
+    return start_rate
+
+
 @app.command(context_settings=SWEEP_CONTEXT, epilog=EXTRA_HELP + " Here --rate is the search's first guess.")
 def capacity(
     ctx: typer.Context,
@@ -108,16 +125,7 @@ def capacity(
         replicas_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json,
                          gpu_hour_price)
         return
-    rates = lists.pop("rate", ["1"])
-    if len(rates) != 1 or any("rate" in p for p in explicit):
-        raise KvlabError("kvlab capacity searches the rate: give --rate one value (the first guess), or none")
-    start_rate = run_options()["rate"].convert(rates[0])
-    if start_rate is None or not start_rate > 0:
-        raise KvlabError(f"--rate {rates[0]!r}: the first guess must be a positive rate")
-    check_options({"rate": max_rate}, flags={"rate": "--max-rate"})
-    if max_rate < start_rate:
-        raise KvlabError(f"--max-rate {max_rate:g} is below the first rate tried (--rate {start_rate:g}); valid: "
-                         f"--max-rate {start_rate:g} or more")
+    start_rate = _start_rate(lists, explicit, max_rate)
     configurations, seats, scaled = service.searched_configurations(lists, explicit, start_rate)
     first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__)
     longer, no_second = service.longer_samples(configurations, start_rate)
