@@ -117,7 +117,7 @@ def test_compare_shows_preemptions_on_both_sides_and_writes_plots_and_table(kvla
     assert table["peak KV cache usage"]["simulated"] > 0.9
     settings = summary["compare"]["settings"]
     assert (settings["block_size"], settings["num_gpu_blocks"], settings["max_model_len"]) == (32, 24, 512)
-    assert settings["model"] and settings["strategy"] == "vllm"
+    assert settings["model"] and settings["strategy"] == "vllm+noprefix"  # (the test server runs without prefix caching)
     with (out / "compare.csv").open(newline="") as f:
         assert [row["figure"] for row in csv.DictReader(f)] == list(table)
     for name in ("compare_kv_cache_usage.png", "compare_running_waiting.png", "compare_preemptions.png",
