@@ -28,8 +28,8 @@ class LookaheadSlots:
 
 
 class LookaheadPagedAllocator(LookaheadSlots, PagedAllocator):
-    pass
+    """The paged allocator with the EAGLE family's lookahead slots."""
 
 
 class LookaheadOffloadingAllocator(LookaheadSlots, OffloadingPagedAllocator):
-    pass
+    """The paged allocator with a CPU tier behind it (kvlab.offload) and the lookahead slots."""
