@@ -55,9 +55,10 @@ def test_a_one_token_answer_meets_any_tpot_term_and_a_refused_request_meets_none
 
 
 def test_a_run_that_did_not_keep_up_fails_whatever_its_latencies():
-    verdict = parse_slo("p99_ttft<2s").judge({**STABLE, "state": "overloaded", "served_share": 0.6},
-                                             _latencies([0.1] * 10, [0.01] * 10))
-    assert not verdict.held and verdict.reason.startswith("overloaded (served 60.0% of offered")
+    decided = "oldest wait grew: served 60.0% of offered (queue 10 → 20 waiting, oldest wait 5 s → 9 s)"
+    verdict = parse_slo("p99_ttft<2s").judge({**STABLE, "state": "overloaded", "served_share": 0.6,
+                                              "decided_by": decided}, _latencies([0.1] * 10, [0.01] * 10))
+    assert not verdict.held and verdict.reason == f"overloaded: {decided}"  # (the signal that decided it named)
     refused = parse_slo("p99_ttft<2s").judge({**STABLE, "num_rejected": 3}, _latencies([0.1] * 10, [0.01] * 10))
     assert not refused.held and refused.reason == "3 requests refused"
 
