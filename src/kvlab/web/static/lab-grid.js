@@ -385,9 +385,13 @@ function drawShareBar(canvas, shares, width, simple, nobodys) {
 }
 
 // The vLLM paper's Figure 2 (kvlab.paper.FIG2_PAPER, through the catalogue): the token share of the systems that
-// reserve (Orca's three) against vLLM's.
+// reserve (Orca's three) against vLLM's (the one system that does not, whatever kvlab names it).
 function paperShares(fig2) {
   const reserve = Object.keys(fig2).filter(k => k.startsWith("orca")).map(k => fig2[k].token);
   return `The vLLM paper, time-averaged: ${nf1.format(Math.min(...reserve))}–${pct(Math.max(...reserve))} for systems ` +
-    `that reserve (Orca), ${pct(fig2.vllm.token)} for vLLM's pages.`;
+    `that reserve (Orca), ${pct(paperPages(fig2).token)} for vLLM's pages.`;
+}
+
+function paperPages(fig2) {
+  return fig2[Object.keys(fig2).find(k => !k.startsWith("orca"))];
 }

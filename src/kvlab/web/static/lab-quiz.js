@@ -34,7 +34,7 @@ function quizWords(q) {
 
 function explainQ1() {
   const fig2 = catalog.paper.figure2, f = facts.max;
-  const paper = ` The vLLM paper measured ${pct(fig2["orca-max"].token)} for Orca (Max) and ${pct(fig2.vllm.token)} for vLLM.`;
+  const paper = ` The vLLM paper measured ${pct(fig2["orca-max"].token)} for Orca (Max) and ${pct(paperPages(fig2).token)} for vLLM.`;
   if (!f) return "Press \"show me\": the grid runs reserve-the-max, and this answer fills in with its numbers." + paper;
   if (!f.summary) {
     return `Your ${f.name} run is not over yet; right now ${pct(f.counters.token_share)} of the cache holds ` +
