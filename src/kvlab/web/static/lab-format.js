@@ -42,6 +42,10 @@ function setData(node, key, value) { const v = String(value); if (node && node.d
 
 // One section's error slot: the message, and (for a refusal) what to change among the page's controls.
 function showError(node, err) {
+  // A mistake in the page's own script (not the server's answer, not a lost connection) is also logged, so that
+  // the browser tests, which fail on any console error, see it rather than a line of text in a section.
+  if (err && [TypeError, ReferenceError, RangeError, SyntaxError].some(k => err instanceof k) &&
+      !/fetch|network/i.test(err.message || "")) console.error(err);
   if (!node) return;
   if (err) {
     node.textContent = err.message || String(err);
