@@ -172,7 +172,8 @@ def _per_request_text(result) -> str:
     text = " + ".join(f"{n} x ({t})" if n > 1 else t for t, n in terms.items())
     if dcp == 1:
         return text
-    return f"its {result.max_model_len:,} tokens over DCP {dcp}: ceil({result.max_model_len:,} / {dcp}) = {length:,} on each GPU; " + text
+    return (f"its {result.max_model_len:,} tokens over DCP {dcp}: ceil({result.max_model_len:,} / {dcp}) = {length:,} "
+            "on each GPU; " + text)
 
 
 def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
