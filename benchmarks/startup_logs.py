@@ -226,6 +226,7 @@ def read_log(entry: dict) -> dict:
             "available_kv_gib": log.available_kv_cache_gib, "model_loading_gib": log.model_weights_gib,
             "activation_gib": log.activation_gib, "non_torch_gib": log.non_torch_gib,
             "cuda_graph_gib": log.cuda_graph_gib, "total_gib": log.total_gpu_memory_gib,
+            "weights_and_non_torch_gib": log.weights_and_non_torch_gib,
             "encoder_budget_tokens": log.encoder_budget_tokens, "encoder_profile_items": log.encoder_profile_items,
             "encoder_profile_modality": log.encoder_profile_modality}
 
@@ -247,6 +248,24 @@ def num(x, fmt: str = ".2f") -> str:
 TERMS = (("weights GiB", "weights_gib", "model_loading_gib"), ("activation GiB", "activation_gib", "activation_gib"),
          ("non-torch GiB", "non_torch_gib", "non_torch_gib"), ("CUDA graphs GiB", "cuda_graph_gib", "cuda_graph_gib"),
          ("available KV GiB", "available_kv_gib", "available_kv_gib"))
+
+
+def as_printed(p: dict, mine: str) -> float:
+    """kvlab's figure for the log's term of that name. Where the version deducts the CUDA-graph estimate (rules of
+    0.21.0 on), vLLM reports it inside the peak activation (gpu_worker.determine_available_memory: peak_activation_memory
+    = the profiling run's transient peak + the graph estimate applied), so kvlab's activation and graph estimates are
+    compared with that figure together."""
+    if mine == "activation_gib" and p["cuda_graph_gib"] > 0:
+        return p["activation_gib"] + p["cuda_graph_gib"]
+    return p[mine]
+
+
+def graphs_note(p: dict) -> str:
+    """Why the log's 'CUDAGraph memory' is not a term of the budget: vLLM measures it while capturing, after the cache
+    is allocated (capture_model), whether or not the version deducted an estimate beforehand."""
+    if p["cuda_graph_gib"] == 0:
+        return "  (printed after the cache was allocated: not deducted)"
+    return "  (the capture's own, after the cache; the estimate deducted is inside the printed activation)"
 
 
 def print_row(row: Row) -> None:
@@ -271,12 +290,19 @@ def print_row(row: Row) -> None:
     print(f"  rules of {p['rules']} on; requested {p['requested_gib']:.2f} GiB")
     for label, mine, theirs in TERMS:
         printed = q.get(theirs)
-        note = ""
-        if mine == "cuda_graph_gib" and printed is not None and p["cuda_graph_gib"] == 0:
-            note = "  (printed after the cache was allocated: not deducted)"
-        err = None if printed is None or note else p[mine] - printed
-        print(f"  {label:<18} {p[mine]:>10.2f}  printed {num(printed):>8}  error "
+        note = graphs_note(p) if mine == "cuda_graph_gib" and printed is not None else ""
+        mine_value = as_printed(p, mine)
+        err = None if printed is None or note else mine_value - printed
+        if mine_value != p[mine]:
+            label = "activation+graphs"
+        print(f"  {label:<18} {mine_value:>10.2f}  printed {num(printed):>8}  error "
               f"{'-' if err is None else f'{err:+.2f} GiB'}{note}")
+    consumed = row.reader.get("weights_and_non_torch_gib")
+    if consumed is not None:  # later releases print weights and non-torch memory as one 'consumed memory'
+        mine_value = p["weights_gib"] + p["non_torch_gib"]
+        print(f"  {'weights+non-torch':<18} {mine_value:>10.2f}  printed {consumed:>8.2f}  error "
+              f"{mine_value - consumed:+.2f} GiB  (its 'consumed memory': total - free after loading, which counts "
+              "other processes' memory too)")
     for label, key, fmt in (("KV tokens", "kv_cache_tokens", ",d"), ("max concurrency", "max_concurrency", ".2f")):
         print(f"  {label:<18} {num(p[key], fmt):>10}  printed {num(q.get(key), fmt):>8}  error "
               f"{pct(rel(p[key], q.get(key)))}")
@@ -290,8 +316,9 @@ def print_row(row: Row) -> None:
 def cause(row: Row) -> str:
     """Which term the error comes from: the largest gap among terms the log prints, else the estimated ones."""
     p, q = row.predicted, row.printed
-    gaps = {label: p[mine] - q[theirs] for label, mine, theirs in TERMS[:3]
-            if q.get(theirs) is not None and not (mine == "cuda_graph_gib" and p[mine] == 0)}
+    gaps = {label: as_printed(p, mine) - q[theirs] for label, mine, theirs in TERMS[:3] if q.get(theirs) is not None}
+    if row.reader.get("weights_and_non_torch_gib") is not None:
+        gaps["weights+non-torch"] = p["weights_gib"] + p["non_torch_gib"] - row.reader["weights_and_non_torch_gib"]
     budget = None if q.get("available_kv_gib") is None else p["available_kv_gib"] - q["available_kv_gib"]
     if gaps:
         label, gap = max(gaps.items(), key=lambda kv: abs(kv[1]))

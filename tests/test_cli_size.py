@@ -230,3 +230,37 @@ def test_fit_says_the_fewest_gpus_whose_kv_caches_hold_the_workload(kvlab):
     per_replica = data["workload"]["max_num_requests"]
     assert data["workload_gpus"]["fewest"]["num_replicas"] == math.ceil(64 / per_replica)
     assert data["workload_gpus"]["gpu"] is None
+
+
+def test_size_and_fit_take_the_decode_context_parallel_size(kvlab):
+    """-dcp 2 on TP 2: each GPU keeps every second token of a request (vLLM's decode context parallelism). DeepSeek-V2-
+    Lite's MLA page is 1 x 16 x 576 x 2 = 18,432 B, 27 layers a block: 1 GiB // 497,664 B = 2,157 blocks; a 4,096-token
+    request keeps ceil(4,096 / 2) = 2,048 tokens, 128 blocks, on each GPU (256 without DCP)."""
+    common = ("deepseek-v2-lite", "-tp", "2", "--available-kv-gib", "1", "--max-model-len", "4096", "--json")
+    dcp = json.loads(kvlab("size", *common, "-dcp", "2").stdout)
+    plain = json.loads(kvlab("size", *common).stdout)
+    assert (dcp["bytes_per_block"], dcp["num_blocks"]) == (27 * 18_432, 2_157) == (plain["bytes_per_block"],
+                                                                                   plain["num_blocks"])
+    assert (dcp["blocks_per_request"], plain["blocks_per_request"]) == (128, 256)
+    assert (dcp["num_tokens"], plain["num_tokens"]) == (int(2_157 / 128 * 4_096), int(2_157 / 256 * 4_096)) == (69_024,
+                                                                                                                34_512)
+    answers = json.loads(kvlab("fit", *common, "--concurrency", "16", "--context-len", "4096",
+                               "--decode-context-parallel-size", "2").stdout)
+    # 2,156 usable blocks (one is the null block): 2,156 // 128 = 16 requests; 16 requests get 134 blocks, 2,144
+    # tokens per GPU, 4,288 in all
+    assert answers["max_num_requests"]["num_requests"] == 16 and answers["workload"]["blocks_per_request"] == 128
+    assert answers["max_context_len"]["context_len"] == 2 * 134 * 16 == 4_288
+    text = kvlab("size", *common[:-1], "-dcp", "2").stdout
+    assert "DCP 2" in text and "ceil(4,096 / 2) = 2,048 on each GPU" in " ".join(text.split())
+
+
+@pytest.mark.parametrize("args, message", [
+    (("-tp", "2", "-dcp", "3"), "--decode-context-parallel-size 3 must divide --tensor-parallel-size 2 (DCP groups "
+                                "are made of TP ranks); valid: 1, 2"),
+    (("-tp", "2", "-dcp", "0"), "decode_context_parallel_size must be at least 1, got 0 (--decode-context-parallel-"
+                                "size: a whole number of GPUs, 1 for none)"),
+])
+def test_a_bad_decode_context_parallel_size_is_one_line(kvlab, args, message):
+    r = kvlab("size", "deepseek-v2-lite", "--available-kv-gib", "1", *args)
+    assert r.exit_code == 2 and message in " ".join(r.stderr.split())
+    assert "Traceback" not in r.stderr + r.stdout

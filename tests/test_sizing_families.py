@@ -18,7 +18,7 @@ from kvlab.catalog import get_gpu, get_model
 from kvlab.catalog.models import FULL_ATTENTION
 from kvlab.catalog.quant import from_quantization_config
 from kvlab.errors import KvlabError
-from kvlab.sizing import SizingConfig, cdiv, size_kv_cache
+from kvlab.sizing import SizingConfig, cdiv, max_num_requests, size_kv_cache
 
 GIB = 2**30
 DATA = Path(__file__).parent / "data" / "sizing_configs"
@@ -393,3 +393,17 @@ def test_mamba2_hybrid_granite_4_h_1b_matches_its_log():
     assert 1339 // 10 * 400 == 53_200 and round(1339 / (cdiv(4096, 400) + 9), 2) == 66.95
     assert abs(r.num_tokens - 53_200) <= 400 and abs(r.max_concurrency - 66.95) < 0.1
     assert abs(r.weights_bytes / GIB - 2.72) < 0.01
+
+
+def test_the_reverse_questions_keep_the_decode_context_parallel_size():
+    """settings_of carries DCP, so a run's sizing asks the reverse questions with the DCP it was sized with; the TP
+    sizes tried are multiples of it."""
+    from kvlab.sizing import settings_of, valid_tensor_parallel_sizes
+
+    model = get_model("deepseek-v2-lite")
+    config = SizingConfig(available_kv_bytes=2**30, tensor_parallel_size=2, decode_context_parallel_size=2,
+                          max_model_len=4096)
+    result = size_kv_cache(model, config)
+    assert settings_of(result).decode_context_parallel_size == 2
+    assert max_num_requests(model, settings_of(result), 4096) == (result.num_blocks - 1) // 128 == 16
+    assert valid_tensor_parallel_sizes(model, 2) == [2, 4, 8, 16] and valid_tensor_parallel_sizes(model)[0] == 1

@@ -130,3 +130,19 @@ def test_model_config_may_name_a_catalogue_entry_and_gpu_memory_gib_the_machines
     out = capsys.readouterr().out
     assert "not sized" not in out.split("== summary")[0]
     assert "requested 20.00 GiB" in out  # 0.5 x 40 GiB, not 0.5 x the catalogue's A100-80GB
+
+
+def test_from_0_21_the_printed_activation_holds_the_graph_estimate(bench):
+    """vLLM 0.21+ deducts its CUDA-graph estimate and reports it inside 'peak activation' (gpu_worker: transient peak +
+    the estimate applied); its 'CUDAGraph memory' is the capture's own, after the cache: kvlab's activation and graph
+    estimates are compared with the printed activation together, and the graphs are not a term of the gap."""
+    p = {"activation_gib": 1.17, "cuda_graph_gib": 0.59, "weights_gib": 9.29, "non_torch_gib": 0.07}
+    assert bench.as_printed(p, "activation_gib") == pytest.approx(1.76)
+    assert bench.as_printed({**p, "cuda_graph_gib": 0.0}, "activation_gib") == 1.17
+    assert "inside the printed activation" in bench.graphs_note(p)
+    assert "not deducted" in bench.graphs_note({**p, "cuda_graph_gib": 0.0})
+    row = bench.Row({"id": "x"}, printed={"activation_gib": 1.46, "available_kv_gib": 9.27, "cuda_graph_gib": 0.52})
+    row.predicted = {**p, "available_kv_gib": 10.83}
+    row.reader = {"weights_and_non_torch_gib": 11.22}
+    # the 0.28 log of Qwen3-14B-AWQ on an RTX 5090: 'consumed memory' 11.22 GiB against 9.29 + 0.07
+    assert bench.cause(row) == "weights+non-torch off by -1.86 GiB (printed by the log)"

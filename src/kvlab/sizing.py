@@ -131,7 +131,8 @@ class SizingConfig:
                 raise KvlabError(f"{name} must be positive, got {value}")
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size"):
             if getattr(self, name) < 1:
-                raise KvlabError(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise KvlabError(f"{name} must be at least 1, got {getattr(self, name)} (--{name.replace('_', '-')}: "
+                                 "a whole number of GPUs, 1 for none)")
         tp, dcp = self.tensor_parallel_size, self.decode_context_parallel_size
         if tp % dcp:
             valid = ", ".join(str(d) for d in range(1, tp + 1) if tp % d == 0)
@@ -303,10 +304,13 @@ def pipeline_stages(num_layers: int, pipeline_parallel_size: int) -> list[range]
     return stages
 
 
-def blocks_per_request(groups: tuple[KVCacheGroup, ...], num_tokens: int, max_in_flight_tokens: int) -> int:
-    """Blocks one request of ``num_tokens`` takes from the shared pool: the sum over groups
-    (get_max_concurrency_for_kv_cache_config)."""
-    return sum(g.spec.max_num_blocks_per_request(num_tokens, max_in_flight_tokens) for g in groups)
+def blocks_per_request(groups: tuple[KVCacheGroup, ...], num_tokens: int, max_in_flight_tokens: int,
+                       decode_context_parallel_size: int = 1) -> int:
+    """Blocks one request of ``num_tokens`` takes from one GPU's shared pool: the sum over groups
+    (get_max_concurrency_for_kv_cache_config), of the cdiv(num_tokens, DCP) tokens each GPU of a DCP group keeps
+    (AttentionSpec.max_memory_usage_bytes)."""
+    tokens = cdiv(num_tokens, decode_context_parallel_size)
+    return sum(g.spec.max_num_blocks_per_request(tokens, max_in_flight_tokens) for g in groups)
 
 
 def profile_family(model: ModelSpec, quantization: str | None = None) -> str:
@@ -519,9 +523,11 @@ class SizingResult:
         return data
 
 
-def valid_tensor_parallel_sizes(model: ModelSpec, limit: int = 64) -> list[int]:
-    """TP sizes vLLM accepts for this model: divisors of the attention heads (verify_with_parallel_config)."""
-    return [tp for tp in range(1, min(limit, model.num_attention_heads) + 1) if model.num_attention_heads % tp == 0]
+def valid_tensor_parallel_sizes(model: ModelSpec, decode_context_parallel_size: int = 1, limit: int = 64) -> list[int]:
+    """TP sizes vLLM accepts for this model: divisors of the attention heads (verify_with_parallel_config), and
+    multiples of the DCP size (DCP groups are made of TP ranks)."""
+    return [tp for tp in range(1, min(limit, model.num_attention_heads) + 1)
+            if model.num_attention_heads % tp == 0 and tp % decode_context_parallel_size == 0]
 
 
 def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
@@ -622,7 +628,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
 
     in_flight = config.max_in_flight_tokens
     dcp = config.decode_context_parallel_size
-    per_request = blocks_per_request(groups, cdiv(max_model_len, dcp), in_flight)
+    per_request = blocks_per_request(groups, max_model_len, in_flight, dcp)
     max_concurrency = num_blocks / per_request
     rules = config.rules
     if rules.tokens_line == "blocks":
@@ -655,7 +661,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         vllm_version=resolve_version(config.vllm_version), vllm_rules_since=rules.since,
         profile_terms=profile.terms, enforce_eager=config.enforce_eager, quantization=config.quantization,
         sampler=config.sampler,
-        estimated_max_model_len=_longest(groups, num_blocks - 1, 1, cdiv(max_model_len, dcp), in_flight) * dcp,
+        estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight, dcp),
         decode_context_parallel_size=dcp,
     )
 
@@ -673,11 +679,11 @@ def _check_given_budget(model: ModelSpec, config: SizingConfig, weights: int) ->
                          f"{format_gib(max(room, 0))}, or no --gpu/--gpu-memory-gib to size the budget alone")
 
 
-def _longest(groups, usable_blocks: int, num_requests: int, upper: int, in_flight: int) -> int:
+def _longest(groups, usable_blocks: int, num_requests: int, upper: int, in_flight: int, dcp: int = 1) -> int:
     """Largest L <= upper with num_requests x blocks_per_request(L) <= usable_blocks; 0 if none (binary search,
     as vLLM's estimate_max_model_len)."""
     def fits(length: int) -> bool:
-        return num_requests * blocks_per_request(groups, length, in_flight) <= usable_blocks
+        return num_requests * blocks_per_request(groups, length, in_flight, dcp) <= usable_blocks
 
     if not fits(1):
         return 0
@@ -705,7 +711,7 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
                 f"estimated activations and other {format_gib(other)} GiB exceed the requested "
                 f"{format_gib(requested)} GiB by {format_gib(short)} GiB")
     hints = []
-    for tp in valid_tensor_parallel_sizes(model):
+    for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size):
         if tp <= config.tensor_parallel_size:
             continue
         trial = replace(config, tensor_parallel_size=tp)
@@ -743,14 +749,15 @@ def max_context_len(model: ModelSpec, config: SizingConfig, num_requests: int = 
         raise KvlabError(f"number of concurrent requests must be at least 1, got {num_requests}")
     result = size_kv_cache(model, config)
     return _longest(result.kv_cache_groups, result.num_usable_blocks, num_requests, model.max_position_embeddings,
-                    result.max_in_flight_tokens)
+                    result.max_in_flight_tokens, result.decode_context_parallel_size)
 
 
 def max_num_requests(model: ModelSpec, config: SizingConfig, context_len: int) -> int:
     """Most requests of ``context_len`` tokens whose KV caches fit at once (whole blocks, null block excluded)."""
     result = size_kv_cache(model, config)
     check_context_len(model, result, context_len)
-    per_request = blocks_per_request(result.kv_cache_groups, context_len, result.max_in_flight_tokens)
+    per_request = blocks_per_request(result.kv_cache_groups, context_len, result.max_in_flight_tokens,
+                                     result.decode_context_parallel_size)
     return result.num_usable_blocks // per_request
 
 
@@ -788,12 +795,13 @@ def settings_of(result: SizingResult) -> SizingConfig:
         max_model_len=result.max_model_len, max_num_batched_tokens=result.max_num_batched_tokens,
         max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name, vllm_version=result.vllm_version or None,
         enforce_eager=result.enforce_eager, quantization=result.quantization, sampler=result.sampler,
+        decode_context_parallel_size=result.decode_context_parallel_size,
         available_kv_bytes=result.available_kv_bytes if result.available_kv_source == "given" else None)
 
 
 def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[int, SizingResult]:
     """Smallest tensor-parallel size on ``gpu`` that holds the weights and one max_model_len request."""
-    for tp in valid_tensor_parallel_sizes(model):
+    for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size):
         result = _starts(model, on_gpu(config, gpu, tp))
         if result is not None:
             return tp, result
@@ -848,12 +856,13 @@ def workload_fit(model: ModelSpec, config: SizingConfig, num_requests: int, cont
     result = size_kv_cache(model, config)
     check_context_len(model, result, context_len)
     groups, in_flight = result.kv_cache_groups, result.max_in_flight_tokens
-    per_request = blocks_per_request(groups, context_len, in_flight)
+    dcp = result.decode_context_parallel_size
+    per_request = blocks_per_request(groups, context_len, in_flight, dcp)
     return WorkloadFit(
         num_requests=num_requests, context_len=context_len, blocks_per_request=per_request,
         num_blocks_needed=num_requests * per_request, num_usable_blocks=result.num_usable_blocks,
         bytes_per_block=result.bytes_per_block, max_num_requests=result.num_usable_blocks // per_request,
-        max_context_len=_longest(groups, result.num_usable_blocks, num_requests, result.max_model_len, in_flight),
+        max_context_len=_longest(groups, result.num_usable_blocks, num_requests, result.max_model_len, in_flight, dcp),
     )
 
 
@@ -891,7 +900,8 @@ def workload_replicas(model: ModelSpec, config: SizingConfig, num_requests: int,
     if gpu is None:
         trials = [config]
     else:
-        trials = [on_gpu(config, gpu, tp) for tp in valid_tensor_parallel_sizes(model)]
+        trials = [on_gpu(config, gpu, tp)
+                  for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size)]
     options: list[WorkloadReplicas] = []
     for trial in trials:
         if options and trial.world_size >= min(o.num_gpus for o in options):

@@ -47,6 +47,10 @@ EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs 
 SamplerOpt = Annotated[Optional[str], typer.Option(
     "--sampler", help="Top-k/top-p sampler of vLLM's profiling run, as its log names it: flashinfer or pytorch.",
     show_default="the vLLM version's usual one")]
+# vLLM's --decode-context-parallel-size (-dcp): groups of TP ranks that each keep every DCP-th token's KV
+DcpOpt = Annotated[int, typer.Option(
+    "--decode-context-parallel-size", "-dcp", help="GPUs of a tensor-parallel group that split each request's KV "
+    "cache by token (vLLM's decode context parallelism); must divide --tensor-parallel-size.")]
 
 # The options `kvlab size` and `kvlab fit` share (kvlab.service.size.sizing_config's arguments): the ones that decide
 # the KV cache, declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
@@ -152,7 +156,8 @@ def _groups_text(result) -> str:
 
 
 def _per_request_text(result) -> str:
-    bs, length, in_flight = result.block_size, result.max_model_len, result.max_in_flight_tokens
+    bs, in_flight, dcp = result.block_size, result.max_in_flight_tokens, result.decode_context_parallel_size
+    length = -(result.max_model_len // -dcp)  # each GPU of a DCP group keeps every DCP-th token
     terms = {}
     for g in result.kv_cache_groups:
         if g.spec.kind == "mamba":
@@ -164,7 +169,11 @@ def _per_request_text(result) -> str:
         else:
             text = f"ceil({length:,} / {bs}) = {g.spec.max_num_blocks_per_request(length, in_flight):,}"
         terms[text] = terms.get(text, 0) + 1
-    return " + ".join(f"{n} x ({t})" if n > 1 else t for t, n in terms.items())
+    text = " + ".join(f"{n} x ({t})" if n > 1 else t for t, n in terms.items())
+    if dcp == 1:
+        return text
+    return (f"its {result.max_model_len:,} tokens over DCP {dcp}: ceil({result.max_model_len:,} / {dcp}) = {length:,} "
+            "on each GPU; " + text)
 
 
 def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
@@ -235,6 +244,8 @@ def _title(model, gpu, config, result=None) -> str:
     text = f"[bold]{model.id}[/]" + (f" ({model.hf_repo})" if model.hf_repo and model.hf_repo != model.id else "")
     text += f" on {count} x {where}" if count > 1 else f" on {where}"
     text += f" · TP {config.tensor_parallel_size} · PP {config.pipeline_parallel_size}"
+    if config.decode_context_parallel_size > 1:
+        text += f" · DCP {config.decode_context_parallel_size}"
     if result is not None:
         text += (f" · {result.dtype} · KV {result.kv_cache_dtype} · block_size {result.block_size} · max_model_len "
                  f"{result.max_model_len:,}")
@@ -269,6 +280,7 @@ def size(
     quantization: QuantOpt = None,
     enforce_eager: EagerOpt = False,
     sampler: SamplerOpt = None,
+    decode_context_parallel_size: DcpOpt = 1,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -279,7 +291,8 @@ def size(
         spec = get_model(model)
     quantization = weight_dtype(options, quantization, as_json)
     gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
-                                    enforce_eager=enforce_eager, sampler=sampler)
+                                    enforce_eager=enforce_eager, sampler=sampler,
+                                    decode_context_parallel_size=decode_context_parallel_size)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
@@ -362,6 +375,7 @@ def fit(
     quantization: QuantOpt = None,
     enforce_eager: EagerOpt = False,
     sampler: SamplerOpt = None,
+    decode_context_parallel_size: DcpOpt = 1,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -375,7 +389,8 @@ def fit(
         spec = get_model(model)
     quantization = weight_dtype(options, quantization, as_json)
     gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
-                                    enforce_eager=enforce_eager, sampler=sampler)
+                                    enforce_eager=enforce_eager, sampler=sampler,
+                                    decode_context_parallel_size=decode_context_parallel_size)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
