@@ -124,7 +124,7 @@ def test_compare_shows_preemptions_on_both_sides_and_writes_plots_and_table(kvla
                  "compare_latency.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name
-    assert (out / "simulated" / "vllm_iterations.csv").exists()
+    assert (out / "simulated" / "vllm-noprefix_iterations.csv").exists()  # (a file name has no "+")
 
 
 def test_a_light_load_preempts_on_neither_side(kvlab, server, tmp_path):
