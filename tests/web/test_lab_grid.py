@@ -340,3 +340,15 @@ def test_an_empty_grid_says_no_seat_is_taken_yet(lab):
     if page.get_attribute("#grid .seats", "data-running") == "0":
         assert label.startswith("seats: none taken yet"), label
     assert "0 running of 1 (" not in label
+
+
+def test_a_cache_too_small_for_any_conversation_says_why_each_is_turned_away(lab):
+    """Four blocks under reserve the max: every conversation's slab (max_model_len) is larger than the cache, so the
+    engine rejects each on arrival; the note under the grid says so and why, rather than nothing."""
+    page = lab.page
+    set_grid(page, allocator="max", batching="continuous", num_blocks=4, num_requests=20)
+    seek(page, 30)
+    assert counter(page, "num_rejected") > 0
+    note = page.get_attribute("#grid .panel", "data-note")
+    assert "turned away on arrival, never to run: max slab larger than the buddy allocator's largest block" in note
+    assert "(4 blocks of 16 slots in this cache)" in note, note

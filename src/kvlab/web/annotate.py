@@ -96,6 +96,10 @@ def note(sim, cols: dict[str, np.ndarray], evicted: list[int], block_size: int) 
                  # what each still has to compute again (0 if it came back and recomputed before this frame)
                  "evicted_tokens": [sim.seqs[rid].num_lost_tokens for rid in evicted],
                  "tokens_to_recompute": sum(seq.num_lost_tokens for seq in sim.scheduler.waiting)}
+    reasons = sim.counters.reject_reasons
+    if reasons:  # turned away on arrival: how many, and the engine's commonest reason (kvlab.sim admission)
+        reason = max(reasons, key=reasons.get)
+        out["rejected"] = {"count": sim.counters.num_rejected, "reason": reason}
     head = head_of_queue(sim)
     if head is not None:
         out["head"] = head

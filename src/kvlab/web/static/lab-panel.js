@@ -256,6 +256,10 @@ Object.assign(Player.prototype, {
     } else if (g.counters.step > 0) {
       text = `${blocks(n.free_blocks)} free; nobody is waiting.`;
     }
+    if (n.rejected) {  // (when the run is over too: it may have ended with every conversation turned away)
+      text += ` ${plural(n.rejected.count, "conversation")} turned away on arrival, never to run: ` +
+        `${n.rejected.reason} (${blocks(this.meta.num_gpu_blocks)} of ${plural(this.meta.kv_block_size, "slot")} in this cache).`;
+    }
     if (evicted) {
       text += ` Evicted since the last frame: ${evicted.slice(0, 3).map(([id, t]) => `conversation ${id}` +
         (t ? ` (${plural(t, "token")} to compute again)` : "")).join(", ")}` +

@@ -45,18 +45,28 @@ class TableFigure {
     const g = frame.grids;
     if (g[1] && g[1].table && g[1].table.id === this.id) this.tables = g.map(x => x.table);
     if (this.id < 0 || (this.tables && !this.tables[1].blocks.length && frame.grids[1].counters.num_running)) {
-      const biggest = this.biggest();
-      if (biggest >= 0 && biggest !== this.id) { this.pick(biggest); return; }
+      const scattered = this.mostScattered();
+      if (scattered >= 0 && scattered !== this.id) { this.pick(scattered); return; }
     }
     this.draw();
   }
 
-  // The conversation holding the most pages now: its table shows the scatter best.
-  biggest() {
-    const counts = new Map(), owner = this.source().owner;
-    for (let b = 0; b < owner.length; b++) if (owner[b] >= 0) counts.set(owner[b], (counts.get(owner[b]) || 0) + 1);
-    let best = -1, n = 0;
-    for (const [id, c] of counts) if (c > n) { best = id; n = c; }
+  // The conversation whose pages lie in the most separate pieces of the pool now (the most pages on a tie): its
+  // table shows the scatter best. (The largest conversation is often one that arrived into an empty pool, whose
+  // pages happen to lie in a row, which is the one thing the section says pages need not do.)
+  mostScattered() {
+    const pieces = new Map(), pages = new Map(), owner = this.source().owner;
+    for (let b = 0; b < owner.length; b++) {
+      const id = owner[b];
+      if (id < 0) continue;
+      pages.set(id, (pages.get(id) || 0) + 1);
+      if (b === 0 || owner[b - 1] !== id) pieces.set(id, (pieces.get(id) || 0) + 1);
+    }
+    let best = -1, key = [0, 0];
+    for (const [id, n] of pieces) {
+      const k = [n, pages.get(id)];
+      if (k[0] > key[0] || (k[0] === key[0] && k[1] > key[1])) { best = id; key = k; }
+    }
     return best;
   }
 
