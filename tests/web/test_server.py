@@ -391,3 +391,21 @@ def test_the_utilization_advice_is_the_least_that_fits(client):
     answer(**fits, gpu_memory_utilization=least)  # fits there
     with pytest.raises(KvlabError):
         answer(**fits, gpu_memory_utilization=round(least - 0.05, 2))
+
+
+def test_the_menus_mark_a_published_trace_that_is_not_on_this_machine(client, monkeypatch, tmp_path):
+    """A trace the machine lacks is offered marked, with the line that says how to get it; one it has is not."""
+    from kvlab.workload import published
+
+    monkeypatch.setenv(published.TRACES_DIR_VARIABLE, str(tmp_path / "traces"))
+    monkeypatch.setenv(published.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    (tmp_path / "traces").mkdir()
+    name = next(iter(published.TRACES))
+    trace = published.TRACES[name]
+    workloads = {w["name"]: w for w in client.get("/api/catalog").json()["workloads"]}
+    assert workloads[name]["present"] is False
+    assert workloads[name]["description"] == published.how_to_get(name)
+    assert workloads["paper-sharegpt"]["present"] is True  # (generated: always here)
+    (tmp_path / "traces" / trace.filenames[0]).write_text("")
+    workloads = {w["name"]: w for w in client.get("/api/catalog").json()["workloads"]}
+    assert workloads[name]["present"] is True

@@ -35,7 +35,7 @@ def catalog_listing(defaults: dict[str, str]) -> dict:
             for m in list_models()
         ],
         "gpus": [{"name": g.id, "memory_bytes": g.memory_bytes} for g in list_gpus()],
-        "workloads": [{"name": name, "description": w.summary} for name, w in WORKLOADS.items()],
+        "workloads": [workload_entry(name, w.summary) for name, w in WORKLOADS.items()],
         "strategies": [{"name": s.name, "description": s.description} for s in STRATEGIES.values()],
         "defaults": {
             "model": catalogue_model(defaults["model"]).id,
@@ -50,6 +50,15 @@ def catalog_listing(defaults: dict[str, str]) -> dict:
             "story": list(shared.STORY),
         },
     }
+
+
+def workload_entry(name: str, summary: str) -> dict:
+    """A workload in the page's menus; a published trace that is not on this machine says so, and how to get it
+    (kvlab.workload.published: the same line a run on it would refuse with)."""
+    from kvlab.workload import published
+
+    absent = name in published.TRACES and published.locate(name) is None
+    return {"name": name, "description": published.how_to_get(name) if absent else summary, "present": not absent}
 
 
 def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memory_utilization: float,

@@ -26,7 +26,9 @@ function fillForms() {
   const d = catalog.defaults;
   const fill = (sel, items, value, title) => {
     for (const node of document.querySelectorAll(sel)) {
-      for (const it of items) node.append(el("option", { value: it.name, text: it.name, title: title ? title(it) : "" }));
+      // A published trace that is not on this machine is marked in the menu (its title says how to get it).
+      for (const it of items) node.append(el("option", { value: it.name, title: title ? title(it) : "",
+        text: it.present === false ? `${it.name} (not on this machine)` : it.name }));
       node.value = value;
     }
   };

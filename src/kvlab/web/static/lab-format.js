@@ -62,19 +62,20 @@ function checkField(input) {
   const kind = input.dataset.kind;
   if (!kind) return [input.value, null];
   const raw = input.value.trim(), label = input.dataset.label || input.name;
+  const named = label === input.name ? label : `${label} (${input.name})`;  // the words beside it, and its name
   const lo = Number(input.dataset.min);
   const range = `${nf0.format(lo) === String(lo) ? lo : input.dataset.min} to ${input.dataset.max}`;
   const hi = Number(input.dataset.max);
   if (kind === "blocks" && (raw === "" || raw.toLowerCase() === "auto")) return [null, null];
   const what = kind === "number" ? "a number" : "a whole number";
   const also = kind === "blocks" ? ", or auto" : "";
-  if (raw === "") return [null, `${label} (${input.name}) is empty: type ${what} from ${range}${also}`];
+  if (raw === "") return [null, `${named} is empty: type ${what} from ${range}${also}`];
   if (!NUMBER_RE.test(raw) || !Number.isFinite(Number(raw))) {
-    return [null, `${label} (${input.name}) "${raw}" is not ${what}: type one from ${range}${also}`];
+    return [null, `${named} "${raw}" is not ${what}: type one from ${range}${also}`];
   }
   const v = Number(raw);
-  if (kind !== "number" && !Number.isInteger(v)) return [null, `${label} (${input.name}) ${raw} is not a whole number: type one from ${range}${also}`];
-  if (v < lo || v > hi) return [null, `${label} (${input.name}) ${raw} is out of range: ${range}`];
+  if (kind !== "number" && !Number.isInteger(v)) return [null, `${named} ${raw} is not a whole number: type one from ${range}${also}`];
+  if (v < lo || v > hi) return [null, `${named} ${raw} is out of range: ${range}`];
   return [v, null];
 }
 
