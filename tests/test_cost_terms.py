@@ -18,7 +18,7 @@ from kvlab.workload import load_workload
 ALL_TERMS = {"bandwidth_efficiency": 0.7, "attention_bandwidth_efficiency": 0.9, "flops_efficiency": 0.6,
              "attention_flops_efficiency": 0.6, "overhead_s": 0.002, "seq_overhead_s": 2e-5,
              "prefill_token_overhead_s": 1e-6, "request_latency_s": 0.01, "allreduce_link_efficiency": 0.5,
-             "allreduce_latency_s": 1e-5, "prefill_seq_overhead_s": 3e-4}
+             "allreduce_latency_s": 1e-5}
 
 
 def _profile(constants=ALL_TERMS):
@@ -171,25 +171,3 @@ def test_the_golden_strategies_schedule_the_same_steps_with_every_new_term_on(na
 
     base, with_terms = steps("roofline"), steps(_write({**ALL_TERMS, "admission_lag_iterations": 1.0}, tmp_path))
     assert base[0] == with_terms[0] and base[1] != with_terms[1]
-
-
-def test_a_prompt_chunk_costs_its_prefilling_overhead_once_whatever_its_length():
-    """prefill_seq_overhead_s is per prefilling sequence (num_seqs − num_decode_tokens), not per prompt token: a whole
-    1,071-token prompt and a cached prompt's 15-token tail cost it alike; a decode-only iteration not at all."""
-    cost = CostModel(weights_bytes=0.0, kv_bytes_per_token=0.0, flops_per_token=0.0, attention_flops_per_pair=0.0,
-                     memory_bandwidth=1.0, peak_flops=1.0, overhead_s=0.0, prefill_seq_overhead_s=0.004)
-    assert cost.has_cpu_terms
-    assert cost.iteration_times(11, 1071, 10, 20_000, 20_000) == cost.iteration_times(11, 15, 10, 20_000, 20_000)
-    assert cost.iteration_times(11, 15, 10, 0, 0) == pytest.approx(0.004, rel=1e-12)
-    assert cost.iteration_times(12, 2048, 9, 0, 0) == pytest.approx(3 * 0.004, rel=1e-12)  # three chunks
-    assert cost.iteration_times(10, 0, 10, 5_000, 5_000) == 0.0
-    assert list(cost.decode_times(10, 5_000, 4)) == [0.0] * 4
-    assert cost.terms(12, 2048, 9, 0, 0).seqs == pytest.approx(3 * 0.004, rel=1e-12)
-    # A profile without it (the built-ins but vllm-h100) prices no prefilling sequence.
-    without = _profile({k: v for k, v in ALL_TERMS.items() if k != "prefill_seq_overhead_s"})
-    model = without.cost_model(weights_bytes=1e9, kv_bytes_per_token=1e3, flops_per_token=1e10,
-                               attention_flops_per_pair=1e5, gpu=get_gpu("H100-SXM"), model_id="llama-2-7b")
-    assert model.prefill_seq_overhead_s == 0.0
-    assert _profile().cost_model(weights_bytes=1e9, kv_bytes_per_token=1e3, flops_per_token=1e10,
-                                 attention_flops_per_pair=1e5, gpu=get_gpu("H100-SXM"),
-                                 model_id="llama-2-7b").prefill_seq_overhead_s == 3e-4

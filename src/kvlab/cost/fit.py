@@ -6,8 +6,7 @@ tensor-parallel size, KV blocks, limits, chunked prefill and prefix caching (``v
 profile's constants once the side of the roofline is known:
 
     θ = (1/bandwidth_efficiency, 1/attention_bandwidth_efficiency, 1/flops_efficiency, overhead_s,
-         allreduce_latency_s, seq_overhead_s, prefill_token_overhead_s, 1/allreduce_link_efficiency,
-         prefill_seq_overhead_s)
+         allreduce_latency_s, seq_overhead_s, prefill_token_overhead_s, 1/allreduce_link_efficiency)
     t_iteration = Φ_iteration · θ         Φ: each term at 100% of the catalogue's figure (kvlab/cost/terms.py)
 
 A request is in the engine from its arrival at the scheduler to its last token; every iteration it overlaps adds
@@ -45,7 +44,7 @@ from kvlab.errors import KvlabError
 # The fitted constants, in θ's order, and whether θ holds the constant or its inverse (an efficiency).
 CONSTANTS = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency", "overhead_s",
              "allreduce_latency_s", "seq_overhead_s", "prefill_token_overhead_s", "allreduce_link_efficiency",
-             "prefill_seq_overhead_s", "request_latency_s")
+             "request_latency_s")
 INVERTED = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency", "allreduce_link_efficiency")
 FITTED_METRICS = ("e2e_mean", "ttft_mean", "itl_mean")
 # What data identifies each constant (the message when the runs cannot).
@@ -58,20 +57,19 @@ FIT_HINTS = {
     "seq_overhead_s": "runs whose batch sizes differ (different rates or output lengths)",
     "prefill_token_overhead_s": "runs whose prompts differ in length",
     "allreduce_link_efficiency": "runs at tensor-parallel size 2 or more with different tokens per iteration",
-    "prefill_seq_overhead_s": "runs where requests arrive while others decode",
     "request_latency_s": "any runs (TTFT and E2E carry it, ITL does not)",
 }
 # Where the fixed point starts: the stated roofline's efficiencies, no CPU terms, all-reduce at 80% of the link.
 # Held, not fitted, by default: flops_efficiency is Vidur's H100 matmul fit (vidur-h100): these runs' prefills are
 # mostly cached prefixes, too little compute to identify it (its σ was 10x its value when fitted).
-# prefill_token_overhead_s is held at 0 and prefill_seq_overhead_s fitted in its place: nearly every prompt of these
-# runs is cached but for its last 3-15 tokens (prompt_len mod 16, set by the chat template's guessed 37 tokens), so
-# a per-token term fitted on them was a cost per admitted request in disguise, and it priced a whole first-round
-# prompt at 0.26 ms a token (runs 66 and 67: p99 TTFT 310 and 262 ms where 64 and 80 were measured; docs/cost.md).
-DEFAULT_FIT = tuple(k for k in CONSTANTS if k not in ("flops_efficiency", "prefill_token_overhead_s"))
+# prefill_token_overhead_s is fitted, though it is in effect a cost per admitted request (nearly every prompt here is
+# cached but for a few dozen tokens) and overprices whole prompts: held at 0, the refitted profile's leave-one-out
+# medians were E2E mean 8.5%, E2E p99 11.8%, TTFT mean 8.9%, TTFT p99 22.8%, ITL 10.0%, against 6.6%, 6.7%, 7.7%,
+# 31.5%, 9.9% with it (benchmarks/real_vllm.py, docs/cost.md): better only on the TTFT tail.
+DEFAULT_FIT = tuple(k for k in CONSTANTS if k != "flops_efficiency")
 START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "flops_efficiency": 0.609,
          "overhead_s": 0.003, "allreduce_latency_s": 0.0, "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0,
-         "allreduce_link_efficiency": 0.8, "prefill_seq_overhead_s": 0.0, "request_latency_s": 0.0}
+         "allreduce_link_efficiency": 0.8, "request_latency_s": 0.0}
 STRATEGY = "vllm+prefix"
 # vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
 ADMISSION_LAG_ITERATIONS = 1.0
@@ -176,7 +174,7 @@ class Replay:
     constants: dict[str, float]
     starts: np.ndarray  # each iteration's start (scheduler clock)
     durations: np.ndarray
-    phi: np.ndarray  # (iterations, 9): each iteration's features, θ's order without request_latency_s
+    phi: np.ndarray  # (iterations, 8): each iteration's features, θ's order without request_latency_s
     arrival: np.ndarray  # client arrival of each request (request_id order); the rest on the scheduler's clock
     first_scheduled: np.ndarray  # when its first iteration started
     lag_iterations: float  # the profile's admission lag (latency.py)
@@ -263,7 +261,6 @@ def _features(p: Prepared, theta: np.ndarray, n, prefill, decode, context, pairs
     phi = np.column_stack([
         np.where(memory_bound, weights, 0.0), np.where(memory_bound, kv, 0.0), np.where(memory_bound, 0.0, compute),
         np.ones(len(n)), np.full(len(n), float(p.num_allreduce_calls)), n, prefill, tokens * p.allreduce_token_s,
-        n - decode,  # the prefilling sequences (kvlab/cost/model.py)
     ])
     return phi, memory_bound
 

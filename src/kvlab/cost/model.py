@@ -3,18 +3,14 @@
 An iteration reads every weight once and the K/V of every context token it attends over, and does
 2 FLOPs per parameter per token plus the attention's own FLOPs. Whichever of memory traffic and compute takes
 longer sets the time (a roofline), plus the CPU's share of a step (scheduling, sampling, kernel launches, Python):
-a fixed overhead per iteration, one per scheduled sequence, one per prefilling sequence and one per prefill token:
+a fixed overhead per iteration, one per scheduled sequence and one per prefill token:
 
     t_mem      = weights_bytes / (bandwidth × bandwidth_efficiency)
                  + kv_read_bytes / (bandwidth × attention_bandwidth_efficiency)
     t_compute  = 2 × active_params × num_tokens / (peak_flops × flops_efficiency)
                  + attention_flops / (peak_flops × attention_flops_efficiency)
     t          = max(t_mem, t_compute) + overhead + num_seqs × seq_overhead
-                 + num_prefill_seqs × prefill_seq_overhead
                  + num_prefill_tokens × prefill_token_overhead + num_tokens × token_overhead
-
-    num_prefill_seqs = num_seqs − num_decode_tokens   (a scheduled sequence either decodes one token or computes a
-                                                       chunk of its prompt: those are the prefilling ones)
 
     token_overhead  = what each scheduled token costs outside the roofline: the tensor-parallel all-reduces'
                       transfer (kvlab/cost/terms.py: 2 per layer, ring bytes over the GPU's link)
@@ -63,7 +59,7 @@ class IterationCost:
     """The terms of one iteration's time, in seconds.
 
     ``total = max(weights + kv, compute) + overhead + seqs + prefill`` (``seqs``: the per-sequence overhead of the
-    iteration's sequences, prefilling ones' included; ``prefill``: the per-token overhead of its prefill tokens)."""
+    iteration's sequences; ``prefill``: the per-token overhead of its prefill tokens)."""
 
     weights: float
     kv: float
@@ -101,9 +97,6 @@ class CostModel:
     attention_flops_efficiency: float | None = None
     seq_overhead_s: float = 0.0
     prefill_token_overhead_s: float = 0.0
-    # Per prefilling sequence (a prompt chunk in the iteration, however many tokens it has): a request's admission,
-    # its state and inputs set up, its first sample; a whole prompt costs it once per chunk, not per token.
-    prefill_seq_overhead_s: float = 0.0
     # Per scheduled token, outside the roofline: the tensor-parallel all-reduces' transfer (kvlab/cost/terms.py).
     token_overhead_s: float = 0.0
     # MoE: seconds to read one routed expert's weights (every MoE layer, this GPU's share), the routed experts and
@@ -152,7 +145,7 @@ class CostModel:
             kv=num_context_tokens * kv_token_s,
             compute=(self.flops_per_token * num_tokens + flops_per_pair * num_attention_pairs) / flops,
             overhead=self.overhead_s,
-            seqs=num_seqs * self.seq_overhead_s + (num_seqs - num_decode_tokens) * self.prefill_seq_overhead_s,
+            seqs=num_seqs * self.seq_overhead_s,
             prefill=num_prefill_tokens * self.prefill_token_overhead_s + num_tokens * self.token_overhead_s,
         )
 
@@ -191,8 +184,7 @@ class CostModel:
             t = np.maximum(t_mem, t_compute)
         if self.has_cpu_terms:
             return t + (num_seqs * self.seq_overhead_s + num_prefill_tokens * self.prefill_token_overhead_s
-                        + (num_prefill_tokens + num_decode_tokens) * self.token_overhead_s
-                        + (num_seqs - num_decode_tokens) * self.prefill_seq_overhead_s)
+                        + (num_prefill_tokens + num_decode_tokens) * self.token_overhead_s)
         return t
 
     def decode_times(self, num_seqs: int, num_context_tokens: int, num_iterations: int, seconds: float = INF):
@@ -240,7 +232,7 @@ class CostModel:
             return [first] + [times(num_seqs, 0, num_seqs, c, c) for c in contexts]
         if self.has_cpu_terms:
             cpu = (num_seqs * self.seq_overhead_s + 0 * self.prefill_token_overhead_s
-                   + (0 + num_seqs) * self.token_overhead_s + (num_seqs - num_seqs) * self.prefill_seq_overhead_s)
+                   + (0 + num_seqs) * self.token_overhead_s)
             rest = [t + cpu for t in rest]
         return [first] + rest
 
@@ -259,5 +251,5 @@ class CostModel:
             self.overhead_s,
         ))
         object.__setattr__(self, "has_cpu_terms", bool(self.seq_overhead_s or self.prefill_token_overhead_s
-                                                        or self.token_overhead_s or self.prefill_seq_overhead_s))
+                                                        or self.token_overhead_s))
         object.__setattr__(self, "has_experts", bool(self.expert_read_s and self.num_experts))

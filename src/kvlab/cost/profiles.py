@@ -47,7 +47,6 @@ EFFICIENCY_CONSTANTS = {
     "overhead_s": "seconds per iteration (scheduling, sampling, launches)",
     "seq_overhead_s": "seconds per scheduled sequence per iteration",
     "prefill_token_overhead_s": "seconds per prefill token",
-    "prefill_seq_overhead_s": "seconds per prefilling sequence per iteration (a prompt chunk, whatever its length)",
     "request_latency_s": "seconds a request spends outside the engine (HTTP, queues between processes), per request",
     "allreduce_link_efficiency": "fraction of the GPU link's bandwidth a tensor-parallel all-reduce moves bytes at",
     "allreduce_latency_s": "seconds per tensor-parallel all-reduce call (2 per layer per iteration)",
@@ -55,10 +54,8 @@ EFFICIENCY_CONSTANTS = {
                                 "(vLLM's async scheduling: 1)",
 }
 # Constants a profile may leave out: without allreduce_link_efficiency, all-reduce costs nothing (the built-in
-# profiles from before issue 29 price no communication); without prefill_seq_overhead_s, a prompt chunk costs
-# only its tokens.
-OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s", "admission_lag_iterations",
-                      "prefill_seq_overhead_s")
+# profiles from before issue 29 price no communication).
+OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s", "admission_lag_iterations")
 ABSOLUTE_CONSTANTS = {
     "weights_read_s": "seconds to read the weights once (per iteration)",
     "context_token_s": "seconds to read one context token's K/V",
@@ -144,7 +141,6 @@ class CostProfile:
                                                          c["bandwidth_efficiency"]),
             attention_flops_efficiency=_unless_equal(c["attention_flops_efficiency"], c["flops_efficiency"]),
             seq_overhead_s=c["seq_overhead_s"], prefill_token_overhead_s=c["prefill_token_overhead_s"],
-            prefill_seq_overhead_s=c.get("prefill_seq_overhead_s", 0.0),
             request_latency_s=c["request_latency_s"], admission_lag_iterations=c.get("admission_lag_iterations", 0.0),
             profile=self.name, notes=notes,
         )
