@@ -219,13 +219,28 @@ class Replay:
                 rows.append((group, metric, np.append(vector, latency), self.prepared.run.measured(group, metric)))
         return rows
 
+    def per_output_token(self) -> np.ndarray:
+        """Φ per output token over all requests: Σ over requests of Φ from first token to end, over their output
+        tokens after the first. θ · this is the replay's ITL (the admission lag moves TTFT and E2E alike); its
+        columns say what a decoded token reads and computes at 100% of each figure (the weights, the KV, ...)."""
+        spans = self.cumulative(self.finish) - self.cumulative(self.first_token)
+        return spans.mean(axis=0) / max(1, self.prepared.run.workload.output_len - 1)
+
+    def client_ttft(self) -> np.ndarray:
+        """Each request's TTFT as the client sees it (arrival to first token, with the admission lag)."""
+        from kvlab.cost.latency import admission_lag
+
+        out_len = self.prepared.run.workload.output_len
+        return self.first_token + admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish,
+                                                out_len) - self.arrival
+
     def predicted(self) -> dict[str, dict[str, float]]:
         """The metrics a client would have measured, per group (summary and each stage)."""
         from kvlab.cost.latency import admission_lag
 
         out_len = self.prepared.run.workload.output_len
         lag = admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish, out_len)
-        e2e, ttft = self.finish + lag - self.arrival, self.first_token + lag - self.arrival
+        e2e, ttft = self.finish + lag - self.arrival, self.client_ttft()
         groups = {"summary": np.ones(len(e2e), bool)}
         groups.update({f"stage{k}": self.stage == k for k in range(len(self.prepared.run.workload.stages))})
         out = {}
