@@ -14,7 +14,8 @@ median |error| per metric. The fitted profile's leave-one-out errors are what `k
 (the weights and the KV, in milliseconds per output token at 100% of the GPU's bandwidth), the ITL the run's own
 E2E and TTFT imply ((E2E mean - TTFT mean) / (output - 1)), their ratio (the bandwidth efficiency that ITL implies
 with nothing else in a step), and where kvlab's TTFT tail is: its p99 and the slowest TTFT of the users' first
-rounds (whole prompts to prefill) and of the later ones (cached prompts). docs/cost.md reads this table.
+rounds (whole prompts to prefill) and of the later ones (cached prompts), with the most sequences an iteration
+held and the preemptions (KV exhausted). docs/cost.md reads this table.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def reads(path: Path, profile_name: str) -> int:
         profile = get_profile(profile_name)
         constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
         print(f"{len(runs)} runs from {path}, replayed under {profile.name!r}", file=sys.stderr)
-        print(f"{'run':<16} {'model':<22} {'tp':>2} {'seqs':>5} {'weights':>8} {'KV':>6} {'ITL':>6} {'ratio':>6}"
+        print(f"{'run':<16} {'model':<22} {'tp':>2} {'seqs':>5} {'max':>4} {'pre':>4} {'weights':>8} {'KV':>6} {'ITL':>6} {'ratio':>6}"
               f" {'kvlab ITL':>9} | {'TTFT p99':>8} {'1st round max':>13} {'later max':>9} {'measured p99':>12}")
         for run in runs:
             replay = F.replay(F.prepare(run), constants)
@@ -124,14 +125,15 @@ def reads(path: Path, profile_name: str) -> int:
             later_max = float(ttft[~first].max()) if (~first).any() else float("nan")
             first_max = float(ttft[first].max()) if first.any() else float("nan")
             print(f"{run.id[:16]:<16} {replay.prepared.model_spec.id[:22]:<22} {run.tensor_parallel_size:>2} "
-                  f"{seqs:>5.1f} {weights * 1e3:>8.2f} {kv * 1e3:>6.2f} {implied * 1e3:>6.2f} "
+                  f"{seqs:>5.1f} {int(replay.phi[:, 5].max()):>4} {replay.num_preemptions:>4} {weights * 1e3:>8.2f} {kv * 1e3:>6.2f} {implied * 1e3:>6.2f} "
                   f"{(weights + kv) / implied:>6.3f} {replay.predicted()['summary']['itl_mean'] * 1e3:>9.2f} | "
                   f"{np.percentile(ttft, 99) * 1e3:>8.1f} {first_max * 1e3:>13.1f} {later_max * 1e3:>9.1f} "
                   f"{run.measured('summary', 'ttft_p99') * 1e3:>12.1f}", flush=True)
     except KvlabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print("(ms; seqs: mean sequences per iteration a decoded token shares; weights, KV: what it reads per output "
+    print("(ms; seqs: mean sequences per iteration a decoded token shares; max: the most in one iteration; pre: "
+          "preemptions; weights, KV: what it reads per output "
           "token at 100% of peak bandwidth; ITL: (E2E mean - TTFT mean) / (output - 1), measured; ratio: (weights + "
           f"KV) / ITL)\n({time.time() - _STARTED:.0f} s)", file=sys.stderr)
     return 0

@@ -111,6 +111,8 @@ def test_what_a_decoded_token_reads_prices_to_the_replays_itl():
     ttft = replay.client_ttft()
     np.testing.assert_allclose(ttft.mean(), replay.predicted()["summary"]["ttft_mean"], rtol=1e-12)
     assert ttft.min() > constants["request_latency_s"] and len(ttft) == run.workload.num_requests
+    assert replay.num_preemptions == 0
+    assert F.replay(F.prepare(run_from_dict(_with("total_kv_blocks", 24), "x")), constants).num_preemptions > 0
 
 
 def test_constants_the_runs_cannot_identify_are_refused_with_the_data_that_would():

@@ -181,6 +181,7 @@ class Replay:
     first_token: np.ndarray
     finish: np.ndarray
     stage: np.ndarray
+    num_preemptions: int = 0  # (the simulation's counter: a replay whose KV ran out says so)
 
     def cumulative(self, times: np.ndarray) -> np.ndarray:
         """F(t): Σ Φ over the iterations before t, the one under way counted by the fraction elapsed."""
@@ -313,7 +314,8 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
     return Replay(prepared=p, constants=dict(constants), starts=timeline.starts(), durations=timeline.durations(),
                   phi=phi, arrival=send, first_scheduled=timeline.first_scheduled,
                   lag_iterations=cost.admission_lag_iterations, first_token=timeline.first_token,
-                  finish=timeline.finish, stage=stage_of(spec, scheduled - scheduled[0]))
+                  finish=timeline.finish, stage=stage_of(spec, scheduled - scheduled[0]),
+                  num_preemptions=timeline.num_preemptions)
 
 
 class _Timeline:
@@ -351,6 +353,7 @@ class _Timeline:
         self.first_scheduled = np.array([r.first_scheduled_time for r in records])
         self.first_token = np.array([r.first_token_time for r in records])
         self.finish = np.array([r.finish_time for r in records])
+        self.num_preemptions = result.counters.num_preemptions
         counts = np.array(self.counts)
         self._group = np.repeat(np.arange(len(counts)), counts)
         self._first = np.concatenate([[0], np.cumsum(counts)[:-1]])
