@@ -63,9 +63,11 @@ FIT_HINTS = {
 # Held, not fitted, by default: flops_efficiency is Vidur's H100 matmul fit (vidur-h100): these runs' prefills are
 # mostly cached prefixes, too little compute to identify it (its σ was 10x its value when fitted).
 # prefill_token_overhead_s is fitted, though it is in effect a cost per admitted request (nearly every prompt here is
-# cached but for a few dozen tokens) and overprices whole prompts: held at 0, the refitted profile's leave-one-out
-# medians were E2E mean 8.5%, E2E p99 11.8%, TTFT mean 8.9%, TTFT p99 22.8%, ITL 10.0%, against 6.6%, 6.7%, 7.7%,
-# 31.5%, 9.9% with it (benchmarks/real_vllm.py, docs/cost.md): better only on the TTFT tail.
+# cached but for its last 3-15 tokens) and overprices whole prompts (the reasoning-lite runs' p99 TTFT is their 23
+# first rounds: benchmarks/real_vllm.py --reads): held at 0, the refitted profile's leave-one-out medians were E2E
+# mean 8.5%, E2E p99 11.8%, TTFT mean 8.9%, TTFT p99 22.8%, ITL 10.0%, against 6.6%, 6.7%, 7.7%, 31.5%, 9.9% with
+# it; a cost per prefilling sequence in its place fitted to 0 (it is once per request, as request_latency_s) and
+# gave the same (docs/cost.md, "p99 TTFT"): better only on the TTFT tail.
 DEFAULT_FIT = tuple(k for k in CONSTANTS if k != "flops_efficiency")
 START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "flops_efficiency": 0.609,
          "overhead_s": 0.003, "allreduce_latency_s": 0.0, "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0,
