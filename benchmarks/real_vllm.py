@@ -100,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def reads(path: Path, profile_name: str) -> int:
     """The ``--reads`` table (module doc)."""
-    import numpy as np
-
     from kvlab.cost import fit as F
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import get_profile
@@ -112,31 +110,38 @@ def reads(path: Path, profile_name: str) -> int:
         profile = get_profile(profile_name)
         constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
         print(f"{len(runs)} runs from {path}, replayed under {profile.name!r}", file=sys.stderr)
-        print(f"{'run':<16} {'model':<22} {'tp':>2} {'seqs':>5} {'max':>4} {'pre':>4} {'weights':>8} {'KV':>6} {'ITL':>6} {'ratio':>6}"
-              f" {'kvlab ITL':>9} | {'TTFT p99':>8} {'1st round max':>13} {'later max':>9} {'measured p99':>12}")
+        print(f"{'run':<16} {'model':<22} {'tp':>2} {'seqs':>5} {'max':>4} {'pre':>4} {'weights':>8} {'KV':>6} "
+              f"{'ITL':>6} {'ratio':>6} {'kvlab ITL':>9} | {'TTFT p99':>8} {'1st round max':>13} {'later max':>9} "
+              f"{'measured p99':>12}")
         for run in runs:
-            replay = F.replay(F.prepare(run), constants)
-            per_token = replay.per_output_token()
-            weights, kv, seqs = per_token[0], per_token[1], per_token[5]
-            implied = ((run.measured("summary", "e2e_mean") - run.measured("summary", "ttft_mean"))
-                       / (run.workload.output_len - 1))
-            ttft = replay.client_ttft()
-            first = np.arange(len(ttft)) < (run.workload.num_users if run.workload.enable_multi_turn_chat else 0)
-            later_max = float(ttft[~first].max()) if (~first).any() else float("nan")
-            first_max = float(ttft[first].max()) if first.any() else float("nan")
-            print(f"{run.id[:16]:<16} {replay.prepared.model_spec.id[:22]:<22} {run.tensor_parallel_size:>2} "
-                  f"{seqs:>5.1f} {int(replay.phi[:, 5].max()):>4} {replay.num_preemptions:>4} {weights * 1e3:>8.2f} {kv * 1e3:>6.2f} {implied * 1e3:>6.2f} "
-                  f"{(weights + kv) / implied:>6.3f} {replay.predicted()['summary']['itl_mean'] * 1e3:>9.2f} | "
-                  f"{np.percentile(ttft, 99) * 1e3:>8.1f} {first_max * 1e3:>13.1f} {later_max * 1e3:>9.1f} "
-                  f"{run.measured('summary', 'ttft_p99') * 1e3:>12.1f}", flush=True)
+            print(_reads_row(F.replay(F.prepare(run), constants)), flush=True)
     except KvlabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("(ms; seqs: mean sequences per iteration a decoded token shares; max: the most in one iteration; pre: "
-          "preemptions; weights, KV: what it reads per output "
-          "token at 100% of peak bandwidth; ITL: (E2E mean - TTFT mean) / (output - 1), measured; ratio: (weights + "
-          f"KV) / ITL)\n({time.time() - _STARTED:.0f} s)", file=sys.stderr)
+          "preemptions; weights, KV: what it reads per output token at 100% of peak bandwidth; ITL: (E2E mean - "
+          "TTFT mean) / (output - 1), measured; ratio: (weights + KV) / ITL; a user's first round is its first "
+          f"request, a whole prompt to prefill)\n({time.time() - _STARTED:.0f} s)", file=sys.stderr)
     return 0
+
+
+def _reads_row(replay) -> str:
+    import numpy as np
+
+    run = replay.prepared.run
+    per_token = replay.per_output_token()
+    weights, kv, seqs = per_token[0], per_token[1], per_token[5]
+    implied = ((run.measured("summary", "e2e_mean") - run.measured("summary", "ttft_mean"))
+               / (run.workload.output_len - 1))
+    ttft = replay.client_ttft()
+    first = np.arange(len(ttft)) < run.workload.num_users
+    first_max = float(ttft[first].max())
+    later_max = float(ttft[~first].max()) if (~first).any() else float("nan")
+    return (f"{run.id[:16]:<16} {replay.prepared.model_spec.id[:22]:<22} {run.tensor_parallel_size:>2} "
+            f"{seqs:>5.1f} {int(replay.phi[:, 5].max()):>4} {replay.num_preemptions:>4} {weights * 1e3:>8.2f} "
+            f"{kv * 1e3:>6.2f} {implied * 1e3:>6.2f} {(weights + kv) / implied:>6.3f} "
+            f"{replay.predicted()['summary']['itl_mean'] * 1e3:>9.2f} | {np.percentile(ttft, 99) * 1e3:>8.1f} "
+            f"{first_max * 1e3:>13.1f} {later_max * 1e3:>9.1f} {run.measured('summary', 'ttft_p99') * 1e3:>12.1f}")
 
 
 _STARTED = time.time()
