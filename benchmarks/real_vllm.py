@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     path = args.runs or default_runs()
     started = time.time()
     if args.reads:
-        return reads(path, args.profile)
+        return reads(path, args.profile, started)
     try:
         runs = read_runs(path)
         profile = get_profile(args.profile)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def reads(path: Path, profile_name: str) -> int:
+def reads(path: Path, profile_name: str, started: float) -> int:
     """The ``--reads`` table (module doc)."""
     from kvlab.cost import fit as F
     from kvlab.cost.measured import read_runs
@@ -121,7 +121,7 @@ def reads(path: Path, profile_name: str) -> int:
     print("(ms; seqs: mean sequences per iteration a decoded token shares; max: the most in one iteration; pre: "
           "preemptions; weights, KV: what it reads per output token at 100% of peak bandwidth; ITL: (E2E mean - "
           "TTFT mean) / (output - 1), measured; ratio: (weights + KV) / ITL; a user's first round is its first "
-          f"request, a whole prompt to prefill)\n({time.time() - _STARTED:.0f} s)", file=sys.stderr)
+          f"request, a whole prompt to prefill)\n({time.time() - started:.0f} s)", file=sys.stderr)
     return 0
 
 
@@ -143,8 +143,6 @@ def _reads_row(replay) -> str:
             f"{replay.predicted()['summary']['itl_mean'] * 1e3:>9.2f} | {np.percentile(ttft, 99) * 1e3:>8.1f} "
             f"{first_max * 1e3:>13.1f} {later_max * 1e3:>9.1f} {run.measured('summary', 'ttft_p99') * 1e3:>12.1f}")
 
-
-_STARTED = time.time()
 
 if __name__ == "__main__":
     sys.exit(main())
