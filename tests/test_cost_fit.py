@@ -96,6 +96,25 @@ def test_an_iteration_is_its_features_times_theta_and_requests_sum_the_iteration
         assert row @ theta == pytest.approx(predicted[group][metric], rel=1e-9)
 
 
+def test_what_a_decoded_token_reads_prices_to_the_replays_itl():
+    """per_output_token · θ is the replay's ITL; its weights column is one read of the weights per output token;
+    client_ttft is the TTFT the predicted means are taken over."""
+    run = run_from_dict(RUN, "x")
+    constants = {**F.START, "seq_overhead_s": 1e-4, "prefill_token_overhead_s": 1e-6}
+    replay = F.replay(F.prepare(run), constants)
+    per_token = replay.per_output_token()
+    assert per_token @ F.theta_of(constants)[:-1] == pytest.approx(replay.predicted()["summary"]["itl_mean"],
+                                                                   rel=1e-9)
+    decodes = per_token[5]  # sequences per decode iteration, as a decoded token sees them
+    assert 1.0 <= decodes <= RUN["max_num_seqs"]
+    assert per_token[0] == pytest.approx(replay.prepared.weights_s, rel=0.05)  # one read of the weights per token
+    ttft = replay.client_ttft()
+    np.testing.assert_allclose(ttft.mean(), replay.predicted()["summary"]["ttft_mean"], rtol=1e-12)
+    assert ttft.min() > constants["request_latency_s"] and len(ttft) == run.workload.num_requests
+    assert replay.num_preemptions == 0
+    assert F.replay(F.prepare(run_from_dict(_with("total_kv_blocks", 24), "x")), constants).num_preemptions > 0
+
+
 def test_constants_the_runs_cannot_identify_are_refused_with_the_data_that_would():
     prepared = F.prepare(run_from_dict(RUN, "x"))
     rows, labels = F._rows([F.replay(prepared, F.START)])

@@ -171,3 +171,26 @@ def test_the_golden_strategies_schedule_the_same_steps_with_every_new_term_on(na
 
     base, with_terms = steps("roofline"), steps(_write({**ALL_TERMS, "admission_lag_iterations": 1.0}, tmp_path))
     assert base[0] == with_terms[0] and base[1] != with_terms[1]
+
+
+# The calibration set's dense models (../shared/data/real-vllm): layers, KV heads, head_dim from their config.json
+# (Mistral-NeMo's head_dim is 128, not hidden / heads = 160), and the parameter counts their model cards give.
+CALIBRATION_MODELS = [
+    ("llama-2-7b", 1, 32, 32, 6_738_415_616),
+    ("qwen2.5-7b-instruct", 1, 28, 4, 7_615_616_512),
+    ("mistral-nemo-12b", 1, 40, 8, 12_247_782_400),
+    ("mistral-nemo-12b", 2, 40, 8, 12_247_782_400),
+    ("yi-34b", 2, 60, 8, 34_388_917_248),
+    ("llama-3.1-70b", 4, 80, 8, 70_553_706_496),
+]
+
+
+@pytest.mark.parametrize("model, tp, layers, kv_heads, params", CALIBRATION_MODELS)
+def test_a_decode_step_reads_each_models_own_kv_and_weight_bytes(model, tp, layers, kv_heads, params):
+    """The bytes the clock reads per GPU (issue 29's per-model ITL errors): K and V of every layer's KV heads (GQA:
+    its own count, split by TP), bf16; every weight once (untied embeddings and LM head both counted)."""
+    cost = resolve(model=model, gpu="H100-SXM", tensor_parallel_size=tp, num_gpu_blocks=1000,
+                   cost="vllm-h100").engine.cost
+    assert cost.kv_bytes_per_token == 2 * layers * (kv_heads // tp) * 128 * 2
+    assert cost.weights_bytes == pytest.approx(params * 2 / tp, rel=2e-3)
+    assert cost.flops_per_token == pytest.approx(2 * params / tp, rel=2e-3)

@@ -63,9 +63,11 @@ FIT_HINTS = {
 # Held, not fitted, by default: flops_efficiency is Vidur's H100 matmul fit (vidur-h100): these runs' prefills are
 # mostly cached prefixes, too little compute to identify it (its σ was 10x its value when fitted).
 # prefill_token_overhead_s is fitted, though it is in effect a cost per admitted request (nearly every prompt here is
-# cached but for a few dozen tokens) and overprices whole prompts: held at 0, the refitted profile's leave-one-out
-# medians were E2E mean 8.5%, E2E p99 11.8%, TTFT mean 8.9%, TTFT p99 22.8%, ITL 10.0%, against 6.6%, 6.7%, 7.7%,
-# 31.5%, 9.9% with it (benchmarks/real_vllm.py, docs/cost.md): better only on the TTFT tail.
+# cached but for its last 3-15 tokens) and overprices whole prompts (the reasoning-lite runs' p99 TTFT is their 23
+# first rounds: benchmarks/real_vllm.py --reads): held at 0, the refitted profile's leave-one-out medians were E2E
+# mean 8.5%, E2E p99 11.8%, TTFT mean 8.9%, TTFT p99 22.8%, ITL 10.0%, against 6.6%, 6.7%, 7.7%, 31.5%, 9.9% with
+# it; a cost per prefilling sequence in its place fitted to 0 (it is once per request, as request_latency_s) and
+# gave the same (docs/cost.md, "p99 TTFT"): better only on the TTFT tail.
 DEFAULT_FIT = tuple(k for k in CONSTANTS if k != "flops_efficiency")
 START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "flops_efficiency": 0.609,
          "overhead_s": 0.003, "allreduce_latency_s": 0.0, "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0,
@@ -181,6 +183,7 @@ class Replay:
     first_token: np.ndarray
     finish: np.ndarray
     stage: np.ndarray
+    num_preemptions: int = 0  # (the simulation's counter: a replay whose KV ran out says so)
 
     def cumulative(self, times: np.ndarray) -> np.ndarray:
         """F(t): Σ Φ over the iterations before t, the one under way counted by the fraction elapsed."""
@@ -219,13 +222,28 @@ class Replay:
                 rows.append((group, metric, np.append(vector, latency), self.prepared.run.measured(group, metric)))
         return rows
 
+    def per_output_token(self) -> np.ndarray:
+        """Φ per output token over all requests: Σ over requests of Φ from first token to end, over their output
+        tokens after the first. θ · this is the replay's ITL (the admission lag moves TTFT and E2E alike); its
+        columns say what a decoded token reads and computes at 100% of each figure (the weights, the KV, ...)."""
+        spans = self.cumulative(self.finish) - self.cumulative(self.first_token)
+        return spans.mean(axis=0) / max(1, self.prepared.run.workload.output_len - 1)
+
+    def client_ttft(self) -> np.ndarray:
+        """Each request's TTFT as the client sees it (arrival to first token, with the admission lag)."""
+        from kvlab.cost.latency import admission_lag
+
+        out_len = self.prepared.run.workload.output_len
+        return self.first_token + admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish,
+                                                out_len) - self.arrival
+
     def predicted(self) -> dict[str, dict[str, float]]:
         """The metrics a client would have measured, per group (summary and each stage)."""
         from kvlab.cost.latency import admission_lag
 
         out_len = self.prepared.run.workload.output_len
         lag = admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish, out_len)
-        e2e, ttft = self.finish + lag - self.arrival, self.first_token + lag - self.arrival
+        e2e, ttft = self.finish + lag - self.arrival, self.client_ttft()
         groups = {"summary": np.ones(len(e2e), bool)}
         groups.update({f"stage{k}": self.stage == k for k in range(len(self.prepared.run.workload.stages))})
         out = {}
@@ -298,7 +316,8 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
     return Replay(prepared=p, constants=dict(constants), starts=timeline.starts(), durations=timeline.durations(),
                   phi=phi, arrival=send, first_scheduled=timeline.first_scheduled,
                   lag_iterations=cost.admission_lag_iterations, first_token=timeline.first_token,
-                  finish=timeline.finish, stage=stage_of(spec, scheduled - scheduled[0]))
+                  finish=timeline.finish, stage=stage_of(spec, scheduled - scheduled[0]),
+                  num_preemptions=timeline.num_preemptions)
 
 
 class _Timeline:
@@ -336,6 +355,7 @@ class _Timeline:
         self.first_scheduled = np.array([r.first_scheduled_time for r in records])
         self.first_token = np.array([r.first_token_time for r in records])
         self.finish = np.array([r.finish_time for r in records])
+        self.num_preemptions = result.counters.num_preemptions
         counts = np.array(self.counts)
         self._group = np.repeat(np.arange(len(counts)), counts)
         self._first = np.concatenate([[0], np.cumsum(counts)[:-1]])
