@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 import kvlab
+from kvlab import defaults
 from kvlab.catalog.prices import GpuPrice, price_text
 from kvlab.catalog.prices import gpu_hour_price as check_price
 from kvlab.cli.app import app
@@ -63,7 +64,7 @@ def _start_rate(lists: dict, explicit: list[dict], max_rate: float) -> float:
     """The search's first rate (--rate, taken out of ``lists``), checked against --max-rate."""
     from kvlab.sweep.grid import run_options
 
-    rates = lists.pop("rate", ["1"])
+    rates = lists.pop("rate", [str(defaults.CAPACITY_FIRST_RATE)])
     if len(rates) != 1 or any("rate" in p for p in explicit):
         raise KvlabError("kvlab capacity searches the rate: give --rate one value (the first guess), or none")
     start_rate = run_options()["rate"].convert(rates[0])
@@ -81,8 +82,8 @@ def capacity(
     ctx: typer.Context,
     slo: SloOpt = None,
     goodput: GoodputOpt = None,
-    rtol: RtolOpt = 0.05,
-    max_rate: MaxRateOpt = 1000.0,
+    rtol: RtolOpt = defaults.CAPACITY_RTOL,
+    max_rate: MaxRateOpt = defaults.CAPACITY_MAX_RATE,
     grid: GridOpt = None,
     workers: WorkersOpt = None,
     ray: RayOpt = False,

@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 import kvlab
+from kvlab import defaults
 from kvlab.catalog import get_gpu
 from kvlab.catalog.prices import gpu_hour_price as price_of
 from kvlab.catalog.prices import serving_cost
@@ -36,9 +37,11 @@ from kvlab.sweep.capacity import (
     longer_sample,
     sample_spread,
     search_capacities,
+    verdict,
 )
 from kvlab.sweep.grid import expand
 from kvlab.sweep.point import resolve_point, resolve_points, varied_options
+from kvlab.sweep.slo import Verdict
 from kvlab.window import DRAIN_SHARE, WARMUP_SHARE, mean_tokens_held, num_seats
 
 TYPICAL_SEARCH_RUNS = 8  # simulations a search usually takes (bracket + bisection to 5%): for the time estimate
@@ -109,14 +112,29 @@ def _requests(count: float) -> str:
     return f"{count:.0f} request{'' if round(count) == 1 else 's'}"
 
 
+def breaking_points(configurations: list[dict], runner, slo, start_rates: list[float],
+                    rtol: float = defaults.CAPACITY_RTOL, max_rate: float = defaults.CAPACITY_MAX_RATE) -> list[Search]:
+    """The searches alone, one per configuration, on the sample given (kvlab.sweep.capacity: bracket, then bisect,
+    every rate tried a point on ``runner``, whose store keeps it: a search run again reads them). `kvlab capacity`
+    searches two samples with it (capacities); the lab's rate section one."""
+    return search_capacities(configurations, runner, slo, start_rates=start_rates, rtol=rtol, max_rate=max_rate)
+
+
 def capacities(configurations: list[dict], runner, slo, start_rates: list[float], rtol: float,
                max_rate: float) -> tuple[list[Search], list[dict[str, Any]]]:
-    """The searches (kvlab.sweep.capacity: bracket, then bisect) on ``runner`` (its store keeps every rate tried: a
-    search run again reads them), and the stored rows of every rate they tried (for the curves)."""
-    searches = search_capacities(configurations, runner, slo, start_rates=start_rates, rtol=rtol, max_rate=max_rate)
+    """The searches (breaking_points), and the stored rows of every rate they tried (for the curves)."""
+    searches = breaking_points(configurations, runner, slo, start_rates, rtol, max_rate)
     keys = [resolve_point({**c, "rate": r}, kvlab.__version__).key
             for c, s in zip(configurations, searches) for r, _, _ in s.probes]
     return searches, runner.store.rows(keys)
+
+
+def judged_at(configurations: list[dict], runner, slo, rate: float) -> list[tuple[dict[str, Any], Verdict | None]]:
+    """Each configuration run at ``rate`` on ``runner`` (a stored point: a rate a search tried is read, not run
+    again) and judged as a search judges a rate (kvlab.sweep.capacity.verdict): its row, and its verdict (None: the
+    point failed to simulate, the row's error says why)."""
+    rows = runner.run([{**c, "rate": rate} for c in configurations])
+    return [(row, verdict(slo, row)[0] if row["status"] == "ok" else None) for row in rows]
 
 
 def longer_samples(configurations: list[dict], start_rate: float) -> tuple[list[dict], str | None]:
