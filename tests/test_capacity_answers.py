@@ -132,3 +132,32 @@ def test_a_race_where_every_strategy_falls_behind_says_so(kvlab):
     assert "chunked prefill on, prefix caching off" in text
     calm = " ".join(kvlab("race", "-n", "300", "--rate", "0.2").stdout.split())
     assert "Every strategy is overloaded" not in calm
+
+
+def test_docs_sweep_defines_sustained_two_samples_and_dollars_with_the_code_s_worked_example():
+    """docs/sweep.md (issue 31): the definition of sustained, the two samples and their spread, the cost model, and
+    a worked example whose dollars are kvlab.catalog.prices.serving_cost's at the catalogue's price (the command
+    that printed it is written beside it)."""
+    import re
+    from pathlib import Path
+
+    from kvlab.catalog.prices import gpu_hour_price, serving_cost
+    from kvlab.sweep.capacity import STABLE_SPREAD
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "sweep.md").read_text().split())
+    for said in ("**Sustained.** The engine **keeps up** when its waiting queue", "**Latency is not a signal**",
+                 "### Two samples", "**spread** (the higher over the lower, less 1)",
+                 f"Two samples within {STABLE_SPREAD:.0%}", "### Which clock, and what it costs",
+                 "usd_per_hour = gpu_hour_price × GPUs (TP × PP × replicas)",
+                 "usd_per_million_output_tokens = usd_per_hour / (rate × mean output tokens × 3,600) × 10⁶",
+                 'kvlab capacity --strategy vllm,orca-max --model llama-3.1-8b --gpu h100-sxm --slo "p99_ttft<2s"'):
+        assert said in text, said
+    example = re.search(r"vllm under vllm-h100 holds ([\d.]+) req/s on both samples; one H100 costs \$([\d.]+) an "
+                        r"hour; the workload's mean answer is (\d+) tokens, so it serves .*? = ([\d.]+) million output "
+                        r"tokens an hour: \$[\d.]+ / [\d.]+ = \$([\d.]+) per million", text)
+    assert example is not None
+    rate, price, mean, millions, per_million = (float(g) for g in example.groups())
+    catalogue = gpu_hour_price("H100-SXM")
+    assert price == catalogue.usd_per_gpu_hour
+    assert round(rate * mean * 3600 / 1e6, 1) == millions
+    assert round(serving_cost(catalogue, 1, rate, mean)["usd_per_million_output_tokens"], 2) == per_million

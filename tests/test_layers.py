@@ -169,9 +169,10 @@ def test_the_cross_import_check_is_not_blind():
     assert cli_cross_imports(graph) == ["kvlab.cli.capacity imports kvlab.cli.sweep"]
 
 
-# What only the service builds: a face that builds the engine, a fleet, a replica search or a sizing itself keeps a
-# copy of a rule the service owns (the fewest-replicas search once skipped the fleet's work check this way).
-ENGINE_BUILDERS = re.compile(r"\b(Simulation|Fleet|fewest_replicas|SizingConfig)(\.\w+)?\(")
+# What only the service builds: a face that builds the engine, a fleet, a replica search, a capacity search or a
+# sizing itself keeps a copy of a rule the service owns (the fewest-replicas search once skipped the fleet's work
+# check this way; the lab's rate section once ran the capacity search beside `kvlab capacity`'s).
+ENGINE_BUILDERS = re.compile(r"\b(Simulation|Fleet|fewest_replicas|search_capacities|SizingConfig)(\.\w+)?\(")
 
 
 def engine_builders(texts: dict[str, str]) -> list[str]:
@@ -184,9 +185,10 @@ def test_the_faces_build_no_engine_fleet_search_or_sizing():
     found = engine_builders(texts)
     assert not found, "a face builds what the service builds:\n" + "\n".join(found)
     assert engine_builders({"x.py": "s = Simulation(strategy, engine, wl)\nc = SizingConfig.for_gpu(gpu)\n"
-                                    "r = run_fleet(a)\nf = fewest_replicas(s, c)"}) == [
+                                    "r = run_fleet(a)\nf = fewest_replicas(s, c)\n"
+                                    "found = search_capacities(configurations, runner, slo)"}) == [
         "x.py:1: s = Simulation(strategy, engine, wl)", "x.py:2: c = SizingConfig.for_gpu(gpu)",
-        "x.py:4: f = fewest_replicas(s, c)"]
+        "x.py:4: f = fewest_replicas(s, c)", "x.py:5: found = search_capacities(configurations, runner, slo)"]
 
 
 def test_the_core_imports_no_face_library():

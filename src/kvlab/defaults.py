@@ -20,6 +20,12 @@ NUM_REQUESTS = DEFAULT_NUM_REQUESTS
 SEED = OPTIONS["seed"].default
 BLOCK_SIZE = OPTIONS["block_size"].default
 
+# `kvlab capacity`'s search: its first guess (--rate), its bisection's stop (--rtol) and where it stops doubling
+# (--max-rate). The lab's rate section searches with the same, so that its breaking points are the command's.
+CAPACITY_FIRST_RATE = 1.0  # req/s
+CAPACITY_RTOL = 0.05
+CAPACITY_MAX_RATE = 1000.0  # req/s
+
 # The lesson's race: the 2x2 of batching x memory (named in kvlab.strategies, the one table of strategies).
 RACE_STRATEGIES = LESSON_RACE
 # The lab's grid tells the story in two runs: it opens on the first, then asks the reader to switch to the second.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 import kvlab
+from kvlab import defaults
 from kvlab.catalog.prices import GpuPrice, price_text
 from kvlab.catalog.prices import gpu_hour_price as check_price
 from kvlab.cli.app import app
@@ -63,7 +64,7 @@ def _start_rate(lists: dict, explicit: list[dict], max_rate: float) -> float:
     """The search's first rate (--rate, taken out of ``lists``), checked against --max-rate."""
     from kvlab.sweep.grid import run_options
 
-    rates = lists.pop("rate", ["1"])
+    rates = lists.pop("rate", [str(defaults.CAPACITY_FIRST_RATE)])
     if len(rates) != 1 or any("rate" in p for p in explicit):
         raise KvlabError("kvlab capacity searches the rate: give --rate one value (the first guess), or none")
     start_rate = run_options()["rate"].convert(rates[0])
@@ -81,8 +82,8 @@ def capacity(
     ctx: typer.Context,
     slo: SloOpt = None,
     goodput: GoodputOpt = None,
-    rtol: RtolOpt = 0.05,
-    max_rate: MaxRateOpt = 1000.0,
+    rtol: RtolOpt = defaults.CAPACITY_RTOL,
+    max_rate: MaxRateOpt = defaults.CAPACITY_MAX_RATE,
     grid: GridOpt = None,
     workers: WorkersOpt = None,
     ray: RayOpt = False,
@@ -126,7 +127,7 @@ def capacity(
                          gpu_hour_price)
         return
     start_rate = _start_rate(lists, explicit, max_rate)
-    configurations, seats, scaled = service.searched_configurations(lists, explicit, start_rate)
+    configurations, seats, scaled, length_notes = service.searched_configurations(lists, explicit, start_rate)
     first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__)
     longer, no_second = service.longer_samples(configurations, start_rate)
     session = Session(out, workers, ray, ray_address, as_json)
@@ -139,13 +140,13 @@ def capacity(
         every, session.runner, target, [start_rate] * len(every), rtol, max_rate))
     names = list(run_options())
     answer = service.answer(configurations, longer, no_second, searches, first_points, seats, target, scaled,
-                            gpu_hour_price)
+                            gpu_hour_price, length_notes)
     written = write_capacity_plots(answer, rows, names, out)
     if as_json:
         typer.echo(json.dumps({"slo": target.text, "goodput": target.goodput, "setup": answer.common_setup(),
                                "capacities": service.capacity_json(answer, names), "spread": answer.spreads(),
                                "lead": {"cost": answer.lead(), "evidence": evidence(answer.lead())},
-                               "cheapest": answer.cheapest(),
+                               "cheapest": answer.cheapest(), "length_notes": answer.length_notes,
                                "cost_profiles": {n: fitted_to(n) for n in answer.costs()},
                                "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb"),
                                "plots": [str(p) for p in written]}, indent=2))
@@ -222,6 +223,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
     if answer.scaled:
         console.print("num_requests: scaled so that twice the engine's seats arrive in the measured window (-n or "
                       "--duration to choose).", markup=False)
+    for note in answer.length_notes:
+        console.print(f"num_requests: {note}.", markup=False)
     for config, search in zip(configurations, searches):
         if search.uncertified:
             advice = "raise -n or --duration" if search.too_short else "raise --max-rate"  # (else: none failed)
@@ -396,8 +399,12 @@ def _samples_line(e: dict[str, Any]) -> str:
     """A router's two samples (the workload and twice it) and what its answer costs."""
     sample = e["samples"]
     counts = ["none" if n is None else str(n) for n in sample["replicas"]]
-    text = (f"  two samples: on {sample['lengths'][0]:,} requests {counts[0]}, on {sample['lengths'][1]:,} "
-            f"{counts[1]}" + ("" if sample["agree"] else ": they differ, the answer is the larger"))
+    if len(counts) == 1:
+        text = f"  one sample: on {sample['lengths'][0]:,} requests {counts[0]} ({sample['note']})"
+    else:
+        text = (f"  two samples: on {sample['lengths'][0]:,} requests {counts[0]}, on {sample['lengths'][1]:,} "
+                f"{counts[1]}" + ("" if sample["agree"] else ": they differ, the answer is the larger")
+                + (f" ({sample['note']})" if sample["note"] else ""))
     if e["serving_cost"]:
         text += (f"; ${e['serving_cost']['usd_per_hour']:,.2f} an hour, "
                  f"${e['serving_cost']['usd_per_million_output_tokens']:,.2f} per million output tokens")

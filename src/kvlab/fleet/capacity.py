@@ -1,12 +1,11 @@
 """The fewest replicas that hold a rate: a search over the replica count, resting on the runs it shows.
 
-    holds  ✗ at N  → next 2N                        (until a count holds, or past max_replicas: no answer)
-    holds  ✓ at N  → bisect between the last count that failed and N (the first that held)
-
-The workload is the offered traffic (its rate is the fleet's), the same at every N; ``holds(result)`` judges a
-run (the caller's "sustained" and SLO: kvlab.sweep's definitions). The search assumes that a count that holds
-still holds with more replicas, as the bisection needs; every count it tried is in ``runs``, so a reader can see
-the ones on both sides of the answer.
+Which count to judge next (double until a count holds, then bisect) is kvlab.fleet.counts.CountSearch's rule, the
+one the service's stored search (kvlab.service.replicas) follows too; here each count is a fleet run in this
+process. The workload is the offered traffic (its rate is the fleet's), the same at every N; ``holds(result)``
+judges a run (the caller's "sustained" and SLO: kvlab.sweep's definitions). The search assumes that a count that
+holds still holds with more replicas, as the bisection needs; every count it tried is in ``runs``, so a reader can
+see the ones on both sides of the answer.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvlab.config import SimConfig
-from kvlab.errors import KvlabError
+from kvlab.fleet.counts import CountSearch
 from kvlab.fleet.fleet import check_num_replicas, run_fleet
 from kvlab.fleet.result import FleetResult
 from kvlab.fleet.routers import RouterSpec, parse_router
@@ -52,30 +51,14 @@ def fewest_replicas(strategy: Strategy, config: SimConfig, router: RouterSpec | 
     result, held)`` is called after each run (a progress line)."""
     spec = parse_router(router) if isinstance(router, str) else router
     check_num_replicas(first)
-    if max_replicas < first:
-        raise KvlabError(f"--max-replicas {max_replicas} is below the first count tried ({first}); valid: "
-                         f"{first} or more")
+    counts = CountSearch(first=first, max_replicas=max_replicas)
     search = ReplicaSearch(spec, None, max_replicas)
-
-    def judge(n: int) -> bool:
+    while (n := counts.next_count()) is not None:
         result = run_fleet(strategy, config, workload, spec, n, **fleet_options)
         held = bool(holds(result))
         search.runs[n], search.held[n] = result, held
+        counts.record(n, held)
         if on_run is not None:
             on_run(n, result, held)
-        return held
-
-    failed, n = 0, first
-    while not judge(n):
-        failed = n
-        if n >= max_replicas:
-            return search
-        n = min(2 * n, max_replicas)
-    while n - failed > 1 and failed >= first:  # bisect (failed, n]: n holds, failed does not
-        middle = (failed + n) // 2
-        if judge(middle):
-            n = middle
-        else:
-            failed = middle
-    search.num_replicas = n
+    search.num_replicas = counts.num_replicas
     return search

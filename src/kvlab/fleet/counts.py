@@ -3,14 +3,17 @@
     holds  ✗ at N  → next 2N (at most max_replicas)   (until a count holds, or max_replicas failed: no answer)
     holds  ✓ at N  → bisect between the last count that failed and N (the first that held)
 
-kvlab.fleet.fewest_replicas' rule, written so that a caller can judge each count where it likes: the service
-(kvlab.service.replicas) judges them as sweep points, stored, so that a stopped search resumes from the counts
-already judged. tests/test_fleet_counts.py holds the steps equal to fewest_replicas, count for count.
+The one home of the rule, written so that a caller can judge each count where it likes: kvlab.fleet.fewest_replicas
+runs each count as a fleet in its own process; the service (kvlab.service.replicas) judges them as sweep points,
+stored, so that a stopped search resumes from the counts already judged. tests/test_fleet_counts.py holds the
+steps to what the search must find for any count at which the replicas start to hold.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from kvlab.errors import KvlabError
 
 
 @dataclass
@@ -22,6 +25,11 @@ class CountSearch:
     held: dict[int, bool] = field(default_factory=dict)  # every count judged, in the order judged
     failed: int = 0  # the highest count that failed below the answer (0: none yet)
     num_replicas: int | None = None  # the fewest that held so far (None: none yet)
+
+    def __post_init__(self) -> None:
+        if self.max_replicas < self.first:
+            raise KvlabError(f"--max-replicas {self.max_replicas} is below the first count tried ({self.first}); "
+                             f"valid: {self.first} or more")
 
     def next_count(self) -> int | None:
         """The next count to judge, or None when the search is over."""

@@ -21,9 +21,11 @@ import math
 from typing import Any
 
 import kvlab
+from kvlab import defaults
 from kvlab.catalog import get_gpu
 from kvlab.catalog.prices import gpu_hour_price as price_of
 from kvlab.catalog.prices import serving_cost
+from kvlab.config import WorkloadConfig
 from kvlab.config.options import DEFAULT_NUM_REQUESTS
 from kvlab.config.resolve import engine_setup
 from kvlab.cost.profiles import applicable_profiles, lead_profile
@@ -36,9 +38,11 @@ from kvlab.sweep.capacity import (
     longer_sample,
     sample_spread,
     search_capacities,
+    verdict,
 )
 from kvlab.sweep.grid import expand
 from kvlab.sweep.point import resolve_point, resolve_points, varied_options
+from kvlab.sweep.slo import Verdict
 from kvlab.window import DRAIN_SHARE, WARMUP_SHARE, mean_tokens_held, num_seats
 
 TYPICAL_SEARCH_RUNS = 8  # simulations a search usually takes (bracket + bisection to 5%): for the time estimate
@@ -53,14 +57,47 @@ def window_num_requests(seats: int) -> int:
     return max(DEFAULT_NUM_REQUESTS, 100 * math.ceil(needed / 100))
 
 
-def seats_of(point: dict[str, Any], varied: set[str] | None = None) -> int:
-    """The seats of a point's engine (kvlab.window.num_seats) on its workload (an error names the point by its
-    ``varied`` options, kvlab.sweep.point.resolve_point)."""
+def seats_and_rows(point: dict[str, Any], varied: set[str] | None = None) -> tuple[int, int | None]:
+    """The seats of a point's engine (kvlab.window.num_seats) on its workload, and the rows of that workload when it
+    keeps its own arrival times (trace_rows) (an error names the point by its ``varied`` options,
+    kvlab.sweep.point.resolve_point)."""
     resolved = resolve_point(point, kvlab.__version__, varied)
     config = resolved.config
     allocator = strategies([resolved.strategy], config)[0].allocator
     held = mean_tokens_held(allocator, load(config).requests, config.scheduler.max_model_len)
-    return num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held) * config.parallel.data_parallel_size
+    seats = num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held) * config.parallel.data_parallel_size
+    return seats, trace_rows(config.workload)
+
+
+def trace_rows(workload: WorkloadConfig) -> int | None:
+    """How many requests a workload that keeps its own arrival times holds: no sample of it is longer (`kvlab run`
+    stops its default there too, kvlab.config.resolve.resolve_workload). None: a workload drawn as long as asked
+    (arrivals generated at the rate)."""
+    from kvlab.workload.load import estimate_workload
+
+    if workload.arrival not in ("auto", "trace"):  # (resolved: "auto" is left only on a source with arrival times)
+        return None
+    return estimate_workload(workload.workload, arrival=workload.arrival)[0]
+
+
+def two_sample_length(num_requests: int, rows: int | None) -> int:
+    """A default sample's length that leaves room for its second sample (twice it, longer_sample): ``num_requests``,
+    or half the trace's ``rows`` when the trace is shorter than twice that (the second sample is then the whole
+    trace)."""
+    return num_requests if rows is None or 2 * num_requests <= rows else max(1, rows // 2)
+
+
+def cut_note(name: str, rows: int, wanted: int, num_requests: int) -> str:
+    """Why a default sample is shorter than the length kvlab would choose (two_sample_length)."""
+    return (f"{name} has {rows:,} requests with their own arrival times: the sample is {num_requests:,} (not "
+            f"{wanted:,}) so that the second sample, twice it, fits in the trace")
+
+
+def no_second_note(name: str, rows: int, num_requests: int) -> str:
+    """Why a sample has no second: the trace is shorter than twice it; with the length that would do."""
+    return (f"no second sample: {name} has {rows:,} requests with their own arrival times, and twice this sample's "
+            f"{num_requests:,} would need {2 * num_requests:,}; -n {rows // 2:,} or fewer gives two samples (or a "
+            f"trace of {2 * num_requests:,} requests or more)")
 
 
 def _given(name: str, lists: dict, explicit: list[dict]) -> bool:
@@ -69,8 +106,9 @@ def _given(name: str, lists: dict, explicit: list[dict]) -> bool:
 
 def searched_configurations(lists: dict, explicit: list[dict], start_rate: float):
     """The configurations to search (the grid's points without a rate), each cost profile that applies to the GPU
-    when --cost is not given, and the workload scaled to each one's seats when neither -n nor --duration is; with
-    their seats and whether they were scaled. A window too short to measure at the first rate is refused."""
+    when --cost is not given, and the workload scaled to each one's seats when neither -n nor --duration is (at most
+    half a trace, two_sample_length); with their seats, whether they were scaled, and a note for each sample cut to
+    fit its trace. A window too short to measure at the first rate is refused."""
     configurations = expand(lists, explicit)
     varied = varied_options(configurations)  # (in an error: what the user varies, not the profiles added below)
     if not _given("cost", lists, explicit):  # the clock's uncertainty: every profile that applies to the GPU
@@ -78,11 +116,17 @@ def searched_configurations(lists: dict, explicit: list[dict], start_rate: float
         configurations = [{**c, "cost": name} for c in configurations
                           for name in applicable_profiles(get_gpu(c["gpu"]).id)]
     scaled = not (_given("num_requests", lists, explicit) or _given("duration", lists, explicit))
-    seats = [seats_of({**c, "rate": start_rate}, varied) for c in configurations]
+    found = [seats_and_rows({**c, "rate": start_rate}, varied) for c in configurations]
+    seats = [s for s, _ in found]
+    notes: list[str] = []
     if scaled:
-        configurations = [{**c, "num_requests": window_num_requests(s)} for c, s in zip(configurations, seats)]
+        lengths = [two_sample_length(window_num_requests(s), rows) for s, rows in found]
+        notes = list(dict.fromkeys(cut_note(c["workload"], rows, window_num_requests(s), n)
+                                   for c, (s, rows), n in zip(configurations, found, lengths)
+                                   if rows is not None and n != window_num_requests(s)))
+        configurations = [{**c, "num_requests": n} for c, n in zip(configurations, lengths)]
     _check_window(configurations, start_rate)
-    return configurations, seats, scaled
+    return configurations, seats, scaled, notes
 
 
 def _check_window(configurations: list[dict], start_rate: float) -> None:
@@ -109,19 +153,40 @@ def _requests(count: float) -> str:
     return f"{count:.0f} request{'' if round(count) == 1 else 's'}"
 
 
+def breaking_points(configurations: list[dict], runner, slo, start_rates: list[float],
+                    rtol: float = defaults.CAPACITY_RTOL, max_rate: float = defaults.CAPACITY_MAX_RATE) -> list[Search]:
+    """The searches alone, one per configuration, on the sample given (kvlab.sweep.capacity: bracket, then bisect,
+    every rate tried a point on ``runner``, whose store keeps it: a search run again reads them). `kvlab capacity`
+    searches two samples with it (capacities); the lab's rate section one."""
+    return search_capacities(configurations, runner, slo, start_rates=start_rates, rtol=rtol, max_rate=max_rate)
+
+
 def capacities(configurations: list[dict], runner, slo, start_rates: list[float], rtol: float,
                max_rate: float) -> tuple[list[Search], list[dict[str, Any]]]:
-    """The searches (kvlab.sweep.capacity: bracket, then bisect) on ``runner`` (its store keeps every rate tried: a
-    search run again reads them), and the stored rows of every rate they tried (for the curves)."""
-    searches = search_capacities(configurations, runner, slo, start_rates=start_rates, rtol=rtol, max_rate=max_rate)
+    """The searches (breaking_points), and the stored rows of every rate they tried (for the curves)."""
+    searches = breaking_points(configurations, runner, slo, start_rates, rtol, max_rate)
     keys = [resolve_point({**c, "rate": r}, kvlab.__version__).key
             for c, s in zip(configurations, searches) for r, _, _ in s.probes]
     return searches, runner.store.rows(keys)
 
 
+def judged_at(configurations: list[dict], runner, slo, rate: float) -> list[tuple[dict[str, Any], Verdict | None]]:
+    """Each configuration run at ``rate`` on ``runner`` (a stored point: a rate a search tried is read, not run
+    again) and judged as a search judges a rate (kvlab.sweep.capacity.verdict): its row, and its verdict (None: the
+    point failed to simulate, the row's error says why)."""
+    rows = runner.run([{**c, "rate": rate} for c in configurations])
+    return [(row, verdict(slo, row)[0] if row["status"] == "ok" else None) for row in rows]
+
+
 def longer_samples(configurations: list[dict], start_rate: float) -> tuple[list[dict], str | None]:
-    """Each configuration over twice its workload (kvlab.sweep.capacity.longer_sample), or none and why (a trace
-    with fewer requests than twice the first sample)."""
+    """Each configuration over twice its workload (kvlab.sweep.capacity.longer_sample), or none and why: a trace
+    with fewer requests than twice the first sample (no_second_note: the -n that would do), or another reason the
+    longer workload cannot be built."""
+    for c in configurations:
+        config = resolve_point({**c, "rate": start_rate}, kvlab.__version__).config
+        rows, n = trace_rows(config.workload), config.workload.num_requests
+        if rows is not None and n is not None and config.workload.duration is None and 2 * n > rows:
+            return [], no_second_note(c["workload"], rows, n)
     longer = [longer_sample(c) for c in configurations]
     try:
         resolve_points([{**c, "rate": start_rate} for c in longer], kvlab.__version__)
@@ -137,16 +202,19 @@ def engine_setups(points) -> list[dict[str, Any]]:
 
 
 def answer(configurations: list[dict], longer: list[dict], no_second: str | None, searches: list[Search], first_points,
-           seats: list[int], slo, scaled: bool, gpu_hour_price: float | None = None) -> Answer:
+           seats: list[int], slo, scaled: bool, gpu_hour_price: float | None = None,
+           length_notes: list[str] | None = None) -> Answer:
     """The Answer of ``searches`` (capacities' over ``configurations`` then ``longer``, the second samples), their
     setups read from ``first_points`` (each configuration resolved at the first rate), priced at ``gpu_hour_price``
-    (--gpu-hour-price) or the catalogue's. A target that no rate meets for any configuration is refused."""
+    (--gpu-hour-price) or the catalogue's, with ``length_notes`` (searched_configurations': samples cut to fit their
+    trace). A target that no rate meets for any configuration is refused."""
     unreachable = [s.unreachable for s in searches if s.unreachable]
     if unreachable and len(unreachable) == len(searches):
         raise KvlabError(f"--slo {slo.text!r} cannot be met at any rate: {unreachable[0]}; valid: a looser target")
     found = Answer(configurations, searches[:len(configurations)], engine_setups(first_points), seats, slo, scaled)
     found.add_samples(longer, searches[len(configurations):], no_second)
     found.add_costs([p.config for p in first_points], gpu_hour_price)
+    found.length_notes = list(length_notes or [])
     return found
 
 
@@ -165,6 +233,7 @@ class Answer:
         self.prices: list = [None] * len(configurations)
         self.num_gpus = [1] * len(configurations)
         self.mean_outputs = [0.0] * len(configurations)
+        self.length_notes: list[str] = []  # samples cut to fit their trace (searched_configurations)
 
     def costs(self) -> list[str]:
         return list(dict.fromkeys(s["cost"] for s in self.setups))

@@ -13,7 +13,9 @@ gives the engine's result bit for bit) is stored once for every router.
 
 Each search runs on two samples, the workload and twice it (kvlab.sweep.capacity.longer_sample): the answer is the
 larger count, and both are shown; it is priced (kvlab.catalog.prices) in dollars an hour and per million output
-tokens at the offered rate.
+tokens at the offered rate. On a trace that keeps its own arrival times, the default sample is at most half the
+trace, so that the second fits (the whole trace then); a sample given with -n whose double the trace does not hold
+is answered on the one sample, saying so with the -n that would give two (kvlab.service.capacity.no_second_note).
 
 Without --cost, every built-in cost profile that applies to the GPU prices a search of its own (as plain
 ``kvlab capacity`` does), and the answer shows their spread. Beside the answer, what memory alone asks of one
@@ -39,6 +41,7 @@ from kvlab.cost.profiles import applicable_profiles, lead_profile
 from kvlab.errors import KvlabError
 from kvlab.fleet.counts import CountSearch
 from kvlab.fleet.work import MAX_REPLICAS
+from kvlab.service.capacity import cut_note, no_second_note, trace_rows, two_sample_length
 from kvlab.service.engine import load, strategies
 from kvlab.sizing import fewest_gpus, settings_of
 from kvlab.strategies import Strategy
@@ -68,6 +71,9 @@ class FewestReplicasSearch:
     num_requests: int  # the sample's length
     mean_output_tokens: float  # (for the cost per million output tokens)
     factor: int = 1  # 1: the workload; 2: the second sample, twice it
+    second: FewestReplicasSearch | None = None  # (a first sample's) its second sample, or None and why in no_second
+    no_second: str | None = None
+    length_note: str | None = None  # (a first sample's) why it is shorter than the default length
     windows: dict[int, dict[str, Any] | None] = field(default_factory=dict)
     reasons: dict[int, str] = field(default_factory=dict)
     ttft_p99: dict[int, float | None] = field(default_factory=dict)
@@ -115,17 +121,45 @@ def replica_searches(lists: dict[str, list], explicit: list[dict]) -> tuple[floa
     points = expand(lists, explicit)
     if not ("cost" in lists or any("cost" in p for p in explicit)):  # the clock's uncertainty, as kvlab capacity's
         points = [{**p, "cost": name} for p in points for name in applicable_profiles(get_gpu(p["gpu"]).id)]
-    return float(rates[0]), [_search(point, router, given_length, factor)
-                             for factor in (1, 2) for point in points for router in routers]
+    firsts = [_first_sample(point, router, given_length) for point in points for router in routers]
+    for first in firsts:
+        first.second = _second_sample(first)
+    return float(rates[0]), firsts + [first.second for first in firsts if first.second is not None]
 
 
-def _search(point: dict[str, Any], router: str, given_length: bool, factor: int = 1) -> FewestReplicasSearch:
-    """One search: ``point``'s engine behind ``router`` over the workload (``factor`` 1) or twice it (2)."""
+def _first_sample(point: dict[str, Any], router: str, given_length: bool) -> FewestReplicasSearch:
+    """The search on the workload: as given with -n or --duration, else TRAFFIC_SECONDS of the offered traffic (at
+    least DEFAULT_NUM_REQUESTS requests, at most half a trace that keeps its own arrival times)."""
     options = {k: v for k, v in point.items() if k not in ("strategy", "replicas", "router")}
-    if not given_length:
-        options["num_requests"] = max(DEFAULT_NUM_REQUESTS, math.ceil(point["rate"] * TRAFFIC_SECONDS))
-    if factor == 2:
-        options = longer_sample({**options, "num_requests": options.get("num_requests") or DEFAULT_NUM_REQUESTS})
+    if given_length:
+        return _search(point, router, options)
+    wanted = max(DEFAULT_NUM_REQUESTS, math.ceil(point["rate"] * TRAFFIC_SECONDS))
+    rows = trace_rows(resolve({**options, "router": router, "replicas": 2}).workload)
+    options["num_requests"] = two_sample_length(wanted, rows)
+    search = _search(point, router, options)
+    if rows is not None and options["num_requests"] != wanted:
+        search.length_note = cut_note(point["workload"], rows, wanted, options["num_requests"])
+    return search
+
+
+def _second_sample(first: FewestReplicasSearch) -> FewestReplicasSearch | None:
+    """The search on twice the first's workload (``factor`` 2), or None with why in ``first.no_second``: a trace
+    shorter than twice the first sample (with the -n that would do), or another reason it cannot be built."""
+    workload = first.config.workload
+    rows, n = trace_rows(workload), workload.num_requests
+    if rows is not None and n is not None and workload.duration is None and 2 * n > rows:
+        first.no_second = no_second_note(first.point["workload"], rows, n)
+        return None
+    options = longer_sample({**first.options, "num_requests": first.options.get("num_requests") or n})
+    try:
+        return _search(first.point, first.router, options, factor=2)
+    except KvlabError as exc:
+        first.no_second = f"no second sample: {exc}"
+        return None
+
+
+def _search(point: dict[str, Any], router: str, options: dict[str, Any], factor: int = 1) -> FewestReplicasSearch:
+    """One search: ``point``'s engine behind ``router`` on the workload of ``options``."""
     config = resolve({**options, "router": router, "replicas": 2})  # (a router needs a fleet; N is searched)
     spec = strategies([point["strategy"]], config)[0]
     requests = load(config).requests
@@ -170,8 +204,8 @@ def answer(rate: float, searches: list[FewestReplicasSearch], gpu_hour_price: fl
     """The answer of ``searches`` (replica_searches'): each search on the workload paired with its second sample;
     priced at ``gpu_hour_price`` (--gpu-hour-price) or the catalogue's price of the GPU."""
     firsts = [s for s in searches if s.factor == 1]
-    seconds = [s for s in searches if s.factor != 1]
-    entries = [_with_second(_entry(s), _entry(t), gpu_hour_price, rate) for s, t in zip(firsts, seconds)]
+    entries = [_with_second(_entry(s), None if s.second is None else _entry(s.second), gpu_hour_price, rate)
+               for s in firsts]
     costs = list(dict.fromkeys(e["cost"] for e in entries))
     setup = {**firsts[0].config.describe(), **engine_setup(firsts[0].config, [s.spec for s in firsts])}
     for key in ("replicas", "router", *(("cost", "cost_source") if len(costs) > 1 else ())):
@@ -197,24 +231,37 @@ def _entry(s: FewestReplicasSearch) -> dict[str, Any]:
              "num_requests": s.num_requests, "mean_output_tokens": s.mean_output_tokens, "gpus_each": gpus_each,
              "gpu": config.device.gpu, "gpus": None if found is None else found * gpus_each,
              "may_be_too_few": bool(at) and not at.get("loaded", True),
-             "fewer_limited_by": _fewer_limited_by(s), "memory": memory_per_replica(config), "runs": runs}
+             "fewer_limited_by": _fewer_limited_by(s), "memory": memory_per_replica(config), "runs": runs,
+             "no_second": s.no_second, "length_note": s.length_note}
     return entry if s.error is None else {**entry, "error": s.error}
 
 
-def _with_second(first: dict[str, Any], second: dict[str, Any], gpu_hour_price: float | None,
+def _with_second(first: dict[str, Any], second: dict[str, Any] | None, gpu_hour_price: float | None,
                  rate: float) -> dict[str, Any]:
     """The first sample's entry with the second's answer beside it; the answer is the larger count (None when
-    either found none), priced (kvlab.catalog.prices) at the offered rate."""
+    either found none), priced (kvlab.catalog.prices) at the offered rate. Without a second sample (``second``
+    None: the first entry's ``no_second`` says why), the answer is the first's."""
+    if second is None:
+        entry = {**first, "samples": {"lengths": [first["num_requests"]], "replicas": [first["replicas"]],
+                                      "agree": None, "answered_by": first["num_requests"], "other_runs": [],
+                                      "note": first["no_second"]}}
+        return _priced(entry, first, gpu_hour_price, rate)
     counts = [first["replicas"], second["replicas"]]
     answer = None if None in counts else max(counts)
     # The entry is the sample that gave the answer (its runs, what limited one fewer there); the other beside it.
     chosen, other = (second, first) if counts[0] is not None and answer != counts[0] else (first, second)
     entry = {**chosen, "samples": {"lengths": [first["num_requests"], second["num_requests"]], "replicas": counts,
                                    "agree": counts[0] == counts[1], "answered_by": chosen["num_requests"],
-                                   "other_runs": other["runs"]},
+                                   "other_runs": other["runs"], "note": first["length_note"]},
              "replicas": answer, "gpus": None if answer is None else answer * first["gpus_each"]}
+    return _priced(entry, first, gpu_hour_price, rate)
+
+
+def _priced(entry: dict[str, Any], first: dict[str, Any], gpu_hour_price: float | None,
+            rate: float) -> dict[str, Any]:
+    """``entry`` with what its answer costs at the offered rate (None: no price known, or no answer)."""
     price = price_of(get_gpu(first["gpu"]).id, gpu_hour_price)
-    entry["serving_cost"] = None if price is None or answer is None else {
+    entry["serving_cost"] = None if price is None or entry["replicas"] is None else {
         **serving_cost(price, entry["gpus"], rate, first["mean_output_tokens"]),
         "usd_per_gpu_hour": price.usd_per_gpu_hour, "price_as_of": price.as_of, "price_source": price.source}
     return entry

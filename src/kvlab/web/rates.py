@@ -1,11 +1,14 @@
 """The lab's rate section: each system's normalized latency against the request rate, and the rate at which it
 breaks (the vLLM paper's Figure 12, on the lab's setup).
 
-Nothing here simulates or judges on its own: a point is `kvlab run`'s (kvlab.sweep.point.compute), a breaking
-point is `kvlab capacity`'s search (kvlab.sweep.capacity.search_capacities: bracket, then bisect, to the highest
-rate whose run was sustained and met the paper's target, mean normalized latency < 0.1 s per token), and every
-point is stored in one in-memory sweep store, so the search's probes, the curves and a rate the reader picks share
-their simulations. The same setup on the command line:
+Nothing here simulates, searches or judges on its own: the service answers (kvlab.service.capacity). A point is
+`kvlab run`'s (kvlab.sweep.point.compute), a breaking point is `kvlab capacity`'s search on its first sample
+(breaking_points: bracket, then bisect, from the command's first rate to its tolerance, to the highest rate whose run
+was sustained and met the paper's target, mean normalized latency < 0.1 s per token), a rate the reader picks is
+judged as the search judges one (judged_at), and every point is stored in one in-memory sweep store, so the
+search's probes, the curves and a picked rate share their simulations. One sample, not the command's two: the lab
+shows where each system breaks on its setup, and its search runs beside the page's figures. The same setup on the
+command line:
 
     kvlab capacity --strategy orca-max,orca-pow2,orca-oracle,vllm --model M --gpu G --workload W -n N --seed S \\
         --block-size B --cost C --json
@@ -23,8 +26,6 @@ from typing import Any
 from kvlab import defaults
 from kvlab.errors import KvlabError
 
-FIRST_RATE = 1.0  # the search's first guess: `kvlab capacity`'s (--rate 1)
-RTOL = 0.05  # `kvlab capacity`'s --rtol
 NICENESS = 10  # the simulations' worker process: below the server's streams and the browser (os.nice)
 AXIS_OVER_CAPACITY = 1.5  # the chart's axis runs to at least this times the highest breaking point
 
@@ -82,8 +83,9 @@ class RateLab:
         """Each system's breaking point (its capacity under the paper's target) and the rates its search tried,
         with the normalized latency at each."""
         from kvlab.paper import PAPER_NAMES
+        from kvlab.service.capacity import breaking_points
         from kvlab.strategies import STRATEGIES
-        from kvlab.sweep.capacity import mark_text, parse_slo, rate_text, search_capacities
+        from kvlab.sweep.capacity import mark_text, parse_slo, rate_text
         from kvlab.sweep.grid import expand
         from kvlab.sweep.slo import DEFAULT_SLO
 
@@ -93,8 +95,8 @@ class RateLab:
             systems = self.systems()
             configurations = expand(setup.lists(systems))
             slo = parse_slo(DEFAULT_SLO)
-            searches = search_capacities(configurations, self._runner(), slo, start_rates=[FIRST_RATE] * len(systems),
-                                         rtol=RTOL)
+            searches = breaking_points(configurations, self._runner(), slo,
+                                       [defaults.CAPACITY_FIRST_RATE] * len(systems))
             lines = []
             for name, search in zip(systems, searches):
                 if search.error is not None:
@@ -135,20 +137,19 @@ class RateLab:
     def at(self, setup: RateSetup, rate: float) -> dict:
         """Every system at one rate: its normalized latency and whether the rate holds (sustained and on target),
         judged as the search judges."""
-        from kvlab.sweep.capacity import parse_slo, verdict
+        from kvlab.service.capacity import judged_at
+        from kvlab.sweep.capacity import parse_slo
         from kvlab.sweep.grid import expand
         from kvlab.sweep.slo import DEFAULT_SLO
 
         slo = parse_slo(DEFAULT_SLO)
         with self.lock:
-            points = [{**c, "rate": rate} for c in expand(setup.lists(self.systems()))]
-            rows = self._runner().run(points)
+            judged = judged_at(expand(setup.lists(self.systems())), self._runner(), slo, rate)
         out = []
-        for name, row in zip(self.systems(), rows):
-            if row["status"] != "ok":
+        for name, (row, verdict) in zip(self.systems(), judged):
+            if verdict is None:
                 raise KvlabError(f"{name} at {rate:g} req/s could not be simulated: {row['error']}")
-            judged, _ = verdict(slo, row)
-            out.append({"name": name, "value": slo.value(judged), "held": judged.held, "reason": judged.reason})
+            out.append({"name": name, "value": slo.value(verdict), "held": verdict.held, "reason": verdict.reason})
         return {"rate": rate, "systems": out}
 
 

@@ -1,0 +1,68 @@
+"""A trace too short for two samples (issue 31): each capacity answer is searched on the workload and twice it, but a
+trace that keeps its own arrival times cannot be stretched. Without -n the sample is at most half the trace, so that
+both fit (the second is then the whole trace), and the answer says why it is shorter; with an -n whose double the
+trace does not hold, the answer is the one sample, saying so with the -n that would give two; never a traceback.
+(llmservingsim-sharegpt: the bundled trace of 300 requests, shorter than the default 1,000.)"""
+
+from __future__ import annotations
+
+from kvlab.service import capacity, replicas
+from kvlab.sweep.grid import parse_cli_args
+
+TRACE = ["--workload", "llmservingsim-sharegpt", "--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--cost",
+         "roofline"]
+REPLICAS = ["capacity", "--replicas", "auto", "--rate", "2", "--router", "round-robin", "--slo", "p99_ttft<2s", *TRACE]
+
+
+def test_the_default_sample_is_half_a_short_trace_so_that_the_second_fits():
+    assert capacity.two_sample_length(1000, None) == 1000  # (a workload drawn as long as asked)
+    assert capacity.two_sample_length(1000, 2000) == 1000
+    assert capacity.two_sample_length(1000, 1999) == 999
+    assert capacity.two_sample_length(1000, 300) == 150
+    rate, searches = replicas.replica_searches(parse_cli_args(["--rate", "2", "--router", "round-robin", *TRACE]), [])
+    (first, second) = searches
+    assert (first.factor, first.num_requests, second.factor, second.num_requests) == (1, 150, 2, 300)
+    assert first.second is second and first.no_second is None
+    assert first.length_note == ("llmservingsim-sharegpt has 300 requests with their own arrival times: the sample is "
+                                 "150 (not 1,000) so that the second sample, twice it, fits in the trace")
+
+
+def test_a_given_sample_too_long_to_double_is_answered_on_one_and_names_the_n_that_would_do(kvlab, tmp_path):
+    r = kvlab(*REPLICAS, "-n", "200", "--out", tmp_path, "--json")
+    assert r.exit_code == 0, r.stderr
+    (entry,) = r.json()["fewest_replicas"]
+    note = ("no second sample: llmservingsim-sharegpt has 300 requests with their own arrival times, and twice this "
+            "sample's 200 would need 400; -n 150 or fewer gives two samples (or a trace of 400 requests or more)")
+    assert entry["samples"] == {"lengths": [200], "replicas": [entry["replicas"]], "agree": None,
+                                "answered_by": 200, "other_runs": [], "note": note}
+    runs = {run["replicas"]: run for run in entry["runs"]}
+    assert entry["replicas"] is not None and runs[entry["replicas"]]["held"]
+    r = kvlab(*REPLICAS, "-n", "200", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    assert f"one sample: on 200 requests {entry['replicas']} ({note})" in " ".join(r.stdout.split())
+
+
+def test_a_sample_longer_than_the_trace_is_one_line(kvlab, tmp_path):
+    r = kvlab(*REPLICAS, "-n", "400", "--out", tmp_path)
+    assert r.exit_code != 0 and "Traceback" not in r.stderr + r.stdout
+    assert r.stderr.strip().splitlines() == [
+        "error: llmservingsim-sharegpt has 300 requests with their own arrival times, not 400; ask for fewer, or for "
+        "--arrival poisson or gamma to draw its lengths as often as needed"]
+
+
+def test_the_rate_search_on_a_short_trace_takes_half_of_it_or_says_why_one_sample(kvlab, tmp_path):
+    common = ["capacity", "--strategy", "vllm", "--slo", "p99_ttft<2s", "--rate", "2", *TRACE, "--workers", "1"]
+    r = kvlab(*common, "--out", tmp_path / "default", "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    (c,) = data["capacities"]
+    assert c["samples"]["lengths"] == [150, 300] and c["samples"]["answer_rps"] == min(c["samples"]["capacities"])
+    # (1,000: the engine's 256 seats, twice over in the window, are fewer than `kvlab run`'s default)
+    assert data["length_notes"] == ["llmservingsim-sharegpt has 300 requests with their own arrival times: the sample "
+                                    "is 150 (not 1,000) so that the second sample, twice it, fits in the trace"]
+    r = kvlab(*common, "-n", "200", "--out", tmp_path / "given", "--json")
+    assert r.exit_code == 0, r.stderr
+    (c,) = r.json()["capacities"]
+    assert c["samples"]["lengths"] == [200] and c["samples"]["note"].startswith(
+        "no second sample: llmservingsim-sharegpt has 300 requests with their own arrival times, and twice this "
+        "sample's 200 would need 400; -n 150 or fewer gives two samples")
