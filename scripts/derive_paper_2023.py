@@ -47,7 +47,7 @@ def profile_data(overhead_s: float, capacity: float | None = None) -> dict:
                       "flops_efficiency": 0.5, "attention_flops_efficiency": 0.5, "overhead_s": overhead_s,
                       "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0, "request_latency_s": 0.0},
         "fit": {"target_capacity_rps": TARGET_CAPACITY, "capacity_rps": capacity, "overload_rate_rps": OVERLOAD_RATE,
-                "num_requests": NUM_REQUESTS, "workload": "paper-sharegpt", "strategy": "vllm"},
+                "num_requests": NUM_REQUESTS, "workload": "paper-sharegpt", "strategy": "vllm-paper"},
     }
 
 
@@ -62,7 +62,7 @@ def capacity(overhead_s: float) -> float:
         path = write_profile(profile_data(overhead_s), Path(tmp) / "p.json")
         config = resolve(model="opt-13b", gpu="a100-40gb", available_kv_gib=12.0, cost=str(path)).engine
     workload = load_workload("paper-sharegpt", num_requests=NUM_REQUESTS, rate=OVERLOAD_RATE, seed=0)
-    return Simulation(parse_strategy("vllm"), config, workload).run().summary()["throughput_rps"]
+    return Simulation(parse_strategy("vllm-paper"), config, workload).run().summary()["throughput_rps"]
 
 
 def main() -> None:

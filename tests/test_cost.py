@@ -128,7 +128,7 @@ def test_paper_2023_puts_vllms_capacity_where_figure_12a_shows_it():
     """Overloaded (4 req/s), vLLM on Figure 12a's setup serves ~1.9 req/s on the paper-era clock, ~2.9 on the
     roofline: the derivation of scripts/derive_paper_2023.py, checked."""
     workload = load_workload("paper-sharegpt", num_requests=1500, rate=4.0, seed=0)
-    capacity = {name: Simulation(parse_strategy("vllm"), _config(name), workload).run().summary()["throughput_rps"]
+    capacity = {name: Simulation(parse_strategy("vllm-paper"), _config(name), workload).run().summary()["throughput_rps"]
                 for name in ("paper-2023", "roofline")}
     assert 1.8 <= capacity["paper-2023"] <= 2.0
     assert capacity["roofline"] > 2.6
@@ -136,7 +136,7 @@ def test_paper_2023_puts_vllms_capacity_where_figure_12a_shows_it():
 
 def _trace(config, workload):
     """Per step: what was scheduled, and the memory state after it (block by block); plus the clock."""
-    sim = Simulation(parse_strategy("vllm"), config, workload, max_iterations=1)
+    sim = Simulation(parse_strategy("vllm-paper"), config, workload, max_iterations=1)
     steps, memory, clock = [], [], []
     while (out := sim.step()) is not None:
         steps.append(out)
