@@ -72,6 +72,11 @@ def resolve_disagg(prefill: int | None, decode: int | None, *, replicas: int, gp
                 raise KvlabError(f"{flag} {value:g} needs a disaggregated fleet: give --prefill-replicas and "
                                  "--decode-replicas")
         return None
+    for flag, value, other in (("--prefill-replicas", prefill, "--decode-replicas"),
+                               ("--decode-replicas", decode, "--prefill-replicas")):
+        if value is None:
+            raise KvlabError(f"{other} without {flag}: a disaggregated fleet (xPyD) needs at least one prefill and one "
+                             "decode replica; valid: --prefill-replicas 1 or more with --decode-replicas 1 or more")
     if replicas != 1:
         raise KvlabError(f"--replicas {replicas} with --prefill-replicas / --decode-replicas: a disaggregated fleet "
                          "counts its replicas by side; valid: --replicas 1 (its default)")
@@ -82,8 +87,8 @@ def resolve_disagg(prefill: int | None, decode: int | None, *, replicas: int, gp
         bandwidth = float(gpu.link_bandwidth_bytes_per_s)
     else:
         raise KvlabError(f"{gpu.id} has no link bandwidth in the catalogue: give --kv-transfer-bandwidth GB/s")
-    return DisaggConfig(num_prefill_replicas=prefill if prefill is not None else 0,
-                        num_decode_replicas=decode if decode is not None else 0,
+    assert prefill is not None and decode is not None
+    return DisaggConfig(num_prefill_replicas=prefill, num_decode_replicas=decode,
                         block_bytes=kv_block_bytes(kv_bytes_per_token, block_size), link=link,
                         link_bandwidth_bytes_per_s=bandwidth, link_latency_s=latency_s or 0.0,
                         bandwidth_given=bandwidth_gb_s, latency_given=latency_s)

@@ -108,3 +108,4 @@ def _at_decode(requests: list[Request], transfers: list[Transfer]) -> list[Reque
     """The requests as they reach the decode side: as the client sent them, arriving when their KV has."""
     by_id = {r.request_id: r for r in requests}
     return [replace(by_id[t.request_id], arrival_time=t.end) for t in transfers]
+

@@ -59,9 +59,11 @@ class DisaggResult:
         return self.client
 
     def summary(self) -> dict:
-        summary = self.client.summary()
-        summary["disaggregation"] = disagg_summary(self)
-        return summary
+        return {**self.client.summary(), "disaggregation": self.disaggregation()}
+
+    def disaggregation(self) -> dict:
+        """The summary's ``disaggregation`` entry (module doc)."""
+        return disagg_summary(self)
 
 
 def client_result(strategy: Strategy, config: SimConfig, workload_name: str, prefill: list[SimResult],
