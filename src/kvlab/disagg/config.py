@@ -72,11 +72,12 @@ def resolve_disagg(prefill: int | None, decode: int | None, *, replicas: int, gp
                 raise KvlabError(f"{flag} {value:g} needs a disaggregated fleet: give --prefill-replicas and "
                                  "--decode-replicas")
         return None
-    for flag, value, other in (("--prefill-replicas", prefill, "--decode-replicas"),
-                               ("--decode-replicas", decode, "--prefill-replicas")):
+    for flag, value, other, given in (("--prefill-replicas", prefill, "--decode-replicas", decode),
+                                      ("--decode-replicas", decode, "--prefill-replicas", prefill)):
         if value is None:
-            raise KvlabError(f"{other} without {flag}: a disaggregated fleet (xPyD) needs at least one prefill and one "
-                             "decode replica; valid: --prefill-replicas 1 or more with --decode-replicas 1 or more")
+            raise KvlabError(f"{other} {given} without {flag}: a disaggregated fleet (xPyD) needs at least one prefill "
+                             "and one decode replica; valid: --prefill-replicas 1 or more with --decode-replicas 1 or "
+                             "more")
     if replicas != 1:
         raise KvlabError(f"--replicas {replicas} with --prefill-replicas / --decode-replicas: a disaggregated fleet "
                          "counts its replicas by side; valid: --replicas 1 (its default)")
