@@ -78,8 +78,7 @@ class Simulation:
                                    preemption_mode=config.scheduler.preemption_mode or strategy.preemption_mode)
         if scheduler_config.preemption_mode == "swap" and cache.swap_space_bytes <= 0:
             raise KvlabError(f"strategy {strategy.name!r} swaps, but there is no swap space: give --swap-space GiB > 0")
-        # (``allocator``: a disaggregated fleet's side, kvlab.disagg, in place of the strategy's)
-        self.allocator = allocator or _make_allocator(config, strategy, scheduler_config.max_model_len)
+        self.allocator = _make_allocator(config, strategy, scheduler_config.max_model_len, allocator)
         self.scheduler = _make_scheduler(config, scheduler_config, self.allocator, strategy)
         self.requests = _in_arrival_order(workload.requests)
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
@@ -402,9 +401,12 @@ class Simulation:
         self.counters.num_wasted_tokens += sum(seq.num_computed_tokens + seq.num_lost_tokens for seq in aborted)
 
 
-def _make_allocator(config: SimConfig, strategy: Strategy, max_model_len: int):
+def _make_allocator(config: SimConfig, strategy: Strategy, max_model_len: int, given: KVAllocator | None = None):
     """The strategy's allocator over the cache, or with a CPU tier (--kv-offloading-size) the paged allocator with
-    vLLM's offloading connector behind it (kvlab.offload), chosen once."""
+    vLLM's offloading connector behind it (kvlab.offload), chosen once; ``given`` (a disaggregated fleet's side,
+    kvlab.disagg) in their place."""
+    if given is not None:
+        return given
     cache = config.cache
     lookahead = config.speculative.num_lookahead_tokens if config.speculative is not None else 0
     if config.offload is None and not lookahead:

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 from kvlab.config.engine import GIB, CacheConfig, ModelConfig, SchedulerConfig, SimConfig
 from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, SESSION_OPTIONS, WORKLOAD_OPTIONS
 from kvlab.config.router import RouterSpec, parse_router
-from kvlab.errors import KvlabError
 from kvlab.disagg.config import disagg_options, resolve_disagg
+from kvlab.errors import KvlabError
 from kvlab.offload.config import resolve_offload
 
 if TYPE_CHECKING:

@@ -13,6 +13,7 @@ state at each of its arrivals (kvlab.fleet.fleet.EveryReplica).
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from dataclasses import replace
 
 from kvlab.config import SimConfig
@@ -77,8 +78,8 @@ class DisaggFleet:
                 sim.finish_transfers()
             transfers = sorted((t for sim in prefill for t in sim.transfers), key=lambda t: (t.end, t.request_id))
             routed_d = self._route(decode, _at_decode(requests, transfers))
-            for sim in decode:
-                sim.run()
+            for replica in decode:
+                replica.run()
             p_results = [sim.result() for sim in prefill]
             d_results = [sim.result() for sim in decode]
         finally:
@@ -88,14 +89,14 @@ class DisaggFleet:
         # service does for one engine, the request latency and the admission lag put around it.
         client = as_seen_by_clients(client_result(self.strategy, self.config, self.workload.name, p_results,
                                                   d_results), latency_s, self.config.cost.admission_lag_iterations)
-        received = [sim.allocator.num_received_tokens for sim in decode]  # type: ignore[attr-defined]
+        received = [replica.allocator.num_received_tokens for replica in decode]
         return DisaggResult(self.strategy, self.config, self.workload.name, self.router, self.disagg, p_results,
                             d_results, transfers, routed_p, routed_d, received, client)
 
-    def _route(self, replicas: list[Simulation], requests: list[Request]) -> list[int]:
+    def _route(self, replicas: Sequence[Simulation], requests: list[Request]) -> list[int]:
         """Each request to a replica as the router picks it from their state at its arrival; returns the replica
         of each, in ``requests``' order."""
-        router, clock, chosen = make_router(self.router), EveryReplica(replicas), []
+        router, clock, chosen = make_router(self.router), EveryReplica(list(replicas)), []
         for request in requests:
             clock.before(request)
             index, _ = router.route(request, replicas)

@@ -28,7 +28,7 @@ from kvlab.disagg.config import DisaggConfig
 from kvlab.memory.base import Fit
 from kvlab.memory.paged import PagedAllocator
 from kvlab.sched.output import SchedulerOutput
-from kvlab.sched.seq import Seq
+from kvlab.sched.seq import Seq, num_tokens_to_finish
 from kvlab.sim import Simulation
 from kvlab.strategies import Strategy
 from kvlab.workload import Workload
@@ -59,7 +59,7 @@ class SendingAllocator(PagedAllocator):
     def free(self, seq) -> None:
         request_id = seq.request.request_id
         table = self._block_tables.get(request_id)
-        if table is not None and seq.num_output_tokens >= seq.request.num_output_tokens:
+        if table is not None and num_tokens_to_finish(seq) == 0:
             self.outbox.append((seq, len(table)))
             self.num_held_blocks += len(table)
             return
