@@ -238,7 +238,7 @@ def test_a_strategy_the_fleet_cannot_model_is_refused(kvlab):
     assert "a disaggregated fleet needs paged memory with prefix caching" in " ".join(r.stderr.split())
 
 
-def test_kvlab_run_prints_the_link_and_ttfts_parts_and_refuses_a_fleet_with_no_decode_replica(kvlab):
+def test_kvlab_run_prints_the_link_and_ttfts_parts_and_refuses_a_fleet_with_no_decode_replica(kvlab, tmp_path):
     r = kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "-n", "30", "--prefill-replicas", "1",
               "--decode-replicas", "1", "--kv-transfer-bandwidth", "50")
     assert r.exit_code == 0, r.stderr
@@ -247,6 +247,10 @@ def test_kvlab_run_prints_the_link_and_ttfts_parts_and_refuses_a_fleet_with_no_d
     assert "Mean TTFT = prefill" in out
     as_json = kvlab("run", "vllm", "-n", "10", "--prefill-replicas", "1", "--decode-replicas", "1", "--json").json()
     assert as_json["strategies"][0]["disaggregation"]["num_transfers"] == 10
+    out = tmp_path / "out"
+    files = kvlab("run", "vllm", "-n", "10", "--prefill-replicas", "1", "--decode-replicas", "1", "--out", out)
+    assert files.exit_code == 0, files.stderr
+    assert (out / "prefill0" / "vllm_iterations.csv").exists() and (out / "decode0" / "vllm_requests.csv").exists()
     bad = kvlab("run", "vllm", "-n", "5", "--prefill-replicas", "1", "--decode-replicas", "0")
     assert bad.exit_code == 2
     assert bad.stderr.strip().splitlines() == ["error: --decode-replicas 0: a disaggregated fleet (xPyD) needs at "

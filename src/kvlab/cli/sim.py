@@ -136,7 +136,11 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         for fleet in run.fleets:  # (each replica's own files, its iteration log among them)
             for j, replica in enumerate(fleet.replicas):
                 written += write_run_data(replica, out / f"replica{j}")
-        if plots and not run.fleets:  # (the race's plots read one engine's iteration log)
+        for disaggregated in run.disaggregated:  # (each side's replicas, as a fleet's)
+            for side, replicas in (("prefill", disaggregated.prefill), ("decode", disaggregated.decode)):
+                for j, replica in enumerate(replicas):
+                    written += write_run_data(replica, out / f"{side}{j}")
+        if plots and not run.fleets and not run.disaggregated:  # (the race's plots read one engine's iteration log)
             from kvlab.report.plots import plot_race
 
             written += plot_race(results, out)

@@ -149,8 +149,9 @@ def start(config: KvlabConfig, strategy_list: Sequence[Strategy], *, workload: W
     from kvlab.cost.latency import delayed
     from kvlab.sim import MAX_RUN_ITERATIONS, Simulation
 
-    if config.parallel.data_parallel_size > 1:
-        raise KvlabError("this face steps one engine: give --replicas 1 (a fleet runs through service.run)")
+    if config.parallel.data_parallel_size > 1 or config.disagg is not None:
+        raise KvlabError("this face steps one engine: give --replicas 1 and no --prefill-replicas / "
+                         "--decode-replicas (a fleet runs through service.run)")
     wl = load(config) if workload is None else workload
     engine = config.engine
     latency_s = engine.cost.request_latency_s
