@@ -120,6 +120,12 @@ def capacity(
     if not 0 < rtol < 1:
         raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
     lists, explicit = grid_lists(ctx.args, grid)
+    if lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]:
+        from kvlab.cli.capacity_disagg import disagg_command
+
+        lists.pop("replicas")
+        disagg_command(lists, explicit, target, as_json)  # aggregated against disaggregated (kvlab.service.disagg)
+        return
     if lists.get("replicas") == ["auto"]:
         lists.pop("replicas")
         replicas_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json,
