@@ -101,6 +101,23 @@ def test_the_decode_side_finds_the_sent_prompt_and_computes_its_last_token():
     assert sim.allocator.num_free_blocks == 7
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_decode_sides_runs_are_its_steps(seed):
+    """The decode replica's runs of many iterations give the records, counters and memory of stepping it."""
+    arrivals = _random_workload(seed, 40)
+    results, num_runs = [], 0
+    for max_iterations in (1, 1 << 16):
+        sim = decode_simulation(VLLM, config(num_slots=96), arrivals, start_time=0.0, max_iterations=max_iterations)
+        while (out := sim.step()) is not None:
+            num_runs += out.num_iterations > 1
+        results.append(sim.result())
+        assert sim.allocator.num_free_blocks == 23
+    assert num_runs > 0  # (runs of many iterations did happen)
+    stepped, ran = results
+    assert stepped.records == ran.records and stepped.counters == ran.counters
+    assert stepped.integral == pytest.approx(ran.integral)
+
+
 def test_ttft_is_the_prefill_the_transfer_and_the_decode_sides_first_iteration():
     result = DisaggFleet(VLLM, config(num_slots=32, max_model_len=32), workload(req(0, 0.0, 10, 5)),
                          parse_router("round-robin"), LINK).run()

@@ -29,7 +29,7 @@ from kvlab.memory.base import Fit
 from kvlab.memory.paged import PagedAllocator
 from kvlab.sched.output import SchedulerOutput
 from kvlab.sched.seq import Seq, num_tokens_to_finish
-from kvlab.sim import Simulation
+from kvlab.sim import MAX_RUN_ITERATIONS, Simulation
 from kvlab.strategies import Strategy
 from kvlab.workload import Workload
 
@@ -177,7 +177,8 @@ class PrefillSimulation(Simulation):
 
 
 def decode_simulation(strategy: Strategy, config: SimConfig, workload: Workload, *, start_time: float,
-                      record_iterations: bool = True) -> Simulation:
-    """A decode replica: the engine with memory that receives the prompts' KV."""
+                      record_iterations: bool = True, max_iterations: int = MAX_RUN_ITERATIONS) -> Simulation:
+    """A decode replica: the engine with memory that receives the prompts' KV (its runs of many iterations as any
+    engine's; ``max_iterations=1`` steps, the reference tests/test_disagg.py holds them to)."""
     return Simulation(strategy, config, workload, record_iterations=record_iterations, start_time=start_time,
-                      allocator=_paged(ReceivingAllocator, config, strategy))
+                      max_iterations=max_iterations, allocator=_paged(ReceivingAllocator, config, strategy))
