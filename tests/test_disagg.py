@@ -101,6 +101,19 @@ def test_the_decode_side_finds_the_sent_prompt_and_computes_its_last_token():
     assert sim.allocator.num_free_blocks == 7
 
 
+def test_the_decode_side_takes_its_own_prefix_hit_first_and_the_rest_from_the_link():
+    shared = (7,)  # the first 8 tokens (prefix_chunk_len 8): blocks 1 and 2 of the first request
+    sim = decode_simulation(VLLM, config(num_slots=32, max_model_len=32),
+                            workload(req(0, 0.0, 10, 5, shared), req(1, 0.5, 12, 3, shared)), start_time=0.0)
+    sim.run_until(0.5)  # the first has finished: its blocks are free, 1 and 2 still cached
+    assert sim.allocator.free_block_ids() == [4, 5, 6, 7, 3, 2, 1]
+    out = sim.step()
+    assert out is not None and out.num_scheduled_tokens == {1: 1}
+    assert sim.allocator.get_block_ids(1) == [1, 2, 4]  # its hit, then the free queue's front
+    assert sim.allocator.num_local_hit_tokens == 8  # type: ignore[attr-defined]
+    assert sim.allocator.num_received_tokens == 9 + 3  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_decode_sides_runs_are_its_steps(seed):
     """The decode replica's runs of many iterations give the records, counters and memory of stepping it."""
@@ -211,7 +224,7 @@ def test_every_block_is_free_once_the_fleet_has_served_everything():
                         DisaggConfig(2, 1, 1000, "test", 1e5, 0.001))
     result = fleet.run()
     assert result.summary()["num_finished"] + result.summary()["num_rejected"] == 60
-    assert sum(result.num_received_tokens) > 0
+    assert sum(received for received, _ in result.num_received_tokens) > 0
 
 
 # -- the run service, the command line, bad input ----------------------------------------------------------

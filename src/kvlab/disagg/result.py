@@ -14,6 +14,9 @@ decode side's (a prefill replica's one token is the proxy's, not the client's). 
 
     transfer_s        end - start of each transfer (DisaggConfig.transfer_seconds of its blocks), mean and max
     transfer_bytes    Σ blocks sent × block bytes
+    kv_received_tokens, decode_prefix_hit_tokens
+                      prompt tokens the decode side took from the link, and found in its own prefix cache (kvlab
+                      sends the whole prompt all the same; vLLM reads only the blocks after the local hit)
     ttft_parts_s      means over finished requests: prefill = prefill's token - arrival; transfer; decode = the
                       decode side's first token - the transfer's end (they sum to the mean TTFT before a profile's
                       request latency and admission lag)
@@ -48,7 +51,8 @@ class DisaggResult:
     transfers: list[Transfer]  # in the order they ended
     prefill_replica_of: list[int]  # per request, in arrival order
     decode_replica_of: list[int]  # per transfer, in the order they ended
-    num_received_tokens: list[int]  # per decode replica: prompt tokens whose KV came over the link
+    # per decode replica: (prompt tokens whose KV came over the link, prompt tokens its own prefix cache held)
+    num_received_tokens: list[tuple[int, int]]
     client: SimResult
 
     @property
@@ -114,7 +118,8 @@ def disagg_summary(result: DisaggResult) -> dict:
             "transfer": _mean([t.end - t.start for t in sent]),
             "decode": _mean([decoded[t.request_id] - t.end for t in sent]),
         },
-        "kv_received_tokens": sum(result.num_received_tokens),
+        "kv_received_tokens": sum(received for received, _ in result.num_received_tokens),
+        "decode_prefix_hit_tokens": sum(local for _, local in result.num_received_tokens),
         "prefill_replicas": [_side_entry(r, j, result.prefill_replica_of) for j, r in enumerate(result.prefill)],
         "decode_replicas": [_side_entry(r, j, result.decode_replica_of) for j, r in enumerate(result.decode)],
     }

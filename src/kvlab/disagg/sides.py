@@ -153,7 +153,8 @@ class PrefillSimulation(Simulation):
     def _arrive(self) -> None:
         """Transfers that ended free their blocks, then arrivals join, before the next iteration is scheduled. With
         nothing running and the head of the queue waiting for blocks held by transfers, the engine has nothing to
-        schedule: the clock moves to the next transfer's end (and what arrives meanwhile joins)."""
+        schedule: the clock moves to the next transfer's end (and what arrives meanwhile joins), past ``run_until``'s
+        limit if it must: a router reading the replica there sees it stalled, as it is until then."""
         self._release(self.now)
         super()._arrive()
         sched = self.scheduler
