@@ -99,6 +99,23 @@ def compare_fewest_gpus(point: dict[str, Any], slo, *, max_replicas: int = DEFAU
     return comparison
 
 
+def compare_from_grid(lists: dict[str, list], explicit: list[dict], slo, *,
+                      progress: Callable[[dict[str, Any]], None] | None = None) -> DisaggComparison:
+    """The comparison a command line asks for: its grid's lists and explicit points (--replicas auto and
+    --prefill-replicas auto taken out) must give one configuration."""
+    from kvlab.sweep.grid import expand
+
+    for name in ("prefill_replicas", "decode_replicas"):
+        if lists.pop(name, ["auto"]) != ["auto"]:
+            raise KvlabError(f"--replicas auto --prefill-replicas auto searches the shapes: give no "
+                             f"--{name.replace('_', '-')} values")
+    points = expand(lists, explicit)
+    if len(points) != 1:
+        raise KvlabError(f"--replicas auto --prefill-replicas auto compares one configuration; the grid has "
+                         f"{len(points)}: give one value of each option")
+    return compare_fewest_gpus(points[0], slo, progress=progress)
+
+
 def _judge(point: dict[str, Any], prefill: int, decode: int, slo, world: int) -> dict[str, Any]:
     """One fleet's run as a capacity search judges it: held, why not, and its p99 TTFT and TPOT."""
     from kvlab.config.options import OPTIONS

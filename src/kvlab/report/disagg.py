@@ -1,37 +1,7 @@
-"""`kvlab capacity --replicas auto --prefill-replicas auto --rate R`: aggregated replicas against disaggregated
-prefill and decode replicas of the same GPUs, under the latency target (kvlab.service.disagg)."""
+"""`kvlab capacity --replicas auto --prefill-replicas auto`'s answer in words: every fleet tried, and which holds with
+fewer GPUs (kvlab.service.disagg.DisaggComparison)."""
 
 from __future__ import annotations
-
-import json
-import sys
-
-from kvlab.errors import KvlabError
-
-
-def disagg_command(lists: dict[str, list], explicit: list[dict], slo, as_json: bool) -> None:
-    """Parse the one configuration, ask the service, print the points tried and the answer."""
-    from kvlab.service.disagg import compare_fewest_gpus
-    from kvlab.sweep.grid import expand
-
-    for name in ("prefill_replicas", "decode_replicas"):
-        if lists.pop(name, ["auto"]) != ["auto"]:
-            raise KvlabError(f"--replicas auto --prefill-replicas auto searches the shapes: give no "
-                             f"--{name.replace('_', '-')} values")
-    points = expand(lists, explicit)
-    if len(points) != 1:
-        raise KvlabError(f"--replicas auto --prefill-replicas auto compares one configuration; the grid has "
-                         f"{len(points)}: give one value of each option")
-
-    def progress(row: dict) -> None:
-        if not as_json:
-            print(f"{row['shape']}: {'held' if row['held'] else 'failed'}", file=sys.stderr, flush=True)
-
-    comparison = compare_fewest_gpus(points[0], slo, progress=progress)
-    if as_json:
-        print(json.dumps(comparison.to_dict(), indent=2))
-        return
-    print_comparison(comparison)
 
 
 def print_comparison(comparison) -> None:
