@@ -25,7 +25,7 @@ from kvlab.config.engine import SimConfig
 from kvlab.cost.model import swap_seconds
 from kvlab.errors import KvlabError
 from kvlab.memory import make_allocator
-from kvlab.memory.base import BlockSnapshot, SlotUsage, slot_usage
+from kvlab.memory.base import BlockSnapshot, KVAllocator, SlotUsage, slot_usage
 from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, RunRow, UsageIntegral, summarize
 from kvlab.sched.output import RunTiming, SchedulerOutput
 from kvlab.sched.runs import FirstIteration, RunScheduler
@@ -64,6 +64,7 @@ class Simulation:
         record_iterations: bool = True,
         max_iterations: int = MAX_RUN_ITERATIONS,
         start_time: float | None = None,
+        allocator: KVAllocator | None = None,
     ):
         if max_iterations < 1:
             raise KvlabError(f"max_iterations must be at least 1, got {max_iterations}")
@@ -77,7 +78,7 @@ class Simulation:
                                    preemption_mode=config.scheduler.preemption_mode or strategy.preemption_mode)
         if scheduler_config.preemption_mode == "swap" and cache.swap_space_bytes <= 0:
             raise KvlabError(f"strategy {strategy.name!r} swaps, but there is no swap space: give --swap-space GiB > 0")
-        self.allocator = _make_allocator(config, strategy, scheduler_config.max_model_len)
+        self.allocator = _make_allocator(config, strategy, scheduler_config.max_model_len, allocator)
         self.scheduler = _make_scheduler(config, scheduler_config, self.allocator, strategy)
         self.requests = _in_arrival_order(workload.requests)
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
@@ -400,9 +401,12 @@ class Simulation:
         self.counters.num_wasted_tokens += sum(seq.num_computed_tokens + seq.num_lost_tokens for seq in aborted)
 
 
-def _make_allocator(config: SimConfig, strategy: Strategy, max_model_len: int):
+def _make_allocator(config: SimConfig, strategy: Strategy, max_model_len: int, given: KVAllocator | None = None):
     """The strategy's allocator over the cache, or with a CPU tier (--kv-offloading-size) the paged allocator with
-    vLLM's offloading connector behind it (kvlab.offload), chosen once."""
+    vLLM's offloading connector behind it (kvlab.offload), chosen once; ``given`` (a disaggregated fleet's side,
+    kvlab.disagg) in their place."""
+    if given is not None:
+        return given
     cache = config.cache
     lookahead = config.speculative.num_lookahead_tokens if config.speculative is not None else 0
     if config.offload is None and not lookahead:

@@ -121,6 +121,8 @@ def capacity(
     if not 0 < rtol < 1:
         raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
     lists, explicit = grid_lists(ctx.args, grid)
+    if lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]:
+        return disagg_command(lists, explicit, target, as_json)
     if lists.get("replicas") == ["auto"]:
         lists.pop("replicas")
         replicas_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json,
@@ -286,6 +288,23 @@ def _print_answer(console, answer: Answer) -> None:
     price = next((p for p in answer.prices if p is not None), None)
     if price is not None:
         console.print(f"Price: {price_text(price)}.", markup=False)
+
+
+# --- --replicas auto --prefill-replicas auto: aggregated against disaggregated (kvlab.service.disagg) -------------
+
+def disagg_command(lists: dict[str, list], explicit: list[dict], slo, as_json: bool) -> None:
+    from kvlab.report.disagg import print_comparison
+    from kvlab.service.disagg import compare_from_grid
+
+    def progress(row: dict) -> None:
+        print(f"{row['shape']}: {'held' if row['held'] else 'failed'}", file=sys.stderr, flush=True)
+
+    lists.pop("replicas")
+    comparison = compare_from_grid(lists, explicit, slo, progress=None if as_json else progress)
+    if as_json:
+        print(json.dumps(comparison.to_dict(), indent=2))
+    else:
+        print_comparison(comparison)
 
 
 # --- --replicas auto: the fewest replicas that sustain a rate (kvlab.service.replicas) ------------------------------

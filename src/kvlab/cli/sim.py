@@ -124,6 +124,8 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     if run.fleets:
         for summary, fleet in zip(summaries, run.fleets):
             summary["fleet"] = {k: v for k, v in fleet.summary().items() if k != "fleet"}
+    for summary, disaggregated in zip(summaries, run.disaggregated):
+        summary["disaggregation"] = disaggregated.disaggregation()
     written: list[Path] = []
     if out is not None:
         from kvlab.report.tables import write_run_data
@@ -134,7 +136,11 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         for fleet in run.fleets:  # (each replica's own files, its iteration log among them)
             for j, replica in enumerate(fleet.replicas):
                 written += write_run_data(replica, out / f"replica{j}")
-        if plots and not run.fleets:  # (the race's plots read one engine's iteration log)
+        for disaggregated in run.disaggregated:  # (each side's replicas, as a fleet's)
+            for side, replicas in (("prefill", disaggregated.prefill), ("decode", disaggregated.decode)):
+                for j, replica in enumerate(replicas):
+                    written += write_run_data(replica, out / f"{side}{j}")
+        if plots and not run.fleets and not run.disaggregated:  # (the race's plots read one engine's iteration log)
             from kvlab.report.plots import plot_race
 
             written += plot_race(results, out)
@@ -157,6 +163,8 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         console.print(line, highlight=False)
     if run.fleets:
         print_fleets(console, run, summaries)
+    for summary in summaries if run.disaggregated else ():
+        print_disaggregation(console, summary)
     best = max(summaries, key=lambda s: s["throughput_rps"])
     t = best["typical_iteration"]
     if t["num_seqs"] > 0:  # (nothing to explain when every request was rejected)
@@ -212,6 +220,17 @@ def print_fleets(console, run, summaries) -> None:
                           ms(r["ttft_s"]["p99"]), ms(r["tpot_s"]["p50"]), f"{r['preemptions']:,}",
                           "–" if r["prefix_hit_rate"] is None else f"{100 * r['prefix_hit_rate']:.1f}%")
         console.print(table)
+
+
+def print_disaggregation(console, summary: dict) -> None:
+    """A disaggregated fleet's link and what its clients' first tokens waited for (kvlab.disagg.result)."""
+    d = summary["disaggregation"]
+    parts = {k: "–" if v is None else f"{1e3 * v:.3g} ms" for k, v in d["ttft_parts_s"].items()}
+    console.print(f"{summary['name']}: {d['shape']} ({d['num_prefill_replicas']} prefill, {d['num_decode_replicas']} "
+                  f"decode replicas), KV over {d['link']} at {d['link_bandwidth_gb_s']:g} GB/s after "
+                  f"{1e3 * d['link_latency_s']:g} ms: {d['num_transfers']:,} transfers, "
+                  f"{d['transfer_bytes'] / 1e9:,.2f} GB. Mean TTFT = prefill {parts['prefill']} + transfer "
+                  f"{parts['transfer']} + decode side {parts['decode']}.", highlight=False)
 
 
 def _print_typical_iteration(console, config, name: str, t: dict) -> None:

@@ -88,6 +88,19 @@ OPTIONS: dict[str, Option] = _options(
     Option("replicas", "parallel", int, 1, "Replicas of the engine behind a router, each with its own GPUs and KV "
            "cache, on one clock (vLLM's data-parallel size; a fleet).", lo=1, hi=4096,
            what="replicas of the engine"),
+    # A disaggregated fleet (kvlab.disagg, docs/disaggregation.md): prefill and decode replicas, the KV's link.
+    Option("prefill_replicas", "parallel", int, None, "Replicas that only compute prompts, in a disaggregated fleet "
+           "(xPyD, vLLM's disaggregated prefilling): each request's KV then crosses a link to a decode replica "
+           "(--decode-replicas).", lo=0, hi=4096, what="prefill replicas", default_text="off"),
+    Option("decode_replicas", "parallel", int, None, "Replicas that generate the answers from the KV the prefill "
+           "replicas send, in a disaggregated fleet (with --prefill-replicas).", lo=0, hi=4096,
+           what="decode replicas", default_text="off"),
+    Option("kv_transfer_bandwidth", "parallel", float, None, "GB/s a direction of the link a disaggregated fleet's "
+           "KV crosses.", lo=0.0, hi=1e6, lo_open=True, what="GB/s",
+           default_text="the GPU's link in the catalogue (NVLink, else PCIe)"),
+    Option("kv_transfer_latency", "parallel", float, None, "Seconds each KV transfer of a disaggregated fleet takes "
+           "before its bytes flow.", lo=0.0, hi=3600.0, what="seconds",
+           default_text="0 (the catalogue has no latency figure)"),
     # --- router (a fleet of replicas) ----------------------------------------------------------------------------
     Option("router", "router", str, "round-robin", "How a fleet's router picks a replica for each arrival, from the "
            "replicas' state at that instant: round-robin, random, least-requests (fewest running plus waiting), "

@@ -32,11 +32,13 @@ from typing import TYPE_CHECKING, Any
 from kvlab.config.engine import GIB, CacheConfig, ModelConfig, SchedulerConfig, SimConfig
 from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, SESSION_OPTIONS, WORKLOAD_OPTIONS
 from kvlab.config.router import RouterSpec, parse_router
+from kvlab.disagg.config import disagg_options, resolve_disagg
 from kvlab.errors import KvlabError
 from kvlab.offload.config import resolve_offload
 
 if TYPE_CHECKING:
     from kvlab.cost import CostModel
+    from kvlab.disagg.config import DisaggConfig
     from kvlab.offload.config import OffloadConfig
     from kvlab.sizing import SizingResult
     from kvlab.spec.config import SpeculativeConfig
@@ -168,6 +170,8 @@ class KvlabConfig:
     speculative: SpeculativeConfig | None = None
     # vLLM's --kv-offloading-size (kvlab.offload): None, off.
     offload: OffloadConfig | None = None
+    # --prefill-replicas / --decode-replicas (kvlab.disagg): None, off.
+    disagg: DisaggConfig | None = None
     # The files' contents (a config.json, a workload file, a profile file): part of the key, not of the options.
     digests: tuple[tuple[str, str], ...] = ()
     # The options given a value other than their default: what a run may say is unused.
@@ -210,13 +214,21 @@ class KvlabConfig:
             **({"vllm_version": self.sizing.vllm_version} if "vllm_version" in dict(self.given) else {}),
             **speculative_options(self.speculative),
             **offload_options(self.offload),
+            **disagg_options(self.disagg),
         }
 
     def to_dict(self) -> dict[str, Any]:
         """The options and the numbers derived from them that a reader of a stored run wants beside them
         (DERIVED_FIELDS)."""
         return {**self.options(), "num_slots": self.cache.num_slots,
-                "kv_bytes_per_token": self.cache.kv_bytes_per_token, "num_gpus": self.parallel.num_gpus}
+                "kv_bytes_per_token": self.cache.kv_bytes_per_token, "num_gpus": self.num_gpus}
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs in all: each replica's, times the replicas (a disaggregated fleet's on both sides)."""
+        if self.disagg is not None:
+            return self.parallel.world_size * self.disagg.num_replicas
+        return self.parallel.num_gpus
 
     @property
     def key(self) -> str:
@@ -230,11 +242,12 @@ class KvlabConfig:
         """The setup in words a report can print: what ran, on what, under which clock and from where."""
         cache, sched = self.cache, self.scheduler
         return {
-            "model": self.model.model, "gpu": self.device.label, "num_gpus": self.parallel.num_gpus,
+            "model": self.model.model, "gpu": self.device.label, "num_gpus": self.num_gpus,
             "tensor_parallel_size": self.parallel.tensor_parallel_size,
             "pipeline_parallel_size": self.parallel.pipeline_parallel_size,
             "replicas": self.parallel.data_parallel_size,
             **({"router": self.router.spec(self.workload.seed).text} if self.parallel.data_parallel_size > 1 else {}),
+            **({"disaggregated": self.disagg.name} if self.disagg is not None else {}),
             "num_gpu_blocks": cache.num_gpu_blocks, "block_size": cache.block_size, "num_slots": cache.num_slots,
             "max_model_len": sched.max_model_len, "max_num_seqs": sched.max_num_seqs,
             "max_num_batched_tokens": sched.max_num_batched_tokens,
@@ -330,6 +343,9 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         speculative=resolve_speculative(values, model_spec),
         offload=resolve_offload(values["kv_offloading_size"], gpu_spec.id, tp * pp, block_size,
                                 sizing.kv_bytes_per_token, values["cpu_memory_gib"]),
+        disagg=resolve_disagg(values["prefill_replicas"], values["decode_replicas"], replicas=values["replicas"],
+                              gpu=gpu_spec, block_size=block_size, kv_bytes_per_token=sizing.kv_bytes_per_token,
+                              bandwidth_gb_s=values["kv_transfer_bandwidth"], latency_s=values["kv_transfer_latency"]),
         sizing=sizing,
         digests=_digests(model_spec, profile, values),
         given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),
@@ -479,7 +495,8 @@ def resolve_router(values: dict[str, Any]) -> RouterConfig:
     """The router, checked (kvlab.config.router.parse_router), its scorers spelt one way; with one replica, the defaults
     (nothing is routed: the key does not depend on them)."""
     router = RouterConfig(values["router"], values["router_scorers"])
-    if values["replicas"] == 1:
+    disaggregated = values["prefill_replicas"] is not None or values["decode_replicas"] is not None
+    if values["replicas"] == 1 and not disaggregated:
         if (router.router, router.router_scorers) != (OPTIONS["router"].default, OPTIONS["router_scorers"].default):
             raise KvlabError(f"--router {router.router} needs a fleet: give --replicas 2 or more (one replica routes "
                              "nothing)")

@@ -55,7 +55,18 @@ class OffloadConfig:
 
     def seconds(self, num_bytes: int) -> float:
         """Time to move ``num_bytes`` between GPU and CPU memory over the host link."""
-        return num_bytes / self.link_bandwidth_bytes_per_s
+        return link_seconds(num_bytes, self.link_bandwidth_bytes_per_s)
+
+
+def kv_block_bytes(kv_bytes_per_token: int, block_size: int) -> int:
+    """Bytes of one KV block, every layer and GPU (vLLM's page size times the layers): what a link moves per block,
+    for the CPU tier here and for a disaggregated fleet's transfers (kvlab.disagg)."""
+    return kv_bytes_per_token * block_size
+
+
+def link_seconds(num_bytes: int, bytes_per_s: float, latency_s: float = 0.0) -> float:
+    """Time to move ``num_bytes`` over a link of ``bytes_per_s`` a direction that takes ``latency_s`` to start."""
+    return latency_s + num_bytes / bytes_per_s
 
 
 def resolve_offload(size_gib: float | None, gpu: str, num_gpus: int, block_size: int, kv_bytes_per_token: int,
@@ -69,7 +80,7 @@ def resolve_offload(size_gib: float | None, gpu: str, num_gpus: int, block_size:
         source = "--cpu-memory-gib" if cpu_memory_gib is not None else f"{num_gpus} x {gpu}'s reference server"
         raise KvlabError(f"--kv-offloading-size {size_gib:g} GiB is more than the machine's CPU memory ({limit:g} GiB, "
                          f"{source}); valid: at most {limit:g} GiB, or give --cpu-memory-gib")
-    block_bytes = kv_bytes_per_token * block_size
+    block_bytes = kv_block_bytes(kv_bytes_per_token, block_size)
     if block_bytes <= 0:
         raise KvlabError("--kv-offloading-size needs the model's KV bytes per token: give a catalogue model")
     return OffloadConfig(num_cpu_blocks=int(size_gib * GIB) // block_bytes, block_bytes=block_bytes, link=link,

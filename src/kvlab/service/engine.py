@@ -26,6 +26,7 @@ from kvlab.strategies import Strategy
 from kvlab.window import measure_run
 
 if TYPE_CHECKING:
+    from kvlab.disagg.result import DisaggResult
     from kvlab.fleet import FleetResult
     from kvlab.sim import SimResult, Simulation
     from kvlab.workload import Workload
@@ -46,6 +47,9 @@ class RunResult:
     # With --replicas N > 1, each strategy's fleet (kvlab.fleet.FleetResult: the replicas, the router's
     # decisions); ``results`` then holds each fleet as one engine's result (FleetResult.as_result).
     fleets: tuple[FleetResult, ...] = ()
+    # With --prefill-replicas / --decode-replicas, each strategy's disaggregated fleet (kvlab.disagg); ``results``
+    # then holds each as one engine's result, on the clients' clock.
+    disaggregated: tuple[DisaggResult, ...] = ()
 
     def summaries(self) -> list[dict[str, Any]]:
         return [r.summary() for r in self.results]
@@ -145,8 +149,9 @@ def start(config: KvlabConfig, strategy_list: Sequence[Strategy], *, workload: W
     from kvlab.cost.latency import delayed
     from kvlab.sim import MAX_RUN_ITERATIONS, Simulation
 
-    if config.parallel.data_parallel_size > 1:
-        raise KvlabError("this face steps one engine: give --replicas 1 (a fleet runs through service.run)")
+    if config.parallel.data_parallel_size > 1 or config.disagg is not None:
+        raise KvlabError("this face steps one engine: give --replicas 1 and no --prefill-replicas / "
+                         "--decode-replicas (a fleet runs through service.run)")
     wl = load(config) if workload is None else workload
     engine = config.engine
     latency_s = engine.cost.request_latency_s
@@ -170,6 +175,9 @@ def run(config: KvlabConfig, strategy_list: Sequence[Strategy | str], *, workloa
     chosen = strategies(strategy_list, config)
     if workload is None:
         check_work(config, len(chosen))
+    if config.disagg is not None:
+        return run_disaggregated(config, chosen, load(config) if workload is None else workload,
+                                 record_iterations=record_iterations)
     if config.parallel.data_parallel_size > 1:
         return run_fleets(config, chosen, load(config) if workload is None else workload,
                           record_iterations=record_iterations)
@@ -198,6 +206,20 @@ def run_fleets(config: KvlabConfig, strategy_list: Sequence[Strategy], workload:
                          record_iterations=record_iterations).run() for strategy in strategy_list)
     return RunResult(config=config, workload=workload, results=tuple(f.as_result() for f in fleets),
                      notes=notes(config, strategy_list), fleets=fleets)
+
+
+def run_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], workload: Workload, *,
+                      record_iterations: bool = True) -> RunResult:
+    """Each strategy as ``config.disagg``'s prefill and decode replicas behind the configured router (kvlab.disagg),
+    on one clock; a profile's request latency around the fleet, as ``finish`` puts it around one engine."""
+    from kvlab.disagg.fleet import DisaggFleet
+
+    assert config.disagg is not None
+    router = config.router.spec(config.workload.seed)
+    fleets = tuple(DisaggFleet(strategy, config.engine, workload, router, config.disagg,
+                               record_iterations=record_iterations).run() for strategy in strategy_list)
+    return RunResult(config=config, workload=workload, results=tuple(f.as_result() for f in fleets),
+                     notes=notes(config, strategy_list), disaggregated=fleets)
 
 
 def simulate(strategy_names: Sequence[str], progress: Progress | None = None, **options: Any) -> RunResult:

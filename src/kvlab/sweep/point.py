@@ -93,7 +93,9 @@ def simulate_point(point: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     config, workload = run.config, run.workload
     held = window.mean_tokens_held(result.strategy.allocator, workload.requests, config.scheduler.max_model_len)
     seats = window.num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held)
-    measured = window.measure(result.records, seats * config.parallel.data_parallel_size)
+    # (the replicas whose seats a request holds for its answer: a disaggregated fleet's decode side)
+    serving = config.disagg.num_decode_replicas if config.disagg is not None else config.parallel.data_parallel_size
+    measured = window.measure(result.records, seats * serving)
     return {**result.summary(), "window": measured.to_dict()}, window.latencies(result.records, measured).tobytes()
 
 
