@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvlab.config.admission import AdmissionSpec, admission_options, resolve_admission
 from kvlab.config.engine import GIB, CacheConfig, ModelConfig, SchedulerConfig, SimConfig
 from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, SESSION_OPTIONS, WORKLOAD_OPTIONS
 from kvlab.config.router import RouterSpec, parse_router
@@ -168,6 +169,8 @@ class KvlabConfig:
     speculative: SpeculativeConfig | None = None
     # vLLM's --kv-offloading-size (kvlab.offload): None, off.
     offload: OffloadConfig | None = None
+    # The gateway in front of the router (--rate-limit, kvlab.fleet.admission): None, off.
+    admission: AdmissionSpec | None = None
     # The files' contents (a config.json, a workload file, a profile file): part of the key, not of the options.
     digests: tuple[tuple[str, str], ...] = ()
     # The options given a value other than their default: what a run may say is unused.
@@ -210,6 +213,7 @@ class KvlabConfig:
             **({"vllm_version": self.sizing.vllm_version} if "vllm_version" in dict(self.given) else {}),
             **speculative_options(self.speculative),
             **offload_options(self.offload),
+            **admission_options(self.admission),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -235,6 +239,7 @@ class KvlabConfig:
             "pipeline_parallel_size": self.parallel.pipeline_parallel_size,
             "replicas": self.parallel.data_parallel_size,
             **({"router": self.router.spec(self.workload.seed).text} if self.parallel.data_parallel_size > 1 else {}),
+            **({"gateway": self.admission.text} if self.admission is not None else {}),
             "num_gpu_blocks": cache.num_gpu_blocks, "block_size": cache.block_size, "num_slots": cache.num_slots,
             "max_model_len": sched.max_model_len, "max_num_seqs": sched.max_num_seqs,
             "max_num_batched_tokens": sched.max_num_batched_tokens,
@@ -330,6 +335,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         speculative=resolve_speculative(values, model_spec),
         offload=resolve_offload(values["kv_offloading_size"], gpu_spec.id, tp * pp, block_size,
                                 sizing.kv_bytes_per_token, values["cpu_memory_gib"]),
+        admission=resolve_admission(values),
         sizing=sizing,
         digests=_digests(model_spec, profile, values),
         given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),
