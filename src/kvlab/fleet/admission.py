@@ -36,15 +36,23 @@ QUEUE_FULL = "gateway queue full"  # no token, and the queue holds max_queue req
 @dataclass(frozen=True)
 class Gate:
     """What the gateway decided for every request of a run. ``admitted``: the requests in the order they reach the
-    router, each at its admission time (``arrival_time``; a deadline shortened by the wait); ``waits``: seconds each
-    admitted request waited (by request id, only those that waited); ``refused``: a record for each request that
-    never reached the router (rejected, or aborted in the queue), on the clients' clock."""
+    router, each at its admission time (``arrival_time``; a deadline shortened by the wait); ``sent``: the arrival
+    of each that waited, by request id; ``refused``: a record for each request that never reached the router
+    (rejected, or aborted in the queue), on the clients' clock; ``latency_s``: how much later than its client's time
+    each arrival is (a profile's request latency, kvlab.cost.latency)."""
 
     spec: AdmissionSpec
     num_offered: int
     admitted: tuple[Request, ...]
-    waits: dict[int, float]
+    sent: dict[int, float]
     refused: tuple[RequestRecord, ...]
+    latency_s: float = 0.0
+
+    @property
+    def waits(self) -> dict[int, float]:
+        """Seconds each request that waited spent in the queue, by request id."""
+        return {r.request_id: r.arrival_time - self.sent[r.request_id] for r in self.admitted
+                if r.request_id in self.sent}
 
     @property
     def num_rejected(self) -> int:
@@ -63,17 +71,18 @@ class Gate:
                 reasons[r.reject_reason] = reasons.get(r.reject_reason, 0) + 1
         waits = [self.waits.get(r.request_id, 0.0) for r in self.admitted]
         return {"gateway": self.spec.text, "num_offered": self.num_offered, "num_admitted": len(self.admitted),
-                "num_queued": len(self.waits), "num_rejected": rejected,
+                "num_queued": len(self.sent), "num_rejected": rejected,
                 "rejected_share": rejected / self.num_offered if self.num_offered else 0.0,
                 "reject_reasons": reasons, "num_aborted_in_queue": self.num_aborted,
                 "gateway_wait_s": distribution(waits)}
 
     def as_seen_by_clients(self, records: list[RequestRecord]) -> list[RequestRecord]:
-        """Records of admitted requests with their arrival put back where the client sent them (before its wait)."""
-        waits = self.waits
-        if not waits:
+        """Records of admitted requests (on the clients' clock: kvlab.cost.latency.as_seen_by_clients) with the
+        arrival of those that waited put back where their client sent them."""
+        sent, latency_s = self.sent, self.latency_s
+        if not sent:
             return records
-        return [r._replace(arrival_time=r.arrival_time - waits[r.request_id]) if r.request_id in waits else r
+        return [r._replace(arrival_time=sent[r.request_id] - latency_s) if r.request_id in sent else r
                 for r in records]
 
 
@@ -116,7 +125,7 @@ def admit(spec: AdmissionSpec, requests: list[Request] | tuple[Request, ...], la
     deadlines: list[tuple[float, int]] = []  # (deadline, request id) of those waiting with one
     waiting: dict[int, Request] = {}  # request id -> request, of those waiting now
     admitted: list[Request] = []
-    waits: dict[int, float] = {}
+    sent: dict[int, float] = {}
     refused: list[RequestRecord] = []
 
     def release(t: float) -> None:
@@ -136,7 +145,7 @@ def admit(spec: AdmissionSpec, requests: list[Request] | tuple[Request, ...], la
             request = waiting.pop(queue.popleft().request_id)
             bucket.take_at(t_token)
             wait = t_token - request.arrival_time
-            waits[request.request_id] = wait
+            sent[request.request_id] = request.arrival_time
             timeout = None if request.timeout is None else request.timeout - wait
             admitted.append(replace(request, arrival_time=t_token, timeout=timeout))
 
@@ -154,7 +163,7 @@ def admit(spec: AdmissionSpec, requests: list[Request] | tuple[Request, ...], la
             refused.append(_record(request, "rejected", QUEUE_FULL if spec.max_queue else RATE_LIMITED, None,
                                    latency_s))
     release(INF)
-    return Gate(spec, len(requests), tuple(admitted), waits, tuple(refused))
+    return Gate(spec, len(requests), tuple(admitted), sent, tuple(refused), latency_s)
 
 
 def _record(request: Request, status: str, reason: str | None, finish: float | None,
