@@ -104,3 +104,24 @@ def test_a_run_behind_a_gateway_reports_it_and_its_classes():
     assert set(summary["classes"]) == {"0", "1"}
     assert sum(c["num_requests"] for c in summary["classes"].values()) == 40
     assert "goodput" in summary["classes"]["0"] and "goodput" not in summary["classes"]["1"]
+
+
+def test_the_class_table_and_the_gateway_line_fit_80_columns():
+    from rich.console import Console
+
+    from kvlab.config.admission import AdmissionSpec
+    from kvlab.fleet.admission import admit
+    from kvlab.report.classes import print_admission
+    from kvlab.workload.request import Request
+
+    records = [record(i, ttft=0.2 + i, e2e=10.0 + i) for i in range(4)] + [record(4, "rejected")]
+    classes = class_summaries(records, {i: i % 2 for i in range(5)},
+                              parse_slo_classes("0:p99_ttft<1s,p99_e2e<60s;1:p99_e2e<60s"))
+    gate = admit(AdmissionSpec(1.0, 2, 2), [Request(i, 0.0, 8, 4) for i in range(5)])
+    console = Console(width=80, record=True)
+    print_admission(console, [{"name": "vllm", "admission": gate.summary(), "classes": classes}])
+    text = console.export_text()
+    words = " ".join(text.split())
+    assert "…" not in text and max(len(line.rstrip()) for line in text.splitlines()) <= 80
+    assert "vllm: gateway (1 req/s, burst 2, queue 2) admitted 4 of 5 requests, 2 after a wait" in words
+    assert "class 0: SLO p99_ttft<1s,p99_e2e<60s missed" in words

@@ -18,8 +18,8 @@ from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_o
 from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
 from kvlab.report.setup import prefix_caching_text
-from kvlab.service.classes import parse_slo_classes
 from kvlab.report.text import plural
+from kvlab.service.classes import parse_slo_classes
 from kvlab.strategies import STRATEGIES, strategy_names_help
 from kvlab.validate import allow_large_work, check_output_path
 

@@ -16,8 +16,9 @@ def gateway_line(name: str, admission: dict) -> str:
     reasons = ", ".join(f"{n:,} {reason}" for reason, n in admission["reject_reasons"].items()) or "none"
     wait = admission["gateway_wait_s"]
     return (f"{name}: gateway ({admission['gateway']}) admitted {admission['num_admitted']:,} of "
-            f"{admission['num_offered']:,} requests, {admission['num_queued']:,} after a wait (p99 "
-            f"{_seconds(wait['p99'])}); rejected {admission['num_rejected']:,} "
+            f"{admission['num_offered']:,} requests"
+            + (f", {admission['num_queued']:,} after a wait (p99 wait of all admitted {_seconds(wait['p99'])})"
+               if admission["num_queued"] else "") + f"; rejected {admission['num_rejected']:,} "
             f"({100 * admission['rejected_share']:.1f}%: {reasons})"
             + (f"; {admission['num_aborted_in_queue']:,} clients gave up in its queue"
                if admission["num_aborted_in_queue"] else "") + ".")
@@ -30,16 +31,20 @@ def print_classes(console, name: str, classes: dict) -> None:
 
     table = Table(title=f"{name}: per class (class = request priority)", box=box.SIMPLE_HEAD, header_style="bold",
                   pad_edge=False)
-    for column in ("class", "requests", "rejected", "TTFT p50", "TTFT p99", "E2E p99", "goodput", "held"):
+    for column in ("class", "requests", "rejected", "TTFT p50", "TTFT p99", "E2E p99", "goodput"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("SLO", overflow="fold")
     for number, c in classes.items():
         slo = c.get("slo")
         table.add_row(number, f"{c['num_requests']:,}", f"{100 * c['rejected_share']:.1f}%",
                       _seconds(c["ttft_s"]["p50"]), _seconds(c["ttft_s"]["p99"]), _seconds(c["e2e_latency_s"]["p99"]),
-                      "–" if slo is None else f"{100 * c['goodput']:.1f}%",
-                      "–" if slo is None else ("yes" if c["slo_held"] else "no"), slo or "–")
+                      "–" if slo is None else f"{100 * c['goodput']:.1f}%")
     console.print(table)
+    for number, c in classes.items():
+        if "slo" in c:
+            values = ", ".join(f"{term} {_seconds(value)}" for term, value in c["slo_values"].items())
+            console.print(f"class {number}: SLO {c['slo']} {'held' if c['slo_held'] else 'missed'} ({values}); "
+                          f"goodput {100 * c['goodput']:.1f}% of its requests (finished within every limit)",
+                          highlight=False)
 
 
 def print_admission(console, summaries: list[dict]) -> None:
