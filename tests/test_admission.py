@@ -205,3 +205,24 @@ def test_bad_gateway_options_get_one_line(options, message):
 def test_the_spec_refuses_what_the_options_would(spec):
     with pytest.raises(KvlabError, match="valid:"):
         AdmissionSpec(**spec)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("router", ["round-robin", "least-requests", "prefix"])
+def test_a_fleet_behind_a_gateway_accounts_for_every_request(seed, router):
+    """Two replicas behind a gateway: every request offered has one record, finished, aborted or rejected, and the
+    counters say the same (the gateway's rejections and queue-leavers with the engines')."""
+    requests = random_requests(seed, 150)
+    fleet = Fleet(parse_strategy("vllm"), config(), workload(*requests), router, 2,
+                  admission=AdmissionSpec(rate=8.0, burst=3, max_queue=4)).run()
+    records = fleet.records
+    assert sorted(r.request_id for r in records) == list(range(150))
+    assert [r.arrival_time for r in records] == sorted(r.arrival_time for r in requests)
+    summary = fleet.summary()["fleet"]
+    statuses = [r.status for r in records]
+    assert (statuses.count("finished"), statuses.count("rejected"), statuses.count("aborted")) == \
+        (summary["num_finished"], summary["num_rejected"], summary["num_aborted"])
+    assert summary["num_finished"] + summary["num_rejected"] + summary["num_aborted"] == 150
+    gateway = summary["admission"]
+    assert gateway["num_admitted"] == sum(fleet.num_routed)
+    assert gateway["num_admitted"] + gateway["num_rejected"] + gateway["num_aborted_in_queue"] == 150
