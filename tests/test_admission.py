@@ -226,3 +226,17 @@ def test_a_fleet_behind_a_gateway_accounts_for_every_request(seed, router):
     gateway = summary["admission"]
     assert gateway["num_admitted"] == sum(fleet.num_routed)
     assert gateway["num_admitted"] + gateway["num_rejected"] + gateway["num_aborted_in_queue"] == 150
+
+
+def test_with_a_profiles_request_latency_the_records_keep_the_clients_times():
+    """The gateway sees each request 50 ms after its client sent it (a profile's request latency); every record,
+    admitted after a wait, rejected or not, keeps the client's time."""
+    cfg = config()
+    cfg = dataclasses.replace(cfg, cost=dataclasses.replace(cfg.cost, request_latency_s=0.05))
+    requests = at(0, 0, 0, 0, 0)
+    fleet = Fleet(parse_strategy("vllm"), cfg, workload(*requests), "round-robin", 1,
+                  admission=AdmissionSpec(rate=1.0, burst=2, max_queue=2)).run()
+    assert [(r.request_id, r.status, r.arrival_time) for r in fleet.records] == [
+        (0, "finished", 0.0), (1, "finished", 0.0), (2, "finished", 0.0), (3, "finished", 0.0),
+        (4, "rejected", 0.0)]
+    assert [r.first_scheduled_time for r in fleet.records[:4]] == [0.05, 0.05, 1.05, 2.05]
