@@ -86,6 +86,16 @@ def test_a_client_whose_deadline_passes_in_the_queue_leaves_it():
     assert [r.timeout for r in gate.admitted] == [None, 2.0, None]
 
 
+@pytest.mark.parametrize("policy, order", [("fcfs", [1, 2, 3]), ("priority", [2, 1, 3])])
+def test_the_queue_releases_in_arrival_order_or_by_priority(policy, order):
+    """A bucket of one at 1 req/s, four requests at t=0 of priorities 1, 1, 0, 1: request 0 takes the token; the
+    other three go at t=1, 2, 3, in arrival order, or the priority-0 request first."""
+    requests = [Request(i, 0.0, 8, 4, priority=p) for i, p in enumerate((1, 1, 0, 1))]
+    gate = admit(AdmissionSpec(rate=1.0, burst=1, max_queue=3, queue_policy=policy), requests)
+    assert [(r.request_id, r.arrival_time) for r in gate.admitted] == [(0, 0.0)] + [
+        (i, float(k)) for k, i in enumerate(order, start=1)]
+
+
 def test_a_deadline_that_comes_with_the_token_has_left():
     gate = admit(AdmissionSpec(rate=1.0, burst=1, max_queue=1), at(0, 0, timeouts={1: 1.0}))
     assert decided(gate) == ([(0, 0.0)], {}, [(1, "aborted", 1.0)])
@@ -134,10 +144,10 @@ def random_requests(seed: int, num: int) -> list[Request]:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), num=st.integers(0, 120), rate=st.sampled_from([0.5, 3.0, 20.0]),
-       burst=st.integers(1, 6), max_queue=st.integers(0, 8))
-def test_on_any_input_the_gateway_keeps_its_bounds_and_every_request_ends(seed, num, rate, burst, max_queue):
+       burst=st.integers(1, 6), max_queue=st.integers(0, 8), policy=st.sampled_from(["fcfs", "priority"]))
+def test_on_any_input_the_gateway_keeps_its_bounds_and_every_request_ends(seed, num, rate, burst, max_queue, policy):
     requests = random_requests(seed, num)
-    spec = AdmissionSpec(rate, burst, max_queue)
+    spec = AdmissionSpec(rate, burst, max_queue, policy)
     gate = admit(spec, requests)
     by_id = {r.request_id: r for r in requests}
     # offered = admitted + rejected + aborted in the queue, each once
@@ -183,6 +193,8 @@ def test_the_options_give_the_gateway_and_its_key():
     assert resolve().admission is None
     assert resolve(rate_limit=2).admission == AdmissionSpec(2.0, 1, 0)
     assert resolve(rate_limit=2).key != resolve().key
+    assert resolve(rate_limit=2, gateway_queue=4, gateway_queue_policy="priority").admission.queue_policy == "priority"
+    assert resolve(rate_limit=2, gateway_queue_policy="fcfs").key == resolve(rate_limit=2).key
 
 
 @pytest.mark.parametrize("options, message", [
@@ -194,6 +206,8 @@ def test_the_options_give_the_gateway_and_its_key():
                                            "from 0"),
     (dict(gateway_queue=3), "--gateway-queue needs --rate-limit"),
     (dict(rate_limit_burst=3), "--rate-limit-burst needs --rate-limit"),
+    (dict(gateway_queue_policy="priority"), "--gateway-queue-policy needs --rate-limit"),
+    (dict(rate_limit=1, gateway_queue_policy="lifo"), "--gateway-queue-policy 'lifo'"),
 ])
 def test_bad_gateway_options_get_one_line(options, message):
     with pytest.raises(KvlabError, match=message.replace("(", r"\(")):
@@ -201,7 +215,7 @@ def test_bad_gateway_options_get_one_line(options, message):
 
 
 @pytest.mark.parametrize("spec", [dict(rate=0.0), dict(rate=1.0, burst=0), dict(rate=1.0, max_queue=-1),
-                                  dict(rate=1.0, burst=1.5)])
+                                  dict(rate=1.0, burst=1.5), dict(rate=1.0, queue_policy="lifo")])
 def test_the_spec_refuses_what_the_options_would(spec):
     with pytest.raises(KvlabError, match="valid:"):
         AdmissionSpec(**spec)

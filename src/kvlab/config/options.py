@@ -107,6 +107,9 @@ OPTIONS: dict[str, Option] = _options(
     Option("gateway_queue", "gateway", int, None, "Requests that may wait at the gateway for a token, first come "
            "first served; one more is rejected (0: rejected at once, as a rate limiter's 429).", lo=0, hi=2**40,
            what="requests", default_text="0, with --rate-limit"),
+    Option("gateway_queue_policy", "gateway", str, None, "The order the gateway queue releases requests in: fcfs, or "
+           "priority (by each request's priority, smaller first, then arrival; --priority-classes).",
+           choices=("fcfs", "priority"), default_text="fcfs, with --rate-limit"),
     # --- cache -------------------------------------------------------------------------------------------------
     Option("gpu_memory_utilization", "cache", float, 0.9, "Fraction of GPU memory vLLM may use, in (0, 1].",
            lo=0.0, hi=1.0, lo_open=True, what="the fraction of GPU memory vLLM may use"),

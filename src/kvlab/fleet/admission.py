@@ -7,8 +7,9 @@ request goes on to the router now, waits, or is rejected with a reason (docs/adm
                   room in the queue? ──no──▶ rejected: "rate limited" (no queue) / "gateway queue full"
                         │ yes
                         ▼
-                  waits, first come first served, until the bucket holds a token ──▶ admitted then ──▶ router
-                  (or its client's deadline passes first: aborted at the gateway)
+                  waits until the bucket holds a token ──▶ admitted then ──▶ router; first come first served, or
+                  by (priority, arrival) with queue_policy "priority" (or its client's deadline passes first:
+                  aborted at the gateway)
 
 The bucket holds ``burst`` tokens and gains ``rate`` a second (never more than ``burst``); it starts full. A request
 admitted takes one token. The gateway reads nothing of the engines, so its decisions are a function of the arrivals
@@ -20,7 +21,6 @@ profile's request latency.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, replace
 from heapq import heappop, heappush
 
@@ -121,7 +121,9 @@ def admit(spec: AdmissionSpec, requests: list[Request] | tuple[Request, ...], la
     each request's arrival is (a profile's request latency, kvlab.cost.latency); the refused records are put back
     on the clients' clock by it."""
     bucket = TokenBucket(spec.rate, spec.burst)
-    queue: deque[Request] = deque()  # waiting, in arrival order (those gone are skipped at the head)
+    # waiting, as a heap in release order: (priority or 0, arrival index, request); those gone are skipped at the head
+    queue: list[tuple[int, int, Request]] = []
+    by_priority = spec.queue_policy == "priority"
     deadlines: list[tuple[float, int]] = []  # (deadline, request id) of those waiting with one
     waiting: dict[int, Request] = {}  # request id -> request, of those waiting now
     admitted: list[Request] = []
@@ -140,22 +142,22 @@ def admit(spec: AdmissionSpec, requests: list[Request] | tuple[Request, ...], la
                 if request_id in waiting:
                     refused.append(_record(waiting.pop(request_id), "aborted", None, t_deadline, latency_s))
                 continue
-            while queue[0].request_id not in waiting:
-                queue.popleft()
-            request = waiting.pop(queue.popleft().request_id)
+            while queue[0][2].request_id not in waiting:
+                heappop(queue)
+            request = waiting.pop(heappop(queue)[2].request_id)
             bucket.take_at(t_token)
             wait = t_token - request.arrival_time
             sent[request.request_id] = request.arrival_time
             timeout = None if request.timeout is None else request.timeout - wait
             admitted.append(replace(request, arrival_time=t_token, timeout=timeout))
 
-    for request in requests:
+    for index, request in enumerate(requests):
         t = request.arrival_time
         release(t)
         if not waiting and bucket.take(t):
             admitted.append(request)
         elif len(waiting) < spec.max_queue:
-            queue.append(request)
+            heappush(queue, (request.priority if by_priority else 0, index, request))
             waiting[request.request_id] = request
             if request.timeout is not None:
                 heappush(deadlines, (t + request.timeout, request.request_id))
