@@ -383,6 +383,8 @@ class Counters:
     spec_decoding: dict = field(default_factory=dict)
     # KV offload to CPU (kvlab.offload): prefix hits per tier and blocks moved; empty when off.
     kv_offload: dict = field(default_factory=dict)
+    # The gateway in front of the router (kvlab.fleet.admission): its summary; empty when there is none.
+    admission: dict = field(default_factory=dict)
 
 
 def summarize(
@@ -424,6 +426,7 @@ def summarize(
         **(_abandonment(counters, len(records)) if counters.num_with_deadline else {}),
         **counters.spec_decoding,
         **counters.kv_offload,
+        **({"admission": counters.admission} if counters.admission else {}),
     }
 
 

@@ -27,6 +27,7 @@ YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Go ahead with work be
 
 # The help's panels: one per part of the resolved configuration (kvlab/config/resolve.py).
 PANELS = {"model": "Model", "device": "GPU", "parallel": "Parallelism and replicas", "router": "Router (a fleet)",
+          "gateway": "Gateway (admission, docs/admission.md)",
           "cache": "KV cache", "scheduler": "Scheduler", "cost": "Clock (cost model)", "workload": "Workload",
           "sessions": "Sessions (--workload sessions)"}
 

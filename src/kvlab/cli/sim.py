@@ -19,6 +19,7 @@ from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
 from kvlab.report.setup import prefix_caching_text
 from kvlab.report.text import plural
+from kvlab.service.classes import parse_slo_classes
 from kvlab.strategies import STRATEGIES, strategy_names_help
 from kvlab.validate import allow_large_work, check_output_path
 
@@ -29,6 +30,9 @@ PlotsOpt = Annotated[bool, typer.Option("--plots/--no-plots", help="With --out: 
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A YAML or TOML file of options (model: ..., "
                                                    "max-num-seqs: ...), as `vllm serve --config`; a flag given on "
                                                    "the command line wins.")]
+SloClassesOpt = Annotated[Optional[str], typer.Option("--slo-classes", help="An SLO per class of requests (a class is "
+                                                      "a request's priority): CLASS:SLO;... in --slo's spelling, "
+                                                      "e.g. '0:p99_ttft<1s;1:p99_e2e<60s' (docs/admission.md).")]
 
 
 def with_config_file(ctx: typer.Context, path: Path | None, options: dict) -> dict:
@@ -46,7 +50,7 @@ sim_option_template = options_template(RUN_OPTIONS)
 SIM_OPTIONS = RUN_OPTIONS
 
 
-def simulate(strategy_names: list[str], *, quiet: bool = False, **options):
+def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, **options):
     """Resolve the options, then run each strategy on the same workload through the run service; returns the
     RunResult. Every option is checked, and the work estimated, before anything is built; the notes (options
     unused, what vLLM would refuse) are printed first."""
@@ -58,6 +62,10 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, **options):
     config = quietly(options)  # (the report prints the cost profile's notes)
     chosen = service.strategies(strategy_names, config)
     service.check_work(config, len(chosen))
+    if slos:  # (--slo-classes: each class one of the workload's, checked before anything runs)
+        from kvlab.service.classes import check_classes, known_classes
+
+        check_classes(slos, known_classes(config))
     console = Console(stderr=True)
     for note in service.notes(config, chosen):
         console.print(f"note: {note}", style="yellow", highlight=False)
@@ -107,7 +115,8 @@ def typical_iteration(config, summary: dict) -> dict:
             "total_ms": 1e3 * terms.total, "bound": terms.bound, "cost_profile": config.cost.profile}
 
 
-def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = False, plots: bool = True) -> None:
+def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = False, plots: bool = True,
+           slos=None) -> None:
     """A RunResult (kvlab.service) as a table, a verdict and an explanation, or as JSON; with ``out``, files."""
     from rich.console import Console
 
@@ -126,6 +135,10 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
             summary["fleet"] = {k: v for k, v in fleet.summary().items() if k != "fleet"}
     for summary, disaggregated in zip(summaries, run.disaggregated):
         summary["disaggregation"] = disaggregated.disaggregation()
+    from kvlab.service.classes import run_classes
+
+    for summary, classes in zip(summaries, run_classes(run, slos or {}) or ()):
+        summary["classes"] = classes
     written: list[Path] = []
     if out is not None:
         from kvlab.report.tables import write_run_data
@@ -165,6 +178,9 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         print_fleets(console, run, summaries)
     for summary in summaries if run.disaggregated else ():
         print_disaggregation(console, summary)
+    from kvlab.report.classes import print_admission
+
+    print_admission(console, summaries)
     best = max(summaries, key=lambda s: s["throughput_rps"])
     t = best["typical_iteration"]
     if t["num_seqs"] > 0:  # (nothing to explain when every request was rejected)
@@ -308,6 +324,7 @@ def race(
     wide: WideOpt = False,
     yes: YesOpt = False,
     config: ConfigOpt = None,
+    slo_classes: SloClassesOpt = None,
     **options,
 ) -> None:
     """Race serving strategies on the same workload and clock (RACE_HELP)."""
@@ -316,9 +333,9 @@ def race(
     check_output_path(html, "--html", folder=False)
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
-        run = simulate(names, quiet=as_json, **options)
+        run = simulate(names, quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)
     report(run, as_json=as_json, out=out, title=f"Race: {len(names)} strategies, same workload", wide=wide,
-           plots=plots)
+           plots=plots, slos=slos)
     if html is not None:
         from kvlab.web.export import write_race_html
 
@@ -339,11 +356,13 @@ def run(
     wide: WideOpt = False,
     yes: YesOpt = False,
     config: ConfigOpt = None,
+    slo_classes: SloClassesOpt = None,
     **options,
 ) -> None:
     """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions."""
     check_output_path(out, "--out", folder=True)
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
-        run = simulate([strategy], quiet=as_json, **options)
-    report(run, as_json=as_json, out=out, title=f"Run: {run.results[0].strategy.name}", wide=wide, plots=plots)
+        run = simulate([strategy], quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)
+    report(run, as_json=as_json, out=out, title=f"Run: {run.results[0].strategy.name}", wide=wide, plots=plots,
+           slos=slos)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-GROUPS = ("model", "device", "parallel", "router", "cache", "scheduler", "cost", "workload", "sessions")
+GROUPS = ("model", "device", "parallel", "router", "gateway", "cache", "scheduler", "cost", "workload", "sessions")
 
 # Resolved defaults of the workload: requests per second for a source without arrival times of its own, and how
 # many requests a bundled source serves.
@@ -110,6 +110,19 @@ OPTIONS: dict[str, Option] = _options(
     Option("router_scorers", "router", str, "prefix:2,least-kv:1,least-requests:1", "The weighted router's "
            "scorers: NAME:WEIGHT,... with NAME prefix, least-kv or least-requests (as llm-d's scheduler weighs "
            "them)."),
+    # --- gateway (admission in front of the router, kvlab.fleet.admission: docs/admission.md) -------------------
+    Option("rate_limit", "gateway", float, None, "Requests per second a gateway in front of the engine admits: a "
+           "token bucket refilled at this rate, one token per request; a request that finds none waits in the "
+           "gateway queue (--gateway-queue) or is rejected.", lo=0.0, hi=1e9, lo_open=True,
+           what="requests per second", default_text="off"),
+    Option("rate_limit_burst", "gateway", int, None, "Requests the gateway admits at once: the token bucket's size.",
+           lo=1, hi=2**40, what="requests", default_text="1, with --rate-limit"),
+    Option("gateway_queue", "gateway", int, None, "Requests that may wait at the gateway for a token, first come "
+           "first served; one more is rejected (0: rejected at once, as a rate limiter's 429).", lo=0, hi=2**40,
+           what="requests", default_text="0, with --rate-limit"),
+    Option("gateway_queue_policy", "gateway", str, None, "The order the gateway queue releases requests in: fcfs, or "
+           "priority (by each request's priority, smaller first, then arrival; --priority-classes).",
+           choices=("fcfs", "priority"), default_text="fcfs, with --rate-limit"),
     # --- cache -------------------------------------------------------------------------------------------------
     Option("gpu_memory_utilization", "cache", float, 0.9, "Fraction of GPU memory vLLM may use, in (0, 1].",
            lo=0.0, hi=1.0, lo_open=True, what="the fraction of GPU memory vLLM may use"),

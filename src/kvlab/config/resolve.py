@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvlab.config.admission import AdmissionSpec, admission_options, resolve_admission
 from kvlab.config.engine import GIB, CacheConfig, ModelConfig, SchedulerConfig, SimConfig
 from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, SESSION_OPTIONS, WORKLOAD_OPTIONS
 from kvlab.config.router import RouterSpec, parse_router
@@ -172,6 +173,8 @@ class KvlabConfig:
     offload: OffloadConfig | None = None
     # --prefill-replicas / --decode-replicas (kvlab.disagg): None, off.
     disagg: DisaggConfig | None = None
+    # The gateway in front of the router (--rate-limit, kvlab.fleet.admission): None, off.
+    admission: AdmissionSpec | None = None
     # The files' contents (a config.json, a workload file, a profile file): part of the key, not of the options.
     digests: tuple[tuple[str, str], ...] = ()
     # The options given a value other than their default: what a run may say is unused.
@@ -215,6 +218,7 @@ class KvlabConfig:
             **speculative_options(self.speculative),
             **offload_options(self.offload),
             **disagg_options(self.disagg),
+            **admission_options(self.admission),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -248,6 +252,7 @@ class KvlabConfig:
             "replicas": self.parallel.data_parallel_size,
             **({"router": self.router.spec(self.workload.seed).text} if self.parallel.data_parallel_size > 1 else {}),
             **({"disaggregated": self.disagg.name} if self.disagg is not None else {}),
+            **({"gateway": self.admission.text} if self.admission is not None else {}),
             "num_gpu_blocks": cache.num_gpu_blocks, "block_size": cache.block_size, "num_slots": cache.num_slots,
             "max_model_len": sched.max_model_len, "max_num_seqs": sched.max_num_seqs,
             "max_num_batched_tokens": sched.max_num_batched_tokens,
@@ -346,6 +351,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         disagg=resolve_disagg(values["prefill_replicas"], values["decode_replicas"], replicas=values["replicas"],
                               gpu=gpu_spec, block_size=block_size, kv_bytes_per_token=sizing.kv_bytes_per_token,
                               bandwidth_gb_s=values["kv_transfer_bandwidth"], latency_s=values["kv_transfer_latency"]),
+        admission=resolve_admission(values),
         sizing=sizing,
         digests=_digests(model_spec, profile, values),
         given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),

@@ -12,6 +12,9 @@ The library API (what the command line's --replicas / --router / --router-scorer
     check_fleet_work(num_requests, 8, router, config.cache.num_gpu_blocks, strategy)
                               # TooMuchWork with the estimate, unless kvlab.validate.allow_large_work() (--yes)
     result = Fleet(strategy, config.engine, workload, router, 8).run()          # a FleetResult
+    result = Fleet(strategy, config.engine, workload, router, 8, admission=config.admission).run()
+                              # behind a gateway (kvlab.fleet.admission, --rate-limit): result.gate, and
+                              # result.summary()["fleet"]["admission"]
     result.summary()          # {"router", "num_replicas", "fleet": kvlab run's summary of the whole fleet,
                               #  "prefix_hit_rate", "load_imbalance", "decisions", "replicas": [per replica]}
     result.replicas[j]        # replica j's SimResult (records, counters, integral, log), as a lone engine's

@@ -28,6 +28,7 @@ import gc
 from dataclasses import replace
 
 from kvlab.config import SimConfig
+from kvlab.config.admission import AdmissionSpec
 from kvlab.errors import KvlabError
 from kvlab.fleet.result import FleetResult
 from kvlab.fleet.routers import CACHED_TOKENS, LOAD, RouterSpec, make_router, parse_router
@@ -50,10 +51,12 @@ def check_num_replicas(num_replicas: object) -> int:
 class Fleet:
     """``num_replicas`` engines with ``strategy`` and ``config`` behind ``router`` (a RouterSpec or a router's name),
     serving ``workload``. ``sync_every_arrival`` brings every replica to every arrival even when the router reads
-    no state: the reference path the default is tested against."""
+    no state: the reference path the default is tested against. ``admission``: a gateway in front of the router
+    (kvlab.fleet.admission), None for none."""
 
     def __init__(self, strategy: Strategy, config: SimConfig, workload: Workload, router: RouterSpec | str,
-                 num_replicas: int, *, record_iterations: bool = True, sync_every_arrival: bool = False) -> None:
+                 num_replicas: int, *, record_iterations: bool = True, sync_every_arrival: bool = False,
+                 admission: AdmissionSpec | None = None) -> None:
         self.strategy = strategy
         self.config = config
         self.workload = workload
@@ -61,6 +64,7 @@ class Fleet:
         self.num_replicas = check_num_replicas(num_replicas)
         self.record_iterations = record_iterations
         self.sync_every_arrival = sync_every_arrival
+        self.admission = admission
 
     def run(self) -> FleetResult:
         from kvlab.cost.latency import as_seen_by_clients, delayed
@@ -70,6 +74,12 @@ class Fleet:
         # on the clients' clock.
         latency_s = self.config.cost.request_latency_s
         requests = sorted(delayed(self.workload, latency_s).requests, key=lambda r: (r.arrival_time, r.request_id))
+        gate = None
+        if self.admission is not None:  # the gateway: the router sees only what it admits, when it admits it
+            from kvlab.fleet.admission import admit
+
+            gate = admit(self.admission, requests, latency_s)
+            requests = list(gate.admitted)
         start = requests[0].arrival_time if requests else 0.0
         empty = replace(self.workload, requests=())
         replicas = [Simulation(self.strategy, self.config, empty, record_iterations=self.record_iterations,
@@ -91,12 +101,14 @@ class Fleet:
                 reasons[reason] = reasons.get(reason, 0) + 1
             lag = self.config.cost.admission_lag_iterations
             results = [as_seen_by_clients(sim.run(), latency_s, lag) for sim in replicas]
+            if gate is not None:  # (the clients sent them before their wait at the gateway)
+                results = [replace(r, records=gate.as_seen_by_clients(r.records)) for r in results]
         finally:
             if collecting:
                 gc.enable()
         hits = [_prefix_counts(sim) for sim in replicas]
         return FleetResult(self.strategy, self.config, self.workload.name, self.router, results, num_routed, reasons,
-                           [h for h, _ in hits], [q for _, q in hits])
+                           [h for h, _ in hits], [q for _, q in hits], gate)
 
     def _clock(self, reads: frozenset[str], replicas: list[Simulation]):
         """How replicas are brought to an arrival's instant for a router that reads ``reads`` of them."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from kvlab.config import SimConfig
+from kvlab.fleet.admission import Gate
 from kvlab.fleet.routers import RouterSpec
 from kvlab.metrics import Counters, RequestRecord, UsageIntegral
 from kvlab.sim import SimResult
@@ -40,6 +41,7 @@ class FleetResult:
     reasons: dict[str, int]  # decisions counted by the router's reason
     num_cached_tokens: list[int]  # per replica: prompt tokens found in its prefix cache at first admission
     num_queried_tokens: list[int]  # per replica: prompt tokens of the requests it admitted
+    gate: Gate | None = None  # what the gateway in front of the router decided (kvlab.fleet.admission), if any
 
     @property
     def num_replicas(self) -> int:
@@ -47,8 +49,11 @@ class FleetResult:
 
     @property
     def records(self) -> list[RequestRecord]:
-        """Every replica's records, in arrival order (as one engine's are)."""
+        """Every replica's records, and the gateway's of those that never reached one, in arrival order (as one
+        engine's are)."""
         merged = [record for result in self.replicas for record in result.records]
+        if self.gate is not None:
+            merged += self.gate.refused
         return sorted(merged, key=lambda r: (r.arrival_time, r.request_id))
 
     def summary(self) -> dict:
@@ -56,13 +61,30 @@ class FleetResult:
 
     def as_result(self) -> SimResult:
         """The fleet as one engine's result, as a report reads one: every replica's records, counters and memory
-        summed, the last finish anywhere; no iteration log (each replica keeps its own). Its ``summary()`` is this
-        result's summary()["fleet"]."""
+        summed (and the gateway's, kvlab.fleet.admission), the last finish anywhere; the iteration log of a lone
+        replica (several keep their own). Its ``summary()`` is this result's summary()["fleet"]."""
         replicas = self.replicas
+        counters = summed_counters(r.counters for r in replicas)
+        if self.gate is not None:
+            with_gate(counters, self.gate)
         return SimResult(strategy=self.strategy, config=self.config, workload_name=self.workload_name,
-                         records=self.records, counters=summed_counters(r.counters for r in replicas),
-                         integral=summed_integral(r.integral for r in replicas), log=None,
+                         records=self.records, counters=counters,
+                         integral=summed_integral(r.integral for r in replicas),
+                         log=replicas[0].log if len(replicas) == 1 else None,
                          makespan=max((r.makespan for r in replicas), default=0.0))
+
+
+def with_gate(counters: Counters, gate: Gate) -> None:
+    """The engines' counters with the gateway's: its rejections (by reason) and the clients that left its queue."""
+    for record in gate.refused:
+        if record.status == "rejected":
+            counters.num_rejected += 1
+            reason = record.reject_reason or ""
+            counters.reject_reasons[reason] = counters.reject_reasons.get(reason, 0) + 1
+        else:
+            counters.num_aborted += 1
+            counters.num_with_deadline += 1
+    counters.admission = gate.summary()
 
 
 def summed_integral(integrals) -> UsageIntegral:
@@ -73,7 +95,7 @@ def summed_integral(integrals) -> UsageIntegral:
     return total
 
 
-MAPPINGS = ("reject_reasons", "spec_decoding", "kv_offload")  # (Counters' fields that are not numbers)
+MAPPINGS = ("reject_reasons", "spec_decoding", "kv_offload", "admission")  # (Counters' fields that are not numbers)
 
 
 def summed_counters(all_counters) -> Counters:

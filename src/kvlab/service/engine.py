@@ -149,9 +149,9 @@ def start(config: KvlabConfig, strategy_list: Sequence[Strategy], *, workload: W
     from kvlab.cost.latency import delayed
     from kvlab.sim import MAX_RUN_ITERATIONS, Simulation
 
-    if config.parallel.data_parallel_size > 1 or config.disagg is not None:
-        raise KvlabError("this face steps one engine: give --replicas 1 and no --prefill-replicas / "
-                         "--decode-replicas (a fleet runs through service.run)")
+    if config.parallel.data_parallel_size > 1 or config.disagg is not None or config.admission is not None:
+        raise KvlabError("this face steps one engine: give --replicas 1, no --prefill-replicas / --decode-replicas "
+                         "and no --rate-limit (a fleet, or a gateway in front of the engine, runs through service.run)")
     wl = load(config) if workload is None else workload
     engine = config.engine
     latency_s = engine.cost.request_latency_s
@@ -178,7 +178,7 @@ def run(config: KvlabConfig, strategy_list: Sequence[Strategy | str], *, workloa
     if config.disagg is not None:
         return run_disaggregated(config, chosen, load(config) if workload is None else workload,
                                  record_iterations=record_iterations)
-    if config.parallel.data_parallel_size > 1:
+    if config.parallel.data_parallel_size > 1 or config.admission is not None:  # (a gateway: kvlab.fleet.admission)
         return run_fleets(config, chosen, load(config) if workload is None else workload,
                           record_iterations=record_iterations)
     wl, sims = start(config, chosen, workload=workload, record_iterations=record_iterations)
@@ -194,8 +194,9 @@ def run(config: KvlabConfig, strategy_list: Sequence[Strategy | str], *, workloa
 def run_fleets(config: KvlabConfig, strategy_list: Sequence[Strategy], workload: Workload, *,
                record_iterations: bool = True) -> RunResult:
     """Each strategy as a fleet of ``config.parallel.data_parallel_size`` replicas behind the configured router
-    (kvlab.fleet), on one clock; a profile's request latency is put around the fleet as ``finish`` puts it around
-    one engine. The work is checked first (a fleet too large to simulate is refused with an estimate)."""
+    (kvlab.fleet), on one clock, behind the configured gateway if any (one replica then serves as a lone engine
+    would); a profile's request latency is put around the fleet as ``finish`` puts it around one engine. The work
+    is checked first (a fleet too large to simulate is refused with an estimate)."""
     from kvlab.fleet import Fleet, check_fleet_work
 
     num_replicas = config.parallel.data_parallel_size
@@ -203,9 +204,10 @@ def run_fleets(config: KvlabConfig, strategy_list: Sequence[Strategy], workload:
     for strategy in strategy_list:
         check_fleet_work(workload.num_requests, num_replicas, router, config.cache.num_gpu_blocks, strategy)
     fleets = tuple(Fleet(strategy, config.engine, workload, router, num_replicas,
-                         record_iterations=record_iterations).run() for strategy in strategy_list)
+                         record_iterations=record_iterations, admission=config.admission).run()
+                   for strategy in strategy_list)
     return RunResult(config=config, workload=workload, results=tuple(f.as_result() for f in fleets),
-                     notes=notes(config, strategy_list), fleets=fleets)
+                     notes=notes(config, strategy_list), fleets=fleets if num_replicas > 1 else ())
 
 
 def run_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], workload: Workload, *,
@@ -215,6 +217,9 @@ def run_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], wo
     from kvlab.disagg.fleet import DisaggFleet
 
     assert config.disagg is not None
+    if config.admission is not None:
+        raise KvlabError("a gateway (--rate-limit) in front of a disaggregated fleet is not modelled; valid: one of "
+                         "them at a time")
     router = config.router.spec(config.workload.seed)
     fleets = tuple(DisaggFleet(strategy, config.engine, workload, router, config.disagg,
                                record_iterations=record_iterations).run() for strategy in strategy_list)

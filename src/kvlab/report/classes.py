@@ -1,0 +1,56 @@
+"""The gateway's decisions and each class of requests, in words and a table (kvlab.service.classes computes them)."""
+
+from __future__ import annotations
+
+from kvlab.report.tables import significant
+
+
+def _seconds(value: float | None) -> str:
+    if value is None or value != value:
+        return "–"
+    return f"{significant(1e3 * value)} ms" if value < 1 else f"{significant(value)} s"
+
+
+def gateway_line(name: str, admission: dict) -> str:
+    """One strategy's gateway: what it admitted, queued and rejected."""
+    reasons = ", ".join(f"{n:,} {reason}" for reason, n in admission["reject_reasons"].items()) or "none"
+    wait = admission["gateway_wait_s"]
+    return (f"{name}: gateway ({admission['gateway']}) admitted {admission['num_admitted']:,} of "
+            f"{admission['num_offered']:,} requests"
+            + (f", {admission['num_queued']:,} after a wait (p99 wait of all admitted {_seconds(wait['p99'])})"
+               if admission["num_queued"] else "") + f"; rejected {admission['num_rejected']:,} "
+            f"({100 * admission['rejected_share']:.1f}%: {reasons})"
+            + (f"; {admission['num_aborted_in_queue']:,} clients gave up in its queue"
+               if admission["num_aborted_in_queue"] else "") + ".")
+
+
+def print_classes(console, name: str, classes: dict) -> None:
+    """One strategy's classes: requests, rejections, latencies, and each SLO with its goodput."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"{name}: per class (class = request priority)", box=box.SIMPLE_HEAD, header_style="bold",
+                  pad_edge=False)
+    for column in ("class", "requests", "rejected", "TTFT p50", "TTFT p99", "E2E p99", "goodput"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for number, c in classes.items():
+        slo = c.get("slo")
+        table.add_row(number, f"{c['num_requests']:,}", f"{100 * c['rejected_share']:.1f}%",
+                      _seconds(c["ttft_s"]["p50"]), _seconds(c["ttft_s"]["p99"]), _seconds(c["e2e_latency_s"]["p99"]),
+                      "–" if slo is None else f"{100 * c['goodput']:.1f}%")
+    console.print(table)
+    for number, c in classes.items():
+        if "slo" in c:
+            values = ", ".join(f"{term} {_seconds(value)}" for term, value in c["slo_values"].items())
+            console.print(f"class {number}: SLO {c['slo']} {'held' if c['slo_held'] else 'missed'} ({values}); "
+                          f"goodput {100 * c['goodput']:.1f}% of its requests (finished within every limit)",
+                          highlight=False)
+
+
+def print_admission(console, summaries: list[dict]) -> None:
+    """Each strategy's gateway line and class table, where the run has them."""
+    for summary in summaries:
+        if "admission" in summary:
+            console.print(gateway_line(summary["name"], summary["admission"]), highlight=False)
+        if "classes" in summary:
+            print_classes(console, summary["name"], summary["classes"])

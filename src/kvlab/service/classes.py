@@ -1,0 +1,123 @@
+"""Classes of requests, each with its own latency target (SLO) and goodput, reported per class
+(docs/admission.md).
+
+A request's class is its priority (kvlab.workload.priority: a file's ``priority`` column, or ``--priority-classes``
+drawn with the workload's seed), the one per-request label a workload carries. ``--slo-classes`` gives a class an
+SLO in --slo's own spelling (kvlab.sweep.slo), classes separated by semicolons:
+
+    --slo-classes "0:p99_ttft<1s;1:p99_e2e<60s,p50_tpot<50ms"
+
+Per class c, over its requests R_c (offered: rejected and aborted ones included):
+
+    num_requests       |R_c|;  num_finished, num_rejected, num_aborted: by how each ended
+    rejected_share     num_rejected / |R_c|
+    ttft_s, tpot_s,    each latency's mean, p50, p90, p99 over the finished requests of R_c (kvlab.metrics'
+    e2e_latency_s      definitions)
+    slo_values         each term's statistic over the finished requests of R_c; slo_held: every term within its limit
+    goodput            |{r in R_c finished, every term's latency of r within the term's limit}| / |R_c|
+                       (DistServe's goodput as a share; a rejected or aborted request never counts)
+
+The statistic judges the requests served; the goodput charges the class for the ones it turned away.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kvlab.errors import KvlabError
+from kvlab.metrics import RequestRecord, distribution
+from kvlab.sweep.slo import Slo, parse_slo
+from kvlab.window import LATENCY_METRICS
+
+VALID = ('valid: CLASS:SLO pairs separated by ";", CLASS a priority of the workload, SLO as --slo writes it, '
+         'e.g. "0:p99_ttft<1s;1:p99_e2e<60s"')
+
+
+def parse_slo_classes(text: str | None) -> dict[int, Slo]:
+    """``CLASS:SLO;...`` -> {class: Slo}; {} for None."""
+    from kvlab.workload.priority import parse_priority
+
+    if text is None:
+        return {}
+    slos: dict[int, Slo] = {}
+    for part in text.split(";"):
+        name, sep, slo_text = part.strip().partition(":")
+        if not sep or not slo_text.strip():
+            raise KvlabError(f"--slo-classes {text!r}: {part.strip()!r} names no class and SLO; {VALID}")
+        number = parse_priority(name.strip(), f"--slo-classes {text!r}")
+        if number in slos:
+            raise KvlabError(f"--slo-classes {text!r}: class {number} appears twice; {VALID}")
+        try:
+            slos[number] = parse_slo(slo_text.strip())
+        except KvlabError as error:
+            raise KvlabError(f"--slo-classes {text!r}, class {number}: {error}") from None
+    return slos
+
+
+def check_classes(slos: Mapping[int, Slo], known: set[int]) -> None:
+    """A class given an SLO must be one of the workload's (``known``: --priority-classes' classes, else the
+    priorities its requests carry)."""
+    for number in slos:
+        if number not in known:
+            raise KvlabError(f"--slo-classes names class {number}, which the workload does not have; valid: its "
+                             f"classes, {', '.join(map(str, sorted(known)))} (--priority-classes, or a file's "
+                             "priority column)")
+
+
+def known_classes(config, workload=None) -> set[int]:
+    """The classes of a configuration's workload: those --priority-classes declares, else the priorities of its
+    requests (``workload``, or the configuration's, loaded)."""
+    from kvlab.workload.priority import parse_classes
+
+    if config.workload.priority_classes:
+        return {number for number, _ in parse_classes(config.workload.priority_classes)}
+    if workload is None:
+        from kvlab.service.engine import load
+
+        workload = load(config)
+    return {r.priority for r in workload.requests}
+
+
+def class_summaries(records: list[RequestRecord], class_of: Mapping[int, int],
+                    slos: Mapping[int, Slo]) -> dict[str, dict[str, Any]]:
+    """Each class's entry (module doc), keyed by the class as text, in class order."""
+    members: dict[int, list[RequestRecord]] = {number: [] for number in slos}
+    for record in records:
+        members.setdefault(class_of[record.request_id], []).append(record)
+    return {str(number): _class_entry(members[number], slos.get(number)) for number in sorted(members)}
+
+
+def _class_entry(records: list[RequestRecord], slo: Slo | None) -> dict[str, Any]:
+    import numpy as np
+
+    finished = [r for r in records if r.status == "finished"]
+    rejected = sum(1 for r in records if r.status == "rejected")
+    latencies = np.array([[r.ttft for r in finished], [math.nan if r.tpot is None else r.tpot for r in finished],
+                          [r.e2e_latency for r in finished], [r.normalized_latency for r in finished]],
+                         dtype=np.float64).reshape(len(LATENCY_METRICS), len(finished))
+    entry: dict[str, Any] = {
+        "num_requests": len(records), "num_finished": len(finished), "num_rejected": rejected,
+        "num_aborted": sum(1 for r in records if r.status == "aborted"),
+        "rejected_share": rejected / len(records) if records else 0.0,
+        "ttft_s": distribution(latencies[0].tolist()),
+        "tpot_s": distribution([v for v in latencies[1].tolist() if not math.isnan(v)]),
+        "e2e_latency_s": distribution(latencies[2].tolist()),
+    }
+    if slo is not None:
+        values = {term.text: term.value(latencies) for term in slo.terms}
+        met = np.logical_and.reduce([term.met_by_each(latencies) for term in slo.terms])
+        entry.update(slo=slo.text, slo_values=values,
+                     slo_held=bool(finished) and all(values[t.text] <= t.limit_s for t in slo.terms),
+                     goodput=float(met.sum()) / len(records) if records else 0.0)
+    return entry
+
+
+def run_classes(run, slos: Mapping[int, Slo]) -> list[dict[str, dict[str, Any]]] | None:
+    """Each result's classes (``class_summaries``), for a run (kvlab.service.RunResult) whose workload has more than
+    one class or whose classes were given SLOs; None otherwise."""
+    class_of = {r.request_id: r.priority for r in run.workload.requests}
+    if not slos and len(set(class_of.values())) < 2:
+        return None
+    return [class_summaries(result.records, class_of, slos) for result in run.results]
