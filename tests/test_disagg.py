@@ -268,6 +268,13 @@ def test_a_strategy_the_fleet_cannot_model_is_refused(kvlab):
     assert "a disaggregated fleet needs paged memory with prefix caching" in " ".join(r.stderr.split())
 
 
+def test_a_gateway_in_front_of_the_fleet_is_refused(kvlab):
+    r = kvlab("run", "vllm", "-n", "5", "--prefill-replicas", "1", "--decode-replicas", "1", "--rate-limit", "3")
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines() == ["error: a gateway (--rate-limit) in front of a disaggregated fleet is "
+                                             "not modelled; valid: one of them at a time"]
+
+
 def test_kvlab_run_prints_the_link_and_ttfts_parts_and_refuses_a_fleet_with_no_decode_replica(kvlab, tmp_path):
     r = kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "-n", "30", "--prefill-replicas", "1",
               "--decode-replicas", "1", "--kv-transfer-bandwidth", "50")
