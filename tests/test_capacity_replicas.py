@@ -100,3 +100,19 @@ def test_the_plot_counts_replicas_in_whole_numbers():
 def test_replicas_auto_needs_one_offered_rate(kvlab, tmp_path):
     r = kvlab("capacity", "--replicas", "auto", "--rate", "4,8", "--out", tmp_path / "c")
     assert r.exit_code == 2 and "give --rate R" in r.stderr
+
+
+def test_a_target_no_count_can_meet_is_one_line_once_more_replicas_stop_helping(kvlab, tmp_path):
+    """A p99 TTFT below one request's own prefill: once two counts in a row miss it by the same value with nothing
+    waiting, more replicas cannot help; the search stops there and says so (it used to double to thousands of
+    replicas and end on a work limit, exit 0)."""
+    r = kvlab("capacity", "--replicas", "auto", "--rate", "1", "--strategy", "vllm", "--cost", "roofline",
+              "--router", "round-robin", "--slo", "p99_ttft<1ms", "-n", "60", "--out", tmp_path)
+    assert r.exit_code == 2, r.stdout
+    errors = [line for line in r.stderr.strip().splitlines() if line.startswith("error:")]  # (beside the progress)
+    assert len(errors) == 1 and "Traceback" not in r.stderr
+    line = errors[0]
+    assert line.startswith("error: the target cannot be met with any number of replicas: missed p99_ttft<1ms (")
+    assert " replicas, nothing waiting" in line and line.endswith("valid: a looser --slo")
+    said = [int(n) for n in line.split(" replicas as with ")[0].rsplit(" ", 1)[1:]]
+    assert said and said[0] < 4096  # (stopped where more replicas stopped helping, not at the work limit)

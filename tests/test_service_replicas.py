@@ -82,4 +82,4 @@ def test_a_count_beyond_the_fleets_work_limit_is_refused_as_kvlab_run_refuses_it
     found, judged = _search(Store(None, row_kinds()), InlinePool())
     (entry,) = found.entries
     assert judged == [(1, 1, False), (2, 1, False)] and entry["replicas"] is None
-    assert entry["error"].startswith("2 replicas: TooMuchWork: this fleet means 2 replicas of")
+    assert entry["error"].startswith("2 replicas: this fleet means 2 replicas of")

@@ -78,6 +78,7 @@ class FewestReplicasSearch:
     reasons: dict[int, str] = field(default_factory=dict)
     ttft_p99: dict[int, float | None] = field(default_factory=dict)
     error: str | None = None  # a count that failed to simulate (refused as too much work, ...) ends the search
+    verdicts: dict[int, Any] = field(default_factory=dict)  # each count's kvlab.sweep.slo.Verdict
 
     @property
     def cost(self) -> str:
@@ -92,12 +93,28 @@ class FewestReplicasSearch:
             routed = {"router": self.router}
         return {**self.options, **routed, "strategy": self.strategy, "replicas": n}
 
+    @property
+    def unreachable(self) -> str | None:
+        """Why no count will hold, when more replicas stopped helping: the last two counts judged (doubling, none
+        held yet) both sustained with nothing waiting and missed the same terms by the same values (kvlab.sweep
+        .capacity.at_latency_floor, the rate search's rule). None otherwise."""
+        from kvlab.sweep.capacity import at_latency_floor
+
+        judged = list(self.counts.held)
+        if self.counts.num_replicas is not None or len(judged) < 2:
+            return None
+        a, b = judged[-2:]
+        if not at_latency_floor([self.verdicts[a], self.verdicts[b]], [self.windows[a], self.windows[b]]):
+            return None
+        return (f"{self.verdicts[b].reason} with {replicas_text(b)} as with {replicas_text(a)}, nothing waiting: one "
+                "request's own latency on an idle replica is above the target, whatever the count")
+
     def judge(self, n: int, row: dict[str, Any], slo) -> bool:
         from kvlab.sweep.capacity import verdict
 
         judged, window = verdict(slo, row)
         summary = json.loads(row["summary"])
-        self.windows[n], self.reasons[n] = window, judged.reason
+        self.windows[n], self.reasons[n], self.verdicts[n] = window, judged.reason, judged
         self.ttft_p99[n] = summary["ttft_s"]["p99"]
         self.counts.record(n, judged.held)
         return judged.held
@@ -174,7 +191,8 @@ def search_fewest_replicas(searches: list[FewestReplicasSearch], runner, slo,
     search at once on ``runner`` (kvlab.sweep.runner.Runner: the counts its store holds are read, not simulated
     again), and judges them. ``on_judged(search, n, held)`` after each verdict (a progress line)."""
     while True:
-        batch = [(s, n) for s in searches if s.error is None and (n := s.counts.next_count()) is not None]
+        batch = [(s, n) for s in searches
+                 if s.error is None and s.unreachable is None and (n := s.counts.next_count()) is not None]
         if not batch:
             return
         rows = runner.run([s.count_point(n) for s, n in batch])
@@ -204,6 +222,10 @@ def answer(rate: float, searches: list[FewestReplicasSearch], gpu_hour_price: fl
     """The answer of ``searches`` (replica_searches'): each search on the workload paired with its second sample;
     priced at ``gpu_hour_price`` (--gpu-hour-price) or the catalogue's price of the GPU."""
     firsts = [s for s in searches if s.factor == 1]
+    unreachable = [s.unreachable for s in firsts if s.unreachable]
+    if unreachable and len(unreachable) == len(firsts):
+        raise KvlabError(f"the target cannot be met with any number of replicas: {unreachable[0]}; valid: a looser "
+                         "--slo")
     entries = [_with_second(_entry(s), None if s.second is None else _entry(s.second), gpu_hour_price, rate)
                for s in firsts]
     costs = list(dict.fromkeys(e["cost"] for e in entries))
@@ -232,7 +254,7 @@ def _entry(s: FewestReplicasSearch) -> dict[str, Any]:
              "gpu": config.device.gpu, "gpus": None if found is None else found * gpus_each,
              "may_be_too_few": bool(at) and not at.get("loaded", True),
              "fewer_limited_by": _fewer_limited_by(s), "memory": memory_per_replica(config), "runs": runs,
-             "no_second": s.no_second, "length_note": s.length_note}
+             "no_second": s.no_second, "length_note": s.length_note, "unreachable": s.unreachable}
     return entry if s.error is None else {**entry, "error": s.error}
 
 

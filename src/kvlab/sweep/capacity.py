@@ -52,6 +52,19 @@ def mark_text(mark: str, value: str) -> str:
     return f"≥ {value}" if mark == "≥" else f"{value} ?" if mark == "?" else value
 
 
+def at_latency_floor(verdicts: list, windows: list) -> bool:
+    """Two failed verdicts (of a lower rate, or of more replicas, one after the other) that show the latency at its
+    floor: both sustained with nothing waiting, both missing the same terms by values within FLOOR_RTOL of each other,
+    so taking load off again changes nothing the target judges."""
+    (a, b), (wa, wb) = verdicts, windows
+    if not (a.reason.startswith("missed") and b.reason.startswith("missed")):
+        return False
+    if any(w is None or w.get("state") != "stable" or w.get("oldest_wait_second_half_s", 1.0) > 0 for w in (wa, wb)):
+        return False
+    missed = [t for t in b.values if t in b.reason]
+    return bool(missed) and all(math.isclose(a.values[t], b.values[t], rel_tol=FLOOR_RTOL) for t in missed)
+
+
 @dataclass
 class Search:
     """One configuration's search. ``next_rate()`` says what to simulate; ``record()`` takes the outcome."""
@@ -113,17 +126,11 @@ class Search:
         other: halving the rate again changes nothing the target judges. None otherwise."""
         if self.lo is not None or len(self.probes) < 2 or any(held for _, _, held in self.probes[-2:]):
             return None
-        (a, b), (wa, wb) = self.verdicts[-2:], self.windows[-2:]
-        if not (a.reason.startswith("missed") and b.reason.startswith("missed")):
-            return None
-        if any(w.get("state") != "stable" or w.get("oldest_wait_second_half_s", 1.0) > 0 for w in (wa, wb)):
-            return None
-        missed = [t for t in b.values if t in b.reason]
-        if not missed or any(not math.isclose(a.values[t], b.values[t], rel_tol=FLOOR_RTOL) for t in missed):
+        if not at_latency_floor(self.verdicts[-2:], self.windows[-2:]):
             return None
         rate = self.probes[-1][0]
-        return (f"{b.reason} even at {rate:g} req/s, with nothing waiting: the engine's latency with no queue (the "
-                "slowest requests' own prefill or decode) is above the target, whatever the rate")
+        return (f"{self.verdicts[-1].reason} even at {rate:g} req/s, with nothing waiting: the engine's latency with "
+                "no queue (the slowest requests' own prefill or decode) is above the target, whatever the rate")
 
     @property
     def capacity(self) -> float:

@@ -103,11 +103,14 @@ def compute(point: dict[str, Any]) -> dict[str, Any]:
     """Run one point in a worker: its summary, or the error that stopped it (a failed point never stops the
     sweep), with the time it took, who computed it, and that worker's kvlab version."""
     import kvlab
+    from kvlab.errors import KvlabError
 
     start, start_cpu = time.perf_counter(), time.process_time()
     summary, latencies, error = None, None, None
     try:
         summary, latencies = simulate_point(point)
+    except KvlabError as exc:  # a refusal worded for the user (too much work, a setup that cannot run): as it is
+        error = str(exc)
     except Exception as exc:  # noqa: BLE001  (stored with the point and shown; the sweep goes on)
         error = f"{type(exc).__name__}: {exc}"
     return {
