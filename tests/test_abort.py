@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kvlab.config import resolve
@@ -107,6 +107,10 @@ def test_a_bad_timeout_is_named_in_one_line(kvlab, text, message):
 
 
 @settings(max_examples=40, deadline=None)
+# (found by the property in CI: a request that arrives inside a run, with a deadline inside that run, was aborted
+# one iteration late when runs let arrivals join after them)
+@example(specs=[(0.0, 1, 1, 0, None)] * 4 + [(0.0, 170, 65, 0, None), (0.0, 202, 40, 0, None), (0.5, 1, 1, 0, 0.25)],
+         num_blocks=30, policy="fcfs")
 @given(specs=st.lists(st.tuples(st.floats(0, 3), st.integers(1, 300), st.integers(1, 200), st.integers(0, 2),
                                 st.one_of(st.none(), st.floats(0.05, 3))), min_size=1, max_size=30),
        num_blocks=st.integers(30, 80), policy=st.sampled_from(["fcfs", "priority"]))

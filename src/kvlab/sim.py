@@ -94,6 +94,8 @@ class Simulation:
         self._limit = INF  # run_until's: no iteration starts at or after it
         # Client deadlines: (arrival + timeout, request id) of requests whose client gives up (Request.timeout).
         self._deadlines: list[tuple[float, int]] = []
+        # With deadlines in the workload, every arrival ends a run (it may bring a deadline that falls inside it).
+        self._timed_out = any(r.timeout is not None for r in self.requests)
         self._extra_seconds = (self._feature_seconds if config.speculative is not None or config.offload is not None
                                else None)
         self._new_seq = self.scheduler.seq_class
@@ -256,8 +258,9 @@ class Simulation:
         that iteration (which admits) comes before them. Their durations and the clock at their end travel back
         in the run's output (``_timing`` reads them there)."""
         stop = self._limit if queue_waits else min(self.next_arrival_time, self._limit)
-        if self._deadlines:  # (a deadline ends a run as an arrival does; an arrival may bring one: runs stop there)
-            stop, queue_waits = min(self.next_arrival_time, self._limit, self._deadlines[0][0]), False
+        if self._timed_out:  # (a deadline ends a run as an arrival does; an arrival may bring one: runs stop there)
+            deadline = self._deadlines[0][0] if self._deadlines else INF
+            stop, queue_waits = min(self.next_arrival_time, self._limit, deadline), False
         now = self.now
         lead: list[float] = []
         if first is not None:
