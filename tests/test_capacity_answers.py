@@ -161,3 +161,15 @@ def test_docs_sweep_defines_sustained_two_samples_and_dollars_with_the_code_s_wo
     assert price == catalogue.usd_per_gpu_hour
     assert round(rate * mean * 3600 / 1e6, 1) == millions
     assert round(serving_cost(catalogue, 1, rate, mean)["usd_per_million_output_tokens"], 2) == per_million
+
+
+def test_the_lead_clock_standing_apart_from_every_other_is_measured():
+    """The lead clock more than twice from every other clock's answer: how far (below < 1, above > 1); within a
+    factor of two of any other, or alone, or with a zero answer: None."""
+    from kvlab.service.capacity import lead_apart
+
+    assert lead_apart({"roofline": 21.0, "vidur-h100": 26.0, "vllm-h100": 0.687}, "vllm-h100") == 0.687 / 21.0
+    assert lead_apart({"roofline": 2.0, "vidur-h100": 9.0, "vllm-h100": 20.0}, "vllm-h100") == 20.0 / 9.0
+    assert lead_apart({"roofline": 21.0, "vidur-h100": 26.0, "vllm-h100": 11.0}, "vllm-h100") is None  # (21: 1.9x)
+    assert lead_apart({"vllm-h100": 0.5}, "vllm-h100") is None
+    assert lead_apart({"roofline": 0.0, "vllm-h100": 0.5}, "vllm-h100") is None

@@ -247,6 +247,13 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
         if spread["spread"] is not None:
             console.print(f"The clock's spread for {spread['strategy']}: {parts} req/s ({spread['spread']:.0%} between "
                           "the lowest and the highest).", markup=False)
+        if spread["lead_apart"]:
+            apart = spread["lead_apart"]
+            words = f"{1 / apart:.1f}x below" if apart < 1 else f"{apart:.1f}x above"
+            console.print(f"Caution: {answer.lead()} answers {words} every other clock here. Its measured error comes "
+                          "from its calibration runs; a workload unlike them (prompt lengths, prefix caching, batch "
+                          "sizes) is outside that evidence: check the answer against a measurement (kvlab bench) "
+                          "before sizing on it.", markup=False)
     _print_answer(console, answer)
     console.print("Setup: " + "; ".join(setup_lines(answer.common_setup())) + ".", markup=False)
     if len(answer.costs()) > 1:

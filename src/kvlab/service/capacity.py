@@ -322,8 +322,25 @@ class Answer:
             values = [v for v in by_cost.values() if v > 0]
             spreads.append({"strategy": self.configurations[indices[0]]["strategy"], "capacities": by_cost,
                             "low": min(values, default=0.0), "high": max(values, default=0.0),
-                            "spread": (max(values) / min(values) - 1) if values else None})
+                            "spread": (max(values) / min(values) - 1) if values else None,
+                            "lead_apart": lead_apart(by_cost, self.lead())})
         return spreads
+
+
+# The lead clock stands apart when its answer is more than this factor from every other clock's (kvlab capacity then
+# says that its measured error does not cover this workload).
+CLOCKS_APART = 2.0
+
+
+def lead_apart(by_cost: dict[str, float], lead: str) -> float | None:
+    """How many times the ``lead`` clock's capacity is below (< 1) or above (> 1) the nearest other clock's, when
+    it is more than CLOCKS_APART from every one of them; None otherwise (or with one clock, or a zero answer)."""
+    mine, others = by_cost.get(lead), [v for name, v in by_cost.items() if name != lead]
+    if not mine or not others or not all(others):
+        return None
+    nearest = min(others, key=lambda v: abs(math.log(mine / v)))
+    ratio = mine / nearest
+    return ratio if max(ratio, 1 / ratio) > CLOCKS_APART else None
 
 
 def capacity_json(answer: Answer, option_names) -> list[dict]:
