@@ -245,7 +245,7 @@ def test_size_and_fit_take_the_decode_context_parallel_size(kvlab):
     assert (dcp["num_tokens"], plain["num_tokens"]) == (int(2_157 / 128 * 4_096), int(2_157 / 256 * 4_096)) == (69_024,
                                                                                                                 34_512)
     answers = json.loads(kvlab("fit", *common, "--concurrency", "16", "--context-len", "4096",
-                               "--decode-context-parallel-size", "2").stdout)
+                               "--dcp-size", "2").stdout)
     # 2,156 usable blocks (one is the null block): 2,156 // 128 = 16 requests; 16 requests get 134 blocks, 2,144
     # tokens per GPU, 4,288 in all
     assert answers["max_num_requests"]["num_requests"] == 16 and answers["workload"]["blocks_per_request"] == 128
