@@ -47,7 +47,8 @@ EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs 
 SamplerOpt = Annotated[Optional[str], typer.Option(
     "--sampler", help="Top-k/top-p sampler of vLLM's profiling run, as its log names it: flashinfer or pytorch.",
     show_default="the vLLM version's usual one")]
-# vLLM's --decode-context-parallel-size (-dcp; --dcp-size here, a name that fits 80 columns): groups of TP ranks that each keep every DCP-th token's KV
+# vLLM's --decode-context-parallel-size (-dcp; --dcp-size here, a name that fits the 80-column help): groups of TP
+# ranks that each keep every DCP-th token's KV
 DcpOpt = Annotated[int, typer.Option(
     "--dcp-size", "-dcp", help="GPUs of a tensor-parallel group that split each request's KV cache by token "
     "(vLLM's decode context parallelism, its --decode-context-parallel-size); must divide --tensor-parallel-size.")]
