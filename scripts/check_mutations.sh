@@ -46,10 +46,10 @@ mutate "a run's durations priced as memory-bound only where compute-bound (compu
   src/kvlab/cost/model.py \
   "rest = [overhead_s + (tokens + flops_per_pair * c) / flops for c in contexts]" \
   "rest = [fixed_s + c * kv_token_s for c in contexts]"
-mutate "the victim is the oldest running request, not the newest" src/kvlab/sched/scheduler.py \
-  "victim = self.running.pop()" \
-  "victim = self.running.pop(0)"
-mutate "a run ends one iteration after its first finish" src/kvlab/sched/scheduler.py \
+mutate "the victim is the oldest running request, not the newest" src/kvlab/sched/policy.py \
+  "    return len(running) - 1" \
+  "    return 0"
+mutate "a run ends one iteration after its first finish" src/kvlab/sched/runs.py \
   "num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)" \
   "num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock + 1)"
 exit $survived
