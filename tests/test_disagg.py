@@ -306,41 +306,46 @@ def test_the_shapes_of_n_replicas_are_the_aggregated_fleet_then_each_xpyd():
 
 
 @pytest.mark.parametrize(("holds", "tried", "answer"), [
-    # aggregated from 3 replicas, 1P2D from 3: both at 3 GPUs, tried up to there
-    ({(0, 3), (1, 2)}, ["1 replica", "2 replicas", "1P1D", "3 replicas", "1P2D"], "either"),
+    # aggregated from 3 replicas, 1P2D from 3: both at 3 GPUs; every shape of a count is judged at once
+    ({(0, 3), (1, 2), (2, 1)}, ["1 replica", "2 replicas", "1P1D", "3 replicas", "1P2D", "2P1D"], "either"),
     ({(1, 1)}, ["1 replica", "2 replicas", "1P1D"], "disaggregated"),
     ({(0, 2)}, ["1 replica", "2 replicas", "1P1D"], "aggregated"),
     (set(), ["1 replica", "2 replicas", "1P1D"], "neither"),
 ])
-def test_the_comparison_stops_at_the_first_count_at_which_either_holds(monkeypatch, holds, tried, answer):
-    from kvlab.service import disagg
-    from kvlab.sweep.slo import parse_slo
+def test_the_comparison_stops_at_the_first_count_at_which_either_holds(holds, tried, answer):
+    from kvlab.service.disagg import DisaggComparison, shape_name
 
-    def judge(point, prefill, decode, slo, world):
-        shape = f"{prefill}P{decode}D" if prefill else f"{decode} replica{'s' if decode > 1 else ''}"
-        return {"shape": shape, "prefill_replicas": prefill, "decode_replicas": decode, "gpus": prefill + decode,
-                "held": (prefill, decode) in holds, "reason": "", "ttft_p99_s": None, "tpot_p99_s": None}
-
-    monkeypatch.setattr(disagg, "_judge", judge)
-    point = {"strategy": "vllm", "model": "llama-3.1-8b", "gpu": "h100-sxm", "rate": 2.0}
-    comparison = disagg.compare_fewest_gpus(point, parse_slo("p99_tpot<20ms"), max_replicas=2 if not holds else 3)
+    comparison = DisaggComparison(2.0, "p99_tpot<20ms", 1, max_replicas=2 if not holds else 3)
+    while fleets := comparison.next_fleets():
+        for prefill, decode in fleets:
+            comparison.record({"shape": shape_name(prefill, decode), "prefill_replicas": prefill,
+                               "decode_replicas": decode, "held": (prefill, decode) in holds})
     assert [row["shape"] for row in comparison.tried] == tried
     assert comparison.answer == answer
+    assert comparison.disaggregated == (None if answer in ("aggregated", "neither") else min(holds - {(0, 3)}))
 
 
-def test_capacity_says_which_fleet_holds_with_fewer_gpus(kvlab):
+def test_capacity_says_which_fleet_holds_with_fewer_gpus(kvlab, tmp_path):
     """At 2 req/s of the Azure conversations on H100s, a TPOT bound is met by 1P1D and by no aggregated fleet of
-    2 GPUs (prefills share their iterations); the rows say why each failed."""
+    2 GPUs (prefills share their iterations), on both samples; the rows say why each failed; every fleet is stored,
+    so the same question asked again simulates nothing."""
     args = ["capacity", "--replicas", "auto", "--prefill-replicas", "auto", "--model", "llama-3.1-8b", "--gpu",
-            "h100-sxm", "--workload", "azure-conv", "--rate", "2", "-n", "200", "--slo", "p99_tpot<20ms"]
+            "h100-sxm", "--workload", "azure-conv", "--rate", "2", "-n", "200", "--slo", "p99_tpot<20ms",
+            "--out", str(tmp_path)]
     r = kvlab(*args, "--json")
     assert r.exit_code == 0, r.stderr
     answer = r.json()
     assert [(row["shape"], row["gpus"], row["held"]) for row in answer["tried"]] == [
         ("1 replica", 1, False), ("2 replicas", 2, False), ("1P1D", 2, True)]
+    assert answer["sample_lengths"] == [200, 400]
+    assert [[s["num_requests"] for s in row["samples"]] for row in answer["tried"]] == [[200, 400]] * 3
+    assert all(s["held"] for s in answer["tried"][2]["samples"])
     assert answer["tried"][1]["reason"].startswith("missed p99_tpot<20ms")
     assert (answer["answer"], answer["aggregated_replicas"]) == ("disaggregated", None)
     text = kvlab(*args)
-    assert "disaggregated holds with fewer GPUs" in " ".join(text.stdout.split())
+    words = " ".join(text.stdout.split())
+    assert "disaggregated holds with fewer GPUs" in words
+    assert "two samples (200 and 400 requests)" in words
+    assert "Computed 0 simulations now, 6 were stored already" in words
     bad = kvlab(*args[:5], "--decode-replicas", "2", "--rate", "2")
     assert bad.exit_code == 2 and "give no --decode-replicas values" in bad.stderr

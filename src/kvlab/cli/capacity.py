@@ -122,7 +122,7 @@ def capacity(
         raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
     lists, explicit = grid_lists(ctx.args, grid)
     if lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]:
-        return disagg_command(lists, explicit, target, as_json)
+        return disagg_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json)
     if lists.get("replicas") == ["auto"]:
         lists.pop("replicas")
         replicas_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json,
@@ -299,7 +299,9 @@ def _print_answer(console, answer: Answer) -> None:
 
 # --- --replicas auto --prefill-replicas auto: aggregated against disaggregated (kvlab.service.disagg) -------------
 
-def disagg_command(lists: dict[str, list], explicit: list[dict], slo, as_json: bool) -> None:
+def disagg_command(lists: dict[str, list], explicit: list[dict], slo, session: Session, as_json: bool) -> None:
+    from rich.console import Console
+
     from kvlab.report.disagg import print_comparison
     from kvlab.service.disagg import compare_from_grid
 
@@ -307,11 +309,17 @@ def disagg_command(lists: dict[str, list], explicit: list[dict], slo, as_json: b
         print(f"{row['shape']}: {'held' if row['held'] else 'failed'}", file=sys.stderr, flush=True)
 
     lists.pop("replicas")
-    comparison = compare_from_grid(lists, explicit, slo, progress=None if as_json else progress)
+    session.check_ray()
+    comparison = run_session(session, lambda: compare_from_grid(lists, explicit, slo, session.runner,
+                                                                progress=None if as_json else progress))
     if as_json:
-        print(json.dumps(comparison.to_dict(), indent=2))
-    else:
-        print_comparison(comparison)
+        print(json.dumps({**comparison.to_dict(), "store": session.store_path}, indent=2))
+        return
+    print_comparison(comparison)
+    runner = session.runner
+    Console(highlight=False).print(
+        f"Each fleet is simulated on one clock, stored in the sweep store ({session.store_path}); "
+        + computed_text(runner.num_computed, runner.num_total_before, "simulation") + ".", markup=False)
 
 
 # --- --replicas auto: the fewest replicas that sustain a rate (kvlab.service.replicas) ------------------------------

@@ -12,14 +12,26 @@ def print_comparison(comparison) -> None:
         return "–" if value is None else f"{1e3 * value:,.1f}"
 
     table = Table(title=f"Aggregated and disaggregated fleets at {comparison.rate:g} req/s with {comparison.slo}")
-    for column in ("fleet", "GPUs", "held", "TTFT p99 ms", "TPOT p99 ms", "why not"):
-        table.add_column(column, justify="left" if column in ("fleet", "why not") else "right")
+    for column in ("fleet", "GPUs", "held", "TTFT p99 ms", "TPOT p99 ms"):
+        table.add_column(column, justify="left" if column == "fleet" else "right")
     for row in comparison.tried:
         table.add_row(row["shape"], str(row["gpus"]), "✓" if row["held"] else "✗", ms(row["ttft_p99_s"]),
-                      ms(row["tpot_p99_s"]), row["reason"])
+                      ms(row["tpot_p99_s"]))
     console = Console(highlight=False)
     console.print(table)
-    console.print(answer_line(comparison))
+    for row in comparison.tried:
+        if not row["held"]:
+            console.print(f"  {row['shape']}: {row['reason']}", markup=False)
+    console.print(answer_line(comparison), markup=False)
+    console.print(samples_line(comparison), markup=False)
+
+
+def samples_line(comparison) -> str:
+    """The samples every fleet was judged on, and why there is one only or why the first is shorter."""
+    lengths = " and ".join(f"{n:,}" for n in comparison.sample_lengths)
+    head = (f"Each fleet judged on two samples ({lengths} requests): it holds when it held on both"
+            if len(comparison.sample_lengths) == 2 else f"Each fleet judged on one sample ({lengths} requests)")
+    return head + (f"; {comparison.note}." if comparison.note else ".")
 
 
 def answer_line(comparison) -> str:

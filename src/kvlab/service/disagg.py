@@ -2,19 +2,22 @@
 (`kvlab capacity --replicas auto --prefill-replicas auto --rate R --slo ...`; docs/disaggregation.md).
 
     n = 1, 2, ... replicas (each TP x PP GPUs), up to max_replicas:
-        n aggregated replicas behind the router                  ──┐ each a sweep point (kvlab.sweep.point), judged
-        every xPyD with x + y = n (1P(n-1)D, ..., (n-1)P1D)      ──┘ as capacity judges a rate (verdict: sustained
-                                                                    over its measured window, the SLO met)
+        n aggregated replicas behind the router                  ──┐ each a sweep point on the session's runner
+        every xPyD with x + y = n (1P(n-1)D, ..., (n-1)P1D)      ──┘ (stored: a comparison run again, or resumed
+                                                                    after Ctrl-C, reads them), judged as capacity
+                                                                    judges a rate: sustained over its measured
+                                                                    window, the SLO met
     stop at the first n at which either holds: the answer is what held there (both, when both did)
 
-A configuration that holds at n is taken to hold with more replicas of the same kind, as the replica search
-assumes; the shapes of one n are tried in order, fewest prefill replicas first, and the first that holds is the
-answer. The points are simulated one after the other here (no store, no pool).
+Each fleet is judged on two samples, as the replica search judges a count (kvlab.service.replicas: the workload,
+by default TRAFFIC_SECONDS of the offered traffic, and twice it); a fleet holds when it held on both, so that the
+answer does not move with the sample's length. A configuration that holds at n is taken to hold with more replicas
+of the same kind, as the replica search assumes. Every fleet of one n is simulated at once (a pool of workers runs
+them side by side).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +29,8 @@ DEFAULT_MAX_REPLICAS = 8
 
 @dataclass
 class DisaggComparison:
-    """The fewest replicas of each kind that held (None: none up to ``max_replicas``), every point tried, and the
-    GPUs one replica takes."""
+    """The fewest replicas of each kind that held (None: none up to ``max_replicas``), every fleet tried, the GPUs
+    one replica takes, and the samples' lengths (one when the trace holds no second: ``note`` says why)."""
 
     rate: float
     slo: str
@@ -36,6 +39,8 @@ class DisaggComparison:
     aggregated: int | None = None
     disaggregated: tuple[int, int] | None = None  # (prefill, decode) replicas
     tried: list[dict[str, Any]] = field(default_factory=list)
+    sample_lengths: list[int] = field(default_factory=list)
+    note: str | None = None  # a sample cut to fit the trace, or why there is no second sample
 
     @property
     def answer(self) -> str:
@@ -50,12 +55,30 @@ class DisaggComparison:
             return "disaggregated"
         return "either"
 
+    def next_fleets(self) -> list[tuple[int, int]]:
+        """The fleets to judge next, (prefill, decode) replicas: every shape of the next count (judged at once), until
+        one held at the last count judged or max_replicas were tried (then none)."""
+        judged = max((r["prefill_replicas"] + r["decode_replicas"] for r in self.tried), default=0)
+        if self.aggregated is not None or self.disaggregated is not None or judged >= self.max_replicas:
+            return []
+        return shapes(judged + 1)
+
+    def record(self, row: dict[str, Any]) -> None:
+        """One fleet's judged row (``_row``), in the order of shapes(): of one count's xPyD that held, the one with
+        the fewest prefill replicas is the answer."""
+        self.tried.append(row)
+        if row["held"] and row["prefill_replicas"] == 0:
+            self.aggregated = row["decode_replicas"]
+        elif row["held"] and self.disaggregated is None:
+            self.disaggregated = (row["prefill_replicas"], row["decode_replicas"])
+
     def to_dict(self) -> dict[str, Any]:
         return {"rate": self.rate, "slo": self.slo, "gpus_per_replica": self.gpus_per_replica,
                 "max_replicas": self.max_replicas, "aggregated_replicas": self.aggregated,
                 "disaggregated": None if self.disaggregated is None else
                 {"prefill_replicas": self.disaggregated[0], "decode_replicas": self.disaggregated[1]},
-                "answer": self.answer, "tried": self.tried}
+                "answer": self.answer, "sample_lengths": self.sample_lengths, "note": self.note,
+                "tried": self.tried}
 
 
 def shapes(n: int) -> list[tuple[int, int]]:
@@ -64,14 +87,19 @@ def shapes(n: int) -> list[tuple[int, int]]:
     return [(0, n), *((x, n - x) for x in range(1, n))]
 
 
-def compare_fewest_gpus(point: dict[str, Any], slo, *, max_replicas: int = DEFAULT_MAX_REPLICAS,
+def compare_fewest_gpus(point: dict[str, Any], slo, runner, *, given_length: bool = True,
+                        max_replicas: int = DEFAULT_MAX_REPLICAS,
                         progress: Callable[[dict[str, Any]], None] | None = None) -> DisaggComparison:
     """The comparison for ``point`` (a sweep point: a strategy and every option, its rate the offered traffic)
-    under ``slo`` (kvlab.sweep.slo.Slo)."""
+    under ``slo`` (kvlab.sweep.slo.Slo), each fleet simulated on ``runner`` (kvlab.sweep.runner.Runner: what its
+    store holds is read, not simulated again). ``given_length``: the point's -n or --duration is the first sample
+    (else the replica search's default length)."""
     from kvlab.config.resolve import quietly
+    from kvlab.service.engine import load
+    from kvlab.service.replicas import first_sample_options, second_sample_options
     from kvlab.sweep.point import engine_options
 
-    for name in ("replicas", "prefill_replicas", "decode_replicas"):
+    for name in ("replicas", "prefill_replicas", "decode_replicas", "router", "router_scorers"):
         point = {k: v for k, v in point.items() if k != name}
     if point.get("rate") is None:
         raise KvlabError("--replicas auto --prefill-replicas auto compares the GPUs two kinds of fleet need for one "
@@ -80,26 +108,24 @@ def compare_fewest_gpus(point: dict[str, Any], slo, *, max_replicas: int = DEFAU
         raise KvlabError(f"--max-replicas {max_replicas}: valid: a whole number from 1 to 64")
     world = quietly(engine_options(point)).parallel.world_size
     comparison = DisaggComparison(point["rate"], slo.describe, world, max_replicas)
-    for n in range(1, max_replicas + 1):
-        held = False
-        for prefill, decode in shapes(n):
-            if (comparison.aggregated is not None) if prefill == 0 else (comparison.disaggregated is not None):
-                continue
-            row = _judge(point, prefill, decode, slo, world)
-            comparison.tried.append(row)
+    first, comparison.note = first_sample_options(point, given_length)
+    config = quietly(engine_options(first))
+    second, no_second = second_sample_options(first, config.workload)
+    samples = [first] if second is None else [first, second]
+    comparison.note = comparison.note or no_second
+    comparison.sample_lengths = [len(load(quietly(engine_options(options))).requests) for options in samples]
+    while fleets := comparison.next_fleets():
+        rows = runner.run([{**options, **_fleet(prefill, decode)} for prefill, decode in fleets for options in samples])
+        for i, (prefill, decode) in enumerate(fleets):
+            row = _row(prefill, decode, rows[i * len(samples):(i + 1) * len(samples)], slo, world,
+                       comparison.sample_lengths)
+            comparison.record(row)
             if progress is not None:
                 progress(row)
-            if row["held"] and prefill == 0:
-                comparison.aggregated = n
-            elif row["held"]:
-                comparison.disaggregated = (prefill, decode)
-            held = held or row["held"]
-        if held:
-            break
     return comparison
 
 
-def compare_from_grid(lists: dict[str, list], explicit: list[dict], slo, *,
+def compare_from_grid(lists: dict[str, list], explicit: list[dict], slo, runner, *,
                       progress: Callable[[dict[str, Any]], None] | None = None) -> DisaggComparison:
     """The comparison a command line asks for: its grid's lists and explicit points (--replicas auto and
     --prefill-replicas auto taken out) must give one configuration."""
@@ -109,30 +135,53 @@ def compare_from_grid(lists: dict[str, list], explicit: list[dict], slo, *,
         if lists.pop(name, ["auto"]) != ["auto"]:
             raise KvlabError(f"--replicas auto --prefill-replicas auto searches the shapes: give no "
                              f"--{name.replace('_', '-')} values")
+    given_length = "num_requests" in lists or "duration" in lists or \
+        any("num_requests" in p or "duration" in p for p in explicit)
     points = expand(lists, explicit)
     if len(points) != 1:
         raise KvlabError(f"--replicas auto --prefill-replicas auto compares one configuration; the grid has "
                          f"{len(points)}: give one value of each option")
-    return compare_fewest_gpus(points[0], slo, progress=progress)
+    return compare_fewest_gpus(points[0], slo, runner, given_length=given_length, progress=progress)
 
 
-def _judge(point: dict[str, Any], prefill: int, decode: int, slo, world: int) -> dict[str, Any]:
-    """One fleet's run as a capacity search judges it: held, why not, and its p99 TTFT and TPOT."""
+def shape_name(prefill: int, decode: int) -> str:
+    """'1 replica', '3 replicas', '1P2D'."""
+    if prefill:
+        return f"{prefill}P{decode}D"
+    return f"{decode} replica{'s' if decode > 1 else ''}"
+
+
+def _fleet(prefill: int, decode: int) -> dict[str, Any]:
+    """A fleet's options: xPyD, n replicas behind the router, or one replica (it routes nothing: the router at its
+    defaults, one stored point whatever the router)."""
     from kvlab.config.options import OPTIONS
-    from kvlab.sweep.capacity import verdict
-    from kvlab.sweep.point import simulate_point
 
     if prefill:
-        fleet = {"prefill_replicas": prefill, "decode_replicas": decode}
-        shape = f"{prefill}P{decode}D"
-    elif decode > 1:
-        fleet = {"replicas": decode}
-        shape = f"{decode} replicas"
-    else:  # (one replica routes nothing: the router at its defaults)
-        fleet = {"router": OPTIONS["router"].default, "router_scorers": OPTIONS["router_scorers"].default}
-        shape = "1 replica"
-    summary, latencies = simulate_point({**point, **fleet})
-    judged, _ = verdict(slo, {"summary": json.dumps(summary), "window_latencies": latencies})
-    return {"shape": shape, "prefill_replicas": prefill, "decode_replicas": decode,
-            "gpus": (prefill + decode) * world, "held": judged.held, "reason": judged.reason,
-            "ttft_p99_s": summary["ttft_s"]["p99"], "tpot_p99_s": summary["tpot_s"]["p99"]}
+        return {"prefill_replicas": prefill, "decode_replicas": decode}
+    if decode > 1:
+        return {"replicas": decode}
+    return {"router": OPTIONS["router"].default, "router_scorers": OPTIONS["router_scorers"].default}
+
+
+def _row(prefill: int, decode: int, stored: list[dict[str, Any]], slo, world: int,
+         lengths: list[int]) -> dict[str, Any]:
+    """One fleet as a capacity search judges it, on each sample: held (on every sample), why not (the first sample
+    that failed), and the first sample's p99 TTFT and TPOT."""
+    import json
+
+    from kvlab.sweep.capacity import verdict
+
+    samples = []
+    for row, length in zip(stored, lengths):
+        if row["status"] != "ok":
+            raise KvlabError(f"{shape_name(prefill, decode)} on {length:,} requests: {row['error']}")
+        judged, _ = verdict(slo, row)
+        summary = json.loads(row["summary"])
+        samples.append({"num_requests": length, "held": judged.held, "reason": judged.reason,
+                        "ttft_p99_s": summary["ttft_s"]["p99"], "tpot_p99_s": summary["tpot_s"]["p99"]})
+    failed = next((s for s in samples if not s["held"]), None)
+    reason = "" if failed is None else failed["reason"] + (
+        f" (on the second sample, {failed['num_requests']:,} requests)" if failed is not samples[0] else "")
+    return {"shape": shape_name(prefill, decode), "prefill_replicas": prefill, "decode_replicas": decode,
+            "gpus": (prefill + decode) * world, "held": failed is None, "reason": reason,
+            "ttft_p99_s": samples[0]["ttft_p99_s"], "tpot_p99_s": samples[0]["tpot_p99_s"], "samples": samples}

@@ -34,7 +34,7 @@ from typing import Any
 from kvlab.catalog import get_gpu, get_model
 from kvlab.catalog.prices import gpu_hour_price as price_of
 from kvlab.catalog.prices import serving_cost
-from kvlab.config import KvlabConfig, resolve
+from kvlab.config import KvlabConfig, WorkloadConfig, resolve
 from kvlab.config.options import DEFAULT_NUM_REQUESTS, OPTIONS
 from kvlab.config.resolve import engine_setup
 from kvlab.cost.profiles import applicable_profiles, lead_profile
@@ -145,29 +145,46 @@ def replica_searches(lists: dict[str, list], explicit: list[dict]) -> tuple[floa
 
 
 def _first_sample(point: dict[str, Any], router: str, given_length: bool) -> FewestReplicasSearch:
-    """The search on the workload: as given with -n or --duration, else TRAFFIC_SECONDS of the offered traffic (at
-    least DEFAULT_NUM_REQUESTS requests, at most half a trace that keeps its own arrival times)."""
+    """The search on the workload: as given with -n or --duration, else first_sample_options' length."""
     options = {k: v for k, v in point.items() if k not in ("strategy", "replicas", "router")}
-    if given_length:
-        return _search(point, router, options)
-    wanted = max(DEFAULT_NUM_REQUESTS, math.ceil(point["rate"] * TRAFFIC_SECONDS))
-    rows = trace_rows(resolve({**options, "router": router, "replicas": 2}).workload)
-    options["num_requests"] = two_sample_length(wanted, rows)
+    options, length_note = first_sample_options(options, given_length, {"router": router, "replicas": 2})
     search = _search(point, router, options)
-    if rows is not None and options["num_requests"] != wanted:
-        search.length_note = cut_note(point["workload"], rows, wanted, options["num_requests"])
+    search.length_note = length_note
     return search
+
+
+def first_sample_options(options: dict[str, Any], given_length: bool,
+                         fleet: dict[str, Any] | None = None) -> tuple[dict[str, Any], str | None]:
+    """A search's first sample: ``options`` as given with -n or --duration, else TRAFFIC_SECONDS of the offered
+    traffic (at least DEFAULT_NUM_REQUESTS requests, at most half a trace that keeps its own arrival times), with
+    why it is shorter than that when a trace cut it (None: not cut). ``fleet``: the options that resolve the
+    workload's setup (a router needs a fleet)."""
+    if given_length:
+        return options, None
+    wanted = max(DEFAULT_NUM_REQUESTS, math.ceil(options["rate"] * TRAFFIC_SECONDS))
+    rows = trace_rows(resolve({k: v for k, v in {**options, **(fleet or {})}.items() if k != "strategy"}).workload)
+    options = {**options, "num_requests": two_sample_length(wanted, rows)}
+    if rows is not None and options["num_requests"] != wanted:
+        return options, cut_note(options["workload"], rows, wanted, options["num_requests"])
+    return options, None
+
+
+def second_sample_options(options: dict[str, Any],
+                          workload: WorkloadConfig) -> tuple[dict[str, Any] | None, str | None]:
+    """The second sample's options: twice the first's workload (``options``, resolved to ``workload``), or None with
+    why: a trace shorter than twice the first sample (with the -n that would do)."""
+    rows, n = trace_rows(workload), workload.num_requests
+    if rows is not None and n is not None and workload.duration is None and 2 * n > rows:
+        return None, no_second_note(options["workload"], rows, n)
+    return longer_sample({**options, "num_requests": options.get("num_requests") or n}), None
 
 
 def _second_sample(first: FewestReplicasSearch) -> FewestReplicasSearch | None:
     """The search on twice the first's workload (``factor`` 2), or None with why in ``first.no_second``: a trace
     shorter than twice the first sample (with the -n that would do), or another reason it cannot be built."""
-    workload = first.config.workload
-    rows, n = trace_rows(workload), workload.num_requests
-    if rows is not None and n is not None and workload.duration is None and 2 * n > rows:
-        first.no_second = no_second_note(first.point["workload"], rows, n)
+    options, first.no_second = second_sample_options(first.options, first.config.workload)
+    if options is None:
         return None
-    options = longer_sample({**first.options, "num_requests": first.options.get("num_requests") or n})
     try:
         return _search(first.point, first.router, options, factor=2)
     except KvlabError as exc:
