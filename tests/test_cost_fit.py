@@ -64,7 +64,7 @@ def test_a_published_run_reads_with_its_units():
     ("actual.summary.itl_mean", None, r"missing field 'actual.summary.itl_mean'"),
     ("actual.summary.e2e_mean", "120 fortnights", r"actual.summary.e2e_mean = '120 fortnights': unit not understood"),
     ("actual.summary.e2e_mean", -3, r"must be a positive, finite duration"),
-    ("cpu_offload", "lmcache", r"cannot express KV offload"),
+    ("cpu_offload", "lmcache", r"cpu_offload 'lmcache': kvlab replays vLLM's native CPU tier only"),
     ("precision", "INT4-AWQ", r"precision 'INT4-AWQ' is not one kvlab prices"),
     ("workload.load_type", "poisson", r"load type 'poisson' is not supported"),
     ("max_num_seqs", 2.5, r"max_num_seqs = 2.5; valid: a whole number"),

@@ -146,7 +146,9 @@ def prepare(run: MeasuredRun, closed_loop: bool = False) -> Prepared:
     config = quietly(model=model_spec.id, gpu=gpu_spec.id, tensor_parallel_size=run.tensor_parallel_size,
                      num_gpu_blocks=run.num_gpu_blocks, max_num_seqs=run.max_num_seqs,
                      max_num_batched_tokens=run.max_num_batched_tokens, max_model_len=run.max_model_len,
-                     enable_chunked_prefill=True, cost="roofline")
+                     enable_chunked_prefill=True, cost="roofline", kv_offloading_size=run.kv_offloading_size)
+    if config.offload is not None and run.num_cpu_blocks is not None:  # (the tier as the run's log sized it)
+        config = replace(config, offload=replace(config.offload, num_cpu_blocks=run.num_cpu_blocks))
     table = shared_prefix_table(run.workload)
     assert table.arrival_time is not None
     workload = Workload(name=f"run {run.id}", requests=_build_requests(table, table.arrival_time, None),

@@ -11,6 +11,9 @@ The format is the calibration set's (../shared/data/real-vllm/trainval.json, who
 Metrics are milliseconds (a number, or a string with its unit: "57.8 ms", "0.0578 s"); ``actual`` holds
 ``summary`` (every request) and ``stage0``, ``stage1``, ... (the requests that arrived in that load stage). Every
 mistake is one KvlabError line that names the run and the field.
+
+A run served with a CPU tier behind the KV cache says so in ``cpu_offload`` (``_offload`` below), and
+``cpu_kv_blocks`` then gives the tier's size as the benchmark measured it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,14 @@ _NUMBER_WITH_UNIT = re.compile(r"^\s*([-+0-9.eE]+)\s*(ms|s|us|µs)\s*$")
 # Prompt tokens each request carries beyond system prompt + question (the calibration set's README: the real
 # prompts measured 27-48 tokens longer, the tokenizer's round trip of random ids and BOS; the middle of the range).
 PROMPT_OVERHEAD_TOKENS = 37
+# cpu_offload as the public sim-to-real benchmark writes it: a boolean in its experiments.json manifest, "True" or
+# "False" in its error_records.csv (inference-sim/sim-to-real-accuracy-validation, experiment/data_model.py; null in
+# the calibration set: not recorded). Its runs with true served `vllm serve --kv-offloading-size 8
+# --kv-offloading-backend native` (vLLM's OffloadingConnector, 8 GiB; docs/plans/2026-03-04-sim-to-real-accuracy-
+# validation-design.md); vLLM's names of that backend, or a size in GiB, say the same. LMCache is another connector
+# (its own chunking and disk tiers), which kvlab does not replay.
+OFFLOAD_VALUES = {"false": False, "true": True, "native": True, "offloadingconnector": True}
+BENCHMARK_OFFLOAD_GIB = 8.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,11 @@ class MeasuredRun:
     max_model_len: int
     workload: SharedPrefixSpec
     actual: MappingProxyType  # "summary" / "stage0" / ... -> metric -> seconds
+    # vLLM's --kv-offloading-size in GiB: the CPU tier the run was served with (kvlab.offload); None, no tier.
+    kv_offloading_size: float | None = None
+    # The tier's blocks as vLLM counts them (CPUOffloadingSpec.num_blocks, one block of every layer and GPU), when the
+    # run gives cpu_kv_blocks; None: from kv_offloading_size and the model's bytes per block (kvlab.offload.config).
+    num_cpu_blocks: int | None = None
 
     @property
     def label(self) -> str:
@@ -108,10 +124,7 @@ def run_from_dict(raw: Any, where: str, prompt_overhead_tokens: int = PROMPT_OVE
     for key in REQUIRED:
         if key not in raw or raw[key] is None:
             raise KvlabError(f"{where}: missing field {key!r}; a measured run has {', '.join(REQUIRED)}")
-    # (cpu_kv_blocks alone is the swap space vLLM's log reports; V1 moves nothing there without an offload connector)
-    if raw.get("cpu_offload"):
-        raise KvlabError(f"{where}: cpu_offload {raw.get('cpu_offload')!r}: kvlab cannot express KV offload to CPU "
-                         "memory; valid: runs with cpu_offload null (every KV block on the GPU)")
+    kv_offloading_size, num_cpu_blocks = _offload(raw, where)
     precision = str(raw.get("precision") or "FP16")
     if precision.lower() not in PRECISIONS:
         raise KvlabError(f"{where}: precision {precision!r} is not one kvlab prices; valid: "
@@ -136,8 +149,36 @@ def run_from_dict(raw: Any, where: str, prompt_overhead_tokens: int = PROMPT_OVE
         num_gpu_blocks=_whole(raw, "total_kv_blocks", where, 2), max_num_seqs=_whole(raw, "max_num_seqs", where),
         max_num_batched_tokens=_whole(raw, "max_num_batched_tokens", where),
         max_model_len=_whole(raw, "max_model_len", where, 2), workload=workload,
-        actual=MappingProxyType(actual),
+        actual=MappingProxyType(actual), kv_offloading_size=kv_offloading_size, num_cpu_blocks=num_cpu_blocks,
     )
+
+
+def _offload(raw: dict, where: str) -> tuple[float | None, int | None]:
+    """(--kv-offloading-size GiB, vLLM's num_cpu_blocks or None) of a run's cpu_offload and cpu_kv_blocks; (None, None)
+    without a tier. A run without one keeps its cpu_kv_blocks unread, as before."""
+    value = raw.get("cpu_offload")
+    if value is None or isinstance(value, bool) or isinstance(value, str) and value.strip().lower() in OFFLOAD_VALUES:
+        on = OFFLOAD_VALUES[value.strip().lower()] if isinstance(value, str) else bool(value)
+        size_gib = BENCHMARK_OFFLOAD_GIB if on else None
+    elif isinstance(value, int | float) and math.isfinite(value) and value >= 0:
+        size_gib = float(value) or None  # (0 GiB: no tier, as vLLM's kv_offloading_size unset)
+    else:
+        raise KvlabError(f"{where}: cpu_offload {value!r}: kvlab replays vLLM's native CPU tier only (the "
+                         "OffloadingConnector; not LMCache or disk); valid: null or false (no tier), true, 'native', "
+                         "'OffloadingConnector', or its size in GiB")
+    if size_gib is None or not raw.get("cpu_kv_blocks"):
+        return size_gib, None
+    cpu_kv_blocks = _whole(raw, "cpu_kv_blocks", where, 0)
+    tp = _whole(raw, "tp", where)
+    # The benchmark's cpu_kv_blocks is cpu_bytes_to_use (vllm.log's kv_connector_extra_config: --kv-offloading-size,
+    # summed over the ranks) over one GPU's share of a block (its experiment/kv_cache_extractor.py: "Available KV
+    # cache memory" / "GPU KV cache size" tokens x 16): 9,362 for Qwen2.5-7B at tp 1 and 8 GiB, 6,553 for
+    # Mistral-Nemo-12B at tp 2 (3,276 at tp 1). vLLM sizes the tier over a block of every rank
+    # (vllm/v1/kv_offload/cpu.py, CPUOffloadingSpec: page size x layers x world_size), so it holds 1/tp of that.
+    if cpu_kv_blocks < tp:
+        raise KvlabError(f"{where}: cpu_kv_blocks = {cpu_kv_blocks} at tp {tp} is less than one CPU block of every GPU; "
+                         "valid: 0 (the tier sized from its GiB) or at least tp")
+    return size_gib, cpu_kv_blocks // tp
 
 
 def read_runs(path: str | Path, prompt_overhead_tokens: int = PROMPT_OVERHEAD_TOKENS) -> tuple[MeasuredRun, ...]:
