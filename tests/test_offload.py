@@ -194,3 +194,15 @@ def test_no_block_is_lost_and_every_request_ends_with_a_cpu_tier(specs, num_bloc
     assert sim.allocator.num_free_blocks == num_blocks - 1
     runs = Simulation(parse_strategy("vllm+prefix"), config, workload).run()
     assert runs.records == result.records and runs.counters == result.counters
+
+
+def test_a_setup_names_its_cpu_tier():
+    """A report's setup line says the CPU tier a run had (and none without one)."""
+    from kvlab.config import resolve
+    from kvlab.report.setup import setup_lines
+
+    with_tier = resolve(model="llama-3.1-8b", gpu="h100-sxm", num_gpu_blocks=3000, kv_offloading_size=8)
+    assert with_tier.describe()["cpu_tier"] == {"size_gib": 8.0, "num_cpu_blocks": 4096, "link": "PCIe 5.0 x16"}
+    assert "CPU tier: 8 GiB, 4,096 blocks over PCIe 5.0 x16 (--kv-offloading-size)" in setup_lines(with_tier.describe())
+    without = resolve(model="llama-3.1-8b", gpu="h100-sxm", num_gpu_blocks=3000).describe()
+    assert "cpu_tier" not in without and not any(line.startswith("CPU tier") for line in setup_lines(without))

@@ -253,6 +253,8 @@ class KvlabConfig:
             **({"router": self.router.spec(self.workload.seed).text} if self.parallel.data_parallel_size > 1 else {}),
             **({"disaggregated": self.disagg.name} if self.disagg is not None else {}),
             **({"gateway": self.admission.text} if self.admission is not None else {}),
+            **({"cpu_tier": {"size_gib": self.offload.size_gib, "num_cpu_blocks": self.offload.num_cpu_blocks,
+                             "link": self.offload.link}} if self.offload is not None else {}),
             "num_gpu_blocks": cache.num_gpu_blocks, "block_size": cache.block_size, "num_slots": cache.num_slots,
             "max_model_len": sched.max_model_len, "max_num_seqs": sched.max_num_seqs,
             "max_num_batched_tokens": sched.max_num_batched_tokens,

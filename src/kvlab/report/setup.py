@@ -70,6 +70,10 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
         lines.append(f"{setup['model']} on {setup.get('num_gpus', 1)}× {setup['gpu']}{parallel}{replicas}")
     if "num_gpu_blocks" in setup:
         lines.append(f"KV cache: {setup['num_gpu_blocks']:,} blocks of {setup['block_size']} tokens")
+    if "cpu_tier" in setup:
+        tier = setup["cpu_tier"]
+        lines.append(f"CPU tier: {tier['size_gib']:g} GiB, {tier['num_cpu_blocks']:,} blocks over {tier['link']} "
+                     "(--kv-offloading-size)")
     limits = [f"{k} {setup[k]:,}" for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len") if k in setup]
     if "enable_chunked_prefill" in setup:
         limits.append("chunked prefill " + ("on" if setup["enable_chunked_prefill"] else "off"))
