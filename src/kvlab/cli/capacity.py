@@ -197,6 +197,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
     configurations, searches = answer.configurations, answer.searches
     varying = [n for n in names if n != "rate" and len({repr(c[n]) for c in configurations}) > 1] or ["strategy"]
     table_rows = []
+    # (clients with deadlines: the share of the window's requests they gave up at the answer)
+    deadlines = any("wasted_tokens" in w for s in searches for w in s.windows)
     for config, search in zip(configurations, searches):
         if search.error:
             cells = ["–", "–", "–", f"failed: {search.error}", str(len(search.probes) + 1)]
@@ -209,11 +211,15 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
             limit = search.limited_by
             cells = [shown, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
                      str(len(search.probes))]
+        if deadlines:
+            at = search.window_at(search.lo)
+            cells.insert(2, f"{at['abandoned_share']:.1%}" if at.get("abandoned_share") is not None else "–")
         table_rows.append([*(f"{config[n]:,}" if isinstance(config[n], int) and not isinstance(config[n], bool)
                              else str(config[n]) for n in varying), *cells])
     bracket = "bracket [held, failed]"
     table = whole_values_table(f"Capacity: the highest rate sustained with {answer.slo.describe}",
-                                (*varying, "capacity req/s", "run at it", "limited by", bracket, "sims"),
+                                (*varying, "capacity req/s", "run at it", *(("abandoned",) if deadlines else ()),
+                                 "limited by", bracket, "sims"),
                                 table_rows, left=set(varying),
                                 wrapping={bracket} if any(s.error for s in searches) else set())
     console = Console(highlight=False)
@@ -222,6 +228,9 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
                   "arrival) and the share of the offered requests it served (read from its oldest wait's growth); "
                   "stable = the waiting queue grows neither in count nor in oldest wait, every request finished "
                   "(docs/sweep.md).", markup=False)
+    if deadlines:
+        console.print("abandoned: the share of the window's requests whose client gave up at its deadline (--timeout) "
+                      "in the run at the answer (docs/admission.md).", markup=False)
     if answer.scaled:
         console.print("num_requests: scaled so that twice the engine's seats arrive in the measured window (-n or "
                       "--duration to choose).", markup=False)
