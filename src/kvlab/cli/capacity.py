@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from kvlab.service.capacity import Answer
 
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE terms, comma-separated, "
-                                               "all of which must hold, e.g. p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s "
+                                               "all of which must hold, e.g. p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s; "
+                                               "with --timeout, abandoned<5% bounds the share of clients that gave up "
                                                "\\[default: mean_normalized_latency<0.1s, the vLLM paper's metric].")]
 GoodputOpt = Annotated[float | None, typer.Option("--goodput", help="Judge each request against every term (written "
                                                      "without a statistic: ttft<2s,tpot<100ms): a rate holds when at "
@@ -97,7 +98,7 @@ def capacity(
     """The highest request rate each configuration sustains under a latency target.
 
     A rate holds when its run kept up and met the target: its waiting queue grew neither in count nor in oldest wait,
-    every request finished, judged up to the last arrival.
+    every request finished (or was given up at its client's deadline), judged up to the last arrival.
 
     Each answer is searched on two samples (the workload, and twice it) and both are shown with their spread.
 
@@ -226,8 +227,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
     console.print(table)
     console.print("run at it: the run at the answer over its measured window (after a 20% warm-up, up to the last "
                   "arrival) and the share of the offered requests it served (read from its oldest wait's growth); "
-                  "stable = the waiting queue grows neither in count nor in oldest wait, every request finished "
-                  "(docs/sweep.md).", markup=False)
+                  "stable = the waiting queue grows neither in count nor in oldest wait, every request finished or "
+                  "was given up at its deadline (docs/sweep.md).", markup=False)
     if deadlines:
         console.print("abandoned: the share of the window's requests whose client gave up at its deadline (--timeout) "
                       "in the run at the answer (docs/admission.md).", markup=False)
