@@ -237,13 +237,19 @@ def latencies(records: list[RequestRecord], window: Window) -> np.ndarray:
     ``abandoned_share`` counts it (the module doc)."""
     import numpy as np
 
-    chosen = [r for r in records if window.start_s <= r.arrival_time <= window.end_s and r.status != "aborted"]
+    chosen = judged(records, window)
     inf = math.inf
     rows = [[inf if (v := r.ttft) is None else v for r in chosen],
             [(inf if r.status == "rejected" else math.nan) if (v := r.tpot) is None else v for r in chosen],
             [inf if (v := r.e2e_latency) is None else v for r in chosen],
             [inf if (v := r.normalized_latency) is None else v for r in chosen]]
     return np.array(rows, dtype=np.float64).reshape(len(LATENCY_METRICS), len(chosen))
+
+
+def judged(records: list[RequestRecord], window: Window) -> list[RequestRecord]:
+    """The requests whose latencies a target judges, in ``latencies``' column order: those that arrived in the
+    window, less those their client gave up on."""
+    return [r for r in records if window.start_s <= r.arrival_time <= window.end_s and r.status != "aborted"]
 
 
 def measure_run(records: list[RequestRecord], allocator: str, requests, scheduler, num_slots: int,
