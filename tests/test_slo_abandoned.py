@@ -33,8 +33,9 @@ def test_without_the_term_no_client_may_give_up():
     slo = parse_slo("p99_ttft<2s")
     assert slo.judge(STABLE, _latencies(100)).held
     verdict = slo.judge({**STABLE, "num_aborted": 1}, _latencies(99))
-    assert verdict.reason == ("missed abandoned=0% (1.0%): clients gave up at their deadline; bound the share with "
-                              "a term such as abandoned<5%")
+    assert verdict.reason == "missed abandoned=0% (1.0%: without a term such as abandoned<5% no client may give up)"
+    assert verdict.values == {"p99_ttft<2s": 0.5, "abandoned=0%": 0.01}
+    assert slo.judge(STABLE, _latencies(100)).values == {"p99_ttft<2s": 0.5}  # (no share to show when none gave up)
 
 
 def test_a_window_that_did_not_keep_up_fails_on_its_state_first():

@@ -62,7 +62,8 @@ def at_latency_floor(verdicts: list, windows: list) -> bool:
     if any(w is None or w.get("state") != "stable" or w.get("oldest_wait_second_half_s", 1.0) > 0 for w in (wa, wb)):
         return False
     missed = [t for t in b.values if t in b.reason]
-    return bool(missed) and all(math.isclose(a.values[t], b.values[t], rel_tol=FLOOR_RTOL) for t in missed)
+    return bool(missed) and all(t in a.values and math.isclose(a.values[t], b.values[t], rel_tol=FLOOR_RTOL)
+                                for t in missed)
 
 
 @dataclass
@@ -128,8 +129,11 @@ class Search:
             return None
         if not at_latency_floor(self.verdicts[-2:], self.windows[-2:]):
             return None
-        rate = self.probes[-1][0]
-        return (f"{self.verdicts[-1].reason} even at {rate:g} req/s, with nothing waiting: the engine's latency with "
+        rate, reason = self.probes[-1][0], self.verdicts[-1].reason
+        if reason.startswith("missed abandoned"):  # (deadlines shorter than the answers take with no queue)
+            return (f"{reason} even at {rate:g} req/s, with nothing waiting: the clients' deadlines (--timeout) are "
+                    "shorter than their answers take with no queue, whatever the rate")
+        return (f"{reason} even at {rate:g} req/s, with nothing waiting: the engine's latency with "
                 "no queue (the slowest requests' own prefill or decode) is above the target, whatever the rate")
 
     @property

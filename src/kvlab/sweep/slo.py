@@ -48,6 +48,7 @@ DEFAULT_SLO = "mean_normalized_latency<0.1s"
 EXAMPLE = 'e.g. "p99_ttft<2s", "p99_ttft<2s,p99_tpot<100ms", "mean_normalized_latency<0.1s", "abandoned<5%"'
 _TERM = re.compile(r"\s*(?:(mean|p\d+(?:\.\d+)?)_)?([a-z_0-9]+?)\s*<=?\s*([0-9.eE+-]+)\s*([a-z%]*)\s*")
 ABANDONED = "abandoned"  # the term on the share of requests whose client gave up (kvlab.window.abandoned_share)
+NO_ABANDONED = "abandoned=0%"  # what a target without the term asks of that share
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,12 +135,12 @@ class Slo:
             attainment = float(every.sum()) / offered if offered else 0.0
             missed = [] if attainment >= self.goodput else [f"{attainment:.1%} of requests met every term"]
         share = _abandoned_share(window)
-        if self.abandoned_text is not None:
-            values[self.abandoned_text] = share
+        bound = self.abandoned_text or NO_ABANDONED
+        if self.abandoned_text is not None or share > 0:  # (the implicit bound's value only where it missed)
+            values[bound] = share
         if share > (self.max_abandoned or 0.0):
-            missed.append(f"{self.abandoned_text or 'abandoned=0%'} ({share:.1%})"
-                          + ("" if self.abandoned_text else ": clients gave up at their deadline; bound the share "
-                             "with a term such as abandoned<5%"))
+            missed.append(f"{bound} ({share:.1%}" + (")" if self.abandoned_text else
+                                                      ": without a term such as abandoned<5% no client may give up)"))
         if window["state"] != "stable":
             reason = f"{window['state']}: {window['decided_by']}"
         elif window["num_rejected"]:
