@@ -68,11 +68,25 @@ def test_more_and_more_requests_waiting_no_longer_is_backlogged():
     assert w.state == "backlogged" and not w.sustained and w.decided_by.startswith("queue count grew")
 
 
-def test_requests_their_clients_gave_up_on_are_unfinished_work():
+def test_a_request_its_client_gave_up_on_is_counted_in_the_share_not_taken_for_overload():
     records = _steady(101, 0.5)
     records[90] = _aborted(90, 90.0, 95.0)
     w = measure(records, seats=10)
-    assert w.num_unfinished == 1 and w.state == "overloaded" and "never finished" in w.decided_by
+    assert (w.num_unfinished, w.num_aborted, w.num_arrived) == (0, 1, 81)
+    assert w.state == "stable" and w.abandoned_share == 1 / 81
+    assert w.decided_by.endswith("; 1 of 81 clients gave up at their deadline")
+    assert w.to_dict()["abandoned_share"] == 1 / 81
+    # Its latencies are left out: it got no answer to time (kvlab.sweep.slo judges it by the share).
+    assert latencies(records, w).shape == (4, 80)
+
+
+def test_with_deadlines_a_queue_whose_oldest_wait_grows_is_still_overload():
+    # One arrival a second, scheduled two seconds apart; every fifth client gives up after 30 s of waiting: the
+    # oldest wait of those still waiting grows all the same.
+    records = [_aborted(i, float(i), i + 30.0) if i % 5 == 4 else _record(i, float(i), 2.0 * i, 2.0 * i + 1)
+               for i in range(101)]
+    w = measure(records, seats=1000)
+    assert w.state == "overloaded" and w.num_aborted == 16 and w.decided_by.startswith("oldest wait grew")
 
 
 def test_few_requests_of_an_engine_that_keeps_up_read_as_served_whatever_their_answers_lengths():

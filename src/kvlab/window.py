@@ -18,13 +18,20 @@ across the window, by either measure of it, and the offered work is finished:
                   oldest wait grows by that much for each second of the window. The served share is 1 − that
                   growth (mean oldest wait, second half less first half, over the half-window between them);
                   the engine keeps up while it is at least 95%
-    finished      every request of the window finished: none refused (a refused request meets no target), none
-                  given up by its client (status ``aborted``)
+    finished      every request of the window finished or was given up by its client at its deadline (status
+                  ``aborted``, --timeout): none refused (a refused request meets no target), none left unfinished
 
     stable        keeps up: the queue neither grows in count nor in age, everything finished
     backlogged    the oldest wait is flat (served ≥ 95%), but more and more requests wait: it would fail on a
                   longer run
     overloaded    the oldest wait grows (served < 95%), or a request of the window was never finished
+
+A request aborted at its client's deadline is an outcome, not a sign of overload by itself: it leaves the queue
+when its client gives up (so a deadline caps the oldest wait, and an engine that cannot keep up shows it as a
+growing share of clients giving up rather than a growing wait), and the window counts it (``num_aborted``,
+``abandoned_share``). Whether that share is acceptable is the target's to say (kvlab.sweep.slo: ``abandoned<5%``;
+without such a term no client may give up). Its latencies are left out of ``latencies``: it got no answer to time.
+A queue that still grows in count is overload, deadlines or not.
 
 Latency is not a signal: a trace whose later answers are longer takes longer per request without anything
 waiting, and is not overloaded; only a target on the latency can fail it (kvlab.sweep.slo). A preempted request
@@ -67,7 +74,7 @@ class Window:
     end_s: float  # the last arrival
     num_arrived: int  # requests that arrived in the window
     num_rejected: int  # of those that arrived in it: refused by the engine
-    num_unfinished: int  # of those that arrived in it: neither finished nor refused (given up by the client)
+    num_unfinished: int  # of those that arrived in it: neither finished, refused nor aborted
     queue_first_half: float  # mean number waiting (arrived, not yet scheduled), first half of the window
     queue_second_half: float
     oldest_wait_first_half_s: float  # mean age of the oldest waiting request, first half of the window (0: none)
@@ -77,6 +84,12 @@ class Window:
     decided_by: str  # the signal that decided the state, in words (the module doc)
     loaded: bool  # more arrivals in the window than seats: an overload would show
     drain_s: float  # from the last arrival to the last finish
+    num_aborted: int = 0  # of those that arrived in it: aborted when their client's deadline passed (--timeout)
+
+    @property
+    def abandoned_share(self) -> float:
+        """The share of the window's arrivals whose client gave up at its deadline (0 when nothing arrived)."""
+        return self.num_aborted / self.num_arrived if self.num_arrived else 0.0
 
     @property
     def duration_s(self) -> float:
@@ -116,7 +129,7 @@ class Window:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "duration_s": self.duration_s, "offered_rps": self.offered_rps,
                 "served_rps": self.served_rps, "served_share": self.served_share, "queue_growth": self.queue_growth,
-                "wait_growth": self.wait_growth}
+                "wait_growth": self.wait_growth, "abandoned_share": self.abandoned_share}
 
 
 def share_served(num_arrived: int, wait_growth: float) -> float:
@@ -163,7 +176,9 @@ def measure(records: list[RequestRecord], seats: int) -> Window:
     scheduled = np.fromiter((math.inf if r.first_scheduled_time is None else r.first_scheduled_time
                              for r in records), dtype=np.float64, count=n)
     rejected = np.fromiter((r.status == "rejected" for r in records), dtype=bool, count=n)
-    unfinished = np.fromiter((r.status not in ("finished", "rejected") for r in records), dtype=bool, count=n)
+    aborted = np.fromiter((r.status == "aborted" for r in records), dtype=bool, count=n)
+    unfinished = np.fromiter((r.status not in ("finished", "rejected", "aborted") for r in records), dtype=bool,
+                             count=n)
     start, end = bounds(arrival)
     inside = (arrival >= start) & (arrival <= end)
     num_arrived = int(inside.sum())
@@ -191,21 +206,24 @@ def measure(records: list[RequestRecord], seats: int) -> Window:
     (count_1, age_1), (count_2, age_2) = mean_queue(start, middle), mean_queue(middle, end)
     num_rejected = int((inside & rejected).sum())
     num_unfinished = int((inside & unfinished).sum())
+    num_aborted = int((inside & aborted).sum())
     half = (end - start) / 2
     served = share_served(num_arrived, (age_2 - age_1) / half if half > 0 else 0.0)
     growing = count_2 - count_1 > max(QUEUE_GROWTH_MIN, QUEUE_GROWTH_SHARE * num_arrived)
     queue = f"queue {count_1:.0f} → {count_2:.0f} waiting, oldest wait {_age(age_1)} → {_age(age_2)}"
     if num_unfinished:
-        state, decided = "overloaded", f"{num_unfinished} of the window's requests never finished (given up)"
+        state, decided = "overloaded", f"{num_unfinished} of the window's requests never finished"
     elif served < SERVED_SHARE:
         state, decided = "overloaded", f"oldest wait grew: served {served:.1%} of offered ({queue})"
     elif growing:
         state, decided = "backlogged", f"queue count grew ({queue})"
     else:
         state, decided = "stable", f"queue flat ({queue})"
+    if num_aborted:
+        decided += f"; {num_aborted} of {num_arrived} clients gave up at their deadline"
     last_finish = float(np.nanmax(finish)) if not np.isnan(finish).all() else float(arrival.max())
     return Window(start, end, num_arrived, num_rejected, num_unfinished, count_1, count_2, age_1, age_2, seats,
-                  state, decided, num_arrived > seats, max(0.0, last_finish - float(arrival.max())))
+                  state, decided, num_arrived > seats, max(0.0, last_finish - float(arrival.max())), num_aborted)
 
 
 def _age(seconds: float) -> str:
@@ -215,16 +233,23 @@ def _age(seconds: float) -> str:
 def latencies(records: list[RequestRecord], window: Window) -> np.ndarray:
     """The latencies of the requests that arrived in the window: a (4, n) array, one row per LATENCY_METRICS
     entry; a refused request's are infinite (it met no target), the TPOT of a one-token answer is NaN (it has
-    none: no TPOT target judges it)."""
+    none: no TPOT target judges it). An aborted request is left out: its client gave up, and the window's
+    ``abandoned_share`` counts it (the module doc)."""
     import numpy as np
 
-    chosen = [r for r in records if window.start_s <= r.arrival_time <= window.end_s]
+    chosen = judged(records, window)
     inf = math.inf
     rows = [[inf if (v := r.ttft) is None else v for r in chosen],
             [(inf if r.status == "rejected" else math.nan) if (v := r.tpot) is None else v for r in chosen],
             [inf if (v := r.e2e_latency) is None else v for r in chosen],
             [inf if (v := r.normalized_latency) is None else v for r in chosen]]
     return np.array(rows, dtype=np.float64).reshape(len(LATENCY_METRICS), len(chosen))
+
+
+def judged(records: list[RequestRecord], window: Window) -> list[RequestRecord]:
+    """The requests whose latencies a target judges, in ``latencies``' column order: those that arrived in the
+    window, less those their client gave up on."""
+    return [r for r in records if window.start_s <= r.arrival_time <= window.end_s and r.status != "aborted"]
 
 
 def measure_run(records: list[RequestRecord], allocator: str, requests, scheduler, num_slots: int,

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from kvlab.service.capacity import Answer
 
 SloOpt = Annotated[str | None, typer.Option("--slo", help="The latency target: STAT_METRIC<VALUE terms, comma-separated, "
-                                               "all of which must hold, e.g. p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s "
+                                               "all of which must hold, e.g. p99_ttft<2s,p99_tpot<100ms,p50_e2e<10s; "
+                                               "with --timeout, abandoned<5% bounds the share of clients that gave up "
                                                "\\[default: mean_normalized_latency<0.1s, the vLLM paper's metric].")]
 GoodputOpt = Annotated[float | None, typer.Option("--goodput", help="Judge each request against every term (written "
                                                      "without a statistic: ttft<2s,tpot<100ms): a rate holds when at "
@@ -97,7 +98,7 @@ def capacity(
     """The highest request rate each configuration sustains under a latency target.
 
     A rate holds when its run kept up and met the target: its waiting queue grew neither in count nor in oldest wait,
-    every request finished, judged up to the last arrival.
+    every request finished (or was given up at its client's deadline), judged up to the last arrival.
 
     Each answer is searched on two samples (the workload, and twice it) and both are shown with their spread.
 
@@ -197,6 +198,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
     configurations, searches = answer.configurations, answer.searches
     varying = [n for n in names if n != "rate" and len({repr(c[n]) for c in configurations}) > 1] or ["strategy"]
     table_rows = []
+    # (clients with deadlines: the share of the window's requests they gave up at the answer)
+    deadlines = any("wasted_tokens" in w for s in searches for w in s.windows)
     for config, search in zip(configurations, searches):
         if search.error:
             cells = ["–", "–", "–", f"failed: {search.error}", str(len(search.probes) + 1)]
@@ -209,19 +212,26 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
             limit = search.limited_by
             cells = [shown, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
                      str(len(search.probes))]
+        if deadlines:
+            at = search.window_at(search.lo)
+            cells.insert(2, f"{at['abandoned_share']:.1%}" if at.get("abandoned_share") is not None else "–")
         table_rows.append([*(f"{config[n]:,}" if isinstance(config[n], int) and not isinstance(config[n], bool)
                              else str(config[n]) for n in varying), *cells])
     bracket = "bracket [held, failed]"
     table = whole_values_table(f"Capacity: the highest rate sustained with {answer.slo.describe}",
-                                (*varying, "capacity req/s", "run at it", "limited by", bracket, "sims"),
+                                (*varying, "capacity req/s", "run at it", *(("abandoned",) if deadlines else ()),
+                                 "limited by", bracket, "sims"),
                                 table_rows, left=set(varying),
                                 wrapping={bracket} if any(s.error for s in searches) else set())
     console = Console(highlight=False)
     console.print(table)
     console.print("run at it: the run at the answer over its measured window (after a 20% warm-up, up to the last "
                   "arrival) and the share of the offered requests it served (read from its oldest wait's growth); "
-                  "stable = the waiting queue grows neither in count nor in oldest wait, every request finished "
-                  "(docs/sweep.md).", markup=False)
+                  "stable = the waiting queue grows neither in count nor in oldest wait, every request finished or "
+                  "was given up at its deadline (docs/sweep.md).", markup=False)
+    if deadlines:
+        console.print("abandoned: the share of the window's requests whose client gave up at its deadline (--timeout) "
+                      "in the run at the answer (docs/admission.md).", markup=False)
     if answer.scaled:
         console.print("num_requests: scaled so that twice the engine's seats arrive in the measured window (-n or "
                       "--duration to choose).", markup=False)

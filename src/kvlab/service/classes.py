@@ -13,7 +13,9 @@ Per class c, over its requests R_c (offered: rejected and aborted ones included)
     rejected_share     num_rejected / |R_c|
     ttft_s, tpot_s,    each latency's mean, p50, p90, p99 over the finished requests of R_c (kvlab.metrics'
     e2e_latency_s      definitions)
+    abandoned_share    num_aborted / |R_c| (clients that gave up at their deadline, --timeout)
     slo_values         each term's statistic over the finished requests of R_c; slo_held: every term within its limit
+                       and the abandoned share within the SLO's ``abandoned<X%`` (0 without the term: kvlab.sweep.slo)
     goodput            |{r in R_c finished, every term's latency of r within the term's limit}| / |R_c|
                        (DistServe's goodput as a share; a rejected or aborted request never counts)
 
@@ -94,22 +96,28 @@ def _class_entry(records: list[RequestRecord], slo: Slo | None) -> dict[str, Any
 
     finished = [r for r in records if r.status == "finished"]
     rejected = sum(1 for r in records if r.status == "rejected")
+    aborted = sum(1 for r in records if r.status == "aborted")
     latencies = np.array([[r.ttft for r in finished], [math.nan if r.tpot is None else r.tpot for r in finished],
                           [r.e2e_latency for r in finished], [r.normalized_latency for r in finished]],
                          dtype=np.float64).reshape(len(LATENCY_METRICS), len(finished))
     entry: dict[str, Any] = {
         "num_requests": len(records), "num_finished": len(finished), "num_rejected": rejected,
-        "num_aborted": sum(1 for r in records if r.status == "aborted"),
+        "num_aborted": aborted,
         "rejected_share": rejected / len(records) if records else 0.0,
+        "abandoned_share": aborted / len(records) if records else 0.0,
         "ttft_s": distribution(latencies[0].tolist()),
         "tpot_s": distribution([v for v in latencies[1].tolist() if not math.isnan(v)]),
         "e2e_latency_s": distribution(latencies[2].tolist()),
     }
     if slo is not None:
         values = {term.text: term.value(latencies) for term in slo.terms}
-        met = np.logical_and.reduce([term.met_by_each(latencies) for term in slo.terms])
+        met = np.logical_and.reduce([term.met_by_each(latencies) for term in slo.terms]
+                                    ) if slo.terms else np.ones(len(finished), dtype=bool)
+        if slo.abandoned_text is not None:
+            values[slo.abandoned_text] = entry["abandoned_share"]
         entry.update(slo=slo.text, slo_values=values,
-                     slo_held=bool(finished) and all(values[t.text] <= t.limit_s for t in slo.terms),
+                     slo_held=bool(finished) and all(values[t.text] <= t.limit_s for t in slo.terms)
+                     and entry["abandoned_share"] <= (slo.max_abandoned or 0.0),
                      goodput=float(met.sum()) / len(records) if records else 0.0)
     return entry
 

@@ -62,7 +62,8 @@ def at_latency_floor(verdicts: list, windows: list) -> bool:
     if any(w is None or w.get("state") != "stable" or w.get("oldest_wait_second_half_s", 1.0) > 0 for w in (wa, wb)):
         return False
     missed = [t for t in b.values if t in b.reason]
-    return bool(missed) and all(math.isclose(a.values[t], b.values[t], rel_tol=FLOOR_RTOL) for t in missed)
+    return bool(missed) and all(t in a.values and math.isclose(a.values[t], b.values[t], rel_tol=FLOOR_RTOL)
+                                for t in missed)
 
 
 @dataclass
@@ -128,8 +129,11 @@ class Search:
             return None
         if not at_latency_floor(self.verdicts[-2:], self.windows[-2:]):
             return None
-        rate = self.probes[-1][0]
-        return (f"{self.verdicts[-1].reason} even at {rate:g} req/s, with nothing waiting: the engine's latency with "
+        rate, reason = self.probes[-1][0], self.verdicts[-1].reason
+        if reason.startswith("missed abandoned"):  # (deadlines shorter than the answers take with no queue)
+            return (f"{reason} even at {rate:g} req/s, with nothing waiting: the clients' deadlines (--timeout) are "
+                    "shorter than their answers take with no queue, whatever the rate")
+        return (f"{reason} even at {rate:g} req/s, with nothing waiting: the engine's latency with "
                 "no queue (the slowest requests' own prefill or decode) is above the target, whatever the rate")
 
     @property
@@ -181,7 +185,8 @@ class Search:
             return None
         for (rate, _, held), verdict in zip(self.probes, self.verdicts):
             if rate == self.hi and not held:
-                kind = next((k for word, k in LIMITS.items() if word in verdict.reason), "run")
+                kind = "abandonment" if verdict.reason.startswith("missed abandoned") else next(
+                    (k for word, k in LIMITS.items() if word in verdict.reason), "run")
                 return f"{kind}: {verdict.reason} at {rate:g} req/s"
         return None
 
@@ -192,11 +197,16 @@ class Search:
                 "limited_by": self.limited_by, "unreachable": self.unreachable, "bracket": [self.lo, self.hi],
                 "served_share_at_capacity": at.get("served_share"), "state_at_capacity": at.get("state"),
                 "decided_by_at_capacity": at.get("decided_by"),
+                # (with client deadlines only: the window's share aborted, and the whole run's wasted tokens)
+                **({"abandoned_share_at_capacity": at.get("abandoned_share"),
+                    "wasted_tokens_at_capacity": at.get("wasted_tokens")} if "wasted_tokens" in at else {}),
                 "num_simulations": len(self.probes),
                 "probes": [{"rate": r, "value": v, "held": h, "state": w.get("state"), "loaded": w.get("loaded"),
                             "served_share": w.get("served_share"), "decided_by": w.get("decided_by"),
                             "offered_rps": w.get("offered_rps"),
                             "served_rps": w.get("served_rps"), "values": verdict.values,
+                            **({"abandoned_share": w.get("abandoned_share"), "wasted_tokens": w["wasted_tokens"]}
+                               if "wasted_tokens" in w else {}),
                             "attainment": verdict.attainment, "reason": verdict.reason}
                            for (r, v, h), verdict, w in zip(self.probes, self.verdicts, self.windows)],
                 "error": self.error}
@@ -212,6 +222,9 @@ def verdict(slo: Slo, row: dict[str, Any]) -> tuple[Verdict, dict[str, Any] | No
 
     summary = json.loads(row["summary"]) if row.get("summary") else None
     window = None if summary is None else summary.get("window")
+    # (clients had deadlines: the run's KV computed in vain travels with the window)
+    if summary is not None and window is not None and "wasted_tokens" in summary:
+        window = {**window, "wasted_tokens": summary["wasted_tokens"]}
     blob = row.get("window_latencies")
     latencies = None if blob is None else np.frombuffer(blob, dtype=np.float64).reshape(len(LATENCY_METRICS), -1)
     return slo.judge(window, latencies), window

@@ -216,8 +216,9 @@ def canonical_json(point: Point) -> str:
 
 # What a stored point holds; a store's points of an older format are computed again. 2: with its measured window;
 # 3: served ÷ offered read from the latency's growth across the window (kvlab.window); 4: from the oldest wait's
-# growth, the window up to the last arrival.
-POINT_FORMAT = 4
+# growth, the window up to the last arrival; 5: a request aborted at its client's deadline counted in the window's
+# num_aborted and left out of its latencies, and a workload's request classes (kvlab.sweep.point).
+POINT_FORMAT = 5
 
 
 def point_key(config_key: str, strategy: str, version: str) -> str:

@@ -96,7 +96,22 @@ def simulate_point(point: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     # (the replicas whose seats a request holds for its answer: a disaggregated fleet's decode side)
     serving = config.disagg.num_decode_replicas if config.disagg is not None else config.parallel.data_parallel_size
     measured = window.measure(result.records, seats * serving)
-    return {**result.summary(), "window": measured.to_dict()}, window.latencies(result.records, measured).tobytes()
+    summary = {**result.summary(), "window": measured.to_dict(), **_classes(result.records, workload, measured)}
+    return summary, window.latencies(result.records, measured).tobytes()
+
+
+def _classes(records, workload, measured) -> dict[str, Any]:
+    """A workload of two classes or more (kvlab.service.classes): each class's entry (``classes``), and the class of
+    each of the window's judged requests in the order of its latencies' columns (``window_classes``), so that a
+    stored run can be judged per class later."""
+    from kvlab.service.classes import class_summaries
+    from kvlab.window import judged
+
+    class_of = {r.request_id: r.priority for r in workload.requests}
+    if len(set(class_of.values())) < 2:
+        return {}
+    return {"classes": class_summaries(records, class_of, {}),
+            "window_classes": [class_of[r.request_id] for r in judged(records, measured)]}
 
 
 def compute(point: dict[str, Any]) -> dict[str, Any]:

@@ -9,11 +9,20 @@ An SLO is one or more terms, comma-separated, all of which must hold:
 Statistics: ``mean`` or ``pNN`` (any percentile, p50, p90, p99, p99.9). Latencies: ``ttft``, ``tpot``, ``e2e``
 (end-to-end) and ``normalized`` (end-to-end ÷ output tokens, the vLLM paper's metric). Units: s, ms, us.
 
+    p99_ttft<5s,abandoned<5%                     with client deadlines (--timeout, a file's timeout column): at
+                                                 most 5% of the window's requests aborted when their client gave up
+
+``abandoned`` is a share of the window's requests, not a latency: a percentage in (0%, 100%), no statistic, and
+the same with --goodput (whose share of good requests counts an aborted one as not good); alone (``abandoned<5%``)
+it asks for the highest rate at which at most that share of clients gives up. An aborted request is judged by it
+alone (its latencies are left out: it got no answer to time, kvlab.window); without the term no client may give
+up: a window with an aborted request misses "abandoned=0%".
+
 Either way a rate holds only when the run sustained it (kvlab.window: the waiting queue grew neither in count nor
-in its oldest wait over the measured window, and every request finished), and the latencies judged are those of
-every request that arrived in the window (after the warm-up, up to the last arrival: a burst at the end counts).
-A verdict that failed says which signal decided it: "overloaded: oldest wait grew: ...", "backlogged: queue count
-grew ...", "missed p99_ttft<2s (2.41 s)".
+in its oldest wait over the measured window, and every request finished or was given up), and the latencies
+judged are those of every request that arrived in the window (after the warm-up, up to the last arrival: a burst
+at the end counts). A verdict that failed says which signal decided it: "overloaded: oldest wait grew: ...",
+"backlogged: queue count grew ...", "missed p99_ttft<2s (2.41 s)", "missed abandoned<5% (7.3%)".
 """
 
 from __future__ import annotations
@@ -36,8 +45,10 @@ UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 # The paper's Figure 12 curves sit at a few tens of ms per token until a system's queue starts to grow, then
 # climb past 1 s per token; 0.1 s per token (a few times the unloaded value) is on the steep part of every curve.
 DEFAULT_SLO = "mean_normalized_latency<0.1s"
-EXAMPLE = 'e.g. "p99_ttft<2s", "p99_ttft<2s,p99_tpot<100ms", "mean_normalized_latency<0.1s"'
-_TERM = re.compile(r"\s*(?:(mean|p\d+(?:\.\d+)?)_)?([a-z_0-9]+?)\s*<=?\s*([0-9.eE+-]+)\s*([a-z]*)\s*")
+EXAMPLE = 'e.g. "p99_ttft<2s", "p99_ttft<2s,p99_tpot<100ms", "mean_normalized_latency<0.1s", "abandoned<5%"'
+_TERM = re.compile(r"\s*(?:(mean|p\d+(?:\.\d+)?)_)?([a-z_0-9]+?)\s*<=?\s*([0-9.eE+-]+)\s*([a-z%]*)\s*")
+ABANDONED = "abandoned"  # the term on the share of requests whose client gave up (kvlab.window.abandoned_share)
+NO_ABANDONED = "abandoned=0%"  # what a target without the term asks of that share
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +103,10 @@ class Slo:
     text: str
     terms: tuple[Term, ...]
     goodput: float | None = None
+    # ``abandoned<5%``: the most of the window's requests that may be aborted at their client's deadline (0.05), and
+    # the term's text; None: none may be.
+    max_abandoned: float | None = None
+    abandoned_text: str | None = None
 
     @property
     def describe(self) -> str:
@@ -114,8 +129,18 @@ class Slo:
             each = [t.met_by_each(latencies) for t in self.terms]
             values = {t.text: float(m.mean()) if len(m) else float("nan") for t, m in zip(self.terms, each)}
             every = np.logical_and.reduce(each) if len(latencies[0]) else np.zeros(0, dtype=bool)
-            attainment = float(every.mean()) if len(every) else 0.0
+            # (an aborted request is not in ``latencies``, and never counts as good: DistServe's goodput charges the
+            # rate for the requests it lost, as kvlab.service.classes does)
+            offered = len(every) + window.get("num_aborted", 0)
+            attainment = float(every.sum()) / offered if offered else 0.0
             missed = [] if attainment >= self.goodput else [f"{attainment:.1%} of requests met every term"]
+        share = _abandoned_share(window)
+        bound = self.abandoned_text or NO_ABANDONED
+        if self.abandoned_text is not None or share > 0:  # (the implicit bound's value only where it missed)
+            values[bound] = share
+        if share > (self.max_abandoned or 0.0):
+            missed.append(f"{bound} ({share:.1%}" + (")" if self.abandoned_text else
+                                                      ": without a term such as abandoned<5% no client may give up)"))
         if window["state"] != "stable":
             reason = f"{window['state']}: {window['decided_by']}"
         elif window["num_rejected"]:
@@ -128,7 +153,13 @@ class Slo:
         """What a plot shows of a verdict: the first term's statistic, or the attainment."""
         if self.goodput is not None:
             return verdict.attainment
-        return verdict.values.get(self.terms[0].text)
+        return verdict.values.get(self.terms[0].text if self.terms else self.abandoned_text or "")
+
+
+def _abandoned_share(window: dict[str, Any]) -> float:
+    """The share of the window's requests aborted at their client's deadline (kvlab.window.Window)."""
+    arrived = window.get("num_arrived") or 0
+    return window.get("num_aborted", 0) / arrived if arrived else 0.0
 
 
 def _seconds(value: float) -> str:
@@ -151,14 +182,46 @@ def parse_slo(text: str, goodput: float | None = None) -> Slo:
     if not text.strip() or any(not p.strip() for p in parts):
         raise KvlabError(f"--slo {text!r}: an empty term; expected STAT_METRIC<VALUE terms separated by commas, "
                          f"{EXAMPLE}")
-    terms = [_term(p, text, goodput) for p in parts]
+    shares = [p.strip() for p in parts if (match := _TERM.fullmatch(p)) and match.group(2) == ABANDONED]
+    if len(shares) > 1:
+        raise KvlabError(f"--slo {text!r}: {shares[0]!r} and {shares[1]!r} both bound the abandoned share; give it "
+                         "once")
+    share = _abandoned_term(shares[0], text) if shares else None
+    terms = [_term(p, text, goodput) for p in parts if p.strip() not in shares]
+    if not terms and goodput is not None:
+        raise KvlabError(f"--slo {text!r} with --goodput {goodput:g}: goodput needs a latency term to judge each "
+                         f"request against, {EXAMPLE}")
     seen: dict[tuple[str, str | None], Term] = {}
     for term in terms:
         other = seen.setdefault((term.metric, term.stat), term)
         if other is not term:
             raise KvlabError(f"--slo {text!r}: {other.text!r} and {term.text!r} bound the same statistic twice; "
                              f"give each statistic of a latency once")
-    return Slo(",".join(t.text for t in terms), tuple(terms), goodput)
+    return Slo(",".join([*(t.text for t in terms), *shares]), tuple(terms), goodput, share,
+               shares[0] if shares else None)
+
+
+def _abandoned_term(part: str, text: str) -> float:
+    """``abandoned<5%`` -> 0.05: the most of the window's requests that may be aborted at their deadline."""
+    where = f"--slo {text!r}" if part == text.strip() else f"--slo {text!r}: the term {part!r}"
+    match = _TERM.fullmatch(part)
+    assert match is not None
+    stat, _, number, unit = match.groups()
+    valid = "valid: a percentage above 0% and below 100%, e.g. abandoned<5%"
+    if stat is not None:
+        raise KvlabError(f"{where}: {ABANDONED} is the share of the window's requests whose client gave up, not a "
+                         f"latency: no statistic ({stat!r}); {valid}")
+    if unit != "%":
+        what = f"{number} has no unit" if not unit else f"{number}{unit} is not a percentage"
+        raise KvlabError(f"{where}: the share {what}; {valid}")
+    try:
+        percent = float(number)
+    except ValueError:
+        raise KvlabError(f"{where}: {number!r} is not a number; {valid}") from None
+    if not 0 < percent < 100:
+        raise KvlabError(f"{where}: {number}% is not a share a client may give up at; {valid} (without the term no "
+                         "client may give up)")
+    return percent / 100
 
 
 def _term(part: str, text: str, goodput: float | None) -> Term:
@@ -177,6 +240,9 @@ def _term(part: str, text: str, goodput: float | None) -> Term:
         raise KvlabError(f"{where}: {stat!r} is not a percentile; use p1 to p99.9 (or mean)")
     if not unit:
         raise KvlabError(f"{where}: the limit {number} has no unit; use s, ms or us (e.g. {number}s, 100ms)")
+    if unit == "%":
+        raise KvlabError(f"{where}: a latency is bounded in s, ms or us, not %; a share bounds only "
+                         f"{ABANDONED} (e.g. abandoned<5%)")
     if unit not in UNITS:
         raise KvlabError(f"{where}: {unit!r} is not a unit; use s, ms or us (e.g. 2s, 100ms)")
     try:

@@ -2,7 +2,8 @@
 
     points         key (hash of the options and kvlab's version) · kvlab_version · status (ok | failed) · error
                    · one column per `kvlab run` option · one column per summary metric (ttft_s_p99, ...)
-                   · summary (the whole summary as JSON, its measured window included: kvlab.window)
+                   · summary (the whole summary as JSON, its measured window included: kvlab.window; with
+                     request classes, each class's entry and each window request's class)
                    · window_latencies (the window's requests' latencies: float64 bytes, kvlab.window.latencies'
                      rows; what a capacity search judges) · elapsed_s · cpu_s · worker · finished_at
     computations   one row per simulation whose result reached the store: key · elapsed_s · worker · finished_at
@@ -24,8 +25,9 @@ from kvlab.sweep.stop import held
 
 DB_NAME = "sweep.duckdb"
 COLUMN_TYPES = {"bool": "BOOLEAN", "int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR"}
-# Summary entries whose keys are data (a reason per rejected request), kept as JSON rather than columns.
-JSON_METRICS = ("reject_reasons",)
+# Summary entries whose keys are data (a reason per rejected request, an entry per request class, the class of each
+# of the window's requests: kvlab.sweep.point), kept as JSON rather than columns.
+JSON_METRICS = ("reject_reasons", "classes", "window_classes")
 BASE_COLUMNS = {"key": "VARCHAR PRIMARY KEY", "kvlab_version": "VARCHAR", "status": "VARCHAR", "error": "VARCHAR"}
 TAIL_COLUMNS = {"summary": "VARCHAR", "window_latencies": "BLOB", "elapsed_s": "DOUBLE", "cpu_s": "DOUBLE", "worker": "VARCHAR",
                 "finished_at": "TIMESTAMP"}

@@ -2,7 +2,9 @@
 
 Columns: ``prompt_len`` and ``output_len`` (whole tokens, ≥ 1), optionally ``arrival_time`` (seconds, ≥ 0) and
 ``max_tokens`` (whole tokens ≥ 1, or empty / null for no cap) and ``priority`` (an integer on every row, smaller
-served first under ``--scheduling-policy priority``; kvlab.workload.priority). Other columns are ignored. Without
+served first under ``--scheduling-policy priority``; kvlab.workload.priority) and ``timeout`` (seconds after the
+request's arrival that its client waits for the whole answer before giving up, a number > 0 on every row, or
+empty on every row; a file with it refuses ``--timeout``: kvlab.workload.priority). Other columns are ignored. Without
 ``arrival_time`` the file is lengths only: arrivals come from ``--arrival poisson`` / ``gamma`` at ``--rate``.
 
 Conversations: a ``session_id`` column (a whole number ≥ 0 on every row) makes each row a turn of its session,
@@ -27,11 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from kvlab.errors import KvlabError
-from kvlab.workload.priority import parse_priority
+from kvlab.workload.priority import parse_deadline, parse_priority
 from kvlab.workload.table import LengthTable
 
 REQUIRED_COLUMNS = ("prompt_len", "output_len")
-OPTIONAL_COLUMNS = ("arrival_time", "max_tokens", "session_id", "think_time", "priority")
+OPTIONAL_COLUMNS = ("arrival_time", "max_tokens", "session_id", "think_time", "priority", "timeout")
 # Other tools' names for kvlab's columns (Vidur / Sarathi-Serve traces and request logs).
 COLUMN_ALIASES = {"num_prefill_tokens": "prompt_len", "num_decode_tokens": "output_len", "arrived_at": "arrival_time"}
 SUFFIXES = (".csv", ".jsonl")
@@ -170,6 +172,7 @@ def read_user_file(path: str) -> LengthTable:
     output_len: list[int] = []
     max_tokens: list[int | None] = []
     priorities: list[int] = []  # (a row without one: an error when another row has one, below)
+    deadlines: list[float] = []  # (the same for the timeout column)
     turns: list[tuple[int, float | None]] = []  # (session, think time) of each row of a conversations file
     first_line_without_time = None
     for line, row in rows:
@@ -189,29 +192,38 @@ def read_user_file(path: str) -> LengthTable:
             priorities.append(parse_priority(row["priority"], where))
         elif priorities:
             raise KvlabError(f"{where}: priority is empty while other rows have one; valid: an integer on every row")
+        if row.get("timeout") not in (None, ""):
+            deadlines.append(parse_deadline(row["timeout"], where))
+        elif deadlines:
+            raise KvlabError(f"{where}: timeout is empty while other rows have one; valid: seconds > 0 on every row, "
+                             "or on none")
     if not prompt_len:
         raise KvlabError(f"{path}: no requests in the file; {_EXPECTED}")
     caps = None if all(cap is None for cap in max_tokens) else tuple(max_tokens)
     if priorities and len(priorities) != len(prompt_len):
         raise KvlabError(f"{path}: priority is given on some rows only; valid: an integer on every row, or none")
+    if deadlines and len(deadlines) != len(prompt_len):
+        raise KvlabError(f"{path}: timeout is given on some rows only; valid: seconds > 0 on every row, or on none")
     return _read_rows(path, turns, arrival_time, prompt_len, output_len, caps, tuple(priorities) or None,
-                      first_line_without_time)
+                      first_line_without_time, tuple(deadlines) or None)
 
 
-def _read_rows(path, turns, arrival_time, prompt_len, output_len, caps, priority, first_line_without_time
-               ) -> LengthTable:
-    """The rows as a table, in arrival order (stable) when they have arrival times; ``priority`` reordered with them."""
+def _read_rows(path, turns, arrival_time, prompt_len, output_len, caps, priority, first_line_without_time,
+               timeout=None) -> LengthTable:
+    """The rows as a table, in arrival order (stable) when they have arrival times; ``priority`` and ``timeout``
+    reordered with them."""
     if turns:
         if len(turns) != len(prompt_len):
             raise KvlabError(f"{path}: session_id is given on some rows only; valid: a session id on every row")
-        return _conversations(turns, arrival_time, prompt_len, output_len, caps, priority)
+        return _conversations(turns, arrival_time, prompt_len, output_len, caps, priority, timeout)
     timed = [t is not None for t in arrival_time]
     if any(timed) and not all(timed):
         raise KvlabError(f"{path}, line {first_line_without_time}: arrival_time is empty while other rows have one; "
                          "valid: an arrival time on every row, or on none (lengths only: arrivals at --rate)")
     prompts, outputs = np.array(prompt_len, dtype=np.int64), np.array(output_len, dtype=np.int64)
     if not any(timed):
-        return LengthTable(prompt_len=prompts, output_len=outputs, max_tokens=caps, priority=priority)
+        return LengthTable(prompt_len=prompts, output_len=outputs, max_tokens=caps, priority=priority,
+                           timeout=timeout)
     times = np.array(arrival_time, dtype=float)
     order = np.argsort(times, kind="stable")
     return LengthTable(
@@ -220,6 +232,7 @@ def _read_rows(path, turns, arrival_time, prompt_len, output_len, caps, priority
         arrival_time=times[order],
         max_tokens=None if caps is None else tuple(caps[i] for i in order.tolist()),
         priority=None if priority is None else tuple(priority[i] for i in order.tolist()),
+        timeout=None if timeout is None else tuple(timeout[i] for i in order.tolist()),
     )
 
 
@@ -241,7 +254,7 @@ def _turn(row: dict, arrival_time: float | None, where: str) -> tuple[int, float
     return session, _think_time(think, where)
 
 
-def _conversations(turns, arrival_time, prompt_len, output_len, caps, priority=None) -> LengthTable:
+def _conversations(turns, arrival_time, prompt_len, output_len, caps, priority=None, timeout=None) -> LengthTable:
     """Turns of conversations in arrival order, each named as the session so far (sessions.conversation_ids)."""
     from kvlab.workload.sessions import CONTENT_CHUNK_LEN, conversation_ids
 
@@ -264,4 +277,5 @@ def _conversations(turns, arrival_time, prompt_len, output_len, caps, priority=N
         max_tokens=None if caps is None else tuple(caps[i] for i in order),
         prefix_hashes=hashes, prefix_len=prefix_len, prefix_chunk_len=CONTENT_CHUNK_LEN,
         priority=None if priority is None else tuple(priority[i] for i in order),
+        timeout=None if timeout is None else tuple(timeout[i] for i in order),
     )

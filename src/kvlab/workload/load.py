@@ -288,7 +288,7 @@ def _clip_to_max_model_len(table: LengthTable, max_model_len: int) -> tuple[Leng
     output = np.where(over, np.maximum(1, np.minimum(np.floor(table.output_len * scale), max_model_len - prompt)),
                       table.output_len).astype(np.int64)
     clipped = LengthTable(prompt_len=prompt, output_len=output, max_tokens=table.max_tokens,
-                          prefix_hashes=table.prefix_hashes, priority=table.priority)
+                          prefix_hashes=table.prefix_hashes, priority=table.priority, timeout=table.timeout)
     return clipped, int(over.sum())
 
 
@@ -364,9 +364,9 @@ def load_workload(
         if num_capped == 0 and table.max_tokens is None:
             max_tokens = None
     requests = _build_requests(table, times, max_tokens)
-    requests = with_clients(requests, table.priority, priority_classes, timeout, seed)
+    requests = with_clients(requests, table.priority, priority_classes, timeout, seed, table.timeout)
     description = _describe(entry, source_table, table, times, how, seed, max_model_len, num_capped)
-    description += clients_note(priority_classes, timeout)
+    description += clients_note(priority_classes, timeout, table.timeout is not None)
     if long_requests == "clip":
         description += (f" {num_clipped:,} requests longer than max_model_len {max_model_len:,} clipped (prompt and "
                         "output scaled down together, as Vidur does).")

@@ -6,7 +6,9 @@ workload draws one per request from ``--priority-classes``, written ``PRIORITY:S
 fifth of the requests at priority 0, the rest at 1; the shares are weights, scaled to sum to 1), with the
 workload's seed. ``--timeout`` gives every client a deadline, ``SECONDS`` after its request arrives, or one per
 priority class, ``PRIORITY:SECONDS,...`` (a class not named waits as long as it takes): the simulator aborts a
-request whose deadline passes before it finishes (kvlab.sim, Request.timeout).
+request whose deadline passes before it finishes (kvlab.sim, Request.timeout). A user's file may give each request
+its own deadline instead (a ``timeout`` column); a file with one and ``--timeout`` together are refused: which
+deadline a request has would depend on a precedence rule the user has to remember.
 """
 
 from __future__ import annotations
@@ -60,24 +62,46 @@ def parse_classes(text: str) -> tuple[tuple[int, float], ...]:
 
 
 def with_clients(requests: tuple[Request, ...], priority: tuple[int, ...] | None, priority_classes: str | None,
-                 timeout: str | None, seed: int) -> tuple[Request, ...]:
+                 timeout: str | None, seed: int, deadlines: tuple[float, ...] | None = None) -> tuple[Request, ...]:
     """The requests with their clients' classes: a file's ``priority`` column, or ``priority_classes`` drawn on a
     third stream of the workload's seed (the lengths and arrivals stay those the seed draws without classes); then
-    the deadlines of ``timeout``."""
-    if priority is None and not priority_classes and not timeout:
+    the deadlines of ``timeout``, or a file's own (``deadlines``: its ``timeout`` column, one per request)."""
+    if deadlines is not None and timeout:
+        raise KvlabError(f"--timeout {timeout}: the workload file gives each request its own deadline (its timeout "
+                         "column); valid: one of the two, drop --timeout or the file's timeout column")
+    if priority is None and not priority_classes and not timeout and deadlines is None:
         return requests
     if priority_classes:
         rng = np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(3)[2])
         requests = assign_classes(requests, priority_classes, rng)
     elif priority is not None:
         requests = tuple(replace(r, priority=p) for r, p in zip(requests, priority))
+    if deadlines is not None:
+        return tuple(replace(r, timeout=t) for r, t in zip(requests, deadlines))
     return assign_timeouts(requests, timeout) if timeout else requests
 
 
-def clients_note(priority_classes: str | None, timeout: str | None) -> str:
+def clients_note(priority_classes: str | None, timeout: str | None, own_deadlines: bool = False) -> str:
     """What a workload's description adds about its clients' classes and deadlines ('' when it has neither)."""
     note = f" Priority classes {priority_classes} (priority:share, smaller served first)." if priority_classes else ""
+    if own_deadlines:
+        return note + " Each client gives up after its request's own timeout (the file's timeout column)."
     return note + (f" Clients give up after {timeout} s (--timeout)." if timeout else "")
+
+
+def parse_deadline(value, where: str) -> float:
+    """A client's deadline: seconds after its request's arrival, a finite number > 0 (``where`` names the cell)."""
+    if isinstance(value, bool):
+        value = None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise KvlabError(f"{where}: timeout {value!r} is not a number of seconds > 0; valid: seconds after the "
+                         "request's arrival that its client waits for the whole answer (e.g. 30), on every row or "
+                         "on none")
+    return number
 
 
 def parse_timeouts(text: str) -> dict[int, float] | float:

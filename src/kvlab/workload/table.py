@@ -33,6 +33,8 @@ class LengthTable:
     prefix_chunk_len: int = 512
     # A user's file's ``priority`` column (vLLM's --scheduling-policy priority), one integer per row, or None.
     priority: tuple[int, ...] | None = None
+    # A user's file's ``timeout`` column: each request's client deadline, seconds after its arrival, or None.
+    timeout: tuple[float, ...] | None = None
     num_skipped: int = 0
     skip_reason: str = ""
 
@@ -80,6 +82,7 @@ class LengthTable:
             prefix_len=column(self.prefix_len),
             prefix_chunk_len=self.prefix_chunk_len,
             priority=column(self.priority),
+            timeout=column(self.timeout),
         )
 
 
