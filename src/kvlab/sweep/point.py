@@ -101,10 +101,10 @@ def simulate_point(point: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
 
 
 def _classes(records, workload, measured) -> dict[str, Any]:
-    """A workload of two classes or more (kvlab.service.classes): each class's entry (``classes``), and the class of
+    """A workload of two classes or more (kvlab.sweep.classes): each class's entry (``classes``), and the class of
     each of the window's judged requests in the order of its latencies' columns (``window_classes``), so that a
     stored run can be judged per class later."""
-    from kvlab.service.classes import class_summaries
+    from kvlab.sweep.classes import class_summaries
     from kvlab.window import judged
 
     class_of = {r.request_id: r.priority for r in workload.requests}
