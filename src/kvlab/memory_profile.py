@@ -200,8 +200,15 @@ def non_torch_bytes(tensor_parallel_size: int, gpu_name: str | None, fit: Profil
         gib += nccl
         source += (f" + {nccl:g} GiB of NCCL buffers for TP {tensor_parallel_size} "
                    f"({'NVSwitch: NVLink SHARP' if nvswitch else 'PCIe'})")
-    return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup); memory other processes hold "
-                "on the GPU is not known and assumed 0 (vLLM 0.28's 'consumed memory' counts it)")
+    from kvlab.catalog.gpus import is_unified_memory
+
+    if is_unified_memory(gpu_name):
+        # mem_utils.MemorySnapshot.measure on an integrated GPU: free = psutil's available host memory.
+        return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup); on this unified-memory GPU vLLM "
+                    "takes free memory from the host's available memory, so it also counts the host memory taken during "
+                    "startup, which kvlab does not estimate")
+    return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup, as the fall in free memory since "
+                "its first snapshot: what other processes take meanwhile counts too; kvlab assumes none)")
 
 
 def capture_sizes(largest: int) -> list[int]:
