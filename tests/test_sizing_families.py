@@ -272,6 +272,21 @@ def test_profile_terms_add_up_to_the_budget_and_cuda_graphs_follow_the_version()
     assert {t.name: t.bytes for t in eager.profile_terms}["CUDA graphs"] == 0
 
 
+def test_vllm_0_32_captures_graphs_up_to_1024_tokens_on_blackwell_only():
+    # config/vllm.py _set_cudagraph_sizes in 0.32: min(2 x max_num_seqs, 1024 on compute capability 10.x else 512);
+    # B200's defaults are 1,024 sequences: sizes 1, 2, 4, 8..248 by 8, 256..1,024 by 16 = 83, piecewise and full.
+    model = get_model("qwen3-8b")
+
+    def graphs(gpu: str, version: str) -> tuple[int, str]:
+        r = size_kv_cache(model, SizingConfig.for_gpu(get_gpu(gpu), vllm_version=version))
+        term = next(t for t in r.profile_terms if t.name == "CUDA graphs")
+        return term.bytes, term.source
+
+    assert graphs("b200", "0.32.0") == (int(7.05 * 2**20 * 166), "estimate: (83 piecewise + 83 full graphs) x 7.05 MiB "
+                                        "(vLLM 0.32.0 profiles and deducts them)")
+    assert graphs("b200", "0.28.0")[0] == graphs("h200", "0.32.0")[0] == int(7.05 * 2**20 * 102)  # 51 + 51
+
+
 # --- bad input ----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("settings", "message"), [

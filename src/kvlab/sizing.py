@@ -384,6 +384,9 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
     version = resolve_version(config.vllm_version)
     rules = config.rules
     non_torch = non_torch_bytes(config.tensor_parallel_size, config.gpu_name)
+    # is_device_capability_family(100): any 10.x part
+    blackwell = int(compute_capability(config.gpu_name) or 0) == 10
+    max_graph_size = rules.max_graph_size_blackwell if blackwell else 512
     profiles = []
     for index, layers in enumerate(stages):
         first, last = index == 0, index == len(stages) - 1
@@ -400,7 +403,7 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
             activation=activation_bytes(profile_inputs(model, config, act_bytes, len(layers), last, first)),
             non_torch=non_torch,
             cuda_graphs=cuda_graph_bytes(config.resolved_max_num_seqs, rules.cuda_graphs_deducted,
-                                         config.enforce_eager, version)))
+                                         config.enforce_eager, version, max_graph_size=max_graph_size)))
     return profiles
 
 
