@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvlab.catalog import get_gpu, get_model
+from kvlab.catalog.config import load_config_path
 from kvlab.catalog.models import FULL_ATTENTION
 from kvlab.catalog.quant import from_quantization_config
 from kvlab.errors import KvlabError
@@ -65,6 +66,20 @@ def test_mla_deepseek_v2_lite_one_latent_not_split_by_tp():
     assert r.page_size_bytes == 16 * (512 + 64) * 2 == 18_432  # block x (kv_lora_rank + rope dim) x bf16, no K/V pair
     assert r.bytes_per_block == 27 * 18_432
     assert r.num_blocks == 10 * GIB // (27 * 18_432)
+
+
+def test_mla_down_projections_are_whole_on_every_tp_rank():
+    # deepseek_v2.py: q_a_proj and kv_a_proj_with_mqa are ReplicatedLinear (a disable_tp fused pair in 0.32), with
+    # their norms; q_b/kv_b/o are split. Kimi-K2-Thinking (7,168 hidden, q_lora 1,536, kv_lora 512 + 64 rope):
+    # 7,168 x 1,536 + 1,536 + 7,168 x 576 + 512 = 15,140,864 parameters per layer on each of 8 GPUs, not an eighth.
+    kimi = load_config_path(str(DATA / "kimi-k2-thinking.json"))
+    assert kimi.layer_params(1).kv_projection == 15_140_864
+    config = SizingConfig.for_gpu(get_gpu("h200"), tensor_parallel_size=8, vllm_version="0.11.1", max_model_len=262144)
+    r = size_kv_cache(kimi, config)
+    assert r.weights_bytes == 76_182_501_376  # 70.95 GiB: 1.51 GiB more than an eighth of the down-projections
+    # The corpus log (8 x H200, TP 8, a 0.11.1 nightly) prints 46.80 GiB and 715,072 tokens; kvlab 46.93 and
+    # 717,056 (+0.3%; +3.5% with the projections split)
+    assert (r.num_blocks, r.num_tokens) == (44_816, 717_056)
 
 
 # --- sliding window + full, per vLLM version --------------------------------------------------------------------
