@@ -333,7 +333,12 @@ def cause(row: Row) -> str:
         return "the log prints no budget to compare"
     estimated = ", ".join(f"{label.split()[0]} {p[mine]:.2f}" for label, mine, theirs in TERMS[:4]
                           if q.get(theirs) is None)
-    return f"budget off by {budget:+.2f} GiB: the estimated terms ({estimated} GiB), which the log does not print"
+    text = f"budget off by {budget:+.2f} GiB: the estimated terms ({estimated} GiB), which the log does not print"
+    from kvlab.catalog.gpus import is_unified_memory
+
+    if is_unified_memory(row.entry.get("gpu_kvlab") or gpu_named_in(str(row.entry.get("gpu") or ""))):
+        text += "; on unified memory vLLM's non-torch term is the fall in the host's available memory, not estimated"
+    return text
 
 
 def summary(rows: list[Row]) -> None:
