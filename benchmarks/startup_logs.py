@@ -301,8 +301,9 @@ def print_row(row: Row) -> None:
     if consumed is not None:  # later releases print weights and non-torch memory as one 'consumed memory'
         mine_value = p["weights_gib"] + p["non_torch_gib"]
         print(f"  {'weights+non-torch':<18} {mine_value:>10.2f}  printed {consumed:>8.2f}  error "
-              f"{mine_value - consumed:+.2f} GiB  (its 'consumed memory': total - free after loading, which counts "
-              "other processes' memory too)")
+              f"{mine_value - consumed:+.2f} GiB  (its 'consumed memory': the fall in free memory from the worker's first "
+              "snapshot to after profiling, mem_utils.memory_profiling's total_consumed: weights, non-torch and what "
+              "profiling left allocated)")
     for label, key, fmt in (("KV tokens", "kv_cache_tokens", ",d"), ("max concurrency", "max_concurrency", ".2f")):
         print(f"  {label:<18} {num(p[key], fmt):>10}  printed {num(q.get(key), fmt):>8}  error "
               f"{pct(rel(p[key], q.get(key)))}")
@@ -332,7 +333,12 @@ def cause(row: Row) -> str:
         return "the log prints no budget to compare"
     estimated = ", ".join(f"{label.split()[0]} {p[mine]:.2f}" for label, mine, theirs in TERMS[:4]
                           if q.get(theirs) is None)
-    return f"budget off by {budget:+.2f} GiB: the estimated terms ({estimated} GiB), which the log does not print"
+    text = f"budget off by {budget:+.2f} GiB: the estimated terms ({estimated} GiB), which the log does not print"
+    from kvlab.catalog.gpus import is_unified_memory
+
+    if is_unified_memory(row.entry.get("gpu_kvlab") or gpu_named_in(str(row.entry.get("gpu") or ""))):
+        text += "; on unified memory vLLM's non-torch term is the fall in the host's available memory, not estimated"
+    return text
 
 
 def summary(rows: list[Row]) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kvlab.catalog import get_gpu, get_model
+from kvlab.catalog.config import load_config_path
 from kvlab.errors import KvlabError
 from kvlab.sizing import (
     KVCacheSpec,
@@ -23,6 +26,7 @@ from kvlab.sizing import (
 
 GIB = 2**30
 A100 = get_gpu("a100-40gb")
+CONFIGS = Path(__file__).parent / "data" / "sizing_configs"
 
 
 def given(gib: float, **settings) -> SizingConfig:
@@ -185,6 +189,24 @@ def test_default_max_num_batched_tokens_follow_vllm_serve():
     assert default_max_num_batched_tokens(get_gpu("a100-80gb").memory_bytes, "A100-80GB") == 2048
     assert default_max_num_batched_tokens(get_gpu("h100-sxm").memory_bytes, "H100-SXM") == 8192
     assert default_max_num_batched_tokens(get_gpu("b200").memory_bytes, "B200") == 16384
+
+
+def test_a_unified_memory_gb10_gets_the_small_gpu_defaults_as_vllm_falls_back_to_them():
+    # NVML reports no memory on a GB10, and get_batch_defaults' except branch takes device_memory = 0: 2,048 / 256,
+    # as the five GB10 logs print ("max_num_batched_tokens=2048" unasked), though CUDA reports 119.68 GiB.
+    spark = SizingConfig.for_gpu(get_gpu("dgx-spark"))
+    assert (spark.resolved_max_num_batched_tokens, spark.resolved_max_num_seqs) == (2048, 256)
+    labelled = SizingConfig(gpu_memory_bytes=round(127.04 * GIB), gpu_name="GB10 with 127.04 GiB")
+    assert (labelled.resolved_max_num_batched_tokens, labelled.resolved_max_num_seqs) == (2048, 256)
+    # The DGX Spark log (vLLM 0.11, GPTQ Mistral-7B, 32,768 tokens): 256 sequences in the sampler's dummy run, not
+    # 1,024; the log prints 102.56 GiB, 840,160 tokens, 25.64x.
+    config = SizingConfig.for_gpu(get_gpu("dgx-spark"), max_model_len=32768, dtype="float16", quantization="gptq",
+                                  vllm_version="0.11.0")
+    result = size_kv_cache(load_config_path(str(CONFIGS / "mistral-7b-instruct-v0.2.json")), config)
+    assert result.activation_bytes == 1_092_470_702  # 1.02 GiB: 2,048 tokens' forward + 256 x 32,000 logits
+    assert (result.num_blocks, result.num_tokens) == (52_623, 841_968)  # +0.2% (at 1,024 sequences -0.6%)
+    assert round(result.max_concurrency, 2) == 25.69
+    assert "host's available memory" in next(t.source for t in result.profile_terms if t.name == "non-torch")
 
 
 def test_a_request_longer_than_the_cache_is_reported_not_hidden():

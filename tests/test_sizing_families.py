@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kvlab.catalog import get_gpu, get_model
+from kvlab.catalog.config import load_config_path
 from kvlab.catalog.models import FULL_ATTENTION
 from kvlab.catalog.quant import from_quantization_config
 from kvlab.errors import KvlabError
@@ -65,6 +66,20 @@ def test_mla_deepseek_v2_lite_one_latent_not_split_by_tp():
     assert r.page_size_bytes == 16 * (512 + 64) * 2 == 18_432  # block x (kv_lora_rank + rope dim) x bf16, no K/V pair
     assert r.bytes_per_block == 27 * 18_432
     assert r.num_blocks == 10 * GIB // (27 * 18_432)
+
+
+def test_mla_down_projections_are_whole_on_every_tp_rank():
+    # deepseek_v2.py: q_a_proj and kv_a_proj_with_mqa are ReplicatedLinear (a disable_tp fused pair in 0.32), with
+    # their norms; q_b/kv_b/o are split. Kimi-K2-Thinking (7,168 hidden, q_lora 1,536, kv_lora 512 + 64 rope):
+    # 7,168 x 1,536 + 1,536 + 7,168 x 576 + 512 = 15,140,864 parameters per layer on each of 8 GPUs, not an eighth.
+    kimi = load_config_path(str(DATA / "kimi-k2-thinking.json"))
+    assert kimi.layer_params(1).kv_projection == 15_140_864
+    config = SizingConfig.for_gpu(get_gpu("h200"), tensor_parallel_size=8, vllm_version="0.11.1", max_model_len=262144)
+    r = size_kv_cache(kimi, config)
+    assert r.weights_bytes == 76_182_501_376  # 70.95 GiB: 1.51 GiB more than an eighth of the down-projections
+    # The corpus log (8 x H200, TP 8, a 0.11.1 nightly) prints 46.80 GiB and 715,072 tokens; kvlab 46.93 and
+    # 717,056 (+0.3%; +3.5% with the projections split)
+    assert (r.num_blocks, r.num_tokens) == (44_816, 717_056)
 
 
 # --- sliding window + full, per vLLM version --------------------------------------------------------------------
@@ -270,6 +285,21 @@ def test_profile_terms_add_up_to_the_budget_and_cuda_graphs_follow_the_version()
     eager = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("a100-40gb"), max_model_len=40960,
                                                       vllm_version="0.28.0", enforce_eager=True))
     assert {t.name: t.bytes for t in eager.profile_terms}["CUDA graphs"] == 0
+
+
+def test_vllm_0_32_captures_graphs_up_to_1024_tokens_on_blackwell_only():
+    # config/vllm.py _set_cudagraph_sizes in 0.32: min(2 x max_num_seqs, 1024 on compute capability 10.x else 512);
+    # B200's defaults are 1,024 sequences: sizes 1, 2, 4, 8..248 by 8, 256..1,024 by 16 = 83, piecewise and full.
+    model = get_model("qwen3-8b")
+
+    def graphs(gpu: str, version: str) -> tuple[int, str]:
+        r = size_kv_cache(model, SizingConfig.for_gpu(get_gpu(gpu), vllm_version=version))
+        term = next(t for t in r.profile_terms if t.name == "CUDA graphs")
+        return term.bytes, term.source
+
+    assert graphs("b200", "0.32.0") == (int(7.05 * 2**20 * 166), "estimate: (83 piecewise + 83 full graphs) x 7.05 MiB "
+                                        "(vLLM 0.32.0 profiles and deducts them)")
+    assert graphs("b200", "0.28.0")[0] == graphs("h200", "0.32.0")[0] == int(7.05 * 2**20 * 102)  # 51 + 51
 
 
 # --- bad input ----------------------------------------------------------------------------------------------

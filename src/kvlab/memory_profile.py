@@ -200,28 +200,37 @@ def non_torch_bytes(tensor_parallel_size: int, gpu_name: str | None, fit: Profil
         gib += nccl
         source += (f" + {nccl:g} GiB of NCCL buffers for TP {tensor_parallel_size} "
                    f"({'NVSwitch: NVLink SHARP' if nvswitch else 'PCIe'})")
-    return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup); memory other processes hold "
-                "on the GPU is not known and assumed 0 (vLLM 0.28's 'consumed memory' counts it)")
+    from kvlab.catalog.gpus import is_unified_memory
+
+    if is_unified_memory(gpu_name):
+        # mem_utils.MemorySnapshot.measure on an integrated GPU: free = psutil's available host memory.
+        return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup); on this unified-memory GPU vLLM "
+                    "takes free memory from the host's available memory, so it also counts the host memory taken during "
+                    "startup, which kvlab does not estimate")
+    return Term("non-torch", int(gib * GIB), source + " (vLLM measures it at startup, as the fall in free memory since "
+                "its first snapshot: what other processes take meanwhile counts too; kvlab assumes none)")
 
 
 def capture_sizes(largest: int) -> list[int]:
     """vLLM's default CUDA-graph batch sizes up to ``largest``: 1, 2, 4, then every 8 to 248, then every 16
     (CompilationConfig's default cudagraph_capture_sizes)."""
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, 1025, 16)]
     return [n for n in sizes if n <= largest]
 
 
 def cuda_graph_bytes(max_num_seqs: int, deducted: bool, enforce_eager: bool, version: str,
-                     fit: ProfileFit = FIT) -> Term:
+                     fit: ProfileFit = FIT, max_graph_size: int = 512) -> Term:
     """CUDA-graph memory deducted from the KV budget: only where the version deducts it and graphs are captured.
-    Piecewise graphs for batch sizes up to min(2 x max_num_seqs, 512), full graphs for decode batches up to
-    max_num_seqs (FULL_AND_PIECEWISE), each costing the fitted pool share."""
+    Piecewise graphs for batch sizes up to min(2 x max_num_seqs, max_graph_size), full graphs for decode batches up
+    to max_num_seqs (FULL_AND_PIECEWISE), each costing the fitted pool share. ``max_graph_size``: vLLM's default
+    ceiling, 512, or 1,024 on compute capability 10.x from 0.32 (VllmRules.max_graph_size_blackwell)."""
     if enforce_eager:
         return Term("CUDA graphs", 0, "none: --enforce-eager captures no graphs")
     if not deducted:
         return Term("CUDA graphs", 0, f"not deducted by vLLM {version} (graphs are captured after the KV cache is "
                                       "allocated, from what is left)")
-    piecewise, full = len(capture_sizes(min(2 * max_num_seqs, 512))), len(capture_sizes(min(max_num_seqs, 512)))
+    piecewise = len(capture_sizes(min(2 * max_num_seqs, max_graph_size)))
+    full = len(capture_sizes(min(max_num_seqs, max_graph_size)))
     size = int(fit.cuda_graph_mib_per_graph * 2**20 * (piecewise + full))
     return Term("CUDA graphs", size, f"estimate: ({piecewise} piecewise + {full} full graphs) x "
                                      f"{fit.cuda_graph_mib_per_graph:g} MiB (vLLM {version} profiles and deducts "

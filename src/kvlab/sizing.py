@@ -75,18 +75,27 @@ def cdiv(a: int, b: int) -> int:
     return -(a // -b)
 
 
+def batch_defaults_memory(gpu_memory_bytes: int | None, gpu_name: str | None) -> int:
+    """The total EngineArgs.get_batch_defaults goes by: NVML's, or 0 on a unified-memory GPU, where NVML reports none
+    (catalog.gpus.UNIFIED_MEMORY_GPUS)."""
+    from kvlab.catalog.gpus import is_unified_memory
+
+    return 0 if is_unified_memory(gpu_name) else gpu_memory_bytes or 0
+
+
 def default_max_num_batched_tokens(gpu_memory_bytes: int | None, gpu_name: str | None) -> int:
     """`vllm serve`'s default token budget per step (EngineArgs.get_batch_defaults, OPENAI_API_SERVER)."""
-    if gpu_memory_bytes is not None and gpu_memory_bytes >= 160 * GIB:
+    memory = batch_defaults_memory(gpu_memory_bytes, gpu_name)
+    if memory >= 160 * GIB:
         return 16384
-    if gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * GIB and "a100" not in (gpu_name or "").lower():
+    if memory >= 70 * GIB and "a100" not in (gpu_name or "").lower():
         return 8192
     return 2048
 
 
 def default_max_num_seqs(gpu_memory_bytes: int | None, gpu_name: str | None) -> int:
-    if gpu_memory_bytes is not None and (gpu_memory_bytes >= 160 * GIB or (
-            gpu_memory_bytes >= 70 * GIB and "a100" not in (gpu_name or "").lower())):
+    memory = batch_defaults_memory(gpu_memory_bytes, gpu_name)
+    if memory >= 160 * GIB or (memory >= 70 * GIB and "a100" not in (gpu_name or "").lower()):
         return 1024
     return 256
 
@@ -375,6 +384,9 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
     version = resolve_version(config.vllm_version)
     rules = config.rules
     non_torch = non_torch_bytes(config.tensor_parallel_size, config.gpu_name)
+    # is_device_capability_family(100): any 10.x part
+    blackwell = int(compute_capability(config.gpu_name) or 0) == 10
+    max_graph_size = rules.max_graph_size_blackwell if blackwell else 512
     profiles = []
     for index, layers in enumerate(stages):
         first, last = index == 0, index == len(stages) - 1
@@ -391,7 +403,7 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
             activation=activation_bytes(profile_inputs(model, config, act_bytes, len(layers), last, first)),
             non_torch=non_torch,
             cuda_graphs=cuda_graph_bytes(config.resolved_max_num_seqs, rules.cuda_graphs_deducted,
-                                         config.enforce_eager, version)))
+                                         config.enforce_eager, version, max_graph_size=max_graph_size)))
     return profiles
 
 

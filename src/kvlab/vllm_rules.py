@@ -41,6 +41,9 @@ class VllmRules:
     # releases came without FlashInfer, "flashinfer" where it ships with vLLM.
     default_sampler: str
     changes: str
+    # The largest batch vLLM captures a CUDA graph for when --max-cudagraph-capture-size is not given, on compute
+    # capability 10.x (B200, B300) and elsewhere (VllmConfig._set_cudagraph_sizes: min(2 x max_num_seqs, this)).
+    max_graph_size_blackwell: int = 512
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -63,6 +66,11 @@ RULES = (
               "CUDA-graph memory profiled and deducted by default (the log says 'default since v0.21.0'); tokens "
               "printed as int(max concurrency x max_model_len) (seen in 0.24, not yet in 0.20.1: kvlab puts the "
               "change here); sliding windows counted with the (PP + 1) batches async scheduling keeps in flight"),
+    VllmRules("0.32.0", "capacity", True, "pp_plus_one", (256, 1), "flashinfer",
+              "CUDA graphs captured up to 1,024 tokens by default on compute capability 10.x (B200: 83 piecewise + 83 "
+              "full graphs at 1,024 sequences, against 51 + 51), 512 elsewhere (config/vllm.py _set_cudagraph_sizes, "
+              "read in 0.32.0's source; the corpus has no Blackwell log to place the change earlier)",
+              max_graph_size_blackwell=1024),
 )
 
 

@@ -52,6 +52,22 @@ COMPUTE_CAPABILITY = {"T4": 7.5, "A10G": 8.6, "L4": 8.9, "L40S": 8.9, "A100-40GB
                       "RTX-3090": 8.6, "RTX-5090": 12.0}
 
 
+# GPUs whose memory is unified with the CPU's (an integrated GPU to CUDA). Two of vLLM's rules change there:
+# - NVML reports no memory (nvmlDeviceGetMemoryInfo answers "Not Supported"), and vLLM asks NVML for the total when
+#   it picks its batch defaults (platforms/cuda.py get_device_total_memory), so EngineArgs.get_batch_defaults falls back
+#   to "device_memory = 0": the small-GPU defaults (vLLM 0.9 to 0.32). All five GB10 logs of the corpus (0.11 and 0.13)
+#   print max_num_batched_tokens=2048 unasked, and the 0.11 one captures decode graphs up to 256 sequences.
+# - vLLM's memory snapshots take the free memory from psutil.virtual_memory().available, not cudaMemGetInfo
+#   (utils/mem_utils.py MemorySnapshot.measure: SM 8.7, 11.0 and 12.1 in the 0.13-era code, is_integrated_gpu in 0.32),
+#   so the non-torch increase vLLM deducts counts whatever host memory the machine takes during startup.
+UNIFIED_MEMORY_GPUS = ("GB10",)
+
+
+def is_unified_memory(gpu_name: str | None) -> bool:
+    """A catalogue GPU that shares the CPU's memory (a --gpu-memory-gib label keeps the id in front)."""
+    return (gpu_name or "").split(" with ")[0] in UNIFIED_MEMORY_GPUS
+
+
 def compute_capability(gpu_name: str | None) -> float | None:
     """The compute capability of a catalogue GPU by its id (a --gpu-memory-gib label keeps the id in front)."""
     return COMPUTE_CAPABILITY.get((gpu_name or "").split(" with ")[0])

@@ -82,7 +82,9 @@ class LayerParams:
     """Parameters of one decoder layer, split by where they live (for TP splits and quantized formats)."""
 
     attention: int  # projections (+ biases, q/k norms, sinks)
-    kv_projection: int  # the part of ``attention`` that projects K and V (replicated when TP > KV heads)
+    # The part of ``attention`` that is replicated rather than split: K and V projections once TP exceeds the KV heads;
+    # MLA's down-projections and their norms on every rank.
+    kv_projection: int
     mlp: int  # dense MLP, or the shared experts of an MoE layer
     experts: int  # routed experts, all of them
     active_experts: int  # routed experts one token passes through
@@ -261,7 +263,13 @@ class ModelSpec:
             kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
                   + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
             o = heads * self.v_head_dim * h
-            attention, kv_projection = q + kv + o, 0
+            # vLLM keeps the down-projections whole on every TP rank (deepseek_v2.py DeepseekV2MLAAttention: q_a_proj
+            # and kv_a_proj_with_mqa are ReplicatedLinear, fused as a MergedColumnParallelLinear with disable_tp=True
+            # in 0.32, beside q_a_layernorm and kv_a_layernorm); q_b/kv_b split by heads, o_proj by rows.
+            down = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+            if self.q_lora_rank:
+                down += h * self.q_lora_rank + self.q_lora_rank
+            attention, kv_projection = q + kv + o, down
         else:
             d = self.head_dim
             q = h * heads * d
@@ -369,7 +377,7 @@ class ModelSpec:
         fmt = self.weight_format_for(quantization)
         linear_bytes = fmt.bytes_per_param if fmt is not None and fmt.scope == "linear" else dtype_bytes
         expert_bytes = fmt.bytes_per_param if fmt is not None else dtype_bytes
-        kv_replicas = max(1, tp // self.num_key_value_heads) if not self.is_mla else 1
+        kv_replicas = max(1, tp // self.num_key_value_heads) if not self.is_mla else tp  # (LayerParams.kv_projection)
         expert_scale = 1.0
         pad_width, pad_hidden = expert_padding
         if self.is_moe and (pad_width > 1 or pad_hidden > 1):
