@@ -349,3 +349,12 @@ def test_capacity_says_which_fleet_holds_with_fewer_gpus(kvlab, tmp_path):
     assert "Computed 0 simulations now, 6 were stored already" in words
     bad = kvlab(*args[:5], "--decode-replicas", "2", "--rate", "2")
     assert bad.exit_code == 2 and "give no --decode-replicas values" in bad.stderr
+
+
+@pytest.mark.parametrize("flags", [["--prefill-replicas", "auto"], ["--decode-replicas", "auto"],
+                                   ["--replicas", "auto", "--decode-replicas", "auto"]])
+def test_auto_prefill_or_decode_replicas_outside_the_comparison_is_one_line(kvlab, flags):
+    r = kvlab("capacity", *flags, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "2", "-n", "100")
+    assert r.exit_code == 2
+    assert "valid only as --replicas auto --prefill-replicas auto --rate R" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -122,6 +122,12 @@ def capacity(
     if not 0 < rtol < 1:
         raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
     lists, explicit = grid_lists(ctx.args, grid)
+    for name in ("prefill_replicas", "decode_replicas"):
+        comparing = lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]
+        if "auto" in lists.get(name, []) and not (comparing and lists[name] == ["auto"]):
+            raise KvlabError(f"--{name.replace('_', '-')} auto: valid only as --replicas auto --prefill-replicas "
+                             "auto --rate R (which of aggregated and disaggregated fleets holds R with fewer GPUs), "
+                             "or whole numbers, e.g. --prefill-replicas 1 --decode-replicas 2")
     if lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]:
         return disagg_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json)
     if lists.get("replicas") == ["auto"]:
