@@ -254,3 +254,21 @@ def test_with_a_profiles_request_latency_the_records_keep_the_clients_times():
         (0, "finished", 0.0), (1, "finished", 0.0), (2, "finished", 0.0), (3, "finished", 0.0),
         (4, "rejected", 0.0)]
     assert [r.first_scheduled_time for r in fleet.records[:4]] == [0.05, 0.05, 1.05, 2.05]
+
+
+@pytest.mark.parametrize("gateway", [["--rate-limit", "5"], ["--rate-limit", "50", "--rate-limit-burst", "100"]])
+def test_a_sweep_behind_a_gateway_is_stored_with_its_rejections_by_reason(kvlab, tmp_path, gateway):
+    """The gateway's rejections by reason (a dict inside the summary's gateway entry, empty when it rejects
+    nothing) are one JSON column of the store: a sweep or capacity search with a gateway stores its points."""
+    import json
+
+    import duckdb
+
+    r = kvlab("sweep", "--strategy", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "2,4",
+              "-n", "100", *gateway, "--out", str(tmp_path))
+    assert r.exit_code == 0, r.stderr
+    db = duckdb.connect(str(tmp_path / "sweep.duckdb"), read_only=True)
+    rows = db.execute("SELECT status, summary, admission_reject_reasons FROM points").fetchall()
+    assert [status for status, _, _ in rows] == ["ok", "ok"]
+    for _, summary, reasons in rows:
+        assert json.loads(reasons) == json.loads(summary)["admission"]["reject_reasons"]

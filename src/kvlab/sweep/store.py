@@ -35,7 +35,8 @@ RUN_COLUMNS = ("elapsed_s", "cpu_s", "worker", "finished_at")  # how a point was
 
 
 def flatten_metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    """{"ttft_s": {"p99": x}, "memory_shares": {"token": y}, ...} -> {"ttft_s_p99": x, "memory_shares_token": y}."""
+    """{"ttft_s": {"p99": x}, "memory_shares": {"token": y}, ...} -> {"ttft_s_p99": x, "memory_shares_token": y};
+    a dict or list below that level is stored as its JSON text."""
     flat: dict[str, Any] = {}
     for name, value in summary.items():
         if name == "name":
@@ -43,7 +44,9 @@ def flatten_metrics(summary: dict[str, Any]) -> dict[str, Any]:
         if name in JSON_METRICS:
             flat[name] = json.dumps(value, sort_keys=True)
         elif isinstance(value, dict):
-            flat.update({f"{name}_{key}": inner for key, inner in value.items()})
+            # (a dict or list one level down, e.g. the gateway's rejections by reason: one JSON text column)
+            flat.update({f"{name}_{key}": json.dumps(inner, sort_keys=True) if isinstance(inner, dict | list)
+                         else inner for key, inner in value.items()})
         else:
             flat[name] = value
     return flat
