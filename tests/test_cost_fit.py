@@ -191,3 +191,17 @@ def test_the_sets_h100_is_the_sxm_card_for_the_profile_too():
     """The profile a fit writes names the runs' GPU as prepare() priced them ("H100": H100-SXM, RUN_HARDWARE)."""
     runs = [run_from_dict(RUN, "x"), run_from_dict({**RUN, "id": "other"}, "x")]
     assert F.common_gpu(runs) == "H100-SXM"
+
+
+def test_without_scipy_calibrate_is_one_line_before_any_replay(kvlab, tmp_path, monkeypatch):
+    """An installation without the calibrate extra (scipy not importable) is told what to install, at once."""
+    import sys
+
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": [RUN, {**RUN, "id": "b"}, {**RUN, "id": "c"}]}))
+    monkeypatch.setitem(sys.modules, "scipy", None)  # (import scipy now raises ImportError, as where it is absent)
+    r = kvlab("calibrate", "--runs", file, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("error: kvlab calibrate needs SciPy (least squares), which this installation lacks: "
+                                "pip install 'kvlab[calibrate]' (or pip install scipy)")
+    assert not (tmp_path / "p.toml").exists()

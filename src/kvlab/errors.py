@@ -7,3 +7,12 @@ Every other exception is a bug in kvlab and keeps its traceback.
 
 class KvlabError(ValueError):
     """A bad input: the message names the bad value and what would be valid."""
+
+
+def require_scipy(what: str) -> None:
+    """Refuse ``what`` in one line, before any work, where SciPy (the ``calibrate`` extra) is not installed."""
+    try:
+        import scipy  # noqa: F401
+    except ImportError:
+        raise KvlabError(f"{what} needs SciPy (least squares), which this installation lacks: "
+                         "pip install 'kvlab[calibrate]' (or pip install scipy)") from None

@@ -10,7 +10,7 @@ import typer
 
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt
-from kvlab.errors import KvlabError
+from kvlab.errors import KvlabError, require_scipy
 from kvlab.report.text import constant_text
 
 
@@ -97,6 +97,7 @@ def calibrate(
 
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
+    require_scipy("kvlab calibrate")
     if runs is not None:
         _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log))
         return

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from kvlab.errors import KvlabError
+from kvlab.errors import KvlabError, require_scipy
 
 # Constants calibrate can fit and the data that identifies each.
 FIT_HINTS = {
@@ -401,10 +401,8 @@ def _least_squares(its: Iterations, names: tuple[str, ...], wording: Wording = B
     non-convex); refuses constants the Jacobian at the fit cannot separate."""
     import numpy as np
 
-    try:
-        from scipy.optimize import least_squares
-    except ImportError:
-        raise KvlabError("kvlab calibrate needs scipy: pip install 'kvlab[calibrate]'") from None
+    require_scipy("kvlab calibrate")
+    from scipy.optimize import least_squares
 
     y, sqrt_w = its.duration, np.sqrt(its.weight)
     state = (its.num_seqs, its.num_prefill_tokens, its.num_decode_tokens, its.num_context_tokens)
