@@ -358,3 +358,26 @@ def test_auto_prefill_or_decode_replicas_outside_the_comparison_is_one_line(kvla
     assert r.exit_code == 2
     assert "valid only as --replicas auto --prefill-replicas auto --rate R" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--timeout", "10", "--slo", "abandoned<5%"], "with client time-outs (--timeout) is not modelled"),
+    (["--kv-offloading-size", "8"], "with --kv-offloading-size or --speculative-method is not modelled"),
+    (["--rate-limit", "5"], "a gateway (--rate-limit) in front of a disaggregated fleet is not modelled"),
+])
+def test_the_comparison_refuses_what_a_disaggregated_fleet_does_not_model_before_any_run(kvlab, tmp_path, flags,
+                                                                                          message):
+    r = kvlab("capacity", "--replicas", "auto", "--prefill-replicas", "auto", "--model", "llama-3.1-8b", "--gpu",
+              "h100-sxm", "--workload", "azure-conv", "--rate", "4", "-n", "300", *flags, "--out", str(tmp_path))
+    assert r.exit_code == 2 and message in r.stderr
+    assert "points:" not in r.stderr  # (no fleet simulated)
+
+
+def test_an_answer_at_one_replica_says_no_disaggregated_fleet_was_tried():
+    from kvlab.report.disagg import answer_line
+    from kvlab.service.disagg import DisaggComparison
+
+    comparison = DisaggComparison(2.0, "p99_ttft<2s", 1, 8)
+    comparison.record({"shape": "1 replica", "prefill_replicas": 0, "decode_replicas": 1, "held": True})
+    assert answer_line(comparison) == ("1 aggregated replica (1 GPU) held; no disaggregated fleet was tried (one "
+                                       "takes 2 replicas or more): aggregated holds with fewer GPUs.")

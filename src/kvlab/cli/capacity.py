@@ -322,7 +322,8 @@ def disagg_command(lists: dict[str, list], explicit: list[dict], slo, session: S
     from kvlab.service.disagg import compare_from_grid
 
     def progress(row: dict) -> None:
-        print(f"{row['shape']}: {'held' if row['held'] else 'failed'}", file=sys.stderr, flush=True)
+        print(f"{row['shape']}: " + ("held" if row["held"] else f"did not hold ({row['reason']})"), file=sys.stderr,
+              flush=True)
 
     lists.pop("replicas")
     session.check_ray()

@@ -36,12 +36,21 @@ def samples_line(comparison) -> str:
 
 def answer_line(comparison) -> str:
     gpus = comparison.gpus_per_replica
-    most = max((row["prefill_replicas"] + row["decode_replicas"] for row in comparison.tried), default=0) * gpus
-    agg = f"no aggregated fleet of up to {most} GPUs held" if comparison.aggregated is None else \
+
+    def gpus_text(n: int) -> str:
+        return f"{n * gpus} GPU{'' if n * gpus == 1 else 's'}"
+
+    most = max((row["prefill_replicas"] + row["decode_replicas"] for row in comparison.tried), default=0)
+    agg = f"no aggregated fleet of up to {gpus_text(most)} held" if comparison.aggregated is None else \
         f"{comparison.aggregated} aggregated replica{'s' if comparison.aggregated > 1 else ''} " \
-        f"({comparison.aggregated * gpus} GPUs) held"
-    dis = f"no disaggregated fleet of up to {most} GPUs held" if comparison.disaggregated is None else \
-        f"{comparison.disaggregated[0]}P{comparison.disaggregated[1]}D ({sum(comparison.disaggregated) * gpus} GPUs) held"
+        f"({gpus_text(comparison.aggregated)}) held"
+    if comparison.disaggregated is not None:
+        dis = f"{comparison.disaggregated[0]}P{comparison.disaggregated[1]}D ({gpus_text(sum(comparison.disaggregated))})" \
+              " held"
+    elif most < 2:
+        dis = "no disaggregated fleet was tried (one takes 2 replicas or more)"
+    else:
+        dis = f"no disaggregated fleet of up to {gpus_text(most)} held"
     tail = {"aggregated": "aggregated holds with fewer GPUs", "disaggregated": "disaggregated holds with fewer GPUs",
             "either": "both hold with the same GPUs",
             "neither": f"neither holds with up to {comparison.max_replicas} replicas"}[comparison.answer]

@@ -95,7 +95,7 @@ def compare_fewest_gpus(point: dict[str, Any], slo, runner, *, given_length: boo
     store holds is read, not simulated again). ``given_length``: the point's -n or --duration is the first sample
     (else the replica search's default length)."""
     from kvlab.config.resolve import quietly
-    from kvlab.service.engine import load
+    from kvlab.service.engine import check_disaggregated, load, strategies
     from kvlab.service.replicas import first_sample_options, second_sample_options
     from kvlab.sweep.point import engine_options
 
@@ -109,6 +109,8 @@ def compare_fewest_gpus(point: dict[str, Any], slo, runner, *, given_length: boo
     world = quietly(engine_options(point)).parallel.world_size
     comparison = DisaggComparison(point["rate"], slo.describe, world, max_replicas)
     first, comparison.note = first_sample_options(point, given_length)
+    one_each = quietly(engine_options({**first, "prefill_replicas": 1, "decode_replicas": 1}))
+    check_disaggregated(one_each, strategies([first["strategy"]], one_each), load(one_each))  # (before any run)
     config = quietly(engine_options(first))
     second, no_second = second_sample_options(first, config.workload)
     samples = [first] if second is None else [first, second]

@@ -216,15 +216,24 @@ def run_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], wo
     on one clock; a profile's request latency around the fleet, as ``finish`` puts it around one engine."""
     from kvlab.disagg.fleet import DisaggFleet
 
-    assert config.disagg is not None
-    if config.admission is not None:
-        raise KvlabError("a gateway (--rate-limit) in front of a disaggregated fleet is not modelled; valid: one of "
-                         "them at a time")
+    check_disaggregated(config, strategy_list, workload)
     router = config.router.spec(config.workload.seed)
     fleets = tuple(DisaggFleet(strategy, config.engine, workload, router, config.disagg,
                                record_iterations=record_iterations).run() for strategy in strategy_list)
     return RunResult(config=config, workload=workload, results=tuple(f.as_result() for f in fleets),
                      notes=notes(config, strategy_list), disaggregated=fleets)
+
+
+def check_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], workload: Workload) -> None:
+    """What a disaggregated fleet of ``config`` does not model, refused in one line before anything runs."""
+    from kvlab.disagg.fleet import check_disagg
+
+    assert config.disagg is not None
+    if config.admission is not None:
+        raise KvlabError("a gateway (--rate-limit) in front of a disaggregated fleet is not modelled; valid: one of "
+                         "them at a time")
+    for strategy in strategy_list:
+        check_disagg(strategy, config.engine, workload)
 
 
 def simulate(strategy_names: Sequence[str], progress: Progress | None = None, **options: Any) -> RunResult:
