@@ -217,6 +217,7 @@ def run_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], wo
     from kvlab.disagg.fleet import DisaggFleet
 
     check_disaggregated(config, strategy_list, workload)
+    assert config.disagg is not None
     router = config.router.spec(config.workload.seed)
     fleets = tuple(DisaggFleet(strategy, config.engine, workload, router, config.disagg,
                                record_iterations=record_iterations).run() for strategy in strategy_list)
