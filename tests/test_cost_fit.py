@@ -205,3 +205,10 @@ def test_without_scipy_calibrate_is_one_line_before_any_replay(kvlab, tmp_path, 
     assert r.stderr.strip() == ("error: kvlab calibrate needs SciPy (least squares), which this installation lacks: "
                                 "pip install 'kvlab[calibrate]' (or pip install scipy)")
     assert not (tmp_path / "p.toml").exists()
+
+
+def test_a_runs_cpu_tier_larger_than_the_machine_is_one_line_naming_the_run():
+    """A cpu_offload size the machine's CPU memory cannot hold is refused naming the run, not only the option."""
+    run = run_from_dict({**RUN, "cpu_offload": 500}, "runs.json, run 0")
+    with pytest.raises(KvlabError, match=r"^run 'tiny': --kv-offloading-size 500 GiB is more than the machine's CPU "):
+        F.prepare(run)

@@ -153,6 +153,8 @@ def test_the_run_scheduler_with_a_cpu_tier_is_stepping():
     (["vllm+prefix", "--kv-offloading-size", "0"], "--kv-offloading-size 0 is out of range"),
     (["vllm+prefix", "--kv-offloading-size", "-1"], "--kv-offloading-size -1 is out of range"),
     (["vllm+noprefix", "--kv-offloading-size", "8"], "KV offload needs prefix caching"),
+    (["orca-max", "--kv-offloading-size", "8"], "KV offload to CPU (--kv-offloading-size) needs paged memory with "
+     "prefix caching, as vLLM's; strategy 'orca-max' reserves slabs"),
 ])
 def test_bad_offload_settings_are_named_in_one_line(kvlab, args, message):
     r = kvlab("run", *args, "-n", "10", "--rate", "1")

@@ -416,6 +416,9 @@ def _make_allocator(config: SimConfig, strategy: Strategy, max_model_len: int, g
         return make_allocator(strategy.allocator, num_slots=cache.num_slots, block_size=cache.block_size,
                               max_model_len=max_model_len, enable_prefix_caching=strategy.enable_prefix_caching)
     if strategy.allocator != "paged":
+        if config.offload is not None:
+            raise KvlabError(f"KV offload to CPU (--kv-offloading-size) needs paged memory with prefix caching, as "
+                             f"vLLM's; strategy {strategy.name!r} reserves slabs: valid: vllm, vllm+prefix")
         raise KvlabError(f"speculative decoding needs paged memory, as vLLM's; strategy {strategy.name!r} reserves "
                          "slabs: valid: vllm, vllm+prefix, continuous+paged, static+paged")
     num_blocks = cache.num_slots // cache.block_size

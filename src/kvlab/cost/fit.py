@@ -143,10 +143,13 @@ def prepare(run: MeasuredRun, closed_loop: bool = False) -> Prepared:
     if run.workload.prompt_len + run.workload.output_len > run.max_model_len:
         raise KvlabError(f"run {run.id!r}: prompts of {run.workload.prompt_len} + answers of "
                          f"{run.workload.output_len} tokens exceed max_model_len {run.max_model_len}")
-    config = quietly(model=model_spec.id, gpu=gpu_spec.id, tensor_parallel_size=run.tensor_parallel_size,
-                     num_gpu_blocks=run.num_gpu_blocks, max_num_seqs=run.max_num_seqs,
-                     max_num_batched_tokens=run.max_num_batched_tokens, max_model_len=run.max_model_len,
-                     enable_chunked_prefill=True, cost="roofline", kv_offloading_size=run.kv_offloading_size)
+    try:
+        config = quietly(model=model_spec.id, gpu=gpu_spec.id, tensor_parallel_size=run.tensor_parallel_size,
+                         num_gpu_blocks=run.num_gpu_blocks, max_num_seqs=run.max_num_seqs,
+                         max_num_batched_tokens=run.max_num_batched_tokens, max_model_len=run.max_model_len,
+                         enable_chunked_prefill=True, cost="roofline", kv_offloading_size=run.kv_offloading_size)
+    except KvlabError as exc:  # (the run's fields as the options they became: name the run)
+        raise KvlabError(f"run {run.id!r}: {exc}") from None
     if config.offload is not None and run.num_cpu_blocks is not None:  # (the tier as the run's log sized it)
         config = replace(config, offload=replace(config.offload, num_cpu_blocks=run.num_cpu_blocks))
     table = shared_prefix_table(run.workload)

@@ -43,5 +43,5 @@ def draft_cost_ratio(method: str, target, draft=None) -> float:
         return 1.0 / target.num_hidden_layers
     if draft is None:
         raise KvlabError("--speculative-method draft_model needs --speculative-model: a catalogue model smaller than "
-                         "the target (see `kvlab catalog models`)")
+                         "the target (see `kvlab models`)")
     return draft.num_active_params / target.num_active_params
