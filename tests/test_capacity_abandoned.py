@@ -29,6 +29,14 @@ def test_the_answer_bounds_the_abandoned_share_and_reports_it(kvlab, tmp_path, m
     table = kvlab("capacity", *DEADLINES, "--slo", "p99_ttft<5s,abandoned<5%", "--out", tmp_path / "c")
     assert any(line.split()[-3:] == ["abandoned", "by", "sims"] for line in table.stdout.splitlines()[:5]), table.stdout
     assert f"{entry['abandoned_share_at_capacity']:.1%}" in table.stdout
+    # A target whose two samples disagree: the table shows the answer (the lower), with that sample's limit.
+    tighter = kvlab("capacity", *DEADLINES, "--slo", "abandoned<1%", "--out", tmp_path / "c", "--json")
+    (t,) = json.loads(tighter.stdout)["capacities"]
+    assert t["samples"]["answer_rps"] == min(t["samples"]["capacities"])
+    text = kvlab("capacity", *DEADLINES, "--slo", "abandoned<1%", "--out", tmp_path / "c").stdout
+    row = next(line.split() for line in text.splitlines() if line.split()[:1] == ["vllm"])
+    answer = " ".join(text.split()).split("vllm: ")[1].split(" req/s")[0]
+    assert row[1] == answer and float(answer) == t["samples"]["answer_rps"], text
 
 
 @pytest.mark.parametrize("slo, message", [

@@ -206,7 +206,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
     table_rows = []
     # (clients with deadlines: the share of the window's requests they gave up at the answer)
     deadlines = any("wasted_tokens" in w for s in searches for w in s.windows)
-    for config, search in zip(configurations, searches):
+    for i, config in enumerate(configurations):
+        search = answer.answering(i)  # (the sample that gave the answer: the lower of two)
         if search.error:
             cells = ["–", "–", "–", f"failed: {search.error}", str(len(search.probes) + 1)]
         else:
@@ -235,6 +236,9 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
                   "arrival) and the share of the offered requests it served (read from its oldest wait's growth); "
                   "stable = the waiting queue grows neither in count nor in oldest wait, every request finished or "
                   "was given up at its deadline (docs/sweep.md).", markup=False)
+    if answer.no_second is None:
+        console.print("capacity: the lower of the two samples' (the workload and twice it); the run at it, its "
+                      "bracket and what limited it are that sample's (the answer below shows both).", markup=False)
     if deadlines:
         console.print("abandoned: the share of the window's requests whose client gave up at its deadline (--timeout) "
                       "in the run at the answer (docs/admission.md).", markup=False)
@@ -243,16 +247,19 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
                       "--duration to choose).", markup=False)
     for note in answer.length_notes:
         console.print(f"num_requests: {note}.", markup=False)
-    for config, search in zip(configurations, searches):
+    for i, config in enumerate(configurations):
+        search = answer.answering(i)
         if search.uncertified:
             advice = "raise -n or --duration" if search.too_short else "raise --max-rate"  # (else: none failed)
             console.print(f"{search.mark}: {config['strategy']} under {config['cost']}: not certified: "
                           f"{search.uncertified}; {advice}.", markup=False)
-    for config, search in zip(configurations, searches):
+    for i, config in enumerate(configurations):
+        search = answer.answering(i)
         if search.limited_by:
             console.print(f"limited by: {config['strategy']} under {config['cost']}: {search.limited_by}.",
                           markup=False)
-    for config, search in zip(configurations, searches):
+    for i, config in enumerate(configurations):
+        search = answer.answering(i)
         if search.unreachable:
             console.print(f"{config['strategy']} under {config['cost']}: the target cannot be met at any rate: "
                           f"{search.unreachable}.", markup=False)

@@ -266,6 +266,14 @@ class Answer:
                 "answer_rps": min(first, second),
                 "length_for_stable": length_for_spread(2 * length, spread) if length else None}
 
+    def answering(self, i: int) -> Search:
+        """The search whose capacity is configuration ``i``'s answer: the second sample's where it is lower (its run
+        at the answer, bracket and limit are then the ones that decided), else the first's."""
+        if self.no_second is None and not self.second[i].error and not self.searches[i].error \
+                and self.second[i].capacity < self.searches[i].capacity:
+            return self.second[i]
+        return self.searches[i]
+
     def cost_of(self, i: int) -> dict[str, Any] | None:
         """Dollars per hour and per million output tokens at configuration ``i``'s answer (None: no price)."""
         price = self.prices[i]
