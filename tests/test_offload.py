@@ -153,6 +153,7 @@ def test_the_run_scheduler_with_a_cpu_tier_is_stepping():
     (["vllm+prefix", "--kv-offloading-size", "0"], "--kv-offloading-size 0 is out of range"),
     (["vllm+prefix", "--kv-offloading-size", "-1"], "--kv-offloading-size -1 is out of range"),
     (["vllm+noprefix", "--kv-offloading-size", "8"], "KV offload needs prefix caching"),
+    (["vllm+prefix", "--cpu-memory-gib", "64"], "--cpu-memory-gib 64 bounds a CPU tier, and there is none"),
 ])
 def test_bad_offload_settings_are_named_in_one_line(kvlab, args, message):
     r = kvlab("run", *args, "-n", "10", "--rate", "1")

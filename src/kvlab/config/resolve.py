@@ -366,11 +366,16 @@ def resolve_speculative(values: dict[str, Any], model_spec) -> SpeculativeConfig
     """vLLM's speculative config from the options (None: off); the drafter's cost from the models (kvlab.spec.cost)."""
     method = values.get("speculative_method")
     if method is None:
-        for name in ("spec_acceptance", "speculative_model"):
-            if values.get(name) is not None:
-                raise KvlabError(f"--{name.replace('_', '-')} needs --speculative-method; valid: ngram, draft_model, "
-                                 "eagle or mtp")
+        for name in ("spec_acceptance", "speculative_model", "num_speculative_tokens"):
+            # (num_speculative_tokens has a default: only a value other than it is known to be given)
+            if values.get(name) is not None and values[name] != OPTIONS[name].default:
+                raise KvlabError(f"--{name.replace('_', '-')} {values[name]} needs --speculative-method; valid: "
+                                 "ngram, draft_model, eagle or mtp")
         return None
+    if method == "ngram" and values.get("speculative_model") is not None:
+        raise KvlabError(f"--speculative-model {values['speculative_model']}: --speculative-method ngram drafts from "
+                         "the prompt's own n-grams, with no model; valid: drop --speculative-model, or "
+                         "--speculative-method draft_model")
     from kvlab.spec.config import SpeculativeConfig, parse_acceptance
     from kvlab.spec.cost import draft_cost_ratio
 
