@@ -329,3 +329,14 @@ def test_a_draft_model_larger_than_the_target_is_warned_in_one_line(kvlab):
     assert r.exit_code == 0, r.stderr
     warned = [line for line in r.stderr.splitlines() if "larger than the target" in line]
     assert len(warned) == 1 and "--speculative-model llama-3.1-70b" in warned[0]
+
+
+def test_a_runs_text_names_its_drafts_and_its_cpu_tier(kvlab):
+    r = kvlab("run", "vllm", "-n", "5", "--speculative-method", "eagle", "--spec-acceptance", "0.7",
+              "--kv-offloading-size", "8")
+    assert r.exit_code == 0, r.stderr
+    words = " ".join(r.stdout.split())
+    assert "Speculative decoding: eagle, 3 draft tokens per step, acceptance 0.7 (about 2.53 tokens per verify step" \
+        in words
+    assert "CPU tier: 8 GiB, 655 blocks over PCIe 4.0 x16 (--kv-offloading-size)." in words
+    assert "Speculative decoding" not in " ".join(kvlab("run", "vllm", "-n", "5").stdout.split())
