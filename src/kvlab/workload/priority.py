@@ -5,10 +5,11 @@ A user's file may give each request its own priority (a ``priority`` column, kvl
 workload draws one per request from ``--priority-classes``, written ``PRIORITY:SHARE,...`` (``0:0.2,1:0.8``: a
 fifth of the requests at priority 0, the rest at 1; the shares sum to 1), with the workload's seed (a file with
 its own ``priority`` column and ``--priority-classes`` together are refused, as for deadlines below).
-``--timeout`` gives every client a deadline, ``SECONDS`` after its request arrives, or one per priority class, ``PRIORITY:SECONDS,...`` (a class not named waits as long as it takes): the simulator aborts a
-request whose deadline passes before it finishes (kvlab.sim, Request.timeout). A user's file may give each request
-its own deadline instead (a ``timeout`` column); a file with one and ``--timeout`` together are refused: which
-deadline a request has would depend on a precedence rule the user has to remember.
+``--timeout`` gives every client a deadline, ``SECONDS`` after its request arrives, or one per priority class,
+``PRIORITY:SECONDS,...`` (a class not named waits as long as it takes; a class no request has is refused): the
+simulator aborts a request whose deadline passes before it finishes (kvlab.sim, Request.timeout). A user's file may
+give each request its own deadline instead (a ``timeout`` column); a file with one and ``--timeout`` together are
+refused: which deadline a request has would depend on a precedence rule the user has to remember.
 """
 
 from __future__ import annotations
