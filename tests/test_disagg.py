@@ -248,9 +248,10 @@ def test_the_run_service_runs_a_disaggregated_fleet_and_its_options_round_trip()
 
 
 @pytest.mark.parametrize(("options", "line"), [
-    ({"prefill_replicas": 0, "decode_replicas": 1}, "--prefill-replicas 0: a disaggregated fleet (xPyD) needs at "
-                                                    "least one prefill and one decode replica; valid: "),
-    ({"prefill_replicas": 2, "decode_replicas": 0}, "--decode-replicas 0: a disaggregated fleet (xPyD) needs"),
+    ({"prefill_replicas": 0, "decode_replicas": 1}, "--prefill-replicas 0 is out of range; valid: prefill replicas, "
+                                                    "a whole number from 1 to 4,096"),
+    ({"prefill_replicas": 2, "decode_replicas": 0}, "--decode-replicas 0 is out of range; valid: decode replicas, a "
+                                                    "whole number from 1"),
     ({"prefill_replicas": 2}, "--prefill-replicas 2 without --decode-replicas: a disaggregated fleet (xPyD) needs"),
     ({"decode_replicas": 1}, "--decode-replicas 1 without --prefill-replicas"),
     ({"prefill_replicas": 1, "decode_replicas": 1, "replicas": 2}, "--replicas 2 with --prefill-replicas"),
