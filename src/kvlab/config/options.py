@@ -201,7 +201,7 @@ OPTIONS: dict[str, Option] = _options(
            "reject (vLLM: a too-long prompt is refused, an answer stops at max_model_len) or clip (Vidur: prompt "
            "and output scaled down to fit).", choices=("reject", "clip")),
     Option("priority_classes", "workload", str, None, "Each request's priority drawn from classes, "
-           "PRIORITY:SHARE,... (0:0.2,1:0.8: a fifth at 0, the rest at 1; smaller served first under "
+           "PRIORITY:SHARE,... summing to 1 (0:0.2,1:0.8: a fifth at 0, the rest at 1; smaller served first under "
            "--scheduling-policy priority). A file's own priority column otherwise.",
            default_text="a file's priority column, else 0"),
     Option("timeout", "workload", str, None, "Seconds a client waits for its whole answer before giving up (the "
