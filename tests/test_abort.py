@@ -135,3 +135,52 @@ def test_every_request_ends_finished_aborted_or_rejected_and_runs_equal_stepping
     for record, request in zip(sorted(a.records), workload.requests):
         if record.status == "aborted":
             assert request.timeout is not None and record.finish_time >= request.arrival_time + request.timeout
+
+
+def _summary(name: str, rps: float, finished: int, aborted: int | None) -> dict:
+    deadlines = {} if aborted is None else {"num_aborted": aborted, "abandoned_share": aborted / (finished + aborted),
+                                            "wasted_tokens": 10 * aborted}
+    return {"name": name, "throughput_rps": rps, "num_finished": finished, "num_rejected": 0, **deadlines}
+
+
+def test_the_star_goes_to_who_lost_no_request_unless_every_strategy_lost_some():
+    from kvlab.report.tables import deadline_lines
+    from kvlab.service.verdict import winner
+
+    fast_but_lossy, whole = _summary("a", 2.0, 22, 78), _summary("b", 1.0, 100, 0)
+    assert winner([fast_but_lossy, whole]) == "b"
+    assert winner([fast_but_lossy, _summary("c", 1.0, 50, 50)]) == "a"  # (all lost some: most finished req/s)
+    assert winner([_summary("x", 2.0, 10, None), _summary("y", 1.0, 10, None)]) == "x"  # (no deadlines: as before)
+    lines = " ".join(deadline_lines([fast_but_lossy, whole]))
+    assert "a 78 of 100 (78.0% abandoned, 780 tokens computed in vain); b 0 of 100" in lines
+    assert "Latencies, TTFT and req/s are over the finished requests only." in lines
+
+
+def test_a_runs_text_names_its_aborted_requests_and_says_when_all_were(kvlab):
+    r = kvlab("run", "vllm", "-n", "60", "--rate", "20", "--num-gpu-blocks", "300", "--timeout", "5")
+    assert r.exit_code == 0, r.stderr
+    words = " ".join(r.stdout.split())
+    summary = kvlab("run", "vllm", "-n", "60", "--rate", "20", "--num-gpu-blocks", "300", "--timeout", "5",
+                    "--json").json()["strategies"][0]
+    assert summary["num_aborted"] > 0 and "abort." in r.stdout
+    assert (f"vllm {summary['num_aborted']} of 60 ({100 * summary['abandoned_share']:.1f}% abandoned, "
+            f"{summary['wasted_tokens']:,} tokens computed in vain)") in words
+    assert "over the finished requests only" in words
+    none = kvlab("run", "vllm", "-n", "10", "--timeout", "1e-9")
+    assert "vllm finished nothing: all 10 requests were aborted" in " ".join(none.stdout.split())
+    plain = kvlab("run", "vllm", "-n", "10")
+    assert "abort." not in plain.stdout and "Client deadlines" not in plain.stdout
+
+
+def test_a_race_with_deadlines_crowns_who_finished_every_request():
+    from kvlab.report.tables import race_table, verdict, winner
+
+    base = {"memory_shares": {"token": 50.0, "reserved": 0, "internal_fragmentation": 0, "external_fragmentation": 0},
+            "mean_batch_size": 4.0, "throughput_tps": 100.0, "normalized_latency_s_per_token": {"p50": 0.1, "p99": 0.1},
+            "ttft_s": {"p50": 0.1, "p99": 0.1}, "preemptions": 0, "recomputed_tokens": 0}
+    lossy, whole = {**base, **_summary("a", 2.0, 22, 78)}, {**base, **_summary("b", 1.0, 100, 0)}
+    assert winner([lossy, whole]) is whole
+    text = verdict([lossy, whole])
+    assert text.startswith("b served the most of the strategies that lost no request to a client's deadline: 1 req/s")
+    assert "Aborted as their clients gave up: a 78 of 100" in text
+    assert race_table([lossy, whole], "t").columns[-1].header == "abort."

@@ -208,6 +208,8 @@ def test_the_options_give_the_gateway_and_its_key():
     (dict(rate_limit_burst=3), "--rate-limit-burst needs --rate-limit"),
     (dict(gateway_queue_policy="priority"), "--gateway-queue-policy needs --rate-limit"),
     (dict(rate_limit=1, gateway_queue_policy="lifo"), "--gateway-queue-policy 'lifo'"),
+    (dict(rate_limit=1, gateway_queue_policy="priority"), "--gateway-queue-policy priority orders the gateway's "
+     "queue, and --gateway-queue 0 gives it none"),
 ])
 def test_bad_gateway_options_get_one_line(options, message):
     with pytest.raises(KvlabError, match=message.replace("(", r"\(")):

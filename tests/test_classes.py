@@ -125,3 +125,18 @@ def test_the_class_table_and_the_gateway_line_fit_80_columns():
     assert "…" not in text and max(len(line.rstrip()) for line in text.splitlines()) <= 80
     assert "vllm: gateway (1 req/s, burst 2, queue 2) admitted 4 of 5 requests, 2 after a wait" in words
     assert "class 0: SLO p99_ttft<1s,p99_e2e<60s missed" in words
+
+
+def test_an_abandoned_share_reads_as_a_percentage_and_the_table_has_its_column():
+    from rich.console import Console
+
+    from kvlab.report.classes import print_classes
+
+    records = [record(0), record(1, "aborted"), record(2, "aborted"), record(3)]
+    classes = class_summaries(records, {i: 0 for i in range(4)}, parse_slo_classes("0:abandoned<5%"))
+    console = Console(width=80, record=True)
+    print_classes(console, "vllm", classes, deadlines=True)
+    text = console.export_text()
+    assert "class 0: SLO abandoned<5% missed (abandoned<5% 50.0%)" in " ".join(text.split())
+    assert any("rejected   abandoned" in line for line in text.splitlines()) and "…" not in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80

@@ -248,9 +248,10 @@ def test_the_run_service_runs_a_disaggregated_fleet_and_its_options_round_trip()
 
 
 @pytest.mark.parametrize(("options", "line"), [
-    ({"prefill_replicas": 0, "decode_replicas": 1}, "--prefill-replicas 0: a disaggregated fleet (xPyD) needs at "
-                                                    "least one prefill and one decode replica; valid: "),
-    ({"prefill_replicas": 2, "decode_replicas": 0}, "--decode-replicas 0: a disaggregated fleet (xPyD) needs"),
+    ({"prefill_replicas": 0, "decode_replicas": 1}, "--prefill-replicas 0 is out of range; valid: prefill replicas, "
+                                                    "a whole number from 1 to 4,096"),
+    ({"prefill_replicas": 2, "decode_replicas": 0}, "--decode-replicas 0 is out of range; valid: decode replicas, a "
+                                                    "whole number from 1"),
     ({"prefill_replicas": 2}, "--prefill-replicas 2 without --decode-replicas: a disaggregated fleet (xPyD) needs"),
     ({"decode_replicas": 1}, "--decode-replicas 1 without --prefill-replicas"),
     ({"prefill_replicas": 1, "decode_replicas": 1, "replicas": 2}, "--replicas 2 with --prefill-replicas"),
@@ -290,9 +291,11 @@ def test_kvlab_run_prints_the_link_and_ttfts_parts_and_refuses_a_fleet_with_no_d
     assert (out / "prefill0" / "vllm_iterations.csv").exists() and (out / "decode0" / "vllm_requests.csv").exists()
     bad = kvlab("run", "vllm", "-n", "5", "--prefill-replicas", "1", "--decode-replicas", "0")
     assert bad.exit_code == 2
-    assert bad.stderr.strip().splitlines() == ["error: --decode-replicas 0: a disaggregated fleet (xPyD) needs at "
-                                               "least one prefill and one decode replica; valid: --prefill-replicas 1 "
-                                               "or more with --decode-replicas 1 or more"]
+    assert bad.stderr.strip().splitlines() == ["error: --decode-replicas 0 is out of range; valid: decode replicas, "
+                                               "a whole number from 1 to 4,096"]
+    negative = kvlab("run", "vllm", "-n", "5", "--prefill-replicas", "-1", "--decode-replicas", "1")
+    assert negative.stderr.strip().splitlines() == ["error: --prefill-replicas -1 is out of range; valid: prefill "
+                                                    "replicas, a whole number from 1 to 4,096"]
 
 
 # -- capacity: aggregated against disaggregated on the same GPUs ---------------------------------------------

@@ -155,6 +155,7 @@ def test_the_run_scheduler_with_a_cpu_tier_is_stepping():
     (["vllm+noprefix", "--kv-offloading-size", "8"], "KV offload needs prefix caching"),
     (["orca-max", "--kv-offloading-size", "8"], "KV offload to CPU (--kv-offloading-size) needs paged memory with "
      "prefix caching, as vLLM's; strategy 'orca-max' reserves slabs"),
+    (["vllm+prefix", "--cpu-memory-gib", "64"], "--cpu-memory-gib 64 bounds a CPU tier, and there is none"),
 ])
 def test_bad_offload_settings_are_named_in_one_line(kvlab, args, message):
     r = kvlab("run", *args, "-n", "10", "--rate", "1")

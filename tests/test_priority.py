@@ -223,12 +223,12 @@ def test_priority_classes_draw_each_request_by_their_shares_with_the_seed():
     from kvlab.workload import load_workload
 
     plain = load_workload("paper-sharegpt", num_requests=2000, rate=2.0, seed=4)
-    drawn = load_workload("paper-sharegpt", num_requests=2000, rate=2.0, seed=4, priority_classes="0:1,7:3")
+    drawn = load_workload("paper-sharegpt", num_requests=2000, rate=2.0, seed=4, priority_classes="0:0.25,7:0.75")
     assert [(r.prompt_len, r.arrival_time) for r in drawn.requests] == [
         (r.prompt_len, r.arrival_time) for r in plain.requests]  # (the classes come from a stream of their own)
     share = sum(r.priority == 0 for r in drawn.requests) / 2000
     assert {r.priority for r in drawn.requests} == {0, 7} and 0.22 < share < 0.28
-    again = load_workload("paper-sharegpt", num_requests=2000, rate=2.0, seed=4, priority_classes="0:1,7:3")
+    again = load_workload("paper-sharegpt", num_requests=2000, rate=2.0, seed=4, priority_classes="0:0.25,7:0.75")
     assert again.requests == drawn.requests
 
 
@@ -237,6 +237,7 @@ def test_priority_classes_draw_each_request_by_their_shares_with_the_seed():
     ("0", "'0' has no share"),
     ("0:0", "share '0' of priority 0 is not a number > 0"),
     ("1:1,1:2", "priority 1 appears twice"),
+    ("0:0.2,1:0.7", "the shares sum to 0.9, not 1"),
 ])
 def test_bad_priority_classes_are_named_in_one_line(kvlab, text, message):
     r = kvlab("run", "vllm", "-n", "10", "--priority-classes", text)
@@ -260,3 +261,32 @@ def test_a_high_priority_class_waits_less_than_a_low_one():
 
     fcfs, priority = mean_wait("fcfs"), mean_wait("priority")
     assert priority[0] < fcfs[0] / 2 and priority[0] < priority[1]
+
+
+def test_a_priority_is_read_as_an_exact_integer_and_a_json_boolean_is_named(tmp_path):
+    from kvlab.errors import KvlabError
+    from kvlab.workload.priority import parse_priority
+
+    assert parse_priority("99999999999999999999999", "x") == 99999999999999999999999
+    assert parse_priority(99999999999999999999999, "x") == 99999999999999999999999
+    assert parse_priority("1e3", "x") == 1000
+    jsonl = tmp_path / "w.jsonl"
+    jsonl.write_text('{"prompt_len": 10, "output_len": 5, "priority": true}\n')
+    from kvlab.workload import load_workload
+
+    with pytest.raises(KvlabError, match=re.escape("line 1: priority true is not an integer")):
+        load_workload(str(jsonl))
+
+
+def test_priority_classes_beside_a_files_priority_column_are_refused(tmp_path, kvlab):
+    path = tmp_path / "w.csv"
+    path.write_text("prompt_len,output_len,arrival_time,priority\n100,50,0.5,1\n80,20,0.1,0\n")
+    r = kvlab("run", "vllm", "--workload", str(path), "--priority-classes", "0:0.5,1:0.5")
+    assert r.exit_code == 2 and "the workload file gives each request its own priority" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_timeout_for_a_class_the_workload_lacks_is_refused(kvlab):
+    r = kvlab("run", "vllm", "-n", "20", "--priority-classes", "0:0.2,1:0.8", "--timeout", "0:5,2:10")
+    assert r.exit_code == 2 and "no request has priority 2; valid: the workload's classes 0, 1" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

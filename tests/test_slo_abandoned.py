@@ -104,3 +104,31 @@ def test_a_class_reports_its_abandoned_share_and_its_target_bounds_it():
     assert classes["1"]["slo_values"]["abandoned<50%"] == 0.4 and classes["1"]["goodput"] == 0.6
     strict = class_summaries(records, {i: i % 2 for i in range(10)}, {1: parse_slo("p99_ttft<1s")})
     assert strict["1"]["slo_held"] is False  # (without the term no client may give up)
+
+
+def test_an_abandoned_bound_without_any_deadline_is_refused_in_one_line(tmp_path):
+    from kvlab.errors import KvlabError
+    from kvlab.service.classes import check_deadlines
+    from kvlab.sweep.slo import parse_slo
+
+    target = parse_slo("p99_ttft<2s,abandoned<5%")
+    with pytest.raises(KvlabError, match=r"^abandoned<5%: no request in this workload has a deadline; valid: with "
+                                         r"--timeout SECONDS or a workload file's timeout column$"):
+        check_deadlines([target], [{"workload": "paper-sharegpt", "timeout": "30"}, {"workload": "paper-sharegpt"}])
+    check_deadlines([target], [{"workload": "paper-sharegpt", "timeout": "30"}])
+    check_deadlines([parse_slo("p99_ttft<2s")], [{"workload": "paper-sharegpt"}])  # (no bound: nothing to check)
+    path = tmp_path / "w.csv"
+    path.write_text("prompt_len,output_len,arrival_time,timeout\n100,50,0.5,30\n80,20,0.1,2.5\n")
+    check_deadlines([target], [{"workload": str(path)}])
+    plain = tmp_path / "plain.csv"
+    plain.write_text("prompt_len,output_len,arrival_time\n100,50,0.5\n")
+    with pytest.raises(KvlabError, match="no request in this workload has a deadline"):
+        check_deadlines([target], [{"workload": str(plain)}])
+
+
+def test_run_refuses_a_class_abandoned_bound_without_deadlines(kvlab):
+    r = kvlab("run", "vllm", "-n", "10", "--slo-classes", "0:abandoned<5%")
+    assert r.exit_code == 2 and r.stderr.strip().splitlines() == [
+        "error: abandoned<5%: no request in this workload has a deadline; valid: with --timeout SECONDS or a "
+        "workload file's timeout column"]
+    assert kvlab("run", "vllm", "-n", "10", "--slo-classes", "0:abandoned<5%", "--timeout", "30").exit_code == 0

@@ -185,7 +185,10 @@ def test_drafting_costs_time_by_method():
     (["--speculative-method", "ngram", "--spec-acceptance", "0.9/0.8"], "2 rates for 3 speculative tokens"),
     (["--speculative-method", "ngram", "--spec-acceptance", "high"], "'high' is not a number"),
     (["--speculative-method", "ngram"], "needs --spec-acceptance"),
-    (["--spec-acceptance", "0.5"], "--spec-acceptance needs --speculative-method"),
+    (["--spec-acceptance", "0.5"], "--spec-acceptance 0.5 needs --speculative-method"),
+    (["--num-speculative-tokens", "4"], "--num-speculative-tokens 4 needs --speculative-method"),
+    (["--speculative-method", "ngram", "--speculative-model", "opt-125m", "--spec-acceptance", "0.5"],
+     "--speculative-model opt-125m: --speculative-method ngram drafts from the prompt's own n-grams, with no model"),
     (["--speculative-method", "draft_model", "--spec-acceptance", "0.5"], "needs --speculative-model"),
     (["--speculative-method", "medusa", "--spec-acceptance", "0.5"], "--speculative-method 'medusa' is not one"),
 ])
@@ -318,3 +321,22 @@ def test_a_fleet_of_speculating_replicas_sums_their_counts_and_recomputes_the_ra
     assert total.spec_decoding["spec_acceptance_per_position"] == {"1": 20 / 40, "2": 7 / 40}
     assert total.kv_offload == {"cpu_prefix_hit_tokens": 12}
     assert summed_counters([Counters(), Counters()]).spec_decoding == {}
+
+
+def test_a_draft_model_larger_than_the_target_is_warned_in_one_line(kvlab):
+    r = kvlab("run", "vllm", "-n", "5", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--speculative-method",
+              "draft_model", "--speculative-model", "llama-3.1-70b", "--spec-acceptance", "0.7")
+    assert r.exit_code == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "larger than the target" in line]
+    assert len(warned) == 1 and "--speculative-model llama-3.1-70b" in warned[0]
+
+
+def test_a_runs_text_names_its_drafts_and_its_cpu_tier(kvlab):
+    r = kvlab("run", "vllm", "-n", "5", "--speculative-method", "eagle", "--spec-acceptance", "0.7",
+              "--kv-offloading-size", "8")
+    assert r.exit_code == 0, r.stderr
+    words = " ".join(r.stdout.split())
+    assert "Speculative decoding: eagle, 3 draft tokens per step, acceptance 0.7 (about 2.53 tokens per verify step" \
+        in words
+    assert "CPU tier: 8 GiB, 655 blocks over PCIe 4.0 x16 (--kv-offloading-size)." in words
+    assert "Speculative decoding" not in " ".join(kvlab("run", "vllm", "-n", "5").stdout.split())

@@ -166,3 +166,17 @@ def test_every_commands_help_fits_80_columns_with_every_option_named_whole(kvlab
             if name.startswith("-"):
                 assert name in words, f"{name} is not in `kvlab {path} --help`:\n{r.stdout}"
     assert "<bool>" not in r.stdout  # a flag takes no value
+
+
+def test_capacity_help_names_the_aggregated_against_disaggregated_search(kvlab80):
+    words = " ".join(kvlab80("capacity", "--help").stdout.replace("│", " ").split())
+    assert "With --replicas auto --prefill-replicas auto --rate R: aggregated or disaggregated (xPyD)" in words
+
+
+def test_the_readme_lists_every_document():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    for doc in sorted((root / "docs").glob("*.md")):
+        assert f"(docs/{doc.name})" in readme, f"README's documentation list omits docs/{doc.name}"

@@ -109,6 +109,8 @@ def capacity(
     Without -n or --duration, the workload is scaled to load the engine (twice its seats arrive in the measured window).
 
     With --replicas auto --rate R: the fewest replicas that sustain R req/s, per --router (default round-robin,least-requests).
+
+    With --replicas auto --prefill-replicas auto --rate R: aggregated or disaggregated (xPyD), whichever holds R on fewer GPUs.
     """
     from kvlab.service import capacity as service
     from kvlab.sweep.grid import run_options

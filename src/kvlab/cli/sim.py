@@ -17,7 +17,7 @@ from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_options
 from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
-from kvlab.report.setup import prefix_caching_text
+from kvlab.report.setup import prefix_caching_text, setup_lines
 from kvlab.report.text import plural
 from kvlab.service.classes import parse_slo_classes
 from kvlab.strategies import STRATEGIES, strategy_names_help
@@ -63,9 +63,10 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, **opt
     chosen = service.strategies(strategy_names, config)
     service.check_work(config, len(chosen))
     if slos:  # (--slo-classes: each class one of the workload's, checked before anything runs)
-        from kvlab.service.classes import check_classes, known_classes
+        from kvlab.service.classes import check_classes, check_deadlines, known_classes
 
         check_classes(slos, known_classes(config))
+        check_deadlines(slos.values(), [{"workload": config.workload.workload, "timeout": config.workload.timeout}])
     console = Console(stderr=True)
     for note in service.notes(config, chosen):
         console.print(f"note: {note}", style="yellow", highlight=False)
@@ -81,8 +82,11 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, **opt
         return service.run(config, chosen, progress=advance)
 
 
-def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=()) -> str:
+def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), setup: dict | None = None) -> str:
+    """The run's setup in one paragraph; ``setup`` (KvlabConfig.describe()) adds a CPU tier and speculative decoding
+    in setup_lines' words, when the run has them."""
     cache, sched = config.cache, config.scheduler
+    extras = setup_lines({k: v for k, v in (setup or {}).items() if k in ("cpu_tier", "speculative")})
     fleet = f"{replicas} replicas behind the {router} router, each " if replicas > 1 else ""
     prefix = f", {prefix_caching_text({s.name: s.enable_prefix_caching for s in strategies})}" if strategies else ""
     return (
@@ -93,6 +97,7 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=()) -
         f"{sched.max_num_batched_tokens:,}, chunked prefill {'on' if sched.enable_chunked_prefill else 'off'}{prefix}. "
         f"Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
         f"{_rate_text(wl)}, mean prompt {wl.mean_prompt_len:,.0f} / output {wl.mean_output_len:,.0f} tokens."
+        + "".join(f" {line[0].upper()}{line[1:]}." for line in extras)
     )
 
 
@@ -167,7 +172,8 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     if not console.is_terminal and wide:
         console.width = max(console.width, 150)  # piped --wide output: room for the whole table
     behaviours = [r.strategy for r in results]
-    console.print(setup_line(config, wl, run.config.parallel.data_parallel_size, setup.get("router", ""), behaviours))
+    console.print(setup_line(config, wl, run.config.parallel.data_parallel_size, setup.get("router", ""), behaviours,
+                               setup))
     console.print(race_table(summaries, title, wide=wide, strategies=behaviours, width=console.width))
     for line in footnotes(summaries, wide=wide):
         console.print(line)

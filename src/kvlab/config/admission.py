@@ -56,6 +56,9 @@ def resolve_admission(values: dict[str, Any]) -> AdmissionSpec | None:
                                  "(> 0) with it")
         return None
     burst, queue, policy = values.get("rate_limit_burst"), values.get("gateway_queue"), values.get("gateway_queue_policy")
+    if policy == "priority" and not queue:  # (AdmissionSpec.text: a policy orders a queue, and there is none)
+        raise KvlabError("--gateway-queue-policy priority orders the gateway's queue, and --gateway-queue "
+                         f"{queue or 0} gives it none; valid: --gateway-queue N (N > 0) with it")
     return AdmissionSpec(rate, 1 if burst is None else burst, 0 if queue is None else queue, policy or "fcfs")
 
 

@@ -91,9 +91,9 @@ OPTIONS: dict[str, Option] = _options(
     # A disaggregated fleet (kvlab.disagg, docs/disaggregation.md): prefill and decode replicas, the KV's link.
     Option("prefill_replicas", "parallel", int, None, "Replicas that only compute prompts, in a disaggregated fleet "
            "(xPyD, vLLM's disaggregated prefilling): each request's KV then crosses a link to a decode replica "
-           "(--decode-replicas).", lo=0, hi=4096, what="prefill replicas", default_text="off"),
+           "(--decode-replicas).", lo=1, hi=4096, what="prefill replicas", default_text="off"),
     Option("decode_replicas", "parallel", int, None, "Replicas that generate the answers from the KV the prefill "
-           "replicas send, in a disaggregated fleet (with --prefill-replicas).", lo=0, hi=4096,
+           "replicas send, in a disaggregated fleet (with --prefill-replicas).", lo=1, hi=4096,
            what="decode replicas", default_text="off"),
     Option("kv_transfer_bandwidth", "parallel", float, None, "GB/s a direction of the link a disaggregated fleet's "
            "KV crosses.", lo=0.0, hi=1e6, lo_open=True, what="GB/s",
@@ -201,7 +201,7 @@ OPTIONS: dict[str, Option] = _options(
            "reject (vLLM: a too-long prompt is refused, an answer stops at max_model_len) or clip (Vidur: prompt "
            "and output scaled down to fit).", choices=("reject", "clip")),
     Option("priority_classes", "workload", str, None, "Each request's priority drawn from classes, "
-           "PRIORITY:SHARE,... (0:0.2,1:0.8: a fifth at 0, the rest at 1; smaller served first under "
+           "PRIORITY:SHARE,... summing to 1 (0:0.2,1:0.8: a fifth at 0, the rest at 1; smaller served first under "
            "--scheduling-policy priority). A file's own priority column otherwise.",
            default_text="a file's priority column, else 0"),
     Option("timeout", "workload", str, None, "Seconds a client waits for its whole answer before giving up (the "

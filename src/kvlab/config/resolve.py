@@ -255,6 +255,7 @@ class KvlabConfig:
             **({"gateway": self.admission.text} if self.admission is not None else {}),
             **({"cpu_tier": {"size_gib": self.offload.size_gib, "num_cpu_blocks": self.offload.num_cpu_blocks,
                              "link": self.offload.link}} if self.offload is not None else {}),
+            **({"speculative": speculative_setup(self.speculative)} if self.speculative is not None else {}),
             "num_gpu_blocks": cache.num_gpu_blocks, "block_size": cache.block_size, "num_slots": cache.num_slots,
             "max_model_len": sched.max_model_len, "max_num_seqs": sched.max_num_seqs,
             "max_num_batched_tokens": sched.max_num_batched_tokens,
@@ -366,11 +367,16 @@ def resolve_speculative(values: dict[str, Any], model_spec) -> SpeculativeConfig
     """vLLM's speculative config from the options (None: off); the drafter's cost from the models (kvlab.spec.cost)."""
     method = values.get("speculative_method")
     if method is None:
-        for name in ("spec_acceptance", "speculative_model"):
-            if values.get(name) is not None:
-                raise KvlabError(f"--{name.replace('_', '-')} needs --speculative-method; valid: ngram, draft_model, "
-                                 "eagle or mtp")
+        for name in ("spec_acceptance", "speculative_model", "num_speculative_tokens"):
+            # (num_speculative_tokens has a default: only a value other than it is known to be given)
+            if values.get(name) is not None and values[name] != OPTIONS[name].default:
+                raise KvlabError(f"--{name.replace('_', '-')} {values[name]} needs --speculative-method; valid: "
+                                 "ngram, draft_model, eagle or mtp")
         return None
+    if method == "ngram" and values.get("speculative_model") is not None:
+        raise KvlabError(f"--speculative-model {values['speculative_model']}: --speculative-method ngram drafts from "
+                         "the prompt's own n-grams, with no model; valid: drop --speculative-model, or "
+                         "--speculative-method draft_model")
     from kvlab.spec.config import SpeculativeConfig, parse_acceptance
     from kvlab.spec.cost import draft_cost_ratio
 
@@ -394,6 +400,14 @@ def offload_options(offload: OffloadConfig | None) -> dict[str, Any]:
         return {}
     return {"kv_offloading_size": offload.size_gib,
             **({"cpu_memory_gib": offload.cpu_memory_gib} if offload.cpu_memory_gib is not None else {})}
+
+
+def speculative_setup(speculative: SpeculativeConfig) -> dict[str, Any]:
+    """Speculative decoding as a report says it (describe(), report.setup.setup_lines)."""
+    return {"method": speculative.method, "num_speculative_tokens": speculative.num_speculative_tokens,
+            "acceptance": "/".join(f"{r:g}" for r in speculative.acceptance_rates),
+            "expected_tokens_per_step": speculative.expected_tokens_per_step,
+            **({"draft_model": speculative.draft_model} if speculative.draft_model else {})}
 
 
 def speculative_options(speculative: SpeculativeConfig | None) -> dict[str, Any]:

@@ -73,6 +73,9 @@ def resolve_offload(size_gib: float | None, gpu: str, num_gpus: int, block_size:
                     cpu_memory_gib: float | None = None) -> OffloadConfig | None:
     """The CPU tier ``--kv-offloading-size size_gib`` gives on ``num_gpus`` of ``gpu`` (None: off)."""
     if not size_gib:
+        if cpu_memory_gib is not None:
+            raise KvlabError(f"--cpu-memory-gib {cpu_memory_gib:g} bounds a CPU tier, and there is none; valid: with "
+                             "--kv-offloading-size GIB")
         return None
     link, bandwidth, per_gpu = HOST.get(gpu, ("PCIe 4.0 x16", 32e9, 64))
     limit = cpu_memory_gib if cpu_memory_gib is not None else per_gpu * num_gpus

@@ -24,24 +24,35 @@ def gateway_line(name: str, admission: dict) -> str:
                if admission["num_aborted_in_queue"] else "") + ".")
 
 
-def print_classes(console, name: str, classes: dict) -> None:
-    """One strategy's classes: requests, rejections, latencies, and each SLO with its goodput."""
+def _value(term: str, value: float) -> str:
+    """An SLO term's value: the abandoned share as a percentage (kvlab.sweep.slo), a latency otherwise."""
+    from kvlab.sweep.slo import ABANDONED
+
+    return f"{100 * value:.1f}%" if term.startswith(ABANDONED) else _seconds(value)
+
+
+def print_classes(console, name: str, classes: dict, *, deadlines: bool = False) -> None:
+    """One strategy's classes: requests, rejections (and, with client deadlines, abandonments), latencies, and each
+    SLO with its goodput."""
     from rich import box
     from rich.table import Table
 
     table = Table(title=f"{name}: per class (class = request priority)", box=box.SIMPLE_HEAD, header_style="bold",
                   pad_edge=False)
-    for column in ("class", "requests", "rejected", "TTFT p50", "TTFT p99", "E2E p99", "goodput"):
+    columns = ("class", "requests", "rejected") + (("abandoned",) if deadlines else ()) + (
+        "TTFT\np50", "TTFT\np99", "E2E\np99", "goodput")  # (stacked: room for abandoned at 80 columns)
+    for column in columns:
         table.add_column(column, justify="right", no_wrap=True)
     for number, c in classes.items():
         slo = c.get("slo")
-        table.add_row(number, f"{c['num_requests']:,}", f"{100 * c['rejected_share']:.1f}%",
+        abandoned = (f"{100 * c['abandoned_share']:.1f}%",) if deadlines else ()
+        table.add_row(number, f"{c['num_requests']:,}", f"{100 * c['rejected_share']:.1f}%", *abandoned,
                       _seconds(c["ttft_s"]["p50"]), _seconds(c["ttft_s"]["p99"]), _seconds(c["e2e_latency_s"]["p99"]),
                       "–" if slo is None else f"{100 * c['goodput']:.1f}%")
     console.print(table)
     for number, c in classes.items():
         if "slo" in c:
-            values = ", ".join(f"{term} {_seconds(value)}" for term, value in c["slo_values"].items())
+            values = ", ".join(f"{term} {_value(term, value)}" for term, value in c["slo_values"].items())
             console.print(f"class {number}: SLO {c['slo']} {'held' if c['slo_held'] else 'missed'} ({values}); "
                           f"goodput {100 * c['goodput']:.1f}% of its requests (finished within every limit)",
                           highlight=False)
@@ -53,4 +64,4 @@ def print_admission(console, summaries: list[dict]) -> None:
         if "admission" in summary:
             console.print(gateway_line(summary["name"], summary["admission"]), highlight=False)
         if "classes" in summary:
-            print_classes(console, summary["name"], summary["classes"])
+            print_classes(console, summary["name"], summary["classes"], deadlines="num_aborted" in summary)

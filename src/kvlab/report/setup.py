@@ -74,6 +74,12 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
         tier = setup["cpu_tier"]
         lines.append(f"CPU tier: {tier['size_gib']:g} GiB, {tier['num_cpu_blocks']:,} blocks over {tier['link']} "
                      "(--kv-offloading-size)")
+    if "speculative" in setup:
+        spec = setup["speculative"]
+        drafter = f" drafted by {spec['draft_model']}" if spec.get("draft_model") else ""
+        lines.append(f"speculative decoding: {spec['method']}{drafter}, {spec['num_speculative_tokens']} draft tokens "
+                     f"per step, acceptance {spec['acceptance']} (about {spec['expected_tokens_per_step']:.2f} "
+                     "tokens per verify step; --speculative-method)")
     limits = [f"{k} {setup[k]:,}" for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len") if k in setup]
     if "enable_chunked_prefill" in setup:
         limits.append("chunked prefill " + ("on" if setup["enable_chunked_prefill"] else "off"))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from kvlab.metrics import ITERATION_COLUMNS
 from kvlab.service.verdict import same_throughput
+from kvlab.service.verdict import tied as tied_names
 from kvlab.service.verdict import winner as verdict_winner
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ def race_table(summaries: list[dict], title: str, *, wide: bool = False, strateg
     if wide:
         columns += [("recomp.\ntokens", "recomputed")]
     columns += [("done", "done"), ("rej.", "rejected")]
+    if any("num_aborted" in s for s in summaries):  # (client deadlines: --timeout, or a file's timeout column)
+        columns += [("abort.", "aborted")]
     rows = [_cells(s, s is best, lat_factor, ttft_factor) for s in summaries]
     if width is not None and not wide:
         columns = _fit(columns, rows, width)
@@ -124,7 +127,7 @@ def _cells(s: dict, is_best: bool, lat_factor: float, ttft_factor: float) -> dic
         "lat99": _time(lat["p99"], lat_factor), "ttft50": _time(ttft["p50"], ttft_factor),
         "ttft99": _time(ttft["p99"], ttft_factor), "preemptions": f"{s['preemptions']:,}",
         "recomputed": f"{s['recomputed_tokens']:,}", "done": f"{s['num_finished']:,}",
-        "rejected": f"{s['num_rejected']:,}",
+        "rejected": f"{s['num_rejected']:,}", "aborted": f"{s.get('num_aborted', 0):,}",
     }
 
 
@@ -134,7 +137,7 @@ def footnotes(summaries: list[dict], *, wide: bool = False) -> list[str]:
               "paper's metric), p50 over requests. TTFT: time to first token. KV tok %: share of KV memory holding "
               "tokens, averaged over time. pre-empt.: preemptions (memory ran out mid-answer; a request can be preempted "
               "more than once)."
-              + (" ★ most req/s." if len(summaries) > 1 else ""))]
+              + (f" ★ {_star_text(summaries)}." if len(summaries) > 1 else ""))]
     if wide:
         lines.append("KV memory shares: tokens | reserved for tokens to come | internal fragmentation (reserved, "
                      "never used) | free and other (allocator round-up, free blocks; for paged memory this is free "
@@ -147,6 +150,42 @@ def footnotes(summaries: list[dict], *, wide: bool = False) -> list[str]:
                 s.get("reject_reasons", {}).items(), key=lambda item: -item[1]))
             parts.append(f"{s['name']} {s['num_rejected']:,}" + (f" ({reasons})" if reasons else ""))
         lines.append("Rejected: " + "; ".join(parts) + ".")
+    return lines + deadline_lines(summaries)
+
+
+def _star_text(summaries: list[dict]) -> str:
+    """What the ★ is given for (kvlab.service.verdict: with deadlines, who lost requests does not contend)."""
+    if not any(s.get("num_aborted") for s in summaries):
+        return "most req/s"
+    if all(s.get("num_aborted") for s in summaries):
+        return "most req/s finished (every strategy lost requests to client deadlines)"
+    return "most req/s of the strategies that lost no request to a client's deadline"
+
+
+def num_offered(s: dict) -> int:
+    """The requests a strategy was offered, from its summary: those that finished, were rejected or aborted."""
+    if s.get("num_aborted"):
+        return round(s["num_aborted"] / s["abandoned_share"])
+    return s["num_finished"] + s["num_rejected"]
+
+
+def deadline_lines(summaries: list[dict]) -> list[str]:
+    """With client deadlines (--timeout, or a file's timeout column): how many each strategy aborted, their share
+    and the tokens computed for them in vain, and that the latencies are over the finished requests only; a
+    strategy that finished nothing says why."""
+    with_deadlines = [s for s in summaries if "num_aborted" in s]
+    if not with_deadlines:
+        return []
+    parts = [f"{s['name']} {s['num_aborted']:,} of {num_offered(s):,} ({100 * s['abandoned_share']:.1f}% abandoned, "
+             f"{s['wasted_tokens']:,} tokens computed in vain)" for s in with_deadlines]
+    lines = ["Client deadlines: aborted = requests whose client gave up before the answer finished (vLLM aborts "
+             "them): " + "; ".join(parts) + ". Latencies, TTFT and req/s are over the finished requests only."]
+    for s in with_deadlines:
+        if s["num_finished"] == 0 and s["num_aborted"]:
+            offered = num_offered(s)
+            which = "all" if s["num_aborted"] == offered else f"{s['num_aborted']:,} of"
+            lines.append(f"{s['name']} finished nothing: {which} {offered:,} requests were aborted, each client's "
+                         "deadline passing before its answer finished, so there are no latencies.")
     return lines
 
 
@@ -175,7 +214,9 @@ def verdict(summaries: list[dict], strategies=None) -> str:
     ranked = sorted(summaries, key=lambda s: s["throughput_rps"], reverse=True)
     best, worst = ranked[0], ranked[-1]
     tied = [s["name"] for s in ranked if same_throughput(s["throughput_rps"], best["throughput_rps"])]
-    if len(tied) == len(ranked):
+    if any(s.get("num_aborted") for s in summaries):
+        text = _deadlines_verdict(summaries)
+    elif len(tied) == len(ranked):
         text = (f"A tie: all {len(ranked)} strategies served {best['throughput_rps']:.3g} req/s. At this load "
                 "the requests do not compete for memory, so how it is managed does not change throughput.")
     elif worst["num_finished"] == 0:
@@ -198,6 +239,22 @@ def verdict(summaries: list[dict], strategies=None) -> str:
             f"{s['name']} {s['preemptions']:,} ({s['recomputed_tokens']:,} tokens recomputed)" for s in preempting
         ) + "."
     return text
+
+
+def _deadlines_verdict(summaries: list[dict]) -> str:
+    """Who won when clients gave up (kvlab.service.verdict: who lost requests to deadlines contends only when all
+    did), and what each lost."""
+    names = tied_names(summaries)
+    top = next(s for s in summaries if s["name"] == names[0])
+    lead = names[0] if len(names) == 1 else f"{' and '.join(names)} (a tie)"
+    lost = [s for s in summaries if s.get("num_aborted")]
+    losses = ", ".join(f"{s['name']} {s['num_aborted']:,} of {num_offered(s):,}" for s in lost)
+    if len(lost) < len(summaries):
+        return (f"{lead} served the most of the strategies that lost no request to a client's deadline: "
+                f"{top['throughput_rps']:.3g} req/s. Aborted as their clients gave up: {losses}; their req/s count "
+                "only the requests they finished, so they do not contend.")
+    return (f"Every strategy lost requests to client deadlines (aborted: {losses}); {lead} finished the most per "
+            f"second: {top['throughput_rps']:.3g} req/s, {top['num_finished']:,} of {num_offered(top):,} requests.")
 
 
 def csv_stem(strategy_name: str) -> str:

@@ -24,7 +24,7 @@ The statistic judges the requests served; the goodput charges the class for the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kvlab.errors import KvlabError
@@ -64,6 +64,24 @@ def check_classes(slos: Mapping[int, Slo], known: set[int]) -> None:
             raise KvlabError(f"--slo-classes names class {number}, which the workload does not have; valid: its "
                              f"classes, {', '.join(map(str, sorted(known)))} (--priority-classes, or a file's "
                              "priority column)")
+
+
+def check_deadlines(slos: Iterable[Slo], points: Iterable[Mapping[str, Any]]) -> None:
+    """An SLO bounding the abandoned share (``abandoned<5%``, kvlab.sweep.slo) judges clients that give up at their
+    deadline: refused where no request has one (no --timeout, no timeout column in the workload file), since it
+    would hold whatever the engine did. ``points``: each configuration's options, as a grid's point or
+    ``KvlabConfig.workload`` gives them (``workload``, ``timeout``); for --slo in kvlab capacity and --slo-classes
+    in kvlab run and race."""
+    from kvlab.config.options import OPTIONS
+    from kvlab.workload.load import has_own_deadlines
+
+    bounds = [slo.abandoned_text for slo in slos if slo.abandoned_text is not None]
+    if not bounds:
+        return
+    for point in points:
+        if not point.get("timeout") and not has_own_deadlines(str(point.get("workload") or OPTIONS["workload"].default)):
+            raise KvlabError(f"{bounds[0]}: no request in this workload has a deadline; valid: with --timeout SECONDS "
+                             "or a workload file's timeout column")
 
 
 def known_classes(config, workload=None) -> set[int]:

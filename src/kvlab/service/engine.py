@@ -138,6 +138,11 @@ def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = ()) -> tuple[
     block_note = cuda_block_size_note(cache.block_size)
     if block_note:
         said.append(block_note)
+    spec = config.speculative
+    if spec is not None and spec.draft_model and spec.draft_cost_ratio > 1:
+        said.append(f"--speculative-model {spec.draft_model} is larger than the target {config.model.model} "
+                    f"({spec.draft_cost_ratio:.1f}x its active parameters): each draft costs more than the step it "
+                    "saves, so speculative decoding can only slow this run down")
     return tuple(said)
 
 

@@ -107,6 +107,15 @@ def _user_source(spec: str) -> BundledWorkload:
     )
 
 
+def has_own_deadlines(spec: str) -> bool:
+    """Whether a workload's requests come with their own client deadlines: a user's file with a timeout column (a
+    named workload, a published trace or an inference-perf configuration has none)."""
+    path = Path(spec)
+    if spec in WORKLOADS or path.suffix.lower() not in SUFFIXES or not path.is_file() or trace_for_file(path):
+        return False
+    return read_user_file(spec).timeout is not None
+
+
 def _resolve(spec: str) -> BundledWorkload:
     if spec in WORKLOADS:
         return WORKLOADS[spec]

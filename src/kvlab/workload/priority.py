@@ -3,12 +3,13 @@ first), and how long they wait before giving up.
 
 A user's file may give each request its own priority (a ``priority`` column, kvlab.workload.files); a generated
 workload draws one per request from ``--priority-classes``, written ``PRIORITY:SHARE,...`` (``0:0.2,1:0.8``: a
-fifth of the requests at priority 0, the rest at 1; the shares are weights, scaled to sum to 1), with the
-workload's seed. ``--timeout`` gives every client a deadline, ``SECONDS`` after its request arrives, or one per
-priority class, ``PRIORITY:SECONDS,...`` (a class not named waits as long as it takes): the simulator aborts a
-request whose deadline passes before it finishes (kvlab.sim, Request.timeout). A user's file may give each request
-its own deadline instead (a ``timeout`` column); a file with one and ``--timeout`` together are refused: which
-deadline a request has would depend on a precedence rule the user has to remember.
+fifth of the requests at priority 0, the rest at 1; the shares sum to 1), with the workload's seed (a file with
+its own ``priority`` column and ``--priority-classes`` together are refused, as for deadlines below).
+``--timeout`` gives every client a deadline, ``SECONDS`` after its request arrives, or one per priority class,
+``PRIORITY:SECONDS,...`` (a class not named waits as long as it takes; a class no request has is refused): the
+simulator aborts a request whose deadline passes before it finishes (kvlab.sim, Request.timeout). A user's file may
+give each request its own deadline instead (a ``timeout`` column); a file with one and ``--timeout`` together are
+refused: which deadline a request has would depend on a precedence rule the user has to remember.
 """
 
 from __future__ import annotations
@@ -22,19 +23,26 @@ from kvlab.errors import KvlabError
 from kvlab.workload.request import Request
 
 _VALID = ("valid: PRIORITY:SHARE pairs separated by commas, e.g. 0:0.2,1:0.8 (integer priorities, smaller served "
-          "first; shares > 0)")
+          "first; shares > 0 summing to 1)")
 
 
 def parse_priority(value, where: str) -> int:
-    """One request's priority: an integer (vLLM's ``priority``, any sign)."""
-    if isinstance(value, bool):
-        value = None
+    """One request's priority: an integer (vLLM's ``priority``, any sign), read exactly (a float would turn
+    99999999999999999999999 into 99999999999999991611392)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
     try:
-        number = float(value)
+        number = float(value) if not isinstance(value, bool) else math.nan
     except (TypeError, ValueError):
         number = math.nan
     if not (math.isfinite(number) and number.is_integer()):
-        raise KvlabError(f"{where}: priority {value!r} is not an integer; valid: a whole number, smaller served "
+        shown = "true" if value is True else "false" if value is False else repr(value)  # (JSON's spelling)
+        raise KvlabError(f"{where}: priority {shown} is not an integer; valid: a whole number, smaller served "
                          "first (vLLM's --scheduling-policy priority)")
     return int(number)
 
@@ -58,6 +66,8 @@ def parse_classes(text: str) -> tuple[tuple[int, float], ...]:
             raise KvlabError(f"--priority-classes {text!r}: priority {number} appears twice; {_VALID}")
         pairs.append((number, weight))
     total = sum(w for _, w in pairs)
+    if abs(total - 1) > 1e-6:  # (0:0.2,1:0.7 is a typo more often than weights meant to be scaled)
+        raise KvlabError(f"--priority-classes {text!r}: the shares sum to {total:g}, not 1; {_VALID}")
     return tuple((p, w / total) for p, w in pairs)
 
 
@@ -69,6 +79,10 @@ def with_clients(requests: tuple[Request, ...], priority: tuple[int, ...] | None
     if deadlines is not None and timeout:
         raise KvlabError(f"--timeout {timeout}: the workload file gives each request its own deadline (its timeout "
                          "column); valid: one of the two, drop --timeout or the file's timeout column")
+    if priority is not None and priority_classes:
+        raise KvlabError(f"--priority-classes {priority_classes}: the workload file gives each request its own "
+                         "priority (its priority column); valid: one of the two, drop --priority-classes or the "
+                         "file's priority column")
     if priority is None and not priority_classes and not timeout and deadlines is None:
         return requests
     if priority_classes:
@@ -137,6 +151,10 @@ def assign_timeouts(requests: tuple[Request, ...], text: str) -> tuple[Request, 
     timeouts = parse_timeouts(text)
     if isinstance(timeouts, float):
         return tuple(replace(r, timeout=timeouts) for r in requests)
+    classes = sorted({r.priority for r in requests})
+    if unknown := [p for p in timeouts if p not in classes]:
+        raise KvlabError(f"--timeout {text!r}: no request has priority {unknown[0]}; valid: the workload's classes "
+                         f"{', '.join(map(str, classes))} (--priority-classes or a file's priority column)")
     return tuple(replace(r, timeout=timeouts.get(r.priority)) for r in requests)
 
 
