@@ -26,16 +26,19 @@ def _profile(constants=ALL_TERMS):
                              "test")
 
 
-def test_allreduce_is_two_ring_all_reduces_per_layer_over_the_link():
+def test_allreduce_is_two_one_shot_all_reduces_per_layer_reading_every_peer():
     model, gpu = get_model("llama-2-7b"), get_gpu("H100-SXM")
     terms = terms_for(model, gpu, model.weights_bytes(tensor_parallel_size=2) / 2, 2)
-    # 32 layers x 2 all-reduces x 2 (tp - 1) / tp x 4096 activations x 2 bytes
+    # 32 layers x 2 all-reduces x (tp - 1) peers x 4096 activations x 2 bytes (vLLM's one-shot custom all-reduce)
     assert terms.allreduce_bytes_per_token == 32 * 2 * 1 * 4096 * 2
     assert terms.num_allreduce_calls == 64 and terms.link_bandwidth == 450e9
     cost = resolve(model="llama-2-7b", gpu="H100-SXM", tensor_parallel_size=2, num_gpu_blocks=1000,
                    cost=_write(ALL_TERMS)).engine.cost
     assert cost.token_overhead_s == pytest.approx(32 * 2 * 4096 * 2 / (450e9 * 0.5), rel=1e-12)
     assert cost.overhead_s == pytest.approx(0.002 + 64 * 1e-5, rel=1e-12)
+    # At tp 4 each GPU reads the message from 3 peers: 3x tp 2's bytes and per-peer latencies (a ring: 1.5x)
+    four = terms_for(model, gpu, model.weights_bytes(tensor_parallel_size=4) / 4, 4)
+    assert four.allreduce_bytes_per_token == 32 * 2 * 3 * 4096 * 2 and four.num_allreduce_calls == 64 * 3
     single = terms_for(model, gpu, model.weights_bytes(), 1)
     assert single.allreduce_bytes_per_token == 0 and single.num_allreduce_calls == 0
 

@@ -13,7 +13,7 @@ a fixed overhead per iteration, one per scheduled sequence and one per prefill t
                  + num_prefill_tokens × prefill_token_overhead + num_tokens × token_overhead
 
     token_overhead  = what each scheduled token costs outside the roofline: the tensor-parallel all-reduces'
-                      transfer (kvlab/cost/terms.py: 2 per layer, ring bytes over the GPU's link)
+                      transfer (kvlab/cost/terms.py: 2 per layer, each peer's copy read over the link)
 
 A mixture-of-experts model reads its dense weights every iteration, and of its routed experts only those its
 tokens choose: with E experts, k per token and routing taken as uniform, T tokens touch

@@ -49,7 +49,8 @@ EFFICIENCY_CONSTANTS = {
     "prefill_token_overhead_s": "seconds per prefill token",
     "request_latency_s": "seconds a request spends outside the engine (HTTP, queues between processes), per request",
     "allreduce_link_efficiency": "fraction of the GPU link's bandwidth a tensor-parallel all-reduce moves bytes at",
-    "allreduce_latency_s": "seconds per tensor-parallel all-reduce call (2 per layer per iteration)",
+    "allreduce_latency_s": "seconds per tensor-parallel all-reduce call and peer (2 per layer per iteration, tp - 1 "
+                           "peers: vLLM's one-shot all-reduce)",
     "admission_lag_iterations": "iterations a request reaching a busy engine waits beyond synchronous admission "
                                 "(vLLM's async scheduling: 1)",
 }

@@ -5,12 +5,19 @@ Each is what a term costs at 100% of the catalogue's figure; a cost profile's ef
 
 Tensor-parallel all-reduce. vLLM's row-parallel layers (attention's output projection and the MLP's down
 projection) end with an all-reduce of the layer's output, 2 per decoder layer, ``hidden_size`` activations of
-``activation_bytes`` each per token. A ring all-reduce over ``tp`` GPUs sends and receives 2 (tp − 1) / tp of the
-buffer on each GPU's link (Patarasuk & Yuan 2009; NCCL's ring algorithm), so per scheduled token
+``activation_bytes`` each per token. On one node vLLM runs them with its custom all-reduce (cuda_communicator.py's
+``all_reduce`` tries it before torch's symmetric memory and NCCL), and at a decode step's message size that is
+the one-shot kernel (csrc/custom_all_reduce.cuh: ``cross_device_reduce_1stage`` always at tp 2, and at tp <= 4
+below 512 KB): each GPU reads the whole message from each of its tp − 1 peers and sums, so per scheduled token
+and per iteration
 
-    allreduce_bytes_per_token = num_layers × 2 × 2 (tp − 1) / tp × hidden_size × activation_bytes
+    allreduce_bytes_per_token = num_layers × 2 × (tp − 1) × hidden_size × activation_bytes
     t_allreduce               = num_tokens × allreduce_bytes_per_token / (link_bandwidth × link_efficiency)
-                                + 2 × num_layers × allreduce_latency_s          (once per iteration, tp > 1)
+                                + 2 × num_layers × (tp − 1) × allreduce_latency_s     (once per iteration)
+
+``allreduce_latency_s`` is per call and per peer read. Larger messages (prefill chunks at tp 4: the two-stage
+kernel) and GPUs without NVLink at tp > 2 (NCCL's ring) move 2 (tp − 1) / tp of the message instead (Patarasuk &
+Yuan 2009); kvlab prices them as one-shot, too high by tp / 2 there (docs/cost.md, "Tensor parallelism").
 
 Mixture of experts. Routed experts are read only when a token picks them; with E experts, k per token and
 uniform routing, the expected number of distinct experts T tokens touch is E × (1 − (1 − k/E)^T).
@@ -37,8 +44,8 @@ class Terms:
     experts_per_token: int
     matmul_peak_flops: float  # FP8 rate for an FP8 model on a GPU that has one, else bf16
     attention_peak_flops: float  # attention runs in the activations' dtype
-    allreduce_bytes_per_token: float  # 0 at tp 1
-    num_allreduce_calls: int  # per iteration; 0 at tp 1
+    allreduce_bytes_per_token: float  # read from the peers; 0 at tp 1
+    num_allreduce_calls: int  # per iteration, each counted once per peer it reads (tp − 1); 0 at tp 1
     link_bandwidth: float | None  # bytes/s per direction (None: the catalogue has none)
 
 
@@ -62,7 +69,7 @@ def terms_for(model_spec, gpu_spec, weights_bytes: float, tp: int) -> Terms:
         experts_per_token=experts_per_token,
         matmul_peak_flops=float(gpu_spec.peak_flops_fp8) if fp8 else bf16_peak,
         attention_peak_flops=bf16_peak,
-        allreduce_bytes_per_token=layers * 2 * 2 * (tp - 1) / tp * model_spec.hidden_size * ACTIVATION_BYTES,
-        num_allreduce_calls=2 * layers if tp > 1 else 0,
+        allreduce_bytes_per_token=layers * 2 * (tp - 1) * model_spec.hidden_size * ACTIVATION_BYTES,
+        num_allreduce_calls=2 * layers * (tp - 1),
         link_bandwidth=float(gpu_spec.link_bandwidth_bytes_per_s) if gpu_spec.link_bandwidth_bytes_per_s else None,
     )
