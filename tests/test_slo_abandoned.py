@@ -132,3 +132,13 @@ def test_run_refuses_a_class_abandoned_bound_without_deadlines(kvlab):
         "error: abandoned<5%: no request in this workload has a deadline; valid: with --timeout SECONDS or a "
         "workload file's timeout column"]
     assert kvlab("run", "vllm", "-n", "10", "--slo-classes", "0:abandoned<5%", "--timeout", "30").exit_code == 0
+
+
+@pytest.mark.parametrize("extra", [[], ["--replicas", "auto", "--rate", "2"],
+                                   ["--replicas", "auto", "--prefill-replicas", "auto", "--rate", "2"]])
+def test_capacity_refuses_an_abandoned_bound_without_deadlines_before_any_run(kvlab, tmp_path, extra):
+    r = kvlab("capacity", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "-n", "100", *extra,
+              "--slo", "p99_ttft<2s,abandoned<5%", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "points:" not in r.stderr
+    assert r.stderr.strip() == ("error: abandoned<5%: no request in this workload has a deadline; valid: with "
+                                "--timeout SECONDS or a workload file's timeout column")

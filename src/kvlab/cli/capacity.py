@@ -130,6 +130,7 @@ def capacity(
             raise KvlabError(f"--{name.replace('_', '-')} auto: valid only as --replicas auto --prefill-replicas "
                              "auto --rate R (which of aggregated and disaggregated fleets holds R with fewer GPUs), "
                              "or whole numbers, e.g. --prefill-replicas 1 --decode-replicas 2")
+    _check_deadlines(target, lists, explicit)
     if lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]:
         return disagg_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json)
     if lists.get("replicas") == ["auto"]:
@@ -185,6 +186,16 @@ def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:
         sections.append((curves_title, curves, None))
     written.append(write_html(out / "capacity.html", sections, title="kvlab capacity", subtitle=subtitle))
     return written
+
+
+def _check_deadlines(target, lists: dict[str, list], explicit: list[dict]) -> None:
+    """An ``abandoned<X%`` target with no deadline anywhere in the grid: one line (kvlab.service.classes)."""
+    from kvlab.service.classes import check_deadlines
+    from kvlab.sweep.grid import expand
+
+    grid = {name: lists[name] for name in ("workload", "timeout") if name in lists}
+    check_deadlines([target], expand(grid, [{k: v for k, v in p.items() if k in ("workload", "timeout")}
+                                            for p in explicit]))
 
 
 def _label(config: dict, answer: Answer) -> str:
