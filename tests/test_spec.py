@@ -31,7 +31,8 @@ def _sched(cls, rates, method="ngram", k=3, num_blocks=12, block_size=4, budget=
     speculative = SpeculativeConfig(method, k, rates)
     allocator = (LookaheadPagedAllocator if speculative.num_lookahead_tokens else PagedAllocator)(
         num_blocks, block_size, max_model_len=256)
-    allocator.num_lookahead_tokens = speculative.num_lookahead_tokens
+    if speculative.num_lookahead_tokens:  # (a compiled PagedAllocator takes no attribute it does not declare)
+        allocator.num_lookahead_tokens = speculative.num_lookahead_tokens
     config = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=256)
     return cls(config, allocator, speculative=speculative), allocator
 
