@@ -38,6 +38,6 @@ def test_version_and_the_short_help_option():
     import kvlab as package
 
     version = kvlab("--version")
-    assert version.returncode == 0 and version.stdout.strip() == f"kvlab {package.__version__}"
+    assert version.returncode == 0 and version.stdout.strip() == f"kvlab {package.__version__}, engine: {package.engine()}"
     short, long = kvlab("run", "-h"), kvlab("run", "--help")
     assert short.returncode == long.returncode == 0 and short.stdout == long.stdout

@@ -21,6 +21,8 @@ from heapq import heappop, heappush
 from itertools import accumulate, islice
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from kvlab.config.engine import SimConfig
 from kvlab.cost.model import swap_seconds
 from kvlab.errors import KvlabError
@@ -54,6 +56,7 @@ class SimResult:
         return summarize(self.strategy.name, self.integral, self.records, self.counters, self.makespan)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.disagg's PrefillSimulation
 class Simulation:
     def __init__(
         self,

@@ -33,7 +33,7 @@ vllm_app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        typer.echo(f"kvlab {kvlab.__version__}")
+        typer.echo(f"kvlab {kvlab.__version__}, engine: {kvlab.engine()}")
         raise typer.Exit()
 
 

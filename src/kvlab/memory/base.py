@@ -98,13 +98,11 @@ class DecodeRun(NamedTuple):
     """What ``allocate_decode_run`` handed out: the iterations it covers (0: not even the first, nothing was
     allocated) and ``(iteration from 0, slots, internal fragmentation slots)`` entries that add up, per
     iteration, what its blocks added to the counters. A contiguous slab holds every token already: no growth.
-    (A named tuple: made once or twice per run, and a frozen dataclass's constructor costs several times more.)"""
+    (A named tuple: made once or twice per run, and a frozen dataclass's constructor costs several times more.
+    No ``__bool__``: compiled by mypyc, a named tuple's truth is its length, always true; read ``num_iterations``.)"""
 
     num_iterations: int
     growth: tuple[tuple[int, int, int], ...] = ()
-
-    def __bool__(self) -> bool:
-        return self.num_iterations > 0
 
 
 class Admission(NamedTuple):

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from itertools import chain
 
+from mypy_extensions import mypyc_attr
+
 from kvlab.errors import KvlabError
 from kvlab.memory.base import (
     Admission,
@@ -47,6 +49,7 @@ from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixC
 from kvlab.workload.request import Request
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.offload and kvlab.disagg
 class PagedAllocator:
     """The KVAllocator interface over a pool of ``num_blocks`` blocks of ``block_size`` slots."""
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 from typing import NamedTuple, Protocol
 
+from mypy_extensions import mypyc_attr
+
 from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import KVAllocator
 from kvlab.sched.output import RunTiming, SchedulerOutput, decode_context
@@ -59,6 +61,7 @@ class Horizon(Protocol):
                  first: FirstIteration | None = None, queue_waits: bool = False) -> tuple[int, RunTiming | None]: ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.spec's SpecRunScheduler
 class RunScheduler(Scheduler):
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None):
         super().__init__(config, allocator, cache_config)
@@ -136,7 +139,7 @@ class RunScheduler(Scheduler):
 
     def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
         num_running = len(self.running)
-        if self._decoding and 0 < num_running <= budget and self.allocator.allocate_decode_run(self.running, 1):
+        if self._decoding and 0 < num_running <= budget and self.allocator.allocate_decode_run(self.running, 1).num_iterations:
             # Everyone decodes and this iteration's blocks are free: the running loop's outcome, in bulk.
             scheduled.update(self._decoders)
             num_context = decode_context(self.num_resident_computed_tokens, num_running)

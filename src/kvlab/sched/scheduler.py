@@ -23,6 +23,10 @@ request's KV?) in ``kvlab.sched.preemption``; between scheduling policies (the w
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
+
 from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.batching import BATCHING
@@ -32,9 +36,10 @@ from kvlab.sched.preemption import PREEMPTION, PreemptionMode
 from kvlab.sched.seq import Seq, SeqStatus
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.spec's SpecScheduler
 class Scheduler:
     # What a request is tracked as (speculative decoding's SpecSeq keeps its drafts: kvlab.spec.scheduler).
-    seq_class = Seq
+    seq_class: ClassVar[type[Seq]] = Seq
 
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None):
         """``cache_config`` gives swap preemption its budget (without it, a swapping scheduler recomputes)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 
+from mypy_extensions import mypyc_attr
+
 from kvlab.workload.request import Request
 
 
@@ -16,6 +18,7 @@ class SeqStatus(enum.Enum):
     ABORTED = "aborted"  # its client gave up (a deadline passed): vLLM's FINISHED_ABORTED
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.spec's SpecSeq
 class Seq:
     """Mutable serving state of one request. ``num_tokens`` = prompt + generated so far, as in vLLM: the
     scheduler gives each request ``num_tokens - num_computed_tokens`` new tokens (its whole prompt, a chunk of
@@ -64,9 +67,12 @@ class Seq:
     def num_tokens(self) -> int:
         return self.request.prompt_len + self.num_output_tokens
 
-    # vLLM's Request.num_tokens_with_spec, what the running loop schedules up to: ``num_tokens`` itself (the same
-    # property, at no cost) but for speculative decoding's requests, which add their drafts (kvlab.spec.scheduler).
-    num_tokens_with_spec = num_tokens
+    # vLLM's Request.num_tokens_with_spec, what the running loop schedules up to: ``num_tokens`` itself but for
+    # speculative decoding's requests, which add their drafts (kvlab.spec.scheduler). Its own sum, not an alias of
+    # ``num_tokens``: mypyc compiles no class attribute bound to a property (it left the alias unset).
+    @property
+    def num_tokens_with_spec(self) -> int:
+        return self.request.prompt_len + self.num_output_tokens
 
     def __repr__(self) -> str:
         return (
