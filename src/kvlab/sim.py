@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from heapq import heappop, heappush
 from itertools import accumulate, islice
-from typing import Any
+from typing import Any, NamedTuple
 
 from mypy_extensions import mypyc_attr
 
@@ -54,6 +54,19 @@ class SimResult:
 
     def summary(self) -> dict:
         return summarize(self.strategy.name, self.integral, self.records, self.counters, self.makespan)
+
+
+class RunInFlight(NamedTuple):
+    """A decode run a simulation would begin (``Simulation.read_at``), not begun: where the simulation stood
+    (clock, step, requests given), its batch, its first iteration's context, its most iterations (up to the first
+    finish), and the starts of the iterations priced so far (the first the clock; the last, the next unpriced
+    one's)."""
+
+    key: tuple[float, int, int]
+    num_seqs: int
+    num_context: int
+    num_iterations: int
+    starts: list[float]
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.disagg's PrefillSimulation
@@ -102,6 +115,8 @@ class Simulation:
         self._extra_seconds = (self._feature_seconds if config.speculative is not None or config.offload is not None
                                else None)
         self._new_seq = self.scheduler.seq_class
+        # read_at looks into a plain decode run (no deadlines to end it, no drafts, no CPU tier, runs at all).
+        self._reads_plans = self._extra_seconds is None and not self._timed_out and max_iterations > 1
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -170,6 +185,58 @@ class Simulation:
         finally:
             self._limit = INF
         return outputs
+
+    def read_at(self, t: float, run: RunInFlight | None = None) -> tuple[int, RunInFlight | None]:
+        """For a reader of the state at ``t`` (a fleet's router): ``run_until(t)``, but a decode run that starts
+        before ``t`` and goes on past it is not begun, so nothing cuts it. Returns the slots that run's iterations
+        starting before ``t`` take and the run (0 and None when none is left pending): with those slots the
+        allocator's count is what ``run_until(t)`` would leave, and the requests are (nobody finishes before a
+        run's last iteration, and nothing arrives in it: every request given has arrived). ``run``: the one the
+        last read returned, priced as far as that read went (used while the simulation has not moved since). A
+        request given at ``t`` then ends the run there (``run_until(t)``), where an arrival ends any run: the
+        iterations are those of stepping (tests/test_runs.py)."""
+        if run is not None and run.key == (self.now, self.scheduler.step, len(self.requests)):
+            slots = self._slots_before(run, t)
+            if slots is not None:
+                return slots, run
+        self._limit = t
+        try:
+            while self.now < t and not self.done:
+                if self._reads_plans and (run := self._run_in_flight()) is not None:
+                    slots = self._slots_before(run, t)
+                    if slots is not None:
+                        return slots, run
+                if self.step() is None:
+                    break
+        finally:
+            self._limit = INF
+        return 0, None
+
+    def _run_in_flight(self) -> RunInFlight | None:
+        """The decode run the next step would begin, not begun; None when the next step is anything else."""
+        if self._next_arrival < len(self.requests) or self._deadlines or not self.scheduler.num_unfinished:
+            return None
+        plan = self.scheduler.next_decode_run(self.max_iterations)
+        if plan is None:
+            return None
+        return RunInFlight((self.now, self.scheduler.step, len(self.requests)), *plan, [self.now])
+
+    def _slots_before(self, run: RunInFlight, t: float) -> int | None:
+        """The slots of ``run``'s iterations starting before ``t``, when it goes past ``t`` and their blocks are
+        free; None when it does not (it runs). Its iterations are priced up to ``t`` as ``_horizon`` prices a run
+        (from where the last read stopped: as a run cut there and the one after it)."""
+        starts = run.starts
+        priced = len(starts) - 1
+        if t > starts[-1] and priced < run.num_iterations:
+            durations, _ = self._decode_durations(run.num_seqs, run.num_context + priced * run.num_seqs,
+                                                  run.num_iterations - priced, starts[-1], t)
+            starts += islice(accumulate(durations if isinstance(durations, list) else durations.tolist(),
+                                        initial=starts[-1]), 1, None)
+            priced = len(starts) - 1
+        num_iterations = bisect_left(starts, t, 0, priced)  # those starting before t
+        if num_iterations >= run.num_iterations:
+            return None  # its last iteration starts before t: it runs whole
+        return self.allocator.decode_run_slots(num_iterations)
 
     def add_request(self, request: Request) -> None:
         """A request that comes after the simulation was made (a fleet's router hands them out as they arrive).

@@ -23,7 +23,7 @@ from kvlab.disagg.result import DisaggResult, client_result
 from kvlab.disagg.sides import PrefillSimulation, Transfer, decode_simulation
 from kvlab.errors import KvlabError
 from kvlab.fleet.fleet import EveryReplica
-from kvlab.fleet.routers import make_router
+from kvlab.fleet.routers import Replica, make_router
 from kvlab.sim import Simulation
 from kvlab.strategies import Strategy
 from kvlab.workload import Request, Workload
@@ -97,10 +97,11 @@ class DisaggFleet:
     def _route(self, replicas: Sequence[Simulation], requests: list[Request]) -> list[int]:
         """Each request to a replica as the router picks it from their state at its arrival; returns the replica
         of each, in ``requests``' order."""
-        router, clock, chosen = make_router(self.router), EveryReplica(list(replicas)), []
+        views = [Replica(sim) for sim in replicas]
+        router, clock, chosen = make_router(self.router), EveryReplica(views), []
         for request in requests:
             clock.before(request)
-            index, _ = router.route(request, replicas)
+            index, _ = router.route(request, views)
             replicas[index].add_request(request)
             chosen.append(index)
         return chosen

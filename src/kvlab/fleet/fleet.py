@@ -15,11 +15,15 @@ only as many as the router needs (``replicas_read``):
             requests afterwards in one pass (NoReplica)
     load    it reads only loads (least-requests; prefix when nothing can be cached): a replica is brought to an
             arrival only when one of its requests may have finished since (WhenLoadMayChange)
-    every   it reads KV use or cached blocks: every replica to every arrival (EveryReplica)
+    runs    it reads KV use (least-kv, weighted): every replica is read at every arrival, but a decode run that
+            would go past it is not begun, so the read cuts nothing: its blocks by then are counted from its plan
+            (Simulation.read_at); only the replica given the request ends the run there (ReadInRuns)
+    every   it reads cached blocks: every replica to every arrival (EveryReplica)
 
 Each gives the decisions and the records of ``every``: cutting an engine's runs at instants where nothing arrives
 changes nothing (runs = stepping, tests/test_runs.py), and the state skipped is state the router does not read or
-that cannot have changed (tests/test_fleet.py compares every router's decisions and runs with ``every``'s).
+that cannot have changed (tests/test_fleet.py compares every router's decisions and runs with ``every``'s;
+tests/test_fleet_reads.py the reads inside runs).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from kvlab.config import SimConfig
 from kvlab.config.admission import AdmissionSpec
 from kvlab.errors import KvlabError
 from kvlab.fleet.result import FleetResult
-from kvlab.fleet.routers import CACHED_TOKENS, LOAD, RouterSpec, make_router, parse_router
+from kvlab.fleet.routers import CACHED_TOKENS, LOAD, Replica, RouterSpec, make_router, parse_router
 from kvlab.sched.seq import num_tokens_to_finish
 from kvlab.sim import Simulation
 from kvlab.strategies import Strategy
@@ -85,7 +89,8 @@ class Fleet:
         replicas = [Simulation(self.strategy, self.config, empty, record_iterations=self.record_iterations,
                                start_time=start) for _ in range(self.num_replicas)]
         router = make_router(self.router)
-        clock = self._clock(router.reads, replicas)
+        views = [Replica(sim) for sim in replicas]
+        clock = self._clock(router.reads, views)
         num_routed = [0] * len(replicas)
         reasons: dict[str, int] = {}
         # As Simulation.run: a run makes no reference cycles, and the collector would scan every live request.
@@ -94,9 +99,9 @@ class Fleet:
         try:
             for request in requests:
                 clock.before(request)
-                index, reason = router.route(request, replicas)
+                index, reason = router.route(request, views)
+                clock.given(index, request)  # (before it joins: a run still in flight ends where it arrives)
                 replicas[index].add_request(request)
-                clock.given(index, request)
                 num_routed[index] += 1
                 reasons[reason] = reasons.get(reason, 0) + 1
             lag = self.config.cost.admission_lag_iterations
@@ -110,25 +115,30 @@ class Fleet:
         return FleetResult(self.strategy, self.config, self.workload.name, self.router, results, num_routed, reasons,
                            [h for h, _ in hits], [q for _, q in hits], gate)
 
-    def _clock(self, reads: frozenset[str], replicas: list[Simulation]):
+    def _clock(self, reads: frozenset[str], replicas: list[Replica]):
         """How replicas are brought to an arrival's instant for a router that reads ``reads`` of them."""
         shares = any(r.prefix_hashes for r in self.workload.requests)
         kind = "every" if self.sync_every_arrival else replicas_read(reads, self.strategy, shares)
         if kind == "every":
             return EveryReplica(replicas)
+        if kind == "runs":
+            return ReadInRuns(replicas)
         if kind == "load":
             return WhenLoadMayChange(replicas, self.config.cost.iteration_times(0, 0, 0, 0, 0))
         return NoReplica()
 
 
 def replicas_read(reads: frozenset[str], strategy: Strategy, shares_prefixes: bool = True) -> str:
-    """What a router reading ``reads`` needs of the replicas: "none", "load" (only their loads) or "every" (their
-    state at every arrival). Without prefix caching, or without prompts that share a prefix, no request ever
-    finds anything cached: that answer is 0 whatever the state."""
+    """What a router reading ``reads`` needs of the replicas: "none", "load" (only their loads), "runs" (their
+    loads and KV use at every arrival, read inside their runs) or "every" (their state at every arrival: the prefix
+    cache). Without prefix caching, or without prompts that share a prefix, no request ever finds anything
+    cached: that answer is 0 whatever the state."""
     if not (strategy.enable_prefix_caching and shares_prefixes):
         reads -= {CACHED_TOKENS}
-    if reads - {LOAD}:
+    if CACHED_TOKENS in reads:
         return "every"
+    if reads - {LOAD}:
+        return "runs"
     return "load" if reads else "none"
 
 
@@ -148,16 +158,37 @@ class NoReplica:
 class EveryReplica:
     """Every replica brought to every arrival (``run_until``): the state the router reads is the state at t."""
 
-    def __init__(self, replicas: list[Simulation]) -> None:
+    def __init__(self, replicas: list[Replica]) -> None:
         self.replicas = replicas
 
     def before(self, request: Request) -> None:
         t = request.arrival_time
-        for sim in self.replicas:
-            sim.run_until(t)
+        for replica in self.replicas:
+            replica.sim.run_until(t)
 
     def given(self, index: int, request: Request) -> None:
         pass
+
+
+class ReadInRuns:
+    """Every replica read at every arrival without cutting its run (``Simulation.read_at``): a replica runs up to
+    a decode run that would go past t and stays before it, its blocks by t counted as in flight; only the replica
+    given the request ends that run at t, where its arrival ends it (``run_until``). So a replica's runs are cut
+    where its own requests arrive, as a lone engine's are, and the router reads what EveryReplica shows it
+    (tests/test_fleet_reads.py)."""
+
+    def __init__(self, replicas: list[Replica]) -> None:
+        self.replicas = replicas
+
+    def before(self, request: Request) -> None:
+        t = request.arrival_time
+        for replica in self.replicas:
+            replica.slots_in_flight, replica.run_in_flight = replica.sim.read_at(t, replica.run_in_flight)
+
+    def given(self, index: int, request: Request) -> None:
+        replica = self.replicas[index]
+        replica.sim.run_until(request.arrival_time)
+        replica.slots_in_flight, replica.run_in_flight = 0, None
 
 
 class WhenLoadMayChange:
@@ -170,8 +201,8 @@ class WhenLoadMayChange:
     hold) or, rejected, leaves at its next iteration. So the router reads the loads it would read if every replica
     were brought to every arrival (tests/test_fleet.py checks the decisions against EveryReplica's)."""
 
-    def __init__(self, replicas: list[Simulation], min_iteration_s: float) -> None:
-        self.replicas = replicas
+    def __init__(self, replicas: list[Replica], min_iteration_s: float) -> None:
+        self.replicas = [replica.sim for replica in replicas]
         self.min_iteration_s = min_iteration_s
         self.quiet = [INF] * len(replicas)  # replica j's load stays as it is for arrivals up to quiet[j]
         self.first_due = INF  # min(quiet): most arrivals bring nobody

@@ -25,8 +25,8 @@ from kvlab.validate import BYTES_PER_REQUEST, GIB, TooMuchWork, large_work_allow
 MAX_REPLICAS = 4096
 # What bringing the replicas to each arrival adds, in request-runs per replica per request, by what the router
 # reads (kvlab.fleet.fleet.replicas_read; bench_fleet.py, 8 replicas against one: round-robin and random read
-# nothing, least-requests only loads, the others everything).
-SYNC_COST = {"none": 0.0, "load": 0.07, "every": 0.18}
+# nothing, least-requests only loads, least-kv and weighted read inside runs, prefix routers everything).
+SYNC_COST = {"none": 0.0, "load": 0.07, "runs": 0.08, "every": 0.18}
 # Setting up a pool's block (a paged pool's free list): in request-runs, and bytes.
 BLOCK_COST = 0.02
 BYTES_PER_BLOCK = 48

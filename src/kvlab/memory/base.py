@@ -176,6 +176,11 @@ class KVAllocator(Protocol):
         the iterations of the growth it returns (the run's iteration this call's first one is)."""
         ...
 
+    def decode_run_slots(self, num_iterations: int) -> int | None:
+        """The slots ``allocate_decode_run`` would hand out for ``num_iterations`` iterations, handing out nothing
+        (a reader's look into a run in flight); None when memory does not cover them all."""
+        ...
+
     def allocate_decode_iteration(self, evict: Callable[[], Sequence]) -> DecodeRun:
         """One iteration of ``allocate_slots(seq, 1)`` for every request holding blocks, in running order, when
         their blocks are not all free, as the running loop does it: when a request finds no free block,

@@ -111,6 +111,15 @@ class BlockNeeds:
         self.num_decode_iterations = end
         return num_iterations, order, growth, internal
 
+    def num_blocks_due(self, num_iterations: int) -> int:
+        """The blocks the next ``num_iterations`` decode iterations take (``due``'s, the free blocks aside), the
+        clock left where it is: a reader's look into a run it does not end (kvlab.sim ``Simulation.read_at``)."""
+        self._ready_to_decode()
+        bs, nxt, buckets = self.block_size, self.num_decode_iterations + 1, self._buckets
+        cycles, part = divmod(num_iterations, bs)
+        num_blocks = cycles * sum(map(len, buckets)) if cycles else 0
+        return num_blocks + sum(len(buckets[(nxt + j) % bs]) for j in range(part))
+
     def next_needs(self) -> list[int]:
         """The requests that need a block in the next decode iteration, in step order (a copy)."""
         self._ready_to_decode()

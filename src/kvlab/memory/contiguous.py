@@ -117,6 +117,9 @@ class ContiguousAllocator:
         """A slab holds every token its request will write: decoding never allocates."""
         return DecodeRun(max_iterations)
 
+    def decode_run_slots(self, num_iterations: int) -> int | None:
+        return 0  # (a slab holds every token its request writes)
+
     def allocate_decode_iteration(self, evict: Callable[[], Sequence]) -> DecodeRun:
         return DecodeRun(1)  # (never short of memory while decoding: a slab holds every token)
 

@@ -207,6 +207,12 @@ class PagedAllocator:
                 self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
         return DecodeRun(num_iterations, tuple(growth))
 
+    def decode_run_slots(self, num_iterations: int) -> int | None:
+        """The slots ``allocate_decode_run(seqs, num_iterations)`` would hand out, handing out nothing; None when the
+        free blocks do not cover them all."""
+        num_blocks = self._needs.num_blocks_due(num_iterations)
+        return num_blocks * self.block_size if num_blocks <= self.block_pool.num_free_blocks else None
+
     def allocate_decode_iteration(self, evict: Callable[[], Sequence]) -> DecodeRun:
         """The running loop's blocks for one iteration in which everyone decodes and the free blocks run out
         (the KVAllocator doc): only the requests that need a block are visited (``BlockNeeds``), in running
