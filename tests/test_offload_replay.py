@@ -8,6 +8,7 @@ the 8 GiB over one GPU's share of a block), and a short load so that each replay
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from kvlab.errors import KvlabError
 from kvlab.offload.config import GIB
 
 
+@functools.cache
 def _trainval() -> list[dict]:
     """../shared/data/real-vllm/trainval.json beside the repository, found as benchmarks/real_vllm.py finds it."""
     import importlib.util
@@ -29,13 +31,12 @@ def _trainval() -> list[dict]:
     return json.loads(module.default_runs().read_text(encoding="utf-8"))["experiments"]
 
 
-TRAINVAL = _trainval()
 PROMPT = 150 + 600 + 37  # run 64's system prompt, question and chat template (kvlab/cost/measured.py)
 
 
 def _run(run_id: str, **fields) -> dict:
     """A calibration run, 60 requests at 4 per second (its users' prompts come back from request 50 on)."""
-    raw = copy.deepcopy(next(r for r in TRAINVAL if r["id"] == run_id))
+    raw = copy.deepcopy(next(r for r in _trainval() if r["id"] == run_id))
     raw["workload"]["stages"] = [{"rate": 4.0, "duration": 15}]
     raw.update(fields)
     return raw
