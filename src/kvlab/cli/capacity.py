@@ -124,12 +124,7 @@ def capacity(
     if not 0 < rtol < 1:
         raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
     lists, explicit = grid_lists(ctx.args, grid)
-    for name in ("prefill_replicas", "decode_replicas"):
-        comparing = lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]
-        if "auto" in lists.get(name, []) and not (comparing and lists[name] == ["auto"]):
-            raise KvlabError(f"--{name.replace('_', '-')} auto: valid only as --replicas auto --prefill-replicas "
-                             "auto --rate R (which of aggregated and disaggregated fleets holds R with fewer GPUs), "
-                             "or whole numbers, e.g. --prefill-replicas 1 --decode-replicas 2")
+    _check_auto(lists)
     _check_deadlines(target, lists, explicit)
     if lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]:
         return disagg_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json)
@@ -188,6 +183,16 @@ def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:
     return written
 
 
+def _check_auto(lists: dict[str, list]) -> None:
+    """--prefill-replicas / --decode-replicas auto only in the aggregated-against-disaggregated comparison."""
+    for name in ("prefill_replicas", "decode_replicas"):
+        comparing = lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]
+        if "auto" in lists.get(name, []) and not (comparing and lists[name] == ["auto"]):
+            raise KvlabError(f"--{name.replace('_', '-')} auto: valid only as --replicas auto --prefill-replicas "
+                             "auto --rate R (which of aggregated and disaggregated fleets holds R with fewer GPUs), "
+                             "or whole numbers, e.g. --prefill-replicas 1 --decode-replicas 2")
+
+
 def _check_deadlines(target, lists: dict[str, list], explicit: list[dict]) -> None:
     """An ``abandoned<X%`` target with no deadline anywhere in the grid: one line (kvlab.service.classes)."""
     from kvlab.service.classes import check_deadlines
@@ -209,6 +214,20 @@ def _label(config: dict, answer: Answer) -> str:
 def _floor_percent(share: float) -> str:
     """94.9% as 94%, never 95%: the 95% line is not crossed by rounding."""
     return f"{math.floor(share * 100 + 1e-9):.0f}%"
+
+
+def _print_footnotes(console, answer: Answer, deadlines: bool) -> None:
+    """What the table's columns mean."""
+    console.print("run at it: the run at the answer over its measured window (after a 20% warm-up, up to the last "
+                  "arrival) and the share of the offered requests it served (read from its oldest wait's growth); "
+                  "stable = the waiting queue grows neither in count nor in oldest wait, every request finished or "
+                  "was given up at its deadline (docs/sweep.md).", markup=False)
+    if answer.no_second is None:
+        console.print("capacity: the lower of the two samples' (the workload and twice it); the run at it, its "
+                      "bracket and what limited it are that sample's (the answer below shows both).", markup=False)
+    if deadlines:
+        console.print("abandoned: the share of the window's requests whose client gave up at its deadline (--timeout) "
+                      "in the run at the answer (docs/admission.md).", markup=False)
 
 
 def print_capacity(answer: Answer, names, session: Session, written) -> None:
@@ -245,16 +264,7 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
                                 wrapping={bracket} if any(s.error for s in searches) else set())
     console = Console(highlight=False)
     console.print(table)
-    console.print("run at it: the run at the answer over its measured window (after a 20% warm-up, up to the last "
-                  "arrival) and the share of the offered requests it served (read from its oldest wait's growth); "
-                  "stable = the waiting queue grows neither in count nor in oldest wait, every request finished or "
-                  "was given up at its deadline (docs/sweep.md).", markup=False)
-    if answer.no_second is None:
-        console.print("capacity: the lower of the two samples' (the workload and twice it); the run at it, its "
-                      "bracket and what limited it are that sample's (the answer below shows both).", markup=False)
-    if deadlines:
-        console.print("abandoned: the share of the window's requests whose client gave up at its deadline (--timeout) "
-                      "in the run at the answer (docs/admission.md).", markup=False)
+    _print_footnotes(console, answer, deadlines)
     if answer.scaled:
         console.print("num_requests: scaled so that twice the engine's seats arrive in the measured window (-n or "
                       "--duration to choose).", markup=False)
