@@ -47,7 +47,8 @@ def _no_trace_env(tmp_path: Path) -> dict:
 def test_the_built_wheel_holds_no_third_party_data_file(tmp_path):
     source = tmp_path / "source"
     shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    for name in ("pyproject.toml", "README.md"):
+    shutil.copytree(REPO / "build_backend", source / "build_backend", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "setup.py", "MANIFEST.in"):
         shutil.copy(REPO / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
                     "-w", str(tmp_path / "dist"), str(source)], check=True, timeout=300)
