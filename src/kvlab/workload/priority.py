@@ -35,7 +35,7 @@ def parse_priority(value, where: str) -> int:
         try:
             return int(value.strip())
         except ValueError:
-            pass
+            pass  # ("3.0" or "abc": the float check below accepts the one and names the other)
     try:
         number = float(value) if not isinstance(value, bool) else math.nan
     except (TypeError, ValueError):
