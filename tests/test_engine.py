@@ -1,8 +1,9 @@
 """Which engine runs: the pure-Python sources, or the same sources compiled with mypyc (setup.py, issue 34).
 
 ``kvlab.engine()`` names it and ``kvlab --version`` prints it; an install is never half compiled. The golden
-runs (tests/test_golden.py) and runs = stepping (tests/test_runs.py) run on whichever engine is installed, so a
-suite run on a compiled install checks the compiled engine against the same golden files. A run that installed
+runs (tests/test_golden.py) and runs = stepping (tests/test_runs.py) run on whichever engine is installed: the
+test command runs the whole suite on the pure-Python engine, then (scripts/test_compiled.sh) builds the compiled one
+and runs these, the fleet's reads and the real-engine comparison on it. A run that installed
 one engine on purpose says which with KVLAB_EXPECT_ENGINE=compiled or =pure, and fails if it got the other (a
 compile that fell back)."""
 

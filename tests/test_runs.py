@@ -13,6 +13,7 @@ import dataclasses
 
 import pytest
 
+import kvlab
 from kvlab.config import resolve
 from kvlab.memory import ContiguousAllocator, PagedAllocator
 from kvlab.sim import SimConfig, Simulation
@@ -55,8 +56,9 @@ def _memory_state(sim: Simulation) -> tuple:
     return {s.request_id: allocator.get_slab(s.request_id) for s in running}, allocator.buddy.free_chunks()
 
 
-def _counting_outputs(sim: Simulation) -> list[int]:
-    """Each SchedulerOutput's number of iterations, as the simulation goes."""
+def _counting_outputs(sim: Simulation) -> list[int] | None:
+    """Each SchedulerOutput's number of iterations, as the simulation goes; None on the compiled engine, whose
+    methods cannot be wrapped (a mypyc class's attributes are read-only: scripts/test.sh runs this file on both)."""
     sizes: list[int] = []
     schedule = sim.scheduler.schedule
 
@@ -65,7 +67,11 @@ def _counting_outputs(sim: Simulation) -> list[int]:
         sizes.append(out.num_iterations)
         return out
 
-    sim.scheduler.schedule = counted
+    try:
+        sim.scheduler.schedule = counted
+    except AttributeError:
+        assert kvlab.engine() == "compiled (mypyc)"
+        return None
     return sizes
 
 
@@ -106,6 +112,8 @@ def test_the_runs_really_run_many_iterations_at_once(pair):
     if runs.requests[0].timeout is not None:  # (deadlines are in play: some requests were aborted, not all)
         statuses = [r.status for r in runs.result().records]
         assert 0 < statuses.count("aborted") < statuses.count("finished")
+    if sizes is None:
+        pytest.skip("the compiled engine's scheduler cannot be wrapped to count its outputs; the pure-Python run counts them")
     assert sum(sizes) == runs.result().integral.num_iterations == stepped.result().integral.num_iterations
     assert max(sizes) > 1 and len(sizes) < sum(sizes) / 2  # (mostly runs: at least 2 iterations per output)
 
