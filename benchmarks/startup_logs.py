@@ -190,7 +190,9 @@ def encoder_of(model, config) -> str | None:
     e = encoder_inputs(model, config)
     if e is None:
         return None
-    text = f"{e.items} image item(s) of {e.tokens_per_item:,} tokens"
+    text = f"{e.items} {e.modality} item(s) of {e.tokens_per_item:,} tokens"
+    if e.modality == "video":
+        text += f" ({e.frames:,} frames of {e.side}^2 pixels), budget {e.budget_tokens:,} tokens"
     return text + (" (vLLM profiles a video here: its size not derived)" if e.video_instead else "")
 
 
