@@ -163,7 +163,7 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
         return Term("peak activation", text, source + " (vLLM measures it in its profiling run)")
     encoder, kept = encoder_bytes(x.encoder, x.act_dtype_bytes)
     e = x.encoder
-    what = e.described
+    what = e.described + (f" (the encoder budget vLLM prints: {e.budget_tokens:,} tokens)" if e.budget_tokens else "")
     if e.video_instead:
         what += (" (vLLM profiles a video item at this max_model_len, larger than the image; kvlab does not derive "
                  "its size, so this is a lower bound)")
