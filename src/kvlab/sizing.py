@@ -46,7 +46,7 @@ from kvlab.memory_profile import (
     model_family,
     non_torch_bytes,
 )
-from kvlab.vllm_rules import VllmRules, resolve_version, rules_for, version_key
+from kvlab.vllm_rules import VllmRules, qwen3_vl_profiles_video, resolve_version, rules_for
 
 GIB = 2**30
 
@@ -365,7 +365,7 @@ def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | No
     shared = dict(values_per_patch=tower.values_per_patch, out_width=tower.out_width, hidden_size=tower.hidden_size,
                   mlp_width_per_gpu=tower.mlp_width // tp, mlp_tensors=tower.mlp_tensors)
     max_len = config.max_model_len or model.max_position_embeddings
-    if tower.model_type.startswith("qwen3") and version_key(resolve_version(config.vllm_version)) >= (0, 11, 0):
+    if tower.model_type.startswith("qwen3") and qwen3_vl_profiles_video(config.vllm_version):
         video = qwen3_video_dummy(tower, max_len)
         if video.budget_tokens > tower.max_tokens_per_image:
             budget = max(batched, video.budget_tokens)
