@@ -218,6 +218,8 @@ def test_qwen3_vl_video_dummy_of_vllm_0_11_is_derived_from_the_processor_rules()
     video = qwen3_video_dummy(tower, 65536)
     assert (video.frames, video.side, video.patches, video.tokens, video.budget_tokens) == (
         24576, 32, 12288 * 2 * 2, 12288, 153600)
+    # vllm-project/vllm#27992 (Qwen3-VL-8B, same tower, vLLM 0.11, --max-model-len 32768) prints the same budget.
+    assert qwen3_video_dummy(tower, 32768).budget_tokens == 153600
     # At a max_model_len below the 2-frame clip's 12,100 tokens the dummy stays at 2 frames of 3,520 pixels.
     short = qwen3_video_dummy(tower, 8192)
     assert (short.frames, short.side, short.patches, short.tokens, short.budget_tokens) == (2, 3520, 48400, 12100,
