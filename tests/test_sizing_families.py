@@ -232,6 +232,8 @@ def test_qwen3_vl_video_dummy_of_vllm_0_11_is_derived_from_the_processor_rules()
     forward, kept = encoder_bytes(e, 2)
     assert kept == 49152 * 1536 * 4 + 12288 * 8192 * 2
     assert forward == kept + 49152 * (1536 + 2 * 1152 + 2 * (4304 // 4)) * 2
+    source = dict((t.name, t.source) for t in size_kv_cache(qwen3, config).profile_terms)["peak activation"]
+    assert "1 video of 24,576 frames" in source and "153,600 tokens" in source and "lower bound" in source
     # The video's run is smaller than the image's (49,152 patches against 65,536): the log's budget is not explained by
     # it (docs/sizing.md, the startup-log outliers).
     assert kept < 65536 * 1536 * 4 + 16384 * 8192 * 2

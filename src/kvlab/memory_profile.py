@@ -167,6 +167,9 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
     if e.video_instead:
         what += (" (vLLM profiles a video item at this max_model_len, larger than the image; kvlab does not derive "
                  "its size, so this is a lower bound)")
+    elif e.modality == "video":
+        what += (" (a lower bound: for this video run the 0.11 corpus log of Qwen3-VL-30B-A3B leaves 2.2 GiB a GPU "
+                 "unexplained and vllm-project/vllm#27992 reports ~10 GB for the same tower; docs/sizing.md)")
     if encoder > text + kept:
         return Term("peak activation", encoder, f"estimate: the encoder's profiling run over {what}: float32 "
                     f"pixel_values, their model-dtype copy, the tower's hidden, normed and MLP tensors per patch and "
