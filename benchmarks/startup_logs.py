@@ -178,7 +178,7 @@ def predict(entry: dict) -> Row:
         "sampler": sampler_of(entry) or SizingConfig(vllm_version=version).rules.default_sampler,
         "sampler_named": sampler_of(entry) is not None, "logits": (min(result.max_num_seqs, result.max_num_batched_tokens)
                                                  * model.vocab_size),
-        "encoder": encoder_of(model, config),
+        "encoder": encoder_of(model, config), "encoder_dummy": encoder_dummy_of(model, config),
     }
     return row
 
@@ -190,8 +190,18 @@ def encoder_of(model, config) -> str | None:
     e = encoder_inputs(model, config)
     if e is None:
         return None
-    text = f"{e.items} image item(s) of {e.tokens_per_item:,} tokens"
+    text = f"{e.items} {e.modality} item(s) of {e.tokens_per_item:,} tokens"
+    if e.modality == "video":
+        text += f" ({e.frames:,} frames of {e.side}^2 pixels), budget {e.budget_tokens:,} tokens"
     return text + (" (vLLM profiles a video here: its size not derived)" if e.video_instead else "")
+
+
+def encoder_dummy_of(model, config) -> tuple | None:
+    """(modality, items, budget tokens) of kvlab's encoder dummy, as vLLM's 'Encoder cache' line states them."""
+    from kvlab.sizing import encoder_inputs
+
+    e = encoder_inputs(model, config)
+    return None if e is None or e.video_instead else (e.modality, e.items, e.budget_tokens)
 
 
 def failed_start(model, config) -> dict:
@@ -311,7 +321,16 @@ def print_row(row: Row) -> None:
         logged = row.reader.get("encoder_profile_items")
         print(f"  encoder run        kvlab {p.get('encoder') or 'not derived for this tower'}; log "
               + (f"{logged} {row.reader['encoder_profile_modality']} item(s), budget "
-                 f"{row.reader['encoder_budget_tokens']:,} tokens" if logged is not None else "does not say"))
+                 f"{row.reader['encoder_budget_tokens']:,} tokens" if logged is not None else "does not say")
+              + encoder_agreement(p.get("encoder_dummy"), row.reader))
+
+
+def encoder_agreement(mine: tuple | None, reader: dict) -> str:
+    """Whether kvlab's dummy (modality, items, budget) is the one the log says vLLM profiled."""
+    if mine is None or reader.get("encoder_profile_items") is None:
+        return ""
+    logged = (reader["encoder_profile_modality"], reader["encoder_profile_items"], reader["encoder_budget_tokens"])
+    return " (the same dummy)" if tuple(mine) == logged else " (NOT the dummy the log names)"
 
 
 def cause(row: Row) -> str:

@@ -191,12 +191,52 @@ def test_qwen_vl_encoder_profiling_run_is_derived_from_the_vision_config():
         "peak activation"]
     qwen3 = get_model(str(DATA / "qwen3-vl-30b-a3b-instruct.json"))
     e3 = encoder_inputs(qwen3, SizingConfig.for_gpu(get_gpu("rtx-3090"), tensor_parallel_size=4,
-                                                    max_model_len=65536))
+                                                    max_model_len=65536, vllm_version="0.10.2"))
+    # Before 0.11 (Qwen3-VL's first processing code) kvlab keeps the image and says the video is not derived:
     # 16,777,216 / 16^2 = 65,536 patches; outputs 2,048 wide x (1 + 3 deepstack mergers); 65,536 >= 3 x 16,384
     assert (e3.patches_per_item, e3.tokens_per_item, e3.out_width, e3.video_instead) == (65536, 16384, 8192, True)
     # A CLIP tower's run (LLaVA-NeXT) is not derived: no encoder term, and the text run alone is the estimate.
     llava = get_model(str(DATA / "llava-v1.6-mistral-7b-hf.json"))
     assert llava.vision_params and llava.vision_tower is None
+
+
+def test_qwen3_vl_video_dummy_of_vllm_0_11_is_derived_from_the_processor_rules():
+    """vLLM 0.11 profiles Qwen3-VL's encoder with one dummy video: frames added from 2 while the clip's tokens fit
+    max_model_len, at most 24,576; the video processor's pixel cap over the whole clip (25,165,824) shrinks the frames
+    to 32 x 32; 12.5 prompt tokens per vision token set the budget. Corpus log qwen3-vl-30b-a3b-4xrtx3090-0.11.0 prints
+    'a budget of 153600 tokens, and profiled with 1 video items'."""
+    from kvlab.catalog.vision import qwen3_video_dummy, qwen3_video_side
+    from kvlab.memory_profile import encoder_bytes
+    from kvlab.sizing import encoder_inputs
+
+    qwen3 = get_model(str(DATA / "qwen3-vl-30b-a3b-instruct.json"))
+    tower = qwen3.vision_tower
+    # 2 frames of the 4,096-pixel image: 2 x 4,096^2 > the cap, scaled by sqrt(4/3) and floored to 32: 3,520.
+    assert qwen3_video_side(tower, 2, 4096) == 3520
+    # 24,576 frames: scaled by sqrt(24,576 x 4,096^2 / 25,165,824) = 128, to one 32-pixel unit.
+    assert qwen3_video_side(tower, 24576, 4096) == 32
+    video = qwen3_video_dummy(tower, 65536)
+    assert (video.frames, video.side, video.patches, video.tokens, video.budget_tokens) == (
+        24576, 32, 12288 * 2 * 2, 12288, 153600)
+    # vllm-project/vllm#27992 (Qwen3-VL-8B, same tower, vLLM 0.11, --max-model-len 32768) prints the same budget.
+    assert qwen3_video_dummy(tower, 32768).budget_tokens == 153600
+    # At a max_model_len below the 2-frame clip's 12,100 tokens the dummy stays at 2 frames of 3,520 pixels.
+    short = qwen3_video_dummy(tower, 8192)
+    assert (short.frames, short.side, short.patches, short.tokens, short.budget_tokens) == (2, 3520, 48400, 12100,
+                                                                                             151250)
+    config = SizingConfig.for_gpu(get_gpu("rtx-3090"), tensor_parallel_size=4, max_model_len=65536,
+                                  vllm_version="0.11.0")
+    e = encoder_inputs(qwen3, config)
+    assert (e.modality, e.items, e.budget_tokens, e.frames, e.side) == ("video", 1, 153600, 24576, 32)
+    assert (e.patches_per_item, e.tokens_per_item, e.values_per_patch, e.video_instead) == (49152, 12288, 1536, False)
+    forward, kept = encoder_bytes(e, 2)
+    assert kept == 49152 * 1536 * 4 + 12288 * 8192 * 2
+    assert forward == kept + 49152 * (1536 + 2 * 1152 + 2 * (4304 // 4)) * 2
+    source = dict((t.name, t.source) for t in size_kv_cache(qwen3, config).profile_terms)["peak activation"]
+    assert "1 video of 24,576 frames" in source and "153,600 tokens" in source and "lower bound" in source
+    # The video's run is smaller than the image's (49,152 patches against 65,536): the log's budget is not explained by
+    # it (docs/sizing.md, the startup-log outliers).
+    assert kept < 65536 * 1536 * 4 + 16384 * 8192 * 2
 
 
 def test_decode_context_parallelism_spreads_a_request_over_the_dcp_ranks():

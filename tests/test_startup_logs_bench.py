@@ -146,3 +146,25 @@ def test_from_0_21_the_printed_activation_holds_the_graph_estimate(bench):
     row.reader = {"weights_and_non_torch_gib": 11.22}
     # the 0.28 log of Qwen3-14B-AWQ on an RTX 5090: 'consumed memory' 11.22 GiB against 9.29 + 0.07
     assert bench.cause(row) == "weights+non-torch off by -1.86 GiB (printed by the log)"
+
+
+def test_the_encoder_dummy_is_checked_against_the_log_line(bench):
+    """vLLM prints the encoder budget and the items it profiles ('Encoder cache will be initialized with a budget of
+    153600 tokens, and profiled with 1 video items'); the benchmark says whether kvlab's dummy is that one."""
+    from kvlab.catalog import get_gpu, get_model
+    from kvlab.sizing import SizingConfig
+
+    data = Path(__file__).resolve().parent / "data" / "sizing_configs"
+    model = get_model(str(data / "qwen3-vl-30b-a3b-instruct.json"))
+    # corpus log qwen3-vl-30b-a3b-4xrtx3090-0.11.0's settings
+    config = SizingConfig.for_gpu(get_gpu("rtx-3090"), tensor_parallel_size=4, max_model_len=65536,
+                                  vllm_version="0.11.0")
+    mine = bench.encoder_dummy_of(model, config)
+    assert mine == ("video", 1, 153600)
+    logged = {"encoder_profile_modality": "video", "encoder_profile_items": 1, "encoder_budget_tokens": 153600}
+    assert bench.encoder_agreement(mine, logged) == " (the same dummy)"
+    assert "NOT" in bench.encoder_agreement(("image", 1, 16384), logged)
+    assert bench.encoder_agreement(mine, {}) == ""
+    # before 0.11 kvlab does not derive the video it says vLLM profiles: nothing to compare
+    assert bench.encoder_dummy_of(model, SizingConfig.for_gpu(get_gpu("rtx-3090"), tensor_parallel_size=4,
+                                                              max_model_len=65536, vllm_version="0.10.2")) is None

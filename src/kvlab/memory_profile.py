@@ -112,7 +112,18 @@ class EncoderInputs:
     hidden_size: int  # the tower's
     mlp_width_per_gpu: int  # the tower's MLP width / TP (its linear layers are split as the decoder's)
     mlp_tensors: int  # MLP tensors alive at its peak, in mlp_width (gated 3, else 2)
+    modality: str = "image"  # image | video: the dummy vLLM encodes (the modality with the most tokens per item)
+    budget_tokens: int = 0  # the encoder budget vLLM prints ('initialized with a budget of N tokens')
+    frames: int = 1  # a video dummy's frames
+    side: int = 0  # pixels on a side of one (square) frame or image
     video_instead: bool = False  # vLLM profiles a video item here, whose size kvlab does not derive
+
+    @property
+    def described(self) -> str:
+        """The dummy in words: '1 image of 65,536 patches -> 16,384 tokens each'."""
+        kind = f"video{'s' if self.items > 1 else ''} of {self.frames:,} frames of {self.side}^2 pixels," \
+            if self.modality == "video" else f"image{'s' if self.items > 1 else ''} of"
+        return f"{self.items} {kind} {self.patches_per_item:,} patches -> {self.tokens_per_item:,} tokens each"
 
 
 @dataclass(frozen=True)
@@ -152,11 +163,13 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
         return Term("peak activation", text, source + " (vLLM measures it in its profiling run)")
     encoder, kept = encoder_bytes(x.encoder, x.act_dtype_bytes)
     e = x.encoder
-    what = (f"{e.items} image{'s' if e.items > 1 else ''} of {e.patches_per_item:,} patches -> {e.tokens_per_item:,} "
-            f"tokens each")
+    what = e.described + (f" (the encoder budget vLLM prints: {e.budget_tokens:,} tokens)" if e.budget_tokens else "")
     if e.video_instead:
         what += (" (vLLM profiles a video item at this max_model_len, larger than the image; kvlab does not derive "
                  "its size, so this is a lower bound)")
+    elif e.modality == "video":
+        what += (" (a lower bound: for this video run the 0.11 corpus log of Qwen3-VL-30B-A3B leaves 2.2 GiB a GPU "
+                 "unexplained and vllm-project/vllm#27992 reports ~10 GB for the same tower; docs/sizing.md)")
     if encoder > text + kept:
         return Term("peak activation", encoder, f"estimate: the encoder's profiling run over {what}: float32 "
                     f"pixel_values, their model-dtype copy, the tower's hidden, normed and MLP tensors per patch and "

@@ -31,6 +31,7 @@ from kvlab.catalog.gpus import GpuSpec, compute_capability, list_gpus
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
 from kvlab.catalog.quant import expert_padding
+from kvlab.catalog.vision import qwen3_video_dummy
 from kvlab.config.engine import SchedulerConfig, check_block_size
 from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
@@ -45,7 +46,7 @@ from kvlab.memory_profile import (
     model_family,
     non_torch_bytes,
 )
-from kvlab.vllm_rules import VllmRules, resolve_version, rules_for
+from kvlab.vllm_rules import VllmRules, qwen3_vl_profiles_video, resolve_version, rules_for
 
 GIB = 2**30
 
@@ -349,24 +350,32 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
 
 
 def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | None:
-    """The encoder profiling run vLLM makes for a Qwen-VL model (gpu_model_runner.profile_run): images of the most
-    features (vision.MAX_PIXELS), as many as the encoder budget max(max_num_batched_tokens, tokens per image) holds
-    (compute_mm_encoder_budget; 'profiled with N image items of the maximum feature size'). vLLM picks the modality
-    with the most tokens per item: a video's dummy takes the frames that fit max_model_len less one image
-    (Qwen2VLProcessingInfo.get_num_frames_with_most_features, temporal patches of 2 frames), so from
-    3 x the image's tokens on the video is larger; kvlab does not derive its size and says so (Qwen3-VL's video
-    processor allows more than that rule: 'a budget of 153600 tokens, and profiled with 1 video items' at 65,536)."""
+    """The encoder profiling run vLLM makes for a Qwen-VL model (gpu_model_runner.profile_run): items of the modality
+    with the most tokens per item, as many as the encoder budget max(max_num_batched_tokens, tokens per item) holds
+    (compute_mm_encoder_budget; 'profiled with N image items of the maximum feature size'). The image of most
+    features is vision.MAX_PIXELS. From 0.11 a Qwen3-VL video counts 12.5 prompt tokens per vision token, so the
+    video always wins: its dummy is derived (vision.qwen3_video_dummy, seq_len max_model_len). For Qwen2/2.5-VL a
+    video's dummy takes the frames that fit max_model_len less one image (get_num_frames_with_most_features,
+    temporal patches of 2 frames), so from 3 x the image's tokens on the video is larger; kvlab does not derive that
+    one and says so."""
     tower = model.vision_tower
     if tower is None:
         return None
+    tp, batched = config.tensor_parallel_size, config.resolved_max_num_batched_tokens
+    shared = dict(values_per_patch=tower.values_per_patch, out_width=tower.out_width, hidden_size=tower.hidden_size,
+                  mlp_width_per_gpu=tower.mlp_width // tp, mlp_tensors=tower.mlp_tensors)
+    max_len = config.max_model_len or model.max_position_embeddings
+    if tower.model_type.startswith("qwen3") and qwen3_vl_profiles_video(config.vllm_version):
+        video = qwen3_video_dummy(tower, max_len)
+        if video.budget_tokens > tower.max_tokens_per_image:
+            budget = max(batched, video.budget_tokens)
+            return EncoderInputs(items=max(1, budget // video.budget_tokens), patches_per_item=video.patches,
+                                 tokens_per_item=video.tokens, modality="video", budget_tokens=budget,
+                                 frames=video.frames, side=video.side, **shared)
     tokens = tower.max_tokens_per_image
-    budget = max(config.resolved_max_num_batched_tokens, tokens)
-    return EncoderInputs(items=max(1, budget // tokens), patches_per_item=tower.max_patches,
-                         values_per_patch=tower.values_per_patch, tokens_per_item=tokens, out_width=tower.out_width,
-                         hidden_size=tower.hidden_size,
-                         mlp_width_per_gpu=tower.mlp_width // config.tensor_parallel_size,
-                         mlp_tensors=tower.mlp_tensors,
-                         video_instead=(config.max_model_len or model.max_position_embeddings) >= 3 * tokens)
+    budget = max(batched, tokens)
+    return EncoderInputs(items=max(1, budget // tokens), patches_per_item=tower.max_patches, tokens_per_item=tokens,
+                         budget_tokens=budget, side=tower.image_side, video_instead=max_len >= 3 * tokens, **shared)
 
 
 def requested_memory_bytes(config: SizingConfig) -> int | None:

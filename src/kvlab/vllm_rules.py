@@ -74,6 +74,17 @@ RULES = (
 )
 
 
+# A model-specific rule that changes inside an epoch: from 0.11 (vllm-project/vllm#25648) vLLM counts a Qwen3-VL video
+# item as 12.5 prompt tokens per vision token, so its encoder is profiled on a dummy video, not the image
+# (catalog/vision.py qwen3_video_dummy; the 0.11.0 corpus log prints the budget this gives). Where it stops is unknown.
+QWEN3_VL_VIDEO_PROFILING_SINCE = "0.11.0"
+
+
+def qwen3_vl_profiles_video(version: str | None) -> bool:
+    """Whether vLLM ``version`` (None: the newest kvlab knows) profiles Qwen3-VL's encoder on its dummy video."""
+    return version_key(resolve_version(version)) >= version_key(QWEN3_VL_VIDEO_PROFILING_SINCE)
+
+
 def version_key(version: str) -> tuple[int, int, int]:
     """'0.10.1.1' -> (0, 10, 1); '0.20.1rc1.dev16+g7a1eb8ac2' -> (0, 20, 1); '0.24' -> (0, 24, 0)."""
     match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)

@@ -30,6 +30,17 @@ from dataclasses import dataclass
 # Qwen3-VL's processor, size["longest_edge"] 16,777,216 = 16,384 tokens x (2 x 16)^2.
 MAX_PIXELS = {"qwen2_vl": 12_845_056, "qwen2_5_vl": 12_845_056, "qwen3_vl": 16_777_216, "qwen3_vl_moe": 16_777_216}
 
+# Qwen3-VL's video processor caps the pixels of a whole clip, not of one frame: size["longest_edge"] of the
+# checkpoints' video_preprocessor_config.json, 25,165,824 = 12,288 tokens x 2 frames x (2 x 16)^2
+# (transformers' Qwen3VLVideoProcessor, whose smart_resize scales every frame by sqrt(frames x area / cap)).
+QWEN3_VIDEO_MAX_PIXELS = 25_165_824
+# The most frames vLLM 0.11's Qwen3-VL profiling gives one dummy video (qwen3_vl.py's per-video frame cap: the
+# 24,576 tokens x 32^2 pixels Qwen recommends, read as frames).
+QWEN3_VIDEO_MAX_FRAMES = 24_576
+# vLLM 0.11 counts a Qwen3-VL video item as 12.5 prompt tokens per vision token (a '<t seconds>' timestamp of about
+# 9.5 tokens, vision start, the token, vision end: get_max_video_tokens), which sets the encoder budget.
+QWEN3_VIDEO_PROMPT_TOKENS_PER_TOKEN = 12.5
+
 
 @dataclass(frozen=True)
 class VisionTower:
@@ -44,10 +55,66 @@ class VisionTower:
     patches_per_token: int  # spatial_merge_size^2
     max_patches: int  # patches of the largest image: max_pixels // patch_size^2, whole merge groups
     out_width: int  # one output token's width: out_hidden_size, x (1 + deepstack mergers) for Qwen3-VL
+    patch_size: int = 14
+    temporal_patch_size: int = 2
 
     @property
     def max_tokens_per_image(self) -> int:
         return self.max_patches // self.patches_per_token
+
+    @property
+    def image_side(self) -> int:
+        """Pixels on a side of the square image of most features."""
+        return math.isqrt(self.max_patches) * self.patch_size
+
+    @property
+    def merge_size(self) -> int:
+        return math.isqrt(self.patches_per_token)
+
+
+@dataclass(frozen=True)
+class VideoDummy:
+    """The dummy video of vLLM's profiling run for a Qwen3-VL tower: ``frames`` square frames of ``side`` pixels."""
+
+    frames: int
+    side: int
+    patches: int  # temporal patches x (side / patch)^2
+    tokens: int  # vision tokens: patches / merge^2
+    budget_tokens: int  # the prompt tokens vLLM counts for it (x 12.5: timestamps and markers), its encoder budget
+
+
+def qwen3_video_side(tower: VisionTower, frames: int, side: int) -> int:
+    """The frame side Qwen3-VL's video processor resizes ``frames`` square frames of ``side`` pixels to: rounded to
+    whole merge units (patch x merge pixels) and, where the clip exceeds the video pixel cap, every frame scaled by
+    the square root of clip pixels over the cap, floored to whole units and at least one unit."""
+    unit = tower.patch_size * tower.merge_size
+    t = round(frames / tower.temporal_patch_size) * tower.temporal_patch_size
+    rounded = round(side / unit) * unit
+    if t * rounded * rounded <= QWEN3_VIDEO_MAX_PIXELS:
+        return rounded
+    beta = math.sqrt(frames * side * side / QWEN3_VIDEO_MAX_PIXELS)
+    return max(unit, math.floor(side / beta / unit) * unit)
+
+
+def qwen3_video_patches(tower: VisionTower, frames: int, side: int) -> int:
+    """Patches of a clip of ``frames`` frames resized from ``side``: frames padded to whole temporal patches."""
+    temporal = max((frames + frames % tower.temporal_patch_size) // tower.temporal_patch_size, 1)
+    return temporal * (qwen3_video_side(tower, frames, side) // tower.patch_size) ** 2
+
+
+def qwen3_video_dummy(tower: VisionTower, seq_len: int) -> VideoDummy:
+    """vLLM 0.11's dummy video for Qwen3-VL (Qwen3VLDummyInputsBuilder, frames from
+    Qwen2VLProcessingInfo.get_num_frames_with_most_features): from 2 frames of the image of most features, add frames
+    while the clip's vision tokens stay within ``seq_len``, at most QWEN3_VIDEO_MAX_FRAMES; the frames are then
+    resized as the video processor would (the processor itself is called without resizing)."""
+    side, per_token = tower.image_side, tower.patches_per_token
+    frames = 2
+    while frames < QWEN3_VIDEO_MAX_FRAMES and qwen3_video_patches(tower, frames + 1, side) // per_token <= seq_len:
+        frames += 1
+    patches = qwen3_video_patches(tower, frames, side)
+    tokens = patches // per_token
+    return VideoDummy(frames=frames, side=qwen3_video_side(tower, frames, side), patches=patches, tokens=tokens,
+                      budget_tokens=int(tokens * QWEN3_VIDEO_PROMPT_TOKENS_PER_TOKEN))
 
 
 def vision_tower(config: dict) -> VisionTower | None:
@@ -68,7 +135,8 @@ def vision_tower(config: dict) -> VisionTower | None:
     deepstack = len(vc.get("deepstack_visual_indexes") or ()) if qwen3 else 0
     return VisionTower(model_type=model_type, hidden_size=h, mlp_width=width, mlp_tensors=3 if gated else 2,
                        values_per_patch=values, patches_per_token=merge * merge, max_patches=side * side,
-                       out_width=out * (1 + deepstack))
+                       out_width=out * (1 + deepstack), patch_size=patch,
+                       temporal_patch_size=int(vc.get("temporal_patch_size", 2)))
 
 
 def _clip_layers(vc: dict, feature_layer) -> int:
