@@ -45,7 +45,7 @@ def blis_configs(binary: Path, given: Path | None) -> Path:
     folder = common.directory(given, "--blis-configs") if given is not None else binary.parent
     for needed in (folder / MODEL_CONFIG, folder / HARDWARE_CONFIG):
         if not needed.exists():
-            flag = f"--blis-configs {given}" if given is not None else f"--blis {binary} (its folder)"
+            flag = f"--blis-configs {given}" if given is not None else f"--blis {binary}: its folder"
             common.fail(f"{flag}: no {needed.relative_to(folder)} there; give BLIS's repository folder as --blis-configs")
     return folder
 

@@ -83,6 +83,7 @@ def vidur_at(python: Path | None, checkout: Path | None) -> tuple[Path, Path] | 
     """(the interpreter, the checkout) Vidur runs with, checked; None when neither is given."""
     if python is None and checkout is None:
         return None
+    given = python
     python = common.executable(python, "--vidur-python") if python is not None else Path(sys.executable)
     if checkout is not None:
         checkout = common.directory(checkout, "--vidur-dir")
@@ -92,7 +93,7 @@ def vidur_at(python: Path | None, checkout: Path | None) -> tuple[Path, Path] | 
     where = subprocess.run([str(python), "-c", "import os, vidur; print(os.path.dirname(os.path.dirname("
                             "os.path.abspath(vidur.__file__))))"], capture_output=True, text=True, env=vidur_env())
     if where.returncode != 0:
-        common.fail(f"--vidur-python {python}: cannot import vidur (give the interpreter Vidur is installed in, or "
+        common.fail(f"--vidur-python {given}: cannot import vidur (give the interpreter Vidur is installed in, or "
                     "--vidur-dir its checkout)")
     return python, Path(where.stdout.strip())
 
