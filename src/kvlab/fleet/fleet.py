@@ -247,9 +247,7 @@ class WhenLoadMayChange:
         else:  # (its iterations up to the first finish: the running's fewest tokens left, or fewer)
             fewest_left = min(run.num_iterations, min(map(num_tokens_to_finish, sched.waiting), default=INF))
         by_tokens = sim.now + (fewest_left - 1) * self.min_iteration_s * SAFETY
-        # A pending run: an arrival up to the first of its iterations starting at or after the read sees what the
-        # read saw (the same iterations, none finishing anybody, have started).
-        return by_tokens, by_tokens if run is None else max(by_tokens, run.starts[-1])
+        return by_tokens, by_tokens if run is None else max(by_tokens, sim.first_finish_start(run))
 
 
 def _prefix_counts(sim: Simulation) -> tuple[int, int]:
