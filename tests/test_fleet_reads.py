@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -48,7 +49,7 @@ def test_a_load_read_inside_a_decode_run_does_not_begin_it():
     """least-requests' clock (WhenLoadMayChange): a request decoding 60 tokens in iterations of 12 ms, its bound from
     tokens left assumes 8 ms (the empty iteration), so an arrival at 0.6 s is past the bound; the read there leaves
     the run that goes on to its finish (~0.73 s) pending, reads the load run_until would show, and holds the
-    replica's load as it is up to that run's first iteration starting after 0.6 s."""
+    replica's load as it is up to the start of that run's last iteration."""
     cfg = dataclasses.replace(config(), cost=dataclasses.replace(COST, seq_overhead_s=0.004))
     first = req(0, 0.0, 4, 60)
     sim, twin = (Simulation(parse_strategy("vllm"), cfg, workload(first)) for _ in range(2))
@@ -61,7 +62,11 @@ def test_a_load_read_inside_a_decode_run_does_not_begin_it():
     twin.run_until(0.6)
     assert sim.now < 0.6 <= twin.now and replica.run_in_flight is not None
     assert load(replica) == load(Replica(twin)) == 1
-    assert clock.quiet[0] >= 0.6
+    # Held up to the start of the iteration in which it finishes (priced whole): exactly, on either side of it.
+    before, after = (Simulation(parse_strategy("vllm"), cfg, workload(first)) for _ in range(2))
+    before.run_until(clock.quiet[0])
+    after.run_until(math.nextafter(clock.quiet[0], math.inf))
+    assert (before.counters.num_finished, after.counters.num_finished) == (0, 1)
     _same_run(sim.run(), Simulation(parse_strategy("vllm"), cfg, workload(first)).run())
 
 
