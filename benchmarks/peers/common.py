@@ -4,7 +4,13 @@ The setup is Vidur's own default case, as the peers were measured against kvlab 
 A100-80GB, vLLM's scheduler with 7,424 blocks of 16 (what Vidur's memory planner gives: 29 requests of 4,096
 tokens), at most 128 requests and 4,096 tokens per batch, no chunked prefill, 10,000 requests with ShareGPT
 lengths (Sarathi-Serve's processed trace, the file Vidur's config names) clipped to 4,096 tokens, Poisson
-arrivals (Vidur's generator, seed 42). kvlab runs on the `vidur-a100` profile (fitted to Vidur's profiling).
+arrivals (Vidur's generator, seed 42, where a Vidur is given; else kvlab's stand-in: ``requests_csv``). kvlab runs
+on the `vidur-a100` profile (fitted to Vidur's profiling).
+
+A peer is a command the user already has (installed by the peer's own instructions); these scripts only convert
+inputs, run it, convert its outputs and print kvlab's side beside it, CPU time (``time.process_time`` for kvlab,
+the child's user + system time for the peer) and wall time. A path that does not exist or is not what it should be
+is one line and exit status 2 (``fail``).
 """
 
 from __future__ import annotations
@@ -29,9 +35,30 @@ TRACE = "sharegpt-8k"
 FIGURES = ("throughput_rps", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p50")
 
 
-def cache_dir(override: str | None) -> Path:
-    """Where the peers are installed (not in the repository): --cache, $KVLAB_PEERS_CACHE or ~/.cache/kvlab/peers."""
-    path = Path(override or os.environ.get("KVLAB_PEERS_CACHE") or Path.home() / ".cache" / "kvlab" / "peers")
+def fail(message: str) -> None:
+    """Bad input: one line, exit status 2."""
+    print(f"{Path(sys.argv[0]).name}: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def executable(path: Path, flag: str) -> Path:
+    """``path`` as given to ``flag``: an executable file the user installed, or one line and exit 2."""
+    if not path.exists():
+        fail(f"{flag} {path}: no such file")
+    if not path.is_file() or not os.access(path, os.X_OK):
+        fail(f"{flag} {path}: not an executable file")
+    return path.resolve()
+
+
+def directory(path: Path, flag: str) -> Path:
+    if not path.is_dir():
+        fail(f"{flag} {path}: no such folder")
+    return path.resolve()
+
+
+def out_dir(override: Path | None) -> Path:
+    """Where the requests and tables go (not in the repository): --out, $KVLAB_PEERS_OUT or ~/.cache/kvlab/peers."""
+    path = Path(override or os.environ.get("KVLAB_PEERS_OUT") or Path.home() / ".cache" / "kvlab" / "peers")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -44,36 +71,64 @@ def trace_file() -> Path:
     return require(TRACE)
 
 
-def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, log: Path | None = None) -> float:
-    """Run a command, its output to ``log`` (or inherited); the seconds it took. Exits with its tail on failure."""
-    start = time.perf_counter()
+def requests_csv(rate: float, folder: Path) -> tuple[Path, str]:
+    """The requests at ``rate`` both sides run, and what they are: Vidur's generator's draws where vidur.py wrote
+    them (requests-RATE.csv), else kvlab's stand-in (requests-RATE.kvlab.csv, written once): the same trace,
+    clipping, count and rate, kvlab's Poisson draws (seed 42), not Vidur's."""
+    vidur = folder / f"requests-{rate:g}.csv"
+    if vidur.is_file():
+        return vidur, "Vidur's requests"
+    path = folder / f"requests-{rate:g}.kvlab.csv"
+    if not path.is_file():
+        from kvlab.workload import load_workload
+
+        workload = load_workload(str(trace_file()), num_requests=NUM_REQUESTS, rate=rate, arrival="poisson", seed=42,
+                                 max_model_len=MAX_MODEL_LEN, long_requests="clip")
+        with path.open("w") as f:
+            f.write("arrived_at,num_prefill_tokens,num_decode_tokens\n")
+            for r in workload.requests:
+                f.write(f"{r.arrival_time!r},{r.prompt_len},{r.num_output_tokens}\n")
+    return path, "kvlab's stand-in requests (not Vidur's draws: vidur.py with Vidur writes those)"
+
+
+def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, log: Path | None = None) -> dict:
+    """Run a peer's command, its output to ``log`` (or inherited): {"cpu_s": its CPU time (user + system, its
+    children's included), "wall_s"}. Exits with its tail on failure."""
+    import resource
+
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    cpu, start = children_cpu(), time.perf_counter()
     with (log.open("w") if log else open(os.devnull, "w")) as out:
         proc = subprocess.run(argv, cwd=cwd, env=env, stdout=out if log else None,
                               stderr=subprocess.STDOUT if log else None)
-    seconds = time.perf_counter() - start
+    times = {"cpu_s": children_cpu() - cpu, "wall_s": time.perf_counter() - start}
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log else ""
         sys.exit(f"failed (exit {proc.returncode}): {' '.join(map(str, argv))}\n{tail}")
-    return seconds
+    return times
 
 
-def kvlab_run(requests_csv: Path, *, watermark: float = 0.0, chunked_prefill: bool = False) -> tuple[dict, float]:
+def kvlab_run(requests: Path, *, watermark: float = 0.0, chunked_prefill: bool = False) -> dict:
     """kvlab's `vllm` strategy on Vidur's requests (a CSV of arrived_at, num_prefill_tokens, num_decode_tokens),
-    in this process, through the run service: (the summary's figures, the seconds the simulation took)."""
+    in this process, through the run service: the summary's figures, and the run's CPU and wall time (reading
+    the requests included)."""
     from kvlab import service
     from kvlab.config import resolve
 
     config = resolve(model="llama-2-7b", gpu="a100-80gb", num_gpu_blocks=NUM_GPU_BLOCKS, block_size=BLOCK_SIZE,
                      max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
                      max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, enable_chunked_prefill=chunked_prefill,
-                     cost="vidur-a100", workload=str(requests_csv), arrival="trace", long_requests="clip",
+                     cost="vidur-a100", workload=str(requests), arrival="trace", long_requests="clip",
                      watermark=watermark)
-    start = time.perf_counter()
+    cpu, start = time.process_time(), time.perf_counter()
     summary = service.run(config, ["vllm"], record_iterations=False).summaries()[0]
-    seconds = time.perf_counter() - start
+    times = {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - start}
     return {"throughput_rps": summary["throughput_rps"], "ttft_p50": summary["ttft_s"]["p50"],
             "ttft_p99": summary["ttft_s"]["p99"], "tpot_p50": summary["tpot_s"]["p50"],
-            "e2e_p50": summary["e2e_latency_s"]["p50"], "preemptions": summary["preemptions"]}, seconds
+            "e2e_p50": summary["e2e_latency_s"]["p50"], "preemptions": summary["preemptions"], **times}
 
 
 def figures(arrival, ttft, e2e, num_output_tokens) -> dict:
@@ -95,7 +150,7 @@ def table(rows: dict[str, dict], reference: str) -> str:
     """A markdown table: one column per run (its figures), each beside ``reference``'s as a ratio."""
     names = list(rows)
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
-    for key in (*FIGURES, "seconds"):
+    for key in (*FIGURES, "cpu_s", "wall_s"):
         cells = []
         for name in names:
             value = rows[name].get(key)
@@ -103,9 +158,9 @@ def table(rows: dict[str, dict], reference: str) -> str:
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 cells.append("–")
                 continue
-            text = f"{value:.3f}" if key == "throughput_rps" else f"{value:.1f} s" if key == "seconds" else \
+            text = f"{value:.3f}" if key == "throughput_rps" else f"{value:.2f} s" if key in ("cpu_s", "wall_s") else \
                 f"{value * 1e3:,.0f} ms" if value < 10 else f"{value:,.1f} s"
-            if name != reference and ref and key != "seconds":
+            if name != reference and ref:
                 text += f" ({value / ref:.2f})"
             cells.append(text)
         lines.append(f"| {key} | " + " | ".join(cells) + " |")

@@ -1,28 +1,26 @@
 """Vidur (microsoft/vidur) and kvlab on the same 10,000 requests: speed and outputs, rerunnable.
 
-    python benchmarks/peers/vidur.py                      # install Vidur (once), run both at 1.58 and 2.06 req/s
-    python benchmarks/peers/vidur.py --rates 2.06 --out out/peers
-    python benchmarks/peers/vidur.py --source ~/src/vidur # a clone you already have (offline)
+    python benchmarks/peers/vidur.py                                        # kvlab's side alone; says what to pass
+    python benchmarks/peers/vidur.py --vidur-python ~/vidur-env/bin/python  # vidur importable there
+    python benchmarks/peers/vidur.py --vidur-dir ~/src/vidur                # a checkout, run by this interpreter
+    python benchmarks/peers/vidur.py --vidur-python PY --kvlab-only         # Vidur's requests, kvlab's runs
 
-What it does, each step in its own environment under the cache folder (--cache, $KVLAB_PEERS_CACHE or
-~/.cache/kvlab/peers; nothing in the repository):
-1. install: `git clone https://github.com/microsoft/vidur` at VIDUR_COMMIT (or copy --source), a virtual
-   environment of its own, `pip install -r requirements.txt` (numpy, pandas, scikit-learn, wandb, ... from PyPI).
-   Vidur reads its GPU profiling from its repository's data/profiling (the A100's attention.csv is ~5 MB); PyPI's
-   `vidur` (0.0.26) is another code base that downloads its profiles from Hugging Face at run time, so it is not
-   used.
-2. requests: Vidur's own request generator (synthetic: ShareGPT lengths from the trace its config names, clipped
+Vidur is one the user already has (installed by Vidur's own README): an interpreter where `vidur` is importable
+(--vidur-python) and the checkout it comes from, with its data/profiling (--vidur-dir; default: the folder the
+interpreter's `vidur` package sits in). This script installs nothing. It:
+1. requests: Vidur's own request generator (synthetic: ShareGPT lengths from the trace its config names, clipped
    to 4,096 tokens; Poisson arrivals; seed 42) writes the requests it will simulate, arrived_at,
-   num_prefill_tokens, num_decode_tokens (kvlab reads these columns as they are);
-3. Vidur: `python -m vidur.main` with its vLLM scheduler (V0's: prefills in batches of their own, a 1% admission
-   watermark, a batch's tokens counted as requests × the longest); timed; its request_metrics.csv read;
-4. kvlab: the same requests through kvlab's `vllm` strategy on `--cost vidur-a100`, vLLM V1's rules (the default),
-   then with V0's watermark (`watermark=0.01`), then with chunked prefill; timed.
-The tables (markdown and JSON) go to --out (default: the cache folder's vidur/results) and stdout. Vidur's figures
-are computed as kvlab's (common.figures), from its per-request times.
-
-Offline, a user needs: a clone of microsoft/vidur at VIDUR_COMMIT with its data/ folder (--source), and its
-requirements as wheels (pip's --find-links or a local index).
+   num_prefill_tokens, num_decode_tokens (kvlab reads these columns as they are); without Vidur, kvlab's stand-in
+   (common.requests_csv: the same trace, clipping and rate, kvlab's draws);
+2. Vidur: `python -m vidur.main` with its vLLM scheduler (V0's: prefills in batches of their own, a 1% admission
+   watermark, a batch's tokens counted as requests × the longest), in its checkout; its CPU time measured; its
+   request_metrics.csv read (Vidur's simulation needs data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/
+   attention.csv, which a clone of its repository has; PyPI's `vidur` 0.0.26 is another code base);
+3. kvlab: the same requests through kvlab's `vllm` strategy on `--cost vidur-a100`, vLLM V1's rules (the default),
+   then with V0's watermark (`watermark=0.01`), then with chunked prefill; CPU time, in this process.
+The tables (markdown and JSON) go to --out and stdout. Vidur's figures are computed as kvlab's (common.figures),
+from its per-request times. Measured against Vidur at 7d47513 (issue 24). Bad input (a path that does not exist,
+an interpreter that cannot import vidur, a checkout without it): one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -30,19 +28,17 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-VIDUR_URL = "https://github.com/microsoft/vidur"
-VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"  # main on 2024-11 (issue 24's measurements)
 MODEL, DEVICE = "meta-llama/Llama-2-7b-hf", "a100"
 ATTENTION_PROFILE = f"data/profiling/compute/{DEVICE}/{MODEL}/attention.csv"
 
-# Vidur writes the requests its generator draws (run inside Vidur's venv, from its source folder).
+# Vidur writes the requests its generator draws (run by Vidur's interpreter, in its checkout).
 DUMP_REQUESTS = """
 import csv, sys
 from vidur.config import SimulationConfig
@@ -83,24 +79,23 @@ def vidur_args(rate: float, output_dir: Path, watermark: float = common.WATERMAR
     ]
 
 
-def install(home: Path, source: Path | None) -> Path:
-    """Vidur's source folder and venv under ``home``; once (a marker file says it finished)."""
-    src, venv = home / "src", home / "venv"
-    marker = home / "installed"
-    if marker.is_file() and marker.read_text().strip() == VIDUR_COMMIT:
-        return venv / "bin" / "python"
-    shutil.rmtree(src, ignore_errors=True)
-    shutil.rmtree(venv, ignore_errors=True)
-    if source is not None:
-        shutil.copytree(source, src, ignore=shutil.ignore_patterns(".git", "simulator_output", "cache"))
-    else:
-        common.run(["git", "clone", "--quiet", VIDUR_URL, str(src)], log=home / "clone.log")
-        common.run(["git", "-C", str(src), "checkout", "--quiet", VIDUR_COMMIT], log=home / "clone.log")
-    common.run([sys.executable, "-m", "venv", str(venv)], log=home / "install.log")
-    common.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r", str(src / "requirements.txt")],
-               log=home / "install.log")
-    marker.write_text(VIDUR_COMMIT + "\n")
-    return venv / "bin" / "python"
+def vidur_at(python: Path | None, checkout: Path | None) -> tuple[Path, Path] | None:
+    """(the interpreter, the checkout) Vidur runs with, checked; None when neither is given."""
+    if python is None and checkout is None:
+        return None
+    given = python
+    python = common.executable(python, "--vidur-python") if python is not None else Path(sys.executable)
+    if checkout is not None:
+        checkout = common.directory(checkout, "--vidur-dir")
+        if not (checkout / "vidur" / "main.py").is_file():
+            common.fail(f"--vidur-dir {checkout}: no vidur/main.py there (give the folder of a Vidur checkout)")
+        return python, checkout
+    where = subprocess.run([str(python), "-c", "import os, vidur; print(os.path.dirname(os.path.dirname("
+                            "os.path.abspath(vidur.__file__))))"], capture_output=True, text=True, env=vidur_env())
+    if where.returncode != 0:
+        common.fail(f"--vidur-python {given}: cannot import vidur (give the interpreter Vidur is installed in, or "
+                    "--vidur-dir its checkout)")
+    return python, Path(where.stdout.strip())
 
 
 def vidur_env() -> dict:
@@ -116,16 +111,13 @@ def requests_of(python: Path, src: Path, rate: float, out: Path) -> Path:
 
 
 def run_vidur(python: Path, src: Path, rate: float, out: Path, watermark: float) -> dict:
-    if not (src / ATTENTION_PROFILE).is_file():
-        sys.exit(f"{src / ATTENTION_PROFILE} is missing: Vidur's simulation needs its repository's data/profiling "
-                 f"(a clone of {VIDUR_URL} has it); --kvlab-only runs the rest")
     output_dir = out / f"vidur-{rate:g}-watermark{watermark:g}"
-    seconds = common.run([str(python), "-m", "vidur.main", *vidur_args(rate, output_dir, watermark)], cwd=src,
-                         env=vidur_env(), log=out / f"vidur-{rate:g}-watermark{watermark:g}.log")
-    metrics = next(output_dir.glob("*/request_metrics.csv"))
+    times = common.run([str(python), "-m", "vidur.main", *vidur_args(rate, output_dir, watermark)], cwd=src,
+                       env=vidur_env(), log=out / f"vidur-{rate:g}-watermark{watermark:g}.log")
+    metrics = max(output_dir.glob("*/request_metrics.csv"), key=lambda p: p.stat().st_mtime)
     with metrics.open(newline="") as f:
         rows = sorted(csv.DictReader(f), key=lambda r: int(float(r["Request Id"])))
-    return {**_vidur_figures(rows), "seconds": seconds}
+    return {**_vidur_figures(rows), **times}
 
 
 def _vidur_figures(rows: list[dict]) -> dict:
@@ -141,30 +133,40 @@ def _vidur_figures(rows: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vidur-python", type=Path, help="an interpreter where vidur is importable "
+                        "[default: with --vidur-dir, this one; without either, kvlab's side alone]")
+    parser.add_argument("--vidur-dir", type=Path, help="Vidur's checkout, with its data/ [default: where "
+                        "--vidur-python finds vidur]")
     parser.add_argument("--rates", default=",".join(map(str, common.RATES)), help="req/s, comma-separated")
-    parser.add_argument("--cache", help="install folder [default: $KVLAB_PEERS_CACHE or ~/.cache/kvlab/peers]")
-    parser.add_argument("--source", type=Path, help="a local clone of microsoft/vidur (with data/) to install from")
-    parser.add_argument("--out", type=Path, help="where the tables go [default: CACHE/vidur/results]")
+    parser.add_argument("--out", type=Path, help="where the requests and tables go "
+                        "[default: $KVLAB_PEERS_OUT or ~/.cache/kvlab/peers]")
     parser.add_argument("--kvlab-only", action="store_true", help="Vidur's requests and kvlab's runs, not Vidur's")
     args = parser.parse_args()
-    home = common.cache_dir(args.cache) / "vidur"
-    out = args.out or home / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    python = install(home, args.source)
+    vidur = vidur_at(args.vidur_python, args.vidur_dir)
+    if vidur is not None and not args.kvlab_only and not (vidur[1] / ATTENTION_PROFILE).is_file():
+        common.fail(f"{vidur[1] / ATTENTION_PROFILE} is missing: Vidur's simulation needs its checkout's "
+                    "data/profiling (--kvlab-only runs the rest)")
+    out = common.out_dir(args.out)
+    if vidur is None:
+        print("Vidur not given: kvlab's side alone, on kvlab's stand-in requests. Pass --vidur-python PATH (an "
+              "interpreter where vidur is importable, installed as Vidur's README says) or --vidur-dir DIR (its "
+              "checkout).\n")
     for rate in (float(r) for r in args.rates.split(",")):
-        requests = requests_of(python, home / "src", rate, out)
+        if vidur is not None:
+            requests, what = requests_of(*vidur, rate, out), "Vidur's requests"
+        else:
+            requests, what = common.requests_csv(rate, out)
         rows: dict[str, dict] = {}
-        if not args.kvlab_only:
-            rows["Vidur"] = run_vidur(python, home / "src", rate, out, common.WATERMARK)
-            rows["Vidur, no watermark"] = run_vidur(python, home / "src", rate, out, 0.0)
+        if vidur is not None and not args.kvlab_only:
+            rows["Vidur"] = run_vidur(*vidur, rate, out, common.WATERMARK)
+            rows["Vidur, no watermark"] = run_vidur(*vidur, rate, out, 0.0)
         for name, options in (("kvlab (V1)", {}), ("kvlab, watermark 0.01", {"watermark": common.WATERMARK}),
                               ("kvlab, chunked prefill", {"chunked_prefill": True})):
-            figures, seconds = common.kvlab_run(requests, **options)
-            rows[name] = {**figures, "seconds": seconds}
-        text = (f"Vidur's {common.NUM_REQUESTS:,} requests at {rate:g} req/s (Llama-2-7B, A100-80GB, "
-                f"{common.NUM_GPU_BLOCKS:,} blocks of {common.BLOCK_SIZE}); ratios to "
-                f"{'Vidur' if 'Vidur' in rows else 'kvlab (V1)'}:\n\n"
-                + common.table(rows, "Vidur" if "Vidur" in rows else "kvlab (V1)"))
+            rows[name] = common.kvlab_run(requests, **options)
+        reference = next(iter(rows))
+        text = (f"{what}, {common.NUM_REQUESTS:,} at {rate:g} req/s (Llama-2-7B, A100-80GB, "
+                f"{common.NUM_GPU_BLOCKS:,} blocks of {common.BLOCK_SIZE}); ratios to {reference}:\n\n"
+                + common.table(rows, reference))
         common.write(out, f"vidur-{rate:g}", rows, text)
         print(text + "\n")
 

@@ -195,14 +195,17 @@ class Simulation:
         last read returned, priced as far as that read went (used while the simulation has not moved since). A
         request given at ``t`` then ends the run there (``run_until(t)``), where an arrival ends any run: the
         iterations are those of stepping (tests/test_runs.py)."""
-        if run is not None and run.key == (self.now, self.scheduler.step, len(self.requests)):
+        planned = run is not None and run.key == (self.now, self.scheduler.step, len(self.requests))
+        if planned and run is not None:
             slots = self._slots_before(run, t)
             if slots is not None:
                 return slots, run
         self._limit = t
         try:
             while self.now < t and not self.done:
-                if self._reads_plans and (run := self._run_in_flight()) is not None:
+                if planned:  # (that run, planned again, would not be left pending: the step begins it)
+                    planned = False
+                elif self._reads_plans and (run := self._run_in_flight()) is not None:
                     slots = self._slots_before(run, t)
                     if slots is not None:
                         return slots, run
@@ -226,6 +229,15 @@ class Simulation:
         free; None when it does not (it runs). Its iterations are priced up to ``t`` as ``_horizon`` prices a run
         (from where the last read stopped: as a run cut there and the one after it)."""
         starts = run.starts
+        priced = self._price(run, t)
+        num_iterations = bisect_left(starts, t, 0, priced)  # those starting before t
+        if num_iterations >= run.num_iterations:
+            return None  # its last iteration starts before t: it runs whole
+        return self.allocator.decode_run_slots(num_iterations)
+
+    def _price(self, run: RunInFlight, t: float) -> int:
+        """Prices ``run``'s iterations starting before ``t`` (its starts extended); how many are priced."""
+        starts = run.starts
         priced = len(starts) - 1
         if t > starts[-1] and priced < run.num_iterations:
             durations, _ = self._decode_durations(run.num_seqs, run.num_context + priced * run.num_seqs,
@@ -233,10 +245,17 @@ class Simulation:
             starts += islice(accumulate(durations if isinstance(durations, list) else durations.tolist(),
                                         initial=starts[-1]), 1, None)
             priced = len(starts) - 1
-        num_iterations = bisect_left(starts, t, 0, priced)  # those starting before t
-        if num_iterations >= run.num_iterations:
-            return None  # its last iteration starts before t: it runs whole
-        return self.allocator.decode_run_slots(num_iterations)
+        return priced
+
+    def first_finish_start(self, run: RunInFlight) -> float:
+        """For a reader of loads: no request finishes in an iteration that starts before this. ``run``, pending
+        (``read_at``), finishes nobody before its last iteration, and nothing else happens before it when the free
+        blocks cover the iterations before that one (priced whole then); else the first not priced, as far as the
+        reads went."""
+        if self.allocator.decode_run_slots(run.num_iterations - 1) is None:
+            return run.starts[-1]
+        self._price(run, INF)
+        return run.starts[run.num_iterations - 1]
 
     def add_request(self, request: Request) -> None:
         """A request that comes after the simulation was made (a fleet's router hands them out as they arrive).

@@ -9,12 +9,13 @@ where the fleet's does (the first arrival), so every replica's times are on the 
 out in arrival order; a replica serves what it was given exactly as a lone engine would serve that workload.
 
 Bringing a replica to an arrival cuts its run of iterations there, which costs a scheduling pass; a fleet brings
-only as many as the router needs (``replicas_read``):
+only as many as the router needs, and reads the rest inside their runs (``replicas_read``):
 
     none    the router reads nothing (round-robin, random): it is asked at once, and each replica runs its
             requests afterwards in one pass (NoReplica)
-    load    it reads only loads (least-requests; prefix when nothing can be cached): a replica is brought to an
-            arrival only when one of its requests may have finished since (WhenLoadMayChange)
+    load    it reads only loads (least-requests; prefix when nothing can be cached): a replica is read at an
+            arrival only when one of its requests may have finished since, and that read, as the next one's,
+            cuts nothing (WhenLoadMayChange)
     runs    it reads KV use (least-kv, weighted): every replica is read at every arrival, but a decode run that
             would go past it is not begun, so the read cuts nothing: its blocks by then are counted from its plan
             (Simulation.read_at); only the replica given the request ends the run there (ReadInRuns)
@@ -37,7 +38,7 @@ from kvlab.errors import KvlabError
 from kvlab.fleet.result import FleetResult
 from kvlab.fleet.routers import CACHED_TOKENS, LOAD, Replica, RouterSpec, make_router, parse_router
 from kvlab.sched.seq import num_tokens_to_finish
-from kvlab.sim import Simulation
+from kvlab.sim import RunInFlight, Simulation
 from kvlab.strategies import Strategy
 from kvlab.workload import Request, Workload
 
@@ -193,49 +194,60 @@ class ReadInRuns:
 
 class WhenLoadMayChange:
     """For a router that reads only each replica's load (requests given, less those finished or rejected), which
-    changes only when one of its requests finishes or is rejected: a replica is brought to an arrival only when
-    that may have happened since it was last brought anywhere. Every request it holds needs at least as many more
-    iterations as it has tokens left to generate, each at least ``min_iteration_s`` long (the cost model's
-    iteration with nothing in it: every term grows with the work), so none finishes in an iteration that starts
-    before ``quiet[j]``. A request it is given joins its queue (a new request only adds work: the others' bounds
+    changes only when one of its requests finishes or is rejected: a replica is read at an arrival only when that
+    may have happened since it was last read. Every request it holds needs at least as many more iterations as it
+    has tokens left to generate, each at least ``min_iteration_s`` long (the cost model's iteration with nothing in
+    it: every term grows with the work), so none finishes in an iteration that starts before ``quiet[j]``; and a
+    decode run left pending by a read (``Simulation.read_at``: the read does not cut it) finishes nobody before its
+    last iteration starts. A request it is given joins its queue (a new request only adds work: the others' bounds
     hold) or, rejected, leaves at its next iteration. So the router reads the loads it would read if every replica
-    were brought to every arrival (tests/test_fleet.py checks the decisions against EveryReplica's)."""
+    were brought to every arrival (tests/test_fleet.py checks the decisions against EveryReplica's,
+    tests/test_fleet_reads.py the runs)."""
 
     def __init__(self, replicas: list[Replica], min_iteration_s: float) -> None:
-        self.replicas = [replica.sim for replica in replicas]
+        self.replicas = replicas
         self.min_iteration_s = min_iteration_s
         self.quiet = [INF] * len(replicas)  # replica j's load stays as it is for arrivals up to quiet[j]
-        self.first_due = INF  # min(quiet): most arrivals bring nobody
+        self.by_tokens = [INF] * len(replicas)  # the part of quiet[j] from tokens left: a new request leaves it
+        self.first_due = INF  # min(quiet): most arrivals read nobody
 
     def before(self, request: Request) -> None:
         t = request.arrival_time
         if t <= self.first_due:
             return
         quiet = self.quiet
-        for j, sim in enumerate(self.replicas):
+        for j, replica in enumerate(self.replicas):
             if t > quiet[j]:
-                sim.run_until(t)
-                quiet[j] = self._quiet_until(sim)
+                replica.slots_in_flight, replica.run_in_flight = replica.sim.read_at(t, replica.run_in_flight)
+                self.by_tokens[j], quiet[j] = self._quiet_until(replica.sim, replica.run_in_flight)
         self.first_due = min(quiet)
 
     def given(self, index: int, request: Request) -> None:
-        served, reason = self.replicas[index].admission(request)
+        served, reason = self.replicas[index].sim.admission(request)
         t = request.arrival_time
-        bound = t if reason is not None else t + (served.num_output_tokens - 1) * self.min_iteration_s * SAFETY
+        # Its arrival ends the pending run (if any): the bound from tokens left stands, the run's does not.
+        bound = t if reason is not None else min(self.by_tokens[index],
+                                                 t + (served.num_output_tokens - 1) * self.min_iteration_s * SAFETY)
+        self.by_tokens[index] = min(self.by_tokens[index], bound)
         if bound < self.quiet[index]:
             self.quiet[index] = bound
             self.first_due = min(self.first_due, bound)
 
-    def _quiet_until(self, sim: Simulation) -> float:
+    def _quiet_until(self, sim: Simulation, run: RunInFlight | None) -> tuple[float, float]:
+        """(the bound from tokens left, the bound) on the arrivals the load read now stays for."""
         sched = sim.scheduler
         if sim.next_arrival_time != INF:
-            return sim.now  # arrived during the last iteration: it joins (or is rejected) when the next one starts
+            return sim.now, sim.now  # arrived during the last iteration: joins (or is rejected) as the next starts
         if not sched.num_unfinished:
-            return INF  # idle: nothing changes until it is given a request
-        sched.sync()  # (each request's tokens up to date)
-        fewest_left = min(min(map(num_tokens_to_finish, sched.running), default=INF),
-                          min(map(num_tokens_to_finish, sched.waiting), default=INF))
-        return sim.now + (fewest_left - 1) * self.min_iteration_s * SAFETY
+            return INF, INF  # idle: nothing changes until it is given a request
+        if run is None:
+            sched.sync()  # (each request's tokens up to date)
+            fewest_left = min(min(map(num_tokens_to_finish, sched.running), default=INF),
+                              min(map(num_tokens_to_finish, sched.waiting), default=INF))
+        else:  # (its iterations up to the first finish: the running's fewest tokens left, or fewer)
+            fewest_left = min(run.num_iterations, min(map(num_tokens_to_finish, sched.waiting), default=INF))
+        by_tokens = sim.now + (fewest_left - 1) * self.min_iteration_s * SAFETY
+        return by_tokens, by_tokens if run is None else max(by_tokens, sim.first_finish_start(run))
 
 
 def _prefix_counts(sim: Simulation) -> tuple[int, int]:
