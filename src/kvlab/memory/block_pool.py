@@ -102,19 +102,33 @@ class PrefixCachingBlockPool:
         if num_blocks > len(queue):
             raise ValueError(f"cannot get {num_blocks} blocks: only {len(queue)} free")
         popitem, block_hashes, ref_cnt = queue.popitem, self.block_hash, self.ref_cnt
-        cached = self.cached_block_hash_to_block
-        blocks = [popitem(last=False)[0] for _ in range(num_blocks)]
+        blocks = [popitem(False)[0] for _ in range(num_blocks)]
         for block_id in blocks:
-            block_hash = block_hashes[block_id]
-            if block_hash is not None:
-                # Eviction: the block is reused, so its old content can no longer be hit.
-                block_hashes[block_id] = None
-                entry = cached.pop(block_hash)
-                if entry.__class__ is dict:
-                    del entry[block_id]
-                    cached[block_hash] = next(iter(entry)) if len(entry) == 1 else entry
+            if block_hashes[block_id] is not None:
+                self._evict(block_id)
             ref_cnt[block_id] = 1
         return blocks
+
+    def append_new_blocks(self, block_tables: Iterable[list[int]], num_blocks: int) -> None:
+        """``BlockPool.append_new_blocks``: one block from the front of the free queue appended to each table, in
+        order, evicting its cached hash if it has one. The caller has checked that enough are free."""
+        popitem, block_hashes, ref_cnt = self.free_block_queue.popitem, self.block_hash, self.ref_cnt
+        for table in block_tables:
+            block_id = popitem(False)[0]
+            if block_hashes[block_id] is not None:
+                self._evict(block_id)
+            ref_cnt[block_id] = 1
+            table.append(block_id)
+
+    def _evict(self, block_id: int) -> None:
+        """The block is reused, so its old content can no longer be hit."""
+        block_hash = self.block_hash[block_id]
+        self.block_hash[block_id] = None
+        cached = self.cached_block_hash_to_block
+        entry = cached.pop(block_hash)
+        if entry.__class__ is dict:
+            del entry[block_id]
+            cached[block_hash] = next(iter(entry)) if len(entry) == 1 else entry
 
     def touch(self, block_ids: list[int]) -> None:
         """A prefix-cache hit: one more reference; a free (ref_cnt 0) block leaves the free queue."""

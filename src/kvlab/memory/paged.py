@@ -86,6 +86,7 @@ class PagedAllocator:
         # Prefix caching only.
         self._num_cached_blocks: dict[int, int] = {}  # request_id -> leading blocks already hashed
         self._block_hashes: dict[int, list[BlockHash]] = {}  # request_id -> hashes of its blocks so far
+        self._requests: dict[int, Request] = {}  # request_id -> the request, for those holding blocks
         self._prefix_block_hashes: dict[tuple, int] = {}  # (parent, chunk_len, ids, offset) -> interned hash
 
     @property
@@ -194,18 +195,28 @@ class PagedAllocator:
         if num_iterations == 0:
             return DecodeRun(0)
         pool, tables = self.block_pool, self._block_tables
-        if isinstance(pool, BlockPool):
-            pool.append_new_blocks(map(tables.__getitem__, order), len(order))
-        else:
-            for request_id in order:
-                tables[request_id].extend(pool.get_new_blocks(1))
+        pool.append_new_blocks(map(tables.__getitem__, order), len(order))
         self._num_table_entries += len(order)
         self.num_internal_fragmentation_slots += internal
         if self.enable_prefix_caching:
-            for seq in seqs:  # the blocks the run filled get their hashes
-                table = self._block_tables[seq.request.request_id]
-                self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
+            self._cache_run(seqs, num_iterations)
         return DecodeRun(num_iterations, tuple(growth))
+
+    def _cache_run(self, seqs: Iterable[Sequence], num_iterations: int) -> None:
+        """The blocks a decode run of ``num_iterations`` filled get their hashes, request by request in running order.
+        A decoding request fills a block in the iteration before the one it needs its next in, so a run shorter than
+        a block fills one block of each request due a block in its iterations 2 .. n + 1 (``BlockNeeds.filling``)
+        and none of the others: only those are visited (visiting every running request was a fifth of a compiled
+        run's instructions, most of them returning early)."""
+        tables = self._block_tables
+        if num_iterations >= self.block_size:
+            for seq in seqs:
+                table = tables[seq.request.request_id]
+                self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
+            return
+        bs, num_cached, requests = self.block_size, self._num_cached_blocks, self._requests
+        for request_id in self._needs.filling(num_iterations):
+            self._cache_blocks(requests[request_id], tables[request_id], (num_cached[request_id] + 1) * bs)
 
     def decode_run_slots(self, num_iterations: int) -> int | None:
         """The slots ``allocate_decode_run(seqs, num_iterations)`` would hand out, handing out nothing; None when the
@@ -244,6 +255,7 @@ class PagedAllocator:
         if self.enable_prefix_caching:
             self._num_cached_blocks.pop(request_id, None)
             self._block_hashes.pop(request_id, None)
+            self._requests.pop(request_id, None)
         if table is None:
             return  # freed before it was ever allocated
         self._num_table_entries -= len(table)
@@ -452,7 +464,8 @@ class PagedAllocator:
         self._block_tables[request_id] = table
         self._needs.admit(request_id, len(table) * bs, num_tokens, num_kv_tokens)
         if self.enable_prefix_caching:
-            self._num_cached_blocks[request.request_id] = num_hit
+            self._num_cached_blocks[request_id] = num_hit
+            self._requests[request_id] = request
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
