@@ -18,9 +18,10 @@ free queue is an ``OrderedDict`` (O(1) popleft, append, prepend and removal from
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 
-BlockHash = Hashable
+# A block's content: an interned shared-prefix hash (0, 1, ...) or a request's private block (negative: paged.py).
+BlockHash = int
 
 NULL_BLOCK_ID = 0
 
@@ -64,8 +65,12 @@ class BlockPool:
 
     def free_blocks(self, ordered_blocks: list[int]) -> None:
         """Free blocks ordered by eviction priority: the first is reused first."""
-        self._free.extend(reversed(ordered_blocks))
-        self.num_free_blocks += len(ordered_blocks)
+        self.free_table(ordered_blocks[::-1])
+
+    def free_table(self, table: list[int]) -> None:
+        """A request's blocks, in token order, freed tail first (``free_blocks(table[::-1])`` without the copy)."""
+        self._free.extend(table)
+        self.num_free_blocks += len(table)
 
     def free_block_ids(self) -> list[int]:
         """The free queue, front (next handed out) to back."""
@@ -102,19 +107,34 @@ class PrefixCachingBlockPool:
         if num_blocks > len(queue):
             raise ValueError(f"cannot get {num_blocks} blocks: only {len(queue)} free")
         popitem, block_hashes, ref_cnt = queue.popitem, self.block_hash, self.ref_cnt
-        cached = self.cached_block_hash_to_block
-        blocks = [popitem(last=False)[0] for _ in range(num_blocks)]
+        blocks = [popitem(False)[0] for _ in range(num_blocks)]
         for block_id in blocks:
-            block_hash = block_hashes[block_id]
-            if block_hash is not None:
-                # Eviction: the block is reused, so its old content can no longer be hit.
-                block_hashes[block_id] = None
-                entry = cached.pop(block_hash)
-                if entry.__class__ is dict:
-                    del entry[block_id]
-                    cached[block_hash] = next(iter(entry)) if len(entry) == 1 else entry
+            if block_hashes[block_id] is not None:
+                self._evict(block_id)
             ref_cnt[block_id] = 1
         return blocks
+
+    def append_new_blocks(self, block_tables: Iterable[list[int]], num_blocks: int) -> None:
+        """``BlockPool.append_new_blocks``: one block from the front of the free queue appended to each table, in
+        order, evicting its cached hash if it has one. The caller has checked that enough are free."""
+        popitem, block_hashes, ref_cnt = self.free_block_queue.popitem, self.block_hash, self.ref_cnt
+        for table in block_tables:
+            block_id = popitem(False)[0]
+            if block_hashes[block_id] is not None:
+                self._evict(block_id)
+            ref_cnt[block_id] = 1
+            table.append(block_id)
+
+    def _evict(self, block_id: int) -> None:
+        """The block is reused, so its old content can no longer be hit."""
+        block_hash = self.block_hash[block_id]
+        assert block_hash is not None, f"block {block_id} is not cached"
+        self.block_hash[block_id] = None
+        cached = self.cached_block_hash_to_block
+        entry = cached.pop(block_hash)
+        if entry.__class__ is dict:
+            del entry[block_id]
+            cached[block_hash] = next(iter(entry)) if len(entry) == 1 else entry
 
     def touch(self, block_ids: list[int]) -> None:
         """A prefix-cache hit: one more reference; a free (ref_cnt 0) block leaves the free queue."""
@@ -126,33 +146,42 @@ class PrefixCachingBlockPool:
 
     def cache_full_blocks(self, block_ids: list[int], block_hashes: list[BlockHash]) -> None:
         """Give blocks that just became full of computed tokens their hashes, so later requests can hit them."""
-        cached = self.cached_block_hash_to_block
         for block_id, block_hash in zip(block_ids, block_hashes):
-            assert self.block_hash[block_id] is None, f"block {block_id} is already cached"
-            self.block_hash[block_id] = block_hash
-            blocks = cached.get(block_hash)
-            if blocks is None:
-                cached[block_hash] = block_id
-            elif isinstance(blocks, int):
-                cached[block_hash] = {blocks: None, block_id: None}
-            else:
-                blocks[block_id] = None
+            self.cache_full_block(block_id, block_hash)
+
+    def cache_full_block(self, block_id: int, block_hash: BlockHash) -> None:
+        """``cache_full_blocks`` for one block."""
+        assert self.block_hash[block_id] is None, f"block {block_id} is already cached"
+        self.block_hash[block_id] = block_hash
+        cached = self.cached_block_hash_to_block
+        blocks = cached.get(block_hash)
+        if blocks is None:
+            cached[block_hash] = block_id
+        elif isinstance(blocks, int):
+            cached[block_hash] = {blocks: None, block_id: None}
+        else:
+            blocks[block_id] = None
 
     def free_blocks(self, ordered_blocks: list[int]) -> None:
         """Free blocks ordered by eviction priority: the first is reused (or evicted) first."""
-        ref_cnt, block_hash = self.ref_cnt, self.block_hash
+        self.free_table(ordered_blocks[::-1])
+
+    def free_table(self, table: list[int]) -> None:
+        """A request's blocks, in token order, freed tail first (``free_blocks(table[::-1])`` without the copy):
+        those with a hash to the back of the queue as they come, the others to the front, the tail first."""
+        ref_cnt, block_hash, queue = self.ref_cnt, self.block_hash, self.free_block_queue
         evict_first: list[int] = []
-        evict_last: list[int] = []
-        for block_id in ordered_blocks:
-            ref_cnt[block_id] -= 1
-            if ref_cnt[block_id] == 0:
-                (evict_first if block_hash[block_id] is None else evict_last).append(block_id)
-        queue = self.free_block_queue
+        for block_id in reversed(table):
+            count = ref_cnt[block_id] - 1
+            ref_cnt[block_id] = count
+            if count == 0:
+                if block_hash[block_id] is None:
+                    evict_first.append(block_id)
+                else:
+                    queue[block_id] = None
         for block_id in reversed(evict_first):
             queue[block_id] = None
-            queue.move_to_end(block_id, last=False)
-        for block_id in evict_last:
-            queue[block_id] = None
+            queue.move_to_end(block_id, False)
 
     def free_block_ids(self) -> list[int]:
         """The free queue, front (next handed out) to back."""

@@ -22,9 +22,9 @@ block j (tokens ``[j*block_size, (j+1)*block_size)``) inside the shared prefix (
 part of the prompt, or with ``prefix_len`` a conversation's answer too) is named by the prefix ids covering it and
 its offset, chained over its parent's hash so that equal hashes mean equal prefixes (as vLLM's
 ``hash_block_tokens`` chains over the parent hash); any other block holds prompt tail or generated tokens
-unique to the request and is named ``(request_id, j)``, which already fixes its whole prefix. A preempted
-request therefore finds its own freed blocks again. Chained prefix hashes are interned to small integers, so
-hits are exact (no hash collisions).
+unique to the request and is named ``(request_id, j)`` (packed in a negative int), which already fixes its whole
+prefix. A preempted request therefore finds its own freed blocks again. Chained prefix hashes are interned to small
+integers, so hits are exact (no hash collisions).
 """
 
 from __future__ import annotations
@@ -47,6 +47,20 @@ from kvlab.memory.base import (
 from kvlab.memory.block_needs import BlockNeeds
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
+
+
+def private_block_hash(request_id: int, j: int) -> int:
+    """The hash of block ``j`` of a request's private blocks, ``(request_id, j)`` packed in a negative int (a tuple
+    per block was a tenth of a compiled run): interned prefix hashes count up from 0, so the two never collide.
+    Request ids are zigzagged (0, -1, 1, ... -> 0, 1, 2, ...) so that any id packs; ``j`` is below 2**32."""
+    zigzag = 2 * request_id if request_id >= 0 else -2 * request_id - 1
+    return -1 - (zigzag << 32) - j
+
+
+def private_block_key(block_hash: int) -> tuple[int, int]:
+    """``(request_id, j)`` back from ``private_block_hash``."""
+    zigzag, j = divmod(-1 - block_hash, 1 << 32)
+    return (zigzag >> 1 if zigzag % 2 == 0 else -((zigzag + 1) >> 1)), j
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.offload and kvlab.disagg
@@ -86,6 +100,7 @@ class PagedAllocator:
         # Prefix caching only.
         self._num_cached_blocks: dict[int, int] = {}  # request_id -> leading blocks already hashed
         self._block_hashes: dict[int, list[BlockHash]] = {}  # request_id -> hashes of its blocks so far
+        self._requests: dict[int, Request] = {}  # request_id -> the request, for those holding blocks
         self._prefix_block_hashes: dict[tuple, int] = {}  # (parent, chunk_len, ids, offset) -> interned hash
 
     @property
@@ -194,18 +209,34 @@ class PagedAllocator:
         if num_iterations == 0:
             return DecodeRun(0)
         pool, tables = self.block_pool, self._block_tables
-        if isinstance(pool, BlockPool):
-            pool.append_new_blocks(map(tables.__getitem__, order), len(order))
-        else:
-            for request_id in order:
-                tables[request_id].extend(pool.get_new_blocks(1))
+        pool.append_new_blocks(map(tables.__getitem__, order), len(order))
         self._num_table_entries += len(order)
         self.num_internal_fragmentation_slots += internal
         if self.enable_prefix_caching:
-            for seq in seqs:  # the blocks the run filled get their hashes
-                table = self._block_tables[seq.request.request_id]
-                self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
+            self._cache_run(seqs, num_iterations)
         return DecodeRun(num_iterations, tuple(growth))
+
+    def _cache_run(self, seqs: Iterable[Sequence], num_iterations: int) -> None:
+        """The blocks a decode run of ``num_iterations`` filled get their hashes, request by request in running order.
+        A decoding request fills a block in the iteration before the one it needs its next in, so a run shorter than
+        a block fills one block of each request due a block in its iterations 2 .. n + 1 (``BlockNeeds.filling``)
+        and none of the others: only those are visited (visiting every running request was a fifth of a compiled
+        run's instructions, most of them returning early)."""
+        tables = self._block_tables
+        if num_iterations >= self.block_size:
+            for seq in seqs:
+                table = tables[seq.request.request_id]
+                self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
+            return
+        # (_cache_blocks for one block, written out: about 20 calls per request)
+        pool, num_cached, hashes_of = self._cached_pool, self._num_cached_blocks, self._block_hashes
+        for request_id in self._needs.filling(num_iterations):
+            j = num_cached[request_id]
+            hashes = hashes_of.get(request_id)
+            if hashes is None or len(hashes) <= j:
+                hashes = self._extend_block_hashes(self._requests[request_id], j + 1)
+            pool.cache_full_block(tables[request_id][j], hashes[j])
+            num_cached[request_id] = j + 1
 
     def decode_run_slots(self, num_iterations: int) -> int | None:
         """The slots ``allocate_decode_run(seqs, num_iterations)`` would hand out, handing out nothing; None when the
@@ -244,13 +275,14 @@ class PagedAllocator:
         if self.enable_prefix_caching:
             self._num_cached_blocks.pop(request_id, None)
             self._block_hashes.pop(request_id, None)
+            self._requests.pop(request_id, None)
         if table is None:
             return  # freed before it was ever allocated
         self._num_table_entries -= len(table)
         internal = len(table) * self.block_size - self._num_kv_tokens.pop(request_id)
         if internal > 0:
             self.num_internal_fragmentation_slots -= internal
-        self.block_pool.free_blocks(table[::-1])
+        self.block_pool.free_table(table)
 
     # Inspection ---------------------------------------------------------------------------------------------
 
@@ -287,9 +319,13 @@ class PagedAllocator:
                 ref_cnt[block_id] += 1
         return ref_cnt
 
-    def block_hash(self, block_id: int) -> BlockHash | None:
-        """A block's hash (prefix caching only): set while it is full and cached, dropped on eviction."""
-        return self._cached_pool.block_hash[block_id] if self.enable_prefix_caching else None
+    def block_hash(self, block_id: int) -> BlockHash | tuple[int, int] | None:
+        """A block's hash (prefix caching only): set while it is full and cached, dropped on eviction. A shared
+        block's is its interned int; a private block's is given as ``(request_id, j)``."""
+        if not self.enable_prefix_caching:
+            return None
+        block_hash = self._cached_pool.block_hash[block_id]
+        return block_hash if block_hash is None or block_hash >= 0 else private_block_key(block_hash)
 
     def snapshot(self, seqs: Iterable[Sequence]) -> BlockSnapshot:
         """Every pool block in block-id order; a shared block names its first holder among ``seqs``."""
@@ -452,7 +488,8 @@ class PagedAllocator:
         self._block_tables[request_id] = table
         self._needs.admit(request_id, len(table) * bs, num_tokens, num_kv_tokens)
         if self.enable_prefix_caching:
-            self._num_cached_blocks[request.request_id] = num_hit
+            self._num_cached_blocks[request_id] = num_hit
+            self._requests[request_id] = request
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
@@ -479,7 +516,9 @@ class PagedAllocator:
         num_cached_blocks = self._num_cached_blocks[request.request_id]
         if num_full_blocks <= num_cached_blocks:
             return
-        hashes = self._extend_block_hashes(request, num_full_blocks)
+        hashes = self._block_hashes.get(request.request_id)
+        if hashes is None or len(hashes) < num_full_blocks:
+            hashes = self._extend_block_hashes(request, num_full_blocks)
         self._cached_pool.cache_full_blocks(
             table[num_cached_blocks:num_full_blocks], hashes[num_cached_blocks:num_full_blocks]
         )
@@ -500,8 +539,12 @@ class PagedAllocator:
                 block_hash = interned[key] = len(interned)
             hashes.append(block_hash)
             j += 1
-        request_id = request.request_id
-        hashes.extend((request_id, k) for k in range(j, num_blocks))
+        if j < num_blocks:
+            # Private blocks (request_id and k packed in a negative int: private_block_hash), all that the request
+            # will fill at once: a decode run's blocks then find theirs here.
+            end = max(num_blocks, request.num_kv_tokens // self.block_size)
+            base = private_block_hash(request.request_id, 0)
+            hashes.extend(range(base - j, base - end, -1))
         return hashes
 
     def _shared_block_key(self, request: Request, parent: BlockHash | None, j: int) -> tuple:

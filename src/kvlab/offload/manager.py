@@ -51,5 +51,7 @@ class CPUOffloadingManager:
         return new
 
     def stored_hashes(self) -> list[Hashable]:
-        """For tests: the stored hashes, least recently used first."""
-        return list(self.blocks)
+        """For tests: the stored hashes, least recently used first (a private block's as ``(request_id, j)``)."""
+        from kvlab.memory.paged import private_block_key
+
+        return [private_block_key(h) if isinstance(h, int) and h < 0 else h for h in self.blocks]
