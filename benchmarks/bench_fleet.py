@@ -116,13 +116,20 @@ def count_instructions(routers, *, num_requests: int, num_replicas: int, rate: f
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=100_000, help="requests the fleet serves")
-    parser.add_argument("--replicas", type=int, default=8)
+    parser.add_argument("--replicas", type=int, default=8, help="replicas behind the router [default: 8]")
     parser.add_argument("--rate", type=float, default=2.0, help="requests/s per replica")
-    parser.add_argument("--routers", default=",".join(ROUTERS))
+    parser.add_argument("--routers", default=",".join(ROUTERS),
+                        help="comma-separated, of: %(default)s [default: all]")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each, the best counts")
     parser.add_argument("--instructions", action="store_true", help="count instructions with callgrind")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
+    unknown = [r for r in args.routers.split(",") if r not in ROUTERS]
+    if unknown or args.requests < args.replicas or args.replicas < 1 or not 0 < args.rate <= 1e6:
+        parser.error(f"--routers {unknown[0]!r} is not a router; valid: {', '.join(ROUTERS)}" if unknown else
+                     "--replicas must be >= 1, --requests at least --replicas, --rate a number > 0")
+    print("bench_sim.py's setup: OPT-13B on one A100-40GB, 12 GiB of KV cache, vllm, paper-sharegpt, Poisson; "
+          "target (issue 34): every router within 1.5x one replica per request", file=sys.stderr)
     sizes = dict(num_requests=args.requests, num_replicas=args.replicas, rate=args.rate)
     if args.instructions:
         result = count_instructions(args.routers.split(","), **sizes)

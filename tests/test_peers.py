@@ -26,6 +26,10 @@ def test_the_peer_scripts_install_nothing():
     (["blis.py", "--blis", sys.executable, "--blis-configs", str(PEERS)], "no model_configs"),
     (["vidur.py", "--vidur-python", "/no/such/python"], "no such file"),
     (["vidur.py", "--vidur-dir", str(PEERS)], "no vidur/main.py there"),
+    (["blis.py", "--rates", "abc"], "--rates 'abc': 'abc' is not a rate"),
+    (["blis.py", "--rates", "1,,2"], "'' is not a rate"),
+    (["vidur.py", "--rates", "-1"], "'-1' is not a rate; valid: requests per second"),
+    (["vidur.py", "--rates", "nan"], "'nan' is not a rate"),
 ])
 def test_a_path_that_is_not_the_peer_is_one_line_and_exit_2(argv, said):
     proc = subprocess.run([sys.executable, str(PEERS / argv[0]), *argv[1:]], capture_output=True, text=True)

@@ -97,11 +97,12 @@ def main() -> None:
                         "alone]")
     parser.add_argument("--blis-configs", type=Path, help="the folder holding BLIS's model_configs/ and "
                         "hardware_config.json (its repository) [default: the binary's folder]")
-    parser.add_argument("--rates", default=",".join(map(str, common.RATES)), help="req/s, comma-separated")
+    parser.add_argument("--rates", default=",".join(map(str, common.RATES)), help="req/s, comma-separated [default: %(default)s]")
     parser.add_argument("--requests", type=Path, help="the folder of the requests (vidur.py's --out) [default: OUT]")
     parser.add_argument("--out", type=Path, help="where the trace, BLIS's results and the tables go "
                         "[default: $KVLAB_PEERS_OUT or ~/.cache/kvlab/peers]")
     args = parser.parse_args()
+    rates = common.rates(args.rates)
     binary = common.executable(args.blis, "--blis") if args.blis is not None else None
     configs = blis_configs(binary, args.blis_configs) if binary is not None else None
     requests_dir = common.directory(args.requests, "--requests") if args.requests is not None else None
@@ -109,7 +110,7 @@ def main() -> None:
     if binary is None:
         print("BLIS not given: kvlab's side alone. Pass --blis PATH (BLIS's binary, built as its README says) and, "
               "unless the binary sits in BLIS's repository folder, --blis-configs DIR.\n")
-    for rate in (float(r) for r in args.rates.split(",")):
+    for rate in rates:
         requests, what = common.requests_csv(rate, requests_dir or out)
         rows = {"kvlab (V1)": common.kvlab_run(requests)}
         if binary is not None and configs is not None:

@@ -41,6 +41,22 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def rates(text: str, flag: str = "--rates") -> list[float]:
+    """``text`` as given to ``flag``: request rates, comma-separated, each a number > 0 and at most 1,000 req/s; or
+    one line and exit 2, before anything runs."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value <= 1000:  # (nan fails too)
+            fail(f"{flag} {text!r}: {part.strip()!r} is not a rate; valid: requests per second, numbers > 0 and "
+                 "<= 1000, comma-separated (e.g. 1.58,2.06)")
+        values.append(value)
+    return values
+
+
 def executable(path: Path, flag: str) -> Path:
     """``path`` as given to ``flag``: an executable file the user installed, or one line and exit 2."""
     if not path.exists():

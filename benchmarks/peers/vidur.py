@@ -137,11 +137,12 @@ def main() -> None:
                         "[default: with --vidur-dir, this one; without either, kvlab's side alone]")
     parser.add_argument("--vidur-dir", type=Path, help="Vidur's checkout, with its data/ [default: where "
                         "--vidur-python finds vidur]")
-    parser.add_argument("--rates", default=",".join(map(str, common.RATES)), help="req/s, comma-separated")
+    parser.add_argument("--rates", default=",".join(map(str, common.RATES)), help="req/s, comma-separated [default: %(default)s]")
     parser.add_argument("--out", type=Path, help="where the requests and tables go "
                         "[default: $KVLAB_PEERS_OUT or ~/.cache/kvlab/peers]")
     parser.add_argument("--kvlab-only", action="store_true", help="Vidur's requests and kvlab's runs, not Vidur's")
     args = parser.parse_args()
+    rates = common.rates(args.rates)
     vidur = vidur_at(args.vidur_python, args.vidur_dir)
     if vidur is not None and not args.kvlab_only and not (vidur[1] / ATTENTION_PROFILE).is_file():
         common.fail(f"{vidur[1] / ATTENTION_PROFILE} is missing: Vidur's simulation needs its checkout's "
@@ -151,7 +152,7 @@ def main() -> None:
         print("Vidur not given: kvlab's side alone, on kvlab's stand-in requests. Pass --vidur-python PATH (an "
               "interpreter where vidur is importable, installed as Vidur's README says) or --vidur-dir DIR (its "
               "checkout).\n")
-    for rate in (float(r) for r in args.rates.split(",")):
+    for rate in rates:
         if vidur is not None:
             requests, what = requests_of(*vidur, rate, out), "Vidur's requests"
         else:
