@@ -394,7 +394,9 @@ def summary(rows: list[Row]) -> None:
                   "request takes differ (its layout: sliding window, hybrid groups)")
     missing = [r for r in rows if r.error]
     if missing:
-        print("  not sized: " + "; ".join(f"{r.entry['id']}: {r.error[:90]}" for r in missing))
+        print(f"  not sized ({len(missing)}):")
+        for r in missing:
+            print(f"    {r.entry['id']}: {r.error}")
 
 
 def fit(rows: list[Row]) -> None:

@@ -6,7 +6,12 @@
 #   bash scripts/test_compiled.sh [PYTHON]      # PYTHON: the test environment's interpreter (default .venv's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 python="${1:-.venv/bin/python}"
+if ! "$python" -c "import pytest" 2>/dev/null; then
+  echo "test_compiled.sh: $python has no pytest: pass the test environment's interpreter (bash scripts/test.sh makes it)" >&2
+  exit 2
+fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
