@@ -134,9 +134,17 @@ def _per_token_rows(model, layout, tp: int) -> list[tuple[str, str, str]]:
     ]
 
 
+# Where a catalogue GPU's total memory comes from (kvlab gpus: the source column), in words.
+MEMORY_SOURCES = {
+    "cuda_reported_observed": "the total CUDA reports, as seen in real logs",
+    "cuda_device_query": "the total CUDA's device query reports",
+    "marketing_label": "the marketing figure: no CUDA-reported total known",
+}
+
+
 def _weights_row(model, weights_bytes: int, act_bytes: int, tp: int, pp: int,
                  quantization: str | None = None) -> tuple[str, str, str]:
-    how = model.weights_source(quantization) + f"; the rest {act_bytes} B"
+    how = model.weights_source(quantization) + f"; the rest at {act_bytes} B a parameter"
     if tp > 1 or pp > 1:
         how += f"; split over TP {tp} x PP {pp} (the heaviest GPU shown)"
     return ("Weights per GPU", gib(weights_bytes), how)
@@ -185,7 +193,8 @@ def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
     rows.append(_weights_row(model, result.weights_bytes, DTYPE_BYTES[result.dtype], result.tensor_parallel_size,
                              result.pipeline_parallel_size, result.quantization))
     if result.requested_memory_bytes is not None:
-        where = f"{gpu.id}, {gpu.memory_bytes_source.replace('_', ' ')}" if gpu else "--gpu-memory-gib"
+        where = f"{gpu.id}, {MEMORY_SOURCES.get(gpu.memory_bytes_source, gpu.memory_bytes_source.replace('_', ' '))}" \
+            if gpu else "--gpu-memory-gib"
         rows.append(("GPU memory requested", gib(result.requested_memory_bytes),
                      f"{gib(result.gpu_memory_bytes)} ({where}) x {result.gpu_memory_utilization} "
                      "gpu_memory_utilization"))
