@@ -376,7 +376,7 @@ def test_cli_prints_each_term_with_its_source_and_the_rules_applied(kvlab):
     assert "vLLM 0.10.1's rules (those of 0.9.0 on" in out
     for label in ("Weights per GPU", "GPU memory requested", "Peak activation", "Non-torch memory", "CUDA graphs"):
         assert label in out
-    assert "not deducted by vLLM 0.10.1" in out and "cuda device query" in out
+    assert "not deducted by vLLM 0.10.1" in out and "the total CUDA's device query reports" in out
 
 
 def test_dtype_fp8_is_sized_as_fp8_weights_and_says_so(kvlab):
