@@ -145,6 +145,7 @@ def main(argv=None) -> int:
         print(f"{args.replicas} replicas, {args.requests:,} requests at {args.rate * args.replicas:g} req/s:")
         for row in result["fleet"]:
             print(f"  {row['router']:<16} {row['instructions_per_request'] / 1e3:>6.0f}k  {row['ratio']:.2f} x one")
+        print("  (x one: instructions per request over the lone replica's; target: at most 1.5)")
         return 0
     lone = result["lone"]
     print(f"one replica, {lone['num_requests']:,} requests at {args.rate:g} req/s: "
@@ -154,6 +155,8 @@ def main(argv=None) -> int:
     for row in result["fleet"]:
         print(f"  {row['router']:<16} {row['cpu_us_per_request']:>10.1f} {row['ratio']:>6.2f} "
               f"{row['load_imbalance']:>9.3f} {row['p99_ttft_s']:>8.3f}s")
+    print("  (µs/request: the process's CPU time per request; × one: over the lone replica's; imbalance: the busiest "
+          "replica's served tokens over the mean; target: × one at most 1.5)")
     return 0
 
 

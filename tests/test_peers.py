@@ -30,6 +30,8 @@ def test_the_peer_scripts_install_nothing():
     (["blis.py", "--rates", "1,,2"], "'' is not a rate"),
     (["vidur.py", "--rates", "-1"], "'-1' is not a rate; valid: requests per second"),
     (["vidur.py", "--rates", "nan"], "'nan' is not a rate"),
+    (["vidur.py", "--kvlab-only"], "pass --vidur-python PATH or --vidur-dir DIR with it"),
+    (["vidur.py", "--vidur-dir", str(PEERS / "README.md")], "a file, not a folder"),
 ])
 def test_a_path_that_is_not_the_peer_is_one_line_and_exit_2(argv, said):
     proc = subprocess.run([sys.executable, str(PEERS / argv[0]), *argv[1:]], capture_output=True, text=True)

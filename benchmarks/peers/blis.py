@@ -117,10 +117,11 @@ def main() -> None:
             rows = {"BLIS (roofline, its defaults)": run_blis(binary, configs, requests, out), **rows}
         reference = next(iter(rows))
         text = (f"{what}, {common.NUM_REQUESTS:,} at {rate:g} req/s ({requests}), through "
-                f"{'BLIS and ' if binary is not None else ''}kvlab; ratios to {reference}:\n\n"
+                f"{'BLIS and ' if binary is not None else ''}kvlab"
+                + (f"; ratios to {reference}" if len(rows) > 1 else "") + ":\n\n"
                 + common.table(rows, reference))
         common.write(out, f"blis-{rate:g}", rows, text)
-        print(text + "\n")
+        print(text + f"\n(written to {out / f'blis-{rate:g}'}.md and .json)\n")
 
 
 if __name__ == "__main__":

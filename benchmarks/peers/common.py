@@ -68,7 +68,7 @@ def executable(path: Path, flag: str) -> Path:
 
 def directory(path: Path, flag: str) -> Path:
     if not path.is_dir():
-        fail(f"{flag} {path}: no such folder")
+        fail(f"{flag} {path}: " + ("a file, not a folder" if path.exists() else "no such folder"))
     return path.resolve()
 
 

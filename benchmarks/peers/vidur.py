@@ -142,6 +142,9 @@ def main() -> None:
                         "[default: $KVLAB_PEERS_OUT or ~/.cache/kvlab/peers]")
     parser.add_argument("--kvlab-only", action="store_true", help="Vidur's requests and kvlab's runs, not Vidur's")
     args = parser.parse_args()
+    if args.kvlab_only and args.vidur_python is None and args.vidur_dir is None:
+        common.fail("--kvlab-only runs kvlab on Vidur's requests, which a Vidur draws: pass --vidur-python PATH or "
+                    "--vidur-dir DIR with it (without any of the three, kvlab's side alone on its stand-in requests)")
     rates = common.rates(args.rates)
     vidur = vidur_at(args.vidur_python, args.vidur_dir)
     if vidur is not None and not args.kvlab_only and not (vidur[1] / ATTENTION_PROFILE).is_file():
@@ -169,7 +172,7 @@ def main() -> None:
                 f"{common.NUM_GPU_BLOCKS:,} blocks of {common.BLOCK_SIZE}); ratios to {reference}:\n\n"
                 + common.table(rows, reference))
         common.write(out, f"vidur-{rate:g}", rows, text)
-        print(text + "\n")
+        print(text + f"\n(written to {out / f'vidur-{rate:g}'}.md and .json)\n")
 
 
 if __name__ == "__main__":
