@@ -49,6 +49,11 @@ def test_the_second_sample_is_twice_the_workload_and_the_spread_names_the_length
 
     assert longer_sample({"num_requests": 1300, "duration": None})["num_requests"] == 2600
     assert longer_sample({"num_requests": None, "duration": 60.0})["duration"] == 120.0
+    # a trace with its own arrival times: the whole trace (its later stretches may be heavier), up to the limit
+    assert longer_sample({"num_requests": 1300, "duration": None}, rows=19_366)["num_requests"] == 19_366
+    assert longer_sample({"num_requests": 1300, "duration": None}, rows=2_700)["num_requests"] == 2_700
+    assert longer_sample({"num_requests": 1300, "duration": None}, rows=10**6)["num_requests"] == 100_000
+    assert longer_sample({"num_requests": 60_000, "duration": None}, rows=10**6)["num_requests"] == 120_000
     assert sample_spread(19.0, 17.5) == pytest.approx(19 / 17.5 - 1)
     assert sample_spread(0.0, 3.0) is None
     assert length_for_spread(2600, 0.05) is None  # within 10%: stable

@@ -1,5 +1,5 @@
-"""A trace too short for two samples (issue 31): each capacity answer is searched on the workload and twice it, but a
-trace that keeps its own arrival times cannot be stretched. Without -n the sample is at most half the trace, so that
+"""A trace too short for two samples (issue 31): each capacity answer is searched on the workload and a longer one (on a
+trace, the whole trace), but a trace that keeps its own arrival times cannot be stretched. Without -n the sample is at most half the trace, so that
 both fit (the second is then the whole trace), and the answer says why it is shorter; with an -n whose double the
 trace does not hold, the answer is the one sample, saying so with the -n that would give two; never a traceback.
 (llmservingsim-sharegpt: the bundled trace of 300 requests, shorter than the default 1,000.)"""
@@ -24,7 +24,7 @@ def test_the_default_sample_is_half_a_short_trace_so_that_the_second_fits():
     assert (first.factor, first.num_requests, second.factor, second.num_requests) == (1, 150, 2, 300)
     assert first.second is second and first.no_second is None
     assert first.length_note == ("llmservingsim-sharegpt has 300 requests with their own arrival times: the sample is "
-                                 "150 (not 1,000) so that the second sample, twice it, fits in the trace")
+                                 "150 (not 1,000) so that the second sample, the whole trace, is at least twice it")
 
 
 def test_a_given_sample_too_long_to_double_is_answered_on_one_and_names_the_n_that_would_do(kvlab, tmp_path):
@@ -59,7 +59,7 @@ def test_the_rate_search_on_a_short_trace_takes_half_of_it_or_says_why_one_sampl
     assert c["samples"]["lengths"] == [150, 300] and c["samples"]["answer_rps"] == min(c["samples"]["capacities"])
     # (1,000: the engine's 256 seats, twice over in the window, are fewer than `kvlab run`'s default)
     assert data["length_notes"] == ["llmservingsim-sharegpt has 300 requests with their own arrival times: the sample "
-                                    "is 150 (not 1,000) so that the second sample, twice it, fits in the trace"]
+                                    "is 150 (not 1,000) so that the second sample, the whole trace, is at least twice it"]
     r = kvlab(*common, "-n", "200", "--out", tmp_path / "given", "--json")
     assert r.exit_code == 0, r.stderr
     (c,) = r.json()["capacities"]

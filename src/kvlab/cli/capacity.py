@@ -100,7 +100,8 @@ def capacity(
     A rate holds when its run kept up and met the target: its waiting queue grew neither in count nor in oldest wait,
     every request finished (or was given up at its client's deadline), judged up to the last arrival.
 
-    Each answer is searched on two samples (the workload, and twice it) and both are shown with their spread.
+    Each answer is searched on two samples (the workload, and a longer one: a trace with its own arrival times whole,
+    up to 100,000 requests; else twice the workload) and both are shown with their spread.
 
     Found by bracketing and bisection; every simulation is stored like a sweep's, so a search run again reuses them.
 
@@ -141,7 +142,7 @@ def capacity(
     session.check_ray()
     every = configurations + longer
     session.check_time(first_points, 3 * service.TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
-                       f"{len(every)} capacity search{'es' if len(every) > 1 else ''} (the workload and twice it; "
+                       f"{len(every)} capacity search{'es' if len(every) > 1 else ''} (the workload and a longer one; "
                        f"about {service.TYPICAL_SEARCH_RUNS} simulations each)")
     searches, rows = run_session(session, lambda: service.capacities(
         every, session.runner, target, [start_rate] * len(every), rtol, max_rate))
@@ -223,7 +224,7 @@ def _print_footnotes(console, answer: Answer, deadlines: bool) -> None:
                   "stable = the waiting queue grows neither in count nor in oldest wait, every request finished or "
                   "was given up at its deadline (docs/sweep.md).", markup=False)
     if answer.no_second is None:
-        console.print("capacity: the lower of the two samples' (the workload and twice it); the run at it, its "
+        console.print("capacity: the lower of the two samples' (the workload and a longer one); the run at it, its "
                       "bracket and what limited it are that sample's (the answer below shows both).", markup=False)
     if deadlines:
         console.print("abandoned: the share of the window's requests whose client gave up at its deadline (--timeout) "
@@ -477,7 +478,7 @@ def _answer_line(e: dict[str, Any], several_costs: bool) -> str:
 
 
 def _samples_line(e: dict[str, Any]) -> str:
-    """A router's two samples (the workload and twice it) and what its answer costs."""
+    """A router's two samples (the workload and a longer one) and what its answer costs."""
     sample = e["samples"]
     counts = ["none" if n is None else str(n) for n in sample["replicas"]]
     if len(counts) == 1:

@@ -6,8 +6,9 @@
     ──▶ capacities(configurations, runner, slo, ...): kvlab.sweep.capacity's searches (bracket, then bisect), every
         rate tried a sweep point stored in the runner's store (a search run again, or resumed after Ctrl-C, reads
         them), judged on its measured window (kvlab.window) against the SLO (kvlab.sweep.slo)
-    ──▶ longer_samples: each configuration again over twice its workload (kvlab.sweep.capacity.longer_sample),
-        searched alongside; the answer is the lower of the two, both shown with their spread
+    ──▶ longer_samples: each configuration again on a longer sample (kvlab.sweep.capacity.longer_sample: a trace
+        whole, up to WHOLE_TRACE_LIMIT requests; else twice the workload), searched alongside; the answer is the lower
+        of the two, both shown with their spread
     ──▶ answer(...): an Answer: the searches with what they were searched on (engine_setups: prefix caching per
         strategy, TP/PP communication), their two samples, their spread over cost profiles, the clock with the best
         evidence for the GPU (lead), what each answer costs (kvlab.catalog.prices) and the cheapest; a target no
@@ -81,16 +82,15 @@ def trace_rows(workload: WorkloadConfig) -> int | None:
 
 
 def two_sample_length(num_requests: int, rows: int | None) -> int:
-    """A default sample's length that leaves room for its second sample (twice it, longer_sample): ``num_requests``,
-    or half the trace's ``rows`` when the trace is shorter than twice that (the second sample is then the whole
-    trace)."""
+    """A default sample's length that leaves room for its second sample (the whole trace, at least twice it:
+    longer_sample): ``num_requests``, or half the trace's ``rows`` when the trace is shorter than twice that."""
     return num_requests if rows is None or 2 * num_requests <= rows else max(1, rows // 2)
 
 
 def cut_note(name: str, rows: int, wanted: int, num_requests: int) -> str:
     """Why a default sample is shorter than the length kvlab would choose (two_sample_length)."""
     return (f"{name} has {rows:,} requests with their own arrival times: the sample is {num_requests:,} (not "
-            f"{wanted:,}) so that the second sample, twice it, fits in the trace")
+            f"{wanted:,}) so that the second sample, the whole trace, is at least twice it")
 
 
 def no_second_note(name: str, rows: int, num_requests: int) -> str:
@@ -179,15 +179,19 @@ def judged_at(configurations: list[dict], runner, slo, rate: float) -> list[tupl
 
 
 def longer_samples(configurations: list[dict], start_rate: float) -> tuple[list[dict], str | None]:
-    """Each configuration over twice its workload (kvlab.sweep.capacity.longer_sample), or none and why: a trace
-    with fewer requests than twice the first sample (no_second_note: the -n that would do), or another reason the
-    longer workload cannot be built."""
+    """Each configuration's second sample (kvlab.sweep.capacity.longer_sample: on a trace with its own arrival times
+    the whole trace up to WHOLE_TRACE_LIMIT requests, else twice the workload), or none and why: a trace with fewer
+    requests than twice the first sample (no_second_note: the -n that would do), or another reason the longer
+    workload cannot be built."""
+    longer = []
     for c in configurations:
         config = resolve_point({**c, "rate": start_rate}, kvlab.__version__).config
         rows, n = trace_rows(config.workload), config.workload.num_requests
-        if rows is not None and n is not None and config.workload.duration is None and 2 * n > rows:
+        if config.workload.duration is not None:
+            rows = None
+        elif rows is not None and n is not None and 2 * n > rows:
             return [], no_second_note(c["workload"], rows, n)
-    longer = [longer_sample(c) for c in configurations]
+        longer.append(longer_sample(c, rows))
     try:
         resolve_points([{**c, "rate": start_rate} for c in longer], kvlab.__version__)
     except KvlabError as exc:
@@ -239,7 +243,7 @@ class Answer:
         return list(dict.fromkeys(s["cost"] for s in self.setups))
 
     def add_samples(self, longer: list[dict], searches, no_second: str | None) -> None:
-        """The second sample's searches (twice the workload), or why there is none."""
+        """The second sample's searches (longer_sample's workload), or why there is none."""
         self.longer, self.second, self.no_second = longer, searches, no_second
 
     def add_costs(self, configs, gpu_hour_price: float | None) -> None:
@@ -260,11 +264,12 @@ class Answer:
                     "answer_rps": first, "note": self.no_second}
         second = self.second[i].capacity
         spread = sample_spread(first, second)
-        return {"lengths": [length, self.longer[i].get("num_requests") or 0], "capacities": [first, second],
+        second_length = self.longer[i].get("num_requests") or 0
+        return {"lengths": [length, second_length], "capacities": [first, second],
                 "spread": spread, "stable": agree(spread),
                 "num_simulations": [len(self.searches[i].probes), len(self.second[i].probes)],
                 "answer_rps": min(first, second),
-                "length_for_stable": length_for_spread(2 * length, spread) if length else None}
+                "length_for_stable": length_for_spread(second_length, spread) if second_length else None}
 
     def answering(self, i: int) -> Search:
         """The search whose capacity is configuration ``i``'s answer: the second sample's where it is lower (its run
@@ -317,7 +322,8 @@ class Answer:
         return common
 
     def spreads(self) -> list[dict[str, Any]]:
-        """For each configuration but its cost profile: the capacity under each profile, and their spread."""
+        """For each configuration but its cost profile: the capacity under each profile (its answer: the answering
+        sample's), and their spread."""
         groups: dict[str, list[int]] = {}
         for i, c in enumerate(self.configurations):
             groups.setdefault(json.dumps({k: v for k, v in c.items() if k not in ("cost", "num_requests")},
@@ -326,7 +332,7 @@ class Answer:
         for indices in groups.values():
             if len(indices) < 2:
                 continue
-            by_cost = {self.setups[i]["cost"]: self.searches[i].capacity for i in indices}
+            by_cost = {self.setups[i]["cost"]: self.answering(i).capacity for i in indices}
             values = [v for v in by_cost.values() if v > 0]
             spreads.append({"strategy": self.configurations[indices[0]]["strategy"], "capacities": by_cost,
                             "low": min(values, default=0.0), "high": max(values, default=0.0),
@@ -352,13 +358,16 @@ def lead_apart(by_cost: dict[str, float], lead: str) -> float | None:
 
 
 def capacity_json(answer: Answer, option_names) -> list[dict]:
+    """Each configuration's entry: the search that answered (Answer.answering: its capacity, bracket and probes),
+    both samples, the cost at the answer, and the setup (what differs from the others' apart)."""
     common = answer.common_setup()
     entries = []
-    for i, (c, s) in enumerate(zip(answer.configurations, answer.searches)):
+    for i, c in enumerate(answer.configurations):
         setup = answer.setup_of(i)
         own = {k: v for k, v in setup.items() if k != "workload" and common.get(k) != v}
         own_workload = {k: v for k, v in setup["workload"].items() if common["workload"].get(k) != v}
-        entries.append({**{n: c[n] for n in option_names if n != "rate"}, **s.to_json(), "setup": setup,
+        entries.append({**{n: c[n] for n in option_names if n != "rate"}, **answer.answering(i).to_json(),
+                        "setup": setup,
                         "samples": answer.samples(i), "serving_cost": answer.cost_of(i),
                         "setup_differs": {**own, **({"workload": own_workload} if own_workload else {})}})
     return entries

@@ -10,10 +10,10 @@
     stop at the first n at which either holds: the answer is what held there (both, when both did)
 
 Each fleet is judged on two samples, as the replica search judges a count (kvlab.service.replicas: the workload,
-by default TRAFFIC_SECONDS of the offered traffic, and twice it); a fleet holds when it held on both, so that the
-answer does not move with the sample's length. A configuration that holds at n is taken to hold with more replicas
-of the same kind, as the replica search assumes. Every fleet of one n is simulated at once (a pool of workers runs
-them side by side).
+by default TRAFFIC_SECONDS of the offered traffic, and a longer one: a trace whole, else twice it); a fleet holds
+when it held on both, so that the answer does not move with the sample's length. A configuration that holds at n
+is taken to hold with more replicas of the same kind, as the replica search assumes. Every fleet of one n is
+simulated at once (a pool of workers runs them side by side).
 """
 
 from __future__ import annotations

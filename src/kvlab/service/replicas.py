@@ -11,10 +11,11 @@ Every count is a stored point, so a search stopped by Ctrl-C resumes from the co
 computes only what the store lacks), and one replica (the engine alone, as `kvlab run` runs it: a fleet of one
 gives the engine's result bit for bit) is stored once for every router.
 
-Each search runs on two samples, the workload and twice it (kvlab.sweep.capacity.longer_sample): the answer is the
+Each search runs on two samples, the workload and a longer one (kvlab.sweep.capacity.longer_sample: a trace that
+keeps its own arrival times whole, up to WHOLE_TRACE_LIMIT requests; else twice the workload): the answer is the
 larger count, and both are shown; it is priced (kvlab.catalog.prices) in dollars an hour and per million output
 tokens at the offered rate. On a trace that keeps its own arrival times, the default sample is at most half the
-trace, so that the second fits (the whole trace then); a sample given with -n whose double the trace does not hold
+trace, so that the second (the whole trace) is at least twice it; a sample given with -n whose double the trace does not hold
 is answered on the one sample, saying so with the -n that would give two (kvlab.service.capacity.no_second_note).
 
 Without --cost, every built-in cost profile that applies to the GPU prices a search of its own (as plain
@@ -70,7 +71,7 @@ class FewestReplicasSearch:
     counts: CountSearch
     num_requests: int  # the sample's length
     mean_output_tokens: float  # (for the cost per million output tokens)
-    factor: int = 1  # 1: the workload; 2: the second sample, twice it
+    factor: int = 1  # 1: the workload; 2: the second sample (longer_sample's)
     second: FewestReplicasSearch | None = None  # (a first sample's) its second sample, or None and why in no_second
     no_second: str | None = None
     length_note: str | None = None  # (a first sample's) why it is shorter than the default length
@@ -123,7 +124,7 @@ class FewestReplicasSearch:
 def replica_searches(lists: dict[str, list], explicit: list[dict]) -> tuple[float, list[FewestReplicasSearch]]:
     """The searches a command line asks for (its grid's lists and explicit points, --replicas auto taken out): one
     per grid point, cost profile (each that applies to the GPU without --cost) and router (--router, default
-    DEFAULT_ROUTERS), then the same again on the second sample (twice the workload, ``factor`` 2), with the offered
+    DEFAULT_ROUTERS), then the same again on the second sample (longer_sample's, ``factor`` 2), with the offered
     rate. Refused, in one line, without one --rate or with routers in --grid."""
     from kvlab.sweep.grid import expand
 
@@ -171,16 +172,19 @@ def first_sample_options(options: dict[str, Any], given_length: bool,
 
 def second_sample_options(options: dict[str, Any],
                           workload: WorkloadConfig) -> tuple[dict[str, Any] | None, str | None]:
-    """The second sample's options: twice the first's workload (``options``, resolved to ``workload``), or None with
-    why: a trace shorter than twice the first sample (with the -n that would do)."""
+    """The second sample's options (kvlab.sweep.capacity.longer_sample: a trace with its own arrival times whole, up
+    to WHOLE_TRACE_LIMIT requests; else twice the first's workload, ``options`` resolved to ``workload``), or None
+    with why: a trace shorter than twice the first sample (with the -n that would do)."""
     rows, n = trace_rows(workload), workload.num_requests
-    if rows is not None and n is not None and workload.duration is None and 2 * n > rows:
+    if workload.duration is not None:
+        return longer_sample(options), None
+    if rows is not None and n is not None and 2 * n > rows:
         return None, no_second_note(options["workload"], rows, n)
-    return longer_sample({**options, "num_requests": options.get("num_requests") or n}), None
+    return longer_sample({**options, "num_requests": options.get("num_requests") or n}, rows), None
 
 
 def _second_sample(first: FewestReplicasSearch) -> FewestReplicasSearch | None:
-    """The search on twice the first's workload (``factor`` 2), or None with why in ``first.no_second``: a trace
+    """The search on the second sample (``factor`` 2), or None with why in ``first.no_second``: a trace
     shorter than twice the first sample (with the -n that would do), or another reason it cannot be built."""
     options, first.no_second = second_sample_options(first.options, first.config.workload)
     if options is None:

@@ -257,13 +257,22 @@ def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *,
 STABLE_SPREAD = 0.10
 
 
-def longer_sample(configuration: dict[str, Any]) -> dict[str, Any]:
-    """The second sample a capacity answer is checked on: the same configuration over twice the workload (twice its
-    requests, or twice its duration): a trace's next stretch joins the first, a generated workload draws as many
-    again. An answer that holds on both does not move with the sample's length (docs/sweep.md)."""
+# A trace's second sample is the whole trace, up to this many requests (its first sample is at most half of it).
+WHOLE_TRACE_LIMIT = 100_000
+
+
+def longer_sample(configuration: dict[str, Any], rows: int | None = None) -> dict[str, Any]:
+    """The second sample a capacity answer is checked on: the same configuration over a longer workload. On a trace
+    that keeps its own arrival times (``rows`` requests), the whole trace up to WHOLE_TRACE_LIMIT requests (at least
+    twice the first sample): a trace's later stretches can be heavier than its beginning, which the first sample is;
+    else twice the workload (twice its requests, or twice its duration), a generated workload drawing as many again.
+    An answer that holds on both does not move with the sample's length (docs/sweep.md)."""
     if configuration.get("duration") is not None:
         return {**configuration, "duration": 2 * configuration["duration"]}
-    return {**configuration, "num_requests": 2 * configuration["num_requests"]}
+    n = configuration["num_requests"]
+    if rows is not None:
+        return {**configuration, "num_requests": max(2 * n, min(rows, WHOLE_TRACE_LIMIT))}
+    return {**configuration, "num_requests": 2 * n}
 
 
 def agree(spread: float | None) -> bool:
