@@ -324,7 +324,8 @@ def _print_answer(console, answer: Answer) -> None:
             words = f"{rate_text(sample['answer_rps'])} req/s ({sample['note']})"
         else:
             words = f"{rate_text(sample['answer_rps'])} req/s, the lower of two samples: " + samples_text(
-                tuple(sample["lengths"]), tuple(rate_text(c) for c in sample["capacities"]), sample["spread"], "req/s")
+                tuple(sample["lengths"]), tuple(rate_text(c) for c in sample["capacities"]), sample["spread"], "req/s",
+                whole_trace=sample["whole_trace"])
         cost = answer.cost_of(i)
         if cost is None:
             money = "no price known for this GPU: give --gpu-hour-price"

@@ -217,6 +217,8 @@ def answer(configurations: list[dict], longer: list[dict], no_second: str | None
         raise KvlabError(f"--slo {slo.text!r} cannot be met at any rate: {unreachable[0]}; valid: a looser target")
     found = Answer(configurations, searches[:len(configurations)], engine_setups(first_points), seats, slo, scaled)
     found.add_samples(longer, searches[len(configurations):], no_second)
+    rows = [trace_rows(p.config.workload) for p in first_points]
+    found.whole_trace = [r is not None and c.get("num_requests") == r for c, r in zip(longer, rows)]
     found.add_costs([p.config for p in first_points], gpu_hour_price)
     found.length_notes = list(length_notes or [])
     return found
@@ -234,6 +236,7 @@ class Answer:
         self.longer: list[dict] = []
         self.second: list[Search] = []
         self.no_second: str | None = "no second sample searched"
+        self.whole_trace: list[bool] = []  # each second sample: the whole of a trace with its own arrival times
         self.prices: list = [None] * len(configurations)
         self.num_gpus = [1] * len(configurations)
         self.mean_outputs = [0.0] * len(configurations)
@@ -265,11 +268,12 @@ class Answer:
         second = self.second[i].capacity
         spread = sample_spread(first, second)
         second_length = self.longer[i].get("num_requests") or 0
+        whole = bool(self.whole_trace and self.whole_trace[i])
         return {"lengths": [length, second_length], "capacities": [first, second],
-                "spread": spread, "stable": agree(spread),
+                "spread": spread, "stable": agree(spread), "whole_trace": whole,
                 "num_simulations": [len(self.searches[i].probes), len(self.second[i].probes)],
                 "answer_rps": min(first, second),
-                "length_for_stable": length_for_spread(second_length, spread) if second_length else None}
+                "length_for_stable": length_for_spread(second_length, spread) if second_length and not whole else None}
 
     def answering(self, i: int) -> Search:
         """The search whose capacity is configuration ``i``'s answer: the second sample's where it is lower (its run

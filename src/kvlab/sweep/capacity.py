@@ -296,13 +296,17 @@ def length_for_spread(length: int, spread: float | None, target: float = STABLE_
 
 
 def samples_text(lengths: tuple[int, int], answers: tuple[str, str], spread: float | None, unit: str,
-                 *, what: str = "requests") -> str:
-    """'on 2,400 requests 9.1 req/s, on 4,800 8.7 (spread 5%: stable)', or the advice when they disagree."""
+                 *, what: str = "requests", whole_trace: bool = False) -> str:
+    """'on 2,400 requests 9.1 req/s, on 4,800 8.7 (spread 5%: stable)', or the advice when they disagree (no longer
+    sample to ask for when the second is the ``whole_trace``)."""
     text = f"on {lengths[0]:,} {what} {answers[0]} {unit}, on {lengths[1]:,} {answers[1]}"
     if spread is None:
         return text + " (one of them 0: no spread)"
     if agree(spread):
         return text + f" (spread {spread:.0%}: stable)"
+    if whole_trace:
+        return text + (f", the whole trace (spread {spread:.0%}: the trace's beginning is not like the whole of it; "
+                       "the answer is the lower)")
     need = length_for_spread(lengths[1], spread)
     return text + (f" (spread {spread:.0%}: the answer moves with the sample; a trace of about {need:,} {what} "
                    "would give a stable one: -n)")
