@@ -330,7 +330,7 @@ def test_the_comparison_stops_at_the_first_count_at_which_either_holds(holds, tr
 
 def test_capacity_says_which_fleet_holds_with_fewer_gpus(kvlab, tmp_path):
     """At 2 req/s of the Azure conversations on H100s, a TPOT bound is met by 1P1D and by no aggregated fleet of
-    2 GPUs (prefills share their iterations), on both samples; the rows say why each failed; every fleet is stored,
+    2 GPUs (prefills share their iterations), on both samples (the second the whole trace); the rows say why each failed; every fleet is stored,
     so the same question asked again simulates nothing."""
     args = ["capacity", "--replicas", "auto", "--prefill-replicas", "auto", "--model", "llama-3.1-8b", "--gpu",
             "h100-sxm", "--workload", "azure-conv", "--rate", "2", "-n", "200", "--slo", "p99_tpot<20ms",
@@ -340,15 +340,15 @@ def test_capacity_says_which_fleet_holds_with_fewer_gpus(kvlab, tmp_path):
     answer = r.json()
     assert [(row["shape"], row["gpus"], row["held"]) for row in answer["tried"]] == [
         ("1 replica", 1, False), ("2 replicas", 2, False), ("1P1D", 2, True)]
-    assert answer["sample_lengths"] == [200, 400]
-    assert [[s["num_requests"] for s in row["samples"]] for row in answer["tried"]] == [[200, 400]] * 3
+    assert answer["sample_lengths"] == [200, 19_366]  # (the second sample: the whole trace)
+    assert [[s["num_requests"] for s in row["samples"]] for row in answer["tried"]] == [[200, 19_366]] * 3
     assert all(s["held"] for s in answer["tried"][2]["samples"])
     assert answer["tried"][1]["reason"].startswith("missed p99_tpot<20ms")
     assert (answer["answer"], answer["aggregated_replicas"]) == ("disaggregated", None)
     text = kvlab(*args)
     words = " ".join(text.stdout.split())
     assert "disaggregated holds with fewer GPUs" in words
-    assert "two samples (200 and 400 requests)" in words
+    assert "two samples (200 and 19,366 requests)" in words
     assert "Computed 0 simulations now, 6 were stored already" in words
     bad = kvlab(*args[:5], "--decode-replicas", "2", "--rate", "2")
     assert bad.exit_code == 2 and "give no --decode-replicas values" in bad.stderr
