@@ -22,6 +22,7 @@ def cost(
 ) -> None:
     """The cost profiles that set kvlab's clock (choose one with --cost): constants, sources and fits."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from kvlab.cost.profiles import KINDS, builtin_profiles, get_profile
@@ -50,7 +51,7 @@ def cost(
         console.print()
     for p in profiles:
         fitted = f" (fitted for {', '.join(x for x in (p.model, p.gpu) if x)})" if p.model or p.gpu else ""
-        console.print(f"[bold]{p.name}[/]{fitted}: {p.source}")
+        console.print(f"[bold]{p.name}[/]{fitted}: {escape(p.source)}")  # a source may name [fit]
 
 
 @app.command()

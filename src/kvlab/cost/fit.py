@@ -60,15 +60,19 @@ FIT_HINTS = {
     "request_latency_s": "any runs (TTFT and E2E carry it, ITL does not)",
 }
 # Where the fixed point starts: the stated roofline's efficiencies, no CPU terms, all-reduce at 80% of the link.
-# Held, not fitted, by default: flops_efficiency is Vidur's H100 matmul fit (vidur-h100): these runs' prefills are
-# mostly cached prefixes, too little compute to identify it (its σ was 10x its value when fitted).
-# prefill_token_overhead_s is fitted, though it is in effect a cost per admitted request (nearly every prompt here is
-# cached but for its last 3-15 tokens) and overprices whole prompts (the reasoning-lite runs' p99 TTFT is their 23
-# first rounds: benchmarks/real_vllm.py --reads): held at 0, the refitted profile's leave-one-out medians were E2E
-# mean 8.5%, E2E p99 11.8%, TTFT mean 8.9%, TTFT p99 22.8%, ITL 10.0%, against 6.6%, 6.7%, 7.7%, 31.5%, 9.9% with
-# it; a cost per prefilling sequence in its place fitted to 0 (it is once per request, as request_latency_s) and
-# gave the same (docs/cost.md, "p99 TTFT"): better only on the TTFT tail.
-DEFAULT_FIT = tuple(k for k in CONSTANTS if k != "flops_efficiency")
+# Held, not fitted, by default (each stays at its start: START's, or --start's profile's):
+# - flops_efficiency, at Vidur's H100 matmul fit (vidur-h100): these runs' prefills are mostly cached prefixes, too
+#   little compute to identify it (its σ was 10x its value when fitted).
+# - prefill_token_overhead_s, at 0. Fitted, it came out 0.23 ms a token: nearly every prompt here is cached but for
+#   its last 3-15 tokens, so it was a cost per admitted request in disguise, and it priced a whole 1,071-token prompt
+#   at ~270 ms, ten times its compute (the reasoning-lite runs' p99 TTFT, their 23 first rounds, at 2-5x the
+#   measured: benchmarks/real_vllm.py --reads). Held at 0 with the one-shot all-reduce priced (vllm-h100 refitted
+#   from itself with the term at 0; request_latency_s takes the per-admission time), benchmarks/real_vllm.py's
+#   leave-one-out medians went from E2E mean 6.0%, p90 5.6%, p99 8.1%, TTFT mean 6.4%, p90 7.1%, p99 28.3%, ITL 5.9%
+#   to 5.5%, 4.8%, 8.4%, 8.1%, 7.1%, 24.8%, 5.6% (docs/cost.md, "The fit"): the TTFT mean worse, within its 10%
+#   target, for a clock that does not overprice long uncached prompts. (Before the one-shot all-reduce, holding it
+#   at 0 lost on every mean: E2E 6.6% -> 8.5%.)
+DEFAULT_FIT = tuple(k for k in CONSTANTS if k not in ("flops_efficiency", "prefill_token_overhead_s"))
 START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "flops_efficiency": 0.609,
          "overhead_s": 0.003, "allreduce_latency_s": 0.0, "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0,
          "allreduce_link_efficiency": 0.8, "request_latency_s": 0.0}
