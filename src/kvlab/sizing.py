@@ -46,7 +46,7 @@ from kvlab.memory_profile import (
     model_family,
     non_torch_bytes,
 )
-from kvlab.vllm_rules import VllmRules, qwen3_vl_profiles_video, resolve_version, rules_for
+from kvlab.vllm_rules import MODEL_RUNNERS, VllmRules, model_runner, qwen3_vl_profiles_video, resolve_version, rules_for
 
 GIB = 2**30
 
@@ -126,6 +126,9 @@ class SizingConfig:
     enforce_eager: bool = False
     quantization: str | None = None  # --quantization: the checkpoint's weight format when config.json names none
     sampler: str | None = None  # top-k/top-p implementation of the profiling run; None: the version's default
+    # VLLM_USE_V2_MODEL_RUNNER as a runner: "v2" (=1) or "v1" (=0); None (unset): the one the version picks for the
+    # model (kvlab.vllm_rules.model_runner)
+    model_runner: str | None = None
     # --decode-context-parallel-size: the TP ranks of a DCP group each keep every DCP-th token's KV, so a request of
     # L tokens takes cdiv(L, DCP) tokens' blocks on each GPU (AttentionSpec.max_memory_usage_bytes)
     decode_context_parallel_size: int = 1
@@ -159,6 +162,9 @@ class SizingConfig:
         rules_for(self.vllm_version)  # an unknown version is refused here, naming the known ones
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise KvlabError(f"--sampler {self.sampler!r} is not one kvlab knows; valid: {', '.join(SAMPLERS)}")
+        if self.model_runner is not None and self.model_runner not in MODEL_RUNNERS:
+            raise KvlabError(f"--model-runner {self.model_runner!r} is not a vLLM GPU model runner; valid: "
+                             f"{', '.join(MODEL_RUNNERS)} (VLLM_USE_V2_MODEL_RUNNER=0 or 1)")
         if self.quantization is not None:
             from kvlab.catalog.quant import check_method
 
@@ -331,6 +337,12 @@ def profile_family(model: ModelSpec, quantization: str | None = None) -> str:
     return model_family(model.state is not None, model.is_moe, int4)
 
 
+def profile_runner(model: ModelSpec, config: SizingConfig) -> str:
+    """The GPU model runner vLLM profiles this model with: the one --model-runner names, else the version's pick."""
+    return config.model_runner or model_runner(config.vllm_version, model.architecture, model.is_moe,
+                                               model.state is not None)
+
+
 def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int, num_layers: int,
                    last_stage: bool = True, first_stage: bool = True) -> ProfileInputs:
     """The numbers the memory profile's estimates read, for one GPU of a stage."""
@@ -341,6 +353,7 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
                   qkv_width_per_gpu=(model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim // tp,
                   family=profile_family(model, config.quantization),
                   sampler=config.sampler or config.rules.default_sampler,
+                  model_runner=profile_runner(model, config),
                   encoder=encoder_inputs(model, config) if first_stage else None)  # the tower's stage
     if model.is_moe:
         width = model.moe_intermediate_size or model.intermediate_size

@@ -80,6 +80,41 @@ RULES = (
 QWEN3_VL_VIDEO_PROFILING_SINCE = "0.11.0"
 
 
+# Which GPU model runner vLLM picks when VLLM_USE_V2_MODEL_RUNNER is unset (VllmConfig.use_v2_model_runner; 1 forces
+# Model Runner V2, vllm/v1/worker/gpu/, and 0 the V1 runner, gpu_model_runner.py). The two profile the sampler
+# differently (memory_profile.activation_bytes): V1's dummy sampler run applies top-k and top-p to max_num_seqs rows of
+# logits, V2's runs its sampler over the same rows with no top-k/top-p set, so it only copies the logits to float32.
+# Each epoch, from the release notes: (since, the models it picks V2 for).
+MODEL_RUNNER_V2_EPOCHS = (
+    ("0.22.0", "qwen3"),  # Qwen3 dense models (Qwen3ForCausalLM), vllm-project/vllm#39337
+    ("0.23.0", "qwen3_llama_mistral"),  # + Llama and Mistral dense models, #43458
+    ("0.25.0", "dense"),  # every generative model that is neither MoE nor hybrid, #44443
+    # every generative model, #53183 (merged after 0.28.0 was released on 2026-08-26, so kvlab puts it at 0.29.0)
+    ("0.29.0", "all"),
+)
+MODEL_RUNNER_V2_ARCHITECTURES = {
+    "qwen3": ("Qwen3ForCausalLM",),
+    "qwen3_llama_mistral": ("Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"),
+}
+MODEL_RUNNERS = ("v1", "v2")
+
+
+def model_runner(version: str | None, architecture: str, is_moe: bool, is_hybrid: bool) -> str:
+    """'v2' where vLLM ``version`` (None: the newest kvlab knows) runs this model on Model Runner V2 when
+    VLLM_USE_V2_MODEL_RUNNER is unset, else 'v1'. Features that V2 lacks (LoRA, some speculative methods) make vLLM
+    fall back to V1; kvlab sizes neither, so it does not check them."""
+    key = version_key(resolve_version(version))
+    picked = [which for since, which in MODEL_RUNNER_V2_EPOCHS if version_key(since) <= key]
+    if not picked:
+        return "v1"
+    which = picked[-1]
+    if which == "all":
+        return "v2"
+    if which == "dense":
+        return "v1" if is_moe or is_hybrid else "v2"
+    return "v2" if architecture in MODEL_RUNNER_V2_ARCHITECTURES[which] and not is_moe and not is_hybrid else "v1"
+
+
 def qwen3_vl_profiles_video(version: str | None) -> bool:
     """Whether vLLM ``version`` (None: the newest kvlab knows) profiles Qwen3-VL's encoder on its dummy video."""
     return version_key(resolve_version(version)) >= version_key(QWEN3_VL_VIDEO_PROFILING_SINCE)
