@@ -339,8 +339,9 @@ def profile_family(model: ModelSpec, quantization: str | None = None) -> str:
 
 def profile_runner(model: ModelSpec, config: SizingConfig) -> str:
     """The GPU model runner vLLM profiles this model with: the one --model-runner names, else the version's pick."""
+    quantized = model.weight_format_for(config.quantization) is not None
     return config.model_runner or model_runner(config.vllm_version, model.architecture, model.is_moe,
-                                               model.state is not None)
+                                               model.state is not None, quantized)
 
 
 def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int, num_layers: int,
