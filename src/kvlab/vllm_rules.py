@@ -110,9 +110,9 @@ MODEL_RUNNER_EPOCHS = (
                            "Qwen2MoeForCausalLM"), dense=False, quantized=True),
     # every model that is neither MoE nor hybrid, with the MoE architectures above (#44443, 0.25.0's notes)
     RunnerEpoch("0.25.0", ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM"), dense=True, quantized=True),
-    # every model (#53183, reviewed on 2026-08-26 after 0.28.0's release; a plugin's code names 0.30 as the release
-    # that dropped the allowlist: kvlab puts it there)
-    RunnerEpoch("0.30.0", (), dense=True, quantized=True, every=True),
+    # every model (#53183, approved on 2026-08-26, after 0.28.0's release; a summary of 0.29.0's notes: "MRV2 is now
+    # the default runner for all models"; one plugin's comment says 0.30, kvlab follows the notes)
+    RunnerEpoch("0.29.0", (), dense=True, quantized=True, every=True),
 )
 MODEL_RUNNERS = ("v1", "v2")
 
