@@ -365,7 +365,7 @@ def test_an_unknown_quantization_method_in_config_json_is_refused(tmp_path):
 
 def test_cli_names_the_bad_value_in_one_line(kvlab):
     for args, message in ((("--vllm-version", "0.7.3"), "0.7.3"), (("--quantization", "hqq"), "hqq"),
-                          (("--gpu", "h100"), "H100-SXM and H100-PCIe")):
+                          (("--gpu", "h100"), "H100-SXM and H100-PCIe"), (("--model-runner", "v0"), "v0")):
         result = kvlab("size", "llama-3.1-8b", *(("--gpu", "h100-sxm") if args[0] != "--gpu" else ()), *args)
         output = result.stdout + result.stderr
         assert result.exit_code != 0 and message in output and "Traceback" not in output
@@ -524,3 +524,13 @@ def test_model_runner_v2_profiles_the_sampler_without_top_k_top_p():
     assert peak.source.startswith("estimate: Model Runner V2's sampler run")
     with pytest.raises(KvlabError, match="--model-runner 'v3' is not a vLLM GPU model runner; valid: v1, v2"):
         SizingConfig(model_runner="v3")
+
+
+def test_cli_model_runner_is_vllm_use_v2_model_runner(kvlab):
+    """Llama-3.1-8B on an H100-SXM at the newest rules (8,192 tokens, 1,024 sequences): on V2 the forward's 0.875 GiB
+    is the peak; VLLM_USE_V2_MODEL_RUNNER=0 brings back the V1 runner's FlashInfer sampler, 1,024 x 128,256 x 7.1 B."""
+    v2 = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", "--json").json()
+    v1 = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", "--model-runner", "v1", "--json").json()
+    assert v2["activation_bytes"] == 8192 * (2 * 4096 + 3 * 14336 + 48 * 128) * 2 == 939_524_096
+    assert v1["activation_bytes"] == int(939_524_096 + 1024 * 128_256 * 7.1)
+    assert (v1["num_blocks"], v2["num_blocks"]) == (27_507, 27_952)

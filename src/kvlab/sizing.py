@@ -493,6 +493,7 @@ class SizingResult:
     quantization: str | None = None  # --quantization given (None: the checkpoint's own)
     decode_context_parallel_size: int = 1  # a request's tokens are spread over this many GPUs' caches
     sampler: str | None = None  # --sampler given (None: the version's default)
+    model_runner: str | None = None  # --model-runner given (None: the one the version picks for the model)
 
     @property
     def other_estimate_bytes(self) -> int:
@@ -695,7 +696,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         num_tokens=num_tokens, max_concurrency=max_concurrency,
         vllm_version=resolve_version(config.vllm_version), vllm_rules_since=rules.since,
         profile_terms=profile.terms, enforce_eager=config.enforce_eager, quantization=config.quantization,
-        sampler=config.sampler,
+        sampler=config.sampler, model_runner=config.model_runner,
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight, dcp),
         decode_context_parallel_size=dcp,
     )
@@ -830,7 +831,7 @@ def settings_of(result: SizingResult) -> SizingConfig:
         max_model_len=result.max_model_len, max_num_batched_tokens=result.max_num_batched_tokens,
         max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name, vllm_version=result.vllm_version or None,
         enforce_eager=result.enforce_eager, quantization=result.quantization, sampler=result.sampler,
-        decode_context_parallel_size=result.decode_context_parallel_size,
+        model_runner=result.model_runner, decode_context_parallel_size=result.decode_context_parallel_size,
         available_kv_bytes=result.available_kv_bytes if result.available_kv_source == "given" else None)
 
 
