@@ -33,7 +33,8 @@ class ProfileFit:
     # The dummy sampler run: min(max_num_seqs, max_num_batched_tokens) rows of logits over the vocabulary
     # (_dummy_sampler_run), bytes per logit by the top-k/top-p implementation the log names ('Using FlashInfer for
     # top-p & top-k sampling', or 'Falling back to the PyTorch-native implementation', which sorts: float32
-    # values and int64 indices beside the float32 logits and probabilities).
+    # values and int64 indices beside the float32 logits and probabilities). The V1 runner's only: Model Runner V2's
+    # sampler run is counted, not fitted (with_sampler).
     sampler_bytes_per_logit: dict
     # MoE: fused_moe's intermediate caches, per routed token: (2 N + N) of the expert width per GPU plus the hidden
     # size, for each of top-k experts (fused_moe.fused_experts_impl's intermediate_cache1..3).
