@@ -118,7 +118,7 @@ class Row:
 def predict(entry: dict) -> Row:
     from kvlab.catalog import get_gpu
     from kvlab.errors import KvlabError
-    from kvlab.sizing import SizingConfig, profile_family, size_kv_cache
+    from kvlab.sizing import SizingConfig, profile_family, profile_runner, size_kv_cache
 
     row = Row(entry, printed=dict(entry.get("printed") or {}))
     total = printed_total_gib(entry)
@@ -179,6 +179,7 @@ def predict(entry: dict) -> Row:
         "sampler_named": sampler_of(entry) is not None, "logits": (min(result.max_num_seqs, result.max_num_batched_tokens)
                                                  * model.vocab_size),
         "encoder": encoder_of(model, config), "encoder_dummy": encoder_dummy_of(model, config),
+        "model_runner": profile_runner(model, config),
     }
     return row
 
@@ -207,7 +208,7 @@ def encoder_dummy_of(model, config) -> tuple | None:
 def failed_start(model, config) -> dict:
     """The memory profile where kvlab finds no room for the cache (the terms, a budget of zero or less)."""
     from kvlab.catalog.models import DTYPE_BYTES
-    from kvlab.sizing import pipeline_stages, profile_family, resolve_dtype, stage_profiles
+    from kvlab.sizing import pipeline_stages, profile_family, profile_runner, resolve_dtype, stage_profiles
 
     stages = pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size)
     profile = stage_profiles(model, config, stages, DTYPE_BYTES[resolve_dtype(model, config.dtype)])[0]
@@ -219,6 +220,7 @@ def failed_start(model, config) -> dict:
         "rules": config.rules.since, "family": profile_family(model, config.quantization),
         "sampler": config.sampler or config.rules.default_sampler, "sampler_named": config.sampler is not None,
         "logits": min(config.resolved_max_num_seqs, config.resolved_max_num_batched_tokens) * model.vocab_size,
+        "model_runner": profile_runner(model, config),
     }
 
 
@@ -418,6 +420,10 @@ def fit(rows: list[Row]) -> None:
             continue
         weights = p["weights_gib"] if weights is None else weights
         measured = p["requested_gib"] - weights - q["available_kv_gib"] - p["non_torch_gib"] - p["cuda_graph_gib"]
+        if p.get("model_runner") == "v2":  # no top-k/top-p in its profiling: its sampler is counted, not fitted
+            print(f"  {r.entry['id']:<46} {p['family']:<10} Model Runner V2 (sampler counted, not fitted)  "
+                  f"activation measured {measured:5.2f} GiB; estimate {p['activation_gib']:.2f}")
+            continue
         sampler = p["sampler"] + ("" if p["sampler_named"] else " (default)")
         per_logit = FIT.sampler_bytes_per_logit[p["sampler"]]
         logits_gib = p["logits"] / GIB

@@ -365,7 +365,7 @@ def test_an_unknown_quantization_method_in_config_json_is_refused(tmp_path):
 
 def test_cli_names_the_bad_value_in_one_line(kvlab):
     for args, message in ((("--vllm-version", "0.7.3"), "0.7.3"), (("--quantization", "hqq"), "hqq"),
-                          (("--gpu", "h100"), "H100-SXM and H100-PCIe")):
+                          (("--gpu", "h100"), "H100-SXM and H100-PCIe"), (("--model-runner", "v0"), "v0")):
         result = kvlab("size", "llama-3.1-8b", *(("--gpu", "h100-sxm") if args[0] != "--gpu" else ()), *args)
         output = result.stdout + result.stderr
         assert result.exit_code != 0 and message in output and "Traceback" not in output
@@ -477,3 +477,60 @@ def test_the_reverse_questions_keep_the_decode_context_parallel_size():
     assert settings_of(result).decode_context_parallel_size == 2
     assert max_num_requests(model, settings_of(result), 4096) == (result.num_blocks - 1) // 128 == 16
     assert valid_tensor_parallel_sizes(model, 2) == [2, 4, 8, 16] and valid_tensor_parallel_sizes(model)[0] == 1
+
+
+def test_model_runner_v2_is_picked_by_version_architecture_and_quantization():
+    from kvlab.vllm_rules import model_runner
+
+    qwen3, llama, mixtral = ("Qwen3ForCausalLM", False, False), ("LlamaForCausalLM", False, False), \
+        ("MixtralForCausalLM", True, False)
+    assert [model_runner(v, *qwen3, False) for v in ("0.21.0", "0.22.0", "0.28.0")] == ["v1", "v2", "v2"]
+    assert [model_runner(v, *llama, False) for v in ("0.22.0", "0.23.0")] == ["v1", "v2"]
+    assert model_runner("0.23.0", *qwen3, True) == "v1" and model_runner("0.24.0", *qwen3, True) == "v2"
+    assert model_runner("0.24.0", "OPTForCausalLM", False, False, False) == "v1"
+    assert model_runner("0.25.0", "OPTForCausalLM", False, False, False) == "v2"  # every dense model
+    assert [model_runner(v, *mixtral, False) for v in ("0.25.0", "0.28.0", "0.29.0")] == ["v1", "v1", "v2"]
+    assert model_runner("0.25.0", "Qwen2MoeForCausalLM", True, False, False) == "v2"  # on the allowlist
+    assert model_runner("0.28.0", "Qwen3NextForCausalLM", True, True, False) == "v1"  # hybrid
+    assert model_runner(None, "Qwen3NextForCausalLM", True, True, False) == "v2"
+
+
+def test_model_runner_v2_profiles_the_sampler_without_top_k_top_p():
+    """Qwen3-14B on an L40S with vLLM 0.28.0 (the corpus log: 11.57 GiB, 75,824 tokens): bf16, 2,048 batched tokens,
+    256 sequences. V2's sampler run holds the hidden states and 256 rows of logits in bf16 and float32; the forward's
+    peak is larger, so it is the activation. The V1 runner adds FlashInfer's fitted 7.1 B a logit to the forward."""
+    model = get_model("qwen3-14b")
+    forward = 2048 * (2 * 5120 + 3 * 17408 + (40 + 2 * 8) * 128) * 2
+    assert forward == 285_212_672
+    v2_sampler = 2048 * 5120 * 2 + 256 * 151_936 * (2 + 4)
+    assert v2_sampler == 254_345_216 < forward
+
+    def activation(**settings):
+        r = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("l40s"), max_model_len=40960, vllm_version="0.28.0",
+                                                      **settings))
+        return {t.name: t for t in r.profile_terms}["peak activation"], r
+
+    v2, r2 = activation()
+    assert v2.bytes == forward and "Model Runner V2's sampler run" in v2.source
+    v1, r1 = activation(model_runner="v1")
+    assert v1.bytes == int(forward + 256 * 151_936 * 7.1) == 561_371_545
+    assert r2.available_kv_bytes - r1.available_kv_bytes == v1.bytes - v2.bytes
+    assert (r1.num_tokens, r2.num_tokens) == (73_952, 75_632)  # printed: 75,824
+    # a small model with a large vocabulary: the sampler run is the peak (Qwen3-0.6B, the same settings)
+    small = size_kv_cache(load_config_path(str(DATA / "qwen3-0.6b.json")),
+                          SizingConfig.for_gpu(get_gpu("l40s"), max_model_len=40960, vllm_version="0.28.0"))
+    peak = {t.name: t for t in small.profile_terms}["peak activation"]
+    assert peak.bytes == 2048 * 1024 * 2 + 256 * 151_936 * 6 == 237_568_000
+    assert peak.source.startswith("estimate: Model Runner V2's sampler run")
+    with pytest.raises(KvlabError, match="--model-runner 'v3' is not a vLLM GPU model runner; valid: v1, v2"):
+        SizingConfig(model_runner="v3")
+
+
+def test_cli_model_runner_is_vllm_use_v2_model_runner(kvlab):
+    """Llama-3.1-8B on an H100-SXM at the newest rules (8,192 tokens, 1,024 sequences): on V2 the forward's 0.875 GiB
+    is the peak; VLLM_USE_V2_MODEL_RUNNER=0 brings back the V1 runner's FlashInfer sampler, 1,024 x 128,256 x 7.1 B."""
+    v2 = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", "--json").json()
+    v1 = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", "--model-runner", "v1", "--json").json()
+    assert v2["activation_bytes"] == 8192 * (2 * 4096 + 3 * 14336 + 48 * 128) * 2 == 939_524_096
+    assert v1["activation_bytes"] == int(939_524_096 + 1024 * 128_256 * 7.1)
+    assert (v1["num_blocks"], v2["num_blocks"]) == (27_507, 27_952)

@@ -320,7 +320,7 @@ def test_capacity_panels_only_for_what_the_user_varied_on_one_y_scale():
     assert len(capacity_panels(first, first_searches)) == 2
 
 
-LONG = ("opt-13b on 1× A100-40GB · KV cache: 862 blocks of 16 tokens · scheduler: max_num_seqs 256, "
+LONG = ("opt-13b on 1× A100-40GB · KV cache: 869 blocks of 16 tokens · scheduler: max_num_seqs 256, "
         "max_num_batched_tokens 2,048, max_model_len 2,048, chunked prefill on · workload: paper-sharegpt, poisson "
         "arrivals at the searched rate, 1,000 requests, seed 0 · cost profile: roofline")
 

@@ -33,7 +33,8 @@ class ProfileFit:
     # The dummy sampler run: min(max_num_seqs, max_num_batched_tokens) rows of logits over the vocabulary
     # (_dummy_sampler_run), bytes per logit by the top-k/top-p implementation the log names ('Using FlashInfer for
     # top-p & top-k sampling', or 'Falling back to the PyTorch-native implementation', which sorts: float32
-    # values and int64 indices beside the float32 logits and probabilities).
+    # values and int64 indices beside the float32 logits and probabilities). The V1 runner's only: Model Runner V2's
+    # sampler run is counted, not fitted (with_sampler).
     sampler_bytes_per_logit: dict
     # MoE: fused_moe's intermediate caches, per routed token: (2 N + N) of the expert width per GPU plus the hidden
     # size, for each of top-k experts (fused_moe.fused_experts_impl's intermediate_cache1..3).
@@ -94,6 +95,7 @@ class ProfileInputs:
     moe_width_per_gpu: int = 0  # one expert's intermediate size on this GPU (N / TP, or N under expert parallelism)
     family: str = "dense"  # dense | moe | hybrid | int4: which fitted scale applies (model_family)
     sampler: str = "pytorch"  # flashinfer | pytorch: the top-k/top-p implementation (SAMPLERS)
+    model_runner: str = "v1"  # v1 | v2: the GPU model runner vLLM profiles with (vllm_rules.model_runner)
     encoder: EncoderInputs | None = None  # a multimodal model's encoder profiling run, where kvlab derives it
 
 
@@ -144,21 +146,16 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
     moe = 0.0
     if x.moe_top_k:
         moe = fit.moe_cache_tensors * t * x.moe_top_k * (3 * x.moe_width_per_gpu + x.hidden_size) * x.act_dtype_bytes
-    num_reqs = min(x.max_num_seqs, t)
-    per_logit = fit.sampler_bytes_per_logit[x.sampler]
-    sampler = num_reqs * x.vocab_size * per_logit if x.last_stage else 0.0
     source = (f"estimate: {t:,} batched tokens x ({fit.hidden_tensors:g} x {x.hidden_size:,} hidden + "
               f"{fit.mlp_tensors:g} x {x.mlp_width_per_gpu:,} MLP + {fit.qkv_tensors:g} x {x.qkv_width_per_gpu:,} "
               f"qkv) x {x.act_dtype_bytes} B")
     if x.moe_top_k:
         source += (f" + MoE caches {t:,} x top-{x.moe_top_k} x (3 x {x.moe_width_per_gpu:,} + {x.hidden_size:,}) x "
                    f"{x.act_dtype_bytes} B")
-    if x.last_stage:
-        source += f" + {x.sampler} sampler {num_reqs:,} x {x.vocab_size:,} vocab x {per_logit:g} B"
     scale = fit.activation_scale.get(x.family, 1.0)
     if scale != 1.0:
         source = source.replace("estimate: ", f"estimate: {scale:.2f} ({x.family} fit) x the forward's ", 1)
-    text = int(scale * (forward + moe) + sampler)
+    text, source = with_sampler(x, scale * (forward + moe), source, fit)
     if x.encoder is None:
         return Term("peak activation", text, source + " (vLLM measures it in its profiling run)")
     encoder, kept = encoder_bytes(x.encoder, x.act_dtype_bytes)
@@ -177,6 +174,32 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
     return Term("peak activation", text + kept, source + f" + {kept / GIB:.2f} GiB held from the encoder's profiling "
                 f"run over {what} (float32 pixel_values and the outputs in the encoder cache) (vLLM measures it in "
                 "its profiling run)")
+
+
+def with_sampler(x: ProfileInputs, forward: float, source: str, fit: ProfileFit = FIT) -> tuple[int, str]:
+    """The profiling run's peak with the dummy sampler run on the last stage, over min(max_num_seqs,
+    max_num_batched_tokens) rows of logits.
+
+    V1 runner (gpu_model_runner._dummy_sampler_run): top-k and top-p applied to every row, with the implementation's
+    fitted bytes per logit added to the forward's estimate. Model Runner V2 (v1/worker/gpu/model_runner.py
+    _dummy_sampler_run): the dummy requests set no top-k or top-p, so its sampler only copies the logits, which the LM
+    head returns in the model's dtype, to float32 and takes a Gumbel-max sample in place; the forward's activations are
+    freed by then and only its hidden states are held, so the peak is the larger of the forward's and (hidden states +
+    logits in both dtypes), counted rather than fitted."""
+    if not x.last_stage:
+        return int(forward), source
+    rows = min(x.max_num_seqs, x.max_num_batched_tokens)
+    if x.model_runner != "v2":
+        per_logit = fit.sampler_bytes_per_logit[x.sampler]
+        return (int(forward + rows * x.vocab_size * per_logit),
+                source + f" + {x.sampler} sampler {rows:,} x {x.vocab_size:,} vocab x {per_logit:g} B")
+    held = x.max_num_batched_tokens * x.hidden_size * x.act_dtype_bytes
+    sampler = held + rows * x.vocab_size * (x.act_dtype_bytes + 4)
+    what = (f"Model Runner V2's sampler run: {x.max_num_batched_tokens:,} x {x.hidden_size:,} hidden states held + "
+            f"{rows:,} x {x.vocab_size:,} vocab logits x ({x.act_dtype_bytes} + 4 float32) B, no top-k/top-p")
+    if sampler > forward:
+        return int(sampler), f"estimate: {what}; above the forward's {forward / GIB:.2f} GiB ({source[len('estimate: '):]})"
+    return int(forward), source + f"; above {what} ({sampler / GIB:.2f} GiB)"
 
 
 def encoder_bytes(e: EncoderInputs, act_dtype_bytes: int) -> tuple[int, int]:

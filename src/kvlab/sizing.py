@@ -46,7 +46,7 @@ from kvlab.memory_profile import (
     model_family,
     non_torch_bytes,
 )
-from kvlab.vllm_rules import VllmRules, qwen3_vl_profiles_video, resolve_version, rules_for
+from kvlab.vllm_rules import MODEL_RUNNERS, VllmRules, model_runner, qwen3_vl_profiles_video, resolve_version, rules_for
 
 GIB = 2**30
 
@@ -126,6 +126,9 @@ class SizingConfig:
     enforce_eager: bool = False
     quantization: str | None = None  # --quantization: the checkpoint's weight format when config.json names none
     sampler: str | None = None  # top-k/top-p implementation of the profiling run; None: the version's default
+    # VLLM_USE_V2_MODEL_RUNNER as a runner: "v2" (=1) or "v1" (=0); None (unset): the one the version picks for the
+    # model (kvlab.vllm_rules.model_runner)
+    model_runner: str | None = None
     # --decode-context-parallel-size: the TP ranks of a DCP group each keep every DCP-th token's KV, so a request of
     # L tokens takes cdiv(L, DCP) tokens' blocks on each GPU (AttentionSpec.max_memory_usage_bytes)
     decode_context_parallel_size: int = 1
@@ -159,6 +162,9 @@ class SizingConfig:
         rules_for(self.vllm_version)  # an unknown version is refused here, naming the known ones
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise KvlabError(f"--sampler {self.sampler!r} is not one kvlab knows; valid: {', '.join(SAMPLERS)}")
+        if self.model_runner is not None and self.model_runner not in MODEL_RUNNERS:
+            raise KvlabError(f"--model-runner {self.model_runner!r} is not a vLLM GPU model runner; valid: "
+                             f"{', '.join(MODEL_RUNNERS)} (VLLM_USE_V2_MODEL_RUNNER=0 or 1)")
         if self.quantization is not None:
             from kvlab.catalog.quant import check_method
 
@@ -331,6 +337,13 @@ def profile_family(model: ModelSpec, quantization: str | None = None) -> str:
     return model_family(model.state is not None, model.is_moe, int4)
 
 
+def profile_runner(model: ModelSpec, config: SizingConfig) -> str:
+    """The GPU model runner vLLM profiles this model with: the one --model-runner names, else the version's pick."""
+    quantized = model.weight_format_for(config.quantization) is not None
+    return config.model_runner or model_runner(config.vllm_version, model.architecture, model.is_moe,
+                                               model.state is not None, quantized)
+
+
 def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int, num_layers: int,
                    last_stage: bool = True, first_stage: bool = True) -> ProfileInputs:
     """The numbers the memory profile's estimates read, for one GPU of a stage."""
@@ -341,6 +354,7 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
                   qkv_width_per_gpu=(model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim // tp,
                   family=profile_family(model, config.quantization),
                   sampler=config.sampler or config.rules.default_sampler,
+                  model_runner=profile_runner(model, config),
                   encoder=encoder_inputs(model, config) if first_stage else None)  # the tower's stage
     if model.is_moe:
         width = model.moe_intermediate_size or model.intermediate_size
@@ -479,6 +493,7 @@ class SizingResult:
     quantization: str | None = None  # --quantization given (None: the checkpoint's own)
     decode_context_parallel_size: int = 1  # a request's tokens are spread over this many GPUs' caches
     sampler: str | None = None  # --sampler given (None: the version's default)
+    model_runner: str | None = None  # --model-runner given (None: the one the version picks for the model)
 
     @property
     def other_estimate_bytes(self) -> int:
@@ -681,7 +696,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         num_tokens=num_tokens, max_concurrency=max_concurrency,
         vllm_version=resolve_version(config.vllm_version), vllm_rules_since=rules.since,
         profile_terms=profile.terms, enforce_eager=config.enforce_eager, quantization=config.quantization,
-        sampler=config.sampler,
+        sampler=config.sampler, model_runner=config.model_runner,
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight, dcp),
         decode_context_parallel_size=dcp,
     )
@@ -816,7 +831,7 @@ def settings_of(result: SizingResult) -> SizingConfig:
         max_model_len=result.max_model_len, max_num_batched_tokens=result.max_num_batched_tokens,
         max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name, vllm_version=result.vllm_version or None,
         enforce_eager=result.enforce_eager, quantization=result.quantization, sampler=result.sampler,
-        decode_context_parallel_size=result.decode_context_parallel_size,
+        model_runner=result.model_runner, decode_context_parallel_size=result.decode_context_parallel_size,
         available_kv_bytes=result.available_kv_bytes if result.available_kv_source == "given" else None)
 
 

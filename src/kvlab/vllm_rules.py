@@ -80,6 +80,61 @@ RULES = (
 QWEN3_VL_VIDEO_PROFILING_SINCE = "0.11.0"
 
 
+# Which GPU model runner vLLM picks when VLLM_USE_V2_MODEL_RUNNER is unset (VllmConfig.use_v2_model_runner; 1 forces
+# Model Runner V2, vllm/v1/worker/gpu/, and 0 the V1 runner, gpu_model_runner.py). The two profile the sampler
+# differently (memory_profile.with_sampler): V1's dummy sampler run applies top-k and top-p to max_num_seqs rows of
+# logits, V2's runs its sampler over the same rows with no top-k/top-p set, so it only copies the logits to float32.
+
+
+@dataclass(frozen=True)
+class RunnerEpoch:
+    """Which models vLLM runs on Model Runner V2 by default from release ``since`` on (config/vllm.py's oracle,
+    _is_default_v2_model_runner_model): the architectures of DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, every model that
+    is neither MoE nor hybrid (``dense``), or every model (``every``); ``quantized``: quantized checkpoints too."""
+
+    since: str
+    architectures: tuple[str, ...]
+    dense: bool
+    quantized: bool
+    every: bool = False
+
+
+MODEL_RUNNER_EPOCHS = (
+    # Qwen3 dense models, unquantized (vllm-project/vllm#39337, the 0.22.0 release notes)
+    RunnerEpoch("0.22.0", ("Qwen3ForCausalLM",), dense=False, quantized=False),
+    # + Llama and Mistral dense models (#43458, 0.23.0's notes)
+    RunnerEpoch("0.23.0", ("Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"), dense=False, quantized=False),
+    # + DeepSeek-V2 and Qwen2-MoE (#42667, held out of 0.23.0 in its review) and quantized models (0.25.0's notes:
+    # "building on quantized-model support from the previous release")
+    RunnerEpoch("0.24.0", ("Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "DeepseekV2ForCausalLM",
+                           "Qwen2MoeForCausalLM"), dense=False, quantized=True),
+    # every model that is neither MoE nor hybrid, with the MoE architectures above (#44443, 0.25.0's notes)
+    RunnerEpoch("0.25.0", ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM"), dense=True, quantized=True),
+    # every model (#53183, approved on 2026-08-26, after 0.28.0's release; a summary of 0.29.0's notes: "MRV2 is now
+    # the default runner for all models"; one plugin's comment says 0.30, kvlab follows the notes)
+    RunnerEpoch("0.29.0", (), dense=True, quantized=True, every=True),
+)
+MODEL_RUNNERS = ("v1", "v2")
+
+
+def model_runner(version: str | None, architecture: str, is_moe: bool, is_hybrid: bool, quantized: bool) -> str:
+    """'v2' where vLLM ``version`` (None: the newest kvlab knows) runs this model on Model Runner V2 when
+    VLLM_USE_V2_MODEL_RUNNER is unset, else 'v1'. Features V2 lacks (LoRA, some speculative methods) make vLLM fall
+    back to V1; kvlab sizes neither, so it does not check them."""
+    key = version_key(resolve_version(version))
+    epochs = [e for e in MODEL_RUNNER_EPOCHS if version_key(e.since) <= key]
+    if not epochs:
+        return "v1"
+    epoch = epochs[-1]
+    if epoch.every:
+        return "v2"
+    if quantized and not epoch.quantized:
+        return "v1"
+    if architecture in epoch.architectures:
+        return "v2"
+    return "v2" if epoch.dense and not is_moe and not is_hybrid else "v1"
+
+
 def qwen3_vl_profiles_video(version: str | None) -> bool:
     """Whether vLLM ``version`` (None: the newest kvlab knows) profiles Qwen3-VL's encoder on its dummy video."""
     return version_key(resolve_version(version)) >= version_key(QWEN3_VL_VIDEO_PROFILING_SINCE)

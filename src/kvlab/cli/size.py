@@ -47,6 +47,9 @@ EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs 
 SamplerOpt = Annotated[Optional[str], typer.Option(
     "--sampler", help="Top-k/top-p sampler of vLLM's profiling run, as its log names it: flashinfer or pytorch.",
     show_default="the vLLM version's usual one")]
+RunnerOpt = Annotated[Optional[str], typer.Option(
+    "--model-runner", help="vLLM's GPU model runner, as VLLM_USE_V2_MODEL_RUNNER sets it: v1 (=0) or v2 (=1); it "
+    "decides the sampler's share of the profiling run.", show_default="the one the vLLM version picks for the model")]
 # vLLM's --decode-context-parallel-size (-dcp; --dcp-size here, a name that fits the 80-column help): groups of TP
 # ranks that each keep every DCP-th token's KV
 DcpOpt = Annotated[int, typer.Option(
@@ -290,6 +293,7 @@ def size(
     quantization: QuantOpt = None,
     enforce_eager: EagerOpt = False,
     sampler: SamplerOpt = None,
+    model_runner: RunnerOpt = None,
     decode_context_parallel_size: DcpOpt = 1,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
@@ -301,7 +305,7 @@ def size(
         spec = get_model(model)
     quantization = weight_dtype(options, quantization, as_json)
     gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
-                                    enforce_eager=enforce_eager, sampler=sampler,
+                                    enforce_eager=enforce_eager, sampler=sampler, model_runner=model_runner,
                                     decode_context_parallel_size=decode_context_parallel_size)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
@@ -385,6 +389,7 @@ def fit(
     quantization: QuantOpt = None,
     enforce_eager: EagerOpt = False,
     sampler: SamplerOpt = None,
+    model_runner: RunnerOpt = None,
     decode_context_parallel_size: DcpOpt = 1,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
@@ -399,7 +404,7 @@ def fit(
         spec = get_model(model)
     quantization = weight_dtype(options, quantization, as_json)
     gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
-                                    enforce_eager=enforce_eager, sampler=sampler,
+                                    enforce_eager=enforce_eager, sampler=sampler, model_runner=model_runner,
                                     decode_context_parallel_size=decode_context_parallel_size)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
