@@ -222,11 +222,12 @@ class PagedAllocator:
         a block fills one block of each request due a block in its iterations 2 .. n + 1 (``BlockNeeds.filling``)
         and none of the others: only those are visited (visiting every running request was a fifth of a compiled
         run's instructions, most of them returning early)."""
-        tables = self._block_tables
+        tables, needs = self._block_tables, self._needs
         if num_iterations >= self.block_size:
+            # (the tokens from BlockNeeds, not from the requests' counters: the scheduler need not catch them up)
             for seq in seqs:
-                table = tables[seq.request.request_id]
-                self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
+                request = seq.request
+                self._cache_blocks(request, tables[request.request_id], needs.num_tokens(request.request_id))
             return
         # (_cache_blocks for one block, written out: about 20 calls per request)
         pool, num_cached, hashes_of = self._cached_pool, self._num_cached_blocks, self._block_hashes

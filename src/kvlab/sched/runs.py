@@ -188,8 +188,6 @@ class RunScheduler(Scheduler):
         not even the first iteration's blocks are free (a single iteration then preempts)."""
         num_context = decode_context(self.num_resident_computed_tokens, len(self.running))
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)
-        if self.allocator.enable_prefix_caching:
-            self.sync()  # (it hashes the blocks the run fills: it reads their tokens)
         run = self.allocator.allocate_decode_run(self.running, num_iterations)
         if run.num_iterations == 0:
             return None
@@ -203,8 +201,6 @@ class RunScheduler(Scheduler):
         running = self.running
         num_seqs = len(running)
         self._finish_heap()  # (before the admitted join: it holds the decoders only)
-        if self.allocator.enable_prefix_caching:
-            self.sync()
         first_run = self.allocator.allocate_decode_run(running, 1)
         if not first_run.num_iterations:
             return None
