@@ -151,10 +151,22 @@ class PrefixCachingBlockPool:
                 del self.free_block_queue[block_id]
             ref_cnt[block_id] += 1
 
-    def cache_full_blocks(self, block_ids: list[int], block_hashes: list[BlockHash]) -> None:
-        """Give blocks that just became full of computed tokens their hashes, so later requests can hit them."""
-        for block_id, block_hash in zip(block_ids, block_hashes):
-            self.cache_full_block(block_id, block_hash)
+    def cache_full_blocks(self, block_ids: list[int], block_hashes: list[BlockHash], start: int, end: int) -> None:
+        """Give blocks ``block_ids[start:end]``, which just became full of computed tokens, their hashes
+        ``block_hashes[start:end]``, so later requests can hit them. (By index, each ``cache_full_block`` written
+        out: the slices, the zip and a call per block cost 723k -> 704k instructions per request,
+        benchmarks/count_instructions.py --case vllm.)"""
+        hash_of, cached = self.block_hash, self.cached_block_hash_to_block
+        for i in range(start, end):
+            block_id, block_hash = block_ids[i], block_hashes[i]
+            assert hash_of[block_id] is None, f"block {block_id} is already cached"
+            hash_of[block_id] = block_hash
+            blocks = cached.setdefault(block_hash, block_id)
+            if isinstance(blocks, int):
+                if blocks != block_id:
+                    cached[block_hash] = {blocks: None, block_id: None}
+            else:
+                blocks[block_id] = None
 
     def cache_full_block(self, block_id: int, block_hash: BlockHash) -> None:
         """``cache_full_blocks`` for one block."""

@@ -531,9 +531,7 @@ class PagedAllocator:
         hashes = self._block_hashes.get(request.request_id)
         if hashes is None or len(hashes) < num_full_blocks:
             hashes = self._extend_block_hashes(request, num_full_blocks)
-        self._cached_pool.cache_full_blocks(
-            table[num_cached_blocks:num_full_blocks], hashes[num_cached_blocks:num_full_blocks]
-        )
+        self._cached_pool.cache_full_blocks(table, hashes, num_cached_blocks, num_full_blocks)
         self._num_cached_blocks[request.request_id] = num_full_blocks
 
     def _extend_block_hashes(self, request: Request, num_blocks: int) -> list[BlockHash]:
