@@ -236,10 +236,6 @@ class RunScheduler(Scheduler):
             return out
         self._admission_blocked = True
         growth = first_run.growth
-        # (With prefix caching the run's blocks are hashed from the requests' counters, which do not count the
-        # first iteration yet: the run is that one iteration.)
-        if self.allocator.enable_prefix_caching:
-            return self._run_output(1, growth)
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)  # (the same context)
         return self._run_output(*self._after_first(num_iterations, growth), timing=timing, num_context=num_context)
 
@@ -247,8 +243,8 @@ class RunScheduler(Scheduler):
         """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? If so, the
         decode iterations that can follow it as far as the requests just admitted go (at most ``max_rest``): up to
         the first of them to finish. 0 when not: the queue is not empty, a request just admitted does not compute
-        all its tokens now (it samples none), or one finishes now. (With prefix caching the run's blocks are hashed
-        from the requests' counters: 0.)"""
+        all its tokens now (it samples none), or one finishes now. (With prefix caching, 0: the CPU tier's loads,
+        kvlab.offload, are priced on single iterations only.)"""
         if self.waiting or self.allocator.enable_prefix_caching:
             return 0
         num_rest = max_rest
