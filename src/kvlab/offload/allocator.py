@@ -77,6 +77,10 @@ class OffloadingPagedAllocator(PagedAllocator):
             self._load_bytes += len(loaded) * self.block_bytes
         return fit
 
+    def peek_load_bytes(self) -> int:
+        """``take_load_bytes``' answer, taking nothing (the simulator prices a run's first iteration before it ends)."""
+        return self._load_bytes
+
     def take_load_bytes(self) -> int:
         """Bytes loaded from the CPU tier since the last call (the simulator prices them in the step)."""
         num_bytes, self._load_bytes = self._load_bytes, 0

@@ -243,9 +243,8 @@ class RunScheduler(Scheduler):
         """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? If so, the
         decode iterations that can follow it as far as the requests just admitted go (at most ``max_rest``): up to
         the first of them to finish. 0 when not: the queue is not empty, a request just admitted does not compute
-        all its tokens now (it samples none), or one finishes now. (With prefix caching, 0: the CPU tier's loads,
-        kvlab.offload, are priced on single iterations only.)"""
-        if self.waiting or self.allocator.enable_prefix_caching:
+        all its tokens now (it samples none), or one finishes now."""
+        if self.waiting:
             return 0
         num_rest = max_rest
         for seq in self.running[len(self.running) - num_admitted:]:
