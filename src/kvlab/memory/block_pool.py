@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
-# A block's content: an interned shared-prefix hash (0, 1, ...) or a request's private block (negative: paged.py).
+# A block's content: an interned shared-prefix hash (0, 1, ...) or a request's private block (negative: paged.py),
+# which only its own request can hit: it enters cached_block_hash_to_block only when that request is preempted.
 BlockHash = int
 
 NULL_BLOCK_ID = 0
@@ -113,9 +114,9 @@ class PrefixCachingBlockPool:
             block_hash = block_hashes[block_id]
             if block_hash is not None:  # (an eviction, as in append_new_blocks)
                 block_hashes[block_id] = None
-                entry = cached.pop(block_hash)
-                if entry.__class__ is dict:
-                    self._evict_duplicate(block_id, block_hash, entry)
+                entry = cached.pop(block_hash, None)  # (None: a private block never registered)
+                if entry is not None and entry != block_id:
+                    self._evict_other(block_id, block_hash, entry)
             ref_cnt[block_id] = 1
         return blocks
 
@@ -132,15 +133,20 @@ class PrefixCachingBlockPool:
                 # its entry. (Written out, one lookup: almost every block a decode run takes was cached; with
                 # cache_full_block's setdefault, 754k -> 737k instructions per request, count_instructions.py --case vllm.)
                 block_hashes[block_id] = None
-                entry = cached.pop(block_hash)
-                if entry.__class__ is dict:
-                    self._evict_duplicate(block_id, block_hash, entry)
+                entry = cached.pop(block_hash, None)  # (None: a private block never registered)
+                if entry is not None and entry != block_id:
+                    self._evict_other(block_id, block_hash, entry)
             ref_cnt[block_id] = 1
             table.append(block_id)
 
-    def _evict_duplicate(self, block_id: int, block_hash: BlockHash, entry: dict[int, None]) -> None:
-        """The rest of an eviction whose hash had several blocks (``entry``, popped): the others keep it."""
-        del entry[block_id]
+    def _evict_other(self, block_id: int, block_hash: BlockHash, entry: int | dict[int, None]) -> None:
+        """The rest of an eviction whose hash's entry (``entry``, popped) holds other blocks: several with equal
+        content, or, for a private block never registered, the one its request left cached in an earlier life
+        (``register_private``). The others keep the hash."""
+        if isinstance(entry, int):
+            self.cached_block_hash_to_block[block_hash] = entry
+            return
+        entry.pop(block_id, None)
         self.cached_block_hash_to_block[block_hash] = next(iter(entry)) if len(entry) == 1 else entry
 
     def touch(self, block_ids: list[int]) -> None:
@@ -161,6 +167,8 @@ class PrefixCachingBlockPool:
             block_id, block_hash = block_ids[i], block_hashes[i]
             assert hash_of[block_id] is None, f"block {block_id} is already cached"
             hash_of[block_id] = block_hash
+            if block_hash < 0:
+                continue  # a private block: registered only if its request is preempted (register_private)
             blocks = cached.setdefault(block_hash, block_id)
             if isinstance(blocks, int):
                 if blocks != block_id:
@@ -172,6 +180,8 @@ class PrefixCachingBlockPool:
         """``cache_full_blocks`` for one block."""
         assert self.block_hash[block_id] is None, f"block {block_id} is already cached"
         self.block_hash[block_id] = block_hash
+        if block_hash < 0:
+            return  # a private block: registered only if its request is preempted (register_private)
         cached = self.cached_block_hash_to_block
         blocks = cached.setdefault(block_hash, block_id)  # (one lookup where the hash is new, as it mostly is)
         if isinstance(blocks, int):
@@ -183,6 +193,23 @@ class PrefixCachingBlockPool:
     def free_blocks(self, ordered_blocks: list[int]) -> None:
         """Free blocks ordered by eviction priority: the first is reused (or evicted) first."""
         self.free_table(ordered_blocks[::-1])
+
+    def register_private(self, block_ids: list[int], block_hashes: list[BlockHash], start: int, end: int) -> None:
+        """Make the private blocks among ``block_ids[start:end]`` (cached, with hashes ``block_hashes[start:end]``)
+        findable by their hashes: their request was preempted and may come back for them. A private block's hash
+        names one request's content, so nobody else can hit it: it is set on the block (which keeps its place in
+        the free queue) but left out of the dict until then (most requests finish, and their blocks are evicted
+        without ever being looked up)."""
+        cached = self.cached_block_hash_to_block
+        for i in range(start, end):
+            block_id, block_hash = block_ids[i], block_hashes[i]
+            if block_hash < 0:  # (as cache_full_blocks would have: it is the newest block cached with the hash)
+                blocks = cached.setdefault(block_hash, block_id)
+                if isinstance(blocks, int):
+                    if blocks != block_id:
+                        cached[block_hash] = {blocks: None, block_id: None}
+                else:
+                    blocks[block_id] = None
 
     def free_table(self, table: list[int]) -> None:
         """A request's blocks, in token order, freed tail first (``free_blocks(table[::-1])`` without the copy):

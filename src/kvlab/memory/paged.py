@@ -281,13 +281,17 @@ class PagedAllocator:
 
     def free(self, seq: Sequence) -> None:
         """Give back every block of the request, tail first; shared blocks only lose a reference."""
-        request_id = seq.request.request_id
+        request = seq.request
+        request_id = request.request_id
         table = self._block_tables.pop(request_id, None)
         self._needs.forget(request_id)
         if self.enable_prefix_caching:
-            self._num_cached_blocks.pop(request_id, None)
-            self._block_hashes.pop(request_id, None)
+            num_cached = self._num_cached_blocks.pop(request_id, 0)
+            hashes = self._block_hashes.pop(request_id, None)
             self._requests.pop(request_id, None)
+            if table is not None and hashes is not None and seq.num_tokens < request.prompt_len + request.num_output_tokens:
+                # Not finished (preempted): it may come back for its own blocks, so they become findable.
+                self._cached_pool.register_private(table, hashes, 0, num_cached)
         if table is None:
             return  # freed before it was ever allocated
         self._num_table_entries -= len(table)
@@ -407,14 +411,16 @@ class PagedAllocator:
         if self.enable_prefix_caching:
             pool = self._cached_pool
             assert pool.ref_cnt == holders, "ref_cnt differs from the number of block tables holding a block"
-            num_hashed = 0
+            registered: set[int] = set()
             for block_hash, blocks in pool.cached_block_hash_to_block.items():
                 block_ids = [blocks] if isinstance(blocks, int) else list(blocks)
                 assert block_ids, f"empty entry for hash {block_hash!r}"
                 for block_id in block_ids:
                     assert pool.block_hash[block_id] == block_hash
-                num_hashed += len(block_ids)
-            assert num_hashed == sum(h is not None for h in pool.block_hash)
+                registered.update(block_ids)
+            # (a private block is in the dict once its request was preempted: PrefixCachingBlockPool.register_private)
+            for block_id, maybe_hash in enumerate(pool.block_hash):
+                assert maybe_hash is None or maybe_hash < 0 or block_id in registered, f"block {block_id} not findable"
             for seq in held:
                 table = self._block_tables[seq.request.request_id]
                 num_cached = self._num_cached_blocks.get(seq.request.request_id, 0)
