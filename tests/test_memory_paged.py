@@ -561,3 +561,28 @@ def test_random_admit_grow_preempt_free(num_blocks, block_size, enable_prefix_ca
     assert allocator.num_allocated_slots == 0
     assert allocator.num_internal_fragmentation_slots == 0
     allocator.check_invariants([])
+
+
+def test_a_private_block_is_findable_once_its_request_is_preempted_and_never_when_it_finished():
+    allocator = PagedAllocator(num_blocks=10, block_size=4, enable_prefix_caching=True)
+    cached = allocator.prefix_pool.cached_block_hash_to_block
+    a = Seq(req(0, 12))  # 12 prompt tokens of 16: three private blocks, full and hashed
+    assert admit(allocator, a) is Fit.NOW
+    assert [allocator.block_hash(b) for b in (1, 2, 3)] == [(0, 0), (0, 1), (0, 2)]
+    assert not cached  # hashed, but nobody else can hit them: not in the dict while a runs
+    allocator.free(a)  # preempted (4 tokens still to sample): it may come back for them
+    assert allocator.free_block_ids() == [4, 5, 6, 7, 8, 9, 3, 2, 1]
+    assert sorted(cached.values()) == [1, 2, 3]
+    a.num_computed_tokens = 0
+    assert allocator.get_num_cached_tokens(a) == 8  # its own blocks again (up to its last token)
+    assert admit(allocator, a) is Fit.NOW
+    assert allocator.get_block_ids(0) == [1, 2, 4]  # (block 3 is not hit: the last token is recomputed)
+    a.num_tokens = 16  # it finished: its blocks go back hashed (to the back), but its new block stays unlisted
+    allocator.free(a)
+    assert allocator.free_block_ids() == [5, 6, 7, 8, 9, 3, 4, 2, 1]
+    assert allocator.block_hash(4) == (0, 2) and 4 not in cached.values()
+    allocator.check_invariants([])
+    b = Seq(req(1, 24))  # takes every free block, evicting a's
+    assert admit(allocator, b) is Fit.NOW
+    assert allocator.get_block_ids(1) == [5, 6, 7, 8, 9, 3]
+    allocator.check_invariants([b])

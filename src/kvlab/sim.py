@@ -354,6 +354,8 @@ class Simulation:
         lead: list[float] = []
         if first is not None:
             dt = self.config.cost.iteration_times(*first)
+            if self._extra_seconds is not None and self.config.offload is not None:  # its loads (taken in _timing)
+                dt += self.config.offload.seconds(self.allocator.peek_load_bytes())
             lead, now = [dt], now + dt
             max_iterations -= 1
         if now >= stop or max_iterations <= 0:
@@ -383,6 +385,8 @@ class Simulation:
         moves KV over PCIe."""
         k = out.num_iterations
         if k > 1:  # a run: the horizon priced it (a single iteration is priced below, run or not)
+            if self._extra_seconds is not None and self.config.offload is not None:
+                self.allocator.take_load_bytes()  # (its first iteration's loads, priced by _horizon)
             # (a run's timing always has durations, at least k: it may stop short of the horizon)
             durations, end, _ = out.timing  # type: ignore[misc]
             if len(durations) == k:

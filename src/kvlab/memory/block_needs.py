@@ -32,6 +32,7 @@ class BlockNeeds:
         self._buckets: list[list[int]] = [[] for _ in range(block_size)]  # phase -> request ids, admission order
         self._phase: dict[int, int] = {}  # request_id -> its bucket: the clock iterations of its blocks mod block_size
         self._stamp: dict[int, int] = {}  # request_id -> admission stamp
+        self._tokens: dict[int, int] = {}  # request_id -> its tokens when the clock read 0 (tokens - clock)
         self._last: dict[int, dict[int, int]] = {}  # clock iteration -> {request_id: internal slots of its last block}
         self._last_of: dict[int, int] = {}  # request_id -> the key of its entry in _last
         self._last_heap: list[int] = []  # the keys of _last (and some of removed entries: skipped)
@@ -61,6 +62,15 @@ class BlockNeeds:
 
     def stamp(self, request_id: int) -> int:
         return self._stamp[request_id]
+
+    def num_tokens(self, request_id: int) -> int:
+        """The tokens the request has filled once the iterations given so far ran: those it was given last, and
+        one more for each decode iteration since (the allocator hashes a run's blocks from this count: the
+        scheduler's counters may lag behind a run)."""
+        pending = self._pending.get(request_id)
+        if pending is not None:
+            return pending[1]
+        return self.num_decode_iterations + self._tokens[request_id]
 
     def next_block_iteration(self, request_id: int) -> int:
         """For checks: the decode-run iteration from now (1: the next) in which the request needs a block."""
@@ -154,6 +164,7 @@ class BlockNeeds:
         # now, and then every block_size iterations.
         at = self.num_decode_iterations + num_slots - num_tokens + 1
         self._phase[request_id] = at % bs
+        self._tokens[request_id] = num_tokens - self.num_decode_iterations
         if at - self.num_decode_iterations > bs:
             self._far.add(request_id)
             return
@@ -170,6 +181,7 @@ class BlockNeeds:
 
     def _remove(self, request_id: int) -> None:
         phase = self._phase.pop(request_id)
+        del self._tokens[request_id]
         if request_id in self._far:
             self._far.remove(request_id)
             return

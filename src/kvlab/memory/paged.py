@@ -52,15 +52,26 @@ from kvlab.workload.request import Request
 def private_block_hash(request_id: int, j: int) -> int:
     """The hash of block ``j`` of a request's private blocks, ``(request_id, j)`` packed in a negative int (a tuple
     per block was a tenth of a compiled run): interned prefix hashes count up from 0, so the two never collide.
-    Request ids are zigzagged (0, -1, 1, ... -> 0, 1, 2, ...) so that any id packs; ``j`` is below 2**32."""
+    Request ids are zigzagged (0, -1, 1, ... -> 0, 1, 2, ...) so that any id packs; ``j`` is below 2**31.
+
+    The request goes in the high 32 bits, and scrambled into the low ones too (``_private_offset``): a dict's slot
+    is a hash's low bits, and with ``j`` alone there every request's block j fell in the same slot (probe chains
+    in the prefix cache's dict; 737k -> 723k instructions per request, benchmarks/count_instructions.py --case vllm).
+    A request's blocks stay consecutive ints (``_extend_block_hashes`` hands them out as a range)."""
     zigzag = 2 * request_id if request_id >= 0 else -2 * request_id - 1
-    return -1 - (zigzag << 32) - j
+    return -1 - (zigzag << 32) - _private_offset(zigzag) - j
+
+
+def _private_offset(zigzag: int) -> int:
+    """Where a request's blocks start in the low 32 bits: its zigzagged id times an odd constant (Knuth's
+    multiplicative hashing), below 2**31 so that ``offset + j`` stays below 2**32."""
+    return (zigzag * 0x9E3779B1) & 0x7FFFFFFF
 
 
 def private_block_key(block_hash: int) -> tuple[int, int]:
     """``(request_id, j)`` back from ``private_block_hash``."""
-    zigzag, j = divmod(-1 - block_hash, 1 << 32)
-    return (zigzag >> 1 if zigzag % 2 == 0 else -((zigzag + 1) >> 1)), j
+    zigzag, low = divmod(-1 - block_hash, 1 << 32)
+    return (zigzag >> 1 if zigzag % 2 == 0 else -((zigzag + 1) >> 1)), low - _private_offset(zigzag)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.offload and kvlab.disagg
@@ -222,11 +233,12 @@ class PagedAllocator:
         a block fills one block of each request due a block in its iterations 2 .. n + 1 (``BlockNeeds.filling``)
         and none of the others: only those are visited (visiting every running request was a fifth of a compiled
         run's instructions, most of them returning early)."""
-        tables = self._block_tables
+        tables, needs = self._block_tables, self._needs
         if num_iterations >= self.block_size:
+            # (the tokens from BlockNeeds, not from the requests' counters: the scheduler need not catch them up)
             for seq in seqs:
-                table = tables[seq.request.request_id]
-                self._cache_blocks(seq.request, table, seq.num_computed_tokens + num_iterations)
+                request = seq.request
+                self._cache_blocks(request, tables[request.request_id], needs.num_tokens(request.request_id))
             return
         # (_cache_blocks for one block, written out: about 20 calls per request)
         pool, num_cached, hashes_of = self._cached_pool, self._num_cached_blocks, self._block_hashes
@@ -269,13 +281,17 @@ class PagedAllocator:
 
     def free(self, seq: Sequence) -> None:
         """Give back every block of the request, tail first; shared blocks only lose a reference."""
-        request_id = seq.request.request_id
+        request = seq.request
+        request_id = request.request_id
         table = self._block_tables.pop(request_id, None)
         self._needs.forget(request_id)
         if self.enable_prefix_caching:
-            self._num_cached_blocks.pop(request_id, None)
-            self._block_hashes.pop(request_id, None)
+            num_cached = self._num_cached_blocks.pop(request_id, 0)
+            hashes = self._block_hashes.pop(request_id, None)
             self._requests.pop(request_id, None)
+            if table is not None and hashes is not None and seq.num_tokens < request.prompt_len + request.num_output_tokens:
+                # Not finished (preempted): it may come back for its own blocks, so they become findable.
+                self._cached_pool.register_private(table, hashes, 0, num_cached)
         if table is None:
             return  # freed before it was ever allocated
         self._num_table_entries -= len(table)
@@ -395,14 +411,16 @@ class PagedAllocator:
         if self.enable_prefix_caching:
             pool = self._cached_pool
             assert pool.ref_cnt == holders, "ref_cnt differs from the number of block tables holding a block"
-            num_hashed = 0
+            registered: set[int] = set()
             for block_hash, blocks in pool.cached_block_hash_to_block.items():
                 block_ids = [blocks] if isinstance(blocks, int) else list(blocks)
                 assert block_ids, f"empty entry for hash {block_hash!r}"
                 for block_id in block_ids:
                     assert pool.block_hash[block_id] == block_hash
-                num_hashed += len(block_ids)
-            assert num_hashed == sum(h is not None for h in pool.block_hash)
+                registered.update(block_ids)
+            # (a private block is in the dict once its request was preempted: PrefixCachingBlockPool.register_private)
+            for block_id, maybe_hash in enumerate(pool.block_hash):
+                assert maybe_hash is None or maybe_hash < 0 or block_id in registered, f"block {block_id} not findable"
             for seq in held:
                 table = self._block_tables[seq.request.request_id]
                 num_cached = self._num_cached_blocks.get(seq.request.request_id, 0)
@@ -519,9 +537,7 @@ class PagedAllocator:
         hashes = self._block_hashes.get(request.request_id)
         if hashes is None or len(hashes) < num_full_blocks:
             hashes = self._extend_block_hashes(request, num_full_blocks)
-        self._cached_pool.cache_full_blocks(
-            table[num_cached_blocks:num_full_blocks], hashes[num_cached_blocks:num_full_blocks]
-        )
+        self._cached_pool.cache_full_blocks(table, hashes, num_cached_blocks, num_full_blocks)
         self._num_cached_blocks[request.request_id] = num_full_blocks
 
     def _extend_block_hashes(self, request: Request, num_blocks: int) -> list[BlockHash]:

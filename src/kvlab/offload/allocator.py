@@ -77,6 +77,10 @@ class OffloadingPagedAllocator(PagedAllocator):
             self._load_bytes += len(loaded) * self.block_bytes
         return fit
 
+    def peek_load_bytes(self) -> int:
+        """``take_load_bytes``' answer, taking nothing (the simulator prices a run's first iteration before it ends)."""
+        return self._load_bytes
+
     def take_load_bytes(self) -> int:
         """Bytes loaded from the CPU tier since the last call (the simulator prices them in the step)."""
         num_bytes, self._load_bytes = self._load_bytes, 0
@@ -107,8 +111,9 @@ class OffloadingPagedAllocator(PagedAllocator):
         bs, fills = self.block_size, []
         for index, seq in enumerate(seqs):
             request_id = seq.request.request_id
+            num_computed = self._needs.num_tokens(request_id) - run.num_iterations  # (the counters may lag)
             for j in range(before[request_id], self._num_cached_blocks[request_id]):
-                fills.append(((j + 1) * bs - seq.num_computed_tokens, index, request_id, j + 1))
+                fills.append(((j + 1) * bs - num_computed, index, request_id, j + 1))
         for _, _, request_id, num_blocks in sorted(fills):
             self._store(request_id, num_blocks)
         return run

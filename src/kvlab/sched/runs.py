@@ -188,8 +188,6 @@ class RunScheduler(Scheduler):
         not even the first iteration's blocks are free (a single iteration then preempts)."""
         num_context = decode_context(self.num_resident_computed_tokens, len(self.running))
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)
-        if self.allocator.enable_prefix_caching:
-            self.sync()  # (it hashes the blocks the run fills: it reads their tokens)
         run = self.allocator.allocate_decode_run(self.running, num_iterations)
         if run.num_iterations == 0:
             return None
@@ -203,8 +201,6 @@ class RunScheduler(Scheduler):
         running = self.running
         num_seqs = len(running)
         self._finish_heap()  # (before the admitted join: it holds the decoders only)
-        if self.allocator.enable_prefix_caching:
-            self.sync()
         first_run = self.allocator.allocate_decode_run(running, 1)
         if not first_run.num_iterations:
             return None
@@ -240,10 +236,6 @@ class RunScheduler(Scheduler):
             return out
         self._admission_blocked = True
         growth = first_run.growth
-        # (With prefix caching the run's blocks are hashed from the requests' counters, which do not count the
-        # first iteration yet: the run is that one iteration.)
-        if self.allocator.enable_prefix_caching:
-            return self._run_output(1, growth)
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)  # (the same context)
         return self._run_output(*self._after_first(num_iterations, growth), timing=timing, num_context=num_context)
 
@@ -251,9 +243,8 @@ class RunScheduler(Scheduler):
         """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? If so, the
         decode iterations that can follow it as far as the requests just admitted go (at most ``max_rest``): up to
         the first of them to finish. 0 when not: the queue is not empty, a request just admitted does not compute
-        all its tokens now (it samples none), or one finishes now. (With prefix caching the run's blocks are hashed
-        from the requests' counters: 0.)"""
-        if self.waiting or self.allocator.enable_prefix_caching:
+        all its tokens now (it samples none), or one finishes now."""
+        if self.waiting:
             return 0
         num_rest = max_rest
         for seq in self.running[len(self.running) - num_admitted:]:
