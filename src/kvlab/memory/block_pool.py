@@ -180,8 +180,12 @@ class PrefixCachingBlockPool:
         """``cache_full_blocks`` for one block."""
         assert self.block_hash[block_id] is None, f"block {block_id} is already cached"
         self.block_hash[block_id] = block_hash
-        if block_hash < 0:
-            return  # a private block: registered only if its request is preempted (register_private)
+        if block_hash >= 0:  # (a private block: registered only if its request is preempted, register_private)
+            self._index(block_hash, block_id)
+
+    def _index(self, block_hash: BlockHash, block_id: int) -> None:
+        """Make ``block_id`` findable by ``block_hash`` (the newest block cached with it). cache_full_blocks writes
+        this out in its loop (its hot path)."""
         cached = self.cached_block_hash_to_block
         blocks = cached.setdefault(block_hash, block_id)  # (one lookup where the hash is new, as it mostly is)
         if isinstance(blocks, int):
@@ -200,16 +204,9 @@ class PrefixCachingBlockPool:
         names one request's content, so nobody else can hit it: it is set on the block (which keeps its place in
         the free queue) but left out of the dict until then (most requests finish, and their blocks are evicted
         without ever being looked up)."""
-        cached = self.cached_block_hash_to_block
         for i in range(start, end):
-            block_id, block_hash = block_ids[i], block_hashes[i]
-            if block_hash < 0:  # (as cache_full_blocks would have: it is the newest block cached with the hash)
-                blocks = cached.setdefault(block_hash, block_id)
-                if isinstance(blocks, int):
-                    if blocks != block_id:
-                        cached[block_hash] = {blocks: None, block_id: None}
-                else:
-                    blocks[block_id] = None
+            if block_hashes[i] < 0:  # (as cache_full_blocks would have: it is the newest block cached with the hash)
+                self._index(block_hashes[i], block_ids[i])
 
     def free_table(self, table: list[int]) -> None:
         """A request's blocks, in token order, freed tail first (``free_blocks(table[::-1])`` without the copy):
