@@ -100,8 +100,7 @@ def capacity(
     A rate holds when its run kept up and met the target: its waiting queue grew neither in count nor in oldest wait,
     every request finished (or was given up at its client's deadline), judged up to the last arrival.
 
-    Each answer is searched on two samples (the workload, and a longer one: a trace with its own arrival times whole,
-    up to 100,000 requests; else twice the workload) and both are shown with their spread.
+    Each answer is searched on two samples (the workload and a longer one: a whole trace, else twice it), shown with their spread.
 
     Found by bracketing and bisection; every simulation is stored like a sweep's, so a search run again reuses them.
 
