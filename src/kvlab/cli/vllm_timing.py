@@ -110,7 +110,8 @@ def _print(calibration, design, rows, out: Path, runs) -> None:
     console.print(f"Wrote {out}: kvlab run --cost {out} ...")
     if rows:
         console.print(f"\nChecked on {'; '.join(w.describe() for w in timing.CHECKS)}; each run twice (engine "
-                      "runs), kvlab once, allowed: the issue's tolerance or the engine's own run-to-run difference:")
+                      "runs), kvlab for each at the machine's speed then (a fixed probe's), allowed: the issue's tolerance "
+                      "or the engine's own run-to-run difference:")
         for line in timing.format_rows(rows):
             console.print(line)
         loads = ", ".join(f"{r.timing.get('load_average_start', [0])[0]:.1f}" for r in runs)

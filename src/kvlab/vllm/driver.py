@@ -43,7 +43,8 @@ JOB.json is one job or a list of jobs (a list runs in one process, one engine af
                "clock": "engine",                 # optional: "engine" (default) or "wall" (see _EngineClock)
                "warmup_requests": [{"request_id", "prompt_token_ids", "max_tokens"}, ...]}
                                                   # optional: served to completion first, untimed and unrecorded
-                                                  # (a fresh engine's first steps are slower)
+                                                  # (a fresh engine's first steps are slower); then
+                                                  # again before and after the run, as its probe
 
 RESULT.json (a list of these for a list of jobs):
     {"startup": {num_gpu_blocks, num_blocks, num_free_blocks, block_size, kv_cache_size_tokens,
@@ -79,7 +80,8 @@ RESULT.json (a list of these for a list of jobs):
   "arrival_s", "added_s" (when it was added, before the step after its arrival) and "token_s" (the end of each
   step that sampled one of its tokens, one entry per token); and the result has "timing": {"cpu", "nice", "affinity",
   "torch_num_threads", "clock", "stalled_s" (the time the engine clock left out), "load_average_start",
-  "load_average_end"}.
+  "load_average_end", "probe_cpu_s" (the CPU seconds the warm-up requests took when served again just before
+  the run and just after it: the same steps each time, the machine's speed then)}.
   or, when the engine refuses a job or fails in it: {"error": {"type", "message", "traceback"}}; the exit code
   is then 3.
 """
@@ -377,15 +379,19 @@ def run(job: dict) -> dict:
     extra = {}
     try:
         if timing is not None:
-            _warm_up(engine, timing.get("warmup_requests", ()))
+            warmup = timing.get("warmup_requests", ())
+            _warm_up(engine, warmup)
+            probe_before = _probe(engine, warmup, "before")
             recorder = _Recorder(engine_core.scheduler, record_block_ids=False, light=True)
             extra["timing"] = {"cpu": timing.get("cpu"), "nice": os.getpriority(os.PRIO_PROCESS, 0),
                                "affinity": sorted(os.sched_getaffinity(0)),
                                "torch_num_threads": __import__("torch").get_num_threads(),
                                "load_average_start": list(os.getloadavg())}
             steps, outputs, run_s = _drive_in_real_time(engine, recorder, job)
+            steps = list(steps)  # (the probe after the run is not one of its steps)
             extra["timing"].update({"clock": timing.get("clock", "engine"), "stalled_s": recorder.stalled_s,
-                                    "load_average_end": list(os.getloadavg())})
+                                    "load_average_end": list(os.getloadavg()),
+                                    "probe_cpu_s": [probe_before, _probe(engine, warmup, "after")]})
         else:
             recorder = _Recorder(engine_core.scheduler, job.get("record_block_ids", True))
             steps, outputs, run_s = _drive(engine, recorder, job)
@@ -458,6 +464,16 @@ def _warm_up(engine, requests: list[dict]) -> None:
                            _params(r["max_tokens"]))
     while engine.has_unfinished_requests():
         engine.step()
+
+
+def _probe(engine, requests: list[dict], tag: str) -> float:
+    """The process's CPU time to serve ``requests`` again, all at once: the same steps every time, so that
+    their time says how fast the machine runs the engine now (0 when there are none)."""
+    if not requests:
+        return 0.0
+    start = time.process_time()
+    _warm_up(engine, [{**r, "request_id": f"probe-{tag}-{r['request_id']}"} for r in requests])
+    return time.process_time() - start
 
 
 class _EngineClock:

@@ -133,6 +133,13 @@ class TimedRun:
     timing: dict = field(default_factory=dict)
 
     @property
+    def probe_s(self) -> float | None:
+        """The CPU seconds of the fixed probe served just before and just after the run (driver.py's
+        "probe_cpu_s"), their mean: the machine's speed over the run, on the same steps every time."""
+        probes = [p for p in self.timing.get("probe_cpu_s", ()) if p > 0]
+        return sum(probes) / len(probes) if probes else None
+
+    @property
     def off_cpu(self) -> float:
         """The share of its steps' wall time the engine's process spent off its CPU (others ran on it)."""
         wall = sum(s["wall_s"] for s in self.steps)
@@ -304,6 +311,7 @@ class CheckRow:
     measured: tuple[float, ...]
     kvlab: float
     speed_run_to_run: float = 0.0  # how far the engine's speed moved between runs of one workload (speed_changes)
+    machine: tuple[float, ...] = ()  # each run's probe over the calibration runs' (machine_speeds)
 
     @property
     def mean(self) -> float:
@@ -345,28 +353,71 @@ def speed_changes(runs: Sequence[TimedRun], constants: dict) -> dict[str, float]
     return {name: (max(r) - min(r)) / (sum(r) / len(r)) for name, r in ratios.items() if len(r) > 1}
 
 
+def machine_speeds(runs: Sequence[TimedRun], calibration: str = CALIBRATION.name) -> list[float]:
+    """Each run's probe time (TimedRun.probe_s) over the calibration runs' mean: 1.1 is a machine 10% slower
+    during that run than while the profile's steps were timed (1.0 for runs without a probe)."""
+    reference = [r.probe_s for r in runs if r.workload == calibration and r.probe_s]
+    if not reference:
+        return [1.0] * len(runs)
+    mean = sum(reference) / len(reference)
+    return [r.probe_s / mean if r.probe_s else 1.0 for r in runs]
+
+
+def decode_step_ratio(runs: Sequence[TimedRun], profile: dict, workload: str,
+                      calibration: str = CALIBRATION.name) -> float:
+    """The engine's decode-only steps in ``workload``'s runs, measured over what the profile gives for them at
+    each run's machine speed: the clock's own error on the steps a TPOT is made of (1.2: the engine 20% slower)."""
+    import numpy as np
+
+    from kvlab.cost.calibrate import predicted
+
+    measured = modelled = 0.0
+    for run, machine in zip(runs, machine_speeds(runs, calibration)):
+        if run.workload != workload:
+            continue
+        its = step_iterations([run])
+        decode = np.asarray(its.num_prefill_tokens) == 0
+        model = np.asarray(predicted(at_speed(profile, machine)["constants"], its.num_seqs, its.num_prefill_tokens,
+                                     its.num_decode_tokens, its.num_context_tokens))
+        measured += float(np.asarray(its.duration)[decode].sum())
+        modelled += float(model[decode].sum())
+    return measured / modelled if modelled else math.nan
+
+
+def at_speed(profile: dict, speed: float) -> dict:
+    """The profile on a machine ``speed`` times slower: every time constant scaled."""
+    return {**profile, "constants": {k: v * speed for k, v in profile["constants"].items()}}
+
+
 def check_rows(runs: Sequence[TimedRun], profile: dict, settings: EngineSettings = SETTINGS,
                model: dict | None = None, calibration: str = CALIBRATION.name) -> list[CheckRow]:
     """Runs of the same workload (by name, in order; the calibration's left out) against kvlab's prediction for
-    it, figure by figure; with the largest change in the engine's speed between runs of one workload."""
-    by_workload: dict[str, list[TimedRun]] = {}
-    for run in runs:
+    it, figure by figure; with the largest change in the engine's speed between runs of one workload. Each run
+    is predicted at the machine's speed during it (machine_speeds: the profile's times scaled by the run's probe
+    over the calibration runs'), and kvlab's figure is the mean of those predictions."""
+    by_workload: dict[str, list[tuple[TimedRun, float]]] = {}
+    for run, machine in zip(runs, machine_speeds(runs, calibration)):
         if run.workload != calibration:
-            by_workload.setdefault(run.workload, []).append(run)
+            by_workload.setdefault(run.workload, []).append((run, machine))
     speed = max(speed_changes(runs, profile["constants"]).values(), default=0.0)
     rows = []
     for name, repeats in by_workload.items():
-        predicted = predict(repeats[0], profile, settings, model)
-        measured = [r.figures() for r in repeats]
-        rows += [CheckRow(name, figure, tuple(m[figure] for m in measured), predicted[figure], speed)
-                 for figure in FIGURES]
+        predicted = [predict(run, at_speed(profile, machine), settings, model) for run, machine in repeats]
+        measured = [run.figures() for run, _ in repeats]
+        rows += [CheckRow(name, figure, tuple(m[figure] for m in measured),
+                          sum(p[figure] for p in predicted) / len(predicted), speed,
+                          tuple(machine for _, machine in repeats)) for figure in FIGURES]
     return rows
 
 
 def format_rows(rows: Sequence[CheckRow]) -> list[str]:
     """The check as a table: each figure's runs, their difference, kvlab, its error and the tolerance held to."""
     speed = max((row.speed_run_to_run for row in rows), default=0.0)
+    machine = {row.workload: row.machine for row in rows if row.machine}
     lines = [f"the engine's speed between two runs of one workload moved by up to {speed:.1%} (allowed where larger)",
+             *([("the machine, by a fixed probe before and after each run, against the calibration runs: "
+                 + "; ".join(f"{name} " + " / ".join(f"{m:.2f}x" for m in speeds) for name, speeds in machine.items())
+                 + " (each run predicted at its own)")] if machine else []),
              f"{'workload':<16} {'figure':<14} {'engine runs':>21} {'run-to-run':>10} {'kvlab':>9} {'error':>7} "
              f"{'allowed':>7}"]
     for row in rows:
