@@ -229,14 +229,49 @@ def test_qwen3_vl_video_dummy_of_vllm_0_11_is_derived_from_the_processor_rules()
     e = encoder_inputs(qwen3, config)
     assert (e.modality, e.items, e.budget_tokens, e.frames, e.side) == ("video", 1, 153600, 24576, 32)
     assert (e.patches_per_item, e.tokens_per_item, e.values_per_patch, e.video_instead) == (49152, 12288, 1536, False)
-    forward, kept = encoder_bytes(e, 2)
+    source = dict((t.name, t.source) for t in size_kv_cache(qwen3, config).profile_terms)["peak activation"]
+    assert "1 video of 24,576 frames" in source and "153,600 tokens" in source
+    # Without the encoder cache's widening (before 0.11, from 0.13) the outputs are kept as the tower returns them.
+    e13 = encoder_inputs(qwen3, SizingConfig.for_gpu(get_gpu("rtx-3090"), tensor_parallel_size=4, max_model_len=65536,
+                                                     vllm_version="0.13.0"))
+    assert e13.cache_rows == 0
+    forward, kept = encoder_bytes(e13, 2)
     assert kept == 49152 * 1536 * 4 + 12288 * 8192 * 2
     assert forward == kept + 49152 * (1536 + 2 * 1152 + 2 * (4304 // 4)) * 2
-    source = dict((t.name, t.source) for t in size_kv_cache(qwen3, config).profile_terms)["peak activation"]
-    assert "1 video of 24,576 frames" in source and "153,600 tokens" in source and "lower bound" in source
-    # The video's run is smaller than the image's (49,152 patches against 65,536): the log's budget is not explained by
-    # it (docs/sizing.md, the startup-log outliers).
-    assert kept < 65536 * 1536 * 4 + 16384 * 8192 * 2
+
+
+def test_encoder_cache_of_vllm_0_11_holds_the_dummy_output_widened_to_the_budget():
+    """vLLM 0.11's profile_run copies each dummy encoder output shorter than the encoder budget into zeros of the
+    budget's rows (the cache then held scattered embeddings, markers and timestamps included) and keeps those through
+    the text dummy run: Qwen3-VL-30B-A3B's video, 12,288 tokens of 2,048 x (1 + 3 deepstack) = 8,192 wide, becomes
+    153,600 x 8,192 bf16 = 2.34 GiB on every GPU. Corpus log qwen3-vl-30b-a3b-4xrtx3090-0.11.0 leaves 2.31 GiB."""
+    from kvlab.memory_profile import encoder_bytes
+    from kvlab.sizing import encoder_inputs
+    from kvlab.vllm_rules import encoder_cache_rows
+
+    qwen3 = get_model(str(DATA / "qwen3-vl-30b-a3b-instruct.json"))
+    config = SizingConfig.for_gpu(get_gpu("rtx-3090"), tensor_parallel_size=4, max_model_len=65536,
+                                  vllm_version="0.11.0")
+    e = encoder_inputs(qwen3, config)
+    assert (e.cache_rows, e.tokens_per_item, e.out_width, e.items) == (153600, 12288, 8192, 1)
+    forward, kept = encoder_bytes(e, 2)
+    pixels, outputs, widened = 49152 * 1536 * 4, 12288 * 8192 * 2, 153600 * 8192 * 2
+    assert kept == pixels + widened == 2_818_572_288
+    # the tower's run, and the copy, when the outputs and the zeros they are copied into both exist
+    assert forward == max(pixels + 49152 * (1536 + 2 * 1152 + 2 * (4304 // 4)) * 2 + outputs,
+                          pixels + outputs + widened) == pixels + outputs + widened
+    r = size_kv_cache(qwen3, config)
+    assert "widened to 153,600 rows" in dict((t.name, t.source) for t in r.profile_terms)["peak activation"]
+    assert r.num_blocks == 7196 and abs(r.available_kv_bytes / GIB - 2.31) < 0.35  # printed 2.31 (weights: -0.28)
+    # 0.11 widens every item to the whole budget, 0.12 to the item's own length; 0.10 and 0.13 do not widen.
+    assert encoder_cache_rows("0.11.2", 65536, 16384) == 65536 and encoder_cache_rows("0.12.0", 65536, 16384) == 16384
+    assert encoder_cache_rows("0.10.2", 65536, 16384) == 0 == encoder_cache_rows("0.13.0", 65536, 16384)
+    # An image as long as the budget is not widened: Qwen2.5-VL's 16,384-token image with 2,048 batched tokens.
+    qwen25 = get_model(str(DATA / "qwen2.5-vl-7b-instruct.json"))
+    e25 = encoder_inputs(qwen25, SizingConfig.for_gpu(get_gpu("l4"), tensor_parallel_size=2, max_model_len=8192,
+                                                      vllm_version="0.11.0"))
+    assert e25.cache_rows == 16384 == e25.tokens_per_item
+    assert encoder_bytes(e25, 2)[1] == 65536 * 1176 * 4 + 16384 * 3584 * 2
 
 
 def test_decode_context_parallelism_spreads_a_request_over_the_dcp_ranks():

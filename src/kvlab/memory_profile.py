@@ -119,6 +119,7 @@ class EncoderInputs:
     frames: int = 1  # a video dummy's frames
     side: int = 0  # pixels on a side of one (square) frame or image
     video_instead: bool = False  # vLLM profiles a video item here, whose size kvlab does not derive
+    cache_rows: int = 0  # rows each output is widened to in the encoder cache (vllm_rules.encoder_cache_rows), 0: none
 
     @property
     def described(self) -> str:
@@ -164,16 +165,16 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
     if e.video_instead:
         what += (" (vLLM profiles a video item at this max_model_len, larger than the image; kvlab does not derive "
                  "its size, so this is a lower bound)")
-    elif e.modality == "video":
-        what += (" (a lower bound: for this video run the 0.11 corpus log of Qwen3-VL-30B-A3B leaves 2.2 GiB a GPU "
-                 "unexplained and vllm-project/vllm#27992 reports ~10 GB for the same tower; docs/sizing.md)")
+    held = "float32 pixel_values and the outputs in the encoder cache"
+    if e.cache_rows > e.tokens_per_item:
+        held = (f"float32 pixel_values and the outputs widened to {e.cache_rows:,} rows each with zeros, as the "
+                f"encoder cache of this vLLM held scattered embeddings")
     if encoder > text + kept:
         return Term("peak activation", encoder, f"estimate: the encoder's profiling run over {what}: float32 "
                     f"pixel_values, their model-dtype copy, the tower's hidden, normed and MLP tensors per patch and "
                     f"the outputs; above the text run's {text / GIB:.2f} GiB (vLLM measures the peak)")
     return Term("peak activation", text + kept, source + f" + {kept / GIB:.2f} GiB held from the encoder's profiling "
-                f"run over {what} (float32 pixel_values and the outputs in the encoder cache) (vLLM measures it in "
-                "its profiling run)")
+                f"run over {what} ({held}) (vLLM measures it in its profiling run)")
 
 
 def with_sampler(x: ProfileInputs, forward: float, source: str, fit: ProfileFit = FIT) -> tuple[int, str]:
@@ -206,12 +207,18 @@ def encoder_bytes(e: EncoderInputs, act_dtype_bytes: int) -> tuple[int, int]:
     """(peak of the encoder's profiling run, what it leaves held during the text dummy run), estimated by counting
     tensors as for the text model: the pixel_values the HF processor hands over in float32 (kept by profile_run
     until it returns), the model-dtype copy the tower casts them to, then per patch the hidden and normed tensors and
-    the MLP's; the outputs (tokens x out width, deepstack included) stay in the encoder cache."""
+    the MLP's; the outputs (tokens x out width, deepstack included) stay in the encoder cache. Where the cache held
+    scattered embeddings (``cache_rows``, vLLM 0.11 and 0.12), each output shorter than that was first copied into
+    zeros of ``cache_rows`` rows, and those are what stay; both exist while they are filled."""
     patches = e.items * e.patches_per_item
     pixels = patches * e.values_per_patch * 4
     outputs = e.items * e.tokens_per_item * e.out_width * act_dtype_bytes
     per_patch = e.values_per_patch + 2 * e.hidden_size + e.mlp_tensors * e.mlp_width_per_gpu
-    return pixels + patches * per_patch * act_dtype_bytes + outputs, pixels + outputs
+    forward = pixels + patches * per_patch * act_dtype_bytes + outputs
+    if e.cache_rows <= e.tokens_per_item:
+        return forward, pixels + outputs
+    widened = e.items * e.cache_rows * e.out_width * act_dtype_bytes
+    return max(forward, pixels + outputs + widened), pixels + widened
 
 
 SAMPLERS = ("flashinfer", "pytorch")

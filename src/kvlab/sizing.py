@@ -46,7 +46,15 @@ from kvlab.memory_profile import (
     model_family,
     non_torch_bytes,
 )
-from kvlab.vllm_rules import MODEL_RUNNERS, VllmRules, model_runner, qwen3_vl_profiles_video, resolve_version, rules_for
+from kvlab.vllm_rules import (
+    MODEL_RUNNERS,
+    VllmRules,
+    encoder_cache_rows,
+    model_runner,
+    qwen3_vl_profiles_video,
+    resolve_version,
+    rules_for,
+)
 
 GIB = 2**30
 
@@ -385,11 +393,14 @@ def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | No
             budget = max(batched, video.budget_tokens)
             return EncoderInputs(items=max(1, budget // video.budget_tokens), patches_per_item=video.patches,
                                  tokens_per_item=video.tokens, modality="video", budget_tokens=budget,
-                                 frames=video.frames, side=video.side, **shared)
+                                 frames=video.frames, side=video.side,
+                                 cache_rows=encoder_cache_rows(config.vllm_version, budget, video.budget_tokens),
+                                 **shared)
     tokens = tower.max_tokens_per_image
     budget = max(batched, tokens)
     return EncoderInputs(items=max(1, budget // tokens), patches_per_item=tower.max_patches, tokens_per_item=tokens,
-                         budget_tokens=budget, side=tower.image_side, video_instead=max_len >= 3 * tokens, **shared)
+                         budget_tokens=budget, side=tower.image_side, video_instead=max_len >= 3 * tokens,
+                         cache_rows=encoder_cache_rows(config.vllm_version, budget, tokens), **shared)
 
 
 def requested_memory_bytes(config: SizingConfig) -> int | None:

@@ -79,6 +79,16 @@ RULES = (
 # (catalog/vision.py qwen3_video_dummy; the 0.11.0 corpus log prints the budget this gives). Where it stops is unknown.
 QWEN3_VL_VIDEO_PROFILING_SINCE = "0.11.0"
 
+# Where the encoder cache held an item's scattered embeddings (its whole placeholder, markers and timestamps included)
+# rather than the encoder's output, vLLM's profile_run widened each dummy output to that length with new_zeros before
+# keeping it through the text dummy run (gpu_model_runner.profile_run, vllm-project/vllm#25810, in 0.11.0: its
+# 'expanded = output.new_zeros(' line is in 0.11.0 tracebacks). 0.11 widens every item to the whole encoder budget;
+# #29386 ('Fix overallocation in MM profiling') to the item's own length, which kvlab places at 0.12.0; #30475
+# (merged 2025-12-11, between 0.12.0 and 0.13.0) makes the cache hold the outputs only, so kvlab ends the rule at
+# 0.13.0 (0.32.0's profile_run keeps the outputs as they are). The corpus has no 0.12 log to check either boundary.
+ENCODER_CACHE_SCATTERED = ("0.11.0", "0.13.0")
+ENCODER_CACHE_ITEM_LENGTH_SINCE = "0.12.0"
+
 
 # Which GPU model runner vLLM picks when VLLM_USE_V2_MODEL_RUNNER is unset (VllmConfig.use_v2_model_runner; 1 forces
 # Model Runner V2, vllm/v1/worker/gpu/, and 0 the V1 runner, gpu_model_runner.py). The two profile the sampler
@@ -138,6 +148,17 @@ def model_runner(version: str | None, architecture: str, is_moe: bool, is_hybrid
 def qwen3_vl_profiles_video(version: str | None) -> bool:
     """Whether vLLM ``version`` (None: the newest kvlab knows) profiles Qwen3-VL's encoder on its dummy video."""
     return version_key(resolve_version(version)) >= version_key(QWEN3_VL_VIDEO_PROFILING_SINCE)
+
+
+def encoder_cache_rows(version: str | None, budget_tokens: int, item_tokens: int) -> int:
+    """The rows vLLM ``version``'s profile_run widens each dummy encoder output to before keeping it in the encoder
+    cache (ENCODER_CACHE_SCATTERED): the encoder budget in 0.11, the item's placeholder length (``item_tokens``, in
+    prompt tokens) in 0.12; 0 where the outputs are kept as they are."""
+    key = version_key(resolve_version(version))
+    since, until = ENCODER_CACHE_SCATTERED
+    if not version_key(since) <= key < version_key(until):
+        return 0
+    return item_tokens if key >= version_key(ENCODER_CACHE_ITEM_LENGTH_SINCE) else budget_tokens
 
 
 def version_key(version: str) -> tuple[int, int, int]:
