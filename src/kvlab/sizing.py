@@ -51,6 +51,7 @@ from kvlab.vllm_rules import (
     VllmRules,
     encoder_cache_rows,
     model_runner,
+    mrope_positions_factor,
     qwen3_vl_profiles_video,
     resolve_version,
     rules_for,
@@ -403,6 +404,23 @@ def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | No
                          cache_rows=encoder_cache_rows(config.vllm_version, budget, tokens), **shared)
 
 
+def load_buffer_bytes(model: ModelSpec, config: SizingConfig, act_bytes: int) -> tuple[int, str]:
+    """(bytes, words) of the tensors a Qwen-VL model allocates at load beside its weights, on every GPU (catalog/vision.py
+    LoadBuffers): the M-RoPE cos/sin cache and Qwen3-VL's deepstack input buffers; (0, "") for other models."""
+    b = model.load_buffers
+    if b is None:
+        return 0, ""
+    factor = mrope_positions_factor(config.vllm_version, b.model_type)
+    rope = b.rope_bytes(factor, act_bytes)
+    text = f" + {rope / GIB:.2f} GiB M-RoPE cache ({b.max_positions:,} x {factor} positions x {b.rope_width} x {act_bytes} B)"
+    batched = config.resolved_max_num_batched_tokens
+    deepstack = b.deepstack_bytes(batched, act_bytes)
+    if deepstack:
+        text += (f" + {deepstack / GIB:.2f} GiB deepstack buffers ({b.deepstack_levels} x {batched:,} batched tokens x "
+                 f"{b.text_hidden:,} x {act_bytes} B)")
+    return rope + deepstack, text + ", allocated at load on every GPU"
+
+
 def requested_memory_bytes(config: SizingConfig) -> int | None:
     """total x gpu_memory_utilization, rounded up (v1/worker/utils.py request_memory)."""
     if config.gpu_memory_bytes is None:
@@ -421,6 +439,7 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
     # is_device_capability_family(100): any 10.x part
     blackwell = int(compute_capability(config.gpu_name) or 0) == 10
     max_graph_size = rules.max_graph_size_blackwell if blackwell else 512
+    buffers, buffers_source = load_buffer_bytes(model, config, act_bytes)
     profiles = []
     for index, layers in enumerate(stages):
         first, last = index == 0, index == len(stages) - 1
@@ -433,7 +452,7 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
         profiles.append(MemoryProfile(
             total=Term("total", total, "GPU memory as CUDA reports it"),
             requested=Term("requested", requested, f"total x gpu_memory_utilization {config.gpu_memory_utilization}"),
-            weights=Term("weights", weights, model.weights_source(config.quantization)),
+            weights=Term("weights", weights + buffers, model.weights_source(config.quantization) + buffers_source),
             activation=activation_bytes(profile_inputs(model, config, act_bytes, len(layers), last, first)),
             non_torch=non_torch,
             cuda_graphs=cuda_graph_bytes(config.resolved_max_num_seqs, rules.cuda_graphs_deducted,

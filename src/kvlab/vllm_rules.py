@@ -161,6 +161,21 @@ def encoder_cache_rows(version: str | None, budget_tokens: int, item_tokens: int
     return item_tokens if key >= version_key(ENCODER_CACHE_ITEM_LENGTH_SINCE) else budget_tokens
 
 
+# M-RoPE's cos/sin cache holds max_position_embeddings x 4 positions (MRotaryEmbedding: 'we enlarge
+# max_position_embeddings to 4 times' for video positions). 0.32.0's Qwen3-VL passes a factor of 1 unless video pruning
+# is on (qwen3_vl.py mrope_positions_factor); Qwen2-VL and Qwen2.5-VL keep the default 4. Where between 0.11 and 0.32
+# Qwen3-VL's factor became 1 is not known: kvlab takes 4 below 0.32.0.
+QWEN3_VL_MROPE_FACTOR_ONE_SINCE = "0.32.0"
+
+
+def mrope_positions_factor(version: str | None, model_type: str) -> int:
+    """The factor vLLM ``version`` enlarges a Qwen-VL model's M-RoPE cache by (LoadBuffers)."""
+    if model_type.startswith("qwen3") and version_key(resolve_version(version)) >= version_key(
+            QWEN3_VL_MROPE_FACTOR_ONE_SINCE):
+        return 1
+    return 4
+
+
 def version_key(version: str) -> tuple[int, int, int]:
     """'0.10.1.1' -> (0, 10, 1); '0.20.1rc1.dev16+g7a1eb8ac2' -> (0, 20, 1); '0.24' -> (0, 24, 0)."""
     match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)

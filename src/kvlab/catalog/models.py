@@ -15,7 +15,7 @@ from importlib import resources
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, NO_CACHE, StateLayout, hybrid_layer_types, state_layout
 from kvlab.catalog.quant import DEFAULTS as QUANT_DEFAULTS
 from kvlab.catalog.quant import WeightFormat, check_method, from_quantization_config
-from kvlab.catalog.vision import VisionTower
+from kvlab.catalog.vision import LoadBuffers, VisionTower
 from kvlab.errors import KvlabError
 
 FULL_ATTENTION = "full_attention"
@@ -142,6 +142,7 @@ class ModelSpec:
     vision_params: int = 0  # vision tower and projector (multimodal checkpoints), kept in the model's dtype
     vision_source: str = ""
     vision_tower: VisionTower | None = None  # what vLLM's encoder profiling run reads (Qwen-VL towers only)
+    load_buffers: LoadBuffers | None = None  # tensors vLLM allocates at load beside the weights (Qwen-VL M-RoPE)
     aliases: tuple[str, ...] = ()
     num_params_card: float | None = None
     num_active_params_card: float | None = None

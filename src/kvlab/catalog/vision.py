@@ -117,6 +117,48 @@ def qwen3_video_dummy(tower: VisionTower, seq_len: int) -> VideoDummy:
                       budget_tokens=int(tokens * QWEN3_VIDEO_PROMPT_TOKENS_PER_TOKEN))
 
 
+@dataclass(frozen=True)
+class LoadBuffers:
+    """Tensors a Qwen-VL model allocates on the GPU when vLLM builds it, beside its weights (so inside "Model loading
+    took"), replicated on every TP rank:
+
+    - the M-RoPE cos/sin cache (rotary_embedding MRotaryEmbedding, which every text layer shares through get_rope's
+      cache): ``rope_positions`` = max_position_embeddings x the positions factor rows of ``rope_width`` (the rotary
+      dim) in the model's dtype; the factor is 4 ('we enlarge max_position_embeddings to 4 times' for video
+      positions), and 1 for Qwen3-VL in vLLM 0.32 without video pruning (vllm_rules.mrope_positions_factor);
+    - Qwen3-VL's deepstack input buffers (Qwen3VLForConditionalGeneration.__init__): one zeros tensor of
+      max_num_batched_tokens x the text hidden size per deepstack level, in the model's dtype."""
+
+    model_type: str
+    max_positions: int  # the text config's max_position_embeddings
+    rope_width: int  # rotary dim: the text head_dim
+    deepstack_levels: int
+    text_hidden: int
+
+    def rope_bytes(self, factor: int, dtype_bytes: int) -> int:
+        return self.max_positions * factor * self.rope_width * dtype_bytes
+
+    def deepstack_bytes(self, max_num_batched_tokens: int, dtype_bytes: int) -> int:
+        return self.deepstack_levels * max_num_batched_tokens * self.text_hidden * dtype_bytes
+
+
+def load_buffers(config: dict) -> LoadBuffers | None:
+    """The load-time buffers of a Qwen-VL model whose text model runs M-RoPE (rope_scaling's mrope_section), else
+    None."""
+    model_type = str(config.get("model_type") or "")
+    nested = config.get("text_config")
+    text: dict = nested if isinstance(nested, dict) else config
+    rope = text.get("rope_scaling") or config.get("rope_scaling") or {}
+    if model_type not in MAX_PIXELS or not isinstance(rope, dict) or not rope.get("mrope_section"):
+        return None
+    hidden = int(text.get("hidden_size") or 0)
+    head_dim = int(text.get("head_dim") or hidden // int(text.get("num_attention_heads") or 1))
+    vc = config.get("vision_config") or {}
+    deepstack = len(vc.get("deepstack_visual_indexes") or ()) if model_type.startswith("qwen3") else 0
+    return LoadBuffers(model_type=model_type, max_positions=int(text.get("max_position_embeddings") or 0),
+                       rope_width=head_dim, deepstack_levels=deepstack, text_hidden=hidden)
+
+
 def vision_tower(config: dict) -> VisionTower | None:
     """The profiling geometry of a Qwen-VL tower, or None for other towers (their encoder run is not estimated)."""
     vc, model_type = config.get("vision_config"), str(config.get("model_type") or "")
