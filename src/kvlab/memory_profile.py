@@ -167,8 +167,9 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
                  "its size, so this is a lower bound)")
     held = "float32 pixel_values and the outputs in the encoder cache"
     if e.cache_rows > e.tokens_per_item:
-        held = (f"float32 pixel_values and the outputs widened to {e.cache_rows:,} rows each with zeros, as the "
-                f"encoder cache of this vLLM held scattered embeddings")
+        held = (f"float32 pixel_values, the outputs widened to {e.cache_rows:,} rows each with zeros, as the "
+                f"encoder cache of this vLLM held scattered embeddings, and the last output, which the widening "
+                f"loop's variable keeps")
     if encoder > text + kept:
         return Term("peak activation", encoder, f"estimate: the encoder's profiling run over {what}: float32 "
                     f"pixel_values, their model-dtype copy, the tower's hidden, normed and MLP tensors per patch and "
@@ -209,7 +210,8 @@ def encoder_bytes(e: EncoderInputs, act_dtype_bytes: int) -> tuple[int, int]:
     until it returns), the model-dtype copy the tower casts them to, then per patch the hidden and normed tensors and
     the MLP's; the outputs (tokens x out width, deepstack included) stay in the encoder cache. Where the cache held
     scattered embeddings (``cache_rows``, vLLM 0.11 and 0.12), each output shorter than that was first copied into
-    zeros of ``cache_rows`` rows, and those are what stay; both exist while they are filled."""
+    zeros of ``cache_rows`` rows, and those are what stay; both exist while they are filled, and the copying loop's
+    variable still holds the last item's output through the text dummy run (profile_run does not delete it)."""
     patches = e.items * e.patches_per_item
     pixels = patches * e.values_per_patch * 4
     outputs = e.items * e.tokens_per_item * e.out_width * act_dtype_bytes
@@ -218,7 +220,8 @@ def encoder_bytes(e: EncoderInputs, act_dtype_bytes: int) -> tuple[int, int]:
     if e.cache_rows <= e.tokens_per_item:
         return forward, pixels + outputs
     widened = e.items * e.cache_rows * e.out_width * act_dtype_bytes
-    return max(forward, pixels + outputs + widened), pixels + widened
+    last_output = e.tokens_per_item * e.out_width * act_dtype_bytes
+    return max(forward, pixels + outputs + widened), pixels + widened + last_output
 
 
 SAMPLERS = ("flashinfer", "pytorch")
