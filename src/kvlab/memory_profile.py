@@ -165,14 +165,14 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
     if e.video_instead:
         what += (" (vLLM profiles a video item at this max_model_len, larger than the image; kvlab does not derive "
                  "its size, so this is a lower bound)")
-    held = "float32 pixel_values and the outputs in the encoder cache"
+    held = "pixel_values in the model's dtype and the outputs in the encoder cache"
     if e.cache_rows > e.tokens_per_item:
-        held = (f"float32 pixel_values, the outputs widened to {e.cache_rows:,} rows each with zeros, as the "
+        held = (f"pixel_values in the model's dtype, the outputs widened to {e.cache_rows:,} rows each with zeros, as the "
                 f"encoder cache of this vLLM held scattered embeddings, and the last output, which the widening "
                 f"loop's variable keeps")
     if encoder > text + kept:
-        return Term("peak activation", encoder, f"estimate: the encoder's profiling run over {what}: float32 "
-                    f"pixel_values, their model-dtype copy, the tower's hidden, normed and MLP tensors per patch and "
+        return Term("peak activation", encoder, f"estimate: the encoder's profiling run over {what}: "
+                    f"pixel_values in the model's dtype, the tower's hidden, normed and MLP tensors per patch and "
                     f"the outputs; above the text run's {text / GIB:.2f} GiB (vLLM measures the peak)")
     return Term("peak activation", text + kept, source + f" + {kept / GIB:.2f} GiB held from the encoder's profiling "
                 f"run over {what} ({held}) (vLLM measures it in its profiling run)")
@@ -206,16 +206,17 @@ def with_sampler(x: ProfileInputs, forward: float, source: str, fit: ProfileFit 
 
 def encoder_bytes(e: EncoderInputs, act_dtype_bytes: int) -> tuple[int, int]:
     """(peak of the encoder's profiling run, what it leaves held during the text dummy run), estimated by counting
-    tensors as for the text model: the pixel_values the HF processor hands over in float32 (kept by profile_run
-    until it returns), the model-dtype copy the tower casts them to, then per patch the hidden and normed tensors and
+    tensors as for the text model: the pixel_values, which vLLM casts to the model's dtype as the HF processor returns
+    them (call_hf_processor: 'this emulates output.to(dtype=self.model_config.dtype)'; kept by profile_run until it
+    returns, and the tower's own cast to its dtype is then no copy), then per patch the hidden and normed tensors and
     the MLP's; the outputs (tokens x out width, deepstack included) stay in the encoder cache. Where the cache held
     scattered embeddings (``cache_rows``, vLLM 0.11 and 0.12), each output shorter than that was first copied into
     zeros of ``cache_rows`` rows, and those are what stay; both exist while they are filled, and the copying loop's
     variable still holds the last item's output through the text dummy run (profile_run does not delete it)."""
     patches = e.items * e.patches_per_item
-    pixels = patches * e.values_per_patch * 4
+    pixels = patches * e.values_per_patch * act_dtype_bytes
     outputs = e.items * e.tokens_per_item * e.out_width * act_dtype_bytes
-    per_patch = e.values_per_patch + 2 * e.hidden_size + e.mlp_tensors * e.mlp_width_per_gpu
+    per_patch = 2 * e.hidden_size + e.mlp_tensors * e.mlp_width_per_gpu
     forward = pixels + patches * per_patch * act_dtype_bytes + outputs
     if e.cache_rows <= e.tokens_per_item:
         return forward, pixels + outputs
