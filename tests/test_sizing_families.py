@@ -289,7 +289,7 @@ def test_qwen_vl_load_buffers_count_in_the_weights_vllm_prints():
     config = SizingConfig.for_gpu(get_gpu("rtx-3090"), tensor_parallel_size=4, max_model_len=65536,
                                   vllm_version="0.11.0")
     rope, deepstack = 262144 * 4 * 128 * 2, 3 * 2048 * 2048 * 2
-    assert load_buffer_bytes(qwen3, config, 2)[0] == rope + deepstack == 293_601_280
+    assert load_buffer_bytes(qwen3, "0.11.0", 2048, 2)[0] == rope + deepstack == 293_601_280
     r = size_kv_cache(qwen3, config)
     weights = dict((t.name, t.bytes) for t in r.profile_terms)["weights"]
     assert weights == qwen3.weights_bytes(2, tensor_parallel_size=4) + rope + deepstack
@@ -299,9 +299,12 @@ def test_qwen_vl_load_buffers_count_in_the_weights_vllm_prints():
     assert mrope_positions_factor("0.32.0", "qwen2_5_vl") == 4
     qwen25 = get_model(str(DATA / "qwen2.5-vl-7b-instruct.json"))
     tp2 = SizingConfig.for_gpu(get_gpu("l4"), tensor_parallel_size=2, max_model_len=8192, vllm_version="0.9.2")
-    assert load_buffer_bytes(qwen25, tp2, 2)[0] == 128000 * 4 * 128 * 2
+    assert load_buffer_bytes(qwen25, "0.9.2", 2048, 2)[0] == 128000 * 4 * 128 * 2
+    terms = dict((t.name, t) for t in size_kv_cache(qwen25, tp2).profile_terms)
+    assert terms["weights"].bytes == qwen25.weights_bytes(2, tensor_parallel_size=2) + 128000 * 4 * 128 * 2
+    assert "M-RoPE cache (128,000 x 4 positions x 128 x 2 B)" in terms["weights"].source
     # A text-only model has none.
-    assert load_buffer_bytes(get_model(str(DATA / "qwen3-0.6b.json")), tp2, 2) == (0, "")
+    assert load_buffer_bytes(get_model(str(DATA / "qwen3-0.6b.json")), "0.9.2", 2048, 2) == (0, "")
 
 
 def test_decode_context_parallelism_spreads_a_request_over_the_dcp_ranks():

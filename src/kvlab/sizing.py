@@ -404,16 +404,16 @@ def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | No
                          cache_rows=encoder_cache_rows(config.vllm_version, budget, tokens), **shared)
 
 
-def load_buffer_bytes(model: ModelSpec, config: SizingConfig, act_bytes: int) -> tuple[int, str]:
+def load_buffer_bytes(model: ModelSpec, version: str | None, batched: int, act_bytes: int) -> tuple[int, str]:
     """(bytes, words) of the tensors a Qwen-VL model allocates at load beside its weights, on every GPU (catalog/vision.py
-    LoadBuffers): the M-RoPE cos/sin cache and Qwen3-VL's deepstack input buffers; (0, "") for other models."""
+    LoadBuffers), under vLLM ``version`` with ``batched`` max_num_batched_tokens: the M-RoPE cos/sin cache and
+    Qwen3-VL's deepstack input buffers; (0, "") for other models."""
     b = model.load_buffers
     if b is None:
         return 0, ""
-    factor = mrope_positions_factor(config.vllm_version, b.model_type)
+    factor = mrope_positions_factor(version, b.model_type)
     rope = b.rope_bytes(factor, act_bytes)
     text = f" + {rope / GIB:.2f} GiB M-RoPE cache ({b.max_positions:,} x {factor} positions x {b.rope_width} x {act_bytes} B)"
-    batched = config.resolved_max_num_batched_tokens
     deepstack = b.deepstack_bytes(batched, act_bytes)
     if deepstack:
         text += (f" + {deepstack / GIB:.2f} GiB deepstack buffers ({b.deepstack_levels} x {batched:,} batched tokens x "
@@ -439,7 +439,8 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
     # is_device_capability_family(100): any 10.x part
     blackwell = int(compute_capability(config.gpu_name) or 0) == 10
     max_graph_size = rules.max_graph_size_blackwell if blackwell else 512
-    buffers, buffers_source = load_buffer_bytes(model, config, act_bytes)
+    buffers, buffers_source = load_buffer_bytes(model, config.vllm_version, config.resolved_max_num_batched_tokens,
+                                                act_bytes)
     profiles = []
     for index, layers in enumerate(stages):
         first, last = index == 0, index == len(stages) - 1

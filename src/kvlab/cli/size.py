@@ -23,6 +23,7 @@ from kvlab.sizing import (
     fewest_gpus,
     fewest_gpus_for_workload,
     kv_layout,
+    load_buffer_bytes,
     max_context_len,
     max_num_requests,
     size_kv_cache,
@@ -146,11 +147,11 @@ MEMORY_SOURCES = {
 
 
 def _weights_row(model, weights_bytes: int, act_bytes: int, tp: int, pp: int,
-                 quantization: str | None = None) -> tuple[str, str, str]:
+                 quantization: str | None = None, buffers: str = "") -> tuple[str, str, str]:
     how = model.weights_source(quantization) + f"; the rest at {act_bytes} B a parameter"
     if tp > 1 or pp > 1:
         how += f"; split over TP {tp} x PP {pp} (the heaviest GPU shown)"
-    return ("Weights per GPU", gib(weights_bytes), how)
+    return ("Weights per GPU", gib(weights_bytes), how + buffers)
 
 
 def _groups_text(result) -> str:
@@ -193,8 +194,10 @@ def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
     rows.append(("Block (all layers of a group)", b(result.bytes_per_block),
                  f"{result.bytes_per_block // result.page_size_bytes} layers x {result.page_size_bytes:,} B; "
                  + _groups_text(result)))
-    rows.append(_weights_row(model, result.weights_bytes, DTYPE_BYTES[result.dtype], result.tensor_parallel_size,
-                             result.pipeline_parallel_size, result.quantization))
+    act = DTYPE_BYTES[result.dtype]
+    buffers = load_buffer_bytes(model, result.vllm_version or None, result.max_num_batched_tokens, act)[1]
+    rows.append(_weights_row(model, result.weights_bytes, act, result.tensor_parallel_size,
+                             result.pipeline_parallel_size, result.quantization, buffers))
     if result.requested_memory_bytes is not None:
         where = f"{gpu.id}, {MEMORY_SOURCES.get(gpu.memory_bytes_source, gpu.memory_bytes_source.replace('_', ' '))}" \
             if gpu else "--gpu-memory-gib"
@@ -369,8 +372,10 @@ def _print_layout_only(spec, config, layout, as_json: bool) -> None:
     console = Console(highlight=False)
     console.print(_title(spec, None, config) + f" · {layout.dtype} · KV {layout.kv_cache_dtype}")
     rows = _per_token_rows(spec, layout, config.tensor_parallel_size)
+    buffers = load_buffer_bytes(spec, config.vllm_version, config.resolved_max_num_batched_tokens,
+                                layout.act_dtype_bytes)[1]
     rows.append(_weights_row(spec, layout.weights_bytes, layout.act_dtype_bytes, config.tensor_parallel_size,
-                             config.pipeline_parallel_size))
+                             config.pipeline_parallel_size, buffers=buffers))
     one = layout.kv_bytes_per_token_per_gpu * layout.max_model_len
     rows.append((f"One {layout.max_model_len:,}-token request", gib(one), "KV cache per token per GPU x max_model_len"
                  + (" (sliding layers need less)" if spec.num_sliding_layers else "")))
