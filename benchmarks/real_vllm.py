@@ -1,7 +1,8 @@
 """kvlab against real vLLM runs on real GPUs: every calibration run replayed with its own settings.
 
     python benchmarks/real_vllm.py [--runs PATH] [--profile NAME] [--baseline NAME ...] [--json] [--closed-loop]
-    python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME]
+                                   [--sent]
+    python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME] [--sent]
 
 For each run of the measured-runs file (default: the calibration set, ../shared/data/real-vllm/trainval.json
 beside the repository; its README says what the runs are and where they come from) and each metric (E2E, TTFT:
@@ -9,13 +10,16 @@ mean, p90, p99; ITL mean), over all the run's requests: the measured value, kvla
 profile with the run left out of the fit (leave-one-out: the profile's constants refitted on the other runs'
 equations, kvlab/cost/fit.py) and under each baseline profile (default: roofline), and the errors; then the
 median |error| per metric. The fitted profile's leave-one-out errors are what `kvlab cost` and every output quote.
+Each run is replayed with the users it names; ``--sent``, with the prompts its client sent in their place
+(kvlab.cost.measured.CLIENT_DEFAULTS: 100 prompts, single turn; docs/cost.md, "The workload the runs used").
 
 ``--reads``: no leave-one-out; each run replayed once under the profile, and per run what its decoded tokens read
 (the weights and the KV, in milliseconds per output token at 100% of the GPU's bandwidth), the ITL the run's own
 E2E and TTFT imply ((E2E mean - TTFT mean) / (output - 1)), their ratio (the bandwidth efficiency that ITL implies
-with nothing else in a step), and where kvlab's TTFT tail is: its p99 and the slowest TTFT of the users' first
-rounds (whole prompts to prefill) and of the later ones (cached prompts), with the most sequences an iteration
-held and the preemptions (KV exhausted). docs/cost.md reads this table.
+with nothing else in a step), and where kvlab's TTFT tail is: its p99 and the slowest TTFT of each prompt's first
+request (a whole prompt to prefill) and of the later ones (cached prompts), with the most sequences an iteration
+held and the preemptions (KV exhausted); then each load stage's p99 TTFT, kvlab's / the measured one (the first
+stage holds the server's first seconds, a later one a server that is warm). docs/cost.md reads this table.
 """
 
 from __future__ import annotations
@@ -59,18 +63,20 @@ def main(argv: list[str] | None = None) -> int:
                         "efficiency the measured ITL implies, and kvlab's TTFT tail (no leave-one-out)")
     parser.add_argument("--closed-loop", action="store_true", help="replay multi-turn users as inference-perf's "
                         "client serialises them (a round waits for the user's previous answer; docs/cost.md)")
+    parser.add_argument("--sent", action="store_true", help="replay the 100 single-turn prompts each run's client "
+                        "sent, not the users the run names (kvlab.cost.measured.CLIENT_DEFAULTS)")
     args = parser.parse_args(argv)
     path = args.runs or default_runs()
     started = time.time()
     if args.reads:
-        return reads(path, args.profile, started)
+        return reads(path, args.profile, started, args.sent)
     try:
         runs = read_runs(path)
         profile = get_profile(args.profile)
         baselines = [get_profile(name) for name in (args.baseline or ["roofline"])]
         fitted = tuple(profile.fit.get("fitted", F.CONSTANTS))
         constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
-        prepared = [F.prepare(run, args.closed_loop) for run in runs]
+        prepared = [F.prepare(run, args.closed_loop, args.sent) for run in runs]
         print(f"{len(runs)} runs from {path}; fitted profile {profile.name!r} left out run by run; "
               f"baselines {', '.join(b.name for b in baselines)}", file=sys.stderr)
         calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0),
@@ -98,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def reads(path: Path, profile_name: str, started: float) -> int:
+def reads(path: Path, profile_name: str, started: float, sent: bool = False) -> int:
     """The ``--reads`` table (module doc)."""
     from kvlab.cost import fit as F
     from kvlab.cost.measured import read_runs
@@ -112,16 +118,17 @@ def reads(path: Path, profile_name: str, started: float) -> int:
         print(f"{len(runs)} runs from {path}, replayed under {profile.name!r}", file=sys.stderr)
         print(f"{'run':<16} {'model':<22} {'tp':>2} {'seqs':>5} {'max':>4} {'pre':>4} {'weights':>8} {'KV':>6} "
               f"{'ITL':>6} {'ratio':>6} {'kvlab ITL':>9} | {'TTFT p99':>8} {'1st round max':>13} {'later max':>9} "
-              f"{'measured p99':>12}")
+              f"{'measured p99':>12} | p99 by stage, kvlab/measured")
         for run in runs:
-            print(_reads_row(F.replay(F.prepare(run), constants)), flush=True)
+            print(_reads_row(F.replay(F.prepare(run, sent=sent), constants)), flush=True)
     except KvlabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("(ms; seqs: mean sequences per iteration a decoded token shares; max: the most in one iteration; pre: "
           "preemptions; weights, KV: what it reads per output token at 100% of peak bandwidth; ITL: (E2E mean - "
-          "TTFT mean) / (output - 1), measured; ratio: (weights + KV) / ITL; a user's first round is its first "
-          f"request, a whole prompt to prefill)\n({time.time() - started:.0f} s)", file=sys.stderr)
+          "TTFT mean) / (output - 1), measured; ratio: (weights + KV) / ITL; 1st round: each prompt's first "
+          f"request, a whole prompt to prefill; s0, s1: the load stages)\n({time.time() - started:.0f} s)",
+          file=sys.stderr)
     return 0
 
 
@@ -134,14 +141,18 @@ def _reads_row(replay) -> str:
     implied = ((run.measured("summary", "e2e_mean") - run.measured("summary", "ttft_mean"))
                / (run.workload.output_len - 1))
     ttft = replay.client_ttft()
-    first = np.arange(len(ttft)) < run.workload.num_users
+    first = np.arange(len(ttft)) < replay.prepared.spec.num_users  # (each prompt's first request)
     first_max = float(ttft[first].max())
     later_max = float(ttft[~first].max()) if (~first).any() else float("nan")
+    predicted = replay.predicted()
+    stages = " ".join(f"s{k} {predicted[f'stage{k}']['ttft_p99'] * 1e3:.1f}/{run.measured(group, 'ttft_p99') * 1e3:.1f}"
+                      for k, group in enumerate(run.groups))  # (a one-stage run publishes its summary)
     return (f"{run.id[:16]:<16} {replay.prepared.model_spec.id[:22]:<22} {run.tensor_parallel_size:>2} "
             f"{seqs:>5.1f} {int(replay.phi[:, 5].max()):>4} {replay.num_preemptions:>4} {weights * 1e3:>8.2f} "
             f"{kv * 1e3:>6.2f} {implied * 1e3:>6.2f} {(weights + kv) / implied:>6.3f} "
-            f"{replay.predicted()['summary']['itl_mean'] * 1e3:>9.2f} | {np.percentile(ttft, 99) * 1e3:>8.1f} "
-            f"{first_max * 1e3:>13.1f} {later_max * 1e3:>9.1f} {run.measured('summary', 'ttft_p99') * 1e3:>12.1f}")
+            f"{predicted['summary']['itl_mean'] * 1e3:>9.2f} | {np.percentile(ttft, 99) * 1e3:>8.1f} "
+            f"{first_max * 1e3:>13.1f} {later_max * 1e3:>9.1f} {run.measured('summary', 'ttft_p99') * 1e3:>12.1f} "
+            f"| {stages}")
 
 
 if __name__ == "__main__":

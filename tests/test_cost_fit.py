@@ -144,6 +144,28 @@ def test_the_shipped_profile_is_the_fit_on_the_calibration_set():
         assert refit.constants[name] == pytest.approx(constants[name], rel=0.02, abs=3 * profile.fit["sigma"][name]), name
 
 
+def test_a_run_is_replayed_with_the_users_it_names_or_the_prompts_its_client_sent():
+    """The calibration set's client ran its own defaults, 10 system prompts x 10 questions, single turn, whatever
+    users a run names (measured.CLIENT_DEFAULTS): with ``sent`` request i sends prompt i mod 100, with the run's
+    lengths and load; by default the replay keeps the users the run names."""
+    from kvlab.cost.measured import CLIENT_DEFAULTS
+
+    run = run_from_dict(_with("workload.stages", [{"rate": 100.0, "duration": 2}, {"rate": 50.0, "duration": 2}]), "x")
+    sent = F.prepare(run, sent=True)
+    assert (sent.spec.num_users, sent.spec.enable_multi_turn_chat) == (100, False) == (
+        CLIENT_DEFAULTS["num_groups"] * CLIENT_DEFAULTS["num_prompts_per_group"], CLIENT_DEFAULTS["enable_multi_turn_chat"])
+    for field in ("system_prompt_len", "question_len", "output_len", "stages", "prompt_overhead_tokens"):
+        assert getattr(sent.spec, field) == getattr(run.workload, field)
+    hashes = [r.prefix_hashes for r in sent.workload.requests]
+    assert len(hashes) == 300 and len(set(hashes)) == 100 and hashes[7] == hashes[107] == hashes[207]
+    # 10 system prompts: prompts of a group share their first (system-prompt) chunks, and only those.
+    assert hashes[0][:4] == hashes[9][:4] and hashes[0][:4] != hashes[10][:4] and hashes[0][4:] != hashes[9][4:]
+    published = F.prepare(run)
+    assert published.spec == run.workload
+    assert len({r.prefix_hashes for r in published.workload.requests}) == run.workload.num_users == 6
+    assert F.prepare(run, closed_loop=True, sent=True).spec == run.workload  # (the loop serialises the named users)
+
+
 def test_multi_turn_rounds_wait_for_the_users_previous_answer():
     """inference-perf's multi-turn client holds a user's next round until its answer is in (workload/inference_perf.py):
     each request is sent at max(its scheduled time, the client's end of the user's previous request), exactly."""

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from kvlab.cost.measured import METRICS, MeasuredRun, catalogue_model
+from kvlab.cost.measured import METRICS, MeasuredRun, catalogue_model, sent_workload
 from kvlab.errors import KvlabError
 
 # The fitted constants, in θ's order, and whether θ holds the constant or its inverse (an efficiency).
@@ -114,6 +114,7 @@ class Prepared:
     allreduce_token_s: float  # one token's all-reduce bytes at 100% of the link (0 at tp 1)
     num_allreduce_calls: int
     closed_loop: bool = False  # replay multi-turn users as inference-perf's client serialises them (replay)
+    spec: Any = None  # the workload replayed: the run's as published, or the one its client sent (``sent``)
 
     def engine(self, constants: dict[str, float] | None = None, profile=None):
         """The run's engine under these constants, or under a profile (kvlab.cost.profiles.CostProfile)."""
@@ -128,7 +129,10 @@ class Prepared:
         return replace(self.config.engine, cost=cost)
 
 
-def prepare(run: MeasuredRun, closed_loop: bool = False) -> Prepared:
+def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False) -> Prepared:
+    """The run's configuration and physics, and its workload: the users the run names, or with ``sent`` the
+    prompts the calibration set's client sent in their place (kvlab.cost.measured.CLIENT_DEFAULTS: 100 prompts,
+    single turn; ``closed_loop`` serialises the named multi-turn users, so it keeps them)."""
     from kvlab.catalog import get_gpu
     from kvlab.config.resolve import quietly
     from kvlab.cost.terms import terms_for
@@ -156,7 +160,8 @@ def prepare(run: MeasuredRun, closed_loop: bool = False) -> Prepared:
         raise KvlabError(f"run {run.id!r}: {exc}") from None
     if config.offload is not None and run.num_cpu_blocks is not None:  # (the tier as the run's log sized it)
         config = replace(config, offload=replace(config.offload, num_cpu_blocks=run.num_cpu_blocks))
-    table = shared_prefix_table(run.workload)
+    spec = sent_workload(run.workload) if sent and not closed_loop else run.workload
+    table = shared_prefix_table(spec)
     assert table.arrival_time is not None
     workload = Workload(name=f"run {run.id}", requests=_build_requests(table, table.arrival_time, None),
                         description="", source="")
@@ -173,7 +178,7 @@ def prepare(run: MeasuredRun, closed_loop: bool = False) -> Prepared:
         token_flops_s=base.flops_per_token / terms.matmul_peak_flops,
         pair_flops_s=base.attention_flops_per_pair / terms.attention_peak_flops,
         allreduce_token_s=terms.allreduce_bytes_per_token / link,
-        num_allreduce_calls=terms.num_allreduce_calls, closed_loop=closed_loop,
+        num_allreduce_calls=terms.num_allreduce_calls, closed_loop=closed_loop, spec=spec,
     )
 
 
@@ -312,7 +317,7 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
     cost = engine.cost
     if constants is None:
         constants = {**START, "request_latency_s": cost.request_latency_s}
-    spec = p.run.workload
+    spec = p.spec
     scheduled = np.array([r.arrival_time for r in p.workload.requests])  # (request_id order: the table's)
     timeline = _open_loop(p, engine)
     send = scheduled
@@ -445,7 +450,7 @@ def _closed_loop(p: Prepared, engine, scheduled: np.ndarray) -> tuple[_Timeline,
 
     cost = engine.cost
     latency, lag_iterations = cost.request_latency_s, cost.admission_lag_iterations
-    spec = p.run.workload
+    spec = p.spec
     num_users, output_len = spec.num_users, spec.output_len
     requests = p.workload.requests
     send = scheduled.copy()
@@ -565,7 +570,8 @@ class Calibration:
 
 def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *,
                    start: dict[str, float] | None = None, max_iterations: int = 4, tolerance: float = 1e-3,
-                   progress: Callable[[str], None] | None = None, closed_loop: bool = False) -> Calibration:
+                   progress: Callable[[str], None] | None = None, closed_loop: bool = False,
+                   sent: bool = False) -> Calibration:
     """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
     way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
     the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
@@ -576,7 +582,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     if len(runs) < 2:
         raise KvlabError(f"{len(runs)} measured run: a fit across runs needs at least 2 (and leave-one-out 3)")
     constants = {**START, **(start or {})}
-    prepared = [prepare(run, closed_loop) for run in runs]
+    prepared = [prepare(run, closed_loop, sent) for run in runs]
     history = [dict(constants)]
     fit = None
     replays: list[Replay] = []
@@ -641,13 +647,15 @@ def common_gpu(runs: Sequence[MeasuredRun]) -> str:
 
 def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *, name: str,
                         source_path, start: dict[str, float] | None = None, max_iterations: int = 4,
-                        progress: Callable[[str], None] | None = None) -> tuple[dict, dict]:
-    """Fit, leave one out, and write it all down: (the profile document, the leave-one-out report)."""
+                        progress: Callable[[str], None] | None = None, sent: bool = False) -> tuple[dict, dict]:
+    """Fit, leave one out, and write it all down: (the profile document, the leave-one-out report). ``sent``:
+    replay the prompts the runs' client sent (prepare)."""
     if len(runs) < 3:
         raise KvlabError(f"{source_path.name} holds {len(runs)} measured run{'s' * (len(runs) != 1)} "
                          f"({', '.join(repr(r.id) for r in runs)}): a fit judged by leave-one-out needs at least 3 "
                          "(each run predicted by a fit on at least 2 others); valid: a file of 3 or more runs")
-    calibration = calibrate_runs(runs, fitted, start=start, max_iterations=max_iterations, progress=progress)
+    calibration = calibrate_runs(runs, fitted, start=start, max_iterations=max_iterations, progress=progress,
+                                 sent=sent)
     loo = errors(leave_one_out(calibration, progress=progress))
     medians = median_abs_errors(loo)
     fit = calibration.fit

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -46,6 +46,22 @@ PROMPT_OVERHEAD_TOKENS = 37
 # (its own chunking and disk tiers), which kvlab does not replay.
 OFFLOAD_VALUES = {"false": False, "true": True, "native": True, "offloadingconnector": True}
 BENCHMARK_OFFLOAD_GIB = 8.0
+# The workload the calibration set's client sent, where it differs from the one the runs name. Their client was an
+# inference-perf older than the names num_unique_system_prompts / num_users_per_system_prompt (aliases since its
+# PR #311, 5 February 2026) and than enable_multi_turn_chat (PR #257, November 2025): it ignored those keys and ran
+# its own defaults, 10 system prompts x 10 questions, single turn (100 prompts, shuffled once and sent in turn,
+# inference_perf/datagen/shared_prefix_datagen.py). The client's own account of its configuration says so for the
+# 16 runs of that harness published with it (inference-sim/training, default_args/*/results/config.yaml: num_groups
+# 10, num_prompts_per_group 10, no multi-turn, against profiles asking 9x5, 10x5, 11x4 or 23x1 users with
+# multi-turn), among them run 20260217-155451 of this set; and the runs' prompts do not grow round by round, as
+# every multi-turn client's do (docs/cost.md, "The workload the runs used").
+CLIENT_DEFAULTS: dict[str, Any] = {"num_groups": 10, "num_prompts_per_group": 10, "enable_multi_turn_chat": False}
+
+
+def sent_workload(spec: SharedPrefixSpec) -> SharedPrefixSpec:
+    """The workload the calibration set's client sent for a run that names ``spec`` (CLIENT_DEFAULTS): the same
+    lengths and load, its default prompts."""
+    return replace(spec, **CLIENT_DEFAULTS)
 
 
 @dataclass(frozen=True)
