@@ -129,9 +129,12 @@ class RayPool:
             # to the group (a service manager's, the test's) would reach them too, and a raylet that dies first
             # ends this process with exit code 1 before its handler can stop the sweep. Started with SIGINT and
             # SIGTERM blocked, they inherit the mask and leave the signal to this process, which shuts them down.
+            # A signal that came meanwhile waits; kvlab's handlers are put back (ray.init installs its own) before
+            # it is delivered.
             with stop.blocked():
                 ray.init(address="local", num_cpus=num_workers, include_dashboard=False,
                          _node_ip_address="127.0.0.1", logging_level="ERROR", log_to_driver=False)
+                stop.reclaim()
         self.num_workers = int(ray.cluster_resources().get("CPU", num_workers))
         self.task = ray.remote(num_cpus=1, max_retries=0)(compute)
 

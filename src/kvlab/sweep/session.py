@@ -126,9 +126,11 @@ class Session:
         from kvlab.sweep.store import DB_NAME, Store
 
         with stop.held():  # (a signal meanwhile stops the session once all three exist: ray.init must not break)
-            path = None if self.out is None else self.out / DB_NAME  # no folder: a throwaway in-memory store
-            self.store = Store(path, row_kinds())
+            # The pool first: a local Ray instance starts with SIGINT and SIGTERM blocked in this, the only thread
+            # (runner.RayPool), so that a signal waits for kvlab's handler; the store's DuckDB threads come after.
             self.pool = make_pool(self.workers, ray=self.ray, ray_address=self.ray_address)
+            path = None if self.out is None else self.out / DB_NAME  # no folder: a throwaway in-memory store
+            self.store = Store(path, row_kinds())  # (a failure here: the session's end closes the pool)
             self.runner = Runner(self.store, self.pool, kvlab.__version__, progress=self._progress_callback())
 
     def _progress_callback(self):

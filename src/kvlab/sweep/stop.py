@@ -204,12 +204,15 @@ def held() -> Iterator[None]:
     finally:
         _state.holds -= 1
     if _state.holds == 0 and _state.installed:
-        _reclaim()
+        reclaim()
         _raise()
 
 
-def _reclaim() -> None:
-    # A library that took a signal inside a held call gets it back (ray.init sets SIGTERM to sys.exit).
+def reclaim() -> None:
+    """A library that took a signal inside a held call gives it back (ray.init sets SIGTERM to sys.exit): before
+    the signals are unblocked, where one may be waiting (``blocked``), and as the outermost hold ends."""
+    if not _state.installed:
+        return
     for signum in SIGNALS:
         mine = signal.SIG_IGN if signum in _state.ignored else _handle
         if signal.getsignal(signum) is not mine:
