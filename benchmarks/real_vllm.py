@@ -67,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
                         "sent, not the users the run names (kvlab.cost.measured.CLIENT_DEFAULTS)")
     args = parser.parse_args(argv)
     path = args.runs or default_runs()
+    if args.runs is None and not path.is_file():
+        print(f"error: the measured runs are not in the repository; this benchmark reads them from {path} (the shared "
+              "folder beside the checkout: inference-sim/sim-to-real-accuracy-validation's published runs, docs/cost.md "
+              "\"Fitted on real runs\"); "
+              "give their file with --runs FILE", file=sys.stderr)
+        return 2
     started = time.time()
     if args.reads:
         return reads(path, args.profile, started, args.sent)

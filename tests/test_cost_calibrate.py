@@ -186,6 +186,13 @@ def test_a_server_log_without_step_lines_is_refused(kvlab, bench_dir, tmp_path):
     assert not (tmp_path / "p.toml").exists()
 
 
+def test_an_out_file_in_a_missing_folder_is_refused_before_the_fit(kvlab, bench_dir, tmp_path):
+    r = kvlab("calibrate", bench_dir, "--out", tmp_path / "nowhere" / "p.toml")
+    assert r.exit_code == 2 and r.stderr.strip().splitlines() == [
+        f"error: --out {tmp_path / 'nowhere' / 'p.toml'}: folder {tmp_path / 'nowhere'} does not exist; valid: a file "
+        "in an existing, writable folder"]
+
+
 def test_a_constant_the_data_cannot_identify_is_refused_by_name(kvlab, tmp_path):
     """All requests at once: their prompts run together before any decodes, so no timed iteration holds a
     prefill, and the per-prefill-token cost cannot be read from this data."""

@@ -136,9 +136,10 @@ def test_too_few_steps_are_refused_with_what_would_do():
     (("--cpu", "99"), "--cpu 99 is not a CPU this process may run on; valid: "),
     (("--arrival", "trace"), "--arrival 'trace' is not one of: poisson, gamma, burst"),
     (("--out", "x.txt"), "--out 'x.txt': a profile file ends in .toml or .json"),
+    (("--out", "/nonexistent/dir/p.toml"), "--out /nonexistent/dir/p.toml: folder /nonexistent/dir does not exist"),
     (("-n", "0"), "--num-requests"),
-    (("--fit", "bogus"), "--fit 'bogus': vllm calibrate fits weights_read_s, context_token_s, token_s, "
-                         "overhead_s, seq_overhead_s, prefill_token_overhead_s"),
+    (("--fit", "bogus"), "--fit 'bogus' is not a constant vllm calibrate fits; valid: weights_read_s, "
+                         "context_token_s, token_s, overhead_s, seq_overhead_s, prefill_token_overhead_s"),
     (("--fit", "token_s"), "--fit must include overhead_s"),
 ])
 def test_bad_calibrate_options_are_one_line_and_exit_2(kvlab, tmp_path, args, message):

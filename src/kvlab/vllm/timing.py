@@ -192,8 +192,9 @@ def check_fit(names: Sequence[str]) -> None:
     """The constants an in-process fit can be asked for: the iteration's (nothing happens outside the engine)."""
     unknown = [k for k in names if k not in ITERATION_CONSTANTS]
     if unknown:
-        raise KvlabError(f"--fit {unknown[0]!r}: vllm calibrate fits {', '.join(ITERATION_CONSTANTS)} (in-process "
-                         "no request spends time outside the engine)")
+        raise KvlabError(f"--fit {unknown[0]!r} is not a constant vllm calibrate fits; valid: "
+                         f"{', '.join(ITERATION_CONSTANTS)} (request_latency_s is not one: in-process no request "
+                         "spends time outside the engine)")
     if "overhead_s" not in names:
         raise KvlabError("--fit must include overhead_s (every step has one)")
 
