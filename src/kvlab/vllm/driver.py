@@ -456,7 +456,8 @@ def _params(max_tokens: int):
 
 
 def _warm_up(engine, requests: list[dict]) -> None:
-    """Serve ``requests`` to completion, all at once (the recorder is not installed yet)."""
+    """Serve ``requests`` to completion, all at once (before the recorder is installed, or after the run's steps were
+    taken from it: the probe)."""
     from vllm.inputs import TokensPrompt
 
     for r in requests:
