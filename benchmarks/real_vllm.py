@@ -81,11 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         profile = get_profile(args.profile)
         baselines = [get_profile(name) for name in (args.baseline or ["roofline"])]
         fitted = tuple(profile.fit.get("fitted", F.CONSTANTS))
+        held = tuple(profile.fit.get("held", ()))  # (asked for, not identified: each fold decides again)
         constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
-        prepared = [F.prepare(run, args.closed_loop, args.sent) for run in runs]
+        sent = args.sent or bool(profile.fit.get("client_defaults"))  # (a profile fitted so is judged so)
+        prepared = [F.prepare(run, args.closed_loop, sent) for run in runs]
         print(f"{len(runs)} runs from {path}; fitted profile {profile.name!r} left out run by run; "
               f"baselines {', '.join(b.name for b in baselines)}", file=sys.stderr)
-        calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0),
+        calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0, held, profile.fit.get("identified")),
                                     replays=[F.replay(p, constants) for p in prepared], iterations=0)
         tables = {f"{profile.name} (LOO)": F.errors(F.leave_one_out(calibration))}
         for baseline in baselines:

@@ -128,6 +128,31 @@ def test_constants_the_runs_cannot_identify_are_refused_with_the_data_that_would
                               "attention_bandwidth_efficiency", "prefill_token_overhead_s"), F.START, labels)
 
 
+def test_a_constant_the_runs_do_not_identify_is_held_at_its_start_and_the_rest_fitted_again():
+    """Two per-request terms that move in step (the fixed step time and the time outside the engine, both 1 in
+    every equation but for a thousandth): fitted together their standard errors dwarf their values, so the rule
+    (F.IDENTIFIED) holds the worse at its start and the other takes the sum; the identified one fits its truth."""
+    rng = np.random.default_rng(0)
+    a = np.zeros((40, len(F.CONSTANTS)))
+    a[:, F.CONSTANTS.index("bandwidth_efficiency")] = rng.uniform(0.01, 0.02, 40)  # (θ: 1 / efficiency)
+    a[:, F.CONSTANTS.index("overhead_s")] = 1.0
+    a[:, F.CONSTANTS.index("request_latency_s")] = 1.0 + 1e-3 * rng.standard_normal(40)
+    truth = {**F.START, "bandwidth_efficiency": 0.7, "overhead_s": 0.002, "request_latency_s": 0.008}
+    b = a @ F.theta_of(truth) * (1 + 0.01 * rng.standard_normal(40))
+    rows = [(row, measured) for row, measured in zip(a, b)]
+    asked = ("bandwidth_efficiency", "overhead_s", "request_latency_s")
+    free = F.solve(rows, asked, F.START, identified=None)
+    assert free.held == () and set(free.fitted) == set(asked)
+    assert any(free.sigma[k] >= free.constants[k] for k in ("overhead_s", "request_latency_s"))
+    fit = F.solve(rows, asked, F.START)
+    assert len(fit.held) == 1 and fit.held[0] in ("overhead_s", "request_latency_s") and fit.identified == 1.0
+    (kept,) = set(asked) - set(fit.held) - {"bandwidth_efficiency"}
+    assert fit.constants[fit.held[0]] == F.START[fit.held[0]]
+    assert fit.constants[kept] + fit.constants[fit.held[0]] == pytest.approx(0.010, rel=0.02)
+    assert fit.constants["bandwidth_efficiency"] == pytest.approx(0.7, rel=0.05)
+    assert all(fit.sigma[k] < fit.constants[k] for k in fit.fitted)
+
+
 @pytest.mark.skipif(not TRAINVAL.is_file(), reason="the calibration set (../shared/data/real-vllm) is not here")
 def test_the_shipped_profile_is_the_fit_on_the_calibration_set():
     """Replayed under the shipped constants, the 13 runs fit back to them (the fixed point calibrate stops at)."""
@@ -139,7 +164,7 @@ def test_the_shipped_profile_is_the_fit_on_the_calibration_set():
     assert [r.id for r in runs] == list(profile.fit["runs"])
     replays = [F.replay(F.prepare(run), constants) for run in runs]
     rows, labels = F._rows(replays)
-    refit = F.solve(rows, profile.fit["fitted"], constants, labels)
+    refit = F.solve(rows, profile.fit["fitted"], constants, labels, profile.fit.get("identified"))
     for name in profile.fit["fitted"]:
         assert refit.constants[name] == pytest.approx(constants[name], rel=0.02, abs=3 * profile.fit["sigma"][name]), name
 
@@ -207,6 +232,34 @@ def test_too_few_runs_for_leave_one_out_is_one_line_naming_them(kvlab, tmp_path)
     assert r.exit_code == 2
     assert "runs.json holds 2 measured runs ('tiny', 'other'): a fit judged by leave-one-out needs at least 3" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "p.toml").exists()
+
+
+def test_calibrate_names_each_constant_the_runs_do_not_identify_and_the_data_that_would(kvlab, tmp_path):
+    """Three runs of one tiny model at three rates: the weights' read is identified, the rest asked for is not
+    (their standard errors past their values); each is held at its start, named with what would fit it, and the
+    profile written says which were fitted and which held."""
+    import tomllib
+
+    runs = [{**copy.deepcopy(RUN), "id": f"r{i}"} for i in range(3)]
+    for i, run in enumerate(runs):
+        run["workload"]["stages"] = [{"rate": 10.0 * 2**i, "duration": 1}, {"rate": 20.0 * 2**i, "duration": 1}]
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": runs}))
+    asked = ["bandwidth_efficiency", "attention_bandwidth_efficiency", "seq_overhead_s", "request_latency_s"]
+    r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 0, r.stderr
+    fit = tomllib.loads((tmp_path / "p.toml").read_text())["fit"]
+    assert fit["held"] and sorted(fit["fitted"] + fit["held"]) == sorted(asked) and fit["identified"] == 1.0
+    text = " ".join(r.stdout.split())
+    for name in fit["held"]:
+        assert f"not identified: {name} (its standard error was not below its value), held at" in text
+        assert f"data that would fit it: {F.FIT_HINTS[name]}" in text
+
+
+def test_client_defaults_without_runs_is_one_line(kvlab, tmp_path):
+    r = kvlab("calibrate", tmp_path, "--client-defaults", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and r.stderr.strip() == ("error: --client-defaults replays measured runs: give it with "
+                                                     "--runs FILE")
 
 
 def test_the_sets_h100_is_the_sxm_card_for_the_profile_too():

@@ -85,6 +85,11 @@ def calibrate(
                                               show_default=False)] = None,
     iterations: Annotated[int, typer.Option("--iterations", help="With --runs: most replay-and-fit rounds "
                                             "(1 to 20).")] = 4,
+    client_defaults: Annotated[bool, typer.Option("--client-defaults", help="With --runs: replay the prompts an "
+                                                  "inference-perf older than February 2026 sent in place of the "
+                                                  "users the runs name (its defaults: 10 system prompts x 10 "
+                                                  "questions, single turn), as the calibration set's client "
+                                                  "did (docs/cost.md).")] = False,
 ) -> None:
     """Fit a cost profile to a real server's iterations by least squares.
 
@@ -102,8 +107,11 @@ def calibrate(
     check_output_path(out, "--out", folder=False)  # (before the minutes of work, not after)
     require_scipy("kvlab calibrate")
     if runs is not None:
-        _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log))
+        _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log),
+                        client_defaults)
         return
+    if client_defaults:
+        raise KvlabError("--client-defaults replays measured runs: give it with --runs FILE")
     if not directories:
         raise KvlabError("kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE (measured "
                          "runs as published)")
@@ -136,14 +144,14 @@ def calibrate(
 
 
 def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool, start: str | None,
-                    iterations: int, other_sources: bool) -> None:
+                    iterations: int, other_sources: bool, client_defaults: bool = False) -> None:
     """``kvlab calibrate --runs FILE``: an efficiency profile fitted across measured runs (kvlab/cost/fit.py)."""
     import sys
 
     from rich.console import Console
     from rich.table import Table
 
-    from kvlab.cost.fit import CONSTANTS, DEFAULT_FIT, calibration_profile
+    from kvlab.cost.fit import CONSTANTS, DEFAULT_FIT, FIT_HINTS, calibration_profile
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
@@ -165,7 +173,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     measured = read_runs(path)
     console = Console(highlight=False, stderr=True)
     document, report = calibration_profile(measured, names, name=name, source_path=path, start=start_constants,
-                                           max_iterations=iterations,
+                                           max_iterations=iterations, sent=client_defaults,
                                            progress=lambda line: console.print(line, style="dim"))
     write_profile(document, out)
     if as_json:
@@ -179,8 +187,12 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
         table.add_column(header, justify="left" if header in ("constant", "what it is") else "right")
     constants, sigma = document["constants"], document["fit"]["sigma"]
     for k in names:
-        table.add_row(k, constant_text(k, constants[k]), constant_text(k, sigma[k]), MEANING[k])
+        table.add_row(k, constant_text(k, constants[k]), constant_text(k, sigma[k]) if k in sigma else "held",
+                      MEANING[k])
     console.print(table)
+    for k in document["fit"]["held"]:
+        console.print(f"not identified: {k} (its standard error was not below its value), held at "
+                      f"{constant_text(k, constants[k])}; data that would fit it: {FIT_HINTS[k]}", style="yellow")
     medians = document["fit"]["loo_median_abs_error"]
     console.print("Leave-one-out median |error| (each run predicted by a fit on the others): "
                   + ", ".join(f"{m} {v:.1%}" for m, v in medians.items()) + ".")

@@ -76,6 +76,11 @@ DEFAULT_FIT = tuple(k for k in CONSTANTS if k not in ("flops_efficiency", "prefi
 START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "flops_efficiency": 0.609,
          "overhead_s": 0.003, "allreduce_latency_s": 0.0, "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0,
          "allreduce_link_efficiency": 0.8, "request_latency_s": 0.0}
+# A constant is fitted only where the runs identify it: fitted with the others, its standard error must be below
+# this fraction of its value (a constant at its bound of 0 is not identified). Decided before it was tried on the
+# calibration set: the runs' prefills and decode steps both price the all-reduce's bytes per token beside other
+# per-token terms (the matmuls' FLOPs, the per-sequence step work), and vllm-h100's link efficiency was 0.66 ± 1.7.
+IDENTIFIED = 1.0
 STRATEGY = "vllm+prefix"
 # vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
 ADMISSION_LAG_ITERATIONS = 1.0
@@ -498,10 +503,32 @@ class Fit:
     fitted: tuple[str, ...]
     num_equations: int
     rms_relative_residual: float
+    # Asked for but not identified by the runs (IDENTIFIED): held at their start, in the order they were let go.
+    held: tuple[str, ...] = ()
+    identified: float | None = None  # the rule's threshold (None: every asked constant fitted, as before the rule)
 
 
 def solve(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed: dict[str, float],
-          labels: Sequence[str] = ()) -> Fit:
+          labels: Sequence[str] = (), identified: float | None = IDENTIFIED) -> Fit:
+    """Bounded least squares on relative errors for the ``fitted`` constants the runs identify (the rest held at
+    ``fixed``): while a fitted constant's standard error is not below ``identified`` times its value (IDENTIFIED;
+    None: no such rule), the least identified is held at ``fixed`` and the rest fitted again."""
+    asked = list(fitted)
+    held: list[str] = []
+    while True:
+        fit = _solve_once(rows, asked, fixed, labels)
+        if identified is None:
+            return fit
+        relative = {k: fit.sigma[k] / fit.constants[k] if fit.constants[k] > 0 else math.inf for k in asked}
+        worst = max(asked, key=lambda k: relative[k])
+        if relative[worst] < identified or len(asked) == 1:
+            return replace(fit, held=tuple(held), identified=identified)
+        asked.remove(worst)
+        held.append(worst)
+
+
+def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed: dict[str, float],
+                labels: Sequence[str] = ()) -> Fit:
     """Bounded least squares on relative errors for the ``fitted`` constants (the rest held at ``fixed``)."""
     from scipy.optimize import lsq_linear
 
@@ -612,7 +639,7 @@ def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | No
     for i, held in enumerate(calibration.replays):
         others = [r for j, r in enumerate(calibration.replays) if j != i]
         rows, labels = _rows(others)
-        fold = solve(rows, fit.fitted, fit.constants, labels)
+        fold = solve(rows, fit.fitted + fit.held, fit.constants, labels, fit.identified)  # (the rule, per fold)
         out.append(replay(held.prepared, fold.constants))
         if progress is not None:
             progress(f"left out run {held.prepared.run.id}")
@@ -673,6 +700,9 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
         "data": str(source_path.name),
         "runs": [run.id for run in runs],
         "fitted": list(fit.fitted),
+        "held": list(fit.held),
+        **({"identified": fit.identified} if fit.identified is not None else {}),
+        **({"client_defaults": True} if sent else {}),  # (replayed as their client sent them: prepare's ``sent``)
         "equations": fit.num_equations,
         "iterations": calibration.iterations,
         "start": {k: round_sig(v) for k, v in calibration.history[0].items()},
