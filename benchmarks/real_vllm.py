@@ -10,8 +10,10 @@ mean, p90, p99; ITL mean), over all the run's requests: the measured value, kvla
 profile with the run left out of the fit (leave-one-out: the profile's constants refitted on the other runs'
 equations, kvlab/cost/fit.py) and under each baseline profile (default: roofline), and the errors; then the
 median |error| per metric. The fitted profile's leave-one-out errors are what `kvlab cost` and every output quote.
-Each run is replayed with the users it names; ``--sent``, with the prompts its client sent in their place
-(kvlab.cost.measured.CLIENT_DEFAULTS: 100 prompts, single turn; docs/cost.md, "The workload the runs used").
+Each run is replayed with the users it names; ``--sent`` (or a profile fitted with ``kvlab calibrate --runs FILE
+--client-defaults``), with the prompts its client sent in their place (kvlab.cost.measured.CLIENT_DEFAULTS: 100
+prompts, single turn; docs/cost.md, "The workload the runs used"). Each fold refits the constants the profile's
+``[fit]`` fitted and held, under the rule it was fitted with (``identified``; none for one fitted before the rule).
 
 ``--reads``: no leave-one-out; each run replayed once under the profile, and per run what its decoded tokens read
 (the weights and the KV, in milliseconds per output token at 100% of the GPU's bandwidth), the ITL the run's own
