@@ -110,7 +110,7 @@ CASES = [
     (("run", "vllm", "--available-kv-gib", "1000"), ["--available-kv-gib 1000", "at most"]),
     (("run", "vllm", "--block-size", "4096"), ["--block-size 4096", "at most 2,048"]),
     (("run", "vllm", "--max-model-len", "1"), ["--max-model-len 1", "at most 1"]),
-    (("run", "vllm", "--num-gpu-blocks", "1"), ["--num-gpu-blocks 1", "2 to"]),
+    (("run", "vllm", "--num-gpu-blocks", "1"), ["--num-gpu-blocks 1", "a whole number ≥ 2"]),
     (("run", "vllm", "--max-num-batched-tokens", "8", "--max-num-seqs", "16"), ["(8)", "at least --max-num-seqs"]),
     (("run", "vllm", "--model", "llama-3.1-70b"), ["llama-3.1-70b does not fit", "Would fit"]),
     (("run", "vllm", "--gpu", "a100-40"), ["'a100-40'", "Did you mean"]),
@@ -149,7 +149,7 @@ CASES = [
      ["blocks", "lower --gpu-memory-gib"]),
     # --- paper fig2 ----------------------------------------------------------------------------------------------
     (("paper", "fig2", "--rate", "0"), ["--rate 0", "a number > 0"]),
-    (("paper", "fig2", "--num-requests", "0"), ["--num-requests 0", "1 to"]),
+    (("paper", "fig2", "--num-requests", "0"), ["--num-requests 0", "a whole number ≥ 1"]),
     (("paper", "fig2", "--rate", "inf"), ["--rate inf", "a number > 0"]),
     # --- workloads and arrivals ----------------------------------------------------------------------------------
     (("run", "vllm", "--rate", "0"), ["--rate 0", "a number > 0"]),
@@ -168,7 +168,7 @@ CASES = [
     (("run", "vllm", "-w", "nope"), ["'nope'", "named: "]),
     (("run", "vllm", "-w", "azure-conv", "-n", "20000"), ["not 20,000", "ask for fewer"]),
     (("run", "vllm", "--seed", "-1"), ["--seed -1", "whole number"]),
-    (("run", "vllm", "--num-requests", "0"), ["--num-requests 0", "1 to"]),
+    (("run", "vllm", "--num-requests", "0"), ["--num-requests 0", "a whole number ≥ 1"]),
     (("run", "vllm", "--long-requests", "trim"), ["'trim'", "reject, clip"]),
     (("run", "vllm", "-w", "{tmp}/ten.csv"), ["line 3: prompt_len 'ten'", "whole number"]),
     (("run", "vllm", "-w", "{tmp}/zero.csv"), ["line 2: output_len '0'", "at least one"]),

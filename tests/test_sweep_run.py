@@ -95,6 +95,9 @@ def test_the_table_says_what_was_computed_and_where_it_is(one_worker, kvlab, tmp
     assert "Sweep: 8 points" in r.stdout and "orca-oracle" in r.stdout and "mean normalized latency" in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) <= 80 and "…" not in r.stdout
     assert "Computed 0 points now" in r.stdout and "sweep.duckdb" in r.stdout
+    text = " ".join(r.stdout.split())  # (what every point shares, the strategy shown in the table: not repeated)
+    assert ("Every point: opt-13b · on A100-40GB · TP 1 · cost roofline · workload paper-sharegpt · 300 requests."
+            in text)
     assert (tmp_path / "s" / "latency.png").exists() and (tmp_path / "s" / "sweep.html").exists()
 
 
@@ -222,3 +225,14 @@ def test_three_varying_options_leave_room_for_every_number_at_80_columns(kvlab, 
               f"{point['throughput_rps']:.3f}"
         assert any(" ".join(line.split()).startswith(row) and line.split()[-1] == _num(point['tpot_s']['p99'], 1e3)
                    for line in text.splitlines()), (row, text)
+
+
+def test_a_file_that_is_not_a_store_is_one_line_and_left_as_it_is(kvlab, tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "sweep.duckdb").write_bytes(b"my notes, not a database\n")
+    r = kvlab("sweep", "--rate", "1,2", "--num-requests", "50", "--out", tmp_path / "s")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"error: {tmp_path / 's' / 'sweep.duckdb'} is not a sweep's store (the file is not a "
+                                "DuckDB database; kvlab left it as it is); valid: a folder a kvlab sweep wrote, or "
+                                "another --out")
+    assert (tmp_path / "s" / "sweep.duckdb").read_bytes() == b"my notes, not a database\n"

@@ -84,10 +84,14 @@ def _finite(value: Any) -> float:
     return float(_number(value))
 
 
+# A bound past any a machine reaches (a count's hi): the message says only the lower bound.
+UNBOUNDED = 2**40
+
+
 def Count(lo: int, hi: int, what: str):  # a type factory, named like a type
     """A whole number in [lo, hi]; ``what`` says what it counts, for the message."""
-    return Annotated[int, BeforeValidator(_whole), Field(ge=lo, le=hi, description=f"{what}, a whole number from "
-                                                                                    f"{lo:,} to {hi:,}")]
+    text = f"≥ {lo:,}" if hi >= UNBOUNDED else f"from {lo:,} to {hi:,}"
+    return Annotated[int, BeforeValidator(_whole), Field(ge=lo, le=hi, description=f"{what}, a whole number {text}")]
 
 
 def Real(lo: float, hi: float, what: str, *, lo_open: bool = True):

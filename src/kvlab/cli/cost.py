@@ -94,12 +94,8 @@ def calibrate(
     """Fit a cost profile to a real server's iterations by least squares.
 
     From its token timings (kvlab bench --out DIR) or, with --server-log, from its own log of each step."""
-    from rich.console import Console
-    from rich.table import Table
-
     from kvlab.cost.calibrate import calibrate as run_calibration
     from kvlab.cost.calibrate import significance
-    from kvlab.cost.profiles import ABSOLUTE_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
 
     if out.suffix.lower() not in (".toml", ".json"):
@@ -124,6 +120,16 @@ def calibrate(
         typer.echo(json.dumps({"profile": document, "path": str(out), "weakly_determined": weak}, indent=1,
                               ensure_ascii=False))
         return
+    _print_bench_fit(result, out, weak)
+
+
+def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
+    """The table ``kvlab calibrate DIR ...`` prints: each constant, its σ and meaning; the residuals."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvlab.cost.profiles import ABSOLUTE_CONSTANTS as MEANING
+
     console = Console(highlight=False)
     table = Table(title=f"Calibrated from {result.num_iterations} iterations timed from {result.observed_by}, "
                         f"{result.num_requests} requests",

@@ -115,6 +115,9 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
     console.print(table)
     console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT: p99, each "
                   "column in ms, or in s when one of its values is 10 s or more.", highlight=False)
+    held = held_text(rows, varying)
+    if held:
+        console.print(f"Every point: {held}.", highlight=False)
     strategies = [parse_strategy(n) for n in dict.fromkeys(str(r["strategy"]) for r in rows)]
     console.print("Engine: " + engine_defaults_text(rows, strategies) + ".", highlight=False)
     num_failed = sum(r["status"] != "ok" for r in rows)
@@ -122,6 +125,21 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
                   + (f", {num_failed} failed in all" if num_failed else "")
                   + f". Store: {session.store_path} (table points: SQL or pandas)."
                   + (f" Plots: {', '.join(str(p) for p in written)}." if written else ""), highlight=False)
+
+
+# What a point is (the options a reader asks for first), as the table's footer names them when all points share them.
+HELD_OPTIONS = (("strategy", "{}"), ("model", "{}"), ("gpu", "on {}"), ("tensor_parallel_size", "TP {}"),
+                ("cost", "cost {}"), ("workload", "workload {}"), ("num_requests", "{} requests"))
+
+
+def held_text(rows, varying) -> str:
+    """The options of HELD_OPTIONS every row shares and the table does not show ("vllm · opt-13b · on A100-40GB")."""
+    parts = []
+    for name, form in HELD_OPTIONS:
+        values = {repr(r.get(name)) for r in rows}
+        if name not in varying and len(values) == 1 and rows[0].get(name) is not None:
+            parts.append(form.format(cell(rows[0][name])))
+    return " · ".join(parts)
 
 
 def shown_columns(rows, names, varied=None) -> list[str]:

@@ -64,6 +64,16 @@ def _column_type(value: Any) -> str:
     return "DOUBLE"
 
 
+def _open_error(path: Path | None, reason: str) -> str:
+    """Why a sweep's store did not open, in the user's words (the file is left as it is)."""
+    if "not a valid DuckDB database" in reason:
+        return (f"{path} is not a sweep's store (the file is not a DuckDB database; kvlab left it as it is); valid: "
+                "a folder a kvlab sweep wrote, or another --out")
+    if "lock" in reason.lower():
+        return f"cannot open {path}: another process has it open (another sweep using this folder?): {reason}"
+    return f"cannot open {path}: {reason}"
+
+
 class Store:
     """A sweep's DuckDB file (or an in-memory database for a throwaway search: ``path=None``)."""
 
@@ -77,7 +87,7 @@ class Store:
         try:
             self.db = duckdb.connect(":memory:" if path is None else str(path))
         except duckdb.IOException as exc:
-            raise KvlabError(f"cannot open {path}: {exc} (is another sweep using this folder?)") from None
+            raise KvlabError(_open_error(path, str(exc))) from None
         columns = {**BASE_COLUMNS, **{name: COLUMN_TYPES[kind] for name, kind in option_kinds.items()}}
         self.db.execute(f"CREATE TABLE IF NOT EXISTS points ({', '.join(f'{_q(c)} {t}' for c, t in columns.items())})")
         self.db.execute("CREATE TABLE IF NOT EXISTS computations (key VARCHAR, status VARCHAR, elapsed_s DOUBLE, "
