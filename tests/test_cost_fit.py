@@ -254,12 +254,17 @@ def test_calibrate_names_each_constant_the_runs_do_not_identify_and_the_data_tha
     for name in fit["held"]:
         assert f"not identified: {name} (its standard error was not below its value), held at" in text
         assert f"data that would fit it: {F.FIT_HINTS[name]}" in text
+    r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1", "--fit-unidentified",
+              "--out", tmp_path / "all.toml")  # (as before the rule: every constant asked for is fitted)
+    assert r.exit_code == 0, r.stderr
+    fit = tomllib.loads((tmp_path / "all.toml").read_text())["fit"]
+    assert fit["fitted"] == asked and fit["held"] == [] and "identified" not in fit and "not identified" not in r.stdout
 
 
-def test_client_defaults_without_runs_is_one_line(kvlab, tmp_path):
-    r = kvlab("calibrate", tmp_path, "--client-defaults", "--out", tmp_path / "p.toml")
-    assert r.exit_code == 2 and r.stderr.strip() == ("error: --client-defaults replays measured runs: give it with "
-                                                     "--runs FILE")
+@pytest.mark.parametrize("flag", ["--client-defaults", "--fit-unidentified"])
+def test_a_measured_runs_flag_without_runs_is_one_line(kvlab, tmp_path, flag):
+    r = kvlab("calibrate", tmp_path, flag, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and r.stderr.strip() == f"error: {flag} is for a fit on measured runs: give it with --runs FILE"
 
 
 def test_the_sets_h100_is_the_sxm_card_for_the_profile_too():

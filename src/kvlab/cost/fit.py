@@ -598,7 +598,7 @@ class Calibration:
 def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *,
                    start: dict[str, float] | None = None, max_iterations: int = 4, tolerance: float = 1e-3,
                    progress: Callable[[str], None] | None = None, closed_loop: bool = False,
-                   sent: bool = False) -> Calibration:
+                   sent: bool = False, identified: float | None = IDENTIFIED) -> Calibration:
     """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
     way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
     the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
@@ -617,7 +617,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     for iteration in range(1, max_iterations + 1):
         replays = [replay(p, constants) for p in prepared]
         rows, labels = _rows(replays)
-        fit = solve(rows, fitted, constants, labels)
+        fit = solve(rows, fitted, constants, labels, identified)
         if progress is not None:
             progress(f"iteration {iteration}: rms relative residual {fit.rms_relative_residual:.2%} (under the "
                      "constants the runs were replayed with, refitted)")
@@ -674,15 +674,16 @@ def common_gpu(runs: Sequence[MeasuredRun]) -> str:
 
 def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *, name: str,
                         source_path, start: dict[str, float] | None = None, max_iterations: int = 4,
-                        progress: Callable[[str], None] | None = None, sent: bool = False) -> tuple[dict, dict]:
+                        progress: Callable[[str], None] | None = None, sent: bool = False,
+                        identified: float | None = IDENTIFIED) -> tuple[dict, dict]:
     """Fit, leave one out, and write it all down: (the profile document, the leave-one-out report). ``sent``:
-    replay the prompts the runs' client sent (prepare)."""
+    replay the prompts the runs' client sent (prepare); ``identified``: solve's rule (None: fit every constant)."""
     if len(runs) < 3:
         raise KvlabError(f"{source_path.name} holds {len(runs)} measured run{'s' * (len(runs) != 1)} "
                          f"({', '.join(repr(r.id) for r in runs)}): a fit judged by leave-one-out needs at least 3 "
                          "(each run predicted by a fit on at least 2 others); valid: a file of 3 or more runs")
     calibration = calibrate_runs(runs, fitted, start=start, max_iterations=max_iterations, progress=progress,
-                                 sent=sent)
+                                 sent=sent, identified=identified)
     loo = errors(leave_one_out(calibration, progress=progress))
     medians = median_abs_errors(loo)
     fit = calibration.fit
