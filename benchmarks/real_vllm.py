@@ -13,7 +13,7 @@ median |error| per metric. The fitted profile's leave-one-out errors are what `k
 Each run is replayed with the users it names; ``--sent`` (or a profile fitted with ``kvlab calibrate --runs FILE
 --client-defaults``), with the prompts its client sent in their place (kvlab.cost.measured.CLIENT_DEFAULTS: 100
 prompts, single turn; docs/cost.md, "The workload the runs used"). Each fold refits the constants the profile's
-``[fit]`` fitted and held, under the rule it was fitted with (``identified``; none for one fitted before the rule).
+``[fit]`` fitted and held, under the rule it was fitted with (``hold_if_sigma_over_value``; none for one fitted before the rule).
 
 ``--reads``: no leave-one-out; each run replayed once under the profile, and per run what its decoded tokens read
 (the weights and the KV, in milliseconds per output token at 100% of the GPU's bandwidth), the ITL the run's own
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         prepared = [F.prepare(run, args.closed_loop, sent) for run in runs]
         print(f"{len(runs)} runs from {path}; fitted profile {profile.name!r} left out run by run; "
               f"baselines {', '.join(b.name for b in baselines)}", file=sys.stderr)
-        calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0, held, profile.fit.get("identified")),
+        calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0, held, profile.fit.get("hold_if_sigma_over_value")),
                                     replays=[F.replay(p, constants) for p in prepared], iterations=0)
         tables = {f"{profile.name} (LOO)": F.errors(F.leave_one_out(calibration))}
         for baseline in baselines:

@@ -75,3 +75,23 @@ def test_kvlab_run_reports_the_band_beside_its_figures(kvlab):
     assert text.exit_code == 0 and "where the real engine would be (LOO p90 over 13" in " ".join(text.stdout.split())
     roofline = kvlab(*args, "--cost", "roofline", "--json").json()
     assert roofline["cost"]["error_band"] is None and "error_band" not in roofline["strategies"][0]
+
+
+def test_a_fitted_profile_from_a_file_shows_its_band_and_error_as_a_built_in_does(kvlab, tmp_path):
+    """The profile `kvlab calibrate --runs` writes, given as --cost FILE: run, race and capacity name it and quote
+    its measured error (each report knows the profile by its name, which this process read from the file)."""
+    from importlib import resources
+
+    text = resources.files("kvlab.cost").joinpath("data/vllm-h100.toml").read_text()
+    file = tmp_path / "mine.toml"
+    file.write_text(text.replace('name = "vllm-h100"', 'name = "mine"'))
+    args = ("--model", "llama-2-7b", "--gpu", "h100-sxm", "-n", "30", "--cost", file)
+    for command in (("run",), ("race",)):
+        r = kvlab(*command, *args)
+        words = " ".join(r.stdout.split())
+        assert r.exit_code == 0, r.stderr
+        assert "where the real engine would be (LOO p90 over 13 H100-SXM runs, profile mine)" in words
+        assert "under cost profile 'mine'" in words and "leave-one-out median" in words
+    r = kvlab("capacity", *args[:4], "-n", "100", "--cost", file, "--slo", "p99_ttft<2s", "--out", tmp_path / "c")
+    assert r.exit_code == 0, r.stderr
+    assert "Answer under mine, the clock with the best evidence" in " ".join(r.stdout.split())

@@ -164,7 +164,7 @@ def test_the_shipped_profile_is_the_fit_on_the_calibration_set():
     assert [r.id for r in runs] == list(profile.fit["runs"])
     replays = [F.replay(F.prepare(run), constants) for run in runs]
     rows, labels = F._rows(replays)
-    refit = F.solve(rows, profile.fit["fitted"], constants, labels, profile.fit.get("identified"))
+    refit = F.solve(rows, profile.fit["fitted"], constants, labels, profile.fit.get("hold_if_sigma_over_value"))
     for name in profile.fit["fitted"]:
         assert refit.constants[name] == pytest.approx(constants[name], rel=0.02, abs=3 * profile.fit["sigma"][name]), name
 
@@ -249,16 +249,33 @@ def test_calibrate_names_each_constant_the_runs_do_not_identify_and_the_data_tha
     r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1", "--out", tmp_path / "p.toml")
     assert r.exit_code == 0, r.stderr
     fit = tomllib.loads((tmp_path / "p.toml").read_text())["fit"]
-    assert fit["held"] and sorted(fit["fitted"] + fit["held"]) == sorted(asked) and fit["identified"] == 1.0
+    assert fit["held"] and sorted(fit["fitted"] + fit["held"]) == sorted(asked) and fit["hold_if_sigma_over_value"] == 1
+    assert set(fit["held_sigma"]) == set(fit["held"])
     text = " ".join(r.stdout.split())
     for name in fit["held"]:
-        assert f"not identified: {name} (its standard error was not below its value), held at" in text
-        assert f"data that would fit it: {F.FIT_HINTS[name]}" in text
+        assert f"not identified: {name}, held at its start" in text
+        assert "its standard error (" in text and ") was not below its value, so these runs do not separate it" in text
+        assert f"more of what would fit it: {F.FIT_HINTS[name]}" in text
     r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1", "--fit-unidentified",
               "--out", tmp_path / "all.toml")  # (as before the rule: every constant asked for is fitted)
     assert r.exit_code == 0, r.stderr
     fit = tomllib.loads((tmp_path / "all.toml").read_text())["fit"]
-    assert fit["fitted"] == asked and fit["held"] == [] and "identified" not in fit and "not identified" not in r.stdout
+    assert fit["fitted"] == asked and fit["held"] == [] and "hold_if_sigma_over_value" not in fit
+    assert "not identified" not in r.stdout
+
+
+def test_a_fold_that_cannot_fit_names_the_run_it_left_out(kvlab, tmp_path):
+    """One run at TP 2 among runs at TP 1: the whole fit prices the all-reduce, the fold without that run cannot."""
+    runs = [{**copy.deepcopy(RUN), "id": f"r{i}", "tp": tp} for i, tp in enumerate((2, 1, 1))]
+    for i, run in enumerate(runs):
+        run["workload"]["stages"] = [{"rate": 10.0 * 2**i, "duration": 1}, {"rate": 20.0 * 2**i, "duration": 1}]
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": runs}))
+    r = kvlab("calibrate", "--runs", file, "--fit", "bandwidth_efficiency,allreduce_latency_s,request_latency_s",
+              "--iterations", "1", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and not (tmp_path / "p.toml").exists()
+    assert r.stderr.splitlines()[-1].startswith("error: leave-one-out, the fit without run 'r0': cannot fit allreduce_latency_s: what "
+                               "it multiplies is 0 in every run")
 
 
 @pytest.mark.parametrize("flag", ["--client-defaults", "--fit-unidentified"])

@@ -236,3 +236,21 @@ def test_a_file_that_is_not_a_store_is_one_line_and_left_as_it_is(kvlab, tmp_pat
                                 "DuckDB database; kvlab left it as it is); valid: a folder a kvlab sweep wrote, or "
                                 "another --out")
     assert (tmp_path / "s" / "sweep.duckdb").read_bytes() == b"my notes, not a database\n"
+
+
+@pytest.mark.parametrize(("table", "what"), [("points (x INTEGER)", "a table 'points' with no column 'key'"),
+                                             ("other (x INTEGER)", "table 'other'")])
+def test_another_programs_duckdb_file_is_refused_and_left_as_it_is(kvlab, tmp_path, table, what):
+    import duckdb
+
+    (tmp_path / "s").mkdir()
+    path = tmp_path / "s" / "sweep.duckdb"
+    with duckdb.connect(str(path)) as db:
+        db.execute(f"CREATE TABLE {table}")
+        db.execute(f"INSERT INTO {table.split()[0]} VALUES (7)")
+    before = path.read_bytes()
+    r = kvlab("sweep", "--rate", "1,2", "--num-requests", "50", "--out", tmp_path / "s")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"error: {path} is a DuckDB database but not a sweep's store (it holds {what}; kvlab "
+                                "left it as it is); valid: a folder a kvlab sweep wrote, or another --out")
+    assert path.read_bytes() == before

@@ -67,10 +67,12 @@ def calibrate(
                                       "kvlab run --cost FILE.")] = Path("calibrated.toml"),
     name: Annotated[str | None, typer.Option("--name", help="The profile's name \\[default: the file's "
                                                 "stem].")] = None,
-    fit: Annotated[str | None, typer.Option("--fit", help="Constants to fit, comma-separated (the rest are 0) "
-                                            "\\[default: weights_read_s, context_token_s, "
-                                            "token_s, overhead_s, seq_overhead_s, prefill_token_overhead_s, "
-                                            "request_latency_s].", show_default=False)] = None,
+    fit: Annotated[str | None, typer.Option("--fit", help="Constants to fit, comma-separated. Bench folders: "
+                                            "weights_read_s, context_token_s, token_s, overhead_s, seq_overhead_s, "
+                                            "prefill_token_overhead_s, request_latency_s (the rest 0; default all). "
+                                            "--runs: efficiencies and seconds (kvlab.cost.fit.CONSTANTS; the rest at "
+                                            "their start; default all but flops_efficiency and "
+                                            "prefill_token_overhead_s).", show_default=False)] = None,
     server_log: Annotated[Path | None, typer.Option("--server-log", help="The vLLM server's log, started with "
                                                     "--enable-logging-iteration-details: time the iterations from "
                                                     "the server's own account of each step instead of the token "
@@ -204,8 +206,10 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
                       MEANING[k])
     console.print(table)
     for k in document["fit"]["held"]:
-        console.print(f"not identified: {k} (its standard error was not below its value), held at "
-                      f"{constant_text(k, constants[k])}; data that would fit it: {FIT_HINTS[k]}", style="yellow")
+        console.print(f"not identified: {k}, held at its start {constant_text(k, constants[k])}: fitted with the "
+                      f"others, its standard error ({constant_text(k, document['fit']['held_sigma'][k])}) was not "
+                      f"below its value, so these runs do not separate it from them; more of what would fit it: "
+                      f"{FIT_HINTS[k]}", style="yellow")
     medians = document["fit"]["loo_median_abs_error"]
     console.print("Leave-one-out median |error| (each run predicted by a fit on the others): "
                   + ", ".join(f"{m} {v:.1%}" for m, v in medians.items()) + ".")

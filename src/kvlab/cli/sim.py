@@ -130,7 +130,7 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     config, wl, results = run.config.engine, run.workload, run.results
     setup = run.config.describe()
     summaries = [r.summary() for r in results]
-    band = _error_band(config.cost.profile)
+    band = _error_band(config.cost)
     for summary in summaries:
         summary["typical_iteration"] = typical_iteration(config, summary)
         if band is not None:  # (each latency and the throughput: where the real engine would be, docs/cost.md)
@@ -262,30 +262,31 @@ def _print_typical_iteration(console, config, name: str, t: dict) -> None:
         f"computing {t['compute_ms']:.1f} ms ({t['bound']}-bound), + {t['overhead_ms']:.1f} ms overhead"
         + (f" + {t['seqs_ms']:.1f} ms per-sequence overhead" if t["seqs_ms"] else "")
         + f" = {t['total_ms']:.1f} ms, under cost profile {config.cost.profile!r} (kvlab cost; docs/cost.md)"
-        + _measured_error(config.cost.profile) + ".",
+        + _measured_error(config.cost) + ".",
         highlight=False)
 
 
-def _error_band(profile_name: str):
+def _profile(cost):
+    """The CostProfile a cost model was built from (by its name: built in, or a file this process read)."""
+    from kvlab.cost.profiles import get_profile
+
+    return get_profile(cost.profile)
+
+
+def _error_band(cost):
     """The profile's leave-one-out error band (kvlab.cost.error_band), None for a profile not fitted on runs."""
     from kvlab.cost.band import error_band
-    from kvlab.cost.profiles import get_profile
-    from kvlab.errors import KvlabError
 
-    try:
-        return error_band(get_profile(profile_name))
-    except KvlabError:  # (a profile read from a file is known here by its name only)
-        return None
+    return error_band(_profile(cost))
 
 
-def _measured_error(profile_name: str) -> str:
+def _measured_error(cost) -> str:
     """What a profile fitted on real runs measured of itself: its leave-one-out errors (kvlab calibrate --runs)."""
-    from kvlab.cost.profiles import get_profile
-
-    medians = get_profile(profile_name).fit.get("loo_median_abs_error")
+    fit = _profile(cost).fit
+    medians = fit.get("loo_median_abs_error")
     if not medians:
         return ""
-    runs = len(get_profile(profile_name).fit.get("runs", ()))
+    runs = len(fit.get("runs", ()))
     return (f"; its error on {runs} real vLLM runs it was not fitted on (leave-one-out median): E2E "
             f"{medians['e2e_mean']:.0%}, TTFT {medians['ttft_mean']:.0%}, ITL {medians['itl_mean']:.0%}")
 
@@ -301,7 +302,7 @@ def race_json(config, wl, summaries, setup: dict | None = None) -> dict:
         "block_size": config.cache.block_size,
         "max_model_len": config.scheduler.max_model_len,
         "cost": {"profile": config.cost.profile, "notes": list(config.cost.notes),
-                 "error_band": (band.as_dict() if (band := _error_band(config.cost.profile)) else None)},
+                 "error_band": (band.as_dict() if (band := _error_band(config.cost)) else None)},
         "workload": {"name": wl.name, "num_requests": wl.num_requests, "rate": workload_rate(wl),
                      "description": wl.description},
         "strategies": summaries,

@@ -506,6 +506,7 @@ class Fit:
     # Asked for but not identified by the runs (IDENTIFIED): held at their start, in the order they were let go.
     held: tuple[str, ...] = ()
     identified: float | None = None  # the rule's threshold (None: every asked constant fitted, as before the rule)
+    held_sigma: dict[str, float] = field(default_factory=dict)  # each held constant's σ when it was last fitted
 
 
 def solve(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed: dict[str, float],
@@ -515,16 +516,24 @@ def solve(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed
     None: no such rule), the least identified is held at ``fixed`` and the rest fitted again."""
     asked = list(fitted)
     held: list[str] = []
+    held_sigma: dict[str, float] = {}
     while True:
         fit = _solve_once(rows, asked, fixed, labels)
         if identified is None:
             return fit
-        relative = {k: fit.sigma[k] / fit.constants[k] if fit.constants[k] > 0 else math.inf for k in asked}
+        relative = {k: fit.sigma[k] / fit.constants[k] if 0 < fit.constants[k] and not _at_upper(k, fit) else math.inf
+                    for k in asked}
         worst = max(asked, key=lambda k: relative[k])
         if relative[worst] < identified or len(asked) == 1:
-            return replace(fit, held=tuple(held), identified=identified)
+            return replace(fit, held=tuple(held), identified=identified, held_sigma=held_sigma)
         asked.remove(worst)
         held.append(worst)
+        held_sigma[worst] = fit.sigma[worst]
+
+
+def _at_upper(name: str, fit: Fit) -> bool:
+    """An efficiency fitted to 1 (its bound: all of the peak) is no more identified than a time fitted to 0."""
+    return name in INVERTED and fit.constants[name] >= 1.0
 
 
 def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed: dict[str, float],
@@ -559,7 +568,7 @@ def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str],
     lower = np.array([1.0 if k in INVERTED else 0.0 for k in fitted])
     upper = np.array([50.0 if k in INVERTED else 1.0 for k in fitted])
     solution = lsq_linear(matrix / scale, target, bounds=(lower * scale, upper * scale), method="bvls")
-    theta = solution.x / scale
+    theta = np.clip(solution.x / scale, lower, upper)  # (the solver's last ulp can fall past a bound: -2e-21 s)
     residual = matrix @ theta - target
     dof = max(1, len(rows) - len(index))
     s2 = float(residual @ residual) / dof
@@ -639,7 +648,12 @@ def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | No
     for i, held in enumerate(calibration.replays):
         others = [r for j, r in enumerate(calibration.replays) if j != i]
         rows, labels = _rows(others)
-        fold = solve(rows, fit.fitted + fit.held, fit.constants, labels, fit.identified)  # (the rule, per fold)
+        try:
+            fold = solve(rows, fit.fitted + fit.held, fit.constants, labels, fit.identified)  # (the rule, per fold)
+        except KvlabError as exc:
+            raise KvlabError(f"leave-one-out, the fit without run {held.prepared.run.id!r}: {exc}; valid: runs such "
+                             "that any one left out, the others still fit every constant (or fewer constants: --fit)"
+                             ) from None
         out.append(replay(held.prepared, fold.constants))
         if progress is not None:
             progress(f"left out run {held.prepared.run.id}")
@@ -702,7 +716,9 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
         "runs": [run.id for run in runs],
         "fitted": list(fit.fitted),
         "held": list(fit.held),
-        **({"identified": fit.identified} if fit.identified is not None else {}),
+        # (the rule: a constant whose σ is this many times its value or more is held; absent: none held so)
+        **({"hold_if_sigma_over_value": fit.identified} if fit.identified is not None else {}),
+        "held_sigma": {k: round_sig(v) for k, v in fit.held_sigma.items()},
         **({"client_defaults": True} if sent else {}),  # (replayed as their client sent them: prepare's ``sent``)
         "equations": fit.num_equations,
         "iterations": calibration.iterations,

@@ -256,7 +256,14 @@ def read_profile(path: Path) -> CostProfile:
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
         raise KvlabError(f"cost profile {str(path)!r} is not valid {kind}: {exc}") from None
-    return profile_from_dict(data, str(path))
+    profile = profile_from_dict(data, str(path))
+    _READ[profile.name] = profile
+    return profile
+
+
+# The profiles read from files in this process, by their own names: what a report that carries only a profile's
+# name (a run's cost model, a stored configuration) looks up again. A built-in name is never shadowed.
+_READ: dict[str, CostProfile] = {}
 
 
 def default_profile_for(gpu_id: str) -> str:
@@ -304,6 +311,8 @@ def get_profile(name_or_file: str | None) -> CostProfile:
     profiles = builtin_profiles()
     if name_or_file in profiles:
         return profiles[name_or_file]
+    if name_or_file in _READ:  # (a report naming a profile this process read from a file)
+        return _READ[name_or_file]
     path = Path(name_or_file).expanduser()
     if path.suffix.lower() in (".toml", ".json") or path.exists():
         return read_profile(path)

@@ -88,6 +88,11 @@ class Store:
             self.db = duckdb.connect(":memory:" if path is None else str(path))
         except duckdb.IOException as exc:
             raise KvlabError(_open_error(path, str(exc))) from None
+        foreign = self._foreign_tables()
+        if foreign:
+            self.db.close()
+            raise KvlabError(f"{path} is a DuckDB database but not a sweep's store (it holds {foreign}; kvlab left it "
+                             "as it is); valid: a folder a kvlab sweep wrote, or another --out")
         columns = {**BASE_COLUMNS, **{name: COLUMN_TYPES[kind] for name, kind in option_kinds.items()}}
         self.db.execute(f"CREATE TABLE IF NOT EXISTS points ({', '.join(f'{_q(c)} {t}' for c, t in columns.items())})")
         self.db.execute("CREATE TABLE IF NOT EXISTS computations (key VARCHAR, status VARCHAR, elapsed_s DOUBLE, "
@@ -95,6 +100,17 @@ class Store:
         self.columns = self._columns()
         for name, kind in {**option_kinds, **{c: t for c, t in TAIL_COLUMNS.items()}}.items():
             self._ensure_column(name, COLUMN_TYPES.get(kind, kind))
+
+    def _foreign_tables(self) -> str:
+        """What in the database is not a sweep's (tables other than points and computations, or a points table
+        without its key), in words; "" for a sweep's store or an empty database."""
+        tables = [row[0] for row in self.db.execute("SELECT table_name FROM information_schema.tables").fetchall()]
+        others = [t for t in tables if t not in ("points", "computations")]
+        if others:
+            return "table" + "s" * (len(others) > 1) + " " + ", ".join(repr(t) for t in others)
+        if "points" in tables and "key" not in self._columns():
+            return "a table 'points' with no column 'key'"
+        return ""
 
     def _columns(self) -> set[str]:
         return {row[0] for row in self.db.execute("SELECT column_name FROM information_schema.columns "
