@@ -193,11 +193,11 @@ class CostModel:
         or fewer when ``seconds`` is given (no more than can start within that time, plus one to spare).
 
         Each is ``iteration_times(num_seqs, 0, num_seqs, context, context)`` bit for bit: the first is computed
-        by it, and so is a long run (numpy arrays, from VECTOR_MIN_ITERATIONS on: an array comes back). A short
-        run is a list: both sides of the roofline grow linearly with the context, so when one side is the larger
-        at both ends of the run by far more than either side's rounding at its end, it is the larger throughout,
-        and only that side is computed (the same expression as iteration_times', two float operations an
-        iteration; benchmarks/README.md). A cost of zero (every constant 0) leaves ``seconds`` no bound."""
+        by it. Both sides of the roofline grow linearly with the context, so when one side is the larger at both
+        ends of the run by far more than either side's rounding at its end, it is the larger throughout, and only
+        that side is computed (the same expression as iteration_times', two float operations an iteration;
+        benchmarks/README.md): in a list for a short run, in numpy from VECTOR_MIN_ITERATIONS on (an array comes
+        back). A cost of zero (every constant 0) leaves ``seconds`` no bound."""
         first = self.iteration_times(num_seqs, 0, num_seqs, num_context_tokens, num_context_tokens)
         if seconds < INF and first > 0:
             # An iteration takes at least as long as the one before (its context is longer).
@@ -205,11 +205,6 @@ class CostModel:
         if num_iterations <= 1:
             return [first]
         end = num_context_tokens + num_seqs * num_iterations
-        if num_iterations >= VECTOR_MIN_ITERATIONS:
-            import numpy as np
-
-            context_array = np.arange(num_context_tokens, end, num_seqs, dtype=np.int64)
-            return self.iteration_times(num_seqs, 0, num_seqs, context_array, context_array)
         fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
         if self.has_experts:  # (num_seqs tokens every iteration: the same experts' read, as iteration_times adds it)
             fixed_s = fixed_s + self.experts_read_s(0 + num_seqs)
@@ -223,6 +218,10 @@ class CostModel:
         # Each side's rounding is a few ulps of its value, and no iteration is longer than the last: a margin
         # of the last iteration's larger side bounds the rounding of every iteration between.
         margin = _SIDE_MARGIN * max(memory_last, compute_last)
+        if num_iterations >= VECTOR_MIN_ITERATIONS:
+            return self._decode_times_array(num_seqs, num_context_tokens, end, fixed_s, tokens,
+                                            gap_first > margin and gap_last > margin,
+                                            gap_first < -margin and gap_last < -margin)
         if gap_first > margin and gap_last > margin:  # memory-bound throughout
             rest = [fixed_s + c * kv_token_s for c in contexts]
         elif gap_first < -margin and gap_last < -margin:  # compute-bound throughout
@@ -235,6 +234,26 @@ class CostModel:
                    + (0 + num_seqs) * self.token_overhead_s)
             rest = [t + cpu for t in rest]
         return [first] + rest
+
+    def _decode_times_array(self, num_seqs: int, num_context_tokens: int, end: int, fixed_s: float, tokens: float,
+                            memory_bound: bool, compute_bound: bool):
+        """``decode_times``' long run, every iteration in numpy (its first included): on one side of the roofline
+        when that side is the larger throughout, as the short run's list (three numpy calls, not nine: numpy's cost
+        is per call, a decode run of static+max's ~90 iterations priced in a fifth of its instructions, compiled)."""
+        import numpy as np
+
+        context_array = np.arange(num_context_tokens, end, num_seqs, dtype=np.int64)
+        _, kv_token_s, _, flops_per_pair, flops, overhead_s = self.coefficients
+        if memory_bound:
+            times = fixed_s + context_array * kv_token_s
+        elif compute_bound:
+            times = overhead_s + (tokens + flops_per_pair * context_array) / flops
+        else:
+            return self.iteration_times(num_seqs, 0, num_seqs, context_array, context_array)
+        if self.has_cpu_terms:
+            times = times + (num_seqs * self.seq_overhead_s + 0 * self.prefill_token_overhead_s
+                             + (0 + num_seqs) * self.token_overhead_s)
+        return times
 
     def __post_init__(self) -> None:
         bandwidth = self.memory_bandwidth * self.bandwidth_efficiency

@@ -92,6 +92,9 @@ class PrefixCachingBlockPool:
         # block_hash -> block id, or {block id: None} in insertion order when several full blocks have equal
         # content (vLLM does not deduplicate: block tables stay append-only); a lookup returns the oldest.
         self.cached_block_hash_to_block: dict[BlockHash, int | dict[int, None]] = {}
+        # Private hashes (negative) among its keys: while there are none, evicting a private block looks nothing up
+        # (most evictions are of finished requests' private blocks, never registered: register_private).
+        self.num_private_entries = 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -108,15 +111,13 @@ class PrefixCachingBlockPool:
         if num_blocks > len(queue):
             raise ValueError(f"cannot get {num_blocks} blocks: only {len(queue)} free")
         popitem, block_hashes, ref_cnt = queue.popitem, self.block_hash, self.ref_cnt
-        cached = self.cached_block_hash_to_block
         blocks = [popitem(False)[0] for _ in range(num_blocks)]
         for block_id in blocks:
             block_hash = block_hashes[block_id]
             if block_hash is not None:  # (an eviction, as in append_new_blocks)
                 block_hashes[block_id] = None
-                entry = cached.pop(block_hash, None)  # (None: a private block never registered)
-                if entry is not None and entry != block_id:
-                    self._evict_other(block_id, block_hash, entry)
+                if block_hash >= 0 or self.num_private_entries:
+                    self._evict(block_id, block_hash)
             ref_cnt[block_id] = 1
         return blocks
 
@@ -132,17 +133,31 @@ class PrefixCachingBlockPool:
                 # The block is reused, so its old content can no longer be hit: its hash goes, and the block from
                 # its entry. (Written out, one lookup: almost every block a decode run takes was cached; with
                 # cache_full_block's setdefault, 754k -> 737k instructions per request, count_instructions.py --case vllm.)
+                # A private block's hash is looked up only while some private hash is registered: most are never.
                 block_hashes[block_id] = None
-                entry = cached.pop(block_hash, None)  # (None: a private block never registered)
-                if entry is not None and entry != block_id:
-                    self._evict_other(block_id, block_hash, entry)
+                if block_hash >= 0 or self.num_private_entries:
+                    entry = cached.pop(block_hash, None)  # (None: a private block never registered)
+                    if entry is not None:
+                        if entry != block_id:
+                            self._evict_other(block_id, block_hash, entry)
+                        elif block_hash < 0:
+                            self.num_private_entries -= 1
             ref_cnt[block_id] = 1
             table.append(block_id)
+
+    def _evict(self, block_id: int, block_hash: BlockHash) -> None:
+        """Block ``block_id``, reused, leaves its hash's entry (``append_new_blocks`` writes this out)."""
+        entry = self.cached_block_hash_to_block.pop(block_hash, None)  # (None: a private block never registered)
+        if entry is not None:
+            if entry != block_id:
+                self._evict_other(block_id, block_hash, entry)
+            elif block_hash < 0:
+                self.num_private_entries -= 1
 
     def _evict_other(self, block_id: int, block_hash: BlockHash, entry: int | dict[int, None]) -> None:
         """The rest of an eviction whose hash's entry (``entry``, popped) holds other blocks: several with equal
         content, or, for a private block never registered, the one its request left cached in an earlier life
-        (``register_private``). The others keep the hash."""
+        (``register_private``). The others keep the hash, whose entry is put back."""
         if isinstance(entry, int):
             self.cached_block_hash_to_block[block_hash] = entry
             return
@@ -204,9 +219,11 @@ class PrefixCachingBlockPool:
         names one request's content, so nobody else can hit it: it is set on the block (which keeps its place in
         the free queue) but left out of the dict until then (most requests finish, and their blocks are evicted
         without ever being looked up)."""
+        num_entries = len(self.cached_block_hash_to_block)
         for i in range(start, end):
             if block_hashes[i] < 0:  # (as cache_full_blocks would have: it is the newest block cached with the hash)
                 self._index(block_hashes[i], block_ids[i])
+        self.num_private_entries += len(self.cached_block_hash_to_block) - num_entries
 
     def free_table(self, table: list[int]) -> None:
         """A request's blocks, in token order, freed tail first (``free_blocks(table[::-1])`` without the copy):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import chain
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 
@@ -242,7 +243,10 @@ class PagedAllocator:
             return
         # (_cache_blocks for one block, written out: about 20 calls per request)
         pool, num_cached, hashes_of = self._cached_pool, self._num_cached_blocks, self._block_hashes
-        for request_id in self._needs.filling(num_iterations):
+        # (ids as the objects the list holds: compiled, an int is unboxed and boxed again for each of the four dict
+        # lookups, an allocation each)
+        filling: list[Any] = self._needs.filling(num_iterations)
+        for request_id in filling:
             j = num_cached[request_id]
             hashes = hashes_of.get(request_id)
             if hashes is None or len(hashes) <= j:
@@ -418,6 +422,7 @@ class PagedAllocator:
                 for block_id in block_ids:
                     assert pool.block_hash[block_id] == block_hash
                 registered.update(block_ids)
+            assert pool.num_private_entries == sum(block_hash < 0 for block_hash in pool.cached_block_hash_to_block)
             # (a private block is in the dict once its request was preempted: PrefixCachingBlockPool.register_private)
             for block_id, maybe_hash in enumerate(pool.block_hash):
                 assert maybe_hash is None or maybe_hash < 0 or block_id in registered, f"block {block_id} not findable"
