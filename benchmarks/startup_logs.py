@@ -384,8 +384,9 @@ def summary(rows: list[Row]) -> None:
                 and r.printed.get("kv_cache_tokens")
                 and abs(rel(r.predicted["kv_cache_tokens"], r.printed["kv_cache_tokens"])) > WITHIN]
     for r in outliers:
+        unmodelled = f"; not modelled: {r.entry['unmodelled']}" if r.entry.get("unmodelled") else ""
         print(f"  outlier {r.entry['id']}: tokens {pct(rel(r.predicted['kv_cache_tokens'], r.printed['kv_cache_tokens']))}"
-              f"; {cause(r)}")
+              f"; {cause(r)}{unmodelled}")
     for r in rows:  # the tokens agree but not the concurrency: the blocks one request takes differ
         if r.error or r.predicted["max_concurrency"] is None or not r.printed.get("max_concurrency") or r in outliers:
             continue

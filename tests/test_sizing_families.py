@@ -511,6 +511,27 @@ def test_int4_marlin_checkpoints_take_their_fitted_activation_scale():
     assert marlin.activation_bytes > plain.activation_bytes
 
 
+def test_model_runner_v2_penalty_state_counts_as_consumed_from_vllm_0_27():
+    # From 0.27 vLLM takes what is not cache as the fall in free memory since the worker's first snapshot
+    # (mem_utils.memory_profiling's total_consumed; 0.26 added weights, the profiling run's torch peak increase and the
+    # non-torch increase). Model Runner V2's sampler allocates its penalty state after that snapshot, at load
+    # (v1/worker/gpu/sample/penalties.py): max_num_seqs x vocab int32 counts + max_num_seqs x ceil(vocab / 32) int32
+    # words of prompt bits. Qwen3-14B-AWQ (quantized Qwen3 on V2 from 0.24) on an L40S: 256 sequences (vLLM's
+    # default below 70 GiB) x 151,936 x 4 = 155,582,464 + 256 x 4,748 x 4 = 4,861,952 bytes.
+    model = get_model(str(DATA / "qwen3-14b-awq.json"))
+
+    def profile(version: str, **settings):
+        r = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("l40s"), vllm_version=version, **settings))
+        return {t.name: t for t in r.profile_terms}, r.available_kv_bytes
+
+    (after, kv_after), (before, kv_before) = profile("0.28.0"), profile("0.26.0")
+    assert after["non-torch"].bytes - before["non-torch"].bytes == 160_444_416
+    assert kv_before - kv_after == 160_444_416
+    assert "penalty state (256 requests x 151,936 vocab" in after["non-torch"].source
+    assert profile("0.28.0", model_runner="v1")[0]["non-torch"].bytes == before["non-torch"].bytes
+    assert profile("0.28.0", max_num_seqs=8)[0]["non-torch"].bytes - before["non-torch"].bytes == 8 * (151936 + 4748) * 4
+
+
 def test_mamba2_hybrid_granite_4_h_1b_matches_its_log():
     """Corpus log granite-4.0-h-1b-util0.6-eager-0.19.0 (vLLM 0.19.0, max_model_len 4,096): 'Setting attention block
     size to 400 tokens', 'Padding mamba page size by 1.59%', 4.09 GiB -> 53,200 tokens, 66.95x, 'Model loading took
@@ -582,8 +603,9 @@ def test_model_runner_v2_profiles_the_sampler_without_top_k_top_p():
     assert v2.bytes == forward and "Model Runner V2's sampler run" in v2.source
     v1, r1 = activation(model_runner="v1")
     assert v1.bytes == int(forward + 256 * 151_936 * 7.1) == 561_371_545
-    assert r2.available_kv_bytes - r1.available_kv_bytes == v1.bytes - v2.bytes
-    assert (r1.num_tokens, r2.num_tokens) == (73_952, 75_632)  # printed: 75,824
+    # V2 also keeps its penalty state, which 0.27 on counts (test_model_runner_v2_penalty_state_counts_as_consumed...)
+    assert r2.available_kv_bytes - r1.available_kv_bytes == v1.bytes - v2.bytes - 256 * (151_936 + 4_748) * 4
+    assert (r1.num_tokens, r2.num_tokens) == (73_952, 74_656)  # printed: 75,824
     # a small model with a large vocabulary: the sampler run is the peak (Qwen3-0.6B, the same settings)
     small = size_kv_cache(load_config_path(str(DATA / "qwen3-0.6b.json")),
                           SizingConfig.for_gpu(get_gpu("l40s"), max_model_len=40960, vllm_version="0.28.0"))
@@ -601,4 +623,6 @@ def test_cli_model_runner_is_vllm_use_v2_model_runner(kvlab):
     v1 = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", "--model-runner", "v1", "--json").json()
     assert v2["activation_bytes"] == 8192 * (2 * 4096 + 3 * 14336 + 48 * 128) * 2 == 939_524_096
     assert v1["activation_bytes"] == int(939_524_096 + 1024 * 128_256 * 7.1)
-    assert (v1["num_blocks"], v2["num_blocks"]) == (27_507, 27_952)
+    # V2 keeps 1,024 x (128,256 + 4,008) x 4 B = 0.50 GiB of penalty state (from 0.27, counted): 259 blocks of 2 MiB
+    assert v2["non_torch_bytes"] - v1["non_torch_bytes"] == 1024 * (128_256 + 4_008) * 4 == 541_753_344
+    assert (v1["num_blocks"], v2["num_blocks"]) == (27_507, 27_693)

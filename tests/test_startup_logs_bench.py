@@ -121,6 +121,18 @@ def test_a_concurrency_that_disagrees_alone_is_named(bench, tmp_path, capsys):
     assert "outlier qwen2-7b-a100-80gb-util0.5: max concurrency +103.3% with tokens +0.3%" in out
 
 
+def test_an_outlier_names_the_cause_its_entry_says_kvlab_cannot_model(bench, tmp_path, capsys):
+    entry = dict(ENTRY, printed=dict(ENTRY["printed"], kv_cache_tokens=400000),
+                 unmodelled="other processes on the GPU (a test)")
+    folder = tmp_path / "startup_logs"
+    folder.mkdir()
+    (folder / "qwen2-7b.log").write_text(LOG.replace("464,848 tokens", "400,000 tokens"))
+    (folder / "index.json").write_text(json.dumps([entry]))
+    bench.main(["--corpus", str(folder / "index.json")])
+    line = next(x for x in capsys.readouterr().out.splitlines() if "outlier qwen2-7b-a100-80gb-util0.5" in x)
+    assert line.endswith("; not modelled: other processes on the GPU (a test)")
+
+
 def test_model_config_may_name_a_catalogue_entry_and_gpu_memory_gib_the_machines_total(bench, tmp_path, capsys):
     # The same log under a checkpoint name nothing matches: model_config names the catalogue's Qwen2.5-7B shape
     # (28 layers, 4 KV heads x 128 like Qwen2-7B), and gpu_memory_gib replaces the A100's 79.25 GiB with 40 GiB.

@@ -258,6 +258,27 @@ def non_torch_bytes(tensor_parallel_size: int, gpu_name: str | None, fit: Profil
                 "its first snapshot: what other processes take meanwhile counts too; kvlab assumes none)")
 
 
+def penalty_state_bytes(max_num_seqs: int, vocab_size: int) -> int:
+    """Model Runner V2's penalty state, allocated on the GPU with its sampler when the model loads
+    (v1/worker/gpu/sample/penalties.py PenaltiesState): a count per request and vocabulary entry
+    (output_bin_counts, int32) and a bit per entry of the prompt (prompt_bin_mask, int32 words of 32 bits)."""
+    return max_num_seqs * vocab_size * 4 + max_num_seqs * -(-vocab_size // 32) * 4
+
+
+def with_kept_runner_state(non_torch: Term, x: ProfileInputs, counted: bool) -> Term:
+    """``non_torch`` plus the tensors the GPU model runner allocates after the worker's first memory snapshot and keeps
+    through profiling, where vLLM counts them (``counted``: VllmRules.consumed_from_free_memory, whose 'consumed
+    memory' is the fall in free memory since that snapshot). Counted: Model Runner V2's penalty state on the last
+    stage (penalty_state_bytes), the one such tensor that grows with the vocabulary; its other per-request tables
+    (logit bias, stop and bad-word ids, some KiB a request) and the V1 runner's input buffers are not."""
+    if not counted or x.model_runner != "v2" or not x.last_stage:
+        return non_torch
+    kept = penalty_state_bytes(x.max_num_seqs, x.vocab_size)
+    return Term(non_torch.name, non_torch.bytes + kept, non_torch.source + (
+        f"; + {kept / GIB:.2f} GiB of Model Runner V2's penalty state ({x.max_num_seqs:,} requests x {x.vocab_size:,} "
+        "vocab x 4 B of counts + a bit mask), allocated after that snapshot and counted in vLLM's 'consumed memory'"))
+
+
 def capture_sizes(largest: int) -> list[int]:
     """vLLM's default CUDA-graph batch sizes up to ``largest``: 1, 2, 4, then every 8 to 248, then every 16
     (CompilationConfig's default cudagraph_capture_sizes)."""

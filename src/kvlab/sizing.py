@@ -45,6 +45,7 @@ from kvlab.memory_profile import (
     cuda_graph_bytes,
     model_family,
     non_torch_bytes,
+    with_kept_runner_state,
 )
 from kvlab.vllm_rules import (
     MODEL_RUNNERS,
@@ -450,12 +451,13 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
                                           expert_padding=expert_padding(
                                               model.weight_format_for(config.quantization),
                                               compute_capability(config.gpu_name), rules.mxfp4_hopper_padding))
+        inputs = profile_inputs(model, config, act_bytes, len(layers), last, first)
         profiles.append(MemoryProfile(
             total=Term("total", total, "GPU memory as CUDA reports it"),
             requested=Term("requested", requested, f"total x gpu_memory_utilization {config.gpu_memory_utilization}"),
             weights=Term("weights", weights + buffers, model.weights_source(config.quantization) + buffers_source),
-            activation=activation_bytes(profile_inputs(model, config, act_bytes, len(layers), last, first)),
-            non_torch=non_torch,
+            activation=activation_bytes(inputs),
+            non_torch=with_kept_runner_state(non_torch, inputs, rules.consumed_from_free_memory),
             cuda_graphs=cuda_graph_bytes(config.resolved_max_num_seqs, rules.cuda_graphs_deducted,
                                          config.enforce_eager, version, max_graph_size=max_graph_size)))
     return profiles

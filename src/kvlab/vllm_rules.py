@@ -44,6 +44,11 @@ class VllmRules:
     # The largest batch vLLM captures a CUDA graph for when --max-cudagraph-capture-size is not given, on compute
     # capability 10.x (B200, B300) and elsewhere (VllmConfig._set_cudagraph_sizes: min(2 x max_num_seqs, this)).
     max_graph_size_blackwell: int = 512
+    # What is left besides the cache is measured as the fall in free memory from the worker's first snapshot to after
+    # profiling (mem_utils.memory_profiling's total_consumed, printed as 'consumed memory (weights + non-torch)'),
+    # so tensors the worker allocates after that snapshot and keeps count; before, it was weights + the torch peak
+    # increase of the profiling run + the non-torch increase, and such tensors were in none of those terms.
+    consumed_from_free_memory: bool = False
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -66,11 +71,17 @@ RULES = (
               "CUDA-graph memory profiled and deducted by default (the log says 'default since v0.21.0'); tokens "
               "printed as int(max concurrency x max_model_len) (seen in 0.24, not yet in 0.20.1: kvlab puts the "
               "change here); sliding windows counted with the (PP + 1) batches async scheduling keeps in flight"),
+    VllmRules("0.27.0", "capacity", True, "pp_plus_one", (256, 1), "flashinfer",
+              "memory other than the cache measured as the fall in free memory since the worker's first snapshot "
+              "(utils/mem_utils.py memory_profiling's total_consumed, absent from 0.26.0's source, present in 0.27.0's "
+              "and 0.28.0's): tensors allocated after that snapshot and kept count, Model Runner V2's penalty state "
+              "among them (memory_profile.with_kept_runner_state)",
+              consumed_from_free_memory=True),
     VllmRules("0.32.0", "capacity", True, "pp_plus_one", (256, 1), "flashinfer",
               "CUDA graphs captured up to 1,024 tokens by default on compute capability 10.x (B200: 83 piecewise + 83 "
               "full graphs at 1,024 sequences, against 51 + 51), 512 elsewhere (config/vllm.py _set_cudagraph_sizes, "
               "read in 0.32.0's source; the corpus has no Blackwell log to place the change earlier)",
-              max_graph_size_blackwell=1024),
+              max_graph_size_blackwell=1024, consumed_from_free_memory=True),
 )
 
 
