@@ -201,9 +201,9 @@ def test_the_options_give_the_gateway_and_its_key():
     (dict(rate_limit=0), "--rate-limit 0 is out of range; valid: requests per second, a number > 0"),
     (dict(rate_limit=-1), "--rate-limit -1 is out of range"),
     (dict(rate_limit=1, rate_limit_burst=0), "--rate-limit-burst 0 is out of range; valid: requests, a whole number "
-                                             "from 1"),
+                                             "≥ 1"),
     (dict(rate_limit=1, gateway_queue=-1), "--gateway-queue -1 is out of range; valid: requests, a whole number "
-                                           "from 0"),
+                                           "≥ 0"),
     (dict(gateway_queue=3), "--gateway-queue needs --rate-limit"),
     (dict(rate_limit_burst=3), "--rate-limit-burst needs --rate-limit"),
     (dict(gateway_queue_policy="priority"), "--gateway-queue-policy needs --rate-limit"),
