@@ -77,9 +77,10 @@ START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "fl
          "overhead_s": 0.003, "allreduce_latency_s": 0.0, "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0,
          "allreduce_link_efficiency": 0.8, "request_latency_s": 0.0}
 # A constant is fitted only where the runs identify it: fitted with the others, its standard error must be below
-# this fraction of its value (a constant at its bound of 0 is not identified). Decided before it was tried on the
-# calibration set: the runs' prefills and decode steps both price the all-reduce's bytes per token beside other
-# per-token terms (the matmuls' FLOPs, the per-sequence step work), and vllm-h100's link efficiency was 0.66 ± 1.7.
+# this fraction of its value (a constant at its bound of 0 is not identified, nor, since a user's trial asked,
+# an efficiency at 1). Decided before it was tried on the calibration set: the runs' prefills and decode steps both
+# price the all-reduce's bytes per token beside other per-token terms (the matmuls' FLOPs, the per-sequence step
+# work), and vllm-h100's link efficiency was 0.66 ± 1.7.
 IDENTIFIED = 1.0
 STRATEGY = "vllm+prefix"
 # vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
