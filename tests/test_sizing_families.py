@@ -554,6 +554,26 @@ def test_mamba2_hybrid_granite_4_h_1b_matches_its_log():
     assert abs(r.weights_bytes / GIB - 2.72) < 0.01
 
 
+def test_nemotron_h_nano_4b_counts_its_published_parameters_and_matches_its_log():
+    """Nemotron-H's MLP is ReLU^2 over up_proj and down_proj (vLLM's NemotronHMLP), no gate. Corpus log
+    nemotron-3-nano-4b-fp8-gb10-util0.15-0.13.0nv (vLLM 0.13.0, fp8 KV, max_model_len 8,192): 'Setting attention block
+    size to 992 tokens', 'Padding mamba page size by 0.35%', 'Add 3 padding layers', 11.15 GiB -> 208,320 tokens, 98.20x."""
+    model = get_model(str(DATA / "nemotron-3-nano-4b.json"))
+    assert model.num_params == 3_973_556_832  # the published count of nvidia/NVIDIA-Nemotron-3-Nano-4B-BF16
+    assert model.layer_types.count(FULL_ATTENTION) == 4 and model.layer_types.count("mamba") == 21
+    # one request's state per Mamba layer: conv (4 - 1) x (96 x 80 + 2 x 8 x 128) + SSM 96 x 80 x 128, 16 bit
+    state = model.state.state_bytes(1, 2)
+    assert state == (3 * 9728 + 96 * 80 * 128) * 2 == 2_024_448
+    r = size_kv_cache(model, given("gb10", 11.15, kv_cache_dtype="fp8", max_model_len=8192,
+                                   max_num_batched_tokens=2048, vllm_version="0.13.0"))
+    assert r.block_size == 992 and r.page_size_bytes == 992 * 2 * 8 * 128 * 1 == 2_031_616
+    assert round((r.page_size_bytes / state - 1) * 100, 2) == 0.35  # the log's padding
+    # 4 attention layers and 21 Mamba layers (+ 3 padding) in 7 groups of 4 sharing each block: 1,473 blocks of
+    # 4 pages, 208,320 tokens = 1,473 // 7 x 992
+    assert r.bytes_per_block == 4 * 2_031_616 and r.num_blocks == 1473 and 1473 // 7 * 992 == 208_320
+    assert r.num_tokens == 208_320 and round(r.max_concurrency, 2) == 98.20
+
+
 def test_the_reverse_questions_keep_the_decode_context_parallel_size():
     """settings_of carries DCP, so a run's sizing asks the reverse questions with the DCP it was sized with; the TP
     sizes tried are multiples of it."""

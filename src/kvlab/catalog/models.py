@@ -73,6 +73,9 @@ TRAITS = {
     "qwen3_5_text": Traits(qk_norm=True, attn_output_gate=True),
     "qwen3_5_moe": Traits(qk_norm=True, attn_output_gate=True, shared_expert_gate=True),
     "qwen3_5_moe_text": Traits(qk_norm=True, attn_output_gate=True, shared_expert_gate=True),
+    # Nemotron-H: a ReLU^2 MLP of up_proj and down_proj, no gate, in its '-' blocks and its experts (vLLM's
+    # nemotron_h.py NemotronHMLP; FusedMoE with activation_without_mul)
+    "nemotron_h": Traits(gated_mlp=False),
 }
 DEFAULT_TRAITS = Traits()
 
