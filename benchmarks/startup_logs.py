@@ -37,6 +37,7 @@ def find_model(entry: dict):
     the catalogue; None with the reason."""
     from kvlab.catalog.config import load_config_path
     from kvlab.catalog.models import find_catalogue_model
+    from kvlab.errors import KvlabError
 
     model = str(entry.get("model") or "").split(" (")[0]
     names = [entry.get("model_config"), model.split("/")[-1], model.split("/")[-1].lower(), model.replace("/", "--")]
@@ -44,7 +45,10 @@ def find_model(entry: dict):
         for name in filter(None, names):
             for path in (folder / name, folder / f"{name}.json", folder / name / "config.json"):
                 if path.is_file():
-                    return load_config_path(str(path)), None
+                    try:  # a config.json whose layout or format kvlab does not model: its refusal, in one line
+                        return load_config_path(str(path)), None
+                    except KvlabError as exc:
+                        return None, str(exc).replace(f"{ROOT}/", "")
     # model_config may name a catalogue entry of the same shape (a quantized checkpoint of a catalogued model, its
     # format then from the entry's quantization)
     spec = (find_catalogue_model(entry["model_config"]) if entry.get("model_config") else None) \
@@ -121,6 +125,9 @@ def predict(entry: dict) -> Row:
     from kvlab.sizing import SizingConfig, profile_family, profile_runner, size_kv_cache
 
     row = Row(entry, printed=dict(entry.get("printed") or {}))
+    if entry.get("not_sizable"):  # what the log shows kvlab cannot model (index.json says why), not guessed at
+        row.error = entry["not_sizable"]
+        return row
     total = printed_total_gib(entry)
     gpu_id = entry.get("gpu_kvlab") or gpu_named_in(str(entry.get("gpu") or ""))
     if not gpu_id and total is None:

@@ -554,6 +554,26 @@ def test_mamba2_hybrid_granite_4_h_1b_matches_its_log():
     assert abs(r.weights_bytes / GIB - 2.72) < 0.01
 
 
+def test_nemotron_h_nano_4b_counts_its_published_parameters_and_matches_its_log():
+    """Nemotron-H's MLP is ReLU^2 over up_proj and down_proj (vLLM's NemotronHMLP), no gate. Corpus log
+    nemotron-3-nano-4b-fp8-gb10-util0.15-0.13.0nv (vLLM 0.13.0, fp8 KV, max_model_len 8,192): 'Setting attention block
+    size to 992 tokens', 'Padding mamba page size by 0.35%', 'Add 3 padding layers', 11.15 GiB -> 208,320 tokens, 98.20x."""
+    model = get_model(str(DATA / "nemotron-3-nano-4b.json"))
+    assert model.num_params == 3_973_556_832  # the published count of nvidia/NVIDIA-Nemotron-3-Nano-4B-BF16
+    assert model.layer_types.count(FULL_ATTENTION) == 4 and model.layer_types.count("mamba") == 21
+    # one request's state per Mamba layer: conv (4 - 1) x (96 x 80 + 2 x 8 x 128) + SSM 96 x 80 x 128, 16 bit
+    state = model.state.state_bytes(1, 2)
+    assert state == (3 * 9728 + 96 * 80 * 128) * 2 == 2_024_448
+    r = size_kv_cache(model, given("gb10", 11.15, kv_cache_dtype="fp8", max_model_len=8192,
+                                   max_num_batched_tokens=2048, vllm_version="0.13.0"))
+    assert r.block_size == 992 and r.page_size_bytes == 992 * 2 * 8 * 128 * 1 == 2_031_616
+    assert round((r.page_size_bytes / state - 1) * 100, 2) == 0.35  # the log's padding
+    # 4 attention layers and 21 Mamba layers (+ 3 padding) in 7 groups of 4 sharing each block: 1,473 blocks of
+    # 4 pages, 208,320 tokens = 1,473 // 7 x 992
+    assert r.bytes_per_block == 4 * 2_031_616 and r.num_blocks == 1473 and 1473 // 7 * 992 == 208_320
+    assert r.num_tokens == 208_320 and round(r.max_concurrency, 2) == 98.20
+
+
 def test_the_reverse_questions_keep_the_decode_context_parallel_size():
     """settings_of carries DCP, so a run's sizing asks the reverse questions with the DCP it was sized with; the TP
     sizes tried are multiples of it."""
@@ -626,3 +646,32 @@ def test_cli_model_runner_is_vllm_use_v2_model_runner(kvlab):
     # V2 keeps 1,024 x (128,256 + 4,008) x 4 B = 0.50 GiB of penalty state (from 0.27, counted): 259 blocks of 2 MiB
     assert v2["non_torch_bytes"] - v1["non_torch_bytes"] == 1024 * (128_256 + 4_008) * 4 == 541_753_344
     assert (v1["num_blocks"], v2["num_blocks"]) == (27_507, 27_693)
+
+
+def test_gemma_4_attention_and_mixed_precision_formats_are_refused_in_one_line():
+    """Gemma 4 mixes head sizes and KV head counts per layer type, shares KV across its last layers (E2B) and lets keys
+    serve as values (26B-A4B); nvidia's Qwen3.6-35B-A3B-NVFP4 is NVFP4 experts beside FP8 attention. kvlab sizes none of
+    these, and says which, rather than a number."""
+    with pytest.raises(KvlabError) as e2b:
+        get_model(str(DATA / "gemma-4-e2b-it.json"))
+    assert "head size 512 beside sliding ones of 256" in str(e2b.value) and "last 20 layers" in str(e2b.value)
+    with pytest.raises(KvlabError) as a4b:
+        get_model(str(DATA / "gemma-4-26b-a4b.json"))
+    assert "2 KV heads in full-attention layers against 8" in str(a4b.value) and "attention_k_eq_v" in str(a4b.value)
+    with pytest.raises(KvlabError, match="modelopt quant_algo 'MIXED_PRECISION' is not modelled"):
+        get_model(str(DATA / "qwen3.6-35b-a3b-nvfp4.json"))
+    assert all("\n" not in str(e.value) for e in (e2b, a4b))
+
+
+def test_qwen3_6_27b_gated_deltanet_state_and_attention_block():
+    """Qwen3.6-27B: 48 Gated DeltaNet layers (16 key and 48 value heads of 128, conv 4, fp32 SSM state) and 16
+    full-attention layers of 4 KV heads of 256."""
+    model = get_model(str(DATA / "qwen3.6-27b.json"))
+    assert model.state.kind == "gdn" and model.state.ssm_dtype_bytes == 4
+    assert model.layer_types.count(FULL_ATTENTION) == 16 and model.layer_types.count("linear_attention") == 48
+    # per GPU at TP 2: conv (2 x 16 x 128 + 48 x 128) / 2 x 3 in bf16, SSM 24 x 128 x 128 in fp32
+    assert model.state.state_bytes(2, 2) == 5120 * 3 * 2 + 24 * 128 * 128 * 4 == 1_603_584
+    r = size_kv_cache(model, given("rtx-3090", 11.05, tensor_parallel_size=2, max_model_len=262144,
+                                   quantization="gptq", vllm_version="0.24.0"))
+    # 16 x ceil(1,603,584 / (16 x 2 x 2 x 256 x 2)) = 784 tokens; the page 784 x 2,048 bytes
+    assert r.block_size == 784 and r.page_size_bytes == 784 * 2048

@@ -70,6 +70,11 @@ def test_what_cannot_be_sized_is_said_not_guessed(bench, tmp_path, capsys):
     for change, reason in ((dict(gpu_kvlab=None, gpu="a card nobody names"), "is not in kvlab's catalogue"),
                            (dict(model="nobody/unknown-7b"), "no config.json for 'nobody/unknown-7b'"),
                            (dict(vllm_version=None), "states no vLLM version"),
+                           (dict(model="google/gemma-4-26B-A4B"), "this attention layout is not modelled"),
+                           (dict(model_config="qwen3.6-35b-a3b-nvfp4"),
+                            "tests/data/sizing_configs/qwen3.6-35b-a3b-nvfp4.json: modelopt quant_algo "
+                            "'MIXED_PRECISION' is not modelled"),
+                           (dict(not_sizable="a drafter shares the pool"), "a drafter shares the pool"),
                            (dict(other_flags="--decode-context-parallel-size 3"),
                             "--decode-context-parallel-size 3 must divide --tensor-parallel-size")):
         folder = tmp_path / str(len(reason))

@@ -73,6 +73,9 @@ TRAITS = {
     "qwen3_5_text": Traits(qk_norm=True, attn_output_gate=True),
     "qwen3_5_moe": Traits(qk_norm=True, attn_output_gate=True, shared_expert_gate=True),
     "qwen3_5_moe_text": Traits(qk_norm=True, attn_output_gate=True, shared_expert_gate=True),
+    # Nemotron-H: a ReLU^2 MLP of up_proj and down_proj, no gate, in its '-' blocks and its experts (vLLM's
+    # nemotron_h.py NemotronHMLP; FusedMoE with activation_without_mul)
+    "nemotron_h": Traits(gated_mlp=False),
 }
 DEFAULT_TRAITS = Traits()
 
@@ -477,6 +480,27 @@ def derive_layer_types(fields: dict, model_type: str, num_layers: int, sliding_w
     return (SLIDING_ATTENTION,) * num_layers
 
 
+def refuse_per_layer_attention(fields: dict, where: str) -> None:
+    """A one-line refusal for attention whose shape differs from layer to layer beyond sliding vs full (Gemma 4:
+    full-attention layers of another head size and KV head count, keys doubling as values, the last layers reading
+    an earlier layer's cache); kvlab sizes one head size and one cache per attention layer, so it does not guess."""
+    head_dim, global_dim = fields.get("head_dim"), fields.get("global_head_dim")
+    kv_heads, global_kv = fields.get("num_key_value_heads"), fields.get("num_global_key_value_heads")
+    shared = fields.get("num_kv_shared_layers") or 0
+    why = []
+    if global_dim is not None and global_dim != head_dim:
+        why.append(f"full-attention layers of head size {global_dim} beside sliding ones of {head_dim}")
+    if global_kv is not None and global_kv != kv_heads:
+        why.append(f"{global_kv} KV heads in full-attention layers against {kv_heads}")
+    if fields.get("attention_k_eq_v"):
+        why.append("keys that serve as values (attention_k_eq_v)")
+    if shared:
+        why.append(f"the last {shared} layers reading earlier layers' KV cache (num_kv_shared_layers)")
+    if why:
+        raise KvlabError(f"{where}: this attention layout is not modelled ({fields.get('model_type') or 'model'}: "
+                         f"{'; '.join(why)}); kvlab sizes one head size and one KV cache per attention layer")
+
+
 def _shared_from_width(fields: dict, moe_width: int | None) -> int | None:
     """Qwen2-MoE / Qwen3-Next give one shared expert's width (shared_expert_intermediate_size) instead of a count:
     as a count of routed-expert widths, which is how the parameters are counted."""
@@ -498,11 +522,21 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
                      source: tuple[str, ...] = (), notes: tuple[str, ...] = (),
                      aliases: tuple[str, ...] = ()) -> ModelSpec:
     """Build a ModelSpec from config.json-named fields; a missing needed field is named in the error."""
+    refuse_per_layer_attention(fields, where)
     for name in REQUIRED:
         if _get(fields, name) is None:
             raise KvlabError(f"{where}: missing field {name!r} (needed to size the KV cache)")
     from kvlab.validate import ModelFields, model_fields
 
+    # the weight format first: a format kvlab does not model is the reason given, whatever else the config lacks
+    quantization = fields.get("quantization")
+    weight_format = None
+    if isinstance(fields.get("quantization_config"), dict):
+        weight_format = from_quantization_config(fields["quantization_config"], where)
+    elif quantization is not None:
+        weight_format = QUANT_DEFAULTS[check_method(quantization, where)]
+    if weight_format is not None:
+        quantization = weight_format.method
     model_type = fields.get("model_type") or ""
     # A dense checkpoint of a MoE family says so with zeros (Granite 4.0 micro: num_local_experts 0,
     # num_experts_per_tok 0): no experts, nothing to check of them.
@@ -527,14 +561,6 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
     if fields.get("use_sliding_window") is False or (model_type.startswith("qwen")
                                                      and not fields.get("use_sliding_window")):
         sliding_window = None  # Qwen2/3: the window is present but off unless use_sliding_window is true
-    quantization = fields.get("quantization")
-    weight_format = None
-    if isinstance(fields.get("quantization_config"), dict):
-        weight_format = from_quantization_config(fields["quantization_config"], where)
-    elif quantization is not None:
-        weight_format = QUANT_DEFAULTS[check_method(quantization, where)]
-    if weight_format is not None:
-        quantization = weight_format.method
     num_experts = numbers.num_experts or None
     experts_per_token = numbers.experts_per_token
     if num_experts and experts_per_token is None:
