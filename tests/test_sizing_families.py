@@ -355,16 +355,48 @@ def test_quantized_linear_layers_take_their_format_bytes(tmp_path, name):
     assert quant.weights_bytes(2) == int(linear * bytes_per_param + kept * 2)
 
 
-def test_mxfp4_experts_only_and_padded_as_vllm_lays_them_out():
+def mxfp4_experts(width: int, hidden: int, scales: int, bias_bytes: int, experts: int = 128) -> int:
+    """One MoE layer's MXFP4 experts on one GPU: gate_up (2 x width rows of hidden) and down (hidden rows of width)
+    at half a byte a value, ``scales`` bytes of scales, a bias per output row."""
+    return experts * ((2 * width * hidden + hidden * width) // 2 + scales + (2 * width + hidden) * bias_bytes)
+
+
+def gpt_oss_bf16_bytes(layers: int, experts: int) -> int:
+    """Everything of gpt-oss but the routed experts, bf16 on one GPU: embedding and lm_head (201,088 x 2,880), per
+    layer q/k/v (64 + 2 x 8 heads of 64) and o with their biases, 64 sinks, two norms and the router with its bias;
+    the final norm."""
+    attention = (64 + 16) * 64 * 2880 + (64 + 16) * 64 + 64 * 64 * 2880 + 2880 + 64
+    return 2 * (2 * 201088 * 2880 + layers * (attention + 2 * 2880 + experts * 2880 + experts) + 2880)
+
+
+def test_mxfp4_experts_only_and_laid_out_as_each_vllm_version_holds_them():
     model = get_model("gpt-oss-120b")
     fmt = model.weight_format
     assert fmt.method == "mxfp4" and fmt.scope == "experts" and fmt.bytes_per_param == 4.25 / 8
+    # 0.10.1 on an H100 takes Marlin (its torch 2.7.1 is older than triton_kernels' 2.8.0; the log prints Marlin's
+    # warning): width 2,880 -> 2,944 (x 128), hidden -> 3,072 (x 256), one byte of scale per 32 values, bf16 biases.
+    marlin = mxfp4_experts(2944, 3072, (2 * 2944 * 3072 + 3072 * 2944) // 32, 2)
+    # 0.14.1 takes triton_kernels ('Using Triton backend'): width and hidden as they are (2,880 = 45 x 64), float32
+    # biases; the loaded scales stay on the layer beside the swizzled copy, whose rows go 5,760 -> 5,888 and
+    # 2,880 -> 3,072 (x 256) over 2,880 / 32 = 90 columns.
+    triton = mxfp4_experts(2880, 2880, 3 * 2880 * 90 + (5888 + 3072) * 90, 4)
+    for version, layer, printed in (("0.10.1", marlin, 65.9651), ("0.14.1", triton, 64.38)):
+        r = size_kv_cache(model, given("h100-sxm", 1, max_model_len=8192, vllm_version=version))
+        assert r.weights_bytes == gpt_oss_bf16_bytes(36, 128) + 36 * layer
+        assert abs(r.weights_bytes / GIB - printed) < 0.1  # 'Model loading took ...' (the corpus logs)
+    # gpt-oss-20b's config.json on an A100 with 0.19.0 (Marlin below compute capability 9.0): 13.72 GiB printed.
+    small = get_model(str(DATA / "gpt-oss-20b.json"))
+    r = size_kv_cache(small, given("a100-80gb", 1, max_model_len=8192, vllm_version="0.19.0"))
+    assert r.weights_bytes == gpt_oss_bf16_bytes(24, 32) + 24 * mxfp4_experts(
+        2944, 3072, 3 * 2944 * 3072 // 32, 2, experts=32)
+    assert abs(r.weights_bytes / GIB - 13.72) < 0.1
+    # TP 4 on A100 with 0.10.1: width 720 per GPU -> 768; the rest split as without the layout.
     a100 = size_kv_cache(model, given("a100-80gb", 40, tensor_parallel_size=4, max_model_len=16384,
                                       vllm_version="0.10.1"))
-    # Marlin's layout before compute capability 9.0: width 720 per GPU -> 768, hidden 2,880 -> 3,072.
-    experts = 36 * 128 * (3 * 2880 * 2880 + 2 * 2880 + 2880) / 4  # experts' weights and biases on one GPU
-    unpadded = model.weights_bytes_for(range(36), dtype_bytes=2, tensor_parallel_size=4)
-    assert a100.weights_bytes - unpadded == pytest.approx(experts * 4.25 / 8 * (768 / 720 * 3072 / 2880 - 1), rel=1e-6)
+    plain = model.weights_bytes_for(range(36), dtype_bytes=2, tensor_parallel_size=4)
+    plain_experts = 36 * 128 * (3 * 2880 * 2880 + 3 * 2880) / 4 * 4.25 / 8  # every expert parameter at 4.25 bits
+    assert a100.weights_bytes - plain == pytest.approx(
+        36 * mxfp4_experts(768, 3072, 3 * 768 * 3072 // 32, 2) - plain_experts, abs=2)
     assert abs(a100.weights_bytes / GIB - 17.2217) < 0.1  # 'Model loading took 17.2217 GiB' (the corpus log)
 
 

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 from kvlab.catalog.gpus import GpuSpec, compute_capability, list_gpus
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
-from kvlab.catalog.quant import expert_padding
+from kvlab.catalog.quant import expert_layout
 from kvlab.catalog.vision import qwen3_video_dummy
 from kvlab.config.engine import SchedulerConfig, check_block_size
 from kvlab.config.options import OPTIONS
@@ -448,9 +448,9 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
         weights = model.weights_bytes_for(layers, dtype_bytes=act_bytes,
                                           tensor_parallel_size=config.tensor_parallel_size,
                                           first_stage=first, last_stage=last, quantization=config.quantization,
-                                          expert_padding=expert_padding(
+                                          expert_layout=expert_layout(
                                               model.weight_format_for(config.quantization),
-                                              compute_capability(config.gpu_name), rules.mxfp4_hopper_padding))
+                                              compute_capability(config.gpu_name), rules.mxfp4_hopper_layout))
         inputs = profile_inputs(model, config, act_bytes, len(layers), last, first)
         profiles.append(MemoryProfile(
             total=Term("total", total, "GPU memory as CUDA reports it"),

@@ -34,9 +34,9 @@ class VllmRules:
     tokens_line: str
     cuda_graphs_deducted: bool
     sliding_in_flight: str  # "one_batch" | "pp_plus_one"
-    # How MXFP4 experts are padded from compute capability 9.0 (width multiple, hidden multiple); before 9.0 Marlin's
-    # (128, 256) throughout (kvlab.catalog.quant.expert_padding).
-    mxfp4_hopper_padding: tuple[int, int]
+    # How vLLM lays out MXFP4 experts from compute capability 9.0: "marlin" or "triton" (their bytes:
+    # kvlab.catalog.quant.mxfp4_layer_bytes); before 9.0 Marlin's throughout (quant.expert_layout).
+    mxfp4_hopper_layout: str
     # The top-k/top-p sampler assumed when the log does not say (--sampler): "pytorch" where pip installs of these
     # releases came without FlashInfer, "flashinfer" where it ships with vLLM.
     default_sampler: str
@@ -56,28 +56,32 @@ class VllmRules:
 
 
 RULES = (
-    VllmRules("0.9.0", "blocks", False, "one_batch", (128, 256), "pytorch",
+    VllmRules("0.9.0", "blocks", False, "one_batch", "marlin", "pytorch",
               "V1 engine sizing: available = requested - (weights + torch peak increase + non-torch increase); "
               "CUDA graphs captured after the cache is allocated, not deducted; hybrid models' tokens printed as "
-              "num_blocks // groups x block_size; MXFP4 experts in Marlin's layout on every GPU (gpt-oss-120b: "
-              "65.83 GiB against 65.97 printed on H100 with 0.10.1)"),
-    VllmRules("0.14.0", "blocks", False, "one_batch", (256, 1), "flashinfer",
-              "MXFP4 experts on Hopper padded to a width multiple of 256, the hidden size unpadded (gpt-oss-120b on "
-              "H100 with 0.14.1: 64.48 GiB against 64.38 printed); kvlab puts the change at 0.14.0 (0.11 and 0.13 "
+              "num_blocks // groups x block_size; MXFP4 experts in Marlin's layout on every GPU: 0.10.1 takes "
+              "Marlin on Hopper too, its torch 2.7.1 being older than the 2.8.0 the triton_kernels path needs "
+              "(quantization/mxfp4.py _should_use_marlin, requirements/cuda.txt; the H100 log prints "
+              "marlin_utils_fp4's warning) (gpt-oss-120b: 65.90 GiB against 65.97 printed on H100 with 0.10.1)"),
+    VllmRules("0.14.0", "blocks", False, "one_batch", "triton", "flashinfer",
+              "MXFP4 experts on Hopper in triton_kernels' layout (0.14.1's get_mxfp4_backend with torch 2.9.1 and "
+              "triton_kernels built in; its H100 log prints 'Using Triton backend'): width padded to 64, float32 "
+              "biases, the scales held twice, loaded and swizzled (gpt-oss-120b on H100 with 0.14.1: 64.30 GiB "
+              "against 64.38 printed); kvlab puts the change at 0.14.0 (0.11 and 0.13 "
               "logs in the corpus print no weights). FlashInfer's sampler assumed where the log names none (the "
               "0.15.1 log of Llama-3.1-8B measures what it takes; the 0.11.2 log of Qwen3-0.6B what PyTorch's "
               "does)"),
-    VllmRules("0.21.0", "capacity", True, "pp_plus_one", (256, 1), "flashinfer",
+    VllmRules("0.21.0", "capacity", True, "pp_plus_one", "triton", "flashinfer",
               "CUDA-graph memory profiled and deducted by default (the log says 'default since v0.21.0'); tokens "
               "printed as int(max concurrency x max_model_len) (seen in 0.24, not yet in 0.20.1: kvlab puts the "
               "change here); sliding windows counted with the (PP + 1) batches async scheduling keeps in flight"),
-    VllmRules("0.27.0", "capacity", True, "pp_plus_one", (256, 1), "flashinfer",
+    VllmRules("0.27.0", "capacity", True, "pp_plus_one", "triton", "flashinfer",
               "memory other than the cache measured as the fall in free memory since the worker's first snapshot "
               "(utils/mem_utils.py memory_profiling's total_consumed, absent from 0.26.0's source, present in 0.27.0's "
               "and 0.28.0's): tensors allocated after that snapshot and kept count, Model Runner V2's penalty state "
               "among them (memory_profile.with_kept_runner_state)",
               consumed_from_free_memory=True),
-    VllmRules("0.32.0", "capacity", True, "pp_plus_one", (256, 1), "flashinfer",
+    VllmRules("0.32.0", "capacity", True, "pp_plus_one", "triton", "flashinfer",
               "CUDA graphs captured up to 1,024 tokens by default on compute capability 10.x (B200: 83 piecewise + 83 "
               "full graphs at 1,024 sequences, against 51 + 51), 512 elsewhere (config/vllm.py _set_cudagraph_sizes, "
               "read in 0.32.0's source; the corpus has no Blackwell log to place the change earlier)",

@@ -14,7 +14,7 @@ from importlib import resources
 
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, NO_CACHE, StateLayout, hybrid_layer_types, state_layout
 from kvlab.catalog.quant import DEFAULTS as QUANT_DEFAULTS
-from kvlab.catalog.quant import WeightFormat, check_method, from_quantization_config
+from kvlab.catalog.quant import WeightFormat, check_method, from_quantization_config, mxfp4_layer_bytes
 from kvlab.catalog.vision import LoadBuffers, VisionTower
 from kvlab.errors import KvlabError
 
@@ -368,31 +368,32 @@ class ModelSpec:
 
     def weights_bytes_for(self, layers: range, *, dtype_bytes: int, tensor_parallel_size: int = 1,
                           first_stage: bool = True, last_stage: bool = True, quantization: str | None = None,
-                          expert_padding: tuple[int, int] = (1, 1)) -> int:
+                          expert_layout: str | None = None) -> int:
         """Weight bytes one GPU holds for ``layers`` (a pipeline stage) under tensor parallelism.
 
         vLLM splits embeddings (vocab-parallel), attention heads, MLP columns and experts across TP ranks;
         norms and routers are replicated, and K/V projections are replicated once TP exceeds the KV heads.
         With pipeline parallelism the first stage holds the embedding and the vision tower (replicated on each
         TP rank) and the last the final norm and lm_head (a second copy of the embedding when tied). Quantized
-        formats (kvlab.catalog.quant) change the bytes of the linear layers or only of the routed experts.
+        formats (kvlab.catalog.quant) change the bytes of the linear layers or only of the routed experts;
+        ``expert_layout`` (quant.expert_layout) counts MXFP4 experts as vLLM lays them out, padding, scales and
+        biases included (quant.mxfp4_layer_bytes), rather than at the format's bytes per parameter.
         """
         tp = tensor_parallel_size
         fmt = self.weight_format_for(quantization)
         linear_bytes = fmt.bytes_per_param if fmt is not None and fmt.scope == "linear" else dtype_bytes
         expert_bytes = fmt.bytes_per_param if fmt is not None else dtype_bytes
         kv_replicas = max(1, tp // self.num_key_value_heads) if not self.is_mla else tp  # (LayerParams.kv_projection)
-        expert_scale = 1.0
-        pad_width, pad_hidden = expert_padding
-        if self.is_moe and (pad_width > 1 or pad_hidden > 1):
-            width = (self.moe_intermediate_size or self.intermediate_size) / tp
-            expert_scale = (-(-width // pad_width) * pad_width / width) * (
-                -(-self.hidden_size // pad_hidden) * pad_hidden / self.hidden_size)
+        laid_out = None  # one MoE layer's experts on one GPU in vLLM's layout
+        if self.is_moe and expert_layout is not None:
+            width = (self.moe_intermediate_size or self.intermediate_size) // tp
+            laid_out = mxfp4_layer_bytes(expert_layout, self.num_experts, self.hidden_size, width, dtype_bytes)
         total = 0.0
         for i in layers:
             p = self.layer_params(i)
             attention = (p.attention - p.kv_projection) / tp + p.kv_projection * kv_replicas / tp
-            total += (attention + p.mlp / tp) * linear_bytes + p.experts / tp * expert_bytes * expert_scale
+            experts = laid_out if laid_out is not None and p.experts else p.experts / tp * expert_bytes
+            total += (attention + p.mlp / tp) * linear_bytes + experts
             total += (p.router + p.norms) * dtype_bytes
         vocab_matrix = self.vocab_size * self.hidden_size
         if first_stage:

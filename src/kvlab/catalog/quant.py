@@ -65,17 +65,51 @@ SPELLINGS = {"gptq_marlin": "gptq", "awq_marlin": "awq", "auto_round": "auto-rou
              "modelopt_fp4": "nvfp4", "w8a8": "int8", "ptpc_fp8": "fp8", "fp8_e4m3": "fp8", "gpt_oss_mxfp4": "mxfp4"}
 
 
-def expert_padding(fmt: WeightFormat | None, capability: float | None,
-                   hopper_padding: tuple[int, int]) -> tuple[int, int]:
-    """(multiple the expert width per GPU is rounded up to, multiple the hidden size is rounded up to) when vLLM
-    lays out MXFP4 experts (Mxfp4MoEMethod.create_weights): Marlin's layout pads the width to 128 and the hidden
-    size to 256 (gpt-oss-120b TP 4 on A100 with 0.10.1: 17.15 GiB against 17.22 printed); from compute capability
-    9.0 the version's ``hopper_padding`` (kvlab.vllm_rules). (1, 1): no padding."""
+def expert_layout(fmt: WeightFormat | None, capability: float | None, hopper_layout: str) -> str | None:
+    """How vLLM lays out the routed experts (mxfp4_layer_bytes), or None where the format's plain bytes per
+    parameter hold: MXFP4 experts take Marlin's layout below compute capability 9.0 (0.10.1's _should_use_marlin and
+    0.14.1's get_mxfp4_backend pick Marlin there; kvlab keeps that for the releases between and after) and the
+    version's ``hopper_layout`` (kvlab.vllm_rules) from 9.0 on, and on a GPU kvlab does not know."""
     if fmt is None or fmt.method != "mxfp4":
-        return 1, 1
+        return None
     if capability is not None and capability < 9.0:
-        return 128, 256
-    return hopper_padding
+        return "marlin"
+    return hopper_layout
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def mxfp4_layer_bytes(layout: str, num_experts: int, hidden: int, width: int, act_bytes: int) -> int:
+    """Bytes of one MoE layer's MXFP4 experts on one GPU as vLLM holds them after loading, ``width`` the expert
+    width (intermediate size) per GPU. Each expert has gate_up (2 x width rows of hidden) and down (hidden rows of
+    width) at 4 bits, one 8-bit scale per 32 values along each row, and a bias per output row
+    (Mxfp4MoEMethod.create_weights in vllm/model_executor/layers/quantization/mxfp4.py, read in 0.10.1 and 0.14.1).
+
+    ``"marlin"``: the width padded to a multiple of 128 and hidden to 256 ("n % 256 == 0 and k % 128 == 0");
+    prepare_moe_fp4_layer_for_marlin (quantization/utils/marlin_utils_fp4.py) repacks weights and scales into new
+    tensors of the same bytes (scales back to float8_e8m0, 1 B) and the biases in the model dtype.
+    ``"triton"`` (triton_kernels on Hopper, 0.14.1): the width padded to 64, hidden unpadded; the biases become
+    float32; _swizzle_mxfp4 (quantization/utils/mxfp4_utils.py) copies the scales into triton_kernels'
+    HopperMXScaleLayout, rows (2 x width and hidden) padded to 2 x num_warps 8 x 2 x 8 = 256 and columns to 2,
+    kept in the method's precision config, while the loaded scales stay registered on the layer (only w13_weight
+    and w2_weight are deleted), so both count. The value layout re-packs the weights without padding at gpt-oss's
+    shapes (16 rows, 32 bytes: triton_kernels' hopper_value.py of the (shape, mx_axis) interface 0.14.1 calls).
+    """
+    if layout == "marlin":
+        width, hidden = _round_up(width, 128), _round_up(hidden, 256)
+        scales, bias_bytes = 2 * width * hidden // 32 + hidden * width // 32, act_bytes
+    elif layout == "triton":
+        width = _round_up(width, 64)
+        loaded = 2 * width * hidden // 32 + hidden * width // 32
+        swizzled = (_round_up(2 * width, 256) * _round_up(hidden // 32, 2)
+                    + _round_up(hidden, 256) * _round_up(width // 32, 2))
+        scales, bias_bytes = loaded + swizzled, 4
+    else:
+        raise KvlabError(f"MXFP4 expert layout {layout!r} is not modelled; kvlab knows marlin and triton")
+    values = 2 * width * hidden // 2 + hidden * width // 2
+    return num_experts * (values + scales + (2 * width + hidden) * bias_bytes)
 
 
 def check_method(method: str, where: str) -> str:
