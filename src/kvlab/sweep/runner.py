@@ -172,7 +172,7 @@ def check_reachable(address: str, timeout_s: float = 3.0) -> str:
 
     hostport = address.removeprefix("ray://")
     host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not (port.isascii() and port.isdigit()):
         raise KvlabError(f"--ray-address {address!r}: expected HOST:PORT (or ray://HOST:PORT, or auto)")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):

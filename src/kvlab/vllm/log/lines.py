@@ -163,7 +163,7 @@ def _read_engine_config(m: re.Match) -> dict:
             continue
         if name == "dtype":
             value = _dtype(value)
-        elif value.isdigit():
+        elif value.isascii() and value.isdigit():  # "²".isdigit() is true, int("²") fails
             value = int(value)
         found[f"config.{name}"] = value
     return found
