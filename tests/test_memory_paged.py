@@ -457,10 +457,10 @@ def test_peek_changes_nothing_and_agrees_with_the_lookup():
     probes = [_turn(2 + i, p, 1, ids, prefix_len=None)
               for i, (p, ids) in enumerate([(17, (1, 2, 3, 4, 5)), (30, (1, 2, 9)), (3, (1,)), (40, (7, 2, 3))])]
     before = (allocator.free_block_ids(), allocator.ref_cnts(), dict(allocator._prefix_block_hashes),
-              {k: list(v) for k, v in allocator._block_hashes.items()})
+              {k: list(v.block_hashes) for k, v in allocator._hashes.items()})
     peeked = [allocator.peek_num_cached_tokens(p.request) for p in probes]
     after = (allocator.free_block_ids(), allocator.ref_cnts(), dict(allocator._prefix_block_hashes),
-             {k: list(v) for k, v in allocator._block_hashes.items()})
+             {k: list(v.block_hashes) for k, v in allocator._hashes.items()})
     assert after == before
     assert peeked == [allocator.get_num_cached_tokens(p) for p in probes] == [16, 8, 0, 0]
     assert PagedAllocator(4, 4).peek_num_cached_tokens(probes[0].request) == 0  # no prefix caching

@@ -123,19 +123,20 @@ class BlockNeeds:
 
     def filling(self, num_iterations: int) -> list[int]:
         """After a decode run of ``num_iterations`` < ``block_size`` iterations (``due``'s): the requests that filled
-        a block in it, in admission order. A decoding request fills its last block in the iteration before the one
-        it needs a new block in: those due a block in the run's iterations 2 .. n + 1, one block each."""
+        a block in it, iteration by iteration, each iteration's in admission order (``in_admission_order`` sorts
+        them all). A decoding request fills its last block in the iteration before the one it needs a new block in:
+        those due a block in the run's iterations 2 .. n + 1, one block each."""
         bs, buckets, end = self.block_size, self._buckets, self.num_decode_iterations
         ids: list[int] = []
-        num_buckets = 0
         for at in range(end - num_iterations + 2, end + 2):
             bucket = buckets[at % bs]
             if bucket:
                 ids += bucket
-                num_buckets += 1
-        if num_buckets > 1:
-            ids.sort(key=self._stamp.__getitem__)
         return ids
+
+    def in_admission_order(self, request_ids: list) -> None:
+        """Sort request ids (holding blocks) by admission, the running queue's order, in place."""
+        request_ids.sort(key=self._stamp.__getitem__)
 
     def num_blocks_due(self, num_iterations: int) -> int:
         """The blocks the next ``num_iterations`` decode iterations take (``due``'s, the free blocks aside), the

@@ -75,6 +75,22 @@ def private_block_key(block_hash: int) -> tuple[int, int]:
     return (zigzag >> 1 if zigzag % 2 == 0 else -((zigzag + 1) >> 1)), low - _private_offset(zigzag)
 
 
+class RequestHashes:
+    """One request's prefix-caching state (prefix caching only): its block hashes so far (vLLM's
+    ``Request.block_hashes``), how many of its leading blocks are cached (vLLM's ``num_cached_block``) and its block
+    table while it holds blocks. One object per request rather than a dict per field keyed by request id: a decode
+    run caches about a block per request, and each dict lookup there cost ~250 instructions compiled
+    (benchmarks/README.md, issue 34)."""
+
+    __slots__ = ("request", "block_hashes", "num_cached_blocks", "table")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.block_hashes: list[BlockHash] = []
+        self.num_cached_blocks = 0
+        self.table: list[int] | None = None  # (the same list as the allocator's _block_tables entry)
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.offload and kvlab.disagg
 class PagedAllocator:
     """The KVAllocator interface over a pool of ``num_blocks`` blocks of ``block_size`` slots."""
@@ -110,9 +126,8 @@ class PagedAllocator:
         self._num_table_entries = 0  # sum of block table lengths: a shared block once per holder
         self.num_internal_fragmentation_slots = 0
         # Prefix caching only.
-        self._num_cached_blocks: dict[int, int] = {}  # request_id -> leading blocks already hashed
-        self._block_hashes: dict[int, list[BlockHash]] = {}  # request_id -> hashes of its blocks so far
-        self._requests: dict[int, Request] = {}  # request_id -> the request, for those holding blocks
+        # request_id -> its block hashes so far, its leading blocks already cached, its table (RequestHashes)
+        self._hashes: dict[int, RequestHashes] = {}
         self._prefix_block_hashes: dict[tuple, int] = {}  # (parent, chunk_len, ids, offset) -> interned hash
 
     @property
@@ -151,7 +166,8 @@ class PagedAllocator:
         request = seq.request
         cached = self._cached_pool.cached_block_hash_to_block
         max_num_blocks = (seq.num_tokens - 1) // self.block_size
-        hashes = self._block_hashes.get(request.request_id, [])
+        state = self._hashes.get(request.request_id)
+        hashes = state.block_hashes if state is not None else []
         num_hit_blocks = 0
         while num_hit_blocks < max_num_blocks:
             if num_hit_blocks == len(hashes):
@@ -207,7 +223,7 @@ class PagedAllocator:
             self._append_new_blocks(request_id, table, num_new_blocks)
         self._needs.update(request_id, len(table) * self.block_size, num_tokens, self._num_kv_tokens[request_id])
         # With prefix caching, blocks just filled get their hashes (checked here first: most steps fill none).
-        if self.enable_prefix_caching and num_tokens // self.block_size > self._num_cached_blocks[request_id]:
+        if self.enable_prefix_caching and num_tokens // self.block_size > self._hashes[request_id].num_cached_blocks:
             self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
@@ -241,18 +257,40 @@ class PagedAllocator:
                 request = seq.request
                 self._cache_blocks(request, tables[request.request_id], needs.num_tokens(request.request_id))
             return
-        # (_cache_blocks for one block, written out: about 20 calls per request)
-        pool, num_cached, hashes_of = self._cached_pool, self._num_cached_blocks, self._block_hashes
-        # (ids as the objects the list holds: compiled, an int is unboxed and boxed again for each of the four dict
-        # lookups, an allocation each)
-        filling: list[Any] = self._needs.filling(num_iterations)
-        for request_id in filling:
-            j = num_cached[request_id]
-            hashes = hashes_of.get(request_id)
-            if hashes is None or len(hashes) <= j:
-                hashes = self._extend_block_hashes(self._requests[request_id], j + 1)
-            pool.cache_full_block(tables[request_id][j], hashes[j])
-            num_cached[request_id] = j + 1
+        pool, states = self._cached_pool, self._hashes
+        # Steps cache these blocks in admission order, which matters only where a hash enters the shared index (or is
+        # interned): a private block's hash is its own request's, set on the block alone, so those are cached as they
+        # come and only the others are sorted (the sort was a sixth of this function's instructions, compiled).
+        # (ids as the objects the list holds: compiled, an int is unboxed and boxed again for each dict lookup, an
+        # allocation each)
+        later: list[Any] = []
+        for request_id in self._needs.filling(num_iterations):
+            state = states[request_id]
+            j = state.num_cached_blocks
+            hashes = state.block_hashes
+            if j < len(hashes) and hashes[j] < 0:  # (_cache_next_block, written out: about 12 calls per request)
+                table = state.table
+                assert table is not None
+                pool.cache_full_block(table[j], hashes[j])
+                state.num_cached_blocks = j + 1
+            else:
+                later.append(request_id)
+        if later:
+            self._needs.in_admission_order(later)
+            for request_id in later:
+                self._cache_next_block(states[request_id])
+
+    def _cache_next_block(self, state: RequestHashes) -> None:
+        """The request's first block not yet cached gets its hash (a decode run fills one block of a request at most
+        when shorter than a block)."""
+        j = state.num_cached_blocks
+        hashes = state.block_hashes
+        if len(hashes) <= j:
+            hashes = self._extend_block_hashes(state.request, j + 1)
+        table = state.table
+        assert table is not None
+        self._cached_pool.cache_full_block(table[j], hashes[j])
+        state.num_cached_blocks = j + 1
 
     def decode_run_slots(self, num_iterations: int) -> int | None:
         """The slots ``allocate_decode_run(seqs, num_iterations)`` would hand out, handing out nothing; None when the
@@ -290,12 +328,10 @@ class PagedAllocator:
         table = self._block_tables.pop(request_id, None)
         self._needs.forget(request_id)
         if self.enable_prefix_caching:
-            num_cached = self._num_cached_blocks.pop(request_id, 0)
-            hashes = self._block_hashes.pop(request_id, None)
-            self._requests.pop(request_id, None)
-            if table is not None and hashes is not None and seq.num_tokens < request.prompt_len + request.num_output_tokens:
+            state = self._hashes.pop(request_id, None)
+            if table is not None and state is not None and seq.num_tokens < request.prompt_len + request.num_output_tokens:
                 # Not finished (preempted): it may come back for its own blocks, so they become findable.
-                self._cached_pool.register_private(table, hashes, 0, num_cached)
+                self._cached_pool.register_private(table, state.block_hashes, 0, state.num_cached_blocks)
         if table is None:
             return  # freed before it was ever allocated
         self._num_table_entries -= len(table)
@@ -428,8 +464,9 @@ class PagedAllocator:
                 assert maybe_hash is None or maybe_hash < 0 or block_id in registered, f"block {block_id} not findable"
             for seq in held:
                 table = self._block_tables[seq.request.request_id]
-                num_cached = self._num_cached_blocks.get(seq.request.request_id, 0)
-                hashes = self._block_hashes.get(seq.request.request_id, [])
+                state = self._hashes.get(seq.request.request_id)
+                num_cached = state.num_cached_blocks if state is not None else 0
+                hashes = state.block_hashes if state is not None else []
                 for j, block_id in enumerate(table[:num_cached]):
                     assert pool.block_hash[block_id] == hashes[j], f"block {block_id} lost its hash while held"
             for block_id, count in enumerate(holders):
@@ -511,8 +548,9 @@ class PagedAllocator:
         self._block_tables[request_id] = table
         self._needs.admit(request_id, len(table) * bs, num_tokens, num_kv_tokens)
         if self.enable_prefix_caching:
-            self._num_cached_blocks[request_id] = num_hit
-            self._requests[request_id] = request
+            state = self._hash_state(request)
+            state.num_cached_blocks = num_hit
+            state.table = table
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
@@ -536,18 +574,19 @@ class PagedAllocator:
     def _cache_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
         """Hash every block now full of (scheduled) tokens; vLLM's ``cache_blocks``."""
         num_full_blocks = num_tokens // self.block_size
-        num_cached_blocks = self._num_cached_blocks[request.request_id]
+        state = self._hashes[request.request_id]
+        num_cached_blocks = state.num_cached_blocks
         if num_full_blocks <= num_cached_blocks:
             return
-        hashes = self._block_hashes.get(request.request_id)
-        if hashes is None or len(hashes) < num_full_blocks:
+        hashes = state.block_hashes
+        if len(hashes) < num_full_blocks:
             hashes = self._extend_block_hashes(request, num_full_blocks)
         self._cached_pool.cache_full_blocks(table, hashes, num_cached_blocks, num_full_blocks)
-        self._num_cached_blocks[request.request_id] = num_full_blocks
+        state.num_cached_blocks = num_full_blocks
 
     def _extend_block_hashes(self, request: Request, num_blocks: int) -> list[BlockHash]:
         """The request's block hashes, computed up to at least ``num_blocks`` blocks (vLLM's block_hashes)."""
-        hashes = self._block_hashes.setdefault(request.request_id, [])
+        hashes = self._hash_state(request).block_hashes
         j = len(hashes)
         if j >= num_blocks:
             return hashes
@@ -567,6 +606,13 @@ class PagedAllocator:
             base = private_block_hash(request.request_id, 0)
             hashes.extend(range(base - j, base - end, -1))
         return hashes
+
+    def _hash_state(self, request: Request) -> RequestHashes:
+        """The request's prefix-caching state, made on first use (a lookup before admission makes it)."""
+        state = self._hashes.get(request.request_id)
+        if state is None:
+            state = self._hashes[request.request_id] = RequestHashes(request)
+        return state
 
     def _shared_block_key(self, request: Request, parent: BlockHash | None, j: int) -> tuple:
         """What names block ``j`` of a shared prefix: its parent's hash, then the prefix ids covering its tokens

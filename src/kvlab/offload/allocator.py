@@ -70,7 +70,7 @@ class OffloadingPagedAllocator(PagedAllocator):
             return fit
         self.num_gpu_hit_tokens += gpu
         if cpu:
-            loaded = self._block_hashes[request_id][gpu // bs:num_cached_tokens // bs]
+            loaded = self._hashes[request_id].block_hashes[gpu // bs:num_cached_tokens // bs]
             self.cpu.touch(loaded)
             self.num_cpu_hit_tokens += cpu
             self.num_loaded_blocks += len(loaded)
@@ -91,18 +91,18 @@ class OffloadingPagedAllocator(PagedAllocator):
     def _cache_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
         super()._cache_blocks(request, table, num_tokens)
         if not self._in_decode_run:
-            self._store(request.request_id, self._num_cached_blocks[request.request_id])
+            self._store(request.request_id, self._hashes[request.request_id].num_cached_blocks)
 
     def _store(self, request_id: int, num_blocks: int) -> None:
         start = self._next_stored_block_idx.get(request_id, 0)
-        if num_blocks > start and self.cpu.prepare_store(self._block_hashes[request_id][start:num_blocks]) is not None:
+        if num_blocks > start and self.cpu.prepare_store(self._hashes[request_id].block_hashes[start:num_blocks]) is not None:
             self._next_stored_block_idx[request_id] = num_blocks
 
     def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
         """The run's blocks, and the blocks it fills stored as its steps would store them: by the iteration in which
         each fills, then in running order."""
         seqs = list(seqs)
-        before = {seq.request.request_id: self._num_cached_blocks[seq.request.request_id] for seq in seqs}
+        before = {seq.request.request_id: self._hashes[seq.request.request_id].num_cached_blocks for seq in seqs}
         self._in_decode_run = True
         try:
             run = super().allocate_decode_run(seqs, max_iterations, first)
@@ -112,7 +112,7 @@ class OffloadingPagedAllocator(PagedAllocator):
         for index, seq in enumerate(seqs):
             request_id = seq.request.request_id
             num_computed = self._needs.num_tokens(request_id) - run.num_iterations  # (the counters may lag)
-            for j in range(before[request_id], self._num_cached_blocks[request_id]):
+            for j in range(before[request_id], self._hashes[request_id].num_cached_blocks):
                 fills.append(((j + 1) * bs - num_computed, index, request_id, j + 1))
         for _, _, request_id, num_blocks in sorted(fills):
             self._store(request_id, num_blocks)
