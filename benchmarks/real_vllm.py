@@ -12,8 +12,9 @@ equations, kvlab/cost/fit.py) and under each baseline profile (default: roofline
 median |error| per metric. The fitted profile's leave-one-out errors are what `kvlab cost` and every output quote.
 Each run is replayed with the users it names; ``--sent`` (or a profile fitted with ``kvlab calibrate --runs FILE
 --client-defaults``), with the prompts its client sent in their place (kvlab.cost.measured.CLIENT_DEFAULTS: 100
-prompts, single turn; docs/cost.md, "The workload the runs used"). Each fold refits the constants the profile's
-``[fit]`` fitted and held, under the rule it was fitted with (``hold_if_sigma_over_value``; none for one fitted before the rule).
+prompts, single turn; docs/cost.md, "The workload the runs used"). Each fold refits every constant the profile's
+``[fit]`` fitted and held, without the identification rule: a constant a fold held would keep the value fitted with the
+left-out run (kvlab.cost.fit.leave_one_out).
 
 ``--reads``: no leave-one-out; each run replayed once under the profile, and per run what its decoded tokens read
 (the weights and the KV, in milliseconds per output token at 100% of the GPU's bandwidth), the ITL the run's own
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = get_profile(args.profile)
         baselines = [get_profile(name) for name in (args.baseline or ["roofline"])]
         fitted = tuple(profile.fit.get("fitted", F.CONSTANTS))
-        held = tuple(profile.fit.get("held", ()))  # (asked for, not identified: each fold decides again)
+        held = tuple(profile.fit.get("held", ()))  # (asked for, not identified: each fold fits them too)
         constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
         sent = args.sent or bool(profile.fit.get("client_defaults"))  # (a profile fitted so is judged so)
         prepared = [F.prepare(run, args.closed_loop, sent) for run in runs]

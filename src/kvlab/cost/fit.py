@@ -643,14 +643,17 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
 
 
 def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None) -> list[Replay]:
-    """Each run replayed under constants fitted on the other runs' equations (module doc)."""
+    """Each run replayed under constants fitted on the other runs' equations (module doc): every constant the fit
+    was asked for, identified or not. A fold does not apply the identification rule: a constant it would hold stays at
+    its start, which here is the fit on every run, the left-out one included, so the fold would predict that run
+    with what was fitted on it (docs/cost.md, "The fit": the rule's first leave-one-out figures did so)."""
     out = []
     fit = calibration.fit
     for i, held in enumerate(calibration.replays):
         others = [r for j, r in enumerate(calibration.replays) if j != i]
         rows, labels = _rows(others)
         try:
-            fold = solve(rows, fit.fitted + fit.held, fit.constants, labels, fit.identified)  # (the rule, per fold)
+            fold = solve(rows, fit.fitted + fit.held, fit.constants, labels, identified=None)
         except KvlabError as exc:
             raise KvlabError(f"leave-one-out, the fit without run {held.prepared.run.id!r}: {exc}; valid: runs such "
                              "that any one left out, the others still fit every constant (or fewer constants: --fit)"
