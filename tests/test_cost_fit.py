@@ -250,11 +250,13 @@ def test_calibrate_names_each_constant_the_runs_do_not_identify_and_the_data_tha
     assert r.exit_code == 0, r.stderr
     fit = tomllib.loads((tmp_path / "p.toml").read_text())["fit"]
     assert fit["held"] and sorted(fit["fitted"] + fit["held"]) == sorted(asked) and fit["hold_if_sigma_over_value"] == 1
-    assert set(fit["held_sigma"]) == set(fit["held"])
+    assert set(fit["held_sigma"]) == set(fit["held"]) == set(fit["held_fitted"])
     text = " ".join(r.stdout.split())
     for name in fit["held"]:
         assert f"not identified: {name}, held at its start" in text
-        assert "its standard error (" in text and ") was not below its value, so these runs do not separate it" in text
+        # the value it was fitted to beside its σ (a user read σ against the start value shown and found it below)
+        assert fit["held_sigma"][name] >= fit["held_fitted"][name] or fit["held_fitted"][name] <= 0 or name.endswith("efficiency")
+        assert "fitted with the others it came to " in text and ", not below that value, so these runs do not separate" in text
         assert f"more of what would fit it: {F.FIT_HINTS[name]}" in text
     r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1", "--fit-unidentified",
               "--out", tmp_path / "all.toml")  # (as before the rule: every constant asked for is fitted)
@@ -309,3 +311,12 @@ def test_a_runs_cpu_tier_larger_than_the_machine_is_one_line_naming_the_run():
     run = run_from_dict({**RUN, "cpu_offload": 500}, "runs.json, run 0")
     with pytest.raises(KvlabError, match=r"^run 'tiny': --kv-offloading-size 500 GiB is more than the machine's CPU "):
         F.prepare(run)
+
+
+@pytest.mark.parametrize("value", ["", ",", " , "])
+def test_a_fit_that_names_no_constant_is_one_line_before_any_replay(kvlab, tmp_path, value):
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": [RUN, {**RUN, "id": "other"}, {**RUN, "id": "third"}]}))
+    r = kvlab("calibrate", "--runs", file, "--fit", value, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and not (tmp_path / "p.toml").exists()
+    assert r.stderr.strip().startswith(f"error: --fit {value!r} names no constant; valid: one or more of bandwidth_efficiency")

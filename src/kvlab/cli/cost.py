@@ -176,6 +176,9 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
         raise KvlabError("--runs fits measured runs; bench folders and --server-log are another kind of "
                          "calibration: give one or the other")
     names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else DEFAULT_FIT
+    if not names:
+        raise KvlabError(f"--fit {fit!r} names no constant; valid: one or more of {', '.join(CONSTANTS)}, "
+                         "comma-separated")
     start_constants = None
     if start is not None:
         from kvlab.cost.profiles import get_profile
@@ -206,10 +209,12 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
                       MEANING[k])
     console.print(table)
     for k in document["fit"]["held"]:
+        fitted_to = document["fit"].get("held_fitted", {}).get(k)
         console.print(f"not identified: {k}, held at its start {constant_text(k, constants[k])}: fitted with the "
-                      f"others, its standard error ({constant_text(k, document['fit']['held_sigma'][k])}) was not "
-                      f"below its value, so these runs do not separate it from them; more of what would fit it: "
-                      f"{FIT_HINTS[k]}", style="yellow")
+                      f"others it came to {constant_text(k, fitted_to) if fitted_to is not None else '?'} with a "
+                      f"standard error of {constant_text(k, document['fit']['held_sigma'][k])}, not below that value, "
+                      f"so these runs do not separate it from them; more of what would fit it: {FIT_HINTS[k]}",
+                      style="yellow")
     medians = document["fit"]["loo_median_abs_error"]
     console.print("Leave-one-out median |error| (each run predicted by a fit on the others): "
                   + ", ".join(f"{m} {v:.1%}" for m, v in medians.items()) + ".")

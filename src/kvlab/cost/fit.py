@@ -508,6 +508,7 @@ class Fit:
     held: tuple[str, ...] = ()
     identified: float | None = None  # the rule's threshold (None: every asked constant fitted, as before the rule)
     held_sigma: dict[str, float] = field(default_factory=dict)  # each held constant's σ when it was last fitted
+    held_fitted: dict[str, float] = field(default_factory=dict)  # and the value it was fitted to then
 
 
 def solve(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed: dict[str, float],
@@ -518,6 +519,7 @@ def solve(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed
     asked = list(fitted)
     held: list[str] = []
     held_sigma: dict[str, float] = {}
+    held_fitted: dict[str, float] = {}
     while True:
         fit = _solve_once(rows, asked, fixed, labels)
         if identified is None:
@@ -526,10 +528,12 @@ def solve(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed
                     for k in asked}
         worst = max(asked, key=lambda k: relative[k])
         if relative[worst] < identified or len(asked) == 1:
-            return replace(fit, held=tuple(held), identified=identified, held_sigma=held_sigma)
+            return replace(fit, held=tuple(held), identified=identified, held_sigma=held_sigma,
+                           held_fitted=held_fitted)
         asked.remove(worst)
         held.append(worst)
         held_sigma[worst] = fit.sigma[worst]
+        held_fitted[worst] = fit.constants[worst]
 
 
 def _at_upper(name: str, fit: Fit) -> bool:
@@ -723,6 +727,7 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
         # (the rule: a constant whose σ is this many times its value or more is held; absent: none held so)
         **({"hold_if_sigma_over_value": fit.identified} if fit.identified is not None else {}),
         "held_sigma": {k: round_sig(v) for k, v in fit.held_sigma.items()},
+        "held_fitted": {k: round_sig(v) for k, v in fit.held_fitted.items()},
         **({"client_defaults": True} if sent else {}),  # (replayed as their client sent them: prepare's ``sent``)
         "equations": fit.num_equations,
         "iterations": calibration.iterations,
