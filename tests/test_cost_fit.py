@@ -246,7 +246,8 @@ def test_calibrate_names_each_constant_the_runs_do_not_identify_and_the_data_tha
     file = tmp_path / "runs.json"
     file.write_text(json.dumps({"experiments": runs}))
     asked = ["bandwidth_efficiency", "attention_bandwidth_efficiency", "seq_overhead_s", "request_latency_s"]
-    r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1", "--out", tmp_path / "p.toml")
+    r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1", "--hold-unidentified",
+              "--out", tmp_path / "p.toml")
     assert r.exit_code == 0, r.stderr
     fit = tomllib.loads((tmp_path / "p.toml").read_text())["fit"]
     assert fit["held"] and sorted(fit["fitted"] + fit["held"]) == sorted(asked) and fit["hold_if_sigma_over_value"] == 1
@@ -258,8 +259,8 @@ def test_calibrate_names_each_constant_the_runs_do_not_identify_and_the_data_tha
         assert fit["held_sigma"][name] >= fit["held_fitted"][name] or fit["held_fitted"][name] <= 0 or name.endswith("efficiency")
         assert "fitted with the others it came to " in text and ", not below that value, so these runs do not separate" in text
         assert f"more of what would fit it: {F.FIT_HINTS[name]}" in text
-    r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1", "--fit-unidentified",
-              "--out", tmp_path / "all.toml")  # (as before the rule: every constant asked for is fitted)
+    r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1",
+              "--out", tmp_path / "all.toml")  # (by default: every constant asked for is fitted)
     assert r.exit_code == 0, r.stderr
     fit = tomllib.loads((tmp_path / "all.toml").read_text())["fit"]
     assert fit["fitted"] == asked and fit["held"] == [] and "hold_if_sigma_over_value" not in fit
@@ -280,7 +281,7 @@ def test_a_fold_that_cannot_fit_names_the_run_it_left_out(kvlab, tmp_path):
                                "it multiplies is 0 in every run")
 
 
-@pytest.mark.parametrize("flag", ["--client-defaults", "--fit-unidentified"])
+@pytest.mark.parametrize("flag", ["--client-defaults", "--hold-unidentified"])
 def test_a_measured_runs_flag_without_runs_is_one_line(kvlab, tmp_path, flag):
     r = kvlab("calibrate", tmp_path, flag, "--out", tmp_path / "p.toml")
     assert r.exit_code == 2 and r.stderr.strip() == f"error: {flag} is for a fit on measured runs: give it with --runs FILE"

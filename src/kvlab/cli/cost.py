@@ -92,10 +92,10 @@ def calibrate(
                                                   "users the runs name (its defaults: 10 system prompts x 10 "
                                                   "questions, single turn), as the calibration set's client "
                                                   "did (docs/cost.md).")] = False,
-    fit_unidentified: Annotated[bool, typer.Option("--fit-unidentified", help="With --runs: fit every constant "
-                                                   "asked for, even one whose standard error is not below its value "
-                                                   "(by default such a constant is held at its start and named).")
-                                ] = False,
+    hold_unidentified: Annotated[bool, typer.Option("--hold-unidentified", help="With --runs: hold at its start "
+                                                    "(and name) each constant whose standard error is not below its "
+                                                    "value, and fit the rest again (by default every constant asked "
+                                                    "for is fitted, with its σ).")] = False,
 ) -> None:
     """Fit a cost profile to a real server's iterations by least squares.
 
@@ -110,10 +110,10 @@ def calibrate(
     require_scipy("kvlab calibrate")
     if runs is not None:
         _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log),
-                        client_defaults, fit_unidentified)
+                        client_defaults, hold_unidentified)
         return
-    if client_defaults or fit_unidentified:
-        flag = "--client-defaults" if client_defaults else "--fit-unidentified"
+    if client_defaults or hold_unidentified:
+        flag = "--client-defaults" if client_defaults else "--hold-unidentified"
         raise KvlabError(f"{flag} is for a fit on measured runs: give it with --runs FILE")
     if not directories:
         raise KvlabError("kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE (measured "
@@ -158,7 +158,7 @@ def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
 
 def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool, start: str | None,
                     iterations: int, other_sources: bool, client_defaults: bool = False,
-                    fit_unidentified: bool = False) -> None:
+                    hold_unidentified: bool = False) -> None:
     """``kvlab calibrate --runs FILE``: an efficiency profile fitted across measured runs (kvlab/cost/fit.py)."""
     import sys
 
@@ -191,7 +191,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     console = Console(highlight=False, stderr=True)
     document, report = calibration_profile(measured, names, name=name, source_path=path, start=start_constants,
                                            max_iterations=iterations, sent=client_defaults,
-                                           identified=None if fit_unidentified else IDENTIFIED,
+                                           identified=IDENTIFIED if hold_unidentified else None,
                                            progress=lambda line: console.print(line, style="dim"))
     write_profile(document, out)
     if as_json:
