@@ -4,6 +4,7 @@ configuration and the options a sweep or a capacity search can vary (config/opti
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,13 @@ def test_the_labs_size_route_passes_them():
     awq = size_answer({"model": "llama-3.1-8b", "gpu": "A100-80GB", "quantization": "awq", "vllm_version": "0.10.1"})
     assert (awq["quantization"], awq["vllm_version"]) == ("awq", "0.10.1")
     assert awq["weights_bytes"] < plain["weights_bytes"] and plain["quantization"] is None
+
+
+def test_a_quantization_that_contradicts_the_checkpoints_own_is_refused_as_vllm_refuses_it(kvlab):
+    """qwen3-8b-fp8's config.json names fp8: --quantization awq would size it as 4-bit; vLLM will not start so."""
+    config = Path(__file__).parent / "data" / "sizing_configs" / "qwen3-8b-fp8.json"
+    r = kvlab("size", config, "--gpu", "h100-sxm", "--quantization", "awq")
+    assert r.exit_code == 2 and r.stderr.strip() == (
+        "error: --quantization 'awq': qwen3-8b-fp8's config.json names its own weight format, 'fp8', and vLLM refuses "
+        "a --quantization that does not match it; valid: fp8 or no --quantization")
+    assert kvlab("size", config, "--gpu", "h100-sxm", "--quantization", "fp8").exit_code == 0

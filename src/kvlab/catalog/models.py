@@ -344,11 +344,17 @@ class ModelSpec:
                 + sum(self.layer_params(i).active for i in range(self.num_hidden_layers)))
 
     def weight_format_for(self, quantization: str | None = None) -> WeightFormat | None:
-        """The format the weights are held in: ``quantization`` (--quantization) over the checkpoint's own."""
+        """The format the weights are held in: the checkpoint's own, or ``quantization`` (--quantization) for a
+        checkpoint that names none. A --quantization that differs from the checkpoint's own is refused, as vLLM
+        refuses it at start-up (ModelConfig's check: the method in the model config does not match the argument)."""
         if quantization is not None:
             own = self.weight_format
             name = check_method(quantization, "--quantization")
-            return own if own is not None and own.method == name else QUANT_DEFAULTS[name]
+            if own is not None and own.method != name:
+                raise KvlabError(f"--quantization {quantization!r}: {self.id}'s config.json names its own weight "
+                                 f"format, {own.method!r}, and vLLM refuses a --quantization that does not match it; "
+                                 f"valid: {own.method} or no --quantization")
+            return own if own is not None else QUANT_DEFAULTS[name]
         return self.weight_format
 
     def weights_source(self, quantization: str | None = None) -> str:
