@@ -613,3 +613,23 @@ def test_a_refusal_beside_kvlabs_arithmetic(kvlab, monkeypatch):
     shown = kvlab("vllm", "log", "-")
     assert shown.exit_code == 0, shown.stderr
     assert "longest max_model_len that fits" in shown.stdout and "6.25 GiB" in shown.stdout
+
+
+def test_a_budget_below_zero_is_a_refusal_though_the_excerpt_ends_before_the_error():
+    """gpt-oss-120b on one H100 under 0.10.1: 'Available KV cache memory: -2.14 GiB', then 'EngineCore failed to
+    start.' without the ValueError's text; V1 refuses any budget that is not positive."""
+    log = parse_vllm_log((CORPUS / "gpt-oss-120b-h100-0.10.1-negative-kv.log").read_text())
+    assert log.refused and log.no_kv_memory and log.available_kv_cache_gib == -2.14
+    one = parse_vllm_log("INFO 08-20 18:04:22 [gpu_worker.py:276] Available KV cache memory: 1.50 GiB")
+    assert not one.refused and one.available_kv_cache_gib == 1.5
+
+
+def test_a_log_copied_with_no_break_or_zero_width_spaces_reads_as_vllm_wrote_it():
+    """A browser's copy can turn every space into U+00A0; a chat window can slip in U+200B: each line still reads."""
+    text = (CORPUS / "qwen3-8b-a100-40gb-0.9.2.log").read_text()
+    plain = parse_vllm_log(text)
+    for odd in (text.replace(" ", "\u00a0"), text.replace("GPU KV", "GPU\u200b KV").replace("Available", "Avail\u200bable")):
+        log = parse_vllm_log(odd)
+        assert (log.kv_cache_tokens, log.available_kv_cache_gib, log.model_weights_gib, log.max_concurrency) == (
+            plain.kv_cache_tokens, plain.available_kv_cache_gib, plain.model_weights_gib, plain.max_concurrency)
+    assert plain.kv_cache_tokens and plain.available_kv_cache_gib

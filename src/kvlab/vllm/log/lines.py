@@ -71,9 +71,15 @@ class LogLine:
     worker: str | None  # the innermost process prefix, e.g. "Worker_TP3 pid=41702"
 
 
+# What a browser's copy or a chat window puts in a log's spaces: no-break and other Unicode spaces read as a space,
+# zero-width characters as nothing, so that every line reads as vLLM wrote it.
+SPACES = {**{c: " " for c in (0x00A0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000)},
+          **{c: None for c in (0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF)}}
+
+
 def clean_line(raw: str) -> LogLine | None:
     """The vLLM line inside what a terminal, docker, Ray or markdown put around it; None for a fence."""
-    line = ANSI.sub("", raw).replace("\r", "").rstrip()
+    line = ANSI.sub("", raw).replace("\r", "").translate(SPACES).rstrip()
     if FENCE.match(line):
         return None
     changed = True
@@ -150,6 +156,12 @@ CONFIG_ITEM = re.compile(r"(?P<key>\w+)=(?P<value>'[^']*'|[^,\s]+)")
 CONFIG_SETTINGS = {"model": "model", "dtype": "dtype", "max_seq_len": "max_model_len",
                    "tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
                    "kv_cache_dtype": "kv_cache_dtype", "quantization": "quantization"}
+
+
+def _available_kv(gib: float) -> dict:
+    """A budget below 0 is a refusal: V1 raises "No available memory for the cache blocks" when it is not positive
+    (kv_cache_utils.check_enough_kv_cache_memory), whether or not the excerpt kept that line."""
+    return {"available_kv_cache_gib": gib, **({"refused": True, "no_kv_memory": True} if gib < 0 else {})}
 
 
 def _read_engine_config(m: re.Match) -> dict:
@@ -242,7 +254,7 @@ PATTERNS = (
              r"Maximum concurrency for (?P<len>NUM) tokens per request: (?P<x>[\d.,]+)x",
              lambda m: {"max_concurrency_tokens_per_request": _int(m["len"]), "max_concurrency": _float(m["x"])}),
     _pattern("available_kv", "v1", r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB",
-             lambda m: {"available_kv_cache_gib": float(m["gib"])}),
+             lambda m: _available_kv(float(m["gib"]))),
     _pattern("cpu_kv", "v1", r"(?:Explicitly|Auto) set \((?P<gib>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache",
              lambda m: {"available_kv_cache_gib": float(m["gib"]), "total_memory_gib": float(m["total"])}),
     _pattern("num_gpu_blocks", "v1", r"num_gpu_blocks is: (?P<n>NUM)",
@@ -364,7 +376,7 @@ WRAPPED_LINES = 3  # a wrapped message's continuation lines looked at after a li
 
 
 def _candidate_lines(text: str) -> list[LogLine]:
-    raw = text.splitlines()
+    raw = text.translate(SPACES).splitlines()
     keep = set()
     for i, line in enumerate(raw):
         if any(word in line for word in KEYWORDS):
