@@ -4,6 +4,7 @@ says where each fixture comes from), and the real CPU engine's own log."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import socket
@@ -633,3 +634,11 @@ def test_a_log_copied_with_no_break_or_zero_width_spaces_reads_as_vllm_wrote_it(
         assert (log.kv_cache_tokens, log.available_kv_cache_gib, log.model_weights_gib, log.max_concurrency) == (
             plain.kv_cache_tokens, plain.available_kv_cache_gib, plain.model_weights_gib, plain.max_concurrency)
     assert plain.kv_cache_tokens and plain.available_kv_cache_gib
+
+
+def test_a_utf16_log_as_powershell_writes_it_reads_as_text(kvlab, tmp_path):
+    text = (CORPUS / "qwen3-8b-a100-40gb-0.9.2.log").read_text()
+    (tmp_path / "ps.log").write_bytes(text.encode("utf-16"))
+    r = kvlab("vllm", "log", tmp_path / "ps.log", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["kv_cache_tokens"] == 136080

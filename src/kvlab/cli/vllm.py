@@ -230,9 +230,13 @@ def _read_log(source: str) -> str:
         except OSError as exc:
             raise KvlabError(f"cannot read {source!r}: {exc.strerror or exc}") from None
         where = repr(source)
-    if b"\0" in data[:8192]:
-        raise KvlabError(f"{where} is not a text file: give vLLM's startup log as text")
-    text = data.decode("utf-8", errors="replace")
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16 with its byte-order mark: what PowerShell's > writes
+        text = data.decode("utf-16", errors="replace")
+    elif b"\0" in data[:8192]:
+        raise KvlabError(f"{where} is not a text file (nor UTF-16 with a byte-order mark): give vLLM's startup log "
+                         "as text")
+    else:
+        text = data.decode("utf-8", errors="replace")
     if not text.strip():
         raise KvlabError(f"{where} is empty: give vLLM's startup log (what `vllm serve` prints while it starts)")
     return text
