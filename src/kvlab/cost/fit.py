@@ -80,9 +80,9 @@ START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "fl
 # a constant is fitted only where the runs identify it: fitted with the others, its standard error must be below
 # this fraction of its value (a constant at its bound of 0 is not identified, nor, since a user's trial asked,
 # an efficiency at 1), else it is held at its start. Off by default because what it holds keeps its start: from the
-# roofline's, kvlab calibrate --runs trainval.json held overhead_s at 3 ms and its leave-one-out came to 19.5% E2E mean, where
-# fitting every constant from the same start reproduces vllm-h100 (5.5%); and on the calibration set its leave-one-out
-# gain was a leak, now closed (leave_one_out; docs/cost.md, "The fit").
+# roofline's, kvlab calibrate --runs trainval.json held overhead_s at 3 ms and its leave-one-out came to 19.5% E2E
+# mean, where fitting every constant from the same start reproduces vllm-h100 (5.5%); and on the calibration set its
+# leave-one-out gain was a leak, now closed (leave_one_out; docs/cost.md, "The fit").
 IDENTIFIED = 1.0
 STRATEGY = "vllm+prefix"
 # vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
