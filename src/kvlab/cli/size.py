@@ -126,8 +126,9 @@ def _per_token_rows(model, layout, tp: int) -> list[tuple[str, str, str]]:
     if model.state is not None:
         page += ("; a linear-attention/Mamba layer's state padded to the same page (the attention block grown to "
                  "hold it)")
-        per_token += (f"; the other {model.num_hidden_layers - model.num_attention_layers} layers keep a fixed "
-                      f"{model.state.kind} state per request instead")
+        others = model.num_hidden_layers - model.num_attention_layers - model.num_state_layers
+        per_token += (f"; {model.num_state_layers} layers keep a fixed {model.state.kind} state per request instead"
+                      + (f" and {others} hold no cache (MLP or MoE only)" if others else ""))
     if model.num_sliding_layers:
         per_token += (f"; {model.num_sliding_layers} of the layers keep only a {model.sliding_window:,}-token "
                       "window per request")
