@@ -201,7 +201,9 @@ def version_key(version: str) -> tuple[int, int, int]:
 
 
 def known_versions_text() -> str:
-    return f"{RULES[0].since} to {NEWEST_KNOWN} (rules change at {', '.join(r.since for r in RULES)})"
+    """The versions rules_for takes: from the first epoch to any patch release of the newest minor kvlab knows."""
+    major, minor, _ = version_key(NEWEST_KNOWN)
+    return f"{RULES[0].since} to {major}.{minor}.x (rules change at {', '.join(r.since for r in RULES)})"
 
 
 def rules_for(version: str | None) -> VllmRules:
