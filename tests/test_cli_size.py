@@ -68,6 +68,8 @@ def test_size_explains_mla_sliding_and_parallel_splits(kvlab):
     assert "MLA" in mla and "not split by tensor" in mla
     hybrid = kvlab("size", "gemma-3-1b-it", "--gpu", "l4").stdout
     assert "7 KV cache groups" in hybrid and "sliding: ceil(min(512 - 1" in hybrid
+    # every group's term named, and their sum (6 sliding groups of 289 blocks and 1 full one of 2,048)
+    assert "full: ceil(32,768 / 16) = 2,048; in all 6 x 289 + 2,048 = 3,782" in " ".join(hybrid.split())
     data = kvlab("size", "llama-3.1-70b", "--gpu", "h100-sxm", "-tp", "2", "-pp", "2", "--json").json()
     assert data["num_kv_heads_per_gpu"] == 4 and data["num_layers_per_gpu"] == 40
     assert data["kv_bytes_per_token_per_gpu"] == 40 * 2 * 4 * 128 * 2

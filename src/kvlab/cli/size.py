@@ -172,18 +172,23 @@ def _groups_text(result) -> str:
 def _per_request_text(result) -> str:
     bs, in_flight, dcp = result.block_size, result.max_in_flight_tokens, result.decode_context_parallel_size
     length = -(result.max_model_len // -dcp)  # each GPU of a DCP group keeps every DCP-th token
-    terms = {}
+    terms: dict[tuple[str, int], int] = {}
     for g in result.kv_cache_groups:
+        blocks = g.spec.max_num_blocks_per_request(length, in_flight)
         if g.spec.kind == "mamba":
-            text = "1 state block"
+            text = "state: 1 block"
         elif g.spec.kind == "sliding_attention":
             w = g.spec.sliding_window
-            text = (f"sliding: ceil(min({w:,} - 1 + {in_flight:,} in flight, {length:,}) / {bs}) + 1 = "
-                    f"{g.spec.max_num_blocks_per_request(length, in_flight):,}")
+            text = f"sliding: ceil(min({w:,} - 1 + {in_flight:,} in flight, {length:,}) / {bs}) + 1 = {blocks:,}"
         else:
-            text = f"ceil({length:,} / {bs}) = {g.spec.max_num_blocks_per_request(length, in_flight):,}"
-        terms[text] = terms.get(text, 0) + 1
-    text = " + ".join(f"{n} x ({t})" if n > 1 else t for t, n in terms.items())
+            text = f"{'MLA' if g.spec.kind == 'mla' else 'full'}: ceil({length:,} / {bs}) = {blocks:,}"
+        terms[(text, blocks)] = terms.get((text, blocks), 0) + 1
+    if len(terms) == 1 and sum(terms.values()) == 1:
+        text = next(iter(terms))[0].split(": ", 1)[1]
+    else:
+        sums = " + ".join(f"{n} x {v:,}" if n > 1 else f"{v:,}" for (_, v), n in terms.items())
+        text = ("; ".join(f"{n} groups x ({t})" if n > 1 else t for (t, _), n in terms.items())
+                + f"; in all {sums} = {sum(n * v for (_, v), n in terms.items()):,}")
     if dcp == 1:
         return text
     return (f"its {result.max_model_len:,} tokens over DCP {dcp}: ceil({result.max_model_len:,} / {dcp}) = {length:,} "
