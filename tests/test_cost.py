@@ -12,6 +12,7 @@ from kvlab.config import resolve
 from kvlab.cost import CostModel, CostProfileWarning, builtin_profiles, get_profile
 from kvlab.cost.profiles import write_profile
 from kvlab.errors import KvlabError
+from kvlab.report.text import constant_text
 from kvlab.sim import Simulation
 from kvlab.strategies import parse_strategy
 from kvlab.workload import load_workload
@@ -183,6 +184,18 @@ def test_kvlab_cost_lists_every_profile_with_its_constants_and_source(kvlab):
     assert profiles["roofline"]["bandwidth_efficiency"] == 0.8 and profiles["roofline"]["overhead_s"] == 0.003
     text = kvlab("cost").stdout
     assert "roofline" in text and "vidur-h100" in text and "Vidur's published" in text
+
+
+def test_kvlab_cost_cuts_no_value_short_at_80_columns(kvlab, monkeypatch):
+    kvlab("cost")  # (the fixture sets 200 columns; this test then narrows them)
+    monkeypatch.setenv("COLUMNS", "80")
+    text = kvlab("cost").stdout
+    assert "\u2026" not in text  # (rich's ellipsis: a name or value cut short)
+    tables = text.split("\n\n")[0].splitlines()
+    assert all(len(line) <= 80 for line in tables)
+    for name, p in builtin_profiles().items():
+        assert name in text
+        assert constant_text("overhead_s", p.constants["overhead_s"]) in text
 
 
 def test_run_and_race_take_cost_and_say_which(kvlab, tmp_path):

@@ -37,22 +37,42 @@ def cost(
         of_kind = [p for p in profiles if p.kind == kind]
         if not of_kind:
             continue
-        # (80 columns: the constants' meanings go below the table, not in a column of their own)
-        table = Table(title=f"Cost profiles: {kind} (kvlab run --cost NAME; docs/cost.md)", title_justify="left",
-                      header_style="bold underline", box=None, pad_edge=False)
-        table.add_column("constant", no_wrap=True)
-        for p in of_kind:
-            table.add_column(p.name, justify="right", no_wrap=True)
-        for constant in constants:
-            table.add_row(constant, *(constant_text(constant, p.constants[constant]) if constant in p.constants else "-"
-                                      for p in of_kind))
-        console.print(table)
+        # (80 columns: the constants' meanings go below the table, and the profiles are split into as many tables
+        # as the console's width needs, so no value is cut short)
+        for i, chunk in enumerate(_columns_that_fit(of_kind, constants, console.width)):
+            title = f"Cost profiles: {kind} (kvlab run --cost NAME; docs/cost.md)" if i == 0 else None
+            table = Table(title=title, title_justify="left",
+                          header_style="bold underline", box=None, pad_edge=False)
+            table.add_column("constant", no_wrap=True)
+            for p in chunk:
+                table.add_column(p.name, justify="right", no_wrap=True)
+            for constant in constants:
+                table.add_row(constant, *(constant_text(constant, p.constants[constant])
+                                          if constant in p.constants else "-" for p in chunk))
+            console.print(table)
         for constant, meaning in constants.items():
             console.print(f"  [bold]{constant}[/]: {meaning}")
         console.print()
     for p in profiles:
         fitted = f" (fitted for {', '.join(x for x in (p.model, p.gpu) if x)})" if p.model or p.gpu else ""
         console.print(f"[bold]{p.name}[/]{fitted}: {escape(p.source)}")  # a source may name [fit]
+
+
+def _columns_that_fit(profiles, constants, width: int) -> list[list]:
+    """The profiles in runs whose table (the constants' column, then one per profile) fits in `width` columns."""
+    def needed(p) -> int:
+        values = [constant_text(c, p.constants[c]) if c in p.constants else "-" for c in constants]
+        return 2 + max(len(p.name), *(len(v) for v in values))
+
+    used, chunks = max(len(c) for c in constants), [[]]
+    left = used
+    for p in profiles:
+        if chunks[-1] and left + needed(p) > width:
+            chunks.append([])
+            left = used
+        chunks[-1].append(p)
+        left += needed(p)
+    return chunks
 
 
 @app.command()
