@@ -239,3 +239,17 @@ def test_a_rate_typed_while_the_search_runs_wins_over_the_opening_rate(browser_c
         assert probe.errors == [] and probe.foreign_requests == []
     finally:
         page.close()
+
+
+def test_the_sections_workers_run_below_the_servers_priority_one_per_core_up_to_one_per_system():
+    import os
+
+    from kvlab.web.rates import NICENESS
+
+    pool = RateLab()._runner().pool
+    try:
+        assert pool.num_workers == min(len(RateLab.systems()), os.cpu_count() or 1)
+        niceness = {pool.executor.submit(os.nice, 0).result() for _ in range(4 * pool.num_workers)}
+        assert niceness == {min(19, os.nice(0) + NICENESS)}  # (every worker, each lowered once)
+    finally:
+        pool.close()

@@ -30,7 +30,7 @@ ProgressCallback = Callable[[int, int, int, int], None]
 WAIT_S = 0.1
 
 
-def _init_worker() -> None:
+def _init_worker(niceness: int = 0) -> None:
     # Ctrl-C reaches the whole process group, and a service manager's SIGTERM may too: the main process handles
     # both (stops the pool, keeps what is stored); a worker must neither die with a traceback of its own nor
     # die first, its point then stored as failed. (It was started with both blocked: kvlab.sweep.stop.blocked.)
@@ -42,6 +42,8 @@ def _init_worker() -> None:
     import threading
 
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    if niceness:
+        os.nice(niceness)
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -63,12 +65,13 @@ def _warm() -> int:
 
 class LocalPool:
     """A persistent pool of worker processes (spawned: no state inherited from this process, whose DuckDB
-    connection holds threads and a file lock)."""
+    connection holds threads and a file lock), each at ``niceness`` below this process's priority (os.nice)."""
 
-    def __init__(self, num_workers: int):
+    def __init__(self, num_workers: int, niceness: int = 0):
         if num_workers < 1:
             raise KvlabError(f"--workers must be at least 1, got {num_workers}")
         self.num_workers = num_workers
+        self.niceness = niceness
         self.executor = self._new_executor()
 
     def _new_executor(self):
@@ -76,7 +79,7 @@ class LocalPool:
         from concurrent.futures import ProcessPoolExecutor
 
         return ProcessPoolExecutor(self.num_workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_worker)
+                                   initializer=_init_worker, initargs=(self.niceness,))
 
     def warm_up(self) -> None:
         """Start every worker and import the simulator in it (a benchmark times the sweep, not the start-up)."""

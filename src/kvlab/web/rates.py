@@ -63,13 +63,15 @@ class RateLab:
             from kvlab.sweep.runner import LocalPool, Runner
             from kvlab.sweep.store import Store
 
-            # One worker process, as `kvlab capacity --workers 1` runs: the simulations hold no lock of the
-            # server's, so the page's streams keep their frame rate while a search runs (benchmarks/bench_web_fps).
-            pool = LocalPool(1)
+            # Worker processes, as `kvlab capacity --workers N` runs: the simulations hold no lock of the server's,
+            # so the page's streams keep their frame rate while a search runs (benchmarks/bench_web_fps). One per
+            # core up to one per system (each round of the searches runs one rate of each system at once), so the
+            # first screen, which waits for the default setup's breaking points, is ready sooner
+            # (benchmarks/bench_answers.py).
             # At a lower priority than the server and the browser beside it: a search must not cost the figures
             # their frames on a machine of few cores (bench_web_fps.py: the first figure drew 27.6 frames a second
-            # while a search ran at normal priority, 37.6 without one). The worker leaves when the server does.
-            pool.executor.submit(os.nice, NICENESS).result()
+            # while a search ran at normal priority, 37.6 without one). The workers leave when the server does.
+            pool = LocalPool(min(len(self.systems()), os.cpu_count() or 1), niceness=NICENESS)
             self.runner = Runner(Store(None, row_kinds()), pool, kvlab.__version__)
         return self.runner
 
