@@ -182,3 +182,19 @@ def test_the_lead_clock_standing_apart_from_every_other_is_measured():
     assert lead_apart({"roofline": 21.0, "vidur-h100": 26.0, "vllm-h100": 11.0}, "vllm-h100") is None  # (21: 1.9x)
     assert lead_apart({"vllm-h100": 0.5}, "vllm-h100") is None
     assert lead_apart({"roofline": 0.0, "vllm-h100": 0.5}, "vllm-h100") is None
+
+
+def test_the_cost_per_million_tokens_is_priced_on_the_answers_of_the_sample_that_gave_the_rate(kvlab, tmp_path):
+    from kvlab.workload import load_workload
+
+    r = kvlab("capacity", "-n", "150", "--cost", "roofline", "--strategy", "vllm", "--gpu-hour-price", "2",
+              "--out", tmp_path / "c", "--json")
+    assert r.exit_code == 0, r.stderr
+    found = r.json()["capacities"][0]
+    samples, cost = found["samples"], found["serving_cost"]
+    # (here the longer sample, 300 requests, holds the lower rate; its answers are not the first 150's)
+    assert samples["capacities"][1] < samples["capacities"][0] and cost["rate_rps"] == samples["capacities"][1]
+    requests = load_workload("paper-sharegpt", num_requests=300, rate=1.0, seed=0).requests
+    mean = sum(q.num_output_tokens for q in requests) / len(requests)
+    assert cost["mean_output_tokens"] == pytest.approx(mean)
+    assert cost["usd_per_million_output_tokens"] == pytest.approx(2.0 / (cost["rate_rps"] * mean * 3600) * 1e6)

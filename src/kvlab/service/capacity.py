@@ -219,7 +219,9 @@ def answer(configurations: list[dict], longer: list[dict], no_second: str | None
     found.add_samples(longer, searches[len(configurations):], no_second)
     rows = [trace_rows(p.config.workload) for p in first_points]
     found.whole_trace = [r is not None and c.get("num_requests") == r for c, r in zip(longer, rows)]
-    found.add_costs([p.config for p in first_points], gpu_hour_price)
+    longer_configs = None if no_second is not None else \
+        [resolve_point({**c, "rate": p.options["rate"]}, kvlab.__version__).config for c, p in zip(longer, first_points)]
+    found.add_costs([p.config for p in first_points], gpu_hour_price, longer_configs)
     found.length_notes = list(length_notes or [])
     return found
 
@@ -240,6 +242,7 @@ class Answer:
         self.prices: list = [None] * len(configurations)
         self.num_gpus = [1] * len(configurations)
         self.mean_outputs = [0.0] * len(configurations)
+        self.second_mean_outputs: list[float] = []  # the second samples' (empty: none searched)
         self.length_notes: list[str] = []  # samples cut to fit their trace (searched_configurations)
 
     def costs(self) -> list[str]:
@@ -249,13 +252,18 @@ class Answer:
         """The second sample's searches (longer_sample's workload), or why there is none."""
         self.longer, self.second, self.no_second = longer, searches, no_second
 
-    def add_costs(self, configs, gpu_hour_price: float | None) -> None:
+    def add_costs(self, configs, gpu_hour_price: float | None, longer_configs=None) -> None:
         """Each configuration's price of a GPU-hour (kvlab.catalog.prices; ``gpu_hour_price`` overrides it), its
-        GPUs and its workload's mean answer length."""
+        GPUs and the mean answer length of each sample's workload (``longer_configs``: the second samples')."""
         self.prices = [price_of(get_gpu(c.device.gpu).id, gpu_hour_price) for c in configs]
         self.num_gpus = [c.parallel.num_gpus for c in configs]
-        requests = [load(c).requests for c in configs]
-        self.mean_outputs = [sum(r.num_output_tokens for r in rs) / max(1, len(rs)) for rs in requests]
+
+        def mean_output(config) -> float:
+            requests = load(config).requests
+            return sum(r.num_output_tokens for r in requests) / max(1, len(requests))
+
+        self.mean_outputs = [mean_output(c) for c in configs]
+        self.second_mean_outputs = [mean_output(c) for c in longer_configs] if longer_configs else []
 
     def samples(self, i: int) -> dict[str, Any]:
         """Configuration ``i``'s two samples: their lengths, answers, spread, and the answer (the lower)."""
@@ -289,9 +297,12 @@ class Answer:
         if price is None:
             return None
         at = self.samples(i)["answer_rps"]
-        return {**serving_cost(price, self.num_gpus[i], at, self.mean_outputs[i]), "rate_rps": at,
+        # (the answer's sample's answers: the rate is requests of that workload, a trace's first rows or its whole)
+        second = self.second_mean_outputs and self.answering(i) is self.second[i]
+        mean_output = self.second_mean_outputs[i] if second else self.mean_outputs[i]
+        return {**serving_cost(price, self.num_gpus[i], at, mean_output), "rate_rps": at,
                 "num_gpus": self.num_gpus[i], "usd_per_gpu_hour": price.usd_per_gpu_hour, "price_as_of": price.as_of,
-                "price_source": price.source, "mean_output_tokens": self.mean_outputs[i]}
+                "price_source": price.source, "mean_output_tokens": mean_output}
 
     def lead(self) -> str:
         """The cost profile (clock) the answer leads with: the one with the best evidence for the GPU
