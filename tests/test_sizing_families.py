@@ -680,19 +680,75 @@ def test_cli_model_runner_is_vllm_use_v2_model_runner(kvlab):
     assert (v1["num_blocks"], v2["num_blocks"]) == (27_507, 27_693)
 
 
-def test_gemma_4_attention_and_mixed_precision_formats_are_refused_in_one_line():
-    """Gemma 4 mixes head sizes and KV head counts per layer type, shares KV across its last layers (E2B) and lets keys
-    serve as values (26B-A4B); nvidia's Qwen3.6-35B-A3B-NVFP4 is NVFP4 experts beside FP8 attention. kvlab sizes none of
-    these, and says which, rather than a number."""
-    with pytest.raises(KvlabError) as e2b:
-        get_model(str(DATA / "gemma-4-e2b-it.json"))
-    assert "head size 512 beside sliding ones of 256" in str(e2b.value) and "last 20 layers" in str(e2b.value)
-    with pytest.raises(KvlabError) as a4b:
-        get_model(str(DATA / "gemma-4-26b-a4b.json"))
-    assert "2 KV heads in full-attention layers against 8" in str(a4b.value) and "attention_k_eq_v" in str(a4b.value)
+def test_gemma_4_e2b_shared_layers_keep_no_cache_and_its_log_is_exact():
+    """Gemma 4 E2B: 35 layers, 4 sliding (1 KV head of 256, window 512) : 1 full (1 KV head of 512); the last 20 read
+    the cache of the last earlier layer of their type and keep none (vLLM gives them no KVCacheSpec)."""
+    model = get_model(str(DATA / "gemma-4-e2b-it.json"))
+    assert model.kv_cache_layers == tuple(range(15))
+    assert [model.kv_sharing_target(i) for i in (14, 15, 19, 34)] == [None, 13, 14, 14]
+    assert model.kv_bytes_per_token(2) == (12 * 2 * 1 * 256 + 3 * 2 * 1 * 512) * 2
+    # Corpus log gemma-4-e2b-qat-w4a16-t4-0.29.0: T4, float16, max_model_len 16,384, max_num_seqs 8, default 2,048
+    # batched tokens; 'Available KV cache memory: 4.66 GiB', 'GPU KV cache size: 519,681 tokens, Maximum concurrency
+    # for 16,384 tokens per request: 31.72x'.
+    settings = dict(dtype="float16", max_model_len=16384, max_num_seqs=8, vllm_version="0.29.0")
+    r = size_kv_cache(model, given("t4", 4.66, **settings))
+    # A full page, 1 head x 16 tokens x (K 512 + V 512) x 2 bytes, is twice a sliding one: the sliding layers take
+    # blocks of 32 tokens (unify_kv_cache_spec_page_size); 12 sliding : 3 full layers -> 4 + 1 groups of 3.
+    page = 1 * 16 * (512 + 512) * 2
+    assert [(g.spec.kind, g.spec.block_size, g.layers) for g in r.kv_cache_groups] == [
+        ("sliding_attention", 32, (0, 5, 10)), ("sliding_attention", 32, (1, 6, 11)),
+        ("sliding_attention", 32, (2, 7, 12)), ("sliding_attention", 32, (3, 8, 13)),
+        ("full_attention", 16, (4, 9, 14))]
+    assert page == 1 * 32 * (256 + 256) * 2 and {g.spec.page_size_bytes for g in r.kv_cache_groups} == {page}
+    assert r.bytes_per_block == 3 * page == 98_304
+    # a sliding group: (512 - 1 + 2 batches of 2,048) tokens' blocks of 32, + 1; the full group 16,384 / 16
+    assert r.blocks_per_request == 4 * (cdiv(512 - 1 + 2 * 2048, 32) + 1) + 16384 // 16 == 1604
+    assert abs(r.num_blocks - 50_877) <= rounding_blocks(r.bytes_per_block)
+    exact = size_kv_cache(model, given("t4", 50_877 * 98_304 / GIB, **settings))
+    assert exact.num_tokens == 519_681 and f"{exact.max_concurrency:.2f}" == "31.72"  # as printed
+    assert exact.vllm_log_lines[0] == "Available KV cache memory: 4.66 GiB"
+
+
+def test_gemma_4_26b_a4b_full_layers_take_the_larger_blocks_at_0_19():
+    """Gemma 4 26B-A4B: 25 sliding layers of 8 KV heads of 256 (window 1024), 5 full of 2 KV heads of 512 (keys
+    serving as values: num_global_key_value_heads; vLLM still caches K and V)."""
+    model = get_model(str(DATA / "gemma-4-26b-a4b.json"))
+    assert [model.layer_num_kv_heads(i) for i in (0, 5)] == [8, 2] and model.layer_head_dim(5) == 512
+    assert model.max_position_embeddings == 131_072  # not in the stored config: transformers' default, and noted
+    assert any("Gemma4TextConfig default" in note for note in model.notes)
+    # Corpus log gemma-4-26b-a4b-a100-eager-0.19 prints only 'Available KV cache memory: 21.5 GiB'.
+    r = size_kv_cache(model, given("a100-80gb", 21.5, dtype="bfloat16", max_model_len=131072, vllm_version="0.19.0"))
+    sliding_page = 8 * 16 * (256 + 256) * 2
+    assert sliding_page == 2 * 32 * (512 + 512) * 2  # so the full layers' blocks hold 32 tokens
+    assert [(g.spec.kind, g.spec.block_size, len(g.layers)) for g in r.kv_cache_groups] == [
+        ("sliding_attention", 16, 5)] * 5 + [("full_attention", 32, 5)]
+    assert r.bytes_per_block == 5 * sliding_page and r.num_blocks == int(21.5 * GIB) // (5 * sliding_page)
+    # 0.19: one batch of 2,048 tokens beside a sliding window; blocks // 6 groups x 16 printed as tokens
+    assert r.blocks_per_request == 5 * (cdiv(1024 - 1 + 2048, 16) + 1) + 131072 // 32 == 5061
+    assert r.num_tokens == r.num_blocks // 6 * 16
+    # TP 4: 2 sliding heads of 256 and 1 full head of 512 (2 heads over 4 ranks, replicated) make equal pages
+    tp4 = size_kv_cache(model, given("a100-80gb", 10, dtype="bfloat16", max_model_len=8192, tensor_parallel_size=4))
+    assert {g.spec.block_size for g in tp4.kv_cache_groups} == {16}
+
+
+def test_per_layer_attention_kvlab_has_not_read_and_mixed_precision_formats_are_refused_in_one_line(tmp_path):
+    """Cache sharing outside Gemma 4 (Gemma 3n's fields) is not read from vLLM's source, and pages that do not divide
+    each other are not unified by block size (0.19 refuses to start); nvidia's Qwen3.6-35B-A3B-NVFP4 is NVFP4 experts
+    beside FP8 attention. kvlab sizes none of these, and says which, rather than a number."""
+    gemma4 = json.loads((DATA / "gemma-4-26b-a4b.json").read_text())
+    other = dict(gemma4["text_config"], model_type="gemma3n_text", num_kv_shared_layers=10)
+    (tmp_path / "gemma3n.json").write_text(json.dumps(other))
+    with pytest.raises(KvlabError) as shared:
+        get_model(str(tmp_path / "gemma3n.json"))
+    assert "the last 10 layers reading earlier layers' KV cache" in str(shared.value)
+    odd = dict(gemma4["text_config"], num_key_value_heads=4, num_global_key_value_heads=3)
+    (tmp_path / "odd.json").write_text(json.dumps(odd))
+    with pytest.raises(KvlabError) as pages:
+        size_kv_cache(get_model(str(tmp_path / "odd.json")), given("a100-80gb", 10, max_model_len=8192))
+    assert "does not divide the largest page" in str(pages.value)
     with pytest.raises(KvlabError, match="modelopt quant_algo 'MIXED_PRECISION' is not modelled"):
         get_model(str(DATA / "qwen3.6-35b-a3b-nvfp4.json"))
-    assert all("\n" not in str(e.value) for e in (e2b, a4b))
+    assert all("\n" not in str(e.value) for e in (shared, pages))
 
 
 def test_qwen3_6_27b_gated_deltanet_state_and_attention_block():

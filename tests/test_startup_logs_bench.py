@@ -70,7 +70,6 @@ def test_what_cannot_be_sized_is_said_not_guessed(bench, tmp_path, capsys):
     for change, reason in ((dict(gpu_kvlab=None, gpu="a card nobody names"), "is not in kvlab's catalogue"),
                            (dict(model="nobody/unknown-7b"), "no config.json for 'nobody/unknown-7b'"),
                            (dict(vllm_version=None), "states no vLLM version"),
-                           (dict(model="google/gemma-4-26B-A4B"), "this attention layout is not modelled"),
                            (dict(model_config="qwen3.6-35b-a3b-nvfp4"),
                             "tests/data/sizing_configs/qwen3.6-35b-a3b-nvfp4.json: modelopt quant_algo "
                             "'MIXED_PRECISION' is not modelled"),

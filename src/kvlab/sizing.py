@@ -260,9 +260,10 @@ class KVCacheGroup:
 
 def layer_kv_specs(model: ModelSpec, config: SizingConfig, kv_dtype_bytes: int,
                    act_dtype_bytes: int = 2) -> list[KVCacheSpec | None]:
-    """Each layer's cache spec (None: a layer without one, Nemotron-H's MLP blocks). A hybrid with linear-attention
-    or Mamba layers gets one page size for all: the attention block grows until its page holds a state, and the
-    state is padded to it (kvlab.catalog.hybrid)."""
+    """Each layer's cache spec (None: a layer without one: Nemotron-H's MLP blocks, Gemma 4's layers that read an
+    earlier layer's cache). A hybrid with linear-attention or Mamba layers gets one page size for all: the attention
+    block grows until its page holds a state, and the state is padded to it (kvlab.catalog.hybrid). Attention layers
+    of different pages (Gemma 4: head size 512 beside 256) are unified after (unify_page_sizes)."""
     tp = config.tensor_parallel_size
     heads = model.num_kv_heads_per_gpu(tp)
     block_size, state_page = config.block_size, 0
@@ -271,20 +272,42 @@ def layer_kv_specs(model: ModelSpec, config: SizingConfig, kv_dtype_bytes: int,
         block_size = attention_block_size(model.state.state_bytes(tp, act_dtype_bytes), per_token, block_size)
         state_page = block_size * per_token
     specs: list[KVCacheSpec | None] = []
-    for layer_type in model.layer_types:
+    for i, layer_type in enumerate(model.layer_types):
         if layer_type in (LINEAR_ATTENTION, MAMBA):
             specs.append(KVCacheSpec("mamba", block_size, 0, 0, 0, act_dtype_bytes, state_page_bytes=state_page))
-        elif layer_type not in (FULL_ATTENTION, SLIDING_ATTENTION):
+        elif layer_type not in (FULL_ATTENTION, SLIDING_ATTENTION) or model.kv_sharing_target(i) is not None:
             specs.append(None)
         elif model.is_mla:
             specs.append(KVCacheSpec("mla", block_size, 1, model.kv_head_size, 0, kv_dtype_bytes))
-        elif layer_type == SLIDING_ATTENTION:
-            specs.append(KVCacheSpec(SLIDING_ATTENTION, block_size, heads, model.head_dim, model.head_dim,
-                                     kv_dtype_bytes, model.sliding_window))
         else:
-            specs.append(KVCacheSpec(FULL_ATTENTION, block_size, heads, model.head_dim, model.head_dim,
-                                     kv_dtype_bytes))
-    return specs
+            # Attention.get_kv_cache_spec with this layer's heads and head size (Gemma 4's differ by layer type)
+            heads, head = max(1, model.layer_num_kv_heads(i) // tp), model.layer_head_dim(i)
+            window = model.sliding_window if layer_type == SLIDING_ATTENTION else None
+            specs.append(KVCacheSpec(layer_type, block_size, heads, head, head, kv_dtype_bytes, window))
+    return unify_page_sizes(specs)
+
+
+def unify_page_sizes(specs: list[KVCacheSpec | None]) -> list[KVCacheSpec | None]:
+    """vLLM's unify_kv_cache_spec_page_size (v1/core/kv_cache_utils.py, read in 0.19.0 and 0.29.0): the one pool
+    hands out blocks of one size, so a layer whose page is smaller than the largest holds proportionally more tokens
+    per block (block_size x largest page / its page). Gemma 4 E2B: full-attention pages of 1 KV head x 512 are twice
+    the sliding ones of 1 x 256, so its sliding layers take blocks of 32 tokens beside full ones of 16; in the
+    26B-A4B, 8 x 256 against 2 x 512, the full-attention layers take the 32."""
+    pages = {spec.page_size_bytes for spec in specs if spec is not None}
+    if len(pages) <= 1:
+        return specs
+    largest = max(pages)
+    unified: list[KVCacheSpec | None] = []
+    for spec in specs:
+        if spec is None or spec.page_size_bytes == largest:
+            unified.append(spec)
+        elif spec.kind != "mamba" and largest % spec.page_size_bytes == 0:
+            unified.append(replace(spec, block_size=spec.block_size * (largest // spec.page_size_bytes)))
+        else:  # 0.19 refuses to start; later releases pad the page (page_size_padded), which kvlab does not model
+            raise KvlabError(f"a {spec.kind} layer's KV page of {spec.page_size_bytes:,} bytes does not divide the "
+                             f"largest page, {largest:,} bytes, so vLLM cannot unify them by block size; kvlab does "
+                             "not model the padding later releases apply")
+    return unified
 
 
 def group_layers(specs: list[KVCacheSpec | None]) -> tuple[KVCacheGroup, ...]:

@@ -63,6 +63,8 @@ TRAITS = {
     "gemma2": Traits(norms_per_layer=4, tie_word_embeddings_default=True),
     "gemma3": Traits(norms_per_layer=4, qk_norm=True, tie_word_embeddings_default=True),
     "gemma3_text": Traits(norms_per_layer=4, qk_norm=True, tie_word_embeddings_default=True),
+    "gemma4": Traits(norms_per_layer=4, qk_norm=True, tie_word_embeddings_default=True),
+    "gemma4_text": Traits(norms_per_layer=4, qk_norm=True, tie_word_embeddings_default=True),
     "gpt_oss": Traits(qkv_bias=True, o_bias=True, mlp_bias=True, attention_sinks=True),
     "qwen3_moe": Traits(qk_norm=True),
     "qwen2_moe": Traits(qkv_bias=True, shared_expert_gate=True),
@@ -104,6 +106,27 @@ class LayerParams:
 
 
 @dataclass(frozen=True)
+class Gemma4Layout:
+    """What Gemma 4's config.json adds to one attention shape for every layer (vLLM's gemma4.py, Gemma4DecoderLayer and
+    Gemma4Attention; 0.29's transformers_utils/configs/gemma4.py gemma4_layer_config says the same per layer).
+
+    Full-attention layers have head size ``global_head_dim``, and with ``attention_k_eq_v`` (keys serving as values)
+    ``num_global_key_value_heads`` KV heads; vLLM still loads K into both halves of qkv_proj and caches K and V as for
+    any layer, so k_eq_v changes the KV head count, not the bytes per head. The last ``num_kv_shared_layers`` layers
+    read the cache of the last earlier layer of their type (kv_sharing_target_layer_name) and keep none of their own.
+    """
+
+    global_head_dim: int | None = None
+    num_global_key_value_heads: int | None = None  # used where attention_k_eq_v
+    attention_k_eq_v: bool = False
+    num_kv_shared_layers: int = 0
+    hidden_size_per_layer_input: int = 0  # per-layer embeddings (E2B/E4B): their width per layer
+    vocab_size_per_layer_input: int = 0
+    use_double_wide_mlp: bool = False  # the KV-shared layers' MLP twice as wide
+    enable_moe_block: bool = False  # an MoE block beside the dense MLP in every layer (26B-A4B)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One model's architecture, as vLLM reads it from config.json.
 
@@ -142,6 +165,7 @@ class ModelSpec:
     quantization: str | None = None
     weight_format: WeightFormat | None = None  # the checkpoint's quantized layout (kvlab.catalog.quant)
     state: StateLayout | None = None  # linear-attention / Mamba layers' state (kvlab.catalog.hybrid)
+    gemma4: Gemma4Layout | None = None  # per-layer-type attention and cache sharing (Gemma 4)
     vision_params: int = 0  # vision tower and projector (multimodal checkpoints), kept in the model's dtype
     vision_source: str = ""
     vision_tower: VisionTower | None = None  # what vLLM's encoder profiling run reads (Qwen-VL towers only)
@@ -195,9 +219,58 @@ class ModelSpec:
         return self.kv_factor * self.num_kv_heads_cached * self.kv_head_size * kv_dtype_bytes
 
     def kv_bytes_per_token(self, kv_dtype_bytes: int = 2) -> int:
-        """KV cache bytes one token needs in every attention layer (sliding layers included: this is per token;
-        linear-attention and Mamba layers keep a fixed state per request instead)."""
-        return self.num_attention_layers * self.kv_bytes_per_token_per_layer(kv_dtype_bytes)
+        """KV cache bytes one token needs in every attention layer that keeps a cache (sliding layers included: this
+        is per token; linear-attention and Mamba layers keep a fixed state per request instead)."""
+        if self.gemma4 is None:
+            return self.num_attention_layers * self.kv_bytes_per_token_per_layer(kv_dtype_bytes)
+        return sum(2 * self.layer_num_kv_heads(i) * self.layer_head_dim(i) * kv_dtype_bytes
+                   for i in self.kv_cache_layers)
+
+    def layer_head_dim(self, layer: int) -> int:
+        """One layer's cached head size: Gemma 4's full-attention layers have global_head_dim."""
+        g = self.gemma4
+        if g is not None and g.global_head_dim and self.layer_types[layer] == FULL_ATTENTION:
+            return g.global_head_dim
+        return self.kv_head_size
+
+    def layer_num_kv_heads(self, layer: int) -> int:
+        """One layer's KV heads (the whole model's, before a TP split): Gemma 4's full-attention layers have
+        num_global_key_value_heads where keys serve as values."""
+        g = self.gemma4
+        if (g is not None and g.attention_k_eq_v and g.num_global_key_value_heads
+                and self.layer_types[layer] == FULL_ATTENTION):
+            return g.num_global_key_value_heads
+        return self.num_key_value_heads
+
+    def kv_sharing_target(self, layer: int) -> int | None:
+        """The earlier layer whose cache this one reads, or None when it keeps its own: in Gemma 4 each of the last
+        num_kv_shared_layers layers reads the last layer of its type before them (gemma4.py Gemma4Attention)."""
+        g = self.gemma4
+        first = self.num_hidden_layers - (g.num_kv_shared_layers if g is not None else 0)
+        if layer < first:
+            return None
+        kind = self.layer_types[layer]
+        return max((i for i in range(first) if self.layer_types[i] == kind), default=None)
+
+    def per_layer_kv_text(self, kv_dtype_bytes: int, tensor_parallel_size: int) -> tuple[str, str]:
+        """How kv_bytes_per_token adds up where the layers' shapes differ (Gemma 4): the whole model's, one GPU's."""
+        shapes: dict[tuple[str, int, int], int] = {}
+        for i in self.kv_cache_layers:
+            key = (self.layer_types[i].split("_")[0], self.layer_num_kv_heads(i), self.layer_head_dim(i))
+            shapes[key] = shapes.get(key, 0) + 1
+        whole = " + ".join(f"{n} {kind} layers x {heads} KV heads x {dim}" for (kind, heads, dim), n in shapes.items())
+        per_gpu = " + ".join(f"{n} {kind} layers x {max(1, heads // tensor_parallel_size)} KV heads x {dim}"
+                             for (kind, heads, dim), n in shapes.items())
+        shared = self.num_attention_layers - len(self.kv_cache_layers)
+        note = f"; {shared} layers read an earlier layer's cache and keep none (num_kv_shared_layers)" if shared else ""
+        return f"2 (K and V) x ({whole}) x {kv_dtype_bytes} B{note}", per_gpu
+
+    @property
+    def kv_cache_layers(self) -> tuple[int, ...]:
+        """Attention layers that keep a KV cache: not those reading another layer's (vLLM gives them no
+        KVCacheSpec, gpu_model_runner.get_kv_cache_spec, so nothing is allocated for them)."""
+        return tuple(i for i, t in enumerate(self.layer_types)
+                     if t in (FULL_ATTENTION, SLIDING_ATTENTION) and self.kv_sharing_target(i) is None)
 
     @property
     def num_attention_layers(self) -> int:
@@ -216,6 +289,12 @@ class ModelSpec:
 
     def kv_bytes_per_token_per_gpu(self, kv_dtype_bytes: int = 2, tensor_parallel_size: int = 1,
                                    num_layers: int | None = None) -> int:
+        if self.gemma4 is not None:
+            whole = sum(2 * max(1, self.layer_num_kv_heads(i) // tensor_parallel_size) * self.layer_head_dim(i)
+                        * kv_dtype_bytes for i in self.kv_cache_layers)
+            if num_layers is None or num_layers >= self.num_hidden_layers:
+                return whole
+            return round(whole * num_layers / self.num_hidden_layers)
         layers = self.num_attention_layers if num_layers is None else round(
             num_layers * self.num_attention_layers / self.num_hidden_layers)
         return (layers * self.kv_factor * self.num_kv_heads_per_gpu(tensor_parallel_size)
@@ -275,14 +354,15 @@ class ModelSpec:
                 down += h * self.q_lora_rank + self.q_lora_rank
             attention, kv_projection = q + kv + o, down
         else:
-            d = self.head_dim
+            d, kv_heads = self.layer_head_dim(layer), self.layer_num_kv_heads(layer)
             q = h * heads * d
-            kv_projection = 2 * h * self.num_key_value_heads * d
+            # Gemma 4's k_eq_v layers: the checkpoint has no v_proj, but vLLM loads K into qkv_proj's V slot too
+            kv_projection = 2 * h * kv_heads * d
             o = heads * d * h
             attention = q + kv_projection + o
             if t.qkv_bias:
-                attention += (heads + 2 * self.num_key_value_heads) * d
-                kv_projection += 2 * self.num_key_value_heads * d
+                attention += (heads + 2 * kv_heads) * d
+                kv_projection += 2 * kv_heads * d
             if t.o_bias:
                 attention += h
             if t.qk_norm:
@@ -295,7 +375,14 @@ class ModelSpec:
             return LayerParams(attention, kv_projection, 0, 0, 0, 0, h * t.norm_params_per_dim)
         m = self._mlp_params(layer)
         norms = t.norms_per_layer * h * t.norm_params_per_dim
-        return LayerParams(attention, kv_projection, m.mlp, m.experts, m.active_experts, m.router, norms)
+        router = m.router
+        if self.gemma4 is not None:
+            g = self.gemma4
+            norms += 3 * h if g.enable_moe_block else 0  # the MoE block's pre/post norms
+            # per-layer embeddings' gate and projection (ReplicatedLinear, so counted with the replicated router)
+            router += 2 * h * g.hidden_size_per_layer_input
+            norms += h if g.hidden_size_per_layer_input else 0
+        return LayerParams(attention, kv_projection, m.mlp, m.experts, m.active_experts, router, norms)
 
     def _mlp_params(self, layer: int) -> LayerParams:
         """The MLP or MoE part of a layer (the other fields zero)."""
@@ -316,6 +403,11 @@ class ModelSpec:
             mlp = matrices * h * self.intermediate_size
             if t.mlp_bias:
                 mlp += (matrices - 1) * self.intermediate_size + h
+        g = self.gemma4
+        if g is not None and g.enable_moe_block:
+            mlp += matrices * h * self.intermediate_size  # Gemma 4 26B-A4B: a dense MLP beside the experts
+        elif g is not None and g.use_double_wide_mlp and self.kv_sharing_target(layer) is not None:
+            mlp *= 2  # the KV-shared layers' MLP is twice as wide (gemma4.py use_double_wide_mlp)
         return LayerParams(0, 0, mlp, experts, active_experts, router, 0)
 
     @property
@@ -323,7 +415,12 @@ class ModelSpec:
         positions = 0
         if self.traits.learned_position_offset is not None:
             positions = (self.max_position_embeddings + self.traits.learned_position_offset) * self.hidden_size
-        return self.vocab_size * self.hidden_size + positions
+        per_layer = 0
+        if self.gemma4 is not None and self.gemma4.hidden_size_per_layer_input:
+            # Gemma 4 E2B/E4B: an embedding of num_layers x width per token, and its projection from the hidden state
+            width = self.num_hidden_layers * self.gemma4.hidden_size_per_layer_input
+            per_layer = (self.gemma4.vocab_size_per_layer_input or self.vocab_size) * width + self.hidden_size * width
+        return self.vocab_size * self.hidden_size + positions + per_layer
 
     @property
     def num_head_params(self) -> int:
@@ -431,7 +528,7 @@ FIELD_ALIASES = {
     "intermediate_size": ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size"),
     "max_position_embeddings": ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"),
     "num_experts": ("num_experts", "num_local_experts", "n_routed_experts"),
-    "experts_per_token": ("experts_per_token", "num_experts_per_tok", "num_experts_per_token"),
+    "experts_per_token": ("experts_per_token", "num_experts_per_tok", "num_experts_per_token", "top_k_experts"),
     "num_shared_experts": ("num_shared_experts", "n_shared_experts"),
     "dtype": ("dtype", "torch_dtype"),
 }
@@ -508,6 +605,36 @@ def refuse_per_layer_attention(fields: dict, where: str) -> None:
                          f"{'; '.join(why)}); kvlab sizes one head size and one KV cache per attention layer")
 
 
+# transformers' Gemma4TextConfig default (configuration_gemma4.py, transformers 5.19), what vLLM reads when a Gemma 4
+# config.json leaves max_position_embeddings out
+GEMMA4_MAX_POSITION_EMBEDDINGS = 131_072
+
+
+def gemma4_layout(fields: dict, model_type: str, where: str) -> Gemma4Layout | None:
+    """Gemma 4's per-layer-type attention and cache sharing, as vLLM reads them; other models with such fields are
+    refused (refuse_per_layer_attention), their layouts not having been read in vLLM's source."""
+    if not model_type.startswith("gemma4"):
+        refuse_per_layer_attention(fields, where)
+        return None
+    return Gemma4Layout(
+        global_head_dim=fields.get("global_head_dim"), num_global_key_value_heads=fields.get("num_global_key_value_heads"),
+        attention_k_eq_v=bool(fields.get("attention_k_eq_v")),
+        num_kv_shared_layers=int(fields.get("num_kv_shared_layers") or 0),
+        hidden_size_per_layer_input=int(fields.get("hidden_size_per_layer_input") or 0),
+        vocab_size_per_layer_input=int(fields.get("vocab_size_per_layer_input") or 0),
+        use_double_wide_mlp=bool(fields.get("use_double_wide_mlp")),
+        enable_moe_block=bool(fields.get("enable_moe_block")))
+
+
+def gemma4_defaults(fields: dict, notes: tuple[str, ...]) -> tuple[dict, tuple[str, ...]]:
+    """A Gemma 4 config.json without max_position_embeddings takes transformers' default, and the notes say so."""
+    if _get(fields, "max_position_embeddings") is not None:
+        return fields, notes
+    return ({**fields, "max_position_embeddings": GEMMA4_MAX_POSITION_EMBEDDINGS},
+            (*notes, "max_position_embeddings not in config.json: transformers' Gemma4TextConfig default, "
+                     f"{GEMMA4_MAX_POSITION_EMBEDDINGS:,}"))
+
+
 def _shared_from_width(fields: dict, moe_width: int | None) -> int | None:
     """Qwen2-MoE / Qwen3-Next give one shared expert's width (shared_expert_intermediate_size) instead of a count:
     as a count of routed-expert widths, which is how the parameters are counted."""
@@ -529,7 +656,8 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
                      source: tuple[str, ...] = (), notes: tuple[str, ...] = (),
                      aliases: tuple[str, ...] = ()) -> ModelSpec:
     """Build a ModelSpec from config.json-named fields; a missing needed field is named in the error."""
-    refuse_per_layer_attention(fields, where)
+    gemma4 = gemma4_layout(fields, fields.get("model_type") or "", where)
+    fields, notes = gemma4_defaults(fields, notes) if gemma4 is not None else (fields, notes)
     for name in REQUIRED:
         if _get(fields, name) is None:
             raise KvlabError(f"{where}: missing field {name!r} (needed to size the KV cache)")
@@ -596,7 +724,7 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
         num_shared_experts=numbers.num_shared_experts if numbers.num_shared_experts is not None else
         _shared_from_width(fields, numbers.moe_intermediate_size),
         first_k_dense_replace=numbers.first_k_dense_replace, quantization=quantization, weight_format=weight_format,
-        state=state,
+        state=state, gemma4=gemma4,
         aliases=aliases,
         num_params_card=_card_number(fields.get("params_total_card")),
         num_active_params_card=_card_number(fields.get("params_active_card")),

@@ -123,6 +123,8 @@ def _per_token_rows(model, layout, tp: int) -> list[tuple[str, str, str]]:
         per_gpu = f"{attention_layers} layers x {layout.num_kv_heads_per_gpu} KV heads ({split})"
         page = (f"2 x {layout.kv_cache_groups[0].spec.block_size} tokens x {layout.num_kv_heads_per_gpu} heads x "
                 f"{model.head_dim} x {kvb} B")
+        if model.gemma4 is not None:  # shapes that differ by layer type, and layers keeping no cache
+            per_token, per_gpu = model.per_layer_kv_text(kvb, tp)
     if model.state is not None:
         page += ("; a linear-attention/Mamba layer's state padded to the same page (the attention block grown to "
                  "hold it)")
