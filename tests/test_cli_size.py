@@ -266,3 +266,12 @@ def test_a_bad_decode_context_parallel_size_is_one_line(kvlab, args, message):
     r = kvlab("size", "deepseek-v2-lite", "--available-kv-gib", "1", *args)
     assert r.exit_code == 2 and message in " ".join(r.stderr.split())
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_gemma_4s_lines_name_each_groups_block_size_and_the_layers_that_keep_a_cache(kvlab):
+    # E2B under 0.29: sliding pages of 1 head x 256 are half the full ones (1 x 512), so sliding blocks hold 32
+    # tokens and full ones 16; 20 of its 35 layers read an earlier layer's cache and keep none
+    text = " ".join(kvlab("size", "tests/data/sizing_configs/gemma-4-e2b-it.json", "--gpu", "t4",
+                          "--vllm-version", "0.29.0").stdout.split())
+    assert "/ 32) + 1 = 145); full: ceil(131,072 / 16) = 8,192; in all 4 x 145 + 8,192 = 8,772" in text
+    assert "12 of the 15 keeping a cache keep only a 512-token window" in text

@@ -132,8 +132,10 @@ def _per_token_rows(model, layout, tp: int) -> list[tuple[str, str, str]]:
         per_token += (f"; {model.num_state_layers} layers keep a fixed {model.state.kind} state per request instead"
                       + (f" and {others} hold no cache (MLP or MoE only)" if others else ""))
     if model.num_sliding_layers:
-        per_token += (f"; {model.num_sliding_layers} of the layers keep only a {model.sliding_window:,}-token "
-                      "window per request")
+        keeping = model.kv_cache_layers  # (Gemma 4: not the layers that read an earlier one's cache)
+        sliding = sum(model.layer_types[i] == "sliding_attention" for i in keeping)
+        of = "the layers" if len(keeping) == model.num_attention_layers else f"the {len(keeping)} keeping a cache"
+        per_token += f"; {sliding} of {of} keep only a {model.sliding_window:,}-token window per request"
     return [
         ("KV cache per token", f"{b(layout.kv_bytes_per_token)} ({human(layout.kv_bytes_per_token)})", per_token),
         ("  per GPU", b(layout.kv_bytes_per_token_per_gpu), per_gpu),
@@ -172,7 +174,7 @@ def _groups_text(result) -> str:
 
 
 def _per_request_text(result) -> str:
-    bs, in_flight, dcp = result.block_size, result.max_in_flight_tokens, result.decode_context_parallel_size
+    in_flight, dcp = result.max_in_flight_tokens, result.decode_context_parallel_size
     length = -(result.max_model_len // -dcp)  # each GPU of a DCP group keeps every DCP-th token
     terms: dict[tuple[str, int], int] = {}
     for g in result.kv_cache_groups:
@@ -181,9 +183,10 @@ def _per_request_text(result) -> str:
             text = "state: 1 block"
         elif g.spec.kind == "sliding_attention":
             w = g.spec.sliding_window
-            text = f"sliding: ceil(min({w:,} - 1 + {in_flight:,} in flight, {length:,}) / {bs}) + 1 = {blocks:,}"
+            text = (f"sliding: ceil(min({w:,} - 1 + {in_flight:,} in flight, {length:,}) / {g.spec.block_size}) + 1 = "
+                    f"{blocks:,}")
         else:
-            text = f"{'MLA' if g.spec.kind == 'mla' else 'full'}: ceil({length:,} / {bs}) = {blocks:,}"
+            text = f"{'MLA' if g.spec.kind == 'mla' else 'full'}: ceil({length:,} / {g.spec.block_size}) = {blocks:,}"
         terms[(text, blocks)] = terms.get((text, blocks), 0) + 1
     if len(terms) == 1 and sum(terms.values()) == 1:
         text = next(iter(terms))[0].split(": ", 1)[1]
