@@ -173,6 +173,11 @@ def _seconds(value: float) -> str:
     return f"{value * 1e6:.3g} us"
 
 
+# The longest latency a target may name: a day (a limit past it bounds nothing a run of requests measures, and an
+# infinite one, 1e999s, cannot be drawn on the plots' axes).
+MAX_LIMIT_S = 86_400.0
+
+
 def parse_slo(text: str, goodput: float | None = None) -> Slo:
     """``p99_ttft<2s,p90_tpot<100ms`` (and ``ttft<2s`` with a goodput share) -> Slo."""
     if goodput is not None and not 0 < goodput <= 1:
@@ -249,8 +254,9 @@ def _term(part: str, text: str, goodput: float | None) -> Term:
         limit = float(number) * UNITS[unit]
     except ValueError:
         raise KvlabError(f"{where}: {number!r} is not a number") from None
-    if not limit > 0:
-        raise KvlabError(f"{where}: the limit must be positive")
+    if not 0 < limit <= MAX_LIMIT_S:
+        raise KvlabError(f"{where}: the limit {number}{unit} is out of range; valid: a positive latency of at most "
+                         f"{MAX_LIMIT_S:,.0f} s (a day)")
     if goodput is None and stat is None:
         raise KvlabError(f"{where}: which statistic? e.g. p99_{metric}<{number}{unit}, or judge each request "
                          f"against it with --goodput SHARE")
