@@ -333,3 +333,14 @@ def test_the_profile_file_docs_cost_md_shows_is_one_kvlab_runs_on(tmp_path):
     profile = get_profile(str(tmp_path / "my-gpu.toml"))
     assert profile.name == "my-gpu" and profile.kind == "efficiency"
     assert profile.constants["flops_efficiency"] == 0.6
+
+
+def test_a_profile_file_named_as_a_built_in_is_reported_with_its_file(kvlab, tmp_path):
+    roofline = builtin_profiles()["roofline"]
+    doc = {"name": "roofline", "kind": "efficiency", "source": "a user's copy",
+           "constants": {**roofline.constants, "bandwidth_efficiency": 0.5}}
+    path = write_profile(doc, tmp_path / "mine.toml")
+    assert get_profile(str(path)).name == "roofline (mine.toml)" and get_profile("roofline") is roofline
+    data = kvlab("run", "-n", "20", "--cost", path, "--json").json()
+    assert data["cost"]["profile"] == "roofline (mine.toml)"
+    assert "roofline (mine.toml)" in kvlab("cost", path).stdout

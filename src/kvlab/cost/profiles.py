@@ -26,7 +26,7 @@ import json
 import math
 import tomllib
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -257,6 +257,10 @@ def read_profile(path: Path) -> CostProfile:
         kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
         raise KvlabError(f"cost profile {str(path)!r} is not valid {kind}: {exc}") from None
     profile = profile_from_dict(data, str(path))
+    if profile.name in builtin_profiles():
+        # Reports carry a profile's name, and a file named as a built-in (kvlab calibrate --name vllm-h100, as the
+        # shipped profile is refitted) would read as the built-in: it is named with its file too.
+        profile = replace(profile, name=f"{profile.name} ({path.name})")
     _READ[profile.name] = profile
     return profile
 
