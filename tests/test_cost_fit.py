@@ -265,6 +265,8 @@ def test_calibrate_names_each_constant_the_runs_do_not_identify_and_the_data_tha
     fit = tomllib.loads((tmp_path / "all.toml").read_text())["fit"]
     assert fit["fitted"] == asked and fit["held"] == [] and "hold_if_sigma_over_value" not in fit
     assert "not identified" not in r.stdout
+    # the rounds of replay and fit as the progress numbers them (it wrote 0 for the one round printed)
+    assert fit["iterations"] == 1 and "iteration 1:" in r.stderr and "iteration 2" not in r.stderr
 
 
 def test_a_fold_that_cannot_fit_names_the_run_it_left_out(kvlab, tmp_path):

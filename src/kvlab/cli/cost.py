@@ -221,8 +221,9 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     console = Console(highlight=False, file=sys.stdout)
     table = Table(title=f"Fitted on {len(measured)} measured runs ({path.name}), least squares across runs",
                   title_justify="left", header_style="bold")
-    for header in ("constant", "value", "± (1σ)", "what it is"):
-        table.add_column(header, justify="left" if header in ("constant", "what it is") else "right")
+    for header in ("constant", "value", "± (1σ)", "what it is"):  # (names whole: --fit takes them)
+        table.add_column(header, justify="left" if header in ("constant", "what it is") else "right",
+                         no_wrap=header != "what it is")
     constants, sigma = document["constants"], document["fit"]["sigma"]
     for k in names:
         table.add_row(k, constant_text(k, constants[k]), constant_text(k, sigma[k]) if k in sigma else "held",

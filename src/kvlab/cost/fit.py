@@ -644,8 +644,9 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
         constants = constants_of(theta)
         history.append(dict(constants))
     assert fit is not None
-    # The profile is the fit on the last replays: its σ and residuals are those equations'.
-    return Calibration(fit=fit, replays=replays, iterations=len(history) - 1, history=history)
+    # The profile is the fit on the last replays: its σ and residuals are those equations'. Its iterations are the
+    # rounds of replay and fit, as progress numbers them (history: the constants each round replayed under).
+    return Calibration(fit=fit, replays=replays, iterations=len(history), history=history)
 
 
 def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None) -> list[Replay]:
