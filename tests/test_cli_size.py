@@ -275,3 +275,18 @@ def test_gemma_4s_lines_name_each_groups_block_size_and_the_layers_that_keep_a_c
                           "--vllm-version", "0.29.0").stdout.split())
     assert "/ 32) + 1 = 145); full: ceil(131,072 / 16) = 8,192; in all 4 x 145 + 8,192 = 8,772" in text
     assert "12 of the 15 keeping a cache keep only a 512-token window" in text
+
+
+def test_a_tensor_parallel_hint_names_the_max_model_len_at_which_vllm_would_then_start(kvlab):
+    r = kvlab("size", "llama-3.1-70b", "--gpu", "l4", "--quantization", "fp8")
+    assert r.exit_code == 2
+    hint = r.stderr.split("Would fit: ")[1]
+    assert hint.startswith("--tensor-parallel-size 4 on this GPU with --max-model-len ")
+    length = hint.split("--max-model-len ")[1].split()[0]
+    # the advice taken: vLLM would start (one max_model_len request fits), and one token more would not
+    args = ("size", "llama-3.1-70b", "--gpu", "l4", "--quantization", "fp8", "-tp", "4", "--json")
+    assert kvlab(*args, "--max-model-len", length).json()["fits_max_model_len"]
+    assert not kvlab(*args, "--max-model-len", str(int(length) + 16)).json()["fits_max_model_len"]
+    # where the weights and a max_model_len request fit, the hint is the size alone
+    assert "Would fit: --tensor-parallel-size 8 on this GPU\n" in kvlab("size", "llama-3.1-405b", "--gpu", "h100-sxm",
+                                                                      "--quantization", "fp8").stderr

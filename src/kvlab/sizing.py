@@ -808,7 +808,7 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
             continue
         trial = replace(config, tensor_parallel_size=tp)
         if _weights_fit(model, trial):
-            hints.append(f"--tensor-parallel-size {tp} on this GPU")
+            hints.append(_tensor_parallel_hint(model, trial))
             break
     named = (config.gpu_name or "").split(" with ")[0]  # (--gpu-memory-gib names it "A100-40GB with 20 GiB")
     bigger = [g.id if g.id != named else f"{g.id} with its whole {format_gib(g.memory_bytes)} GiB"
@@ -821,6 +821,22 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
         hints.append("--gpu-memory-utilization 0.95")
     raise KvlabError(head + (". Would fit: " + "; ".join(hints) if hints else ". Nothing in the catalogue fits at "
                              "this parallelism; add GPUs with --tensor-parallel-size/--pipeline-parallel-size"))
+
+
+def _tensor_parallel_hint(model: ModelSpec, config: SizingConfig) -> str:
+    """The hint for a tensor-parallel size whose GPUs hold the weights: with the --max-model-len vLLM would then
+    start with, where one max_model_len request does not fit (its own check refuses to start)."""
+    hint = f"--tensor-parallel-size {config.tensor_parallel_size} on this GPU"
+    try:
+        result = size_kv_cache(model, config)
+    except KvlabError:
+        return hint
+    if result.fits_max_model_len:
+        return hint
+    if not result.estimated_max_model_len:
+        return hint + " holds the weights but no request's KV cache"
+    return hint + f" with --max-model-len {result.estimated_max_model_len} (one {result.max_model_len:,}-token request " \
+        f"needs {result.blocks_per_request:,} blocks, {result.num_usable_blocks:,} are usable there)"
 
 
 def _weights_fit(model: ModelSpec, config: SizingConfig) -> bool:
