@@ -94,4 +94,17 @@ def test_a_fitted_profile_from_a_file_shows_its_band_and_error_as_a_built_in_doe
         assert "under cost profile 'mine'" in words and "leave-one-out median" in words
     r = kvlab("capacity", *args[:4], "-n", "100", "--cost", file, "--slo", "p99_ttft<2s", "--out", tmp_path / "c")
     assert r.exit_code == 0, r.stderr
-    assert "Answer under mine, the clock with the best evidence" in " ".join(r.stdout.split())
+    words = " ".join(r.stdout.split())
+    assert "Answer under mine, the clock asked for (mine (fitted on H100-SXM" in words
+    assert "the other clocks are the spread" not in words  # (there is no other)
+
+
+def test_the_lead_clock_is_named_for_why_it_leads():
+    from kvlab.report.setup import lead_text
+
+    assert lead_text("vllm-h100", "H100-SXM", 3).startswith("Answer under vllm-h100, the clock fitted on real runs on "
+                                                            "this GPU (")
+    # opt-13b on an A100-40GB: paper-2023 is fitted there, but on the paper's figures, not on real runs
+    assert lead_text("roofline", "A100-40GB", 2).startswith("Answer under roofline, the stated default: no clock here "
+                                                            "is fitted on real runs on this GPU (")
+    assert lead_text("vllm-h100", "A100-80GB", 1).startswith("Answer under vllm-h100, the clock asked for (")

@@ -33,7 +33,7 @@ from kvlab.cli.options import (
 )
 from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.errors import KvlabError
-from kvlab.report.setup import evidence, fitted_to, setup_lines
+from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.text import computed_text, whole_values_table
 from kvlab.sweep.capacity import default_out, mark_text, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
@@ -313,8 +313,9 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
 def _print_answer(console, answer: Answer) -> None:
     """The lead clock's answers with their two samples, and what each costs."""
     lead = answer.lead()
-    console.print(f"Answer under {lead}, the clock with the best evidence for this GPU ({evidence(lead)}); "
-                  "the other clocks are the spread.", markup=False)
+    several = len(answer.costs()) > 1
+    console.print(lead_text(lead, answer.configurations[0]["gpu"], len(answer.costs()))
+                  + ("; the other clocks are the spread." if several else "."), markup=False)
     for i, config in enumerate(answer.configurations):
         if config["cost"] != lead or answer.searches[i].error:
             continue
@@ -431,8 +432,9 @@ def print_replicas(answer, slo, session: Session, written) -> None:
     if several:
         answers = ", ".join(f"{e['strategy']} behind {e['router']} {'none' if e['replicas'] is None else e['replicas']}"
                             for e in entries if e["cost"] == answer.lead)
-        console.print(f"Answer under {answer.lead}, the clock with the best evidence for this GPU "
-                      f"({evidence(answer.lead)}): {answers}; the other clocks are the spread.", markup=False)
+        clocks = len({e["cost"] for e in entries})
+        console.print(lead_text(answer.lead, answer.gpu, clocks) + f": {answers}"
+                      + ("; the other clocks are the spread." if clocks > 1 else "."), markup=False)
     priced = sorted((e for e in entries if e["serving_cost"]), key=lambda e: e["serving_cost"]["usd_per_hour"])
     if len(priced) > 1:
         console.print("Cheapest under the target: " + "; ".join(

@@ -11,8 +11,8 @@ from typing import Any
 from kvlab.config.resolve import engine_setup
 from kvlab.cost.profiles import lead_profile
 
-__all__ = ["engine_defaults_text", "engine_setup", "evidence", "fitted_to", "lead_profile", "measured_error",
-           "prefix_caching_text", "setup_lines"]
+__all__ = ["engine_defaults_text", "engine_setup", "evidence", "fitted_to", "lead_profile", "lead_text",
+           "measured_error", "prefix_caching_text", "setup_lines"]
 
 
 def fitted_to(name: str) -> str:
@@ -46,6 +46,19 @@ def evidence(name: str) -> str:
     """Why a lead profile is believed: what it is fitted on and its measured error, or that it is stated."""
     error = measured_error(name)
     return fitted_to(name) + (f"; {error}" if error else "; its error is not measured (fitted on no real runs)")
+
+
+def lead_text(name: str, gpu_id: str, num_clocks: int) -> str:
+    """Why an answer leads with this clock (kvlab.cost.profiles.lead_profile's choice), in words."""
+    from kvlab.cost.profiles import DEFAULT_PROFILE, default_profile_for
+
+    if name == default_profile_for(gpu_id) != DEFAULT_PROFILE:
+        why = "the clock fitted on real runs on this GPU"
+    elif name == DEFAULT_PROFILE:
+        why = "the stated default: no clock here is fitted on real runs on this GPU"
+    else:
+        why = "the first clock asked for" if num_clocks > 1 else "the clock asked for"
+    return f"Answer under {name}, {why} ({evidence(name)})"
 
 
 def _shortened(text: str, limit: int) -> str:

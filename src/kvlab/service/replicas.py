@@ -237,6 +237,7 @@ class ReplicasAnswer:
     costs: list[str]
     setup: dict[str, Any]
     lead: str  # the cost profile with the best evidence for the GPU (kvlab.cost.profiles.lead_profile)
+    gpu: str = ""  # the catalogue's id of each replica's GPU
 
 
 def answer(rate: float, searches: list[FewestReplicasSearch], gpu_hour_price: float | None = None) -> ReplicasAnswer:
@@ -255,8 +256,8 @@ def answer(rate: float, searches: list[FewestReplicasSearch], gpu_hour_price: fl
         setup.pop(key, None)
     parallel = firsts[0].config.parallel
     setup["num_gpus"] = parallel.tensor_parallel_size * parallel.pipeline_parallel_size  # (each replica's)
-    lead = lead_profile(get_gpu(firsts[0].config.device.gpu).id, costs)
-    return ReplicasAnswer(rate, entries, _spreads(firsts, entries), costs, setup, lead)
+    gpu = get_gpu(firsts[0].config.device.gpu).id
+    return ReplicasAnswer(rate, entries, _spreads(firsts, entries), costs, setup, lead_profile(gpu, costs), gpu)
 
 
 def _entry(s: FewestReplicasSearch) -> dict[str, Any]:
