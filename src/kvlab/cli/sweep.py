@@ -59,15 +59,18 @@ def sweep(
 
     Any of `kvlab run`'s options takes a comma list; the grid is every combination."""
     from kvlab.sweep.grid import expand, run_options
-    from kvlab.sweep.point import resolve_points
+    from kvlab.sweep.point import check_workloads, resolve_points, varied_options
 
     lists, explicit = grid_lists(ctx.args, grid)
-    points = resolve_points(expand(lists, explicit), kvlab.__version__)
+    grid_points = expand(lists, explicit)
+    points = resolve_points(grid_points, kvlab.__version__, build=False)
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()
     stored = set() if retry_failed else session.stored_keys()
     todo = [p for p in points if p.key not in stored]
     session.check_time(todo, len(todo), max_time, yes, f"{len(todo)} of {len(points)} points to compute")
+    # (after the time check, which refuses at once; only the points to run: the stored ones were built before)
+    check_workloads(todo, varied_options(grid_points), say=lambda line: typer.echo(line, err=True))
     rows = run_session(session, lambda: session.runner.run(points))
     names = list(run_options())
     written = write_sweep_plots(rows, names, out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,26 +59,45 @@ def resolve_point(point: dict[str, Any], version: str, varied: set[str] | None =
     return Resolved(point, config, strategy, point_key(config.key, strategy, version))
 
 
-def resolve_points(points: list[dict[str, Any]], version: str) -> list[Resolved]:
-    """Every point resolved and checked before anything runs (each distinct workload is built once, so that a
-    workload that cannot be built is refused now), in order, points that resolve alike kept once."""
+def resolve_points(points: list[dict[str, Any]], version: str, *, build: bool = True) -> list[Resolved]:
+    """Every point resolved and checked before anything runs, in order, points that resolve alike kept once; with
+    ``build``, each distinct workload built once too (check_workloads), so that one that cannot be built is refused
+    now. A caller that refuses a sweep on its estimated time first asks for ``build=False`` and checks the
+    workloads of the points it will run afterwards (a million-request workload takes seconds to build)."""
     from kvlab import service
     from kvlab.errors import KvlabError
 
     resolved: dict[str, Resolved] = {}
-    workloads: set[Any] = set()
     varied = varied_options(points)
     for point in points:
         r = resolve_point(point, version, varied)
-        resolved.setdefault(r.key, r)
-        if r.config.workload not in workloads:
-            workloads.add(r.config.workload)
+        if r.key not in resolved:
             try:
                 service.check_work(r.config, 1, "a point of this sweep")
-                service.load(r.config)
             except KvlabError as exc:
-                raise KvlabError(f"{exc}{_in_the_point(point, varied)}") from None
+                raise KvlabError(f"{exc}{_in_the_point(r.options, varied)}") from None
+        resolved.setdefault(r.key, r)
+    if build:
+        check_workloads(list(resolved.values()), varied)
     return list(resolved.values())
+
+
+def check_workloads(points: list[Resolved], varied: set[str] | None = None,
+                    say: Callable[[str], None] | None = None) -> None:
+    """Build each distinct workload of ``points`` once: one that cannot be built is refused, naming its point.
+    ``say`` hears one line first where the building takes a while (over a million requests in all)."""
+    from kvlab import service
+    from kvlab.errors import KvlabError
+
+    distinct = {p.config.workload: p for p in points}
+    total = sum(w.num_requests or 0 for w in distinct)
+    if say is not None and total > 1_000_000:
+        say(f"building the {len(distinct)} workloads of the points to run ({total:,} requests) to check them")
+    for point in distinct.values():
+        try:
+            service.load(point.config)
+        except KvlabError as exc:
+            raise KvlabError(f"{exc}{_in_the_point(point.options, varied)}") from None
 
 
 def simulate_point(point: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
