@@ -22,12 +22,13 @@ links its blocks (O(1) popleft, append, prepend and removal from the middle)::
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 # A block's content: an interned shared-prefix hash (0, 1, ...) or a request's private block (negative: paged.py),
 # which only its own request can hit: it enters cached_block_hash_to_block only when that request is preempted.
 BlockHash = int
 
-NULL_BLOCK_ID = 0
+NULL_BLOCK_ID: Final = 0  # (Final: compiled, a constant, not a lookup in the module's dict at each use)
 
 
 class BlockPool:
