@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from heapq import heappop, heappush
 from itertools import accumulate, islice
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from mypy_extensions import mypyc_attr
 
@@ -36,7 +36,7 @@ from kvlab.spec.cost import draft_seconds
 from kvlab.strategies import Strategy
 from kvlab.workload import Request, Workload
 
-INF = float("inf")
+INF: Final = float("inf")  # (Final: compiled, a constant, not a lookup in the module's dict)
 # The longest run the simulator asks for (a run also ends where a request finishes, so this rarely binds).
 MAX_RUN_ITERATIONS = 1 << 16
 

@@ -34,8 +34,9 @@ efficiencies of a catalogue GPU builds its model with ``CostModel.from_seconds``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
-INF = float("inf")
+INF: Final = float("inf")  # (Final here and below: compiled, a constant, not a lookup in the module's dict)
 
 BANDWIDTH_EFFICIENCY = 0.8
 FLOPS_EFFICIENCY = 0.5
@@ -45,7 +46,7 @@ PCIE_BANDWIDTH = 25e9  # bytes/s a swap moves between GPU and CPU memory (PCIe 4
 VECTOR_MIN_ITERATIONS = 32
 # How far apart (relative) the two sides of the roofline must be at both ends of a decode run for the run to be
 # priced on one side only: far above the few ulps either side's rounding may move it (see decode_times).
-_SIDE_MARGIN = 1e-9
+_SIDE_MARGIN: Final = 1e-9
 
 
 def swap_seconds(num_bytes: int) -> float:
