@@ -185,8 +185,9 @@ OPTIONS: dict[str, Option] = _options(
            "file with prompt_len, output_len[, arrival_time, max_tokens] (or Vidur's num_prefill_tokens, "
            "num_decode_tokens).", aliases=("-w",)),
     Option("rate", "workload", float, None, "Requests per second. Workloads without arrival times get Poisson "
-           "arrivals at this rate; a trace keeps its own arrivals unless --rate is given, which rescales them to "
-           "it.", lo=0.0, hi=1e9, lo_open=True, what="requests per second",
+           "arrivals at this rate; a trace keeps its own arrivals unless --rate is given, which rescales the whole "
+           "trace's clock to it (its first N requests then arrive at their own stretch's pace, which may differ: "
+           "docs/workloads.md).", lo=0.0, hi=1e9, lo_open=True, what="requests per second",
            default_text="4 for workloads without arrival times; a trace's own"),
     Option("arrival", "workload", str, "auto", "auto (a trace's own times, else Poisson), poisson, gamma, trace, "
            "burst (all at t=0).", choices=("auto", "trace", "poisson", "gamma", "burst")),
