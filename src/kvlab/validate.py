@@ -252,10 +252,11 @@ class WorkloadRow(BaseModel):
     max_tokens: Count(1, MAX_TOKENS_PER_REQUEST, "tokens, or empty for no cap") | None = None
 
 
-def workload_row(row: dict, where: str) -> WorkloadRow:
-    """One row; ``where`` is 'file, line N'. An empty max_tokens (or arrival_time) cell means none."""
+def workload_row(row: dict, where: str, names: dict | None = None) -> WorkloadRow:
+    """One row; ``where`` is 'file, line N'. An empty max_tokens (or arrival_time) cell means none. ``names``: the
+    file's own name for a column, where it is not kvlab's (a Mooncake-layout file's input_length)."""
     data = {k: (None if v == "" and k in ("max_tokens", "arrival_time") else v) for k, v in row.items()}
-    return _parse(WorkloadRow, data, lambda key: key, where)
+    return _parse(WorkloadRow, data, lambda key: (names or {}).get(key, key), where)
 
 
 # --- serving options: the CLI's flags and the lab's parameters ---------------------------------------------
