@@ -397,6 +397,17 @@ def _duration(seconds: float) -> str:
 _PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
 
 
+def check_input_file(path, label: str, what: str) -> None:
+    """Refuse an input file that is missing or is a folder, in one line naming ``label`` (the flag, or what the
+    file is) and ``what`` file is wanted."""
+    from pathlib import Path
+
+    if Path(path).is_dir():
+        raise KvlabError(f"{label} {path} is a folder; valid: {what}")
+    if not Path(path).is_file():
+        raise KvlabError(f"{label} {path}: no such file; valid: {what}")
+
+
 def check_output_path(path, flag: str, *, folder: bool) -> None:
     """Refuse, before any work, an output path that cannot be written: a folder (``--out``) that is a file, a file
     (``--html``) that is a folder or already exists as something else, a missing or read-only parent, /proc."""
