@@ -353,3 +353,18 @@ def test_mtp_is_taken_on_a_model_with_mtp_layers():
     spec = resolve(model="deepseek-v3", gpu="h200", tensor_parallel_size=8, speculative_method="mtp",
                    spec_acceptance="0.8").speculative
     assert spec is not None and spec.method == "mtp"
+
+
+def test_a_config_json_with_mtp_layers_takes_mtp(tmp_path):
+    import json
+
+    from tests.test_catalog import LLAMA_8B
+
+    path = tmp_path / "with-mtp" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**LLAMA_8B, "num_nextn_predict_layers": 1}))
+    spec = resolve(model=str(path), gpu="h100-sxm", speculative_method="mtp", spec_acceptance="0.8").speculative
+    assert spec is not None and spec.method == "mtp"
+    path.write_text(json.dumps(LLAMA_8B))
+    with pytest.raises(KvlabError, match="with-mtp has no MTP head"):
+        resolve(model=str(path), gpu="h100-sxm", speculative_method="mtp", spec_acceptance="0.8")
