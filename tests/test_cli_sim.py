@@ -121,6 +121,8 @@ def test_same_seed_same_result_different_seed_different(kvlab):
         (("run", "vllm", "--num-requests", "0"), "--num-requests 0"),
         (("run", "vllm", "--max-num-batched-tokens", "8", "--max-num-seqs", "16"), "at least --max-num-seqs"),
         (("paper", "fig2", "--rate", "0"), "--rate 0 is out of range"),
+        (("run", "vllm", "-n", "5", "--plots"), "--plots needs --out"),  # (it was ignored without a word)
+        (("race", "vllm", "-n", "5", "--plots"), "--plots needs --out"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_2(kvlab, args, message):

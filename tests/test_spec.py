@@ -191,6 +191,11 @@ def test_drafting_costs_time_by_method():
     (["--speculative-method", "ngram", "--speculative-model", "opt-125m", "--spec-acceptance", "0.5"],
      "--speculative-model opt-125m: --speculative-method ngram drafts from the prompt's own n-grams, with no model"),
     (["--speculative-method", "draft_model", "--spec-acceptance", "0.5"], "needs --speculative-model"),
+    (["--speculative-method", "draft_model", "--speculative-model", "opt-13b", "--spec-acceptance", "0.7"],
+     "--speculative-model opt-13b is the target model itself (opt-13b)"),
+    (["--speculative-method", "mtp", "--spec-acceptance", "0.7"], "--speculative-method mtp: opt-13b has no MTP head "
+     "(its config has no num_nextn_predict_layers) and vLLM refuses it; valid: a model with MTP layers (in the "
+     "catalogue: deepseek-v3;"),
     (["--speculative-method", "medusa", "--spec-acceptance", "0.5"], "--speculative-method 'medusa' is not one"),
 ])
 def test_bad_speculative_settings_are_named_in_one_line(kvlab, args, message):
@@ -224,13 +229,13 @@ def _stepping_reference(strategy, config, workload) -> Simulation:
 @pytest.mark.parametrize("strategy, method, rates, policy, timeout", [
     ("vllm", "ngram", "0.6", "fcfs", None),
     ("vllm+prefix", "eagle", "0.9/0.6/0.3", "fcfs", None),
-    ("vllm", "mtp", "0.8", "priority", 25.0),
+    ("vllm", "eagle", "0.8", "priority", 25.0),
     ("static+paged", "draft_model", "0.5", "fcfs", None),
 ])
 def test_the_run_scheduler_with_speculative_decoding_is_the_stepping_reference(strategy, method, rates, policy,
                                                                                timeout):
     config = _config(num_gpu_blocks=600, speculative_method=method, spec_acceptance=rates, scheduling_policy=policy,
-                     **({"speculative_model": "llama-2-7b"} if method == "draft_model" else {}))
+                     **({"speculative_model": "llama-3.2-1b"} if method == "draft_model" else {}))
     workload = load_workload("paper-sharegpt", num_requests=250, rate=8.0, seed=1, arrival="poisson")
     workload = dataclasses.replace(workload, requests=tuple(
         dataclasses.replace(r, priority=r.request_id % 3, timeout=timeout) for r in workload.requests))
@@ -342,3 +347,24 @@ def test_a_runs_text_names_its_drafts_and_its_cpu_tier(kvlab):
         in words
     assert "CPU tier: 8 GiB, 655 blocks over PCIe 4.0 x16 (--kv-offloading-size)." in words
     assert "Speculative decoding" not in " ".join(kvlab("run", "vllm", "-n", "5").stdout.split())
+
+
+def test_mtp_is_taken_on_a_model_with_mtp_layers():
+    spec = resolve(model="deepseek-v3", gpu="h200", tensor_parallel_size=8, speculative_method="mtp",
+                   spec_acceptance="0.8").speculative
+    assert spec is not None and spec.method == "mtp"
+
+
+def test_a_config_json_with_mtp_layers_takes_mtp(tmp_path):
+    import json
+
+    from tests.test_catalog import LLAMA_8B
+
+    path = tmp_path / "with-mtp" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**LLAMA_8B, "num_nextn_predict_layers": 1}))
+    spec = resolve(model=str(path), gpu="h100-sxm", speculative_method="mtp", spec_acceptance="0.8").speculative
+    assert spec is not None and spec.method == "mtp"
+    path.write_text(json.dumps(LLAMA_8B))
+    with pytest.raises(KvlabError, match="with-mtp has no MTP head"):
+        resolve(model=str(path), gpu="h100-sxm", speculative_method="mtp", spec_acceptance="0.8")

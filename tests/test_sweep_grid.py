@@ -105,6 +105,18 @@ def test_an_empty_grid_is_refused(kvlab, tmp_path):
     assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.parametrize("command", [("sweep", "-n", "20"), ("capacity",), ("run", "-n", "10", "--config")])
+def test_a_folder_given_for_a_file_is_called_a_folder(kvlab, tmp_path, command):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    flag = () if command[0] == "run" else ("--grid",)
+    r = kvlab(*command, *flag, folder, "--out", tmp_path / "out")
+    assert r.exit_code == 2 and "is a folder; valid: a .yaml, .yml or .toml" in r.stderr, r.stderr
+    assert "no such file" not in r.stderr and r.stderr.count("\n") == 1
+    r = kvlab("run", "-n", "10", "--cost", folder)  # (it said: does not exist)
+    assert r.exit_code == 2 and f"cost profile file {folder} is a folder; valid: a .toml or .json" in r.stderr
+
+
 def test_a_grid_too_large_for_the_stated_time_asks_for_yes(kvlab, tmp_path):
     out = tmp_path / "sweep"
     r = kvlab("sweep", "--rate", ",".join(str(r) for r in range(1, 41)), "--seed", "0,1,2,3,4", "-n", "2000",

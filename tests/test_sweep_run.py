@@ -254,3 +254,9 @@ def test_another_programs_duckdb_file_is_refused_and_left_as_it_is(kvlab, tmp_pa
     assert r.stderr.strip() == (f"error: {path} is a DuckDB database but not a sweep's store (it holds {what}; kvlab "
                                 "left it as it is); valid: a folder a kvlab sweep wrote, or another --out")
     assert path.read_bytes() == before
+
+
+def test_a_one_point_sweep_says_one_point(kvlab, tmp_path):
+    r = kvlab("sweep", "-n", "20", "--workers", "1", "--out", tmp_path / "s")
+    assert r.exit_code == 0, r.stderr
+    assert "Sweep: 1 point" in r.stdout and "Sweep: 1 points" not in r.stdout

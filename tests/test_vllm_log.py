@@ -642,3 +642,24 @@ def test_a_utf16_log_as_powershell_writes_it_reads_as_text(kvlab, tmp_path):
     r = kvlab("vllm", "log", tmp_path / "ps.log", "--json")
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["kv_cache_tokens"] == 136080
+
+
+def test_a_token_count_not_a_whole_number_of_blocks_is_said_in_integers():
+    text = " ".join(explain_vllm_log(parse_vllm_log("GPU KV cache size: 1,000 tokens"))["lines"])
+    assert "1,000 does not divide by 16: 62 whole blocks and 8 tokens over" in text
+    assert "block size 8 would divide it" in text and "62.5" not in text
+    huge = " ".join(explain_vllm_log(parse_vllm_log("GPU KV cache size: 100000000000000000000000000000 tokens"))["lines"])
+    assert "6,250,000,000,000,000,000,000,000,000 blocks" in huge and ".0 blocks" not in huge
+    from_0_21 = parse_vllm_log("Initializing a V1 LLM engine (v0.21.0) with config: model='x'\n"
+                               "GPU KV cache size: 1,000 tokens")
+    assert "from 0.21 prints int(maximum concurrency x max_model_len)" in " ".join(
+        explain_vllm_log(from_0_21)["lines"])
+
+
+def test_a_zero_token_concurrency_line_is_refused(kvlab, tmp_path):
+    log = tmp_path / "zero.log"
+    log.write_text("GPU KV cache size: 1,000 tokens\nMaximum concurrency for 0 tokens per request: 1.00x\n")
+    message = bad(kvlab, log)
+    assert "gives a length of 0 tokens per request, which vLLM never prints" in message
+    with pytest.raises(KvlabError, match="never prints"):
+        parse_vllm_log(log.read_text())

@@ -3,6 +3,10 @@ num_prefill_tokens / num_decode_tokens CSVs, and Vidur's proportional clip to ma
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -50,7 +54,7 @@ def test_a_byte_order_mark_is_read_and_a_misspelt_or_repeated_column_refused(tmp
     path.write_bytes("\ufeffprompt_len,output_len\n10,20\n".encode())  # Excel's "CSV UTF-8"
     assert [r.prompt_len for r in load_workload(str(path), rate=1.0).requests] == [10]
     path.write_text("arival_time,prompt_len,output_len\n0,10,20\n")
-    with pytest.raises(KvlabError, match="column 'arival_time' is not one kvlab reads; did you mean 'arrival_time'"):
+    with pytest.raises(KvlabError, match="column 'arival_time' would be ignored, .*; did you mean 'arrival_time'"):
         load_workload(str(path))
     path.write_text("prompt_len,output_len,prompt_len\n10,20,3\n")
     with pytest.raises(KvlabError, match="column 'prompt_len' appears twice"):
@@ -100,3 +104,30 @@ def test_clip_serves_what_reject_refuses(kvlab, tmp_path):
     clipped = r.json()
     assert clipped["strategies"][0]["num_finished"] == 5 and clipped["strategies"][0]["num_rejected"] == 0
     assert "5 requests longer than max_model_len 2,048 clipped" in clipped["workload"]["description"]
+
+
+def test_a_users_jsonl_in_the_mooncake_layout_is_read_as_mooncake(tmp_path):
+    source = Path(os.environ["KVLAB_TRACES_DIR"]) / "mooncake_fast25_conversation_trace.jsonl"
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("".join(source.read_text().splitlines(keepends=True)[:3]))
+    rows = [json.loads(line) for line in mine.read_text().splitlines()]
+    requests = load_workload(str(mine)).requests  # (it said: column 'output_length' is not one kvlab reads)
+    assert sorted(r.prompt_len for r in requests) == sorted(row["input_length"] for row in rows)
+    assert sorted(r.output_len for r in requests) == sorted(row["output_length"] for row in rows)
+    mine.write_text('{"timestamp": 0, "input_length": 0, "output_length": 5, "hash_ids": [0]}\n')
+    with pytest.raises(KvlabError, match=r"mine.jsonl, line 1: input_length 0 "):
+        load_workload(str(mine))
+    mine.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
+                    '{"timestamp": 1, "input_length": 10, "output_length": 5}\n')
+    with pytest.raises(KvlabError, match="line 2: no key 'hash_ids'"):
+        load_workload(str(mine))
+
+
+def test_a_misspelt_column_is_not_called_both_unread_and_ignored(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"prompt_len": 10, "output_length": 5}\n')
+    with pytest.raises(KvlabError) as error:
+        load_workload(str(path), rate=1.0)
+    message = str(error.value)
+    assert "did you mean 'output_len'" in message and "not one kvlab reads" not in message
+    assert "other columns are ignored" not in message

@@ -252,10 +252,11 @@ class WorkloadRow(BaseModel):
     max_tokens: Count(1, MAX_TOKENS_PER_REQUEST, "tokens, or empty for no cap") | None = None
 
 
-def workload_row(row: dict, where: str) -> WorkloadRow:
-    """One row; ``where`` is 'file, line N'. An empty max_tokens (or arrival_time) cell means none."""
+def workload_row(row: dict, where: str, names: dict | None = None) -> WorkloadRow:
+    """One row; ``where`` is 'file, line N'. An empty max_tokens (or arrival_time) cell means none. ``names``: the
+    file's own name for a column, where it is not kvlab's (a Mooncake-layout file's input_length)."""
     data = {k: (None if v == "" and k in ("max_tokens", "arrival_time") else v) for k, v in row.items()}
-    return _parse(WorkloadRow, data, lambda key: key, where)
+    return _parse(WorkloadRow, data, lambda key: (names or {}).get(key, key), where)
 
 
 # --- serving options: the CLI's flags and the lab's parameters ---------------------------------------------
@@ -394,6 +395,17 @@ def _duration(seconds: float) -> str:
 
 # Pseudo-filesystems: writable by mode bits for root, yet nothing can be created in them.
 _PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def check_input_file(path, label: str, what: str) -> None:
+    """Refuse an input file that is missing or is a folder, in one line naming ``label`` (the flag, or what the
+    file is) and ``what`` file is wanted."""
+    from pathlib import Path
+
+    if Path(path).is_dir():
+        raise KvlabError(f"{label} {path} is a folder; valid: {what}")
+    if not Path(path).is_file():
+        raise KvlabError(f"{label} {path}: no such file; valid: {what}")
 
 
 def check_output_path(path, flag: str, *, folder: bool) -> None:

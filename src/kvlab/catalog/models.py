@@ -166,6 +166,9 @@ class ModelSpec:
     weight_format: WeightFormat | None = None  # the checkpoint's quantized layout (kvlab.catalog.quant)
     state: StateLayout | None = None  # linear-attention / Mamba layers' state (kvlab.catalog.hybrid)
     gemma4: Gemma4Layout | None = None  # per-layer-type attention and cache sharing (Gemma 4)
+    # Multi-token prediction layers in the checkpoint (config.json's num_nextn_predict_layers: DeepSeek-V3, MiMo,
+    # GLM-4.5, Qwen3-Next); vLLM's --speculative-method mtp drafts with them and refuses a model without them.
+    num_nextn_predict_layers: int = 0
     vision_params: int = 0  # vision tower and projector (multimodal checkpoints), kept in the model's dtype
     vision_source: str = ""
     vision_tower: VisionTower | None = None  # what vLLM's encoder profiling run reads (Qwen-VL towers only)
@@ -541,6 +544,12 @@ def _get(fields: dict, name: str):
     return None
 
 
+def _mtp_layers(fields: dict) -> int:
+    """config.json's num_nextn_predict_layers, 0 where it is missing or not a whole number above 0."""
+    value = fields.get("num_nextn_predict_layers")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def derive_layer_types(fields: dict, model_type: str, num_layers: int, sliding_window: int | None,
                        where: str) -> tuple[str, ...]:
     """Each layer's attention type, as vLLM decides it.
@@ -724,7 +733,7 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
         num_shared_experts=numbers.num_shared_experts if numbers.num_shared_experts is not None else
         _shared_from_width(fields, numbers.moe_intermediate_size),
         first_k_dense_replace=numbers.first_k_dense_replace, quantization=quantization, weight_format=weight_format,
-        state=state, gemma4=gemma4,
+        state=state, gemma4=gemma4, num_nextn_predict_layers=_mtp_layers(fields),
         aliases=aliases,
         num_params_card=_card_number(fields.get("params_total_card")),
         num_active_params_card=_card_number(fields.get("params_active_card")),

@@ -17,6 +17,7 @@ from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_options
 from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
+from kvlab.errors import KvlabError
 from kvlab.report.setup import prefix_caching_text, setup_lines
 from kvlab.report.text import plural
 from kvlab.service.classes import parse_slo_classes
@@ -25,8 +26,17 @@ from kvlab.validate import allow_large_work, check_output_path
 
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write per-request and per-iteration CSV files and "
                                                 "PNG plots to this folder.")]
-PlotsOpt = Annotated[bool, typer.Option("--plots/--no-plots", help="With --out: also draw the PNG plots (--no-plots: "
-                                        "CSV and JSON only, faster).")]
+PlotsOpt = Annotated[Optional[bool], typer.Option("--plots/--no-plots", help="With --out: also draw the PNG plots "
+                                                  "(--no-plots: CSV and JSON only, faster) \\[default: --plots].",
+                                                  show_default=False)]
+
+
+def check_plots(plots: bool | None, out: Path | None) -> bool:
+    """Whether to draw the plots; --plots given without --out (where nothing is written) is refused."""
+    if plots and out is None:
+        raise KvlabError("--plots needs --out: the plots are files written to the --out folder; valid: --out FOLDER "
+                         "--plots, or leave --plots out")
+    return plots is not False
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A YAML or TOML file of options (model: ..., "
                                                    "max-num-seqs: ...), as `vllm serve --config`; a flag given on "
                                                    "the command line wins.")]
@@ -325,7 +335,7 @@ def race(
                                                               show_default=False)] = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
-    plots: PlotsOpt = True,
+    plots: PlotsOpt = None,
     html: Annotated[Optional[Path], typer.Option("--html", help="Write a self-contained page that replays the race "
                                                  "(no server, no network).")] = None,
     wide: WideOpt = False,
@@ -337,12 +347,13 @@ def race(
     """Race serving strategies on the same workload and clock (RACE_HELP)."""
     names = list(strategies) if strategies else list(defaults.RACE_STRATEGIES)
     check_output_path(out, "--out", folder=True)
+    draw = check_plots(plots, out)
     check_output_path(html, "--html", folder=False)
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
         run = simulate(names, quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)
     report(run, as_json=as_json, out=out, title=f"Race: {len(names)} strategies, same workload", wide=wide,
-           plots=plots, slos=slos)
+           plots=draw, slos=slos)
     if html is not None:
         from kvlab.web.export import write_race_html
 
@@ -359,7 +370,7 @@ def run(
                                             "BATCHING+ALLOCATOR[+swap][+prefix].")] = "vllm",
     as_json: JsonOpt = False,
     out: OutOpt = None,
-    plots: PlotsOpt = True,
+    plots: PlotsOpt = None,
     wide: WideOpt = False,
     yes: YesOpt = False,
     config: ConfigOpt = None,
@@ -368,8 +379,9 @@ def run(
 ) -> None:
     """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions."""
     check_output_path(out, "--out", folder=True)
+    draw = check_plots(plots, out)
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
         run = simulate([strategy], quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)
-    report(run, as_json=as_json, out=out, title=f"Run: {run.results[0].strategy.name}", wide=wide, plots=plots,
+    report(run, as_json=as_json, out=out, title=f"Run: {run.results[0].strategy.name}", wide=wide, plots=draw,
            slos=slos)

@@ -30,7 +30,7 @@ from kvlab.cli.options import (
 )
 from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.report.setup import engine_defaults_text
-from kvlab.report.text import computed_text, latency_column, whole_values_table
+from kvlab.report.text import computed_text, latency_column, plural, whole_values_table
 from kvlab.strategies import parse_strategy
 from kvlab.sweep.session import Session, grid_lists, run_session
 
@@ -112,7 +112,7 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
         table_rows.append([*(cell(row[n]) for n in varying), *cells, *status])
     headers = (*varying, "req/s", "tok/s", "s/tok", f"TTFT p99 {ttft_unit}", f"TPOT p99 {tpot_unit}",
                *(["status"] if failed else []))
-    table = whole_values_table(f"Sweep: {len(rows)} points", headers, table_rows, left={*varying, "status"},
+    table = whole_values_table(f"Sweep: {plural(len(rows), 'point')}", headers, table_rows, left={*varying, "status"},
                                 wrapping={"status"})
     console = Console()
     console.print(table)

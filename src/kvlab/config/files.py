@@ -20,10 +20,12 @@ from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
 
 
-def read_mapping(path: Path, flag: str) -> dict[str, Any]:
-    """A YAML (.yaml, .yml) or TOML (.toml) file's top-level mapping; ``flag`` names it in a message."""
-    if not path.is_file():
-        raise KvlabError(f"{flag} {path}: no such file")
+def read_mapping(path: Path, flag: str, what: str = "a .yaml, .yml or .toml file of options") -> dict[str, Any]:
+    """A YAML (.yaml, .yml) or TOML (.toml) file's top-level mapping; ``flag`` names it in a message, ``what`` says
+    what file it wants."""
+    from kvlab.validate import check_input_file
+
+    check_input_file(path, flag, what)
     text = path.read_text(encoding="utf-8")
     suffix = path.suffix.lower()
     if suffix == ".toml":

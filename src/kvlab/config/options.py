@@ -175,7 +175,9 @@ OPTIONS: dict[str, Option] = _options(
            "accepted, one for every position (0.7) or one per position (0.9/0.7/0.5), each given those before it "
            "were.", default_text="required with --speculative-method"),
     Option("speculative_model", "scheduler", str, None, "The draft model (--speculative-method draft_model): a "
-           "catalogue name; its size against the target's prices the drafting.", default_text="none"),
+           "catalogue name other than the target, normally smaller; its active parameters over the target's price "
+           "each draft pass (a larger draft is run, with a warning that drafting then costs more than it saves).",
+           default_text="none"),
     # --- cost --------------------------------------------------------------------------------------------------
     Option("cost", "cost", str, None, "Cost profile that sets the clock: a name (kvlab cost) or a "
            ".toml/.json file (kvlab calibrate).", default_text="vllm-h100 on H100-SXM (fitted on real runs), "

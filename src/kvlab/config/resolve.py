@@ -383,15 +383,34 @@ def resolve_speculative(values: dict[str, Any], model_spec) -> SpeculativeConfig
     if values.get("spec_acceptance") is None:
         raise KvlabError(f"--speculative-method {method} needs --spec-acceptance: the chance a draft token is "
                          "accepted, from 0 to 1 (one for every position, or one per position: 0.9/0.7/0.5)")
+    if method == "mtp" and not model_spec.num_nextn_predict_layers:
+        _refuse_mtp(model_spec)
     draft = None
     if values.get("speculative_model") is not None:
         from kvlab.catalog import get_model
 
         draft = get_model(values["speculative_model"])
+        if draft.id == model_spec.id:
+            raise KvlabError(f"--speculative-model {values['speculative_model']} is the target model itself "
+                             f"({model_spec.id}): every draft pass would cost a whole target step; valid: a catalogue "
+                             "model smaller than the target (kvlab models)")
     return SpeculativeConfig(method=method, num_speculative_tokens=values["num_speculative_tokens"],
                              acceptance_rates=parse_acceptance(values["spec_acceptance"]),
                              draft_cost_ratio=draft_cost_ratio(method, model_spec, draft), seed=values["seed"],
                              draft_model=draft.id if draft is not None else None)
+
+
+def _refuse_mtp(model_spec) -> None:
+    """vLLM's method mtp drafts with the checkpoint's own MTP layers (SpeculativeConfig.hf_config_override turns a
+    model with num_nextn_predict_layers into its *_mtp draft); for any other model it raises 'Unsupported speculative
+    method'."""
+    from kvlab.catalog import list_models
+
+    with_heads = [m.id for m in list_models() if m.num_nextn_predict_layers]
+    raise KvlabError(f"--speculative-method mtp: {model_spec.id} has no MTP head (its config has no "
+                     "num_nextn_predict_layers) and vLLM refuses it; valid: a model with MTP layers (in the catalogue: "
+                     f"{', '.join(with_heads)}; or a config.json with num_nextn_predict_layers), or --speculative-method "
+                     "eagle, ngram or draft_model")
 
 
 def offload_options(offload: OffloadConfig | None) -> dict[str, Any]:

@@ -248,8 +248,10 @@ def _did_you_mean(name: str, options) -> str:
 
 def read_profile(path: Path) -> CostProfile:
     """A profile file, TOML (.toml) or JSON (anything else that parses as JSON)."""
-    if not path.is_file():
-        raise KvlabError(f"cost profile file {str(path)!r} does not exist")
+    from kvlab.validate import check_input_file
+
+    check_input_file(path, "cost profile file", "a .toml or .json profile (kvlab calibrate writes one), or a built-in "
+                     "profile's name (kvlab cost)")
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
         data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)

@@ -42,6 +42,6 @@ def draft_cost_ratio(method: str, target, draft=None) -> float:
     if method in ("eagle", "mtp"):
         return 1.0 / target.num_hidden_layers
     if draft is None:
-        raise KvlabError("--speculative-method draft_model needs --speculative-model: a catalogue model smaller than "
-                         "the target (see `kvlab models`)")
+        raise KvlabError("--speculative-method draft_model needs --speculative-model: a catalogue model other than "
+                         "the target, normally smaller (see `kvlab models`; a larger one runs, with a warning)")
     return draft.num_active_params / target.num_active_params

@@ -178,7 +178,7 @@ def read_grid_file(path: Path) -> tuple[dict[str, list[Any]], list[dict[str, Any
     """A YAML or TOML grid file -> ({option: [values]}, [explicit point mappings])."""
     from kvlab.config.files import read_mapping
 
-    data = read_mapping(path, "--grid")
+    data = read_mapping(path, "--grid", "a .yaml, .yml or .toml grid file (option: [values], and/or points:)")
     explicit = data.pop("points", None)
     if explicit is not None and (not isinstance(explicit, list) or not all(isinstance(p, dict) for p in explicit)):
         raise KvlabError(f"--grid {path}: 'points' must be a list of option mappings")

@@ -14,7 +14,9 @@ turn: after t = 0). A prompt longer than its session's context so far (the previ
 repeats it and adds a message; a shorter one is taken to repeat its first tokens (kvlab.workload.sessions
 .conversation_ids). So prefix caching finds each turn's context where the session last ran.
 The peers' length traces are read as they are: Vidur's and Sarathi-Serve's ``num_prefill_tokens`` /
-``num_decode_tokens`` (and Vidur's ``arrived_at``) are the same columns under other names.
+``num_decode_tokens`` (and Vidur's ``arrived_at``) are the same columns under other names. A JSONL whose first row
+has the Mooncake trace's columns (``timestamp`` in ms, ``input_length``, ``output_length``, ``hash_ids``) is read as
+that trace is, whatever its name: timestamps as they are, hash_ids as shared prefixes.
 Anything else is a ``KvlabError`` that names the file, the line and the value (kvlab.validate.WorkloadRow).
 """
 
@@ -37,6 +39,10 @@ OPTIONAL_COLUMNS = ("arrival_time", "max_tokens", "session_id", "think_time", "p
 # Other tools' names for kvlab's columns (Vidur / Sarathi-Serve traces and request logs).
 COLUMN_ALIASES = {"num_prefill_tokens": "prompt_len", "num_decode_tokens": "output_len", "arrived_at": "arrival_time"}
 SUFFIXES = (".csv", ".jsonl")
+# A JSONL with these keys is in the Mooncake trace's layout and read as that trace (kvlab.workload.traces.read_mooncake):
+# timestamp in ms, hash_ids naming the prompt's 512-token blocks.
+MOONCAKE_COLUMNS = ("timestamp", "input_length", "output_length", "hash_ids")
+_MOONCAKE_NAMES = {"arrival_time": "timestamp", "prompt_len": "input_length", "output_len": "output_length"}
 
 _EXPECTED = ("a workload file has columns prompt_len and output_len (or Vidur's num_prefill_tokens and "
              "num_decode_tokens), optionally arrival_time and max_tokens, and session_id with arrival_time or "
@@ -67,8 +73,10 @@ def _check_names(path: str, where: str, names: list[str]) -> None:
             raise KvlabError(f"{path}, {where}: column {name!r} appears twice; valid: each column once")
         close = get_close_matches(name, known, n=1, cutoff=0.85) if name not in known else []
         if close and close[0] not in names and COLUMN_ALIASES.get(close[0], close[0]) not in names:
-            raise KvlabError(f"{path}, {where}: column {name!r} is not one kvlab reads; did you mean {close[0]!r}? "
-                             f"(valid: {', '.join(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)}; other columns are ignored)")
+            raise KvlabError(f"{path}, {where}: column {name!r} would be ignored, and it is so close to "
+                             f"{close[0]!r} that it looks like a misspelling; did you mean {close[0]!r}? (kvlab reads "
+                             f"{', '.join(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)}, or a Mooncake trace's "
+                             f"{', '.join(MOONCAKE_COLUMNS)})")
 
 
 def _rows_csv(path: str, text: str):
@@ -161,11 +169,49 @@ def _think_time(value, where: str) -> float:
     return number
 
 
+def _mooncake_layout(text: str) -> bool:
+    """Whether a JSONL's first row has the Mooncake trace's columns (its layout is told by its columns, not its name)."""
+    first = next((raw for raw in text.splitlines() if raw.strip()), "")
+    try:
+        row = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(row, dict) and all(name in row for name in MOONCAKE_COLUMNS)
+
+
+def _read_mooncake_layout(path: str, text: str) -> LengthTable:
+    """A user's JSONL in the Mooncake layout, read as the Mooncake trace is (timestamps as they are, in ms), each
+    row checked as a user's row is, under the file's own column names."""
+    from kvlab.validate import workload_row
+    from kvlab.workload.traces import read_mooncake
+
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}, line {line}"
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise KvlabError(f"{where}: {raw.strip()[:60]!r} is not JSON ({exc.msg})") from None
+        missing = [name for name in MOONCAKE_COLUMNS if not isinstance(row, dict) or name not in row]
+        if missing:
+            raise KvlabError(f"{where}: no key {missing[0]!r}; valid: a Mooncake-layout file (its first row's) has "
+                             f"{', '.join(MOONCAKE_COLUMNS)} on every row")
+        workload_row({ours: row[theirs] for ours, theirs in _MOONCAKE_NAMES.items()}, where, _MOONCAKE_NAMES)
+        ids = row["hash_ids"]
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise KvlabError(f"{where}: hash_ids {str(ids)[:40]} is not a list of whole numbers; valid: the ids of "
+                             "the prompt's 512-token blocks, e.g. [0, 1, 2]")
+    return read_mooncake(Path(path), bin_width=0.0)
+
+
 def read_user_file(path: str) -> LengthTable:
     """Every request of a user's CSV or JSONL file, sorted by arrival time (stable) when it has arrival times."""
     from kvlab.validate import workload_row
 
     text = _read_text(path)
+    if Path(path).suffix.lower() == ".jsonl" and _mooncake_layout(text):
+        return _read_mooncake_layout(path, text)
     rows = _rows_csv(path, text) if Path(path).suffix.lower() == ".csv" else _rows_jsonl(path, text)
     arrival_time: list[float | None] = []
     prompt_len: list[int] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kvlab.errors import KvlabError
 from kvlab.vllm.log.startup import GIB, StartupLog, blocks_from_tokens, cdiv
+from kvlab.vllm_rules import version_key
 
 # vLLM prints GiB rounded to 2 decimals (format_gib: round(x, 2); V0: "%.2f"): the true figure is within this.
 GIB_ROUNDING = 0.005
@@ -107,8 +108,7 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
                        f"of {block_size} tokens{bs_note} = {blocks * block_size:,} token slots, and a "
                        f"{length:,}-token conversation fills {cdiv(length, block_size):,} whole blocks.")
     elif tokens:
-        out.append(f"{device} KV cache size, {tokens:,} tokens: in blocks of {block_size} tokens{bs_note}, "
-                   f"{tokens / block_size:,.1f} blocks.")
+        out.append(_tokens_only_line(log, tokens, block_size, bs_note))
     if length and blocks and not log.refused:
         per_request = cdiv(length, block_size)
         fit = blocks / per_request
@@ -132,6 +132,28 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
                    "(vLLM's 'Maximum concurrency').")
     out += _refusal_lines(log, block_size, bs_note)
     return out
+
+
+def _tokens_only_line(log: StartupLog, tokens: int, block_size: int, bs_note: str) -> str:
+    """The token figure in blocks, in whole numbers, where the log gives no block count: up to 0.20 vLLM printed
+    num_blocks // KV cache groups x block_size (kv_cache_utils._report_kv_cache_config), a whole number of blocks;
+    from 0.21 int(max concurrency x max_model_len) (get_kv_cache_capacity), which need not be."""
+    head = f"{log.device} KV cache size, {tokens:,} tokens: in blocks of {block_size} tokens{bs_note}, "
+    if tokens % block_size == 0:
+        return head + (f"{tokens:,} / {block_size} = {tokens // block_size:,} blocks (per KV cache group: a model "
+                       "with several groups has that many blocks for each).")
+    whole, over = divmod(tokens, block_size)
+    dividing = [str(bs) for bs in (8, 16, 32, 64, 128, 256) if tokens % bs == 0]
+    would = (f"block size {' or '.join(dividing)} would divide it" if dividing
+             else "no block size from 8 to 256 divides it")
+    since_0_21 = log.vllm_version is not None and version_key(log.vllm_version) >= (0, 21, 0)
+    why = ("vLLM from 0.21 prints int(maximum concurrency x max_model_len), which need not be a whole number of "
+           "blocks; the concurrency line with its length gives the block count" if since_0_21 else
+           "vLLM up to 0.20 prints num_blocks // KV cache groups x block_size, a whole number of blocks, so either "
+           f"the block size is not {block_size} ({would}) or the log is from vLLM 0.21 on, which prints "
+           "int(maximum concurrency x max_model_len); the concurrency line with its length gives the block count")
+    return head + (f"{tokens:,} does not divide by {block_size}: {whole:,} whole blocks and {over} tokens over. "
+                   f"{why}.")
 
 
 def _refusal_lines(log: StartupLog, block_size: int, bs_note: str) -> list[str]:

@@ -129,6 +129,7 @@ def parse_vllm_log(text: str) -> StartupLog:
         raise KvlabError(f"no vLLM KV cache line found{has}; looked for {LOOKED_FOR_BRIEFLY} (every line read: "
                          "docs/vllm.md). vLLM prints them once the model is loaded and profiled: paste the log up to "
                          "'Maximum concurrency' (or the error)")
+    _refuse_impossible(readings)
     first: dict = {}
     lines: dict = {}
     kind: dict = {}
@@ -145,6 +146,14 @@ def parse_vllm_log(text: str) -> StartupLog:
     setting_lines = {k.split(".", 1)[1]: v for k, v in lines.items() if k.startswith("config.")}
     setting_lines.update({k.split(".", 1)[1]: v for k, v in lines.items() if k.startswith("settings.")})
     return _assemble(_engine_format(readings, text), first, lines, setting_lines, settings, per_worker)
+
+
+def _refuse_impossible(readings: list[Reading]) -> None:
+    """A figure vLLM cannot print (its max_model_len is at least 1 token) is an edited or corrupted log."""
+    for r in readings:
+        if r.figure == "max_concurrency_tokens_per_request" and r.value < 1:
+            raise KvlabError(f"the log's line {r.line.strip()!r} gives a length of {r.value} tokens per request, which "
+                             "vLLM never prints (max_model_len is at least 1); paste the line as vLLM printed it")
 
 
 def cdiv(a: int, b: int) -> int:
