@@ -461,6 +461,10 @@ def test_an_unknown_quantization_method_in_config_json_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(dict(base, quantization_config={"quant_method": "quip"})))
     with pytest.raises(KvlabError, match="'quip' is not modelled"):
         get_model(str(tmp_path))
+    # not an object at all (it was ignored: the checkpoint sized as 16-bit without a word)
+    (tmp_path / "config.json").write_text(json.dumps(dict(base, quantization_config="fp8")))
+    with pytest.raises(KvlabError, match="quantization_config is str 'fp8'; valid: an object with its quant_method"):
+        get_model(str(tmp_path))
 
 
 def test_cli_names_the_bad_value_in_one_line(kvlab):

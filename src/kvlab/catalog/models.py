@@ -675,8 +675,12 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
     # the weight format first: a format kvlab does not model is the reason given, whatever else the config lacks
     quantization = fields.get("quantization")
     weight_format = None
-    if isinstance(fields.get("quantization_config"), dict):
-        weight_format = from_quantization_config(fields["quantization_config"], where)
+    qc = fields.get("quantization_config")
+    if qc is not None and not isinstance(qc, dict):
+        raise KvlabError(f"{where}: quantization_config is {type(qc).__name__} {str(qc)[:40]!r}; valid: an object "
+                         "with its quant_method (as Hugging Face checkpoints write it), or no such field")
+    if isinstance(qc, dict):
+        weight_format = from_quantization_config(qc, where)
     elif quantization is not None:
         weight_format = QUANT_DEFAULTS[check_method(quantization, where)]
     if weight_format is not None:
