@@ -202,3 +202,11 @@ def test_options_the_run_does_not_use_are_named_and_the_run_goes_on(kvlab):
     assert result.json()["num_slots"] == 500 * 16 and result.json()["strategies"][0]["num_finished"] == 30
     swapping = kvlab("run", "vllm+swap", "-n", "30", "--swap-space", "8", "--json")
     assert swapping.exit_code == 0 and "note:" not in swapping.stderr
+
+
+def test_a_race_where_the_best_is_shared_says_why_no_row_has_the_star(kvlab):
+    r = kvlab("race", "vllm", "vllm-paper", "-n", "50")  # (a light load: both serve every request as it comes)
+    assert r.exit_code == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "★ most req/s (none here: vllm and vllm-paper tie)." in text and "vllm ★" not in text
+    assert "(none here" not in " ".join(kvlab("race", "-n", "30").stdout.split())

@@ -137,7 +137,7 @@ def footnotes(summaries: list[dict], *, wide: bool = False) -> list[str]:
               "paper's metric), p50 over requests. TTFT: time to first token. KV tok %: share of KV memory holding "
               "tokens, averaged over time. pre-empt.: preemptions (memory ran out mid-answer; a request can be preempted "
               "more than once)."
-              + (f" ★ {_star_text(summaries)}." if len(summaries) > 1 else ""))]
+              + (f" ★ {_star_text(summaries)}{_tie_text(summaries)}." if len(summaries) > 1 else ""))]
     if wide:
         lines.append("KV memory shares: tokens | reserved for tokens to come | internal fragmentation (reserved, "
                      "never used) | free and other (allocator round-up, free blocks; for paged memory this is free "
@@ -160,6 +160,12 @@ def _star_text(summaries: list[dict]) -> str:
     if all(s.get("num_aborted") for s in summaries):
         return "most req/s finished (every strategy lost requests to client deadlines)"
     return "most req/s of the strategies that lost no request to a client's deadline"
+
+
+def _tie_text(summaries: list[dict]) -> str:
+    """Why no row has the ★: the best req/s is shared (kvlab.service.verdict.winner gives none then)."""
+    names = tied_names(summaries)
+    return f" (none here: {' and '.join(names)} tie)" if len(names) > 1 else ""
 
 
 def num_offered(s: dict) -> int:
