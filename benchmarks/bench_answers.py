@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -64,9 +65,9 @@ def timed_command(name: str, workers: int | None) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"error: kvlab {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-500:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    simulations = next((line for line in done.stdout.splitlines() if line.startswith("Computed ")), "")
+    simulations = re.search(r"Computed\s+([\d,]+)\s+simulations", done.stdout)
     return {"case": name, "command": "kvlab " + " ".join(args[:-2] if not workers else args), "wall_s": wall,
-            "cpu_s": cpu, "note": simulations.split(". Store")[0]}
+            "cpu_s": cpu, "note": f"{simulations.group(1)} simulations" if simulations else ""}
 
 
 def lab_first_screen() -> dict:
