@@ -661,6 +661,19 @@ def _card_number(text: str | None) -> float | None:
     return float(match.group(1)) * 1e9 if match else None
 
 
+def _weight_format(fields: dict, where: str) -> WeightFormat | None:
+    """The checkpoint's quantized layout: its config.json's quantization_config, else the catalogue's
+    ``quantization`` name's default layout; None for 16-bit weights."""
+    qc = fields.get("quantization_config")
+    if qc is not None and not isinstance(qc, dict):
+        raise KvlabError(f"{where}: quantization_config is {type(qc).__name__} {str(qc)[:40]!r}; valid: an object "
+                         "with its quant_method (as Hugging Face checkpoints write it), or no such field")
+    if isinstance(qc, dict):
+        return from_quantization_config(qc, where)
+    quantization = fields.get("quantization")
+    return QUANT_DEFAULTS[check_method(quantization, where)] if quantization is not None else None
+
+
 def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo: str | None = None,
                      source: tuple[str, ...] = (), notes: tuple[str, ...] = (),
                      aliases: tuple[str, ...] = ()) -> ModelSpec:
@@ -673,18 +686,8 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
     from kvlab.validate import ModelFields, model_fields
 
     # the weight format first: a format kvlab does not model is the reason given, whatever else the config lacks
-    quantization = fields.get("quantization")
-    weight_format = None
-    qc = fields.get("quantization_config")
-    if qc is not None and not isinstance(qc, dict):
-        raise KvlabError(f"{where}: quantization_config is {type(qc).__name__} {str(qc)[:40]!r}; valid: an object "
-                         "with its quant_method (as Hugging Face checkpoints write it), or no such field")
-    if isinstance(qc, dict):
-        weight_format = from_quantization_config(qc, where)
-    elif quantization is not None:
-        weight_format = QUANT_DEFAULTS[check_method(quantization, where)]
-    if weight_format is not None:
-        quantization = weight_format.method
+    weight_format = _weight_format(fields, where)
+    quantization = weight_format.method if weight_format is not None else fields.get("quantization")
     model_type = fields.get("model_type") or ""
     # A dense checkpoint of a MoE family says so with zeros (Granite 4.0 micro: num_local_experts 0,
     # num_experts_per_tok 0): no experts, nothing to check of them.
