@@ -37,6 +37,8 @@ def check_plots(plots: bool | None, out: Path | None) -> bool:
         raise KvlabError("--plots needs --out: the plots are files written to the --out folder; valid: --out FOLDER "
                          "--plots, or leave --plots out")
     return plots is not False
+
+
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A YAML or TOML file of options (model: ..., "
                                                    "max-num-seqs: ...), as `vllm serve --config`; a flag given on "
                                                    "the command line wins.")]
