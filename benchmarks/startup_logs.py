@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import zlib
 from dataclasses import dataclass, field
@@ -385,7 +386,8 @@ def summary(rows: list[Row]) -> None:
                  and not r.predicted["multimodal"] and "multimodal" not in r.entry.get("layout", [])]
     errs = [r.predicted["weights_gib"] - r.printed["model_loading_gib"] for r in text_only]
     ok = sum(abs(x) <= 0.1 for x in errs)
-    print(f"  weights (text-only): {ok} of {len(errs)} within 0.1 GiB of 'Model loading took'; errors "
+    middle = f", median |error| {statistics.median(abs(x) for x in errs):.3f} GiB" if errs else ""
+    print(f"  weights (text-only): {ok} of {len(errs)} within 0.1 GiB of 'Model loading took'{middle}; errors "
           + ", ".join(f"{r.entry['id']} {x:+.2f}" for r, x in zip(text_only, errs)))
     outliers = [r for r in rows if not r.error and r.predicted["kv_cache_tokens"] is not None
                 and r.printed.get("kv_cache_tokens")

@@ -55,7 +55,8 @@ def test_gqa_llama_3_1_8b_heads_split_by_tp_and_weights_exact():
     # norms (32 x 2 + 1 of 4,096) replicated.
     assert model.num_params == 8_030_261_248
     norms = (32 * 2 + 1) * 4096
-    assert r.weights_bytes == int(((8_030_261_248 - norms) / 2 + norms) * 2)
+    rope = 131072 * 128 * 2  # the RoPE cos/sin cache, whole on each GPU (kvlab.catalog.rope)
+    assert r.weights_bytes == int(((8_030_261_248 - norms) / 2 + norms) * 2) + rope
 
 
 # --- MLA ----------------------------------------------------------------------------------------------------
@@ -76,10 +77,11 @@ def test_mla_down_projections_are_whole_on_every_tp_rank():
     assert kimi.layer_params(1).kv_projection == 15_140_864
     config = SizingConfig.for_gpu(get_gpu("h200"), tensor_parallel_size=8, vllm_version="0.11.1", max_model_len=262144)
     r = size_kv_cache(kimi, config)
-    assert r.weights_bytes == 76_182_501_376  # 70.95 GiB: 1.51 GiB more than an eighth of the down-projections
-    # The corpus log (8 x H200, TP 8, a 0.11.1 nightly) prints 46.80 GiB and 715,072 tokens; kvlab 46.93 and
-    # 717,056 (+0.3%; +3.5% with the projections split)
-    assert (r.num_blocks, r.num_tokens) == (44_816, 717_056)
+    # 70.95 GiB: 1.51 GiB more than an eighth of the down-projections; + 262,144 x 64 x 2 B of RoPE cache
+    assert r.weights_bytes == 76_182_501_376 + 262144 * 64 * 2
+    # The corpus log (8 x H200, TP 8, a 0.11.1 nightly) prints 46.80 GiB and 715,072 tokens; kvlab 46.90 and
+    # 716,576 (+0.2%; +3.5% with the projections split)
+    assert (r.num_blocks, r.num_tokens) == (44_786, 716_576)
 
 
 # --- sliding window + full, per vLLM version --------------------------------------------------------------------
@@ -146,7 +148,7 @@ def test_moe_mixtral_weights_count_every_expert_split_by_tp():
     router, norms, vocab = layers * h * 8, (2 * layers + 1) * h, 2 * 32000 * h
     assert model.num_params == experts + attention + router + norms + vocab == 46_702_792_704
     r = size_kv_cache(model, given("h100-sxm", 10, tensor_parallel_size=2, max_model_len=32768))
-    assert r.weights_bytes == int(((experts + attention + vocab) / 2 + router + norms) * 2)
+    assert r.weights_bytes == int(((experts + attention + vocab) / 2 + router + norms) * 2) + 32768 * 128 * 2  # + RoPE
 
 
 # --- multimodal ---------------------------------------------------------------------------------------------
@@ -303,8 +305,10 @@ def test_qwen_vl_load_buffers_count_in_the_weights_vllm_prints():
     terms = dict((t.name, t) for t in size_kv_cache(qwen25, tp2).profile_terms)
     assert terms["weights"].bytes == qwen25.weights_bytes(2, tensor_parallel_size=2) + 128000 * 4 * 128 * 2
     assert "M-RoPE cache (128,000 x 4 positions x 128 x 2 B)" in terms["weights"].source
-    # A text-only model has none.
-    assert load_buffer_bytes(get_model(str(DATA / "qwen3-0.6b.json")), "0.9.2", 2048, 2) == (0, "")
+    # A text-only model has only its RoPE cos/sin cache (kvlab.catalog.rope); OPT, learned positions, none.
+    rope_only = load_buffer_bytes(get_model(str(DATA / "qwen3-0.6b.json")), "0.9.2", 2048, 2)
+    assert rope_only[0] == 40960 * 128 * 2 and "RoPE cos/sin cache (40,960 x 128 x 2 B)" in rope_only[1]
+    assert load_buffer_bytes(get_model("opt-13b"), "0.9.2", 2048, 2) == (0, "")
 
 
 def test_decode_context_parallelism_spreads_a_request_over_the_dcp_ranks():
@@ -382,20 +386,21 @@ def test_mxfp4_experts_only_and_laid_out_as_each_vllm_version_holds_them():
     triton = mxfp4_experts(2880, 2880, 3 * 2880 * 90 + (5888 + 3072) * 90, 4)
     for version, layer, printed in (("0.10.1", marlin, 65.9651), ("0.14.1", triton, 64.38)):
         r = size_kv_cache(model, given("h100-sxm", 1, max_model_len=8192, vllm_version=version))
-        assert r.weights_bytes == gpt_oss_bf16_bytes(36, 128) + 36 * layer
+        rope = 131072 * 64 * 4  # gpt-oss asks get_rope for a float32 cos/sin cache (YaRN: 4,096 x 32 positions)
+        assert r.weights_bytes == gpt_oss_bf16_bytes(36, 128) + 36 * layer + rope
         assert abs(r.weights_bytes / GIB - printed) < 0.1  # 'Model loading took ...' (the corpus logs)
     # gpt-oss-20b's config.json on an A100 with 0.19.0 (Marlin below compute capability 9.0): 13.72 GiB printed.
     small = get_model(str(DATA / "gpt-oss-20b.json"))
     r = size_kv_cache(small, given("a100-80gb", 1, max_model_len=8192, vllm_version="0.19.0"))
     assert r.weights_bytes == gpt_oss_bf16_bytes(24, 32) + 24 * mxfp4_experts(
-        2944, 3072, 3 * 2944 * 3072 // 32, 2, experts=32)
+        2944, 3072, 3 * 2944 * 3072 // 32, 2, experts=32) + rope
     assert abs(r.weights_bytes / GIB - 13.72) < 0.1
     # TP 4 on A100 with 0.10.1: width 720 per GPU -> 768; the rest split as without the layout.
     a100 = size_kv_cache(model, given("a100-80gb", 40, tensor_parallel_size=4, max_model_len=16384,
                                       vllm_version="0.10.1"))
     plain = model.weights_bytes_for(range(36), dtype_bytes=2, tensor_parallel_size=4)
     plain_experts = 36 * 128 * (3 * 2880 * 2880 + 3 * 2880) / 4 * 4.25 / 8  # every expert parameter at 4.25 bits
-    assert a100.weights_bytes - plain == pytest.approx(
+    assert a100.weights_bytes - plain - rope == pytest.approx(
         36 * mxfp4_experts(768, 3072, 3 * 768 * 3072 // 32, 2) - plain_experts, abs=2)
     assert abs(a100.weights_bytes / GIB - 17.2217) < 0.1  # 'Model loading took 17.2217 GiB' (the corpus log)
 
@@ -661,7 +666,7 @@ def test_model_runner_v2_profiles_the_sampler_without_top_k_top_p():
     assert v1.bytes == int(forward + 256 * 151_936 * 7.1) == 561_371_545
     # V2 also keeps its penalty state, which 0.27 on counts (test_model_runner_v2_penalty_state_counts_as_consumed...)
     assert r2.available_kv_bytes - r1.available_kv_bytes == v1.bytes - v2.bytes - 256 * (151_936 + 4_748) * 4
-    assert (r1.num_tokens, r2.num_tokens) == (73_952, 74_656)  # printed: 75,824
+    assert (r1.num_tokens, r2.num_tokens) == (73_888, 74_592)  # printed: 75,824
     # a small model with a large vocabulary: the sampler run is the peak (Qwen3-0.6B, the same settings)
     small = size_kv_cache(load_config_path(str(DATA / "qwen3-0.6b.json")),
                           SizingConfig.for_gpu(get_gpu("l40s"), max_model_len=40960, vllm_version="0.28.0"))
@@ -681,7 +686,7 @@ def test_cli_model_runner_is_vllm_use_v2_model_runner(kvlab):
     assert v1["activation_bytes"] == int(939_524_096 + 1024 * 128_256 * 7.1)
     # V2 keeps 1,024 x (128,256 + 4,008) x 4 B = 0.50 GiB of penalty state (from 0.27, counted): 259 blocks of 2 MiB
     assert v2["non_torch_bytes"] - v1["non_torch_bytes"] == 1024 * (128_256 + 4_008) * 4 == 541_753_344
-    assert (v1["num_blocks"], v2["num_blocks"]) == (27_507, 27_693)
+    assert (v1["num_blocks"], v2["num_blocks"]) == (27_491, 27_677)
 
 
 def test_gemma_4_e2b_shared_layers_keep_no_cache_and_its_log_is_exact():

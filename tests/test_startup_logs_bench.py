@@ -122,7 +122,7 @@ def test_a_concurrency_that_disagrees_alone_is_named(bench, tmp_path, capsys):
     (folder / "index.json").write_text(json.dumps([entry]))
     bench.main(["--corpus", str(folder / "index.json")])
     out = capsys.readouterr().out
-    assert "outlier qwen2-7b-a100-80gb-util0.5: max concurrency +103.3% with tokens +0.3%" in out
+    assert "outlier qwen2-7b-a100-80gb-util0.5: max concurrency +103.2% with tokens +0.3%" in out
 
 
 def test_an_outlier_names_the_cause_its_entry_says_kvlab_cannot_model(bench, tmp_path, capsys):

@@ -31,6 +31,7 @@ from kvlab.catalog.gpus import GpuSpec, compute_capability, list_gpus
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
 from kvlab.catalog.quant import expert_layout
+from kvlab.catalog.rope import rope_bytes
 from kvlab.catalog.vision import qwen3_video_dummy
 from kvlab.config.engine import SchedulerConfig, check_block_size
 from kvlab.config.options import OPTIONS
@@ -429,20 +430,27 @@ def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | No
 
 
 def load_buffer_bytes(model: ModelSpec, version: str | None, batched: int, act_bytes: int) -> tuple[int, str]:
-    """(bytes, words) of the tensors a Qwen-VL model allocates at load beside its weights, on every GPU (catalog/vision.py
-    LoadBuffers), under vLLM ``version`` with ``batched`` max_num_batched_tokens: the M-RoPE cos/sin cache and
-    Qwen3-VL's deepstack input buffers; (0, "") for other models."""
+    """(bytes, words) of the tensors vLLM ``version`` allocates on every GPU when it builds the model, beside its
+    weights, with ``batched`` max_num_batched_tokens: the rotary embeddings' cos/sin caches (catalog/rope.py), and a
+    Qwen-VL model's M-RoPE cache and Qwen3-VL's deepstack input buffers (catalog/vision.py LoadBuffers); (0, "")
+    where there are none."""
+    total, text = 0, ""
+    if model.rope_caches:
+        total = rope_bytes(model.rope_caches, act_bytes)
+        shapes = " + ".join(c.text for c in model.rope_caches)
+        plural = "s" if len(model.rope_caches) > 1 else ""
+        text = f" + {total / GIB:.2f} GiB RoPE cos/sin cache{plural} ({shapes} x {act_bytes} B)"
     b = model.load_buffers
     if b is None:
-        return 0, ""
+        return total, text + (", allocated at load on every GPU" if text else "")
     factor = mrope_positions_factor(version, b.model_type)
     rope = b.rope_bytes(factor, act_bytes)
-    text = f" + {rope / GIB:.2f} GiB M-RoPE cache ({b.max_positions:,} x {factor} positions x {b.rope_width} x {act_bytes} B)"
+    text += f" + {rope / GIB:.2f} GiB M-RoPE cache ({b.max_positions:,} x {factor} positions x {b.rope_width} x {act_bytes} B)"
     deepstack = b.deepstack_bytes(batched, act_bytes)
     if deepstack:
         text += (f" + {deepstack / GIB:.2f} GiB deepstack buffers ({b.deepstack_levels} x {batched:,} batched tokens x "
                  f"{b.text_hidden:,} x {act_bytes} B)")
-    return rope + deepstack, text + ", allocated at load on every GPU"
+    return total + rope + deepstack, text + ", allocated at load on every GPU"
 
 
 def requested_memory_bytes(config: SizingConfig) -> int | None:

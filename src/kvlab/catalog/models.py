@@ -15,6 +15,7 @@ from importlib import resources
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, NO_CACHE, StateLayout, hybrid_layer_types, state_layout
 from kvlab.catalog.quant import DEFAULTS as QUANT_DEFAULTS
 from kvlab.catalog.quant import WeightFormat, check_method, from_quantization_config, mxfp4_layer_bytes
+from kvlab.catalog.rope import RopeCache, rope_caches
 from kvlab.catalog.vision import LoadBuffers, VisionTower
 from kvlab.errors import KvlabError
 
@@ -173,6 +174,7 @@ class ModelSpec:
     vision_source: str = ""
     vision_tower: VisionTower | None = None  # what vLLM's encoder profiling run reads (Qwen-VL towers only)
     load_buffers: LoadBuffers | None = None  # tensors vLLM allocates at load beside the weights (Qwen-VL M-RoPE)
+    rope_caches: tuple[RopeCache, ...] = ()  # the rotary embeddings' cos/sin caches (kvlab.catalog.rope)
     aliases: tuple[str, ...] = ()
     num_params_card: float | None = None
     num_active_params_card: float | None = None
@@ -741,7 +743,7 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
         _shared_from_width(fields, numbers.moe_intermediate_size),
         first_k_dense_replace=numbers.first_k_dense_replace, quantization=quantization, weight_format=weight_format,
         state=state, gemma4=gemma4, num_nextn_predict_layers=_mtp_layers(fields),
-        aliases=aliases,
+        rope_caches=rope_caches(fields, model_type, head_dim, max_pos, layer_types), aliases=aliases,
         num_params_card=_card_number(fields.get("params_total_card")),
         num_active_params_card=_card_number(fields.get("params_active_card")),
         params_total_card=fields.get("params_total_card"), params_active_card=fields.get("params_active_card"),
