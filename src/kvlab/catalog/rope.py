@@ -80,10 +80,12 @@ def _rows(scaling: dict, max_positions: int) -> int:
 def _gemma(fields: dict, model_type: str, head_dim: int, max_positions: int, layer_types: tuple[str, ...]):
     """Gemma 3's two caches and Gemma 4's one per layer type, or None for other models."""
     if model_type.startswith("gemma4"):
-        params = fields.get("rope_parameters") if isinstance(fields.get("rope_parameters"), dict) else {}
+        given = fields.get("rope_parameters")
+        params: dict = given if isinstance(given, dict) else {}
         caches = []
         for kind in dict.fromkeys(layer_types):
-            scaling = params.get(kind) if isinstance(params.get(kind), dict) else {}
+            entry = params.get(kind)
+            scaling: dict = entry if isinstance(entry, dict) else {}
             proportional = scaling.get("rope_type") == "proportional"
             width = int(fields.get("global_head_dim") or head_dim) if kind == "full_attention" else head_dim
             width = width if proportional else int(width * _number(scaling.get("partial_rotary_factor"), 1.0))
