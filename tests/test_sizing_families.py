@@ -718,6 +718,41 @@ def test_gemma_4_e2b_shared_layers_keep_no_cache_and_its_log_is_exact():
     assert exact.vllm_log_lines[0] == "Available KV cache memory: 4.66 GiB"
 
 
+def test_gemma_4_e2b_counts_its_vision_and_audio_towers_against_the_checkpoint():
+    """Gemma4ForConditionalGeneration (vLLM gemma4_mm.py) builds transformers' Gemma4VisionModel and Gemma4AudioModel
+    and one bias-free projection each into the text width; every tensor's shape from config.json."""
+    from kvlab.catalog.vision import ple_staging
+
+    config = json.loads((DATA / "gemma-4-e2b-it.json").read_text())
+    model = get_model(str(DATA / "gemma-4-e2b-it.json"))
+    h, inter, head = 768, 3072, 64  # vision: 16 layers, 12 heads (and 12 KV heads) of 64
+    vision = 3 * 16 * 16 * h + 2 * 10240 * h  # patch projection, 2 x 10,240 position rows
+    vision += 16 * (4 * h * 12 * head + 2 * head + 3 * h * inter + 4 * h)  # q/k/v/o, q/k norms, gated MLP, 4 norms
+    a = 1024  # audio: 12 conformer layers
+    front = 1 * 128 * 9 + 128 + 128 * 32 * 9 + 32 + (128 // 4) * 32 * a  # two 3x3 convolutions with norms, input proj
+    layer = 2 * (8 * a * a + 2 * a) + (5 * a * a + a // 8) + (3 * a * a + 5 * a + 2 * a) + 3 * a  # FFW x2, attn, conv
+    audio = front + 12 * layer + a * 1536 + 1536  # output_proj with its bias
+    projections = h * 1536 + 1536 * 1536  # embed_vision, embed_audio (from output_proj_dims)
+    assert (vision, audio, projections) == (167_364_608, 304_824_608, 3_538_944)
+    assert model.vision_params == vision + audio + projections == 475_728_160
+    assert "vision and audio towers" in model.vision_source
+    # google/gemma-4-E2B-it's model.safetensors is 10,246,621,918 B: 2 B x every parameter leaves 266,398 B for the
+    # header and buffers (clip bounds, layer scalars), and kvlab's bf16 weights are the file's bytes to 0.003%
+    assert model.weights_bytes(2) == 2 * (model.num_params + model.vision_params) == 10_246_355_520
+    assert 0 < 10_246_621_918 - model.weights_bytes(2) < 300_000
+    no_audio = dict(config, audio_config=None)
+    assert get_model_from(no_audio).vision_params == vision + h * 1536
+    # the PLE staging buffer: 2,048 batched tokens x 35 layers x 256 x 2 B
+    staging = ple_staging(config)
+    assert staging is not None and staging.bytes(2048, 2) == 2048 * 35 * 256 * 2 == 36_700_160
+
+
+def get_model_from(config: dict):
+    from kvlab.catalog.config import spec_from_config
+
+    return spec_from_config(config, id="test", where="test", origin="test")
+
+
 def test_gemma_4_26b_a4b_full_layers_take_the_larger_blocks_at_0_19():
     """Gemma 4 26B-A4B: 25 sliding layers of 8 KV heads of 256 (window 1024), 5 full of 2 KV heads of 512 (keys
     serving as values: num_global_key_value_heads; vLLM still caches K and V)."""

@@ -17,6 +17,9 @@ code vLLM runs:
   (num_position_embeddings), ``depth`` LayerNorm blocks with a two-matrix MLP of intermediate_size, the patch merger
   (LayerNorm over hidden), and one more merger per ``deepstack_visual_indexes`` entry whose LayerNorm is over the
   merged width (use_postshuffle_norm).
+- Gemma 4 (gemma4_mm.py builds both towers with transformers' AutoModel, so their modules are transformers'
+  models/gemma4/modeling_gemma4.py): the vision and audio towers and their embed_vision/embed_audio projections, in
+  ``gemma4_tower_params`` (the layers are listed there).
 """
 
 from __future__ import annotations
@@ -249,4 +252,100 @@ def vision_params(config: dict) -> tuple[int, str]:
             projector += text_hidden if model_type == "llava_next" else 0
         name = "SigLIP" if siglip else "CLIP"
         return tower + projector, f"{name} vision tower: {layers} layers of {h:,}, projector to {text_hidden:,}"
+    if model_type == "gemma4":
+        return gemma4_tower_params(config)
     return 0, f"vision_config of {model_type or kind or 'this model'} NOT counted (kvlab does not know its tower)"
+
+
+def _gemma4_vision(vc: dict) -> int:
+    """Gemma4VisionModel's parameters (modeling_gemma4.py): the patch embedder (a bias-free linear from 3 x patch^2
+    pixel values to the hidden size, and a position table of 2 x position_embedding_size x hidden); per layer q/k/v/o
+    (bias-free; k and v of num_key_value_heads), RMSNorm scales on the query and key heads (head_dim each; the value
+    norm has none), a gated MLP (gate, up, down, bias-free) and four RMSNorms of the hidden size. The pooler holds no
+    parameters; the rotary table is computed, not loaded."""
+    h, inter = int(vc.get("hidden_size", 768)), int(vc.get("intermediate_size", 3072))
+    heads = int(vc.get("num_attention_heads", 12))
+    kv_heads = int(vc.get("num_key_value_heads") or heads)
+    head_dim = int(vc.get("head_dim") or h // heads)
+    patch = int(vc.get("patch_size", 16))
+    embed = 3 * patch * patch * h + 2 * int(vc.get("position_embedding_size", 10240)) * h
+    attention = 2 * h * heads * head_dim + 2 * h * kv_heads * head_dim + 2 * head_dim
+    layer = attention + 3 * h * inter + 4 * h
+    return embed + int(vc.get("num_hidden_layers", 16)) * layer
+
+
+def _gemma4_audio(ac: dict) -> int:
+    """Gemma4AudioModel's parameters (modeling_gemma4.py), a conformer: the subsampling front end (two bias-free 3x3
+    convolutions, 1 -> c0 -> c1 channels of subsampling_conv_channels, each with a bias-free LayerNorm scale, then a
+    bias-free linear from c0 / 4 x c1 to the hidden size); per layer two feed-forward blocks (hidden -> 4 x hidden ->
+    hidden, bias-free, with pre and post RMSNorms), attention (q, k, v, post and the relative-position key projection,
+    hidden x hidden each, and a per-dimension query scale of head_dim), a light convolution block (hidden -> 2 x
+    hidden for the GLU, a depthwise causal convolution of conv_kernel_size, hidden -> hidden, two RMSNorms) and three
+    more RMSNorms; finally output_proj, hidden -> output_proj_dims with a bias. The sinusoidal position table is
+    computed, not loaded."""
+    h, layers = int(ac.get("hidden_size", 1024)), int(ac.get("num_hidden_layers", 12))
+    c0, c1 = (int(c) for c in ac.get("subsampling_conv_channels") or (128, 32))
+    out = int(ac.get("output_proj_dims") or h)
+    front = 9 * c0 + c0 + 9 * c0 * c1 + c1 + (c0 // 4) * c1 * h
+    feed_forward = 8 * h * h + 2 * h
+    attention = 5 * h * h + h // int(ac.get("num_attention_heads", 8))
+    light_conv = 3 * h * h + int(ac.get("conv_kernel_size", 5)) * h + 2 * h
+    layer = 2 * feed_forward + attention + light_conv + 3 * h
+    return front + layers * layer + h * out + out
+
+
+def gemma4_tower_params(config: dict) -> tuple[int, str]:
+    """Parameters of Gemma 4's vision and audio towers and their projections into the text model, as vLLM builds
+    them: Gemma4ForConditionalGeneration (vllm/model_executor/models/gemma4_mm.py) creates both towers with
+    transformers' AutoModel.from_config (transformers models/gemma4/modeling_gemma4.py: Gemma4VisionModel,
+    Gemma4AudioModel), the audio tower only where config.json has an audio_config, and one bias-free projection per
+    tower (Gemma4MultimodalEmbedder: the tower's width, audio's output_proj_dims, to the text hidden size; its norm has
+    no scale). vLLM loads them unquantized unless the checkpoint quantizes them (quantized checkpoints' ignore lists
+    keep them), in the model's dtype, and replicated on every TP rank (ReplicatedLinear).
+
+    Counted: parameters only. Not counted, being buffers: the clip bounds of the towers' clipped linears (four scalars
+    each when use_clipped_linears, 832 for E2B) and the vision tower's std_bias/std_scale (2 x hidden, when
+    ``standardize``); together under 4 KB for E2B. Google's bf16 google/gemma-4-E2B-it checks the count: its
+    model.safetensors is 10,246,621,918 B, and 2 B x (kvlab's 4,647,449,600 text parameters, k/v on every layer, +
+    these 475,728,160) is 10,246,355,520 B; the remaining 266,398 B are the safetensors header (about 2,000 tensor
+    entries), the towers' buffers and 291 text values kvlab does not count (35 layer_scalar buffers, the 256 of the
+    PLE projection norm)."""
+    vc = config.get("vision_config") or {}
+    ac = config.get("audio_config")
+    nested = config.get("text_config")
+    text_hidden = int((nested if isinstance(nested, dict) else config).get("hidden_size") or 0)
+    vision = _gemma4_vision(vc) + int(vc.get("hidden_size", 768)) * text_hidden
+    text = (f"gemma4 vision and audio towers: vision {int(vc.get('num_hidden_layers', 16))} layers of "
+            f"{int(vc.get('hidden_size', 768)):,} ({vision / 1e6:,.2f} M with embed_vision)")
+    if not isinstance(ac, dict):
+        return vision, text + ", no audio tower (no audio_config)"
+    audio = _gemma4_audio(ac) + int(ac.get("output_proj_dims") or ac.get("hidden_size", 1024)) * text_hidden
+    return vision + audio, (text + f", audio {int(ac.get('num_hidden_layers', 12))} conformer layers of "
+                            f"{int(ac.get('hidden_size', 1024)):,} ({audio / 1e6:,.2f} M with embed_audio)")
+
+
+@dataclass(frozen=True)
+class PleStaging:
+    """Gemma 4's per-layer-embedding staging buffer: Gemma4ForConditionalGeneration.__init__ (gemma4_mm.py) allocates
+    ``per_layer_embeddings``, zeros of [max_num_batched_tokens, num_hidden_layers, hidden_size_per_layer_input], on
+    the GPU while building the model (for CUDA graphs), so it falls inside "Model loading took". Both versions of
+    gemma4_mm.py read (vllm-project/vllm commits 49e6e4739167 and 01bae2190e1c) allocate it with this shape, in the
+    dtype of the embedding weight (the older) or the model's dtype (the newer), the same for an unquantized
+    embedding; which releases carry which commit was not established. It is counted for the multimodal wrapper
+    only (whether the text-only Gemma4ForCausalLM of gemma4.py allocates one was not read), and only where
+    hidden_size_per_layer_input is set and above 0."""
+
+    layers: int
+    width: int  # hidden_size_per_layer_input
+
+    def bytes(self, max_num_batched_tokens: int, dtype_bytes: int) -> int:
+        return max_num_batched_tokens * self.layers * self.width * dtype_bytes
+
+
+def ple_staging(config: dict) -> PleStaging | None:
+    """The PLE staging buffer of a Gemma 4 multimodal config.json (model_type gemma4), else None."""
+    nested = config.get("text_config")
+    if str(config.get("model_type") or "") != "gemma4" or not isinstance(nested, dict):
+        return None
+    width = int(nested.get("hidden_size_per_layer_input") or 0)
+    return PleStaging(layers=int(nested.get("num_hidden_layers") or 0), width=width) if width > 0 else None
