@@ -745,6 +745,14 @@ def test_gemma_4_e2b_counts_its_vision_and_audio_towers_against_the_checkpoint()
     # the PLE staging buffer: 2,048 batched tokens x 35 layers x 256 x 2 B
     staging = ple_staging(config)
     assert staging is not None and staging.bytes(2048, 2) == 2048 * 35 * 256 * 2 == 36_700_160
+    # "Model loading took 9.8 GiB" (the bf16 start on a T4, vLLM 0.29.0, the corpus): the weights, the RoPE caches of
+    # the sliding (256 wide) and full layers (512: proportional RoPE rotates the whole head), and the staging buffer
+    t4 = SizingConfig.for_gpu(get_gpu("t4"), dtype="float16", max_model_len=16384, max_num_seqs=8, vllm_version="0.29.0")
+    weights = {t.name: t for t in size_kv_cache(model, t4).profile_terms}["weights"]
+    assert weights.bytes == 10_246_355_520 + 131072 * (256 + 512) * 2 + 36_700_160
+    assert "RoPE cos/sin caches (131,072 x 256 + 131,072 x 512 x 2 B)" in weights.source
+    assert "per-layer-embedding staging buffer (2,048 batched tokens x 35 layers x 256 x 2 B)" in weights.source
+    assert abs(weights.bytes / GIB - 9.8) < 0.05
 
 
 def get_model_from(config: dict):

@@ -431,15 +431,20 @@ def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | No
 
 def load_buffer_bytes(model: ModelSpec, version: str | None, batched: int, act_bytes: int) -> tuple[int, str]:
     """(bytes, words) of the tensors vLLM ``version`` allocates on every GPU when it builds the model, beside its
-    weights, with ``batched`` max_num_batched_tokens: the rotary embeddings' cos/sin caches (catalog/rope.py), and a
-    Qwen-VL model's M-RoPE cache and Qwen3-VL's deepstack input buffers (catalog/vision.py LoadBuffers); (0, "")
-    where there are none."""
+    weights, with ``batched`` max_num_batched_tokens: the rotary embeddings' cos/sin caches (catalog/rope.py), Gemma
+    4's per-layer-embedding staging buffer (catalog/vision.py PleStaging), and a Qwen-VL model's M-RoPE cache and
+    Qwen3-VL's deepstack input buffers (catalog/vision.py LoadBuffers); (0, "") where there are none."""
     total, text = 0, ""
     if model.rope_caches:
         total = rope_bytes(model.rope_caches, act_bytes)
         shapes = " + ".join(c.text for c in model.rope_caches)
         plural = "s" if len(model.rope_caches) > 1 else ""
         text = f" + {total / GIB:.2f} GiB RoPE cos/sin cache{plural} ({shapes} x {act_bytes} B)"
+    if model.ple_staging is not None:
+        ple = model.ple_staging.bytes(batched, act_bytes)
+        total += ple
+        text += (f" + {ple / GIB:.2f} GiB per-layer-embedding staging buffer ({batched:,} batched tokens x "
+                 f"{model.ple_staging.layers} layers x {model.ple_staging.width} x {act_bytes} B)")
     b = model.load_buffers
     if b is None:
         return total, text + (", allocated at load on every GPU" if text else "")
