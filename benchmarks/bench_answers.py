@@ -13,9 +13,12 @@ a fresh folder for the sweep store (``--out``) and a fresh ``KVLAB_CACHE_DIR``, 
   replicas   ``kvlab capacity --replicas auto --rate 8 --strategy vllm --slo 'p99_ttft<2s' --out DIR``: docs/fleet.md's
              example (two routers, two profiles, two samples).
   lab        the lab's first screen: ``kvlab lab``'s app (in-process, Starlette's test client, no socket) asked for
-             what the page asks for when it opens: the page, its script, the catalogue, then the rate section's
-             breaking points (``/api/rates`` with the catalogue's defaults), from which the first figure's opening
-             rate is read. Until they are in, the first screen says it is finding the rate. Wall time of each.
+             what the page asks for when it opens: the page, its script, the catalogue, then the breaking points
+             of the two systems the first figure's opening rate is read from (``/api/rates`` with the catalogue's
+             defaults and ``systems=`` the catalogue's ``rate_systems.opening``, as lab-rates.js's
+             ``RateFigure.opening`` asks; section 7's other two are asked for later, once the figure has
+             stopped). Until they are in, the first screen says it is finding the rate. Wall time of each, and
+             the simulations the server ran.
 
 Wall times drift with the machine's load (±20% here); the load average is printed beside them. ``--workers`` is
 the commands' default (the number of cores) unless given.
@@ -88,16 +91,19 @@ def lab_first_screen() -> dict:
                 response = client.get(path)
                 response.raise_for_status()
                 steps[path] = time.perf_counter() - t
-            d = response.json()["defaults"]
+            catalog = response.json()
+            d = catalog["defaults"]
             query = {k: d[k] for k in ("model", "gpu", "workload", "num_requests", "seed", "block_size")}
+            query["systems"] = ",".join(catalog["rate_systems"]["opening"])  # (lab-rates.js: RateFigure.opening)
             t = time.perf_counter()
             response = client.get("/api/rates", params=query)
             response.raise_for_status()
-            steps["/api/rates"] = time.perf_counter() - t
+            steps["/api/rates?systems=" + query["systems"]] = time.perf_counter() - t
             rate = response.json()["lesson_rate"]
+            simulations = client.app.state.rates.runner.num_computed
         total = time.perf_counter() - start
-    return {"case": "lab", "wall_s": total, "steps_s": steps, "note": f"opening rate {rate:g} req/s",
-            "cpu_s": None}
+    return {"case": "lab", "wall_s": total, "steps_s": steps,
+            "note": f"opening rate {rate:g} req/s, {simulations} simulations", "cpu_s": None}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,6 +102,11 @@ def test_the_page_opens_at_the_rates_the_engine_gives_its_lessons(rates_lab):
     assert f"The figure runs at {rate:g} req/s, halfway between where its two caches break" in note
     assert f"pages keep up to {paged['capacity_text']} req/s, reserving the max to {reserve['capacity_text']}" in note
     assert not page.is_visible('#hero-rate [data-act="lesson-rate"]')  # (it is the rate the figure runs at)
+    # The first screen waited for those two caches' searches only (RateFigure.opening), and they are section 7's.
+    opening = page.evaluate("window.kvlab.rates.opening()")
+    assert [x["name"] for x in opening["systems"]] == page.evaluate("window.kvlab.catalog.rate_systems.opening")
+    assert opening["systems"] == [x for x in f["systems"] if x["name"] in {paged["name"], reserve["name"]}]
+    assert (opening["lesson_rate"], opening["evictions"]) == (f["lesson_rate"], f["evictions"])
     ev = f["evictions"]
     assert ev["rate"] == evictions_rate(f["systems"]) == paged["capacity_rps"] and ev["num_preemptions"] > 0
     assert page.evaluate("window.kvlab.players.evictions.meta.setup.rate") == ev["rate"]
@@ -253,3 +258,48 @@ def test_the_sections_workers_run_below_the_servers_priority_one_per_core_up_to_
         assert niceness == {min(19, os.nice(0) + NICENESS)}  # (every worker, each lowered once)
     finally:
         pool.close()
+
+
+def test_the_first_screens_two_searches_come_first_and_section_7_searches_only_the_other_two():
+    """The first screen asks for the breaking points of the two caches its opening rates are read from
+    (RateLab.opening_systems: reserving the max and pages); section 7 later asks for all four. The two are the
+    same as in an answer for all four searched at once, and the later request runs none of their simulations
+    again: the two requests together run as many as the four searched at once."""
+    from kvlab.web.params import parse_rate_setup
+    from kvlab.web.rates import PAGES, RESERVE_MAX
+
+    setup = parse_rate_setup({})
+    opening_systems = RateLab.opening_systems()
+    at_once, first = RateLab(), RateLab()
+    try:
+        whole = at_once.breaking_points(setup)
+        opening = first.breaking_points(setup, opening_systems)
+        opening_runs = first.runner.num_computed
+        later = first.breaking_points(setup)
+        assert first.runner.num_computed == at_once.runner.num_computed > opening_runs
+    finally:
+        for lab in (at_once, first):
+            lab.runner.pool.close()
+    assert {(x["batching"], x["allocator"]) for x in opening["systems"]} == {RESERVE_MAX, PAGES}
+    assert opening["systems"] == [x for x in whole["systems"] if x["name"] in opening_systems]
+    assert (opening["lesson_rate"], opening["evictions"]) == (whole["lesson_rate"], whole["evictions"])
+    assert opening["lesson_rate"] is not None and opening["evictions"] is not None
+    assert later == whole
+
+
+def test_kvlab_lab_begins_with_the_first_screens_two_searches():
+    """`kvlab lab` searches as it starts (kvlab.web.serve.warm_rates): the first screen's two first, given as soon
+    as they are found, then section 7's other two."""
+    from types import SimpleNamespace
+
+    from kvlab.web.params import parse_rate_setup
+    from kvlab.web.serve import warm_rates
+    from kvlab.web.server import create_app
+
+    app = create_app(allowed_hosts=["testserver"])
+    rates, setup = app.state.rates, parse_rate_setup({})
+    try:
+        warm_rates(SimpleNamespace(config=SimpleNamespace(app=app)))
+        assert list(rates.searched) == [(setup, RateLab.opening_systems()), (setup, RateLab.systems())]
+    finally:
+        rates.runner.pool.close()

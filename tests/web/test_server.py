@@ -375,6 +375,24 @@ def test_section_7_takes_only_its_setups_options(client):
     assert r.status_code == 400 and "the lab takes catalogue models" in r.json()["error"]
 
 
+def test_section_7_is_asked_for_named_systems_only():
+    """``systems=`` names some of section 7's systems (the first screen asks for its two); a name that is not one
+    is refused in one line naming the valid ones, before anything is searched."""
+    with TestClient(create_app(allowed_hosts=["testserver"])) as c:
+        listed = c.get("/api/catalog").json()["rate_systems"]
+        assert listed["all"] == ["orca-max", "orca-pow2", "orca-oracle", "vllm-paper"]
+        assert listed["opening"] == ["orca-max", "vllm-paper"]
+        valid = "orca-max, orca-pow2, orca-oracle, vllm-paper (comma-separated)"
+        r = c.get("/api/rates", params={"systems": "orca-max,vllm"})
+        assert r.status_code == 400 and r.json()["error"] == (
+            f"systems 'vllm' is not one of section 7's systems (did you mean 'vllm-paper'?): {valid}")
+        r = c.get("/api/rates", params={"systems": " , "})
+        assert r.status_code == 400 and r.json()["error"] == f"systems ' , ' names no system; valid: {valid}"
+        r = c.get("/api/rates/at", params={"systems": "orca-max", "rate": "1"})
+        assert r.status_code == 400 and "unknown parameter 'systems'" in r.json()["error"]
+        assert c.app.state.rates.runner is None  # (nothing was searched)
+
+
 def test_the_utilization_advice_is_the_least_that_fits(client):
     """Refused at a low utilization, the advice names the least utilization (in steps of 0.05) at which the model
     fits, a value someone would set, rather than the page's highest (it said "raise GPU memory utilization to 1")."""

@@ -172,20 +172,43 @@ def text(data: dict, key: str, default: str) -> str:
 RATE_SETUP_KEYS = ("model", "gpu", "workload", "num_requests", "seed", "block_size", "cost")
 
 
-def parse_rate_setup(data: dict):
+def parse_rate_setup(data: dict, also: tuple[str, ...] = ("rate",)):
     """The rate section's setup (kvlab.web.rates.RateSetup): a run's options but its strategies and rate, checked
-    as a run's are; catalogue names only."""
+    as a run's are; catalogue names only. ``also``: the request's own parameters besides the setup's (read by the
+    caller)."""
     from kvlab.catalog import get_gpu
     from kvlab.web.calculator import catalogue_model
     from kvlab.web.rates import RateSetup
     from kvlab.workload import WORKLOADS
 
-    unknown = sorted(set(data) - set(RATE_SETUP_KEYS) - {"rate"})
+    unknown = sorted(set(data) - set(RATE_SETUP_KEYS) - set(also))
     if unknown:
-        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: {', '.join(RATE_SETUP_KEYS)}, rate")
+        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: {', '.join(RATE_SETUP_KEYS + also)}")
     spec = parse_run_spec({"kind": "race", **{k: data[k] for k in RATE_SETUP_KEYS if k in data}})
     if spec.workload not in WORKLOADS:
         raise KvlabError(f"unknown workload {spec.workload!r}: not a bundled workload ({', '.join(WORKLOADS)})")
     return RateSetup(model=catalogue_model(spec.model).id, gpu=get_gpu(spec.gpu).id.lower(), workload=spec.workload,
                      num_requests=spec.num_requests, seed=spec.seed, block_size=spec.block_size, cost=spec.cost)
 
+
+def parse_rate_systems(value) -> tuple[str, ...] | None:
+    """The systems whose breaking points a request asks for (``systems=orca-max,vllm-paper``): names of section 7's
+    systems (kvlab.web.rates.RateLab.systems), comma-separated, answered in that order, each once; None (all of them)
+    when not given."""
+    import difflib
+
+    from kvlab.web.rates import RateLab
+
+    if value is None or value == "":
+        return None
+    valid = RateLab.systems()
+    names = [v.strip() for v in str(value).split(",") if v.strip()]
+    for name in names:
+        if name not in valid:
+            hits = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+            hint = f" (did you mean {hits[0]!r}?)" if hits else ""
+            raise KvlabError(f"systems {name[:40]!r} is not one of section 7's systems{hint}: "
+                             f"{', '.join(valid)} (comma-separated)")
+    if not names:
+        raise KvlabError(f"systems {str(value)[:40]!r} names no system; valid: {', '.join(valid)} (comma-separated)")
+    return tuple(name for name in valid if name in names)

@@ -6,7 +6,10 @@ Nothing here simulates, searches or judges on its own: the service answers (kvla
 (breaking_points: bracket, then bisect, from the command's first rate to its tolerance, to the highest rate whose run
 was sustained and met the paper's target, mean normalized latency < 0.1 s per token), a rate the reader picks is
 judged as the search judges one (judged_at), and every point is stored in one in-memory sweep store, so the
-search's probes, the curves and a picked rate share their simulations. One sample, not the command's two: the lab
+search's probes, the curves and a picked rate share their simulations. The first screen asks for the breaking
+points of the two systems its opening rates are read from (RateLab.opening_systems: reserving the max and pages),
+section 7 later for all four: each system's search is kept, so the second request searches the other two only.
+One sample, not the command's two: the lab
 shows where each system breaks on its setup, and its search runs beside the page's figures. The same setup on the
 command line:
 
@@ -54,7 +57,8 @@ class RateLab:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.runner = None
-        self.searched: dict[RateSetup, dict] = {}
+        self.lines: dict[tuple[RateSetup, str], dict] = {}  # each system's search, once found
+        self.searched: dict[tuple[RateSetup, tuple[str, ...]], dict] = {}  # each answer, once given
 
     def _runner(self):
         if self.runner is None:
@@ -66,8 +70,8 @@ class RateLab:
             # Worker processes, as `kvlab capacity --workers N` runs: the simulations hold no lock of the server's,
             # so the page's streams keep their frame rate while a search runs (benchmarks/bench_web_fps). One per
             # core up to one per system (each round of the searches runs one rate of each system at once), so the
-            # first screen, which waits for the default setup's breaking points, is ready sooner
-            # (benchmarks/bench_answers.py).
+            # first screen, which waits for the breaking points of the default setup's opening systems, is ready
+            # sooner (benchmarks/bench_answers.py).
             # At a lower priority than the server and the browser beside it: a search must not cost the figures
             # their frames on a machine of few cores (bench_web_fps.py: the first figure drew 27.6 frames a second
             # while a search ran at normal priority, 37.6 without one). The workers leave when the server does.
@@ -81,38 +85,36 @@ class RateLab:
 
         return tuple(FIG2_SYSTEMS)
 
-    def breaking_points(self, setup: RateSetup) -> dict:
-        """Each system's breaking point (its capacity under the paper's target) and the rates its search tried,
-        with the normalized latency at each."""
-        from kvlab.paper import PAPER_NAMES
-        from kvlab.service.capacity import breaking_points
+    @staticmethod
+    def opening_systems() -> tuple[str, ...]:
+        """The systems the first screen waits for: the first figure's two caches, reserving the max and pages
+        (lesson_rate reads their breaking points, evictions_rate pages'), in systems()' order."""
         from kvlab.strategies import STRATEGIES
-        from kvlab.sweep.capacity import mark_text, parse_slo, rate_text
-        from kvlab.sweep.grid import expand
-        from kvlab.sweep.slo import DEFAULT_SLO
 
+        return tuple(name for name in RateLab.systems()
+                     if (STRATEGIES[name].batching, STRATEGIES[name].allocator) in (RESERVE_MAX, PAGES))
+
+    def breaking_points(self, setup: RateSetup, systems: tuple[str, ...] | None = None) -> dict:
+        """Each system's breaking point (its capacity under the paper's target) and the rates its search tried,
+        with the normalized latency at each: of ``systems`` (names of ``systems()``, in that order; None: all).
+
+        Each system's search is kept once found (one per setup and system), so a later request for more systems
+        searches only those not yet searched: the first screen asks for its two (opening_systems), section 7 for
+        all four, and nothing is searched or simulated twice. A system's search depends on its own runs only, so
+        its breaking point is the same whichever systems are asked with it (tests/web/test_lab_rates.py)."""
+        systems = self.systems() if systems is None else systems
+        answer = self.searched.get((setup, systems))
+        if answer is not None:
+            return answer  # (without the lock: the first screen's two, given while section 7's other two are searched)
         with self.lock:
-            if setup in self.searched:
-                return self.searched[setup]
-            systems = self.systems()
-            configurations = expand(setup.lists(systems))
+            if (setup, systems) in self.searched:
+                return self.searched[(setup, systems)]
+            self._search(setup, tuple(name for name in systems if (setup, name) not in self.lines))
+            lines = [self.lines[(setup, name)] for name in systems]
+            from kvlab.sweep.capacity import parse_slo
+            from kvlab.sweep.slo import DEFAULT_SLO
+
             slo = parse_slo(DEFAULT_SLO)
-            searches = breaking_points(configurations, self._runner(), slo,
-                                       [defaults.CAPACITY_FIRST_RATE] * len(systems))
-            lines = []
-            for name, search in zip(systems, searches):
-                if search.error is not None:
-                    raise KvlabError(f"{name} could not be simulated on this setup: {search.error}")
-                found = search.to_json()
-                strategy = STRATEGIES[name]
-                lines.append({"name": name, "paper_name": PAPER_NAMES.get(name, name),
-                              "batching": strategy.batching, "allocator": strategy.allocator,
-                              "capacity_rps": found["capacity_rps"], "lower_bound": found["lower_bound"],
-                              "capacity_text": mark_text(search.mark, rate_text(search.capacity)),
-                              "limited_by": found["limited_by"],
-                              "points": sorted(({"rate": p["rate"], "value": p["value"], "held": p["held"],
-                                                 "reason": p["reason"]} for p in found["probes"]),
-                                               key=lambda p: p["rate"])})
             # The chart reaches past the highest breaking point, every rate the searches tried, and the rate the
             # lab opens at (kvlab.defaults.RATE), so that the first figure's rate is on it.
             top = max(AXIS_OVER_CAPACITY * max(line["capacity_rps"] for line in lines), defaults.RATE,
@@ -121,8 +123,37 @@ class RateLab:
                       "metric": "mean normalized latency (s per output token)",
                       "axis_rps": nice_ceiling(top), "systems": lines,
                       "lesson_rate": lesson_rate(lines), "evictions": self._evictions(setup, lines)}
-            self.searched[setup] = answer
+            self.searched[(setup, systems)] = answer
             return answer
+
+    def _search(self, setup: RateSetup, systems: tuple[str, ...]) -> None:
+        """Search ``systems``' breaking points on ``setup`` (one round of the searches runs one rate of each at
+        once) and keep each system's line (self.lines)."""
+        if not systems:
+            return
+        from kvlab.paper import PAPER_NAMES
+        from kvlab.service.capacity import breaking_points
+        from kvlab.strategies import STRATEGIES
+        from kvlab.sweep.capacity import mark_text, parse_slo, rate_text
+        from kvlab.sweep.grid import expand
+        from kvlab.sweep.slo import DEFAULT_SLO
+
+        searches = breaking_points(expand(setup.lists(systems)), self._runner(), parse_slo(DEFAULT_SLO),
+                                   [defaults.CAPACITY_FIRST_RATE] * len(systems))
+        for name, search in zip(systems, searches):
+            if search.error is not None:
+                raise KvlabError(f"{name} could not be simulated on this setup: {search.error}")
+        for name, search in zip(systems, searches):
+            found = search.to_json()
+            strategy = STRATEGIES[name]
+            self.lines[(setup, name)] = {
+                "name": name, "paper_name": PAPER_NAMES.get(name, name),
+                "batching": strategy.batching, "allocator": strategy.allocator,
+                "capacity_rps": found["capacity_rps"], "lower_bound": found["lower_bound"],
+                "capacity_text": mark_text(search.mark, rate_text(search.capacity)),
+                "limited_by": found["limited_by"],
+                "points": sorted(({"rate": p["rate"], "value": p["value"], "held": p["held"],
+                                   "reason": p["reason"]} for p in found["probes"]), key=lambda p: p["rate"])}
 
     def _evictions(self, setup: RateSetup, lines: list[dict]) -> dict | None:
         """Section 5's run: pages at their breaking point, with the evictions the engine made there (the search's

@@ -57,12 +57,16 @@ def serve(sock: socket.socket, *, host: str = "127.0.0.1", open_browser: str | N
 
 def warm_rates(server) -> None:
     """Section 7's searches for the default setup, begun as `kvlab lab` starts (in their low-priority worker
-    process), so that the first figure's sentence about its rate is ready by the time a reader's figure stops."""
+    process): first the two systems the first screen waits for (RateLab.opening_systems), then the other two, so
+    that the first figure's rate, and its sentence about that rate, are ready by the time a reader's figure
+    stops."""
     from kvlab.errors import KvlabError
     from kvlab.web.params import parse_rate_setup
 
+    rates, setup = server.config.app.state.rates, parse_rate_setup({})
     try:
-        server.config.app.state.rates.breaking_points(parse_rate_setup({}))
+        rates.breaking_points(setup, rates.opening_systems())
+        rates.breaking_points(setup)
     except KvlabError:
         pass  # (the page asks again, and shows the reason in section 7's slot)
 

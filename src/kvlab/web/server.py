@@ -2,7 +2,7 @@
 
     GET    /                              the page (static/index.html)
     GET    /static/...                    lab.js, lab.css (packaged; nothing from the network)
-    GET    /api/catalog                   models, GPUs, workloads, strategies, limits, defaults
+    GET    /api/catalog                   models, GPUs, workloads, strategies, limits, defaults, section 7's systems
     GET    /api/size?model=&gpu=&...      the calculator: kvlab.sizing's numbers, plus the workload's fit
     POST   /api/sessions                  start a grid or a race (JSON RunSpec) -> meta and its first frame
     GET    /api/sessions/{id}/stream      frames as server-sent events, ~30 a second, until done or closed
@@ -12,7 +12,8 @@
     POST   /api/sessions/{id}/seek?t=     run on to t simulated seconds after the first arrival -> that frame
     POST   /api/sessions/{id}/follow?id=  every frame from now on carries conversation id's block table
                                           -> the tables as they stand
-    GET    /api/rates?model=&gpu=&...     each system's breaking point as the rate grows (kvlab.web.rates)
+    GET    /api/rates?model=&gpu=&...     each system's breaking point as the rate grows (kvlab.web.rates);
+                                          &systems=a,b: those systems' only (the first screen's two)
     GET    /api/rates/at?rate=&...        every system's normalized latency at one rate
     POST   /api/vllm-log                  {"text": a vLLM startup log, "model"?: catalogue name} -> what it says
     DELETE /api/sessions/{id}
@@ -285,8 +286,12 @@ def rate_routes(rates: RateLab) -> list[Route]:
     """Section 7: each system's breaking point, and every system at one rate (kvlab.web.rates)."""
 
     async def breaking_points(request: Request) -> Response:
-        setup = parse_rate_setup(dict(request.query_params))
-        return JSONResponse(await run_in_threadpool(rates.breaking_points, setup))
+        from kvlab.web.params import parse_rate_systems
+
+        params = dict(request.query_params)
+        setup = parse_rate_setup(params, also=("rate", "systems"))
+        systems = parse_rate_systems(params.get("systems"))
+        return JSONResponse(await run_in_threadpool(rates.breaking_points, setup, systems))
 
     async def rate_point(request: Request) -> Response:
         params = dict(request.query_params)
@@ -329,7 +334,10 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
 
         listing = await run_in_threadpool(catalog_listing, DEFAULTS)
         # The paper's figures the page sets its own numbers beside (kvlab.paper, their one home).
-        return JSONResponse({**listing, "limits": lim, "paper": {"figure1": FIG1_PAPER, "figure2": FIG2_PAPER}})
+        # Section 7's systems, and the two the first screen waits for (it asks /api/rates for those first).
+        systems = {"all": list(RateLab.systems()), "opening": list(RateLab.opening_systems())}
+        return JSONResponse({**listing, "limits": lim, "paper": {"figure1": FIG1_PAPER, "figure2": FIG2_PAPER},
+                             "rate_systems": systems})
 
     async def size(request: Request) -> Response:
         page = request.headers.get(REFUSALS_HEADER) == "in-body"

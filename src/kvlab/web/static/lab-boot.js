@@ -95,7 +95,7 @@ async function boot() {
   const rates = new RateFigure(document.getElementById("rates"), { hero, grid, race });
   window.kvlab.rates = rates;
   // The figure leads: it plays on arrival (or, for a reader who asked for less motion, shows the moment it
-  // would stop at), at the rate the engine's breaking points give it (openingRates).
+  // would stop at), at the rate the engine's breaking points give it (openingRates: its two caches' searches only).
   const still = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
   hero.autoplay = !still;
   const opening = openingRates(rates, hero, evictions);
@@ -119,9 +119,9 @@ async function boot() {
   await heroReady;
   await Promise.all([setupCalculator(grid, hero.meta.max_model_len), evictions.reset(), ...unhurried]);
   document.body.dataset.ready = "1";
-  // Section 7's curves take the engine a while (eight more rates per system): they are drawn once the first
-  // figure has stopped at its headline (or section 7 comes near), so that the figure's first seconds have the
-  // machine to themselves.
+  // Section 7 takes the engine a while (its other two systems' searches, then eight more rates per system): it is
+  // asked for once the first figure has stopped at its headline (or section 7 comes near), so that the figure's
+  // first seconds have the machine to themselves.
   rates.onPicked = () => heroRateNote(hero, rates.found);
   let asked = false;
   const ask = () => { if (!asked) { asked = true; rates.load(); } };

@@ -44,8 +44,9 @@ function setupHero(hero) {
 
 // The rates the page opens at, from the engine's breaking points (section 7's searches, kvlab.web.rates): the first
 // figure at the lesson's rate, halfway between where its two caches break, so that pages keep up and reserving
-// the max does not; section 5 at pages' own breaking point, where they run out on purpose. Nothing plays until
-// they are in; without them (section 7's slot says why) both run at the command line's rate, and say so.
+// the max does not; section 5 at pages' own breaking point, where they run out on purpose. Only those two caches'
+// searches are waited for (RateFigure.opening: reserving the max and pages, not section 7's other two). Nothing
+// plays until they are in; without them (section 7's slot says why) both run at the command line's rate, and say so.
 async function openingRates(rates, hero, evictions) {
   const headline = document.getElementById("hero-headline");
   setText(headline, "Finding the rate to show: the engine is searching where each cache breaks (section 7)…");
@@ -54,7 +55,7 @@ async function openingRates(rates, hero, evictions) {
   hero.setBusy(true);
   let f = null;
   try {
-    f = await rates.fetch();
+    f = await rates.opening();
   } catch (err) {
     f = null; // (section 7 shows the reason in its own slot)
   } finally {

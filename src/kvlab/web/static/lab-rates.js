@@ -48,7 +48,18 @@ class RateFigure {
       block_size: d.block_size };
   }
 
-  // The breaking points (asked once): the first figure's opening rate and section 5's are read from them.
+  // The breaking points of the two systems the first screen waits for (asked once, before section 7's): the
+  // first figure's opening rate and section 5's are read from them. The server keeps each system's search, so
+  // section 7's request (fetch) later searches only the other two, and finds these two's the same.
+  opening() {
+    if (!this.openingAsked) {
+      const systems = catalog.rate_systems.opening.join(",");
+      this.openingAsked = api("api/rates?" + new URLSearchParams({ ...this.setup(), systems }).toString());
+    }
+    return this.openingAsked;
+  }
+
+  // Every system's breaking points (asked once): section 7's chart.
   fetch() {
     if (!this.asked) {
       this.section.classList.add("busy");
