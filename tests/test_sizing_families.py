@@ -10,6 +10,7 @@ test (the formula beside them), or are published ones (parameter counts) or prin
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -740,6 +741,10 @@ def test_gemma_4_e2b_counts_its_vision_and_audio_towers_against_the_checkpoint()
     # header and buffers (clip bounds, layer scalars), and kvlab's bf16 weights are the file's bytes to 0.003%
     assert model.weights_bytes(2) == 2 * (model.num_params + model.vision_params) == 10_246_355_520
     assert 0 < 10_246_621_918 - model.weights_bytes(2) < 300_000
+    # vLLM builds the towers from transformers' modules, whole on every tensor-parallel rank
+    split = replace(model, vision_whole=False)
+    assert model.weights_bytes(2, tensor_parallel_size=2) - split.weights_bytes(2, tensor_parallel_size=2) == (
+        model.vision_params)  # 2 B x the half that splitting would leave off each rank
     no_audio = dict(config, audio_config=None)
     assert get_model_from(no_audio).vision_params == vision + h * 1536
     # the PLE staging buffer: 2,048 batched tokens x 35 layers x 256 x 2 B

@@ -56,7 +56,8 @@ def spec_from_config(config: dict, *, id: str, where: str, origin: str, hf_repo:
     if not how:
         return spec
     return replace(spec, vision_params=params, vision_source=how, vision_tower=vision_tower(config),
-                   load_buffers=load_buffers(config), ple_staging=ple_staging(config))
+                   load_buffers=load_buffers(config), ple_staging=ple_staging(config),
+                   vision_whole=str(config.get("model_type") or "") == "gemma4")
 
 
 def load_config_path(path: str) -> ModelSpec:

@@ -171,6 +171,7 @@ class ModelSpec:
     # GLM-4.5, Qwen3-Next); vLLM's --speculative-method mtp drafts with them and refuses a model without them.
     num_nextn_predict_layers: int = 0
     vision_params: int = 0  # vision tower and projector (multimodal checkpoints), kept in the model's dtype
+    vision_whole: bool = False  # the towers kept whole on every TP rank (Gemma 4: transformers' modules, unsplit)
     vision_source: str = ""
     vision_tower: VisionTower | None = None  # what vLLM's encoder profiling run reads (Qwen-VL towers only)
     load_buffers: LoadBuffers | None = None  # tensors vLLM allocates at load beside the weights (Qwen-VL M-RoPE)
@@ -506,8 +507,12 @@ class ModelSpec:
             total += (p.router + p.norms) * dtype_bytes
         vocab_matrix = self.vocab_size * self.hidden_size
         if first_stage:
-            # The vision tower's linear layers are split across TP ranks as the decoder's are.
-            total += (self.num_embedding_params + self.vision_params) / tp * dtype_bytes
+            # The vision tower's linear layers are split across TP ranks as the decoder's are, unless vLLM builds it
+            # from transformers' own modules (Gemma 4: gemma4_mm.py), which every rank holds whole.
+            if self.vision_whole:
+                total += (self.num_embedding_params / tp + self.vision_params) * dtype_bytes
+            else:
+                total += (self.num_embedding_params + self.vision_params) / tp * dtype_bytes
         if last_stage:
             total += self.hidden_size * self.traits.norm_params_per_dim * dtype_bytes
             if not self.tie_word_embeddings or not first_stage:
