@@ -758,6 +758,10 @@ def test_gemma_4_e2b_counts_its_vision_and_audio_towers_against_the_checkpoint()
     assert "RoPE cos/sin caches (131,072 x 256 + 131,072 x 512 x 2 B)" in weights.source
     assert "per-layer-embedding staging buffer (2,048 batched tokens x 35 layers x 256 x 2 B)" in weights.source
     assert abs(weights.bytes / GIB - 9.8) < 0.05
+    # the profiling run peaks in a KV-shared layer, whose MLP is twice the configured 6,144 (use_double_wide_mlp)
+    assert model.widest_mlp == 2 * 6144
+    peak = {t.name: t for t in size_kv_cache(model, t4).profile_terms}["peak activation"]
+    assert "3 x 12,288 MLP" in peak.source
 
 
 def get_model_from(config: dict):

@@ -394,7 +394,7 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
         width = model.moe_intermediate_size or model.intermediate_size
         return ProfileInputs(mlp_width_per_gpu=(model.num_shared_experts or 0) * width // tp,
                              moe_top_k=model.experts_per_token, moe_width_per_gpu=width // tp, **inputs)
-    return ProfileInputs(mlp_width_per_gpu=model.intermediate_size // tp, **inputs)
+    return ProfileInputs(mlp_width_per_gpu=model.widest_mlp // tp, **inputs)
 
 
 def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | None:

@@ -442,6 +442,16 @@ class ModelSpec:
                 + sum(self.layer_params(i).total for i in range(self.num_hidden_layers)))
 
     @property
+    def widest_mlp(self) -> int:
+        """The widest dense MLP of any layer: Gemma 4's KV-shared layers run one twice the configured width
+        (use_double_wide_mlp), which is the one vLLM's profiling run peaks on."""
+        g = self.gemma4
+        if g is not None and g.use_double_wide_mlp and not g.enable_moe_block and any(
+                self.kv_sharing_target(i) is not None for i in range(self.num_hidden_layers)):
+            return 2 * self.intermediate_size
+        return self.intermediate_size
+
+    @property
     def num_active_params(self) -> int:
         """Parameters one token passes through: ``num_params`` minus the routed experts it does not use."""
         return (self.num_embedding_params + self.num_head_params
