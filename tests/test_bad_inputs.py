@@ -64,6 +64,9 @@ CASES = [
     (("run", "vllm", "--model", "{cfg:heads0}"), ["num_attention_heads 0", "1 to 65,536"]),
     (("run", "vllm", "--model", "{cfg:layers_huge}"), ["num_hidden_layers 100,000,000", "--yes"]),
     (("size", "{tmp}/nowhere/config.json"), ["nowhere", "catalogue"]),
+    (("size", "opt-13b", *GPU, "--vllm-version", "0.9.0", "--model-runner", "v2"),
+     ["--model-runner v2 needs vLLM 0.12.0 or newer", "--vllm-version 0.9.0", "--model-runner v1"]),
+    (("fit", "opt-13b", *GPU, "--vllm-version", "0.11.2", "--model-runner", "v2"), ["needs vLLM 0.12.0", "v1"]),
     # --- size / fit options ----------------------------------------------------------------------------------
     (("size", "opt-13b", "--gpu-memory-gib", "inf"), ["--gpu-memory-gib inf", "a number > 0"]),
     (("size", "opt-13b", "--gpu-memory-gib", "1e400"), ["--gpu-memory-gib inf", "a number > 0"]),
