@@ -207,7 +207,15 @@ def test_compare_without_the_server_config_stops_before_any_load(kvlab, fault_se
 def test_bad_options_are_one_line_errors(kvlab, fault_server, tmp_path):
     for args, message in ((("--concurrency", "0"), "--concurrency must be > 0"),
                           (("--timeout", "-1"), "--timeout must be > 0"),
-                          (("--prompt-format", "bytes"), "--prompt-format 'bytes': choose auto, token-ids, text")):
+                          (("--prompt-format", "bytes"), "--prompt-format 'bytes': choose auto, token-ids, text"),
+                          # (trial 46: the simulation's options were ignored without --compare, --rate in a closed loop)
+                          (("--cost", "bogus"), "--cost bogus applies only with --compare"),
+                          (("--block-size", "16"), "--block-size 16 applies only with --compare"),
+                          (("--num-gpu-blocks", "30"), "--num-gpu-blocks 30 applies only with --compare"),
+                          (("--max-model-len", "512"), "--max-model-len 512 applies only with --compare"),
+                          (("--model-config", "opt-13b"), "--model-config opt-13b applies only with --compare"),
+                          (("--gpu", "h100"), "--gpu h100 applies only with --compare"),
+                          (("--concurrency", "2", "--rate", "3"), "--rate 3 does not apply with --concurrency 2")):
         result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL]), *args)
         assert result.exit_code == 2 and message in result.stderr, result.stderr
     result = kvlab("bench", "--url", "127.0.0.1:8000")

@@ -59,6 +59,7 @@ ModelConfigOpt = Annotated[Optional[str], typer.Option("--model-config", help="-
 @app.command()
 @with_options(bench_options)
 def bench(
+    ctx: typer.Context,
     url: UrlOpt,
     concurrency: ConcurrencyOpt = None,
     model: ServedModelOpt = None,
@@ -79,6 +80,7 @@ def bench(
     from rich.console import Console
 
     _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format)
+    _check_applies(ctx, compare, concurrency, {"model_config": model_config, **options})
     console = Console(stderr=True, highlight=False)
     try:  # before the load: Ctrl-C here has nothing to keep
         server, setup, wl = _prepare(url, model, compare,
@@ -118,6 +120,25 @@ def _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_fo
             raise KvlabError(f"{name} must be > 0, not {value}")
     if prompt_format not in ("auto", *PROMPT_FORMATS):
         raise KvlabError(f"--prompt-format {prompt_format!r}: choose auto, {', '.join(PROMPT_FORMATS)}")
+
+
+COMPARE_ONLY = ("model_config", *SIM_SETUP_OPTIONS)  # the simulation's options: nothing to set without --compare
+
+
+def _check_applies(ctx: typer.Context, compare: bool, concurrency, values: dict) -> None:
+    """Refuse an option given where it does nothing, as kvlab does elsewhere: the simulation's without --compare,
+    --rate in a closed loop (--concurrency) unless --duration asks the rate how many requests it holds."""
+    sources = {n: ctx.get_parameter_source(n) for n in values}
+    given = {n for n, source in sources.items() if source is not None and source.name != "DEFAULT"}
+    if not compare:
+        for name in COMPARE_ONLY:
+            if name in given:
+                raise KvlabError(f"--{name.replace('_', '-')} {values[name]} applies only with --compare (it sets the "
+                                 "simulation beside the measurement); valid: add --compare, or drop it")
+    if concurrency is not None and "rate" in given and values.get("duration") is None:
+        raise KvlabError(f"--rate {values['rate']:g} does not apply with --concurrency {concurrency}: a closed loop "
+                         "sends each client's next request when its last one ended; valid: drop --rate (or "
+                         "--concurrency to send at the rate)")
 
 
 def _prepare(url, model, compare: bool, sim_options: dict, workload_options: dict):
