@@ -245,3 +245,26 @@ def test_compare_with_a_given_configuration_writes_its_table_and_plots(kvlab, fa
     result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL]), *given, "--cost", "roofline", "--json")
     assert result.exit_code == 0, result.stderr
     assert result.json()["compare"]["settings"]["cost"] == "roofline"
+
+
+def test_the_tables_keep_to_80_columns_and_a_compare_says_what_it_rejected(kvlab, fault_server, tmp_path,
+                                                                            monkeypatch):
+    """Trial 46: the tables were 120 columns wide whatever the terminal; --compare put 0 simulated beside 5
+    measured without a word, titled the strategy `vllm` when it ran without prefix caching, and named the
+    simulation's CSVs as if they were in --out rather than in --out/simulated."""
+    from kvlab.vllm.compare import TINY_MODEL_CONFIG
+
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, DROP, NORMAL, NORMAL]), "--compare", "--block-size",
+                    "16", "--num-gpu-blocks", "2", "--max-model-len", "512", "--model-config", str(TINY_MODEL_CONFIG),
+                    "--out", out)
+    assert result.exit_code == 0, result.stderr
+    assert max(len(line.rstrip()) for line in result.stdout.splitlines()) <= 80, result.stdout
+    assert "…" not in result.stdout and "preemptions" in result.stdout and "e2e p99" in result.stdout
+    words = " ".join(result.stdout.split())
+    assert "Measured beside simulated (kvlab's `vllm+noprefix` strategy)" in words
+    assert "the simulation rejected 3 of the 4 requests sent (3 larger than the whole KV cache)" in words
+    assert "What did not finish (1 requests):" in words  # (the failure's long line wrapped, not cut)
+    assert "simulated/vllm-noprefix_requests.csv" in " ".join(result.stderr.split())
+    assert (out / "simulated" / "vllm-noprefix_requests.csv").exists()
