@@ -69,7 +69,8 @@ def print_classes(console, name: str, classes: dict, *, deadlines: bool = False)
     console.print(table)
     for number, c in classes.items():
         if "slo" in c:
-            console.print(f"class {number}: SLO {c['slo']} {_verdict(c)}; goodput {100 * c['goodput']:.1f}% of its requests (finished within every limit)",
+            console.print(f"class {number}: SLO {c['slo']} {_verdict(c)}; goodput {100 * c['goodput']:.1f}% of its "
+                          "requests (finished within every limit)",
                           highlight=False)
 
 
