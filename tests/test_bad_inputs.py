@@ -171,6 +171,8 @@ CASES = [
     (("run", "vllm", "-w", "sessions", "--arrival", "burst", "--rate", "2"), ["cannot arrive as a burst", "--rate"]),
     (("run", "vllm", "-w", "sessions", "--arrival", "trace", "--rate", "2"), ["sessions cannot arrive on a trace",
                                                                              "poisson or gamma"]),
+    (("run", "vllm", "-w", "sessions", "--rate", "2", "--max-context-len", "100000"),
+     ["--max-context-len 100,000 exceeds max_model_len 2,048", "at most 2,048", "--max-model-len"]),
     (("run", "vllm", "-w", "arxiv", "--arrival", "trace"), ["arxiv has no arrival times", "--arrival poisson"]),
     (("run", "vllm", "-w", "nope"), ["'nope'", "named: "]),
     (("run", "vllm", "-w", "azure-conv", "-n", "20000"), ["not 20,000", "ask for fewer"]),
