@@ -64,6 +64,9 @@ CASES = [
     (("run", "vllm", "--model", "{cfg:heads0}"), ["num_attention_heads 0", "1 to 65,536"]),
     (("run", "vllm", "--model", "{cfg:layers_huge}"), ["num_hidden_layers 100,000,000", "--yes"]),
     (("size", "{tmp}/nowhere/config.json"), ["nowhere", "catalogue"]),
+    (("size", "opt-13b", *GPU, "--vllm-version", "0.9.0", "--model-runner", "v2"),
+     ["--model-runner v2 needs vLLM 0.12.0 or newer", "--vllm-version 0.9.0", "--model-runner v1"]),
+    (("fit", "opt-13b", *GPU, "--vllm-version", "0.11.2", "--model-runner", "v2"), ["needs vLLM 0.12.0", "v1"]),
     # --- size / fit options ----------------------------------------------------------------------------------
     (("size", "opt-13b", "--gpu-memory-gib", "inf"), ["--gpu-memory-gib inf", "a number > 0"]),
     (("size", "opt-13b", "--gpu-memory-gib", "1e400"), ["--gpu-memory-gib inf", "a number > 0"]),
@@ -164,6 +167,12 @@ CASES = [
     (("run", "vllm", "--arrival", "uniform"), ["'uniform'", "auto, trace, poisson, gamma, burst"]),
     (("run", "vllm", "-w", "azure-conv", "--arrival", "trace", "--rate", "2"), ["--rate 2", "drop --rate"]),
     (("run", "vllm", "--arrival", "burst", "--rate", "2"), ["--rate 2 contradicts --arrival burst", "drop --rate"]),
+    (("run", "vllm", "-w", "sessions", "--arrival", "burst"), ["sessions cannot arrive as a burst", "poisson or gamma"]),
+    (("run", "vllm", "-w", "sessions", "--arrival", "burst", "--rate", "2"), ["cannot arrive as a burst", "--rate"]),
+    (("run", "vllm", "-w", "sessions", "--arrival", "trace", "--rate", "2"), ["sessions cannot arrive on a trace",
+                                                                             "poisson or gamma"]),
+    (("run", "vllm", "-w", "sessions", "--rate", "2", "--max-context-len", "100000"),
+     ["--max-context-len 100,000 exceeds max_model_len 2,048", "at most 2,048", "--max-model-len"]),
     (("run", "vllm", "-w", "arxiv", "--arrival", "trace"), ["arxiv has no arrival times", "--arrival poisson"]),
     (("run", "vllm", "-w", "nope"), ["'nope'", "named: "]),
     (("run", "vllm", "-w", "azure-conv", "-n", "20000"), ["not 20,000", "ask for fewer"]),
@@ -178,6 +187,12 @@ CASES = [
     (("run", "vllm", "-w", "{tmp}/empty.csv"), ["the file is empty", "prompt_len and output_len"]),
     (("run", "vllm", "-w", "{tmp}/vidur-bad.csv"), ["num_decode_tokens", "prompt_len and output_len"]),
     (("run", "vllm", "-w", "{tmp}/bad.jsonl"), ["line 1", "is not JSON"]),
+    # --- option and grid files (trial 46, finding 3) -----------------------------------------------------------
+    (("run", "vllm", "--config", "{tmp}/binary.yaml"), ["--config", "binary.yaml: cannot read it as UTF-8", ".toml"]),
+    (("run", "vllm", "--config", "{tmp}/binary.toml"), ["binary.toml: cannot read it as UTF-8", ".yaml"]),
+    (("sweep", "--grid", "{tmp}/binary.yaml", "--out", "{tmp}/sweep"), ["--grid", "cannot read it as UTF-8"]),
+    (("capacity", "--grid", "{tmp}/binary.yaml", "--out", "{tmp}/cap"), ["--grid", "cannot read it as UTF-8"]),
+    (("sweep", "--grid", "{tmp}/unclosed.yaml", "--out", "{tmp}/sweep"), ["not valid YAML", "at line 2, column 2"]),
     # --- vllm compare: refused before the engine is needed -------------------------------------------------------
     (("vllm", "compare", "--rate", "0"), ["--rate 0", "a number > 0"]),
     (("vllm", "compare", "--arrival", "burst", "--rate", "5"), ["--rate 5 contradicts --arrival burst", "drop"]),
@@ -193,6 +208,9 @@ FILES = {
     "vidur-bad.csv": "num_prefill_tokens,pd_ratio\n10,0.5\n",
     "bad.jsonl": '{"prompt_len": 10,\n',
     "a-file.txt": "not a folder\n",
+    "binary.yaml": b"\x00\x01\xff",
+    "binary.toml": b"\x00\x01\xff",
+    "unclosed.yaml": "a: [1, 2\nb: 3\n",
 }
 
 WRITERS = ("run", "race", "paper")
@@ -220,13 +238,17 @@ def test_the_catalogue_has_at_least_80_cases():
 @pytest.mark.parametrize("args, needles", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
 def test_bad_input_is_one_clear_line(kvlab, tmp_path, args, needles):
     for name, text in FILES.items():
-        (tmp_path / name).write_text(text)
+        if isinstance(text, bytes):
+            (tmp_path / name).write_bytes(text)
+        else:
+            (tmp_path / name).write_text(text)
     argv = _materialise(args, tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
     r = kvlab(*argv)
     message = " ".join(r.stderr.split())
     assert r.exit_code == 2, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr + r.stdout
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     for needle in needles:
         assert needle in message, (needle, message)
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "a partial output was left behind"

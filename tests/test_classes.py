@@ -140,3 +140,21 @@ def test_an_abandoned_share_reads_as_a_percentage_and_the_table_has_its_column()
     assert "class 0: SLO abandoned<5% missed (abandoned<5% 50.0%)" in " ".join(text.split())
     assert any("rejected   abandoned" in line for line in text.splitlines()) and "…" not in text
     assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+
+
+def test_a_miss_from_clients_that_gave_up_says_so_and_how_to_bound_it():
+    """Trial 46: p99_e2e<60s "missed" beside 38.6 s, when the miss was the clients that gave up (an SLO without an
+    abandoned<X% term allows none): the line says that first, and how to bound it."""
+    from rich.console import Console
+
+    from kvlab.report.classes import print_classes
+
+    records = [record(0, e2e=38.6), record(1, "aborted"), record(2, "aborted"), record(3, e2e=10.0),
+               record(4, "aborted")]
+    classes = class_summaries(records, {i: 1 for i in range(5)}, parse_slo_classes("1:p99_e2e<60s"))
+    console = Console(width=80, record=True)
+    print_classes(console, "vllm", classes, deadlines=True)
+    words = " ".join(console.export_text().split())
+    assert ("class 1: SLO p99_e2e<60s missed: 60.0% of its clients gave up (an SLO without an abandoned<X% term "
+            "allows none); add e.g. abandoned<5%; p99_e2e<60s") in words, words
+    assert "missed (p99_e2e<60s" not in words

@@ -290,3 +290,17 @@ def test_a_tensor_parallel_hint_names_the_max_model_len_at_which_vllm_would_then
     # where the weights and a max_model_len request fit, the hint is the size alone
     assert "Would fit: --tensor-parallel-size 8 on this GPU\n" in kvlab("size", "llama-3.1-405b", "--gpu", "h100-sxm",
                                                                       "--quantization", "fp8").stderr
+
+
+def test_fit_says_none_fit_rather_than_0_tokens_and_the_most_that_do(kvlab):
+    """Trial 46: --concurrency 100000000 printed 'Longest context ...: 0 tokens'."""
+    r = kvlab("fit", "opt-13b", "--gpu", "a100-40gb", "--concurrency", "100000000")
+    assert r.exit_code == 0, r.stderr
+    words = " ".join(r.stdout.split())
+    most = kvlab("fit", "opt-13b", "--gpu", "a100-40gb", "--json").json()
+    assert "0 tokens" not in words
+    assert "Longest context for 100,000,000 concurrent requests: none: at most " in words
+    data = kvlab("fit", "opt-13b", "--gpu", "a100-40gb", "--concurrency", "100000000", "--json").json()
+    one = data["max_context_len"]["max_num_requests_of_one_token"]
+    assert f"at most {one:,} requests of one token fit" in words and 0 < one < 100_000_000
+    assert "max_num_requests_of_one_token" not in most["max_context_len"]

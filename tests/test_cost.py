@@ -344,3 +344,16 @@ def test_a_profile_file_named_as_a_built_in_is_reported_with_its_file(kvlab, tmp
     data = kvlab("run", "-n", "20", "--cost", path, "--json").json()
     assert data["cost"]["profile"] == "roofline (mine.toml)"
     assert "roofline (mine.toml)" in kvlab("cost", path).stdout
+
+
+def test_a_missing_constant_lists_the_required_ones_and_names_the_optional_ones_as_optional():
+    """Trial 46: the all-reduce and async constants were listed as needed, though a profile without them loads."""
+    from kvlab.cost.profiles import OPTIONAL_CONSTANTS, profile_from_dict
+
+    with pytest.raises(KvlabError) as error:
+        profile_from_dict({"name": "p", "source": "a test", "constants": {"bandwidth_efficiency": 0.8}}, "p.toml")
+    message = str(error.value)
+    needed, _, optional = message.partition("needs all of: ")[2].partition(" (optional: ")
+    assert "missing constant 'attention_bandwidth_efficiency'" in message
+    assert "bandwidth_efficiency" in needed and not any(name in needed for name in OPTIONAL_CONSTANTS)
+    assert optional.rstrip(")") == ", ".join(OPTIONAL_CONSTANTS)

@@ -243,3 +243,22 @@ def test_the_log_of_another_server_is_refused(kvlab, tmp_path):
     r = kvlab("calibrate", tmp_path / "run", "--server-log", other, "--out", tmp_path / "p.toml")
     assert r.exit_code == 2 and "give the log of the server that bench ran against" in r.stderr
     assert not (tmp_path / "p.toml").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--iterations", "50"), "--iterations 50 is for a fit on measured runs: give it with --runs FILE"),
+    (("--start", "roofline"), "--start roofline is for a fit on measured runs"),
+    (("--model", "bogus"), "--model: unknown model 'bogus'"),
+])
+def test_a_bench_folder_fit_refuses_what_it_would_ignore_or_write_wrongly(kvlab, bench_dir, tmp_path, args, message):
+    """Trial 46: --iterations 50 (help: 1 to 20, with --runs) and --model bogus were accepted for a bench-folder
+    fit; the second wrote model = "bogus" into the profile, and every later run warned "fitted for bogus"."""
+    r = kvlab("calibrate", bench_dir, "--out", tmp_path / "p.toml", *args)
+    assert r.exit_code == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "p.toml").exists()
+
+
+def test_a_bench_folder_fit_writes_the_model_as_kvlab_names_it(kvlab, bench_dir, tmp_path):
+    out = tmp_path / "p.toml"
+    assert kvlab("calibrate", bench_dir, "--out", out, "--model", "OPT-13B").exit_code == 0
+    assert tomllib.loads(out.read_text())["model"] == "opt-13b"

@@ -132,7 +132,7 @@ def test_a_profile_calibrated_at_one_load_predicts_two_others(kvlab, server, mod
     loads = {CALIBRATION_RATE: _load()}
     profile = tmp_path / "cpu.toml"
     args = ("calibrate", tmp_path / "calibration", "--server-log", server.log_path, "--out", profile, "--model",
-            model_config.parent.name, "--gpu", "cpu", "--json")
+            model_config, "--gpu", "cpu", "--json")  # (written as kvlab names it: its folder's name)
     r = kvlab(*args)
     for _ in range(3):  # as a user would: fit what the data shows, as calibrate advises, constant by constant
         if r.exit_code != 2 or "Or leave it out: --fit " not in r.stderr:

@@ -146,8 +146,14 @@ def test_sessions_need_a_rate_a_process_and_room():
     with pytest.raises(KvlabError, match="--arrival burst for sessions: .* valid: --arrival poisson or gamma"):
         session_table(SessionSpec(), paper_sharegpt_population(), num_requests=10, duration=None, rate=1.0,
                       arrival="burst")
-    with pytest.raises(KvlabError, match="sessions has no arrival times of its own"):
+    with pytest.raises(KvlabError, match="sessions cannot arrive on a trace's own times .* valid: --arrival auto, "
+                                         "poisson or gamma"):
         load_workload("sessions", num_requests=10, arrival="trace")
+    with pytest.raises(KvlabError, match="sessions cannot arrive as a burst"):  # (before --rate's own checks)
+        load_workload("sessions", num_requests=10, arrival="burst", rate=2.0)
+    with pytest.raises(KvlabError, match="--max-context-len 4,096 exceeds max_model_len 2,048"):
+        load_workload("sessions", rate=1.0, num_requests=10, max_model_len=2048, long_requests="clip",
+                      sessions=SessionSpec(max_context_len=4096))
     with pytest.raises(KvlabError, match="session options apply to --workload sessions only"):
         load_workload("paper-sharegpt", rate=1.0, num_requests=10, sessions=SessionSpec())
     with pytest.raises(KvlabError, match="--system-prompt-len 3,000 leaves no room .* valid: at most 2,046"):

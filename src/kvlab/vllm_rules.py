@@ -140,6 +140,20 @@ MODEL_RUNNER_EPOCHS = (
     RunnerEpoch("0.29.0", (), dense=True, quantized=True, every=True),
 )
 MODEL_RUNNERS = ("v1", "v2")
+# The first release that ships Model Runner V2 at all (vllm/v1/worker/gpu/, vllm-project/vllm#25266, opt-in through
+# VLLM_USE_V2_MODEL_RUNNER=1; vllm-ascend's MRV2 framework was built against v0.12.0): --model-runner v2 with an
+# older --vllm-version names a runner that release did not have. It is the default only from the epochs above.
+MODEL_RUNNER_V2_SINCE = "0.12.0"
+
+
+def check_model_runner(runner: str | None, version: str | None) -> None:
+    """Refuse --model-runner v2 with a vLLM release before Model Runner V2 existed (MODEL_RUNNER_V2_SINCE)."""
+    if runner != "v2" or version is None:
+        return
+    if version_key(version) < version_key(MODEL_RUNNER_V2_SINCE):
+        raise KvlabError(f"--model-runner v2 needs vLLM {MODEL_RUNNER_V2_SINCE} or newer (--vllm-version {version} "
+                         "has only the V1 runner); valid: --model-runner v1, or a --vllm-version from "
+                         f"{MODEL_RUNNER_V2_SINCE}")
 
 
 def model_runner(version: str | None, architecture: str, is_moe: bool, is_hybrid: bool, quantized: bool) -> str:

@@ -57,7 +57,8 @@ def test_every_fault_is_accounted_for_once(kvlab, fault_server, tmp_path):
         elif n == STREAM_ERROR:
             assert row["status"] == "failed" and "engine died (injected)" in row["error"]
         elif n == MALFORMED:
-            assert row["status"] == "failed" and row["error"].startswith("malformed stream after 0 tokens: KeyError")
+            assert row["status"] == "failed" and row["error"] == ("malformed stream after 0 tokens: 'choices' is a "
+                                                                 "dict, not a list (not OpenAI's streaming format)")
     summary = json.loads((out / "summary.json").read_text())
     statuses = Counter(r["status"] for r in rows)
     assert (summary["num_finished"], summary["num_failed"], summary["num_timeout"]) == (
@@ -207,7 +208,15 @@ def test_compare_without_the_server_config_stops_before_any_load(kvlab, fault_se
 def test_bad_options_are_one_line_errors(kvlab, fault_server, tmp_path):
     for args, message in ((("--concurrency", "0"), "--concurrency must be > 0"),
                           (("--timeout", "-1"), "--timeout must be > 0"),
-                          (("--prompt-format", "bytes"), "--prompt-format 'bytes': choose auto, token-ids, text")):
+                          (("--prompt-format", "bytes"), "--prompt-format 'bytes': choose auto, token-ids, text"),
+                          # (trial 46: the simulation's options were ignored without --compare, --rate in a closed loop)
+                          (("--cost", "bogus"), "--cost bogus applies only with --compare"),
+                          (("--block-size", "16"), "--block-size 16 applies only with --compare"),
+                          (("--num-gpu-blocks", "30"), "--num-gpu-blocks 30 applies only with --compare"),
+                          (("--max-model-len", "512"), "--max-model-len 512 applies only with --compare"),
+                          (("--model-config", "opt-13b"), "--model-config opt-13b applies only with --compare"),
+                          (("--gpu", "h100"), "--gpu h100 applies only with --compare"),
+                          (("--concurrency", "2", "--rate", "3"), "--rate 3 does not apply with --concurrency 2")):
         result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL]), *args)
         assert result.exit_code == 2 and message in result.stderr, result.stderr
     result = kvlab("bench", "--url", "127.0.0.1:8000")
@@ -237,3 +246,26 @@ def test_compare_with_a_given_configuration_writes_its_table_and_plots(kvlab, fa
     result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL]), *given, "--cost", "roofline", "--json")
     assert result.exit_code == 0, result.stderr
     assert result.json()["compare"]["settings"]["cost"] == "roofline"
+
+
+def test_the_tables_keep_to_80_columns_and_a_compare_says_what_it_rejected(kvlab, fault_server, tmp_path,
+                                                                            monkeypatch):
+    """Trial 46: the tables were 120 columns wide whatever the terminal; --compare put 0 simulated beside 5
+    measured without a word, titled the strategy `vllm` when it ran without prefix caching, and named the
+    simulation's CSVs as if they were in --out rather than in --out/simulated."""
+    from kvlab.vllm.compare import TINY_MODEL_CONFIG
+
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, DROP, NORMAL, NORMAL]), "--compare", "--block-size",
+                    "16", "--num-gpu-blocks", "2", "--max-model-len", "512", "--model-config", str(TINY_MODEL_CONFIG),
+                    "--out", out)
+    assert result.exit_code == 0, result.stderr
+    assert max(len(line.rstrip()) for line in result.stdout.splitlines()) <= 80, result.stdout
+    assert "…" not in result.stdout and "preemptions" in result.stdout and "e2e p99" in result.stdout
+    words = " ".join(result.stdout.split())
+    assert "Measured beside simulated (kvlab's `vllm+noprefix` strategy)" in words
+    assert "the simulation rejected 3 of the 4 requests sent (3 larger than the whole KV cache)" in words
+    assert "What did not finish (1 requests):" in words  # (the failure's long line wrapped, not cut)
+    assert "simulated/vllm-noprefix_requests.csv" in " ".join(result.stderr.split())
+    assert (out / "simulated" / "vllm-noprefix_requests.csv").exists()

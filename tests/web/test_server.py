@@ -66,6 +66,11 @@ def test_size_matches_kvlab_size(client, kvlab):
         ({"gpu": "z80"}, "z80"),
         ({"concurrency": "0"}, "concurrency 0 is out of range"),
         ({"gpu_memory_utilization": "1.5"}, "gpu_memory_utilization '1.5' is out of range: 0.05 to 1"),
+        # (trial 46: these were ignored, and the default answer returned)
+        ({"block_size": "0"}, "unknown parameter 'block_size'; valid: model, gpu, concurrency, context_len"),
+        ({"kv_cache_dtype": "fp8"}, "unknown parameter 'kv_cache_dtype'"),
+        ({"tensor_parallel_size": "3"}, "unknown parameter 'tensor_parallel_size'"),
+        ({"bogus": "1"}, "unknown parameter 'bogus'"),
     ],
 )
 def test_size_bad_values_are_400_with_a_message(client, params, message):

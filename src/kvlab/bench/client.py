@@ -112,15 +112,23 @@ class _Stream:
 
     def take(self, chunk: dict, now: float) -> None:
         """Count the tokens of one streamed chunk."""
+        if not isinstance(chunk, dict):
+            raise StreamFailure(self._malformed(f"a chunk that is a {type(chunk).__name__}, not a JSON object"))
         if "error" in chunk:
             error = chunk["error"]
             message = error.get("message", error) if isinstance(error, dict) else error
             raise StreamFailure(f"error in the stream after {self.num_tokens} tokens: {message}")
         choices = chunk.get("choices") or []
         usage = chunk.get("usage") or {}
+        if not isinstance(choices, list):
+            raise StreamFailure(self._malformed(f"'choices' is a {type(choices).__name__}, not a list"))
+        if not isinstance(usage, dict):
+            raise StreamFailure(self._malformed(f"'usage' is a {type(usage).__name__}, not an object"))
         if not choices:
             return  # the final usage-only chunk
         choice = choices[0]
+        if not isinstance(choice, dict):
+            raise StreamFailure(self._malformed(f"a choice that is a {type(choice).__name__}, not an object"))
         if isinstance(usage.get("completion_tokens"), int):
             num_new = usage["completion_tokens"] - self.num_usage_tokens
             self.num_usage_tokens = usage["completion_tokens"]
@@ -133,6 +141,9 @@ class _Stream:
             self.counts.append(num_new)
         if choice.get("finish_reason") is not None:
             self.complete = True
+
+    def _malformed(self, what: str) -> str:
+        return f"malformed stream after {self.num_tokens} tokens: {what} (not OpenAI's streaming format)"
 
     def result(self, status: str, error: str, end_time: float) -> RequestResult:
         r = self.request
@@ -223,8 +234,8 @@ class _Load:
             status, error = "failed", (f"connection failed after {state.num_tokens} of {request.num_output_tokens} "
                                        f"tokens: {type(exc).__name__}: {exc}")
         except (TypeError, KeyError, AttributeError, ValueError) as exc:  # a chunk not shaped like OpenAI's
-            status, error = "failed", (f"malformed stream after {state.num_tokens} tokens: {type(exc).__name__}: "
-                                       f"{exc}")
+            status, error = "failed", (f"malformed stream after {state.num_tokens} tokens: a chunk not shaped like "
+                                       f"OpenAI's ({type(exc).__name__} {exc})")
         except asyncio.CancelledError:
             status, error = self._stop_reason(state.num_tokens)
         self.record(state.result(status, error, self.clock()))

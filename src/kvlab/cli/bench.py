@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, options_template, with_options
@@ -59,6 +60,7 @@ ModelConfigOpt = Annotated[Optional[str], typer.Option("--model-config", help="-
 @app.command()
 @with_options(bench_options)
 def bench(
+    ctx: typer.Context,
     url: UrlOpt,
     concurrency: ConcurrencyOpt = None,
     model: ServedModelOpt = None,
@@ -79,6 +81,7 @@ def bench(
     from rich.console import Console
 
     _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format)
+    _check_applies(ctx, compare, concurrency, {"model_config": model_config, **options})
     console = Console(stderr=True, highlight=False)
     try:  # before the load: Ctrl-C here has nothing to keep
         server, setup, wl = _prepare(url, model, compare,
@@ -104,7 +107,8 @@ def bench(
     else:
         _report(summary, run, console)
     if written:
-        console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
+        console.print(f"Wrote {len(written)} files to {out}/: "
+                      + ", ".join(str(p.relative_to(out)) if p.is_relative_to(out) else str(p) for p in written))
     if run.stopped == "interrupted":
         raise typer.Exit(130)
 
@@ -118,6 +122,25 @@ def _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_fo
             raise KvlabError(f"{name} must be > 0, not {value}")
     if prompt_format not in ("auto", *PROMPT_FORMATS):
         raise KvlabError(f"--prompt-format {prompt_format!r}: choose auto, {', '.join(PROMPT_FORMATS)}")
+
+
+COMPARE_ONLY = ("model_config", *SIM_SETUP_OPTIONS)  # the simulation's options: nothing to set without --compare
+
+
+def _check_applies(ctx: typer.Context, compare: bool, concurrency, values: dict) -> None:
+    """Refuse an option given where it does nothing, as kvlab does elsewhere: the simulation's without --compare,
+    --rate in a closed loop (--concurrency) unless --duration asks the rate how many requests it holds."""
+    sources = {n: ctx.get_parameter_source(n) for n in values}
+    given = {n for n, source in sources.items() if source is not None and source.name != "DEFAULT"}
+    if not compare:
+        for name in COMPARE_ONLY:
+            if name in given:
+                raise KvlabError(f"--{name.replace('_', '-')} {values[name]} applies only with --compare (it sets the "
+                                 "simulation beside the measurement); valid: add --compare, or drop it")
+    if concurrency is not None and "rate" in given and values.get("duration") is None:
+        raise KvlabError(f"--rate {values['rate']:g} does not apply with --concurrency {concurrency}: a closed loop "
+                         "sends each client's next request when its last one ended; valid: drop --rate (or "
+                         "--concurrency to send at the rate)")
 
 
 def _prepare(url, model, compare: bool, sim_options: dict, workload_options: dict):
@@ -230,7 +253,59 @@ def _compare(run, wl, setup, summary: dict, out: Path | None) -> tuple[dict, lis
             writer.writerows(rows)
         written = [table_path, *plot_comparison(measured, simulated, cmp.latencies(run.results, result.records), out)]
         written += write_run_data(result, out / "simulated")
-    return {"settings": setup.settings, "notes": list(setup.notes), "table": rows}, written
+    return {"settings": setup.settings, "notes": list(setup.notes), "table": rows,
+            "rejected": _rejected_note(result.records)}, written
+
+
+def _measured_tables(summary: dict) -> list:
+    """The measurement in two tables that keep to 80 columns: what ended how, and the latencies."""
+    from rich import box
+    from rich.table import Table
+
+    def ms(d: dict, key: str) -> str:
+        return "–" if d[key] is None else f"{1e3 * d[key]:.1f} ms"
+
+    counts = Table(title="Measured", title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    for col in ("finished", "failed", "timed out", "req/s", "tokens/s", "preemptions"):
+        counts.add_column(col, justify="right", no_wrap=True)
+    counts.add_row(str(summary["num_finished"]), str(summary["num_failed"]), str(summary["num_timeout"]),
+                   f"{summary['throughput_rps']:.2f}", f"{summary['throughput_tps']:.1f}", _fmt(summary["preemptions"]))
+    latency = Table(title="Measured latency", title_justify="left", header_style="bold", box=box.SIMPLE_HEAD)
+    for col in ("TTFT p50", "TTFT p99", "TPOT p50", "e2e p50", "e2e p99"):
+        latency.add_column(col, justify="right", no_wrap=True)
+    latency.add_row(ms(summary["ttft_s"], "p50"), ms(summary["ttft_s"], "p99"), ms(summary["tpot_s"], "p50"),
+                    ms(summary["e2e_latency_s"], "p50"), ms(summary["e2e_latency_s"], "p99"))
+    return [counts, latency]
+
+
+def _print_compare(stdout, compare: dict) -> None:
+    """Measured beside simulated, titled with the strategy the simulation ran, and what the simulation rejected."""
+    from rich.table import Table
+
+    table = Table(title=f"Measured beside simulated (kvlab's `{compare['settings']['strategy']}` strategy)",
+                  title_justify="left", header_style="bold")
+    for col in ("figure", "measured", "simulated", "measured / simulated"):
+        table.add_column(col, justify="left" if col == "figure" else "right")
+    for row in compare["table"]:
+        table.add_row(row["figure"], _fmt(row["measured"]), _fmt(row["simulated"]),
+                      "–" if row["ratio"] is None else f"{row['ratio']:.3f}")
+    stdout.print(table)
+    if compare.get("rejected"):
+        stdout.print(f"[yellow]note:[/] {escape(compare['rejected'])}")
+
+
+def _rejected_note(records) -> str | None:
+    """What the simulation rejected, by reason (a cache too small for the requests rejects them all)."""
+    from collections import Counter
+
+    reasons = Counter(r.reject_reason or "rejected" for r in records if r.status == "rejected")
+    if not reasons:
+        return None
+    total = sum(reasons.values())
+    share = "every one" if total == len(records) else f"{total:,}"
+    return (f"the simulation rejected {share} of the {len(records):,} requests sent ("
+            + ", ".join(f"{n:,} {reason}" for reason, n in reasons.most_common())
+            + "): check --num-gpu-blocks, --block-size and --max-model-len against the server's")
 
 
 def _fmt(value) -> str:
@@ -243,25 +318,10 @@ def _fmt(value) -> str:
 
 def _report(summary: dict, run, console) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    stdout = Console(highlight=False)
-    if not stdout.is_terminal:
-        stdout.width = max(stdout.width, 120)
-    table = Table(title="Measured", title_justify="left", header_style="bold")
-    for col in ("finished", "failed", "timed out", "req/s", "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50",
-                "e2e p50", "e2e p99", "preemptions"):
-        table.add_column(col, justify="right")
-
-    def ms(d: dict, key: str) -> str:
-        return "–" if d[key] is None else f"{1e3 * d[key]:.1f} ms"
-
-    table.add_row(str(summary["num_finished"]), str(summary["num_failed"]), str(summary["num_timeout"]),
-                  f"{summary['throughput_rps']:.2f}", f"{summary['throughput_tps']:.1f}",
-                  ms(summary["ttft_s"], "p50"), ms(summary["ttft_s"], "p99"), ms(summary["tpot_s"], "p50"),
-                  ms(summary["e2e_latency_s"], "p50"), ms(summary["e2e_latency_s"], "p99"),
-                  _fmt(summary["preemptions"]))
-    stdout.print(table)
+    stdout = Console(highlight=False)  # (the terminal's width, 80 when not one: the README's promise for tables)
+    for table in _measured_tables(summary):
+        stdout.print(table)
     counters = summary["server_counters"]
     if counters is not None:
         stdout.print(f"The server counted {counters['prompt_tokens']:,} prompt tokens (kvlab sent "
@@ -271,19 +331,12 @@ def _report(summary: dict, run, console) -> None:
     if summary["errors"]:
         stdout.print(f"What did not finish ({len(summary['requests']) - summary['num_finished']} requests):")
     for error, count in summary["errors"].items():
-        stdout.print(f"[red]{count} ×[/] {error}")
+        stdout.print(f"[red]{count} ×[/] {escape(error)}")
     if summary["num_short"]:
         stdout.print(f"{summary['num_short']} finished requests got fewer tokens than asked (the server stopped "
                      "at an end-of-sequence token: try --ignore-eos).")
     if "compare" in summary:
-        compare_table = Table(title="Measured beside simulated (kvlab's `vllm` strategy)", title_justify="left",
-                              header_style="bold")
-        for col in ("figure", "measured", "simulated", "measured / simulated"):
-            compare_table.add_column(col, justify="left" if col == "figure" else "right")
-        for row in summary["compare"]["table"]:
-            compare_table.add_row(row["figure"], _fmt(row["measured"]), _fmt(row["simulated"]),
-                                  "–" if row["ratio"] is None else f"{row['ratio']:.3f}")
-        stdout.print(compare_table)
+        _print_compare(stdout, summary["compare"])
     if run.stopped == "interrupted":
         console.print(f"[yellow]Interrupted[/] (Ctrl-C): kept all {len(run.results)} rows; the requests that had "
                       "not finished are marked failed, 'interrupted'.")

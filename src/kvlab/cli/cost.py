@@ -77,6 +77,7 @@ def _columns_that_fit(profiles, constants, width: int) -> list[list]:
 
 @app.command()
 def calibrate(
+    ctx: typer.Context,
     directories: Annotated[list[Path] | None, typer.Argument(help="Folders written by kvlab bench --out DIR.",
                                                              show_default=False)] = None,
     runs: Annotated[Path | None, typer.Option("--runs", help="Measured runs as published (JSON in the "
@@ -132,15 +133,14 @@ def calibrate(
         _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log),
                         client_defaults, hold_unidentified)
         return
-    if client_defaults or hold_unidentified:
-        flag = "--client-defaults" if client_defaults else "--hold-unidentified"
-        raise KvlabError(f"{flag} is for a fit on measured runs: give it with --runs FILE")
+    _check_bench_fit_options(ctx, client_defaults, hold_unidentified, start, iterations)
     if not directories:
         raise KvlabError("kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE (measured "
                          "runs as published)")
     names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else None
+    fitted_for = _fitted_model(model)  # (before the fit's minutes)
     result = run_calibration(list(directories), names, server_log=server_log)
-    document = result.profile(name or out.stem, model=model, gpu=gpu)
+    document = result.profile(name or out.stem, model=fitted_for, gpu=gpu)
     write_profile(document, out)
     weak = significance(result)
     if as_json:
@@ -148,6 +148,31 @@ def calibrate(
                               ensure_ascii=False))
         return
     _print_bench_fit(result, out, weak)
+
+
+def _check_bench_fit_options(ctx: typer.Context, client_defaults: bool, hold_unidentified: bool, start, iterations
+                             ) -> None:
+    """The options of a fit on measured runs (--runs), refused for a fit on bench folders, which has no rounds."""
+    source = ctx.get_parameter_source("iterations")
+    given_iterations = source is not None and source.name != "DEFAULT"  # (the name: typer's click may be its own)
+    for flag, given in (("--client-defaults", client_defaults), ("--hold-unidentified", hold_unidentified),
+                        (f"--start {start}", start is not None), (f"--iterations {iterations}", given_iterations)):
+        if given:
+            raise KvlabError(f"{flag} is for a fit on measured runs: give it with --runs FILE (a fit on bench "
+                             "folders is one least-squares solve)")
+
+
+def _fitted_model(model: str) -> str:
+    """--model as kvlab names it (a catalogue name, config.json or folder; a Hugging Face id as given), so that a
+    profile is never written fitted for a model no run can be (a later run of any model would warn of it)."""
+    from kvlab.catalog import config, get_model
+
+    if not model or config.looks_like_hf_id(model):
+        return model
+    try:
+        return get_model(model).id
+    except KvlabError as exc:
+        raise KvlabError(f"--model: {exc}") from None
 
 
 def _print_bench_fit(result, out: Path, weak: list[str]) -> None:

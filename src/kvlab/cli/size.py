@@ -446,6 +446,8 @@ def fit(
     answers["tensor_parallel_size"] = config.tensor_parallel_size
     answers["max_context_len"] = {"num_requests": concurrency, "context_len": longest,
                                   "max_position_embeddings": spec.max_position_embeddings}
+    if longest == 0:  # (not even one token each: how many requests of one token do fit)
+        answers["max_context_len"]["max_num_requests_of_one_token"] = max_num_requests(spec, config, 1)
     answers["max_num_requests"] = {"context_len": length, "num_requests": most}
     answers["workload"] = workload_fit(spec, config, concurrency, context_len).to_dict() if context_len else None
     if context_len:
@@ -532,8 +534,10 @@ def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], 
                       f"{f['tensor_parallel_size']}) hold the weights and one {f['max_model_len']:,}-token request "
                       f"({f['num_tokens']:,} token slots, {f['max_concurrency']:.2f}x)")
     capped = " (the model's max_position_embeddings)" if longest == spec.max_position_embeddings else ""
+    none = answers["max_context_len"].get("max_num_requests_of_one_token")
     console.print(f"[bold]Longest context for {concurrency:,} concurrent request{'s' if concurrency > 1 else ''}:[/] "
-                  f"{longest:,} tokens{capped}")
+                  + (f"{longest:,} tokens{capped}" if none is None
+                     else f"none: at most {none:,} requests of one token fit"))
     console.print(f"[bold]Most concurrent requests at {length:,} tokens:[/] {most:,}")
     if context_len:
         fit = workload_fit(spec, config, concurrency, context_len)

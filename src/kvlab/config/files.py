@@ -26,7 +26,13 @@ def read_mapping(path: Path, flag: str, what: str = "a .yaml, .yml or .toml file
     from kvlab.validate import check_input_file
 
     check_input_file(path, flag, what)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise KvlabError(f"{flag} {path}: cannot read it as UTF-8 text ({exc.reason} at byte {exc.start}); "
+                         f"valid: {what}") from None
+    except OSError as exc:
+        raise KvlabError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
     suffix = path.suffix.lower()
     if suffix == ".toml":
         import tomllib
@@ -41,12 +47,21 @@ def read_mapping(path: Path, flag: str, what: str = "a .yaml, .yml or .toml file
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise KvlabError(f"{flag} {path}: not valid YAML ({exc})") from None
+            raise KvlabError(f"{flag} {path}: not valid YAML ({_yaml_problem(exc)})") from None
     else:
         raise KvlabError(f"{flag} {path}: a file of options ends in .yaml, .yml or .toml")
     if not isinstance(data, dict):
         raise KvlabError(f"{flag} {path}: expected a mapping of option names to values")
     return data
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """PyYAML's error in one line: its problem and where (line, column), without the caret block it prints."""
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    if problem is None:
+        return " ".join(str(exc).split())
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(problem)
 
 
 def option_name(spelling: str, where: str, extra: tuple[str, ...] = ()) -> str:

@@ -210,16 +210,19 @@ def profile_from_dict(data: Any, where: str) -> CostProfile:
 
 def _constants(raw: Any, kind: str, where: str) -> dict[str, float]:
     expected = KINDS[kind]
+    required = [name for name in expected if name not in OPTIONAL_CONSTANTS]
+    optional = [name for name in expected if name in OPTIONAL_CONSTANTS]
+    needs = f"an {kind} profile needs all of: {', '.join(required)}" + (
+        f" (optional: {', '.join(optional)})" if optional else "")
     if not isinstance(raw, dict):
-        raise KvlabError(f"{where}: no [constants] table; an {kind} profile needs: {', '.join(expected)}")
+        raise KvlabError(f"{where}: no [constants] table; {needs}")
     unknown = sorted(set(raw) - set(expected))
     if unknown:
         raise KvlabError(f"{where}: unknown constant {unknown[0]!r} for an {kind} profile"
                          f"{_did_you_mean(unknown[0], expected)}; valid: {', '.join(expected)}")
-    missing = [name for name in expected if name not in raw and name not in OPTIONAL_CONSTANTS]
+    missing = [name for name in required if name not in raw]
     if missing:
-        raise KvlabError(f"{where}: missing constant {missing[0]!r} ({expected[missing[0]]}); an {kind} profile "
-                         f"needs all of: {', '.join(expected)}")
+        raise KvlabError(f"{where}: missing constant {missing[0]!r} ({expected[missing[0]]}); {needs}")
     out = {}
     for name in expected:
         if name not in raw:

@@ -31,6 +31,23 @@ def _value(term: str, value: float) -> str:
     return f"{100 * value:.1f}%" if term.startswith(ABANDONED) else _seconds(value)
 
 
+def _verdict(c: dict) -> str:
+    """'held (values)' or 'missed (values)'; where the miss is something no value shows (clients that gave up under
+    an SLO with no abandoned<X% term, which allows none; no request finished), it says that first and how to bound it."""
+    from kvlab.sweep.slo import parse_slo
+
+    values = ", ".join(f"{term} {_value(term, value)}" for term, value in c["slo_values"].items())
+    if c["slo_held"]:
+        return f"held ({values})"
+    unseen = []
+    if not c["num_finished"]:
+        unseen.append("none of its requests finished")
+    if c["abandoned_share"] > 0 and parse_slo(c["slo"]).abandoned_text is None:
+        unseen.append(f"{100 * c['abandoned_share']:.1f}% of its clients gave up (an SLO without an abandoned<X% term "
+                      "allows none); add e.g. abandoned<5%")
+    return f"missed: {'; '.join(unseen)}; {values}" if unseen else f"missed ({values})"
+
+
 def print_classes(console, name: str, classes: dict, *, deadlines: bool = False) -> None:
     """One strategy's classes: requests, rejections (and, with client deadlines, abandonments), latencies, and each
     SLO with its goodput."""
@@ -52,9 +69,8 @@ def print_classes(console, name: str, classes: dict, *, deadlines: bool = False)
     console.print(table)
     for number, c in classes.items():
         if "slo" in c:
-            values = ", ".join(f"{term} {_value(term, value)}" for term, value in c["slo_values"].items())
-            console.print(f"class {number}: SLO {c['slo']} {'held' if c['slo_held'] else 'missed'} ({values}); "
-                          f"goodput {100 * c['goodput']:.1f}% of its requests (finished within every limit)",
+            console.print(f"class {number}: SLO {c['slo']} {_verdict(c)}; goodput {100 * c['goodput']:.1f}% of its "
+                          "requests (finished within every limit)",
                           highlight=False)
 
 

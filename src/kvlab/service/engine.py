@@ -102,6 +102,10 @@ def load(config: KvlabConfig | WorkloadConfig, max_model_len: int | None = None,
 
     if isinstance(config, KvlabConfig):
         workload, max_model_len = config.workload, config.scheduler.max_model_len
+        if workload.sessions:
+            from kvlab.workload.sessions import check_context_cap
+
+            check_context_cap(dict(workload.sessions).get("max_context_len"), max_model_len)
     else:
         workload = config
     return load_workload(workload.workload, **workload.load_options(max_model_len, cap_answers=cap_answers))

@@ -28,7 +28,10 @@ def sizing_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_s
                   model_runner=None) -> tuple[GpuSpec | None, SizingConfig]:
     """(GpuSpec or None, SizingConfig) from the sizing options, checked (kvlab.validate). With --gpu and
     --gpu-memory-gib both, the GPU keeps its name and defaults and takes the given memory, as in `kvlab run`."""
+    from kvlab.vllm_rules import check_model_runner
+
     check_options(locals())
+    check_model_runner(model_runner, vllm_version)
     spec = get_gpu(gpu) if gpu is not None else None
     if spec is not None and gpu_memory_gib is not None:
         spec = replace(spec, id=gpu_label(spec.id, gpu_memory_gib), memory_bytes=round(gpu_memory_gib * GIB),

@@ -98,6 +98,10 @@ def run_refusal(error: KvlabError, spec: RunSpec) -> dict:
                           gpu_memory_utilization=utilization, max_utilization=utilization)
 
 
+SIZE_PARAMETERS = ("model", "gpu", "concurrency", "context_len", "gpu_memory_utilization", "quantization",
+                   "vllm_version")  # what /api/size reads; anything else is refused
+
+
 def size_answer(params: dict, *, page: bool = False) -> dict:
     """The calculator: kvlab.sizing's forward question, and whether N conversations of L tokens fit. For the page
     (``page``), a refusal of the model, GPU or context is an answer: the reason, and what to change among the page's
@@ -105,6 +109,10 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
     from kvlab.web.calculator import answer
     from kvlab.web.refusal import refused_answer
 
+    unknown = sorted(set(params) - set(SIZE_PARAMETERS))
+    if unknown:  # (as /api/sessions and /api/vllm-log refuse theirs: an ignored one would answer another question)
+        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: {', '.join(SIZE_PARAMETERS)} (the other sizing "
+                         "options, block_size or kv_cache_dtype say, are kvlab size's)")
     asked = {
         "model": text(params, "model", DEFAULTS["model"]),
         "gpu": text(params, "gpu", DEFAULTS["gpu"]),

@@ -301,6 +301,17 @@ def _clip_to_max_model_len(table: LengthTable, max_model_len: int) -> tuple[Leng
     return clipped, int(over.sum())
 
 
+def _check_generated_arrival(spec: str, arrival: str) -> None:
+    """A generated workload (sessions) starts its sessions at --rate, so it has neither a trace's times nor a burst:
+    refused first, in one line, before --rate's checks would send the user between the two (trial 46)."""
+    entry = WORKLOADS.get(spec)
+    if entry is None or entry.generate is None or arrival not in ("trace", "burst"):
+        return
+    what = "as a burst" if arrival == "burst" else "on a trace's own times (it has none)"
+    raise KvlabError(f"--workload {spec} cannot arrive {what}: sessions start at --rate; valid: --arrival auto, "
+                     "poisson or gamma, with --rate")
+
+
 def load_workload(
     spec: str,
     *,
@@ -329,6 +340,7 @@ def load_workload(
     """
     from kvlab.validate import check_simulation_work
 
+    _check_generated_arrival(spec, arrival)
     _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_len, long_requests)
     num_requests = None if num_requests is None else int(num_requests)
     max_model_len = None if max_model_len is None else int(max_model_len)

@@ -173,6 +173,15 @@ def _kept_turns(spec: SessionSpec, draws: _Draws, messages: np.ndarray, answers:
     return kept
 
 
+def check_context_cap(max_context_len: int | None, max_model_len: int | None) -> None:
+    """A session's context cap above the engine's max_model_len lets turns grow into requests it rejects as too
+    long: refused (trial 46), for a run (kvlab.service.engine, with the engine's max_model_len) and here."""
+    if max_context_len is not None and max_model_len is not None and max_context_len > max_model_len:
+        raise KvlabError(f"--max-context-len {max_context_len:,} exceeds max_model_len {max_model_len:,}: the engine "
+                         f"would reject the turns past it as too long; valid: at most {max_model_len:,} (or raise "
+                         "--max-model-len)")
+
+
 def session_table(spec: SessionSpec, lengths: LengthTable, *, num_requests: int | None, duration: float | None,
                   rate: float, arrival: str = "poisson", cv: float = 1.0, seed: int = 0,
                   max_model_len: int | None = None) -> LengthTable:
@@ -184,6 +193,7 @@ def session_table(spec: SessionSpec, lengths: LengthTable, *, num_requests: int 
     if arrival not in ("poisson", "gamma"):
         raise KvlabError(f"--arrival {arrival} for sessions: sessions start as a Poisson or gamma process; valid: "
                          "--arrival poisson or gamma (auto: poisson)")
+    check_context_cap(spec.max_context_len, max_model_len)
     max_context_len = spec.max_context_len or max_model_len or DEFAULT_MAX_CONTEXT_LEN
     if spec.system_prompt_len + 2 > max_context_len:
         raise KvlabError(f"--system-prompt-len {spec.system_prompt_len:,} leaves no room for a message and an "
