@@ -214,7 +214,9 @@ class KvlabConfig:
             **session_options(workload.sessions),
             # (named only when given: the keys of configurations stored before they existed stay as they were)
             **({"quantization": self.sizing.quantization} if self.sizing.quantization else {}),
-            **({"vllm_version": self.sizing.vllm_version} if "vllm_version" in dict(self.given) else {}),
+            # (the newest version, stated, is the default: the key of a default point stays as it was)
+            **({"vllm_version": self.sizing.vllm_version} if "vllm_version" in dict(self.given)
+               and self.sizing.vllm_version != _newest_version() else {}),
             **speculative_options(self.speculative),
             **offload_options(self.offload),
             **disagg_options(self.disagg),
@@ -223,9 +225,19 @@ class KvlabConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The options and the numbers derived from them that a reader of a stored run wants beside them
-        (DERIVED_FIELDS)."""
-        return {**self.options(), "num_slots": self.cache.num_slots,
-                "kv_bytes_per_token": self.cache.kv_bytes_per_token, "num_gpus": self.num_gpus}
+        (DERIVED_FIELDS), each at its resolved value, never None for a default: the scheduling policy (fcfs),
+        the vLLM version whose rules sized the cache. (``preemption_mode`` None is the strategy's own: a sweep's
+        row names the strategy's, kvlab.sweep.point.)"""
+        return {**self._keyed(self.scheduler.preemption_mode), "scheduling_policy": self.scheduler.scheduling_policy,
+                "vllm_version": self.sizing.vllm_version or _newest_version()}
+
+    def _keyed(self, preemption_mode: str | None) -> dict[str, Any]:
+        """What the key hashes: the options and the derived numbers, a default left out or None however it was
+        stated (--preemption-mode recompute is every strategy's own: None, as when it is not given; fcfs and the
+        newest vLLM are not named), so that stating a default keeps the key a default point has always had."""
+        return {**self.options(), "preemption_mode": None if preemption_mode == "recompute" else preemption_mode,
+                "num_slots": self.cache.num_slots, "kv_bytes_per_token": self.cache.kv_bytes_per_token,
+                "num_gpus": self.num_gpus}
 
     @property
     def num_gpus(self) -> int:
@@ -237,8 +249,18 @@ class KvlabConfig:
     @property
     def key(self) -> str:
         """A stable name of what this configuration resolves to: equal for equal configurations, whatever
-        spelling they were given in, different when a file they read changed."""
-        payload = json.dumps({"config": self.to_dict(), "cost_constants": self.cost.constants,
+        spelling they were given in (a default stated or not), different when a file they read changed."""
+        return self._hash(self._keyed(self.scheduler.preemption_mode))
+
+    @property
+    def strategy_key(self) -> str:
+        """The key under a strategy already given this configuration's --preemption-mode (kvlab.service.strategies:
+        ``vllm`` under swap is ``vllm+swap``): the strategy's name says the mode, so it is keyed as when not given
+        (``--strategy vllm+swap`` and ``--strategy vllm --preemption-mode swap`` are one sweep point)."""
+        return self._hash(self._keyed(None))
+
+    def _hash(self, keyed: dict[str, Any]) -> str:
+        payload = json.dumps({"config": keyed, "cost_constants": self.cost.constants,
                               "digests": self.digests}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
@@ -361,6 +383,12 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     )
     config.engine  # noqa: B018  (SimConfig's checks of what spans two parts: a block longer than a sequence, ...)
     return config
+
+
+def _newest_version() -> str:
+    from kvlab.vllm_rules import NEWEST_KNOWN
+
+    return NEWEST_KNOWN
 
 
 def resolve_speculative(values: dict[str, Any], model_spec) -> SpeculativeConfig | None:
