@@ -338,13 +338,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     sizing = _size(model_spec, gpu_spec, values)
     tp, pp = values["tensor_parallel_size"] or 1, values["pipeline_parallel_size"]
     block_size = values["block_size"]
-    num_slots = values["num_gpu_blocks"] * block_size if values["num_gpu_blocks"] else sizing.num_pool_slots
-    if num_slots < block_size * 2:
-        raise KvlabError(f"{model_spec.id} on {gpu_spec.id} leaves a KV cache of {num_slots} token slots: too small "
-                         "to serve")
-    from kvlab.validate import check_pool_work
-
-    check_pool_work(num_slots // block_size, block_size)
+    num_slots = _pool_slots(model_spec, gpu_spec, sizing, values["num_gpu_blocks"], block_size)
     # A profile fitted for another model or GPU warns (CostProfileWarning) and its notes travel on the cost model,
     # for a report to repeat: the command line prints those instead of the warning (quietly()).
     cost_model = cost_model_for(profile, model_spec, gpu_spec, sizing, tp, pp)
@@ -383,6 +377,32 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     )
     config.engine  # noqa: B018  (SimConfig's checks of what spans two parts: a block longer than a sequence, ...)
     return config
+
+
+def _pool_slots(model_spec, gpu_spec, sizing: SizingResult, num_gpu_blocks: int | None, block_size: int) -> int:
+    """The pool's token slots: vLLM's sizing, or --num-gpu-blocks (vLLM's --num-gpu-blocks-override, e.g. a real run's
+    printed count), refused where the GPU could not hold that many blocks beside the weights (as --available-kv-gib
+    is: kvlab.sizing) or where they are too few to serve."""
+    num_slots = num_gpu_blocks * block_size if num_gpu_blocks else sizing.num_pool_slots
+    if num_gpu_blocks and sizing.gpu_memory_bytes:
+        from kvlab.sizing import format_gib
+
+        room = sizing.gpu_memory_bytes - sizing.weights_bytes
+        fit = max(room, 0) // sizing.bytes_per_block
+        if num_gpu_blocks > fit:
+            raise KvlabError(
+                f"--num-gpu-blocks {num_gpu_blocks:,} is more than {gpu_spec.id} can hold for the KV cache of "
+                f"{model_spec.id}: {num_gpu_blocks:,} blocks x {sizing.bytes_per_block / 2**20:g} MiB = "
+                f"{format_gib(num_gpu_blocks * sizing.bytes_per_block)} GiB, but {format_gib(sizing.gpu_memory_bytes)} "
+                f"GiB of memory - {format_gib(sizing.weights_bytes)} GiB of weights = {format_gib(max(room, 0))} GiB; "
+                f"valid: at most {fit:,} blocks, or a GPU with more memory (--gpu, --gpu-memory-gib)")
+    if num_slots < block_size * 2:
+        raise KvlabError(f"{model_spec.id} on {gpu_spec.id} leaves a KV cache of {num_slots} token slots: too small "
+                         "to serve")
+    from kvlab.validate import check_pool_work
+
+    check_pool_work(num_slots // block_size, block_size)
+    return num_slots
 
 
 def _newest_version() -> str:
