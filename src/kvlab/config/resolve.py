@@ -14,8 +14,9 @@
        │
        ├─▶ .engine        the SimConfig a Simulation takes (cache, scheduler, the cost model)
        ├─▶ .to_dict()     every option's resolved value, and the numbers derived from them (num_gpu_blocks)
-       └─▶ .key           a hash of to_dict() and of the files' contents: two spellings of one configuration
-                          (``--model OPT-13B``, ``--cost roofline``, ``--max-model-len 2048`` on OPT-13B) have one key
+       └─▶ .key           a hash of the options (a default stated or not, in one form) and the derived numbers, and
+                          of the files' contents: two spellings of one configuration (``--model OPT-13B``, ``--cost
+                          roofline``, ``--max-model-len 2048`` on OPT-13B, ``--vllm-version 0.32.0``) have one key
 
 Resolution is idempotent: ``resolve(config.options())`` is ``config``.
 """
