@@ -147,7 +147,9 @@ CASES = [
     (("run", "vllm", "--rate", "4", "--duration", "1e9"), ["4,000,000,000 requests", "--yes"]),
     (("race", "-n", "1000000"), ["1,000,000 requests x 4 strategies", "--yes"]),
     (("paper", "fig2", "-n", "100000000"), ["100,000,000 requests", "--yes"]),
-    (("run", "vllm", "--num-gpu-blocks", "1000000000000"), ["1,000,000,000,000 blocks", "--yes"]),
+    # (more blocks than the GPU holds: refused outright, as --available-kv-gib is; --yes would not make them fit)
+    (("run", "vllm", "--num-gpu-blocks", "1000000000000"), ["1,000,000,000,000 blocks", "more than A100-40GB can hold",
+                                                            "at most 1,274 blocks"]),
     (("run", "vllm", "--model", "qwen2.5-0.5b-instruct", "--gpu-memory-gib", "100000"),
      ["blocks", "lower --gpu-memory-gib"]),
     # --- paper fig2 ----------------------------------------------------------------------------------------------

@@ -125,3 +125,17 @@ def test_strategy_names_live_in_one_table_that_the_engines_dispatch_follows():
         SchedulerConfig(batching="fifo")
     with pytest.raises(KvlabError, match="--preemption-mode 'drop'; valid: recompute, swap"):
         SchedulerConfig(preemption_mode="drop")
+
+
+def test_more_gpu_blocks_than_the_gpu_holds_are_refused_as_a_budget_is():
+    """trial 46, finding 6: --num-gpu-blocks 50000 (610 GiB of KV on a 40 GB card) was simulated without a word, while
+    --available-kv-gib 500 was refused. The same physical check now: the blocks must fit beside the weights; a real
+    run's printed count (vLLM's own sizing, here 865) and up to the GPU's room still run."""
+    from kvlab.config import resolve
+
+    with pytest.raises(KvlabError, match=r"^--num-gpu-blocks 50,000 is more than A100-40GB can hold for the KV cache "
+                                         r"of opt-13b: .* 15.55 GiB; valid: at most 1,274 blocks"):
+        resolve(num_gpu_blocks=50_000)
+    assert resolve(num_gpu_blocks=865).cache.num_gpu_blocks == 865
+    assert resolve(num_gpu_blocks=1274).cache.num_gpu_blocks == 1274
+    assert resolve(num_gpu_blocks=2000, gpu="a100-80gb").cache.num_gpu_blocks == 2000

@@ -331,11 +331,39 @@ def test_a_fleet_of_speculating_replicas_sums_their_counts_and_recomputes_the_ra
 
 
 def test_a_draft_model_larger_than_the_target_is_warned_in_one_line(kvlab):
-    r = kvlab("run", "vllm", "-n", "5", "--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--speculative-method",
-              "draft_model", "--speculative-model", "llama-3.1-70b", "--spec-acceptance", "0.7")
+    r = kvlab("run", "vllm", "-n", "5", "--model", "llama-3.2-1b", "--gpu", "H100-SXM", "--speculative-method",
+              "draft_model", "--speculative-model", "llama-3.1-8b", "--spec-acceptance", "0.7")
     assert r.exit_code == 0, r.stderr
     warned = [line for line in r.stderr.splitlines() if "larger than the target" in line]
-    assert len(warned) == 1 and "--speculative-model llama-3.1-70b" in warned[0]
+    assert len(warned) == 1 and "--speculative-model llama-3.1-8b" in warned[0]
+
+
+def test_a_draft_models_weights_and_kv_are_counted_in_the_budget():
+    """trial 46, finding 5: vLLM loads a draft model on the target's GPUs (vllm/v1/spec_decode/draft_model.py:
+    DraftModelProposer.load_model), so the startup profile counts its weights and its attention layers take blocks of
+    the one KV cache. kvlab had sized the pool for the target alone."""
+    plain = resolve()
+    spec = resolve(speculative_method="draft_model", speculative_model="llama-3.2-1b", spec_acceptance="0.7")
+    draft = spec.speculative
+    assert draft.draft_weights_bytes > 2 * 2**30 and draft.draft_kv_bytes_per_token == 16 * 2 * 8 * 64 * 2
+    budget = plain.sizing.available_kv_bytes - draft.draft_weights_bytes
+    blocks = budget // (plain.sizing.bytes_per_block + 16 * draft.draft_kv_bytes_per_token)
+    assert spec.cache.num_gpu_blocks == blocks < plain.cache.num_gpu_blocks
+    assert spec.describe()["speculative"]["draft_weights_gib"] == round(draft.draft_weights_bytes / 2**30, 2)
+    # a budget vLLM printed was measured with the draft loaded: its weights are not taken off again, its KV is
+    given = resolve(available_kv_gib=10, speculative_method="draft_model", speculative_model="llama-3.2-1b",
+                    spec_acceptance="0.7")
+    assert given.cache.num_gpu_blocks == 10 * 2**30 // (plain.sizing.bytes_per_block + 16 * draft.draft_kv_bytes_per_token)
+    # methods without a draft model are sized as before
+    assert resolve(speculative_method="ngram", spec_acceptance="0.7").cache.num_slots == plain.cache.num_slots
+
+
+def test_a_draft_model_that_does_not_fit_beside_the_target_is_refused_in_one_line(kvlab):
+    r = kvlab("run", "vllm", "-n", "5", "--speculative-method", "draft_model", "--speculative-model", "llama-3.1-8b",
+              "--spec-acceptance", "0.7")
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        "error: --speculative-model llama-3.1-8b: its 14.96 GiB of weights do not fit beside opt-13b on A100-40GB")
 
 
 def test_a_runs_text_names_its_drafts_and_its_cpu_tier(kvlab):

@@ -183,3 +183,50 @@ def test_search_says_when_no_rate_holds():
     while (rate := search.next_rate()) is not None:
         search.record(rate, None, False)
     assert search.capacity == 0.0 and search.lo is None and search.hi < 0.02
+
+
+def test_a_default_stated_keeps_the_default_points_key():
+    """trial 46, finding 4: stating a default (the newest vLLM's rules, recompute, fcfs) is the default point, under
+    the key default points have always had (the options and the derived numbers, hashed with the cost's constants
+    and the files' digests), so that stores written before keep their rows."""
+    import hashlib
+    import json
+
+    from kvlab.config import resolve
+    from kvlab.vllm_rules import NEWEST_KNOWN
+
+    plain = resolve()
+    old = {**plain.options(), "num_slots": plain.cache.num_slots, "kv_bytes_per_token": plain.cache.kv_bytes_per_token,
+           "num_gpus": plain.num_gpus}
+    payload = json.dumps({"config": old, "cost_constants": plain.cost.constants, "digests": plain.digests},
+                         sort_keys=True, separators=(",", ":"))
+    assert plain.key == hashlib.sha256(payload.encode()).hexdigest()[:20]
+    for stated in ({"vllm_version": NEWEST_KNOWN}, {"vllm_version": f"v{NEWEST_KNOWN}"},
+                   {"preemption_mode": "recompute"}, {"scheduling_policy": "fcfs"}):
+        assert resolve(**stated).key == plain.key, stated
+    assert resolve(preemption_mode="swap").key != plain.key
+    assert resolve(vllm_version="0.10.1").key != plain.key
+    assert resolve(scheduling_policy="priority").key != plain.key
+
+
+@pytest.mark.parametrize(("alias", "name"), [("vllm+prefix", "vllm"), ("continuous+paged+recompute", "continuous+paged"),
+                                             ("vllm-paper+noprefix+recompute", "vllm-paper"),
+                                             ("vllm+swap+noprefix", "vllm+noprefix+swap")])
+def test_a_strategy_alias_is_one_point_under_its_canonical_name(alias, name):
+    plain = resolve_point(expand(parse_cli_args(["-n", "200", "--strategy", name]))[0], "0.1.0")
+    spelt = resolve_point(expand(parse_cli_args(["-n", "200", "--strategy", alias]))[0], "0.1.0")
+    assert (spelt.key, spelt.strategy, spelt.row) == (plain.key, name, plain.row)
+
+
+def test_a_preemption_mode_given_or_named_by_the_strategy_is_one_point():
+    named = resolve_point(expand(parse_cli_args(["-n", "200", "--strategy", "vllm+swap"]))[0], "0.1.0")
+    given = resolve_point(expand(parse_cli_args(["-n", "200", "--preemption-mode", "swap"]))[0], "0.1.0")
+    assert (given.key, given.strategy) == (named.key, "vllm+swap") and given.row["preemption_mode"] == "swap"
+
+
+def test_a_stored_point_names_the_defaults_it_ran_with():
+    from kvlab.vllm_rules import NEWEST_KNOWN
+
+    row = resolve_point(expand(parse_cli_args(["-n", "200"]))[0], "0.1.0").row
+    assert (row["scheduling_policy"], row["preemption_mode"], row["vllm_version"]) == ("fcfs", "recompute",
+                                                                                          NEWEST_KNOWN)

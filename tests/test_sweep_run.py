@@ -260,3 +260,48 @@ def test_a_one_point_sweep_says_one_point(kvlab, tmp_path):
     r = kvlab("sweep", "-n", "20", "--workers", "1", "--out", tmp_path / "s")
     assert r.exit_code == 0, r.stderr
     assert "Sweep: 1 point" in r.stdout and "Sweep: 1 points" not in r.stdout
+
+
+def test_a_default_stated_or_an_alias_is_the_point_already_stored(one_worker, kvlab, tmp_path):
+    """trial 46, finding 4: --vllm-version 0.32.0 (the newest), --preemption-mode recompute, --scheduling-policy
+    fcfs and vllm+prefix (= vllm) are the points already stored: nothing is computed again, and the stored
+    columns hold the values, not NULL."""
+    import shutil
+
+    import duckdb
+
+    from kvlab.vllm_rules import NEWEST_KNOWN
+
+    shutil.copytree(one_worker, tmp_path / "s")
+    stated = ["--vllm-version", NEWEST_KNOWN, "--preemption-mode", "recompute", "--scheduling-policy", "fcfs"]
+    r = kvlab("sweep", "--strategy", "vllm+prefix,orca-oracle+recompute", *SWEEP[2:], *stated, "--workers", "1",
+              "--out", tmp_path / "s", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["num_computed"] == 0 and len(r.json()["points"]) == 8
+    with duckdb.connect(str(tmp_path / "s" / "sweep.duckdb"), read_only=True) as db:
+        counts = db.execute("SELECT count(*) FROM points WHERE scheduling_policy = 'fcfs' AND preemption_mode = "
+                            "'recompute' AND vllm_version = ?", [NEWEST_KNOWN]).fetchone()
+        strategies = {row[0] for row in db.execute("SELECT strategy FROM points").fetchall()}
+    assert counts == (8,) and strategies == {"vllm", "orca-oracle"}
+
+
+def test_rows_stored_with_null_defaults_get_their_values_when_the_store_opens(one_worker, tmp_path):
+    """A store an older kvlab wrote (scheduling_policy and preemption_mode NULL for defaults) is filled in: a query
+    by value finds its rows, under the keys they had."""
+    import shutil
+
+    import duckdb
+
+    from kvlab.sweep.grid import row_kinds
+    from kvlab.sweep.store import Store
+
+    shutil.copytree(one_worker, tmp_path / "s")
+    path = tmp_path / "s" / "sweep.duckdb"
+    with duckdb.connect(str(path)) as db:
+        db.execute("UPDATE points SET scheduling_policy = NULL, preemption_mode = NULL")
+        db.execute("UPDATE points SET strategy = 'vllm+swap' WHERE strategy = 'vllm'")
+    Store(path, row_kinds()).close()
+    with duckdb.connect(str(path), read_only=True) as db:
+        rows = set(db.execute("SELECT strategy, preemption_mode, scheduling_policy FROM points").fetchall())
+    assert rows == {("vllm+swap", "swap", "fcfs"), ("orca-oracle", "recompute", "fcfs")}
+    assert set(stored(tmp_path / "s")) == set(stored(one_worker))

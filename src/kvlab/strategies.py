@@ -141,6 +141,26 @@ def with_preemption_mode(strategy: Strategy, mode: str | None) -> Strategy:
     return replace(strategy, name=f"{strategy.name}+{mode}", preemption_mode=mode)
 
 
+def canonical_name(strategy: Strategy) -> str:
+    """The strategy's name without the options that restate its base's (``vllm+prefix`` is ``vllm``,
+    ``continuous+paged+recompute`` is ``continuous+paged``), the prefix option before the preemption mode (as
+    ``with_preemption_mode`` adds it): one name for one strategy, however it was spelt."""
+    head, *parts = strategy.name.split("+")
+    if head in STRATEGIES:
+        base = STRATEGIES[head]
+    elif head in BATCHING_NAMES and parts and parts[0] in ALLOCATOR_NAMES:
+        head, parts = f"{head}+{parts[0]}", parts[1:]
+        base = Strategy(head, strategy.batching, strategy.allocator)
+    else:
+        return strategy.name
+    options = []
+    if strategy.enable_prefix_caching != base.enable_prefix_caching:
+        options.append("prefix" if strategy.enable_prefix_caching else "noprefix")
+    if strategy.preemption_mode != base.preemption_mode:
+        options.append(strategy.preemption_mode)
+    return "+".join([head, *options])
+
+
 def behaviour(strategy: Strategy) -> tuple:
     """What a strategy does, whatever its name: two strategies with the same behaviour give the same results."""
     return (strategy.batching, strategy.allocator, strategy.preemption_mode, strategy.enable_prefix_caching)

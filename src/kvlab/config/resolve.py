@@ -14,8 +14,9 @@
        │
        ├─▶ .engine        the SimConfig a Simulation takes (cache, scheduler, the cost model)
        ├─▶ .to_dict()     every option's resolved value, and the numbers derived from them (num_gpu_blocks)
-       └─▶ .key           a hash of to_dict() and of the files' contents: two spellings of one configuration
-                          (``--model OPT-13B``, ``--cost roofline``, ``--max-model-len 2048`` on OPT-13B) have one key
+       └─▶ .key           a hash of the options (a default stated or not, in one form) and the derived numbers, and
+                          of the files' contents: two spellings of one configuration (``--model OPT-13B``, ``--cost
+                          roofline``, ``--max-model-len 2048`` on OPT-13B, ``--vllm-version 0.32.0``) have one key
 
 Resolution is idempotent: ``resolve(config.options())`` is ``config``.
 """
@@ -214,7 +215,9 @@ class KvlabConfig:
             **session_options(workload.sessions),
             # (named only when given: the keys of configurations stored before they existed stay as they were)
             **({"quantization": self.sizing.quantization} if self.sizing.quantization else {}),
-            **({"vllm_version": self.sizing.vllm_version} if "vllm_version" in dict(self.given) else {}),
+            # (the newest version, stated, is the default: the key of a default point stays as it was)
+            **({"vllm_version": self.sizing.vllm_version} if "vllm_version" in dict(self.given)
+               and self.sizing.vllm_version != _newest_version() else {}),
             **speculative_options(self.speculative),
             **offload_options(self.offload),
             **disagg_options(self.disagg),
@@ -223,9 +226,19 @@ class KvlabConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The options and the numbers derived from them that a reader of a stored run wants beside them
-        (DERIVED_FIELDS)."""
-        return {**self.options(), "num_slots": self.cache.num_slots,
-                "kv_bytes_per_token": self.cache.kv_bytes_per_token, "num_gpus": self.num_gpus}
+        (DERIVED_FIELDS), each at its resolved value, never None for a default: the scheduling policy (fcfs),
+        the vLLM version whose rules sized the cache. (``preemption_mode`` None is the strategy's own: a sweep's
+        row names the strategy's, kvlab.sweep.point.)"""
+        return {**self._keyed(self.scheduler.preemption_mode), "scheduling_policy": self.scheduler.scheduling_policy,
+                "vllm_version": self.sizing.vllm_version or _newest_version()}
+
+    def _keyed(self, preemption_mode: str | None) -> dict[str, Any]:
+        """What the key hashes: the options and the derived numbers, a default left out or None however it was
+        stated (--preemption-mode recompute is every strategy's own: None, as when it is not given; fcfs and the
+        newest vLLM are not named), so that stating a default keeps the key a default point has always had."""
+        return {**self.options(), "preemption_mode": None if preemption_mode == "recompute" else preemption_mode,
+                "num_slots": self.cache.num_slots, "kv_bytes_per_token": self.cache.kv_bytes_per_token,
+                "num_gpus": self.num_gpus}
 
     @property
     def num_gpus(self) -> int:
@@ -237,8 +250,18 @@ class KvlabConfig:
     @property
     def key(self) -> str:
         """A stable name of what this configuration resolves to: equal for equal configurations, whatever
-        spelling they were given in, different when a file they read changed."""
-        payload = json.dumps({"config": self.to_dict(), "cost_constants": self.cost.constants,
+        spelling they were given in (a default stated or not), different when a file they read changed."""
+        return self._hash(self._keyed(self.scheduler.preemption_mode))
+
+    @property
+    def strategy_key(self) -> str:
+        """The key under a strategy already given this configuration's --preemption-mode (kvlab.service.strategies:
+        ``vllm`` under swap is ``vllm+swap``): the strategy's name says the mode, so it is keyed as when not given
+        (``--strategy vllm+swap`` and ``--strategy vllm --preemption-mode swap`` are one sweep point)."""
+        return self._hash(self._keyed(None))
+
+    def _hash(self, keyed: dict[str, Any]) -> str:
+        payload = json.dumps({"config": keyed, "cost_constants": self.cost.constants,
                               "digests": self.digests}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
@@ -316,13 +339,8 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     sizing = _size(model_spec, gpu_spec, values)
     tp, pp = values["tensor_parallel_size"] or 1, values["pipeline_parallel_size"]
     block_size = values["block_size"]
-    num_slots = values["num_gpu_blocks"] * block_size if values["num_gpu_blocks"] else sizing.num_pool_slots
-    if num_slots < block_size * 2:
-        raise KvlabError(f"{model_spec.id} on {gpu_spec.id} leaves a KV cache of {num_slots} token slots: too small "
-                         "to serve")
-    from kvlab.validate import check_pool_work
-
-    check_pool_work(num_slots // block_size, block_size)
+    speculative = resolve_speculative(values, model_spec, sizing)
+    num_slots = _pool_slots(model_spec, gpu_spec, sizing, values["num_gpu_blocks"], block_size, speculative)
     # A profile fitted for another model or GPU warns (CostProfileWarning) and its notes travel on the cost model,
     # for a report to repeat: the command line prints those instead of the warning (quietly()).
     cost_model = cost_model_for(profile, model_spec, gpu_spec, sizing, tp, pp)
@@ -348,7 +366,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         cost=CostConfig(profile=profile.path and str(Path(profile.path).resolve()) or profile.name, name=profile.name,
                         constants=tuple(sorted(profile.constants.items())), source=profile.source, model=cost_model),
         workload=resolve_workload(values, sizing.max_model_len),
-        speculative=resolve_speculative(values, model_spec),
+        speculative=speculative,
         offload=resolve_offload(values["kv_offloading_size"], gpu_spec.id, tp * pp, block_size,
                                 sizing.kv_bytes_per_token, values["cpu_memory_gib"]),
         disagg=resolve_disagg(values["prefill_replicas"], values["decode_replicas"], replicas=values["replicas"],
@@ -363,7 +381,67 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     return config
 
 
-def resolve_speculative(values: dict[str, Any], model_spec) -> SpeculativeConfig | None:
+def _newest_version() -> str:
+    from kvlab.vllm_rules import NEWEST_KNOWN
+
+    return NEWEST_KNOWN
+
+
+def _pool_slots(model_spec, gpu_spec, sizing: SizingResult, num_gpu_blocks: int | None, block_size: int,
+                speculative: SpeculativeConfig | None) -> int:
+    """The pool's token slots: vLLM's sizing (with a draft model's weights and KV: _draft_slots), or --num-gpu-blocks
+    (vLLM's --num-gpu-blocks-override, e.g. a real run's printed count), refused where the GPU could not hold that
+    many blocks beside the weights (as --available-kv-gib is: kvlab.sizing) or where they are too few to serve."""
+    draft_weights = speculative.draft_weights_bytes if speculative is not None else 0
+    num_slots = num_gpu_blocks * block_size if num_gpu_blocks else sizing.num_pool_slots
+    if not num_gpu_blocks and speculative is not None and speculative.draft_model:
+        num_slots = _draft_slots(model_spec, gpu_spec, sizing, speculative)
+    if num_gpu_blocks and sizing.gpu_memory_bytes:
+        from kvlab.sizing import format_gib
+
+        room = sizing.gpu_memory_bytes - sizing.weights_bytes - draft_weights
+        fit = max(room, 0) // sizing.bytes_per_block
+        if num_gpu_blocks > fit:
+            raise KvlabError(
+                f"--num-gpu-blocks {num_gpu_blocks:,} is more than {gpu_spec.id} can hold for the KV cache of "
+                f"{model_spec.id}: {num_gpu_blocks:,} blocks x {sizing.bytes_per_block / 2**20:g} MiB = "
+                f"{format_gib(num_gpu_blocks * sizing.bytes_per_block)} GiB, but {format_gib(sizing.gpu_memory_bytes)} "
+                f"GiB of memory - {format_gib(sizing.weights_bytes + draft_weights)} GiB of weights = "
+                f"{format_gib(max(room, 0))} GiB; "
+                f"valid: at most {fit:,} blocks, or a GPU with more memory (--gpu, --gpu-memory-gib)")
+    if num_slots < block_size * 2:
+        raise KvlabError(f"{model_spec.id} on {gpu_spec.id} leaves a KV cache of {num_slots} token slots: too small "
+                         "to serve")
+    from kvlab.validate import check_pool_work
+
+    check_pool_work(num_slots // block_size, block_size)
+    return num_slots
+
+
+def _draft_slots(model_spec, gpu_spec, sizing: SizingResult, speculative: SpeculativeConfig) -> int:
+    """The pool's token slots beside a draft model: the budget less its weights (a budget vLLM printed,
+    --available-kv-gib, was measured with them loaded: kept), split over blocks that hold each token in the target's
+    layers and in the draft's; refused where the draft's weights leave no KV cache (vLLM would not start)."""
+    from kvlab.sizing import format_gib
+
+    given = sizing.available_kv_source == "given"
+    budget = sizing.available_kv_bytes - (0 if given else speculative.draft_weights_bytes)
+    if budget <= 0:
+        raise KvlabError(
+            f"--speculative-model {speculative.draft_model}: its {format_gib(speculative.draft_weights_bytes)} GiB of "
+            f"weights do not fit beside {model_spec.id} on {gpu_spec.id}, which leaves "
+            f"{format_gib(sizing.available_kv_bytes)} GiB for the KV cache (vLLM loads the draft on the target's GPUs "
+            "and would not start); valid: a smaller --speculative-model, a GPU with more memory, or a larger "
+            "--tensor-parallel-size")
+    draft_block = speculative.draft_kv_bytes_per_token * sizing.block_size
+    num_blocks = budget // (sizing.bytes_per_block + draft_block)
+    if len(sizing.kv_cache_groups) == 1:
+        return num_blocks * sizing.block_size
+    return int(sizing.num_pool_slots * num_blocks / max(sizing.num_blocks, 1))
+
+
+def resolve_speculative(values: dict[str, Any], model_spec, sizing: SizingResult | None = None
+                        ) -> SpeculativeConfig | None:
     """vLLM's speculative config from the options (None: off); the drafter's cost from the models (kvlab.spec.cost)."""
     method = values.get("speculative_method")
     if method is None:
@@ -397,7 +475,20 @@ def resolve_speculative(values: dict[str, Any], model_spec) -> SpeculativeConfig
     return SpeculativeConfig(method=method, num_speculative_tokens=values["num_speculative_tokens"],
                              acceptance_rates=parse_acceptance(values["spec_acceptance"]),
                              draft_cost_ratio=draft_cost_ratio(method, model_spec, draft), seed=values["seed"],
-                             draft_model=draft.id if draft is not None else None)
+                             draft_model=draft.id if draft is not None else None,
+                             **(_draft_memory(draft, values, sizing) if draft is not None and sizing else {}))
+
+
+def _draft_memory(draft, values: dict[str, Any], sizing: SizingResult) -> dict[str, int]:
+    """A draft model's weights and KV bytes per token on each GPU. vLLM loads it in the target's model runner
+    (vllm/v1/spec_decode/draft_model.py: DraftModelProposer.load_model), so the startup profile counts both models'
+    weights, and its attention layers join the target's in the one KV cache (at the target's dtype and tensor
+    parallel size)."""
+    from kvlab.catalog.models import DTYPE_BYTES
+
+    tp = values["tensor_parallel_size"] or 1
+    return {"draft_weights_bytes": draft.weights_bytes(DTYPE_BYTES[sizing.dtype], tp),
+            "draft_kv_bytes_per_token": draft.kv_bytes_per_token_per_gpu(sizing.kv_dtype_bytes, tp)}
 
 
 def _refuse_mtp(model_spec) -> None:
@@ -426,7 +517,10 @@ def speculative_setup(speculative: SpeculativeConfig) -> dict[str, Any]:
     return {"method": speculative.method, "num_speculative_tokens": speculative.num_speculative_tokens,
             "acceptance": "/".join(f"{r:g}" for r in speculative.acceptance_rates),
             "expected_tokens_per_step": speculative.expected_tokens_per_step,
-            **({"draft_model": speculative.draft_model} if speculative.draft_model else {})}
+            **({"draft_model": speculative.draft_model} if speculative.draft_model else {}),
+            **({"draft_weights_gib": round(speculative.draft_weights_bytes / GIB, 2),
+                "draft_kv_bytes_per_token": speculative.draft_kv_bytes_per_token}
+               if speculative.draft_weights_bytes else {})}
 
 
 def speculative_options(speculative: SpeculativeConfig | None) -> dict[str, Any]:

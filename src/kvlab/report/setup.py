@@ -90,6 +90,9 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
     if "speculative" in setup:
         spec = setup["speculative"]
         drafter = f" drafted by {spec['draft_model']}" if spec.get("draft_model") else ""
+        if spec.get("draft_weights_gib"):
+            drafter += (f" (its {spec['draft_weights_gib']:.2f} GiB of weights per GPU and its KV counted in the "
+                        "cache above)")
         lines.append(f"speculative decoding: {spec['method']}{drafter}, {spec['num_speculative_tokens']} draft tokens "
                      f"per step, acceptance {spec['acceptance']} (about {spec['expected_tokens_per_step']:.2f} "
                      "tokens per verify step; --speculative-method)")

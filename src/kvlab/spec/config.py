@@ -37,6 +37,10 @@ class SpeculativeConfig:
     draft_cost_ratio: float = 0.0
     seed: int = 0  # the rejection sampler's (each simulation owns its generator)
     draft_model: str | None = None  # draft_model's catalogue id (what draft_cost_ratio was resolved from)
+    # The draft model's weights on each GPU and its KV bytes per token on each GPU: vLLM loads it beside the target
+    # and its attention layers take blocks of the same KV cache (kvlab.config.resolve sizes the pool with both).
+    draft_weights_bytes: int = 0
+    draft_kv_bytes_per_token: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in SPEC_METHODS:

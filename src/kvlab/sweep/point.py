@@ -28,14 +28,15 @@ class Resolved:
 
     options: dict[str, Any]  # as given (every option, defaults filled in): what a worker resolves again
     config: KvlabConfig
-    strategy: str
+    strategy: str  # canonical: an option that restates its base's is dropped (kvlab.strategies.canonical_name)
     key: str
+    preemption_mode: str = "recompute"  # the strategy's, --preemption-mode put into it
 
     @property
     def row(self) -> dict[str, Any]:
-        """What the store keeps of the point: the strategy and every option at its resolved value, with the
-        numbers derived from them (num_gpu_blocks, num_slots)."""
-        return {"strategy": self.strategy, **self.config.to_dict()}
+        """What the store keeps of the point: the strategy and every option at its resolved value (the preemption
+        mode the strategy runs, never None), with the numbers derived from them (num_gpu_blocks, num_slots)."""
+        return {"strategy": self.strategy, **self.config.to_dict(), "preemption_mode": self.preemption_mode}
 
 
 def engine_options(point: dict[str, Any]) -> dict[str, Any]:
@@ -49,14 +50,17 @@ def resolve_point(point: dict[str, Any], version: str, varied: set[str] | None =
     from kvlab import service
     from kvlab.config.resolve import quietly
     from kvlab.errors import KvlabError
+    from kvlab.strategies import canonical_name
     from kvlab.sweep.grid import point_key
 
     try:
         config = quietly(engine_options(point))
-        strategy = service.strategies([point["strategy"]], config)[0].name
+        strategy = service.strategies([point["strategy"]], config)[0]
     except KvlabError as exc:
         raise KvlabError(f"{exc}{_in_the_point(point, varied)}") from None
-    return Resolved(point, config, strategy, point_key(config.key, strategy, version))
+    # (one simulation, one key: `vllm+prefix` is `vllm`; the strategy's name says its preemption mode)
+    name = canonical_name(strategy)
+    return Resolved(point, config, name, point_key(config.strategy_key, name, version), strategy.preemption_mode)
 
 
 def resolve_points(points: list[dict[str, Any]], version: str, *, build: bool = True) -> list[Resolved]:

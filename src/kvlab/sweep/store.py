@@ -100,6 +100,16 @@ class Store:
         self.columns = self._columns()
         for name, kind in {**option_kinds, **{c: t for c, t in TAIL_COLUMNS.items()}}.items():
             self._ensure_column(name, COLUMN_TYPES.get(kind, kind))
+        self._fill_defaults()
+
+    def _fill_defaults(self) -> None:
+        """Rows an older kvlab stored with NULL for a default get its value (their keys are unchanged): the
+        scheduling policy fcfs, the preemption mode the strategy's name says (recompute unless +swap)."""
+        if {"scheduling_policy", "preemption_mode", "strategy"} <= self.columns:
+            self.db.execute("UPDATE points SET scheduling_policy = 'fcfs' WHERE scheduling_policy IS NULL")
+            self.db.execute("UPDATE points SET preemption_mode = CASE WHEN list_contains(string_split(strategy, '+'), "
+                            "'swap') THEN 'swap' ELSE 'recompute' END WHERE preemption_mode IS NULL AND strategy "
+                            "IS NOT NULL")
 
     def _foreign_tables(self) -> str:
         """What in the database is not a sweep's (tables other than points and computations, or a points table
