@@ -298,6 +298,55 @@ def test_kvlab_run_prints_the_link_and_ttfts_parts_and_refuses_a_fleet_with_no_d
                                                     "replicas, a whole number from 1 to 4,096"]
 
 
+# -- overload: a disaggregated fleet judged as an aggregated one is (kvlab.window, trial 46) ------------------
+
+ROOFLINE_1P1D = dict(prefill_replicas=1, decode_replicas=1, cost="roofline")
+
+
+def test_a_fleet_whose_decode_side_falls_behind_is_overloaded_as_an_engine_is():
+    """opt-13b on A100-40GB serves about 2.6 req/s as one engine and as 1P1D (the decode replica runs every answer):
+    at 13.5 req/s the prefill replica keeps up and the decode replica's queue grows. Before trial 46 only the
+    prefill queue was judged: "stable" at 13.5 req/s, and capacity answered 32 req/s on 100 requests."""
+    over = service.run(resolve(**ROOFLINE_1P1D, rate=13.5, num_requests=200), ["vllm"])
+    (w,) = over.windows()
+    assert w.state == "overloaded" and w.served_share < 0.5 and over.overloaded_rps() == w.offered_rps
+    assert w.decided_by.startswith("oldest wait grew: served ") and "decode queue" in w.decided_by
+    assert w.queue_second_half < 1 and w.decode_queue_first_half + 10 < w.decode_queue_second_half  # (the decode side)
+    alone = service.run(resolve(cost="roofline", rate=13.5, num_requests=200), ["vllm"])
+    assert alone.windows()[0].state == "overloaded"
+    light = service.run(resolve(**ROOFLINE_1P1D, rate=1.0, num_requests=100), ["vllm"])
+    assert light.windows()[0].state == "stable" and light.overloaded_rps() is None
+
+
+def test_kvlab_run_says_a_disaggregated_fleet_is_overloaded_as_it_says_of_replicas(kvlab):
+    for shape in (["--prefill-replicas", "1", "--decode-replicas", "1"], ["--replicas", "2"]):
+        r = kvlab("run", "vllm", *shape, "--rate", "20", "-n", "200", "--cost", "roofline")
+        assert r.exit_code == 0, r.stderr
+        assert "Every strategy is overloaded at the offered rate" in " ".join(r.stdout.split()), shape
+
+
+def test_capacity_of_1p1d_is_what_its_decode_replica_serves(kvlab, tmp_path):
+    r = kvlab("capacity", "--prefill-replicas", "1", "--decode-replicas", "1", "--strategy", "vllm", "--slo",
+              "p99_ttft<100s", "--cost", "roofline", "-n", "100", "--workers", "1", "--out", tmp_path, "--json")
+    assert r.exit_code == 0, r.stderr
+    (answer,) = r.json()["capacities"]
+    assert 2.0 < answer["capacity_rps"] < 3.5  # (2.62 on 100 and 200 requests; 32 before trial 46)
+
+
+def test_the_comparison_judges_1p1d_overloaded_where_it_falls_behind(kvlab, tmp_path):
+    """At 4.5 req/s two replicas hold; one replica and 1P1D (one decode replica) fall behind: "aggregated" (before
+    trial 46, "either": 1P1D held)."""
+    r = kvlab("capacity", "--replicas", "auto", "--prefill-replicas", "auto", "--rate", "4.5", "--strategy", "vllm",
+              "--slo", "p99_ttft<100s", "--cost", "roofline", "-n", "100", "--workers", "1", "--out", tmp_path,
+              "--json")
+    assert r.exit_code == 0, r.stderr
+    answer = r.json()
+    assert [(row["shape"], row["held"]) for row in answer["tried"]] == [
+        ("1 replica", False), ("2 replicas", True), ("1P1D", False)]
+    assert answer["tried"][2]["reason"].startswith("overloaded: oldest wait grew: served ")
+    assert "decode queue" in answer["tried"][2]["reason"] and answer["answer"] == "aggregated"
+
+
 # -- capacity: aggregated against disaggregated on the same GPUs ---------------------------------------------
 
 

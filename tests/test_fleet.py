@@ -112,6 +112,42 @@ def test_a_profiles_request_latency_is_around_the_fleet_as_around_one_engine():
     assert min(r.ttft for r in fleet.records if r.ttft is not None) > 0.05
 
 
+def with_deadlines(wl: Workload, seed: int) -> Workload:
+    """Some clients give up after 0.05 to 0.5 s (a few iterations to a few dozen), some never."""
+    rng = random.Random(seed)
+    return dataclasses.replace(wl, requests=tuple(
+        dataclasses.replace(r, timeout=rng.choice((None, 0.05, 0.1, 0.2, 0.5))) for r in wl.requests))
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-requests", "least-kv", "prefix"])
+@pytest.mark.parametrize("gateway", [False, True])
+def test_one_replica_keeps_the_engines_client_deadlines(router, gateway):
+    """Trial 46: a fleet's replicas start empty and are given their requests later; a deadline among them must end
+    a run as it does in a lone engine (Simulation._watch_deadlines), so one replica, alone or behind a gateway that
+    admits everything (docs/admission.md), gives the lone engine's records bit for bit with --timeout."""
+    from kvlab.config.admission import AdmissionSpec
+
+    wl = with_deadlines(random_workload(seed=5), seed=5)
+    cfg = config()
+    plain = Simulation(parse_strategy("vllm"), cfg, wl).run()
+    assert plain.counters.num_aborted  # (deadlines that pass inside decode runs)
+    admission = AdmissionSpec(rate=1e6, burst=1000, max_queue=0) if gateway else None
+    fleet = Fleet(parse_strategy("vllm"), cfg, wl, router, 1, admission=admission).run()
+    _same_run(fleet.replicas[0], plain)
+    assert fleet.records == plain.records
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-kv"])
+def test_no_replica_finishes_a_request_more_than_an_iteration_after_its_client_left(router):
+    wl = with_deadlines(random_workload(seed=6, num=300), seed=6)
+    fleet = Fleet(parse_strategy("vllm"), config(), wl, router, 2).run()
+    timeouts = {r.request_id: r.timeout for r in wl.requests}
+    longest = max(float(r.log.columns["duration"].max()) for r in fleet.replicas)
+    late = [(r.request_id, r.e2e_latency, timeouts[r.request_id]) for r in fleet.records if r.status == "finished"
+            and timeouts[r.request_id] is not None and r.e2e_latency > timeouts[r.request_id] + longest]
+    assert sum(r.status == "aborted" for r in fleet.records) and not late
+
+
 # The fast paths are the reference path ------------------------------------------------------------------------
 
 

@@ -48,6 +48,24 @@ def test_an_engine_that_schedules_half_the_arrivals_is_overloaded_by_the_oldest_
     assert w.decided_by.startswith("oldest wait grew: served 5")
 
 
+def test_a_disaggregated_fleets_decode_queue_is_judged_beside_its_prefill_queue():
+    # Trial 46: the prefill side schedules every prompt on arrival and sends its KV 0.1 s later; the decode side
+    # starts one request every two seconds. The clients' records show no prefill queue; the decode side's shows the
+    # oldest wait growing half a second a second: served 50%, overloaded, as an aggregated engine would be.
+    prefill = [_record(i, float(i), float(i), 2.0 * i + 2) for i in range(101)]
+    decode = [_record(i, i + 0.1, 2.0 * i + 0.1, 2.0 * i + 2) for i in range(101)]
+    alone = measure(prefill, seats=1000)
+    assert alone.state == "stable"
+    w = measure(prefill, seats=1000, decode_records=decode)
+    assert w.state == "overloaded" and not w.sustained
+    assert abs(w.decode_wait_growth - 0.5) < 0.02 and abs(w.served_share - 0.5) < 0.02
+    assert w.decided_by.startswith("oldest wait grew: served 5") and "decode queue" in w.decided_by
+    # A decode side that keeps up changes nothing but the words
+    kept_up = measure(prefill, seats=1000, decode_records=[r._replace(first_scheduled_time=r.arrival_time)
+                                                           for r in decode])
+    assert (kept_up.state, kept_up.served_share, kept_up.queue_growth) == ("stable", 1.0, 0.0)
+
+
 def test_longer_and_longer_answers_with_nothing_waiting_are_not_overloaded():
     # The issue's trace: each request is scheduled on arrival, but each answer takes longer than the one before
     # (the latency grows by 0.5 s per second of arrivals). Nothing waits: the engine keeps up.

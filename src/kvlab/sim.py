@@ -110,13 +110,14 @@ class Simulation:
         self._limit = INF  # run_until's: no iteration starts at or after it
         # Client deadlines: (arrival + timeout, request id) of requests whose client gives up (Request.timeout).
         self._deadlines: list[tuple[float, int]] = []
-        # With deadlines in the workload, every arrival ends a run (it may bring a deadline that falls inside it).
-        self._timed_out = any(r.timeout is not None for r in self.requests)
         self._extra_seconds = (self._feature_seconds if config.speculative is not None or config.offload is not None
                                else None)
         self._new_seq = self.scheduler.seq_class
         # read_at looks into a plain decode run (no deadlines to end it, no drafts, no CPU tier, runs at all).
-        self._reads_plans = self._extra_seconds is None and not self._timed_out and max_iterations > 1
+        self._reads_plans = self._extra_seconds is None and max_iterations > 1
+        self._timed_out = False
+        if any(r.timeout is not None for r in self.requests):
+            self._watch_deadlines()
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -266,6 +267,15 @@ class Simulation:
                              f"{self.requests[-1].request_id} ({self.requests[-1].arrival_time:g} s): add them in "
                              "arrival order")
         self.requests.append(request)
+        if request.timeout is not None and not self._timed_out:
+            self._watch_deadlines()
+
+    def _watch_deadlines(self) -> None:
+        """Some request given (at construction or by ``add_request``: a fleet's replicas start empty) has a client
+        deadline: from now on every arrival ends a run (it may bring a deadline that falls inside it), so does the
+        earliest deadline (``_horizon``), and no run is read ahead (``read_at``)."""
+        self._timed_out = True
+        self._reads_plans = False
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
         """Run to the end. ``progress(num_done, num_requests)`` is called now and then."""

@@ -38,6 +38,12 @@ waiting, and is not overloaded; only a target on the latency can fail it (kvlab.
 that waits again is not counted in the queue (it has been scheduled once); the arrivals queued behind it are.
 Each Window says which signal decided its state (``decided_by``).
 
+A disaggregated fleet (xPyD, kvlab.disagg) has two queues in series: its prefill replicas' (the client's arrival to
+its prompt's first iteration, the requests' records) and its decode replicas' (the KV's arrival over the link to the
+decode side's first iteration: ``decode_records``). Each is sampled over the one window; the counts waiting add up,
+and the served share is the product of the two (the decode side serves its share of what the prefill side served),
+so a decode side that falls behind is overload as an engine that falls behind is, by the same rule.
+
 A window can only show an overload if more requests arrive in it than the engine has seats (``num_seats``: at
 most max_num_seqs, at most as many requests as the KV cache holds: their slabs under a reserving strategy,
 their prompts under paging): an engine that admits every request at once never queues, however slow it is. Such
@@ -85,6 +91,11 @@ class Window:
     loaded: bool  # more arrivals in the window than seats: an overload would show
     drain_s: float  # from the last arrival to the last finish
     num_aborted: int = 0  # of those that arrived in it: aborted when their client's deadline passed (--timeout)
+    # A disaggregated fleet's decode side, its queue sampled over the same window (the module doc; 0: none)
+    decode_queue_first_half: float = 0.0
+    decode_queue_second_half: float = 0.0
+    decode_oldest_wait_first_half_s: float = 0.0
+    decode_oldest_wait_second_half_s: float = 0.0
 
     @property
     def abandoned_share(self) -> float:
@@ -102,16 +113,20 @@ class Window:
     @property
     def wait_growth(self) -> float:
         """Seconds the oldest wait gained per second of the window (half-means, half a window apart)."""
-        half = self.duration_s / 2
-        if not half > 0:
-            return 0.0
-        return (self.oldest_wait_second_half_s - self.oldest_wait_first_half_s) / half
+        return _growth(self.oldest_wait_first_half_s, self.oldest_wait_second_half_s, self.duration_s)
+
+    @property
+    def decode_wait_growth(self) -> float:
+        """wait_growth of a disaggregated fleet's decode side (0 without one)."""
+        return _growth(self.decode_oldest_wait_first_half_s, self.decode_oldest_wait_second_half_s, self.duration_s)
 
     @property
     def served_share(self) -> float:
         """Served ÷ offered: 1 − wait_growth, within [0, 1] (an oldest wait that falls across the window: a
-        warm-up's queue draining, the engine ahead of its arrivals); 0 when nothing arrived."""
-        return share_served(self.num_arrived, self.wait_growth)
+        warm-up's queue draining, the engine ahead of its arrivals); 0 when nothing arrived. With a decode side,
+        times its own share (the module doc)."""
+        return share_served(self.num_arrived, self.wait_growth) * share_served(self.num_arrived,
+                                                                               self.decode_wait_growth)
 
     @property
     def served_rps(self) -> float:
@@ -119,7 +134,9 @@ class Window:
 
     @property
     def queue_growth(self) -> float:
-        return self.queue_second_half - self.queue_first_half
+        """How many more wait, second half less first (at either side of a disaggregated fleet)."""
+        return self.queue_second_half + self.decode_queue_second_half - self.queue_first_half \
+            - self.decode_queue_first_half
 
     @property
     def sustained(self) -> bool:
@@ -130,6 +147,11 @@ class Window:
         return {**asdict(self), "duration_s": self.duration_s, "offered_rps": self.offered_rps,
                 "served_rps": self.served_rps, "served_share": self.served_share, "queue_growth": self.queue_growth,
                 "wait_growth": self.wait_growth, "abandoned_share": self.abandoned_share}
+
+
+def _growth(first_half: float, second_half: float, duration_s: float) -> float:
+    half = duration_s / 2
+    return (second_half - first_half) / half if half > 0 else 0.0
 
 
 def share_served(num_arrived: int, wait_growth: float) -> float:
@@ -164,8 +186,10 @@ def bounds(arrivals: np.ndarray) -> tuple[float, float]:
     return first + WARMUP_SHARE * span, last - DRAIN_SHARE * span
 
 
-def measure(records: list[RequestRecord], seats: int) -> Window:
-    """The window of a run's requests (every request's record, finished or rejected)."""
+def measure(records: list[RequestRecord], seats: int, decode_records: list[RequestRecord] | None = None) -> Window:
+    """The window of a run's requests (every request's record, finished or rejected); with ``decode_records``, a
+    disaggregated fleet's decode side's records (arrival: the KV's at the decode side), whose queue is judged with
+    the prefill side's (the module doc)."""
     import numpy as np
 
     if not records:
@@ -173,8 +197,6 @@ def measure(records: list[RequestRecord], seats: int) -> Window:
     n = len(records)
     arrival = np.fromiter((r.arrival_time for r in records), dtype=np.float64, count=n)
     finish = np.fromiter((math.nan if r.finish_time is None else r.finish_time for r in records), np.float64, n)
-    scheduled = np.fromiter((math.inf if r.first_scheduled_time is None else r.first_scheduled_time
-                             for r in records), dtype=np.float64, count=n)
     rejected = np.fromiter((r.status == "rejected" for r in records), dtype=bool, count=n)
     aborted = np.fromiter((r.status == "aborted" for r in records), dtype=bool, count=n)
     unfinished = np.fromiter((r.status not in ("finished", "rejected", "aborted") for r in records), dtype=bool,
@@ -182,35 +204,20 @@ def measure(records: list[RequestRecord], seats: int) -> Window:
     start, end = bounds(arrival)
     inside = (arrival >= start) & (arrival <= end)
     num_arrived = int(inside.sum())
-    # The queue at a time t: arrived by t, not refused, not yet scheduled (a client that gave up leaves it then).
-    kept = ~rejected
-    arrival_kept, scheduled_kept = arrival[kept], np.minimum(scheduled[kept], np.where(
-        np.isnan(finish[kept]), np.inf, finish[kept]))
-    arrival_sorted, scheduled_sorted = np.sort(arrival_kept), np.sort(scheduled_kept)
-    by_arrival = np.argsort(arrival_kept, kind="stable")
-    arrival_kept, scheduled_kept = arrival_kept[by_arrival], scheduled_kept[by_arrival]
-    middle = (start + end) / 2
-
-    def mean_queue(lo: float, hi: float) -> tuple[float, float]:
-        """The mean number waiting and the mean age of the oldest waiting, over NUM_QUEUE_SAMPLES times."""
-        times = np.linspace(lo, hi, NUM_QUEUE_SAMPLES)
-        waiting = np.searchsorted(arrival_sorted, times, side="right") - np.searchsorted(scheduled_sorted, times,
-                                                                                          side="right")
-        ages = []
-        for t in times:
-            arrived = np.searchsorted(arrival_kept, t, side="right")
-            still = np.flatnonzero(scheduled_kept[:arrived] > t)
-            ages.append(t - arrival_kept[still[0]] if len(still) else 0.0)
-        return float(waiting.mean()), float(np.mean(ages))
-
-    (count_1, age_1), (count_2, age_2) = mean_queue(start, middle), mean_queue(middle, end)
+    (count_1, age_1), (count_2, age_2) = _queue(records, start, end)
+    (d_count_1, d_age_1), (d_count_2, d_age_2) = ((0.0, 0.0), (0.0, 0.0)) if decode_records is None else \
+        _queue(decode_records, start, end)
     num_rejected = int((inside & rejected).sum())
     num_unfinished = int((inside & unfinished).sum())
     num_aborted = int((inside & aborted).sum())
-    half = (end - start) / 2
-    served = share_served(num_arrived, (age_2 - age_1) / half if half > 0 else 0.0)
-    growing = count_2 - count_1 > max(QUEUE_GROWTH_MIN, QUEUE_GROWTH_SHARE * num_arrived)
+    served = share_served(num_arrived, _growth(age_1, age_2, end - start)) * share_served(
+        num_arrived, _growth(d_age_1, d_age_2, end - start))
+    growth = count_2 + d_count_2 - count_1 - d_count_1
+    growing = growth > max(QUEUE_GROWTH_MIN, QUEUE_GROWTH_SHARE * num_arrived)
     queue = f"queue {count_1:.0f} → {count_2:.0f} waiting, oldest wait {_age(age_1)} → {_age(age_2)}"
+    if decode_records is not None:
+        queue = (f"prefill {queue}; decode queue {d_count_1:.0f} → {d_count_2:.0f} waiting, oldest wait "
+                 f"{_age(d_age_1)} → {_age(d_age_2)}")
     if num_unfinished:
         state, decided = "overloaded", f"{num_unfinished} of the window's requests never finished"
     elif served < SERVED_SHARE:
@@ -223,7 +230,38 @@ def measure(records: list[RequestRecord], seats: int) -> Window:
         decided += f"; {num_aborted} of {num_arrived} clients gave up at their deadline"
     last_finish = float(np.nanmax(finish)) if not np.isnan(finish).all() else float(arrival.max())
     return Window(start, end, num_arrived, num_rejected, num_unfinished, count_1, count_2, age_1, age_2, seats,
-                  state, decided, num_arrived > seats, max(0.0, last_finish - float(arrival.max())), num_aborted)
+                  state, decided, num_arrived > seats, max(0.0, last_finish - float(arrival.max())), num_aborted,
+                  d_count_1, d_count_2, d_age_1, d_age_2)
+
+
+def _queue(records: list[RequestRecord], start: float, end: float) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The mean number waiting and the mean age of the oldest waiting over each half of [start, end]
+    (NUM_QUEUE_SAMPLES times each): waiting from a request's arrival to its first iteration (or its finish: a client
+    that gave up leaves then), refused requests never."""
+    import numpy as np
+
+    kept = [r for r in records if r.status != "rejected"]
+    arrival_kept = np.fromiter((r.arrival_time for r in kept), dtype=np.float64, count=len(kept))
+    scheduled_kept = np.fromiter((min(math.inf if r.first_scheduled_time is None else r.first_scheduled_time,
+                                      math.inf if r.finish_time is None else r.finish_time) for r in kept),
+                                 dtype=np.float64, count=len(kept))
+    arrival_sorted, scheduled_sorted = np.sort(arrival_kept), np.sort(scheduled_kept)
+    by_arrival = np.argsort(arrival_kept, kind="stable")
+    arrival_kept, scheduled_kept = arrival_kept[by_arrival], scheduled_kept[by_arrival]
+
+    def mean_queue(lo: float, hi: float) -> tuple[float, float]:
+        times = np.linspace(lo, hi, NUM_QUEUE_SAMPLES)
+        waiting = np.searchsorted(arrival_sorted, times, side="right") - np.searchsorted(scheduled_sorted, times,
+                                                                                          side="right")
+        ages = []
+        for t in times:
+            arrived = np.searchsorted(arrival_kept, t, side="right")
+            still = np.flatnonzero(scheduled_kept[:arrived] > t)
+            ages.append(t - arrival_kept[still[0]] if len(still) else 0.0)
+        return float(waiting.mean()), float(np.mean(ages))
+
+    middle = (start + end) / 2
+    return mean_queue(start, middle), mean_queue(middle, end)
 
 
 def _age(seconds: float) -> str:
@@ -253,8 +291,9 @@ def judged(records: list[RequestRecord], window: Window) -> list[RequestRecord]:
 
 
 def measure_run(records: list[RequestRecord], allocator: str, requests, scheduler, num_slots: int,
-                num_replicas: int = 1) -> Window:
-    """The window of one engine's run (or a fleet's, ``num_replicas`` engines' seats), its seats counted from its
-    allocator, workload and scheduler (``scheduler``: max_num_seqs and max_model_len)."""
+                num_replicas: int = 1, decode_records: list[RequestRecord] | None = None) -> Window:
+    """The window of one engine's run (or a fleet's, ``num_replicas`` engines' seats: a disaggregated fleet's decode
+    replicas, with ``decode_records``), its seats counted from its allocator, workload and scheduler
+    (``scheduler``: max_num_seqs and max_model_len)."""
     held = mean_tokens_held(allocator, requests, scheduler.max_model_len)
-    return measure(records, num_seats(scheduler.max_num_seqs, num_slots, held) * num_replicas)
+    return measure(records, num_seats(scheduler.max_num_seqs, num_slots, held) * num_replicas, decode_records)

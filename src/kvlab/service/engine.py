@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from kvlab.config import KvlabConfig, WorkloadConfig, min_num_gpu_blocks
 from kvlab.errors import KvlabError
 from kvlab.strategies import Strategy
-from kvlab.window import measure_run
+from kvlab.window import Window, measure_run
 
 if TYPE_CHECKING:
     from kvlab.disagg.result import DisaggResult
@@ -60,12 +60,22 @@ class RunResult:
         return {**self.config.describe(), "workload_description": wl.description, "num_requests": wl.num_requests,
                 "strategies": [r.strategy.name for r in self.results], "notes": list(self.notes)}
 
+    def windows(self) -> list[Window]:
+        """Each strategy's measured window (kvlab.window: whether the run sustained its rate), as a capacity search
+        and the run's overload sentence judge it: with the seats of every replica that holds a request for its
+        answer (a disaggregated fleet's decode replicas), and a disaggregated fleet's decode queue judged beside its
+        prefill queue."""
+        engine, disagg = self.config.engine, self.config.disagg
+        serving = disagg.num_decode_replicas if disagg is not None else self.config.parallel.data_parallel_size
+        decode = [[r for side in fleet.decode for r in side.records] for fleet in self.disaggregated]
+        return [measure_run(r.records, r.strategy.allocator, self.workload.requests, engine.scheduler,
+                            engine.cache.num_slots, serving, decode[i] if decode else None)
+                for i, r in enumerate(self.results)]
+
     def overloaded_rps(self) -> float | None:
         """The offered rate when every strategy is overloaded at it (its waiting queue grows: kvlab.window's
         measured window), else None."""
-        engine = self.config.engine
-        windows = [measure_run(r.records, r.strategy.allocator, self.workload.requests, engine.scheduler,
-                               engine.cache.num_slots, self.config.parallel.data_parallel_size) for r in self.results]
+        windows = self.windows()
         if not windows or any(w.state != "overloaded" for w in windows):
             return None
         return windows[0].offered_rps

@@ -113,14 +113,8 @@ def simulate_point(point: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     from kvlab.config.resolve import quietly
 
     run = service.run(quietly(engine_options(point)), [point["strategy"]])
-    result = run.results[0]
-    config, workload = run.config, run.workload
-    held = window.mean_tokens_held(result.strategy.allocator, workload.requests, config.scheduler.max_model_len)
-    seats = window.num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held)
-    # (the replicas whose seats a request holds for its answer: a disaggregated fleet's decode side)
-    serving = config.disagg.num_decode_replicas if config.disagg is not None else config.parallel.data_parallel_size
-    measured = window.measure(result.records, seats * serving)
-    summary = {**result.summary(), "window": measured.to_dict(), **_classes(result.records, workload, measured)}
+    result, measured = run.results[0], run.windows()[0]
+    summary = {**result.summary(), "window": measured.to_dict(), **_classes(result.records, run.workload, measured)}
     return summary, window.latencies(result.records, measured).tobytes()
 
 
