@@ -169,15 +169,20 @@ class BlockNeeds:
         if at - self.num_decode_iterations > bs:
             self._far.add(request_id)
             return
-        insort(self._buckets[at % bs], request_id, key=self._stamp.__getitem__)
+        bucket, stamps = self._buckets[at % bs], self._stamp
+        if bucket and stamps[bucket[-1]] > stamps[request_id]:
+            insort(bucket, request_id, key=stamps.__getitem__)
+        else:  # the newest in its bucket (a request just admitted always is): no search
+            bucket.append(request_id)
         num_blocks_to_come = num_blocks_for(num_kv_tokens, bs) - num_slots // bs
         waste = -num_kv_tokens % bs
         if num_blocks_to_come > 0 and waste:
             last = at + bs * (num_blocks_to_come - 1)
-            if last not in self._last:
-                self._last[last] = {}
+            wastes = self._last.get(last)
+            if wastes is None:
+                self._last[last] = wastes = {}
                 heappush(self._last_heap, last)
-            self._last[last][request_id] = waste
+            wastes[request_id] = waste
             self._last_of[request_id] = last
 
     def _remove(self, request_id: int) -> None:
