@@ -168,7 +168,7 @@ def test_a_decode_run_hands_out_what_allocate_slots_would_step_by_step():
     assert decode_run.num_iterations == 6
     # Iteration 0: a's 5th token takes block 3, then c's block 2; iteration 4: a's 9th and last takes 5 (3 slots
     # beyond its last token: internal fragmentation), then c's takes 6.
-    assert decode_run.growth == ((0, 8, 0), (4, 8, 0), (4, 0, 3))
+    assert decode_run.growth == (0, 8, 0, 4, 8, 0, 4, 0, 3)  # (iteration, slots, internal slots) entries, flat
     assert [bulk.get_block_ids(i) for i in (0, 2)] == [one_by_one.get_block_ids(i) for i in (0, 2)]
     assert bulk.get_block_ids(0) == [1, 3, 5] and bulk.get_block_ids(2) == [4, 2, 6]
     assert bulk.free_block_ids() == one_by_one.free_block_ids() == [7, 8, 9, 10, 11]
@@ -214,7 +214,7 @@ def test_an_iteration_short_of_blocks_evicts_the_newest_as_the_running_loop_does
 
     iteration = bulk.allocate_decode_iteration(evict)
     assert [s.request.request_id for s in evicted] == [2] and len(running) == len(run) == 1
-    assert iteration.growth == ((0, 4, 0), (0, 0, 3))  # a's 9th and last token: 3 slots beyond it are internal
+    assert iteration.growth == (0, 4, 0, 0, 0, 3)  # a's 9th and last token: 3 slots beyond it are internal
     assert bulk.get_block_ids(0) == one_by_one.get_block_ids(0) == [1, 3, 5]
     assert bulk.free_block_ids() == one_by_one.free_block_ids() == [2, 4]
     for name in ("num_allocated_slots", "num_internal_fragmentation_slots"):

@@ -14,7 +14,6 @@ Every metric is defined with its formula in docs/metrics.md. In short, over iter
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -114,7 +113,10 @@ class IterationRecorder:
         # numpy array, copied in as bytes).
         self._rows: list[int] = []
         self._durations = array("d")
-        self._growth: list[tuple[tuple[int, int, int], ...]] = []  # each run's growth, in run order
+        # The runs' growth (DecodeRun.growth: three ints an entry), one run's after another, and each run's
+        # length there (a flat list of ints is read by np.fromiter at half the cost an int of flattening tuples).
+        self._growth: list[int] = []
+        self._growth_lengths: list[int] = []
         self._joined: list[int] = []  # the iteration before which a request joined the queue, one per request
         # (iteration, clock) where buffered iterations start and where they resume after the clock jumped
         # (idle until an arrival); in between, each starts when the one before ends.
@@ -122,7 +124,7 @@ class IterationRecorder:
         self._clock_end = start_time
 
     def add(self, row: RunRow, durations, start: float, end: float,
-            growth: tuple[tuple[int, int, int], ...] = (), joined: tuple[int, ...] = ()) -> None:
+            growth: tuple[int, ...] = (), joined: tuple[int, ...] = ()) -> None:
         """Record a run that began at ``start`` and ended at ``end`` (``now += dt``, left to right). ``joined``:
         for each request that joined the waiting queue during the run, the iteration (from 0) before which it did
         (from then on ``num_waiting`` counts it)."""
@@ -130,7 +132,8 @@ class IterationRecorder:
         if not first or start != self._clock_end:
             self._clock_starts.append((first, start))
         self._rows += row
-        self._growth.append(growth)
+        self._growth += growth
+        self._growth_lengths.append(len(growth))
         if joined:
             self._joined.extend(first + j for j in joined)
         if isinstance(durations, list):
@@ -157,6 +160,7 @@ class IterationRecorder:
             self._log_rows(states, dt, runs)
         self._rows.clear()
         self._growth.clear()
+        self._growth_lengths.clear()
         self._joined.clear()
         del self._durations[:]
         self._clock_starts.clear()
@@ -164,13 +168,13 @@ class IterationRecorder:
     def _growth_entries(self, runs: dict) -> dict:
         """The buffered runs' growth, one array per field, with each entry's iteration counted from the buffer's
         start; ``runs``' allocation and internal fragmentation become the run's first iteration's (before its
-        growth). (Flattened by C iterators: a Python loop over the entries took about half of a flush's time, by
-        py-spy's samples.)"""
+        growth). (Read by np.fromiter from flat lists: a Python loop over the entries took about half of a flush's
+        time, by py-spy's samples, and flattening tuples of tuples by C iterators twice the instructions an int.)"""
         import numpy as np
 
-        num_entries = np.fromiter(map(len, self._growth), dtype=np.int64, count=len(self._growth))
-        flat = np.fromiter(chain.from_iterable(chain.from_iterable(self._growth)), dtype=np.int64,
-                           count=3 * int(num_entries.sum())).reshape(-1, 3)
+        lengths = self._growth_lengths
+        num_entries = np.fromiter(lengths, dtype=np.int64, count=len(lengths)) // 3
+        flat = np.fromiter(self._growth, dtype=np.int64, count=len(self._growth)).reshape(-1, 3)
         run_of_entry = np.repeat(np.arange(len(num_entries)), num_entries)
         runs["allocated"] -= np.bincount(run_of_entry, weights=flat[:, 1], minlength=len(num_entries)).astype(np.int64)
         runs["internal_fragmentation"] -= np.bincount(run_of_entry, weights=flat[:, 2],

@@ -97,12 +97,14 @@ class Sequence(Protocol):
 class DecodeRun(NamedTuple):
     """What ``allocate_decode_run`` handed out: the iterations it covers (0: not even the first, nothing was
     allocated) and ``(iteration from 0, slots, internal fragmentation slots)`` entries that add up, per
-    iteration, what its blocks added to the counters. A contiguous slab holds every token already: no growth.
+    iteration, what its blocks added to the counters, flat: three ints an entry, one after another (the recorder
+    reads them into numpy as they are: tuples of three cost it twice the instructions an int to flatten). A
+    contiguous slab holds every token already: no growth.
     (A named tuple: made once or twice per run, and a frozen dataclass's constructor costs several times more.
     No ``__bool__``: compiled by mypyc, a named tuple's truth is its length, always true; read ``num_iterations``.)"""
 
     num_iterations: int
-    growth: tuple[tuple[int, int, int], ...] = ()
+    growth: tuple[int, ...] = ()
 
 
 class Admission(NamedTuple):

@@ -86,15 +86,15 @@ class BlockNeeds:
         self._pending.clear()
 
     def due(self, max_iterations: int, num_free_blocks: int, first: int = 0
-            ) -> tuple[int, list[int], list[tuple[int, int, int]], int]:
+            ) -> tuple[int, list[int], list[int], int]:
         """A run of up to ``max_iterations`` iterations, as many as ``num_free_blocks`` cover: (iterations, the
         request ids that get a block, in step order, per iteration (counted from ``first``) the slots and the
-        internal fragmentation slots its new blocks add, and those internal slots in all). The clock advances by
-        the run."""
+        internal fragmentation slots its new blocks add, flat: three ints an entry (``DecodeRun.growth``), and
+        those internal slots in all). The clock advances by the run."""
         self._ready_to_decode()
         clock, bs, buckets = self.num_decode_iterations, self.block_size, self._buckets
         order: list[int] = []
-        growth = []
+        growth: list[int] = []
         num_iterations = max_iterations
         nxt = clock + 1  # the clock iteration of the run's first
         for j in range(max_iterations):
@@ -106,7 +106,7 @@ class BlockNeeds:
                     break
                 num_free_blocks -= num_blocks
                 order += bucket
-                growth.append((first + j, bs * num_blocks, 0))
+                growth += (first + j, bs * num_blocks, 0)
         end = clock + num_iterations
         internal = 0
         while self._last_heap and self._last_heap[0] <= end:
@@ -114,7 +114,7 @@ class BlockNeeds:
             wastes = self._last.pop(at, None)
             if wastes:  # last blocks: their slots beyond the request's last token
                 waste = sum(wastes.values())
-                growth.append((first + at - clock - 1, 0, waste))
+                growth += (first + at - clock - 1, 0, waste)
                 internal += waste
                 for request_id in wastes:
                     del self._last_of[request_id]
@@ -169,15 +169,20 @@ class BlockNeeds:
         if at - self.num_decode_iterations > bs:
             self._far.add(request_id)
             return
-        insort(self._buckets[at % bs], request_id, key=self._stamp.__getitem__)
+        bucket, stamps = self._buckets[at % bs], self._stamp
+        if bucket and stamps[bucket[-1]] > stamps[request_id]:
+            insort(bucket, request_id, key=stamps.__getitem__)
+        else:  # the newest in its bucket (a request just admitted always is): no search
+            bucket.append(request_id)
         num_blocks_to_come = num_blocks_for(num_kv_tokens, bs) - num_slots // bs
         waste = -num_kv_tokens % bs
         if num_blocks_to_come > 0 and waste:
             last = at + bs * (num_blocks_to_come - 1)
-            if last not in self._last:
-                self._last[last] = {}
+            wastes = self._last.get(last)
+            if wastes is None:
+                self._last[last] = wastes = {}
                 heappush(self._last_heap, last)
-            self._last[last][request_id] = waste
+            wastes[request_id] = waste
             self._last_of[request_id] = last
 
     def _remove(self, request_id: int) -> None:

@@ -48,9 +48,9 @@ class SchedulerOutput(NamedTuple):
     # computed all its tokens in the first iteration, and the whole batch decodes in the others.
     decodes_in_bulk: bool = False
     # Memory handed out during the run: (iteration from 0, slots, internal fragmentation slots), one entry per
-    # iteration that hands out blocks or fills last blocks (the allocator's DecodeRun.growth); the allocator's
-    # counters already include all of it.
-    kv_growth: tuple[tuple[int, int, int], ...] = ()
+    # iteration that hands out blocks or fills last blocks, flat (three ints an entry: the allocator's
+    # DecodeRun.growth); the allocator's counters already include all of it.
+    kv_growth: tuple[int, ...] = ()
     # A run's iterations as the caller's horizon priced them (RunTiming: durations, end, past arrivals), or None:
     # each is priced from the fields. The run may be shorter than the horizon's count (the blocks ran out): its
     # first num_iterations durations are the run's.

@@ -254,8 +254,8 @@ class RunScheduler(Scheduler):
         return num_rest
 
     def _after_admission(self, num_rest: int, horizon: Horizon | None, first: FirstIteration,
-                         growth: tuple[tuple[int, int, int], ...]
-                         ) -> tuple[int, tuple[tuple[int, int, int], ...], RunTiming | None]:
+                         growth: tuple[int, ...]
+                         ) -> tuple[int, tuple[int, ...], RunTiming | None]:
         """A run whose first iteration admits (``first``: its batch size, prefill and decode tokens, context and
         attention pairs) and whose later iterations, at most ``num_rest`` (``_admitted_run_length``), are decodes
         of the whole batch, as the running loop would schedule them: up to the first finish (of a decoder, or of
@@ -274,8 +274,8 @@ class RunScheduler(Scheduler):
                                              1 + num_rest, first)
         return (*self._after_first(num_iterations, growth), timing)
 
-    def _after_first(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...]
-                     ) -> tuple[int, tuple[tuple[int, int, int], ...]]:
+    def _after_first(self, num_iterations: int, growth: tuple[int, ...]
+                     ) -> tuple[int, tuple[int, ...]]:
         """A run's first iteration (its blocks handed out, ``growth``) followed by decode iterations of the whole
         batch, up to ``num_iterations`` in all as far as the free blocks go: (iterations, the run's growth)."""
         if num_iterations <= 1:
@@ -309,7 +309,7 @@ class RunScheduler(Scheduler):
             heappop(finishes)
         return finishes
 
-    def _run_output(self, num_iterations: int, growth: tuple[tuple[int, int, int], ...],
+    def _run_output(self, num_iterations: int, growth: tuple[int, ...],
                     preempted_req_ids: tuple[int, ...] = (), num_swap_bytes: int = 0,
                     timing: RunTiming | None = None, num_context: int | None = None) -> SchedulerOutput:
         """Everyone running decodes, ``num_iterations`` times (those preempted for this run's blocks are gone);

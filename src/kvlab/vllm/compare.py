@@ -174,7 +174,8 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
         scheduler.sync()  # (the records read each running request's counters)
         # The run's iterations before its last, as the driver sees them after each step.
         for j in range(out.num_iterations - 1):
-            later_blocks = sum(slots for at, slots, _ in out.kv_growth if at > j) // settings.block_size
+            growth = out.kv_growth  # (flat: iteration, slots, internal slots)
+            later_blocks = sum(growth[i + 1] for i in range(0, len(growth), 3) if growth[i] > j) // settings.block_size
             steps.append(_step_record(step + j, out, j, [], scheduler, allocator.num_free_blocks + later_blocks))
         finished = scheduler.update_from_output(out, float(step + out.num_iterations - 1))
         scheduler.sync()  # (and the last of the run, after it was applied)
