@@ -135,7 +135,7 @@ def capacity(
         return
     start_rate = _start_rate(lists, explicit, max_rate)
     configurations, seats, scaled, length_notes = service.searched_configurations(lists, explicit, start_rate)
-    first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__)
+    first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__, unique=False)
     longer, no_second = service.longer_samples(configurations, start_rate)
     session = Session(out, workers, ray, ray_address, as_json)
     session.check_ray()

@@ -202,7 +202,9 @@ def longer_samples(configurations: list[dict], start_rate: float) -> tuple[list[
 def engine_setups(points) -> list[dict[str, Any]]:
     """Each resolved point's setup: kvlab.config's description with its strategy's prefix caching and the TP/PP
     communication (kvlab.config.resolve.engine_setup)."""
-    return [{**p.config.describe(), **engine_setup(p.config, strategies([p.strategy], p.config))} for p in points]
+    # (each under the strategy as it was asked for: `vllm+prefix` is `vllm`'s point, and answered as asked)
+    return [{**p.config.describe(), **engine_setup(p.config, strategies([p.options["strategy"]], p.config))}
+            for p in points]
 
 
 def answer(configurations: list[dict], longer: list[dict], no_second: str | None, searches: list[Search], first_points,

@@ -63,8 +63,11 @@ def resolve_point(point: dict[str, Any], version: str, varied: set[str] | None =
     return Resolved(point, config, name, point_key(config.strategy_key, name, version), strategy.preemption_mode)
 
 
-def resolve_points(points: list[dict[str, Any]], version: str, *, build: bool = True) -> list[Resolved]:
-    """Every point resolved and checked before anything runs, in order, points that resolve alike kept once; with
+def resolve_points(points: list[dict[str, Any]], version: str, *, build: bool = True,
+                   unique: bool = True) -> list[Resolved]:
+    """Every point resolved and checked before anything runs, in order, points that resolve alike kept once (with
+    ``unique=False``, one for each point given, as a capacity search's configurations need: ``vllm`` and
+    ``vllm+prefix`` are one simulation, each answered); with
     ``build``, each distinct workload built once too (check_workloads), so that one that cannot be built is refused
     now. A caller that refuses a sweep on its estimated time first asks for ``build=False`` and checks the
     workloads of the points it will run afterwards (a million-request workload takes seconds to build)."""
@@ -72,6 +75,7 @@ def resolve_points(points: list[dict[str, Any]], version: str, *, build: bool = 
     from kvlab.errors import KvlabError
 
     resolved: dict[str, Resolved] = {}
+    every: list[Resolved] = []
     varied = varied_options(points)
     for point in points:
         r = resolve_point(point, version, varied)
@@ -81,9 +85,10 @@ def resolve_points(points: list[dict[str, Any]], version: str, *, build: bool = 
             except KvlabError as exc:
                 raise KvlabError(f"{exc}{_in_the_point(r.options, varied)}") from None
         resolved.setdefault(r.key, r)
+        every.append(r)
     if build:
         check_workloads(list(resolved.values()), varied)
-    return list(resolved.values())
+    return list(resolved.values()) if unique else every
 
 
 def check_workloads(points: list[Resolved], varied: set[str] | None = None,
