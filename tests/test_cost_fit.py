@@ -286,7 +286,8 @@ def test_a_fold_that_cannot_fit_names_the_run_it_left_out(kvlab, tmp_path):
 @pytest.mark.parametrize("flag", ["--client-defaults", "--hold-unidentified"])
 def test_a_measured_runs_flag_without_runs_is_one_line(kvlab, tmp_path, flag):
     r = kvlab("calibrate", tmp_path, flag, "--out", tmp_path / "p.toml")
-    assert r.exit_code == 2 and r.stderr.strip() == f"error: {flag} is for a fit on measured runs: give it with --runs FILE"
+    assert r.exit_code == 2 and r.stderr.strip() == (f"error: {flag} is for a fit on measured runs: give it with --runs FILE"
+                                                     " (a fit on bench folders is one least-squares solve)")
 
 
 def test_the_sets_h100_is_the_sxm_card_for_the_profile_too():
