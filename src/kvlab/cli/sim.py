@@ -258,8 +258,10 @@ def print_fleets(console, run, summaries) -> None:
 
 def print_disaggregation(console, summary: dict) -> None:
     """A disaggregated fleet's link and what its clients' first tokens waited for (kvlab.disagg.result)."""
+    from kvlab.report.tables import significant
+
     d = summary["disaggregation"]
-    parts = {k: "–" if v is None else f"{1e3 * v:.3g} ms" for k, v in d["ttft_parts_s"].items()}
+    parts = {k: "–" if v is None else f"{significant(1e3 * v)} ms" for k, v in d["ttft_parts_s"].items()}
     console.print(f"{summary['name']}: {d['shape']} ({d['num_prefill_replicas']} prefill, {d['num_decode_replicas']} "
                   f"decode replicas), KV over {d['link']} at {d['link_bandwidth_gb_s']:g} GB/s after "
                   f"{1e3 * d['link_latency_s']:g} ms: {d['num_transfers']:,} transfers, "
