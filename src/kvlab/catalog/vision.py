@@ -342,6 +342,12 @@ class PleStaging:
         return max_num_batched_tokens * self.layers * self.width * dtype_bytes
 
 
+def towers_whole(config: dict) -> bool:
+    """Whether every tensor-parallel rank holds the towers whole: Gemma 4's, which vLLM builds from transformers'
+    modules (gemma4_tower_params); the other towers are split as the decoder is."""
+    return str(config.get("model_type") or "") == "gemma4"
+
+
 def ple_staging(config: dict) -> PleStaging | None:
     """The PLE staging buffer of a Gemma 4 multimodal config.json (model_type gemma4), else None."""
     nested = config.get("text_config")
