@@ -201,7 +201,7 @@ def encoder_of(model, config) -> str | None:
         return None
     text = f"{e.items} {e.modality} item(s) of {e.tokens_per_item:,} tokens"
     if e.modality == "video":
-        text += f" ({e.frames:,} frames of {e.side}^2 pixels), budget {e.budget_tokens:,} tokens"
+        text += f" ({e.frames:,} frames{f' of {e.side}^2 pixels' if e.side else ''}), budget {e.budget_tokens:,} tokens"
     return text + (" (vLLM profiles a video here: its size not derived)" if e.video_instead else "")
 
 

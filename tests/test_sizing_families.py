@@ -764,6 +764,50 @@ def test_gemma_4_e2b_counts_its_vision_and_audio_towers_against_the_checkpoint()
     assert "3 x 12,288 MLP" in peak.source
 
 
+def test_gemma_4_e2b_encoder_profiling_run_encodes_one_dummy_video_in_chunks_of_frames():
+    """vLLM's profile_run encodes Gemma 4's dummy video (32 frames of 70 soft tokens, 2,496 prompt tokens: more than an
+    image's 1,120 at most or the audio's 750) before the text dummy run; from 0.22 the frames go through transformers'
+    vision tower in chunks sized from the free memory (gemma4_mm.py _encoder_chunk), before that one at a time."""
+    from kvlab.catalog.vision import GEMMA4_AUDIO_SEQ_LENGTH, GEMMA4_IMAGE_MAX_SOFT_TOKENS
+    from kvlab.memory_profile import activation_bytes, encoder_bytes
+    from kvlab.sizing import encoder_inputs, profile_inputs
+
+    model = get_model(str(DATA / "gemma-4-e2b-it.json"))
+    video = model.gemma4_video
+    assert video is not None and video.prompt_tokens == 32 * (70 + 2 + 6) == 2496
+    assert video.prompt_tokens > max(GEMMA4_IMAGE_MAX_SOFT_TOKENS, GEMMA4_AUDIO_SEQ_LENGTH)
+    t4 = get_gpu("t4")
+    config = SizingConfig.for_gpu(t4, dtype="float16", max_model_len=16384, max_num_seqs=8, vllm_version="0.29.0")
+    weights = {t.name: t for t in size_kv_cache(model, config).profile_terms}["weights"].bytes
+    e = encoder_inputs(model, config, weights)
+    # the budget max(2,048 batched tokens, 2,496) holds 1 video; 70 x 3^2 = 630 patches a frame of 3 x 16^2 values
+    assert (e.items, e.budget_tokens, e.frames, e.patches_per_item, e.values_per_patch) == (1, 2496, 32, 20160, 768)
+    assert (e.tokens_per_item, e.out_width, e.hidden_size, e.mlp_width_per_gpu, e.mlp_tensors) == (2240, 1536, 768,
+                                                                                                    3072, 3)
+    # frames a call: min(free / 2, total / 10) over 630 x 4 x 10,240 x 8 B; on a T4 with 9.8 GiB loaded, total / 10
+    assert t4.memory_bytes - weights > 2 * (t4.memory_bytes // 10)
+    assert e.chunk_frames == (t4.memory_bytes // 10) // (630 * 4 * 10240 * 8) == 7 and e.hidden_held
+    forward, kept = encoder_bytes(e, 2)
+    pixels, outputs = 20160 * 768 * 2, 2240 * 1536 * 2
+    # the peak at the last full chunk: frames 21-27 through the tower (hidden and normed, gate, up and their
+    # product per patch), frames 0-20's last hidden states waiting in the list
+    assert forward == pixels + (21 * 630 * 768 + 7 * 630 * (2 * 768 + 3 * 3072)) * 2 + outputs == 153_000_960
+    assert kept == pixels + outputs == 37_847_040
+    # below the text run, so the profile's peak is the text run's with the pixel_values and outputs still held
+    inputs = profile_inputs(model, config, 2, model.num_hidden_layers, weights_bytes=weights)
+    text = activation_bytes(replace(inputs, encoder=None)).bytes
+    assert forward < text + kept and activation_bytes(inputs).bytes == text + kept
+    assert "1 video of 32 frames, 20,160 patches -> 2,240 tokens each, through the tower 7 frames at a time" in (
+        activation_bytes(inputs).source)
+    # 0.19 (before vllm-project/vllm#43169): one frame at a time, each pooled and projected before the next
+    old = encoder_inputs(model, replace(config, vllm_version="0.19.0"), weights)
+    assert (old.chunk_frames, old.hidden_held) == (1, False)
+    assert encoder_bytes(old, 2) == (pixels + 630 * (2 * 768 + 3 * 3072) * 2 + outputs, kept)
+    # a batch of 8,192 tokens holds 3 videos, 96 frames in chunks of 7
+    wide = encoder_inputs(model, replace(config, max_num_batched_tokens=8192), weights)
+    assert (wide.items, wide.budget_tokens, wide.chunk_frames) == (3, 8192, 7)
+
+
 def get_model_from(config: dict):
     from kvlab.catalog.config import spec_from_config
 

@@ -120,13 +120,22 @@ class EncoderInputs:
     side: int = 0  # pixels on a side of one (square) frame or image
     video_instead: bool = False  # vLLM profiles a video item here, whose size kvlab does not derive
     cache_rows: int = 0  # rows each output is widened to in the encoder cache (vllm_rules.encoder_cache_rows), 0: none
+    # Gemma 4: the tower runs the frames of all items in chunks of chunk_frames (0: every patch at once, as Qwen-VL);
+    # hidden_held: each chunk's last hidden states wait in a list, concatenated after the last chunk (vLLM from
+    # vllm_rules.GEMMA4_VISION_BATCHED_SINCE), else each frame is pooled and projected before the next.
+    chunk_frames: int = 0
+    hidden_held: bool = False
 
     @property
     def described(self) -> str:
         """The dummy in words: '1 image of 65,536 patches -> 16,384 tokens each'."""
-        kind = f"video{'s' if self.items > 1 else ''} of {self.frames:,} frames of {self.side}^2 pixels," \
+        pixels = f" of {self.side}^2 pixels" if self.side else ""
+        kind = f"video{'s' if self.items > 1 else ''} of {self.frames:,} frames{pixels}," \
             if self.modality == "video" else f"image{'s' if self.items > 1 else ''} of"
-        return f"{self.items} {kind} {self.patches_per_item:,} patches -> {self.tokens_per_item:,} tokens each"
+        text = f"{self.items} {kind} {self.patches_per_item:,} patches -> {self.tokens_per_item:,} tokens each"
+        if self.chunk_frames:
+            text += f", through the tower {self.chunk_frames:,} frame{'s' if self.chunk_frames > 1 else ''} at a time"
+        return text
 
 
 @dataclass(frozen=True)
@@ -217,12 +226,26 @@ def encoder_bytes(e: EncoderInputs, act_dtype_bytes: int) -> tuple[int, int]:
     pixels = patches * e.values_per_patch * act_dtype_bytes
     outputs = e.items * e.tokens_per_item * e.out_width * act_dtype_bytes
     per_patch = 2 * e.hidden_size + e.mlp_tensors * e.mlp_width_per_gpu
-    forward = pixels + patches * per_patch * act_dtype_bytes + outputs
+    forward = pixels + tower_peak_values(e, per_patch) * act_dtype_bytes + outputs
     if e.cache_rows <= e.tokens_per_item:
         return forward, pixels + outputs
     widened = e.items * e.cache_rows * e.out_width * act_dtype_bytes
     last_output = e.tokens_per_item * e.out_width * act_dtype_bytes
     return max(forward, pixels + outputs + widened), pixels + widened + last_output
+
+
+def tower_peak_values(e: EncoderInputs, per_patch: int) -> int:
+    """Values alive at the tower's peak besides the pixel_values and outputs: ``per_patch`` for every patch run at once;
+    where the frames go in chunks (``chunk_frames``), those of the largest chunk plus, when ``hidden_held``, the last
+    hidden states of the frames before it (hidden size each), or the whole list and its concatenation at the end."""
+    patches = e.items * e.patches_per_item
+    if not e.chunk_frames:
+        return patches * per_patch
+    frames = e.items * e.frames
+    per_frame = e.patches_per_item // e.frames
+    peaks = [(start * e.hidden_size * e.hidden_held + min(e.chunk_frames, frames - start) * per_patch) * per_frame
+             for start in range(0, frames, e.chunk_frames)]
+    return max(peaks + [2 * patches * e.hidden_size * e.hidden_held])
 
 
 SAMPLERS = ("flashinfer", "pytorch")

@@ -32,7 +32,7 @@ from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
 from kvlab.catalog.quant import expert_layout
 from kvlab.catalog.rope import rope_bytes
-from kvlab.catalog.vision import qwen3_video_dummy
+from kvlab.catalog.vision import Gemma4Video, qwen3_video_dummy
 from kvlab.config.engine import SchedulerConfig, check_block_size
 from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
@@ -52,6 +52,7 @@ from kvlab.vllm_rules import (
     MODEL_RUNNERS,
     VllmRules,
     encoder_cache_rows,
+    gemma4_vision_batched,
     model_runner,
     mrope_positions_factor,
     qwen3_vl_profiles_video,
@@ -379,8 +380,9 @@ def profile_runner(model: ModelSpec, config: SizingConfig) -> str:
 
 
 def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int, num_layers: int,
-                   last_stage: bool = True, first_stage: bool = True) -> ProfileInputs:
-    """The numbers the memory profile's estimates read, for one GPU of a stage."""
+                   last_stage: bool = True, first_stage: bool = True, weights_bytes: int = 0) -> ProfileInputs:
+    """The numbers the memory profile's estimates read, for one GPU of a stage (``weights_bytes``: what the stage's
+    GPU holds when vLLM profiles, for the encoders whose run depends on the free memory)."""
     tp = config.tensor_parallel_size
     inputs = dict(hidden_size=model.hidden_size, vocab_size=model.vocab_size, num_layers=num_layers,
                   act_dtype_bytes=act_dtype_bytes, max_num_batched_tokens=config.resolved_max_num_batched_tokens,
@@ -389,7 +391,7 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
                   family=profile_family(model, config.quantization),
                   sampler=config.sampler or config.rules.default_sampler,
                   model_runner=profile_runner(model, config),
-                  encoder=encoder_inputs(model, config) if first_stage else None)  # the tower's stage
+                  encoder=encoder_inputs(model, config, weights_bytes) if first_stage else None)  # the tower's stage
     if model.is_moe:
         width = model.moe_intermediate_size or model.intermediate_size
         return ProfileInputs(mlp_width_per_gpu=(model.num_shared_experts or 0) * width // tp,
@@ -397,7 +399,7 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
     return ProfileInputs(mlp_width_per_gpu=model.widest_mlp // tp, **inputs)
 
 
-def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | None:
+def encoder_inputs(model: ModelSpec, config: SizingConfig, weights_bytes: int = 0) -> EncoderInputs | None:
     """The encoder profiling run vLLM makes for a Qwen-VL model (gpu_model_runner.profile_run): items of the modality
     with the most tokens per item, as many as the encoder budget max(max_num_batched_tokens, tokens per item) holds
     (compute_mm_encoder_budget; 'profiled with N image items of the maximum feature size'). The image of most
@@ -405,7 +407,9 @@ def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | No
     video always wins: its dummy is derived (vision.qwen3_video_dummy, seq_len max_model_len). For Qwen2/2.5-VL a
     video's dummy takes the frames that fit max_model_len less one image (get_num_frames_with_most_features,
     temporal patches of 2 frames), so from 3 x the image's tokens on the video is larger; kvlab does not derive that
-    one and says so."""
+    one and says so. Gemma 4: gemma4_encoder_inputs."""
+    if model.gemma4_video is not None:
+        return gemma4_encoder_inputs(model.gemma4_video, config, weights_bytes)
     tower = model.vision_tower
     if tower is None:
         return None
@@ -427,6 +431,29 @@ def encoder_inputs(model: ModelSpec, config: SizingConfig) -> EncoderInputs | No
     return EncoderInputs(items=max(1, budget // tokens), patches_per_item=tower.max_patches, tokens_per_item=tokens,
                          budget_tokens=budget, side=tower.image_side, video_instead=max_len >= 3 * tokens,
                          cache_rows=encoder_cache_rows(config.vllm_version, budget, tokens), **shared)
+
+
+def gemma4_encoder_inputs(video: Gemma4Video, config: SizingConfig, weights_bytes: int = 0) -> EncoderInputs:
+    """Gemma 4's encoder profiling run (catalog/vision.py Gemma4Video): as many dummy videos as the encoder budget
+    max(max_num_batched_tokens, 2,496 prompt tokens a video) holds, their frames' pixel_values padded to 630 patches;
+    the tower is transformers' Gemma4VisionModel, whole on every GPU, with a gated MLP. From
+    vllm_rules.GEMMA4_VISION_BATCHED_SINCE the frames go through it in chunks whose size gemma4_mm.py derives from the
+    free memory (taken here as the GPU's total less ``weights_bytes``; the CUDA context is not subtracted, which
+    matters only where the weights fill more than about 80% of the card), before that one frame at a time.
+
+    The position embeddings are counted as a lookup (transformers' Gemma4VisionPatchEmbedder after
+    huggingface/transformers#46176, merged 2026-05-24); before it a one-hot of patches x 2 x position_embedding_size
+    int64 values, and its cast, were alive at the tower's peak, which kvlab does not count (the transformers version
+    is not vLLM's)."""
+    budget = max(config.resolved_max_num_batched_tokens, video.prompt_tokens)
+    items = max(1, budget // video.prompt_tokens)
+    batched = gemma4_vision_batched(config.vllm_version)
+    total = config.gpu_memory_bytes or 0
+    chunk = min(items * video.frames, video.chunk_frames(max(0, total - weights_bytes), total)) if batched else 1
+    return EncoderInputs(items=items, patches_per_item=video.patches, values_per_patch=video.values_per_patch,
+                         tokens_per_item=video.soft_tokens, out_width=video.out_width, hidden_size=video.hidden_size,
+                         mlp_width_per_gpu=video.mlp_width, mlp_tensors=3, modality="video", budget_tokens=budget,
+                         frames=video.frames, chunk_frames=chunk, hidden_held=batched)
 
 
 def load_buffer_bytes(model: ModelSpec, version: str | None, batched: int, act_bytes: int) -> tuple[int, str]:
@@ -487,7 +514,7 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
                                           expert_layout=expert_layout(
                                               model.weight_format_for(config.quantization),
                                               compute_capability(config.gpu_name), rules.mxfp4_hopper_layout))
-        inputs = profile_inputs(model, config, act_bytes, len(layers), last, first)
+        inputs = profile_inputs(model, config, act_bytes, len(layers), last, first, weights + buffers)
         profiles.append(MemoryProfile(
             total=Term("total", total, "GPU memory as CUDA reports it"),
             requested=Term("requested", requested, f"total x gpu_memory_utilization {config.gpu_memory_utilization}"),

@@ -190,6 +190,21 @@ def encoder_cache_rows(version: str | None, budget_tokens: int, item_tokens: int
     return item_tokens if key >= version_key(ENCODER_CACHE_ITEM_LENGTH_SINCE) else budget_tokens
 
 
+# Gemma 4's vision tower over the dummy video: up to vllm-project/vllm#43169 ('[Perf][Gemma4] Batch vision encoder
+# calls for image and video processing', merged 2026-05-21; gemma4_mm.py at commit 49e6e4739167) vLLM ran it one frame
+# at a time and projected each frame's output at once; from it, all frames go through the tower in chunks of frames
+# (_encoder_chunk at commit 01bae2190e1c) whose last hidden states are kept in a list and concatenated before pooling.
+# 0.22.0 was released on 2026-05-29/30 (news summaries of those days); kvlab places the change there, not having read
+# whether 0.22.0's branch was cut before the merge. The corpus has Gemma 4 logs of 0.19 and 0.29 only.
+GEMMA4_VISION_BATCHED_SINCE = "0.22.0"
+
+
+def gemma4_vision_batched(version: str | None) -> bool:
+    """Whether vLLM ``version`` (None: the newest kvlab knows) runs Gemma 4's dummy video frames through the vision
+    tower in chunks (GEMMA4_VISION_BATCHED_SINCE), rather than one frame at a time."""
+    return version_key(resolve_version(version)) >= version_key(GEMMA4_VISION_BATCHED_SINCE)
+
+
 # M-RoPE's cos/sin cache holds max_position_embeddings x 4 positions (MRotaryEmbedding: 'we enlarge
 # max_position_embeddings to 4 times' for video positions). 0.32.0's Qwen3-VL passes a factor of 1 unless video pruning
 # is on (qwen3_vl.py mrope_positions_factor); Qwen2-VL and Qwen2.5-VL keep the default 4. Where between 0.11 and 0.32

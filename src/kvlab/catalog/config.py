@@ -49,7 +49,7 @@ def spec_from_config(config: dict, *, id: str, where: str, origin: str, hf_repo:
         raise KvlabError(f"{where}: expected a JSON object, got {type(config).__name__}")
     from dataclasses import replace
 
-    from kvlab.catalog.vision import load_buffers, ple_staging, towers_whole, vision_params, vision_tower
+    from kvlab.catalog.vision import gemma4_video, load_buffers, ple_staging, towers_whole, vision_params, vision_tower
 
     spec = spec_from_fields(text_fields(config), id=id, where=where, origin=origin, hf_repo=hf_repo, source=(where,))
     params, how = vision_params(config)
@@ -57,7 +57,7 @@ def spec_from_config(config: dict, *, id: str, where: str, origin: str, hf_repo:
         return spec
     return replace(spec, vision_params=params, vision_source=how, vision_tower=vision_tower(config),
                    load_buffers=load_buffers(config), ple_staging=ple_staging(config),
-                   vision_whole=towers_whole(config))
+                   vision_whole=towers_whole(config), gemma4_video=gemma4_video(config))
 
 
 def load_config_path(path: str) -> ModelSpec:

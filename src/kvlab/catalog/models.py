@@ -16,7 +16,7 @@ from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, NO_CACHE, StateLayout,
 from kvlab.catalog.quant import DEFAULTS as QUANT_DEFAULTS
 from kvlab.catalog.quant import WeightFormat, check_method, from_quantization_config, mxfp4_layer_bytes
 from kvlab.catalog.rope import RopeCache, rope_caches
-from kvlab.catalog.vision import LoadBuffers, PleStaging, VisionTower
+from kvlab.catalog.vision import Gemma4Video, LoadBuffers, PleStaging, VisionTower
 from kvlab.errors import KvlabError
 
 FULL_ATTENTION = "full_attention"
@@ -177,6 +177,7 @@ class ModelSpec:
     load_buffers: LoadBuffers | None = None  # tensors vLLM allocates at load beside the weights (Qwen-VL M-RoPE)
     rope_caches: tuple[RopeCache, ...] = ()  # the rotary embeddings' cos/sin caches (kvlab.catalog.rope)
     ple_staging: PleStaging | None = None  # Gemma 4's per-layer-embedding staging buffer (multimodal wrapper)
+    gemma4_video: Gemma4Video | None = None  # the dummy video of Gemma 4's encoder profiling run (multimodal wrapper)
     aliases: tuple[str, ...] = ()
     num_params_card: float | None = None
     num_active_params_card: float | None = None

@@ -355,3 +355,64 @@ def ple_staging(config: dict) -> PleStaging | None:
         return None
     width = int(nested.get("hidden_size_per_layer_input") or 0)
     return PleStaging(layers=int(nested.get("num_hidden_layers") or 0), width=width) if width > 0 else None
+
+
+# Gemma 4's dummy for vLLM's encoder profiling run (gemma4_mm.py, read at vllm-project/vllm commits 49e6e4739167 and
+# 01bae2190e1c): Gemma4ProcessingInfo.get_mm_max_tokens_per_item gives an image default_output_length soft tokens (280
+# by default, at most 1,120, the largest of _SUPPORTED_SOFT_TOKENS), audio the processor's audio_seq_length (750,
+# transformers' Gemma4Processor default) and a video _VIDEO_MAX_FRAMES = 32 frames of _VIDEO_MAX_SOFT_TOKENS = 70 soft
+# tokens, counted as 70 + 2 (boi, eoi) + 6 (timestamp) prompt tokens each: 2,496, so a video is always the modality
+# profile_run encodes ('profiled with 1 video items'). Each frame is padded to 70 x pooling_kernel_size^2 patches.
+GEMMA4_VIDEO_FRAMES = 32
+GEMMA4_VIDEO_SOFT_TOKENS = 70
+GEMMA4_VIDEO_FRAME_MARKERS = 8  # boi, eoi and about 6 timestamp tokens per frame, as get_mm_max_tokens_per_item counts
+GEMMA4_IMAGE_MAX_SOFT_TOKENS = 1120
+GEMMA4_AUDIO_SEQ_LENGTH = 750
+# gemma4_mm.py's _encoder_chunk (commit 01bae2190e1c): frames per vision-tower call are bounded so that transformers'
+# one-hot position lookup, patches x 4 x position_embedding_size x 8 B per frame, fits min(free / 2, total / 10).
+GEMMA4_CHUNK_SHARE_OF_TOTAL = 10
+
+
+@dataclass(frozen=True)
+class Gemma4Video:
+    """The dummy video vLLM's encoder profiling run gives a Gemma 4 model, and its vision tower's widths."""
+
+    frames: int
+    patches_per_frame: int  # soft tokens x pooling_kernel_size^2: each frame's pixel_values rows, padding included
+    soft_tokens_per_frame: int  # pooled outputs per frame
+    values_per_patch: int  # 3 x patch_size^2
+    prompt_tokens: int  # what vLLM counts for one video: frames x (soft tokens + markers); sets the encoder budget
+    hidden_size: int  # the vision tower's
+    mlp_width: int  # its gated MLP's intermediate size
+    out_width: int  # the text hidden size embed_vision projects to
+    position_embedding_size: int
+
+    @property
+    def patches(self) -> int:
+        return self.frames * self.patches_per_frame
+
+    @property
+    def soft_tokens(self) -> int:
+        return self.frames * self.soft_tokens_per_frame
+
+    def chunk_frames(self, free_bytes: int, total_bytes: int) -> int:
+        """Frames per vision-tower call in the batched video path (gemma4_mm.py _encoder_chunk): the budget
+        min(free / 2, total / 10) over patches x 4 x position_embedding_size x 8 B a frame, at least 1."""
+        budget = min(free_bytes // 2, total_bytes // GEMMA4_CHUNK_SHARE_OF_TOTAL)
+        cost = self.patches_per_frame * 4 * self.position_embedding_size * 8
+        return max(1, budget // cost) if budget > 0 else 1
+
+
+def gemma4_video(config: dict) -> Gemma4Video | None:
+    """The dummy video of a Gemma 4 multimodal config.json (model_type gemma4), else None."""
+    if str(config.get("model_type") or "") != "gemma4":
+        return None
+    vc = config.get("vision_config") or {}
+    nested = config.get("text_config")
+    text_hidden = int((nested if isinstance(nested, dict) else config).get("hidden_size") or 0)
+    pooling, patch = int(vc.get("pooling_kernel_size", 3)), int(vc.get("patch_size", 16))
+    return Gemma4Video(frames=GEMMA4_VIDEO_FRAMES, patches_per_frame=GEMMA4_VIDEO_SOFT_TOKENS * pooling ** 2,
+                       soft_tokens_per_frame=GEMMA4_VIDEO_SOFT_TOKENS, values_per_patch=3 * patch ** 2,
+                       prompt_tokens=GEMMA4_VIDEO_FRAMES * (GEMMA4_VIDEO_SOFT_TOKENS + GEMMA4_VIDEO_FRAME_MARKERS),
+                       hidden_size=int(vc.get("hidden_size", 768)), mlp_width=int(vc.get("intermediate_size", 3072)),
+                       out_width=text_hidden, position_embedding_size=int(vc.get("position_embedding_size", 10240)))
