@@ -248,7 +248,9 @@ def read_log(entry: dict) -> dict:
             "cuda_graph_gib": log.cuda_graph_gib, "total_gib": log.total_gpu_memory_gib,
             "weights_and_non_torch_gib": log.weights_and_non_torch_gib,
             "encoder_budget_tokens": log.encoder_budget_tokens, "encoder_profile_items": log.encoder_profile_items,
-            "encoder_profile_modality": log.encoder_profile_modality}
+            "encoder_profile_modality": log.encoder_profile_modality,
+            "estimated_cuda_graph_gib": log.estimated_cuda_graph_gib, "cuda_graphs_profiled": log.cuda_graphs_profiled,
+            "estimated_cuda_graph_share": log.estimated_cuda_graph_share}
 
 
 def rel(predicted, printed) -> float | None:
@@ -460,6 +462,45 @@ def fit(rows: list[Row]) -> None:
                   f"{'s' if len(chosen) > 1 else ''}: {', '.join(pt[0] for pt in chosen)})")
 
 
+def graph_estimates(rows: list[Row]) -> None:
+    """vLLM's own CUDA-graph estimate on every log that prints it ('Estimated CUDA graph memory: C GiB total', or the
+    share of the card its '--gpu-memory-utilization=U is equivalent to ... =E' line gives, times the total), over the
+    graphs it profiled ('Profiling CUDA graph memory: PIECEWISE=P, FULL=F', else kvlab's count for the log's
+    max_num_seqs), per graph and per graph and layer: whether one rule fits them all. vLLM measures its estimate
+    (gpu_model_runner.profile_cudagraph_memory: per mode, the first capture + (graphs - 1) x the second's), so kvlab
+    can only carry a rate those logs agree on."""
+    from kvlab.catalog import get_gpu
+    from kvlab.memory_profile import FIT, capture_sizes
+
+    print("\n== vLLM's CUDA-graph estimate, on every log that prints it ==")
+    rates = []
+    for r in rows:
+        q, e = r.reader, r.entry
+        gib, share = q.get("estimated_cuda_graph_gib"), q.get("estimated_cuda_graph_share")
+        if gib is None and share is None:
+            continue
+        total = printed_total_gib(e) or (get_gpu(e["gpu_kvlab"]).memory_gib if e.get("gpu_kvlab") else None)
+        source = "printed" if gib is not None else f"{share:g} of {total:.2f} GiB (the utilization line)"
+        gib = gib if gib is not None else share * total if total else None
+        graphs, counted = q.get("cuda_graphs_profiled"), "printed"
+        seqs = e.get("max_num_seqs")
+        if graphs is None and seqs:
+            graphs = len(capture_sizes(min(2 * seqs, 512))) + len(capture_sizes(min(seqs, 512)))
+            counted = f"kvlab's count at max_num_seqs {seqs}"
+        if gib is None or not graphs:
+            continue
+        model, _ = find_model(e)
+        layers = model.num_hidden_layers if model is not None else None
+        per_graph = gib * 1024 / graphs
+        rates.append(per_graph)
+        per_layer = f"{per_graph / layers:.3f} MiB per graph and layer ({layers} layers)" if layers else "layers: -"
+        print(f"  {e['id']:<46} vLLM {e.get('vllm_version')}: {gib:.3f} GiB ({source}) / {graphs} graphs ({counted}) "
+              f"= {per_graph:.2f} MiB per graph; {per_layer}")
+    if rates:
+        print(f"  per graph: {min(rates):.2f} to {max(rates):.2f} MiB on {len(rates)} logs ({max(rates) / min(rates):.1f}x);"
+              f" kvlab's flat rate {FIT.cuda_graph_mib_per_graph:g} MiB")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="also print what the fitting half implies")
@@ -481,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     summary(rows)
     if args.fit:
         fit(rows)
+        graph_estimates(rows)
     return 0
 
 

@@ -184,3 +184,35 @@ def test_the_encoder_dummy_is_checked_against_the_log_line(bench):
     # before 0.11 kvlab does not derive the video it says vLLM profiles: nothing to compare
     assert bench.encoder_dummy_of(model, SizingConfig.for_gpu(get_gpu("rtx-3090"), tensor_parallel_size=4,
                                                               max_model_len=65536, vllm_version="0.10.2")) is None
+
+
+def test_vllms_cuda_graph_estimate_is_read_and_set_per_graph(bench, tmp_path, capsys):
+    """The lines of 0.20 on that say how vLLM made its CUDA-graph estimate: the graphs it profiled, and the estimate as
+    a share of the card (the corpus logs nemotron-cascade-2-30b-a3b-nvfp4-wsl-0.20.1rc1 and
+    gemma-4-e2b-it-bf16-t4-0.29.0 print these); --fit sets the estimate over the graphs."""
+    from kvlab.vllm.log import parse_vllm_log
+
+    lines = (
+        "(EngineCore pid=176) INFO 05-01 17:59:03 [gpu_model_runner.py:5967] Profiling CUDA graph memory: "
+        "PIECEWISE=51 (largest=512), FULL=19 (largest=128)\n"
+        "(EngineCore pid=176) INFO 05-01 17:59:06 [gpu_model_runner.py:6046] Estimated CUDA graph memory: 0.48 GiB total\n"
+        "(EngineCore pid=176) INFO 05-01 17:59:06 [gpu_worker.py:448] CUDA graph memory profiling is enabled (default "
+        "since v0.21.0). The current --gpu-memory-utilization=0.8500 is equivalent to --gpu-memory-utilization=0.8348 "
+        "without CUDA graph memory profiling.\n")
+    log = parse_vllm_log(lines + LOG.splitlines(keepends=True)[-1])
+    assert (log.cuda_graphs_profiled, log.estimated_cuda_graph_gib, log.estimated_cuda_graph_share) == (70, 0.48, 0.0152)
+    assert "PIECEWISE=51" in log.lines["cuda_graphs_profiled"]
+    # an estimate given only as a share: times the card's total (A100-80GB, kvlab's catalogue), over kvlab's count of
+    # the graphs at max_num_seqs 8 (piecewise 1, 2, 4, 8, 16 and full 1, 2, 4, 8)
+    share_only = LOG + lines.splitlines(keepends=True)[2]
+    folder = tmp_path / "share"
+    folder.mkdir()
+    (folder / "qwen2-7b.log").write_text(share_only)
+    (folder / "index.json").write_text(json.dumps([dict(ENTRY, max_num_seqs=8)]))
+    bench.main(["--corpus", str(folder / "index.json"), "--fit"])
+    out = capsys.readouterr().out
+    from kvlab.catalog import get_gpu
+
+    total = get_gpu("a100-80gb").memory_gib
+    assert f"{0.0152 * total:.3f} GiB (0.0152 of {total:.2f} GiB (the utilization line)) / 9 graphs (kvlab's count at " \
+           f"max_num_seqs 8) = {0.0152 * total * 1024 / 9:.2f} MiB per graph" in out

@@ -45,9 +45,13 @@ class ProfileFit:
     non_torch_base_gib: float
     non_torch_nccl_pcie_gib: float
     non_torch_nccl_nvswitch_gib: float
-    # CUDA graphs, where deducted: vLLM's profiler estimates the pool from the graphs it will capture; per graph,
+    # CUDA graphs, where deducted: vLLM's profiler estimates the pool from the graphs it will capture (per mode, the
+    # first capture + (graphs - 1) x the second, measured: gpu_model_runner.profile_cudagraph_memory); per graph,
     # fitted on the two corpus logs that print both the counts and the estimate ('Profiling CUDA graph memory:
-    # PIECEWISE=51 (largest=512), FULL=19 (largest=128)' -> 0.48 GiB; PIECEWISE=4, FULL=3 -> 0.05 GiB).
+    # PIECEWISE=51 (largest=512), FULL=19 (largest=128)' -> 0.48 GiB, 0.20.1rc1; PIECEWISE=4, FULL=3 -> 0.05 GiB,
+    # 0.19.0). The third log that prints an estimate (gemma-4-e2b-it-bf16-t4-0.29.0: 0.0092 of the card, 0.136 GiB
+    # over the 9 graphs kvlab counts) implies 15.45 MiB a graph: no one rate, per graph or per graph and layer, fits
+    # the three (`python benchmarks/startup_logs.py --fit` prints them), and a rule for 0.29 would rest on that one log.
     cuda_graph_mib_per_graph: float
     # What the tensor counts above miss, per family (kernels' workspaces, torch.compile's buffers, the allocator's
     # rounding): the measured peak over the estimate, fitted on the fitting half of the corpus (1.0: no fit).

@@ -300,6 +300,15 @@ PATTERNS = (
              lambda m: {"cuda_graph_gib": float(m["gib"])}),
     _pattern("cuda_graph_estimate", "v1", r"Estimated CUDA graph memory: (?P<gib>-?[\d.]+) GiB total",
              lambda m: {"estimated_cuda_graph_gib": float(m["gib"])}),
+    # 0.20 on, where the estimate is profiled: "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=19
+    # (largest=128)", and the estimate as a share of the card: "The current --gpu-memory-utilization=0.9000 is
+    # equivalent to --gpu-memory-utilization=0.8908 without CUDA graph memory profiling" (gpu_worker.py: the
+    # estimate / total memory, so 0.0092 of the card here)
+    _pattern("cuda_graph_profiling", "v1", r"Profiling CUDA graph memory: PIECEWISE=(?P<pw>\d+)(?: \(largest=\d+\))?, "
+             r"FULL=(?P<full>\d+)", lambda m: {"cuda_graphs_profiled": int(m["pw"]) + int(m["full"])}),
+    _pattern("cuda_graph_equivalent", "v1", r"The current --gpu-memory-utilization=(?P<util>[\d.]+) is equivalent to "
+             r"--gpu-memory-utilization=(?P<eq>[\d.]+) without CUDA graph memory profiling",
+             lambda m: {"estimated_cuda_graph_share": round(float(m["util"]) - float(m["eq"]), 6)}),
     _pattern("cuda_graph_pool", "v1", r"CUDA graph pool memory: (?P<actual>-?[\d.]+) GiB \(actual\), "
              r"(?P<est>-?[\d.]+) GiB \(estimated\)",
              lambda m: {"cuda_graph_gib": float(m["actual"]), "estimated_cuda_graph_gib": float(m["est"])}),

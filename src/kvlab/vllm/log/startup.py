@@ -17,9 +17,13 @@ REPORTED = ("kv_cache_tokens", "num_gpu_blocks", "num_cpu_blocks", "block_size",
             "max_concurrency_tokens_per_request", "available_kv_cache_gib", "model_weights_gib", "max_model_len",
             "total_gpu_memory_gib", "gpu_memory_utilization", "estimated_max_model_len", "needed_kv_cache_gib",
             "model", "refused", "activation_gib", "non_torch_gib", "weights_and_non_torch_gib", "cuda_graph_gib",
-            "estimated_cuda_graph_gib", "non_kv_cache_gib", "requested_memory_gib", "free_on_startup_gib")
+            "estimated_cuda_graph_gib", "non_kv_cache_gib", "requested_memory_gib", "free_on_startup_gib",
+            "cuda_graphs_profiled", "estimated_cuda_graph_share")
 # The encoder's profiling run of a multimodal model: its encoder cache budget (tokens), the items and their modality.
 ENCODER_PROFILE = ("encoder_budget_tokens", "encoder_profile_items", "encoder_profile_modality")
+# vLLM's CUDA-graph estimate where it prints how it was made: the graphs profiled (PIECEWISE + FULL) and the
+# estimate as a share of the card's total ('--gpu-memory-utilization=U is equivalent to ... =E': U - E).
+CUDA_GRAPH_PROFILE = ("cuda_graphs_profiled", "estimated_cuda_graph_share")
 # The memory profile's terms, as vLLM printed them (GiB per GPU); None where the log does not print one.
 PROFILE_TERMS = ("activation_gib", "non_torch_gib", "weights_and_non_torch_gib", "cuda_graph_gib",
                  "estimated_cuda_graph_gib", "non_kv_cache_gib", "requested_memory_gib", "free_on_startup_gib")
@@ -67,6 +71,8 @@ class StartupLog:
     encoder_budget_tokens: int | None = None
     encoder_profile_items: int | None = None
     encoder_profile_modality: str | None = None  # image, video, audio
+    cuda_graphs_profiled: int | None = None
+    estimated_cuda_graph_share: float | None = None  # of the total memory
     settings: dict = field(default_factory=dict)  # engine settings the log states, in vLLM's names
     lines: dict = field(default_factory=dict)
     derived: dict = field(default_factory=dict)
@@ -84,7 +90,8 @@ class StartupLog:
             "needed_kv_cache_gib": self.needed_kv_cache_gib, "estimated_max_model_len": self.estimated_max_model_len,
             "model": self.model, "vllm_version": self.vllm_version,
             **{name: getattr(self, name) for name in PROFILE_TERMS},
-            **{name: getattr(self, name) for name in ENCODER_PROFILE}, "settings": dict(self.settings),
+            **{name: getattr(self, name) for name in ENCODER_PROFILE},
+            **{name: getattr(self, name) for name in CUDA_GRAPH_PROFILE}, "settings": dict(self.settings),
             "lines": dict(self.lines), "derived": dict(self.derived),
             "per_worker": {k: list(v) for k, v in self.per_worker.items()},
         }
@@ -223,4 +230,5 @@ def _assemble(fmt: str, first: dict, lines: dict, setting_lines: dict, settings:
             "estimated_max_model_len"), model=settings.get("model"), vllm_version=first.get("vllm_version"),
         settings=settings, lines=lines, derived=derived, per_worker=repeated,
         **{name: first.get(name) for name in PROFILE_TERMS}, **{name: first.get(name) for name in ENCODER_PROFILE},
+        **{name: first.get(name) for name in CUDA_GRAPH_PROFILE},
     )
