@@ -439,7 +439,8 @@ def gemma4_encoder_inputs(video: Gemma4Video, config: SizingConfig, weights_byte
     the tower is transformers' Gemma4VisionModel, whole on every GPU, with a gated MLP. From
     vllm_rules.GEMMA4_VISION_BATCHED_SINCE the frames go through it in chunks whose size gemma4_mm.py derives from the
     free memory (taken here as the GPU's total less ``weights_bytes``; the CUDA context is not subtracted, which
-    matters only where the weights fill more than about 80% of the card), before that one frame at a time.
+    matters only where the weights fill more than about 80% of the card; without a GPU size, one frame a call), before
+    that one frame at a time.
 
     The position embeddings are counted as a lookup (transformers' Gemma4VisionPatchEmbedder after
     huggingface/transformers#46176, merged 2026-05-24); before it a one-hot of patches x 2 x position_embedding_size
