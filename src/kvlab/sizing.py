@@ -656,20 +656,45 @@ class SizingResult:
         return data
 
 
+def tensor_parallel_refusal(model: ModelSpec, tensor_parallel_size: int) -> str | None:
+    """Why vLLM cannot split ``model`` over ``tensor_parallel_size`` GPUs, or None when it can. vLLM's checks:
+    the attention heads divide evenly (ModelConfig.verify_with_parallel_config, vllm/config/model.py); each
+    layer's KV heads divide evenly, or TP is a multiple of them and they are replicated (QKVParallelLinear's
+    divide() calls, vllm/model_executor/layers/linear.py; MLA keeps one latent and is not split); a dense MLP's
+    intermediate_size divides evenly (MergedColumnParallelLinear's assert, ColumnParallelLinear's divide(), same
+    file). Routed experts are not checked here: vLLM's FusedMoE makes no such check."""
+    tp = tensor_parallel_size
+    if model.num_attention_heads % tp:
+        return f"total number of attention heads ({model.num_attention_heads}) of {model.id} must be divisible by " \
+            f"tensor parallel size ({tp})"
+    if not model.is_mla:
+        attention = (FULL_ATTENTION, SLIDING_ATTENTION)
+        for heads in sorted({model.layer_num_kv_heads(i) for i, kind in enumerate(model.layer_types)
+                             if kind in attention}):
+            if heads % tp and tp % heads:
+                return f"the {heads} KV heads of {model.id} can be neither split nor replicated evenly over tensor " \
+                    f"parallel size ({tp}): vLLM needs {tp} to divide {heads} or be a multiple of it"
+    dense_mlp = (not model.is_moe or (model.first_k_dense_replace or 0) > 0
+                 or (model.gemma4 is not None and model.gemma4.enable_moe_block))
+    if dense_mlp and model.intermediate_size % tp:
+        return f"the MLP width (intermediate_size {model.intermediate_size}) of {model.id} must be divisible by " \
+            f"tensor parallel size ({tp})"
+    return None
+
+
 def valid_tensor_parallel_sizes(model: ModelSpec, decode_context_parallel_size: int = 1, limit: int = 64) -> list[int]:
-    """TP sizes vLLM accepts for this model: divisors of the attention heads (verify_with_parallel_config), and
-    multiples of the DCP size (DCP groups are made of TP ranks)."""
+    """TP sizes vLLM accepts for this model (tensor_parallel_refusal), and multiples of the DCP size (DCP groups
+    are made of TP ranks)."""
     return [tp for tp in range(1, min(limit, model.num_attention_heads) + 1)
-            if model.num_attention_heads % tp == 0 and tp % decode_context_parallel_size == 0]
+            if tp % decode_context_parallel_size == 0 and tensor_parallel_refusal(model, tp) is None]
 
 
 def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
     """Model-dependent checks vLLM makes at startup; returns the resolved max_model_len."""
-    tp = config.tensor_parallel_size
-    if model.num_attention_heads % tp:
+    refusal = tensor_parallel_refusal(model, config.tensor_parallel_size)
+    if refusal:
         sizes = ", ".join(map(str, valid_tensor_parallel_sizes(model)))
-        raise KvlabError(f"total number of attention heads ({model.num_attention_heads}) of {model.id} must be "
-                         f"divisible by tensor parallel size ({tp}); valid --tensor-parallel-size: {sizes}")
+        raise KvlabError(f"{refusal}; valid --tensor-parallel-size: {sizes}")
     if config.pipeline_parallel_size > model.num_hidden_layers:
         raise KvlabError(f"--pipeline-parallel-size {config.pipeline_parallel_size} exceeds the "
                          f"{model.num_hidden_layers} layers of {model.id}; valid: 1 to {model.num_hidden_layers}")
