@@ -22,3 +22,14 @@ def test_tensor_parallel_sizes_follow_vllms_kv_head_and_mlp_rules(kvlab):
         "error: the 2 KV heads of qwen2.5-0.5b-instruct can be neither split nor replicated evenly over tensor "
         "parallel size (7): vLLM needs 7 to divide 2 or be a multiple of it; valid --tensor-parallel-size: 1, 2")
     assert kvlab("size", "qwen2.5-0.5b-instruct", "--gpu", "t4", "-tp", "2").exit_code == 0
+
+
+def test_quantization_none_and_auto_mean_no_quantization(kvlab):
+    plain = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--json").json()
+    assert plain["num_blocks"] == 1961 and plain["quantization"] is None
+    for spelling in ("none", "None", "auto"):
+        r = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", spelling, "--json")
+        assert r.exit_code == 0, r.stderr
+        assert r.json()["num_blocks"] == 1961 and r.json()["quantization"] is None
+    bad = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "foo")
+    assert bad.exit_code == 2 and "or none (no --quantization: the checkpoint's own format" in _one_line(bad.stderr)

@@ -178,9 +178,10 @@ class SizingConfig:
             raise KvlabError(f"--model-runner {self.model_runner!r} is not a vLLM GPU model runner; valid: "
                              f"{', '.join(MODEL_RUNNERS)} (VLLM_USE_V2_MODEL_RUNNER=0 or 1)")
         if self.quantization is not None:
-            from kvlab.catalog.quant import check_method
+            from kvlab.catalog.quant import requested_method
 
-            check_method(self.quantization, "--quantization")
+            # frozen: normalise once, so none/auto size exactly as no --quantization does
+            object.__setattr__(self, "quantization", requested_method(self.quantization, "--quantization"))
 
     @classmethod
     def for_gpu(cls, gpu: GpuSpec, **settings) -> SizingConfig:

@@ -14,7 +14,13 @@ from importlib import resources
 
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, NO_CACHE, StateLayout, hybrid_layer_types, state_layout
 from kvlab.catalog.quant import DEFAULTS as QUANT_DEFAULTS
-from kvlab.catalog.quant import WeightFormat, check_method, from_quantization_config, mxfp4_layer_bytes
+from kvlab.catalog.quant import (
+    WeightFormat,
+    check_method,
+    from_quantization_config,
+    mxfp4_layer_bytes,
+    requested_method,
+)
 from kvlab.catalog.rope import RopeCache, rope_caches
 from kvlab.catalog.vision import Gemma4Video, LoadBuffers, PleStaging, VisionTower
 from kvlab.errors import KvlabError
@@ -462,9 +468,9 @@ class ModelSpec:
         """The format the weights are held in: the checkpoint's own, or ``quantization`` (--quantization) for a
         checkpoint that names none. A --quantization that differs from the checkpoint's own is refused, as vLLM
         refuses it at start-up (ModelConfig's check: the method in the model config does not match the argument)."""
-        if quantization is not None:
+        name = requested_method(quantization, "--quantization")
+        if name is not None:
             own = self.weight_format
-            name = check_method(quantization, "--quantization")
             if own is not None and own.method != name:
                 raise KvlabError(f"--quantization {quantization!r}: {self.id}'s config.json names its own weight "
                                  f"format, {own.method!r}, and vLLM refuses a --quantization that does not match it; "
