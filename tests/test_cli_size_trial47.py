@@ -33,3 +33,21 @@ def test_quantization_none_and_auto_mean_no_quantization(kvlab):
         assert r.json()["num_blocks"] == 1961 and r.json()["quantization"] is None
     bad = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "foo")
     assert bad.exit_code == 2 and "or none (no --quantization: the checkpoint's own format" in _one_line(bad.stderr)
+
+
+def test_bfloat16_on_a_t4_is_served_in_float16_with_a_note(kvlab):
+    t4 = kvlab("size", "gemma-3-1b-it", "--gpu", "t4", "--json").json()
+    assert (t4["dtype"], t4["kv_cache_dtype"], t4["num_blocks"]) == ("float16", "float16", 165_331)
+    assert t4["gpu_notes"] == ["T4 (compute capability 7.5) has no bfloat16: vLLM serves the bfloat16 checkpoint in "
+                               "float16 (2 bytes a value as well, so no number here changes)"]
+    text = _one_line(kvlab("size", "gemma-3-1b-it", "--gpu", "t4").stdout)
+    assert "· float16 · KV float16 ·" in text and "note: T4 (compute capability 7.5) has no bfloat16" in text
+    l4 = kvlab("size", "gemma-3-1b-it", "--gpu", "l4", "--json").json()
+    assert l4["dtype"] == "bfloat16" and l4["gpu_notes"] == []
+
+
+def test_fp8_weights_below_compute_capability_8_are_noted(kvlab):
+    notes = kvlab("size", "gemma-3-1b-it", "--gpu", "t4", "-q", "fp8", "--json").json()["gpu_notes"]
+    assert notes[1] == ("fp8 weights need compute capability 8.0 in older vLLM releases (Fp8Config.get_min_capability: "
+                        "start-up refuses T4, 7.5) and 7.5 in recent ones (weight-only FP8 through Marlin): check yours")
+    assert kvlab("size", "gemma-3-1b-it", "--gpu", "a100-40gb", "-q", "fp8", "--json").json()["gpu_notes"] == []

@@ -538,11 +538,43 @@ def stage_budgets(model: ModelSpec, config: SizingConfig, stages: list[range],
             for p in stage_profiles(model, config, stages, act_bytes)]
 
 
-def resolve_dtype(model: ModelSpec, dtype: str) -> str:
-    """vLLM's --dtype auto: the checkpoint's dtype, float32 checkpoints served in bfloat16."""
+BF16_MIN_CAPABILITY = 8.0  # vLLM's CUDA platform lists bfloat16 among its supported dtypes from compute capability 8.0
+# vLLM's Fp8Config.get_min_capability (vllm/model_executor/layers/quantization/fp8.py): 80 in the two versions of
+# the file read (commits 0071b24b and 1436674b, 2025); 75 at v0.30.0, after Marlin's FP8 kernels gained Turing
+# (vLLM PR #29901, Dec 2025). The release that lowered it is not pinned down, so kvlab notes it rather than refuse.
+FP8_MIN_CAPABILITY_OLDER, FP8_MIN_CAPABILITY_NEWER = 8.0, 7.5
+
+
+def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> str:
+    """vLLM's --dtype auto: the checkpoint's dtype, float32 checkpoints served in bfloat16; on a GPU without
+    bfloat16 (compute capability below 8.0, e.g. T4) float16 instead, as vLLM's ModelConfig._resolve_auto_dtype
+    (vllm/config/model.py) falls back to the platform's first supported dtype ("Your device ... doesn't support
+    torch.bfloat16. Falling back to torch.float16 for compatibility.")."""
     if dtype == "auto":
-        return "bfloat16" if model.dtype == "float32" else model.dtype
+        resolved = "bfloat16" if model.dtype == "float32" else model.dtype
+        capability = compute_capability(gpu_name)
+        if resolved == "bfloat16" and capability is not None and capability < BF16_MIN_CAPABILITY:
+            return "float16"
+        return resolved
     return {"half": "float16", "float": "float32"}.get(dtype, dtype)
+
+
+def gpu_dtype_notes(model: ModelSpec, config: SizingConfig) -> list[str]:
+    """What vLLM changes, or may refuse, because of the GPU's compute capability: one line each."""
+    capability = compute_capability(config.gpu_name)
+    if capability is None:
+        return []
+    notes = []
+    gpu = (config.gpu_name or "").split(" with ")[0]
+    if config.dtype == "auto" and resolve_dtype(model, "auto", config.gpu_name) != resolve_dtype(model, "auto"):
+        notes.append(f"{gpu} (compute capability {capability:g}) has no bfloat16: vLLM serves the bfloat16 "
+                     "checkpoint in float16 (2 bytes a value as well, so no number here changes)")
+    fmt = model.weight_format_for(config.quantization)
+    if fmt is not None and fmt.method == "fp8" and capability < FP8_MIN_CAPABILITY_OLDER:
+        notes.append(f"fp8 weights need compute capability {FP8_MIN_CAPABILITY_OLDER:.1f} in older vLLM releases "
+                     f"(Fp8Config.get_min_capability: start-up refuses {gpu}, {capability:g}) and "
+                     f"{FP8_MIN_CAPABILITY_NEWER:.1f} in recent ones (weight-only FP8 through Marlin): check yours")
+    return notes
 
 
 @dataclass(frozen=True)
@@ -737,7 +769,7 @@ class KVLayout:
 def kv_layout(model: ModelSpec, config: SizingConfig) -> KVLayout:
     """Everything about the KV cache's shape on one GPU that does not depend on the memory budget."""
     max_model_len = check_model_config(model, config)
-    dtype = resolve_dtype(model, config.dtype)
+    dtype = resolve_dtype(model, config.dtype, config.gpu_name)
     act_bytes = DTYPE_BYTES[dtype]
     kv_dtype_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
     tp = config.tensor_parallel_size
@@ -911,7 +943,7 @@ def _weights_fit(model: ModelSpec, config: SizingConfig) -> bool:
     if model.num_attention_heads % config.tensor_parallel_size:
         return False
     stages = pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size)
-    act_bytes = DTYPE_BYTES[resolve_dtype(model, config.dtype)]
+    act_bytes = DTYPE_BYTES[resolve_dtype(model, config.dtype, config.gpu_name)]
     return all(available > 0 for _, _, available in stage_budgets(model, config, stages, act_bytes))
 
 
