@@ -51,3 +51,15 @@ def test_fp8_weights_below_compute_capability_8_are_noted(kvlab):
     assert notes[1] == ("fp8 weights need compute capability 8.0 in older vLLM releases (Fp8Config.get_min_capability: "
                         "start-up refuses T4, 7.5) and 7.5 in recent ones (weight-only FP8 through Marlin): check yours")
     assert kvlab("size", "gemma-3-1b-it", "--gpu", "a100-40gb", "-q", "fp8", "--json").json()["gpu_notes"] == []
+
+
+def test_mxfp4_on_a_dense_model_says_it_changes_nothing(kvlab):
+    plain = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--json").json()
+    mx = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "mxfp4")
+    assert mx.exit_code == 0, mx.stderr
+    text = _one_line(mx.stdout)
+    assert ("llama-3.1-8b has no routed experts, so --quantization mxfp4 changes nothing: vLLM quantizes only MoE "
+            "expert layers with it and keeps every weight here in the model dtype") in text
+    assert "routed experts: 4 bits" not in text
+    assert kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "mxfp4", "--json").json()["weights_bytes"] == \
+        plain["weights_bytes"]

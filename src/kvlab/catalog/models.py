@@ -487,7 +487,12 @@ class ModelSpec:
             text += f" + {self.vision_params / 1e9:,.2f} B of vision tower and projector ({self.vision_source})"
         elif self.vision_source:
             text += f"; {self.vision_source}"
-        if fmt is not None:
+        if fmt is not None and fmt.scope == "experts" and not self.is_moe:
+            # vLLM's Mxfp4Config.get_quant_method (quantization/mxfp4.py) quantizes FusedMoE layers only; linear
+            # layers fall back to UnquantizedLinearMethod and attention is left alone
+            text += (f"; {self.id} has no routed experts, so --quantization {fmt.method} changes nothing: vLLM "
+                     "quantizes only MoE expert layers with it and keeps every weight here in the model dtype")
+        elif fmt is not None:
             text += f"; {fmt.text}; embeddings, norms, router and lm_head in the model dtype"
         if self.tie_word_embeddings:
             text += "; lm_head tied to the embedding (one copy)"
