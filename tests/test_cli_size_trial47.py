@@ -63,3 +63,12 @@ def test_mxfp4_on_a_dense_model_says_it_changes_nothing(kvlab):
     assert "routed experts: 4 bits" not in text
     assert kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "mxfp4", "--json").json()["weights_bytes"] == \
         plain["weights_bytes"]
+
+
+def test_the_utilization_hint_is_the_smallest_that_starts(kvlab):
+    r = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--gpu-memory-utilization", "0.01")
+    assert r.exit_code == 2
+    assert _one_line(r.stderr).endswith("Would fit: --gpu-memory-utilization 0.68 or more (the default 0.9 fits)")
+    args = ("size", "opt-13b", "--gpu", "a100-40gb", "--json", "--gpu-memory-utilization")
+    assert kvlab(*args, "0.68").json()["fits_max_model_len"]  # the advice taken: vLLM starts
+    assert not kvlab(*args, "0.67").json()["fits_max_model_len"]  # and a hundredth less would not

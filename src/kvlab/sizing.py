@@ -916,10 +916,39 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
               and _weights_fit(model, replace(config, gpu_memory_bytes=g.memory_bytes, gpu_name=g.id))]
     if bigger:
         hints.append(f"a larger GPU at the same parallelism: {', '.join(bigger[:3])}")
-    if weights + other < config.gpu_memory_bytes * 0.95 and config.gpu_memory_utilization < 0.95:
-        hints.append("--gpu-memory-utilization 0.95")
+    utilization = _smallest_utilization(model, config)
+    if utilization is not None:
+        default = OPTIONS["gpu_memory_utilization"].default
+        hints.append(f"--gpu-memory-utilization {utilization:.2f}" + (
+            f" or more (the default {default:g} fits)" if utilization < default else ""))
     raise KvlabError(head + (". Would fit: " + "; ".join(hints) if hints else ". Nothing in the catalogue fits at "
                              "this parallelism; add GPUs with --tensor-parallel-size/--pipeline-parallel-size"))
+
+
+def _smallest_utilization(model: ModelSpec, config: SizingConfig, most: int = 95) -> float | None:
+    """The smallest --gpu-memory-utilization, in hundredths up to ``most``, above the one given, at which the
+    weights and activations leave room for one max_model_len request's KV cache, so vLLM starts (the room grows
+    with the fraction); None if none does."""
+    def fits(hundredths: int) -> bool:
+        trial = replace(config, gpu_memory_utilization=hundredths / 100)
+        if not _weights_fit(model, trial):
+            return False
+        try:
+            return size_kv_cache(model, trial).fits_max_model_len
+        except KvlabError:
+            return False
+
+    lo = math.floor(config.gpu_memory_utilization * 100 + 1e-9) + 1
+    if lo > most or config.gpu_memory_bytes is None or not fits(most):
+        return None
+    hi = most
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo / 100
 
 
 def _tensor_parallel_hint(model: ModelSpec, config: SizingConfig) -> str:
