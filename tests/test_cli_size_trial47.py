@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
@@ -72,3 +74,11 @@ def test_the_utilization_hint_is_the_smallest_that_starts(kvlab):
     args = ("size", "opt-13b", "--gpu", "a100-40gb", "--json", "--gpu-memory-utilization")
     assert kvlab(*args, "0.68").json()["fits_max_model_len"]  # the advice taken: vLLM starts
     assert not kvlab(*args, "0.67").json()["fits_max_model_len"]  # and a hundredth less would not
+
+
+@pytest.mark.parametrize("command", [("size", "opt-13b"), ("run", "vllm", "-n", "10")])
+def test_errors_name_the_gpu_memory_override(kvlab, command):
+    r = kvlab(*command, "--gpu", "a100-80gb", "--gpu-memory-gib", "20")
+    assert r.exit_code == 2
+    assert _one_line(r.stderr).startswith("error: opt-13b does not fit on A100-80GB with --gpu-memory-gib 20: its "
+                                          "weights need 23.94 GiB per GPU but 20.0 GiB x 0.9 = 18.0 GiB is requested")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from kvlab.catalog.gpus import GpuSpec, compute_capability, list_gpus
+from kvlab.catalog.gpus import GpuSpec, compute_capability, get_gpu, list_gpus
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
 from kvlab.catalog.quant import expert_layout
@@ -857,13 +857,28 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     )
 
 
+def gpu_words(config: SizingConfig) -> str | None:
+    """The GPU as an error names it: the catalogue card, and the --gpu-memory-gib that replaced its memory (as
+    'A100-80GB with --gpu-memory-gib 20'), whichever face built the config."""
+    if not config.gpu_name:
+        return None
+    name = config.gpu_name.split(" with ")[0]
+    try:
+        catalogued = get_gpu(name).memory_bytes
+    except KvlabError:
+        return config.gpu_name
+    if config.gpu_memory_bytes is None or config.gpu_memory_bytes == catalogued:
+        return name
+    return f"{name} with --gpu-memory-gib {config.gpu_memory_bytes / GIB:g}"
+
+
 def _check_given_budget(model: ModelSpec, config: SizingConfig, weights: int) -> None:
     """A KV budget larger than the whole GPU less the weights cannot have been printed by vLLM."""
     if config.gpu_memory_bytes is None:
         return
     room = config.gpu_memory_bytes - weights
     if config.available_kv_bytes > room:
-        gpu = config.gpu_name or f"a {format_gib(config.gpu_memory_bytes)} GiB GPU"
+        gpu = gpu_words(config) or f"a {format_gib(config.gpu_memory_bytes)} GiB GPU"
         raise KvlabError(f"--available-kv-gib {config.available_kv_bytes / GIB:g} is more than {gpu} can hold for "
                          f"the KV cache of {model.id}: {format_gib(config.gpu_memory_bytes)} GiB of memory - "
                          f"{format_gib(weights)} GiB of weights = {format_gib(max(room, 0))} GiB; valid: at most "
@@ -891,7 +906,7 @@ def _longest(groups, usable_blocks: int, num_requests: int, upper: int, in_fligh
 def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, requested: int, other: int) -> None:
     """The GPU cannot hold the weights (or leaves nothing for the cache): say by how much and what would fit."""
     short = weights + other - requested
-    gpu = config.gpu_name or f"{format_gib(config.gpu_memory_bytes)} GiB GPU"
+    gpu = gpu_words(config) or f"{format_gib(config.gpu_memory_bytes)} GiB GPU"
     if weights > requested:
         head = (f"{model.id} does not fit on {gpu}: its weights need {format_gib(weights)} GiB per GPU but "
                 f"{format_gib(config.gpu_memory_bytes)} GiB x {config.gpu_memory_utilization} = "
