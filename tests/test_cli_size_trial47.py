@@ -82,3 +82,12 @@ def test_errors_name_the_gpu_memory_override(kvlab, command):
     assert r.exit_code == 2
     assert _one_line(r.stderr).startswith("error: opt-13b does not fit on A100-80GB with --gpu-memory-gib 20: its "
                                           "weights need 23.94 GiB per GPU but 20.0 GiB x 0.9 = 18.0 GiB is requested")
+
+
+def test_a_path_that_is_neither_file_nor_folder_is_named_so(kvlab):
+    r = kvlab("size", "/dev/null")
+    assert r.exit_code == 2
+    assert _one_line(r.stderr) == ("error: '/dev/null' is not a regular file or folder (a device, pipe or socket); use "
+                                   "a model from the catalogue (`kvlab models`), or give a local config.json or a "
+                                   "folder holding one")
+    assert "no such file '/no/such/config.json'" in _one_line(kvlab("size", "/no/such/config.json").stderr)
