@@ -91,3 +91,16 @@ def test_a_path_that_is_neither_file_nor_folder_is_named_so(kvlab):
                                    "a model from the catalogue (`kvlab models`), or give a local config.json or a "
                                    "folder holding one")
     assert "no such file '/no/such/config.json'" in _one_line(kvlab("size", "/no/such/config.json").stderr)
+
+
+def test_workload_lines_agree_in_number_and_wrap_indented(kvlab):
+    r = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--context-len", "3")
+    assert r.exit_code == 0, r.stderr
+    workload = r.stdout[r.stdout.index("Workload:"):].splitlines()
+    assert all(line.startswith("  ") and line == line.rstrip() for line in workload[1:])  # continuation lines too
+    text = _one_line("\n".join(workload))
+    assert "needs 1 block (1 x 1) = 0.01 GiB per GPU; the cache holds 864 usable blocks" in text
+    assert "at 3 tokens at most 864 requests fit; 1 request fits up to 2,048 tokens each" in text
+    many = _one_line(kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--context-len", "3", "--concurrency", "2000").stdout)
+    assert "does not fit: 1,136 blocks (13.87 GiB) short" in many
+    assert "at most 864 requests fit; 2,000 requests do not fit at any length" in many
