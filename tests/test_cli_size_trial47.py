@@ -104,3 +104,23 @@ def test_workload_lines_agree_in_number_and_wrap_indented(kvlab):
     many = _one_line(kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--context-len", "3", "--concurrency", "2000").stdout)
     assert "does not fit: 1,136 blocks (13.87 GiB) short" in many
     assert "at most 864 requests fit; 2,000 requests do not fit at any length" in many
+
+
+def test_a10g_takes_its_cuda_reported_total(kvlab):
+    from kvlab.catalog import get_gpu
+
+    a10g = get_gpu("a10g")
+    assert (a10g.memory_bytes, a10g.memory_bytes_source) == (round(22.49 * 2**30), "cuda_reported_observed")
+    assert "AUTOMATIC1111/stable-diffusion-webui#1259" in a10g.source[0]
+    assert kvlab("size", "llama-3.1-8b", "--gpu", "a10g", "--json").json()["gpu_notes"] == []
+
+
+def test_a_marketing_total_is_warned_with_how_far_it_may_overstate(kvlab):
+    notes = kvlab("size", "llama-3.1-8b", "--gpu", "h100-pcie", "--json").json()["gpu_notes"]
+    assert notes == ["H100-PCIe's 80 GiB is its marketing label read as GiB (no CUDA-reported total known); CUDA "
+                     "reports 0.8% to 1.3% less than the label on the catalogue's other HBM cards, so the total may be "
+                     "up to 1.0 GiB too high, and the KV cache budget with it"]
+    assert "note: H100-PCIe's 80 GiB is its marketing label" in _one_line(
+        kvlab("size", "llama-3.1-8b", "--gpu", "h100-pcie").stdout)
+    given = ("size", "llama-3.1-8b", "--gpu", "h100-pcie", "--gpu-memory-gib", "79", "--json")
+    assert kvlab(*given).json()["gpu_notes"] == []  # a total the user gave is not the label

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from kvlab.catalog.gpus import GpuSpec, compute_capability, get_gpu, list_gpus
+from kvlab.catalog.gpus import GpuSpec, compute_capability, get_gpu, list_gpus, marketing_label_warning
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
 from kvlab.catalog.quant import expert_layout
@@ -559,20 +559,30 @@ def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> 
     return {"half": "float16", "float": "float32"}.get(dtype, dtype)
 
 
-def gpu_dtype_notes(model: ModelSpec, config: SizingConfig) -> list[str]:
-    """What vLLM changes, or may refuse, because of the GPU's compute capability: one line each."""
-    capability = compute_capability(config.gpu_name)
-    if capability is None:
+def gpu_notes(model: ModelSpec, config: SizingConfig) -> list[str]:
+    """One line each on the catalogue GPU: a total that is only its marketing label, and what vLLM changes, or may
+    refuse, because of its compute capability."""
+    gpu = (config.gpu_name or "").split(" with ")[0]
+    try:
+        card = get_gpu(gpu) if gpu else None
+    except KvlabError:
+        card = None
+    if card is None:
         return []
     notes = []
-    gpu = (config.gpu_name or "").split(" with ")[0]
-    if config.dtype == "auto" and resolve_dtype(model, "auto", config.gpu_name) != resolve_dtype(model, "auto"):
-        notes.append(f"{gpu} (compute capability {capability:g}) has no bfloat16: vLLM serves the bfloat16 "
+    warning = marketing_label_warning(card) if config.gpu_memory_bytes == card.memory_bytes else None
+    if warning:
+        notes.append(warning)
+    capability = compute_capability(card.id)
+    if capability is None:
+        return notes
+    if config.dtype == "auto" and resolve_dtype(model, "auto", card.id) != resolve_dtype(model, "auto"):
+        notes.append(f"{card.id} (compute capability {capability:g}) has no bfloat16: vLLM serves the bfloat16 "
                      "checkpoint in float16 (2 bytes a value as well, so no number here changes)")
     fmt = model.weight_format_for(config.quantization)
     if fmt is not None and fmt.method == "fp8" and capability < FP8_MIN_CAPABILITY_OLDER:
         notes.append(f"fp8 weights need compute capability {FP8_MIN_CAPABILITY_OLDER:.1f} in older vLLM releases "
-                     f"(Fp8Config.get_min_capability: start-up refuses {gpu}, {capability:g}) and "
+                     f"(Fp8Config.get_min_capability: start-up refuses {card.id}, {capability:g}) and "
                      f"{FP8_MIN_CAPABILITY_NEWER:.1f} in recent ones (weight-only FP8 through Marlin): check yours")
     return notes
 

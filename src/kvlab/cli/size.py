@@ -22,7 +22,7 @@ from kvlab.sizing import (
     cuda_block_size_note,
     fewest_gpus,
     fewest_gpus_for_workload,
-    gpu_dtype_notes,
+    gpu_notes,
     kv_layout,
     load_buffer_bytes,
     max_context_len,
@@ -350,14 +350,14 @@ def size(
                                  "vLLM measures them at startup")
         data["profile_terms"] = [{"name": t.name, "bytes": t.bytes, "source": t.source} for t in result.profile_terms]
         data["workload"] = fit.to_dict() if fit else None
-        data["gpu_notes"] = gpu_dtype_notes(spec, config)
+        data["gpu_notes"] = gpu_notes(spec, config)
         typer.echo(json.dumps(data, indent=1))
         return
     from rich.console import Console
 
     console = Console(highlight=False)
     console.print(_title(spec, gpu_spec, config, result))
-    for note in gpu_dtype_notes(spec, config):
+    for note in gpu_notes(spec, config):
         console.print(f"[yellow]note: {note}[/]")
     console.print(_table(size_rows(spec, result, gpu_spec)))
     console.print("\n[bold]vLLM would print[/]" + (" (the budget is kvlab's estimate; pass --available-kv-gib with "
