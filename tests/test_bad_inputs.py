@@ -80,7 +80,7 @@ CASES = [
     (("size", "opt-13b", *GPU, "--max-num-batched-tokens", "1"), ["--max-num-batched-tokens (1)",
                                                                    "at least --max-num-seqs (256)"]),
     (("size", "opt-13b", *GPU, "--block-size", "4096"), ["--block-size 4096", "at most 2,048"]),
-    (("size", "opt-13b", *GPU, "--gpu-memory-gib", "20"), ["does not fit on A100-40GB with 20 GiB",
+    (("size", "opt-13b", *GPU, "--gpu-memory-gib", "20"), ["does not fit on A100-40GB with --gpu-memory-gib 20",
                                                            "A100-40GB with its whole 39.49 GiB"]),
     (("size", "opt-13b", *GPU, "--block-size", "0"), ["--block-size 0", "tokens per block", "1 to 1,048,576"]),
     (("run", "vllm", "--block-size", "0"), ["--block-size 0", "tokens per block", "1 to 1,048,576"]),

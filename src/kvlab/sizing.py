@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from kvlab.catalog.gpus import GpuSpec, compute_capability, list_gpus
+from kvlab.catalog.gpus import GpuSpec, compute_capability, get_gpu, list_gpus, marketing_label_warning
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
 from kvlab.catalog.quant import expert_layout
@@ -178,9 +178,10 @@ class SizingConfig:
             raise KvlabError(f"--model-runner {self.model_runner!r} is not a vLLM GPU model runner; valid: "
                              f"{', '.join(MODEL_RUNNERS)} (VLLM_USE_V2_MODEL_RUNNER=0 or 1)")
         if self.quantization is not None:
-            from kvlab.catalog.quant import check_method
+            from kvlab.catalog.quant import requested_method
 
-            check_method(self.quantization, "--quantization")
+            # frozen: normalise once, so none/auto size exactly as no --quantization does
+            object.__setattr__(self, "quantization", requested_method(self.quantization, "--quantization"))
 
     @classmethod
     def for_gpu(cls, gpu: GpuSpec, **settings) -> SizingConfig:
@@ -537,11 +538,53 @@ def stage_budgets(model: ModelSpec, config: SizingConfig, stages: list[range],
             for p in stage_profiles(model, config, stages, act_bytes)]
 
 
-def resolve_dtype(model: ModelSpec, dtype: str) -> str:
-    """vLLM's --dtype auto: the checkpoint's dtype, float32 checkpoints served in bfloat16."""
+BF16_MIN_CAPABILITY = 8.0  # vLLM's CUDA platform lists bfloat16 among its supported dtypes from compute capability 8.0
+# vLLM's Fp8Config.get_min_capability (vllm/model_executor/layers/quantization/fp8.py): 80 in the two versions of
+# the file read (commits 0071b24b and 1436674b, 2025); 75 at v0.30.0, after Marlin's FP8 kernels gained Turing
+# (vLLM PR #29901, Dec 2025). The release that lowered it is not pinned down, so kvlab notes it rather than refuse.
+FP8_MIN_CAPABILITY_OLDER, FP8_MIN_CAPABILITY_NEWER = 8.0, 7.5
+
+
+def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> str:
+    """vLLM's --dtype auto: the checkpoint's dtype, float32 checkpoints served in bfloat16; on a GPU without
+    bfloat16 (compute capability below 8.0, e.g. T4) float16 instead, as vLLM's ModelConfig._resolve_auto_dtype
+    (vllm/config/model.py) falls back to the platform's first supported dtype ("Your device ... doesn't support
+    torch.bfloat16. Falling back to torch.float16 for compatibility.")."""
     if dtype == "auto":
-        return "bfloat16" if model.dtype == "float32" else model.dtype
+        resolved = "bfloat16" if model.dtype == "float32" else model.dtype
+        capability = compute_capability(gpu_name)
+        if resolved == "bfloat16" and capability is not None and capability < BF16_MIN_CAPABILITY:
+            return "float16"
+        return resolved
     return {"half": "float16", "float": "float32"}.get(dtype, dtype)
+
+
+def gpu_notes(model: ModelSpec, config: SizingConfig) -> list[str]:
+    """One line each on the catalogue GPU: a total that is only its marketing label, and what vLLM changes, or may
+    refuse, because of its compute capability."""
+    gpu = (config.gpu_name or "").split(" with ")[0]
+    try:
+        card = get_gpu(gpu) if gpu else None
+    except KvlabError:
+        card = None
+    if card is None:
+        return []
+    notes = []
+    warning = marketing_label_warning(card) if config.gpu_memory_bytes == card.memory_bytes else None
+    if warning:
+        notes.append(warning)
+    capability = compute_capability(card.id)
+    if capability is None:
+        return notes
+    if config.dtype == "auto" and resolve_dtype(model, "auto", card.id) != resolve_dtype(model, "auto"):
+        notes.append(f"{card.id} (compute capability {capability:g}) has no bfloat16: vLLM serves the bfloat16 "
+                     "checkpoint in float16 (2 bytes a value as well, so no number here changes)")
+    fmt = model.weight_format_for(config.quantization)
+    if fmt is not None and fmt.method == "fp8" and capability < FP8_MIN_CAPABILITY_OLDER:
+        notes.append(f"fp8 weights need compute capability {FP8_MIN_CAPABILITY_OLDER:.1f} in older vLLM releases "
+                     f"(Fp8Config.get_min_capability: start-up refuses {card.id}, {capability:g}) and "
+                     f"{FP8_MIN_CAPABILITY_NEWER:.1f} in recent ones (weight-only FP8 through Marlin): check yours")
+    return notes
 
 
 @dataclass(frozen=True)
@@ -656,20 +699,45 @@ class SizingResult:
         return data
 
 
+def tensor_parallel_refusal(model: ModelSpec, tensor_parallel_size: int) -> str | None:
+    """Why vLLM cannot split ``model`` over ``tensor_parallel_size`` GPUs, or None when it can. vLLM's checks:
+    the attention heads divide evenly (ModelConfig.verify_with_parallel_config, vllm/config/model.py); each
+    layer's KV heads divide evenly, or TP is a multiple of them and they are replicated (QKVParallelLinear's
+    divide() calls, vllm/model_executor/layers/linear.py; MLA keeps one latent and is not split); a dense MLP's
+    intermediate_size divides evenly (MergedColumnParallelLinear's assert, ColumnParallelLinear's divide(), same
+    file). Routed experts are not checked here: vLLM's FusedMoE makes no such check."""
+    tp = tensor_parallel_size
+    if model.num_attention_heads % tp:
+        return f"total number of attention heads ({model.num_attention_heads}) of {model.id} must be divisible by " \
+            f"tensor parallel size ({tp})"
+    if not model.is_mla:
+        attention = (FULL_ATTENTION, SLIDING_ATTENTION)
+        for heads in sorted({model.layer_num_kv_heads(i) for i, kind in enumerate(model.layer_types)
+                             if kind in attention}):
+            if heads % tp and tp % heads:
+                return f"the {heads} KV heads of {model.id} can be neither split nor replicated evenly over tensor " \
+                    f"parallel size ({tp}): vLLM needs {tp} to divide {heads} or be a multiple of it"
+    dense_mlp = (not model.is_moe or (model.first_k_dense_replace or 0) > 0
+                 or (model.gemma4 is not None and model.gemma4.enable_moe_block))
+    if dense_mlp and model.intermediate_size % tp:
+        return f"the MLP width (intermediate_size {model.intermediate_size}) of {model.id} must be divisible by " \
+            f"tensor parallel size ({tp})"
+    return None
+
+
 def valid_tensor_parallel_sizes(model: ModelSpec, decode_context_parallel_size: int = 1, limit: int = 64) -> list[int]:
-    """TP sizes vLLM accepts for this model: divisors of the attention heads (verify_with_parallel_config), and
-    multiples of the DCP size (DCP groups are made of TP ranks)."""
+    """TP sizes vLLM accepts for this model (tensor_parallel_refusal), and multiples of the DCP size (DCP groups
+    are made of TP ranks)."""
     return [tp for tp in range(1, min(limit, model.num_attention_heads) + 1)
-            if model.num_attention_heads % tp == 0 and tp % decode_context_parallel_size == 0]
+            if tp % decode_context_parallel_size == 0 and tensor_parallel_refusal(model, tp) is None]
 
 
 def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
     """Model-dependent checks vLLM makes at startup; returns the resolved max_model_len."""
-    tp = config.tensor_parallel_size
-    if model.num_attention_heads % tp:
+    refusal = tensor_parallel_refusal(model, config.tensor_parallel_size)
+    if refusal:
         sizes = ", ".join(map(str, valid_tensor_parallel_sizes(model)))
-        raise KvlabError(f"total number of attention heads ({model.num_attention_heads}) of {model.id} must be "
-                         f"divisible by tensor parallel size ({tp}); valid --tensor-parallel-size: {sizes}")
+        raise KvlabError(f"{refusal}; valid --tensor-parallel-size: {sizes}")
     if config.pipeline_parallel_size > model.num_hidden_layers:
         raise KvlabError(f"--pipeline-parallel-size {config.pipeline_parallel_size} exceeds the "
                          f"{model.num_hidden_layers} layers of {model.id}; valid: 1 to {model.num_hidden_layers}")
@@ -711,7 +779,7 @@ class KVLayout:
 def kv_layout(model: ModelSpec, config: SizingConfig) -> KVLayout:
     """Everything about the KV cache's shape on one GPU that does not depend on the memory budget."""
     max_model_len = check_model_config(model, config)
-    dtype = resolve_dtype(model, config.dtype)
+    dtype = resolve_dtype(model, config.dtype, config.gpu_name)
     act_bytes = DTYPE_BYTES[dtype]
     kv_dtype_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
     tp = config.tensor_parallel_size
@@ -799,13 +867,28 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     )
 
 
+def gpu_words(config: SizingConfig) -> str | None:
+    """The GPU as an error names it: the catalogue card, and the --gpu-memory-gib that replaced its memory (as
+    'A100-80GB with --gpu-memory-gib 20'), whichever face built the config."""
+    if not config.gpu_name:
+        return None
+    name = config.gpu_name.split(" with ")[0]
+    try:
+        catalogued = get_gpu(name).memory_bytes
+    except KvlabError:
+        return config.gpu_name
+    if config.gpu_memory_bytes is None or config.gpu_memory_bytes == catalogued:
+        return name
+    return f"{name} with --gpu-memory-gib {config.gpu_memory_bytes / GIB:g}"
+
+
 def _check_given_budget(model: ModelSpec, config: SizingConfig, weights: int) -> None:
     """A KV budget larger than the whole GPU less the weights cannot have been printed by vLLM."""
     if config.gpu_memory_bytes is None:
         return
     room = config.gpu_memory_bytes - weights
     if config.available_kv_bytes > room:
-        gpu = config.gpu_name or f"a {format_gib(config.gpu_memory_bytes)} GiB GPU"
+        gpu = gpu_words(config) or f"a {format_gib(config.gpu_memory_bytes)} GiB GPU"
         raise KvlabError(f"--available-kv-gib {config.available_kv_bytes / GIB:g} is more than {gpu} can hold for "
                          f"the KV cache of {model.id}: {format_gib(config.gpu_memory_bytes)} GiB of memory - "
                          f"{format_gib(weights)} GiB of weights = {format_gib(max(room, 0))} GiB; valid: at most "
@@ -833,7 +916,7 @@ def _longest(groups, usable_blocks: int, num_requests: int, upper: int, in_fligh
 def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, requested: int, other: int) -> None:
     """The GPU cannot hold the weights (or leaves nothing for the cache): say by how much and what would fit."""
     short = weights + other - requested
-    gpu = config.gpu_name or f"{format_gib(config.gpu_memory_bytes)} GiB GPU"
+    gpu = gpu_words(config) or f"{format_gib(config.gpu_memory_bytes)} GiB GPU"
     if weights > requested:
         head = (f"{model.id} does not fit on {gpu}: its weights need {format_gib(weights)} GiB per GPU but "
                 f"{format_gib(config.gpu_memory_bytes)} GiB x {config.gpu_memory_utilization} = "
@@ -858,10 +941,39 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
               and _weights_fit(model, replace(config, gpu_memory_bytes=g.memory_bytes, gpu_name=g.id))]
     if bigger:
         hints.append(f"a larger GPU at the same parallelism: {', '.join(bigger[:3])}")
-    if weights + other < config.gpu_memory_bytes * 0.95 and config.gpu_memory_utilization < 0.95:
-        hints.append("--gpu-memory-utilization 0.95")
+    utilization = _smallest_utilization(model, config)
+    if utilization is not None:
+        default = OPTIONS["gpu_memory_utilization"].default
+        hints.append(f"--gpu-memory-utilization {utilization:.2f}" + (
+            f" or more (the default {default:g} fits)" if utilization < default else ""))
     raise KvlabError(head + (". Would fit: " + "; ".join(hints) if hints else ". Nothing in the catalogue fits at "
                              "this parallelism; add GPUs with --tensor-parallel-size/--pipeline-parallel-size"))
+
+
+def _smallest_utilization(model: ModelSpec, config: SizingConfig, most: int = 95) -> float | None:
+    """The smallest --gpu-memory-utilization, in hundredths up to ``most``, above the one given, at which the
+    weights and activations leave room for one max_model_len request's KV cache, so vLLM starts (the room grows
+    with the fraction); None if none does."""
+    def fits(hundredths: int) -> bool:
+        trial = replace(config, gpu_memory_utilization=hundredths / 100)
+        if not _weights_fit(model, trial):
+            return False
+        try:
+            return size_kv_cache(model, trial).fits_max_model_len
+        except KvlabError:
+            return False
+
+    lo = math.floor(config.gpu_memory_utilization * 100 + 1e-9) + 1
+    if lo > most or config.gpu_memory_bytes is None or not fits(most):
+        return None
+    hi = most
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo / 100
 
 
 def _tensor_parallel_hint(model: ModelSpec, config: SizingConfig) -> str:
@@ -885,7 +997,7 @@ def _weights_fit(model: ModelSpec, config: SizingConfig) -> bool:
     if model.num_attention_heads % config.tensor_parallel_size:
         return False
     stages = pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size)
-    act_bytes = DTYPE_BYTES[resolve_dtype(model, config.dtype)]
+    act_bytes = DTYPE_BYTES[resolve_dtype(model, config.dtype, config.gpu_name)]
     return all(available > 0 for _, _, available in stage_budgets(model, config, stages, act_bytes))
 
 

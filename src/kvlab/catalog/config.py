@@ -67,7 +67,10 @@ def load_config_path(path: str) -> ModelSpec:
         folder, p = p, p / "config.json"
         if not p.is_file():
             raise KvlabError(f"folder {str(folder)!r} holds no config.json; {ROUTES}")
-    elif not p.is_file():
+    elif p.exists():
+        if not p.is_file():
+            raise KvlabError(f"{path!r} is not a regular file or folder (a device, pipe or socket); {ROUTES}")
+    else:
         raise KvlabError(f"no such file {path!r}; {ROUTES}")
     try:
         config = json.loads(p.read_text(encoding="utf-8"))

@@ -130,3 +130,22 @@ def get_gpu(name: str) -> GpuSpec:
     hint = f" Did you mean: {', '.join(hits)}?" if hits else ""
     raise KvlabError(f"unknown GPU {name!r}.{hint} Known GPUs: {', '.join(names)}; or give the memory with "
                      "--gpu-memory-gib.")
+
+
+def marketing_label_warning(gpu: GpuSpec) -> str | None:
+    """For a card whose total is its marketing label read as GiB (no CUDA-reported total known), one line on how far
+    that may overstate: the range by which the label exceeds CUDA's total on the catalogue's cards of the same memory
+    kind (HBM or not) where both are known. None for a card with a CUDA-reported total."""
+    if gpu.memory_bytes_source != "marketing_label":
+        return None
+    hbm = "HBM" in (gpu.memory_type or "")
+    gaps = sorted(g.memory_gb_marketing * GIB / g.memory_bytes - 1 for g in list_gpus()
+                  if g.memory_bytes_source.startswith("cuda") and g.memory_gb_marketing
+                  and ("HBM" in (g.memory_type or "")) == hbm)
+    if not gaps:
+        return None
+    most = gpu.memory_gib - gpu.memory_gib / (1 + gaps[-1])
+    kind = "HBM" if hbm else "non-HBM"
+    return (f"{gpu.id}'s {gpu.memory_gib:g} GiB is its marketing label read as GiB (no CUDA-reported total known); "
+            f"CUDA reports {gaps[0]:.1%} to {gaps[-1]:.1%} less than the label on the catalogue's other {kind} cards, "
+            f"so the total may be up to {most:.1f} GiB too high, and the KV cache budget with it")

@@ -14,7 +14,13 @@ from importlib import resources
 
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, NO_CACHE, StateLayout, hybrid_layer_types, state_layout
 from kvlab.catalog.quant import DEFAULTS as QUANT_DEFAULTS
-from kvlab.catalog.quant import WeightFormat, check_method, from_quantization_config, mxfp4_layer_bytes
+from kvlab.catalog.quant import (
+    WeightFormat,
+    check_method,
+    from_quantization_config,
+    mxfp4_layer_bytes,
+    requested_method,
+)
 from kvlab.catalog.rope import RopeCache, rope_caches
 from kvlab.catalog.vision import Gemma4Video, LoadBuffers, PleStaging, VisionTower
 from kvlab.errors import KvlabError
@@ -462,9 +468,9 @@ class ModelSpec:
         """The format the weights are held in: the checkpoint's own, or ``quantization`` (--quantization) for a
         checkpoint that names none. A --quantization that differs from the checkpoint's own is refused, as vLLM
         refuses it at start-up (ModelConfig's check: the method in the model config does not match the argument)."""
-        if quantization is not None:
+        name = requested_method(quantization, "--quantization")
+        if name is not None:
             own = self.weight_format
-            name = check_method(quantization, "--quantization")
             if own is not None and own.method != name:
                 raise KvlabError(f"--quantization {quantization!r}: {self.id}'s config.json names its own weight "
                                  f"format, {own.method!r}, and vLLM refuses a --quantization that does not match it; "
@@ -481,7 +487,12 @@ class ModelSpec:
             text += f" + {self.vision_params / 1e9:,.2f} B of vision tower and projector ({self.vision_source})"
         elif self.vision_source:
             text += f"; {self.vision_source}"
-        if fmt is not None:
+        if fmt is not None and fmt.scope == "experts" and not self.is_moe:
+            # vLLM's Mxfp4Config.get_quant_method (quantization/mxfp4.py) quantizes FusedMoE layers only; linear
+            # layers fall back to UnquantizedLinearMethod and attention is left alone
+            text += (f"; {self.id} has no routed experts, so --quantization {fmt.method} changes nothing: vLLM "
+                     "quantizes only MoE expert layers with it and keeps every weight here in the model dtype")
+        elif fmt is not None:
             text += f"; {fmt.text}; embeddings, norms, router and lm_head in the model dtype"
         if self.tie_word_embeddings:
             text += "; lm_head tied to the embedding (one copy)"

@@ -112,14 +112,26 @@ def mxfp4_layer_bytes(layout: str, num_experts: int, hidden: int, width: int, ac
     return num_experts * (values + scales + (2 * width + hidden) * bias_bytes)
 
 
+# Spellings of "no --quantization": the checkpoint's own format, 16-bit weights where config.json names none.
+NOT_QUANTIZED = ("none", "auto")
+
+
 def check_method(method: str, where: str) -> str:
     """The canonical method name, or a one-line refusal naming the known ones."""
     name = SPELLINGS.get(str(method).lower(), str(method).lower())
     if name not in DEFAULTS:
         raise KvlabError(f"{where}: weight quantization {method!r} is not modelled; kvlab knows "
                          f"{', '.join(DEFAULTS)} (and compressed-tensors / modelopt configs naming one of them), or "
-                         "none")
+                         "none (no --quantization: the checkpoint's own format, unquantized when config.json names "
+                         "none)")
     return name
+
+
+def requested_method(method: str | None, where: str) -> str | None:
+    """A --quantization value as sized: None for none/auto (the checkpoint's own format), else the canonical name."""
+    if method is None or str(method).lower() in NOT_QUANTIZED:
+        return None
+    return check_method(method, where)
 
 
 def _group(value) -> int | None:

@@ -22,6 +22,7 @@ from kvlab.sizing import (
     cuda_block_size_note,
     fewest_gpus,
     fewest_gpus_for_workload,
+    gpu_notes,
     kv_layout,
     load_buffer_bytes,
     max_context_len,
@@ -281,20 +282,33 @@ def _title(model, gpu, config, result=None) -> str:
     return text
 
 
+def _fit_verb(n: int, noun: str) -> str:
+    """'1 request fits', '3 requests fit'."""
+    return f"{plural(n, noun)} {'fits' if n == 1 else 'fit'}"
+
+
 def _print_workload(console, fit) -> None:
+    from rich.text import Text
+
+    def item(markup: str) -> None:  # wrapped lines stay under the first one, not at the margin
+        for line in Text.from_markup(markup).wrap(console, max(20, console.width - 2)):
+            line.rstrip()
+            console.print(Text("  ") + line)
+
     spare = gib(abs(fit.spare_blocks) * fit.bytes_per_block)
     console.print(f"\n[bold]Workload:[/] {plural(fit.num_requests, 'request')} x {fit.context_len:,} tokens")
-    console.print(f"  needs {fit.num_blocks_needed:,} blocks ({fit.num_requests:,} x {fit.blocks_per_request:,}) = "
-                  f"{gib(fit.kv_bytes_needed)} per GPU; the cache holds {fit.num_usable_blocks:,} usable blocks "
-                  f"({gib(fit.kv_bytes_usable)}; one block is vLLM's null block)")
+    item(f"needs {plural(fit.num_blocks_needed, 'block')} ({fit.num_requests:,} x {fit.blocks_per_request:,}) = "
+         f"{gib(fit.kv_bytes_needed)} per GPU; the cache holds {plural(fit.num_usable_blocks, 'usable block')} "
+         f"({gib(fit.kv_bytes_usable)}; one block is vLLM's null block)")
     if fit.fits:
         room = plural(fit.max_num_requests - fit.num_requests, "more request")
-        console.print(f"  [green]fits[/], with {fit.spare_blocks:,} blocks ({spare}) to spare: room for {room} "
-                      "of this length")
+        item(f"[green]fits[/], with {plural(fit.spare_blocks, 'block')} ({spare}) to spare: room for {room} of this "
+             "length")
     else:
-        console.print(f"  [red]does not fit[/]: {-fit.spare_blocks:,} blocks ({spare}) short")
-    console.print(f"  at {fit.context_len:,} tokens at most {plural(fit.max_num_requests, 'request')} fit; "
-                  f"{plural(fit.num_requests, 'request')} fit up to {fit.max_context_len:,} tokens each")
+        item(f"[red]does not fit[/]: {plural(-fit.spare_blocks, 'block')} ({spare}) short")
+    each = (f"{_fit_verb(fit.num_requests, 'request')} up to {fit.max_context_len:,} tokens each"
+            if fit.max_context_len else f"{plural(fit.num_requests, 'request')} do not fit at any length")
+    item(f"at {fit.context_len:,} tokens at most {_fit_verb(fit.max_num_requests, 'request')}; {each}")
 
 
 @app.command()
@@ -336,12 +350,15 @@ def size(
                                  "vLLM measures them at startup")
         data["profile_terms"] = [{"name": t.name, "bytes": t.bytes, "source": t.source} for t in result.profile_terms]
         data["workload"] = fit.to_dict() if fit else None
+        data["gpu_notes"] = gpu_notes(spec, config)
         typer.echo(json.dumps(data, indent=1))
         return
     from rich.console import Console
 
     console = Console(highlight=False)
     console.print(_title(spec, gpu_spec, config, result))
+    for note in gpu_notes(spec, config):
+        console.print(f"[yellow]note: {note}[/]")
     console.print(_table(size_rows(spec, result, gpu_spec)))
     console.print("\n[bold]vLLM would print[/]" + (" (the budget is kvlab's estimate; pass --available-kv-gib with "
                                                     "vLLM's figure for its exact count)"

@@ -1,0 +1,126 @@
+"""`kvlab size`: the findings of trial 47 (a new user's run), each with the exact line it now prints."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_tensor_parallel_sizes_follow_vllms_kv_head_and_mlp_rules(kvlab):
+    from kvlab.catalog import get_model
+    from kvlab.sizing import tensor_parallel_refusal, valid_tensor_parallel_sizes
+
+    qwen = get_model("qwen2.5-0.5b-instruct")  # 14 heads, 2 KV heads, intermediate_size 4864
+    assert valid_tensor_parallel_sizes(qwen) == [1, 2]
+    assert "2 KV heads" in tensor_parallel_refusal(qwen, 7)
+    assert "intermediate_size 4864" in tensor_parallel_refusal(qwen, 14)  # 14 replicates the 2 KV heads, 4864/14 no
+    assert valid_tensor_parallel_sizes(get_model("opt-13b")) == [1, 2, 4, 5, 8, 10, 20, 40]
+    r = kvlab("size", "qwen2.5-0.5b-instruct", "--gpu", "t4", "-tp", "7")
+    assert r.exit_code == 2
+    assert _one_line(r.stderr) == (
+        "error: the 2 KV heads of qwen2.5-0.5b-instruct can be neither split nor replicated evenly over tensor "
+        "parallel size (7): vLLM needs 7 to divide 2 or be a multiple of it; valid --tensor-parallel-size: 1, 2")
+    assert kvlab("size", "qwen2.5-0.5b-instruct", "--gpu", "t4", "-tp", "2").exit_code == 0
+
+
+def test_quantization_none_and_auto_mean_no_quantization(kvlab):
+    plain = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--json").json()
+    assert plain["num_blocks"] == 1961 and plain["quantization"] is None
+    for spelling in ("none", "None", "auto"):
+        r = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", spelling, "--json")
+        assert r.exit_code == 0, r.stderr
+        assert r.json()["num_blocks"] == 1961 and r.json()["quantization"] is None
+    bad = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "foo")
+    assert bad.exit_code == 2 and "or none (no --quantization: the checkpoint's own format" in _one_line(bad.stderr)
+
+
+def test_bfloat16_on_a_t4_is_served_in_float16_with_a_note(kvlab):
+    t4 = kvlab("size", "gemma-3-1b-it", "--gpu", "t4", "--json").json()
+    assert (t4["dtype"], t4["kv_cache_dtype"], t4["num_blocks"]) == ("float16", "float16", 165_331)
+    assert t4["gpu_notes"] == ["T4 (compute capability 7.5) has no bfloat16: vLLM serves the bfloat16 checkpoint in "
+                               "float16 (2 bytes a value as well, so no number here changes)"]
+    text = _one_line(kvlab("size", "gemma-3-1b-it", "--gpu", "t4").stdout)
+    assert "· float16 · KV float16 ·" in text and "note: T4 (compute capability 7.5) has no bfloat16" in text
+    l4 = kvlab("size", "gemma-3-1b-it", "--gpu", "l4", "--json").json()
+    assert l4["dtype"] == "bfloat16" and l4["gpu_notes"] == []
+
+
+def test_fp8_weights_below_compute_capability_8_are_noted(kvlab):
+    notes = kvlab("size", "gemma-3-1b-it", "--gpu", "t4", "-q", "fp8", "--json").json()["gpu_notes"]
+    assert notes[1] == ("fp8 weights need compute capability 8.0 in older vLLM releases (Fp8Config.get_min_capability: "
+                        "start-up refuses T4, 7.5) and 7.5 in recent ones (weight-only FP8 through Marlin): check yours")
+    assert kvlab("size", "gemma-3-1b-it", "--gpu", "a100-40gb", "-q", "fp8", "--json").json()["gpu_notes"] == []
+
+
+def test_mxfp4_on_a_dense_model_says_it_changes_nothing(kvlab):
+    plain = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--json").json()
+    mx = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "mxfp4")
+    assert mx.exit_code == 0, mx.stderr
+    text = _one_line(mx.stdout)
+    assert ("llama-3.1-8b has no routed experts, so --quantization mxfp4 changes nothing: vLLM quantizes only MoE "
+            "expert layers with it and keeps every weight here in the model dtype") in text
+    assert "routed experts: 4 bits" not in text
+    assert kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "mxfp4", "--json").json()["weights_bytes"] == \
+        plain["weights_bytes"]
+
+
+def test_the_utilization_hint_is_the_smallest_that_starts(kvlab):
+    r = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--gpu-memory-utilization", "0.01")
+    assert r.exit_code == 2
+    assert _one_line(r.stderr).endswith("Would fit: --gpu-memory-utilization 0.68 or more (the default 0.9 fits)")
+    args = ("size", "opt-13b", "--gpu", "a100-40gb", "--json", "--gpu-memory-utilization")
+    assert kvlab(*args, "0.68").json()["fits_max_model_len"]  # the advice taken: vLLM starts
+    assert not kvlab(*args, "0.67").json()["fits_max_model_len"]  # and a hundredth less would not
+
+
+@pytest.mark.parametrize("command", [("size", "opt-13b"), ("run", "vllm", "-n", "10")])
+def test_errors_name_the_gpu_memory_override(kvlab, command):
+    r = kvlab(*command, "--gpu", "a100-80gb", "--gpu-memory-gib", "20")
+    assert r.exit_code == 2
+    assert _one_line(r.stderr).startswith("error: opt-13b does not fit on A100-80GB with --gpu-memory-gib 20: its "
+                                          "weights need 23.94 GiB per GPU but 20.0 GiB x 0.9 = 18.0 GiB is requested")
+
+
+def test_a_path_that_is_neither_file_nor_folder_is_named_so(kvlab):
+    r = kvlab("size", "/dev/null")
+    assert r.exit_code == 2
+    assert _one_line(r.stderr) == ("error: '/dev/null' is not a regular file or folder (a device, pipe or socket); use "
+                                   "a model from the catalogue (`kvlab models`), or give a local config.json or a "
+                                   "folder holding one")
+    assert "no such file '/no/such/config.json'" in _one_line(kvlab("size", "/no/such/config.json").stderr)
+
+
+def test_workload_lines_agree_in_number_and_wrap_indented(kvlab):
+    r = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--context-len", "3")
+    assert r.exit_code == 0, r.stderr
+    workload = r.stdout[r.stdout.index("Workload:"):].splitlines()
+    assert all(line.startswith("  ") and line == line.rstrip() for line in workload[1:])  # continuation lines too
+    text = _one_line("\n".join(workload))
+    assert "needs 1 block (1 x 1) = 0.01 GiB per GPU; the cache holds 864 usable blocks" in text
+    assert "at 3 tokens at most 864 requests fit; 1 request fits up to 2,048 tokens each" in text
+    many = _one_line(kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--context-len", "3", "--concurrency", "2000").stdout)
+    assert "does not fit: 1,136 blocks (13.87 GiB) short" in many
+    assert "at most 864 requests fit; 2,000 requests do not fit at any length" in many
+
+
+def test_a10g_takes_its_cuda_reported_total(kvlab):
+    from kvlab.catalog import get_gpu
+
+    a10g = get_gpu("a10g")
+    assert (a10g.memory_bytes, a10g.memory_bytes_source) == (round(22.49 * 2**30), "cuda_reported_observed")
+    assert "AUTOMATIC1111/stable-diffusion-webui#1259" in a10g.source[0]
+    assert kvlab("size", "llama-3.1-8b", "--gpu", "a10g", "--json").json()["gpu_notes"] == []
+
+
+def test_a_marketing_total_is_warned_with_how_far_it_may_overstate(kvlab):
+    notes = kvlab("size", "llama-3.1-8b", "--gpu", "h100-pcie", "--json").json()["gpu_notes"]
+    assert notes == ["H100-PCIe's 80 GiB is its marketing label read as GiB (no CUDA-reported total known); CUDA "
+                     "reports 0.8% to 1.3% less than the label on the catalogue's other HBM cards, so the total may be "
+                     "up to 1.0 GiB too high, and the KV cache budget with it"]
+    assert "note: H100-PCIe's 80 GiB is its marketing label" in _one_line(
+        kvlab("size", "llama-3.1-8b", "--gpu", "h100-pcie").stdout)
+    given = ("size", "llama-3.1-8b", "--gpu", "h100-pcie", "--gpu-memory-gib", "79", "--json")
+    assert kvlab(*given).json()["gpu_notes"] == []  # a total the user gave is not the label
