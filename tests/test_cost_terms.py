@@ -18,7 +18,7 @@ from kvlab.workload import load_workload
 ALL_TERMS = {"bandwidth_efficiency": 0.7, "attention_bandwidth_efficiency": 0.9, "flops_efficiency": 0.6,
              "attention_flops_efficiency": 0.6, "overhead_s": 0.002, "seq_overhead_s": 2e-5,
              "prefill_token_overhead_s": 1e-6, "request_latency_s": 0.01, "allreduce_link_efficiency": 0.5,
-             "allreduce_latency_s": 1e-5}
+             "allreduce_latency_s": 1e-5, "sampler_logit_s": 1e-10}
 
 
 def _profile(constants=ALL_TERMS):
@@ -48,6 +48,18 @@ def test_a_profile_without_the_link_constant_prices_no_all_reduce():
     cost = resolve(model="llama-2-7b", gpu="H100-SXM", tensor_parallel_size=2, num_gpu_blocks=1000,
                    cost=_write(constants)).engine.cost
     assert cost.token_overhead_s == 0.0 and cost.overhead_s == 0.002
+
+
+def test_the_sampler_costs_each_sequence_its_models_whole_vocabulary_on_every_tp_rank():
+    # Llama-2-7B's 32,000 logits against Qwen2.5-7B's 152,064: vLLM's sampler works over the whole gathered row
+    for model, vocab in (("llama-2-7b", 32_000), ("qwen2.5-7b-instruct", 152_064)):
+        for tp in (1, 2):
+            cost = resolve(model=model, gpu="H100-SXM", tensor_parallel_size=tp, num_gpu_blocks=1000,
+                           cost=_write(ALL_TERMS)).engine.cost
+            assert cost.seq_overhead_s == pytest.approx(2e-5 + vocab * 1e-10, rel=1e-12)
+    without = {k: v for k, v in ALL_TERMS.items() if k != "sampler_logit_s"}
+    cost = resolve(model="qwen2.5-7b-instruct", gpu="H100-SXM", num_gpu_blocks=1000, cost=_write(without)).engine.cost
+    assert cost.seq_overhead_s == 2e-5
 
 
 def test_moe_reads_the_distinct_experts_its_tokens_touch():

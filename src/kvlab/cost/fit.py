@@ -44,7 +44,7 @@ from kvlab.errors import KvlabError
 # The fitted constants, in θ's order, and whether θ holds the constant or its inverse (an efficiency).
 CONSTANTS = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency", "overhead_s",
              "allreduce_latency_s", "seq_overhead_s", "prefill_token_overhead_s", "allreduce_link_efficiency",
-             "request_latency_s")
+             "sampler_logit_s", "request_latency_s")
 INVERTED = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency", "allreduce_link_efficiency")
 FITTED_METRICS = ("e2e_mean", "ttft_mean", "itl_mean")
 # What data identifies each constant (the message when the runs cannot).
@@ -57,6 +57,7 @@ FIT_HINTS = {
     "seq_overhead_s": "runs whose batch sizes differ (different rates or output lengths)",
     "prefill_token_overhead_s": "runs whose prompts differ in length",
     "allreduce_link_efficiency": "runs at tensor-parallel size 2 or more with different tokens per iteration",
+    "sampler_logit_s": "runs of models whose vocabularies differ, at different batch sizes",
     "request_latency_s": "any runs (TTFT and E2E carry it, ITL does not)",
 }
 # Where the fixed point starts: the stated roofline's efficiencies, no CPU terms, all-reduce at 80% of the link.
@@ -75,7 +76,7 @@ FIT_HINTS = {
 DEFAULT_FIT = tuple(k for k in CONSTANTS if k not in ("flops_efficiency", "prefill_token_overhead_s"))
 START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "flops_efficiency": 0.609,
          "overhead_s": 0.003, "allreduce_latency_s": 0.0, "seq_overhead_s": 0.0, "prefill_token_overhead_s": 0.0,
-         "allreduce_link_efficiency": 0.8, "request_latency_s": 0.0}
+         "allreduce_link_efficiency": 0.8, "sampler_logit_s": 0.0, "request_latency_s": 0.0}
 # The identification rule, asked for (kvlab calibrate --runs --hold-unidentified; off by default since 5 December):
 # a constant is fitted only where the runs identify it: fitted with the others, its standard error must be below
 # this fraction of its value (a constant at its bound of 0 is not identified, nor, since a user's trial asked,
@@ -301,6 +302,7 @@ def _features(p: Prepared, theta: np.ndarray, n, prefill, decode, context, pairs
     phi = np.column_stack([
         np.where(memory_bound, weights, 0.0), np.where(memory_bound, kv, 0.0), np.where(memory_bound, 0.0, compute),
         np.ones(len(n)), np.full(len(n), float(p.num_allreduce_calls)), n, prefill, tokens * p.allreduce_token_s,
+        n * float(p.model_spec.vocab_size),
     ])
     return phi, memory_bound
 

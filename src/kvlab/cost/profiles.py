@@ -53,10 +53,12 @@ EFFICIENCY_CONSTANTS = {
                            "peers: vLLM's one-shot all-reduce)",
     "admission_lag_iterations": "iterations a request reaching a busy engine waits beyond synchronous admission "
                                 "(vLLM's async scheduling: 1)",
+    "sampler_logit_s": "seconds the sampler spends per scheduled sequence per vocabulary entry (its logits in "
+                       "float32, penalties, temperature, top-k/top-p, the draw)",
 }
 # Constants a profile may leave out: without allreduce_link_efficiency, all-reduce costs nothing (the built-in
 # profiles from before issue 29 price no communication).
-OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s", "admission_lag_iterations")
+OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s", "admission_lag_iterations", "sampler_logit_s")
 ABSOLUTE_CONSTANTS = {
     "weights_read_s": "seconds to read the weights once (per iteration)",
     "context_token_s": "seconds to read one context token's K/V",
@@ -117,6 +119,7 @@ class CostProfile:
                 f"{self.name!r} needs; pick a GPU that has both (kvlab gpus) or an absolute profile (kvlab calibrate)"
             )
         bandwidth, peak_flops, overhead_s = float(gpu.memory_bandwidth_bytes_per_s), float(gpu.peak_flops), c["overhead_s"]
+        seq_overhead_s = c["seq_overhead_s"]
         extra: dict = {}
         if terms is not None:
             weights_bytes = terms.dense_weights_bytes
@@ -131,6 +134,7 @@ class CostProfile:
                 link = terms.link_bandwidth or PCIE_BANDWIDTH  # (no link in the catalogue: PCIe, as a swap)
                 extra["token_overhead_s"] = terms.allreduce_bytes_per_token / (link * link_efficiency)
                 overhead_s += terms.num_allreduce_calls * c.get("allreduce_latency_s", 0.0)
+            seq_overhead_s += terms.vocab_size * c.get("sampler_logit_s", 0.0)  # (the sampler: kvlab/cost/terms.py)
         return CostModel(
             weights_bytes=weights_bytes, kv_bytes_per_token=kv_bytes_per_token, flops_per_token=flops_per_token,
             attention_flops_per_pair=attention_flops_per_pair,
@@ -141,7 +145,7 @@ class CostProfile:
             attention_bandwidth_efficiency=_unless_equal(c["attention_bandwidth_efficiency"],
                                                          c["bandwidth_efficiency"]),
             attention_flops_efficiency=_unless_equal(c["attention_flops_efficiency"], c["flops_efficiency"]),
-            seq_overhead_s=c["seq_overhead_s"], prefill_token_overhead_s=c["prefill_token_overhead_s"],
+            seq_overhead_s=seq_overhead_s, prefill_token_overhead_s=c["prefill_token_overhead_s"],
             request_latency_s=c["request_latency_s"], admission_lag_iterations=c.get("admission_lag_iterations", 0.0),
             profile=self.name, notes=notes,
         )

@@ -22,6 +22,12 @@ Yuan 2009); kvlab prices them as one-shot, too high by tp / 2 there (docs/cost.m
 Mixture of experts. Routed experts are read only when a token picks them; with E experts, k per token and
 uniform routing, the expected number of distinct experts T tokens touch is E × (1 − (1 − k/E)^T).
 
+The sampler. Every sequence that samples a token in an iteration hands the sampler a row of logits over the whole
+vocabulary (vLLM's V1 Sampler, vllm/v1/sample/sampler.py: the logits in float32, penalties, temperature, top-k /
+top-p (a sort over the vocabulary where top-p is asked for), the draw), on every TP rank after the logits are
+gathered, so its work per sequence grows with ``vocab_size``, not divided by TP: a profile's ``sampler_logit_s``
+(seconds per sequence per vocabulary entry) adds ``vocab_size × sampler_logit_s`` to each scheduled sequence's time.
+
 Weight formats. FP8 (and the catalogue's other formats) sets the bytes per weight (kvlab.catalog.models:
 QUANTIZED_LINEAR_BYTES); an FP8 model's matrix multiplies run at the GPU's FP8 rate where it has one (W8A8,
 vLLM's fp8 dynamic quantization), else at its bf16 rate (weight-only: the GPU dequantizes).
@@ -47,6 +53,7 @@ class Terms:
     allreduce_bytes_per_token: float  # read from the peers; 0 at tp 1
     num_allreduce_calls: int  # per iteration, each counted once per peer it reads (tp − 1); 0 at tp 1
     link_bandwidth: float | None  # bytes/s per direction (None: the catalogue has none)
+    vocab_size: int = 0  # logits the sampler works over per sampled sequence (every rank: gathered over TP)
 
 
 def terms_for(model_spec, gpu_spec, weights_bytes: float, tp: int) -> Terms:
@@ -72,4 +79,5 @@ def terms_for(model_spec, gpu_spec, weights_bytes: float, tp: int) -> Terms:
         allreduce_bytes_per_token=layers * 2 * (tp - 1) * model_spec.hidden_size * ACTIVATION_BYTES,
         num_allreduce_calls=2 * layers * (tp - 1),
         link_bandwidth=float(gpu_spec.link_bandwidth_bytes_per_s) if gpu_spec.link_bandwidth_bytes_per_s else None,
+        vocab_size=int(model_spec.vocab_size),
     )
