@@ -326,6 +326,10 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     values.update({k: v for k, v in given.items() if v is not None or OPTIONS[k].nullable})
     check_options(values)
     values = _typed(values)
+    if values["vllm_version"] is not None:  # ('0.32' is 0.32.0, the default's spelling: one key, one stored value)
+        from kvlab.vllm_rules import canonical_version
+
+        values["vllm_version"] = canonical_version(values["vllm_version"])
     from kvlab.catalog import get_gpu, get_model
     from kvlab.cost.profiles import get_profile
 
