@@ -286,8 +286,8 @@ def test_a_default_stated_or_an_alias_is_the_point_already_stored(one_worker, kv
 
 
 def test_rows_stored_with_null_defaults_get_their_values_when_the_store_opens(one_worker, tmp_path):
-    """A store an older kvlab wrote (scheduling_policy and preemption_mode NULL for defaults) is filled in: a query
-    by value finds its rows, under the keys they had."""
+    """A store an older kvlab wrote (scheduling_policy, preemption_mode and vllm_version NULL for defaults) is filled
+    in: a query by value finds its rows, under the keys they had."""
     import shutil
 
     import duckdb
@@ -298,10 +298,32 @@ def test_rows_stored_with_null_defaults_get_their_values_when_the_store_opens(on
     shutil.copytree(one_worker, tmp_path / "s")
     path = tmp_path / "s" / "sweep.duckdb"
     with duckdb.connect(str(path)) as db:
-        db.execute("UPDATE points SET scheduling_policy = NULL, preemption_mode = NULL")
+        db.execute("UPDATE points SET scheduling_policy = NULL, preemption_mode = NULL, vllm_version = NULL")
         db.execute("UPDATE points SET strategy = 'vllm+swap' WHERE strategy = 'vllm'")
     Store(path, row_kinds()).close()
     with duckdb.connect(str(path), read_only=True) as db:
-        rows = set(db.execute("SELECT strategy, preemption_mode, scheduling_policy FROM points").fetchall())
-    assert rows == {("vllm+swap", "swap", "fcfs"), ("orca-oracle", "recompute", "fcfs")}
+        rows = set(db.execute("SELECT strategy, preemption_mode, scheduling_policy, vllm_version FROM points").fetchall())
+    assert rows == {("vllm+swap", "swap", "fcfs", "0.32.0"), ("orca-oracle", "recompute", "fcfs", "0.32.0")}
     assert set(stored(tmp_path / "s")) == set(stored(one_worker))
+
+
+def test_a_store_from_before_the_vllm_version_column_reads_as_the_rules_it_was_sized_by(one_worker, kvlab, tmp_path):
+    """trial 46: a store written before rows named their vLLM version has no such column (or NULL in it); opened
+    again, its rows say 0.32.0 (what the default was then), and a sweep that adds a version beside them prints
+    that, not None."""
+    import shutil
+
+    import duckdb
+
+    shutil.copytree(one_worker, tmp_path / "s")
+    path = tmp_path / "s" / "sweep.duckdb"
+    with duckdb.connect(str(path)) as db:
+        db.execute("ALTER TABLE points DROP COLUMN vllm_version")
+    r = kvlab("sweep", "--strategy", "vllm", "--rate", "1", "--seed", "0", "--num-requests", "300", "--vllm-version",
+              "0.32.0,0.10.1", "--workers", "1", "--out", tmp_path / "s")
+    assert r.exit_code == 0, r.stderr
+    assert "None" not in r.stdout and "0.32.0" in r.stdout and "0.10.1" in r.stdout, r.stdout
+    assert "Computed 1 point now, 1 was stored already" in " ".join(r.stdout.split()), r.stdout
+    with duckdb.connect(str(path), read_only=True) as db:
+        versions = db.execute("SELECT vllm_version, count(*) FROM points GROUP BY 1 ORDER BY 1").fetchall()
+    assert versions == [("0.10.1", 1), ("0.32.0", 8)]
