@@ -453,3 +453,16 @@ def test_the_comparisons_latency_columns_say_what_they_are_over(capsys):
     assert ("(run): the p99 over every request the first sample's run (300 requests) finished, its warm-up included; "
             "whether a fleet held is judged on each sample's measured window instead (the requests after a 20% "
             "warm-up, up to the last arrival)") in out
+
+
+def test_a_disaggregated_fleets_capacity_is_priced_on_all_its_gpus():
+    """trial 46 (seen while checking the progress fix): kvlab capacity --prefill-replicas 1 --decode-replicas 1 on an
+    H100 priced the answer as '$3.24 an hour on 1 GPU' beside 'Setup: ... on 2x H100-SXM': a fleet's GPUs are both
+    sides' (KvlabConfig.num_gpus), not one replica's."""
+    from kvlab.config import resolve
+    from kvlab.service.capacity import Answer
+
+    config = resolve(model="llama-3.1-8b", gpu="h100-sxm", prefill_replicas=1, decode_replicas=2, num_requests=20)
+    answer = Answer([{}], [], [], [], None, False)
+    answer.add_costs([config], 2.0)
+    assert answer.num_gpus == [3] == [config.num_gpus]
