@@ -435,3 +435,34 @@ def test_an_answer_at_one_replica_says_no_disaggregated_fleet_was_tried():
     comparison.record({"shape": "1 replica", "prefill_replicas": 0, "decode_replicas": 1, "held": True})
     assert answer_line(comparison) == ("1 aggregated replica (1 GPU) held; no disaggregated fleet was tried (one "
                                        "takes 2 replicas or more): aggregated holds with fewer GPUs.")
+
+
+def test_the_comparisons_latency_columns_say_what_they_are_over(capsys):
+    """trial 46: the table's TTFT (and TPOT) column did not say which requests its p99 is over: the first sample's
+    whole run, warm-up included, while a fleet is judged on each sample's measured window."""
+    from kvlab.report.disagg import print_comparison
+    from kvlab.service.disagg import DisaggComparison
+
+    comparison = DisaggComparison(2.0, "p99_ttft<2s", 1, 8)
+    comparison.sample_lengths = [300, 600]
+    comparison.record({"shape": "1 replica", "prefill_replicas": 0, "decode_replicas": 1, "gpus": 1, "held": True,
+                       "reason": "", "ttft_p99_s": 0.0346, "tpot_p99_s": 0.0074})
+    print_comparison(comparison)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "TTFT p99 ms (run)" in out and "TPOT p99 ms (run)" in out and "34.6" in out
+    assert ("(run): the p99 over every request the first sample's run (300 requests) finished, its warm-up included; "
+            "whether a fleet held is judged on each sample's measured window instead (the requests after a 20% "
+            "warm-up, up to the last arrival)") in out
+
+
+def test_a_disaggregated_fleets_capacity_is_priced_on_all_its_gpus():
+    """trial 46 (seen while checking the progress fix): kvlab capacity --prefill-replicas 1 --decode-replicas 1 on an
+    H100 priced the answer as '$3.24 an hour on 1 GPU' beside 'Setup: ... on 2x H100-SXM': a fleet's GPUs are both
+    sides' (KvlabConfig.num_gpus), not one replica's."""
+    from kvlab.config import resolve
+    from kvlab.service.capacity import Answer
+
+    config = resolve(model="llama-3.1-8b", gpu="h100-sxm", prefill_replicas=1, decode_replicas=2, num_requests=20)
+    answer = Answer([{}], [], [], [], None, False)
+    answer.add_costs([config], 2.0)
+    assert answer.num_gpus == [3] == [config.num_gpus]

@@ -155,12 +155,46 @@ def test_the_run_scheduler_with_a_cpu_tier_is_stepping():
     (["vllm+noprefix", "--kv-offloading-size", "8"], "KV offload needs prefix caching"),
     (["orca-max", "--kv-offloading-size", "8"], "KV offload to CPU (--kv-offloading-size) needs paged memory with "
      "prefix caching, as vLLM's; strategy 'orca-max' reserves slabs"),
-    (["vllm+prefix", "--cpu-memory-gib", "64"], "--cpu-memory-gib 64 bounds a CPU tier, and there is none"),
+    # a swap space above 70% of the machine's CPU memory, as vLLM refuses it (CacheConfig.verify_with_parallel_config)
+    (["vllm+swap", "--swap-space", "100", "--cpu-memory-gib", "16"], "--swap-space 100 GiB is more than 70% of the "
+     "machine's CPU memory (16 GiB, --cpu-memory-gib), a swap space vLLM refuses as too large; valid: --swap-space at "
+     "most 11.2, or --cpu-memory-gib at least 142.9"),
+    (["vllm+swap", "--swap-space", "100", "--cpu-memory-gib", "128", "--kv-offloading-size", "4"], "--swap-space 100 "
+     "GiB is more than 70% of the machine's CPU memory (128 GiB"),
+    (["vllm", "--preemption-mode", "swap", "--swap-space", "100"], "--swap-space 100 GiB is more than 70% of the "
+     "machine's CPU memory (128 GiB, 1 x A100-40GB's reference server)"),
+    (["vllm+swap", "--cpu-memory-gib", "5"], "--swap-space 4 GiB is more than 70% of the machine's CPU memory (5 GiB"),
 ])
 def test_bad_offload_settings_are_named_in_one_line(kvlab, args, message):
     r = kvlab("run", *args, "-n", "10", "--rate", "1")
     assert r.exit_code == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_swap_space_is_bounded_by_the_machines_cpu_memory_over_the_tensor_parallel_gpus():
+    """vLLM's rule: swap space per GPU x TP at most 70% of the host's CPU memory; --cpu-memory-gib states it, and
+    travels in the options (without a CPU tier too) so that a resolved configuration resolves again."""
+    from kvlab.errors import KvlabError
+
+    swapping = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "preemption_mode": "swap", "cpu_memory_gib": 16.0}
+    config = resolve(swapping, swap_space=11.2)  # 11.2 GiB = 70% of 16: the most vLLM takes
+    assert config.cpu_memory_gib == 16.0 and config.offload is None
+    assert resolve(config.options()) == config and resolve(config.options()).key == config.key
+    with pytest.raises(KvlabError, match=r"--swap-space 6 GiB per GPU x 2 GPUs \(TP\) = 12 GiB is more than 70% of the "
+                       r"machine's CPU memory \(16 GiB, --cpu-memory-gib\).*at most 5.6, or --cpu-memory-gib at least "
+                       r"17.2$"):
+        resolve(swapping, swap_space=6.0, tensor_parallel_size=2)
+    with pytest.raises(KvlabError, match="more than 70%"):
+        resolve(swapping, swap_space=11.3)
+    # a strategy that does not swap leaves the swap space unused: nothing to refuse
+    assert resolve({**swapping, "preemption_mode": None}, swap_space=100.0).cpu_memory_gib == 16.0
+
+
+def test_a_cpu_memory_that_bounds_nothing_is_said_to_be_unused(kvlab):
+    r = kvlab("run", "vllm+prefix", "--cpu-memory-gib", "64", "-n", "10", "--rate", "1")
+    assert r.exit_code == 0, r.stderr
+    assert "--cpu-memory-gib 64 is not used: it bounds a CPU tier (--kv-offloading-size) and a swapping strategy's " \
+           "--swap-space, and there is neither" in " ".join((r.stdout + r.stderr).split())
 
 
 def test_the_tier_holds_size_over_a_blocks_bytes():

@@ -209,6 +209,25 @@ def test_a_default_stated_keeps_the_default_points_key():
     assert resolve(scheduling_policy="priority").key != plain.key
 
 
+def test_a_version_without_its_patch_number_is_the_release_it_names():
+    """trial 46: --vllm-version 0.32 is 0.32.0, the default: one key and one stored value, however it is written
+    ('0.10' is 0.10.0 likewise; a fourth number or a pre-release tag is kept)."""
+    from kvlab.config import resolve
+    from kvlab.vllm_rules import NEWEST_KNOWN, canonical_version
+
+    plain = resolve()
+    short = NEWEST_KNOWN.rsplit(".", 1)[0]  # 0.32
+    for written in (short, f"v{short}", f" {short} "):
+        config = resolve(vllm_version=written)
+        assert config.key == plain.key, written
+        assert config.to_dict()["vllm_version"] == plain.to_dict()["vllm_version"] == NEWEST_KNOWN
+        assert config.sizing.vllm_version == NEWEST_KNOWN and "vllm_version" not in config.options()
+    old = resolve(vllm_version="0.10")
+    assert old.key == resolve(vllm_version="0.10.0").key and old.to_dict()["vllm_version"] == "0.10.0"
+    assert resolve(old.options()).key == old.key
+    assert canonical_version("0.10.1.1") == "0.10.1.1" and canonical_version("0.20.1rc1") == "0.20.1rc1"
+
+
 @pytest.mark.parametrize(("alias", "name"), [("vllm+prefix", "vllm"), ("continuous+paged+recompute", "continuous+paged"),
                                              ("vllm-paper+noprefix+recompute", "vllm-paper"),
                                              ("vllm+swap+noprefix", "vllm+noprefix+swap")])

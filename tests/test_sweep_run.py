@@ -286,8 +286,8 @@ def test_a_default_stated_or_an_alias_is_the_point_already_stored(one_worker, kv
 
 
 def test_rows_stored_with_null_defaults_get_their_values_when_the_store_opens(one_worker, tmp_path):
-    """A store an older kvlab wrote (scheduling_policy and preemption_mode NULL for defaults) is filled in: a query
-    by value finds its rows, under the keys they had."""
+    """A store an older kvlab wrote (scheduling_policy, preemption_mode and vllm_version NULL for defaults) is filled
+    in: a query by value finds its rows, under the keys they had."""
     import shutil
 
     import duckdb
@@ -298,10 +298,77 @@ def test_rows_stored_with_null_defaults_get_their_values_when_the_store_opens(on
     shutil.copytree(one_worker, tmp_path / "s")
     path = tmp_path / "s" / "sweep.duckdb"
     with duckdb.connect(str(path)) as db:
-        db.execute("UPDATE points SET scheduling_policy = NULL, preemption_mode = NULL")
+        db.execute("UPDATE points SET scheduling_policy = NULL, preemption_mode = NULL, vllm_version = NULL")
         db.execute("UPDATE points SET strategy = 'vllm+swap' WHERE strategy = 'vllm'")
     Store(path, row_kinds()).close()
     with duckdb.connect(str(path), read_only=True) as db:
-        rows = set(db.execute("SELECT strategy, preemption_mode, scheduling_policy FROM points").fetchall())
-    assert rows == {("vllm+swap", "swap", "fcfs"), ("orca-oracle", "recompute", "fcfs")}
+        rows = set(db.execute("SELECT strategy, preemption_mode, scheduling_policy, vllm_version FROM points").fetchall())
+    assert rows == {("vllm+swap", "swap", "fcfs", "0.32.0"), ("orca-oracle", "recompute", "fcfs", "0.32.0")}
     assert set(stored(tmp_path / "s")) == set(stored(one_worker))
+
+
+def test_a_store_from_before_the_vllm_version_column_reads_as_the_rules_it_was_sized_by(one_worker, kvlab, tmp_path):
+    """trial 46: a store written before rows named their vLLM version has no such column (or NULL in it); opened
+    again, its rows say 0.32.0 (what the default was then), and a sweep that adds a version beside them prints
+    that, not None."""
+    import shutil
+
+    import duckdb
+
+    shutil.copytree(one_worker, tmp_path / "s")
+    path = tmp_path / "s" / "sweep.duckdb"
+    with duckdb.connect(str(path)) as db:
+        db.execute("ALTER TABLE points DROP COLUMN vllm_version")
+    r = kvlab("sweep", "--strategy", "vllm", "--rate", "1", "--seed", "0", "--num-requests", "300", "--vllm-version",
+              "0.32.0,0.10.1", "--workers", "1", "--out", tmp_path / "s")
+    assert r.exit_code == 0, r.stderr
+    assert "None" not in r.stdout and "0.32.0" in r.stdout and "0.10.1" in r.stdout, r.stdout
+    assert "Computed 1 point now, 1 was stored already" in " ".join(r.stdout.split()), r.stdout
+    with duckdb.connect(str(path), read_only=True) as db:
+        versions = db.execute("SELECT vllm_version, count(*) FROM points GROUP BY 1 ORDER BY 1").fetchall()
+    assert versions == [("0.10.1", 1), ("0.32.0", 8)]
+
+
+def test_a_searchs_progress_counts_the_points_asked_for_so_far(capsys):
+    """trial 46: capacity's progress total was a guess of the search's length, so it jumped (3/8, then 4/12) and
+    fell (26/28, then 26/27). A search's total is now the points it has asked for so far: it never falls, it says
+    so, and it is reached at the end. A sweep's one grid keeps its exact total."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import kvlab
+    from kvlab.sweep import point as point_module
+    from kvlab.sweep.capacity import parse_slo, search_capacities
+    from kvlab.sweep.grid import expand, parse_cli_args, row_kinds
+    from kvlab.sweep.runner import Runner
+    from kvlab.sweep.session import LineProgress
+    from kvlab.sweep.store import Store
+
+    class InProcessPool:
+        num_workers = 2
+
+        def __init__(self):
+            self.executor = ThreadPoolExecutor(2)
+
+        def submit(self, point):
+            return self.executor.submit(point_module.compute, point)
+
+    seen, line = [], LineProgress()
+
+    def progress(*args):
+        seen.append(args)
+        line(*args)
+
+    store = Store(None, row_kinds())
+    runner = Runner(store, InProcessPool(), kvlab.__version__, progress=progress)
+    configurations = [{k: v for k, v in p.items() if k != "rate"}
+                      for p in expand(parse_cli_args(["-n", "40", "--cost", "roofline"]))]
+    search, = search_capacities(configurations, runner, parse_slo("p99_ttft<2s"), start_rates=[1.0], rtol=0.2,
+                                max_rate=100.0)
+    store.close()
+    totals = [total for _, _, _, total, _ in seen]
+    assert totals == sorted(totals) and len(set(totals)) > 2  # it grew as the search asked for more, and never fell
+    assert not any(final for *_, final in seen) and seen[-1][0] == seen[-1][3] == len(search.probes)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1] == f"points: {totals[-1]} stored of {totals[-1]} asked for so far · running 0 · failed 0"
+    LineProgress()(3, 2, 0, 8, True)
+    assert capsys.readouterr().err == "points: 3/8 stored · running 2 · failed 0\n"

@@ -246,7 +246,15 @@ def rules_for(version: str | None) -> VllmRules:
     return [r for r in RULES if r.key <= key][-1]
 
 
-def resolve_version(version: str | None) -> str:
-    """The version a sizing names: the one given, or the newest kvlab knows."""
+def canonical_version(version: str) -> str:
+    """A known version as kvlab names it everywhere (a sweep key, a stored row, a report): without a leading v or
+    spaces, and with its patch number ('0.32' is 0.32.0, the release vLLM tags for that minor; '0.10.1.1' and
+    '0.20.1rc1' are kept as written). A version kvlab does not know is refused (rules_for)."""
     rules_for(version)
-    return NEWEST_KNOWN if version is None else version.strip().lstrip("v")
+    text = version.strip().lstrip("v")
+    return f"{text}.0" if re.fullmatch(r"\d+\.\d+", text) else text
+
+
+def resolve_version(version: str | None) -> str:
+    """The version a sizing names: the one given (canonical_version), or the newest kvlab knows."""
+    return NEWEST_KNOWN if version is None else canonical_version(version)

@@ -144,7 +144,8 @@ OPTIONS: dict[str, Option] = _options(
            "tensor-parallel ranks): every block that fills is stored there, a prefix hit loads it back.", lo=0.0,
            hi=1e6, lo_open=True, what="GiB of CPU memory", default_text="off"),
     Option("cpu_memory_gib", "cache", float, None, "The machine's CPU memory in GiB, which bounds "
-           "--kv-offloading-size.", lo=0.0, hi=1e7, lo_open=True, what="GiB of CPU memory",
+           "--kv-offloading-size, and a swapping strategy's --swap-space to 70% of it (vLLM's limit).", lo=0.0,
+           hi=1e7, lo_open=True, what="GiB of CPU memory",
            default_text="the GPUs' reference server's"),
     # --- scheduler ---------------------------------------------------------------------------------------------
     Option("max_model_len", "scheduler", int, None, "Longest request in tokens, prompt + answer.", lo=1, hi=2**34,

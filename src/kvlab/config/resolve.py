@@ -172,6 +172,8 @@ class KvlabConfig:
     speculative: SpeculativeConfig | None = None
     # vLLM's --kv-offloading-size (kvlab.offload): None, off.
     offload: OffloadConfig | None = None
+    # --cpu-memory-gib, when given: the machine's CPU memory, which bounds the CPU tier and the swap space.
+    cpu_memory_gib: float | None = None
     # --prefill-replicas / --decode-replicas (kvlab.disagg): None, off.
     disagg: DisaggConfig | None = None
     # The gateway in front of the router (--rate-limit, kvlab.fleet.admission): None, off.
@@ -220,6 +222,7 @@ class KvlabConfig:
                and self.sizing.vllm_version != _newest_version() else {}),
             **speculative_options(self.speculative),
             **offload_options(self.offload),
+            **({"cpu_memory_gib": self.cpu_memory_gib} if self.cpu_memory_gib is not None else {}),
             **disagg_options(self.disagg),
             **admission_options(self.admission),
         }
@@ -239,6 +242,15 @@ class KvlabConfig:
         return {**self.options(), "preemption_mode": None if preemption_mode == "recompute" else preemption_mode,
                 "num_slots": self.cache.num_slots, "kv_bytes_per_token": self.cache.kv_bytes_per_token,
                 "num_gpus": self.num_gpus}
+
+    def check_swap_space(self) -> None:
+        """Refuse, as vLLM does, a swap space too large for the machine's CPU memory (kvlab.offload.config): for a
+        configuration that swaps (--preemption-mode swap, or a strategy that does)."""
+        from kvlab.offload.config import check_swap_space
+
+        tp = self.parallel.tensor_parallel_size
+        check_swap_space(self.cache.swap_space_bytes / GIB / tp, tp, self.device.gpu, self.parallel.world_size,
+                         self.cpu_memory_gib)
 
     @property
     def num_gpus(self) -> int:
@@ -326,6 +338,10 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     values.update({k: v for k, v in given.items() if v is not None or OPTIONS[k].nullable})
     check_options(values)
     values = _typed(values)
+    if values["vllm_version"] is not None:  # ('0.32' is 0.32.0, the default's spelling: one key, one stored value)
+        from kvlab.vllm_rules import canonical_version
+
+        values["vllm_version"] = canonical_version(values["vllm_version"])
     from kvlab.catalog import get_gpu, get_model
     from kvlab.cost.profiles import get_profile
 
@@ -369,6 +385,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         speculative=speculative,
         offload=resolve_offload(values["kv_offloading_size"], gpu_spec.id, tp * pp, block_size,
                                 sizing.kv_bytes_per_token, values["cpu_memory_gib"]),
+        cpu_memory_gib=values["cpu_memory_gib"],
         disagg=resolve_disagg(values["prefill_replicas"], values["decode_replicas"], replicas=values["replicas"],
                               gpu=gpu_spec, block_size=block_size, kv_bytes_per_token=sizing.kv_bytes_per_token,
                               bandwidth_gb_s=values["kv_transfer_bandwidth"], latency_s=values["kv_transfer_latency"]),
@@ -378,6 +395,8 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),
     )
     config.engine  # noqa: B018  (SimConfig's checks of what spans two parts: a block longer than a sequence, ...)
+    if config.scheduler.preemption_mode == "swap":  # (a +swap strategy's: kvlab.service.strategies checks it)
+        config.check_swap_space()
     return config
 
 
@@ -508,8 +527,7 @@ def offload_options(offload: OffloadConfig | None) -> dict[str, Any]:
     """The options a CPU tier came from (none when off: stored configurations' keys stay as they were)."""
     if offload is None:
         return {}
-    return {"kv_offloading_size": offload.size_gib,
-            **({"cpu_memory_gib": offload.cpu_memory_gib} if offload.cpu_memory_gib is not None else {})}
+    return {"kv_offloading_size": offload.size_gib}  # (--cpu-memory-gib: KvlabConfig.options, given or not)
 
 
 def speculative_setup(speculative: SpeculativeConfig) -> dict[str, Any]:

@@ -6,11 +6,13 @@ native``, which becomes the OffloadingConnector with a CPU spec (vllm/v1/kv_offl
 The GPU catalogue names each card's link between GPUs; a CPU tier is reached over the card's host link, PCIe for
 every card here (an SXM card's NVLink joins GPUs, not the host). ``HOST`` gives that link and the CPU memory per GPU
 of the reference server each card ships in (NVIDIA's DGX/HGX datasheets; a PCIe card: a typical 2-socket host of
-8 cards), so an offload larger than the machine's memory is refused; --cpu-memory-gib replaces it.
+8 cards), so an offload larger than the machine's memory is refused, and a swap space above vLLM's share of it
+(check_swap_space); --cpu-memory-gib replaces it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kvlab.errors import KvlabError
@@ -69,18 +71,48 @@ def link_seconds(num_bytes: int, bytes_per_s: float, latency_s: float = 0.0) -> 
     return latency_s + num_bytes / bytes_per_s
 
 
+def machine_cpu_memory(gpu: str, num_gpus: int, cpu_memory_gib: float | None = None) -> tuple[float, str]:
+    """The CPU memory in GiB of the machine ``num_gpus`` of ``gpu`` sit in, and where the figure comes from:
+    --cpu-memory-gib when given, else the card's reference server (HOST)."""
+    if cpu_memory_gib is not None:
+        return cpu_memory_gib, "--cpu-memory-gib"
+    return _host(gpu)[2] * num_gpus, f"{num_gpus} x {gpu}'s reference server"
+
+
+def _host(gpu: str) -> tuple[str, float, int]:
+    return HOST.get(gpu, ("PCIe 4.0 x16", 32e9, 64))
+
+
+# vLLM refuses a swap space (--swap-space GiB per GPU, times the tensor-parallel GPUs it takes to share one node)
+# above 70% of the host's CPU memory, "Too large swap space", and warns above 40% (CacheConfig.
+# verify_with_parallel_config: vllm/config/cache.py, vllm/config.py before that file was split).
+SWAP_SHARE_REFUSED = 0.7
+
+
+def check_swap_space(swap_space_gib: float, tensor_parallel_size: int, gpu: str, num_gpus: int,
+                     cpu_memory_gib: float | None = None) -> None:
+    """Refuse, as vLLM does, a swap space of ``swap_space_gib`` per GPU that takes more than SWAP_SHARE_REFUSED of
+    the machine's CPU memory (machine_cpu_memory) over the tensor-parallel GPUs."""
+    total, source = machine_cpu_memory(gpu, num_gpus, cpu_memory_gib)
+    used = swap_space_gib * tensor_parallel_size
+    if round(used, 6) <= round(SWAP_SHARE_REFUSED * total, 6):  # (in GiB to the KiB: 0.7 x 16 is 11.2)
+        return
+    each = "" if tensor_parallel_size == 1 else f" per GPU x {tensor_parallel_size} GPUs (TP) = {used:g} GiB"
+    most = math.floor(SWAP_SHARE_REFUSED * total / tensor_parallel_size * 10 + 1e-6) / 10
+    least = math.ceil(used / SWAP_SHARE_REFUSED * 10 - 1e-6) / 10
+    raise KvlabError(f"--swap-space {swap_space_gib:g} GiB{each} is more than {SWAP_SHARE_REFUSED:.0%} of the "
+                     f"machine's CPU memory ({total:g} GiB, {source}), a swap space vLLM refuses as too large; valid: "
+                     f"--swap-space at most {most:g}, or --cpu-memory-gib at least {least:g}")
+
+
 def resolve_offload(size_gib: float | None, gpu: str, num_gpus: int, block_size: int, kv_bytes_per_token: int,
                     cpu_memory_gib: float | None = None) -> OffloadConfig | None:
     """The CPU tier ``--kv-offloading-size size_gib`` gives on ``num_gpus`` of ``gpu`` (None: off)."""
     if not size_gib:
-        if cpu_memory_gib is not None:
-            raise KvlabError(f"--cpu-memory-gib {cpu_memory_gib:g} bounds a CPU tier, and there is none; valid: with "
-                             "--kv-offloading-size GIB")
         return None
-    link, bandwidth, per_gpu = HOST.get(gpu, ("PCIe 4.0 x16", 32e9, 64))
-    limit = cpu_memory_gib if cpu_memory_gib is not None else per_gpu * num_gpus
+    link, bandwidth, _ = _host(gpu)
+    limit, source = machine_cpu_memory(gpu, num_gpus, cpu_memory_gib)
     if size_gib > limit:
-        source = "--cpu-memory-gib" if cpu_memory_gib is not None else f"{num_gpus} x {gpu}'s reference server"
         raise KvlabError(f"--kv-offloading-size {size_gib:g} GiB is more than the machine's CPU memory ({limit:g} GiB, "
                          f"{source}); valid: at most {limit:g} GiB, or give --cpu-memory-gib")
     block_bytes = kv_block_bytes(kv_bytes_per_token, block_size)

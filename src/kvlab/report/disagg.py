@@ -12,18 +12,28 @@ def print_comparison(comparison) -> None:
         return "–" if value is None else f"{1e3 * value:,.1f}"
 
     table = Table(title=f"Aggregated and disaggregated fleets at {comparison.rate:g} req/s with {comparison.slo}")
-    for column in ("fleet", "GPUs", "held", "TTFT p99 ms", "TPOT p99 ms"):
+    for column in ("fleet", "GPUs", "held", "TTFT p99 ms (run)", "TPOT p99 ms (run)"):
         table.add_column(column, justify="left" if column == "fleet" else "right")
     for row in comparison.tried:
         table.add_row(row["shape"], str(row["gpus"]), "✓" if row["held"] else "✗", ms(row["ttft_p99_s"]),
                       ms(row["tpot_p99_s"]))
     console = Console(highlight=False)
     console.print(table)
+    console.print(latency_line(comparison), markup=False)
     for row in comparison.tried:
         if not row["held"]:
             console.print(f"  {row['shape']}: {row['reason']}", markup=False)
     console.print(answer_line(comparison), markup=False)
     console.print(samples_line(comparison), markup=False)
+
+
+def latency_line(comparison) -> str:
+    """What the table's latency columns are over: the first sample's whole run, not the window a fleet is judged
+    on (kvlab.window; kvlab.service.disagg._row keeps the run's p99 of each)."""
+    first = f" ({comparison.sample_lengths[0]:,} requests)" if comparison.sample_lengths else ""
+    return (f"(run): the p99 over every request the first sample's run{first} finished, its warm-up included; whether "
+            "a fleet held is judged on each sample's measured window instead (the requests after a 20% warm-up, up "
+            "to the last arrival), as kvlab capacity judges a rate.")
 
 
 def samples_line(comparison) -> str:

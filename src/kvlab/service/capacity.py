@@ -258,7 +258,7 @@ class Answer:
         """Each configuration's price of a GPU-hour (kvlab.catalog.prices; ``gpu_hour_price`` overrides it), its
         GPUs and the mean answer length of each sample's workload (``longer_configs``: the second samples')."""
         self.prices = [price_of(get_gpu(c.device.gpu).id, gpu_hour_price) for c in configs]
-        self.num_gpus = [c.parallel.num_gpus for c in configs]
+        self.num_gpus = [c.num_gpus for c in configs]  # (a disaggregated fleet: both sides' GPUs)
 
         def mean_output(config) -> float:
             requests = load(config).requests

@@ -116,6 +116,7 @@ def compare_fewest_gpus(point: dict[str, Any], slo, runner, *, given_length: boo
     samples = [first] if second is None else [first, second]
     comparison.note = comparison.note or no_second
     comparison.sample_lengths = [len(load(quietly(engine_options(options))).requests) for options in samples]
+    runner.in_rounds = True  # (the progress' total: the fleets asked for so far; each size n asks for more)
     while fleets := comparison.next_fleets():
         rows = runner.run([{**options, **_fleet(prefill, decode)} for prefill, decode in fleets for options in samples])
         for i, (prefill, decode) in enumerate(fleets):

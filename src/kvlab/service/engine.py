@@ -89,6 +89,8 @@ def strategies(names: Sequence[str | Strategy], config: KvlabConfig | None = Non
     mode = config.scheduler.preemption_mode if config is not None else None
     parsed = [with_preemption_mode(n if isinstance(n, Strategy) else parse_strategy(n), mode) for n in names]
     check_distinct(parsed)
+    if config is not None and any(s.preemption_mode == "swap" for s in parsed):
+        config.check_swap_space()  # (a swap space too large for the machine's CPU memory, refused as vLLM does)
     return parsed
 
 
@@ -129,6 +131,10 @@ def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = ()) -> tuple[
     if "swap_space" in given and strategy_list and not any(s.preemption_mode == "swap" for s in strategy_list):
         said.append(f"--swap-space {given['swap_space']:g} is not used: no strategy here swaps (a +swap strategy, "
                     "or --preemption-mode swap, would)")
+    swaps = any(s.preemption_mode == "swap" for s in strategy_list)
+    if "cpu_memory_gib" in given and strategy_list and config.offload is None and not swaps:
+        said.append(f"--cpu-memory-gib {given['cpu_memory_gib']:g} is not used: it bounds a CPU tier "
+                    "(--kv-offloading-size) and a swapping strategy's --swap-space, and there is neither")
     if given.get("available_kv_gib") and given.get("num_gpu_blocks"):
         said.append(f"--num-gpu-blocks {given['num_gpu_blocks']} sets the pool (as vLLM's "
                     f"--num-gpu-blocks-override does): --available-kv-gib {given['available_kv_gib']:g} is not used")

@@ -211,6 +211,7 @@ def search_fewest_replicas(searches: list[FewestReplicasSearch], runner, slo,
     """Every search to its answer, all advancing together: each round computes the next count of every unfinished
     search at once on ``runner`` (kvlab.sweep.runner.Runner: the counts its store holds are read, not simulated
     again), and judges them. ``on_judged(search, n, held)`` after each verdict (a progress line)."""
+    runner.in_rounds = True  # (the progress' total: the counts asked for so far; each round asks for more)
     while True:
         batch = [(s, n) for s in searches
                  if s.error is None and s.unreachable is None and (n := s.counts.next_count()) is not None]

@@ -27,7 +27,6 @@ __all__ = ["DEFAULT_SLO", "Search", "Slo", "parse_slo", "mark_text", "rate_text"
 
 
 FLOOR_RTOL = 0.01  # two halvings whose missed latencies differ by less: the latency's floor (Search.unreachable)
-BRACKET_GUESS = 3  # more doublings or halvings an unbracketed search likely takes (for the progress' total)
 # What a failing rate's reason (kvlab.sweep.slo.Slo.judge) says limited the answer.
 LIMITS = {"missed": "latency", "overloaded": "throughput", "backlogged": "throughput", "refused": "refusals"}
 
@@ -110,15 +109,6 @@ class Search:
             self.lo = rate if self.lo is None else max(self.lo, rate)
         else:
             self.hi = rate if self.hi is None else min(self.hi, rate)
-
-    def expected_remaining(self) -> int:
-        """Simulations this search will likely still make: the bisection's exactly once bracketed; before that
-        a guess (BRACKET_GUESS doublings or halvings more, then the bisection of one doubling)."""
-        if self.next_rate() is None:
-            return 0
-        if self.lo is None or self.hi is None:
-            return BRACKET_GUESS + max(1, math.ceil(math.log2(1 / self.rtol)))
-        return max(1, math.ceil(math.log2((self.hi / self.lo - 1) / self.rtol)))
 
     @property
     def unreachable(self) -> str | None:
@@ -237,9 +227,8 @@ def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *,
     workers runs N searches side by side."""
 
     searches = [Search(start_rate=rate, rtol=rtol, max_rate=max_rate) for rate in start_rates]
+    runner.in_rounds = True  # (the progress' total: the rates asked for so far; each round asks for more)
     while True:
-        if hasattr(runner, "expected_total"):
-            runner.expected_total = sum(len(s.probes) + s.expected_remaining() for s in searches)
         batch = [(search, config, rate) for search, config in zip(searches, configurations)
                  if (rate := search.next_rate()) is not None]
         if not batch:

@@ -22,8 +22,9 @@ from kvlab.sweep import stop
 from kvlab.sweep.point import Resolved, compute
 from kvlab.sweep.store import Store
 
-# (num_done, num_running, num_failed, num_total) after each change
-ProgressCallback = Callable[[int, int, int, int], None]
+# (num_done, num_running, num_failed, num_total, total_final) after each change: the total is every point asked for
+# so far, final for a sweep's one grid, not for a search that asks for more round after round (Runner.in_rounds)
+ProgressCallback = Callable[[int, int, int, int, bool], None]
 # How long the wait for finished points lasts at most. It is held (kvlab.sweep.stop): a Stopped raised inside it
 # could leave the futures' locks taken (concurrent.futures.wait takes them one by one), and the pool's thread,
 # failing those futures as the workers are killed, would wait for them forever.
@@ -205,7 +206,9 @@ class Runner:
         self.num_computed = 0
         self.num_failed = 0
         self.num_done_before = self.num_total_before = 0  # earlier calls' points (a capacity search's rounds)
-        self.expected_total: int | None = None  # all calls' points, as a caller foresees them (the progress' total)
+        # A caller that asks for points round after round (a capacity search: how many rounds is known only as they
+        # go) says so before its first: the progress' total is then the points asked so far, labelled as such.
+        self.in_rounds = False
 
     def run(self, points: list[Resolved] | list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Every point's stored row (computing the missing ones), in the order of ``points`` (resolved, or as
@@ -249,6 +252,6 @@ class Runner:
 
     def _report(self, done: int, running: int, total: int) -> None:
         if self.progress is not None:
-            total = self.num_total_before + total
+            final = not self.in_rounds and not self.num_total_before  # (a second call: more were asked for)
             self.progress(self.num_done_before + done, min(running, self.pool.num_workers), self.num_failed,
-                          max(total, self.expected_total or 0))
+                          self.num_total_before + total, final)

@@ -160,6 +160,10 @@ class Session:
                 stop.after_finish()  # (the plots: a signal now ends the command after them)
 
 
+# What a search's total is: the points asked for so far (it grows only when the search asks for more).
+SO_FAR = "the total: points asked for so far (a search asks for more until it settles)"
+
+
 class RichProgress:
     """A bar with finished / running / failed and the time left."""
 
@@ -171,9 +175,10 @@ class RichProgress:
         self.progress.start()
         self.task = self.progress.add_task("points", total=None, status="")
 
-    def __call__(self, done: int, running: int, failed: int, total: int) -> None:
+    def __call__(self, done: int, running: int, failed: int, total: int, final: bool = True) -> None:
         self.progress.update(self.task, completed=done, total=total,
-                             status=f"finished {done} · running {running} · failed {failed}")
+                             status=f"finished {done} · running {running} · failed {failed}" + ("" if final else
+                                                                                                f" · {SO_FAR}"))
 
     def stop(self) -> None:
         self.progress.stop()
@@ -185,9 +190,10 @@ class LineProgress:
     def __init__(self):
         self.last = None
 
-    def __call__(self, done: int, running: int, failed: int, total: int) -> None:
+    def __call__(self, done: int, running: int, failed: int, total: int, final: bool = True) -> None:
         if (done, total) != self.last:
-            print(f"points: {done}/{total} stored · running {running} · failed {failed}", file=sys.stderr, flush=True)
+            counts = f"{done}/{total} stored" if final else f"{done} stored of {total} asked for so far"
+            print(f"points: {counts} · running {running} · failed {failed}", file=sys.stderr, flush=True)
             self.last = (done, total)
 
 

@@ -32,6 +32,12 @@ BASE_COLUMNS = {"key": "VARCHAR PRIMARY KEY", "kvlab_version": "VARCHAR", "statu
 TAIL_COLUMNS = {"summary": "VARCHAR", "window_latencies": "BLOB", "elapsed_s": "DOUBLE", "cpu_s": "DOUBLE", "worker": "VARCHAR",
                 "finished_at": "TIMESTAMP"}
 RUN_COLUMNS = ("elapsed_s", "cpu_s", "worker", "finished_at")  # how a point was computed, not what it is
+# What a row an older kvlab stored without a vllm_version (NULL: the column came with 5109bde, before which the
+# default was not written) was sized by: the newest rules that kvlab knew, 0.32.0 from --vllm-version's first commit
+# (479fdfa; a version stated otherwise was written) until the column (kvlab.vllm_rules.NEWEST_KNOWN then). A row
+# from before --vllm-version was sized by kvlab's one arithmetic, "as vLLM 0.32 prints them" (sizing.py's docstring
+# at 9a754b4). Not NEWEST_KNOWN itself: when kvlab learns a newer release, these rows still meant 0.32.0.
+NULL_VLLM_VERSION = "0.32.0"
 
 
 def flatten_metrics(summary: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +110,10 @@ class Store:
 
     def _fill_defaults(self) -> None:
         """Rows an older kvlab stored with NULL for a default get its value (their keys are unchanged): the
-        scheduling policy fcfs, the preemption mode the strategy's name says (recompute unless +swap)."""
+        scheduling policy fcfs, the preemption mode the strategy's name says (recompute unless +swap), the vLLM
+        version whose rules sized the cache (NULL_VLLM_VERSION)."""
+        if "vllm_version" in self.columns:
+            self.db.execute("UPDATE points SET vllm_version = ? WHERE vllm_version IS NULL", [NULL_VLLM_VERSION])
         if {"scheduling_policy", "preemption_mode", "strategy"} <= self.columns:
             self.db.execute("UPDATE points SET scheduling_policy = 'fcfs' WHERE scheduling_policy IS NULL")
             self.db.execute("UPDATE points SET preemption_mode = CASE WHEN list_contains(string_split(strategy, '+'), "
