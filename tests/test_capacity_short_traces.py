@@ -66,3 +66,19 @@ def test_the_rate_search_on_a_short_trace_takes_half_of_it_or_says_why_one_sampl
     assert c["samples"]["lengths"] == [200] and c["samples"]["note"].startswith(
         "no second sample: llmservingsim-sharegpt has 300 requests with their own arrival times, and twice this "
         "sample's 200 would need 400; -n 150 or fewer gives two samples")
+
+
+def test_a_rate_too_short_a_run_could_not_load_the_engine_at_is_no_answer(kvlab, tmp_path):
+    """30 requests at tens of requests a second never fill opt-13b's seats: the search's top rate is no capacity,
+    and the answer says so with the sample that would load the engine (a user's trial read 42 req/s as one)."""
+    args = ("capacity", "--strategy", "vllm", "--cost", "roofline", "--slo", "p99_ttft<2s", "-n", "30",
+            "--workers", "1", "--out", tmp_path)
+    r = kvlab(*args, "--json")
+    assert r.exit_code == 0, r.stderr
+    (answer,) = r.json()["capacities"]
+    assert (answer["certified"], answer["too_short"]) == (False, True)
+    r = kvlab(*args)
+    said = " ".join(r.stdout.split())
+    assert "vllm: no answer: the run at" in said and "too few to load the engine" in said
+    assert "-n 1,000 puts twice its seats in the window" in said
+    assert "req/s, the lower of two samples" not in said

@@ -35,6 +35,7 @@ from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.errors import KvlabError
 from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.text import computed_text, whole_values_table
+from kvlab.service.capacity import window_num_requests
 from kvlab.sweep.capacity import default_out, mark_text, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
 from kvlab.validate import check_options
@@ -319,8 +320,14 @@ def _print_answer(console, answer: Answer) -> None:
     for i, config in enumerate(answer.configurations):
         if config["cost"] != lead or answer.searches[i].error:
             continue
-        sample = answer.samples(i)
-        if sample["spread"] is None and sample.get("note"):
+        sample, search = answer.samples(i), answer.answering(i)
+        if search.mark == "?":  # (a rate the run could not load the engine at is no answer: trial 47, finding 4)
+            at = search.window_at(search.lo)
+            words = (f"no answer: the run at {rate_text(sample['answer_rps'])} req/s held {at['num_arrived']:,} "
+                     f"requests in its window against {at['num_seats']:,} seats, too few to load the engine, so the "
+                     f"rate that holds may be far lower; -n {window_num_requests(at['num_seats']):,} puts twice its seats in "
+                     "the window")
+        elif sample["spread"] is None and sample.get("note"):
             words = f"{rate_text(sample['answer_rps'])} req/s ({sample['note']})"
         else:
             words = f"{rate_text(sample['answer_rps'])} req/s, the lower of two samples: " + samples_text(
