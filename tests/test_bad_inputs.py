@@ -142,6 +142,14 @@ CASES = [
                                                                                "valid: a folder"]),
     (("sweep", "--strategy", "vllm", "-n", "20", "--out", "/proc/x"), ["--out /proc/x", "valid: a folder"]),
     (("capacity", "--strategy", "vllm", "-n", "20", "--out", "{tmp}/a-file.txt"), ["exists and is a file"]),
+    # (an existing file kvlab did not write is never written over: trial 47 overwrote /etc/passwd with race --html)
+    (("race", "-n", "5", "--html", "{tmp}/a-file.txt"), ["--html {tmp}/a-file.txt already exists",
+                                                         "not a file kvlab wrote", "give another path, or delete"]),
+    (("race", "-n", "5", "--html", "{tmp}/mine.toml"), ["--html {tmp}/mine.toml already exists", "delete"]),
+    (("calibrate", "{tmp}", "--out", "{tmp}/mine.toml"), ["--out {tmp}/mine.toml already exists", "another path"]),
+    (("vllm", "calibrate", "--out", "{tmp}/mine.toml"), ["--out {tmp}/mine.toml already exists", "another path"]),
+    (("bench", "--url", "http://127.0.0.1:9", "--out", "{tmp}/a-file.txt"), ["exists and is a file",
+                                                                            "valid: a folder"]),
     # --- bounded work ------------------------------------------------------------------------------------------
     (("run", "vllm", "-n", "100000000"), ["100,000,000 requests", "--yes"]),
     (("run", "vllm", "--rate", "4", "--duration", "1e9"), ["4,000,000,000 requests", "--yes"]),
@@ -210,6 +218,7 @@ FILES = {
     "vidur-bad.csv": "num_prefill_tokens,pd_ratio\n10,0.5\n",
     "bad.jsonl": '{"prompt_len": 10,\n',
     "a-file.txt": "not a folder\n",
+    "mine.toml": '# my own settings\nname = "mine"\nkind = "absolute"\n',
     "binary.yaml": b"\x00\x01\xff",
     "binary.toml": b"\x00\x01\xff",
     "unclosed.yaml": "a: [1, 2\nb: 3\n",
@@ -252,6 +261,7 @@ def test_bad_input_is_one_clear_line(kvlab, tmp_path, args, needles):
     assert "Traceback" not in r.stderr + r.stdout
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     for needle in needles:
+        needle = needle.replace("{tmp}", str(tmp_path))
         assert needle in message, (needle, message)
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "a partial output was left behind"
 
