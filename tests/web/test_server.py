@@ -135,9 +135,9 @@ def test_only_loopback_names_are_served_by_default():
         assert c.get("/").status_code == 200
 
 
-def test_unknown_session_is_400(client):
+def test_unknown_session_is_404(client):
     r = client.post("/api/sessions/deadbeef/step")
-    assert r.status_code == 400 and "no run 'deadbeef'" in r.json()["error"]
+    assert r.status_code == 404 and "no run 'deadbeef'" in r.json()["error"]
 
 
 def test_step_frames_are_deltas_on_the_first_key_frame(client):
@@ -210,7 +210,7 @@ def test_sessions_are_bounded():
     with TestClient(app) as c:
         ids = [start(c, kind="grid", **SMALL)["session_id"] for _ in range(3)]
         assert len(app.state.sessions.by_id) == 2
-        assert c.post(f"/api/sessions/{ids[0]}/step").status_code == 400  # the oldest went
+        assert c.post(f"/api/sessions/{ids[0]}/step").status_code == 404  # the oldest went
         assert c.post(f"/api/sessions/{ids[2]}/step").status_code == 200
 
 
@@ -320,6 +320,16 @@ def test_new_controls_refuse_bad_values(client, path, params, message):
     method = client.get if path == "stream" else client.post
     r = method(f"/api/sessions/{sid}/{path}", params=params)
     assert r.status_code == 400 and message in r.json()["error"], r.json()
+
+
+def test_follow_refuses_an_id_the_run_does_not_have(client):
+    """Trial 47 #17: id 99999 on a small run answered 200 'not arrived' in every grid, though it never arrives."""
+    meta = start(client, kind="race", strategies=["continuous+max", "continuous+paged"], **SMALL)
+    last = len(meta["requests"]) - 1
+    assert client.post(f"/api/sessions/{meta['session_id']}/follow", params={"id": last}).status_code == 200
+    r = client.post(f"/api/sessions/{meta['session_id']}/follow", params={"id": 99999})
+    assert r.status_code == 400, r.json()
+    assert r.json()["error"] == f"id 99999 is not a request of this run: its requests are ids 0 to {last}"
 
 
 def test_follow_returns_the_tables_without_spending_a_frame(client):

@@ -18,7 +18,8 @@
     POST   /api/vllm-log                  {"text": a vLLM startup log, "model"?: catalogue name} -> what it says
     DELETE /api/sessions/{id}
 
-A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}``; the page shows the message. The page asks
+A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}`` (a run the server does not hold: 404); the
+page shows the message. The page asks
 for refusals in the body instead (header ``X-Kvlab-Refusals: in-body``: HTTP 200 with ``{"error": message,
 "refused": true}``), so that a refused value is one line beside its control and nothing in the browser's console
 (a 4xx response is logged there as "Failed to load resource" whatever the page does with it). The simulator
@@ -159,6 +160,10 @@ def explain_log(data) -> dict:
 
 # The explanation is written for the command line (`kvlab vllm log --model NAME`); on the page the model is picked
 # in the menu beside the box.
+class NoSuchRun(KvlabError):
+    """A session id the server does not hold (never made, ended or expired): HTTP 404, not 400."""
+
+
 class Sessions:
     """The runs alive, at most ``max_sessions``; the least recently used goes first, idle ones expire."""
 
@@ -183,7 +188,7 @@ class Sessions:
     def get(self, sid: str) -> Session:
         session = self.by_id.get(sid)
         if session is None:
-            raise KvlabError(f"no run {sid!r}: it ended or expired; press reset to start a new one")
+            raise NoSuchRun(f"no run {sid!r}: it ended or expired; press reset to start a new one")
         return session
 
     def remove(self, sid: str) -> None:
@@ -374,7 +379,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     async def user_error(request: Request, exc: KvlabError) -> Response:
         if request.headers.get(REFUSALS_HEADER) == "in-body":
             return JSONResponse({"error": str(exc), "refused": True})
-        return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse({"error": str(exc)}, status_code=404 if isinstance(exc, NoSuchRun) else 400)
 
     routes = [
         Route("/", index),
