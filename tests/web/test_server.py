@@ -58,6 +58,30 @@ def test_size_matches_kvlab_size(client, kvlab):
     assert got["memory_split"] == expected["memory_split"]
 
 
+@pytest.mark.parametrize("path", ["/api/size", "/api/sessions"])
+@pytest.mark.parametrize("asked, said, unsaid", [
+    ({"gpu": "h100"}, "name one of them (gpu=h100-sxm)", "--gpu"),
+    ({"gpu": "zzz"}, "unknown GPU 'zzz'. Known GPUs: T4,", "--gpu-memory-gib"),
+    ({"model": "llama-3.1-70b", "gpu": "t4"}, "Would fit: a larger GPU at the same parallelism: B200",
+     "--tensor-parallel-size"),
+])
+def test_api_refusals_name_the_endpoints_parameters_not_flags(client, path, asked, said, unsaid):
+    """Trial 47 #16: /api/size answered 'name one of them (--gpu h100-sxm)' and 'give the memory with
+    --gpu-memory-gib', flags it does not take. A flag it takes is its parameter; advice naming another is cut."""
+    if path == "/api/size":
+        r = client.get(path, params={"model": "opt-13b", **asked})
+    else:
+        r = client.post(path, json={"kind": "grid", "strategies": ["vllm"], **asked})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert said in error and unsaid not in error and " --" not in error, error
+
+
+def test_size_utilization_advice_is_the_parameter(client):
+    r = client.get("/api/size", params={"model": "opt-13b", "gpu": "a100-40gb", "gpu_memory_utilization": "0.1"})
+    assert r.status_code == 400 and r.json()["error"].endswith(". Would fit: gpu_memory_utilization=0.95")
+
+
 @pytest.mark.parametrize(
     "params, message",
     [
@@ -347,7 +371,7 @@ def test_the_page_gets_refusals_in_the_body_with_advice_in_its_own_controls(clie
     4xx. The calculator's advice names the page's controls, never a command-line flag."""
     page = {"X-Kvlab-Refusals": "in-body"}
     plain = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "A100-80GB"})
-    assert plain.status_code == 400 and "--tensor-parallel-size" in plain.json()["error"]  # the command line's words
+    assert plain.status_code == 400 and "--" not in plain.json()["error"]  # (the API's words: trial 47 #16)
     r = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "A100-80GB"}, headers=page)
     assert r.status_code == 200
     body = r.json()

@@ -108,7 +108,7 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
     (``page``), a refusal of the model, GPU or context is an answer: the reason, and what to change among the page's
     controls (kvlab.web.refusal), never a command-line flag."""
     from kvlab.web.calculator import answer
-    from kvlab.web.refusal import refused_answer
+    from kvlab.web.refusal import in_parameters, refused_answer
 
     unknown = sorted(set(params) - set(SIZE_PARAMETERS))
     if unknown:  # (as /api/sessions and /api/vllm-log refuse theirs: an ignored one would answer another question)
@@ -126,7 +126,7 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
         return answer(**asked, **rules)
     except KvlabError as exc:
         if not page:
-            raise
+            raise in_parameters(exc, SIZE_PARAMETERS) from None
         return {"model": asked["model"], "gpu": asked["gpu"],
                 **refused_answer(exc, **asked, max_utilization=1.0)}
 
@@ -366,7 +366,9 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
             race = await run_in_threadpool(build_race, spec, lim["max_pool_blocks"])
         except KvlabError as exc:
             if request.headers.get(REFUSALS_HEADER) != "in-body":
-                raise
+                from kvlab.web.refusal import in_parameters
+
+                raise in_parameters(exc, RunSpec.__dataclass_fields__) from None
             return JSONResponse(await run_in_threadpool(run_refusal, exc, spec))
         session = Session(race, spec, lim["max_compute_seconds"])
         sid = sessions.add(session)
