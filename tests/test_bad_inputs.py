@@ -203,6 +203,10 @@ CASES = [
     (("sweep", "--grid", "{tmp}/binary.yaml", "--out", "{tmp}/sweep"), ["--grid", "cannot read it as UTF-8"]),
     (("capacity", "--grid", "{tmp}/binary.yaml", "--out", "{tmp}/cap"), ["--grid", "cannot read it as UTF-8"]),
     (("sweep", "--grid", "{tmp}/unclosed.yaml", "--out", "{tmp}/sweep"), ["not valid YAML", "at line 2, column 2"]),
+    # (trial 47 #19: an inference-perf file's errors name the file, and an empty one says so, not 'NoneType')
+    (("run", "vllm", "-w", "{tmp}/ip_zero.yaml"), ["{tmp}/ip_zero.yaml: inference-perf shared_prefix: num_groups = 0",
+                                                   "whole number >= 1"]),
+    (("run", "vllm", "-w", "{tmp}/empty.yaml"), ["{tmp}/empty.yaml: the file is empty", "is a mapping"]),
     # --- vllm compare: refused before the engine is needed -------------------------------------------------------
     (("vllm", "compare", "--rate", "0"), ["--rate 0", "a number > 0"]),
     (("vllm", "compare", "--arrival", "burst", "--rate", "5"), ["--rate 5 contradicts --arrival burst", "drop"]),
@@ -222,6 +226,9 @@ FILES = {
     "binary.yaml": b"\x00\x01\xff",
     "binary.toml": b"\x00\x01\xff",
     "unclosed.yaml": "a: [1, 2\nb: 3\n",
+    "empty.yaml": "",
+    "ip_zero.yaml": ("data: {type: shared_prefix, shared_prefix: {num_groups: 0, num_prompts_per_group: 2, "
+                     "system_prompt_len: 10, question_len: 5, output_len: 3}}\nload: {stages: [{rate: 1, duration: 5}]}\n"),
 }
 
 WRITERS = ("run", "race", "paper")
