@@ -142,6 +142,14 @@ CASES = [
                                                                                "valid: a folder"]),
     (("sweep", "--strategy", "vllm", "-n", "20", "--out", "/proc/x"), ["--out /proc/x", "valid: a folder"]),
     (("capacity", "--strategy", "vllm", "-n", "20", "--out", "{tmp}/a-file.txt"), ["exists and is a file"]),
+    # (an existing file kvlab did not write is never written over: trial 47 overwrote /etc/passwd with race --html)
+    (("race", "-n", "5", "--html", "{tmp}/a-file.txt"), ["--html {tmp}/a-file.txt already exists",
+                                                         "not a file kvlab wrote", "give another path, or delete"]),
+    (("race", "-n", "5", "--html", "{tmp}/mine.toml"), ["--html {tmp}/mine.toml already exists", "delete"]),
+    (("calibrate", "{tmp}", "--out", "{tmp}/mine.toml"), ["--out {tmp}/mine.toml already exists", "another path"]),
+    (("vllm", "calibrate", "--out", "{tmp}/mine.toml"), ["--out {tmp}/mine.toml already exists", "another path"]),
+    (("bench", "--url", "http://127.0.0.1:9", "--out", "{tmp}/a-file.txt"), ["exists and is a file",
+                                                                            "valid: a folder"]),
     # --- bounded work ------------------------------------------------------------------------------------------
     (("run", "vllm", "-n", "100000000"), ["100,000,000 requests", "--yes"]),
     (("run", "vllm", "--rate", "4", "--duration", "1e9"), ["4,000,000,000 requests", "--yes"]),
@@ -195,6 +203,10 @@ CASES = [
     (("sweep", "--grid", "{tmp}/binary.yaml", "--out", "{tmp}/sweep"), ["--grid", "cannot read it as UTF-8"]),
     (("capacity", "--grid", "{tmp}/binary.yaml", "--out", "{tmp}/cap"), ["--grid", "cannot read it as UTF-8"]),
     (("sweep", "--grid", "{tmp}/unclosed.yaml", "--out", "{tmp}/sweep"), ["not valid YAML", "at line 2, column 2"]),
+    # (trial 47 #19: an inference-perf file's errors name the file, and an empty one says so, not 'NoneType')
+    (("run", "vllm", "-w", "{tmp}/ip_zero.yaml"), ["{tmp}/ip_zero.yaml: inference-perf shared_prefix: num_groups = 0",
+                                                   "whole number >= 1"]),
+    (("run", "vllm", "-w", "{tmp}/empty.yaml"), ["{tmp}/empty.yaml: the file is empty", "is a mapping"]),
     # --- vllm compare: refused before the engine is needed -------------------------------------------------------
     (("vllm", "compare", "--rate", "0"), ["--rate 0", "a number > 0"]),
     (("vllm", "compare", "--arrival", "burst", "--rate", "5"), ["--rate 5 contradicts --arrival burst", "drop"]),
@@ -210,9 +222,13 @@ FILES = {
     "vidur-bad.csv": "num_prefill_tokens,pd_ratio\n10,0.5\n",
     "bad.jsonl": '{"prompt_len": 10,\n',
     "a-file.txt": "not a folder\n",
+    "mine.toml": '# my own settings\nname = "mine"\nkind = "absolute"\n',
     "binary.yaml": b"\x00\x01\xff",
     "binary.toml": b"\x00\x01\xff",
     "unclosed.yaml": "a: [1, 2\nb: 3\n",
+    "empty.yaml": "",
+    "ip_zero.yaml": ("data: {type: shared_prefix, shared_prefix: {num_groups: 0, num_prompts_per_group: 2, "
+                     "system_prompt_len: 10, question_len: 5, output_len: 3}}\nload: {stages: [{rate: 1, duration: 5}]}\n"),
 }
 
 WRITERS = ("run", "race", "paper")
@@ -252,6 +268,7 @@ def test_bad_input_is_one_clear_line(kvlab, tmp_path, args, needles):
     assert "Traceback" not in r.stderr + r.stdout
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     for needle in needles:
+        needle = needle.replace("{tmp}", str(tmp_path))
         assert needle in message, (needle, message)
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "a partial output was left behind"
 

@@ -142,6 +142,13 @@ def test_a_race_where_every_strategy_falls_behind_says_so(kvlab):
     assert "Every strategy is overloaded" not in calm
 
 
+def test_a_run_of_one_engine_that_falls_behind_says_so_without_race_words(kvlab):
+    """Trial 47 #14: kvlab run with one strategy said 'Every strategy ... this race compares engines falling behind'."""
+    text = " ".join(kvlab("run", "continuous+paged+swap", "--swap-space", "8", "-n", "200").stdout.split())
+    assert "continuous+paged+swap is overloaded at the offered rate" in text and "it serves at most" in text
+    assert "Every strategy" not in text and "race" not in text
+
+
 def test_docs_sweep_defines_sustained_two_samples_and_dollars_with_the_code_s_worked_example():
     """docs/sweep.md (issue 31): the definition of sustained, the two samples and their spread, the cost model, and
     a worked example whose dollars are kvlab.catalog.prices.serving_cost's at the catalogue's price (the command

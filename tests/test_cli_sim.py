@@ -182,6 +182,24 @@ def test_race_html_export_is_one_self_contained_file(kvlab, tmp_path):
         assert strategy in text
 
 
+def test_race_html_writes_over_its_own_page_and_nothing_else(kvlab, tmp_path):
+    """Trial 47: race --html overwrote /etc/passwd. Only a page kvlab wrote (its generator tag in the first bytes)
+    may be written over; any other existing file is refused and left as it was."""
+    page = tmp_path / "race.html"
+    assert kvlab("race", "-n", "5", "--html", page).exit_code == 0
+    assert b'<meta name="generator" content="kvlab">' in page.read_bytes()[:1024]
+    again = kvlab("race", "-n", "6", "--html", page)
+    assert again.exit_code == 0, again.stderr
+    other = tmp_path / "notes.html"
+    other.write_text("<!doctype html><p>mine</p>\n")
+    refused = kvlab("race", "-n", "5", "--html", other)
+    assert refused.exit_code == 2
+    assert " ".join(refused.stderr.split()) == (f"error: --html {other} already exists and is not a file kvlab wrote, "
+                                                f"so kvlab will not write over it; give another path, or delete "
+                                                f"{other} first")
+    assert other.read_text() == "<!doctype html><p>mine</p>\n"
+
+
 def test_a_pool_vllm_would_refuse_is_said_and_the_run_goes_on(kvlab):
     # max_model_len 2,048 in blocks of 16 is 128 blocks, plus the null block: vLLM starts with 129, not 128.
     refused = kvlab("run", "vllm", "-n", "5", "--num-gpu-blocks", "128")

@@ -145,6 +145,20 @@ def test_calibrate_recovers_the_constants_the_data_was_made_with(kvlab, bench_di
     assert r.json()["weakly_determined"] == []
 
 
+@pytest.mark.parametrize("name", ["fitted.toml", "fitted.json"])
+def test_calibrate_writes_over_its_own_profile_and_refuses_a_hand_written_one(kvlab, bench_dir, tmp_path, name):
+    out = tmp_path / name
+    assert kvlab("calibrate", bench_dir, "--out", out).exit_code == 0
+    again = kvlab("calibrate", bench_dir, "--out", out)  # (a profile kvlab fitted: its source says so)
+    assert again.exit_code == 0, again.stderr
+    hand = tmp_path / f"hand{out.suffix}"
+    text = out.read_text().replace("kvlab calibrate", "by hand")
+    hand.write_text(text)
+    refused = kvlab("calibrate", bench_dir, "--out", hand)
+    assert refused.exit_code == 2 and "already exists and is not a file kvlab wrote" in refused.stderr
+    assert hand.read_text() == text
+
+
 def test_a_calibrated_profile_reproduces_the_run_it_came_from(kvlab, bench_dir, tmp_path):
     """--cost FILE takes calibrate's output; the same workload under it gives the measured latencies."""
     out = tmp_path / "fitted.json"

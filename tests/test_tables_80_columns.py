@@ -129,8 +129,9 @@ def test_out_without_plots_writes_csv_and_json_in_one_naming_style(kvlab, tmp_pa
 
 
 @pytest.mark.parametrize("command", ["models", "workloads"])
-def test_wide_catalogue_tables_show_every_column(kvlab, command):
-    r = kvlab(command, "--wide")
+def test_wide_catalogue_tables_show_every_column(kvlab80, command):
+    """--wide in an 80-column terminal or pipe: every column whole, the lines as wide as they need (trial 47 #8)."""
+    r = kvlab80(command, "--wide")
     assert r.exit_code == 0, r.stderr
     assert ("dtype" if command == "models" else "checksum sha256:") in r.stdout and "…" not in r.stdout
 

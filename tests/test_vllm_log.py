@@ -429,6 +429,17 @@ def test_cli_model_option(kvlab):
     assert [row["status"] for row in tiny.json()["explanation"]["comparison"]] == ["equal", "equal"]
 
 
+def test_cli_model_option_that_contradicts_the_log_says_so(kvlab):
+    """Trial 47 #9: --model llama-3.1-8b on a Qwen3-8B log compared without a word about the two models."""
+    log = Path(__file__).parent / "data" / "startup_logs" / "qwen3-8b-a100-40gb-0.9.2.log"
+    other = kvlab("vllm", "log", log, "--model", "llama-3.1-8b")
+    assert other.exit_code == 0, other.stderr
+    assert ("The log names Qwen/Qwen3-8B (qwen3-8b); kvlab's calculation uses llama-3.1-8b, as asked."
+            in " ".join(other.stdout.split()))
+    same = kvlab("vllm", "log", log, "--model", "qwen3-8b")
+    assert same.exit_code == 0 and "as asked" not in same.stdout
+
+
 def bad(kvlab, *args) -> str:
     result = kvlab("vllm", "log", *args)
     assert result.exit_code == 2, (result.stdout, result.stderr)

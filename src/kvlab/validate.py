@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -408,9 +409,23 @@ def check_input_file(path, label: str, what: str) -> None:
         raise KvlabError(f"{label} {path}: no such file; valid: {what}")
 
 
-def check_output_path(path, flag: str, *, folder: bool) -> None:
+# What the first bytes of a file kvlab wrote hold, by kind, so that an output option writes over kvlab's own earlier
+# file and nothing else: the race page's generator tag (web/static/export.html), and a fitted cost profile's first
+# keys, TOML or JSON, whose source names kvlab calibrate (cost/fit.py, cost/calibrate.py).
+KVLAB_HTML_MARK = '<meta name="generator" content="kvlab">'
+_OWN_FILE_HEADS = {
+    "html": re.compile(re.escape(KVLAB_HTML_MARK.encode())),
+    "profile": re.compile(rb'\A\{?\s*"?name"?\s*[=:]\s*"[^"\n]*",?\s*"?kind"?\s*[=:]\s*"[^"\n]*",?\s*'
+                          rb'"?source"?\s*[=:]\s*"(Fitted by )?kvlab calibrate'),
+}
+_HEAD_BYTES = 1024
+
+
+def check_output_path(path, flag: str, *, folder: bool, own: str = "html") -> None:
     """Refuse, before any work, an output path that cannot be written: a folder (``--out``) that is a file, a file
-    (``--html``) that is a folder or already exists as something else, a missing or read-only parent, /proc."""
+    (``--html``) that is a folder, a missing or read-only parent, /proc; and an existing file that kvlab did not
+    write itself (``own``: which of kvlab's files it may replace, a key of _OWN_FILE_HEADS), so that no output
+    option overwrites a user's file."""
     if path is None:
         return
     from pathlib import Path
@@ -424,6 +439,9 @@ def check_output_path(path, flag: str, *, folder: bool) -> None:
         raise KvlabError(f"{flag} {path} exists and is a file, not a folder; valid: {what}")
     if not folder and target.is_dir():
         raise KvlabError(f"{flag} {path} is a folder; valid: {what}, e.g. {path}/race.html")
+    if not folder and target.exists() and not _kvlab_wrote(target, own):
+        raise KvlabError(f"{flag} {path} already exists and is not a file kvlab wrote, so kvlab will not write over "
+                         f"it; give another path, or delete {path} first")
     parent = target if folder else target.parent
     while not parent.exists():
         if not folder:
@@ -433,3 +451,16 @@ def check_output_path(path, flag: str, *, folder: bool) -> None:
         raise KvlabError(f"{flag} {path}: {parent} is a file, not a folder; valid: {what}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise KvlabError(f"{flag} {path}: {parent} is not writable; valid: {what}")
+
+
+def _kvlab_wrote(target, own: str) -> bool:
+    """Whether the existing ``target`` is a regular file whose first bytes are those of kvlab's own ``own`` file
+    (a FIFO or a device is never read: reading one could block or consume it)."""
+    if not target.is_file():
+        return False
+    try:
+        with target.open("rb") as f:
+            head = f.read(_HEAD_BYTES)
+    except OSError:
+        return False
+    return _OWN_FILE_HEADS[own].search(head) is not None

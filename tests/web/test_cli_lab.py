@@ -9,6 +9,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 
 def test_lab_serves_the_page_on_loopback():
@@ -49,6 +50,15 @@ def test_busy_port_is_a_clear_error(kvlab):
         r = kvlab("lab", "--port", str(port), "--no-browser")
     assert r.exit_code == 2
     assert f"cannot serve on 127.0.0.1:{port}" in r.stderr and "pick another with --port" in r.stderr
+
+
+@pytest.mark.parametrize("host", ["999.1.1.1", "192.0.2.1"])  # (no such name; an address not this machine's)
+def test_bad_host_hints_at_host_not_port(kvlab, host):
+    r = kvlab("lab", "--host", host, "--port", "0", "--no-browser")
+    assert r.exit_code == 2
+    message = " ".join(r.stderr.split())
+    assert f"cannot serve on {host}:0" in message and "--host is not an address of this machine" in message
+    assert "--port" not in message
 
 
 def test_port_out_of_range(kvlab):

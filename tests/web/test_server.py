@@ -58,6 +58,30 @@ def test_size_matches_kvlab_size(client, kvlab):
     assert got["memory_split"] == expected["memory_split"]
 
 
+@pytest.mark.parametrize("path", ["/api/size", "/api/sessions"])
+@pytest.mark.parametrize("asked, said, unsaid", [
+    ({"gpu": "h100"}, "name one of them (gpu=h100-sxm)", "--gpu"),
+    ({"gpu": "zzz"}, "unknown GPU 'zzz'. Known GPUs: T4,", "--gpu-memory-gib"),
+    ({"model": "llama-3.1-70b", "gpu": "t4"}, "Would fit: a larger GPU at the same parallelism: B200",
+     "--tensor-parallel-size"),
+])
+def test_api_refusals_name_the_endpoints_parameters_not_flags(client, path, asked, said, unsaid):
+    """Trial 47 #16: /api/size answered 'name one of them (--gpu h100-sxm)' and 'give the memory with
+    --gpu-memory-gib', flags it does not take. A flag it takes is its parameter; advice naming another is cut."""
+    if path == "/api/size":
+        r = client.get(path, params={"model": "opt-13b", **asked})
+    else:
+        r = client.post(path, json={"kind": "grid", "strategies": ["vllm"], **asked})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert said in error and unsaid not in error and " --" not in error, error
+
+
+def test_size_utilization_advice_is_the_parameter(client):
+    r = client.get("/api/size", params={"model": "opt-13b", "gpu": "a100-40gb", "gpu_memory_utilization": "0.1"})
+    assert r.status_code == 400 and r.json()["error"].endswith(". Would fit: gpu_memory_utilization=0.95")
+
+
 @pytest.mark.parametrize(
     "params, message",
     [
@@ -135,9 +159,9 @@ def test_only_loopback_names_are_served_by_default():
         assert c.get("/").status_code == 200
 
 
-def test_unknown_session_is_400(client):
+def test_unknown_session_is_404(client):
     r = client.post("/api/sessions/deadbeef/step")
-    assert r.status_code == 400 and "no run 'deadbeef'" in r.json()["error"]
+    assert r.status_code == 404 and "no run 'deadbeef'" in r.json()["error"]
 
 
 def test_step_frames_are_deltas_on_the_first_key_frame(client):
@@ -210,7 +234,7 @@ def test_sessions_are_bounded():
     with TestClient(app) as c:
         ids = [start(c, kind="grid", **SMALL)["session_id"] for _ in range(3)]
         assert len(app.state.sessions.by_id) == 2
-        assert c.post(f"/api/sessions/{ids[0]}/step").status_code == 400  # the oldest went
+        assert c.post(f"/api/sessions/{ids[0]}/step").status_code == 404  # the oldest went
         assert c.post(f"/api/sessions/{ids[2]}/step").status_code == 200
 
 
@@ -322,6 +346,16 @@ def test_new_controls_refuse_bad_values(client, path, params, message):
     assert r.status_code == 400 and message in r.json()["error"], r.json()
 
 
+def test_follow_refuses_an_id_the_run_does_not_have(client):
+    """Trial 47 #17: id 99999 on a small run answered 200 'not arrived' in every grid, though it never arrives."""
+    meta = start(client, kind="race", strategies=["continuous+max", "continuous+paged"], **SMALL)
+    last = len(meta["requests"]) - 1
+    assert client.post(f"/api/sessions/{meta['session_id']}/follow", params={"id": last}).status_code == 200
+    r = client.post(f"/api/sessions/{meta['session_id']}/follow", params={"id": 99999})
+    assert r.status_code == 400, r.json()
+    assert r.json()["error"] == f"id 99999 is not a request of this run: its requests are ids 0 to {last}"
+
+
 def test_follow_returns_the_tables_without_spending_a_frame(client):
     meta = start(client, kind="race", strategies=["continuous+max", "continuous+paged"], **SMALL)
     sid = meta["session_id"]
@@ -337,7 +371,7 @@ def test_the_page_gets_refusals_in_the_body_with_advice_in_its_own_controls(clie
     4xx. The calculator's advice names the page's controls, never a command-line flag."""
     page = {"X-Kvlab-Refusals": "in-body"}
     plain = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "A100-80GB"})
-    assert plain.status_code == 400 and "--tensor-parallel-size" in plain.json()["error"]  # the command line's words
+    assert plain.status_code == 400 and "--" not in plain.json()["error"]  # (the API's words: trial 47 #16)
     r = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "A100-80GB"}, headers=page)
     assert r.status_code == 200
     body = r.json()

@@ -15,6 +15,7 @@ from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, options_template, with_options
 from kvlab.errors import KvlabError
 from kvlab.service.bench import DEFAULT_NUM_REQUESTS, bench_workload
+from kvlab.validate import check_output_path
 
 # The workload's options and the simulation's (for --compare), declared once in kvlab/config/options.py; here the
 # defaults are a real server's: a bounded load, and the server's own KV cache and limits.
@@ -81,6 +82,7 @@ def bench(
     from rich.console import Console
 
     _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format)
+    check_output_path(out, "--out", folder=True)  # (before the load, not after)
     _check_applies(ctx, compare, concurrency, {"model_config": model_config, **options})
     console = Console(stderr=True, highlight=False)
     try:  # before the load: Ctrl-C here has nothing to keep

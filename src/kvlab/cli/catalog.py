@@ -52,6 +52,8 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print the catalog
             row += [sliding, experts, m.dtype + (f" ({m.quantization})" if m.quantization else "")]
         table.add_row(*row)
     console = Console(highlight=False)
+    if wide:  # every column whole, however narrow the terminal or pipe (as run --wide): wider lines, never "…"
+        console.width = max(console.width, console.measure(table, options=console.options.update_width(10_000)).maximum)
     console.print(table)
     if not wide:
         console.print("attn: MHA/GQA/MQA/MLA; ·MoE: mixture of experts; ·SW: some layers use a sliding window. "

@@ -127,7 +127,7 @@ def calibrate(
 
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
-    check_output_path(out, "--out", folder=False)  # (before the minutes of work, not after)
+    check_output_path(out, "--out", folder=False, own="profile")  # (before the minutes of work, not after)
     require_scipy("kvlab calibrate")
     if runs is not None:
         _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log),

@@ -219,10 +219,15 @@ def _all_overloaded(run, summaries) -> str | None:
     offered = run.overloaded_rps()
     if offered is None:
         return None
+    window = "over the measured window, after the first 20% of arrivals"
+    if len(summaries) == 1:  # (kvlab run: one engine, no race)
+        only = summaries[0]
+        return (f"{only['name']} is overloaded at the offered rate ({significant(offered)} req/s {window}; its "
+                f"waiting queue grows): it serves at most {significant(only['throughput_rps'])} req/s; kvlab "
+                "capacity finds the rate it sustains under a latency target.")
     each = ", ".join(f"{s['name']} {significant(s['throughput_rps'])}" for s in summaries)
-    return (f"Every strategy is overloaded at the offered rate ({significant(offered)} req/s over the "
-            f"measured window, after the first 20% of arrivals; its waiting queue grows): this race compares "
-            f"engines falling behind. Each serves at most: {each} req/s; kvlab "
+    return (f"Every strategy is overloaded at the offered rate ({significant(offered)} req/s {window}; its waiting "
+            f"queue grows): this race compares engines falling behind. Each serves at most: {each} req/s; kvlab "
             "capacity finds the rate each sustains under a latency target.")
 
 

@@ -50,7 +50,7 @@ def calibrate(
 
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
-    check_output_path(out, "--out", folder=False)  # (before the minutes of work, not after)
+    check_output_path(out, "--out", folder=False, own="profile")  # (before the minutes of work, not after)
     if arrival is not None and arrival not in ARRIVALS:
         raise KvlabError(f"--arrival {arrival!r} is not one of: {', '.join(ARRIVALS)}")
     check_options({"num_requests": num_requests, "rate": rate, "cv": cv, "seed": seed})

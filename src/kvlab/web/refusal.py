@@ -18,6 +18,34 @@ CLI_ADVICE = (re.compile(r"\. Would fit: .*$"), re.compile(r"\. Nothing in the c
               re.compile(r" \([^()]*--[a-z][a-z-]*[^()]*\)"))
 
 
+# The command line's flag for what an endpoint calls otherwise (the page's "KV blocks" is num_blocks).
+FLAG_PARAMETERS = {"num_gpu_blocks": "num_blocks"}
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?:[ =]([^\s;,()]*[0-9._-][^\s;,()]*?))?(?=[\s;,()]|\.?$|\.\s)")
+_FLAG_CLAUSE = re.compile(r"[;,]\s*[^;,]*--[a-z][a-z-]*[^;,]*?(?=[;,]|\.?$)")
+
+
+def in_parameters(error: KvlabError, parameters) -> KvlabError:
+    """``error`` (worded for the command line) in an API endpoint's words: a flag the endpoint takes as a parameter
+    (``parameters``: its names) becomes the parameter (``--gpu h100-sxm`` -> ``gpu=h100-sxm``); advice that names a
+    flag it does not take is cut, as the page's is (CLI_ADVICE), never offered."""
+    def parameter(match: re.Match) -> str:
+        name = match.group(1).replace("-", "_")
+        name = FLAG_PARAMETERS.get(name, name)
+        if name not in parameters:
+            return match.group(0)
+        return f"{name}={match.group(2)}" if match.group(2) else name
+
+    message = _FLAG.sub(parameter, str(error))
+    head, said, tail = message.partition(". Would fit: ")
+    if said:  # keep the alternatives the endpoint can take ("gpu_memory_utilization=0.95"), drop the others
+        kept = [alternative for alternative in tail.split("; ") if "--" not in alternative]
+        message = head + (f". Would fit: {'; '.join(kept)}" if kept else "")
+    if "--" in message:
+        for pattern in (*CLI_ADVICE, _FLAG_CLAUSE):
+            message = pattern.sub("", message)
+    return KvlabError(message) if message.strip() else error
+
+
 def refused_answer(error: KvlabError, *, model: str, gpu: str, concurrency: int, context_len: int,
                    gpu_memory_utilization: float, max_utilization: float) -> dict:
     """``{"error": the engine's reason without flags, "advice": [what to change on the page], "refused": true}``."""

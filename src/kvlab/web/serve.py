@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import webbrowser
@@ -22,7 +23,13 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise KvlabError(f"cannot serve on {host}:{port} ({exc.strerror}); pick another with --port") from None
+        # A name that does not resolve, or an address that is not this machine's, is the host's fault, not the port's.
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            hint = ("--host is not an address of this machine; give one that is, e.g. 127.0.0.1 (the default) or "
+                    "0.0.0.0 (every interface)")
+        else:
+            hint = "pick another with --port"
+        raise KvlabError(f"cannot serve on {host}:{port} ({exc.strerror}); {hint}") from None
     sock.listen(64)
     sock.setblocking(False)
     return sock

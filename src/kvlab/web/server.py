@@ -18,7 +18,8 @@
     POST   /api/vllm-log                  {"text": a vLLM startup log, "model"?: catalogue name} -> what it says
     DELETE /api/sessions/{id}
 
-A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}``; the page shows the message. The page asks
+A user's mistake (KvlabError) is HTTP 400 with ``{"error": message}`` (a run the server does not hold: 404); the
+page shows the message. The page asks
 for refusals in the body instead (header ``X-Kvlab-Refusals: in-body``: HTTP 200 with ``{"error": message,
 "refused": true}``), so that a refused value is one line beside its control and nothing in the browser's console
 (a 4xx response is logged there as "Failed to load resource" whatever the page does with it). The simulator
@@ -107,7 +108,7 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
     (``page``), a refusal of the model, GPU or context is an answer: the reason, and what to change among the page's
     controls (kvlab.web.refusal), never a command-line flag."""
     from kvlab.web.calculator import answer
-    from kvlab.web.refusal import refused_answer
+    from kvlab.web.refusal import in_parameters, refused_answer
 
     unknown = sorted(set(params) - set(SIZE_PARAMETERS))
     if unknown:  # (as /api/sessions and /api/vllm-log refuse theirs: an ignored one would answer another question)
@@ -125,7 +126,7 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
         return answer(**asked, **rules)
     except KvlabError as exc:
         if not page:
-            raise
+            raise in_parameters(exc, SIZE_PARAMETERS) from None
         return {"model": asked["model"], "gpu": asked["gpu"],
                 **refused_answer(exc, **asked, max_utilization=1.0)}
 
@@ -159,6 +160,10 @@ def explain_log(data) -> dict:
 
 # The explanation is written for the command line (`kvlab vllm log --model NAME`); on the page the model is picked
 # in the menu beside the box.
+class NoSuchRun(KvlabError):
+    """A session id the server does not hold (never made, ended or expired): HTTP 404, not 400."""
+
+
 class Sessions:
     """The runs alive, at most ``max_sessions``; the least recently used goes first, idle ones expire."""
 
@@ -183,7 +188,7 @@ class Sessions:
     def get(self, sid: str) -> Session:
         session = self.by_id.get(sid)
         if session is None:
-            raise KvlabError(f"no run {sid!r}: it ended or expired; press reset to start a new one")
+            raise NoSuchRun(f"no run {sid!r}: it ended or expired; press reset to start a new one")
         return session
 
     def remove(self, sid: str) -> None:
@@ -361,7 +366,9 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
             race = await run_in_threadpool(build_race, spec, lim["max_pool_blocks"])
         except KvlabError as exc:
             if request.headers.get(REFUSALS_HEADER) != "in-body":
-                raise
+                from kvlab.web.refusal import in_parameters
+
+                raise in_parameters(exc, RunSpec.__dataclass_fields__) from None
             return JSONResponse(await run_in_threadpool(run_refusal, exc, spec))
         session = Session(race, spec, lim["max_compute_seconds"])
         sid = sessions.add(session)
@@ -374,7 +381,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     async def user_error(request: Request, exc: KvlabError) -> Response:
         if request.headers.get(REFUSALS_HEADER) == "in-body":
             return JSONResponse({"error": str(exc), "refused": True})
-        return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse({"error": str(exc)}, status_code=404 if isinstance(exc, NoSuchRun) else 400)
 
     routes = [
         Route("/", index),

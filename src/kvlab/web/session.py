@@ -343,6 +343,12 @@ class Session:
         stream playing meanwhile keeps its order)."""
         with self.lock:
             race = self.race
+            if request_id is not None:
+                ids = [r.request_id for r in race.sims[0].requests]
+                if request_id not in ids:  # (one that will never arrive: no table would ever fill)
+                    low, high = min(ids, default=0), max(ids, default=0)
+                    raise KvlabError(f"id {request_id} is not a request of this run: its requests are ids {low} "
+                                     f"to {high}")
             race.follow = request_id
             self.last_used = time.monotonic()
             tables = None if request_id is None else [

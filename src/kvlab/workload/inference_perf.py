@@ -202,8 +202,12 @@ def _stages(raw: Any, where: str) -> tuple[Stage, ...]:
 def spec_from_dict(data: Any, where: str, prompt_overhead_tokens: int = 0) -> SharedPrefixSpec:
     """A spec from inference-perf's config (``data: {type: shared_prefix, shared_prefix: ...}``, ``load: {type:
     constant, stages: ...}``) or from a flat record of the same fields (the calibration set's ``workload``)."""
+    if data is None:  # (what YAML reads from an empty file, or one of comments only)
+        raise KvlabError(f"{where}: the file is empty; an inference-perf configuration is a mapping (data: "
+                         "{type: shared_prefix, shared_prefix: ...}, load: {stages: ...})")
     if not isinstance(data, dict):
-        raise KvlabError(f"{where}: an inference-perf configuration is a mapping, got {type(data).__name__}")
+        kind = "a list" if isinstance(data, list) else "a single value"
+        raise KvlabError(f"{where}: an inference-perf configuration is a mapping (data: ..., load: ...), not {kind}")
     if "data" in data or "load" in data:  # inference-perf's own layout
         section = data.get("data") or {}
         if section.get("type", "shared_prefix") != "shared_prefix":
@@ -220,9 +224,13 @@ def spec_from_dict(data: Any, where: str, prompt_overhead_tokens: int = 0) -> Sh
         raise KvlabError(f"{where}: load type {load_type!r} is not supported; valid: constant (evenly spaced at "
                          "1 / rate)")
     values = {name: _field(fields, name, f"{where}: shared_prefix") for name in _ALIASES}
-    return SharedPrefixSpec(**values, stages=_stages(raw_stages, stage_where),
-                            enable_multi_turn_chat=bool(fields.get("enable_multi_turn_chat", False)),
-                            prompt_overhead_tokens=prompt_overhead_tokens)
+    stages = _stages(raw_stages, stage_where)
+    try:
+        return SharedPrefixSpec(**values, stages=stages,
+                                enable_multi_turn_chat=bool(fields.get("enable_multi_turn_chat", False)),
+                                prompt_overhead_tokens=prompt_overhead_tokens)
+    except KvlabError as exc:  # (the spec's own checks know no file: name it, as every other error here does)
+        raise KvlabError(f"{where}: {exc}") from None
 
 
 def read_config(path: str) -> SharedPrefixSpec:

@@ -254,6 +254,15 @@ def resolve_model(log: StartupLog, model: str | None, audience: str = "cli"):
                   f"({HOW_TO_NAME_THE_MODEL[audience]['name_or_hf']})")
 
 
+def _another_model_named(log: StartupLog, spec, audience: str) -> str | None:
+    """The catalogue's (or config.json's) id of the model the log names, where that is a model other than ``spec``
+    (the one asked for); None where they are the same or the log's model is not known to kvlab (no guess)."""
+    if not log.model:
+        return None
+    named, _ = resolve_model(log, None, audience)
+    return named.id if named is not None and named.id != spec.id else None
+
+
 def _sizing_config(log: StartupLog, available_kv_bytes: int):
     from kvlab.sizing import KV_CACHE_DTYPES, MODEL_DTYPES, SizingConfig
 
@@ -404,6 +413,8 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
     if spec is None:
         out["lines"].append(f"kvlab's own calculation needs the model: {source}.")
         return out
+    if model is not None and (named := _another_model_named(log, spec, audience)) is not None:
+        out["lines"].append(f"The log names {log.model} ({named}); kvlab's calculation uses {spec.id}, as asked.")
     try:
         out.update(kvlab_calculation(log, spec, source, audience))
     except KvlabError as exc:
