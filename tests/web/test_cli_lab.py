@@ -65,3 +65,20 @@ def test_port_out_of_range(kvlab):
     r = kvlab("lab", "--port", "70000", "--no-browser")
     assert r.exit_code == 2
     assert "--port 70000 is out of range: 0 to 65535" in r.stderr
+
+
+def test_a_lab_stopped_in_its_first_seconds_stops_quietly():
+    """Ctrl-C while section 7's warm-up still runs: one line, no traceback from the warm-up thread (whose worker
+    processes were shut down under it; a user's trial saw `cannot schedule new futures after shutdown`)."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "kvlab", "lab", "--port", "0", "--no-browser"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "http://127.0.0.1:" in proc.stdout.readline()
+        time.sleep(1.0)  # (the warm-up has begun: it starts with the server)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert "Traceback" not in err and "stopped by SIGINT" in err, err

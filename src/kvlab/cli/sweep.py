@@ -126,7 +126,7 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
     num_failed = sum(r["status"] != "ok" for r in rows)
     console.print(computed_text(session.runner.num_computed, len(rows), "point")
                   + (f", {num_failed} failed in all" if num_failed else "")
-                  + f". Store: {session.store_path} (table points: SQL or pandas)."
+                  + f". Store: {session.store_path} (table points: SQL, docs/sweep.md)."
                   + (f" Plots: {', '.join(str(p) for p in written)}." if written else ""), highlight=False)
 
 

@@ -76,6 +76,10 @@ def warm_rates(server) -> None:
         rates.breaking_points(setup)
     except KvlabError:
         pass  # (the page asks again, and shows the reason in section 7's slot)
+    except RuntimeError:
+        if not server.should_exit:
+            raise
+        # (stopped in its first seconds: the workers were shut down under the warm-up, and nothing needs warming)
 
 
 def serve_in_thread(host: str = "127.0.0.1", port: int = 0):
