@@ -81,4 +81,4 @@ def test_a_rate_too_short_a_run_could_not_load_the_engine_at_is_no_answer(kvlab,
     said = " ".join(r.stdout.split())
     assert "vllm: no answer: the run at" in said and "too few to load the engine" in said
     assert "-n 1,000 puts twice its seats in the window" in said
-    assert "req/s, the lower of two samples" not in said
+    assert "req/s, the lower of two samples" not in said and "none (42 ?)" in said

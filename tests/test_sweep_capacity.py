@@ -87,7 +87,7 @@ def test_a_workload_too_short_to_fail_says_the_capacity_is_not_certified(kvlab, 
               tmp_path / "c")
     assert r.exit_code == 0, r.stderr
     text = " ".join(r.stdout.split())
-    assert "8 ?" in text and "not certified: no rate tried failed, and the run at 8 req/s was too short to load the engine" in text
+    assert "none (8 ?)" in text and "not certified: no rate tried failed, and the run at 8 req/s was too short to load the engine" in text
     assert "raise -n or --duration" in text
     assert max(len(line) for line in r.stdout.splitlines()) <= 80, r.stdout
 

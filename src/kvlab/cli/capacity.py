@@ -249,6 +249,7 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
             at = search.window_at(search.lo)
             state = "–" if not at else f"{at['state']} {_floor_percent(at['served_share'])}"
             shown = mark_text(search.mark, rate_text(search.capacity))
+            shown = f"none ({shown})" if search.mark == "?" else shown  # (too short to load the engine: no answer)
             limit = search.limited_by
             cells = [shown, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
                      str(len(search.probes))]
@@ -334,6 +335,9 @@ def _print_answer(console, answer: Answer) -> None:
                 tuple(sample["lengths"]), tuple(rate_text(c) for c in sample["capacities"]), sample["spread"], "req/s",
                 whole_trace=sample["whole_trace"])
         cost = answer.cost_of(i)
+        if search.mark == "?":
+            console.print(f"  {config['strategy']}: {words}.", markup=False)
+            continue
         if cost is None:
             money = "no price known for this GPU: give --gpu-hour-price"
         elif cost["usd_per_million_output_tokens"] is None:
