@@ -29,7 +29,7 @@ from kvlab.errors import KvlabError
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, KVAllocator, SlotUsage, slot_usage
 from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, RunRow, UsageIntegral, summarize
-from kvlab.sched.output import RunTiming, SchedulerOutput
+from kvlab.sched.output import RunTiming, SchedulerOutput, new_tuple
 from kvlab.sched.runs import FirstIteration, RunScheduler
 from kvlab.sched.seq import Seq, SeqStatus
 from kvlab.spec.cost import draft_seconds
@@ -428,8 +428,7 @@ class Simulation:
         """The run's memory and queues as the metrics read them (the allocator already holds all its blocks)."""
         allocator, sched = self.allocator, self.scheduler
         decode, num_seqs = out.num_decode_tokens, out.num_seqs
-        return RunRow.__new__(  # (positional: the fields in RunRow's order; a function call: see SchedulerOutput)
-            RunRow,
+        return new_tuple(RunRow, (  # (the fields in RunRow's order; one C call: see SchedulerOutput)
             out.num_iterations,
             num_seqs,
             len(sched.running),
@@ -442,7 +441,7 @@ class Simulation:
             allocator.num_allocated_slots,  # (the recorder takes the run's growth off)
             allocator.num_internal_fragmentation_slots,
             allocator.num_overhead_slots,
-        )
+        ))
 
     def _arrive(self) -> None:
         """Requests whose arrival time has come join the waiting queue, or are rejected with a reason."""
@@ -579,16 +578,16 @@ def _in_arrival_order(requests) -> list:
 
 def _record_of(seq: Seq) -> RequestRecord:
     status = seq.status
-    return RequestRecord.__new__(  # (a function call: see RequestRecord)
-        RequestRecord,
-        request_id=seq.request_id,
-        arrival_time=seq.request.arrival_time,
-        prompt_len=seq.request.prompt_len,
-        num_output_tokens=seq.num_output_tokens,
-        status="finished" if status is SeqStatus.FINISHED else status.value,
-        first_scheduled_time=seq.first_scheduled_time,
-        first_token_time=seq.first_token_time,
-        finish_time=seq.finish_time,
-        num_preemptions=seq.num_preemptions,
-        reject_reason=seq.reject_reason,
-    )
+    request = seq.request
+    return new_tuple(RequestRecord, (  # (the fields in RequestRecord's order; one C call: see SchedulerOutput)
+        seq.request_id,
+        request.arrival_time,
+        request.prompt_len,
+        seq.num_output_tokens,
+        "finished" if status is SeqStatus.FINISHED else status.value,  # status
+        seq.first_scheduled_time,
+        seq.first_token_time,
+        seq.finish_time,
+        seq.num_preemptions,
+        seq.reject_reason,
+    ))
