@@ -22,7 +22,7 @@ links its blocks (O(1) popleft, append, prepend and removal from the middle)::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, cast
 
 # A block's content: an interned shared-prefix hash (0, 1, ...) or a request's private block (negative: paged.py),
 # which only its own request can hit: it enters cached_block_hash_to_block only when that request is preempted.
@@ -248,31 +248,38 @@ class PrefixCachingBlockPool:
         """A request's blocks, in token order, freed tail first (``free_blocks(table[::-1])`` without the copy):
         those with a hash to the back of the queue as they come, the others to the front, the tail first."""
         ref_cnt, block_hash, next_free, prev_free = self.ref_cnt, self.block_hash, self.next_free, self.prev_free
+        # The links written as the objects the table holds (compiled, a block id read as an int is boxed anew for
+        # each store, an allocation above 256): the same lists seen as lists of objects, each id read once as both.
+        next_obj, prev_obj = cast("list[object]", next_free), cast("list[object]", prev_free)
         back = prev_free[NULL_BLOCK_ID]
+        back_obj = prev_obj[NULL_BLOCK_ID]
         first = last = NULL_BLOCK_ID  # the blocks going to the front, chained first .. last (none yet)
+        first_obj = last_obj = back_obj
         num_freed = 0
-        for block_id in reversed(table):
+        for item in reversed(cast("list[object]", table)):
+            block_id = cast(int, item)
             count = ref_cnt[block_id] - 1
             ref_cnt[block_id] = count
             if count == 0:
                 num_freed += 1
                 if block_hash[block_id] is not None:
-                    next_free[back] = block_id
-                    prev_free[block_id] = back
-                    back = block_id
+                    next_obj[back] = item
+                    prev_obj[block_id] = back_obj
+                    back, back_obj = block_id, item
                 elif first == NULL_BLOCK_ID:
                     first = last = block_id
+                    first_obj = last_obj = item
                 else:
-                    next_free[last] = block_id
-                    prev_free[block_id] = last
-                    last = block_id
+                    next_obj[last] = item
+                    prev_obj[block_id] = last_obj
+                    last, last_obj = block_id, item
         next_free[back] = NULL_BLOCK_ID
-        prev_free[NULL_BLOCK_ID] = back
+        prev_obj[NULL_BLOCK_ID] = back_obj
         if first != NULL_BLOCK_ID:
             front = next_free[NULL_BLOCK_ID]
-            next_free[last] = front
-            prev_free[front] = last
-            next_free[NULL_BLOCK_ID] = first
+            next_obj[last] = next_obj[NULL_BLOCK_ID]
+            prev_obj[front] = last_obj
+            next_obj[NULL_BLOCK_ID] = first_obj
             prev_free[first] = NULL_BLOCK_ID
         self.num_free_blocks += num_freed
 
