@@ -136,10 +136,12 @@ class PrefixCachingBlockPool:
         """``BlockPool.append_new_blocks``: one block from the front of the free queue appended to each table, in
         order, evicting its cached hash if it has one. The caller has checked that enough are free."""
         next_free, block_hashes, ref_cnt = self.next_free, self.block_hash, self.ref_cnt
+        next_obj = cast("list[object]", next_free)  # (ids appended as the objects the queue holds: see free_table)
         cached = self.cached_block_hash_to_block
         block_id = NULL_BLOCK_ID  # (the block before the front: none taken yet)
         for table in block_tables:
-            block_id = next_free[block_id]
+            item = next_obj[block_id]
+            block_id = cast(int, item)
             block_hash = block_hashes[block_id]
             if block_hash is not None:
                 # The block is reused, so its old content can no longer be hit: its hash goes, and the block from
@@ -155,7 +157,7 @@ class PrefixCachingBlockPool:
                         elif block_hash < 0:
                             self.num_private_entries -= 1
             ref_cnt[block_id] = 1
-            table.append(block_id)
+            cast("list[object]", table).append(item)
         front = next_free[block_id]
         next_free[NULL_BLOCK_ID] = front
         self.prev_free[front] = NULL_BLOCK_ID
@@ -197,10 +199,14 @@ class PrefixCachingBlockPool:
         out: without the slices, the zip and a call per block, 723k -> 704k instructions per request,
         benchmarks/count_instructions.py --case vllm.)"""
         hash_of, cached = self.block_hash, self.cached_block_hash_to_block
+        # (each hash stored as the object the request's list holds: compiled, a private hash read as an int is boxed
+        # anew for the store, an allocation; see free_table)
+        hash_obj, hashes_obj = cast("list[object]", hash_of), cast("list[object]", block_hashes)
         for i in range(start, end):
-            block_id, block_hash = block_ids[i], block_hashes[i]
+            block_id, hash_item = block_ids[i], hashes_obj[i]
+            block_hash = cast(int, hash_item)
             assert hash_of[block_id] is None, f"block {block_id} is already cached"
-            hash_of[block_id] = block_hash
+            hash_obj[block_id] = hash_item
             if block_hash < 0:
                 continue  # a private block: registered only if its request is preempted (register_private)
             blocks = cached.setdefault(block_hash, block_id)
