@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from heapq import heappop, heappush
 from itertools import accumulate, islice
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, NamedTuple
 
 from mypy_extensions import mypyc_attr
 
@@ -384,7 +384,7 @@ class Simulation:
             # Those starting before stop, the clock advanced as `now += dt`, left to right: the first end at or past
             # stop, as bisect_left over the accumulated ends (durations are positive, the ends rise) finds it, read
             # in one loop (accumulate's list and bisect cost ~4.8k instructions a call compiled, benchmarks/README.md).
-            times = cast("list[float]", durations)
+            times: list[float] = durations
             end, num_iterations, num_times = now, 0, len(times)
             while num_iterations < num_times and end < stop:
                 end += times[num_iterations]

@@ -22,7 +22,7 @@ links its blocks (O(1) popleft, append, prepend and removal from the middle)::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final, cast
+from typing import Any, Final
 
 # A block's content: an interned shared-prefix hash (0, 1, ...) or a request's private block (negative: paged.py),
 # which only its own request can hit: it enters cached_block_hash_to_block only when that request is preempted.
@@ -136,12 +136,12 @@ class PrefixCachingBlockPool:
         """``BlockPool.append_new_blocks``: one block from the front of the free queue appended to each table, in
         order, evicting its cached hash if it has one. The caller has checked that enough are free."""
         next_free, block_hashes, ref_cnt = self.next_free, self.block_hash, self.ref_cnt
-        next_obj = cast("list[object]", next_free)  # (ids appended as the objects the queue holds: see free_table)
+        next_obj: list[Any] = next_free  # (ids appended as the objects the queue holds: see free_table)
         cached = self.cached_block_hash_to_block
         block_id = NULL_BLOCK_ID  # (the block before the front: none taken yet)
         for table in block_tables:
             item = next_obj[block_id]
-            block_id = cast(int, item)
+            block_id = item
             block_hash = block_hashes[block_id]
             if block_hash is not None:
                 # The block is reused, so its old content can no longer be hit: its hash goes, and the block from
@@ -157,7 +157,8 @@ class PrefixCachingBlockPool:
                         elif block_hash < 0:
                             self.num_private_entries -= 1
             ref_cnt[block_id] = 1
-            cast("list[object]", table).append(item)
+            held: list[Any] = table
+            held.append(item)
         front = next_free[block_id]
         next_free[NULL_BLOCK_ID] = front
         self.prev_free[front] = NULL_BLOCK_ID
@@ -201,10 +202,11 @@ class PrefixCachingBlockPool:
         hash_of, cached = self.block_hash, self.cached_block_hash_to_block
         # (each hash stored as the object the request's list holds: compiled, a private hash read as an int is boxed
         # anew for the store, an allocation; see free_table)
-        hash_obj, hashes_obj = cast("list[object]", hash_of), cast("list[object]", block_hashes)
+        hash_obj: list[Any] = hash_of
+        hashes_obj: list[Any] = block_hashes
         for i in range(start, end):
             block_id, hash_item = block_ids[i], hashes_obj[i]
-            block_hash = cast(int, hash_item)
+            block_hash: int = hash_item
             assert hash_of[block_id] is None, f"block {block_id} is already cached"
             hash_obj[block_id] = hash_item
             if block_hash < 0:
@@ -256,14 +258,17 @@ class PrefixCachingBlockPool:
         ref_cnt, block_hash, next_free, prev_free = self.ref_cnt, self.block_hash, self.next_free, self.prev_free
         # The links written as the objects the table holds (compiled, a block id read as an int is boxed anew for
         # each store, an allocation above 256): the same lists seen as lists of objects, each id read once as both.
-        next_obj, prev_obj = cast("list[object]", next_free), cast("list[object]", prev_free)
+        # (Annotations, not typing.cast: in the pure engine a cast is a function call per block.)
+        next_obj: list[Any] = next_free
+        prev_obj: list[Any] = prev_free
+        items: list[Any] = table
         back = prev_free[NULL_BLOCK_ID]
         back_obj = prev_obj[NULL_BLOCK_ID]
         first = last = NULL_BLOCK_ID  # the blocks going to the front, chained first .. last (none yet)
         first_obj = last_obj = back_obj
         num_freed = 0
-        for item in reversed(cast("list[object]", table)):
-            block_id = cast(int, item)
+        for item in reversed(items):
+            block_id: int = item
             count = ref_cnt[block_id] - 1
             ref_cnt[block_id] = count
             if count == 0:
