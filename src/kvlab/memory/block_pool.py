@@ -267,7 +267,8 @@ class PrefixCachingBlockPool:
         first = last = NULL_BLOCK_ID  # the blocks going to the front, chained first .. last (none yet)
         first_obj = last_obj = back_obj
         num_freed = 0
-        for item in reversed(items):
+        for i in range(len(items) - 1, -1, -1):  # (tail first; not reversed(): mypyc 2.4 fails on a list[Any]'s)
+            item = items[i]
             block_id: int = item
             count = ref_cnt[block_id] - 1
             ref_cnt[block_id] = count
