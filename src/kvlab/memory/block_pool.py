@@ -22,7 +22,7 @@ links its blocks (O(1) popleft, append, prepend and removal from the middle)::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final, cast
 
 # A block's content: an interned shared-prefix hash (0, 1, ...) or a request's private block (negative: paged.py),
 # which only its own request can hit: it enters cached_block_hash_to_block only when that request is preempted.
@@ -136,10 +136,14 @@ class PrefixCachingBlockPool:
         """``BlockPool.append_new_blocks``: one block from the front of the free queue appended to each table, in
         order, evicting its cached hash if it has one. The caller has checked that enough are free."""
         next_free, block_hashes, ref_cnt = self.next_free, self.block_hash, self.ref_cnt
+        # (ids appended as the objects the queue holds: see free_table. Casts here, not annotations as there: compiled,
+        # the annotated form cost twice the instructions, benchmarks/README.md)
+        next_obj = cast("list[object]", next_free)
         cached = self.cached_block_hash_to_block
         block_id = NULL_BLOCK_ID  # (the block before the front: none taken yet)
         for table in block_tables:
-            block_id = next_free[block_id]
+            item = next_obj[block_id]
+            block_id = cast(int, item)
             block_hash = block_hashes[block_id]
             if block_hash is not None:
                 # The block is reused, so its old content can no longer be hit: its hash goes, and the block from
@@ -155,7 +159,7 @@ class PrefixCachingBlockPool:
                         elif block_hash < 0:
                             self.num_private_entries -= 1
             ref_cnt[block_id] = 1
-            table.append(block_id)
+            cast("list[object]", table).append(item)
         front = next_free[block_id]
         next_free[NULL_BLOCK_ID] = front
         self.prev_free[front] = NULL_BLOCK_ID
@@ -197,10 +201,15 @@ class PrefixCachingBlockPool:
         out: without the slices, the zip and a call per block, 723k -> 704k instructions per request,
         benchmarks/count_instructions.py --case vllm.)"""
         hash_of, cached = self.block_hash, self.cached_block_hash_to_block
+        # (each hash stored as the object the request's list holds: compiled, a private hash read as an int is boxed
+        # anew for the store, an allocation; see free_table)
+        hash_obj: list[Any] = hash_of
+        hashes_obj: list[Any] = block_hashes
         for i in range(start, end):
-            block_id, block_hash = block_ids[i], block_hashes[i]
+            block_id, hash_item = block_ids[i], hashes_obj[i]
+            block_hash: int = hash_item
             assert hash_of[block_id] is None, f"block {block_id} is already cached"
-            hash_of[block_id] = block_hash
+            hash_obj[block_id] = hash_item
             if block_hash < 0:
                 continue  # a private block: registered only if its request is preempted (register_private)
             blocks = cached.setdefault(block_hash, block_id)
@@ -248,31 +257,42 @@ class PrefixCachingBlockPool:
         """A request's blocks, in token order, freed tail first (``free_blocks(table[::-1])`` without the copy):
         those with a hash to the back of the queue as they come, the others to the front, the tail first."""
         ref_cnt, block_hash, next_free, prev_free = self.ref_cnt, self.block_hash, self.next_free, self.prev_free
+        # The links written as the objects the table holds (compiled, a block id read as an int is boxed anew for
+        # each store, an allocation above 256): the same lists seen as lists of objects, each id read once as both.
+        # (Annotations, not typing.cast: in the pure engine a cast is a function call per block.)
+        next_obj: list[Any] = next_free
+        prev_obj: list[Any] = prev_free
+        items: list[Any] = table
         back = prev_free[NULL_BLOCK_ID]
+        back_obj = prev_obj[NULL_BLOCK_ID]
         first = last = NULL_BLOCK_ID  # the blocks going to the front, chained first .. last (none yet)
+        first_obj = last_obj = back_obj
         num_freed = 0
-        for block_id in reversed(table):
+        for i in range(len(items) - 1, -1, -1):  # (tail first; not reversed(): mypyc 2.4 fails on a list[Any]'s)
+            item = items[i]
+            block_id: int = item
             count = ref_cnt[block_id] - 1
             ref_cnt[block_id] = count
             if count == 0:
                 num_freed += 1
                 if block_hash[block_id] is not None:
-                    next_free[back] = block_id
-                    prev_free[block_id] = back
-                    back = block_id
+                    next_obj[back] = item
+                    prev_obj[block_id] = back_obj
+                    back, back_obj = block_id, item
                 elif first == NULL_BLOCK_ID:
                     first = last = block_id
+                    first_obj = last_obj = item
                 else:
-                    next_free[last] = block_id
-                    prev_free[block_id] = last
-                    last = block_id
+                    next_obj[last] = item
+                    prev_obj[block_id] = last_obj
+                    last, last_obj = block_id, item
         next_free[back] = NULL_BLOCK_ID
-        prev_free[NULL_BLOCK_ID] = back
+        prev_obj[NULL_BLOCK_ID] = back_obj
         if first != NULL_BLOCK_ID:
             front = next_free[NULL_BLOCK_ID]
-            next_free[last] = front
-            prev_free[front] = last
-            next_free[NULL_BLOCK_ID] = first
+            next_obj[last] = next_obj[NULL_BLOCK_ID]
+            prev_obj[front] = last_obj
+            next_obj[NULL_BLOCK_ID] = first_obj
             prev_free[first] = NULL_BLOCK_ID
         self.num_free_blocks += num_freed
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import chain
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -48,6 +48,11 @@ from kvlab.memory.base import (
 from kvlab.memory.block_needs import BlockNeeds
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
+
+# DecodeRun(...) as one C call: the named tuple's own __new__ is a Python function, a frame per run compiled
+# (kvlab.sched.output.new_tuple, which the memory layer does not import).
+_new_tuple: Final = tuple.__new__
+_NO_RUN: Final = DecodeRun(0)
 
 
 def private_block_hash(request_id: int, j: int) -> int:
@@ -235,14 +240,14 @@ class PagedAllocator:
         num_iterations, order, growth, internal = self._needs.due(max_iterations, self.block_pool.num_free_blocks,
                                                                   first)
         if num_iterations == 0:
-            return DecodeRun(0)
+            return _NO_RUN
         pool, tables = self.block_pool, self._block_tables
         pool.append_new_blocks(map(tables.__getitem__, order), len(order))
         self._num_table_entries += len(order)
         self.num_internal_fragmentation_slots += internal
         if self.enable_prefix_caching:
             self._cache_run(seqs, num_iterations)
-        return DecodeRun(num_iterations, tuple(growth))
+        return _new_tuple(DecodeRun, (num_iterations, tuple(growth)))
 
     def _cache_run(self, seqs: Iterable[Sequence], num_iterations: int) -> None:
         """The blocks a decode run of ``num_iterations`` filled get their hashes, request by request in running order.
@@ -319,7 +324,7 @@ class PagedAllocator:
         assert num_iterations == 1 and len(order) == given, "the blocks given are the iteration's"
         self._num_table_entries += given
         self.num_internal_fragmentation_slots += internal
-        return DecodeRun(1, tuple(growth))
+        return _new_tuple(DecodeRun, (1, tuple(growth)))
 
     def free(self, seq: Sequence) -> None:
         """Give back every block of the request, tail first; shared blocks only lose a reference."""

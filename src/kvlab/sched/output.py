@@ -11,7 +11,7 @@ that iteration alone.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 # What the caller's clock said of a run when the scheduler asked it how many iterations fit (the horizon,
 # kvlab/sim.py): (their durations, a list or a numpy array; the clock at their end; whether the run may go past
@@ -23,10 +23,9 @@ RunTiming = tuple[Any, float, bool]
 
 class SchedulerOutput(NamedTuple):
     """(A named tuple: as immutable as a frozen dataclass, and built several times per simulated request. The
-    scheduler makes it with ``SchedulerOutput.__new__(SchedulerOutput, step=..., ...)``, the named tuple's
-    constructor called as the plain function it is: calling the class sends the keywords through a dict first
-    (CPython's type call), about 5k instructions more an output, 2-3% of a simulated request,
-    benchmarks/count_instructions.py.)"""
+    scheduler makes it with ``scheduler_output(step=..., ...)``: calling the class sends the keywords through a
+    dict first (CPython's type call), about 5k instructions more an output, 2-3% of a simulated request, and even
+    its ``__new__`` is a Python function, a frame per output, ~2k instructions compiled; benchmarks/README.md.)"""
 
     step: int  # the engine step of the run's first iteration (vLLM counts one per iteration)
     # request_id -> tokens computed for it in each iteration, in schedule order (running first, then admitted).
@@ -67,6 +66,22 @@ class SchedulerOutput(NamedTuple):
     def scheduled_in(self, iteration: int) -> dict[int, int]:
         """request_id -> tokens computed in iteration ``iteration`` (from 0) of the run."""
         return self.num_scheduled_tokens if iteration == 0 else dict.fromkeys(self.num_scheduled_tokens, 1)
+
+
+# tuple.__new__, bound once: a named tuple made by it directly is one C call (the named tuple's own __new__ is a
+# Python function, which the compiled engine calls through a frame).
+new_tuple: Final = tuple.__new__
+
+
+def scheduler_output(step: int, num_scheduled_tokens: dict[int, int], new_req_ids: tuple[int, ...],
+                     preempted_req_ids: tuple[int, ...], num_prefill_tokens: int, num_decode_tokens: int,
+                     num_context_tokens: int, num_attention_pairs: int, num_swap_bytes: int = 0,
+                     num_iterations: int = 1, is_decode_run: bool = False, decodes_in_bulk: bool = False,
+                     kv_growth: tuple[int, ...] = (), timing: RunTiming | None = None) -> SchedulerOutput:
+    """``SchedulerOutput(...)``, the fields in its order (its defaults: tests/test_sched_output.py checks them)."""
+    return new_tuple(SchedulerOutput, (step, num_scheduled_tokens, new_req_ids, preempted_req_ids, num_prefill_tokens,
+                                       num_decode_tokens, num_context_tokens, num_attention_pairs, num_swap_bytes,
+                                       num_iterations, is_decode_run, decodes_in_bulk, kv_growth, timing))
 
 
 def attention_work(num_computed_tokens: int, num_new_tokens: int) -> tuple[int, int]:

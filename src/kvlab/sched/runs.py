@@ -32,7 +32,7 @@ from mypy_extensions import mypyc_attr
 
 from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import KVAllocator
-from kvlab.sched.output import RunTiming, SchedulerOutput, decode_context
+from kvlab.sched.output import RunTiming, SchedulerOutput, decode_context, new_tuple, scheduler_output
 from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
 
@@ -209,15 +209,15 @@ class RunScheduler(Scheduler):
         budget = self.config.max_num_batched_tokens - num_seqs
         new_ids, (prefill, _, context, pairs), swap_bytes = self._waiting_loop(budget, scheduled)
         if new_ids:
-            first = FirstIteration(len(scheduled), prefill, num_seqs, num_context + context, num_context + pairs)
+            first = new_tuple(FirstIteration,  # (FirstIteration(...) without its __new__'s frame: see SchedulerOutput)
+                              (len(scheduled), prefill, num_seqs, num_context + context, num_context + pairs))
             num_iterations, growth, timing = 1, first_run.growth, None
             if max_iterations > 1 and not swap_bytes:
                 num_rest = self._admitted_run_length(len(new_ids), scheduled, max_iterations - 1)
                 if num_rest > 0:
                     num_iterations, growth, timing = self._after_admission(num_rest, horizon, first, growth)
             self.step += 1
-            out = SchedulerOutput.__new__(  # (a function call: see SchedulerOutput)
-                SchedulerOutput,
+            out = scheduler_output(  # (see SchedulerOutput)
                 step=self.step,
                 num_scheduled_tokens=scheduled,
                 new_req_ids=tuple(new_ids),
@@ -319,8 +319,7 @@ class RunScheduler(Scheduler):
         if num_context is None:
             num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
         self.step += 1
-        out = SchedulerOutput.__new__(  # (a function call: see SchedulerOutput)
-            SchedulerOutput,
+        out = scheduler_output(  # (see SchedulerOutput)
             step=self.step,
             num_scheduled_tokens=self._decoders.copy(),
             new_req_ids=(),

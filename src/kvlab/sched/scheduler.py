@@ -30,7 +30,7 @@ from mypy_extensions import mypyc_attr
 from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.sched.batching import BATCHING
-from kvlab.sched.output import SchedulerOutput
+from kvlab.sched.output import SchedulerOutput, scheduler_output
 from kvlab.sched.policy import POLICIES, WaitingQueue
 from kvlab.sched.preemption import PREEMPTION, PreemptionMode
 from kvlab.sched.seq import Seq, SeqStatus
@@ -88,8 +88,7 @@ class Scheduler:
             totals = [a + b for a, b in zip(totals, waiting_totals)]
             swap_bytes += swapped_in
         prefill, decode, context, pairs = totals
-        return SchedulerOutput.__new__(  # (a function call: see SchedulerOutput)
-            SchedulerOutput,
+        return scheduler_output(  # (see SchedulerOutput)
             step=self.step,
             num_scheduled_tokens=scheduled,
             new_req_ids=tuple(new_ids),
