@@ -26,6 +26,20 @@ def test_tensor_parallel_sizes_follow_vllms_kv_head_and_mlp_rules(kvlab):
     assert kvlab("size", "qwen2.5-0.5b-instruct", "--gpu", "t4", "-tp", "2").exit_code == 0
 
 
+def test_moe_expert_width_must_divide_by_tensor_parallel_size(kvlab):
+    from kvlab.catalog import get_model
+    from kvlab.sizing import tensor_parallel_refusal, valid_tensor_parallel_sizes
+
+    scout = get_model("llama-4-scout-17b-fp8")  # 40 heads, 8 KV heads, expert intermediate_size 8192
+    assert valid_tensor_parallel_sizes(scout) == [1, 2, 4, 8]
+    assert tensor_parallel_refusal(scout, 8) is None
+    r = kvlab("size", "llama-4-scout-17b-fp8", "--gpu", "h100-sxm", "-tp", "40")
+    assert r.exit_code == 2 and _one_line(r.stderr) == (
+        "error: the expert width (8192) of llama-4-scout-17b-fp8 must be divisible by tensor parallel size (40): "
+        "vLLM's FusedMoE splits each expert's intermediate_size over the TP ranks; valid --tensor-parallel-size: "
+        "1, 2, 4, 8")
+
+
 def test_quantization_none_and_auto_mean_no_quantization(kvlab):
     plain = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--json").json()
     assert plain["num_blocks"] == 1961 and plain["quantization"] is None

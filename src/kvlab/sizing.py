@@ -733,7 +733,9 @@ def tensor_parallel_refusal(model: ModelSpec, tensor_parallel_size: int) -> str 
     layer's KV heads divide evenly, or TP is a multiple of them and they are replicated (QKVParallelLinear's
     divide() calls, vllm/model_executor/layers/linear.py; MLA keeps one latent and is not split); a dense MLP's
     intermediate_size divides evenly (MergedColumnParallelLinear's assert, ColumnParallelLinear's divide(), same
-    file). Routed experts are not checked here: vLLM's FusedMoE makes no such check."""
+    file); routed experts' width divides evenly too (FusedMoE.__init__'s `assert intermediate_size % self.tp_size
+    == 0`, vllm/model_executor/layers/fused_moe/layer.py, in every version read; expert parallelism, not modelled
+    here, would make it 1), and so does the shared experts' MLP (its count x the expert width, a dense MLP)."""
     tp = tensor_parallel_size
     if model.num_attention_heads % tp:
         return f"total number of attention heads ({model.num_attention_heads}) of {model.id} must be divisible by " \
@@ -750,6 +752,12 @@ def tensor_parallel_refusal(model: ModelSpec, tensor_parallel_size: int) -> str 
     if dense_mlp and model.intermediate_size % tp:
         return f"the MLP width (intermediate_size {model.intermediate_size}) of {model.id} must be divisible by " \
             f"tensor parallel size ({tp})"
+    if model.is_moe:
+        expert = model.moe_intermediate_size or model.intermediate_size
+        for what, width in (("expert", expert), ("shared experts' MLP", (model.num_shared_experts or 0) * expert)):
+            if width % tp:
+                return f"the {what} width ({width}) of {model.id} must be divisible by tensor parallel size ({tp}): " \
+                    "vLLM's FusedMoE splits each expert's intermediate_size over the TP ranks"
     return None
 
 
