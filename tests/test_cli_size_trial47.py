@@ -26,6 +26,20 @@ def test_tensor_parallel_sizes_follow_vllms_kv_head_and_mlp_rules(kvlab):
     assert kvlab("size", "qwen2.5-0.5b-instruct", "--gpu", "t4", "-tp", "2").exit_code == 0
 
 
+def test_moe_expert_width_must_divide_by_tensor_parallel_size(kvlab):
+    from kvlab.catalog import get_model
+    from kvlab.sizing import tensor_parallel_refusal, valid_tensor_parallel_sizes
+
+    scout = get_model("llama-4-scout-17b-fp8")  # 40 heads, 8 KV heads, expert intermediate_size 8192
+    assert valid_tensor_parallel_sizes(scout) == [1, 2, 4, 8]
+    assert tensor_parallel_refusal(scout, 8) is None
+    r = kvlab("size", "llama-4-scout-17b-fp8", "--gpu", "h100-sxm", "-tp", "40")
+    assert r.exit_code == 2 and _one_line(r.stderr) == (
+        "error: the expert width (8192) of llama-4-scout-17b-fp8 must be divisible by tensor parallel size (40): "
+        "vLLM's FusedMoE splits each expert's intermediate_size over the TP ranks; valid --tensor-parallel-size: "
+        "1, 2, 4, 8")
+
+
 def test_quantization_none_and_auto_mean_no_quantization(kvlab):
     plain = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--json").json()
     assert plain["num_blocks"] == 1961 and plain["quantization"] is None
@@ -38,14 +52,30 @@ def test_quantization_none_and_auto_mean_no_quantization(kvlab):
 
 
 def test_bfloat16_on_a_t4_is_served_in_float16_with_a_note(kvlab):
-    t4 = kvlab("size", "gemma-3-1b-it", "--gpu", "t4", "--json").json()
-    assert (t4["dtype"], t4["kv_cache_dtype"], t4["num_blocks"]) == ("float16", "float16", 165_331)
+    t4 = kvlab("size", "qwen2.5-1.5b", "--gpu", "t4", "--json").json()
+    assert (t4["dtype"], t4["kv_cache_dtype"], t4["num_blocks"]) == ("float16", "float16", 21_921)
     assert t4["gpu_notes"] == ["T4 (compute capability 7.5) has no bfloat16: vLLM serves the bfloat16 checkpoint in "
                                "float16 (2 bytes a value as well, so no number here changes)"]
-    text = _one_line(kvlab("size", "gemma-3-1b-it", "--gpu", "t4").stdout)
+    text = _one_line(kvlab("size", "qwen2.5-1.5b", "--gpu", "t4").stdout)
     assert "· float16 · KV float16 ·" in text and "note: T4 (compute capability 7.5) has no bfloat16" in text
     l4 = kvlab("size", "gemma-3-1b-it", "--gpu", "l4", "--json").json()
     assert l4["dtype"] == "bfloat16" and l4["gpu_notes"] == []
+
+
+def test_gemma_on_a_t4_is_served_in_float32_as_vllm_refuses_float16_for_it(kvlab):
+    t4 = kvlab("size", "gemma-3-1b-it", "--gpu", "t4", "--json").json()
+    explicit = kvlab("size", "gemma-3-1b-it", "--gpu", "t4", "--dtype", "float32", "--json").json()
+    assert (t4["dtype"], t4["kv_cache_dtype"], t4["kv_bytes_per_token"]) == ("float32", "float32", 53_248)
+    assert t4["num_blocks"] == explicit["num_blocks"]
+    assert t4["gpu_notes"] == ["T4 (compute capability 7.5) has no bfloat16: vLLM serves the bfloat16 checkpoint in "
+                               "float32, as vLLM runs model type 'gemma3_text' in neither float16 nor bfloat16 here "
+                               "(4 bytes a value: weights and KV cache double)"]
+    for dtype in ("float16", "half"):
+        bad = kvlab("size", "gemma-3-1b-it", "--gpu", "a100-40gb", "--dtype", dtype)
+        assert bad.exit_code == 2 and _one_line(bad.stderr) == (
+            f"error: --dtype {dtype}: vLLM refuses float16 for model type 'gemma3_text' (gemma-3-1b-it; numerical "
+            "instability); valid: auto, bfloat16, float32, float")
+    assert kvlab("size", "gemma-2-9b", "--gpu", "a100-40gb", "--dtype", "float16").exit_code == 2
 
 
 def test_fp8_weights_below_compute_capability_8_are_noted(kvlab):

@@ -545,17 +545,41 @@ BF16_MIN_CAPABILITY = 8.0  # vLLM's CUDA platform lists bfloat16 among its suppo
 FP8_MIN_CAPABILITY_OLDER, FP8_MIN_CAPABILITY_NEWER = 8.0, 7.5
 
 
+# vLLM's _FLOAT16_NOT_SUPPORTED_MODELS (vllm/config/model.py): model types vLLM never runs in float16 ("Numerical
+# instability. Please use bfloat16 or float32 instead."): --dtype auto leaves float16 out of their choices and an
+# explicit float16 is refused (_check_valid_dtype).
+FLOAT16_NOT_SUPPORTED_MODEL_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text", "plamo2", "glm4"})
+
+
+def supported_dtypes(model: ModelSpec, gpu_name: str | None = None) -> list[str]:
+    """The dtypes vLLM may serve this model in on this GPU, preferred first: its CUDA platform's supported_dtypes
+    (bfloat16 only from compute capability 8.0) less float16 for the model types that refuse it."""
+    capability = compute_capability(gpu_name)
+    platform = ["float16", "float32"] if capability is not None and capability < BF16_MIN_CAPABILITY else [
+        "bfloat16", "float16", "float32"]
+    return [d for d in platform if not (d == "float16" and model.model_type in FLOAT16_NOT_SUPPORTED_MODEL_TYPES)]
+
+
 def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> str:
-    """vLLM's --dtype auto: the checkpoint's dtype, float32 checkpoints served in bfloat16; on a GPU without
-    bfloat16 (compute capability below 8.0, e.g. T4) float16 instead, as vLLM's ModelConfig._resolve_auto_dtype
-    (vllm/config/model.py) falls back to the platform's first supported dtype ("Your device ... doesn't support
-    torch.bfloat16. Falling back to torch.float16 for compatibility.")."""
+    """vLLM's --dtype (ModelConfig._resolve_auto_dtype and _check_valid_dtype, vllm/config/model.py). auto: the
+    checkpoint's dtype, a float32 checkpoint served in the preferred dtype (bfloat16); a dtype the GPU or the model
+    type does not support falls back to the preferred one ("Your device ... doesn't support torch.bfloat16. Falling
+    back to ..."): float16 on a GPU below compute capability 8.0 (e.g. T4), float32 there for Gemma-2/3, PLaMo-2
+    and GLM-4. An explicit float16 for those model types is refused, as vLLM refuses it."""
+    supported = supported_dtypes(model, gpu_name)
     if dtype == "auto":
-        resolved = "bfloat16" if model.dtype == "float32" else model.dtype
-        capability = compute_capability(gpu_name)
-        if resolved == "bfloat16" and capability is not None and capability < BF16_MIN_CAPABILITY:
-            return "float16"
-        return resolved
+        wanted = supported[0] if model.dtype == "float32" else model.dtype
+        return wanted if wanted in supported else supported[0]
+    resolved = resolve_alias(dtype)
+    if resolved == "float16" and model.model_type in FLOAT16_NOT_SUPPORTED_MODEL_TYPES:
+        valid = [d for d in MODEL_DTYPES if resolve_alias(d) != "float16"]
+        raise KvlabError(f"--dtype {dtype}: vLLM refuses float16 for model type {model.model_type!r} ({model.id}; "
+                         f"numerical instability); valid: {', '.join(valid)}")
+    return resolved
+
+
+def resolve_alias(dtype: str) -> str:
+    """vLLM's names for the same dtype: half is float16, float is float32."""
     return {"half": "float16", "float": "float32"}.get(dtype, dtype)
 
 
@@ -576,9 +600,13 @@ def gpu_notes(model: ModelSpec, config: SizingConfig) -> list[str]:
     capability = compute_capability(card.id)
     if capability is None:
         return notes
-    if config.dtype == "auto" and resolve_dtype(model, "auto", card.id) != resolve_dtype(model, "auto"):
+    served = resolve_dtype(model, config.dtype, card.id) if config.dtype == "auto" else None
+    if served is not None and served != resolve_dtype(model, "auto"):
         notes.append(f"{card.id} (compute capability {capability:g}) has no bfloat16: vLLM serves the bfloat16 "
-                     "checkpoint in float16 (2 bytes a value as well, so no number here changes)")
+                     + ("checkpoint in float16 (2 bytes a value as well, so no number here changes)"
+                        if served == "float16" else
+                        f"checkpoint in {served}, as vLLM runs model type {model.model_type!r} in neither float16 "
+                        f"nor bfloat16 here ({DTYPE_BYTES[served]} bytes a value: weights and KV cache double)"))
     fmt = model.weight_format_for(config.quantization)
     if fmt is not None and fmt.method == "fp8" and capability < FP8_MIN_CAPABILITY_OLDER:
         notes.append(f"fp8 weights need compute capability {FP8_MIN_CAPABILITY_OLDER:.1f} in older vLLM releases "
@@ -705,7 +733,9 @@ def tensor_parallel_refusal(model: ModelSpec, tensor_parallel_size: int) -> str 
     layer's KV heads divide evenly, or TP is a multiple of them and they are replicated (QKVParallelLinear's
     divide() calls, vllm/model_executor/layers/linear.py; MLA keeps one latent and is not split); a dense MLP's
     intermediate_size divides evenly (MergedColumnParallelLinear's assert, ColumnParallelLinear's divide(), same
-    file). Routed experts are not checked here: vLLM's FusedMoE makes no such check."""
+    file); routed experts' width divides evenly too (FusedMoE.__init__'s `assert intermediate_size % self.tp_size
+    == 0`, vllm/model_executor/layers/fused_moe/layer.py, in every version read; expert parallelism, not modelled
+    here, would make it 1), and so does the shared experts' MLP (its count x the expert width, a dense MLP)."""
     tp = tensor_parallel_size
     if model.num_attention_heads % tp:
         return f"total number of attention heads ({model.num_attention_heads}) of {model.id} must be divisible by " \
@@ -722,6 +752,12 @@ def tensor_parallel_refusal(model: ModelSpec, tensor_parallel_size: int) -> str 
     if dense_mlp and model.intermediate_size % tp:
         return f"the MLP width (intermediate_size {model.intermediate_size}) of {model.id} must be divisible by " \
             f"tensor parallel size ({tp})"
+    if model.is_moe:
+        expert = model.moe_intermediate_size or model.intermediate_size
+        for what, width in (("expert", expert), ("shared experts' MLP", (model.num_shared_experts or 0) * expert)):
+            if width % tp:
+                return f"the {what} width ({width}) of {model.id} must be divisible by tensor parallel size ({tp}): " \
+                    "vLLM's FusedMoE splits each expert's intermediate_size over the TP ranks"
     return None
 
 
