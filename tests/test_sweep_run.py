@@ -14,6 +14,21 @@ import pytest
 
 from kvlab.sweep.store import RUN_COLUMNS
 
+
+class InProcessPool:
+    """The sweep's worker pool as two threads in this process (a monkeypatched simulator reaches them)."""
+    num_workers = 2
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.executor = ThreadPoolExecutor(2)
+
+    def submit(self, point):
+        from kvlab.sweep import point as point_module
+
+        return self.executor.submit(point_module.compute, point)
+
 SWEEP = ["--strategy", "vllm,orca-oracle", "--rate", "1,2", "--seed", "0,1", "--num-requests", "300"]
 
 
@@ -167,7 +182,6 @@ def test_a_killed_sweep_resumes_and_computes_each_point_once(tmp_path, sig):
 def test_a_failing_point_is_stored_with_its_error_and_the_sweep_goes_on(tmp_path, monkeypatch):
     """A point that fails while it runs (here the simulator raising, which no valid input makes it do) is
     stored as failed; the others are computed; a rerun leaves it alone unless asked to retry."""
-    from concurrent.futures import ThreadPoolExecutor
 
     import kvlab
     from kvlab.sweep import point as point_module
@@ -181,15 +195,6 @@ def test_a_failing_point_is_stored_with_its_error_and_the_sweep_goes_on(tmp_path
         if point["rate"] == 2.0:
             raise RuntimeError("the simulator broke")
         return real(point)
-
-    class InProcessPool:
-        num_workers = 2
-
-        def __init__(self):
-            self.executor = ThreadPoolExecutor(2)
-
-        def submit(self, point):
-            return self.executor.submit(point_module.compute, point)
 
     monkeypatch.setattr(point_module, "simulate_point", flaky)
     points = expand(parse_cli_args(["--rate", "1,2,3", "-n", "100"]))
@@ -333,24 +338,13 @@ def test_a_searchs_progress_counts_the_points_asked_for_so_far(capsys):
     """trial 46: capacity's progress total was a guess of the search's length, so it jumped (3/8, then 4/12) and
     fell (26/28, then 26/27). A search's total is now the points it has asked for so far: it never falls, it says
     so, and it is reached at the end. A sweep's one grid keeps its exact total."""
-    from concurrent.futures import ThreadPoolExecutor
 
     import kvlab
-    from kvlab.sweep import point as point_module
     from kvlab.sweep.capacity import parse_slo, search_capacities
     from kvlab.sweep.grid import expand, parse_cli_args, row_kinds
     from kvlab.sweep.runner import Runner
     from kvlab.sweep.session import LineProgress
     from kvlab.sweep.store import Store
-
-    class InProcessPool:
-        num_workers = 2
-
-        def __init__(self):
-            self.executor = ThreadPoolExecutor(2)
-
-        def submit(self, point):
-            return self.executor.submit(point_module.compute, point)
 
     seen, line = [], LineProgress()
 
