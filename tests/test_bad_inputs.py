@@ -204,7 +204,7 @@ CASES = [
     (("capacity", "--grid", "{tmp}/binary.yaml", "--out", "{tmp}/cap"), ["--grid", "cannot read it as UTF-8"]),
     (("sweep", "--grid", "{tmp}/unclosed.yaml", "--out", "{tmp}/sweep"), ["not valid YAML", "at line 2, column 2"]),
     # (trial 47 #19: an inference-perf file's errors name the file, and an empty one says so, not 'NoneType')
-    (("run", "vllm", "-w", "{tmp}/ip_zero.yaml"), ["{tmp}/ip_zero.yaml: inference-perf shared_prefix: num_groups = 0",
+    (("run", "vllm", "-w", "{tmp}/ip_zero.yaml"), ["{tmp}/ip_zero.yaml: shared_prefix: num_groups = 0",
                                                    "whole number >= 1"]),
     (("run", "vllm", "-w", "{tmp}/empty.yaml"), ["{tmp}/empty.yaml: the file is empty", "is a mapping"]),
     # --- vllm compare: refused before the engine is needed -------------------------------------------------------

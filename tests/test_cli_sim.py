@@ -228,3 +228,9 @@ def test_a_race_where_the_best_is_shared_says_why_no_row_has_the_star(kvlab):
     text = " ".join(r.stdout.split())
     assert "★ most req/s (none here: vllm and vllm-paper tie)." in text and "vllm ★" not in text
     assert "(none here" not in " ".join(kvlab("race", "-n", "30").stdout.split())
+
+
+def test_paper_help_gives_the_kv_cache_in_the_unit_the_output_uses(kvlab, monkeypatch):  # (trial 48, finding 13)
+    monkeypatch.setenv("COLUMNS", "300")
+    r = kvlab("paper", "--help")
+    assert r.exit_code == 0 and "12 GiB of KV cache" in r.stdout and "12 GB" not in r.stdout, r.stdout

@@ -124,3 +124,31 @@ def test_bad_configurations_are_one_line_naming_the_field(change, message):
 def test_the_arrivals_are_a_float_array_in_order():
     times = arrival_times(_spec())
     assert times.dtype == np.float64 and np.all(np.diff(times) > 0)
+
+
+def _with(section: str, **extra):
+    import yaml
+
+    data = yaml.safe_load(CONFIG)
+    (data["data"]["shared_prefix"] if section == "shared_prefix" else data["load"]).update(extra)
+    return data
+
+
+@pytest.mark.parametrize(("section", "key"), [("shared_prefix", "foo"), ("shared_prefix", "enable_multi_turn_chta"),
+                                              ("load", "num_wrokers"), ("load", "wroker_max_concurrency")])
+def test_an_unknown_key_is_refused_naming_it_the_file_and_the_valid_keys(section, key):  # (trial 48, finding 11)
+    with pytest.raises(KvlabError, match=rf"^ip.yaml: {section}: unknown key '{key}'; valid: .*"
+                                          + ("enable_multi_turn_chat" if section == "shared_prefix" else "num_workers")):
+        spec_from_dict(_with(section, **{key: 1}), "ip.yaml")
+
+
+def test_keys_inference_perf_takes_are_accepted():
+    spec = spec_from_dict(_with("shared_prefix", seed=3), "ip.yaml")
+    assert spec == spec_from_dict(_with("load", num_workers=4, worker_max_concurrency=8, interval=1.0), "ip.yaml")
+
+
+def test_poisson_refusal_says_how_to_get_poisson_arrivals_and_errors_share_one_prefix():
+    with pytest.raises(KvlabError, match=r"--arrival poisson --rate R"):
+        spec_from_dict(_with("load", type="poisson"), "ip.yaml")
+    with pytest.raises(KvlabError, match=r"^ip.yaml: shared_prefix: num_groups = 0 must"):
+        spec_from_dict(_with("shared_prefix", num_groups=0), "ip.yaml")

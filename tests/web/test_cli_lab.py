@@ -82,3 +82,15 @@ def test_a_lab_stopped_in_its_first_seconds_stops_quietly():
     finally:
         proc.kill()
     assert "Traceback" not in err and "stopped by SIGINT" in err, err
+
+
+@pytest.mark.parametrize("host, words", [
+    ("", ["--host '' is empty", "0.0.0.0 for every interface"]),
+    ("localhost:8000", ["give the port with --port", "--host localhost --port 8000"]),
+    ("[::1]", ["drop the brackets", "--host ::1"]),
+])  # (trial 48, finding 7)
+def test_a_host_that_is_not_one_address_is_refused_with_its_hint(kvlab, host, words):
+    r = kvlab("lab", "--host", host, "--port", "0", "--no-browser")
+    message = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert all(w in message for w in words) and "cannot serve" not in message, message

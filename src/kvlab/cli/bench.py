@@ -14,7 +14,7 @@ from rich.markup import escape
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, options_template, with_options
 from kvlab.errors import KvlabError
-from kvlab.service.bench import DEFAULT_NUM_REQUESTS, bench_workload
+from kvlab.service.bench import DEFAULT_NUM_REQUESTS, bench_workload, check_bench_options
 from kvlab.validate import check_output_path
 
 # The workload's options and the simulation's (for --compare), declared once in kvlab/config/options.py; here the
@@ -84,6 +84,7 @@ def bench(
     _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format)
     check_output_path(out, "--out", folder=True)  # (before the load, not after)
     _check_applies(ctx, compare, concurrency, {"model_config": model_config, **options})
+    check_bench_options({n: options[n] for n in BENCH_WORKLOAD_OPTIONS}, options["gpu"] if compare else None)
     console = Console(stderr=True, highlight=False)
     try:  # before the load: Ctrl-C here has nothing to keep
         server, setup, wl = _prepare(url, model, compare,

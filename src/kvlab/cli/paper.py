@@ -37,7 +37,7 @@ def fig2(
                                                 "paper's to this folder.")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Go ahead with work beyond kvlab's limits.")] = False,
 ) -> None:
-    """Figure 2: where each system's KV memory goes (OPT-13B, A100-40GB, 12 GB of KV cache, ShareGPT, Poisson)."""
+    """Figure 2: where each system's KV memory goes (OPT-13B, A100-40GB, 12 GiB of KV cache, ShareGPT, Poisson)."""
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table

@@ -12,8 +12,26 @@ from kvlab.errors import KvlabError
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+HOST_VALID = "valid: an address of this machine, e.g. 127.0.0.1 (the default), or 0.0.0.0 for every interface"
+
+
+def check_host(host: str) -> None:
+    """Refuse a --host that cannot be one address: empty, with a port in it, or an IPv6 address in URL brackets."""
+    if not host.strip():
+        raise KvlabError(f"--host {host!r} is empty; {HOST_VALID}")
+    if host.startswith("["):
+        inner, _, rest = host[1:].partition("]")
+        port = f" and give the port with --port {rest[1:]}" if rest.startswith(":") and rest[1:] else ""
+        raise KvlabError(f"--host {host}: drop the brackets (--host {inner}){port}; {HOST_VALID}")
+    name, colon, port = host.rpartition(":")
+    if colon and host.count(":") == 1:
+        raise KvlabError(f"--host {host} holds a port; give the port with --port (--host {name} --port {port}); "
+                         f"{HOST_VALID}")
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port``; port 0 picks a free one."""
+    check_host(host)
     if not 0 <= port <= 65535:
         raise KvlabError(f"--port {port} is out of range: 0 to 65535 (0 picks a free port)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

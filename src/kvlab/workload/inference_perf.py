@@ -51,6 +51,12 @@ _ALIASES = {
     "question_len": ("question_len",),
     "output_len": ("output_len",),
 }
+# The other keys inference-perf's config takes (inference_perf/config.py: SharedPrefix, LoadConfig): accepted, and
+# ignored by kvlab (it replays fixed lengths, its own seed, and the load's times, not its client's machinery).
+_SHARED_PREFIX_OTHER = ("enable_multi_turn_chat", "seed", "question_distribution", "output_distribution", "multimodal")
+_LOAD_KEYS = ("type", "stages", "interval", "sweep", "num_workers", "worker_max_concurrency",
+              "worker_max_tcp_connections", "trace", "circuit_breakers", "request_timeout", "lora_traffic_split",
+              "base_seed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,16 +86,16 @@ class SharedPrefixSpec:
         for name in ("num_groups", "num_prompts_per_group", "question_len", "output_len"):
             value = getattr(self, name)
             if value < 1:
-                raise KvlabError(f"inference-perf shared_prefix: {name} = {value} must be a whole number >= 1")
+                raise KvlabError(f"shared_prefix: {name} = {value} must be a whole number >= 1")
         for name in ("system_prompt_len", "prompt_overhead_tokens"):
             if getattr(self, name) < 0:
-                raise KvlabError(f"inference-perf shared_prefix: {name} = {getattr(self, name)} must be >= 0")
+                raise KvlabError(f"shared_prefix: {name} = {getattr(self, name)} must be >= 0")
         if not self.stages:
-            raise KvlabError("inference-perf load: no stages; valid: stages: [{rate: R, duration: S}, ...]")
+            raise KvlabError("load: no stages; valid: stages: [{rate: R, duration: S}, ...]")
         for k, stage in enumerate(self.stages):
             if not (math.isfinite(stage.rate) and stage.rate > 0 and math.isfinite(stage.duration)
                     and stage.duration > 0 and stage.num_requests >= 1):
-                raise KvlabError(f"inference-perf load: stage {k} (rate {stage.rate!r}, duration {stage.duration!r}) "
+                raise KvlabError(f"load: stage {k} (rate {stage.rate!r}, duration {stage.duration!r}) "
                                  "sends no request; valid: rate > 0 req/s and duration > 0 s with rate x duration >= 1")
 
     @property
@@ -199,6 +205,13 @@ def _stages(raw: Any, where: str) -> tuple[Stage, ...]:
     return tuple(stages)
 
 
+def _check_keys(section: dict, valid: tuple[str, ...], where: str) -> None:
+    """Refuse a key inference-perf does not take (a typo would otherwise change the workload without a word)."""
+    for key in section:
+        if key not in valid:
+            raise KvlabError(f"{where}: unknown key {key!r}; valid: {', '.join(valid)}")
+
+
 def spec_from_dict(data: Any, where: str, prompt_overhead_tokens: int = 0) -> SharedPrefixSpec:
     """A spec from inference-perf's config (``data: {type: shared_prefix, shared_prefix: ...}``, ``load: {type:
     constant, stages: ...}``) or from a flat record of the same fields (the calibration set's ``workload``)."""
@@ -215,11 +228,20 @@ def spec_from_dict(data: Any, where: str, prompt_overhead_tokens: int = 0) -> Sh
         fields = section.get("shared_prefix")
         if not isinstance(fields, dict):
             raise KvlabError(f"{where}: missing field 'data.shared_prefix'")
+        _check_keys(fields, tuple(k for keys in _ALIASES.values() for k in keys) + _SHARED_PREFIX_OTHER,
+                    f"{where}: shared_prefix")
         load = data.get("load") or {}
+        if not isinstance(load, dict):
+            raise KvlabError(f"{where}: load must be a mapping (type: constant, stages: ...), not {load!r}")
+        _check_keys(load, _LOAD_KEYS, f"{where}: load")
         load_type, raw_stages = load.get("type", "constant"), load.get("stages")
         stage_where = f"{where}: load"
     else:
         fields, load_type, raw_stages, stage_where = data, data.get("load_type", "constant"), data.get("stages"), where
+    if load_type == "poisson":  # (inference-perf's poisson: exponential gaps at each stage's rate)
+        raise KvlabError(f"{where}: load type 'poisson' is not supported: kvlab replays this file's stages as "
+                         "constant ones (evenly spaced at 1 / rate); valid: type: constant, and for Poisson arrivals "
+                         "at one rate add --arrival poisson --rate R, which redraws the file's arrival times")
     if load_type != "constant":
         raise KvlabError(f"{where}: load type {load_type!r} is not supported; valid: constant (evenly spaced at "
                          "1 / rate)")
