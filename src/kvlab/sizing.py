@@ -952,7 +952,7 @@ def _longest(groups, usable_blocks: int, num_requests: int, upper: int, in_fligh
 def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, requested: int, other: int) -> None:
     """The GPU cannot hold the weights (or leaves nothing for the cache): say by how much and what would fit."""
     short = weights + other - requested
-    gpu = gpu_words(config) or f"{format_gib(config.gpu_memory_bytes)} GiB GPU"
+    gpu = gpu_words(config) or f"a {format_gib(config.gpu_memory_bytes)} GiB GPU"
     if weights > requested:
         head = (f"{model.id} does not fit on {gpu}: its weights need {format_gib(weights)} GiB per GPU but "
                 f"{format_gib(config.gpu_memory_bytes)} GiB x {config.gpu_memory_utilization} = "

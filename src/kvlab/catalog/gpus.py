@@ -111,8 +111,9 @@ def _gpu_index() -> dict[str, GpuSpec]:
     return index
 
 
-def get_gpu(name: str) -> GpuSpec:
-    """A GPU by forgiving name ('a100-40gb', 'A100_40GB', 'nvidia h100'); suggests close names on a miss."""
+def get_gpu(name: str, otherwise: str = "; or give the memory with --gpu-memory-gib") -> GpuSpec:
+    """A GPU by forgiving name ('a100-40gb', 'A100_40GB', 'nvidia h100'); suggests close names on a miss, and
+    ``otherwise``: what the caller's face offers instead of a catalogue GPU."""
     import difflib
 
     key = name_key(name)
@@ -128,8 +129,7 @@ def get_gpu(name: str) -> GpuSpec:
     lowered = {n.lower(): n for n in names}
     hits = [lowered[h] for h in difflib.get_close_matches(name.strip().lower(), list(lowered), n=3, cutoff=0.4)]
     hint = f" Did you mean: {', '.join(hits)}?" if hits else ""
-    raise KvlabError(f"unknown GPU {name!r}.{hint} Known GPUs: {', '.join(names)}; or give the memory with "
-                     "--gpu-memory-gib.")
+    raise KvlabError(f"unknown GPU {name!r}.{hint} Known GPUs: {', '.join(names)}{otherwise}.")
 
 
 def marketing_label_warning(gpu: GpuSpec) -> str | None:
