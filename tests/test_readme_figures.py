@@ -6,10 +6,9 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+from pathlib import Path
 
-from conftest import REPO
-
-README = (REPO / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 
 
 def _python_example() -> str:
