@@ -119,7 +119,8 @@ def test_a_workload_too_short_to_load_the_engine_is_never_certified(kvlab, tmp_p
               "--slo", "p99_ttft<2s", "-n", "300", "--workers", "2", "--out", tmp_path / "c")
     text = " ".join(r.stdout.split())
     assert "?: vllm under roofline: not certified: " in text and "raise -n or --duration" in text
-    assert (m := re.search(r"vllm\s+([\d.]+) \?", text)) and f"≥ {m.group(1)}" not in text
+    assert (m := re.search(r"vllm\s+none \(([\d.]+) \?\)", text)) and f"≥ {m.group(1)}" not in text
+    assert "vllm: no answer: the run at " in text
 
 
 @pytest.mark.parametrize("args, message", [
