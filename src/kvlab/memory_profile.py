@@ -266,10 +266,12 @@ def model_family(is_hybrid: bool, is_moe: bool, is_int4: bool = False) -> str:
 
 def non_torch_bytes(tensor_parallel_size: int, gpu_name: str | None, fit: ProfileFit = FIT) -> Term:
     """Memory outside PyTorch's allocator that vLLM counts (non-torch increase), estimated."""
+    from kvlab.catalog.gpus import card_id
+
     gib = fit.non_torch_base_gib
     source = f"estimate: {fit.non_torch_base_gib:g} GiB of library workspaces"
     if tensor_parallel_size > 1:
-        nvswitch = (gpu_name or "").split(" with ")[0] in NVSWITCH_GPUS
+        nvswitch = card_id(gpu_name) in NVSWITCH_GPUS
         nccl = fit.non_torch_nccl_nvswitch_gib if nvswitch else fit.non_torch_nccl_pcie_gib
         gib += nccl
         source += (f" + {nccl:g} GiB of NCCL buffers for TP {tensor_parallel_size} "

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from kvlab.catalog.gpus import GpuSpec, compute_capability, get_gpu, list_gpus, marketing_label_warning
+from kvlab.catalog.gpus import GpuSpec, card_id, compute_capability, get_gpu, list_gpus, marketing_label_warning
 from kvlab.catalog.hybrid import LINEAR_ATTENTION, MAMBA, attention_block_size
 from kvlab.catalog.models import DTYPE_BYTES, FULL_ATTENTION, SLIDING_ATTENTION, ModelSpec
 from kvlab.catalog.quant import expert_layout
@@ -586,7 +586,7 @@ def resolve_alias(dtype: str) -> str:
 def gpu_notes(model: ModelSpec, config: SizingConfig) -> list[str]:
     """One line each on the catalogue GPU: a total that is only its marketing label, and what vLLM changes, or may
     refuse, because of its compute capability."""
-    gpu = (config.gpu_name or "").split(" with ")[0]
+    gpu = card_id(config.gpu_name)
     try:
         card = get_gpu(gpu) if gpu else None
     except KvlabError:
@@ -908,7 +908,7 @@ def gpu_words(config: SizingConfig) -> str | None:
     'A100-80GB with --gpu-memory-gib 20'), whichever face built the config."""
     if not config.gpu_name:
         return None
-    name = config.gpu_name.split(" with ")[0]
+    name = card_id(config.gpu_name)
     try:
         catalogued = get_gpu(name).memory_bytes
     except KvlabError:
@@ -970,7 +970,7 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
         if _weights_fit(model, trial):
             hints.append(_tensor_parallel_hint(model, trial))
             break
-    named = (config.gpu_name or "").split(" with ")[0]  # (--gpu-memory-gib names it "A100-40GB with 20 GiB")
+    named = card_id(config.gpu_name)
     bigger = [g.id if g.id != named else f"{g.id} with its whole {format_gib(g.memory_bytes)} GiB"
               for g in sorted(list_gpus(), key=lambda g: g.memory_bytes)
               if g.memory_bytes > (config.gpu_memory_bytes or 0)

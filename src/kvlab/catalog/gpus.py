@@ -63,14 +63,19 @@ COMPUTE_CAPABILITY = {"T4": 7.5, "A10G": 8.6, "L4": 8.9, "L40S": 8.9, "A100-40GB
 UNIFIED_MEMORY_GPUS = ("GB10",)
 
 
+def card_id(gpu_name: str | None) -> str:
+    """The catalogue id in a GPU label: a --gpu-memory-gib label keeps it in front ('A100-40GB with 20 GiB')."""
+    return (gpu_name or "").split(" with ")[0]
+
+
 def is_unified_memory(gpu_name: str | None) -> bool:
     """A catalogue GPU that shares the CPU's memory (a --gpu-memory-gib label keeps the id in front)."""
-    return (gpu_name or "").split(" with ")[0] in UNIFIED_MEMORY_GPUS
+    return card_id(gpu_name) in UNIFIED_MEMORY_GPUS
 
 
 def compute_capability(gpu_name: str | None) -> float | None:
     """The compute capability of a catalogue GPU by its id (a --gpu-memory-gib label keeps the id in front)."""
-    return COMPUTE_CAPABILITY.get((gpu_name or "").split(" with ")[0])
+    return COMPUTE_CAPABILITY.get(card_id(gpu_name))
 
 
 @cache
