@@ -3,7 +3,9 @@ target no rate meets, `vllm` as `vllm serve`, latencies in readable units, the e
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import pytest
 
@@ -205,3 +207,31 @@ def test_the_cost_per_million_tokens_is_priced_on_the_answers_of_the_sample_that
     mean = sum(q.num_output_tokens for q in requests) / len(requests)
     assert cost["mean_output_tokens"] == pytest.approx(mean)
     assert cost["usd_per_million_output_tokens"] == pytest.approx(2.0 / (cost["rate_rps"] * mean * 3600) * 1e6)
+
+
+def test_a_run_too_short_to_load_the_engine_is_not_called_overloaded(kvlab):
+    """Trial 47/48: `kvlab run static+paged+prefix -n 5` was called overloaded on two arrivals in its window."""
+    text = " ".join(kvlab("run", "static+paged+prefix", "-n", "5").stdout.split())
+    assert "overloaded" not in text
+    m = re.search(r"window \(after the first 20% of arrivals\) held (\d+) arrivals, fewer than the 10 a window needs "
+                  r"to measure a queue; -n ([\d,]+) puts twice the engine's seats \((\d+)\) in the window", text)
+    assert m is not None, text
+    arrived, needed, seats = int(m[1]), int(m[2].replace(",", "")), int(m[3])
+    assert arrived < 10 and 2 * seats < needed
+    longer = " ".join(kvlab("run", "static+paged+prefix", "-n", str(needed)).stdout.split())
+    assert "Too short to judge" not in longer and "static+paged+prefix is overloaded at the offered rate" in longer
+
+
+def test_a_run_says_what_its_preemptions_cost(kvlab):
+    """Trial 48: a +swap run showed no swap traffic in its table (only --json had swapped_bytes)."""
+    swap = kvlab("run", "continuous+paged+swap", "--swap-space", "8", "-n", "200")
+    data = json.loads(kvlab("run", "continuous+paged+swap", "--swap-space", "8", "-n", "200", "--json").stdout)
+    s = data["strategies"][0]
+    assert s["swapped_bytes"] > 0 and s["preemptions"] > 0
+    text = " ".join(swap.stdout.split())
+    assert (f"Preemptions: continuous+paged+swap {s['preemptions']:,} ({s['swapped_bytes'] / 2**30:,.1f} GiB swapped "
+            "between GPU and CPU memory (out and back in))." in text)
+    race = kvlab("race", "vllm", "-n", "300", "--json")
+    v = json.loads(race.stdout)["strategies"][0]
+    text = " ".join(kvlab("race", "vllm", "-n", "300").stdout.split())
+    assert f"Preemptions: vllm {v['preemptions']:,} ({v['recomputed_tokens']:,} tokens computed again)." in text

@@ -64,6 +64,8 @@ if TYPE_CHECKING:
 WARMUP_SHARE = 0.2  # of the arrival span, before the window
 DRAIN_SHARE = 0.0  # of the arrival span left out at its end: none, the last arrivals are judged (the module doc)
 SERVED_SHARE = 0.95  # served ÷ offered over the window, at least: the oldest wait grows by at most 5% of the time
+MIN_WINDOW_REQUESTS = 10  # fewer arrivals in the window measure nothing (a run, a capacity search's workload)
+SEATS_FACTOR = 2  # a workload long enough to judge: this many times the engine's seats arrive in the window
 QUEUE_GROWTH_SHARE = 0.01  # of the window's arrivals: the most the queue's mean may grow between its halves
 QUEUE_GROWTH_MIN = 2  # requests: less is noise
 NUM_QUEUE_SAMPLES = 64  # per half of the window
@@ -164,6 +166,15 @@ def num_seats(max_num_seqs: int, num_kv_tokens: int, mean_tokens_held: float) ->
     """How many requests an engine could hold at once: max_num_seqs, or as many requests as its KV cache holds
     at ``mean_tokens_held`` each, whichever is fewer."""
     return max(1, min(max_num_seqs, int(num_kv_tokens // max(1.0, mean_tokens_held))))
+
+
+def window_num_requests(seats: int) -> int:
+    """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (the arrivals after its warm-up),
+    in hundreds, at least `kvlab run`'s default (a capacity search's default workload; a run too short to judge)."""
+    from kvlab.config.options import DEFAULT_NUM_REQUESTS
+
+    needed = SEATS_FACTOR * seats / (1 - WARMUP_SHARE - DRAIN_SHARE)
+    return max(DEFAULT_NUM_REQUESTS, 100 * math.ceil(needed / 100))
 
 
 def mean_tokens_held(allocator: str, requests, max_model_len: int) -> float:

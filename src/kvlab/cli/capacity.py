@@ -35,10 +35,10 @@ from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.errors import KvlabError
 from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.text import computed_text, whole_values_table
-from kvlab.service.capacity import window_num_requests
 from kvlab.sweep.capacity import default_out, mark_text, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
 from kvlab.validate import check_options
+from kvlab.window import window_num_requests
 
 if TYPE_CHECKING:
     from kvlab.service.capacity import Answer

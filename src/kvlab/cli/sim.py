@@ -215,10 +215,16 @@ def _all_overloaded(run, summaries) -> str | None:
     """When every strategy's waiting queue grows at the offered rate (kvlab.service.RunResult.overloaded_rps), the
     race says so, with the rate each served (the most it sustains: an overloaded engine is busy throughout)."""
     from kvlab.report.tables import significant
+    from kvlab.window import MIN_WINDOW_REQUESTS
 
     offered = run.overloaded_rps()
     if offered is None:
-        return None
+        if (short := run.too_short_to_judge()) is None:
+            return None
+        w, needed = short
+        return (f"Too short to judge whether it keeps up: the measured window (after the first 20% of arrivals) held "
+                f"{w.num_arrived:,} arrivals, fewer than the {MIN_WINDOW_REQUESTS} a window needs to measure a "
+                f"queue; -n {needed:,} puts twice the engine's seats ({w.num_seats:,}) in the window.")
     window = "over the measured window, after the first 20% of arrivals"
     if len(summaries) == 1:  # (kvlab run: one engine, no race)
         only = summaries[0]

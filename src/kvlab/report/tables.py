@@ -150,7 +150,23 @@ def footnotes(summaries: list[dict], *, wide: bool = False) -> list[str]:
                 s.get("reject_reasons", {}).items(), key=lambda item: -item[1]))
             parts.append(f"{s['name']} {s['num_rejected']:,}" + (f" ({reasons})" if reasons else ""))
         lines.append("Rejected: " + "; ".join(parts) + ".")
-    return lines + deadline_lines(summaries)
+    return lines + preemption_lines(summaries) + deadline_lines(summaries)
+
+
+def preemption_lines(summaries: list[dict]) -> list[str]:
+    """What each strategy's preemptions cost: the tokens computed again (recompute mode) and the bytes moved between
+    GPU and CPU memory (swap mode: out when preempted, back in when resumed), as `--json` has them."""
+    parts = []
+    for s in summaries:
+        if not s.get("preemptions"):
+            continue
+        cost = []
+        if s.get("swapped_bytes"):
+            cost.append(f"{s['swapped_bytes'] / 2**30:,.1f} GiB swapped between GPU and CPU memory (out and back in)")
+        if s.get("recomputed_tokens"):
+            cost.append(f"{s['recomputed_tokens']:,} tokens computed again")
+        parts.append(f"{s['name']} {s['preemptions']:,}" + (f" ({'; '.join(cost)})" if cost else ""))
+    return ["Preemptions: " + "; ".join(parts) + "."] if parts else []
 
 
 def _star_text(summaries: list[dict]) -> str:

@@ -27,7 +27,6 @@ from kvlab.catalog import get_gpu
 from kvlab.catalog.prices import gpu_hour_price as price_of
 from kvlab.catalog.prices import serving_cost
 from kvlab.config import WorkloadConfig
-from kvlab.config.options import DEFAULT_NUM_REQUESTS
 from kvlab.config.resolve import engine_setup
 from kvlab.cost.profiles import applicable_profiles, lead_profile
 from kvlab.errors import KvlabError
@@ -44,18 +43,16 @@ from kvlab.sweep.capacity import (
 from kvlab.sweep.grid import expand
 from kvlab.sweep.point import resolve_point, resolve_points, varied_options
 from kvlab.sweep.slo import Verdict
-from kvlab.window import DRAIN_SHARE, WARMUP_SHARE, mean_tokens_held, num_seats
+from kvlab.window import (
+    DRAIN_SHARE,
+    MIN_WINDOW_REQUESTS,
+    WARMUP_SHARE,
+    mean_tokens_held,
+    num_seats,
+    window_num_requests,
+)
 
 TYPICAL_SEARCH_RUNS = 8  # simulations a search usually takes (bracket + bisection to 5%): for the time estimate
-SEATS_FACTOR = 2  # the default workload: this many times the engine's seats arrive in the measured window
-MIN_WINDOW_REQUESTS = 10  # fewer in the measured window measure nothing
-
-
-def window_num_requests(seats: int) -> int:
-    """Requests enough that SEATS_FACTOR × ``seats`` arrive in the measured window (kvlab.window: the arrivals after
-    its 20% warm-up), in hundreds, at least `kvlab run`'s default."""
-    needed = SEATS_FACTOR * seats / (1 - WARMUP_SHARE - DRAIN_SHARE)
-    return max(DEFAULT_NUM_REQUESTS, 100 * math.ceil(needed / 100))
 
 
 def seats_and_rows(point: dict[str, Any], varied: set[str] | None = None) -> tuple[int, int | None]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from kvlab.config import KvlabConfig, WorkloadConfig, min_num_gpu_blocks
 from kvlab.errors import KvlabError
 from kvlab.strategies import Strategy
-from kvlab.window import Window, measure_run
+from kvlab.window import MIN_WINDOW_REQUESTS, Window, measure_run, window_num_requests
 
 if TYPE_CHECKING:
     from kvlab.disagg.result import DisaggResult
@@ -74,11 +74,18 @@ class RunResult:
 
     def overloaded_rps(self) -> float | None:
         """The offered rate when every strategy is overloaded at it (its waiting queue grows: kvlab.window's
-        measured window), else None."""
+        measured window, one that held at least MIN_WINDOW_REQUESTS arrivals), else None."""
         windows = self.windows()
-        if not windows or any(w.state != "overloaded" for w in windows):
+        if not windows or any(w.state != "overloaded" or w.num_arrived < MIN_WINDOW_REQUESTS for w in windows):
             return None
         return windows[0].offered_rps
+
+    def too_short_to_judge(self) -> tuple[Window, int] | None:
+        """A window whose queue grew on fewer than MIN_WINDOW_REQUESTS arrivals (too few to measure anything, as a
+        capacity search refuses such a workload), with the requests a run needs to put twice the engine's seats in
+        the window; None when every overloaded window had enough."""
+        short = [w for w in self.windows() if w.state == "overloaded" and w.num_arrived < MIN_WINDOW_REQUESTS]
+        return (short[0], window_num_requests(short[0].num_seats)) if short else None
 
 
 def strategies(names: Sequence[str | Strategy], config: KvlabConfig | None = None) -> list[Strategy]:
