@@ -146,11 +146,21 @@ def test_a10g_takes_its_cuda_reported_total(kvlab):
 
 
 def test_a_marketing_total_is_warned_with_how_far_it_may_overstate(kvlab):
-    notes = kvlab("size", "llama-3.1-8b", "--gpu", "h100-pcie", "--json").json()["gpu_notes"]
-    assert notes == ["H100-PCIe's 80 GiB is its marketing label read as GiB (no CUDA-reported total known); CUDA "
+    notes = kvlab("size", "llama-3.1-8b", "--gpu", "mi300x", "--json").json()["gpu_notes"]
+    assert notes == ["MI300X's 192 GiB is its marketing label read as GiB (no CUDA-reported total known); CUDA "
                      "reports 0.8% to 1.3% less than the label on the catalogue's other HBM cards, so the total may be "
-                     "up to 1.0 GiB too high, and the KV cache budget with it"]
-    assert "note: H100-PCIe's 80 GiB is its marketing label" in _one_line(
-        kvlab("size", "llama-3.1-8b", "--gpu", "h100-pcie").stdout)
-    given = ("size", "llama-3.1-8b", "--gpu", "h100-pcie", "--gpu-memory-gib", "79", "--json")
+                     "up to 2.4 GiB too high, and the KV cache budget with it"]
+    assert "note: MI300X's 192 GiB is its marketing label" in _one_line(
+        kvlab("size", "llama-3.1-8b", "--gpu", "mi300x").stdout)
+    given = ("size", "llama-3.1-8b", "--gpu", "mi300x", "--gpu-memory-gib", "190", "--json")
     assert kvlab(*given).json()["gpu_notes"] == []  # a total the user gave is not the label
+
+
+def test_h100_pcie_takes_its_cuda_reported_total(kvlab):
+    """Trial 48 left H100-PCIe at its 80 GB label; torch reports 81,008 MiB on one, as on the SXM card."""
+    from kvlab.catalog import get_gpu
+
+    pcie, sxm = get_gpu("h100-pcie"), get_gpu("h100-sxm")
+    assert (pcie.memory_bytes, pcie.memory_bytes_source) == (81008 * 2**20, "cuda_reported_observed")
+    assert round(pcie.memory_bytes / 2**30, 2) == round(sxm.memory_bytes / 2**30, 2) == 79.11
+    assert kvlab("size", "llama-3.1-8b", "--gpu", "h100-pcie", "--json").json()["gpu_notes"] == []
