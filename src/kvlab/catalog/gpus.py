@@ -145,7 +145,7 @@ def marketing_label_warning(gpu: GpuSpec) -> str | None:
         return None
     hbm = "HBM" in (gpu.memory_type or "")
     gaps = sorted(g.memory_gb_marketing * GIB / g.memory_bytes - 1 for g in list_gpus()
-                  if g.memory_bytes_source.startswith("cuda") and g.memory_gb_marketing
+                  if g.id != gpu.id and g.memory_bytes_source.startswith("cuda") and g.memory_gb_marketing
                   and ("HBM" in (g.memory_type or "")) == hbm)
     if not gaps:
         return None
