@@ -836,10 +836,10 @@ def test_gemma_4_26b_a4b_full_layers_take_the_larger_blocks_at_0_19():
     assert {g.spec.block_size for g in tp4.kv_cache_groups} == {16}
 
 
-def test_per_layer_attention_kvlab_has_not_read_and_mixed_precision_formats_are_refused_in_one_line(tmp_path):
+def test_per_layer_attention_kvlab_has_not_read_is_refused_in_one_line(tmp_path):
     """Cache sharing outside Gemma 4 (Gemma 3n's fields) is not read from vLLM's source, and pages that do not divide
-    each other are not unified by block size (0.19 refuses to start); nvidia's Qwen3.6-35B-A3B-NVFP4 is NVFP4 experts
-    beside FP8 attention. kvlab sizes none of these, and says which, rather than a number."""
+    each other are not unified by block size (0.19 refuses to start). kvlab sizes neither, and says which, rather than
+    a number."""
     gemma4 = json.loads((DATA / "gemma-4-26b-a4b.json").read_text())
     other = dict(gemma4["text_config"], model_type="gemma3n_text", num_kv_shared_layers=10)
     (tmp_path / "gemma3n.json").write_text(json.dumps(other))
@@ -851,9 +851,53 @@ def test_per_layer_attention_kvlab_has_not_read_and_mixed_precision_formats_are_
     with pytest.raises(KvlabError) as pages:
         size_kv_cache(get_model(str(tmp_path / "odd.json")), given("a100-80gb", 10, max_model_len=8192))
     assert "does not divide the largest page" in str(pages.value)
-    with pytest.raises(KvlabError, match="modelopt quant_algo 'MIXED_PRECISION' is not modelled"):
-        get_model(str(DATA / "qwen3.6-35b-a3b-nvfp4.json"))
     assert all("\n" not in str(e.value) for e in (shared, pages))
+
+
+def test_modelopt_mixed_precision_holds_each_part_in_its_own_format():
+    """nvidia/Qwen3.6-35B-A3B-NVFP4 (ModelOpt MIXED_PRECISION; its quantized_layers map as README.md reconstructs it):
+    routed and shared experts and lm_head W4A16_NVFP4 (4 bits + an fp8 scale per 16 = 0.5625 B), the attention and
+    Gated DeltaNet projections FP8 (1 B), embeddings, router, shared-expert gate and norms bf16. kvlab counts each part
+    of a layer (LayerParams) at its part's bytes, the small non-linear tensors inside the attention part (conv1d, A_log,
+    dt_bias, norms) with it."""
+    model = get_model(str(DATA / "qwen3.6-35b-a3b-nvfp4.json"))
+    fmt = model.weight_format
+    assert fmt.method == "modelopt_mixed" and [part for part, _ in fmt.parts] == ["attention", "mlp", "experts",
+                                                                                     "lm_head"]
+    assert fmt.for_part("attention").method == "fp8" and fmt.for_part("lm_head").bytes_per_param == 0.5 + 1 / 16
+    # per full-attention layer: q with its output gate 2048 x 2 x 16 x 256, k and v 2048 x 2 x 256 each, o 4096 x
+    # 2048, q/k norms 2 x 256; per Gated DeltaNet layer: in_proj_qkv 2048 x (2 x 16 + 32) x 128, in_proj_z 2048 x
+    # 4096, in_proj_b/a 2 x 2048 x 32, conv1d 8192 x 4, A_log and dt_bias 2 x 32, norm 128, out_proj 4096 x 2048
+    full, linear = 27_263_488, 33_718_464
+    assert model.layer_params(3).attention == full and model.layer_params(0).attention == linear
+    experts, shared, bf16 = 256 * 3 * 2048 * 512, 3 * 2048 * 512, 2048 * 256 + 2048 + 2 * 2048  # router, gate, norms
+    vocab = 248320 * 2048
+    expected = 10 * full + 30 * linear + 40 * ((experts + shared) * 0.5625 + bf16 * 2) + vocab * (2 + 0.5625) + 2048 * 2
+    # the Qwen3-VL tower Qwen3_5ForConditionalGeneration inherits, in bf16 (catalog/vision.py counts it)
+    assert model.vision_params == 446_571_248
+    assert model.weights_bytes_for(range(40), dtype_bytes=2) == int(expected) + 2 * 446_571_248
+    # the checkpoint with the tower and its unquantized MTP layer (one full-attention layer, 256 experts and the
+    # shared expert, fc 2 x 2048^2, three norms) in bf16: 23.40 GB, the 23.4 GB club-3090 publishes for it
+    mtp = full + experts + shared + 2048 * 256 + 2048 + 2 * 2048 + 2 * 2048 ** 2 + 3 * 2048
+    assert int(expected) == 20_819_982_976
+    assert round((20_819_982_976 + 2 * (446_571_248 + mtp)) / 1e9, 1) == 23.4
+
+
+@pytest.mark.parametrize("layers, message", [
+    ({}, "without its quantized_layers map cannot be sized"),
+    ({"model.layers.0.mlp.experts": {"quant_algo": "W4A16_NVFP4", "group_size": 16},
+      "model.layers.1.mlp.experts": {"quant_algo": "FP8"}}, "routed experts in two formats is not modelled"),
+    ({"model.layers.0.mlp.experts": {"quant_algo": "NVFP4"}, "model.layers.1.mlp.experts": {"quant_algo": "NVFP4"},
+      "model.layers.0.self_attn.q_proj": {"quant_algo": "FP8"}},
+     "attention projections in quantized in 1 of the 2 layers the map names is not modelled"),
+    ({"model.layers.0.mlp.experts": {"quant_algo": "INT4_AWQ"}}, "quant_algo 'INT4_AWQ' kvlab does not model"),
+    ({"model.embed_tokens": {"quant_algo": "FP8"}}, "'model.embed_tokens'] is a module kvlab does not model"),
+])
+def test_modelopt_mixed_precision_kvlab_cannot_hold_is_refused_in_one_line(layers, message):
+    qc = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": layers}
+    with pytest.raises(KvlabError, match=message) as refused:
+        from_quantization_config(qc, "config.json")
+    assert "\n" not in str(refused.value)
 
 
 def test_qwen3_6_27b_gated_deltanet_state_and_attention_block():

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "startup_logs.py"
+SIZING_CONFIG = Path(__file__).resolve().parent / "data" / "sizing_configs" / "qwen3.6-35b-a3b-nvfp4.json"
 
 # Lines as vLLM 0.10.1.1 prints them for Qwen2-7B on one A100 80GB (the corpus log
 # qwen2-7b-a100-80gb-util0.5-0.10.1.1 prints these figures); the settings are its index entry's.
@@ -70,14 +71,18 @@ def test_what_cannot_be_sized_is_said_not_guessed(bench, tmp_path, capsys):
     for change, reason in ((dict(gpu_kvlab=None, gpu="a card nobody names"), "is not in kvlab's catalogue"),
                            (dict(model="nobody/unknown-7b"), "no config.json for 'nobody/unknown-7b'"),
                            (dict(vllm_version=None), "states no vLLM version"),
-                           (dict(model_config="qwen3.6-35b-a3b-nvfp4"),
-                            "tests/data/sizing_configs/qwen3.6-35b-a3b-nvfp4.json: modelopt quant_algo "
-                            "'MIXED_PRECISION' is not modelled"),
+                           (dict(model_config="mixed-without-map"),
+                            "model_configs/mixed-without-map.json: modelopt MIXED_PRECISION without its "
+                            "quantized_layers map cannot be sized"),
                            (dict(not_sizable="a drafter shares the pool"), "a drafter shares the pool"),
                            (dict(other_flags="--decode-context-parallel-size 3"),
                             "--decode-context-parallel-size 3 must divide --tensor-parallel-size")):
         folder = tmp_path / str(len(reason))
-        folder.mkdir()
+        (folder / "model_configs").mkdir(parents=True)
+        # a MIXED_PRECISION checkpoint's config.json without its per-layer map (vLLM refuses it too)
+        (folder / "model_configs" / "mixed-without-map.json").write_text(json.dumps(dict(
+            json.loads(SIZING_CONFIG.read_text()), quantization_config={"quant_method": "modelopt",
+                                                                        "quant_algo": "MIXED_PRECISION"})))
         bench.main(["--corpus", str(corpus(folder, dict(ENTRY, **change)))])
         out = capsys.readouterr().out
         assert "not sized: " in out and reason in out and "KV tokens" not in out.split("== summary")[0]

@@ -493,7 +493,9 @@ class ModelSpec:
             text += (f"; {self.id} has no routed experts, so --quantization {fmt.method} changes nothing: vLLM "
                      "quantizes only MoE expert layers with it and keeps every weight here in the model dtype")
         elif fmt is not None:
-            text += f"; {fmt.text}; embeddings, norms, router and lm_head in the model dtype"
+            rest = "embeddings, norms, router" + ("" if fmt.for_part("lm_head") else " and lm_head")
+            text += f"; {fmt.text}; {rest} and the parts not named in the model dtype" if fmt.parts else \
+                f"; {fmt.text}; {rest} in the model dtype"
         if self.tie_word_embeddings:
             text += "; lm_head tied to the embedding (one copy)"
         return text
@@ -513,8 +515,9 @@ class ModelSpec:
         """
         tp = tensor_parallel_size
         fmt = self.weight_format_for(quantization)
-        linear_bytes = fmt.bytes_per_param if fmt is not None and fmt.scope == "linear" else dtype_bytes
-        expert_bytes = fmt.bytes_per_param if fmt is not None else dtype_bytes
+        held = {part: (part_fmt.bytes_per_param if (part_fmt := fmt and fmt.for_part(part)) else dtype_bytes)
+                for part in ("attention", "mlp", "experts", "lm_head")}
+        expert_bytes = held["experts"]
         kv_replicas = max(1, tp // self.num_key_value_heads) if not self.is_mla else tp  # (LayerParams.kv_projection)
         laid_out = None  # one MoE layer's experts on one GPU in vLLM's layout
         if self.is_moe and expert_layout is not None:
@@ -525,7 +528,7 @@ class ModelSpec:
             p = self.layer_params(i)
             attention = (p.attention - p.kv_projection) / tp + p.kv_projection * kv_replicas / tp
             experts = laid_out if laid_out is not None and p.experts else p.experts / tp * expert_bytes
-            total += (attention + p.mlp / tp) * linear_bytes + experts
+            total += attention * held["attention"] + p.mlp / tp * held["mlp"] + experts
             total += (p.router + p.norms) * dtype_bytes
         vocab_matrix = self.vocab_size * self.hidden_size
         if first_stage:
@@ -538,7 +541,7 @@ class ModelSpec:
         if last_stage:
             total += self.hidden_size * self.traits.norm_params_per_dim * dtype_bytes
             if not self.tie_word_embeddings or not first_stage:
-                total += vocab_matrix / tp * dtype_bytes
+                total += vocab_matrix / tp * held["lm_head"]
         return int(total)
 
     def weights_bytes(self, dtype_bytes: int | None = None, tensor_parallel_size: int = 1) -> int:
@@ -722,6 +725,11 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
     # A dense checkpoint of a MoE family says so with zeros (Granite 4.0 micro: num_local_experts 0,
     # num_experts_per_tok 0): no experts, nothing to check of them.
     dense = not _get(fields, "num_experts")
+    if not dense and _get(fields, "intermediate_size") is None and fields.get("moe_intermediate_size") \
+            and not fields.get("first_k_dense_replace") and not fields.get("mlp_only_layers"):
+        # Qwen3.5-MoE's text_config names no dense MLP width: every layer is sparse (vLLM's qwen3_5_moe.py builds
+        # no dense MLP), so the width is never read; the expert's stands in for it
+        fields = {**fields, "intermediate_size": fields["moe_intermediate_size"]}
     numbers = model_fields({name: value for name in ModelFields.model_fields
                             if (value := _get(fields, name)) is not None
                             and not (dense and name == "experts_per_token")}, where)

@@ -16,6 +16,7 @@ lack the format (FP8 before Ada, FP4 before Blackwell): the same bits and scales
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kvlab.errors import KvlabError
@@ -32,20 +33,48 @@ class WeightFormat:
     scale_bytes: float = 0.0
     zero_point_bits: int = 0
     scope: str = "linear"
+    # A mixed-precision checkpoint (ModelOpt MIXED_PRECISION): one format per part of the model (PARTS), a part not
+    # named held in the model dtype; the fields above then describe the routed experts' format.
+    parts: tuple[tuple[str, WeightFormat], ...] = ()
 
     @property
     def bytes_per_param(self) -> float:
         overhead = 0.0 if not self.group_size else (self.scale_bytes + self.zero_point_bits / 8) / self.group_size
         return self.bits / 8 + overhead
 
+    def for_part(self, part: str) -> WeightFormat | None:
+        """The format ``part`` (one of PARTS) is held in; None for the model dtype. A single-format checkpoint
+        quantizes its routed experts, and its attention and MLP linears unless its scope is the experts only; its
+        lm_head stays in the model dtype."""
+        if self.parts:
+            return dict(self.parts).get(part)
+        if part == "experts" or (part in ("attention", "mlp") and self.scope == "linear"):
+            return self
+        return None
+
     @property
-    def text(self) -> str:
+    def layout_text(self) -> str:
+        """The bits and scales of one parameter, e.g. '4 bits, a 1-B scale per 16 values = 0.5625 B per parameter'."""
         groups = f", a {self.scale_bytes:g}-B scale" if self.group_size else ""
         if self.group_size:
             groups += f"{' + ' + str(self.zero_point_bits) + '-bit zero point' if self.zero_point_bits else ''} " \
                       f"per {self.group_size:,} values"
+        return f"{self.bits} bits{groups} = {self.bytes_per_param:.4g} B per parameter"
+
+    @property
+    def text(self) -> str:
+        if self.parts:
+            held = "; ".join(f"{PARTS[part]} in {fmt.method}, {fmt.layout_text}" for part, fmt in self.parts)
+            return f"{self.method}: {held}"
         where = "routed experts" if self.scope == "experts" else "linear layers"
-        return f"{self.method} {where}: {self.bits} bits{groups} = {self.bytes_per_param:.4g} B per parameter"
+        return f"{self.method} {where}: {self.layout_text}"
+
+
+# The parts of a decoder a mixed-precision checkpoint may hold in different formats (WeightFormat.parts), as kvlab
+# counts them (kvlab.catalog.models.LayerParams): attention (self-attention or linear-attention projections), mlp (a
+# dense MLP or the shared experts), experts (the routed experts), lm_head.
+PARTS = {"attention": "attention projections", "mlp": "dense MLP / shared experts", "experts": "routed experts",
+         "lm_head": "lm_head"}
 
 
 # The format each method name means when nothing more is said (--quantization, or a config naming only the method).
@@ -158,11 +187,15 @@ def from_quantization_config(qc: dict, where: str) -> WeightFormat:
         return DEFAULTS["mxfp4"]
     if method in ("modelopt", "modelopt_fp4", "nvfp4"):
         algo = str(qc.get("quant_algo") or (qc.get("quantization") or {}).get("quant_algo") or "NVFP4").upper()
+        if algo == "MIXED_PRECISION":
+            inner = qc.get("quantization")
+            return _modelopt_mixed(inner if isinstance(inner, dict) else qc, where)
         if "FP8" in algo:
             return WeightFormat("fp8", 8)
         if "FP4" in algo:
             return WeightFormat("nvfp4", 4, int(qc.get("group_size", 16)), 1.0)
-        raise KvlabError(f"{where}: modelopt quant_algo {algo!r} is not modelled; kvlab knows FP8 and NVFP4")
+        raise KvlabError(f"{where}: modelopt quant_algo {algo!r} is not modelled; kvlab knows FP8, NVFP4 and "
+                         "MIXED_PRECISION")
     if method == "compressed-tensors":
         return _compressed_tensors(qc, where)
     if method == "bitsandbytes":
@@ -195,3 +228,75 @@ def _compressed_tensors(qc: dict, where: str) -> WeightFormat:
     ignore = " ".join(str(x) for x in qc.get("ignore") or [])
     scope = "experts" if "self_attn" in ignore and "shared_expert" in ignore else "linear"
     return WeightFormat(method, bits, group, scale if group else 0.0, zero if group else 0, scope)
+
+
+# The per-layer algorithms of a ModelOpt MIXED_PRECISION map kvlab counts, and the bytes each holds a weight in
+# (vLLM's ModelOptMixedPrecisionConfig hands each to the FP8, NVFP4 or MXFP8 method of the same name): FP8 with one
+# scale per tensor or per output channel (not counted); NVFP4 (W4A4 or weight-only W4A16) 4 bits and one fp8 scale
+# per group; MXFP8 8 bits and one 8-bit scale per 32.
+def _mixed_algo(algo: str, group_size: int) -> WeightFormat | None:
+    if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
+        return WeightFormat("fp8", 8)
+    if algo in ("NVFP4", "W4A16_NVFP4"):
+        return WeightFormat("nvfp4", 4, group_size, 1.0)
+    if algo == "MXFP8":
+        return WeightFormat("mxfp8", 8, 32, 1.0)
+    return None
+
+
+def _mixed_part(name: str) -> str | None:
+    """The part (PARTS) a quantized_layers key names; "" for modules kvlab leaves aside (the MTP drafter, which vLLM
+    loads only for speculative decoding, and the vision tower); None for one it cannot place."""
+    if name.startswith("mtp") or any(word in name for word in ("visual", "vision")):
+        return ""
+    if name == "lm_head" or name.endswith(".lm_head"):
+        return "lm_head"
+    if re.search(r"\.(experts)(\.|$)", name):
+        return "experts"
+    if "shared_expert" in name and "shared_expert_gate" not in name or re.search(r"\.mlp\.\w+_proj$", name):
+        return "mlp"
+    if re.search(r"\.(self_attn|linear_attn|attn)\.", name):
+        return "attention"
+    return None
+
+
+def _modelopt_mixed(qc: dict, where: str) -> WeightFormat:
+    """A ModelOpt MIXED_PRECISION checkpoint: its ``quantized_layers`` map (config.json's quantization_config, or
+    hf_quant_config.json's "quantization") names each quantized module's quant_algo; vLLM
+    (ModelOptMixedPrecisionConfig.get_quant_method) looks each linear layer, the lm_head and the routed experts up in
+    it and keeps a module it does not list in the model dtype. kvlab holds each part (PARTS) in one format in every
+    layer, so a map that gives one part two formats, or quantizes it in only some layers, is refused."""
+    layers = qc.get("quantized_layers")
+    if not isinstance(layers, dict) or not layers:
+        raise KvlabError(f"{where}: modelopt MIXED_PRECISION without its quantized_layers map cannot be sized (vLLM "
+                         "refuses it too); valid: a quantization_config whose quantized_layers names each quantized "
+                         "module's quant_algo, as the checkpoint's config.json or hf_quant_config.json has it")
+    formats: dict[str, set[WeightFormat]] = {}
+    covered: dict[str, set[int]] = {}
+    for name, info in layers.items():
+        part = _mixed_part(str(name))
+        algo = str((info or {}).get("quant_algo") or "").upper()
+        fmt = _mixed_algo(algo, int((info or {}).get("group_size") or qc.get("group_size") or 16))
+        if part is None or fmt is None:
+            what = f"quant_algo {algo!r}" if fmt is None else "a module"
+            raise KvlabError(f"{where}: quantized_layers[{name!r}] is {what} kvlab does not model; valid: FP8, "
+                             "FP8_PER_CHANNEL_PER_TOKEN, NVFP4, W4A16_NVFP4 or MXFP8 on attention, MLP, expert and "
+                             "lm_head layers")
+        if part:
+            formats.setdefault(part, set()).add(fmt)
+            number = re.search(r"layers\.(\d+)\.", str(name))
+            covered.setdefault(part, set()).update([int(number.group(1))] if number else [])
+    everywhere = set().union(*covered.values())
+    for part, held in formats.items():
+        if len(held) > 1 or (part != "lm_head" and covered[part] != everywhere):
+            why = ("two formats" if len(held) > 1 else
+                   f"quantized in {len(covered[part])} of the {len(everywhere)} layers the map names")
+            raise KvlabError(f"{where}: modelopt MIXED_PRECISION with {PARTS[part]} in {why} is not modelled; kvlab "
+                             "holds each part (attention, MLP, routed experts, lm_head) in one format in every layer")
+    parts = tuple((part, next(iter(formats[part]))) for part in PARTS if part in formats)
+    if not parts:
+        raise KvlabError(f"{where}: modelopt MIXED_PRECISION whose quantized_layers name only the MTP drafter or the "
+                         "vision tower leaves the decoder in the model dtype; kvlab sizes it as unquantized only "
+                         "without a quantization_config")
+    bulk = dict(parts).get("experts") or parts[0][1]
+    return WeightFormat("modelopt_mixed", bulk.bits, bulk.group_size, bulk.scale_bytes, scope="mixed", parts=parts)

@@ -13,7 +13,9 @@ code vLLM runs:
 - Qwen2-VL / Qwen2.5-VL (qwen2_vl.py, qwen2_5_vl.py): a 3-D patch convolution over temporal_patch_size frames,
   ``depth`` blocks (Qwen2-VL: LayerNorm and a two-matrix MLP of mlp_ratio x; Qwen2.5-VL: RMSNorm and a gated MLP of
   intermediate_size), and the patch merger (a norm, then spatial_merge_size^2 x hidden -> same -> out_hidden_size).
-- Qwen3-VL (qwen3_vl.py, also the MoE checkpoints): a biased 3-D patch convolution, learned position embeddings
+- Qwen3-VL (qwen3_vl.py, also the MoE checkpoints, and Qwen3.5 / Qwen3.6, whose qwen3_5.py
+  Qwen3_5ForConditionalGeneration subclasses Qwen3VLForConditionalGeneration, tower and encoder profiling included;
+  their processors' pixel caps are taken to be Qwen3-VL's, not read): a biased 3-D patch convolution, learned position embeddings
   (num_position_embeddings), ``depth`` LayerNorm blocks with a two-matrix MLP of intermediate_size, the patch merger
   (LayerNorm over hidden), and one more merger per ``deepstack_visual_indexes`` entry whose LayerNorm is over the
   merged width (use_postshuffle_norm).
@@ -31,7 +33,8 @@ from dataclasses import dataclass
 # (Qwen2VLProcessingInfo.get_image_size_with_most_features): Qwen2VLImageProcessor's default max_pixels,
 # 12,845,056 = 16,384 tokens x (2 x 14)^2, as Qwen2-VL and Qwen2.5-VL checkpoints' preprocessor_config.json keep it;
 # Qwen3-VL's processor, size["longest_edge"] 16,777,216 = 16,384 tokens x (2 x 16)^2.
-MAX_PIXELS = {"qwen2_vl": 12_845_056, "qwen2_5_vl": 12_845_056, "qwen3_vl": 16_777_216, "qwen3_vl_moe": 16_777_216}
+MAX_PIXELS = {"qwen2_vl": 12_845_056, "qwen2_5_vl": 12_845_056, "qwen3_vl": 16_777_216, "qwen3_vl_moe": 16_777_216,
+              "qwen3_5": 16_777_216, "qwen3_5_moe": 16_777_216}
 
 # Qwen3-VL's video processor caps the pixels of a whole clip, not of one frame: size["longest_edge"] of the
 # checkpoints' video_preprocessor_config.json, 25,165,824 = 12,288 tokens x 2 frames x (2 x 16)^2
@@ -224,7 +227,7 @@ def vision_params(config: dict) -> tuple[int, str]:
         out = int(vc.get("out_hidden_size") or vc.get("hidden_size") or text_hidden)
         merger = h * (2 if model_type == "qwen2_vl" else 1) + merged * merged + merged + merged * out + out
         return patch * h + depth * block + merger, f"{model_type} vision: {depth} blocks of {h:,}, patch merger"
-    if model_type in ("qwen3_vl", "qwen3_vl_moe"):
+    if model_type in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
         h, depth = int(vc.get("hidden_size", 1152)), int(vc.get("depth", 27))
         patch = int(vc.get("in_channels", 3)) * int(vc.get("temporal_patch_size", 2)) * int(vc.get("patch_size", 16)) ** 2
         embed = patch * h + h + int(vc.get("num_position_embeddings", 2304)) * h
