@@ -36,8 +36,11 @@ class ProfileFit:
     # values and int64 indices beside the float32 logits and probabilities). The V1 runner's only: Model Runner V2's
     # sampler run is counted, not fitted (with_sampler).
     sampler_bytes_per_logit: dict
-    # MoE: fused_moe's intermediate caches, per routed token: (2 N + N) of the expert width per GPU plus the hidden
-    # size, for each of top-k experts (fused_moe.fused_experts_impl's intermediate_cache1..3).
+    # MoE: the fused experts' intermediate caches, per routed token (each of top-k experts), N the expert width per
+    # GPU and K the hidden size: cache1 (the gate/up output, 2 N) and cache3 (the down output, K) are views of one
+    # buffer of max(2 N, K), and cache2 (the activated product, N) its own (Triton's fused_moe.fused_experts_impl
+    # 'cache13 ... by the time we need cache3, we're done with cache1', since vLLM PR #13625, and Marlin's
+    # fused_marlin_moe intermediate_cache13 alike).
     moe_cache_tensors: float
     # Non-torch memory: what the worker holds outside PyTorch's allocator after profiling (cuBLAS/cuDNN
     # workspaces; with TP > 1 NCCL's buffers and the custom all-reduce's, which NVLink SHARP makes large on
@@ -68,11 +71,13 @@ FIT = ProfileFit(
     non_torch_base_gib=0.07, non_torch_nccl_pcie_gib=0.14, non_torch_nccl_nvswitch_gib=1.31,
     cuda_graph_mib_per_graph=7.05,
     # The same fit: dense not scaled (its sampler fit absorbs the rest); MoE on 3 logs (gpt-oss-120b on 4 x A100
-    # and on one H100, gpt-oss-20b on an A100), hybrid on 1 (Qwen3-Next, 2 x H200), int4 on 1 (Llama-3-70B-AWQ,
+    # and on one H100, gpt-oss-20b on an A100; 0.85 when the MoE caches were counted as 3 N + K), hybrid on 1
+    # (Qwen3-Next, 2 x H200: its printed 5.58 GiB; 0.84 with 3 N + K; `--fit` adds Nemotron 3 Nano's GB10 log,
+    # whose non-torch term is the host's, and gives 1.39), int4 on 1 (Llama-3-70B-AWQ,
     # 2 x L40S: the awq_marlin forward peaks at 3.4 x the tensors counted; Qwen3-14B-AWQ, whose 0.28 log prints its
     # peak, 1.46 GiB, is of the fitting half too but prints no weights line to fit on). Multimodal models take their
     # text model's family: the encoder's profiling run is its own term (encoder_bytes), not a scale.
-    activation_scale={"dense": 1.0, "moe": 0.85, "hybrid": 0.84, "int4": 3.42},
+    activation_scale={"dense": 1.0, "moe": 1.07, "hybrid": 1.0, "int4": 3.42},
     basis="tensor counts read from vLLM's code; non-torch from the 3 logs that print vLLM's breakdown; the activation "
           "scale per family fitted on the fitting half of tests/data/startup_logs (docs/sizing.md)",
 )
@@ -159,13 +164,14 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
     forward = t * per_token
     moe = 0.0
     if x.moe_top_k:
-        moe = fit.moe_cache_tensors * t * x.moe_top_k * (3 * x.moe_width_per_gpu + x.hidden_size) * x.act_dtype_bytes
+        moe = (fit.moe_cache_tensors * t * x.moe_top_k * (max(2 * x.moe_width_per_gpu, x.hidden_size)
+                                                          + x.moe_width_per_gpu) * x.act_dtype_bytes)
     source = (f"estimate: {t:,} batched tokens x ({fit.hidden_tensors:g} x {x.hidden_size:,} hidden + "
               f"{fit.mlp_tensors:g} x {x.mlp_width_per_gpu:,} MLP + {fit.qkv_tensors:g} x {x.qkv_width_per_gpu:,} "
               f"qkv) x {x.act_dtype_bytes} B")
     if x.moe_top_k:
-        source += (f" + MoE caches {t:,} x top-{x.moe_top_k} x (3 x {x.moe_width_per_gpu:,} + {x.hidden_size:,}) x "
-                   f"{x.act_dtype_bytes} B")
+        source += (f" + MoE caches {t:,} x top-{x.moe_top_k} x (max(2 x {x.moe_width_per_gpu:,}, {x.hidden_size:,}) + "
+                   f"{x.moe_width_per_gpu:,}) x {x.act_dtype_bytes} B")
     scale = fit.activation_scale.get(x.family, 1.0)
     if scale != 1.0:
         source = source.replace("estimate: ", f"estimate: {scale:.2f} ({x.family} fit) x the forward's ", 1)
