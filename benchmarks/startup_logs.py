@@ -102,6 +102,13 @@ def dcp_of(entry: dict) -> int:
     return int(m.group(1)) if m else 1
 
 
+def expert_parallel_of(entry: dict) -> bool:
+    """Whether the entry's flags turn on expert parallelism (--enable-expert-parallel, or its -ep)."""
+    import re
+
+    return re.search(r"(^|\s)(--enable-expert-parallel|-ep)(\s|=|$)", str(entry.get("other_flags") or "")) is not None
+
+
 def quantization_of(entry: dict) -> str | None:
     """The --quantization the entry states, when the model's config does not carry it."""
     text = str(entry.get("quantization") or "").lower()
@@ -167,6 +174,7 @@ def predict(entry: dict) -> Row:
             dtype=dtype if dtype in ("auto", "float16", "bfloat16", "float32") else "auto",
             vllm_version=version, enforce_eager=bool(entry.get("enforce_eager")),
             sampler=sampler_of(entry), decode_context_parallel_size=dcp_of(entry),
+            enable_expert_parallel=expert_parallel_of(entry),
             quantization=None if model.weight_format is not None else quantization_of(entry))
         config = SizingConfig.for_gpu(gpu, **settings)
         result = size_kv_cache(model, config)

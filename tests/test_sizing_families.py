@@ -20,7 +20,14 @@ from kvlab.catalog.config import load_config_path
 from kvlab.catalog.models import FULL_ATTENTION
 from kvlab.catalog.quant import from_quantization_config
 from kvlab.errors import KvlabError
-from kvlab.sizing import SizingConfig, cdiv, max_num_requests, size_kv_cache
+from kvlab.sizing import (
+    SizingConfig,
+    cdiv,
+    max_num_requests,
+    size_kv_cache,
+    tensor_parallel_refusal,
+    valid_tensor_parallel_sizes,
+)
 
 GIB = 2**30
 DATA = Path(__file__).parent / "data" / "sizing_configs"
@@ -156,18 +163,42 @@ def test_moe_activation_counts_the_fused_experts_caches_as_vllm_allocates_them()
     """The fused experts' intermediate caches per routed token: max(2 N, hidden) + N, N the expert width per GPU (the
     gate/up and down outputs share one buffer, cache13, in Triton's fused_experts_impl and Marlin's fused_marlin_moe;
     the activated product has its own). Qwen3-235B-A22B FP8 as the held-out log qwen3-235b-fp8-8xl40s-0.10.2 started
-    it (TP 8 on L40S: 2,048 batched tokens, 256 sequences, the PyTorch sampler), which prints 'peak activation 1.40
-    GiB'."""
+    it (TP 8 on L40S with --enable-expert-parallel: each GPU holds 16 whole experts, so N is the whole width; 2,048
+    batched tokens, 256 sequences, the PyTorch sampler), which prints 'peak activation 1.40 GiB'."""
     from kvlab.memory_profile import FIT
 
     model = get_model(str(DATA / "qwen3-235b-a22b-instruct-2507-fp8.json"))
-    r = size_kv_cache(model, given("l40s", 10.65, tensor_parallel_size=8, max_model_len=262144, vllm_version="0.10.2"))
-    n, hidden, qkv = 1536 // 8, 4096, (64 + 2 * 4) * 128 // 8  # expert width, hidden, q/k/v heads x 128 per GPU
+    r = size_kv_cache(model, given("l40s", 10.65, tensor_parallel_size=8, max_model_len=262144, vllm_version="0.10.2",
+                                   enable_expert_parallel=True))
+    n, hidden, qkv = 1536, 4096, (64 + 2 * 4) * 128 // 8  # expert width (whole under EP), hidden, q/k/v heads per GPU
     forward = 2048 * (2 * hidden + qkv) * 2  # no shared experts: no dense MLP term
-    caches = 2048 * 8 * (max(2 * n, hidden) + n) * 2  # top-8: 4,096 + 192 values a routed token, not 3 x 192 + 4,096
+    caches = 2048 * 8 * (max(2 * n, hidden) + n) * 2  # top-8: 4,096 + 1,536 values a routed token, not 3 x 1,536 + 4,096
     sampler = 256 * 151_936 * FIT.sampler_bytes_per_logit["pytorch"]
     assert r.activation_bytes == int(FIT.activation_scale["moe"] * (forward + caches) + sampler)
-    assert round(r.activation_bytes / GIB, 2) == 1.46  # printed 1.40
+    assert round(r.activation_bytes / GIB, 2) == 1.50  # printed 1.40
+
+
+def test_fp8_blocks_bound_tensor_parallelism_as_vllm_does():
+    """A block-quantized FP8 checkpoint keeps each block's 128 output channels on one GPU (vLLM's
+    validate_fp8_block_shape and Fp8MoEMethod.create_weights): Qwen3-235B's experts (1,536 wide) split over 8 GPUs
+    leave 192 a rank and vLLM refuses ('The output_size of gate's and up's weight = 192 is not divisible by weight
+    quantization block_n = 128', as users report it); expert parallelism keeps the experts whole. DeepSeek-V3's dense
+    MLP (18,432) over 32 GPUs leaves 576 ('Weight output_partition_size = 576 ...'), with or without EP."""
+    model = get_model(str(DATA / "qwen3-235b-a22b-instruct-2507-fp8.json"))
+    assert model.weight_format.block_n == 128
+    with pytest.raises(KvlabError, match=r"expert width \(moe_intermediate_size 1536\) of .* over tensor parallel size 8 "
+                       r"leaves 192 output channels a rank, not a multiple of its FP8 weight blocks' 128 rows.*"
+                       r"--enable-expert-parallel keeps each expert whole.*valid --tensor-parallel-size: 1, 2, 4$"):
+        size_kv_cache(model, given("h200", 60, tensor_parallel_size=8))
+    assert size_kv_cache(model, given("h200", 60, tensor_parallel_size=8, enable_expert_parallel=True)).num_blocks > 0
+    assert valid_tensor_parallel_sizes(model, expert_parallel=True) == [1, 2, 4, 8, 16, 32, 64]
+    ds = get_model("deepseek-v3")
+    assert tensor_parallel_refusal(ds, 16) is None
+    for ep in (False, True):
+        assert "MLP width (intermediate_size 18432) of deepseek-v3 over tensor parallel size 32 leaves 576 output " \
+            "channels" in tensor_parallel_refusal(ds, 32, expert_parallel=ep)
+    bf16 = get_model(str(DATA / "qwen3-30b-a3b-fp8.json"))
+    assert tensor_parallel_refusal(bf16, 4) is not None and tensor_parallel_refusal(bf16, 2) is None
 
 
 # --- multimodal ---------------------------------------------------------------------------------------------

@@ -92,6 +92,10 @@ def test_the_decode_context_parallel_size_is_read_from_the_flags(bench):
     assert bench.dcp_of({"other_flags": "--decode-context-parallel-size 8 --trust-remote-code"}) == 8
     assert bench.dcp_of({"other_flags": "--decode-context-parallel-size=2"}) == 2
     assert bench.dcp_of({"other_flags": None}) == bench.dcp_of({}) == 1
+    assert bench.expert_parallel_of({"other_flags": "--enable-expert-parallel --swap-space 0"})
+    assert bench.expert_parallel_of({"other_flags": "--trust-remote-code -ep"})
+    assert not bench.expert_parallel_of({"other_flags": "--expert-placement-strategy linear"})
+    assert not bench.expert_parallel_of({})
 
 
 def test_the_sampler_is_read_from_the_log(bench, tmp_path):

@@ -144,6 +144,9 @@ class SizingConfig:
     # --decode-context-parallel-size: the TP ranks of a DCP group each keep every DCP-th token's KV, so a request of
     # L tokens takes cdiv(L, DCP) tokens' blocks on each GPU (AttentionSpec.max_memory_usage_bytes)
     decode_context_parallel_size: int = 1
+    # --enable-expert-parallel: a MoE layer's routed experts are dealt out whole, E / TP to each GPU, instead of each
+    # expert's width split over the TP ranks (vLLM's FusedMoE with EP; the shared experts and the rest stay TP)
+    enable_expert_parallel: bool = False
 
     def __post_init__(self):
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -396,7 +399,8 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
     if model.is_moe:
         width = model.moe_intermediate_size or model.intermediate_size
         return ProfileInputs(mlp_width_per_gpu=(model.num_shared_experts or 0) * width // tp,
-                             moe_top_k=model.experts_per_token, moe_width_per_gpu=width // tp, **inputs)
+                             moe_top_k=model.experts_per_token,
+                             moe_width_per_gpu=width if config.enable_expert_parallel else width // tp, **inputs)
     return ProfileInputs(mlp_width_per_gpu=model.widest_mlp // tp, **inputs)
 
 
@@ -660,6 +664,7 @@ class SizingResult:
     enforce_eager: bool = False
     quantization: str | None = None  # --quantization given (None: the checkpoint's own)
     decode_context_parallel_size: int = 1  # a request's tokens are spread over this many GPUs' caches
+    enable_expert_parallel: bool = False  # routed experts dealt out whole (SizingConfig.enable_expert_parallel)
     sampler: str | None = None  # --sampler given (None: the version's default)
     model_runner: str | None = None  # --model-runner given (None: the one the version picks for the model)
 
@@ -727,15 +732,16 @@ class SizingResult:
         return data
 
 
-def tensor_parallel_refusal(model: ModelSpec, tensor_parallel_size: int) -> str | None:
+def tensor_parallel_refusal(model: ModelSpec, tensor_parallel_size: int, expert_parallel: bool = False) -> str | None:
     """Why vLLM cannot split ``model`` over ``tensor_parallel_size`` GPUs, or None when it can. vLLM's checks:
     the attention heads divide evenly (ModelConfig.verify_with_parallel_config, vllm/config/model.py); each
     layer's KV heads divide evenly, or TP is a multiple of them and they are replicated (QKVParallelLinear's
     divide() calls, vllm/model_executor/layers/linear.py; MLA keeps one latent and is not split); a dense MLP's
     intermediate_size divides evenly (MergedColumnParallelLinear's assert, ColumnParallelLinear's divide(), same
     file); routed experts' width divides evenly too (FusedMoE.__init__'s `assert intermediate_size % self.tp_size
-    == 0`, vllm/model_executor/layers/fused_moe/layer.py, in every version read; expert parallelism, not modelled
-    here, would make it 1), and so does the shared experts' MLP (its count x the expert width, a dense MLP)."""
+    == 0`, vllm/model_executor/layers/fused_moe/layer.py, in every version read; expert parallelism
+    (``expert_parallel``) keeps each expert whole), and so does the shared experts' MLP (its count x the expert width,
+    a dense MLP)."""
     tp = tensor_parallel_size
     if model.num_attention_heads % tp:
         return f"total number of attention heads ({model.num_attention_heads}) of {model.id} must be divisible by " \
@@ -754,25 +760,51 @@ def tensor_parallel_refusal(model: ModelSpec, tensor_parallel_size: int) -> str 
             f"tensor parallel size ({tp})"
     if model.is_moe:
         expert = model.moe_intermediate_size or model.intermediate_size
-        for what, width in (("expert", expert), ("shared experts' MLP", (model.num_shared_experts or 0) * expert)):
+        routed = () if expert_parallel else (("expert", expert),)
+        for what, width in (*routed, ("shared experts' MLP", (model.num_shared_experts or 0) * expert)):
             if width % tp:
                 return f"the {what} width ({width}) of {model.id} must be divisible by tensor parallel size ({tp}): " \
                     "vLLM's FusedMoE splits each expert's intermediate_size over the TP ranks"
+    return _block_refusal(model, tp, dense_mlp, expert_parallel)
+
+
+def _block_refusal(model: ModelSpec, tp: int, dense_mlp: bool, expert_parallel: bool) -> str | None:
+    """A block-quantized checkpoint (FP8's weight_block_size) keeps each block's output channels on one rank: each
+    MLP's and expert's width per TP rank must be a multiple of the block's rows (vLLM's validate_fp8_block_shape for
+    the linear layers, Fp8MoEMethod.create_weights for the experts, vllm/model_executor/layers/quantization/fp8.py
+    and utils/fp8_utils.py; only when tp > 1)."""
+    fmt = model.weight_format
+    if fmt is None or tp == 1:
+        return None
+    expert = model.moe_intermediate_size or model.intermediate_size
+    widths = [("mlp", "MLP width (intermediate_size", model.intermediate_size)] if dense_mlp else []
+    if model.is_moe:
+        widths += [] if expert_parallel else [("experts", "expert width (moe_intermediate_size", expert)]
+        widths += [("mlp", "shared experts' MLP width (n_shared_experts x moe_intermediate_size",
+                    (model.num_shared_experts or 0) * expert)]
+    for part, what, width in widths:
+        block = (fmt.for_part(part) or fmt).block_n if fmt.for_part(part) is not None else None
+        if block and width and (width // tp) % block:
+            return (f"the {what} {width}) of {model.id} over tensor parallel size {tp} leaves {width // tp} output "
+                    f"channels a rank, not a multiple of its FP8 weight blocks' {block} rows: vLLM refuses a split "
+                    f"that cuts a block (\"not divisible by weight quantization block_n = {block}\")"
+                    + ("" if part == "mlp" else "; --enable-expert-parallel keeps each expert whole on one GPU"))
     return None
 
 
-def valid_tensor_parallel_sizes(model: ModelSpec, decode_context_parallel_size: int = 1, limit: int = 64) -> list[int]:
+def valid_tensor_parallel_sizes(model: ModelSpec, decode_context_parallel_size: int = 1, limit: int = 64,
+                                expert_parallel: bool = False) -> list[int]:
     """TP sizes vLLM accepts for this model (tensor_parallel_refusal), and multiples of the DCP size (DCP groups
     are made of TP ranks)."""
     return [tp for tp in range(1, min(limit, model.num_attention_heads) + 1)
-            if tp % decode_context_parallel_size == 0 and tensor_parallel_refusal(model, tp) is None]
+            if tp % decode_context_parallel_size == 0 and tensor_parallel_refusal(model, tp, expert_parallel) is None]
 
 
 def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
     """Model-dependent checks vLLM makes at startup; returns the resolved max_model_len."""
-    refusal = tensor_parallel_refusal(model, config.tensor_parallel_size)
+    refusal = tensor_parallel_refusal(model, config.tensor_parallel_size, config.enable_expert_parallel)
     if refusal:
-        sizes = ", ".join(map(str, valid_tensor_parallel_sizes(model)))
+        sizes = ", ".join(map(str, valid_tensor_parallel_sizes(model, expert_parallel=config.enable_expert_parallel)))
         raise KvlabError(f"{refusal}; valid --tensor-parallel-size: {sizes}")
     if config.pipeline_parallel_size > model.num_hidden_layers:
         raise KvlabError(f"--pipeline-parallel-size {config.pipeline_parallel_size} exceeds the "
@@ -899,7 +931,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         profile_terms=profile.terms, enforce_eager=config.enforce_eager, quantization=config.quantization,
         sampler=config.sampler, model_runner=config.model_runner,
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight, dcp),
-        decode_context_parallel_size=dcp,
+        decode_context_parallel_size=dcp, enable_expert_parallel=config.enable_expert_parallel,
     )
 
 
@@ -963,7 +995,8 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
                 f"estimated activations and other {format_gib(other)} GiB exceed the requested "
                 f"{format_gib(requested)} GiB by {format_gib(short)} GiB")
     hints = []
-    for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size):
+    for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size,
+                                          expert_parallel=config.enable_expert_parallel):
         if tp <= config.tensor_parallel_size:
             continue
         trial = replace(config, tensor_parallel_size=tp)
@@ -1093,16 +1126,18 @@ def settings_of(result: SizingResult) -> SizingConfig:
         max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name, vllm_version=result.vllm_version or None,
         enforce_eager=result.enforce_eager, quantization=result.quantization, sampler=result.sampler,
         model_runner=result.model_runner, decode_context_parallel_size=result.decode_context_parallel_size,
+        enable_expert_parallel=result.enable_expert_parallel,
         available_kv_bytes=result.available_kv_bytes if result.available_kv_source == "given" else None)
 
 
 def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[int, SizingResult]:
     """Smallest tensor-parallel size on ``gpu`` that holds the weights and one max_model_len request."""
-    for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size):
+    for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size,
+                                          expert_parallel=config.enable_expert_parallel):
         result = _starts(model, on_gpu(config, gpu, tp))
         if result is not None:
             return tp, result
-    largest = valid_tensor_parallel_sizes(model)[-1]
+    largest = valid_tensor_parallel_sizes(model, expert_parallel=config.enable_expert_parallel)[-1]
     raise KvlabError(f"{model.id} does not fit on up to {largest} x {gpu.id} with tensor parallelism (the most its "
                      f"{model.num_attention_heads} attention heads allow) with one "
                      f"{config.max_model_len or model.max_position_embeddings:,}-token request; add pipeline "
@@ -1197,8 +1232,8 @@ def workload_replicas(model: ModelSpec, config: SizingConfig, num_requests: int,
     if gpu is None:
         trials = [config]
     else:
-        trials = [on_gpu(config, gpu, tp)
-                  for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size)]
+        trials = [on_gpu(config, gpu, tp) for tp in valid_tensor_parallel_sizes(
+            model, config.decode_context_parallel_size, expert_parallel=config.enable_expert_parallel)]
     options: list[WorkloadReplicas] = []
     for trial in trials:
         if options and trial.world_size >= min(o.num_gpus for o in options):

@@ -36,6 +36,9 @@ class WeightFormat:
     # A mixed-precision checkpoint (ModelOpt MIXED_PRECISION): one format per part of the model (PARTS), a part not
     # named held in the model dtype; the fields above then describe the routed experts' format.
     parts: tuple[tuple[str, WeightFormat], ...] = ()
+    # Block quantization (FP8's weight_block_size, compressed-tensors' block strategy): the block's rows, the output
+    # channels one scale covers, which a tensor-parallel split must keep whole (kvlab.sizing.tensor_parallel_refusal).
+    block_n: int | None = None
 
     @property
     def bytes_per_param(self) -> float:
@@ -172,7 +175,8 @@ def from_quantization_config(qc: dict, where: str) -> WeightFormat:
     method = str(qc.get("quant_method") or qc.get("quant_algo") or "").lower()
     if method == "fp8":
         block = qc.get("weight_block_size")
-        return WeightFormat("fp8", 8, block[0] * block[1] if block else None, 4.0 if block else 0.0)
+        return WeightFormat("fp8", 8, block[0] * block[1] if block else None, 4.0 if block else 0.0,
+                            block_n=int(block[0]) if block else None)
     if method in ("gptq", "gptq_marlin", "auto-round", "auto_round", "autoround"):
         bits = int(qc.get("bits", 4))
         sym = qc.get("sym", True)
@@ -218,16 +222,17 @@ def _compressed_tensors(qc: dict, where: str) -> WeightFormat:
     if "nvfp4" in fmt or (bits == 4 and kind == "float"):
         return WeightFormat("nvfp4", 4, int(weights.get("group_size") or 16), 1.0)
     group = _group(weights.get("group_size")) if weights.get("strategy") == "group" else None
+    block_n = None
     if weights.get("strategy") == "block" and weights.get("block_structure"):
         rows, cols = weights["block_structure"]
-        group = rows * cols
+        group, block_n = rows * cols, int(rows)
     method = "fp8" if kind == "float" else ("int8" if bits == 8 else "gptq")
     zero = 0 if weights.get("symmetric", True) else bits
     scale = 2.0 if kind == "int" and bits < 8 else 4.0
     # An ignore list that leaves attention and the shared experts unquantized (Kimi-K2's INT4): routed experts only.
     ignore = " ".join(str(x) for x in qc.get("ignore") or [])
     scope = "experts" if "self_attn" in ignore and "shared_expert" in ignore else "linear"
-    return WeightFormat(method, bits, group, scale if group else 0.0, zero if group else 0, scope)
+    return WeightFormat(method, bits, group, scale if group else 0.0, zero if group else 0, scope, block_n=block_n)
 
 
 # The per-layer algorithms of a ModelOpt MIXED_PRECISION map kvlab counts, and the bytes each holds a weight in

@@ -57,6 +57,9 @@ RunnerOpt = Annotated[Optional[str], typer.Option(
 DcpOpt = Annotated[int, typer.Option(
     "--dcp-size", "-dcp", help="GPUs of a tensor-parallel group that split each request's KV cache by token "
     "(vLLM's decode context parallelism, its --decode-context-parallel-size); must divide --tensor-parallel-size.")]
+EpOpt = Annotated[bool, typer.Option(
+    "--enable-expert-parallel", "-ep", help="Deal a MoE model's routed experts out whole, E / TP to each GPU, instead "
+    "of splitting each expert over the tensor-parallel ranks (vLLM's --enable-expert-parallel).")]
 
 # The options `kvlab size` and `kvlab fit` share (kvlab.service.size.sizing_config's arguments): the ones that decide
 # the KV cache, declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
@@ -274,6 +277,8 @@ def _title(model, gpu, config, result=None) -> str:
     text += f" · TP {config.tensor_parallel_size} · PP {config.pipeline_parallel_size}"
     if config.decode_context_parallel_size > 1:
         text += f" · DCP {config.decode_context_parallel_size}"
+    if config.enable_expert_parallel:
+        text += " · EP"
     if result is not None:
         text += (f" · {result.dtype} · KV {result.kv_cache_dtype} · block_size {result.block_size} · max_model_len "
                  f"{result.max_model_len:,}")
@@ -323,6 +328,7 @@ def size(
     sampler: SamplerOpt = None,
     model_runner: RunnerOpt = None,
     decode_context_parallel_size: DcpOpt = 1,
+    enable_expert_parallel: EpOpt = False,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -334,7 +340,8 @@ def size(
     quantization = weight_dtype(options, quantization, as_json)
     gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler, model_runner=model_runner,
-                                    decode_context_parallel_size=decode_context_parallel_size)
+                                    decode_context_parallel_size=decode_context_parallel_size,
+                                    enable_expert_parallel=enable_expert_parallel)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
@@ -424,6 +431,7 @@ def fit(
     sampler: SamplerOpt = None,
     model_runner: RunnerOpt = None,
     decode_context_parallel_size: DcpOpt = 1,
+    enable_expert_parallel: EpOpt = False,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -438,7 +446,8 @@ def fit(
     quantization = weight_dtype(options, quantization, as_json)
     gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler, model_runner=model_runner,
-                                    decode_context_parallel_size=decode_context_parallel_size)
+                                    decode_context_parallel_size=decode_context_parallel_size,
+                                    enable_expert_parallel=enable_expert_parallel)
     _note_block_size(config.block_size, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "

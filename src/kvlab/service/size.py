@@ -25,7 +25,7 @@ def sizing_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_s
                   block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
                   available_kv_gib, vllm_version=None, quantization=None, enforce_eager=False,
                   sampler=None, decode_context_parallel_size=1,
-                  model_runner=None) -> tuple[GpuSpec | None, SizingConfig]:
+                  model_runner=None, enable_expert_parallel=False) -> tuple[GpuSpec | None, SizingConfig]:
     """(GpuSpec or None, SizingConfig) from the sizing options, checked (kvlab.validate). With --gpu and
     --gpu-memory-gib both, the GPU keeps its name and defaults and takes the given memory, as in `kvlab run`."""
     from kvlab.vllm_rules import check_model_runner
@@ -46,6 +46,7 @@ def sizing_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_s
         available_kv_bytes=None if available_kv_gib is None else round(available_kv_gib * GIB),
         vllm_version=vllm_version, quantization=quantization, enforce_eager=enforce_eager, sampler=sampler,
         decode_context_parallel_size=decode_context_parallel_size, model_runner=model_runner,
+        enable_expert_parallel=enable_expert_parallel,
     )
     return spec, config
 
