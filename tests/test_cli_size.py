@@ -182,7 +182,13 @@ def test_fit_keeps_one_gpu_when_the_weights_fit(kvlab):
 
 def test_fit_a_model_no_tensor_parallel_size_holds(kvlab):
     r = kvlab("fit", "deepseek-v3", "--gpu", "t4")
-    assert r.exit_code == 2 and "does not fit on T4" in " ".join(r.stderr.split())
+    assert r.exit_code == 2 and ("does not fit on up to 16 x T4 with tensor parallelism (the largest tensor-parallel "
+                                 "size vLLM accepts for it) with one 163,840-token request") in " ".join(r.stderr.split())
+    # Trial 49: fit answered a model whose weights fit only at TP 128 with the size's 'add GPUs with
+    # --tensor-parallel-size': it says its own search now, and what the largest size holds.
+    text = " ".join(kvlab("fit", "llama-3.1-405b", "--gpu", "t4").stderr.split())
+    assert ("does not fit on up to 128 x T4 with tensor parallelism (the most its 128 attention heads allow) with one "
+            "131,072-token request; --tensor-parallel-size 128 on this GPU with --max-model-len 87232") in text
 
 
 def test_fit_says_the_fewest_gpus_whose_kv_caches_hold_the_workload(kvlab):

@@ -111,7 +111,7 @@ def test_errors_name_the_gpu_memory_override(kvlab, command):
     r = kvlab(*command, "--gpu", "a100-80gb", "--gpu-memory-gib", "20")
     assert r.exit_code == 2
     assert _one_line(r.stderr).startswith("error: opt-13b does not fit on A100-80GB with --gpu-memory-gib 20: its "
-                                          "weights need 23.94 GiB per GPU but 20.0 GiB x 0.9 = 18.0 GiB is requested")
+                                          "weights (float16) need 23.94 GiB per GPU but 20.0 GiB x 0.9 = 18.0 GiB is requested")
 
 
 def test_a_path_that_is_neither_file_nor_folder_is_named_so(kvlab):
@@ -172,3 +172,12 @@ def test_h100_pcie_and_mi300x_take_their_cuda_reported_totals(kvlab):
     assert kvlab("size", "llama-3.1-8b", "--gpu", "h100-pcie", "--json").json()["gpu_notes"] == []
     mi300x = get_gpu("mi300x")
     assert (mi300x.memory_bytes, mi300x.memory_bytes_source) == (196592 * 2**20, "cuda_reported_observed")
+
+
+def test_a_model_too_big_says_the_dtype_its_weights_are_held_in(kvlab):
+    """Trial 49: gemma-2-9b on a T4 'needs 34.44 GiB' (17.22 on an L4) without a word that it is float32 there."""
+    text = _one_line(kvlab("size", "gemma-2-9b", "--gpu", "t4").stderr)
+    assert text.startswith("error: gemma-2-9b does not fit on T4: its weights (float32) need 34.44 GiB per GPU")
+    assert "vLLM serves the bfloat16 checkpoint in float32" in text
+    assert "its weights (bfloat16) need" in _one_line(kvlab("size", "gemma-2-9b", "--gpu", "l4",
+                                                            "--gpu-memory-gib", "10").stderr)

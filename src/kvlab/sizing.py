@@ -792,11 +792,11 @@ def _block_refusal(model: ModelSpec, tp: int, dense_mlp: bool, expert_parallel: 
     return None
 
 
-def valid_tensor_parallel_sizes(model: ModelSpec, decode_context_parallel_size: int = 1, limit: int = 64,
+def valid_tensor_parallel_sizes(model: ModelSpec, decode_context_parallel_size: int = 1,
                                 expert_parallel: bool = False) -> list[int]:
-    """TP sizes vLLM accepts for this model (tensor_parallel_refusal), and multiples of the DCP size (DCP groups
-    are made of TP ranks)."""
-    return [tp for tp in range(1, min(limit, model.num_attention_heads) + 1)
+    """TP sizes vLLM accepts for this model (tensor_parallel_refusal: at most its attention heads), and multiples of
+    the DCP size (DCP groups are made of TP ranks)."""
+    return [tp for tp in range(1, model.num_attention_heads + 1)
             if tp % decode_context_parallel_size == 0 and tensor_parallel_refusal(model, tp, expert_parallel) is None]
 
 
@@ -985,8 +985,10 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
     """The GPU cannot hold the weights (or leaves nothing for the cache): say by how much and what would fit."""
     short = weights + other - requested
     gpu = gpu_words(config) or f"a {format_gib(config.gpu_memory_bytes)} GiB GPU"
+    fmt = model.weight_format_for(config.quantization)
+    held = fmt.method if fmt is not None else resolve_dtype(model, config.dtype, card_id(config.gpu_name))
     if weights > requested:
-        head = (f"{model.id} does not fit on {gpu}: its weights need {format_gib(weights)} GiB per GPU but "
+        head = (f"{model.id} does not fit on {gpu}: its weights ({held}) need {format_gib(weights)} GiB per GPU but "
                 f"{format_gib(config.gpu_memory_bytes)} GiB x {config.gpu_memory_utilization} = "
                 f"{format_gib(requested)} GiB is requested, {format_gib(short)} GiB short (with "
                 f"{format_gib(other)} GiB estimated for activations and other memory)")
@@ -1015,8 +1017,11 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
         default = OPTIONS["gpu_memory_utilization"].default
         hints.append(f"--gpu-memory-utilization {utilization:.2f}" + (
             f" or more (the default {default:g} fits)" if utilization < default else ""))
-    raise KvlabError(head + (". Would fit: " + "; ".join(hints) if hints else ". Nothing in the catalogue fits at "
-                             "this parallelism; add GPUs with --tensor-parallel-size/--pipeline-parallel-size"))
+    why = "".join(f" ({note})" for note in gpu_notes(model, config) if "weights and KV cache double" in note)
+    raise KvlabError(head + why + (". Would fit: " + "; ".join(hints) if hints else
+                                   f". Nothing in the catalogue fits at this parallelism, nor at any tensor-parallel "
+                                   f"size up to {max(valid_tensor_parallel_sizes(model))} on this GPU; split the "
+                                   "layers too (--pipeline-parallel-size) or quantize the weights (--quantization)"))
 
 
 def _smallest_utilization(model: ModelSpec, config: SizingConfig, most: int = 95) -> float | None:
@@ -1138,9 +1143,12 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
         if result is not None:
             return tp, result
     largest = valid_tensor_parallel_sizes(model, expert_parallel=config.enable_expert_parallel)[-1]
-    raise KvlabError(f"{model.id} does not fit on up to {largest} x {gpu.id} with tensor parallelism (the most its "
-                     f"{model.num_attention_heads} attention heads allow) with one "
-                     f"{config.max_model_len or model.max_position_embeddings:,}-token request; add pipeline "
+    widest = on_gpu(config, gpu, largest)
+    held = f"; {_tensor_parallel_hint(model, widest)}" if _weights_fit(model, widest) else ""
+    why = (f"the most its {model.num_attention_heads} attention heads allow" if largest == model.num_attention_heads
+           else "the largest tensor-parallel size vLLM accepts for it")
+    raise KvlabError(f"{model.id} does not fit on up to {largest} x {gpu.id} with tensor parallelism ({why}) with one "
+                     f"{config.max_model_len or model.max_position_embeddings:,}-token request{held}; add pipeline "
                      "parallelism, lower --max-model-len or pick a larger GPU")
 
 

@@ -459,8 +459,10 @@ def fit(
     try:
         result = size_kv_cache(spec, config)
     except KvlabError:
-        if not answers.get("fewest_gpus") or options["tensor_parallel_size"] is not None:
+        if options["tensor_parallel_size"] is not None or (not answers.get("fewest_gpus") and not notes):
             raise
+        if not answers.get("fewest_gpus"):  # (fit's own question has no answer either: say why, not the size's)
+            raise KvlabError(notes[-1]) from None
         # The weights do not fit one GPU: answer the other questions at the fewest GPUs that hold the model.
         config = replace(config, tensor_parallel_size=answers["fewest_gpus"]["tensor_parallel_size"])
         notes.append(f"the other answers use --tensor-parallel-size {config.tensor_parallel_size}, the fewest "
