@@ -210,7 +210,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     from rich.console import Console
     from rich.table import Table
 
-    from kvlab.cost.fit import CONSTANTS, DEFAULT_FIT, FIT_HINTS, IDENTIFIED, calibration_profile
+    from kvlab.cost.fit import CONSTANTS, DEFAULT_FIT, FIT_HINTS, IDENTIFIED, calibration_profile, unidentified
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
@@ -239,9 +239,11 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
                                            identified=IDENTIFIED if hold_unidentified else None,
                                            progress=lambda line: console.print(line, style="dim"))
     write_profile(document, out)
+    constants, sigma = document["constants"], document["fit"]["sigma"]
+    loose = [] if hold_unidentified else unidentified(constants, sigma)
     if as_json:
-        typer.echo(json.dumps({"profile": document, "path": str(out), "leave_one_out": report}, indent=1,
-                              ensure_ascii=False))
+        typer.echo(json.dumps({"profile": document, "path": str(out), "leave_one_out": report,
+                               "not_identified": loose}, indent=1, ensure_ascii=False))
         return
     console = Console(highlight=False, file=sys.stdout)
     table = Table(title=f"Fitted on {len(measured)} measured runs ({path.name}), least squares across runs",
@@ -249,7 +251,6 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     for header in ("constant", "value", "± (1σ)", "what it is"):  # (names whole: --fit takes them)
         table.add_column(header, justify="left" if header in ("constant", "what it is") else "right",
                          no_wrap=header != "what it is")
-    constants, sigma = document["constants"], document["fit"]["sigma"]
     for k in names:
         table.add_row(k, constant_text(k, constants[k]), constant_text(k, sigma[k]) if k in sigma else "held",
                       MEANING[k])
@@ -261,6 +262,11 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
                       f"standard error of {constant_text(k, document['fit']['held_sigma'][k])}, not below that value, "
                       f"so these runs do not separate it from them; more of what would fit it: {FIT_HINTS[k]}",
                       style="yellow")
+    if loose:
+        console.print(f"not identified, kept as fitted: {', '.join(loose)} (a standard error not below the value, or a "
+                      "value at its bound): these runs do not separate them from the other constants, so their values "
+                      "mean little on their own; the leave-one-out errors below judge the profile as a whole, and "
+                      "--hold-unidentified holds such constants at their start instead", style="yellow")
     medians = document["fit"]["loo_median_abs_error"]
     console.print("Leave-one-out median |error| (each run predicted by a fit on the others): "
                   + ", ".join(f"{m} {v:.1%}" for m, v in medians.items()) + ".")

@@ -530,8 +530,7 @@ def solve(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed
         fit = _solve_once(rows, asked, fixed, labels)
         if identified is None:
             return fit
-        relative = {k: fit.sigma[k] / fit.constants[k] if 0 < fit.constants[k] and not _at_upper(k, fit) else math.inf
-                    for k in asked}
+        relative = {k: relative_sigma(k, fit.constants[k], fit.sigma[k]) for k in asked}
         worst = max(asked, key=lambda k: relative[k])
         if relative[worst] < identified or len(asked) == 1:
             return replace(fit, held=tuple(held), identified=identified, held_sigma=held_sigma,
@@ -542,9 +541,16 @@ def solve(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed
         held_fitted[worst] = fit.constants[worst]
 
 
-def _at_upper(name: str, fit: Fit) -> bool:
-    """An efficiency fitted to 1 (its bound: all of the peak) is no more identified than a time fitted to 0."""
-    return name in INVERTED and fit.constants[name] >= 1.0
+def relative_sigma(name: str, value: float, sigma: float) -> float:
+    """A fitted constant's standard error over its value, the identification rule's measure: infinite at a bound (a
+    time fitted to 0, or an efficiency fitted to 1, all of the peak, is not identified either)."""
+    at_bound = value <= 0 or (name in INVERTED and value >= 1.0)
+    return math.inf if at_bound else sigma / value
+
+
+def unidentified(constants: dict[str, float], sigma: dict[str, float], identified: float = IDENTIFIED) -> list[str]:
+    """The fitted constants (those with a σ) these runs do not identify, by the rule ``solve`` holds them with."""
+    return [k for k in sigma if relative_sigma(k, constants[k], sigma[k]) >= identified]
 
 
 def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed: dict[str, float],
