@@ -139,6 +139,10 @@ def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = ()) -> tuple[
         said.append(f"--swap-space {given['swap_space']:g} is not used: no strategy here swaps (a +swap strategy, "
                     "or --preemption-mode swap, would)")
     swaps = any(s.preemption_mode == "swap" for s in strategy_list)
+    for s in strategy_list:
+        if s.preemption_mode == "swap" and s.name.split("+")[0] == "vllm":
+            said.append(f"{s.name}: the vLLM kvlab mirrors cannot run this: V1's scheduler preempts by recompute only "
+                        "(swapping to CPU memory was V0's); kvlab swaps as V0 did, to show what it would cost")
     if "cpu_memory_gib" in given and strategy_list and config.offload is None and not swaps:
         said.append(f"--cpu-memory-gib {given['cpu_memory_gib']:g} is not used: it bounds a CPU tier "
                     "(--kv-offloading-size) and a swapping strategy's --swap-space, and there is neither")
