@@ -269,3 +269,29 @@ def test_the_tables_keep_to_80_columns_and_a_compare_says_what_it_rejected(kvlab
     assert "What did not finish (1 requests):" in words  # (the failure's long line wrapped, not cut)
     assert "simulated/vllm-noprefix_requests.csv" in " ".join(result.stderr.split())
     assert (out / "simulated" / "vllm-noprefix_requests.csv").exists()
+
+
+def test_a_short_answer_is_diagnosed_from_its_finish_reason(kvlab, fault_server, tmp_path):
+    """Trial 49: a server's own cap (finish_reason "length") was reported as an end-of-sequence stop with advice
+    to try --ignore-eos, and requests.csv did not say how each request ended."""
+    fault_server.state.max_tokens_cap = 5
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, 3, NORMAL]), "--out", out)
+    assert result.exit_code == 0, result.stderr
+    words = " ".join(result.stdout.split())
+    assert ("2 finished requests got fewer tokens than asked: 2 stopped at the server's own cap (finish_reason \"length\" "
+            "before the max_tokens sent") in words
+    assert "--ignore-eos will not help" in words and "try --ignore-eos" not in words
+    rows = read_requests_csv(out / "requests.csv")
+    assert [(r["num_output_tokens"], r["finish_reason"]) for r in rows] == [(5, "length"), (3, "length"), (5, "length")]
+    assert json.loads((out / "summary.json").read_text())["short_finish_reasons"] == {"length": 2}
+
+    fault_server.state.max_tokens_cap, fault_server.state.eos_after = None, 4
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, 3]), "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = result.json()
+    assert [r["finish_reason"] for r in summary["requests"]] == ["stop", "length"]
+    assert summary["short_finish_reasons"] == {"stop": 1}
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, 3]))
+    assert ("1 finished requests got fewer tokens than asked: 1 stopped at an end-of-sequence token or stop string "
+            "(finish_reason \"stop\"): try --ignore-eos.") in " ".join(result.stdout.split())

@@ -105,6 +105,7 @@ class _Stream:
         self.counts: list[int] = []
         self.num_usage_tokens = 0  # the running count of continuous usage stats
         self.complete = False
+        self.finish_reason: str | None = None  # the server's: "stop" (an end-of-sequence or stop string), "length"
 
     @property
     def num_tokens(self) -> int:
@@ -141,6 +142,7 @@ class _Stream:
             self.counts.append(num_new)
         if choice.get("finish_reason") is not None:
             self.complete = True
+            self.finish_reason = str(choice["finish_reason"])
 
     def _malformed(self, what: str) -> str:
         return f"malformed stream after {self.num_tokens} tokens: {what} (not OpenAI's streaming format)"
@@ -152,7 +154,7 @@ class _Stream:
             requested_output_tokens=r.num_output_tokens, num_output_tokens=self.num_tokens, status=status,
             error=error, send_time=self.send_time, first_token_time=self.times[0] if self.times else None,
             finish_time=self.times[-1] if status == "finished" and self.times else end_time,
-            token_times=tuple(self.times), token_counts=tuple(self.counts),
+            token_times=tuple(self.times), token_counts=tuple(self.counts), finish_reason=self.finish_reason,
         )
 
 

@@ -336,8 +336,9 @@ def _report(summary: dict, run, console) -> None:
     for error, count in summary["errors"].items():
         stdout.print(f"[red]{count} ×[/] {escape(error)}")
     if summary["num_short"]:
-        stdout.print(f"{summary['num_short']} finished requests got fewer tokens than asked (the server stopped "
-                     "at an end-of-sequence token: try --ignore-eos).")
+        from kvlab.bench.results import why_short
+
+        stdout.print(escape(why_short(summary["num_short"], summary["short_finish_reasons"])))
     if "compare" in summary:
         _print_compare(stdout, summary["compare"])
     if run.stopped == "interrupted":
