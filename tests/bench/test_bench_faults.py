@@ -295,3 +295,29 @@ def test_a_short_answer_is_diagnosed_from_its_finish_reason(kvlab, fault_server,
     result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, 3]))
     assert ("1 finished requests got fewer tokens than asked: 1 stopped at an end-of-sequence token or stop string "
             "(finish_reason \"stop\"): try --ignore-eos.") in " ".join(result.stdout.split())
+
+
+def test_compare_simulates_the_output_lengths_the_server_returned(kvlab, fault_server, tmp_path):
+    """Trial 49: with a server that stopped answers early, --compare simulated the max_tokens sent (3,499 tokens
+    against 640 received), and its measured generation tokens were "–" without the server's counters."""
+    from kvlab.vllm.compare import TINY_MODEL_CONFIG
+
+    fault_server.state.max_tokens_cap = 5
+    lens = [NORMAL, 3, 40, NORMAL]
+    result = _bench(kvlab, fault_server, _workload(tmp_path, lens), "--compare", "--block-size", "32",
+                    "--num-gpu-blocks", "24", "--max-model-len", "512", "--model-config", str(TINY_MODEL_CONFIG),
+                    "--json")
+    assert result.exit_code == 0, result.stderr
+    compare = result.json()["compare"]
+    table = {row["figure"]: row for row in compare["table"]}
+    received = 5 + 3 + 5 + 5
+    assert table["generation tokens"]["measured"] == table["generation tokens"]["simulated"] == received
+    assert table["prompt tokens"]["measured"] == table["prompt tokens"]["simulated"] == 10 * len(lens)
+    assert compare["output_lengths"] == ("the simulation gives each finished request the output length it "
+                                         "received: 15 tokens for the 3 that got fewer than asked, not the 64 sent "
+                                         "as max_tokens")
+    fault_server.state.max_tokens_cap = None
+    result = _bench(kvlab, fault_server, _workload(tmp_path, lens), "--compare", "--block-size", "32",
+                    "--num-gpu-blocks", "24", "--max-model-len", "512", "--model-config", str(TINY_MODEL_CONFIG))
+    assert result.exit_code == 0, result.stderr
+    assert "the output length it received" not in result.stdout  # every answer as long as asked: nothing to say

@@ -257,7 +257,7 @@ def _compare(run, wl, setup, summary: dict, out: Path | None) -> tuple[dict, lis
         written = [table_path, *plot_comparison(measured, simulated, cmp.latencies(run.results, result.records), out)]
         written += write_run_data(result, out / "simulated")
     return {"settings": setup.settings, "notes": list(setup.notes), "table": rows,
-            "rejected": _rejected_note(result.records)}, written
+            "rejected": _rejected_note(result.records), "output_lengths": cmp.received_lengths_note(run)}, written
 
 
 def _measured_tables(summary: dict) -> list:
@@ -293,6 +293,8 @@ def _print_compare(stdout, compare: dict) -> None:
         table.add_row(row["figure"], _fmt(row["measured"]), _fmt(row["simulated"]),
                       "–" if row["ratio"] is None else f"{row['ratio']:.3f}")
     stdout.print(table)
+    if compare.get("output_lengths"):
+        stdout.print(f"[yellow]note:[/] {escape(compare['output_lengths'])}")
     if compare.get("rejected"):
         stdout.print(f"[yellow]note:[/] {escape(compare['rejected'])}")
 
