@@ -321,3 +321,17 @@ def test_compare_simulates_the_output_lengths_the_server_returned(kvlab, fault_s
                     "--num-gpu-blocks", "24", "--max-model-len", "512", "--model-config", str(TINY_MODEL_CONFIG))
     assert result.exit_code == 0, result.stderr
     assert "the output length it received" not in result.stdout  # every answer as long as asked: nothing to say
+
+
+def test_the_servers_usage_count_wins_over_counting_text_chunks(kvlab, fault_server, tmp_path):
+    """Trial 49: the output length --compare simulates is the one received: usage.completion_tokens where the
+    stream's chunks of text carried several tokens each (counted one a chunk), so the count is the server's."""
+    fault_server.state.tokens_per_chunk = 3
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, 7]), "--out", out)
+    assert result.exit_code == 0, result.stderr
+    rows = read_requests_csv(out / "requests.csv")
+    assert [(r["num_output_tokens"], r["status"]) for r in rows] == [(NORMAL, "finished"), (7, "finished")]
+    tokens = [json.loads(line) for line in (out / "token_times.jsonl").read_text().splitlines()]
+    assert [t["num_tokens"] for t in tokens] == [[1, 1, 1, 9], [1, 1, 5]]  # 4 and 3 chunks; the rest in the last
+    assert "fewer tokens than asked" not in result.stdout

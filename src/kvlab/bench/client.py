@@ -16,7 +16,8 @@ What is sent (vLLM's extensions only to vLLM, which takes them):
 
 Tokens per chunk: vLLM's continuous usage stats give the running count of output tokens in every chunk;
 otherwise a chunk's ``token_ids`` if it has them, otherwise one token per chunk with text (the usual
-granularity of OpenAI-style streams, e.g. Ollama's).
+granularity of OpenAI-style streams, e.g. Ollama's). Where the final usage chunk's ``completion_tokens`` is larger
+than that count, it wins: the tokens not seen are put in the last chunk that carried text.
 """
 
 from __future__ import annotations
@@ -125,8 +126,13 @@ class _Stream:
             raise StreamFailure(self._malformed(f"'choices' is a {type(choices).__name__}, not a list"))
         if not isinstance(usage, dict):
             raise StreamFailure(self._malformed(f"'usage' is a {type(usage).__name__}, not an object"))
-        if not choices:
-            return  # the final usage-only chunk
+        if not choices:  # the final usage-only chunk: the server's count of the answer's tokens
+            reported = usage.get("completion_tokens")
+            if isinstance(reported, int) and self.counts and reported > self.num_tokens:
+                # Chunks of text carried more than one token each (counted one a chunk): the server's count wins,
+                # the tokens not seen put in the last chunk.
+                self.counts[-1] += reported - self.num_tokens
+            return
         choice = choices[0]
         if not isinstance(choice, dict):
             raise StreamFailure(self._malformed(f"a choice that is a {type(choice).__name__}, not an object"))
