@@ -131,3 +131,17 @@ def test_a_misspelt_column_is_not_called_both_unread_and_ignored(tmp_path):
     message = str(error.value)
     assert "did you mean 'output_len'" in message and "not one kvlab reads" not in message
     assert "other columns are ignored" not in message
+
+
+def test_a_mooncake_layout_without_hash_ids_is_told_it_lacks_them(tmp_path):
+    """Trial 49: it was told output_length would be ignored (a misspelling of output_len), then given the Mooncake
+    columns, output_length among them, as the ones kvlab reads."""
+    path = tmp_path / "t_broken.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 100, "output_length": 20}\n')
+    with pytest.raises(KvlabError) as error:
+        load_workload(str(path))
+    message = str(error.value)
+    assert message.startswith(f"{path}, line 1: a Mooncake-layout row (it has timestamp, input_length, output_length) "
+                              "lacks hash_ids; valid: a Mooncake trace's timestamp, input_length, output_length, "
+                              "hash_ids on every row")
+    assert "would be ignored" not in message

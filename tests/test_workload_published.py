@@ -299,3 +299,44 @@ def test_require_names_the_trace_when_it_is_absent(no_traces):
         require("bwb")
     assert str(error.value) == how_to_get("bwb")
     assert not no_traces.exists()  # a look-up creates no folder
+
+
+@pytest.mark.parametrize(("published", "trace"), [("azure2023_conv.csv", "azure-conv"),
+                                                  ("burstgpt1_first400.csv", "burstgpt"),
+                                                  ("llmservingsim_sharegpt_gpt4_llama31_300req.csv",
+                                                   "llmservingsim-sharegpt")])
+def test_a_copy_under_another_name_is_read_in_its_format_from_its_columns(kvlab, tmp_path, published, trace):
+    """Trial 49: a byte-identical copy of the Azure trace under another name was refused ("header
+    'TIMESTAMP,ContextTokens,GeneratedTokens' lacks column prompt_len, output_len")."""
+    copy = tmp_path / "copy.csv"
+    shutil.copy(SHARED_TRACES / published, copy)
+    mine, named = load_workload(str(copy), num_requests=40), load_workload(trace, num_requests=40)
+    assert mine.requests == named.requests and mine.name == "copy.csv"
+    result = kvlab("run", "vllm", "--workload", copy, "-n", "20", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["workload"]["name"] == "copy.csv"
+
+
+def test_a_file_under_a_published_name_that_is_not_the_published_file_is_said_so(kvlab, tmp_path):
+    """Trial 49: the first 200 lines of the Azure trace, saved as AzureLLMInferenceTrace_conv.csv, ran as
+    azure-conv with no word."""
+    cut = tmp_path / "AzureLLMInferenceTrace_conv.csv"
+    cut.write_text("".join((SHARED_TRACES / "azure2023_conv.csv").read_text().splitlines(keepends=True)[:200]))
+    result = kvlab("run", "vllm", "--workload", cut, "-n", "20")
+    assert result.exit_code == 0, result.stderr
+    size = cut.stat().st_size
+    assert (f"note: {cut} goes by a file name of the published azure-conv but is not that file ({size:,} bytes, the "
+            f"published file 719,188): it is read in azure-conv's format and labelled AzureLLMInferenceTrace_conv.csv, "
+            "not azure-conv") in " ".join(result.stderr.split())
+    assert "Workload: AzureLLMInferenceTrace_conv.csv" in " ".join(result.stdout.split())
+    whole = tmp_path / "whole" / "AzureLLMInferenceTrace_conv.csv"
+    whole.parent.mkdir()
+    shutil.copy(SHARED_TRACES / "azure2023_conv.csv", whole)
+    result = kvlab("run", "vllm", "--workload", whole, "-n", "20")
+    assert result.exit_code == 0 and "note:" not in result.stderr
+    assert "Workload: azure-conv" in " ".join(result.stdout.split())
+    edited = tmp_path / "edited" / "AzureLLMInferenceTrace_conv.csv"  # the published size, other bytes
+    edited.parent.mkdir()
+    edited.write_bytes(whole.read_bytes().replace(b",374,44", b",374,45", 1))
+    result = kvlab("run", "vllm", "--workload", edited, "-n", "20")
+    assert "its checksum differs from the published sha256:" in " ".join(result.stderr.split())

@@ -39,6 +39,9 @@ class FaultState:
     metrics_delay: float = 0.0  # s each /metrics answer takes
     metrics_times: list[float] = field(default_factory=list)  # when each /metrics request came (monotonic)
     openai: bool = True  # False: /v1/models answers with an HTML page
+    max_tokens_cap: int | None = None  # the server's own cap: longer answers stop there, finish_reason "length"
+    tokens_per_chunk: int = 1  # tokens each text chunk carries (the client, counting chunks, sees fewer)
+    eos_after: int | None = None  # longer answers stop there at an "end-of-sequence token", finish_reason "stop"
     received: list[dict] = field(default_factory=list)  # request bodies, in arrival order
     headers: list[dict] = field(default_factory=list)
     completed: list[int] = field(default_factory=list)  # max_tokens of the streams sent whole
@@ -83,7 +86,13 @@ def make_app(state: FaultState) -> Starlette:
         state.num_open += 1
         state.max_open = max(state.max_open, state.num_open)
         try:
-            for i in range(max_tokens):
+            num_tokens, reason = max_tokens, "length"
+            if state.eos_after is not None and state.eos_after < num_tokens:
+                num_tokens, reason = state.eos_after, "stop"
+            if state.max_tokens_cap is not None and state.max_tokens_cap < num_tokens:
+                num_tokens, reason = state.max_tokens_cap, "length"
+            num_chunks = -(-num_tokens // state.tokens_per_chunk)
+            for i in range(num_chunks):
                 if max_tokens == DROP and i == 3:
                     raise ConnectionResetError("connection dropped (injected)")
                 if max_tokens == STALL and i == 2:
@@ -95,8 +104,8 @@ def make_app(state: FaultState) -> Starlette:
                     yield f"data: {json.dumps({'error': {'message': 'engine died (injected)'}})}\n\n"
                     return
                 await asyncio.sleep(state.token_interval)
-                yield _chunk(" tok", "length" if i == max_tokens - 1 else None)
-            yield _chunk("", usage={"prompt_tokens": 0, "completion_tokens": max_tokens})
+                yield _chunk(" tok" * state.tokens_per_chunk, reason if i == num_chunks - 1 else None)
+            yield _chunk("", usage={"prompt_tokens": 0, "completion_tokens": num_tokens})
             yield "data: [DONE]\n\n"
             state.completed.append(max_tokens)
         finally:

@@ -269,3 +269,69 @@ def test_the_tables_keep_to_80_columns_and_a_compare_says_what_it_rejected(kvlab
     assert "What did not finish (1 requests):" in words  # (the failure's long line wrapped, not cut)
     assert "simulated/vllm-noprefix_requests.csv" in " ".join(result.stderr.split())
     assert (out / "simulated" / "vllm-noprefix_requests.csv").exists()
+
+
+def test_a_short_answer_is_diagnosed_from_its_finish_reason(kvlab, fault_server, tmp_path):
+    """Trial 49: a server's own cap (finish_reason "length") was reported as an end-of-sequence stop with advice
+    to try --ignore-eos, and requests.csv did not say how each request ended."""
+    fault_server.state.max_tokens_cap = 5
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, 3, NORMAL]), "--out", out)
+    assert result.exit_code == 0, result.stderr
+    words = " ".join(result.stdout.split())
+    assert ("2 finished requests got fewer tokens than asked: 2 stopped at the server's own cap (finish_reason \"length\" "
+            "before the max_tokens sent") in words
+    assert "--ignore-eos will not help" in words and "try --ignore-eos" not in words
+    rows = read_requests_csv(out / "requests.csv")
+    assert [(r["num_output_tokens"], r["finish_reason"]) for r in rows] == [(5, "length"), (3, "length"), (5, "length")]
+    assert json.loads((out / "summary.json").read_text())["short_finish_reasons"] == {"length": 2}
+
+    fault_server.state.max_tokens_cap, fault_server.state.eos_after = None, 4
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, 3]), "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = result.json()
+    assert [r["finish_reason"] for r in summary["requests"]] == ["stop", "length"]
+    assert summary["short_finish_reasons"] == {"stop": 1}
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, 3]))
+    assert ("1 finished requests got fewer tokens than asked: 1 stopped at an end-of-sequence token or stop string "
+            "(finish_reason \"stop\"): try --ignore-eos.") in " ".join(result.stdout.split())
+
+
+def test_compare_simulates_the_output_lengths_the_server_returned(kvlab, fault_server, tmp_path):
+    """Trial 49: with a server that stopped answers early, --compare simulated the max_tokens sent (3,499 tokens
+    against 640 received), and its measured generation tokens were "–" without the server's counters."""
+    from kvlab.vllm.compare import TINY_MODEL_CONFIG
+
+    fault_server.state.max_tokens_cap = 5
+    lens = [NORMAL, 3, 40, NORMAL]
+    result = _bench(kvlab, fault_server, _workload(tmp_path, lens), "--compare", "--block-size", "32",
+                    "--num-gpu-blocks", "24", "--max-model-len", "512", "--model-config", str(TINY_MODEL_CONFIG),
+                    "--json")
+    assert result.exit_code == 0, result.stderr
+    compare = result.json()["compare"]
+    table = {row["figure"]: row for row in compare["table"]}
+    received = 5 + 3 + 5 + 5
+    assert table["generation tokens"]["measured"] == table["generation tokens"]["simulated"] == received
+    assert table["prompt tokens"]["measured"] == table["prompt tokens"]["simulated"] == 10 * len(lens)
+    assert compare["output_lengths"] == ("the simulation gives each finished request the output length it "
+                                         "received: 15 tokens for the 3 that got fewer than asked, not the 64 sent "
+                                         "as max_tokens")
+    fault_server.state.max_tokens_cap = None
+    result = _bench(kvlab, fault_server, _workload(tmp_path, lens), "--compare", "--block-size", "32",
+                    "--num-gpu-blocks", "24", "--max-model-len", "512", "--model-config", str(TINY_MODEL_CONFIG))
+    assert result.exit_code == 0, result.stderr
+    assert "the output length it received" not in result.stdout  # every answer as long as asked: nothing to say
+
+
+def test_the_servers_usage_count_wins_over_counting_text_chunks(kvlab, fault_server, tmp_path):
+    """Trial 49: the output length --compare simulates is the one received: usage.completion_tokens where the
+    stream's chunks of text carried several tokens each (counted one a chunk), so the count is the server's."""
+    fault_server.state.tokens_per_chunk = 3
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [NORMAL, 7]), "--out", out)
+    assert result.exit_code == 0, result.stderr
+    rows = read_requests_csv(out / "requests.csv")
+    assert [(r["num_output_tokens"], r["status"]) for r in rows] == [(NORMAL, "finished"), (7, "finished")]
+    tokens = [json.loads(line) for line in (out / "token_times.jsonl").read_text().splitlines()]
+    assert [t["num_tokens"] for t in tokens] == [[1, 1, 1, 9], [1, 1, 5]]  # 4 and 3 chunks; the rest in the last
+    assert "fewer tokens than asked" not in result.stdout

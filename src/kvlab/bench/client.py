@@ -16,7 +16,8 @@ What is sent (vLLM's extensions only to vLLM, which takes them):
 
 Tokens per chunk: vLLM's continuous usage stats give the running count of output tokens in every chunk;
 otherwise a chunk's ``token_ids`` if it has them, otherwise one token per chunk with text (the usual
-granularity of OpenAI-style streams, e.g. Ollama's).
+granularity of OpenAI-style streams, e.g. Ollama's). Where the final usage chunk's ``completion_tokens`` is larger
+than that count, it wins: the tokens not seen are put in the last chunk that carried text.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class _Stream:
         self.counts: list[int] = []
         self.num_usage_tokens = 0  # the running count of continuous usage stats
         self.complete = False
+        self.finish_reason: str | None = None  # the server's: "stop" (an end-of-sequence or stop string), "length"
 
     @property
     def num_tokens(self) -> int:
@@ -124,8 +126,13 @@ class _Stream:
             raise StreamFailure(self._malformed(f"'choices' is a {type(choices).__name__}, not a list"))
         if not isinstance(usage, dict):
             raise StreamFailure(self._malformed(f"'usage' is a {type(usage).__name__}, not an object"))
-        if not choices:
-            return  # the final usage-only chunk
+        if not choices:  # the final usage-only chunk: the server's count of the answer's tokens
+            reported = usage.get("completion_tokens")
+            if isinstance(reported, int) and self.counts and reported > self.num_tokens:
+                # Chunks of text carried more than one token each (counted one a chunk): the server's count wins,
+                # the tokens not seen put in the last chunk.
+                self.counts[-1] += reported - self.num_tokens
+            return
         choice = choices[0]
         if not isinstance(choice, dict):
             raise StreamFailure(self._malformed(f"a choice that is a {type(choice).__name__}, not an object"))
@@ -141,6 +148,7 @@ class _Stream:
             self.counts.append(num_new)
         if choice.get("finish_reason") is not None:
             self.complete = True
+            self.finish_reason = str(choice["finish_reason"])
 
     def _malformed(self, what: str) -> str:
         return f"malformed stream after {self.num_tokens} tokens: {what} (not OpenAI's streaming format)"
@@ -152,7 +160,7 @@ class _Stream:
             requested_output_tokens=r.num_output_tokens, num_output_tokens=self.num_tokens, status=status,
             error=error, send_time=self.send_time, first_token_time=self.times[0] if self.times else None,
             finish_time=self.times[-1] if status == "finished" and self.times else end_time,
-            token_times=tuple(self.times), token_counts=tuple(self.counts),
+            token_times=tuple(self.times), token_counts=tuple(self.counts), finish_reason=self.finish_reason,
         )
 
 

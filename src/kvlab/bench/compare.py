@@ -4,7 +4,8 @@ configuration.
     server: block_size, num_gpu_blocks (vllm:cache_config_info), max_model_len (/v1/models), the model
             (the path it loaded, or --model-config) ──▶ kvlab.config.resolve ──▶ the run service, `vllm` strategy
     requests: the ones the bench sent, each arriving at the moment it was sent (so a --concurrency run and a
-              late send are simulated as the server saw them), with the max_tokens that was sent
+              late send are simulated as the server saw them); a finished one with the output length it received
+              (the server may stop early: an end-of-sequence token, its own cap), the others with the max_tokens sent
 
 The memory side (tokens, preemptions, KV cache usage, queue lengths) follows from the block pool and the
 scheduler, which kvlab models as vLLM does; the time side comes from kvlab's cost model, which matches a
@@ -94,9 +95,28 @@ def simulate_sent(run: BenchRun, requests, setup: SimSetup) -> SimResult:
     if not sent:
         raise KvlabError("no request was sent: there is nothing to compare")
     # The simulator wants ids 0..N-1 in arrival order.
-    replayed = tuple(replace(by_id[r.request_id], request_id=i, arrival_time=r.send_time) for i, r in enumerate(sent))
+    replayed = tuple(replace(by_id[r.request_id], request_id=i, arrival_time=r.send_time, **_received(r))
+                     for i, r in enumerate(sent))
     workload = Workload("bench", replayed, f"{len(replayed)} requests as sent by kvlab bench", "kvlab bench")
     return service.run(setup.config, [setup.strategy], workload=workload).results[0]
+
+
+def _received(result) -> dict:
+    """A finished request's answer as long as the one it received (like for like: the server may have stopped
+    before max_tokens); the length of one that did not finish is unknown, so it keeps the max_tokens sent."""
+    if result.status != "finished" or result.num_output_tokens < 1:
+        return {}
+    return {"output_len": result.num_output_tokens, "max_tokens": None}
+
+
+def received_lengths_note(run: BenchRun) -> str | None:
+    """One line when the simulation's answers are shorter than the max_tokens sent (None when none is)."""
+    short = [r for r in run.results if _received(r) and r.num_output_tokens < r.requested_output_tokens]
+    if not short:
+        return None
+    return (f"the simulation gives each finished request the output length it received: "
+            f"{sum(r.num_output_tokens for r in short):,} tokens for the {len(short):,} that got fewer than asked, "
+            f"not the {sum(r.requested_output_tokens for r in short):,} sent as max_tokens")
 
 
 @dataclass(frozen=True)
@@ -162,8 +182,11 @@ def headline_rows(summary: dict, sim_summary: dict, measured: dict[str, Series],
 
     rows = [
         ("requests finished", summary["num_finished"], sim_summary["num_finished"]),
-        ("prompt tokens", counters.get("prompt_tokens"), sum(r.prompt_len for r in finished)),
-        ("generation tokens", counters.get("generation_tokens"), sum(r.num_output_tokens for r in finished)),
+        # The server's counts where it publishes them, else the client's.
+        ("prompt tokens", counters.get("prompt_tokens", summary["num_prompt_tokens_sent"]),
+         sum(r.prompt_len for r in finished)),
+        ("generation tokens", counters.get("generation_tokens", summary["num_output_tokens_received"]),
+         sum(r.num_output_tokens for r in finished)),
         ("preemptions", counters.get("preemptions"), sim_summary["preemptions"]),
         ("peak KV cache usage", peak(measured, "kv_cache_usage"), peak(simulated, "kv_cache_usage")),
         ("peak running", peak(measured, "num_running"), peak(simulated, "num_running")),

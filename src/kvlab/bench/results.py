@@ -26,7 +26,7 @@ STATUSES = ("finished", "failed", "timeout")
 
 REQUEST_COLUMNS = (
     "request_id", "arrival_time", "prompt_len", "requested_output_tokens", "num_output_tokens", "status", "error",
-    "send_time", "first_token_time", "finish_time", "ttft", "tpot", "e2e_latency",
+    "send_time", "first_token_time", "finish_time", "ttft", "tpot", "e2e_latency", "finish_reason",
 )
 
 
@@ -46,6 +46,9 @@ class RequestResult:
     finish_time: float | None = None  # the last token for a finished request; when it ended for the others
     token_times: tuple[float, ...] = ()
     token_counts: tuple[int, ...] = ()
+    # The server's finish_reason: "stop" (an end-of-sequence token or a stop string), "length" (max_tokens, or the
+    # server's own cap: max_model_len, a max_tokens limit), None when the stream gave none.
+    finish_reason: str | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -98,6 +101,7 @@ def summarize(results: list[RequestResult], makespan: float, server_counters: di
     def dist(attr: str) -> dict:
         return distribution([v for r in finished if (v := getattr(r, attr)) is not None])
 
+    short = [r for r in finished if r.num_output_tokens < r.requested_output_tokens]
     num_output_tokens = sum(r.num_output_tokens for r in finished)
     normalized = [e2e / r.num_output_tokens for r in finished
                   if r.num_output_tokens and (e2e := r.e2e_latency) is not None]
@@ -107,8 +111,9 @@ def summarize(results: list[RequestResult], makespan: float, server_counters: di
         "num_finished": len(finished),
         "num_failed": sum(r.status == "failed" for r in results),
         "num_timeout": sum(r.status == "timeout" for r in results),
-        # Finished, but with fewer tokens than asked: the server stopped at an end-of-sequence token.
-        "num_short": sum(r.num_output_tokens < r.requested_output_tokens for r in finished),
+        # Finished, but with fewer tokens than asked, by the server's finish_reason (SHORT_REASONS).
+        "num_short": len(short),
+        "short_finish_reasons": dict(Counter(r.finish_reason or "none" for r in short).most_common()),
         "errors": dict(Counter(r.error for r in results if r.error).most_common()),
         "throughput_rps": len(finished) / makespan if makespan > 0 else 0.0,
         "throughput_tps": num_output_tokens / makespan if makespan > 0 else 0.0,
@@ -122,6 +127,16 @@ def summarize(results: list[RequestResult], makespan: float, server_counters: di
         "num_output_tokens_received": sum(r.num_output_tokens for r in results),
         "server_counters": server_counters,
     }
+
+
+def why_short(num_short: int, reasons: dict[str, int]) -> str:
+    """Why finished requests got fewer tokens than the max_tokens sent, read from the server's finish_reason."""
+    why = {"stop": "at an end-of-sequence token or stop string (finish_reason \"stop\"): try --ignore-eos",
+           "length": ("at the server's own cap (finish_reason \"length\" before the max_tokens sent: its "
+                      "max_model_len or a max_tokens limit; --ignore-eos will not help)"),
+           "none": "with no finish_reason in the stream"}
+    parts = [f"{n:,} stopped {why.get(reason, f'with finish_reason {reason!r}')}" for reason, n in reasons.items()]
+    return f"{num_short:,} finished requests got fewer tokens than asked: " + "; ".join(parts) + "."
 
 
 def _cell(value) -> str | int | float:
@@ -173,14 +188,14 @@ def write_bench_files(results: list[RequestResult], samples: list[MetricSample],
 def read_requests_csv(path: Path) -> list[dict]:
     """requests.csv back as dicts of numbers (empty cells as None): what ``kvlab calibrate`` and the tests read."""
     ints = {"request_id", "prompt_len", "requested_output_tokens", "num_output_tokens"}
-    text = {"status", "error"}
+    text = {"status", "error", "finish_reason"}
     rows = []
     with path.open(newline="") as f:
         for raw in csv.DictReader(f):
             row: dict = {}
             for name, value in raw.items():
                 if name in text:
-                    row[name] = value
+                    row[name] = None if name == "finish_reason" and not value else value
                 elif value == "":
                     row[name] = None
                 else:

@@ -257,7 +257,7 @@ def _compare(run, wl, setup, summary: dict, out: Path | None) -> tuple[dict, lis
         written = [table_path, *plot_comparison(measured, simulated, cmp.latencies(run.results, result.records), out)]
         written += write_run_data(result, out / "simulated")
     return {"settings": setup.settings, "notes": list(setup.notes), "table": rows,
-            "rejected": _rejected_note(result.records)}, written
+            "rejected": _rejected_note(result.records), "output_lengths": cmp.received_lengths_note(run)}, written
 
 
 def _measured_tables(summary: dict) -> list:
@@ -293,6 +293,8 @@ def _print_compare(stdout, compare: dict) -> None:
         table.add_row(row["figure"], _fmt(row["measured"]), _fmt(row["simulated"]),
                       "–" if row["ratio"] is None else f"{row['ratio']:.3f}")
     stdout.print(table)
+    if compare.get("output_lengths"):
+        stdout.print(f"[yellow]note:[/] {escape(compare['output_lengths'])}")
     if compare.get("rejected"):
         stdout.print(f"[yellow]note:[/] {escape(compare['rejected'])}")
 
@@ -336,8 +338,9 @@ def _report(summary: dict, run, console) -> None:
     for error, count in summary["errors"].items():
         stdout.print(f"[red]{count} ×[/] {escape(error)}")
     if summary["num_short"]:
-        stdout.print(f"{summary['num_short']} finished requests got fewer tokens than asked (the server stopped "
-                     "at an end-of-sequence token: try --ignore-eos).")
+        from kvlab.bench.results import why_short
+
+        stdout.print(escape(why_short(summary["num_short"], summary["short_finish_reasons"])))
     if "compare" in summary:
         _print_compare(stdout, summary["compare"])
     if run.stopped == "interrupted":

@@ -40,6 +40,20 @@ def matches_checksum(path: Path, checksum: str) -> bool:
     return file_checksum(path, checksum.split(":", 1)[0]) == checksum
 
 
+def differs_from_published(trace: PublishedTrace, path: Path) -> str | None:
+    """One line when a file that goes by one of ``trace``'s names is not the published file (its size, else its
+    checksum, differs: a subset, or a copy edited or cut short); None when it is the published file."""
+    size = path.stat().st_size
+    if trace.size_bytes is not None and size != trace.size_bytes:
+        how = f"{size:,} bytes, the published file {trace.size_bytes:,}"
+    elif not matches_checksum(path, trace.checksum):
+        how = f"its checksum differs from the published {trace.checksum}"
+    else:
+        return None
+    return (f"{path} goes by a file name of the published {trace.name} but is not that file ({how}): it is read in "
+            f"{trace.name}'s format and labelled {path.name}, not {trace.name}")
+
+
 def fetched(name: str, destination: Path | None = None) -> Path | None:
     """The copy of trace ``name`` a fetch already saved, if it is there with the published checksum."""
     trace = TRACES[name]

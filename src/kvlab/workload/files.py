@@ -89,9 +89,11 @@ def _rows_csv(path: str, text: str):
     columns = _canonical(header)
     missing = [name for name in REQUIRED_COLUMNS if name not in columns]
     if missing:
-        raise KvlabError(
-            f"{path}, line 1: header {','.join(header)!r} lacks column {', '.join(missing)}; {_EXPECTED}"
-        )
+        from kvlab.workload.traces import HEADER_FORMATS
+
+        published = "; ".join(f"{','.join(columns)} ({name})" for name, (columns, _) in HEADER_FORMATS.items())
+        raise KvlabError(f"{path}, line 1: header {','.join(header)!r} lacks column {', '.join(missing)}; {_EXPECTED}; "
+                         f"or a published trace's columns, read whatever the file's name: {published}")
     index = {name: header.index(source) for name, source in columns.items()}
     for fields in reader:
         if not fields or all(not field.strip() for field in fields):
@@ -179,6 +181,23 @@ def _mooncake_layout(text: str) -> bool:
     return isinstance(row, dict) and all(name in row for name in MOONCAKE_COLUMNS)
 
 
+def _check_partial_mooncake(path: str, text: str) -> None:
+    """A JSONL whose first row has some of the Mooncake trace's own columns but not all is refused by the ones it
+    lacks (taken for a file of kvlab's columns, it would be told its output_length looks like a misspelling)."""
+    line, first = next(((n, raw) for n, raw in enumerate(text.splitlines(), start=1) if raw.strip()), (1, ""))
+    try:
+        row = json.loads(first)
+    except json.JSONDecodeError:
+        return
+    if not isinstance(row, dict) or "prompt_len" in row or not any(name in row for name in MOONCAKE_COLUMNS[1:]):
+        return
+    missing = [name for name in MOONCAKE_COLUMNS if name not in row]
+    raise KvlabError(f"{path}, line {line}: a Mooncake-layout row (it has "
+                     f"{', '.join(n for n in MOONCAKE_COLUMNS if n in row)}) lacks {', '.join(missing)}; valid: a "
+                     f"Mooncake trace's {', '.join(MOONCAKE_COLUMNS)} on every row (hash_ids: the ids of the prompt's "
+                     "512-token blocks), or kvlab's own columns prompt_len and output_len")
+
+
 def _read_mooncake_layout(path: str, text: str) -> LengthTable:
     """A user's JSONL in the Mooncake layout, read as the Mooncake trace is (timestamps as they are, in ms), each
     row checked as a user's row is, under the file's own column names."""
@@ -212,6 +231,8 @@ def read_user_file(path: str) -> LengthTable:
     text = _read_text(path)
     if Path(path).suffix.lower() == ".jsonl" and _mooncake_layout(text):
         return _read_mooncake_layout(path, text)
+    if Path(path).suffix.lower() == ".jsonl":
+        _check_partial_mooncake(path, text)
     rows = _rows_csv(path, text) if Path(path).suffix.lower() == ".csv" else _rows_jsonl(path, text)
     arrival_time: list[float | None] = []
     prompt_len: list[int] = []

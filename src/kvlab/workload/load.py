@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import math
+from dataclasses import replace
 from itertools import repeat
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from kvlab.workload.published import trace_for_file
 from kvlab.workload.request import Request
 from kvlab.workload.sessions import SessionSpec
 from kvlab.workload.table import LengthTable, sample_table
+from kvlab.workload.traces import HEADER_FORMATS, format_of
 from kvlab.workload.workload import Workload
 
 ARRIVALS = ("auto", "trace", "poisson", "gamma", "burst")
@@ -94,12 +96,20 @@ def _user_source(spec: str) -> BundledWorkload:
         raise KvlabError(f"unknown workload {spec!r}: not a named workload ({names}) and no such file")
     trace = trace_for_file(path)
     if trace is not None and path.is_file():
-        return trace_workload(trace.name, path)
-    table = read_user_file(spec)
+        entry = trace_workload(trace.name, path)
+        differs = copy_note(spec)
+        return entry if differs is None else replace(entry, name=path.name, summary=f"{entry.summary} ({differs})")
+    fmt = format_of(path) if path.is_file() else None
+    if fmt is not None:
+        table = HEADER_FORMATS[fmt][1](path)
+        summary = f"requests from {spec}, read in the {fmt} format (its columns say it)"
+    else:
+        table = read_user_file(spec)
+        summary = f"{'turns of conversations' if table.is_conversation else 'requests'} from {spec}"
     return BundledWorkload(
         name=path.name,
         kind="trace" if table.has_arrivals else "lengths",
-        summary=f"{'turns of conversations' if table.is_conversation else 'requests'} from {spec}",
+        summary=summary,
         source=str(path),
         licence="",
         sample=lambda num, rng: sample_table(table, num, rng),
@@ -107,11 +117,25 @@ def _user_source(spec: str) -> BundledWorkload:
     )
 
 
+def copy_note(spec: str) -> str | None:
+    """One line when ``spec`` is a file under a published trace's file name that is not the published file (a
+    subset, a copy cut short): it is then labelled with its own name, not the trace's. None otherwise."""
+    from kvlab.workload.fetch import differs_from_published
+
+    path = Path(spec)
+    trace = None if spec in WORKLOADS else trace_for_file(path)
+    if trace is None or not path.is_file():
+        return None
+    return differs_from_published(trace, path)
+
+
 def has_own_deadlines(spec: str) -> bool:
     """Whether a workload's requests come with their own client deadlines: a user's file with a timeout column (a
     named workload, a published trace or an inference-perf configuration has none)."""
     path = Path(spec)
     if spec in WORKLOADS or path.suffix.lower() not in SUFFIXES or not path.is_file() or trace_for_file(path):
+        return False
+    if format_of(path) is not None:
         return False
     return read_user_file(spec).timeout is not None
 

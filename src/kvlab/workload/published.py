@@ -4,7 +4,9 @@ kvlab ships no one else's trace. A named trace (``azure-conv``, ``mooncake-conve
 copy the user has, looked for in this order:
 
     1. a path the user gives: ``--workload ~/Downloads/AzureLLMInferenceTrace_conv.csv`` (any of the trace's
-       file names, ``TRACES[name].filenames``) is read as that trace;
+       file names, ``TRACES[name].filenames``) is read as that trace (a file under such a name that is not the
+       published file is labelled with its own name, with a note: kvlab.workload.fetch.differs_from_published;
+       under any other name, a published format is told by its columns: kvlab.workload.traces.format_of);
     2. ``$KVLAB_TRACES_DIR``: a folder holding any of those file names (tests and CI point it at
        ../shared/data/traces);
     3. the user's cache folder (``$KVLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/kvlab``, else ``~/.cache/kvlab``,

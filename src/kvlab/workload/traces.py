@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -154,3 +155,32 @@ def read_mooncake(path: Path, bin_width: float) -> LengthTable:
         arrival_time=spread_within_bins(table.arrival_time, bin_width),
         prefix_hashes=table.prefix_hashes,
     )
+
+
+# The published formats whose columns tell them (a copy under any name is read in its format): each format's
+# columns and reader. (Vidur's and Sarathi-Serve's num_prefill_tokens / num_decode_tokens, and Mooncake's JSONL,
+# are read as a user's file is: kvlab.workload.files.)
+HEADER_FORMATS: dict[str, tuple[tuple[str, ...], Callable[[Path], LengthTable]]] = {
+    "Azure LLM inference trace": (("TIMESTAMP", "ContextTokens", "GeneratedTokens"), read_azure),
+    "BurstGPT": (("Timestamp", "Request tokens", "Response tokens"), read_burstgpt),
+    "LLMServingSim": (("arrival_time_ns", "input_toks", "output_toks"), read_llmservingsim),
+}
+
+
+def format_of(path: Path) -> str | None:
+    """The published format (HEADER_FORMATS) whose columns a CSV's header or a JSONL's first row has; None for
+    any other file, or one that cannot be read (its reader says why)."""
+    try:
+        with path.open(encoding="utf-8") as file:
+            first = next((line for line in file if line.strip()), "")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if path.suffix.lower() == ".jsonl":
+        try:
+            row = json.loads(first)
+        except json.JSONDecodeError:
+            return None
+        names = set(row) if isinstance(row, dict) else set()
+    else:
+        names = {name.strip() for name in first.split(",")}
+    return next((name for name, (columns, _) in HEADER_FORMATS.items() if names.issuperset(columns)), None)
