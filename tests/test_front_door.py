@@ -169,4 +169,14 @@ def test_a_config_file_sets_options_and_a_flag_wins(kvlab, tmp_path):
     assert bad.exit_code == 2
     assert "'max_num_seq' is not an option (did you mean 'max_num_seqs'?); the options are: model, dtype" in bad.stderr
     path.write_text("max_num_seqs: 0\n")
-    assert "--max-num-seqs 0 is out of range" in kvlab("run", "vllm", "--config", path).stderr
+    assert f"--config {path}: max_num_seqs 0 is out of range" in kvlab("run", "vllm", "--config", path).stderr
+
+
+def test_a_bad_value_in_a_config_file_names_the_file(kvlab, tmp_path):
+    """Trial 49: `--config c.yaml` with `rate: -3` said '--rate -3 is out of range', as if typed on the command line."""
+    path = tmp_path / "c.yaml"
+    path.write_text("rate: -3\n")
+    r = kvlab("run", "vllm", "--config", path)
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"error: --config {path}: rate -3 is out of range; valid: requests per second, a number "
+                                "> 0 and ≤ 1,000,000,000")

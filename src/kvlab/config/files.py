@@ -84,4 +84,10 @@ def read_options(path: Path, flag: str = "--config") -> dict[str, Any]:
             raise KvlabError(f"{flag} {path}: {key!r} has a {type(value).__name__}; a run takes one value per "
                              "option (kvlab sweep --grid takes lists)")
         options[option_name(str(key), f"{flag} {path}")] = value
+    from kvlab.validate import check_options
+
+    try:  # (each value against its range here, so the error names the file it is in)
+        check_options(options, spelling="file")
+    except KvlabError as exc:
+        raise KvlabError(f"{flag} {path}: {exc}") from None
     return options
