@@ -108,3 +108,16 @@ def test_requests_csv_round_trip_keeps_unknowns_empty(tmp_path):
     assert [r["error"] for r in rows] == [r.error for r in results]
     with pytest.raises(ValueError, match="status 'lost'"):
         RequestResult(3, 0.0, 1, 1, 0, "lost")
+
+
+def test_compare_with_a_model_kvlab_does_not_know_asks_for_model_config():
+    """Trial 49: `bench --compare` against a server of an unknown model said only 'unknown model'."""
+    from kvlab.bench.compare import sim_setup
+    from kvlab.bench.server import ServerInfo
+
+    server = ServerInfo("http://127.0.0.1:9", "fake-model", cache_config={"block_size": 16, "num_gpu_blocks": 2000})
+    with pytest.raises(KvlabError, match=r"^--compare cannot simulate the model http://127.0.0.1:9 serves: unknown "
+                       r"model 'fake-model'.* Or give --model-config \(the model's config.json, a Hugging Face id or a "
+                       r"catalogue name\). Nothing was sent.$"):
+        sim_setup(server)
+    assert sim_setup(server, model_config="llama-3.1-8b").settings["model"] == "llama-3.1-8b"

@@ -74,7 +74,13 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
     else:
         notes.append(f"time side: kvlab's roofline cost model of the {gpu}, not calibrated for this server, so "
                      "latency and throughput ratios are not expected to be 1 (calibrate it and pass --cost)")
-    config = quietly(options)  # (the profile's notes go into the comparison's notes)
+    try:
+        config = quietly(options)  # (the profile's notes go into the comparison's notes)
+    except KvlabError as exc:
+        if model_config is not None or "model" not in str(exc):
+            raise
+        raise KvlabError(f"--compare cannot simulate the model {server.url} serves: {exc} Or give --model-config "
+                         "(the model's config.json, a Hugging Face id or a catalogue name). Nothing was sent.") from None
     strategy = "vllm" if cache.get("enable_prefix_caching") else "vllm+noprefix"
     settings = {"model": config.model.model, "gpu": config.device.label, "cost": cost, "strategy": strategy,
                 "block_size": config.cache.block_size, "num_gpu_blocks": num_gpu_blocks,
