@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from bisect import insort
 from heapq import heappop, heappush
+from typing import Any
 
 from kvlab.memory.base import num_blocks_for
 
@@ -53,9 +54,12 @@ class BlockNeeds:
         """Its slots or its tokens changed outside a decode run (a step's allocate_slots)."""
         self._pending[request_id] = (num_slots, num_tokens, num_kv_tokens)
 
-    def forget(self, request_id: int) -> None:
+    def forget(self, request_id: Any) -> None:
+        # (request ids typed Any here and in _place and _remove, an int the dicts and buckets hold as it is: compiled,
+        # an int parameter is boxed anew for each dict access, an allocation each; a dozen in each placing)
         if request_id in self._stamp:
-            self._pending.pop(request_id, None)
+            if request_id in self._pending:  # (not dict.pop: see _remove)
+                del self._pending[request_id]
             if request_id in self._phase:
                 self._remove(request_id)
             del self._stamp[request_id]
@@ -67,9 +71,10 @@ class BlockNeeds:
         """The tokens the request has filled once the iterations given so far ran: those it was given last, and
         one more for each decode iteration since (the allocator hashes a run's blocks from this count: the
         scheduler's counters may lag behind a run)."""
-        pending = self._pending.get(request_id)
-        if pending is not None:
-            return pending[1]
+        if self._pending:  # (empty after a run's blocks are handed out, when the allocator hashes them: one lookup)
+            pending = self._pending.get(request_id)
+            if pending is not None:
+                return pending[1]
         return self.num_decode_iterations + self._tokens[request_id]
 
     def next_block_iteration(self, request_id: int) -> int:
@@ -79,7 +84,8 @@ class BlockNeeds:
 
     def _settle(self) -> None:
         """Place the requests given since the clock last moved (on the clock as it still is)."""
-        for request_id, (num_slots, num_tokens, num_kv_tokens) in self._pending.items():
+        pending: dict[Any, tuple[int, int, int]] = self._pending  # (the ids as the dict holds them: see forget)
+        for request_id, (num_slots, num_tokens, num_kv_tokens) in pending.items():
             if request_id in self._phase:
                 self._remove(request_id)
             self._place(request_id, num_slots, num_tokens, num_kv_tokens)
@@ -111,7 +117,9 @@ class BlockNeeds:
         internal = 0
         while self._last_heap and self._last_heap[0] <= end:
             at = heappop(self._last_heap)
-            wastes = self._last.pop(at, None)
+            wastes = self._last.get(at)  # (get and del, not dict.pop: see _remove)
+            if wastes is not None:
+                del self._last[at]
             if wastes:  # last blocks: their slots beyond the request's last token
                 waste = sum(wastes.values())
                 growth += (first + at - clock - 1, 0, waste)
@@ -158,7 +166,7 @@ class BlockNeeds:
             self._settle()
         assert not self._far, "a decode iteration while a request is still computing its prompt"
 
-    def _place(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
+    def _place(self, request_id: Any, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         bs = self.block_size
         # A decoding request writes one token an iteration: it needs its next block (num_blocks_for(tokens) passes
         # the blocks it holds) in the first iteration whose token finds no slot, num_slots - num_tokens + 1 from
@@ -185,15 +193,18 @@ class BlockNeeds:
             wastes[request_id] = waste
             self._last_of[request_id] = last
 
-    def _remove(self, request_id: int) -> None:
-        phase = self._phase.pop(request_id)
+    def _remove(self, request_id: Any) -> None:
+        # (indexing and del, not dict.pop: compiled, pop is a generic method call, several times the instructions)
+        phase = self._phase[request_id]
+        del self._phase[request_id]
         del self._tokens[request_id]
         if request_id in self._far:
             self._far.remove(request_id)
             return
         self._buckets[phase].remove(request_id)
-        last = self._last_of.pop(request_id, None)
+        last = self._last_of.get(request_id)
         if last is not None:
+            del self._last_of[request_id]
             wastes = self._last[last]
             del wastes[request_id]
             if not wastes:

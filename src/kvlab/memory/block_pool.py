@@ -219,10 +219,13 @@ class PrefixCachingBlockPool:
             else:
                 blocks[block_id] = None
 
-    def cache_full_block(self, block_id: int, block_hash: BlockHash) -> None:
-        """``cache_full_blocks`` for one block."""
+    def cache_full_block(self, block_id: int, block_hash: Any) -> None:
+        """``cache_full_blocks`` for one block. (``block_hash``, an int, typed ``Any``: the object the request's list
+        holds, stored as it is: compiled, an int parameter is boxed anew for the store, an allocation for a private
+        hash; see cache_full_blocks.)"""
         assert self.block_hash[block_id] is None, f"block {block_id} is already cached"
-        self.block_hash[block_id] = block_hash
+        hash_obj: list[Any] = self.block_hash
+        hash_obj[block_id] = block_hash
         if block_hash >= 0:  # (a private block: registered only if its request is preempted, register_private)
             self._index(block_hash, block_id)
 

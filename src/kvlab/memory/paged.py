@@ -255,31 +255,37 @@ class PagedAllocator:
         a block fills one block of each request due a block in its iterations 2 .. n + 1 (``BlockNeeds.filling``)
         and none of the others: only those are visited (visiting every running request was a fifth of a compiled
         run's instructions, most of them returning early)."""
-        tables, needs = self._block_tables, self._needs
+        tables, needs, states = self._block_tables, self._needs, self._hashes
         if num_iterations >= self.block_size:
-            # (the tokens from BlockNeeds, not from the requests' counters: the scheduler need not catch them up)
+            # (the tokens from BlockNeeds, not from the requests' counters: the scheduler need not catch them up; the
+            # id read once, as the object the request holds: compiled, an int is boxed anew for each dict lookup.
+            # _cache_state, not _cache_blocks: a decode run stores nothing where kvlab.offload overrides that.)
             for seq in seqs:
-                request = seq.request
-                self._cache_blocks(request, tables[request.request_id], needs.num_tokens(request.request_id))
+                request_id: Any = seq.request.request_id
+                self._cache_state(states[request_id], tables[request_id], needs.num_tokens(request_id))
             return
-        pool, states = self._cached_pool, self._hashes
+        pool = self._cached_pool
         # Steps cache these blocks in admission order, which matters only where a hash enters the shared index (or is
         # interned): a private block's hash is its own request's, set on the block alone, so those are cached as they
         # come and only the others are sorted (the sort was a sixth of this function's instructions, compiled).
         # (ids as the objects the list holds: compiled, an int is unboxed and boxed again for each dict lookup, an
         # allocation each)
+        # (and the hashes as the objects the requests' lists hold, for the same reason)
         later: list[Any] = []
-        for request_id in self._needs.filling(num_iterations):
+        filling: list[Any] = self._needs.filling(num_iterations)
+        for request_id in filling:
             state = states[request_id]
             j = state.num_cached_blocks
-            hashes = state.block_hashes
-            if j < len(hashes) and hashes[j] < 0:  # (_cache_next_block, written out: about 12 calls per request)
-                table = state.table
-                assert table is not None
-                pool.cache_full_block(table[j], hashes[j])
-                state.num_cached_blocks = j + 1
-            else:
-                later.append(request_id)
+            hashes: list[Any] = state.block_hashes
+            if j < len(hashes):  # (_cache_next_block, written out: about 12 calls per request)
+                block_hash = hashes[j]
+                if block_hash < 0:
+                    table = state.table
+                    assert table is not None
+                    pool.cache_full_block(table[j], block_hash)
+                    state.num_cached_blocks = j + 1
+                    continue
+            later.append(request_id)
         if later:
             self._needs.in_admission_order(later)
             for request_id in later:
@@ -329,18 +335,26 @@ class PagedAllocator:
     def free(self, seq: Sequence) -> None:
         """Give back every block of the request, tail first; shared blocks only lose a reference."""
         request = seq.request
-        request_id = request.request_id
-        table = self._block_tables.pop(request_id, None)
+        # (the id as the object the request holds, and get and del rather than dict.pop: compiled, an int is boxed
+        # anew for each dict access, and pop is a generic method call, several times the instructions)
+        request_id: Any = request.request_id
+        tables = self._block_tables
+        table = tables.get(request_id)
+        if table is not None:
+            del tables[request_id]
         self._needs.forget(request_id)
         if self.enable_prefix_caching:
-            state = self._hashes.pop(request_id, None)
+            state = self._hashes.get(request_id)
+            if state is not None:
+                del self._hashes[request_id]
             if table is not None and state is not None and seq.num_tokens < request.prompt_len + request.num_output_tokens:
                 # Not finished (preempted): it may come back for its own blocks, so they become findable.
                 self._cached_pool.register_private(table, state.block_hashes, 0, state.num_cached_blocks)
         if table is None:
             return  # freed before it was ever allocated
         self._num_table_entries -= len(table)
-        internal = len(table) * self.block_size - self._num_kv_tokens.pop(request_id)
+        internal = len(table) * self.block_size - self._num_kv_tokens[request_id]
+        del self._num_kv_tokens[request_id]
         if internal > 0:
             self.num_internal_fragmentation_slots -= internal
         self.block_pool.free_table(table)
@@ -578,14 +592,17 @@ class PagedAllocator:
 
     def _cache_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
         """Hash every block now full of (scheduled) tokens; vLLM's ``cache_blocks``."""
+        self._cache_state(self._hashes[request.request_id], table, num_tokens)
+
+    def _cache_state(self, state: RequestHashes, table: list[int], num_tokens: int) -> None:
+        """``_cache_blocks`` for the request whose state is ``state`` and whose block table is ``table``."""
         num_full_blocks = num_tokens // self.block_size
-        state = self._hashes[request.request_id]
         num_cached_blocks = state.num_cached_blocks
         if num_full_blocks <= num_cached_blocks:
             return
         hashes = state.block_hashes
         if len(hashes) < num_full_blocks:
-            hashes = self._extend_block_hashes(request, num_full_blocks)
+            hashes = self._extend_block_hashes(state.request, num_full_blocks)
         self._cached_pool.cache_full_blocks(table, hashes, num_cached_blocks, num_full_blocks)
         state.num_cached_blocks = num_full_blocks
 
