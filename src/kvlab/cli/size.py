@@ -327,7 +327,9 @@ def size(
     yes: YesOpt = False,
     **options,
 ) -> None:
-    """The KV cache vLLM would allocate for MODEL, the lines it would print, and where each number comes from."""
+    """The KV cache vLLM would allocate for MODEL, the lines it would print, and where each number comes from.
+
+    Exit status 1, after the answer, where vLLM would refuse to start (one max_model_len request does not fit)."""
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
@@ -352,7 +354,13 @@ def size(
         data["workload"] = fit.to_dict() if fit else None
         data["gpu_notes"] = gpu_notes(spec, config)
         typer.echo(json.dumps(data, indent=1))
-        return
+    else:
+        _print_size(spec, gpu_spec, config, result, fit)
+    if not result.fits_max_model_len:  # (vLLM's own check refuses to start: a script can tell from the status)
+        raise typer.Exit(1)
+
+
+def _print_size(spec, gpu_spec, config, result, fit) -> None:
     from rich.console import Console
 
     console = Console(highlight=False)
