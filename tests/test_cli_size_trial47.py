@@ -51,6 +51,22 @@ def test_quantization_none_and_auto_mean_no_quantization(kvlab):
     assert bad.exit_code == 2 and "or none (no --quantization: the checkpoint's own format" in _one_line(bad.stderr)
 
 
+def test_an_explicit_bfloat16_below_compute_capability_8_is_refused_as_vllm_refuses_it(kvlab):
+    # vLLM's worker (_check_if_gpu_supports_dtype): "Bfloat16 is only supported on GPUs with compute capability of at
+    # least 8.0"; --dtype auto falls back instead (the next test), an A100 (8.0) takes bfloat16.
+    for args in (("size", "qwen2.5-1.5b", "--gpu", "t4"), ("run", "vllm", "-n", "5", "--model", "qwen2.5-1.5b",
+                                                           "--gpu", "t4")):
+        refused = kvlab(*args, "--dtype", "bfloat16")
+        assert refused.exit_code == 2 and refused.stdout == ""
+        assert _one_line(refused.stderr) == ("error: --dtype bfloat16: T4 has compute capability 7.5 and vLLM runs "
+                                             "bfloat16 only from 8.0; valid: float16 or float32 (or auto: float16 "
+                                             "here)")
+    gemma = kvlab("size", "gemma-2-9b", "--gpu", "t4", "--dtype", "bfloat16")
+    assert gemma.exit_code == 2 and "valid: float32 (or auto: float32 here)" in _one_line(gemma.stderr)
+    a100 = kvlab("size", "qwen2.5-1.5b", "--gpu", "a100-40gb", "--dtype", "bfloat16", "--json")
+    assert a100.exit_code == 0 and a100.json()["dtype"] == "bfloat16"
+
+
 def test_bfloat16_on_a_t4_is_served_in_float16_with_a_note(kvlab):
     t4 = kvlab("size", "qwen2.5-1.5b", "--gpu", "t4", "--json").json()
     assert (t4["dtype"], t4["kv_cache_dtype"], t4["num_blocks"]) == ("float16", "float16", 21_921)

@@ -565,12 +565,18 @@ def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> 
     checkpoint's dtype, a float32 checkpoint served in the preferred dtype (bfloat16); a dtype the GPU or the model
     type does not support falls back to the preferred one ("Your device ... doesn't support torch.bfloat16. Falling
     back to ..."): float16 on a GPU below compute capability 8.0 (e.g. T4), float32 there for Gemma-2/3, PLaMo-2
-    and GLM-4. An explicit float16 for those model types is refused, as vLLM refuses it."""
+    and GLM-4. An explicit float16 for those model types is refused, as vLLM refuses it; so is an explicit bfloat16 on
+    a GPU below compute capability 8.0 (the worker's _check_if_gpu_supports_dtype: "Bfloat16 is only supported on
+    GPUs with compute capability of at least 8.0")."""
     supported = supported_dtypes(model, gpu_name)
     if dtype == "auto":
         wanted = supported[0] if model.dtype == "float32" else model.dtype
         return wanted if wanted in supported else supported[0]
     resolved = resolve_alias(dtype)
+    if resolved == "bfloat16" and "bfloat16" not in supported:
+        raise KvlabError(f"--dtype {dtype}: {card_id(gpu_name)} has compute capability {compute_capability(gpu_name):g} "
+                         f"and vLLM runs bfloat16 only from {BF16_MIN_CAPABILITY:.1f}; valid: "
+                         f"{' or '.join(supported)} (or auto: {supported[0]} here)")
     if resolved == "float16" and model.model_type in FLOAT16_NOT_SUPPORTED_MODEL_TYPES:
         valid = [d for d in MODEL_DTYPES if resolve_alias(d) != "float16"]
         raise KvlabError(f"--dtype {dtype}: vLLM refuses float16 for model type {model.model_type!r} ({model.id}; "
