@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -170,3 +172,24 @@ def test_a_marketing_total_is_warned_with_how_far_it_may_overstate(kvlab):
         kvlab("size", "llama-3.1-8b", "--gpu", "h100-pcie").stdout)
     given = ("size", "llama-3.1-8b", "--gpu", "h100-pcie", "--gpu-memory-gib", "79", "--json")
     assert kvlab(*given).json()["gpu_notes"] == []  # a total the user gave is not the label
+
+
+def test_quantization_none_on_a_quantized_checkpoint_is_said_as_vllm_reads_its_config(kvlab):
+    # vLLM's ModelConfig._verify_quantization reads config.json's quantization_config whatever --quantization says
+    # (no method given: the checkpoint's), so none neither refuses nor unquantizes: a note, and the fp8 sizing.
+    path = Path(__file__).parent / "data" / "sizing_configs" / "qwen3-8b-fp8.json"
+    note = ("--quantization none: qwen3-8b-fp8 is a quantized checkpoint (fp8, its config.json's quantization_config), "
+            "and vLLM reads that whatever --quantization says, so it is served and sized in fp8, not unquantized")
+    plain = kvlab("size", path, "--gpu", "l4", "--max-model-len", "8192", "--json")
+    assert plain.exit_code == 0 and plain.json()["quantization_note"] is None
+    text = kvlab("size", path, "--gpu", "l4", "--max-model-len", "8192", "-q", "none")
+    assert text.exit_code == 0 and f"note: {note}" in _one_line(text.stderr)
+    data = kvlab("size", path, "--gpu", "l4", "--max-model-len", "8192", "-q", "none", "--json").json()
+    assert data["quantization_note"] == note and data["weights_bytes"] == plain.json()["weights_bytes"]
+    fit = kvlab("fit", path, "--gpu", "l4", "-q", "none", "--json").json()
+    assert fit["quantization_note"] == note
+    run = kvlab("run", "vllm", "-n", "5", "--model", path, "--gpu", "l4", "--max-model-len", "8192",
+                "--quantization", "none")
+    assert run.exit_code == 0 and f"note: {note}" in _one_line(run.stdout + run.stderr)
+    unquantized = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "8192", "-q", "none", "--json")
+    assert unquantized.json()["quantization_note"] is None

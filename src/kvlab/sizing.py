@@ -589,6 +589,21 @@ def resolve_alias(dtype: str) -> str:
     return {"half": "float16", "float": "float32"}.get(dtype, dtype)
 
 
+def quantization_note(model: ModelSpec, quantization: str | None) -> str | None:
+    """A --quantization of none (or auto) on a quantized checkpoint, said in one line: vLLM does not refuse it, and
+    does not unquantize either: ModelConfig._verify_quantization (vllm/config/model.py) reads the checkpoint's
+    quantization_config whatever the argument, and with no method given takes the checkpoint's. ``quantization`` is
+    the value as given, before SizingConfig normalises none and auto away."""
+    from kvlab.catalog.quant import NOT_QUANTIZED
+
+    own = model.weight_format
+    if quantization is None or str(quantization).lower() not in NOT_QUANTIZED or own is None:
+        return None
+    return (f"--quantization {quantization}: {model.id} is a quantized checkpoint ({own.method}, its config.json's "
+            f"quantization_config), and vLLM reads that whatever --quantization says, so it is served and sized in "
+            f"{own.method}, not unquantized")
+
+
 def gpu_notes(model: ModelSpec, config: SizingConfig) -> list[str]:
     """One line each on the catalogue GPU: a total that is only its marketing label, and what vLLM changes, or may
     refuse, because of its compute capability."""

@@ -27,6 +27,7 @@ from kvlab.sizing import (
     load_buffer_bytes,
     max_context_len,
     max_num_requests,
+    quantization_note,
     size_kv_cache,
     workload_fit,
     workload_replicas,
@@ -70,6 +71,16 @@ def _note_block_size(block_size: int, as_json: bool) -> None:
         from rich.console import Console
 
         Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
+
+
+def _note_quantization(spec, quantization: str | None, as_json: bool) -> str | None:
+    """--quantization none on a quantized checkpoint (sizing.quantization_note): on stderr, and returned for JSON."""
+    note = quantization_note(spec, quantization)
+    if note and not as_json:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
+    return note
 
 
 def weight_dtype(options: dict, quantization: str | None, as_json: bool) -> str | None:
@@ -338,6 +349,7 @@ def size(
                                     enforce_eager=enforce_eager, sampler=sampler, model_runner=model_runner,
                                     decode_context_parallel_size=decode_context_parallel_size)
     _note_block_size(config.block_size, as_json)
+    quantized = _note_quantization(spec, quantization, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
         return
@@ -353,6 +365,7 @@ def size(
         data["profile_terms"] = [{"name": t.name, "bytes": t.bytes, "source": t.source} for t in result.profile_terms]
         data["workload"] = fit.to_dict() if fit else None
         data["gpu_notes"] = gpu_notes(spec, config)
+        data["quantization_note"] = quantized
         typer.echo(json.dumps(data, indent=1))
     else:
         _print_size(spec, gpu_spec, config, result, fit)
@@ -448,10 +461,11 @@ def fit(
                                     enforce_eager=enforce_eager, sampler=sampler, model_runner=model_runner,
                                     decode_context_parallel_size=decode_context_parallel_size)
     _note_block_size(config.block_size, as_json)
+    quantized = _note_quantization(spec, quantization, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
                          "a memory budget")
-    answers: dict = {"model": spec.id, "gpu": gpu_spec.id if gpu_spec else None}
+    answers: dict = {"model": spec.id, "gpu": gpu_spec.id if gpu_spec else None, "quantization_note": quantized}
     notes: list[str] = []
     if config.gpu_memory_bytes is not None:
         answers["fewest_gpus"] = _fewest_gpus(spec, gpu_spec, config, notes)
