@@ -36,7 +36,7 @@ from kvlab.errors import KvlabError
 from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.text import computed_text, whole_values_table
 from kvlab.service.capacity import window_num_requests
-from kvlab.sweep.capacity import default_out, mark_text, rate_text, samples_text
+from kvlab.sweep.capacity import default_out, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
 from kvlab.validate import check_options
 
@@ -248,10 +248,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
             lo = "–" if search.lo is None else f"{search.lo:g}"
             at = search.window_at(search.lo)
             state = "–" if not at else f"{at['state']} {_floor_percent(at['served_share'])}"
-            shown = mark_text(search.mark, rate_text(search.capacity))
-            shown = f"none ({shown})" if search.mark == "?" else shown  # (too short to load the engine: no answer)
             limit = search.limited_by
-            cells = [shown, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
+            cells = [search.capacity_text, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
                      str(len(search.probes))]
         if deadlines:
             at = search.window_at(search.lo)

@@ -241,7 +241,8 @@ def _bracket(search: dict) -> str:
     if search["error"]:
         return f"failed: {search['error']}"
     lo, hi = search["bracket"]
-    return f"{search['capacity_rps']:.3g} [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"
+    answer = search["capacity_text"] if search["capacity_rps"] is None else f"{search['capacity_rps']:.3g}"
+    return f"{answer} [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"
 
 
 @paper_app.command("fig18b")
