@@ -150,6 +150,15 @@ CASES = [
     (("vllm", "calibrate", "--out", "{tmp}/mine.toml"), ["--out {tmp}/mine.toml already exists", "another path"]),
     (("bench", "--url", "http://127.0.0.1:9", "--out", "{tmp}/a-file.txt"), ["exists and is a file",
                                                                             "valid: a folder"]),
+    # (nor is a file of the user's in an --out folder that the command would write under the same name)
+    *((args, [f"--out {{tmp}}: {name} already exists there and is not a file kvlab wrote",
+              f"give another folder, or delete {{tmp}}/{name} first"]) for args, name in (
+        (("run", "vllm", "-n", "5", "--out", "{tmp}"), "latency.png"),
+        (("race", "-n", "5", "--out", "{tmp}"), "latency.png"),
+        (("paper", "fig2", "-n", "20", "--out", "{tmp}"), "fig2.json"),
+        (("sweep", "--strategy", "vllm", "-n", "20", "--out", "{tmp}"), "latency.png"),
+        (("capacity", "--strategy", "vllm", "-n", "20", "--out", "{tmp}"), "capacity.png"),
+        (("bench", "--url", "http://127.0.0.1:9", "--out", "{tmp}"), "compare_latency.png"))),
     # --- bounded work ------------------------------------------------------------------------------------------
     (("run", "vllm", "-n", "100000000"), ["100,000,000 requests", "--yes"]),
     (("run", "vllm", "--rate", "4", "--duration", "1e9"), ["4,000,000,000 requests", "--yes"]),
@@ -222,6 +231,10 @@ FILES = {
     "vidur-bad.csv": "num_prefill_tokens,pd_ratio\n10,0.5\n",
     "bad.jsonl": '{"prompt_len": 10,\n',
     "a-file.txt": "not a folder\n",
+    "latency.png": "my own plot\n",  # (names kvlab writes into an --out folder: the user's, not to be written over)
+    "fig2.json": "{}\n",
+    "capacity.png": "my own plot\n",
+    "compare_latency.png": "my own plot\n",
     "mine.toml": '# my own settings\nname = "mine"\nkind = "absolute"\n',
     "binary.yaml": b"\x00\x01\xff",
     "binary.toml": b"\x00\x01\xff",

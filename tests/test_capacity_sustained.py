@@ -114,6 +114,9 @@ def test_a_workload_too_short_to_load_the_engine_is_never_certified(kvlab, tmp_p
     assert r.exit_code == 0, r.stderr
     (c,) = r.json()["capacities"]
     assert not c["certified"] and c["too_short"] and not c["lower_bound"]
+    # (no answer, as the table says "none (X ?)": the rate the short run held is kept under its own name, unpriced)
+    assert c["capacity_rps"] is None and c["uncertified_rps"] == c["bracket"][0] > 0 and c["serving_cost"] is None
+    assert c["capacity_text"] == f"none ({c['uncertified_rps']:g} ?)"
     assert "too short to load the engine" in c["uncertified_reason"] and "may fail at a lower rate" in c["uncertified_reason"]
     r = kvlab("capacity", "--strategy", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--cost", "roofline",
               "--slo", "p99_ttft<2s", "-n", "300", "--workers", "2", "--out", tmp_path / "c")

@@ -200,6 +200,30 @@ def test_race_html_writes_over_its_own_page_and_nothing_else(kvlab, tmp_path):
     assert other.read_text() == "<!doctype html><p>mine</p>\n"
 
 
+def test_out_writes_over_the_files_kvlab_wrote_there_and_no_others(kvlab, tmp_path):
+    """--out FOLDER follows --html's rule: a file the command would write that is already there is written over only
+    if kvlab wrote it (the folder's .kvlab-written lists those); a user's file of the same name is refused, before
+    any work, and left as it was; the user's other files are no concern of kvlab's."""
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "workload.csv").write_text("mine\n")
+    assert kvlab("run", "vllm", "-n", "5", "--no-plots", "--out", out).exit_code == 0
+    written = [line.split("\t") for line in (out / ".kvlab-written").read_text().splitlines()]
+    assert [name for _, _, name in written] == ["vllm_requests.csv", "vllm_iterations.csv", "summary.json"]
+    assert all(int(size) == (out / name).stat().st_size for size, _, name in written)
+    again = kvlab("race", "-n", "5", "--no-plots", "--out", out)  # (vllm's files again: kvlab's own)
+    assert again.exit_code == 0, again.stderr
+    assert (out / "workload.csv").read_text() == "mine\n"
+    (out / "summary.json").unlink()
+    (out / "summary.json").write_text('{"mine": true}\n')  # (the user's now, under a name kvlab writes)
+    refused = kvlab("run", "vllm", "-n", "5", "--no-plots", "--out", out)
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert " ".join(refused.stderr.split()) == (f"error: --out {out}: summary.json already exists there and is not a "
+                                                f"file kvlab wrote, so kvlab will not write over it; give another "
+                                                f"folder, or delete {out / 'summary.json'} first")
+    assert (out / "summary.json").read_text() == '{"mine": true}\n'
+
+
 def test_a_pool_vllm_would_refuse_is_said_and_the_run_goes_on(kvlab):
     # max_model_len 2,048 in blocks of 16 is 128 blocks, plus the null block: vLLM starts with 129, not 128.
     refused = kvlab("run", "vllm", "-n", "5", "--num-gpu-blocks", "128")

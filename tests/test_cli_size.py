@@ -48,6 +48,20 @@ def test_size_reproduces_the_qwen3_14b_log(kvlab):
     assert "Maximum concurrency for 32,768 tokens per request: 1.30x" in r.stdout
 
 
+@pytest.mark.parametrize("as_json", [(), ("--json",)])
+def test_size_exits_1_after_the_answer_where_vllm_would_refuse_to_start(kvlab, as_json):
+    # Llama-3.1-8B on an L4: about 1,960 usable blocks, one 131,072-token request needs 8,192; vLLM's start-up check
+    # refuses that pool, so the status says so, and the whole answer is printed first.
+    refused = kvlab("size", "llama-3.1-8b", "--gpu", "l4", *as_json)
+    assert refused.exit_code == 1, refused.stderr
+    if as_json:
+        assert refused.json()["fits_max_model_len"] is False
+    else:
+        assert "vLLM would refuse to start: one 131,072-token request needs 8,192 blocks" in refused.stdout
+    starts = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "8192", *as_json)
+    assert starts.exit_code == 0, starts.stderr
+
+
 @pytest.mark.parametrize("model, kv_bytes", [("Llama-3.1-8B", 131_072), ("Qwen3-32B", 262_144),
                                              ("DeepSeek-V2-Lite", 31_104), ("Qwen2.5-0.5B", 12_288)])
 def test_bytes_per_token_from_config(kvlab, model, kv_bytes):

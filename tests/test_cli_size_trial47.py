@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -45,10 +47,26 @@ def test_quantization_none_and_auto_mean_no_quantization(kvlab):
     assert plain["num_blocks"] == 1961 and plain["quantization"] is None
     for spelling in ("none", "None", "auto"):
         r = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", spelling, "--json")
-        assert r.exit_code == 0, r.stderr
+        assert r.exit_code == 1, r.stderr  # (1,961 blocks hold no 131,072-token request: vLLM would refuse to start)
         assert r.json()["num_blocks"] == 1961 and r.json()["quantization"] is None
     bad = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "foo")
     assert bad.exit_code == 2 and "or none (no --quantization: the checkpoint's own format" in _one_line(bad.stderr)
+
+
+def test_an_explicit_bfloat16_below_compute_capability_8_is_refused_as_vllm_refuses_it(kvlab):
+    # vLLM's worker (_check_if_gpu_supports_dtype): "Bfloat16 is only supported on GPUs with compute capability of at
+    # least 8.0"; --dtype auto falls back instead (the next test), an A100 (8.0) takes bfloat16.
+    for args in (("size", "qwen2.5-1.5b", "--gpu", "t4"), ("run", "vllm", "-n", "5", "--model", "qwen2.5-1.5b",
+                                                           "--gpu", "t4")):
+        refused = kvlab(*args, "--dtype", "bfloat16")
+        assert refused.exit_code == 2 and refused.stdout == ""
+        assert _one_line(refused.stderr) == ("error: --dtype bfloat16: T4 has compute capability 7.5 and vLLM runs "
+                                             "bfloat16 only from 8.0; valid: float16 or float32 (or auto: float16 "
+                                             "here)")
+    gemma = kvlab("size", "gemma-2-9b", "--gpu", "t4", "--dtype", "bfloat16")
+    assert gemma.exit_code == 2 and "valid: float32 (or auto: float32 here)" in _one_line(gemma.stderr)
+    a100 = kvlab("size", "qwen2.5-1.5b", "--gpu", "a100-40gb", "--dtype", "bfloat16", "--json")
+    assert a100.exit_code == 0 and a100.json()["dtype"] == "bfloat16"
 
 
 def test_bfloat16_on_a_t4_is_served_in_float16_with_a_note(kvlab):
@@ -88,7 +106,7 @@ def test_fp8_weights_below_compute_capability_8_are_noted(kvlab):
 def test_mxfp4_on_a_dense_model_says_it_changes_nothing(kvlab):
     plain = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--json").json()
     mx = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "mxfp4")
-    assert mx.exit_code == 0, mx.stderr
+    assert mx.exit_code == 1, mx.stderr  # (as without -q: no 131,072-token request fits, vLLM would refuse to start)
     text = _one_line(mx.stdout)
     assert ("llama-3.1-8b has no routed experts, so --quantization mxfp4 changes nothing: vLLM quantizes only MoE "
             "expert layers with it and keeps every weight here in the model dtype") in text
@@ -181,3 +199,24 @@ def test_a_model_too_big_says_the_dtype_its_weights_are_held_in(kvlab):
     assert "vLLM serves the bfloat16 checkpoint in float32" in text
     assert "its weights (bfloat16) need" in _one_line(kvlab("size", "gemma-2-9b", "--gpu", "l4",
                                                             "--gpu-memory-gib", "10").stderr)
+
+
+def test_quantization_none_on_a_quantized_checkpoint_is_said_as_vllm_reads_its_config(kvlab):
+    # vLLM's ModelConfig._verify_quantization reads config.json's quantization_config whatever --quantization says
+    # (no method given: the checkpoint's), so none neither refuses nor unquantizes: a note, and the fp8 sizing.
+    path = Path(__file__).parent / "data" / "sizing_configs" / "qwen3-8b-fp8.json"
+    note = ("--quantization none: qwen3-8b-fp8 is a quantized checkpoint (fp8, its config.json's quantization_config), "
+            "and vLLM reads that whatever --quantization says, so it is served and sized in fp8, not unquantized")
+    plain = kvlab("size", path, "--gpu", "l4", "--max-model-len", "8192", "--json")
+    assert plain.exit_code == 0 and plain.json()["quantization_note"] is None
+    text = kvlab("size", path, "--gpu", "l4", "--max-model-len", "8192", "-q", "none")
+    assert text.exit_code == 0 and f"note: {note}" in _one_line(text.stderr)
+    data = kvlab("size", path, "--gpu", "l4", "--max-model-len", "8192", "-q", "none", "--json").json()
+    assert data["quantization_note"] == note and data["weights_bytes"] == plain.json()["weights_bytes"]
+    fit = kvlab("fit", path, "--gpu", "l4", "-q", "none", "--json").json()
+    assert fit["quantization_note"] == note
+    run = kvlab("run", "vllm", "-n", "5", "--model", path, "--gpu", "l4", "--max-model-len", "8192",
+                "--quantization", "none")
+    assert run.exit_code == 0 and f"note: {note}" in _one_line(run.stdout + run.stderr)
+    unquantized = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "8192", "-q", "none", "--json")
+    assert unquantized.json()["quantization_note"] is None

@@ -569,12 +569,18 @@ def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> 
     checkpoint's dtype, a float32 checkpoint served in the preferred dtype (bfloat16); a dtype the GPU or the model
     type does not support falls back to the preferred one ("Your device ... doesn't support torch.bfloat16. Falling
     back to ..."): float16 on a GPU below compute capability 8.0 (e.g. T4), float32 there for Gemma-2/3, PLaMo-2
-    and GLM-4. An explicit float16 for those model types is refused, as vLLM refuses it."""
+    and GLM-4. An explicit float16 for those model types is refused, as vLLM refuses it; so is an explicit bfloat16 on
+    a GPU below compute capability 8.0 (the worker's _check_if_gpu_supports_dtype: "Bfloat16 is only supported on
+    GPUs with compute capability of at least 8.0")."""
     supported = supported_dtypes(model, gpu_name)
     if dtype == "auto":
         wanted = supported[0] if model.dtype == "float32" else model.dtype
         return wanted if wanted in supported else supported[0]
     resolved = resolve_alias(dtype)
+    if resolved == "bfloat16" and "bfloat16" not in supported:
+        raise KvlabError(f"--dtype {dtype}: {card_id(gpu_name)} has compute capability {compute_capability(gpu_name):g} "
+                         f"and vLLM runs bfloat16 only from {BF16_MIN_CAPABILITY:.1f}; valid: "
+                         f"{' or '.join(supported)} (or auto: {supported[0]} here)")
     if resolved == "float16" and model.model_type in FLOAT16_NOT_SUPPORTED_MODEL_TYPES:
         valid = [d for d in MODEL_DTYPES if resolve_alias(d) != "float16"]
         raise KvlabError(f"--dtype {dtype}: vLLM refuses float16 for model type {model.model_type!r} ({model.id}; "
@@ -585,6 +591,21 @@ def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> 
 def resolve_alias(dtype: str) -> str:
     """vLLM's names for the same dtype: half is float16, float is float32."""
     return {"half": "float16", "float": "float32"}.get(dtype, dtype)
+
+
+def quantization_note(model: ModelSpec, quantization: str | None) -> str | None:
+    """A --quantization of none (or auto) on a quantized checkpoint, said in one line: vLLM does not refuse it, and
+    does not unquantize either: ModelConfig._verify_quantization (vllm/config/model.py) reads the checkpoint's
+    quantization_config whatever the argument, and with no method given takes the checkpoint's. ``quantization`` is
+    the value as given, before SizingConfig normalises none and auto away."""
+    from kvlab.catalog.quant import NOT_QUANTIZED
+
+    own = model.weight_format
+    if quantization is None or str(quantization).lower() not in NOT_QUANTIZED or own is None:
+        return None
+    return (f"--quantization {quantization}: {model.id} is a quantized checkpoint ({own.method}, its config.json's "
+            f"quantization_config), and vLLM reads that whatever --quantization says, so it is served and sized in "
+            f"{own.method}, not unquantized")
 
 
 def gpu_notes(model: ModelSpec, config: SizingConfig) -> list[str]:

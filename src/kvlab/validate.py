@@ -421,11 +421,19 @@ _OWN_FILE_HEADS = {
 _HEAD_BYTES = 1024
 
 
-def check_output_path(path, flag: str, *, folder: bool, own: str = "html") -> None:
+# An --out folder's list of the files kvlab wrote there, one a line: size, modification time (ns) and path relative to
+# the folder, tab-separated: what a later command may write over, while the file is still as kvlab left it (a user's
+# file put in its place has another size or time). A folder holds files of many kinds (CSV, PNG, JSON), so kvlab
+# marks them here rather than in each file's first bytes, as it marks a single output file (_OWN_FILE_HEADS).
+OUT_MANIFEST = ".kvlab-written"
+
+
+def check_output_path(path, flag: str, *, folder: bool, own: str = "html", writes: tuple[str, ...] = ()) -> None:
     """Refuse, before any work, an output path that cannot be written: a folder (``--out``) that is a file, a file
     (``--html``) that is a folder, a missing or read-only parent, /proc; and an existing file that kvlab did not
-    write itself (``own``: which of kvlab's files it may replace, a key of _OWN_FILE_HEADS), so that no output
-    option overwrites a user's file."""
+    write itself (``own``: which of kvlab's files it may replace, a key of _OWN_FILE_HEADS; for a folder,
+    ``writes``: the names, as glob patterns, that the command writes into it, each checked against the folder's
+    OUT_MANIFEST), so that no output option overwrites a user's file."""
     if path is None:
         return
     from pathlib import Path
@@ -442,6 +450,10 @@ def check_output_path(path, flag: str, *, folder: bool, own: str = "html") -> No
     if not folder and target.exists() and not _kvlab_wrote(target, own):
         raise KvlabError(f"{flag} {path} already exists and is not a file kvlab wrote, so kvlab will not write over "
                          f"it; give another path, or delete {path} first")
+    clash = _foreign_output(target, writes) if folder and target.is_dir() else None
+    if clash is not None:
+        raise KvlabError(f"{flag} {path}: {clash} already exists there and is not a file kvlab wrote, so kvlab will not "
+                         f"write over it; give another folder, or delete {Path(path) / clash} first")
     parent = target if folder else target.parent
     while not parent.exists():
         if not folder:
@@ -451,6 +463,52 @@ def check_output_path(path, flag: str, *, folder: bool, own: str = "html") -> No
         raise KvlabError(f"{flag} {path}: {parent} is a file, not a folder; valid: {what}")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise KvlabError(f"{flag} {path}: {parent} is not writable; valid: {what}")
+
+
+def _foreign_output(folder, writes: tuple[str, ...]) -> str | None:
+    """The first path under ``folder`` (relative) that a name in ``writes`` matches and that is not a file kvlab
+    wrote there, as kvlab left it."""
+    ours = _written(folder)
+    for pattern in writes:
+        for found in sorted(folder.glob(pattern)):
+            name = found.relative_to(folder).as_posix()
+            if ours.get(name) != _stamp(found):
+                return name
+    return None
+
+
+def _stamp(path) -> str | None:
+    """A file's size and modification time (ns), as OUT_MANIFEST keeps them; None for what is not a regular file."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return f"{stat.st_size}\t{stat.st_mtime_ns}" if path.is_file() else None
+
+
+def _written(folder) -> dict[str, str]:
+    """OUT_MANIFEST's files: path -> stamp."""
+    try:
+        lines = (folder / OUT_MANIFEST).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    rows = [line.rsplit("\t", 1) for line in lines if line.count("\t") >= 2]
+    return {name: stamp for stamp, name in rows}
+
+
+def note_written(folder, paths) -> None:
+    """Add ``paths`` (files kvlab has just written under ``folder``) to the folder's OUT_MANIFEST, so that a later
+    command may write over them, as long as they are as kvlab left them (check_output_path's ``writes``)."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    known = _written(folder)
+    for path in paths:
+        stamp = _stamp(Path(path))
+        if stamp is not None:
+            known[Path(path).absolute().relative_to(folder.absolute()).as_posix()] = stamp
+    (folder / OUT_MANIFEST).write_text("".join(f"{stamp}\t{name}\n" for name, stamp in known.items()),
+                                       encoding="utf-8")
 
 
 def _kvlab_wrote(target, own: str) -> bool:

@@ -171,18 +171,17 @@ def write_metrics_csv(samples: list[MetricSample], path: Path) -> Path:
     return path
 
 
+BENCH_FILES = ("requests.csv", "token_times.jsonl", "metrics.csv", "summary.json")  # what write_bench_files writes
+
+
 def write_bench_files(results: list[RequestResult], samples: list[MetricSample], summary: dict,
                       out_dir: Path) -> list[Path]:
     """The four contract files in ``out_dir`` (created if missing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary_path = out_dir / "summary.json"
+    requests, token_times, metrics, summary_path = (out_dir / name for name in BENCH_FILES)
     summary_path.write_text(json.dumps(summary, indent=2))
-    return [
-        write_requests_csv(results, out_dir / "requests.csv"),
-        write_token_times(results, out_dir / "token_times.jsonl"),
-        write_metrics_csv(samples, out_dir / "metrics.csv"),
-        summary_path,
-    ]
+    return [write_requests_csv(results, requests), write_token_times(results, token_times),
+            write_metrics_csv(samples, metrics), summary_path]
 
 
 def read_requests_csv(path: Path) -> list[dict]:

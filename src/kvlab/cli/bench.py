@@ -15,7 +15,7 @@ from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, options_template, with_options
 from kvlab.errors import KvlabError
 from kvlab.service.bench import DEFAULT_NUM_REQUESTS, bench_workload, check_bench_options
-from kvlab.validate import check_output_path
+from kvlab.validate import check_output_path, note_written
 
 # The workload's options and the simulation's (for --compare), declared once in kvlab/config/options.py; here the
 # defaults are a real server's: a bounded load, and the server's own KV cache and limits.
@@ -82,7 +82,7 @@ def bench(
     from rich.console import Console
 
     _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format)
-    check_output_path(out, "--out", folder=True)  # (before the load, not after)
+    check_output_path(out, "--out", folder=True, writes=_out_files())  # (before the load, not after)
     _check_applies(ctx, compare, concurrency, {"model_config": model_config, **options})
     check_bench_options({n: options[n] for n in BENCH_WORKLOAD_OPTIONS}, options["gpu"] if compare else None)
     console = Console(stderr=True, highlight=False)
@@ -105,6 +105,7 @@ def bench(
         from kvlab.bench.results import write_bench_files
 
         written = write_bench_files(run.results, run.samples, summary, out) + written
+        note_written(out, written)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
@@ -231,6 +232,15 @@ def _summary(run, server, wl, config) -> dict:
                          "num_scrape_errors": run.num_scrape_errors}
     summary["requests"] = [r.row() for r in run.results]
     return summary
+
+
+def _out_files() -> tuple[str, ...]:
+    """What --out receives, as glob patterns (kvlab.validate.check_output_path): the contract files, and --compare's
+    table, plots (bench/plots.py's compare_*.png) and simulated run (simulated/)."""
+    from kvlab.bench.results import BENCH_FILES
+    from kvlab.report.tables import RUN_DATA_FILES
+
+    return (*BENCH_FILES, "compare.csv", "compare_*.png", *(f"simulated/{name}" for name in RUN_DATA_FILES))
 
 
 def _compare(run, wl, setup, summary: dict, out: Path | None) -> tuple[dict, list[Path]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -35,9 +36,9 @@ from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.errors import KvlabError
 from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.text import computed_text, whole_values_table
-from kvlab.sweep.capacity import default_out, mark_text, rate_text, samples_text
+from kvlab.sweep.capacity import default_out, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
-from kvlab.validate import check_options
+from kvlab.validate import check_options, note_written
 from kvlab.window import window_num_requests
 
 if TYPE_CHECKING:
@@ -60,6 +61,10 @@ CapacityOutOpt = Annotated[Path | None, typer.Option("--out", help="Folder of th
                                                      "(sweep.duckdb, resumed when present) and plots \\[default: the "
                                                      "user's cache folder, $KVLAB_CACHE_DIR or ~/.cache/kvlab, under "
                                                      "capacity/].")]
+
+
+# What the searches write beside the store: write_capacity_plots' three, write_replicas_plot's one.
+CAPACITY_PLOTS = ("capacity.png", "capacity_latency.png", "capacity.html", "replicas.png")
 
 
 def _start_rate(lists: dict, explicit: list[dict], max_rate: float) -> float:
@@ -119,7 +124,8 @@ def capacity(
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
 
     target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
-    out = out if out is not None else default_out()
+    out, writes = (default_out(), ()) if out is None else (out, CAPACITY_PLOTS)  # (kvlab's cache: no user's file)
+    new_session = partial(Session, out, workers, ray, ray_address, as_json, writes=writes)
     if gpu_hour_price is not None:
         check_price("", gpu_hour_price)  # (a price that is not a positive number: one line, before anything runs)
     if not 0 < rtol < 1:
@@ -128,17 +134,16 @@ def capacity(
     _check_auto(lists)
     _check_deadlines(target, lists, explicit)
     if lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]:
-        return disagg_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json)
+        return disagg_command(lists, explicit, target, new_session(), as_json)
     if lists.get("replicas") == ["auto"]:
         lists.pop("replicas")
-        replicas_command(lists, explicit, target, Session(out, workers, ray, ray_address, as_json), as_json,
-                         gpu_hour_price)
+        replicas_command(lists, explicit, target, new_session(), as_json, gpu_hour_price)
         return
     start_rate = _start_rate(lists, explicit, max_rate)
     configurations, seats, scaled, length_notes = service.searched_configurations(lists, explicit, start_rate)
     first_points = resolve_points([{**c, "rate": start_rate} for c in configurations], kvlab.__version__, unique=False)
     longer, no_second = service.longer_samples(configurations, start_rate)
-    session = Session(out, workers, ray, ray_address, as_json)
+    session = new_session()
     session.check_ray()
     every = configurations + longer
     session.check_time(first_points, 3 * service.TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
@@ -174,13 +179,15 @@ def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:
     bars = capacity_panels(answer.configurations, answer.searches, group_by="cost", skip=skip)
     curves = slo_panels(answer.configurations, answer.searches, labels, answer.slo)
     title = f"Capacity under {answer.slo.describe}"
-    written = [write_png(bars, out / "capacity.png", title=title, description=subtitle)]
+    png, curves_png, html = (out / name for name in CAPACITY_PLOTS[:3])
+    written = [write_png(bars, png, title=title, description=subtitle)]
     sections: list[tuple[str, list, float | None]] = [(title, bars, None)]
     if curves:
         curves_title = "The target's metric at the rates the searches tried"
-        written.append(write_png(curves, out / "capacity_latency.png", description=subtitle, title=curves_title))
+        written.append(write_png(curves, curves_png, description=subtitle, title=curves_title))
         sections.append((curves_title, curves, None))
-    written.append(write_html(out / "capacity.html", sections, title="kvlab capacity", subtitle=subtitle))
+    written.append(write_html(html, sections, title="kvlab capacity", subtitle=subtitle))
+    note_written(out, written)
     return written
 
 
@@ -248,10 +255,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
             lo = "–" if search.lo is None else f"{search.lo:g}"
             at = search.window_at(search.lo)
             state = "–" if not at else f"{at['state']} {_floor_percent(at['served_share'])}"
-            shown = mark_text(search.mark, rate_text(search.capacity))
-            shown = f"none ({shown})" if search.mark == "?" else shown  # (too short to load the engine: no answer)
             limit = search.limited_by
-            cells = [shown, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
+            cells = [search.capacity_text, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
                      str(len(search.probes))]
         if deadlines:
             at = search.window_at(search.lo)
@@ -531,7 +536,8 @@ def write_replicas_plot(entries, slo, out: Path, setup: dict) -> list[Path]:
     description = " · ".join(setup_lines(setup, short=True) + ([] if "cost" in setup else
                                                                 [f"cost profiles: {', '.join(costs)}"]))
     fig = replicas_figure(entries, slo, description)
-    path = out / "replicas.png"
+    path = out / CAPACITY_PLOTS[3]
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, metadata={"Description": description})
+    note_written(out, [path])
     return [path]

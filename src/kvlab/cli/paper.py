@@ -14,7 +14,12 @@ from kvlab.cli.options import JsonOpt, RayAddressOpt, RayOpt, WorkersOpt
 from kvlab.errors import KvlabError
 from kvlab.report.text import plural
 from kvlab.sizing import cuda_block_size_note
-from kvlab.validate import allow_large_work, check_output_path
+from kvlab.validate import allow_large_work, check_output_path, note_written
+
+# What each figure writes into --out (fig12 and fig18b beside their sweep store).
+FIG2_FILES = ("fig2.png", "fig2.json")
+FIG12_FILES = ("fig12.png", "fig12_capacity.png", "fig12.html", "fig12.json")
+FIG18B_FILES = ("fig18b.png", "fig18b.json")
 
 paper_app = typer.Typer(help="The vLLM paper's experiments, rebuilt and compared with its figures.",
                         no_args_is_help=True)
@@ -43,7 +48,7 @@ def fig2(
     from rich.table import Table
 
 
-    check_output_path(out, "--out", folder=True)
+    check_output_path(out, "--out", folder=True, writes=FIG2_FILES)
     from kvlab.paper import PAPER_NAMES, Fig2Setup, fig2_json, run_fig2
     setup = Fig2Setup(rate=rate, num_requests=num_requests, seed=seed, cost=cost)
     console = Console(stderr=True)
@@ -62,8 +67,10 @@ def fig2(
         from kvlab.report.plots import plot_fig2
 
         out.mkdir(parents=True, exist_ok=True)
-        plot_fig2(rows, out / "fig2.png")
-        (out / "fig2.json").write_text(json.dumps(data, indent=2))
+        png, data_json = (out / name for name in FIG2_FILES)
+        plot_fig2(rows, png)
+        data_json.write_text(json.dumps(data, indent=2))
+        note_written(out, [png, data_json])
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
@@ -137,7 +144,7 @@ def fig12(
     setup = Fig12Setup(duration=duration, seed=seed, slo=slo, cost=cost)
     resolve_points([setup.point(s, w, 1.0) for w in setup.workloads for s in ("vllm-paper", "orca-max")],
                    kvlab.__version__)  # (a bad --duration, --seed or --cost is refused before anything runs)
-    session = Session(out, workers, ray, ray_address, as_json)
+    session = Session(out, workers, ray, ray_address, as_json, writes=FIG12_FILES)
     session.check_ray()
     result = run_session(session, lambda: run_fig12(setup, session.runner))
     data = fig12_json(result)
@@ -158,13 +165,14 @@ def _write_fig12(result, data: dict, out: Path) -> None:
     curves = latency_panels(result.curve_rows + result.probe_rows, list(run_options()))
     bars = capacity_panels(result.configurations, result.searches)
     curves, bars = _flag_beyond_axis(curves, data), _flag_beyond_axis(bars, data)
-    write_png(curves, out / "fig12.png", title="Figure 12: normalized latency against request rate (OPT-13B, "
-              "A100-40GB)", ymax=1.0)
-    write_png(bars, out / "fig12_capacity.png", title=f"Sustained rate under {result.setup.slo}")
-    write_html(out / "fig12.html", [("Normalized latency (s/token) against request rate", curves, 1.0),
-                                    (f"Sustained rate under {result.setup.slo}", bars, None)],
+    png, capacity_png, html, data_json = (out / name for name in FIG12_FILES)
+    write_png(curves, png, title="Figure 12: normalized latency against request rate (OPT-13B, A100-40GB)", ymax=1.0)
+    write_png(bars, capacity_png, title=f"Sustained rate under {result.setup.slo}")
+    write_html(html, [("Normalized latency (s/token) against request rate", curves, 1.0),
+                      (f"Sustained rate under {result.setup.slo}", bars, None)],
                title="vLLM paper, Figure 12, rebuilt by kvlab", data=data)
-    (out / "fig12.json").write_text(json.dumps(data, indent=2))
+    data_json.write_text(json.dumps(data, indent=2))
+    note_written(out, [png, capacity_png, html, data_json])
 
 
 def _flag_beyond_axis(panels: list, data: dict) -> list:
@@ -241,7 +249,8 @@ def _bracket(search: dict) -> str:
     if search["error"]:
         return f"failed: {search['error']}"
     lo, hi = search["bracket"]
-    return f"{search['capacity_rps']:.3g} [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"
+    answer = search["capacity_text"] if search["capacity_rps"] is None else f"{search['capacity_rps']:.3g}"
+    return f"{answer} [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"
 
 
 @paper_app.command("fig18b")
@@ -270,7 +279,7 @@ def fig18b(
     if not sizes or min(sizes) < 1:
         raise KvlabError(f"--block-sizes {block_sizes!r}: valid: whole numbers of at least 1")
     setup = Fig18bSetup(block_sizes=sizes, duration=duration, seed=seed)
-    session = Session(out, workers, ray, ray_address, as_json)
+    session = Session(out, workers, ray, ray_address, as_json, writes=FIG18B_FILES)
     session.check_ray()
     rows = run_session(session, lambda: run_fig18b(setup, session.runner))
     notes = [FIG18B_COST_NOTE] + [n for b in sizes if (n := cuda_block_size_note(b))]
@@ -278,8 +287,10 @@ def fig18b(
                       "duration_s": setup.duration, "seed": setup.seed, "cost": setup.cost,
                       "block_sizes": list(sizes)}, "rows": rows, "notes": notes}
     if out is not None:
-        _plot_fig18b(rows, out / "fig18b.png")
-        (out / "fig18b.json").write_text(json.dumps(data, indent=2))
+        png, data_json = (out / name for name in FIG18B_FILES)
+        _plot_fig18b(rows, png)
+        data_json.write_text(json.dumps(data, indent=2))
+        note_written(out, [png, data_json])
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return

@@ -22,13 +22,23 @@ from kvlab.report.setup import prefix_caching_text, setup_lines
 from kvlab.report.text import plural
 from kvlab.service.classes import parse_slo_classes
 from kvlab.strategies import STRATEGIES, strategy_names_help
-from kvlab.validate import allow_large_work, check_output_path
+from kvlab.validate import allow_large_work, check_output_path, note_written
 
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write per-request and per-iteration CSV files and "
                                                 "PNG plots to this folder.")]
 PlotsOpt = Annotated[Optional[bool], typer.Option("--plots/--no-plots", help="With --out: also draw the PNG plots "
                                                   "(--no-plots: CSV and JSON only, faster) \\[default: --plots].",
                                                   show_default=False)]
+
+
+def check_out(out: Path | None, plots: bool) -> None:
+    """--out: refused before any work where it would write over a file kvlab did not write (kvlab.validate)."""
+    from kvlab.report.plots import RACE_PLOTS
+    from kvlab.report.tables import RUN_DATA_FILES
+
+    # (a fleet's replicas and a disaggregated fleet's sides write their own files one folder down)
+    check_output_path(out, "--out", folder=True, writes=("summary.json", *(RACE_PLOTS if plots else ()),
+                                                         *RUN_DATA_FILES, *(f"*/{name}" for name in RUN_DATA_FILES)))
 
 
 def check_plots(plots: bool | None, out: Path | None) -> bool:
@@ -177,6 +187,7 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         summary_path = out / "summary.json"
         summary_path.write_text(json.dumps(race_json(config, wl, summaries, setup), indent=2))
         written.append(summary_path)
+        note_written(out, written)
     if as_json:
         typer.echo(json.dumps(race_json(config, wl, summaries, setup), indent=2))
         return
@@ -361,8 +372,8 @@ def race(
 ) -> None:
     """Race serving strategies on the same workload and clock (RACE_HELP)."""
     names = list(strategies) if strategies else list(defaults.RACE_STRATEGIES)
-    check_output_path(out, "--out", folder=True)
     draw = check_plots(plots, out)
+    check_out(out, draw)
     check_output_path(html, "--html", folder=False)
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
@@ -393,8 +404,8 @@ def run(
     **options,
 ) -> None:
     """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions."""
-    check_output_path(out, "--out", folder=True)
     draw = check_plots(plots, out)
+    check_out(out, draw)
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
         run = simulate([strategy], quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)

@@ -27,6 +27,7 @@ from kvlab.sizing import (
     load_buffer_bytes,
     max_context_len,
     max_num_requests,
+    quantization_note,
     size_kv_cache,
     workload_fit,
     workload_replicas,
@@ -73,6 +74,16 @@ def _note_block_size(block_size: int, as_json: bool) -> None:
         from rich.console import Console
 
         Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
+
+
+def _note_quantization(spec, quantization: str | None, as_json: bool) -> str | None:
+    """--quantization none on a quantized checkpoint (sizing.quantization_note): on stderr, and returned for JSON."""
+    note = quantization_note(spec, quantization)
+    if note and not as_json:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
+    return note
 
 
 def weight_dtype(options: dict, quantization: str | None, as_json: bool) -> str | None:
@@ -333,7 +344,9 @@ def size(
     yes: YesOpt = False,
     **options,
 ) -> None:
-    """The KV cache vLLM would allocate for MODEL, the lines it would print, and where each number comes from."""
+    """The KV cache vLLM would allocate for MODEL, the lines it would print, and where each number comes from.
+
+    Exit status 1, after the answer, where vLLM would refuse to start (one max_model_len request does not fit)."""
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
@@ -343,6 +356,7 @@ def size(
                                     decode_context_parallel_size=decode_context_parallel_size,
                                     enable_expert_parallel=enable_expert_parallel)
     _note_block_size(config.block_size, as_json)
+    quantized = _note_quantization(spec, quantization, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
         return
@@ -358,8 +372,15 @@ def size(
         data["profile_terms"] = [{"name": t.name, "bytes": t.bytes, "source": t.source} for t in result.profile_terms]
         data["workload"] = fit.to_dict() if fit else None
         data["gpu_notes"] = gpu_notes(spec, config)
+        data["quantization_note"] = quantized
         typer.echo(json.dumps(data, indent=1))
-        return
+    else:
+        _print_size(spec, gpu_spec, config, result, fit)
+    if not result.fits_max_model_len:  # (vLLM's own check refuses to start: a script can tell from the status)
+        raise typer.Exit(1)
+
+
+def _print_size(spec, gpu_spec, config, result, fit) -> None:
     from rich.console import Console
 
     console = Console(highlight=False)
@@ -449,10 +470,11 @@ def fit(
                                     decode_context_parallel_size=decode_context_parallel_size,
                                     enable_expert_parallel=enable_expert_parallel)
     _note_block_size(config.block_size, as_json)
+    quantized = _note_quantization(spec, quantization, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
                          "a memory budget")
-    answers: dict = {"model": spec.id, "gpu": gpu_spec.id if gpu_spec else None}
+    answers: dict = {"model": spec.id, "gpu": gpu_spec.id if gpu_spec else None, "quantization_note": quantized}
     notes: list[str] = []
     if config.gpu_memory_bytes is not None:
         answers["fewest_gpus"] = _fewest_gpus(spec, gpu_spec, config, notes)

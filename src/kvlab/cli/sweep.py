@@ -64,7 +64,7 @@ def sweep(
     lists, explicit = grid_lists(ctx.args, grid)
     grid_points = expand(lists, explicit)
     points = resolve_points(grid_points, kvlab.__version__, build=False)
-    session = Session(out, workers, ray, ray_address, as_json)
+    session = Session(out, workers, ray, ray_address, as_json, writes=SWEEP_PLOTS)
     session.check_ray()
     stored = set() if retry_failed else session.stored_keys()
     todo = [p for p in points if p.key not in stored]
@@ -84,16 +84,22 @@ def sweep(
     print_sweep(rows, names, session, written, varied)
 
 
+SWEEP_PLOTS = ("latency.png", "sweep.html")  # what write_sweep_plots writes beside the store
+
+
 def write_sweep_plots(rows, names, out: Path) -> list[Path]:
     from kvlab.sweep.html import write_html
     from kvlab.sweep.plots import latency_panels, write_png
+    from kvlab.validate import note_written
 
     panels = latency_panels(rows, names)
     if not panels:
         return []
     title = "Normalized latency against request rate"
-    return [write_png(panels, out / "latency.png", title=title),
-            write_html(out / "sweep.html", [(title, panels, None)], title="kvlab sweep")]
+    png, html = (out / name for name in SWEEP_PLOTS)
+    written = [write_png(panels, png, title=title), write_html(html, [(title, panels, None)], title="kvlab sweep")]
+    note_written(out, written)
+    return written
 
 
 def print_sweep(rows, names, session: Session, written: list[Path], varied: set[str] | None = None) -> None:

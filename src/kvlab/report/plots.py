@@ -133,13 +133,13 @@ def plot_latency(results: list[SimResult], path: Path) -> Path:
     return path
 
 
+RACE_PLOTS = ("memory_shares.png", "batch_size.png", "latency.png")  # what plot_race writes
+
+
 def plot_race(results: list[SimResult], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [
-        plot_memory_shares(results, out_dir / "memory_shares.png"),
-        plot_batch_size(results, out_dir / "batch_size.png"),
-        plot_latency(results, out_dir / "latency.png"),
-    ]
+    shares, batch, latency = (out_dir / name for name in RACE_PLOTS)
+    return [plot_memory_shares(results, shares), plot_batch_size(results, batch), plot_latency(results, latency)]
 
 
 def plot_fig2(rows, path: Path) -> Path:

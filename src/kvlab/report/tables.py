@@ -284,6 +284,10 @@ def csv_stem(strategy_name: str) -> str:
     return strategy_name.replace("+", "-")
 
 
+# What write_run_data writes (a strategy's name in front), as glob patterns for --out's check (kvlab.validate).
+RUN_DATA_FILES = ("*_requests.csv", "*_iterations.csv")
+
+
 def write_run_data(result: SimResult, out_dir: Path) -> list[Path]:
     """Per-request and per-iteration CSV files for one strategy."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -291,9 +291,10 @@ class Answer:
         return self.searches[i]
 
     def cost_of(self, i: int) -> dict[str, Any] | None:
-        """Dollars per hour and per million output tokens at configuration ``i``'s answer (None: no price)."""
+        """Dollars per hour and per million output tokens at configuration ``i``'s answer (None: no price, or no
+        answer: the run at the rate it held was too short to load the engine, Search.answer)."""
         price = self.prices[i]
-        if price is None:
+        if price is None or self.answering(i).answer is None:
             return None
         at = self.samples(i)["answer_rps"]
         # (the answer's sample's answers: the rate is requests of that workload, a trace's first rows or its whole)

@@ -171,6 +171,13 @@ def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = ()) -> tuple[
     block_note = cuda_block_size_note(cache.block_size)
     if block_note:
         said.append(block_note)
+    if "quantization" in given:  # (none on a quantized checkpoint: vLLM reads its quantization_config all the same)
+        from kvlab.catalog import get_model
+        from kvlab.sizing import quantization_note
+
+        quantized = quantization_note(get_model(config.model.model), given["quantization"])
+        if quantized:
+            said.append(quantized)
     spec = config.speculative
     if spec is not None and spec.draft_model and spec.draft_cost_ratio > 1:
         said.append(f"--speculative-model {spec.draft_model} is larger than the target {config.model.model} "

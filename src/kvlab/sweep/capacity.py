@@ -161,6 +161,19 @@ class Search:
         return "?" if self.too_short else "≥"
 
     @property
+    def answer(self) -> float | None:
+        """The capacity as an answer: None where the run at it was too short to load the engine (``mark`` ?): its
+        queue had no time to build, so the rate it held is no answer (``uncertified_rps`` in JSON keeps it)."""
+        return None if self.mark == "?" else self.capacity
+
+    @property
+    def capacity_text(self) -> str:
+        """The answer as the table and the lab print it: "2.5", "≥ 2.5" (a lower bound), "none (2.5 ?)" (no answer:
+        the run at 2.5 req/s was too short to load the engine)."""
+        shown = mark_text(self.mark, rate_text(self.capacity))
+        return f"none ({shown})" if self.answer is None else shown
+
+    @property
     def too_short(self) -> bool:
         """The run at the answer did not load the engine: a longer workload (not a higher rate) would tell more."""
         window = self.window_at(self.lo)
@@ -182,7 +195,8 @@ class Search:
 
     def to_json(self) -> dict[str, Any]:
         at = self.window_at(self.lo)
-        return {"capacity_rps": self.capacity, "certified": self.uncertified is None,
+        return {"capacity_rps": self.answer, "uncertified_rps": self.capacity if self.answer is None else None,
+                "capacity_text": self.capacity_text, "certified": self.uncertified is None,
                 "lower_bound": self.mark == "≥", "too_short": self.mark == "?", "uncertified_reason": self.uncertified,
                 "limited_by": self.limited_by, "unreachable": self.unreachable, "bracket": [self.lo, self.hi],
                 "served_share_at_capacity": at.get("served_share"), "state_at_capacity": at.get("state"),

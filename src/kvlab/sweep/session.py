@@ -65,11 +65,14 @@ class Session:
     runner: Runner
     finished = False  # finish() ran without an interrupt: every point is stored (what is left: the answer)
 
-    def __init__(self, out: Path | None, workers: int | None, ray: bool, ray_address: str | None, as_json: bool):
+    def __init__(self, out: Path | None, workers: int | None, ray: bool, ray_address: str | None, as_json: bool,
+                 writes: tuple[str, ...] = ()):
+        """``writes``: the files the command writes into ``out`` beside the store (glob patterns), none of which may
+        be a file kvlab did not write there (kvlab.validate.check_output_path)."""
         from kvlab.errors import KvlabError
         from kvlab.validate import check_output_path
 
-        check_output_path(out, "--out", folder=True)
+        check_output_path(out, "--out", folder=True, writes=writes)
         if workers is not None and not 1 <= workers <= MAX_WORKERS:
             raise KvlabError(f"--workers {workers} is out of range; valid: worker processes (or Ray CPUs), a whole "
                              f"number from 1 to {MAX_WORKERS:,}")

@@ -117,7 +117,7 @@ class RateLab:
             slo = parse_slo(DEFAULT_SLO)
             # The chart reaches past the highest breaking point, every rate the searches tried, and the rate the
             # lab opens at (kvlab.defaults.RATE), so that the first figure's rate is on it.
-            top = max(AXIS_OVER_CAPACITY * max(line["capacity_rps"] for line in lines), defaults.RATE,
+            top = max(AXIS_OVER_CAPACITY * max(line["capacity_rps"] or 0 for line in lines), defaults.RATE,
                       *(p["rate"] for line in lines for p in line["points"]))
             answer = {"setup": setup.__dict__, "slo": slo.text, "slo_s": slo.terms[0].limit_s,
                       "metric": "mean normalized latency (s per output token)",
@@ -134,7 +134,7 @@ class RateLab:
         from kvlab.paper import PAPER_NAMES
         from kvlab.service.capacity import breaking_points
         from kvlab.strategies import STRATEGIES
-        from kvlab.sweep.capacity import mark_text, parse_slo, rate_text
+        from kvlab.sweep.capacity import parse_slo
         from kvlab.sweep.grid import expand
         from kvlab.sweep.slo import DEFAULT_SLO
 
@@ -150,7 +150,7 @@ class RateLab:
                 "name": name, "paper_name": PAPER_NAMES.get(name, name),
                 "batching": strategy.batching, "allocator": strategy.allocator,
                 "capacity_rps": found["capacity_rps"], "lower_bound": found["lower_bound"],
-                "capacity_text": mark_text(search.mark, rate_text(search.capacity)),
+                "capacity_text": found["capacity_text"],
                 "limited_by": found["limited_by"],
                 "points": sorted(({"rate": p["rate"], "value": p["value"], "held": p["held"],
                                    "reason": p["reason"]} for p in found["probes"]), key=lambda p: p["rate"])}

@@ -191,7 +191,7 @@ class RateFigure {
     ctx.restore();
     // The breaking points, marked and named once the sweep has passed them.
     f.systems.forEach((x, i) => {
-      if (x.capacity_rps > upTo) return;
+      if (x.capacity_rps === null || x.capacity_rps > upTo) return;  // (null: no answer, a run too short)
       const colour = LANE_COLOURS[i % 4], cx = X(x.capacity_rps), cy = Y(this.onCurve(i, x.capacity_rps) || 0);
       ctx.strokeStyle = colour; ctx.lineWidth = 1; ctx.setLineDash([3, 3]);
       ctx.beginPath(); ctx.moveTo(cx, cy); ctx.lineTo(cx, bottom); ctx.stroke(); ctx.setLineDash([]);
