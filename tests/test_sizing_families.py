@@ -961,3 +961,39 @@ def test_qwen3_6_27b_gated_deltanet_state_and_attention_block():
                                    quantization="gptq", vllm_version="0.24.0"))
     # 16 x ceil(1,603,584 / (16 x 2 x 2 x 256 x 2)) = 784 tokens; the page 784 x 2,048 bytes
     assert r.block_size == 784 and r.page_size_bytes == 784 * 2048
+
+
+def test_decode_context_parallelism_of_a_gqa_model_splits_only_the_copies_tp_makes():
+    """vLLM bounds DCP for GQA/MQA models by tensor_parallel_size // KV heads (ModelConfig.verify_with_parallel_config;
+    its context-parallel guide: 'dcp size is upper bounded by tp_size / H'); MLA keeps one latent and takes any DCP
+    that divides TP. Trial 49: llama-3.1-8b at TP 8 with DCP 8 came out at 263.66x concurrency instead of 32.96x."""
+    model = get_model("llama-3.1-8b")  # 8 KV heads, 32 attention heads
+    with pytest.raises(KvlabError, match=r"^--decode-context-parallel-size 8: llama-3.1-8b's 8 KV heads over tensor "
+                       r"parallel size 8 are not replicated, .*valid --decode-context-parallel-size here: 1 \(no DCP\)$"):
+        size_kv_cache(model, given("h100-sxm", 40, tensor_parallel_size=8, decode_context_parallel_size=8))
+    with pytest.raises(KvlabError, match=r"replicated 4 times, .*valid --decode-context-parallel-size here: 1, 2, 4$"):
+        size_kv_cache(model, given("h100-sxm", 40, tensor_parallel_size=32, decode_context_parallel_size=8))
+    four = size_kv_cache(model, given("h100-sxm", 40, tensor_parallel_size=32, decode_context_parallel_size=4))
+    plain = size_kv_cache(model, given("h100-sxm", 40, tensor_parallel_size=32))
+    assert four.num_blocks == plain.num_blocks and four.blocks_per_request == cdiv(plain.blocks_per_request, 4)
+
+
+def test_expert_parallelism_holds_whole_experts_on_the_busiest_gpu():
+    """-ep deals Mixtral's 8 experts out whole: at TP 8 one each (the bytes of 1/8 of every expert, as TP), at TP 16
+    and 32 still one whole expert on a GPU that has one (vLLM's determine_expert_map: ceil(E / TP) on the first
+    ranks), not 1/16 or 1/32 of them (trial 49: 2.78 GiB at TP 32 where one expert alone is ~10.5 GiB)."""
+    from kvlab.sizing import SizingConfig, expert_parallel_note
+
+    model = get_model("mixtral-8x7b-v0.1")
+    layers = range(model.num_hidden_layers)
+
+    def weights(tp: int, ep: bool) -> int:
+        return model.weights_bytes_for(layers, dtype_bytes=2, tensor_parallel_size=tp, expert_parallel=ep)
+
+    experts = sum(model.layer_params(i).experts for i in layers) * 2  # bf16 bytes of every routed expert
+    assert weights(8, True) == weights(8, False)
+    for tp in (16, 32):
+        assert weights(tp, True) - weights(tp, False) == pytest.approx(experts / 8 - experts / tp, abs=tp)
+    assert expert_parallel_note(get_model("llama-3.1-8b"), SizingConfig(enable_expert_parallel=True)).startswith(
+        "--enable-expert-parallel changes nothing: llama-3.1-8b has no routed experts")
+    assert expert_parallel_note(model, SizingConfig(tensor_parallel_size=2, enable_expert_parallel=True)) is None

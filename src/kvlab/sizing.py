@@ -519,7 +519,8 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
                                           first_stage=first, last_stage=last, quantization=config.quantization,
                                           expert_layout=expert_layout(
                                               model.weight_format_for(config.quantization),
-                                              compute_capability(config.gpu_name), rules.mxfp4_hopper_layout))
+                                              compute_capability(config.gpu_name), rules.mxfp4_hopper_layout),
+                                          expert_parallel=config.enable_expert_parallel)
         inputs = profile_inputs(model, config, act_bytes, len(layers), last, first, weights + buffers)
         profiles.append(MemoryProfile(
             total=Term("total", total, "GPU memory as CUDA reports it"),
@@ -591,6 +592,17 @@ def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> 
 def resolve_alias(dtype: str) -> str:
     """vLLM's names for the same dtype: half is float16, float is float32."""
     return {"half": "float16", "float": "float32"}.get(dtype, dtype)
+
+
+def expert_parallel_note(model: ModelSpec, config: SizingConfig) -> str | None:
+    """--enable-expert-parallel where it changes nothing: a model without routed experts, or one GPU."""
+    if not config.enable_expert_parallel:
+        return None
+    if not model.is_moe:
+        return f"--enable-expert-parallel changes nothing: {model.id} has no routed experts to deal out"
+    if config.tensor_parallel_size == 1:
+        return "--enable-expert-parallel changes nothing on one GPU: it holds every expert either way"
+    return None
 
 
 def quantization_note(model: ModelSpec, quantization: str | None) -> str | None:
@@ -827,6 +839,17 @@ def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
     if refusal:
         sizes = ", ".join(map(str, valid_tensor_parallel_sizes(model, expert_parallel=config.enable_expert_parallel)))
         raise KvlabError(f"{refusal}; valid --tensor-parallel-size: {sizes}")
+    dcp, tp, heads = config.decode_context_parallel_size, config.tensor_parallel_size, model.num_key_value_heads
+    if dcp > 1 and not model.is_mla and dcp > tp // heads:
+        # vLLM's ModelConfig.verify_with_parallel_config (GQA/MQA): DCP splits by token the KV heads that TP beyond
+        # their number replicates, so it needs tp > KV heads and dcp <= tp // KV heads (docs/serving/
+        # context_parallel_deployment.md: "dcp size is upper bounded by tp_size / H")
+        most = tp // heads
+        valid = ", ".join(str(d) for d in range(1, max(most, 1) + 1) if tp % d == 0) if most > 1 else "1 (no DCP)"
+        raise KvlabError(f"--decode-context-parallel-size {dcp}: {model.id}'s {heads} KV heads over tensor parallel "
+                         f"size {tp} are {'replicated ' + str(most) + ' times' if most > 1 else 'not replicated'}, "
+                         f"and vLLM's DCP splits only those copies by token (at most tensor_parallel_size // KV "
+                         f"heads); valid --decode-context-parallel-size here: {valid}")
     if config.pipeline_parallel_size > model.num_hidden_layers:
         raise KvlabError(f"--pipeline-parallel-size {config.pipeline_parallel_size} exceeds the "
                          f"{model.num_hidden_layers} layers of {model.id}; valid: 1 to {model.num_hidden_layers}")
@@ -1168,6 +1191,10 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
     held = f"; {_tensor_parallel_hint(model, widest)}" if _weights_fit(model, widest) else ""
     why = (f"the most its {model.num_attention_heads} attention heads allow" if largest == model.num_attention_heads
            else "the largest tensor-parallel size vLLM accepts for it")
+    if model.is_moe and not config.enable_expert_parallel:
+        wider = valid_tensor_parallel_sizes(model, config.decode_context_parallel_size, expert_parallel=True)[-1]
+        if wider > largest:
+            why += f"; with --enable-expert-parallel, which keeps experts whole, up to {wider}"
     raise KvlabError(f"{model.id} does not fit on up to {largest} x {gpu.id} with tensor parallelism ({why}) with one "
                      f"{config.max_model_len or model.max_position_embeddings:,}-token request{held}; add pipeline "
                      "parallelism, lower --max-model-len or pick a larger GPU")

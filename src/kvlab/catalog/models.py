@@ -502,7 +502,7 @@ class ModelSpec:
 
     def weights_bytes_for(self, layers: range, *, dtype_bytes: int, tensor_parallel_size: int = 1,
                           first_stage: bool = True, last_stage: bool = True, quantization: str | None = None,
-                          expert_layout: str | None = None) -> int:
+                          expert_layout: str | None = None, expert_parallel: bool = False) -> int:
         """Weight bytes one GPU holds for ``layers`` (a pipeline stage) under tensor parallelism.
 
         vLLM splits embeddings (vocab-parallel), attention heads, MLP columns and experts across TP ranks;
@@ -511,7 +511,9 @@ class ModelSpec:
         TP rank) and the last the final norm and lm_head (a second copy of the embedding when tied). Quantized
         formats (kvlab.catalog.quant) change the bytes of the linear layers or only of the routed experts;
         ``expert_layout`` (quant.expert_layout) counts MXFP4 experts as vLLM lays them out, padding, scales and
-        biases included (quant.mxfp4_layer_bytes), rather than at the format's bytes per parameter.
+        biases included (quant.mxfp4_layer_bytes), rather than at the format's bytes per parameter. With
+        ``expert_parallel`` the routed experts are dealt out whole, not split: the busiest GPU holds ceil(E / TP) of
+        them (vLLM's determine_expert_map gives the first E mod TP ranks one more), one each where TP exceeds E.
         """
         tp = tensor_parallel_size
         fmt = self.weight_format_for(quantization)
@@ -519,15 +521,18 @@ class ModelSpec:
                 for part in ("attention", "mlp", "experts", "lm_head")}
         expert_bytes = held["experts"]
         kv_replicas = max(1, tp // self.num_key_value_heads) if not self.is_mla else tp  # (LayerParams.kv_projection)
+        # The share of a MoE layer's routed experts one GPU holds: 1 / TP of each, or ceil(E / TP) whole ones
+        local = -(-self.num_experts // tp) / self.num_experts if expert_parallel and self.is_moe else 1 / tp
         laid_out = None  # one MoE layer's experts on one GPU in vLLM's layout
         if self.is_moe and expert_layout is not None:
-            width = (self.moe_intermediate_size or self.intermediate_size) // tp
-            laid_out = mxfp4_layer_bytes(expert_layout, self.num_experts, self.hidden_size, width, dtype_bytes)
+            width = (self.moe_intermediate_size or self.intermediate_size) // (1 if expert_parallel else tp)
+            num_local = -(-self.num_experts // tp) if expert_parallel else self.num_experts
+            laid_out = mxfp4_layer_bytes(expert_layout, num_local, self.hidden_size, width, dtype_bytes)
         total = 0.0
         for i in layers:
             p = self.layer_params(i)
             attention = (p.attention - p.kv_projection) / tp + p.kv_projection * kv_replicas / tp
-            experts = laid_out if laid_out is not None and p.experts else p.experts / tp * expert_bytes
+            experts = laid_out if laid_out is not None and p.experts else p.experts * local * expert_bytes
             total += attention * held["attention"] + p.mlp / tp * held["mlp"] + experts
             total += (p.router + p.norms) * dtype_bytes
         vocab_matrix = self.vocab_size * self.hidden_size

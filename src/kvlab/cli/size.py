@@ -20,6 +20,7 @@ from kvlab.report.text import plural
 from kvlab.service.size import sizing_config
 from kvlab.sizing import (
     cuda_block_size_note,
+    expert_parallel_note,
     fewest_gpus,
     fewest_gpus_for_workload,
     gpu_notes,
@@ -70,6 +71,15 @@ sizing_options = options_template(SIZING_OPTIONS, defaults={"gpu": None})
 def _note_block_size(block_size: int, as_json: bool) -> None:
     """A block size vLLM's CUDA backends refuse is sized all the same, with a note on stderr."""
     note = cuda_block_size_note(block_size)
+    if note and not as_json:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
+
+
+def _note_expert_parallel(spec, config, as_json: bool) -> None:
+    """--enable-expert-parallel where it changes nothing (sizing.expert_parallel_note), on stderr."""
+    note = expert_parallel_note(spec, config)
     if note and not as_json:
         from rich.console import Console
 
@@ -356,6 +366,7 @@ def size(
                                     decode_context_parallel_size=decode_context_parallel_size,
                                     enable_expert_parallel=enable_expert_parallel)
     _note_block_size(config.block_size, as_json)
+    _note_expert_parallel(spec, config, as_json)
     quantized = _note_quantization(spec, quantization, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
@@ -470,6 +481,7 @@ def fit(
                                     decode_context_parallel_size=decode_context_parallel_size,
                                     enable_expert_parallel=enable_expert_parallel)
     _note_block_size(config.block_size, as_json)
+    _note_expert_parallel(spec, config, as_json)
     quantized = _note_quantization(spec, quantization, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
