@@ -816,7 +816,8 @@ def _block_refusal(model: ModelSpec, tp: int, dense_mlp: bool, expert_parallel: 
         widths += [("mlp", "shared experts' MLP width (n_shared_experts x moe_intermediate_size",
                     (model.num_shared_experts or 0) * expert)]
     for part, what, width in widths:
-        block = (fmt.for_part(part) or fmt).block_n if fmt.for_part(part) is not None else None
+        held = fmt.for_part(part)  # (None: that part is in the model dtype, unquantized)
+        block = held.block_n if held is not None else None
         if block and width and (width // tp) % block:
             return (f"the {what} {width}) of {model.id} over tensor parallel size {tp} leaves {width // tp} output "
                     f"channels a rank, not a multiple of its FP8 weight blocks' {block} rows: vLLM refuses a split "
