@@ -180,3 +180,15 @@ def test_a_bad_value_in_a_config_file_names_the_file(kvlab, tmp_path):
     assert r.exit_code == 2
     assert r.stderr.strip() == (f"error: --config {path}: rate -3 is out of range; valid: requests per second, a number "
                                 "> 0 and ≤ 1,000,000,000")
+
+
+def test_a_vllm_serve_config_file_s_server_keys_are_passed_over_with_a_note(kvlab, tmp_path):
+    """Trial 49b: a config file written for `vllm serve` (port, host, served-model-name) was refused, though --config
+    reads files 'as vllm serve --config'; the engine's options in it still apply."""
+    path = tmp_path / "serve.yaml"
+    path.write_text("port: 8000\nhost: 0.0.0.0\nmax-num-seqs: 48\nserved-model-name: mine\n")
+    r = kvlab("run", "vllm", "-n", "10", "--config", path, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["setup"]["max_num_seqs"] == 48
+    assert (f"note: --config {path}: port, host, served-model-name only set vLLM's server (its HTTP side, logs, "
+            "tokenizer or loading), not its engine: passed over") in " ".join(r.stderr.split())

@@ -61,9 +61,15 @@ def with_config_file(ctx: typer.Context, path: Path | None, options: dict) -> di
     """The command's options with a --config file's values in place of those left at their defaults."""
     if path is None:
         return options
-    from kvlab.config.files import read_options
+    from kvlab.config.files import read_options, server_only_keys
 
     from_file = read_options(path)
+    if passed := server_only_keys(path):
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(
+            f"note: --config {path}: {', '.join(passed)} only set vLLM's server (its HTTP side, logs, tokenizer or "
+            "loading), not its engine: passed over", style="yellow")
     given = {name for name in options if ctx.get_parameter_source(name).name != "DEFAULT"}
     return {**options, **{name: value for name, value in from_file.items() if name not in given}}
 

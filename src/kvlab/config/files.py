@@ -76,10 +76,26 @@ def option_name(spelling: str, where: str, extra: tuple[str, ...] = ()) -> str:
     raise KvlabError(f"{where}: {spelling!r} is not an option{hint}; the options are: {', '.join(valid)}")
 
 
+# `vllm serve` arguments a config file written for vLLM holds that set its HTTP server, its logs, its tokenizer or how
+# it loads the checkpoint, none of which changes the engine's schedule or its KV cache: read and passed over.
+SERVER_ONLY = ("host", "port", "api_key", "served_model_name", "uvicorn_log_level", "disable_log_requests",
+               "enable_log_requests", "disable_log_stats", "allowed_origins", "allowed_methods", "allowed_headers",
+               "ssl_keyfile", "ssl_certfile", "root_path", "middleware", "chat_template", "response_role",
+               "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "trust_remote_code", "download_dir",
+               "tokenizer", "tokenizer_mode", "load_format", "disable_fastapi_docs", "max_log_len")
+
+
+def server_only_keys(path: Path, flag: str = "--config") -> list[str]:
+    """The keys of a --config file that only vLLM's server reads (SERVER_ONLY), as written there."""
+    return [str(k) for k in read_mapping(path, flag) if str(k).strip().lstrip("-").replace("-", "_") in SERVER_ONLY]
+
+
 def read_options(path: Path, flag: str = "--config") -> dict[str, Any]:
-    """A file of option values (one value each), by declared name."""
+    """A file of option values (one value each), by declared name; `vllm serve`'s server-only keys passed over."""
     options = {}
     for key, value in read_mapping(path, flag).items():
+        if str(key).strip().lstrip("-").replace("-", "_") in SERVER_ONLY:
+            continue
         if isinstance(value, (list, dict)):
             raise KvlabError(f"{flag} {path}: {key!r} has a {type(value).__name__}; a run takes one value per "
                              "option (kvlab sweep --grid takes lists)")
