@@ -677,7 +677,8 @@ def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | No
                              ) from None
         out.append(replay(held.prepared, fold.constants))
         if progress is not None:
-            progress(f"left out run {held.prepared.run.id}")
+            progress(f"leave-one-out {i + 1}/{len(calibration.replays)}: run {held.prepared.run.id} predicted by a "
+                     "fit on the others")
     return out
 
 
