@@ -93,9 +93,13 @@ def test_vllm_is_vllm_serve_with_prefix_caching_and_says_so(kvlab, tmp_path):
     r = kvlab("capacity", "--strategy", "vllm,vllm+prefix,vllm+noprefix", *common, "--json")
     assert r.exit_code == 0, r.stderr
     by_name = {c["strategy"]: c for c in r.json()["capacities"]}
-    assert by_name["vllm"]["capacity_rps"] == by_name["vllm+prefix"]["capacity_rps"]
+    # The rate each held: the answer, or (a run of 400 too short to load the engine: the table's 'none (X ?)') the
+    # uncertified rate the JSON keeps beside a null capacity_rps.
+    held = {name: c["capacity_rps"] if c["capacity_rps"] is not None else c["uncertified_rps"]
+            for name, c in by_name.items()}
+    assert held["vllm"] == held["vllm+prefix"] and by_name["vllm"]["capacity_rps"] == by_name["vllm+prefix"]["capacity_rps"]
     assert by_name["vllm"]["probes"] == by_name["vllm+prefix"]["probes"]
-    assert by_name["vllm"]["capacity_rps"] > by_name["vllm+noprefix"]["capacity_rps"]  # (sessions share prefixes)
+    assert held["vllm"] > held["vllm+noprefix"]  # (sessions share prefixes)
     assert r.json()["setup"]["prefix_caching"] == {"vllm": True, "vllm+prefix": True, "vllm+noprefix": False}
     r = kvlab("capacity", "--strategy", "vllm", *common)
     assert r.exit_code == 0, r.stderr
