@@ -199,8 +199,13 @@ def test_a_profile_calibrated_in_process_predicts_two_other_workloads(tmp_path):
     assert "seq_overhead_s" in fit.fitted and fit.constants["seq_overhead_s"] > 0  # the per-sequence CPU term
     below, above = (next(r for r in rows if r.workload == w.name and r.figure == "throughput_rps")
                     for w in timing.CHECKS)
-    assert below.mean > 0.85 * timing.CHECKS[0].rate  # below capacity the engine keeps up
-    assert above.mean < 0.6 * timing.CHECKS[1].rate  # above it, it does not
+    # The two regimes, as measured: the saturated run's throughput is this engine's capacity on this machine today,
+    # and the first check offers well under it, the second well over it. (Until 6 December the first premise was the
+    # first check's own throughput above 85% of its rate; on 30 requests that throughput includes the drain after
+    # the last arrival, so it fell with the machine's speed: on the CI machine of 6 December, whose capacity here was
+    # 2.1-2.3 req/s where the design assumed ~5, the engine served 1.25-1.29 of 1.5 req/s, kvlab 1.28, +0.9%.)
+    assert timing.CHECKS[0].rate < 0.85 * above.mean  # below capacity
+    assert above.mean < 0.6 * timing.CHECKS[1].rate  # above it, the engine does not keep up
     # Below capacity, TPOT p50 is a known miss, one-sided (docs/cost.md "What is left"): its decode steps hold one
     # to six requests, where this CPU's engine is concave in the batch (13 ms for one, 20 for two, 25 for four, 40
     # for sixteen) and the expression linear, so the clock is fast on them; slower steps let more requests overlap,
