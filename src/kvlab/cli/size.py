@@ -68,32 +68,28 @@ EpOpt = Annotated[bool, typer.Option(
 sizing_options = options_template(SIZING_OPTIONS, defaults={"gpu": None})
 
 
-def _note_block_size(block_size: int, as_json: bool) -> None:
-    """A block size vLLM's CUDA backends refuse is sized all the same, with a note on stderr."""
-    note = cuda_block_size_note(block_size)
-    if note and not as_json:
-        from rich.console import Console
-
-        Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
-
-
-def _note_expert_parallel(spec, config, as_json: bool) -> None:
-    """--enable-expert-parallel where it changes nothing (sizing.expert_parallel_note), on stderr."""
-    note = expert_parallel_note(spec, config)
-    if note and not as_json:
-        from rich.console import Console
-
-        Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
-
-
-def _note_quantization(spec, quantization: str | None, as_json: bool) -> str | None:
-    """--quantization none on a quantized checkpoint (sizing.quantization_note): on stderr, and returned for JSON."""
-    note = quantization_note(spec, quantization)
+def _note(note: str | None, as_json: bool) -> str | None:
+    """A sizing note (kvlab.sizing's *_note functions) on stderr, unless the answer is JSON; returned for JSON."""
     if note and not as_json:
         from rich.console import Console
 
         Console(stderr=True, highlight=False).print(f"note: {note}", style="yellow")
     return note
+
+
+def _note_block_size(block_size: int, as_json: bool) -> None:
+    """A block size vLLM's CUDA backends refuse is sized all the same, with a note on stderr."""
+    _note(cuda_block_size_note(block_size), as_json)
+
+
+def _note_expert_parallel(spec, config, as_json: bool) -> None:
+    """--enable-expert-parallel where it changes nothing (sizing.expert_parallel_note), on stderr."""
+    _note(expert_parallel_note(spec, config), as_json)
+
+
+def _note_quantization(spec, quantization: str | None, as_json: bool) -> str | None:
+    """--quantization none on a quantized checkpoint (sizing.quantization_note): on stderr, and returned for JSON."""
+    return _note(quantization_note(spec, quantization), as_json)
 
 
 def weight_dtype(options: dict, quantization: str | None, as_json: bool) -> str | None:
