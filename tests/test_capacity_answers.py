@@ -230,7 +230,7 @@ def test_a_run_says_what_its_preemptions_cost(kvlab):
     assert s["swapped_bytes"] > 0 and s["preemptions"] > 0
     text = " ".join(swap.stdout.split())
     assert (f"Preemptions: continuous+paged+swap {s['preemptions']:,} ({s['swapped_bytes'] / 2**30:,.1f} GiB swapped "
-            "between GPU and CPU memory (out and back in))." in text)
+            "between GPU and CPU memory, out and back in)." in text)
     race = kvlab("race", "vllm", "-n", "300", "--json")
     v = json.loads(race.stdout)["strategies"][0]
     text = " ".join(kvlab("race", "vllm", "-n", "300").stdout.split())

@@ -145,3 +145,14 @@ def test_a_mooncake_layout_without_hash_ids_is_told_it_lacks_them(tmp_path):
                               "lacks hash_ids; valid: a Mooncake trace's timestamp, input_length, output_length, "
                               "hash_ids on every row")
     assert "would be ignored" not in message
+
+
+def test_a_users_rows_out_of_order_are_counted_and_sorted(tmp_path):
+    path = tmp_path / "u.csv"
+    path.write_text("arrival_time,prompt_len,output_len\n0,10,5\n2,11,5\n1,12,5\n3,13,5\n0.5,14,5\n")
+    from kvlab.workload.files import read_user_file
+
+    table = read_user_file(str(path))
+    assert table.num_out_of_order == 2
+    assert table.prompt_len.tolist() == [10, 14, 12, 11, 13]
+    assert "run in arrival order (2 of the file's rows" in load_workload(str(path)).description

@@ -340,3 +340,37 @@ def test_a_file_under_a_published_name_that_is_not_the_published_file_is_said_so
     edited.write_bytes(whole.read_bytes().replace(b",374,44", b",374,45", 1))
     result = kvlab("run", "vllm", "--workload", edited, "-n", "20")
     assert "its checksum differs from the published sha256:" in " ".join(result.stderr.split())
+
+
+def test_a_bad_azure_timestamp_is_named_with_its_line(kvlab, tmp_path):
+    """Trial 49: a malformed TIMESTAMP in an Azure-format copy had no line number ("valid: the file as published")."""
+    copy = tmp_path / "mine.csv"
+    lines = (SHARED_TRACES / "azure2023_conv.csv").read_text().splitlines(keepends=True)[:6]
+    lines[3] = "yesterday" + lines[3][lines[3].index(","):]
+    copy.write_text("".join(lines))
+    result = kvlab("run", "vllm", "--workload", copy, "-n", "3")
+    assert result.exit_code == 2
+    assert (f"error: {copy}, line 4: TIMESTAMP 'yesterday' is not a date and time; valid: one such as "
+            "2023-11-16 18:17:03.9799600, as the published trace writes them") in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("published", ["azure2023_conv.csv", "burstgpt1_first400.csv"])
+def test_rows_out_of_arrival_order_are_run_sorted_and_said_so(kvlab, tmp_path, published):
+    """Trial 49: a trace with unsorted arrival times was reordered with no word; the published traces are in order."""
+    lines = (SHARED_TRACES / published).read_text().splitlines(keepends=True)[:41]
+    swapped = tmp_path / "swapped.csv"
+    swapped.write_text("".join([lines[0], lines[2], lines[1], *lines[3:]]))
+    mine, ordered = load_workload(str(swapped)), load_workload(trace_for(published, tmp_path, lines))
+    assert mine.requests == ordered.requests
+    result = kvlab("run", "vllm", "--workload", swapped, "-n", "20")
+    assert result.exit_code == 0, result.stderr
+    assert ("note: swapped.csv: 1 row arrives earlier than the row before; kvlab runs the requests in arrival order"
+            in " ".join(result.stderr.split()))
+    assert "note:" not in kvlab("run", "vllm", "--workload", trace_for(published, tmp_path, lines), "-n", "20").stderr
+
+
+def trace_for(published: str, tmp_path, lines) -> str:
+    """The first rows of a published trace, in its order, under a name of the user's."""
+    path = tmp_path / f"ordered-{published}"
+    path.write_text("".join(lines))
+    return str(path)

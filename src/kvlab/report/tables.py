@@ -162,7 +162,7 @@ def preemption_lines(summaries: list[dict]) -> list[str]:
             continue
         cost = []
         if s.get("swapped_bytes"):
-            cost.append(f"{s['swapped_bytes'] / 2**30:,.1f} GiB swapped between GPU and CPU memory (out and back in)")
+            cost.append(f"{s['swapped_bytes'] / 2**30:,.1f} GiB swapped between GPU and CPU memory, out and back in")
         if s.get("recomputed_tokens"):
             cost.append(f"{s['recomputed_tokens']:,} tokens computed again")
         parts.append(f"{s['name']} {s['preemptions']:,}" + (f" ({'; '.join(cost)})" if cost else ""))

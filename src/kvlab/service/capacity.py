@@ -136,18 +136,20 @@ def _check_window(configurations: list[dict], start_rate: float) -> None:
             if expected < MIN_WINDOW_REQUESTS:
                 need = MIN_WINDOW_REQUESTS / share / start_rate
                 raise KvlabError(f"--duration {c['duration']:g}: at the first rate ({start_rate:g} req/s) the measured "
-                                 f"window (the last {share:.0%} of the arrivals) would hold about "
+                                 f"window (the last {share:.0%} of the arrivals) would hold "
                                  f"{_requests(expected)}; valid: --duration {math.ceil(need)} or more (or a higher "
                                  "--rate)")
         elif c.get("num_requests") is not None and c["num_requests"] * share < MIN_WINDOW_REQUESTS:
             need = math.ceil(MIN_WINDOW_REQUESTS / share)
             raise KvlabError(f"--num-requests {c['num_requests']}: the measured window (the last {share:.0%} of the "
-                             f"arrivals) would hold about {_requests(c['num_requests'] * share)}; valid: -n {need} "
+                             f"arrivals) would hold {_requests(c['num_requests'] * share)}; valid: -n {need} "
                              "or more")
 
 
 def _requests(count: float) -> str:
-    return f"{count:.0f} request{'' if round(count) == 1 else 's'}"
+    """``count`` requests as the refusal says it: never rounded up to the minimum it falls short of."""
+    shown = f"{count:.0f}" if count == round(count) or round(count) < MIN_WINDOW_REQUESTS else f"{count:.1f}"
+    return f"{shown} request{'' if count == 1 else 's'} (fewer than {MIN_WINDOW_REQUESTS})"
 
 
 def breaking_points(configurations: list[dict], runner, slo, start_rates: list[float],

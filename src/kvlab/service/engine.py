@@ -133,10 +133,10 @@ def load(config: KvlabConfig | WorkloadConfig, max_model_len: int | None = None,
 def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = ()) -> tuple[str, ...]:
     """What a run of ``config`` says before its numbers: options given that it does not use, and what vLLM would
     refuse to start with though kvlab runs it. (The cost profile's notes travel on the cost model.)"""
-    from kvlab.workload.load import copy_note
+    from kvlab.workload.load import copy_note, order_note
 
     given = dict(config.given)
-    said = [note] if (note := copy_note(config.workload.workload)) else []
+    said = [note for note in (copy_note(config.workload.workload), order_note(config.workload.workload)) if note]
     if "swap_space" in given and strategy_list and not any(s.preemption_mode == "swap" for s in strategy_list):
         said.append(f"--swap-space {given['swap_space']:g} is not used: no strategy here swaps (a +swap strategy, "
                     "or --preemption-mode swap, would)")

@@ -32,7 +32,7 @@ import numpy as np
 
 from kvlab.errors import KvlabError
 from kvlab.workload.priority import parse_deadline, parse_priority
-from kvlab.workload.table import LengthTable
+from kvlab.workload.table import LengthTable, out_of_order
 
 REQUIRED_COLUMNS = ("prompt_len", "output_len")
 OPTIONAL_COLUMNS = ("arrival_time", "max_tokens", "session_id", "think_time", "priority", "timeout")
@@ -300,6 +300,7 @@ def _read_rows(path, turns, arrival_time, prompt_len, output_len, caps, priority
         max_tokens=None if caps is None else tuple(caps[i] for i in order.tolist()),
         priority=None if priority is None else tuple(priority[i] for i in order.tolist()),
         timeout=None if timeout is None else tuple(timeout[i] for i in order.tolist()),
+        num_out_of_order=out_of_order(times),
     )
 
 

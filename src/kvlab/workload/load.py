@@ -129,6 +129,20 @@ def copy_note(spec: str) -> str | None:
     return differs_from_published(trace, path)
 
 
+def order_note(spec: str) -> str | None:
+    """One line when ``spec`` is a file whose rows are not in arrival order (kvlab runs them sorted, stably)."""
+    path = Path(spec)
+    if spec in WORKLOADS or path.suffix.lower() not in SUFFIXES or not path.is_file():
+        return None
+    entry = _user_source(spec)
+    table = entry.rows() if entry.rows is not None else None
+    if table is None or not table.num_out_of_order:
+        return None
+    count = table.num_out_of_order
+    return (f"{path.name}: {count:,} row{'s arrive' if count != 1 else ' arrives'} earlier than the row before; kvlab "
+            "runs the requests in arrival order (rows with equal times in the file's order)")
+
+
 def has_own_deadlines(spec: str) -> bool:
     """Whether a workload's requests come with their own client deadlines: a user's file with a timeout column (a
     named workload, a published trace or an inference-perf configuration has none)."""
@@ -428,6 +442,9 @@ def _describe(entry, source_table, table, times, how, seed, max_model_len, num_c
             f"{source_table.num_skipped} of {source_table.num_rows + source_table.num_skipped} source rows "
             f"skipped ({source_table.skip_reason})"
         )
+    if source_table is not None and source_table.num_out_of_order:
+        parts.append(f"run in arrival order ({source_table.num_out_of_order:,} of the file's rows arrive earlier "
+                     "than the row before)")
     if max_model_len is not None:
         parts.append(f"{num_capped:,} answers capped at max_model_len {max_model_len:,}")
     parts.append(f"seed {seed}")

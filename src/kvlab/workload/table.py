@@ -22,6 +22,7 @@ class LengthTable:
     ``prefix_len`` (conversations: kvlab.workload.sessions, a user's file with a session column) how many tokens
     of each row's prompt and answer they name (``Request.prefix_len``).
     ``num_skipped`` counts source rows that cannot be served as data (``skip_reason`` says why).
+    ``num_out_of_order`` counts source rows that arrive earlier than the row before them (sorted here, stably).
     """
 
     prompt_len: np.ndarray
@@ -37,6 +38,8 @@ class LengthTable:
     timeout: tuple[float, ...] | None = None
     num_skipped: int = 0
     skip_reason: str = ""
+    # Rows of the source that arrive earlier than the row before them (the table holds them in arrival order).
+    num_out_of_order: int = 0
 
     def __post_init__(self) -> None:
         for array in (self.prompt_len, self.output_len, self.arrival_time):
@@ -100,3 +103,8 @@ def draw_rows(num_rows: int, num: int, rng: np.random.Generator) -> np.ndarray:
 def sample_table(table: LengthTable, num: int, rng: np.random.Generator) -> LengthTable:
     """``num`` rows of ``table`` drawn with ``draw_rows``."""
     return table.take(draw_rows(table.num_rows, num, rng))
+
+
+def out_of_order(times: np.ndarray) -> int:
+    """How many of ``times`` (a file's order) are earlier than the one before them."""
+    return int((np.diff(times) < 0).sum())

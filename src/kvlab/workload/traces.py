@@ -18,7 +18,7 @@ import numpy as np
 
 from kvlab.errors import KvlabError
 from kvlab.workload.arrivals import spread_within_bins
-from kvlab.workload.table import LengthTable
+from kvlab.workload.table import LengthTable, out_of_order
 
 
 def _read_text(path: Path) -> str:
@@ -55,11 +55,13 @@ def _in_arrival_order(
     arrival_time: np.ndarray, prompt_len: np.ndarray, output_len: np.ndarray, **extra
 ) -> LengthTable:
     # A stable sort keeps the file's order among equal timestamps; times start at zero.
+    arrival_time_in_file = arrival_time
     order = np.argsort(arrival_time, kind="stable")
     arrival_time = arrival_time[order] - arrival_time[order[0]]
     if extra.get("prefix_hashes") is not None:
         extra["prefix_hashes"] = tuple(extra["prefix_hashes"][i] for i in order.tolist())
-    return LengthTable(prompt_len=prompt_len[order], output_len=output_len[order], arrival_time=arrival_time, **extra)
+    return LengthTable(prompt_len=prompt_len[order], output_len=output_len[order], arrival_time=arrival_time,
+                       num_out_of_order=out_of_order(arrival_time_in_file), **extra)
 
 
 def _jsonl_rows(path: Path, fields: tuple[str, ...]) -> list[dict]:
@@ -90,9 +92,19 @@ def read_azure(path: Path) -> LengthTable:
     try:
         clock = stamps.astype("datetime64[ns]")
     except ValueError:
-        raise KvlabError(f"{path}: a TIMESTAMP is not a date and time; valid: the file as published") from None
+        row, value = next((i, v) for i, v in enumerate(stamps.tolist()) if not _is_datetime(v))
+        raise KvlabError(f"{path}, line {row + 2}: TIMESTAMP {value[:40]!r} is not a date and time; valid: one "
+                         "such as 2023-11-16 18:17:03.9799600, as the published trace writes them") from None
     seconds = (clock - clock.min()).astype(np.int64) / 1e9
     return _in_arrival_order(seconds, prompt, output)
+
+
+def _is_datetime(value: str) -> bool:
+    try:
+        np.datetime64(value, "ns")
+    except ValueError:
+        return False
+    return True
 
 
 @cache
