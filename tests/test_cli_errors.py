@@ -41,3 +41,38 @@ def test_version_and_the_short_help_option():
     assert version.returncode == 0 and version.stdout.strip() == f"kvlab {package.__version__}, engine: {package.engine()}"
     short, long = kvlab("run", "-h"), kvlab("run", "--help")
     assert short.returncode == long.returncode == 0 and short.stdout == long.stdout
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("run", "vllm", "--enable-chunked-prefill", "--no-enable-chunked-prefill"),
+     "error: --enable-chunked-prefill and --no-enable-chunked-prefill are both given; valid: one of them"),
+    (("run", "vllm", "-n", "5", "--num-requests=6"),
+     "error: --num-requests is given 2 times (-n 5, --num-requests=6); valid: once (only the last would count)"),
+    (("size", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpu", "a100"), "error: --gpu is given 2 times"),
+    (("capacity", "--strategy", "vllm", "--rate", "1", "--rate", "2"),
+     "error: --rate is given twice (--rate 1 and --rate 2); valid: once, with every value in one comma list"),
+    (("sweep", "--enable-chunked-prefill", "--no-enable-chunked-prefill"),
+     "valid: once, with --enable-chunked-prefill true,false for both"),
+    (("capacity", "vllm"), "(a strategy here is an option: --strategy vllm; kvlab run and race take strategies as"),
+    (("run", "vllm", "--html", "x.html"),
+     "error: No such option: --html: it is an option of kvlab race, not of kvlab run (see 'kvlab run --help')"),
+])
+def test_an_option_given_twice_or_in_the_wrong_place_is_refused_before_any_work(args, says, tmp_path):
+    """Trial 49: `--enable-chunked-prefill --no-enable-chunked-prefill` took the last silently; `run --html` was
+    offered --help and --model; `capacity vllm` did not say strategies are --strategy there."""
+    r = subprocess.run([sys.executable, "-m", "kvlab", *args], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode == 2 and says in " ".join(r.stderr.split()), r.stderr
+    assert not any(tmp_path.iterdir())  # (nothing written: refused before the sweep's store or a page)
+
+
+def test_options_after_a_double_dash_are_not_counted():
+    import typer.main
+
+    from kvlab.cli import _check_repeats, _register
+    from kvlab.cli.app import app
+
+    _register()
+    root = typer.main.get_command(app)
+    _check_repeats(root, ["run", "vllm", "-n", "5", "--", "-n", "6"])
+    _check_repeats(root, ["run", "vllm", "-n", "5", "--rate", "2"])

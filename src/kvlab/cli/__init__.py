@@ -51,13 +51,14 @@ def main(argv: list[str] | None = None) -> None:
         if signal.SIGINT in _HANDLED:
             stop.interrupt_on_ctrl_c()
     try:
+        _check_repeats(command, args)
         code = command.main(args=args, prog_name="kvlab", standalone_mode=False)
     except KvlabError as exc:
         _error(str(exc))
     except usage_error as exc:
         if not exc.format_message():  # (a bare `kvlab`: Click printed the help, which is the answer)
             sys.exit(exc.exit_code)
-        _error(_usage_message(exc, args, _command_path(command, args)))
+        _error(_usage_message(exc, args, _command_path(command, args), command))
     except typer.Abort:  # (Ctrl-C, in the Click of older Typers; recent ones exit 130 and say nothing)
         code = 130
     if code == 130 and stop.interrupted():
@@ -96,15 +97,56 @@ def _command_path(command, args: list[str]) -> str:
     return " ".join(path)
 
 
+def _check_repeats(command, args: list[str]) -> None:
+    """An option given twice, or a flag with its --no- form, is refused: Click would keep the last one silently.
+    (Options that take several values, --slo, are repeated on purpose.)"""
+    for name in _command_path(command, args).split()[1:]:
+        command = command.commands[name]
+    args = args[:args.index("--")] if "--" in args else args  # (what follows -- is passed on, not parsed)
+    for param in getattr(command, "params", ()):
+        opts, negative = list(getattr(param, "opts", ())), list(getattr(param, "secondary_opts", ()))
+        if not opts or getattr(param, "multiple", False) or getattr(param, "count", False) or param.is_eager:
+            continue
+        given = [i for i, a in enumerate(args) if a.split("=", 1)[0] in (*opts, *negative)]
+        if len(given) < 2:
+            continue
+        from kvlab.errors import KvlabError
+
+        spelled = [args[i].split("=", 1)[0] for i in given]
+        if negative and any(a in negative for a in spelled) and any(a in opts for a in spelled):
+            raise KvlabError(f"{' and '.join(dict.fromkeys(spelled))} are both given; valid: one of them (only the "
+                             "last would count)")
+        shown = [args[i] if "=" in args[i] or param.is_flag or i + 1 == len(args) else f"{args[i]} {args[i + 1]}"
+                 for i in given]
+        raise KvlabError(f"{max(opts, key=len)} is given {len(given)} times ({', '.join(shown)}); valid: once (only "
+                         "the last would count)")
+
+
+def _commands_with(command, option: str | None, path: str = "kvlab") -> list[str]:
+    """The commands under ``command`` (their paths) that take ``option``."""
+    found = []
+    for name, sub in getattr(command, "commands", {}).items():
+        found += _commands_with(sub, option, f"{path} {name}")
+    if any(option in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())) for p in command.params):
+        found.append(path)
+    return found
+
+
 # Commands whose strategies are arguments (sweep and capacity vary them as an option, --strategy).
 STRATEGIES_AS_ARGUMENTS = ("kvlab run", "kvlab race")
 
 
-def _usage_message(exc, args: list[str], command_path: str = "kvlab") -> str:
+def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None) -> str:
     """Click's message in kvlab's form: the option, the value given, what would do, and where help is."""
     import typer
 
     message = exc.format_message().rstrip(".")
+    option = getattr(exc, "option_name", None)
+    owners = _commands_with(root, option) if root is not None and exc.__class__.__name__ == "NoSuchOption" else []
+    if owners and option:
+        where = exc.ctx.command_path if exc.ctx is not None else command_path
+        return (f"No such option: {option}: it is an option of {', '.join(owners)}, not of {where} "
+                f"(see '{where} --help')")
     if isinstance(exc, typer.BadParameter) and exc.param is not None and getattr(exc.param, "opts", None):
         opts = exc.param.opts
         given = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in opts), None)

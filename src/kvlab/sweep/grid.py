@@ -151,7 +151,9 @@ def parse_cli_args(args: list[str]) -> dict[str, list[Any]]:
     while i < len(args):
         token = args[i]
         if not token.startswith("-"):
-            raise KvlabError(f"unexpected argument {token!r}: give options as --name VALUE[,VALUE...]")
+            raise KvlabError(f"unexpected argument {token!r}: give options as --name VALUE[,VALUE...]"
+                             + (f" (a strategy here is an option: --strategy {token}; kvlab run and race take "
+                                "strategies as arguments)" if _is_strategy(token) else ""))
         flag, eq, value = token.partition("=")
         name = option_name(flag)
         spec = run_options()[name]
@@ -169,9 +171,30 @@ def parse_cli_args(args: list[str]) -> dict[str, list[Any]]:
         values = value.split(",")
         if any(not v.strip() for v in values):
             raise KvlabError(f"{flag} {value!r}: an empty value in the list (write none for an option's default)")
+        if name in lists:
+            both = f"{spec.flag} true,false for both" if spec.kind == "bool" else "every value in one comma list"
+            raise KvlabError(f"{spec.flag} is given twice ({flag_text(spec.flag, lists[name])} and "
+                             f"{flag_text(spec.flag, values)}); valid: once, with {both}")
         lists[name] = values
         i += 1
     return lists
+
+
+def flag_text(flag: str, values: list[str]) -> str:
+    """An option as the user gave it: ``--rate 1,2``, ``--enable-chunked-prefill``, ``--no-enable-chunked-prefill``."""
+    if values in (["true"], ["false"]) and flag.startswith("--enable-"):
+        return flag if values == ["true"] else "--no-" + flag[2:]
+    return f"{flag} {','.join(values)}"
+
+
+def _is_strategy(token: str) -> bool:
+    from kvlab.strategies import parse_strategy
+
+    try:
+        parse_strategy(token)
+    except KvlabError:
+        return False
+    return True
 
 
 def read_grid_file(path: Path) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
