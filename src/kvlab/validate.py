@@ -317,11 +317,13 @@ def check_options(values: dict, *, spelling: str = "cli", flags: dict[str, str] 
     return _parse(ServingOptions, known, name_of)
 
 
-def bounded_number(value: Any, name: str, lo: float, hi: float, *, whole: bool = False) -> float | int:
+def bounded_number(value: Any, name: str, lo: float, hi: float, *, whole: bool = False,
+                   upper: str | None = None) -> float | int:
     """One number in [lo, hi] (whole or not), for the lab's parameters: the same value types as the CLI's options,
-    in the lab's wording ('rate -1 is out of range: 0.01 to 100')."""
+    in the lab's wording ('rate -1 is out of range: 0.01 to 100'); ``upper`` says what ``hi`` is where it is not
+    known yet (hi is then inf)."""
     kind = "an integer" if whole else "a number"
-    bounds = f"{lo} to {hi}" if whole else f"{lo:g} to {hi:g}"
+    bounds = f"{lo} to {upper or hi}" if whole else f"{lo:g} to {upper or format(hi, 'g')}"
     try:
         number = _whole(value) if whole else _number(value)
     except ValueError as exc:

@@ -407,6 +407,20 @@ def test_a_bad_rate_for_section_7_is_refused_in_the_charts_range(rates_client, r
     assert r.status_code == 400 and message.format(axis=axis) in r.json()["error"], r.json()
 
 
+@pytest.mark.parametrize("rate, message", [
+    ("-1", "rate '-1' is out of range: 0.01 to the chart's end (GET /api/rates finds it for this setup)"),
+    ("abc", "rate must be a number from 0.01 to the chart's end (GET /api/rates finds it for this setup), got 'abc'"),
+    ("", "rate is required: requests per second, from 0.01 to the chart's end (GET /api/rates finds it"),
+])
+def test_a_rate_no_chart_takes_is_refused_before_the_chart_is_searched(rate, message):
+    """Trial 49: the first bad /api/rates/at?rate=-1 took a minute to refuse (the breaking points were searched to
+    state the chart's end); a rate that no chart's end makes valid is refused at once, nothing searched."""
+    with TestClient(create_app(allowed_hosts=["testserver"])) as c:
+        r = c.get("/api/rates/at", params={"rate": rate})
+        assert r.status_code == 400 and message in r.json()["error"], r.json()
+        assert c.app.state.rates.runner is None and not c.app.state.rates.searched
+
+
 def test_section_7_takes_only_its_setups_options(client):
     r = client.get("/api/rates", params={"strategy": "vllm"})
     assert r.status_code == 400 and "unknown parameter 'strategy'" in r.json()["error"]

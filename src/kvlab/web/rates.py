@@ -94,6 +94,11 @@ class RateLab:
         return tuple(name for name in RateLab.systems()
                      if (STRATEGIES[name].batching, STRATEGIES[name].allocator) in (RESERVE_MAX, PAGES))
 
+    def axis_rps(self, setup: RateSetup) -> float | None:
+        """The chart's end for ``setup`` where its breaking points are known already, else None (not searched)."""
+        answer = self.searched.get((setup, self.systems()))
+        return None if answer is None else answer["axis_rps"]
+
     def breaking_points(self, setup: RateSetup, systems: tuple[str, ...] | None = None) -> dict:
         """Each system's breaking point (its capacity under the paper's target) and the rates its search tried,
         with the normalized latency at each: of ``systems`` (names of ``systems()``, in that order; None: all).

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import secrets
 import time
 from importlib import resources
@@ -310,13 +311,16 @@ def rate_routes(rates: RateLab) -> list[Route]:
         params = dict(request.query_params)
         setup = parse_rate_setup(params)
         # One range for the rate, stated the same way as the page's box and slider: the least rate a run takes to
-        # the chart's end (the page keeps its simulations within the chart).
+        # the chart's end (the page keeps its simulations within the chart). A rate that no chart takes is refused
+        # before the chart's end is searched for (a minute, the first time a setup is asked).
+        lo = LIMITS["min_rate"]
+        if rates.axis_rps(setup) is None:
+            chart = "the chart's end (GET /api/rates finds it for this setup)"
+            _rate(params, lo, math.inf, chart)
         found = await run_in_threadpool(rates.breaking_points, setup)
-        lo, hi = LIMITS["min_rate"], found["axis_rps"]
-        if params.get("rate") in (None, ""):
-            raise KvlabError(f"rate is required: requests per second, from {lo:g} to {hi:g}")
+        hi = found["axis_rps"]
         try:
-            rate = number(params, "rate", lo, hi, 0.0)
+            rate = _rate(params, lo, hi)
         except KvlabError as exc:
             raise KvlabError(f"{exc} (past {hi:g} req/s, at least {AXIS_OVER_CAPACITY:g} times the highest breaking "
                              "point, every system is overloaded, and the page keeps its simulations within the "
@@ -324,6 +328,15 @@ def rate_routes(rates: RateLab) -> list[Route]:
         return JSONResponse(await run_in_threadpool(rates.at, setup, rate))
 
     return [Route("/api/rates", breaking_points), Route("/api/rates/at", rate_point)]
+
+
+def _rate(params: dict, lo: float, hi: float, upper: str | None = None) -> float:
+    """The rate asked for, in [lo, hi] (``upper`` names hi where it is not known yet)."""
+    from kvlab.validate import bounded_number
+
+    if params.get("rate") in (None, ""):
+        raise KvlabError(f"rate is required: requests per second, from {lo:g} to {upper or format(hi, 'g')}")
+    return float(bounded_number(params["rate"], "rate", lo, hi, upper=upper))
 
 
 def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = None) -> Starlette:
