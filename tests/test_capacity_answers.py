@@ -207,6 +207,10 @@ def test_the_cost_per_million_tokens_is_priced_on_the_answers_of_the_sample_that
     mean = sum(q.num_output_tokens for q in requests) / len(requests)
     assert cost["mean_output_tokens"] == pytest.approx(mean)
     assert cost["usd_per_million_output_tokens"] == pytest.approx(2.0 / (cost["rate_rps"] * mean * 3600) * 1e6)
+    # Trial 49: what limited the answer is the answering sample's, and the line says which (here the 300's)
+    text = " ".join(kvlab("capacity", "-n", "150", "--cost", "roofline", "--strategy", "vllm", "--gpu-hour-price",
+                          "2", "--out", tmp_path / "c").stdout.split())
+    assert "limited by: vllm under roofline (on 300 requests): " in text
 
 
 def test_a_run_too_short_to_load_the_engine_is_not_called_overloaded(kvlab):

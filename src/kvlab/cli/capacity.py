@@ -286,7 +286,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
     for i, config in enumerate(configurations):
         search = answer.answering(i)
         if search.limited_by:
-            console.print(f"limited by: {config['strategy']} under {config['cost']}: {search.limited_by}.",
+            sample = f" ({answer.answering_sample(i)})" if answer.answering_sample(i) else ""
+            console.print(f"limited by: {config['strategy']} under {config['cost']}{sample}: {search.limited_by}.",
                           markup=False)
     for i, config in enumerate(configurations):
         search = answer.answering(i)

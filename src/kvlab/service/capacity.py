@@ -292,6 +292,13 @@ class Answer:
             return self.second[i]
         return self.searches[i]
 
+    def answering_sample(self, i: int) -> str:
+        """Which sample answered configuration ``i``, as a report names it: "on 300 requests" ("" with one sample)."""
+        if self.no_second is not None:
+            return ""
+        config = self.longer[i] if self.answering(i) is self.second[i] else self.configurations[i]
+        return f"on {config.get('num_requests') or 0:,} requests"
+
     def cost_of(self, i: int) -> dict[str, Any] | None:
         """Dollars per hour and per million output tokens at configuration ``i``'s answer (None: no price, or no
         answer: the run at the rate it held was too short to load the engine, Search.answer)."""
