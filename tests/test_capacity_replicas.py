@@ -5,6 +5,8 @@ against the replica count, with whole counts on its axis."""
 
 from __future__ import annotations
 
+import pytest
+
 ARGS = ["capacity", "--replicas", "auto", "--rate", "8", "--strategy", "vllm", "--slo", "p99_ttft<2s"]
 
 
@@ -53,13 +55,20 @@ def test_the_text_names_each_profile_the_spread_and_the_failures(kvlab, tmp_path
         kind, _, reason = entry["fewer_limited_by"].partition(": ")
         assert f"vllm behind round-robin under {cost}: {n} replicas ({n} GPUs); one fewer was limited by {kind}: " \
                f"{reason}." in text
+        sample = entry["num_requests"]  # (the sample that answered, named: trial 50 read two samples' lines as one)
+        assert entry["samples"]["answered_by"] == sample and len(entry["samples"]["lengths"]) == 2
         for run in entry["runs"]:
             if not run["held"]:
                 count = "1 replica" if run["replicas"] == 1 else f"{run['replicas']} replicas"
-                assert f"vllm behind round-robin under {cost}, {count}: {run['reason']}" in text
+                assert f"vllm behind round-robin under {cost}, {count} (on {sample:,} requests): {run['reason']}" in text
         missed = [run["reason"] for run in entry["runs"] if run["reason"].startswith("missed")]
         assert all(reason.startswith("missed p99_ttft<2s (") and reason.endswith(" s)") for reason in missed)
-    assert "1 replicas" not in text and "1 replica:" in text
+        # Trial 50: the JSON's p99 TTFT (and the plot's) is the measured window's, the one the reason states
+        for run in entry["runs"]:
+            if run["reason"].startswith("missed"):
+                stated = float(run["reason"].removeprefix("missed p99_ttft<2s (").removesuffix(" s)"))
+                assert stated == pytest.approx(run["ttft_p99_s"], rel=0.05)
+    assert "1 replicas" not in text and "1 replica (on " in text
     assert "cost profile roofline (stated, not fitted; any GPU)" in text
     assert "cost profile paper-2023 (fitted on A100-40GB for opt-13b)" in text
     assert "Memory: each replica's 1 × A100-40GB holds opt-13b's weights and one 2,048-token request" in text
@@ -83,6 +92,20 @@ def test_a_replica_memory_cannot_start_is_said(kvlab, tmp_path):
                           tmp_path).stdout.split())
     assert (f"Memory: one replica needs at least {fit['num_gpus']} × L4 (TP {fit['tensor_parallel_size']}) to hold "
             "llama-3.1-8b's weights and one 131,072-token request") in text and "vLLM would refuse" in text
+
+
+def test_a_count_held_on_a_run_too_short_to_load_it_is_no_answer():
+    """Trial 50: `--rate 5000 -n 100` answered a bare 181 replicas (181 GPUs, priced): 100 requests in 20 ms load no
+    replica; like capacity's "none (168 ?)" it is now no answer, the count beside it."""
+    from kvlab.cli.capacity import _answer_line, _samples_line
+
+    entry = {"strategy": "vllm", "router": "round-robin", "cost": "roofline", "replicas": 181, "gpus": 181,
+             "may_be_too_few": True, "fewer_limited_by": "throughput: overloaded with 180 replicas",
+             "serving_cost": {"usd_per_hour": 181.0, "usd_per_million_output_tokens": 1.0},
+             "samples": {"lengths": [100, 200], "replicas": [89, 181], "agree": False, "note": None}}
+    assert _answer_line(entry, False) == ("vllm behind round-robin: no answer: 181 replicas held on a run too short "
+                                          "to load them (?), so more may be needed.")
+    assert "$" not in _samples_line(entry)
 
 
 def test_the_plot_counts_replicas_in_whole_numbers():

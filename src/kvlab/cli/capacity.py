@@ -313,7 +313,7 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
     if len(answer.costs()) > 1:
         for name in answer.costs():
             console.print(f"  cost profile {fitted_to(name)}.", markup=False)
-    num_simulations = sum(len(search.probes) + bool(search.error) for search in searches)
+    num_simulations = sum(len(search.probes) + bool(search.error) for search in (*searches, *answer.second))
     console.print(computed_text(session.runner.num_computed, num_simulations, "simulation")
                   + f". Store: {session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)
 
@@ -431,18 +431,23 @@ def print_replicas(answer, slo, session: Session, written) -> None:
     rows = []
     for e in entries:
         tried = ", ".join(f"{r['replicas']}{'✓' if r['held'] else '✗'}" for r in e["runs"])
-        found = "none" if e["replicas"] is None else f"{e['replicas']}" + (" (?)" if e["may_be_too_few"] else "")
+        # (a count held on a run too short to load its replicas is no answer: "none (181 ?)", as capacity's rate)
+        found = "none" if e["replicas"] is None else f"none ({e['replicas']} ?)" if e["may_be_too_few"] else \
+            str(e["replicas"])
         rows.append([e["strategy"], e["router"], *((e["cost"],) if several else ()), found,
-                     "–" if e["gpus"] is None else str(e["gpus"]), tried])
+                     "–" if e["gpus"] is None or e["may_be_too_few"] else str(e["gpus"]), tried])
     table = whole_values_table(f"The fewest replicas that sustain {answer.rate:g} req/s with {slo.describe}", headers,
                                rows, left={"strategy", "router", "cost profile"},
                                wrapping={"counts tried (✓ held, ✗ failed)"})
     console = Console(highlight=False)
     console.print(table)
     for e in entries:
+        # (the runs of the sample that answered: named where there were two, as --prefill-replicas auto does)
+        sample = f" (on {e['num_requests']:,} requests)" if len(e["samples"]["lengths"]) > 1 else ""
         for r in e["runs"]:
             if not r["held"]:
-                console.print(f"  {_name(e, several)}, {replicas_text(r['replicas'])}: {r['reason']}", markup=False)
+                console.print(f"  {_name(e, several)}, {replicas_text(r['replicas'])}{sample}: {r['reason']}",
+                              markup=False)
     for e in entries:
         console.print(_answer_line(e, several), markup=False)
         console.print(_samples_line(e), markup=False)
@@ -452,7 +457,8 @@ def print_replicas(answer, slo, session: Session, written) -> None:
         clocks = len({e["cost"] for e in entries})
         console.print(lead_text(answer.lead, answer.gpu, clocks) + f": {answers}"
                       + ("; the other clocks are the spread." if clocks > 1 else "."), markup=False)
-    priced = sorted((e for e in entries if e["serving_cost"]), key=lambda e: e["serving_cost"]["usd_per_hour"])
+    priced = sorted((e for e in entries if e["serving_cost"] and not e["may_be_too_few"]),
+                    key=lambda e: e["serving_cost"]["usd_per_hour"])
     if len(priced) > 1:
         console.print("Cheapest under the target: " + "; ".join(
             f"{_name(e, several)} ${e['serving_cost']['usd_per_hour']:,.2f}/h" for e in priced[:3]) + ".",
@@ -488,6 +494,11 @@ def _answer_line(e: dict[str, Any], several_costs: bool) -> str:
         return f"{name}: failed at {e['error']}."
     if e["replicas"] is None:
         return f"{name}: no count held; {e['fewer_limited_by']}."
+    if e["may_be_too_few"]:
+        from kvlab.service.replicas import replicas_text
+
+        return (f"{name}: no answer: {replicas_text(e['replicas'])} held on a run too short to load them (?), so more "
+                "may be needed.")
     head = f"{name}: {e['replicas']} replica{'' if e['replicas'] == 1 else 's'} ({e['gpus']} GPU" \
            f"{'' if e['gpus'] == 1 else 's'})"
     if e["fewer_limited_by"] is None:
@@ -506,7 +517,9 @@ def _samples_line(e: dict[str, Any]) -> str:
         text = (f"  two samples: on {sample['lengths'][0]:,} requests {counts[0]}, on {sample['lengths'][1]:,} "
                 f"{counts[1]}" + ("" if sample["agree"] else ": they differ, the answer is the larger")
                 + (f" ({sample['note']})" if sample["note"] else ""))
-    if e["serving_cost"]:
+    if e["may_be_too_few"]:
+        pass  # (no answer: nothing to price)
+    elif e["serving_cost"]:
         text += (f"; ${e['serving_cost']['usd_per_hour']:,.2f} an hour, "
                  f"${e['serving_cost']['usd_per_million_output_tokens']:,.2f} per million output tokens")
     elif e["replicas"] is not None:

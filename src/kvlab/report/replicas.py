@@ -26,7 +26,8 @@ def replicas_figure(entries: list[dict[str, Any]], slo, description: str = ""):
                              LINE_COLOURS[i % len(LINE_COLOURS)]))
     ttft = next((t for t in slo.terms if t.metric == "ttft_s"), None)
     marks = {label(e): float(e["replicas"]) for e in entries if e["replicas"]}
-    panel = Panel(slo.describe, "replicas", "p99 TTFT (s)", series, threshold=None if ttft is None else ttft.limit_s,
+    panel = Panel(slo.describe, "replicas", "p99 TTFT, measured window (s)", series,
+                  threshold=None if ttft is None else ttft.limit_s,
                   threshold_label="" if ttft is None else f"target {ttft.limit_s:g} s", marks=marks, ylog=True,
                   mark_name="fewest replicas")
     fig = build_figure([panel], title="p99 TTFT against the replica count", description=description)

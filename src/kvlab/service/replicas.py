@@ -111,12 +111,14 @@ class FewestReplicasSearch:
                 "request's own latency on an idle replica is above the target, whatever the count")
 
     def judge(self, n: int, row: dict[str, Any], slo) -> bool:
-        from kvlab.sweep.capacity import verdict
+        from kvlab.sweep.capacity import verdict, window_p99_ttft
 
         judged, window = verdict(slo, row)
         summary = json.loads(row["summary"])
         self.windows[n], self.reasons[n], self.verdicts[n] = window, judged.reason, judged
-        self.ttft_p99[n] = summary["ttft_s"]["p99"]
+        # (over the measured window, what the target judges; the whole run's where the row has no window)
+        p99 = window_p99_ttft(row)
+        self.ttft_p99[n] = summary["ttft_s"]["p99"] if p99 is None else p99
         self.counts.record(n, judged.held)
         return judged.held
 

@@ -220,18 +220,33 @@ def verdict(slo: Slo, row: dict[str, Any]) -> tuple[Verdict, dict[str, Any] | No
     """A stored row judged against ``slo``: the verdict and the row's measured window."""
     import json
 
-    import numpy as np
-
-    from kvlab.window import LATENCY_METRICS
-
     summary = json.loads(row["summary"]) if row.get("summary") else None
     window = None if summary is None else summary.get("window")
     # (clients had deadlines: the run's KV computed in vain travels with the window)
     if summary is not None and window is not None and "wasted_tokens" in summary:
         window = {**window, "wasted_tokens": summary["wasted_tokens"]}
+    return slo.judge(window, window_latencies(row)), window
+
+
+def window_latencies(row: dict[str, Any]):
+    """A stored row's latencies of the requests in its measured window (kvlab.window.latencies' (4, n) array), or
+    None for a row stored without them."""
+    import numpy as np
+
+    from kvlab.window import LATENCY_METRICS
+
     blob = row.get("window_latencies")
-    latencies = None if blob is None else np.frombuffer(blob, dtype=np.float64).reshape(len(LATENCY_METRICS), -1)
-    return slo.judge(window, latencies), window
+    return None if blob is None else np.frombuffer(blob, dtype=np.float64).reshape(len(LATENCY_METRICS), -1)
+
+
+def window_p99_ttft(row: dict[str, Any]) -> float | None:
+    """The p99 TTFT of a stored row's measured window (what a p99_ttft target judges), or None without it."""
+    from kvlab.sweep.slo import Term
+
+    latencies = window_latencies(row)
+    if latencies is None or not latencies.shape[1]:
+        return None
+    return Term("p99_ttft", "ttft_s", "p99", 0.0).value(latencies)
 
 
 def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *, start_rates: list[float],
