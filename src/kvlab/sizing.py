@@ -58,6 +58,7 @@ from kvlab.vllm_rules import (
     qwen3_vl_profiles_video,
     resolve_version,
     rules_for,
+    version_key,
 )
 
 GIB = 2**30
@@ -589,6 +590,44 @@ def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> 
     return resolved
 
 
+# The KV cache dtypes vLLM's CUDA attention backends store below compute capability 8.0 (T4, RTX 20xx, TITAN RTX),
+# from vLLM 0.24.0 on. There FlashAttention (flash_attn.py: supports_compute_capability, >= 8.0) and FlashInfer
+# (flashinfer.py: raised from 7.5 to 8.0, "currently broken on SM75", vllm-project/vllm#45375; the 0.24.0 release per
+# issue #47549) are not valid, so backend selection (platforms/cuda.py get_valid_backends) leaves TRITON_ATTN (or
+# TRITON_MLA for MLA), whose Impl.__init__ raises for any fp8* KV cache below 8.9 ("native FP8 (fp8e4nv) requires
+# SM89+", vllm-project/vllm#43914) and for a bfloat16 one below 8.0 (triton_attn.py and mla/triton_mla.py, read in
+# vLLM 0.32.0's source). FlexAttention, after Triton, takes only auto/float16/bfloat16. Before 0.24.0 FlashInfer ran
+# on 7.5 and took fp8, fp8_e4m3 and fp8_e5m2, so kvlab refuses only from 0.24.0.
+TRITON_ONLY_BELOW_CAPABILITY, TRITON_ONLY_SINCE = 8.0, "0.24.0"
+TRITON_ONLY_KV_CACHE_DTYPES = ("auto", "float16")
+
+
+def check_kv_cache_dtype(config: SizingConfig) -> None:
+    """Refuse a --kv-cache-dtype that vLLM's attention backend refuses on the GPU (TRITON_ONLY_KV_CACHE_DTYPES)."""
+    capability = compute_capability(config.gpu_name)
+    version = resolve_version(config.vllm_version)
+    if (capability is None or capability >= TRITON_ONLY_BELOW_CAPABILITY
+            or config.kv_cache_dtype in TRITON_ONLY_KV_CACHE_DTYPES
+            or version_key(version) < version_key(TRITON_ONLY_SINCE)):
+        return
+    fp8 = config.kv_cache_dtype.startswith("fp8")
+    needs = ("an fp8 KV cache only from compute capability 8.9 (\"native FP8 (fp8e4nv) requires SM89+\")" if fp8
+             else "a bfloat16 KV cache only from compute capability 8.0")
+    raise KvlabError(f"--kv-cache-dtype {config.kv_cache_dtype}: on {card_id(config.gpu_name)} (compute capability "
+                     f"{capability:g}) vLLM {version} has only its Triton attention backend (FlashAttention and "
+                     f"FlashInfer need {TRITON_ONLY_BELOW_CAPABILITY:.1f}), which stores {needs}; valid here: "
+                     f"{' or '.join(TRITON_ONLY_KV_CACHE_DTYPES)}" + (f" (vLLM before {TRITON_ONLY_SINCE} took fp8 "
+                                                                       "there through FlashInfer)" if fp8 else ""))
+
+
+def check_dtypes(model: ModelSpec, config: SizingConfig) -> str:
+    """The dtype vLLM serves ``model`` in on the config's GPU (resolve_dtype), once the GPU takes both it and the KV
+    cache dtype: the refusals that no parallelism changes."""
+    dtype = resolve_dtype(model, config.dtype, config.gpu_name)
+    check_kv_cache_dtype(config)
+    return dtype
+
+
 def resolve_alias(dtype: str) -> str:
     """vLLM's names for the same dtype: half is float16, float is float32."""
     return {"half": "float16", "float": "float32"}.get(dtype, dtype)
@@ -892,7 +931,7 @@ class KVLayout:
 def kv_layout(model: ModelSpec, config: SizingConfig) -> KVLayout:
     """Everything about the KV cache's shape on one GPU that does not depend on the memory budget."""
     max_model_len = check_model_config(model, config)
-    dtype = resolve_dtype(model, config.dtype, config.gpu_name)
+    dtype = check_dtypes(model, config)
     act_bytes = DTYPE_BYTES[dtype]
     kv_dtype_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
     tp = config.tensor_parallel_size
@@ -1181,7 +1220,9 @@ def settings_of(result: SizingResult) -> SizingConfig:
 
 
 def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[int, SizingResult]:
-    """Smallest tensor-parallel size on ``gpu`` that holds the weights and one max_model_len request."""
+    """Smallest tensor-parallel size on ``gpu`` that holds the weights and one max_model_len request. A dtype the GPU
+    refuses is refused first, in its own words: no tensor-parallel size would change it."""
+    check_dtypes(model, on_gpu(config, gpu, config.tensor_parallel_size))
     for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size,
                                           expert_parallel=config.enable_expert_parallel):
         result = _starts(model, on_gpu(config, gpu, tp))
