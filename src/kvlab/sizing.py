@@ -1243,6 +1243,76 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
 
 
 @dataclass(frozen=True)
+class FitSizing:
+    """The configuration `kvlab fit` answers at, one vLLM starts with, and how it was reached (``notes``)."""
+
+    config: SizingConfig
+    result: SizingResult
+    fewest: tuple[int, SizingResult] | None  # fewest_gpus on the GPU asked about, where there is one and it holds
+    notes: tuple[str, ...]
+
+
+def fit_sizing(model: ModelSpec, config: SizingConfig, gpu: GpuSpec | None, tensor_parallel_given: bool,
+               context_len: int | None = None) -> FitSizing:
+    """Where `kvlab fit`'s answers are sized: never at a configuration vLLM refuses to start. The asked one (TP 1
+    when ``tensor_parallel_given`` is False); where its weights do not fit, the fewest GPUs that hold the model;
+    where one max_model_len request does not fit, the longest --max-model-len that does (unless --max-model-len was
+    given, or it is shorter than ``context_len``), else the fewest GPUs that hold one (unless TP was given). Where
+    the settings given leave nothing vLLM starts with, one line naming them and what is valid."""
+    notes: list[str] = []
+    fewest = None
+    if gpu is not None:
+        try:
+            fewest = fewest_gpus(model, gpu, config)
+        except KvlabError as exc:
+            notes.append(str(exc))
+    try:
+        result = size_kv_cache(model, config)
+    except KvlabError:
+        if tensor_parallel_given or (fewest is None and not notes):
+            raise
+        if fewest is None:  # (fit's own question has no answer either: say why, not the size's)
+            raise KvlabError(notes[-1]) from None
+        # The weights do not fit one GPU: answer the other questions at the fewest GPUs that hold the model.
+        config = replace(config, tensor_parallel_size=fewest[0])
+        notes.append(f"the other answers use --tensor-parallel-size {fewest[0]}, the fewest that fits")
+        result = size_kv_cache(model, config)
+    if result.fits_max_model_len:
+        return FitSizing(config, result, fewest, tuple(notes))
+    return _fit_where_vllm_starts(model, config, result, fewest, notes, tensor_parallel_given, context_len)
+
+
+def _fit_where_vllm_starts(model: ModelSpec, config: SizingConfig, result: SizingResult,
+                           fewest: tuple[int, SizingResult] | None, notes: list[str], tensor_parallel_given: bool,
+                           context_len: int | None) -> FitSizing:
+    """fit_sizing where one max_model_len request does not fit ``config``'s cache (vLLM refuses to start)."""
+    longest, tp = result.estimated_max_model_len, config.tensor_parallel_size
+    where = (f"{tp} x {gpu_words(config)}" if config.available_kv_bytes is None and config.gpu_name
+             else f"a {format_gib(result.available_kv_bytes)} GiB KV budget at --tensor-parallel-size {tp}")
+    why = (f"one {result.max_model_len:,}-token request needs {result.blocks_per_request:,} blocks but {where} has "
+           f"{result.num_usable_blocks:,} usable, so vLLM would refuse to start")
+    if config.max_model_len is None and longest >= (context_len or 1):
+        lowered = replace(config, max_model_len=longest)
+        sized = size_kv_cache(model, lowered)
+        if sized.fits_max_model_len:
+            notes.append(f"{why}: the answers use --max-model-len {longest}, the longest at which it starts")
+            return FitSizing(lowered, sized, fewest, tuple(notes))
+    if not tensor_parallel_given and fewest is not None and fewest[0] != tp:
+        config = replace(config, tensor_parallel_size=fewest[0])
+        notes.append(f"{why}: the answers use --tensor-parallel-size {fewest[0]}, the fewest GPUs that hold one")
+        return FitSizing(config, size_kv_cache(model, config), fewest, tuple(notes))
+    given = (f"--max-model-len {result.max_model_len:,}" if config.max_model_len is not None else
+             f"max_model_len {result.max_model_len:,} (the model's max_position_embeddings)")
+    valid = [f"--max-model-len {longest} or less" if longest else None,
+             f"--tensor-parallel-size {fewest[0]} (the fewest GPUs that hold one)" if fewest and fewest[0] != tp
+             else None]
+    shown = [v for v in valid if v] or ["more GPUs, a larger one or a smaller model"]
+    short = (f" (shorter than --context-len {context_len:,})" if context_len and longest < context_len
+             and longest else "")
+    raise KvlabError(f"{given}: {why}; valid: {', or '.join(shown)}{short}")
+
+
+@dataclass(frozen=True)
 class WorkloadFit:
     """Whether ``num_requests`` conversations of ``context_len`` tokens fit in the KV cache at once (per GPU)."""
 
