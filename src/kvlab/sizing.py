@@ -597,12 +597,13 @@ def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> 
 # TRITON_MLA for MLA), whose Impl.__init__ raises for any fp8* KV cache below 8.9 ("native FP8 (fp8e4nv) requires
 # SM89+", vllm-project/vllm#43914) and for a bfloat16 one below 8.0 (triton_attn.py and mla/triton_mla.py, read in
 # vLLM 0.32.0's source). FlexAttention, after Triton, takes only auto/float16/bfloat16. Before 0.24.0 FlashInfer ran
-# on 7.5 and took fp8, fp8_e4m3 and fp8_e5m2, so kvlab refuses only from 0.24.0.
+# on 7.5 and took fp8, fp8_e4m3 and fp8_e5m2, so kvlab refuses only from 0.24.0. An MLA model had only TRITON_MLA
+# there before 0.24.0 too; the release that gave it the guard is not pinned down, so it is refused from 0.24.0 alike.
 TRITON_ONLY_BELOW_CAPABILITY, TRITON_ONLY_SINCE = 8.0, "0.24.0"
 TRITON_ONLY_KV_CACHE_DTYPES = ("auto", "float16")
 
 
-def check_kv_cache_dtype(config: SizingConfig) -> None:
+def check_kv_cache_dtype(model: ModelSpec, config: SizingConfig) -> None:
     """Refuse a --kv-cache-dtype that vLLM's attention backend refuses on the GPU (TRITON_ONLY_KV_CACHE_DTYPES)."""
     capability = compute_capability(config.gpu_name)
     version = resolve_version(config.vllm_version)
@@ -611,20 +612,22 @@ def check_kv_cache_dtype(config: SizingConfig) -> None:
             or version_key(version) < version_key(TRITON_ONLY_SINCE)):
         return
     fp8 = config.kv_cache_dtype.startswith("fp8")
+    backend = "Triton MLA" if model.is_mla else "Triton attention"
     needs = ("an fp8 KV cache only from compute capability 8.9 (\"native FP8 (fp8e4nv) requires SM89+\")" if fp8
              else "a bfloat16 KV cache only from compute capability 8.0")
+    before = (f" (vLLM before {TRITON_ONLY_SINCE} took fp8 there through FlashInfer)" if fp8 and not model.is_mla
+              else "")
     raise KvlabError(f"--kv-cache-dtype {config.kv_cache_dtype}: on {card_id(config.gpu_name)} (compute capability "
-                     f"{capability:g}) vLLM {version} has only its Triton attention backend (FlashAttention and "
-                     f"FlashInfer need {TRITON_ONLY_BELOW_CAPABILITY:.1f}), which stores {needs}; valid here: "
-                     f"{' or '.join(TRITON_ONLY_KV_CACHE_DTYPES)}" + (f" (vLLM before {TRITON_ONLY_SINCE} took fp8 "
-                                                                       "there through FlashInfer)" if fp8 else ""))
+                     f"{capability:g}) vLLM {version} has only its {backend} backend (its FlashAttention and "
+                     f"FlashInfer ones need {TRITON_ONLY_BELOW_CAPABILITY:.1f} or more), which stores {needs}; valid "
+                     f"here: {' or '.join(TRITON_ONLY_KV_CACHE_DTYPES)}{before}")
 
 
 def check_dtypes(model: ModelSpec, config: SizingConfig) -> str:
     """The dtype vLLM serves ``model`` in on the config's GPU (resolve_dtype), once the GPU takes both it and the KV
     cache dtype: the refusals that no parallelism changes."""
     dtype = resolve_dtype(model, config.dtype, config.gpu_name)
-    check_kv_cache_dtype(config)
+    check_kv_cache_dtype(model, config)
     return dtype
 
 
