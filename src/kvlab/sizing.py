@@ -1290,8 +1290,9 @@ def _fit_where_vllm_starts(model: ModelSpec, config: SizingConfig, result: Sizin
                            context_len: int | None) -> FitSizing:
     """fit_sizing where one max_model_len request does not fit ``config``'s cache (vLLM refuses to start)."""
     longest, tp = result.estimated_max_model_len, config.tensor_parallel_size
-    where = (f"{tp} x {gpu_words(config)}" if config.available_kv_bytes is None and config.gpu_name
-             else f"a {format_gib(result.available_kv_bytes)} GiB KV budget at --tensor-parallel-size {tp}")
+    budget = config.available_kv_bytes is not None or not config.gpu_name
+    where = (f"the KV budget of {format_gib(result.available_kv_bytes)} GiB at --tensor-parallel-size {tp}" if budget
+             else f"{tp} x {gpu_words(config)}")
     why = (f"one {result.max_model_len:,}-token request needs {result.blocks_per_request:,} blocks but {where} has "
            f"{result.num_usable_blocks:,} usable, so vLLM would refuse to start")
     if config.max_model_len is None and longest >= (context_len or 1):
@@ -1306,12 +1307,13 @@ def _fit_where_vllm_starts(model: ModelSpec, config: SizingConfig, result: Sizin
         return FitSizing(config, size_kv_cache(model, config), fewest, tuple(notes))
     given = (f"--max-model-len {result.max_model_len:,}" if config.max_model_len is not None else
              f"max_model_len {result.max_model_len:,} (the model's max_position_embeddings)")
-    valid = [f"--max-model-len {longest} or less" if longest else None,
+    valid = [f"--max-model-len {longest} or less" if longest >= (context_len or 1) else None,
              f"--tensor-parallel-size {fewest[0]} (the fewest GPUs that hold one)" if fewest and fewest[0] != tp
              else None]
-    shown = [v for v in valid if v] or ["more GPUs, a larger one or a smaller model"]
-    short = (f" (shorter than --context-len {context_len:,})" if context_len and longest < context_len
-             and longest else "")
+    shown = [v for v in valid if v] or [("a larger --available-kv-gib" if config.available_kv_bytes is not None
+                                         else "more GPUs, a larger one, or a smaller model")]
+    short = (f" (the longest request that fits is {longest:,} tokens, shorter than --context-len {context_len:,})"
+             if context_len and longest < context_len else "")
     raise KvlabError(f"{given}: {why}; valid: {', or '.join(shown)}{short}")
 
 
