@@ -1297,8 +1297,8 @@ def _fit_where_vllm_starts(model: ModelSpec, config: SizingConfig, result: Sizin
            f"{result.num_usable_blocks:,} usable, so vLLM would refuse to start")
     if config.max_model_len is None and longest >= (context_len or 1):
         lowered = replace(config, max_model_len=longest)
-        sized = size_kv_cache(model, lowered)
-        if sized.fits_max_model_len:
+        sized = _starts(model, lowered)  # (None where vLLM refuses that length too: a block larger than it)
+        if sized is not None:
             notes.append(f"{why}: the answers use --max-model-len {longest}, the longest at which it starts")
             return FitSizing(lowered, sized, fewest, tuple(notes))
     if not tensor_parallel_given and fewest is not None and fewest[0] != tp:
