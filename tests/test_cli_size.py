@@ -371,3 +371,12 @@ def test_fit_refuses_a_t4s_fp8_kv_cache_as_size_does(kvlab):
     fit = kvlab("fit", "llama-3.2-1b", "--gpu", "t4", "--kv-cache-dtype", "fp8")
     assert size.exit_code == fit.exit_code == 2 and fit.stderr == size.stderr
     assert fit.stderr.startswith("error: --kv-cache-dtype fp8: on T4 (compute capability 7.5)")
+
+
+def test_fit_searches_tensor_parallel_sizes_from_the_dcp_size(kvlab):
+    """-dcp 2 without --tensor-parallel-size: `size` takes vLLM's default TP 1, which DCP 2 cannot divide; fit searches
+    from TP 2. Llama-3.1-8B's 8 KV heads take DCP 2 only from TP 16 (DCP <= TP // KV heads), so its answers are there."""
+    assert kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", "-dcp", "2").exit_code == 2
+    data = kvlab("fit", "llama-3.1-8b", "--gpu", "h100-sxm", "-dcp", "2", "--json").json()
+    assert (data["tensor_parallel_size"], data["fewest_gpus"]["tensor_parallel_size"]) == (16, 16)
+    assert data["notes"] == ["the other answers use --tensor-parallel-size 16, the fewest at which vLLM starts"]

@@ -1278,7 +1278,7 @@ def fit_sizing(model: ModelSpec, config: SizingConfig, gpu: GpuSpec | None, tens
             raise KvlabError(notes[-1]) from None
         # The weights do not fit one GPU: answer the other questions at the fewest GPUs that hold the model.
         config = replace(config, tensor_parallel_size=fewest[0])
-        notes.append(f"the other answers use --tensor-parallel-size {fewest[0]}, the fewest that fits")
+        notes.append(f"the other answers use --tensor-parallel-size {fewest[0]}, the fewest at which vLLM starts")
         result = size_kv_cache(model, config)
     if result.fits_max_model_len:
         return FitSizing(config, result, fewest, tuple(notes))

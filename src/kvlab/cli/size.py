@@ -475,7 +475,8 @@ def fit(
     gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler, model_runner=model_runner,
                                     decode_context_parallel_size=decode_context_parallel_size,
-                                    enable_expert_parallel=enable_expert_parallel)
+                                    enable_expert_parallel=enable_expert_parallel,
+                                    search_tensor_parallel=True)
     _note_block_size(config.block_size, as_json)
     _note_expert_parallel(spec, config, as_json)
     quantized = _note_quantization(spec, quantization, as_json)
