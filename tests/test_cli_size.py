@@ -365,12 +365,19 @@ def test_fit_refuses_in_one_line_where_the_given_flags_leave_nothing_vllm_starts
         "tokens, shorter than --context-len 40,000)")
 
 
-def test_fit_refuses_a_t4s_fp8_kv_cache_as_size_does(kvlab):
-    """Not 'does not fit on up to 32 x T4': no tensor-parallel size changes the attention backend's refusal."""
-    size = kvlab("size", "llama-3.2-1b", "--gpu", "t4", "--kv-cache-dtype", "fp8")
-    fit = kvlab("fit", "llama-3.2-1b", "--gpu", "t4", "--kv-cache-dtype", "fp8")
-    assert size.exit_code == fit.exit_code == 2 and fit.stderr == size.stderr
-    assert fit.stderr.startswith("error: --kv-cache-dtype fp8: on T4 (compute capability 7.5)")
+@pytest.mark.parametrize("args, start", [
+    (("llama-3.2-1b", "--gpu", "t4", "--kv-cache-dtype", "fp8"), "--kv-cache-dtype fp8: on T4 (compute capability 7.5)"),
+    (("llama-3.2-1b", "--gpu", "t4", "--dtype", "bfloat16"), "--dtype bfloat16: T4 has compute capability 7.5"),
+    (("tests/data/sizing_configs/qwen3-235b-a22b-fp8.json", "--gpu", "h200", "-tp", "8"),
+     "the expert width (moe_intermediate_size 1536) of qwen3-235b-a22b-fp8 over tensor parallel size 8 leaves 192"),
+    (("llama-3.1-8b", "--gpu", "h100-sxm", "-tp", "8", "-dcp", "2"), "--decode-context-parallel-size 2: llama-3.1-8b's"),
+])
+def test_fit_refuses_what_size_refuses_in_the_same_line(kvlab, args, start):
+    """Settings vLLM refuses whatever the GPUs (a T4's fp8 KV cache or bfloat16, not 'does not fit on up to 32 x T4'),
+    or that the user fixed (an FP8-block split, DCP beyond TP // KV heads): fit answers nothing, as size does."""
+    size, fit = kvlab("size", *args), kvlab("fit", *args)
+    assert size.exit_code == fit.exit_code == 2 and fit.stderr == size.stderr and fit.stdout == ""
+    assert fit.stderr.startswith("error: " + start)
 
 
 def test_fit_searches_tensor_parallel_sizes_from_the_dcp_size(kvlab):
