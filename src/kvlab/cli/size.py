@@ -591,4 +591,3 @@ def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], 
         _print_workload(console, fit)
         if not fit.fits:
             _print_workload_gpus(console, answers["workload_gpus"], config.world_size)
-
