@@ -1257,8 +1257,9 @@ class FitSizing:
 
 def fit_sizing(model: ModelSpec, config: SizingConfig, gpu: GpuSpec | None, tensor_parallel_given: bool,
                context_len: int | None = None) -> FitSizing:
-    """Where `kvlab fit`'s answers are sized: never at a configuration vLLM refuses to start. The asked one (TP 1
-    when ``tensor_parallel_given`` is False); where its weights do not fit, the fewest GPUs that hold the model;
+    """Where `kvlab fit`'s answers are sized: never at a configuration vLLM refuses to start. The asked one (the
+    start of the search, TP 1 or the DCP size, when ``tensor_parallel_given`` is False); where it does not start at
+    all (weights, or a DCP the KV heads refuse), the fewest GPUs that hold the model;
     where one max_model_len request does not fit, the longest --max-model-len that does (unless --max-model-len was
     given, or it is shorter than ``context_len``), else the fewest GPUs that hold one (unless TP was given). Where
     the settings given leave nothing vLLM starts with, one line naming them and what is valid."""
