@@ -324,3 +324,66 @@ def test_fit_says_none_fit_rather_than_0_tokens_and_the_most_that_do(kvlab):
     one = data["max_context_len"]["max_num_requests_of_one_token"]
     assert f"at most {one:,} requests of one token fit" in words and 0 < one < 100_000_000
     assert "max_num_requests_of_one_token" not in most["max_context_len"]
+
+
+def test_fit_answers_at_the_longest_max_model_len_vllm_starts_with(kvlab):
+    """Llama-3.1-8B on one L4: 1,960 usable blocks hold no 131,072-token request (8,192 blocks), so vLLM would refuse
+    to start and `size` exits 1; fit answers at --max-model-len 31360, size's own longest, on the one GPU asked."""
+    size = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--json")
+    assert size.exit_code == 1 and size.json()["estimated_max_model_len"] == 31_360
+    r = kvlab("fit", "llama-3.1-8b", "--gpu", "l4", "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert (data["tensor_parallel_size"], data["sizing"]["max_model_len"]) == (1, 31_360)
+    assert data["max_num_requests"] == {"context_len": 31_360, "num_requests": 1}
+    assert data["notes"] == ["one 131,072-token request needs 8,192 blocks but 1 x L4 has 1,960 usable, so vLLM would "
+                             "refuse to start: the answers use --max-model-len 31360, the longest at which it starts"]
+    assert kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "31360").exit_code == 0
+
+
+def test_fit_with_a_given_max_model_len_answers_at_the_fewest_gpus_that_hold_it(kvlab):
+    data = kvlab("fit", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "131072", "--json").json()
+    assert (data["tensor_parallel_size"], data["sizing"]["max_model_len"]) == (2, 131_072)
+    assert data["fewest_gpus"]["tensor_parallel_size"] == 2 and data["max_num_requests"]["num_requests"] == 1
+    assert data["notes"][-1].endswith("the answers use --tensor-parallel-size 2, the fewest GPUs that hold one")
+
+
+def test_fit_refuses_in_one_line_where_the_given_flags_leave_nothing_vllm_starts(kvlab):
+    """--tensor-parallel-size 1 and --max-model-len 131072 on an L4: `size` exits 1, fit has no answer to give."""
+    args = ("llama-3.1-8b", "--gpu", "l4", "-tp", "1", "--max-model-len", "131072")
+    assert kvlab("size", *args).exit_code == 1
+    r = kvlab("fit", *args)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert " ".join(r.stderr.split()) == (
+        "error: --max-model-len 131,072: one 131,072-token request needs 8,192 blocks but 1 x L4 has 1,960 usable, so "
+        "vLLM would refuse to start; valid: --max-model-len 31360 or less, or --tensor-parallel-size 2 (the fewest "
+        "GPUs that hold one)")
+    # without --max-model-len but with a longer --context-len than 31,360: lowering it would not serve the workload
+    r = kvlab("fit", "llama-3.1-8b", "--gpu", "l4", "-tp", "1", "--context-len", "40000")
+    assert r.exit_code == 2 and " ".join(r.stderr.split()).endswith(
+        "valid: --tensor-parallel-size 2 (the fewest GPUs that hold one) (the longest request that fits is 31,360 "
+        "tokens, shorter than --context-len 40,000)")
+
+
+@pytest.mark.parametrize("args, start", [
+    (("llama-3.2-1b", "--gpu", "t4", "--kv-cache-dtype", "fp8"), "--kv-cache-dtype fp8: on T4 (compute capability 7.5)"),
+    (("llama-3.2-1b", "--gpu", "t4", "--dtype", "bfloat16"), "--dtype bfloat16: T4 has compute capability 7.5"),
+    (("tests/data/sizing_configs/qwen3-235b-a22b-fp8.json", "--gpu", "h200", "-tp", "8"),
+     "the expert width (moe_intermediate_size 1536) of qwen3-235b-a22b-fp8 over tensor parallel size 8 leaves 192"),
+    (("llama-3.1-8b", "--gpu", "h100-sxm", "-tp", "8", "-dcp", "2"), "--decode-context-parallel-size 2: llama-3.1-8b's"),
+])
+def test_fit_refuses_what_size_refuses_in_the_same_line(kvlab, args, start):
+    """Settings vLLM refuses whatever the GPUs (a T4's fp8 KV cache or bfloat16, not 'does not fit on up to 32 x T4'),
+    or that the user fixed (an FP8-block split, DCP beyond TP // KV heads): fit answers nothing, as size does."""
+    size, fit = kvlab("size", *args), kvlab("fit", *args)
+    assert size.exit_code == fit.exit_code == 2 and fit.stderr == size.stderr and fit.stdout == ""
+    assert fit.stderr.startswith("error: " + start)
+
+
+def test_fit_searches_tensor_parallel_sizes_from_the_dcp_size(kvlab):
+    """-dcp 2 without --tensor-parallel-size: `size` takes vLLM's default TP 1, which DCP 2 cannot divide; fit searches
+    from TP 2. Llama-3.1-8B's 8 KV heads take DCP 2 only from TP 16 (DCP <= TP // KV heads), so its answers are there."""
+    assert kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", "-dcp", "2").exit_code == 2
+    data = kvlab("fit", "llama-3.1-8b", "--gpu", "h100-sxm", "-dcp", "2", "--json").json()
+    assert (data["tensor_parallel_size"], data["fewest_gpus"]["tensor_parallel_size"]) == (16, 16)
+    assert data["notes"] == ["the other answers use --tensor-parallel-size 16, the fewest at which vLLM starts"]

@@ -327,3 +327,31 @@ def test_no_room_left_for_the_cache_after_the_weights():
 def test_neither_gpu_nor_budget():
     with pytest.raises(KvlabError, match="give the GPU"):
         size_kv_cache(get_model("opt-13b"), SizingConfig())
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"])
+def test_a_t4_refuses_the_kv_cache_dtypes_vllms_triton_backend_refuses(kv_cache_dtype):
+    """From vLLM 0.24.0 a GPU below compute capability 8.0 has only the Triton attention backend, whose
+    TritonAttentionImpl refuses any fp8 KV cache below 8.9 and a bfloat16 one below 8.0 (vLLM 0.32.0's
+    triton_attn.py): all three fp8 spellings alike."""
+    model, t4 = get_model("llama-3.2-1b"), get_gpu("t4")
+    with pytest.raises(KvlabError) as refused:
+        size_kv_cache(model, SizingConfig.for_gpu(t4, kv_cache_dtype=kv_cache_dtype))
+    message = str(refused.value)
+    assert message.startswith(f"--kv-cache-dtype {kv_cache_dtype}: on T4 (compute capability 7.5) vLLM 0.32.0 has only "
+                              "its Triton attention backend")
+    assert message.endswith("valid here: auto or float16" + (" (vLLM before 0.24.0 took fp8 there through FlashInfer)"
+                                                             if kv_cache_dtype.startswith("fp8") else ""))
+
+
+def test_a_t4_takes_float16_and_an_older_vllms_fp8_kv_cache():
+    """float16 (what auto is on a T4) is taken; vLLM 0.23.0 ran FlashInfer on compute capability 7.5, and FlashInfer
+    stores fp8_e5m2: one byte a value, half the bytes per token; an L4 (8.9) takes fp8 in every version."""
+    model, t4 = get_model("llama-3.2-1b"), get_gpu("t4")
+    auto = size_kv_cache(model, SizingConfig.for_gpu(t4))
+    half = size_kv_cache(model, SizingConfig.for_gpu(t4, kv_cache_dtype="float16"))
+    assert (auto.kv_cache_dtype, half.kv_cache_dtype, auto.num_blocks) == ("float16", "float16", half.num_blocks)
+    old = size_kv_cache(model, SizingConfig.for_gpu(t4, kv_cache_dtype="fp8_e5m2", vllm_version="0.23.0"))
+    assert (old.kv_dtype_bytes, old.kv_bytes_per_token) == (1, 32_768 // 2)
+    l4 = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("l4"), kv_cache_dtype="fp8"))
+    assert (l4.kv_dtype_bytes, l4.kv_bytes_per_token) == (1, 16_384)

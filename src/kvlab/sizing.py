@@ -58,6 +58,7 @@ from kvlab.vllm_rules import (
     qwen3_vl_profiles_video,
     resolve_version,
     rules_for,
+    version_key,
 )
 
 GIB = 2**30
@@ -589,6 +590,47 @@ def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> 
     return resolved
 
 
+# The KV cache dtypes vLLM's CUDA attention backends store below compute capability 8.0 (T4, RTX 20xx, TITAN RTX),
+# from vLLM 0.24.0 on. There FlashAttention (flash_attn.py: supports_compute_capability, >= 8.0) and FlashInfer
+# (flashinfer.py: raised from 7.5 to 8.0, "currently broken on SM75", vllm-project/vllm#45375; the 0.24.0 release per
+# issue #47549) are not valid, so backend selection (platforms/cuda.py get_valid_backends) leaves TRITON_ATTN (or
+# TRITON_MLA for MLA), whose Impl.__init__ raises for any fp8* KV cache below 8.9 ("native FP8 (fp8e4nv) requires
+# SM89+", vllm-project/vllm#43914) and for a bfloat16 one below 8.0 (triton_attn.py and mla/triton_mla.py, read in
+# vLLM 0.32.0's source). FlexAttention, after Triton, takes only auto/float16/bfloat16. Before 0.24.0 FlashInfer ran
+# on 7.5 and took fp8, fp8_e4m3 and fp8_e5m2, so kvlab refuses only from 0.24.0. An MLA model had only TRITON_MLA
+# there before 0.24.0 too; the release that gave it the guard is not pinned down, so it is refused from 0.24.0 alike.
+TRITON_ONLY_BELOW_CAPABILITY, TRITON_ONLY_SINCE = 8.0, "0.24.0"
+TRITON_ONLY_KV_CACHE_DTYPES = ("auto", "float16")
+
+
+def check_kv_cache_dtype(model: ModelSpec, config: SizingConfig) -> None:
+    """Refuse a --kv-cache-dtype that vLLM's attention backend refuses on the GPU (TRITON_ONLY_KV_CACHE_DTYPES)."""
+    capability = compute_capability(config.gpu_name)
+    version = resolve_version(config.vllm_version)
+    if (capability is None or capability >= TRITON_ONLY_BELOW_CAPABILITY
+            or config.kv_cache_dtype in TRITON_ONLY_KV_CACHE_DTYPES
+            or version_key(version) < version_key(TRITON_ONLY_SINCE)):
+        return
+    fp8 = config.kv_cache_dtype.startswith("fp8")
+    backend = "Triton MLA" if model.is_mla else "Triton attention"
+    needs = ("an fp8 KV cache only from compute capability 8.9 (\"native FP8 (fp8e4nv) requires SM89+\")" if fp8
+             else "a bfloat16 KV cache only from compute capability 8.0")
+    before = (f" (vLLM before {TRITON_ONLY_SINCE} took fp8 there through FlashInfer)" if fp8 and not model.is_mla
+              else "")
+    raise KvlabError(f"--kv-cache-dtype {config.kv_cache_dtype}: on {card_id(config.gpu_name)} (compute capability "
+                     f"{capability:g}) vLLM {version} has only its {backend} backend (its FlashAttention and "
+                     f"FlashInfer ones need {TRITON_ONLY_BELOW_CAPABILITY:.1f} or more), which stores {needs}; valid "
+                     f"here: {' or '.join(TRITON_ONLY_KV_CACHE_DTYPES)}{before}")
+
+
+def check_dtypes(model: ModelSpec, config: SizingConfig) -> str:
+    """The dtype vLLM serves ``model`` in on the config's GPU (resolve_dtype), once the GPU takes both it and the KV
+    cache dtype: the refusals that no parallelism changes."""
+    dtype = resolve_dtype(model, config.dtype, config.gpu_name)
+    check_kv_cache_dtype(model, config)
+    return dtype
+
+
 def resolve_alias(dtype: str) -> str:
     """vLLM's names for the same dtype: half is float16, float is float32."""
     return {"half": "float16", "float": "float32"}.get(dtype, dtype)
@@ -892,7 +934,7 @@ class KVLayout:
 def kv_layout(model: ModelSpec, config: SizingConfig) -> KVLayout:
     """Everything about the KV cache's shape on one GPU that does not depend on the memory budget."""
     max_model_len = check_model_config(model, config)
-    dtype = resolve_dtype(model, config.dtype, config.gpu_name)
+    dtype = check_dtypes(model, config)
     act_bytes = DTYPE_BYTES[dtype]
     kv_dtype_bytes = KV_CACHE_DTYPES[config.kv_cache_dtype] or act_bytes
     tp = config.tensor_parallel_size
@@ -1181,7 +1223,9 @@ def settings_of(result: SizingResult) -> SizingConfig:
 
 
 def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[int, SizingResult]:
-    """Smallest tensor-parallel size on ``gpu`` that holds the weights and one max_model_len request."""
+    """Smallest tensor-parallel size on ``gpu`` that holds the weights and one max_model_len request. A dtype the GPU
+    refuses is refused first, in its own words: no tensor-parallel size would change it."""
+    check_dtypes(model, on_gpu(config, gpu, config.tensor_parallel_size))
     for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size,
                                           expert_parallel=config.enable_expert_parallel):
         result = _starts(model, on_gpu(config, gpu, tp))
@@ -1199,6 +1243,79 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
     raise KvlabError(f"{model.id} does not fit on up to {largest} x {gpu.id} with tensor parallelism ({why}) with one "
                      f"{config.max_model_len or model.max_position_embeddings:,}-token request{held}; add pipeline "
                      "parallelism, lower --max-model-len or pick a larger GPU")
+
+
+@dataclass(frozen=True)
+class FitSizing:
+    """The configuration `kvlab fit` answers at, one vLLM starts with, and how it was reached (``notes``)."""
+
+    config: SizingConfig
+    result: SizingResult
+    fewest: tuple[int, SizingResult] | None  # fewest_gpus on the GPU asked about, where there is one and it holds
+    notes: tuple[str, ...]
+
+
+def fit_sizing(model: ModelSpec, config: SizingConfig, gpu: GpuSpec | None, tensor_parallel_given: bool,
+               context_len: int | None = None) -> FitSizing:
+    """Where `kvlab fit`'s answers are sized: never at a configuration vLLM refuses to start. The asked one (the
+    start of the search, TP 1 or the DCP size, when ``tensor_parallel_given`` is False); where it does not start at
+    all (weights, or a DCP the KV heads refuse), the fewest GPUs that hold the model;
+    where one max_model_len request does not fit, the longest --max-model-len that does (unless --max-model-len was
+    given, or it is shorter than ``context_len``), else the fewest GPUs that hold one (unless TP was given). Where
+    the settings given leave nothing vLLM starts with, one line naming them and what is valid."""
+    notes: list[str] = []
+    fewest = None
+    if gpu is not None:
+        try:
+            fewest = fewest_gpus(model, gpu, config)
+        except KvlabError as exc:
+            notes.append(str(exc))
+    try:
+        result = size_kv_cache(model, config)
+    except KvlabError:
+        if tensor_parallel_given or (fewest is None and not notes):
+            raise
+        if fewest is None:  # (fit's own question has no answer either: say why, not the size's)
+            raise KvlabError(notes[-1]) from None
+        # The weights do not fit one GPU: answer the other questions at the fewest GPUs that hold the model.
+        config = replace(config, tensor_parallel_size=fewest[0])
+        notes.append(f"the other answers use --tensor-parallel-size {fewest[0]}, the fewest at which vLLM starts")
+        result = size_kv_cache(model, config)
+    if result.fits_max_model_len:
+        return FitSizing(config, result, fewest, tuple(notes))
+    return _fit_where_vllm_starts(model, config, result, fewest, notes, tensor_parallel_given, context_len)
+
+
+def _fit_where_vllm_starts(model: ModelSpec, config: SizingConfig, result: SizingResult,
+                           fewest: tuple[int, SizingResult] | None, notes: list[str], tensor_parallel_given: bool,
+                           context_len: int | None) -> FitSizing:
+    """fit_sizing where one max_model_len request does not fit ``config``'s cache (vLLM refuses to start)."""
+    longest, tp = result.estimated_max_model_len, config.tensor_parallel_size
+    budget = config.available_kv_bytes is not None or not config.gpu_name
+    where = (f"the KV budget of {format_gib(result.available_kv_bytes)} GiB at --tensor-parallel-size {tp}" if budget
+             else f"{tp} x {gpu_words(config)}")
+    why = (f"one {result.max_model_len:,}-token request needs {result.blocks_per_request:,} blocks but {where} has "
+           f"{result.num_usable_blocks:,} usable, so vLLM would refuse to start")
+    if config.max_model_len is None and longest >= (context_len or 1):
+        lowered = replace(config, max_model_len=longest)
+        sized = _starts(model, lowered)  # (None where vLLM refuses that length too: a block larger than it)
+        if sized is not None:
+            notes.append(f"{why}: the answers use --max-model-len {longest}, the longest at which it starts")
+            return FitSizing(lowered, sized, fewest, tuple(notes))
+    if not tensor_parallel_given and fewest is not None and fewest[0] != tp:
+        config = replace(config, tensor_parallel_size=fewest[0])
+        notes.append(f"{why}: the answers use --tensor-parallel-size {fewest[0]}, the fewest GPUs that hold one")
+        return FitSizing(config, size_kv_cache(model, config), fewest, tuple(notes))
+    given = (f"--max-model-len {result.max_model_len:,}" if config.max_model_len is not None else
+             f"max_model_len {result.max_model_len:,} (the model's max_position_embeddings)")
+    valid = [f"--max-model-len {longest} or less" if longest >= (context_len or 1) else None,
+             f"--tensor-parallel-size {fewest[0]} (the fewest GPUs that hold one)" if fewest and fewest[0] != tp
+             else None]
+    shown = [v for v in valid if v] or [("a larger --available-kv-gib" if config.available_kv_bytes is not None
+                                         else "more GPUs, a larger one, or a smaller model")]
+    short = (f" (the longest request that fits is {longest:,} tokens, shorter than --context-len {context_len:,})"
+             if context_len and longest < context_len else "")
+    raise KvlabError(f"{given}: {why}; valid: {', or '.join(shown)}{short}")
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from kvlab.service.size import sizing_config
 from kvlab.sizing import (
     cuda_block_size_note,
     expert_parallel_note,
-    fewest_gpus,
     fewest_gpus_for_workload,
+    fit_sizing,
     gpu_notes,
     kv_layout,
     load_buffer_bytes,
@@ -464,10 +464,10 @@ def fit(
     yes: YesOpt = False,
     **options,
 ) -> None:
-    """The reverse questions: longest context for N requests, most requests at a length, fewest GPUs for MODEL."""
-    from dataclasses import replace
+    """The reverse questions: longest context for N requests, most requests at a length, fewest GPUs for MODEL.
 
-
+    Answered at a configuration vLLM starts with (kvlab.sizing.fit_sizing); exit status 2, with one line, where the
+    settings given leave none."""
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
@@ -475,29 +475,21 @@ def fit(
     gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler, model_runner=model_runner,
                                     decode_context_parallel_size=decode_context_parallel_size,
-                                    enable_expert_parallel=enable_expert_parallel)
+                                    enable_expert_parallel=enable_expert_parallel,
+                                    search_tensor_parallel=True)
     _note_block_size(config.block_size, as_json)
     _note_expert_parallel(spec, config, as_json)
     quantized = _note_quantization(spec, quantization, as_json)
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         raise KvlabError("give --gpu NAME, --gpu-memory-gib X or --available-kv-gib X: the reverse questions need "
                          "a memory budget")
+    target = _target_gpu(gpu_spec, config) if config.gpu_memory_bytes is not None else None
+    sized = fit_sizing(spec, config, target, options["tensor_parallel_size"] is not None, context_len)
+    config, result, notes = sized.config, sized.result, list(sized.notes)
     answers: dict = {"model": spec.id, "gpu": gpu_spec.id if gpu_spec else None, "quantization_note": quantized}
-    notes: list[str] = []
-    if config.gpu_memory_bytes is not None:
-        answers["fewest_gpus"] = _fewest_gpus(spec, gpu_spec, config, notes)
-    try:
-        result = size_kv_cache(spec, config)
-    except KvlabError:
-        if options["tensor_parallel_size"] is not None or (not answers.get("fewest_gpus") and not notes):
-            raise
-        if not answers.get("fewest_gpus"):  # (fit's own question has no answer either: say why, not the size's)
-            raise KvlabError(notes[-1]) from None
-        # The weights do not fit one GPU: answer the other questions at the fewest GPUs that hold the model.
-        config = replace(config, tensor_parallel_size=answers["fewest_gpus"]["tensor_parallel_size"])
-        notes.append(f"the other answers use --tensor-parallel-size {config.tensor_parallel_size}, the fewest "
-                     "that fits")
-        result = size_kv_cache(spec, config)
+    if target is not None:
+        answers["fewest_gpus"] = _fewest_gpus(sized.fewest, target, config)
+    answers["notes"] = notes
     longest = max_context_len(spec, config, concurrency)
     length = context_len or result.max_model_len
     most = max_num_requests(spec, config, length)
@@ -560,17 +552,14 @@ def _print_workload_gpus(console, answer: dict, num_gpus: int) -> None:
         console.print(f"  at --tensor-parallel-size {asked['tensor_parallel_size']}: {gpus(asked)}, {replicas(asked)}")
 
 
-def _fewest_gpus(spec, gpu_spec, config, notes: list[str]) -> dict | None:
-    """`fit`'s fewest GPUs that hold the weights and one max_model_len request (None, with a note, if none)."""
-    target = _target_gpu(gpu_spec, config)
-    try:
-        tp, fewest = fewest_gpus(spec, target, config)
-    except KvlabError as exc:
-        notes.append(str(exc))
+def _fewest_gpus(fewest, target, config) -> dict | None:
+    """`fit`'s fewest GPUs that hold the weights and one max_model_len request (None where none do)."""
+    if fewest is None:
         return None
+    tp, result = fewest
     return {"tensor_parallel_size": tp, "pipeline_parallel_size": config.pipeline_parallel_size,
-            "num_gpus": tp * config.pipeline_parallel_size, "gpu": target.id, "max_model_len": fewest.max_model_len,
-            "num_tokens": fewest.num_tokens, "max_concurrency": fewest.max_concurrency}
+            "num_gpus": tp * config.pipeline_parallel_size, "gpu": target.id, "max_model_len": result.max_model_len,
+            "num_tokens": result.num_tokens, "max_concurrency": result.max_concurrency}
 
 
 def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], concurrency: int,
@@ -602,6 +591,3 @@ def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], 
         _print_workload(console, fit)
         if not fit.fits:
             _print_workload_gpus(console, answers["workload_gpus"], config.world_size)
-    if not result.fits_max_model_len:
-        console.print(f"[yellow]vLLM would refuse to start with max_model_len {result.max_model_len:,}: lower it to "
-                      f"{result.estimated_max_model_len:,} or add GPUs.[/]")

@@ -25,9 +25,12 @@ def sizing_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_s
                   block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
                   available_kv_gib, vllm_version=None, quantization=None, enforce_eager=False,
                   sampler=None, decode_context_parallel_size=1,
-                  model_runner=None, enable_expert_parallel=False) -> tuple[GpuSpec | None, SizingConfig]:
+                  model_runner=None, enable_expert_parallel=False,
+                  search_tensor_parallel=False) -> tuple[GpuSpec | None, SizingConfig]:
     """(GpuSpec or None, SizingConfig) from the sizing options, checked (kvlab.validate). With --gpu and
-    --gpu-memory-gib both, the GPU keeps its name and defaults and takes the given memory, as in `kvlab run`."""
+    --gpu-memory-gib both, the GPU keeps its name and defaults and takes the given memory, as in `kvlab run`.
+    Without --tensor-parallel-size the size is vLLM's default, 1; where the face searches it (``search_tensor_parallel``,
+    `kvlab fit`), the search starts at the smallest size the DCP size allows (DCP groups are made of TP ranks)."""
     from kvlab.vllm_rules import check_model_runner
 
     check_options(locals())
@@ -40,7 +43,8 @@ def sizing_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_s
     config = SizingConfig(
         gpu_memory_bytes=memory, gpu_name=spec.id if spec else None,
         gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
-        kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=tensor_parallel_size or 1,
+        kv_cache_dtype=kv_cache_dtype,
+        tensor_parallel_size=tensor_parallel_size or (decode_context_parallel_size if search_tensor_parallel else 1),
         pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         available_kv_bytes=None if available_kv_gib is None else round(available_kv_gib * GIB),
