@@ -68,6 +68,12 @@ def test_a_published_run_reads_with_its_units():
     ("precision", "INT4-AWQ", r"precision 'INT4-AWQ' is not one kvlab prices"),
     ("workload.load_type", "poisson", r"load type 'poisson' is not supported"),
     ("max_num_seqs", 2.5, r"max_num_seqs = 2.5; valid: a whole number"),
+    # Trial 50: every metric in seconds, read as milliseconds, was fitted (20 s, no word)
+    ("actual.summary.ttft_mean", 0.0578, r"actual.summary: ttft_mean = 0.0578 is below what any served request "
+                                         r"takes \(1 ms\); valid: milliseconds"),
+    ("actual.summary.itl_mean", "20 µs", r"actual.summary: itl_mean = '20 µs' \(0.02 ms\) is below what any served"),
+    ("actual.summary.ttft_p90", "1 s", r"actual.summary: ttft_p90 \('1 s'\) is above ttft_p99"),
+    ("actual.summary.ttft_mean", "0.5 s", r"actual.summary: ttft_mean \('0.5 s'\) is above e2e_mean"),
 ])
 def test_a_bad_run_is_one_line_naming_the_run_and_the_field(path, value, message):
     with pytest.raises(KvlabError, match=message):

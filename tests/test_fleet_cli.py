@@ -51,3 +51,18 @@ def test_fleet_and_session_options_refused_where_they_mean_nothing(kvlab):
         r = kvlab("run", "vllm", "-n", "10", *args)
         assert r.exit_code == 2 and message in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+def test_a_sweep_stores_a_fleets_figures_as_kvlab_run_prints_them(kvlab, tmp_path):
+    """Trial 50: a router sweep stored no `fleet` block (load imbalance, prefix hit rate), the figures routers are
+    compared on, though docs/sweep.md says the store holds what `kvlab run --json` prints."""
+    import duckdb
+
+    args = ("--strategy", "vllm", "--rate", "4", "-n", "60", "--replicas", "2", "--router", "least-requests")
+    assert kvlab("sweep", *args, "--out", tmp_path).exit_code == 0
+    run = kvlab("run", "vllm", *args[2:], "--json").json()["strategies"][0]
+    with duckdb.connect(str(tmp_path / "sweep.duckdb"), read_only=True) as db:
+        summary, imbalance = db.sql("select summary, fleet_load_imbalance from points").fetchone()
+    stored = json.loads(summary)
+    assert stored["fleet"] == run["fleet"] and imbalance == run["fleet"]["load_imbalance"]
+    assert "typical_iteration" not in stored  # (the run's explanation, not the run's)

@@ -157,17 +157,12 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
 
     config, wl, results = run.config.engine, run.workload, run.results
     setup = run.config.describe()
-    summaries = [r.summary() for r in results]
+    summaries = run.summaries()
     band = _error_band(config.cost)
     for summary in summaries:
         summary["typical_iteration"] = typical_iteration(config, summary)
         if band is not None:  # (each latency and the throughput: where the real engine would be, docs/cost.md)
             summary["error_band"] = band.intervals(summary)
-    if run.fleets:
-        for summary, fleet in zip(summaries, run.fleets):
-            summary["fleet"] = {k: v for k, v in fleet.summary().items() if k != "fleet"}
-    for summary, disaggregated in zip(summaries, run.disaggregated):
-        summary["disaggregation"] = disaggregated.disaggregation()
     from kvlab.service.classes import run_classes
 
     for summary, classes in zip(summaries, run_classes(run, slos or {}) or ()):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -125,6 +126,28 @@ def _seconds(value: Any, where: str) -> float:
     return seconds
 
 
+# Below these no served request's metric falls: a first token over HTTP takes at least a millisecond (the request
+# parsed, tokenized, scheduled, one forward pass, the chunk streamed back), a decode step at least a tenth of one
+# (one pass over the weights: a 1B model's 2 GB at 8 TB/s is 0.25 ms). A file below them holds seconds as ms.
+LEAST_TTFT_S, LEAST_ITL_S = 1e-3, 1e-4
+
+
+def _check_plausible(metrics: Mapping[str, float], where: str, raw: dict) -> None:
+    """A group's metrics as a real server's can be: each percentile at most the next, TTFT within E2E, and not
+    below what any served request takes (a file in seconds read as milliseconds is one of these)."""
+    for low, high in (("ttft_p90", "ttft_p99"), ("e2e_p90", "e2e_p99"), ("ttft_mean", "e2e_mean"),
+                      ("ttft_p99", "e2e_p99")):
+        if low in metrics and high in metrics and metrics[low] > metrics[high]:
+            raise KvlabError(f"{where}: {low} ({raw[low]!r}) is above {high} ({raw[high]!r}); valid: metrics of one "
+                             "set of requests, where a p90 is at most the p99 and a first token comes before the end")
+    for name, least in (("ttft_mean", LEAST_TTFT_S), ("itl_mean", LEAST_ITL_S)):
+        if name in metrics and metrics[name] < least:
+            given = f"{raw[name]!r}" + ("" if isinstance(raw[name], int | float) else f" ({metrics[name] * 1e3:.3g} ms)")
+            raise KvlabError(f"{where}: {name} = {given} is below what any served request takes ({least * 1e3:g} ms); "
+                             "valid: milliseconds (a number is read as ms; seconds are written with their unit, "
+                             "'0.0578 s')")
+
+
 def _whole(raw: dict, key: str, where: str, minimum: int = 1) -> int:
     value = raw[key]
     if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer() \
@@ -157,6 +180,7 @@ def run_from_dict(raw: Any, where: str, prompt_overhead_tokens: int = PROMPT_OVE
             raise KvlabError(f"{where}: missing field 'actual.{group}.{missing[0]}'; each group has "
                              f"{', '.join(METRICS)}")
         actual[group] = MappingProxyType({m: _seconds(metrics[m], f"{where}: actual.{group}.{m}") for m in METRICS})
+        _check_plausible(actual[group], f"{where}: actual.{group}", metrics)
     workload = spec_from_dict(raw["workload"], f"{where}: workload", prompt_overhead_tokens=prompt_overhead_tokens)
     actual["_workload_name"] = str(raw["workload"].get("name", "")) if isinstance(raw["workload"], dict) else ""
     return MeasuredRun(

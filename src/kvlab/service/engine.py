@@ -52,7 +52,14 @@ class RunResult:
     disaggregated: tuple[DisaggResult, ...] = ()
 
     def summaries(self) -> list[dict[str, Any]]:
-        return [r.summary() for r in self.results]
+        """Each strategy's summary, as `kvlab run --json` and a sweep's store hold it: with its fleet's (the router's
+        load imbalance, prefix hits, each replica) or its disaggregated fleet's figures where it has one."""
+        summaries = [r.summary() for r in self.results]
+        for summary, fleet in zip(summaries, self.fleets):
+            summary["fleet"] = {k: v for k, v in fleet.summary().items() if k != "fleet"}
+        for summary, disaggregated in zip(summaries, self.disaggregated):
+            summary["disaggregation"] = disaggregated.disaggregation()
+        return summaries
 
     def setup(self) -> dict[str, Any]:
         """The run described: the configuration's setup, the workload as built, the notes."""

@@ -110,16 +110,16 @@ def check_workloads(points: list[Resolved], varied: set[str] | None = None,
 
 
 def simulate_point(point: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-    """The summary `kvlab run --json` prints for this point (its ``strategies[0]`` entry, without the
-    typical-iteration explanation), with its measured window (kvlab.window: whether the run sustained its rate),
-    and the latencies of the window's requests (float64 bytes, kvlab.window.latencies' rows) that a capacity
+    """The summary `kvlab run --json` prints for this point (its ``strategies[0]`` entry, a fleet's figures
+    included, without the typical-iteration explanation), with its measured window (kvlab.window: whether the run
+    sustained its rate), and the latencies of the window's requests (float64 bytes, kvlab.window.latencies' rows) that a capacity
     search judges."""
     from kvlab import service, window
     from kvlab.config.resolve import quietly
 
     run = service.run(quietly(engine_options(point)), [point["strategy"]])
     result, measured = run.results[0], run.windows()[0]
-    summary = {**result.summary(), "window": measured.to_dict(), **_classes(result.records, run.workload, measured)}
+    summary = {**run.summaries()[0], "window": measured.to_dict(), **_classes(result.records, run.workload, measured)}
     return summary, window.latencies(result.records, measured).tobytes()
 
 
