@@ -220,3 +220,14 @@ def test_quantization_none_on_a_quantized_checkpoint_is_said_as_vllm_reads_its_c
     assert run.exit_code == 0 and f"note: {note}" in _one_line(run.stdout + run.stderr)
     unquantized = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "8192", "-q", "none", "--json")
     assert unquantized.json()["quantization_note"] is None
+
+
+def test_the_title_names_the_weights_format_as_vllms_config_line_does(kvlab):
+    """Trial 50: `size ... --quantization fp8` said "bfloat16 · KV bfloat16" in its title, fp8 only in the Weights
+    row; a checkpoint's own format (DeepSeek-V3's FP8 blocks) is named the same way, an unquantized one not at all."""
+    asked = _one_line(kvlab("size", "llama-3.1-70b", "--gpu", "h100-sxm", "--quantization", "fp8", "-tp", "2").stdout)
+    assert "· bfloat16 · quantization fp8 · KV bfloat16 ·" in asked
+    own = _one_line(kvlab("size", "deepseek-v3", "--gpu", "h200", "-tp", "8").stdout)
+    assert "· bfloat16 · quantization fp8 · KV bfloat16 ·" in own
+    plain = _one_line(kvlab("size", "opt-13b", "--gpu", "a100-40gb").stdout)
+    assert "· float16 · KV float16 ·" in plain and "quantization" not in plain.split("\n")[0][:200]

@@ -319,7 +319,7 @@ def test_without_scipy_calibrate_is_one_line_before_any_replay(kvlab, tmp_path, 
     r = kvlab("calibrate", "--runs", file, "--out", tmp_path / "p.toml")
     assert r.exit_code == 2
     assert r.stderr.strip() == ("error: kvlab calibrate needs SciPy (least squares), which this installation lacks: "
-                                "pip install 'kvlab[calibrate]' (or pip install scipy)")
+                                "pip install scipy (the calibrate extra: pip install '.[calibrate]' in kvlab's checkout)")
     assert not (tmp_path / "p.toml").exists()
 
 

@@ -15,4 +15,4 @@ def require_scipy(what: str) -> None:
         import scipy  # noqa: F401
     except ImportError:
         raise KvlabError(f"{what} needs SciPy (least squares), which this installation lacks: "
-                         "pip install 'kvlab[calibrate]' (or pip install scipy)") from None
+                         "pip install scipy (the calibrate extra: pip install '.[calibrate]' in kvlab's checkout)") from None

@@ -154,7 +154,7 @@ def probe(url: str, *, model: str | None = None, api_key: str | None = None, tim
         import prometheus_client  # noqa: F401 — the /metrics parser, an optional dependency
     except ModuleNotFoundError as exc:
         raise KvlabError("kvlab bench reads /metrics with prometheus-client, which is not installed: "
-                         "pip install 'kvlab[bench]'") from exc
+                         "pip install prometheus-client (kvlab's own dependency: reinstall kvlab)") from exc
     url = base_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:

@@ -70,7 +70,7 @@ def _error(message: str, code: int = 2) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    # (escaped: a message may name `pip install 'kvlab[bench]'`, which is not markup)
+    # (escaped: a message may name `pip install '.[calibrate]'`, which is not markup)
     Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     sys.exit(code)
 

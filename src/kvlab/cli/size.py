@@ -297,8 +297,10 @@ def _title(model, gpu, config, result=None) -> str:
     if config.enable_expert_parallel:
         text += " · EP"
     if result is not None:
-        text += (f" · {result.dtype} · KV {result.kv_cache_dtype} · block_size {result.block_size} · max_model_len "
-                 f"{result.max_model_len:,}")
+        # (the weights' format as vLLM's config line names it: --quantization, else the checkpoint's own)
+        weights = result.quantization or model.quantization
+        text += (f" · {result.dtype}{f' · quantization {weights}' if weights else ''} · KV {result.kv_cache_dtype} · "
+                 f"block_size {result.block_size} · max_model_len {result.max_model_len:,}")
         text += (f"\nvLLM {result.vllm_version}'s rules (those of {result.vllm_rules_since} on"
                  f"{', the newest kvlab knows' if config.vllm_version is None else ''}; docs/sizing.md)")
     return text

@@ -243,14 +243,19 @@ def stop_on_signals(session: Session) -> None:
         if signum is not None:
             runner = getattr(session, "runner", None)
             computed = 0 if runner is None else runner.num_computed
-            counts = (f"{computed:,} point{'' if computed == 1 else 's'} computed now ({num_stored:,} in all stored in "
-                      f"{session.store_path})")
+            points = f"{computed:,} point{'' if computed == 1 else 's'} computed now"
+            kept = session.out is not None
+            counts = f"{points} ({num_stored:,} in all stored in {session.store_path})" if kept else \
+                f"{points}, in memory only (no --out), so none is kept"
             if session.finished:  # (the signal came as the answer was written: it was, whole)
                 print(f"stopped by {stop.signal_name(signum)} once the work was done: {counts}", file=sys.stderr,
                       flush=True)
-            else:
+            elif kept:
                 print(f"stopped by {stop.signal_name(signum)}: {counts}; run the same command again to resume (stored "
                       "points are never recomputed)", file=sys.stderr, flush=True)
+            else:
+                print(f"stopped by {stop.signal_name(signum)}: {counts}; with --out DIR a stopped run resumes where it "
+                      "stopped", file=sys.stderr, flush=True)
             raise typer.Exit(128 + signum)
 
     context.call_on_close(end)
