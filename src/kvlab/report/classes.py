@@ -36,7 +36,8 @@ def _verdict(c: dict) -> str:
     an SLO with no abandoned<X% term, which allows none; no request finished), it says that first and how to bound it."""
     from kvlab.sweep.slo import parse_slo
 
-    values = ", ".join(f"{term} {_value(term, value)}" for term, value in c["slo_values"].items())
+    # (each term's measured value under its metric's name: "p99_ttft 82.6 s", not the target again)
+    values = ", ".join(f"{term.split('<')[0]} {_value(term, value)}" for term, value in c["slo_values"].items())
     if c["slo_held"]:
         return f"held ({values})"
     unseen = []
