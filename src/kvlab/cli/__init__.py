@@ -140,6 +140,8 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None)
     """Click's message in kvlab's form: the option, the value given, what would do, and where help is."""
     import typer
 
+    from kvlab.sweep.grid import AUTO_COUNTS, AUTO_HINT
+
     message = exc.format_message().rstrip(".")
     option = getattr(exc, "option_name", None)
     owners = _commands_with(root, option) if root is not None and exc.__class__.__name__ == "NoSuchOption" else []
@@ -153,6 +155,8 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None)
         given = given or next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in opts and "=" in a), None)
         if given is not None:
             message = f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(_kind(exc.message), exc.message)}"
+            if given == "auto" and opts[0].lstrip("-").replace("-", "_") in AUTO_COUNTS:
+                message += AUTO_HINT
     where = exc.ctx.command_path if exc.ctx is not None else command_path
     if getattr(exc, "option_name", None) == "--strategy" and where in STRATEGIES_AS_ARGUMENTS:
         message = (f"{where} takes its strategies as arguments, not --strategy: e.g. {where} vllm orca-max "

@@ -55,10 +55,15 @@ class OptionSpec:
         converted = _CONVERTERS[self.kind](value)
         if converted is None:
             raise KvlabError(f"{self.flag} {value!r}: not {_KIND_NAMES[self.kind]}; valid: a comma list of "
-                             f"{_EXAMPLES[self.kind]}")
+                             f"{_EXAMPLES[self.kind]}" + (AUTO_HINT if self.name in AUTO_COUNTS else ""))
         if self.name in ("workload", "cost"):
             return _file_spec(self.name, str(converted))
         return converted
+
+
+# The counts `kvlab capacity` can find itself (``auto``), and where to say so when a count does not parse.
+AUTO_COUNTS = ("replicas", "prefill_replicas", "decode_replicas")
+AUTO_HINT = "; or auto, in kvlab capacity --replicas auto --rate R: the fewest that sustain R"
 
 
 def _to_int(value: Any) -> int | None:
