@@ -249,3 +249,19 @@ def test_a_stored_point_names_the_defaults_it_ran_with():
     row = resolve_point(expand(parse_cli_args(["-n", "200"]))[0], "0.1.0").row
     assert (row["scheduling_policy"], row["preemption_mode"], row["vllm_version"]) == ("fcfs", "recompute",
                                                                                           NEWEST_KNOWN)
+
+
+def test_a_cross_product_of_routers_and_counts_runs_each_engine_once():
+    """Trial 50: `--replicas 1,2 --router round-robin,least-requests` was refused by its replicas=1 pair ("needs a
+    fleet"), `--router round-robin,weighted --router-scorers prefix:1` by round-robin's scorers; one replica behind
+    any router is the one engine, and scorers are weighted's. A single value of each is still refused at resolve."""
+    from kvlab.sweep.grid import expand
+
+    points = expand({"replicas": ["1", "2"], "router": ["round-robin", "least-requests"]})
+    assert [(p["replicas"], p["router"]) for p in points] == [(1, "round-robin"), (2, "round-robin"),
+                                                             (2, "least-requests")]
+    scored = expand({"replicas": ["2"], "router": ["round-robin", "weighted"], "router_scorers": ["prefix:1"]})
+    default = expand({})[0]["router_scorers"]
+    assert [(p["router"], p["router_scorers"]) for p in scored] == [("round-robin", default), ("weighted", "prefix:1")]
+    alone = expand({"replicas": ["1"], "router": ["least-requests"]})
+    assert [(p["replicas"], p["router"]) for p in alone] == [(1, "least-requests")]  # (resolve says why it cannot)

@@ -134,14 +134,17 @@ def replica_searches(lists: dict[str, list], explicit: list[dict]) -> tuple[floa
     if len(rates) != 1:
         raise KvlabError("kvlab capacity --replicas auto finds the fewest replicas for one offered rate: give "
                          "--rate R (req/s, the whole fleet's traffic)")
-    routers = lists.pop("router", list(DEFAULT_ROUTERS))
+    routers = list(dict.fromkeys(lists.pop("router", list(DEFAULT_ROUTERS))))  # (each once)
     if any("router" in p or "replicas" in p for p in explicit):
         raise KvlabError("--replicas auto: give the routers on the command line (--router a,b), not in --grid")
     given_length = "num_requests" in lists or "duration" in lists
     points = expand(lists, explicit)
     if not ("cost" in lists or any("cost" in p for p in explicit)):  # the clock's uncertainty, as kvlab capacity's
         points = [{**p, "cost": name} for p in points for name in applicable_profiles(get_gpu(p["gpu"]).id)]
-    firsts = [_first_sample(point, router, given_length) for point in points for router in routers]
+    # (with several routers, --router-scorers are weighted's: the others are searched without them, as a sweep's)
+    firsts = [_first_sample(point if router == "weighted" or len(routers) == 1 else
+                            {**point, "router_scorers": OPTIONS["router_scorers"].default}, router, given_length)
+              for point in points for router in routers]
     for first in firsts:
         first.second = _second_sample(first)
     return float(rates[0]), firsts + [first.second for first in firsts if first.second is not None]

@@ -232,10 +232,25 @@ def expand(lists: dict[str, list[Any]], explicit: list[dict[str, Any]] | None = 
     for combo in combos:
         point = {name: spec.default for name, spec in specs.items()}
         point.update({name: specs[name].convert(value) for name, value in combo.items()})
+        point = _routed_alike(point, lists, set(combo) - {k for extra in explicit or () for k in extra})
         points.setdefault(canonical_json(point), point)
     if not points:
         raise KvlabError("the grid is empty: give at least one value for each option you vary")
     return list(points.values())
+
+
+def _routed_alike(point: Point, lists: dict[str, list[Any]], from_lists: set[str]) -> Point:
+    """A cross product's point whose router options route nothing, as the one point it is: with --replicas varied,
+    one replica behind any router is the one engine (the router at its default); with --router varied, a router
+    other than weighted takes no --router-scorers (at their default). Options a grid's explicit point sets, and a
+    single value given for both, are left as given (resolve refuses them, naming the point)."""
+    specs = run_options()
+    one_engine = point["replicas"] == 1 and point["prefill_replicas"] is None and point["decode_replicas"] is None
+    if one_engine and "router" in from_lists and len(lists.get("replicas", ())) > 1:
+        point = {**point, "router": specs["router"].default, "router_scorers": specs["router_scorers"].default}
+    if point["router"] != "weighted" and "router_scorers" in from_lists and len(lists.get("router", ())) > 1:
+        point = {**point, "router_scorers": specs["router_scorers"].default}
+    return point
 
 
 def canonical_json(point: Point) -> str:
