@@ -674,3 +674,13 @@ def test_a_zero_token_concurrency_line_is_refused(kvlab, tmp_path):
     assert "gives a length of 0 tokens per request, which vLLM never prints" in message
     with pytest.raises(KvlabError, match="never prints"):
         parse_vllm_log(log.read_text())
+
+
+def test_a_model_the_logs_settings_do_not_fit_names_the_log_not_a_flag(kvlab):
+    """Trial 50: `vllm log <a Llama-3.1-8B log> --model opt-13b` said "--max-model-len 131,072 is greater than
+    opt-13b's ...", a flag the user never gave: the settings are the log's, and the message says so."""
+    r = kvlab("vllm", "log", Path("tests/data/startup_logs/llama-3.1-8b-a100-40gb-eager-0.15.1.log"), "--model", "opt-13b")
+    assert r.exit_code == 2
+    assert ("error: opt-13b (as asked) cannot run with the settings of this log, which names "
+            "/home/admin_iloh_altostrat_com/models/Meta-Llama-3.1-8B-Instruct, as vLLM would refuse it: "
+            "--max-model-len 131,072 is greater than opt-13b's max_position_embeddings") in " ".join(r.stderr.split())

@@ -413,13 +413,16 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
     if spec is None:
         out["lines"].append(f"kvlab's own calculation needs the model: {source}.")
         return out
-    if model is not None and (named := _another_model_named(log, spec, audience)) is not None:
+    named = _another_model_named(log, spec, audience) if model is not None else None
+    if named is not None:
         out["lines"].append(f"The log names {log.model} ({named}); kvlab's calculation uses {spec.id}, as asked.")
     try:
         out.update(kvlab_calculation(log, spec, source, audience))
     except KvlabError as exc:
-        if model is not None:
-            raise
+        if model is not None:  # (the log's settings, the model asked for: the settings are the log's, not flags given)
+            whose = f", which names {log.model}" if log.model else ""
+            raise KvlabError(f"{spec.id} (as asked) cannot run with the settings of this log{whose}, as vLLM would "
+                             f"refuse it: {exc}; valid: the model the log was started with") from None
         out["lines"].append(f"kvlab cannot size {spec.id} with this log's settings: {exc}.")
         return out
     side = out["kvlab"]
