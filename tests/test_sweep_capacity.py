@@ -99,6 +99,7 @@ def test_a_workload_too_short_to_fail_says_the_capacity_is_not_certified(kvlab, 
     (["--max-rate", "inf"], "--max-rate inf is not a finite number"),
     (["--max-rate", "0.5"], "--max-rate 0.5 is below the first rate tried (--rate 1)"),
     (["--slo", "p99_ttft>2s"], "--slo"),
+    (["--slo", "P99_TTFT<2S"], "with a unit (s, ms or us) (names and units are lower case)"),  # (trial 50)
     (["--rtol", "0"], "--rtol 0 is out of range; valid: a relative width in (0, 1)"),
 ])
 def test_capacity_bad_input(kvlab, tmp_path, args, message):

@@ -233,7 +233,8 @@ def _term(part: str, text: str, goodput: float | None) -> Term:
     where = f"--slo {text!r}" if part.strip() == text.strip() else f"--slo {text!r}: the term {part.strip()!r}"
     match = _TERM.fullmatch(part)
     if not match:
-        raise KvlabError(f"{where}: expected STAT_METRIC<VALUE with a unit (s, ms or us), {EXAMPLE}")
+        lower = " (names and units are lower case)" if part != part.lower() and _TERM.fullmatch(part.lower()) else ""
+        raise KvlabError(f"{where}: expected STAT_METRIC<VALUE with a unit (s, ms or us){lower}, {EXAMPLE}")
     stat, metric, number, unit = match.groups()
     if metric not in METRICS:
         head = metric.split("_")[0]
