@@ -357,3 +357,19 @@ def test_a_missing_constant_lists_the_required_ones_and_names_the_optional_ones_
     assert "missing constant 'attention_bandwidth_efficiency'" in message
     assert "bandwidth_efficiency" in needed and not any(name in needed for name in OPTIONAL_CONSTANTS)
     assert optional.rstrip(")") == ", ".join(OPTIONAL_CONSTANTS)
+
+
+def test_a_built_in_profile_names_its_file_to_copy_and_the_copy_loads(kvlab, tmp_path):
+    """Trial 50: `kvlab cost NAME --json` cannot be read back as a profile, and no command said how to make one."""
+    import re
+    from pathlib import Path
+
+    text = " ".join(kvlab("cost", "roofline").stdout.split())
+    file = re.search(r"A profile of your own: copy (\S+roofline\.toml), change its name and \[constants\]", text)
+    assert file is not None, text
+    mine = tmp_path / "mine.toml"
+    mine.write_text(Path(file.group(1)).read_text().replace('name = "roofline"', 'name = "mine"')
+                    .replace("overhead_s = 0.003", "overhead_s = 0.002"))
+    data = kvlab("cost", mine, "--json").json()["profiles"][0]
+    assert (data["name"], data["overhead_s"]) == ("mine", 0.002)
+    assert "A profile of your own" not in kvlab("cost", mine).stdout  # (a file is its own already)

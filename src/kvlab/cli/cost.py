@@ -26,7 +26,7 @@ def cost(
     from rich.markup import escape
     from rich.table import Table
 
-    from kvlab.cost.profiles import KINDS, builtin_profiles, get_profile
+    from kvlab.cost.profiles import KINDS, builtin_file, builtin_profiles, get_profile
 
     profiles = [get_profile(name)] if name else list(builtin_profiles().values())
     if as_json:
@@ -56,6 +56,9 @@ def cost(
     for p in profiles:
         fitted = f" (fitted for {', '.join(x for x in (p.model, p.gpu) if x)})" if p.model or p.gpu else ""
         console.print(f"[bold]{p.name}[/]{fitted}: {escape(p.source)}")  # a source may name [fit]
+    if name and (file := builtin_file(profiles[0].name)) is not None and not profiles[0].path:
+        console.print(f"A profile of your own: copy {file}, change its name and [constants], and give the copy "
+                      "as --cost FILE (kvlab cost FILE shows it).", markup=False)
 
 
 def _columns_that_fit(profiles, constants, width: int) -> list[list]:

@@ -317,6 +317,12 @@ def builtin_profiles() -> dict[str, CostProfile]:
     return {DEFAULT_PROFILE: profiles.pop(DEFAULT_PROFILE), **profiles}
 
 
+def builtin_file(name: str) -> str | None:
+    """Where a built-in profile's TOML is (a file to copy and change: `kvlab cost FILE` reads it back), else None."""
+    file = resources.files("kvlab.cost").joinpath("data", f"{name}.toml")
+    return str(file) if name in builtin_profiles() and file.is_file() else None
+
+
 def get_profile(name_or_file: str | None) -> CostProfile:
     """A built-in profile by name, or a profile file (TOML/JSON); None is the default (``roofline``)."""
     if name_or_file is None or name_or_file == "":
