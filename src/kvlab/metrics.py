@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
+from struct import pack
 from typing import Any, NamedTuple
 
 SHARE_KEYS = ("token", "reserved", "internal_fragmentation", "external_fragmentation")
@@ -152,9 +153,7 @@ class IterationRecorder:
         ``vllm``), ``np.array`` of the list ~290 (benchmarks/README.md, issue 34's tenth step). The same C doubles
         either way."""
         short = self._short_durations
-        if short:
-            from struct import pack
-
+        if short:  # (pack imported once, above: an import here cost ~8k instructions a spill compiled)
             self._durations.frombytes(pack(f"{len(short)}d", *short))
             short.clear()
 
