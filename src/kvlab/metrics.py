@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
+from struct import pack
 from typing import Any, NamedTuple
 
 SHARE_KEYS = ("token", "reserved", "internal_fragmentation", "external_fragmentation")
@@ -110,9 +111,10 @@ class IterationRecorder:
         self.log = IterationLog() if keep_log else None
         # The RunRows one after another, a flat list read by np.fromiter (an array.array parses each number it
         # takes in: twice the cost per run); every iteration's duration, an array.array (a long run's come as a
-        # numpy array, copied in as bytes).
+        # numpy array, copied in as bytes), the short runs' since the last long one in a list (``_spill``).
         self._rows: list[int] = []
         self._durations = array("d")
+        self._short_durations: list[float] = []
         # The runs' growth (DecodeRun.growth: three ints an entry), one run's after another, and each run's
         # length there (a flat list of ints is read by np.fromiter at half the cost an int of flattening tuples).
         self._growth: list[int] = []
@@ -128,7 +130,7 @@ class IterationRecorder:
         """Record a run that began at ``start`` and ended at ``end`` (``now += dt``, left to right). ``joined``:
         for each request that joined the waiting queue during the run, the iteration (from 0) before which it did
         (from then on ``num_waiting`` counts it)."""
-        first = len(self._durations)
+        first = len(self._durations) + len(self._short_durations)
         if not first or start != self._clock_end:
             self._clock_starts.append((first, start))
         self._rows += row
@@ -137,15 +139,27 @@ class IterationRecorder:
         if joined:
             self._joined.extend(first + j for j in joined)
         if isinstance(durations, list):
-            self._durations.extend(durations)
+            self._short_durations += durations
         else:  # a numpy array (a long run)
+            self._spill()
             self._durations.frombytes(durations.tobytes())
         self._clock_end = end
-        if len(self._durations) >= self.BUFFER_ITERATIONS:
+        if first + len(durations) >= self.BUFFER_ITERATIONS:
             self.flush()
+
+    def _spill(self) -> None:
+        """The short runs' durations, in order, onto the array as bytes packed by ``struct`` in one call: the
+        array's own ``extend`` parses each float it takes in (~500 instructions a duration compiled, 15 a request on
+        ``vllm``), ``np.array`` of the list ~290 (benchmarks/README.md, issue 34's tenth step). The same C doubles
+        either way."""
+        short = self._short_durations
+        if short:  # (pack imported once, above: an import here cost ~8k instructions a spill compiled)
+            self._durations.frombytes(pack(f"{len(short)}d", *short))
+            short.clear()
 
     def flush(self) -> None:
         """Add the buffered iterations to the integral and the log."""
+        self._spill()
         if not self._durations:
             return
         import numpy as np

@@ -45,14 +45,13 @@ class Request:
     num_output_tokens: int = field(init=False, repr=False, compare=False)
     #: KV slots the request writes over its life: the last sampled token is never fed back.
     num_kv_tokens: int = field(init=False, repr=False, compare=False)
+    #: Leading tokens of the sequence named by ``prefix_hashes`` (a prompt's, or with ``prefix_len`` beyond). (A
+    #: property was a Python call for each read, ~900 instructions from the compiled allocator: benchmarks/README.md.)
+    num_shared_prefix_tokens: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         num_output_tokens = self.output_len if self.max_tokens is None else min(self.output_len, self.max_tokens)
         object.__setattr__(self, "num_output_tokens", num_output_tokens)
         object.__setattr__(self, "num_kv_tokens", self.prompt_len + num_output_tokens - 1)
-
-    @property
-    def num_shared_prefix_tokens(self) -> int:
-        """Leading tokens of the sequence named by ``prefix_hashes`` (a prompt's, or with ``prefix_len`` beyond)."""
         named = self.prompt_len - 1 if self.prefix_len is None else self.prefix_len
-        return min(named, len(self.prefix_hashes) * self.prefix_chunk_len)
+        object.__setattr__(self, "num_shared_prefix_tokens", min(named, len(self.prefix_hashes) * self.prefix_chunk_len))
