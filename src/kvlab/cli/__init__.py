@@ -99,7 +99,7 @@ def _command_path(command, args: list[str]) -> str:
 
 def _check_repeats(command, args: list[str]) -> None:
     """An option given twice, or a flag with its --no- form, is refused: Click would keep the last one silently.
-    (Options that take several values, --slo, are repeated on purpose.)"""
+    (An option Click takes several times, ``multiple``, would be left to it; what follows ``--`` is not parsed.)"""
     for name in _command_path(command, args).split()[1:]:
         command = command.commands[name]
     args = args[:args.index("--")] if "--" in args else args  # (what follows -- is passed on, not parsed)
