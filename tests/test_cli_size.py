@@ -363,6 +363,12 @@ def test_fit_refuses_in_one_line_where_the_given_flags_leave_nothing_vllm_starts
     assert r.exit_code == 2 and " ".join(r.stderr.split()).endswith(
         "valid: --tensor-parallel-size 2 (the fewest GPUs that hold one) (the longest request that fits is 31,360 "
         "tokens, shorter than --context-len 40,000)")
+    # Trial 50c: a budget given is each GPU's whatever their count, so more GPUs hold no request either (it answered
+    # at 2 x L4, sized on the estimated budget, and exited 0)
+    for tp in ((), ("-tp", "1")):
+        r = kvlab("fit", "llama-3.1-8b", "--gpu", "l4", "--available-kv-gib", "0.001", *tp)
+        assert r.exit_code == 2 and r.stdout == "" and " ".join(r.stderr.split()).endswith(
+            "has 0 usable, so vLLM would refuse to start; valid: a larger --available-kv-gib"), r.stderr
 
 
 @pytest.mark.parametrize("args, start", [

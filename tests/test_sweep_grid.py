@@ -265,3 +265,9 @@ def test_a_cross_product_of_routers_and_counts_runs_each_engine_once():
     assert [(p["router"], p["router_scorers"]) for p in scored] == [("round-robin", default), ("weighted", "prefix:1")]
     alone = expand({"replicas": ["1"], "router": ["least-requests"]})
     assert [(p["replicas"], p["router"]) for p in alone] == [(1, "least-requests")]  # (resolve says why it cannot)
+
+
+def test_router_scorer_sets_are_separated_by_semicolons():
+    """Trial 50: `--router-scorers prefix:1,least-kv:1` was swept as two sets, split on the set's own commas."""
+    lists = parse_cli_args(["--router", "weighted", "--router-scorers", "prefix:1,least-kv:1;prefix:2", "--rate", "1,2"])
+    assert lists["router_scorers"] == ["prefix:1,least-kv:1", "prefix:2"] and lists["rate"] == ["1", "2"]

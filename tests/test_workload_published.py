@@ -346,12 +346,13 @@ def test_a_bad_azure_timestamp_is_named_with_its_line(kvlab, tmp_path):
     """Trial 49: a malformed TIMESTAMP in an Azure-format copy had no line number ("valid: the file as published")."""
     copy = tmp_path / "mine.csv"
     lines = (SHARED_TRACES / "azure2023_conv.csv").read_text().splitlines(keepends=True)[:6]
-    lines[3] = "yesterday" + lines[3][lines[3].index(","):]
-    copy.write_text("".join(lines))
-    result = kvlab("run", "vllm", "--workload", copy, "-n", "3")
-    assert result.exit_code == 2
-    assert (f"error: {copy}, line 4: TIMESTAMP 'yesterday' is not a date and time; valid: one such as "
-            "2023-11-16 18:17:03.9799600, as the published trace writes them") in " ".join(result.stderr.split())
+    for bad in ("yesterday", ""):  # (an empty cell read as no time at all ran every request at once: trial 50c)
+        lines[3] = bad + lines[3][lines[3].index(","):]
+        copy.write_text("".join(lines))
+        result = kvlab("run", "vllm", "--workload", copy, "-n", "3")
+        assert result.exit_code == 2
+        assert (f"error: {copy}, line 4: TIMESTAMP {bad!r} is not a date and time; valid: one such as "
+                "2023-11-16 18:17:03.9799600, as the published trace writes them") in " ".join(result.stderr.split())
 
 
 @pytest.mark.parametrize("published", ["azure2023_conv.csv", "burstgpt1_first400.csv"])

@@ -1302,15 +1302,18 @@ def _fit_where_vllm_starts(model: ModelSpec, config: SizingConfig, result: Sizin
         if sized is not None:
             notes.append(f"{why}: the answers use --max-model-len {longest}, the longest at which it starts")
             return FitSizing(lowered, sized, fewest, tuple(notes))
-    if not tensor_parallel_given and fewest is not None and fewest[0] != tp:
-        config = replace(config, tensor_parallel_size=fewest[0])
-        notes.append(f"{why}: the answers use --tensor-parallel-size {fewest[0]}, the fewest GPUs that hold one")
-        return FitSizing(config, size_kv_cache(model, config), fewest, tuple(notes))
+    # (the fewest GPUs, sized again with the settings given: a budget given is each GPU's whatever the count)
+    wider = replace(config, tensor_parallel_size=fewest[0]) if fewest is not None and fewest[0] != tp else None
+    wider_sized = _starts(model, wider) if wider is not None else None
+    if not tensor_parallel_given and wider is not None and wider_sized is not None:
+        notes.append(f"{why}: the answers use --tensor-parallel-size {wider.tensor_parallel_size}, the fewest GPUs "
+                     "that hold one")
+        return FitSizing(wider, wider_sized, fewest, tuple(notes))
     given = (f"--max-model-len {result.max_model_len:,}" if config.max_model_len is not None else
              f"max_model_len {result.max_model_len:,} (the model's max_position_embeddings)")
     valid = [f"--max-model-len {longest} or less" if longest >= (context_len or 1) else None,
-             f"--tensor-parallel-size {fewest[0]} (the fewest GPUs that hold one)" if fewest and fewest[0] != tp
-             else None]
+             f"--tensor-parallel-size {wider.tensor_parallel_size} (the fewest GPUs that hold one)"
+             if wider is not None and wider_sized is not None else None]
     shown = [v for v in valid if v] or [("a larger --available-kv-gib" if config.available_kv_bytes is not None
                                          else "more GPUs, a larger one, or a smaller model")]
     short = (f" (the longest request that fits is {longest:,} tokens, shorter than --context-len {context_len:,})"

@@ -107,19 +107,28 @@ def _check_repeats(command, args: list[str]) -> None:
         opts, negative = list(getattr(param, "opts", ())), list(getattr(param, "secondary_opts", ()))
         if not opts or getattr(param, "multiple", False) or getattr(param, "count", False) or param.is_eager:
             continue
-        given = [i for i, a in enumerate(args) if a.split("=", 1)[0] in (*opts, *negative)]
+        short = [o for o in opts if len(o) == 2 and not o.startswith("--")]  # (-n5: a short option with its value)
+        given = [i for i, a in enumerate(args) if a.split("=", 1)[0] in (*opts, *negative)
+                 or any(a.startswith(s) and len(a) > 2 for s in short)]
         if len(given) < 2:
             continue
         from kvlab.errors import KvlabError
 
-        spelled = [args[i].split("=", 1)[0] for i in given]
+        spelled = [args[i].split("=", 1)[0] if args[i].startswith("--") else args[i][:2] for i in given]
         if negative and any(a in negative for a in spelled) and any(a in opts for a in spelled):
             raise KvlabError(f"{' and '.join(dict.fromkeys(spelled))} are both given; valid: one of them (only the "
                              "last would count)")
-        shown = [args[i] if "=" in args[i] or param.is_flag or i + 1 == len(args) else f"{args[i]} {args[i + 1]}"
-                 for i in given]
-        raise KvlabError(f"{max(opts, key=len)} is given {len(given)} times ({', '.join(shown)}); valid: once (only "
-                         "the last would count)")
+        attached = ["=" in args[i] or (len(args[i]) > 2 and not args[i].startswith("--")) for i in given]
+        shown = [args[i] if joined or param.is_flag or i + 1 == len(args) else f"{args[i]} {args[i + 1]}"
+                 for i, joined in zip(given, attached)]
+        name = max(opts, key=len)
+        raise KvlabError(f"{name} is given {len(given)} times ({', '.join(shown)}); valid: once"
+                         + (ONE_LIST.get(name, "") or " (only the last would count)"))
+
+
+# Options whose one value holds several things: said when one is given twice (what the user meant, in one value).
+ONE_LIST = {"--slo": ", its terms in one comma list: --slo 'p99_ttft<2s,p99_tpot<100ms'",
+            "--strategy": ", the strategies in one comma list: --strategy vllm,orca-max"}
 
 
 def _commands_with(command, option: str | None, path: str = "kvlab") -> list[str]:

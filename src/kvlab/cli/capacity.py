@@ -431,9 +431,7 @@ def print_replicas(answer, slo, session: Session, written) -> None:
     rows = []
     for e in entries:
         tried = ", ".join(f"{r['replicas']}{'✓' if r['held'] else '✗'}" for r in e["runs"])
-        # (a count held on a run too short to load its replicas is no answer: "none (181 ?)", as capacity's rate)
-        found = "none" if e["replicas"] is None else f"none ({e['replicas']} ?)" if e["may_be_too_few"] else \
-            str(e["replicas"])
+        found = _count_text(e)
         rows.append([e["strategy"], e["router"], *((e["cost"],) if several else ()), found,
                      "–" if e["gpus"] is None or e["may_be_too_few"] else str(e["gpus"]), tried])
     table = whole_values_table(f"The fewest replicas that sustain {answer.rate:g} req/s with {slo.describe}", headers,
@@ -452,7 +450,7 @@ def print_replicas(answer, slo, session: Session, written) -> None:
         console.print(_answer_line(e, several), markup=False)
         console.print(_samples_line(e), markup=False)
     if several:
-        answers = ", ".join(f"{e['strategy']} behind {e['router']} {'none' if e['replicas'] is None else e['replicas']}"
+        answers = ", ".join(f"{e['strategy']} behind {e['router']} {_count_text(e)}"
                             for e in entries if e["cost"] == answer.lead)
         clocks = len({e["cost"] for e in entries})
         console.print(lead_text(answer.lead, answer.gpu, clocks) + f": {answers}"
@@ -487,6 +485,14 @@ def print_replicas(answer, slo, session: Session, written) -> None:
     console.print("Plots: " + ", ".join(str(p) for p in written) + ".", markup=False)
 
 
+def _count_text(e: dict[str, Any]) -> str:
+    """A router's answer as the table and the lead line print it: a count held on a run too short to load its replicas
+    is no answer, "none (181 ?)", as capacity's rate is."""
+    if e["replicas"] is None:
+        return "none"
+    return f"none ({e['replicas']} ?)" if e["may_be_too_few"] else str(e["replicas"])
+
+
 def _answer_line(e: dict[str, Any], several_costs: bool) -> str:
     """A router's answer and what limited one replica fewer."""
     name = _name(e, several_costs)
@@ -497,8 +503,8 @@ def _answer_line(e: dict[str, Any], several_costs: bool) -> str:
     if e["may_be_too_few"]:
         from kvlab.service.replicas import replicas_text
 
-        return (f"{name}: no answer: {replicas_text(e['replicas'])} held on a run too short to load them (?), so more "
-                "may be needed.")
+        return (f"{name}: no answer: {replicas_text(e['replicas'])} held on a run too short to load "
+                f"{'it' if e['replicas'] == 1 else 'them'} (?), so more may be needed.")
     head = f"{name}: {e['replicas']} replica{'' if e['replicas'] == 1 else 's'} ({e['gpus']} GPU" \
            f"{'' if e['gpus'] == 1 else 's'})"
     if e["fewer_limited_by"] is None:

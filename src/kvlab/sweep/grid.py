@@ -173,7 +173,8 @@ def parse_cli_args(args: list[str]) -> dict[str, list[Any]]:
             if i + 1 >= len(args):
                 raise KvlabError(f"{flag} needs a value (or a comma list of values)")
             value, i = args[i + 1], i + 1
-        values = value.split(",")
+        # (a set of router scorers is itself a comma list, prefix:2,least-kv:1: sets are separated by ";")
+        values = value.split(LIST_SEPARATORS.get(name, ","))
         if any(not v.strip() for v in values):
             raise KvlabError(f"{flag} {value!r}: an empty value in the list (write none for an option's default)")
         if name in lists:
@@ -183,6 +184,10 @@ def parse_cli_args(args: list[str]) -> dict[str, list[Any]]:
         lists[name] = values
         i += 1
     return lists
+
+
+# Options whose one value is a comma list, and what separates their values in a sweep's list instead.
+LIST_SEPARATORS = {"router_scorers": ";"}
 
 
 def flag_text(flag: str, values: list[str]) -> str:

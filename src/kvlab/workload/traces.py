@@ -91,6 +91,8 @@ def read_azure(path: Path) -> LengthTable:
     # numpy parses "2023-11-16 18:17:03.9799600" as a naive datetime; nanoseconds keep all 7 digits.
     try:
         clock = stamps.astype("datetime64[ns]")
+        if np.isnat(clock).any():  # (an empty cell reads as NaT, not as an error: refused the same way)
+            raise ValueError
     except ValueError:
         row, value = next((i, v) for i, v in enumerate(stamps.tolist()) if not _is_datetime(v))
         raise KvlabError(f"{path}, line {row + 2}: TIMESTAMP {value[:40]!r} is not a date and time; valid: one "
@@ -101,10 +103,9 @@ def read_azure(path: Path) -> LengthTable:
 
 def _is_datetime(value: str) -> bool:
     try:
-        np.datetime64(value, "ns")
+        return not np.isnat(np.datetime64(value, "ns"))
     except ValueError:
         return False
-    return True
 
 
 @cache
