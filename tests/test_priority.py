@@ -280,7 +280,7 @@ def test_a_priority_is_read_as_an_exact_integer_and_a_json_boolean_is_named(tmp_
 
 def test_priority_classes_beside_a_files_priority_column_are_refused(tmp_path, kvlab):
     path = tmp_path / "w.csv"
-    path.write_text("prompt_len,output_len,arrival_time,priority\n100,50,0.5,1\n80,20,0.1,0\n")
+    path.write_text("prompt_len,output_len,arrival_time,priority\n80,20,0.1,0\n100,50,0.5,1\n")  # (in order: no note)
     r = kvlab("run", "vllm", "--workload", str(path), "--priority-classes", "0:0.5,1:0.5")
     assert r.exit_code == 2 and "the workload file gives each request its own priority" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

@@ -80,7 +80,7 @@ def test_a_bad_timeout_in_a_file_is_named_in_one_line(tmp_path, rows, message):
 
 def test_a_files_deadlines_and_the_timeout_option_are_refused_together(tmp_path, kvlab):
     path = tmp_path / "w.csv"
-    path.write_text("prompt_len,output_len,arrival_time,timeout\n100,50,0.5,30\n80,20,0.1,2.5\n")
+    path.write_text("prompt_len,output_len,arrival_time,timeout\n80,20,0.1,2.5\n100,50,0.5,30\n")  # (in order)
     with pytest.raises(KvlabError, match=re.escape(
             "--timeout 60: the workload file gives each request its own deadline (its timeout column); valid: one "
             "of the two, drop --timeout or the file's timeout column")):
