@@ -109,7 +109,7 @@ def _check_repeats(command, args: list[str]) -> None:
             continue
         short = [o for o in opts if len(o) == 2 and not o.startswith("--")]  # (-n5: a short option with its value)
         given = [i for i, a in enumerate(args) if a.split("=", 1)[0] in (*opts, *negative)
-                 or any(a.startswith(s) and len(a) > 2 for s in short)]
+                 or any(a.startswith(s) and len(a) > 2 and not a[2].isalpha() for s in short)]  # (-nan: a value)
         if len(given) < 2:
             continue
         from kvlab.errors import KvlabError
