@@ -244,7 +244,7 @@ QWEN_LOG = given(6.51, max_model_len=32768)  # 2,666 blocks, 2,665 usable (one i
 
 def test_longest_context_for_n_requests():
     assert max_context_len(QWEN, QWEN_LOG, 2) == 2665 // 2 * 16
-    assert max_context_len(QWEN, QWEN_LOG, 1) == 40_960  # capped at max_position_embeddings
+    assert max_context_len(QWEN, QWEN_LOG, 1) == 32_768  # capped at the max_model_len given (vLLM rejects longer)
     assert max_context_len(QWEN, QWEN_LOG, 100_000) == 0
 
 

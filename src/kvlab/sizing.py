@@ -599,6 +599,12 @@ def resolve_dtype(model: ModelSpec, dtype: str, gpu_name: str | None = None) -> 
 # vLLM 0.32.0's source). FlexAttention, after Triton, takes only auto/float16/bfloat16. Before 0.24.0 FlashInfer ran
 # on 7.5 and took fp8, fp8_e4m3 and fp8_e5m2, so kvlab refuses only from 0.24.0. An MLA model had only TRITON_MLA
 # there before 0.24.0 too; the release that gave it the guard is not pinned down, so it is refused from 0.24.0 alike.
+# A non-MLA bfloat16 KV cache below 8.0 before 0.24.0 is taken, not refused (trial 51, checked in vLLM's source): its only
+# bf16-KV guards are Triton's (`kv_cache_dtype == "bfloat16" and not has_device_capability(80)`, triton_attn.py, #43914;
+# triton_mla.py, #47060); FlashInfer, still valid on 7.5 then, lists "bfloat16" in its supported_kv_cache_dtypes with
+# no such guard (in the 2026 copies of flashinfer.py read; 0.23.0's own tag was not to hand); and the platform's
+# "Bfloat16 is only supported on GPUs with compute capability of at least 8.0" (platforms/cuda.py,
+# check_if_supports_dtype) is called on the model dtype, not the cache's.
 TRITON_ONLY_BELOW_CAPABILITY, TRITON_ONLY_SINCE = 8.0, "0.24.0"
 TRITON_ONLY_KV_CACHE_DTYPES = ("auto", "float16")
 
@@ -613,7 +619,12 @@ def check_kv_cache_dtype(model: ModelSpec, config: SizingConfig) -> None:
         return
     fp8 = config.kv_cache_dtype.startswith("fp8")
     backend = "Triton MLA" if model.is_mla else "Triton attention"
-    needs = ("an fp8 KV cache only from compute capability 8.9 (\"native FP8 (fp8e4nv) requires SM89+\")" if fp8
+    # Its guard tests the prefix (`kv_cache_dtype.startswith("fp8")`, TritonAttentionImpl.__init__, vllm-project/vllm
+    # #43914), so fp8_e5m2 is refused too, in the same words, though they name e4m3's Triton type (fp8e4nv).
+    quoted = "\"native FP8 (fp8e4nv) requires SM89+\""
+    if config.kv_cache_dtype == "fp8_e5m2":
+        quoted = f"fp8_e5m2 included: its check refuses every fp8 dtype, though its message, {quoted}, names e4m3's Triton type"
+    needs = (f"an fp8 KV cache only from compute capability 8.9 ({quoted})" if fp8
              else "a bfloat16 KV cache only from compute capability 8.0")
     before = (f" (vLLM before {TRITON_ONLY_SINCE} took fp8 there through FlashInfer)" if fp8 and not model.is_mla
               else "")
@@ -876,6 +887,44 @@ def valid_tensor_parallel_sizes(model: ModelSpec, decode_context_parallel_size: 
             if tp % decode_context_parallel_size == 0 and tensor_parallel_refusal(model, tp, expert_parallel) is None]
 
 
+def dcp_limit(model: ModelSpec, tensor_parallel_size: int) -> int:
+    """The largest --decode-context-parallel-size vLLM takes for ``model`` at ``tensor_parallel_size`` (GQA/MQA:
+    tensor_parallel_size // KV heads, the copies of the KV heads that TP beyond their number makes; MLA, whose one
+    latent every rank keeps: the TP size)."""
+    if model.is_mla:
+        return tensor_parallel_size
+    return max(tensor_parallel_size // model.num_key_value_heads, 1)
+
+
+def valid_decode_context_parallel_sizes(model: ModelSpec, expert_parallel: bool = False) -> list[int]:
+    """The DCP sizes some tensor-parallel size vLLM accepts for ``model`` takes: a DCP size divides the TP size (DCP
+    groups are made of TP ranks) and is at most dcp_limit there."""
+    sizes = valid_tensor_parallel_sizes(model, expert_parallel=expert_parallel)
+    return [dcp for dcp in range(1, sizes[-1] + 1)
+            if any(tp % dcp == 0 and dcp <= dcp_limit(model, tp) for tp in sizes)]
+
+
+def decode_context_parallel_refusal(model: ModelSpec, config: SizingConfig) -> str | None:
+    """Why no tensor-parallel size vLLM accepts for ``model`` takes the config's DCP size (fit's search of the TP
+    size has nowhere to go), naming the DCP sizes it can use; None when some TP size takes it."""
+    dcp, ep = config.decode_context_parallel_size, config.enable_expert_parallel
+    valid = valid_decode_context_parallel_sizes(model, ep)
+    if dcp in valid:
+        return None
+    sizes = valid_tensor_parallel_sizes(model, expert_parallel=ep)
+    multiples = [tp for tp in sizes if tp % dcp == 0]
+    if not multiples:
+        why = (f"DCP groups are made of TP ranks, and no tensor-parallel size vLLM accepts for {model.id} "
+               f"({', '.join(map(str, sizes))}) is a multiple of {dcp}")
+    else:
+        heads, tp = model.num_key_value_heads, multiples[-1]
+        why = (f"vLLM's DCP splits by token only the copies of {model.id}'s {heads} KV heads that tensor parallelism "
+               f"beyond their number makes (at most tensor_parallel_size // {heads}), and even its largest "
+               f"tensor-parallel size, {tp}, takes at most {dcp_limit(model, tp)}")
+    return (f"--decode-context-parallel-size {dcp}: {why}; valid --decode-context-parallel-size for {model.id}: "
+            f"{', '.join(map(str, valid))}")
+
+
 def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
     """Model-dependent checks vLLM makes at startup; returns the resolved max_model_len."""
     refusal = tensor_parallel_refusal(model, config.tensor_parallel_size, config.enable_expert_parallel)
@@ -883,7 +932,7 @@ def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
         sizes = ", ".join(map(str, valid_tensor_parallel_sizes(model, expert_parallel=config.enable_expert_parallel)))
         raise KvlabError(f"{refusal}; valid --tensor-parallel-size: {sizes}")
     dcp, tp, heads = config.decode_context_parallel_size, config.tensor_parallel_size, model.num_key_value_heads
-    if dcp > 1 and not model.is_mla and dcp > tp // heads:
+    if dcp > dcp_limit(model, tp):
         # vLLM's ModelConfig.verify_with_parallel_config (GQA/MQA): DCP splits by token the KV heads that TP beyond
         # their number replicates, so it needs tp > KV heads and dcp <= tp // KV heads (docs/serving/
         # context_parallel_deployment.md: "dcp size is upper bounded by tp_size / H")
@@ -1165,12 +1214,13 @@ def _weights_fit(model: ModelSpec, config: SizingConfig) -> bool:
 # --- reverse questions ----------------------------------------------------------------------------------
 
 def max_context_len(model: ModelSpec, config: SizingConfig, num_requests: int = 1) -> int:
-    """Longest context (tokens per request, up to max_position_embeddings) at which ``num_requests``
-    requests fit in the cache at once; 0 if not even one token each."""
+    """Longest context (tokens per request, up to the max_model_len vLLM runs with: --max-model-len where given,
+    else max_position_embeddings; vLLM rejects a longer request) at which ``num_requests`` requests fit in the cache
+    at once; 0 if not even one token each."""
     if num_requests < 1:
         raise KvlabError(f"number of concurrent requests must be at least 1, got {num_requests}")
     result = size_kv_cache(model, config)
-    return _longest(result.kv_cache_groups, result.num_usable_blocks, num_requests, model.max_position_embeddings,
+    return _longest(result.kv_cache_groups, result.num_usable_blocks, num_requests, result.max_model_len,
                     result.max_in_flight_tokens, result.decode_context_parallel_size)
 
 
@@ -1187,9 +1237,12 @@ def check_context_len(model: ModelSpec, result: SizingResult, context_len: int) 
     if context_len < 1:
         raise KvlabError(f"context length must be at least 1 token, got {context_len}")
     if context_len > result.max_model_len:
+        most = model.max_position_embeddings  # (vLLM refuses a --max-model-len above it: raising cannot pass it)
+        fix = (f"raise --max-model-len, up to {most:,}" if context_len <= most else
+               f"no --max-model-len reaches it: {most:,}, the model's max_position_embeddings, is the most vLLM "
+               f"takes; valid: a context length of at most {most:,}")
         raise KvlabError(f"context length {context_len:,} exceeds max_model_len {result.max_model_len:,} of "
-                         f"{model.id}: vLLM rejects such requests (raise --max-model-len, up to "
-                         f"{model.max_position_embeddings:,})")
+                         f"{model.id}: vLLM rejects such requests ({fix})")
 
 
 def on_gpu(config: SizingConfig, gpu: GpuSpec, tensor_parallel_size: int) -> SizingConfig:
@@ -1226,11 +1279,16 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
     """Smallest tensor-parallel size on ``gpu`` that holds the weights and one max_model_len request. A dtype the GPU
     refuses is refused first, in its own words: no tensor-parallel size would change it."""
     check_dtypes(model, on_gpu(config, gpu, config.tensor_parallel_size))
-    for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size,
-                                          expert_parallel=config.enable_expert_parallel):
+    refusal = decode_context_parallel_refusal(model, config)
+    if refusal:
+        raise KvlabError(refusal)
+    sizes = valid_tensor_parallel_sizes(model, config.decode_context_parallel_size,
+                                        expert_parallel=config.enable_expert_parallel)
+    for tp in sizes:
         result = _starts(model, on_gpu(config, gpu, tp))
         if result is not None:
             return tp, result
+    _raise_if_refused_everywhere(model, [on_gpu(config, gpu, tp) for tp in sizes])
     largest = valid_tensor_parallel_sizes(model, expert_parallel=config.enable_expert_parallel)[-1]
     widest = on_gpu(config, gpu, largest)
     held = f"; {_tensor_parallel_hint(model, widest)}" if _weights_fit(model, widest) else ""
@@ -1243,6 +1301,22 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
     raise KvlabError(f"{model.id} does not fit on up to {largest} x {gpu.id} with tensor parallelism ({why}) with one "
                      f"{config.max_model_len or model.max_position_embeddings:,}-token request{held}; add pipeline "
                      "parallelism, lower --max-model-len or pick a larger GPU")
+
+
+def _raise_if_refused_everywhere(model: ModelSpec, configs: list[SizingConfig]) -> None:
+    """Where vLLM refuses every one of ``configs`` before it sizes memory (kv_layout's checks: a --block-size larger
+    than --max-model-len, too many pipeline stages, ...), no number of GPUs helps: raise the first refusal, in the
+    words `kvlab size` gives it."""
+    refusals = []
+    for config in configs:
+        try:
+            kv_layout(model, config)
+        except KvlabError as exc:
+            refusals.append(exc)
+        else:
+            return
+    if refusals:
+        raise refusals[0]
 
 
 @dataclass(frozen=True)
@@ -1263,6 +1337,9 @@ def fit_sizing(model: ModelSpec, config: SizingConfig, gpu: GpuSpec | None, tens
     where one max_model_len request does not fit, the longest --max-model-len that does (unless --max-model-len was
     given, or it is shorter than ``context_len``), else the fewest GPUs that hold one (unless TP was given). Where
     the settings given leave nothing vLLM starts with, one line naming them and what is valid."""
+    refusal = None if tensor_parallel_given else decode_context_parallel_refusal(model, config)
+    if refusal:  # (no TP size the search could reach takes this DCP size)
+        raise KvlabError(refusal)
     notes: list[str] = []
     fewest = None
     if gpu is not None:

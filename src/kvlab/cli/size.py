@@ -496,7 +496,10 @@ def fit(
     length = context_len or result.max_model_len
     most = max_num_requests(spec, config, length)
     answers["tensor_parallel_size"] = config.tensor_parallel_size
-    answers["max_context_len"] = {"num_requests": concurrency, "context_len": longest,
+    # (what caps the longest context where memory does not: the model, or the --max-model-len given)
+    capped_by = ("max_position_embeddings" if longest == spec.max_position_embeddings else
+                 "max_model_len" if longest == options["max_model_len"] else None)
+    answers["max_context_len"] = {"num_requests": concurrency, "context_len": longest, "capped_by": capped_by,
                                   "max_position_embeddings": spec.max_position_embeddings}
     if longest == 0:  # (not even one token each: how many requests of one token do fit)
         answers["max_context_len"]["max_num_requests_of_one_token"] = max_num_requests(spec, config, 1)
@@ -582,7 +585,9 @@ def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], 
         console.print(f"\n[bold]Fewest GPUs:[/] {f['num_gpus']} x {f['gpu']} (--tensor-parallel-size "
                       f"{f['tensor_parallel_size']}) hold the weights and one {f['max_model_len']:,}-token request "
                       f"({f['num_tokens']:,} token slots, {f['max_concurrency']:.2f}x)")
-    capped = " (the model's max_position_embeddings)" if longest == spec.max_position_embeddings else ""
+    capped = {"max_position_embeddings": " (the model's max_position_embeddings)",
+              "max_model_len": f" (the --max-model-len given: vLLM rejects a longer request; the model takes up to "
+                               f"{spec.max_position_embeddings:,})"}.get(answers["max_context_len"]["capped_by"], "")
     none = answers["max_context_len"].get("max_num_requests_of_one_token")
     console.print(f"[bold]Longest context for {concurrency:,} concurrent request{'s' if concurrency > 1 else ''}:[/] "
                   + (f"{longest:,} tokens{capped}" if none is None

@@ -44,7 +44,8 @@ def sizing_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_s
         gpu_memory_bytes=memory, gpu_name=spec.id if spec else None,
         gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
         kv_cache_dtype=kv_cache_dtype,
-        tensor_parallel_size=tensor_parallel_size or (decode_context_parallel_size if search_tensor_parallel else 1),
+        tensor_parallel_size=tensor_parallel_size or (max(decode_context_parallel_size, 1) if search_tensor_parallel
+                                                    else 1),  # (a DCP size below 1 is refused by its own name)
         pipeline_parallel_size=pipeline_parallel_size, max_model_len=max_model_len,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         available_kv_bytes=None if available_kv_gib is None else round(available_kv_gib * GIB),
