@@ -908,6 +908,8 @@ def decode_context_parallel_refusal(model: ModelSpec, config: SizingConfig) -> s
     """Why no tensor-parallel size vLLM accepts for ``model`` takes the config's DCP size (fit's search of the TP
     size has nowhere to go), naming the DCP sizes it can use; None when some TP size takes it."""
     dcp, ep = config.decode_context_parallel_size, config.enable_expert_parallel
+    if dcp == 1:  # (no DCP: TP 1 always takes it)
+        return None
     valid = valid_decode_context_parallel_sizes(model, ep)
     if dcp in valid:
         return None
