@@ -83,3 +83,15 @@ def test_options_after_a_double_dash_are_not_counted():
     root = typer.main.get_command(app)
     _check_repeats(root, ["run", "vllm", "-n", "5", "--", "-n", "6"])
     _check_repeats(root, ["run", "vllm", "-n", "5", "--rate", "2"])
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    # Trial 51: the first -n is --model's value (Click takes the next word): no repeat, the model '-n' is refused
+    (("run", "--model", "-n", "-n", "5"), "error: unknown model '-n'"),
+    # Trial 51: Click got '=5' from -n=5; the message showed '5'
+    (("run", "-n=5"), "error: --num-requests/-n '=5': not a whole number; valid: a whole number such as 16 (a short "
+                      "option takes its value as -n 5 or -n5, without '=')"),
+])
+def test_a_value_that_looks_like_an_option_is_read_as_click_reads_it(args, says):
+    r = kvlab(*args)
+    assert r.returncode == 2 and says in " ".join(r.stderr.split()), r.stderr

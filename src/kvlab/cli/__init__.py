@@ -103,13 +103,14 @@ def _check_repeats(command, args: list[str]) -> None:
     for name in _command_path(command, args).split()[1:]:
         command = command.commands[name]
     args = args[:args.index("--")] if "--" in args else args  # (what follows -- is passed on, not parsed)
+    values = _value_positions(command, args)
     for param in getattr(command, "params", ()):
         opts, negative = list(getattr(param, "opts", ())), list(getattr(param, "secondary_opts", ()))
         if not opts or getattr(param, "multiple", False) or getattr(param, "count", False) or param.is_eager:
             continue
         short = [o for o in opts if len(o) == 2 and not o.startswith("--")]  # (-n5: a short option with its value)
-        given = [i for i, a in enumerate(args) if a.split("=", 1)[0] in (*opts, *negative)
-                 or any(a.startswith(s) and len(a) > 2 and not a[2].isalpha() for s in short)]  # (-nan: a value)
+        given = [i for i, a in enumerate(args) if i not in values and (a.split("=", 1)[0] in (*opts, *negative)
+                 or any(a.startswith(s) and len(a) > 2 and not a[2].isalpha() for s in short))]  # (-nan: a value)
         if len(given) < 2:
             continue
         from kvlab.errors import KvlabError
@@ -124,6 +125,19 @@ def _check_repeats(command, args: list[str]) -> None:
         name = max(opts, key=len)
         raise KvlabError(f"{name} is given {len(given)} times ({', '.join(shown)}); valid: once"
                          + (ONE_LIST.get(name, "") or " (only the last would count)"))
+
+
+def _value_positions(command, args: list[str]) -> set[int]:
+    """The positions in ``args`` Click reads as an option's value: the words after an option that takes values,
+    given without its value attached (Click takes the next word whatever it looks like: ``--model -n`` is the
+    model '-n', not the option -n)."""
+    takes = {o: p.nargs for p in getattr(command, "params", ()) for o in getattr(p, "opts", ())
+             if o.startswith("-") and not getattr(p, "is_flag", False) and not getattr(p, "count", False)}
+    values: set[int] = set()
+    for i, arg in enumerate(args):
+        if i not in values and arg in takes:
+            values.update(range(i + 1, i + 1 + max(takes[arg], 1)))
+    return values
 
 
 # Options whose one value holds several things: said when one is given twice (what the user meant, in one value).
@@ -145,6 +159,17 @@ def _commands_with(command, option: str | None, path: str = "kvlab") -> list[str
 STRATEGIES_AS_ARGUMENTS = ("kvlab run", "kvlab race")
 
 
+def _attached(arg: str, opts) -> str | None:
+    """The value ``arg`` carries, as Click reads it: after '=' of a long option (--num-requests=5), everything after a
+    short one (-n5; -n=5 gives '=5'); None where ``arg`` is none of ``opts`` with a value."""
+    for opt in opts:
+        if opt.startswith("--") and arg.startswith(opt + "="):
+            return arg[len(opt) + 1:]
+        if not opt.startswith("--") and arg.startswith(opt) and len(arg) > len(opt):
+            return arg[len(opt):]
+    return None
+
+
 def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None) -> str:
     """Click's message in kvlab's form: the option, the value given, what would do, and where help is."""
     import typer
@@ -161,9 +186,13 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None)
     if isinstance(exc, typer.BadParameter) and exc.param is not None and getattr(exc.param, "opts", None):
         opts = exc.param.opts
         given = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in opts), None)
-        given = given or next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in opts and "=" in a), None)
+        given = given or next((_attached(a, opts) for a in args if _attached(a, opts) is not None), None)
         if given is not None:
             message = f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(_kind(exc.message), exc.message)}"
+            short = next((o for o in opts if not o.startswith("--")), None)
+            if short and given.startswith("="):
+                value = given[1:] or "N"
+                message += f" (a short option takes its value as {short} {value} or {short}{value}, without '=')"
             if given == "auto" and opts[0].lstrip("-").replace("-", "_") in AUTO_COUNTS:
                 message += AUTO_HINT
     where = exc.ctx.command_path if exc.ctx is not None else command_path
