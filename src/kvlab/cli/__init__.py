@@ -150,9 +150,25 @@ def _commands_with(command, option: str | None, path: str = "kvlab") -> list[str
     found = []
     for name, sub in getattr(command, "commands", {}).items():
         found += _commands_with(sub, option, f"{path} {name}")
-    if any(option in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())) for p in command.params):
+    if any(option in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())) for p in command.params) \
+            or _grid_takes(command, option):
         found.append(path)
     return found
+
+
+def _grid_takes(command, option: str | None) -> bool:
+    """Whether ``command`` takes ``option`` among the extra options its grid parser reads (sweep, capacity: any
+    `kvlab run` option, kvlab.sweep.grid), not among its own Click parameters."""
+    if not option or not option.startswith("-") or not getattr(command, "context_settings", {}).get("allow_extra_args"):
+        return False
+    from kvlab.errors import KvlabError
+    from kvlab.sweep.grid import option_name
+
+    try:
+        option_name(option)
+    except KvlabError:
+        return False
+    return True
 
 
 # Commands whose strategies are arguments (sweep and capacity vary them as an option, --strategy).
@@ -170,6 +186,12 @@ def _attached(arg: str, opts) -> str | None:
     return None
 
 
+# Engine options a simulated run takes in the strategy's name instead (kvlab.strategies: +prefix, +noprefix).
+_PREFIX_IN_THE_NAME = ("; in {where}, prefix caching is part of the strategy's name: vllm has it on (as vllm serve), "
+                       "vllm+noprefix off, e.g. {where} vllm+noprefix (a paged strategy takes +prefix or +noprefix)")
+IN_THE_STRATEGY = {"--enable-prefix-caching": _PREFIX_IN_THE_NAME, "--no-enable-prefix-caching": _PREFIX_IN_THE_NAME}
+
+
 def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None) -> str:
     """Click's message in kvlab's form: the option, the value given, what would do, and where help is."""
     import typer
@@ -181,8 +203,9 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None)
     owners = _commands_with(root, option) if root is not None and exc.__class__.__name__ == "NoSuchOption" else []
     if owners and option:
         where = exc.ctx.command_path if exc.ctx is not None else command_path
-        return (f"No such option: {option}: it is an option of {', '.join(owners)}, not of {where} "
-                f"(see '{where} --help')")
+        instead = IN_THE_STRATEGY.get(option, "") if where in STRATEGIES_AS_ARGUMENTS else ""
+        return (f"No such option: {option}: it is an option of {', '.join(owners)}, not of {where}"
+                f"{instead.format(where=where)} (see '{where} --help')")
     if isinstance(exc, typer.BadParameter) and exc.param is not None and getattr(exc.param, "opts", None):
         opts = exc.param.opts
         given = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in opts), None)
