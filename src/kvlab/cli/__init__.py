@@ -200,9 +200,12 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None)
 
     message = exc.format_message().rstrip(".")
     option = getattr(exc, "option_name", None)
+    where = exc.ctx.command_path if exc.ctx is not None else command_path
+    if option == "--strategy" and where in STRATEGIES_AS_ARGUMENTS:
+        return (f"{where} takes its strategies as arguments, not --strategy: e.g. {where} vllm orca-max "
+                f"(sweep and capacity take --strategy) (see '{where} --help')")
     owners = _commands_with(root, option) if root is not None and exc.__class__.__name__ == "NoSuchOption" else []
     if owners and option:
-        where = exc.ctx.command_path if exc.ctx is not None else command_path
         instead = IN_THE_STRATEGY.get(option, "") if where in STRATEGIES_AS_ARGUMENTS else ""
         return (f"No such option: {option}: it is an option of {', '.join(owners)}, not of {where}"
                 f"{instead.format(where=where)} (see '{where} --help')")
@@ -218,8 +221,4 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None)
                 message += f" (a short option takes its value as {short} {value} or {short}{value}, without '=')"
             if given == "auto" and opts[0].lstrip("-").replace("-", "_") in AUTO_COUNTS:
                 message += AUTO_HINT
-    where = exc.ctx.command_path if exc.ctx is not None else command_path
-    if getattr(exc, "option_name", None) == "--strategy" and where in STRATEGIES_AS_ARGUMENTS:
-        message = (f"{where} takes its strategies as arguments, not --strategy: e.g. {where} vllm orca-max "
-                   "(sweep and capacity take --strategy)")
     return f"{message} (see '{where} --help')"
