@@ -47,3 +47,13 @@ def test_another_model_the_logs_kv_cache_cannot_start_is_refused():
                                          r"KV cache, more than the log's 19.28 GiB \(maximum concurrency 0.96x\)"):
         explain_vllm_log(log, "mistral-nemo-12b")
     assert explain_vllm_log(log, "llama-3.1-8b")["differences"] == []
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("cost", "ROOFLINE"), "error: unknown cost profile 'ROOFLINE' (did you mean 'roofline'?)"),
+    (("capacity", "--replicas", "AUTO"), "the fewest that sustain R (did you mean auto? it is lower case)"),
+    (("run", "--replicas", "Auto"), "the fewest that sustain R (did you mean auto? it is lower case)"),
+])
+def test_a_name_in_capitals_is_offered_in_lower_case(kvlab, args, says):
+    r = kvlab(*args)
+    assert r.exit_code == 2 and says in one_line(r.stderr), r.stderr

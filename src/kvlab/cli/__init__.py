@@ -196,7 +196,7 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None)
     """Click's message in kvlab's form: the option, the value given, what would do, and where help is."""
     import typer
 
-    from kvlab.sweep.grid import AUTO_COUNTS, AUTO_HINT
+    from kvlab.sweep.grid import auto_hint
 
     message = exc.format_message().rstrip(".")
     option = getattr(exc, "option_name", None)
@@ -219,6 +219,6 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None)
             if short and given.startswith("="):
                 value = given[1:] or "N"
                 message += f" (a short option takes its value as {short} {value} or {short}{value}, without '=')"
-            if given == "auto" and opts[0].lstrip("-").replace("-", "_") in AUTO_COUNTS:
-                message += AUTO_HINT
+            if given.strip().lower() == "auto":
+                message += auto_hint(opts[0].lstrip("-").replace("-", "_"), given)
     return f"{message} (see '{where} --help')"
