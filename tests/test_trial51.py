@@ -57,3 +57,14 @@ def test_another_model_the_logs_kv_cache_cannot_start_is_refused():
 def test_a_name_in_capitals_is_offered_in_lower_case(kvlab, args, says):
     r = kvlab(*args)
     assert r.exit_code == 2 and says in one_line(r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("flag", ["--enable-prefix-caching", "--no-enable-prefix-caching"])
+def test_a_sweep_given_the_prefix_caching_flag_names_the_strategy_suffix(flag):
+    from kvlab.strategies import parse_strategy
+    from kvlab.sweep.grid import option_name
+
+    with pytest.raises(KvlabError, match=r"prefix caching is part of the strategy's name: --strategy vllm has it on "
+                                         r"\(as vllm serve\), --strategy vllm\+noprefix off; the options a sweep"):
+        option_name(flag)
+    assert not parse_strategy("vllm+noprefix").enable_prefix_caching  # (the name the hint gives is a strategy)

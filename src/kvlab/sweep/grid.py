@@ -154,6 +154,9 @@ def option_name(spelling: str) -> str:
     close = difflib.get_close_matches(spelling if spelling.startswith("-") else "--" + spelling.replace("_", "-"),
                                       flags, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}? " if close else ""
+    if spelling.lstrip("-").removeprefix("no-") == "enable-prefix-caching":  # (kvlab.strategies: +prefix, +noprefix)
+        hint = ("prefix caching is part of the strategy's name: --strategy vllm has it on (as vllm serve), "
+                "--strategy vllm+noprefix off; ")
     raise KvlabError(f"`kvlab run` has no option {spelling!r}: {hint}the options a sweep can vary are "
                      f"{', '.join(flags)}")
 
