@@ -83,3 +83,37 @@ def test_options_after_a_double_dash_are_not_counted():
     root = typer.main.get_command(app)
     _check_repeats(root, ["run", "vllm", "-n", "5", "--", "-n", "6"])
     _check_repeats(root, ["run", "vllm", "-n", "5", "--rate", "2"])
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    # Trial 51: the first -n is --model's value (Click takes the next word): no repeat, the model '-n' is refused
+    (("run", "--model", "-n", "-n", "5"), "error: unknown model '-n'"),
+    # Trial 51: Click got '=5' from -n=5; the message showed '5'
+    (("run", "-n=5"), "error: --num-requests/-n '=5': not a whole number; valid: a whole number such as 16 (a short "
+                      "option takes its value as -n 5 or -n5, without '=')"),
+])
+def test_a_value_that_looks_like_an_option_is_read_as_click_reads_it(args, says):
+    r = kvlab(*args)
+    assert r.returncode == 2 and says in " ".join(r.stderr.split()), r.stderr
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    # Trial 51: the hint named only kvlab vllm compare (a real engine); kvlab run's way is the strategy's name
+    (("run", "--enable-prefix-caching"), "not of kvlab run; in kvlab run, prefix caching is part of the strategy's "
+                                         "name: vllm has it on (as vllm serve), vllm+noprefix off, e.g. kvlab run "
+                                         "vllm+noprefix"),
+    # Trial 51: sweep and capacity take any run option through their grid parser, and were left out
+    (("size", "llama-3.1-8b", "--rate", "2"), "kvlab run, kvlab sweep, kvlab bench, kvlab capacity,"),
+    (("paper", "fig12", "-n", "5"), "kvlab run, kvlab sweep, kvlab bench, kvlab capacity,"),
+])
+def test_an_option_of_other_commands_names_every_owner_and_the_strategy_suffix(args, says):
+    r = kvlab(*args)
+    assert r.returncode == 2 and says in " ".join(r.stderr.split()), r.stderr
+
+
+def test_the_strategy_names_the_prefix_hint_gives_are_strategies():
+    from kvlab.cli import IN_THE_STRATEGY
+    from kvlab.strategies import parse_strategy
+
+    assert parse_strategy("vllm").enable_prefix_caching and not parse_strategy("vllm+noprefix").enable_prefix_caching
+    assert "vllm+noprefix" in IN_THE_STRATEGY["--enable-prefix-caching"]

@@ -74,6 +74,12 @@ def test_a_published_run_reads_with_its_units():
     ("actual.summary.itl_mean", "20 µs", r"actual.summary: itl_mean = '20 µs' \(0.02 ms\) is below what any served"),
     ("actual.summary.ttft_p90", "1 s", r"actual.summary: ttft_p90 \('1 s'\) is above ttft_p99"),
     ("actual.summary.ttft_mean", "0.5 s", r"actual.summary: ttft_mean \('0.5 s'\) is above e2e_mean"),
+    # Trial 51: an ITL above the E2E, an E2E x1000 (2 x (12 + 20 x 5.684) ms allowed), the seconds example fixed
+    ("actual.stage1.itl_mean", 130.0, r"actual.stage1: itl_mean \(130.0\) is above e2e_mean \(120.0\); valid: metrics "
+                                      r"of one set of requests, where the gap between two tokens is part of"),
+    ("actual.stage0.e2e_mean", 120000.0, r"actual.stage0: e2e_mean \(120000.0\) is more than 2 x \(ttft_mean \+ "
+                                         r"output_len 20 x itl_mean\) = 251.4 ms, longer than any request"),
+    ("actual.summary.ttft_mean", 0.138, r"ttft_mean = 0.138 is below .*unit: 0.138 seconds is '0.138 s'\)$"),
 ])
 def test_a_bad_run_is_one_line_naming_the_run_and_the_field(path, value, message):
     with pytest.raises(KvlabError, match=message):

@@ -480,3 +480,23 @@ def test_the_menus_mark_a_published_trace_that_is_not_on_this_machine(client, mo
     (tmp_path / "traces" / trace.filenames[0]).write_text("")
     workloads = {w["name"]: w for w in client.get("/api/catalog").json()["workloads"]}
     assert workloads[name]["present"] is True
+
+
+@pytest.mark.parametrize("path, query, said", [
+    ("/api/rates/at", "rate=-1&rate=2", "query parameter rate is given 2 times (rate=-1&rate=2); valid: once"),
+    ("/api/size", "model=opt-13b&gpu=a100&gpu=t4", "query parameter gpu is given 2 times (gpu=a100&gpu=t4)"),
+])
+def test_a_repeated_query_parameter_is_refused_not_the_last_taken(client, path, query, said):
+    """Trial 51: /api/rates/at took the last of rate=-1&rate=2 silently (the command line refuses a repeat)."""
+    r = client.get(f"{path}?{query}")
+    assert r.status_code == 400 and said in r.json()["error"], r.json()
+
+
+@pytest.mark.parametrize("path", ["/api/rates", "/api/rates/at"])
+def test_section_7s_refusal_names_no_flag(client, path):
+    """Trial 51: a model that does not fit on a T4 was refused with 'Would fit: --tensor-parallel-size 2 on this GPU
+    with --max-model-len ...', flags the rate endpoints do not take; the advice they can follow stays."""
+    r = client.get(path, params={"model": "opt-13b", "gpu": "t4", "rate": "1"})
+    error = r.json()["error"]
+    assert r.status_code == 400 and "opt-13b does not fit on T4" in error and " --" not in error, error
+    assert "Would fit: a larger GPU at the same parallelism: RTX-5090" in error

@@ -103,13 +103,14 @@ def _check_repeats(command, args: list[str]) -> None:
     for name in _command_path(command, args).split()[1:]:
         command = command.commands[name]
     args = args[:args.index("--")] if "--" in args else args  # (what follows -- is passed on, not parsed)
+    values = _value_positions(command, args)
     for param in getattr(command, "params", ()):
         opts, negative = list(getattr(param, "opts", ())), list(getattr(param, "secondary_opts", ()))
         if not opts or getattr(param, "multiple", False) or getattr(param, "count", False) or param.is_eager:
             continue
         short = [o for o in opts if len(o) == 2 and not o.startswith("--")]  # (-n5: a short option with its value)
-        given = [i for i, a in enumerate(args) if a.split("=", 1)[0] in (*opts, *negative)
-                 or any(a.startswith(s) and len(a) > 2 and not a[2].isalpha() for s in short)]  # (-nan: a value)
+        given = [i for i, a in enumerate(args) if i not in values and (a.split("=", 1)[0] in (*opts, *negative)
+                 or any(a.startswith(s) and len(a) > 2 and not a[2].isalpha() for s in short))]  # (-nan: a value)
         if len(given) < 2:
             continue
         from kvlab.errors import KvlabError
@@ -126,6 +127,19 @@ def _check_repeats(command, args: list[str]) -> None:
                          + (ONE_LIST.get(name, "") or " (only the last would count)"))
 
 
+def _value_positions(command, args: list[str]) -> set[int]:
+    """The positions in ``args`` Click reads as an option's value: the words after an option that takes values,
+    given without its value attached (Click takes the next word whatever it looks like: ``--model -n`` is the
+    model '-n', not the option -n)."""
+    takes = {o: p.nargs for p in getattr(command, "params", ()) for o in getattr(p, "opts", ())
+             if o.startswith("-") and not getattr(p, "is_flag", False) and not getattr(p, "count", False)}
+    values: set[int] = set()
+    for i, arg in enumerate(args):
+        if i not in values and arg in takes:
+            values.update(range(i + 1, i + 1 + max(takes[arg], 1)))
+    return values
+
+
 # Options whose one value holds several things: said when one is given twice (what the user meant, in one value).
 ONE_LIST = {"--slo": ", its terms in one comma list: --slo 'p99_ttft<2s,p99_tpot<100ms'",
             "--strategy": ", the strategies in one comma list: --strategy vllm,orca-max"}
@@ -136,38 +150,75 @@ def _commands_with(command, option: str | None, path: str = "kvlab") -> list[str
     found = []
     for name, sub in getattr(command, "commands", {}).items():
         found += _commands_with(sub, option, f"{path} {name}")
-    if any(option in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())) for p in command.params):
+    if any(option in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())) for p in command.params) \
+            or _grid_takes(command, option):
         found.append(path)
     return found
+
+
+def _grid_takes(command, option: str | None) -> bool:
+    """Whether ``command`` takes ``option`` among the extra options its grid parser reads (sweep, capacity: any
+    `kvlab run` option, kvlab.sweep.grid), not among its own Click parameters."""
+    if not option or not option.startswith("-") or not getattr(command, "context_settings", {}).get("allow_extra_args"):
+        return False
+    from kvlab.errors import KvlabError
+    from kvlab.sweep.grid import option_name
+
+    try:
+        option_name(option)
+    except KvlabError:
+        return False
+    return True
 
 
 # Commands whose strategies are arguments (sweep and capacity vary them as an option, --strategy).
 STRATEGIES_AS_ARGUMENTS = ("kvlab run", "kvlab race")
 
 
+def _attached(arg: str, opts) -> str | None:
+    """The value ``arg`` carries, as Click reads it: after '=' of a long option (--num-requests=5), everything after a
+    short one (-n5; -n=5 gives '=5'); None where ``arg`` is none of ``opts`` with a value."""
+    for opt in opts:
+        if opt.startswith("--") and arg.startswith(opt + "="):
+            return arg[len(opt) + 1:]
+        if not opt.startswith("--") and arg.startswith(opt) and len(arg) > len(opt):
+            return arg[len(opt):]
+    return None
+
+
+# Engine options a simulated run takes in the strategy's name instead (kvlab.strategies: +prefix, +noprefix).
+_PREFIX_IN_THE_NAME = ("; in {where}, prefix caching is part of the strategy's name: vllm has it on (as vllm serve), "
+                       "vllm+noprefix off, e.g. {where} vllm+noprefix (a paged strategy takes +prefix or +noprefix)")
+IN_THE_STRATEGY = {"--enable-prefix-caching": _PREFIX_IN_THE_NAME, "--no-enable-prefix-caching": _PREFIX_IN_THE_NAME}
+
+
 def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None) -> str:
     """Click's message in kvlab's form: the option, the value given, what would do, and where help is."""
     import typer
 
-    from kvlab.sweep.grid import AUTO_COUNTS, AUTO_HINT
+    from kvlab.sweep.grid import auto_hint
 
     message = exc.format_message().rstrip(".")
     option = getattr(exc, "option_name", None)
+    where = exc.ctx.command_path if exc.ctx is not None else command_path
+    if option == "--strategy" and where in STRATEGIES_AS_ARGUMENTS:
+        return (f"{where} takes its strategies as arguments, not --strategy: e.g. {where} vllm orca-max "
+                f"(sweep and capacity take --strategy) (see '{where} --help')")
     owners = _commands_with(root, option) if root is not None and exc.__class__.__name__ == "NoSuchOption" else []
     if owners and option:
-        where = exc.ctx.command_path if exc.ctx is not None else command_path
-        return (f"No such option: {option}: it is an option of {', '.join(owners)}, not of {where} "
-                f"(see '{where} --help')")
+        instead = IN_THE_STRATEGY.get(option, "") if where in STRATEGIES_AS_ARGUMENTS else ""
+        return (f"No such option: {option}: it is an option of {', '.join(owners)}, not of {where}"
+                f"{instead.format(where=where)} (see '{where} --help')")
     if isinstance(exc, typer.BadParameter) and exc.param is not None and getattr(exc.param, "opts", None):
         opts = exc.param.opts
         given = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in opts), None)
-        given = given or next((a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in opts and "=" in a), None)
+        given = given or next((_attached(a, opts) for a in args if _attached(a, opts) is not None), None)
         if given is not None:
             message = f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(_kind(exc.message), exc.message)}"
-            if given == "auto" and opts[0].lstrip("-").replace("-", "_") in AUTO_COUNTS:
-                message += AUTO_HINT
-    where = exc.ctx.command_path if exc.ctx is not None else command_path
-    if getattr(exc, "option_name", None) == "--strategy" and where in STRATEGIES_AS_ARGUMENTS:
-        message = (f"{where} takes its strategies as arguments, not --strategy: e.g. {where} vllm orca-max "
-                   "(sweep and capacity take --strategy)")
+            short = next((o for o in opts if not o.startswith("--")), None)
+            if short and given.startswith("="):
+                value = given[1:] or "N"
+                message += f" (a short option takes its value as {short} {value} or {short}{value}, without '=')"
+            if given.strip().lower() == "auto":
+                message += auto_hint(opts[0].lstrip("-").replace("-", "_"), given)
     return f"{message} (see '{where} --help')"

@@ -249,7 +249,8 @@ def _constants(raw: Any, kind: str, where: str) -> dict[str, float]:
 def _did_you_mean(name: str, options) -> str:
     import difflib
 
-    hits = difflib.get_close_matches(name, list(options), n=2, cutoff=0.5)
+    hits = [o for o in options if o == name.lower()]  # (ROOFLINE: the names are lower case)
+    hits = hits or difflib.get_close_matches(name, list(options), n=2, cutoff=0.5)
     return f" (did you mean {' or '.join(repr(h) for h in hits)}?)" if hits else ""
 
 

@@ -55,7 +55,7 @@ class OptionSpec:
         converted = _CONVERTERS[self.kind](value)
         if converted is None:
             raise KvlabError(f"{self.flag} {value!r}: not {_KIND_NAMES[self.kind]}; valid: a comma list of "
-                             f"{_EXAMPLES[self.kind]}" + (AUTO_HINT if self.name in AUTO_COUNTS else ""))
+                             f"{_EXAMPLES[self.kind]}" + auto_hint(self.name, value))
         if self.name in ("workload", "cost"):
             return _file_spec(self.name, str(converted))
         return converted
@@ -64,6 +64,15 @@ class OptionSpec:
 # The counts `kvlab capacity` can find itself (``auto``), and where to say so when a count does not parse.
 AUTO_COUNTS = ("replicas", "prefill_replicas", "decode_replicas")
 AUTO_HINT = "; or auto, in kvlab capacity --replicas auto --rate R: the fewest that sustain R"
+
+
+def auto_hint(name: str, value: Any) -> str:
+    """AUTO_HINT for a count that did not parse (``name``: its Python name), with 'did you mean auto?' where the value
+    was auto in other letters (AUTO); '' for an option that has no auto."""
+    if name not in AUTO_COUNTS:
+        return ""
+    spelled = isinstance(value, str) and value.strip().lower() == "auto" and value.strip() != "auto"
+    return AUTO_HINT + (" (did you mean auto? it is lower case)" if spelled else "")
 
 
 def _to_int(value: Any) -> int | None:
@@ -145,6 +154,9 @@ def option_name(spelling: str) -> str:
     close = difflib.get_close_matches(spelling if spelling.startswith("-") else "--" + spelling.replace("_", "-"),
                                       flags, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}? " if close else ""
+    if spelling.lstrip("-").removeprefix("no-") == "enable-prefix-caching":  # (kvlab.strategies: +prefix, +noprefix)
+        hint = ("prefix caching is part of the strategy's name: --strategy vllm has it on (as vllm serve), "
+                "--strategy vllm+noprefix off; ")
     raise KvlabError(f"`kvlab run` has no option {spelling!r}: {hint}the options a sweep can vary are "
                      f"{', '.join(flags)}")
 

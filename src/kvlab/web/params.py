@@ -63,6 +63,19 @@ class RunSpec:
                 "seed": self.seed}
 
 
+def single_values(query) -> dict[str, str]:
+    """A request's query parameters (Starlette's QueryParams) as a dict, each given once: a repeat (rate=-1&rate=2)
+    is refused, as the command line refuses an option given twice, where a plain dict would keep the last."""
+    values: dict[str, str] = {}
+    for key, value in query.multi_items():
+        if key in values:
+            given = query.getlist(key)
+            raise KvlabError(f"query parameter {key} is given {len(given)} times "
+                             f"({'&'.join(f'{key}={v}' for v in given)}); valid: once")
+        values[key] = value
+    return values
+
+
 def parse_run_spec(data: dict) -> RunSpec:
     if not isinstance(data, dict):
         raise KvlabError("the run's parameters must be a JSON object")

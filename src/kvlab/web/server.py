@@ -48,7 +48,7 @@ from starlette.staticfiles import StaticFiles
 
 from kvlab import defaults
 from kvlab.errors import KvlabError
-from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_rate_setup, parse_run_spec, parse_speed, text
+from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_rate_setup, parse_run_spec, parse_speed, single_values, text
 from kvlab.web.rates import AXIS_OVER_CAPACITY, RateLab
 from kvlab.web.session import Race, Session, setup_of
 
@@ -202,8 +202,8 @@ def make_stream(sessions: Sessions, have_of):
 
     async def stream(request: Request) -> Response:
         session = sessions.get(request.path_params["sid"])
-        speed = parse_speed(request.query_params.get("speed"))
-        until = request.query_params.get("until")
+        speed = parse_speed(single_values(request.query_params).get("speed"))
+        until = single_values(request.query_params).get("until")
         hold = None if until in (None, "") else number({"until": until}, "until", 0.0, LIMITS["max_seek_seconds"], 0.0)
         have = have_of(request)
         interval = 1.0 / FRAMES_PER_SECOND
@@ -246,7 +246,7 @@ def make_stream(sessions: Sessions, have_of):
 
 def have_of(request: Request) -> int | None:
     """The frame the page last applied (``have``), or None: the next frame is then a key frame."""
-    value = request.query_params.get("have")
+    value = single_values(request.query_params).get("have")
     if value in (None, "", "-1"):
         return None
     return integer({"have": value}, "have", 0, 2**62, None)
@@ -266,12 +266,12 @@ def run_routes(sessions: Sessions, max_seek_seconds: float) -> list[Route]:
 
     async def seek(request: Request) -> Response:
         session = sessions.get(request.path_params["sid"])
-        t = number(dict(request.query_params), "t", 0.0, max_seek_seconds, 0.0)
+        t = number(single_values(request.query_params), "t", 0.0, max_seek_seconds, 0.0)
         return JSONResponse(await run_in_threadpool(session.seek, t, have_of(request)))
 
     async def follow(request: Request) -> Response:
         session = sessions.get(request.path_params["sid"])
-        value = request.query_params.get("id")
+        value = single_values(request.query_params).get("id")
         request_id = None if value in (None, "") else integer({"id": value}, "id", 0, 2**31 - 1, None)
         return JSONResponse(await run_in_threadpool(session.follow, request_id))
 
@@ -302,13 +302,13 @@ def rate_routes(rates: RateLab) -> list[Route]:
     async def breaking_points(request: Request) -> Response:
         from kvlab.web.params import parse_rate_systems
 
-        params = dict(request.query_params)
+        params = single_values(request.query_params)
         setup = parse_rate_setup(params, also=("rate", "systems"))
         systems = parse_rate_systems(params.get("systems"))
-        return JSONResponse(await run_in_threadpool(rates.breaking_points, setup, systems))
+        return JSONResponse(await _in_parameters(rates.breaking_points, setup, systems))
 
     async def rate_point(request: Request) -> Response:
-        params = dict(request.query_params)
+        params = single_values(request.query_params)
         setup = parse_rate_setup(params)
         # One range for the rate, stated the same way as the page's box and slider: the least rate a run takes to
         # the chart's end (the page keeps its simulations within the chart). A rate that no chart takes is refused
@@ -317,7 +317,7 @@ def rate_routes(rates: RateLab) -> list[Route]:
         if rates.axis_rps(setup) is None:
             chart = "the chart's end (GET /api/rates finds it for this setup)"
             _rate(params, lo, math.inf, chart)
-        found = await run_in_threadpool(rates.breaking_points, setup)
+        found = await _in_parameters(rates.breaking_points, setup)
         hi = found["axis_rps"]
         try:
             rate = _rate(params, lo, hi)
@@ -325,9 +325,21 @@ def rate_routes(rates: RateLab) -> list[Route]:
             raise KvlabError(f"{exc} (past {hi:g} req/s, at least {AXIS_OVER_CAPACITY:g} times the highest breaking "
                              "point, every system is overloaded, and the page keeps its simulations within the "
                              "chart)") from None
-        return JSONResponse(await run_in_threadpool(rates.at, setup, rate))
+        return JSONResponse(await _in_parameters(rates.at, setup, rate))
 
     return [Route("/api/rates", breaking_points), Route("/api/rates/at", rate_point)]
+
+
+async def _in_parameters(work, *args):
+    """``work(*args)`` in a thread; an engine's refusal (worded for the command line: "Would fit:
+    --tensor-parallel-size 2") in the rate endpoints' words (kvlab.web.refusal.in_parameters)."""
+    from kvlab.web.params import RATE_SETUP_KEYS
+    from kvlab.web.refusal import in_parameters
+
+    try:
+        return await run_in_threadpool(work, *args)
+    except KvlabError as exc:
+        raise in_parameters(exc, (*RATE_SETUP_KEYS, "rate", "systems")) from None
 
 
 def _rate(params: dict, lo: float, hi: float, upper: str | None = None) -> float:
@@ -367,7 +379,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
 
     async def size(request: Request) -> Response:
         page = request.headers.get(REFUSALS_HEADER) == "in-body"
-        return JSONResponse(await run_in_threadpool(lambda: size_answer(dict(request.query_params), page=page)))
+        return JSONResponse(await run_in_threadpool(lambda: size_answer(single_values(request.query_params), page=page)))
 
     async def create_session(request: Request) -> Response:
         try:

@@ -7,6 +7,8 @@ arithmetic of ``kvlab size``) beside vLLM's, flagging any difference beyond what
 
 from __future__ import annotations
 
+import re
+
 from kvlab.errors import KvlabError
 from kvlab.vllm.log.startup import GIB, StartupLog, blocks_from_tokens, cdiv
 from kvlab.vllm_rules import version_key
@@ -362,6 +364,45 @@ def _log_lines(log: StartupLog, result, figures: dict) -> list[str]:
     return [line.replace("GPU KV cache size", f"{device} KV cache size") for line in result.vllm_log_lines]
 
 
+def _check_weights_fit(log: StartupLog, spec) -> None:
+    """Refuse a model asked for whose weights on one GPU (at the log's tensor/pipeline parallel sizes) exceed what
+    the log's engine had for weights and KV cache together: its own weights plus the KV cache memory it printed.
+    vLLM's budget is requested memory - weights - activations - other, so that sum is what the GPU had left once
+    the activations and other memory were taken; a model whose weights alone take more loads nothing into the KV
+    cache (or does not load). Generous: a larger model's activations are larger too. Without both figures, no check."""
+    from kvlab.sizing import format_gib, size_kv_cache
+
+    if log.model_weights_gib is None or log.available_kv_cache_gib is None:
+        return
+    room_gib = log.model_weights_gib + log.available_kv_cache_gib
+    weights = size_kv_cache(spec, _sizing_config(log, GIB)).weights_bytes
+    if weights > (room_gib + 2 * GIB_ROUNDING) * GIB:
+        s = log.settings
+        split = f"tensor_parallel_size {s.get('tensor_parallel_size') or 1}"
+        if (s.get("pipeline_parallel_size") or 1) > 1:
+            split += f", pipeline_parallel_size {s['pipeline_parallel_size']}"
+        raise KvlabError(f"its weights take {format_gib(weights)} GiB per GPU ({split}), more than the "
+                         f"{room_gib:.2f} GiB the log's engine had for weights and KV cache together "
+                         f"({log.model_weights_gib} GiB of weights + {log.available_kv_cache_gib} GiB of KV cache)")
+
+
+def _check_starts(log: StartupLog, side: dict) -> None:
+    """Refuse another model than the one the log names (``side``: kvlab's figures for it) where vLLM started but
+    kvlab's arithmetic says the log's KV cache memory holds no request at the log's max_model_len: vLLM would refuse
+    to start it. (For the log's own model, or an unnamed one, that is a difference to show, not a refusal.)"""
+    if log.refused or not side.get("refused"):
+        return
+    raise KvlabError(f"one {side['max_model_len']:,}-token request (the log's max_model_len) needs "
+                     f"{side['needed_kv_cache_gib']:.2f} GiB of KV cache, more than the log's "
+                     f"{side['available_kv_bytes'] / GIB:.2f} GiB (maximum concurrency {side['max_concurrency']:.2f}x)")
+
+
+def _without_remedy(message: str) -> str:
+    """A sizing refusal's reason without its remedy (a flag to change: '; valid ...', '(use at most N)'): with a
+    log, the settings are the log's, and the one remedy is the model it was started with."""
+    return re.sub(r"(; valid\b.*|;? vLLM refuses it \(use at most [^)]*\))$", "", message)
+
+
 def kvlab_calculation(log: StartupLog, spec, source: str, audience: str = "cli") -> dict:
     """kvlab.sizing's figures for this log's budget and settings, beside vLLM's, with the differences."""
     from kvlab.sizing import size_kv_cache
@@ -417,12 +458,17 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
     if named is not None:
         out["lines"].append(f"The log names {log.model} ({named}); kvlab's calculation uses {spec.id}, as asked.")
     try:
+        if model is not None:
+            _check_weights_fit(log, spec)
         out.update(kvlab_calculation(log, spec, source, audience))
+        if named is not None:
+            _check_starts(log, out["kvlab"])
     except KvlabError as exc:
         if model is not None:  # (the log's settings, the model asked for: the settings are the log's, not flags given)
             whose = f", which names {log.model}" if log.model else ""
             raise KvlabError(f"{spec.id} (as asked) cannot run with the settings of this log{whose}, as vLLM would "
-                             f"refuse it: {exc}; valid: the model the log was started with") from None
+                             f"refuse it: {_without_remedy(str(exc))}; valid: the model the log was started "
+                             f"with") from None
         out["lines"].append(f"kvlab cannot size {spec.id} with this log's settings: {exc}.")
         return out
     side = out["kvlab"]

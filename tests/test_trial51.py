@@ -1,0 +1,70 @@
+"""Findings of user trial 51 (fix51b): each test failed before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvlab.errors import KvlabError
+from kvlab.vllm.log import explain_vllm_log, parse_vllm_log
+
+A100_LOG = Path("tests/data/startup_logs/llama-3.1-8b-a100-40gb-eager-0.15.1.log")  # TP 1, 14.99 GiB of weights
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_a_model_whose_weights_exceed_the_logs_gpu_is_refused_like_one_whose_context_is_too_short(kvlab):
+    """`vllm log <8B on one A100-40GB> --model llama-3.1-70b` tabulated 0.48x 'differs' (exit 0): the 70B's weights
+    alone exceed what that GPU had for weights and KV cache."""
+    r = kvlab("vllm", "log", A100_LOG, "--model", "llama-3.1-70b")
+    assert r.exit_code == 2
+    assert ("llama-3.1-70b (as asked) cannot run with the settings of this log, which names "
+            "/home/admin_iloh_altostrat_com/models/Meta-Llama-3.1-8B-Instruct, as vLLM would refuse it: its weights "
+            "take 131.45 GiB per GPU (tensor_parallel_size 1), more than the 34.27 GiB the log's engine had for weights "
+            "and KV cache together (14.99 GiB of weights + 19.28 GiB of KV cache); valid: the model the log was "
+            "started with") in one_line(r.stderr)
+
+
+def test_a_too_short_context_refusal_gives_one_remedy(kvlab):
+    """The opt-13b refusal ended '(use at most 2,048); valid: the model the log was started with': two remedies,
+    the first a flag the log's reader cannot give."""
+    message = one_line(kvlab("vllm", "log", A100_LOG, "--model", "opt-13b").stderr)
+    assert message.endswith("is greater than opt-13b's max_position_embeddings (2,048); valid: the model the log was "
+                            "started with"), message
+    assert "use at most" not in message
+
+
+def test_another_model_the_logs_kv_cache_cannot_start_is_refused():
+    """A catalogue model other than the log's, with weights that fit but 0.96x at the log's max_model_len: vLLM would
+    not start it with that KV cache memory; the log's own model (1.20x) still gets its comparison."""
+    named = A100_LOG.read_text().replace("/home/admin_iloh_altostrat_com/models/Meta-Llama-3.1-8B-Instruct",
+                                         "meta-llama/Llama-3.1-8B-Instruct")
+    log = parse_vllm_log(named)
+    with pytest.raises(KvlabError, match=r"one 131,072-token request \(the log's max_model_len\) needs 20.00 GiB of "
+                                         r"KV cache, more than the log's 19.28 GiB \(maximum concurrency 0.96x\)"):
+        explain_vllm_log(log, "mistral-nemo-12b")
+    assert explain_vllm_log(log, "llama-3.1-8b")["differences"] == []
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("cost", "ROOFLINE"), "error: unknown cost profile 'ROOFLINE' (did you mean 'roofline'?)"),
+    (("capacity", "--replicas", "AUTO"), "the fewest that sustain R (did you mean auto? it is lower case)"),
+    (("run", "--replicas", "Auto"), "the fewest that sustain R (did you mean auto? it is lower case)"),
+])
+def test_a_name_in_capitals_is_offered_in_lower_case(kvlab, args, says):
+    r = kvlab(*args)
+    assert r.exit_code == 2 and says in one_line(r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("flag", ["--enable-prefix-caching", "--no-enable-prefix-caching"])
+def test_a_sweep_given_the_prefix_caching_flag_names_the_strategy_suffix(flag):
+    from kvlab.strategies import parse_strategy
+    from kvlab.sweep.grid import option_name
+
+    with pytest.raises(KvlabError, match=r"prefix caching is part of the strategy's name: --strategy vllm has it on "
+                                         r"\(as vllm serve\), --strategy vllm\+noprefix off; the options a sweep"):
+        option_name(flag)
+    assert not parse_strategy("vllm+noprefix").enable_prefix_caching  # (the name the hint gives is a strategy)
