@@ -35,8 +35,8 @@ def test_form_strings_are_parsed():
     [
         ({"num_requests": 0}, "num_requests 0 is out of range: 1 to 2000"),
         ({"num_requests": LIMITS["max_num_requests"] + 1}, "num_requests 2001 is out of range: 1 to 2000"),
-        ({"num_requests": "ten"}, "num_requests must be an integer from 1 to 2000, got 'ten'"),
-        ({"num_requests": 2.5}, "num_requests must be an integer from 1 to 2000, got 2.5"),
+        ({"num_requests": "ten"}, "num_requests 'ten' is not a whole number; valid: an integer from 1 to 2000"),
+        ({"num_requests": 2.5}, "num_requests 2.5 is not a whole number; valid: an integer from 1 to 2000"),
         ({"rate": -1}, "rate -1 is out of range: 0.01 to 100"),
         ({"rate": "nan"}, "rate 'nan' is out of range: 0.01 to 100"),
         ({"block_size": 24}, "block_size 24 is not one the lab offers (vLLM's CUDA block sizes): 16, 32, 64, 128"),

@@ -336,7 +336,7 @@ def test_a_pasted_log_is_explained_in_the_pages_words(client):
 @pytest.mark.parametrize("path, params, message", [
     ("stream", {"until": "-5"}, "until '-5' is out of range: 0 to 1e+06"),
     ("stream", {"until": "later"}, "until must be a number"),
-    ("follow", {"id": "x"}, "id must be an integer"),
+    ("follow", {"id": "x"}, "id 'x' is not a whole number; valid: an integer from 0 to 2147483647"),
     ("follow", {"id": "-1"}, "id -1 is out of range"),
 ])
 def test_new_controls_refuse_bad_values(client, path, params, message):
@@ -496,7 +496,110 @@ def test_a_repeated_query_parameter_is_refused_not_the_last_taken(client, path, 
 def test_section_7s_refusal_names_no_flag(client, path):
     """Trial 51: a model that does not fit on a T4 was refused with 'Would fit: --tensor-parallel-size 2 on this GPU
     with --max-model-len ...', flags the rate endpoints do not take; the advice they can follow stays."""
-    r = client.get(path, params={"model": "opt-13b", "gpu": "t4", "rate": "1"})
+    rate = {"rate": "1"} if path.endswith("/at") else {}  # (GET /api/rates takes no rate: trial 51 #7)
+    r = client.get(path, params={"model": "opt-13b", "gpu": "t4", **rate})
     error = r.json()["error"]
     assert r.status_code == 400 and "opt-13b does not fit on T4" in error and " --" not in error, error
     assert "Would fit: a larger GPU at the same parallelism: RTX-5090" in error
+
+
+@pytest.mark.parametrize("method, route, query, said", [
+    ("post", "seek", "", "t is required: seconds from 0 to 1e+06"),
+    ("post", "seek", "tt=5", "unknown parameter 'tt'; valid: t, have"),
+    ("post", "step", "foo=1", "unknown parameter 'foo'; valid: have"),
+    ("post", "finish", "foo=1", "unknown parameter 'foo'; valid: have"),
+    ("get", "stream", "foo=1", "unknown parameter 'foo'; valid: speed, until, have"),
+    ("post", "follow", "ids=3", "unknown parameter 'ids'; valid: id"),
+    ("delete", "", "foo=1", "unknown parameter 'foo'; valid: none (this route takes no parameters)"),
+])
+def test_the_run_routes_refuse_a_missing_or_unknown_parameter(client, method, route, query, said):
+    """Trial 51 #7: seek with no t (or tt=5) answered 200 and did nothing; step?foo=1, stream?foo=1 were taken. Each
+    run route now refuses what it does not read, as /api/size and /api/sessions do, and seek's t is required."""
+    sid = start(client, kind="grid", **SMALL)["session_id"]
+    path = f"/api/sessions/{sid}" + (f"/{route}" if route else "")
+    r = getattr(client, method)(f"{path}?{query}")
+    assert r.status_code == 400 and r.json()["error"] == said, r.text
+    assert client.post(f"/api/sessions/{sid}/step").status_code == 200  # (the run is still there, unmoved)
+
+
+def test_section_7s_breaking_points_do_not_list_a_rate_they_ignore(client):
+    """Trial 51 #7: /api/rates?rate=5 answered 200 with the rate ignored, and named rate among its valid parameters."""
+    r = client.get("/api/rates", params={"rate": "5"})
+    error = r.json()["error"]
+    assert r.status_code == 400 and error.startswith("unknown parameter 'rate'; valid: model, gpu, workload, "), error
+    assert "systems" in error and ", rate" not in error and "GET /api/rates/at" in error, error
+    assert client.app.state.rates.runner is None  # (refused before anything was searched)
+
+
+@pytest.mark.parametrize("route, params, said", [
+    ("step", {"have": "1e99"}, "have '1e99' is not a whole number; valid: an integer from 0 to "),
+    ("step", {"have": "1" + "0" * 30}, f"have {'1' + '0' * 30} is out of range: 0 to "),
+    ("follow", {"id": "5_0"}, "id '5_0' is not a whole number; valid: an integer from 0 to 2147483647"),
+    ("follow", {"id": "+5"}, "id '+5' is not a whole number"),
+    ("follow", {"id": "1e0"}, "id '1e0' is not a whole number"),
+    ("follow", {"id": "x"}, "id 'x' is not a whole number"),
+])
+def test_whole_numbers_are_written_in_digits_and_echoed_as_sent(client, route, params, said):
+    """Trial 51 #8: have=1e99 was echoed as 100 digits, and id=5_0 / +5 / 1e0 were taken as whole numbers (the
+    command line refuses '1e3' for a whole-number option: "not a whole number")."""
+    sid = start(client, kind="grid", **SMALL)["session_id"]
+    r = client.post(f"/api/sessions/{sid}/{route}", params=params)
+    assert r.status_code == 400 and said in r.json()["error"], r.text
+
+
+@pytest.mark.parametrize("params, said", [
+    ({"concurrency": "1e3"}, "concurrency '1e3' is not a whole number; valid: an integer from 1 to 100000"),
+    ({"context_len": "2_048"}, "context_len '2_048' is not a whole number"),
+])
+def test_the_calculators_whole_numbers_are_digits(client, params, said):
+    r = client.get("/api/size", params=params)
+    assert r.status_code == 400 and said in r.json()["error"], r.text
+
+
+def test_a_run_refuses_a_whole_number_that_is_not_one(client):
+    for value, said in (("1e3", "num_requests '1e3' is not a whole number"),
+                        (1e99, "num_requests 1e+99 is not a whole number; valid: an integer from 1 to 2000")):
+        r = client.post("/api/sessions", json={"num_requests": value})
+        assert r.status_code == 400 and said in r.json()["error"], r.text
+
+
+@pytest.mark.parametrize("method, path, said", [
+    ("get", "/api/sessions", "GET /api/sessions is not allowed; valid: POST"),
+    ("post", "/api/catalog", "POST /api/catalog is not allowed; valid: GET, HEAD"),
+])
+def test_a_wrong_method_is_answered_in_json(client, method, path, said):
+    """Trial 51 #8: a 405 was plain text "Method Not Allowed", where every other refusal is {"error": ...}."""
+    r = getattr(client, method)(path)
+    assert r.status_code == 405 and r.json() == {"error": said}, r.text
+
+
+def test_a_seek_back_is_refused_naming_where_the_run_is(client):
+    """Trial 51 #8: seek?t=5 on a run already at t=44.6 answered 200 and did not move. A seek runs on, never back:
+    the refusal names where the run is; a seek to where it is stays a 200."""
+    sid = start(client, kind="grid", **SMALL)["session_id"]
+    assert client.post(f"/api/sessions/{sid}/seek", params={"t": 3}).json()["t"] == pytest.approx(3)
+    assert client.post(f"/api/sessions/{sid}/seek", params={"t": 3}).status_code == 200
+    r = client.post(f"/api/sessions/{sid}/seek", params={"t": "1.5"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == ("t 1.5 is before where the run is already (t=3 s): a seek runs on, never back; "
+                                 "valid: t of at least 3, or start the run again")
+    assert client.post(f"/api/sessions/{sid}/step").json()["t"] >= 3  # (it did not move back)
+
+
+def test_the_finish_refusal_names_the_budget_and_the_time_reached():
+    """Trial 51 #15: "the run did not finish within its time budget" named neither the budget (60 s of compute)
+    nor how far the run got."""
+    app = create_app(allowed_hosts=["testserver"], limits={"max_compute_seconds": 60.0})
+    with TestClient(app) as c:
+        sid = start(c, kind="grid", **SMALL)["session_id"]
+        c.post(f"/api/sessions/{sid}/seek", params={"t": 3})
+        app.state.sessions.by_id[sid].compute_seconds = 60.0  # (the budget spent, to the last second)
+        r = c.post(f"/api/sessions/{sid}/finish")
+        assert r.status_code == 400 and r.json()["error"] == (
+            "the run did not finish within its 60 s of compute (a run's budget over its whole life): it stopped at "
+            "t=3 s of simulated time; make it smaller (fewer requests)"), r.text
+        app.state.sessions.by_id[sid].compute_seconds = 60.0
+        r = c.post(f"/api/sessions/{sid}/seek", params={"t": 500})
+        assert r.status_code == 400 and r.json()["error"].startswith(
+            "the run did not get to t=500 s within its 60 s of compute (a run's budget over its whole life): it "
+            "stopped at t=3 s"), r.text

@@ -7,6 +7,7 @@ also bound the work one request can cause: requests per run, blocks per grid, ru
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from kvlab import defaults
@@ -63,9 +64,10 @@ class RunSpec:
                 "seed": self.seed}
 
 
-def single_values(query) -> dict[str, str]:
+def single_values(query, valid: tuple[str, ...] | None = None) -> dict[str, str]:
     """A request's query parameters (Starlette's QueryParams) as a dict, each given once: a repeat (rate=-1&rate=2)
-    is refused, as the command line refuses an option given twice, where a plain dict would keep the last."""
+    is refused, as the command line refuses an option given twice, where a plain dict would keep the last. With
+    ``valid``, the route's parameters, any other is refused too (known_only)."""
     values: dict[str, str] = {}
     for key, value in query.multi_items():
         if key in values:
@@ -73,16 +75,25 @@ def single_values(query) -> dict[str, str]:
             raise KvlabError(f"query parameter {key} is given {len(given)} times "
                              f"({'&'.join(f'{key}={v}' for v in given)}); valid: once")
         values[key] = value
+    if valid is not None:
+        known_only(values, valid)
     return values
+
+
+def known_only(data: dict, valid, note: str = "") -> None:
+    """Refuse a parameter the endpoint does not read (``valid``, named in that order), the first by name: an
+    ignored one would answer another question than the one asked. ``note`` follows the list (where the parameter
+    is another endpoint's, say)."""
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        listed = ", ".join(valid) if valid else "none (this route takes no parameters)"
+        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: {listed}{note}")
 
 
 def parse_run_spec(data: dict) -> RunSpec:
     if not isinstance(data, dict):
         raise KvlabError("the run's parameters must be a JSON object")
-    known = set(RunSpec.__dataclass_fields__)
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: {', '.join(sorted(known))}")
+    known_only(data, sorted(RunSpec.__dataclass_fields__))
     kind = choice(data, "kind", ("grid", "race"), "grid")
     strategies = _strategies(data.get("strategies"), kind)
     block_size = integer(data, "block_size", 1, 1024, defaults.BLOCK_SIZE)
@@ -148,18 +159,35 @@ def _strategies(value, kind: str) -> tuple[str, ...]:
     return names
 
 
+# A whole number as the page and a query string write it: digits, a minus sign at most (Python's int() takes
+# '5_0', '+5' and ' 5' too, and a float reading takes '1e3': none of them is typed into a box of whole numbers).
+DIGITS = re.compile(r"-?[0-9]+")
+
+
+def required(key: str, valid: str) -> KvlabError:
+    """The refusal of a parameter the request must give: what it is and its range."""
+    return KvlabError(f"{key} is required: {valid}")
+
+
 def integer(data: dict, key: str, lo: int, hi: int, default: int | None) -> int:
     value = data.get(key)
+    valid = f"an integer from {lo} to {hi}"
     if value is None or value == "":
         if default is None:
-            raise KvlabError(f"{key} is required (an integer from {lo} to {hi})")
+            raise required(key, valid)
         return default
+    if isinstance(value, float) or (isinstance(value, str) and not DIGITS.fullmatch(value)):
+        # (echoed as sent: 1e99 is never turned into its hundred digits)
+        raise KvlabError(f"{key} {value!r} is not a whole number; valid: {valid}")
     return bounded_number(value, key, lo, hi, whole=True)
 
 
-def number(data: dict, key: str, lo: float, hi: float, default: float) -> float:
+def number(data: dict, key: str, lo: float, hi: float, default: float | None, unit: str = "") -> float:
+    """A number in [lo, hi]; ``default`` None: the request must give it (``unit`` says what it counts)."""
     value = data.get(key)
     if value is None or value == "":
+        if default is None:
+            raise required(key, f"{unit} from {lo:g} to {hi:g}".lstrip())
         return default
     return bounded_number(value, key, lo, hi)
 
@@ -185,18 +213,16 @@ def text(data: dict, key: str, default: str) -> str:
 RATE_SETUP_KEYS = ("model", "gpu", "workload", "num_requests", "seed", "block_size", "cost")
 
 
-def parse_rate_setup(data: dict, also: tuple[str, ...] = ("rate",)):
+def parse_rate_setup(data: dict, also: tuple[str, ...] = ("rate",), note: str = ""):
     """The rate section's setup (kvlab.web.rates.RateSetup): a run's options but its strategies and rate, checked
     as a run's are; catalogue names only. ``also``: the request's own parameters besides the setup's (read by the
-    caller)."""
+    caller); ``note``: said after the valid ones when another is given (known_only)."""
     from kvlab.catalog import get_gpu
     from kvlab.web.calculator import catalogue_model
     from kvlab.web.rates import RateSetup
     from kvlab.workload import WORKLOADS
 
-    unknown = sorted(set(data) - set(RATE_SETUP_KEYS) - set(also))
-    if unknown:
-        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: {', '.join(RATE_SETUP_KEYS + also)}")
+    known_only(data, RATE_SETUP_KEYS + also, note)
     spec = parse_run_spec({"kind": "race", **{k: data[k] for k in RATE_SETUP_KEYS if k in data}})
     if spec.workload not in WORKLOADS:
         raise KvlabError(f"unknown workload {spec.workload!r}: not a bundled workload ({', '.join(WORKLOADS)})")

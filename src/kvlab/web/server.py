@@ -39,6 +39,7 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -48,7 +49,18 @@ from starlette.staticfiles import StaticFiles
 
 from kvlab import defaults
 from kvlab.errors import KvlabError
-from kvlab.web.params import LIMITS, RunSpec, integer, number, parse_rate_setup, parse_run_spec, parse_speed, single_values, text
+from kvlab.web.params import (
+    LIMITS,
+    RunSpec,
+    integer,
+    known_only,
+    number,
+    parse_rate_setup,
+    parse_run_spec,
+    parse_speed,
+    single_values,
+    text,
+)
 from kvlab.web.rates import AXIS_OVER_CAPACITY, RateLab
 from kvlab.web.session import Race, Session, setup_of
 
@@ -111,10 +123,7 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
     from kvlab.web.calculator import answer
     from kvlab.web.refusal import in_parameters, refused_answer
 
-    unknown = sorted(set(params) - set(SIZE_PARAMETERS))
-    if unknown:  # (as /api/sessions and /api/vllm-log refuse theirs: an ignored one would answer another question)
-        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: {', '.join(SIZE_PARAMETERS)} (the other sizing "
-                         "options, block_size or kv_cache_dtype say, are kvlab size's)")
+    known_only(params, SIZE_PARAMETERS, " (the other sizing options, block_size or kv_cache_dtype say, are kvlab size's)")
     asked = {
         "model": text(params, "model", DEFAULTS["model"]),
         "gpu": text(params, "gpu", DEFAULTS["gpu"]),
@@ -142,9 +151,7 @@ def explain_log(data) -> dict:
 
     if not isinstance(data, dict) or not isinstance(data.get("text"), str):
         raise KvlabError('the log must be sent as {"text": "..."}')
-    unknown = sorted(set(data) - {"text", "model"})
-    if unknown:
-        raise KvlabError(f"unknown parameter {unknown[0]!r}; valid: model, text")
+    known_only(data, ("model", "text"))
     text = data["text"]
     if len(text) > LIMITS["max_log_chars"]:
         raise KvlabError(f"the log is {len(text):,} characters; at most {LIMITS['max_log_chars']:,} are read "
@@ -202,10 +209,11 @@ def make_stream(sessions: Sessions, have_of):
 
     async def stream(request: Request) -> Response:
         session = sessions.get(request.path_params["sid"])
-        speed = parse_speed(single_values(request.query_params).get("speed"))
-        until = single_values(request.query_params).get("until")
-        hold = None if until in (None, "") else number({"until": until}, "until", 0.0, LIMITS["max_seek_seconds"], 0.0)
-        have = have_of(request)
+        params = single_values(request.query_params, RUN_PARAMETERS["stream"])
+        speed = parse_speed(params.get("speed"))
+        until = params.get("until")
+        hold = None if until in (None, "") else number(params, "until", 0.0, LIMITS["max_seek_seconds"], 0.0)
+        have = have_of(params)
         interval = 1.0 / FRAMES_PER_SECOND
         session.stream_id += 1
         me = session.stream_id
@@ -244,38 +252,45 @@ def make_stream(sessions: Sessions, have_of):
     return stream
 
 
-def have_of(request: Request) -> int | None:
+# What each route that moves a run reads from its query; anything else is refused (params.known_only).
+RUN_PARAMETERS = {"stream": ("speed", "until", "have"), "step": ("have",), "finish": ("have",), "seek": ("t", "have"),
+                  "follow": ("id",), "delete": ()}
+
+
+def have_of(params: dict) -> int | None:
     """The frame the page last applied (``have``), or None: the next frame is then a key frame."""
-    value = single_values(request.query_params).get("have")
-    if value in (None, "", "-1"):
+    if params.get("have") in (None, "", "-1"):
         return None
-    return integer({"have": value}, "have", 0, 2**62, None)
+    return integer(params, "have", 0, 2**62, None)
 
 
 def run_routes(sessions: Sessions, max_seek_seconds: float) -> list[Route]:
     """What moves a run, besides its stream: one iteration, to the end, on to a time; the conversation whose block
     table frames carry; and the end of the run."""
 
+    def asked(request: Request, route: str) -> tuple[Session, dict]:
+        return sessions.get(request.path_params["sid"]), single_values(request.query_params, RUN_PARAMETERS[route])
+
     async def step(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        return JSONResponse(await run_in_threadpool(session.step, have_of(request)))
+        session, params = asked(request, "step")
+        return JSONResponse(await run_in_threadpool(session.step, have_of(params)))
 
     async def finish(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        return JSONResponse(await run_in_threadpool(session.finish, have_of(request)))
+        session, params = asked(request, "finish")
+        return JSONResponse(await run_in_threadpool(session.finish, have_of(params)))
 
     async def seek(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        t = number(single_values(request.query_params), "t", 0.0, max_seek_seconds, 0.0)
-        return JSONResponse(await run_in_threadpool(session.seek, t, have_of(request)))
+        session, params = asked(request, "seek")
+        t = number(params, "t", 0.0, max_seek_seconds, None, unit="seconds")
+        return JSONResponse(await run_in_threadpool(session.seek, t, have_of(params)))
 
     async def follow(request: Request) -> Response:
-        session = sessions.get(request.path_params["sid"])
-        value = single_values(request.query_params).get("id")
-        request_id = None if value in (None, "") else integer({"id": value}, "id", 0, 2**31 - 1, None)
+        session, params = asked(request, "follow")
+        request_id = None if params.get("id") in (None, "") else integer(params, "id", 0, 2**31 - 1, None)
         return JSONResponse(await run_in_threadpool(session.follow, request_id))
 
     async def delete(request: Request) -> Response:
+        single_values(request.query_params, RUN_PARAMETERS["delete"])
         sessions.remove(request.path_params["sid"])
         return JSONResponse({"ok": True})
 
@@ -303,7 +318,7 @@ def rate_routes(rates: RateLab) -> list[Route]:
         from kvlab.web.params import parse_rate_systems
 
         params = single_values(request.query_params)
-        setup = parse_rate_setup(params, also=("rate", "systems"))
+        setup = parse_rate_setup(params, also=("systems",), note=" (a rate is GET /api/rates/at's)")
         systems = parse_rate_systems(params.get("systems"))
         return JSONResponse(await _in_parameters(rates.breaking_points, setup, systems))
 
@@ -349,6 +364,21 @@ def _rate(params: dict, lo: float, hi: float, upper: str | None = None) -> float
     if params.get("rate") in (None, ""):
         raise KvlabError(f"rate is required: requests per second, from {lo:g} to {upper or format(hi, 'g')}")
     return float(bounded_number(params["rate"], "rate", lo, hi, upper=upper))
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (a method a route does not take, a path that is no route) as JSON ``{"error"}``,
+    as every other refusal of the lab is, in a line that says what would do."""
+    assert isinstance(exc, HTTPException)
+    path = request.url.path
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        message = f"{request.method} {path} is not allowed; valid: {allowed}"
+    elif exc.status_code == 404:
+        message = f"{path} is not a page or route of the lab (its routes: docs/lab.md)"
+    else:
+        message = str(exc.detail)
+    return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
 
 
 def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = None) -> Starlette:
@@ -421,7 +451,8 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         Mount("/static", app=StaticFiles(directory=static), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)]
-    app = Starlette(routes=routes, middleware=middleware, exception_handlers={KvlabError: user_error})
+    app = Starlette(routes=routes, middleware=middleware,
+                    exception_handlers={KvlabError: user_error, HTTPException: http_error})
     app.state.sessions = sessions
     app.state.rates = rates
     return app

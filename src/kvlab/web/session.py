@@ -107,20 +107,29 @@ class Race:
         still = [sim.now for sim in self.sims if not sim.done]
         self.clock = max(self.clock, min(still) if still else max(sim.now for sim in self.sims))
 
-    def seek(self, t: float, deadline: float | None = None) -> None:
-        """Run on until ``t`` seconds after the first arrival (never back); ``deadline`` (time.monotonic())
-        bounds the wall time, as run_to_end's does."""
+    @property
+    def t(self) -> float:
+        """Where the run is: simulated seconds since the first arrival, to the millisecond (as refusals say it)."""
+        return round(self.clock - self.start_time, 3)
+
+    def seek(self, t: float, deadline: float | None = None, budget_s: float | None = None) -> None:
+        """Run on until ``t`` seconds after the first arrival; a time before where the run is already is refused
+        (a seek never goes back). ``deadline`` (time.monotonic()) bounds the wall time, as run_to_end's does."""
+        if t < self.t:
+            raise KvlabError(f"t {t:g} is before where the run is already (t={self.t:g} s): a seek runs on, never "
+                             f"back; valid: t of at least {self.t:g}, or start the run again")
         target = self.start_time + t
         while self.clock < target and not self.done:
-            if deadline is not None and time.monotonic() > deadline:
-                raise KvlabError("the run did not get there within its time budget; make it smaller (fewer requests)")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._over_budget(f"get to t={t:g} s", budget_s)
             self.advance_to(min(target, self.clock + 10.0))
 
-    def run_to_end(self, deadline: float | None = None) -> None:
-        """Run every simulation to the end; ``deadline`` (time.monotonic()) bounds the wall time."""
+    def run_to_end(self, deadline: float | None = None, budget_s: float | None = None) -> None:
+        """Run every simulation to the end; ``deadline`` (time.monotonic()) bounds the wall time, ``budget_s`` the
+        compute it stands for (named in the refusal)."""
         while not self.done:
-            if deadline is not None and time.monotonic() > deadline:
-                raise KvlabError("the run did not finish within its time budget; make it smaller (fewer requests)")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._over_budget("finish", budget_s)
             self.advance(10.0)
             # A run jumped to its end is still looked at every 10 simulated seconds, for the most memory one
             # conversation held without tokens (the second question reads it); not a pool drawn at a display
@@ -129,6 +138,11 @@ class Race:
                 if not sim.done and self.scale == 1:
                     cols = snapshot_columns(sim.snapshot())
                     self.max_unfilled[i] = max(self.max_unfilled[i], max_unfilled_slots_per_owner(cols))
+
+    def _over_budget(self, what: str, budget_s: float | None) -> KvlabError:
+        budget = "time budget" if budget_s is None else f"{budget_s:g} s of compute (a run's budget over its whole life)"
+        return KvlabError(f"the run did not {what} within its {budget}: it stopped at t={self.t:g} s of simulated "
+                          "time; make it smaller (fewer requests)")
 
     def frame(self, have: int | None = None) -> dict:
         """The next frame. A delta if the client's last applied frame (``have``) is the last one encoded,
@@ -360,11 +374,11 @@ class Session:
 
     def finish(self, have: int | None) -> dict:
         remaining = max(0.0, self.max_compute_seconds - self.compute_seconds)
-        return self._run(lambda: self.race.run_to_end(time.monotonic() + remaining), have)
+        return self._run(lambda: self.race.run_to_end(time.monotonic() + remaining, self.max_compute_seconds), have)
 
     def seek(self, t: float, have: int | None) -> dict:
         remaining = max(0.0, self.max_compute_seconds - self.compute_seconds)
-        return self._run(lambda: self.race.seek(t, time.monotonic() + remaining), have)
+        return self._run(lambda: self.race.seek(t, time.monotonic() + remaining, self.max_compute_seconds), have)
 
     def frame(self, have: int | None) -> dict:
         return self._run(lambda: None, have)
