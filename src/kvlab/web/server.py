@@ -9,7 +9,7 @@
                                           (?until=T: the last frame is the one at T simulated seconds)
     POST   /api/sessions/{id}/step        one engine iteration -> a frame
     POST   /api/sessions/{id}/finish      run to the end -> the last frame, with the finish line
-    POST   /api/sessions/{id}/seek?t=     run on to t simulated seconds after the first arrival -> that frame
+    POST   /api/sessions/{id}/seek?t=     run on to t simulated seconds after the first arrival -> that frame (never back)
     POST   /api/sessions/{id}/follow?id=  every frame from now on carries conversation id's block table
                                           -> the tables as they stand
     GET    /api/rates?model=&gpu=&...     each system's breaking point as the rate grows (kvlab.web.rates);
@@ -360,9 +360,10 @@ async def _in_parameters(work, *args):
 def _rate(params: dict, lo: float, hi: float, upper: str | None = None) -> float:
     """The rate asked for, in [lo, hi] (``upper`` names hi where it is not known yet)."""
     from kvlab.validate import bounded_number
+    from kvlab.web.params import required
 
     if params.get("rate") in (None, ""):
-        raise KvlabError(f"rate is required: requests per second, from {lo:g} to {upper or format(hi, 'g')}")
+        raise required("rate", f"requests per second, from {lo:g} to {upper or format(hi, 'g')}")
     return float(bounded_number(params["rate"], "rate", lo, hi, upper=upper))
 
 
