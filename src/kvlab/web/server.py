@@ -373,8 +373,8 @@ async def http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     path = request.url.path
     if exc.status_code == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
-        message = f"{request.method} {path} is not allowed; valid: {allowed}"
+        allowed = sorted(m.strip() for m in (exc.headers or {}).get("Allow", "").split(","))  # (Starlette's: a set's order)
+        message = f"{request.method} {path} is not allowed; valid: {', '.join(allowed)}"
     elif exc.status_code == 404:
         message = f"{path} is not a page or route of the lab (its routes: docs/lab.md)"
     else:
