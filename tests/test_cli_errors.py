@@ -117,3 +117,20 @@ def test_the_strategy_names_the_prefix_hint_gives_are_strategies():
 
     assert parse_strategy("vllm").enable_prefix_caching and not parse_strategy("vllm+noprefix").enable_prefix_caching
     assert "vllm+noprefix" in IN_THE_STRATEGY["--enable-prefix-caching"]
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("run", "vllm", "-n", "5_0"), "error: --num-requests/-n '5_0': not a whole number; valid: a whole number such as 16"),
+    (("run", "vllm", "-n", "+5"), "error: --num-requests/-n '+5': not a whole number"),
+    (("run", "vllm", "-n", " 5"), "error: --num-requests/-n ' 5': not a whole number"),
+    (("run", "vllm", "-n5_0"), "error: --num-requests/-n '5_0': not a whole number"),
+    (("run", "vllm", "--num-gpu-blocks=1_000"), "error: --num-gpu-blocks '1_000': not a whole number"),
+    (("run", "vllm", "-n", "1e3"), "error: --num-requests/-n '1e3': not a whole number; valid: a whole number such as 16"),
+    (("size", "opt-13b", "--concurrency", "1_6"), "error: --concurrency '1_6': not a whole number; valid: a whole number such as 16 (see 'kvlab size --help')"),
+    (("lab", "--port", "+8000"), "error: --port '+8000': not a whole number"),
+])
+def test_a_whole_number_option_takes_digits_only(args, says):
+    """Trial 51: Click reads a whole number with int(), so `-n 5_0` ran 50 requests and `-n +5`, `-n ' 5'` ran,
+    while `-n 1e3` was refused: each is refused now, in the one line '1e3' gets (kvlab.validate.whole_number_text)."""
+    r = kvlab(*args)
+    assert r.returncode == 2 and says in " ".join(r.stderr.split()) and len(r.stderr.splitlines()) == 1, r.stderr

@@ -72,6 +72,18 @@ def _number(value: Any) -> float | int:
     return value
 
 
+# A whole number as a person types it, on the command line or in the lab's page and query strings: digits, a minus
+# sign at most. Python's int() also takes '5_0', '+5' and ' 5', and a float reading takes '1e3': none of them is
+# typed for a count (the CLI refused '1e3' and took '5_0' as 50). The CLI's whole-number options (kvlab.cli) and the
+# lab's (kvlab.web.params) both ask this; a file's cell (CSV, JSON) may still be written 5.0 (_whole).
+WHOLE_NUMBER_TEXT = re.compile(r"-?[0-9]+")
+
+
+def whole_number_text(text: str) -> bool:
+    """Whether ``text`` is a whole number written as a person types one (WHOLE_NUMBER_TEXT), nothing around it."""
+    return WHOLE_NUMBER_TEXT.fullmatch(text) is not None
+
+
 def _whole(value: Any) -> int:
     number = _number(value)
     if isinstance(number, float):

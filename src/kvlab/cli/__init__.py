@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
             stop.interrupt_on_ctrl_c()
     try:
         _check_repeats(command, args)
+        _check_whole_numbers(command, args)
         code = command.main(args=args, prog_name="kvlab", standalone_mode=False)
     except KvlabError as exc:
         _error(str(exc))
@@ -125,6 +126,58 @@ def _check_repeats(command, args: list[str]) -> None:
         name = max(opts, key=len)
         raise KvlabError(f"{name} is given {len(given)} times ({', '.join(shown)}); valid: once"
                          + (ONE_LIST.get(name, "") or " (only the last would count)"))
+
+
+def _check_whole_numbers(command, args: list[str]) -> None:
+    """A whole-number option's value in digits only (kvlab.validate.whole_number_text): Click reads it with int(),
+    which takes '5_0' (as 50), '+5' and ' 5', while it refuses '1e3'; those int() takes are refused here, in the
+    line Click's refusal gets (_parse_refusal)."""
+    from kvlab.validate import whole_number_text
+
+    path = _command_path(command, args)
+    for name in path.split()[1:]:
+        command = command.commands[name]
+    args = args[:args.index("--")] if "--" in args else args
+    values = _value_positions(command, args)
+    for param in getattr(command, "params", ()):
+        opts = [o for o in getattr(param, "opts", ()) if o.startswith("-")]
+        if not opts or not _takes_whole_number(param):
+            continue
+        for i, arg in enumerate(args):
+            if i in values:
+                continue
+            given = args[i + 1] if arg in opts and i + 1 < len(args) else _attached(arg, opts)
+            # (what int() refuses too, '1e3', 'auto', a short option's '=5', is Click's to refuse: _usage_message,
+            # with its hints)
+            if given is not None and not whole_number_text(given) and _int_reads(given):
+                from kvlab.errors import KvlabError
+
+                raise KvlabError(f"{_parse_refusal(opts, given, 'integer')} (see '{path} --help')")
+
+
+def _int_reads(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _takes_whole_number(param) -> bool:
+    """Whether a Click/Typer option reads its value as an int: its annotation (recent Typers, which parse with
+    pydantic), else its Click type (older ones: IntParamType, IntRange)."""
+    import typing
+
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is not None:
+        annotation = descriptor.annotation
+        return annotation is int or int in typing.get_args(annotation)
+    return any(c.__name__ == "IntParamType" for c in type(getattr(param, "type", None)).__mro__)
+
+
+def _parse_refusal(opts, given: str, kind: str) -> str:
+    """A value an option cannot take, in one line: the option, the value as given, what it is not and what would do."""
+    return f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(kind, kind)}"
 
 
 def _value_positions(command, args: list[str]) -> set[int]:
@@ -214,7 +267,7 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None)
         given = next((args[i + 1] for i, a in enumerate(args[:-1]) if a in opts), None)
         given = given or next((_attached(a, opts) for a in args if _attached(a, opts) is not None), None)
         if given is not None:
-            message = f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(_kind(exc.message), exc.message)}"
+            message = _parse_refusal(opts, given, _kind(exc.message) or exc.message)
             short = next((o for o in opts if not o.startswith("--")), None)
             if short and given.startswith("="):
                 value = given[1:] or "N"

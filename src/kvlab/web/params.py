@@ -7,12 +7,11 @@ also bound the work one request can cause: requests per run, blocks per grid, ru
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from kvlab import defaults
 from kvlab.errors import KvlabError
-from kvlab.validate import bounded_number
+from kvlab.validate import bounded_number, whole_number_text
 
 LIMITS = {
     "max_num_requests": 2000,  # per run; the lesson's point shows with a hundred
@@ -159,10 +158,6 @@ def _strategies(value, kind: str) -> tuple[str, ...]:
     return names
 
 
-# A whole number as the page and a query string write it: digits, a minus sign at most (Python's int() takes
-# '5_0', '+5' and ' 5' too, and a float reading takes '1e3': none of them is typed into a box of whole numbers).
-DIGITS = re.compile(r"-?[0-9]+")
-
 
 def required(key: str, valid: str) -> KvlabError:
     """The refusal of a parameter the request must give: what it is and its range."""
@@ -176,7 +171,7 @@ def integer(data: dict, key: str, lo: int, hi: int, default: int | None) -> int:
         if default is None:
             raise required(key, valid)
         return default
-    if isinstance(value, float) or (isinstance(value, str) and not DIGITS.fullmatch(value)):
+    if isinstance(value, float) or (isinstance(value, str) and not whole_number_text(value)):
         # (echoed as sent: 1e99 is never turned into its hundred digits)
         raise KvlabError(f"{key} {value!r} is not a whole number; valid: {valid}")
     return bounded_number(value, key, lo, hi, whole=True)
@@ -242,6 +237,10 @@ def parse_rate_systems(value) -> tuple[str, ...] | None:
         return None
     valid = RateLab.systems()
     names = [v.strip() for v in str(value).split(",") if v.strip()]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:  # (as a race's strategy given twice: each name once)
+        raise KvlabError(f"systems {twice[:40]!r} is given {names.count(twice)} times; valid: each name once, of "
+                         f"{', '.join(valid)} (comma-separated)")
     for name in names:
         if name not in valid:
             hits = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
