@@ -385,6 +385,36 @@ def test_the_page_gets_refusals_in_the_body_with_advice_in_its_own_controls(clie
                                                      "refused": True}
 
 
+@pytest.mark.parametrize("asked, error, advice", [
+    ({"model": "bogus"}, "unknown model 'bogus': the lab takes catalogue models.", ["pick a model from the model menu"]),
+    ({"model": "bogus", "gpu": "h100-sxm"}, "unknown model 'bogus': the lab takes catalogue models.",
+     ["pick a model from the model menu"]),
+    ({"gpu": "bogus"}, "unknown GPU 'bogus'. Known GPUs: T4, A10G,", ["pick a GPU from the GPU menu"]),
+    ({"quantization": "bogus"}, "quantization: weight quantization 'bogus' is not modelled; kvlab knows fp8,", []),
+])
+def test_the_pages_refusal_of_an_unknown_name_says_pick_from_the_menu_and_names_no_flag(client, asked, error, advice):
+    """Trial 51 #19: an unknown model got "pick a smaller model: no GPU in the menu holds this one's weights", an
+    unknown GPU "give the memory with --gpu-memory-gib", an unknown quantization "--quantization: ...": the page
+    has no such flag, and nothing is known of an unknown model's size."""
+    page = {"X-Kvlab-Refusals": "in-body"}
+    body = client.get("/api/size", params=asked, headers=page).json()
+    assert body["refused"] and body["error"].startswith(error) and body["advice"] == advice, body
+    assert "--" not in body["error"] and "kvlab models" not in body["error"], body
+    if "model" in asked:  # (the race's refusal, kvlab.web.server.run_refusal, is the same)
+        run = client.post("/api/sessions", json={"kind": "grid", "strategies": ["vllm"], **asked}, headers=page).json()
+        assert run["refused"] and run["error"].startswith(error) and run["advice"] == advice, run
+
+
+def test_section_7_names_each_system_once():
+    """Trial 51 #24: systems=vllm-paper,vllm-paper was taken, while a race refuses a strategy given twice."""
+    with TestClient(create_app(allowed_hosts=["testserver"])) as c:
+        r = c.get("/api/rates", params={"systems": "orca-max,vllm-paper,vllm-paper"})
+        assert r.status_code == 400 and r.json()["error"] == (
+            "systems 'vllm-paper' is given 2 times; valid: each name once, of orca-max, orca-pow2, orca-oracle, "
+            "vllm-paper (comma-separated)")
+        assert c.app.state.rates.runner is None  # (nothing was searched)
+
+
 @pytest.fixture(scope="module")
 def rates_client():
     """One server for the rate checks: its breaking-point search (which sets the chart's end) runs once."""

@@ -13,14 +13,16 @@ import re
 
 from kvlab.errors import KvlabError
 
-# The command line's advice, cut from the engine's message (its first sentence says what was refused and why).
+# The command line's advice, cut from the engine's message (its first sentence says what was refused and why):
+# its alternatives, a parenthesis naming a flag, and one naming a kvlab command ("(kvlab models)": the page's menus
+# are its list).
 CLI_ADVICE = (re.compile(r"\. Would fit: .*$"), re.compile(r"\. Nothing in the catalogue fits.*$"),
-              re.compile(r" \([^()]*--[a-z][a-z-]*[^()]*\)"))
+              re.compile(r" \([^()]*--[a-z][a-z-]*[^()]*\)"), re.compile(r" \(kvlab [a-z ]+\)"))
 
 
 # The command line's flag for what an endpoint calls otherwise (the page's "KV blocks" is num_blocks).
 FLAG_PARAMETERS = {"num_gpu_blocks": "num_blocks"}
-_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?:[ =]([^\s;,()]*[0-9._-][^\s;,()]*?))?(?=[\s;,()]|\.?$|\.\s)")
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?:[ =]([^\s;,()]*[0-9._-][^\s;,()]*?))?(?=[\s;,():]|\.?$|\.\s)")
 _FLAG_CLAUSE = re.compile(r"[;,]\s*[^;,]*--[a-z][a-z-]*[^;,]*?(?=[;,]|\.?$)")
 
 
@@ -47,14 +49,30 @@ def in_parameters(error: KvlabError, parameters) -> KvlabError:
 
 
 def refused_answer(error: KvlabError, *, model: str, gpu: str, concurrency: int, context_len: int,
-                   gpu_memory_utilization: float, max_utilization: float) -> dict:
-    """``{"error": the engine's reason without flags, "advice": [what to change on the page], "refused": true}``."""
-    reason = str(error)
+                   gpu_memory_utilization: float, max_utilization: float, parameters=()) -> dict:
+    """``{"error": the engine's reason without flags, "advice": [what to change on the page], "refused": true}``.
+    A flag the endpoint takes as a parameter (``parameters``) is named as the parameter, as in_parameters does
+    ("--quantization: ..." -> "quantization: ..."); advice naming any other flag is cut."""
+    reason = str(in_parameters(error, parameters))
     for pattern in CLI_ADVICE:
         reason = pattern.sub("", reason)
     del concurrency  # (how many conversations fit is an answer, never a refusal)
     return {"error": reason, "advice": _advice(model, gpu, context_len, gpu_memory_utilization, max_utilization),
             "refused": True}
+
+
+def _unknown(model: str, gpu: str) -> list[str]:
+    """The page's advice where the model or the GPU is not in the catalogue (not one of the menus' entries): pick
+    one from the menu; empty where both are known."""
+    from kvlab.catalog import get_gpu
+    from kvlab.catalog.models import find_catalogue_model
+
+    advice = [] if find_catalogue_model(model) is not None else ["pick a model from the model menu"]
+    try:
+        get_gpu(gpu)
+    except KvlabError:
+        advice.append("pick a GPU from the GPU menu")
+    return advice
 
 
 def _fits(**kwargs) -> dict | None:
@@ -80,6 +98,9 @@ def _advice(model: str, gpu: str, context_len: int, utilization: float,
             max_utilization: float) -> list[str]:
     from kvlab.catalog import list_gpus
 
+    unknown = _unknown(model, gpu)
+    if unknown:  # (nothing about its size can be said: it is not one the engine knows)
+        return unknown
     same = {"concurrency": 1, "context_len": 1, "model": model}
     if _fits(**same, gpu=gpu, gpu_memory_utilization=utilization) is None:
         # The model does not fit on this GPU at all: another GPU, or more of this one.

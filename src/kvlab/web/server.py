@@ -109,7 +109,8 @@ def run_refusal(error: KvlabError, spec: RunSpec) -> dict:
 
     utilization = OPTIONS["gpu_memory_utilization"].default
     return refused_answer(error, model=spec.model, gpu=spec.gpu, concurrency=1, context_len=1,
-                          gpu_memory_utilization=utilization, max_utilization=utilization)
+                          gpu_memory_utilization=utilization, max_utilization=utilization,
+                          parameters=RunSpec.__dataclass_fields__)
 
 
 SIZE_PARAMETERS = ("model", "gpu", "concurrency", "context_len", "gpu_memory_utilization", "quantization",
@@ -138,7 +139,7 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
         if not page:
             raise in_parameters(exc, SIZE_PARAMETERS) from None
         return {"model": asked["model"], "gpu": asked["gpu"],
-                **refused_answer(exc, **asked, max_utilization=1.0)}
+                **refused_answer(exc, **asked, max_utilization=1.0, parameters=SIZE_PARAMETERS)}
 
 
 def explain_log(data) -> dict:
