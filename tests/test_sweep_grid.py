@@ -3,6 +3,7 @@ line, exit code 2) before anything runs or is written."""
 
 from __future__ import annotations
 
+import re
 import socket
 
 import pytest
@@ -271,3 +272,11 @@ def test_router_scorer_sets_are_separated_by_semicolons():
     """Trial 50: `--router-scorers prefix:1,least-kv:1` was swept as two sets, split on the set's own commas."""
     lists = parse_cli_args(["--router", "weighted", "--router-scorers", "prefix:1,least-kv:1;prefix:2", "--rate", "1,2"])
     assert lists["router_scorers"] == ["prefix:1,least-kv:1", "prefix:2"] and lists["rate"] == ["1", "2"]
+
+
+@pytest.mark.parametrize("text", ["5_0", "+100", "1e3"])
+def test_a_whole_number_option_takes_digits_only(text):
+    """'5_0' and '+100' are what Python's int() takes, not what a person types for a count: refused as the CLI
+    refuses them (trial 51: the sweep computed 50 and 100 blocks)."""
+    with pytest.raises(KvlabError, match=f"--num-gpu-blocks '{re.escape(text)}': not a whole number"):
+        expand(parse_cli_args(["--num-gpu-blocks", f"{text},600"]))

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kvlab.errors import KvlabError
+from kvlab.validate import whole_number_text
 
 Point = dict[str, Any]  # option name -> value, every option of `kvlab run`
 
@@ -82,10 +83,8 @@ def _to_int(value: Any) -> int | None:
         return value
     if isinstance(value, float):
         return int(value) if value.is_integer() else None
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        return None
+    text = str(value).strip()  # (a list's spaces: "16, 32")
+    return int(text) if whole_number_text(text) else None  # ('5_0', '+5' refused, as the CLI refuses them)
 
 
 def _to_float(value: Any) -> float | None:
