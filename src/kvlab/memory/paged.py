@@ -45,7 +45,7 @@ from kvlab.memory.base import (
     check_slot_states,
     num_blocks_for,
 )
-from kvlab.memory.block_needs import BlockNeeds
+from kvlab.memory.block_needs import BlockNeeds, Holder
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
 
@@ -241,8 +241,7 @@ class PagedAllocator:
                                                                   first)
         if num_iterations == 0:
             return _NO_RUN
-        pool, tables = self.block_pool, self._block_tables
-        pool.append_new_blocks(map(tables.__getitem__, order), len(order))
+        self.block_pool.append_new_blocks([holder.table for holder in order], len(order))
         self._num_table_entries += len(order)
         self.num_internal_fragmentation_slots += internal
         if self.enable_prefix_caching:
@@ -268,28 +267,24 @@ class PagedAllocator:
         # Steps cache these blocks in admission order, which matters only where a hash enters the shared index (or is
         # interned): a private block's hash is its own request's, set on the block alone, so those are cached as they
         # come and only the others are sorted (the sort was a sixth of this function's instructions, compiled).
-        # (ids as the objects the list holds: compiled, an int is unboxed and boxed again for each dict lookup, an
-        # allocation each)
-        # (and the hashes as the objects the requests' lists hold, for the same reason)
-        later: list[Any] = []
-        filling: list[Any] = self._needs.filling(num_iterations)
-        for request_id in filling:
-            state = states[request_id]
+        # (the hashes as the objects the requests' lists hold: compiled, an int is unboxed and boxed again for each
+        # use as a key or a stored item, an allocation each; Holder.request_id likewise)
+        later: list[Holder] = []
+        for holder in self._needs.filling(num_iterations):
+            state = states[holder.request_id]
             j = state.num_cached_blocks
             hashes: list[Any] = state.block_hashes
             if j < len(hashes):  # (_cache_next_block, written out: about 12 calls per request)
                 block_hash = hashes[j]
                 if block_hash < 0:
-                    table = state.table
-                    assert table is not None
-                    pool.cache_full_block(table[j], block_hash)
+                    pool.cache_full_block(holder.table[j], block_hash)
                     state.num_cached_blocks = j + 1
                     continue
-            later.append(request_id)
+            later.append(holder)
         if later:
-            self._needs.in_admission_order(later)
-            for request_id in later:
-                self._cache_next_block(states[request_id])
+            BlockNeeds.in_admission_order(later)
+            for holder in later:
+                self._cache_next_block(states[holder.request_id])
 
     def _cache_next_block(self, state: RequestHashes) -> None:
         """The request's first block not yet cached gets its hash (a decode run fills one block of a request at most
@@ -316,7 +311,8 @@ class PagedAllocator:
         assert not self.enable_prefix_caching, "prefix caching hashes blocks from the requests' counters: step"
         tables, pool = self._block_tables, self.block_pool
         given = 0
-        for request_id in self._needs.next_needs():
+        for holder in self._needs.next_needs():
+            request_id = holder.request_id
             if request_id not in tables:
                 continue  # evicted for a request before it
             while not pool.num_free_blocks:
@@ -565,7 +561,7 @@ class PagedAllocator:
             if internal > 0:
                 self.num_internal_fragmentation_slots += internal
         self._block_tables[request_id] = table
-        self._needs.admit(request_id, len(table) * bs, num_tokens, num_kv_tokens)
+        self._needs.admit(request_id, table, len(table) * bs, num_tokens, num_kv_tokens)
         if self.enable_prefix_caching:
             state = self._hash_state(request)
             state.num_cached_blocks = num_hit
