@@ -56,7 +56,9 @@ class BlockNeeds:
         self.block_size = block_size
         self.num_decode_iterations = 0  # the clock: decode-run iterations so far
         self._buckets: list[list[Holder]] = [[] for _ in range(block_size)]  # phase -> requests, admission order
-        self._holders: dict[int, Holder] = {}  # request_id -> its Holder, for every request admitted and not forgotten
+        # request_id -> its Holder, for every request admitted and not forgotten, in admission order (the running
+        # queue's: a request admitted again is forgotten first, so it goes to the end)
+        self.holders: dict[int, Holder] = {}
         self._last: dict[int, dict[Holder, int]] = {}  # clock iteration -> {request: internal slots of its last block}
         self._last_heap: list[int] = []  # the keys of _last (and some of removed entries: skipped)
         self._num_far = 0  # requests holding a block or more beyond their tokens: not decoding (Holder.far)
@@ -68,10 +70,10 @@ class BlockNeeds:
     def admit(self, request_id: Any, table: list[int], num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         """A request got its first blocks, ``table`` (the list a run appends its blocks to): ``num_slots`` held,
         ``num_tokens`` filled once this iteration ran, ``num_kv_tokens`` to be written over its life."""
-        if request_id in self._holders:  # (admitted again without a forget: its old place goes)
+        if request_id in self.holders:  # (admitted again without a forget: its old place goes)
             self.forget(request_id)
         self._num_stamps += 1
-        self._holders[request_id] = Holder(request_id, table, self._num_stamps)
+        self.holders[request_id] = Holder(request_id, table, self._num_stamps)
         self._pending[request_id] = (num_slots, num_tokens, num_kv_tokens)
 
     def update(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
@@ -81,16 +83,16 @@ class BlockNeeds:
     def forget(self, request_id: Any) -> None:
         # (request ids typed Any here, in admit and in _settle, an int the dicts hold as it is: compiled, an int
         # parameter is boxed anew for each dict access, an allocation each)
-        holder = self._holders.get(request_id)
+        holder = self.holders.get(request_id)
         if holder is not None:
             if request_id in self._pending:  # (not dict.pop: see _remove)
                 del self._pending[request_id]
             if holder.phase >= 0:
                 self._remove(holder)
-            del self._holders[request_id]
+            del self.holders[request_id]
 
     def stamp(self, request_id: int) -> int:
-        return self._holders[request_id].stamp
+        return self.holders[request_id].stamp
 
     def num_tokens(self, request_id: int) -> int:
         """The tokens the request has filled once the iterations given so far ran: those it was given last, and
@@ -100,16 +102,16 @@ class BlockNeeds:
             pending = self._pending.get(request_id)
             if pending is not None:
                 return pending[1]
-        return self.num_decode_iterations + self._holders[request_id].tokens
+        return self.num_decode_iterations + self.holders[request_id].tokens
 
     def next_block_iteration(self, request_id: int) -> int:
         """For checks: the decode-run iteration from now (1: the next) in which the request needs a block."""
         self._settle()
-        return (self._holders[request_id].phase - self.num_decode_iterations - 1) % self.block_size + 1
+        return (self.holders[request_id].phase - self.num_decode_iterations - 1) % self.block_size + 1
 
     def _settle(self) -> None:
         """Place the requests given since the clock last moved (on the clock as it still is)."""
-        holders = self._holders
+        holders = self.holders
         pending: dict[Any, tuple[int, int, int]] = self._pending  # (the ids as the dict holds them: see forget)
         for request_id, (num_slots, num_tokens, num_kv_tokens) in pending.items():
             holder = holders[request_id]
@@ -138,8 +140,12 @@ class BlockNeeds:
                     num_iterations = j  # the first iteration whose blocks are not all free: stop before it
                     break
                 num_free_blocks -= num_blocks
-                order += bucket
-                growth += (first + j, bs * num_blocks, 0)
+                # (extend and appends, not += of a list and of a tuple: compiled, += is the generic in-place concat,
+                # and the tuple an allocation)
+                order.extend(bucket)
+                growth.append(first + j)
+                growth.append(bs * num_blocks)
+                growth.append(0)
         end = clock + num_iterations
         internal = 0
         while self._last_heap and self._last_heap[0] <= end:
@@ -166,7 +172,7 @@ class BlockNeeds:
         for at in range(end - num_iterations + 2, end + 2):
             bucket = buckets[at % bs]
             if bucket:
-                holders += bucket
+                holders.extend(bucket)
         return holders
 
     @staticmethod

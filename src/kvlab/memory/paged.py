@@ -245,23 +245,25 @@ class PagedAllocator:
         self._num_table_entries += len(order)
         self.num_internal_fragmentation_slots += internal
         if self.enable_prefix_caching:
-            self._cache_run(seqs, num_iterations)
+            self._cache_run(num_iterations)
         return _new_tuple(DecodeRun, (num_iterations, tuple(growth)))
 
-    def _cache_run(self, seqs: Iterable[Sequence], num_iterations: int) -> None:
+    def _cache_run(self, num_iterations: int) -> None:
         """The blocks a decode run of ``num_iterations`` filled get their hashes, request by request in running order.
         A decoding request fills a block in the iteration before the one it needs its next in, so a run shorter than
         a block fills one block of each request due a block in its iterations 2 .. n + 1 (``BlockNeeds.filling``)
         and none of the others: only those are visited (visiting every running request was a fifth of a compiled
         run's instructions, most of them returning early)."""
-        tables, needs, states = self._block_tables, self._needs, self._hashes
+        needs, states = self._needs, self._hashes
         if num_iterations >= self.block_size:
-            # (the tokens from BlockNeeds, not from the requests' counters: the scheduler need not catch them up; the
-            # id read once, as the object the request holds: compiled, an int is boxed anew for each dict lookup.
-            # _cache_state, not _cache_blocks: a decode run stores nothing where kvlab.offload overrides that.)
-            for seq in seqs:
-                request_id: Any = seq.request.request_id
-                self._cache_state(states[request_id], tables[request_id], needs.num_tokens(request_id))
+            # Every request holding blocks (the run's ``seqs``), as BlockNeeds holds them in the same order
+            # (admission's), with their tables and tokens: due placed them all on the clock it just advanced. (Not
+            # from the requests' counters: the scheduler need not catch them up; nor through ``seqs``: compiled, two
+            # attribute reads through a Protocol and three dict lookups a request. _cache_state, not _cache_blocks:
+            # a decode run stores nothing where kvlab.offload overrides that.)
+            clock = needs.num_decode_iterations
+            for holder in needs.holders.values():
+                self._cache_state(states[holder.request_id], holder.table, clock + holder.tokens)
             return
         pool = self._cached_pool
         # Steps cache these blocks in admission order, which matters only where a hash enters the shared index (or is
