@@ -33,13 +33,14 @@ from kvlab.memory.base import num_blocks_for
 class Holder:
     """A request holding blocks, as ``BlockNeeds`` tracks it from its admission to its ``forget``."""
 
-    __slots__ = ("request_id", "table", "stamp", "phase", "tokens", "last", "far")
+    __slots__ = ("request_id", "table", "state", "stamp", "phase", "tokens", "last", "far")
 
     def __init__(self, request_id: Any, table: list[int], stamp: int) -> None:
         # (the id as the object the caller holds, typed Any: compiled, an int attribute is boxed anew at each read,
         # an allocation for each dict lookup by it)
         self.request_id: Any = request_id
         self.table = table  # the allocator's block table for it (the same list: a run appends to it)
+        self.state: Any = None  # the allocator's own record of the request, if it keeps one (paged: RequestHashes)
         self.stamp = stamp  # admission order
         self.phase = -1  # its bucket: the clock iterations of its blocks mod block_size (-1: not placed)
         self.tokens = 0  # its tokens when the clock read 0 (tokens - clock), while placed
@@ -67,14 +68,17 @@ class BlockNeeds:
         # prompt computed in chunks over single iterations is placed once, not after every chunk).
         self._pending: dict[int, tuple[int, int, int]] = {}
 
-    def admit(self, request_id: Any, table: list[int], num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
+    def admit(self, request_id: Any, table: list[int], num_slots: int, num_tokens: int, num_kv_tokens: int
+              ) -> Holder:
         """A request got its first blocks, ``table`` (the list a run appends its blocks to): ``num_slots`` held,
-        ``num_tokens`` filled once this iteration ran, ``num_kv_tokens`` to be written over its life."""
+        ``num_tokens`` filled once this iteration ran, ``num_kv_tokens`` to be written over its life. Returns its
+        holder."""
         if request_id in self.holders:  # (admitted again without a forget: its old place goes)
             self.forget(request_id)
         self._num_stamps += 1
-        self.holders[request_id] = Holder(request_id, table, self._num_stamps)
+        holder = self.holders[request_id] = Holder(request_id, table, self._num_stamps)
         self._pending[request_id] = (num_slots, num_tokens, num_kv_tokens)
+        return holder
 
     def update(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         """Its slots or its tokens changed outside a decode run (a step's allocate_slots)."""

@@ -254,16 +254,20 @@ class PagedAllocator:
         a block fills one block of each request due a block in its iterations 2 .. n + 1 (``BlockNeeds.filling``)
         and none of the others: only those are visited (visiting every running request was a fifth of a compiled
         run's instructions, most of them returning early)."""
-        needs, states = self._needs, self._hashes
+        needs = self._needs
+        # (each request's RequestHashes from its holder, where _allocate_first put it: not looked up by id in _hashes;
+        # typed here so that compiled, its attributes are read natively)
+        state: RequestHashes
         if num_iterations >= self.block_size:
             # Every request holding blocks (the run's ``seqs``), as BlockNeeds holds them in the same order
-            # (admission's), with their tables and tokens: due placed them all on the clock it just advanced. (Not
-            # from the requests' counters: the scheduler need not catch them up; nor through ``seqs``: compiled, two
-            # attribute reads through a Protocol and three dict lookups a request. _cache_state, not _cache_blocks:
-            # a decode run stores nothing where kvlab.offload overrides that.)
+            # (admission's), with their states, tables and tokens: due placed them all on the clock it just advanced.
+            # (Not from the requests' counters: the scheduler need not catch them up; nor through ``seqs``: compiled,
+            # two attribute reads through a Protocol and three dict lookups a request. _cache_state, not
+            # _cache_blocks: a decode run stores nothing where kvlab.offload overrides that.)
             clock = needs.num_decode_iterations
             for holder in needs.holders.values():
-                self._cache_state(states[holder.request_id], holder.table, clock + holder.tokens)
+                state = holder.state
+                self._cache_state(state, holder.table, clock + holder.tokens)
             return
         pool = self._cached_pool
         # Steps cache these blocks in admission order, which matters only where a hash enters the shared index (or is
@@ -273,7 +277,7 @@ class PagedAllocator:
         # use as a key or a stored item, an allocation each; Holder.request_id likewise)
         later: list[Holder] = []
         for holder in self._needs.filling(num_iterations):
-            state = states[holder.request_id]
+            state = holder.state
             j = state.num_cached_blocks
             hashes: list[Any] = state.block_hashes
             if j < len(hashes):  # (_cache_next_block, written out: about 12 calls per request)
@@ -286,7 +290,7 @@ class PagedAllocator:
         if later:
             BlockNeeds.in_admission_order(later)
             for holder in later:
-                self._cache_next_block(states[holder.request_id])
+                self._cache_next_block(holder.state)
 
     def _cache_next_block(self, state: RequestHashes) -> None:
         """The request's first block not yet cached gets its hash (a decode run fills one block of a request at most
@@ -482,6 +486,7 @@ class PagedAllocator:
             for seq in held:
                 table = self._block_tables[seq.request.request_id]
                 state = self._hashes.get(seq.request.request_id)
+                assert self._needs.holders[seq.request.request_id].state is state, "a decode run would hash elsewhere"
                 num_cached = state.num_cached_blocks if state is not None else 0
                 hashes = state.block_hashes if state is not None else []
                 for j, block_id in enumerate(table[:num_cached]):
@@ -563,11 +568,12 @@ class PagedAllocator:
             if internal > 0:
                 self.num_internal_fragmentation_slots += internal
         self._block_tables[request_id] = table
-        self._needs.admit(request_id, table, len(table) * bs, num_tokens, num_kv_tokens)
+        holder = self._needs.admit(request_id, table, len(table) * bs, num_tokens, num_kv_tokens)
         if self.enable_prefix_caching:
             state = self._hash_state(request)
             state.num_cached_blocks = num_hit
             state.table = table
+            holder.state = state  # (a decode run reaches it from the holder: _cache_run)
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
