@@ -15,6 +15,10 @@ fragmentation, falls at a known iteration too.
 Within a bucket the requests are in admission order (a stamp that grows with each first allocation), which is
 the running queue's order (admitted at the back, preempted from the back): the order steps hand blocks out in is
 by iteration, then running order.
+
+Each request held is one ``Holder`` (its block table, stamp, bucket and tokens as attributes): the buckets and a
+run's order hold these, so a run reaches its requests' block tables without a dict lookup by request id (compiled,
+the lookups through ``map(tables.__getitem__, ids)`` were ~350 instructions a block, benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -26,46 +30,73 @@ from typing import Any
 from kvlab.memory.base import num_blocks_for
 
 
+class Holder:
+    """A request holding blocks, as ``BlockNeeds`` tracks it from its admission to its ``forget``."""
+
+    __slots__ = ("request_id", "table", "state", "stamp", "phase", "tokens", "last", "far")
+
+    def __init__(self, request_id: Any, table: list[int], stamp: int) -> None:
+        # (the id as the object the caller holds, typed Any: compiled, an int attribute is boxed anew at each read,
+        # an allocation for each dict lookup by it)
+        self.request_id: Any = request_id
+        self.table = table  # the allocator's block table for it (the same list: a run appends to it)
+        self.state: Any = None  # the allocator's own record of the request, if it keeps one (paged: RequestHashes)
+        self.stamp = stamp  # admission order
+        self.phase = -1  # its bucket: the clock iterations of its blocks mod block_size (-1: not placed)
+        self.tokens = 0  # its tokens when the clock read 0 (tokens - clock), while placed
+        self.last = -1  # the key of its entry in BlockNeeds._last (-1: none)
+        self.far = False  # holding a block or more beyond its tokens: not decoding (placed, in no bucket)
+
+
+def _stamp_of(holder: Holder) -> int:
+    return holder.stamp
+
+
 class BlockNeeds:
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.num_decode_iterations = 0  # the clock: decode-run iterations so far
-        self._buckets: list[list[int]] = [[] for _ in range(block_size)]  # phase -> request ids, admission order
-        self._phase: dict[int, int] = {}  # request_id -> its bucket: the clock iterations of its blocks mod block_size
-        self._stamp: dict[int, int] = {}  # request_id -> admission stamp
-        self._tokens: dict[int, int] = {}  # request_id -> its tokens when the clock read 0 (tokens - clock)
-        self._last: dict[int, dict[int, int]] = {}  # clock iteration -> {request_id: internal slots of its last block}
-        self._last_of: dict[int, int] = {}  # request_id -> the key of its entry in _last
+        self._buckets: list[list[Holder]] = [[] for _ in range(block_size)]  # phase -> requests, admission order
+        # request_id -> its Holder, for every request admitted and not forgotten, in admission order (the running
+        # queue's: a request admitted again is forgotten first, so it goes to the end)
+        self.holders: dict[int, Holder] = {}
+        self._last: dict[int, dict[Holder, int]] = {}  # clock iteration -> {request: internal slots of its last block}
         self._last_heap: list[int] = []  # the keys of _last (and some of removed entries: skipped)
-        self._far: set[int] = set()  # requests holding a block or more beyond their tokens: not decoding
+        self._num_far = 0  # requests holding a block or more beyond their tokens: not decoding (Holder.far)
         self._num_stamps = 0
         # request_id -> (slots, tokens, KV tokens) given since the clock last moved, placed when it next does (a
         # prompt computed in chunks over single iterations is placed once, not after every chunk).
         self._pending: dict[int, tuple[int, int, int]] = {}
 
-    def admit(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
-        """A request got its first blocks: ``num_slots`` held, ``num_tokens`` filled once this iteration ran,
-        ``num_kv_tokens`` to be written over its life."""
+    def admit(self, request_id: Any, table: list[int], num_slots: int, num_tokens: int, num_kv_tokens: int
+              ) -> Holder:
+        """A request got its first blocks, ``table`` (the list a run appends its blocks to): ``num_slots`` held,
+        ``num_tokens`` filled once this iteration ran, ``num_kv_tokens`` to be written over its life. Returns its
+        holder."""
+        if request_id in self.holders:  # (admitted again without a forget: its old place goes)
+            self.forget(request_id)
         self._num_stamps += 1
-        self._stamp[request_id] = self._num_stamps
+        holder = self.holders[request_id] = Holder(request_id, table, self._num_stamps)
         self._pending[request_id] = (num_slots, num_tokens, num_kv_tokens)
+        return holder
 
     def update(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         """Its slots or its tokens changed outside a decode run (a step's allocate_slots)."""
         self._pending[request_id] = (num_slots, num_tokens, num_kv_tokens)
 
     def forget(self, request_id: Any) -> None:
-        # (request ids typed Any here and in _place and _remove, an int the dicts and buckets hold as it is: compiled,
-        # an int parameter is boxed anew for each dict access, an allocation each; a dozen in each placing)
-        if request_id in self._stamp:
+        # (request ids typed Any here, in admit and in _settle, an int the dicts hold as it is: compiled, an int
+        # parameter is boxed anew for each dict access, an allocation each)
+        holder = self.holders.get(request_id)
+        if holder is not None:
             if request_id in self._pending:  # (not dict.pop: see _remove)
                 del self._pending[request_id]
-            if request_id in self._phase:
-                self._remove(request_id)
-            del self._stamp[request_id]
+            if holder.phase >= 0:
+                self._remove(holder)
+            del self.holders[request_id]
 
     def stamp(self, request_id: int) -> int:
-        return self._stamp[request_id]
+        return self.holders[request_id].stamp
 
     def num_tokens(self, request_id: int) -> int:
         """The tokens the request has filled once the iterations given so far ran: those it was given last, and
@@ -75,31 +106,33 @@ class BlockNeeds:
             pending = self._pending.get(request_id)
             if pending is not None:
                 return pending[1]
-        return self.num_decode_iterations + self._tokens[request_id]
+        return self.num_decode_iterations + self.holders[request_id].tokens
 
     def next_block_iteration(self, request_id: int) -> int:
         """For checks: the decode-run iteration from now (1: the next) in which the request needs a block."""
         self._settle()
-        return (self._phase[request_id] - self.num_decode_iterations - 1) % self.block_size + 1
+        return (self.holders[request_id].phase - self.num_decode_iterations - 1) % self.block_size + 1
 
     def _settle(self) -> None:
         """Place the requests given since the clock last moved (on the clock as it still is)."""
+        holders = self.holders
         pending: dict[Any, tuple[int, int, int]] = self._pending  # (the ids as the dict holds them: see forget)
         for request_id, (num_slots, num_tokens, num_kv_tokens) in pending.items():
-            if request_id in self._phase:
-                self._remove(request_id)
-            self._place(request_id, num_slots, num_tokens, num_kv_tokens)
+            holder = holders[request_id]
+            if holder.phase >= 0:
+                self._remove(holder)
+            self._place(holder, num_slots, num_tokens, num_kv_tokens)
         self._pending.clear()
 
     def due(self, max_iterations: int, num_free_blocks: int, first: int = 0
-            ) -> tuple[int, list[int], list[int], int]:
+            ) -> tuple[int, list[Holder], list[int], int]:
         """A run of up to ``max_iterations`` iterations, as many as ``num_free_blocks`` cover: (iterations, the
-        request ids that get a block, in step order, per iteration (counted from ``first``) the slots and the
+        requests that get a block, in step order, per iteration (counted from ``first``) the slots and the
         internal fragmentation slots its new blocks add, flat: three ints an entry (``DecodeRun.growth``), and
         those internal slots in all). The clock advances by the run."""
         self._ready_to_decode()
         clock, bs, buckets = self.num_decode_iterations, self.block_size, self._buckets
-        order: list[int] = []
+        order: list[Holder] = []
         growth: list[int] = []
         num_iterations = max_iterations
         nxt = clock + 1  # the clock iteration of the run's first
@@ -111,8 +144,12 @@ class BlockNeeds:
                     num_iterations = j  # the first iteration whose blocks are not all free: stop before it
                     break
                 num_free_blocks -= num_blocks
-                order += bucket
-                growth += (first + j, bs * num_blocks, 0)
+                # (extend and appends, not += of a list and of a tuple: compiled, += is the generic in-place concat,
+                # and the tuple an allocation)
+                order.extend(bucket)
+                growth.append(first + j)
+                growth.append(bs * num_blocks)
+                growth.append(0)
         end = clock + num_iterations
         internal = 0
         while self._last_heap and self._last_heap[0] <= end:
@@ -124,27 +161,28 @@ class BlockNeeds:
                 waste = sum(wastes.values())
                 growth += (first + at - clock - 1, 0, waste)
                 internal += waste
-                for request_id in wastes:
-                    del self._last_of[request_id]
+                for holder in wastes:
+                    holder.last = -1
         self.num_decode_iterations = end
         return num_iterations, order, growth, internal
 
-    def filling(self, num_iterations: int) -> list[int]:
+    def filling(self, num_iterations: int) -> list[Holder]:
         """After a decode run of ``num_iterations`` < ``block_size`` iterations (``due``'s): the requests that filled
         a block in it, iteration by iteration, each iteration's in admission order (``in_admission_order`` sorts
         them all). A decoding request fills its last block in the iteration before the one it needs a new block in:
         those due a block in the run's iterations 2 .. n + 1, one block each."""
         bs, buckets, end = self.block_size, self._buckets, self.num_decode_iterations
-        ids: list[int] = []
+        holders: list[Holder] = []
         for at in range(end - num_iterations + 2, end + 2):
             bucket = buckets[at % bs]
             if bucket:
-                ids += bucket
-        return ids
+                holders.extend(bucket)
+        return holders
 
-    def in_admission_order(self, request_ids: list) -> None:
-        """Sort request ids (holding blocks) by admission, the running queue's order, in place."""
-        request_ids.sort(key=self._stamp.__getitem__)
+    @staticmethod
+    def in_admission_order(holders: list[Holder]) -> None:
+        """Sort requests holding blocks by admission, the running queue's order, in place."""
+        holders.sort(key=_stamp_of)
 
     def num_blocks_due(self, num_iterations: int) -> int:
         """The blocks the next ``num_iterations`` decode iterations take (``due``'s, the free blocks aside), the
@@ -155,7 +193,7 @@ class BlockNeeds:
         num_blocks = cycles * sum(map(len, buckets)) if cycles else 0
         return num_blocks + sum(len(buckets[(nxt + j) % bs]) for j in range(part))
 
-    def next_needs(self) -> list[int]:
+    def next_needs(self) -> list[Holder]:
         """The requests that need a block in the next decode iteration, in step order (a copy)."""
         self._ready_to_decode()
         return list(self._buckets[(self.num_decode_iterations + 1) % self.block_size])
@@ -164,24 +202,25 @@ class BlockNeeds:
         """Every request placed on the clock, as decoding needs (nobody still computing a prompt)."""
         if self._pending:
             self._settle()
-        assert not self._far, "a decode iteration while a request is still computing its prompt"
+        assert not self._num_far, "a decode iteration while a request is still computing its prompt"
 
-    def _place(self, request_id: Any, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
+    def _place(self, holder: Holder, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
         bs = self.block_size
         # A decoding request writes one token an iteration: it needs its next block (num_blocks_for(tokens) passes
         # the blocks it holds) in the first iteration whose token finds no slot, num_slots - num_tokens + 1 from
         # now, and then every block_size iterations.
         at = self.num_decode_iterations + num_slots - num_tokens + 1
-        self._phase[request_id] = at % bs
-        self._tokens[request_id] = num_tokens - self.num_decode_iterations
+        holder.phase = at % bs
+        holder.tokens = num_tokens - self.num_decode_iterations
         if at - self.num_decode_iterations > bs:
-            self._far.add(request_id)
+            holder.far = True
+            self._num_far += 1
             return
-        bucket, stamps = self._buckets[at % bs], self._stamp
-        if bucket and stamps[bucket[-1]] > stamps[request_id]:
-            insort(bucket, request_id, key=stamps.__getitem__)
+        bucket = self._buckets[at % bs]
+        if bucket and bucket[-1].stamp > holder.stamp:
+            insort(bucket, holder, key=_stamp_of)
         else:  # the newest in its bucket (a request just admitted always is): no search
-            bucket.append(request_id)
+            bucket.append(holder)
         num_blocks_to_come = num_blocks_for(num_kv_tokens, bs) - num_slots // bs
         waste = -num_kv_tokens % bs
         if num_blocks_to_come > 0 and waste:
@@ -190,22 +229,22 @@ class BlockNeeds:
             if wastes is None:
                 self._last[last] = wastes = {}
                 heappush(self._last_heap, last)
-            wastes[request_id] = waste
-            self._last_of[request_id] = last
+            wastes[holder] = waste
+            holder.last = last
 
-    def _remove(self, request_id: Any) -> None:
-        # (indexing and del, not dict.pop: compiled, pop is a generic method call, several times the instructions)
-        phase = self._phase[request_id]
-        del self._phase[request_id]
-        del self._tokens[request_id]
-        if request_id in self._far:
-            self._far.remove(request_id)
+    def _remove(self, holder: Holder) -> None:
+        # (del, not dict.pop: compiled, pop is a generic method call, several times the instructions)
+        phase = holder.phase
+        holder.phase = -1
+        if holder.far:
+            holder.far = False
+            self._num_far -= 1
             return
-        self._buckets[phase].remove(request_id)
-        last = self._last_of.get(request_id)
-        if last is not None:
-            del self._last_of[request_id]
+        self._buckets[phase].remove(holder)  # (a Holder equals only itself)
+        last = holder.last
+        if last >= 0:
+            holder.last = -1
             wastes = self._last[last]
-            del wastes[request_id]
+            del wastes[holder]
             if not wastes:
                 del self._last[last]

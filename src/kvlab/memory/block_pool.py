@@ -21,7 +21,6 @@ links its blocks (O(1) popleft, append, prepend and removal from the middle)::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, Final, cast
 
 # A block's content: an interned shared-prefix hash (0, 1, ...) or a request's private block (negative: paged.py),
@@ -59,7 +58,7 @@ class BlockPool:
         blocks.reverse()
         return blocks
 
-    def append_new_blocks(self, block_tables: Iterable[list[int]], num_blocks: int) -> None:
+    def append_new_blocks(self, block_tables: list[list[int]], num_blocks: int) -> None:
         """One block from the front of the free queue appended to each of these ``num_blocks`` block tables, in
         order (as ``get_new_blocks`` would hand them out). The scheduler's decode runs hand out blocks this way,
         ~20 per request: without an intermediate list. The caller has checked that enough are free."""
@@ -132,7 +131,7 @@ class PrefixCachingBlockPool:
             ref_cnt[block_id] = 1
         return blocks
 
-    def append_new_blocks(self, block_tables: Iterable[list[int]], num_blocks: int) -> None:
+    def append_new_blocks(self, block_tables: list[list[int]], num_blocks: int) -> None:
         """``BlockPool.append_new_blocks``: one block from the front of the free queue appended to each table, in
         order, evicting its cached hash if it has one. The caller has checked that enough are free."""
         next_free, block_hashes, ref_cnt = self.next_free, self.block_hash, self.ref_cnt

@@ -45,7 +45,7 @@ from kvlab.memory.base import (
     check_slot_states,
     num_blocks_for,
 )
-from kvlab.memory.block_needs import BlockNeeds
+from kvlab.memory.block_needs import BlockNeeds, Holder
 from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockHash, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
 
@@ -241,55 +241,56 @@ class PagedAllocator:
                                                                   first)
         if num_iterations == 0:
             return _NO_RUN
-        pool, tables = self.block_pool, self._block_tables
-        pool.append_new_blocks(map(tables.__getitem__, order), len(order))
+        self.block_pool.append_new_blocks([holder.table for holder in order], len(order))
         self._num_table_entries += len(order)
         self.num_internal_fragmentation_slots += internal
         if self.enable_prefix_caching:
-            self._cache_run(seqs, num_iterations)
+            self._cache_run(num_iterations)
         return _new_tuple(DecodeRun, (num_iterations, tuple(growth)))
 
-    def _cache_run(self, seqs: Iterable[Sequence], num_iterations: int) -> None:
+    def _cache_run(self, num_iterations: int) -> None:
         """The blocks a decode run of ``num_iterations`` filled get their hashes, request by request in running order.
         A decoding request fills a block in the iteration before the one it needs its next in, so a run shorter than
         a block fills one block of each request due a block in its iterations 2 .. n + 1 (``BlockNeeds.filling``)
         and none of the others: only those are visited (visiting every running request was a fifth of a compiled
         run's instructions, most of them returning early)."""
-        tables, needs, states = self._block_tables, self._needs, self._hashes
+        needs = self._needs
+        # (each request's RequestHashes from its holder, where _allocate_first put it: not looked up by id in _hashes;
+        # typed here so that compiled, its attributes are read natively)
+        state: RequestHashes
         if num_iterations >= self.block_size:
-            # (the tokens from BlockNeeds, not from the requests' counters: the scheduler need not catch them up; the
-            # id read once, as the object the request holds: compiled, an int is boxed anew for each dict lookup.
-            # _cache_state, not _cache_blocks: a decode run stores nothing where kvlab.offload overrides that.)
-            for seq in seqs:
-                request_id: Any = seq.request.request_id
-                self._cache_state(states[request_id], tables[request_id], needs.num_tokens(request_id))
+            # Every request holding blocks (the run's ``seqs``), as BlockNeeds holds them in the same order
+            # (admission's), with their states, tables and tokens: due placed them all on the clock it just advanced.
+            # (Not from the requests' counters: the scheduler need not catch them up; nor through ``seqs``: compiled,
+            # two attribute reads through a Protocol and three dict lookups a request. _cache_state, not
+            # _cache_blocks: a decode run stores nothing where kvlab.offload overrides that.)
+            clock = needs.num_decode_iterations
+            for holder in needs.holders.values():
+                state = holder.state
+                self._cache_state(state, holder.table, clock + holder.tokens)
             return
         pool = self._cached_pool
         # Steps cache these blocks in admission order, which matters only where a hash enters the shared index (or is
         # interned): a private block's hash is its own request's, set on the block alone, so those are cached as they
         # come and only the others are sorted (the sort was a sixth of this function's instructions, compiled).
-        # (ids as the objects the list holds: compiled, an int is unboxed and boxed again for each dict lookup, an
-        # allocation each)
-        # (and the hashes as the objects the requests' lists hold, for the same reason)
-        later: list[Any] = []
-        filling: list[Any] = self._needs.filling(num_iterations)
-        for request_id in filling:
-            state = states[request_id]
+        # (the hashes as the objects the requests' lists hold: compiled, an int is unboxed and boxed again for each
+        # use as a key or a stored item, an allocation each; Holder.request_id likewise)
+        later: list[Holder] = []
+        for holder in self._needs.filling(num_iterations):
+            state = holder.state
             j = state.num_cached_blocks
             hashes: list[Any] = state.block_hashes
             if j < len(hashes):  # (_cache_next_block, written out: about 12 calls per request)
                 block_hash = hashes[j]
                 if block_hash < 0:
-                    table = state.table
-                    assert table is not None
-                    pool.cache_full_block(table[j], block_hash)
+                    pool.cache_full_block(holder.table[j], block_hash)
                     state.num_cached_blocks = j + 1
                     continue
-            later.append(request_id)
+            later.append(holder)
         if later:
-            self._needs.in_admission_order(later)
-            for request_id in later:
-                self._cache_next_block(states[request_id])
+            BlockNeeds.in_admission_order(later)
+            for holder in later:
+                self._cache_next_block(holder.state)
 
     def _cache_next_block(self, state: RequestHashes) -> None:
         """The request's first block not yet cached gets its hash (a decode run fills one block of a request at most
@@ -316,7 +317,8 @@ class PagedAllocator:
         assert not self.enable_prefix_caching, "prefix caching hashes blocks from the requests' counters: step"
         tables, pool = self._block_tables, self.block_pool
         given = 0
-        for request_id in self._needs.next_needs():
+        for holder in self._needs.next_needs():
+            request_id = holder.request_id
             if request_id not in tables:
                 continue  # evicted for a request before it
             while not pool.num_free_blocks:
@@ -484,6 +486,7 @@ class PagedAllocator:
             for seq in held:
                 table = self._block_tables[seq.request.request_id]
                 state = self._hashes.get(seq.request.request_id)
+                assert self._needs.holders[seq.request.request_id].state is state, "a decode run would hash elsewhere"
                 num_cached = state.num_cached_blocks if state is not None else 0
                 hashes = state.block_hashes if state is not None else []
                 for j, block_id in enumerate(table[:num_cached]):
@@ -565,11 +568,12 @@ class PagedAllocator:
             if internal > 0:
                 self.num_internal_fragmentation_slots += internal
         self._block_tables[request_id] = table
-        self._needs.admit(request_id, len(table) * bs, num_tokens, num_kv_tokens)
+        holder = self._needs.admit(request_id, table, len(table) * bs, num_tokens, num_kv_tokens)
         if self.enable_prefix_caching:
             state = self._hash_state(request)
             state.num_cached_blocks = num_hit
             state.table = table
+            holder.state = state  # (a decode run reaches it from the holder: _cache_run)
             self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
