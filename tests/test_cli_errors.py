@@ -50,6 +50,7 @@ def test_version_and_the_short_help_option():
      "error: --num-requests is given 2 times (-n 5, --num-requests=6); valid: once (only the last would count)"),
     (("size", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpu", "a100"), "error: --gpu is given 2 times"),
     (("run", "-n5", "-n6"), "error: --num-requests is given 2 times (-n5, -n6)"),  # (trial 50c: -n5 is -n 5)
+    (("size", "llama-3.1-8b", "-dcp", "2", "-dcp", "4"), "error: --dcp-size is given 2 times (-dcp 2, -dcp 4)"),
     (("capacity", "--slo", "p99_ttft<2s", "--slo", "p99_tpot<1s"),
      "valid: once, its terms in one comma list: --slo 'p99_ttft<2s,p99_tpot<100ms'"),
     (("run", "-n5", "--num-requests", "6"), "error: --num-requests is given 2 times (-n5, --num-requests 6)"),

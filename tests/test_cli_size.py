@@ -277,10 +277,10 @@ def test_size_and_fit_take_the_decode_context_parallel_size(kvlab):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("-tp", "2", "-dcp", "3"), "--decode-context-parallel-size 3 must divide --tensor-parallel-size 2 (DCP groups "
+    (("-tp", "2", "-dcp", "3"), "-dcp 3 must divide --tensor-parallel-size 2 (DCP groups "
                                 "are made of TP ranks); valid: 1, 2"),
-    (("-tp", "2", "-dcp", "0"), "decode_context_parallel_size must be at least 1, got 0 (--decode-context-parallel-"
-                                "size: a whole number of GPUs, 1 for none)"),
+    (("-tp", "2", "-dcp", "0"), "decode_context_parallel_size must be at least 1, got 0 (-dcp: a whole number of "
+                                "GPUs, 1 for none)"),
 ])
 def test_a_bad_decode_context_parallel_size_is_one_line(kvlab, args, message):
     r = kvlab("size", "deepseek-v2-lite", "--available-kv-gib", "1", *args)
@@ -376,7 +376,7 @@ def test_fit_refuses_in_one_line_where_the_given_flags_leave_nothing_vllm_starts
     (("llama-3.2-1b", "--gpu", "t4", "--dtype", "bfloat16"), "--dtype bfloat16: T4 has compute capability 7.5"),
     (("tests/data/sizing_configs/qwen3-235b-a22b-fp8.json", "--gpu", "h200", "-tp", "8"),
      "the expert width (moe_intermediate_size 1536) of qwen3-235b-a22b-fp8 over tensor parallel size 8 leaves 192"),
-    (("llama-3.1-8b", "--gpu", "h100-sxm", "-tp", "8", "-dcp", "2"), "--decode-context-parallel-size 2: llama-3.1-8b's"),
+    (("llama-3.1-8b", "--gpu", "h100-sxm", "-tp", "8", "-dcp", "2"), "-dcp 2: llama-3.1-8b's"),
 ])
 def test_fit_refuses_what_size_refuses_in_the_same_line(kvlab, args, start):
     """Settings vLLM refuses whatever the GPUs (a T4's fp8 KV cache or bfloat16, not 'does not fit on up to 32 x T4'),

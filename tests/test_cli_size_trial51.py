@@ -30,8 +30,8 @@ def test_fit_names_the_dcp_sizes_the_model_can_use(kvlab, dcp, why):
     to 32 x H100-SXM' (DCP 8, 32) or named a --tensor-parallel-size 32 never given (DCP 3)."""
     r = kvlab("fit", "llama-3.1-8b", "--gpu", "h100-sxm", "-dcp", dcp)
     line = _one_line(r.stderr)
-    assert r.exit_code == 2 and line.startswith(f"error: --decode-context-parallel-size {dcp}: ") and why in line
-    assert line.endswith("valid --decode-context-parallel-size for llama-3.1-8b: 1, 2, 4")
+    assert r.exit_code == 2 and line.startswith(f"error: -dcp {dcp}: ") and why in line
+    assert line.endswith("valid -dcp for llama-3.1-8b: 1, 2, 4")
     assert "does not fit" not in line and "--tensor-parallel-size 32" not in line
 
 
@@ -39,7 +39,7 @@ def test_fit_refuses_dcp_0_by_its_own_name(kvlab):
     size = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", "-dcp", "0")
     fit = kvlab("fit", "llama-3.1-8b", "--gpu", "h100-sxm", "-dcp", "0")
     assert fit.exit_code == 2 and fit.stderr == size.stderr
-    assert "decode_context_parallel_size must be at least 1, got 0 (--decode-context-parallel-size" in fit.stderr
+    assert "decode_context_parallel_size must be at least 1, got 0 (-dcp" in fit.stderr
 
 
 def test_valid_dcp_sizes_follow_the_kv_heads_or_mla():
@@ -93,3 +93,5 @@ def test_a_bfloat16_kv_cache_on_a_t4_before_0_24_is_taken(kvlab):
                  "--vllm-version", "0.23.0").exit_code == 0
     assert kvlab("size", "llama-3.2-1b", "--gpu", "t4", "--kv-cache-dtype", "bfloat16",
                  "--vllm-version", "0.24.0").exit_code == 2
+
+

@@ -375,7 +375,7 @@ def test_decode_context_parallelism_spreads_a_request_over_the_dcp_ranks():
     # Corpus logs kimi-k2-thinking-8xh200-tp8(-dcp8)-0.11.1-nightly, both 46.80 GiB: 715,072 and 5,721,088 tokens.
     slack = rounding_blocks(plain.bytes_per_block) * 16
     assert abs(plain.num_tokens - 715_072) <= slack and abs(dcp.num_tokens - 5_721_088) <= 8 * slack
-    with pytest.raises(KvlabError, match="--decode-context-parallel-size 3 must divide --tensor-parallel-size 8"):
+    with pytest.raises(KvlabError, match="-dcp 3 must divide --tensor-parallel-size 8"):
         SizingConfig(tensor_parallel_size=8, decode_context_parallel_size=3)
 
 
@@ -968,10 +968,10 @@ def test_decode_context_parallelism_of_a_gqa_model_splits_only_the_copies_tp_mak
     its context-parallel guide: 'dcp size is upper bounded by tp_size / H'); MLA keeps one latent and takes any DCP
     that divides TP. Trial 49: llama-3.1-8b at TP 8 with DCP 8 came out at 263.66x concurrency instead of 32.96x."""
     model = get_model("llama-3.1-8b")  # 8 KV heads, 32 attention heads
-    with pytest.raises(KvlabError, match=r"^--decode-context-parallel-size 8: llama-3.1-8b's 8 KV heads over tensor "
-                       r"parallel size 8 are not replicated, .*valid --decode-context-parallel-size here: 1 \(no DCP\)$"):
+    with pytest.raises(KvlabError, match=r"^-dcp 8: llama-3.1-8b's 8 KV heads over tensor "
+                       r"parallel size 8 are not replicated, .*valid -dcp here: 1 \(no DCP\)$"):
         size_kv_cache(model, given("h100-sxm", 40, tensor_parallel_size=8, decode_context_parallel_size=8))
-    with pytest.raises(KvlabError, match=r"replicated 4 times, .*valid --decode-context-parallel-size here: 1, 2, 4$"):
+    with pytest.raises(KvlabError, match=r"replicated 4 times, .*valid -dcp here: 1, 2, 4$"):
         size_kv_cache(model, given("h100-sxm", 40, tensor_parallel_size=32, decode_context_parallel_size=8))
     four = size_kv_cache(model, given("h100-sxm", 40, tensor_parallel_size=32, decode_context_parallel_size=4))
     plain = size_kv_cache(model, given("h100-sxm", 40, tensor_parallel_size=32))

@@ -76,7 +76,7 @@ def test_what_cannot_be_sized_is_said_not_guessed(bench, tmp_path, capsys):
                             "quantized_layers map cannot be sized"),
                            (dict(not_sizable="a drafter shares the pool"), "a drafter shares the pool"),
                            (dict(other_flags="--decode-context-parallel-size 3"),
-                            "--decode-context-parallel-size 3 must divide --tensor-parallel-size")):
+                            "-dcp 3 must divide --tensor-parallel-size")):
         folder = tmp_path / str(len(reason))
         (folder / "model_configs").mkdir(parents=True)
         # a MIXED_PRECISION checkpoint's config.json without its per-layer map (vLLM refuses it too)

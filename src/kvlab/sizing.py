@@ -160,12 +160,13 @@ class SizingConfig:
                 raise KvlabError(f"{name} must be positive, got {value}")
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size"):
             if getattr(self, name) < 1:
-                raise KvlabError(f"{name} must be at least 1, got {getattr(self, name)} (--{name.replace('_', '-')}: "
+                flag = "-dcp" if name == "decode_context_parallel_size" else f"--{name.replace('_', '-')}"  # (vLLM's and kvlab's)
+                raise KvlabError(f"{name} must be at least 1, got {getattr(self, name)} ({flag}: "
                                  "a whole number of GPUs, 1 for none)")
         tp, dcp = self.tensor_parallel_size, self.decode_context_parallel_size
         if tp % dcp:
             valid = ", ".join(str(d) for d in range(1, tp + 1) if tp % d == 0)
-            raise KvlabError(f"--decode-context-parallel-size {dcp} must divide --tensor-parallel-size {tp} (DCP "
+            raise KvlabError(f"-dcp {dcp} must divide --tensor-parallel-size {tp} (DCP "
                              f"groups are made of TP ranks); valid: {valid}")
         if self.block_size <= 0:
             raise KvlabError(f"--block-size {self.block_size} must be positive; valid: 16, 32, 64, 128, ... (vLLM's "
@@ -923,7 +924,7 @@ def decode_context_parallel_refusal(model: ModelSpec, config: SizingConfig) -> s
         why = (f"vLLM's DCP splits by token only the copies of {model.id}'s {heads} KV heads that tensor parallelism "
                f"beyond their number makes (at most tensor_parallel_size // {heads}), and even its largest "
                f"tensor-parallel size, {tp}, takes at most {dcp_limit(model, tp)}")
-    return (f"--decode-context-parallel-size {dcp}: {why}; valid --decode-context-parallel-size for {model.id}: "
+    return (f"-dcp {dcp}: {why}; valid -dcp for {model.id}: "
             f"{', '.join(map(str, valid))}")
 
 
@@ -940,10 +941,10 @@ def check_model_config(model: ModelSpec, config: SizingConfig) -> int:
         # context_parallel_deployment.md: "dcp size is upper bounded by tp_size / H")
         most = tp // heads
         valid = ", ".join(str(d) for d in range(1, max(most, 1) + 1) if tp % d == 0) if most > 1 else "1 (no DCP)"
-        raise KvlabError(f"--decode-context-parallel-size {dcp}: {model.id}'s {heads} KV heads over tensor parallel "
+        raise KvlabError(f"-dcp {dcp}: {model.id}'s {heads} KV heads over tensor parallel "
                          f"size {tp} are {'replicated ' + str(most) + ' times' if most > 1 else 'not replicated'}, "
                          f"and vLLM's DCP splits only those copies by token (at most tensor_parallel_size // KV "
-                         f"heads); valid --decode-context-parallel-size here: {valid}")
+                         f"heads); valid -dcp here: {valid}")
     if config.pipeline_parallel_size > model.num_hidden_layers:
         raise KvlabError(f"--pipeline-parallel-size {config.pipeline_parallel_size} exceeds the "
                          f"{model.num_hidden_layers} layers of {model.id}; valid: 1 to {model.num_hidden_layers}")

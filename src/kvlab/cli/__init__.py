@@ -116,14 +116,15 @@ def _check_repeats(command, args: list[str]) -> None:
             continue
         from kvlab.errors import KvlabError
 
-        spelled = [args[i].split("=", 1)[0] if args[i].startswith("--") else args[i][:2] for i in given]
+        exact = [args[i].split("=", 1)[0] in (*opts, *negative) for i in given]  # (else -n5: a short one, attached)
+        spelled = [args[i].split("=", 1)[0] if whole else args[i][:2] for i, whole in zip(given, exact)]
         if negative and any(a in negative for a in spelled) and any(a in opts for a in spelled):
             raise KvlabError(f"{' and '.join(dict.fromkeys(spelled))} are both given; valid: one of them (only the "
                              "last would count)")
-        attached = ["=" in args[i] or (len(args[i]) > 2 and not args[i].startswith("--")) for i in given]
+        attached = ["=" in args[i] or not whole for i, whole in zip(given, exact)]  # (-dcp 2 is not attached)
         shown = [args[i] if joined or param.is_flag or i + 1 == len(args) else f"{args[i]} {args[i + 1]}"
                  for i, joined in zip(given, attached)]
-        name = max(opts, key=len)
+        name = next((o for o in opts if o.startswith("--")), max(opts, key=len))  # (as the command's help names it)
         raise KvlabError(f"{name} is given {len(given)} times ({', '.join(shown)}); valid: once"
                          + (ONE_LIST.get(name, "") or " (only the last would count)"))
 
@@ -255,8 +256,10 @@ def _usage_message(exc, args: list[str], command_path: str = "kvlab", root=None)
     option = getattr(exc, "option_name", None)
     where = exc.ctx.command_path if exc.ctx is not None else command_path
     if option == "--strategy" and where in STRATEGIES_AS_ARGUMENTS:
-        return (f"{where} takes its strategies as arguments, not --strategy: e.g. {where} vllm orca-max "
-                f"(sweep and capacity take --strategy) (see '{where} --help')")
+        one = where.endswith(" run")  # (run takes one strategy, race several)
+        return (f"{where} takes its {'strategy as an argument' if one else 'strategies as arguments'}, not --strategy: "
+                f"e.g. {where} vllm{'' if one else ' orca-max'} (sweep and capacity take --strategy) (see '{where} "
+                "--help')")
     owners = _commands_with(root, option) if root is not None and exc.__class__.__name__ == "NoSuchOption" else []
     if owners and option:
         instead = IN_THE_STRATEGY.get(option, "") if where in STRATEGIES_AS_ARGUMENTS else ""

@@ -370,12 +370,20 @@ def _check_weights_fit(log: StartupLog, spec) -> None:
     vLLM's budget is requested memory - weights - activations - other, so that sum is what the GPU had left once
     the activations and other memory were taken; a model whose weights alone take more loads nothing into the KV
     cache (or does not load). Generous: a larger model's activations are larger too. Without both figures, no check."""
+    from dataclasses import replace
+
+    from kvlab.catalog.quant import requested_method
     from kvlab.sizing import format_gib, size_kv_cache
 
     if log.model_weights_gib is None or log.available_kv_cache_gib is None:
         return
+    try:  # (the asked model's weights in the log's format: an AWQ log's 70B is a quarter of its bf16 size)
+        quantization = requested_method(log.settings.get("quantization"), "the log's quantization")
+    except KvlabError:
+        return  # (a format kvlab does not model: its weights cannot be sized, so no check)
     room_gib = log.model_weights_gib + log.available_kv_cache_gib
-    weights = size_kv_cache(spec, _sizing_config(log, GIB)).weights_bytes
+    config = replace(_sizing_config(log, GIB), quantization=quantization)
+    weights = size_kv_cache(spec, config).weights_bytes
     if weights > (room_gib + 2 * GIB_ROUNDING) * GIB:
         s = log.settings
         split = f"tensor_parallel_size {s.get('tensor_parallel_size') or 1}"
