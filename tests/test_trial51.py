@@ -49,6 +49,14 @@ def test_another_model_the_logs_kv_cache_cannot_start_is_refused():
     assert explain_vllm_log(log, "llama-3.1-8b")["differences"] == []
 
 
+def test_the_weights_check_sizes_the_asked_model_in_the_logs_quantization():
+    """Trial 51b: an AWQ 70B log (2 x L40S, 18.55 GiB of weights a GPU) with --model llama-3.1-70b, the catalogue's
+    nearest, was refused at the 70B's bf16 size (65.74 GiB a GPU); in the log's format it fits, as it did."""
+    log = parse_vllm_log(Path("tests/data/startup_logs/llama-3-70b-awq-2xl40s-tp2-0.16.0.log").read_text())
+    assert log.settings.get("quantization") == "awq_marlin"
+    assert explain_vllm_log(log, "llama-3.1-70b")["comparison"]  # (a comparison, not a refusal)
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (("cost", "ROOFLINE"), "error: unknown cost profile 'ROOFLINE' (did you mean 'roofline'?)"),
     (("capacity", "--replicas", "AUTO"), "the fewest that sustain R (did you mean auto? it is lower case)"),
