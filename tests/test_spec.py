@@ -396,3 +396,19 @@ def test_a_config_json_with_mtp_layers_takes_mtp(tmp_path):
     path.write_text(json.dumps(LLAMA_8B))
     with pytest.raises(KvlabError, match="with-mtp has no MTP head"):
         resolve(model=str(path), gpu="h100-sxm", speculative_method="mtp", spec_acceptance="0.8")
+
+
+@pytest.mark.parametrize("text, where", [
+    ("0.8//0.5/0.3", "'0.8//0.5/0.3': position 2 of 4 is empty"),
+    ("0.8//0.5", "'0.8//0.5': position 2 of 3 is empty"),
+    ("0.8/0.5/", "'0.8/0.5/': position 3 of 3 is empty"),
+    ("/0.8", "'/0.8': position 1 of 2 is empty"),
+    (" ", "' ': is empty"),
+])
+def test_an_empty_acceptance_field_is_refused_by_its_position(kvlab, text, where):
+    """trial 51, finding 1: '0.8//0.5/0.3' ran as 0.8/0.5/0.3 (the empty field dropped) and '0.8//0.5' was refused as
+    '2 rates for 3 speculative tokens', naming neither the empty field nor where it was."""
+    r = kvlab("run", "vllm", "-n", "10", "--speculative-method", "ngram", "--spec-acceptance", text)
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [f"error: --spec-acceptance {where}; valid: a probability from 0 to 1, or "
+                                             "one per position separated by slashes (0.9/0.7/0.5)"]
