@@ -412,3 +412,25 @@ def test_an_empty_acceptance_field_is_refused_by_its_position(kvlab, text, where
     assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().splitlines() == [f"error: --spec-acceptance {where}; valid: a probability from 0 to 1, or "
                                              "one per position separated by slashes (0.9/0.7/0.5)"]
+
+
+@pytest.mark.parametrize("method, says", [
+    ("eagle", "--speculative-model llama-3.2-1b: --speculative-method eagle drafts with an EAGLE head, a one-layer "
+              "checkpoint trained on the target's hidden states"),
+    ("mtp", "--speculative-model llama-3.2-1b: --speculative-method mtp drafts with the target checkpoint's own MTP "
+            "layers, with no other model"),
+])
+def test_a_catalogue_model_is_refused_as_an_eagle_or_mtp_draft(kvlab, method, says):
+    """trial 51, finding 2: eagle with --speculative-model llama-3.2-1b shrank the pool by the 1B's weights but priced
+    each draft as an EAGLE head (one target layer). vLLM's EAGLE method loads SpeculativeConfig.model as an EAGLE head
+    checkpoint (vllm/config/speculative.py wraps its config in EAGLEConfig); a whole catalogue model is not one."""
+    model = ["--model", "deepseek-v3", "--gpu", "h200", "-tp", "8"] if method == "mtp" else []
+    r = kvlab("run", "vllm", "-n", "10", *model, "--speculative-method", method, "--speculative-model", "llama-3.2-1b",
+              "--spec-acceptance", "0.7")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], lines
+    assert lines[0].endswith("valid: drop --speculative-model, or --speculative-method draft_model to draft with "
+                             "llama-3.2-1b")
+    if method == "eagle":
+        assert "llama-3.2-1b is a whole model, not an EAGLE head" in lines[0]

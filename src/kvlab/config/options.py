@@ -175,9 +175,10 @@ OPTIONS: dict[str, Option] = _options(
     Option("spec_acceptance", "scheduler", str, None, "With --speculative-method: the chance a draft token is "
            "accepted, one for every position (0.7) or one per position (0.9/0.7/0.5), each given those before it "
            "were.", default_text="required with --speculative-method"),
-    Option("speculative_model", "scheduler", str, None, "The draft model (--speculative-method draft_model): a "
-           "catalogue name other than the target, normally smaller; its active parameters over the target's price "
-           "each draft pass (a larger draft is run, with a warning that drafting then costs more than it saves).",
+    Option("speculative_model", "scheduler", str, None, "The draft model (--speculative-method draft_model only: "
+           "ngram, eagle and mtp take none): a catalogue name other than the target, normally smaller; its active "
+           "parameters over the target's price each draft pass (a larger draft is run, with a warning that drafting "
+           "then costs more than it saves).",
            default_text="none"),
     # --- cost --------------------------------------------------------------------------------------------------
     Option("cost", "cost", str, None, "Cost profile that sets the clock: a name (kvlab cost) or a "

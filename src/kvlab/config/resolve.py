@@ -470,10 +470,8 @@ def resolve_speculative(values: dict[str, Any], model_spec, sizing: SizingResult
                 raise KvlabError(f"--{name.replace('_', '-')} {values[name]} needs --speculative-method; valid: "
                                  "ngram, draft_model, eagle or mtp")
         return None
-    if method == "ngram" and values.get("speculative_model") is not None:
-        raise KvlabError(f"--speculative-model {values['speculative_model']}: --speculative-method ngram drafts from "
-                         "the prompt's own n-grams, with no model; valid: drop --speculative-model, or "
-                         "--speculative-method draft_model")
+    if method != "draft_model" and values.get("speculative_model") is not None:
+        _refuse_a_draft_model(method, values["speculative_model"])
     from kvlab.spec.config import SpeculativeConfig, parse_acceptance
     from kvlab.spec.cost import draft_cost_ratio
 
@@ -496,6 +494,25 @@ def resolve_speculative(values: dict[str, Any], model_spec, sizing: SizingResult
                              draft_cost_ratio=draft_cost_ratio(method, model_spec, draft), seed=values["seed"],
                              draft_model=draft.id if draft is not None else None,
                              **(_draft_memory(draft, values, sizing) if draft is not None and sizing else {}))
+
+
+# What each method drafts with where it takes no --speculative-model (vLLM: an EAGLE head is a checkpoint of its own,
+# SpeculativeConfig's ``model``, trained on the target's hidden states: the catalogue holds none, and a catalogue
+# model given there would be loaded as one, which vLLM's EAGLE loader cannot; mtp's head is in the target's checkpoint).
+_DRAFTS_WITHOUT_A_MODEL = {
+    "ngram": "drafts from the prompt's own n-grams, with no model",
+    "eagle": "drafts with an EAGLE head, a one-layer checkpoint trained on the target's hidden states (such as "
+             "yuhuili/EAGLE-LLaMA3.1-Instruct-8B) that kvlab prices as one of the target's layers per draft; {model} "
+             "is a whole model, not an EAGLE head",
+    "mtp": "drafts with the target checkpoint's own MTP layers, with no other model",
+}
+
+
+def _refuse_a_draft_model(method: str, model: str) -> None:
+    """A --speculative-model with a method that does not draft with a catalogue model (ngram, eagle, mtp)."""
+    drafts = _DRAFTS_WITHOUT_A_MODEL[method].format(model=model)
+    raise KvlabError(f"--speculative-model {model}: --speculative-method {method} {drafts}; "
+                     f"valid: drop --speculative-model, or --speculative-method draft_model to draft with {model}")
 
 
 def _draft_memory(draft, values: dict[str, Any], sizing: SizingResult) -> dict[str, int]:
