@@ -434,3 +434,23 @@ def test_a_catalogue_model_is_refused_as_an_eagle_or_mtp_draft(kvlab, method, sa
                              "llama-3.2-1b")
     if method == "eagle":
         assert "llama-3.2-1b is a whole model, not an EAGLE head" in lines[0]
+
+
+def test_num_gpu_blocks_beside_a_draft_model_is_checked_at_the_block_size_with_the_drafts_layers(kvlab):
+    """trial 51, finding 9: the fit check of --num-gpu-blocks took the draft's weights off but priced a block at the
+    target's layers alone, so 1,085 blocks ran where the blocks, holding the draft's layers too, need 13.77 GiB of the
+    13.25 GiB left. The default pool (650 blocks) is the budget over the block with both models' layers."""
+    spec = resolve(model="opt-13b", gpu="a100-40gb", speculative_method="draft_model", speculative_model="llama-3.2-1b",
+                   spec_acceptance="0.7")
+    block = spec.sizing.bytes_per_block + 16 * spec.speculative.draft_kv_bytes_per_token
+    room = spec.sizing.gpu_memory_bytes - spec.sizing.weights_bytes - spec.speculative.draft_weights_bytes
+    fit = room // block
+    args = ("run", "vllm", "--model", "opt-13b", "--gpu", "a100-40gb", "-n", "5", "--speculative-method", "draft_model",
+            "--speculative-model", "llama-3.2-1b", "--spec-acceptance", "0.7", "--num-gpu-blocks")
+    r = kvlab(*args, str(fit + 1))
+    assert r.exit_code == 2 and fit == 1043, (fit, r.stderr)
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        f"error: --num-gpu-blocks 1,044 is more than A100-40GB can hold for the KV cache of opt-13b: 1,044 blocks x "
+        f"{block / 2**20:g} MiB with llama-3.2-1b's layers = ")
+    assert "valid: at most 1,043 blocks" in r.stderr
+    assert kvlab(*args, str(fit)).exit_code == 0

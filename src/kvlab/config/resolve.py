@@ -412,6 +412,8 @@ def _pool_slots(model_spec, gpu_spec, sizing: SizingResult, num_gpu_blocks: int 
     (vLLM's --num-gpu-blocks-override, e.g. a real run's printed count), refused where the GPU could not hold that
     many blocks beside the weights (as --available-kv-gib is: kvlab.sizing) or where they are too few to serve."""
     draft_weights = speculative.draft_weights_bytes if speculative is not None else 0
+    # a block holds each of its tokens in the draft's layers too (_draft_slots)
+    draft_block = speculative.draft_kv_bytes_per_token * sizing.block_size if speculative is not None else 0
     num_slots = num_gpu_blocks * block_size if num_gpu_blocks else sizing.num_pool_slots
     if not num_gpu_blocks and speculative is not None and speculative.draft_model:
         num_slots = _draft_slots(model_spec, gpu_spec, sizing, speculative)
@@ -419,12 +421,14 @@ def _pool_slots(model_spec, gpu_spec, sizing: SizingResult, num_gpu_blocks: int 
         from kvlab.sizing import format_gib
 
         room = sizing.gpu_memory_bytes - sizing.weights_bytes - draft_weights
-        fit = max(room, 0) // sizing.bytes_per_block
+        block_bytes = sizing.bytes_per_block + draft_block
+        fit = max(room, 0) // block_bytes
         if num_gpu_blocks > fit:
+            with_draft = f" with {speculative.draft_model}'s layers" if draft_block and speculative else ""
             raise KvlabError(
                 f"--num-gpu-blocks {num_gpu_blocks:,} is more than {gpu_spec.id} can hold for the KV cache of "
-                f"{model_spec.id}: {num_gpu_blocks:,} blocks x {sizing.bytes_per_block / 2**20:g} MiB = "
-                f"{format_gib(num_gpu_blocks * sizing.bytes_per_block)} GiB, but {format_gib(sizing.gpu_memory_bytes)} "
+                f"{model_spec.id}: {num_gpu_blocks:,} blocks x {block_bytes / 2**20:g} MiB{with_draft} = "
+                f"{format_gib(num_gpu_blocks * block_bytes)} GiB, but {format_gib(sizing.gpu_memory_bytes)} "
                 f"GiB of memory - {format_gib(sizing.weights_bytes + draft_weights)} GiB of weights = "
                 f"{format_gib(max(room, 0))} GiB; "
                 f"valid: at most {fit:,} blocks, or a GPU with more memory (--gpu, --gpu-memory-gib)")
