@@ -121,3 +121,25 @@ def test_compare_with_a_model_kvlab_does_not_know_asks_for_model_config():
                        r"catalogue name\). Nothing was sent.$"):
         sim_setup(server)
     assert sim_setup(server, model_config="llama-3.1-8b").settings["model"] == "llama-3.1-8b"
+
+
+def test_errors_that_differ_only_in_token_counts_are_counted_together():
+    from kvlab.bench.results import error_counts
+
+    def ended(error: str, status: str = "timeout") -> RequestResult:
+        return RequestResult(0, 0.0, 10, 53, 0, status, error)
+
+    results = [ended("no complete answer within 0.001 s (--timeout): 0 of 53 tokens"),
+               ended("no complete answer within 0.001 s (--timeout): 4 of 20 tokens"),
+               ended("no complete answer within 0.001 s (--timeout): 0 of 53 tokens"),
+               ended("connection failed after 3 of 7 tokens: ReadError: reset", "failed"),
+               ended("connection failed after 3 of 7 tokens: ReadError: reset", "failed"),
+               ended("interrupted (Ctrl-C) after 5 tokens", "failed"),
+               ended("interrupted (Ctrl-C) after 9 tokens", "failed"),
+               ended("HTTP 500: boom", "failed"),
+               RequestResult(1, 0.0, 10, 53, 53, "finished")]
+    assert error_counts(results) == {
+        "no complete answer within 0.001 s (--timeout): 0–4 of 20–53 tokens": 3,
+        "connection failed after 3 of 7 tokens: ReadError: reset": 2,
+        "interrupted (Ctrl-C) after 5–9 tokens": 2,
+        "HTTP 500: boom": 1}

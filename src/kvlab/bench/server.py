@@ -77,8 +77,12 @@ def _models(client, url: str) -> list[dict]:
     try:
         response = client.get("/v1/models")
     except httpx.HTTPError as exc:
-        raise KvlabError(f"cannot reach {url}: {type(exc).__name__}: {exc or 'no answer'}. Is the server running "
-                         "there? Nothing was sent.") from exc
+        detail = f"{type(exc).__name__}: {str(exc).rstrip('.') or 'no answer'}"
+        if isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            # (reached: something took the connection, and closed it or answered in something other than HTTP)
+            raise KvlabError(f"{url} took the connection but gave no HTTP answer to GET /v1/models ({detail}): is an "
+                             "OpenAI-compatible server listening on that port? Nothing was sent.") from exc
+        raise KvlabError(f"cannot reach {url}: {detail}. Is the server running there? Nothing was sent.") from exc
     if response.status_code in (401, 403):
         raise KvlabError(f"{url} refused the API key (HTTP {response.status_code} on /v1/models): set "
                          f"{' or '.join(API_KEY_VARS)} to the server's key. Nothing was sent.")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -120,12 +121,19 @@ def bench(
 def _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format) -> None:
     from kvlab.bench.client import PROMPT_FORMATS
 
-    for name, value in (("--concurrency", concurrency), ("--timeout", timeout), ("--time-limit", time_limit),
-                        ("--metrics-interval", metrics_interval)):
-        if value is not None and not value > 0:
-            raise KvlabError(f"{name} must be > 0, not {value}")
+    seconds = "seconds, a finite number > 0"
+    for name, value, valid in (("--concurrency", concurrency, "clients, a whole number ≥ 1"),
+                               ("--timeout", timeout, seconds), ("--time-limit", time_limit, seconds),
+                               ("--metrics-interval", metrics_interval, seconds)):
+        if value is None:
+            continue
+        if not math.isfinite(value):  # (inf would switch the bound off: a bench is bounded, as run's --timeout is)
+            raise KvlabError(f"{name} {value:g} is not a finite number; valid: {valid}")
+        if not value > 0:
+            raise KvlabError(f"{name} {value:g} is out of range; valid: {valid}")
     if prompt_format not in ("auto", *PROMPT_FORMATS):
-        raise KvlabError(f"--prompt-format {prompt_format!r}: choose auto, {', '.join(PROMPT_FORMATS)}")
+        raise KvlabError(f"--prompt-format {prompt_format!r} is not one of its values; valid: auto, "
+                         f"{', '.join(PROMPT_FORMATS)}")
 
 
 COMPARE_ONLY = ("model_config", *SIM_SETUP_OPTIONS)  # the simulation's options: nothing to set without --compare
@@ -334,6 +342,8 @@ def _fmt(value) -> str:
 def _report(summary: dict, run, console) -> None:
     from rich.console import Console
 
+    from kvlab.report.text import plural
+
     stdout = Console(highlight=False)  # (the terminal's width, 80 when not one: the README's promise for tables)
     for table in _measured_tables(summary):
         stdout.print(table)
@@ -342,9 +352,9 @@ def _report(summary: dict, run, console) -> None:
         stdout.print(f"The server counted {counters['prompt_tokens']:,} prompt tokens (kvlab sent "
                      f"{summary['num_prompt_tokens_sent']:,}) and generated {counters['generation_tokens']:,} "
                      f"(kvlab received {summary['num_output_tokens_received']:,}); "
-                     f"{counters['preemptions']:,} preemptions.")
+                     f"{plural(counters['preemptions'], 'preemption')}.")
     if summary["errors"]:
-        stdout.print(f"What did not finish ({len(summary['requests']) - summary['num_finished']} requests):")
+        stdout.print(f"What did not finish ({plural(len(summary['requests']) - summary['num_finished'], 'request')}):")
     for error, count in summary["errors"].items():
         stdout.print(f"[red]{count} ×[/] {escape(error)}")
     if summary["num_short"]:
