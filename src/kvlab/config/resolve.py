@@ -250,7 +250,7 @@ class KvlabConfig:
 
         tp = self.parallel.tensor_parallel_size
         check_swap_space(self.cache.swap_space_bytes / GIB / tp, tp, self.device.gpu, self.parallel.world_size,
-                         self.cpu_memory_gib)
+                         self.cpu_memory_gib, self.offload.size_gib if self.offload is not None else 0.0)
 
     @property
     def num_gpus(self) -> int:

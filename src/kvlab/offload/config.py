@@ -90,11 +90,18 @@ SWAP_SHARE_REFUSED = 0.7
 
 
 def check_swap_space(swap_space_gib: float, tensor_parallel_size: int, gpu: str, num_gpus: int,
-                     cpu_memory_gib: float | None = None) -> None:
+                     cpu_memory_gib: float | None = None, offload_gib: float = 0.0) -> None:
     """Refuse, as vLLM does, a swap space of ``swap_space_gib`` per GPU that takes more than SWAP_SHARE_REFUSED of
-    the machine's CPU memory (machine_cpu_memory) over the tensor-parallel GPUs."""
+    the machine's CPU memory (machine_cpu_memory) over the tensor-parallel GPUs; and one that does not fit beside
+    a CPU tier of ``offload_gib`` (--kv-offloading-size): both are pinned CPU memory of the one machine."""
     total, source = machine_cpu_memory(gpu, num_gpus, cpu_memory_gib)
     used = swap_space_gib * tensor_parallel_size
+    if offload_gib and round(used + offload_gib, 6) > round(total, 6):
+        each = "" if tensor_parallel_size == 1 else f" x {tensor_parallel_size} GPUs (TP)"
+        raise KvlabError(f"--swap-space {swap_space_gib:g} GiB{each} and --kv-offloading-size {offload_gib:g} GiB "
+                         f"take {used + offload_gib:g} GiB of CPU memory together, more than the machine's {total:g} "
+                         f"GiB ({source}); valid: a swap space and a CPU tier of at most {total:g} GiB together, or "
+                         f"--cpu-memory-gib at least {used + offload_gib:g}")
     if round(used, 6) <= round(SWAP_SHARE_REFUSED * total, 6):  # (in GiB to the KiB: 0.7 x 16 is 11.2)
         return
     each = "" if tensor_parallel_size == 1 else f" per GPU x {tensor_parallel_size} GPUs (TP) = {used:g} GiB"
