@@ -151,6 +151,11 @@ def test_the_run_scheduler_with_a_cpu_tier_is_stepping():
     (["vllm+prefix", "--kv-offloading-size", "300", "--cpu-memory-gib", "256"], "more than the machine's CPU memory "
      "(256 GiB, --cpu-memory-gib)"),
     (["vllm+prefix", "--kv-offloading-size", "0"], "--kv-offloading-size 0 is out of range"),
+    # trial 51, finding 12: the size in GiB as given, the least in GiB; a --cpu-memory-gib given is to be larger
+    (["vllm+prefix", "--kv-offloading-size", "0.00001"], "--kv-offloading-size 1e-05 GiB holds no KV block (12.5 MiB "
+     "each); valid: at least 0.0123 GiB, one block"),
+    (["vllm+prefix", "--kv-offloading-size", "8", "--cpu-memory-gib", "4"], "valid: at most 4 GiB, or a larger "
+     "--cpu-memory-gib"),
     (["vllm+prefix", "--kv-offloading-size", "-1"], "--kv-offloading-size -1 is out of range"),
     (["vllm+noprefix", "--kv-offloading-size", "8"], "KV offload needs prefix caching"),
     (["orca-max", "--kv-offloading-size", "8"], "KV offload to CPU (--kv-offloading-size) needs paged memory with "

@@ -121,9 +121,14 @@ def resolve_offload(size_gib: float | None, gpu: str, num_gpus: int, block_size:
     limit, source = machine_cpu_memory(gpu, num_gpus, cpu_memory_gib)
     if size_gib > limit:
         raise KvlabError(f"--kv-offloading-size {size_gib:g} GiB is more than the machine's CPU memory ({limit:g} GiB, "
-                         f"{source}); valid: at most {limit:g} GiB, or give --cpu-memory-gib")
+                         f"{source}); valid: at most {limit:g} GiB, or "
+                         f"{'a larger' if cpu_memory_gib is not None else 'give'} --cpu-memory-gib")
     block_bytes = kv_block_bytes(kv_bytes_per_token, block_size)
     if block_bytes <= 0:
         raise KvlabError("--kv-offloading-size needs the model's KV bytes per token: give a catalogue model")
+    if int(size_gib * GIB) < block_bytes:  # (in GiB, as given: a block's bytes rounded up to what holds one)
+        least = math.ceil(block_bytes / GIB * 1e4) / 1e4
+        raise KvlabError(f"--kv-offloading-size {size_gib:g} GiB holds no KV block ({block_bytes / 2**20:g} MiB "
+                         f"each); valid: at least {least:g} GiB, one block")
     return OffloadConfig(num_cpu_blocks=int(size_gib * GIB) // block_bytes, block_bytes=block_bytes, link=link,
                          link_bandwidth_bytes_per_s=bandwidth, size_gib=size_gib, cpu_memory_gib=cpu_memory_gib)

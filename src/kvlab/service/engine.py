@@ -205,9 +205,12 @@ def _one_class(config: KvlabConfig, workload: Workload | None) -> list[str]:
         ("gateway-queue-policy", admission is not None and admission.queue_policy == "priority")) if on]
     if not policies:
         return []
-    from kvlab.service.classes import known_classes
+    from kvlab.workload.priority import parse_classes
 
-    classes = known_classes(config, workload)
+    if config.workload.priority_classes:  # (as kvlab.service.classes.known_classes reads them, a layer above)
+        classes = {number for number, _ in parse_classes(config.workload.priority_classes)}
+    else:
+        classes = {r.priority for r in (workload if workload is not None else load(config)).requests}
     if len(classes) > 1:
         return []
     return [f"{' and '.join(policies)} order{'s' if len(policies) == 1 else ''} requests by their class, and every "
