@@ -93,6 +93,23 @@ def test_base_url_accepts_the_forms_people_paste():
         base_url("localhost:8000")
 
 
+@pytest.mark.parametrize("url, message", [
+    # trial 51, finding 14: each was a 60-line traceback (httpx.InvalidURL), or taken as a URL
+    ("http://127.0.0.1:abc", "--url 'http://127.0.0.1:abc': invalid port: 'abc'; valid: an http:// or https:// URL "
+                             "such as http://127.0.0.1:8000"),
+    ("http://[::1", "--url 'http://[::1': invalid port: ':1'; valid:"),
+    ("http://[zz]:80", "--url 'http://[zz]:80': invalid IPv6 address: '[zz]'; valid:"),
+    ("http://127.0.0.1:99999", "--url 'http://127.0.0.1:99999': port 99999 is out of range; valid: a port from 1 to "
+                               "65535"),
+    ("http://127.0.0.1:1 /v1", "--url 'http://127.0.0.1:1 /v1' has a space in it; valid:"),
+    ("http://:80", "--url 'http://:80' names no host; valid:"),
+])
+def test_a_url_that_is_not_one_is_refused_in_one_line(url, message):
+    with pytest.raises(KvlabError) as refused:
+        base_url(url)
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
 def test_requests_csv_round_trip_keeps_unknowns_empty(tmp_path):
     results = [
         RequestResult(0, 0.0, 10, 4, 4, "finished", "", 0.1, 0.3, 0.9, (0.3, 0.5, 0.9), (1, 2, 1)),

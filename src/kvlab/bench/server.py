@@ -57,9 +57,23 @@ class ServerInfo:
 
 def base_url(url: str) -> str:
     """The server's root: ``http://host:8000``, ``http://host:8000/`` and ``http://host:8000/v1`` are one."""
+    import httpx
+
     url = url.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise KvlabError(f"--url {url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000)")
+    valid = "valid: an http:// or https:// URL such as http://127.0.0.1:8000"
+    if any(c.isspace() for c in url):
+        raise KvlabError(f"--url {url!r} has a space in it; {valid}")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:  # ('Invalid port: ...', 'Invalid IPv6 address: ...')
+        raise KvlabError(f"--url {url!r}: {str(exc)[:1].lower()}{str(exc)[1:].rstrip('.')}; {valid}") from None
+    if not parsed.host:
+        raise KvlabError(f"--url {url!r} names no host; {valid}")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise KvlabError(f"--url {url!r}: port {parsed.port} is out of range; valid: a port from 1 to 65535, as in "
+                         "http://127.0.0.1:8000")
     return url.removesuffix("/v1")
 
 
