@@ -359,3 +359,17 @@ def test_the_configuration_names_the_routers_and_scorers_the_fleet_runs():
 
     assert tuple(ROUTERS) == ROUTER_NAMES
     assert tuple(SCORERS) == SCORER_NAMES
+
+
+def test_a_weighted_router_without_a_load_scorer_breaks_ties_by_load(kvlab):
+    """trial 51, finding 16: --router weighted --router-scorers prefix:1 on prompts that share nothing scores every
+    replica 0, and every tie went to replica 0 ("requests routed per replica: 100, 0, 0, 0"); the prefix router on
+    the same run falls back to the fewest requests, and so does weighted now."""
+    import json
+
+    runs = {}
+    for router in (("weighted", "--router-scorers", "prefix:1"), ("prefix",)):
+        r = kvlab("run", "vllm", "-n", "100", "--rate", "8", "--replicas", "4", "--router", *router, "--json")
+        assert r.exit_code == 0, r.stderr
+        runs[router[0]] = json.loads(r.stdout)["strategies"][0]["fleet"]["decisions"]["per_replica"]
+    assert runs["weighted"] == runs["prefix"] and max(runs["weighted"]) < 40, runs
