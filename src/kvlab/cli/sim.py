@@ -91,9 +91,9 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, **opt
     chosen = service.strategies(strategy_names, config)
     service.check_work(config, len(chosen))
     if slos:  # (--slo-classes: each class one of the workload's, checked before anything runs)
-        from kvlab.service.classes import check_classes, check_deadlines, known_classes
+        from kvlab.service.classes import check_classes, check_deadlines, declared_classes, known_classes
 
-        check_classes(slos, known_classes(config))
+        check_classes(slos, known_classes(config), declared_classes(config))
         check_deadlines(slos.values(), [{"workload": config.workload.workload, "timeout": config.workload.timeout}])
     console = Console(stderr=True)
     for note in service.notes(config, chosen):

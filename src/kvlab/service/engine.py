@@ -207,7 +207,7 @@ def _one_class(config: KvlabConfig, workload: Workload | None) -> list[str]:
         return []
     from kvlab.workload.priority import parse_classes
 
-    if config.workload.priority_classes:  # (as kvlab.service.classes.known_classes reads them, a layer above)
+    if config.workload.priority_classes:  # (as kvlab.service.classes.declared_classes reads them, a layer above)
         classes = {number for number, _ in parse_classes(config.workload.priority_classes)}
     else:
         classes = {r.priority for r in (workload if workload is not None else load(config)).requests}
