@@ -391,3 +391,26 @@ def test_requests_that_end_the_same_way_are_one_line_of_the_report(kvlab, fault_
     words = " ".join(result.stdout.split())
     assert "What did not finish (3 requests): 3 × no complete answer within 1 s (--timeout): 2 of 9 tokens" in words
     assert words.count("no complete answer") == 1
+
+
+def test_a_bench_where_no_request_finished_exits_1(kvlab, fault_server, tmp_path):
+    """trial 51, finding 20: every request refused (HTTP 400 on a server without a tokenizer) or timed out, and the
+    bench exited 0, as one that measured."""
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [HTTP_500, HTTP_500, HTTP_429]), "--out", out)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert "error: none of the 3 requests finished: nothing was measured" in " ".join(result.stderr.split())
+    assert (out / "requests.csv").exists()  # (what was measured is kept all the same)
+    assert _bench(kvlab, fault_server, _workload(tmp_path, [HTTP_500, NORMAL])).exit_code == 0
+
+
+def test_prompts_too_long_for_the_servers_max_model_len_are_said_before_they_are_sent(kvlab, fault_server, tmp_path):
+    """trial 51, finding 20: a 2,047-token prompt was sent to a server whose /v1/models said max_model_len 512, and
+    refused there (HTTP 400), with nothing said before."""
+    fault_server.state.max_model_len = 64
+    path = tmp_path / "workload.csv"
+    path.write_text("arrival_time,prompt_len,output_len\n0,10,12\n0.01,100,12\n0.02,64,12\n")
+    result = _bench(kvlab, fault_server, path)
+    words = " ".join(result.stderr.split())
+    assert ("note: 2 of the 3 requests have prompts too long for the server's max_model_len 64 (the longest 100 "
+            "tokens): it will refuse them (HTTP 400)") in words, words

@@ -116,6 +116,10 @@ def bench(
                       + ", ".join(str(p.relative_to(out)) if p.is_relative_to(out) else str(p) for p in written))
     if run.stopped == "interrupted":
         raise typer.Exit(130)
+    if not summary["num_finished"]:  # (trial 51: a bench that measured nothing exited 0, as one that measured)
+        console.print(f"[bold red]error:[/] none of the {len(run.results)} requests finished: nothing was measured "
+                      "(what ended them is listed above)", highlight=False)
+        raise typer.Exit(1)
 
 
 def _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format) -> None:
@@ -168,6 +172,19 @@ def _prepare(url, model, compare: bool, sim_options: dict, workload_options: dic
     return server, setup, bench_workload(**workload_options, max_model_len=server.max_model_len)
 
 
+def _too_long(wl, max_model_len: int) -> str | None:
+    """The requests a server of ``max_model_len`` refuses before serving (vLLM's OpenAI server answers HTTP 400 "This
+    model's maximum context length is ..." where the prompt and max_tokens, one at least, pass it), said before
+    they are sent."""
+    long = [r for r in wl.requests if r.prompt_len + max(r.num_output_tokens, 1) > max_model_len]
+    if not long:
+        return None
+    longest = max(r.prompt_len for r in long)
+    return (f"{len(long):,} of the {wl.num_requests:,} requests have prompts too long for the server's max_model_len "
+            f"{max_model_len:,} (the longest {longest:,} tokens): it will refuse them (HTTP 400); a workload with "
+            "shorter prompts measures the server")
+
+
 def _client_config(server, prompt_format, ignore_eos, concurrency, timeout, time_limit, metrics_interval):
     from kvlab.bench.client import ClientConfig
     from kvlab.bench.server import api_key_from_env
@@ -198,6 +215,8 @@ def _intro(server, wl, config) -> list[str]:
                                    "ignore_eos" if config.ignore_eos else "") if x)
     lines = [", ".join(parts) + "."]
     lines += [f"[yellow]note:[/] {note}" for note in server.notes]
+    if server.max_model_len is not None:
+        lines += [f"[yellow]note:[/] {note}" for note in [_too_long(wl, server.max_model_len)] if note]
     lines.append(f"Load: {wl.num_requests:,} requests of {wl.name} {pacing}, mean prompt {wl.mean_prompt_len:,.0f} / "
                  f"output {wl.mean_output_len:,.0f} tokens, {extras}. Bounds: each request times out after "
                  f"{config.request_timeout:g} s (--timeout), the run stops after {config.time_limit:g} s "
