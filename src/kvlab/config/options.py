@@ -141,7 +141,8 @@ OPTIONS: dict[str, Option] = _options(
            hi=100_000.0, what="GiB of CPU memory per GPU"),
     Option("kv_offloading_size", "cache", float, None, "GiB of CPU memory for a KV tier behind the GPU's, through "
            "vLLM's offloading connector (as `vllm serve --kv-offloading-size N --kv-offloading-backend native` "
-           "sets it; summed over the tensor-parallel ranks): every block that fills is stored there, a prefix hit loads it back.", lo=0.0,
+           "sets it; summed over the tensor-parallel ranks): every block that fills is stored there, a prefix hit "
+           "loads it back.", lo=0.0,
            hi=1e6, lo_open=True, what="GiB of CPU memory", default_text="off"),
     Option("cpu_memory_gib", "cache", float, None, "The machine's CPU memory in GiB, which bounds "
            "--kv-offloading-size, and a swapping strategy's --swap-space to 70% of it (vLLM's limit).", lo=0.0,
