@@ -467,3 +467,15 @@ def test_a_disaggregated_fleets_capacity_is_priced_on_all_its_gpus():
     answer = Answer([{}], [], [], [], None, False)
     answer.add_costs([config], 2.0)
     assert answer.num_gpus == [3] == [config.num_gpus]
+
+
+def test_a_router_with_one_replica_a_side_is_refused_as_with_one_replica(kvlab):
+    """trial 51, finding 22: --router least-kv with --prefill-replicas 1 --decode-replicas 1 ran, while one aggregated
+    replica with it is refused ("needs a fleet"): with one replica a side the router routes nothing either."""
+    r = kvlab("run", "vllm", "-n", "20", "--prefill-replicas", "1", "--decode-replicas", "1", "--router", "least-kv")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: --router least-kv needs a choice of replicas, and 1 prefill and 1 decode replica leave none (each side "
+        "routes to its one); valid: --prefill-replicas or --decode-replicas 2 or more, or drop --router"]
+    assert kvlab("run", "vllm", "-n", "20", "--prefill-replicas", "1", "--decode-replicas", "2", "--router",
+                 "least-kv").exit_code == 0

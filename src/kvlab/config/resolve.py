@@ -670,8 +670,13 @@ def resolve_router(values: dict[str, Any]) -> RouterConfig:
     (nothing is routed: the key does not depend on them)."""
     router = RouterConfig(values["router"], values["router_scorers"])
     disaggregated = values["prefill_replicas"] is not None or values["decode_replicas"] is not None
-    if values["replicas"] == 1 and not disaggregated:
+    one_a_side = disaggregated and values["prefill_replicas"] == 1 and values["decode_replicas"] == 1
+    if values["replicas"] == 1 and (not disaggregated or one_a_side):
         if (router.router, router.router_scorers) != (OPTIONS["router"].default, OPTIONS["router_scorers"].default):
+            if one_a_side:  # (trial 51: 1P1D took a router, which had nothing to choose between)
+                raise KvlabError(f"--router {router.router} needs a choice of replicas, and 1 prefill and 1 decode "
+                                 "replica leave none (each side routes to its one); valid: --prefill-replicas or "
+                                 "--decode-replicas 2 or more, or drop --router")
             raise KvlabError(f"--router {router.router} needs a fleet: give --replicas 2 or more (one replica routes "
                              "nothing)")
         return router
