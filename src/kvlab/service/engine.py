@@ -308,8 +308,8 @@ def check_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], 
 
     assert config.disagg is not None
     if config.admission is not None:
-        raise KvlabError("a gateway (--rate-limit) in front of a disaggregated fleet is not modelled; valid: one of "
-                         "them at a time")
+        raise KvlabError("a gateway (--rate-limit) in front of a disaggregated fleet is not modelled; valid: drop "
+                         "--rate-limit, or give it to an aggregated fleet (no --prefill-replicas / --decode-replicas)")
     for strategy in strategy_list:
         check_disagg(strategy, config.engine, workload)
 
