@@ -160,3 +160,18 @@ def test_errors_that_differ_only_in_token_counts_are_counted_together():
         "connection failed after 3 of 7 tokens: ReadError: reset": 2,
         "interrupted (Ctrl-C) after 5–9 tokens": 2,
         "HTTP 500: boom": 1}
+
+
+def test_a_compare_cache_other_than_the_servers_is_said_so():
+    """trial 51, finding 21: --compare --block-size 17 against a server that published block_size 32 ran the
+    simulation on 17 silently (and it rejected 3 of 4 requests)."""
+    from kvlab.bench.compare import sim_setup
+    from kvlab.bench.server import ServerInfo
+
+    server = ServerInfo("http://127.0.0.1:9", "fake-model", cache_config={"block_size": 32, "num_gpu_blocks": 2000})
+    notes = sim_setup(server, model_config="llama-3.1-8b", block_size=16).notes
+    assert ("--block-size 16 is not the server's 32 (its vllm:cache_config_info): the simulation runs another KV "
+            "cache than the one measured") in notes
+    assert not any("is not the server's" in n for n in sim_setup(server, model_config="llama-3.1-8b", block_size=32).notes)
+    notes = sim_setup(server, model_config="llama-3.1-8b", num_gpu_blocks=500).notes
+    assert any(n.startswith("--num-gpu-blocks 500 is not the server's 2,000") for n in notes)
