@@ -414,3 +414,15 @@ def test_prompts_too_long_for_the_servers_max_model_len_are_said_before_they_are
     words = " ".join(result.stderr.split())
     assert ("note: 2 of the 3 requests have prompts too long for the server's max_model_len 64 (the longest 100 "
             "tokens): it will refuse them (HTTP 400)") in words, words
+
+
+def test_compares_simulation_options_are_checked_before_the_server_is(kvlab):
+    """trial 51, finding 14: --compare --cost bogus (or a bad --block-size) was reported as an unreachable server
+    first, unlike --timeout and the workload's options, which are checked before connecting."""
+    url = f"http://127.0.0.1:{free_port()}"
+    for args, line in ((("--cost", "bogus"), "error: unknown cost profile 'bogus'"),
+                       (("--block-size", "0"), "error: --block-size 0 is out of range"),
+                       (("--num-gpu-blocks", "1"), "error: --num-gpu-blocks 1 is out of range")):
+        result = kvlab("bench", "--url", url, "-n", "2", "--compare", *args)
+        assert result.exit_code == 2 and result.stderr.startswith(line), result.stderr
+        assert "cannot reach" not in result.stderr

@@ -85,7 +85,8 @@ def bench(
     _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format)
     check_output_path(out, "--out", folder=True, writes=_out_files())  # (before the load, not after)
     _check_applies(ctx, compare, concurrency, {"model_config": model_config, **options})
-    check_bench_options({n: options[n] for n in BENCH_WORKLOAD_OPTIONS}, options["gpu"] if compare else None)
+    check_bench_options({n: options[n] for n in BENCH_WORKLOAD_OPTIONS}, options["gpu"] if compare else None,
+                        {n: options[n] for n in SIM_SETUP_OPTIONS if n != "gpu"} if compare else None)
     console = Console(stderr=True, highlight=False)
     try:  # before the load: Ctrl-C here has nothing to keep
         server, setup, wl = _prepare(url, model, compare,
