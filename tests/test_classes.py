@@ -158,3 +158,17 @@ def test_a_miss_from_clients_that_gave_up_says_so_and_how_to_bound_it():
     assert ("class 1: SLO p99_e2e<60s missed: 60.0% of its clients gave up (an SLO without an abandoned<X% term "
             "allows none); add e.g. abandoned<5%; p99_e2e 38.3 s") in words, words
     assert "missed (p99_e2e" not in words
+
+
+def test_a_class_declared_but_not_drawn_is_refused_as_a_per_class_timeout_is(kvlab):
+    """trial 51, finding 23: with -n 3 drawing classes 0 and 5 only, an SLO for class 4 was judged 'missed: none of
+    its requests finished' with a goodput of 0.0% (it had no requests), while --timeout 4:5 on the same workload was
+    refused ('no request has priority 4')."""
+    classes = ("-n", "3", "--priority-classes", "0:0.1,1:0.1,2:0.1,3:0.1,4:0.1,5:0.5")
+    r = kvlab("run", "vllm", *classes, "--slo-classes", "4:p99_ttft<1s")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: --slo-classes names class 4, which no request of this workload has: --priority-classes declares it, "
+        "but the requests drawn fall in 0, 5; valid: those classes, or more requests (-n) to draw it"]
+    assert "no request has priority 4" in kvlab("run", "vllm", *classes, "--timeout", "4:5").stderr
+    assert kvlab("run", "vllm", *classes, "--slo-classes", "5:p99_ttft<1s").exit_code == 0

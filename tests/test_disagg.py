@@ -273,7 +273,8 @@ def test_a_gateway_in_front_of_the_fleet_is_refused(kvlab):
     r = kvlab("run", "vllm", "-n", "5", "--prefill-replicas", "1", "--decode-replicas", "1", "--rate-limit", "3")
     assert r.exit_code == 2
     assert r.stderr.strip().splitlines() == ["error: a gateway (--rate-limit) in front of a disaggregated fleet is "
-                                             "not modelled; valid: one of them at a time"]
+                                             "not modelled; valid: drop --rate-limit, or give it to an aggregated "
+                                             "fleet (no --prefill-replicas / --decode-replicas)"]
 
 
 def test_kvlab_run_prints_the_link_and_ttfts_parts_and_refuses_a_fleet_with_no_decode_replica(kvlab, tmp_path):
@@ -281,7 +282,9 @@ def test_kvlab_run_prints_the_link_and_ttfts_parts_and_refuses_a_fleet_with_no_d
               "--decode-replicas", "1", "--kv-transfer-bandwidth", "50")
     assert r.exit_code == 0, r.stderr
     out = " ".join(r.stdout.split())
-    assert "vllm: 1P1D (1 prefill, 1 decode replicas), KV over given at 50 GB/s after 0 ms: 30 transfers" in out
+    # (trial 51, finding 13: it read "1P1D (1 prefill, 1 decode replicas), KV over given at 50 GB/s")
+    assert ("vllm: 1P1D (1 prefill replica, 1 decode replica), KV over the given link (--kv-transfer-bandwidth) at "
+            "50 GB/s after 0 ms: 30 transfers") in out
     assert "Mean TTFT = prefill" in out
     as_json = kvlab("run", "vllm", "-n", "10", "--prefill-replicas", "1", "--decode-replicas", "1", "--json").json()
     assert as_json["strategies"][0]["disaggregation"]["num_transfers"] == 10
@@ -417,7 +420,10 @@ def test_auto_prefill_or_decode_replicas_outside_the_comparison_is_one_line(kvla
 
 @pytest.mark.parametrize(("flags", "message"), [
     (["--timeout", "10", "--slo", "abandoned<5%"], "with client time-outs (--timeout) is not modelled"),
-    (["--kv-offloading-size", "8"], "with --kv-offloading-size or --speculative-method is not modelled"),
+    # (trial 51, finding 13: the one given, by name; it read "with --kv-offloading-size or --speculative-method ...")
+    (["--kv-offloading-size", "8"], "with --kv-offloading-size is not modelled; valid: drop --kv-offloading-size"),
+    (["--speculative-method", "ngram", "--spec-acceptance", "0.5"], "with --speculative-method is not modelled; valid: "
+     "drop --speculative-method"),
     (["--rate-limit", "5"], "a gateway (--rate-limit) in front of a disaggregated fleet is not modelled"),
 ])
 def test_the_comparison_refuses_what_a_disaggregated_fleet_does_not_model_before_any_run(kvlab, tmp_path, flags,
@@ -467,3 +473,27 @@ def test_a_disaggregated_fleets_capacity_is_priced_on_all_its_gpus():
     answer = Answer([{}], [], [], [], None, False)
     answer.add_costs([config], 2.0)
     assert answer.num_gpus == [3] == [config.num_gpus]
+
+
+def test_a_router_with_one_replica_a_side_is_refused_as_with_one_replica(kvlab):
+    """trial 51, finding 22: --router least-kv with --prefill-replicas 1 --decode-replicas 1 ran, while one aggregated
+    replica with it is refused ("needs a fleet"): with one replica a side the router routes nothing either."""
+    r = kvlab("run", "vllm", "-n", "20", "--prefill-replicas", "1", "--decode-replicas", "1", "--router", "least-kv")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: --router least-kv needs a choice of replicas, and 1 prefill and 1 decode replica leave none (each side "
+        "routes to its one); valid: --prefill-replicas or --decode-replicas 2 or more, or drop --router"]
+    assert kvlab("run", "vllm", "-n", "20", "--prefill-replicas", "1", "--decode-replicas", "2", "--router",
+                 "least-kv").exit_code == 0
+
+
+def test_a_disaggregated_race_of_the_default_strategies_asks_for_named_ones(kvlab):
+    """trial 51, finding 13: `kvlab race --prefill-replicas 1 --decode-replicas 1` was refused as "strategy
+    'static+max' has not: valid: vllm, vllm+prefix", though the user named no strategy."""
+    r = kvlab("race", "-n", "10", "--prefill-replicas", "1", "--decode-replicas", "1")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    line = " ".join(r.stderr.split())
+    assert line.startswith("error: a disaggregated race needs strategies with paged memory and prefix caching, which "
+                           "the default ones (")
+    assert line.endswith("do not all have; valid: name them, e.g. kvlab race vllm vllm+prefix --prefill-replicas ... "
+                         "--decode-replicas ...")

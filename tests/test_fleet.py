@@ -359,3 +359,32 @@ def test_the_configuration_names_the_routers_and_scorers_the_fleet_runs():
 
     assert tuple(ROUTERS) == ROUTER_NAMES
     assert tuple(SCORERS) == SCORER_NAMES
+
+
+def test_a_weighted_router_without_a_load_scorer_breaks_ties_by_load(kvlab):
+    """trial 51, finding 16: --router weighted --router-scorers prefix:1 on prompts that share nothing scores every
+    replica 0, and every tie went to replica 0 ("requests routed per replica: 100, 0, 0, 0"); the prefix router on
+    the same run falls back to the fewest requests, and so does weighted now."""
+    import json
+
+    runs = {}
+    for router in (("weighted", "--router-scorers", "prefix:1"), ("prefix",)):
+        r = kvlab("run", "vllm", "-n", "100", "--rate", "8", "--replicas", "4", "--router", *router, "--json")
+        assert r.exit_code == 0, r.stderr
+        runs[router[0]] = json.loads(r.stdout)["strategies"][0]["fleet"]["decisions"]["per_replica"]
+    assert runs["weighted"] == runs["prefix"] and max(runs["weighted"]) < 40, runs
+
+
+def test_a_fleet_given_resolves_whole_configuration_names_its_engine():
+    """trial 51, finding 17: docs/fleet.md's snippet passed resolve()'s KvlabConfig, and .run() failed deep inside
+    ("'CostConfig' object has no attribute 'request_latency_s'"); it takes config.engine."""
+    from kvlab.config import resolve
+    from kvlab.errors import KvlabError
+    from kvlab.workload import load_workload
+
+    config = resolve(model="opt-13b", num_requests=20, rate=8, seed=0)
+    wl = load_workload("paper-sharegpt", num_requests=20, rate=8, seed=0)
+    with pytest.raises(KvlabError, match=r"^Fleet's config is a KvlabConfig \(resolve\(\)'s configuration: pass its "
+                                         r"\.engine\); valid: a SimConfig"):
+        Fleet(parse_strategy("vllm"), config, wl, "prefix", 8)
+    assert Fleet(parse_strategy("vllm"), config.engine, wl, "prefix", 8).run().summary()["num_replicas"] == 8

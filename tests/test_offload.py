@@ -151,6 +151,11 @@ def test_the_run_scheduler_with_a_cpu_tier_is_stepping():
     (["vllm+prefix", "--kv-offloading-size", "300", "--cpu-memory-gib", "256"], "more than the machine's CPU memory "
      "(256 GiB, --cpu-memory-gib)"),
     (["vllm+prefix", "--kv-offloading-size", "0"], "--kv-offloading-size 0 is out of range"),
+    # trial 51, finding 12: the size in GiB as given, the least in GiB; a --cpu-memory-gib given is to be larger
+    (["vllm+prefix", "--kv-offloading-size", "0.00001"], "--kv-offloading-size 1e-05 GiB holds no KV block (12.5 MiB "
+     "each); valid: at least 0.0123 GiB, one block"),
+    (["vllm+prefix", "--kv-offloading-size", "8", "--cpu-memory-gib", "4"], "valid: at most 4 GiB, or a larger "
+     "--cpu-memory-gib"),
     (["vllm+prefix", "--kv-offloading-size", "-1"], "--kv-offloading-size -1 is out of range"),
     (["vllm+noprefix", "--kv-offloading-size", "8"], "KV offload needs prefix caching"),
     (["orca-max", "--kv-offloading-size", "8"], "KV offload to CPU (--kv-offloading-size) needs paged memory with "
@@ -243,3 +248,19 @@ def test_a_setup_names_its_cpu_tier():
     assert "CPU tier: 8 GiB, 4,096 blocks over PCIe 5.0 x16 (--kv-offloading-size)" in setup_lines(with_tier.describe())
     without = resolve(model="llama-3.1-8b", gpu="h100-sxm", num_gpu_blocks=3000).describe()
     assert "cpu_tier" not in without and not any(line.startswith("CPU tier") for line in setup_lines(without))
+
+
+def test_a_swap_space_and_a_cpu_tier_are_checked_together_against_the_machine(kvlab):
+    """trial 51, finding 10: each was checked alone (offload <= 128 GiB, swap <= 70% of 128), so 120 + 80 = 200 GiB
+    of pinned CPU memory ran on A100-40GB's reference server of 128 GiB."""
+    r = kvlab("run", "vllm+swap", "-n", "5", "--kv-offloading-size", "49", "--swap-space", "80")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "error: --swap-space 80 GiB and --kv-offloading-size 49 GiB take 129 GiB of CPU memory together, more than "
+        "the machine's 128 GiB (1 x A100-40GB's reference server); valid: a swap space and a CPU tier of at most 128 "
+        "GiB together, or --cpu-memory-gib at least 129")
+    assert kvlab("run", "vllm+swap", "-n", "5", "--kv-offloading-size", "48", "--swap-space", "80").exit_code == 0
+    assert kvlab("run", "vllm+swap", "-n", "5", "--kv-offloading-size", "49", "--swap-space", "80",
+                 "--cpu-memory-gib", "129").exit_code == 0
+    # a strategy that does not swap holds no swap space: nothing to add up
+    assert kvlab("run", "vllm", "-n", "5", "--kv-offloading-size", "120", "--swap-space", "80").exit_code == 0

@@ -290,3 +290,19 @@ def test_a_timeout_for_a_class_the_workload_lacks_is_refused(kvlab):
     r = kvlab("run", "vllm", "-n", "20", "--priority-classes", "0:0.2,1:0.8", "--timeout", "0:5,2:10")
     assert r.exit_code == 2 and "no request has priority 2; valid: the workload's classes 0, 1" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, policies", [
+    (("--scheduling-policy", "priority"), "--scheduling-policy priority orders"),
+    (("--rate-limit", "5", "--gateway-queue", "10", "--gateway-queue-policy", "priority"),
+     "--gateway-queue-policy priority orders"),
+])
+def test_a_priority_policy_over_one_class_is_said_to_order_nothing(kvlab, args, policies):
+    """trial 51, finding 11: a priority policy on a workload whose requests are all class 0 ran silently, as fcfs."""
+    r = kvlab("run", "vllm", "-n", "20", *args)
+    assert r.exit_code == 0, r.stderr
+    words = " ".join(r.stderr.split())
+    assert (f"note: {policies} requests by their class, and every request of this workload is class 0: the order is "
+            "first come, first served; give the classes with --priority-classes") in words
+    with_classes = kvlab("run", "vllm", "-n", "20", *args, "--priority-classes", "0:0.2,1:0.8")
+    assert with_classes.exit_code == 0 and "by their class" not in with_classes.stderr, with_classes.stderr

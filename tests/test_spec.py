@@ -396,3 +396,61 @@ def test_a_config_json_with_mtp_layers_takes_mtp(tmp_path):
     path.write_text(json.dumps(LLAMA_8B))
     with pytest.raises(KvlabError, match="with-mtp has no MTP head"):
         resolve(model=str(path), gpu="h100-sxm", speculative_method="mtp", spec_acceptance="0.8")
+
+
+@pytest.mark.parametrize("text, where", [
+    ("0.8//0.5/0.3", "'0.8//0.5/0.3': position 2 of 4 is empty"),
+    ("0.8//0.5", "'0.8//0.5': position 2 of 3 is empty"),
+    ("0.8/0.5/", "'0.8/0.5/': position 3 of 3 is empty"),
+    ("/0.8", "'/0.8': position 1 of 2 is empty"),
+    (" ", "' ': is empty"),
+])
+def test_an_empty_acceptance_field_is_refused_by_its_position(kvlab, text, where):
+    """trial 51, finding 1: '0.8//0.5/0.3' ran as 0.8/0.5/0.3 (the empty field dropped) and '0.8//0.5' was refused as
+    '2 rates for 3 speculative tokens', naming neither the empty field nor where it was."""
+    r = kvlab("run", "vllm", "-n", "10", "--speculative-method", "ngram", "--spec-acceptance", text)
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [f"error: --spec-acceptance {where}; valid: a probability from 0 to 1, or "
+                                             "one per position separated by slashes (0.9/0.7/0.5)"]
+
+
+@pytest.mark.parametrize("method, says", [
+    ("eagle", "--speculative-model llama-3.2-1b: --speculative-method eagle drafts with an EAGLE head, a one-layer "
+              "checkpoint trained on the target's hidden states"),
+    ("mtp", "--speculative-model llama-3.2-1b: --speculative-method mtp drafts with the target checkpoint's own MTP "
+            "layers, with no other model"),
+])
+def test_a_catalogue_model_is_refused_as_an_eagle_or_mtp_draft(kvlab, method, says):
+    """trial 51, finding 2: eagle with --speculative-model llama-3.2-1b shrank the pool by the 1B's weights but priced
+    each draft as an EAGLE head (one target layer). vLLM's EAGLE method loads SpeculativeConfig.model as an EAGLE head
+    checkpoint (vllm/config/speculative.py wraps its config in EAGLEConfig); a whole catalogue model is not one."""
+    model = ["--model", "deepseek-v3", "--gpu", "h200", "-tp", "8"] if method == "mtp" else []
+    r = kvlab("run", "vllm", "-n", "10", *model, "--speculative-method", method, "--speculative-model", "llama-3.2-1b",
+              "--spec-acceptance", "0.7")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], lines
+    assert lines[0].endswith("valid: drop --speculative-model, or --speculative-method draft_model to draft with "
+                             "llama-3.2-1b")
+    if method == "eagle":
+        assert "llama-3.2-1b is a whole model, not an EAGLE head" in lines[0]
+
+
+def test_num_gpu_blocks_beside_a_draft_model_is_checked_at_the_block_size_with_the_drafts_layers(kvlab):
+    """trial 51, finding 9: the fit check of --num-gpu-blocks took the draft's weights off but priced a block at the
+    target's layers alone, so 1,085 blocks ran where the blocks, holding the draft's layers too, need 13.77 GiB of the
+    13.25 GiB left. The default pool (650 blocks) is the budget over the block with both models' layers."""
+    spec = resolve(model="opt-13b", gpu="a100-40gb", speculative_method="draft_model", speculative_model="llama-3.2-1b",
+                   spec_acceptance="0.7")
+    block = spec.sizing.bytes_per_block + 16 * spec.speculative.draft_kv_bytes_per_token
+    room = spec.sizing.gpu_memory_bytes - spec.sizing.weights_bytes - spec.speculative.draft_weights_bytes
+    fit = room // block
+    args = ("run", "vllm", "--model", "opt-13b", "--gpu", "a100-40gb", "-n", "5", "--speculative-method", "draft_model",
+            "--speculative-model", "llama-3.2-1b", "--spec-acceptance", "0.7", "--num-gpu-blocks")
+    r = kvlab(*args, str(fit + 1))
+    assert r.exit_code == 2 and fit == 1043, (fit, r.stderr)
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        f"error: --num-gpu-blocks 1,044 is more than A100-40GB can hold for the KV cache of opt-13b: 1,044 blocks x "
+        f"{block / 2**20:g} MiB with llama-3.2-1b's layers = ")
+    assert "valid: at most 1,043 blocks" in r.stderr
+    assert kvlab(*args, str(fit)).exit_code == 0

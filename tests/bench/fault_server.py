@@ -42,6 +42,7 @@ class FaultState:
     max_tokens_cap: int | None = None  # the server's own cap: longer answers stop there, finish_reason "length"
     tokens_per_chunk: int = 1  # tokens each text chunk carries (the client, counting chunks, sees fewer)
     eos_after: int | None = None  # longer answers stop there at an "end-of-sequence token", finish_reason "stop"
+    max_model_len: int | None = None  # published in /v1/models, as vLLM does (None: not published)
     received: list[dict] = field(default_factory=list)  # request bodies, in arrival order
     headers: list[dict] = field(default_factory=list)
     completed: list[int] = field(default_factory=list)  # max_tokens of the streams sent whole
@@ -61,7 +62,10 @@ def make_app(state: FaultState) -> Starlette:
     async def models(request: Request) -> Response:
         if not state.openai:
             return HTMLResponse("<html><body>Welcome to nginx!</body></html>")
-        return JSONResponse({"object": "list", "data": [{"id": "fault-model", "object": "model"}]})
+        entry = {"id": "fault-model", "object": "model"}
+        if state.max_model_len is not None:
+            entry["max_model_len"] = state.max_model_len
+        return JSONResponse({"object": "list", "data": [entry]})
 
     async def metrics(request: Request) -> Response:
         state.metrics_times.append(time.monotonic())

@@ -206,9 +206,11 @@ def test_compare_without_the_server_config_stops_before_any_load(kvlab, fault_se
 
 
 def test_bad_options_are_one_line_errors(kvlab, fault_server, tmp_path):
-    for args, message in ((("--concurrency", "0"), "--concurrency must be > 0"),
-                          (("--timeout", "-1"), "--timeout must be > 0"),
-                          (("--prompt-format", "bytes"), "--prompt-format 'bytes': choose auto, token-ids, text"),
+    for args, message in ((("--concurrency", "0"), "--concurrency 0 is out of range; valid: clients, a whole number "
+                                                   "≥ 1"),
+                          (("--timeout", "-1"), "--timeout -1 is out of range; valid: seconds, a finite number > 0"),
+                          (("--prompt-format", "bytes"), "--prompt-format 'bytes' is not one of its values; valid: "
+                                                         "auto, token-ids, text"),
                           # (trial 46: the simulation's options were ignored without --compare, --rate in a closed loop)
                           (("--cost", "bogus"), "--cost bogus applies only with --compare"),
                           (("--block-size", "16"), "--block-size 16 applies only with --compare"),
@@ -266,7 +268,7 @@ def test_the_tables_keep_to_80_columns_and_a_compare_says_what_it_rejected(kvlab
     words = " ".join(result.stdout.split())
     assert "Measured beside simulated (kvlab's `vllm+noprefix` strategy)" in words
     assert "the simulation rejected 3 of the 4 requests sent (3 larger than the whole KV cache)" in words
-    assert "What did not finish (1 requests):" in words  # (the failure's long line wrapped, not cut)
+    assert "What did not finish (1 request):" in words  # (the failure's long line wrapped, not cut)
     assert "simulated/vllm-noprefix_requests.csv" in " ".join(result.stderr.split())
     assert (out / "simulated" / "vllm-noprefix_requests.csv").exists()
 
@@ -335,3 +337,92 @@ def test_the_servers_usage_count_wins_over_counting_text_chunks(kvlab, fault_ser
     tokens = [json.loads(line) for line in (out / "token_times.jsonl").read_text().splitlines()]
     assert [t["num_tokens"] for t in tokens] == [[1, 1, 1, 9], [1, 1, 5]]  # 4 and 3 chunks; the rest in the last
     assert "fewer tokens than asked" not in result.stdout
+
+
+def test_bounds_that_are_not_finite_are_refused_before_any_load(kvlab, fault_server, tmp_path):
+    """trial 51, finding 3: --timeout inf and --time-limit 1e400 ran, with 'times out after inf s': the bench's bounds
+    switched off (0 and nan were refused, in another style than run's)."""
+    workload = _workload(tmp_path, [NORMAL])
+    for args, line in ((("--timeout", "inf"), "--timeout inf is not a finite number; valid: seconds, a finite number "
+                                              "> 0"),
+                       (("--time-limit", "1e400"), "--time-limit inf is not a finite number; valid: seconds, a finite "
+                                                   "number > 0"),
+                       (("--metrics-interval", "nan"), "--metrics-interval nan is not a finite number"),
+                       (("--timeout", "0"), "--timeout 0 is out of range; valid: seconds, a finite number > 0")):
+        result = _bench(kvlab, fault_server, workload, *args)
+        assert result.exit_code == 2 and line in result.stderr and "Traceback" not in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert fault_server.state.received == []
+
+
+def test_a_port_that_takes_the_connection_without_http_is_said_so(kvlab):
+    """trial 51, finding 4: a listener that closed the connection was reported as 'cannot reach ...: Server
+    disconnected without sending a response.. Is the server running there?' (it was reached; a double period)."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def close_each() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.close()
+
+    threading.Thread(target=close_each, daemon=True).start()
+    try:
+        result = kvlab("bench", "--url", f"http://127.0.0.1:{port}", "-n", "2")
+    finally:
+        listener.close()
+    assert result.exit_code == 2 and "Traceback" not in result.stderr, result.stderr
+    line = " ".join(result.stderr.split())
+    assert line.startswith(f"error: http://127.0.0.1:{port} took the connection but gave no HTTP answer to GET "
+                           "/v1/models (")
+    assert line.endswith("): is an OpenAI-compatible server listening on that port? Nothing was sent.")
+    assert "cannot reach" not in line and ".." not in line
+
+
+def test_requests_that_end_the_same_way_are_one_line_of_the_report(kvlab, fault_server, tmp_path):
+    """trial 51, finding 5: four requests that all timed out were listed as four lines '1 × no complete answer ...',
+    one per token count (test_bench_parts.py holds the counting to ranges; here the report's line)."""
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [STALL, NORMAL, STALL, STALL]), "--timeout", "1")
+    assert result.exit_code == 0, result.stderr
+    words = " ".join(result.stdout.split())
+    assert "What did not finish (3 requests): 3 × no complete answer within 1 s (--timeout): 2 of 9 tokens" in words
+    assert words.count("no complete answer") == 1
+
+
+def test_a_bench_where_no_request_finished_exits_1(kvlab, fault_server, tmp_path):
+    """trial 51, finding 20: every request refused (HTTP 400 on a server without a tokenizer) or timed out, and the
+    bench exited 0, as one that measured."""
+    out = tmp_path / "out"
+    result = _bench(kvlab, fault_server, _workload(tmp_path, [HTTP_500, HTTP_500, HTTP_429]), "--out", out)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert "error: none of the 3 requests finished: nothing was measured" in " ".join(result.stderr.split())
+    assert (out / "requests.csv").exists()  # (what was measured is kept all the same)
+    assert _bench(kvlab, fault_server, _workload(tmp_path, [HTTP_500, NORMAL])).exit_code == 0
+
+
+def test_prompts_too_long_for_the_servers_max_model_len_are_said_before_they_are_sent(kvlab, fault_server, tmp_path):
+    """trial 51, finding 20: a 2,047-token prompt was sent to a server whose /v1/models said max_model_len 512, and
+    refused there (HTTP 400), with nothing said before."""
+    fault_server.state.max_model_len = 64
+    path = tmp_path / "workload.csv"
+    path.write_text("arrival_time,prompt_len,output_len\n0,10,12\n0.01,100,12\n0.02,64,12\n")
+    result = _bench(kvlab, fault_server, path)
+    words = " ".join(result.stderr.split())
+    assert ("note: 2 of the 3 requests have prompts too long for the server's max_model_len 64 (the longest 100 "
+            "tokens): it will refuse them (HTTP 400)") in words, words
+
+
+def test_compares_simulation_options_are_checked_before_the_server_is(kvlab):
+    """trial 51, finding 14: --compare --cost bogus (or a bad --block-size) was reported as an unreachable server
+    first, unlike --timeout and the workload's options, which are checked before connecting."""
+    url = f"http://127.0.0.1:{free_port()}"
+    for args, line in ((("--cost", "bogus"), "error: unknown cost profile 'bogus'"),
+                       (("--block-size", "0"), "error: --block-size 0 is out of range"),
+                       (("--num-gpu-blocks", "1"), "error: --num-gpu-blocks 1 is out of range")):
+        result = kvlab("bench", "--url", url, "-n", "2", "--compare", *args)
+        assert result.exit_code == 2 and result.stderr.startswith(line), result.stderr
+        assert "cannot reach" not in result.stderr

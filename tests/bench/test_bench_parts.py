@@ -93,6 +93,23 @@ def test_base_url_accepts_the_forms_people_paste():
         base_url("localhost:8000")
 
 
+@pytest.mark.parametrize("url, message", [
+    # trial 51, finding 14: each was a 60-line traceback (httpx.InvalidURL), or taken as a URL
+    ("http://127.0.0.1:abc", "--url 'http://127.0.0.1:abc': invalid port: 'abc'; valid: an http:// or https:// URL "
+                             "such as http://127.0.0.1:8000"),
+    ("http://[::1", "--url 'http://[::1': invalid port: ':1'; valid:"),
+    ("http://[zz]:80", "--url 'http://[zz]:80': invalid IPv6 address: '[zz]'; valid:"),
+    ("http://127.0.0.1:99999", "--url 'http://127.0.0.1:99999': port 99999 is out of range; valid: a port from 1 to "
+                               "65535"),
+    ("http://127.0.0.1:1 /v1", "--url 'http://127.0.0.1:1 /v1' has a space in it; valid:"),
+    ("http://:80", "--url 'http://:80' names no host; valid:"),
+])
+def test_a_url_that_is_not_one_is_refused_in_one_line(url, message):
+    with pytest.raises(KvlabError) as refused:
+        base_url(url)
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
 def test_requests_csv_round_trip_keeps_unknowns_empty(tmp_path):
     results = [
         RequestResult(0, 0.0, 10, 4, 4, "finished", "", 0.1, 0.3, 0.9, (0.3, 0.5, 0.9), (1, 2, 1)),
@@ -121,3 +138,40 @@ def test_compare_with_a_model_kvlab_does_not_know_asks_for_model_config():
                        r"catalogue name\). Nothing was sent.$"):
         sim_setup(server)
     assert sim_setup(server, model_config="llama-3.1-8b").settings["model"] == "llama-3.1-8b"
+
+
+def test_errors_that_differ_only_in_token_counts_are_counted_together():
+    from kvlab.bench.results import error_counts
+
+    def ended(error: str, status: str = "timeout") -> RequestResult:
+        return RequestResult(0, 0.0, 10, 53, 0, status, error)
+
+    results = [ended("no complete answer within 0.001 s (--timeout): 0 of 53 tokens"),
+               ended("no complete answer within 0.001 s (--timeout): 4 of 20 tokens"),
+               ended("no complete answer within 0.001 s (--timeout): 0 of 53 tokens"),
+               ended("connection failed after 3 of 7 tokens: ReadError: reset", "failed"),
+               ended("connection failed after 3 of 7 tokens: ReadError: reset", "failed"),
+               ended("interrupted (Ctrl-C) after 5 tokens", "failed"),
+               ended("interrupted (Ctrl-C) after 9 tokens", "failed"),
+               ended("HTTP 500: boom", "failed"),
+               RequestResult(1, 0.0, 10, 53, 53, "finished")]
+    assert error_counts(results) == {
+        "no complete answer within 0.001 s (--timeout): 0–4 of 20–53 tokens": 3,
+        "connection failed after 3 of 7 tokens: ReadError: reset": 2,
+        "interrupted (Ctrl-C) after 5–9 tokens": 2,
+        "HTTP 500: boom": 1}
+
+
+def test_a_compare_cache_other_than_the_servers_is_said_so():
+    """trial 51, finding 21: --compare --block-size 17 against a server that published block_size 32 ran the
+    simulation on 17 silently (and it rejected 3 of 4 requests)."""
+    from kvlab.bench.compare import sim_setup
+    from kvlab.bench.server import ServerInfo
+
+    server = ServerInfo("http://127.0.0.1:9", "fake-model", cache_config={"block_size": 32, "num_gpu_blocks": 2000})
+    notes = sim_setup(server, model_config="llama-3.1-8b", block_size=16).notes
+    assert ("--block-size 16 is not the server's 32 (its vllm:cache_config_info): the simulation runs another KV "
+            "cache than the one measured") in notes
+    assert not any("is not the server's" in n for n in sim_setup(server, model_config="llama-3.1-8b", block_size=32).notes)
+    notes = sim_setup(server, model_config="llama-3.1-8b", num_gpu_blocks=500).notes
+    assert any(n.startswith("--num-gpu-blocks 500 is not the server's 2,000") for n in notes)

@@ -55,6 +55,10 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
     from kvlab.config.resolve import quietly
 
     cache = server.cache_config
+    notes = [f"--{flag.replace('_', '-')} {given:,} is not the server's {cache[flag]:,} (its vllm:cache_config_info): "
+             "the simulation runs another KV cache than the one measured"
+             for flag, given in (("block_size", block_size), ("num_gpu_blocks", num_gpu_blocks))
+             if given is not None and isinstance(cache.get(flag), int) and given != cache[flag]]  # (trial 51)
     block_size = block_size if block_size is not None else cache.get("block_size")
     num_gpu_blocks = num_gpu_blocks if num_gpu_blocks is not None else cache.get("num_gpu_blocks")
     if not isinstance(block_size, int) or not isinstance(num_gpu_blocks, int):
@@ -62,7 +66,6 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
                          "vllm:cache_config_info: give --block-size and --num-gpu-blocks as the server was started "
                          "(its startup log says them: `kvlab vllm log`). Nothing was sent.")
     max_model_len = max_model_len if max_model_len is not None else server.max_model_len
-    notes = []
     if max_num_seqs is None or max_num_batched_tokens is None:
         notes.append("the server does not publish max_num_seqs and max_num_batched_tokens: the simulation uses "
                      "kvlab's defaults where they are not given (--max-num-seqs, --max-num-batched-tokens)")

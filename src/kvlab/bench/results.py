@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,7 +115,7 @@ def summarize(results: list[RequestResult], makespan: float, server_counters: di
         # Finished, but with fewer tokens than asked, by the server's finish_reason (SHORT_REASONS).
         "num_short": len(short),
         "short_finish_reasons": dict(Counter(r.finish_reason or "none" for r in short).most_common()),
-        "errors": dict(Counter(r.error for r in results if r.error).most_common()),
+        "errors": error_counts(results),
         "throughput_rps": len(finished) / makespan if makespan > 0 else 0.0,
         "throughput_tps": num_output_tokens / makespan if makespan > 0 else 0.0,
         "makespan_s": makespan,
@@ -127,6 +128,37 @@ def summarize(results: list[RequestResult], makespan: float, server_counters: di
         "num_output_tokens_received": sum(r.num_output_tokens for r in results),
         "server_counters": server_counters,
     }
+
+
+# The one part of an error that is the request's own (kvlab.bench.client's wording: "after 3 tokens", ": 2 of 9
+# tokens", "after 3 of 7 tokens"): requests that ended the same way are counted on one line, the counts as ranges.
+_TOKEN_COUNTS = re.compile(r"(?:after |: )(?P<got>\d+) (?:of (?P<asked>\d+) )?tokens")
+
+
+def error_counts(results: list[RequestResult]) -> dict[str, int]:
+    """How many requests ended with each error, most first; errors that differ only in the request's token counts
+    are one, their counts given as ranges ("0 of 20–53 tokens")."""
+    from collections import Counter
+
+    groups: dict[tuple[str, str], list[re.Match]] = {}
+    plain: Counter[str] = Counter()
+    for r in results:
+        match = _TOKEN_COUNTS.search(r.error) if r.error else None
+        if match is None:
+            plain.update([r.error] if r.error else [])
+            continue
+        key = (r.error[:match.start("got")], r.error[match.end():])
+        groups.setdefault(key, []).append(match)
+    for (head, tail), matches in groups.items():
+        asked = [int(m["asked"]) for m in matches if m["asked"] is not None]
+        counts = _span([int(m["got"]) for m in matches]) + (f" of {_span(asked)}" if asked else "")
+        plain[f"{head}{counts} tokens{tail}"] += len(matches)
+    return dict(plain.most_common())
+
+
+def _span(values: list[int]) -> str:
+    low, high = min(values), max(values)
+    return f"{low}" if low == high else f"{low}–{high}"
 
 
 def why_short(num_short: int, reasons: dict[str, int]) -> str:

@@ -57,9 +57,23 @@ class ServerInfo:
 
 def base_url(url: str) -> str:
     """The server's root: ``http://host:8000``, ``http://host:8000/`` and ``http://host:8000/v1`` are one."""
+    import httpx
+
     url = url.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise KvlabError(f"--url {url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000)")
+    valid = "valid: an http:// or https:// URL such as http://127.0.0.1:8000"
+    if any(c.isspace() for c in url):
+        raise KvlabError(f"--url {url!r} has a space in it; {valid}")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:  # ('Invalid port: ...', 'Invalid IPv6 address: ...')
+        raise KvlabError(f"--url {url!r}: {str(exc)[:1].lower()}{str(exc)[1:].rstrip('.')}; {valid}") from None
+    if not parsed.host:
+        raise KvlabError(f"--url {url!r} names no host; {valid}")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise KvlabError(f"--url {url!r}: port {parsed.port} is out of range; valid: a port from 1 to 65535, as in "
+                         "http://127.0.0.1:8000")
     return url.removesuffix("/v1")
 
 
@@ -77,8 +91,12 @@ def _models(client, url: str) -> list[dict]:
     try:
         response = client.get("/v1/models")
     except httpx.HTTPError as exc:
-        raise KvlabError(f"cannot reach {url}: {type(exc).__name__}: {exc or 'no answer'}. Is the server running "
-                         "there? Nothing was sent.") from exc
+        detail = f"{type(exc).__name__}: {str(exc).rstrip('.') or 'no answer'}"
+        if isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            # (reached: something took the connection, and closed it or answered in something other than HTTP)
+            raise KvlabError(f"{url} took the connection but gave no HTTP answer to GET /v1/models ({detail}): is an "
+                             "OpenAI-compatible server listening on that port? Nothing was sent.") from exc
+        raise KvlabError(f"cannot reach {url}: {detail}. Is the server running there? Nothing was sent.") from exc
     if response.status_code in (401, 403):
         raise KvlabError(f"{url} refused the API key (HTTP {response.status_code} on /v1/models): set "
                          f"{' or '.join(API_KEY_VARS)} to the server's key. Nothing was sent.")

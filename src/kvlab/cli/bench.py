@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -84,7 +85,8 @@ def bench(
     _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format)
     check_output_path(out, "--out", folder=True, writes=_out_files())  # (before the load, not after)
     _check_applies(ctx, compare, concurrency, {"model_config": model_config, **options})
-    check_bench_options({n: options[n] for n in BENCH_WORKLOAD_OPTIONS}, options["gpu"] if compare else None)
+    check_bench_options({n: options[n] for n in BENCH_WORKLOAD_OPTIONS}, options["gpu"] if compare else None,
+                        {n: options[n] for n in SIM_SETUP_OPTIONS if n != "gpu"} if compare else None)
     console = Console(stderr=True, highlight=False)
     try:  # before the load: Ctrl-C here has nothing to keep
         server, setup, wl = _prepare(url, model, compare,
@@ -115,17 +117,28 @@ def bench(
                       + ", ".join(str(p.relative_to(out)) if p.is_relative_to(out) else str(p) for p in written))
     if run.stopped == "interrupted":
         raise typer.Exit(130)
+    if not summary["num_finished"]:  # (trial 51: a bench that measured nothing exited 0, as one that measured)
+        console.print(f"[bold red]error:[/] none of the {len(run.results)} requests finished: nothing was measured "
+                      "(what ended them is listed above)", highlight=False)
+        raise typer.Exit(1)
 
 
 def _check_options(concurrency, timeout, time_limit, metrics_interval, prompt_format) -> None:
     from kvlab.bench.client import PROMPT_FORMATS
 
-    for name, value in (("--concurrency", concurrency), ("--timeout", timeout), ("--time-limit", time_limit),
-                        ("--metrics-interval", metrics_interval)):
-        if value is not None and not value > 0:
-            raise KvlabError(f"{name} must be > 0, not {value}")
+    seconds = "seconds, a finite number > 0"
+    for name, value, valid in (("--concurrency", concurrency, "clients, a whole number ≥ 1"),
+                               ("--timeout", timeout, seconds), ("--time-limit", time_limit, seconds),
+                               ("--metrics-interval", metrics_interval, seconds)):
+        if value is None:
+            continue
+        if not math.isfinite(value):  # (inf would switch the bound off: a bench is bounded, as run's --timeout is)
+            raise KvlabError(f"{name} {value:g} is not a finite number; valid: {valid}")
+        if not value > 0:
+            raise KvlabError(f"{name} {value:g} is out of range; valid: {valid}")
     if prompt_format not in ("auto", *PROMPT_FORMATS):
-        raise KvlabError(f"--prompt-format {prompt_format!r}: choose auto, {', '.join(PROMPT_FORMATS)}")
+        raise KvlabError(f"--prompt-format {prompt_format!r} is not one of its values; valid: auto, "
+                         f"{', '.join(PROMPT_FORMATS)}")
 
 
 COMPARE_ONLY = ("model_config", *SIM_SETUP_OPTIONS)  # the simulation's options: nothing to set without --compare
@@ -160,6 +173,19 @@ def _prepare(url, model, compare: bool, sim_options: dict, workload_options: dic
     return server, setup, bench_workload(**workload_options, max_model_len=server.max_model_len)
 
 
+def _too_long(wl, max_model_len: int) -> str | None:
+    """The requests a server of ``max_model_len`` refuses before serving (vLLM's OpenAI server answers HTTP 400 "This
+    model's maximum context length is ..." where the prompt and max_tokens, one at least, pass it), said before
+    they are sent."""
+    long = [r for r in wl.requests if r.prompt_len + max(r.num_output_tokens, 1) > max_model_len]
+    if not long:
+        return None
+    longest = max(r.prompt_len for r in long)
+    return (f"{len(long):,} of the {wl.num_requests:,} requests have prompts too long for the server's max_model_len "
+            f"{max_model_len:,} (the longest {longest:,} tokens): it will refuse them (HTTP 400); a workload with "
+            "shorter prompts measures the server")
+
+
 def _client_config(server, prompt_format, ignore_eos, concurrency, timeout, time_limit, metrics_interval):
     from kvlab.bench.client import ClientConfig
     from kvlab.bench.server import api_key_from_env
@@ -190,6 +216,8 @@ def _intro(server, wl, config) -> list[str]:
                                    "ignore_eos" if config.ignore_eos else "") if x)
     lines = [", ".join(parts) + "."]
     lines += [f"[yellow]note:[/] {note}" for note in server.notes]
+    if server.max_model_len is not None:
+        lines += [f"[yellow]note:[/] {note}" for note in [_too_long(wl, server.max_model_len)] if note]
     lines.append(f"Load: {wl.num_requests:,} requests of {wl.name} {pacing}, mean prompt {wl.mean_prompt_len:,.0f} / "
                  f"output {wl.mean_output_len:,.0f} tokens, {extras}. Bounds: each request times out after "
                  f"{config.request_timeout:g} s (--timeout), the run stops after {config.time_limit:g} s "
@@ -334,6 +362,8 @@ def _fmt(value) -> str:
 def _report(summary: dict, run, console) -> None:
     from rich.console import Console
 
+    from kvlab.report.text import plural
+
     stdout = Console(highlight=False)  # (the terminal's width, 80 when not one: the README's promise for tables)
     for table in _measured_tables(summary):
         stdout.print(table)
@@ -342,9 +372,9 @@ def _report(summary: dict, run, console) -> None:
         stdout.print(f"The server counted {counters['prompt_tokens']:,} prompt tokens (kvlab sent "
                      f"{summary['num_prompt_tokens_sent']:,}) and generated {counters['generation_tokens']:,} "
                      f"(kvlab received {summary['num_output_tokens_received']:,}); "
-                     f"{counters['preemptions']:,} preemptions.")
+                     f"{plural(counters['preemptions'], 'preemption')}.")
     if summary["errors"]:
-        stdout.print(f"What did not finish ({len(summary['requests']) - summary['num_finished']} requests):")
+        stdout.print(f"What did not finish ({plural(len(summary['requests']) - summary['num_finished'], 'request')}):")
     for error, count in summary["errors"].items():
         stdout.print(f"[red]{count} ×[/] {escape(error)}")
     if summary["num_short"]:

@@ -91,9 +91,9 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, **opt
     chosen = service.strategies(strategy_names, config)
     service.check_work(config, len(chosen))
     if slos:  # (--slo-classes: each class one of the workload's, checked before anything runs)
-        from kvlab.service.classes import check_classes, check_deadlines, known_classes
+        from kvlab.service.classes import check_classes, check_deadlines, declared_classes, known_classes
 
-        check_classes(slos, known_classes(config))
+        check_classes(slos, known_classes(config), declared_classes(config))
         check_deadlines(slos.values(), [{"workload": config.workload.workload, "timeout": config.workload.timeout}])
     console = Console(stderr=True)
     for note in service.notes(config, chosen):
@@ -285,8 +285,12 @@ def print_disaggregation(console, summary: dict) -> None:
 
     d = summary["disaggregation"]
     parts = {k: "–" if v is None else f"{significant(1e3 * v)} ms" for k, v in d["ttft_parts_s"].items()}
-    console.print(f"{summary['name']}: {d['shape']} ({d['num_prefill_replicas']} prefill, {d['num_decode_replicas']} "
-                  f"decode replicas), KV over {d['link']} at {d['link_bandwidth_gb_s']:g} GB/s after "
+    from kvlab.report.text import plural
+
+    link = "the given link (--kv-transfer-bandwidth)" if d["link"] == "given" else d["link"]
+    console.print(f"{summary['name']}: {d['shape']} ({plural(d['num_prefill_replicas'], 'prefill replica')}, "
+                  f"{plural(d['num_decode_replicas'], 'decode replica')}), KV over {link} at "
+                  f"{d['link_bandwidth_gb_s']:g} GB/s after "
                   f"{1e3 * d['link_latency_s']:g} ms: {d['num_transfers']:,} transfers, "
                   f"{d['transfer_bytes'] / 1e9:,.2f} GB. Mean TTFT = prefill {parts['prefill']} + transfer "
                   f"{parts['transfer']} + decode side {parts['decode']}.", highlight=False)
@@ -373,6 +377,11 @@ def race(
 ) -> None:
     """Race serving strategies on the same workload and clock (RACE_HELP)."""
     names = list(strategies) if strategies else list(defaults.RACE_STRATEGIES)
+    if not strategies and (options.get("prefill_replicas") is not None or options.get("decode_replicas") is not None):
+        # (the lesson's four reserve slabs, which a disaggregated fleet cannot model: trial 51)
+        raise KvlabError(f"a disaggregated race needs strategies with paged memory and prefix caching, which the "
+                         f"default ones ({' '.join(names)}) do not all have; valid: name them, e.g. kvlab race vllm "
+                         "vllm+prefix --prefill-replicas ... --decode-replicas ...")
     draw = check_plots(plots, out)
     check_out(out, draw)
     check_output_path(html, "--html", folder=False)

@@ -140,8 +140,9 @@ OPTIONS: dict[str, Option] = _options(
     Option("swap_space", "cache", float, 4.0, "CPU swap space per GPU in GiB, for swap preemption.", lo=0.0,
            hi=100_000.0, what="GiB of CPU memory per GPU"),
     Option("kv_offloading_size", "cache", float, None, "GiB of CPU memory for a KV tier behind the GPU's, through "
-           "vLLM's offloading connector (--kv-offloading-size, --kv-offloading-backend native; summed over the "
-           "tensor-parallel ranks): every block that fills is stored there, a prefix hit loads it back.", lo=0.0,
+           "vLLM's offloading connector (as `vllm serve --kv-offloading-size N --kv-offloading-backend native` "
+           "sets it; summed over the tensor-parallel ranks): every block that fills is stored there, a prefix hit "
+           "loads it back.", lo=0.0,
            hi=1e6, lo_open=True, what="GiB of CPU memory", default_text="off"),
     Option("cpu_memory_gib", "cache", float, None, "The machine's CPU memory in GiB, which bounds "
            "--kv-offloading-size, and a swapping strategy's --swap-space to 70% of it (vLLM's limit).", lo=0.0,
@@ -175,9 +176,10 @@ OPTIONS: dict[str, Option] = _options(
     Option("spec_acceptance", "scheduler", str, None, "With --speculative-method: the chance a draft token is "
            "accepted, one for every position (0.7) or one per position (0.9/0.7/0.5), each given those before it "
            "were.", default_text="required with --speculative-method"),
-    Option("speculative_model", "scheduler", str, None, "The draft model (--speculative-method draft_model): a "
-           "catalogue name other than the target, normally smaller; its active parameters over the target's price "
-           "each draft pass (a larger draft is run, with a warning that drafting then costs more than it saves).",
+    Option("speculative_model", "scheduler", str, None, "The draft model (--speculative-method draft_model only: "
+           "ngram, eagle and mtp take none): a catalogue name other than the target, normally smaller; its active "
+           "parameters over the target's price each draft pass (a larger draft is run, with a warning that drafting "
+           "then costs more than it saves).",
            default_text="none"),
     # --- cost --------------------------------------------------------------------------------------------------
     Option("cost", "cost", str, None, "Cost profile that sets the clock: a name (kvlab cost) or a "

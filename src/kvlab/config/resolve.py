@@ -250,7 +250,7 @@ class KvlabConfig:
 
         tp = self.parallel.tensor_parallel_size
         check_swap_space(self.cache.swap_space_bytes / GIB / tp, tp, self.device.gpu, self.parallel.world_size,
-                         self.cpu_memory_gib)
+                         self.cpu_memory_gib, self.offload.size_gib if self.offload is not None else 0.0)
 
     @property
     def num_gpus(self) -> int:
@@ -412,6 +412,8 @@ def _pool_slots(model_spec, gpu_spec, sizing: SizingResult, num_gpu_blocks: int 
     (vLLM's --num-gpu-blocks-override, e.g. a real run's printed count), refused where the GPU could not hold that
     many blocks beside the weights (as --available-kv-gib is: kvlab.sizing) or where they are too few to serve."""
     draft_weights = speculative.draft_weights_bytes if speculative is not None else 0
+    # a block holds each of its tokens in the draft's layers too (_draft_slots)
+    draft_block = speculative.draft_kv_bytes_per_token * sizing.block_size if speculative is not None else 0
     num_slots = num_gpu_blocks * block_size if num_gpu_blocks else sizing.num_pool_slots
     if not num_gpu_blocks and speculative is not None and speculative.draft_model:
         num_slots = _draft_slots(model_spec, gpu_spec, sizing, speculative)
@@ -419,12 +421,14 @@ def _pool_slots(model_spec, gpu_spec, sizing: SizingResult, num_gpu_blocks: int 
         from kvlab.sizing import format_gib
 
         room = sizing.gpu_memory_bytes - sizing.weights_bytes - draft_weights
-        fit = max(room, 0) // sizing.bytes_per_block
+        block_bytes = sizing.bytes_per_block + draft_block
+        fit = max(room, 0) // block_bytes
         if num_gpu_blocks > fit:
+            with_draft = f" with {speculative.draft_model}'s layers" if draft_block and speculative else ""
             raise KvlabError(
                 f"--num-gpu-blocks {num_gpu_blocks:,} is more than {gpu_spec.id} can hold for the KV cache of "
-                f"{model_spec.id}: {num_gpu_blocks:,} blocks x {sizing.bytes_per_block / 2**20:g} MiB = "
-                f"{format_gib(num_gpu_blocks * sizing.bytes_per_block)} GiB, but {format_gib(sizing.gpu_memory_bytes)} "
+                f"{model_spec.id}: {num_gpu_blocks:,} blocks x {block_bytes / 2**20:g} MiB{with_draft} = "
+                f"{format_gib(num_gpu_blocks * block_bytes)} GiB, but {format_gib(sizing.gpu_memory_bytes)} "
                 f"GiB of memory - {format_gib(sizing.weights_bytes + draft_weights)} GiB of weights = "
                 f"{format_gib(max(room, 0))} GiB; "
                 f"valid: at most {fit:,} blocks, or a GPU with more memory (--gpu, --gpu-memory-gib)")
@@ -470,10 +474,8 @@ def resolve_speculative(values: dict[str, Any], model_spec, sizing: SizingResult
                 raise KvlabError(f"--{name.replace('_', '-')} {values[name]} needs --speculative-method; valid: "
                                  "ngram, draft_model, eagle or mtp")
         return None
-    if method == "ngram" and values.get("speculative_model") is not None:
-        raise KvlabError(f"--speculative-model {values['speculative_model']}: --speculative-method ngram drafts from "
-                         "the prompt's own n-grams, with no model; valid: drop --speculative-model, or "
-                         "--speculative-method draft_model")
+    if method != "draft_model" and values.get("speculative_model") is not None:
+        _refuse_a_draft_model(method, values["speculative_model"])
     from kvlab.spec.config import SpeculativeConfig, parse_acceptance
     from kvlab.spec.cost import draft_cost_ratio
 
@@ -496,6 +498,25 @@ def resolve_speculative(values: dict[str, Any], model_spec, sizing: SizingResult
                              draft_cost_ratio=draft_cost_ratio(method, model_spec, draft), seed=values["seed"],
                              draft_model=draft.id if draft is not None else None,
                              **(_draft_memory(draft, values, sizing) if draft is not None and sizing else {}))
+
+
+# What each method drafts with where it takes no --speculative-model (vLLM: an EAGLE head is a checkpoint of its own,
+# SpeculativeConfig's ``model``, trained on the target's hidden states: the catalogue holds none, and a catalogue
+# model given there would be loaded as one, which vLLM's EAGLE loader cannot; mtp's head is in the target's checkpoint).
+_DRAFTS_WITHOUT_A_MODEL = {
+    "ngram": "drafts from the prompt's own n-grams, with no model",
+    "eagle": "drafts with an EAGLE head, a one-layer checkpoint trained on the target's hidden states (such as "
+             "yuhuili/EAGLE-LLaMA3.1-Instruct-8B) that kvlab prices as one of the target's layers per draft; {model} "
+             "is a whole model, not an EAGLE head",
+    "mtp": "drafts with the target checkpoint's own MTP layers, with no other model",
+}
+
+
+def _refuse_a_draft_model(method: str, model: str) -> None:
+    """A --speculative-model with a method that does not draft with a catalogue model (ngram, eagle, mtp)."""
+    drafts = _DRAFTS_WITHOUT_A_MODEL[method].format(model=model)
+    raise KvlabError(f"--speculative-model {model}: --speculative-method {method} {drafts}; "
+                     f"valid: drop --speculative-model, or --speculative-method draft_model to draft with {model}")
 
 
 def _draft_memory(draft, values: dict[str, Any], sizing: SizingResult) -> dict[str, int]:
@@ -649,8 +670,13 @@ def resolve_router(values: dict[str, Any]) -> RouterConfig:
     (nothing is routed: the key does not depend on them)."""
     router = RouterConfig(values["router"], values["router_scorers"])
     disaggregated = values["prefill_replicas"] is not None or values["decode_replicas"] is not None
-    if values["replicas"] == 1 and not disaggregated:
+    one_a_side = disaggregated and values["prefill_replicas"] == 1 and values["decode_replicas"] == 1
+    if values["replicas"] == 1 and (not disaggregated or one_a_side):
         if (router.router, router.router_scorers) != (OPTIONS["router"].default, OPTIONS["router_scorers"].default):
+            if one_a_side:  # (trial 51: 1P1D took a router, which had nothing to choose between)
+                raise KvlabError(f"--router {router.router} needs a choice of replicas, and 1 prefill and 1 decode "
+                                 "replica leave none (each side routes to its one); valid: --prefill-replicas or "
+                                 "--decode-replicas 2 or more, or drop --router")
             raise KvlabError(f"--router {router.router} needs a fleet: give --replicas 2 or more (one replica routes "
                              "nothing)")
         return router

@@ -35,9 +35,10 @@ def check_disagg(strategy: Strategy, config: SimConfig, workload: Workload) -> N
         raise KvlabError(f"a disaggregated fleet needs paged memory with prefix caching (the decode side finds the "
                          f"sent KV through the prefix-cache lookup, as vLLM's scheduler asks its KV connector beside "
                          f"it); strategy {strategy.name!r} has not: valid: vllm, vllm+prefix")
-    if config.offload is not None or config.speculative is not None:
-        raise KvlabError("a disaggregated fleet with --kv-offloading-size or --speculative-method is not modelled; "
-                         "valid: one of them at a time")
+    for given, flag in ((config.offload, "--kv-offloading-size"), (config.speculative, "--speculative-method")):
+        if given is not None:  # (the one given, by name: trial 51)
+            raise KvlabError(f"a disaggregated fleet with {flag} is not modelled; valid: drop {flag}, or give it to "
+                             "an aggregated fleet (no --prefill-replicas / --decode-replicas)")
     if any(r.timeout is not None for r in workload.requests):
         raise KvlabError("a disaggregated fleet with client time-outs (--timeout) is not modelled; valid: no --timeout")
 

@@ -62,6 +62,10 @@ class Fleet:
     def __init__(self, strategy: Strategy, config: SimConfig, workload: Workload, router: RouterSpec | str,
                  num_replicas: int, *, record_iterations: bool = True, sync_every_arrival: bool = False,
                  admission: AdmissionSpec | None = None) -> None:
+        if not isinstance(config, SimConfig):  # (resolve()'s KvlabConfig carries it as .engine: trial 51)
+            engine = " (resolve()'s configuration: pass its .engine)" if hasattr(config, "engine") else ""
+            raise KvlabError(f"Fleet's config is a {type(config).__name__}{engine}; valid: a SimConfig, such as "
+                             "kvlab.config.resolve(...).engine")
         self.strategy = strategy
         self.config = config
         self.workload = workload

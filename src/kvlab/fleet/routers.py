@@ -23,7 +23,8 @@ Rules (ties always go to the lowest replica index, so a run is reproducible):
     least-kv        the lowest kv_usage
     prefix          the longest cached prefix of the prompt; among equals, and when no replica holds any, the
                     lowest load
-    weighted        the highest weighted sum of scorers, each in [0, 1], as llm-d's scheduler scores pods:
+    weighted        the highest weighted sum of scorers, each in [0, 1], as llm-d's scheduler scores pods; among
+                    equal sums the lowest load, as prefix's (a set without a load scorer sent them all to 0):
                       prefix          cached_tokens / prompt_len            (llm-d's prefix-cache scorer)
                       least-kv        1 - kv_usage                          (its kv-cache-utilization scorer)
                       least-requests  (max load - load) / (max load - min load), 1 when all loads are equal
@@ -185,7 +186,9 @@ class Weighted:
 
     def __init__(self, scorers: tuple[tuple[str, float], ...]) -> None:
         self.scorers = tuple((SCORERS[name], weight) for name, weight in scorers if weight > 0)
-        self.reads = frozenset(_SCORER_READS[name] for name, weight in scorers if weight > 0)
+        # (the load too, for ties: a set without a load scorer would send every request that scores alike, one that
+        # shares no prefix under prefix:1, to replica 0; trial 51)
+        self.reads = frozenset(_SCORER_READS[name] for name, weight in scorers if weight > 0) | {LOAD}
 
     def route(self, request: Request, replicas: Sequence[Replica]) -> tuple[int, str]:
         totals = [0.0] * len(replicas)
@@ -193,7 +196,10 @@ class Weighted:
             for i, score in enumerate(scorer(request, replicas)):
                 totals[i] += weight * score
         best = max(totals)
-        return totals.index(best), "highest score"
+        holders = [i for i, total in enumerate(totals) if total == best]
+        if len(holders) == 1:
+            return holders[0], "highest score"
+        return _least_loaded(replicas, holders), "highest score, tie: fewest requests"
 
 
 ROUTERS: dict[str, Callable[..., Router]] = {

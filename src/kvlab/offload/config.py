@@ -90,11 +90,18 @@ SWAP_SHARE_REFUSED = 0.7
 
 
 def check_swap_space(swap_space_gib: float, tensor_parallel_size: int, gpu: str, num_gpus: int,
-                     cpu_memory_gib: float | None = None) -> None:
+                     cpu_memory_gib: float | None = None, offload_gib: float = 0.0) -> None:
     """Refuse, as vLLM does, a swap space of ``swap_space_gib`` per GPU that takes more than SWAP_SHARE_REFUSED of
-    the machine's CPU memory (machine_cpu_memory) over the tensor-parallel GPUs."""
+    the machine's CPU memory (machine_cpu_memory) over the tensor-parallel GPUs; and one that does not fit beside
+    a CPU tier of ``offload_gib`` (--kv-offloading-size): both are pinned CPU memory of the one machine."""
     total, source = machine_cpu_memory(gpu, num_gpus, cpu_memory_gib)
     used = swap_space_gib * tensor_parallel_size
+    if offload_gib and round(used + offload_gib, 6) > round(total, 6):
+        each = "" if tensor_parallel_size == 1 else f" x {tensor_parallel_size} GPUs (TP)"
+        raise KvlabError(f"--swap-space {swap_space_gib:g} GiB{each} and --kv-offloading-size {offload_gib:g} GiB "
+                         f"take {used + offload_gib:g} GiB of CPU memory together, more than the machine's {total:g} "
+                         f"GiB ({source}); valid: a swap space and a CPU tier of at most {total:g} GiB together, or "
+                         f"--cpu-memory-gib at least {used + offload_gib:g}")
     if round(used, 6) <= round(SWAP_SHARE_REFUSED * total, 6):  # (in GiB to the KiB: 0.7 x 16 is 11.2)
         return
     each = "" if tensor_parallel_size == 1 else f" per GPU x {tensor_parallel_size} GPUs (TP) = {used:g} GiB"
@@ -114,9 +121,14 @@ def resolve_offload(size_gib: float | None, gpu: str, num_gpus: int, block_size:
     limit, source = machine_cpu_memory(gpu, num_gpus, cpu_memory_gib)
     if size_gib > limit:
         raise KvlabError(f"--kv-offloading-size {size_gib:g} GiB is more than the machine's CPU memory ({limit:g} GiB, "
-                         f"{source}); valid: at most {limit:g} GiB, or give --cpu-memory-gib")
+                         f"{source}); valid: at most {limit:g} GiB, or "
+                         f"{'a larger' if cpu_memory_gib is not None else 'give'} --cpu-memory-gib")
     block_bytes = kv_block_bytes(kv_bytes_per_token, block_size)
     if block_bytes <= 0:
         raise KvlabError("--kv-offloading-size needs the model's KV bytes per token: give a catalogue model")
+    if int(size_gib * GIB) < block_bytes:  # (in GiB, as given: a block's bytes rounded up to what holds one)
+        least = math.ceil(block_bytes / GIB * 1e4) / 1e4
+        raise KvlabError(f"--kv-offloading-size {size_gib:g} GiB holds no KV block ({block_bytes / 2**20:g} MiB "
+                         f"each); valid: at least {least:g} GiB, one block")
     return OffloadConfig(num_cpu_blocks=int(size_gib * GIB) // block_bytes, block_bytes=block_bytes, link=link,
                          link_bandwidth_bytes_per_s=bandwidth, size_gib=size_gib, cpu_memory_gib=cpu_memory_gib)

@@ -15,14 +15,23 @@ if TYPE_CHECKING:
 DEFAULT_NUM_REQUESTS = 100  # a real server's time is not free: a bounded default, unlike the simulator's 1000
 
 
-def check_bench_options(workload_options: dict, gpu: str | None) -> None:
-    """Refuse a bad workload option (as `kvlab run` refuses it: config.resolve.workload_config) or an unknown --gpu
-    before the server is contacted, so a bad value gets its own line even when the server is down."""
+def check_bench_options(workload_options: dict, gpu: str | None, sim_options: dict | None = None) -> None:
+    """Refuse a bad workload option (as `kvlab run` refuses it: config.resolve.workload_config), an unknown --gpu, or
+    a bad value of --compare's simulation options (``sim_options``: --cost, --block-size, ...) before the server is
+    contacted, so a bad value gets its own line even when the server is down."""
     from kvlab.catalog.gpus import get_gpu
 
     workload_config(**workload_options)
     if gpu is not None:  # (no --gpu-memory-gib to offer: bench --compare's KV cache is the server's)
         get_gpu(gpu, otherwise=" (bench --compare takes the server's KV cache)")
+    if sim_options:
+        from kvlab.validate import check_options
+
+        check_options({k: v for k, v in sim_options.items() if v is not None and k != "cost"})
+        if sim_options.get("cost") is not None:
+            from kvlab.cost.profiles import get_profile
+
+            get_profile(sim_options["cost"])
 
 
 def bench_workload(workload: str, rate, arrival: str, cv, num_requests: int | None, duration: float | None, seed: int,

@@ -56,14 +56,20 @@ def parse_slo_classes(text: str | None) -> dict[int, Slo]:
     return slos
 
 
-def check_classes(slos: Mapping[int, Slo], known: set[int]) -> None:
-    """A class given an SLO must be one of the workload's (``known``: --priority-classes' classes, else the
-    priorities its requests carry)."""
+def check_classes(slos: Mapping[int, Slo], known: set[int], declared: set[int] | frozenset[int] = frozenset()
+                  ) -> None:
+    """A class given an SLO must be one of the workload's (``known``: the priorities its requests carry), as a
+    per-class --timeout must; one --priority-classes declares (``declared``) that no request drew is said so."""
+    classes = ", ".join(map(str, sorted(known)))
     for number in slos:
-        if number not in known:
-            raise KvlabError(f"--slo-classes names class {number}, which the workload does not have; valid: its "
-                             f"classes, {', '.join(map(str, sorted(known)))} (--priority-classes, or a file's "
-                             "priority column)")
+        if number in known:
+            continue
+        if number in declared:  # (trial 51: it was judged 'missed: none of its requests finished', goodput 0.0%)
+            raise KvlabError(f"--slo-classes names class {number}, which no request of this workload has: "
+                             f"--priority-classes declares it, but the requests drawn fall in {classes}; valid: "
+                             "those classes, or more requests (-n) to draw it")
+        raise KvlabError(f"--slo-classes names class {number}, which the workload does not have; valid: its "
+                         f"classes, {classes} (--priority-classes, or a file's priority column)")
 
 
 def check_deadlines(slos: Iterable[Slo], points: Iterable[Mapping[str, Any]]) -> None:
@@ -84,13 +90,17 @@ def check_deadlines(slos: Iterable[Slo], points: Iterable[Mapping[str, Any]]) ->
                              "or a workload file's timeout column")
 
 
-def known_classes(config, workload=None) -> set[int]:
-    """The classes of a configuration's workload: those --priority-classes declares, else the priorities of its
-    requests (``workload``, or the configuration's, loaded)."""
+def declared_classes(config) -> set[int]:
+    """The classes --priority-classes declares (none without it)."""
     from kvlab.workload.priority import parse_classes
 
-    if config.workload.priority_classes:
-        return {number for number, _ in parse_classes(config.workload.priority_classes)}
+    text = config.workload.priority_classes
+    return {number for number, _ in parse_classes(text)} if text else set()
+
+
+def known_classes(config, workload=None) -> set[int]:
+    """The classes of a configuration's workload: the priorities its requests carry (``workload``, or the
+    configuration's, loaded); a class --priority-classes declares that no request drew is not one of them."""
     if workload is None:
         from kvlab.service.engine import load
 

@@ -137,13 +137,16 @@ def load(config: KvlabConfig | WorkloadConfig, max_model_len: int | None = None,
     return load_workload(workload.workload, **workload.load_options(max_model_len, cap_answers=cap_answers))
 
 
-def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = ()) -> tuple[str, ...]:
+def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = (), workload: Workload | None = None
+          ) -> tuple[str, ...]:
     """What a run of ``config`` says before its numbers: options given that it does not use, and what vLLM would
-    refuse to start with though kvlab runs it. (The cost profile's notes travel on the cost model.)"""
+    refuse to start with though kvlab runs it. (The cost profile's notes travel on the cost model.) ``workload``:
+    the configuration's, when loaded already (a priority policy over one class loads it otherwise: _one_class)."""
     from kvlab.workload.load import copy_note, order_note
 
     given = dict(config.given)
     said = [note for note in (copy_note(config.workload.workload), order_note(config.workload.workload)) if note]
+    said += _one_class(config, workload)
     if "swap_space" in given and strategy_list and not any(s.preemption_mode == "swap" for s in strategy_list):
         said.append(f"--swap-space {given['swap_space']:g} is not used: no strategy here swaps (a +swap strategy, "
                     "or --preemption-mode swap, would)")
@@ -193,6 +196,28 @@ def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = ()) -> tuple[
     return tuple(said)
 
 
+def _one_class(config: KvlabConfig, workload: Workload | None) -> list[str]:
+    """A priority policy (--scheduling-policy, --gateway-queue-policy) over a workload whose requests are all of one
+    class orders nothing: it runs as fcfs, said so (trial 51: it ran silently)."""
+    admission = config.admission
+    policies = [f"--{name} priority" for name, on in (
+        ("scheduling-policy", config.scheduler.scheduling_policy == "priority"),
+        ("gateway-queue-policy", admission is not None and admission.queue_policy == "priority")) if on]
+    if not policies:
+        return []
+    from kvlab.workload.priority import parse_classes
+
+    if config.workload.priority_classes:  # (as kvlab.service.classes.declared_classes reads them, a layer above)
+        classes = {number for number, _ in parse_classes(config.workload.priority_classes)}
+    else:
+        classes = {r.priority for r in (workload if workload is not None else load(config)).requests}
+    if len(classes) > 1:
+        return []
+    return [f"{' and '.join(policies)} order{'s' if len(policies) == 1 else ''} requests by their class, and every "
+            f"request of this workload is class {min(classes, default=0)}: the order is first come, first served; "
+            "give the classes with --priority-classes (0:0.2,1:0.8) or a workload file's priority column"]
+
+
 def start(config: KvlabConfig, strategy_list: Sequence[Strategy], *, workload: Workload | None = None,
           record_iterations: bool = True, max_iterations: int | None = None) -> tuple[Workload, list[Simulation]]:
     """The workload and one Simulation per strategy, not yet run: for a face that steps them itself. A profile's
@@ -240,7 +265,7 @@ def run(config: KvlabConfig, strategy_list: Sequence[Strategy | str], *, workloa
                                                                                                         total))
         sim.run(progress=callback)
         results.append(finish(sim))
-    return RunResult(config=config, workload=wl, results=tuple(results), notes=notes(config, chosen))
+    return RunResult(config=config, workload=wl, results=tuple(results), notes=notes(config, chosen, wl))
 
 
 def run_fleets(config: KvlabConfig, strategy_list: Sequence[Strategy], workload: Workload, *,
@@ -259,7 +284,7 @@ def run_fleets(config: KvlabConfig, strategy_list: Sequence[Strategy], workload:
                          record_iterations=record_iterations, admission=config.admission).run()
                    for strategy in strategy_list)
     return RunResult(config=config, workload=workload, results=tuple(f.as_result() for f in fleets),
-                     notes=notes(config, strategy_list), fleets=fleets if num_replicas > 1 else ())
+                     notes=notes(config, strategy_list, workload), fleets=fleets if num_replicas > 1 else ())
 
 
 def run_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], workload: Workload, *,
@@ -274,7 +299,7 @@ def run_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], wo
     fleets = tuple(DisaggFleet(strategy, config.engine, workload, router, config.disagg,
                                record_iterations=record_iterations).run() for strategy in strategy_list)
     return RunResult(config=config, workload=workload, results=tuple(f.as_result() for f in fleets),
-                     notes=notes(config, strategy_list), disaggregated=fleets)
+                     notes=notes(config, strategy_list, workload), disaggregated=fleets)
 
 
 def check_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], workload: Workload) -> None:
@@ -283,8 +308,8 @@ def check_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], 
 
     assert config.disagg is not None
     if config.admission is not None:
-        raise KvlabError("a gateway (--rate-limit) in front of a disaggregated fleet is not modelled; valid: one of "
-                         "them at a time")
+        raise KvlabError("a gateway (--rate-limit) in front of a disaggregated fleet is not modelled; valid: drop "
+                         "--rate-limit, or give it to an aggregated fleet (no --prefill-replicas / --decode-replicas)")
     for strategy in strategy_list:
         check_disagg(strategy, config.engine, workload)
 

@@ -87,14 +87,17 @@ def expected_tokens_per_step(rates: tuple[float, ...]) -> float:
 
 def parse_acceptance(text: str | float) -> tuple[float, ...]:
     """``0.7`` (every position) or ``0.9/0.7/0.5`` (one per position) as a tuple of rates; refused in one line."""
-    parts = [text] if isinstance(text, float | int) else [p for p in str(text).split("/") if p.strip()]
+    valid = "valid: a probability from 0 to 1, or one per position separated by slashes (0.9/0.7/0.5)"
+    if isinstance(text, float | int):
+        return (float(text),)
+    parts = str(text).split("/")
     rates = []
-    for part in parts:
+    for position, part in enumerate(parts, start=1):
+        if not part.strip():
+            where = "is empty" if len(parts) == 1 else f"position {position} of {len(parts)} is empty"
+            raise KvlabError(f"--spec-acceptance {text!r}: {where}; {valid}")
         try:
             rates.append(float(part))
         except ValueError:
-            raise KvlabError(f"--spec-acceptance {text!r}: {part!r} is not a number; valid: a probability from 0 to "
-                             "1, or one per position separated by slashes (0.9/0.7/0.5)") from None
-    if not rates:
-        raise KvlabError(f"--spec-acceptance {text!r}; valid: a probability from 0 to 1, or one per position")
+            raise KvlabError(f"--spec-acceptance {text!r}: {part!r} is not a number; {valid}") from None
     return tuple(rates)
