@@ -156,7 +156,8 @@ def option_name(spelling: str) -> str:
     if spelling.lstrip("-").removeprefix("no-") == "enable-prefix-caching":  # (kvlab.strategies: +prefix, +noprefix)
         hint = ("prefix caching is part of the strategy's name: --strategy vllm has it on (as vllm serve), "
                 "--strategy vllm+noprefix off; ")
-    raise KvlabError(f"`kvlab run` has no option {spelling!r}: {hint}the options a sweep can vary are "
+    # (not "kvlab run has no option": a report's options, --slo-classes, --wide, --plots, are run's but no point's)
+    raise KvlabError(f"{spelling!r} is not an option a sweep or capacity search takes: {hint}the options they vary are "
                      f"{', '.join(flags)}")
 
 
