@@ -108,8 +108,8 @@ def test_an_unknown_option_names_itself_and_the_options_that_exist(tmp_path):
     grid.write_text("strategy: vllm\nmax_num_seq: 4\n")
     from kvlab.sweep.grid import read_grid_file
 
-    with pytest.raises(KvlabError, match=r"no option 'max_num_seq': did you mean --max-num-seqs\? the options a sweep "
-                                         r"can vary are"):
+    with pytest.raises(KvlabError, match=r"'max_num_seq' is not an option a sweep or capacity search takes: did you mean "
+                                         r"--max-num-seqs\? the options they vary are"):
         read_grid_file(grid)
 
 

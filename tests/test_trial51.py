@@ -73,6 +73,6 @@ def test_a_sweep_given_the_prefix_caching_flag_names_the_strategy_suffix(flag):
     from kvlab.sweep.grid import option_name
 
     with pytest.raises(KvlabError, match=r"prefix caching is part of the strategy's name: --strategy vllm has it on "
-                                         r"\(as vllm serve\), --strategy vllm\+noprefix off; the options a sweep"):
+                                         r"\(as vllm serve\), --strategy vllm\+noprefix off; the options they vary"):
         option_name(flag)
     assert not parse_strategy("vllm+noprefix").enable_prefix_caching  # (the name the hint gives is a strategy)
