@@ -38,13 +38,15 @@ def test_a_too_short_context_refusal_gives_one_remedy(kvlab):
 
 
 def test_another_model_the_logs_kv_cache_cannot_start_is_refused():
-    """A catalogue model other than the log's, with weights that fit but 0.96x at the log's max_model_len: vLLM would
+    """A catalogue model other than the log's, with weights that fit but no request at its max_model_len: vLLM would
     not start it with that KV cache memory; the log's own model (1.20x) still gets its comparison."""
     named = A100_LOG.read_text().replace("/home/admin_iloh_altostrat_com/models/Meta-Llama-3.1-8B-Instruct",
                                          "meta-llama/Llama-3.1-8B-Instruct")
     log = parse_vllm_log(named)
-    with pytest.raises(KvlabError, match=r"one 131,072-token request \(the log's max_model_len\) needs 20.00 GiB of "
-                                         r"KV cache, more than the log's 19.28 GiB \(maximum concurrency 0.96x\)"):
+    # (the log's user typed no --max-model-len: NeMo runs at its own default, its 1,024,000 positions)
+    with pytest.raises(KvlabError, match=r"one 1,024,000-token request \(the model's default max_model_len\) needs "
+                                         r"156.25 GiB of KV cache, more than the log's 19.28 GiB \(maximum "
+                                         r"concurrency 0.12x\)"):
         explain_vllm_log(log, "mistral-nemo-12b")
     assert explain_vllm_log(log, "llama-3.1-8b")["differences"] == []
 
@@ -76,3 +78,19 @@ def test_a_sweep_given_the_prefix_caching_flag_names_the_strategy_suffix(flag):
                                          r"\(as vllm serve\), --strategy vllm\+noprefix off; the options they vary"):
         option_name(flag)
     assert not parse_strategy("vllm+noprefix").enable_prefix_caching  # (the name the hint gives is a strategy)
+
+
+def test_another_model_runs_at_its_own_default_length_where_the_log_did_not_type_one():
+    """Trial 51b: on a Qwen3-8B log whose user typed no --max-model-len (40,960 is Qwen3-8B's default), --model
+    opt-13b was refused as if --max-model-len 40,960 had been given; vLLM would run opt-13b at its own 2,048. A
+    length the log's user typed stays the log's (gpt-oss-120b's log, --max-model-len 16,384: llama-2-70b refused)."""
+    qwen = parse_vllm_log(Path("tests/data/startup_logs/qwen3-8b-a100-40gb-0.9.2.log").read_text())
+    assert qwen.typed_args is not None and "max_model_len" not in qwen.typed_args
+    out = explain_vllm_log(qwen, "opt-13b")
+    assert out["kvlab"]["max_model_len"] == 2048
+    assert any("opt-13b runs at its own, 2,048" in line for line in out["lines"])
+    assert explain_vllm_log(qwen, "qwen3-8b")["kvlab"]["max_model_len"] == 40960  # (the log's own model: its length)
+    gpt = parse_vllm_log(Path("tests/data/startup_logs/gpt-oss-120b-4xa100-80gb-ray-0.10.1.1.log").read_text())
+    assert "max_model_len" in gpt.typed_args
+    with pytest.raises(KvlabError, match=r"--max-model-len 16,384 is greater than llama-2-70b's"):
+        explain_vllm_log(gpt, "llama-2-70b")

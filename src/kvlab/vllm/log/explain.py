@@ -8,6 +8,7 @@ arithmetic of ``kvlab size``) beside vLLM's, flagging any difference beyond what
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from kvlab.errors import KvlabError
 from kvlab.vllm.log.startup import GIB, StartupLog, blocks_from_tokens, cdiv
@@ -265,6 +266,15 @@ def _another_model_named(log: StartupLog, spec, audience: str) -> str | None:
     return named.id if named is not None and named.id != spec.id else None
 
 
+def own_default_length(log: StartupLog) -> StartupLog:
+    """``log`` for another model than the one it names: where its user did not type --max-model-len (its 'non-default
+    args' line lacks it), the length it ran at was its model's default, and another model runs at its own (None: the
+    sizing takes the model's); a length typed, or no arguments line to tell, stays the log's."""
+    if log.typed_args is None or "max_model_len" in log.typed_args or log.max_model_len is None:
+        return log
+    return replace(log, max_model_len=None)
+
+
 def _sizing_config(log: StartupLog, available_kv_bytes: int):
     from kvlab.sizing import KV_CACHE_DTYPES, MODEL_DTYPES, SizingConfig
 
@@ -370,8 +380,6 @@ def _check_weights_fit(log: StartupLog, spec) -> None:
     vLLM's budget is requested memory - weights - activations - other, so that sum is what the GPU had left once
     the activations and other memory were taken; a model whose weights alone take more loads nothing into the KV
     cache (or does not load). Generous: a larger model's activations are larger too. Without both figures, no check."""
-    from dataclasses import replace
-
     from kvlab.catalog.quant import requested_method
     from kvlab.sizing import format_gib, size_kv_cache
 
@@ -400,7 +408,8 @@ def _check_starts(log: StartupLog, side: dict) -> None:
     to start it. (For the log's own model, or an unnamed one, that is a difference to show, not a refusal.)"""
     if log.refused or not side.get("refused"):
         return
-    raise KvlabError(f"one {side['max_model_len']:,}-token request (the log's max_model_len) needs "
+    whose = "the log's max_model_len" if log.max_model_len is not None else "the model's default max_model_len"
+    raise KvlabError(f"one {side['max_model_len']:,}-token request ({whose}) needs "
                      f"{side['needed_kv_cache_gib']:.2f} GiB of KV cache, more than the log's "
                      f"{side['available_kv_bytes'] / GIB:.2f} GiB (maximum concurrency {side['max_concurrency']:.2f}x)")
 
@@ -465,12 +474,16 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
     named = _another_model_named(log, spec, audience) if model is not None else None
     if named is not None:
         out["lines"].append(f"The log names {log.model} ({named}); kvlab's calculation uses {spec.id}, as asked.")
+    sized = log if named is None else own_default_length(log)  # (another model: its own default length)
     try:
         if model is not None:
-            _check_weights_fit(log, spec)
-        out.update(kvlab_calculation(log, spec, source, audience))
+            _check_weights_fit(sized, spec)
+        out.update(kvlab_calculation(sized, spec, source, audience))
         if named is not None:
-            _check_starts(log, out["kvlab"])
+            _check_starts(sized, out["kvlab"])
+        if sized is not log:
+            out["lines"].append(f"The log's max_model_len, {log.max_model_len:,}, is {named}'s default (not among the "
+                                f"arguments typed); {spec.id} runs at its own, {out['kvlab']['max_model_len']:,}.")
     except KvlabError as exc:
         if model is not None:  # (the log's settings, the model asked for: the settings are the log's, not flags given)
             whose = f", which names {log.model}" if log.model else ""

@@ -149,7 +149,8 @@ def _read_args(m: re.Match) -> dict:
         settings["model"] = args["model_tag"]  # `vllm serve MODEL`: the positional argument
     if "dtype" in settings:
         settings["dtype"] = _dtype(settings["dtype"])
-    return {f"settings.{k}": v for k, v in settings.items()}
+    # (the keys typed: what the line does not hold took vLLM's default for the model, max_model_len above all)
+    return {f"settings.{k}": v for k, v in settings.items()} | {"typed_args": tuple(sorted(args))}
 
 
 CONFIG_ITEM = re.compile(r"(?P<key>\w+)=(?P<value>'[^']*'|[^,\s]+)")

@@ -74,6 +74,7 @@ class StartupLog:
     cuda_graphs_profiled: int | None = None
     estimated_cuda_graph_share: float | None = None  # of the total memory
     settings: dict = field(default_factory=dict)  # engine settings the log states, in vLLM's names
+    typed_args: tuple[str, ...] | None = None  # the arguments the user gave ('non-default args'); None: no such line
     lines: dict = field(default_factory=dict)
     derived: dict = field(default_factory=dict)
     per_worker: dict = field(default_factory=dict)
@@ -228,7 +229,7 @@ def _assemble(fmt: str, first: dict, lines: dict, setting_lines: dict, settings:
         refused=bool(first.get("refused", False)), no_kv_memory=bool(first.get("no_kv_memory", False)),
         needed_kv_cache_gib=first.get("needed_kv_cache_gib"), estimated_max_model_len=first.get(
             "estimated_max_model_len"), model=settings.get("model"), vllm_version=first.get("vllm_version"),
-        settings=settings, lines=lines, derived=derived, per_worker=repeated,
+        settings=settings, typed_args=first.get("typed_args"), lines=lines, derived=derived, per_worker=repeated,
         **{name: first.get(name) for name in PROFILE_TERMS}, **{name: first.get(name) for name in ENCODER_PROFILE},
         **{name: first.get(name) for name in CUDA_GRAPH_PROFILE},
     )
