@@ -34,8 +34,8 @@ PY
 
 survived=0
 mutate "a run's blocks handed out in reverse order" src/kvlab/memory/paged.py \
-  "pool.append_new_blocks(map(tables.__getitem__, order), len(order))" \
-  "pool.append_new_blocks(map(tables.__getitem__, order[::-1]), len(order))"
+  "self.block_pool.append_new_blocks([holder.table for holder in order], len(order))" \
+  "self.block_pool.append_new_blocks([holder.table for holder in order][::-1], len(order))"
 mutate "the log's reserved and internal-fragmentation columns swapped" src/kvlab/metrics.py \
   'for name in ("token", "reserved", "internal_fragmentation", "overhead", "free"):
             block[ITERATION_COLUMNS.index(name)] = states[name]' \
