@@ -87,7 +87,8 @@ def test_tokens_per_chunk_without_usage_counts():
 
 
 def test_base_url_accepts_the_forms_people_paste():
-    for url in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/", " http://127.0.0.1:8000/v1/ "):
+    for url in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/", " http://127.0.0.1:8000/v1/ ", "HTTP://127.0.0.1:8000",
+                "Http://127.0.0.1:8000/v1"):  # (trial 51b: a scheme in capitals was "not an http:// URL")
         assert base_url(url) == "http://127.0.0.1:8000"
     with pytest.raises(KvlabError, match="not an http:// or https:// URL"):
         base_url("localhost:8000")

@@ -60,6 +60,9 @@ def base_url(url: str) -> str:
     import httpx
 
     url = url.strip().rstrip("/")
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.lower() in ("http", "https"):  # (a scheme is case-insensitive: HTTP://HOST is http://HOST)
+        url = f"{scheme.lower()}://{rest}"
     if not url.startswith(("http://", "https://")):
         raise KvlabError(f"--url {url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000)")
     valid = "valid: an http:// or https:// URL such as http://127.0.0.1:8000"
