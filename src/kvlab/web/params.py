@@ -158,7 +158,6 @@ def _strategies(value, kind: str) -> tuple[str, ...]:
     return names
 
 
-
 def required(key: str, valid: str) -> KvlabError:
     """The refusal of a parameter the request must give: what it is and its range."""
     return KvlabError(f"{key} is required: {valid}")
