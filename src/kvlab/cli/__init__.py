@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
         _error(_usage_message(exc, args, _command_path(command, args), command))
     except typer.Abort:  # (Ctrl-C, in the Click of older Typers; recent ones exit 130 and say nothing)
         code = 130
+    if stop.interrupted():
+        stop.forget_interrupt_in_exec()
     if code == 130 and stop.interrupted():
         print("stopped by SIGINT", file=sys.stderr, flush=True)
     sys.exit(code if isinstance(code, int) else 0)  # (as Click's standalone mode ends)

@@ -112,6 +112,14 @@ def interrupted() -> bool:
     return _exiting.interrupted
 
 
+def forget_interrupt_in_exec() -> None:
+    """Ctrl-C's KeyboardInterrupt was handled: the command ends 130 and says so. But CPython notes one that leaves
+    an ``exec`` of a string (the methods a dataclass generates, in an import the command makes as it runs) as
+    unhandled, caught or not, and at exit ends the process by SIGINT instead (-2, not 130); each ``exec`` of a string
+    clears that note as it starts, so an empty one forgets it."""
+    exec("")  # noqa: S102  (no code: only its start, which clears the note)
+
+
 def _exit(signum: int, frame) -> None:
     if _exiting.signum is None:
         _exiting.signum = signum
