@@ -1151,7 +1151,7 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
               and _weights_fit(model, replace(config, gpu_memory_bytes=g.memory_bytes, gpu_name=g.id))]
     if bigger:
         hints.append(f"a larger GPU at the same parallelism: {', '.join(bigger[:3])}")
-    utilization = _smallest_utilization(model, config)
+    utilization = smallest_utilization(model, config)
     if utilization is not None:
         default = OPTIONS["gpu_memory_utilization"].default
         hints.append(f"--gpu-memory-utilization {utilization:.2f}" + (
@@ -1163,7 +1163,7 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
                                    "layers too (--pipeline-parallel-size) or quantize the weights (--quantization)"))
 
 
-def _smallest_utilization(model: ModelSpec, config: SizingConfig, most: int = 95) -> float | None:
+def smallest_utilization(model: ModelSpec, config: SizingConfig, most: int = 95) -> float | None:
     """The smallest --gpu-memory-utilization, in hundredths up to ``most``, above the one given, at which the
     weights and activations leave room for one max_model_len request's KV cache, so vLLM starts (the room grows
     with the fraction); None if none does."""

@@ -7,7 +7,6 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from kvlab.errors import KvlabError
 from kvlab.web.frames import decode_blocks
 from kvlab.web.params import parse_run_spec
 from kvlab.web.server import build_race, create_app
@@ -476,22 +475,23 @@ def test_section_7_is_asked_for_named_systems_only():
         assert c.app.state.rates.runner is None  # (nothing was searched)
 
 
-def test_the_utilization_advice_is_the_least_that_fits(client):
-    """Refused at a low utilization, the advice names the least utilization (in steps of 0.05) at which the model
-    fits, a value someone would set, rather than the page's highest (it said "raise GPU memory utilization to 1")."""
-    from kvlab.web.calculator import answer
+def test_the_utilization_advice_is_the_least_at_which_vllm_starts_as_the_api_says(client):
+    """Refused at a low utilization, the page's advice names the least utilization at which vLLM starts, the value
+    the API's error (and `kvlab size`) gives, rather than the page's highest (it said "raise GPU memory utilization to
+    1") or the least at which the weights fit (trial 51b: 0.45 for Llama-3.1-8B on an A100-40GB, where one
+    131,072-token request does not fit and vLLM refuses to start; the API said 0.82)."""
+    from kvlab.web.calculator import vllm_starts
 
-    page = {"X-Kvlab-Refusals": "in-body"}
-    body = client.get("/api/size", params={"model": "opt-13b", "gpu": "A100-40GB", "gpu_memory_utilization": "0.3"},
-                      headers=page).json()
+    params = {"model": "llama-3.1-8b", "gpu": "a100-40gb", "gpu_memory_utilization": "0.2"}
+    body = client.get("/api/size", params=params, headers={"X-Kvlab-Refusals": "in-body"}).json()
     assert body["refused"], body
     (line,) = [a for a in body["advice"] if a.startswith("raise GPU memory utilization to ")]
     least = float(line.removeprefix("raise GPU memory utilization to ").split()[0])
-    assert 0.3 < least < 1 and "(the least at which it fits)" in line
-    fits = dict(model="opt-13b", gpu="A100-40GB", concurrency=1, context_len=1)
-    answer(**fits, gpu_memory_utilization=least)  # fits there
-    with pytest.raises(KvlabError):
-        answer(**fits, gpu_memory_utilization=round(least - 0.05, 2))
+    assert least == 0.82 and "(the least at which vLLM starts)" in line
+    assert "; gpu_memory_utilization=0.82 or more" in client.get("/api/size", params=params).json()["error"]
+    starts = dict(model="llama-3.1-8b", gpu="A100-40GB")
+    assert vllm_starts(**starts, gpu_memory_utilization=least)
+    assert not vllm_starts(**starts, gpu_memory_utilization=round(least - 0.01, 2))
 
 
 def test_the_menus_mark_a_published_trace_that_is_not_on_this_machine(client, monkeypatch, tmp_path):

@@ -61,16 +61,48 @@ def workload_entry(name: str, summary: str) -> dict:
     return {"name": name, "description": published.how_to_get(name) if absent else summary, "present": not absent}
 
 
-def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memory_utilization: float,
-           quantization: str | None = None, vllm_version: str | None = None) -> dict:
-    """``kvlab size MODEL --gpu GPU --gpu-memory-utilization U`` and ``--concurrency N --context-len L`` (and
-    ``--quantization``, ``--vllm-version``), in the numbers the page shows (same function, so the same numbers)."""
+def _sized(model: str, gpu: str, gpu_memory_utilization: float, quantization: str | None = None,
+           vllm_version: str | None = None):
     from kvlab.service.size import default_sizing_options, sizing_config
-    from kvlab.sizing import size_kv_cache, workload_fit
 
     spec = catalogue_model(model)
     gpu_spec, config = sizing_config(**default_sizing_options(gpu=gpu, gpu_memory_utilization=gpu_memory_utilization),
                                      quantization=quantization, vllm_version=vllm_version)
+    return spec, gpu_spec, config
+
+
+def least_utilization(*, model: str, gpu: str, gpu_memory_utilization: float, most: float) -> float | None:
+    """The least GPU memory utilization above ``gpu_memory_utilization``, in hundredths up to ``most``, at which vLLM
+    starts with ``model`` on ``gpu`` (kvlab.sizing.smallest_utilization, the rule `kvlab size`'s advice follows: the
+    weights held and one max_model_len request's cache); None where none does."""
+    from kvlab.sizing import smallest_utilization
+
+    try:
+        spec, _, config = _sized(model, gpu, gpu_memory_utilization)
+    except KvlabError:
+        return None
+    return smallest_utilization(spec, config, most=round(most * 100))
+
+
+def vllm_starts(*, model: str, gpu: str, gpu_memory_utilization: float) -> bool:
+    """Whether vLLM starts with ``model`` on ``gpu`` at this utilization: the weights held and one max_model_len
+    request's cache in what is left (its own check at startup)."""
+    from kvlab.sizing import size_kv_cache
+
+    try:
+        spec, _, config = _sized(model, gpu, gpu_memory_utilization)
+        return size_kv_cache(spec, config).fits_max_model_len
+    except KvlabError:
+        return False
+
+
+def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memory_utilization: float,
+           quantization: str | None = None, vllm_version: str | None = None) -> dict:
+    """``kvlab size MODEL --gpu GPU --gpu-memory-utilization U`` and ``--concurrency N --context-len L`` (and
+    ``--quantization``, ``--vllm-version``), in the numbers the page shows (same function, so the same numbers)."""
+    from kvlab.sizing import size_kv_cache, workload_fit
+
+    spec, gpu_spec, config = _sized(model, gpu, gpu_memory_utilization, quantization, vllm_version)
     result = size_kv_cache(spec, config)
     fit = workload_fit(spec, config, concurrency, context_len)
     split = result.memory_split

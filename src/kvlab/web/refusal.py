@@ -84,14 +84,12 @@ def _fits(**kwargs) -> dict | None:
         return None
 
 
-def _least_utilization(same: dict, gpu: str, utilization: float, max_utilization: float) -> float | None:
-    """The least utilization, in steps of 0.05 up to the page's highest, at which the model fits on ``gpu``: a
-    value someone would set (the page's highest, 1, leaves nothing for anything else)."""
-    steps = sorted({*(round(0.05 * k, 2) for k in range(1, 21)), max_utilization})
-    for u in (s for s in steps if utilization < s <= max_utilization):
-        if _fits(**same, gpu=gpu, gpu_memory_utilization=u) is not None:
-            return u
-    return None
+def _least_utilization(model: str, gpu: str, utilization: float, max_utilization: float) -> float | None:
+    """The least utilization, in hundredths up to the page's highest, at which vLLM starts with the model on
+    ``gpu``: the value `kvlab size`'s refusal advises (the same rule, kvlab.sizing's)."""
+    from kvlab.web.calculator import least_utilization
+
+    return least_utilization(model=model, gpu=gpu, gpu_memory_utilization=utilization, most=max_utilization)
 
 
 def _advice(model: str, gpu: str, context_len: int, utilization: float,
@@ -103,13 +101,14 @@ def _advice(model: str, gpu: str, context_len: int, utilization: float,
         return unknown
     same = {"concurrency": 1, "context_len": 1, "model": model}
     if _fits(**same, gpu=gpu, gpu_memory_utilization=utilization) is None:
-        # The model does not fit on this GPU at all: another GPU, or more of this one.
+        # The model does not fit on this GPU at all: more of this one (as `kvlab size` advises: the least at which
+        # vLLM starts), or another GPU that holds its weights (as size's "a larger GPU" does).
         advice = []
-        least = _least_utilization(same, gpu, utilization, max_utilization)
+        least = _least_utilization(model, gpu, utilization, max_utilization)
         if least is not None:
             advice.append(f"raise GPU memory utilization to {least:g}" + (
                 " (the most there is: nothing left on the GPU for anything else)" if least >= 1 else
-                " (the least at which it fits)"))
+                " (the least at which vLLM starts)"))
         gpus = [g.id for g in sorted(list_gpus(), key=lambda g: g.memory_bytes) if g.id.lower() != gpu.lower()]
         others = [g for g in gpus if _fits(**same, gpu=g, gpu_memory_utilization=utilization) is not None]
         if others:
