@@ -494,6 +494,15 @@ def test_the_utilization_advice_is_the_least_at_which_vllm_starts_as_the_api_say
     assert not vllm_starts(**starts, gpu_memory_utilization=round(least - 0.01, 2))
 
 
+def test_an_api_refusal_whose_remedies_are_all_flags_says_what_the_page_would(client):
+    """`kvlab size` would run llama-3.1-405b on B200s at --tensor-parallel-size 8, a control the API does not have: its
+    refusal once ended with no remedy at all (trial 51b); it says the page's advice instead."""
+    r = client.get("/api/size", params={"model": "llama-3.1-405b", "gpu": "b200"})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert "--" not in error and error.endswith(". Try: pick a smaller model: no GPU in the menu holds this one's weights")
+
+
 def test_the_menus_mark_a_published_trace_that_is_not_on_this_machine(client, monkeypatch, tmp_path):
     """A trace the machine lacks is offered marked, with the line that says how to get it; one it has is not."""
     from kvlab.workload import published

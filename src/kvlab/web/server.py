@@ -137,7 +137,12 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
         return answer(**asked, **rules)
     except KvlabError as exc:
         if not page:
-            raise in_parameters(exc, SIZE_PARAMETERS) from None
+            error = in_parameters(exc, SIZE_PARAMETERS)
+            if "Would fit: " in str(exc) and "Would fit: " not in str(error):  # (each remedy a flag it does not take:
+                # the page's advice instead; trial 51b: llama-3.1-405b on a B200 was refused with no remedy at all)
+                advice = refused_answer(exc, **asked, max_utilization=1.0, parameters=SIZE_PARAMETERS)["advice"]
+                error = KvlabError(f"{error}. Try: {'; '.join(advice)}") if advice else error
+            raise error from None
         return {"model": asked["model"], "gpu": asked["gpu"],
                 **refused_answer(exc, **asked, max_utilization=1.0, parameters=SIZE_PARAMETERS)}
 
