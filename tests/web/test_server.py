@@ -225,7 +225,7 @@ def test_compute_budget_bounds_a_run():
         meta = start(c, kind="grid", **SMALL)
         r = c.post(f"/api/sessions/{meta['session_id']}/step")
         assert r.status_code == 400
-        assert "this run has used its 0 s of compute" in r.json()["error"]
+        assert "this run has used its 0 s of computing (wall-clock time the server spent on it)" in r.json()["error"]
 
 
 def test_sessions_are_bounded():
@@ -635,10 +635,12 @@ def test_the_finish_refusal_names_the_budget_and_the_time_reached():
         app.state.sessions.by_id[sid].compute_seconds = 60.0  # (the budget spent, to the last second)
         r = c.post(f"/api/sessions/{sid}/finish")
         assert r.status_code == 400 and r.json()["error"] == (
-            "the run did not finish within its 60 s of compute (a run's budget over its whole life): it stopped at "
+            "the run did not finish within its 60 s of computing (wall-clock time the server spends on the run, over its "
+            "whole life): it stopped at "
             "t=3 s of simulated time; make it smaller (fewer requests)"), r.text
         app.state.sessions.by_id[sid].compute_seconds = 60.0
         r = c.post(f"/api/sessions/{sid}/seek", params={"t": 500})
         assert r.status_code == 400 and r.json()["error"].startswith(
-            "the run did not get to t=500 s within its 60 s of compute (a run's budget over its whole life): it "
+            "the run did not get to t=500 s within its 60 s of computing (wall-clock time the server spends on the run, "
+            "over its whole life): it "
             "stopped at t=3 s"), r.text

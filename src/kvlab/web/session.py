@@ -140,7 +140,8 @@ class Race:
                     self.max_unfilled[i] = max(self.max_unfilled[i], max_unfilled_slots_per_owner(cols))
 
     def _over_budget(self, what: str, budget_s: float | None) -> KvlabError:
-        budget = "time budget" if budget_s is None else f"{budget_s:g} s of compute (a run's budget over its whole life)"
+        budget = "time budget" if budget_s is None else (
+            f"{budget_s:g} s of computing (wall-clock time the server spends on the run, over its whole life)")
         return KvlabError(f"the run did not {what} within its {budget}: it stopped at t={self.t:g} s of simulated "
                           "time; make it smaller (fewer requests)")
 
@@ -387,7 +388,8 @@ class Session:
         with self.lock:
             if self.compute_seconds > self.max_compute_seconds:
                 raise KvlabError(
-                    f"this run has used its {self.max_compute_seconds:.0f} s of compute; reset to start a new one"
+                    f"this run has used its {self.max_compute_seconds:.0f} s of computing (wall-clock time the server "
+                    "spent on it); reset to start a new one"
                 )
             t0 = time.monotonic()
             try:
