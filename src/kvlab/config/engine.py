@@ -118,7 +118,9 @@ def check_block_size(block_size: int, max_model_len: int) -> None:
     """A block longer than the longest sequence is never filled: refused by `kvlab run` and `kvlab size` alike."""
     if block_size > max_model_len:
         raise KvlabError(f"--block-size {block_size} is larger than --max-model-len {max_model_len}: a block "
-                         f"must fit in a sequence; valid: a block size of at most {max_model_len:,}")
+                         "must fit in a sequence (kvlab's rule: a block longer than the longest sequence is never "
+                         f"filled); valid: --max-model-len {block_size} or more, or a --block-size of at most "
+                         f"{max_model_len:,}")
 
 
 def _check_positive(config: object, *names: str) -> None:
