@@ -109,6 +109,29 @@ def test_an_iteration_is_its_features_times_theta_and_requests_sum_the_iteration
         assert row @ theta == pytest.approx(predicted[group][metric], rel=1e-9)
 
 
+def test_with_the_lags_spread_each_requests_row_prices_to_its_time_and_the_fit_picks_a_value_on_its_grid():
+    """lag_jitter_iterations (an experiment, kvlab/cost/latency.py): θ · a request's row is the time the replay gives
+    it, draw included, the means' equations are those rows' means, and fit_jitter returns a value of its grid with
+    the linear constants fitted at it (the same data, the same answer)."""
+    prepared = F.prepare(run_from_dict(RUN, "x"))
+    constants = {**F.START, "request_latency_s": 0.004, F.JITTER: 0.5}
+    replay = F.replay(prepared, constants)
+    assert replay.jitter == 0.5
+    theta = F.theta_of(constants)
+    e2e, ttft = replay.request_rows()
+    np.testing.assert_allclose(ttft @ theta, replay.client_ttft(), rtol=1e-9)
+    plain = F.replay(prepared, {**constants, F.JITTER: 0.0})
+    assert (ttft @ theta > plain.client_ttft() + 1e-12).any()
+    np.testing.assert_allclose(replay.first_token, plain.first_token)  # (the engine's clock: the same)
+    predicted = replay.predicted()
+    for group, metric, row, _ in replay.equations():
+        assert row @ theta == pytest.approx(predicted[group][metric], rel=1e-9)
+    fitted = ("bandwidth_efficiency", "request_latency_s", F.JITTER)
+    fit = F.fit_jitter([replay, plain], fitted, constants)
+    assert fit.constants[F.JITTER] in F.JITTER_GRID and fit.fitted == fitted
+    assert F.fit_jitter([replay, plain], fitted, constants).constants == fit.constants
+
+
 def test_what_a_decoded_token_reads_prices_to_the_replays_itl():
     """per_output_token · θ is the replay's ITL; its weights column is one read of the weights per output token;
     client_ttft is the TTFT the predicted means are taken over."""
