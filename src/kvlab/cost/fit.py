@@ -47,6 +47,7 @@ CONSTANTS = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_ef
              "sampler_logit_s", "request_latency_s")
 INVERTED = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency", "allreduce_link_efficiency")
 FITTED_METRICS = ("e2e_mean", "ttft_mean", "itl_mean")
+JITTER_NAME = "lag_jitter_iterations"  # (JITTER below)
 # What data identifies each constant (the message when the runs cannot).
 FIT_HINTS = {
     "bandwidth_efficiency": "runs whose decode iterations read the weights (any run below saturation)",
@@ -59,6 +60,7 @@ FIT_HINTS = {
     "allreduce_link_efficiency": "runs at tensor-parallel size 2 or more with different tokens per iteration",
     "sampler_logit_s": "runs of models whose vocabularies differ, at different batch sizes",
     "request_latency_s": "any runs (TTFT and E2E carry it, ITL does not)",
+    JITTER_NAME: "runs whose TTFT p90 and p99 are published (it spreads each request's time outside the engine)",
 }
 # Where the fixed point starts: the stated roofline's efficiencies, no CPU terms, all-reduce at 80% of the link.
 # Held, not fitted, by default (each stays at its start: START's, or --start's profile's):
@@ -87,6 +89,13 @@ START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "fl
 # mean, where fitting every constant from the same start reproduces vllm-h100 (5.5%); and on the calibration set its
 # leave-one-out gain was a leak, now closed (leave_one_out; docs/cost.md, "The fit").
 IDENTIFIED = 1.0
+# The lag's spread (latency.py; an experiment, fitted only where asked): not a linear constant, so fitted on a grid,
+# each value with the linear constants refitted on the means' equations, and judged on what it moves: each run's
+# E2E and TTFT means, p90s and p99s (sum of squared relative errors), each request's time θ · its row.
+JITTER = JITTER_NAME
+JITTER_STEP = 0.025  # (its "σ" in [fit.sigma] is this step: the grid's resolution, not a standard error)
+JITTER_GRID = tuple(round(JITTER_STEP * k, 3) for k in range(61))  # (0 to 1.5 iterations on average)
+JITTER_METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99")
 STRATEGY = "vllm+prefix"
 # vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
 ADMISSION_LAG_ITERATIONS = 1.0
@@ -656,10 +665,10 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
     way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
     the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
-    unknown = [k for k in fitted if k not in CONSTANTS]
+    unknown = [k for k in fitted if k not in (*CONSTANTS, JITTER)]
     if unknown:
         raise KvlabError(f"--fit {unknown[0]!r} is not a constant kvlab fits on measured runs; valid: "
-                         f"{', '.join(CONSTANTS)}")
+                         f"{', '.join((*CONSTANTS, JITTER))}")
     if len(runs) < 2:
         raise KvlabError(f"{len(runs)} measured run: a fit across runs needs at least 2 (and leave-one-out 3)")
     constants = {**START, **(start or {})}
@@ -671,7 +680,8 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     for iteration in range(1, max_iterations + 1):
         replays = [replay(p, constants) for p in prepared]
         rows, labels = _rows(replays)
-        fit = solve(rows, fitted, constants, labels, identified)
+        fit = fit_jitter(replays, fitted, constants, identified) if JITTER in fitted else solve(
+            rows, fitted, constants, labels, identified)
         if progress is not None:
             progress(f"iteration {iteration}: rms relative residual {fit.rms_relative_residual:.2%} (under the "
                      "constants the runs were replayed with, refitted)")
@@ -679,20 +689,12 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
             break
         previous = fit.rms_relative_residual
         theta = 0.5 * (theta_of(constants) + theta_of(fit.constants))
-        constants = constants_of(theta)
+        constants = constants_of(theta) | ({JITTER: fit.constants[JITTER]} if JITTER in fitted else {})
         history.append(dict(constants))
     assert fit is not None
     # The profile is the fit on the last replays: its σ and residuals are those equations'. Its iterations are the
     # rounds of replay and fit, as progress numbers them (history: the constants each round replayed under).
     return Calibration(fit=fit, replays=replays, iterations=len(history), history=history)
-
-
-# The lag's spread (latency.py; an experiment, fitted only where asked): not a linear constant, so fitted on a grid,
-# each value with the linear constants refitted on the means' equations, and judged on what it moves: each run's
-# E2E and TTFT means, p90s and p99s (sum of squared relative errors), each request's time θ · its row.
-JITTER = "lag_jitter_iterations"
-JITTER_GRID = tuple(round(0.025 * k, 3) for k in range(61))  # (0 to 1.5 iterations on average)
-JITTER_METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99")
 
 
 def fit_jitter(replays: Sequence[Replay], fitted: Sequence[str], fixed: dict[str, float],
@@ -718,7 +720,8 @@ def fit_jitter(replays: Sequence[Replay], fitted: Sequence[str], fixed: dict[str
             best = (loss, jitter, fit)
     assert best is not None
     _, jitter, fit = best
-    return replace(fit, constants={**fit.constants, JITTER: float(jitter)}, fitted=fit.fitted + (JITTER,))
+    return replace(fit, constants={**fit.constants, JITTER: float(jitter)}, fitted=fit.fitted + (JITTER,),
+                   sigma={**fit.sigma, JITTER: JITTER_STEP})
 
 
 def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None) -> list[Replay]:
