@@ -109,6 +109,29 @@ def test_an_iteration_is_its_features_times_theta_and_requests_sum_the_iteration
         assert row @ theta == pytest.approx(predicted[group][metric], rel=1e-9)
 
 
+def test_with_the_lags_spread_each_requests_row_prices_to_its_time_and_the_fit_picks_a_value_on_its_grid():
+    """lag_jitter_iterations (an experiment, kvlab/cost/latency.py): θ · a request's row is the time the replay gives
+    it, draw included, the means' equations are those rows' means, and fit_jitter returns a value of its grid with
+    the linear constants fitted at it (the same data, the same answer)."""
+    prepared = F.prepare(run_from_dict(RUN, "x"))
+    constants = {**F.START, "request_latency_s": 0.004, F.JITTER: 0.5}
+    replay = F.replay(prepared, constants)
+    assert replay.jitter == 0.5
+    theta = F.theta_of(constants)
+    e2e, ttft = replay.request_rows()
+    np.testing.assert_allclose(ttft @ theta, replay.client_ttft(), rtol=1e-9)
+    plain = F.replay(prepared, {**constants, F.JITTER: 0.0})
+    assert (ttft @ theta > plain.client_ttft() + 1e-12).any()
+    np.testing.assert_allclose(replay.first_token, plain.first_token)  # (the engine's clock: the same)
+    predicted = replay.predicted()
+    for group, metric, row, _ in replay.equations():
+        assert row @ theta == pytest.approx(predicted[group][metric], rel=1e-9)
+    fitted = ("bandwidth_efficiency", "request_latency_s", F.JITTER)
+    fit = F.fit_jitter([replay, plain], fitted, constants)
+    assert fit.constants[F.JITTER] in F.JITTER_GRID and fit.fitted == fitted
+    assert F.fit_jitter([replay, plain], fitted, constants).constants == fit.constants
+
+
 def test_what_a_decoded_token_reads_prices_to_the_replays_itl():
     """per_output_token · θ is the replay's ITL; its weights column is one read of the weights per output token;
     client_ttft is the TTFT the predicted means are taken over."""
@@ -173,13 +196,17 @@ def test_the_shipped_profile_is_the_fit_on_the_calibration_set():
 
     profile = get_profile("vllm-h100")
     constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}  # (an optional one left out: 0)
+    constants[F.JITTER] = profile.constants.get(F.JITTER, 0.0)  # (the lag's spread: fitted on a grid where asked)
     runs = read_runs(TRAINVAL)
     assert [r.id for r in runs] == list(profile.fit["runs"])
     replays = [F.replay(F.prepare(run), constants) for run in runs]
     rows, labels = F._rows(replays)
-    refit = F.solve(rows, profile.fit["fitted"], constants, labels, profile.fit.get("hold_if_sigma_over_value"))
-    for name in profile.fit["fitted"]:
-        assert refit.constants[name] == pytest.approx(constants[name], rel=0.02, abs=3 * profile.fit["sigma"][name]), name
+    fitted, identified = profile.fit["fitted"], profile.fit.get("hold_if_sigma_over_value")
+    refit = (F.fit_jitter(replays, fitted, constants, identified) if F.JITTER in fitted
+             else F.solve(rows, fitted, constants, labels, identified))
+    for name in fitted:
+        sigma = profile.fit["sigma"].get(name, 0.025)  # (the spread's grid step)
+        assert refit.constants[name] == pytest.approx(constants[name], rel=0.02, abs=3 * sigma), name
 
 
 def test_a_run_is_replayed_with_the_users_it_names_or_the_prompts_its_client_sent():

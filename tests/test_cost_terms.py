@@ -209,3 +209,36 @@ def test_a_decode_step_reads_each_models_own_kv_and_weight_bytes(model, tp, laye
     assert cost.kv_bytes_per_token == 2 * layers * (kv_heads // tp) * 128 * 2
     assert cost.weights_bytes == pytest.approx(params * 2 / tp, rel=2e-3)
     assert cost.flops_per_token == pytest.approx(2 * params / tp, rel=2e-3)
+
+
+def test_the_lags_spread_changes_only_the_clock_each_request_by_its_own_seeded_draw(tmp_path):
+    """lag_jitter_iterations (kvlab/cost/latency.py, an experiment): put on the records after the engine, so the run
+    schedules the same steps; each request's first token and end move by its draw times the constant times its own
+    mean decode iteration (so its time per output token does not move), and the same run gives the same numbers."""
+    from kvlab.cost.latency import jitter_draws
+    from kvlab.service.engine import finish, start
+
+    workload = load_workload("paper-sharegpt", num_requests=80, arrival="poisson", rate=4.0, seed=0)
+
+    def run(constants):
+        config = resolve(model="llama-2-7b", gpu="H100-SXM", num_gpu_blocks=2000, cost=_write(constants, tmp_path))
+        _, (sim,) = start(config, [parse_strategy("vllm")], workload=workload)
+        steps = []
+        while not sim.done:
+            step = sim.step()
+            steps.append((step.num_scheduled_tokens, step.new_req_ids, step.preempted_req_ids))
+        return steps, {r.request_id: r for r in finish(sim).records}
+
+    lagged = {**ALL_TERMS, "admission_lag_iterations": 1.0}
+    base_steps, base = run(lagged)
+    steps, spread = run({**lagged, "lag_jitter_iterations": 0.5})
+    assert steps == base_steps
+    draws = jitter_draws(sorted(base))
+    assert len(set(draws.round(9))) == len(draws)  # (not the same for every request)
+    for i, r in base.items():
+        s = spread[i]
+        assert (s.arrival_time, s.first_scheduled_time) == (r.arrival_time, r.first_scheduled_time)
+        iteration = (r.finish_time - r.first_token_time) / max(1, r.num_output_tokens - 1)  # (the lag moves both)
+        assert s.first_token_time - r.first_token_time == pytest.approx(0.5 * draws[i] * iteration, abs=1e-12)
+        assert s.finish_time - s.first_token_time == pytest.approx(r.finish_time - r.first_token_time, abs=1e-12)
+    assert run({**lagged, "lag_jitter_iterations": 0.5})[1] == spread  # (seeded: the same run, the same numbers)

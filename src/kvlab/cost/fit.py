@@ -47,6 +47,7 @@ CONSTANTS = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_ef
              "sampler_logit_s", "request_latency_s")
 INVERTED = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency", "allreduce_link_efficiency")
 FITTED_METRICS = ("e2e_mean", "ttft_mean", "itl_mean")
+JITTER_NAME = "lag_jitter_iterations"  # (JITTER below)
 # What data identifies each constant (the message when the runs cannot).
 FIT_HINTS = {
     "bandwidth_efficiency": "runs whose decode iterations read the weights (any run below saturation)",
@@ -59,6 +60,7 @@ FIT_HINTS = {
     "allreduce_link_efficiency": "runs at tensor-parallel size 2 or more with different tokens per iteration",
     "sampler_logit_s": "runs of models whose vocabularies differ, at different batch sizes",
     "request_latency_s": "any runs (TTFT and E2E carry it, ITL does not)",
+    JITTER_NAME: "runs whose TTFT p90 and p99 are published (it spreads each request's time outside the engine)",
 }
 # Where the fixed point starts: the stated roofline's efficiencies, no CPU terms, all-reduce at 80% of the link.
 # Held, not fitted, by default (each stays at its start: START's, or --start's profile's):
@@ -87,6 +89,13 @@ START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "fl
 # mean, where fitting every constant from the same start reproduces vllm-h100 (5.5%); and on the calibration set its
 # leave-one-out gain was a leak, now closed (leave_one_out; docs/cost.md, "The fit").
 IDENTIFIED = 1.0
+# The lag's spread (latency.py; fitted only where asked, as vllm-h100 was): not a linear constant, so fitted on a grid,
+# each value with the linear constants refitted on the means' equations, and judged on what it moves: each run's
+# E2E and TTFT means, p90s and p99s (sum of squared relative errors), each request's time θ · its row.
+JITTER = JITTER_NAME
+JITTER_STEP = 0.025  # (its "σ" in [fit.sigma] is this step: the grid's resolution, not a standard error)
+JITTER_GRID = tuple(round(JITTER_STEP * k, 3) for k in range(61))  # (0 to 1.5 iterations on average)
+JITTER_METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99")
 STRATEGY = "vllm+prefix"
 # vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
 ADMISSION_LAG_ITERATIONS = 1.0
@@ -209,6 +218,14 @@ class Replay:
     finish: np.ndarray
     stage: np.ndarray
     num_preemptions: int = 0  # (the simulation's counter: a replay whose KV ran out says so)
+    jitter: float = 0.0  # the profile's lag_jitter_iterations (latency.py: the lag's spread, per request)
+    _parts: Any = field(default=None, repr=False, compare=False)  # (request_parts, computed once)
+
+    def draws(self) -> np.ndarray:
+        """Each request's draw of the lag's spread (latency.jitter_draws; request_id order: the table's)."""
+        from kvlab.cost.latency import jitter_draws
+
+        return jitter_draws(np.arange(len(self.arrival)))
 
     def cumulative(self, times: np.ndarray) -> np.ndarray:
         """F(t): Σ Φ over the iterations before t, the one under way counted by the fraction elapsed."""
@@ -225,26 +242,46 @@ class Replay:
         """Whether each request reached a busy engine (it waited for an iteration under way)."""
         return self.first_scheduled > self.arrival + self.constants["request_latency_s"] + 1e-12
 
-    def equations(self) -> list[tuple[str, str, np.ndarray, float]]:
-        """(group, metric, row over CONSTANTS' θ, measured) for each fitted metric of each group."""
-        lat = self.constants["request_latency_s"]
-        at_scheduler = self.arrival + lat
+    def request_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each request's E2E and TTFT as rows over CONSTANTS' θ (request_latency_s last) without the lag's spread,
+        and its spread's row for a draw of 1 (its own mean decode iteration): ``request_rows`` adds them."""
+        if self._parts is None:
+            self._parts = self._request_parts()
+        return self._parts
+
+    def _request_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        at_scheduler = self.arrival + self.constants["request_latency_s"]
         finish, first_token = self.cumulative(self.finish), self.cumulative(self.first_token)
         out_len = self.prepared.run.workload.output_len
         # The admission lag (latency.py): one more iteration, priced as the request's own mean decode iteration.
-        lag = self.lag_iterations * self.busy()[:, None] * (finish - first_token) / max(1, out_len - 1)
-        x_e2e = finish - self.cumulative(at_scheduler) + lag
-        x_ttft = first_token - self.cumulative(at_scheduler) + lag
+        iteration = np.hstack([(finish - first_token) / max(1, out_len - 1), np.zeros((len(self.arrival), 1))])
+        ones = np.ones((len(self.arrival), 1))
+        start = np.hstack([self.cumulative(at_scheduler), np.zeros((len(self.arrival), 1))])
+        lag = self.lag_iterations * self.busy()[:, None] * iteration
+        return np.hstack([finish, ones]) - start + lag, np.hstack([first_token, ones]) - start + lag, iteration
+
+    def request_rows(self, jitter: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Each request's E2E and TTFT as rows over CONSTANTS' θ: θ · row is its time, with the lag's spread
+        (``jitter``, default the replay's: the request's draw times that many of its own mean decode iterations)."""
+        e2e, ttft, iteration = self.request_parts()
+        jitter = self.jitter if jitter is None else jitter
+        if not jitter:
+            return e2e, ttft
+        spread = jitter * self.draws()[:, None] * iteration
+        return e2e + spread, ttft + spread
+
+    def equations(self, jitter: float | None = None) -> list[tuple[str, str, np.ndarray, float]]:
+        """(group, metric, row over CONSTANTS' θ, measured) for each fitted metric of each group."""
+        x_e2e, x_ttft = self.request_rows(jitter)
         out_len = self.prepared.run.workload.output_len
         rows = []
         for group in self.prepared.run.groups:
             chosen = np.ones(len(self.arrival), bool) if group == "summary" else self.stage == int(group[5:])
             e2e, ttft = x_e2e[chosen].mean(axis=0), x_ttft[chosen].mean(axis=0)
-            for metric, vector, latency in (("e2e_mean", e2e, 1.0), ("ttft_mean", ttft, 1.0),
-                                            ("itl_mean", (e2e - ttft) / (out_len - 1), 0.0)):
+            for metric, vector in (("e2e_mean", e2e), ("ttft_mean", ttft), ("itl_mean", (e2e - ttft) / (out_len - 1))):
                 if metric == "itl_mean" and not itl_consistent(self.prepared.run, group):
                     continue  # (its E2E and TTFT already say what the ITL must be)
-                rows.append((group, metric, np.append(vector, latency), self.prepared.run.measured(group, metric)))
+                rows.append((group, metric, vector, self.prepared.run.measured(group, metric)))
         return rows
 
     def per_output_token(self) -> np.ndarray:
@@ -256,19 +293,19 @@ class Replay:
 
     def client_ttft(self) -> np.ndarray:
         """Each request's TTFT as the client sees it (arrival to first token, with the admission lag)."""
+        out_len = self.prepared.run.workload.output_len
+        return self.first_token + self._lag(out_len) - self.arrival
+
+    def _lag(self, out_len: int):
         from kvlab.cost.latency import admission_lag
 
-        out_len = self.prepared.run.workload.output_len
-        return self.first_token + admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish,
-                                                out_len) - self.arrival
+        return admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish, out_len,
+                             self.jitter * self.draws() if self.jitter else 0.0)
 
     def predicted(self) -> dict[str, dict[str, float]]:
         """The metrics a client would have measured, per group (summary and each stage)."""
-        from kvlab.cost.latency import admission_lag
-
         out_len = self.prepared.run.workload.output_len
-        lag = admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish, out_len)
-        e2e, ttft = self.finish + lag - self.arrival, self.client_ttft()
+        e2e, ttft = self.finish + self._lag(out_len) - self.arrival, self.client_ttft()
         groups = {"summary": np.ones(len(e2e), bool)}
         groups.update({f"stage{k}": self.stage == k for k in range(len(self.prepared.run.workload.stages))})
         out = {}
@@ -343,7 +380,7 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
                   phi=phi, arrival=send, first_scheduled=timeline.first_scheduled,
                   lag_iterations=cost.admission_lag_iterations, first_token=timeline.first_token,
                   finish=timeline.finish, stage=stage_of(spec, scheduled - scheduled[0]),
-                  num_preemptions=timeline.num_preemptions)
+                  num_preemptions=timeline.num_preemptions, jitter=cost.lag_jitter_iterations)
 
 
 class _Timeline:
@@ -604,10 +641,10 @@ def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str],
                rms_relative_residual=float(np.sqrt(np.mean(residual**2))))
 
 
-def _rows(replays: Sequence[Replay]) -> tuple[list[tuple[np.ndarray, float]], list[str]]:
+def _rows(replays: Sequence[Replay], jitter: float | None = None) -> tuple[list[tuple[np.ndarray, float]], list[str]]:
     rows, labels = [], []
     for r in replays:
-        for group, metric, row, measured in r.equations():
+        for group, metric, row, measured in r.equations(jitter):
             rows.append((row, measured))
             labels.append(f"run {r.prepared.run.id} {group} {metric}")
     return rows, labels
@@ -628,10 +665,10 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
     way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
     the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
-    unknown = [k for k in fitted if k not in CONSTANTS]
+    unknown = [k for k in fitted if k not in (*CONSTANTS, JITTER)]
     if unknown:
         raise KvlabError(f"--fit {unknown[0]!r} is not a constant kvlab fits on measured runs; valid: "
-                         f"{', '.join(CONSTANTS)}")
+                         f"{', '.join((*CONSTANTS, JITTER))}")
     if len(runs) < 2:
         raise KvlabError(f"{len(runs)} measured run: a fit across runs needs at least 2 (and leave-one-out 3)")
     constants = {**START, **(start or {})}
@@ -643,7 +680,8 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     for iteration in range(1, max_iterations + 1):
         replays = [replay(p, constants) for p in prepared]
         rows, labels = _rows(replays)
-        fit = solve(rows, fitted, constants, labels, identified)
+        fit = fit_jitter(replays, fitted, constants, identified) if JITTER in fitted else solve(
+            rows, fitted, constants, labels, identified)
         if progress is not None:
             progress(f"iteration {iteration}: rms relative residual {fit.rms_relative_residual:.2%} (under the "
                      "constants the runs were replayed with, refitted)")
@@ -651,12 +689,39 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
             break
         previous = fit.rms_relative_residual
         theta = 0.5 * (theta_of(constants) + theta_of(fit.constants))
-        constants = constants_of(theta)
+        constants = constants_of(theta) | ({JITTER: fit.constants[JITTER]} if JITTER in fitted else {})
         history.append(dict(constants))
     assert fit is not None
     # The profile is the fit on the last replays: its σ and residuals are those equations'. Its iterations are the
     # rounds of replay and fit, as progress numbers them (history: the constants each round replayed under).
     return Calibration(fit=fit, replays=replays, iterations=len(history), history=history)
+
+
+def fit_jitter(replays: Sequence[Replay], fitted: Sequence[str], fixed: dict[str, float],
+               identified: float | None = None) -> Fit:
+    """``solve`` with the lag's spread fitted too (JITTER's comment): the grid value whose fit is nearest the runs'
+    means and tails."""
+    linear = [k for k in fitted if k != JITTER]
+    parts = [r.request_parts() for r in replays]
+    draws = [r.draws()[:, None] for r in replays]
+    measured = [np.array([r.prepared.run.measured("summary", m) for m in JITTER_METRICS]) for r in replays]
+    best: tuple[float, float, Fit] | None = None
+    for jitter in JITTER_GRID:
+        rows, labels = _rows(replays, jitter)
+        fit = solve(rows, linear, fixed, labels, identified)
+        theta = theta_of(fit.constants)
+        loss = 0.0
+        for (e2e, ttft, iteration), d, m in zip(parts, draws, measured):
+            spread = jitter * d * iteration
+            e, t = (e2e + spread) @ theta, (ttft + spread) @ theta
+            (e90, e99), (t90, t99) = np.percentile(e, (90, 99)), np.percentile(t, (90, 99))
+            loss += float(np.sum((np.array([e.mean(), e90, e99, t.mean(), t90, t99]) / m - 1.0) ** 2))
+        if best is None or loss < best[0]:
+            best = (loss, jitter, fit)
+    assert best is not None
+    _, jitter, fit = best
+    return replace(fit, constants={**fit.constants, JITTER: float(jitter)}, fitted=fit.fitted + (JITTER,),
+                   sigma={**fit.sigma, JITTER: JITTER_STEP})
 
 
 def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None) -> list[Replay]:
@@ -670,7 +735,10 @@ def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | No
         others = [r for j, r in enumerate(calibration.replays) if j != i]
         rows, labels = _rows(others)
         try:
-            fold = solve(rows, fit.fitted + fit.held, fit.constants, labels, identified=None)
+            if JITTER in fit.fitted:
+                fold = fit_jitter(others, fit.fitted + fit.held, fit.constants)
+            else:
+                fold = solve(rows, fit.fitted + fit.held, fit.constants, labels, identified=None)
         except KvlabError as exc:
             raise KvlabError(f"leave-one-out, the fit without run {held.prepared.run.id!r}: {exc}; valid: runs such "
                              "that any one left out, the others still fit every constant (or fewer constants: --fit)"

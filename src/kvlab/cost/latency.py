@@ -12,11 +12,21 @@ end come ``admission_lag_iterations`` of its own mean decode iterations later ((
 The simulator has no such delay, so a run applies it around the simulation: the requests reach the scheduler
 ``request_latency_s`` after they arrive (``delayed``), and the records keep the clients' arrival times
 (``as_seen_by_clients``), so TTFT and end-to-end latency include it and time per output token does not.
+
+The lag's spread (a profile's ``lag_jitter_iterations``; vllm-h100's since 6 December, none of the other built-ins':
+docs/cost.md, "The lag's spread"): each request's first token and end come a further ``lag_jitter_iterations`` × X of its
+own mean decode iterations later, X a seeded standard exponential draw per request (``jitter_draws``: the same
+request gets the same draw in every run), so that the time outside the engine core is not the same for every
+request. It is put on the records after the engine, like the lag: the schedule is unchanged.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+
+import numpy as np
+
+JITTER_SEED = 29  # (the seed of the per-request draws: fixed, so a run's numbers repeat)
 
 
 def delayed(workload, latency_s: float):
@@ -27,22 +37,37 @@ def delayed(workload, latency_s: float):
                                             for r in workload.requests))
 
 
-def admission_lag(lag_iterations: float, busy, first_token, finish, num_output_tokens):
+def jitter_draws(request_ids) -> np.ndarray:
+    """Each request's standard exponential draw (mean 1), by its id: request i gets the i-th draw of one seeded
+    stream, whatever the order or the replica its record comes from."""
+    ids = np.asarray(request_ids, dtype=np.int64)
+    if not len(ids):
+        return np.zeros(0)
+    return np.random.default_rng(JITTER_SEED).standard_exponential(int(ids.max()) + 1)[ids]
+
+
+def admission_lag(lag_iterations: float, busy, first_token, finish, num_output_tokens, jitter=0.0):
     """Seconds each request's first token and end come later under async scheduling (module doc); numbers or
-    numpy arrays. ``busy``: whether it reached a busy engine (its first iteration started after it arrived)."""
-    return lag_iterations * busy * (finish - first_token) / max(1, num_output_tokens - 1) if lag_iterations else 0.0
+    numpy arrays. ``busy``: whether it reached a busy engine (its first iteration started after it arrived);
+    ``jitter``: the lag's spread, in iterations, for every request (``lag_jitter_iterations`` × its draw)."""
+    iterations = lag_iterations * busy + jitter
+    return iterations * (finish - first_token) / max(1, num_output_tokens - 1) if lag_iterations or np.any(jitter) else 0.0
 
 
-def as_seen_by_clients(result, latency_s: float, lag_iterations: float = 0.0):
+def as_seen_by_clients(result, latency_s: float, lag_iterations: float = 0.0, jitter_iterations: float = 0.0):
     """The result with each record's arrival put back at the client's time (latencies now include the delay),
-    and with the admission lag on the first token and the end of each request that reached a busy engine."""
-    if not latency_s and not lag_iterations:
+    with the admission lag on the first token and the end of each request that reached a busy engine, and the
+    lag's spread (``jitter_iterations`` × the request's draw) on every finished request's."""
+    if not latency_s and not lag_iterations and not jitter_iterations:
         return result
+    draws = jitter_draws([r.request_id for r in result.records]) * jitter_iterations if jitter_iterations else None
     records = []
-    for r in result.records:
+    for i, r in enumerate(result.records):
         r = r._replace(arrival_time=r.arrival_time - latency_s)
-        if lag_iterations and r.finish_time is not None and r.first_scheduled_time > r.arrival_time + latency_s:
-            lag = admission_lag(lag_iterations, True, r.first_token_time, r.finish_time, r.num_output_tokens)
+        if r.finish_time is not None and (lag_iterations or draws is not None):
+            busy = r.first_scheduled_time > r.arrival_time + latency_s
+            lag = admission_lag(lag_iterations, busy, r.first_token_time, r.finish_time, r.num_output_tokens,
+                                0.0 if draws is None else float(draws[i]))
             r = r._replace(first_token_time=r.first_token_time + lag, finish_time=r.finish_time + lag)
         records.append(r)
     return replace(result, records=records, makespan=result.makespan + latency_s)

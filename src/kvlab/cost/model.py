@@ -111,6 +111,9 @@ class CostModel:
     # vLLM's async scheduling: iterations a request that reaches a busy engine waits beyond a synchronous
     # scheduler's admission, put on its first token and end (kvlab/cost/latency.py); not an iteration's either.
     admission_lag_iterations: float = 0.0
+    # The lag's spread: a seeded exponential draw per request, this many of its decode iterations on average, on its
+    # first token and end, for every request (kvlab/cost/latency.py; vllm-h100's, no other built-in's).
+    lag_jitter_iterations: float = 0.0
     profile: str = field(default="roofline", compare=False)  # the cost profile's name (``kvlab cost``)
     notes: tuple[str, ...] = field(default=(), compare=False)  # what was assumed building it (profile mismatches)
     # (weights read + overhead in seconds, seconds to read one context token's KV, flops_per_token,

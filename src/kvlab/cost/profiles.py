@@ -55,10 +55,14 @@ EFFICIENCY_CONSTANTS = {
                                 "(vLLM's async scheduling: 1)",
     "sampler_logit_s": "seconds the sampler spends per scheduled sequence per vocabulary entry (its logits in "
                        "float32, penalties, temperature, top-k/top-p, the draw)",
+    "lag_jitter_iterations": "mean of a seeded exponential draw per request, in its own decode iterations, added to "
+                             "its first token and end outside the engine (the time outside the core not the same "
+                             "for every request)",
 }
 # Constants a profile may leave out: without allreduce_link_efficiency, all-reduce costs nothing (the built-in
 # profiles from before issue 29 price no communication).
-OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s", "admission_lag_iterations", "sampler_logit_s")
+OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s", "admission_lag_iterations", "sampler_logit_s",
+                      "lag_jitter_iterations")
 ABSOLUTE_CONSTANTS = {
     "weights_read_s": "seconds to read the weights once (per iteration)",
     "context_token_s": "seconds to read one context token's K/V",
@@ -147,6 +151,7 @@ class CostProfile:
             attention_flops_efficiency=_unless_equal(c["attention_flops_efficiency"], c["flops_efficiency"]),
             seq_overhead_s=seq_overhead_s, prefill_token_overhead_s=c["prefill_token_overhead_s"],
             request_latency_s=c["request_latency_s"], admission_lag_iterations=c.get("admission_lag_iterations", 0.0),
+            lag_jitter_iterations=c.get("lag_jitter_iterations", 0.0),
             profile=self.name, notes=notes,
         )
 

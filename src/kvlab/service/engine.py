@@ -242,7 +242,8 @@ def finish(sim: Simulation) -> SimResult:
     from kvlab.cost.latency import as_seen_by_clients
 
     cost = sim.config.cost
-    return as_seen_by_clients(sim.result(), cost.request_latency_s, cost.admission_lag_iterations)
+    return as_seen_by_clients(sim.result(), cost.request_latency_s, cost.admission_lag_iterations,
+                              cost.lag_jitter_iterations)
 
 
 def run(config: KvlabConfig, strategy_list: Sequence[Strategy | str], *, workload: Workload | None = None,
