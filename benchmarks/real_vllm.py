@@ -15,8 +15,7 @@ Each run is replayed with the users it names; ``--sent`` (or a profile fitted wi
 prompts, single turn; docs/cost.md, "The workload the runs used"). Each fold refits every constant the profile's
 ``[fit]`` fitted and held, without the identification rule: a constant a fold held would keep the value fitted with the
 left-out run (kvlab.cost.fit.leave_one_out). ``--jitter``: each fold fits the lag's spread as well
-(``lag_jitter_iterations``, kvlab.cost.fit.fit_jitter; docs/cost.md "The lag's spread"), for a profile whose
-``[fit]`` does not name it (vllm-h100's does since 6 December: its folds fit it without the flag).
+(``lag_jitter_iterations``, kvlab.cost.fit.fit_jitter; an experiment, docs/cost.md "Terms tried and not kept").
 
 ``--reads``: no leave-one-out; each run replayed once under the profile, and per run what its decoded tokens read
 (the weights and the KV, in milliseconds per output token at 100% of the GPU's bandwidth), the ITL the run's own
@@ -71,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sent", action="store_true", help="replay the 100 single-turn prompts each run's client "
                         "sent, not the users the run names (kvlab.cost.measured.CLIENT_DEFAULTS)")
     parser.add_argument("--jitter", action="store_true", help="each fold fits the lag's spread too (a seeded "
-                        "exponential draw per request, kvlab/cost/latency.py; docs/cost.md)")
+                        "exponential draw per request, kvlab/cost/latency.py; an experiment: docs/cost.md)")
     args = parser.parse_args(argv)
     path = args.runs or default_runs()
     if args.runs is None and not path.is_file():
@@ -91,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         fitted += (F.JITTER,) if args.jitter and F.JITTER not in fitted else ()
         held = tuple(profile.fit.get("held", ()))  # (asked for, not identified: each fold fits them too)
         constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
-        if F.JITTER in profile.constants:  # (the lag's spread: each fold fits it where [fit] did)
+        if F.JITTER in profile.constants:  # (the lag's spread, an experiment: each fold fits it where [fit] did)
             constants[F.JITTER] = profile.constants[F.JITTER]
         sent = args.sent or bool(profile.fit.get("client_defaults"))  # (a profile fitted so is judged so)
         prepared = [F.prepare(run, args.closed_loop, sent) for run in runs]

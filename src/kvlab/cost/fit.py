@@ -89,7 +89,7 @@ START = {"bandwidth_efficiency": 0.8, "attention_bandwidth_efficiency": 0.8, "fl
 # mean, where fitting every constant from the same start reproduces vllm-h100 (5.5%); and on the calibration set its
 # leave-one-out gain was a leak, now closed (leave_one_out; docs/cost.md, "The fit").
 IDENTIFIED = 1.0
-# The lag's spread (latency.py; fitted only where asked, as vllm-h100 was): not a linear constant, so fitted on a grid,
+# The lag's spread (latency.py; an experiment, fitted only where asked): not a linear constant, so fitted on a grid,
 # each value with the linear constants refitted on the means' equations, and judged on what it moves: each run's
 # E2E and TTFT means, p90s and p99s (sum of squared relative errors), each request's time θ · its row.
 JITTER = JITTER_NAME

@@ -13,8 +13,8 @@ The simulator has no such delay, so a run applies it around the simulation: the 
 ``request_latency_s`` after they arrive (``delayed``), and the records keep the clients' arrival times
 (``as_seen_by_clients``), so TTFT and end-to-end latency include it and time per output token does not.
 
-The lag's spread (a profile's ``lag_jitter_iterations``; vllm-h100's since 6 December, none of the other built-ins':
-docs/cost.md, "The lag's spread"): each request's first token and end come a further ``lag_jitter_iterations`` × X of its
+The lag's spread (a profile's ``lag_jitter_iterations``; an experiment, off in every built-in profile: docs/cost.md,
+"Terms tried and not kept"): each request's first token and end come a further ``lag_jitter_iterations`` × X of its
 own mean decode iterations later, X a seeded standard exponential draw per request (``jitter_draws``: the same
 request gets the same draw in every run), so that the time outside the engine core is not the same for every
 request. It is put on the records after the engine, like the lag: the schedule is unchanged.

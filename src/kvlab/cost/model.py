@@ -112,7 +112,7 @@ class CostModel:
     # scheduler's admission, put on its first token and end (kvlab/cost/latency.py); not an iteration's either.
     admission_lag_iterations: float = 0.0
     # The lag's spread: a seeded exponential draw per request, this many of its decode iterations on average, on its
-    # first token and end, for every request (kvlab/cost/latency.py; vllm-h100's, no other built-in's).
+    # first token and end, for every request (kvlab/cost/latency.py; an experiment, off in every built-in profile).
     lag_jitter_iterations: float = 0.0
     profile: str = field(default="roofline", compare=False)  # the cost profile's name (``kvlab cost``)
     notes: tuple[str, ...] = field(default=(), compare=False)  # what was assumed building it (profile mismatches)
