@@ -64,6 +64,8 @@ def test_a_published_run_reads_with_its_units():
     ("actual.summary.itl_mean", None, r"missing field 'actual.summary.itl_mean'"),
     ("actual.summary.e2e_mean", "120 fortnights", r"actual.summary.e2e_mean = '120 fortnights': unit not understood"),
     ("actual.summary.e2e_mean", -3, r"must be a positive, finite duration"),
+    # Trial 52: float() reads '12_0' as 120; a file's number is digits
+    ("actual.summary.e2e_mean", "12_0 ms", r"e2e_mean = '12_0 ms': the number is not written in digits; valid"),
     ("cpu_offload", "lmcache", r"cpu_offload 'lmcache': kvlab replays vLLM's native CPU tier only"),
     ("precision", "INT4-AWQ", r"precision 'INT4-AWQ' is not one kvlab prices"),
     ("workload.load_type", "poisson", r"load type 'poisson' is not supported"),

@@ -50,21 +50,32 @@ class TooMuchWork(KvlabError):
 
 # --- value types -----------------------------------------------------------------------------------------
 
-def _number(value: Any) -> float | int:
-    """A JSON or CSV number: int, float or a string that reads as one; never a bool."""
+# A number as a file's cell (CSV, or a string in JSON) is written: decimal digits with a point and an exponent at
+# most, a minus sign at most, spaces around it. Python's int() and float() also take '5_0' (as 50), '+5', 'inf',
+# and YAML 1.1 reads 010 as 8: none of them is how a person or a program writes a request's numbers, so a cell
+# written so is refused (naming it), not read as another number. Every reader of a user's file with numbers asks
+# this (cell_number): workload rows and their session, priority and timeout columns, the inference-perf YAML.
+NUMBER_TEXT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+# A whole number in a cell: digits, a minus sign at most; 5.0 too (what a spreadsheet writes of a whole column with
+# an empty cell), never 1e3.
+WHOLE_CELL_TEXT = re.compile(r"-?[0-9]+(?:\.0*)?")
+
+
+def cell_number(value: Any, *, whole: bool = False) -> float | int:
+    """A JSON or CSV number: int, float or a string written in digits (NUMBER_TEXT; WHOLE_CELL_TEXT when
+    ``whole``), read exactly (an int where the text has no point); never a bool. Raises ValueError saying why."""
     if value is None:
         raise ValueError("is missing")
     if isinstance(value, bool):
         raise ValueError("is a boolean, not a number")  # noqa: TRY004 (pydantic reports ValueErrors only)
     if isinstance(value, str):
         text = value.strip()
-        try:
-            value = int(text)
-        except ValueError:
-            try:
-                value = float(text)
-            except ValueError:
-                raise ValueError("is not a number") from None
+        if not (WHOLE_CELL_TEXT if whole else NUMBER_TEXT).fullmatch(text):
+            if text.lower().lstrip("+-") in ("inf", "infinity", "nan"):
+                raise ValueError("is not a finite number")
+            raise ValueError("is not a whole number written in digits (such as 512)" if whole else
+                             "is not a number written in digits (such as 12, 0.5 or 1.5e-3)")
+        value = int(text) if WHOLE_NUMBER_TEXT.fullmatch(text) else float(text)
     if not isinstance(value, (int, float)):
         raise ValueError(f"is not a number (a {type(value).__name__})")  # noqa: TRY004
     if isinstance(value, float) and not math.isfinite(value):
@@ -72,10 +83,14 @@ def _number(value: Any) -> float | int:
     return value
 
 
+def _number(value: Any) -> float | int:
+    return cell_number(value)
+
+
 # A whole number as a person types it, on the command line or in the lab's page and query strings: digits, a minus
 # sign at most. Python's int() also takes '5_0', '+5' and ' 5', and a float reading takes '1e3': none of them is
 # typed for a count (the CLI refused '1e3' and took '5_0' as 50). The CLI's whole-number options (kvlab.cli) and the
-# lab's (kvlab.web.params) both ask this; a file's cell (CSV, JSON) may still be written 5.0 (_whole).
+# lab's (kvlab.web.params) both ask this; a file's cell (CSV, JSON) may still be written 5.0 (WHOLE_CELL_TEXT).
 WHOLE_NUMBER_TEXT = re.compile(r"-?[0-9]+")
 
 
@@ -85,7 +100,7 @@ def whole_number_text(text: str) -> bool:
 
 
 def _whole(value: Any) -> int:
-    number = _number(value)
+    number = cell_number(value, whole=True)
     if isinstance(number, float):
         if not number.is_integer():
             raise ValueError("is not a whole number")
@@ -94,7 +109,10 @@ def _whole(value: Any) -> int:
 
 
 def _finite(value: Any) -> float:
-    return float(_number(value))
+    try:
+        return float(_number(value))
+    except OverflowError:  # (an int of more digits than a float holds)
+        raise ValueError("is not a finite number") from None
 
 
 # A bound past any a machine reaches (a count's hi): the message says only the lower bound.
