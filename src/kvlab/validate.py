@@ -99,6 +99,35 @@ def whole_number_text(text: str) -> bool:
     return WHOLE_NUMBER_TEXT.fullmatch(text) is not None
 
 
+# vLLM's human-readable integers (vllm.engine.arg_utils.human_readable_int), which `vllm serve` takes for
+# --max-model-len, --max-num-batched-tokens and --kv-cache-memory-bytes: lower-case k, m, g, t are powers of 1000
+# (25.6k is 25,600; a fraction is cut, as vLLM's int() cuts it), upper-case K, M, G, T powers of 1024 (of a whole
+# number only: vLLM refuses 1.5K). kvlab reads these options' values as vLLM does, from its command line and from a
+# startup log's non-default args.
+VLLM_HUMAN_READABLE_INT_ARGS = ("max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes")
+_VLLM_HUMAN_READABLE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgGtT])")
+_VLLM_MULTIPLIERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def vllm_human_readable_int(text: str) -> int | None:
+    """``text`` as vLLM's human_readable_int reads it where it has a suffix (32k: 32,000; 32K: 32,768), None where it
+    has none (plain digits are every whole number's: whole_number_text). Raises ValueError, saying what vLLM
+    means, for a fraction with a binary suffix (1.5K)."""
+    match = _VLLM_HUMAN_READABLE.fullmatch(text.strip())
+    if match is None:
+        return None
+    number, suffix = match.groups()
+    multiplier = _VLLM_MULTIPLIERS[suffix]
+    if suffix.islower():
+        return int(float(number) * multiplier)
+    if "." in number:
+        raise ValueError(f"vLLM takes a fraction with a decimal suffix only (k, m, g, t: powers of 1000), not with "
+                         f"{suffix} (a power of 1024); valid: {number}{suffix.lower()} "
+                         f"({int(float(number) * 10 ** (3 * 'KMGT'.index(suffix) + 3)):,}) or a whole number of "
+                         f"{suffix}")
+    return int(number) * multiplier
+
+
 def _whole(value: Any) -> int:
     number = cell_number(value, whole=True)
     if isinstance(number, float):

@@ -1,0 +1,66 @@
+"""Findings of user trial 52 (fix52): each test failed before its fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+QWEN_LOG = Path("tests/data/startup_logs/qwen3-8b-a100-40gb-0.9.2.log")  # non-default args without max_model_len
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("text, number", [("32k", 32_000), ("32K", 32_768), ("25.6k", 25_600), ("1m", 1_000_000),
+                                          ("2G", 2 * 2**30), ("1t", 10**12), ("32000", None)])
+def test_vllms_human_readable_integers_read_as_vllm_reads_them(text, number):
+    from kvlab.validate import vllm_human_readable_int
+
+    assert vllm_human_readable_int(text) == number
+
+
+@pytest.mark.parametrize("given, length", [("32k", 32_000), ("32K", 32_768), ("--max-model-len=8k", 8_000)])
+def test_size_takes_max_model_len_as_vllm_serve_does(kvlab, given, length):
+    """`kvlab size --max-model-len 32k`: 'not a whole number', where `vllm serve` takes 32k as 32,000."""
+    args = [given] if given.startswith("--") else ["--max-model-len", given]
+    r = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", *args, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["max_model_len"] == length
+
+
+@pytest.mark.parametrize("given, message", [
+    ("1.5K", "--max-model-len '1.5K': vLLM takes a fraction with a decimal suffix only (k, m, g, t: powers of 1000), "
+             "not with K (a power of 1024); valid: 1.5k (1,500) or a whole number of K"),
+    ("auto", "--max-model-len 'auto': vLLM's auto (the longest length the KV cache holds) is not taken here: `kvlab "
+             "fit` answers it"),
+])
+def test_a_max_model_len_vllm_means_otherwise_is_refused_saying_vllms_meaning(kvlab, given, message):
+    r = kvlab("fit", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", given)
+    assert r.exit_code == 2 and message in one_line(r.stderr) and "Traceback" not in r.stderr
+
+
+def _log_with_args(tmp_path, item: str) -> Path:
+    text = QWEN_LOG.read_text().replace("'model': 'Qwen/Qwen3-8B',", f"'model': 'Qwen/Qwen3-8B', {item},", 1)
+    path = tmp_path / "vllm.log"
+    path.write_text("".join(line for line in text.splitlines(keepends=True) if "Maximum concurrency" not in line))
+    return path
+
+
+def test_a_logs_max_model_len_written_32k_is_read_as_vllm_reads_it(kvlab, tmp_path):
+    """A log whose non-default args hold max_model_len='32k' ended in a TypeError traceback."""
+    r = kvlab("vllm", "log", _log_with_args(tmp_path, "'max_model_len': '32k'"), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["max_model_len"] == 32_000
+
+
+@pytest.mark.parametrize("item, message", [
+    ("'max_model_len': 'abc'", "the log's non-default args: max_model_len='abc' is not a whole number; valid: digits "
+                               "(or vLLM's 32k: 32,000, 32K: 32,768), as vLLM reads --max-model-len"),
+    ("'block_size': '3_2'", "the log's non-default args: block_size='3_2' is not a whole number"),
+])
+def test_a_logs_setting_that_is_no_whole_number_is_one_line(kvlab, tmp_path, item, message):
+    r = kvlab("vllm", "log", _log_with_args(tmp_path, item))
+    assert r.exit_code == 2 and message in one_line(r.stderr) and "Traceback" not in r.stderr
