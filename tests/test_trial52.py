@@ -64,3 +64,23 @@ def test_a_logs_max_model_len_written_32k_is_read_as_vllm_reads_it(kvlab, tmp_pa
 def test_a_logs_setting_that_is_no_whole_number_is_one_line(kvlab, tmp_path, item, message):
     r = kvlab("vllm", "log", _log_with_args(tmp_path, item))
     assert r.exit_code == 2 and message in one_line(r.stderr) and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [("run", "vllm", "--replicas", "AUTO"), ("run", "vllm", "--replicas", "auto"),
+                                  ("sweep", "--replicas", "AUTO"), ("sweep", "--replicas", "auto"),
+                                  ("race", "vllm", "orca-max", "--prefill-replicas", "Auto")])
+def test_auto_is_not_offered_where_it_is_not_taken_and_says_where_it_lives(kvlab, args):
+    """`run --replicas AUTO` said 'did you mean auto? it is lower case', where run takes no auto."""
+    message = one_line(kvlab(*args).stderr)
+    assert "is kvlab capacity's alone, as the whole value: kvlab capacity --replicas auto --rate R" in message
+    assert "did you mean auto" not in message and "; or auto" not in message
+
+
+@pytest.mark.parametrize("value, says", [
+    ("AUTO", "--replicas 'AUTO': auto is written in lower case; valid: --replicas auto (the fewest that sustain "
+             "--rate R), or a comma list of whole numbers, e.g. 16,32"),
+    ("2,auto", "--replicas 2,auto: auto stands alone (it finds the count); valid: --replicas auto"),
+])
+def test_capacity_says_its_own_auto(kvlab, value, says):
+    r = kvlab("capacity", "--replicas", value, "--rate", "1")
+    assert r.exit_code == 2 and says in one_line(r.stderr), r.stderr

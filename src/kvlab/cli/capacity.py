@@ -192,7 +192,21 @@ def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:
 
 
 def _check_auto(lists: dict[str, list]) -> None:
-    """--prefill-replicas / --decode-replicas auto only in the aggregated-against-disaggregated comparison."""
+    """auto in lower case (AUTO: one line saying so); --prefill-replicas / --decode-replicas auto only in the
+    aggregated-against-disaggregated comparison."""
+    from kvlab.sweep.grid import AUTO_COUNTS
+    from kvlab.validate import whole_number_text
+
+    for name in AUTO_COUNTS:
+        flag, values = f"--{name.replace('_', '-')}", lists.get(name, [])
+        valid = f"valid: {flag} auto (the fewest that sustain --rate R), or a comma list of whole numbers, e.g. 16,32"
+        for value in (v.strip() for v in values if isinstance(v, str)):
+            if value.lower() == "auto" and value != "auto":
+                raise KvlabError(f"{flag} {value!r}: auto is written in lower case; {valid}")
+            if value.lower() != "auto" and not whole_number_text(value):
+                raise KvlabError(f"{flag} {value!r}: not a whole number; {valid}")
+        if "auto" in values and len(values) > 1:
+            raise KvlabError(f"{flag} {','.join(map(str, values))}: auto stands alone (it finds the count); {valid}")
     for name in ("prefill_replicas", "decode_replicas"):
         comparing = lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]
         if "auto" in lists.get(name, []) and not (comparing and lists[name] == ["auto"]):

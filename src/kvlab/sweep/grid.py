@@ -64,16 +64,17 @@ class OptionSpec:
 
 # The counts `kvlab capacity` can find itself (``auto``), and where to say so when a count does not parse.
 AUTO_COUNTS = ("replicas", "prefill_replicas", "decode_replicas")
-AUTO_HINT = "; or auto, in kvlab capacity --replicas auto --rate R: the fewest that sustain R"
+AUTO_HINT = (" (auto, the fewest replicas that sustain a rate, is kvlab capacity's alone, as the whole value: kvlab "
+             "capacity --replicas auto --rate R)")
 
 
 def auto_hint(name: str, value: Any) -> str:
-    """AUTO_HINT for a count that did not parse (``name``: its Python name), with 'did you mean auto?' where the value
-    was auto in other letters (AUTO); '' for an option that has no auto."""
-    if name not in AUTO_COUNTS:
+    """AUTO_HINT for a count that did not parse (``name``: its Python name) where the value was auto in any letters
+    (auto, AUTO): where auto lives, without offering it here; '' for any other value or an option that has no auto.
+    (`kvlab capacity` says its own for AUTO: cli.capacity._check_auto.)"""
+    if name not in AUTO_COUNTS or not isinstance(value, str) or value.strip().lower() != "auto":
         return ""
-    spelled = isinstance(value, str) and value.strip().lower() == "auto" and value.strip() != "auto"
-    return AUTO_HINT + (" (did you mean auto? it is lower case)" if spelled else "")
+    return AUTO_HINT
 
 
 def _to_int(value: Any) -> int | None:
