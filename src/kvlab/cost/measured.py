@@ -195,6 +195,11 @@ def run_from_dict(raw: Any, where: str, prompt_overhead_tokens: int = PROMPT_OVE
     if not isinstance(actual_raw, dict) or "summary" not in actual_raw:
         raise KvlabError(f"{where}: missing field 'actual.summary' (the metrics over every request)")
     workload = spec_from_dict(raw["workload"], f"{where}: workload", prompt_overhead_tokens=prompt_overhead_tokens)
+    if workload.output_len < 2:  # (before its metrics: such a run's itl_mean is 0, which is refused for any other)
+        raise KvlabError(f"{where}: workload output_len {workload.output_len}: a prefill-only run (one output token) "
+                         "has no inter-token latency, and kvlab's fit cannot use it at all, its E2E and TTFT "
+                         "included: the fit prices each run's decode over the output_len - 1 tokens after the first "
+                         "(kvlab.cost.fit), none here; valid: runs with output_len 2 or more (leave this one out)")
     actual: dict[str, Any] = {}
     for group, metrics in actual_raw.items():
         if not isinstance(metrics, dict):
