@@ -84,3 +84,18 @@ def test_auto_is_not_offered_where_it_is_not_taken_and_says_where_it_lives(kvlab
 def test_capacity_says_its_own_auto(kvlab, value, says):
     r = kvlab("capacity", "--replicas", value, "--rate", "1")
     assert r.exit_code == 2 and says in one_line(r.stderr), r.stderr
+
+
+def test_a_log_without_the_kv_cache_memory_line_says_what_it_could_not_compare(kvlab, tmp_path):
+    """`vllm log --model M` on a log without 'Available KV cache memory' compared blocks with the log's own blocks
+    ('equal', by construction) and said nothing of the check it could not make."""
+    path = tmp_path / "vllm.log"
+    path.write_text("".join(line for line in QWEN_LOG.read_text().splitlines(keepends=True)
+                            if "Available KV cache memory" not in line))
+    r = kvlab("vllm", "log", "--model", "Qwen/Qwen3-8B", path)
+    assert r.exit_code == 0, r.stderr
+    said = one_line(r.stdout)
+    assert ("Not checked: the log has no 'Available KV cache memory' line, so kvlab sized from the log's own 8,505 "
+            "blocks, and blocks and KV cache size agree by construction; whether kvlab's 147,456 bytes per token per "
+            "GPU turn vLLM's memory into those blocks needs that line") in said
+    assert "Not checked" not in one_line(kvlab("vllm", "log", "--model", "Qwen/Qwen3-8B", QWEN_LOG).stdout)
