@@ -119,3 +119,9 @@ def test_a_bracket_rounds_the_held_rate_down_and_the_failed_one_up():
 
     assert bracket_text(2.5625, 2.625) == "[2.56, 2.63]" and bracket_text(None, 0.75) == "[–, 0.75]"
     assert bracket_text(1234.5, 1300.2) == "[1,230, 1,310]" and bracket_text(2.5, 2.75) == "[2.5, 2.75]"
+
+
+def test_a_sweeps_max_model_len_list_takes_vllms_lengths_too(kvlab, tmp_path):
+    r = kvlab("sweep", "--max-model-len", "1k,2K", "-n", "5", "--out", tmp_path / "sw", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert sorted(p["max_model_len"] for p in json.loads(r.stdout)["points"]) == [1000, 2048]

@@ -83,6 +83,26 @@ def cell_number(value: Any, *, whole: bool = False) -> float | int:
     return value
 
 
+def decimal_yaml_loader():
+    """YAML's safe loader with numbers read as decimal digits only (NUMBER_TEXT's rule for a file's numbers, for any
+    reader of a user's YAML: the inference-perf configuration's): YAML 1.1, which PyYAML reads, takes 5_0 as 50,
+    010 as 8, 0x10 as 16 and 1:30 as 90; here they stay strings, which the fields refuse by name."""
+    import yaml
+
+    class DecimalLoader(yaml.SafeLoader):
+        pass
+
+    number_tags = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    DecimalLoader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in number_tags]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    # (a leading 0 only alone or before the point: YAML 1.1 reads 010 as octal, YAML 1.2 as ten)
+    DecimalLoader.add_implicit_resolver(number_tags[0], re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789"))
+    DecimalLoader.add_implicit_resolver(number_tags[1], re.compile(
+        r"^-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"), list("-.0123456789"))
+    return DecimalLoader
+
+
 def _number(value: Any) -> float | int:
     return cell_number(value)
 

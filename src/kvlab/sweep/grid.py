@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kvlab.errors import KvlabError
-from kvlab.validate import whole_number_text
+from kvlab.validate import VLLM_HUMAN_READABLE_INT_ARGS, vllm_human_readable_int, whole_number_text
 
 Point = dict[str, Any]  # option name -> value, every option of `kvlab run`
 
@@ -54,6 +54,11 @@ class OptionSpec:
                 return None
             raise KvlabError(f"{self.flag} needs a value (it has no 'none'; its default is {self.default!r})")
         converted = _CONVERTERS[self.kind](value)
+        if converted is None and self.name in VLLM_HUMAN_READABLE_INT_ARGS:  # (vLLM's 32k, 32K: as vllm serve reads)
+            try:
+                converted = vllm_human_readable_int(str(value))
+            except ValueError as exc:
+                raise KvlabError(f"{self.flag} {value!r}: {exc}") from None
         if converted is None:
             raise KvlabError(f"{self.flag} {value!r}: not {_KIND_NAMES[self.kind]}; valid: a comma list of "
                              f"{_EXAMPLES[self.kind]}" + auto_hint(self.name, value))

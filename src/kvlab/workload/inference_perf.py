@@ -32,7 +32,6 @@ replaced by the fixed one above (the same sharing: each group's prompt serves ex
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -259,29 +258,11 @@ def spec_from_dict(data: Any, where: str, prompt_overhead_tokens: int = 0) -> Sh
         raise KvlabError(f"{where}: {exc}") from None
 
 
-def _decimal_loader():
-    """YAML's safe loader with numbers read as decimal digits only (kvlab.validate.NUMBER_TEXT's rule for a file's
-    numbers): YAML 1.1, which PyYAML reads, takes 5_0 as 50, 010 as 8, 0x10 as 16 and 1:30 as 90; here they stay
-    strings, which the fields refuse by name."""
-    import yaml
-
-    class DecimalLoader(yaml.SafeLoader):
-        pass
-
-    number_tags = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-    DecimalLoader.yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag not in number_tags]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    # (a leading 0 only alone or before the point: YAML 1.1 reads 010 as octal, YAML 1.2 as ten)
-    DecimalLoader.add_implicit_resolver(number_tags[0], re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789"))
-    DecimalLoader.add_implicit_resolver(number_tags[1], re.compile(
-        r"^-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"), list("-.0123456789"))
-    return DecimalLoader
-
-
 def read_config(path: str) -> SharedPrefixSpec:
     """An inference-perf YAML configuration file."""
     import yaml
+
+    from kvlab.validate import decimal_yaml_loader
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -290,7 +271,7 @@ def read_config(path: str) -> SharedPrefixSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise KvlabError(f"{path}: cannot read it as UTF-8 text ({exc})") from None
     try:
-        data = yaml.load(text, Loader=_decimal_loader())  # noqa: S506 (a SafeLoader, numbers decimal only)
+        data = yaml.load(text, Loader=decimal_yaml_loader())  # noqa: S506 (a SafeLoader, numbers decimal only)
     except yaml.YAMLError as exc:
         raise KvlabError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return spec_from_dict(data, path)
