@@ -59,9 +59,11 @@ def test_version_and_the_short_help_option():
     (("sweep", "--enable-chunked-prefill", "--no-enable-chunked-prefill"),
      "valid: once, with --enable-chunked-prefill true,false for both"),
     (("capacity", "vllm"), "(a strategy here is an option: --strategy vllm; kvlab run and race take strategies as"),
-    (("run", "--replicas", "auto"), "error: --replicas 'auto': not a whole number; valid: a whole number such as 16; "
-                                    "or auto, in kvlab capacity --replicas auto --rate R: the fewest that sustain R"),
-    (("capacity", "--replicas", "many"), "valid: a comma list of whole numbers, e.g. 16,32; or auto, in kvlab capacity"),
+    (("run", "--replicas", "auto"), "error: --replicas 'auto': not a whole number; valid: a whole number such as 16 "
+                                    "(auto, the fewest replicas that sustain a rate, is kvlab capacity's alone, as "
+                                    "the whole value: kvlab capacity --replicas auto --rate R)"),
+    (("capacity", "--replicas", "many"), "error: --replicas 'many': not a whole number; valid: --replicas auto (the "
+                                         "fewest that sustain --rate R), or a comma list of whole numbers, e.g. 16,32"),
     (("run", "vllm", "--html", "x.html"),
      "error: No such option: --html: it is an option of kvlab race, not of kvlab run (see 'kvlab run --help')"),
 ])

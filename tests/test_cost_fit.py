@@ -64,6 +64,12 @@ def test_a_published_run_reads_with_its_units():
     ("actual.summary.itl_mean", None, r"missing field 'actual.summary.itl_mean'"),
     ("actual.summary.e2e_mean", "120 fortnights", r"actual.summary.e2e_mean = '120 fortnights': unit not understood"),
     ("actual.summary.e2e_mean", -3, r"must be a positive, finite duration"),
+    ("actual.summary.itl_mean", -0.5, r"actual.summary.itl_mean = -0.5 must be a positive, finite duration"),
+    # Trial 52: a prefill-only run (output_len 1, its ITL 0) was refused for its ITL; the fit cannot use it at all
+    ("workload.output_len", 1, r"workload output_len 1: a prefill-only run \(one output token\) has no inter-token "
+                               r"latency, and kvlab's fit cannot use it at all, its E2E and TTFT included"),
+    # Trial 52: float() reads '12_0' as 120; a file's number is digits
+    ("actual.summary.e2e_mean", "12_0 ms", r"e2e_mean = '12_0 ms': the number is not written in digits; valid"),
     ("cpu_offload", "lmcache", r"cpu_offload 'lmcache': kvlab replays vLLM's native CPU tier only"),
     ("precision", "INT4-AWQ", r"precision 'INT4-AWQ' is not one kvlab prices"),
     ("workload.load_type", "poisson", r"load type 'poisson' is not supported"),
@@ -370,3 +376,14 @@ def test_a_fit_that_names_no_constant_is_one_line_before_any_replay(kvlab, tmp_p
     r = kvlab("calibrate", "--runs", file, "--fit", value, "--out", tmp_path / "p.toml")
     assert r.exit_code == 2 and not (tmp_path / "p.toml").exists()
     assert r.stderr.strip().startswith(f"error: --fit {value!r} names no constant; valid: one or more of bandwidth_efficiency")
+
+
+def test_a_prefill_only_run_says_the_fit_cannot_use_it_not_that_its_itl_is_bad():
+    """Trial 52: a run of output_len 1 publishes ITL 0 (no second token); it was refused as 'itl_mean = 0 must be a
+    positive, finite duration'. The fit divides each run's decode over output_len - 1 tokens: it cannot use it."""
+    raw = _with("workload.output_len", 1)
+    for metrics in raw["actual"].values():
+        metrics["itl_mean"] = 0
+    with pytest.raises(KvlabError, match=r"workload output_len 1: a prefill-only run .* kvlab's fit cannot use it at "
+                                         r"all, .* valid: runs with output_len 2 or more \(leave this one out\)$"):
+        run_from_dict(raw, "runs.json, run 0")

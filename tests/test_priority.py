@@ -269,7 +269,10 @@ def test_a_priority_is_read_as_an_exact_integer_and_a_json_boolean_is_named(tmp_
 
     assert parse_priority("99999999999999999999999", "x") == 99999999999999999999999
     assert parse_priority(99999999999999999999999, "x") == 99999999999999999999999
-    assert parse_priority("1e3", "x") == 1000
+    assert parse_priority("3.0", "x") == 3
+    for written in ("1e3", "1_000", "+5"):  # (Python's int() or float() reads them; a file's number is digits)
+        with pytest.raises(KvlabError, match=re.escape(f"x: priority {written!r} is not an integer")):
+            parse_priority(written, "x")
     jsonl = tmp_path / "w.jsonl"
     jsonl.write_text('{"prompt_len": 10, "output_len": 5, "priority": true}\n')
     from kvlab.workload import load_workload

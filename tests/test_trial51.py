@@ -61,8 +61,7 @@ def test_the_weights_check_sizes_the_asked_model_in_the_logs_quantization():
 
 @pytest.mark.parametrize(("args", "says"), [
     (("cost", "ROOFLINE"), "error: unknown cost profile 'ROOFLINE' (did you mean 'roofline'?)"),
-    (("capacity", "--replicas", "AUTO"), "the fewest that sustain R (did you mean auto? it is lower case)"),
-    (("run", "--replicas", "Auto"), "the fewest that sustain R (did you mean auto? it is lower case)"),
+    (("capacity", "--replicas", "AUTO"), "--replicas 'AUTO': auto is written in lower case; valid: --replicas auto"),
 ])
 def test_a_name_in_capitals_is_offered_in_lower_case(kvlab, args, says):
     r = kvlab(*args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 
 from kvlab.errors import KvlabError
 from kvlab.workload import load_workload
+from kvlab.workload.files import read_user_file
 from kvlab.workload.load import _clip_to_max_model_len
 from kvlab.workload.table import LengthTable
 
@@ -156,3 +158,31 @@ def test_a_users_rows_out_of_order_are_counted_and_sorted(tmp_path):
     assert table.num_out_of_order == 2
     assert table.prompt_len.tolist() == [10, 14, 12, 11, 13]
     assert "run in arrival order (2 of the file's rows" in load_workload(str(path)).description
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("a.csv", "arrival_time,prompt_len,output_len\n0,5_0,10\n", "a.csv, line 2: prompt_len '5_0' is not a whole "
+     "number written in digits"),
+    ("a.csv", "arrival_time,prompt_len,output_len\n0,50,1e1\n", "output_len '1e1' is not a whole number written"),
+    ("a.csv", "arrival_time,prompt_len,output_len\n0_5,50,10\n", "a.csv, line 2: arrival_time '0_5' is not a number "
+     "written in digits (such as 12, 0.5 or 1.5e-3)"),
+    ("a.jsonl", '{"prompt_len": "+50", "output_len": 10}\n', "a.jsonl, line 1: prompt_len '+50' is not a whole"),
+    ("a.csv", "prompt_len,output_len,max_tokens\n50,10,2_0\n", "line 2: max_tokens '2_0' is not a whole number"),
+    ("a.csv", "prompt_len,output_len,session_id,think_time\n50,10,1_0,0\n", "line 2: session_id '1_0' is not a whole"),
+    ("a.csv", "prompt_len,output_len,session_id,think_time\n50,10,1,1_0\n", "line 2: think_time '1_0' is not a finite"),
+    ("a.csv", "prompt_len,output_len,priority\n50,10,1_0\n", "line 2: priority '1_0' is not an integer"),
+    ("a.csv", "prompt_len,output_len,timeout\n50,10,3_0\n", "line 2: timeout '3_0' is not a number of seconds"),
+])
+def test_a_number_in_a_file_is_written_in_digits_not_as_python_reads_one(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(KvlabError, match=re.escape(message)):
+        read_user_file(str(path))
+
+
+def test_a_file_number_written_as_a_spreadsheet_writes_one_is_still_read(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text("arrival_time,prompt_len,output_len,priority\n 1.5e-1, 50.0 ,10,-3\n0,20,7,99999999999999999999999\n")
+    table = read_user_file(str(path))
+    assert table.prompt_len.tolist() == [20, 50] and table.arrival_time.tolist() == [0.0, 0.15]
+    assert table.priority == (99999999999999999999999, -3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -152,3 +154,18 @@ def test_poisson_refusal_says_how_to_get_poisson_arrivals_and_errors_share_one_p
         spec_from_dict(_with("load", type="poisson"), "ip.yaml")
     with pytest.raises(KvlabError, match=r"^ip.yaml: shared_prefix: num_groups = 0 must"):
         spec_from_dict(_with("shared_prefix", num_groups=0), "ip.yaml")
+
+
+@pytest.mark.parametrize("written, message", [
+    ("question_len: 2_0", "question_len = '2_0' is not a whole number"),  # (YAML 1.1: 20)
+    ("question_len: 020", "question_len = '020' is not a whole number"),  # (YAML 1.1: octal 16)
+    ("question_len: 0x14", "question_len = '0x14' is not a whole number"),
+])
+def test_a_yaml_number_is_read_as_decimal_digits_or_refused(tmp_path, written, message):
+    path = tmp_path / "ip.yaml"
+    path.write_text(CONFIG.replace("question_len: 20", written))
+    with pytest.raises(KvlabError, match=re.escape(message)):
+        load_workload(str(path))
+    path.write_text(CONFIG.replace("{rate: 2.0, duration: 3}", "{rate: 2.0, duration: 1_0}"))
+    with pytest.raises(KvlabError, match=re.escape("stage 0's rate 2.0 or duration '1_0' is not a number")):
+        load_workload(str(path))

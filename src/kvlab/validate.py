@@ -50,21 +50,32 @@ class TooMuchWork(KvlabError):
 
 # --- value types -----------------------------------------------------------------------------------------
 
-def _number(value: Any) -> float | int:
-    """A JSON or CSV number: int, float or a string that reads as one; never a bool."""
+# A number as a file's cell (CSV, or a string in JSON) is written: decimal digits with a point and an exponent at
+# most, a minus sign at most, spaces around it. Python's int() and float() also take '5_0' (as 50), '+5', 'inf',
+# and YAML 1.1 reads 010 as 8: none of them is how a person or a program writes a request's numbers, so a cell
+# written so is refused (naming it), not read as another number. Every reader of a user's file with numbers asks
+# this (cell_number): workload rows and their session, priority and timeout columns, the inference-perf YAML.
+NUMBER_TEXT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+# A whole number in a cell: digits, a minus sign at most; 5.0 too (what a spreadsheet writes of a whole column with
+# an empty cell), never 1e3.
+WHOLE_CELL_TEXT = re.compile(r"-?[0-9]+(?:\.0*)?")
+
+
+def cell_number(value: Any, *, whole: bool = False) -> float | int:
+    """A JSON or CSV number: int, float or a string written in digits (NUMBER_TEXT; WHOLE_CELL_TEXT when
+    ``whole``), read exactly (an int where the text has no point); never a bool. Raises ValueError saying why."""
     if value is None:
         raise ValueError("is missing")
     if isinstance(value, bool):
         raise ValueError("is a boolean, not a number")  # noqa: TRY004 (pydantic reports ValueErrors only)
     if isinstance(value, str):
         text = value.strip()
-        try:
-            value = int(text)
-        except ValueError:
-            try:
-                value = float(text)
-            except ValueError:
-                raise ValueError("is not a number") from None
+        if not (WHOLE_CELL_TEXT if whole else NUMBER_TEXT).fullmatch(text):
+            if text.lower().lstrip("+-") in ("inf", "infinity", "nan"):
+                raise ValueError("is not a finite number")
+            raise ValueError("is not a whole number written in digits (such as 512)" if whole else
+                             "is not a number written in digits (such as 12, 0.5 or 1.5e-3)")
+        value = int(text) if WHOLE_NUMBER_TEXT.fullmatch(text) else float(text)
     if not isinstance(value, (int, float)):
         raise ValueError(f"is not a number (a {type(value).__name__})")  # noqa: TRY004
     if isinstance(value, float) and not math.isfinite(value):
@@ -72,10 +83,34 @@ def _number(value: Any) -> float | int:
     return value
 
 
+def decimal_yaml_loader():
+    """YAML's safe loader with numbers read as decimal digits only (NUMBER_TEXT's rule for a file's numbers, for any
+    reader of a user's YAML: the inference-perf configuration's): YAML 1.1, which PyYAML reads, takes 5_0 as 50,
+    010 as 8, 0x10 as 16 and 1:30 as 90; here they stay strings, which the fields refuse by name."""
+    import yaml
+
+    class DecimalLoader(yaml.SafeLoader):
+        pass
+
+    number_tags = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    DecimalLoader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in number_tags]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    # (a leading 0 only alone or before the point: YAML 1.1 reads 010 as octal, YAML 1.2 as ten)
+    DecimalLoader.add_implicit_resolver(number_tags[0], re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789"))
+    DecimalLoader.add_implicit_resolver(number_tags[1], re.compile(
+        r"^-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"), list("-.0123456789"))
+    return DecimalLoader
+
+
+def _number(value: Any) -> float | int:
+    return cell_number(value)
+
+
 # A whole number as a person types it, on the command line or in the lab's page and query strings: digits, a minus
 # sign at most. Python's int() also takes '5_0', '+5' and ' 5', and a float reading takes '1e3': none of them is
 # typed for a count (the CLI refused '1e3' and took '5_0' as 50). The CLI's whole-number options (kvlab.cli) and the
-# lab's (kvlab.web.params) both ask this; a file's cell (CSV, JSON) may still be written 5.0 (_whole).
+# lab's (kvlab.web.params) both ask this; a file's cell (CSV, JSON) may still be written 5.0 (WHOLE_CELL_TEXT).
 WHOLE_NUMBER_TEXT = re.compile(r"-?[0-9]+")
 
 
@@ -84,8 +119,37 @@ def whole_number_text(text: str) -> bool:
     return WHOLE_NUMBER_TEXT.fullmatch(text) is not None
 
 
+# vLLM's human-readable integers (vllm.engine.arg_utils.human_readable_int), which `vllm serve` takes for
+# --max-model-len, --max-num-batched-tokens and --kv-cache-memory-bytes: lower-case k, m, g, t are powers of 1000
+# (25.6k is 25,600; a fraction is cut, as vLLM's int() cuts it), upper-case K, M, G, T powers of 1024 (of a whole
+# number only: vLLM refuses 1.5K). kvlab reads these options' values as vLLM does, from its command line and from a
+# startup log's non-default args.
+VLLM_HUMAN_READABLE_INT_ARGS = ("max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes")
+_VLLM_HUMAN_READABLE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgGtT])")
+_VLLM_MULTIPLIERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def vllm_human_readable_int(text: str) -> int | None:
+    """``text`` as vLLM's human_readable_int reads it where it has a suffix (32k: 32,000; 32K: 32,768), None where it
+    has none (plain digits are every whole number's: whole_number_text). Raises ValueError, saying what vLLM
+    means, for a fraction with a binary suffix (1.5K)."""
+    match = _VLLM_HUMAN_READABLE.fullmatch(text.strip())
+    if match is None:
+        return None
+    number, suffix = match.groups()
+    multiplier = _VLLM_MULTIPLIERS[suffix]
+    if suffix.islower():
+        return int(float(number) * multiplier)
+    if "." in number:
+        raise ValueError(f"vLLM takes a fraction with a decimal suffix only (k, m, g, t: powers of 1000), not with "
+                         f"{suffix} (a power of 1024); valid: {number}{suffix.lower()} "
+                         f"({int(float(number) * 10 ** (3 * 'KMGT'.index(suffix) + 3)):,}) or a whole number of "
+                         f"{suffix}")
+    return int(number) * multiplier
+
+
 def _whole(value: Any) -> int:
-    number = _number(value)
+    number = cell_number(value, whole=True)
     if isinstance(number, float):
         if not number.is_integer():
             raise ValueError("is not a whole number")
@@ -94,7 +158,10 @@ def _whole(value: Any) -> int:
 
 
 def _finite(value: Any) -> float:
-    return float(_number(value))
+    try:
+        return float(_number(value))
+    except OverflowError:  # (an int of more digits than a float holds)
+        raise ValueError("is not a finite number") from None
 
 
 # A bound past any a machine reaches (a count's hi): the message says only the lower bound.

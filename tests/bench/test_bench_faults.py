@@ -426,3 +426,18 @@ def test_compares_simulation_options_are_checked_before_the_server_is(kvlab):
         result = kvlab("bench", "--url", url, "-n", "2", "--compare", *args)
         assert result.exit_code == 2 and result.stderr.startswith(line), result.stderr
         assert "cannot reach" not in result.stderr
+
+
+def test_a_password_in_the_url_is_printed_and_stored_as_stars(kvlab, fault_server, tmp_path):
+    url = fault_server.url.replace("http://", "http://user:secret@") + "/v1"
+    out = tmp_path / "out"
+    result = kvlab("bench", "--url", url, "-w", _workload(tmp_path, [NORMAL, HTTP_500, DROP]), "--arrival", "trace",
+                   "--out", out)
+    assert result.exit_code == 0, result.stderr
+    assert "Server http://user:***@127.0.0.1:" in result.stdout + result.stderr
+    assert "secret" not in result.stdout + result.stderr
+    assert not any("secret" in path.read_text() for path in out.iterdir() if path.suffix != ".png")
+    assert json.loads((out / "summary.json").read_text())["server"]["url"].startswith("http://user:***@127.0.0.1:")
+    refused = kvlab("bench", "--url", f"http://user:secret@127.0.0.1:{free_port()}/v1", "-n", "3")
+    assert refused.exit_code == 2 and "cannot reach http://user:***@127.0.0.1:" in refused.stderr
+    assert "secret" not in refused.stderr

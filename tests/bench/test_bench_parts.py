@@ -8,7 +8,7 @@ import pytest
 from kvlab.bench.client import StreamFailure, _Stream
 from kvlab.bench.results import RequestResult, read_requests_csv, write_requests_csv
 from kvlab.bench.scrape import is_vllm_metrics, parse_metrics, read_cache_config
-from kvlab.bench.server import base_url
+from kvlab.bench.server import base_url, shown_url
 from kvlab.errors import KvlabError
 from kvlab.workload.request import Request
 
@@ -176,3 +176,20 @@ def test_a_compare_cache_other_than_the_servers_is_said_so():
     assert not any("is not the server's" in n for n in sim_setup(server, model_config="llama-3.1-8b", block_size=32).notes)
     notes = sim_setup(server, model_config="llama-3.1-8b", num_gpu_blocks=500).notes
     assert any(n.startswith("--num-gpu-blocks 500 is not the server's 2,000") for n in notes)
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("http://user:secret@host:8000/v1", "http://user:***@host:8000/v1"),
+    ("https://user:p@ss@host", "https://user:***@host"),
+    ("http://user@host:8000", "http://user@host:8000"),  # no password: nothing to hide
+    ("http://host:8000/a@b:c", "http://host:8000/a@b:c"),  # an @ in the path is not a user
+])
+def test_a_password_in_a_url_is_shown_as_stars(url, shown):
+    assert shown_url(url) == shown
+
+
+@pytest.mark.parametrize("url", ["http://user:secret@host:99999", "http://user:secret@[::1", "http://user:secret@:80"])
+def test_a_refused_url_keeps_its_password_unprinted(url):
+    with pytest.raises(KvlabError) as refused:
+        base_url(url)
+    assert "secret" not in str(refused.value) and "user:***@" in str(refused.value)

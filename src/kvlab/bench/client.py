@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kvlab.bench.results import MetricSample, RequestResult
+from kvlab.bench.server import hide_password
 from kvlab.workload.request import Request
 
 PROMPT_FORMATS = ("token-ids", "text")
@@ -246,7 +247,7 @@ class _Load:
                                        f"OpenAI's ({type(exc).__name__} {exc})")
         except asyncio.CancelledError:
             status, error = self._stop_reason(state.num_tokens)
-        self.record(state.result(status, error, self.clock()))
+        self.record(state.result(status, hide_password(error, self.config.url), self.clock()))
 
     async def at_arrival(self, request: Request) -> None:
         delay = request.arrival_time - self.clock()
@@ -332,7 +333,7 @@ async def run_load(requests: Sequence[Request], config: ClientConfig, *, stop: a
         makespan=makespan,
         stopped=load.stopped,
         num_scrape_errors=scraper.num_errors if scraper is not None else 0,
-        last_scrape_error=scraper.last_error if scraper is not None else "",
+        last_scrape_error=hide_password(scraper.last_error, config.url) if scraper is not None else "",
     )
 
 

@@ -62,7 +62,7 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
     block_size = block_size if block_size is not None else cache.get("block_size")
     num_gpu_blocks = num_gpu_blocks if num_gpu_blocks is not None else cache.get("num_gpu_blocks")
     if not isinstance(block_size, int) or not isinstance(num_gpu_blocks, int):
-        raise KvlabError(f"--compare needs the server's KV cache size, and {server.url} does not publish "
+        raise KvlabError(f"--compare needs the server's KV cache size, and {server.shown_url} does not publish "
                          "vllm:cache_config_info: give --block-size and --num-gpu-blocks as the server was started "
                          "(its startup log says them: `kvlab vllm log`). Nothing was sent.")
     max_model_len = max_model_len if max_model_len is not None else server.max_model_len
@@ -82,7 +82,7 @@ def sim_setup(server: ServerInfo, *, model_config: str | None = None, gpu: str =
     except KvlabError as exc:
         if model_config is not None or "model" not in str(exc):
             raise
-        raise KvlabError(f"--compare cannot simulate the model {server.url} serves: {exc} Or give --model-config "
+        raise KvlabError(f"--compare cannot simulate the model {server.shown_url} serves: {exc} Or give --model-config "
                          "(the model's config.json, a Hugging Face id or a catalogue name). Nothing was sent.") from None
     strategy = "vllm" if cache.get("enable_prefix_caching") else "vllm+noprefix"
     settings = {"model": config.model.model, "gpu": config.device.label, "cost": cost, "strategy": strategy,

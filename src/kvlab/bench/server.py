@@ -19,6 +19,26 @@ from kvlab.errors import KvlabError
 API_KEY_VARS = ("KVLAB_API_KEY", "OPENAI_API_KEY")
 
 
+def shown_url(url: str) -> str:
+    """``url`` as kvlab prints and stores it: a password in it (``http://user:secret@host``) becomes ``***``."""
+    scheme, sep, rest = url.partition("://")
+    authority_end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, at, host = rest[:authority_end].rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}{sep}{userinfo.partition(':')[0]}:***@{host}{rest[authority_end:]}"
+
+
+def hide_password(text: str, url: str) -> str:
+    """``text`` (an error of httpx's, which may quote the URL) with the password of ``url`` replaced by ``***``."""
+    shown = shown_url(url)
+    if shown == url:
+        return text
+    secret_userinfo = url.partition("://")[2].split("@")[0]
+    shown_userinfo = shown.partition("://")[2].split("@")[0]
+    return text.replace(secret_userinfo + "@", shown_userinfo + "@")
+
+
 @dataclass(frozen=True)
 class ServerInfo:
     url: str  # base URL, without /v1
@@ -32,6 +52,11 @@ class ServerInfo:
     notes: tuple[str, ...] = ()  # what could not be read, and what the bench does without it
 
     @property
+    def shown_url(self) -> str:
+        """The URL as printed and stored: its password, if any, as ``***``."""
+        return shown_url(self.url)
+
+    @property
     def is_vllm(self) -> bool:
         return self.vllm_version is not None or self.has_vllm_metrics
 
@@ -39,7 +64,7 @@ class ServerInfo:
         """``server`` in the summary: the URL, the model and what was read of the server's configuration."""
         config = self.cache_config
         return {
-            "url": self.url,
+            "url": self.shown_url,
             "model": self.model,
             "model_root": self.model_root,
             "vllm_version": self.vllm_version,
@@ -64,18 +89,19 @@ def base_url(url: str) -> str:
     if sep and scheme.lower() in ("http", "https"):  # (a scheme is case-insensitive: HTTP://HOST is http://HOST)
         url = f"{scheme.lower()}://{rest}"
     if not url.startswith(("http://", "https://")):
-        raise KvlabError(f"--url {url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000)")
+        raise KvlabError(f"--url {shown_url(url)!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000)")
     valid = "valid: an http:// or https:// URL such as http://127.0.0.1:8000"
     if any(c.isspace() for c in url):
-        raise KvlabError(f"--url {url!r} has a space in it; {valid}")
+        raise KvlabError(f"--url {shown_url(url)!r} has a space in it; {valid}")
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:  # ('Invalid port: ...', 'Invalid IPv6 address: ...')
-        raise KvlabError(f"--url {url!r}: {str(exc)[:1].lower()}{str(exc)[1:].rstrip('.')}; {valid}") from None
+        said = hide_password(str(exc), url)
+        raise KvlabError(f"--url {shown_url(url)!r}: {said[:1].lower()}{said[1:].rstrip('.')}; {valid}") from None
     if not parsed.host:
-        raise KvlabError(f"--url {url!r} names no host; {valid}")
+        raise KvlabError(f"--url {shown_url(url)!r} names no host; {valid}")
     if parsed.port is not None and not 1 <= parsed.port <= 65535:
-        raise KvlabError(f"--url {url!r}: port {parsed.port} is out of range; valid: a port from 1 to 65535, as in "
+        raise KvlabError(f"--url {shown_url(url)!r}: port {parsed.port} is out of range; valid: a port from 1 to 65535, as in "
                          "http://127.0.0.1:8000")
     return url.removesuffix("/v1")
 
@@ -94,7 +120,8 @@ def _models(client, url: str) -> list[dict]:
     try:
         response = client.get("/v1/models")
     except httpx.HTTPError as exc:
-        detail = f"{type(exc).__name__}: {str(exc).rstrip('.') or 'no answer'}"
+        said = hide_password(str(exc), str(client.base_url))
+        detail = f"{type(exc).__name__}: {said.rstrip('.') or 'no answer'}"
         if isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
             # (reached: something took the connection, and closed it or answered in something other than HTTP)
             raise KvlabError(f"{url} took the connection but gave no HTTP answer to GET /v1/models ({detail}): is an "
@@ -179,8 +206,9 @@ def probe(url: str, *, model: str | None = None, api_key: str | None = None, tim
     url = base_url(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with httpx.Client(base_url=url, headers=headers, timeout=timeout) as client:
-        entry = _pick_model(_models(client, url), model, url)
-        has_metrics, has_vllm_metrics, cache_config, notes = _metrics(client, url)
+        shown = shown_url(url)  # (in messages: the password, if the URL has one, as ***)
+        entry = _pick_model(_models(client, shown), model, shown)
+        has_metrics, has_vllm_metrics, cache_config, notes = _metrics(client, shown)
         # Other servers answer /version too (SGLang does): only vLLM's model list says "owned_by": "vllm".
         version = _vllm_version(client) if has_vllm_metrics or entry.get("owned_by") == "vllm" else None
     max_model_len = entry.get("max_model_len")

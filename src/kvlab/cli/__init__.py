@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
             stop.interrupt_on_ctrl_c()
     try:
         _check_repeats(command, args)
+        args = _read_vllm_ints(command, args)
         _check_whole_numbers(command, args)
         code = command.main(args=args, prog_name="kvlab", standalone_mode=False)
     except KvlabError as exc:
@@ -129,6 +130,42 @@ def _check_repeats(command, args: list[str]) -> None:
         name = next((o for o in opts if o.startswith("--")), max(opts, key=len))  # (as the command's help names it)
         raise KvlabError(f"{name} is given {len(given)} times ({', '.join(shown)}); valid: once"
                          + (ONE_LIST.get(name, "") or " (only the last would count)"))
+
+
+def _read_vllm_ints(command, args: list[str]) -> list[str]:
+    """``args`` with the value of an option vLLM reads as a human-readable integer (--max-model-len 32k: 32,000;
+    32K: 32,768; kvlab.validate.vllm_human_readable_int) written in digits, as `vllm serve` would read it."""
+    from kvlab.validate import VLLM_HUMAN_READABLE_INT_ARGS, vllm_human_readable_int
+
+    path = _command_path(command, args)
+    for name in path.split()[1:]:
+        command = command.commands[name]
+    end = args.index("--") if "--" in args else len(args)
+    values = _value_positions(command, args[:end])
+    args = list(args)
+    for param in getattr(command, "params", ()):
+        opts = [o for o in getattr(param, "opts", ()) if o.startswith("-")]
+        if param.name not in VLLM_HUMAN_READABLE_INT_ARGS or not opts:
+            continue
+        for i, arg in enumerate(args[:end]):
+            at, given = (i + 1, args[i + 1]) if arg in opts and i + 1 < end else (i, _attached(arg, opts))
+            if i in values or given is None:
+                continue
+            if param.name == "max_model_len" and given.strip().lower() in ("auto", "-1"):
+                from kvlab.errors import KvlabError
+
+                raise KvlabError(f"{'/'.join(opts)} {given!r}: vLLM's auto (the longest length the KV cache holds) "
+                                 f"is not taken here: `kvlab fit` answers it; valid: a whole number of tokens, or "
+                                 f"32k (32,000) / 32K (32,768) as vLLM reads them (see '{path} --help')")
+            try:
+                number = vllm_human_readable_int(given)
+            except ValueError as exc:
+                from kvlab.errors import KvlabError
+
+                raise KvlabError(f"{'/'.join(opts)} {given!r}: {exc} (see '{path} --help')") from None
+            if number is not None:
+                args[at] = str(number) if at != i else f"{arg[:len(arg) - len(given)]}{number}"
+    return args
 
 
 def _check_whole_numbers(command, args: list[str]) -> None:

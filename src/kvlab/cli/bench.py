@@ -203,7 +203,7 @@ def _intro(server, wl, config) -> list[str]:
     """What is about to happen: the server, the load, and its bounds."""
     cache = server.cache_config
     kind = f"vLLM {server.vllm_version}" if server.vllm_version else ("vLLM" if server.is_vllm else "not vLLM")
-    parts = [f"Server {server.url}: model {server.model!r} ({kind})"]
+    parts = [f"Server {server.shown_url}: model {server.model!r} ({kind})"]
     if cache.get("num_gpu_blocks") is not None:
         parts.append(f"KV cache {cache['num_gpu_blocks']:,} blocks of {cache.get('block_size')} tokens")
     if server.max_model_len is not None:

@@ -36,7 +36,7 @@ from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.errors import KvlabError
 from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.text import computed_text, whole_values_table
-from kvlab.sweep.capacity import default_out, rate_text, samples_text
+from kvlab.sweep.capacity import bracket_text, default_out, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
 from kvlab.validate import check_options, note_written
 from kvlab.window import window_num_requests
@@ -192,7 +192,21 @@ def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:
 
 
 def _check_auto(lists: dict[str, list]) -> None:
-    """--prefill-replicas / --decode-replicas auto only in the aggregated-against-disaggregated comparison."""
+    """auto in lower case (AUTO: one line saying so); --prefill-replicas / --decode-replicas auto only in the
+    aggregated-against-disaggregated comparison."""
+    from kvlab.sweep.grid import AUTO_COUNTS
+    from kvlab.validate import whole_number_text
+
+    for name in AUTO_COUNTS:
+        flag, values = f"--{name.replace('_', '-')}", lists.get(name, [])
+        valid = f"valid: {flag} auto (the fewest that sustain --rate R), or a comma list of whole numbers, e.g. 16,32"
+        for value in (v.strip() for v in values if isinstance(v, str)):
+            if value.lower() == "auto" and value != "auto":
+                raise KvlabError(f"{flag} {value!r}: auto is written in lower case; {valid}")
+            if value.lower() != "auto" and not whole_number_text(value):
+                raise KvlabError(f"{flag} {value!r}: not a whole number; {valid}")
+        if "auto" in values and len(values) > 1:
+            raise KvlabError(f"{flag} {','.join(map(str, values))}: auto stands alone (it finds the count); {valid}")
     for name in ("prefill_replicas", "decode_replicas"):
         comparing = lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]
         if "auto" in lists.get(name, []) and not (comparing and lists[name] == ["auto"]):
@@ -251,12 +265,11 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
         if search.error:
             cells = ["–", "–", "–", f"failed: {search.error}", str(len(search.probes) + 1)]
         else:
-            hi = "–" if search.hi is None else f"{search.hi:g}"
-            lo = "–" if search.lo is None else f"{search.lo:g}"
             at = search.window_at(search.lo)
             state = "–" if not at else f"{at['state']} {_floor_percent(at['served_share'])}"
             limit = search.limited_by
-            cells = [search.capacity_text, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
+            cells = [search.capacity_text, state, "–" if limit is None else limit.split(":")[0],
+                     bracket_text(search.lo, search.hi),
                      str(len(search.probes))]
         if deadlines:
             at = search.window_at(search.lo)

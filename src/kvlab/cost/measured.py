@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kvlab.errors import KvlabError
+from kvlab.validate import NUMBER_TEXT
 from kvlab.workload.inference_perf import SharedPrefixSpec, spec_from_dict
 
 METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl_mean")
@@ -35,7 +36,8 @@ REQUIRED = ("id", "model", "hardware", "tp", "total_kv_blocks", "max_num_seqs", 
             "max_model_len", "workload", "actual")
 PRECISIONS = {"fp16": None, "bf16": None, "fp8": "fp8"}  # precision -> the weight format it implies
 _UNITS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6}
-_NUMBER_WITH_UNIT = re.compile(r"^\s*([-+0-9.eE]+)\s*(ms|s|us|µs)\s*$")
+# (the number as any of a file's numbers is written: kvlab.validate.NUMBER_TEXT; '5_0 ms' is refused, not 50 ms)
+_NUMBER_WITH_UNIT = re.compile(rf"^\s*({NUMBER_TEXT.pattern})\s*(ms|s|us|µs)\s*$")
 # Prompt tokens each request carries beyond system prompt + question (the calibration set's README: the real
 # prompts measured 27-48 tokens longer, the tokenizer's round trip of random ids and BOS; the middle of the range).
 PROMPT_OVERHEAD_TOKENS = 37
@@ -112,6 +114,9 @@ def _seconds(value: Any, where: str) -> float:
         seconds = float(value) * 1e-3
     elif isinstance(value, str):
         match = _NUMBER_WITH_UNIT.match(value)
+        if match is None and re.fullmatch(r"\s*\S+?\s*(ms|s|us|µs)\s*", value):
+            raise KvlabError(f"{where} = {value!r}: the number is not written in digits; valid: a number of "
+                             f"milliseconds, or digits with one of {', '.join(_UNITS)} ('57.8 ms')")
         if match is None:
             raise KvlabError(f"{where} = {value!r}: unit not understood; valid: a number of milliseconds, or a "
                              f"number with one of {', '.join(_UNITS)} ('57.8 ms')")
@@ -190,6 +195,11 @@ def run_from_dict(raw: Any, where: str, prompt_overhead_tokens: int = PROMPT_OVE
     if not isinstance(actual_raw, dict) or "summary" not in actual_raw:
         raise KvlabError(f"{where}: missing field 'actual.summary' (the metrics over every request)")
     workload = spec_from_dict(raw["workload"], f"{where}: workload", prompt_overhead_tokens=prompt_overhead_tokens)
+    if workload.output_len < 2:  # (before its metrics: such a run's itl_mean is 0, which is refused for any other)
+        raise KvlabError(f"{where}: workload output_len {workload.output_len}: a prefill-only run (one output token) "
+                         "has no inter-token latency, and kvlab's fit cannot use it at all, its E2E and TTFT "
+                         "included: the fit prices each run's decode over the output_len - 1 tokens after the first "
+                         "(kvlab.cost.fit), none here; valid: runs with output_len 2 or more (leave this one out)")
     actual: dict[str, Any] = {}
     for group, metrics in actual_raw.items():
         if not isinstance(metrics, dict):

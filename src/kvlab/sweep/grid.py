@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kvlab.errors import KvlabError
-from kvlab.validate import whole_number_text
+from kvlab.validate import VLLM_HUMAN_READABLE_INT_ARGS, vllm_human_readable_int, whole_number_text
 
 Point = dict[str, Any]  # option name -> value, every option of `kvlab run`
 
@@ -54,6 +54,11 @@ class OptionSpec:
                 return None
             raise KvlabError(f"{self.flag} needs a value (it has no 'none'; its default is {self.default!r})")
         converted = _CONVERTERS[self.kind](value)
+        if converted is None and self.name in VLLM_HUMAN_READABLE_INT_ARGS:  # (vLLM's 32k, 32K: as vllm serve reads)
+            try:
+                converted = vllm_human_readable_int(str(value))
+            except ValueError as exc:
+                raise KvlabError(f"{self.flag} {value!r}: {exc}") from None
         if converted is None:
             raise KvlabError(f"{self.flag} {value!r}: not {_KIND_NAMES[self.kind]}; valid: a comma list of "
                              f"{_EXAMPLES[self.kind]}" + auto_hint(self.name, value))
@@ -64,16 +69,17 @@ class OptionSpec:
 
 # The counts `kvlab capacity` can find itself (``auto``), and where to say so when a count does not parse.
 AUTO_COUNTS = ("replicas", "prefill_replicas", "decode_replicas")
-AUTO_HINT = "; or auto, in kvlab capacity --replicas auto --rate R: the fewest that sustain R"
+AUTO_HINT = (" (auto, the fewest replicas that sustain a rate, is kvlab capacity's alone, as the whole value: kvlab "
+             "capacity --replicas auto --rate R)")
 
 
 def auto_hint(name: str, value: Any) -> str:
-    """AUTO_HINT for a count that did not parse (``name``: its Python name), with 'did you mean auto?' where the value
-    was auto in other letters (AUTO); '' for an option that has no auto."""
-    if name not in AUTO_COUNTS:
+    """AUTO_HINT for a count that did not parse (``name``: its Python name) where the value was auto in any letters
+    (auto, AUTO): where auto lives, without offering it here; '' for any other value or an option that has no auto.
+    (`kvlab capacity` says its own for AUTO: cli.capacity._check_auto.)"""
+    if name not in AUTO_COUNTS or not isinstance(value, str) or value.strip().lower() != "auto":
         return ""
-    spelled = isinstance(value, str) and value.strip().lower() == "auto" and value.strip() != "auto"
-    return AUTO_HINT + (" (did you mean auto? it is lower case)" if spelled else "")
+    return AUTO_HINT
 
 
 def _to_int(value: Any) -> int | None:

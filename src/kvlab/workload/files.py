@@ -146,11 +146,13 @@ def _session_id(value, where: str) -> int:
     valid = "valid: a session id, a whole number >= 0, on every row"
     if value is None or value == "":
         raise KvlabError(f"{where}: missing field 'session_id'; {valid}")
+    from kvlab.validate import cell_number
+
     try:
-        number = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
+        number = cell_number(value, whole=True)
+    except ValueError:
         number = math.nan
-    if not (math.isfinite(number) and number.is_integer() and number >= 0):
+    if not (isinstance(number, int) or math.isfinite(number) and number.is_integer()) or number < 0:
         raise KvlabError(f"{where}: session_id {value!r} is not a whole number >= 0; {valid}")
     return int(number)
 
@@ -160,9 +162,11 @@ def _think_time(value, where: str) -> float:
     valid = "valid: seconds after the session's previous turn, a number >= 0, on every row"
     if value is None or value == "":
         raise KvlabError(f"{where}: missing field 'think_time'; {valid}")
+    from kvlab.validate import cell_number
+
     try:
-        number = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
+        number = float(cell_number(value))
+    except (ValueError, OverflowError):
         number = math.nan
     if not math.isfinite(number):
         raise KvlabError(f"{where}: think_time {value!r} is not a finite number; {valid}")

@@ -190,6 +190,8 @@ def _field(section: dict, name: str, where: str) -> int:
 
 
 def _stages(raw: Any, where: str) -> tuple[Stage, ...]:
+    from kvlab.validate import cell_number
+
     if not isinstance(raw, list) or not raw:
         raise KvlabError(f"{where}: 'stages' must be a list of {{rate, duration}}, got {raw!r}")
     stages = []
@@ -198,8 +200,9 @@ def _stages(raw: Any, where: str) -> tuple[Stage, ...]:
             raise KvlabError(f"{where}: stage {k} is {stage!r}; valid: {{rate: requests/s, duration: seconds}} "
                              "(kvlab replays constant-rate stages; concurrency stages are not supported)")
         try:
-            stages.append(Stage(rate=float(stage["rate"]), duration=float(stage["duration"])))
-        except (TypeError, ValueError):
+            rate, duration = float(cell_number(stage["rate"])), float(cell_number(stage["duration"]))
+            stages.append(Stage(rate=rate, duration=duration))
+        except (TypeError, ValueError, OverflowError):
             raise KvlabError(f"{where}: stage {k}'s rate {stage['rate']!r} or duration {stage['duration']!r} is "
                              "not a number") from None
     return tuple(stages)
@@ -259,6 +262,8 @@ def read_config(path: str) -> SharedPrefixSpec:
     """An inference-perf YAML configuration file."""
     import yaml
 
+    from kvlab.validate import decimal_yaml_loader
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -266,7 +271,7 @@ def read_config(path: str) -> SharedPrefixSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise KvlabError(f"{path}: cannot read it as UTF-8 text ({exc})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=decimal_yaml_loader())  # noqa: S506 (a SafeLoader, numbers decimal only)
     except yaml.YAMLError as exc:
         raise KvlabError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return spec_from_dict(data, path)

@@ -29,17 +29,14 @@ _VALID = ("valid: PRIORITY:SHARE pairs separated by commas, e.g. 0:0.2,1:0.8 (in
 def parse_priority(value, where: str) -> int:
     """One request's priority: an integer (vLLM's ``priority``, any sign), read exactly (a float would turn
     99999999999999999999999 into 99999999999999991611392)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass  # ("3.0" or "abc": the float check below accepts the one and names the other)
+    from kvlab.validate import cell_number
+
     try:
-        number = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
+        number = cell_number(value, whole=True)  # (exact: an int where the text has no point)
+    except ValueError:
         number = math.nan
+    if isinstance(number, int):
+        return number
     if not (math.isfinite(number) and number.is_integer()):
         shown = "true" if value is True else "false" if value is False else repr(value)  # (JSON's spelling)
         raise KvlabError(f"{where}: priority {shown} is not an integer; valid: a whole number, smaller served "
@@ -105,11 +102,11 @@ def clients_note(priority_classes: str | None, timeout: str | None, own_deadline
 
 def parse_deadline(value, where: str) -> float:
     """A client's deadline: seconds after its request's arrival, a finite number > 0 (``where`` names the cell)."""
-    if isinstance(value, bool):
-        value = None
+    from kvlab.validate import cell_number
+
     try:
-        number = float(value)
-    except (TypeError, ValueError):
+        number = float(cell_number(value))
+    except (ValueError, OverflowError):
         number = math.nan
     if not (math.isfinite(number) and number > 0):
         raise KvlabError(f"{where}: timeout {value!r} is not a number of seconds > 0; valid: seconds after the "

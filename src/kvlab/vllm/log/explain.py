@@ -500,4 +500,17 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
         out["lines"].append(f"kvlab's own arithmetic for {spec.id} ({side['kv_bytes_per_token_per_gpu']:,} bytes per "
                             f"token per GPU, {side['bytes_per_block']:,} per block of {side['block_size']}) "
                             f"{verdict}.")
+        out["lines"] += [line for line in [_unchecked_budget(log, side)] if line]
     return out
+
+
+def _unchecked_budget(log: StartupLog, side: dict) -> str | None:
+    """The comparison a log without vLLM's KV cache memory cannot give: sized from its own block count, the blocks
+    and tokens agree by construction; kvlab's bytes per token are not checked against vLLM's memory."""
+    if log.available_kv_cache_gib is not None or not side.get("available_kv_source", "").startswith("the log's"):
+        return None
+    return (f"Not checked: the log has no 'Available KV cache memory' line, so kvlab sized from the log's own "
+            f"{log.num_gpu_blocks:,} blocks, and blocks and KV cache size agree by construction; whether kvlab's "
+            f"{side['kv_bytes_per_token_per_gpu']:,} bytes per token per GPU turn vLLM's memory into those blocks "
+            "needs that line (vLLM prints 'Available KV cache memory: N GiB' as it starts: paste the log from its "
+            "start), or kv_cache_memory_bytes or num_gpu_blocks_override among its arguments.")

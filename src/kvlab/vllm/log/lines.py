@@ -142,9 +142,41 @@ def parse_args_dict(text: str) -> dict:
     return items
 
 
+# The settings vLLM holds as whole numbers; a log's args may give them as text ('32k' where a config file or a
+# wrapper passed them on unparsed), read as vLLM reads the flag (kvlab.validate.vllm_human_readable_int).
+WHOLE_ARG_SETTINGS = ("block_size", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
+                      "max_num_batched_tokens", "kv_cache_memory_bytes", "num_gpu_blocks_override")
+
+
+def _whole_setting(key: str, value):
+    """A whole-number setting of the non-default args as vLLM reads its flag: 32000, '32000', '32k' (32,000) or
+    '32K' (32,768) where vLLM takes those; anything else is a KvlabError naming it."""
+    from kvlab.errors import KvlabError
+    from kvlab.validate import VLLM_HUMAN_READABLE_INT_ARGS, vllm_human_readable_int, whole_number_text
+
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number = vllm_human_readable_int(text) if key in VLLM_HUMAN_READABLE_INT_ARGS else None
+        except ValueError as exc:
+            raise KvlabError(f"the log's non-default args: {key}={value!r}: {exc}") from None
+        if number is None and whole_number_text(text):
+            number = int(text)
+        if number is not None:
+            return number
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    readable = " (or vLLM's 32k: 32,000, 32K: 32,768)" if key in VLLM_HUMAN_READABLE_INT_ARGS else ""
+    raise KvlabError(f"the log's non-default args: {key}={value!r} is not a whole number; valid: digits{readable}, as "
+                     f"vLLM reads --{key.replace('_', '-')}")
+
+
 def _read_args(m: re.Match) -> dict:
     args = parse_args_dict(m["args"])
     settings = {k: args[k] for k in ARG_SETTINGS if k in args and args[k] is not None}
+    settings |= {k: _whole_setting(k, v) for k, v in settings.items() if k in WHOLE_ARG_SETTINGS}
     if "model" not in settings and isinstance(args.get("model_tag"), str):
         settings["model"] = args["model_tag"]  # `vllm serve MODEL`: the positional argument
     if "dtype" in settings:

@@ -1,0 +1,127 @@
+"""Findings of user trial 52 (fix52): each test failed before its fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+QWEN_LOG = Path("tests/data/startup_logs/qwen3-8b-a100-40gb-0.9.2.log")  # non-default args without max_model_len
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("text, number", [("32k", 32_000), ("32K", 32_768), ("25.6k", 25_600), ("1m", 1_000_000),
+                                          ("2G", 2 * 2**30), ("1t", 10**12), ("32000", None)])
+def test_vllms_human_readable_integers_read_as_vllm_reads_them(text, number):
+    from kvlab.validate import vllm_human_readable_int
+
+    assert vllm_human_readable_int(text) == number
+
+
+@pytest.mark.parametrize("given, length", [("32k", 32_000), ("32K", 32_768), ("--max-model-len=8k", 8_000)])
+def test_size_takes_max_model_len_as_vllm_serve_does(kvlab, given, length):
+    """`kvlab size --max-model-len 32k`: 'not a whole number', where `vllm serve` takes 32k as 32,000."""
+    args = [given] if given.startswith("--") else ["--max-model-len", given]
+    r = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", *args, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["max_model_len"] == length
+
+
+@pytest.mark.parametrize("given, message", [
+    ("1.5K", "--max-model-len '1.5K': vLLM takes a fraction with a decimal suffix only (k, m, g, t: powers of 1000), "
+             "not with K (a power of 1024); valid: 1.5k (1,500) or a whole number of K"),
+    ("auto", "--max-model-len 'auto': vLLM's auto (the longest length the KV cache holds) is not taken here: `kvlab "
+             "fit` answers it"),
+])
+def test_a_max_model_len_vllm_means_otherwise_is_refused_saying_vllms_meaning(kvlab, given, message):
+    r = kvlab("fit", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", given)
+    assert r.exit_code == 2 and message in one_line(r.stderr) and "Traceback" not in r.stderr
+
+
+def _log_with_args(tmp_path, item: str) -> Path:
+    text = QWEN_LOG.read_text().replace("'model': 'Qwen/Qwen3-8B',", f"'model': 'Qwen/Qwen3-8B', {item},", 1)
+    path = tmp_path / "vllm.log"
+    path.write_text("".join(line for line in text.splitlines(keepends=True) if "Maximum concurrency" not in line))
+    return path
+
+
+def test_a_logs_max_model_len_written_32k_is_read_as_vllm_reads_it(kvlab, tmp_path):
+    """A log whose non-default args hold max_model_len='32k' ended in a TypeError traceback."""
+    r = kvlab("vllm", "log", _log_with_args(tmp_path, "'max_model_len': '32k'"), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["max_model_len"] == 32_000
+
+
+@pytest.mark.parametrize("item, message", [
+    ("'max_model_len': 'abc'", "the log's non-default args: max_model_len='abc' is not a whole number; valid: digits "
+                               "(or vLLM's 32k: 32,000, 32K: 32,768), as vLLM reads --max-model-len"),
+    ("'block_size': '3_2'", "the log's non-default args: block_size='3_2' is not a whole number"),
+])
+def test_a_logs_setting_that_is_no_whole_number_is_one_line(kvlab, tmp_path, item, message):
+    r = kvlab("vllm", "log", _log_with_args(tmp_path, item))
+    assert r.exit_code == 2 and message in one_line(r.stderr) and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [("run", "vllm", "--replicas", "AUTO"), ("run", "vllm", "--replicas", "auto"),
+                                  ("sweep", "--replicas", "AUTO"), ("sweep", "--replicas", "auto"),
+                                  ("race", "vllm", "orca-max", "--prefill-replicas", "Auto")])
+def test_auto_is_not_offered_where_it_is_not_taken_and_says_where_it_lives(kvlab, args):
+    """`run --replicas AUTO` said 'did you mean auto? it is lower case', where run takes no auto."""
+    message = one_line(kvlab(*args).stderr)
+    assert "is kvlab capacity's alone, as the whole value: kvlab capacity --replicas auto --rate R" in message
+    assert "did you mean auto" not in message and "; or auto" not in message
+
+
+@pytest.mark.parametrize("value, says", [
+    ("AUTO", "--replicas 'AUTO': auto is written in lower case; valid: --replicas auto (the fewest that sustain "
+             "--rate R), or a comma list of whole numbers, e.g. 16,32"),
+    ("2,auto", "--replicas 2,auto: auto stands alone (it finds the count); valid: --replicas auto"),
+])
+def test_capacity_says_its_own_auto(kvlab, value, says):
+    r = kvlab("capacity", "--replicas", value, "--rate", "1")
+    assert r.exit_code == 2 and says in one_line(r.stderr), r.stderr
+
+
+def test_a_log_without_the_kv_cache_memory_line_says_what_it_could_not_compare(kvlab, tmp_path):
+    """`vllm log --model M` on a log without 'Available KV cache memory' compared blocks with the log's own blocks
+    ('equal', by construction) and said nothing of the check it could not make."""
+    path = tmp_path / "vllm.log"
+    path.write_text("".join(line for line in QWEN_LOG.read_text().splitlines(keepends=True)
+                            if "Available KV cache memory" not in line))
+    r = kvlab("vllm", "log", "--model", "Qwen/Qwen3-8B", path)
+    assert r.exit_code == 0, r.stderr
+    said = one_line(r.stdout)
+    assert ("Not checked: the log has no 'Available KV cache memory' line, so kvlab sized from the log's own 8,505 "
+            "blocks, and blocks and KV cache size agree by construction; whether kvlab's 147,456 bytes per token per "
+            "GPU turn vLLM's memory into those blocks needs that line") in said
+    assert "Not checked" not in one_line(kvlab("vllm", "log", "--model", "Qwen/Qwen3-8B", QWEN_LOG).stdout)
+
+
+def test_capacity_prints_its_answer_and_bracket_at_one_precision(kvlab, tmp_path):
+    """capacity's table printed 2.56 beside its bracket [2.562, 2.625] (the answer to 3 digits, the bracket to 4):
+    the bracket's lower end is the answer, so both read alike."""
+    import re
+
+    r = kvlab("capacity", "--strategy", "vllm", "-n", "100", "--out", tmp_path / "cap")
+    assert r.exit_code == 0, r.stderr
+    rows = re.findall(r"^ (roofline|paper-2023)\s+([0-9.]+)\s.*\[([0-9.]+), ([0-9.]+)\]", r.stdout, re.MULTILINE)
+    assert len(rows) == 2, r.stdout
+    for _, answer, held, failed in rows:
+        assert answer == held and len(held.replace(".", "").lstrip("0")) <= 3 >= len(failed.replace(".", ""))
+
+
+def test_a_bracket_rounds_the_held_rate_down_and_the_failed_one_up():
+    from kvlab.sweep.capacity import bracket_text
+
+    assert bracket_text(2.5625, 2.625) == "[2.56, 2.63]" and bracket_text(None, 0.75) == "[–, 0.75]"
+    assert bracket_text(1234.5, 1300.2) == "[1,230, 1,310]" and bracket_text(2.5, 2.75) == "[2.5, 2.75]"
+
+
+def test_a_sweeps_max_model_len_list_takes_vllms_lengths_too(kvlab, tmp_path):
+    r = kvlab("sweep", "--max-model-len", "1k,2K", "-n", "5", "--out", tmp_path / "sw", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert sorted(p["max_model_len"] for p in json.loads(r.stdout)["points"]) == [1000, 2048]
