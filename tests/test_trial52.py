@@ -101,26 +101,6 @@ def test_a_log_without_the_kv_cache_memory_line_says_what_it_could_not_compare(k
     assert "Not checked" not in one_line(kvlab("vllm", "log", "--model", "Qwen/Qwen3-8B", QWEN_LOG).stdout)
 
 
-def test_capacity_prints_its_answer_and_bracket_at_one_precision(kvlab, tmp_path):
-    """capacity's table printed 2.56 beside its bracket [2.562, 2.625] (the answer to 3 digits, the bracket to 4):
-    the bracket's lower end is the answer, so both read alike."""
-    import re
-
-    r = kvlab("capacity", "--strategy", "vllm", "-n", "100", "--out", tmp_path / "cap")
-    assert r.exit_code == 0, r.stderr
-    rows = re.findall(r"^ (roofline|paper-2023)\s+([0-9.]+)\s.*\[([0-9.]+), ([0-9.]+)\]", r.stdout, re.MULTILINE)
-    assert len(rows) == 2, r.stdout
-    for _, answer, held, failed in rows:
-        assert answer == held and len(held.replace(".", "").lstrip("0")) <= 3 >= len(failed.replace(".", ""))
-
-
-def test_a_bracket_rounds_the_held_rate_down_and_the_failed_one_up():
-    from kvlab.sweep.capacity import bracket_text
-
-    assert bracket_text(2.5625, 2.625) == "[2.56, 2.63]" and bracket_text(None, 0.75) == "[–, 0.75]"
-    assert bracket_text(1234.5, 1300.2) == "[1,230, 1,310]" and bracket_text(2.5, 2.75) == "[2.5, 2.75]"
-
-
 def test_a_sweeps_max_model_len_list_takes_vllms_lengths_too(kvlab, tmp_path):
     r = kvlab("sweep", "--max-model-len", "1k,2K", "-n", "5", "--out", tmp_path / "sw", "--json")
     assert r.exit_code == 0, r.stderr

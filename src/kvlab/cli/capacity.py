@@ -36,7 +36,7 @@ from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.errors import KvlabError
 from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.text import computed_text, whole_values_table
-from kvlab.sweep.capacity import bracket_text, default_out, rate_text, samples_text
+from kvlab.sweep.capacity import default_out, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
 from kvlab.validate import check_options, note_written
 from kvlab.window import window_num_requests
@@ -265,11 +265,12 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
         if search.error:
             cells = ["–", "–", "–", f"failed: {search.error}", str(len(search.probes) + 1)]
         else:
+            hi = "–" if search.hi is None else f"{search.hi:g}"
+            lo = "–" if search.lo is None else f"{search.lo:g}"
             at = search.window_at(search.lo)
             state = "–" if not at else f"{at['state']} {_floor_percent(at['served_share'])}"
             limit = search.limited_by
-            cells = [search.capacity_text, state, "–" if limit is None else limit.split(":")[0],
-                     bracket_text(search.lo, search.hi),
+            cells = [search.capacity_text, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
                      str(len(search.probes))]
         if deadlines:
             at = search.window_at(search.lo)

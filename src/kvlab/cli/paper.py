@@ -248,11 +248,9 @@ def _axis(workload: str) -> str:
 def _bracket(search: dict) -> str:
     if search["error"]:
         return f"failed: {search['error']}"
-    from kvlab.sweep.capacity import bracket_text, rate_text
-
     lo, hi = search["bracket"]
-    answer = search["capacity_text"] if search["capacity_rps"] is None else rate_text(search["capacity_rps"])
-    return f"{answer} {bracket_text(lo or 0, hi)}"
+    answer = search["capacity_text"] if search["capacity_rps"] is None else f"{search['capacity_rps']:.3g}"
+    return f"{answer} [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"
 
 
 @paper_app.command("fig18b")

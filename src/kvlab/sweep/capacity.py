@@ -36,20 +36,14 @@ def round_rate(rate: float) -> float:
     return float(f"{rate:.4g}")
 
 
-def rate_text(rate: float, *, up: bool = False) -> str:
+def rate_text(rate: float) -> str:
     """A capacity to 3 significant digits (the search's 5% tolerance does not tell a fourth), rounded down: the
-    rate shown never exceeds the rate that held. ``up``: rounded up, for a rate that failed (never below it)."""
+    rate shown never exceeds the rate that held."""
     if rate <= 0:
         return "0"
     step = 10 ** (math.floor(math.log10(rate)) - 2)
-    value = (math.ceil(rate / step - 1e-9) if up else math.floor(rate / step + 1e-9)) * step
+    value = math.floor(rate / step + 1e-9) * step
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def bracket_text(lo: float | None, hi: float | None) -> str:
-    """A search's bracket [held, failed] at its answer's precision (rate_text): the held rate down, the failed one
-    up, so that the answer beside it reads as its lower end ('2.62 [2.62, 2.75]', not '2.62 [2.625, 2.75]')."""
-    return f"[{'–' if lo is None else rate_text(lo)}, {'–' if hi is None else rate_text(hi, up=True)}]"
 
 
 def mark_text(mark: str, value: str) -> str:
