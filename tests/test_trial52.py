@@ -105,3 +105,17 @@ def test_a_sweeps_max_model_len_list_takes_vllms_lengths_too(kvlab, tmp_path):
     r = kvlab("sweep", "--max-model-len", "1k,2K", "-n", "5", "--out", tmp_path / "sw", "--json")
     assert r.exit_code == 0, r.stderr
     assert sorted(p["max_model_len"] for p in json.loads(r.stdout)["points"]) == [1000, 2048]
+
+
+def test_a_config_files_numbers_are_decimal_and_its_lengths_read_as_vllm_reads_them(kvlab, tmp_path):
+    """A `--config` YAML read 5_0 as 50 and 010 as 8 (YAML 1.1), and refused vLLM's max-model-len: 1k, which
+    `vllm serve --config` reads as 1,000."""
+    config = tmp_path / "c.yaml"
+    config.write_text("max-model-len: 1k\nmax-num-seqs: 5_0\n")
+    r = kvlab("run", "vllm", "-n", "5", "--config", config)
+    assert r.exit_code == 2 and "max_num_seqs '5_0' is not a whole number written in digits" in r.stderr
+    config.write_text("max-model-len: 1k\nmax-num-seqs: 010\n")
+    r = kvlab("run", "vllm", "-n", "5", "--config", config, "--json")
+    assert r.exit_code == 0, r.stderr
+    setup = json.loads(r.stdout)["setup"]
+    assert (setup["max_model_len"], setup["max_num_seqs"]) == (1000, 10)

@@ -44,8 +44,10 @@ def read_mapping(path: Path, flag: str, what: str = "a .yaml, .yml or .toml file
     elif suffix in (".yaml", ".yml"):
         import yaml
 
-        try:
-            data = yaml.safe_load(text)
+        from kvlab.validate import decimal_yaml_loader
+
+        try:  # (numbers in decimal digits only: YAML 1.1 reads 5_0 as 50 and 010 as 8; kvlab.validate.NUMBER_TEXT)
+            data = yaml.load(text, Loader=decimal_yaml_loader())  # noqa: S506 (a SafeLoader: yaml.safe_load's)
         except yaml.YAMLError as exc:
             raise KvlabError(f"{flag} {path}: not valid YAML ({_yaml_problem(exc)})") from None
     else:
@@ -100,7 +102,15 @@ def read_options(path: Path, flag: str = "--config") -> dict[str, Any]:
             raise KvlabError(f"{flag} {path}: {key!r} has a {type(value).__name__}; a run takes one value per "
                              "option (kvlab sweep --grid takes lists)")
         options[option_name(str(key), f"{flag} {path}")] = value
-    from kvlab.validate import check_options
+    from kvlab.validate import VLLM_HUMAN_READABLE_INT_ARGS, check_options, vllm_human_readable_int
+
+    for name in VLLM_HUMAN_READABLE_INT_ARGS:  # (max-model-len: 32k, as `vllm serve --config` reads it: 32,000)
+        if isinstance(options.get(name), str):
+            try:
+                number = vllm_human_readable_int(options[name])
+            except ValueError as exc:
+                raise KvlabError(f"{flag} {path}: {name} {options[name]!r}: {exc}") from None
+            options[name] = options[name] if number is None else number
 
     try:  # (each value against its range here, so the error names the file it is in)
         check_options(options, spelling="file")
