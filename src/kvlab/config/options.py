@@ -149,12 +149,13 @@ OPTIONS: dict[str, Option] = _options(
            hi=1e7, lo_open=True, what="GiB of CPU memory",
            default_text="the GPUs' reference server's"),
     # --- scheduler ---------------------------------------------------------------------------------------------
-    Option("max_model_len", "scheduler", int, None, "Longest request in tokens, prompt + answer.", lo=1, hi=2**34,
-           what="tokens", default_text="the model's max_position_embeddings"),
+    Option("max_model_len", "scheduler", int, None, "Longest request in tokens, prompt + answer (32k: 32,000; 32K: "
+           "32,768, as vLLM reads them).", lo=1, hi=2**34, what="tokens", default_text="the model's max_position_embeddings"),
     Option("max_num_seqs", "scheduler", int, None, "Requests per engine step.", lo=1, hi=2**20,
            what="requests per step", default_text="vllm serve's for the GPU: 256 or 1024"),
-    Option("max_num_batched_tokens", "scheduler", int, None, "Tokens per engine step.", lo=1, hi=2**34,
-           what="tokens per step", default_text="vllm serve's for the GPU: 2048, 8192 or 16384"),
+    Option("max_num_batched_tokens", "scheduler", int, None, "Tokens per engine step (32k, 32K as for "
+           "--max-model-len).", lo=1, hi=2**34, what="tokens per step",
+           default_text="vllm serve's for the GPU: 2048, 8192 or 16384"),
     Option("watermark", "scheduler", float, 0.0, "Fraction of the KV cache's blocks a request joining a running batch "
            "must leave free (vLLM's --watermark; 0, V1's default, is off).", lo=0.0, hi=0.999999,
            what="a fraction of the blocks, below 1"),
