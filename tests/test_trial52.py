@@ -119,3 +119,14 @@ def test_a_config_files_numbers_are_decimal_and_its_lengths_read_as_vllm_reads_t
     assert r.exit_code == 0, r.stderr
     setup = json.loads(r.stdout)["setup"]
     assert (setup["max_model_len"], setup["max_num_seqs"]) == (1000, 10)
+
+
+@pytest.mark.parametrize("command, option", [("capacity", "--slo-classes"), ("capacity", "--wide"),
+                                             ("sweep", "--plots")])
+def test_a_run_option_no_sweep_point_takes_says_which_commands_take_it(kvlab, command, option):
+    """Trial 51b: `kvlab capacity --slo-classes ...` said "did you mean --priority-classes?" (and --wide "did you mean
+    --model?"), where `kvlab run` takes the option: the line other misplaced options get."""
+    r = kvlab(command, "-n", "4", option, "x")
+    assert r.exit_code == 2
+    assert f"No such option: {option}: it is an option of " in r.stderr and "kvlab run" in r.stderr
+    assert f"not of kvlab {command}" in r.stderr and "did you mean" not in r.stderr

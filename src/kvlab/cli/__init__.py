@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         _check_whole_numbers(command, args)
         code = command.main(args=args, prog_name="kvlab", standalone_mode=False)
     except KvlabError as exc:
-        _error(str(exc))
+        _error(_elsewhere(exc, command, args) or str(exc))
     except usage_error as exc:
         if not exc.format_message():  # (a bare `kvlab`: Click printed the help, which is the answer)
             sys.exit(exc.exit_code)
@@ -236,6 +236,22 @@ def _value_positions(command, args: list[str]) -> set[int]:
 # Options whose one value holds several things: said when one is given twice (what the user meant, in one value).
 ONE_LIST = {"--slo": ", its terms in one comma list: --slo 'p99_ttft<2s,p99_tpot<100ms'",
             "--strategy": ", the strategies in one comma list: --strategy vllm,orca-max"}
+
+
+def _elsewhere(exc, root, args: list[str]) -> str:
+    """For an option a sweep's or capacity's grid does not take but another command does (capacity --slo-classes,
+    --wide: kvlab run's), the line other misplaced options get (_usage_message); "" for any other error."""
+    from kvlab.sweep.grid import UnknownGridOption
+
+    if not isinstance(exc, UnknownGridOption) or not exc.spelling.startswith("--"):
+        return ""
+    flag = exc.spelling.split("=", 1)[0]
+    owners = _commands_with(root, flag)
+    where = _command_path(root, args)
+    if not owners:
+        return ""
+    return (f"No such option: {flag}: it is an option of {', '.join(owners)}, not of {where}; {where} varies any "
+            f"`kvlab run` option that sets a point (see '{where} --help')")
 
 
 def _commands_with(command, option: str | None, path: str = "kvlab") -> list[str]:

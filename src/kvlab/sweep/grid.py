@@ -163,8 +163,17 @@ def option_name(spelling: str) -> str:
         hint = ("prefix caching is part of the strategy's name: --strategy vllm has it on (as vllm serve), "
                 "--strategy vllm+noprefix off; ")
     # (not "kvlab run has no option": a report's options, --slo-classes, --wide, --plots, are run's but no point's)
-    raise KvlabError(f"{spelling!r} is not an option a sweep or capacity search takes: {hint}the options they vary are "
-                     f"{', '.join(flags)}")
+    raise UnknownGridOption(spelling, f"{spelling!r} is not an option a sweep or capacity search takes: {hint}the "
+                            f"options they vary are {', '.join(flags)}")
+
+
+class UnknownGridOption(KvlabError):
+    """An option a sweep's or capacity's grid does not take (``spelling`` as given): the command line says which
+    commands do take it, where some does (a report's --slo-classes, --wide: kvlab run's)."""
+
+    def __init__(self, spelling: str, message: str):
+        super().__init__(message)
+        self.spelling = spelling
 
 
 def parse_cli_args(args: list[str]) -> dict[str, list[Any]]:
