@@ -89,8 +89,9 @@ def test_options_after_a_double_dash_are_not_counted():
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    # Trial 51: the first -n is --model's value (Click takes the next word): no repeat, the model '-n' is refused
-    (("run", "--model", "-n", "-n", "5"), "error: unknown model '-n'"),
+    # Trial 51: the first -n is --model's value (Click takes the next word): no repeat; trial 51b: the model '-n'
+    # was refused as unknown, where the user forgot --model's value
+    (("run", "--model", "-n", "-n", "5"), "error: --model needs a value: the word after it, -n, is an option of kvlab run"),
     # Trial 51: Click got '=5' from -n=5; the message showed '5'
     (("run", "-n=5"), "error: --num-requests/-n '=5': not a whole number; valid: a whole number such as 16 (a short "
                       "option takes its value as -n 5 or -n5, without '=')"),

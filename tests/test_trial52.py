@@ -130,3 +130,11 @@ def test_a_run_option_no_sweep_point_takes_says_which_commands_take_it(kvlab, co
     assert r.exit_code == 2
     assert f"No such option: {option}: it is an option of " in r.stderr and "kvlab run" in r.stderr
     assert f"not of kvlab {command}" in r.stderr and "did you mean" not in r.stderr
+
+
+def test_an_option_whose_value_is_forgotten_is_named(kvlab):
+    """Trial 51b: `kvlab run --model -n 5` said "unknown model '-n'" (Click takes the next word as the value)."""
+    r = kvlab("run", "--model", "-n", "5")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert "--model needs a value: the word after it, -n, is an option of kvlab run" in r.stderr
+    assert kvlab("run", "vllm", "-n", "3", "--model", "llama-3.2-1b").exit_code == 0

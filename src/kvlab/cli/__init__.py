@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
             stop.interrupt_on_ctrl_c()
     try:
         _check_repeats(command, args)
+        _check_values(command, args)
         args = _read_vllm_ints(command, args)
         _check_whole_numbers(command, args)
         code = command.main(args=args, prog_name="kvlab", standalone_mode=False)
@@ -218,6 +219,24 @@ def _takes_whole_number(param) -> bool:
 def _parse_refusal(opts, given: str, kind: str) -> str:
     """A value an option cannot take, in one line: the option, the value as given, what it is not and what would do."""
     return f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(kind, kind)}"
+
+
+def _check_values(command, args: list[str]) -> None:
+    """An option whose value is one of the command's own options (``--model -n 5``: its value forgotten) is refused,
+    naming the option that lacks its value; Click would take '-n' as the model."""
+    path = _command_path(command, args)
+    for name in path.split()[1:]:
+        command = command.commands[name]
+    args = args[:args.index("--")] if "--" in args else args
+    options = {o for p in getattr(command, "params", ()) for o in (*getattr(p, "opts", ()),
+                                                                   *getattr(p, "secondary_opts", ()))
+               if o.startswith("-")}
+    for i in sorted(_value_positions(command, args)):
+        if i < len(args) and args[i] in options and args[i - 1] in options:
+            from kvlab.errors import KvlabError
+
+            raise KvlabError(f"{args[i - 1]} needs a value: the word after it, {args[i]}, is an option of {path}; "
+                             f"valid: {args[i - 1]} VALUE {args[i]} ... (see '{path} --help')")
 
 
 def _value_positions(command, args: list[str]) -> set[int]:
