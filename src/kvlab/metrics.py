@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import itemgetter
-from struct import pack
+from struct import pack, pack_into
 from typing import Any, NamedTuple
 
 SHARE_KEYS = ("token", "reserved", "internal_fragmentation", "external_fragmentation")
@@ -109,14 +109,15 @@ class IterationRecorder:
         self.start_time = start_time
         self.integral = UsageIntegral()
         self.log = IterationLog() if keep_log else None
-        # The RunRows one after another, a flat list read by np.fromiter (an array.array parses each number it
-        # takes in: twice the cost per run); every iteration's duration, an array.array (a long run's come as a
-        # numpy array, copied in as bytes), the short runs' since the last long one in a list (``_spill``).
+        # The RunRows' fields one after another, a flat list packed into numpy at a flush (``_int64s``; an
+        # array.array parses each number it takes in: twice the cost per run); every iteration's duration, an
+        # array.array (a long run's come as a numpy array, copied in as bytes), the short runs' since the last long one
+        # in a list (``_spill``).
         self._rows: list[int] = []
         self._durations = array("d")
         self._short_durations: list[float] = []
         # The runs' growth (DecodeRun.growth: three ints an entry), one run's after another, and each run's
-        # length there (a flat list of ints is read by np.fromiter at half the cost an int of flattening tuples).
+        # length there (a flat list of ints is packed at a flush, ``_int64s``: flattening tuples cost twice as much).
         self._growth: list[int] = []
         self._growth_lengths: list[int] = []
         self._joined: list[int] = []  # the iteration before which a request joined the queue, one per request
@@ -125,16 +126,18 @@ class IterationRecorder:
         self._clock_starts: list[tuple[int, float]] = []
         self._clock_end = start_time
 
-    def add(self, row: RunRow, durations, start: float, end: float,
+    def add(self, row: tuple[int, ...], durations, start: float, end: float,
             growth: tuple[int, ...] = (), joined: tuple[int, ...] = ()) -> None:
-        """Record a run that began at ``start`` and ended at ``end`` (``now += dt``, left to right). ``joined``:
-        for each request that joined the waiting queue during the run, the iteration (from 0) before which it did
-        (from then on ``num_waiting`` counts it)."""
+        """Record a run that began at ``start`` and ended at ``end`` (``now += dt``, left to right): ``row``, its
+        ``RunRow``'s fields in their order (a plain tuple: a named tuple is one more C call per run), ``growth``
+        its ``kv_growth``. ``joined``: for each request that joined the waiting queue during the run, the iteration
+        (from 0) before which it did (from then on ``num_waiting`` counts it)."""
         first = len(self._durations) + len(self._short_durations)
         if not first or start != self._clock_end:
             self._clock_starts.append((first, start))
-        self._rows += row
-        self._growth += growth
+        # (extend, not +=: compiled, += is the generic in-place concat)
+        self._rows.extend(row)
+        self._growth.extend(growth)
         self._growth_lengths.append(len(growth))
         if joined:
             self._joined.extend(first + j for j in joined)
@@ -165,7 +168,7 @@ class IterationRecorder:
         import numpy as np
 
         dt = np.frombuffer(self._durations, dtype=np.float64).copy()
-        table = np.fromiter(self._rows, dtype=np.int64, count=len(self._rows)).reshape(-1, len(RunRow._fields))
+        table = _int64s(self._rows).reshape(-1, len(RunRow._fields))
         runs = {name: table[:, i] for i, name in enumerate(RunRow._fields)}
         growth = self._growth_entries(runs)
         states = self._expand(runs, growth, len(dt))
@@ -182,13 +185,12 @@ class IterationRecorder:
     def _growth_entries(self, runs: dict) -> dict:
         """The buffered runs' growth, one array per field, with each entry's iteration counted from the buffer's
         start; ``runs``' allocation and internal fragmentation become the run's first iteration's (before its
-        growth). (Read by np.fromiter from flat lists: a Python loop over the entries took about half of a flush's
-        time, by py-spy's samples, and flattening tuples of tuples by C iterators twice the instructions an int.)"""
+        growth). (Packed into numpy from flat lists, ``_int64s``: a Python loop over the entries took about half of a
+        flush's time, by py-spy's samples, and flattening tuples of tuples by C iterators twice the instructions an int.)"""
         import numpy as np
 
-        lengths = self._growth_lengths
-        num_entries = np.fromiter(lengths, dtype=np.int64, count=len(lengths)) // 3
-        flat = np.fromiter(self._growth, dtype=np.int64, count=len(self._growth)).reshape(-1, 3)
+        num_entries = _int64s(self._growth_lengths) // 3
+        flat = _int64s(self._growth).reshape(-1, 3)
         run_of_entry = np.repeat(np.arange(len(num_entries)), num_entries)
         runs["allocated"] -= np.bincount(run_of_entry, weights=flat[:, 1], minlength=len(num_entries)).astype(np.int64)
         runs["internal_fragmentation"] -= np.bincount(run_of_entry, weights=flat[:, 2],
@@ -272,6 +274,18 @@ class IterationRecorder:
         for name in ("token", "reserved", "internal_fragmentation", "overhead", "free"):
             block[ITERATION_COLUMNS.index(name)] = states[name]
         self.log.extend(block)
+
+
+def _int64s(values: list[int]):
+    """``values`` as a new int64 numpy array, packed into its memory by ``struct`` in one call: ~100 instructions an
+    int, against ~210 for ``np.fromiter`` of the list (callgrind, benchmarks/README.md: issue 34's twelfth step). The
+    same integers either way (native ``q`` is numpy's int64 here; one out of its range is an error either way)."""
+    import numpy as np
+
+    array: Any = np.empty(len(values), dtype=np.int64)  # (Any: numpy's stubs do not say it is a buffer)
+    if values:
+        pack_into(f"{len(values)}q", array, 0, *values)
+    return array
 
 
 def _cumsum_within_runs(values, counts):

@@ -28,7 +28,7 @@ from kvlab.cost.model import swap_seconds
 from kvlab.errors import KvlabError
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, KVAllocator, SlotUsage, slot_usage
-from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, RunRow, UsageIntegral, summarize
+from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, UsageIntegral, summarize
 from kvlab.sched.output import RunTiming, SchedulerOutput, new_tuple
 from kvlab.sched.runs import FirstIteration, RunScheduler
 from kvlab.sched.seq import Seq, SeqStatus
@@ -430,11 +430,13 @@ class Simulation:
             dt += config.offload.seconds(self.allocator.take_load_bytes())
         return dt
 
-    def _row(self, out: SchedulerOutput) -> RunRow:
-        """The run's memory and queues as the metrics read them (the allocator already holds all its blocks)."""
+    def _row(self, out: SchedulerOutput) -> tuple[int, ...]:
+        """The run's memory and queues as the metrics read them (the allocator already holds all its blocks): its
+        ``RunRow``'s fields, in their order, as a plain tuple (the recorder only appends them to its list: a
+        ``RunRow`` made by ``tuple.__new__`` was ~800 instructions more a run compiled, a generic call)."""
         allocator, sched = self.allocator, self.scheduler
         decode, num_seqs = out.num_decode_tokens, out.num_seqs
-        return new_tuple(RunRow, (  # (the fields in RunRow's order; one C call: see SchedulerOutput)
+        return (
             out.num_iterations,
             num_seqs,
             len(sched.running),
@@ -447,7 +449,7 @@ class Simulation:
             allocator.num_allocated_slots,  # (the recorder takes the run's growth off)
             allocator.num_internal_fragmentation_slots,
             allocator.num_overhead_slots,
-        ))
+        )
 
     def _arrive(self) -> None:
         """Requests whose arrival time has come join the waiting queue, or are rejected with a reason."""

@@ -158,11 +158,16 @@ class BlockNeeds:
             if wastes is not None:
                 del self._last[at]
             if wastes:  # last blocks: their slots beyond the request's last token
-                waste = sum(wastes.values())
-                growth += (first + at - clock - 1, 0, waste)
-                internal += waste
-                for holder in wastes:
+                # (summed in the loop that clears them, and appended: compiled, sum() is a builtin looked up and called
+                # generically, and += of a tuple the generic in-place concat)
+                waste = 0
+                for holder, slots in wastes.items():
+                    waste += slots
                     holder.last = -1
+                growth.append(first + at - clock - 1)
+                growth.append(0)
+                growth.append(waste)
+                internal += waste
         self.num_decode_iterations = end
         return num_iterations, order, growth, internal
 

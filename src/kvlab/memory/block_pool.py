@@ -114,12 +114,18 @@ class PrefixCachingBlockPool:
         if num_blocks > self.num_free_blocks:
             raise ValueError(f"cannot get {num_blocks} blocks: only {self.num_free_blocks} free")
         next_free, block_hashes, ref_cnt = self.next_free, self.block_hash, self.ref_cnt
+        # (the ids handed out as the objects the queue holds, as free_table writes its links: compiled, an id read as
+        # an int is boxed anew when stored, an allocation above 256, about one a block admitted)
+        next_obj: list[Any] = next_free
         blocks: list[int] = []
-        block_id = next_free[NULL_BLOCK_ID]
+        blocks_obj: list[Any] = blocks
+        item = next_obj[NULL_BLOCK_ID]
+        block_id: int = item
         for _ in range(num_blocks):
-            blocks.append(block_id)
-            block_id = next_free[block_id]
-        next_free[NULL_BLOCK_ID] = block_id  # (the new front)
+            blocks_obj.append(item)
+            item = next_obj[block_id]
+            block_id = item
+        next_obj[NULL_BLOCK_ID] = item  # (the new front)
         self.prev_free[block_id] = NULL_BLOCK_ID
         self.num_free_blocks -= num_blocks
         for block_id in blocks:

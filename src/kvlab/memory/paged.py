@@ -282,7 +282,8 @@ class PagedAllocator:
             hashes: list[Any] = state.block_hashes
             if j < len(hashes):  # (_cache_next_block, written out: about 12 calls per request)
                 block_hash = hashes[j]
-                if block_hash < 0:
+                value: int = block_hash  # (compared as an int: compiled, < of two objects is a generic comparison)
+                if value < 0:
                     pool.cache_full_block(holder.table[j], block_hash)
                     state.num_cached_blocks = j + 1
                     continue
@@ -630,7 +631,9 @@ class PagedAllocator:
             # will fill at once: a decode run's blocks then find theirs here.
             end = max(num_blocks, request.num_kv_tokens // self.block_size)
             base = private_block_hash(request.request_id, 0)
-            hashes.extend(range(base - j, base - end, -1))
+            # (+=, not extend: compiled, extend is a slice assignment, which first copies a range into a list of its
+            # own; += fills the list from the range's iterator: 6.3k -> 5.0k instructions a request, callgrind)
+            hashes += range(base - j, base - end, -1)
         return hashes
 
     def _hash_state(self, request: Request) -> RequestHashes:
