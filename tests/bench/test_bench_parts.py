@@ -188,7 +188,9 @@ def test_a_password_in_a_url_is_shown_as_stars(url, shown):
     assert shown_url(url) == shown
 
 
-@pytest.mark.parametrize("url", ["http://user:secret@host:99999", "http://user:secret@[::1", "http://user:secret@:80"])
+@pytest.mark.parametrize("url", ["http://user:secret@host:99999", "http://user:secret@[::1", "http://user:secret@:80",
+                                 # (trial 52: a URL without its scheme was refused with the password as typed)
+                                 "user:secret@127.0.0.1:9", "//user:secret@127.0.0.1:9"])
 def test_a_refused_url_keeps_its_password_unprinted(url):
     with pytest.raises(KvlabError) as refused:
         base_url(url)

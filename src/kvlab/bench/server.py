@@ -19,24 +19,34 @@ from kvlab.errors import KvlabError
 API_KEY_VARS = ("KVLAB_API_KEY", "OPENAI_API_KEY")
 
 
+def _password_span(url: str) -> tuple[int, int] | None:
+    """Where the password of ``url``'s userinfo (``http://user:secret@host``, or without a scheme as a user may mistype
+    it: ``user:secret@host``, ``//user:secret@host``) is, as (start, end); None where it has none."""
+    _, sep, rest = url.partition("://")
+    start = len(url) - len(rest) if sep else 0
+    start += len(url[start:]) - len(url[start:].lstrip("/"))  # (//user:secret@host)
+    authority = url[start:]
+    authority = authority[:min((i for i in (authority.find(c) for c in "/?#") if i >= 0), default=len(authority))]
+    userinfo, at, _ = authority.rpartition("@")
+    if not at or ":" not in userinfo:
+        return None
+    colon = start + userinfo.index(":")
+    return colon + 1, start + len(userinfo)
+
+
 def shown_url(url: str) -> str:
     """``url`` as kvlab prints and stores it: a password in it (``http://user:secret@host``) becomes ``***``."""
-    scheme, sep, rest = url.partition("://")
-    authority_end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    userinfo, at, host = rest[:authority_end].rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}{sep}{userinfo.partition(':')[0]}:***@{host}{rest[authority_end:]}"
+    span = _password_span(url)
+    return url if span is None else f"{url[:span[0]]}***{url[span[1]:]}"
 
 
 def hide_password(text: str, url: str) -> str:
     """``text`` (an error of httpx's, which may quote the URL) with the password of ``url`` replaced by ``***``."""
-    shown = shown_url(url)
-    if shown == url:
+    span = _password_span(url)
+    if span is None:
         return text
-    secret_userinfo = url.partition("://")[2].split("@")[0]
-    shown_userinfo = shown.partition("://")[2].split("@")[0]
-    return text.replace(secret_userinfo + "@", shown_userinfo + "@")
+    start = url.rfind("/", 0, span[0]) + 1  # (the userinfo's start: after the scheme's //, or the URL's)
+    return text.replace(url[start:span[1]] + "@", url[start:span[0]] + "***@")
 
 
 @dataclass(frozen=True)
