@@ -138,3 +138,11 @@ def test_an_option_whose_value_is_forgotten_is_named(kvlab):
     assert r.exit_code == 2 and r.stdout == ""
     assert "--model needs a value: the word after it, -n, is an option of kvlab run" in r.stderr
     assert kvlab("run", "vllm", "-n", "3", "--model", "llama-3.2-1b").exit_code == 0
+
+
+@pytest.mark.parametrize("args", [("sweep", "--model", "-n", "5"), ("capacity", "--model", "-n", "20"),
+                                  ("sweep", "--max-num-seqs", "--model", "llama-3.1-8b", "-n", "5")])
+def test_a_sweeps_option_whose_value_is_forgotten_is_named(kvlab, args):
+    """Trial 52: sweep and capacity said "unexpected argument '5'" where run says --model needs a value."""
+    r = kvlab(*args)
+    assert r.exit_code == 2 and f"{args[1]} needs a value: the word after it, {args[2]}, is an option" in r.stderr

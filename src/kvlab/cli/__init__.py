@@ -232,7 +232,7 @@ def _check_values(command, args: list[str]) -> None:
                                                                    *getattr(p, "secondary_opts", ()))
                if o.startswith("-")}
     for i in sorted(_value_positions(command, args)):
-        if i < len(args) and args[i] in options and args[i - 1] in options:
+        if i < len(args) and args[i - 1] in options and (args[i] in options or _grid_takes(command, args[i])):
             from kvlab.errors import KvlabError
 
             raise KvlabError(f"{args[i - 1]} needs a value: the word after it, {args[i]}, is an option of {path}; "

@@ -200,6 +200,9 @@ def parse_cli_args(args: list[str]) -> dict[str, list[Any]]:
             if i + 1 >= len(args):
                 raise KvlabError(f"{flag} needs a value (or a comma list of values)")
             value, i = args[i + 1], i + 1
+            if value.startswith("-") and value.split("=", 1)[0] in _flag_names():  # (--model -n 5: forgotten)
+                raise KvlabError(f"{flag} needs a value: the word after it, {value}, is an option too; valid: "
+                                 f"{flag} VALUE[,VALUE...] {value} ...")
         # (a set of router scorers is itself a comma list, prefix:2,least-kv:1: sets are separated by ";")
         values = value.split(LIST_SEPARATORS.get(name, ","))
         if any(not v.strip() for v in values):
