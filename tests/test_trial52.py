@@ -146,3 +146,12 @@ def test_a_sweeps_option_whose_value_is_forgotten_is_named(kvlab, args):
     """Trial 52: sweep and capacity said "unexpected argument '5'" where run says --model needs a value."""
     r = kvlab(*args)
     assert r.exit_code == 2 and f"{args[1]} needs a value: the word after it, {args[2]}, is an option" in r.stderr
+
+
+def test_vllm_log_says_why_a_given_model_is_not_compared(kvlab):
+    """Trial 52: a log with neither the KV cache memory nor a block count, with --model, said nothing of the model."""
+    log = Path(__file__).parent / "data" / "startup_logs" / "gemma-3-1b-it-0.8.2.log"
+    r = kvlab("vllm", "log", log, "--model", "gemma-3-1b-it")
+    assert r.exit_code == 0, r.stderr
+    assert ("kvlab's own arithmetic for gemma-3-1b-it (26,624 bytes per token per GPU) is not compared: the log gives "
+            "no KV cache memory or block count to size from") in one_line(r.stdout)

@@ -501,6 +501,11 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
                             f"token per GPU, {side['bytes_per_block']:,} per block of {side['block_size']}) "
                             f"{verdict}.")
         out["lines"] += [line for line in [_unchecked_budget(log, side)] if line]
+    elif side.get("note"):  # (trial 52: --model given, and nothing said of it where nothing could be compared)
+        out["lines"].append(f"kvlab's own arithmetic for {spec.id} ({side['kv_bytes_per_token_per_gpu']:,} bytes per "
+                            f"token per GPU) is not compared: {side['note']} (vLLM prints 'Available KV cache "
+                            "memory: N GiB' and 'GPU KV cache size: N tokens' as it starts: paste the log from its "
+                            "start).")
     return out
 
 
