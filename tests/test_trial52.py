@@ -155,3 +155,16 @@ def test_vllm_log_says_why_a_given_model_is_not_compared(kvlab):
     assert r.exit_code == 0, r.stderr
     assert ("kvlab's own arithmetic for gemma-3-1b-it (26,624 bytes per token per GPU) is not compared: the log gives "
             "no KV cache memory or block count to size from") in one_line(r.stdout)
+
+
+def test_a_config_files_version_written_as_a_number_is_read_as_written(kvlab, tmp_path):
+    """Trial 52: `vllm-version: 0.10` in a --config YAML was read as 0.1 ("vLLM version '0.1' is not one kvlab
+    knows"); the text option takes the text written. TOML keeps no text for a number: it says to quote it."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model: llama-3.2-1b\nvllm-version: 0.10\n")
+    r = kvlab("run", "vllm", "-n", "5", "--config", config)
+    assert r.exit_code == 0, r.stderr
+    toml = tmp_path / "c.toml"
+    toml.write_text('model = "llama-3.2-1b"\nvllm-version = 0.10\n')
+    r = kvlab("run", "vllm", "-n", "5", "--config", toml)
+    assert r.exit_code == 2 and 'vllm-version is a number (0.1) where a text is wanted: write it in quotes' in r.stderr

@@ -92,6 +92,21 @@ def server_only_keys(path: Path, flag: str = "--config") -> list[str]:
     return [str(k) for k in read_mapping(path, flag) if str(k).strip().lstrip("-").replace("-", "_") in SERVER_ONLY]
 
 
+def _as_written(path: Path, flag: str, key: Any, value: float) -> str:
+    """A text option the file wrote as a number (vllm-version: 0.10, which YAML reads as 0.1): its text as written,
+    read again from the YAML; a TOML number has lost it, and is refused saying to quote it (trial 52)."""
+    if path.suffix.lower() == ".toml":
+        raise KvlabError(f"{flag} {path}: {key} is a number ({value!r}) where a text is wanted: write it in quotes, "
+                         f'{key} = "..." (a TOML number loses its digits: 0.10 reads as 0.1)')
+    import yaml
+
+    root = yaml.compose(path.read_text(encoding="utf-8"))
+    for key_node, value_node in getattr(root, "value", ()):
+        if getattr(key_node, "value", None) == key and isinstance(value_node, yaml.ScalarNode):
+            return value_node.value
+    return str(value)
+
+
 def read_options(path: Path, flag: str = "--config") -> dict[str, Any]:
     """A file of option values (one value each), by declared name; `vllm serve`'s server-only keys passed over."""
     options = {}
@@ -101,7 +116,10 @@ def read_options(path: Path, flag: str = "--config") -> dict[str, Any]:
         if isinstance(value, (list, dict)):
             raise KvlabError(f"{flag} {path}: {key!r} has a {type(value).__name__}; a run takes one value per "
                              "option (kvlab sweep --grid takes lists)")
-        options[option_name(str(key), f"{flag} {path}")] = value
+        name = option_name(str(key), f"{flag} {path}")
+        if OPTIONS[name].kind is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = _as_written(path, flag, key, value)
+        options[name] = value
     from kvlab.validate import VLLM_HUMAN_READABLE_INT_ARGS, check_options, vllm_human_readable_int
 
     for name in VLLM_HUMAN_READABLE_INT_ARGS:  # (max-model-len: 32k, as `vllm serve --config` reads it: 32,000)
