@@ -374,32 +374,71 @@ def _log_lines(log: StartupLog, result, figures: dict) -> list[str]:
     return [line.replace("GPU KV cache size", f"{device} KV cache size") for line in result.vllm_log_lines]
 
 
-def _check_weights_fit(log: StartupLog, spec) -> None:
-    """Refuse a model asked for whose weights on one GPU (at the log's tensor/pipeline parallel sizes) exceed what
-    the log's engine had for weights and KV cache together: its own weights plus the KV cache memory it printed.
-    vLLM's budget is requested memory - weights - activations - other, so that sum is what the GPU had left once
-    the activations and other memory were taken; a model whose weights alone take more loads nothing into the KV
-    cache (or does not load). Generous: a larger model's activations are larger too. Without both figures, no check."""
+def _weights_and_room(log: StartupLog, spec) -> tuple[int, float] | None:
+    """The asked model's weights per GPU (bytes, at the log's tensor/pipeline parallel sizes and in the log's
+    format: an AWQ log's 70B is a quarter of its bf16 size) and the room, in GiB, the log's engine had for weights
+    and KV cache together: its own weights plus the KV cache memory it printed. vLLM's budget is requested memory -
+    weights - activations - other, so that sum is what the GPU had left once the activations and other memory were
+    taken. None without both figures, or for a weight format kvlab does not model."""
     from kvlab.catalog.quant import requested_method
-    from kvlab.sizing import format_gib, size_kv_cache
+    from kvlab.sizing import size_kv_cache
 
     if log.model_weights_gib is None or log.available_kv_cache_gib is None:
-        return
-    try:  # (the asked model's weights in the log's format: an AWQ log's 70B is a quarter of its bf16 size)
+        return None
+    try:
         quantization = requested_method(log.settings.get("quantization"), "the log's quantization")
     except KvlabError:
-        return  # (a format kvlab does not model: its weights cannot be sized, so no check)
-    room_gib = log.model_weights_gib + log.available_kv_cache_gib
+        return None
     config = replace(_sizing_config(log, GIB), quantization=quantization)
-    weights = size_kv_cache(spec, config).weights_bytes
+    return size_kv_cache(spec, config).weights_bytes, log.model_weights_gib + log.available_kv_cache_gib
+
+
+def _weights_over_room(log: StartupLog, weights: int, room_gib: float) -> str:
+    from kvlab.sizing import format_gib
+
+    s = log.settings
+    split = f"tensor_parallel_size {s.get('tensor_parallel_size') or 1}"
+    if (s.get("pipeline_parallel_size") or 1) > 1:
+        split += f", pipeline_parallel_size {s['pipeline_parallel_size']}"
+    return (f"its weights take {format_gib(weights)} GiB per GPU ({split}), more than the {room_gib:.2f} GiB the "
+            f"log's engine had for weights and KV cache together ({log.model_weights_gib} GiB of weights + "
+            f"{log.available_kv_cache_gib} GiB of KV cache)")
+
+
+def _check_weights_fit(log: StartupLog, spec) -> None:
+    """Refuse a model asked for whose weights on one GPU exceed the room the log's engine had for weights and KV
+    cache together (``_weights_and_room``): such a model loads nothing into the KV cache (or does not load).
+    Generous: a larger model's activations are larger too. Without both figures, no check."""
+    measured = _weights_and_room(log, spec)
+    if measured is not None and measured[0] > (measured[1] + 2 * GIB_ROUNDING) * GIB:
+        raise KvlabError(_weights_over_room(log, *measured))
+
+
+def _no_room_verdict(log: StartupLog, spec, another: bool) -> str:
+    """kvlab's word on a log where vLLM refused because nothing was left for the KV cache (its KV cache memory
+    printed negative): the asked model's weights against the room the engine had (trial 53: the model the log
+    was started with was refused as if it were another). ``another``: the asked model is not the log's."""
+    from kvlab.sizing import format_gib
+
+    measured = _weights_and_room(log, spec)
+    if measured is None:
+        return (f"kvlab does not compare {spec.id} with this refusal: the log gives no weights and KV cache memory "
+                "to compare with, or weights in a format kvlab does not size.")
+    weights, room_gib = measured
     if weights > (room_gib + 2 * GIB_ROUNDING) * GIB:
-        s = log.settings
-        split = f"tensor_parallel_size {s.get('tensor_parallel_size') or 1}"
-        if (s.get("pipeline_parallel_size") or 1) > 1:
-            split += f", pipeline_parallel_size {s['pipeline_parallel_size']}"
-        raise KvlabError(f"its weights take {format_gib(weights)} GiB per GPU ({split}), more than the "
-                         f"{room_gib:.2f} GiB the log's engine had for weights and KV cache together "
-                         f"({log.model_weights_gib} GiB of weights + {log.available_kv_cache_gib} GiB of KV cache)")
+        return f"kvlab agrees that nothing is left for the KV cache with {spec.id}: {_weights_over_room(log, *measured)}."
+    if another:
+        return (f"With {spec.id} instead, whose weights take {format_gib(weights)} GiB per GPU, the log's engine would "
+                f"have had about {room_gib - weights / GIB:.2f} GiB for the KV cache, before that model's own "
+                f"activation memory: a refusal for {log.model or 'the model it ran'} does not show whether vLLM "
+                f"starts with {spec.id} (`kvlab size {spec.id}` answers that from scratch).")
+    if abs(weights / GIB - log.model_weights_gib) > 0.05 * log.model_weights_gib:
+        return (f"kvlab's weights for {spec.id}, {format_gib(weights)} GiB per GPU, are not the "
+                f"{log.model_weights_gib} GiB this log loaded: it ran another model, or the same in another format; "
+                f"`kvlab size {spec.id}` answers from scratch whether vLLM starts with {spec.id}.")
+    return (f"kvlab's arithmetic differs: {spec.id}'s weights take {format_gib(weights)} GiB per GPU, within the "
+            f"{room_gib:.2f} GiB the log's engine had for weights and KV cache together, so vLLM's refusal is not "
+            "explained by the weights alone (its activation and other memory, which this log's figures include).")
 
 
 def _check_starts(log: StartupLog, side: dict) -> None:
@@ -474,6 +513,9 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
     named = _another_model_named(log, spec, audience) if model is not None else None
     if named is not None:
         out["lines"].append(f"The log names {log.model} ({named}); kvlab's calculation uses {spec.id}, as asked.")
+    if log.no_kv_memory:  # (vLLM refused: nothing was left for the KV cache; there is no cache to size)
+        out["lines"].append(_no_room_verdict(log, spec, named is not None))
+        return out
     sized = log if named is None else own_default_length(log)  # (another model: its own default length)
     try:
         if model is not None:
