@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from kvlab.errors import KvlabError
 from kvlab.vllm.log.startup import GIB, StartupLog, blocks_from_tokens, cdiv
-from kvlab.vllm_rules import version_key
+from kvlab.vllm_rules import rules_for, version_key
 
 # vLLM prints GiB rounded to 2 decimals (format_gib: round(x, 2); V0: "%.2f"): the true figure is within this.
 GIB_ROUNDING = 0.005
@@ -286,7 +286,18 @@ def _sizing_config(log: StartupLog, available_kv_bytes: int):
         max_model_len=log.max_model_len, dtype=dtype, kv_cache_dtype=kv_dtype,
         tensor_parallel_size=s.get("tensor_parallel_size") or 1, pipeline_parallel_size=s.get("pipeline_parallel_size")
         or 1, max_num_batched_tokens=s.get("max_num_batched_tokens"), max_num_seqs=s.get("max_num_seqs"),
+        vllm_version=_known_version(log),
     )
+
+
+def _known_version(log: StartupLog) -> str | None:
+    """The log's vLLM release where kvlab knows its rules (how it prints the tokens and counts a sliding window's
+    blocks differ by release: trial 53), else None: the newest rules, as before."""
+    try:
+        rules_for(log.vllm_version)
+    except KvlabError:
+        return None
+    return log.vllm_version
 
 
 def _budget(log: StartupLog, bytes_per_block: int) -> tuple[int, int, int, str] | None:
@@ -497,16 +508,41 @@ def kvlab_calculation(log: StartupLog, spec, source: str, audience: str = "cli")
     return {"kvlab": side, "comparison": comparison, "differences": differences}
 
 
+def _block_size_of_groups(log: StartupLog, spec) -> StartupLog:
+    """The log with its block size read for ``spec``'s KV cache groups. A block size the log does not state is taken
+    from tokens / blocks (``_implied_block_size``); the releases that print the tokens as num_blocks // groups x
+    block_size (vllm_rules' "blocks" line) print block_size / groups for a model of several groups (gpt-oss-120b's
+    sliding and full layers with 0.10.1: 2,640,144 tokens from 330,018 blocks of 16, not of 8; trial 53). With the
+    model known, the block size is that times its groups, where it gives the printed tokens exactly."""
+    from kvlab.sizing import size_kv_cache
+
+    implied, tokens, blocks = log.block_size, log.kv_cache_tokens, log.num_gpu_blocks
+    if not str(log.derived.get("block_size", "")).endswith(" blocks") or not (implied and tokens and blocks):
+        return log
+    try:
+        if rules_for(log.vllm_version).tokens_line != "blocks":
+            return log
+        groups = len(size_kv_cache(spec, _sizing_config(log, GIB)).kv_cache_groups)
+    except KvlabError:
+        return log
+    if groups < 2 or blocks // groups * implied * groups != tokens:
+        return log
+    how = (f"{tokens:,} tokens / ({blocks:,} blocks // {groups} KV cache groups of {spec.id}): this vLLM prints the "
+           "tokens as num_blocks // groups x block_size")
+    return replace(log, block_size=implied * groups, derived={**log.derived, "block_size": how})
+
+
 def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = "cli") -> dict:
     """The lesson's explanation of ``log`` ("lines"), and, when the model is known (``model``: a catalogue
     name, config.json or Hugging Face id; else the log's own), kvlab's calculation beside vLLM's ("kvlab",
     "comparison") and the differences beyond the log's rounding ("differences", empty when they agree).
     ``audience``: how the reader names the model, "cli" (--model) or "page" (the lab's menu)."""
+    spec, source = resolve_model(log, model, audience)
+    if spec is not None:
+        log = _block_size_of_groups(log, spec)
     assumed = log.block_size is None
     block_size = log.block_size or DEFAULT_BLOCK_SIZE
-    out: dict = {"lines": _lesson_lines(log, block_size, assumed) + _worker_lines(log)}
-    spec, source = resolve_model(log, model, audience)
-    out["model_source"] = source
+    out: dict = {"lines": _lesson_lines(log, block_size, assumed) + _worker_lines(log), "model_source": source}
     if spec is None:
         out["lines"].append(f"kvlab's own calculation needs the model: {source}.")
         return out
