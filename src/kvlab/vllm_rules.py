@@ -190,6 +190,28 @@ def encoder_cache_rows(version: str | None, budget_tokens: int, item_tokens: int
     return item_tokens if key >= version_key(ENCODER_CACHE_ITEM_LENGTH_SINCE) else budget_tokens
 
 
+# A hybrid model's state blocks per request (MambaSpec.max_memory_usage_bytes): from 0.16.0 one state block plus one
+# per speculative token (num_speculative_blocks = num_speculative_tokens whenever a speculative config is set,
+# layers/mamba/abstract.py get_kv_cache_spec), and one more in mamba_cache_mode 'align', which prefix caching selects
+# for a model that does not support Mamba prefix caching (models/config.py MambaModelConfig: Qwen3-Next, Qwen3.5).
+# Read in 0.16.0, 0.17.0, 0.19.0, 0.20.1, 0.21.0 and 0.24.0; in 0.14.0 a state took cdiv(max_model_len, mamba block
+# size) pages, one without prefix caching and with no speculative blocks. 0.15 ships no source archive and is not read.
+MAMBA_SPECULATIVE_BLOCKS_SINCE = "0.16.0"
+
+
+def mamba_state_blocks(version: str | None, num_speculative_tokens: int, align: bool) -> int:
+    """Blocks one request's state takes in each linear-attention or Mamba group under vLLM ``version``: 1, + the
+    speculative tokens and + 1 in 'align' mode from MAMBA_SPECULATIVE_BLOCKS_SINCE. A version before it with prefix
+    caching or speculative decoding on a hybrid is refused: what it counts there was not read."""
+    if version_key(resolve_version(version)) >= version_key(MAMBA_SPECULATIVE_BLOCKS_SINCE):
+        return 1 + num_speculative_tokens + int(align)
+    if align or num_speculative_tokens:
+        raise KvlabError(f"vLLM {version}'s state blocks per request for a hybrid model with prefix caching or "
+                         "speculative decoding are not modelled; valid: a --vllm-version from "
+                         f"{MAMBA_SPECULATIVE_BLOCKS_SINCE}, or neither")
+    return 1
+
+
 # Gemma 4's vision tower over the dummy video: up to vllm-project/vllm#43169 ('[Perf][Gemma4] Batch vision encoder
 # calls for image and video processing', merged 2026-05-21; gemma4_mm.py at commit 49e6e4739167) vLLM ran it one frame
 # at a time and projected each frame's output at once; from it, all frames go through the tower in chunks of frames
