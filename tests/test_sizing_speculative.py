@@ -117,3 +117,22 @@ def test_what_kvlab_cannot_size_is_refused_in_one_line(model, settings, message)
     with pytest.raises(KvlabError, match=message) as refused:
         size_kv_cache(spec, given("h100-sxm", 20 * GIB, max_model_len=8192, **settings))
     assert "\n" not in str(refused.value)
+
+
+def test_kvlab_size_takes_the_speculative_config_in_runs_words(kvlab):
+    """`kvlab size --speculative-method mtp --num-speculative-tokens 3`: the 0.24 club-3090 log's settings at its
+    printed budget (425 blocks: test_mtp_drafter_and_speculative_state_blocks_on_qwen3_6_27b)."""
+    args = ("size", DATA / "qwen3.6-27b.json", "--gpu", "rtx-3090", "-tp", "2", "--dtype", "float16",
+            "--kv-cache-dtype", "fp8_e5m2", "--max-model-len", "262144", "--max-num-seqs", "2",
+            "--max-num-batched-tokens", "8192", "-q", "auto-round", "--vllm-version", "0.24.0",
+            "--available-kv-gib", "11.05")
+    r = kvlab(*args, "--speculative-method", "mtp", "--num-speculative-tokens", "3", "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert (data["num_blocks"], data["blocks_per_request"], data["block_size"]) == (425, 164 + 3 * 4, 1600)
+    plain = kvlab(*args, "--json").json()
+    assert (plain["block_size"], plain["blocks_per_request"]) == (1568, 168 + 3)
+    text = kvlab(*args, "--speculative-method", "mtp").stdout
+    assert "3 groups x (state: 4 blocks)" in text
+    refused = kvlab(*args, "--speculative-method", "eagle")
+    assert refused.exit_code != 0 and "valid: ngram, mtp" in refused.stderr and "Traceback" not in refused.stderr
