@@ -130,6 +130,8 @@ def test_kvlab_size_takes_the_speculative_config_in_runs_words(kvlab):
     assert r.exit_code == 0, r.stderr
     data = r.json()
     assert (data["num_blocks"], data["blocks_per_request"], data["block_size"]) == (425, 164 + 3 * 4, 1600)
+    assert (data["speculative_method"], data["num_speculative_tokens"]) == ("mtp", 3)
+    assert "MTP drafter (1 layer like layer 63" in next(t["source"] for t in data["profile_terms"] if t["name"] == "weights")
     plain = kvlab(*args, "--json").json()
     assert (plain["block_size"], plain["blocks_per_request"]) == (1568, 168 + 3)
     text = kvlab(*args, "--speculative-method", "mtp").stdout

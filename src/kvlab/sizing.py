@@ -841,6 +841,9 @@ class SizingResult:
     enable_expert_parallel: bool = False  # routed experts dealt out whole (SizingConfig.enable_expert_parallel)
     sampler: str | None = None  # --sampler given (None: the version's default)
     model_runner: str | None = None  # --model-runner given (None: the one the version picks for the model)
+    speculative_method: str | None = None  # the speculative config sized (SizingConfig.speculative_method)
+    num_speculative_tokens: int = 0  # its draft tokens per step (0 without one)
+    enable_prefix_caching: bool | None = None  # as given (None: vLLM's default); a hybrid's state blocks read it
 
     @property
     def other_estimate_bytes(self) -> int:
@@ -1160,6 +1163,8 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         sampler=config.sampler, model_runner=config.model_runner,
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight, dcp),
         decode_context_parallel_size=dcp, enable_expert_parallel=config.enable_expert_parallel,
+        speculative_method=config.speculative_method, num_speculative_tokens=config.num_spec_tokens,
+        enable_prefix_caching=config.enable_prefix_caching,
     )
 
 
@@ -1363,7 +1368,8 @@ def settings_of(result: SizingResult) -> SizingConfig:
         max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name, vllm_version=result.vllm_version or None,
         enforce_eager=result.enforce_eager, quantization=result.quantization, sampler=result.sampler,
         model_runner=result.model_runner, decode_context_parallel_size=result.decode_context_parallel_size,
-        enable_expert_parallel=result.enable_expert_parallel,
+        enable_expert_parallel=result.enable_expert_parallel, speculative_method=result.speculative_method,
+        num_speculative_tokens=result.num_speculative_tokens or 3, enable_prefix_caching=result.enable_prefix_caching,
         available_kv_bytes=result.available_kv_bytes if result.available_kv_source == "given" else None)
 
 
