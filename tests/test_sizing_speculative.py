@@ -138,3 +138,19 @@ def test_kvlab_size_takes_the_speculative_config_in_runs_words(kvlab):
     assert "3 groups x (state: 4 blocks)" in text
     refused = kvlab(*args, "--speculative-method", "eagle")
     assert refused.exit_code != 0 and "valid: ngram, mtp" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_sliding_windows_count_the_in_flight_batches_from_0_26():
+    """SlidingWindowSpec.max_memory_usage_bytes reads max_num_batched_tokens up to 0.25.0 and VllmConfig's
+    max_in_flight_tokens, (PP + 1) batches, from 0.26.0 (both source archives read). gpt-oss-20b: window 128."""
+    model = get_model(str(DATA / "gpt-oss-20b.json"))
+    assert model.sliding_window == 128
+    settings = dict(max_model_len=8192, max_num_batched_tokens=2048)
+
+    def sliding_blocks(version: str) -> int:
+        r = size_kv_cache(model, given("h100-sxm", 20 * GIB, vllm_version=version, **settings))
+        return next(g.spec.max_num_blocks_per_request(8192, r.max_in_flight_tokens) for g in r.kv_cache_groups
+                    if g.spec.kind == "sliding_attention")
+
+    assert sliding_blocks("0.25.0") == cdiv(128 - 1 + 2048, 16) + 1 == 137
+    assert sliding_blocks("0.26.0") == cdiv(128 - 1 + 2 * 2048, 16) + 1 == 265

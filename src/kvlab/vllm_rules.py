@@ -71,10 +71,17 @@ RULES = (
               "logs in the corpus print no weights). FlashInfer's sampler assumed where the log names none (the "
               "0.15.1 log of Llama-3.1-8B measures what it takes; the 0.11.2 log of Qwen3-0.6B what PyTorch's "
               "does)"),
-    VllmRules("0.21.0", "capacity", True, "pp_plus_one", "triton", "flashinfer",
+    VllmRules("0.21.0", "capacity", True, "one_batch", "triton", "flashinfer",
               "CUDA-graph memory profiled and deducted by default (the log says 'default since v0.21.0'); tokens "
               "printed as int(max concurrency x max_model_len) (seen in 0.24, not yet in 0.20.1: kvlab puts the "
-              "change here); sliding windows counted with the (PP + 1) batches async scheduling keeps in flight"),
+              "change here; 0.20.0's source archive already defaults VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS to 1 "
+              "and 0.20.1's prints the capacity, docs/sizing.md); sliding windows still counted with one batch "
+              "(SlidingWindowSpec.max_memory_usage_bytes reads max_num_batched_tokens in 0.21.0, 0.22.0, 0.24.0 "
+              "and 0.25.0)"),
+    VllmRules("0.26.0", "capacity", True, "pp_plus_one", "triton", "flashinfer",
+              "sliding windows counted with the (PP + 1) batches async scheduling keeps in flight "
+              "(SlidingWindowSpec.max_memory_usage_bytes reads VllmConfig.max_in_flight_tokens in 0.26.0's, "
+              "0.27.0's, 0.29.0's and 0.32.0's source archives, max_num_batched_tokens in 0.25.0's)"),
     VllmRules("0.27.0", "capacity", True, "pp_plus_one", "triton", "flashinfer",
               "memory other than the cache measured as the fall in free memory since the worker's first snapshot "
               "(utils/mem_utils.py memory_profiling's total_consumed, absent from 0.26.0's source, present in 0.27.0's "
