@@ -202,8 +202,9 @@ def encoder_cache_rows(version: str | None, budget_tokens: int, item_tokens: int
 # layers/mamba/abstract.py get_kv_cache_spec), and one more in mamba_cache_mode 'align', which prefix caching selects
 # for a model that does not support Mamba prefix caching (models/config.py MambaModelConfig: Qwen3-Next, Qwen3.5).
 # Read in 0.16.0, 0.17.0, 0.19.0, 0.20.1, 0.21.0, 0.22.0, 0.24.0, 0.25.0, 0.27.0, 0.29.0 and 0.32.0 (from 0.29 'align'
-# adds a prefill-checkpoint block, set for Mamba2 mixers only, whose prefix caching kvlab refuses); in 0.14.0 a state took cdiv(max_model_len, mamba block
-# size) pages, one without prefix caching and with no speculative blocks. 0.15 ships no source archive and is not read.
+# adds a prefill-checkpoint block, set for Mamba2 mixers only, whose prefix caching kvlab refuses); in 0.14.0 a state
+# took cdiv(max_model_len, mamba block size) pages, one without prefix caching and with no speculative blocks. 0.15
+# ships no source archive and is not read.
 MAMBA_SPECULATIVE_BLOCKS_SINCE = "0.16.0"
 
 
