@@ -112,10 +112,19 @@ def expert_parallel_of(entry: dict) -> bool:
 def quantization_of(entry: dict) -> str | None:
     """The --quantization the entry states, when the model's config does not carry it."""
     text = str(entry.get("quantization") or "").lower()
-    for name in ("nvfp4", "mxfp4", "fp8", "awq", "gptq", "int4", "int8"):
+    for name in ("nvfp4", "mxfp4", "fp8", "awq", "gptq", "auto_round", "autoround", "int4", "int8"):
         if name in text:
-            return {"int4": "gptq"}.get(name, name)
+            return {"int4": "gptq", "auto_round": "auto-round", "autoround": "auto-round"}.get(name, name)
     return None
+
+
+def speculative_of(entry: dict) -> dict:
+    """The entry's speculative config (index.json's speculative_config, vLLM's --speculative-config) as sizing
+    settings; none without one."""
+    spec = entry.get("speculative_config")
+    if not spec:
+        return {}
+    return {"speculative_method": spec["method"], "num_speculative_tokens": spec["num_speculative_tokens"]}
 
 
 @dataclass
@@ -175,7 +184,8 @@ def predict(entry: dict) -> Row:
             vllm_version=version, enforce_eager=bool(entry.get("enforce_eager")),
             sampler=sampler_of(entry), decode_context_parallel_size=dcp_of(entry),
             enable_expert_parallel=expert_parallel_of(entry),
-            quantization=None if model.weight_format is not None else quantization_of(entry))
+            quantization=None if model.weight_format is not None else quantization_of(entry),
+            enable_prefix_caching=entry.get("enable_prefix_caching"), **speculative_of(entry))
         config = SizingConfig.for_gpu(gpu, **settings)
         result = size_kv_cache(model, config)
     except KvlabError as exc:

@@ -225,3 +225,14 @@ def test_vllms_cuda_graph_estimate_is_read_and_set_per_graph(bench, tmp_path, ca
     total = get_gpu("a100-80gb").memory_gib
     assert f"{0.0152 * total:.3f} GiB (0.0152 of {total:.2f} GiB (the utilization line)) / 9 graphs (kvlab's count at " \
            f"max_num_seqs 8) = {0.0152 * total * 1024 / 9:.2f} MiB per graph" in out
+
+
+def test_an_entrys_speculative_config_and_auto_round_reach_the_sizing(bench):
+    """index.json's speculative_config (vLLM's --speculative-config) and an AutoRound quantization are passed on."""
+    entry = {**ENTRY, "quantization": "auto_round (INT4)",
+             "speculative_config": {"method": "mtp", "num_speculative_tokens": 3}}
+    assert bench.speculative_of(entry) == {"speculative_method": "mtp", "num_speculative_tokens": 3}
+    assert bench.speculative_of(ENTRY) == {}
+    assert bench.quantization_of(entry) == "auto-round"
+    row = bench.predict({**entry, "_folder": BENCH.parent})  # Qwen2-7B has no MTP layers: refused in one line
+    assert row.error.startswith("--speculative-method mtp needs a model with MTP layers")

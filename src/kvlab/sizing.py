@@ -53,6 +53,7 @@ from kvlab.vllm_rules import (
     VllmRules,
     encoder_cache_rows,
     gemma4_vision_batched,
+    mamba_state_blocks,
     model_runner,
     mrope_positions_factor,
     qwen3_vl_profiles_video,
@@ -148,6 +149,13 @@ class SizingConfig:
     # --enable-expert-parallel: a MoE layer's routed experts are dealt out whole, E / TP to each GPU, instead of each
     # expert's width split over the TP ranks (vLLM's FusedMoE with EP; the shared experts and the rest stay TP)
     enable_expert_parallel: bool = False
+    # vLLM's --speculative-config: its method (SPECULATIVE_METHODS; None: none) and num_speculative_tokens. An MTP
+    # drafter's layers take KV cache beside the target's, and a hybrid's state blocks grow (speculative_layers).
+    speculative_method: str | None = None
+    num_speculative_tokens: int = 3
+    # --enable-prefix-caching; None: vLLM's default (off for hybrid models, ModelConfig.is_prefix_caching_supported).
+    # Only a hybrid's sizing reads it: prefix caching sets its mamba_cache_mode (kvlab.catalog.hybrid).
+    enable_prefix_caching: bool | None = None
 
     def __post_init__(self):
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -177,6 +185,7 @@ class SizingConfig:
             raise KvlabError(f"--kv-cache-dtype {self.kv_cache_dtype!r} is not modelled (fp8_ds_mla and the 4-bit "
                              f"formats are not); valid: {', '.join(KV_CACHE_DTYPES)}")
         rules_for(self.vllm_version)  # an unknown version is refused here, naming the known ones
+        check_speculative(self.speculative_method, self.num_speculative_tokens)
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise KvlabError(f"--sampler {self.sampler!r} is not one kvlab knows; valid: {', '.join(SAMPLERS)}")
         if self.model_runner is not None and self.model_runner not in MODEL_RUNNERS:
@@ -213,6 +222,11 @@ class SizingConfig:
         return rules_for(self.vllm_version)
 
     @property
+    def num_spec_tokens(self) -> int:
+        """The draft tokens per step of the speculative config; 0 without one."""
+        return self.num_speculative_tokens if self.speculative_method else 0
+
+    @property
     def max_in_flight_tokens(self) -> int:
         """Tokens a sliding-window layer keeps beyond its window when vLLM counts a request's blocks: one batch
         (SlidingWindowSpec.max_memory_usage_bytes, up to 0.20), or (PP + 1) batches with async scheduling
@@ -234,6 +248,7 @@ class KVCacheSpec:
     dtype_bytes: int
     sliding_window: int | None = None
     state_page_bytes: int = 0  # mamba: one request's state, padded to the attention page
+    state_blocks: int = 1  # mamba: blocks one request holds (vllm_rules.mamba_state_blocks)
 
     @property
     def page_size_bytes(self) -> int:
@@ -254,7 +269,7 @@ class KVCacheSpec:
             num_tokens = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
             return cdiv(num_tokens, self.block_size) + 1
         if self.kind == "mamba":
-            return 1  # one state per request (MambaSpec.max_memory_usage_bytes = one page)
+            return self.state_blocks  # MambaSpec.max_memory_usage_bytes: one state, + speculative / 'align' blocks
         return cdiv(max_model_len, self.block_size)
 
 
@@ -274,15 +289,17 @@ def layer_kv_specs(model: ModelSpec, config: SizingConfig, kv_dtype_bytes: int,
     of different pages (Gemma 4: head size 512 beside 256) are unified after (unify_page_sizes)."""
     tp = config.tensor_parallel_size
     heads = model.num_kv_heads_per_gpu(tp)
-    block_size, state_page = config.block_size, 0
+    block_size, state_page, state_blocks = config.block_size, 0, 1
     if model.state is not None:
         per_token = model.kv_bytes_per_token_per_layer(kv_dtype_bytes) // model.num_kv_heads_cached * heads
-        block_size = attention_block_size(model.state.state_bytes(tp, act_dtype_bytes), per_token, block_size)
-        state_page = block_size * per_token
+        state = model.state.state_bytes(tp, act_dtype_bytes, config.num_spec_tokens)
+        block_size = attention_block_size(state, per_token, block_size)
+        state_page, state_blocks = block_size * per_token, hybrid_state_blocks(model, config)
     specs: list[KVCacheSpec | None] = []
     for i, layer_type in enumerate(model.layer_types):
         if layer_type in (LINEAR_ATTENTION, MAMBA):
-            specs.append(KVCacheSpec("mamba", block_size, 0, 0, 0, act_dtype_bytes, state_page_bytes=state_page))
+            specs.append(KVCacheSpec("mamba", block_size, 0, 0, 0, act_dtype_bytes, state_page_bytes=state_page,
+                                     state_blocks=state_blocks))
         elif layer_type not in (FULL_ATTENTION, SLIDING_ATTENTION) or model.kv_sharing_target(i) is not None:
             specs.append(None)
         elif model.is_mla:
@@ -292,7 +309,54 @@ def layer_kv_specs(model: ModelSpec, config: SizingConfig, kv_dtype_bytes: int,
             heads, head = max(1, model.layer_num_kv_heads(i) // tp), model.layer_head_dim(i)
             window = model.sliding_window if layer_type == SLIDING_ATTENTION else None
             specs.append(KVCacheSpec(layer_type, block_size, heads, head, head, kv_dtype_bytes, window))
+    drafter = speculative_layers(model, config)
+    if drafter:  # the MTP layers are full-attention layers of the target's shape (e.g. Qwen3_5MultiTokenPredictor)
+        full = next(s for i, s in enumerate(specs) if s is not None and model.layer_types[i] == FULL_ATTENTION)
+        specs += [full] * drafter
     return unify_page_sizes(specs)
+
+
+SPECULATIVE_METHODS = ("ngram", "mtp")  # the --speculative-method values whose cache kvlab sizes
+SPECULATIVE_NOT_SIZED = ("eagle", "draft_model")  # the simulator's other methods: their drafter is another checkpoint
+
+
+def check_speculative(method: str | None, num_speculative_tokens: int) -> None:
+    """Refuse a speculative config kvlab cannot size, in one line."""
+    if method is None:
+        return
+    if method in SPECULATIVE_NOT_SIZED:
+        raise KvlabError(f"--speculative-method {method} is not sized: its drafter's layers and weights come from "
+                         f"another checkpoint, which kvlab does not read; valid: {', '.join(SPECULATIVE_METHODS)}")
+    if method not in SPECULATIVE_METHODS:
+        raise KvlabError(f"--speculative-method {method!r} is not one kvlab sizes; valid: "
+                         f"{', '.join(SPECULATIVE_METHODS)}")
+    if num_speculative_tokens < 1:
+        raise KvlabError(f"--num-speculative-tokens {num_speculative_tokens} must be at least 1 (draft tokens per "
+                         "request and step)")
+
+
+def speculative_layers(model: ModelSpec, config: SizingConfig) -> int:
+    """Attention layers the drafter adds to the KV cache: an MTP drafter's are the checkpoint's own MTP layers
+    (vLLM builds n_predict = num_nextn_predict_layers / mtp_num_hidden_layers of them, reused for every draft token,
+    and gpu_model_runner.get_kv_cache_spec gives each a cache like the target's); ngram adds none."""
+    if config.speculative_method != "mtp":
+        return 0
+    if not model.num_nextn_predict_layers:
+        raise KvlabError(f"--speculative-method mtp needs a model with MTP layers (config.json's "
+                         f"num_nextn_predict_layers or mtp_num_hidden_layers); {model.id} has none; valid: ngram")
+    return model.num_nextn_predict_layers
+
+
+def hybrid_state_blocks(model: ModelSpec, config: SizingConfig) -> int:
+    """Blocks one request's state takes in each state group of a hybrid (vllm_rules.mamba_state_blocks): prefix
+    caching puts a Gated DeltaNet model in mamba_cache_mode 'align'; a Mamba model's 'all' mode is not modelled."""
+    assert model.state is not None
+    prefix = bool(config.enable_prefix_caching)
+    if prefix and model.state.prefix_caching_mode == "all":
+        raise KvlabError(f"prefix caching on {model.id} puts vLLM's Mamba cache in mode 'all' (a state block per "
+                         "block of tokens), which kvlab does not model; valid: prefix caching off (vLLM's default "
+                         "for hybrid models)")
+    return mamba_state_blocks(config.vllm_version, config.num_spec_tokens, prefix)
 
 
 def unify_page_sizes(specs: list[KVCacheSpec | None]) -> list[KVCacheSpec | None]:
@@ -523,16 +587,39 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
                                               model.weight_format_for(config.quantization),
                                               compute_capability(config.gpu_name), rules.mxfp4_hopper_layout),
                                           expert_parallel=config.enable_expert_parallel)
+        drafter, drafter_source = drafter_weights_bytes(model, config, act_bytes) if last else (0, "")
+        weights += drafter
         inputs = profile_inputs(model, config, act_bytes, len(layers), last, first, weights + buffers)
         profiles.append(MemoryProfile(
             total=Term("total", total, "GPU memory as CUDA reports it"),
             requested=Term("requested", requested, f"total x gpu_memory_utilization {config.gpu_memory_utilization}"),
-            weights=Term("weights", weights + buffers, model.weights_source(config.quantization) + buffers_source),
+            weights=Term("weights", weights + buffers,
+                         model.weights_source(config.quantization) + drafter_source + buffers_source),
             activation=activation_bytes(inputs),
             non_torch=with_kept_runner_state(non_torch, inputs, rules.consumed_from_free_memory),
             cuda_graphs=cuda_graph_bytes(config.resolved_max_num_seqs, rules.cuda_graphs_deducted,
                                          config.enforce_eager, version, max_graph_size=max_graph_size)))
     return profiles
+
+
+def drafter_weights_bytes(model: ModelSpec, config: SizingConfig, act_bytes: int) -> tuple[int, str]:
+    """(bytes, words) of an MTP drafter's weights on one GPU of the last stage: its decoder layers, each the shape of
+    the target's last full-attention layer in the checkpoint's format, its fc (eh_proj: 2 x hidden -> hidden, split
+    over TP, counted in the model's dtype) and three norms. Its embedding and lm_head are the target's
+    (llm_base_proposer._maybe_share_embeddings / _maybe_share_lm_head: 'Detected MTP model. Sharing ...')."""
+    layers = speculative_layers(model, config)
+    if not layers:
+        return 0, ""
+    tp, h = config.tensor_parallel_size, model.hidden_size
+    full = max(i for i, t in enumerate(model.layer_types) if t == FULL_ATTENTION)
+    layout = expert_layout(model.weight_format_for(config.quantization), compute_capability(config.gpu_name),
+                           config.rules.mxfp4_hopper_layout)
+    one = model.weights_bytes_for(range(full, full + 1), dtype_bytes=act_bytes, tensor_parallel_size=tp,
+                                  first_stage=False, last_stage=False, quantization=config.quantization,
+                                  expert_layout=layout, expert_parallel=config.enable_expert_parallel)
+    total = layers * one + 2 * h * h // tp * act_bytes + 3 * h * act_bytes
+    return total, (f" + {total / GIB:.2f} GiB MTP drafter ({layers} layer{'s' if layers > 1 else ''} like layer {full}, "
+                   "fc 2 x hidden -> hidden, norms; embedding and lm_head shared with the target)")
 
 
 def stage_budgets(model: ModelSpec, config: SizingConfig, stages: list[range],
@@ -754,6 +841,9 @@ class SizingResult:
     enable_expert_parallel: bool = False  # routed experts dealt out whole (SizingConfig.enable_expert_parallel)
     sampler: str | None = None  # --sampler given (None: the version's default)
     model_runner: str | None = None  # --model-runner given (None: the one the version picks for the model)
+    speculative_method: str | None = None  # the speculative config sized (SizingConfig.speculative_method)
+    num_speculative_tokens: int = 0  # its draft tokens per step (0 without one)
+    enable_prefix_caching: bool | None = None  # as given (None: vLLM's default); a hybrid's state blocks read it
 
     @property
     def other_estimate_bytes(self) -> int:
@@ -1027,6 +1117,8 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
             if available <= 0:
                 raise_too_small(model, config, weights, requested, profile.other_bytes)
         layer_set = set(layers)
+        if index == len(stages) - 1:  # the drafter's layers (speculative_layers) sit on the last stage
+            layer_set |= set(range(len(model.layer_types), len(model.layer_types) + speculative_layers(model, config)))
         bytes_per_block = max(sum(i in layer_set for i in g.layers) for g in groups) * page_size
         num_blocks = available // bytes_per_block
         if worst is None or num_blocks < worst[0]:
@@ -1071,6 +1163,8 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         sampler=config.sampler, model_runner=config.model_runner,
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight, dcp),
         decode_context_parallel_size=dcp, enable_expert_parallel=config.enable_expert_parallel,
+        speculative_method=config.speculative_method, num_speculative_tokens=config.num_spec_tokens,
+        enable_prefix_caching=config.enable_prefix_caching,
     )
 
 
@@ -1274,7 +1368,8 @@ def settings_of(result: SizingResult) -> SizingConfig:
         max_num_seqs=result.max_num_seqs, gpu_name=result.gpu_name, vllm_version=result.vllm_version or None,
         enforce_eager=result.enforce_eager, quantization=result.quantization, sampler=result.sampler,
         model_runner=result.model_runner, decode_context_parallel_size=result.decode_context_parallel_size,
-        enable_expert_parallel=result.enable_expert_parallel,
+        enable_expert_parallel=result.enable_expert_parallel, speculative_method=result.speculative_method,
+        num_speculative_tokens=result.num_speculative_tokens or 3, enable_prefix_caching=result.enable_prefix_caching,
         available_kv_bytes=result.available_kv_bytes if result.available_kv_source == "given" else None)
 
 

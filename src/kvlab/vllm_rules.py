@@ -71,10 +71,17 @@ RULES = (
               "logs in the corpus print no weights). FlashInfer's sampler assumed where the log names none (the "
               "0.15.1 log of Llama-3.1-8B measures what it takes; the 0.11.2 log of Qwen3-0.6B what PyTorch's "
               "does)"),
-    VllmRules("0.21.0", "capacity", True, "pp_plus_one", "triton", "flashinfer",
+    VllmRules("0.21.0", "capacity", True, "one_batch", "triton", "flashinfer",
               "CUDA-graph memory profiled and deducted by default (the log says 'default since v0.21.0'); tokens "
               "printed as int(max concurrency x max_model_len) (seen in 0.24, not yet in 0.20.1: kvlab puts the "
-              "change here); sliding windows counted with the (PP + 1) batches async scheduling keeps in flight"),
+              "change here; 0.20.0's source archive already defaults VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS to 1 "
+              "and 0.20.1's prints the capacity, docs/sizing.md); sliding windows still counted with one batch "
+              "(SlidingWindowSpec.max_memory_usage_bytes reads max_num_batched_tokens in 0.21.0, 0.22.0, 0.24.0 "
+              "and 0.25.0)"),
+    VllmRules("0.26.0", "capacity", True, "pp_plus_one", "triton", "flashinfer",
+              "sliding windows counted with the (PP + 1) batches async scheduling keeps in flight "
+              "(SlidingWindowSpec.max_memory_usage_bytes reads VllmConfig.max_in_flight_tokens in 0.26.0's, "
+              "0.27.0's, 0.29.0's and 0.32.0's source archives, max_num_batched_tokens in 0.25.0's)"),
     VllmRules("0.27.0", "capacity", True, "pp_plus_one", "triton", "flashinfer",
               "memory other than the cache measured as the fall in free memory since the worker's first snapshot "
               "(utils/mem_utils.py memory_profiling's total_consumed, absent from 0.26.0's source, present in 0.27.0's "
@@ -188,6 +195,30 @@ def encoder_cache_rows(version: str | None, budget_tokens: int, item_tokens: int
     if not version_key(since) <= key < version_key(until):
         return 0
     return item_tokens if key >= version_key(ENCODER_CACHE_ITEM_LENGTH_SINCE) else budget_tokens
+
+
+# A hybrid model's state blocks per request (MambaSpec.max_memory_usage_bytes): from 0.16.0 one state block plus one
+# per speculative token (num_speculative_blocks = num_speculative_tokens whenever a speculative config is set,
+# layers/mamba/abstract.py get_kv_cache_spec), and one more in mamba_cache_mode 'align', which prefix caching selects
+# for a model that does not support Mamba prefix caching (models/config.py MambaModelConfig: Qwen3-Next, Qwen3.5).
+# Read in 0.16.0, 0.17.0, 0.19.0, 0.20.1, 0.21.0, 0.22.0, 0.24.0, 0.25.0, 0.27.0, 0.29.0 and 0.32.0 (from 0.29 'align'
+# adds a prefill-checkpoint block, set for Mamba2 mixers only, whose prefix caching kvlab refuses); in 0.14.0 a state
+# took cdiv(max_model_len, mamba block size) pages, one without prefix caching and with no speculative blocks. 0.15
+# ships no source archive and is not read.
+MAMBA_SPECULATIVE_BLOCKS_SINCE = "0.16.0"
+
+
+def mamba_state_blocks(version: str | None, num_speculative_tokens: int, align: bool) -> int:
+    """Blocks one request's state takes in each linear-attention or Mamba group under vLLM ``version``: 1, + the
+    speculative tokens and + 1 in 'align' mode from MAMBA_SPECULATIVE_BLOCKS_SINCE. A version before it with prefix
+    caching or speculative decoding on a hybrid is refused: what it counts there was not read."""
+    if version_key(resolve_version(version)) >= version_key(MAMBA_SPECULATIVE_BLOCKS_SINCE):
+        return 1 + num_speculative_tokens + int(align)
+    if align or num_speculative_tokens:
+        raise KvlabError(f"vLLM {version}'s state blocks per request for a hybrid model with prefix caching or "
+                         "speculative decoding are not modelled; valid: a --vllm-version from "
+                         f"{MAMBA_SPECULATIVE_BLOCKS_SINCE}, or neither")
+    return 1
 
 
 # Gemma 4's vision tower over the dummy video: up to vllm-project/vllm#43169 ('[Perf][Gemma4] Batch vision encoder

@@ -48,15 +48,17 @@ class StateLayout:
     intermediate_size: int = 0  # Mamba1/2
     ssm_dtype_bytes: int | None = None  # config.json's mamba_ssm_dtype (Qwen3.5: float32); None: the model's dtype
 
-    def conv_elements(self, tp: int) -> int:
+    def conv_elements(self, tp: int, num_spec: int = 0) -> int:
+        """The convolution state's elements on one GPU; with speculative decoding Gated DeltaNet and Mamba2 keep
+        ``num_spec`` more rows (MambaStateShapeCalculator's num_spec: kernel - 1 + num_spec), Mamba1 none."""
         if self.kind == "gdn":
             conv_dim = 2 * self.num_k_heads * self.state_size + self.num_heads * self.head_dim
         elif self.kind == "mamba2":
             groups = self.n_groups if self.n_groups % tp == 0 else tp  # extra_groups_for_head_shards
             conv_dim = self.intermediate_size + 2 * groups * self.state_size
         else:
-            conv_dim = self.intermediate_size
-        return conv_dim // tp * (self.conv_kernel - 1)
+            conv_dim, num_spec = self.intermediate_size, 0
+        return conv_dim // tp * (self.conv_kernel - 1 + num_spec)
 
     def ssm_elements(self, tp: int) -> int:
         if self.kind == "gdn":
@@ -65,10 +67,19 @@ class StateLayout:
             return self.num_heads // tp * self.head_dim * self.state_size
         return self.intermediate_size // tp * self.state_size
 
-    def state_bytes(self, tp: int, dtype_bytes: int) -> int:
+    def state_bytes(self, tp: int, dtype_bytes: int, num_spec: int = 0) -> int:
         """One request's state in one layer on one GPU (MambaSpec.page_size_bytes before padding): the convolution
-        state in the model's dtype, the SSM state in mamba_ssm_dtype where the config sets one."""
-        return self.conv_elements(tp) * dtype_bytes + self.ssm_elements(tp) * (self.ssm_dtype_bytes or dtype_bytes)
+        state in the model's dtype, the SSM state in mamba_ssm_dtype where the config sets one; ``num_spec``: the
+        speculative tokens of a speculative config (0 without)."""
+        return (self.conv_elements(tp, num_spec) * dtype_bytes
+                + self.ssm_elements(tp) * (self.ssm_dtype_bytes or dtype_bytes))
+
+    @property
+    def prefix_caching_mode(self) -> str:
+        """vLLM's mamba_cache_mode when prefix caching is on (models/config.py MambaModelConfig): 'all' for the
+        models that support Mamba prefix caching (the Mamba1/Mamba2 families: Jamba, Mamba, Nemotron-H, Granite 4,
+        Zamba2, Falcon-H1), 'align' for the others (Gated DeltaNet: Qwen3-Next, Qwen3.5)."""
+        return "align" if self.kind == "gdn" else "all"
 
     def params(self, hidden_size: int) -> int:
         """Parameters of one such layer's mixer (projections, convolution, per-head scalars, norm)."""

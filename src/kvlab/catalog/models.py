@@ -174,7 +174,8 @@ class ModelSpec:
     state: StateLayout | None = None  # linear-attention / Mamba layers' state (kvlab.catalog.hybrid)
     gemma4: Gemma4Layout | None = None  # per-layer-type attention and cache sharing (Gemma 4)
     # Multi-token prediction layers in the checkpoint (config.json's num_nextn_predict_layers: DeepSeek-V3, MiMo,
-    # GLM-4.5, Qwen3-Next); vLLM's --speculative-method mtp drafts with them and refuses a model without them.
+    # GLM-4.5, Qwen3-Next; Qwen3.5's mtp_num_hidden_layers); vLLM's --speculative-method mtp drafts with them and
+    # refuses a model without them.
     num_nextn_predict_layers: int = 0
     vision_params: int = 0  # vision tower and projector (multimodal checkpoints), kept in the model's dtype
     vision_whole: bool = False  # the towers kept whole on every TP rank (Gemma 4: transformers' modules, unsplit)
@@ -583,9 +584,13 @@ def _get(fields: dict, name: str):
 
 
 def _mtp_layers(fields: dict) -> int:
-    """config.json's num_nextn_predict_layers, 0 where it is missing or not a whole number above 0."""
-    value = fields.get("num_nextn_predict_layers")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    """config.json's num_nextn_predict_layers, or Qwen3.5's mtp_num_hidden_layers (which vLLM's SpeculativeConfig
+    takes as the MTP drafter's n_predict); 0 where missing or not a whole number above 0."""
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        value = fields.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
 
 
 def derive_layer_types(fields: dict, model_type: str, num_layers: int, sliding_window: int | None,
