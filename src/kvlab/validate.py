@@ -129,6 +129,12 @@ _VLLM_HUMAN_READABLE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgGtT])")
 _VLLM_MULTIPLIERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
+# What vLLM's human-readable integers may be written as, for a refusal's "valid:".
+VLLM_INT_FORMS = "a whole number in digits (4096), or 32k (32,000) / 32K (32,768) as vLLM reads them"
+VLLM_AUTO_MAX_MODEL_LEN = ("vLLM's auto (the longest length the KV cache holds) is not taken here: `kvlab fit` answers "
+                           f"it; valid: {VLLM_INT_FORMS}")
+
+
 def vllm_human_readable_int(text: str) -> int | None:
     """``text`` as vLLM's human_readable_int reads it where it has a suffix (32k: 32,000; 32K: 32,768), None where it
     has none (plain digits are every whole number's: whole_number_text). Raises ValueError, saying what vLLM
@@ -146,6 +152,25 @@ def vllm_human_readable_int(text: str) -> int | None:
                          f"({int(float(number) * 10 ** (3 * 'KMGT'.index(suffix) + 3)):,}) or a whole number of "
                          f"{suffix}")
     return int(number) * multiplier
+
+
+def vllm_int(text: str, name: str) -> int:
+    """A value of an option vLLM reads with human_readable_int (VLLM_HUMAN_READABLE_INT_ARGS), given as text (a query
+    parameter, a sweep's list item), read as `vllm serve` reads it: digits (4096), or 32k (32,000) / 32K (32,768).
+    Anything else raises KvlabError naming ``name``, the value and the valid forms; vLLM's -1 / auto for max_model_len
+    is pointed at `kvlab fit`, which answers it."""
+    given = text.strip()
+    if name.lstrip("-").replace("-", "_") == "max_model_len" and given.lower() in ("auto", "-1"):
+        raise KvlabError(f"{name} {text!r}: {VLLM_AUTO_MAX_MODEL_LEN}")
+    if whole_number_text(given):
+        return int(given)
+    try:
+        number = vllm_human_readable_int(given)
+    except ValueError as exc:
+        raise KvlabError(f"{name} {text!r}: {exc}") from None
+    if number is None:
+        raise KvlabError(f"{name} {text!r} is not a whole number; valid: {VLLM_INT_FORMS}")
+    return number
 
 
 def _whole(value: Any) -> int:
