@@ -98,9 +98,38 @@ def decimal_yaml_loader():
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
     # (a leading 0 only alone or before the point: YAML 1.1 reads 010 as octal, YAML 1.2 as ten)
     DecimalLoader.add_implicit_resolver(number_tags[0], re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789"))
+    # (an exponent keeps its text: 1e3 is a count nowhere, as on the command line, and a real number's reader,
+    # cell_number, takes the text; YAML 1.1 also reads 1e3 as text, and 1.0e+3 as a number)
     DecimalLoader.add_implicit_resolver(number_tags[1], re.compile(
-        r"^-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"), list("-.0123456789"))
+        r"^-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)$"), list("-.0123456789"))
     return DecimalLoader
+
+
+def inference_perf_number(value: Any, *, whole: bool = False) -> float | int:
+    """A number of an inference-perf YAML file (read with decimal_yaml_loader), as inference-perf itself reads it
+    (PyYAML's YAML 1.1, then pydantic's lax int or float) where that is unambiguous: '2' and 2.0 are 2, 1_0 is 10,
+    1e1 is 10.0 for a rate. A count written 1e1 (inference-perf refuses it), a number with a leading 0 (YAML 1.1
+    reads 010 as octal 8, kvlab's --config as 10) or in hex raise ValueError saying why and the valid form."""
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"-?0[0-7_]*[0-7]", text) and int(text) != int(text, 8):
+            decimal, octal = int(text), int(text, 8)
+            raise ValueError(f"has a leading 0: YAML 1.1, which inference-perf reads with, takes it as octal {octal}, "
+                             f"kvlab's --config as {decimal}; valid: {decimal} or {octal}, without the leading 0")
+        if re.fullmatch(r"-?[1-9][0-9]*(?:_[0-9]+)+", text):  # (YAML 1.1, pydantic and Python all read 1_0 as 10)
+            return int(text)
+        if re.fullmatch(r"-?0[xX][0-9a-fA-F]+", text):
+            raise ValueError(f"is hexadecimal; valid: {int(text, 16)}, in decimal digits")
+        if whole and NUMBER_TEXT.fullmatch(text) and not WHOLE_CELL_TEXT.fullmatch(text):
+            number = float(text)
+            raise ValueError(f"is not a whole number as inference-perf reads a count (it takes no exponent or "
+                             f"fraction there); valid: {int(number) if number.is_integer() else 'a whole number'}")
+    number = cell_number(value, whole=whole)
+    if whole and isinstance(number, float):
+        if not number.is_integer():
+            raise ValueError("is not a whole number; valid: a whole number such as 512")
+        return int(number)
+    return number
 
 
 def _number(value: Any) -> float | int:
