@@ -21,3 +21,33 @@ def test_a_real_number_in_a_config_yaml_may_have_an_exponent(kvlab, tmp_path):
     config.write_text("model: llama-3.2-1b\ngpu-memory-utilization: 8e-1\nrate: 1e1\n")
     r = kvlab("run", "vllm", "-n", "5", "--config", config, "--json")
     assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (("run", "vllm", "-n", "5", "--max-model-len", "4096.0"),  # (Typer's float reading took it as 4096)
+     "--max-model-len '4096.0': not a whole number; valid: a whole number in digits (4096), or 32k (32,000) / 32K "
+     "(32,768) as vLLM reads them"),
+    (("run", "vllm", "-n", "5", "--max-num-seqs", "256.0"), "--max-num-seqs '256.0': not a whole number; valid: a "
+                                                            "whole number such as 16"),
+    (("run", "vllm", "-n", "5", "--max-model-len", "2_048"), "--max-model-len '2_048': not written in digits; valid: "
+                                                             "2048"),
+    (("run", "vllm", "-n", "5", "--max-model-len", "abc"), "--max-model-len 'abc': not a whole number; valid: a whole "
+                                                           "number in digits (4096), or 32k (32,000)"),
+])
+def test_a_whole_number_option_says_why_and_what_is_valid(kvlab, args, says):
+    """Trial 52 #13: --max-model-len 4096.0 ran as 4096 (vLLM's int() refuses it); '2_048' was 'not a whole number',
+    which int() reads; the valid forms left out 32k / 32K."""
+    r = kvlab(*args)
+    assert r.exit_code == 2 and says in " ".join(r.stderr.split()), r.stderr
+
+
+def test_max_model_len_minus_one_in_a_config_or_a_sweep_list_says_what_auto_is(kvlab, tmp_path):
+    """Trial 52 #13: -1 on the command line got "vLLM's auto ... `kvlab fit` answers it"; in --config or a sweep
+    list only "-1 is out of range"."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model: llama-3.2-1b\nmax-model-len: -1\n")
+    r = kvlab("run", "vllm", "-n", "5", "--config", config)
+    assert r.exit_code == 2 and "max_model_len -1: vLLM's auto (the longest length the KV cache holds) is not " \
+        "taken here: `kvlab fit` answers it" in " ".join(r.stderr.split()), r.stderr
+    r = kvlab("sweep", "--max-model-len", "-1,2k", "-n", "5", "--out", tmp_path / "s")
+    assert r.exit_code == 2 and "--max-model-len -1: vLLM's auto" in " ".join(r.stderr.split()), r.stderr

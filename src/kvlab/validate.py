@@ -148,6 +148,20 @@ def whole_number_text(text: str) -> bool:
     return WHOLE_NUMBER_TEXT.fullmatch(text) is not None
 
 
+def whole_number_problem(text: str, *, vllm_int: bool = False) -> str | None:
+    """Why ``text`` is not a whole number as a person types one (whole_number_text), and what is valid; None where it
+    is one. '5_0', '+5' and ' 5', which Python's int() reads, are not written in digits (valid: 50); '4096.0', which
+    a float reading takes and vLLM's int() refuses, is not a whole number. ``vllm_int``: an option vLLM reads as a
+    human-readable integer, whose valid forms include 32k and 32K."""
+    if whole_number_text(text):
+        return None
+    valid = VLLM_INT_FORMS if vllm_int else "a whole number such as 16"
+    try:
+        return f"not written in digits; valid: {int(text)}"
+    except ValueError:
+        return f"not a whole number; valid: {valid}"
+
+
 # vLLM's human-readable integers (vllm.engine.arg_utils.human_readable_int), which `vllm serve` takes for
 # --max-model-len, --max-num-batched-tokens and --kv-cache-memory-bytes: lower-case k, m, g, t are powers of 1000
 # (25.6k is 25,600; a fraction is cut, as vLLM's int() cuts it), upper-case K, M, G, T powers of 1024 (of a whole
@@ -440,6 +454,9 @@ def check_options(values: dict, *, spelling: str = "cli", flags: dict[str, str] 
     def name_of(key: str) -> str:
         return (flags or {}).get(key) or spell(key)
 
+    auto = values.get("max_model_len")
+    if isinstance(auto, (int, str)) and not isinstance(auto, bool) and str(auto).strip().lower() in ("-1", "auto"):
+        raise KvlabError(f"{name_of('max_model_len')} {_show(auto)}: {VLLM_AUTO_MAX_MODEL_LEN}")
     for name, value in values.items():
         option = OPTIONS.get(name)
         if option is not None and option.choices and value is not None:

@@ -154,10 +154,9 @@ def _read_vllm_ints(command, args: list[str]) -> list[str]:
                 continue
             if param.name == "max_model_len" and given.strip().lower() in ("auto", "-1"):
                 from kvlab.errors import KvlabError
+                from kvlab.validate import VLLM_AUTO_MAX_MODEL_LEN
 
-                raise KvlabError(f"{'/'.join(opts)} {given!r}: vLLM's auto (the longest length the KV cache holds) "
-                                 f"is not taken here: `kvlab fit` answers it; valid: a whole number of tokens, or "
-                                 f"32k (32,000) / 32K (32,768) as vLLM reads them (see '{path} --help')")
+                raise KvlabError(f"{'/'.join(opts)} {given!r}: {VLLM_AUTO_MAX_MODEL_LEN} (see '{path} --help')")
             try:
                 number = vllm_human_readable_int(given)
             except ValueError as exc:
@@ -173,7 +172,7 @@ def _check_whole_numbers(command, args: list[str]) -> None:
     """A whole-number option's value in digits only (kvlab.validate.whole_number_text): Click reads it with int(),
     which takes '5_0' (as 50), '+5' and ' 5', while it refuses '1e3'; those int() takes are refused here, in the
     line Click's refusal gets (_parse_refusal)."""
-    from kvlab.validate import whole_number_text
+    from kvlab.validate import NUMBER_TEXT, VLLM_HUMAN_READABLE_INT_ARGS, whole_number_problem
 
     path = _command_path(command, args)
     for name in path.split()[1:]:
@@ -188,12 +187,16 @@ def _check_whole_numbers(command, args: list[str]) -> None:
             if i in values:
                 continue
             given = args[i + 1] if arg in opts and i + 1 < len(args) else _attached(arg, opts)
-            # (what int() refuses too, '1e3', 'auto', a short option's '=5', is Click's to refuse: _usage_message,
-            # with its hints)
-            if given is not None and not whole_number_text(given) and _int_reads(given):
+            if given is None:
+                continue
+            vllm_int = param.name in VLLM_HUMAN_READABLE_INT_ARGS  # (32k already read: _read_vllm_ints)
+            problem = whole_number_problem(given, vllm_int=vllm_int)
+            # (int() reads '5_0', Typer's float reading '4096.0'; what neither takes, 'auto', a short option's '=5',
+            # is Click's to refuse, with its hints (_usage_message), but for a vLLM integer's, whose forms differ)
+            if problem and (vllm_int or _int_reads(given) or NUMBER_TEXT.fullmatch(given.strip())):
                 from kvlab.errors import KvlabError
 
-                raise KvlabError(f"{_parse_refusal(opts, given, 'integer')} (see '{path} --help')")
+                raise KvlabError(f"{'/'.join(opts)} {given!r}: {problem} (see '{path} --help')")
 
 
 def _int_reads(text: str) -> bool:
