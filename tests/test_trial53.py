@@ -51,3 +51,13 @@ def test_max_model_len_minus_one_in_a_config_or_a_sweep_list_says_what_auto_is(k
         "taken here: `kvlab fit` answers it" in " ".join(r.stderr.split()), r.stderr
     r = kvlab("sweep", "--max-model-len", "-1,2k", "-n", "5", "--out", tmp_path / "s")
     assert r.exit_code == 2 and "--max-model-len -1: vLLM's auto" in " ".join(r.stderr.split()), r.stderr
+
+
+@pytest.mark.parametrize("value", [" auto,2", "auto ,2"])
+def test_capacity_takes_auto_with_spaces_around_it_as_auto(kvlab, value):
+    """Trial 52 #8: `kvlab capacity --replicas ' auto'` said auto 'is kvlab capacity's alone' while running kvlab
+    capacity; the spaces are dropped, as around a number, so its own rules answer (here: auto stands alone)."""
+    r = kvlab("capacity", "--replicas", value, "--rate", "1")
+    said = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and "--replicas auto,2: auto stands alone (it finds the count)" in said, r.stderr
+    assert "is kvlab capacity's alone" not in said
