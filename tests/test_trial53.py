@@ -61,3 +61,22 @@ def test_capacity_takes_auto_with_spaces_around_it_as_auto(kvlab, value):
     said = " ".join(r.stderr.split())
     assert r.exit_code == 2 and "--replicas auto,2: auto stands alone (it finds the count)" in said, r.stderr
     assert "is kvlab capacity's alone" not in said
+
+
+@pytest.mark.parametrize("args, says", [
+    (("run", "--model", "--help"), "--model needs a value: the word after it, --help, is an option of kvlab run"),
+    (("size", "--gpu", "-n", "5"), "--gpu needs a value: the word after it, -n, is an option of kvlab race, kvlab run"),
+])
+def test_an_option_whose_value_is_forgotten_before_help_or_another_commands_option_is_named(kvlab, args, says):
+    """Trial 52 #9: `run --model --help` said "unknown model '--help'"; `size --gpu -n 5` (-n is run's, not size's)
+    said "unknown model '5'"."""
+    r = kvlab(*args)
+    said = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and says in said and "unknown model" not in said, r.stderr
+
+
+def test_a_forgotten_value_that_is_also_a_file_says_how_to_give_the_file(kvlab, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-n").write_text("prompt_len,output_len\n5,5\n")
+    r = kvlab("run", "--workload", "-n")
+    assert r.exit_code == 2 and "or --workload=./-n for the file ./-n" in " ".join(r.stderr.split()), r.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 
@@ -227,19 +228,27 @@ def _parse_refusal(opts, given: str, kind: str) -> str:
 def _check_values(command, args: list[str]) -> None:
     """An option whose value is one of the command's own options (``--model -n 5``: its value forgotten) is refused,
     naming the option that lacks its value; Click would take '-n' as the model."""
-    path = _command_path(command, args)
+    root, path = command, _command_path(command, args)
     for name in path.split()[1:]:
         command = command.commands[name]
     args = args[:args.index("--")] if "--" in args else args
     options = {o for p in getattr(command, "params", ()) for o in (*getattr(p, "opts", ()),
                                                                    *getattr(p, "secondary_opts", ()))
-               if o.startswith("-")}
+               if o.startswith("-")} | {"-h", "--help"}  # (the help option is Click's, not among the params)
     for i in sorted(_value_positions(command, args)):
-        if i < len(args) and args[i - 1] in options and (args[i] in options or _grid_takes(command, args[i])):
+        if i >= len(args) or args[i - 1] not in options or not args[i].startswith("-"):
+            continue
+        flag, word = args[i - 1], args[i]
+        # (a word that is an option of another kvlab command, `size --gpu -n 5`, was forgotten too; a value that
+        # merely starts with '-', --workload -w.csv, is a value)
+        owners = [] if word in options or _grid_takes(command, word) else _commands_with(root, word.split("=")[0])
+        if word in options or _grid_takes(command, word) or owners:
             from kvlab.errors import KvlabError
 
-            raise KvlabError(f"{args[i - 1]} needs a value: the word after it, {args[i]}, is an option of {path}; "
-                             f"valid: {args[i - 1]} VALUE {args[i]} ... (see '{path} --help')")
+            whose = f"of {path}" if not owners else f"of {', '.join(owners[:4])}, not of {path}"
+            file = f", or {flag}=./{word} for the file ./{word}" if os.path.lexists(word) else ""
+            raise KvlabError(f"{flag} needs a value: the word after it, {word}, is an option {whose}; valid: "
+                             f"{flag} VALUE {word} ...{file} (see '{path} --help')")
 
 
 def _value_positions(command, args: list[str]) -> set[int]:
