@@ -80,3 +80,18 @@ def test_a_forgotten_value_that_is_also_a_file_says_how_to_give_the_file(kvlab, 
     (tmp_path / "-n").write_text("prompt_len,output_len\n5,5\n")
     r = kvlab("run", "--workload", "-n")
     assert r.exit_code == 2 and "or --workload=./-n for the file ./-n" in " ".join(r.stderr.split()), r.stderr
+
+
+@pytest.mark.parametrize("command, flag, says", [
+    ("capacity", "--no-plots", "kvlab capacity always writes its plots (capacity.png, capacity_latency.png, "
+                               "capacity.html, replicas.png) into --out"),
+    ("sweep", "--plots", "kvlab sweep always writes its plots (latency.png, sweep.html) into --out"),
+    ("capacity", "--wide", "it sets how wide their tables are, and kvlab capacity has no such setting"),
+    ("sweep", "--config=c.yaml", "kvlab sweep reads a file of options with --grid"),
+])
+def test_a_run_option_sweep_and_capacity_do_not_take_says_what_they_do_instead(kvlab, command, flag, says):
+    """Trial 52 #10: capacity --wide / --plots / --no-plots ended 'kvlab capacity varies any `kvlab run` option that
+    sets a point', which says nothing of tables or plots."""
+    r = kvlab(command, flag)
+    said = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and says in said and "sets a point" not in said, r.stderr

@@ -281,8 +281,24 @@ def _elsewhere(exc, root, args: list[str]) -> str:
     where = _command_path(root, args)
     if not owners:
         return ""
-    return (f"No such option: {flag}: it is an option of {', '.join(owners)}, not of {where}; {where} varies any "
-            f"`kvlab run` option that sets a point (see '{where} --help')")
+    return (f"No such option: {flag}: it is an option of {', '.join(owners)}, not of {where}; "
+            f"{_instead(flag, where)} (see '{where} --help')")
+
+
+def _instead(flag: str, where: str) -> str:
+    """What a sweep or capacity (``where``) does instead of a `kvlab run` option it does not take (``flag``): how
+    their own output or input stands in for it; for the others, that they vary the options that set a point."""
+    if flag in ("--plots", "--no-plots"):
+        from kvlab.cli.capacity import CAPACITY_PLOTS
+        from kvlab.cli.sweep import SWEEP_PLOTS
+
+        plots = ", ".join(CAPACITY_PLOTS if where.endswith("capacity") else SWEEP_PLOTS)
+        return f"{where} always writes its plots ({plots}) into --out (kvlab's cache without it): there is no switch"
+    if flag == "--wide":
+        return f"it sets how wide their tables are, and {where} has no such setting"
+    if flag == "--config":
+        return f"{where} reads a file of options with --grid (one value or a list per option)"
+    return f"{where} varies any `kvlab run` option that sets a point"
 
 
 def _commands_with(command, option: str | None, path: str = "kvlab") -> list[str]:
