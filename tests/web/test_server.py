@@ -671,3 +671,17 @@ def test_size_takes_max_model_len_as_kvlab_size_does(client, kvlab):
     assert bad.status_code == 400 and bad.json()["error"] == (
         "max_model_len '4096.0' is not a whole number; valid: a whole number in digits (4096), or 32k (32,000) / "
         "32K (32,768) as vLLM reads them")
+
+
+@pytest.mark.parametrize("value", ["IN-BODY", "In-Body", " in-body "])
+def test_the_refusals_header_is_read_in_any_letters(client, value):
+    """Trial 52 #12: IN-BODY silently got the 400 form."""
+    r = client.get("/api/size", params={"concurrency": "0"}, headers={"X-Kvlab-Refusals": value})
+    assert r.status_code == 200 and r.json()["refused"], r.json()
+
+
+def test_a_refusals_header_it_does_not_read_is_said_in_the_refusal(client):
+    r = client.get("/api/size", params={"concurrency": "0"}, headers={"X-Kvlab-Refusals": "body"})
+    assert r.status_code == 400 and r.json()["error"].endswith(
+        "(header X-Kvlab-Refusals: 'body' is not read; valid: in-body, for a refusal answered 200 with \"refused\": "
+        "true)"), r.json()

@@ -73,6 +73,19 @@ REFUSALS_HEADER = "X-Kvlab-Refusals"  # "in-body": a refusal is answered 200 {"e
 DEFAULTS = {"model": defaults.MODEL, "gpu": defaults.GPU, "workload": defaults.WORKLOAD}
 
 
+def refusals_in_body(request: Request) -> bool | str:
+    """Whether the request asks for refusals in the body (REFUSALS_HEADER: in-body, in any letters, as HTTP header
+    values are commonly matched); False without the header; for any other value, the line that says it was not
+    read and what is valid (trial 52: IN-BODY and body silently got the 400 form)."""
+    value = request.headers.get(REFUSALS_HEADER)
+    if value is None:
+        return False
+    if value.strip().lower() == "in-body":
+        return True
+    return f"header {REFUSALS_HEADER}: {value[:40]!r} is not read; valid: in-body, for a refusal answered 200 with " \
+        '"refused": true'
+
+
 def static_dir() -> Path:
     return Path(str(resources.files("kvlab.web") / "static"))
 
@@ -425,7 +438,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
                              "rate_systems": systems})
 
     async def size(request: Request) -> Response:
-        page = request.headers.get(REFUSALS_HEADER) == "in-body"
+        page = refusals_in_body(request) is True
         return JSONResponse(await run_in_threadpool(lambda: size_answer(single_values(request.query_params), page=page)))
 
     async def create_session(request: Request) -> Response:
@@ -437,7 +450,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         try:
             race = await run_in_threadpool(build_race, spec, lim["max_pool_blocks"])
         except KvlabError as exc:
-            if request.headers.get(REFUSALS_HEADER) != "in-body":
+            if refusals_in_body(request) is not True:
                 from kvlab.web.refusal import in_parameters
 
                 raise in_parameters(exc, RunSpec.__dataclass_fields__) from None
@@ -451,9 +464,11 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     rates = RateLab()
 
     async def user_error(request: Request, exc: KvlabError) -> Response:
-        if request.headers.get(REFUSALS_HEADER) == "in-body":
+        in_body = refusals_in_body(request)
+        if in_body is True:
             return JSONResponse({"error": str(exc), "refused": True})
-        return JSONResponse({"error": str(exc)}, status_code=404 if isinstance(exc, NoSuchRun) else 400)
+        said = str(exc) if in_body is False else f"{exc} ({in_body})"
+        return JSONResponse({"error": said}, status_code=404 if isinstance(exc, NoSuchRun) else 400)
 
     routes = [
         Route("/", index),
