@@ -124,17 +124,18 @@ def test_the_strategy_names_the_prefix_hint_gives_are_strategies():
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (("run", "vllm", "-n", "5_0"), "error: --num-requests/-n '5_0': not a whole number; valid: a whole number such as 16"),
-    (("run", "vllm", "-n", "+5"), "error: --num-requests/-n '+5': not a whole number"),
-    (("run", "vllm", "-n", " 5"), "error: --num-requests/-n ' 5': not a whole number"),
-    (("run", "vllm", "-n5_0"), "error: --num-requests/-n '5_0': not a whole number"),
-    (("run", "vllm", "--num-gpu-blocks=1_000"), "error: --num-gpu-blocks '1_000': not a whole number"),
+    (("run", "vllm", "-n", "5_0"), "error: --num-requests/-n '5_0': not written in digits; valid: 50"),
+    (("run", "vllm", "-n", "+5"), "error: --num-requests/-n '+5': not written in digits; valid: 5"),
+    (("run", "vllm", "-n", " 5"), "error: --num-requests/-n ' 5': not written in digits; valid: 5"),
+    (("run", "vllm", "-n5_0"), "error: --num-requests/-n '5_0': not written in digits"),
+    (("run", "vllm", "--num-gpu-blocks=1_000"), "error: --num-gpu-blocks '1_000': not written in digits; valid: 1000"),
     (("run", "vllm", "-n", "1e3"), "error: --num-requests/-n '1e3': not a whole number; valid: a whole number such as 16"),
-    (("size", "opt-13b", "--concurrency", "1_6"), "error: --concurrency '1_6': not a whole number; valid: a whole number such as 16 (see 'kvlab size --help')"),
-    (("lab", "--port", "+8000"), "error: --port '+8000': not a whole number"),
+    (("size", "opt-13b", "--concurrency", "1_6"), "error: --concurrency '1_6': not written in digits; valid: 16 (see 'kvlab size --help')"),
+    (("lab", "--port", "+8000"), "error: --port '+8000': not written in digits; valid: 8000"),
 ])
 def test_a_whole_number_option_takes_digits_only(args, says):
     """Trial 51: Click reads a whole number with int(), so `-n 5_0` ran 50 requests and `-n +5`, `-n ' 5'` ran,
-    while `-n 1e3` was refused: each is refused now, in the one line '1e3' gets (kvlab.validate.whole_number_text)."""
+    while `-n 1e3` was refused: each is refused now, in one line (kvlab.validate.whole_number_problem); trial 52 #13:
+    '2_048' is not 'not a whole number' (int() reads it), it is not written in digits."""
     r = kvlab(*args)
     assert r.returncode == 2 and says in " ".join(r.stderr.split()) and len(r.stderr.splitlines()) == 1, r.stderr

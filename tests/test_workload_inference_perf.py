@@ -14,6 +14,7 @@ from kvlab.workload.inference_perf import (
     SharedPrefixSpec,
     Stage,
     arrival_times,
+    read_config,
     shared_prefix_table,
     spec_from_dict,
     stage_of,
@@ -157,15 +158,32 @@ def test_poisson_refusal_says_how_to_get_poisson_arrivals_and_errors_share_one_p
 
 
 @pytest.mark.parametrize("written, message", [
-    ("question_len: 2_0", "question_len = '2_0' is not a whole number"),  # (YAML 1.1: 20)
-    ("question_len: 020", "question_len = '020' is not a whole number"),  # (YAML 1.1: octal 16)
-    ("question_len: 0x14", "question_len = '0x14' is not a whole number"),
+    ("question_len: 020", "question_len = '020' has a leading 0: YAML 1.1, which inference-perf reads with, takes it "
+                          "as octal 16, kvlab's --config as 20; valid: 20 or 16, without the leading 0"),
+    ("question_len: 0x14", "question_len = '0x14' is hexadecimal; valid: 20, in decimal digits"),
+    ("question_len: 2e1", "question_len = '2e1' is not a whole number as inference-perf reads a count (it takes no "
+                          "exponent or fraction there); valid: 20"),  # (trial 52 #7: it ran as 20)
+    ("question_len: x", "question_len = 'x' is not a whole number written in digits (such as 512); valid: a whole "
+                        "number of tokens or users, such as 20"),
 ])
-def test_a_yaml_number_is_read_as_decimal_digits_or_refused(tmp_path, written, message):
+def test_a_yaml_number_inference_perf_reads_otherwise_or_not_at_all_is_refused_with_the_valid_form(tmp_path, written,
+                                                                                                     message):
+    """Trial 52 #7 and #11: '020' was refused with no reason and no valid form, and 1e1 ran as a count."""
     path = tmp_path / "ip.yaml"
     path.write_text(CONFIG.replace("question_len: 20", written))
     with pytest.raises(KvlabError, match=re.escape(message)):
         load_workload(str(path))
-    path.write_text(CONFIG.replace("{rate: 2.0, duration: 3}", "{rate: 2.0, duration: 1_0}"))
-    with pytest.raises(KvlabError, match=re.escape("stage 0's rate 2.0 or duration '1_0' is not a number")):
+    path.write_text(CONFIG.replace("{rate: 2.0, duration: 3}", "{rate: 2.0, duration: 010}"))
+    with pytest.raises(KvlabError, match=re.escape("stage 0's duration '010' has a leading 0")):
         load_workload(str(path))
+
+
+@pytest.mark.parametrize("written", ["question_len: '20'", "question_len: 2_0", "question_len: 20.0",
+                                     "question_len: ' 20 '"])
+def test_a_count_inference_perf_reads_unambiguously_is_taken_as_it_reads_it(tmp_path, written):
+    """Trial 52 #7 and #11: a quoted count ('2', which inference-perf's pydantic reads as 2) was refused while a
+    quoted rate was taken; 2_0 is 20 to YAML 1.1, pydantic and Python alike."""
+    path = tmp_path / "ip.yaml"
+    path.write_text(CONFIG.replace("question_len: 20", written).replace("rate: 2.0", "rate: '2_0'"))
+    spec = read_config(str(path))
+    assert spec.question_len == 20 and spec.stages[0].rate == 20.0

@@ -98,9 +98,38 @@ def decimal_yaml_loader():
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
     # (a leading 0 only alone or before the point: YAML 1.1 reads 010 as octal, YAML 1.2 as ten)
     DecimalLoader.add_implicit_resolver(number_tags[0], re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789"))
+    # (an exponent keeps its text: 1e3 is a count nowhere, as on the command line, and a real number's reader,
+    # cell_number, takes the text; YAML 1.1 also reads 1e3 as text, and 1.0e+3 as a number)
     DecimalLoader.add_implicit_resolver(number_tags[1], re.compile(
-        r"^-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"), list("-.0123456789"))
+        r"^-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)$"), list("-.0123456789"))
     return DecimalLoader
+
+
+def inference_perf_number(value: Any, *, whole: bool = False) -> float | int:
+    """A number of an inference-perf YAML file (read with decimal_yaml_loader), as inference-perf itself reads it
+    (PyYAML's YAML 1.1, then pydantic's lax int or float) where that is unambiguous: '2' and 2.0 are 2, 1_0 is 10,
+    1e1 is 10.0 for a rate. A count written 1e1 (inference-perf refuses it), a number with a leading 0 (YAML 1.1
+    reads 010 as octal 8, kvlab's --config as 10) or in hex raise ValueError saying why and the valid form."""
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"-?0[0-7_]*[0-7]", text) and int(text) != int(text, 8):
+            decimal, octal = int(text), int(text, 8)
+            raise ValueError(f"has a leading 0: YAML 1.1, which inference-perf reads with, takes it as octal {octal}, "
+                             f"kvlab's --config as {decimal}; valid: {decimal} or {octal}, without the leading 0")
+        if re.fullmatch(r"-?[1-9][0-9]*(?:_[0-9]+)+", text):  # (YAML 1.1, pydantic and Python all read 1_0 as 10)
+            return int(text)
+        if re.fullmatch(r"-?0[xX][0-9a-fA-F]+", text):
+            raise ValueError(f"is hexadecimal; valid: {int(text, 16)}, in decimal digits")
+        if whole and NUMBER_TEXT.fullmatch(text) and not WHOLE_CELL_TEXT.fullmatch(text):
+            number = float(text)
+            raise ValueError(f"is not a whole number as inference-perf reads a count (it takes no exponent or "
+                             f"fraction there); valid: {int(number) if number.is_integer() else 'a whole number'}")
+    number = cell_number(value, whole=whole)
+    if whole and isinstance(number, float):
+        if not number.is_integer():
+            raise ValueError("is not a whole number; valid: a whole number such as 512")
+        return int(number)
+    return number
 
 
 def _number(value: Any) -> float | int:
@@ -119,6 +148,20 @@ def whole_number_text(text: str) -> bool:
     return WHOLE_NUMBER_TEXT.fullmatch(text) is not None
 
 
+def whole_number_problem(text: str, *, vllm_int: bool = False) -> str | None:
+    """Why ``text`` is not a whole number as a person types one (whole_number_text), and what is valid; None where it
+    is one. '5_0', '+5' and ' 5', which Python's int() reads, are not written in digits (valid: 50); '4096.0', which
+    a float reading takes and vLLM's int() refuses, is not a whole number. ``vllm_int``: an option vLLM reads as a
+    human-readable integer, whose valid forms include 32k and 32K."""
+    if whole_number_text(text):
+        return None
+    valid = VLLM_INT_FORMS if vllm_int else "a whole number such as 16"
+    try:
+        return f"not written in digits; valid: {int(text)}"
+    except ValueError:
+        return f"not a whole number; valid: {valid}"
+
+
 # vLLM's human-readable integers (vllm.engine.arg_utils.human_readable_int), which `vllm serve` takes for
 # --max-model-len, --max-num-batched-tokens and --kv-cache-memory-bytes: lower-case k, m, g, t are powers of 1000
 # (25.6k is 25,600; a fraction is cut, as vLLM's int() cuts it), upper-case K, M, G, T powers of 1024 (of a whole
@@ -127,6 +170,12 @@ def whole_number_text(text: str) -> bool:
 VLLM_HUMAN_READABLE_INT_ARGS = ("max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes")
 _VLLM_HUMAN_READABLE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgGtT])")
 _VLLM_MULTIPLIERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+# What vLLM's human-readable integers may be written as, for a refusal's "valid:".
+VLLM_INT_FORMS = "a whole number in digits (4096), or 32k (32,000) / 32K (32,768) as vLLM reads them"
+VLLM_AUTO_MAX_MODEL_LEN = ("vLLM's auto (the longest length the KV cache holds) is not taken here: `kvlab fit` answers "
+                           f"it; valid: {VLLM_INT_FORMS}")
 
 
 def vllm_human_readable_int(text: str) -> int | None:
@@ -146,6 +195,25 @@ def vllm_human_readable_int(text: str) -> int | None:
                          f"({int(float(number) * 10 ** (3 * 'KMGT'.index(suffix) + 3)):,}) or a whole number of "
                          f"{suffix}")
     return int(number) * multiplier
+
+
+def vllm_int(text: str, name: str) -> int:
+    """A value of an option vLLM reads with human_readable_int (VLLM_HUMAN_READABLE_INT_ARGS), given as text (a query
+    parameter, a sweep's list item), read as `vllm serve` reads it: digits (4096), or 32k (32,000) / 32K (32,768).
+    Anything else raises KvlabError naming ``name``, the value and the valid forms; vLLM's -1 / auto for max_model_len
+    is pointed at `kvlab fit`, which answers it."""
+    given = text.strip()
+    if name.lstrip("-").replace("-", "_") == "max_model_len" and given.lower() in ("auto", "-1"):
+        raise KvlabError(f"{name} {text!r}: {VLLM_AUTO_MAX_MODEL_LEN}")
+    if whole_number_text(given):
+        return int(given)
+    try:
+        number = vllm_human_readable_int(given)
+    except ValueError as exc:
+        raise KvlabError(f"{name} {text!r}: {exc}") from None
+    if number is None:
+        raise KvlabError(f"{name} {text!r} is not a whole number; valid: {VLLM_INT_FORMS}")
+    return number
 
 
 def _whole(value: Any) -> int:
@@ -386,6 +454,9 @@ def check_options(values: dict, *, spelling: str = "cli", flags: dict[str, str] 
     def name_of(key: str) -> str:
         return (flags or {}).get(key) or spell(key)
 
+    auto = values.get("max_model_len")
+    if isinstance(auto, (int, str)) and not isinstance(auto, bool) and str(auto).strip().lower() in ("-1", "auto"):
+        raise KvlabError(f"{name_of('max_model_len')} {_show(auto)}: {VLLM_AUTO_MAX_MODEL_LEN}")
     for name, value in values.items():
         option = OPTIONS.get(name)
         if option is not None and option.choices and value is not None:

@@ -644,3 +644,44 @@ def test_the_finish_refusal_names_the_budget_and_the_time_reached():
             "the run did not get to t=500 s within its 60 s of computing (wall-clock time the server spends on the run, "
             "over its whole life): it "
             "stopped at t=3 s"), r.text
+
+
+def test_size_advice_names_only_gpus_where_vllm_starts_and_the_answer_says_when_it_would_not(client):
+    """Trial 52 #4: on an H200 at 0.9 the advice offered B200 and MI300X, where llama-3.1-70b's weights fit but one
+    131,072-token request's cache does not (`kvlab size` says vLLM would refuse to start); the B200 answer itself
+    carried no word of it. The advice follows sizing's start rule; the answer says why it would not start."""
+    page = {"X-Kvlab-Refusals": "in-body"}
+    body = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "h200"}, headers=page).json()
+    assert "pick a GPU it fits on: B200" not in " ".join(body["advice"]), body
+    r = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "b200"})
+    assert r.status_code == 200 and r.json()["vllm_starts"] is False, r.json()
+    assert r.json()["refusal"].startswith("vLLM would refuse to start: one 131,072-token request needs 8,192 blocks")
+    assert "(max_model_len=78368)" in r.json()["refusal"] and r.json()["advice"]
+    on_page = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "b200"}, headers=page).json()
+    assert on_page["refusal"].endswith("the longest that fits is 78,368 tokens.")  # (the page sets no max_model_len)
+
+
+def test_size_takes_max_model_len_as_kvlab_size_does(client, kvlab):
+    """Trial 52 #4: /api/size refused max_model_len ('unknown parameter'), kvlab size's own remedy."""
+    r = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "b200", "max_model_len": "32k"})
+    expected = kvlab("size", "llama-3.1-70b", "--gpu", "b200", "--max-model-len", "32k", "--json").json()
+    assert r.status_code == 200 and r.json()["max_model_len"] == 32000 and r.json()["vllm_starts"] is True
+    assert r.json()["num_blocks"] == expected["num_blocks"]
+    bad = client.get("/api/size", params={"max_model_len": "4096.0"})
+    assert bad.status_code == 400 and bad.json()["error"] == (
+        "max_model_len '4096.0' is not a whole number; valid: a whole number in digits (4096), or 32k (32,000) / "
+        "32K (32,768) as vLLM reads them")
+
+
+@pytest.mark.parametrize("value", ["IN-BODY", "In-Body", " in-body "])
+def test_the_refusals_header_is_read_in_any_letters(client, value):
+    """Trial 52 #12: IN-BODY silently got the 400 form."""
+    r = client.get("/api/size", params={"concurrency": "0"}, headers={"X-Kvlab-Refusals": value})
+    assert r.status_code == 200 and r.json()["refused"], r.json()
+
+
+def test_a_refusals_header_it_does_not_read_is_said_in_the_refusal(client):
+    r = client.get("/api/size", params={"concurrency": "0"}, headers={"X-Kvlab-Refusals": "body"})
+    assert r.status_code == 400 and r.json()["error"].endswith(
+        "(header X-Kvlab-Refusals: 'body' is not read; valid: in-body, for a refusal answered 200 with \"refused\": "
+        "true)"), r.json()

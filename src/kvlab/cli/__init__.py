@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 
@@ -154,10 +155,9 @@ def _read_vllm_ints(command, args: list[str]) -> list[str]:
                 continue
             if param.name == "max_model_len" and given.strip().lower() in ("auto", "-1"):
                 from kvlab.errors import KvlabError
+                from kvlab.validate import VLLM_AUTO_MAX_MODEL_LEN
 
-                raise KvlabError(f"{'/'.join(opts)} {given!r}: vLLM's auto (the longest length the KV cache holds) "
-                                 f"is not taken here: `kvlab fit` answers it; valid: a whole number of tokens, or "
-                                 f"32k (32,000) / 32K (32,768) as vLLM reads them (see '{path} --help')")
+                raise KvlabError(f"{'/'.join(opts)} {given!r}: {VLLM_AUTO_MAX_MODEL_LEN} (see '{path} --help')")
             try:
                 number = vllm_human_readable_int(given)
             except ValueError as exc:
@@ -173,7 +173,7 @@ def _check_whole_numbers(command, args: list[str]) -> None:
     """A whole-number option's value in digits only (kvlab.validate.whole_number_text): Click reads it with int(),
     which takes '5_0' (as 50), '+5' and ' 5', while it refuses '1e3'; those int() takes are refused here, in the
     line Click's refusal gets (_parse_refusal)."""
-    from kvlab.validate import whole_number_text
+    from kvlab.validate import NUMBER_TEXT, VLLM_HUMAN_READABLE_INT_ARGS, whole_number_problem
 
     path = _command_path(command, args)
     for name in path.split()[1:]:
@@ -188,12 +188,16 @@ def _check_whole_numbers(command, args: list[str]) -> None:
             if i in values:
                 continue
             given = args[i + 1] if arg in opts and i + 1 < len(args) else _attached(arg, opts)
-            # (what int() refuses too, '1e3', 'auto', a short option's '=5', is Click's to refuse: _usage_message,
-            # with its hints)
-            if given is not None and not whole_number_text(given) and _int_reads(given):
+            if given is None:
+                continue
+            vllm_int = param.name in VLLM_HUMAN_READABLE_INT_ARGS  # (32k already read: _read_vllm_ints)
+            problem = whole_number_problem(given, vllm_int=vllm_int)
+            # (int() reads '5_0', Typer's float reading '4096.0'; what neither takes, 'auto', a short option's '=5',
+            # is Click's to refuse, with its hints (_usage_message), but for a vLLM integer's, whose forms differ)
+            if problem and (vllm_int or _int_reads(given) or NUMBER_TEXT.fullmatch(given.strip())):
                 from kvlab.errors import KvlabError
 
-                raise KvlabError(f"{_parse_refusal(opts, given, 'integer')} (see '{path} --help')")
+                raise KvlabError(f"{'/'.join(opts)} {given!r}: {problem} (see '{path} --help')")
 
 
 def _int_reads(text: str) -> bool:
@@ -224,19 +228,27 @@ def _parse_refusal(opts, given: str, kind: str) -> str:
 def _check_values(command, args: list[str]) -> None:
     """An option whose value is one of the command's own options (``--model -n 5``: its value forgotten) is refused,
     naming the option that lacks its value; Click would take '-n' as the model."""
-    path = _command_path(command, args)
+    root, path = command, _command_path(command, args)
     for name in path.split()[1:]:
         command = command.commands[name]
     args = args[:args.index("--")] if "--" in args else args
     options = {o for p in getattr(command, "params", ()) for o in (*getattr(p, "opts", ()),
                                                                    *getattr(p, "secondary_opts", ()))
-               if o.startswith("-")}
+               if o.startswith("-")} | {"-h", "--help"}  # (the help option is Click's, not among the params)
     for i in sorted(_value_positions(command, args)):
-        if i < len(args) and args[i - 1] in options and (args[i] in options or _grid_takes(command, args[i])):
+        if i >= len(args) or args[i - 1] not in options or not args[i].startswith("-"):
+            continue
+        flag, word = args[i - 1], args[i]
+        # (a word that is an option of another kvlab command, `size --gpu -n 5`, was forgotten too; a value that
+        # merely starts with '-', --workload -w.csv, is a value)
+        owners = [] if word in options or _grid_takes(command, word) else _commands_with(root, word.split("=")[0])
+        if word in options or _grid_takes(command, word) or owners:
             from kvlab.errors import KvlabError
 
-            raise KvlabError(f"{args[i - 1]} needs a value: the word after it, {args[i]}, is an option of {path}; "
-                             f"valid: {args[i - 1]} VALUE {args[i]} ... (see '{path} --help')")
+            whose = f"of {path}" if not owners else f"of {', '.join(owners[:4])}, not of {path}"
+            file = f", or {flag}=./{word} for the file ./{word}" if os.path.lexists(word) else ""
+            raise KvlabError(f"{flag} needs a value: the word after it, {word}, is an option {whose}; valid: "
+                             f"{flag} VALUE {word} ...{file} (see '{path} --help')")
 
 
 def _value_positions(command, args: list[str]) -> set[int]:
@@ -269,8 +281,24 @@ def _elsewhere(exc, root, args: list[str]) -> str:
     where = _command_path(root, args)
     if not owners:
         return ""
-    return (f"No such option: {flag}: it is an option of {', '.join(owners)}, not of {where}; {where} varies any "
-            f"`kvlab run` option that sets a point (see '{where} --help')")
+    return (f"No such option: {flag}: it is an option of {', '.join(owners)}, not of {where}; "
+            f"{_instead(flag, where)} (see '{where} --help')")
+
+
+def _instead(flag: str, where: str) -> str:
+    """What a sweep or capacity (``where``) does instead of a `kvlab run` option it does not take (``flag``): how
+    their own output or input stands in for it; for the others, that they vary the options that set a point."""
+    if flag in ("--plots", "--no-plots"):
+        from kvlab.cli.capacity import CAPACITY_PLOTS
+        from kvlab.cli.sweep import SWEEP_PLOTS
+
+        plots = ", ".join(CAPACITY_PLOTS if where.endswith("capacity") else SWEEP_PLOTS)
+        return f"{where} always writes its plots ({plots}) into --out (kvlab's cache without it): there is no switch"
+    if flag == "--wide":
+        return f"it sets how wide their tables are, and {where} has no such setting"
+    if flag == "--config":
+        return f"{where} reads a file of options with --grid (one value or a list per option)"
+    return f"{where} varies any `kvlab run` option that sets a point"
 
 
 def _commands_with(command, option: str | None, path: str = "kvlab") -> list[str]:

@@ -192,13 +192,16 @@ def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:
 
 
 def _check_auto(lists: dict[str, list]) -> None:
-    """auto in lower case (AUTO: one line saying so); --prefill-replicas / --decode-replicas auto only in the
+    """auto in lower case (AUTO: one line saying so), spaces around it dropped (trial 52 #8: ' auto' was told auto is
+    kvlab capacity's, by kvlab capacity); --prefill-replicas / --decode-replicas auto only in the
     aggregated-against-disaggregated comparison."""
     from kvlab.sweep.grid import AUTO_COUNTS
     from kvlab.validate import whole_number_text
 
     for name in AUTO_COUNTS:
         flag, values = f"--{name.replace('_', '-')}", lists.get(name, [])
+        if any(isinstance(v, str) and v.strip() == "auto" != v for v in values):  # (' auto': auto, as ' 16' is 16)
+            values = lists[name] = [v.strip() if isinstance(v, str) and v.strip() == "auto" else v for v in values]
         valid = f"valid: {flag} auto (the fewest that sustain --rate R), or a comma list of whole numbers, e.g. 16,32"
         for value in (v.strip() for v in values if isinstance(v, str)):
             if value.lower() == "auto" and value != "auto":

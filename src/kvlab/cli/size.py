@@ -18,7 +18,7 @@ from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
 from kvlab.config.options import OPTIONS, SIZING_OPTIONS
 from kvlab.errors import KvlabError
 from kvlab.report.text import plural
-from kvlab.service.size import sizing_config
+from kvlab.service.size import sizing_config, start_refusal
 from kvlab.sizing import (
     cuda_block_size_note,
     expert_parallel_note,
@@ -415,11 +415,9 @@ def _print_size(spec, gpu_spec, config, result, fit) -> None:
                                                     if result.available_kv_source == "estimated" else ""))
     for line in result.vllm_log_lines:
         console.print(f"  {line}", markup=False)
-    if not result.fits_max_model_len:
-        console.print(f"[yellow]vLLM would refuse to start: one {result.max_model_len:,}-token request needs "
-                      f"{result.blocks_per_request:,} blocks but {result.num_usable_blocks:,} are usable; the "
-                      f"longest that fits is {result.estimated_max_model_len:,} tokens (--max-model-len "
-                      f"{result.estimated_max_model_len}).[/]")
+    refusal = start_refusal(result)
+    if refusal:
+        console.print(f"[yellow]{refusal}[/]")
     split = result.memory_split
     if split:
         console.print(f"\n[bold]Memory of one GPU[/] (the paper's Figure 1), of {gib(split['gpu_memory_bytes'])}: "

@@ -60,3 +60,14 @@ def default_sizing_options(**given) -> dict:
     """The sizing options at their defaults (config/options.py's OPTIONS), with ``given`` put in: what a face that
     asks only some of them (the lab's calculator: a GPU and a memory share) passes to ``sizing_config``."""
     return {**{name: OPTIONS[name].default for name in SIZING_OPTIONS}, **given}
+
+
+def start_refusal(result) -> str | None:
+    """Why vLLM would refuse to start with this sizing (kvlab.sizing.SizingResult.fits_max_model_len: one max_model_len
+    request must fit in the usable blocks, its own check at startup), in kvlab size's words; None where it starts.
+    `kvlab size` prints it, the lab's calculator answers it (its --max-model-len as the parameter)."""
+    if result.fits_max_model_len:
+        return None
+    return (f"vLLM would refuse to start: one {result.max_model_len:,}-token request needs "
+            f"{result.blocks_per_request:,} blocks but {result.num_usable_blocks:,} are usable; the longest that fits "
+            f"is {result.estimated_max_model_len:,} tokens (--max-model-len {result.estimated_max_model_len}).")

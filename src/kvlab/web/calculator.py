@@ -62,47 +62,70 @@ def workload_entry(name: str, summary: str) -> dict:
 
 
 def _sized(model: str, gpu: str, gpu_memory_utilization: float, quantization: str | None = None,
-           vllm_version: str | None = None):
+           vllm_version: str | None = None, max_model_len: int | None = None):
     from kvlab.service.size import default_sizing_options, sizing_config
 
     spec = catalogue_model(model)
-    gpu_spec, config = sizing_config(**default_sizing_options(gpu=gpu, gpu_memory_utilization=gpu_memory_utilization),
+    gpu_spec, config = sizing_config(**default_sizing_options(gpu=gpu, gpu_memory_utilization=gpu_memory_utilization,
+                                                              max_model_len=max_model_len),
                                      quantization=quantization, vllm_version=vllm_version)
     return spec, gpu_spec, config
 
 
-def least_utilization(*, model: str, gpu: str, gpu_memory_utilization: float, most: float) -> float | None:
+def least_utilization(*, model: str, gpu: str, gpu_memory_utilization: float, most: float,
+                      max_model_len: int | None = None) -> float | None:
     """The least GPU memory utilization above ``gpu_memory_utilization``, in hundredths up to ``most``, at which vLLM
     starts with ``model`` on ``gpu`` (kvlab.sizing.smallest_utilization, the rule `kvlab size`'s advice follows: the
     weights held and one max_model_len request's cache); None where none does."""
     from kvlab.sizing import smallest_utilization
 
     try:
-        spec, _, config = _sized(model, gpu, gpu_memory_utilization)
+        spec, _, config = _sized(model, gpu, gpu_memory_utilization, max_model_len=max_model_len)
     except KvlabError:
         return None
     return smallest_utilization(spec, config, most=round(most * 100))
 
 
-def vllm_starts(*, model: str, gpu: str, gpu_memory_utilization: float) -> bool:
-    """Whether vLLM starts with ``model`` on ``gpu`` at this utilization: the weights held and one max_model_len
-    request's cache in what is left (its own check at startup)."""
+def starts_with(*, model: str, gpu: str, gpu_memory_utilization: float, max_model_len: int | None = None):
+    """The sizing where vLLM starts with ``model`` on ``gpu`` at this utilization and max_model_len (None: the
+    model's own): the weights held and one max_model_len request's cache in what is left (its own check at
+    startup, SizingResult.fits_max_model_len); None where it would refuse."""
+    from kvlab.sizing import size_kv_cache
+
+    try:
+        spec, _, config = _sized(model, gpu, gpu_memory_utilization, max_model_len=max_model_len)
+        result = size_kv_cache(spec, config)
+    except KvlabError:
+        return None
+    return result if result.fits_max_model_len else None
+
+
+def vllm_starts(*, model: str, gpu: str, gpu_memory_utilization: float, max_model_len: int | None = None) -> bool:
+    """Whether vLLM starts with ``model`` on ``gpu`` at this utilization (starts_with)."""
+    return starts_with(model=model, gpu=gpu, gpu_memory_utilization=gpu_memory_utilization,
+                       max_model_len=max_model_len) is not None
+
+
+def longest_start(*, model: str, gpu: str, gpu_memory_utilization: float) -> int:
+    """The longest max_model_len vLLM starts with for ``model`` on ``gpu`` (its estimate_max_model_len, which `kvlab
+    size`'s refusal advises); 0 where the GPU does not hold the weights."""
     from kvlab.sizing import size_kv_cache
 
     try:
         spec, _, config = _sized(model, gpu, gpu_memory_utilization)
-        return size_kv_cache(spec, config).fits_max_model_len
+        return size_kv_cache(spec, config).estimated_max_model_len
     except KvlabError:
-        return False
+        return 0
 
 
 def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memory_utilization: float,
-           quantization: str | None = None, vllm_version: str | None = None) -> dict:
+           quantization: str | None = None, vllm_version: str | None = None, max_model_len: int | None = None) -> dict:
     """``kvlab size MODEL --gpu GPU --gpu-memory-utilization U`` and ``--concurrency N --context-len L`` (and
     ``--quantization``, ``--vllm-version``), in the numbers the page shows (same function, so the same numbers)."""
+    from kvlab.service.size import start_refusal
     from kvlab.sizing import size_kv_cache, workload_fit
 
-    spec, gpu_spec, config = _sized(model, gpu, gpu_memory_utilization, quantization, vllm_version)
+    spec, gpu_spec, config = _sized(model, gpu, gpu_memory_utilization, quantization, vllm_version, max_model_len)
     result = size_kv_cache(spec, config)
     fit = workload_fit(spec, config, concurrency, context_len)
     split = result.memory_split
@@ -117,6 +140,8 @@ def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memo
         "num_tokens": result.num_tokens,
         "max_concurrency": result.max_concurrency,
         "max_model_len": result.max_model_len,
+        "vllm_starts": result.fits_max_model_len,  # (else the reason, in `kvlab size`'s words: the server words it)
+        "refusal": start_refusal(result),
         "weights_bytes": result.weights_bytes,
         "available_kv_bytes": result.available_kv_bytes,
         "kv_cache_bytes": result.kv_cache_bytes,

@@ -73,6 +73,19 @@ REFUSALS_HEADER = "X-Kvlab-Refusals"  # "in-body": a refusal is answered 200 {"e
 DEFAULTS = {"model": defaults.MODEL, "gpu": defaults.GPU, "workload": defaults.WORKLOAD}
 
 
+def refusals_in_body(request: Request) -> bool | str:
+    """Whether the request asks for refusals in the body (REFUSALS_HEADER: in-body, in any letters, as HTTP header
+    values are commonly matched); False without the header; for any other value, the line that says it was not
+    read and what is valid (trial 52: IN-BODY and body silently got the 400 form)."""
+    value = request.headers.get(REFUSALS_HEADER)
+    if value is None:
+        return False
+    if value.strip().lower() == "in-body":
+        return True
+    return f"header {REFUSALS_HEADER}: {value[:40]!r} is not read; valid: in-body, for a refusal answered 200 with " \
+        '"refused": true'
+
+
 def static_dir() -> Path:
     return Path(str(resources.files("kvlab.web") / "static"))
 
@@ -110,17 +123,20 @@ def run_refusal(error: KvlabError, spec: RunSpec) -> dict:
     utilization = OPTIONS["gpu_memory_utilization"].default
     return refused_answer(error, model=spec.model, gpu=spec.gpu, concurrency=1, context_len=1,
                           gpu_memory_utilization=utilization, max_utilization=utilization,
-                          parameters=RunSpec.__dataclass_fields__)
+                          parameters=RunSpec.__dataclass_fields__, held_is_enough=True)
 
 
-SIZE_PARAMETERS = ("model", "gpu", "concurrency", "context_len", "gpu_memory_utilization", "quantization",
-                   "vllm_version")  # what /api/size reads; anything else is refused
+SIZE_PARAMETERS = ("model", "gpu", "concurrency", "context_len", "gpu_memory_utilization", "max_model_len",
+                   "quantization", "vllm_version")  # what /api/size reads; anything else is refused
 
 
 def size_answer(params: dict, *, page: bool = False) -> dict:
     """The calculator: kvlab.sizing's forward question, and whether N conversations of L tokens fit. For the page
     (``page``), a refusal of the model, GPU or context is an answer: the reason, and what to change among the page's
-    controls (kvlab.web.refusal), never a command-line flag."""
+    controls (kvlab.web.refusal), never a command-line flag. Where the weights fit but vLLM would still refuse to
+    start (one max_model_len request's cache does not fit, as `kvlab size` says), the answer says so ("vllm_starts":
+    false, "refusal") and what to change ("advice")."""
+    from kvlab.validate import vllm_int
     from kvlab.web.calculator import answer
     from kvlab.web.refusal import in_parameters, refused_answer
 
@@ -132,19 +148,26 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
         "context_len": integer(params, "context_len", 1, LIMITS["max_context_len"], 2048),
         "gpu_memory_utilization": number(params, "gpu_memory_utilization", 0.05, 1.0, 0.9),
     }
+    given = text(params, "max_model_len", "")
+    max_model_len = vllm_int(given, "max_model_len") if given else None  # (as `kvlab size --max-model-len` reads it)
     rules = {key: text(params, key, "") or None for key in ("quantization", "vllm_version")}  # kvlab size's flags
+    parameters = [name for name in SIZE_PARAMETERS if not (page and name == "max_model_len")]  # (the page sets none)
+    refused = {**asked, "max_utilization": 1.0, "parameters": parameters, "max_model_len": max_model_len, "page": page}
     try:
-        return answer(**asked, **rules)
+        result = answer(**asked, **rules, max_model_len=max_model_len)
     except KvlabError as exc:
         if not page:
             error = in_parameters(exc, SIZE_PARAMETERS)
             if "Would fit: " in str(exc) and "Would fit: " not in str(error):  # (each remedy a flag it does not take:
                 # the page's advice instead; trial 51b: llama-3.1-405b on a B200 was refused with no remedy at all)
-                advice = refused_answer(exc, **asked, max_utilization=1.0, parameters=SIZE_PARAMETERS)["advice"]
+                advice = refused_answer(exc, **refused)["advice"]
                 error = KvlabError(f"{error}. Try: {'; '.join(advice)}") if advice else error
             raise error from None
-        return {"model": asked["model"], "gpu": asked["gpu"],
-                **refused_answer(exc, **asked, max_utilization=1.0, parameters=SIZE_PARAMETERS)}
+        return {"model": asked["model"], "gpu": asked["gpu"], **refused_answer(exc, **refused)}
+    if result["refusal"]:  # (trial 52: an answer where vLLM would not start carried no word of it)
+        said = refused_answer(result["refusal"], **refused)
+        result.update(refusal=said["error"], advice=said["advice"])
+    return result
 
 
 def explain_log(data) -> dict:
@@ -415,7 +438,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
                              "rate_systems": systems})
 
     async def size(request: Request) -> Response:
-        page = request.headers.get(REFUSALS_HEADER) == "in-body"
+        page = refusals_in_body(request) is True
         return JSONResponse(await run_in_threadpool(lambda: size_answer(single_values(request.query_params), page=page)))
 
     async def create_session(request: Request) -> Response:
@@ -427,7 +450,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         try:
             race = await run_in_threadpool(build_race, spec, lim["max_pool_blocks"])
         except KvlabError as exc:
-            if request.headers.get(REFUSALS_HEADER) != "in-body":
+            if refusals_in_body(request) is not True:
                 from kvlab.web.refusal import in_parameters
 
                 raise in_parameters(exc, RunSpec.__dataclass_fields__) from None
@@ -441,9 +464,11 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
     rates = RateLab()
 
     async def user_error(request: Request, exc: KvlabError) -> Response:
-        if request.headers.get(REFUSALS_HEADER) == "in-body":
+        in_body = refusals_in_body(request)
+        if in_body is True:
             return JSONResponse({"error": str(exc), "refused": True})
-        return JSONResponse({"error": str(exc)}, status_code=404 if isinstance(exc, NoSuchRun) else 400)
+        said = str(exc) if in_body is False else f"{exc} ({in_body})"
+        return JSONResponse({"error": said}, status_code=404 if isinstance(exc, NoSuchRun) else 400)
 
     routes = [
         Route("/", index),

@@ -179,18 +179,22 @@ def shared_prefix_table(spec: SharedPrefixSpec, repeat_questions: bool = True) -
 
 
 def _field(section: dict, name: str, where: str) -> int:
+    from kvlab.validate import inference_perf_number
+
     for key in _ALIASES[name]:
         if key in section:
             value = section[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
-                raise KvlabError(f"{where}: {key} = {value!r} is not a whole number of tokens or users")
-            return int(value)
+            try:
+                return int(inference_perf_number(value, whole=True))
+            except (ValueError, OverflowError) as exc:
+                valid = "" if "valid: " in str(exc) else "; valid: a whole number of tokens or users, such as 20"
+                raise KvlabError(f"{where}: {key} = {value!r} {exc}{valid}") from None
     raise KvlabError(f"{where}: missing field {_ALIASES[name][0]!r} (inference-perf shared_prefix needs "
                      f"{', '.join(a[0] for a in _ALIASES.values())})")
 
 
 def _stages(raw: Any, where: str) -> tuple[Stage, ...]:
-    from kvlab.validate import cell_number
+    from kvlab.validate import inference_perf_number
 
     if not isinstance(raw, list) or not raw:
         raise KvlabError(f"{where}: 'stages' must be a list of {{rate, duration}}, got {raw!r}")
@@ -199,12 +203,14 @@ def _stages(raw: Any, where: str) -> tuple[Stage, ...]:
         if not isinstance(stage, dict) or "rate" not in stage or "duration" not in stage:
             raise KvlabError(f"{where}: stage {k} is {stage!r}; valid: {{rate: requests/s, duration: seconds}} "
                              "(kvlab replays constant-rate stages; concurrency stages are not supported)")
-        try:
-            rate, duration = float(cell_number(stage["rate"])), float(cell_number(stage["duration"]))
-            stages.append(Stage(rate=rate, duration=duration))
-        except (TypeError, ValueError, OverflowError):
-            raise KvlabError(f"{where}: stage {k}'s rate {stage['rate']!r} or duration {stage['duration']!r} is "
-                             "not a number") from None
+        numbers = []
+        for name, unit in (("rate", "requests/s"), ("duration", "seconds")):
+            try:
+                numbers.append(float(inference_perf_number(stage[name])))
+            except (TypeError, ValueError, OverflowError) as exc:
+                reason = str(exc) if "valid: " in str(exc) else f"{exc}; valid: a number of {unit} such as 2 or 0.5"
+                raise KvlabError(f"{where}: stage {k}'s {name} {stage[name]!r} {reason}") from None
+        stages.append(Stage(rate=numbers[0], duration=numbers[1]))
     return tuple(stages)
 
 

@@ -36,6 +36,8 @@ async function setupCalculator(grid, contextLen) {
       const r = await api("api/size?" + q.toString());
       if (mine !== serial) return;
       state("ok", null);
+      // (the weights fit but vLLM would refuse to start: the numbers stay, with why and what to change)
+      if (r.refusal) showError(errorNode, new Refusal({ error: r.refusal, advice: r.advice }));
       renderCalc(r, values.gpu_memory_utilization);
       out.hidden = false;
       fitMembarLabels();
