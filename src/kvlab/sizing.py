@@ -135,6 +135,9 @@ class SizingConfig:
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     available_kv_bytes: int | None = None
+    # One printed budget per pipeline stage, where a log's workers printed different ones (each stage holds its own
+    # layers and weights); vLLM keeps the fewest blocks of any worker (unify_kv_cache_configs). None: the one above.
+    available_kv_bytes_by_stage: tuple[int, ...] | None = None
     gpu_name: str | None = None
     vllm_version: str | None = None  # whose rules apply; None: the newest kvlab knows (kvlab.vllm_rules)
     enforce_eager: bool = False
@@ -171,6 +174,10 @@ class SizingConfig:
                 flag = "-dcp" if name == "decode_context_parallel_size" else f"--{name.replace('_', '-')}"  # (vLLM's and kvlab's)
                 raise KvlabError(f"{name} must be at least 1, got {getattr(self, name)} ({flag}: "
                                  "a whole number of GPUs, 1 for none)")
+        by_stage = self.available_kv_bytes_by_stage
+        if by_stage is not None and (len(by_stage) != self.pipeline_parallel_size or min(by_stage) <= 0):
+            raise KvlabError(f"available_kv_bytes_by_stage {by_stage} must give one positive budget for each of the "
+                             f"{self.pipeline_parallel_size} pipeline stages")
         tp, dcp = self.tensor_parallel_size, self.decode_context_parallel_size
         if tp % dcp:
             valid = ", ".join(str(d) for d in range(1, tp + 1) if tp % d == 0)
@@ -1109,7 +1116,9 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     worst = None  # (num_blocks, stage index, available, bytes_per_block)
     for index, (layers, profile) in enumerate(zip(stages, profiles)):
         weights = profile.weights.bytes
-        if config.available_kv_bytes is not None:
+        if config.available_kv_bytes_by_stage is not None:
+            available = config.available_kv_bytes_by_stage[index]
+        elif config.available_kv_bytes is not None:
             _check_given_budget(model, config, weights)
             available = config.available_kv_bytes
         else:
@@ -1155,7 +1164,8 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         requested_memory_bytes=requested, activation_bytes=profile.activation.bytes,
         non_torch_bytes=profile.non_torch.bytes, cuda_graph_bytes=profile.cuda_graphs.bytes,
         available_kv_bytes=available,
-        available_kv_source="given" if config.available_kv_bytes is not None else "estimated",
+        available_kv_source="given" if config.available_kv_bytes is not None
+        or config.available_kv_bytes_by_stage is not None else "estimated",
         num_blocks=num_blocks, blocks_per_request=per_request,
         num_tokens=num_tokens, max_concurrency=max_concurrency,
         vllm_version=resolve_version(config.vllm_version), vllm_rules_since=rules.since,

@@ -195,7 +195,7 @@ def log_command(
     """Read a vLLM startup log and explain its KV cache: tokens, blocks, conversations at full length."""
     import json
 
-    from kvlab.vllm.log import explain_vllm_log, parse_vllm_log
+    from kvlab.vllm.log import as_read, explain_vllm_log, parse_vllm_log
 
     text = _read_log(source)
     try:
@@ -203,6 +203,7 @@ def log_command(
     except KvlabError as exc:
         raise KvlabError(f"{'stdin' if source == '-' else repr(source)}: {exc}") from None
     explanation = explain_vllm_log(log, model)
+    log = as_read(log, explanation)
     if as_json:
         typer.echo(json.dumps({**log.to_json(), "explanation": explanation}, indent=2))
     else:

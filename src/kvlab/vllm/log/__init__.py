@@ -9,9 +9,9 @@ lines.py reads the lines (every format vLLM has printed, inside whatever wraps t
 StartupLog, explain.py explains it and puts kvlab's own sizing beside vLLM's. No I/O: the CLI reads the file.
 """
 
-from kvlab.vllm.log.explain import LABELS, explain_vllm_log, format_figure, kvlab_calculation, resolve_model
+from kvlab.vllm.log.explain import LABELS, as_read, explain_vllm_log, format_figure, kvlab_calculation, resolve_model
 from kvlab.vllm.log.lines import clean_line, parse_args_dict, read_lines
 from kvlab.vllm.log.startup import StartupLog, parse_vllm_log
 
-__all__ = ["LABELS", "StartupLog", "clean_line", "explain_vllm_log", "format_figure", "kvlab_calculation",
+__all__ = ["LABELS", "StartupLog", "as_read", "clean_line", "explain_vllm_log", "format_figure", "kvlab_calculation",
            "parse_args_dict", "parse_vllm_log", "read_lines", "resolve_model"]

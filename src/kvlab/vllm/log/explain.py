@@ -202,6 +202,10 @@ def _worker_lines(log: StartupLog) -> list[str]:
             continue
         if len(set(values)) == 1:
             same.setdefault((len(values), len(workers)), []).append(label)
+        elif len(workers) > 1 and figure == "available_kv_cache_gib" and _stage_budgets_gib(log) is not None:
+            out.append(f"The {label} differs between workers ({', '.join(f'{v:,}' for v in values)}): each "
+                       "pipeline stage holds its own layers, and vLLM keeps the fewest blocks any worker's memory "
+                       "gives for its stage's layers; the first is shown.")
         elif len(workers) > 1:
             out.append(f"The {label} differs between workers ({', '.join(f'{v:,}' for v in values)}): vLLM sizes "
                        "the cache by the smallest; the first is shown.")
@@ -470,6 +474,28 @@ def _without_remedy(message: str) -> str:
     return re.sub(r"(; valid\b.*|;? vLLM refuses it \(use at most [^)]*\))$", "", message)
 
 
+def _stage_budgets_gib(log: StartupLog) -> list[float] | None:
+    """Each pipeline stage's printed KV cache memory (its workers' smallest), where the workers of a pipeline-
+    parallel log printed different ones and name their ranks (rank = stage x TP + TP rank, vLLM's layout): each stage
+    holds its own layers, so vLLM's blocks are the fewest any worker's budget gives for its stage's layers (trial 53:
+    one stage's memory paired with the other stage's layers was 6.6% off). None otherwise."""
+    s = log.settings
+    tp, pp = s.get("tensor_parallel_size") or 1, s.get("pipeline_parallel_size") or 1
+    entries = log.per_worker.get("available_kv_cache_gib", [])
+    if pp < 2 or len({e["value"] for e in entries}) < 2:
+        return None
+    by_stage: dict[int, float] = {}
+    for entry in entries:
+        rank = re.search(r"\brank=(\d+)", entry["worker"] or "")
+        if rank is None or int(rank[1]) >= tp * pp:
+            return None
+        stage = int(rank[1]) // tp
+        by_stage[stage] = min(by_stage.get(stage, entry["value"]), entry["value"])
+    if sorted(by_stage) != list(range(pp)) or min(by_stage.values()) <= 0:
+        return None
+    return [by_stage[stage] for stage in range(pp)]
+
+
 def kvlab_calculation(log: StartupLog, spec, source: str, audience: str = "cli") -> dict:
     """kvlab.sizing's figures for this log's budget and settings, beside vLLM's, with the differences."""
     from kvlab.sizing import size_kv_cache
@@ -485,7 +511,14 @@ def kvlab_calculation(log: StartupLog, spec, source: str, audience: str = "cli")
         side["note"] = "the log gives no KV cache memory or block count to size from"
         return {"kvlab": side, "comparison": [], "differences": []}
     low_b, mid_b, high_b, how = budget
-    results = [size_kv_cache(spec, _sizing_config(log, b)) for b in (low_b, mid_b, high_b)]
+    stages = _stage_budgets_gib(log) if how.endswith("as printed, rounded to 0.01 GiB") else None
+    if stages is None:
+        results = [size_kv_cache(spec, _sizing_config(log, b)) for b in (low_b, mid_b, high_b)]
+    else:  # (each pipeline stage's own budget, at both ends of its rounding)
+        how = (f"{', '.join(f'{g}' for g in stages)} GiB as printed by the {len(stages)} pipeline stages' workers "
+               "(the smallest of each stage's), rounded to 0.01 GiB")
+        results = [size_kv_cache(spec, replace(_sizing_config(log, GIB), available_kv_bytes_by_stage=tuple(
+            max(1, round((g + d) * GIB) - (d > 0)) for g in stages))) for d in (-GIB_ROUNDING, 0, GIB_ROUNDING)]
     low, mid, high = (_figures(log, r) for r in results)
     side.update(available_kv_bytes=mid_b, available_kv_source=how, **mid,
                 refused=not results[1].fits_max_model_len, vllm_log_lines=_log_lines(log, results[1], mid))
@@ -532,17 +565,29 @@ def _block_size_of_groups(log: StartupLog, spec) -> StartupLog:
     return replace(log, block_size=implied * groups, derived={**log.derived, "block_size": how})
 
 
+def as_read(log: StartupLog, explanation: dict) -> StartupLog:
+    """The log as ``explain_vllm_log`` read it: a figure it worked out again once the model was known (a hybrid
+    model's block size) replaces the parser's."""
+    read = explanation.get("read_as")
+    if not read:
+        return log
+    return replace(log, block_size=read["block_size"], derived={**log.derived, **read["derived"]})
+
+
 def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = "cli") -> dict:
     """The lesson's explanation of ``log`` ("lines"), and, when the model is known (``model``: a catalogue
     name, config.json or Hugging Face id; else the log's own), kvlab's calculation beside vLLM's ("kvlab",
     "comparison") and the differences beyond the log's rounding ("differences", empty when they agree).
     ``audience``: how the reader names the model, "cli" (--model) or "page" (the lab's menu)."""
     spec, source = resolve_model(log, model, audience)
-    if spec is not None:
-        log = _block_size_of_groups(log, spec)
+    read = log if spec is None else _block_size_of_groups(log, spec)
+    out: dict = {"model_source": source}
+    if read is not log:
+        out["read_as"] = {"block_size": read.block_size, "derived": {"block_size": read.derived["block_size"]}}
+        log = read
     assumed = log.block_size is None
     block_size = log.block_size or DEFAULT_BLOCK_SIZE
-    out: dict = {"lines": _lesson_lines(log, block_size, assumed) + _worker_lines(log), "model_source": source}
+    out["lines"] = _lesson_lines(log, block_size, assumed) + _worker_lines(log)
     if spec is None:
         out["lines"].append(f"kvlab's own calculation needs the model: {source}.")
         return out

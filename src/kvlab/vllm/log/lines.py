@@ -58,7 +58,7 @@ WRAPPERS = (
 )
 TRAILERS = (re.compile(r"`+\s*$"), re.compile(r"\s*\[repeated \d+x across cluster\]\s*$"))
 # vLLM's process prefix, and Ray's (with ", ip=..."), possibly nested: (LLMRayActor pid=1) (EngineCore pid=2)
-PROCESS = re.compile(r"^\s*\((?P<name>[A-Za-z_][\w.\-]*)(?: rank=\d+)? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s*")
+PROCESS = re.compile(r"^\s*\((?P<name>[A-Za-z_][\w.\-]*)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s*")
 # vLLM's level, time and source: "INFO 10-06 15:57:53 [gpu_worker.py:298] " (older: "... gpu_worker.py:298] ")
 LEVEL = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+"
                    r"\[?[\w./<>-]+:\d+\]\s*")
@@ -68,7 +68,7 @@ LEVEL = re.compile(r"^\s*(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\
 class LogLine:
     text: str  # as vLLM printed it: wrappers and colours removed, vLLM's own prefix kept
     message: str  # vLLM's message alone
-    worker: str | None  # the innermost process prefix, e.g. "Worker_TP3 pid=41702"
+    worker: str | None  # the innermost process prefix, e.g. "Worker_TP3 pid=41702", "VllmWorker rank=2 pid=19833"
 
 
 # What a browser's copy or a chat window puts in a log's spaces: no-break and other Unicode spaces read as a space,
@@ -95,7 +95,8 @@ def clean_line(raw: str) -> LogLine | None:
     text = line.strip()
     message, worker = text, None
     while (m := PROCESS.match(message)) is not None:
-        worker = f"{m['name']} pid={m['pid']}"
+        rank = f" rank={m['rank']}" if m["rank"] else ""
+        worker = f"{m['name']}{rank} pid={m['pid']}"
         message = message[m.end():]
     message = LEVEL.sub("", message, count=1).strip()
     return LogLine(text, message, worker)
