@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         fitted = tuple(profile.fit.get("fitted", F.CONSTANTS))
         fitted += (F.JITTER,) if args.jitter and F.JITTER not in fitted else ()
         held = tuple(profile.fit.get("held", ()))  # (asked for, not identified: each fold fits them too)
-        constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
-        if F.JITTER in profile.constants:  # (the lag's spread, an experiment: each fold fits it where [fit] did)
-            constants[F.JITTER] = profile.constants[F.JITTER]
+        # (with the profile's admission lag and lag's spread, F.CARRIED: each fold replays with them, or fits the
+        # spread where [fit] did)
+        constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS} | F.carried(profile.constants)
         sent = args.sent or bool(profile.fit.get("client_defaults"))  # (a profile fitted so is judged so)
         prepared = [F.prepare(run, args.closed_loop, sent) for run in runs]
         print(f"{len(runs)} runs from {path}; fitted profile {profile.name!r} left out run by run; "
@@ -131,7 +131,7 @@ def reads(path: Path, profile_name: str, started: float, sent: bool = False) -> 
     try:
         runs = read_runs(path)
         profile = get_profile(profile_name)
-        constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
+        constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS} | F.carried(profile.constants)
         print(f"{len(runs)} runs from {path}, replayed under {profile.name!r}", file=sys.stderr)
         print(f"{'run':<16} {'model':<22} {'tp':>2} {'seqs':>5} {'max':>4} {'pre':>4} {'weights':>8} {'KV':>6} "
               f"{'ITL':>6} {'ratio':>6} {'kvlab ITL':>9} | {'TTFT p99':>8} {'1st round max':>13} {'later max':>9} "

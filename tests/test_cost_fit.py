@@ -138,6 +138,27 @@ def test_with_the_lags_spread_each_requests_row_prices_to_its_time_and_the_fit_p
     assert F.fit_jitter([replay, plain], fitted, constants).constants == fit.constants
 
 
+def test_a_fit_replays_and_folds_with_the_admission_lag_its_start_names():
+    """The admission lag is not in θ: a fit carries its start's (F.CARRIED) into every replay, every leave-one-out
+    fold and the fitted constants, and one whose start names none replays at vLLM's 1 (ADMISSION_LAG_ITERATIONS)."""
+    faster = _with("workload.stages", [{"rate": 30.0, "duration": 1}, {"rate": 60.0, "duration": 1}])
+    runs = [run_from_dict(RUN, "x"), run_from_dict({**faster, "id": "tiny2"}, "x")]
+    fitted = ("bandwidth_efficiency", "request_latency_s")
+    lagged = F.calibrate_runs(runs, fitted, start={"admission_lag_iterations": 1.5}, max_iterations=2)
+    assert [r.lag_iterations for r in lagged.replays] == [1.5, 1.5]
+    assert lagged.fit.constants["admission_lag_iterations"] == 1.5
+    assert [r.lag_iterations for r in F.leave_one_out(lagged)] == [1.5, 1.5]
+    document = F.profile_document(lagged.fit.constants, "lagged", "test")
+    assert document["constants"]["admission_lag_iterations"] == 1.5
+    plain = F.calibrate_runs(runs, fitted, max_iterations=2)
+    assert [r.lag_iterations for r in plain.replays] == [F.ADMISSION_LAG_ITERATIONS] * 2
+    assert "admission_lag_iterations" not in plain.fit.constants
+    # (not inert: at the same constants, the longer lag gives a longer TTFT to the requests that found the engine busy)
+    same = {**lagged.fit.constants, "admission_lag_iterations": 1.0}
+    assert (F.replay(F.prepare(runs[1]), lagged.fit.constants).client_ttft()
+            > F.replay(F.prepare(runs[1]), same).client_ttft()).any()
+
+
 def test_what_a_decoded_token_reads_prices_to_the_replays_itl():
     """per_output_token · θ is the replay's ITL; its weights column is one read of the weights per output token;
     client_ttft is the TTFT the predicted means are taken over."""

@@ -99,12 +99,21 @@ JITTER_METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "tt
 STRATEGY = "vllm+prefix"
 # vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
 ADMISSION_LAG_ITERATIONS = 1.0
+# A profile's constants that are not in θ but price its replays: a fit carries them from its start (``fixed``) into
+# every replay, fold and fitted profile, as given (the admission lag: ADMISSION_LAG_ITERATIONS where the start names
+# none, profile_document; the lag's spread: 0 where none, unless fitted, fit_jitter).
+CARRIED = ("admission_lag_iterations", JITTER)
 
 
 # The calibration set's hardware names (the sim-to-real benchmark's) for cards kvlab's catalogue has two of. The set
 # says only "H100": taken as the SXM card, as vllm-h100 was fitted (an assumption, not read from the data); its A100
 # runs are A100-80GB (../shared/data/real-vllm/README.md).
 RUN_HARDWARE = {"H100": "H100-SXM", "A100": "A100-80GB"}
+
+
+def carried(constants: dict[str, float]) -> dict[str, float]:
+    """Those of ``constants`` a fit carries as given (CARRIED)."""
+    return {k: constants[k] for k in CARRIED if k in constants}
 
 
 def profile_document(constants: dict[str, float], name: str, source: str) -> dict:
@@ -633,7 +642,7 @@ def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str],
         sd = np.full(len(index), math.inf)
     full = theta_fixed.copy()
     full[index] = theta
-    constants = constants_of(full)
+    constants = {**carried(fixed), **constants_of(full)}  # (the lag and its spread as the replays had them)
     sigma = {}
     for k, t, e in zip(fitted, theta, sd):
         sigma[k] = float(e / t**2) if k in INVERTED else float(e)
@@ -689,7 +698,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
             break
         previous = fit.rms_relative_residual
         theta = 0.5 * (theta_of(constants) + theta_of(fit.constants))
-        constants = constants_of(theta) | ({JITTER: fit.constants[JITTER]} if JITTER in fitted else {})
+        constants = {**fit.constants, **constants_of(theta)}  # (CARRIED as given; the spread as fitted)
         history.append(dict(constants))
     assert fit is not None
     # The profile is the fit on the last replays: its σ and residuals are those equations'. Its iterations are the
