@@ -1,7 +1,7 @@
 """kvlab against real vLLM runs on real GPUs: every calibration run replayed with its own settings.
 
     python benchmarks/real_vllm.py [--runs PATH] [--profile NAME] [--baseline NAME ...] [--json] [--closed-loop]
-                                   [--sent] [--jitter]
+                                   [--sent] [--jitter | --step]
     python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME] [--sent]
 
 For each run of the measured-runs file (default: the calibration set, ../shared/data/real-vllm/trainval.json
@@ -15,7 +15,8 @@ Each run is replayed with the users it names; ``--sent`` (or a profile fitted wi
 prompts, single turn; docs/cost.md, "The workload the runs used"). Each fold refits every constant the profile's
 ``[fit]`` fitted and held, without the identification rule: a constant a fold held would keep the value fitted with the
 left-out run (kvlab.cost.fit.leave_one_out). ``--jitter``: each fold fits the lag's spread as well
-(``lag_jitter_iterations``, kvlab.cost.fit.fit_jitter; an experiment, docs/cost.md "Terms tried and not kept").
+(``lag_jitter_iterations``, kvlab.cost.fit.fit_spread; an experiment, docs/cost.md "Terms tried and not kept");
+``--step``: the lag's step instead (``lag_step_probability``: one more iteration for a request with probability q).
 
 ``--reads``: no leave-one-out; each run replayed once under the profile, and per run what its decoded tokens read
 (the weights and the KV, in milliseconds per output token at 100% of the GPU's bandwidth), the ITL the run's own
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                         "sent, not the users the run names (kvlab.cost.measured.CLIENT_DEFAULTS)")
     parser.add_argument("--jitter", action="store_true", help="each fold fits the lag's spread too (a seeded "
                         "exponential draw per request, kvlab/cost/latency.py; an experiment: docs/cost.md)")
+    parser.add_argument("--step", action="store_true", help="each fold fits the lag's step too (one more iteration "
+                        "with probability q, a seeded draw per request, kvlab/cost/latency.py; an experiment)")
     args = parser.parse_args(argv)
     path = args.runs or default_runs()
     if args.runs is None and not path.is_file():
@@ -88,10 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         baselines = [get_profile(name) for name in (args.baseline or ["roofline"])]
         fitted = tuple(profile.fit.get("fitted", F.CONSTANTS))
         fitted += (F.JITTER,) if args.jitter and F.JITTER not in fitted else ()
+        fitted += (F.STEP,) if args.step and F.STEP not in fitted else ()
         held = tuple(profile.fit.get("held", ()))  # (asked for, not identified: each fold fits them too)
-        constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
-        if F.JITTER in profile.constants:  # (the lag's spread, an experiment: each fold fits it where [fit] did)
-            constants[F.JITTER] = profile.constants[F.JITTER]
+        # (with the profile's admission lag and lag's spread, F.CARRIED: each fold replays with them, or fits the
+        # spread where [fit] did)
+        constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS} | F.carried(profile.constants)
         sent = args.sent or bool(profile.fit.get("client_defaults"))  # (a profile fitted so is judged so)
         prepared = [F.prepare(run, args.closed_loop, sent) for run in runs]
         print(f"{len(runs)} runs from {path}; fitted profile {profile.name!r} left out run by run; "
@@ -131,7 +135,7 @@ def reads(path: Path, profile_name: str, started: float, sent: bool = False) -> 
     try:
         runs = read_runs(path)
         profile = get_profile(profile_name)
-        constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}
+        constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS} | F.carried(profile.constants)
         print(f"{len(runs)} runs from {path}, replayed under {profile.name!r}", file=sys.stderr)
         print(f"{'run':<16} {'model':<22} {'tp':>2} {'seqs':>5} {'max':>4} {'pre':>4} {'weights':>8} {'KV':>6} "
               f"{'ITL':>6} {'ratio':>6} {'kvlab ITL':>9} | {'TTFT p99':>8} {'1st round max':>13} {'later max':>9} "

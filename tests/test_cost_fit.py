@@ -117,7 +117,7 @@ def test_an_iteration_is_its_features_times_theta_and_requests_sum_the_iteration
 
 def test_with_the_lags_spread_each_requests_row_prices_to_its_time_and_the_fit_picks_a_value_on_its_grid():
     """lag_jitter_iterations (an experiment, kvlab/cost/latency.py): θ · a request's row is the time the replay gives
-    it, draw included, the means' equations are those rows' means, and fit_jitter returns a value of its grid with
+    it, draw included, the means' equations are those rows' means, and fit_spread returns a value of its grid with
     the linear constants fitted at it (the same data, the same answer)."""
     prepared = F.prepare(run_from_dict(RUN, "x"))
     constants = {**F.START, "request_latency_s": 0.004, F.JITTER: 0.5}
@@ -133,9 +133,56 @@ def test_with_the_lags_spread_each_requests_row_prices_to_its_time_and_the_fit_p
     for group, metric, row, _ in replay.equations():
         assert row @ theta == pytest.approx(predicted[group][metric], rel=1e-9)
     fitted = ("bandwidth_efficiency", "request_latency_s", F.JITTER)
-    fit = F.fit_jitter([replay, plain], fitted, constants)
+    fit = F.fit_spread([replay, plain], fitted, constants)
     assert fit.constants[F.JITTER] in F.JITTER_GRID and fit.fitted == fitted
-    assert F.fit_jitter([replay, plain], fitted, constants).constants == fit.constants
+    assert F.fit_spread([replay, plain], fitted, constants).constants == fit.constants
+
+
+def test_a_fit_replays_and_folds_with_the_admission_lag_its_start_names():
+    """The admission lag is not in θ: a fit carries its start's (F.CARRIED) into every replay, every leave-one-out
+    fold and the fitted constants, and one whose start names none replays at vLLM's 1 (ADMISSION_LAG_ITERATIONS)."""
+    faster = _with("workload.stages", [{"rate": 30.0, "duration": 1}, {"rate": 60.0, "duration": 1}])
+    runs = [run_from_dict(RUN, "x"), run_from_dict({**faster, "id": "tiny2"}, "x")]
+    fitted = ("bandwidth_efficiency", "request_latency_s")
+    lagged = F.calibrate_runs(runs, fitted, start={"admission_lag_iterations": 1.5}, max_iterations=2)
+    assert [r.lag_iterations for r in lagged.replays] == [1.5, 1.5]
+    assert lagged.fit.constants["admission_lag_iterations"] == 1.5
+    assert [r.lag_iterations for r in F.leave_one_out(lagged)] == [1.5, 1.5]
+    document = F.profile_document(lagged.fit.constants, "lagged", "test")
+    assert document["constants"]["admission_lag_iterations"] == 1.5
+    plain = F.calibrate_runs(runs, fitted, max_iterations=2)
+    assert [r.lag_iterations for r in plain.replays] == [F.ADMISSION_LAG_ITERATIONS] * 2
+    assert "admission_lag_iterations" not in plain.fit.constants
+    # (not inert: at the same constants, the longer lag gives a longer TTFT to the requests that found the engine busy)
+    same = {**lagged.fit.constants, "admission_lag_iterations": 1.0}
+    assert (F.replay(F.prepare(runs[1]), lagged.fit.constants).client_ttft()
+            > F.replay(F.prepare(runs[1]), same).client_ttft()).any()
+
+
+def test_with_the_lags_step_each_requests_row_prices_to_its_time_and_the_fit_picks_a_value_on_its_grid():
+    """lag_step_probability (an experiment, kvlab/cost/latency.py): θ · a request's row is the time the replay gives
+    it, step included, the means' equations are those rows' means, and fit_spread returns a value of its grid (the
+    same data, the same answer); a fit cannot be asked for the spread and the step at once."""
+    prepared = F.prepare(run_from_dict(RUN, "x"))
+    constants = {**F.START, "request_latency_s": 0.004, F.STEP: 0.3}
+    replay = F.replay(prepared, constants)
+    assert replay.step == 0.3 and set(np.unique(replay.extra())) == {0.0, 1.0}
+    theta = F.theta_of(constants)
+    e2e, ttft = replay.request_rows()
+    np.testing.assert_allclose(ttft @ theta, replay.client_ttft(), rtol=1e-9)
+    plain = F.replay(prepared, {**constants, F.STEP: 0.0})
+    np.testing.assert_allclose(replay.first_token, plain.first_token)  # (the engine's clock: the same)
+    moved = ttft @ theta > plain.client_ttft() + 1e-12
+    assert moved.any() and not moved.all()
+    predicted = replay.predicted()
+    for group, metric, row, _ in replay.equations():
+        assert row @ theta == pytest.approx(predicted[group][metric], rel=1e-9)
+    fitted = ("bandwidth_efficiency", "request_latency_s", F.STEP)
+    fit = F.fit_spread([replay, plain], fitted, constants)
+    assert fit.constants[F.STEP] in F.STEP_GRID and fit.fitted == fitted and F.JITTER not in fit.constants
+    assert F.fit_spread([replay, plain], fitted, constants).constants == fit.constants
+    with pytest.raises(KvlabError, match="lag_jitter_iterations and lag_step_probability: valid: one of them"):
+        F.calibrate_runs([prepared.run, prepared.run], (*fitted, F.JITTER))
 
 
 def test_what_a_decoded_token_reads_prices_to_the_replays_itl():
@@ -202,13 +249,13 @@ def test_the_shipped_profile_is_the_fit_on_the_calibration_set():
 
     profile = get_profile("vllm-h100")
     constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS}  # (an optional one left out: 0)
-    constants[F.JITTER] = profile.constants.get(F.JITTER, 0.0)  # (the lag's spread: fitted on a grid where asked)
+    constants |= F.carried(profile.constants)  # (the lag, its spread and its step: fitted on a grid where asked)
     runs = read_runs(TRAINVAL)
     assert [r.id for r in runs] == list(profile.fit["runs"])
     replays = [F.replay(F.prepare(run), constants) for run in runs]
     rows, labels = F._rows(replays)
     fitted, identified = profile.fit["fitted"], profile.fit.get("hold_if_sigma_over_value")
-    refit = (F.fit_jitter(replays, fitted, constants, identified) if F.JITTER in fitted
+    refit = (F.fit_spread(replays, fitted, constants, identified) if F.SPREADS.keys() & set(fitted)
              else F.solve(rows, fitted, constants, labels, identified))
     for name in fitted:
         sigma = profile.fit["sigma"].get(name, 0.025)  # (the spread's grid step)

@@ -242,3 +242,45 @@ def test_the_lags_spread_changes_only_the_clock_each_request_by_its_own_seeded_d
         assert s.first_token_time - r.first_token_time == pytest.approx(0.5 * draws[i] * iteration, abs=1e-12)
         assert s.finish_time - s.first_token_time == pytest.approx(r.finish_time - r.first_token_time, abs=1e-12)
     assert run({**lagged, "lag_jitter_iterations": 0.5})[1] == spread  # (seeded: the same run, the same numbers)
+
+
+def test_the_lags_step_changes_only_the_clock_one_iteration_for_a_seeded_few(tmp_path):
+    """lag_step_probability (kvlab/cost/latency.py, an experiment): put on the records after the engine, so the run
+    schedules the same steps; a request moves by exactly one of its own mean decode iterations or not at all, the
+    ones that move are those whose draw X has exp(-X) < q (about q of them), its time per output token does not
+    move, and the same run gives the same numbers."""
+    from kvlab.cost.latency import jitter_draws
+    from kvlab.service.engine import finish, start
+
+    workload = load_workload("paper-sharegpt", num_requests=200, arrival="poisson", rate=4.0, seed=0)
+
+    def run(constants):
+        config = resolve(model="llama-2-7b", gpu="H100-SXM", num_gpu_blocks=2000, cost=_write(constants, tmp_path))
+        _, (sim,) = start(config, [parse_strategy("vllm")], workload=workload)
+        steps = []
+        while not sim.done:
+            step = sim.step()
+            steps.append((step.num_scheduled_tokens, step.new_req_ids, step.preempted_req_ids))
+        return steps, {r.request_id: r for r in finish(sim).records}
+
+    lagged = {**ALL_TERMS, "admission_lag_iterations": 1.0}
+    base_steps, base = run(lagged)
+    steps, stepped = run({**lagged, "lag_step_probability": 0.2})
+    assert steps == base_steps
+    chosen = np.exp(-jitter_draws(sorted(base))) < 0.2
+    assert 0.1 < chosen.mean() < 0.3  # (about q of them, not all, not none)
+    for i, r in base.items():
+        s = stepped[i]
+        assert (s.arrival_time, s.first_scheduled_time) == (r.arrival_time, r.first_scheduled_time)
+        iteration = (r.finish_time - r.first_token_time) / max(1, r.num_output_tokens - 1)
+        assert s.first_token_time - r.first_token_time == pytest.approx(chosen[i] * iteration, abs=1e-12)
+        assert s.finish_time - s.first_token_time == pytest.approx(r.finish_time - r.first_token_time, abs=1e-12)
+    assert run({**lagged, "lag_step_probability": 0.2})[1] == stepped  # (seeded: the same run, the same numbers)
+
+
+def test_a_step_probability_above_one_is_one_line_naming_it(tmp_path):
+    from kvlab.cost.profiles import get_profile
+    from kvlab.errors import KvlabError
+
+    with pytest.raises(KvlabError, match=r"lag_step_probability = 1.5 must be in \[0, 1\]"):
+        get_profile(_write({**ALL_TERMS, "lag_step_probability": 1.5}, tmp_path))

@@ -48,6 +48,7 @@ CONSTANTS = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_ef
 INVERTED = ("bandwidth_efficiency", "attention_bandwidth_efficiency", "flops_efficiency", "allreduce_link_efficiency")
 FITTED_METRICS = ("e2e_mean", "ttft_mean", "itl_mean")
 JITTER_NAME = "lag_jitter_iterations"  # (JITTER below)
+STEP = "lag_step_probability"  # (the lag's step, latency.py: fitted like the spread, on its own grid, STEP_GRID)
 # What data identifies each constant (the message when the runs cannot).
 FIT_HINTS = {
     "bandwidth_efficiency": "runs whose decode iterations read the weights (any run below saturation)",
@@ -61,6 +62,7 @@ FIT_HINTS = {
     "sampler_logit_s": "runs of models whose vocabularies differ, at different batch sizes",
     "request_latency_s": "any runs (TTFT and E2E carry it, ITL does not)",
     JITTER_NAME: "runs whose TTFT p90 and p99 are published (it spreads each request's time outside the engine)",
+    STEP: "runs whose TTFT p90 and p99 are published (it delays a few requests by one more iteration)",
 }
 # Where the fixed point starts: the stated roofline's efficiencies, no CPU terms, all-reduce at 80% of the link.
 # Held, not fitted, by default (each stays at its start: START's, or --start's profile's):
@@ -96,15 +98,28 @@ JITTER = JITTER_NAME
 JITTER_STEP = 0.025  # (its "σ" in [fit.sigma] is this step: the grid's resolution, not a standard error)
 JITTER_GRID = tuple(round(JITTER_STEP * k, 3) for k in range(61))  # (0 to 1.5 iterations on average)
 JITTER_METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99")
+# The lag's step (latency.py; an experiment, fitted only where asked) is fitted the same way: q from 0 to 0.3.
+STEP_STEP = 0.01
+STEP_GRID = tuple(round(STEP_STEP * k, 3) for k in range(31))
+SPREADS = {JITTER: (JITTER_GRID, JITTER_STEP), STEP: (STEP_GRID, STEP_STEP)}  # (each one's grid and "σ")
 STRATEGY = "vllm+prefix"
 # vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
 ADMISSION_LAG_ITERATIONS = 1.0
+# A profile's constants that are not in θ but price its replays: a fit carries them from its start (``fixed``) into
+# every replay, fold and fitted profile, as given (the admission lag: ADMISSION_LAG_ITERATIONS where the start names
+# none, profile_document; the lag's spread and step: 0 where none, unless fitted, fit_spread).
+CARRIED = ("admission_lag_iterations", JITTER, STEP)
 
 
 # The calibration set's hardware names (the sim-to-real benchmark's) for cards kvlab's catalogue has two of. The set
 # says only "H100": taken as the SXM card, as vllm-h100 was fitted (an assumption, not read from the data); its A100
 # runs are A100-80GB (../shared/data/real-vllm/README.md).
 RUN_HARDWARE = {"H100": "H100-SXM", "A100": "A100-80GB"}
+
+
+def carried(constants: dict[str, float]) -> dict[str, float]:
+    """Those of ``constants`` a fit carries as given (CARRIED)."""
+    return {k: constants[k] for k in CARRIED if k in constants}
 
 
 def profile_document(constants: dict[str, float], name: str, source: str) -> dict:
@@ -219,6 +234,7 @@ class Replay:
     stage: np.ndarray
     num_preemptions: int = 0  # (the simulation's counter: a replay whose KV ran out says so)
     jitter: float = 0.0  # the profile's lag_jitter_iterations (latency.py: the lag's spread, per request)
+    step: float = 0.0  # the profile's lag_step_probability (latency.py: the lag's step, per request)
     _parts: Any = field(default=None, repr=False, compare=False)  # (request_parts, computed once)
 
     def draws(self) -> np.ndarray:
@@ -226,6 +242,15 @@ class Replay:
         from kvlab.cost.latency import jitter_draws
 
         return jitter_draws(np.arange(len(self.arrival)))
+
+    def extra(self, jitter: float | None = None, step: float | None = None) -> np.ndarray:
+        """Each request's iterations from the lag's spread and step (latency.spread_iterations; default the
+        replay's own)."""
+        from kvlab.cost.latency import spread_iterations
+
+        jitter, step = self.jitter if jitter is None else jitter, self.step if step is None else step
+        extra = spread_iterations(np.arange(len(self.arrival)), jitter, step)
+        return np.zeros(len(self.arrival)) if extra is None else extra
 
     def cumulative(self, times: np.ndarray) -> np.ndarray:
         """F(t): Σ Φ over the iterations before t, the one under way counted by the fraction elapsed."""
@@ -260,19 +285,20 @@ class Replay:
         lag = self.lag_iterations * self.busy()[:, None] * iteration
         return np.hstack([finish, ones]) - start + lag, np.hstack([first_token, ones]) - start + lag, iteration
 
-    def request_rows(self, jitter: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Each request's E2E and TTFT as rows over CONSTANTS' θ: θ · row is its time, with the lag's spread
-        (``jitter``, default the replay's: the request's draw times that many of its own mean decode iterations)."""
+    def request_rows(self, jitter: float | None = None, step: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Each request's E2E and TTFT as rows over CONSTANTS' θ: θ · row is its time, with the lag's spread and
+        step (``jitter``, ``step``, default the replay's: ``extra`` of its own mean decode iterations)."""
         e2e, ttft, iteration = self.request_parts()
-        jitter = self.jitter if jitter is None else jitter
-        if not jitter:
+        extra = self.extra(jitter, step)
+        if not extra.any():
             return e2e, ttft
-        spread = jitter * self.draws()[:, None] * iteration
+        spread = extra[:, None] * iteration
         return e2e + spread, ttft + spread
 
-    def equations(self, jitter: float | None = None) -> list[tuple[str, str, np.ndarray, float]]:
+    def equations(self, jitter: float | None = None, step: float | None = None
+                  ) -> list[tuple[str, str, np.ndarray, float]]:
         """(group, metric, row over CONSTANTS' θ, measured) for each fitted metric of each group."""
-        x_e2e, x_ttft = self.request_rows(jitter)
+        x_e2e, x_ttft = self.request_rows(jitter, step)
         out_len = self.prepared.run.workload.output_len
         rows = []
         for group in self.prepared.run.groups:
@@ -299,8 +325,7 @@ class Replay:
     def _lag(self, out_len: int):
         from kvlab.cost.latency import admission_lag
 
-        return admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish, out_len,
-                             self.jitter * self.draws() if self.jitter else 0.0)
+        return admission_lag(self.lag_iterations, self.busy(), self.first_token, self.finish, out_len, self.extra())
 
     def predicted(self) -> dict[str, dict[str, float]]:
         """The metrics a client would have measured, per group (summary and each stage)."""
@@ -380,7 +405,8 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
                   phi=phi, arrival=send, first_scheduled=timeline.first_scheduled,
                   lag_iterations=cost.admission_lag_iterations, first_token=timeline.first_token,
                   finish=timeline.finish, stage=stage_of(spec, scheduled - scheduled[0]),
-                  num_preemptions=timeline.num_preemptions, jitter=cost.lag_jitter_iterations)
+                  num_preemptions=timeline.num_preemptions, jitter=cost.lag_jitter_iterations,
+                  step=cost.lag_step_probability)
 
 
 class _Timeline:
@@ -633,7 +659,7 @@ def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str],
         sd = np.full(len(index), math.inf)
     full = theta_fixed.copy()
     full[index] = theta
-    constants = constants_of(full)
+    constants = {**carried(fixed), **constants_of(full)}  # (the lag and its spread as the replays had them)
     sigma = {}
     for k, t, e in zip(fitted, theta, sd):
         sigma[k] = float(e / t**2) if k in INVERTED else float(e)
@@ -641,10 +667,11 @@ def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str],
                rms_relative_residual=float(np.sqrt(np.mean(residual**2))))
 
 
-def _rows(replays: Sequence[Replay], jitter: float | None = None) -> tuple[list[tuple[np.ndarray, float]], list[str]]:
+def _rows(replays: Sequence[Replay], jitter: float | None = None, step: float | None = None
+          ) -> tuple[list[tuple[np.ndarray, float]], list[str]]:
     rows, labels = [], []
     for r in replays:
-        for group, metric, row, measured in r.equations(jitter):
+        for group, metric, row, measured in r.equations(jitter, step):
             rows.append((row, measured))
             labels.append(f"run {r.prepared.run.id} {group} {metric}")
     return rows, labels
@@ -665,10 +692,12 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
     way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
     the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
-    unknown = [k for k in fitted if k not in (*CONSTANTS, JITTER)]
+    unknown = [k for k in fitted if k not in (*CONSTANTS, *SPREADS)]
     if unknown:
         raise KvlabError(f"--fit {unknown[0]!r} is not a constant kvlab fits on measured runs; valid: "
-                         f"{', '.join((*CONSTANTS, JITTER))}")
+                         f"{', '.join((*CONSTANTS, *SPREADS))}")
+    if len([k for k in fitted if k in SPREADS]) > 1:
+        raise KvlabError(f"--fit names {' and '.join(SPREADS)}: valid: one of them (each is fitted on a grid)")
     if len(runs) < 2:
         raise KvlabError(f"{len(runs)} measured run: a fit across runs needs at least 2 (and leave-one-out 3)")
     constants = {**START, **(start or {})}
@@ -680,7 +709,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     for iteration in range(1, max_iterations + 1):
         replays = [replay(p, constants) for p in prepared]
         rows, labels = _rows(replays)
-        fit = fit_jitter(replays, fitted, constants, identified) if JITTER in fitted else solve(
+        fit = fit_spread(replays, fitted, constants, identified) if SPREADS.keys() & set(fitted) else solve(
             rows, fitted, constants, labels, identified)
         if progress is not None:
             progress(f"iteration {iteration}: rms relative residual {fit.rms_relative_residual:.2%} (under the "
@@ -689,7 +718,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
             break
         previous = fit.rms_relative_residual
         theta = 0.5 * (theta_of(constants) + theta_of(fit.constants))
-        constants = constants_of(theta) | ({JITTER: fit.constants[JITTER]} if JITTER in fitted else {})
+        constants = {**fit.constants, **constants_of(theta)}  # (CARRIED as given; the spread as fitted)
         history.append(dict(constants))
     assert fit is not None
     # The profile is the fit on the last replays: its σ and residuals are those equations'. Its iterations are the
@@ -697,31 +726,33 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     return Calibration(fit=fit, replays=replays, iterations=len(history), history=history)
 
 
-def fit_jitter(replays: Sequence[Replay], fitted: Sequence[str], fixed: dict[str, float],
+def fit_spread(replays: Sequence[Replay], fitted: Sequence[str], fixed: dict[str, float],
                identified: float | None = None) -> Fit:
-    """``solve`` with the lag's spread fitted too (JITTER's comment): the grid value whose fit is nearest the runs'
-    means and tails."""
-    linear = [k for k in fitted if k != JITTER]
+    """``solve`` with the lag's spread or its step fitted too, whichever ``fitted`` names (JITTER's comment): the
+    value of its grid (SPREADS) whose fit is nearest the runs' means and tails."""
+    name = next(k for k in fitted if k in SPREADS)
+    grid, resolution = SPREADS[name]
+    linear = [k for k in fitted if k != name]
     parts = [r.request_parts() for r in replays]
-    draws = [r.draws()[:, None] for r in replays]
     measured = [np.array([r.prepared.run.measured("summary", m) for m in JITTER_METRICS]) for r in replays]
     best: tuple[float, float, Fit] | None = None
-    for jitter in JITTER_GRID:
-        rows, labels = _rows(replays, jitter)
+    for value in grid:
+        given = {"jitter": value} if name == JITTER else {"step": value}
+        rows, labels = _rows(replays, **given)
         fit = solve(rows, linear, fixed, labels, identified)
         theta = theta_of(fit.constants)
         loss = 0.0
-        for (e2e, ttft, iteration), d, m in zip(parts, draws, measured):
-            spread = jitter * d * iteration
+        for (e2e, ttft, iteration), r, m in zip(parts, replays, measured):
+            spread = r.extra(**given)[:, None] * iteration
             e, t = (e2e + spread) @ theta, (ttft + spread) @ theta
             (e90, e99), (t90, t99) = np.percentile(e, (90, 99)), np.percentile(t, (90, 99))
             loss += float(np.sum((np.array([e.mean(), e90, e99, t.mean(), t90, t99]) / m - 1.0) ** 2))
         if best is None or loss < best[0]:
-            best = (loss, jitter, fit)
+            best = (loss, value, fit)
     assert best is not None
-    _, jitter, fit = best
-    return replace(fit, constants={**fit.constants, JITTER: float(jitter)}, fitted=fit.fitted + (JITTER,),
-                   sigma={**fit.sigma, JITTER: JITTER_STEP})
+    _, value, fit = best
+    return replace(fit, constants={**fit.constants, name: float(value)}, fitted=fit.fitted + (name,),
+                   sigma={**fit.sigma, name: resolution})
 
 
 def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None) -> list[Replay]:
@@ -735,8 +766,8 @@ def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | No
         others = [r for j, r in enumerate(calibration.replays) if j != i]
         rows, labels = _rows(others)
         try:
-            if JITTER in fit.fitted:
-                fold = fit_jitter(others, fit.fitted + fit.held, fit.constants)
+            if SPREADS.keys() & set(fit.fitted):
+                fold = fit_spread(others, fit.fitted + fit.held, fit.constants)
             else:
                 fold = solve(rows, fit.fitted + fit.held, fit.constants, labels, identified=None)
         except KvlabError as exc:

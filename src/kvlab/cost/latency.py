@@ -18,6 +18,11 @@ The lag's spread (a profile's ``lag_jitter_iterations``; an experiment, off in e
 own mean decode iterations later, X a seeded standard exponential draw per request (``jitter_draws``: the same
 request gets the same draw in every run), so that the time outside the engine core is not the same for every
 request. It is put on the records after the engine, like the lag: the schedule is unchanged.
+
+The lag's step (a profile's ``lag_step_probability``, q; an experiment, off in every built-in profile): with
+probability q a request's first token and end come one more of its own mean decode iterations later, the others'
+not at all; a request takes it where its draw X (the spread's, above: one seeded stream) has exp(−X) < q, an
+event of probability q. A shape for a tail made of a few slow requests, where the spread moves every request.
 """
 
 from __future__ import annotations
@@ -46,6 +51,15 @@ def jitter_draws(request_ids) -> np.ndarray:
     return np.random.default_rng(JITTER_SEED).standard_exponential(int(ids.max()) + 1)[ids]
 
 
+def spread_iterations(request_ids, jitter_iterations: float, step_probability: float = 0.0):
+    """Each request's iterations from the lag's spread and its step (module doc): ``jitter_iterations`` × X, plus 1
+    where exp(−X) < ``step_probability``, X its draw (``jitter_draws``); None when both are 0."""
+    if not jitter_iterations and not step_probability:
+        return None
+    x = jitter_draws(request_ids)
+    return jitter_iterations * x + (np.exp(-x) < step_probability)
+
+
 def admission_lag(lag_iterations: float, busy, first_token, finish, num_output_tokens, jitter=0.0):
     """Seconds each request's first token and end come later under async scheduling (module doc); numbers or
     numpy arrays. ``busy``: whether it reached a busy engine (its first iteration started after it arrived);
@@ -54,13 +68,15 @@ def admission_lag(lag_iterations: float, busy, first_token, finish, num_output_t
     return iterations * (finish - first_token) / max(1, num_output_tokens - 1) if lag_iterations or np.any(jitter) else 0.0
 
 
-def as_seen_by_clients(result, latency_s: float, lag_iterations: float = 0.0, jitter_iterations: float = 0.0):
+def as_seen_by_clients(result, latency_s: float, lag_iterations: float = 0.0, jitter_iterations: float = 0.0,
+                       step_probability: float = 0.0):
     """The result with each record's arrival put back at the client's time (latencies now include the delay),
     with the admission lag on the first token and the end of each request that reached a busy engine, and the
-    lag's spread (``jitter_iterations`` × the request's draw) on every finished request's."""
-    if not latency_s and not lag_iterations and not jitter_iterations:
+    lag's spread (``jitter_iterations`` × the request's draw) and step (one iteration with probability
+    ``step_probability``) on every finished request's."""
+    if not latency_s and not lag_iterations and not jitter_iterations and not step_probability:
         return result
-    draws = jitter_draws([r.request_id for r in result.records]) * jitter_iterations if jitter_iterations else None
+    draws = spread_iterations([r.request_id for r in result.records], jitter_iterations, step_probability)
     records = []
     for i, r in enumerate(result.records):
         r = r._replace(arrival_time=r.arrival_time - latency_s)

@@ -114,6 +114,9 @@ class CostModel:
     # The lag's spread: a seeded exponential draw per request, this many of its decode iterations on average, on its
     # first token and end, for every request (kvlab/cost/latency.py; an experiment, off in every built-in profile).
     lag_jitter_iterations: float = 0.0
+    # The lag's step: with this probability (a seeded draw per request) one more of its decode iterations on its
+    # first token and end (kvlab/cost/latency.py; an experiment, off in every built-in profile).
+    lag_step_probability: float = 0.0
     profile: str = field(default="roofline", compare=False)  # the cost profile's name (``kvlab cost``)
     notes: tuple[str, ...] = field(default=(), compare=False)  # what was assumed building it (profile mismatches)
     # (weights read + overhead in seconds, seconds to read one context token's KV, flops_per_token,

@@ -58,11 +58,14 @@ EFFICIENCY_CONSTANTS = {
     "lag_jitter_iterations": "mean of a seeded exponential draw per request, in its own decode iterations, added to "
                              "its first token and end outside the engine (the time outside the core not the same "
                              "for every request)",
+    "lag_step_probability": "probability that a request (a seeded draw each) waits one more of its own decode "
+                            "iterations outside the engine, on its first token and end",
 }
 # Constants a profile may leave out: without allreduce_link_efficiency, all-reduce costs nothing (the built-in
 # profiles from before issue 29 price no communication).
 OPTIONAL_CONSTANTS = ("allreduce_link_efficiency", "allreduce_latency_s", "admission_lag_iterations", "sampler_logit_s",
-                      "lag_jitter_iterations")
+                      "lag_jitter_iterations", "lag_step_probability")
+PROBABILITIES = ("lag_step_probability",)  # (in [0, 1]: 0 is off)
 ABSOLUTE_CONSTANTS = {
     "weights_read_s": "seconds to read the weights once (per iteration)",
     "context_token_s": "seconds to read one context token's K/V",
@@ -152,6 +155,7 @@ class CostProfile:
             seq_overhead_s=seq_overhead_s, prefill_token_overhead_s=c["prefill_token_overhead_s"],
             request_latency_s=c["request_latency_s"], admission_lag_iterations=c.get("admission_lag_iterations", 0.0),
             lag_jitter_iterations=c.get("lag_jitter_iterations", 0.0),
+            lag_step_probability=c.get("lag_step_probability", 0.0),
             profile=self.name, notes=notes,
         )
 
@@ -244,6 +248,8 @@ def _constants(raw: Any, kind: str, where: str) -> dict[str, float]:
             raise KvlabError(f"{where}: constant {name} = {value!r} must be finite and >= 0 ({expected[name]})")
         if name in FRACTIONS and not 0 < value <= 1:
             raise KvlabError(f"{where}: constant {name} = {value!r} must be in (0, 1] ({expected[name]})")
+        if name in PROBABILITIES and value > 1:
+            raise KvlabError(f"{where}: constant {name} = {value!r} must be in [0, 1] ({expected[name]})")
         if name not in FRACTIONS and value > MAX_SECONDS:
             raise KvlabError(f"{where}: constant {name} = {value!r} s is more than {MAX_SECONDS:g} s; valid: 0 to "
                              f"{MAX_SECONDS:g} ({expected[name]})")

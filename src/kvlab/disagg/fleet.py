@@ -90,7 +90,7 @@ class DisaggFleet:
         # service does for one engine, the request latency and the admission lag put around it.
         client = as_seen_by_clients(client_result(self.strategy, self.config, self.workload.name, p_results,
                                                   d_results), latency_s, self.config.cost.admission_lag_iterations,
-                                    self.config.cost.lag_jitter_iterations)
+                                    self.config.cost.lag_jitter_iterations, self.config.cost.lag_step_probability)
         received = [(replica.allocator.num_received_tokens, replica.allocator.num_local_hit_tokens)
                     for replica in decode]
         return DisaggResult(self.strategy, self.config, self.workload.name, self.router, self.disagg, p_results,

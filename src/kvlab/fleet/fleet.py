@@ -110,8 +110,8 @@ class Fleet:
                 num_routed[index] += 1
                 reasons[reason] = reasons.get(reason, 0) + 1
             lag = self.config.cost.admission_lag_iterations
-            jitter = self.config.cost.lag_jitter_iterations
-            results = [as_seen_by_clients(sim.run(), latency_s, lag, jitter) for sim in replicas]
+            jitter, step = self.config.cost.lag_jitter_iterations, self.config.cost.lag_step_probability
+            results = [as_seen_by_clients(sim.run(), latency_s, lag, jitter, step) for sim in replicas]
             if gate is not None:  # (the clients sent them before their wait at the gateway)
                 results = [replace(r, records=gate.as_seen_by_clients(r.records)) for r in results]
         finally:

@@ -243,7 +243,7 @@ def finish(sim: Simulation) -> SimResult:
 
     cost = sim.config.cost
     return as_seen_by_clients(sim.result(), cost.request_latency_s, cost.admission_lag_iterations,
-                              cost.lag_jitter_iterations)
+                              cost.lag_jitter_iterations, cost.lag_step_probability)
 
 
 def run(config: KvlabConfig, strategy_list: Sequence[Strategy | str], *, workload: Workload | None = None,
