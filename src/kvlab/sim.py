@@ -436,9 +436,8 @@ class Simulation:
         ``RunRow`` made by ``tuple.__new__`` was ~800 instructions more a run compiled, a generic call)."""
         sched = self.scheduler
         # (the counters in one call, and num_seqs as its property computes it: compiled, each read of an allocator's
-        # counter through the KVAllocator Protocol, and of the named tuple's property, is a generic attribute lookup;
-        # the counters indexed, as unpacking the call's tuple into names iterates it as an object)
-        counters = self.allocator.slot_counters()
+        # counter through the KVAllocator Protocol, and of the named tuple's property, is a generic attribute lookup)
+        allocated, internal, overhead, duplicate = self.allocator.slot_counters()
         decode, num_seqs = out.num_decode_tokens, len(out.num_scheduled_tokens)
         return (
             out.num_iterations,
@@ -448,11 +447,11 @@ class Simulation:
             out.num_prefill_tokens,
             decode,
             len(out.preempted_req_ids),
-            sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - counters[3],
+            sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - duplicate,
             num_seqs if out.num_iterations > 1 else 0,  # (after the first iteration, everyone decodes)
-            counters[0],  # (the recorder takes the run's growth off)
-            counters[1],
-            counters[2],
+            allocated,  # (the recorder takes the run's growth off)
+            internal,
+            overhead,
         )
 
     def _arrive(self) -> None:
