@@ -434,11 +434,8 @@ class Simulation:
         """The run's memory and queues as the metrics read them (the allocator already holds all its blocks): its
         ``RunRow``'s fields, in their order, as a plain tuple (the recorder only appends them to its list: a
         ``RunRow`` made by ``tuple.__new__`` was ~800 instructions more a run compiled, a generic call)."""
-        sched = self.scheduler
-        # (the counters in one call, and num_seqs as its property computes it: compiled, each read of an allocator's
-        # counter through the KVAllocator Protocol, and of the named tuple's property, is a generic attribute lookup)
-        allocated, internal, overhead, duplicate = self.allocator.slot_counters()
-        decode, num_seqs = out.num_decode_tokens, len(out.num_scheduled_tokens)
+        allocator, sched = self.allocator, self.scheduler
+        decode, num_seqs = out.num_decode_tokens, out.num_seqs
         return (
             out.num_iterations,
             num_seqs,
@@ -447,11 +444,11 @@ class Simulation:
             out.num_prefill_tokens,
             decode,
             len(out.preempted_req_ids),
-            sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - duplicate,
+            sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - allocator.num_duplicate_token_slots,
             num_seqs if out.num_iterations > 1 else 0,  # (after the first iteration, everyone decodes)
-            allocated,  # (the recorder takes the run's growth off)
-            internal,
-            overhead,
+            allocator.num_allocated_slots,  # (the recorder takes the run's growth off)
+            allocator.num_internal_fragmentation_slots,
+            allocator.num_overhead_slots,
         )
 
     def _arrive(self) -> None:

@@ -151,12 +151,6 @@ class KVAllocator(Protocol):
     @property
     def num_duplicate_token_slots(self) -> int: ...
 
-    def slot_counters(self) -> tuple[int, int, int, int]:
-        """(``num_allocated_slots``, ``num_internal_fragmentation_slots``, ``num_overhead_slots``,
-        ``num_duplicate_token_slots``): the four counters in one call, as the simulator records them after every
-        run (compiled, each read through this Protocol is a generic attribute lookup; benchmarks/README.md)."""
-        ...
-
     @property
     def num_free_blocks(self) -> int:
         """Blocks a running request can still grow into (0 for slabs, which never grow)."""

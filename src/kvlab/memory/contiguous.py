@@ -82,10 +82,6 @@ class ContiguousAllocator:
         self.num_duplicate_token_slots = 0  # nothing is shared between slabs
         self.enable_prefix_caching = False
 
-    def slot_counters(self) -> tuple[int, int, int, int]:
-        return (self.num_allocated_slots, self.num_internal_fragmentation_slots, self.num_overhead_slots,
-                self.num_duplicate_token_slots)
-
     def slab_size(self, request: Request) -> int:
         return self._slab_size(request, self.max_model_len)
 

@@ -153,10 +153,6 @@ class PagedAllocator:
         num_owned_blocks = self.num_blocks - 1 - self.block_pool.num_free_blocks
         return self.block_size * (self._num_table_entries - num_owned_blocks)
 
-    def slot_counters(self) -> tuple[int, int, int, int]:
-        return (self.num_allocated_slots, self.num_internal_fragmentation_slots, self.num_overhead_slots,
-                self.num_duplicate_token_slots)
-
     # The KVAllocator interface ------------------------------------------------------------------------------
 
     def why_never_fits(self, request: Request) -> str | None:
