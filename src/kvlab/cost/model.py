@@ -199,48 +199,59 @@ class CostModel:
         ``num_context_tokens`` tokens of KV and each one after it ``num_seqs`` more: ``num_iterations`` of them,
         or fewer when ``seconds`` is given (no more than can start within that time, plus one to spare).
 
-        Each is ``iteration_times(num_seqs, 0, num_seqs, context, context)`` bit for bit: the first is computed
-        by it. Both sides of the roofline grow linearly with the context, so when one side is the larger at both
-        ends of the run by far more than either side's rounding at its end, it is the larger throughout, and only
-        that side is computed (the same expression as iteration_times', two float operations an iteration;
-        benchmarks/README.md): in a list for a short run, in numpy from VECTOR_MIN_ITERATIONS on (an array comes
-        back). A cost of zero (every constant 0) leaves ``seconds`` no bound."""
-        first = self.iteration_times(num_seqs, 0, num_seqs, num_context_tokens, num_context_tokens)
-        if seconds < INF and first > 0:
-            # An iteration takes at least as long as the one before (its context is longer).
-            num_iterations = min(num_iterations, int(seconds / first) + 2)
-        if num_iterations <= 1:
-            return [first]
-        end = num_context_tokens + num_seqs * num_iterations
+        Each is ``iteration_times(num_seqs, 0, num_seqs, context, context)`` bit for bit: the first iteration's two
+        sides are its expressions, in typed floats (compiled, a call of iteration_times, whose untyped arithmetic is
+        generic, cost ~2.9k instructions; benchmarks/README.md), the larger taken as it takes it. Both sides of the
+        roofline grow linearly with the context, so when one side is the larger at both ends of the run by far more
+        than either side's rounding at its end, it is the larger throughout, and only that side is computed (the
+        same expression as iteration_times', two float operations an iteration; benchmarks/README.md): in a list
+        for a short run, in numpy from VECTOR_MIN_ITERATIONS on (an array comes back). A cost of zero (every
+        constant 0) leaves ``seconds`` no bound."""
         fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
         if self.has_experts:  # (num_seqs tokens every iteration: the same experts' read, as iteration_times adds it)
             fixed_s = fixed_s + self.experts_read_s(0 + num_seqs)
         tokens = flops_per_token * (0 + num_seqs)
-        contexts = range(num_context_tokens + num_seqs, end, num_seqs)
+        memory_first = fixed_s + num_context_tokens * kv_token_s
+        compute_first = overhead_s + (tokens + flops_per_pair * num_context_tokens) / flops
+        first = memory_first if memory_first >= compute_first else compute_first  # (iteration_times' choice)
+        cpu = 0.0
+        if self.has_cpu_terms:
+            cpu = (num_seqs * self.seq_overhead_s + 0 * self.prefill_token_overhead_s
+                   + (0 + num_seqs) * self.token_overhead_s)
+            first = first + cpu
+        if seconds < INF and first > 0:
+            # An iteration takes at least as long as the one before (its context is longer).
+            bound = int(seconds / first) + 2
+            if bound < num_iterations:
+                num_iterations = bound
+        if num_iterations <= 1:
+            return [first]
+        end = num_context_tokens + num_seqs * num_iterations
         last = end - num_seqs
-        gap_first = (fixed_s + num_context_tokens * kv_token_s) - (overhead_s + (tokens + flops_per_pair
-                                                                                 * num_context_tokens) / flops)
         memory_last, compute_last = fixed_s + last * kv_token_s, overhead_s + (tokens + flops_per_pair * last) / flops
-        gap_last = memory_last - compute_last
+        gap_first, gap_last = memory_first - compute_first, memory_last - compute_last
         # Each side's rounding is a few ulps of its value, and no iteration is longer than the last: a margin
-        # of the last iteration's larger side bounds the rounding of every iteration between.
-        margin = _SIDE_MARGIN * max(memory_last, compute_last)
+        # of the last iteration's larger side bounds the rounding of every iteration between (max(), written out).
+        margin = _SIDE_MARGIN * (compute_last if compute_last > memory_last else memory_last)
         if num_iterations >= VECTOR_MIN_ITERATIONS:
             return self._decode_times_array(num_seqs, num_context_tokens, end, fixed_s, tokens,
                                             gap_first > margin and gap_last > margin,
                                             gap_first < -margin and gap_last < -margin)
+        # On one side throughout, every iteration (the first included) is that side's expression over its context
+        # (num_context_tokens + i * num_seqs: compiled, a range with a step that is not a constant is iterated as
+        # an object).
         if gap_first > margin and gap_last > margin:  # memory-bound throughout
-            rest = [fixed_s + c * kv_token_s for c in contexts]
+            times = [fixed_s + (num_context_tokens + i * num_seqs) * kv_token_s for i in range(num_iterations)]
         elif gap_first < -margin and gap_last < -margin:  # compute-bound throughout
-            rest = [overhead_s + (tokens + flops_per_pair * c) / flops for c in contexts]
+            times = [overhead_s + (tokens + flops_per_pair * (num_context_tokens + i * num_seqs)) / flops
+                     for i in range(num_iterations)]
         else:  # the sides cross within the run: both, iteration by iteration
-            times = self.iteration_times
-            return [first] + [times(num_seqs, 0, num_seqs, c, c) for c in contexts]
+            iteration_times = self.iteration_times
+            return [first] + [iteration_times(num_seqs, 0, num_seqs, c, c)
+                              for c in range(num_context_tokens + num_seqs, end, num_seqs)]
         if self.has_cpu_terms:
-            cpu = (num_seqs * self.seq_overhead_s + 0 * self.prefill_token_overhead_s
-                   + (0 + num_seqs) * self.token_overhead_s)
-            rest = [t + cpu for t in rest]
-        return [first] + rest
+            return [t + cpu for t in times]
+        return times
 
     def _decode_times_array(self, num_seqs: int, num_context_tokens: int, end: int, fixed_s: float, tokens: float,
                             memory_bound: bool, compute_bound: bool):
