@@ -1401,6 +1401,45 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
                      "parallelism, lower --max-model-len or pick a larger GPU")
 
 
+# The catalogue has no node size: tensor parallelism is kept within 8 GPUs, the usual node (8 x H100/A100/L4 ...);
+# more GPUs than that are pipeline stages, as vLLM deployments across nodes take them.
+NODE_GPUS = 8
+
+
+def fewest_gpus_pipelined(model: ModelSpec, gpu: GpuSpec, config: SizingConfig,
+                          node_gpus: int = NODE_GPUS) -> tuple[int, int, SizingResult] | None:
+    """The fewest GPUs (tensor x pipeline parallel) on ``gpu`` that hold the weights and one max_model_len request,
+    tensor parallelism within ``node_gpus``; among equal counts, the fewest pipeline stages (the largest tensor-parallel
+    size). None where none does (up to one stage per layer). Each tensor-parallel size's fewest stages by doubling, then
+    bisection: more stages hold fewer layers per GPU, so where some count starts every larger one does."""
+    best: tuple[int, int, SizingResult] | None = None
+    sizes = [tp for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size,
+                                                      expert_parallel=config.enable_expert_parallel) if tp <= node_gpus]
+    for tp in reversed(sizes):
+        tried: dict[int, SizingResult | None] = {}
+
+        def starts(pp: int, tp: int = tp, tried: dict = tried) -> SizingResult | None:
+            if pp not in tried:
+                tried[pp] = _starts(model, replace(on_gpu(config, gpu, tp), pipeline_parallel_size=pp))
+            return tried[pp]
+
+        # (the most stages worth trying: fewer GPUs than the best so far)
+        most = model.num_hidden_layers if best is None else min(model.num_hidden_layers, (best[0] * best[1] - 1) // tp)
+        if best is not None and (most < 1 or starts(most) is None):
+            continue
+        low, high = 1, 1
+        while high < most and starts(high) is None:
+            low, high = high + 1, min(2 * high, most)
+        if starts(high) is None:  # (not even ``most`` stages)
+            continue
+        while low < high:  # (high starts)
+            mid = (low + high) // 2
+            low, high = (low, mid) if starts(mid) is not None else (mid + 1, high)
+        found = starts(high)
+        best = (tp, high, found) if found is not None else best
+    return best
+
+
 def _raise_if_refused_everywhere(model: ModelSpec, configs: list[SizingConfig]) -> None:
     """Where vLLM refuses every one of ``configs`` before it sizes memory (kv_layout's checks: a --block-size larger
     than --max-model-len, too many pipeline stages, ...), no number of GPUs helps: raise the first refusal, in the

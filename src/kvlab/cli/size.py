@@ -20,9 +20,11 @@ from kvlab.errors import KvlabError
 from kvlab.report.text import plural
 from kvlab.service.size import sizing_config, start_refusal
 from kvlab.sizing import (
+    NODE_GPUS,
     cuda_block_size_note,
     expert_parallel_note,
     fewest_gpus_for_workload,
+    fewest_gpus_pipelined,
     fit_sizing,
     gpu_notes,
     kv_layout,
@@ -502,6 +504,7 @@ def fit(
     answers: dict = {"model": spec.id, "gpu": gpu_spec.id if gpu_spec else None, "quantization_note": quantized}
     if target is not None:
         answers["fewest_gpus"] = _fewest_gpus(sized.fewest, target, config)
+        answers["fewest_gpus_pipelined"] = _fewest_gpus_pipelined(spec, target, config, answers["fewest_gpus"])
     answers["notes"] = notes
     longest = max_context_len(spec, config, concurrency)
     length = context_len or result.max_model_len
@@ -578,6 +581,44 @@ def _fewest_gpus(fewest, target, config) -> dict | None:
             "num_tokens": result.num_tokens, "max_concurrency": result.max_concurrency}
 
 
+def _fewest_gpus_pipelined(spec, target, config, fewest: dict | None) -> dict | None:
+    """`fit`'s fewest GPUs with pipeline parallelism as well (tensor parallelism within a node), where
+    --pipeline-parallel-size was not given and it differs from tensor parallelism alone's: fewer GPUs, or as many
+    without tensor parallelism across nodes."""
+    if config.pipeline_parallel_size != 1:
+        return None
+    found = fewest_gpus_pipelined(spec, target, config)
+    if found is None:
+        return None
+    tp, pp, result = found
+    if fewest is not None and (tp * pp > fewest["num_gpus"] or (pp == 1 and tp == fewest["tensor_parallel_size"])):
+        return None
+    return {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "num_gpus": tp * pp, "gpu": target.id,
+            "max_model_len": result.max_model_len, "num_tokens": result.num_tokens,
+            "max_concurrency": result.max_concurrency, "node_gpus": NODE_GPUS}
+
+
+def _print_fewest(console, answers: dict) -> None:
+    """`fit`'s "Fewest GPUs" lines: tensor parallelism alone (at the --pipeline-parallel-size given), and with
+    pipeline stages too where that differs."""
+    def held(f: dict) -> str:
+        parallel = f"--tensor-parallel-size {f['tensor_parallel_size']}" + (
+            f" --pipeline-parallel-size {f['pipeline_parallel_size']}" if f["pipeline_parallel_size"] > 1 else "")
+        return (f"{f['num_gpus']} x {f['gpu']} ({parallel}) hold the weights and one {f['max_model_len']:,}-token "
+                f"request ({f['num_tokens']:,} token slots, {f['max_concurrency']:.2f}x")
+
+    f, piped = answers.get("fewest_gpus"), answers.get("fewest_gpus_pipelined")
+    if f:
+        label = ("Fewest GPUs" if piped is None and f["pipeline_parallel_size"] == 1 else
+                 "Fewest GPUs with tensor parallelism alone" if f["pipeline_parallel_size"] == 1 else
+                 f"Fewest GPUs at --pipeline-parallel-size {f['pipeline_parallel_size']}")
+        console.print(f"\n[bold]{label}:[/] {held(f)})")
+    if piped:
+        console.print(f"{'' if f else chr(10)}[bold]Fewest GPUs with pipeline parallelism too:[/] {held(piped)}; "
+                      f"tensor parallelism within {piped['node_gpus']} GPUs, a node's usual count: the catalogue "
+                      "has no node sizes)")
+
+
 def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], concurrency: int,
                context_len: int | None) -> None:
     longest = answers["max_context_len"]["context_len"]
@@ -591,11 +632,7 @@ def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], 
     budget = "given" if result.available_kv_source == "given" else "estimated"
     console.print(f"KV cache: {result.num_blocks:,} blocks of {result.block_size} tokens ({gib(result.kv_cache_bytes)}"
                   f" per GPU, budget {budget}); {result.num_usable_blocks:,} usable")
-    if answers.get("fewest_gpus"):
-        f = answers["fewest_gpus"]
-        console.print(f"\n[bold]Fewest GPUs:[/] {f['num_gpus']} x {f['gpu']} (--tensor-parallel-size "
-                      f"{f['tensor_parallel_size']}) hold the weights and one {f['max_model_len']:,}-token request "
-                      f"({f['num_tokens']:,} token slots, {f['max_concurrency']:.2f}x)")
+    _print_fewest(console, answers)
     capped = {"max_position_embeddings": " (the model's max_position_embeddings)",
               "max_model_len": f" (the --max-model-len given: vLLM rejects a longer request; the model takes up to "
                                f"{spec.max_position_embeddings:,})"}.get(answers["max_context_len"]["capped_by"], "")

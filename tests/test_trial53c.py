@@ -1,0 +1,26 @@
+"""Trial 53's findings 3, 11 and 14 (size, fit, workload and cost-profile inputs) and fix53's sizing leftover."""
+
+from __future__ import annotations
+
+
+def test_fit_fewest_gpus_counts_pipeline_stages(kvlab):
+    """Finding 3: 3 x H100-SXM start llama-3.1-70b at TP 1 x PP 3; TP alone needs 4. fit says both, and which is which."""
+    r = kvlab("fit", "llama-3.1-70b", "--gpu", "h100-sxm")
+    assert r.exit_code == 0, r.stderr
+    out = " ".join(r.stdout.split())
+    assert "Fewest GPUs with tensor parallelism alone: 4 x H100-SXM (--tensor-parallel-size 4)" in out
+    assert ("Fewest GPUs with pipeline parallelism too: 3 x H100-SXM (--tensor-parallel-size 1 "
+            "--pipeline-parallel-size 3)") in out and "tensor parallelism within 8 GPUs" in out
+    piped = kvlab("fit", "llama-3.1-70b", "--gpu", "h100-sxm", "--json").json()["fewest_gpus_pipelined"]
+    assert (piped["tensor_parallel_size"], piped["pipeline_parallel_size"], piped["num_gpus"]) == (1, 3, 3)
+    sized = kvlab("size", "llama-3.1-70b", "--gpu", "h100-sxm", "-pp", "3", "--json").json()
+    assert piped["num_tokens"] == sized["num_tokens"]  # (the same sizing `kvlab size` gives that layout)
+    two = kvlab("size", "llama-3.1-70b", "--gpu", "h100-sxm", "-pp", "2", "--json").json()
+    assert two["num_tokens"] < two["max_model_len"]  # (2 stages do not hold one request: 3 is the fewest)
+
+
+def test_fit_fewest_gpus_plain_where_pipeline_stages_do_not_help(kvlab):
+    out = " ".join(kvlab("fit", "llama-3.1-70b", "--gpu", "h200").stdout.split())
+    assert "Fewest GPUs: 2 x H200 (--tensor-parallel-size 2)" in out and "pipeline parallelism too" not in out
+    out = " ".join(kvlab("fit", "llama-3.1-70b", "--gpu", "h100-sxm", "-pp", "3").stdout.split())
+    assert "Fewest GPUs at --pipeline-parallel-size 3: 3 x H100-SXM" in out and "pipeline parallelism too" not in out
