@@ -1238,11 +1238,7 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
         if _weights_fit(model, trial):
             hints.append(_tensor_parallel_hint(model, trial))
             break
-    named = card_id(config.gpu_name)
-    bigger = [g.id if g.id != named else f"{g.id} with its whole {format_gib(g.memory_bytes)} GiB"
-              for g in sorted(list_gpus(), key=lambda g: g.memory_bytes)
-              if g.memory_bytes > (config.gpu_memory_bytes or 0)
-              and _weights_fit(model, replace(config, gpu_memory_bytes=g.memory_bytes, gpu_name=g.id))]
+    bigger = _larger_gpus(model, config)
     if bigger:
         hints.append(f"a larger GPU at the same parallelism: {', '.join(bigger[:3])}")
     utilization = smallest_utilization(model, config)
@@ -1255,6 +1251,29 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
                                    f". Nothing in the catalogue fits at this parallelism, nor at any tensor-parallel "
                                    f"size up to {max(valid_tensor_parallel_sizes(model))} on this GPU; split the "
                                    "layers too (--pipeline-parallel-size) or quantize the weights (--quantization)"))
+
+
+def _larger_gpus(model: ModelSpec, config: SizingConfig) -> list[str]:
+    """The catalogue's GPUs larger than ``config``'s that hold the weights at its parallelism: those vLLM starts on
+    (one max_model_len request fits, as `kvlab size` checks), then those it starts on only at a shorter
+    max_model_len, named with that length (in vLLM's word, not the flag: the lab's endpoints pass the line on and cut
+    advice that names a flag); the three smallest of each, in that order."""
+    named = card_id(config.gpu_name)
+    starts, shorter = [], []
+    for g in sorted(list_gpus(), key=lambda g: g.memory_bytes):
+        trial = replace(config, gpu_memory_bytes=g.memory_bytes, gpu_name=g.id, available_kv_bytes=None)
+        if g.memory_bytes <= (config.gpu_memory_bytes or 0) or not _weights_fit(model, trial):
+            continue
+        name = g.id if g.id != named else f"{g.id} with its whole {format_gib(g.memory_bytes)} GiB"
+        try:
+            result = size_kv_cache(model, trial)
+        except KvlabError:
+            continue
+        if result.fits_max_model_len:
+            starts.append(name)
+        elif result.estimated_max_model_len:
+            shorter.append(f"{name} at a max_model_len of {result.estimated_max_model_len:,} or less")
+    return (starts + shorter)[:3]
 
 
 def smallest_utilization(model: ModelSpec, config: SizingConfig, most: int = 95) -> float | None:
