@@ -39,3 +39,56 @@ def test_larger_gpu_advice_uses_the_start_rule(kvlab):
     # (where a larger GPU starts at the length asked, it is named plainly)
     r = kvlab("size", "llama-3.1-70b", "--gpu", "h200", "--max-model-len", "32k")
     assert "a larger GPU at the same parallelism: B200, MI300X" in r.stderr, r.stderr
+
+
+def _bench():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "startup_logs.py"
+    spec = importlib.util.spec_from_file_location("startup_logs_bench_53c", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stored_estimate_accuracy_is_what_the_benchmark_computes_now():
+    """Finding 11: the figure size and fit print beside an estimated budget is benchmarks/startup_logs.py's, stored by
+    its --write; after a change to the sizing or the corpus this fails until it is regenerated."""
+    import json
+    import sys
+
+    from kvlab.catalog.accuracy import kv_token_accuracy
+
+    bench = _bench()
+    try:
+        entries = json.loads((bench.CORPUS / "index.json").read_text(encoding="utf-8"))
+        rows = []
+        for entry in entries:
+            entry["_folder"] = bench.CORPUS
+            rows.append(bench.predict(entry))
+        computed = bench.kv_token_accuracy(rows)
+    finally:
+        del sys.modules["startup_logs_bench_53c"]
+    assert computed == kv_token_accuracy(), "run: python benchmarks/startup_logs.py --write"
+    assert computed["num_sized"] >= 30 and 0 < computed["num_within"] <= computed["num_sized"]
+
+
+def test_size_and_fit_say_how_far_the_estimate_was_off(kvlab):
+    from kvlab.catalog.accuracy import kv_token_accuracy
+
+    acc = kv_token_accuracy()
+    said = (f"on {acc['num_sized']} real startup logs kvlab sizes, its KV cache tokens were within 2% of vLLM's on "
+            f"{acc['num_within']}, median error {acc['median_abs_error']:.1%}, largest {acc['largest_error']:+.1%} "
+            "(benchmarks/startup_logs.py)")
+    size = " ".join(kvlab("size", "qwen3-14b", "--gpu", "l40s", "--max-model-len", "40960",
+                          "--vllm-version", "0.28.0").stdout.split())
+    assert f"(the budget is kvlab's estimate: {said}; pass --available-kv-gib" in size
+    fit = " ".join(kvlab("fit", "qwen3-14b", "--gpu", "l40s").stdout.split())
+    assert f"budget kvlab's estimate: {said})" in fit
+    assert kvlab("size", "qwen3-14b", "--gpu", "l40s", "--json").json()["estimate_accuracy"] == acc
+    given = kvlab("size", "qwen3-14b", "--available-kv-gib", "10")
+    assert "startup logs" not in given.stdout and "kvlab's estimate" not in given.stdout
+    assert "startup logs" not in kvlab("fit", "qwen3-14b", "--available-kv-gib", "10").stdout

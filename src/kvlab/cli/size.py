@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvlab.catalog import GpuSpec, get_model
+from kvlab.catalog.accuracy import estimate_accuracy_clause, kv_token_accuracy
 from kvlab.catalog.models import DTYPE_BYTES
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
@@ -393,6 +394,8 @@ def size(
         data["model"] = {"id": spec.id, "hf_repo": spec.hf_repo, "origin": spec.origin, "attention": spec.attention}
         data["estimate_note"] = ("activation_bytes, non_torch_bytes and cuda_graph_bytes are kvlab's estimate; "
                                  "vLLM measures them at startup")
+        if result.available_kv_source == "estimated":
+            data["estimate_accuracy"] = kv_token_accuracy()
         data["profile_terms"] = [{"name": t.name, "bytes": t.bytes, "source": t.source} for t in result.profile_terms]
         data["workload"] = fit.to_dict() if fit else None
         data["gpu_notes"] = gpu_notes(spec, config)
@@ -404,6 +407,13 @@ def size(
         raise typer.Exit(1)
 
 
+def _accuracy() -> str:
+    """", <how far the estimate was off on the corpus of real logs>" (kvlab.catalog.accuracy), or nothing where
+    nothing is stored."""
+    clause = estimate_accuracy_clause()
+    return f": {clause}" if clause else ""
+
+
 def _print_size(spec, gpu_spec, config, result, fit) -> None:
     from rich.console import Console
 
@@ -412,8 +422,8 @@ def _print_size(spec, gpu_spec, config, result, fit) -> None:
     for note in gpu_notes(spec, config):
         console.print(f"[yellow]note: {note}[/]")
     console.print(_table(size_rows(spec, result, gpu_spec)))
-    console.print("\n[bold]vLLM would print[/]" + (" (the budget is kvlab's estimate; pass --available-kv-gib with "
-                                                    "vLLM's figure for its exact count)"
+    console.print("\n[bold]vLLM would print[/]" + (f" (the budget is kvlab's estimate{_accuracy()}; pass "
+                                                    "--available-kv-gib with vLLM's figure for its exact count)"
                                                     if result.available_kv_source == "estimated" else ""))
     for line in result.vllm_log_lines:
         console.print(f"  {line}", markup=False)
@@ -629,7 +639,7 @@ def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], 
     console.print(_title(spec, gpu_spec, config, result))
     for note in notes:
         console.print(f"[dim]({note})[/]")
-    budget = "given" if result.available_kv_source == "given" else "estimated"
+    budget = "given" if result.available_kv_source == "given" else f"kvlab's estimate{_accuracy()}"
     console.print(f"KV cache: {result.num_blocks:,} blocks of {result.block_size} tokens ({gib(result.kv_cache_bytes)}"
                   f" per GPU, budget {budget}); {result.num_usable_blocks:,} usable")
     _print_fewest(console, answers)
