@@ -92,3 +92,13 @@ def test_size_and_fit_say_how_far_the_estimate_was_off(kvlab):
     given = kvlab("size", "qwen3-14b", "--available-kv-gib", "10")
     assert "startup logs" not in given.stdout and "kvlab's estimate" not in given.stdout
     assert "startup logs" not in kvlab("fit", "qwen3-14b", "--available-kv-gib", "10").stdout
+
+
+def test_context_len_reads_8k_as_max_model_len_does(kvlab):
+    """Finding 14: `--context-len 8k` was 'not a whole number' while --max-model-len 8k was taken."""
+    out = " ".join(kvlab("size", "qwen3-8b", "--gpu", "l4", "--context-len", "8k", "--max-model-len", "16k").stdout.split())
+    assert "Workload: 1 request x 8,000 tokens" in out
+    data = kvlab("fit", "qwen3-8b", "--gpu", "l4", "--context-len=8K", "--json").json()
+    assert data["max_num_requests"]["context_len"] == 8192
+    r = kvlab("fit", "qwen3-8b", "--gpu", "l4", "--context-len", "8x")
+    assert r.exit_code == 2 and "--context-len '8x': not a whole number; valid: a whole number in digits (4096), or 32k" in r.stderr

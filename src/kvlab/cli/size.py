@@ -44,7 +44,8 @@ GIB = 2**30
 ModelArg = Annotated[str, typer.Argument(help="Catalogue name (see `kvlab models`), a config.json or a folder "
                                              "holding one, or a Hugging Face id.", show_default=False)]
 ConcOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Requests that should fit at once.")]
-CtxOpt = Annotated[Optional[int], typer.Option("--context-len", help="Tokens per request (prompt + answer).")]
+CtxOpt = Annotated[Optional[int], typer.Option(
+    "--context-len", help="Tokens per request (prompt + answer; 8k: 8,000, 8K: 8,192, as --max-model-len reads them).")]
 # (their help and defaults are the run options' of the same names, declared in kvlab/config/options.py)
 VersionOpt = Annotated[Optional[str], typer.Option(
     OPTIONS["vllm_version"].flag, help=OPTIONS["vllm_version"].help, show_default=OPTIONS["vllm_version"].default_text)]
