@@ -102,3 +102,13 @@ def test_context_len_reads_8k_as_max_model_len_does(kvlab):
     assert data["max_num_requests"]["context_len"] == 8192
     r = kvlab("fit", "qwen3-8b", "--gpu", "l4", "--context-len", "8x")
     assert r.exit_code == 2 and "--context-len '8x': not a whole number; valid: a whole number in digits (4096), or 32k" in r.stderr
+
+
+def test_a_workload_that_is_not_a_file_form_names_every_form_run_takes(kvlab, tmp_path):
+    """Finding 14: `-w README.md` / `-w emptydir` listed .csv and .jsonl only; run also takes inference-perf's .yaml."""
+    (tmp_path / "README.md").write_text("# notes\n")
+    (tmp_path / "emptydir").mkdir()
+    for name, got in (("README.md", "(got '.md')"), ("emptydir", "(got a folder)")):
+        r = kvlab("run", "vllm", "-w", str(tmp_path / name), "-n", "5")
+        assert r.exit_code == 2 and ("a workload file must end in .csv or .jsonl (one request a row) or .yaml / .yml "
+                                     f"(an inference-perf configuration) {got}") in r.stderr, r.stderr
