@@ -112,3 +112,12 @@ def test_a_workload_that_is_not_a_file_form_names_every_form_run_takes(kvlab, tm
         r = kvlab("run", "vllm", "-w", str(tmp_path / name), "-n", "5")
         assert r.exit_code == 2 and ("a workload file must end in .csv or .jsonl (one request a row) or .yaml / .yml "
                                      f"(an inference-perf configuration) {got}") in r.stderr, r.stderr
+
+
+def test_a_cost_profile_in_another_format_is_named_by_its_suffix(kvlab, tmp_path):
+    """Finding 14: `--cost ip.yaml` said "is not valid JSON"; a .yaml is not a profile format at all."""
+    (tmp_path / "ip.yaml").write_text("data:\n  type: shared_prefix\n")
+    r = kvlab("run", "vllm", "--cost", str(tmp_path / "ip.yaml"), "-n", "5")
+    assert r.exit_code == 2 and ".yaml is not a profile format; valid: .toml or .json" in r.stderr, r.stderr
+    (tmp_path / "bad.json").write_text("x = 1\n")
+    assert "is not valid JSON" in kvlab("run", "vllm", "--cost", str(tmp_path / "bad.json"), "-n", "5").stderr
