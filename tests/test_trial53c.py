@@ -121,3 +121,16 @@ def test_a_cost_profile_in_another_format_is_named_by_its_suffix(kvlab, tmp_path
     assert r.exit_code == 2 and ".yaml is not a profile format; valid: .toml or .json" in r.stderr, r.stderr
     (tmp_path / "bad.json").write_text("x = 1\n")
     assert "is not valid JSON" in kvlab("run", "vllm", "--cost", str(tmp_path / "bad.json"), "-n", "5").stderr
+
+
+def test_an_inference_perf_file_given_as_options_is_pointed_at_w(kvlab, tmp_path):
+    """Finding 14: `run --config ip.yaml` said "'data' has a dict", `sweep --grid ip.yaml` "'data' is not an option";
+    neither said that this is a workload file."""
+    ip = tmp_path / "ip.yaml"
+    ip.write_text("data:\n  type: shared_prefix\n  shared_prefix: {num_groups: 2, num_prompts_per_group: 3, "
+                  "system_prompt_len: 40, question_len: 20, output_len: 5}\nload:\n  stages: [{rate: 2.0, duration: 3}]\n")
+    for command in (("run", "vllm", "--config", str(ip), "-n", "5"), ("sweep", "--grid", str(ip))):
+        r = kvlab(*command)
+        assert r.exit_code == 2 and "this is an inference-perf workload file (data:, load:)" in r.stderr, r.stderr
+        assert f"run it as a workload: -w {ip}" in " ".join(r.stderr.split())
+    assert kvlab("run", "vllm", "-w", str(ip)).exit_code == 0
