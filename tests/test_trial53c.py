@@ -134,3 +134,12 @@ def test_an_inference_perf_file_given_as_options_is_pointed_at_w(kvlab, tmp_path
         assert r.exit_code == 2 and "this is an inference-perf workload file (data:, load:)" in r.stderr, r.stderr
         assert f"run it as a workload: -w {ip}" in " ".join(r.stderr.split())
     assert kvlab("run", "vllm", "-w", str(ip)).exit_code == 0
+
+
+def test_size_prints_the_budget_as_vllm_does_with_two_decimals(kvlab):
+    """Finding 14: vLLM's gpu_worker.py logs "Available KV cache memory: %.2f GiB" (8.60 in the corpus's 0.10.2 log);
+    size printed 8.6."""
+    out = kvlab("size", "qwen3-8b", "--available-kv-gib", "8.6", "--vllm-version", "0.10.2").stdout
+    assert "Available KV cache memory: 8.60 GiB" in out
+    lines = kvlab("size", "qwen3-8b", "--available-kv-gib", "12", "--json").json()["vllm_log_lines"]
+    assert lines[0] == "Available KV cache memory: 12.00 GiB"

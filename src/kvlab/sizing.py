@@ -893,8 +893,11 @@ class SizingResult:
 
     @property
     def vllm_log_lines(self) -> tuple[str, str, str]:
-        """The three startup lines vLLM prints (gpu_worker.py, kv_cache_utils.update_kv_cache_capacity)."""
-        return (f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB",
+        """The three startup lines vLLM prints (gpu_worker.py, kv_cache_utils.update_kv_cache_capacity). The budget
+        as gpu_worker.py's determine_available_memory formats it, "Available KV cache memory: %.2f GiB" (two
+        decimals: 49 of the startup-log corpus's 50 such lines, 0.9.2 to 0.29.0, print '8.60 GiB'; the other is a
+        blog post's copy, '21.5 GiB')."""
+        return (f"Available KV cache memory: {self.available_kv_bytes / GIB:.2f} GiB",
                 f"GPU KV cache size: {self.num_tokens:,} tokens",
                 f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
 
