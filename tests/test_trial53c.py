@@ -89,6 +89,8 @@ def test_size_and_fit_say_how_far_the_estimate_was_off(kvlab):
     fit = " ".join(kvlab("fit", "qwen3-14b", "--gpu", "l40s").stdout.split())
     assert f"budget kvlab's estimate: {said})" in fit
     assert kvlab("size", "qwen3-14b", "--gpu", "l40s", "--json").json()["estimate_accuracy"] == acc
+    assert kvlab("fit", "qwen3-14b", "--gpu", "l40s", "--json").json()["estimate_accuracy"] == acc
+    assert "estimate_accuracy" not in kvlab("fit", "qwen3-14b", "--available-kv-gib", "10", "--json").json()
     given = kvlab("size", "qwen3-14b", "--available-kv-gib", "10")
     assert "startup logs" not in given.stdout and "kvlab's estimate" not in given.stdout
     assert "startup logs" not in kvlab("fit", "qwen3-14b", "--available-kv-gib", "10").stdout

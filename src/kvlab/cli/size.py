@@ -535,6 +535,8 @@ def fit(
     answers["sizing"] = {k: v for k, v in result.to_dict().items() if k in (
         "kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "page_size_bytes", "weights_bytes", "available_kv_bytes",
         "available_kv_source", "num_blocks", "num_tokens", "max_concurrency", "max_model_len")}
+    if result.available_kv_source == "estimated":
+        answers["estimate_accuracy"] = kv_token_accuracy()
     if as_json:
         typer.echo(json.dumps(answers, indent=1))
         return
