@@ -3,6 +3,8 @@
     python benchmarks/startup_logs.py            # per log: weights, activation, non-torch, CUDA graphs,
                                                  # available KV, KV tokens, max concurrency; then the shares
     python benchmarks/startup_logs.py --fit      # also the coefficients the logs of the fitting half imply
+    python benchmarks/startup_logs.py --write    # also store the summary's KV-token accuracy where `kvlab size`
+                                                 # and `kvlab fit` read it (src/kvlab/catalog/data/sizing_accuracy.json)
 
 The corpus is tests/data/startup_logs/index.json (one entry per log: where it comes from, the settings it was
 started with, the figures it printed); models the catalogue lacks are read from tests/data/model_configs/. The
@@ -390,8 +392,29 @@ def cause(row: Row) -> str:
     return text
 
 
+ACCURACY = ROOT / "src" / "kvlab" / "catalog" / "data" / "sizing_accuracy.json"
+
+
+def kv_token_accuracy(rows: list[Row]) -> dict:
+    """How far kvlab's estimated KV cache tokens are from what vLLM printed, over every sized log of the corpus that
+    prints its tokens: what `kvlab size` and `kvlab fit` say beside an estimated budget (kvlab.catalog.accuracy)."""
+    errors = sorted((rel(r.predicted["kv_cache_tokens"], r.printed["kv_cache_tokens"]) for r in rows
+                     if not r.error and r.predicted.get("kv_cache_tokens") is not None
+                     and r.printed.get("kv_cache_tokens")), key=abs)
+    return {"num_logs": len(rows), "num_sized": len(errors), "within": WITHIN,
+            "num_within": sum(abs(x) <= WITHIN for x in errors),
+            "median_abs_error": round(statistics.median(abs(x) for x in errors), 4) if errors else None,
+            "largest_error": round(errors[-1], 4) if errors else None,
+            "command": "python benchmarks/startup_logs.py --write"}
+
+
 def summary(rows: list[Row]) -> None:
     print("\n== summary ==")
+    acc = kv_token_accuracy(rows)
+    if acc["num_sized"]:
+        print(f"  KV tokens, all sized logs: {acc['num_within']} of {acc['num_sized']} within {WITHIN:.0%}, median "
+              f"|error| {acc['median_abs_error']:.1%}, largest {acc['largest_error']:+.1%} (what `kvlab size` says "
+              "beside an estimated budget; --write stores it)")
     for part in ("fit", "held-out", "all"):
         chosen = [r for r in rows if part == "all" or split_of(r.entry["id"]) == part]
         sized = [r for r in chosen if not r.error]
@@ -523,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="also print what the fitting half implies")
     parser.add_argument("--corpus", type=Path, default=CORPUS / "index.json")
+    parser.add_argument("--write", action="store_true", help=f"store the KV-token accuracy in {ACCURACY.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     if not args.corpus.is_file():
         print(f"no corpus at {args.corpus}: the startup-log corpus (tests/data/startup_logs/index.json) is not here",
@@ -538,6 +562,9 @@ def main(argv: list[str] | None = None) -> int:
         print_row(row)
         rows.append(row)
     summary(rows)
+    if args.write:
+        ACCURACY.write_text(json.dumps(kv_token_accuracy(rows), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {ACCURACY.relative_to(ROOT)}")
     if args.fit:
         fit(rows)
         graph_estimates(rows)

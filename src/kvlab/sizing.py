@@ -900,8 +900,11 @@ class SizingResult:
 
     @property
     def vllm_log_lines(self) -> tuple[str, str, str]:
-        """The three startup lines vLLM prints (gpu_worker.py, kv_cache_utils.update_kv_cache_capacity)."""
-        return (f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB",
+        """The three startup lines vLLM prints (gpu_worker.py, kv_cache_utils.update_kv_cache_capacity). The budget
+        as gpu_worker.py's determine_available_memory formats it, "Available KV cache memory: %.2f GiB" (two
+        decimals: 49 of the startup-log corpus's 50 such lines, 0.9.2 to 0.29.0, print '8.60 GiB'; the other is a
+        blog post's copy, '21.5 GiB')."""
+        return (f"Available KV cache memory: {self.available_kv_bytes / GIB:.2f} GiB",
                 f"GPU KV cache size: {self.num_tokens:,} tokens",
                 f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
 
@@ -1248,11 +1251,7 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
         if _weights_fit(model, trial):
             hints.append(_tensor_parallel_hint(model, trial))
             break
-    named = card_id(config.gpu_name)
-    bigger = [g.id if g.id != named else f"{g.id} with its whole {format_gib(g.memory_bytes)} GiB"
-              for g in sorted(list_gpus(), key=lambda g: g.memory_bytes)
-              if g.memory_bytes > (config.gpu_memory_bytes or 0)
-              and _weights_fit(model, replace(config, gpu_memory_bytes=g.memory_bytes, gpu_name=g.id))]
+    bigger = _larger_gpus(model, config)
     if bigger:
         hints.append(f"a larger GPU at the same parallelism: {', '.join(bigger[:3])}")
     utilization = smallest_utilization(model, config)
@@ -1265,6 +1264,29 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
                                    f". Nothing in the catalogue fits at this parallelism, nor at any tensor-parallel "
                                    f"size up to {max(valid_tensor_parallel_sizes(model))} on this GPU; split the "
                                    "layers too (--pipeline-parallel-size) or quantize the weights (--quantization)"))
+
+
+def _larger_gpus(model: ModelSpec, config: SizingConfig) -> list[str]:
+    """The catalogue's GPUs larger than ``config``'s that hold the weights at its parallelism: those vLLM starts on
+    (one max_model_len request fits, as `kvlab size` checks), then those it starts on only at a shorter
+    max_model_len, named with that length (in vLLM's word, not the flag: the lab's endpoints pass the line on and cut
+    advice that names a flag); the three smallest of each, in that order."""
+    named = card_id(config.gpu_name)
+    starts, shorter = [], []
+    for g in sorted(list_gpus(), key=lambda g: g.memory_bytes):
+        trial = replace(config, gpu_memory_bytes=g.memory_bytes, gpu_name=g.id, available_kv_bytes=None)
+        if g.memory_bytes <= (config.gpu_memory_bytes or 0) or not _weights_fit(model, trial):
+            continue
+        name = g.id if g.id != named else f"{g.id} with its whole {format_gib(g.memory_bytes)} GiB"
+        try:
+            result = size_kv_cache(model, trial)
+        except KvlabError:
+            continue
+        if result.fits_max_model_len:
+            starts.append(name)
+        elif result.estimated_max_model_len:
+            shorter.append(f"{name} at a max_model_len of {result.estimated_max_model_len:,} or less")
+    return (starts + shorter)[:3]
 
 
 def smallest_utilization(model: ModelSpec, config: SizingConfig, most: int = 95) -> float | None:
@@ -1409,6 +1431,45 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
     raise KvlabError(f"{model.id} does not fit on up to {largest} x {gpu.id} with tensor parallelism ({why}) with one "
                      f"{config.max_model_len or model.max_position_embeddings:,}-token request{held}; add pipeline "
                      "parallelism, lower --max-model-len or pick a larger GPU")
+
+
+# The catalogue has no node size: tensor parallelism is kept within 8 GPUs, the usual node (8 x H100/A100/L4 ...);
+# more GPUs than that are pipeline stages, as vLLM deployments across nodes take them.
+NODE_GPUS = 8
+
+
+def fewest_gpus_pipelined(model: ModelSpec, gpu: GpuSpec, config: SizingConfig,
+                          node_gpus: int = NODE_GPUS) -> tuple[int, int, SizingResult] | None:
+    """The fewest GPUs (tensor x pipeline parallel) on ``gpu`` that hold the weights and one max_model_len request,
+    tensor parallelism within ``node_gpus``; among equal counts, the fewest pipeline stages (the largest tensor-parallel
+    size). None where none does (up to one stage per layer). Each tensor-parallel size's fewest stages by doubling, then
+    bisection: more stages hold fewer layers per GPU, so where some count starts every larger one does."""
+    best: tuple[int, int, SizingResult] | None = None
+    sizes = [tp for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size,
+                                                      expert_parallel=config.enable_expert_parallel) if tp <= node_gpus]
+    for tp in reversed(sizes):
+        tried: dict[int, SizingResult | None] = {}
+
+        def starts(pp: int, tp: int = tp, tried: dict = tried) -> SizingResult | None:
+            if pp not in tried:
+                tried[pp] = _starts(model, replace(on_gpu(config, gpu, tp), pipeline_parallel_size=pp))
+            return tried[pp]
+
+        # (the most stages worth trying: fewer GPUs than the best so far)
+        most = model.num_hidden_layers if best is None else min(model.num_hidden_layers, (best[0] * best[1] - 1) // tp)
+        if best is not None and (most < 1 or starts(most) is None):
+            continue
+        low, high = 1, 1
+        while high < most and starts(high) is None:
+            low, high = high + 1, min(2 * high, most)
+        if starts(high) is None:  # (not even ``most`` stages)
+            continue
+        while low < high:  # (high starts)
+            mid = (low + high) // 2
+            low, high = (low, mid) if starts(mid) is not None else (mid + 1, high)
+        found = starts(high)
+        best = (tp, high, found) if found is not None else best
+    return best
 
 
 def _raise_if_refused_everywhere(model: ModelSpec, configs: list[SizingConfig]) -> None:

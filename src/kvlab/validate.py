@@ -168,6 +168,9 @@ def whole_number_problem(text: str, *, vllm_int: bool = False) -> str | None:
 # number only: vLLM refuses 1.5K). kvlab reads these options' values as vLLM does, from its command line and from a
 # startup log's non-default args.
 VLLM_HUMAN_READABLE_INT_ARGS = ("max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes")
+# kvlab's own options that are a length in tokens beside --max-model-len (`kvlab size/fit --context-len`): read as
+# --max-model-len is, so that 8k means the same on both.
+HUMAN_READABLE_INT_OPTIONS = (*VLLM_HUMAN_READABLE_INT_ARGS, "context_len")
 _VLLM_HUMAN_READABLE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgGtT])")
 _VLLM_MULTIPLIERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 

@@ -136,8 +136,9 @@ def _check_repeats(command, args: list[str]) -> None:
 
 def _read_vllm_ints(command, args: list[str]) -> list[str]:
     """``args`` with the value of an option vLLM reads as a human-readable integer (--max-model-len 32k: 32,000;
-    32K: 32,768; kvlab.validate.vllm_human_readable_int) written in digits, as `vllm serve` would read it."""
-    from kvlab.validate import VLLM_HUMAN_READABLE_INT_ARGS, vllm_human_readable_int
+    32K: 32,768; kvlab.validate.vllm_human_readable_int), or a kvlab length read alike (--context-len;
+    HUMAN_READABLE_INT_OPTIONS), written in digits, as `vllm serve` would read it."""
+    from kvlab.validate import HUMAN_READABLE_INT_OPTIONS, vllm_human_readable_int
 
     path = _command_path(command, args)
     for name in path.split()[1:]:
@@ -147,7 +148,7 @@ def _read_vllm_ints(command, args: list[str]) -> list[str]:
     args = list(args)
     for param in getattr(command, "params", ()):
         opts = [o for o in getattr(param, "opts", ()) if o.startswith("-")]
-        if param.name not in VLLM_HUMAN_READABLE_INT_ARGS or not opts:
+        if param.name not in HUMAN_READABLE_INT_OPTIONS or not opts:
             continue
         for i, arg in enumerate(args[:end]):
             at, given = (i + 1, args[i + 1]) if arg in opts and i + 1 < end else (i, _attached(arg, opts))
@@ -173,7 +174,7 @@ def _check_whole_numbers(command, args: list[str]) -> None:
     """A whole-number option's value in digits only (kvlab.validate.whole_number_text): Click reads it with int(),
     which takes '5_0' (as 50), '+5' and ' 5', while it refuses '1e3'; those int() takes are refused here, in the
     line Click's refusal gets (_parse_refusal)."""
-    from kvlab.validate import NUMBER_TEXT, VLLM_HUMAN_READABLE_INT_ARGS, whole_number_problem
+    from kvlab.validate import HUMAN_READABLE_INT_OPTIONS, NUMBER_TEXT, whole_number_problem
 
     path = _command_path(command, args)
     for name in path.split()[1:]:
@@ -190,7 +191,7 @@ def _check_whole_numbers(command, args: list[str]) -> None:
             given = args[i + 1] if arg in opts and i + 1 < len(args) else _attached(arg, opts)
             if given is None:
                 continue
-            vllm_int = param.name in VLLM_HUMAN_READABLE_INT_ARGS  # (32k already read: _read_vllm_ints)
+            vllm_int = param.name in HUMAN_READABLE_INT_OPTIONS  # (32k already read: _read_vllm_ints)
             problem = whole_number_problem(given, vllm_int=vllm_int)
             # (int() reads '5_0', Typer's float reading '4096.0'; what neither takes, 'auto', a short option's '=5',
             # is Click's to refuse, with its hints (_usage_message), but for a vLLM integer's, whose forms differ)

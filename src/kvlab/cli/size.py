@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvlab.catalog import GpuSpec, get_model
+from kvlab.catalog.accuracy import estimate_accuracy_clause, kv_token_accuracy
 from kvlab.catalog.models import DTYPE_BYTES
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
@@ -20,9 +21,11 @@ from kvlab.errors import KvlabError
 from kvlab.report.text import plural
 from kvlab.service.size import sizing_config, start_refusal
 from kvlab.sizing import (
+    NODE_GPUS,
     cuda_block_size_note,
     expert_parallel_note,
     fewest_gpus_for_workload,
+    fewest_gpus_pipelined,
     fit_sizing,
     gpu_notes,
     kv_layout,
@@ -41,7 +44,8 @@ GIB = 2**30
 ModelArg = Annotated[str, typer.Argument(help="Catalogue name (see `kvlab models`), a config.json or a folder "
                                              "holding one, or a Hugging Face id.", show_default=False)]
 ConcOpt = Annotated[Optional[int], typer.Option("--concurrency", help="Requests that should fit at once.")]
-CtxOpt = Annotated[Optional[int], typer.Option("--context-len", help="Tokens per request (prompt + answer).")]
+CtxOpt = Annotated[Optional[int], typer.Option(
+    "--context-len", help="Tokens per request (prompt + answer; 8k: 8,000, 8K: 8,192, as --max-model-len reads them).")]
 # (their help and defaults are the run options' of the same names, declared in kvlab/config/options.py)
 VersionOpt = Annotated[Optional[str], typer.Option(
     OPTIONS["vllm_version"].flag, help=OPTIONS["vllm_version"].help, show_default=OPTIONS["vllm_version"].default_text)]
@@ -391,6 +395,8 @@ def size(
         data["model"] = {"id": spec.id, "hf_repo": spec.hf_repo, "origin": spec.origin, "attention": spec.attention}
         data["estimate_note"] = ("activation_bytes, non_torch_bytes and cuda_graph_bytes are kvlab's estimate; "
                                  "vLLM measures them at startup")
+        if result.available_kv_source == "estimated":
+            data["estimate_accuracy"] = kv_token_accuracy()
         data["profile_terms"] = [{"name": t.name, "bytes": t.bytes, "source": t.source} for t in result.profile_terms]
         data["workload"] = fit.to_dict() if fit else None
         data["gpu_notes"] = gpu_notes(spec, config)
@@ -402,6 +408,13 @@ def size(
         raise typer.Exit(1)
 
 
+def _accuracy() -> str:
+    """", <how far the estimate was off on the corpus of real logs>" (kvlab.catalog.accuracy), or nothing where
+    nothing is stored."""
+    clause = estimate_accuracy_clause()
+    return f": {clause}" if clause else ""
+
+
 def _print_size(spec, gpu_spec, config, result, fit) -> None:
     from rich.console import Console
 
@@ -410,8 +423,8 @@ def _print_size(spec, gpu_spec, config, result, fit) -> None:
     for note in gpu_notes(spec, config):
         console.print(f"[yellow]note: {note}[/]")
     console.print(_table(size_rows(spec, result, gpu_spec)))
-    console.print("\n[bold]vLLM would print[/]" + (" (the budget is kvlab's estimate; pass --available-kv-gib with "
-                                                    "vLLM's figure for its exact count)"
+    console.print("\n[bold]vLLM would print[/]" + (f" (the budget is kvlab's estimate{_accuracy()}; pass "
+                                                    "--available-kv-gib with vLLM's figure for its exact count)"
                                                     if result.available_kv_source == "estimated" else ""))
     for line in result.vllm_log_lines:
         console.print(f"  {line}", markup=False)
@@ -502,6 +515,7 @@ def fit(
     answers: dict = {"model": spec.id, "gpu": gpu_spec.id if gpu_spec else None, "quantization_note": quantized}
     if target is not None:
         answers["fewest_gpus"] = _fewest_gpus(sized.fewest, target, config)
+        answers["fewest_gpus_pipelined"] = _fewest_gpus_pipelined(spec, target, config, answers["fewest_gpus"])
     answers["notes"] = notes
     longest = max_context_len(spec, config, concurrency)
     length = context_len or result.max_model_len
@@ -521,6 +535,8 @@ def fit(
     answers["sizing"] = {k: v for k, v in result.to_dict().items() if k in (
         "kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "page_size_bytes", "weights_bytes", "available_kv_bytes",
         "available_kv_source", "num_blocks", "num_tokens", "max_concurrency", "max_model_len")}
+    if result.available_kv_source == "estimated":
+        answers["estimate_accuracy"] = kv_token_accuracy()
     if as_json:
         typer.echo(json.dumps(answers, indent=1))
         return
@@ -578,6 +594,44 @@ def _fewest_gpus(fewest, target, config) -> dict | None:
             "num_tokens": result.num_tokens, "max_concurrency": result.max_concurrency}
 
 
+def _fewest_gpus_pipelined(spec, target, config, fewest: dict | None) -> dict | None:
+    """`fit`'s fewest GPUs with pipeline parallelism as well (tensor parallelism within a node), where
+    --pipeline-parallel-size was not given and it differs from tensor parallelism alone's: fewer GPUs, or as many
+    without tensor parallelism across nodes."""
+    if config.pipeline_parallel_size != 1:
+        return None
+    found = fewest_gpus_pipelined(spec, target, config)
+    if found is None:
+        return None
+    tp, pp, result = found
+    if fewest is not None and (tp * pp > fewest["num_gpus"] or (pp == 1 and tp == fewest["tensor_parallel_size"])):
+        return None
+    return {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "num_gpus": tp * pp, "gpu": target.id,
+            "max_model_len": result.max_model_len, "num_tokens": result.num_tokens,
+            "max_concurrency": result.max_concurrency, "node_gpus": NODE_GPUS}
+
+
+def _print_fewest(console, answers: dict) -> None:
+    """`fit`'s "Fewest GPUs" lines: tensor parallelism alone (at the --pipeline-parallel-size given), and with
+    pipeline stages too where that differs."""
+    def held(f: dict) -> str:
+        parallel = f"--tensor-parallel-size {f['tensor_parallel_size']}" + (
+            f" --pipeline-parallel-size {f['pipeline_parallel_size']}" if f["pipeline_parallel_size"] > 1 else "")
+        return (f"{f['num_gpus']} x {f['gpu']} ({parallel}) hold the weights and one {f['max_model_len']:,}-token "
+                f"request ({f['num_tokens']:,} token slots, {f['max_concurrency']:.2f}x")
+
+    f, piped = answers.get("fewest_gpus"), answers.get("fewest_gpus_pipelined")
+    if f:
+        label = ("Fewest GPUs" if piped is None and f["pipeline_parallel_size"] == 1 else
+                 "Fewest GPUs with tensor parallelism alone" if f["pipeline_parallel_size"] == 1 else
+                 f"Fewest GPUs at --pipeline-parallel-size {f['pipeline_parallel_size']}")
+        console.print(f"\n[bold]{label}:[/] {held(f)})")
+    if piped:
+        console.print(f"{'' if f else chr(10)}[bold]Fewest GPUs with pipeline parallelism too:[/] {held(piped)}; "
+                      f"tensor parallelism within {piped['node_gpus']} GPUs, a node's usual count: the catalogue "
+                      "has no node sizes)")
+
+
 def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], concurrency: int,
                context_len: int | None) -> None:
     longest = answers["max_context_len"]["context_len"]
@@ -588,14 +642,10 @@ def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], 
     console.print(_title(spec, gpu_spec, config, result))
     for note in notes:
         console.print(f"[dim]({note})[/]")
-    budget = "given" if result.available_kv_source == "given" else "estimated"
+    budget = "given" if result.available_kv_source == "given" else f"kvlab's estimate{_accuracy()}"
     console.print(f"KV cache: {result.num_blocks:,} blocks of {result.block_size} tokens ({gib(result.kv_cache_bytes)}"
                   f" per GPU, budget {budget}); {result.num_usable_blocks:,} usable")
-    if answers.get("fewest_gpus"):
-        f = answers["fewest_gpus"]
-        console.print(f"\n[bold]Fewest GPUs:[/] {f['num_gpus']} x {f['gpu']} (--tensor-parallel-size "
-                      f"{f['tensor_parallel_size']}) hold the weights and one {f['max_model_len']:,}-token request "
-                      f"({f['num_tokens']:,} token slots, {f['max_concurrency']:.2f}x)")
+    _print_fewest(console, answers)
     capped = {"max_position_embeddings": " (the model's max_position_embeddings)",
               "max_model_len": f" (the --max-model-len given: vLLM rejects a longer request; the model takes up to "
                                f"{spec.max_position_embeddings:,})"}.get(answers["max_context_len"]["capped_by"], "")

@@ -54,6 +54,10 @@ def read_mapping(path: Path, flag: str, what: str = "a .yaml, .yml or .toml file
         raise KvlabError(f"{flag} {path}: a file of options ends in .yaml, .yml or .toml")
     if not isinstance(data, dict):
         raise KvlabError(f"{flag} {path}: expected a mapping of option names to values")
+    if suffix in (".yaml", ".yml") and any(isinstance(data.get(key), dict) for key in ("data", "load")):
+        # (inference-perf's layout, data: {type: shared_prefix, ...} and load: {stages: ...}: a workload)
+        raise KvlabError(f"{flag} {path}: this is an inference-perf workload file (data:, load:), not {what}; "
+                         f"run it as a workload: -w {path}")
     return data
 
 

@@ -266,7 +266,8 @@ def _did_you_mean(name: str, options) -> str:
 
 
 def read_profile(path: Path) -> CostProfile:
-    """A profile file, TOML (.toml) or JSON (anything else that parses as JSON)."""
+    """A profile file, TOML (.toml) or JSON (anything else that parses as JSON; what does not, with another suffix,
+    is refused naming its format: '.yaml is not a profile format')."""
     from kvlab.validate import check_input_file
 
     check_input_file(path, "cost profile file", "a .toml or .json profile (kvlab calibrate writes one), or a built-in "
@@ -275,7 +276,11 @@ def read_profile(path: Path) -> CostProfile:
     try:
         data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
+        suffix = path.suffix.lower()
+        if suffix and suffix not in (".toml", ".json"):  # (read as JSON, and it is not: another format, by its suffix)
+            raise KvlabError(f"cost profile {str(path)!r}: {suffix} is not a profile format; valid: .toml or .json "
+                             "(kvlab calibrate writes one)") from None
+        kind = "TOML" if suffix == ".toml" else "JSON"
         raise KvlabError(f"cost profile {str(path)!r} is not valid {kind}: {exc}") from None
     profile = profile_from_dict(data, str(path))
     if profile.name in builtin_profiles():

@@ -129,10 +129,16 @@ def _rows_jsonl(path: str, text: str):
         yield line, {name: row[source] for name, source in columns.items()}
 
 
+# Every workload file form `-w` takes (kvlab.workload.load: these tables, and inference-perf's configuration).
+WORKLOAD_FILE_FORMS = ("a workload file must end in .csv or .jsonl (one request a row) or .yaml / .yml (an "
+                       "inference-perf configuration)")
+
+
 def _read_text(path: str) -> str:
     file = Path(path)
     if file.suffix.lower() not in SUFFIXES:
-        raise KvlabError(f"{path}: a workload file must end in .csv or .jsonl (got {file.suffix or 'no suffix'!r})")
+        got = "a folder" if file.is_dir() else repr(file.suffix or "no suffix")
+        raise KvlabError(f"{path}: {WORKLOAD_FILE_FORMS} (got {got})")
     try:
         return file.read_text(encoding="utf-8-sig")  # (a byte-order mark, as spreadsheets write, is dropped)
     except FileNotFoundError:
