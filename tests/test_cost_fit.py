@@ -434,3 +434,22 @@ def test_a_prefill_only_run_says_the_fit_cannot_use_it_not_that_its_itl_is_bad()
     with pytest.raises(KvlabError, match=r"workload output_len 1: a prefill-only run .* kvlab's fit cannot use it at "
                                          r"all, .* valid: runs with output_len 2 or more \(leave this one out\)$"):
         run_from_dict(raw, "runs.json, run 0")
+
+
+def test_calibrate_start_carries_the_start_profiles_admission_lag(kvlab, tmp_path):
+    """clock53: `--start P` kept only P's fitted constants, so a refit from a profile whose admission lag is not 1
+    replayed and wrote lag 1; the constants a fit carries as given (fit.CARRIED) come from the start too."""
+    import tomllib
+
+    runs = [{**copy.deepcopy(RUN), "id": f"r{i}"} for i in range(3)]
+    for i, run in enumerate(runs):
+        run["workload"]["stages"] = [{"rate": 10.0 * 2**i, "duration": 1}, {"rate": 20.0 * 2**i, "duration": 1}]
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": runs}))
+    shipped = Path(F.__file__).parent / "data" / "vllm-h100.toml"
+    start = tmp_path / "start.toml"
+    start.write_text(shipped.read_text().replace("admission_lag_iterations = 1.0", "admission_lag_iterations = 1.375"))
+    r = kvlab("calibrate", "--runs", file, "--fit", "bandwidth_efficiency,request_latency_s", "--iterations", "1",
+              "--start", start, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 0, r.stderr
+    assert tomllib.loads((tmp_path / "p.toml").read_text())["constants"]["admission_lag_iterations"] == 1.375

@@ -213,7 +213,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     from rich.console import Console
     from rich.table import Table
 
-    from kvlab.cost.fit import CONSTANTS, DEFAULT_FIT, FIT_HINTS, IDENTIFIED, calibration_profile, unidentified
+    from kvlab.cost.fit import CONSTANTS, DEFAULT_FIT, FIT_HINTS, IDENTIFIED, calibration_profile, carried, unidentified
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
@@ -234,7 +234,9 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
         start_profile = get_profile(start)
         if start_profile.kind != "efficiency":
             raise KvlabError(f"--start {start!r} is an {start_profile.kind} profile; valid: an efficiency profile")
-        start_constants = {k: v for k, v in start_profile.constants.items() if k in CONSTANTS}
+        # (the constants a fit carries as given, the admission lag among them, come with the fitted ones)
+        start_constants = {k: v for k, v in start_profile.constants.items() if k in CONSTANTS} | carried(
+            start_profile.constants)
     measured = read_runs(path)
     console = Console(highlight=False, stderr=True)
     document, report = calibration_profile(measured, names, name=name, source_path=path, start=start_constants,
