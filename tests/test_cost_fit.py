@@ -403,6 +403,24 @@ def test_calibrate_names_each_constant_the_runs_do_not_identify_and_the_data_tha
     assert fit["iterations"] == 1 and "iteration 1:" in r.stderr and "iteration 2" not in r.stderr
 
 
+def test_calibrate_fits_the_admission_lag_where_fit_names_it(kvlab, tmp_path):
+    """--fit admission_lag_iterations: the profile written has the lag of LAG_GRID the fit chose, fitted, with the
+    grid's step as its σ; its leave-one-out folds fit it too (fit_spread)."""
+    import tomllib
+
+    runs = [{**copy.deepcopy(RUN), "id": f"r{i}"} for i in range(3)]
+    for i, run in enumerate(runs):
+        run["workload"]["stages"] = [{"rate": 10.0 * 2**i, "duration": 1}, {"rate": 20.0 * 2**i, "duration": 1}]
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": runs}))
+    asked = ["bandwidth_efficiency", "request_latency_s", F.LAG]
+    r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 0, r.stderr
+    profile = tomllib.loads((tmp_path / "p.toml").read_text())
+    assert profile["fit"]["fitted"] == asked and profile["fit"]["sigma"][F.LAG] == F.LAG_STEP
+    assert profile["constants"][F.LAG] in F.LAG_GRID
+
+
 def test_a_fold_that_cannot_fit_names_the_run_it_left_out(kvlab, tmp_path):
     """One run at TP 2 among runs at TP 1: the whole fit prices the all-reduce, the fold without that run cannot."""
     runs = [{**copy.deepcopy(RUN), "id": f"r{i}", "tp": tp} for i, tp in enumerate((2, 1, 1))]
