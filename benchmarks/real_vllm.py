@@ -1,7 +1,7 @@
 """kvlab against real vLLM runs on real GPUs: every calibration run replayed with its own settings.
 
     python benchmarks/real_vllm.py [--runs PATH] [--profile NAME] [--baseline NAME ...] [--json] [--closed-loop]
-                                   [--sent] [--jitter | --step]
+                                   [--sent] [--jitter | --step | --lag]
     python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME] [--sent]
 
 For each run of the measured-runs file (default: the calibration set, ../shared/data/real-vllm/trainval.json
@@ -16,7 +16,9 @@ prompts, single turn; docs/cost.md, "The workload the runs used"). Each fold ref
 ``[fit]`` fitted and held, without the identification rule: a constant a fold held would keep the value fitted with the
 left-out run (kvlab.cost.fit.leave_one_out). ``--jitter``: each fold fits the lag's spread as well
 (``lag_jitter_iterations``, kvlab.cost.fit.fit_spread; an experiment, docs/cost.md "Terms tried and not kept");
-``--step``: the lag's step instead (``lag_step_probability``: one more iteration for a request with probability q).
+``--step``: the lag's step instead (``lag_step_probability``: one more iteration for a request with probability q);
+``--lag``: the admission lag itself instead (``admission_lag_iterations``, on kvlab.cost.fit.LAG_GRID: each fold's
+lag fitted without its run).
 
 ``--reads``: no leave-one-out; each run replayed once under the profile, and per run what its decoded tokens read
 (the weights and the KV, in milliseconds per output token at 100% of the GPU's bandwidth), the ITL the run's own
@@ -70,10 +72,13 @@ def main(argv: list[str] | None = None) -> int:
                         "client serialises them (a round waits for the user's previous answer; docs/cost.md)")
     parser.add_argument("--sent", action="store_true", help="replay the 100 single-turn prompts each run's client "
                         "sent, not the users the run names (kvlab.cost.measured.CLIENT_DEFAULTS)")
-    parser.add_argument("--jitter", action="store_true", help="each fold fits the lag's spread too (a seeded "
+    grid = parser.add_mutually_exclusive_group()  # (fit_spread fits one grid value at a time)
+    grid.add_argument("--jitter", action="store_true", help="each fold fits the lag's spread too (a seeded "
                         "exponential draw per request, kvlab/cost/latency.py; an experiment: docs/cost.md)")
-    parser.add_argument("--step", action="store_true", help="each fold fits the lag's step too (one more iteration "
+    grid.add_argument("--step", action="store_true", help="each fold fits the lag's step too (one more iteration "
                         "with probability q, a seeded draw per request, kvlab/cost/latency.py; an experiment)")
+    grid.add_argument("--lag", action="store_true", help="each fold fits the admission lag too (its iterations on "
+                        "a grid, the linear constants refitted at each; an experiment: docs/cost.md)")
     args = parser.parse_args(argv)
     path = args.runs or default_runs()
     if args.runs is None and not path.is_file():
@@ -92,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         fitted = tuple(profile.fit.get("fitted", F.CONSTANTS))
         fitted += (F.JITTER,) if args.jitter and F.JITTER not in fitted else ()
         fitted += (F.STEP,) if args.step and F.STEP not in fitted else ()
+        fitted += (F.LAG,) if args.lag and F.LAG not in fitted else ()
         held = tuple(profile.fit.get("held", ()))  # (asked for, not identified: each fold fits them too)
         # (with the profile's admission lag and lag's spread, F.CARRIED: each fold replays with them, or fits the
         # spread where [fit] did)
@@ -102,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
               f"baselines {', '.join(b.name for b in baselines)}", file=sys.stderr)
         calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0, held, profile.fit.get("hold_if_sigma_over_value")),
                                     replays=[F.replay(p, constants) for p in prepared], iterations=0)
-        tables = {f"{profile.name} (LOO)": F.errors(F.leave_one_out(calibration))}
+        folds = F.leave_one_out(calibration)
+        tables = {f"{profile.name} (LOO)": F.errors(folds)}
+        for name in (k for k in F.SPREADS if k in fitted):  # (the value each fold fitted on its grid)
+            print(f"{name} by fold (the run left out): " + ", ".join(
+                f"{r.prepared.run.id} {r.constants.get(name, 0.0):g}" for r in folds), file=sys.stderr)
         for baseline in baselines:
             tables[baseline.name] = F.errors([F.replay(p, profile=baseline) for p in prepared])
     except KvlabError as exc:

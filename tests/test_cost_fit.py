@@ -181,8 +181,43 @@ def test_with_the_lags_step_each_requests_row_prices_to_its_time_and_the_fit_pic
     fit = F.fit_spread([replay, plain], fitted, constants)
     assert fit.constants[F.STEP] in F.STEP_GRID and fit.fitted == fitted and F.JITTER not in fit.constants
     assert F.fit_spread([replay, plain], fitted, constants).constants == fit.constants
-    with pytest.raises(KvlabError, match="lag_jitter_iterations and lag_step_probability: valid: one of them"):
+    with pytest.raises(KvlabError, match="lag_step_probability and lag_jitter_iterations: valid: one of "):
         F.calibrate_runs([prepared.run, prepared.run], (*fitted, F.JITTER))
+
+
+def test_a_fitted_admission_lag_prices_each_requests_row_leaves_the_schedule_and_lies_on_its_grid():
+    """admission_lag_iterations fitted (fit.LAG, an experiment): the schedule a replay keeps does not depend on the
+    lag (only the busy requests' first token and end move, by the lag's difference of their own mean decode
+    iterations); the rows at another lag price to what a replay at that lag gives; fit_spread returns a value of
+    LAG_GRID, the same answer twice, and a fold that fits the lag replays its run at the lag it fitted."""
+    faster = _with("workload.stages", [{"rate": 30.0, "duration": 1}, {"rate": 60.0, "duration": 1}])
+    runs = [run_from_dict(RUN, "x"), run_from_dict({**faster, "id": "tiny2"}, "x")]
+    constants = {**F.START, "request_latency_s": 0.004, F.LAG: 1.0}
+    replays = [F.replay(F.prepare(run), constants) for run in runs]
+    later = [F.replay(F.prepare(run), {**constants, F.LAG: 2.5}) for run in runs]
+    theta = F.theta_of(constants)
+    for a, b in zip(replays, later):
+        for name in ("starts", "durations", "first_scheduled", "first_token", "finish", "phi"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))  # (the schedule: the same)
+        e2e, ttft = a.request_rows(lag=2.5)
+        np.testing.assert_allclose(ttft @ theta, b.client_ttft(), rtol=1e-9)
+        predicted = b.predicted()
+        for (group, metric, row, _), (_, _, row_b, _) in zip(a.equations(lag=2.5), b.equations()):
+            np.testing.assert_allclose(row, row_b, rtol=1e-9)
+            assert row @ theta == pytest.approx(predicted[group][metric], rel=1e-9)
+    busy = later[1].busy()
+    assert busy.any() and not busy.all()
+    moved = later[1].client_ttft() > replays[1].client_ttft() + 1e-12
+    np.testing.assert_array_equal(moved, busy)  # (only the requests that found the engine busy move)
+    fitted = ("bandwidth_efficiency", "request_latency_s", F.LAG)
+    fit = F.fit_spread(replays, fitted, constants)
+    assert fit.constants[F.LAG] in F.LAG_GRID and fit.fitted == fitted and fit.sigma[F.LAG] == F.LAG_STEP
+    assert F.fit_spread(replays, fitted, constants).constants == fit.constants
+    folded = F.leave_one_out(F.Calibration(fit=fit, replays=replays, iterations=0))
+    for fold in folded:
+        assert fold.lag_iterations in F.LAG_GRID and fold.constants[F.LAG] == fold.lag_iterations
+    with pytest.raises(KvlabError, match="admission_lag_iterations and lag_jitter_iterations: valid: one of "):
+        F.calibrate_runs(runs, (*fitted, F.JITTER))
 
 
 def test_what_a_decoded_token_reads_prices_to_the_replays_itl():
@@ -366,6 +401,24 @@ def test_calibrate_names_each_constant_the_runs_do_not_identify_and_the_data_tha
         r.stdout.split())
     # the rounds of replay and fit as the progress numbers them (it wrote 0 for the one round printed)
     assert fit["iterations"] == 1 and "iteration 1:" in r.stderr and "iteration 2" not in r.stderr
+
+
+def test_calibrate_fits_the_admission_lag_where_fit_names_it(kvlab, tmp_path):
+    """--fit admission_lag_iterations: the profile written has the lag of LAG_GRID the fit chose, fitted, with the
+    grid's step as its σ; its leave-one-out folds fit it too (fit_spread)."""
+    import tomllib
+
+    runs = [{**copy.deepcopy(RUN), "id": f"r{i}"} for i in range(3)]
+    for i, run in enumerate(runs):
+        run["workload"]["stages"] = [{"rate": 10.0 * 2**i, "duration": 1}, {"rate": 20.0 * 2**i, "duration": 1}]
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": runs}))
+    asked = ["bandwidth_efficiency", "request_latency_s", F.LAG]
+    r = kvlab("calibrate", "--runs", file, "--fit", ",".join(asked), "--iterations", "1", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 0, r.stderr
+    profile = tomllib.loads((tmp_path / "p.toml").read_text())
+    assert profile["fit"]["fitted"] == asked and profile["fit"]["sigma"][F.LAG] == F.LAG_STEP
+    assert profile["constants"][F.LAG] in F.LAG_GRID
 
 
 def test_a_fold_that_cannot_fit_names_the_run_it_left_out(kvlab, tmp_path):

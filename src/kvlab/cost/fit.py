@@ -63,6 +63,8 @@ FIT_HINTS = {
     "request_latency_s": "any runs (TTFT and E2E carry it, ITL does not)",
     JITTER_NAME: "runs whose TTFT p90 and p99 are published (it spreads each request's time outside the engine)",
     STEP: "runs whose TTFT p90 and p99 are published (it delays a few requests by one more iteration)",
+    "admission_lag_iterations": "runs that found the engine busy, at different decode iteration times (it delays a "
+                                "busy request by its own iterations)",
 }
 # Where the fixed point starts: the stated roofline's efficiencies, no CPU terms, all-reduce at 80% of the link.
 # Held, not fitted, by default (each stays at its start: START's, or --start's profile's):
@@ -101,14 +103,23 @@ JITTER_METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "tt
 # The lag's step (latency.py; an experiment, fitted only where asked) is fitted the same way: q from 0 to 0.3.
 STEP_STEP = 0.01
 STEP_GRID = tuple(round(STEP_STEP * k, 3) for k in range(31))
-SPREADS = {JITTER: (JITTER_GRID, JITTER_STEP), STEP: (STEP_GRID, STEP_STEP)}  # (each one's grid and "σ")
 STRATEGY = "vllm+prefix"
 # vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
 ADMISSION_LAG_ITERATIONS = 1.0
+# The admission lag itself, fitted only where asked (an experiment, docs/cost.md): like the spread, on a grid, the
+# linear constants refitted at each value (the lag multiplies a busy request's own mean decode iteration, not θ).
+# 0 to 3 iterations in steps of 1/8. Its rows are exact for an open-loop replay: the schedule does not depend on the
+# lag (latency.py); a closed-loop replay's send times do, and are those of the lag it was replayed with.
+LAG = "admission_lag_iterations"
+LAG_STEP = 0.125
+LAG_GRID = tuple(LAG_STEP * k for k in range(25))
+SPREADS = {JITTER: (JITTER_GRID, JITTER_STEP), STEP: (STEP_GRID, STEP_STEP),
+           LAG: (LAG_GRID, LAG_STEP)}  # (each one's grid and "σ": fitted one at a time, fit_spread)
+GIVEN = {JITTER: "jitter", STEP: "step", LAG: "lag"}  # (each one's keyword in Replay.extra, request_rows, _rows)
 # A profile's constants that are not in θ but price its replays: a fit carries them from its start (``fixed``) into
 # every replay, fold and fitted profile, as given (the admission lag: ADMISSION_LAG_ITERATIONS where the start names
 # none, profile_document; the lag's spread and step: 0 where none, unless fitted, fit_spread).
-CARRIED = ("admission_lag_iterations", JITTER, STEP)
+CARRIED = (LAG, JITTER, STEP)
 
 
 # The calibration set's hardware names (the sim-to-real benchmark's) for cards kvlab's catalogue has two of. The set
@@ -243,14 +254,16 @@ class Replay:
 
         return jitter_draws(np.arange(len(self.arrival)))
 
-    def extra(self, jitter: float | None = None, step: float | None = None) -> np.ndarray:
+    def extra(self, jitter: float | None = None, step: float | None = None, lag: float | None = None) -> np.ndarray:
         """Each request's iterations from the lag's spread and step (latency.spread_iterations; default the
-        replay's own)."""
+        replay's own), and with ``lag`` those an admission lag of ``lag`` adds to a busy request's over the
+        replay's own (request_parts counts those)."""
         from kvlab.cost.latency import spread_iterations
 
         jitter, step = self.jitter if jitter is None else jitter, self.step if step is None else step
         extra = spread_iterations(np.arange(len(self.arrival)), jitter, step)
-        return np.zeros(len(self.arrival)) if extra is None else extra
+        extra = np.zeros(len(self.arrival)) if extra is None else extra
+        return extra if lag is None else extra + (lag - self.lag_iterations) * self.busy()
 
     def cumulative(self, times: np.ndarray) -> np.ndarray:
         """F(t): Σ Φ over the iterations before t, the one under way counted by the fraction elapsed."""
@@ -285,20 +298,22 @@ class Replay:
         lag = self.lag_iterations * self.busy()[:, None] * iteration
         return np.hstack([finish, ones]) - start + lag, np.hstack([first_token, ones]) - start + lag, iteration
 
-    def request_rows(self, jitter: float | None = None, step: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def request_rows(self, jitter: float | None = None, step: float | None = None, lag: float | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
         """Each request's E2E and TTFT as rows over CONSTANTS' θ: θ · row is its time, with the lag's spread and
-        step (``jitter``, ``step``, default the replay's: ``extra`` of its own mean decode iterations)."""
+        step (``jitter``, ``step``, default the replay's: ``extra`` of its own mean decode iterations) and the
+        admission lag ``lag`` (default the replay's)."""
         e2e, ttft, iteration = self.request_parts()
-        extra = self.extra(jitter, step)
+        extra = self.extra(jitter, step, lag)
         if not extra.any():
             return e2e, ttft
         spread = extra[:, None] * iteration
         return e2e + spread, ttft + spread
 
-    def equations(self, jitter: float | None = None, step: float | None = None
+    def equations(self, jitter: float | None = None, step: float | None = None, lag: float | None = None
                   ) -> list[tuple[str, str, np.ndarray, float]]:
         """(group, metric, row over CONSTANTS' θ, measured) for each fitted metric of each group."""
-        x_e2e, x_ttft = self.request_rows(jitter, step)
+        x_e2e, x_ttft = self.request_rows(jitter, step, lag)
         out_len = self.prepared.run.workload.output_len
         rows = []
         for group in self.prepared.run.groups:
@@ -667,11 +682,11 @@ def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str],
                rms_relative_residual=float(np.sqrt(np.mean(residual**2))))
 
 
-def _rows(replays: Sequence[Replay], jitter: float | None = None, step: float | None = None
+def _rows(replays: Sequence[Replay], jitter: float | None = None, step: float | None = None, lag: float | None = None
           ) -> tuple[list[tuple[np.ndarray, float]], list[str]]:
     rows, labels = [], []
     for r in replays:
-        for group, metric, row, measured in r.equations(jitter, step):
+        for group, metric, row, measured in r.equations(jitter, step, lag):
             rows.append((row, measured))
             labels.append(f"run {r.prepared.run.id} {group} {metric}")
     return rows, labels
@@ -696,8 +711,10 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     if unknown:
         raise KvlabError(f"--fit {unknown[0]!r} is not a constant kvlab fits on measured runs; valid: "
                          f"{', '.join((*CONSTANTS, *SPREADS))}")
-    if len([k for k in fitted if k in SPREADS]) > 1:
-        raise KvlabError(f"--fit names {' and '.join(SPREADS)}: valid: one of them (each is fitted on a grid)")
+    gridded = [k for k in fitted if k in SPREADS]
+    if len(gridded) > 1:
+        raise KvlabError(f"--fit names {' and '.join(gridded)}: valid: one of {', '.join(SPREADS)} (each is fitted "
+                         "on a grid)")
     if len(runs) < 2:
         raise KvlabError(f"{len(runs)} measured run: a fit across runs needs at least 2 (and leave-one-out 3)")
     constants = {**START, **(start or {})}
@@ -728,8 +745,8 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
 
 def fit_spread(replays: Sequence[Replay], fitted: Sequence[str], fixed: dict[str, float],
                identified: float | None = None) -> Fit:
-    """``solve`` with the lag's spread or its step fitted too, whichever ``fitted`` names (JITTER's comment): the
-    value of its grid (SPREADS) whose fit is nearest the runs' means and tails."""
+    """``solve`` with the lag's spread, its step or the admission lag itself fitted too, whichever ``fitted`` names
+    (JITTER's and LAG's comments): the value of its grid (SPREADS) whose fit is nearest the runs' means and tails."""
     name = next(k for k in fitted if k in SPREADS)
     grid, resolution = SPREADS[name]
     linear = [k for k in fitted if k != name]
@@ -737,7 +754,7 @@ def fit_spread(replays: Sequence[Replay], fitted: Sequence[str], fixed: dict[str
     measured = [np.array([r.prepared.run.measured("summary", m) for m in JITTER_METRICS]) for r in replays]
     best: tuple[float, float, Fit] | None = None
     for value in grid:
-        given = {"jitter": value} if name == JITTER else {"step": value}
+        given = {GIVEN[name]: value}
         rows, labels = _rows(replays, **given)
         fit = solve(rows, linear, fixed, labels, identified)
         theta = theta_of(fit.constants)
