@@ -419,6 +419,7 @@ def test_calibrate_fits_the_admission_lag_where_fit_names_it(kvlab, tmp_path):
     profile = tomllib.loads((tmp_path / "p.toml").read_text())
     assert profile["fit"]["fitted"] == asked and profile["fit"]["sigma"][F.LAG] == F.LAG_STEP
     assert profile["constants"][F.LAG] in F.LAG_GRID
+    assert f"{F.LAG} " in r.stdout and "grid step" in r.stdout  # (the ± column: the grid's step, not a 1σ)
 
 
 def test_a_fold_that_cannot_fit_names_the_run_it_left_out(kvlab, tmp_path):

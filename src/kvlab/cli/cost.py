@@ -96,7 +96,8 @@ def calibrate(
                                             "prefill_token_overhead_s, request_latency_s (the rest 0; default all). "
                                             "--runs: efficiencies and seconds (kvlab.cost.fit.CONSTANTS; the rest at "
                                             "their start; default all but flops_efficiency and "
-                                            "prefill_token_overhead_s).", show_default=False)] = None,
+                                            "prefill_token_overhead_s), and on a grid admission_lag_iterations, "
+                                            "lag_jitter_iterations, lag_step_probability.", show_default=False)] = None,
     server_log: Annotated[Path | None, typer.Option("--server-log", help="The vLLM server's log, started with "
                                                     "--enable-logging-iteration-details: time the iterations from "
                                                     "the server's own account of each step instead of the token "
@@ -213,7 +214,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     from rich.console import Console
     from rich.table import Table
 
-    from kvlab.cost.fit import CONSTANTS, DEFAULT_FIT, FIT_HINTS, IDENTIFIED, calibration_profile, carried, unidentified
+    from kvlab.cost.fit import CARRIED, CONSTANTS, DEFAULT_FIT, FIT_HINTS, IDENTIFIED, calibration_profile, unidentified
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
@@ -235,8 +236,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
         if start_profile.kind != "efficiency":
             raise KvlabError(f"--start {start!r} is an {start_profile.kind} profile; valid: an efficiency profile")
         # (the constants a fit carries as given, the admission lag among them, come with the fitted ones)
-        start_constants = {k: v for k, v in start_profile.constants.items() if k in CONSTANTS} | carried(
-            start_profile.constants)
+        start_constants = {k: v for k, v in start_profile.constants.items() if k in CONSTANTS or k in CARRIED}
     measured = read_runs(path)
     console = Console(highlight=False, stderr=True)
     document, report = calibration_profile(measured, names, name=name, source_path=path, start=start_constants,
@@ -256,9 +256,10 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     for header in ("constant", "value", "± (1σ)", "what it is"):  # (names whole: --fit takes them)
         table.add_column(header, justify="left" if header in ("constant", "what it is") else "right",
                          no_wrap=header != "what it is")
-    for k in names:
-        table.add_row(k, constant_text(k, constants[k]), constant_text(k, sigma[k]) if k in sigma else "held",
-                      MEANING[k])
+    for k in names:  # (a constant fitted on a grid has the grid's step where a standard error would be)
+        spread = "held" if k not in sigma else (f"grid step {constant_text(k, sigma[k])}" if k in CARRIED
+                                                 else constant_text(k, sigma[k]))
+        table.add_row(k, constant_text(k, constants[k]), spread, MEANING[k])
     console.print(table)
     for k in document["fit"]["held"]:
         fitted_to = document["fit"].get("held_fitted", {}).get(k)
