@@ -18,7 +18,8 @@ GIB = 2**30
 def test_every_entry_has_its_source():
     # the 27 of shared/reference/models.json + Qwen3-14B + the calibration set's Mistral-NeMo, Yi-34B, Llama-4-Scout
     assert len(list_models()) == 31
-    assert len(list_gpus()) == 15  # the 12 of shared/reference/gpus.json + RTX 3090, RTX 5090 and GB10 (issue 30)
+    # the 12 of shared/reference/gpus.json + RTX 3090, RTX 5090, GB10, RTX PRO 6000 Server, RTX A4000 and RTX 3050 6GB (issue 30)
+    assert len(list_gpus()) == 18
     for entry in (*list_models(), *list_gpus()):
         assert entry.source and all(s.strip() for s in entry.source), entry.id
 
