@@ -49,7 +49,8 @@ class GpuSpec:
 # cores from 8.9, vLLM's MXFP4 MoE kernels without Marlin from 9.0, FP4 tensor cores from 10.0). None: not NVIDIA.
 COMPUTE_CAPABILITY = {"T4": 7.5, "A10G": 8.6, "L4": 8.9, "L40S": 8.9, "A100-40GB": 8.0, "A100-80GB": 8.0,
                       "H100-SXM": 9.0, "H100-PCIe": 9.0, "H200": 9.0, "B200": 10.0, "RTX-4090": 8.9, "MI300X": None,
-                      "RTX-3090": 8.6, "RTX-5090": 12.0}
+                      "RTX-3090": 8.6, "RTX-5090": 12.0, "RTX-PRO-6000-Server": 12.0, "RTX-A4000": 8.6,
+                      "RTX-3050-6GB": 8.6}
 
 
 # GPUs whose memory is unified with the CPU's (an integrated GPU to CUDA). Two of vLLM's rules change there:
