@@ -297,7 +297,10 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
     for i, config in enumerate(configurations):
         search = answer.answering(i)
         if search.uncertified:
-            advice = "raise -n or --duration" if search.too_short else "raise --max-rate"  # (else: none failed)
+            advice = "raise --max-rate"  # (else: none failed)
+            if search.too_short:  # (on a file with its own arrivals -n is capped at its rows: trial 53, finding 6)
+                advice = "raise -n or --duration" if answer.trace_rows[i] is None else "give " + \
+                    answer.longer_run_advice(i, window_num_requests(search.window_at(search.lo)["num_seats"]))
             console.print(f"{search.mark}: {config['strategy']} under {config['cost']}: not certified: "
                           f"{search.uncertified}; {advice}.", markup=False)
     for i, config in enumerate(configurations):
@@ -349,8 +352,8 @@ def _print_answer(console, answer: Answer) -> None:
             at = search.window_at(search.lo)
             words = (f"no answer: the run at {rate_text(sample['answer_rps'])} req/s held {at['num_arrived']:,} "
                      f"requests in its window against {at['num_seats']:,} seats, too few to load the engine, so the "
-                     f"rate that holds may be far lower; -n {window_num_requests(at['num_seats']):,} puts twice its seats in "
-                     "the window")
+                     f"rate that holds may be far lower; {answer.longer_run_advice(i, window_num_requests(at['num_seats']))} "
+                     "puts twice its seats in the window")
         elif sample["spread"] is None and sample.get("note"):
             words = f"{rate_text(sample['answer_rps'])} req/s ({sample['note']})"
         else:
