@@ -255,6 +255,19 @@ def _print_footnotes(console, answer: Answer, deadlines: bool) -> None:
                       "in the run at the answer (docs/admission.md).", markup=False)
 
 
+def _print_uncertified(console, answer: Answer) -> None:
+    """Each answer that is not certified, why, and what would certify it."""
+    for i, config in enumerate(answer.configurations):
+        search = answer.answering(i)
+        if search.uncertified:
+            advice = "raise --max-rate"  # (else: none failed)
+            if search.too_short:  # (on a file with its own arrivals -n is capped at its rows: trial 53, finding 6)
+                advice = "raise -n or --duration" if answer.trace_rows[i] is None else "give " + \
+                    answer.longer_run_advice(i, window_num_requests(search.window_at(search.lo)["num_seats"]))
+            console.print(f"{search.mark}: {config['strategy']} under {config['cost']}: not certified: "
+                          f"{search.uncertified}; {advice}.", markup=False)
+
+
 def print_capacity(answer: Answer, names, session: Session, written) -> None:
     from rich.console import Console
 
@@ -294,15 +307,7 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
                       "--duration to choose).", markup=False)
     for note in answer.length_notes:
         console.print(f"num_requests: {note}.", markup=False)
-    for i, config in enumerate(configurations):
-        search = answer.answering(i)
-        if search.uncertified:
-            advice = "raise --max-rate"  # (else: none failed)
-            if search.too_short:  # (on a file with its own arrivals -n is capped at its rows: trial 53, finding 6)
-                advice = "raise -n or --duration" if answer.trace_rows[i] is None else "give " + \
-                    answer.longer_run_advice(i, window_num_requests(search.window_at(search.lo)["num_seats"]))
-            console.print(f"{search.mark}: {config['strategy']} under {config['cost']}: not certified: "
-                          f"{search.uncertified}; {advice}.", markup=False)
+    _print_uncertified(console, answer)
     for i, config in enumerate(configurations):
         search = answer.answering(i)
         if search.limited_by:
