@@ -146,9 +146,7 @@ def capacity(
     session = new_session()
     session.check_ray()
     every = configurations + longer
-    session.check_time(first_points, 3 * service.TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
-                       f"{len(every)} capacity search{'es' if len(every) > 1 else ''} (the workload and a longer one; "
-                       f"about {service.TYPICAL_SEARCH_RUNS} simulations each)")
+    _check_time(session, first_points, longer, start_rate, max_time, yes)
     searches, rows = run_session(session, lambda: service.capacities(
         every, session.runner, target, [start_rate] * len(every), rtol, max_rate))
     names = list(run_options())
@@ -165,6 +163,19 @@ def capacity(
                                "plots": [str(p) for p in written]}, indent=2))
         return
     print_capacity(answer, names, session, written)
+
+
+def _check_time(session: Session, first_points, longer: list[dict], start_rate: float, max_time: str, yes: bool):
+    """Refuse (without --yes) searches estimated to take longer than --max-time: each search on its own workload, a
+    trace's second sample the whole trace however short the first (trial 53, finding 7)."""
+    from kvlab.service import capacity as service
+    from kvlab.sweep.point import resolve_points
+
+    longer_points = resolve_points([{**c, "rate": start_rate} for c in longer], kvlab.__version__, unique=False)
+    searches = len(first_points) + len(longer_points)
+    session.check_time([*first_points, *longer_points], service.TYPICAL_SEARCH_RUNS * searches, max_time, yes,
+                       f"{searches} capacity search{'es' if searches > 1 else ''} ({service.searched_what(longer)}; "
+                       f"about {service.TYPICAL_SEARCH_RUNS} simulations each)")
 
 
 def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:

@@ -209,6 +209,17 @@ def longer_samples(configurations: list[dict], start_rate: float) -> tuple[list[
     return longer, None
 
 
+def searched_what(longer: list[dict]) -> str:
+    """What a capacity answer searches, for the time estimate: the workload and its second samples (longer_samples:
+    on a trace the whole trace, which can be far longer than -n)."""
+    if not longer:
+        return "the workload; no second sample"
+    lengths = sorted({c["num_requests"] for c in longer if c.get("duration") is None and c.get("num_requests")})
+    if not lengths:
+        return "the workload and one twice its duration"
+    return f"the workload and a longer sample of {', '.join(f'{n:,}' for n in lengths)} requests"
+
+
 def engine_setups(points) -> list[dict[str, Any]]:
     """Each resolved point's setup: kvlab.config's description with its strategy's prefix caching and the TP/PP
     communication (kvlab.config.resolve.engine_setup)."""

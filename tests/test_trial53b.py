@@ -1,0 +1,23 @@
+"""Trial 53's findings on what kvlab capacity, run and sweep say (fix53b): each a message fragment that the trial found
+missing or wrong."""
+
+from __future__ import annotations
+
+from kvlab.sweep.session import format_duration
+
+
+def test_the_time_estimate_counts_the_whole_trace_the_second_sample_runs(kvlab, tmp_path):
+    # (trial 53, finding 7: -n 200 on azure-conv was estimated as two searches of 200 requests; the second is the
+    # whole trace, 19,366, and the run took 40 times the estimate)
+    r = kvlab("capacity", "--strategy", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--slo", "p99_ttft<2s",
+              "--workload", "azure-conv", "-n", "200", "--workers", "1", "--cost", "vllm-h100", "--max-time", "0s",
+              "--out", tmp_path / "cap")
+    assert r.exit_code != 0
+    assert "(the workload and a longer sample of 19,366 requests;" in r.stderr
+    assert " of simulation on 1 worker, more than --max-time 0s" in r.stderr
+    assert "min" in r.stderr.split("about ")[-1].split(" on ")[0]  # (minutes, not the 3 s it was)
+
+
+def test_a_duration_over_the_limit_never_reads_as_within_it():
+    assert format_duration(10.04, above=10) == "11 s"
+    assert format_duration(10.04) == "10 s"
