@@ -65,7 +65,8 @@ def test_the_second_sample_is_twice_the_workload_and_the_spread_names_the_length
     assert "the answer moves with the sample" in moving and "about 18,500 requests" in moving  # 2,600 × (0.267 / 0.1)²
     whole = samples_text((1300, 19_366), ("25", "15"), 25 / 15 - 1, "req/s", whole_trace=True)
     assert whole == ("on 1,300 requests 25 req/s, on 19,366 15, the whole trace (spread 67%: the trace's beginning is "
-                     "not like the whole of it; the answer is the lower)")
+                     "not like the whole of it; the answer is the lower); each rate is --rate's, the whole trace's "
+                     "mean with its own arrivals rescaled to it: its first 1,300 arrive at their own pace within it")
 
 
 def _failing(search, rate: float, value: float, waiting: float = 0.0):

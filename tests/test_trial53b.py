@@ -21,3 +21,14 @@ def test_the_time_estimate_counts_the_whole_trace_the_second_sample_runs(kvlab, 
 def test_a_duration_over_the_limit_never_reads_as_within_it():
     assert format_duration(10.04, above=10) == "11 s"
     assert format_duration(10.04) == "10 s"
+
+
+def test_a_runs_rate_on_a_trace_says_that_rate_rescales_the_whole_trace(kvlab):
+    # (trial 53, finding 9: --rate 15 on azure-conv printed "arriving at 8.85 req/s on average" without saying why)
+    r = kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload", "azure-conv", "--rate", "15",
+              "-n", "50")
+    assert r.exit_code == 0
+    assert ("(the trace's own arrivals, rescaled so that the whole trace averages --rate 15; these 50 arrive at their "
+            "own pace within it)") in " ".join(r.stdout.split())
+    plain = kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", "-n", "50")
+    assert "averages --rate" not in plain.stdout  # (arrivals drawn at the rate: it is their mean)

@@ -318,13 +318,17 @@ def samples_text(lengths: tuple[int, int], answers: tuple[str, str], spread: flo
     """'on 2,400 requests 9.1 req/s, on 4,800 8.7 (spread 5%: stable)', or the advice when they disagree (no longer
     sample to ask for when the second is the ``whole_trace``)."""
     text = f"on {lengths[0]:,} {what} {answers[0]} {unit}, on {lengths[1]:,} {answers[1]}"
+    # (a rate on a trace is --rate's: its own arrivals rescaled so that the whole trace has that mean; its first
+    # requests arrive at their own pace, often another: trial 53, finding 9)
+    rates = (f"; each rate is --rate's, the whole trace's mean with its own arrivals rescaled to it: its first "
+             f"{lengths[0]:,} arrive at their own pace within it") if whole_trace and unit == "req/s" else ""
     if spread is None:
-        return text + " (one of them 0: no spread)"
+        return text + " (one of them 0: no spread)" + rates
     if agree(spread):
-        return text + f" (spread {spread:.0%}: stable)"
+        return text + f" (spread {spread:.0%}: stable)" + rates
     if whole_trace:
         return text + (f", the whole trace (spread {spread:.0%}: the trace's beginning is not like the whole of it; "
-                       "the answer is the lower)")
+                       "the answer is the lower)") + rates
     need = length_for_spread(lengths[1], spread)
     return text + (f" (spread {spread:.0%}: the answer moves with the sample; a trace of about {need:,} {what} "
                    "would give a stable one: -n)")
