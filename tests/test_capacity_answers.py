@@ -240,3 +240,18 @@ def test_a_run_says_what_its_preemptions_cost(kvlab):
     v = json.loads(race.stdout)["strategies"][0]
     text = " ".join(kvlab("race", "vllm", "-n", "300").stdout.split())
     assert f"Preemptions: vllm {v['preemptions']:,} ({v['recomputed_tokens']:,} tokens computed again)." in text
+
+
+def test_a_rate_failed_as_backlogged_says_by_how_many_requests_the_queue_grew():
+    # (trial 53, finding 13: "throughput: backlogged" over a queue of 0 → 2 read as the GPU running out)
+    from kvlab.sweep.capacity import Search
+    from kvlab.sweep.slo import Verdict
+
+    search = Search(start_rate=2.0)
+    search.record(2.5, 0.03, True, None, {"state": "stable"})
+    reason = "backlogged: queue count grew (queue 0 → 2 waiting, oldest wait 0.0061 s → 0.54 s)"
+    search.record(2.562, 0.04, False, Verdict(False, {}, None, reason),
+                  {"state": "backlogged", "queue_first_half": 0.2, "queue_second_half": 2.25, "num_arrived": 169})
+    assert search.limited_by == (f"throughput: {reason} at 2.562 req/s (the queue grew by about 2 requests over the "
+                                 "window's 169 arrivals: small, but growing, so a longer run would wait ever longer; "
+                                 "the latency target may still hold on this short one)")
