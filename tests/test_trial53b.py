@@ -32,3 +32,13 @@ def test_a_runs_rate_on_a_trace_says_that_rate_rescales_the_whole_trace(kvlab):
             "own pace within it)") in " ".join(r.stdout.split())
     plain = kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5", "-n", "50")
     assert "averages --rate" not in plain.stdout  # (arrivals drawn at the rate: it is their mean)
+
+
+def test_a_profile_set_for_a_gpu_from_published_figures_is_not_called_fitted():
+    # (trial 53, finding 12: "no clock here is fitted on real runs on this GPU" above "paper-2023 (fitted on A100-40GB
+    # for opt-13b)", the very setup)
+    from kvlab.report.setup import fitted_to
+
+    assert fitted_to("paper-2023").startswith("paper-2023 (set for opt-13b on A100-40GB, not fitted on real runs): ")
+    assert fitted_to("vllm-h100").startswith("vllm-h100 (fitted on H100-SXM): ")
+    assert fitted_to("roofline").startswith("roofline (stated, not fitted; any GPU): ")
