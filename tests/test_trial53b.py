@@ -42,3 +42,15 @@ def test_a_profile_set_for_a_gpu_from_published_figures_is_not_called_fitted():
     assert fitted_to("paper-2023").startswith("paper-2023 (set for opt-13b on A100-40GB, not fitted on real runs): ")
     assert fitted_to("vllm-h100").startswith("vllm-h100 (fitted on H100-SXM): ")
     assert fitted_to("roofline").startswith("roofline (stated, not fitted; any GPU): ")
+
+
+def test_run_and_sweep_say_their_req_s_is_finished_over_the_makespan(kvlab, tmp_path):
+    # (trial 53, finding 8: run's 4.68 req/s at 5.33 arriving, and sweep's 0.666 at rate 1, read as what the GPU serves)
+    run = " ".join(kvlab("run", "vllm", "-n", "20", "--rate", "2").stdout.split())
+    assert "req/s, out tok/s: finished requests (output tokens) ÷ the run's makespan" in run
+    assert "kvlab capacity measures the served rate over a window instead" in run
+    sweep = kvlab("sweep", "--strategy", "vllm", "--rate", "1", "-n", "20", "--workers", "1", "--out", tmp_path / "s")
+    words = " ".join(sweep.stdout.split())
+    assert sweep.exit_code == 0, sweep.stderr
+    assert "req/s, tok/s: finished requests (output tokens) ÷ the run's makespan" in words
+    assert "the store's window_served_rps" in words
