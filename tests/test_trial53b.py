@@ -54,3 +54,18 @@ def test_run_and_sweep_say_their_req_s_is_finished_over_the_makespan(kvlab, tmp_
     assert sweep.exit_code == 0, sweep.stderr
     assert "req/s, tok/s: finished requests (output tokens) ÷ the run's makespan" in words
     assert "the store's window_served_rps" in words
+
+
+def test_the_labs_breaking_point_without_an_answer_carries_capacitys_reason_and_the_one_sample():
+    # (trial 53, finding 2: /api/rates?num_requests=100 gave vllm-paper "none (3.25 ?)" without the reason, and
+    # kvlab capacity answered 2.5 on its second sample)
+    from kvlab.web.rates import RateLab, RateSetup
+
+    lab = RateLab()
+    setup = RateSetup(model="opt-13b", gpu="a100-40gb", workload="paper-sharegpt", num_requests=100, seed=0,
+                      block_size=16, cost="roofline")
+    found = lab.breaking_points(setup, ("vllm-paper",))
+    (line,) = found["systems"]
+    assert line["capacity_text"] == "none (3.25 ?)" and line["uncertified_rps"] == 3.25
+    assert line["uncertified_reason"].startswith("the run at 3.25 req/s was too short to load the engine")
+    assert "kvlab capacity also searches a second, longer sample" in found["samples_note"]
