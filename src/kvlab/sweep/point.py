@@ -192,8 +192,7 @@ def estimate_seconds(points: list[Resolved], probe_requests: int = 200) -> float
 
     first = points[0]
     probe = quietly({**engine_options(first.options), "num_requests": probe_requests, "duration": None})
-    service.run(probe, [first.strategy])  # (once to warm: a cold first run took twice as long per request, which a
-    start = time.perf_counter()           # whole trace's 19,366 requests multiplied into 4 min for a 1 min search)
+    start = time.perf_counter()
     run = service.run(probe, [first.strategy])
     per_request = (time.perf_counter() - start) / max(1, run.workload.num_requests)
     total_requests = 0
