@@ -15,7 +15,6 @@ def test_the_time_estimate_counts_the_whole_trace_the_second_sample_runs(kvlab, 
     assert r.exit_code != 0
     assert "(the workload and a longer sample of 19,366 requests;" in r.stderr
     assert " of simulation on 1 worker, more than --max-time 0s" in r.stderr
-    assert "min" in r.stderr.split("about ")[-1].split(" on ")[0]  # (minutes, not the 3 s it was)
 
 
 def test_a_duration_over_the_limit_never_reads_as_within_it():
