@@ -65,7 +65,8 @@ def test_the_second_sample_is_twice_the_workload_and_the_spread_names_the_length
     assert "the answer moves with the sample" in moving and "about 18,500 requests" in moving  # 2,600 × (0.267 / 0.1)²
     whole = samples_text((1300, 19_366), ("25", "15"), 25 / 15 - 1, "req/s", whole_trace=True)
     assert whole == ("on 1,300 requests 25 req/s, on 19,366 15, the whole trace (spread 67%: the trace's beginning is "
-                     "not like the whole of it; the answer is the lower)")
+                     "not like the whole of it; the answer is the lower); each rate is --rate's, the whole trace's "
+                     "mean with its own arrivals rescaled to it: its first 1,300 arrive at their own pace within it")
 
 
 def _failing(search, rate: float, value: float, waiting: float = 0.0):
@@ -239,3 +240,18 @@ def test_a_run_says_what_its_preemptions_cost(kvlab):
     v = json.loads(race.stdout)["strategies"][0]
     text = " ".join(kvlab("race", "vllm", "-n", "300").stdout.split())
     assert f"Preemptions: vllm {v['preemptions']:,} ({v['recomputed_tokens']:,} tokens computed again)." in text
+
+
+def test_a_rate_failed_as_backlogged_says_by_how_many_requests_the_queue_grew():
+    # (trial 53, finding 13: "throughput: backlogged" over a queue of 0 → 2 read as the GPU running out)
+    from kvlab.sweep.capacity import Search
+    from kvlab.sweep.slo import Verdict
+
+    search = Search(start_rate=2.0)
+    search.record(2.5, 0.03, True, None, {"state": "stable"})
+    reason = "backlogged: queue count grew (queue 0 → 2 waiting, oldest wait 0.0061 s → 0.54 s)"
+    search.record(2.562, 0.04, False, Verdict(False, {}, None, reason),
+                  {"state": "backlogged", "queue_first_half": 0.2, "queue_second_half": 2.25, "num_arrived": 169})
+    assert search.limited_by == (f"throughput: {reason} at 2.562 req/s (the queue grew by about 2 requests over the "
+                                 "window's 169 arrivals: small, but growing, so a longer run would wait ever longer; "
+                                 "the latency target may still hold on this short one)")

@@ -16,7 +16,7 @@ def test_the_fewest_replicas_hold_and_one_fewer_does_not(kvlab, tmp_path):
     data = r.json()
     # Without --cost, every built-in profile that applies to the A100-40GB prices a search of its own.
     assert set(data["cost_profiles"]) == {"roofline", "paper-2023"}
-    assert data["cost_profiles"]["paper-2023"].startswith("paper-2023 (fitted on A100-40GB for opt-13b)")
+    assert data["cost_profiles"]["paper-2023"].startswith("paper-2023 (set for opt-13b on A100-40GB, not fitted on real runs)")
     assert {(e["router"], e["cost"]) for e in data["fewest_replicas"]} == {
         (router, cost) for router in ("round-robin", "least-requests") for cost in ("roofline", "paper-2023")}
     for entry in data["fewest_replicas"]:
@@ -70,7 +70,7 @@ def test_the_text_names_each_profile_the_spread_and_the_failures(kvlab, tmp_path
                 assert stated == pytest.approx(run["ttft_p99_s"], rel=0.05)
     assert "1 replicas" not in text and "1 replica (on " in text
     assert "cost profile roofline (stated, not fitted; any GPU)" in text
-    assert "cost profile paper-2023 (fitted on A100-40GB for opt-13b)" in text
+    assert "cost profile paper-2023 (set for opt-13b on A100-40GB, not fitted on real runs)" in text
     assert "Memory: each replica's 1 × A100-40GB holds opt-13b's weights and one 2,048-token request" in text
 
 

@@ -82,3 +82,11 @@ def test_a_rate_too_short_a_run_could_not_load_the_engine_at_is_no_answer(kvlab,
     assert "vllm: no answer: the run at" in said and "too few to load the engine" in said
     assert "-n 1,000 puts twice its seats in the window" in said
     assert "req/s, the lower of two samples" not in said and "none (42 ?)" in said
+
+
+def test_the_advice_for_a_longer_run_on_a_file_shorter_than_it_draws_poisson_arrivals():
+    # (trial 53, finding 6: "-n 1,000" on an inference-perf file of 200 requests was then refused by -n's own check)
+    assert capacity.longer_run_advice("ip.yaml", None, 1000) == "-n 1,000"
+    assert capacity.longer_run_advice("ip.yaml", 2000, 1000) == "-n 1,000"
+    said = capacity.longer_run_advice("ip.yaml", 200, 1000)
+    assert said.startswith("--arrival poisson -n 1,000") and "ip.yaml holds only 200 requests" in said

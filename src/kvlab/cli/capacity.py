@@ -146,9 +146,7 @@ def capacity(
     session = new_session()
     session.check_ray()
     every = configurations + longer
-    session.check_time(first_points, 3 * service.TYPICAL_SEARCH_RUNS * len(configurations), max_time, yes,
-                       f"{len(every)} capacity search{'es' if len(every) > 1 else ''} (the workload and a longer one; "
-                       f"about {service.TYPICAL_SEARCH_RUNS} simulations each)")
+    _check_time(session, first_points, longer, start_rate, max_time, yes)
     searches, rows = run_session(session, lambda: service.capacities(
         every, session.runner, target, [start_rate] * len(every), rtol, max_rate))
     names = list(run_options())
@@ -165,6 +163,19 @@ def capacity(
                                "plots": [str(p) for p in written]}, indent=2))
         return
     print_capacity(answer, names, session, written)
+
+
+def _check_time(session: Session, first_points, longer: list[dict], start_rate: float, max_time: str, yes: bool):
+    """Refuse (without --yes) searches estimated to take longer than --max-time: each search on its own workload, a
+    trace's second sample the whole trace however short the first (trial 53, finding 7)."""
+    from kvlab.service import capacity as service
+    from kvlab.sweep.point import resolve_points
+
+    longer_points = resolve_points([{**c, "rate": start_rate} for c in longer], kvlab.__version__, unique=False)
+    searches = len(first_points) + len(longer_points)
+    session.check_time([*first_points, *longer_points], service.TYPICAL_SEARCH_RUNS * searches, max_time, yes,
+                       f"{searches} capacity search{'es' if searches > 1 else ''} ({service.searched_what(longer)}; "
+                       f"about {service.TYPICAL_SEARCH_RUNS} simulations each)")
 
 
 def write_capacity_plots(answer: Answer, rows, names, out: Path) -> list[Path]:
@@ -255,6 +266,19 @@ def _print_footnotes(console, answer: Answer, deadlines: bool) -> None:
                       "in the run at the answer (docs/admission.md).", markup=False)
 
 
+def _print_uncertified(console, answer: Answer) -> None:
+    """Each answer that is not certified, why, and what would certify it."""
+    for i, config in enumerate(answer.configurations):
+        search = answer.answering(i)
+        if search.uncertified:
+            advice = "raise --max-rate"  # (else: none failed)
+            if search.too_short:  # (on a file with its own arrivals -n is capped at its rows: trial 53, finding 6)
+                advice = "raise -n or --duration" if answer.trace_rows[i] is None else "give " + \
+                    answer.longer_run_advice(i, window_num_requests(search.window_at(search.lo)["num_seats"]))
+            console.print(f"{search.mark}: {config['strategy']} under {config['cost']}: not certified: "
+                          f"{search.uncertified}; {advice}.", markup=False)
+
+
 def print_capacity(answer: Answer, names, session: Session, written) -> None:
     from rich.console import Console
 
@@ -294,12 +318,7 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
                       "--duration to choose).", markup=False)
     for note in answer.length_notes:
         console.print(f"num_requests: {note}.", markup=False)
-    for i, config in enumerate(configurations):
-        search = answer.answering(i)
-        if search.uncertified:
-            advice = "raise -n or --duration" if search.too_short else "raise --max-rate"  # (else: none failed)
-            console.print(f"{search.mark}: {config['strategy']} under {config['cost']}: not certified: "
-                          f"{search.uncertified}; {advice}.", markup=False)
+    _print_uncertified(console, answer)
     for i, config in enumerate(configurations):
         search = answer.answering(i)
         if search.limited_by:
@@ -349,8 +368,8 @@ def _print_answer(console, answer: Answer) -> None:
             at = search.window_at(search.lo)
             words = (f"no answer: the run at {rate_text(sample['answer_rps'])} req/s held {at['num_arrived']:,} "
                      f"requests in its window against {at['num_seats']:,} seats, too few to load the engine, so the "
-                     f"rate that holds may be far lower; -n {window_num_requests(at['num_seats']):,} puts twice its seats in "
-                     "the window")
+                     f"rate that holds may be far lower; {answer.longer_run_advice(i, window_num_requests(at['num_seats']))} "
+                     "puts twice its seats in the window")
         elif sample["spread"] is None and sample.get("note"):
             words = f"{rate_text(sample['answer_rps'])} req/s ({sample['note']})"
         else:

@@ -110,9 +110,11 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, **opt
         return service.run(config, chosen, progress=advance)
 
 
-def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), setup: dict | None = None) -> str:
+def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), setup: dict | None = None,
+               rescaled_to: float | None = None) -> str:
     """The run's setup in one paragraph; ``setup`` (KvlabConfig.describe()) adds a CPU tier and speculative decoding
-    in setup_lines' words, when the run has them."""
+    in setup_lines' words, when the run has them; ``rescaled_to``: the --rate a trace's own arrivals were rescaled
+    to (over the whole trace, so that a sample's rate differs: trial 53, finding 9)."""
     cache, sched = config.cache, config.scheduler
     extras = setup_lines({k: v for k, v in (setup or {}).items() if k in ("cpu_tier", "speculative")})
     fleet = f"{replicas} replicas behind the {router} router, each " if replicas > 1 else ""
@@ -124,16 +126,28 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
         f"{sched.max_num_batched_tokens:,}, chunked prefill {'on' if sched.enable_chunked_prefill else 'off'}{prefix}. "
         f"Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
-        f"{_rate_text(wl)}, mean prompt {wl.mean_prompt_len:,.0f} / output {wl.mean_output_len:,.0f} tokens."
+        f"{_rate_text(wl, rescaled_to)}, mean prompt {wl.mean_prompt_len:,.0f} / output {wl.mean_output_len:,.0f} tokens."
         + "".join(f" {line[0].upper()}{line[1:]}." for line in extras)
     )
 
 
-def _rate_text(wl) -> str:
+def _rate_text(wl, rescaled_to: float | None = None) -> str:
     from kvlab.report.tables import significant, workload_rate
 
     rate = workload_rate(wl)
-    return "all arriving at once" if rate is None else f"arriving at {significant(rate)} req/s on average"
+    if rate is None:
+        return "all arriving at once"
+    said = f"arriving at {significant(rate)} req/s on average"
+    if rescaled_to is not None:
+        said += (f" (the trace's own arrivals, rescaled so that the whole trace averages --rate {rescaled_to:g}; "
+                 f"these {wl.num_requests:,} arrive at their own pace within it)")
+    return said
+
+
+def rescaled_rate(workload) -> float | None:
+    """The --rate a run's trace keeps its own arrivals under, rescaled (None: arrivals drawn at the rate, or the
+    trace's own unscaled): resolve_workload leaves "auto" only on a source with arrival times."""
+    return workload.rate if workload.arrival in ("auto", "trace") else None
 
 
 def typical_iteration(config, summary: dict) -> dict:
@@ -197,7 +211,7 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         console.width = max(console.width, 150)  # piped --wide output: room for the whole table
     behaviours = [r.strategy for r in results]
     console.print(setup_line(config, wl, run.config.parallel.data_parallel_size, setup.get("router", ""), behaviours,
-                               setup))
+                               setup, rescaled_rate(run.config.workload)))
     console.print(race_table(summaries, title, wide=wide, strategies=behaviours, width=console.width))
     for line in footnotes(summaries, wide=wide):
         console.print(line)

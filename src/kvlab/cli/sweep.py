@@ -122,8 +122,11 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
                                 wrapping={"status"})
     console = Console()
     console.print(table)
-    console.print("s/tok: mean normalized latency (end-to-end seconds per output token); TTFT and TPOT: p99, each "
-                  "column in ms, or in s when one of its values is 10 s or more.", highlight=False)
+    console.print("req/s, tok/s: finished requests (output tokens) ÷ the run's makespan, from its start to its last "
+                  "finish, ramp and drain included: on a short run below the rate even while the engine keeps up (the "
+                  "served rate over the measured window: the store's window_served_rps). s/tok: mean normalized "
+                  "latency (end-to-end seconds per output token); TTFT and TPOT: p99, each column in ms, or in s when "
+                  "one of its values is 10 s or more.", highlight=False)
     held = held_text(rows, varying)
     if held:
         console.print(f"Every point: {held}.", highlight=False)

@@ -20,8 +20,11 @@ def fitted_to(name: str) -> str:
     from kvlab.cost.profiles import get_profile
 
     profile = get_profile(name)
-    where = f"fitted on {profile.gpu}" + (f" for {profile.model}" if profile.model else "") if profile.gpu else \
-        "stated, not fitted; any GPU"
+    # (a profile set for a GPU from published figures is not fitted on runs on it: trial 53, finding 12)
+    model = f" for {profile.model}" if profile.model else ""
+    where = ("stated, not fitted; any GPU" if not profile.gpu else f"fitted on {profile.gpu}{model}"
+             if profile.fit.get("runs") else f"set for {profile.model + ' on ' if profile.model else ''}"
+             f"{profile.gpu}, not fitted on real runs")
     first = re.sub(r"\s*\([^()]*\)", "", profile.source.split(". ")[0]).strip().rstrip(".")
     return f"{profile.name} ({where}): {_shortened(first, 200)}"
 

@@ -136,7 +136,9 @@ def footnotes(summaries: list[dict], *, wide: bool = False) -> list[str]:
     lines = [("lat. = normalized latency: a request's end-to-end time divided by its output tokens (the vLLM "
               "paper's metric), p50 over requests. TTFT: time to first token. KV tok %: share of KV memory holding "
               "tokens, averaged over time. pre-empt.: preemptions (memory ran out mid-answer; a request can be preempted "
-              "more than once)."
+              "more than once). req/s, out tok/s: finished requests (output tokens) ÷ the run's makespan, from its "
+              "start to its last finish, ramp and drain included: on a short run below the arrival rate even while "
+              "the engine keeps up (kvlab capacity measures the served rate over a window instead)."
               + (f" ★ {_star_text(summaries)}{_tie_text(summaries)}." if len(summaries) > 1 else ""))]
     if wide:
         lines.append("KV memory shares: tokens | reserved for tokens to come | internal fragmentation (reserved, "

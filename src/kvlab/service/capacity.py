@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import kvlab
@@ -95,6 +96,16 @@ def no_second_note(name: str, rows: int, num_requests: int) -> str:
     return (f"no second sample: {name} has {rows:,} requests with their own arrival times, and twice this sample's "
             f"{num_requests:,} would need {2 * num_requests:,}; -n {rows // 2:,} or fewer gives two samples (or a "
             f"trace of {2 * num_requests:,} requests or more)")
+
+
+def longer_run_advice(name: str, rows: int | None, wanted: int) -> str:
+    """How to ask for a run of ``wanted`` requests: ``-n wanted``, or, on a workload that keeps its own arrival times
+    and holds fewer (``rows``: trace_rows), its lengths drawn at arrivals of its own (--arrival poisson), since -n
+    beyond its rows is refused (kvlab.config.resolve.resolve_workload; trial 53, finding 6)."""
+    if rows is None or wanted <= rows:
+        return f"-n {wanted:,}"
+    return (f"--arrival poisson -n {wanted:,} (its lengths at Poisson arrivals: {name} holds only {rows:,} requests "
+            "with their own arrival times)")
 
 
 def _given(name: str, lists: dict, explicit: list[dict]) -> bool:
@@ -198,6 +209,17 @@ def longer_samples(configurations: list[dict], start_rate: float) -> tuple[list[
     return longer, None
 
 
+def searched_what(longer: list[dict]) -> str:
+    """What a capacity answer searches, for the time estimate: the workload and its second samples (longer_samples:
+    on a trace the whole trace, which can be far longer than -n)."""
+    if not longer:
+        return "the workload; no second sample"
+    lengths = sorted({c["num_requests"] for c in longer if c.get("duration") is None and c.get("num_requests")})
+    if not lengths:
+        return "the workload and one twice its duration"
+    return f"the workload and a longer sample of {', '.join(f'{n:,}' for n in lengths)} requests"
+
+
 def engine_setups(points) -> list[dict[str, Any]]:
     """Each resolved point's setup: kvlab.config's description with its strategy's prefix caching and the TP/PP
     communication (kvlab.config.resolve.engine_setup)."""
@@ -220,6 +242,7 @@ def answer(configurations: list[dict], longer: list[dict], no_second: str | None
     found.add_samples(longer, searches[len(configurations):], no_second)
     rows = [trace_rows(p.config.workload) for p in first_points]
     found.whole_trace = [r is not None and c.get("num_requests") == r for c, r in zip(longer, rows)]
+    found.trace_rows = rows
     longer_configs = None if no_second is not None else \
         [resolve_point({**c, "rate": p.options["rate"]}, kvlab.__version__).config for c, p in zip(longer, first_points)]
     found.add_costs([p.config for p in first_points], gpu_hour_price, longer_configs)
@@ -245,6 +268,11 @@ class Answer:
         self.mean_outputs = [0.0] * len(configurations)
         self.second_mean_outputs: list[float] = []  # the second samples' (empty: none searched)
         self.length_notes: list[str] = []  # samples cut to fit their trace (searched_configurations)
+        self.trace_rows: list[int | None] = [None] * len(configurations)  # each workload's own arrivals (trace_rows)
+
+    def longer_run_advice(self, i: int, wanted: int) -> str:
+        """How to ask configuration ``i`` for a run of ``wanted`` requests (longer_run_advice)."""
+        return longer_run_advice(Path(str(self.configurations[i]["workload"])).name, self.trace_rows[i], wanted)
 
     def costs(self) -> list[str]:
         return list(dict.fromkeys(s["cost"] for s in self.setups))

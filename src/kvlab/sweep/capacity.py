@@ -31,6 +31,19 @@ FLOOR_RTOL = 0.01  # two halvings whose missed latencies differ by less: the lat
 LIMITS = {"missed": "latency", "overloaded": "throughput", "backlogged": "throughput", "refused": "refusals"}
 
 
+def _backlog_size(reason: str, window: dict[str, Any]) -> str:
+    """How big a backlog that failed a rate was: a queue that grew by a couple of requests over a short sample is
+    what the rule catches first, long before a latency target misses; said so that it does not read as the GPU
+    running out (trial 53, finding 13)."""
+    if not reason.startswith("backlogged") or "queue_first_half" not in window:
+        return ""
+    growth = (window["queue_second_half"] + window.get("decode_queue_second_half", 0.0)
+              - window["queue_first_half"] - window.get("decode_queue_first_half", 0.0))
+    return (f" (the queue grew by about {growth:.0f} requests over the window's {window['num_arrived']:,} arrivals: "
+            "small, but growing, so a longer run would wait ever longer; the latency target may still hold on this "
+            "short one)")
+
+
 def round_rate(rate: float) -> float:
     """Rates to 4 significant digits: a search's points then have short, repeatable names in the store."""
     return float(f"{rate:.4g}")
@@ -190,7 +203,8 @@ class Search:
             if rate == self.hi and not held:
                 kind = "abandonment" if verdict.reason.startswith("missed abandoned") else next(
                     (k for word, k in LIMITS.items() if word in verdict.reason), "run")
-                return f"{kind}: {verdict.reason} at {rate:g} req/s"
+                return f"{kind}: {verdict.reason} at {rate:g} req/s" + _backlog_size(verdict.reason,
+                                                                                   self.window_at(rate))
         return None
 
     def to_json(self) -> dict[str, Any]:
@@ -318,13 +332,17 @@ def samples_text(lengths: tuple[int, int], answers: tuple[str, str], spread: flo
     """'on 2,400 requests 9.1 req/s, on 4,800 8.7 (spread 5%: stable)', or the advice when they disagree (no longer
     sample to ask for when the second is the ``whole_trace``)."""
     text = f"on {lengths[0]:,} {what} {answers[0]} {unit}, on {lengths[1]:,} {answers[1]}"
+    # (a rate on a trace is --rate's: its own arrivals rescaled so that the whole trace has that mean; its first
+    # requests arrive at their own pace, often another: trial 53, finding 9)
+    rates = (f"; each rate is --rate's, the whole trace's mean with its own arrivals rescaled to it: its first "
+             f"{lengths[0]:,} arrive at their own pace within it") if whole_trace and unit == "req/s" else ""
     if spread is None:
-        return text + " (one of them 0: no spread)"
+        return text + " (one of them 0: no spread)" + rates
     if agree(spread):
-        return text + f" (spread {spread:.0%}: stable)"
+        return text + f" (spread {spread:.0%}: stable)" + rates
     if whole_trace:
         return text + (f", the whole trace (spread {spread:.0%}: the trace's beginning is not like the whole of it; "
-                       "the answer is the lower)")
+                       "the answer is the lower)") + rates
     need = length_for_spread(lengths[1], spread)
     return text + (f" (spread {spread:.0%}: the answer moves with the sample; a trace of about {need:,} {what} "
                    "would give a stable one: -n)")

@@ -9,6 +9,7 @@ shared by `kvlab sweep`, `kvlab capacity` (its rate search and its fewest-replic
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -29,9 +30,10 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
 
 
-def format_duration(seconds: float) -> str:
+def format_duration(seconds: float, above: float | None = None) -> str:
+    """``seconds`` in words; rounded up when it is ``above`` a limit, so that it never reads as within it."""
     if seconds < 90:
-        return f"{seconds:.0f} s"
+        return f"{math.ceil(seconds) if above is not None and seconds > above else round(seconds):.0f} s"
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
@@ -118,8 +120,9 @@ class Session:
             return
         seconds = estimate_seconds(points) * num_runs / len(points) / self.workers
         if seconds > limit and not yes:
-            raise KvlabError(f"{what}: about {format_duration(seconds)} on {self.workers} workers, more than "
-                             f"--max-time {max_time}; add --yes to run it anyway, or sweep fewer points")
+            workers = f"{self.workers} worker{'s' if self.workers > 1 else ''}"
+            raise KvlabError(f"{what}: about {format_duration(seconds, above=limit)} of simulation on {workers}, "
+                             f"more than --max-time {max_time}; add --yes to run it anyway, or sweep fewer points")
 
     def start(self) -> None:
         import kvlab

@@ -88,9 +88,11 @@ class RateFigure {
     setText(this.section.querySelector('[data-field="slo"]'), `${nf2.format(f.slo_s)} s per token`);
     setText(this.section.querySelector('[data-field="rates-setup"]'), `Every run: ${s.model} on ${s.gpu.toUpperCase()}, ` +
       `${nf0.format(s.num_requests)} requests of ${s.workload} arriving at random (Poisson) at each rate, ` +
-      `cost profile ${s.cost}. The breaking points are those of kvlab capacity --strategy ${f.systems.map(x => x.name).join(",")} ` +
+      `cost profile ${s.cost}. The breaking points are the first sample's of kvlab capacity --strategy ` +
+      `${f.systems.map(x => x.name).join(",")} ` +
       `--model ${s.model} --gpu ${s.gpu} --workload ${s.workload} -n ${s.num_requests} --seed ${s.seed} ` +
-      `--block-size ${s.block_size} --cost ${s.cost}.`);
+      `--block-size ${s.block_size} --cost ${s.cost}: ${f.samples_note}.` +
+      f.systems.filter(x => x.uncertified_reason).map(x => ` ${x.paper_name}: ${uncertainText(x)}.`).join(""));
     const legend = this.section.querySelector(".chart-legend");
     legend.innerHTML = "";
     f.systems.forEach((x, i) => legend.append(el("span", { "data-system": x.name },
@@ -351,3 +353,9 @@ class RateFigure {
 
 // A breaking point as `kvlab capacity` prints it (kvlab.sweep.capacity.rate_text: rounded down; ≥ a lower bound).
 function rateText(x) { return x.capacity_text; }
+
+// Why a breaking point is "none (3.25 ?)" or "≥ 2.5": kvlab capacity's reason, in its words (trial 53, finding 2).
+function uncertainText(x) {
+  return x.capacity_rps === null ? `no answer, ${x.uncertified_reason}: more requests (-n) would tell`
+    : `at least ${x.capacity_text.replace(/^≥\s*/, "")} req/s, ${x.uncertified_reason}`;
+}
