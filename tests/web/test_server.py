@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -593,6 +594,31 @@ def test_whole_numbers_are_written_in_digits_and_echoed_as_sent(client, route, p
 def test_the_calculators_whole_numbers_are_digits(client, params, said):
     r = client.get("/api/size", params=params)
     assert r.status_code == 400 and said in r.json()["error"], r.text
+
+
+def test_the_calculators_context_len_reads_8k_as_kvlab_size_does(client, kvlab):
+    """Trial 53 #14: --context-len 8k is taken by kvlab size (32k is vLLM's 32,000, 32K 32,768); the lab took only
+    digits. The same figures for 8k, 8000 and kvlab size's own reading."""
+    expected = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--concurrency", "4", "--context-len", "8K",
+                     "--json").json()
+    for written, tokens in (("8K", 8192), ("8k", 8000)):
+        got = client.get("/api/size", params={"model": "llama-3.1-8b", "gpu": "l4", "concurrency": 4,
+                                              "context_len": written})
+        assert got.status_code == 200, got.text
+        same = client.get("/api/size", params={"model": "llama-3.1-8b", "gpu": "l4", "concurrency": 4,
+                                               "context_len": tokens}).json()
+        assert got.json() == same
+    assert client.get("/api/size", params={"model": "llama-3.1-8b", "gpu": "l4", "concurrency": 4,
+                                           "context_len": "8K"}).json()["num_tokens"] == expected["num_tokens"]
+
+
+def test_the_vllm_log_api_answers_the_log_as_read_with_its_model(client):
+    """Trial 53 #4: a hybrid model's block size, read from tokens / blocks, counts its KV cache groups once the
+    model is known (gpt-oss-120b with 0.10.1: blocks of 16, not 8), in the page's answer as in the command's."""
+    text = (Path(__file__).parents[1] / "data" / "startup_logs" / "gpt-oss-120b-4xa100-80gb-ray-0.10.1.1.log").read_text()
+    answer = client.post("/api/vllm-log", json={"text": text}).json()
+    assert answer["log"]["block_size"] == 16, answer
+    assert answer["explain"]["differences"] == []
 
 
 def test_a_run_refuses_a_whole_number_that_is_not_one(client):

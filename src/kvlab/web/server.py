@@ -141,6 +141,9 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
     from kvlab.web.refusal import in_parameters, refused_answer
 
     known_only(params, SIZE_PARAMETERS, " (the other sizing options, block_size or kv_cache_dtype say, are kvlab size's)")
+    context = params.get("context_len")
+    if isinstance(context, str) and context.strip() and not context.strip().isdigit():  # 8k, 8K: as kvlab size reads it
+        params = {**params, "context_len": str(vllm_int(context, "context_len"))}
     asked = {
         "model": text(params, "model", DEFAULTS["model"]),
         "gpu": text(params, "gpu", DEFAULTS["gpu"]),
@@ -175,7 +178,7 @@ def explain_log(data) -> dict:
     import dataclasses
 
     from kvlab.catalog.config import looks_like_path
-    from kvlab.vllm.log import explain_vllm_log, parse_vllm_log
+    from kvlab.vllm.log import as_read, explain_vllm_log, parse_vllm_log
     from kvlab.web.calculator import catalogue_model
 
     if not isinstance(data, dict) or not isinstance(data.get("text"), str):
@@ -192,7 +195,8 @@ def explain_log(data) -> dict:
     if model is None and log.model and looks_like_path(log.model):
         # The log names a local folder; a page must not make the server read it: go by the catalogue only.
         log = dataclasses.replace(log, model=log.model.rstrip("/").split("/")[-1])
-    return {"log": log.to_json(), "explain": explain_vllm_log(log, model=model, audience="page")}
+    explanation = explain_vllm_log(log, model=model, audience="page")
+    return {"log": as_read(log, explanation).to_json(), "explain": explanation}
 
 
 # The explanation is written for the command line (`kvlab vllm log --model NAME`); on the page the model is picked
