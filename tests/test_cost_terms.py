@@ -211,23 +211,29 @@ def test_a_decode_step_reads_each_models_own_kv_and_weight_bytes(model, tp, laye
     assert cost.flops_per_token == pytest.approx(2 * params / tp, rel=2e-3)
 
 
+def _steps_and_records(workload, constants, tmp_path):
+    """vllm's steps (tokens, admissions, preemptions) and its records by request id, under a profile of ``constants``."""
+    from kvlab.service.engine import finish, start
+
+    config = resolve(model="llama-2-7b", gpu="H100-SXM", num_gpu_blocks=2000, cost=_write(constants, tmp_path))
+    _, (sim,) = start(config, [parse_strategy("vllm")], workload=workload)
+    steps = []
+    while not sim.done:
+        step = sim.step()
+        steps.append((step.num_scheduled_tokens, step.new_req_ids, step.preempted_req_ids))
+    return steps, {r.request_id: r for r in finish(sim).records}
+
+
 def test_the_lags_spread_changes_only_the_clock_each_request_by_its_own_seeded_draw(tmp_path):
     """lag_jitter_iterations (kvlab/cost/latency.py, an experiment): put on the records after the engine, so the run
     schedules the same steps; each request's first token and end move by its draw times the constant times its own
     mean decode iteration (so its time per output token does not move), and the same run gives the same numbers."""
     from kvlab.cost.latency import jitter_draws
-    from kvlab.service.engine import finish, start
 
     workload = load_workload("paper-sharegpt", num_requests=80, arrival="poisson", rate=4.0, seed=0)
 
     def run(constants):
-        config = resolve(model="llama-2-7b", gpu="H100-SXM", num_gpu_blocks=2000, cost=_write(constants, tmp_path))
-        _, (sim,) = start(config, [parse_strategy("vllm")], workload=workload)
-        steps = []
-        while not sim.done:
-            step = sim.step()
-            steps.append((step.num_scheduled_tokens, step.new_req_ids, step.preempted_req_ids))
-        return steps, {r.request_id: r for r in finish(sim).records}
+        return _steps_and_records(workload, constants, tmp_path)
 
     lagged = {**ALL_TERMS, "admission_lag_iterations": 1.0}
     base_steps, base = run(lagged)
@@ -250,18 +256,11 @@ def test_the_lags_step_changes_only_the_clock_one_iteration_for_a_seeded_few(tmp
     ones that move are those whose draw X has exp(-X) < q (about q of them), its time per output token does not
     move, and the same run gives the same numbers."""
     from kvlab.cost.latency import jitter_draws
-    from kvlab.service.engine import finish, start
 
     workload = load_workload("paper-sharegpt", num_requests=200, arrival="poisson", rate=4.0, seed=0)
 
     def run(constants):
-        config = resolve(model="llama-2-7b", gpu="H100-SXM", num_gpu_blocks=2000, cost=_write(constants, tmp_path))
-        _, (sim,) = start(config, [parse_strategy("vllm")], workload=workload)
-        steps = []
-        while not sim.done:
-            step = sim.step()
-            steps.append((step.num_scheduled_tokens, step.new_req_ids, step.preempted_req_ids))
-        return steps, {r.request_id: r for r in finish(sim).records}
+        return _steps_and_records(workload, constants, tmp_path)
 
     lagged = {**ALL_TERMS, "admission_lag_iterations": 1.0}
     base_steps, base = run(lagged)
