@@ -68,3 +68,14 @@ def test_the_labs_breaking_point_without_an_answer_carries_capacitys_reason_and_
     assert line["capacity_text"] == "none (3.25 ?)" and line["uncertified_rps"] == 3.25
     assert line["uncertified_reason"].startswith("the run at 3.25 req/s was too short to load the engine")
     assert "kvlab capacity also searches a second, longer sample" in found["samples_note"]
+
+
+def test_a_sweep_on_a_file_shorter_than_the_time_probe_runs(kvlab, tmp_path):
+    """Trial 53b: the --max-time estimate's probe asked a file with its own arrival times for 200 requests, so a sweep
+    or capacity search on a 40-request file was refused ("has 40 requests ..., not 200") whatever -n was given."""
+    trace = tmp_path / "t40.csv"
+    trace.write_text("arrival_time,prompt_len,output_len\n" + "".join(f"{i * 0.25},{100 + i},50\n" for i in range(40)))
+    r = kvlab("sweep", "--strategy", "vllm", "-w", trace, "-n", "20", "--rate", "1,2", "--workers", "1",
+              "--out", tmp_path / "s")
+    assert r.exit_code == 0, r.stderr
+    assert "not 200" not in r.stderr
