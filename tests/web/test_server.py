@@ -711,3 +711,12 @@ def test_a_refusals_header_it_does_not_read_is_said_in_the_refusal(client):
     assert r.status_code == 400 and r.json()["error"].endswith(
         "(header X-Kvlab-Refusals: 'body' is not read; valid: in-body, for a refusal answered 200 with \"refused\": "
         "true)"), r.json()
+
+
+def test_section_7_on_a_trace_the_model_cannot_hold_answers_in_json():
+    """Trial 53b: on opt-13b (max_model_len 2,048) azure-conv's longer requests are refused, every latency is
+    infinite, and /api/rates was a 500 ("Out of range float values are not JSON compliant"); JSON carries null."""
+    with TestClient(create_app(allowed_hosts=["testserver"])) as c:
+        r = c.get("/api/rates", params={"num_requests": 50, "workload": "azure-conv", "systems": "vllm-paper"})
+        assert r.status_code == 200, r.text
+        assert "refus" in json.dumps(r.json())

@@ -385,9 +385,21 @@ async def _in_parameters(work, *args):
     from kvlab.web.refusal import in_parameters
 
     try:
-        return await run_in_threadpool(work, *args)
+        return _json_numbers(await run_in_threadpool(work, *args))
     except KvlabError as exc:
         raise in_parameters(exc, (*RATE_SETUP_KEYS, "rate", "systems")) from None
+
+
+def _json_numbers(value):
+    """``value`` with every infinite or NaN float as null, which JSON can carry (a latency is infinite where every
+    request was refused: a trace's requests longer than the model's max_model_len; trial 53b, a 500 before)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_numbers(v) for v in value]
+    return value
 
 
 def _rate(params: dict, lo: float, hi: float, upper: str | None = None) -> float:
