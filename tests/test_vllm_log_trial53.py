@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 LOGS = Path(__file__).parent / "data" / "startup_logs"
 NEGATIVE = str(LOGS / "gpt-oss-120b-h100-0.10.1-negative-kv.log")
 
@@ -75,3 +77,15 @@ def test_a_workers_rank_is_kept_in_its_label():
                       "memory: 11.33 GiB")
     assert line.worker == "VllmWorker rank=3 pid=19834"
     assert line.message == "Available KV cache memory: 11.33 GiB"
+
+
+@pytest.mark.parametrize("log, size", [("qwen3-32b-2xrtxpro6000-tp2-util0.426-0.27.1.log", "tensor_parallel_size"),
+                                       ("qwen3-32b-2xrtxpro6000-pp2-util0.426-0.27.1.log", "pipeline_parallel_size")])
+def test_the_parallel_sizes_come_from_the_workers_names_where_the_arguments_say_none(kvlab, log, size):
+    """Trial 53b: two-GPU logs whose arguments name no parallelism (their lines are Worker_TP0/TP1, Worker_PP0/PP1)
+    were read as one GPU, and the log's own model was refused for weights twice one GPU's."""
+    result = kvlab("vllm", "log", str(LOGS / log), "--model", "qwen3-32b", "--json")
+    assert result.exit_code == 0, result.stderr
+    answer = result.json()
+    assert answer["settings"][size] == 2 and "the workers' names" in answer["derived"][size]
+    assert answer["explanation"]["differences"] == []

@@ -6,6 +6,7 @@ worked out where vLLM's arithmetic allows it, and said to be (``derived``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from kvlab.errors import KvlabError
@@ -192,6 +193,29 @@ def _implied_block_size(fmt: str, blocks, tokens, max_model_len, concurrency) ->
     return None
 
 
+# vLLM's multiprocessing executor names each worker by its ranks: Worker[_DP<d>][_PP<p>][_TP<t>][_DCP<c>][_EP<e>]
+# (Worker_TP1, Worker_PP0, Worker_PP1_TP0), a rank left out where its size is 1.
+WORKER_RANKS = re.compile(r"^Worker(?:_DP\d+)?(?:_PP(?P<pp>\d+))?(?:_TP(?P<tp>\d+))?(?:_|\s|$)")
+
+
+def _parallel_from_workers(per_worker: dict) -> dict[str, tuple[int, str]]:
+    """The tensor and pipeline parallel sizes the workers' names show (the highest rank seen + 1), with how, where a
+    log's arguments do not state them (a two-GPU log read as one GPU was refused for weights twice one GPU's; trial
+    53b). At least that many: an excerpt may leave a worker's lines out."""
+    highest = {"tensor_parallel_size": -1, "pipeline_parallel_size": -1}
+    names = sorted({e["worker"].split(" ")[0] for entries in per_worker.values() for e in entries if e["worker"]})
+    for name in names:
+        m = WORKER_RANKS.match(name)
+        if m is None:
+            continue
+        for size, group in (("tensor_parallel_size", "tp"), ("pipeline_parallel_size", "pp")):
+            if m[group] is not None:
+                highest[size] = max(highest[size], int(m[group]))
+    workers = [n for n in names if WORKER_RANKS.match(n)]
+    return {size: (rank + 1, f"the workers' names ({', '.join(workers)}): ranks 0 to {rank}")
+            for size, rank in highest.items() if rank >= 1}
+
+
 def _assemble(fmt: str, first: dict, lines: dict, setting_lines: dict, settings: dict, per_worker: dict) -> StartupLog:
     lines = {k: v for k, v in lines.items() if k in REPORTED}
     derived: dict = {}
@@ -202,6 +226,10 @@ def _assemble(fmt: str, first: dict, lines: dict, setting_lines: dict, settings:
     for name in ("model", "block_size", "gpu_memory_utilization"):
         if name not in lines and name in setting_lines:
             lines[name] = setting_lines[name]
+    for name, (size, how) in _parallel_from_workers(per_worker).items():
+        if name not in settings:  # (the arguments, where they say it, come first)
+            settings = {**settings, name: size}
+            derived[name] = how
     blocks, tokens = first.get("num_gpu_blocks"), first.get("kv_cache_tokens")
     block_size = settings.get("block_size")
     if block_size is None:
