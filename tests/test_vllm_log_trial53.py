@@ -89,3 +89,14 @@ def test_the_parallel_sizes_come_from_the_workers_names_where_the_arguments_say_
     answer = result.json()
     assert answer["settings"][size] == 2 and "the workers' names" in answer["derived"][size]
     assert answer["explanation"]["differences"] == []
+
+
+def test_a_model_in_another_format_than_the_refused_logs_is_told_so_before_any_agreement(kvlab):
+    """Trial 53b: on an FP8 checkpoint's negative-KV log, --model qwen2.5-14b-instruct (bf16, 27.52 GiB) 'agreed'
+    with the refusal, comparing its weights with the FP8 log's room (15.22 GiB loaded)."""
+    log = str(LOGS / "qwen2.5-14b-fp8-dynamic-gb10-util0.15-negative-kv-0.13.0nv.log")
+    result = kvlab("vllm", "log", log, "--model", "qwen2.5-14b-instruct")
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "kvlab's weights for qwen2.5-14b-instruct, 27.52 GiB per GPU, are not the 15.2227 GiB this log loaded" in text
+    assert "kvlab agrees" not in text

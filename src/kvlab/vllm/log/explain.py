@@ -429,10 +429,10 @@ def _check_weights_fit(log: StartupLog, spec) -> None:
         raise KvlabError(_weights_over_room(log, *measured))
 
 
-def _no_room_verdict(log: StartupLog, spec, another: bool) -> str:
+def _no_room_verdict(log: StartupLog, spec) -> str:
     """kvlab's word on a log where vLLM refused because nothing was left for the KV cache (its KV cache memory
     printed negative): the asked model's weights against the room the engine had (trial 53: the model the log
-    was started with was refused as if it were another). ``another``: the asked model is not the log's."""
+    was started with was refused as if it were another)."""
     from kvlab.sizing import format_gib
 
     measured = _weights_and_room(log, spec)
@@ -440,17 +440,13 @@ def _no_room_verdict(log: StartupLog, spec, another: bool) -> str:
         return (f"kvlab does not compare {spec.id} with this refusal: the log gives no weights and KV cache memory "
                 "to compare with, or weights in a format kvlab does not size.")
     weights, room_gib = measured
-    if weights > (room_gib + 2 * GIB_ROUNDING) * GIB:
-        return f"kvlab agrees that nothing is left for the KV cache with {spec.id}: {_weights_over_room(log, *measured)}."
-    if another:
-        return (f"With {spec.id} instead, whose weights take {format_gib(weights)} GiB per GPU, the log's engine would "
-                f"have had about {room_gib - weights / GIB:.2f} GiB for the KV cache, before that model's own "
-                f"activation memory: a refusal for {log.model or 'the model it ran'} does not show whether vLLM "
-                f"starts with {spec.id} (`kvlab size {spec.id}` answers that from scratch).")
-    if abs(weights / GIB - log.model_weights_gib) > 0.05 * log.model_weights_gib:
+    if abs(weights / GIB - log.model_weights_gib) > 0.05 * log.model_weights_gib:  # (first: trial 53b compared a
+        # bf16 model's weights with an FP8 log's room and "agreed")
         return (f"kvlab's weights for {spec.id}, {format_gib(weights)} GiB per GPU, are not the "
                 f"{log.model_weights_gib} GiB this log loaded: it ran another model, or the same in another format; "
                 f"`kvlab size {spec.id}` answers from scratch whether vLLM starts with {spec.id}.")
+    if weights > (room_gib + 2 * GIB_ROUNDING) * GIB:
+        return f"kvlab agrees that nothing is left for the KV cache with {spec.id}: {_weights_over_room(log, *measured)}."
     return (f"kvlab's arithmetic differs: {spec.id}'s weights take {format_gib(weights)} GiB per GPU, within the "
             f"{room_gib:.2f} GiB the log's engine had for weights and KV cache together, so vLLM's refusal is not "
             "explained by the weights alone (its activation and other memory, which this log's figures include).")
@@ -595,7 +591,7 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
     if named is not None:
         out["lines"].append(f"The log names {log.model} ({named}); kvlab's calculation uses {spec.id}, as asked.")
     if log.no_kv_memory:  # (vLLM refused: nothing was left for the KV cache; there is no cache to size)
-        out["lines"].append(_no_room_verdict(log, spec, named is not None))
+        out["lines"].append(_no_room_verdict(log, spec))
         return out
     sized = log if named is None else own_default_length(log)  # (another model: its own default length)
     try:
