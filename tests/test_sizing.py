@@ -355,3 +355,13 @@ def test_a_t4_takes_float16_and_an_older_vllms_fp8_kv_cache():
     assert (old.kv_dtype_bytes, old.kv_bytes_per_token) == (1, 32_768 // 2)
     l4 = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("l4"), kv_cache_dtype="fp8"))
     assert (l4.kv_dtype_bytes, l4.kv_bytes_per_token) == (1, 16_384)
+
+
+def test_short_aliases_of_the_a4000_and_the_3050_reach_their_card_and_are_listed(kvlab):
+    """Issue 30: 'A4000' and 'rtx-3050' name the RTX A4000 and the RTX 3050 6GB (the corpus's cards), and `kvlab gpus`
+    lists them beside their entries."""
+    from kvlab.catalog import get_gpu
+
+    assert get_gpu("A4000").id == "RTX-A4000" and get_gpu("rtx-3050").id == "RTX-3050-6GB"
+    listing = kvlab("gpus").stdout.replace("\n", " ")
+    assert "RTX-A4000 = nvidia-rtx-a4000, a4000" in listing and "RTX-3050-6GB = geforce-rtx-3050-6gb, rtx-3050" in listing

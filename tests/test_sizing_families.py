@@ -623,6 +623,43 @@ def test_model_runner_v2_penalty_state_counts_as_consumed_from_vllm_0_27():
     assert profile("0.28.0", max_num_seqs=8)[0]["non-torch"].bytes - before["non-torch"].bytes == 8 * (151936 + 4748) * 4
 
 
+def test_model_runner_v2_deducts_no_cuda_graph_estimate_before_vllm_0_29():
+    """Up to 0.28 Model Runner V2's profile_cudagraph_memory returns 0 (read in 0.22.0's to 0.28.0's source), so
+    vLLM deducts nothing for its graphs; 0.29.0's measures them. Corpus log qwen2.5-0.5b-rtx4090-wsl2-0.27.1 (a dense
+    model, on V2 from 0.25): 'Free memory on device (22.45/23.99 GiB)', utilization (0.92, 22.07 GiB), 1.23 GiB
+    consumed, 0.31 GiB peak activation (the estimate included) and 0.0 GiB for CUDA graphs: 'Available KV cache memory:
+    20.52 GiB', 1,793,232 tokens."""
+    card = replace(get_gpu("rtx-4090"), memory_bytes=round(23.99 * GIB))  # WSL2 reports the whole 24 GiB
+    model = get_model("Qwen2.5-0.5B")
+
+    def sized(version: str, **settings):
+        return size_kv_cache(model, SizingConfig.for_gpu(card, gpu_memory_utilization=0.92, max_model_len=2048,
+                                                         max_num_batched_tokens=8192, dtype="float16",
+                                                         vllm_version=version, **settings))
+
+    r = sized("0.27.1")
+    graphs = {t.name: t for t in r.profile_terms}["CUDA graphs"]
+    assert r.model_runner is None and graphs.bytes == 0 and "Model Runner V2" in graphs.source
+    assert abs(r.available_kv_bytes / GIB - 20.52) < 0.2 and abs(r.num_tokens / 1_793_232 - 1) < 0.01
+    # the V1 runner of the same release, and V2 from 0.29.0, deduct their estimate
+    for other in (sized("0.27.1", model_runner="v1"), sized("0.29.0")):
+        assert {t.name: t for t in other.profile_terms}["CUDA graphs"].bytes > 0
+    # and 0.26.0, whose V2 runner returns 0 too (a dense model runs on V2 from 0.25)
+    assert {t.name: t for t in sized("0.26.0").profile_terms}["CUDA graphs"].bytes == 0
+
+
+def test_qwen3_32b_tp2_on_rtx_pro_6000_matches_its_log_without_a_graph_estimate():
+    """Corpus log qwen3-32b-2xrtxpro6000-tp2-util0.426-0.27.1: 'Model loading took 30.59 GiB', 'Available KV cache
+    memory: 8.22 GiB', 67,296 tokens, 2.05x at 32,768. Qwen3 dense runs on Model Runner V2 (0.27.1), which deducts no
+    CUDA-graph estimate; with one (the V1 runner's 0.70 GiB) kvlab was 8.8% short."""
+    r = size_kv_cache(get_model("qwen3-32b"), SizingConfig.for_gpu(
+        get_gpu("RTX-PRO-6000-Server"), gpu_memory_utilization=0.426, tensor_parallel_size=2, max_model_len=32768,
+        vllm_version="0.27.1"))
+    assert {t.name: t for t in r.profile_terms}["CUDA graphs"].bytes == 0
+    assert abs(r.available_kv_bytes / GIB - 8.22) < 0.05
+    assert abs(r.num_tokens / 67_296 - 1) < 0.005 and abs(r.max_concurrency - 2.05) < 0.01
+
+
 def test_mamba2_hybrid_granite_4_h_1b_matches_its_log():
     """Corpus log granite-4.0-h-1b-util0.6-eager-0.19.0 (vLLM 0.19.0, max_model_len 4,096): 'Setting attention block
     size to 400 tokens', 'Padding mamba page size by 1.59%', 4.09 GiB -> 53,200 tokens, 66.95x, 'Model loading took

@@ -322,16 +322,21 @@ def capture_sizes(largest: int) -> list[int]:
 
 
 def cuda_graph_bytes(max_num_seqs: int, deducted: bool, enforce_eager: bool, version: str,
-                     fit: ProfileFit = FIT, max_graph_size: int = 512) -> Term:
+                     fit: ProfileFit = FIT, max_graph_size: int = 512, runner_estimates: bool = True) -> Term:
     """CUDA-graph memory deducted from the KV budget: only where the version deducts it and graphs are captured.
     Piecewise graphs for batch sizes up to min(2 x max_num_seqs, max_graph_size), full graphs for decode batches up
     to max_num_seqs (FULL_AND_PIECEWISE), each costing the fitted pool share. ``max_graph_size``: vLLM's default
-    ceiling, 512, or 1,024 on compute capability 10.x from 0.32 (VllmRules.max_graph_size_blackwell)."""
+    ceiling, 512, or 1,024 on compute capability 10.x from 0.32 (VllmRules.max_graph_size_blackwell).
+    ``runner_estimates``: False where the model runner's estimate is 0 (vllm_rules.runner_estimates_graphs)."""
     if enforce_eager:
         return Term("CUDA graphs", 0, "none: --enforce-eager captures no graphs")
     if not deducted:
         return Term("CUDA graphs", 0, f"not deducted by vLLM {version} (graphs are captured after the KV cache is "
                                       "allocated, from what is left)")
+    if not runner_estimates:
+        return Term("CUDA graphs", 0, f"none deducted: Model Runner V2 of vLLM {version} estimates its CUDA-graph "
+                                      "memory as 0 (profile_cudagraph_memory, before 0.29.0); the graphs are captured "
+                                      "after the KV cache is allocated, from what is left")
     piecewise = len(capture_sizes(min(2 * max_num_seqs, max_graph_size)))
     full = len(capture_sizes(min(max_num_seqs, max_graph_size)))
     size = int(fit.cuda_graph_mib_per_graph * 2**20 * (piecewise + full))

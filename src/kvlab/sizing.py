@@ -59,6 +59,7 @@ from kvlab.vllm_rules import (
     qwen3_vl_profiles_video,
     resolve_version,
     rules_for,
+    runner_estimates_graphs,
     version_key,
 )
 
@@ -605,7 +606,9 @@ def stage_profiles(model: ModelSpec, config: SizingConfig, stages: list[range], 
             activation=activation_bytes(inputs),
             non_torch=with_kept_runner_state(non_torch, inputs, rules.consumed_from_free_memory),
             cuda_graphs=cuda_graph_bytes(config.resolved_max_num_seqs, rules.cuda_graphs_deducted,
-                                         config.enforce_eager, version, max_graph_size=max_graph_size)))
+                                         config.enforce_eager, version, max_graph_size=max_graph_size,
+                                         runner_estimates=runner_estimates_graphs(config.vllm_version,
+                                                                                  inputs.model_runner))))
     return profiles
 
 

@@ -153,6 +153,22 @@ MODEL_RUNNERS = ("v1", "v2")
 MODEL_RUNNER_V2_SINCE = "0.12.0"
 
 
+# Model Runner V2's CUDA-graph estimate: up to 0.28 its profile_cudagraph_memory returns 0 ('NOTE(woosuk): It is TBD
+# whether we keep this API or not', read in 0.22.0's, 0.25.0's, 0.26.0's, 0.27.1's and 0.28.0's source archives), so
+# gpu_worker.determine_available_memory deducts nothing for the graphs of a model V2 runs and prints 0 in its peak
+# activation; 0.29.0's captures the graphs into a throwaway pool and measures them (v1/worker/gpu/cudagraph_utils.py
+# profile_cudagraph_memory), as the V1 runner's does. The corpus's 0.27.1 logs on V2 print 0.0 GiB for the estimate.
+MODEL_RUNNER_V2_GRAPH_ESTIMATE_SINCE = "0.29.0"
+
+
+def runner_estimates_graphs(version: str | None, runner: str) -> bool:
+    """Whether the GPU model ``runner`` of vLLM ``version`` (None: the newest kvlab knows) estimates its CUDA-graph
+    memory before the cache is sized: V1 always, V2 from MODEL_RUNNER_V2_GRAPH_ESTIMATE_SINCE."""
+    if runner != "v2":
+        return True
+    return version_key(resolve_version(version)) >= version_key(MODEL_RUNNER_V2_GRAPH_ESTIMATE_SINCE)
+
+
 def check_model_runner(runner: str | None, version: str | None) -> None:
     """Refuse --model-runner v2 with a vLLM release before Model Runner V2 existed (MODEL_RUNNER_V2_SINCE)."""
     if runner != "v2" or version is None:
