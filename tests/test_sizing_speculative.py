@@ -134,8 +134,13 @@ def test_kvlab_size_takes_the_speculative_config_in_runs_words(kvlab):
     assert "MTP drafter (1 layer like layer 63" in next(t["source"] for t in data["profile_terms"] if t["name"] == "weights")
     plain = kvlab(*args, "--json").json()
     assert (plain["block_size"], plain["blocks_per_request"]) == (1568, 168 + 3)
-    text = kvlab(*args, "--speculative-method", "mtp").stdout
+    text = kvlab(*args, "--speculative-method", "mtp", "--num-speculative-tokens", "3").stdout
     assert "3 groups x (state: 4 blocks)" in text
+    # Not given, the draft tokens are the model's MTP layers (vLLM's documented default, the draft config's n_predict:
+    # mtp_num_hidden_layers, 1 for Qwen3.6-27B), not 3.
+    default = kvlab(*args, "--speculative-method", "mtp", "--json").json()
+    assert (default["num_speculative_tokens"], default["block_size"], default["blocks_per_request"]) == \
+        (1, 1584, 166 + 3 * 2)  # (ceil(262,144 / 1,584) full-attention blocks; 1 + 1 draft token's state blocks)
     refused = kvlab(*args, "--speculative-method", "eagle")
     assert refused.exit_code != 0 and "valid: ngram, mtp" in refused.stderr and "Traceback" not in refused.stderr
 

@@ -194,8 +194,8 @@ def test_drafting_costs_time_by_method():
     (["--speculative-method", "draft_model", "--speculative-model", "opt-13b", "--spec-acceptance", "0.7"],
      "--speculative-model opt-13b is the target model itself (opt-13b)"),
     (["--speculative-method", "mtp", "--spec-acceptance", "0.7"], "--speculative-method mtp: opt-13b has no MTP head "
-     "(its config has no num_nextn_predict_layers) and vLLM refuses it; valid: a model with MTP layers (in the "
-     "catalogue: deepseek-v3;"),
+     "(its config has neither num_nextn_predict_layers nor mtp_num_hidden_layers) and vLLM refuses it; valid: a "
+     "model with MTP layers (in the catalogue: deepseek-v3;"),
     (["--speculative-method", "medusa", "--spec-acceptance", "0.5"], "--speculative-method 'medusa' is not one"),
 ])
 def test_bad_speculative_settings_are_named_in_one_line(kvlab, args, message):

@@ -442,6 +442,17 @@ def blocks_per_request(groups: tuple[KVCacheGroup, ...], num_tokens: int, max_in
     return sum(g.spec.max_num_blocks_per_request(tokens, max_in_flight_tokens) for g in groups)
 
 
+def printed_kv_tokens(rules: VllmRules, num_blocks: int, groups: tuple[KVCacheGroup, ...], per_request: int,
+                      max_model_len: int, dcp: int = 1) -> int:
+    """vLLM's "GPU KV cache size: N tokens" for ``num_blocks`` blocks (``per_request``: one max_model_len request's,
+    blocks_per_request). Up to 0.20 (kv_cache_utils._report_kv_cache_config): num_blocks // groups x the smallest
+    block size, x the DCP size ('Multiplying the GPU KV cache size by the dcp_world_size'); later
+    (get_kv_cache_capacity): int(max_concurrency * max_model_len), in this order of float operations."""
+    if rules.tokens_line == "blocks":
+        return num_blocks // len(groups) * min(g.spec.block_size for g in groups) * dcp
+    return int(num_blocks / per_request * max_model_len)
+
+
 def profile_family(model: ModelSpec, quantization: str | None = None) -> str:
     """The family whose fitted activation scale applies (kvlab.memory_profile.model_family); 4-bit GPTQ/AWQ/AutoRound
     linear layers run on vLLM's Marlin kernels."""
@@ -1146,13 +1157,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     per_request = blocks_per_request(groups, max_model_len, in_flight, dcp)
     max_concurrency = num_blocks / per_request
     rules = config.rules
-    if rules.tokens_line == "blocks":
-        # kv_cache_utils._report_kv_cache_config (0.9 to 0.20): num_blocks // groups x the smallest block size, x the
-        # DCP size ('Multiplying the GPU KV cache size by the dcp_world_size').
-        num_tokens = num_blocks // len(groups) * min(g.spec.block_size for g in groups) * dcp
-    else:
-        # get_kv_cache_capacity: int(max_concurrency * max_model_len), in this order of float operations.
-        num_tokens = int(max_concurrency * max_model_len)
+    num_tokens = printed_kv_tokens(rules, num_blocks, groups, per_request, max_model_len, dcp)
     return SizingResult(
         model_id=model.id, gpu_name=config.gpu_name, gpu_memory_bytes=config.gpu_memory_bytes,
         gpu_memory_utilization=config.gpu_memory_utilization, block_size=attention_group(groups).spec.block_size,

@@ -175,6 +175,30 @@ _VLLM_HUMAN_READABLE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([kKmMgGtT])")
 _VLLM_MULTIPLIERS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
+# The engine's other whole-number options, which vLLM's argparse reads with int() (its type=int), as
+# human_readable_int reads a value without a suffix: int() takes '2_048', '+2048' and ' 2048' as 2048, so kvlab takes
+# them for these options as `vllm serve` does (vllm_reads_int); kvlab's own options stay digits only.
+# (decode_context_parallel_size: vLLM's -dcp; kvlab's --num-gpu-blocks, vLLM's num_gpu_blocks_override by another
+# name, stays kvlab's.)
+VLLM_INT_ARGS = ("block_size", "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs",
+                 "decode_context_parallel_size")
+
+
+def vllm_reads_int(text: str, human_readable: bool) -> int | None:
+    """``text`` as `vllm serve` reads a whole-number option, the one rule for every engine option: with
+    ``human_readable`` (VLLM_HUMAN_READABLE_INT_ARGS) its human_readable_int, 32k (32,000) and 32K (32,768), else
+    int(); otherwise int() (argparse's type=int), which also takes '2_048', '+2048' and ' 2048'. None where vLLM
+    refuses the text; ValueError for a fraction with a binary suffix (vllm_human_readable_int)."""
+    if human_readable:
+        number = vllm_human_readable_int(text)
+        if number is not None:
+            return number
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
 # What vLLM's human-readable integers may be written as, for a refusal's "valid:".
 VLLM_INT_FORMS = "a whole number in digits (4096), or 32k (32,000) / 32K (32,768) as vLLM reads them"
 VLLM_AUTO_MAX_MODEL_LEN = ("vLLM's auto (the longest length the KV cache holds) is not taken here: `kvlab fit` answers "
@@ -211,7 +235,7 @@ def vllm_int(text: str, name: str) -> int:
     if whole_number_text(given):
         return int(given)
     try:
-        number = vllm_human_readable_int(given)
+        number = vllm_reads_int(given, human_readable=True)
     except ValueError as exc:
         raise KvlabError(f"{name} {text!r}: {exc}") from None
     if number is None:

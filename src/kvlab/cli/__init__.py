@@ -136,9 +136,10 @@ def _check_repeats(command, args: list[str]) -> None:
 
 def _read_vllm_ints(command, args: list[str]) -> list[str]:
     """``args`` with the value of an option vLLM reads as a human-readable integer (--max-model-len 32k: 32,000;
-    32K: 32,768; kvlab.validate.vllm_human_readable_int), or a kvlab length read alike (--context-len;
-    HUMAN_READABLE_INT_OPTIONS), written in digits, as `vllm serve` would read it."""
-    from kvlab.validate import HUMAN_READABLE_INT_OPTIONS, vllm_human_readable_int
+    32K: 32,768), or a kvlab length read alike (--context-len; HUMAN_READABLE_INT_OPTIONS), or with int() (the
+    engine's other whole numbers, VLLM_INT_ARGS: '2_048' is 2,048), written in digits, as `vllm serve` would read it
+    (kvlab.validate.vllm_reads_int)."""
+    from kvlab.validate import HUMAN_READABLE_INT_OPTIONS, VLLM_INT_ARGS, vllm_reads_int
 
     path = _command_path(command, args)
     for name in path.split()[1:]:
@@ -148,7 +149,7 @@ def _read_vllm_ints(command, args: list[str]) -> list[str]:
     args = list(args)
     for param in getattr(command, "params", ()):
         opts = [o for o in getattr(param, "opts", ()) if o.startswith("-")]
-        if param.name not in HUMAN_READABLE_INT_OPTIONS or not opts:
+        if param.name not in (*HUMAN_READABLE_INT_OPTIONS, *VLLM_INT_ARGS) or not opts:
             continue
         for i, arg in enumerate(args[:end]):
             at, given = (i + 1, args[i + 1]) if arg in opts and i + 1 < end else (i, _attached(arg, opts))
@@ -160,7 +161,7 @@ def _read_vllm_ints(command, args: list[str]) -> list[str]:
 
                 raise KvlabError(f"{'/'.join(opts)} {given!r}: {VLLM_AUTO_MAX_MODEL_LEN} (see '{path} --help')")
             try:
-                number = vllm_human_readable_int(given)
+                number = vllm_reads_int(given, human_readable=param.name in HUMAN_READABLE_INT_OPTIONS)
             except ValueError as exc:
                 from kvlab.errors import KvlabError
 

@@ -6,7 +6,6 @@ Options use vLLM's spelling. Kept light: only the catalogue, the sizing arithmet
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
@@ -67,14 +66,6 @@ DcpOpt = Annotated[int, typer.Option(
 EpOpt = Annotated[bool, typer.Option(
     "--enable-expert-parallel", "-ep", help="Deal a MoE model's routed experts out whole, E / TP to each GPU, instead "
     "of splitting each expert over the tensor-parallel ranks (vLLM's --enable-expert-parallel).")]
-
-# vLLM's --speculative-config, in `kvlab run`'s words (config/options.py): the drafter's layers and weights and a
-# hybrid's state blocks (kvlab.sizing.speculative_layers, hybrid_state_blocks)
-SpecMethodOpt = Annotated[Optional[str], typer.Option(
-    "--speculative-method", help="Speculative decoding's proposer, as vLLM's --speculative-config method; sized: "
-    "ngram, mtp (an MTP drafter's layers take KV cache and weights).", show_default="off")]
-SpecTokensOpt = Annotated[int, typer.Option(
-    "--num-speculative-tokens", help=OPTIONS["num_speculative_tokens"].help)]
 
 # The options `kvlab size` and `kvlab fit` share (kvlab.service.size.sizing_config's arguments): the ones that decide
 # the KV cache, declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
@@ -361,8 +352,6 @@ def size(
     model_runner: RunnerOpt = None,
     decode_context_parallel_size: DcpOpt = 1,
     enable_expert_parallel: EpOpt = False,
-    speculative_method: SpecMethodOpt = None,
-    num_speculative_tokens: SpecTokensOpt = OPTIONS["num_speculative_tokens"].default,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -377,9 +366,8 @@ def size(
     gpu_spec, config = sizing_config(**options, vllm_version=vllm_version, quantization=quantization,
                                     enforce_eager=enforce_eager, sampler=sampler, model_runner=model_runner,
                                     decode_context_parallel_size=decode_context_parallel_size,
-                                    enable_expert_parallel=enable_expert_parallel)
-    if speculative_method is not None:
-        config = replace(config, speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens)
+                                    enable_expert_parallel=enable_expert_parallel,
+                                    mtp_layers=spec.num_nextn_predict_layers)
     _note_block_size(config.block_size, as_json)
     _note_expert_parallel(spec, config, as_json)
     quantized = _note_quantization(spec, quantization, as_json)
@@ -502,7 +490,7 @@ def fit(
                                     enforce_eager=enforce_eager, sampler=sampler, model_runner=model_runner,
                                     decode_context_parallel_size=decode_context_parallel_size,
                                     enable_expert_parallel=enable_expert_parallel,
-                                    search_tensor_parallel=True)
+                                    search_tensor_parallel=True, mtp_layers=spec.num_nextn_predict_layers)
     _note_block_size(config.block_size, as_json)
     _note_expert_parallel(spec, config, as_json)
     quantized = _note_quantization(spec, quantization, as_json)

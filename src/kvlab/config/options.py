@@ -62,6 +62,13 @@ class Option:
         return self.default is None or self.nullable
 
 
+# Draft tokens per step where --num-speculative-tokens is not given and the method is not mtp: kvlab's own choice.
+# vLLM has no such default: its SpeculativeConfig.num_speculative_tokens "will default to the number in the draft
+# model config if present, otherwise, it is required" (vllm/config/speculative.py), and that number, n_predict, is
+# set for MTP drafts only (hf_config_override: num_nextn_predict_layers, or Qwen3.5/3.6's mtp_num_hidden_layers).
+OTHER_DRAFT_TOKENS = 3
+
+
 def _options(*options: Option) -> dict[str, Option]:
     return {o.name: o for o in options}
 
@@ -172,8 +179,10 @@ OPTIONS: dict[str, Option] = _options(
            "--speculative-config method: ngram, draft_model, eagle or mtp.", choices=("ngram", "draft_model",
                                                                                   "eagle", "mtp"),
            default_text="off"),
-    Option("num_speculative_tokens", "scheduler", int, 3, "Draft tokens per request and step (vLLM's "
-           "num_speculative_tokens), with --speculative-method.", lo=1, hi=64, what="draft tokens per step"),
+    Option("num_speculative_tokens", "scheduler", int, None, "Draft tokens per request and step (vLLM's "
+           "num_speculative_tokens), with --speculative-method.", lo=1, hi=64, what="draft tokens per step",
+           default_text=f"with mtp the model's MTP layers, vLLM's documented default; else {OTHER_DRAFT_TOKENS}, "
+           "kvlab's own (vLLM requires it)"),
     Option("spec_acceptance", "scheduler", str, None, "With --speculative-method: the chance a draft token is "
            "accepted, one for every position (0.7) or one per position (0.9/0.7/0.5), each given those before it "
            "were.", default_text="required with --speculative-method"),
@@ -235,10 +244,10 @@ OPTIONS: dict[str, Option] = _options(
            "tokens.", lo=2, hi=2**34, what="tokens", default_text="--max-model-len"),
 )
 
-# What `kvlab size` and `kvlab fit` take: the options that decide the KV cache.
+# What `kvlab size` and `kvlab fit` take: the options that decide the KV cache (an MTP drafter's layers take some).
 SIZING_OPTIONS = ("gpu", "gpu_memory_gib", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
                   "block_size", "dtype", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
-                  "available_kv_gib")
+                  "available_kv_gib", "speculative_method", "num_speculative_tokens")
 # Everything a simulation is configured by (`kvlab run`, `race`, a sweep point, the library's resolve()).
 RUN_OPTIONS = tuple(OPTIONS)
 WORKLOAD_OPTIONS = tuple(name for name, o in OPTIONS.items() if o.group in ("workload", "sessions"))
@@ -249,3 +258,26 @@ ENGINE_OPTIONS = tuple(name for name, o in OPTIONS.items() if name not in WORKLO
 def defaults(names=RUN_OPTIONS) -> dict[str, Any]:
     """Each option's declared default (None: resolved when the configuration is)."""
     return {name: OPTIONS[name].default for name in names}
+
+
+def draft_tokens_per_step(method: str | None, given: int | None, mtp_layers: int, valid: str) -> int | None:
+    """The draft tokens per step of vLLM's speculative config, the one rule for every face (`kvlab run`, `size`,
+    `fit`, a startup log's arguments). ``given``: --num-speculative-tokens (None: not given); ``mtp_layers``: the
+    model's MTP layers (ModelSpec.num_nextn_predict_layers); ``valid``: the methods the face takes, for the refusal.
+
+    Without a method there is no speculative config: a number given anyway is refused (vLLM's SpeculativeConfig
+    refuses num_speculative_tokens without a method or draft model), None otherwise. Not given: with mtp, the
+    model's MTP layers (vLLM's documented default, the draft config's n_predict; its source does not reach that
+    default yet, vllm-project/vllm issue #55323, so a real server needs the number given); else OTHER_DRAFT_TOKENS,
+    kvlab's own."""
+    from kvlab.errors import KvlabError
+
+    if method is None:
+        if given is not None:
+            raise KvlabError(f"--num-speculative-tokens {given} needs --speculative-method (without one there is no "
+                             f"speculative decoding, and the number would be ignored); valid: --speculative-method "
+                             f"{valid} with it, or neither")
+        return None
+    if given is not None:
+        return given
+    return mtp_layers if method == "mtp" and mtp_layers > 0 else OTHER_DRAFT_TOKENS

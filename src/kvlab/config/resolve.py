@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 from kvlab.config.admission import AdmissionSpec, admission_options, resolve_admission
 from kvlab.config.engine import GIB, CacheConfig, ModelConfig, SchedulerConfig, SimConfig
-from kvlab.config.options import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, OPTIONS, SESSION_OPTIONS, WORKLOAD_OPTIONS
+from kvlab.config.options import (
+    DEFAULT_NUM_REQUESTS,
+    DEFAULT_RATE,
+    OPTIONS,
+    SESSION_OPTIONS,
+    WORKLOAD_OPTIONS,
+    draft_tokens_per_step,
+)
 from kvlab.config.router import RouterSpec, parse_router
 from kvlab.disagg.config import disagg_options, resolve_disagg
 from kvlab.errors import KvlabError
@@ -352,6 +359,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
 
         values["cost"] = default_profile_for(gpu_spec.id)
     profile = get_profile(values["cost"])  # before anything is sized: a bad --cost fails first
+    values["num_speculative_tokens"] = _draft_tokens(values, model_spec)
     sizing = _size(model_spec, gpu_spec, values)
     tp, pp = values["tensor_parallel_size"] or 1, values["pipeline_parallel_size"]
     block_size = values["block_size"]
@@ -468,11 +476,10 @@ def resolve_speculative(values: dict[str, Any], model_spec, sizing: SizingResult
     """vLLM's speculative config from the options (None: off); the drafter's cost from the models (kvlab.spec.cost)."""
     method = values.get("speculative_method")
     if method is None:
-        for name in ("spec_acceptance", "speculative_model", "num_speculative_tokens"):
-            # (num_speculative_tokens has a default: only a value other than it is known to be given)
-            if values.get(name) is not None and values[name] != OPTIONS[name].default:
+        for name in ("spec_acceptance", "speculative_model"):
+            if values.get(name) is not None:
                 raise KvlabError(f"--{name.replace('_', '-')} {values[name]} needs --speculative-method; valid: "
-                                 "ngram, draft_model, eagle or mtp")
+                                 f"{RUN_SPECULATIVE_METHODS}")
         return None
     if method != "draft_model" and values.get("speculative_model") is not None:
         _refuse_a_draft_model(method, values["speculative_model"])
@@ -482,8 +489,6 @@ def resolve_speculative(values: dict[str, Any], model_spec, sizing: SizingResult
     if values.get("spec_acceptance") is None:
         raise KvlabError(f"--speculative-method {method} needs --spec-acceptance: the chance a draft token is "
                          "accepted, from 0 to 1 (one for every position, or one per position: 0.9/0.7/0.5)")
-    if method == "mtp" and not model_spec.num_nextn_predict_layers:
-        _refuse_mtp(model_spec)
     draft = None
     if values.get("speculative_model") is not None:
         from kvlab.catalog import get_model
@@ -531,6 +536,21 @@ def _draft_memory(draft, values: dict[str, Any], sizing: SizingResult) -> dict[s
             "draft_kv_bytes_per_token": draft.kv_bytes_per_token_per_gpu(sizing.kv_dtype_bytes, tp)}
 
 
+RUN_SPECULATIVE_METHODS = "ngram, draft_model, eagle or mtp"  # (OPTIONS["speculative_method"].choices, in words)
+
+
+def _draft_tokens(values: dict[str, Any], model_spec) -> int | None:
+    """--num-speculative-tokens as the speculative config takes it (config.options.draft_tokens_per_step, the rule
+    `kvlab size` follows too), after the refusals that come before any sizing: a number without a method, and mtp
+    on a model without MTP layers."""
+    method = values.get("speculative_method")
+    tokens = draft_tokens_per_step(method, values.get("num_speculative_tokens"), model_spec.num_nextn_predict_layers,
+                                    RUN_SPECULATIVE_METHODS)
+    if method == "mtp" and not model_spec.num_nextn_predict_layers:
+        _refuse_mtp(model_spec)
+    return tokens
+
+
 def _refuse_mtp(model_spec) -> None:
     """vLLM's method mtp drafts with the checkpoint's own MTP layers (SpeculativeConfig.hf_config_override turns a
     model with num_nextn_predict_layers into its *_mtp draft); for any other model it raises 'Unsupported speculative
@@ -538,10 +558,10 @@ def _refuse_mtp(model_spec) -> None:
     from kvlab.catalog import list_models
 
     with_heads = [m.id for m in list_models() if m.num_nextn_predict_layers]
-    raise KvlabError(f"--speculative-method mtp: {model_spec.id} has no MTP head (its config has no "
-                     "num_nextn_predict_layers) and vLLM refuses it; valid: a model with MTP layers (in the catalogue: "
-                     f"{', '.join(with_heads)}; or a config.json with num_nextn_predict_layers), or --speculative-method "
-                     "eagle, ngram or draft_model")
+    raise KvlabError(f"--speculative-method mtp: {model_spec.id} has no MTP head (its config has neither "
+                     "num_nextn_predict_layers nor mtp_num_hidden_layers) and vLLM refuses it; valid: a model with MTP "
+                     f"layers (in the catalogue: {', '.join(with_heads)}; or a config.json with num_nextn_predict_layers "
+                     "or mtp_num_hidden_layers), or --speculative-method eagle, ngram or draft_model")
 
 
 def offload_options(offload: OffloadConfig | None) -> dict[str, Any]:
@@ -622,7 +642,19 @@ def _size(model_spec, gpu_spec, values: dict[str, Any]) -> SizingResult:
         pipeline_parallel_size=values["pipeline_parallel_size"], max_model_len=values["max_model_len"],
         max_num_batched_tokens=values["max_num_batched_tokens"], max_num_seqs=values["max_num_seqs"],
         available_kv_bytes=round(available_kv_gib * GIB) if available_kv_gib else None, gpu_name=gpu_spec.id,
-        quantization=values["quantization"], vllm_version=values["vllm_version"]))
+        quantization=values["quantization"], vllm_version=values["vllm_version"], **_sized_drafter(values)))
+
+
+def _sized_drafter(values: dict[str, Any]) -> dict[str, Any]:
+    """The speculative config as `kvlab size` sizes it (kvlab.sizing.speculative_layers: an MTP drafter's layers
+    take KV cache blocks and weights; a hybrid's state blocks count the draft tokens), for the methods it sizes; a
+    draft model's memory is the run's own (_draft_slots), an EAGLE head's is not modelled."""
+    from kvlab.sizing import SPECULATIVE_METHODS
+
+    method = values.get("speculative_method")
+    if method not in SPECULATIVE_METHODS:
+        return {}
+    return {"speculative_method": method, "num_speculative_tokens": values["num_speculative_tokens"]}
 
 
 def _model_name(spec, given: str) -> str:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from kvlab.catalog import GpuSpec, get_gpu
 from kvlab.config.engine import GIB
-from kvlab.config.options import OPTIONS, SIZING_OPTIONS
+from kvlab.config.options import OPTIONS, SIZING_OPTIONS, draft_tokens_per_step
 from kvlab.sizing import SizingConfig
 from kvlab.validate import check_options
 
@@ -23,17 +23,22 @@ def gpu_label(gpu_id: str, gpu_memory_gib: float | None) -> str:
 
 def sizing_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_size, gpu_memory_utilization,
                   block_size, dtype, kv_cache_dtype, max_model_len, max_num_batched_tokens, max_num_seqs,
-                  available_kv_gib, vllm_version=None, quantization=None, enforce_eager=False,
-                  sampler=None, decode_context_parallel_size=1,
+                  available_kv_gib, speculative_method=None, num_speculative_tokens=None, vllm_version=None,
+                  quantization=None, enforce_eager=False, sampler=None, decode_context_parallel_size=1,
                   model_runner=None, enable_expert_parallel=False,
-                  search_tensor_parallel=False) -> tuple[GpuSpec | None, SizingConfig]:
+                  search_tensor_parallel=False, mtp_layers=0) -> tuple[GpuSpec | None, SizingConfig]:
     """(GpuSpec or None, SizingConfig) from the sizing options, checked (kvlab.validate). With --gpu and
     --gpu-memory-gib both, the GPU keeps its name and defaults and takes the given memory, as in `kvlab run`.
     Without --tensor-parallel-size the size is vLLM's default, 1; where the face searches it (``search_tensor_parallel``,
-    `kvlab fit`), the search starts at the smallest size the DCP size allows (DCP groups are made of TP ranks)."""
+    `kvlab fit`), the search starts at the smallest size the DCP size allows (DCP groups are made of TP ranks).
+    The speculative config's draft tokens follow `kvlab run`'s rule (config.options.draft_tokens_per_step;
+    ``mtp_layers``: the model's MTP layers, the default with mtp)."""
+    from kvlab.sizing import SPECULATIVE_METHODS
     from kvlab.vllm_rules import check_model_runner
 
     check_options(locals())
+    tokens = draft_tokens_per_step(speculative_method, num_speculative_tokens, mtp_layers,
+                                    " or ".join(SPECULATIVE_METHODS))
     check_model_runner(model_runner, vllm_version)
     spec = get_gpu(gpu) if gpu is not None else None
     if spec is not None and gpu_memory_gib is not None:
@@ -52,6 +57,7 @@ def sizing_config(gpu, gpu_memory_gib, tensor_parallel_size, pipeline_parallel_s
         vllm_version=vllm_version, quantization=quantization, enforce_eager=enforce_eager, sampler=sampler,
         decode_context_parallel_size=decode_context_parallel_size, model_runner=model_runner,
         enable_expert_parallel=enable_expert_parallel,
+        **({"speculative_method": speculative_method, "num_speculative_tokens": tokens} if tokens else {}),
     )
     return spec, config
 

@@ -24,7 +24,8 @@ def _gib(x: float) -> str:
     return f"{x:,.2f} GiB"
 
 
-def _memory_line(log: StartupLog, tokens: int | None, blocks: int | None, block_size: int) -> str | None:
+def _memory_line(log: StartupLog, tokens: int | None, blocks: int | None, block_size: int,
+                 sized=None) -> str | None:
     if log.available_kv_cache_gib is None or log.refused:
         return None
     per_gpu = " per GPU" if (log.settings.get("tensor_parallel_size") or 1) > 1 else ""
@@ -36,8 +37,12 @@ def _memory_line(log: StartupLog, tokens: int | None, blocks: int | None, block_
         text = (f"KV cache memory, {_gib(log.available_kv_cache_gib)}: on a CPU vLLM takes it from "
                 "--kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE), else from what is left of the memory it "
                 "requested")
+    if sized is not None and any(g.spec.kind == "mamba" for g in sized.kv_cache_groups):
+        return text + "."  # (a hybrid's blocks hold states as well as tokens: no bytes per token to speak of)
     if tokens:
-        slots = blocks * block_size if blocks else tokens
+        # (each KV cache group holds every token in blocks of its own: a token takes a slot in each group)
+        groups = len(sized.kv_cache_groups) if sized is not None else 1
+        slots = blocks // groups * block_size if blocks else tokens
         per_token = log.available_kv_bytes / slots
         text += (f"; at {per_token:,.0f} bytes of keys and values per token" if per_token == int(per_token)
                  else f"; at about {per_token / 1024:,.1f} KiB of keys and values per token")
@@ -78,13 +83,19 @@ def _in_use_before_start(log: StartupLog) -> float | None:
     return round(log.total_gpu_memory_gib - log.free_on_startup_gib, 2) or None
 
 
-def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
-    """Tokens -> blocks of block_size tokens -> conversations at the full length, in the log's own figures."""
+def _lesson_lines(log: StartupLog, block_size: int, assumed: bool, sized=None) -> list[str]:
+    """Tokens -> blocks of block_size tokens -> conversations at the full length, in the log's own figures.
+    ``sized``: kvlab.sizing's figures for the log's model and settings (the arithmetic of `kvlab size`), where the
+    model is known: a model of several KV cache groups is explained with its groups (_grouped_lines)."""
     out = []
     tokens, blocks, length, device = log.kv_cache_tokens, log.num_gpu_blocks, log.max_model_len, log.device
+    grouped = sized is not None and len(sized.kv_cache_groups) > 1
+    if grouped:
+        block_size = sized.block_size
     if blocks is None and tokens and length and log.format == "v1":
-        blocks = blocks_from_tokens(tokens, block_size, length)
-    memory = _memory_line(log, tokens, blocks, block_size)
+        blocks = (_blocks_for_tokens(sized, tokens, length, log.max_concurrency) if grouped
+                  else blocks_from_tokens(tokens, block_size, length))
+    memory = _memory_line(log, tokens, blocks, block_size, sized if grouped else None)
     if memory:
         out.append(memory)
     profile = _profile_line(log)
@@ -97,6 +108,11 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
                    f"largest size, with an encoder cache budget of {log.encoder_budget_tokens:,} tokens; that run's "
                    "peak, or its outputs held through the text run, is part of the peak activation.")
     bs_note = f" (block_size {block_size} assumed: the log does not say; it is vLLM's default)" if assumed else ""
+    if grouped and block_size != (log.block_size or DEFAULT_BLOCK_SIZE):
+        bs_note = (f" (the attention block kvlab size counts for {sized.model_id}: vLLM grows a hybrid's attention "
+                   "block until its page holds a request's state)")
+    if grouped and tokens and blocks and length and not log.refused:
+        return out + _grouped_lines(log, sized, blocks, bs_note) + _refusal_lines(log, block_size, bs_note)
     if tokens and blocks:
         if log.derived.get("kv_cache_tokens"):
             out.append(f"{device} KV cache: {blocks:,} blocks of {block_size} tokens{bs_note} = {tokens:,} tokens "
@@ -129,11 +145,95 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool) -> list[str]:
         if fit >= 1 and length >= 4 * block_size:
             short = max(block_size, length // 8)
             out.append(f"Shorter conversations take fewer blocks: at {short:,} tokens ({cdiv(short, block_size):,} "
-                       f"blocks) each, {blocks // cdiv(short, block_size):,} fit at once.")
+                       f"blocks) each, {(blocks - 1) // cdiv(short, block_size):,} fit at once (one block is "
+                       "vLLM's null block, as kvlab size counts it).")
     elif length and log.max_concurrency is not None and not log.refused:
         out.append(f"{log.max_concurrency:.2f} conversations at the full length of {length:,} tokens fit at once "
                    "(vLLM's 'Maximum concurrency').")
     out += _refusal_lines(log, block_size, bs_note)
+    return out
+
+
+KIND_WORDS = {"full_attention": "full-attention", "sliding_attention": "sliding-window", "mla": "MLA",
+              "mamba": "state (linear attention or Mamba)"}
+
+
+def _groups_words(sized) -> str:
+    """A model's KV cache groups in words: '2 KV cache groups: 1 sliding-window of 18 layers, 1 full-attention of
+    18 layers'."""
+    kinds: dict[str, list[int]] = {}
+    for group in sized.kv_cache_groups:
+        kinds.setdefault(group.spec.kind, []).append(len(group.layers))
+    parts = [f"{len(sizes)} {KIND_WORDS.get(kind, kind)} of {'up to ' if len(set(sizes)) > 1 else ''}{max(sizes)} "
+             f"layers" for kind, sizes in kinds.items()]
+    return f"{len(sized.kv_cache_groups)} KV cache groups ({', '.join(parts)})"
+
+
+def _request_blocks(sized, num_tokens: int) -> tuple[int, str]:
+    """Blocks one request of ``num_tokens`` takes (kvlab.sizing.blocks_per_request, `kvlab size`'s count: the sum
+    over the groups), and the sum in words."""
+    from kvlab.sizing import blocks_per_request
+
+    in_flight, dcp = sized.max_in_flight_tokens, sized.decode_context_parallel_size
+    kinds: dict[str, list[int]] = {}
+    for group in sized.kv_cache_groups:
+        kinds.setdefault(group.spec.kind, []).append(
+            group.spec.max_num_blocks_per_request(cdiv(num_tokens, dcp), in_flight))
+    words = " + ".join(f"{KIND_WORDS.get(kind, kind)} {len(counts)} x {counts[0]:,}" if len(counts) > 1 else
+                       f"{KIND_WORDS.get(kind, kind)} {counts[0]:,}" for kind, counts in kinds.items())
+    return blocks_per_request(sized.kv_cache_groups, num_tokens, in_flight, dcp), words
+
+
+def _blocks_for_tokens(sized, tokens: int, length: int, concurrency: float | None) -> int | None:
+    """The block count behind the printed tokens of a model of several KV cache groups: the one whose tokens, as the
+    log's vLLM prints them (kvlab.sizing.printed_kv_tokens), are the log's (and its concurrency, where printed)."""
+    from kvlab.sizing import printed_kv_tokens
+
+    rules = rules_for(sized.vllm_version)
+    groups, dcp = sized.kv_cache_groups, sized.decode_context_parallel_size
+    per_request, _ = _request_blocks(sized, length)
+    guess = round(tokens * per_request / length)
+    if rules.tokens_line == "blocks":
+        guess = tokens // (min(g.spec.block_size for g in groups) * dcp) * len(groups)
+    fits = [b for b in range(max(1, guess - 2), guess + len(groups) + 2)
+            if printed_kv_tokens(rules, b, groups, per_request, length, dcp) == tokens
+            and (concurrency is None or round(b / per_request, 2) == concurrency)]
+    return fits[0] if fits else None
+
+
+def _grouped_lines(log: StartupLog, sized, blocks: int, bs_note: str) -> list[str]:
+    """The lesson for a model of several KV cache groups (sliding-window beside full attention, a hybrid's state
+    groups), with `kvlab size`'s arithmetic: every group takes its own blocks of one pool, so a conversation's blocks
+    are the sum over the groups (kvlab.sizing.blocks_per_request), and the tokens vLLM prints count them so."""
+    tokens, length, block_size, model = log.kv_cache_tokens, log.max_model_len, sized.block_size, sized.model_id
+    groups = len(sized.kv_cache_groups)
+    if rules_for(sized.vllm_version).tokens_line == "blocks":
+        out = [f"{log.device} KV cache size, {tokens:,} tokens: the cache is {blocks:,} blocks of {block_size:,} "
+               f"tokens{bs_note}, shared by {model}'s {_groups_words(sized)}; each group keeps every token in "
+               f"blocks of its own, so this vLLM prints {blocks:,} // {groups} groups x {block_size} = "
+               f"{blocks // groups * block_size:,} tokens."]
+    else:
+        out = [f"{log.device} KV cache size, {tokens:,} tokens: vLLM counts conversations at full length x their "
+               f"length ({tokens / length:,.2f} x {length:,}); the cache itself is {blocks:,} blocks of {block_size:,} "
+               f"tokens{bs_note}, shared by {model}'s {_groups_words(sized)}."]
+    per_request, words = _request_blocks(sized, length)
+    fit = blocks / per_request
+    text = (f"One conversation at the full length, max_model_len {length:,} tokens, takes {per_request:,} blocks "
+            f"({words}: each group takes blocks of its own, summed as kvlab size counts them), so {blocks:,} / "
+            f"{per_request:,} = {fit:,.2f} such conversations fit at once")
+    if log.max_concurrency is None or round(fit, 2) == log.max_concurrency:
+        text += (f": that is vLLM's 'Maximum concurrency ... {log.max_concurrency:.2f}x'."
+                 if log.max_concurrency is not None else ".")
+    else:
+        text += (f"; vLLM says {log.max_concurrency:.2f}x: the log's model or settings are not the ones kvlab "
+                 "assumed (give --model with its config.json).")
+    out.append(text)
+    short = max(block_size, length // 8)
+    if fit >= 1 and length >= 4 * block_size:
+        per_short, words = _request_blocks(sized, short)
+        out.append(f"Shorter conversations take fewer blocks: at {short:,} tokens ({per_short:,} blocks: {words}) "
+                   f"each, {(blocks - 1) // per_short:,} fit at once (one block is vLLM's null block), as `kvlab size "
+                   f"--context-len {short}` counts them.")
     return out
 
 
@@ -279,18 +379,37 @@ def own_default_length(log: StartupLog) -> StartupLog:
     return replace(log, max_model_len=None)
 
 
-def _sizing_config(log: StartupLog, available_kv_bytes: int):
+def _log_drafter(log: StartupLog, spec) -> dict:
+    """The log's speculative config (its arguments' speculative_config) as kvlab.sizing takes it, for the methods
+    kvlab sizes (an MTP drafter's layers take KV cache; a hybrid's state blocks count the draft tokens); its draft
+    tokens, where not given, by `kvlab run`'s rule (config.options.draft_tokens_per_step)."""
+    from kvlab.config.options import draft_tokens_per_step
+    from kvlab.sizing import SPECULATIVE_METHODS
+
+    given = log.settings.get("speculative_config")
+    method = given.get("method") if isinstance(given, dict) else None
+    if method not in SPECULATIVE_METHODS or spec is None:
+        return {}
+    tokens = given.get("num_speculative_tokens")
+    tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else None
+    return {"speculative_method": method, "num_speculative_tokens": draft_tokens_per_step(
+        method, tokens, spec.num_nextn_predict_layers, " or ".join(SPECULATIVE_METHODS))}
+
+
+def _sizing_config(log: StartupLog, available_kv_bytes: int, spec=None):
     from kvlab.sizing import KV_CACHE_DTYPES, MODEL_DTYPES, SizingConfig
 
     s = log.settings
     dtype = s.get("dtype") if s.get("dtype") in MODEL_DTYPES else "auto"
     kv_dtype = s.get("kv_cache_dtype") if s.get("kv_cache_dtype") in KV_CACHE_DTYPES else "auto"
+    prefix = s.get("enable_prefix_caching")
     return SizingConfig(
         available_kv_bytes=max(1, available_kv_bytes), block_size=log.block_size or DEFAULT_BLOCK_SIZE,
         max_model_len=log.max_model_len, dtype=dtype, kv_cache_dtype=kv_dtype,
         tensor_parallel_size=s.get("tensor_parallel_size") or 1, pipeline_parallel_size=s.get("pipeline_parallel_size")
         or 1, max_num_batched_tokens=s.get("max_num_batched_tokens"), max_num_seqs=s.get("max_num_seqs"),
-        vllm_version=_known_version(log),
+        vllm_version=_known_version(log), enable_prefix_caching=prefix if isinstance(prefix, bool) else None,
+        **_log_drafter(log, spec),
     )
 
 
@@ -404,7 +523,7 @@ def _weights_and_room(log: StartupLog, spec) -> tuple[int, float] | None:
         quantization = requested_method(log.settings.get("quantization"), "the log's quantization")
     except KvlabError:
         return None
-    config = replace(_sizing_config(log, GIB), quantization=quantization)
+    config = replace(_sizing_config(log, GIB, spec), quantization=quantization)
     return size_kv_cache(spec, config).weights_bytes, log.model_weights_gib + log.available_kv_cache_gib
 
 
@@ -496,7 +615,7 @@ def kvlab_calculation(log: StartupLog, spec, source: str, audience: str = "cli")
     """kvlab.sizing's figures for this log's budget and settings, beside vLLM's, with the differences."""
     from kvlab.sizing import size_kv_cache
 
-    probe = size_kv_cache(spec, _sizing_config(log, GIB))
+    probe = size_kv_cache(spec, _sizing_config(log, GIB, spec))
     budget = _budget(log, probe.bytes_per_block)
     side = {"model": spec.id, "model_source": source, "block_size": probe.block_size, "dtype": probe.dtype,
             "kv_cache_dtype": probe.kv_cache_dtype, "tensor_parallel_size": probe.tensor_parallel_size,
@@ -509,11 +628,11 @@ def kvlab_calculation(log: StartupLog, spec, source: str, audience: str = "cli")
     low_b, mid_b, high_b, how = budget
     stages = _stage_budgets_gib(log) if how.endswith("as printed, rounded to 0.01 GiB") else None
     if stages is None:
-        results = [size_kv_cache(spec, _sizing_config(log, b)) for b in (low_b, mid_b, high_b)]
+        results = [size_kv_cache(spec, _sizing_config(log, b, spec)) for b in (low_b, mid_b, high_b)]
     else:  # (each pipeline stage's own budget, at both ends of its rounding)
         how = (f"{', '.join(f'{g}' for g in stages)} GiB as printed by the {len(stages)} pipeline stages' workers "
                "(the smallest of each stage's), rounded to 0.01 GiB")
-        results = [size_kv_cache(spec, replace(_sizing_config(log, GIB), available_kv_bytes_by_stage=tuple(
+        results = [size_kv_cache(spec, replace(_sizing_config(log, GIB, spec), available_kv_bytes_by_stage=tuple(
             max(1, round((g + d) * GIB) - (d > 0)) for g in stages))) for d in (-GIB_ROUNDING, 0, GIB_ROUNDING)]
     low, mid, high = (_figures(log, r) for r in results)
     side.update(available_kv_bytes=mid_b, available_kv_source=how, **mid,
@@ -551,7 +670,7 @@ def _block_size_of_groups(log: StartupLog, spec) -> StartupLog:
     try:
         if rules_for(log.vllm_version).tokens_line != "blocks":
             return log
-        groups = len(size_kv_cache(spec, _sizing_config(log, GIB)).kv_cache_groups)
+        groups = len(size_kv_cache(spec, _sizing_config(log, GIB, spec)).kv_cache_groups)
     except KvlabError:
         return log
     if groups < 2 or blocks // groups * implied * groups != tokens:
@@ -583,11 +702,12 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
         log = read
     assumed = log.block_size is None
     block_size = log.block_size or DEFAULT_BLOCK_SIZE
-    out["lines"] = _lesson_lines(log, block_size, assumed) + _worker_lines(log)
+    named = _another_model_named(log, spec, audience) if model is not None and spec is not None else None
+    sized = _lesson_sizing(log, spec) if named is None else None  # (another model than the log's: not its figures)
+    out["lines"] = _lesson_lines(log, block_size, assumed, sized) + _worker_lines(log)
     if spec is None:
         out["lines"].append(f"kvlab's own calculation needs the model: {source}.")
         return out
-    named = _another_model_named(log, spec, audience) if model is not None else None
     if named is not None:
         out["lines"].append(f"The log names {log.model} ({named}); kvlab's calculation uses {spec.id}, as asked.")
     if log.no_kv_memory:  # (vLLM refused: nothing was left for the KV cache; there is no cache to size)
@@ -626,6 +746,19 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
                             "memory: N GiB' and 'GPU KV cache size: N tokens' as it starts: paste the log from its "
                             "start).")
     return out
+
+
+def _lesson_sizing(log: StartupLog, spec):
+    """kvlab.sizing's figures for the log's model and settings (its KV cache groups, block size and blocks per
+    request do not depend on the budget), for the lesson; None without the model or where kvlab cannot size it."""
+    from kvlab.sizing import size_kv_cache
+
+    if spec is None or log.no_kv_memory:
+        return None
+    try:
+        return size_kv_cache(spec, _sizing_config(log, GIB, spec))
+    except KvlabError:
+        return None
 
 
 def _unchecked_budget(log: StartupLog, side: dict) -> str | None:

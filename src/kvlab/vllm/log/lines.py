@@ -120,7 +120,7 @@ def _dtype(value) -> str | None:
 ARG_SETTINGS = ("model", "dtype", "kv_cache_dtype", "block_size", "max_model_len", "gpu_memory_utilization",
                 "tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
                 "kv_cache_memory_bytes", "num_gpu_blocks_override", "quantization", "enable_prefix_caching",
-                "swap_space", "served_model_name")
+                "swap_space", "served_model_name", "speculative_config")
 LITERAL_ITEM = re.compile(r"'(?P<key>\w+)':\s*(?P<value>'[^']*'|\"[^\"]*\"|-?\d[\d_.]*(?:e-?\d+)?|True|False|None"
                           r"|\[[^\[\]]*\])")
 
