@@ -865,6 +865,8 @@ class SizingResult:
     speculative_method: str | None = None  # the speculative config sized (SizingConfig.speculative_method)
     num_speculative_tokens: int = 0  # its draft tokens per step (0 without one)
     enable_prefix_caching: bool | None = None  # as given (None: vLLM's default); a hybrid's state blocks read it
+    drafter_layers: int = 0  # an MTP drafter's layers in the KV cache (speculative_layers), on the last stage
+    drafter_weights: str = ""  # its weights on the last stage, in words (drafter_weights_bytes); "" without one
 
     @property
     def other_estimate_bytes(self) -> int:
@@ -1185,7 +1187,8 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         estimated_max_model_len=_longest(groups, num_blocks - 1, 1, max_model_len, in_flight, dcp),
         decode_context_parallel_size=dcp, enable_expert_parallel=config.enable_expert_parallel,
         speculative_method=config.speculative_method, num_speculative_tokens=config.num_spec_tokens,
-        enable_prefix_caching=config.enable_prefix_caching,
+        enable_prefix_caching=config.enable_prefix_caching, drafter_layers=speculative_layers(model, config),
+        drafter_weights=drafter_weights_bytes(model, config, act_bytes)[1].removeprefix(" + "),
     )
 
 

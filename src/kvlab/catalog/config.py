@@ -73,7 +73,10 @@ def load_config_path(path: str) -> ModelSpec:
     else:
         raise KvlabError(f"no such file {path!r}; {ROUTES}")
     try:
-        config = json.loads(p.read_text(encoding="utf-8"))
+        raw = p.read_text(encoding="utf-8")
+        if not raw.strip():
+            raise KvlabError(f"{str(p)!r} is empty: give a model's config.json (its Hugging Face config); {ROUTES}")
+        config = json.loads(raw)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise KvlabError(f"cannot read {str(p)!r} as JSON: {exc}") from None
     name = p.parent.name if p.name == "config.json" and p.parent.name else p.stem

@@ -227,13 +227,17 @@ def _per_request_text(result) -> str:
 
 def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
     rows = _per_token_rows(model, result, result.tensor_parallel_size)
+    drafter = (f" (with the MTP drafter's {result.drafter_layers}: --speculative-method mtp, "
+               f"{result.num_speculative_tokens} draft token{'s' if result.num_speculative_tokens > 1 else ''} a step)"
+               if result.drafter_layers else "")
     rows.append(("Block (all layers of a group)", b(result.bytes_per_block),
-                 f"{result.bytes_per_block // result.page_size_bytes} layers x {result.page_size_bytes:,} B; "
+                 f"{result.bytes_per_block // result.page_size_bytes} layers{drafter} x {result.page_size_bytes:,} B; "
                  + _groups_text(result)))
     act = DTYPE_BYTES[result.dtype]
     buffers = load_buffer_bytes(model, result.vllm_version or None, result.max_num_batched_tokens, act)[1]
+    drafter_weights = f" + {result.drafter_weights}" if result.drafter_weights else ""
     rows.append(_weights_row(model, result.weights_bytes, act, result.tensor_parallel_size,
-                             result.pipeline_parallel_size, result.quantization, buffers))
+                             result.pipeline_parallel_size, result.quantization, drafter_weights + buffers))
     if result.requested_memory_bytes is not None:
         where = f"{gpu.id}, {MEMORY_SOURCES.get(gpu.memory_bytes_source, gpu.memory_bytes_source.replace('_', ' '))}" \
             if gpu else "--gpu-memory-gib"

@@ -240,6 +240,16 @@ def _read_log(source: str) -> str:
         text = data.decode("utf-8", errors="replace")
     if not text.strip():
         raise KvlabError(f"{where} is empty: give vLLM's startup log (what `vllm serve` prints while it starts)")
+    if text.lstrip()[:1] in ("{", "["):
+        import json
+
+        try:  # a JSON document (a corpus index, a config.json) quotes figures from many logs: never read as one log
+            json.loads(text)
+        except ValueError:
+            pass
+        else:
+            raise KvlabError(f"{where} is a JSON document, not a vLLM log: give vLLM's startup log as text (what "
+                             "`vllm serve` prints while it starts)")
     return text
 
 

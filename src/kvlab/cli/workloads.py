@@ -93,7 +93,11 @@ def fetch(
         raise KvlabError(f"{name} is one of kvlab's own workloads, built in: there is nothing to fetch; published "
                          f"traces: {', '.join(TRACES)}")
     if name not in TRACES:
-        raise KvlabError(f"unknown trace {name!r}; valid: {', '.join(TRACES)}")
+        import difflib
+
+        close = difflib.get_close_matches(name, [*TRACES], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise KvlabError(f"unknown trace {name!r}{hint}; valid: {', '.join(TRACES)}")
     trace = TRACES[name]
     source = source_address(name, url)
     path = None if force else fetched(name)

@@ -134,15 +134,17 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool, sized=None) -
         text = (f"One conversation at the full length, max_model_len {length:,} tokens, takes {length:,} / "
                 f"{block_size} = {per_request:,} blocks{'' if length % block_size == 0 else ' (rounded up)'}, so "
                 f"{blocks:,} / {per_request:,} = {fit:,.2f} such conversations fit at once")
-        if log.max_concurrency is None or round(fit, 2) == log.max_concurrency:
+        plain = log.max_concurrency is None or round(fit, 2) == log.max_concurrency
+        if plain:
             text += (f": that is vLLM's 'Maximum concurrency ... {log.max_concurrency:.2f}x'."
                      if log.max_concurrency is not None else ".")
         else:
             text += (f"; vLLM says {log.max_concurrency:.2f}x: this model's layers are not all full attention "
                      "(sliding windows, or several KV cache groups), and vLLM counts a conversation's blocks per "
-                     "group.")
+                     "group, so how many shorter conversations fit needs the model's layers: give --model (a "
+                     "catalogue name or its config.json) for kvlab size's count.")
         out.append(text)
-        if fit >= 1 and length >= 4 * block_size:
+        if plain and fit >= 1 and length >= 4 * block_size:
             short = max(block_size, length // 8)
             out.append(f"Shorter conversations take fewer blocks: at {short:,} tokens ({cdiv(short, block_size):,} "
                        f"blocks) each, {(blocks - 1) // cdiv(short, block_size):,} fit at once (one block is "
