@@ -484,8 +484,7 @@ def fit(
 ) -> None:
     """The reverse questions: longest context for N requests, most requests at a length, fewest GPUs for MODEL.
 
-    Answered at a configuration vLLM starts with (kvlab.sizing.fit_sizing); exit status 2, with one line, where the
-    settings given leave none."""
+    Answered at a configuration vLLM starts with; exit status 2, with one line, where the settings given leave none."""
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
