@@ -39,7 +39,6 @@ from kvlab.report.text import computed_text, whole_values_table
 from kvlab.sweep.capacity import default_out, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
 from kvlab.validate import check_options, note_written
-from kvlab.window import window_num_requests
 
 if TYPE_CHECKING:
     from kvlab.service.capacity import Answer
@@ -274,7 +273,7 @@ def _print_uncertified(console, answer: Answer) -> None:
             advice = "raise --max-rate"  # (else: none failed)
             if search.too_short:  # (on a file with its own arrivals -n is capped at its rows: trial 53, finding 6)
                 advice = "raise -n or --duration" if answer.trace_rows[i] is None else "give " + \
-                    answer.longer_run_advice(i, window_num_requests(search.window_at(search.lo)["num_seats"]))
+                    answer.longer_run_advice(i, search.window_at(search.lo)["num_seats"])
             console.print(f"{search.mark}: {config['strategy']} under {config['cost']}: not certified: "
                           f"{search.uncertified}; {advice}.", markup=False)
 
@@ -368,14 +367,14 @@ def _print_answer(console, answer: Answer) -> None:
             at = search.window_at(search.lo)
             words = (f"no answer: the run at {rate_text(sample['answer_rps'])} req/s held {at['num_arrived']:,} "
                      f"requests in its window against {at['num_seats']:,} seats, too few to load the engine, so the "
-                     f"rate that holds may be far lower; {answer.longer_run_advice(i, window_num_requests(at['num_seats']))} "
+                     f"rate that holds may be far lower; {answer.longer_run_advice(i, at['num_seats'])} "
                      "puts twice its seats in the window")
         elif sample["spread"] is None and sample.get("note"):
             words = f"{rate_text(sample['answer_rps'])} req/s ({sample['note']})"
         else:
             words = f"{rate_text(sample['answer_rps'])} req/s, the lower of two samples: " + samples_text(
                 tuple(sample["lengths"]), tuple(rate_text(c) for c in sample["capacities"]), sample["spread"], "req/s",
-                whole_trace=sample["whole_trace"])
+                whole_trace=sample["whole_trace"], steady=sample["steady_requests"])
         cost = answer.cost_of(i)
         if search.mark == "?":
             console.print(f"  {config['strategy']}: {words}.", markup=False)

@@ -47,6 +47,7 @@ from kvlab.sweep.slo import Verdict
 from kvlab.window import (
     DRAIN_SHARE,
     MIN_WINDOW_REQUESTS,
+    SEATS_FACTOR,
     WARMUP_SHARE,
     mean_tokens_held,
     num_seats,
@@ -98,14 +99,30 @@ def no_second_note(name: str, rows: int, num_requests: int) -> str:
             f"trace of {2 * num_requests:,} requests or more)")
 
 
+def steady_requests(seats: int) -> int:
+    """The requests a run needs for SEATS_FACTOR x ``seats`` to arrive in its measured window, exactly (not
+    kvlab.window.window_num_requests' hundreds and `kvlab run`'s floor of 1,000): what a source with fewer rows of
+    its own is advised (longer_run_advice) and what a sample shorter than it cannot reach (a steady state)."""
+    return math.ceil(SEATS_FACTOR * seats / (1 - WARMUP_SHARE - DRAIN_SHARE))
+
+
+def seats_run_length(seats: int, rows: int | None) -> int:
+    """The run length to advise for twice ``seats`` in the window: window_num_requests (in hundreds, at least
+    1,000), or, on a source of ``rows`` requests with their own arrival times that cannot give that many, the exact
+    need (steady_requests): a floor the source cannot give is not advised (trial 54, finding 1)."""
+    full = window_num_requests(seats)
+    return full if rows is None or full <= rows else steady_requests(seats)
+
+
 def longer_run_advice(name: str, rows: int | None, wanted: int) -> str:
     """How to ask for a run of ``wanted`` requests: ``-n wanted``, or, on a workload that keeps its own arrival times
     and holds fewer (``rows``: trace_rows), its lengths drawn at arrivals of its own (--arrival poisson), since -n
-    beyond its rows is refused (kvlab.config.resolve.resolve_workload; trial 53, finding 6)."""
+    beyond its rows is refused (kvlab.config.resolve.resolve_workload; trial 53, finding 6), saying by how many
+    requests the source falls short."""
     if rows is None or wanted <= rows:
         return f"-n {wanted:,}"
     return (f"--arrival poisson -n {wanted:,} (its lengths at Poisson arrivals: {name} holds only {rows:,} requests "
-            "with their own arrival times)")
+            f"with their own arrival times, {wanted - rows:,} too few)")
 
 
 def _given(name: str, lists: dict, explicit: list[dict]) -> bool:
@@ -133,15 +150,16 @@ def searched_configurations(lists: dict, explicit: list[dict], start_rate: float
                                    for c, (s, rows), n in zip(configurations, found, lengths)
                                    if rows is not None and n != window_num_requests(s)))
         configurations = [{**c, "num_requests": n} for c, n in zip(configurations, lengths)]
-    _check_window(configurations, start_rate)
+    _check_window(configurations, start_rate, [rows for _, rows in found], scaled)
     return configurations, seats, scaled, notes
 
 
-def _check_window(configurations: list[dict], start_rate: float) -> None:
+def _check_window(configurations: list[dict], start_rate: float, rows: list[int | None], scaled: bool) -> None:
     """A workload whose measured window would hold fewer than MIN_WINDOW_REQUESTS at the first rate measures
-    nothing: refused, naming what would do."""
+    nothing: refused, naming what would do: on a source of ``rows`` requests with their own arrival times too few
+    for that, not an -n it refuses but its lengths at Poisson arrivals (longer_run_advice; trial 54, finding 1)."""
     share = 1 - WARMUP_SHARE - DRAIN_SHARE
-    for c in configurations:
+    for c, own in zip(configurations, rows):
         if c.get("duration") is not None:
             expected = c["duration"] * start_rate * share
             if expected < MIN_WINDOW_REQUESTS:
@@ -152,9 +170,12 @@ def _check_window(configurations: list[dict], start_rate: float) -> None:
                                  "--rate)")
         elif c.get("num_requests") is not None and c["num_requests"] * share < MIN_WINDOW_REQUESTS:
             need = math.ceil(MIN_WINDOW_REQUESTS / share)
-            raise KvlabError(f"--num-requests {c['num_requests']}: the measured window (the last {share:.0%} of the "
-                             f"arrivals) would hold {_requests(c['num_requests'] * share)}; valid: -n {need} "
-                             "or more")
+            n = c["num_requests"]
+            what = f"the default sample of {n} requests" if scaled else f"--num-requests {n}"
+            valid = f"-n {need} or more" if own is None or need <= own else \
+                longer_run_advice(Path(str(c["workload"])).name, own, need)
+            raise KvlabError(f"{what}: the measured window (the last {share:.0%} of the arrivals) would hold "
+                             f"{_requests(n * share)}; valid: {valid}")
 
 
 def _requests(count: float) -> str:
@@ -270,9 +291,12 @@ class Answer:
         self.length_notes: list[str] = []  # samples cut to fit their trace (searched_configurations)
         self.trace_rows: list[int | None] = [None] * len(configurations)  # each workload's own arrivals (trace_rows)
 
-    def longer_run_advice(self, i: int, wanted: int) -> str:
-        """How to ask configuration ``i`` for a run of ``wanted`` requests (longer_run_advice)."""
-        return longer_run_advice(Path(str(self.configurations[i]["workload"])).name, self.trace_rows[i], wanted)
+    def longer_run_advice(self, i: int, seats: int) -> str:
+        """How to ask configuration ``i`` for a run that puts twice ``seats`` in its window (seats_run_length,
+        longer_run_advice)."""
+        rows = self.trace_rows[i]
+        return longer_run_advice(Path(str(self.configurations[i]["workload"])).name, rows,
+                                 seats_run_length(seats, rows))
 
     def costs(self) -> list[str]:
         return list(dict.fromkeys(s["cost"] for s in self.setups))
@@ -308,6 +332,7 @@ class Answer:
         whole = bool(self.whole_trace and self.whole_trace[i])
         return {"lengths": [length, second_length], "capacities": [first, second],
                 "spread": spread, "stable": agree(spread), "whole_trace": whole,
+                "steady_requests": steady_requests(self.seats[i]),
                 "num_simulations": [len(self.searches[i].probes), len(self.second[i].probes)],
                 "answer_rps": min(first, second),
                 "length_for_stable": length_for_spread(second_length, spread) if second_length and not whole else None}
