@@ -569,16 +569,27 @@ def _samples_line(e: dict[str, Any]) -> str:
 
 
 def _memory_line(memory: dict[str, Any]) -> str:
-    """The answer against memory alone: does one replica's TP × PP even hold the model and one full request?"""
+    """The answer against memory alone: does one replica's TP × PP even hold the model and one full request? With
+    `kvlab fit`'s shapes: tensor parallelism alone, and with pipeline stages too where that takes fewer GPUs."""
     has, fewest = memory["gpus_per_replica"], memory["fewest_gpus_per_replica"]
     what = f"{memory['model']}'s weights and one {memory['max_model_len']:,}-token request"
+    piped = memory.get("fewest_gpus_pipelined")
+    shape = "" if piped is None else (
+        f"--tensor-parallel-size {piped['tensor_parallel_size']} --pipeline-parallel-size "
+        f"{piped['pipeline_parallel_size']} ({piped['num_gpus']} × {memory['gpu']}, tensor parallelism within "
+        f"{piped['node_gpus']} GPUs, a node's usual count)")
     if fewest is None:
+        if piped is not None:
+            return (f"Memory: tensor parallelism alone holds {what} on no count ({memory['note']}); with pipeline "
+                    f"stages too, {shape} hold it (kvlab fit); these replicas have {has}: vLLM would refuse to start "
+                    f"them; give {shape.split(' (')[0]} (or a lower --max-model-len).")
         return f"Memory: {memory['note']}: vLLM would refuse to start these replicas."
     if not memory["starts"]:
+        alternative = "" if piped is None else f", or, with pipeline stages, {shape}"
         return (f"Memory: one replica needs at least {fewest} × {memory['gpu']} (TP {memory['tensor_parallel_size']}) "
                 f"to hold {what} (kvlab fit); these replicas have {has}: vLLM would refuse to start them, so these "
-                f"counts are not a fleet it can run; give --tensor-parallel-size {memory['tensor_parallel_size']} "
-                "(or a lower --max-model-len).")
+                f"counts are not a fleet it can run; give --tensor-parallel-size {memory['tensor_parallel_size']}"
+                f"{alternative} (or a lower --max-model-len).")
     return (f"Memory: each replica's {has} × {memory['gpu']} hold{'s' if has == 1 else ''} {what} (the fewest that "
             f"do: {fewest}, kvlab fit): the counts above are the traffic's and the target's, not memory's.")
 
