@@ -144,10 +144,9 @@ def capacity(
     longer, no_second = service.longer_samples(configurations, start_rate)
     session = new_session()
     session.check_ray()
-    every = configurations + longer
     _check_time(session, first_points, longer, start_rate, max_time, yes)
     searches, rows = run_session(session, lambda: service.capacities(
-        every, session.runner, target, [start_rate] * len(every), rtol, max_rate))
+        configurations, longer, session.runner, target, start_rate, rtol, max_rate))
     names = list(run_options())
     answer = service.answer(configurations, longer, no_second, searches, first_points, seats, target, scaled,
                             gpu_hour_price, length_notes)

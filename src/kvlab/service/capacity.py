@@ -3,7 +3,7 @@
     the grid's points without a rate ──▶ searched_configurations: each cost profile that applies to the GPU (without
         --cost), the workload scaled to load the engine (twice its seats in the measured window, without -n or
         --duration), a window too short to measure refused
-    ──▶ capacities(configurations, runner, slo, ...): kvlab.sweep.capacity's searches (bracket, then bisect), every
+    ──▶ capacities(configurations, longer, runner, slo, ...): kvlab.sweep.capacity's searches (bracket, then bisect), every
         rate tried a sweep point stored in the runner's store (a search run again, or resumed after Ctrl-C, reads
         them), judged on its measured window (kvlab.window) against the SLO (kvlab.sweep.slo)
     ──▶ longer_samples: each configuration again on a longer sample (kvlab.sweep.capacity.longer_sample: a trace
@@ -184,21 +184,30 @@ def _requests(count: float) -> str:
     return f"{shown} request{'' if count == 1 else 's'} (fewer than {MIN_WINDOW_REQUESTS})"
 
 
-def breaking_points(configurations: list[dict], runner, slo, start_rates: list[float],
-                    rtol: float = defaults.CAPACITY_RTOL, max_rate: float = defaults.CAPACITY_MAX_RATE) -> list[Search]:
-    """The searches alone, one per configuration, on the sample given (kvlab.sweep.capacity: bracket, then bisect,
-    every rate tried a point on ``runner``, whose store keeps it: a search run again reads them). `kvlab capacity`
-    searches two samples with it (capacities); the lab's rate section one."""
-    return search_capacities(configurations, runner, slo, start_rates=start_rates, rtol=rtol, max_rate=max_rate)
-
-
-def capacities(configurations: list[dict], runner, slo, start_rates: list[float], rtol: float,
-               max_rate: float) -> tuple[list[Search], list[dict[str, Any]]]:
-    """The searches (breaking_points), and the stored rows of every rate they tried (for the curves)."""
-    searches = breaking_points(configurations, runner, slo, start_rates, rtol, max_rate)
+def capacities(configurations: list[dict], longer: list[dict], runner, slo, start_rate: float,
+               rtol: float = defaults.CAPACITY_RTOL,
+               max_rate: float = defaults.CAPACITY_MAX_RATE) -> tuple[list[Search], list[dict[str, Any]]]:
+    """Each configuration searched on its two samples: ``configurations``, then ``longer`` (longer_samples' second
+    samples; empty: none), every search kvlab.sweep.capacity's (bracket, then bisect, every rate tried a point on
+    ``runner``, whose store keeps it: a search run again reads them). `kvlab capacity` and the lab's rate section
+    both ask this, and take each configuration's answer the same way (answering: the lower sample's), so the two
+    give the same rate on one setup (trial 54, finding 4: the lab searched the first sample alone). The searches,
+    and the stored rows of every rate they tried (for the curves)."""
+    every = configurations + longer
+    searches = search_capacities(every, runner, slo, start_rates=[start_rate] * len(every), rtol=rtol,
+                                 max_rate=max_rate)
     keys = [resolve_point({**c, "rate": r}, kvlab.__version__).key
-            for c, s in zip(configurations, searches) for r, _, _ in s.probes]
+            for c, s in zip(every, searches) for r, _, _ in s.probes]
     return searches, runner.store.rows(keys)
+
+
+def answering(first: Search, second: Search | None) -> Search:
+    """The search whose capacity is a configuration's answer, of its ``first`` and ``second`` sample (None: none):
+    the second's where it is lower (its run at the answer, bracket and limit are then the ones that decided), else
+    the first's."""
+    if second is not None and not second.error and not first.error and second.capacity < first.capacity:
+        return second
+    return first
 
 
 def judged_at(configurations: list[dict], runner, slo, rate: float) -> list[tuple[dict[str, Any], Verdict | None]]:
@@ -340,10 +349,7 @@ class Answer:
     def answering(self, i: int) -> Search:
         """The search whose capacity is configuration ``i``'s answer: the second sample's where it is lower (its run
         at the answer, bracket and limit are then the ones that decided), else the first's."""
-        if self.no_second is None and not self.second[i].error and not self.searches[i].error \
-                and self.second[i].capacity < self.searches[i].capacity:
-            return self.second[i]
-        return self.searches[i]
+        return answering(self.searches[i], None if self.no_second is not None else self.second[i])
 
     def answering_sample(self, i: int) -> str:
         """Which sample answered configuration ``i``, as a report names it: "on 300 requests" ("" with one sample)."""
