@@ -284,4 +284,4 @@ def test_run_race_and_sweep_state_the_profiles_error_as_capacity_does(kvlab, tmp
               "--rate", "2", "--out", tmp_path)
     assert r.exit_code == 0, r.stderr
     said = " ".join(r.stdout.split())
-    assert all(f"Cost profile {evidence(p)}." in said for p in ("roofline", "vidur-a100"))
+    assert all(f"Cost profile {p}: {error_clause(p)}." in said for p in ("roofline", "vidur-a100"))
