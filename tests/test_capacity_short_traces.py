@@ -128,3 +128,17 @@ def test_the_seats_advice_on_a_short_file_is_their_need_not_runs_floor():
     assert capacity.seats_run_length(256, 100) == capacity.steady_requests(256) == 640  # 2 x 256 / 0.8
     assert capacity.seats_run_length(600, 1000) == 1500
     assert capacity.seats_run_length(600, 1499) == 1500
+
+
+def test_a_first_sample_too_short_to_show_an_overload_is_said_so_not_blamed_on_the_trace(kvlab, tmp_path):
+    """Trial 54, finding 2: on a 400-request inference-perf file (every request alike), the first sample of 200 held
+    every rate up to 512 req/s (none failed) and the whole trace 30; the answer blamed "the trace's beginning", which
+    is like the whole of it. It says now what is true: the first sample is too short for a steady state."""
+    path = tmp_path / "four.yaml"
+    path.write_text(IP_YAML.format(duration=400).replace("system_prompt_len: 1000", "system_prompt_len: 200"))
+    r = kvlab("capacity", "--workload", path, "--model", "opt-13b", "--gpu", "a100-40gb", "--cost", "roofline",
+              "--slo", "p99_ttft<2s", "--strategy", "vllm", "--workers", "1", "--out", tmp_path / "out")
+    assert r.exit_code == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert "the first sample's 200 requests are too few to reach a steady state" in said
+    assert "the trace's beginning is not like the whole of it" not in said

@@ -373,7 +373,8 @@ def _print_answer(console, answer: Answer) -> None:
         else:
             words = f"{rate_text(sample['answer_rps'])} req/s, the lower of two samples: " + samples_text(
                 tuple(sample["lengths"]), tuple(rate_text(c) for c in sample["capacities"]), sample["spread"], "req/s",
-                whole_trace=sample["whole_trace"], steady=sample["steady_requests"])
+                whole_trace=sample["whole_trace"], steady=sample["steady_requests"],
+                first_uncertified=sample["first_uncertified"])
         cost = answer.cost_of(i)
         if search.mark == "?":
             console.print(f"  {config['strategy']}: {words}.", markup=False)

@@ -341,7 +341,7 @@ class Answer:
         whole = bool(self.whole_trace and self.whole_trace[i])
         return {"lengths": [length, second_length], "capacities": [first, second],
                 "spread": spread, "stable": agree(spread), "whole_trace": whole,
-                "steady_requests": steady_requests(self.seats[i]),
+                "steady_requests": steady_requests(self.seats[i]), "first_uncertified": self.searches[i].uncertified,
                 "num_simulations": [len(self.searches[i].probes), len(self.second[i].probes)],
                 "answer_rps": min(first, second),
                 "length_for_stable": length_for_spread(second_length, spread) if second_length and not whole else None}
