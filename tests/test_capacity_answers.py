@@ -67,6 +67,18 @@ def test_the_second_sample_is_twice_the_workload_and_the_spread_names_the_length
     assert whole == ("on 1,300 requests 25 req/s, on 19,366 15, the whole trace (spread 67%: the trace's beginning is "
                      "not like the whole of it; the answer is the lower); each rate is --rate's, the whole trace's "
                      "mean with its own arrivals rescaled to it: its first 1,300 arrive at their own pace within it")
+    # (trial 54, finding 2: a first sample too short for a steady state is said to be so, not blamed on the trace)
+    assert whole == samples_text((1300, 19_366), ("25", "15"), 25 / 15 - 1, "req/s", whole_trace=True, steady=640)
+    short = samples_text((50, 100), ("150", "112"), 150 / 112 - 1, "req/s", whole_trace=True, steady=640)
+    assert short.startswith("on 50 requests 150 req/s, on 100 112, the whole trace (spread 34%: the first sample's 50 "
+                            "requests are too few to reach a steady state (which takes about 640); the answer is the "
+                            "lower)") and "beginning" not in short
+    unloaded = samples_text((200, 400), ("512", "30"), 512 / 30 - 1, "req/s", whole_trace=True, steady=115,
+                            first_uncertified="no rate tried failed")
+    assert ("the first sample's 200 requests are too few to reach a steady state (its own answer is not certified: no "
+            "rate tried failed); the answer is the lower") in unloaded and "beginning" not in unloaded
+    assert whole == samples_text((1300, 19_366), ("25", "15"), 25 / 15 - 1, "req/s", whole_trace=True, steady=640,
+                                 first_uncertified=None)
 
 
 def _failing(search, rate: float, value: float, waiting: float = 0.0):

@@ -30,7 +30,7 @@ def test_the_fewest_replicas_hold_and_one_fewer_does_not(kvlab, tmp_path):
         assert entry["fewer_limited_by"].endswith(f"with {n - 1} replica{'' if n == 2 else 's'}")
         assert entry["memory"] == {"model": "opt-13b", "gpu": "A100-40GB", "gpus_per_replica": 1,
                                    "max_model_len": 2048, "fewest_gpus_per_replica": 1, "tensor_parallel_size": 1,
-                                   "starts": True}
+                                   "starts": True, "fewest_gpus_pipelined": None}
     for spread in data["spread"]:
         answers = {e["cost"]: e["replicas"] for e in data["fewest_replicas"] if e["router"] == spread["router"]}
         assert spread["replicas"] == answers
@@ -92,6 +92,31 @@ def test_a_replica_memory_cannot_start_is_said(kvlab, tmp_path):
                           tmp_path).stdout.split())
     assert (f"Memory: one replica needs at least {fit['num_gpus']} × L4 (TP {fit['tensor_parallel_size']}) to hold "
             "llama-3.1-8b's weights and one 131,072-token request") in text and "vLLM would refuse" in text
+
+
+def test_a_replicas_shape_is_searched_over_tp_and_pp_as_kvlab_fit_searches_it(kvlab, tmp_path):
+    """Trial 54, finding 5: capacity --replicas auto searched tensor parallelism alone (llama-3.1-70b on L4: TP 16)
+    where `kvlab fit` searches TP x PP too (TP 2 x PP 5: 10 GPUs); both now ask kvlab.service.size.fewest_pipelined,
+    and a replica of that shape is one vLLM starts."""
+    common = ("capacity", "--replicas", "auto", "--rate", "1", "--model", "llama-3.1-70b", "--gpu", "l4", "--router",
+              "round-robin", "--cost", "roofline", "--slo", "p99_ttft<10s", "-n", "100", "--out", tmp_path)
+    fit = kvlab("fit", "llama-3.1-70b", "--gpu", "l4", "--json").json()
+    piped = fit["fewest_gpus_pipelined"]
+    assert piped is not None and piped["num_gpus"] < fit["fewest_gpus"]["num_gpus"]
+    r = kvlab(*common, "--tensor-parallel-size", "8", "--json")
+    assert r.exit_code == 0, r.stderr
+    memory = r.json()["fewest_replicas"][0]["memory"]
+    assert memory["starts"] is False and memory["fewest_gpus_per_replica"] == fit["fewest_gpus"]["num_gpus"]
+    assert memory["fewest_gpus_pipelined"] == {k: piped[k] for k in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                                     "num_gpus", "node_gpus")}
+    shape = (f"--tensor-parallel-size {piped['tensor_parallel_size']} --pipeline-parallel-size "
+             f"{piped['pipeline_parallel_size']}")
+    text = " ".join(kvlab(*common, "--tensor-parallel-size", "8").stdout.split())
+    assert f"or, with pipeline stages, {shape} ({piped['num_gpus']} × L4" in text
+    r = kvlab(*common, *shape.split(), "--json")  # (the advice, followed: memory holds it)
+    assert r.exit_code == 0, r.stderr
+    memory = r.json()["fewest_replicas"][0]["memory"]
+    assert memory["starts"] is True and memory["gpus_per_replica"] == piped["num_gpus"]
 
 
 def test_a_count_held_on_a_run_too_short_to_load_it_is_no_answer():

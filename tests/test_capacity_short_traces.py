@@ -90,3 +90,55 @@ def test_the_advice_for_a_longer_run_on_a_file_shorter_than_it_draws_poisson_arr
     assert capacity.longer_run_advice("ip.yaml", 2000, 1000) == "-n 1,000"
     said = capacity.longer_run_advice("ip.yaml", 200, 1000)
     assert said.startswith("--arrival poisson -n 1,000") and "ip.yaml holds only 200 requests" in said
+    assert said.endswith("with their own arrival times, 800 too few)")
+
+
+IP_YAML = """data:
+  type: shared_prefix
+  shared_prefix: {{num_groups: 2, num_prompts_per_group: 5, system_prompt_len: 1000, question_len: 100, output_len: 100}}
+load:
+  type: constant
+  stages: [{{rate: 1, duration: {duration}}}]
+"""
+
+
+def test_a_file_too_short_for_a_window_is_advised_what_it_can_follow(kvlab, tmp_path):
+    """Trial 54, finding 1: a 10-request inference-perf file was advised "-n 13", which -n's own check then refused
+    ("has 10"). The advice is one the file can follow: its lengths at Poisson arrivals, saying how short it falls."""
+    path = tmp_path / "ten.yaml"
+    path.write_text(IP_YAML.format(duration=10))
+    args = ("capacity", "--workload", path, "--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--cost", "roofline",
+            "--slo", "p99_ttft<2s", "--strategy", "vllm", "--workers", "1", "--out", tmp_path / "out")
+    advice = ("valid: --arrival poisson -n 13 (its lengths at Poisson arrivals: ten.yaml holds only 10 requests with "
+              "their own arrival times, 3 too few)")
+    for given, what in (((), "the default sample of 5 requests"), (("-n", "10"), "--num-requests 10")):
+        r = kvlab(*args, *given)
+        assert r.exit_code != 0 and "Traceback" not in r.stderr + r.stdout
+        (line,) = r.stderr.strip().splitlines()
+        assert line.startswith(f"error: {what}: the measured window") and line.endswith(advice), line
+    r = kvlab(*args, "--arrival", "poisson", "-n", "13", "--json")  # (the advice, followed)
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["capacities"][0]["samples"]["lengths"][0] == 13
+
+
+def test_the_seats_advice_on_a_short_file_is_their_need_not_runs_floor():
+    # (trial 54, finding 1: "--arrival poisson -n 1,000" on a 100-request file whose engine's 256 seats need 640)
+    assert capacity.seats_run_length(256, None) == 1000  # (hundreds, at least `kvlab run`'s 1,000)
+    assert capacity.seats_run_length(256, 5000) == 1000
+    assert capacity.seats_run_length(256, 100) == capacity.steady_requests(256) == 640  # 2 x 256 / 0.8
+    assert capacity.seats_run_length(600, 1000) == 1500
+    assert capacity.seats_run_length(600, 1499) == 1500
+
+
+def test_a_first_sample_too_short_to_show_an_overload_is_said_so_not_blamed_on_the_trace(kvlab, tmp_path):
+    """Trial 54, finding 2: on a 400-request inference-perf file (every request alike), the first sample of 200 held
+    every rate up to 512 req/s (none failed) and the whole trace 30; the answer blamed "the trace's beginning", which
+    is like the whole of it. It says now what is true: the first sample is too short for a steady state."""
+    path = tmp_path / "four.yaml"
+    path.write_text(IP_YAML.format(duration=400).replace("system_prompt_len: 1000", "system_prompt_len: 200"))
+    r = kvlab("capacity", "--workload", path, "--model", "opt-13b", "--gpu", "a100-40gb", "--cost", "roofline",
+              "--slo", "p99_ttft<2s", "--strategy", "vllm", "--workers", "1", "--out", tmp_path / "out")
+    assert r.exit_code == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert "the first sample's 200 requests are too few to reach a steady state" in said
+    assert "the trace's beginning is not like the whole of it" not in said

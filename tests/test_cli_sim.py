@@ -263,3 +263,25 @@ def test_paper_help_gives_the_kv_cache_in_the_unit_the_output_uses(kvlab, monkey
     monkeypatch.setenv("COLUMNS", "300")
     r = kvlab("paper", "--help")
     assert r.exit_code == 0 and "12 GiB of KV cache" in r.stdout and "12 GB" not in r.stdout, r.stdout
+
+
+def test_run_race_and_sweep_state_the_profiles_error_as_capacity_does(kvlab, tmp_path):
+    """Trial 54, finding 3: under the roofline or a Vidur profile `kvlab run`, `race` and `sweep` said nothing of the
+    profile's error against real runs, where capacity states it (kvlab.report.setup.error_clause: one text)."""
+    from kvlab.report.setup import error_clause, evidence
+
+    unmeasured = "its error is not measured (fitted on no real runs)"
+    for profile, gpu in (("roofline", "a100-80gb"), ("vidur-a100", "a100-80gb"), ("vllm-h100", "h100-sxm")):
+        clause = error_clause(profile)
+        assert (clause == unmeasured) == (profile != "vllm-h100") and clause in evidence(profile)
+        common = ("--model", "llama-3.1-8b", "--gpu", gpu, "--cost", profile, "-n", "30")
+        for args in (("run", "vllm", *common), ("race", "vllm", "orca-max", *common)):
+            r = kvlab(*args)
+            assert r.exit_code == 0, r.stderr
+            assert f"under cost profile {profile!r} (kvlab cost; docs/cost.md); {clause}." in " ".join(r.stdout.split())
+        assert kvlab("run", "vllm", *common, "--json").json()["cost"]["accuracy"] == clause
+    r = kvlab("sweep", "--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--cost", "roofline,vidur-a100", "-n", "30",
+              "--rate", "2", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert all(f"Cost profile {p}: {error_clause(p)}." in said for p in ("roofline", "vidur-a100"))

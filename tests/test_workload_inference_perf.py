@@ -179,11 +179,24 @@ def test_a_yaml_number_inference_perf_reads_otherwise_or_not_at_all_is_refused_w
 
 
 @pytest.mark.parametrize("written", ["question_len: '20'", "question_len: 2_0", "question_len: 20.0",
-                                     "question_len: ' 20 '"])
+                                     "question_len: ' 20 '", "question_len: '020'", "question_len: 2.0e+1",
+                                     "question_len: 2.0E+1", 'question_len: "0020"'])
 def test_a_count_inference_perf_reads_unambiguously_is_taken_as_it_reads_it(tmp_path, written):
     """Trial 52 #7 and #11: a quoted count ('2', which inference-perf's pydantic reads as 2) was refused while a
-    quoted rate was taken; 2_0 is 20 to YAML 1.1, pydantic and Python alike."""
+    quoted rate was taken; 2_0 is 20 to YAML 1.1, pydantic and Python alike. Trial 54, finding 6: a quoted '020' is
+    text to PyYAML, which pydantic reads in decimal (20), and an unquoted 2.0e+1 a YAML 1.1 float (20.0), which
+    pydantic takes as a whole count; both were refused (an unquoted 020, octal 16 to YAML 1.1, still is)."""
     path = tmp_path / "ip.yaml"
     path.write_text(CONFIG.replace("question_len: 20", written).replace("rate: 2.0", "rate: '2_0'"))
     spec = read_config(str(path))
     assert spec.question_len == 20 and spec.stages[0].rate == 20.0
+
+
+@pytest.mark.parametrize("written, rate", [("rate: '010'", 10.0), ("rate: 1.5e+3", 1500.0), ("rate: 1e1", 10.0),
+                                           ("rate: '1.5e+3'", 1500.0)])
+def test_a_rate_is_read_as_inference_perf_reads_it(tmp_path, written, rate):
+    """Trial 54, finding 6: inference-perf reads its file with PyYAML's safe_load, then pydantic's lax float: a
+    quoted '010' is 10.0 (it was refused for a leading 0 that only an unquoted one has)."""
+    path = tmp_path / "ip.yaml"
+    path.write_text(CONFIG.replace("rate: 2.0", written))
+    assert read_config(str(path)).stages[0].rate == rate

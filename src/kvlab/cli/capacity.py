@@ -39,7 +39,6 @@ from kvlab.report.text import computed_text, whole_values_table
 from kvlab.sweep.capacity import default_out, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
 from kvlab.validate import check_options, note_written
-from kvlab.window import window_num_requests
 
 if TYPE_CHECKING:
     from kvlab.service.capacity import Answer
@@ -145,10 +144,9 @@ def capacity(
     longer, no_second = service.longer_samples(configurations, start_rate)
     session = new_session()
     session.check_ray()
-    every = configurations + longer
     _check_time(session, first_points, longer, start_rate, max_time, yes)
     searches, rows = run_session(session, lambda: service.capacities(
-        every, session.runner, target, [start_rate] * len(every), rtol, max_rate))
+        configurations, longer, session.runner, target, start_rate, rtol, max_rate))
     names = list(run_options())
     answer = service.answer(configurations, longer, no_second, searches, first_points, seats, target, scaled,
                             gpu_hour_price, length_notes)
@@ -274,7 +272,7 @@ def _print_uncertified(console, answer: Answer) -> None:
             advice = "raise --max-rate"  # (else: none failed)
             if search.too_short:  # (on a file with its own arrivals -n is capped at its rows: trial 53, finding 6)
                 advice = "raise -n or --duration" if answer.trace_rows[i] is None else "give " + \
-                    answer.longer_run_advice(i, window_num_requests(search.window_at(search.lo)["num_seats"]))
+                    answer.longer_run_advice(i, search.window_at(search.lo)["num_seats"])
             console.print(f"{search.mark}: {config['strategy']} under {config['cost']}: not certified: "
                           f"{search.uncertified}; {advice}.", markup=False)
 
@@ -368,14 +366,15 @@ def _print_answer(console, answer: Answer) -> None:
             at = search.window_at(search.lo)
             words = (f"no answer: the run at {rate_text(sample['answer_rps'])} req/s held {at['num_arrived']:,} "
                      f"requests in its window against {at['num_seats']:,} seats, too few to load the engine, so the "
-                     f"rate that holds may be far lower; {answer.longer_run_advice(i, window_num_requests(at['num_seats']))} "
+                     f"rate that holds may be far lower; {answer.longer_run_advice(i, at['num_seats'])} "
                      "puts twice its seats in the window")
         elif sample["spread"] is None and sample.get("note"):
             words = f"{rate_text(sample['answer_rps'])} req/s ({sample['note']})"
         else:
             words = f"{rate_text(sample['answer_rps'])} req/s, the lower of two samples: " + samples_text(
                 tuple(sample["lengths"]), tuple(rate_text(c) for c in sample["capacities"]), sample["spread"], "req/s",
-                whole_trace=sample["whole_trace"])
+                whole_trace=sample["whole_trace"], steady=sample["steady_requests"],
+                first_uncertified=sample["first_uncertified"])
         cost = answer.cost_of(i)
         if search.mark == "?":
             console.print(f"  {config['strategy']}: {words}.", markup=False)
@@ -570,16 +569,27 @@ def _samples_line(e: dict[str, Any]) -> str:
 
 
 def _memory_line(memory: dict[str, Any]) -> str:
-    """The answer against memory alone: does one replica's TP × PP even hold the model and one full request?"""
+    """The answer against memory alone: does one replica's TP × PP even hold the model and one full request? With
+    `kvlab fit`'s shapes: tensor parallelism alone, and with pipeline stages too where that takes fewer GPUs."""
     has, fewest = memory["gpus_per_replica"], memory["fewest_gpus_per_replica"]
     what = f"{memory['model']}'s weights and one {memory['max_model_len']:,}-token request"
+    piped = memory.get("fewest_gpus_pipelined")
+    shape = "" if piped is None else (
+        f"--tensor-parallel-size {piped['tensor_parallel_size']} --pipeline-parallel-size "
+        f"{piped['pipeline_parallel_size']} ({piped['num_gpus']} × {memory['gpu']}, tensor parallelism within "
+        f"{piped['node_gpus']} GPUs, a node's usual count)")
     if fewest is None:
+        if piped is not None:
+            return (f"Memory: tensor parallelism alone holds {what} on no count ({memory['note']}); with pipeline "
+                    f"stages too, {shape} hold it (kvlab fit); these replicas have {has}: vLLM would refuse to start "
+                    f"them; give {shape.split(' (')[0]} (or a lower --max-model-len).")
         return f"Memory: {memory['note']}: vLLM would refuse to start these replicas."
     if not memory["starts"]:
+        alternative = "" if piped is None else f", or, with pipeline stages, {shape}"
         return (f"Memory: one replica needs at least {fewest} × {memory['gpu']} (TP {memory['tensor_parallel_size']}) "
                 f"to hold {what} (kvlab fit); these replicas have {has}: vLLM would refuse to start them, so these "
-                f"counts are not a fleet it can run; give --tensor-parallel-size {memory['tensor_parallel_size']} "
-                "(or a lower --max-model-len).")
+                f"counts are not a fleet it can run; give --tensor-parallel-size {memory['tensor_parallel_size']}"
+                f"{alternative} (or a lower --max-model-len).")
     return (f"Memory: each replica's {has} × {memory['gpu']} hold{'s' if has == 1 else ''} {what} (the fewest that "
             f"do: {fewest}, kvlab fit): the counts above are the traffic's and the target's, not memory's.")
 

@@ -24,7 +24,6 @@ from kvlab.sizing import (
     cuda_block_size_note,
     expert_parallel_note,
     fewest_gpus_for_workload,
-    fewest_gpus_pipelined,
     fit_sizing,
     gpu_notes,
     kv_layout,
@@ -589,14 +588,12 @@ def _fewest_gpus_pipelined(spec, target, config, fewest: dict | None) -> dict | 
     """`fit`'s fewest GPUs with pipeline parallelism as well (tensor parallelism within a node), where
     --pipeline-parallel-size was not given and it differs from tensor parallelism alone's: fewer GPUs, or as many
     without tensor parallelism across nodes."""
-    if config.pipeline_parallel_size != 1:
-        return None
-    found = fewest_gpus_pipelined(spec, target, config)
+    from kvlab.service.size import fewest_pipelined
+
+    found = fewest_pipelined(spec, target, config, None if fewest is None else fewest["num_gpus"])
     if found is None:
         return None
     tp, pp, result = found
-    if fewest is not None and (tp * pp > fewest["num_gpus"] or (pp == 1 and tp == fewest["tensor_parallel_size"])):
-        return None
     return {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "num_gpus": tp * pp, "gpu": target.id,
             "max_model_len": result.max_model_len, "num_tokens": result.num_tokens,
             "max_concurrency": result.max_concurrency, "node_gpus": NODE_GPUS}

@@ -29,7 +29,7 @@ from kvlab.cli.options import (
     WorkersOpt,
 )
 from kvlab.cli.options import SweepYesOpt as YesOpt
-from kvlab.report.setup import engine_defaults_text
+from kvlab.report.setup import engine_defaults_text, error_clause
 from kvlab.report.text import computed_text, latency_column, plural, whole_values_table
 from kvlab.strategies import parse_strategy
 from kvlab.sweep.session import Session, grid_lists, run_session
@@ -132,6 +132,8 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
         console.print(f"Every point: {held}.", highlight=False)
     strategies = [parse_strategy(n) for n in dict.fromkeys(str(r["strategy"]) for r in rows)]
     console.print("Engine: " + engine_defaults_text(rows, strategies) + ".", highlight=False)
+    for profile in dict.fromkeys(str(r["cost"]) for r in rows if r.get("cost")):  # (as capacity states its clocks')
+        console.print(f"Cost profile {profile}: {error_clause(profile)}.", highlight=False)
     num_failed = sum(r["status"] != "ok" for r in rows)
     console.print(computed_text(session.runner.num_computed, len(rows), "point")
                   + (f", {num_failed} failed in all" if num_failed else "")

@@ -37,8 +37,8 @@ def read_mapping(path: Path, flag: str, what: str = "a .yaml, .yml or .toml file
     if suffix == ".toml":
         import tomllib
 
-        try:
-            data = tomllib.loads(text)
+        try:  # (a float with an exponent keeps its text, as the YAML reader keeps it: 1e3 is a count nowhere)
+            data = tomllib.loads(text, parse_float=_toml_float)
         except tomllib.TOMLDecodeError as exc:
             raise KvlabError(f"{flag} {path}: not valid TOML ({exc})") from None
     elif suffix in (".yaml", ".yml"):
@@ -59,6 +59,12 @@ def read_mapping(path: Path, flag: str, what: str = "a .yaml, .yml or .toml file
         raise KvlabError(f"{flag} {path}: this is an inference-perf workload file (data:, load:), not {what}; "
                          f"run it as a workload: -w {path}")
     return data
+
+
+def _toml_float(text: str) -> float | str:
+    """A TOML float as the options read it: its text where it has an exponent (1e3: refused for a whole-number option
+    as the flag refuses --max-num-seqs 1e3, read by a real-number option's check), else the float (trial 54)."""
+    return text if "e" in text.lower() else float(text)
 
 
 def _yaml_problem(exc: Exception) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from kvlab.config.resolve import engine_setup
 from kvlab.cost.profiles import lead_profile
 
-__all__ = ["engine_defaults_text", "engine_setup", "evidence", "fitted_to", "lead_profile", "lead_text",
+__all__ = ["engine_defaults_text", "engine_setup", "error_clause", "evidence", "fitted_to", "lead_profile", "lead_text",
            "measured_error", "prefix_caching_text", "setup_lines"]
 
 
@@ -45,10 +45,15 @@ def measured_error(name: str) -> str | None:
             f"(median): {', '.join(parts)}")
 
 
+def error_clause(name: str) -> str:
+    """The accuracy clause every report under a profile states (capacity, size, run, race, sweep): its measured
+    error against real runs (measured_error), or that it has none."""
+    return measured_error(name) or "its error is not measured (fitted on no real runs)"
+
+
 def evidence(name: str) -> str:
     """Why a lead profile is believed: what it is fitted on and its measured error, or that it is stated."""
-    error = measured_error(name)
-    return fitted_to(name) + (f"; {error}" if error else "; its error is not measured (fitted on no real runs)")
+    return f"{fitted_to(name)}; {error_clause(name)}"
 
 
 def lead_text(name: str, gpu_id: str, num_clocks: int) -> str:

@@ -3,7 +3,7 @@
     the grid's points without a rate ──▶ searched_configurations: each cost profile that applies to the GPU (without
         --cost), the workload scaled to load the engine (twice its seats in the measured window, without -n or
         --duration), a window too short to measure refused
-    ──▶ capacities(configurations, runner, slo, ...): kvlab.sweep.capacity's searches (bracket, then bisect), every
+    ──▶ capacities(configurations, longer, runner, slo, ...): kvlab.sweep.capacity's searches (bracket, then bisect), every
         rate tried a sweep point stored in the runner's store (a search run again, or resumed after Ctrl-C, reads
         them), judged on its measured window (kvlab.window) against the SLO (kvlab.sweep.slo)
     ──▶ longer_samples: each configuration again on a longer sample (kvlab.sweep.capacity.longer_sample: a trace
@@ -47,6 +47,7 @@ from kvlab.sweep.slo import Verdict
 from kvlab.window import (
     DRAIN_SHARE,
     MIN_WINDOW_REQUESTS,
+    SEATS_FACTOR,
     WARMUP_SHARE,
     mean_tokens_held,
     num_seats,
@@ -98,14 +99,30 @@ def no_second_note(name: str, rows: int, num_requests: int) -> str:
             f"trace of {2 * num_requests:,} requests or more)")
 
 
+def steady_requests(seats: int) -> int:
+    """The requests a run needs for SEATS_FACTOR x ``seats`` to arrive in its measured window, exactly (not
+    kvlab.window.window_num_requests' hundreds and `kvlab run`'s floor of 1,000): what a source with fewer rows of
+    its own is advised (longer_run_advice) and what a sample shorter than it cannot reach (a steady state)."""
+    return math.ceil(SEATS_FACTOR * seats / (1 - WARMUP_SHARE - DRAIN_SHARE))
+
+
+def seats_run_length(seats: int, rows: int | None) -> int:
+    """The run length to advise for twice ``seats`` in the window: window_num_requests (in hundreds, at least
+    1,000), or, on a source of ``rows`` requests with their own arrival times that cannot give that many, the exact
+    need (steady_requests): a floor the source cannot give is not advised (trial 54, finding 1)."""
+    full = window_num_requests(seats)
+    return full if rows is None or full <= rows else steady_requests(seats)
+
+
 def longer_run_advice(name: str, rows: int | None, wanted: int) -> str:
     """How to ask for a run of ``wanted`` requests: ``-n wanted``, or, on a workload that keeps its own arrival times
     and holds fewer (``rows``: trace_rows), its lengths drawn at arrivals of its own (--arrival poisson), since -n
-    beyond its rows is refused (kvlab.config.resolve.resolve_workload; trial 53, finding 6)."""
+    beyond its rows is refused (kvlab.config.resolve.resolve_workload; trial 53, finding 6), saying by how many
+    requests the source falls short."""
     if rows is None or wanted <= rows:
         return f"-n {wanted:,}"
     return (f"--arrival poisson -n {wanted:,} (its lengths at Poisson arrivals: {name} holds only {rows:,} requests "
-            "with their own arrival times)")
+            f"with their own arrival times, {wanted - rows:,} too few)")
 
 
 def _given(name: str, lists: dict, explicit: list[dict]) -> bool:
@@ -133,15 +150,16 @@ def searched_configurations(lists: dict, explicit: list[dict], start_rate: float
                                    for c, (s, rows), n in zip(configurations, found, lengths)
                                    if rows is not None and n != window_num_requests(s)))
         configurations = [{**c, "num_requests": n} for c, n in zip(configurations, lengths)]
-    _check_window(configurations, start_rate)
+    _check_window(configurations, start_rate, [rows for _, rows in found], scaled)
     return configurations, seats, scaled, notes
 
 
-def _check_window(configurations: list[dict], start_rate: float) -> None:
+def _check_window(configurations: list[dict], start_rate: float, rows: list[int | None], scaled: bool) -> None:
     """A workload whose measured window would hold fewer than MIN_WINDOW_REQUESTS at the first rate measures
-    nothing: refused, naming what would do."""
+    nothing: refused, naming what would do: on a source of ``rows`` requests with their own arrival times too few
+    for that, not an -n it refuses but its lengths at Poisson arrivals (longer_run_advice; trial 54, finding 1)."""
     share = 1 - WARMUP_SHARE - DRAIN_SHARE
-    for c in configurations:
+    for c, own in zip(configurations, rows):
         if c.get("duration") is not None:
             expected = c["duration"] * start_rate * share
             if expected < MIN_WINDOW_REQUESTS:
@@ -152,9 +170,12 @@ def _check_window(configurations: list[dict], start_rate: float) -> None:
                                  "--rate)")
         elif c.get("num_requests") is not None and c["num_requests"] * share < MIN_WINDOW_REQUESTS:
             need = math.ceil(MIN_WINDOW_REQUESTS / share)
-            raise KvlabError(f"--num-requests {c['num_requests']}: the measured window (the last {share:.0%} of the "
-                             f"arrivals) would hold {_requests(c['num_requests'] * share)}; valid: -n {need} "
-                             "or more")
+            n = c["num_requests"]
+            what = f"the default sample of {n} requests" if scaled else f"--num-requests {n}"
+            valid = f"-n {need} or more" if own is None or need <= own else \
+                longer_run_advice(Path(str(c["workload"])).name, own, need)
+            raise KvlabError(f"{what}: the measured window (the last {share:.0%} of the arrivals) would hold "
+                             f"{_requests(n * share)}; valid: {valid}")
 
 
 def _requests(count: float) -> str:
@@ -163,21 +184,30 @@ def _requests(count: float) -> str:
     return f"{shown} request{'' if count == 1 else 's'} (fewer than {MIN_WINDOW_REQUESTS})"
 
 
-def breaking_points(configurations: list[dict], runner, slo, start_rates: list[float],
-                    rtol: float = defaults.CAPACITY_RTOL, max_rate: float = defaults.CAPACITY_MAX_RATE) -> list[Search]:
-    """The searches alone, one per configuration, on the sample given (kvlab.sweep.capacity: bracket, then bisect,
-    every rate tried a point on ``runner``, whose store keeps it: a search run again reads them). `kvlab capacity`
-    searches two samples with it (capacities); the lab's rate section one."""
-    return search_capacities(configurations, runner, slo, start_rates=start_rates, rtol=rtol, max_rate=max_rate)
-
-
-def capacities(configurations: list[dict], runner, slo, start_rates: list[float], rtol: float,
-               max_rate: float) -> tuple[list[Search], list[dict[str, Any]]]:
-    """The searches (breaking_points), and the stored rows of every rate they tried (for the curves)."""
-    searches = breaking_points(configurations, runner, slo, start_rates, rtol, max_rate)
+def capacities(configurations: list[dict], longer: list[dict], runner, slo, start_rate: float,
+               rtol: float = defaults.CAPACITY_RTOL,
+               max_rate: float = defaults.CAPACITY_MAX_RATE) -> tuple[list[Search], list[dict[str, Any]]]:
+    """Each configuration searched on its two samples: ``configurations``, then ``longer`` (longer_samples' second
+    samples; empty: none), every search kvlab.sweep.capacity's (bracket, then bisect, every rate tried a point on
+    ``runner``, whose store keeps it: a search run again reads them). `kvlab capacity` and the lab's rate section
+    both ask this, and take each configuration's answer the same way (answering: the lower sample's), so the two
+    give the same rate on one setup (trial 54, finding 4: the lab searched the first sample alone). The searches,
+    and the stored rows of every rate they tried (for the curves)."""
+    every = configurations + longer
+    searches = search_capacities(every, runner, slo, start_rates=[start_rate] * len(every), rtol=rtol,
+                                 max_rate=max_rate)
     keys = [resolve_point({**c, "rate": r}, kvlab.__version__).key
-            for c, s in zip(configurations, searches) for r, _, _ in s.probes]
+            for c, s in zip(every, searches) for r, _, _ in s.probes]
     return searches, runner.store.rows(keys)
+
+
+def answering(first: Search, second: Search | None) -> Search:
+    """The search whose capacity is a configuration's answer, of its ``first`` and ``second`` sample (None: none):
+    the second's where it is lower (its run at the answer, bracket and limit are then the ones that decided), else
+    the first's."""
+    if second is not None and not second.error and not first.error and second.capacity < first.capacity:
+        return second
+    return first
 
 
 def judged_at(configurations: list[dict], runner, slo, rate: float) -> list[tuple[dict[str, Any], Verdict | None]]:
@@ -270,9 +300,12 @@ class Answer:
         self.length_notes: list[str] = []  # samples cut to fit their trace (searched_configurations)
         self.trace_rows: list[int | None] = [None] * len(configurations)  # each workload's own arrivals (trace_rows)
 
-    def longer_run_advice(self, i: int, wanted: int) -> str:
-        """How to ask configuration ``i`` for a run of ``wanted`` requests (longer_run_advice)."""
-        return longer_run_advice(Path(str(self.configurations[i]["workload"])).name, self.trace_rows[i], wanted)
+    def longer_run_advice(self, i: int, seats: int) -> str:
+        """How to ask configuration ``i`` for a run that puts twice ``seats`` in its window (seats_run_length,
+        longer_run_advice)."""
+        rows = self.trace_rows[i]
+        return longer_run_advice(Path(str(self.configurations[i]["workload"])).name, rows,
+                                 seats_run_length(seats, rows))
 
     def costs(self) -> list[str]:
         return list(dict.fromkeys(s["cost"] for s in self.setups))
@@ -308,6 +341,7 @@ class Answer:
         whole = bool(self.whole_trace and self.whole_trace[i])
         return {"lengths": [length, second_length], "capacities": [first, second],
                 "spread": spread, "stable": agree(spread), "whole_trace": whole,
+                "steady_requests": steady_requests(self.seats[i]), "first_uncertified": self.searches[i].uncertified,
                 "num_simulations": [len(self.searches[i].probes), len(self.second[i].probes)],
                 "answer_rps": min(first, second),
                 "length_for_stable": length_for_spread(second_length, spread) if second_length and not whole else None}
@@ -315,10 +349,7 @@ class Answer:
     def answering(self, i: int) -> Search:
         """The search whose capacity is configuration ``i``'s answer: the second sample's where it is lower (its run
         at the answer, bracket and limit are then the ones that decided), else the first's."""
-        if self.no_second is None and not self.second[i].error and not self.searches[i].error \
-                and self.second[i].capacity < self.searches[i].capacity:
-            return self.second[i]
-        return self.searches[i]
+        return answering(self.searches[i], None if self.no_second is not None else self.second[i])
 
     def answering_sample(self, i: int) -> str:
         """Which sample answered configuration ``i``, as a report names it: "on 300 requests" ("" with one sample)."""

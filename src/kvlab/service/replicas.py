@@ -21,7 +21,7 @@ is answered on the one sample, saying so with the -n that would give two (kvlab.
 Without --cost, every built-in cost profile that applies to the GPU prices a search of its own (as plain
 ``kvlab capacity`` does), and the answer shows their spread. Beside the answer, what memory alone asks of one
 replica: the fewest GPUs that hold the model's weights and one max_model_len request (kvlab.sizing.fewest_gpus,
-as ``kvlab fit`` answers it).
+and with pipeline stages too, kvlab.service.size.fewest_pipelined: the TP x PP search ``kvlab fit`` answers with).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from kvlab.fleet.counts import CountSearch
 from kvlab.fleet.work import MAX_REPLICAS
 from kvlab.service.capacity import cut_note, no_second_note, trace_rows, two_sample_length
 from kvlab.service.engine import load, strategies
-from kvlab.sizing import fewest_gpus, settings_of
+from kvlab.sizing import NODE_GPUS, fewest_gpus, settings_of
 from kvlab.strategies import Strategy
 from kvlab.sweep.capacity import longer_sample
 
@@ -332,19 +332,29 @@ def _fewer_limited_by(s: FewestReplicasSearch) -> str | None:
 
 
 def memory_per_replica(config: KvlabConfig) -> dict[str, Any]:
-    """What memory alone asks of one replica: the fewest GPUs (on the run's GPU, at its pipeline parallelism) that
-    hold the model's weights and one max_model_len request (kvlab.sizing.fewest_gpus, as `kvlab fit` answers
-    it), against the run's TP × PP; ``starts`` False: vLLM would refuse to start such a replica."""
+    """What memory alone asks of one replica, as `kvlab fit` answers it: the fewest GPUs (on the run's GPU, at its
+    pipeline parallelism) that hold the model's weights and one max_model_len request (kvlab.sizing.fewest_gpus),
+    and, where the run has no pipeline stages, the fewest with them too (kvlab.service.size.fewest_pipelined: TP x
+    PP, where it differs), against the run's TP × PP; ``starts`` False: vLLM would refuse to start such a replica."""
+    from kvlab.service.size import fewest_pipelined
+
     sizing = config.sizing
     gpu = replace(get_gpu(config.device.gpu), memory_bytes=config.device.gpu_memory_bytes)  # (--gpu-memory-gib)
     has = config.parallel.tensor_parallel_size * config.parallel.pipeline_parallel_size
     memory: dict[str, Any] = {"model": sizing.model_id, "gpu": gpu.id, "gpus_per_replica": has,
                               "max_model_len": sizing.max_model_len}
+    model, settings = get_model(config.model.model), settings_of(sizing)
     try:
-        tp, _ = fewest_gpus(get_model(config.model.model), gpu, settings_of(sizing))
+        tp: int | None = fewest_gpus(model, gpu, settings)[0]
     except KvlabError as exc:
-        return {**memory, "fewest_gpus_per_replica": None, "tensor_parallel_size": None, "starts": False,
-                "note": str(exc)}
+        tp = None
+        memory.update(fewest_gpus_per_replica=None, tensor_parallel_size=None, starts=False, note=str(exc))
+    piped = fewest_pipelined(model, gpu, settings, tp)
+    memory["fewest_gpus_pipelined"] = None if piped is None else {
+        "tensor_parallel_size": piped[0], "pipeline_parallel_size": piped[1], "num_gpus": piped[0] * piped[1],
+        "node_gpus": NODE_GPUS}
+    if tp is None:
+        return memory
     fewest = tp * config.parallel.pipeline_parallel_size
     return {**memory, "fewest_gpus_per_replica": fewest, "tensor_parallel_size": tp, "starts": has >= fewest}
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from kvlab.catalog import GpuSpec, get_gpu
 from kvlab.config.engine import GIB
 from kvlab.config.options import OPTIONS, SIZING_OPTIONS, draft_tokens_per_step
-from kvlab.sizing import SizingConfig
+from kvlab.sizing import SizingConfig, SizingResult, fewest_gpus_pipelined
 from kvlab.validate import check_options
 
 
@@ -77,3 +77,21 @@ def start_refusal(result) -> str | None:
     return (f"vLLM would refuse to start: one {result.max_model_len:,}-token request needs "
             f"{result.blocks_per_request:,} blocks but {result.num_usable_blocks:,} are usable; the longest that fits "
             f"is {result.estimated_max_model_len:,} tokens (--max-model-len {result.estimated_max_model_len}).")
+
+
+def fewest_pipelined(model, gpu: GpuSpec, config: SizingConfig,
+                     tp_alone: int | None) -> tuple[int, int, SizingResult] | None:
+    """The fewest GPUs with pipeline parallelism as well (kvlab.sizing.fewest_gpus_pipelined: TP x PP, tensor
+    parallelism within a node), where ``config`` asks for no pipeline stages (PP 1) and the answer differs from
+    tensor parallelism alone's (``tp_alone``: its size, None where none holds): fewer GPUs, or as many without
+    tensor parallelism across nodes. None otherwise. `kvlab fit` and `kvlab capacity --replicas auto` both ask it
+    (trial 54, finding 5: capacity searched TP alone)."""
+    if config.pipeline_parallel_size != 1:
+        return None
+    found = fewest_gpus_pipelined(model, gpu, config)
+    if found is None:
+        return None
+    tp, pp, _ = found
+    if tp_alone is not None and (tp * pp > tp_alone or (pp == 1 and tp == tp_alone)):
+        return None
+    return found

@@ -328,9 +328,13 @@ def length_for_spread(length: int, spread: float | None, target: float = STABLE_
 
 
 def samples_text(lengths: tuple[int, int], answers: tuple[str, str], spread: float | None, unit: str,
-                 *, what: str = "requests", whole_trace: bool = False) -> str:
+                 *, what: str = "requests", whole_trace: bool = False, steady: int | None = None,
+                 first_uncertified: str | None = None) -> str:
     """'on 2,400 requests 9.1 req/s, on 4,800 8.7 (spread 5%: stable)', or the advice when they disagree (no longer
-    sample to ask for when the second is the ``whole_trace``)."""
+    sample to ask for when the second is the ``whole_trace``). ``steady``: the requests the engine needs to reach a
+    steady state (twice its seats in the window), ``first_uncertified``: why the first sample's own answer is not
+    certified (Search.uncertified); a first sample shorter than ``steady``, or whose answer is not certified, is said
+    to be too short, not blamed on the trace's beginning (trial 54, finding 2)."""
     text = f"on {lengths[0]:,} {what} {answers[0]} {unit}, on {lengths[1]:,} {answers[1]}"
     # (a rate on a trace is --rate's: its own arrivals rescaled so that the whole trace has that mean; its first
     # requests arrive at their own pace, often another: trial 53, finding 9)
@@ -340,6 +344,11 @@ def samples_text(lengths: tuple[int, int], answers: tuple[str, str], spread: flo
         return text + " (one of them 0: no spread)" + rates
     if agree(spread):
         return text + f" (spread {spread:.0%}: stable)" + rates
+    if whole_trace and steady is not None and (lengths[0] < steady or first_uncertified):
+        why = f"which takes about {steady:,}" if lengths[0] < steady else \
+            f"its own answer is not certified: {first_uncertified}"
+        return text + (f", the whole trace (spread {spread:.0%}: the first sample's {lengths[0]:,} {what} are too few "
+                       f"to reach a steady state ({why}); the answer is the lower)") + rates
     if whole_trace:
         return text + (f", the whole trace (spread {spread:.0%}: the trace's beginning is not like the whole of it; "
                        "the answer is the lower)") + rates

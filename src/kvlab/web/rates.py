@@ -2,22 +2,20 @@
 breaks (the vLLM paper's Figure 12, on the lab's setup).
 
 Nothing here simulates, searches or judges on its own: the service answers (kvlab.service.capacity). A point is
-`kvlab run`'s (kvlab.sweep.point.compute), a breaking point is `kvlab capacity`'s search on its first sample
-(breaking_points: bracket, then bisect, from the command's first rate to its tolerance, to the highest rate whose run
-was sustained and met the paper's target, mean normalized latency < 0.1 s per token), a rate the reader picks is
-judged as the search judges one (judged_at), and every point is stored in one in-memory sweep store, so the
-search's probes, the curves and a picked rate share their simulations. The first screen asks for the breaking
-points of the two systems its opening rates are read from (RateLab.opening_systems: reserving the max and pages),
-section 7 later for all four: each system's search is kept, so the second request searches the other two only.
-One sample, not the command's two: the lab
-shows where each system breaks on its setup, and its search runs beside the page's figures. The same setup on the
-command line:
+`kvlab run`'s (kvlab.sweep.point.compute), a breaking point is `kvlab capacity`'s answer, searched by the same call
+(capacities: on the setup's requests and a second, longer sample, each bracketed, then bisected, from the command's
+first rate to its tolerance, to the highest rate whose run was sustained and met the paper's target, mean normalized
+latency < 0.1 s per token; the answer the lower sample's, answering), a rate the reader picks is judged as the search
+judges one (judged_at), and every point is stored in one in-memory sweep store, so the search's probes, the curves
+and a picked rate share their simulations. The first screen asks for the breaking points of the two systems its
+opening rates are read from (RateLab.opening_systems: reserving the max and pages), section 7 later for all four:
+each system's search is kept, so the second request searches the other two only. The same setup on the command line:
 
     kvlab capacity --strategy orca-max,orca-pow2,orca-oracle,vllm --model M --gpu G --workload W -n N --seed S \\
         --block-size B --cost C --json
 
-gives the same breaking points on its first sample (tests/web/test_lab_rates.py checks that); its answer is the lower
-of that and a second, longer sample's (SAMPLES_NOTE, which the page says).
+gives the same breaking points (tests/test_lab_rates_cli.py and tests/web/test_lab_rates.py check that; trial 54,
+finding 4: the lab searched the first sample alone, and could answer higher than the command).
 """
 
 from __future__ import annotations
@@ -60,6 +58,7 @@ class RateLab:
         self.runner = None
         self.lines: dict[tuple[RateSetup, str], dict] = {}  # each system's search, once found
         self.searched: dict[tuple[RateSetup, tuple[str, ...]], dict] = {}  # each answer, once given
+        self.answered: dict[tuple[RateSetup, str], dict] = {}  # each system's configuration whose sample answered
 
     def _runner(self):
         if self.runner is None:
@@ -134,22 +133,29 @@ class RateLab:
             return answer
 
     def _search(self, setup: RateSetup, systems: tuple[str, ...]) -> None:
-        """Search ``systems``' breaking points on ``setup`` (one round of the searches runs one rate of each at
-        once) and keep each system's line (self.lines)."""
+        """Search ``systems``' breaking points on ``setup`` as `kvlab capacity` searches them, on its two samples
+        (kvlab.service.capacity.capacities, one round of the searches running one rate of each at once), and keep
+        each system's line (self.lines): its answer, the lower sample's (answering)."""
         if not systems:
             return
         from kvlab.paper import PAPER_NAMES
-        from kvlab.service.capacity import breaking_points
+        from kvlab.service.capacity import answering, capacities, longer_samples
         from kvlab.strategies import STRATEGIES
         from kvlab.sweep.capacity import parse_slo
         from kvlab.sweep.grid import expand
         from kvlab.sweep.slo import DEFAULT_SLO
 
-        searches = breaking_points(expand(setup.lists(systems)), self._runner(), parse_slo(DEFAULT_SLO),
-                                   [defaults.CAPACITY_FIRST_RATE] * len(systems))
-        for name, search in zip(systems, searches):
+        configurations = expand(setup.lists(systems))
+        longer, _ = longer_samples(configurations, defaults.CAPACITY_FIRST_RATE)  # (none: the first alone answers)
+        every, _ = capacities(configurations, longer, self._runner(), parse_slo(DEFAULT_SLO),
+                              defaults.CAPACITY_FIRST_RATE)
+        firsts, seconds = every[:len(systems)], every[len(systems):] or [None] * len(systems)
+        for name, search in zip(systems, every):
             if search.error is not None:
                 raise KvlabError(f"{name} could not be simulated on this setup: {search.error}")
+        searches = [answering(first, second) for first, second in zip(firsts, seconds)]
+        for i, (name, search) in enumerate(zip(systems, searches)):  # (the sample that answered: section 5's run)
+            self.answered[(setup, name)] = configurations[i] if search is firsts[i] else longer[i]
         for name, search in zip(systems, searches):
             found = search.to_json()
             strategy = STRATEGIES[name]
@@ -172,9 +178,7 @@ class RateLab:
         if rate is None:
             return None
         name = next(line["name"] for line in lines if (line["batching"], line["allocator"]) == PAGES)
-        from kvlab.sweep.grid import expand
-
-        (row,) = self._runner().run([{**expand(setup.lists((name,)))[0], "rate": rate}])
+        (row,) = self._runner().run([{**self.answered[(setup, name)], "rate": rate}])
         return {"rate": rate, "strategy": name, "num_preemptions": int(row["preemptions"] or 0)}
 
     def at(self, setup: RateSetup, rate: float) -> dict:
@@ -198,11 +202,10 @@ class RateLab:
 
 RESERVE_MAX, PAGES = ("continuous", "max"), ("continuous", "paged")  # the first figure's two caches
 
-# Why `kvlab capacity` on the same setup can answer lower than the lab (trial 53, finding 2: 2.5 against 3.25 req/s
-# for vllm-paper on 100 requests): the lab searches one sample, the command two.
-SAMPLES_NOTE = ("each breaking point is searched on these requests alone; kvlab capacity also searches a second, "
-                "longer sample (twice the requests) and answers the lower of the two, so its answer can be lower "
-                "where the rate moves with the sample's length")
+# What a breaking point is searched on: as `kvlab capacity` searches it, two samples (trial 53, finding 2: the lab
+# once searched the first alone and answered 3.25 where the command answered 2.5 req/s; trial 54, finding 4).
+SAMPLES_NOTE = ("each breaking point is searched as kvlab capacity searches it, on these requests and on a second, "
+                "longer sample (twice the requests), and is the lower of the two: the command's answer")
 
 
 def lesson_rate(lines: list[dict]) -> float | None:

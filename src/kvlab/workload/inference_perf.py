@@ -178,6 +178,51 @@ def shared_prefix_table(spec: SharedPrefixSpec, repeat_questions: bool = True) -
     )
 
 
+class _Plain(str):
+    """An unquoted scalar that kvlab's decimal YAML loader (kvlab.validate.decimal_yaml_loader) keeps as text where
+    YAML 1.1 may read a number (010, 0x10, 1.5e+3, 1e3): read as inference-perf reads it (as_read), a quoted one as
+    the text it is."""
+
+
+def _loader():
+    """kvlab's decimal YAML loader, telling an unquoted scalar (_Plain) from a quoted one: inference-perf reads the
+    file with PyYAML's safe_load, where '010' is the text 010 and 010 is octal 8."""
+    from kvlab.validate import decimal_yaml_loader
+
+    class InferencePerfLoader(decimal_yaml_loader()):  # type: ignore[misc]
+        pass
+
+    def text(loader, node):
+        value = loader.construct_scalar(node)
+        return _Plain(value) if node.style is None and value[:1] in "+-.0123456789" else value
+
+    InferencePerfLoader.add_constructor("tag:yaml.org,2002:str", text)
+    return InferencePerfLoader
+
+
+def as_read(value: Any) -> Any:
+    """A number's value as inference-perf reads it (PyYAML's YAML 1.1, then pydantic's lax int or float), for
+    kvlab.validate.inference_perf_number to judge (trial 54, finding 6):
+
+        unquoted 1.5e+3  YAML 1.1's float 1500.0 (a count of 1,500, as pydantic takes a whole float)
+        unquoted 1e3     text in YAML 1.1 too (its floats need a point and a signed exponent): judged as text
+        unquoted 010     YAML 1.1's octal 8, kvlab's --config's 10: judged as text (refused as ambiguous)
+        quoted '010'     text, which pydantic reads in decimal: 10 (its leading zeros dropped here)
+    """
+    import re
+
+    if isinstance(value, _Plain):
+        import yaml
+
+        read = yaml.safe_load(str(value))
+        return read if isinstance(read, float) else str(value)
+    if isinstance(value, str) and re.fullmatch(r"\s*[-+]?0+[0-9][0-9_]*\s*", value):
+        text = value.strip()
+        sign = "-" if text.startswith("-") else ""
+        return sign + (text.lstrip("+-").lstrip("0") or "0")
+    return value
+
+
 def _field(section: dict, name: str, where: str) -> int:
     from kvlab.validate import inference_perf_number
 
@@ -185,7 +230,7 @@ def _field(section: dict, name: str, where: str) -> int:
         if key in section:
             value = section[key]
             try:
-                return int(inference_perf_number(value, whole=True))
+                return int(inference_perf_number(as_read(value), whole=True))
             except (ValueError, OverflowError) as exc:
                 valid = "" if "valid: " in str(exc) else "; valid: a whole number of tokens or users, such as 20"
                 raise KvlabError(f"{where}: {key} = {value!r} {exc}{valid}") from None
@@ -206,7 +251,7 @@ def _stages(raw: Any, where: str) -> tuple[Stage, ...]:
         numbers = []
         for name, unit in (("rate", "requests/s"), ("duration", "seconds")):
             try:
-                numbers.append(float(inference_perf_number(stage[name])))
+                numbers.append(float(inference_perf_number(as_read(stage[name]))))
             except (TypeError, ValueError, OverflowError) as exc:
                 reason = str(exc) if "valid: " in str(exc) else f"{exc}; valid: a number of {unit} such as 2 or 0.5"
                 raise KvlabError(f"{where}: stage {k}'s {name} {stage[name]!r} {reason}") from None
@@ -268,8 +313,6 @@ def read_config(path: str) -> SharedPrefixSpec:
     """An inference-perf YAML configuration file."""
     import yaml
 
-    from kvlab.validate import decimal_yaml_loader
-
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -277,7 +320,7 @@ def read_config(path: str) -> SharedPrefixSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise KvlabError(f"{path}: cannot read it as UTF-8 text ({exc})") from None
     try:
-        data = yaml.load(text, Loader=decimal_yaml_loader())  # noqa: S506 (a SafeLoader, numbers decimal only)
+        data = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader, numbers decimal only: _loader)
     except yaml.YAMLError as exc:
         raise KvlabError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return spec_from_dict(data, path)

@@ -88,7 +88,7 @@ class RateFigure {
     setText(this.section.querySelector('[data-field="slo"]'), `${nf2.format(f.slo_s)} s per token`);
     setText(this.section.querySelector('[data-field="rates-setup"]'), `Every run: ${s.model} on ${s.gpu.toUpperCase()}, ` +
       `${nf0.format(s.num_requests)} requests of ${s.workload} arriving at random (Poisson) at each rate, ` +
-      `cost profile ${s.cost}. The breaking points are the first sample's of kvlab capacity --strategy ` +
+      `cost profile ${s.cost}. The breaking points are those of kvlab capacity --strategy ` +
       `${f.systems.map(x => x.name).join(",")} ` +
       `--model ${s.model} --gpu ${s.gpu} --workload ${s.workload} -n ${s.num_requests} --seed ${s.seed} ` +
       `--block-size ${s.block_size} --cost ${s.cost}: ${f.samples_note}.` +
