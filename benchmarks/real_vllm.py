@@ -1,7 +1,7 @@
 """kvlab against real vLLM runs on real GPUs: every calibration run replayed with its own settings.
 
     python benchmarks/real_vllm.py [--runs PATH] [--profile NAME] [--baseline NAME ...] [--json] [--closed-loop]
-                                   [--sent] [--jitter | --step | --lag]
+                                   [--sent] [--jitter | --step | --lag | --lag-step]
     python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME] [--sent]
 
 For each run of the measured-runs file (default: the calibration set, ../shared/data/real-vllm/trainval.json
@@ -18,7 +18,8 @@ left-out run (kvlab.cost.fit.leave_one_out). ``--jitter``: each fold fits the la
 (``lag_jitter_iterations``, kvlab.cost.fit.fit_spread; an experiment, docs/cost.md "Terms tried and not kept");
 ``--step``: the lag's step instead (``lag_step_probability``: one more iteration for a request with probability q);
 ``--lag``: the admission lag itself instead (``admission_lag_iterations``, on kvlab.cost.fit.LAG_GRID: each fold's
-lag fitted without its run).
+lag fitted without its run); ``--lag-step``: the lag and the step jointly (on the product of their grids,
+kvlab.cost.fit.JOINT: each fold's pair fitted without its run).
 
 ``--reads``: no leave-one-out; each run replayed once under the profile, and per run what its decoded tokens read
 (the weights and the KV, in milliseconds per output token at 100% of the GPU's bandwidth), the ITL the run's own
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                         "with probability q, a seeded draw per request, kvlab/cost/latency.py; an experiment)")
     grid.add_argument("--lag", action="store_true", help="each fold fits the admission lag too (its iterations on "
                         "a grid, the linear constants refitted at each; an experiment: docs/cost.md)")
+    grid.add_argument("--lag-step", action="store_true", help="each fold fits the admission lag and the lag's step "
+                        "jointly (the product of their grids; an experiment: docs/cost.md)")
     args = parser.parse_args(argv)
     path = args.runs or default_runs()
     if args.runs is None and not path.is_file():
@@ -97,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         fitted = tuple(profile.fit.get("fitted", F.CONSTANTS))
         fitted += (F.JITTER,) if args.jitter and F.JITTER not in fitted else ()
         fitted += (F.STEP,) if args.step and F.STEP not in fitted else ()
-        fitted += (F.LAG,) if args.lag and F.LAG not in fitted else ()
+        fitted += (F.LAG,) if (args.lag or args.lag_step) and F.LAG not in fitted else ()
+        fitted += (F.STEP,) if args.lag_step and F.STEP not in fitted else ()
         held = tuple(profile.fit.get("held", ()))  # (asked for, not identified: each fold fits them too)
         # (with the profile's admission lag and lag's spread, F.CARRIED: each fold replays with them, or fits the
         # spread where [fit] did)

@@ -507,3 +507,33 @@ def test_calibrate_start_carries_the_start_profiles_admission_lag(kvlab, tmp_pat
               "--start", start, "--out", tmp_path / "p.toml")
     assert r.exit_code == 0, r.stderr
     assert tomllib.loads((tmp_path / "p.toml").read_text())["constants"]["admission_lag_iterations"] == 1.375
+
+
+def test_the_admission_lag_and_its_step_fitted_jointly_lie_on_both_grids_and_fit_no_worse_than_either_alone():
+    """fit.JOINT (an experiment): fit_spread asked for the lag and the step searches the product of their grids, so
+    its pair is on both grids and its loss (spread_loss) is no more than that of the lag fitted with no step, or the
+    step at the lag of 1 (both points of the product); the same answer twice; folds fit the pair without their run;
+    the spread and the step together are still refused."""
+    faster = _with("workload.stages", [{"rate": 30.0, "duration": 1}, {"rate": 60.0, "duration": 1}])
+    runs = [run_from_dict(RUN, "x"), run_from_dict({**faster, "id": "tiny2"}, "x")]
+    constants = {**F.START, "request_latency_s": 0.004, F.LAG: 1.0}
+    replays = [F.replay(F.prepare(run), constants) for run in runs]
+    linear = ("bandwidth_efficiency", "request_latency_s")
+    joint = F.fit_spread(replays, (*linear, F.LAG, F.STEP), constants)
+    assert joint.constants[F.LAG] in F.LAG_GRID and joint.constants[F.STEP] in F.STEP_GRID
+    assert set(joint.fitted) == {*linear, F.LAG, F.STEP} and joint.sigma[F.STEP] == F.STEP_STEP
+    assert F.fit_spread(replays, (*linear, F.STEP, F.LAG), constants).constants == joint.constants
+
+    def loss(fit):
+        given = {"lag": fit.constants.get(F.LAG, 1.0), "step": fit.constants.get(F.STEP, 0.0)}
+        return F.spread_loss(replays, F.theta_of(fit.constants), given)
+
+    lag_alone = F.fit_spread(replays, (*linear, F.LAG), constants)
+    step_alone = F.fit_spread(replays, (*linear, F.STEP), constants)
+    assert loss(joint) <= loss(lag_alone) + 1e-12 and loss(joint) <= loss(step_alone) + 1e-12
+    folded = F.leave_one_out(F.Calibration(fit=joint, replays=replays, iterations=0))
+    for fold in folded:
+        assert fold.lag_iterations in F.LAG_GRID and fold.step in F.STEP_GRID
+    with pytest.raises(KvlabError, match="lag_step_probability and lag_jitter_iterations: valid: one of .*"
+                                         "admission_lag_iterations with lag_step_probability"):
+        F.calibrate_runs(runs, (*linear, F.STEP, F.JITTER))

@@ -31,6 +31,7 @@ constants by far less than their σ) and replayed under them; its errors are wha
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -115,6 +116,9 @@ LAG_STEP = 0.125
 LAG_GRID = tuple(LAG_STEP * k for k in range(25))
 SPREADS = {JITTER: (JITTER_GRID, JITTER_STEP), STEP: (STEP_GRID, STEP_STEP),
            LAG: (LAG_GRID, LAG_STEP)}  # (each one's grid and "σ": fitted one at a time, fit_spread)
+# Two of them fitted together, on the product of their grids (fit_spread; an experiment, docs/cost.md): the
+# admission lag with its step.
+JOINT = ({LAG, STEP},)
 GIVEN = {JITTER: "jitter", STEP: "step", LAG: "lag"}  # (each one's keyword in Replay.extra, request_rows, _rows)
 # A profile's constants that are not in θ but price its replays: a fit carries them from its start (``fixed``) into
 # every replay, fold and fitted profile, as given (the admission lag: ADMISSION_LAG_ITERATIONS where the start names
@@ -712,9 +716,9 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
         raise KvlabError(f"--fit {unknown[0]!r} is not a constant kvlab fits on measured runs; valid: "
                          f"{', '.join((*CONSTANTS, *SPREADS))}")
     gridded = [k for k in fitted if k in SPREADS]
-    if len(gridded) > 1:
-        raise KvlabError(f"--fit names {' and '.join(gridded)}: valid: one of {', '.join(SPREADS)} (each is fitted "
-                         "on a grid)")
+    if len(gridded) > 1 and set(gridded) not in JOINT:
+        raise KvlabError(f"--fit names {' and '.join(gridded)}: valid: one of {', '.join(SPREADS)}, or {LAG} with {STEP} "
+                         "(each is fitted on a grid; those two on the product of their grids)")
     if len(runs) < 2:
         raise KvlabError(f"{len(runs)} measured run: a fit across runs needs at least 2 (and leave-one-out 3)")
     constants = {**START, **(start or {})}
@@ -746,30 +750,42 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
 def fit_spread(replays: Sequence[Replay], fitted: Sequence[str], fixed: dict[str, float],
                identified: float | None = None) -> Fit:
     """``solve`` with the lag's spread, its step or the admission lag itself fitted too, whichever ``fitted`` names
-    (JITTER's and LAG's comments): the value of its grid (SPREADS) whose fit is nearest the runs' means and tails."""
-    name = next(k for k in fitted if k in SPREADS)
-    grid, resolution = SPREADS[name]
-    linear = [k for k in fitted if k != name]
+    (JITTER's and LAG's comments): the value of its grid (SPREADS) whose fit is nearest the runs' means and tails.
+    The admission lag with the step (JOINT) is fitted on the product of their grids: the pair whose fit is nearest."""
+    names = [k for k in SPREADS if k in fitted]
+    linear = [k for k in fitted if k not in SPREADS]
     parts = [r.request_parts() for r in replays]
     measured = [np.array([r.prepared.run.measured("summary", m) for m in JITTER_METRICS]) for r in replays]
-    best: tuple[float, float, Fit] | None = None
-    for value in grid:
-        given = {GIVEN[name]: value}
+    best: tuple[float, tuple[float, ...], Fit] | None = None
+    for values in itertools.product(*(SPREADS[k][0] for k in names)):
+        given = {GIVEN[k]: v for k, v in zip(names, values)}
         rows, labels = _rows(replays, **given)
         fit = solve(rows, linear, fixed, labels, identified)
-        theta = theta_of(fit.constants)
-        loss = 0.0
-        for (e2e, ttft, iteration), r, m in zip(parts, replays, measured):
-            spread = r.extra(**given)[:, None] * iteration
-            e, t = (e2e + spread) @ theta, (ttft + spread) @ theta
-            (e90, e99), (t90, t99) = np.percentile(e, (90, 99)), np.percentile(t, (90, 99))
-            loss += float(np.sum((np.array([e.mean(), e90, e99, t.mean(), t90, t99]) / m - 1.0) ** 2))
+        loss = spread_loss(replays, theta_of(fit.constants), given, parts, measured)
         if best is None or loss < best[0]:
-            best = (loss, value, fit)
+            best = (loss, values, fit)
     assert best is not None
-    _, value, fit = best
-    return replace(fit, constants={**fit.constants, name: float(value)}, fitted=fit.fitted + (name,),
-                   sigma={**fit.sigma, name: resolution})
+    _, values, fit = best
+    return replace(fit, constants={**fit.constants, **{k: float(v) for k, v in zip(names, values)}},
+                   fitted=fit.fitted + tuple(names), sigma={**fit.sigma, **{k: SPREADS[k][1] for k in names}})
+
+
+def spread_loss(replays: Sequence[Replay], theta: np.ndarray, given: dict[str, float], parts=None, measured=None
+                ) -> float:
+    """What fit_spread minimises: the sum over runs of the squared relative errors of the E2E and TTFT means, p90s
+    and p99s (JITTER_METRICS, over all of a run's requests) under θ, with the lag's spread, step or lag ``given``
+    (GIVEN's keywords); ``parts`` and ``measured`` are the replays' request_parts and measured values (computed once
+    by the caller over a grid)."""
+    parts = parts if parts is not None else [r.request_parts() for r in replays]
+    if measured is None:
+        measured = [np.array([r.prepared.run.measured("summary", m) for m in JITTER_METRICS]) for r in replays]
+    loss = 0.0
+    for (e2e, ttft, iteration), r, m in zip(parts, replays, measured):
+        spread = r.extra(**given)[:, None] * iteration
+        e, t = (e2e + spread) @ theta, (ttft + spread) @ theta
+        (e90, e99), (t90, t99) = np.percentile(e, (90, 99)), np.percentile(t, (90, 99))
+        loss += float(np.sum((np.array([e.mean(), e90, e99, t.mean(), t90, t99]) / m - 1.0) ** 2))
+    return loss
 
 
 def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None) -> list[Replay]:
