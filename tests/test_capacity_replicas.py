@@ -160,7 +160,9 @@ def test_a_target_no_count_can_meet_is_one_line_once_more_replicas_stop_helping(
     errors = [line for line in r.stderr.strip().splitlines() if line.startswith("error:")]  # (beside the progress)
     assert len(errors) == 1 and "Traceback" not in r.stderr
     line = errors[0]
-    assert line.startswith("error: the target cannot be met with any number of replicas: missed p99_ttft<1ms (")
-    assert " replicas, nothing waiting" in line and line.endswith("valid: a looser --slo")
-    said = [int(n) for n in line.split(" replicas as with ")[0].rsplit(" ", 1)[1:]]
-    assert said and said[0] < 4096  # (stopped where more replicas stopped helping, not at the work limit)
+    # (stopped where the last doubling's gain, all the further ones could gain in all, is short of the target:
+    # kvlab.sweep.capacity.beyond_reach, trial 54b; before, where two counts missed it by the same value)
+    assert line.startswith("error: the target cannot be met with any number of replicas: with 2 replicas "
+                           "p99_ttft<1ms missed at ")
+    assert "one request's own latency on an idle replica is above the target" in line
+    assert line.endswith("valid: a looser --slo")

@@ -270,7 +270,7 @@ def test_run_race_and_sweep_state_the_profiles_error_as_capacity_does(kvlab, tmp
     profile's error against real runs, where capacity states it (kvlab.report.setup.error_clause: one text)."""
     from kvlab.report.setup import error_clause, evidence
 
-    unmeasured = "its error is not measured (fitted on no real runs)"
+    unmeasured = "its error against real serving runs is not measured (none were used to fit it)"
     for profile, gpu in (("roofline", "a100-80gb"), ("vidur-a100", "a100-80gb"), ("vllm-h100", "h100-sxm")):
         clause = error_clause(profile)
         assert (clause == unmeasured) == (profile != "vllm-h100") and clause in evidence(profile)

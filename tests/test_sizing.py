@@ -358,10 +358,10 @@ def test_a_t4_takes_float16_and_an_older_vllms_fp8_kv_cache():
 
 
 def test_short_aliases_of_the_a4000_and_the_3050_reach_their_card_and_are_listed(kvlab):
-    """Issue 30: 'A4000' and 'rtx-3050' name the RTX A4000 and the RTX 3050 6GB (the corpus's cards), and `kvlab gpus`
+    """Issue 30: 'A4000' and '3050-6gb' name the RTX A4000 and the RTX 3050 6GB (the corpus's cards), and `kvlab gpus`
     lists them beside their entries."""
     from kvlab.catalog import get_gpu
 
-    assert get_gpu("A4000").id == "RTX-A4000" and get_gpu("rtx-3050").id == "RTX-3050-6GB"
+    assert get_gpu("A4000").id == "RTX-A4000" and get_gpu("3050-6gb").id == "RTX-3050-6GB"
     listing = kvlab("gpus").stdout.replace("\n", " ")
-    assert "RTX-A4000 = nvidia-rtx-a4000, a4000" in listing and "RTX-3050-6GB = geforce-rtx-3050-6gb, rtx-3050" in listing
+    assert "RTX-A4000 = nvidia-rtx-a4000, a4000" in listing and "RTX-3050-6GB = geforce-rtx-3050-6gb, 3050-6gb" in listing

@@ -55,3 +55,77 @@ def test_empty_config_and_misspelled_trace_say_so(kvlab, tmp_path):
     assert r.exit_code == 2 and "is empty: give a model's config.json" in r.stderr, r.stderr
     r = kvlab("workloads", "fetch", "azur-conv")
     assert r.exit_code == 2 and "unknown trace 'azur-conv' (did you mean 'azure-conv'?)" in r.stderr, r.stderr
+
+
+def test_beyond_reach_rule_on_exact_verdicts():
+    """Trial 54b finding 2's rule: two sustained misses a halving of the load apart; out of reach exactly where the
+    gap still needed exceeds the last halving's gain (convex latency: later halvings gain at most as much in all)."""
+    from kvlab.sweep.capacity import beyond_reach
+    from kvlab.sweep.slo import Verdict, parse_slo
+
+    slo = parse_slo("mean_normalized_latency<0.1s")
+    term = slo.terms[0].text
+
+    def missed(value):
+        return Verdict(False, {term: value}, None, f"missed {term} ({value * 1e3:.0f} ms)")
+
+    stable = {"state": "stable"}
+    why = beyond_reach([missed(0.367), missed(0.322)], [stable, stable], slo)
+    assert why is not None and "gained 45 ms" in why and "222 ms still needed" in why
+    assert beyond_reach([missed(0.367), missed(0.2)], [stable, stable], slo) is None  # (gain 167 >= need 100)
+    assert beyond_reach([missed(0.367), missed(0.322)], [stable, {"state": "overloaded"}], slo) is None
+    assert beyond_reach([missed(0.367), missed(0.322)], [stable, stable], parse_slo("ttft<1s", goodput=0.9)) is None
+
+
+def test_replicas_auto_stops_where_no_count_can_hold(kvlab, tmp_path):
+    """Trial 54b findings 1-2: llama-3.1-70b on L4 at 0.1 s normalized latency doubled to 4,096 replicas (40,960 L4s
+    for 2 req/s) and printed 'no count held; None.'; it now stops at the second count and says why."""
+    r = kvlab("capacity", "--model", "llama-3.1-70b", "--gpu", "l4", "--replicas", "auto", "--rate", "2", "-n", "60",
+              "-tp", "2", "-pp", "5", "--out", tmp_path)
+    assert r.exit_code == 2, r.stdout + r.stderr
+    err = " ".join(r.stderr.split())
+    assert "the target cannot be met with any number of replicas: with 2 replicas" in err and "looser --slo" in err
+    assert "None" not in r.stdout + r.stderr
+
+
+def test_lab_rates_refuse_the_sample_kvlab_capacity_refuses(kvlab):
+    """Trial 54b finding 5: /api/rates?num_requests=5 answered 'none (41 ?)' where `kvlab capacity -n 5` refuses."""
+    import pytest
+
+    from kvlab.errors import KvlabError
+    from kvlab.service.capacity import min_sample_requests
+    from kvlab.web.params import parse_rate_setup
+
+    least = min_sample_requests()
+    assert least == 13
+    with pytest.raises(KvlabError, match=f"num_requests 12: .*valid: {least} to 2000"):
+        parse_rate_setup({"num_requests": "12"})
+    assert parse_rate_setup({"num_requests": str(least)}).num_requests == least
+    r = kvlab("capacity", "--strategy", "vllm", "-n", "12")
+    assert r.exit_code == 2 and f"-n {least} or more" in r.stderr, r.stderr
+
+
+def test_too_small_refusal_names_pipeline_stages_where_tensor_parallelism_shortens_the_context(kvlab):
+    """Trial 54b finding 4: llama-3.1-70b on L4 was advised only TP 8 at a shorter max_model_len; `kvlab fit`'s
+    answer, TP 2 x PP 5 at the full length, is now named beside it (and kvlab size -tp 2 -pp 5 starts)."""
+    r = kvlab("size", "llama-3.1-70b", "--gpu", "l4")
+    err = " ".join(r.stderr.split())
+    assert r.exit_code == 2, err
+    assert ("Would fit: --tensor-parallel-size 8 on this GPU with --max-model-len 58272" in err
+            and "; --tensor-parallel-size 2 --pipeline-parallel-size 5 (10 x this GPU) at the full 131,072 tokens" in err)
+    assert kvlab("size", "llama-3.1-70b", "--gpu", "l4", "-tp", "2", "-pp", "5").exit_code == 0
+    # (where tensor parallelism alone starts the model at its full length, no stages are advised)
+    err = " ".join(kvlab("size", "llama-3.1-70b", "--gpu", "h200").stderr.split())
+    assert "Would fit: --tensor-parallel-size 2 on this GPU;" in err and "--pipeline-parallel-size" not in err
+
+
+def test_mtp_log_lessons_say_what_their_short_count_rests_on(kvlab):
+    """Trial 54b findings 3 and 6: without --model, the Qwen3.6 MTP log's short count (16-token blocks, one group)
+    is said to be an assumption; with it, the count is the log's prefix-caching ('align') sizing, which `kvlab size`
+    does not take, so the lesson no longer cites `kvlab size --context-len` for it."""
+    log = str(LOGS / "qwen3.6-27b-int4-2xrtx3090-x4x4-p2p-on-mtp.log")
+    out = " ".join(kvlab("vllm", "log", log).stdout.split())
+    assert "18 fit at once" in out and "if every layer is full attention in blocks of 16, which the log does not say" in out
+    config = str(LOGS.parent / "sizing_configs" / "qwen3.6-27b.json")
+    out = " ".join(kvlab("vllm", "log", log, "--model", config).stdout.split())
+    assert "11 fit at once" in out and "with the log's prefix caching on" in out and "--context-len" not in out

@@ -48,7 +48,7 @@ def measured_error(name: str) -> str | None:
 def error_clause(name: str) -> str:
     """The accuracy clause every report under a profile states (capacity, size, run, race, sweep): its measured
     error against real runs (measured_error), or that it has none."""
-    return measured_error(name) or "its error is not measured (fitted on no real runs)"
+    return measured_error(name) or "its error against real serving runs is not measured (none were used to fit it)"
 
 
 def evidence(name: str) -> str:

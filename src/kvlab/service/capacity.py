@@ -154,6 +154,12 @@ def searched_configurations(lists: dict, explicit: list[dict], start_rate: float
     return configurations, seats, scaled, notes
 
 
+def min_sample_requests() -> int:
+    """The fewest requests a capacity search's sample may have: its measured window (the arrivals after the warm-up,
+    before the drain) must hold MIN_WINDOW_REQUESTS (the command's -n and the lab's num_requests alike)."""
+    return math.ceil(MIN_WINDOW_REQUESTS / (1 - WARMUP_SHARE - DRAIN_SHARE))
+
+
 def _check_window(configurations: list[dict], start_rate: float, rows: list[int | None], scaled: bool) -> None:
     """A workload whose measured window would hold fewer than MIN_WINDOW_REQUESTS at the first rate measures
     nothing: refused, naming what would do: on a source of ``rows`` requests with their own arrival times too few
@@ -169,7 +175,7 @@ def _check_window(configurations: list[dict], start_rate: float, rows: list[int 
                                  f"{_requests(expected)}; valid: --duration {math.ceil(need)} or more (or a higher "
                                  "--rate)")
         elif c.get("num_requests") is not None and c["num_requests"] * share < MIN_WINDOW_REQUESTS:
-            need = math.ceil(MIN_WINDOW_REQUESTS / share)
+            need = min_sample_requests()
             n = c["num_requests"]
             what = f"the default sample of {n} requests" if scaled else f"--num-requests {n}"
             valid = f"-n {need} or more" if own is None or need <= own else \

@@ -80,6 +80,7 @@ class FewestReplicasSearch:
     ttft_p99: dict[int, float | None] = field(default_factory=dict)
     error: str | None = None  # a count that failed to simulate (refused as too much work, ...) ends the search
     verdicts: dict[int, Any] = field(default_factory=dict)  # each count's kvlab.sweep.slo.Verdict
+    slo: Any = None  # the target the counts were judged by (judge's)
 
     @property
     def cost(self) -> str:
@@ -99,21 +100,25 @@ class FewestReplicasSearch:
         """Why no count will hold, when more replicas stopped helping: the last two counts judged (doubling, none
         held yet) both sustained with nothing waiting and missed the same terms by the same values (kvlab.sweep
         .capacity.at_latency_floor, the rate search's rule). None otherwise."""
-        from kvlab.sweep.capacity import at_latency_floor
+        from kvlab.sweep.capacity import at_latency_floor, beyond_reach
 
         judged = list(self.counts.held)
         if self.counts.num_replicas is not None or len(judged) < 2:
             return None
         a, b = judged[-2:]
-        if not at_latency_floor([self.verdicts[a], self.verdicts[b]], [self.windows[a], self.windows[b]]):
-            return None
-        return (f"{self.verdicts[b].reason} with {replicas_text(b)} as with {replicas_text(a)}, nothing waiting: one "
-                "request's own latency on an idle replica is above the target, whatever the count")
+        pair = [self.verdicts[a], self.verdicts[b]], [self.windows[a], self.windows[b]]
+        if at_latency_floor(*pair):
+            return (f"{self.verdicts[b].reason} with {replicas_text(b)} as with {replicas_text(a)}, nothing waiting: "
+                    "one request's own latency on an idle replica is above the target, whatever the count")
+        if self.slo is not None and (why := beyond_reach(*pair, self.slo)) is not None and b == 2 * a:
+            return f"with {replicas_text(b)} {why}: one request's own latency on an idle replica is above the target"
+        return None
 
     def judge(self, n: int, row: dict[str, Any], slo) -> bool:
         from kvlab.sweep.capacity import verdict, window_p99_ttft
 
         judged, window = verdict(slo, row)
+        self.slo = slo
         summary = json.loads(row["summary"])
         self.windows[n], self.reasons[n], self.verdicts[n] = window, judged.reason, judged
         # (over the measured window, what the target judges; the whole run's where the row has no window)
@@ -325,6 +330,8 @@ def _fewer_limited_by(s: FewestReplicasSearch) -> str | None:
 
     counts = s.counts
     n = counts.max_replicas if counts.num_replicas is None else counts.num_replicas - 1
+    if n not in s.reasons and counts.num_replicas is None and s.reasons:
+        n = max(s.reasons)  # (the search stopped before the most it may try: out of reach, unreachable says)
     if n not in s.reasons:
         return None
     kind = next((k for word, k in LIMITS.items() if word in s.reasons[n]), "run")

@@ -78,6 +78,32 @@ def at_latency_floor(verdicts: list, windows: list) -> bool:
                                 for t in missed)
 
 
+def beyond_reach(verdicts: list, windows: list, slo: Slo) -> str | None:
+    """Where two failed verdicts (load halved between them: half the rate, or twice the replicas) were both sustained
+    (stable), the words saying that no further halving meets the target; None where one might. While the load is
+    sustained a request's latency above its idle floor grows with the load at least in proportion (convex through
+    zero: the requests it shares its batches with, the queue it waits in), so halving the load again gains at most
+    what the last halving gained; where every missed term still needs more than that, it is out of reach. (Latency
+    targets only: a goodput target's values are shares.)"""
+    (a, b), (wa, wb) = verdicts, windows
+    if slo.goodput is not None or not (a.reason.startswith("missed") and b.reason.startswith("missed")):
+        return None
+    if any(w is None or w.get("state") != "stable" for w in (wa, wb)):
+        return None
+    missed = [t for t in slo.terms if t.text in b.reason and t.text in a.values and t.text in b.values]
+    if not missed or any(b.values[t.text] - t.limit_s <= a.values[t.text] - b.values[t.text] for t in missed):
+        return None
+    t = missed[0]
+    gained, needed = a.values[t.text] - b.values[t.text], b.values[t.text] - t.limit_s
+    return (f"{t.text} missed at {_seconds(b.values[t.text])}, sustained; the last halving of the load gained "
+            f"{_seconds(max(gained, 0.0))}, and all further halvings together gain at most as much (the latency above "
+            f"its idle floor is convex in the load), less than the {_seconds(needed)} still needed")
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
 @dataclass
 class Search:
     """One configuration's search. ``next_rate()`` says what to simulate; ``record()`` takes the outcome."""

@@ -220,6 +220,11 @@ def parse_rate_setup(data: dict, also: tuple[str, ...] = ("rate",), note: str = 
     spec = parse_run_spec({"kind": "race", **{k: data[k] for k in RATE_SETUP_KEYS if k in data}})
     if spec.workload not in WORKLOADS:
         raise KvlabError(f"unknown workload {spec.workload!r}: not a bundled workload ({', '.join(WORKLOADS)})")
+    from kvlab.service.capacity import min_sample_requests
+
+    if spec.num_requests < (least := min_sample_requests()):  # (what `kvlab capacity -n` refuses too)
+        raise KvlabError(f"num_requests {spec.num_requests}: a breaking point's measured window would hold too few "
+                         f"requests; valid: {least} to {LIMITS['max_num_requests']}")
     return RateSetup(model=catalogue_model(spec.model).id, gpu=get_gpu(spec.gpu).id.lower(), workload=spec.workload,
                      num_requests=spec.num_requests, seed=spec.seed, block_size=spec.block_size, cost=spec.cost)
 

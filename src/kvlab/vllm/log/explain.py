@@ -148,7 +148,10 @@ def _lesson_lines(log: StartupLog, block_size: int, assumed: bool, sized=None) -
             short = max(block_size, length // 8)
             out.append(f"Shorter conversations take fewer blocks: at {short:,} tokens ({cdiv(short, block_size):,} "
                        f"blocks) each, {(blocks - 1) // cdiv(short, block_size):,} fit at once (one block is "
-                       "vLLM's null block, as kvlab size counts it).")
+                       "vLLM's null block, as kvlab size counts it)" + (
+                           f", if every layer is full attention in blocks of {block_size}, which the log does not say "
+                           "(a hybrid model's groups count otherwise: give --model for kvlab size's count)."
+                           if assumed and not grouped else "."))
     elif length and log.max_concurrency is not None and not log.refused:
         out.append(f"{log.max_concurrency:.2f} conversations at the full length of {length:,} tokens fit at once "
                    "(vLLM's 'Maximum concurrency').")
@@ -233,9 +236,12 @@ def _grouped_lines(log: StartupLog, sized, blocks: int, bs_note: str) -> list[st
     short = max(block_size, length // 8)
     if fit >= 1 and length >= 4 * block_size:
         per_short, words = _request_blocks(sized, short)
+        aligned = sized.enable_prefix_caching and any(g.spec.kind == "mamba" for g in sized.kv_cache_groups)
         out.append(f"Shorter conversations take fewer blocks: at {short:,} tokens ({per_short:,} blocks: {words}) "
-                   f"each, {(blocks - 1) // per_short:,} fit at once (one block is vLLM's null block), as `kvlab size "
-                   f"--context-len {short}` counts them.")
+                   f"each, {(blocks - 1) // per_short:,} fit at once (one block is vLLM's null block), as " + (
+                       "kvlab's sizing counts them with the log's prefix caching on (its 'align' mode: one more state "
+                       "block a request, which `kvlab size` does not count: it takes no prefix-caching option)."
+                       if aligned else f"`kvlab size --context-len {short}` counts them."))
     return out
 
 
