@@ -167,8 +167,8 @@ class RunScheduler(Scheduler):
 
     def _decode_run(self, max_iterations: int, first: int = 0) -> DecodeRun:
         """The allocator's ``allocate_decode_run`` for the running requests (natively from a PagedAllocator itself:
-        see ``Scheduler._paged``)."""
-        paged = self._paged
+        see ``Scheduler.paged_allocator``)."""
+        paged = self.paged_allocator
         if paged is not None:
             return paged.allocate_decode_run(self.running, max_iterations, first)
         return self.allocator.allocate_decode_run(self.running, max_iterations, first)

@@ -49,7 +49,7 @@ class Scheduler:
         # The allocator when it is the paged allocator itself (no subclass): the hot calls go to it natively
         # (compiled, a call through the KVAllocator Protocol is a generic method call, several hundred instructions
         # more; benchmarks/README.md, the fourteenth step), the others through the Protocol.
-        self._paged: PagedAllocator | None = (
+        self.paged_allocator: PagedAllocator | None = (
             allocator if isinstance(allocator, PagedAllocator) and type(allocator) is PagedAllocator else None)
         self.batching = BATCHING[config.batching]
         self.preemption: PreemptionMode = PREEMPTION[config.preemption_mode or "recompute"](cache_config)
@@ -274,7 +274,7 @@ class Scheduler:
     # -- preemption ------------------------------------------------------------------------------------
 
     def _free(self, seq: Seq) -> None:
-        paged = self._paged
+        paged = self.paged_allocator
         if paged is not None:
             paged.free(seq)
         else:
