@@ -28,6 +28,7 @@ from kvlab.cost.model import swap_seconds
 from kvlab.errors import KvlabError
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, KVAllocator, SlotUsage, slot_usage
+from kvlab.memory.paged import PagedAllocator
 from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, UsageIntegral, summarize
 from kvlab.sched.output import RunTiming, SchedulerOutput, new_tuple
 from kvlab.sched.runs import FirstIteration, RunScheduler
@@ -96,6 +97,10 @@ class Simulation:
             raise KvlabError(f"strategy {strategy.name!r} swaps, but there is no swap space: give --swap-space GiB > 0")
         self.allocator = _make_allocator(config, strategy, scheduler_config.max_model_len, allocator)
         self.scheduler = _make_scheduler(config, scheduler_config, self.allocator, strategy)
+        # The allocator when it is the paged allocator itself (no subclass): _row reads its counters natively.
+        allocator = self.allocator
+        self._paged: PagedAllocator | None = (
+            allocator if isinstance(allocator, PagedAllocator) and type(allocator) is PagedAllocator else None)
         self.requests = _in_arrival_order(workload.requests)
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
         if start_time is None:
@@ -363,7 +368,10 @@ class Simulation:
         now = self.now
         lead: list[float] = []
         if first is not None:
-            dt = self.config.cost.iteration_times(*first)
+            # (the fields by name, not *first: compiled, a star call goes through the generic call machinery, ~600
+            # instructions more a call than the native one)
+            dt = self.config.cost.iteration_times(first.num_seqs, first.num_prefill_tokens, first.num_decode_tokens,
+                                                  first.num_context_tokens, first.num_attention_pairs)
             if self._extra_seconds is not None and self.config.offload is not None:  # its loads (taken in _timing)
                 dt += self.config.offload.seconds(self.allocator.peek_load_bytes())
             lead, now = [dt], now + dt
@@ -434,8 +442,20 @@ class Simulation:
         """The run's memory and queues as the metrics read them (the allocator already holds all its blocks): its
         ``RunRow``'s fields, in their order, as a plain tuple (the recorder only appends them to its list: a
         ``RunRow`` made by ``tuple.__new__`` was ~800 instructions more a run compiled, a generic call)."""
-        allocator, sched = self.allocator, self.scheduler
-        decode, num_seqs = out.num_decode_tokens, out.num_seqs
+        sched = self.scheduler
+        # (out.num_seqs, written out: the named tuple's property is a generic attribute read and a call compiled)
+        decode, num_seqs = out.num_decode_tokens, len(out.num_scheduled_tokens)
+        # The allocator's four counters: read natively from a PagedAllocator itself (compiled, each read through the
+        # KVAllocator Protocol is a generic attribute lookup, ~250 instructions; benchmarks/README.md, the
+        # fourteenth step), through the Protocol from any other.
+        paged = self._paged
+        if paged is not None:
+            duplicate, allocated = paged.num_duplicate_token_slots, paged.num_allocated_slots
+            internal, overhead = paged.num_internal_fragmentation_slots, paged.num_overhead_slots
+        else:
+            allocator = self.allocator
+            duplicate, allocated = allocator.num_duplicate_token_slots, allocator.num_allocated_slots
+            internal, overhead = allocator.num_internal_fragmentation_slots, allocator.num_overhead_slots
         return (
             out.num_iterations,
             num_seqs,
@@ -444,11 +464,11 @@ class Simulation:
             out.num_prefill_tokens,
             decode,
             len(out.preempted_req_ids),
-            sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - allocator.num_duplicate_token_slots,
+            sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - duplicate,
             num_seqs if out.num_iterations > 1 else 0,  # (after the first iteration, everyone decodes)
-            allocator.num_allocated_slots,  # (the recorder takes the run's growth off)
-            allocator.num_internal_fragmentation_slots,
-            allocator.num_overhead_slots,
+            allocated,  # (the recorder takes the run's growth off)
+            internal,
+            overhead,
         )
 
     def _arrive(self) -> None:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from kvlab.config.engine import SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
+from kvlab.memory.paged import PagedAllocator
 from kvlab.sched.policy import WaitingQueue
 from kvlab.sched.seq import Seq
 
@@ -29,20 +30,36 @@ class Scheduler(Protocol):
 
     config: SchedulerConfig
     allocator: KVAllocator
+    paged_allocator: PagedAllocator | None  # the allocator when it is a PagedAllocator itself, else None
     waiting: WaitingQueue
     running: list[Seq]
 
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None: ...
 
 
-def _lookup(sched: Scheduler, seq: Seq) -> tuple[int, int]:
+def _lookup(allocator: KVAllocator, paged: PagedAllocator | None, seq: Seq) -> tuple[int, int]:
     """(tokens already computed if admitted now, of which prefix-cache hits). A swapped-out request keeps its
     computed tokens; a new or recomputing one starts from its prefix-cache hit (vLLM looks up only when
-    num_computed_tokens == 0)."""
-    if seq.num_computed_tokens or not sched.allocator.enable_prefix_caching:
+    num_computed_tokens == 0). ``paged``: the allocator when it is a PagedAllocator itself, called natively
+    (compiled, a call through the KVAllocator Protocol is a generic method call; benchmarks/README.md, the
+    fourteenth step)."""
+    if seq.num_computed_tokens:
         return seq.num_computed_tokens, 0
-    cached = sched.allocator.get_num_cached_tokens(seq)
+    if paged is not None:
+        cached = paged.get_num_cached_tokens(seq) if paged.enable_prefix_caching else 0
+    elif allocator.enable_prefix_caching:
+        cached = allocator.get_num_cached_tokens(seq)
+    else:
+        cached = 0
     return cached, cached
+
+
+def _allocate(allocator: KVAllocator, paged: PagedAllocator | None, seq: Seq, num_new: int, cached: int,
+              watermark: int = 0) -> Fit:
+    """``allocator.allocate_slots``, natively from a PagedAllocator itself (see ``_lookup``)."""
+    if paged is not None:
+        return paged.allocate_slots(seq, num_new, cached, watermark)
+    return allocator.allocate_slots(seq, num_new, cached, watermark)
 
 
 def continuous(sched: Scheduler, budget: int) -> Admission:
@@ -52,15 +69,16 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
     free (vLLM applies it only while something is scheduled, ``has_scheduled_reqs``: an idle engine admits)."""
     cfg = sched.config
     waiting = sched.waiting
-    watermark = sched.allocator.watermark_blocks(cfg.watermark) if cfg.watermark else 0
+    allocator, paged = sched.allocator, sched.paged_allocator
+    watermark = allocator.watermark_blocks(cfg.watermark) if cfg.watermark else 0
     while budget > 0 and waiting and len(sched.running) < cfg.max_num_seqs:
         seq = waiting[0]
-        computed, cached = _lookup(sched, seq)
+        computed, cached = _lookup(allocator, paged, seq)
         num_new = seq.num_tokens - computed
         if not cfg.enable_chunked_prefill and num_new > budget:
             break
         num_new = min(num_new, budget)
-        if sched.allocator.allocate_slots(seq, num_new, cached, watermark if sched.running else 0) is not Fit.NOW:
+        if _allocate(allocator, paged, seq, num_new, cached, watermark if sched.running else 0) is not Fit.NOW:
             break
         sched.admit(seq, num_new, cached)
         budget -= num_new
@@ -75,11 +93,12 @@ def static(sched: Scheduler, budget: int) -> Admission:
         return
     cfg = sched.config
     waiting = sched.waiting
+    allocator, paged = sched.allocator, sched.paged_allocator
     while waiting and len(sched.running) < cfg.max_num_seqs:
         seq = waiting[0]
-        computed, cached = _lookup(sched, seq)
+        computed, cached = _lookup(allocator, paged, seq)
         num_prompt = seq.num_tokens - computed
-        if sched.allocator.allocate_slots(seq, num_prompt, cached) is not Fit.NOW:
+        if _allocate(allocator, paged, seq, num_prompt, cached) is not Fit.NOW:
             break
         sched.admit(seq, num_prompt, cached)
         if num_prompt <= budget:

@@ -31,7 +31,7 @@ from typing import NamedTuple, Protocol
 from mypy_extensions import mypyc_attr
 
 from kvlab.config.engine import CacheConfig, SchedulerConfig
-from kvlab.memory.base import KVAllocator
+from kvlab.memory.base import DecodeRun, KVAllocator
 from kvlab.sched.output import RunTiming, SchedulerOutput, decode_context, new_tuple, scheduler_output
 from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
@@ -158,12 +158,20 @@ class RunScheduler(Scheduler):
 
     def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
         num_running = len(self.running)
-        if self._decoding and 0 < num_running <= budget and self.allocator.allocate_decode_run(self.running, 1).num_iterations:
+        if self._decoding and 0 < num_running <= budget and self._decode_run(1).num_iterations:
             # Everyone decodes and this iteration's blocks are free: the running loop's outcome, in bulk.
             scheduled.update(self._decoders)
             num_context = decode_context(self.num_resident_computed_tokens, num_running)
             return budget - num_running, [0, num_running, num_context, num_context], 0
         return Scheduler._running_loop(self, budget, scheduled, preempted)
+
+    def _decode_run(self, max_iterations: int, first: int = 0) -> DecodeRun:
+        """The allocator's ``allocate_decode_run`` for the running requests (natively from a PagedAllocator itself:
+        see ``Scheduler.paged_allocator``)."""
+        paged = self.paged_allocator
+        if paged is not None:
+            return paged.allocate_decode_run(self.running, max_iterations, first)
+        return self.allocator.allocate_decode_run(self.running, max_iterations, first)
 
     def _schedule_evicting_decode(self) -> SchedulerOutput:
         """An iteration in which every running request decodes and the free blocks run out: what the running
@@ -188,7 +196,7 @@ class RunScheduler(Scheduler):
         not even the first iteration's blocks are free (a single iteration then preempts)."""
         num_context = decode_context(self.num_resident_computed_tokens, len(self.running))
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)
-        run = self.allocator.allocate_decode_run(self.running, num_iterations)
+        run = self._decode_run(num_iterations)
         if run.num_iterations == 0:
             return None
         return self._run_output(run.num_iterations, run.growth, timing=timing, num_context=num_context)
@@ -201,11 +209,11 @@ class RunScheduler(Scheduler):
         running = self.running
         num_seqs = len(running)
         self._finish_heap()  # (before the admitted join: it holds the decoders only)
-        first_run = self.allocator.allocate_decode_run(running, 1)
+        first_run = self._decode_run(1)
         if not first_run.num_iterations:
             return None
         num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
-        scheduled = self._decoders.copy()
+        scheduled = self._handed_decoders()
         budget = self.config.max_num_batched_tokens - num_seqs
         new_ids, (prefill, _, context, pairs), swap_bytes = self._waiting_loop(budget, scheduled)
         if new_ids:
@@ -280,7 +288,7 @@ class RunScheduler(Scheduler):
         batch, up to ``num_iterations`` in all as far as the free blocks go: (iterations, the run's growth)."""
         if num_iterations <= 1:
             return 1, growth
-        rest = self.allocator.allocate_decode_run(self.running, num_iterations - 1, first=1)
+        rest = self._decode_run(num_iterations - 1, 1)
         return 1 + rest.num_iterations, growth + rest.growth
 
     def _run_length(self, max_iterations: int, horizon: Horizon | None,
@@ -321,7 +329,7 @@ class RunScheduler(Scheduler):
         self.step += 1
         out = scheduler_output(  # (see SchedulerOutput)
             step=self.step,
-            num_scheduled_tokens=self._decoders.copy(),
+            num_scheduled_tokens=self._handed_decoders(),
             new_req_ids=(),
             preempted_req_ids=preempted_req_ids,
             num_prefill_tokens=0,
@@ -336,6 +344,15 @@ class RunScheduler(Scheduler):
         )
         self.step += num_iterations - 1
         return out
+
+    def _handed_decoders(self) -> dict[int, int]:
+        """A dict equal to ``_decoders`` (the same items in the same order) for an output to keep: ``_decoders``
+        itself, replaced by its copy. (A dict that lost items keeps their empty entries, and CPython copies such a
+        dict item by item, ~200 instructions each, against a block copy for a compact one: the copy kept here is
+        compact, so the next copies are mostly block copies; callgrind, benchmarks/README.md, the fourteenth step.)"""
+        decoders = self._decoders
+        self._decoders = decoders.copy()
+        return decoders
 
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
         Scheduler.admit(self, seq, num_new_tokens, num_cached_tokens)

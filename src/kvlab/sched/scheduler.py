@@ -29,6 +29,7 @@ from mypy_extensions import mypyc_attr
 
 from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
+from kvlab.memory.paged import PagedAllocator
 from kvlab.sched.batching import BATCHING
 from kvlab.sched.output import SchedulerOutput, scheduler_output
 from kvlab.sched.policy import POLICIES, WaitingQueue
@@ -45,6 +46,11 @@ class Scheduler:
         """``cache_config`` gives swap preemption its budget (without it, a swapping scheduler recomputes)."""
         self.config = config
         self.allocator = allocator
+        # The allocator when it is the paged allocator itself (no subclass): the hot calls go to it natively
+        # (compiled, a call through the KVAllocator Protocol is a generic method call, several hundred instructions
+        # more; benchmarks/README.md, the fourteenth step), the others through the Protocol.
+        self.paged_allocator: PagedAllocator | None = (
+            allocator if isinstance(allocator, PagedAllocator) and type(allocator) is PagedAllocator else None)
         self.batching = BATCHING[config.batching]
         self.preemption: PreemptionMode = PREEMPTION[config.preemption_mode or "recompute"](cache_config)
         self.policy = POLICIES[config.scheduling_policy]
@@ -268,7 +274,11 @@ class Scheduler:
     # -- preemption ------------------------------------------------------------------------------------
 
     def _free(self, seq: Seq) -> None:
-        self.allocator.free(seq)
+        paged = self.paged_allocator
+        if paged is not None:
+            paged.free(seq)
+        else:
+            self.allocator.free(seq)
         self.num_resident_computed_tokens -= seq.num_computed_tokens
 
     def _evict(self, index: int) -> int:
