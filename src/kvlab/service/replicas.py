@@ -97,9 +97,10 @@ class FewestReplicasSearch:
 
     @property
     def unreachable(self) -> str | None:
-        """Why no count will hold, when more replicas stopped helping: the last two counts judged (doubling, none
-        held yet) both sustained with nothing waiting and missed the same terms by the same values (kvlab.sweep
-        .capacity.at_latency_floor, the rate search's rule). None otherwise."""
+        """Why no count will hold: the last two counts judged (none held yet) both sustained with nothing waiting
+        and missed the same terms by the same values (kvlab.sweep.capacity.at_latency_floor, the rate search's rule),
+        or, a doubling apart and both sustained, the last doubling gained less than the target still needs, which is
+        all further doublings could gain (kvlab.sweep.capacity.beyond_reach). None otherwise."""
         from kvlab.sweep.capacity import at_latency_floor, beyond_reach
 
         judged = list(self.counts.held)
