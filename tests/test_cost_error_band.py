@@ -91,7 +91,7 @@ def test_a_fitted_profile_from_a_file_shows_its_band_and_error_as_a_built_in_doe
         words = " ".join(r.stdout.split())
         assert r.exit_code == 0, r.stderr
         assert "where the real engine would be (LOO p90 over 13 H100-SXM runs, profile mine)" in words
-        assert "under cost profile 'mine'" in words and "leave-one-out median" in words
+        assert "under cost profile 'mine'" in words and "each left out in turn (median)" in words
     r = kvlab("capacity", *args[:4], "-n", "100", "--cost", file, "--slo", "p99_ttft<2s", "--out", tmp_path / "c")
     assert r.exit_code == 0, r.stderr
     words = " ".join(r.stdout.split())
