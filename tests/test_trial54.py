@@ -105,20 +105,6 @@ def test_lab_rates_refuse_the_sample_kvlab_capacity_refuses(kvlab):
     assert r.exit_code == 2 and f"-n {least} or more" in r.stderr, r.stderr
 
 
-def test_too_small_refusal_names_pipeline_stages_where_tensor_parallelism_shortens_the_context(kvlab):
-    """Trial 54b finding 4: llama-3.1-70b on L4 was advised only TP 8 at a shorter max_model_len; `kvlab fit`'s
-    answer, TP 2 x PP 5 at the full length, is now named beside it (and kvlab size -tp 2 -pp 5 starts)."""
-    r = kvlab("size", "llama-3.1-70b", "--gpu", "l4")
-    err = " ".join(r.stderr.split())
-    assert r.exit_code == 2, err
-    assert ("Would fit: --tensor-parallel-size 8 on this GPU with --max-model-len 58272" in err
-            and "; --tensor-parallel-size 2 --pipeline-parallel-size 5 (10 x this GPU) at the full 131,072 tokens" in err)
-    assert kvlab("size", "llama-3.1-70b", "--gpu", "l4", "-tp", "2", "-pp", "5").exit_code == 0
-    # (where tensor parallelism alone starts the model at its full length, no stages are advised)
-    err = " ".join(kvlab("size", "llama-3.1-70b", "--gpu", "h200").stderr.split())
-    assert "Would fit: --tensor-parallel-size 2 on this GPU;" in err and "--pipeline-parallel-size" not in err
-
-
 def test_mtp_log_lessons_say_what_their_short_count_rests_on(kvlab):
     """Trial 54b findings 3 and 6: without --model, the Qwen3.6 MTP log's short count (16-token blocks, one group)
     is said to be an assumption; with it, the count is the log's prefix-caching ('align') sizing, which `kvlab size`

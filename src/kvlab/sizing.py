@@ -25,7 +25,6 @@ Every size here is per GPU unless its name says otherwise. No I/O.
 from __future__ import annotations
 
 import math
-from contextvars import ContextVar
 from dataclasses import asdict, dataclass, replace
 
 from kvlab.catalog.gpus import GpuSpec, card_id, compute_capability, get_gpu, list_gpus, marketing_label_warning
@@ -1263,8 +1262,6 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
         if _weights_fit(model, trial):
             hints.append(_tensor_parallel_hint(model, trial))
             break
-    if (not hints or "--max-model-len" in hints[0]) and (staged := _pipelined_hint(model, config)):
-        hints.append(staged)
     bigger = _larger_gpus(model, config)
     if bigger:
         hints.append(f"a larger GPU at the same parallelism: {', '.join(bigger[:3])}")
@@ -1327,29 +1324,6 @@ def smallest_utilization(model: ModelSpec, config: SizingConfig, most: int = 95)
         else:
             lo = mid + 1
     return lo / 100
-
-
-_SEARCHING_STAGES: ContextVar[bool] = ContextVar("kvlab_sizing_searching_stages", default=False)
-
-
-def _pipelined_hint(model: ModelSpec, config: SizingConfig) -> str | None:
-    """Where tensor parallelism alone does not start the model at its max_model_len: the fewest GPUs with pipeline
-    stages too that do (fewest_gpus_pipelined, `kvlab fit`'s answer), as flags; None without a catalogue GPU, with
-    stages already asked for, or where none does."""
-    if config.pipeline_parallel_size > 1 or not config.gpu_name or _SEARCHING_STAGES.get():
-        return None  # (the search's own refusals give no hint of their own)
-    token = _SEARCHING_STAGES.set(True)
-    try:
-        found = fewest_gpus_pipelined(model, get_gpu(config.gpu_name), config)
-    except KvlabError:
-        return None
-    finally:
-        _SEARCHING_STAGES.reset(token)
-    if found is None or found[1] == 1:
-        return None
-    tp, pp, result = found
-    return (f"--tensor-parallel-size {tp} --pipeline-parallel-size {pp} ({tp * pp} x this GPU) at the full "
-            f"{result.max_model_len:,} tokens")
 
 
 def _tensor_parallel_hint(model: ModelSpec, config: SizingConfig) -> str:
