@@ -55,6 +55,8 @@ class CacheConfig:
     # that left (vLLM's "Available KV cache memory", or kvlab's estimate of it), per GPU.
     gpu_memory_utilization: float = 0.9
     available_kv_bytes: int = 0
+    # What a run should know about how the pool stands for vLLM's (config/resolve.py: a hybrid model's groups).
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_positive(self, "num_slots", "block_size")

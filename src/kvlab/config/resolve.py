@@ -380,7 +380,8 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
                           kv_bytes_per_token=sizing.kv_bytes_per_token,
                           swap_space_bytes=round(swap_space_gib * GIB) * tp,
                           gpu_memory_utilization=values["gpu_memory_utilization"],
-                          available_kv_bytes=sizing.available_kv_bytes),
+                          available_kv_bytes=sizing.available_kv_bytes,
+                          notes=_pooled_groups_notes(model_spec, sizing, num_slots, block_size, values["num_gpu_blocks"])),
         scheduler=SchedulerConfig(max_num_seqs=sizing.max_num_seqs,
                                   max_num_batched_tokens=sizing.max_num_batched_tokens,
                                   max_model_len=sizing.max_model_len,
@@ -447,6 +448,37 @@ def _pool_slots(model_spec, gpu_spec, sizing: SizingResult, num_gpu_blocks: int 
 
     check_pool_work(num_slots // block_size, block_size)
     return num_slots
+
+
+# The context length at which a hybrid's note compares vLLM's concurrency with the simulator's pool.
+POOLED_GROUPS_CONTEXT = 1024
+
+
+def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block_size: int,
+                         num_gpu_blocks: int | None) -> tuple[str, ...]:
+    """A model of several KV cache groups (sliding-window or Mamba/linear-attention layers beside full attention;
+    kvlab.sizing) takes blocks in each group from vLLM's one pool: a fixed state block per Mamba group, up to a window
+    in a sliding one. The simulator's pool stands for them as vLLM's printed token figure (SizingResult.num_pool_slots)
+    in blocks holding only each request's tokens, so below max_model_len it admits more requests at once than vLLM:
+    said, with both at POOLED_GROUPS_CONTEXT tokens, where they differ by more than 5% (trial 55, finding 1)."""
+    from kvlab.sizing import blocks_per_request, cdiv
+
+    groups = sizing.kv_cache_groups
+    if len(groups) == 1 or num_gpu_blocks:
+        return ()
+    tokens = min(POOLED_GROUPS_CONTEXT, sizing.max_model_len)
+    vllm = sizing.num_usable_blocks // blocks_per_request(groups, tokens, sizing.max_in_flight_tokens,
+                                                          sizing.decode_context_parallel_size)
+    pooled = num_slots // (cdiv(tokens, block_size) * block_size)
+    if pooled <= vllm * 1.05:
+        return ()
+    kinds = ", ".join(f"{sum(g.spec.kind == k for g in groups)} {k}" for k in dict.fromkeys(g.spec.kind for g in groups))
+    return (f"{model_spec.id} keeps {len(groups)} KV cache groups ({kinds}), and vLLM gives each request blocks in every "
+            f"one from its pool of {sizing.num_blocks:,} blocks of {sizing.block_size:,} tokens; kvlab's simulator "
+            f"pools vLLM's printed {num_slots:,} tokens in blocks of {block_size} that hold only each request's tokens, "
+            f"so it admits more requests at once than vLLM would (at {tokens:,} tokens: vLLM at most {vllm:,}, kvlab's "
+            f"pool {pooled:,}); `kvlab size --context-len N` gives vLLM's at your length, and --num-gpu-blocks sets "
+            "kvlab's pool",)
 
 
 def _draft_slots(model_spec, gpu_spec, sizing: SizingResult, speculative: SpeculativeConfig) -> int:

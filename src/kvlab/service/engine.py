@@ -147,6 +147,7 @@ def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = (), workload:
     given = dict(config.given)
     said = [note for note in (copy_note(config.workload.workload), order_note(config.workload.workload)) if note]
     said += _one_class(config, workload)
+    said += config.cache.notes
     if "swap_space" in given and strategy_list and not any(s.preemption_mode == "swap" for s in strategy_list):
         said.append(f"--swap-space {given['swap_space']:g} is not used: no strategy here swaps (a +swap strategy, "
                     "or --preemption-mode swap, would)")
