@@ -377,7 +377,7 @@ def size(
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
         return
-    result = size_kv_cache(spec, config)
+    result = _size_or_refuse(spec, gpu_spec, config)
     fit = None
     if concurrency is not None or context_len is not None:
         fit = workload_fit(spec, config, concurrency or 1, context_len or result.max_model_len)
@@ -397,6 +397,38 @@ def size(
         _print_size(spec, gpu_spec, config, result, fit)
     if not result.fits_max_model_len:  # (vLLM's own check refuses to start: a script can tell from the status)
         raise typer.Exit(1)
+
+
+def _size_or_refuse(spec, gpu_spec, config):
+    """size_kv_cache, whose refusal (the GPU cannot hold the model: kvlab.sizing.raise_too_small) `kvlab size` extends
+    with `kvlab fit`'s fewest GPUs with pipeline stages, where that is more than one stage: searched once, here, on a
+    refusal only (the search is not in raise_too_small: the lab's calculator sizes many times over)."""
+    try:
+        return size_kv_cache(spec, config)
+    except KvlabError as refusal:
+        staged = _pipelined_hint(spec, gpu_spec, config)
+        if staged is None:
+            raise
+        raise KvlabError(f"{refusal}; {staged}") from None
+
+
+def _pipelined_hint(spec, gpu_spec, config) -> str | None:
+    """Where a --gpu was given without pipeline stages: the fewest GPUs with tensor and pipeline parallelism that
+    start the model at its max_model_len (kvlab.service.size.fewest_pipelined, `kvlab fit`'s answer), as flags;
+    None where none does or the fewest need no stages."""
+    from kvlab.service.size import fewest_pipelined
+
+    if gpu_spec is None:
+        return None
+    try:
+        found = fewest_pipelined(spec, gpu_spec, config, None)
+    except KvlabError:
+        return None
+    if found is None or found[1] == 1:
+        return None
+    tp, pp, result = found
+    return (f"with pipeline stages too (`kvlab fit`'s fewest GPUs): --tensor-parallel-size {tp} "
+            f"--pipeline-parallel-size {pp} ({tp * pp} x this GPU) at the full {result.max_model_len:,} tokens")
 
 
 def _accuracy() -> str:
