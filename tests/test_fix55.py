@@ -39,3 +39,40 @@ def test_lab_too_small_refusal_searches_no_stages():
     with pytest.raises(KvlabError) as refusal:
         size_kv_cache(get_model("llama-3.1-70b"), config)
     assert "Would fit" in str(refusal.value) and "--pipeline-parallel-size" not in str(refusal.value)
+
+
+def test_a_config_files_digit_groups_read_alike_in_yaml_and_toml(kvlab, tmp_path):
+    """A `--config` TOML took max-num-seqs = 1_000 and the same YAML was refused: both now read TOML's digit groups
+    (kvlab.validate.FILE_INT_TEXT), and both refuse what TOML refuses (a doubled underscore)."""
+    setups = []
+    for name, text in (("c.yaml", "max-num-seqs: 1_000\nmax-num-batched-tokens: 8_192\nrate: 1_0.5\n"),
+                       ("c.toml", "max-num-seqs = 1_000\nmax-num-batched-tokens = 8_192\nrate = 1_0.5\n")):
+        (tmp_path / name).write_text(text)
+        r = kvlab("run", "vllm", "-n", "5", "--config", tmp_path / name, "--json")
+        assert r.exit_code == 0, r.stderr
+        setups.append({k: r.json()["setup"][k] for k in ("max_num_seqs", "max_num_batched_tokens")})
+    assert setups[0] == setups[1] == {"max_num_seqs": 1000, "max_num_batched_tokens": 8192}
+    (tmp_path / "d.yaml").write_text("max-num-seqs: 1__000\n")
+    (tmp_path / "d.toml").write_text("max-num-seqs = 1__000\n")
+    r = kvlab("run", "vllm", "-n", "5", "--config", tmp_path / "d.yaml")
+    assert r.exit_code == 2 and "max_num_seqs '1__000' is not a whole number written in digits" in r.stderr
+    r = kvlab("run", "vllm", "-n", "5", "--config", tmp_path / "d.toml")
+    assert r.exit_code == 2 and "not valid TOML" in r.stderr
+
+
+def test_size_and_fit_help_list_exactly_the_speculative_methods_they_take(kvlab):
+    """`kvlab size --help` listed eagle and draft_model, which size refuses: its help now names the sized methods
+    (kvlab.sizing.SPECULATIVE_METHODS, the set its check reads); `kvlab run --help` keeps the run's four."""
+    from kvlab.config.options import SPECULATIVE_METHOD_CHOICES
+    from kvlab.sizing import SPECULATIVE_METHODS
+
+    for command in ("size", "fit"):
+        text = _flat(kvlab(command, "--help").stdout)
+        assert "--speculative-config method: ngram or mtp." in text, text
+        assert "eagle" not in text and "draft_model" not in text
+        for method in SPECULATIVE_METHOD_CHOICES:  # (those it leaves out are refused as not sized)
+            r = kvlab(command, "llama-3.1-8b", "--gpu", "h100-sxm", "--speculative-method", method,
+                      "--num-speculative-tokens", "2", "--json")
+            assert (r.exit_code == 2 and "is not sized" in r.stderr) == (method not in SPECULATIVE_METHODS), method
+        assert kvlab(command, "llama-3.1-8b", "--gpu", "h100-sxm", "--speculative-method", "ngram").exit_code == 0
+    assert "method: ngram, draft_model, eagle or mtp." in _flat(kvlab("run", "--help").stdout)

@@ -15,12 +15,13 @@ from kvlab.catalog.accuracy import estimate_accuracy_clause, kv_token_accuracy
 from kvlab.catalog.models import DTYPE_BYTES
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
-from kvlab.config.options import OPTIONS, SIZING_OPTIONS
+from kvlab.config.options import OPTIONS, SIZING_OPTIONS, speculative_method_help
 from kvlab.errors import KvlabError
 from kvlab.report.text import plural
 from kvlab.service.size import sizing_config, start_refusal
 from kvlab.sizing import (
     NODE_GPUS,
+    SPECULATIVE_METHODS,
     cuda_block_size_note,
     expert_parallel_note,
     fewest_gpus_for_workload,
@@ -68,7 +69,9 @@ EpOpt = Annotated[bool, typer.Option(
 
 # The options `kvlab size` and `kvlab fit` share (kvlab.service.size.sizing_config's arguments): the ones that decide
 # the KV cache, declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
-sizing_options = options_template(SIZING_OPTIONS, defaults={"gpu": None})
+# --speculative-method: the methods whose cache kvlab sizes (kvlab.sizing.SPECULATIVE_METHODS, which its check reads).
+sizing_options = options_template(SIZING_OPTIONS, defaults={"gpu": None},
+                                  helps={"speculative_method": speculative_method_help(SPECULATIVE_METHODS)})
 
 
 def _note(note: str | None, as_json: bool) -> str | None:
