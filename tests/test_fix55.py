@@ -76,3 +76,16 @@ def test_size_and_fit_help_list_exactly_the_speculative_methods_they_take(kvlab)
             assert (r.exit_code == 2 and "is not sized" in r.stderr) == (method not in SPECULATIVE_METHODS), method
         assert kvlab(command, "llama-3.1-8b", "--gpu", "h100-sxm", "--speculative-method", "ngram").exit_code == 0
     assert "method: ngram, draft_model, eagle or mtp." in _flat(kvlab("run", "--help").stdout)
+
+
+def test_gpu_3050_names_the_catalogues_card_and_the_8gb_one_it_lacks(kvlab):
+    """`--gpu 3050` was unknown (its suggestions led with MI300X). The RTX 3050 comes with 6 GB and 8 GB and the
+    catalogue holds the 6 GB card only, so the name is ambiguous, not an alias: refused naming both, the 8 GB card
+    as given by --gpu-memory-gib; `kvlab gpus` lists it; 3050-6gb still resolves."""
+    for name in ("3050", "RTX 3050", "geforce-rtx-3050"):
+        r = kvlab("size", "llama-3.2-1b", "--gpu", name)
+        assert r.exit_code == 2 and "Traceback" not in r.stderr
+        assert (f"GPU name {name!r} fits 2 cards: RTX-3050-6GB and RTX 3050 8GB (not in the catalogue: give its memory "
+                "with --gpu-memory-gib); name one of them (--gpu rtx-3050-6gb)") in _flat(r.stderr)
+    assert "3050: RTX-3050-6GB or RTX 3050 8GB (not in the catalogue)" in _flat(kvlab("gpus").stdout)
+    assert kvlab("size", "llama-3.2-1b", "--gpu", "3050-6gb", "--json").json()["gpu_name"] == "RTX-3050-6GB"
