@@ -20,8 +20,9 @@ def test_size_refusal_names_kvlab_fits_fewest_pipeline_stages(kvlab):
     assert (f"with pipeline stages too (`kvlab fit`'s fewest GPUs): --tensor-parallel-size {tp} "
             f"--pipeline-parallel-size {pp} ({tp * pp} x this GPU) at the full 131,072 tokens") in err
     assert kvlab("size", "llama-3.1-70b", "--gpu", "l4", "-tp", tp, "-pp", pp).exit_code == 0
-    # (where tensor parallelism alone is the fewest, or stages were asked for, no stages are named)
-    for args in (("--gpu", "h200"), ("--gpu", "l4", "-pp", "2")):
+    # (where tensor parallelism alone starts it at its full length, where stages were asked for, and where the
+    # refusal is not of memory, no stages are named)
+    for args in (("--gpu", "h200"), ("--gpu", "l4", "-pp", "2"), ("--gpu", "l4", "-tp", "7")):
         r = kvlab("size", "llama-3.1-70b", *args)
         assert r.exit_code == 2 and "pipeline stages too" not in r.stderr, r.stderr
 
@@ -89,3 +90,32 @@ def test_gpu_3050_names_the_catalogues_card_and_the_8gb_one_it_lacks(kvlab):
                 "with --gpu-memory-gib); name one of them (--gpu rtx-3050-6gb)") in _flat(r.stderr)
     assert "3050: RTX-3050-6GB or RTX 3050 8GB (not in the catalogue)" in _flat(kvlab("gpus").stdout)
     assert kvlab("size", "llama-3.2-1b", "--gpu", "3050-6gb", "--json").json()["gpu_name"] == "RTX-3050-6GB"
+
+
+def test_the_labs_calculator_and_kvlab_size_take_the_same_ranges(kvlab):
+    """The lab took gpu_memory_utilization from 0.05 and at most 100,000 conversations, kvlab size above 0 and 2**30:
+    both now read kvlab.validate.option_range, and the page is sent the same ranges (/api/catalog's "ranges")."""
+    from starlette.testclient import TestClient
+
+    from kvlab.validate import option_range
+    from kvlab.web.server import create_app
+
+    model, gpu = "llama-3.2-1b", "h100-sxm"
+    cases = [("gpu_memory_utilization", "--gpu-memory-utilization", "0.04", True),
+             ("gpu_memory_utilization", "--gpu-memory-utilization", "0", False),
+             ("gpu_memory_utilization", "--gpu-memory-utilization", "1.01", False),
+             ("concurrency", "--concurrency", str(2**30), True),
+             ("concurrency", "--concurrency", str(2**30 + 1), False),
+             ("concurrency", "--concurrency", "0", False),
+             ("context_len", "--context-len", str(2**34 + 1), False)]
+    with TestClient(create_app(allowed_hosts=["testserver"])) as client:
+        ranges = client.get("/api/catalog").json()["ranges"]
+        for name, flag, value, taken in cases:
+            lab = client.get("/api/size", params={"model": model, "gpu": gpu, name: value})
+            cli = kvlab("size", model, "--gpu", gpu, flag, value, "--json")
+            refused = ("out of range" in lab.json().get("error", ""), "out of range" in cli.stderr)
+            assert refused == (not taken, not taken), (name, value, lab.text, cli.stderr)
+            assert (lab.status_code == 200) == (cli.exit_code == 0) and "Traceback" not in cli.stderr
+    assert ranges == {name: {"lo": lo, "hi": hi, "lo_open": lo_open} for name in ranges
+                      for lo, hi, lo_open in [option_range(name)]}
+    assert ranges["gpu_memory_utilization"] == {"lo": 0.0, "hi": 1.0, "lo_open": True}

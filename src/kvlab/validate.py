@@ -505,20 +505,36 @@ def check_options(values: dict, *, spelling: str = "cli", flags: dict[str, str] 
     return _parse(ServingOptions, known, name_of)
 
 
+def option_range(name: str) -> tuple[float, float, bool]:
+    """(lo, hi, lo_open) of an option, declared in config/options.py or EXTRA_OPTIONS: the one range each face
+    reads, the CLI (check_options) and the lab's calculator alike (fix 55: the lab took gpu_memory_utilization from
+    0.05 and at most 100,000 conversations, the CLI above 0 and 2**30)."""
+    from kvlab.config.options import OPTIONS
+
+    if name in EXTRA_OPTIONS:
+        lo, hi, _ = EXTRA_OPTIONS[name]
+        return lo, hi, False
+    option = OPTIONS[name]
+    if option.lo is None or option.hi is None:
+        raise KeyError(f"{name} has no range")
+    return option.lo, option.hi, option.lo_open
+
+
 def bounded_number(value: Any, name: str, lo: float, hi: float, *, whole: bool = False,
-                   upper: str | None = None) -> float | int:
-    """One number in [lo, hi] (whole or not), for the lab's parameters: the same value types as the CLI's options,
-    in the lab's wording ('rate -1 is out of range: 0.01 to 100'); ``upper`` says what ``hi`` is where it is not
-    known yet (hi is then inf)."""
+                   upper: str | None = None, lo_open: bool = False) -> float | int:
+    """One number in [lo, hi] (whole or not; (lo, hi] with ``lo_open``), for the lab's parameters: the same value
+    types as the CLI's options, in the lab's wording ('rate -1 is out of range: 0.01 to 100'); ``upper`` says what
+    ``hi`` is where it is not known yet (hi is then inf)."""
     kind = "an integer" if whole else "a number"
     bounds = f"{lo} to {upper or hi}" if whole else f"{lo:g} to {upper or format(hi, 'g')}"
+    bounds = f"above {bounds}" if lo_open else bounds
     try:
         number = _whole(value) if whole else _number(value)
     except ValueError as exc:
         if not whole and str(exc) == "is not a finite number":
             raise KvlabError(f"{name} {value!r} is out of range: {bounds}") from None
         raise KvlabError(f"{name} must be {kind} from {bounds}, got {value!r}") from None
-    if not lo <= number <= hi:
+    if not lo <= number <= hi or (lo_open and number == lo):
         raise KvlabError(f"{name} {number if whole else value!r} is out of range: {bounds}")
     return number if whole else float(number)
 

@@ -33,6 +33,7 @@ from kvlab.sizing import (
     max_num_requests,
     quantization_note,
     size_kv_cache,
+    valid_tensor_parallel_sizes,
     workload_fit,
     workload_replicas,
 )
@@ -403,9 +404,10 @@ def size(
 
 
 def _size_or_refuse(spec, gpu_spec, config):
-    """size_kv_cache, whose refusal (the GPU cannot hold the model: kvlab.sizing.raise_too_small) `kvlab size` extends
-    with `kvlab fit`'s fewest GPUs with pipeline stages, where that is more than one stage: searched once, here, on a
-    refusal only (the search is not in raise_too_small: the lab's calculator sizes many times over)."""
+    """size_kv_cache, whose refusal of memory (the GPU cannot hold the model: kvlab.sizing.raise_too_small) `kvlab
+    size` extends with `kvlab fit`'s fewest GPUs with pipeline stages, where tensor parallelism alone does not start
+    the model at its max_model_len: searched once, here, on that refusal only (not in raise_too_small: the lab's
+    calculator sizes many times over, and took 70 s with the search there)."""
     try:
         return size_kv_cache(spec, config)
     except KvlabError as refusal:
@@ -415,13 +417,36 @@ def _size_or_refuse(spec, gpu_spec, config):
         raise KvlabError(f"{refusal}; {staged}") from None
 
 
+def _tensor_parallel_starts(spec, config) -> bool:
+    """Whether the smallest larger tensor-parallel size whose GPUs hold the model (the refusal's own first hint) also
+    starts it at its max_model_len."""
+    from dataclasses import replace
+
+    for tp in valid_tensor_parallel_sizes(spec, config.decode_context_parallel_size,
+                                          expert_parallel=config.enable_expert_parallel):
+        if tp <= config.tensor_parallel_size:
+            continue
+        try:
+            return size_kv_cache(spec, replace(config, tensor_parallel_size=tp)).fits_max_model_len
+        except KvlabError:
+            continue
+    return False
+
+
 def _pipelined_hint(spec, gpu_spec, config) -> str | None:
-    """Where a --gpu was given without pipeline stages: the fewest GPUs with tensor and pipeline parallelism that
-    start the model at its max_model_len (kvlab.service.size.fewest_pipelined, `kvlab fit`'s answer), as flags;
-    None where none does or the fewest need no stages."""
+    """A refusal of memory on a --gpu without pipeline stages, where tensor parallelism alone does not start the model
+    at its max_model_len: the fewest GPUs with tensor and pipeline parallelism that do (kvlab.service.size's
+    fewest_pipelined, `kvlab fit`'s answer), as flags. None otherwise: a refusal before memory is sized (kv_layout's:
+    a tensor-parallel size the model does not divide by, ...), or where the fewest need no stages."""
     from kvlab.service.size import fewest_pipelined
 
-    if gpu_spec is None:
+    if gpu_spec is None or config.pipeline_parallel_size != 1:
+        return None
+    try:
+        kv_layout(spec, config)  # (its refusals are not of memory: stages do not help)
+    except KvlabError:
+        return None
+    if _tensor_parallel_starts(spec, config):
         return None
     try:
         found = fewest_pipelined(spec, gpu_spec, config, None)
