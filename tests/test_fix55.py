@@ -119,3 +119,24 @@ def test_the_labs_calculator_and_kvlab_size_take_the_same_ranges(kvlab):
     assert ranges == {name: {"lo": lo, "hi": hi, "lo_open": lo_open} for name in ranges
                       for lo, hi, lo_open in [option_range(name)]}
     assert ranges["gpu_memory_utilization"] == {"lo": 0.0, "hi": 1.0, "lo_open": True}
+
+
+def test_capacity_says_how_far_along_its_search_is(kvlab, tmp_path):
+    """`kvlab capacity` on long work printed only the points stored of those asked so far: each round of the search
+    now says its number of about how many, the time so far and about how long the rest takes at that pace (on
+    stderr, never with --json)."""
+    import re
+
+    r = kvlab("capacity", "-n", "200", "--cost", "roofline", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("capacity search: round ")]
+    assert lines and "capacity search" not in r.stdout
+    pattern = (r"capacity search: round (\d+) of ~(\d+) done in [0-9hmins ]+; (about|at least) (\d+) more rounds?"
+               r"( \(a search is still doubling or halving to its bracket\))?, ~[0-9hmins ]+ at this pace")
+    for k, line in enumerate(lines, 1):
+        match = re.fullmatch(pattern, line)
+        assert match, line
+        assert int(match[1]) == k and int(match[2]) == k + int(match[4])
+        assert (match[3] == "at least") == (match[5] is not None)
+    r = kvlab("capacity", "-n", "200", "--cost", "roofline", "--out", tmp_path, "--json")
+    assert r.exit_code == 0 and "capacity search" not in r.stderr + r.stdout
