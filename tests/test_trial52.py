@@ -108,12 +108,12 @@ def test_a_sweeps_max_model_len_list_takes_vllms_lengths_too(kvlab, tmp_path):
 
 
 def test_a_config_files_numbers_are_decimal_and_its_lengths_read_as_vllm_reads_them(kvlab, tmp_path):
-    """A `--config` YAML read 5_0 as 50 and 010 as 8 (YAML 1.1), and refused vLLM's max-model-len: 1k, which
-    `vllm serve --config` reads as 1,000."""
+    """A `--config` YAML read 5__0 as 50 and 010 as 8 (YAML 1.1), and refused vLLM's max-model-len: 1k, which
+    `vllm serve --config` reads as 1,000. (5_0, TOML's digit groups, is 50 in both: tests/test_fix55.py.)"""
     config = tmp_path / "c.yaml"
-    config.write_text("max-model-len: 1k\nmax-num-seqs: 5_0\n")
+    config.write_text("max-model-len: 1k\nmax-num-seqs: 5__0\n")
     r = kvlab("run", "vllm", "-n", "5", "--config", config)
-    assert r.exit_code == 2 and "max_num_seqs '5_0' is not a whole number written in digits" in r.stderr
+    assert r.exit_code == 2 and "max_num_seqs '5__0' is not a whole number written in digits" in r.stderr
     config.write_text("max-model-len: 1k\nmax-num-seqs: 010\n")
     r = kvlab("run", "vllm", "-n", "5", "--config", config, "--json")
     assert r.exit_code == 0, r.stderr

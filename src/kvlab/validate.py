@@ -83,10 +83,20 @@ def cell_number(value: Any, *, whole: bool = False) -> float | int:
     return value
 
 
+# A file of options' number (--config, --grid), the one rule for YAML and TOML (fix 55: YAML refused 1_000, which TOML
+# takes): TOML's decimal integer, digits grouped by single underscores (1_000 is 1,000; 1__000, _1 and 1_ are not
+# numbers), a sign at most, no leading 0 but 0 itself; a real number the same digits with a point. The TOML reader
+# (tomllib) reads them so; decimal_yaml_loader reads YAML's numbers by these.
+_DIGIT_GROUPS = r"[0-9](?:_?[0-9])*"
+FILE_INT_TEXT = re.compile(r"[-+]?(?:0|[1-9](?:_?[0-9])*)")
+FILE_FLOAT_TEXT = re.compile(rf"[-+]?(?:(?:0|[1-9](?:_?[0-9])*)(?:\.(?:{_DIGIT_GROUPS})?)?|\.{_DIGIT_GROUPS})")
+
+
 def decimal_yaml_loader():
-    """YAML's safe loader with numbers read as decimal digits only (NUMBER_TEXT's rule for a file's numbers, for any
-    reader of a user's YAML: the inference-perf configuration's): YAML 1.1, which PyYAML reads, takes 5_0 as 50,
-    010 as 8, 0x10 as 16 and 1:30 as 90; here they stay strings, which the fields refuse by name."""
+    """YAML's safe loader with numbers read as a TOML file's are (FILE_INT_TEXT, FILE_FLOAT_TEXT: decimal digits,
+    grouped by underscores at most), for any reader of a user's YAML (--config, --grid, the inference-perf
+    configuration's): YAML 1.1, which PyYAML reads, takes 010 as 8, 0x10 as 16, 1:30 as 90 and 5__0 as 50; here they
+    stay strings, which the fields refuse by name."""
     import yaml
 
     class DecimalLoader(yaml.SafeLoader):
@@ -96,12 +106,13 @@ def decimal_yaml_loader():
     DecimalLoader.yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag not in number_tags]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    # (a leading 0 only alone or before the point: YAML 1.1 reads 010 as octal, YAML 1.2 as ten)
-    DecimalLoader.add_implicit_resolver(number_tags[0], re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789"))
+    # (a leading 0 only alone or before the point: YAML 1.1 reads 010 as octal, YAML 1.2 as ten, TOML refuses it;
+    # YAML 1.1's int and float constructors drop the underscores, as TOML does)
+    DecimalLoader.add_implicit_resolver(number_tags[0], re.compile(f"^{FILE_INT_TEXT.pattern}$"), list("+-0123456789"))
     # (an exponent keeps its text: 1e3 is a count nowhere, as on the command line, and a real number's reader,
     # cell_number, takes the text; YAML 1.1 also reads 1e3 as text, and 1.0e+3 as a number)
-    DecimalLoader.add_implicit_resolver(number_tags[1], re.compile(
-        r"^-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)$"), list("-.0123456789"))
+    DecimalLoader.add_implicit_resolver(number_tags[1], re.compile(f"^{FILE_FLOAT_TEXT.pattern}$"),
+                                        list("+-.0123456789"))
     return DecimalLoader
 
 
@@ -494,20 +505,36 @@ def check_options(values: dict, *, spelling: str = "cli", flags: dict[str, str] 
     return _parse(ServingOptions, known, name_of)
 
 
+def option_range(name: str) -> tuple[float, float, bool]:
+    """(lo, hi, lo_open) of an option, declared in config/options.py or EXTRA_OPTIONS: the one range each face
+    reads, the CLI (check_options) and the lab's calculator alike (fix 55: the lab took gpu_memory_utilization from
+    0.05 and at most 100,000 conversations, the CLI above 0 and 2**30)."""
+    from kvlab.config.options import OPTIONS
+
+    if name in EXTRA_OPTIONS:
+        lo, hi, _ = EXTRA_OPTIONS[name]
+        return lo, hi, False
+    option = OPTIONS[name]
+    if option.lo is None or option.hi is None:
+        raise KeyError(f"{name} has no range")
+    return option.lo, option.hi, option.lo_open
+
+
 def bounded_number(value: Any, name: str, lo: float, hi: float, *, whole: bool = False,
-                   upper: str | None = None) -> float | int:
-    """One number in [lo, hi] (whole or not), for the lab's parameters: the same value types as the CLI's options,
-    in the lab's wording ('rate -1 is out of range: 0.01 to 100'); ``upper`` says what ``hi`` is where it is not
-    known yet (hi is then inf)."""
+                   upper: str | None = None, lo_open: bool = False) -> float | int:
+    """One number in [lo, hi] (whole or not; (lo, hi] with ``lo_open``), for the lab's parameters: the same value
+    types as the CLI's options, in the lab's wording ('rate -1 is out of range: 0.01 to 100'); ``upper`` says what
+    ``hi`` is where it is not known yet (hi is then inf)."""
     kind = "an integer" if whole else "a number"
     bounds = f"{lo} to {upper or hi}" if whole else f"{lo:g} to {upper or format(hi, 'g')}"
+    bounds = f"above {bounds}" if lo_open else bounds
     try:
         number = _whole(value) if whole else _number(value)
     except ValueError as exc:
         if not whole and str(exc) == "is not a finite number":
             raise KvlabError(f"{name} {value!r} is out of range: {bounds}") from None
         raise KvlabError(f"{name} must be {kind} from {bounds}, got {value!r}") from None
-    if not lo <= number <= hi:
+    if not lo <= number <= hi or (lo_open and number == lo):
         raise KvlabError(f"{name} {number if whole else value!r} is out of range: {bounds}")
     return number if whole else float(number)
 

@@ -40,14 +40,14 @@ def test_calculator_matches_kvlab_size(lab, kvlab, model, gpu):
 
 def test_calculator_refuses_bad_values_with_a_message(lab):
     page = lab.page
-    page.fill("#calc-context", "999999999")  # refused in the page, in the server's words
+    page.fill("#calc-context", "99999999999")  # refused in the page, in the server's words (kvlab size's range)
     page.wait_for_selector("#calc-error:not([hidden])")
-    assert "tokens each (context_len) 999999999 is out of range: 1 to 10000000" in page.inner_text("#calc-error")
+    assert "tokens each (context_len) 99999999999 is out of range: 1 to 17179869184" in page.inner_text("#calc-error")
     assert "stale" in page.get_attribute("#calculator", "class")  # the old figures are dimmed
     page.fill("#calc-context", "abc")
     page.wait_for_function("document.querySelector('#calc-error').textContent.includes('\"abc\" is not')")
     assert page.inner_text("#calc-error") == \
-        'tokens each (context_len) "abc" is not a whole number: type one from 1 to 10000000'
+        'tokens each (context_len) "abc" is not a whole number: type one from 1 to 17179869184'
     lab.screenshot("calculator-error", "#calculator")
     page.fill("#calc-context", "4000")  # longer than OPT-13B's 2,048: sizing's own message
     page.wait_for_function("document.querySelector('#calc-error').textContent.includes('exceeds max_model_len')")

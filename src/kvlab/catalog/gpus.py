@@ -117,6 +117,11 @@ def _gpu_index() -> dict[str, GpuSpec]:
     return index
 
 
+def catalogued(card: str) -> bool:
+    """Whether ``card`` (an ambiguous name's card: ambiguous_aliases) is one of the catalogue's GPUs."""
+    return name_key(card) in _gpu_index()
+
+
 def get_gpu(name: str, otherwise: str = "; or give the memory with --gpu-memory-gib") -> GpuSpec:
     """A GPU by forgiving name ('a100-40gb', 'A100_40GB', 'nvidia h100'); suggests close names on a miss, and
     ``otherwise``: what the caller's face offers instead of a catalogue GPU."""
@@ -125,8 +130,10 @@ def get_gpu(name: str, otherwise: str = "; or give the memory with --gpu-memory-
     key = name_key(name)
     both = {name_key(a): ids for a, ids in ambiguous_aliases().items()}.get(key) or {
         name_key(a): ids for a, ids in ambiguous_aliases().items()}.get(key.removeprefix("nvidia"))
-    if both is not None:
-        raise KvlabError(f"GPU name {name!r} fits {len(both)} cards: {' and '.join(both)}; name one of them "
+    if both is not None:  # (a card the catalogue lacks is named as such: its memory is given by --gpu-memory-gib)
+        cards = [card if catalogued(card) else f"{card} (not in the catalogue: give its memory with --gpu-memory-gib)"
+                 for card in both]
+        raise KvlabError(f"GPU name {name!r} fits {len(both)} cards: {' and '.join(cards)}; name one of them "
                          f"(--gpu {both[0].lower()})")
     gpu = _gpu_index().get(key) or _gpu_index().get(key.removeprefix("nvidia"))
     if gpu is not None:

@@ -146,7 +146,8 @@ def capacity(
     session.check_ray()
     _check_time(session, first_points, longer, start_rate, max_time, yes)
     searches, rows = run_session(session, lambda: service.capacities(
-        configurations, longer, session.runner, target, start_rate, rtol, max_rate))
+        configurations, longer, session.runner, target, start_rate, rtol, max_rate,
+        on_round=None if as_json else RoundProgress(session)))
     names = list(run_options())
     answer = service.answer(configurations, longer, no_second, searches, first_points, seats, target, scaled,
                             gpu_hour_price, length_notes)
@@ -161,6 +162,52 @@ def capacity(
                                "plots": [str(p) for p in written]}, indent=2))
         return
     print_capacity(answer, names, session, written)
+
+
+class RoundProgress:
+    """After each round of the searches (kvlab.sweep.capacity.search_capacities), one line on stderr saying how far
+    along they are: the round, the time so far, and about how many rounds are left (service.capacity.rounds_left)
+    with the time they would take at the pace so far. Through the points' bar where one is drawn (a terminal), so the
+    line stands above it; never with --json."""
+
+    def __init__(self, session: Session):
+        import time
+
+        self.session, self.round, self.started = session, 0, time.monotonic()
+
+    def __call__(self, searches) -> None:
+        import time
+
+        from kvlab.service.capacity import rounds_left
+
+        self.round += 1
+        elapsed = time.monotonic() - self.started
+        left, floor = rounds_left(searches)
+        if not left:
+            return
+        eta = _duration(elapsed / self.round * left)
+        more = f"{'at least ' if floor else 'about '}{left} more"
+        why = " (a search is still doubling or halving to its bracket)" if floor else ""
+        self._say(f"capacity search: round {self.round} of ~{self.round + left} done in {_duration(elapsed)}; {more} "
+                  f"round{'s' if left > 1 else ''}{why}, ~{eta} at this pace")
+
+    def _say(self, line: str) -> None:
+        bar = getattr(getattr(self.session, "runner", None), "progress", None)
+        console = getattr(getattr(bar, "progress", None), "console", None)
+        if console is not None:
+            console.print(line, markup=False, highlight=False)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    """'45 s', '3 min 20 s', '1 h 05 min'."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def _check_time(session: Session, first_points, longer: list[dict], start_rate: float, max_time: str, yes: bool):

@@ -7,7 +7,7 @@ import json
 import typer
 
 from kvlab.catalog import list_gpus, list_models
-from kvlab.catalog.gpus import ambiguous_aliases
+from kvlab.catalog.gpus import ambiguous_aliases, catalogued
 from kvlab.cli.app import app
 from kvlab.report.text import compact_table
 
@@ -102,8 +102,9 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print the catalogue
     # Every name --gpu takes (case, spaces, '-' and '_' do not matter), and the names refused as fitting two cards.
     console.print("Names: " + "; ".join(f"{g.id} = {', '.join(g.aliases)}" if g.aliases else g.id for g in specs),
                   soft_wrap=False)
-    console.print("Refused (fit two cards): " + "; ".join(f"{name}: {' or '.join(ids)}"
-                                                        for name, ids in ambiguous_aliases().items()))
+    console.print("Refused (fit two cards): " + "; ".join(
+        f"{name}: {' or '.join(i if catalogued(i) else f'{i} (not in the catalogue)' for i in ids)}"
+        for name, ids in ambiguous_aliases().items()))
 
 
 def _tokens(n: int) -> str:

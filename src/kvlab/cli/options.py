@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -59,14 +60,17 @@ def typer_parameter(option: Option, default: Any = inspect.Parameter.empty,
 
 
 def options_template(names: Sequence[str], defaults: dict[str, Any] | None = None,
-                     default_texts: dict[str, str] | None = None) -> Callable[..., None]:
+                     default_texts: dict[str, str] | None = None, helps: dict[str, str] | None = None
+                     ) -> Callable[..., None]:
     """A function whose signature declares the options ``names``, for ``with_options``. A face whose setup differs
-    gives its own ``defaults`` and says them in ``default_texts`` (the help's "[default: ...]")."""
+    gives its own ``defaults`` and says them in ``default_texts`` (the help's "[default: ...]"); one that takes fewer
+    of an option's values says which in ``helps`` (`kvlab size`'s --speculative-method)."""
     def template(**options: Any) -> None:
         """The options, declared once in kvlab/config/options.py."""
 
-    defaults, texts = defaults or {}, default_texts or {}
-    params = [typer_parameter(OPTIONS[name], defaults.get(name, inspect.Parameter.empty), texts.get(name))
+    defaults, texts, helps = defaults or {}, default_texts or {}, helps or {}
+    params = [typer_parameter(replace(OPTIONS[name], help=helps[name]) if name in helps else OPTIONS[name],
+                              defaults.get(name, inspect.Parameter.empty), texts.get(name))
               for name in names]
     template.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return template

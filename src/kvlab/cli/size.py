@@ -15,12 +15,13 @@ from kvlab.catalog.accuracy import estimate_accuracy_clause, kv_token_accuracy
 from kvlab.catalog.models import DTYPE_BYTES
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
-from kvlab.config.options import OPTIONS, SIZING_OPTIONS
+from kvlab.config.options import OPTIONS, SIZING_OPTIONS, speculative_method_help
 from kvlab.errors import KvlabError
 from kvlab.report.text import plural
 from kvlab.service.size import sizing_config, start_refusal
 from kvlab.sizing import (
     NODE_GPUS,
+    SPECULATIVE_METHODS,
     cuda_block_size_note,
     expert_parallel_note,
     fewest_gpus_for_workload,
@@ -32,6 +33,7 @@ from kvlab.sizing import (
     max_num_requests,
     quantization_note,
     size_kv_cache,
+    valid_tensor_parallel_sizes,
     workload_fit,
     workload_replicas,
 )
@@ -68,7 +70,9 @@ EpOpt = Annotated[bool, typer.Option(
 
 # The options `kvlab size` and `kvlab fit` share (kvlab.service.size.sizing_config's arguments): the ones that decide
 # the KV cache, declared once in kvlab/config/options.py. Here the GPU is optional: without one, the per-token numbers.
-sizing_options = options_template(SIZING_OPTIONS, defaults={"gpu": None})
+# --speculative-method: the methods whose cache kvlab sizes (kvlab.sizing.SPECULATIVE_METHODS, which its check reads).
+sizing_options = options_template(SIZING_OPTIONS, defaults={"gpu": None},
+                                  helps={"speculative_method": speculative_method_help(SPECULATIVE_METHODS)})
 
 
 def _note(note: str | None, as_json: bool) -> str | None:
@@ -377,7 +381,7 @@ def size(
     if config.gpu_memory_bytes is None and config.available_kv_bytes is None:
         _print_layout_only(spec, config, kv_layout(spec, config), as_json)
         return
-    result = size_kv_cache(spec, config)
+    result = _size_or_refuse(spec, gpu_spec, config)
     fit = None
     if concurrency is not None or context_len is not None:
         fit = workload_fit(spec, config, concurrency or 1, context_len or result.max_model_len)
@@ -397,6 +401,62 @@ def size(
         _print_size(spec, gpu_spec, config, result, fit)
     if not result.fits_max_model_len:  # (vLLM's own check refuses to start: a script can tell from the status)
         raise typer.Exit(1)
+
+
+def _size_or_refuse(spec, gpu_spec, config):
+    """size_kv_cache, whose refusal of memory (the GPU cannot hold the model: kvlab.sizing.raise_too_small) `kvlab
+    size` extends with `kvlab fit`'s fewest GPUs with pipeline stages, where tensor parallelism alone does not start
+    the model at its max_model_len: searched once, here, on that refusal only (not in raise_too_small: the lab's
+    calculator sizes many times over, and took 70 s with the search there)."""
+    try:
+        return size_kv_cache(spec, config)
+    except KvlabError as refusal:
+        staged = _pipelined_hint(spec, gpu_spec, config)
+        if staged is None:
+            raise
+        raise KvlabError(f"{refusal}; {staged}") from None
+
+
+def _tensor_parallel_starts(spec, config) -> bool:
+    """Whether the smallest larger tensor-parallel size whose GPUs hold the model (the refusal's own first hint) also
+    starts it at its max_model_len."""
+    from dataclasses import replace
+
+    for tp in valid_tensor_parallel_sizes(spec, config.decode_context_parallel_size,
+                                          expert_parallel=config.enable_expert_parallel):
+        if tp <= config.tensor_parallel_size:
+            continue
+        try:
+            return size_kv_cache(spec, replace(config, tensor_parallel_size=tp)).fits_max_model_len
+        except KvlabError:
+            continue
+    return False
+
+
+def _pipelined_hint(spec, gpu_spec, config) -> str | None:
+    """A refusal of memory on a --gpu without pipeline stages, where tensor parallelism alone does not start the model
+    at its max_model_len: the fewest GPUs with tensor and pipeline parallelism that do (kvlab.service.size's
+    fewest_pipelined, `kvlab fit`'s answer), as flags. None otherwise: a refusal before memory is sized (kv_layout's:
+    a tensor-parallel size the model does not divide by, ...), or where the fewest need no stages."""
+    from kvlab.service.size import fewest_pipelined
+
+    if gpu_spec is None or config.pipeline_parallel_size != 1:
+        return None
+    try:
+        kv_layout(spec, config)  # (its refusals are not of memory: stages do not help)
+    except KvlabError:
+        return None
+    if _tensor_parallel_starts(spec, config):
+        return None
+    try:
+        found = fewest_pipelined(spec, gpu_spec, config, None)
+    except KvlabError:
+        return None
+    if found is None or found[1] == 1:
+        return None
+    tp, pp, result = found
+    return (f"with pipeline stages too (`kvlab fit`'s fewest GPUs): --tensor-parallel-size {tp} "
+            f"--pipeline-parallel-size {pp} ({tp * pp} x this GPU) at the full {result.max_model_len:,} tokens")
 
 
 def _accuracy() -> str:

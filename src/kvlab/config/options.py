@@ -69,6 +69,23 @@ class Option:
 OTHER_DRAFT_TOKENS = 3
 
 
+# The --speculative-method values a run takes (the simulator's proposers, kvlab.spec); `kvlab size` and `kvlab fit`
+# take those whose cache kvlab sizes (kvlab.sizing.SPECULATIVE_METHODS). Each face's help lists its own set, from
+# here (fix 55: size's help listed eagle and draft_model, which it refuses).
+SPECULATIVE_METHOD_CHOICES = ("ngram", "draft_model", "eagle", "mtp")
+
+
+def in_words(values, last: str = "or") -> str:
+    """'a, b or c'."""
+    values = list(values)
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} {last} {values[-1]}"
+
+
+def speculative_method_help(methods) -> str:
+    """--speculative-method's help, naming exactly the ``methods`` a face takes."""
+    return f"Speculative decoding's proposer, as vLLM's --speculative-config method: {in_words(methods)}."
+
+
 def _options(*options: Option) -> dict[str, Option]:
     return {o.name: o for o in options}
 
@@ -175,10 +192,8 @@ OPTIONS: dict[str, Option] = _options(
            choices=("fcfs", "priority")),
     # vLLM's --speculative-config (kvlab.spec, docs/speculative.md): method, num_speculative_tokens, and the
     # acceptance a real engine would measure.
-    Option("speculative_method", "scheduler", str, None, "Speculative decoding's proposer, as vLLM's "
-           "--speculative-config method: ngram, draft_model, eagle or mtp.", choices=("ngram", "draft_model",
-                                                                                  "eagle", "mtp"),
-           default_text="off"),
+    Option("speculative_method", "scheduler", str, None, speculative_method_help(SPECULATIVE_METHOD_CHOICES),
+           choices=SPECULATIVE_METHOD_CHOICES, default_text="off"),
     Option("num_speculative_tokens", "scheduler", int, None, "Draft tokens per request and step (vLLM's "
            "num_speculative_tokens), with --speculative-method.", lo=1, hi=64, what="draft tokens per step",
            default_text=f"with mtp the model's MTP layers, vLLM's documented default; else {OTHER_DRAFT_TOKENS}, "

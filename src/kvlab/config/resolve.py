@@ -37,8 +37,10 @@ from kvlab.config.options import (
     DEFAULT_RATE,
     OPTIONS,
     SESSION_OPTIONS,
+    SPECULATIVE_METHOD_CHOICES,
     WORKLOAD_OPTIONS,
     draft_tokens_per_step,
+    in_words,
 )
 from kvlab.config.router import RouterSpec, parse_router
 from kvlab.disagg.config import disagg_options, resolve_disagg
@@ -568,7 +570,7 @@ def _draft_memory(draft, values: dict[str, Any], sizing: SizingResult) -> dict[s
             "draft_kv_bytes_per_token": draft.kv_bytes_per_token_per_gpu(sizing.kv_dtype_bytes, tp)}
 
 
-RUN_SPECULATIVE_METHODS = "ngram, draft_model, eagle or mtp"  # (OPTIONS["speculative_method"].choices, in words)
+RUN_SPECULATIVE_METHODS = in_words(SPECULATIVE_METHOD_CHOICES)  # (OPTIONS["speculative_method"].choices, in words)
 
 
 def _draft_tokens(values: dict[str, Any], model_spec) -> int | None:

@@ -191,20 +191,38 @@ def _requests(count: float) -> str:
 
 
 def capacities(configurations: list[dict], longer: list[dict], runner, slo, start_rate: float,
-               rtol: float = defaults.CAPACITY_RTOL,
-               max_rate: float = defaults.CAPACITY_MAX_RATE) -> tuple[list[Search], list[dict[str, Any]]]:
+               rtol: float = defaults.CAPACITY_RTOL, max_rate: float = defaults.CAPACITY_MAX_RATE,
+               on_round=None) -> tuple[list[Search], list[dict[str, Any]]]:
     """Each configuration searched on its two samples: ``configurations``, then ``longer`` (longer_samples' second
     samples; empty: none), every search kvlab.sweep.capacity's (bracket, then bisect, every rate tried a point on
     ``runner``, whose store keeps it: a search run again reads them). `kvlab capacity` and the lab's rate section
     both ask this, and take each configuration's answer the same way (answering: the lower sample's), so the two
     give the same rate on one setup (trial 54, finding 4: the lab searched the first sample alone). The searches,
-    and the stored rows of every rate they tried (for the curves)."""
+    and the stored rows of every rate they tried (for the curves). ``on_round``: search_capacities' progress."""
     every = configurations + longer
     searches = search_capacities(every, runner, slo, start_rates=[start_rate] * len(every), rtol=rtol,
-                                 max_rate=max_rate)
+                                 max_rate=max_rate, on_round=on_round)
     keys = [resolve_point({**c, "rate": r}, kvlab.__version__).key
             for c, s in zip(every, searches) for r, _, _ in s.probes]
     return searches, runner.store.rows(keys)
+
+
+def rounds_left(searches: list[Search]) -> tuple[int, bool]:
+    """About how many more rounds the searches need (search_capacities: each round tries one rate of every
+    unfinished search), and whether that is only a floor (a search still doubling or halving towards its bracket:
+    one more step at least, then the bisection). Bisection halves a bracket [held, failed]: ceil(log2(width / rtol))
+    more steps narrow it to the search's --rtol, and a bracket first found is a factor of 2 wide."""
+    most, floor = 0, False
+    for search in searches:
+        if search.next_rate() is None:
+            continue
+        if search.lo is not None and search.hi is not None:
+            width = search.hi / search.lo - 1
+            most = max(most, max(1, math.ceil(math.log2(width / search.rtol))))
+        else:
+            floor = True
+            most = max(most, 1 + max(1, math.ceil(math.log2(1 / search.rtol))))
+    return most, floor
 
 
 def answering(first: Search, second: Search | None) -> Search:

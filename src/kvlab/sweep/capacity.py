@@ -290,10 +290,10 @@ def window_p99_ttft(row: dict[str, Any]) -> float | None:
 
 
 def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *, start_rates: list[float],
-                      rtol: float = 0.05, max_rate: float = 1e4) -> list[Search]:
+                      rtol: float = 0.05, max_rate: float = 1e4, on_round=None) -> list[Search]:
     """One search per configuration (a point's options without ``rate``), each from its first guess, all
     advancing together: each round simulates the next rate of every unfinished search at once, so a pool of N
-    workers runs N searches side by side."""
+    workers runs N searches side by side. ``on_round(searches)``, where given, after each round (a progress)."""
 
     searches = [Search(start_rate=rate, rtol=rtol, max_rate=max_rate) for rate in start_rates]
     runner.in_rounds = True  # (the progress' total: the rates asked for so far; each round asks for more)
@@ -309,6 +309,8 @@ def search_capacities(configurations: list[dict[str, Any]], runner, slo: Slo, *,
                 continue
             judged, window = verdict(slo, row)
             search.record(rate, slo.value(judged), judged.held, judged, window)
+        if on_round is not None:
+            on_round(searches)
 
 
 # Two samples agree when their answers are this close (relative to the lower): twice the search's tolerance.

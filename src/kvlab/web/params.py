@@ -30,8 +30,6 @@ LIMITS = {
     "session_idle_seconds": 600.0,
     "max_compute_seconds": 60.0,  # simulator time one run may spend, over its whole life
     "max_seek_seconds": 1e6,  # simulated seconds a seek may ask for (the compute budget bounds it anyway)
-    "max_concurrency": 100000,  # the calculator's "conversations"
-    "max_context_len": 10_000_000,
     "max_log_chars": 1_000_000,  # a pasted vLLM log
 }
 
@@ -176,14 +174,39 @@ def integer(data: dict, key: str, lo: int, hi: int, default: int | None) -> int:
     return bounded_number(value, key, lo, hi, whole=True)
 
 
-def number(data: dict, key: str, lo: float, hi: float, default: float | None, unit: str = "") -> float:
-    """A number in [lo, hi]; ``default`` None: the request must give it (``unit`` says what it counts)."""
+def number(data: dict, key: str, lo: float, hi: float, default: float | None, unit: str = "",
+           lo_open: bool = False) -> float:
+    """A number in [lo, hi] ((lo, hi] with ``lo_open``); ``default`` None: the request must give it (``unit`` says
+    what it counts)."""
     value = data.get(key)
     if value is None or value == "":
         if default is None:
             raise required(key, f"{unit} from {lo:g} to {hi:g}".lstrip())
         return default
-    return bounded_number(value, key, lo, hi)
+    return bounded_number(value, key, lo, hi, lo_open=lo_open)
+
+
+# The calculator's numbers (/api/size), in the ranges `kvlab size` takes them (kvlab.validate.option_range, their one
+# home); the page reads them from /api/catalog's "ranges" for its own check.
+CALCULATOR_RANGES = ("concurrency", "context_len", "gpu_memory_utilization")
+
+
+def ranges() -> dict[str, dict]:
+    """CALCULATOR_RANGES' ranges, for the page: {name: {lo, hi, lo_open}}."""
+    from kvlab.validate import option_range
+
+    return {name: dict(zip(("lo", "hi", "lo_open"), option_range(name), strict=True)) for name in CALCULATOR_RANGES}
+
+
+def ranged(data: dict, key: str, default: float) -> float:
+    """One of the calculator's numbers (CALCULATOR_RANGES), checked in its option's range: an integer where the
+    option counts, else a number."""
+    from kvlab.validate import option_range
+
+    lo, hi, lo_open = option_range(key)
+    if isinstance(default, int):
+        return integer(data, key, int(lo), int(hi), default)
+    return number(data, key, lo, hi, default, lo_open=lo_open)
 
 
 def choice(data: dict, key: str, options: tuple[str, ...], default: str) -> str:

@@ -58,6 +58,8 @@ from kvlab.web.params import (
     parse_rate_setup,
     parse_run_spec,
     parse_speed,
+    ranged,
+    ranges,
     single_values,
     text,
 )
@@ -147,9 +149,10 @@ def size_answer(params: dict, *, page: bool = False) -> dict:
     asked = {
         "model": text(params, "model", DEFAULTS["model"]),
         "gpu": text(params, "gpu", DEFAULTS["gpu"]),
-        "concurrency": integer(params, "concurrency", 1, LIMITS["max_concurrency"], 16),
-        "context_len": integer(params, "context_len", 1, LIMITS["max_context_len"], 2048),
-        "gpu_memory_utilization": number(params, "gpu_memory_utilization", 0.05, 1.0, 0.9),
+        # (in `kvlab size`'s ranges: web.params.ranged)
+        "concurrency": ranged(params, "concurrency", 16),
+        "context_len": ranged(params, "context_len", 2048),
+        "gpu_memory_utilization": ranged(params, "gpu_memory_utilization", 0.9),
     }
     given = text(params, "max_model_len", "")
     max_model_len = vllm_int(given, "max_model_len") if given else None  # (as `kvlab size --max-model-len` reads it)
@@ -450,8 +453,8 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         # The paper's figures the page sets its own numbers beside (kvlab.paper, their one home).
         # Section 7's systems, and the two the first screen waits for (it asks /api/rates for those first).
         systems = {"all": list(RateLab.systems()), "opening": list(RateLab.opening_systems())}
-        return JSONResponse({**listing, "limits": lim, "paper": {"figure1": FIG1_PAPER, "figure2": FIG2_PAPER},
-                             "rate_systems": systems})
+        return JSONResponse({**listing, "limits": lim, "ranges": ranges(),  # (the calculator's: web.params.ranges)
+                             "paper": {"figure1": FIG1_PAPER, "figure2": FIG2_PAPER}, "rate_systems": systems})
 
     async def size(request: Request) -> Response:
         page = refusals_in_body(request) is True

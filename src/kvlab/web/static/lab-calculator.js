@@ -9,6 +9,15 @@ async function setupCalculator(grid, contextLen) {
   for (const m of catalog.models) modelSel.append(el("option", { value: m.name, text: m.name }));
   for (const g of catalog.gpus) gpuSel.append(el("option", { value: g.name, text: g.name }));
   modelSel.value = catalog.defaults.model;
+  // Each number's range, the one `kvlab size` takes (catalog.ranges: kvlab.validate.option_range), checked here as
+  // the server checks it.
+  for (const input of form.querySelectorAll("input[data-kind]")) {
+    const range = catalog.ranges[input.name];
+    if (!range) continue;
+    input.dataset.min = String(range.lo);
+    input.dataset.max = String(range.hi);
+    if (range.lo_open) input.dataset.loOpen = "true"; else delete input.dataset.loOpen;
+  }
   document.getElementById("calc-context").value = String(contextLen);
   gpuSel.value = catalog.defaults.gpu;
   const errorNode = document.getElementById("calc-error");

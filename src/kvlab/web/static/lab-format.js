@@ -64,7 +64,8 @@ function checkField(input) {
   const raw = input.value.trim(), label = input.dataset.label || input.name;
   const named = label === input.name ? label : `${label} (${input.name})`;  // the words beside it, and its name
   const lo = Number(input.dataset.min);
-  const range = `${nf0.format(lo) === String(lo) ? lo : input.dataset.min} to ${input.dataset.max}`;
+  const open = input.dataset.loOpen === "true";  // (lo itself refused: gpu_memory_utilization is above 0)
+  const range = `${open ? "above " : ""}${nf0.format(lo) === String(lo) ? lo : input.dataset.min} to ${input.dataset.max}`;
   const hi = Number(input.dataset.max);
   if (kind === "blocks" && (raw === "" || raw.toLowerCase() === "auto")) return [null, null];
   const what = kind === "number" ? "a number" : "a whole number";
@@ -75,7 +76,7 @@ function checkField(input) {
   }
   const v = Number(raw);
   if (kind !== "number" && !Number.isInteger(v)) return [null, `${named} ${raw} is not a whole number: type one from ${range}${also}`];
-  if (v < lo || v > hi) return [null, `${named} ${raw} is out of range: ${range}`];
+  if (v < lo || (open && v === lo) || v > hi) return [null, `${named} ${raw} is out of range: ${range}`];
   return [v, null];
 }
 
