@@ -819,18 +819,27 @@ def _term_rows(replays: Sequence[Replay], terms: Sequence[str]) -> tuple[list[tu
     return rows, labels
 
 
-def leave_one_out_terms(calibration: Calibration, terms: Sequence[str],
-                        progress: Callable[[str], None] | None = None) -> list[Replay]:
+def leave_one_out_terms(calibration: Calibration, terms: Sequence[str], progress: Callable[[str], None] | None = None,
+                        joint: bool = False) -> list[Replay]:
     """``leave_one_out`` with lag terms (LAG_TERMS; an experiment, benchmarks/real_vllm.py --lag-per): each fold fits
-    them with the profile's constants on the other runs' equations, and the left-out run, replayed under the fold's
-    constants, carries their time as its ``shift_s``."""
+    the profile's constants on the other runs' equations as ``leave_one_out`` does, then, the engine's held there,
+    ``request_latency_s`` and the terms on those runs' TTFT and E2E equations (ITL's do not carry them), so the terms
+    take only what the engine's clock leaves; ``joint``: all of them at once instead. The left-out run, replayed under
+    the fold's constants, carries the terms' time as its ``shift_s``."""
     out = []
     fit = calibration.fit
     for i, held in enumerate(calibration.replays):
         others = [r for j, r in enumerate(calibration.replays) if j != i]
         rows, labels = _term_rows(others, terms)
         try:
-            fold = _solve_once(rows, (*fit.fitted, *fit.held, *terms), fit.constants, labels, terms)
+            if joint:
+                fold = _solve_once(rows, (*fit.fitted, *fit.held, *terms), fit.constants, labels, terms)
+            else:
+                engine_rows, engine_labels = _rows(others)  # (leave_one_out's fold)
+                engine = solve(engine_rows, fit.fitted + fit.held, fit.constants, engine_labels, identified=None)
+                lag = [k for k, (_, label) in enumerate(zip(rows, labels)) if not label.endswith("itl_mean")]
+                fold = _solve_once([rows[k] for k in lag], ("request_latency_s", *terms), engine.constants,
+                                   [labels[k] for k in lag], terms)
         except KvlabError as exc:
             raise KvlabError(f"leave-one-out, the fit without run {held.prepared.run.id!r}: {exc}") from None
         shift = sum(fold.constants[k] * LAG_TERMS[k](held.prepared) for k in terms)
