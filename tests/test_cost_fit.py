@@ -569,7 +569,7 @@ def test_a_lag_per_prompt_token_fitted_jointly_is_recovered_by_each_fold_and_shi
     terms = F.LAG_TERM_CHOICES["prompt"]
     lines: list[str] = []
     folded = F.leave_one_out_terms(calibration, terms, progress=lines.append, joint=True)
-    assert len(lines) == 3 and all(f"{terms[0]} 2e-05" in line for line in lines)
+    assert len(lines) == 3 and all(f"{terms[0]} 2e-05" in line and "request_latency_s 0.004" in line for line in lines)
     for fold, plain in zip(folded, replays):
         run = plain.prepared.run
         assert fold.shift_s == pytest.approx(per_token * fold.prepared.spec.prompt_len, rel=1e-6)

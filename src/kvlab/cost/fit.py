@@ -846,7 +846,8 @@ def leave_one_out_terms(calibration: Calibration, terms: Sequence[str], progress
         constants = {k: v for k, v in fold.constants.items() if k not in terms}
         out.append(replace(replay(held.prepared, constants), shift_s=float(shift)))
         if progress is not None:
-            progress(f"run {held.prepared.run.id} left out: " + ", ".join(f"{k} {fold.constants[k]:.3g}" for k in terms))
+            progress(f"run {held.prepared.run.id} left out: " + ", ".join(
+                f"{k} {fold.constants[k]:.3g}" for k in ("request_latency_s", *terms)) + f"; its lag {shift * 1e3:.2f} ms")
     return out
 
 
