@@ -599,3 +599,11 @@ def test_a_lag_term_fitted_after_the_engine_leaves_each_folds_engine_and_itl_as_
         assert fold.shift_s > 0
     with_term, without_term = F.median_abs_errors(F.errors(folded)), F.median_abs_errors(F.errors(plain))
     assert with_term["ttft_mean"] < without_term["ttft_mean"]
+
+
+def test_lag_terms_with_a_profile_fitted_on_a_grid_is_one_line():
+    constants = {**F.START, "request_latency_s": 0.004, F.LAG: 1.0}
+    fit = F.Fit(constants, {}, ("bandwidth_efficiency", "request_latency_s", F.LAG), 0, 0.0)
+    calibration = F.Calibration(fit=fit, replays=[], iterations=0)
+    with pytest.raises(KvlabError, match=r"this profile's fit names admission_lag_iterations, fitted on a grid; valid"):
+        F.leave_one_out_terms(calibration, F.LAG_TERM_CHOICES["both"])

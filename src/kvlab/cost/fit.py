@@ -828,6 +828,11 @@ def leave_one_out_terms(calibration: Calibration, terms: Sequence[str], progress
     the fold's constants, carries the terms' time as its ``shift_s``."""
     out = []
     fit = calibration.fit
+    gridded = [k for k in (*fit.fitted, *fit.held) if k in SPREADS]
+    if gridded:
+        raise KvlabError(f"the lag terms ({', '.join(terms)}) are fitted with the linear constants only, and this profile's "
+                         f"fit names {', '.join(gridded)}, fitted on a grid; valid: a profile whose [fit] fits none of "
+                         f"{', '.join(SPREADS)} (vllm-h100), or the grid's own flag without --lag-per")
     for i, held in enumerate(calibration.replays):
         others = [r for j, r in enumerate(calibration.replays) if j != i]
         rows, labels = _term_rows(others, terms)
