@@ -1,7 +1,7 @@
 """kvlab against real vLLM runs on real GPUs: every calibration run replayed with its own settings.
 
     python benchmarks/real_vllm.py [--runs PATH] [--profile NAME] [--baseline NAME ...] [--json] [--closed-loop]
-                                   [--sent] [--jitter | --step | --lag | --lag-step]
+                                   [--sent] [--jitter | --step | --lag | --lag-step | --lag-per {prompt,size,both} [--lag-joint]]
     python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME] [--sent]
 
 For each run of the measured-runs file (default: the calibration set, ../shared/data/real-vllm/trainval.json
@@ -19,7 +19,11 @@ left-out run (kvlab.cost.fit.leave_one_out). ``--jitter``: each fold fits the la
 ``--step``: the lag's step instead (``lag_step_probability``: one more iteration for a request with probability q);
 ``--lag``: the admission lag itself instead (``admission_lag_iterations``, on kvlab.cost.fit.LAG_GRID: each fold's
 lag fitted without its run); ``--lag-step``: the lag and the step jointly (on the product of their grids,
-kvlab.cost.fit.JOINT: each fold's pair fitted without its run).
+kvlab.cost.fit.JOINT: each fold's pair fitted without its run); ``--lag-per``: the time outside the engine core grows
+with the prompt (a time per prompt token), the model (per GB of weights) or both: each fold fits the profile's
+constants as without them, then, the engine's held, ``request_latency_s`` and those terms on the TTFT and E2E
+equations (kvlab.cost.fit.LAG_TERMS, leave_one_out_terms; an experiment, docs/cost.md "Terms tried and not kept");
+with ``--lag-joint``, every constant and the terms in one fit.
 
 ``--reads``: no leave-one-out; each run replayed once under the profile, and per run what its decoded tokens read
 (the weights and the KV, in milliseconds per output token at 100% of the GPU's bandwidth), the ITL the run's own
@@ -82,7 +86,13 @@ def main(argv: list[str] | None = None) -> int:
                         "a grid, the linear constants refitted at each; an experiment: docs/cost.md)")
     grid.add_argument("--lag-step", action="store_true", help="each fold fits the admission lag and the lag's step "
                         "jointly (the product of their grids; an experiment: docs/cost.md)")
+    grid.add_argument("--lag-per", choices=sorted(F.LAG_TERM_CHOICES), help="each fold fits a lag per prompt token, "
+                      "per GB of weights or both, with the profile's constants (an experiment: docs/cost.md)")
+    parser.add_argument("--lag-joint", action="store_true", help="with --lag-per: fit the terms with every constant in "
+                        "one fit (default: the engine's constants first, then the lag on TTFT and E2E)")
     args = parser.parse_args(argv)
+    if args.lag_joint and not args.lag_per:
+        parser.error("--lag-joint applies to --lag-per's terms; valid: --lag-per {prompt,size,both} --lag-joint")
     path = args.runs or default_runs()
     if args.runs is None and not path.is_file():
         print(f"error: the measured runs are not in the repository; this benchmark reads them from {path} (the shared "
@@ -112,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
               f"baselines {', '.join(b.name for b in baselines)}", file=sys.stderr)
         calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0, held, profile.fit.get("hold_if_sigma_over_value")),
                                     replays=[F.replay(p, constants) for p in prepared], iterations=0)
-        folds = F.leave_one_out(calibration)
+        if args.lag_per:
+            folds = F.leave_one_out_terms(calibration, F.LAG_TERM_CHOICES[args.lag_per],
+                                          progress=lambda line: print(line, file=sys.stderr), joint=args.lag_joint)
+        else:
+            folds = F.leave_one_out(calibration)
         tables = {f"{profile.name} (LOO)": F.errors(folds)}
         for name in (k for k in F.SPREADS if k in fitted):  # (the value each fold fitted on its grid)
             print(f"{name} by fold (the run left out): " + ", ".join(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -537,3 +538,72 @@ def test_the_admission_lag_and_its_step_fitted_jointly_lie_on_both_grids_and_fit
     with pytest.raises(KvlabError, match="lag_step_probability and lag_jitter_iterations: valid: one of .*"
                                          "admission_lag_iterations with lag_step_probability"):
         F.calibrate_runs(runs, (*linear, F.STEP, F.JITTER))
+
+
+def _runs_with_a_lag_per_prompt_token(per_token: float, constants: dict) -> list:
+    """Three runs of different prompt lengths whose measured times are kvlab's own replay's under ``constants`` plus
+    ``per_token`` seconds a prompt token on TTFT and E2E (so the rest of the clock is exact), replayed so."""
+    replays = []
+    for question in (100, 300, 600):
+        raw = _with("workload.question_len", question)
+        raw["id"] = f"q{question}"
+        prepared = F.prepare(run_from_dict(raw, "x"))
+        shift = per_token * prepared.spec.prompt_len
+        predicted = F.replay(prepared, constants).predicted()
+        raw["actual"] = {group: {m: 1e3 * (v + shift * m.startswith(("e2e", "ttft"))) for m, v in metrics.items()}
+                         for group, metrics in predicted.items()}
+        replays.append(F.replay(F.prepare(run_from_dict(raw, "x")), constants))
+    return replays
+
+
+def test_a_lag_per_prompt_token_fitted_jointly_is_recovered_by_each_fold_and_shifts_ttft_and_e2e_not_itl():
+    """fit.LAG_TERMS (an experiment, benchmarks/real_vllm.py --lag-per --lag-joint): runs whose measured times carry a
+    lag of c per prompt token are predicted by leave-one-out with the term fitted in each fold with the other
+    constants: each fold finds c and each left-out run comes to its measured times, where the folds without the
+    term miss. The term's time is on TTFT and E2E alike, not ITL, and the schedule is not moved by it."""
+    per_token = 20e-6
+    constants = {**F.START, "request_latency_s": 0.004}
+    replays = _runs_with_a_lag_per_prompt_token(per_token, constants)
+    calibration = F.Calibration(fit=F.Fit(constants, {}, ("bandwidth_efficiency", "request_latency_s"), 0, 0.0),
+                                replays=replays, iterations=0)
+    terms = F.LAG_TERM_CHOICES["prompt"]
+    lines: list[str] = []
+    folded = F.leave_one_out_terms(calibration, terms, progress=lines.append, joint=True)
+    assert len(lines) == 3 and all(f"{terms[0]} 2e-05" in line and "request_latency_s 0.004" in line for line in lines)
+    for fold, plain in zip(folded, replays):
+        run = plain.prepared.run
+        assert fold.shift_s == pytest.approx(per_token * fold.prepared.spec.prompt_len, rel=1e-6)
+        np.testing.assert_allclose(fold.first_token, plain.first_token, rtol=1e-9)  # (the schedule: the same)
+        for metric in ("e2e_mean", "e2e_p99", "ttft_mean", "ttft_p90", "itl_mean"):
+            assert fold.predicted()["summary"][metric] == pytest.approx(run.measured("summary", metric), rel=1e-6)
+        unshifted = replace(fold, shift_s=0.0).predicted()["summary"]
+        assert fold.predicted()["summary"]["ttft_mean"] - unshifted["ttft_mean"] == pytest.approx(fold.shift_s)
+        assert fold.predicted()["summary"]["itl_mean"] == pytest.approx(unshifted["itl_mean"])
+    without = F.median_abs_errors(F.errors(F.leave_one_out(calibration)))
+    assert without["ttft_mean"] > 0.01  # (without the term the folds cannot place it)
+
+
+def test_a_lag_term_fitted_after_the_engine_leaves_each_folds_engine_and_itl_as_without_it():
+    """leave_one_out_terms' default: each fold's engine constants are leave_one_out's (so its ITL is too), and then
+    request_latency_s and the term are fitted on the TTFT and E2E equations: the TTFT nearer the measured than
+    without the term."""
+    constants = {**F.START, "request_latency_s": 0.004}
+    replays = _runs_with_a_lag_per_prompt_token(20e-6, constants)
+    calibration = F.Calibration(fit=F.Fit(constants, {}, ("bandwidth_efficiency", "request_latency_s"), 0, 0.0),
+                                replays=replays, iterations=0)
+    folded = F.leave_one_out_terms(calibration, F.LAG_TERM_CHOICES["prompt"])
+    plain = F.leave_one_out(calibration)
+    for fold, without in zip(folded, plain):
+        assert fold.constants["bandwidth_efficiency"] == without.constants["bandwidth_efficiency"]
+        assert fold.predicted()["summary"]["itl_mean"] == pytest.approx(without.predicted()["summary"]["itl_mean"])
+        assert fold.shift_s > 0
+    with_term, without_term = F.median_abs_errors(F.errors(folded)), F.median_abs_errors(F.errors(plain))
+    assert with_term["ttft_mean"] < without_term["ttft_mean"]
+
+
+def test_lag_terms_with_a_profile_fitted_on_a_grid_is_one_line():
+    constants = {**F.START, "request_latency_s": 0.004, F.LAG: 1.0}
+    fit = F.Fit(constants, {}, ("bandwidth_efficiency", "request_latency_s", F.LAG), 0, 0.0)
+    calibration = F.Calibration(fit=fit, replays=[], iterations=0)
+    with pytest.raises(KvlabError, match=r"this profile's fit names admission_lag_iterations, fitted on a grid; valid"):
+        F.leave_one_out_terms(calibration, F.LAG_TERM_CHOICES["both"])

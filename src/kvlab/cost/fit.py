@@ -64,6 +64,8 @@ FIT_HINTS = {
     "request_latency_s": "any runs (TTFT and E2E carry it, ITL does not)",
     JITTER_NAME: "runs whose TTFT p90 and p99 are published (it spreads each request's time outside the engine)",
     STEP: "runs whose TTFT p90 and p99 are published (it delays a few requests by one more iteration)",
+    "request_latency_per_prompt_token_s": "runs whose prompts differ in length (TTFT and E2E carry it, ITL does not)",
+    "request_latency_per_weight_gb_s": "runs of models of different sizes (TTFT and E2E carry it, ITL does not)",
     "admission_lag_iterations": "runs that found the engine busy, at different decode iteration times (it delays a "
                                 "busy request by its own iterations)",
 }
@@ -124,6 +126,18 @@ GIVEN = {JITTER: "jitter", STEP: "step", LAG: "lag"}  # (each one's keyword in R
 # every replay, fold and fitted profile, as given (the admission lag: ADMISSION_LAG_ITERATIONS where the start names
 # none, profile_document; the lag's spread and step: 0 where none, unless fitted, fit_spread).
 CARRIED = (LAG, JITTER, STEP)
+
+
+# Lag terms that grow with the run (an experiment, fitted only where asked: benchmarks/real_vllm.py --lag-per;
+# docs/cost.md, "Terms tried and not kept"): the time outside the engine core as request_latency_s plus a time per
+# prompt token (tokenization, the front end's handling of the prompt) and/or per GB of the model's weights (all of
+# its GPUs'), each a linear constant in the TTFT and E2E rows (not ITL's), fitted on the training folds only. Every
+# request of a shared_prefix run has the same prompt, so within a run either term is one time for every request:
+# the run's schedule is only translated, and a replay carries it as its ``shift_s``.
+LAG_TERMS = {"request_latency_per_prompt_token_s": lambda p: float(p.spec.prompt_len),
+             "request_latency_per_weight_gb_s": lambda p: p.config.sizing.weights_bytes_total / 1e9}
+LAG_TERM_CHOICES = {"prompt": ("request_latency_per_prompt_token_s",), "size": ("request_latency_per_weight_gb_s",),
+                    "both": tuple(LAG_TERMS)}
 
 
 # The calibration set's hardware names (the sim-to-real benchmark's) for cards kvlab's catalogue has two of. The set
@@ -250,6 +264,7 @@ class Replay:
     num_preemptions: int = 0  # (the simulation's counter: a replay whose KV ran out says so)
     jitter: float = 0.0  # the profile's lag_jitter_iterations (latency.py: the lag's spread, per request)
     step: float = 0.0  # the profile's lag_step_probability (latency.py: the lag's step, per request)
+    shift_s: float = 0.0  # the lag terms' time (LAG_TERMS: the same for every request of the run), on TTFT and E2E
     _parts: Any = field(default=None, repr=False, compare=False)  # (request_parts, computed once)
 
     def draws(self) -> np.ndarray:
@@ -339,7 +354,7 @@ class Replay:
     def client_ttft(self) -> np.ndarray:
         """Each request's TTFT as the client sees it (arrival to first token, with the admission lag)."""
         out_len = self.prepared.run.workload.output_len
-        return self.first_token + self._lag(out_len) - self.arrival
+        return self.first_token + self._lag(out_len) - self.arrival + self.shift_s
 
     def _lag(self, out_len: int):
         from kvlab.cost.latency import admission_lag
@@ -349,7 +364,7 @@ class Replay:
     def predicted(self) -> dict[str, dict[str, float]]:
         """The metrics a client would have measured, per group (summary and each stage)."""
         out_len = self.prepared.run.workload.output_len
-        e2e, ttft = self.finish + self._lag(out_len) - self.arrival, self.client_ttft()
+        e2e, ttft = self.finish + self._lag(out_len) - self.arrival + self.shift_s, self.client_ttft()
         groups = {"summary": np.ones(len(e2e), bool)}
         groups.update({f"stage{k}": self.stage == k for k in range(len(self.prepared.run.workload.stages))})
         out = {}
@@ -636,13 +651,15 @@ def unidentified(constants: dict[str, float], sigma: dict[str, float], identifie
 
 
 def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str], fixed: dict[str, float],
-                labels: Sequence[str] = ()) -> Fit:
-    """Bounded least squares on relative errors for the ``fitted`` constants (the rest held at ``fixed``)."""
+                labels: Sequence[str] = (), terms: Sequence[str] = ()) -> Fit:
+    """Bounded least squares on relative errors for the ``fitted`` constants (the rest held at ``fixed``); ``terms``:
+    lag terms (LAG_TERMS) whose columns follow CONSTANTS' in the rows (``_term_rows``)."""
     from scipy.optimize import lsq_linear
 
-    index = [CONSTANTS.index(k) for k in fitted]
-    held = [i for i in range(len(CONSTANTS)) if i not in index]
-    theta_fixed = theta_of({**START, **fixed})
+    names = (*CONSTANTS, *terms)
+    index = [names.index(k) for k in fitted]
+    held = [i for i in range(len(names)) if i not in index]
+    theta_fixed = np.concatenate([theta_of({**START, **fixed}), [fixed.get(k, 0.0) for k in terms]])
     a = np.array([row for row, _ in rows])
     b = np.array([measured for _, measured in rows])
     weights = 1.0 / b
@@ -655,7 +672,8 @@ def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str],
         if not np.any(matrix[:, col]):
             raise KvlabError(f"cannot fit {name}: what it multiplies is 0 in every run "
                              f"({'; '.join(labels[:3]) + ('...' if len(labels) > 3 else '')}); data that would fit "
-                             f"it: {FIT_HINTS[name]}; or leave it out (--fit without it: it stays at {START[name]:g})")
+                             f"it: {FIT_HINTS[name]}; or leave it out (--fit without it: it stays at "
+                             f"{START.get(name, 0.0):g})")
     scale = np.linalg.norm(matrix, axis=0)
     singular = np.linalg.svd(matrix / scale, compute_uv=True)
     s, vt = singular[1], singular[2]
@@ -678,7 +696,8 @@ def _solve_once(rows: Sequence[tuple[np.ndarray, float]], fitted: Sequence[str],
         sd = np.full(len(index), math.inf)
     full = theta_fixed.copy()
     full[index] = theta
-    constants = {**carried(fixed), **constants_of(full)}  # (the lag and its spread as the replays had them)
+    constants = {**carried(fixed), **constants_of(full[:len(CONSTANTS)]),  # (the lag and its spread as replayed)
+                 **{k: float(v) for k, v in zip(terms, full[len(CONSTANTS):])}}
     sigma = {}
     for k, t, e in zip(fitted, theta, sd):
         sigma[k] = float(e / t**2) if k in INVERTED else float(e)
@@ -786,6 +805,55 @@ def spread_loss(replays: Sequence[Replay], theta: np.ndarray, given: dict[str, f
         (e90, e99), (t90, t99) = np.percentile(e, (90, 99)), np.percentile(t, (90, 99))
         loss += float(np.sum((np.array([e.mean(), e90, e99, t.mean(), t90, t99]) / m - 1.0) ** 2))
     return loss
+
+
+def _term_rows(replays: Sequence[Replay], terms: Sequence[str]) -> tuple[list[tuple[np.ndarray, float]], list[str]]:
+    """``_rows`` with a column for each lag term (LAG_TERMS) after CONSTANTS': the run's value of what it multiplies in
+    its TTFT and E2E rows, 0 in its ITL rows."""
+    rows, labels = [], []
+    for r in replays:
+        values = np.array([LAG_TERMS[k](r.prepared) for k in terms])
+        for group, metric, row, measured in r.equations():
+            rows.append((np.concatenate([row, values * (metric != "itl_mean")]), measured))
+            labels.append(f"run {r.prepared.run.id} {group} {metric}")
+    return rows, labels
+
+
+def leave_one_out_terms(calibration: Calibration, terms: Sequence[str], progress: Callable[[str], None] | None = None,
+                        joint: bool = False) -> list[Replay]:
+    """``leave_one_out`` with lag terms (LAG_TERMS; an experiment, benchmarks/real_vllm.py --lag-per): each fold fits
+    the profile's constants on the other runs' equations as ``leave_one_out`` does, then, the engine's held there,
+    ``request_latency_s`` and the terms on those runs' TTFT and E2E equations (ITL's do not carry them), so the terms
+    take only what the engine's clock leaves; ``joint``: all of them at once instead. The left-out run, replayed under
+    the fold's constants, carries the terms' time as its ``shift_s``."""
+    out = []
+    fit = calibration.fit
+    gridded = [k for k in (*fit.fitted, *fit.held) if k in SPREADS]
+    if gridded:
+        raise KvlabError(f"the lag terms ({', '.join(terms)}) are fitted with the linear constants only, and this profile's "
+                         f"fit names {', '.join(gridded)}, fitted on a grid; valid: a profile whose [fit] fits none of "
+                         f"{', '.join(SPREADS)} (vllm-h100), or the grid's own flag without --lag-per")
+    for i, held in enumerate(calibration.replays):
+        others = [r for j, r in enumerate(calibration.replays) if j != i]
+        rows, labels = _term_rows(others, terms)
+        try:
+            if joint:
+                fold = _solve_once(rows, (*fit.fitted, *fit.held, *terms), fit.constants, labels, terms)
+            else:
+                engine_rows, engine_labels = _rows(others)  # (leave_one_out's fold)
+                engine = solve(engine_rows, fit.fitted + fit.held, fit.constants, engine_labels, identified=None)
+                lag = [k for k, (_, label) in enumerate(zip(rows, labels)) if not label.endswith("itl_mean")]
+                fold = _solve_once([rows[k] for k in lag], ("request_latency_s", *terms), engine.constants,
+                                   [labels[k] for k in lag], terms)
+        except KvlabError as exc:
+            raise KvlabError(f"leave-one-out, the fit without run {held.prepared.run.id!r}: {exc}") from None
+        shift = sum(fold.constants[k] * LAG_TERMS[k](held.prepared) for k in terms)
+        constants = {k: v for k, v in fold.constants.items() if k not in terms}
+        out.append(replace(replay(held.prepared, constants), shift_s=float(shift)))
+        if progress is not None:
+            progress(f"run {held.prepared.run.id} left out: " + ", ".join(
+                f"{k} {fold.constants[k]:.3g}" for k in ("request_latency_s", *terms)) + f"; its lag {shift * 1e3:.2f} ms")
+    return out
 
 
 def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None) -> list[Replay]:
