@@ -313,17 +313,23 @@ def test_a_tensor_parallel_hint_names_the_max_model_len_at_which_vllm_would_then
 
 
 def test_fit_says_none_fit_rather_than_0_tokens_and_the_most_that_do(kvlab):
-    """Trial 46: --concurrency 100000000 printed 'Longest context ...: 0 tokens'."""
-    r = kvlab("fit", "opt-13b", "--gpu", "a100-40gb", "--concurrency", "100000000")
+    """Trial 46: --concurrency 100000000 printed 'Longest context ...: 0 tokens'. Trial 55 (finding 6): alone, that
+    is exit 2 with one line, as fit's help says; with --context-len the workload's answer comes, with 'none'."""
+    most = kvlab("fit", "opt-13b", "--gpu", "a100-40gb", "--json").json()
+    args = ("fit", "opt-13b", "--gpu", "a100-40gb", "--concurrency", "100000000", "--context-len", "64")
+    r = kvlab(*args)
     assert r.exit_code == 0, r.stderr
     words = " ".join(r.stdout.split())
-    most = kvlab("fit", "opt-13b", "--gpu", "a100-40gb", "--json").json()
     assert "0 tokens" not in words
     assert "Longest context for 100,000,000 concurrent requests: none: at most " in words
-    data = kvlab("fit", "opt-13b", "--gpu", "a100-40gb", "--concurrency", "100000000", "--json").json()
+    data = kvlab(*args, "--json").json()
     one = data["max_context_len"]["max_num_requests_of_one_token"]
     assert f"at most {one:,} requests of one token fit" in words and 0 < one < 100_000_000
     assert "max_num_requests_of_one_token" not in most["max_context_len"]
+    alone = kvlab("fit", "opt-13b", "--gpu", "a100-40gb", "--concurrency", "100000000")
+    assert alone.exit_code == 2 and alone.stdout == "" and len(alone.stderr.strip().splitlines()) == 1
+    assert "--concurrency 100,000,000: not even one token each fits" in alone.stderr
+    assert f"valid: up to {one:,} requests" in alone.stderr
 
 
 def test_fit_answers_at_the_longest_max_model_len_vllm_starts_with(kvlab):

@@ -21,11 +21,16 @@ def kv_token_accuracy() -> dict | None:
 
 
 def estimate_accuracy_clause() -> str | None:
-    """One clause: how far the estimate was off on the corpus ("on 40 real startup logs kvlab sizes, its KV cache
-    tokens were within 2% of vLLM's on 25, median error 1.2%, largest +33.3%"); None where nothing is stored."""
+    """One clause: how far the estimate was off on the corpus, the held-out half first (the logs the memory profile
+    was not fitted on: the honest score for a new model), then every sized log, the fitted-on half included ("its
+    KV cache tokens were within 2% of vLLM's on 11 of 20 held-out startup logs (27 of 44 with the 24 it was fitted
+    on; benchmarks/startup_logs.py)"); None where nothing is stored."""
     acc = kv_token_accuracy()
     if not acc or not acc.get("num_sized"):
         return None
-    return (f"on {acc['num_sized']} real startup logs kvlab sizes, its KV cache tokens were within "
-            f"{acc['within']:.0%} of vLLM's on {acc['num_within']}, median error {acc['median_abs_error']:.1%}, "
-            f"largest {acc['largest_error']:+.1%} (benchmarks/startup_logs.py)")
+    within = f"its KV cache tokens were within {acc['within']:.0%} of vLLM's on"
+    every = f"{acc['num_within']} of {acc['num_sized']}"
+    if not acc.get("held_out_num_sized"):  # (a file stored before the halves were: every log, said as such)
+        return f"{within} {every} real startup logs, some of them fitted on (benchmarks/startup_logs.py)"
+    return (f"{within} {acc['held_out_num_within']} of {acc['held_out_num_sized']} held-out startup logs ({every} "
+            f"with the {acc['fit_num_sized']} it was fitted on; benchmarks/startup_logs.py)")

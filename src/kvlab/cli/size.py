@@ -322,7 +322,25 @@ def _fit_verb(n: int, noun: str) -> str:
     return f"{plural(n, noun)} {'fits' if n == 1 else 'fit'}"
 
 
-def _print_workload(console, fit) -> None:
+def _max_num_seqs(config) -> tuple[int, str]:
+    """vLLM's cap on the requests it runs at once, whatever the KV cache holds, and where it comes from (trial 55,
+    finding 2: 'fits' said of 5,000 requests where vLLM runs 1,024)."""
+    cap = config.resolved_max_num_seqs
+    return cap, (f"--max-num-seqs {cap:,}" if config.max_num_seqs is not None
+                 else "max_num_seqs: vLLM's default here")
+
+
+def _at_once(cap: tuple[int, str]) -> str:
+    """"vLLM runs at most 1,024 at once (max_num_seqs, ...)"."""
+    return f"vLLM runs at most {cap[0]:,} at once ({cap[1]})"
+
+
+def _workload_dict(fit, cap: tuple[int, str]) -> dict:
+    """WorkloadFit.to_dict, with vLLM's cap on the requests running at once and how many of these it runs."""
+    return {**fit.to_dict(), "max_num_seqs": cap[0], "num_running_at_once": min(fit.num_requests, cap[0])}
+
+
+def _print_workload(console, fit, cap: tuple[int, str]) -> None:
     from rich.text import Text
 
     def item(markup: str) -> None:  # wrapped lines stay under the first one, not at the margin
@@ -335,12 +353,15 @@ def _print_workload(console, fit) -> None:
     item(f"needs {plural(fit.num_blocks_needed, 'block')} ({fit.num_requests:,} x {fit.blocks_per_request:,}) = "
          f"{gib(fit.kv_bytes_needed)} per GPU; the cache holds {plural(fit.num_usable_blocks, 'usable block')} "
          f"({gib(fit.kv_bytes_usable)}; one block is vLLM's null block)")
+    over = (f"; [yellow]but {_at_once(cap)}: the other {fit.num_requests - cap[0]:,} wait in its queue[/]"
+            if fit.num_requests > cap[0] else "")
     if fit.fits:
         room = plural(fit.max_num_requests - fit.num_requests, "more request")
-        item(f"[green]fits[/], with {plural(fit.spare_blocks, 'block')} ({spare}) to spare: room for {room} of this "
-             "length")
+        beyond = f", though {_at_once(cap)}" if fit.max_num_requests > cap[0] and not over else ""
+        item(f"[green]fits[/] in the KV cache, with {plural(fit.spare_blocks, 'block')} ({spare}) to spare: room for "
+             f"{room} of this length{beyond}{over}")
     else:
-        item(f"[red]does not fit[/]: {plural(-fit.spare_blocks, 'block')} ({spare}) short")
+        item(f"[red]does not fit[/]: {plural(-fit.spare_blocks, 'block')} ({spare}) short{over}")
     each = (f"{_fit_verb(fit.num_requests, 'request')} up to {fit.max_context_len:,} tokens each"
             if fit.max_context_len else f"{plural(fit.num_requests, 'request')} do not fit at any length")
     item(f"at {fit.context_len:,} tokens at most {_fit_verb(fit.max_num_requests, 'request')}; {each}")
@@ -393,7 +414,7 @@ def size(
         if result.available_kv_source == "estimated":
             data["estimate_accuracy"] = kv_token_accuracy()
         data["profile_terms"] = [{"name": t.name, "bytes": t.bytes, "source": t.source} for t in result.profile_terms]
-        data["workload"] = fit.to_dict() if fit else None
+        data["workload"] = _workload_dict(fit, _max_num_seqs(config)) if fit else None
         data["gpu_notes"] = gpu_notes(spec, config)
         data["quantization_note"] = quantized
         typer.echo(json.dumps(data, indent=1))
@@ -491,7 +512,7 @@ def _print_size(spec, gpu_spec, config, result, fit) -> None:
                       "unrequested, the part-block left over)")
         console.print("  " + _split_bar(split))
     if fit:
-        _print_workload(console, fit)
+        _print_workload(console, fit, _max_num_seqs(config))
 
 
 def _print_layout_only(spec, config, layout, as_json: bool) -> None:
@@ -543,7 +564,9 @@ def fit(
 ) -> None:
     """The reverse questions: longest context for N requests, most requests at a length, fewest GPUs for MODEL.
 
-    Answered at a configuration vLLM starts with; exit status 2, with one line, where the settings given leave none."""
+    Answered at a configuration vLLM starts with; exit status 2, with one line, where the settings given leave none.
+
+    Exit status 2 too where not one token each fits --concurrency requests (--context-len adds the GPUs that do)."""
     check_options({"concurrency": concurrency, "context_len": context_len})
     with allow_large_work(yes):
         spec = get_model(model)
@@ -568,6 +591,8 @@ def fit(
         answers["fewest_gpus_pipelined"] = _fewest_gpus_pipelined(spec, target, config, answers["fewest_gpus"])
     answers["notes"] = notes
     longest = max_context_len(spec, config, concurrency)
+    if longest == 0 and not context_len:
+        _refuse_concurrency(spec, config, result, concurrency)
     length = context_len or result.max_model_len
     most = max_num_requests(spec, config, length)
     answers["tensor_parallel_size"] = config.tensor_parallel_size
@@ -579,7 +604,10 @@ def fit(
     if longest == 0:  # (not even one token each: how many requests of one token do fit)
         answers["max_context_len"]["max_num_requests_of_one_token"] = max_num_requests(spec, config, 1)
     answers["max_num_requests"] = {"context_len": length, "num_requests": most}
-    answers["workload"] = workload_fit(spec, config, concurrency, context_len).to_dict() if context_len else None
+    cap = _max_num_seqs(config)
+    answers["max_num_seqs"] = {"max_num_seqs": cap[0], "source": "given" if config.max_num_seqs is not None else
+                               "vLLM's default"}
+    answers["workload"] = _workload_dict(workload_fit(spec, config, concurrency, context_len), cap) if context_len else None
     if context_len:
         answers["workload_gpus"] = _workload_gpus(spec, gpu_spec, config, concurrency, context_len)
     answers["sizing"] = {k: v for k, v in result.to_dict().items() if k in (
@@ -591,6 +619,15 @@ def fit(
         typer.echo(json.dumps(answers, indent=1))
         return
     _print_fit(spec, gpu_spec, config, result, answers, notes, concurrency, context_len)
+
+
+def _refuse_concurrency(spec, config, result, concurrency: int) -> None:
+    """Not even one token each fits ``concurrency`` requests: fit's help promises exit 2 with one line (trial 55,
+    finding 6), naming the most requests of one token the cache holds."""
+    one = max_num_requests(spec, config, 1)
+    raise KvlabError(f"--concurrency {concurrency:,}: not even one token each fits in the KV cache "
+                     f"({result.num_usable_blocks:,} usable blocks of {result.block_size} tokens per GPU); valid: up to "
+                     f"{one:,} requests, or add --context-len N for the GPUs that would hold {concurrency:,}")
 
 
 def _target_gpu(gpu_spec, config):
@@ -698,12 +735,15 @@ def _print_fit(spec, gpu_spec, config, result, answers: dict, notes: list[str], 
               "max_model_len": f" (the --max-model-len given: vLLM rejects a longer request; the model takes up to "
                                f"{spec.max_position_embeddings:,})"}.get(answers["max_context_len"]["capped_by"], "")
     none = answers["max_context_len"].get("max_num_requests_of_one_token")
+    cap = _max_num_seqs(config)
+    over = f"; {_at_once(cap)}" if concurrency > cap[0] and none is None else ""
     console.print(f"[bold]Longest context for {concurrency:,} concurrent request{'s' if concurrency > 1 else ''}:[/] "
-                  + (f"{longest:,} tokens{capped}" if none is None
+                  + (f"{longest:,} tokens{capped}{over}" if none is None
                      else f"none: at most {none:,} requests of one token fit"))
-    console.print(f"[bold]Most concurrent requests at {length:,} tokens:[/] {most:,}")
+    console.print(f"[bold]Most concurrent requests at {length:,} tokens:[/] "
+                  + (f"{most:,} fit in the KV cache; {_at_once(cap)}" if most > cap[0] else f"{most:,}"))
     if context_len:
         fit = workload_fit(spec, config, concurrency, context_len)
-        _print_workload(console, fit)
+        _print_workload(console, fit, cap)
         if not fit.fits:
             _print_workload_gpus(console, answers["workload_gpus"], config.world_size)
