@@ -616,12 +616,16 @@ def test_model_runner_v2_penalty_state_counts_as_consumed_from_vllm_0_27():
         r = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("l40s"), vllm_version=version, **settings))
         return {t.name: t for t in r.profile_terms}, r.available_kv_bytes
 
+    # With it the grammar bitmask of its structured outputs (v1/worker/gpu/structured_outputs.py): 256 rows x 4,748
+    # int32 words = 4,861,952 bytes.
     (after, kv_after), (before, kv_before) = profile("0.28.0"), profile("0.26.0")
-    assert after["non-torch"].bytes - before["non-torch"].bytes == 160_444_416
-    assert kv_before - kv_after == 160_444_416
+    assert after["non-torch"].bytes - before["non-torch"].bytes == 160_444_416 + 4_861_952
+    assert kv_before - kv_after == 160_444_416 + 4_861_952
     assert "penalty state (256 requests x 151,936 vocab" in after["non-torch"].source
+    assert "grammar bitmask (256 rows x cdiv(151,936, 32) x 4 B)" in after["non-torch"].source
     assert profile("0.28.0", model_runner="v1")[0]["non-torch"].bytes == before["non-torch"].bytes
-    assert profile("0.28.0", max_num_seqs=8)[0]["non-torch"].bytes - before["non-torch"].bytes == 8 * (151936 + 4748) * 4
+    assert profile("0.28.0", max_num_seqs=8)[0]["non-torch"].bytes - before["non-torch"].bytes == 8 * (
+        151936 + 2 * 4748) * 4
 
 
 def test_model_runner_v2_deducts_no_cuda_graph_estimate_before_vllm_0_29():
