@@ -885,6 +885,19 @@ class SizingResult:
         return self.stage_available_kv_bytes[0] if self.stage_available_kv_bytes else self.available_kv_bytes
 
     @property
+    def binding_stage_text(self) -> str:
+        """With pipeline stages, in one line: which stage's GPU binds (its terms are the ones shown), the others' blocks,
+        and whose budget vLLM prints; "" with one stage."""
+        if not self.stage_num_blocks:
+            return ""
+        n, i = len(self.stage_num_blocks), self.limiting_stage
+        others = ", ".join(f"stage {j + 1}: {blocks:,} blocks" for j, blocks in enumerate(self.stage_num_blocks) if j != i)
+        text = (f"the fewest of the {n} pipeline stages: stage {i + 1}'s (the terms above are its; {others}); vLLM "
+                "gives every stage this count")
+        return text + (" and prints this stage's budget" if i == 0 else f" and prints stage 1's budget, "
+                       f"{self.printed_available_kv_bytes / GIB:.2f} GiB, as 'Available KV cache memory'")
+
+    @property
     def other_estimate_bytes(self) -> int:
         """kvlab's estimate of activation + non-torch + CUDA graph memory."""
         return self.activation_bytes + self.non_torch_bytes + self.cuda_graph_bytes
