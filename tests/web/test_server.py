@@ -682,9 +682,9 @@ def test_size_advice_names_only_gpus_where_vllm_starts_and_the_answer_says_when_
     r = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "b200"})
     assert r.status_code == 200 and r.json()["vllm_starts"] is False, r.json()
     assert r.json()["refusal"].startswith("vLLM would refuse to start: one 131,072-token request needs 8,192 blocks")
-    assert "(max_model_len=78368)" in r.json()["refusal"] and r.json()["advice"]
+    assert "(max_model_len=78304)" in r.json()["refusal"] and r.json()["advice"]
     on_page = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "b200"}, headers=page).json()
-    assert on_page["refusal"].endswith("the longest that fits is 78,368 tokens.")  # (the page sets no max_model_len)
+    assert on_page["refusal"].endswith("the longest that fits is 78,304 tokens.")  # (the page sets no max_model_len)
 
 
 def test_size_takes_max_model_len_as_kvlab_size_does(client, kvlab):
