@@ -196,10 +196,9 @@ def predict(entry: dict) -> Row:
             return row
         row.error = str(exc)
         return row
+    terms = first_stage_terms(model, config, result)
     row.predicted = {
-        "weights_gib": result.weights_bytes / GIB, "activation_gib": result.activation_bytes / GIB,
-        "non_torch_gib": result.non_torch_bytes / GIB, "cuda_graph_gib": result.cuda_graph_bytes / GIB,
-        "available_kv_gib": result.available_kv_bytes / GIB, "kv_cache_tokens": result.num_tokens,
+        **terms, "available_kv_gib": result.printed_available_kv_bytes / GIB, "kv_cache_tokens": result.num_tokens,
         "max_concurrency": result.max_concurrency, "requested_gib": result.requested_memory_bytes / GIB,
         "multimodal": bool(model.vision_params), "rules": result.vllm_rules_since,
         "family": profile_family(model, config.quantization),
@@ -210,6 +209,22 @@ def predict(entry: dict) -> Row:
         "model_runner": profile_runner(model, config),
     }
     return row
+
+
+def first_stage_terms(model, config, result) -> dict:
+    """The terms of the stage whose budget the log prints: the first pipeline stage's (vLLM's first worker logs its
+    own 'Available KV cache memory'), while the tokens are the binding stage's (result.limiting_stage); with one
+    stage, the result's."""
+    if result.pipeline_parallel_size == 1 or result.limiting_stage == 0:
+        return {"weights_gib": result.weights_bytes / GIB, "activation_gib": result.activation_bytes / GIB,
+                "non_torch_gib": result.non_torch_bytes / GIB, "cuda_graph_gib": result.cuda_graph_bytes / GIB}
+    from kvlab.catalog.models import DTYPE_BYTES
+    from kvlab.sizing import pipeline_stages, stage_profiles
+
+    stages = pipeline_stages(model.num_hidden_layers, config.pipeline_parallel_size)
+    first = stage_profiles(model, config, stages, DTYPE_BYTES[result.dtype])[0]
+    return {"weights_gib": first.weights.bytes / GIB, "activation_gib": first.activation.bytes / GIB,
+            "non_torch_gib": first.non_torch.bytes / GIB, "cuda_graph_gib": first.cuda_graphs.bytes / GIB}
 
 
 def encoder_of(model, config) -> str | None:

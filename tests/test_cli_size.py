@@ -50,7 +50,7 @@ def test_size_reproduces_the_qwen3_14b_log(kvlab):
 
 @pytest.mark.parametrize("as_json", [(), ("--json",)])
 def test_size_exits_1_after_the_answer_where_vllm_would_refuse_to_start(kvlab, as_json):
-    # Llama-3.1-8B on an L4: about 1,960 usable blocks, one 131,072-token request needs 8,192; vLLM's start-up check
+    # Llama-3.1-8B on an L4: about 1,958 usable blocks, one 131,072-token request needs 8,192; vLLM's start-up check
     # refuses that pool, so the status says so, and the whole answer is printed first.
     refused = kvlab("size", "llama-3.1-8b", "--gpu", "l4", *as_json)
     assert refused.exit_code == 1, refused.stderr
@@ -202,7 +202,7 @@ def test_fit_a_model_no_tensor_parallel_size_holds(kvlab):
     # --tensor-parallel-size': it says its own search now, and what the largest size holds.
     text = " ".join(kvlab("fit", "llama-3.1-405b", "--gpu", "t4").stderr.split())
     assert ("does not fit on up to 128 x T4 with tensor parallelism (the most its 128 attention heads allow) with one "
-            "131,072-token request; --tensor-parallel-size 128 on this GPU with --max-model-len 87232") in text
+            "131,072-token request; --tensor-parallel-size 128 on this GPU with --max-model-len 87168") in text
 
 
 def test_fit_says_the_fewest_gpus_whose_kv_caches_hold_the_workload(kvlab):
@@ -333,18 +333,18 @@ def test_fit_says_none_fit_rather_than_0_tokens_and_the_most_that_do(kvlab):
 
 
 def test_fit_answers_at_the_longest_max_model_len_vllm_starts_with(kvlab):
-    """Llama-3.1-8B on one L4: 1,960 usable blocks hold no 131,072-token request (8,192 blocks), so vLLM would refuse
-    to start and `size` exits 1; fit answers at --max-model-len 31360, size's own longest, on the one GPU asked."""
+    """Llama-3.1-8B on one L4: 1,958 usable blocks hold no 131,072-token request (8,192 blocks), so vLLM would refuse
+    to start and `size` exits 1; fit answers at --max-model-len 31328, size's own longest, on the one GPU asked."""
     size = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--json")
-    assert size.exit_code == 1 and size.json()["estimated_max_model_len"] == 31_360
+    assert size.exit_code == 1 and size.json()["estimated_max_model_len"] == 31_328
     r = kvlab("fit", "llama-3.1-8b", "--gpu", "l4", "--json")
     assert r.exit_code == 0, r.stderr
     data = r.json()
-    assert (data["tensor_parallel_size"], data["sizing"]["max_model_len"]) == (1, 31_360)
-    assert data["max_num_requests"] == {"context_len": 31_360, "num_requests": 1}
-    assert data["notes"] == ["one 131,072-token request needs 8,192 blocks but 1 x L4 has 1,960 usable, so vLLM would "
-                             "refuse to start: the answers use --max-model-len 31360, the longest at which it starts"]
-    assert kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "31360").exit_code == 0
+    assert (data["tensor_parallel_size"], data["sizing"]["max_model_len"]) == (1, 31_328)
+    assert data["max_num_requests"] == {"context_len": 31_328, "num_requests": 1}
+    assert data["notes"] == ["one 131,072-token request needs 8,192 blocks but 1 x L4 has 1,958 usable, so vLLM would "
+                             "refuse to start: the answers use --max-model-len 31328, the longest at which it starts"]
+    assert kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "31328").exit_code == 0
 
 
 def test_fit_with_a_given_max_model_len_answers_at_the_fewest_gpus_that_hold_it(kvlab):
@@ -361,13 +361,13 @@ def test_fit_refuses_in_one_line_where_the_given_flags_leave_nothing_vllm_starts
     r = kvlab("fit", *args)
     assert r.exit_code == 2 and r.stdout == ""
     assert " ".join(r.stderr.split()) == (
-        "error: --max-model-len 131,072: one 131,072-token request needs 8,192 blocks but 1 x L4 has 1,960 usable, so "
-        "vLLM would refuse to start; valid: --max-model-len 31360 or less, or --tensor-parallel-size 2 (the fewest "
+        "error: --max-model-len 131,072: one 131,072-token request needs 8,192 blocks but 1 x L4 has 1,958 usable, so "
+        "vLLM would refuse to start; valid: --max-model-len 31328 or less, or --tensor-parallel-size 2 (the fewest "
         "GPUs that hold one)")
-    # without --max-model-len but with a longer --context-len than 31,360: lowering it would not serve the workload
+    # without --max-model-len but with a longer --context-len than 31,328: lowering it would not serve the workload
     r = kvlab("fit", "llama-3.1-8b", "--gpu", "l4", "-tp", "1", "--context-len", "40000")
     assert r.exit_code == 2 and " ".join(r.stderr.split()).endswith(
-        "valid: --tensor-parallel-size 2 (the fewest GPUs that hold one) (the longest request that fits is 31,360 "
+        "valid: --tensor-parallel-size 2 (the fewest GPUs that hold one) (the longest request that fits is 31,328 "
         "tokens, shorter than --context-len 40,000)")
     # Trial 50c: a budget given is each GPU's whatever their count, so more GPUs hold no request either (it answered
     # at 2 x L4, sized on the estimated budget, and exited 0)

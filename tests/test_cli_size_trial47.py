@@ -44,11 +44,11 @@ def test_moe_expert_width_must_divide_by_tensor_parallel_size(kvlab):
 
 def test_quantization_none_and_auto_mean_no_quantization(kvlab):
     plain = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "--json").json()
-    assert plain["num_blocks"] == 1961 and plain["quantization"] is None
+    assert plain["num_blocks"] == 1959 and plain["quantization"] is None
     for spelling in ("none", "None", "auto"):
         r = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", spelling, "--json")
-        assert r.exit_code == 1, r.stderr  # (1,961 blocks hold no 131,072-token request: vLLM would refuse to start)
-        assert r.json()["num_blocks"] == 1961 and r.json()["quantization"] is None
+        assert r.exit_code == 1, r.stderr  # (1,959 blocks hold no 131,072-token request: vLLM would refuse to start)
+        assert r.json()["num_blocks"] == 1959 and r.json()["quantization"] is None
     bad = kvlab("size", "llama-3.1-8b", "--gpu", "l4", "-q", "foo")
     assert bad.exit_code == 2 and "or none (no --quantization: the checkpoint's own format" in _one_line(bad.stderr)
 
@@ -71,7 +71,7 @@ def test_an_explicit_bfloat16_below_compute_capability_8_is_refused_as_vllm_refu
 
 def test_bfloat16_on_a_t4_is_served_in_float16_with_a_note(kvlab):
     t4 = kvlab("size", "qwen2.5-1.5b", "--gpu", "t4", "--json").json()
-    assert (t4["dtype"], t4["kv_cache_dtype"], t4["num_blocks"]) == ("float16", "float16", 21_921)
+    assert (t4["dtype"], t4["kv_cache_dtype"], t4["num_blocks"]) == ("float16", "float16", 21_911)
     assert t4["gpu_notes"] == ["T4 (compute capability 7.5) has no bfloat16: vLLM serves the bfloat16 checkpoint in "
                                "float16 (2 bytes a value as well, so no number here changes)"]
     text = _one_line(kvlab("size", "qwen2.5-1.5b", "--gpu", "t4").stdout)
@@ -147,11 +147,11 @@ def test_workload_lines_agree_in_number_and_wrap_indented(kvlab):
     workload = r.stdout[r.stdout.index("Workload:"):].splitlines()
     assert all(line.startswith("  ") and line == line.rstrip() for line in workload[1:])  # continuation lines too
     text = _one_line("\n".join(workload))
-    assert "needs 1 block (1 x 1) = 0.01 GiB per GPU; the cache holds 864 usable blocks" in text
-    assert "at 3 tokens at most 864 requests fit; 1 request fits up to 2,048 tokens each" in text
+    assert "needs 1 block (1 x 1) = 0.01 GiB per GPU; the cache holds 863 usable blocks" in text
+    assert "at 3 tokens at most 863 requests fit; 1 request fits up to 2,048 tokens each" in text
     many = _one_line(kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--context-len", "3", "--concurrency", "2000").stdout)
-    assert "does not fit: 1,136 blocks (13.87 GiB) short" in many
-    assert "at most 864 requests fit; 2,000 requests do not fit at any length" in many
+    assert "does not fit: 1,137 blocks (13.88 GiB) short" in many
+    assert "at most 863 requests fit; 2,000 requests do not fit at any length" in many
 
 
 def test_a10g_takes_its_cuda_reported_total(kvlab):

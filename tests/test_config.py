@@ -33,13 +33,14 @@ def test_from_options_builds_each_sub_config_from_the_sizing(paper_config):
 
 @pytest.mark.parametrize("max_model_len", [100, 500, 2048])
 def test_the_simulated_pool_has_the_blocks_the_calculator_reports(kvlab, max_model_len):
-    # vLLM's "GPU KV cache size" counts whole max_model_len requests (865 blocks / 7 per 100-token request x 100
-    # = 12,357 tokens); its block pool, and so kvlab's, holds all 865 blocks of 16 (the newest rules: Model Runner
-    # V2's penalty state, 256 x (50,272 + 1,571) x 4 B, is counted against the budget).
+    # vLLM's "GPU KV cache size" counts whole max_model_len requests (864 blocks / 7 per 100-token request x 100
+    # = 12,342 tokens); its block pool, and so kvlab's, holds all 864 blocks of 16 (the newest rules: Model Runner
+    # V2's penalty state, 256 x (50,272 + 1,571) x 4 B, and its grammar bitmask, 256 x 1,571 x 4 B, are counted
+    # against the budget).
     size = kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--max-model-len", str(max_model_len), "--json").json()
     cfg = resolve(model="opt-13b", gpu="a100-40gb", max_model_len=max_model_len).engine
-    assert cfg.cache.num_gpu_blocks == size["num_blocks"] == 865
-    assert cfg.cache.num_slots == 865 * 16
+    assert cfg.cache.num_gpu_blocks == size["num_blocks"] == 864
+    assert cfg.cache.num_slots == 864 * 16
 
 
 def test_the_simulation_hands_the_scheduler_its_config_with_the_strategys_batching_and_preemption(paper_config):
@@ -130,12 +131,12 @@ def test_strategy_names_live_in_one_table_that_the_engines_dispatch_follows():
 def test_more_gpu_blocks_than_the_gpu_holds_are_refused_as_a_budget_is():
     """trial 46, finding 6: --num-gpu-blocks 50000 (610 GiB of KV on a 40 GB card) was simulated without a word, while
     --available-kv-gib 500 was refused. The same physical check now: the blocks must fit beside the weights; a real
-    run's printed count (vLLM's own sizing, here 865) and up to the GPU's room still run."""
+    run's printed count (vLLM's own sizing, here 864) and up to the GPU's room still run."""
     from kvlab.config import resolve
 
     with pytest.raises(KvlabError, match=r"^--num-gpu-blocks 50,000 is more than A100-40GB can hold for the KV cache "
                                          r"of opt-13b: .* 15.55 GiB; valid: at most 1,274 blocks"):
         resolve(num_gpu_blocks=50_000)
-    assert resolve(num_gpu_blocks=865).cache.num_gpu_blocks == 865
+    assert resolve(num_gpu_blocks=864).cache.num_gpu_blocks == 864
     assert resolve(num_gpu_blocks=1274).cache.num_gpu_blocks == 1274
     assert resolve(num_gpu_blocks=2000, gpu="a100-80gb").cache.num_gpu_blocks == 2000

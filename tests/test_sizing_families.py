@@ -616,12 +616,16 @@ def test_model_runner_v2_penalty_state_counts_as_consumed_from_vllm_0_27():
         r = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("l40s"), vllm_version=version, **settings))
         return {t.name: t for t in r.profile_terms}, r.available_kv_bytes
 
+    # With it the grammar bitmask of its structured outputs (v1/worker/gpu/structured_outputs.py): 256 rows x 4,748
+    # int32 words = 4,861,952 bytes.
     (after, kv_after), (before, kv_before) = profile("0.28.0"), profile("0.26.0")
-    assert after["non-torch"].bytes - before["non-torch"].bytes == 160_444_416
-    assert kv_before - kv_after == 160_444_416
+    assert after["non-torch"].bytes - before["non-torch"].bytes == 160_444_416 + 4_861_952
+    assert kv_before - kv_after == 160_444_416 + 4_861_952
     assert "penalty state (256 requests x 151,936 vocab" in after["non-torch"].source
+    assert "grammar bitmask (256 rows x cdiv(151,936, 32) x 4 B)" in after["non-torch"].source
     assert profile("0.28.0", model_runner="v1")[0]["non-torch"].bytes == before["non-torch"].bytes
-    assert profile("0.28.0", max_num_seqs=8)[0]["non-torch"].bytes - before["non-torch"].bytes == 8 * (151936 + 4748) * 4
+    assert profile("0.28.0", max_num_seqs=8)[0]["non-torch"].bytes - before["non-torch"].bytes == 8 * (
+        151936 + 2 * 4748) * 4
 
 
 def test_model_runner_v2_deducts_no_cuda_graph_estimate_before_vllm_0_29():
@@ -752,13 +756,13 @@ def test_model_runner_v2_profiles_the_sampler_without_top_k_top_p():
     assert v2.bytes == forward and "Model Runner V2's sampler run" in v2.source
     v1, r1 = activation(model_runner="v1")
     assert v1.bytes == int(forward + 256 * 151_936 * 7.1) == 561_371_545
-    # V2 also keeps its penalty state, which 0.27 on counts (test_model_runner_v2_penalty_state_counts_as_consumed...),
-    # and deducts no CUDA-graph estimate before 0.29, where V1 deducts 7.05 MiB x (51 piecewise + 35 full graphs)
+    # V2 also keeps its penalty state and grammar bitmask, which 0.27 on counts
+    # (test_model_runner_v2_penalty_state_counts_as_consumed...), and deducts no CUDA-graph estimate before 0.29, where V1 deducts 7.05 MiB x (51 piecewise + 35 full graphs)
     graphs_v1 = {t.name: t for t in r1.profile_terms}["CUDA graphs"].bytes
     assert graphs_v1 == int(7.05 * 2**20 * 86)
-    assert r2.available_kv_bytes - r1.available_kv_bytes == (v1.bytes - v2.bytes - 256 * (151_936 + 4_748) * 4
+    assert r2.available_kv_bytes - r1.available_kv_bytes == (v1.bytes - v2.bytes - 256 * (151_936 + 2 * 4_748) * 4
                                                              + graphs_v1)
-    assert (r1.num_tokens, r2.num_tokens) == (73_888, 78_464)  # printed: 75,824 (+3.5%: its unmodelled note)
+    assert (r1.num_tokens, r2.num_tokens) == (73_888, 78_448)  # printed: 75,824 (+3.5%: its unmodelled note)
     # a small model with a large vocabulary: the sampler run is the peak (Qwen3-0.6B, the same settings)
     small = size_kv_cache(load_config_path(str(DATA / "qwen3-0.6b.json")),
                           SizingConfig.for_gpu(get_gpu("l40s"), max_model_len=40960, vllm_version="0.28.0"))
@@ -776,9 +780,10 @@ def test_cli_model_runner_is_vllm_use_v2_model_runner(kvlab):
     v1 = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm", "--model-runner", "v1", "--json").json()
     assert v2["activation_bytes"] == 8192 * (2 * 4096 + 3 * 14336 + 48 * 128) * 2 == 939_524_096
     assert v1["activation_bytes"] == int(939_524_096 + 1024 * 128_256 * 7.1)
-    # V2 keeps 1,024 x (128,256 + 4,008) x 4 B = 0.50 GiB of penalty state (from 0.27, counted): 259 blocks of 2 MiB
-    assert v2["non_torch_bytes"] - v1["non_torch_bytes"] == 1024 * (128_256 + 4_008) * 4 == 541_753_344
-    assert (v1["num_blocks"], v2["num_blocks"]) == (27_491, 27_677)
+    # V2 keeps 1,024 x (128,256 + 4,008) x 4 B = 0.50 GiB of penalty state and 1,024 x 4,008 x 4 B of grammar bitmask
+    # (from 0.27, counted)
+    assert v2["non_torch_bytes"] - v1["non_torch_bytes"] == 1024 * (128_256 + 2 * 4_008) * 4 == 558_170_112
+    assert (v1["num_blocks"], v2["num_blocks"]) == (27_491, 27_670)
 
 
 def test_gemma_4_e2b_shared_layers_keep_no_cache_and_its_log_is_exact():

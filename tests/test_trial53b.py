@@ -59,6 +59,7 @@ def test_the_labs_breaking_point_without_an_answer_carries_capacitys_reason_and_
     # (trial 53, finding 2: /api/rates?num_requests=100 gave vllm-paper "none (3.25 ?)" without the reason, and
     # kvlab capacity answered 2.5 on its second sample; since trial 54, finding 4, the lab searches both samples and
     # answers 2.5 there too (tests/test_lab_rates_cli.py): 50 requests, too few on both, are no answer, with the reason)
+    from kvlab.sweep.capacity import rate_text
     from kvlab.web.rates import RateLab, RateSetup
 
     lab = RateLab()
@@ -69,7 +70,8 @@ def test_the_labs_breaking_point_without_an_answer_carries_capacitys_reason_and_
     finally:
         lab.runner.pool.close()
     (line,) = found["systems"]
-    assert line["capacity_rps"] is None and line["capacity_text"] == f"none ({line['uncertified_rps']:g} ?)"
+    # (the text shows the rate to 3 significant digits, rounded down: 3.125 as 3.12)
+    assert line["capacity_rps"] is None and line["capacity_text"] == f"none ({rate_text(line['uncertified_rps'])} ?)"
     assert line["uncertified_reason"].startswith(f"the run at {line['uncertified_rps']:g} req/s was too short to "
                                                  "load the engine")
     assert "on these requests and on a second, longer sample" in found["samples_note"]

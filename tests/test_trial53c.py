@@ -31,11 +31,11 @@ def test_larger_gpu_advice_uses_the_start_rule(kvlab):
     vLLM refuses to start at the model's 131,072 tokens. Each is now named with the max_model_len it starts at."""
     r = kvlab("size", "llama-3.1-70b", "--gpu", "h200")
     assert r.exit_code == 2
-    assert ("a larger GPU at the same parallelism: B200 at a max_model_len of 78,368 or less, MI300X at a "
-            "max_model_len of 119,984 or less") in r.stderr, r.stderr
+    assert ("a larger GPU at the same parallelism: B200 at a max_model_len of 78,304 or less, MI300X at a "
+            "max_model_len of 119,936 or less") in r.stderr, r.stderr
     assert kvlab("size", "llama-3.1-70b", "--gpu", "b200").exit_code == 1  # (vLLM would refuse to start)
-    assert kvlab("size", "llama-3.1-70b", "--gpu", "b200", "--max-model-len", "78368").exit_code == 0
-    assert kvlab("size", "llama-3.1-70b", "--gpu", "b200", "--max-model-len", "78384").exit_code == 1
+    assert kvlab("size", "llama-3.1-70b", "--gpu", "b200", "--max-model-len", "78304").exit_code == 0
+    assert kvlab("size", "llama-3.1-70b", "--gpu", "b200", "--max-model-len", "78320").exit_code == 1
     # (where a larger GPU starts at the length asked, it is named plainly)
     r = kvlab("size", "llama-3.1-70b", "--gpu", "h200", "--max-model-len", "32k")
     assert "a larger GPU at the same parallelism: B200, MI300X" in r.stderr, r.stderr

@@ -100,6 +100,11 @@ class ProfileInputs:
     max_num_seqs: int
     tensor_parallel_size: int
     last_stage: bool
+    first_stage: bool = True
+    # where vLLM counts a non-first stage's intermediate-tensor buffer (vllm_rules.pipeline_buffer_counted):
+    # 'activation', 'consumed' or '' (in no term)
+    pipeline_buffer_in: str = ""
+    num_speculative_tokens: int = 0  # draft tokens a step: Model Runner V2's grammar bitmask has a row for each
     moe_top_k: int = 0
     moe_width_per_gpu: int = 0  # one expert's intermediate size on this GPU (N / TP, or N under expert parallelism)
     family: str = "dense"  # dense | moe | hybrid | int4: which fitted scale applies (model_family)
@@ -175,7 +180,11 @@ def activation_bytes(x: ProfileInputs, fit: ProfileFit = FIT) -> Term:
     scale = fit.activation_scale.get(x.family, 1.0)
     if scale != 1.0:
         source = source.replace("estimate: ", f"estimate: {scale:.2f} ({x.family} fit) x the forward's ", 1)
-    text, source = with_sampler(x, scale * (forward + moe), source, fit)
+    buffer = pipeline_buffer_bytes(x) if x.pipeline_buffer_in == "activation" else 0
+    if buffer:
+        source += (f" + {buffer / GIB:.2f} GiB of the pipeline's intermediate tensors (2 x {t:,} x "
+                   f"{x.hidden_size:,} x {x.act_dtype_bytes} B, allocated in the profiling run)")
+    text, source = with_sampler(x, scale * (forward + moe) + buffer, source, fit)
     if x.encoder is None:
         return Term("peak activation", text, source + " (vLLM measures it in its profiling run)")
     encoder, kept = encoder_bytes(x.encoder, x.act_dtype_bytes)
@@ -300,18 +309,52 @@ def penalty_state_bytes(max_num_seqs: int, vocab_size: int) -> int:
     return max_num_seqs * vocab_size * 4 + max_num_seqs * -(-vocab_size // 32) * 4
 
 
+def grammar_bitmask_bytes(rows: int, vocab_size: int) -> int:
+    """Model Runner V2's grammar bitmask on the last stage (v1/worker/gpu/structured_outputs.py StructuredOutputsWorker):
+    a bit per vocabulary entry, in int32 words, for each of ``rows`` logits (max_num_seqs x (1 + draft tokens))."""
+    return rows * -(-vocab_size // 32) * 4
+
+
+def pipeline_buffer_bytes(x: ProfileInputs) -> int:
+    """A non-first pipeline stage's intermediate-tensor buffer (make_empty_intermediate_tensors, batch max_num_batched
+    tokens): the hidden states and the residual it receives from the stage before, in the model's dtype, hidden size
+    wide (not split over TP); 0 on the first stage."""
+    if x.first_stage:
+        return 0
+    return 2 * x.max_num_batched_tokens * x.hidden_size * x.act_dtype_bytes
+
+
+def kept_runner_tensors(x: ProfileInputs) -> list[tuple[int, str]]:
+    """(bytes, words) of the tensors the GPU model runner allocates after the worker's first memory snapshot and keeps
+    through profiling, on this stage (vllm_rules.pipeline_buffer_counted says which releases count which): Model
+    Runner V2's penalty state and grammar bitmask on the last stage, the only such tensors that grow with the
+    vocabulary (its other per-request tables, logit bias, stop and bad-word ids, are some KiB a request; the V1
+    runner's input buffers are allocated before the snapshot is compared), and a non-first stage's intermediate-tensor
+    buffer where 'consumed memory' counts it."""
+    kept = []
+    if x.model_runner == "v2" and x.last_stage:
+        kept.append((penalty_state_bytes(x.max_num_seqs, x.vocab_size),
+                     f"Model Runner V2's penalty state ({x.max_num_seqs:,} requests x {x.vocab_size:,} vocab x 4 B of "
+                     "counts + a bit mask)"))
+        rows = x.max_num_seqs * (1 + x.num_speculative_tokens)
+        kept.append((grammar_bitmask_bytes(rows, x.vocab_size),
+                     f"its grammar bitmask ({rows:,} rows x cdiv({x.vocab_size:,}, 32) x 4 B)"))
+    if x.pipeline_buffer_in == "consumed" and not x.first_stage:
+        kept.append((pipeline_buffer_bytes(x), f"the pipeline's intermediate tensors on this non-first stage (hidden "
+                     f"states + residual: 2 x {x.max_num_batched_tokens:,} x {x.hidden_size:,} x {x.act_dtype_bytes} B)"))
+    return kept
+
+
 def with_kept_runner_state(non_torch: Term, x: ProfileInputs, counted: bool) -> Term:
-    """``non_torch`` plus the tensors the GPU model runner allocates after the worker's first memory snapshot and keeps
-    through profiling, where vLLM counts them (``counted``: VllmRules.consumed_from_free_memory, whose 'consumed
-    memory' is the fall in free memory since that snapshot). Counted: Model Runner V2's penalty state on the last
-    stage (penalty_state_bytes), the one such tensor that grows with the vocabulary; its other per-request tables
-    (logit bias, stop and bad-word ids, some KiB a request) and the V1 runner's input buffers are not."""
-    if not counted or x.model_runner != "v2" or not x.last_stage:
+    """``non_torch`` plus the tensors the GPU model runner keeps after the worker's first memory snapshot
+    (kept_runner_tensors), where vLLM counts them (``counted``: VllmRules.consumed_from_free_memory, whose 'consumed
+    memory' is the fall in free memory since that snapshot)."""
+    kept = kept_runner_tensors(x) if counted else []
+    if not kept:
         return non_torch
-    kept = penalty_state_bytes(x.max_num_seqs, x.vocab_size)
-    return Term(non_torch.name, non_torch.bytes + kept, non_torch.source + (
-        f"; + {kept / GIB:.2f} GiB of Model Runner V2's penalty state ({x.max_num_seqs:,} requests x {x.vocab_size:,} "
-        "vocab x 4 B of counts + a bit mask), allocated after that snapshot and counted in vLLM's 'consumed memory'"))
+    words = "; + ".join(f"{size / GIB:.2f} GiB of {what}" for size, what in kept)
+    return Term(non_torch.name, non_torch.bytes + sum(size for size, _ in kept), non_torch.source + (
+        f"; + {words}, allocated after that snapshot and counted in vLLM's 'consumed memory'"))
 
 
 def capture_sizes(largest: int) -> list[int]:

@@ -56,6 +56,7 @@ from kvlab.vllm_rules import (
     mamba_state_blocks,
     model_runner,
     mrope_positions_factor,
+    pipeline_buffer_counted,
     qwen3_vl_profiles_video,
     resolve_version,
     rules_for,
@@ -476,6 +477,8 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
     inputs = dict(hidden_size=model.hidden_size, vocab_size=model.vocab_size, num_layers=num_layers,
                   act_dtype_bytes=act_dtype_bytes, max_num_batched_tokens=config.resolved_max_num_batched_tokens,
                   max_num_seqs=config.resolved_max_num_seqs, tensor_parallel_size=tp, last_stage=last_stage,
+                  first_stage=first_stage, num_speculative_tokens=config.num_spec_tokens,
+                  pipeline_buffer_in=pipeline_buffer_counted(config.rules, profile_runner(model, config)),
                   qkv_width_per_gpu=(model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim // tp,
                   family=profile_family(model, config.quantization),
                   sampler=config.sampler or config.rules.default_sampler,
@@ -867,6 +870,32 @@ class SizingResult:
     enable_prefix_caching: bool | None = None  # as given (None: vLLM's default); a hybrid's state blocks read it
     drafter_layers: int = 0  # an MTP drafter's layers in the KV cache (speculative_layers), on the last stage
     drafter_weights: str = ""  # its weights on the last stage, in words (drafter_weights_bytes); "" without one
+    # With pipeline stages: each stage's KV budget and blocks (one GPU of it), and which stage binds (the fewest
+    # blocks: vLLM sizes every worker's cache with the smallest count, kv_cache_utils.get_kv_cache_configs); the terms
+    # above are the binding stage's. Empty with one stage.
+    stage_available_kv_bytes: tuple[int, ...] = ()
+    stage_num_blocks: tuple[int, ...] = ()
+    limiting_stage: int = 0
+
+    @property
+    def printed_available_kv_bytes(self) -> int:
+        """The budget vLLM's 'Available KV cache memory' line prints: with pipeline stages the first stage's (in
+        0.26.0's and 0.27.1's source only the worker of local rank 0, a first-stage worker, logs it: logger.info_once's
+        'local' scope; the corpus's 0.9.2 build prints every worker's, the first stage's first), else the one budget."""
+        return self.stage_available_kv_bytes[0] if self.stage_available_kv_bytes else self.available_kv_bytes
+
+    @property
+    def binding_stage_text(self) -> str:
+        """With pipeline stages, in one line: which stage's GPU binds (its terms are the ones shown), the others' blocks,
+        and whose budget vLLM prints; "" with one stage."""
+        if not self.stage_num_blocks:
+            return ""
+        n, i = len(self.stage_num_blocks), self.limiting_stage
+        others = ", ".join(f"stage {j + 1}: {blocks:,} blocks" for j, blocks in enumerate(self.stage_num_blocks) if j != i)
+        text = (f"the fewest of the {n} pipeline stages: stage {i + 1}'s (the terms above are its; {others}); vLLM "
+                "gives every stage this count")
+        return text + (" and prints this stage's budget" if i == 0 else f" and prints stage 1's budget, "
+                       f"{self.printed_available_kv_bytes / GIB:.2f} GiB, as 'Available KV cache memory'")
 
     @property
     def other_estimate_bytes(self) -> int:
@@ -920,7 +949,7 @@ class SizingResult:
         as gpu_worker.py's determine_available_memory formats it, "Available KV cache memory: %.2f GiB" (two
         decimals: 49 of the startup-log corpus's 50 such lines, 0.9.2 to 0.29.0, print '8.60 GiB'; the other is a
         blog post's copy, '21.5 GiB')."""
-        return (f"Available KV cache memory: {self.available_kv_bytes / GIB:.2f} GiB",
+        return (f"Available KV cache memory: {self.printed_available_kv_bytes / GIB:.2f} GiB",
                 f"GPU KV cache size: {self.num_tokens:,} tokens",
                 f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
 
@@ -1133,6 +1162,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     profiles = stage_profiles(model, config, list(stages), act_bytes)
     requested = requested_memory_bytes(config)
     worst = None  # (num_blocks, stage index, available, bytes_per_block)
+    budgets, blocks = [], []
     for index, (layers, profile) in enumerate(zip(stages, profiles)):
         weights = profile.weights.bytes
         if config.available_kv_bytes_by_stage is not None:
@@ -1149,6 +1179,8 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
             layer_set |= set(range(len(model.layer_types), len(model.layer_types) + speculative_layers(model, config)))
         bytes_per_block = max(sum(i in layer_set for i in g.layers) for g in groups) * page_size
         num_blocks = available // bytes_per_block
+        budgets.append(available)
+        blocks.append(num_blocks)
         if worst is None or num_blocks < worst[0]:
             worst = (num_blocks, index, available, bytes_per_block)
     num_blocks, index, available, bytes_per_block = worst
@@ -1189,6 +1221,8 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         speculative_method=config.speculative_method, num_speculative_tokens=config.num_spec_tokens,
         enable_prefix_caching=config.enable_prefix_caching, drafter_layers=speculative_layers(model, config),
         drafter_weights=drafter_weights_bytes(model, config, act_bytes)[1].removeprefix(" + "),
+        stage_available_kv_bytes=tuple(budgets) if len(stages) > 1 else (),
+        stage_num_blocks=tuple(blocks) if len(stages) > 1 else (), limiting_stage=index,
     )
 
 

@@ -161,6 +161,28 @@ MODEL_RUNNER_V2_SINCE = "0.12.0"
 MODEL_RUNNER_V2_GRAPH_ESTIMATE_SINCE = "0.29.0"
 
 
+# Where a pipeline stage's memory holds tensors the runner allocates after the worker's first snapshot and keeps
+# (read in 0.22.0's, 0.26.0's, 0.27.1's and 0.32.0's source archives):
+# - a non-first stage's intermediate-tensor buffer (hidden_states and residual for max_num_batched_tokens tokens,
+#   make_empty_intermediate_tensors): the V1 runner allocates it in its first dummy run, inside the profiling run
+#   (gpu_model_runner._dummy_run), so vLLM counts it in every release, in the torch peak increase before the rules of
+#   0.27.0 and in 'consumed memory' from them; Model Runner V2 allocates it in load_model, after 'Model loading took'
+#   is measured and before profiling, so only the fall in free memory of 0.27.0's rules counts it;
+# - the last stage's Model Runner V2 sampler state: the penalty state (sample/penalties.py) and the structured
+#   outputs' grammar bitmask (structured_outputs.py StructuredOutputsWorker, max_num_seqs x (1 + draft tokens) rows
+#   of cdiv(vocab, 32) int32 words), both allocated after the snapshot and counted from 0.27.0's rules. The V1
+#   runner builds its bitmask per step from the scheduler's (structured_output.utils.apply_grammar_bitmask).
+
+
+def pipeline_buffer_counted(rules: VllmRules, runner: str) -> str:
+    """Which term of vLLM's budget holds a non-first pipeline stage's intermediate-tensor buffer under ``rules`` and
+    GPU model ``runner``: 'activation' (the V1 runner before consumed memory: the torch peak increase), 'consumed'
+    (the fall in free memory since the first snapshot), or '' (Model Runner V2 before it: no term counts it)."""
+    if rules.consumed_from_free_memory:
+        return "consumed"
+    return "" if runner == "v2" else "activation"
+
+
 def runner_estimates_graphs(version: str | None, runner: str) -> bool:
     """Whether the GPU model ``runner`` of vLLM ``version`` (None: the newest kvlab knows) estimates its CUDA-graph
     memory before the cache is sized: V1 always, V2 from MODEL_RUNNER_V2_GRAPH_ESTIMATE_SINCE."""

@@ -119,14 +119,14 @@ def test_section_10_follows_the_calculators_utilization(lab):
 
 def test_calculator_says_when_vllm_would_refuse_to_start_beside_its_numbers(lab):
     """Trial 52 #4: llama-3.1-70b on a B200 showed 0.60x concurrency and nothing else, where `kvlab size` says vLLM
-    would refuse to start (one 131,072-token request needs 8,192 blocks, 4,898 are usable). The numbers stay; the
+    would refuse to start (one 131,072-token request needs 8,192 blocks, 4,894 are usable). The numbers stay; the
     reason and what to change are said in the calculator's slot, and go when a GPU where it starts is picked."""
     page = lab.page
     page.select_option("#calc-gpu", "B200")
     page.select_option("#calc-model", "llama-3.1-70b")
     page.wait_for_function("document.querySelector('#calc-error').textContent.includes('vLLM would refuse to start')")
     said = page.inner_text("#calc-error")
-    assert "one 131,072-token request needs 8,192 blocks but 4,898 are usable" in said and "--" not in said, said
+    assert "one 131,072-token request needs 8,192 blocks but 4,894 are usable" in said and "--" not in said, said
     assert "Try: " in said and not page.is_hidden("#calc-out")
     page.select_option("#calc-model", "opt-13b")
     page.wait_for_selector("#calc-error", state="hidden")

@@ -146,7 +146,7 @@ def test_a_large_pool_is_drawn_at_a_display_scale(client):
 
 def test_a_pool_too_large_to_simulate_is_refused():
     with TestClient(create_app(allowed_hosts=["testserver"], limits={"max_pool_blocks": 1000})) as c:
-        assert c.post("/api/sessions", json={"kind": "grid"}).status_code == 200  # OPT-13B: 865 blocks
+        assert c.post("/api/sessions", json={"kind": "grid"}).status_code == 200  # OPT-13B: 864 blocks
         r = c.post("/api/sessions", json={"kind": "grid", "model": "qwen2.5-0.5b-instruct"})
         assert r.status_code == 400
         assert "blocks of 16; the lab simulates at most 1,000: pick a larger block size" in r.json()["error"]
@@ -310,7 +310,7 @@ def test_runs_carry_their_whole_setup(client):
     d = start(client, kind="grid", strategies=["continuous+paged"], **SMALL, num_blocks=64)
     assert a["setup_key"] == b["setup_key"]
     assert len({b["setup_key"], c["setup_key"], d["setup_key"]}) == 3
-    assert a["setup"]["num_gpu_blocks"] == 865 and d["setup"]["num_gpu_blocks"] == 64
+    assert a["setup"]["num_gpu_blocks"] == 864 and d["setup"]["num_gpu_blocks"] == 64
     assert a["setup"]["rate"] == 4.0 and c["setup"]["rate"] == 20.0
 
 
@@ -682,9 +682,9 @@ def test_size_advice_names_only_gpus_where_vllm_starts_and_the_answer_says_when_
     r = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "b200"})
     assert r.status_code == 200 and r.json()["vllm_starts"] is False, r.json()
     assert r.json()["refusal"].startswith("vLLM would refuse to start: one 131,072-token request needs 8,192 blocks")
-    assert "(max_model_len=78368)" in r.json()["refusal"] and r.json()["advice"]
+    assert "(max_model_len=78304)" in r.json()["refusal"] and r.json()["advice"]
     on_page = client.get("/api/size", params={"model": "llama-3.1-70b", "gpu": "b200"}, headers=page).json()
-    assert on_page["refusal"].endswith("the longest that fits is 78,368 tokens.")  # (the page sets no max_model_len)
+    assert on_page["refusal"].endswith("the longest that fits is 78,304 tokens.")  # (the page sets no max_model_len)
 
 
 def test_size_takes_max_model_len_as_kvlab_size_does(client, kvlab):

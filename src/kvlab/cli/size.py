@@ -260,7 +260,7 @@ def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
     rows.append(("KV cache budget", gib(result.available_kv_bytes), budget))
     rows.append(("Blocks", f"{result.num_blocks:,}",
                  f"{result.available_kv_bytes:,} B // {result.bytes_per_block:,} B per block"
-                 + (" (the GPU with the fewest, over pipeline stages)" if result.pipeline_parallel_size > 1 else "")))
+                 + (f"; {result.binding_stage_text}" if result.binding_stage_text else "")))
     rows.append(("Blocks per request", f"{result.blocks_per_request:,}",
                  f"one {result.max_model_len:,}-token request (max_model_len): " + _per_request_text(result)))
     rows.append(("Token slots", f"{result.num_tokens:,}",
