@@ -510,12 +510,15 @@ class Simulation(Clock):
         room = max_model_len - prompt_len
         if request.num_output_tokens > room:
             request = replace(request, max_tokens=room)  # vLLM stops a request at max_model_len
-        return request, self.allocator.why_never_fits(request)
+        paged = self._paged  # (natively from a PagedAllocator itself: see _row)
+        return request, (paged.why_never_fits(request) if paged is not None else self.allocator.why_never_fits(request))
 
     def _arrival(self, request) -> bool:
         """One request arrives: it joins the waiting queue (True), or is rejected with a reason."""
         request, reason = self.admission(request)
-        seq = self.seqs[request.request_id] = self._new_seq(request)
+        # (a plain Seq made natively: compiled, calling the class held in an attribute is a generic call)
+        new_seq = self._new_seq
+        seq = self.seqs[request.request_id] = Seq(request) if new_seq is Seq else new_seq(request)
         if reason is None:
             self.scheduler.add_request(seq)
             if request.timeout is not None:

@@ -116,6 +116,7 @@ class Scheduler(batching.Scheduler):
         prefill = decode = context = pairs = swap_bytes = 0
         max_computed = cfg.max_model_len - 1
         running = self.running
+        paged = self.paged_allocator  # (called natively when it is one: see __init__)
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
@@ -132,7 +133,8 @@ class Scheduler(batching.Scheduler):
             if num_new <= 0:
                 i += 1
                 continue
-            while self.allocator.allocate_slots(seq, num_new) is not Fit.NOW:
+            while (paged.allocate_slots(seq, num_new) if paged is not None
+                   else self.allocator.allocate_slots(seq, num_new)) is not Fit.NOW:
                 index = self.policy.victim_index(running)
                 victim = running[index]
                 if index < i:  # (priority only: scheduled earlier in this iteration; vLLM takes it back)
