@@ -31,7 +31,7 @@ from kvlab.memory.base import BlockSnapshot, KVAllocator, SlotUsage, slot_usage
 from kvlab.memory.paged import PagedAllocator
 from kvlab.metrics import Counters, IterationLog, IterationRecorder, RequestRecord, UsageIntegral, summarize
 from kvlab.sched.output import RunTiming, SchedulerOutput, new_tuple
-from kvlab.sched.runs import FirstIteration, RunScheduler
+from kvlab.sched.runs import Clock, FirstIteration, RunScheduler
 from kvlab.sched.seq import Seq, SeqStatus
 from kvlab.spec.cost import draft_seconds
 from kvlab.strategies import Strategy
@@ -71,7 +71,7 @@ class RunInFlight(NamedTuple):
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.disagg's PrefillSimulation
-class Simulation:
+class Simulation(Clock):
     def __init__(
         self,
         strategy: Strategy,
@@ -101,6 +101,7 @@ class Simulation:
         allocator = self.allocator
         self._paged: PagedAllocator | None = (
             allocator if isinstance(allocator, PagedAllocator) and type(allocator) is PagedAllocator else None)
+        self._max_model_len = config.scheduler.max_model_len  # (admission's: see there)
         self.requests = _in_arrival_order(workload.requests)
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
         if start_time is None:
@@ -158,8 +159,11 @@ class Simulation:
                 return None
             self.now = max(self.now, self.next_arrival_time)
             self._arrive()
-        out = sched.schedule(self.max_iterations, self._horizon if self.max_iterations > 1 else None)
-        if not out.total_num_scheduled_tokens and not out.new_req_ids and not out.preempted_req_ids:
+        # (the simulation itself as the horizon, a Clock: its _horizon called natively, and no bound method made)
+        out = sched.schedule(self.max_iterations, self if self.max_iterations > 1 else None)
+        # (out.total_num_scheduled_tokens, written out: compiled, a named tuple's property is a generic attribute
+        # read and a call, its fields native reads)
+        if not out.num_prefill_tokens + out.num_decode_tokens and not out.new_req_ids and not out.preempted_req_ids:
             raise RuntimeError(f"no progress in iteration {out.step}: {sched.running!r} {list(sched.waiting)[:3]!r}")
         start = self.now
         durations, self.now = self._timing(out, start)
@@ -354,7 +358,7 @@ class Simulation:
     # -- internals -------------------------------------------------------------------------------------
 
     def _horizon(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
-                 first: FirstIteration | None = None, queue_waits: bool = False) -> tuple[int, RunTiming]:
+                 first: FirstIteration | None = None, queue_waits: bool = False) -> tuple[int, RunTiming | None]:
         """How many iterations of a run start before the next arrival (or ``run_until``'s limit): an arrival
         joins the queue before the first iteration starting at or after it (with ``queue_waits`` it changes
         nothing in the run, and joins after it: ``_arrive_during``). The run's decode iterations have
@@ -498,18 +502,23 @@ class Simulation:
     def admission(self, request: Request) -> tuple[Request, str | None]:
         """The request as this engine serves it (its answer stopped at max_model_len, as vLLM stops it) and why it
         would reject it on arrival (None: it joins the queue)."""
-        cfg = self.config.scheduler
-        if request.prompt_len >= cfg.max_model_len:
+        # (the frozen config's max_model_len kept natively, each field of the request read once: compiled, a read of
+        # either dataclass is a generic attribute lookup)
+        max_model_len, prompt_len = self._max_model_len, request.prompt_len
+        if prompt_len >= max_model_len:
             return request, "prompt longer than max_model_len"
-        room = cfg.max_model_len - request.prompt_len
+        room = max_model_len - prompt_len
         if request.num_output_tokens > room:
             request = replace(request, max_tokens=room)  # vLLM stops a request at max_model_len
-        return request, self.allocator.why_never_fits(request)
+        paged = self._paged  # (natively from a PagedAllocator itself: see _row)
+        return request, (paged.why_never_fits(request) if paged is not None else self.allocator.why_never_fits(request))
 
     def _arrival(self, request) -> bool:
         """One request arrives: it joins the waiting queue (True), or is rejected with a reason."""
         request, reason = self.admission(request)
-        seq = self.seqs[request.request_id] = self._new_seq(request)
+        # (a plain Seq made natively: compiled, calling the class held in an attribute is a generic call)
+        new_seq = self._new_seq
+        seq = self.seqs[request.request_id] = Seq(request) if new_seq is Seq else new_seq(request)
         if reason is None:
             self.scheduler.add_request(seq)
             if request.timeout is not None:

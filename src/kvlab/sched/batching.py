@@ -14,7 +14,8 @@ even as requests arrive (they join the queue behind the head that waits).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+
+from mypy_extensions import mypyc_attr
 
 from kvlab.config.engine import SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
@@ -25,8 +26,12 @@ from kvlab.sched.seq import Seq
 Admission = Iterator[tuple[Seq, int, int]]
 
 
-class Scheduler(Protocol):
-    """What a batching policy reads of the scheduler, and the one call it makes (kvlab.sched.scheduler's)."""
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.sched.scheduler's Scheduler
+class Scheduler:
+    """What a batching policy reads of the scheduler, and the one call it makes: the base class of
+    kvlab.sched.scheduler's, which sets these and implements ``admit``. (A class, not a Protocol: compiled, a policy
+    reads these and calls ``admit`` natively, where through a Protocol each was a generic attribute lookup or method
+    call, ~200-1,000 instructions; benchmarks/README.md, the fifteenth step.)"""
 
     config: SchedulerConfig
     allocator: KVAllocator
@@ -34,7 +39,8 @@ class Scheduler(Protocol):
     waiting: WaitingQueue
     running: list[Seq]
 
-    def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None: ...
+    def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
+        raise NotImplementedError
 
 
 def _lookup(allocator: KVAllocator, paged: PagedAllocator | None, seq: Seq) -> tuple[int, int]:
@@ -68,17 +74,20 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
     queue (no skipping ahead). With a watermark, a request joining a non-empty batch must leave that many blocks
     free (vLLM applies it only while something is scheduled, ``has_scheduled_reqs``: an idle engine admits)."""
     cfg = sched.config
-    waiting = sched.waiting
+    # (the scheduler's and the frozen config's fields read once a pass: compiled, each read through the Protocol or
+    # of the config's dataclass is a generic attribute lookup; the running list is the scheduler's, admit appends to it)
+    waiting, running = sched.waiting, sched.running
+    max_num_seqs, chunked = cfg.max_num_seqs, cfg.enable_chunked_prefill
     allocator, paged = sched.allocator, sched.paged_allocator
     watermark = allocator.watermark_blocks(cfg.watermark) if cfg.watermark else 0
-    while budget > 0 and waiting and len(sched.running) < cfg.max_num_seqs:
+    while budget > 0 and waiting and len(running) < max_num_seqs:
         seq = waiting[0]
         computed, cached = _lookup(allocator, paged, seq)
         num_new = seq.num_tokens - computed
-        if not cfg.enable_chunked_prefill and num_new > budget:
+        if not chunked and num_new > budget:
             break
         num_new = min(num_new, budget)
-        if _allocate(allocator, paged, seq, num_new, cached, watermark if sched.running else 0) is not Fit.NOW:
+        if _allocate(allocator, paged, seq, num_new, cached, watermark if running else 0) is not Fit.NOW:
             break
         sched.admit(seq, num_new, cached)
         budget -= num_new

@@ -61,6 +61,18 @@ class Horizon(Protocol):
                  first: FirstIteration | None = None, queue_waits: bool = False) -> tuple[int, RunTiming | None]: ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.sim's Simulation
+class Clock:
+    """A caller that owns the clock, given to ``schedule`` in place of a ``Horizon``: its ``_horizon`` is one, with
+    the same arguments and answer. (Compiled, a method of a native class is called natively, where a ``Horizon``,
+    any callable, is called generically: its arguments boxed and parsed, ~1k instructions a call; benchmarks/README.md,
+    the fifteenth step.)"""
+
+    def _horizon(self, num_seqs: int, num_context_tokens: int, max_iterations: int,
+                 first: FirstIteration | None = None, queue_waits: bool = False) -> tuple[int, RunTiming | None]:
+        raise NotImplementedError
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.spec's SpecRunScheduler
 class RunScheduler(Scheduler):
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None):
@@ -114,9 +126,10 @@ class RunScheduler(Scheduler):
 
     # -- the iterations --------------------------------------------------------------------------------
 
-    def schedule(self, max_iterations: int = 1, horizon: Horizon | None = None) -> SchedulerOutput:
+    def schedule(self, max_iterations: int = 1, horizon: Horizon | Clock | None = None) -> SchedulerOutput:
         """The next run of iterations: one, or up to ``max_iterations`` when their outcome is known (see the
-        module doc). ``horizon`` cuts a run where the caller's next event (an arrival) falls."""
+        module doc). ``horizon`` cuts a run where the caller's next event (an arrival) falls (a ``Clock``: its
+        ``_horizon``)."""
         # (_runs, written out: a call in every step cost 1% of benchmarks/count_instructions.py --case vllm)
         if max_iterations > 1 and self._decoding and 0 < len(self.running) <= self.config.max_num_batched_tokens:
             if not self.waiting or self._admission_blocked:
@@ -191,7 +204,7 @@ class RunScheduler(Scheduler):
         return self._run_output(1, growth, preempted_req_ids=tuple(s.request_id for s, _ in preempted),
                                 num_swap_bytes=sum(nbytes for _, nbytes in preempted))
 
-    def _schedule_run(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
+    def _schedule_run(self, max_iterations: int, horizon: Horizon | Clock | None) -> SchedulerOutput | None:
         """Iterations in which every running request decodes, up to the first in which one finishes. None when
         not even the first iteration's blocks are free (a single iteration then preempts)."""
         num_context = decode_context(self.num_resident_computed_tokens, len(self.running))
@@ -201,7 +214,8 @@ class RunScheduler(Scheduler):
             return None
         return self._run_output(run.num_iterations, run.growth, timing=timing, num_context=num_context)
 
-    def _schedule_decode_and_admit(self, max_iterations: int, horizon: Horizon | None) -> SchedulerOutput | None:
+    def _schedule_decode_and_admit(self, max_iterations: int, horizon: Horizon | Clock | None
+                                   ) -> SchedulerOutput | None:
         """Every running request decodes and the queue's head may fit: what the running loop and the waiting
         loop would decide, with the decoders' blocks in one call. When the batching policy admits nobody, the
         head waits until something finishes (its contract), so the iteration is the first of a run. None when
@@ -261,7 +275,7 @@ class RunScheduler(Scheduler):
             num_rest = min(num_rest, num_tokens_to_finish(seq) - 1)  # (it samples one now: 0 if its last)
         return num_rest
 
-    def _after_admission(self, num_rest: int, horizon: Horizon | None, first: FirstIteration,
+    def _after_admission(self, num_rest: int, horizon: Horizon | Clock | None, first: FirstIteration,
                          growth: tuple[int, ...]
                          ) -> tuple[int, tuple[int, ...], RunTiming | None]:
         """A run whose first iteration admits (``first``: its batch size, prefill and decode tokens, context and
@@ -278,8 +292,11 @@ class RunScheduler(Scheduler):
         if horizon is None:
             num_iterations, timing = 1 + num_rest, None
         else:  # (after the first iteration everyone decodes, each over one more token of context)
-            num_iterations, timing = horizon(num_seqs, decode_context(first.num_context_tokens, num_seqs),
-                                             1 + num_rest, first)
+            num_context = decode_context(first.num_context_tokens, num_seqs)
+            if isinstance(horizon, Clock):  # (natively: see Clock)
+                num_iterations, timing = horizon._horizon(num_seqs, num_context, 1 + num_rest, first)
+            else:
+                num_iterations, timing = horizon(num_seqs, num_context, 1 + num_rest, first)
         return (*self._after_first(num_iterations, growth), timing)
 
     def _after_first(self, num_iterations: int, growth: tuple[int, ...]
@@ -291,15 +308,17 @@ class RunScheduler(Scheduler):
         rest = self._decode_run(num_iterations - 1, 1)
         return 1 + rest.num_iterations, growth + rest.growth
 
-    def _run_length(self, max_iterations: int, horizon: Horizon | None,
+    def _run_length(self, max_iterations: int, horizon: Horizon | Clock | None,
                     num_context: int) -> tuple[int, RunTiming | None]:
         """Iterations of a decode run from now (its first reading ``num_context`` tokens of KV): up to the first
         finish, cut by the caller's horizon."""
         num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)  # (_until_finish, written out)
         if horizon is None:
             return num_iterations, None
-        return horizon(len(self.running), num_context, num_iterations, None,
-                       bool(self.waiting) and self._admission_blocked and self._fcfs)
+        queue_waits = bool(self.waiting) and self._admission_blocked and self._fcfs
+        if isinstance(horizon, Clock):  # (natively: see Clock)
+            return horizon._horizon(len(self.running), num_context, num_iterations, None, queue_waits)
+        return horizon(len(self.running), num_context, num_iterations, None, queue_waits)
 
     def _finish_heap(self) -> list[tuple[int, int, Seq]]:
         """(clock iteration of its last token, stamp, request) for every running request, soonest first (and

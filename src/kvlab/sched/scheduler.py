@@ -30,15 +30,17 @@ from mypy_extensions import mypyc_attr
 from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.memory.paged import PagedAllocator
+from kvlab.sched import batching
 from kvlab.sched.batching import BATCHING
 from kvlab.sched.output import SchedulerOutput, scheduler_output
-from kvlab.sched.policy import POLICIES, WaitingQueue
+from kvlab.sched.policy import POLICIES
 from kvlab.sched.preemption import PREEMPTION, PreemptionMode
 from kvlab.sched.seq import Seq, SeqStatus
 
 
+# (batching.Scheduler: what the batching policies read of it, declared there so that they read it natively)
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (mypyc), subclassed by kvlab.spec's SpecScheduler
-class Scheduler:
+class Scheduler(batching.Scheduler):
     # What a request is tracked as (speculative decoding's SpecSeq keeps its drafts: kvlab.spec.scheduler).
     seq_class: ClassVar[type[Seq]] = Seq
 
@@ -49,14 +51,14 @@ class Scheduler:
         # The allocator when it is the paged allocator itself (no subclass): the hot calls go to it natively
         # (compiled, a call through the KVAllocator Protocol is a generic method call, several hundred instructions
         # more; benchmarks/README.md, the fourteenth step), the others through the Protocol.
-        self.paged_allocator: PagedAllocator | None = (
+        self.paged_allocator = (
             allocator if isinstance(allocator, PagedAllocator) and type(allocator) is PagedAllocator else None)
         self.batching = BATCHING[config.batching]
         self.preemption: PreemptionMode = PREEMPTION[config.preemption_mode or "recompute"](cache_config)
         self.policy = POLICIES[config.scheduling_policy]
         # A deque in FCFS order, or the priority policy's heap behind a deque's names (kvlab.sched.policy).
-        self.waiting: WaitingQueue = self.policy.make_queue()
-        self.running: list[Seq] = []
+        self.waiting = self.policy.make_queue()
+        self.running = []
         self.step = 0
         # Sum of num_computed_tokens over the requests whose KV is in GPU memory (see memory.base.slot_usage).
         self.num_resident_computed_tokens = 0
@@ -114,6 +116,7 @@ class Scheduler:
         prefill = decode = context = pairs = swap_bytes = 0
         max_computed = cfg.max_model_len - 1
         running = self.running
+        paged = self.paged_allocator  # (called natively when it is one: see __init__)
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
@@ -130,7 +133,8 @@ class Scheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            while self.allocator.allocate_slots(seq, num_new) is not Fit.NOW:
+            while (paged.allocate_slots(seq, num_new) if paged is not None
+                   else self.allocator.allocate_slots(seq, num_new)) is not Fit.NOW:
                 index = self.policy.victim_index(running)
                 victim = running[index]
                 if index < i:  # (priority only: scheduled earlier in this iteration; vLLM takes it back)
