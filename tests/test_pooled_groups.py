@@ -27,15 +27,18 @@ def _group_notes(r) -> list[str]:
 
 def test_a_hybrid_run_says_vllm_holds_fewer_requests_than_its_pool(kvlab, tmp_path):
     r = kvlab("run", "vllm", "--model", HYBRID, "--gpu", "h100-sxm", "--workload", _workload(tmp_path), "--json")
-    assert r.exit_code == 0 and json.loads(r.stdout)["num_slots"] == 270_675
+    sized = kvlab("size", HYBRID, "--gpu", "h100-sxm", "--json").json()  # (vLLM's pool, as kvlab size works it out)
+    slots = sized["num_tokens"]
+    assert r.exit_code == 0 and json.loads(r.stdout)["num_slots"] == slots
     notes = _group_notes(r)
     assert len(notes) == 1, notes
     note = notes[0]
     assert "qwen3.6-27b keeps 4 KV cache groups (3 mamba, 1 full_attention)" in note
-    assert "pool of 349 blocks of 784 tokens" in note and "printed 270,675 tokens in blocks of 16" in note
+    assert f"pool of {sized['num_blocks']:,} blocks of {sized['block_size']} tokens" in note
+    assert f"printed {slots:,} tokens in blocks of 16" in note
     vllm, pooled = map(lambda s: int(s.replace(",", "")),
                        re.search(r"vLLM at most ([\d,]+), kvlab's pool ([\d,]+)", note).groups())
-    assert pooled == 270_675 // 1024
+    assert pooled == slots // 1024
     size = kvlab("size", HYBRID, "--gpu", "h100-sxm", "--context-len", "1024")
     text = " ".join(size.stdout.split())
     assert f"at 1,024 tokens at most {vllm:,} requests fit" in text or f"at 1024 tokens at most {vllm:,} requests fit" in text
