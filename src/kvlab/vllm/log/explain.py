@@ -295,6 +295,18 @@ def _refusal_lines(log: StartupLog, block_size: int, bs_note: str) -> list[str]:
              "(--gpu-memory-utilization, --tensor-parallel-size, --kv-cache-dtype fp8).")]
 
 
+def _failed_lines(log: StartupLog) -> list[str]:
+    """The engine's own word that it did not start, where no refusal kvlab reads says why (a refusal explains
+    itself: _refusal_lines); trial 55 read a failed start as a served one."""
+    if not log.failed_start or log.refused:
+        return []
+    line = log.lines.get("failed_start", "")
+    return [f"vLLM did not start: the log says {line.strip()!r}. The figures here are from the start that failed; the "
+            "cause is in the traceback vLLM prints with that line (its last line names the exception). One common "
+            "cause is a KV cache too small for one request at max_model_len: `kvlab size` with the same settings "
+            "says whether vLLM would refuse."]
+
+
 def _worker_lines(log: StartupLog) -> list[str]:
     if log.refused:
         return []  # a refusal is printed twice (the log line and the exception): nothing to say about workers
@@ -712,7 +724,7 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
     block_size = log.block_size or DEFAULT_BLOCK_SIZE
     named = _another_model_named(log, spec, audience) if model is not None and spec is not None else None
     sized = _lesson_sizing(log, spec) if named is None else None  # (another model than the log's: not its figures)
-    out["lines"] = _lesson_lines(log, block_size, assumed, sized) + _worker_lines(log)
+    out["lines"] = _failed_lines(log) + _lesson_lines(log, block_size, assumed, sized) + _worker_lines(log)
     if spec is None:
         out["lines"].append(f"kvlab's own calculation needs the model: {source}.")
         return out
