@@ -135,6 +135,8 @@ def _rate_text(wl, rescaled_to: float | None = None) -> str:
     from kvlab.report.tables import significant, workload_rate
 
     rate = workload_rate(wl)
+    if wl.num_requests == 1:
+        return f"arriving at {significant(wl.duration)} s (one arrival, no rate)"
     if rate is None:
         return "all arriving at once"
     said = f"arriving at {significant(rate)} req/s on average"
