@@ -404,8 +404,8 @@ def race(
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
         run = simulate(names, quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)
-    report(run, as_json=as_json, out=out, title=f"Race: {len(names)} strateg{'y' if len(names) == 1 else 'ies'}, same workload", wide=wide,
-           plots=draw, slos=slos)
+    raced = plural(len(names), "strategy", "strategies")
+    report(run, as_json=as_json, out=out, title=f"Race: {raced}, same workload", wide=wide, plots=draw, slos=slos)
     if html is not None:
         from kvlab.web.export import write_race_html
 
