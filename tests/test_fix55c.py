@@ -155,3 +155,13 @@ def test_vllm_log_bullets_indent_their_continuation_lines(kvlab, monkeypatch):
     assert len(body) > 3 and body[0].startswith("  • ")
     assert any(line.startswith("    ") and line.strip() for line in body)  # a bullet wraps here
     assert all(line.startswith(("  • ", "    ")) for line in body), body
+
+
+def test_a_failed_start_with_the_model_gets_kvlabs_arithmetic_not_a_false_difference(kvlab):
+    data = json.loads(kvlab("vllm", "log", FAILED, "--model", "gpt-oss-120b", "--json").stdout)
+    explanation = data["explanation"]
+    assert explanation["kvlab"]["refused"] is True and explanation["differences"] == []  # (not "vLLM started")
+    verdict = explanation["lines"][-1]
+    assert verdict.startswith("kvlab's own arithmetic for gpt-oss-120b: one request at max_model_len 131,072")
+    assert "more than the 1.71 GiB available, so vLLM would refuse this start" in verdict
+    assert f"--max-model-len {explanation['kvlab']['estimated_max_model_len']} or less" in verdict
