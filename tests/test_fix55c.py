@@ -165,3 +165,15 @@ def test_a_failed_start_with_the_model_gets_kvlabs_arithmetic_not_a_false_differ
     assert verdict.startswith("kvlab's own arithmetic for gpt-oss-120b: one request at max_model_len 131,072")
     assert "more than the 1.71 GiB available, so vLLM would refuse this start" in verdict
     assert f"--max-model-len {explanation['kvlab']['estimated_max_model_len']} or less" in verdict
+
+
+def test_what_may_stand_before_a_log_line_is_read_without_backtracking():
+    import time
+
+    from kvlab.vllm.log.lines import log_line_start
+
+    assert log_line_start("INFO 05-01 12:00:00 gpu_worker.py:1 ") and log_line_start("# (EngineCore) ")
+    assert not log_line_start('# → "') and not log_line_start('Our server printed "')
+    start = time.perf_counter()
+    assert not log_line_start("-" * 5000 + "x") and not log_line_start("# " * 3000 + "x")
+    assert time.perf_counter() - start < 1.0  # (nested repetition over the marks would take exponential time)

@@ -397,10 +397,12 @@ class Reading:
 
 
 # What may stand before vLLM's message on a line of a log without vLLM's full prefix: a paste's bullet, comment or
-# quote mark, a process name without its pid ('(EngineCore)'), a bare level or source ('INFO [gpu_worker.py:563]'),
+# quote mark, a process name without its pid ('(EngineCore)'), a bare level, time or source ('INFO [gpu_worker.py:563]',
+# 'INFO 05-01 12:00:00 gpu_worker.py:1'),
 # an exception's name ('ValueError: To serve at least one request ...').
-LOG_LINE_LEAD = re.compile(r"(?:[#*\u2022>\-]+\s*|`+\s*|\([A-Za-z_][\w.\-]*(?: rank=\d+)?(?: pid=\d+)?\)\s*|"
-                           r"\[[\w./<>-]+:\d+\]\s*|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):?\s+|"
+LOG_LINE_LEAD = re.compile(r"(?:[#*\u2022>\-]++\s*|`++\s*|\([A-Za-z_][\w.\-]*(?: rank=\d+)?(?: pid=\d+)?\)\s*|"
+                           r"\[[\w./<>-]+:\d+\]\s*|[\w./<>-]+\.py:\d+\]?\s+|\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+|"
+                           r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):?\s+|"
                            r"[A-Z]\w*(?:Error|Exception):\s*)*")
 
 
