@@ -104,7 +104,7 @@ def test_each_stated_figure_names_the_line_it_was_read_from(name):
         assert figure not in data["derived"]
         value = data[figure]
         shown = {int: lambda v: (f"{v:,}", str(v)), float: lambda v: (f"{v:.2f}", f"{v}", f"{v:.1f}"),
-                 bool: lambda v: ("max seq len", "No available memory"), str: lambda v: (v,)}[type(value)](value)
+                 bool: lambda v: ("max seq len", "No available memory", "failed to start"), str: lambda v: (v,)}[type(value)](value)
         assert any(s in line for s in shown), f"{figure}={value!r} not in {line!r}"
     for figure in data["derived"]:
         assert figure not in data["lines"]

@@ -102,8 +102,9 @@ def capacity(
 ) -> None:
     """The highest request rate each configuration sustains under a latency target.
 
-    A rate holds when its run kept up and met the target: its waiting queue grew neither in count nor in oldest wait,
-    every request finished (or was given up at its client's deadline), judged up to the last arrival.
+    A rate holds when its run kept up and met the target, judged up to the last arrival.
+
+    Kept up: its waiting queue grew neither in count nor in oldest wait; every request finished (or hit its client's deadline).
 
     Each answer is searched on two samples (the workload and a longer one: a whole trace, else twice it), shown with their spread.
 

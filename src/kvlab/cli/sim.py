@@ -135,6 +135,8 @@ def _rate_text(wl, rescaled_to: float | None = None) -> str:
     from kvlab.report.tables import significant, workload_rate
 
     rate = workload_rate(wl)
+    if wl.num_requests == 1:
+        return f"arriving at {significant(wl.duration)} s (one arrival, no rate)"
     if rate is None:
         return "all arriving at once"
     said = f"arriving at {significant(rate)} req/s on average"
@@ -402,8 +404,8 @@ def race(
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
         run = simulate(names, quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)
-    report(run, as_json=as_json, out=out, title=f"Race: {len(names)} strategies, same workload", wide=wide,
-           plots=draw, slos=slos)
+    raced = plural(len(names), "strategy", "strategies")
+    report(run, as_json=as_json, out=out, title=f"Race: {raced}, same workload", wide=wide, plots=draw, slos=slos)
     if html is not None:
         from kvlab.web.export import write_race_html
 

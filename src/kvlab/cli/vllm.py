@@ -280,7 +280,7 @@ def _print_log(log, explanation: dict, source: str) -> None:
     console = Console(highlight=False)
     engine = {"v1": "V1 engine", "v0": "V0 engine"}[log.format]
     version = f", vLLM {log.vllm_version}" if log.vllm_version else ""
-    state = " [red]refused to start[/]" if log.refused else ""
+    state = " [red]refused to start[/]" if log.refused else " [red]did not start[/]" if log.failed_start else ""
     name = "stdin" if source == "-" else source
     table = Table(title=f"vLLM startup log ({name}): {engine}{version}{state}", title_justify="left",
                   header_style="bold")
@@ -302,8 +302,12 @@ def _print_log(log, explanation: dict, source: str) -> None:
         table.add_row(label, escape(fmt(value)), where)
     console.print(table)
     console.print("\n[bold]What it means[/]")
+    bullets = Table.grid(padding=(0, 1, 0, 0))  # a sentence's continuation lines under its first word, not the bullet
+    bullets.add_column(no_wrap=True)
+    bullets.add_column()
     for sentence in explanation["lines"]:
-        console.print(f"  • {escape(sentence)}")
+        bullets.add_row("  •", escape(sentence))
+    console.print(bullets)
     if explanation.get("comparison"):
         _print_kvlab(console, explanation)
 

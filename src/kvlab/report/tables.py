@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 def workload_rate(wl) -> float | None:
     """The workload's mean arrival rate, or None when every request arrives at once (it has no rate, and JSON
-    has no infinity)."""
-    return wl.request_rate if wl.duration > 0 else None
+    has no infinity) or there is one request (one arrival has no rate: trial 55, finding 17)."""
+    return wl.request_rate if wl.duration > 0 and wl.num_requests > 1 else None
 
 
 def time_unit(values: list[float | None]) -> tuple[str, float]:

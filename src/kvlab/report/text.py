@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 
-def plural(n: int, word: str) -> str:
-    """'1 request', '2 requests'."""
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 request', '2 requests'; ``many``: the plural where it is not the word + s ('1 strategy', '2 strategies')."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
 
 
 def computed_text(num_computed: int, num_total: int, noun: str) -> str:

@@ -93,7 +93,8 @@ def _user_source(spec: str) -> BundledWorkload:
     path = Path(spec)
     if not path.exists():
         names = ", ".join(WORKLOADS)
-        raise KvlabError(f"unknown workload {spec!r}: not a named workload ({names}) and no such file")
+        raise KvlabError(f"unknown workload {spec!r}{did_you_mean(spec)}: not a named workload ({names}) and no such "
+                         "file")
     trace = trace_for_file(path)
     if trace is not None and path.is_file():
         entry = trace_workload(trace.name, path)
@@ -154,6 +155,18 @@ def has_own_deadlines(spec: str) -> bool:
     return read_user_file(spec).timeout is not None
 
 
+def did_you_mean(spec: str) -> str:
+    """' (did you mean 'azure-conv'?)' for a misspelt workload name, as `workloads fetch` says it of a trace's (the
+    same difflib match, after a name the spelling starts with: 'azure-conversation' is closer by difflib to
+    'mooncake-conversation' than to 'azure-conv'); two at most; '' where no name is close."""
+    import difflib
+
+    lowered = spec.strip().lower()
+    starts = [name for name in WORKLOADS if lowered.startswith(name) or name.startswith(lowered)] if lowered else []
+    close = list(dict.fromkeys(starts + difflib.get_close_matches(lowered, list(WORKLOADS), n=2)))[:2]
+    return f" (did you mean {' or '.join(repr(name) for name in close)}?)" if close else ""
+
+
 def _resolve(spec: str) -> BundledWorkload:
     if spec in WORKLOADS:
         return WORKLOADS[spec]
@@ -161,7 +174,8 @@ def _resolve(spec: str) -> BundledWorkload:
         return inference_perf_source(spec)
     if Path(spec).suffix.lower() not in SUFFIXES and not Path(spec).exists():
         names = ", ".join(WORKLOADS)
-        raise KvlabError(f"unknown workload {spec!r}; named: {names}; or a path to a .csv or .jsonl file"
+        raise KvlabError(f"unknown workload {spec!r}{did_you_mean(spec)}; named: {names}; or a path to a .csv or "
+                         ".jsonl file"
                          " (or an inference-perf .yaml)")
     return _user_source(spec)
 

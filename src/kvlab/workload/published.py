@@ -197,9 +197,17 @@ def locate(name: str) -> Located | None:
 
 
 def how_to_get(name: str) -> str:
-    """The one line that says a trace is absent and how to get it."""
-    return (f"the trace {name!r} is not on this machine: run `kvlab workloads fetch {name}` to download it from its "
-            f"publisher, or set {TRACES_DIR_VARIABLE} to a folder holding {TRACES[name].filename}")
+    """The one line that says a trace is absent, where it was looked for (under which file names) and how to get it:
+    set KVLAB_TRACES_DIR only where it is unset (trial 55: it was advised while set to the folder searched)."""
+    trace = TRACES[name]
+    value = os.environ.get(TRACES_DIR_VARIABLE)
+    folder = Path(value).expanduser() if value else None
+    searched = (f"{TRACES_DIR_VARIABLE}={str(folder)!r} and " if folder is not None else "") + f"the cache {cache_dir()}"
+    names = " or ".join(trace.filenames)
+    instead = (f"or put the file in {folder}" if folder is not None else
+               f"or set {TRACES_DIR_VARIABLE} to a folder holding it")
+    return (f"the trace {name!r} is not on this machine (looked in {searched} for {names}): run `kvlab workloads "
+            f"fetch {name}` to download it from its publisher, {instead}")
 
 
 def require(name: str) -> Path:

@@ -295,6 +295,36 @@ def _refusal_lines(log: StartupLog, block_size: int, bs_note: str) -> list[str]:
              "(--gpu-memory-utilization, --tensor-parallel-size, --kv-cache-dtype fp8).")]
 
 
+def _failed_lines(log: StartupLog) -> list[str]:
+    """The engine's own word that it did not start, where no refusal kvlab reads says why (a refusal explains
+    itself: _refusal_lines); trial 55 read a failed start as a served one."""
+    if not log.failed_start or log.refused:
+        return []
+    line = log.lines.get("failed_start", "")
+    return [f"vLLM did not start: the log says {line.strip()!r}. The figures here are from the start that failed; the "
+            "cause is in the traceback vLLM prints with that line (its last line names the exception). One common "
+            "cause is a KV cache too small for one request at max_model_len: `kvlab size` with the same settings "
+            "says whether vLLM would refuse."]
+
+
+def _failed_start_verdict(log: StartupLog, spec, side: dict) -> str:
+    """kvlab's arithmetic on a start that failed: whether one request at max_model_len fits the log's KV cache
+    memory (the refusal vLLM raises before it says it failed to start), as `kvlab size` says it."""
+    length = side["max_model_len"]
+    whose = "" if log.max_model_len else " (the model's default: the log does not say)"
+    if not side["refused"]:
+        return (f"kvlab's own arithmetic for {spec.id}: one request at max_model_len {length:,}{whose} fits the "
+                f"log's KV cache memory, so the failure has another cause (the traceback's last line names it).")
+    need = side.get("needed_kv_cache_gib")
+    longest = side.get("estimated_max_model_len")
+    needs = f"needs {need:.2f} GiB of KV cache, more than" if need is not None else "does not fit"
+    fix = f"--max-model-len {longest} or less" if longest else "a smaller --max-model-len"
+    return (f"kvlab's own arithmetic for {spec.id}: one request at max_model_len {length:,}{whose} {needs} the "
+            f"{_gib(log.available_kv_cache_gib) if log.available_kv_cache_gib is not None else 'memory'} available, "
+            f"so vLLM would refuse this start: the likely cause of the failure. Fix: {fix}, or more memory for the "
+            "cache (--gpu-memory-utilization, --tensor-parallel-size, --kv-cache-dtype fp8).")
+
+
 def _worker_lines(log: StartupLog) -> list[str]:
     if log.refused:
         return []  # a refusal is printed twice (the log line and the exception): nothing to say about workers
@@ -656,7 +686,9 @@ def kvlab_calculation(log: StartupLog, spec, source: str, audience: str = "cli")
         comparison.append({"figure": figure, "vllm": vllm, "kvlab": mid[figure], "status": status})
         if difference:
             differences.append(difference)
-    if side["refused"] != log.refused:
+    if log.failed_start and not log.refused:
+        pass  # (it did not start: kvlab's refusal would be a cause, not a difference: _failed_start_verdict)
+    elif side["refused"] != log.refused:
         differences.append(f"vLLM {'refused' if log.refused else 'started'}, but kvlab's arithmetic says it would "
                            f"{'start' if log.refused else 'refuse'}")
     if differences:
@@ -712,7 +744,7 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
     block_size = log.block_size or DEFAULT_BLOCK_SIZE
     named = _another_model_named(log, spec, audience) if model is not None and spec is not None else None
     sized = _lesson_sizing(log, spec) if named is None else None  # (another model than the log's: not its figures)
-    out["lines"] = _lesson_lines(log, block_size, assumed, sized) + _worker_lines(log)
+    out["lines"] = _failed_lines(log) + _lesson_lines(log, block_size, assumed, sized) + _worker_lines(log)
     if spec is None:
         out["lines"].append(f"kvlab's own calculation needs the model: {source}.")
         return out
@@ -740,6 +772,8 @@ def explain_vllm_log(log: StartupLog, model: str | None = None, audience: str = 
         out["lines"].append(f"kvlab cannot size {spec.id} with this log's settings: {exc}.")
         return out
     side = out["kvlab"]
+    if log.failed_start and not log.refused and "refused" in side:
+        out["lines"].append(_failed_start_verdict(log, spec, side))
     if out["comparison"]:
         differing = [LABELS[row["figure"]] for row in out["comparison"] if row["status"] == "differs"]
         verdict = ("agrees with vLLM on every figure" if not out["differences"] else

@@ -69,6 +69,7 @@ class LogLine:
     text: str  # as vLLM printed it: wrappers and colours removed, vLLM's own prefix kept
     message: str  # vLLM's message alone
     worker: str | None  # the innermost process prefix, e.g. "Worker_TP3 pid=41702", "VllmWorker rank=2 pid=19833"
+    prefixed: bool = False  # the line carries vLLM's own prefix: a process's, or its level, time and source
 
 
 # What a browser's copy or a chat window puts in a log's spaces: no-break and other Unicode spaces read as a space,
@@ -98,8 +99,8 @@ def clean_line(raw: str) -> LogLine | None:
         rank = f" rank={m['rank']}" if m["rank"] else ""
         worker = f"{m['name']}{rank} pid={m['pid']}"
         message = message[m.end():]
-    message = LEVEL.sub("", message, count=1).strip()
-    return LogLine(text, message, worker)
+    unlevelled = LEVEL.sub("", message, count=1).strip()
+    return LogLine(text, unlevelled, worker, prefixed=worker is not None or unlevelled != message.strip())
 
 
 # --- the lines vLLM prints -------------------------------------------------------------------------------
@@ -356,6 +357,10 @@ PATTERNS = (
                         "available_kv_cache_gib": float(m["avail"])}),
     _pattern("estimated_len", "v1", r"[Ee]stimated maximum model length is (?P<n>\d+)",
              lambda m: {"estimated_max_model_len": int(m["n"])}),
+    # The engine's own word that it did not start (V1's core.py at ERROR), whatever the cause: the log's figures are
+    # then from a start that failed, and the cause is in the traceback around it.
+    _pattern("failed_start", "v1", r"(?:EngineCore|Engine core) (?:failed to start|initialization failed)",
+             lambda m: {"failed_start": True}),
     _pattern("no_memory", None, r"No available memory for the cache blocks",
              lambda m: {"refused": True, "no_kv_memory": True}),
     _pattern("non_default_args", None, r"non-default args: (?P<args>\{.*\}?)", _read_args),
@@ -388,6 +393,29 @@ class Reading:
     worker: str | None
     engine: str | None  # the engine whose format the line is in, None if both printed it
     pattern: str = ""  # the kind of line
+    in_log_line: bool = True  # read from a line vLLM printed, not from a sentence that quotes one (log_line_start)
+
+
+# What may stand before vLLM's message on a line of a log without vLLM's full prefix: a paste's bullet, comment or
+# quote mark, a process name without its pid ('(EngineCore)'), a bare level, time or source ('INFO [gpu_worker.py:563]',
+# 'INFO 05-01 12:00:00 gpu_worker.py:1'),
+# an exception's name ('ValueError: To serve at least one request ...').
+LOG_LINE_LEAD = re.compile(r"(?:[#*\u2022>\-]++\s*|`++\s*|\([A-Za-z_][\w.\-]*(?: rank=\d+)?(?: pid=\d+)?\)\s*|"
+                           r"\[[\w./<>-]+:\d+\]\s*|[\w./<>-]+\.py:\d+\]?\s+|\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+|"
+                           r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):?\s+|"
+                           r"[A-Z]\w*(?:Error|Exception):\s*)*")
+
+
+# vLLM's level, time and source just before the message, whatever a tool put before them ('2026-05-01 19:57:53.564 |
+# (APIServer pid=1) INFO 05-01 17:57:53 [utils.py:233] ', '# (EngineCore pid=3597) INFO 08-27 20:27:14 [kv...] ').
+LEVEL_BEFORE = re.compile(LEVEL.pattern.removeprefix("^") + "$")
+
+
+def log_line_start(before: str, prefixed: bool = False) -> bool:
+    """Whether a message found after ``before`` on its line is a line vLLM printed: the line carries vLLM's prefix, or
+    nothing but a paste's marks stands before the message. A sentence that quotes a figure (a README's
+    '# → "GPU KV cache size: 42,656 tokens"') is not one (trial 55, finding 7)."""
+    return prefixed or LOG_LINE_LEAD.fullmatch(before) is not None or LEVEL_BEFORE.search(before) is not None
 
 
 MAX_LINE_CHARS = 240
@@ -414,7 +442,7 @@ KEYWORDS = ("KV cache", "KV Cache", "concurrency", "blocks", "Model loading", "m
             "Free memory on device", "Actual usage", "non KV cache memory", "Initial free memory", "Graph capturing",
             "CUDA graph memory", "CUDA graph pool",
             "total_gpu_memory", "max seq len", "To serve", "maximum model length", "No available memory",
-            "non-default args", "LLM engine", "max model len", "version")
+            "non-default args", "LLM engine", "max model len", "version", "failed to start", "initialization failed")
 WRAPPED_LINES = 3  # a wrapped message's continuation lines looked at after a line with a keyword
 
 
@@ -439,9 +467,10 @@ def read_lines(text: str) -> list[Reading]:
             if m is None:
                 continue
             found.add(pattern.name)
+            in_log = log_line_start(line.message[:m.start()], line.prefixed)
             for figure, value in pattern.read(m).items():
                 readings.append(Reading(figure, value, excerpt(line.text, figure), line.worker, pattern.engine,
-                                        pattern.name))
+                                        pattern.name, in_log))
     # A long message wrapped over several lines in a paste (the refusal, typically): look across lines too.
     joined = "\n".join(line.message for line in lines)
     for pattern in PATTERNS:
@@ -450,6 +479,7 @@ def read_lines(text: str) -> list[Reading]:
         m = pattern.regex.search(joined)
         if m is not None:
             snippet = " ".join(m.group(0).split())
-            readings += [Reading(f, v, snippet, None, pattern.engine, pattern.name)
+            in_log = log_line_start(joined[joined.rfind("\n", 0, m.start()) + 1:m.start()])
+            readings += [Reading(f, v, snippet, None, pattern.engine, pattern.name, in_log)
                          for f, v in pattern.read(m).items()]
     return readings

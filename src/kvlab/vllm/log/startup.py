@@ -19,7 +19,7 @@ REPORTED = ("kv_cache_tokens", "num_gpu_blocks", "num_cpu_blocks", "block_size",
             "total_gpu_memory_gib", "gpu_memory_utilization", "estimated_max_model_len", "needed_kv_cache_gib",
             "model", "refused", "activation_gib", "non_torch_gib", "weights_and_non_torch_gib", "cuda_graph_gib",
             "estimated_cuda_graph_gib", "non_kv_cache_gib", "requested_memory_gib", "free_on_startup_gib",
-            "cuda_graphs_profiled", "estimated_cuda_graph_share")
+            "cuda_graphs_profiled", "estimated_cuda_graph_share", "failed_start")
 # The encoder's profiling run of a multimodal model: its encoder cache budget (tokens), the items and their modality.
 ENCODER_PROFILE = ("encoder_budget_tokens", "encoder_profile_items", "encoder_profile_modality")
 # vLLM's CUDA-graph estimate where it prints how it was made: the graphs profiled (PIECEWISE + FULL) and the
@@ -53,6 +53,7 @@ class StartupLog:
     total_gpu_memory_gib: float | None = None
     gpu_memory_utilization: float | None = None
     refused: bool = False
+    failed_start: bool = False  # the engine said it failed to start ('EngineCore failed to start'; its line in lines)
     no_kv_memory: bool = False
     needed_kv_cache_gib: float | None = None
     estimated_max_model_len: int | None = None
@@ -89,6 +90,7 @@ class StartupLog:
             "available_kv_cache_gib": self.available_kv_cache_gib, "model_weights_gib": self.model_weights_gib,
             "max_model_len": self.max_model_len, "total_gpu_memory_gib": self.total_gpu_memory_gib,
             "gpu_memory_utilization": self.gpu_memory_utilization, "refused": self.refused,
+            "failed_start": self.failed_start,
             "needed_kv_cache_gib": self.needed_kv_cache_gib, "estimated_max_model_len": self.estimated_max_model_len,
             "model": self.model, "vllm_version": self.vllm_version,
             **{name: getattr(self, name) for name in PROFILE_TERMS},
@@ -138,6 +140,12 @@ def parse_vllm_log(text: str) -> StartupLog:
         raise KvlabError(f"no vLLM KV cache line found{has}; looked for {LOOKED_FOR_BRIEFLY} (every line read: "
                          "docs/vllm.md). vLLM prints them once the model is loaded and profiled: paste the log up to "
                          "'Maximum concurrency' (or the error)")
+    kv_lines = [r for r in readings if r.figure in KV_FIGURES]
+    if not any(r.in_log_line for r in kv_lines):  # (trial 55: a README's example comment was read as a log)
+        raise KvlabError(f"no vLLM log line found: the KV cache figure in {kv_lines[0].line.strip()[:120]!r} is quoted "
+                         "inside other text, not a line vLLM printed. A log's lines start with vLLM's message, "
+                         "after its own prefix ('(EngineCore_DP0 pid=N) INFO MM-DD hh:mm:ss [file.py:N] ') or a "
+                         "paste's marks; give vLLM's startup log (what `vllm serve` prints while it starts)")
     _refuse_impossible(readings)
     first: dict = {}
     lines: dict = {}
@@ -254,7 +262,8 @@ def _assemble(fmt: str, first: dict, lines: dict, setting_lines: dict, settings:
         available_kv_cache_gib=first.get("available_kv_cache_gib"), model_weights_gib=first.get("model_weights_gib"),
         max_model_len=max_model_len, total_gpu_memory_gib=first.get("total_gpu_memory_gib"),
         gpu_memory_utilization=first.get("gpu_memory_utilization", settings.get("gpu_memory_utilization")),
-        refused=bool(first.get("refused", False)), no_kv_memory=bool(first.get("no_kv_memory", False)),
+        refused=bool(first.get("refused", False)), failed_start=bool(first.get("failed_start", False)),
+        no_kv_memory=bool(first.get("no_kv_memory", False)),
         needed_kv_cache_gib=first.get("needed_kv_cache_gib"), estimated_max_model_len=first.get(
             "estimated_max_model_len"), model=settings.get("model"), vllm_version=first.get("vllm_version"),
         settings=settings, typed_args=first.get("typed_args"), lines=lines, derived=derived, per_worker=repeated,
