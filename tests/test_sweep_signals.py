@@ -101,7 +101,7 @@ def _stop(args: list[str], out: Path, sig: int, *, delay_s: float = 0.0, after_s
     assert process.returncode == 128 + sig, err
     for bad in ("Traceback", "Error", "rror:", "Query interrupted", "leaked", "Segmentation"):
         assert bad not in err, err
-    said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")
+    said = [line for line in err.splitlines() if line.strip() and not line.startswith(("points: ", "capacity search: round "))
             and not re.search(r": \d+ replicas? (held|failed)$", line)]  # (--replicas auto's progress)
     # Before the command's session takes the signals (kvlab starting, the options being checked) nothing is stored
     # and the line is only "stopped by NAME"; after, it says what is stored.
@@ -161,7 +161,7 @@ def test_a_signal_while_kvlab_starts_ends_it_with_one_line(tmp_path, delay_s):
         os.killpg(process.pid, sig)
         _, err = process.communicate(timeout=TIMEOUT_S)
         assert process.returncode == 128 + sig and "Traceback" not in err, err
-        said = [line for line in err.splitlines() if line.strip() and not line.startswith("points: ")
+        said = [line for line in err.splitlines() if line.strip() and not line.startswith(("points: ", "capacity search: round "))
             and not re.search(r": \d+ replicas? (held|failed)$", line)]  # (--replicas auto's progress)
         assert len(said) == 1 and said[0].startswith(f"stopped by {signal.Signals(sig).name}"), err
 
