@@ -364,11 +364,9 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     values["num_speculative_tokens"] = _draft_tokens(values, model_spec)
     sizing = _size(model_spec, gpu_spec, values)
     tp, pp = values["tensor_parallel_size"] or 1, values["pipeline_parallel_size"]
-    block_size = values["block_size"]
     speculative = resolve_speculative(values, model_spec, sizing)
-    groups = _hybrid_groups(values, sizing, speculative)
-    if groups:  # vLLM's one pool of blocks of its block size, each request taking blocks in every group
-        block_size = sizing.block_size
+    groups = _hybrid_groups(values, sizing, speculative)  # (a hybrid: vLLM's blocks, a request's in every group)
+    block_size = sizing.block_size if groups else values["block_size"]
     num_slots = _pool_slots(model_spec, gpu_spec, sizing, values["num_gpu_blocks"], block_size, speculative,
                             hybrid=bool(groups))
     # A profile fitted for another model or GPU warns (CostProfileWarning) and its notes travel on the cost model,
@@ -485,9 +483,10 @@ def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block
                          num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int], ...] = ()) -> tuple[str, ...]:
     """A model of several KV cache groups (sliding-window or Mamba/linear-attention layers beside full attention;
     kvlab.sizing) takes blocks in each group from vLLM's one pool: a fixed state block per Mamba group, up to a window
-    in a sliding one. The simulator's pool stands for them as vLLM's printed token figure (SizingResult.num_pool_slots)
-    in blocks holding only each request's tokens, so below max_model_len it admits more requests at once than vLLM:
-    said, with both at POOLED_GROUPS_CONTEXT tokens, where they differ by more than 5% (trial 55, finding 1)."""
+    in a sliding one. ``hybrid`` (the groups, _hybrid_groups): the paged strategies do the same (_hybrid_notes says
+    so). Otherwise (_hybrid_groups' exceptions) the simulator's pool stands for them as vLLM's printed token figure
+    (SizingResult.num_pool_slots) in blocks holding only each request's tokens, so below max_model_len it admits more
+    requests at once than vLLM: said, with both at POOLED_GROUPS_CONTEXT tokens, where they differ by more than 5% (trial 55, finding 1)."""
     from kvlab.sizing import blocks_per_request, cdiv
 
     groups = sizing.kv_cache_groups
@@ -503,8 +502,10 @@ def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block
         return ()
     kinds = ", ".join(f"{sum(g.spec.kind == k for g in groups)} {k}" for k in dict.fromkeys(g.spec.kind for g in groups))
     return (f"{model_spec.id} keeps {len(groups)} KV cache groups ({kinds}), and vLLM gives each request blocks in every "
-            f"one from its pool of {sizing.num_blocks:,} blocks of {sizing.block_size:,} tokens; kvlab's simulator "
-            f"pools vLLM's printed {num_slots:,} tokens in blocks of {block_size} that hold only each request's tokens, "
+            f"one from its pool of {sizing.num_blocks:,} blocks of {sizing.block_size:,} tokens; with speculative "
+            "decoding, a CPU tier, a disaggregated fleet or decode context parallelism, kvlab's simulator does not "
+            f"give blocks per group (kvlab.memory.hybrid) but pools vLLM's printed {num_slots:,} tokens in blocks of "
+            f"{block_size} that hold only each request's tokens, "
             f"so it admits more requests at once than vLLM would (at {tokens:,} tokens: vLLM at most {vllm:,}, kvlab's "
             f"pool {pooled:,}); `kvlab size --context-len N` gives vLLM's at your length, and --num-gpu-blocks sets "
             "kvlab's pool",)
