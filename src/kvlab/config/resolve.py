@@ -486,7 +486,8 @@ def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block
     in a sliding one. ``hybrid`` (the groups, _hybrid_groups): the paged strategies do the same (_hybrid_notes says
     so). Otherwise (_hybrid_groups' exceptions) the simulator's pool stands for them as vLLM's printed token figure
     (SizingResult.num_pool_slots) in blocks holding only each request's tokens, so below max_model_len it admits more
-    requests at once than vLLM: said, with both at POOLED_GROUPS_CONTEXT tokens, where they differ by more than 5% (trial 55, finding 1)."""
+    requests at once than vLLM: said, with both at POOLED_GROUPS_CONTEXT tokens, where they differ by more than 5%
+    (trial 55, finding 1)."""
     from kvlab.sizing import blocks_per_request, cdiv
 
     groups = sizing.kv_cache_groups
