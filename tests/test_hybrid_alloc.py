@@ -24,7 +24,7 @@ from kvlab.workload import load_workload
 from kvlab.workload.request import Request
 
 HYBRID = "tests/data/sizing_configs/qwen3.6-27b.json"
-FULL, MAMBA, SLIDING = ("full_attention", 1, 0), ("mamba", 1, 0), ("sliding_attention", 1, 8)
+FULL, MAMBA, SLIDING = ("full_attention", 1, 0, 0), ("mamba", 1, 0, 0), ("sliding_attention", 1, 8, 0)
 
 
 @dataclass
@@ -97,6 +97,18 @@ def test_a_sliding_window_gives_back_its_oldest_block_before_allocating():
     assert a.num_free_blocks == 9 and a.num_allocated_slots == 0 and a.num_overhead_slots == 4
 
 
+def test_the_whole_prompt_check_caps_a_sliding_group_at_its_admission_blocks():
+    """vLLM's full_sequence_must_fit counts a sliding group's blocks up to its window and in-flight tokens (+1): a
+    20-token prompt admitted by 8-token chunks needs 5 full blocks and, capped, 3 sliding ones: 8 of 9 usable."""
+    capped = HybridAllocator(10, 4, [FULL, ("sliding_attention", 1, 8, 3)])
+    x = seq(0, 20)
+    assert capped.allocate_slots(x, 8) is Fit.NOW
+    assert capped.get_block_ids(0) == [[1, 2], [3, 4]]  # this step's blocks only
+    uncapped = HybridAllocator(10, 4, [FULL, SLIDING])
+    assert uncapped.allocate_slots(seq(0, 20), 8) is Fit.NEVER  # 5 + 5 > 9 usable: more than the whole cache
+    assert capped.admission(seq(1, 20)).num_slots == (5 + 3) * 4
+
+
 def test_overhead_is_the_other_groups_blocks():
     a = HybridAllocator(10, 4, [FULL, MAMBA, SLIDING])
     x = seq(0, 5)
@@ -112,10 +124,10 @@ def test_make_allocator_builds_it_for_several_groups_only():
     with pytest.raises(KvlabError, match="full attention"):
         HybridAllocator(8, 4, [MAMBA, SLIDING])
     with pytest.raises(KvlabError, match="unknown KV cache group kind 'cross'"):
-        HybridAllocator(8, 4, [FULL, ("cross", 1, 0)])
+        HybridAllocator(8, 4, [FULL, ("cross", 1, 0, 0)])
 
 
-GROUPS = st.lists(st.sampled_from([MAMBA, ("mamba", 2, 0), SLIDING, ("sliding_attention", 1, 5), FULL]),
+GROUPS = st.lists(st.sampled_from([MAMBA, ("mamba", 2, 0), SLIDING, ("sliding_attention", 1, 5, 3), FULL]),
                   min_size=1, max_size=3).map(lambda gs: [FULL, *gs])
 
 

@@ -422,10 +422,10 @@ def _newest_version() -> str:
 
 
 def _hybrid_groups(values: dict[str, Any], sizing: SizingResult, speculative: SpeculativeConfig | None
-                   ) -> tuple[tuple[str, int, int], ...]:
-    """A hybrid model's KV cache groups as the paged strategies' allocator takes them (kvlab.memory.hybrid:
-    (kind, state_blocks, sliding_window) each), or () to pool its tokens in one table per request: a single-group
-    model, and a hybrid where the simulator does not give blocks per group (speculative decoding's lookahead and
+                   ) -> tuple[tuple[str, int, int, int], ...]:
+    """A hybrid model's KV cache groups as the paged strategies' allocator takes them (kvlab.memory.hybrid.GroupSpec:
+    (kind, state_blocks, sliding_window, admission_blocks) each), or () to pool its tokens in one table per request:
+    a single-group model, and a hybrid where the simulator does not give blocks per group (speculative decoding's lookahead and
     draft slots, a CPU tier, a disaggregated fleet's sides, decode context parallelism, no full attention group)."""
     from kvlab.memory.hybrid import TOKEN_KINDS
 
@@ -435,7 +435,16 @@ def _hybrid_groups(values: dict[str, Any], sizing: SizingResult, speculative: Sp
     if (speculative is not None or values["kv_offloading_size"] or values["prefill_replicas"]
             or values["decode_replicas"] or sizing.decode_context_parallel_size > 1):
         return ()
-    return tuple((g.spec.kind, g.spec.state_blocks, g.spec.sliding_window or 0) for g in groups)
+    return tuple((g.spec.kind, g.spec.state_blocks, g.spec.sliding_window or 0, _admission_cap(g.spec, sizing))
+                 for g in groups)
+
+
+def _admission_cap(spec, sizing: SizingResult) -> int:
+    """A sliding group's cap on the blocks vLLM's whole-prompt admission check counts (its window and in-flight
+    tokens, + 1: SlidingWindowSpec.max_admission_blocks_per_request); 0 for any other group (no cap)."""
+    if spec.kind != "sliding_attention":
+        return 0
+    return spec.max_num_blocks_per_request(sizing.max_model_len, sizing.max_in_flight_tokens)
 
 
 def _pool_slots(model_spec, gpu_spec, sizing: SizingResult, num_gpu_blocks: int | None, block_size: int,
@@ -480,7 +489,7 @@ POOLED_GROUPS_CONTEXT = 1024
 
 
 def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block_size: int,
-                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int], ...] = ()) -> tuple[str, ...]:
+                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int, int], ...] = ()) -> tuple[str, ...]:
     """A model of several KV cache groups (sliding-window or Mamba/linear-attention layers beside full attention;
     kvlab.sizing) takes blocks in each group from vLLM's one pool: a fixed state block per Mamba group, up to a window
     in a sliding one. ``hybrid`` (the groups, _hybrid_groups): the paged strategies do the same (_hybrid_notes says

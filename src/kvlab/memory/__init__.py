@@ -28,14 +28,14 @@ def make_allocator(
     block_size: int,
     max_model_len: int,
     enable_prefix_caching: bool = False,
-    kv_cache_groups: tuple[tuple[str, int, int], ...] = (),
+    kv_cache_groups: tuple[tuple[str, int, int, int], ...] = (),
 ) -> KVAllocator:
     """The allocator called ``name`` over ``num_slots`` KV slots.
 
     Paged: ``num_slots // block_size`` blocks (block 0 is the null block); with several ``kv_cache_groups``
-    ((kind, state_blocks, sliding_window) each) a request takes blocks in every group (kvlab.memory.hybrid, which
-    simulates no prefix caching). Contiguous: the whole slot space, shown in display blocks of ``block_size`` slots
-    so that its grid lines up with the paged one.
+    ((kind, state_blocks, sliding_window, admission_blocks) each: kvlab.memory.hybrid.GroupSpec) a request takes
+    blocks in every group (kvlab.memory.hybrid, which simulates no prefix caching). Contiguous: the whole slot
+    space, shown in display blocks of ``block_size`` slots so that its grid lines up with the paged one.
     """
     if name not in ALLOCATORS:
         raise KvlabError(f"unknown memory strategy {name!r}: expected one of {', '.join(ALLOCATORS)}")

@@ -16,7 +16,8 @@ sliding window
 
 An allocation is all or nothing over the groups: it fits when the sum of every group's new blocks fits the free
 ones (get_num_blocks_to_allocate, summed by the coordinator). A request being admitted must also fit its whole
-``num_tokens`` in every group (vLLM's ``scheduler_reserve_full_isl``, as ``PagedAllocator``).
+``num_tokens`` in every group (vLLM's ``scheduler_reserve_full_isl``, as ``PagedAllocator``), a sliding group's
+blocks capped there at its window and in-flight tokens (``GroupSpec.admission_blocks``, vLLM's admission cap).
 
 The free queue is kvlab's ``BlockPool`` (memory/block_pool.py), the one ``PagedAllocator`` uses: new blocks from its
 front; a request's blocks go back group by group, each group's tail first; a sliding window's skipped blocks go
@@ -52,11 +53,14 @@ GROUP_KINDS = (*TOKEN_KINDS, SLIDING, MAMBA)
 class GroupSpec(NamedTuple):
     """One KV cache group as the allocator needs it (kvlab.sizing.KVCacheSpec, reduced to plain data):
     ``kind`` one of GROUP_KINDS, ``state_blocks`` the blocks a Mamba group holds per request, ``sliding_window`` the
-    window in tokens of a sliding group (0 otherwise)."""
+    window in tokens of a sliding group (0 otherwise), ``admission_blocks`` a sliding group's cap on the blocks the
+    whole-prompt admission check counts (vLLM's SlidingWindowSpec.max_admission_blocks_per_request: the window and
+    the in-flight tokens, + 1; kvlab.sizing.KVCacheSpec.max_num_blocks_per_request), 0: none."""
 
     kind: str
     state_blocks: int = 1
     sliding_window: int = 0
+    admission_blocks: int = 0
 
 
 class _Held:
@@ -102,7 +106,7 @@ def check_groups(groups: Iterable[GroupSpec | tuple]) -> tuple[GroupSpec, ...]:
 
 class HybridAllocator:
     """The KVAllocator interface over one pool of ``num_blocks`` blocks of ``block_size`` slots shared by the
-    KV cache ``groups`` (GroupSpec or plain ``(kind, state_blocks, sliding_window)`` tuples)."""
+    KV cache ``groups`` (GroupSpec or plain ``(kind, state_blocks, sliding_window, admission_blocks)`` tuples)."""
 
     def __init__(self, num_blocks: int, block_size: int, groups: Iterable[GroupSpec | tuple], *,
                  max_model_len: int | None = None, scheduler_reserve_full_isl: bool = True) -> None:
@@ -147,10 +151,11 @@ class HybridAllocator:
 
     # Planning -----------------------------------------------------------------------------------------------
 
-    def _plan(self, lens: list[int], nulls: list[int], computed: int, num_tokens: int) -> _Plan:
+    def _plan(self, lens: list[int], nulls: list[int], computed: int, num_tokens: int, capped: bool = False) -> _Plan:
         """An allocation for ``num_tokens`` tokens of a request that computed ``computed`` and holds tables of
         ``lens`` entries (``nulls`` of them a sliding table's null prefix): vLLM's remove_skipped_blocks then
-        get_num_blocks_to_allocate, group by group."""
+        get_num_blocks_to_allocate, group by group. ``capped``: the whole-prompt admission check's count, a sliding
+        group's blocks capped at its ``admission_blocks`` (vLLM's apply_admission_cap)."""
         bs = self.block_size
         num_required = -(-num_tokens // bs)
         freed, new, new_nulls = 0, [], []
@@ -162,7 +167,8 @@ class HybridAllocator:
                 skipped = max(0, computed - g.sliding_window + 1) // bs  # blocks wholly before the window
                 removable = min(skipped, length)
                 freed += max(0, removable - k)
-                new.append(max(0, num_required - max(length, skipped)))
+                required = min(num_required, g.admission_blocks) if capped and g.admission_blocks else num_required
+                new.append(max(0, required - max(length, skipped)))
                 new_nulls.append(max(k, skipped))
             else:
                 new.append(max(0, num_required - length))
@@ -230,11 +236,12 @@ class HybridAllocator:
         return int(watermark * self.num_blocks)
 
     def _admission_blocks(self, computed: int, num_tokens: int, num_full_tokens: int) -> int:
-        """Blocks a request holding nothing takes: this step's, or its whole ``num_tokens`` (reserve_full_isl)."""
+        """Blocks a request holding nothing must find free: this step's, and its whole ``num_full_tokens``
+        (reserve_full_isl: vLLM's full_sequence_must_fit check, counted with the sliding groups' admission cap)."""
         empty, zeros = [0] * len(self.groups), [0] * len(self.groups)
         need = sum(self._plan(empty, zeros, computed, num_tokens).new)
-        if num_full_tokens > num_tokens:
-            need = max(need, sum(self._plan(empty, zeros, computed, num_full_tokens).new))
+        if num_full_tokens:
+            need = max(need, sum(self._plan(empty, zeros, computed, num_full_tokens, capped=True).new))
         return need
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0,
@@ -356,7 +363,7 @@ class HybridAllocator:
     def admission(self, seq: Sequence) -> Admission:
         """Blocks in every group for all its tokens so far, anywhere, against the free blocks."""
         num_tokens = self._capped(seq.num_tokens)
-        num_blocks = self._admission_blocks(seq.num_computed_tokens, num_tokens, 0)
+        num_blocks = self._admission_blocks(seq.num_computed_tokens, num_tokens, num_tokens)
         return Admission(num_tokens, num_blocks * self.block_size, self.block_pool.num_free_blocks * self.block_size,
                          False)
 
@@ -365,7 +372,7 @@ class HybridAllocator:
         bs = self.block_size
         prompt = self._capped(request.prompt_len)
         longest = self._capped(request.num_kv_tokens)
-        admit = self._admission_blocks(0, prompt, 0)
+        admit = self._admission_blocks(0, 1, prompt)  # (the whole prompt's check; a first chunk takes no more)
         peak = 0
         for g in self.groups:
             if g.kind == MAMBA:
