@@ -106,7 +106,7 @@ def test_the_whole_prompt_check_caps_a_sliding_group_at_its_admission_blocks():
     assert capped.get_block_ids(0) == [[1, 2], [3, 4]]  # this step's blocks only
     uncapped = HybridAllocator(10, 4, [FULL, SLIDING])
     assert uncapped.allocate_slots(seq(0, 20), 8) is Fit.NEVER  # 5 + 5 > 9 usable: more than the whole cache
-    assert capped.admission(seq(1, 20)).num_slots == (5 + 3) * 4
+    assert capped.admission(seq(1, 20)).num_slots == (5 + 5) * 4  # (its whole prompt in one step: every block)
 
 
 def test_overhead_is_the_other_groups_blocks():
