@@ -1,8 +1,11 @@
-"""A hybrid model's KV cache groups against the simulator's one pool (config/resolve.py: _pooled_groups_notes).
+"""A hybrid model's KV cache groups against the simulator's pool (config/resolve.py: _hybrid_groups, _hybrid_notes,
+_pooled_groups_notes; kvlab.memory.hybrid).
 
 vLLM gives each request blocks in every KV cache group (a fixed state block per Mamba group, a window's worth in a
-sliding one); the simulator pools vLLM's printed token figure in blocks that hold only each request's tokens. A run
-says so, with vLLM's concurrency at 1,024 tokens (what `kvlab size --context-len 1024` prints) beside the pool's.
+sliding one) from one pool of blocks. The paged strategies do the same (kvlab.memory.hybrid) over vLLM's blocks, and
+a run says so. Where the simulator does not give blocks per group (a CPU tier, speculative decoding, ...) it still
+pools vLLM's printed token figure in blocks that hold only each request's tokens, and says that it admits more
+requests at once than vLLM, with vLLM's concurrency at 1,024 tokens (what `kvlab size --context-len 1024` prints).
 """
 
 from __future__ import annotations
@@ -25,9 +28,33 @@ def _group_notes(r) -> list[str]:
     return [n.strip() for n in notes if "KV cache groups" in n]
 
 
-def test_a_hybrid_run_says_vllm_holds_fewer_requests_than_its_pool(kvlab, tmp_path):
+def test_a_hybrid_run_takes_blocks_in_every_group_from_vllms_pool(kvlab, tmp_path):
     r = kvlab("run", "vllm", "--model", HYBRID, "--gpu", "h100-sxm", "--workload", _workload(tmp_path), "--json")
     sized = kvlab("size", HYBRID, "--gpu", "h100-sxm", "--json").json()  # (vLLM's pool, as kvlab size works it out)
+    assert r.exit_code == 0
+    out = json.loads(r.stdout)
+    assert out["block_size"] == sized["block_size"] and out["num_slots"] == sized["num_blocks"] * sized["block_size"]
+    notes = _group_notes(r)
+    assert len(notes) == 1, notes
+    assert notes[0].startswith("qwen3.6-27b keeps 4 KV cache groups (3 mamba, 1 full_attention): the paged strategies "
+                               "give each request blocks in every one from vLLM's pool of "
+                               f"{sized['num_blocks']:,} blocks of {sized['block_size']} tokens, as vLLM does")
+    assert "prefix caching is not simulated for it" in notes[0]
+
+
+def test_a_set_pool_is_vllms_blocks(kvlab, tmp_path):
+    sized = kvlab("size", HYBRID, "--gpu", "h100-sxm", "--json").json()
+    r = kvlab("run", "vllm", "--model", HYBRID, "--gpu", "h100-sxm", "--workload", _workload(tmp_path),
+              "--num-gpu-blocks", "200", "--json")
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)["num_slots"] == 200 * sized["block_size"]
+    assert f"pool of 200 blocks of {sized['block_size']} tokens" in _group_notes(r)[0]
+
+
+def test_where_groups_are_not_served_a_run_says_vllm_holds_fewer_requests_than_its_pool(kvlab, tmp_path):
+    r = kvlab("run", "vllm", "--model", HYBRID, "--gpu", "h100-sxm", "--workload", _workload(tmp_path),
+              "--kv-offloading-size", "8", "--json")
+    sized = kvlab("size", HYBRID, "--gpu", "h100-sxm", "--json").json()
     slots = sized["num_tokens"]
     assert r.exit_code == 0 and json.loads(r.stdout)["num_slots"] == slots
     notes = _group_notes(r)
@@ -35,7 +62,7 @@ def test_a_hybrid_run_says_vllm_holds_fewer_requests_than_its_pool(kvlab, tmp_pa
     note = notes[0]
     assert "qwen3.6-27b keeps 4 KV cache groups (3 mamba, 1 full_attention)" in note
     assert f"pool of {sized['num_blocks']:,} blocks of {sized['block_size']} tokens" in note
-    assert f"printed {slots:,} tokens in blocks of 16" in note
+    assert "a CPU tier" in note and f"printed {slots:,} tokens in blocks of 16" in note
     vllm, pooled = map(lambda s: int(s.replace(",", "")),
                        re.search(r"vLLM at most ([\d,]+), kvlab's pool ([\d,]+)", note).groups())
     assert pooled == slots // 1024
@@ -45,10 +72,8 @@ def test_a_hybrid_run_says_vllm_holds_fewer_requests_than_its_pool(kvlab, tmp_pa
     assert vllm < pooled
 
 
-def test_a_set_pool_or_a_dense_model_says_nothing_of_groups(kvlab, tmp_path):
-    workload = _workload(tmp_path)
-    given = kvlab("run", "vllm", "--model", HYBRID, "--gpu", "h100-sxm", "--workload", workload,
-                  "--num-gpu-blocks", "500", "--json")
-    dense = kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload", workload, "--json")
-    for r in (given, dense):
-        assert r.exit_code == 0 and not _group_notes(r)
+def test_a_dense_model_says_nothing_of_groups(kvlab, tmp_path):
+    dense = kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload", _workload(tmp_path),
+                  "--json")
+    assert dense.exit_code == 0 and not _group_notes(dense)
+    assert json.loads(dense.stdout)["block_size"] == 16

@@ -364,9 +364,11 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     values["num_speculative_tokens"] = _draft_tokens(values, model_spec)
     sizing = _size(model_spec, gpu_spec, values)
     tp, pp = values["tensor_parallel_size"] or 1, values["pipeline_parallel_size"]
-    block_size = values["block_size"]
     speculative = resolve_speculative(values, model_spec, sizing)
-    num_slots = _pool_slots(model_spec, gpu_spec, sizing, values["num_gpu_blocks"], block_size, speculative)
+    groups = _hybrid_groups(values, sizing, speculative)  # (a hybrid: vLLM's blocks, a request's in every group)
+    block_size = sizing.block_size if groups else values["block_size"]
+    num_slots = _pool_slots(model_spec, gpu_spec, sizing, values["num_gpu_blocks"], block_size, speculative,
+                            hybrid=bool(groups))
     # A profile fitted for another model or GPU warns (CostProfileWarning) and its notes travel on the cost model,
     # for a report to repeat: the command line prints those instead of the warning (quietly()).
     cost_model = cost_model_for(profile, model_spec, gpu_spec, sizing, tp, pp)
@@ -383,7 +385,9 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
                           swap_space_bytes=round(swap_space_gib * GIB) * tp,
                           gpu_memory_utilization=values["gpu_memory_utilization"],
                           available_kv_bytes=sizing.available_kv_bytes,
-                          notes=_pooled_groups_notes(model_spec, sizing, num_slots, block_size, values["num_gpu_blocks"])),
+                          notes=_pooled_groups_notes(model_spec, sizing, num_slots, block_size, values["num_gpu_blocks"],
+                                                     groups),
+                          kv_cache_groups=groups),
         scheduler=SchedulerConfig(max_num_seqs=sizing.max_num_seqs,
                                   max_num_batched_tokens=sizing.max_num_batched_tokens,
                                   max_model_len=sizing.max_model_len,
@@ -417,15 +421,43 @@ def _newest_version() -> str:
     return NEWEST_KNOWN
 
 
+def _hybrid_groups(values: dict[str, Any], sizing: SizingResult, speculative: SpeculativeConfig | None
+                   ) -> tuple[tuple[str, int, int, int], ...]:
+    """A hybrid model's KV cache groups as the paged strategies' allocator takes them (kvlab.memory.hybrid.GroupSpec:
+    (kind, state_blocks, sliding_window, admission_blocks) each), or () to pool its tokens in one table per request:
+    a single-group model, and a hybrid where the simulator does not give blocks per group (speculative decoding's lookahead and
+    draft slots, a CPU tier, a disaggregated fleet's sides, decode context parallelism, no full attention group)."""
+    from kvlab.memory.hybrid import TOKEN_KINDS
+
+    groups = sizing.kv_cache_groups
+    if len(groups) == 1 or not any(g.spec.kind in TOKEN_KINDS for g in groups):
+        return ()
+    if (speculative is not None or values["kv_offloading_size"] or values["prefill_replicas"]
+            or values["decode_replicas"] or sizing.decode_context_parallel_size > 1):
+        return ()
+    return tuple((g.spec.kind, g.spec.state_blocks, g.spec.sliding_window or 0, _admission_cap(g.spec, sizing))
+                 for g in groups)
+
+
+def _admission_cap(spec, sizing: SizingResult) -> int:
+    """A sliding group's cap on the blocks vLLM's whole-prompt admission check counts (its window and in-flight
+    tokens, + 1: SlidingWindowSpec.max_admission_blocks_per_request); 0 for any other group (no cap)."""
+    if spec.kind != "sliding_attention":
+        return 0
+    return spec.max_num_blocks_per_request(sizing.max_model_len, sizing.max_in_flight_tokens)
+
+
 def _pool_slots(model_spec, gpu_spec, sizing: SizingResult, num_gpu_blocks: int | None, block_size: int,
-                speculative: SpeculativeConfig | None) -> int:
+                speculative: SpeculativeConfig | None, hybrid: bool = False) -> int:
     """The pool's token slots: vLLM's sizing (with a draft model's weights and KV: _draft_slots), or --num-gpu-blocks
     (vLLM's --num-gpu-blocks-override, e.g. a real run's printed count), refused where the GPU could not hold that
-    many blocks beside the weights (as --available-kv-gib is: kvlab.sizing) or where they are too few to serve."""
+    many blocks beside the weights (as --available-kv-gib is: kvlab.sizing) or where they are too few to serve.
+    ``hybrid``: the pool is vLLM's blocks (of ``block_size``, vLLM's), shared by the KV cache groups."""
     draft_weights = speculative.draft_weights_bytes if speculative is not None else 0
     # a block holds each of its tokens in the draft's layers too (_draft_slots)
     draft_block = speculative.draft_kv_bytes_per_token * sizing.block_size if speculative is not None else 0
-    num_slots = num_gpu_blocks * block_size if num_gpu_blocks else sizing.num_pool_slots
+    pool = sizing.num_blocks * block_size if hybrid else sizing.num_pool_slots
+    num_slots = num_gpu_blocks * block_size if num_gpu_blocks else pool
     if not num_gpu_blocks and speculative is not None and speculative.draft_model:
         num_slots = _draft_slots(model_spec, gpu_spec, sizing, speculative)
     if num_gpu_blocks and sizing.gpu_memory_bytes:
@@ -457,15 +489,19 @@ POOLED_GROUPS_CONTEXT = 1024
 
 
 def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block_size: int,
-                         num_gpu_blocks: int | None) -> tuple[str, ...]:
+                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int, int], ...] = ()) -> tuple[str, ...]:
     """A model of several KV cache groups (sliding-window or Mamba/linear-attention layers beside full attention;
     kvlab.sizing) takes blocks in each group from vLLM's one pool: a fixed state block per Mamba group, up to a window
-    in a sliding one. The simulator's pool stands for them as vLLM's printed token figure (SizingResult.num_pool_slots)
-    in blocks holding only each request's tokens, so below max_model_len it admits more requests at once than vLLM:
-    said, with both at POOLED_GROUPS_CONTEXT tokens, where they differ by more than 5% (trial 55, finding 1)."""
+    in a sliding one. ``hybrid`` (the groups, _hybrid_groups): the paged strategies do the same (_hybrid_notes says
+    so). Otherwise (_hybrid_groups' exceptions) the simulator's pool stands for them as vLLM's printed token figure
+    (SizingResult.num_pool_slots) in blocks holding only each request's tokens, so below max_model_len it admits more
+    requests at once than vLLM: said, with both at POOLED_GROUPS_CONTEXT tokens, where they differ by more than 5%
+    (trial 55, finding 1)."""
     from kvlab.sizing import blocks_per_request, cdiv
 
     groups = sizing.kv_cache_groups
+    if hybrid:
+        return _hybrid_notes(model_spec, sizing, num_slots // block_size, block_size)
     if len(groups) == 1 or num_gpu_blocks:
         return ()
     tokens = min(POOLED_GROUPS_CONTEXT, sizing.max_model_len)
@@ -476,11 +512,27 @@ def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block
         return ()
     kinds = ", ".join(f"{sum(g.spec.kind == k for g in groups)} {k}" for k in dict.fromkeys(g.spec.kind for g in groups))
     return (f"{model_spec.id} keeps {len(groups)} KV cache groups ({kinds}), and vLLM gives each request blocks in every "
-            f"one from its pool of {sizing.num_blocks:,} blocks of {sizing.block_size:,} tokens; kvlab's simulator "
-            f"pools vLLM's printed {num_slots:,} tokens in blocks of {block_size} that hold only each request's tokens, "
+            f"one from its pool of {sizing.num_blocks:,} blocks of {sizing.block_size:,} tokens; with speculative "
+            "decoding, a CPU tier, a disaggregated fleet or decode context parallelism, kvlab's simulator does not "
+            f"give blocks per group (kvlab.memory.hybrid) but pools vLLM's printed {num_slots:,} tokens in blocks of "
+            f"{block_size} that hold only each request's tokens, "
             f"so it admits more requests at once than vLLM would (at {tokens:,} tokens: vLLM at most {vllm:,}, kvlab's "
             f"pool {pooled:,}); `kvlab size --context-len N` gives vLLM's at your length, and --num-gpu-blocks sets "
             "kvlab's pool",)
+
+
+def _hybrid_notes(model_spec, sizing: SizingResult, num_blocks: int, block_size: int) -> tuple[str, ...]:
+    """What a hybrid's run should know of its pool (kvlab.memory.hybrid): blocks in every group, as vLLM, and no
+    prefix caching simulated (a strategy that caches prefixes runs without)."""
+    groups = sizing.kv_cache_groups
+    kinds = ", ".join(f"{sum(g.spec.kind == k for g in groups)} {k}" for k in dict.fromkeys(g.spec.kind for g in groups))
+    note = (f"{model_spec.id} keeps {len(groups)} KV cache groups ({kinds}): the paged strategies give each request "
+            f"blocks in every one from vLLM's pool of {num_blocks:,} blocks of {block_size:,} tokens, as vLLM does "
+            "(a full attention group's grow with its tokens, a Mamba group's state blocks are fixed, a sliding "
+            "window's older blocks go back); the other groups' blocks count as overhead in the memory shares, and "
+            "prefix caching is not simulated for it (every lookup misses); the slab strategies (max, pow2, oracle) "
+            "reserve the same slots for tokens alone, without the other groups' blocks")
+    return (note,)
 
 
 def _draft_slots(model_spec, gpu_spec, sizing: SizingResult, speculative: SpeculativeConfig) -> int:

@@ -10,6 +10,7 @@ from kvlab.errors import KvlabError
 from kvlab.memory.base import BlockSnapshot, Fit, KVAllocator, Sequence, SlotUsage, slot_usage
 from kvlab.memory.buddy import BuddyAllocator
 from kvlab.memory.contiguous import SLAB_POLICIES, ContiguousAllocator
+from kvlab.memory.hybrid import HybridAllocator
 from kvlab.memory.paged import PagedAllocator
 
 ALLOCATORS: dict[str, type] = {
@@ -27,11 +28,14 @@ def make_allocator(
     block_size: int,
     max_model_len: int,
     enable_prefix_caching: bool = False,
+    kv_cache_groups: tuple[tuple[str, int, int, int], ...] = (),
 ) -> KVAllocator:
     """The allocator called ``name`` over ``num_slots`` KV slots.
 
-    Paged: ``num_slots // block_size`` blocks (block 0 is the null block). Contiguous: the whole slot space,
-    shown in display blocks of ``block_size`` slots so that its grid lines up with the paged one.
+    Paged: ``num_slots // block_size`` blocks (block 0 is the null block); with several ``kv_cache_groups``
+    ((kind, state_blocks, sliding_window, admission_blocks) each: kvlab.memory.hybrid.GroupSpec) a request takes
+    blocks in every group (kvlab.memory.hybrid, which simulates no prefix caching). Contiguous: the whole slot
+    space, shown in display blocks of ``block_size`` slots so that its grid lines up with the paged one.
     """
     if name not in ALLOCATORS:
         raise KvlabError(f"unknown memory strategy {name!r}: expected one of {', '.join(ALLOCATORS)}")
@@ -41,6 +45,8 @@ def make_allocator(
         raise KvlabError(f"block_size ({block_size}) must not exceed max_model_len ({max_model_len})")
     if num_slots < 1:
         raise KvlabError(f"the KV cache must hold at least 1 slot, got num_slots={num_slots}")
+    if name == "paged" and len(kv_cache_groups) > 1:
+        return HybridAllocator(num_slots // block_size, block_size, kv_cache_groups, max_model_len=max_model_len)
     if name == "paged":
         return PagedAllocator(
             num_slots // block_size,
@@ -60,6 +66,7 @@ __all__ = [
     "BuddyAllocator",
     "ContiguousAllocator",
     "Fit",
+    "HybridAllocator",
     "KVAllocator",
     "PagedAllocator",
     "Sequence",

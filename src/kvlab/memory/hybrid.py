@@ -1,0 +1,462 @@
+"""Paged KV memory for a model of several KV cache groups: one pool of blocks, one block table per group and request.
+
+A hybrid model (Mamba / linear-attention layers beside full attention, or sliding-window layers beside full ones:
+kvlab.sizing's ``kv_cache_groups``) keeps, in vLLM, ONE pool of blocks of the groups' common block size, and a
+request takes blocks in every group (vllm/v1/core/kv_cache_coordinator.py HybridKVCacheCoordinator over one
+single_type_kv_cache_manager.py manager per group):
+
+full attention, MLA
+    ``cdiv(tokens, block_size)`` blocks, growing with the request (FullAttentionManager).
+Mamba (linear attention too: MambaSpec)
+    ``state_blocks`` blocks taken at the first allocation and kept (the running state, not its tokens).
+sliding window
+    a table as long as the full one, whose blocks wholly before the window are given back and replaced by the
+    null block before each allocation (SlidingWindowManager.remove_skipped_blocks, called at the start of
+    KVCacheManager.allocate_slots): a token ``t`` is skipped once ``t < computed - window + 1``.
+
+An allocation is all or nothing over the groups: it fits when the sum of every group's new blocks fits the free
+ones (get_num_blocks_to_allocate, summed by the coordinator). A request being admitted must also fit its whole
+``num_tokens`` in every group (vLLM's ``scheduler_reserve_full_isl``, as ``PagedAllocator``), a sliding group's
+blocks capped there at its window and in-flight tokens (``GroupSpec.admission_blocks``, vLLM's admission cap).
+
+The free queue is kvlab's ``BlockPool`` (memory/block_pool.py), the one ``PagedAllocator`` uses: new blocks from its
+front; a request's blocks go back group by group, each group's tail first; a sliding window's skipped blocks go
+back newest first. Block 0 is the null block.
+
+Slot accounting (kvlab.memory.base's five states): a slot is a ``block_size``-th of a block. The first full
+attention (or MLA) group holds the request's tokens, so its blocks are the ``allocated`` slots (token, reserved,
+internal fragmentation exactly as in ``PagedAllocator``); the other groups' blocks (Mamba states, sliding windows,
+further full groups) and the null block are ``overhead``: memory the hybrid takes beyond one table of tokens.
+
+Not simulated here: prefix caching (``enable_prefix_caching`` is False: every lookup misses; a strategy with prefix
+caching runs without it, and the run says so: config/resolve.py), speculative decoding's lookahead slots and KV
+offload (those keep the single-pool approximation: config/resolve.py). Pure Python (not in setup.py's compiled
+engine): it runs for hybrid models only, and a decode run is done iteration by iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+from kvlab.errors import KvlabError
+from kvlab.memory.base import Admission, BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states, num_blocks_for
+from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockPool
+from kvlab.workload.request import Request
+
+MAMBA = "mamba"
+SLIDING = "sliding_attention"
+TOKEN_KINDS = ("full_attention", "mla")  # groups whose table holds every token
+GROUP_KINDS = (*TOKEN_KINDS, SLIDING, MAMBA)
+
+
+class GroupSpec(NamedTuple):
+    """One KV cache group as the allocator needs it (kvlab.sizing.KVCacheSpec, reduced to plain data):
+    ``kind`` one of GROUP_KINDS, ``state_blocks`` the blocks a Mamba group holds per request, ``sliding_window`` the
+    window in tokens of a sliding group (0 otherwise), ``admission_blocks`` a sliding group's cap on the blocks the
+    whole-prompt admission check counts (vLLM's SlidingWindowSpec.max_admission_blocks_per_request: the window and
+    the in-flight tokens, + 1; kvlab.sizing.KVCacheSpec.max_num_blocks_per_request), 0: none."""
+
+    kind: str
+    state_blocks: int = 1
+    sliding_window: int = 0
+    admission_blocks: int = 0
+
+
+class _Held:
+    """One request's blocks: a table per group (block ids in token order; a sliding table starts with null blocks,
+    ``nulls`` of them), the tokens it has slots for since its last allocation, the tokens it will ever write."""
+
+    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens")
+
+    def __init__(self, num_groups: int, num_kv_tokens: int) -> None:
+        self.tables: list[list[int]] = [[] for _ in range(num_groups)]
+        self.nulls = [0] * num_groups
+        self.num_tokens = 0
+        self.num_kv_tokens = num_kv_tokens
+
+
+class _Plan(NamedTuple):
+    """What one allocation does to a request's groups: blocks freed from sliding windows, new blocks per group, and
+    each sliding table's null prefix after it."""
+
+    num_freed: int
+    new: tuple[int, ...]
+    nulls: tuple[int, ...]
+
+
+def check_groups(groups: Iterable[GroupSpec | tuple]) -> tuple[GroupSpec, ...]:
+    """The groups as GroupSpecs, checked: known kinds, a positive window for a sliding group, state blocks >= 1 for
+    a Mamba group, and a full attention or MLA group among them (it holds the tokens)."""
+    specs = tuple(GroupSpec(*g) for g in groups)
+    if not specs:
+        raise KvlabError("a hybrid KV cache needs at least one KV cache group")
+    for g in specs:
+        if g.kind not in GROUP_KINDS:
+            raise KvlabError(f"unknown KV cache group kind {g.kind!r}: expected one of {', '.join(GROUP_KINDS)}")
+        if g.kind == SLIDING and g.sliding_window < 1:
+            raise KvlabError(f"a sliding-window group needs a window of at least 1 token, got {g.sliding_window}")
+        if g.kind == MAMBA and g.state_blocks < 1:
+            raise KvlabError(f"a Mamba group needs at least 1 state block per request, got {g.state_blocks}")
+    if not any(g.kind in TOKEN_KINDS for g in specs):
+        raise KvlabError("the hybrid allocator needs a full attention (or MLA) group among the KV cache groups: "
+                         f"got {', '.join(g.kind for g in specs)}")
+    return specs
+
+
+class HybridAllocator:
+    """The KVAllocator interface over one pool of ``num_blocks`` blocks of ``block_size`` slots shared by the
+    KV cache ``groups`` (GroupSpec or plain ``(kind, state_blocks, sliding_window, admission_blocks)`` tuples)."""
+
+    def __init__(self, num_blocks: int, block_size: int, groups: Iterable[GroupSpec | tuple], *,
+                 max_model_len: int | None = None, scheduler_reserve_full_isl: bool = True) -> None:
+        if block_size < 1:
+            raise KvlabError(f"block_size must be at least 1, got {block_size}")
+        if num_blocks < 2:
+            raise KvlabError(
+                f"a paged KV cache needs at least 2 blocks (block 0 is vLLM's null block), got num_blocks={num_blocks}")
+        self.groups = check_groups(groups)
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
+        self.enable_prefix_caching = False
+        self.num_slots = num_blocks * block_size
+        self.block_pool = BlockPool(num_blocks)
+        self._token_group = next(i for i, g in enumerate(self.groups) if g.kind in TOKEN_KINDS)
+        self._held: dict[int, _Held] = {}  # request id -> its blocks, in admission order
+        self._num_token_blocks = 0  # blocks in the token group's tables
+        self._num_other_blocks = 0  # blocks (not the null block) in the other groups' tables
+        self.num_internal_fragmentation_slots = 0
+
+    # Counters (slots) ---------------------------------------------------------------------------------------
+
+    @property
+    def num_allocated_slots(self) -> int:
+        """The token group's blocks: they hold the requests' tokens."""
+        return self._num_token_blocks * self.block_size
+
+    @property
+    def num_overhead_slots(self) -> int:
+        """The null block and every other group's blocks (states, windows, further full groups)."""
+        return (1 + self._num_other_blocks) * self.block_size
+
+    @property
+    def num_duplicate_token_slots(self) -> int:
+        return 0  # nothing is shared: no prefix caching
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.block_pool.num_free_blocks
+
+    # Planning -----------------------------------------------------------------------------------------------
+
+    def _plan(self, lens: list[int], nulls: list[int], computed: int, num_tokens: int, capped: bool = False) -> _Plan:
+        """An allocation for ``num_tokens`` tokens of a request that computed ``computed`` and holds tables of
+        ``lens`` entries (``nulls`` of them a sliding table's null prefix): vLLM's remove_skipped_blocks then
+        get_num_blocks_to_allocate, group by group. ``capped``: the whole-prompt admission check's count, a sliding
+        group's blocks capped at its ``admission_blocks`` (vLLM's apply_admission_cap)."""
+        bs = self.block_size
+        num_required = -(-num_tokens // bs)
+        freed, new, new_nulls = 0, [], []
+        for g, length, k in zip(self.groups, lens, nulls):
+            if g.kind == MAMBA:
+                new.append(max(0, g.state_blocks - length))
+                new_nulls.append(k)
+            elif g.kind == SLIDING:
+                skipped = max(0, computed - g.sliding_window + 1) // bs  # blocks wholly before the window
+                removable = min(skipped, length)
+                freed += max(0, removable - k)
+                required = min(num_required, g.admission_blocks) if capped and g.admission_blocks else num_required
+                new.append(max(0, required - max(length, skipped)))
+                new_nulls.append(max(k, skipped))
+            else:
+                new.append(max(0, num_required - length))
+                new_nulls.append(k)
+        return _Plan(freed, tuple(new), tuple(new_nulls))
+
+    def _plan_held(self, held: _Held, computed: int, num_tokens: int) -> _Plan:
+        return self._plan([len(t) for t in held.tables], held.nulls, computed, num_tokens)
+
+    def _capped(self, num_tokens: int) -> int:
+        return num_tokens if self.max_model_len is None else min(num_tokens, self.max_model_len)
+
+    # Applying -----------------------------------------------------------------------------------------------
+
+    def _remove_skipped(self, held: _Held, plan: _Plan) -> None:
+        """The sliding windows' skipped blocks back to the pool (newest first, as vLLM's remove_skipped_blocks
+        collects them), replaced by the null block."""
+        removed: list[int] = []
+        for g, (table, k, new_k) in enumerate(zip(held.tables, held.nulls, plan.nulls)):
+            if self.groups[g].kind != SLIDING:
+                continue
+            for i in range(min(new_k, len(table)) - 1, k - 1, -1):
+                removed.append(table[i])
+                table[i] = NULL_BLOCK_ID
+            held.nulls[g] = new_k
+        if removed:
+            self.block_pool.free_blocks(removed)
+            self._num_other_blocks -= len(removed)
+
+    def _grow(self, held: _Held, plan: _Plan) -> int:
+        """The plan's new blocks, group by group; returns the token group's new slots."""
+        pool, token_group = self.block_pool, self._token_group
+        internal_before = self._internal(held)
+        new_token_blocks = 0
+        for g, (table, num_new) in enumerate(zip(held.tables, plan.new)):
+            if self.groups[g].kind == SLIDING and len(table) < held.nulls[g]:
+                table.extend([NULL_BLOCK_ID] * (held.nulls[g] - len(table)))  # (admitted past its window's start)
+            if num_new:
+                table.extend(pool.get_new_blocks(num_new))
+                if g == token_group:
+                    new_token_blocks = num_new
+                else:
+                    self._num_other_blocks += num_new
+        self._num_token_blocks += new_token_blocks
+        self.num_internal_fragmentation_slots += self._internal(held) - internal_before
+        return new_token_blocks * self.block_size
+
+    def _internal(self, held: _Held) -> int:
+        """Slots of the request's token blocks beyond the last token it will ever write."""
+        return max(0, len(held.tables[self._token_group]) * self.block_size - held.num_kv_tokens)
+
+    def _num_held_blocks(self, held: _Held) -> int:
+        return sum(len(t) - k for t, k in zip(held.tables, held.nulls))
+
+    # The KVAllocator interface ------------------------------------------------------------------------------
+
+    def get_num_cached_tokens(self, seq: Sequence) -> int:
+        return 0
+
+    def peek_num_cached_tokens(self, request: Request) -> int:
+        return 0
+
+    def watermark_blocks(self, watermark: float) -> int:
+        """``int(watermark x num_blocks)``, the null block counted (as PagedAllocator)."""
+        return int(watermark * self.num_blocks)
+
+    def _admission_blocks(self, computed: int, num_tokens: int, num_full_tokens: int) -> int:
+        """Blocks a request holding nothing must find free: this step's, and its whole ``num_full_tokens``
+        (reserve_full_isl: vLLM's full_sequence_must_fit check, counted with the sliding groups' admission cap)."""
+        empty, zeros = [0] * len(self.groups), [0] * len(self.groups)
+        need = sum(self._plan(empty, zeros, computed, num_tokens).new)
+        if num_full_tokens:
+            need = max(need, sum(self._plan(empty, zeros, computed, num_full_tokens, capped=True).new))
+        return need
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0,
+                       watermark_blocks: int = 0) -> Fit:
+        """Room for ``num_computed_tokens + num_new_tokens`` tokens in every group (no prefix-cache hits here)."""
+        assert num_cached_tokens == 0, "prefix caching is not simulated for a hybrid model"
+        request_id = seq.request.request_id
+        held = self._held.get(request_id)
+        computed = seq.num_computed_tokens
+        if held is None:
+            num_tokens = self._capped(computed + num_new_tokens)
+            num_full = self._capped(seq.num_tokens) if self.scheduler_reserve_full_isl else 0
+            need = self._admission_blocks(computed, num_tokens, num_full)
+            if need > self.num_blocks - 1:
+                return Fit.NEVER
+            if need > self.block_pool.num_free_blocks - watermark_blocks:
+                return Fit.LATER
+            held = self._held[request_id] = _Held(len(self.groups), seq.request.num_kv_tokens)
+            self._grow(held, self._plan_held(held, computed, num_tokens))
+            held.num_tokens = num_tokens
+            return Fit.NOW
+        num_tokens = computed + num_new_tokens
+        plan = self._plan_held(held, computed, num_tokens)
+        self._remove_skipped(held, plan)  # (vLLM frees them before it counts, fit or not)
+        need = sum(plan.new)
+        if need > self.block_pool.num_free_blocks:
+            return Fit.NEVER if self._num_held_blocks(held) + need > self.num_blocks - 1 else Fit.LATER
+        self._grow(held, plan)
+        held.num_tokens = num_tokens
+        return Fit.NOW
+
+    def _decode_step(self, held: _Held) -> int:
+        """``allocate_slots(seq, 1)`` for a decoding request that fits; its token group's new slots."""
+        plan = self._plan_held(held, held.num_tokens, held.num_tokens + 1)
+        self._remove_skipped(held, plan)
+        slots = self._grow(held, plan)
+        held.num_tokens += 1
+        return slots
+
+    def _iteration_fits(self, order: list[_Held]) -> bool:
+        """Whether one decode iteration of ``order`` (in running order) finds every block it takes free, each
+        request's skipped blocks freed just before its own allocation, handing out nothing."""
+        free = self.block_pool.num_free_blocks
+        for held in order:
+            plan = self._plan_held(held, held.num_tokens, held.num_tokens + 1)
+            free += plan.num_freed - sum(plan.new)
+            if free < 0:
+                return False
+        return True
+
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
+        """Decode iterations, one at a time, for as many of ``max_iterations`` as every block of each fits."""
+        order = [held for held in (self._held.get(seq.request.request_id) for seq in seqs) if held is not None]
+        growth: list[int] = []
+        num_iterations = 0
+        while num_iterations < max_iterations and self._iteration_fits(order):
+            internal = self.num_internal_fragmentation_slots
+            slots = sum(self._decode_step(held) for held in order)
+            if slots:
+                growth += (first + num_iterations, slots, self.num_internal_fragmentation_slots - internal)
+            num_iterations += 1
+        return DecodeRun(num_iterations, tuple(growth))
+
+    def decode_run_slots(self, num_iterations: int) -> int | None:
+        """The token slots ``allocate_decode_run`` would hand out over ``num_iterations`` iterations of every
+        request holding blocks (in admission order), handing out nothing; None when they do not all fit."""
+        state = [([len(t) for t in h.tables], list(h.nulls), h.num_tokens) for h in self._held.values()]
+        free, slots, token_group = self.block_pool.num_free_blocks, 0, self._token_group
+        for _ in range(num_iterations):
+            for i, (lens, nulls, tokens) in enumerate(state):
+                plan = self._plan(lens, nulls, tokens, tokens + 1)
+                free += plan.num_freed - sum(plan.new)
+                if free < 0:
+                    return None
+                slots += plan.new[token_group] * self.block_size
+                state[i] = ([n + k for n, k in zip(lens, plan.new)], list(plan.nulls), tokens + 1)
+        return slots
+
+    def allocate_decode_iteration(self, evict: Callable[[], Sequence]) -> DecodeRun:
+        """One decode iteration of every request holding blocks, in running order, as the running loop does it when
+        the free blocks run out: a request that finds too few preempts the newest (``evict()``), until it fits or
+        it evicted itself."""
+        internal = self.num_internal_fragmentation_slots
+        slots = 0
+        for request_id in list(self._held):
+            held = self._held.get(request_id)
+            if held is None:
+                continue  # evicted for a request before it
+            plan = self._plan_held(held, held.num_tokens, held.num_tokens + 1)
+            self._remove_skipped(held, plan)
+            while sum(plan.new) > self.block_pool.num_free_blocks:
+                if evict().request.request_id == request_id:
+                    break
+            if request_id not in self._held:
+                break  # it evicted itself: everyone after it went first
+            slots += self._grow(held, plan)
+            held.num_tokens += 1
+        growth = (0, slots, self.num_internal_fragmentation_slots - internal) if slots else ()
+        return DecodeRun(1, growth)
+
+    def free(self, seq: Sequence) -> None:
+        """Every block of the request back, group by group, each group's tail first."""
+        held = self._held.pop(seq.request.request_id, None)
+        if held is None:
+            return
+        self.num_internal_fragmentation_slots -= self._internal(held)
+        for g, (table, k) in enumerate(zip(held.tables, held.nulls)):
+            blocks = table[k:]
+            if g == self._token_group:
+                self._num_token_blocks -= len(blocks)
+            else:
+                self._num_other_blocks -= len(blocks)
+            self.block_pool.free_table(blocks)
+
+    def get_num_slots(self, request_id: int) -> int:
+        held = self._held.get(request_id)
+        return 0 if held is None else len(held.tables[self._token_group]) * self.block_size
+
+    def admission(self, seq: Sequence) -> Admission:
+        """Blocks in every group for all its tokens so far, anywhere, against the free blocks."""
+        num_tokens = self._capped(seq.num_tokens)
+        num_blocks = self._admission_blocks(seq.num_computed_tokens, num_tokens, num_tokens)
+        return Admission(num_tokens, num_blocks * self.block_size, self.block_pool.num_free_blocks * self.block_size,
+                         False)
+
+    def why_never_fits(self, request: Request) -> str | None:
+        """Too large when admitting its prompt, or holding its longest context, takes more than the usable blocks."""
+        bs = self.block_size
+        prompt = self._capped(request.prompt_len)
+        longest = self._capped(request.num_kv_tokens)
+        admit = self._admission_blocks(0, 1, prompt)  # (the whole prompt's check; a first chunk takes no more)
+        peak = 0
+        for g in self.groups:
+            if g.kind == MAMBA:
+                peak += g.state_blocks
+            elif g.kind == SLIDING:  # the window (its first token anywhere in a block), the token being written
+                peak += min(num_blocks_for(longest, bs), num_blocks_for(g.sliding_window, bs) + 1)
+            else:
+                peak += num_blocks_for(longest, bs)
+        if max(admit, peak) <= self.num_blocks - 1:
+            return None
+        return "larger than the whole KV cache"
+
+    # Inspection ---------------------------------------------------------------------------------------------
+
+    def get_block_ids(self, request_id: int) -> list[list[int]]:
+        """The request's block table in each group (null blocks where a window moved on)."""
+        return [list(t) for t in self._held[request_id].tables]
+
+    def free_block_ids(self) -> list[int]:
+        """The free queue, front (next handed out) to back."""
+        return self.block_pool.free_block_ids()
+
+    def snapshot(self, seqs: Iterable[Sequence]) -> BlockSnapshot:
+        """Every pool block in block-id order: a token-group block as PagedAllocator shows it, any other group's
+        block (and the null block) as overhead, owned by its request."""
+        bs, nb = self.block_size, self.num_blocks
+        owner, token, reserved = [-1] * nb, [0] * nb, [0] * nb
+        internal, overhead = [0] * nb, [0] * nb
+        overhead[NULL_BLOCK_ID] = bs
+        for seq in seqs:
+            request_id = seq.request.request_id
+            held = self._held.get(request_id)
+            if held is None:
+                continue
+            for g, table in enumerate(held.tables):
+                for j, block_id in enumerate(table):
+                    if block_id == NULL_BLOCK_ID:
+                        continue
+                    owner[block_id] = request_id
+                    if g != self._token_group:
+                        overhead[block_id] = bs
+                        continue
+                    token[block_id] = min(bs, max(0, seq.num_computed_tokens - j * bs))
+                    written = min(bs, max(0, held.num_kv_tokens - j * bs))
+                    reserved[block_id] = written - token[block_id]
+                    internal[block_id] = bs - written
+        return BlockSnapshot(bs, tuple(owner), tuple(token), tuple(reserved), tuple(internal), tuple(overhead),
+                             (False,) * nb)
+
+    def check_invariants(self, seqs: Iterable[Sequence], *, in_running_order: bool = False,
+                         all_decoding: bool = False) -> None:
+        """For tests: every block but the null block is free or in exactly one table, the counters are a recount,
+        the sliding tables' null prefixes are as recorded; ``all_decoding``: each request's tokens are its
+        computed ones (a decode run's starting point); ``in_running_order``: ``seqs`` are in admission order."""
+        held = [seq for seq in seqs if seq.request.request_id in self._held]
+        assert len(held) == len(self._held), "a block table belongs to a request not among seqs"
+        free = self.free_block_ids()
+        assert len(set(free)) == len(free) == self.block_pool.num_free_blocks, "the free queue is inconsistent"
+        assert NULL_BLOCK_ID not in free, "the null block is in the free queue"
+        owned: list[int] = []
+        num_token = num_other = internal = 0
+        for h in self._held.values():
+            for g, (table, k) in enumerate(zip(h.tables, h.nulls)):
+                assert all(b == NULL_BLOCK_ID for b in table[:k]), "a sliding table's null prefix holds a block"
+                assert NULL_BLOCK_ID not in table[k:], "a null block past a table's null prefix"
+                owned += table[k:]
+                if g == self._token_group:
+                    num_token += len(table) - k
+                else:
+                    num_other += len(table) - k
+                if self.groups[g].kind == MAMBA:
+                    assert len(table) == self.groups[g].state_blocks, "a Mamba table is not its state blocks"
+            internal += self._internal(h)
+        assert len(set(owned)) == len(owned), "a block is in two tables"
+        assert not set(owned) & set(free), "a block is both held and free"
+        assert len(owned) + len(free) == self.num_blocks - 1, "blocks were lost or made"
+        assert (num_token, num_other) == (self._num_token_blocks, self._num_other_blocks)
+        assert internal == self.num_internal_fragmentation_slots
+        for seq in held:
+            h = self._held[seq.request.request_id]
+            assert seq.num_computed_tokens <= len(h.tables[self._token_group]) * self.block_size, "tokens without slots"
+            if all_decoding:
+                assert h.num_tokens == seq.num_computed_tokens, "a decode run would start from other tokens"
+        if in_running_order:
+            ids = [seq.request.request_id for seq in held]
+            assert ids == [i for i in self._held if i in set(ids)], "the running requests are not in admission order"
+        check_slot_states(self, held)

@@ -1,0 +1,224 @@
+"""The hybrid allocator (kvlab.memory.hybrid): one pool of blocks, one block table per KV cache group and request.
+
+Exact block ids on tiny pools (a Mamba group's state block taken at admission, a sliding window giving back its
+oldest block, an admission refused when the groups' sum does not fit), invariants on random operations, stepping
+against runs on a hybrid model, and a run of qwen3.6-27b holding at most the requests vLLM's pool holds (kvlab size).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvlab.config import resolve
+from kvlab.errors import KvlabError
+from kvlab.memory import Fit, HybridAllocator, PagedAllocator, make_allocator
+from kvlab.memory.block_pool import NULL_BLOCK_ID
+from kvlab.sim import Simulation
+from kvlab.strategies import parse_strategy
+from kvlab.workload import load_workload
+from kvlab.workload.request import Request
+
+HYBRID = "tests/data/sizing_configs/qwen3.6-27b.json"
+FULL, MAMBA, SLIDING = ("full_attention", 1, 0, 0), ("mamba", 1, 0, 0), ("sliding_attention", 1, 8, 0)
+
+
+@dataclass
+class Seq:
+    request: Request
+    num_computed_tokens: int = 0
+    num_tokens: int = field(default=0)
+
+    def __post_init__(self):
+        self.num_tokens = self.num_tokens or self.request.prompt_len
+
+
+def seq(request_id: int, prompt_len: int, output_len: int = 100) -> Seq:
+    return Seq(Request(request_id, 0.0, prompt_len, output_len))
+
+
+def step(allocator: HybridAllocator, s: Seq, num_new: int) -> Fit:
+    """allocate_slots, then the step computes the tokens (a decode samples one more)."""
+    fit = allocator.allocate_slots(s, num_new)
+    if fit is Fit.NOW:
+        s.num_computed_tokens += num_new
+        s.num_tokens = max(s.num_tokens, s.num_computed_tokens + 1)
+    return fit
+
+
+def test_a_mamba_group_takes_its_state_block_at_admission_and_the_sum_must_fit():
+    a = HybridAllocator(8, 4, [FULL, MAMBA])
+    x, y, z = seq(0, 6), seq(1, 10), seq(2, 1)
+    assert step(a, x, 6) is Fit.NOW
+    assert a.get_block_ids(0) == [[1, 2], [3]]
+    assert step(a, y, 10) is Fit.NOW  # 3 + 1 blocks: the last 4 free
+    assert a.get_block_ids(1) == [[4, 5, 6], [7]] and a.num_free_blocks == 0
+    assert step(a, z, 1) is Fit.LATER  # 1 full block would not be all: its state block too
+    a.free(x)  # group by group, each tail first: the state block 3 is reused first, then 2, 1
+    assert a.free_block_ids() == [3, 2, 1]
+    assert step(a, z, 1) is Fit.NOW and a.get_block_ids(2) == [[3], [2]]
+    # decoding never takes another state block: only the full group grows
+    for _ in range(3):
+        assert step(a, z, 1) is Fit.NOW
+    assert a.get_block_ids(2) == [[3], [2]]
+    assert step(a, z, 1) is Fit.NOW and a.get_block_ids(2) == [[3, 1], [2]]
+    a.check_invariants([y, z])
+
+
+def test_the_sum_over_groups_decides_never():
+    a = HybridAllocator(6, 4, [FULL, MAMBA, MAMBA])  # 5 usable blocks
+    assert a.allocate_slots(seq(0, 12), 12) is Fit.NOW  # 12 tokens: 3 + 1 + 1 = 5 blocks, all usable
+    a2 = HybridAllocator(6, 4, [FULL, MAMBA, MAMBA])
+    assert a2.allocate_slots(seq(0, 13), 13) is Fit.NEVER  # 4 + 1 + 1 = 6 > 5
+    assert a2.why_never_fits(Request(0, 0.0, 13, 1)) is not None
+    assert a2.why_never_fits(Request(0, 0.0, 8, 1)) is None
+
+
+def test_a_sliding_window_gives_back_its_oldest_block_before_allocating():
+    a = HybridAllocator(10, 4, [FULL, SLIDING])  # window 8 tokens = 2 blocks
+    x = seq(0, 8)
+    assert step(a, x, 8) is Fit.NOW and a.get_block_ids(0) == [[1, 2], [3, 4]]
+    assert step(a, x, 1) is Fit.NOW and a.get_block_ids(0) == [[1, 2, 5], [3, 4, 6]]  # token 9: a block in each
+    for _ in range(2):  # tokens 10, 11: room in the blocks held
+        assert step(a, x, 1) is Fit.NOW
+    assert a.get_block_ids(0) == [[1, 2, 5], [3, 4, 6]]
+    # Allocating token 12 with 11 computed: tokens 0..3 (block 3) are before the window, 4..11 in it
+    assert step(a, x, 1) is Fit.NOW
+    assert a.get_block_ids(0) == [[1, 2, 5], [NULL_BLOCK_ID, 4, 6]]
+    assert a.free_block_ids()[0] == 3  # freed to the front: reused next
+    assert step(a, x, 1) is Fit.NOW  # token 13: a new block in each group, the full one first
+    assert a.get_block_ids(0) == [[1, 2, 5, 3], [NULL_BLOCK_ID, 4, 6, 7]]
+    a.check_invariants([x])
+    a.free(x)
+    assert a.num_free_blocks == 9 and a.num_allocated_slots == 0 and a.num_overhead_slots == 4
+
+
+def test_the_whole_prompt_check_caps_a_sliding_group_at_its_admission_blocks():
+    """vLLM's full_sequence_must_fit counts a sliding group's blocks up to its window and in-flight tokens (+1): a
+    20-token prompt admitted by 8-token chunks needs 5 full blocks and, capped, 3 sliding ones: 8 of 9 usable."""
+    capped = HybridAllocator(10, 4, [FULL, ("sliding_attention", 1, 8, 3)])
+    x = seq(0, 20)
+    assert capped.allocate_slots(x, 8) is Fit.NOW
+    assert capped.get_block_ids(0) == [[1, 2], [3, 4]]  # this step's blocks only
+    uncapped = HybridAllocator(10, 4, [FULL, SLIDING])
+    assert uncapped.allocate_slots(seq(0, 20), 8) is Fit.NEVER  # 5 + 5 > 9 usable: more than the whole cache
+    assert capped.admission(seq(1, 20)).num_slots == (5 + 5) * 4  # (its whole prompt in one step: every block)
+
+
+def test_overhead_is_the_other_groups_blocks():
+    a = HybridAllocator(10, 4, [FULL, MAMBA, SLIDING])
+    x = seq(0, 5)
+    step(a, x, 5)  # full 2, mamba 1, sliding 2
+    assert a.num_allocated_slots == 8 and a.num_overhead_slots == (1 + 3) * 4
+    a.check_invariants([x])
+
+
+def test_make_allocator_builds_it_for_several_groups_only():
+    assert isinstance(make_allocator("paged", num_slots=64, block_size=4, max_model_len=64), PagedAllocator)
+    assert isinstance(make_allocator("paged", num_slots=64, block_size=4, max_model_len=64,
+                                     kv_cache_groups=(FULL, MAMBA)), HybridAllocator)
+    with pytest.raises(KvlabError, match="full attention"):
+        HybridAllocator(8, 4, [MAMBA, SLIDING])
+    with pytest.raises(KvlabError, match="unknown KV cache group kind 'cross'"):
+        HybridAllocator(8, 4, [FULL, ("cross", 1, 0, 0)])
+
+
+GROUPS = st.lists(st.sampled_from([MAMBA, ("mamba", 2, 0), SLIDING, ("sliding_attention", 1, 5, 3), FULL]),
+                  min_size=1, max_size=3).map(lambda gs: [FULL, *gs])
+
+
+@settings(max_examples=120, deadline=None)
+@given(groups=GROUPS, num_blocks=st.integers(4, 40),
+       ops=st.lists(st.tuples(st.sampled_from(["admit", "step", "run", "free"]), st.integers(0, 5),
+                              st.integers(1, 30)), max_size=60))
+def test_random_operations_conserve_blocks(groups, num_blocks, ops):
+    a = HybridAllocator(num_blocks, 4, groups)
+    running: list[Seq] = []
+    next_id = 0
+    for op, pick, n in ops:
+        if op == "admit":
+            s = seq(next_id, n)
+            next_id += 1
+            if step(a, s, n) is Fit.NOW:
+                running.append(s)
+        elif op == "step" and running:
+            step(a, running[pick % len(running)], 1 + n % 3)
+        elif op == "run" and running:
+            for s in running:  # a decode run starts where each request's tokens were computed
+                s.num_tokens = s.num_computed_tokens + 1
+            a.check_invariants(running, all_decoding=True)
+            expected = a.decode_run_slots(1 + n % 4)
+            before = a.num_allocated_slots
+            run = a.allocate_decode_run(running, 1 + n % 4)
+            if expected is not None:
+                assert run.num_iterations == 1 + n % 4 and a.num_allocated_slots - before == expected
+            for s in running:
+                s.num_computed_tokens += run.num_iterations
+                s.num_tokens = s.num_computed_tokens + 1
+        elif op == "free" and running:
+            a.free(running.pop(pick % len(running)))
+        a.check_invariants(running)
+        held = sum(len([b for b in t if b != NULL_BLOCK_ID]) for s in running for t in a.get_block_ids(s.request.request_id))
+        assert held + a.num_free_blocks == num_blocks - 1
+
+
+def _hybrid_config(**options):
+    return resolve(model=HYBRID, gpu="h100-sxm", **options)
+
+
+def test_a_hybrid_resolves_to_vllms_blocks():
+    config = _hybrid_config()
+    sizing = config.sizing
+    assert config.cache.block_size == sizing.block_size and config.cache.num_gpu_blocks == sizing.num_blocks
+    assert [g[0] for g in config.cache.kv_cache_groups] == [g.spec.kind for g in sizing.kv_cache_groups]
+    given = _hybrid_config(num_gpu_blocks=100)
+    assert given.cache.num_gpu_blocks == 100 and given.cache.block_size == sizing.block_size
+    dense = resolve(model="llama-3.1-8b", gpu="h100-sxm")
+    assert dense.cache.kv_cache_groups == () and dense.cache.block_size == 16
+
+
+def _fixed_workload(tmp_path, n: int, prompt: int, output: int) -> str:
+    path = tmp_path / "w.csv"
+    path.write_text("arrival_time,prompt_len,output_len\n" + f"0,{prompt},{output}\n" * n)
+    return str(path)
+
+
+def test_a_hybrid_run_holds_at_most_what_vllm_sizes(kvlab, tmp_path):
+    """1,024-token requests (960 + 64: the last sampled token is never written), all at once: the run holds as many
+    at once as `kvlab size --context-len 1024` says vLLM's pool does, no more (the pooled tokens held 3.8x as many)."""
+    sized = kvlab("size", HYBRID, "--gpu", "h100-sxm", "--context-len", "1024", "--json").json()
+    most = sized["workload"]["max_num_requests"]
+    config = _hybrid_config(workload=_fixed_workload(tmp_path, 2 * most, 960, 64))
+    sim = Simulation(parse_strategy("vllm"), config.engine, load_workload(config.workload.workload))
+    sim.run_until(float("inf"))
+    result = sim.result()
+    peak = int(result.log.columns["num_running"].max())
+    assert peak == most
+    assert result.counters.num_finished == 2 * most
+
+
+@pytest.mark.parametrize("strategy", ["vllm", "continuous+paged"])
+def test_runs_are_stepping_on_a_hybrid(strategy):
+    config = _hybrid_config(num_gpu_blocks=60, max_model_len=8192).engine
+    workload = load_workload("paper-sharegpt", num_requests=150, rate=6.0, seed=1, arrival="poisson")
+    workload = dataclasses.replace(workload, requests=tuple(dataclasses.replace(r, prompt_len=r.prompt_len * 4)
+                                                            for r in workload.requests))
+    stepped = Simulation(parse_strategy(strategy), config, workload, max_iterations=1)
+    runs = Simulation(parse_strategy(strategy), config, workload)
+    t = stepped.start_time
+    while not (stepped.done and runs.done):
+        t += 7.3
+        stepped.run_until(t)
+        runs.run_until(t)
+        assert stepped.snapshot() == runs.snapshot()
+        ids = [s.request_id for s in runs.scheduler.running]
+        assert [stepped.allocator.get_block_ids(i) for i in ids] == [runs.allocator.get_block_ids(i) for i in ids]
+        runs.allocator.check_invariants(runs.scheduler.running)
+    a, b = stepped.result(), runs.result()
+    assert b.records == a.records and b.counters == a.counters
+    assert dataclasses.asdict(b.integral) == dataclasses.asdict(a.integral)
+    assert a.counters.num_preemptions > 0  # (the pool is small enough to run out)
