@@ -30,3 +30,28 @@ def test_capacity_says_its_latency_is_the_measured_windows(kvlab, tmp_path):
     helped = _flat(kvlab("capacity", "--help").stdout)
     assert "judged on its measured window (the latencies shown are its)" in helped
     assert "Measured window: the requests arriving after a 20% warm-up, up to the last arrival" in helped
+
+
+def _race_row(text: str, name: str) -> list[str]:
+    for line in text.splitlines():
+        cells = line.split()
+        if cells and cells[0] == name and len(cells) > 5:
+            return [c for c in cells[1:] if c != "★"]
+    raise AssertionError(f"no row for {name!r} in\n{text}")
+
+
+def test_race_prints_per_token_latency_in_ms_to_three_figures(kvlab):
+    """Trial 55, finding 9: beside a strategy slower than 1 s/token the column was in s/tok, and a fast one read
+    "0.24" or "0.01"; it is ms/tok always, read as the run's table reads it."""
+    args = ("race", "static+max", "continuous+paged", "-n", "500")
+    r = kvlab(*args)
+    assert r.exit_code == 0, r.stderr
+    assert "ms/tok" in r.stdout and " s/tok" not in r.stdout
+    data = kvlab(*args, "--json").json()
+    slow = max(data["strategies"], key=lambda s: s["normalized_latency_s_per_token"]["p50"])
+    fast = min(data["strategies"], key=lambda s: s["normalized_latency_s_per_token"]["p50"])
+    assert slow["normalized_latency_s_per_token"]["p50"] >= 1.0  # (the case that turned the column to seconds)
+    for s in (slow, fast):
+        ms = s["normalized_latency_s_per_token"]["p50"] * 1e3
+        shown = f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 100 else f"{ms:,.0f}"
+        assert shown in _race_row(r.stdout, s["name"]), r.stdout
