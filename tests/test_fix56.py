@@ -55,3 +55,37 @@ def test_race_prints_per_token_latency_in_ms_to_three_figures(kvlab):
         ms = s["normalized_latency_s_per_token"]["p50"] * 1e3
         shown = f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 100 else f"{ms:,.0f}"
         assert shown in _race_row(r.stdout, s["name"]), r.stdout
+
+
+def test_no_plots_without_out_is_noted_and_plots_without_out_still_refused(kvlab):
+    """Trial 55, finding 12: `--no-plots` without `--out` passed silently. It asks for what happens anyway, so it runs,
+    with a one-line note; --plots without --out stays refused (it asks for what cannot happen)."""
+    for command in ("run", "race"):
+        r = kvlab(command, "vllm", "--no-plots", "-n", "20")
+        assert r.exit_code == 0, r.stderr
+        assert _flat(r.stderr) == "note: --no-plots does nothing without --out (plots are drawn only into that folder)"
+    r = kvlab("run", "vllm", "--no-plots", "-n", "20", "--json")
+    assert r.exit_code == 0 and "--no-plots does nothing" in r.stderr and r.json()["strategies"]
+    assert "--no-plots" not in kvlab("run", "vllm", "-n", "20").stderr
+    r = kvlab("run", "vllm", "--plots", "-n", "20")
+    assert r.exit_code == 2 and "--plots needs --out" in r.stderr
+    assert "without --out nothing is drawn either way" in _flat(kvlab("run", "--help").stdout)
+
+
+def test_num_requests_and_duration_together_say_that_the_first_limit_wins(kvlab):
+    """Trial 55, finding 12: `--duration 10 -n 50` ran 31 requests without saying which option decided. Both
+    limit the run, whichever comes first: a note says so, and the help."""
+    note = "-n 50 and --duration 10 both given: the run serves the requests arriving in the first 10 s, at most 50 of " \
+        "them (whichever limit comes first)"
+    r = kvlab("run", "vllm", "--duration", "10", "-n", "50", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert note in _flat(r.stderr)
+    by_time = r.json()["workload"]["num_requests"]
+    assert 1 < by_time < 50  # (here the 10 s ran out first)
+    assert by_time == kvlab("run", "vllm", "--duration", "10", "--json").json()["workload"]["num_requests"]
+    r = kvlab("run", "vllm", "--duration", "100", "-n", "50", "--json")  # (here the 50 requests)
+    assert r.json()["workload"]["num_requests"] == 50 and "-n 50 and --duration 100 both given" in _flat(r.stderr)
+    for alone in (("-n", "50"), ("--duration", "10")):
+        assert "both given" not in kvlab("run", "vllm", *alone).stderr
+    assert "with --duration: at most N of those arriving in its time, whichever limit comes first" in _flat(
+        kvlab("run", "--help").stdout.replace("│", " "))
