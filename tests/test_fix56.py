@@ -89,3 +89,49 @@ def test_num_requests_and_duration_together_say_that_the_first_limit_wins(kvlab)
         assert "both given" not in kvlab("run", "vllm", *alone).stderr
     assert "with --duration: at most N of those arriving in its time, whichever limit comes first" in _flat(
         kvlab("run", "--help").stdout.replace("│", " "))
+
+
+def test_fits_replica_count_runs_the_workload_at_once_under_max_num_seqs(kvlab):
+    """Trial 55, finding 2: `fit`'s "memory alone" replicas held the requests in their KV caches but each engine runs
+    at most max_num_seqs at once: 30,000 short requests on L4 took 8 replicas by the cache (4,230 each), 118 by
+    max_num_seqs (256 each)."""
+    import math
+
+    args = ("fit", "llama-3.2-1b", "--gpu", "l4", "--context-len", "128", "--concurrency", "30000")
+    data = kvlab(*args, "--json").json()
+    fewest, cap = data["workload_gpus"]["fewest"], data["max_num_seqs"]["max_num_seqs"]
+    assert fewest["max_num_requests"] > cap == fewest["max_num_seqs"] == fewest["num_running_per_replica"]
+    assert fewest["num_replicas"] == math.ceil(30000 / cap) > math.ceil(30000 / fewest["max_num_requests"])
+    assert fewest["num_gpus"] == fewest["num_replicas"] * fewest["num_gpus_per_replica"]
+    text = _flat(kvlab(*args).stdout)
+    assert (f"running all 30,000 at once needs more than 1 GPU: the fewest whose KV caches hold them and whose "
+            f"max_num_seqs runs them all: {fewest['num_gpus']:,} x L4, {fewest['num_replicas']:,} replicas x TP 1 "
+            f"(each KV cache holds {fewest['max_num_requests']:,} of them; each runs at most {cap:,} at once, "
+            "max_num_seqs: vLLM's default here)") in text
+    # a given --max-num-seqs is the cap, named as given
+    data = kvlab(*args, "--max-num-seqs", "1000", "--json").json()
+    assert data["workload_gpus"]["fewest"]["num_replicas"] == 30
+    assert "each runs at most 1,000 at once, --max-num-seqs 1,000" in _flat(kvlab(*args, "--max-num-seqs", "1000").stdout)
+    # where the cache holds fewer than max_num_seqs, memory alone decides, as before
+    long = ("fit", "llama-3.2-1b", "--gpu", "l4", "--context-len", "8192", "--concurrency", "3000")
+    fewest = kvlab(*long, "--json").json()["workload_gpus"]["fewest"]
+    assert fewest["max_num_requests"] < fewest["max_num_seqs"]
+    assert fewest["num_replicas"] == math.ceil(3000 / fewest["max_num_requests"])
+    assert "memory alone needs more than 1 GPU: the fewest whose KV caches hold the 3,000 requests at once" in \
+        _flat(kvlab(*long).stdout)
+
+
+def test_the_labs_calculator_says_how_many_run_at_once(kvlab):
+    """Trial 55, finding 2, the lab: num_fit is the cache's count (kvlab size's), and the answer carries vLLM's
+    max_num_seqs (size's) and how many of the workload run at once, which the page words."""
+    from kvlab.web.calculator import answer
+
+    size = kvlab("size", "llama-3.2-1b", "--gpu", "h200", "--concurrency", "5000", "--context-len", "128",
+                 "--json").json()
+    page = answer(model="llama-3.2-1b", gpu="H200", concurrency=5000, context_len=128, gpu_memory_utilization=0.9)
+    w = page["workload"]
+    assert w["num_fit"] == size["workload"]["max_num_requests"] > 5000 and w["fits"]
+    assert w["max_num_seqs"] == size["workload"]["max_num_seqs"] < 5000
+    assert w["num_at_once"] == w["max_num_seqs"]
+    small = answer(model="llama-3.2-1b", gpu="H200", concurrency=8, context_len=128, gpu_memory_utilization=0.9)
+    assert small["workload"]["num_at_once"] == 8
