@@ -135,3 +135,23 @@ def test_the_labs_calculator_says_how_many_run_at_once(kvlab):
     assert w["num_at_once"] == w["max_num_seqs"]
     small = answer(model="llama-3.2-1b", gpu="H200", concurrency=8, context_len=128, gpu_memory_utilization=0.9)
     assert small["workload"]["num_at_once"] == 8
+
+
+def test_clicks_usage_errors_begin_in_lower_case_as_kvlabs_own(kvlab):
+    """Trial 55, finding 16: "error: No such option" and "error: Missing argument" (Click's) beside kvlab's lower-case
+    lines; the one place that prints Click's usage errors (kvlab.cli.main) begins them in lower case."""
+    cases = {("run", "--nope"): "error: no such option: --nope",
+             ("size",): "error: missing argument 'model'",
+             ("run", "--rate"): "error: option '--rate' requires an argument",
+             ("nope",): "error: no such command 'nope'",
+             ("run", "vllm", "extra"): "error: got unexpected extra argument",
+             ("run", "--html", "x"): "error: no such option: --html: it is an option of kvlab race",
+             ("capacity", "--wide"): "error: no such option: --wide: it is an option of"}
+    for args, start in cases.items():
+        r = kvlab(*args)
+        assert r.exit_code == 2 and _flat(r.stderr).startswith(start), (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    # a message that begins with a name in capitals keeps it
+    from kvlab.cli import _lowered
+
+    assert _lowered("GPU memory is short") == "GPU memory is short" and _lowered("No such") == "no such"
