@@ -103,9 +103,7 @@ def capacity(
 ) -> None:
     """The highest request rate each configuration sustains under a latency target.
 
-    A rate holds when its run kept up and met the target, judged on its measured window (the latencies shown are its).
-
-    Measured window: the requests arriving after a 20% warm-up, up to the last arrival; `kvlab run` reports all of them.
+    A rate holds if its run kept up and met the target in its measured window (after a 20% warm-up; the latencies shown are its).
 
     Kept up: its waiting queue grew neither in count nor in oldest wait; every request finished (or hit its client's deadline).
 
