@@ -16,9 +16,9 @@ def kvlab(*args: str) -> subprocess.CompletedProcess:
     (("run", "--rate", "abc"), ["error: --rate 'abc':", "not a number; valid: a number", "kvlab run --help"]),
     (("run", "--rate=abc"), ["error: --rate 'abc':", "not a number"]),
     (("race", "--max-num-seqs", "x"), ["error: --max-num-seqs 'x':", "not a whole number; valid: a whole number", "kvlab race --help"]),
-    (("run", "--nope"), ["error: No such option: --nope"]),
-    (("vllm", "log"), ["error: Missing argument 'FILE|-'", "kvlab vllm log --help"]),
-    (("nope",), ["error: No such command 'nope'"]),
+    (("run", "--nope"), ["error: no such option: --nope"]),
+    (("vllm", "log"), ["error: missing argument 'FILE|-'", "kvlab vllm log --help"]),
+    (("nope",), ["error: no such command 'nope'"]),
 ])
 def test_a_parse_error_names_the_value_and_where_help_is(args, says):
     r = kvlab(*args)
@@ -65,7 +65,7 @@ def test_version_and_the_short_help_option():
     (("capacity", "--replicas", "many"), "error: --replicas 'many': not a whole number; valid: --replicas auto (the "
                                          "fewest that sustain --rate R), or a comma list of whole numbers, e.g. 16,32"),
     (("run", "vllm", "--html", "x.html"),
-     "error: No such option: --html: it is an option of kvlab race, not of kvlab run (see 'kvlab run --help')"),
+     "error: no such option: --html: it is an option of kvlab race, not of kvlab run (see 'kvlab run --help')"),
 ])
 def test_an_option_given_twice_or_in_the_wrong_place_is_refused_before_any_work(args, says, tmp_path):
     """Trial 49: `--enable-chunked-prefill --no-enable-chunked-prefill` took the last silently; `run --html` was

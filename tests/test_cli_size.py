@@ -227,7 +227,10 @@ def test_fit_says_the_fewest_gpus_whose_kv_caches_hold_the_workload(kvlab):
     assert gpus[1][0] == 3 and gpus[2][0] == 2  # the setting still shows the point
     fewest = data["workload_gpus"]["fewest"]
     assert fewest == {"num_requests": 80, "context_len": 32768, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
-                      "max_num_requests": most, "num_replicas": 3, "num_gpus_per_replica": 1, "num_gpus": 3}
+                      "max_num_requests": most, "num_replicas": 3, "num_gpus_per_replica": 1, "num_gpus": 3,
+                      # (each runs at most max_num_seqs at once: here the cache holds fewer, trial 55)
+                      "max_num_seqs": data["max_num_seqs"]["max_num_seqs"], "num_running_per_replica": most}
+    assert most < fewest["max_num_seqs"]
     assert fewest["num_gpus"] == min(n * tp for tp, (n, _) in gpus.items())
     assert data["workload_gpus"]["at_tensor_parallel_size"] == fewest and data["workload_gpus"]["gpu"] == "T4"
     assert data["workload"]["max_num_requests"] == most and not data["workload"]["fits"]

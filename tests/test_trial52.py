@@ -128,7 +128,7 @@ def test_a_run_option_no_sweep_point_takes_says_which_commands_take_it(kvlab, co
     --model?"), where `kvlab run` takes the option: the line other misplaced options get."""
     r = kvlab(command, "-n", "4", option, "x")
     assert r.exit_code == 2
-    assert f"No such option: {option}: it is an option of " in r.stderr and "kvlab run" in r.stderr
+    assert f"no such option: {option}: it is an option of " in r.stderr and "kvlab run" in r.stderr
     assert f"not of kvlab {command}" in r.stderr and "did you mean" not in r.stderr
 
 

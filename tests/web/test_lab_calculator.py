@@ -130,3 +130,21 @@ def test_calculator_says_when_vllm_would_refuse_to_start_beside_its_numbers(lab)
     assert "Try: " in said and not page.is_hidden("#calc-out")
     page.select_option("#calc-model", "opt-13b")
     page.wait_for_selector("#calc-error", state="hidden")
+
+
+def test_calculator_says_vllm_runs_at_most_max_num_seqs_at_once(lab):
+    """Trial 55, finding 2: 5,000 requests of 128 tokens "fit" llama-3.2-1b's cache on an H200, but vLLM runs at most
+    max_num_seqs of them at once; the fit line says so, with the count the server answered."""
+    page = lab.page
+    page.fill("#calc-concurrency", "5000")
+    page.fill("#calc-context", "128")
+    page.select_option("#calc-gpu", "H200")
+    page.select_option("#calc-model", "llama-3.2-1b")
+    page.wait_for_function("document.querySelector('#calc-figures [data-key=num_fit]').textContent"
+                           ".includes('at once')", timeout=30_000)
+    w = page.evaluate("() => fetch('api/size?model=llama-3.2-1b&gpu=H200&concurrency=5000&context_len=128')"
+                      ".then(r => r.json())")["workload"]
+    said = page.inner_text('#calc-figures [data-key="num_fit"]')
+    assert said == (f"all 5,000 fit in the cache (it holds {w['num_fit']:,} of that length), but vLLM runs at most "
+                    f"{w['max_num_seqs']:,} at once (max_num_seqs: vLLM's default here): the other "
+                    f"{5000 - w['max_num_seqs']:,} wait"), said

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     except usage_error as exc:
         if not exc.format_message():  # (a bare `kvlab`: Click printed the help, which is the answer)
             sys.exit(exc.exit_code)
-        _error(_usage_message(exc, args, _command_path(command, args), command))
+        _error(_lowered(_usage_message(exc, args, _command_path(command, args), command)))
     except typer.Abort:  # (Ctrl-C, in the Click of older Typers; recent ones exit 130 and say nothing)
         code = 130
     if stop.interrupted():
@@ -79,6 +79,12 @@ def _error(message: str, code: int = 2) -> None:
     # (escaped: a message may name `pip install '.[calibrate]'`, which is not markup)
     Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     sys.exit(code)
+
+
+def _lowered(message: str) -> str:
+    """Click's sentence ("No such option", "Missing argument", "Option '--rate' requires ...") begun in lower case, as
+    kvlab's own messages are after "error:" (trial 55, finding 16); a word in capitals (GPU, KV) is left."""
+    return message[0].lower() + message[1:] if message[:1].isupper() and message[1:2].islower() else message
 
 
 # Typer's parse messages (pydantic's, in recent versions) in kvlab's words: what the value is not, what would do.
@@ -283,7 +289,7 @@ def _elsewhere(exc, root, args: list[str]) -> str:
     where = _command_path(root, args)
     if not owners:
         return ""
-    return (f"No such option: {flag}: it is an option of {', '.join(owners)}, not of {where}; "
+    return (f"no such option: {flag}: it is an option of {', '.join(owners)}, not of {where}; "
             f"{_instead(flag, where)} (see '{where} --help')")
 
 

@@ -39,6 +39,7 @@ from kvlab.report.text import computed_text, whole_values_table
 from kvlab.sweep.capacity import default_out, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
 from kvlab.validate import check_options, note_written
+from kvlab.window import WARMUP_SHARE
 
 if TYPE_CHECKING:
     from kvlab.service.capacity import Answer
@@ -102,7 +103,7 @@ def capacity(
 ) -> None:
     """The highest request rate each configuration sustains under a latency target.
 
-    A rate holds when its run kept up and met the target, judged up to the last arrival.
+    A rate holds if its run kept up and met the target in its measured window (after a 20% warm-up; the latencies shown are its).
 
     Kept up: its waiting queue grew neither in count nor in oldest wait; every request finished (or hit its client's deadline).
 
@@ -325,6 +326,21 @@ def _print_uncertified(console, answer: Answer) -> None:
                           f"{search.uncertified}; {advice}.", markup=False)
 
 
+def _window_note(answer: Answer, i: int) -> str:
+    """Where a latency limit was measured: the failing run's window (kvlab.window), not the whole run (trial 55,
+    finding 8: `kvlab run` at the same rate reports every request's latency)."""
+    search = answer.answering(i)
+    if not (search.limited_by or "").startswith("latency:"):
+        return ""
+    arrived, total = search.window_at(search.hi).get("num_arrived"), answer.answering_length(i)
+    if not arrived:
+        return ""
+    which = (f"requests {total - arrived + 1:,}..{total:,} by arrival" if total and total >= arrived
+             else f"its last {arrived:,} arrivals")
+    return (f" (over that run's measured window: {which}, after a {WARMUP_SHARE:.0%} warm-up; "
+            "`kvlab run` reports all its requests)")
+
+
 def print_capacity(answer: Answer, names, session: Session, written) -> None:
     from rich.console import Console
 
@@ -351,7 +367,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
         table_rows.append([*(f"{config[n]:,}" if isinstance(config[n], int) and not isinstance(config[n], bool)
                              else str(config[n]) for n in varying), *cells])
     bracket = "bracket [held, failed]"
-    table = whole_values_table(f"Capacity: the highest rate sustained with {answer.slo.describe}",
+    table = whole_values_table(f"Capacity: the highest rate sustained with {answer.slo.describe} "
+                               "(latencies over each run's measured window)",
                                 (*varying, "capacity req/s", "run at it", *(("abandoned",) if deadlines else ()),
                                  "limited by", bracket, "sims"),
                                 table_rows, left=set(varying),
@@ -369,8 +386,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
         search = answer.answering(i)
         if search.limited_by:
             sample = f" ({answer.answering_sample(i)})" if answer.answering_sample(i) else ""
-            console.print(f"limited by: {config['strategy']} under {config['cost']}{sample}: {search.limited_by}.",
-                          markup=False)
+            console.print(f"limited by: {config['strategy']} under {config['cost']}{sample}: {search.limited_by}"
+                          f"{_window_note(answer, i)}.", markup=False)
     for i, config in enumerate(configurations):
         search = answer.answering(i)
         if search.unreachable:

@@ -27,7 +27,8 @@ from kvlab.validate import allow_large_work, check_output_path, note_written
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write per-request and per-iteration CSV files and "
                                                 "PNG plots to this folder.")]
 PlotsOpt = Annotated[Optional[bool], typer.Option("--plots/--no-plots", help="With --out: also draw the PNG plots "
-                                                  "(--no-plots: CSV and JSON only, faster) \\[default: --plots].",
+                                                  "(--no-plots: CSV and JSON only, faster; without --out nothing is "
+                                                  "drawn either way) \\[default: --plots].",
                                                   show_default=False)]
 
 
@@ -42,10 +43,16 @@ def check_out(out: Path | None, plots: bool) -> None:
 
 
 def check_plots(plots: bool | None, out: Path | None) -> bool:
-    """Whether to draw the plots; --plots given without --out (where nothing is written) is refused."""
+    """Whether to draw the plots; --plots given without --out (where nothing is written) is refused, and
+    --no-plots without it is noted as doing nothing (trial 55, finding 12: it passed silently)."""
     if plots and out is None:
         raise KvlabError("--plots needs --out: the plots are files written to the --out folder; valid: --out FOLDER "
                          "--plots, or leave --plots out")
+    if plots is False and out is None:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False).print(
+            "note: --no-plots does nothing without --out (plots are drawn only into that folder)", style="yellow")
     return plots is not False
 
 

@@ -18,7 +18,9 @@ from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
 from kvlab.config.options import OPTIONS, SIZING_OPTIONS, speculative_method_help
 from kvlab.errors import KvlabError
 from kvlab.report.text import plural
-from kvlab.service.size import sizing_config, start_refusal
+from kvlab.service.size import at_once_text as _at_once
+from kvlab.service.size import max_num_seqs_cap as _max_num_seqs
+from kvlab.service.size import running_replicas, sizing_config, start_refusal
 from kvlab.sizing import (
     NODE_GPUS,
     SPECULATIVE_METHODS,
@@ -320,19 +322,6 @@ def _title(model, gpu, config, result=None) -> str:
 def _fit_verb(n: int, noun: str) -> str:
     """'1 request fits', '3 requests fit'."""
     return f"{plural(n, noun)} {'fits' if n == 1 else 'fit'}"
-
-
-def _max_num_seqs(config) -> tuple[int, str]:
-    """vLLM's cap on the requests it runs at once, whatever the KV cache holds, and where it comes from (trial 55,
-    finding 2: 'fits' said of 5,000 requests where vLLM runs 1,024)."""
-    cap = config.resolved_max_num_seqs
-    return cap, (f"--max-num-seqs {cap:,}" if config.max_num_seqs is not None
-                 else "max_num_seqs: vLLM's default here")
-
-
-def _at_once(cap: tuple[int, str]) -> str:
-    """"vLLM runs at most 1,024 at once (max_num_seqs, ...)"."""
-    return f"vLLM runs at most {cap[0]:,} at once ({cap[1]})"
 
 
 def _workload_dict(fit, cap: tuple[int, str]) -> dict:
@@ -637,26 +626,36 @@ def _target_gpu(gpu_spec, config):
 
 
 def _workload_gpus(spec, gpu_spec, config, num_requests: int, context_len: int) -> dict:
-    """The fewest GPUs whose KV caches hold the workload at once (as replicas x TP x PP), and the replicas at the
-    asked tensor-parallel size. On a GPU's memory every tensor-parallel size that starts is tried; a given KV
-    budget (--available-kv-gib) is per GPU at the asked parallelism, so only that one is."""
+    """The fewest GPUs whose KV caches hold the workload at once and whose engines run it at once (as replicas x TP x
+    PP: each runs at most max_num_seqs, service.size.running_replicas), and the replicas at the asked
+    tensor-parallel size. On a GPU's memory every tensor-parallel size that starts is tried; a given KV budget
+    (--available-kv-gib) is per GPU at the asked parallelism, so only that one is."""
     gpu = _target_gpu(gpu_spec, config) if config.available_kv_bytes is None else None
-    options = workload_replicas(spec, config, num_requests, context_len, gpu)
+    cap = _max_num_seqs(config)
+    options = running_replicas(workload_replicas(spec, config, num_requests, context_len, gpu), cap[0])
     fewest = fewest_gpus_for_workload(options)
-    asked = fewest_gpus_for_workload(workload_replicas(spec, config, num_requests, context_len))  # (config's only)
-    return {"fewest": None if fewest is None else fewest.to_dict(),
-            "at_tensor_parallel_size": None if asked is None else asked.to_dict(),
-            "gpu": None if gpu is None else gpu.id}
+    asked = fewest_gpus_for_workload(running_replicas(  # (config's size only)
+        workload_replicas(spec, config, num_requests, context_len), cap[0]))
+
+    def described(o) -> dict | None:
+        return None if o is None else {**o.to_dict(), "max_num_seqs": cap[0],
+                                       "num_running_per_replica": min(o.max_num_requests, cap[0])}
+
+    return {"fewest": described(fewest), "at_tensor_parallel_size": described(asked),
+            "gpu": None if gpu is None else gpu.id, "max_num_seqs_source": cap[1]}
 
 
 def _print_workload_gpus(console, answer: dict, num_gpus: int) -> None:
-    """Memory alone needs more GPUs than the asked replica's ``num_gpus``: the fewest that hold the workload at once,
-    and the replicas at the asked parallelism."""
+    """The workload needs more GPUs than the asked replica's ``num_gpus``: the fewest whose KV caches hold it at
+    once and whose engines run it at once (max_num_seqs each: trial 55, finding 2), and the replicas at the asked
+    parallelism."""
     def replicas(o: dict) -> str:
         parallel = f"TP {o['tensor_parallel_size']}" + (f" x PP {o['pipeline_parallel_size']}"
                                                          if o["pipeline_parallel_size"] > 1 else "")
         each = "its KV cache holds" if o["num_replicas"] == 1 else "each KV cache holds"
-        return f"{plural(o['num_replicas'], 'replica')} x {parallel} ({each} {o['max_num_requests']:,} of them)"
+        runs = (f"; each runs at most {o['max_num_seqs']:,} at once, {answer['max_num_seqs_source']}"
+                if o["max_num_requests"] > o["max_num_seqs"] else "")
+        return f"{plural(o['num_replicas'], 'replica')} x {parallel} ({each} {o['max_num_requests']:,} of them{runs})"
 
     fewest, asked = answer["fewest"], answer["at_tensor_parallel_size"]
     if fewest is None:
@@ -665,8 +664,12 @@ def _print_workload_gpus(console, answer: dict, num_gpus: int) -> None:
     def gpus(o: dict) -> str:
         return f"{o['num_gpus']:,} x {answer['gpu']}" if answer["gpu"] else plural(o["num_gpus"], "GPU")
 
-    console.print(f"  [bold]memory alone needs more than {plural(num_gpus, 'GPU')}:[/] the fewest whose KV caches "
-                  f"hold the {fewest['num_requests']:,} requests at once: {gpus(fewest)}, {replicas(fewest)}")
+    n = f"{fewest['num_requests']:,}"
+    need = (f"[bold]memory alone needs more than {plural(num_gpus, 'GPU')}:[/] the fewest whose KV caches hold the {n} "
+            "requests at once" if fewest["max_num_requests"] <= fewest["max_num_seqs"] else
+            f"[bold]running all {n} at once needs more than {plural(num_gpus, 'GPU')}:[/] the fewest whose KV caches "
+            "hold them and whose max_num_seqs runs them all")
+    console.print(f"  {need}: {gpus(fewest)}, {replicas(fewest)}")
     if asked is not None and asked != fewest:
         console.print(f"  at --tensor-parallel-size {asked['tensor_parallel_size']}: {gpus(asked)}, {replicas(asked)}")
 

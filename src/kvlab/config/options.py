@@ -223,7 +223,8 @@ OPTIONS: dict[str, Option] = _options(
            "burst (all at t=0).", choices=("auto", "trace", "poisson", "gamma", "burst")),
     Option("cv", "workload", float, 1.0, "Coefficient of variation of gamma inter-arrival times.", lo=0.0, hi=100.0,
            lo_open=True, what="the coefficient of variation of inter-arrival gaps"),
-    Option("num_requests", "workload", int, None, "Serve the first N requests.", lo=1, hi=2**40, what="requests",
+    Option("num_requests", "workload", int, None, "Serve the first N requests (with --duration: at most N of "
+           "those arriving in its time, whichever limit comes first).", lo=1, hi=2**40, what="requests",
            aliases=("-n",), default_text="1000 unless --duration"),
     Option("duration", "workload", float, None, "Serve the requests arriving in the first this many seconds.",
            lo=0.0, hi=1e12, lo_open=True, what="seconds", default_text="none"),

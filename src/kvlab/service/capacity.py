@@ -375,12 +375,16 @@ class Answer:
         at the answer, bracket and limit are then the ones that decided), else the first's."""
         return answering(self.searches[i], None if self.no_second is not None else self.second[i])
 
+    def answering_length(self, i: int) -> int | None:
+        """How many requests the sample that answered configuration ``i`` has (None: set by --duration)."""
+        second = self.no_second is None and self.answering(i) is self.second[i]
+        return (self.longer[i] if second else self.configurations[i]).get("num_requests")
+
     def answering_sample(self, i: int) -> str:
         """Which sample answered configuration ``i``, as a report names it: "on 300 requests" ("" with one sample)."""
         if self.no_second is not None:
             return ""
-        config = self.longer[i] if self.answering(i) is self.second[i] else self.configurations[i]
-        return f"on {config.get('num_requests') or 0:,} requests"
+        return f"on {self.answering_length(i) or 0:,} requests"
 
     def cost_of(self, i: int) -> dict[str, Any] | None:
         """Dollars per hour and per million output tokens at configuration ``i``'s answer (None: no price, or no

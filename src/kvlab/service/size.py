@@ -12,7 +12,7 @@ from dataclasses import replace
 from kvlab.catalog import GpuSpec, get_gpu
 from kvlab.config.engine import GIB
 from kvlab.config.options import OPTIONS, SIZING_OPTIONS, draft_tokens_per_step
-from kvlab.sizing import SizingConfig, SizingResult, fewest_gpus_pipelined
+from kvlab.sizing import SizingConfig, SizingResult, WorkloadReplicas, cdiv, fewest_gpus_pipelined
 from kvlab.validate import check_options
 
 
@@ -77,6 +77,29 @@ def start_refusal(result) -> str | None:
     return (f"vLLM would refuse to start: one {result.max_model_len:,}-token request needs "
             f"{result.blocks_per_request:,} blocks but {result.num_usable_blocks:,} are usable; the longest that fits "
             f"is {result.estimated_max_model_len:,} tokens (--max-model-len {result.estimated_max_model_len}).")
+
+
+def max_num_seqs_cap(config: SizingConfig) -> tuple[int, str]:
+    """vLLM's cap on the requests it runs at once, whatever the KV cache holds, and where it comes from (trial 55,
+    finding 2: 'fits' said of 5,000 requests where vLLM runs 1,024). The one home of the cap for `kvlab size`,
+    `kvlab fit` and the lab's calculator."""
+    cap = config.resolved_max_num_seqs
+    return cap, (f"--max-num-seqs {cap:,}" if config.max_num_seqs is not None
+                 else "max_num_seqs: vLLM's default here")
+
+
+def at_once_text(cap: tuple[int, str]) -> str:
+    """"vLLM runs at most 1,024 at once (max_num_seqs, ...)"."""
+    return f"vLLM runs at most {cap[0]:,} at once ({cap[1]})"
+
+
+def running_replicas(options: list[WorkloadReplicas], max_num_seqs: int) -> list[WorkloadReplicas]:
+    """kvlab.sizing.workload_replicas' options with each replica running at most ``max_num_seqs`` requests at once,
+    however many its KV cache holds: the replicas that run ``num_requests`` at once (trial 55, finding 2: `fit`
+    counted the cache's alone). Searching the capped options of workload_replicas' sizes finds the fewest GPUs:
+    a larger size it left out has at least as many GPUs per replica as its fewest, and needs at least as many
+    replicas under the cap."""
+    return [replace(o, num_replicas=cdiv(o.num_requests, min(o.max_num_requests, max_num_seqs))) for o in options]
 
 
 def fewest_pipelined(model, gpu: GpuSpec, config: SizingConfig,

@@ -122,12 +122,13 @@ def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memo
            quantization: str | None = None, vllm_version: str | None = None, max_model_len: int | None = None) -> dict:
     """``kvlab size MODEL --gpu GPU --gpu-memory-utilization U`` and ``--concurrency N --context-len L`` (and
     ``--quantization``, ``--vllm-version``), in the numbers the page shows (same function, so the same numbers)."""
-    from kvlab.service.size import start_refusal
+    from kvlab.service.size import max_num_seqs_cap, start_refusal
     from kvlab.sizing import size_kv_cache, workload_fit
 
     spec, gpu_spec, config = _sized(model, gpu, gpu_memory_utilization, quantization, vllm_version, max_model_len)
     result = size_kv_cache(spec, config)
     fit = workload_fit(spec, config, concurrency, context_len)
+    cap = max_num_seqs_cap(config)  # (vLLM runs at most this many at once, whatever the cache holds: trial 55)
     split = result.memory_split
     return {
         "model": spec.id,
@@ -157,8 +158,10 @@ def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memo
             "context_len": context_len,
             "num_tokens_needed": concurrency * context_len,
             "kv_bytes_needed": fit.kv_bytes_needed,
-            "num_fit": fit.max_num_requests,
+            "num_fit": fit.max_num_requests,  # (in the KV cache: `kvlab size`'s max_num_requests)
             "fits": fit.fits,
+            "max_num_seqs": cap[0],  # (vLLM's default for the GPU: `kvlab size`'s)
+            "num_at_once": min(concurrency, fit.max_num_requests, cap[0]),  # (held by the cache and run by vLLM)
             "spare_blocks": fit.spare_blocks,
         },
     }

@@ -101,11 +101,23 @@ function renderCalc(r, utilization) {
   const fit = set("num_fit", "", r.workload.num_fit);
   fit.innerHTML = "";
   const w = r.workload;
-  fit.append(el("span", { class: w.fits ? "fits" : "nofit",
-    text: w.fits ? `all ${nf0.format(w.concurrency)} fit; the cache holds ${nf0.format(w.num_fit)} of that length`
-      : `only ${nf0.format(w.num_fit)} of ${nf0.format(w.concurrency)} fit: the rest wait, or are evicted mid-answer` }));
+  fit.append(el("span", { class: w.fits ? "fits" : "nofit", text: fitText(w) }));
   document.getElementById("calc-log").textContent = r.log_lines.join("\n");
   setText(document.getElementById("calc-paper"), paperSplitNote(r, utilization));
+}
+
+// The workload against the cache and against max_num_seqs (vLLM runs at most that many at once, whatever the cache
+// holds: trial 55), in `kvlab size`'s words.
+function fitText(w) {
+  const n = nf0.format(w.concurrency), held = nf0.format(w.num_fit), seqs = nf0.format(w.max_num_seqs);
+  const capped = `vLLM runs at most ${seqs} at once (max_num_seqs: vLLM's default here)`;
+  if (w.fits && w.concurrency <= w.max_num_seqs)
+    return `all ${n} fit; the cache holds ${held} of that length` + (w.num_fit > w.max_num_seqs ? `, though ${capped}` : "");
+  if (w.fits)
+    return `all ${n} fit in the cache (it holds ${held} of that length), but ${capped}: the other ` +
+      `${nf0.format(w.concurrency - w.max_num_seqs)} wait`;
+  return `only ${nf0.format(w.num_at_once)} of ${n} run at once: the cache holds ${held} of that length` +
+    (w.num_fit > w.max_num_seqs ? ` and ${capped}` : "") + "; the rest wait, or are evicted mid-answer";
 }
 
 // Whole percentages that add up to 100 (the largest remainders round up): 61 + 27 + 13 once read 101%.
