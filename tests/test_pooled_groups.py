@@ -62,7 +62,8 @@ def test_where_groups_are_not_served_a_run_says_vllm_holds_fewer_requests_than_i
     note = notes[0]
     assert "qwen3.6-27b keeps 4 KV cache groups (3 mamba, 1 full_attention)" in note
     assert f"pool of {sized['num_blocks']:,} blocks of {sized['block_size']} tokens" in note
-    assert "a CPU tier" in note and f"printed {slots:,} tokens in blocks of 16" in note
+    assert "a CPU tier" in note and f"printed token figure, {slots:,} tokens, in blocks of 16" in note
+    assert "it admits more requests at once than vLLM would" in note
     vllm, pooled = map(lambda s: int(s.replace(",", "")),
                        re.search(r"vLLM at most ([\d,]+), kvlab's pool ([\d,]+)", note).groups())
     assert pooled == slots // 1024
@@ -77,3 +78,20 @@ def test_a_dense_model_says_nothing_of_groups(kvlab, tmp_path):
                   "--json")
     assert dense.exit_code == 0 and not _group_notes(dense)
     assert json.loads(dense.stdout)["block_size"] == 16
+
+
+def test_pooled_groups_count_num_gpu_blocks_in_vllms_blocks_and_say_so(kvlab, tmp_path):
+    """Where the groups are pooled (a CPU tier here), --num-gpu-blocks counts vLLM's blocks, as it is validated:
+    the pool is their share of vLLM's printed token figure, and the note is there with it (trial 56b, finding 2)."""
+    sized = kvlab("size", HYBRID, "--gpu", "h100-sxm", "--json").json()
+    blocks = sized["num_blocks"] // 2
+    r = kvlab("run", "vllm", "--model", HYBRID, "--gpu", "h100-sxm", "--workload", _workload(tmp_path),
+              "--kv-offloading-size", "8", "--num-gpu-blocks", str(blocks), "--json")
+    assert r.exit_code == 0, r.output
+    slots = json.loads(r.stdout)["num_slots"]
+    assert slots == sized["num_tokens"] * blocks // sized["num_blocks"] // 16 * 16
+    notes = _group_notes(r)
+    assert len(notes) == 1 and f"pool of {blocks:,} blocks (--num-gpu-blocks)" in notes[0], notes
+    vllm = int(re.search(r"vLLM at most ([\d,]+)", notes[0]).group(1).replace(",", ""))
+    per_request = 2 + 3  # 1,024 tokens in blocks of 784 in the full attention group, a state block in each Mamba one
+    assert sized["block_size"] == 784 and vllm == (blocks - 1) // per_request

@@ -458,6 +458,10 @@ def _pool_slots(model_spec, gpu_spec, sizing: SizingResult, num_gpu_blocks: int 
     draft_block = speculative.draft_kv_bytes_per_token * sizing.block_size if speculative is not None else 0
     pool = sizing.num_blocks * block_size if hybrid else sizing.num_pool_slots
     num_slots = num_gpu_blocks * block_size if num_gpu_blocks else pool
+    if num_gpu_blocks and not hybrid and len(sizing.kv_cache_groups) > 1:
+        # (a hybrid whose groups are pooled: --num-gpu-blocks counts vLLM's blocks, as it is validated below, and
+        # pools their share of vLLM's printed token figure, as the pool without it does)
+        num_slots = sizing.num_pool_slots * num_gpu_blocks // max(sizing.num_blocks, 1) // block_size * block_size
     if not num_gpu_blocks and speculative is not None and speculative.draft_model:
         num_slots = _draft_slots(model_spec, gpu_spec, sizing, speculative)
     if num_gpu_blocks and sizing.gpu_memory_bytes:
@@ -495,30 +499,31 @@ def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block
     in a sliding one. ``hybrid`` (the groups, _hybrid_groups): the paged strategies do the same (_hybrid_notes says
     so). Otherwise (_hybrid_groups' exceptions) the simulator's pool stands for them as vLLM's printed token figure
     (SizingResult.num_pool_slots) in blocks holding only each request's tokens, so below max_model_len it admits more
-    requests at once than vLLM: said, with both at POOLED_GROUPS_CONTEXT tokens, where they differ by more than 5%
-    (trial 55, finding 1)."""
+    requests at once than vLLM: said every time, with both at POOLED_GROUPS_CONTEXT tokens (trial 55, finding 1;
+    trial 56b: not only where they differ by more than 5%, nor only without --num-gpu-blocks)."""
     from kvlab.sizing import blocks_per_request, cdiv
 
     groups = sizing.kv_cache_groups
     if hybrid:
         return _hybrid_notes(model_spec, sizing, num_slots // block_size, block_size)
-    if len(groups) == 1 or num_gpu_blocks:
+    if len(groups) == 1:
         return ()
     tokens = min(POOLED_GROUPS_CONTEXT, sizing.max_model_len)
-    vllm = sizing.num_usable_blocks // blocks_per_request(groups, tokens, sizing.max_in_flight_tokens,
-                                                          sizing.decode_context_parallel_size)
+    usable = num_gpu_blocks - 1 if num_gpu_blocks else sizing.num_usable_blocks  # (block 0: the null block)
+    vllm = usable // blocks_per_request(groups, tokens, sizing.max_in_flight_tokens, sizing.decode_context_parallel_size)
     pooled = num_slots // (cdiv(tokens, block_size) * block_size)
-    if pooled <= vllm * 1.05:
-        return ()
+    blocks = f"{num_gpu_blocks:,} blocks (--num-gpu-blocks)" if num_gpu_blocks else f"{sizing.num_blocks:,} blocks"
     kinds = ", ".join(f"{sum(g.spec.kind == k for g in groups)} {k}" for k in dict.fromkeys(g.spec.kind for g in groups))
     return (f"{model_spec.id} keeps {len(groups)} KV cache groups ({kinds}), and vLLM gives each request blocks in every "
-            f"one from its pool of {sizing.num_blocks:,} blocks of {sizing.block_size:,} tokens; with speculative "
+            f"one from its pool of {blocks} of {sizing.block_size:,} tokens; with speculative "
             "decoding, a CPU tier, a disaggregated fleet or decode context parallelism, kvlab's simulator does not "
-            f"give blocks per group (kvlab.memory.hybrid) but pools vLLM's printed {num_slots:,} tokens in blocks of "
-            f"{block_size} that hold only each request's tokens, "
-            f"so it admits more requests at once than vLLM would (at {tokens:,} tokens: vLLM at most {vllm:,}, kvlab's "
-            f"pool {pooled:,}); `kvlab size --context-len N` gives vLLM's at your length, and --num-gpu-blocks sets "
-            "kvlab's pool",)
+            f"give blocks per group (kvlab.memory.hybrid) but pools their share of vLLM's printed token figure, "
+            f"{num_slots:,} tokens, in blocks of "
+            f"{block_size} that hold only each request's tokens, so "
+            + ("it admits more requests at once than vLLM would" if pooled > vllm * 1.05 else
+               "at another length it may admit more or fewer requests at once than vLLM would")
+            + f" (at {tokens:,} tokens: vLLM at most {vllm:,}, kvlab's pool {pooled:,}); `kvlab size --context-len N` "
+            "gives vLLM's at your length",)
 
 
 def _hybrid_notes(model_spec, sizing: SizingResult, num_blocks: int, block_size: int) -> tuple[str, ...]:
