@@ -1,6 +1,6 @@
 """kvlab calibrate on bench folders that kvlab's own simulator wrote under a known profile: the fit recovers it.
 
-The files follow CONTRACTS.md (requests.csv, token_times.jsonl, summary.json), written by stepping a simulation
+The files follow docs/bench.md (requests.csv, token_times.jsonl, summary.json), written by stepping a simulation
 and streaming each request's tokens at the end of the iteration that produced them, as a server would.
 """
 
@@ -276,3 +276,26 @@ def test_a_bench_folder_fit_writes_the_model_as_kvlab_names_it(kvlab, bench_dir,
     out = tmp_path / "p.toml"
     assert kvlab("calibrate", bench_dir, "--out", out, "--model", "OPT-13B").exit_code == 0
     assert tomllib.loads(out.read_text())["model"] == "opt-13b"
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("summary.json", "", "summary.json is empty; valid: the JSON object kvlab bench writes"),
+    ("summary.json", '{"server": {"block_size"', "summary.json is not valid JSON"),
+    ("summary.json", "[1, 2]", "summary.json holds a JSON list; valid: the JSON object kvlab bench writes"),
+    ("requests.csv", "request_id,arrival_time,prompt_len,status,send_time,first_token_time,finish_time\n0,0.0",
+     "requests.csv line 2 has no 'prompt_len' cell (the file is cut short?)"),
+    ("requests.csv", "request_id,arrival_time,prompt_len,status,send_time,first_token_time,finish_time\n"
+                     "0,0.0,forty,finished,0,1,2\n", "requests.csv line 2: prompt_len = 'forty' is not a whole number"),
+    ("metrics.csv", "time,name,value\n0.0,vllm:num_requests_waiting", "metrics.csv line 2 is not a scrape"),
+])
+def test_a_bench_file_empty_cut_short_or_of_the_wrong_shape_is_refused_by_name(kvlab, bench_dir, tmp_path, name, text,
+                                                                               message):
+    """Trial 56: an empty summary.json crashed calibrate with a JSONDecodeError traceback."""
+    import shutil
+
+    shutil.copytree(bench_dir, tmp_path / "run")
+    (tmp_path / "run" / name).write_text(text)
+    r = kvlab("calibrate", tmp_path / "run", "--out", tmp_path / "p.toml", "--fit", "context_token_s,overhead_s")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: ") and message in r.stderr and str(tmp_path / "run" / name) in r.stderr
+    assert not (tmp_path / "p.toml").exists()

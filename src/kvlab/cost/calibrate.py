@@ -4,7 +4,7 @@ Two sources of iterations. With ``--server-log``, the server's own log of every 
 iteration-details``: what each step held and how long it took, server_log.py), which a machine's pauses and the API
 server's streaming do not touch: on a shared CPU they dominate what a client sees (docs/cost.md, "Validation
 against the real vLLM server"). Without it, what a streaming client sees: consecutive chunks of a decoding request
-are one iteration apart (CONTRACTS.md: token_times.jsonl): a chunk closes the iterations that started at the chunk
+are one iteration apart (docs/bench.md: token_times.jsonl): a chunk closes the iterations that started at the chunk
 before, one per token it carried. Chunks less than BURST_GAP_S apart are one burst (a server whose streaming fell
 behind sends a backlog at once): their tokens count as one chunk's. What an iteration held is read off every
 request's timeline at its midpoint:
@@ -113,20 +113,16 @@ class Iterations:
 
 
 def read_bench(directory: Path) -> tuple[list[dict], dict[int, tuple[list[float], list[int]]], dict]:
-    """requests.csv rows, {request_id: (chunk times, tokens per chunk)}, summary.json (CONTRACTS.md)."""
+    """requests.csv rows, {request_id: (chunk times, tokens per chunk)}, summary.json (docs/bench.md, "What it
+    writes"); a file that is empty, cut short or not what kvlab bench writes is refused by name."""
     if not directory.is_dir():
         raise KvlabError(f"{str(directory)!r} is not a folder: give folders written by kvlab bench --out DIR")
     for name in ("requests.csv", "token_times.jsonl"):
         if not (directory / name).is_file():
             raise KvlabError(f"{str(directory)!r} has no {name}: give a folder written by kvlab bench --out DIR")
-    with (directory / "requests.csv").open(newline="") as f:
-        requests = list(csv.DictReader(f))
-    missing = {"request_id", "prompt_len", "status", "send_time", "first_token_time", "finish_time"} - set(
-        requests[0] if requests else {})
-    if requests and missing:
-        raise KvlabError(f"{directory / 'requests.csv'} lacks the column {min(missing)!r} (CONTRACTS.md)")
+    requests = _read_requests(directory / "requests.csv")
     times: dict[int, tuple[list[float], list[int]]] = {}
-    for number, line in enumerate((directory / "token_times.jsonl").read_text().splitlines(), 1):
+    for number, line in enumerate(_text(directory / "token_times.jsonl").splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -136,8 +132,61 @@ def read_bench(directory: Path) -> tuple[list[dict], dict[int, tuple[list[float]
             raise KvlabError(f"{directory / 'token_times.jsonl'} line {number} is not a token-times row "
                              f"({{request_id, times, num_tokens}}): {exc}") from None
     summary_path = directory / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    summary = read_json_object(summary_path) if summary_path.is_file() else {}
     return requests, times, summary
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvlabError(f"{path}: cannot read it ({exc}); valid: the text file kvlab bench wrote") from None
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON file whose top level is an object (kvlab bench's summary.json), or a one-line refusal naming it."""
+    text = _text(path)
+    if not text.strip():
+        raise KvlabError(f"{path} is empty; valid: the JSON object kvlab bench writes (run the bench again, or "
+                         "remove the file)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise KvlabError(f"{path} is not valid JSON ({exc}); valid: the JSON object kvlab bench writes") from None
+    if not isinstance(data, dict):
+        raise KvlabError(f"{path} holds a JSON {type(data).__name__}; valid: the JSON object kvlab bench writes")
+    return data
+
+
+REQUEST_COLUMNS = {"request_id": int, "prompt_len": int, "status": str, "send_time": float,
+                   "first_token_time": float, "finish_time": float}
+
+
+def _read_requests(path: Path) -> list[dict]:
+    """requests.csv's rows, each with the columns calibrate reads, as numbers where they are numbers (a time may
+    be empty: the request never got that far)."""
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(_text(path), newline="")))
+    missing = set(REQUEST_COLUMNS) - set(rows[0] if rows else {})
+    if rows and missing:
+        raise KvlabError(f"{path} lacks the column {min(missing)!r} (the columns kvlab bench writes: docs/bench.md)")
+    for number, row in enumerate(rows, 2):
+        for column, kind in REQUEST_COLUMNS.items():
+            value = row.get(column)
+            if value is None:
+                raise KvlabError(f"{path} line {number} has no {column!r} cell (the file is cut short?); valid: "
+                                 "every row with all the columns of the header")
+            if kind is str or (value == "" and column in ("first_token_time", "finish_time")):
+                continue
+            try:
+                number_value = kind(value)
+            except ValueError:
+                raise KvlabError(f"{path} line {number}: {column} = {value!r} is not a "
+                                 f"{'whole number' if kind is int else 'number'}") from None
+            if kind is float and not math.isfinite(number_value):
+                raise KvlabError(f"{path} line {number}: {column} = {value!r}; valid: a finite number of seconds")
+    return rows
 
 
 def observe_iterations(directories: list[Path]) -> Iterations:
@@ -203,16 +252,11 @@ def logged_iterations(directories: list[Path], server_log: Path) -> Iterations:
 
 def _queue_samples(directory: Path) -> tuple[list[float], list[float]]:
     """(times, values) of the server's vllm:num_requests_waiting from metrics.csv (empty without one)."""
+    from kvlab.cost.server_log import read_metrics
+
     path = directory / "metrics.csv"
-    times, values = [], []
-    if path.is_file():
-        with path.open(newline="") as f:
-            for row in csv.DictReader(f):
-                if row.get("name") == "vllm:num_requests_waiting":
-                    times.append(float(row["time"]))
-                    values.append(float(row["value"]))
-    order = sorted(range(len(times)), key=times.__getitem__)
-    return [times[i] for i in order], [values[i] for i in order]
+    samples = read_metrics(path).get("vllm:num_requests_waiting", []) if path.is_file() else []
+    return [t for t, _ in samples], [v for _, v in samples]
 
 
 def _queued(queue: tuple[list[float], list[float]], t: float) -> bool:

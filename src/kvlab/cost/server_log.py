@@ -65,17 +65,36 @@ def read_steps(path: Path) -> dict[int, tuple[int, int, int, int, float, float]]
     return steps  # type: ignore[return-value]
 
 
+def read_metrics(path: Path) -> dict[str, list[tuple[float, float]]]:
+    """{metric: [(time, value) of each scrape, in time order]} of a bench's metrics.csv (time, name, value); a
+    file cut short or not in that form is refused by name and line."""
+    import io
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvlabError(f"{path}: cannot read it ({exc}); valid: the metrics.csv kvlab bench wrote") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if text.strip() and not {"time", "name", "value"} <= set(reader.fieldnames or ()):
+        raise KvlabError(f"{path} has the columns {reader.fieldnames}; valid: time, name, value (kvlab bench's "
+                         "metrics.csv)")
+    out: dict[str, list[tuple[float, float]]] = {}
+    for number, row in enumerate(reader, 2):
+        try:
+            out.setdefault(row["name"], []).append((float(row["time"]), float(row["value"])))
+        except (TypeError, ValueError):
+            raise KvlabError(f"{path} line {number} is not a scrape (time, name, value as numbers): "
+                             f"{','.join(str(v) for v in row.values())!r} (the file is cut short?)") from None
+    return {name: sorted(samples) for name, samples in out.items()}
+
+
 def _scrapes(directory: Path) -> dict[str, list[tuple[float, float]]]:
     """{metric: [(time, value) of each scrape, in time order]} of metrics.csv."""
     path = directory / "metrics.csv"
     if not path.is_file():
         raise KvlabError(f"{str(directory)!r} has no metrics.csv: --server-log needs the bench's scrapes of /metrics "
                          "(kvlab bench without --metrics-interval 0)")
-    out: dict[str, list[tuple[float, float]]] = {}
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            out.setdefault(row["name"], []).append((float(row["time"]), float(row["value"])))
-    return {name: sorted(samples) for name, samples in out.items()}
+    return read_metrics(path)
 
 
 def bench_steps(directory: Path, steps: dict) -> tuple[list[tuple[int, int, int, int, float, float]], float, float]:
