@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -115,7 +116,9 @@ def write_server_log(out, bench: dict, *, outside_s: float, first_step: int = 7)
         for k, num_steps in enumerate(scrapes):
             until = ends[num_steps - 1] if num_steps else -1.0
             done = [gap for end, gap in gaps if end <= until]
+            tokens = first_step + sum(step[1] + step[3] for step in bench["steps"][:num_steps])
             writer.writerows([(k, "vllm:iteration_tokens_total_count", first_step + num_steps),
+                              (k, "vllm:iteration_tokens_total_sum", tokens),
                               (k, "vllm:inter_token_latency_seconds_sum", 5.0 + sum(done)),
                               (k, "vllm:inter_token_latency_seconds_count", 300 + len(done))])
     return path
@@ -257,6 +260,25 @@ def test_the_log_of_another_server_is_refused(kvlab, tmp_path):
     r = kvlab("calibrate", tmp_path / "run", "--server-log", other, "--out", tmp_path / "p.toml")
     assert r.exit_code == 2 and "give the log of the server that bench ran against" in r.stderr
     assert not (tmp_path / "p.toml").exists()
+
+
+def test_the_log_of_another_server_run_with_the_same_step_numbers_is_refused(kvlab, tmp_path):
+    """Trial 56: the log of a server started later (its steps numbered from 0 again) was taken for the bench's, its
+    steps matched by number alone; what they scheduled does not add up to the tokens the bench's server scraped."""
+    bench = write_bench(tmp_path / "run", true_profile(tmp_path), rate=40.0, num_requests=20)
+    log = write_server_log(tmp_path / "run", bench, outside_s=0.0)
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    summary["client"] = {"started_at": "2026-12-01 10:58:00+00:00"}
+    (tmp_path / "run/summary.json").write_text(json.dumps(summary))
+    other = tmp_path / "other.log"  # another run: the same step numbers, each step's prompt twice as long
+    other.write_text(re.sub(r"(\d+) context tokens", lambda m: f"{2 * int(m.group(1))} context tokens",
+                            log.read_text()).replace("12-01 11:00:02", "12-01 14:30:00"))
+    r = kvlab("calibrate", tmp_path / "run", "--server-log", other, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "steps 7 to 289, logged 12-01 14:30:00, scheduled" in r.stderr and "the bench started 2026-12-01 10:58:00" in r.stderr
+    assert "the log is another server run's" in r.stderr
+    assert not (tmp_path / "p.toml").exists()
+    assert kvlab("calibrate", tmp_path / "run", "--server-log", log, "--out", tmp_path / "p.toml").exit_code == 0
 
 
 @pytest.mark.parametrize(("args", "message"), [

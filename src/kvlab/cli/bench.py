@@ -244,7 +244,7 @@ def _run(wl, config, console, *, quiet: bool):
 
 
 def _summary(run, server, wl, config) -> dict:
-    """What --json prints and summary.json holds (CONTRACTS.md)."""
+    """What --json prints and summary.json holds (docs/bench.md, "What is measured")."""
     from kvlab.bench.results import summarize
     from kvlab.report.tables import workload_rate
 
@@ -257,9 +257,18 @@ def _summary(run, server, wl, config) -> dict:
     summary["client"] = {"concurrency": config.concurrency, "prompt_format": config.prompt_format,
                          "ignore_eos": config.ignore_eos, "timeout_s": config.request_timeout,
                          "time_limit_s": config.time_limit, "metrics_interval_s": config.scrape_interval,
-                         "num_scrape_errors": run.num_scrape_errors}
+                         "num_scrape_errors": run.num_scrape_errors, "started_at": _started_at(run.makespan)}
     summary["requests"] = [r.row() for r in run.results]
     return summary
+
+
+def _started_at(makespan: float) -> str:
+    """When the bench started, as the machine's local time (as a vLLM server's log stamps its lines, "12-07 01:16:01",
+    with the date and offset): its end less its makespan, to a second. kvlab calibrate names it beside a server log's
+    times."""
+    from datetime import datetime, timedelta
+
+    return (datetime.now().astimezone() - timedelta(seconds=makespan)).isoformat(sep=" ", timespec="seconds")
 
 
 def _out_files() -> tuple[str, ...]:

@@ -224,7 +224,8 @@ def logged_iterations(directories: list[Path], server_log: Path) -> Iterations:
 
     from kvlab.cost.server_log import bench_steps, read_steps
 
-    steps = read_steps(server_log)
+    times: dict[int, str] = {}
+    steps = read_steps(server_log, times)
     columns: dict[str, list[float]] = {k: [] for k in ("duration", "num_seqs", "num_prefill_tokens",
                                                        "num_decode_tokens", "num_context_tokens", "bench")}
     for index, directory in enumerate(directories):
@@ -234,7 +235,8 @@ def logged_iterations(directories: list[Path], server_log: Path) -> Iterations:
             raise KvlabError(f"{directory / 'summary.json'} does not say the server's block_size and num_gpu_blocks "
                              "(a bench of a vLLM server has them): --server-log reads each step's context off its KV "
                              "cache usage")
-        rows, outside_s, outside_per_seq_s = bench_steps(directory, steps)
+        started = summary.get("client", {}).get("started_at") if isinstance(summary.get("client"), dict) else None
+        rows, outside_s, outside_per_seq_s = bench_steps(directory, steps, times, started)
         for num_prefilling, num_prefill_tokens, num_decoding, num_decode_tokens, elapsed_s, usage in rows:
             num_seqs = num_prefilling + num_decoding
             # The blocks held, less half a block per request (its last block is partly filled).
