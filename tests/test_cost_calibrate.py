@@ -321,3 +321,34 @@ def test_a_bench_file_empty_cut_short_or_of_the_wrong_shape_is_refused_by_name(k
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("error: ") and message in r.stderr and str(tmp_path / "run" / name) in r.stderr
     assert not (tmp_path / "p.toml").exists()
+
+
+def test_one_line_says_how_well_the_fit_explains_the_iterations_and_warns_of_a_poor_one(kvlab, bench_dir, tmp_path):
+    """Trial 56: profiles with R² 0.1-0.2 were written with warnings constant by constant only; no line said the fit
+    as a whole explains the data poorly (its medians held, its p99 TTFT was 7x off)."""
+    import random
+    import shutil
+
+    good = kvlab("calibrate", bench_dir, "--out", tmp_path / "good.toml")
+    assert good.exit_code == 0, good.stderr
+    line = next(x for x in good.stdout.splitlines() if x.startswith("Fit: "))
+    assert "explains 100% of the variation in the" in line and "(R² 1.000)" in line
+    assert "poor fit" not in good.stdout + good.stderr
+    # The same bench on a machine that pauses: each chunk reaches the client up to 20 ms late, at random.
+    shutil.copytree(bench_dir, tmp_path / "noisy")
+    rng = random.Random(1)
+    rows = [json.loads(line) for line in (tmp_path / "noisy/token_times.jsonl").read_text().splitlines()]
+    for row in rows:
+        late = 0.0
+        for k, t in enumerate(row["times"]):
+            late += rng.expovariate(1 / 0.01) if rng.random() < 0.3 else 0.0
+            row["times"][k] = t + late
+    (tmp_path / "noisy/token_times.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    poor = kvlab("calibrate", tmp_path / "noisy", "--out", tmp_path / "poor.toml", "--fit",
+                 "context_token_s,overhead_s,seq_overhead_s", "--json")
+    assert poor.exit_code == 0, poor.stderr  # (written: a poor fit may still predict medians)
+    quality = json.loads(poor.stdout)["fit_quality"]
+    assert quality["summary"].startswith("Fit: the cost model explains")
+    assert quality["poor"].startswith("a poor fit (R² below 0.5 or a median residual above 20%)")
+    assert "do not trust its p90/p99 predictions" in quality["poor"] and "--server-log" in quality["poor"]
+    assert (tmp_path / "poor.toml").exists()

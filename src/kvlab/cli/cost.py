@@ -148,8 +148,11 @@ def calibrate(
     write_profile(document, out)
     weak = significance(result)
     if as_json:
-        typer.echo(json.dumps({"profile": document, "path": str(out), "weakly_determined": weak}, indent=1,
-                              ensure_ascii=False))
+        from kvlab.cost.calibrate import fit_quality
+
+        line, poor = fit_quality(result)
+        typer.echo(json.dumps({"profile": document, "path": str(out), "weakly_determined": weak,
+                               "fit_quality": {"summary": line, "poor": poor}}, indent=1, ensure_ascii=False))
         return
     _print_bench_fit(result, out, weak)
 
@@ -180,10 +183,12 @@ def _fitted_model(model: str) -> str:
 
 
 def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
-    """The table ``kvlab calibrate DIR ...`` prints: each constant, its σ and meaning; the residuals."""
+    """The table ``kvlab calibrate DIR ...`` prints: each constant, its σ and meaning; the residuals; how well the
+    fit explains the iterations, as a whole."""
     from rich.console import Console
     from rich.table import Table
 
+    from kvlab.cost.calibrate import fit_quality
     from kvlab.cost.profiles import ABSOLUTE_CONSTANTS as MEANING
 
     console = Console(highlight=False)
@@ -202,6 +207,10 @@ def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
     console.print(f"Not fitted (0 in the profile): {', '.join(not_fitted)}.")
     for sentence in weak:
         console.print(f"warning: {sentence}", style="yellow")
+    line, poor = fit_quality(result)
+    console.print(line)
+    if poor:
+        console.print(f"warning: {poor}", style="yellow")
     console.print(f"Wrote {out}: kvlab run --cost {out} ...")
 
 

@@ -566,6 +566,29 @@ def calibrate(directories: list[Path], fit: tuple[str, ...] | None = None, serve
     return fit_iterations(its, fit or DEFAULT_FIT)
 
 
+# Below this R², or above this median residual (a share of an iteration), a fit explains the iterations poorly.
+POOR_R2, POOR_MEDIAN_RESIDUAL = 0.5, 0.2
+
+
+def fit_quality(fit: Fit) -> tuple[str, str | None]:
+    """One line on how well the fit explains the iterations (R², median residual), and, where it is poor, a
+    warning: what of the profile still holds, what does not, and what data would fit better (None otherwise)."""
+    line = (f"Fit: the cost model explains {max(fit.r2, 0.0):.0%} of the variation in the {fit.num_iterations:,} "
+            f"iterations' times (R² {fit.r2:.3f}); half of them are off by more than "
+            f"{fit.median_abs_relative_residual:.1%} of their time.")
+    if fit.r2 >= POOR_R2 and fit.median_abs_relative_residual <= POOR_MEDIAN_RESIDUAL:
+        return line, None
+    better = ("a quieter machine (nothing else running: its pauses are in the server's steps too), and a bench "
+              "whose batches vary more (Poisson arrivals at a rate between idle and saturated, prompts of varying "
+              "length)") if fit.observed_by != TOKEN_STREAMS else (
+              "the server's own log of its steps (--server-log: the token streams hold the client's and the "
+              "machine's pauses), a quieter machine, and a bench whose batches vary more (Poisson arrivals at a "
+              "rate between idle and saturated, prompts of varying length)")
+    return line, (f"a poor fit (R² below {POOR_R2:g} or a median residual above {POOR_MEDIAN_RESIDUAL:.0%}): the "
+                  "profile is written, and may still predict typical (median) latencies, but not the tail: do not "
+                  f"trust its p90/p99 predictions. Data that would fit better: {better}")
+
+
 def significance(fit: Fit, wording: Wording = BENCH) -> list[str]:
     """Sentences on the constants the data barely constrains (an uncertainty as large as the value)."""
     out = []
