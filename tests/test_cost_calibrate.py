@@ -352,3 +352,42 @@ def test_one_line_says_how_well_the_fit_explains_the_iterations_and_warns_of_a_p
     assert quality["poor"].startswith("a poor fit (R² below 0.5 or a median residual above 20%)")
     assert "do not trust its p90/p99 predictions" in quality["poor"] and "--server-log" in quality["poor"]
     assert (tmp_path / "poor.toml").exists()
+
+
+def _in_milliseconds(source: Path, out: Path, summary: bool) -> None:
+    """A copy of a bench folder with every time of requests.csv and token_times.jsonl x 1000 (trial 56)."""
+    import shutil
+
+    shutil.copytree(source, out)
+    with (out / "requests.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        for column in ("arrival_time", "send_time", "first_token_time", "finish_time"):
+            row[column] = str(float(row[column]) * 1000)
+    with (out / "requests.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [json.loads(line) for line in (out / "token_times.jsonl").read_text().splitlines()]
+    (out / "token_times.jsonl").write_text("".join(
+        json.dumps({**row, "times": [t * 1000 for t in row["times"]]}) + "\n" for row in lines))
+    if summary:
+        (out / "summary.json").write_text(json.dumps({**json.loads((source / "summary.json").read_text()),
+                                                      "makespan_s": float(rows[-1]["finish_time"]) / 1000}))
+
+
+@pytest.mark.parametrize(("summary", "message"), [
+    (True, "requests.csv: send_time to finish_time span"),
+    (False, "token_times.jsonl: the median gap per token between a request's chunks ('times') is"),
+])
+def test_a_bench_in_milliseconds_is_refused_naming_the_field_and_the_unit(kvlab, tmp_path, summary, message):
+    """Trial 56: a bench folder converted to ms was fitted (iterations of 2.05e+04 ms), and the only refusal, of one
+    constant over 60 s, named the output file and not the input's unit."""
+    bench = tmp_path / "run"
+    write_bench(bench, true_profile(tmp_path, weights_read_s=0.02, token_s=1e-3), rate=10.0, num_requests=30)
+    _in_milliseconds(bench, tmp_path / "ms", summary)
+    r = kvlab("calibrate", tmp_path / "ms", "--out", tmp_path / "p.toml", "--fit", "context_token_s,overhead_s")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"error: {tmp_path / 'ms'}/") and message in r.stderr
+    assert "the times are not in seconds (milliseconds?); valid: seconds since the bench started" in r.stderr
+    assert not (tmp_path / "p.toml").exists()

@@ -133,7 +133,36 @@ def read_bench(directory: Path) -> tuple[list[dict], dict[int, tuple[list[float]
                              f"({{request_id, times, num_tokens}}): {exc}") from None
     summary_path = directory / "summary.json"
     summary = read_json_object(summary_path) if summary_path.is_file() else {}
+    _check_seconds(directory, requests, times, summary)
     return requests, times, summary
+
+
+# No served engine's step takes this long (a token every 5 s): a bench whose median gap per token is longer holds
+# its times in another unit (milliseconds read as seconds: a 20 ms step reads as 20 s).
+MOST_ITERATION_S = 5.0
+
+
+def _check_seconds(directory: Path, requests: list[dict], times: dict, summary: dict) -> None:
+    """Refuse a bench whose times are not seconds (a file converted to milliseconds): requests that span far more
+    than the summary's makespan_s, or a median gap per token no engine step takes."""
+    import numpy as np
+
+    sends = [float(r["send_time"]) for r in requests if r.get("finish_time")]
+    finishes = [float(r["finish_time"]) for r in requests if r.get("finish_time")]
+    makespan = summary.get("makespan_s")
+    if sends and isinstance(makespan, int | float) and not isinstance(makespan, bool) and makespan > 0:
+        span = max(finishes) - min(sends)
+        if span > 10 * makespan + 1:
+            raise KvlabError(f"{directory / 'requests.csv'}: send_time to finish_time span {span:,.4g}, but "
+                             f"summary.json's makespan_s is {makespan:,.4g} s: the times are not in seconds "
+                             "(milliseconds?); valid: seconds since the bench started, as kvlab bench writes them")
+    gaps = [(b - a) / n for chunk_times, counts in times.values()
+            for a, b, n in zip(chunk_times, chunk_times[1:], counts[1:]) if n > 0]
+    if gaps and (median := float(np.median(gaps))) > MOST_ITERATION_S:
+        raise KvlabError(f"{directory / 'token_times.jsonl'}: the median gap per token between a request's chunks "
+                         f"('times') is {median:,.4g} s, longer than any served engine step ({MOST_ITERATION_S:g} s): "
+                         "the times are not in seconds (milliseconds?); valid: seconds since the bench started, as "
+                         "kvlab bench writes them")
 
 
 def _text(path: Path) -> str:
@@ -562,8 +591,18 @@ def calibrate(directories: list[Path], fit: tuple[str, ...] | None = None, serve
     token streams show them or, with ``server_log``, as the server logged them."""
     if not directories:
         raise KvlabError("give at least one folder written by kvlab bench --out DIR")
+    from kvlab.cost.profiles import MAX_SECONDS
+
     its = observe_iterations(directories) if server_log is None else logged_iterations(directories, server_log)
-    return fit_iterations(its, fit or DEFAULT_FIT)
+    result = fit_iterations(its, fit or DEFAULT_FIT)
+    for name in result.fitted:
+        if result.constants[name] > MAX_SECONDS:
+            where = ", ".join(str(d) for d in directories) + (f" and {server_log}" if server_log else "")
+            raise KvlabError(f"the fit to {where} gives {name} = {result.constants[name]:,.4g} s, more than any cost "
+                             f"profile takes ({MAX_SECONDS:g} s): the bench's times are not in seconds "
+                             "(milliseconds?); valid: requests.csv and token_times.jsonl in seconds since the bench "
+                             "started, as kvlab bench writes them")
+    return result
 
 
 # Below this R², or above this median residual (a share of an iteration), a fit explains the iterations poorly.
