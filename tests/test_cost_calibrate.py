@@ -391,3 +391,15 @@ def test_a_bench_in_milliseconds_is_refused_naming_the_field_and_the_unit(kvlab,
     assert r.stderr.startswith(f"error: {tmp_path / 'ms'}/") and message in r.stderr
     assert "the times are not in seconds (milliseconds?); valid: seconds since the bench started" in r.stderr
     assert not (tmp_path / "p.toml").exists()
+
+
+def test_a_missing_column_points_at_the_docs_that_exist(kvlab, bench_dir, tmp_path):
+    """Trial 56: the message cited CONTRACTS.md, which is not in the repository."""
+    import shutil
+
+    shutil.copytree(bench_dir, tmp_path / "run")
+    text = (tmp_path / "run/requests.csv").read_text()
+    (tmp_path / "run/requests.csv").write_text(text.replace("first_token_time", "first_token", 1))
+    r = kvlab("calibrate", tmp_path / "run", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and "lacks the column 'first_token_time'" in r.stderr and "docs/bench.md" in r.stderr
+    assert (REPO / "docs/bench.md").is_file() and "CONTRACTS" not in r.stderr
