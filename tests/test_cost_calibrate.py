@@ -403,3 +403,19 @@ def test_a_missing_column_points_at_the_docs_that_exist(kvlab, bench_dir, tmp_pa
     r = kvlab("calibrate", tmp_path / "run", "--out", tmp_path / "p.toml")
     assert r.exit_code == 2 and "lacks the column 'first_token_time'" in r.stderr and "docs/bench.md" in r.stderr
     assert (REPO / "docs/bench.md").is_file() and "CONTRACTS" not in r.stderr
+
+
+def test_the_suggested_fit_is_one_the_data_identifies(kvlab, tmp_path):
+    """Trial 56: following the first refusal's --fit (token_s left out) led to a second refusal (weights_read_s:
+    without the per-token side it is one more constant per iteration, beside overhead_s). The suggestion is now
+    tried first, and following it fits."""
+    write_bench(tmp_path / "slow", true_profile(tmp_path, token_s=1e-6), rate=40.0, num_requests=60)
+    r = kvlab("calibrate", tmp_path / "slow", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and "cannot identify token_s" in r.stderr
+    assert "(without it this data does not identify weights_read_s either)" in r.stderr
+    suggested = r.stderr.split("Or leave it out: --fit ")[1].split()[0]
+    assert "weights_read_s" not in suggested and "token_s," not in suggested.replace("context_token_s", "")
+    followed = kvlab("calibrate", tmp_path / "slow", "--out", tmp_path / "p.toml", "--fit", suggested)
+    assert followed.exit_code == 0, followed.stderr
+    # (the hints of a weak constant hold for the data they are printed for: not "any iterations")
+    assert "any iterations" not in followed.stdout and "whose requests finish" not in followed.stdout

@@ -49,11 +49,13 @@ FIT_HINTS = {
                       "batches) and others by per-token work (a rate near capacity: large batches)",
     "context_token_s": "a bench with prompts and outputs of varying length (context grows as requests decode)",
     "token_s": "a bench at a rate near or above capacity, where batches grow until per-token work sets the time",
-    "overhead_s": "any iterations",
+    "overhead_s": "iterations of more varied batches (a rate between idle and saturated), so that the fixed "
+                  "per-iteration cost is told from the per-request and per-token ones",
     "seq_overhead_s": "a bench where the number of running requests varies (a rate between idle and saturated, "
                       "Poisson or gamma arrivals)",
     "prefill_token_overhead_s": "a bench where requests arrive while others decode, with prompts of varying length",
-    "request_latency_s": "a bench whose requests finish (their time to first token)",
+    "request_latency_s": "more finished requests sent while the server had none waiting (a rate below capacity: "
+                         "their time to first token is then their prefill and this latency)",
 }
 ITERATION_CONSTANTS = ("weights_read_s", "context_token_s", "token_s", "overhead_s", "seq_overhead_s",
                        "prefill_token_overhead_s")
@@ -206,7 +208,7 @@ def _read_requests(path: Path) -> list[dict]:
             if value is None:
                 raise KvlabError(f"{path} line {number} has no {column!r} cell (the file is cut short?); valid: "
                                  "every row with all the columns of the header")
-            if kind is str or (value == "" and column in ("first_token_time", "finish_time")):
+            if kind is str or (value == "" and column in ("send_time", "first_token_time", "finish_time")):
                 continue
             try:
                 number_value = kind(value)
@@ -433,7 +435,36 @@ def predicted(x: dict, num_seqs, num_prefill_tokens, num_decode_tokens, num_cont
 
 def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT, wording: Wording = BENCH) -> Fit:
     """Least squares over the observed iterations; Unidentifiable (a KvlabError) when the data cannot identify a
-    requested constant, KvlabError when there are too few iterations."""
+    requested constant, with the --fit it does identify (tried: leaving that constant out can leave another
+    unidentified), KvlabError when there are too few iterations."""
+    try:
+        return _fit_once(its, fit, wording)
+    except Unidentifiable as exc:
+        raise Unidentifiable(f"{exc}. {_advice(its, fit, wording, exc.constant)}", exc.constant) from None
+
+
+def _advice(its: Iterations, fit: tuple[str, ...], wording: Wording, refused: str) -> str:
+    """'Or leave it out: --fit ...' with a --fit this data does identify: the constants asked for less ``refused``
+    and each further one the data then cannot identify (or, where none fits, what data would)."""
+    names = [k for k in fit if k != refused]
+    dropped = []
+    while "overhead_s" in names:
+        try:
+            _fit_once(its, tuple(names), wording)
+        except Unidentifiable as exc:
+            if exc.constant == "overhead_s":
+                break
+            names.remove(exc.constant)
+            dropped.append(exc.constant)
+            continue
+        except KvlabError:
+            break
+        also = f" (without it this data does not identify {', '.join(dropped)} either)" if dropped else ""
+        return f"Or leave it out: --fit {','.join(names)}{also}"
+    return f"Leaving it out does not help: no smaller --fit with overhead_s fits this data; {wording.more}"
+
+
+def _fit_once(its: Iterations, fit: tuple[str, ...], wording: Wording) -> Fit:
     import numpy as np
 
     from kvlab.cost.profiles import ABSOLUTE_CONSTANTS
@@ -450,7 +481,7 @@ def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT, wording:
             f"{wording.data} shows {len(its)} timed iterations (from {its.num_requests} finished requests); fitting "
             f"{len(iteration_fit)} constants needs at least {needed}: {wording.more}"
         )
-    x, sigma, residual = _least_squares(its, iteration_fit, wording, "request_latency_s" in fit)
+    x, sigma, residual = _least_squares(its, iteration_fit, wording)
     constants = dict.fromkeys(ABSOLUTE_CONSTANTS, 0.0)
     constants.update(x)
     num_first_tokens = 0
@@ -471,7 +502,7 @@ def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT, wording:
     )
 
 
-def _least_squares(its: Iterations, names: tuple[str, ...], wording: Wording = BENCH, with_latency: bool = True):
+def _least_squares(its: Iterations, names: tuple[str, ...], wording: Wording = BENCH):
     """(constants, standard errors, residuals) of the weighted fit, from several starts (the max makes it
     non-convex); refuses constants the Jacobian at the fit cannot separate."""
     import numpy as np
@@ -509,7 +540,7 @@ def _least_squares(its: Iterations, names: tuple[str, ...], wording: Wording = B
             if best is None or result.cost < best.cost:
                 best = result
     jac = best.jac * (1 / scale)  # d residual / d constant
-    _check_identifiable(jac / sqrt_w[:, None], names, wording, ("request_latency_s",) if with_latency else ())
+    _check_identifiable(jac / sqrt_w[:, None], names, wording)
     dof = max(1, len(y) - len(names))
     s2 = 2 * best.cost / dof
     cov = s2 * np.linalg.pinv(jac.T @ jac)
@@ -518,16 +549,15 @@ def _least_squares(its: Iterations, names: tuple[str, ...], wording: Wording = B
     return x, sigma, best.fun / sqrt_w
 
 
-def _check_identifiable(jac, names: tuple[str, ...], wording: Wording = BENCH, also: tuple[str, ...] = ()) -> None:
+def _check_identifiable(jac, names: tuple[str, ...], wording: Wording = BENCH) -> None:
     """Each constant's column of the Jacobian must vary on its own: not all zero (it never sets the time), not
     constant unless it is the overhead, not a combination of the others' columns (the overhead's is the others'
     to avoid)."""
     import numpy as np
 
-    def refuse(name: str, why: str) -> None:
-        others = [k for k in names if k != name]
-        raise Unidentifiable(f"{wording.data} cannot identify {name}: {why}. Data that would: {wording.hints[name]}. "
-                             f"Or leave it out: --fit {','.join([*others, *also])}", name)
+    def refuse(name: str, why: str) -> None:  # (fit_iterations adds the --fit that this data does identify)
+        raise Unidentifiable(f"{wording.data} cannot identify {name}: {why}. Data that would: {wording.hints[name]}",
+                             name)
 
     num = len(jac)
     # First a side of the max that never sets the time: then the constants beside it look constant too.
@@ -571,9 +601,10 @@ def _request_latency(its: Iterations, constants: dict, wording: Wording = BENCH)
         gaps.append(first - own - before / 2 - send)
     n = len(gaps)
     if n < MIN_FIRST_TOKENS:
-        raise Unidentifiable(f"{wording.data} cannot identify request_latency_s: {n} requests have a first token (it "
-                             f"needs {MIN_FIRST_TOKENS}). Data that would: {wording.hints['request_latency_s']}. Or "
-                             f"leave it out: --fit without request_latency_s", "request_latency_s")
+        raise Unidentifiable(f"{wording.data} cannot identify request_latency_s: {n} of its {len(its.first_tokens)} "
+                             "finished requests were sent while no request waited at the server (metrics.csv's "
+                             f"vllm:num_requests_waiting), and it needs {MIN_FIRST_TOKENS}. Data that would: "
+                             f"{wording.hints['request_latency_s']}", "request_latency_s")
     gaps = np.asarray(gaps)
     return max(0.0, float(np.median(gaps))), float(1.2533 * np.std(gaps) / math.sqrt(n)), n
 
