@@ -186,6 +186,18 @@ def _too_long(wl, max_model_len: int) -> str | None:
             "shorter prompts measures the server")
 
 
+def _capped(wl, max_model_len: int | None) -> str:
+    """' (N answers capped to fit max_model_len M: max_tokens = M - prompt; uncapped, the mean output is X)' where
+    the bench shortens answers to fit the server (kvlab run of the same workload serves them whole), else ''."""
+    capped = [r for r in wl.requests if r.max_tokens is not None and r.max_tokens < r.output_len]
+    if not capped or max_model_len is None:
+        return ""
+    whole = sum(r.output_len for r in wl.requests) / wl.num_requests
+    answers = f"{len(capped):,} answer{'s' if len(capped) != 1 else ''}"
+    return (f" ({answers} capped to fit the server's max_model_len {max_model_len:,}: max_tokens = "
+            f"max_model_len - prompt; uncapped, as kvlab run serves them, the mean output is {whole:,.0f})")
+
+
 def _client_config(server, prompt_format, ignore_eos, concurrency, timeout, time_limit, metrics_interval):
     from kvlab.bench.client import ClientConfig
     from kvlab.bench.server import api_key_from_env
@@ -219,7 +231,8 @@ def _intro(server, wl, config) -> list[str]:
     if server.max_model_len is not None:
         lines += [f"[yellow]note:[/] {note}" for note in [_too_long(wl, server.max_model_len)] if note]
     lines.append(f"Load: {wl.num_requests:,} requests of {wl.name} {pacing}, mean prompt {wl.mean_prompt_len:,.0f} / "
-                 f"output {wl.mean_output_len:,.0f} tokens, {extras}. Bounds: each request times out after "
+                 f"output {wl.mean_output_len:,.0f} tokens{_capped(wl, server.max_model_len)}, {extras}. Bounds: "
+                 "each request times out after "
                  f"{config.request_timeout:g} s (--timeout), the run stops after {config.time_limit:g} s "
                  "(--time-limit); Ctrl-C stops it and keeps what was measured.")
     return lines
