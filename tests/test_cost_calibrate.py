@@ -419,3 +419,14 @@ def test_the_suggested_fit_is_one_the_data_identifies(kvlab, tmp_path):
     assert followed.exit_code == 0, followed.stderr
     # (the hints of a weak constant hold for the data they are printed for: not "any iterations")
     assert "any iterations" not in followed.stdout and "whose requests finish" not in followed.stdout
+
+
+@pytest.mark.parametrize("fit", ["", " , "])
+def test_a_fit_that_names_no_constant_is_refused(kvlab, bench_dir, tmp_path, fit):
+    """Trial 56: --fit "" fitted every constant, as if no --fit were given."""
+    r = kvlab("calibrate", bench_dir, "--out", tmp_path / "p.toml", "--fit", fit)
+    assert r.exit_code == 2 and r.stderr.strip().splitlines() == [
+        f"error: --fit {fit!r} names no constant; valid: one or more of weights_read_s, context_token_s, token_s, "
+        "overhead_s, seq_overhead_s, prefill_token_overhead_s, request_latency_s, comma-separated (overhead_s among "
+        "them), or no --fit for all"]
+    assert not (tmp_path / "p.toml").exists()

@@ -142,6 +142,11 @@ def calibrate(
         raise KvlabError("kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE (measured "
                          "runs as published)")
     names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else None
+    if names is not None and not names:
+        from kvlab.cost.calibrate import FIT_HINTS
+
+        raise KvlabError(f"--fit {fit!r} names no constant; valid: one or more of {', '.join(FIT_HINTS)}, "
+                         "comma-separated (overhead_s among them), or no --fit for all")
     fitted_for = _fitted_model(model)  # (before the fit's minutes)
     result = run_calibration(list(directories), names, server_log=server_log)
     document = result.profile(name or out.stem, model=fitted_for, gpu=gpu)
