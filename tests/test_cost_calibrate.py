@@ -430,3 +430,14 @@ def test_a_fit_that_names_no_constant_is_refused(kvlab, bench_dir, tmp_path, fit
         "overhead_s, seq_overhead_s, prefill_token_overhead_s, request_latency_s, comma-separated (overhead_s among "
         "them), or no --fit for all"]
     assert not (tmp_path / "p.toml").exists()
+
+
+def test_a_run_under_a_calibrated_profile_says_what_it_was_fitted_to(kvlab, bench_dir, tmp_path):
+    """Trial 56: a profile calibrated on a real server's bench was said to be fitted on no real run at all."""
+    out = tmp_path / "fitted.toml"
+    assert kvlab("calibrate", bench_dir, "--out", out).exit_code == 0
+    r = kvlab("run", "vllm", "-n", "20", "--cost", out)
+    words = " ".join((r.stdout + r.stderr).split())
+    assert r.exit_code == 0 and "none were used to fit it" not in words
+    assert ("its error against real serving runs is not measured (it was fitted to a real engine's iterations, not "
+            f"to its latencies; kvlab bench --compare --cost {out} measures them)") in words, words
