@@ -141,12 +141,7 @@ def calibrate(
     if not directories:
         raise KvlabError("kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE (measured "
                          "runs as published)")
-    names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else None
-    if names is not None and not names:
-        from kvlab.cost.calibrate import FIT_HINTS
-
-        raise KvlabError(f"--fit {fit!r} names no constant; valid: one or more of {', '.join(FIT_HINTS)}, "
-                         "comma-separated (overhead_s among them), or no --fit for all")
+    names = _bench_fit_names(fit)
     fitted_for = _fitted_model(model)  # (before the fit's minutes)
     result = run_calibration(list(directories), names, server_log=server_log)
     document = result.profile(name or out.stem, model=fitted_for, gpu=gpu)
@@ -160,6 +155,19 @@ def calibrate(
                                "fit_quality": {"summary": line, "poor": poor}}, indent=1, ensure_ascii=False))
         return
     _print_bench_fit(result, out, weak)
+
+
+def _bench_fit_names(fit: str | None) -> tuple[str, ...] | None:
+    """--fit's constants for a fit on bench folders (None: all); a list that names none is refused."""
+    if fit is None:
+        return None
+    names = tuple(k.strip() for k in fit.split(",") if k.strip())
+    if not names:
+        from kvlab.cost.calibrate import FIT_HINTS
+
+        raise KvlabError(f"--fit {fit!r} names no constant; valid: one or more of {', '.join(FIT_HINTS)}, "
+                         "comma-separated (overhead_s among them), or no --fit for all")
+    return names
 
 
 def _check_bench_fit_options(ctx: typer.Context, client_defaults: bool, hold_unidentified: bool, start, iterations
