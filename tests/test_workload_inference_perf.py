@@ -227,3 +227,15 @@ def test_the_first_requests_are_the_whole_configurations_first_requests():
     assert list(arrival_times(spec, 7)) == list(arrival_times(spec)[:7])
     assert list(arrival_times(spec, 100)) == list(arrival_times(spec))
     assert shared_prefix_table(spec, limit=4).prefix_hashes == shared_prefix_table(spec).prefix_hashes[:4]
+
+
+@pytest.mark.parametrize("duration", [0.5, 2.0, 3.0, 3.2, 10.0])
+def test_a_duration_keeps_the_same_requests_whether_or_not_the_rest_are_built(tmp_path, duration):
+    from kvlab.workload.inference_perf import requests_before
+
+    path = tmp_path / "ip.yaml"
+    path.write_text(CONFIG)
+    times = arrival_times(_spec())
+    assert requests_before(_spec(), duration) >= int(np.searchsorted(times, duration, side="left"))
+    workload = load_workload(str(path), duration=duration)
+    assert [r.arrival_time for r in workload.requests] == [t for t in times if t < duration]

@@ -134,12 +134,13 @@ def arrival_times(spec: SharedPrefixSpec, limit: int | None = None) -> np.ndarra
 
 
 def requests_before(spec: SharedPrefixSpec, until: float) -> int:
-    """How many of the configuration's requests arrive before ``until`` seconds (arrival_times, without them)."""
+    """How many of the configuration's requests arrive before ``until`` seconds (arrival_times, without them), or one
+    more a stage where rounding could leave one out (the caller cuts its arrivals at ``until`` itself)."""
     count = 0
     for start, stage in zip(spec.stage_starts, spec.stages):
         if until <= start:
             break
-        count += min(stage.num_requests, math.ceil((until - start) * stage.rate))
+        count += min(stage.num_requests, math.ceil((until - start) * stage.rate) + 1)
     return count
 
 
