@@ -1,6 +1,6 @@
 """kvlab calibrate on bench folders that kvlab's own simulator wrote under a known profile: the fit recovers it.
 
-The files follow CONTRACTS.md (requests.csv, token_times.jsonl, summary.json), written by stepping a simulation
+The files follow docs/bench.md (requests.csv, token_times.jsonl, summary.json), written by stepping a simulation
 and streaming each request's tokens at the end of the iteration that produced them, as a server would.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -115,7 +116,9 @@ def write_server_log(out, bench: dict, *, outside_s: float, first_step: int = 7)
         for k, num_steps in enumerate(scrapes):
             until = ends[num_steps - 1] if num_steps else -1.0
             done = [gap for end, gap in gaps if end <= until]
+            tokens = first_step + sum(step[1] + step[3] for step in bench["steps"][:num_steps])
             writer.writerows([(k, "vllm:iteration_tokens_total_count", first_step + num_steps),
+                              (k, "vllm:iteration_tokens_total_sum", tokens),
                               (k, "vllm:inter_token_latency_seconds_sum", 5.0 + sum(done)),
                               (k, "vllm:inter_token_latency_seconds_count", 300 + len(done))])
     return path
@@ -259,6 +262,25 @@ def test_the_log_of_another_server_is_refused(kvlab, tmp_path):
     assert not (tmp_path / "p.toml").exists()
 
 
+def test_the_log_of_another_server_run_with_the_same_step_numbers_is_refused(kvlab, tmp_path):
+    """Trial 56: the log of a server started later (its steps numbered from 0 again) was taken for the bench's, its
+    steps matched by number alone; what they scheduled does not add up to the tokens the bench's server scraped."""
+    bench = write_bench(tmp_path / "run", true_profile(tmp_path), rate=40.0, num_requests=20)
+    log = write_server_log(tmp_path / "run", bench, outside_s=0.0)
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    summary["client"] = {"started_at": "2026-12-01 10:58:00+00:00"}
+    (tmp_path / "run/summary.json").write_text(json.dumps(summary))
+    other = tmp_path / "other.log"  # another run: the same step numbers, each step's prompt twice as long
+    other.write_text(re.sub(r"(\d+) context tokens", lambda m: f"{2 * int(m.group(1))} context tokens",
+                            log.read_text()).replace("12-01 11:00:02", "12-01 14:30:00"))
+    r = kvlab("calibrate", tmp_path / "run", "--server-log", other, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "steps 7 to 289, logged 12-01 14:30:00, scheduled" in r.stderr and "the bench started 2026-12-01 10:58:00" in r.stderr
+    assert "the log is another server run's" in r.stderr
+    assert not (tmp_path / "p.toml").exists()
+    assert kvlab("calibrate", tmp_path / "run", "--server-log", log, "--out", tmp_path / "p.toml").exit_code == 0
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--iterations", "50"), "--iterations 50 is for a fit on measured runs: give it with --runs FILE"),
     (("--start", "roofline"), "--start roofline is for a fit on measured runs"),
@@ -276,3 +298,146 @@ def test_a_bench_folder_fit_writes_the_model_as_kvlab_names_it(kvlab, bench_dir,
     out = tmp_path / "p.toml"
     assert kvlab("calibrate", bench_dir, "--out", out, "--model", "OPT-13B").exit_code == 0
     assert tomllib.loads(out.read_text())["model"] == "opt-13b"
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("summary.json", "", "summary.json is empty; valid: the JSON object kvlab bench writes"),
+    ("summary.json", '{"server": {"block_size"', "summary.json is not valid JSON"),
+    ("summary.json", "[1, 2]", "summary.json holds a JSON list; valid: the JSON object kvlab bench writes"),
+    ("requests.csv", "request_id,arrival_time,prompt_len,status,send_time,first_token_time,finish_time\n0,0.0",
+     "requests.csv line 2 has no 'prompt_len' cell (the file is cut short?)"),
+    ("requests.csv", "request_id,arrival_time,prompt_len,status,send_time,first_token_time,finish_time\n"
+                     "0,0.0,forty,finished,0,1,2\n", "requests.csv line 2: prompt_len = 'forty' is not a whole number"),
+    ("metrics.csv", "time,name,value\n0.0,vllm:num_requests_waiting", "metrics.csv line 2 is not a scrape"),
+])
+def test_a_bench_file_empty_cut_short_or_of_the_wrong_shape_is_refused_by_name(kvlab, bench_dir, tmp_path, name, text,
+                                                                               message):
+    """Trial 56: an empty summary.json crashed calibrate with a JSONDecodeError traceback."""
+    import shutil
+
+    shutil.copytree(bench_dir, tmp_path / "run")
+    (tmp_path / "run" / name).write_text(text)
+    r = kvlab("calibrate", tmp_path / "run", "--out", tmp_path / "p.toml", "--fit", "context_token_s,overhead_s")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: ") and message in r.stderr and str(tmp_path / "run" / name) in r.stderr
+    assert not (tmp_path / "p.toml").exists()
+
+
+def test_one_line_says_how_well_the_fit_explains_the_iterations_and_warns_of_a_poor_one(kvlab, bench_dir, tmp_path):
+    """Trial 56: profiles with R² 0.1-0.2 were written with warnings constant by constant only; no line said the fit
+    as a whole explains the data poorly (its medians held, its p99 TTFT was 7x off)."""
+    import random
+    import shutil
+
+    good = kvlab("calibrate", bench_dir, "--out", tmp_path / "good.toml")
+    assert good.exit_code == 0, good.stderr
+    line = next(x for x in good.stdout.splitlines() if x.startswith("Fit: "))
+    assert "explains 100% of the variation in the" in line and "(R² 1.000)" in line
+    assert "poor fit" not in good.stdout + good.stderr
+    # The same bench on a machine that pauses: each chunk reaches the client up to 20 ms late, at random.
+    shutil.copytree(bench_dir, tmp_path / "noisy")
+    rng = random.Random(1)
+    rows = [json.loads(line) for line in (tmp_path / "noisy/token_times.jsonl").read_text().splitlines()]
+    for row in rows:
+        late = 0.0
+        for k, t in enumerate(row["times"]):
+            late += rng.expovariate(1 / 0.01) if rng.random() < 0.3 else 0.0
+            row["times"][k] = t + late
+    (tmp_path / "noisy/token_times.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    poor = kvlab("calibrate", tmp_path / "noisy", "--out", tmp_path / "poor.toml", "--fit",
+                 "context_token_s,overhead_s,seq_overhead_s", "--json")
+    assert poor.exit_code == 0, poor.stderr  # (written: a poor fit may still predict medians)
+    quality = json.loads(poor.stdout)["fit_quality"]
+    assert quality["summary"].startswith("Fit: the cost model explains")
+    assert quality["poor"].startswith("a poor fit (R² below 0.5 or a median residual above 20%)")
+    assert "do not trust its p90/p99 predictions" in quality["poor"] and "--server-log" in quality["poor"]
+    assert (tmp_path / "poor.toml").exists()
+
+
+def _in_milliseconds(source: Path, out: Path, summary: bool) -> None:
+    """A copy of a bench folder with every time of requests.csv and token_times.jsonl x 1000 (trial 56)."""
+    import shutil
+
+    shutil.copytree(source, out)
+    with (out / "requests.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        for column in ("arrival_time", "send_time", "first_token_time", "finish_time"):
+            row[column] = str(float(row[column]) * 1000)
+    with (out / "requests.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [json.loads(line) for line in (out / "token_times.jsonl").read_text().splitlines()]
+    (out / "token_times.jsonl").write_text("".join(
+        json.dumps({**row, "times": [t * 1000 for t in row["times"]]}) + "\n" for row in lines))
+    if summary:
+        (out / "summary.json").write_text(json.dumps({**json.loads((source / "summary.json").read_text()),
+                                                      "makespan_s": float(rows[-1]["finish_time"]) / 1000}))
+
+
+@pytest.mark.parametrize(("summary", "message"), [
+    (True, "requests.csv: send_time to finish_time span"),
+    (False, "token_times.jsonl: the median gap per token between a request's chunks ('times') is"),
+])
+def test_a_bench_in_milliseconds_is_refused_naming_the_field_and_the_unit(kvlab, tmp_path, summary, message):
+    """Trial 56: a bench folder converted to ms was fitted (iterations of 2.05e+04 ms), and the only refusal, of one
+    constant over 60 s, named the output file and not the input's unit."""
+    bench = tmp_path / "run"
+    write_bench(bench, true_profile(tmp_path, weights_read_s=0.02, token_s=1e-3), rate=10.0, num_requests=30)
+    _in_milliseconds(bench, tmp_path / "ms", summary)
+    r = kvlab("calibrate", tmp_path / "ms", "--out", tmp_path / "p.toml", "--fit", "context_token_s,overhead_s")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"error: {tmp_path / 'ms'}/") and message in r.stderr
+    assert "the times are not in seconds (milliseconds?); valid: seconds since the bench started" in r.stderr
+    assert not (tmp_path / "p.toml").exists()
+
+
+def test_a_missing_column_points_at_the_docs_that_exist(kvlab, bench_dir, tmp_path):
+    """Trial 56: the message cited CONTRACTS.md, which is not in the repository."""
+    import shutil
+
+    shutil.copytree(bench_dir, tmp_path / "run")
+    text = (tmp_path / "run/requests.csv").read_text()
+    (tmp_path / "run/requests.csv").write_text(text.replace("first_token_time", "first_token", 1))
+    r = kvlab("calibrate", tmp_path / "run", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and "lacks the column 'first_token_time'" in r.stderr and "docs/bench.md" in r.stderr
+    assert (REPO / "docs/bench.md").is_file() and "CONTRACTS" not in r.stderr
+
+
+def test_the_suggested_fit_is_one_the_data_identifies(kvlab, tmp_path):
+    """Trial 56: following the first refusal's --fit (token_s left out) led to a second refusal (weights_read_s:
+    without the per-token side it is one more constant per iteration, beside overhead_s). The suggestion is now
+    tried first, and following it fits."""
+    write_bench(tmp_path / "slow", true_profile(tmp_path, token_s=1e-6), rate=40.0, num_requests=60)
+    r = kvlab("calibrate", tmp_path / "slow", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and "cannot identify token_s" in r.stderr
+    assert "(without it this data does not identify weights_read_s either)" in r.stderr
+    suggested = r.stderr.split("Or leave it out: --fit ")[1].split()[0]
+    assert "weights_read_s" not in suggested and "token_s," not in suggested.replace("context_token_s", "")
+    followed = kvlab("calibrate", tmp_path / "slow", "--out", tmp_path / "p.toml", "--fit", suggested)
+    assert followed.exit_code == 0, followed.stderr
+    # (the hints of a weak constant hold for the data they are printed for: not "any iterations")
+    assert "any iterations" not in followed.stdout and "whose requests finish" not in followed.stdout
+
+
+@pytest.mark.parametrize("fit", ["", " , "])
+def test_a_fit_that_names_no_constant_is_refused(kvlab, bench_dir, tmp_path, fit):
+    """Trial 56: --fit "" fitted every constant, as if no --fit were given."""
+    r = kvlab("calibrate", bench_dir, "--out", tmp_path / "p.toml", "--fit", fit)
+    assert r.exit_code == 2 and r.stderr.strip().splitlines() == [
+        f"error: --fit {fit!r} names no constant; valid: one or more of weights_read_s, context_token_s, token_s, "
+        "overhead_s, seq_overhead_s, prefill_token_overhead_s, request_latency_s, comma-separated (overhead_s among "
+        "them), or no --fit for all"]
+    assert not (tmp_path / "p.toml").exists()
+
+
+def test_a_run_under_a_calibrated_profile_says_what_it_was_fitted_to(kvlab, bench_dir, tmp_path):
+    """Trial 56: a profile calibrated on a real server's bench was said to be fitted on no real run at all."""
+    out = tmp_path / "fitted.toml"
+    assert kvlab("calibrate", bench_dir, "--out", out).exit_code == 0
+    r = kvlab("run", "vllm", "-n", "20", "--cost", out)
+    words = " ".join((r.stdout + r.stderr).split())
+    assert r.exit_code == 0 and "none were used to fit it" not in words
+    assert ("its error against real serving runs is not measured (it was fitted to a real engine's iterations, not "
+            f"to its latencies; kvlab bench --compare --cost {out} measures them)") in words, words

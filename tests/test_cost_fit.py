@@ -607,3 +607,13 @@ def test_lag_terms_with_a_profile_fitted_on_a_grid_is_one_line():
     calibration = F.Calibration(fit=fit, replays=[], iterations=0)
     with pytest.raises(KvlabError, match=r"this profile's fit names admission_lag_iterations, fitted on a grid; valid"):
         F.leave_one_out_terms(calibration, F.LAG_TERM_CHOICES["both"])
+
+
+def test_an_unknown_gpu_in_the_runs_offers_what_calibrate_takes(kvlab, tmp_path):
+    """Trial 56: the refusal ended "or give the memory with --gpu-memory-gib", an option calibrate does not have."""
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": [{**RUN, "id": k, "hardware": "H1000"} for k in "abc"]}))
+    r = kvlab("calibrate", "--runs", file, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "hardware 'H1000': unknown GPU 'H1000'" in r.stderr and "--gpu-memory-gib" not in r.stderr
+    assert "valid: a catalogue GPU as the run's hardware (kvlab gpus lists them)" in r.stderr

@@ -497,3 +497,11 @@ def test_a_disaggregated_race_of_the_default_strategies_asks_for_named_ones(kvla
                            "the default ones (")
     assert line.endswith("do not all have; valid: name them, e.g. kvlab race vllm vllm+prefix --prefill-replicas ... "
                          "--decode-replicas ...")
+
+
+def test_a_transfer_bandwidth_no_link_has_is_refused_with_the_valid_range(kvlab):
+    """Trial 56: --kv-transfer-bandwidth 1e-9 ran (TTFT p50 98,304,000 s)."""
+    r = kvlab("run", "vllm", "-n", "5", "--prefill-replicas", "1", "--decode-replicas", "1",
+              "--kv-transfer-bandwidth", "1e-9")
+    assert r.exit_code == 2 and r.stderr.strip().splitlines() == [
+        "error: --kv-transfer-bandwidth 1e-09 is out of range; valid: GB/s, a number ≥ 0.01 and ≤ 1,000,000"]

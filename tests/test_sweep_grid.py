@@ -79,6 +79,7 @@ def test_a_grid_file_combines_its_lists_with_explicit_points(tmp_path):
     (["--rate", "1,fast"], "--rate 'fast': not a number"),
     (["--block-size", "16.5"], "--block-size '16.5': not a whole number"),
     (["--rate", "1,,2"], "an empty value in the list"),
+    (["--rate", "1,1.0"], "--rate 1,1.0: '1.0' is the same value as '1', given twice; valid: each value once"),  # trial 56
     (["--strategy", "vllm,vlm"], "vlm"),
     (["--workload", "sharegtp"], "unknown workload 'sharegtp'"),
     (["--block-size", "32", "--max-model-len", "16"], "a block must fit in a sequence"),

@@ -200,3 +200,42 @@ def test_a_rate_is_read_as_inference_perf_reads_it(tmp_path, written, rate):
     path = tmp_path / "ip.yaml"
     path.write_text(CONFIG.replace("rate: 2.0", written))
     assert read_config(str(path)).stages[0].rate == rate
+
+
+def test_a_huge_stage_is_weighed_before_its_arrivals_are_built_and_n_builds_only_n(kvlab, tmp_path, monkeypatch):
+    """Trial 56: a stage of 10^6 req/s for 10^6 s ran out of memory building 10^12 arrivals (a traceback), even
+    with -n 50; a stage of 10^7 requests took 6 s to be refused."""
+    import kvlab.workload.inference_perf as inference_perf
+
+    path = tmp_path / "huge.yaml"
+    path.write_text(CONFIG.replace("- {rate: 2.0, duration: 3}", "- {rate: 1000000.0, duration: 1000000.0}"))
+    built = []
+    real = inference_perf.arrival_times
+    monkeypatch.setattr(inference_perf, "arrival_times", lambda spec, limit=None: built.append(limit) or real(spec, limit))
+    r = kvlab("run", "vllm", "-w", path)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: workload huge.yaml means about 1,000,000,000,004 requests") and "--yes" in r.stderr
+    assert built == []  # refused before any arrival was built
+    r = kvlab("run", "vllm", "-w", path, "-n", "50", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert set(built) == {50}  # only the 50 kept requests
+    assert '"num_requests": 50' in r.stdout
+
+
+def test_the_first_requests_are_the_whole_configurations_first_requests():
+    spec = _spec()
+    assert list(arrival_times(spec, 7)) == list(arrival_times(spec)[:7])
+    assert list(arrival_times(spec, 100)) == list(arrival_times(spec))
+    assert shared_prefix_table(spec, limit=4).prefix_hashes == shared_prefix_table(spec).prefix_hashes[:4]
+
+
+@pytest.mark.parametrize("duration", [0.5, 2.0, 3.0, 3.2, 10.0])
+def test_a_duration_keeps_the_same_requests_whether_or_not_the_rest_are_built(tmp_path, duration):
+    from kvlab.workload.inference_perf import requests_before
+
+    path = tmp_path / "ip.yaml"
+    path.write_text(CONFIG)
+    times = arrival_times(_spec())
+    assert requests_before(_spec(), duration) >= int(np.searchsorted(times, duration, side="left"))
+    workload = load_workload(str(path), duration=duration)
+    assert [r.arrival_time for r in workload.requests] == [t for t in times if t < duration]

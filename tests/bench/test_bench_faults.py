@@ -441,3 +441,17 @@ def test_a_password_in_the_url_is_printed_and_stored_as_stars(kvlab, fault_serve
     refused = kvlab("bench", "--url", f"http://user:secret@127.0.0.1:{free_port()}/v1", "-n", "3")
     assert refused.exit_code == 2 and "cannot reach http://user:***@127.0.0.1:" in refused.stderr
     assert "secret" not in refused.stderr
+
+
+def test_answers_capped_to_the_servers_max_model_len_are_said_in_the_load_line(kvlab, fault_server, tmp_path):
+    """Trial 56: the bench shortened answers to fit max_model_len (max_tokens = max_model_len - prompt) and said
+    nothing: its 'mean output' differed from kvlab run's on the same requests."""
+    fault_server.state.max_model_len = 64
+    path = tmp_path / "workload.csv"
+    path.write_text("arrival_time,prompt_len,output_len\n0,10,12\n0.01,40,40\n")
+    result = _bench(kvlab, fault_server, path)
+    words = " ".join(result.stderr.split())
+    assert ("mean prompt 25 / output 18 tokens (1 answer capped to fit the server's max_model_len 64: max_tokens = "
+            "max_model_len - prompt; uncapped, as kvlab run serves them, the mean output is 26)") in words, words
+    path.write_text("arrival_time,prompt_len,output_len\n0,10,12\n0.01,20,12\n")
+    assert "capped to fit" not in " ".join(_bench(kvlab, fault_server, path).stderr.split())

@@ -1,6 +1,6 @@
 """What a bench run measured, in the simulator's schema, and the files ``kvlab bench --out DIR`` writes.
 
-The files are a contract (notes/CONTRACTS.md; ``kvlab calibrate`` reads them):
+The files are a contract (docs/bench.md, "What is measured"; ``kvlab calibrate`` reads them):
 
 - ``requests.csv``: one row per request, REQUEST_COLUMNS; times in s since the bench started, empty when unknown.
 - ``token_times.jsonl``: per request {"request_id", "times": [s of each streamed chunk that carried >= 1 token],

@@ -186,6 +186,18 @@ def _too_long(wl, max_model_len: int) -> str | None:
             "shorter prompts measures the server")
 
 
+def _capped(wl, max_model_len: int | None) -> str:
+    """' (N answers capped to fit max_model_len M: max_tokens = M - prompt; uncapped, the mean output is X)' where
+    the bench shortens answers to fit the server (kvlab run of the same workload serves them whole), else ''."""
+    capped = [r for r in wl.requests if r.max_tokens is not None and r.max_tokens < r.output_len]
+    if not capped or max_model_len is None:
+        return ""
+    whole = sum(r.output_len for r in wl.requests) / wl.num_requests
+    answers = f"{len(capped):,} answer{'s' if len(capped) != 1 else ''}"
+    return (f" ({answers} capped to fit the server's max_model_len {max_model_len:,}: max_tokens = "
+            f"max_model_len - prompt; uncapped, as kvlab run serves them, the mean output is {whole:,.0f})")
+
+
 def _client_config(server, prompt_format, ignore_eos, concurrency, timeout, time_limit, metrics_interval):
     from kvlab.bench.client import ClientConfig
     from kvlab.bench.server import api_key_from_env
@@ -219,7 +231,8 @@ def _intro(server, wl, config) -> list[str]:
     if server.max_model_len is not None:
         lines += [f"[yellow]note:[/] {note}" for note in [_too_long(wl, server.max_model_len)] if note]
     lines.append(f"Load: {wl.num_requests:,} requests of {wl.name} {pacing}, mean prompt {wl.mean_prompt_len:,.0f} / "
-                 f"output {wl.mean_output_len:,.0f} tokens, {extras}. Bounds: each request times out after "
+                 f"output {wl.mean_output_len:,.0f} tokens{_capped(wl, server.max_model_len)}, {extras}. Bounds: "
+                 "each request times out after "
                  f"{config.request_timeout:g} s (--timeout), the run stops after {config.time_limit:g} s "
                  "(--time-limit); Ctrl-C stops it and keeps what was measured.")
     return lines
@@ -244,7 +257,7 @@ def _run(wl, config, console, *, quiet: bool):
 
 
 def _summary(run, server, wl, config) -> dict:
-    """What --json prints and summary.json holds (CONTRACTS.md)."""
+    """What --json prints and summary.json holds (docs/bench.md, "What is measured")."""
     from kvlab.bench.results import summarize
     from kvlab.report.tables import workload_rate
 
@@ -257,9 +270,18 @@ def _summary(run, server, wl, config) -> dict:
     summary["client"] = {"concurrency": config.concurrency, "prompt_format": config.prompt_format,
                          "ignore_eos": config.ignore_eos, "timeout_s": config.request_timeout,
                          "time_limit_s": config.time_limit, "metrics_interval_s": config.scrape_interval,
-                         "num_scrape_errors": run.num_scrape_errors}
+                         "num_scrape_errors": run.num_scrape_errors, "started_at": _started_at(run.makespan)}
     summary["requests"] = [r.row() for r in run.results]
     return summary
+
+
+def _started_at(makespan: float) -> str:
+    """When the bench started, as the machine's local time (as a vLLM server's log stamps its lines, "12-07 01:16:01",
+    with the date and offset): its end less its makespan, to a second. kvlab calibrate names it beside a server log's
+    times."""
+    from datetime import datetime, timedelta
+
+    return (datetime.now().astimezone() - timedelta(seconds=makespan)).isoformat(sep=" ", timespec="seconds")
 
 
 def _out_files() -> tuple[str, ...]:

@@ -141,17 +141,33 @@ def calibrate(
     if not directories:
         raise KvlabError("kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE (measured "
                          "runs as published)")
-    names = tuple(k.strip() for k in fit.split(",") if k.strip()) if fit is not None else None
+    names = _bench_fit_names(fit)
     fitted_for = _fitted_model(model)  # (before the fit's minutes)
     result = run_calibration(list(directories), names, server_log=server_log)
     document = result.profile(name or out.stem, model=fitted_for, gpu=gpu)
     write_profile(document, out)
     weak = significance(result)
     if as_json:
-        typer.echo(json.dumps({"profile": document, "path": str(out), "weakly_determined": weak}, indent=1,
-                              ensure_ascii=False))
+        from kvlab.cost.calibrate import fit_quality
+
+        line, poor = fit_quality(result)
+        typer.echo(json.dumps({"profile": document, "path": str(out), "weakly_determined": weak,
+                               "fit_quality": {"summary": line, "poor": poor}}, indent=1, ensure_ascii=False))
         return
     _print_bench_fit(result, out, weak)
+
+
+def _bench_fit_names(fit: str | None) -> tuple[str, ...] | None:
+    """--fit's constants for a fit on bench folders (None: all); a list that names none is refused."""
+    if fit is None:
+        return None
+    names = tuple(k.strip() for k in fit.split(",") if k.strip())
+    if not names:
+        from kvlab.cost.calibrate import FIT_HINTS
+
+        raise KvlabError(f"--fit {fit!r} names no constant; valid: one or more of {', '.join(FIT_HINTS)}, "
+                         "comma-separated (overhead_s among them), or no --fit for all")
+    return names
 
 
 def _check_bench_fit_options(ctx: typer.Context, client_defaults: bool, hold_unidentified: bool, start, iterations
@@ -180,10 +196,12 @@ def _fitted_model(model: str) -> str:
 
 
 def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
-    """The table ``kvlab calibrate DIR ...`` prints: each constant, its σ and meaning; the residuals."""
+    """The table ``kvlab calibrate DIR ...`` prints: each constant, its σ and meaning; the residuals; how well the
+    fit explains the iterations, as a whole."""
     from rich.console import Console
     from rich.table import Table
 
+    from kvlab.cost.calibrate import fit_quality
     from kvlab.cost.profiles import ABSOLUTE_CONSTANTS as MEANING
 
     console = Console(highlight=False)
@@ -202,6 +220,10 @@ def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
     console.print(f"Not fitted (0 in the profile): {', '.join(not_fitted)}.")
     for sentence in weak:
         console.print(f"warning: {sentence}", style="yellow")
+    line, poor = fit_quality(result)
+    console.print(line)
+    if poor:
+        console.print(f"warning: {poor}", style="yellow")
     console.print(f"Wrote {out}: kvlab run --cost {out} ...")
 
 

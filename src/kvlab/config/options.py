@@ -120,7 +120,7 @@ OPTIONS: dict[str, Option] = _options(
            "replicas send, in a disaggregated fleet (with --prefill-replicas).", lo=1, hi=4096,
            what="decode replicas", default_text="off"),
     Option("kv_transfer_bandwidth", "parallel", float, None, "GB/s a direction of the link a disaggregated fleet's "
-           "KV crosses.", lo=0.0, hi=1e6, lo_open=True, what="GB/s",
+           "KV crosses.", lo=0.01, hi=1e6, what="GB/s",  # (from 10 MB/s, a slow network's: below it nothing serves)
            default_text="the GPU's link in the catalogue (NVLink, else PCIe)"),
     Option("kv_transfer_latency", "parallel", float, None, "Seconds each KV transfer of a disaggregated fleet takes "
            "before its bytes flow.", lo=0.0, hi=3600.0, what="seconds",

@@ -4,7 +4,7 @@ Two sources of iterations. With ``--server-log``, the server's own log of every 
 iteration-details``: what each step held and how long it took, server_log.py), which a machine's pauses and the API
 server's streaming do not touch: on a shared CPU they dominate what a client sees (docs/cost.md, "Validation
 against the real vLLM server"). Without it, what a streaming client sees: consecutive chunks of a decoding request
-are one iteration apart (CONTRACTS.md: token_times.jsonl): a chunk closes the iterations that started at the chunk
+are one iteration apart (docs/bench.md: token_times.jsonl): a chunk closes the iterations that started at the chunk
 before, one per token it carried. Chunks less than BURST_GAP_S apart are one burst (a server whose streaming fell
 behind sends a backlog at once): their tokens count as one chunk's. What an iteration held is read off every
 request's timeline at its midpoint:
@@ -49,11 +49,13 @@ FIT_HINTS = {
                       "batches) and others by per-token work (a rate near capacity: large batches)",
     "context_token_s": "a bench with prompts and outputs of varying length (context grows as requests decode)",
     "token_s": "a bench at a rate near or above capacity, where batches grow until per-token work sets the time",
-    "overhead_s": "any iterations",
+    "overhead_s": "iterations of more varied batches (a rate between idle and saturated), so that the fixed "
+                  "per-iteration cost is told from the per-request and per-token ones",
     "seq_overhead_s": "a bench where the number of running requests varies (a rate between idle and saturated, "
                       "Poisson or gamma arrivals)",
     "prefill_token_overhead_s": "a bench where requests arrive while others decode, with prompts of varying length",
-    "request_latency_s": "a bench whose requests finish (their time to first token)",
+    "request_latency_s": "more finished requests sent while the server had none waiting (a rate below capacity: "
+                         "their time to first token is then their prefill and this latency)",
 }
 ITERATION_CONSTANTS = ("weights_read_s", "context_token_s", "token_s", "overhead_s", "seq_overhead_s",
                        "prefill_token_overhead_s")
@@ -113,20 +115,16 @@ class Iterations:
 
 
 def read_bench(directory: Path) -> tuple[list[dict], dict[int, tuple[list[float], list[int]]], dict]:
-    """requests.csv rows, {request_id: (chunk times, tokens per chunk)}, summary.json (CONTRACTS.md)."""
+    """requests.csv rows, {request_id: (chunk times, tokens per chunk)}, summary.json (docs/bench.md, "What it
+    writes"); a file that is empty, cut short or not what kvlab bench writes is refused by name."""
     if not directory.is_dir():
         raise KvlabError(f"{str(directory)!r} is not a folder: give folders written by kvlab bench --out DIR")
     for name in ("requests.csv", "token_times.jsonl"):
         if not (directory / name).is_file():
             raise KvlabError(f"{str(directory)!r} has no {name}: give a folder written by kvlab bench --out DIR")
-    with (directory / "requests.csv").open(newline="") as f:
-        requests = list(csv.DictReader(f))
-    missing = {"request_id", "prompt_len", "status", "send_time", "first_token_time", "finish_time"} - set(
-        requests[0] if requests else {})
-    if requests and missing:
-        raise KvlabError(f"{directory / 'requests.csv'} lacks the column {min(missing)!r} (CONTRACTS.md)")
+    requests = _read_requests(directory / "requests.csv")
     times: dict[int, tuple[list[float], list[int]]] = {}
-    for number, line in enumerate((directory / "token_times.jsonl").read_text().splitlines(), 1):
+    for number, line in enumerate(_text(directory / "token_times.jsonl").splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -136,8 +134,90 @@ def read_bench(directory: Path) -> tuple[list[dict], dict[int, tuple[list[float]
             raise KvlabError(f"{directory / 'token_times.jsonl'} line {number} is not a token-times row "
                              f"({{request_id, times, num_tokens}}): {exc}") from None
     summary_path = directory / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    summary = read_json_object(summary_path) if summary_path.is_file() else {}
+    _check_seconds(directory, requests, times, summary)
     return requests, times, summary
+
+
+# No served engine's step takes this long (a token every 5 s): a bench whose median gap per token is longer holds
+# its times in another unit (milliseconds read as seconds: a 20 ms step reads as 20 s).
+MOST_ITERATION_S = 5.0
+
+
+def _check_seconds(directory: Path, requests: list[dict], times: dict, summary: dict) -> None:
+    """Refuse a bench whose times are not seconds (a file converted to milliseconds): requests that span far more
+    than the summary's makespan_s, or a median gap per token no engine step takes."""
+    import numpy as np
+
+    sends = [float(r["send_time"]) for r in requests if r.get("finish_time")]
+    finishes = [float(r["finish_time"]) for r in requests if r.get("finish_time")]
+    makespan = summary.get("makespan_s")
+    if sends and isinstance(makespan, int | float) and not isinstance(makespan, bool) and makespan > 0:
+        span = max(finishes) - min(sends)
+        if span > 10 * makespan + 1:
+            raise KvlabError(f"{directory / 'requests.csv'}: send_time to finish_time span {span:,.4g}, but "
+                             f"summary.json's makespan_s is {makespan:,.4g} s: the times are not in seconds "
+                             "(milliseconds?); valid: seconds since the bench started, as kvlab bench writes them")
+    gaps = [(b - a) / n for chunk_times, counts in times.values()
+            for a, b, n in zip(chunk_times, chunk_times[1:], counts[1:]) if n > 0]
+    if gaps and (median := float(np.median(gaps))) > MOST_ITERATION_S:
+        raise KvlabError(f"{directory / 'token_times.jsonl'}: the median gap per token between a request's chunks "
+                         f"('times') is {median:,.4g} s, longer than any served engine step ({MOST_ITERATION_S:g} s): "
+                         "the times are not in seconds (milliseconds?); valid: seconds since the bench started, as "
+                         "kvlab bench writes them")
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvlabError(f"{path}: cannot read it ({exc}); valid: the text file kvlab bench wrote") from None
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON file whose top level is an object (kvlab bench's summary.json), or a one-line refusal naming it."""
+    text = _text(path)
+    if not text.strip():
+        raise KvlabError(f"{path} is empty; valid: the JSON object kvlab bench writes (run the bench again, or "
+                         "remove the file)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise KvlabError(f"{path} is not valid JSON ({exc}); valid: the JSON object kvlab bench writes") from None
+    if not isinstance(data, dict):
+        raise KvlabError(f"{path} holds a JSON {type(data).__name__}; valid: the JSON object kvlab bench writes")
+    return data
+
+
+REQUEST_COLUMNS = {"request_id": int, "prompt_len": int, "status": str, "send_time": float,
+                   "first_token_time": float, "finish_time": float}
+
+
+def _read_requests(path: Path) -> list[dict]:
+    """requests.csv's rows, each with the columns calibrate reads, as numbers where they are numbers (a time may
+    be empty: the request never got that far)."""
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(_text(path), newline="")))
+    missing = set(REQUEST_COLUMNS) - set(rows[0] if rows else {})
+    if rows and missing:
+        raise KvlabError(f"{path} lacks the column {min(missing)!r} (the columns kvlab bench writes: docs/bench.md)")
+    for number, row in enumerate(rows, 2):
+        for column, kind in REQUEST_COLUMNS.items():
+            value = row.get(column)
+            if value is None:
+                raise KvlabError(f"{path} line {number} has no {column!r} cell (the file is cut short?); valid: "
+                                 "every row with all the columns of the header")
+            if kind is str or (value == "" and column in ("send_time", "first_token_time", "finish_time")):
+                continue
+            try:
+                number_value = kind(value)
+            except ValueError:
+                raise KvlabError(f"{path} line {number}: {column} = {value!r} is not a "
+                                 f"{'whole number' if kind is int else 'number'}") from None
+            if kind is float and not math.isfinite(number_value):
+                raise KvlabError(f"{path} line {number}: {column} = {value!r}; valid: a finite number of seconds")
+    return rows
 
 
 def observe_iterations(directories: list[Path]) -> Iterations:
@@ -175,7 +255,8 @@ def logged_iterations(directories: list[Path], server_log: Path) -> Iterations:
 
     from kvlab.cost.server_log import bench_steps, read_steps
 
-    steps = read_steps(server_log)
+    times: dict[int, str] = {}
+    steps = read_steps(server_log, times)
     columns: dict[str, list[float]] = {k: [] for k in ("duration", "num_seqs", "num_prefill_tokens",
                                                        "num_decode_tokens", "num_context_tokens", "bench")}
     for index, directory in enumerate(directories):
@@ -185,7 +266,8 @@ def logged_iterations(directories: list[Path], server_log: Path) -> Iterations:
             raise KvlabError(f"{directory / 'summary.json'} does not say the server's block_size and num_gpu_blocks "
                              "(a bench of a vLLM server has them): --server-log reads each step's context off its KV "
                              "cache usage")
-        rows, outside_s, outside_per_seq_s = bench_steps(directory, steps)
+        started = summary.get("client", {}).get("started_at") if isinstance(summary.get("client"), dict) else None
+        rows, outside_s, outside_per_seq_s = bench_steps(directory, steps, times, started)
         for num_prefilling, num_prefill_tokens, num_decoding, num_decode_tokens, elapsed_s, usage in rows:
             num_seqs = num_prefilling + num_decoding
             # The blocks held, less half a block per request (its last block is partly filled).
@@ -203,16 +285,11 @@ def logged_iterations(directories: list[Path], server_log: Path) -> Iterations:
 
 def _queue_samples(directory: Path) -> tuple[list[float], list[float]]:
     """(times, values) of the server's vllm:num_requests_waiting from metrics.csv (empty without one)."""
+    from kvlab.cost.server_log import read_metrics
+
     path = directory / "metrics.csv"
-    times, values = [], []
-    if path.is_file():
-        with path.open(newline="") as f:
-            for row in csv.DictReader(f):
-                if row.get("name") == "vllm:num_requests_waiting":
-                    times.append(float(row["time"]))
-                    values.append(float(row["value"]))
-    order = sorted(range(len(times)), key=times.__getitem__)
-    return [times[i] for i in order], [values[i] for i in order]
+    samples = read_metrics(path).get("vllm:num_requests_waiting", []) if path.is_file() else []
+    return [t for t, _ in samples], [v for _, v in samples]
 
 
 def _queued(queue: tuple[list[float], list[float]], t: float) -> bool:
@@ -358,7 +435,36 @@ def predicted(x: dict, num_seqs, num_prefill_tokens, num_decode_tokens, num_cont
 
 def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT, wording: Wording = BENCH) -> Fit:
     """Least squares over the observed iterations; Unidentifiable (a KvlabError) when the data cannot identify a
-    requested constant, KvlabError when there are too few iterations."""
+    requested constant, with the --fit it does identify (tried: leaving that constant out can leave another
+    unidentified), KvlabError when there are too few iterations."""
+    try:
+        return _fit_once(its, fit, wording)
+    except Unidentifiable as exc:
+        raise Unidentifiable(f"{exc}. {_advice(its, fit, wording, exc.constant)}", exc.constant) from None
+
+
+def _advice(its: Iterations, fit: tuple[str, ...], wording: Wording, refused: str) -> str:
+    """'Or leave it out: --fit ...' with a --fit this data does identify: the constants asked for less ``refused``
+    and each further one the data then cannot identify (or, where none fits, what data would)."""
+    names = [k for k in fit if k != refused]
+    dropped = []
+    while "overhead_s" in names:
+        try:
+            _fit_once(its, tuple(names), wording)
+        except Unidentifiable as exc:
+            if exc.constant == "overhead_s":
+                break
+            names.remove(exc.constant)
+            dropped.append(exc.constant)
+            continue
+        except KvlabError:
+            break
+        also = f" (without it this data does not identify {', '.join(dropped)} either)" if dropped else ""
+        return f"Or leave it out: --fit {','.join(names)}{also}"
+    return f"Leaving it out does not help: no smaller --fit with overhead_s fits this data; {wording.more}"
+
+
+def _fit_once(its: Iterations, fit: tuple[str, ...], wording: Wording) -> Fit:
     import numpy as np
 
     from kvlab.cost.profiles import ABSOLUTE_CONSTANTS
@@ -375,7 +481,7 @@ def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT, wording:
             f"{wording.data} shows {len(its)} timed iterations (from {its.num_requests} finished requests); fitting "
             f"{len(iteration_fit)} constants needs at least {needed}: {wording.more}"
         )
-    x, sigma, residual = _least_squares(its, iteration_fit, wording, "request_latency_s" in fit)
+    x, sigma, residual = _least_squares(its, iteration_fit, wording)
     constants = dict.fromkeys(ABSOLUTE_CONSTANTS, 0.0)
     constants.update(x)
     num_first_tokens = 0
@@ -396,7 +502,7 @@ def fit_iterations(its: Iterations, fit: tuple[str, ...] = DEFAULT_FIT, wording:
     )
 
 
-def _least_squares(its: Iterations, names: tuple[str, ...], wording: Wording = BENCH, with_latency: bool = True):
+def _least_squares(its: Iterations, names: tuple[str, ...], wording: Wording = BENCH):
     """(constants, standard errors, residuals) of the weighted fit, from several starts (the max makes it
     non-convex); refuses constants the Jacobian at the fit cannot separate."""
     import numpy as np
@@ -434,7 +540,7 @@ def _least_squares(its: Iterations, names: tuple[str, ...], wording: Wording = B
             if best is None or result.cost < best.cost:
                 best = result
     jac = best.jac * (1 / scale)  # d residual / d constant
-    _check_identifiable(jac / sqrt_w[:, None], names, wording, ("request_latency_s",) if with_latency else ())
+    _check_identifiable(jac / sqrt_w[:, None], names, wording)
     dof = max(1, len(y) - len(names))
     s2 = 2 * best.cost / dof
     cov = s2 * np.linalg.pinv(jac.T @ jac)
@@ -443,16 +549,15 @@ def _least_squares(its: Iterations, names: tuple[str, ...], wording: Wording = B
     return x, sigma, best.fun / sqrt_w
 
 
-def _check_identifiable(jac, names: tuple[str, ...], wording: Wording = BENCH, also: tuple[str, ...] = ()) -> None:
+def _check_identifiable(jac, names: tuple[str, ...], wording: Wording = BENCH) -> None:
     """Each constant's column of the Jacobian must vary on its own: not all zero (it never sets the time), not
     constant unless it is the overhead, not a combination of the others' columns (the overhead's is the others'
     to avoid)."""
     import numpy as np
 
-    def refuse(name: str, why: str) -> None:
-        others = [k for k in names if k != name]
-        raise Unidentifiable(f"{wording.data} cannot identify {name}: {why}. Data that would: {wording.hints[name]}. "
-                             f"Or leave it out: --fit {','.join([*others, *also])}", name)
+    def refuse(name: str, why: str) -> None:  # (fit_iterations adds the --fit that this data does identify)
+        raise Unidentifiable(f"{wording.data} cannot identify {name}: {why}. Data that would: {wording.hints[name]}",
+                             name)
 
     num = len(jac)
     # First a side of the max that never sets the time: then the constants beside it look constant too.
@@ -496,9 +601,10 @@ def _request_latency(its: Iterations, constants: dict, wording: Wording = BENCH)
         gaps.append(first - own - before / 2 - send)
     n = len(gaps)
     if n < MIN_FIRST_TOKENS:
-        raise Unidentifiable(f"{wording.data} cannot identify request_latency_s: {n} requests have a first token (it "
-                             f"needs {MIN_FIRST_TOKENS}). Data that would: {wording.hints['request_latency_s']}. Or "
-                             f"leave it out: --fit without request_latency_s", "request_latency_s")
+        raise Unidentifiable(f"{wording.data} cannot identify request_latency_s: {n} of its {len(its.first_tokens)} "
+                             "finished requests were sent while no request waited at the server (metrics.csv's "
+                             f"vllm:num_requests_waiting), and it needs {MIN_FIRST_TOKENS}. Data that would: "
+                             f"{wording.hints['request_latency_s']}", "request_latency_s")
     gaps = np.asarray(gaps)
     return max(0.0, float(np.median(gaps))), float(1.2533 * np.std(gaps) / math.sqrt(n)), n
 
@@ -516,8 +622,41 @@ def calibrate(directories: list[Path], fit: tuple[str, ...] | None = None, serve
     token streams show them or, with ``server_log``, as the server logged them."""
     if not directories:
         raise KvlabError("give at least one folder written by kvlab bench --out DIR")
+    from kvlab.cost.profiles import MAX_SECONDS
+
     its = observe_iterations(directories) if server_log is None else logged_iterations(directories, server_log)
-    return fit_iterations(its, fit or DEFAULT_FIT)
+    result = fit_iterations(its, fit or DEFAULT_FIT)
+    for name in result.fitted:
+        if result.constants[name] > MAX_SECONDS:
+            where = ", ".join(str(d) for d in directories) + (f" and {server_log}" if server_log else "")
+            raise KvlabError(f"the fit to {where} gives {name} = {result.constants[name]:,.4g} s, more than any cost "
+                             f"profile takes ({MAX_SECONDS:g} s): the bench's times are not in seconds "
+                             "(milliseconds?); valid: requests.csv and token_times.jsonl in seconds since the bench "
+                             "started, as kvlab bench writes them")
+    return result
+
+
+# Below this R², or above this median residual (a share of an iteration), a fit explains the iterations poorly.
+POOR_R2, POOR_MEDIAN_RESIDUAL = 0.5, 0.2
+
+
+def fit_quality(fit: Fit) -> tuple[str, str | None]:
+    """One line on how well the fit explains the iterations (R², median residual), and, where it is poor, a
+    warning: what of the profile still holds, what does not, and what data would fit better (None otherwise)."""
+    line = (f"Fit: the cost model explains {max(fit.r2, 0.0):.0%} of the variation in the {fit.num_iterations:,} "
+            f"iterations' times (R² {fit.r2:.3f}); half of them are off by more than "
+            f"{fit.median_abs_relative_residual:.1%} of their time.")
+    if fit.r2 >= POOR_R2 and fit.median_abs_relative_residual <= POOR_MEDIAN_RESIDUAL:
+        return line, None
+    better = ("a quieter machine (nothing else running: its pauses are in the server's steps too), and a bench "
+              "whose batches vary more (Poisson arrivals at a rate between idle and saturated, prompts of varying "
+              "length)") if fit.observed_by != TOKEN_STREAMS else (
+              "the server's own log of its steps (--server-log: the token streams hold the client's and the "
+              "machine's pauses), a quieter machine, and a bench whose batches vary more (Poisson arrivals at a "
+              "rate between idle and saturated, prompts of varying length)")
+    return line, (f"a poor fit (R² below {POOR_R2:g} or a median residual above {POOR_MEDIAN_RESIDUAL:.0%}): the "
+                  "profile is written, and may still predict typical (median) latencies, but not the tail: do not "
+                  f"trust its p90/p99 predictions. Data that would fit better: {better}")
 
 
 def significance(fit: Fit, wording: Wording = BENCH) -> list[str]:

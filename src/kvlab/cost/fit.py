@@ -206,7 +206,8 @@ def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False) -> 
 
     model_spec = catalogue_model(run)
     try:
-        gpu_spec = get_gpu(RUN_HARDWARE.get(run.gpu, run.gpu))
+        gpu_spec = get_gpu(RUN_HARDWARE.get(run.gpu, run.gpu),
+                           otherwise="; valid: a catalogue GPU as the run's hardware (kvlab gpus lists them)")
     except KvlabError as error:
         raise KvlabError(f"run {run.id!r}: hardware {run.gpu!r}: {error}") from None
     if not (gpu_spec.memory_bandwidth_bytes_per_s and gpu_spec.peak_flops):
@@ -904,7 +905,8 @@ def common_gpu(runs: Sequence[MeasuredRun]) -> str:
     """The catalogue GPU every run ran on ("" when they differ)."""
     from kvlab.catalog import get_gpu
 
-    ids = {get_gpu(RUN_HARDWARE.get(run.gpu, run.gpu)).id for run in runs}  # (the set's "H100": see RUN_HARDWARE)
+    ids = {get_gpu(RUN_HARDWARE.get(run.gpu, run.gpu), otherwise="; valid: a catalogue GPU as the run's hardware "
+                   "(kvlab gpus lists them)").id for run in runs}  # (the set's "H100": see RUN_HARDWARE)
     return ids.pop() if len(ids) == 1 else ""
 
 

@@ -42,12 +42,18 @@ ITERATION_LINE = re.compile(
     r"(\d+) generation tokens, iteration elapsed time: ([\d.]+) ms.*? KV cache usage: ([\d.]+)%"
 )
 STEP_COUNTER = "vllm:iteration_tokens_total_count"
+STEP_TOKENS = "vllm:iteration_tokens_total_sum"  # the tokens each step scheduled, summed: a log's steps must add up to it
+LOG_TIME = re.compile(r"\b(\d\d-\d\d \d\d:\d\d:\d\d)\b")  # vLLM's "INFO 12-07 01:16:01 [loggers.py:199]"
+# A log's steps are the bench's when their tokens add up to what the bench scraped: within this share (the last
+# scrape may miss the last steps' tokens; the matched runs of trial 56 were 0.5% apart, a log of another run 34%).
+TOKEN_TOLERANCE = 0.1
 ITL = "vllm:inter_token_latency_seconds"
 
 
-def read_steps(path: Path) -> dict[int, tuple[int, int, int, int, float, float]]:
+def read_steps(path: Path, times: dict[int, str] | None = None) -> dict[int, tuple[int, int, int, int, float, float]]:
     """{step: (context requests, context tokens, generation requests, generation tokens, elapsed s, KV cache
-    usage)}; the usage is the fraction of the blocks (the null block aside) held after the step."""
+    usage)}; the usage is the fraction of the blocks (the null block aside) held after the step. ``times`` receives
+    each step's logged time ("12-07 01:16:01"), where the line has one."""
     if not path.is_file():
         raise KvlabError(f"--server-log {str(path)!r} is not a file: give the log of the vLLM server the bench ran "
                          "against")
@@ -59,10 +65,35 @@ def read_steps(path: Path) -> dict[int, tuple[int, int, int, int, float, float]]
                 *counts, elapsed_ms, usage_percent = m.groups()
                 steps[int(counts[0])] = (*(int(c) for c in counts[1:]), float(elapsed_ms) / 1e3,
                                          float(usage_percent) / 100)
+                if times is not None and (stamp := LOG_TIME.search(line)) is not None:
+                    times[int(counts[0])] = stamp.group(1)
     if not steps:
         raise KvlabError(f"{path} has no per-iteration lines (\"Iteration(N): ... iteration elapsed time: ... ms\"): "
                          "start the server with --enable-logging-iteration-details")
     return steps  # type: ignore[return-value]
+
+
+def read_metrics(path: Path) -> dict[str, list[tuple[float, float]]]:
+    """{metric: [(time, value) of each scrape, in time order]} of a bench's metrics.csv (time, name, value); a
+    file cut short or not in that form is refused by name and line."""
+    import io
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvlabError(f"{path}: cannot read it ({exc}); valid: the metrics.csv kvlab bench wrote") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if text.strip() and not {"time", "name", "value"} <= set(reader.fieldnames or ()):
+        raise KvlabError(f"{path} has the columns {reader.fieldnames}; valid: time, name, value (kvlab bench's "
+                         "metrics.csv)")
+    out: dict[str, list[tuple[float, float]]] = {}
+    for number, row in enumerate(reader, 2):
+        try:
+            out.setdefault(row["name"], []).append((float(row["time"]), float(row["value"])))
+        except (TypeError, ValueError):
+            raise KvlabError(f"{path} line {number} is not a scrape (time, name, value as numbers): "
+                             f"{','.join(str(v) for v in row.values())!r} (the file is cut short?)") from None
+    return {name: sorted(samples) for name, samples in out.items()}
 
 
 def _scrapes(directory: Path) -> dict[str, list[tuple[float, float]]]:
@@ -71,16 +102,15 @@ def _scrapes(directory: Path) -> dict[str, list[tuple[float, float]]]:
     if not path.is_file():
         raise KvlabError(f"{str(directory)!r} has no metrics.csv: --server-log needs the bench's scrapes of /metrics "
                          "(kvlab bench without --metrics-interval 0)")
-    out: dict[str, list[tuple[float, float]]] = {}
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            out.setdefault(row["name"], []).append((float(row["time"]), float(row["value"])))
-    return {name: sorted(samples) for name, samples in out.items()}
+    return read_metrics(path)
 
 
-def bench_steps(directory: Path, steps: dict) -> tuple[list[tuple[int, int, int, int, float, float]], float, float]:
+def bench_steps(directory: Path, steps: dict, times: dict[int, str] | None = None, started: str | None = None
+                ) -> tuple[list[tuple[int, int, int, int, float, float]], float, float]:
     """The logged steps of the bench in ``directory`` and the part of a step outside ``elapsed``, as
-    (a, b): a + b × num_seqs seconds (the module's docstring)."""
+    (a, b): a + b × num_seqs seconds (the module's docstring). A log whose steps of those numbers do not add up to
+    the tokens the bench scraped is another server run's (``times``: the steps' logged times, ``started``: the
+    bench's, for the refusal)."""
     scraped = _scrapes(directory)
     for name in (STEP_COUNTER, f"{ITL}_sum", f"{ITL}_count"):
         if name not in scraped:
@@ -91,7 +121,28 @@ def bench_steps(directory: Path, steps: dict) -> tuple[list[tuple[int, int, int,
     if len(rows) < (last - first) / 2:
         raise KvlabError(f"the server log has {len(rows)} of the {last - first} steps of the bench in {directory} "
                          f"(numbered {first} to {last - 1}): give the log of the server that bench ran against")
+    _check_same_run(directory, scraped, rows, [times.get(i) for i in range(first, last) if i in steps] if times else [],
+                    started)
     return rows, *_outside(counter, dict(scraped[f"{ITL}_sum"]), steps)
+
+
+def _check_same_run(directory: Path, scraped: dict, rows: list, times: list, started: str | None) -> None:
+    """Refuse a log whose steps (numbered as the bench's) scheduled other tokens than the bench's server did: the
+    step numbers restart with every server, so another run's log has steps of the same numbers."""
+    tokens = scraped.get(STEP_TOKENS)
+    if not tokens:  # (a vLLM without the histogram: the numbers alone)
+        return
+    expected = tokens[-1][1] - tokens[0][1]
+    logged = sum(r[1] + r[3] for r in rows)
+    if abs(logged - expected) <= TOKEN_TOLERANCE * max(expected, 1.0):
+        return
+    stamped = [t for t in times if t]
+    when = "" if not stamped else f", logged {stamped[0]}" + (f" to {stamped[-1]}" if stamped[-1] != stamped[0] else "")
+    bench_when = f"the bench started {started}" if started else "the bench's start time is not in its summary.json"
+    raise KvlabError(f"the server log's steps {int(scraped[STEP_COUNTER][0][1])} to {int(scraped[STEP_COUNTER][-1][1]) - 1}"
+                     f"{when}, scheduled {logged:,} tokens, but the server of the bench in {directory} scheduled "
+                     f"{expected:,.0f} in its steps of those numbers ({STEP_TOKENS}; {bench_when}): the log is another "
+                     "server run's; give the log of the server that bench ran against")
 
 
 def _outside(counter: list[tuple[float, float]], itl_sum: dict[float, float], steps: dict) -> tuple[float, float]:

@@ -48,7 +48,16 @@ def measured_error(name: str) -> str | None:
 def error_clause(name: str) -> str:
     """The accuracy clause every report under a profile states (capacity, size, run, race, sweep): its measured
     error against real runs (measured_error), or that it has none."""
-    return measured_error(name) or "its error against real serving runs is not measured (none were used to fit it)"
+    measured = measured_error(name)
+    if measured:
+        return measured
+    from kvlab.cost.profiles import get_profile
+
+    profile = get_profile(name)
+    if profile.fit.get("num_iterations"):  # (kvlab calibrate on bench folders: a real server's steps)
+        return ("its error against real serving runs is not measured (it was fitted to a real engine's iterations, "
+                f"not to its latencies; kvlab bench --compare --cost {profile.path or name} measures them)")
+    return "its error against real serving runs is not measured (none were used to fit it)"
 
 
 def evidence(name: str) -> str:

@@ -259,6 +259,13 @@ def expand(lists: dict[str, list[Any]], explicit: list[dict[str, Any]] | None = 
     for name, values in lists.items():
         if not values:
             raise KvlabError(f"{specs[name].flag}: an empty list of values makes an empty grid")
+        seen: dict[str, Any] = {}
+        for value in values:  # (1,1 or 1,1.0: one point, not the two the list seems to ask for)
+            key = canonical_json({"v": specs[name].convert(value)})
+            if key in seen:
+                raise KvlabError(f"{specs[name].flag} {','.join(str(v) for v in values)}: {value!r} is the same value "
+                                 f"as {seen[key]!r}, given twice; valid: each value once")
+            seen[key] = value
     names = list(lists)
     combos = [dict(zip(names, values)) for values in itertools.product(*(lists[n] for n in names))]
     if explicit:

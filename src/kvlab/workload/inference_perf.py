@@ -120,10 +120,28 @@ class SharedPrefixSpec:
         return tuple(starts)
 
 
-def arrival_times(spec: SharedPrefixSpec) -> np.ndarray:
-    """Stage k's requests at start_k + j / rate_k, j = 0 .. rate_k x duration_k - 1 (constant load)."""
-    return np.concatenate([start + np.arange(stage.num_requests) / stage.rate
-                           for start, stage in zip(spec.stage_starts, spec.stages)])
+def arrival_times(spec: SharedPrefixSpec, limit: int | None = None) -> np.ndarray:
+    """Stage k's requests at start_k + j / rate_k, j = 0 .. rate_k x duration_k - 1 (constant load); with ``limit``
+    the first ``limit`` of them only (none of the rest is built)."""
+    parts, left = [], spec.num_requests if limit is None else max(0, int(limit))
+    for start, stage in zip(spec.stage_starts, spec.stages):
+        num = min(stage.num_requests, left)
+        parts.append(start + np.arange(num) / stage.rate)
+        left -= num
+        if left <= 0:
+            break
+    return np.concatenate(parts)
+
+
+def requests_before(spec: SharedPrefixSpec, until: float) -> int:
+    """How many of the configuration's requests arrive before ``until`` seconds (arrival_times, without them), or one
+    more a stage where rounding could leave one out (the caller cuts its arrivals at ``until`` itself)."""
+    count = 0
+    for start, stage in zip(spec.stage_starts, spec.stages):
+        if until <= start:
+            break
+        count += min(stage.num_requests, math.ceil((until - start) * stage.rate) + 1)
+    return count
 
 
 def closed_loop_send_times(spec: SharedPrefixSpec, scheduled: np.ndarray, client_end: np.ndarray) -> np.ndarray:
@@ -153,11 +171,12 @@ def user_prefix_ids(spec: SharedPrefixSpec, user: int) -> tuple[int, ...]:
     return (group,) * num_system_chunks + (spec.num_groups + user,) * (num_chunks - num_system_chunks)
 
 
-def shared_prefix_table(spec: SharedPrefixSpec, repeat_questions: bool = True) -> LengthTable:
-    """Every request of the configuration, in arrival order, with its arrival time and content ids.
+def shared_prefix_table(spec: SharedPrefixSpec, repeat_questions: bool = True, limit: int | None = None) -> LengthTable:
+    """Every request of the configuration (the first ``limit``), in arrival order, with its arrival time and content
+    ids.
 
     ``repeat_questions=False``: each request's question is its own (only system prompts are shared)."""
-    times = arrival_times(spec)
+    times = arrival_times(spec, limit)
     num = len(times)
     if not repeat_questions:
         shared = spec.system_prompt_len // CHUNK_LEN
@@ -326,13 +345,30 @@ def read_config(path: str) -> SharedPrefixSpec:
     return spec_from_dict(data, path)
 
 
-def inference_perf_source(path: str):
+def inference_perf_source(path: str, num_requests: int | None = None, duration: float | None = None):
     """An inference-perf configuration file as a workload source with its own arrival times (``--workload
-    config.yaml``: kvlab.workload.load recognises the suffix)."""
+    config.yaml``: kvlab.workload.load recognises the suffix). ``num_requests`` / ``duration``: only the first
+    requests, or those arriving before that many seconds, are needed (its arrivals as they are): only they are
+    built. What is to be built is weighed against the work limits first (kvlab.validate), so that a stage of
+    10^12 requests is refused in a moment, not by running out of memory."""
+    from kvlab.validate import check_simulation_work
     from kvlab.workload.bundled import BundledWorkload
 
     spec = read_config(path)
-    table = shared_prefix_table(spec)
+    num = spec.num_requests
+    if duration is not None:  # (at least one: the caller names the first arrival when none comes before it)
+        num = min(num, max(1, requests_before(spec, duration)))
+    if num_requests is not None:
+        num = min(num, num_requests)
+    built: list[LengthTable] = []
+
+    def table() -> LengthTable:  # (built when first asked for: naming the source's kind needs none of it)
+        if not built:
+            check_simulation_work(num, spec.prompt_len + spec.output_len, 1, f"workload {Path(path).name}",
+                                  memory_only=True)
+            built.append(shared_prefix_table(spec, limit=num))
+        return built[0]
+
     stages = ", ".join(f"{s.rate:g} req/s for {s.duration:g} s" for s in spec.stages)
     return BundledWorkload(
         name=Path(path).name,
@@ -342,6 +378,6 @@ def inference_perf_source(path: str):
                  f"{spec.output_len} tokens; constant load {stages}"),
         source=f"{path} (inference-perf configuration; github.com/kubernetes-sigs/inference-perf)",
         licence="",
-        sample=lambda num, rng: sample_table(table, num, rng),  # (--arrival poisson/burst: its rows redrawn)
-        rows=lambda: table,
+        sample=lambda num, rng: sample_table(table(), num, rng),  # (--arrival poisson/burst: its rows redrawn)
+        rows=table,
     )

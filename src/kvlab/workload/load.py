@@ -167,11 +167,13 @@ def did_you_mean(spec: str) -> str:
     return f" (did you mean {' or '.join(repr(name) for name in close)}?)" if close else ""
 
 
-def _resolve(spec: str) -> BundledWorkload:
+def _resolve(spec: str, num_requests: int | None = None, duration: float | None = None) -> BundledWorkload:
+    """The source of a workload; ``num_requests`` / ``duration``: an inference-perf configuration, replayed at its own
+    arrival times, builds only the requests they keep."""
     if spec in WORKLOADS:
         return WORKLOADS[spec]
     if Path(spec).suffix.lower() in INFERENCE_PERF_SUFFIXES:  # an inference-perf configuration (issue 29)
-        return inference_perf_source(spec)
+        return inference_perf_source(spec, num_requests, duration)
     if Path(spec).suffix.lower() not in SUFFIXES and not Path(spec).exists():
         names = ", ".join(WORKLOADS)
         raise KvlabError(f"unknown workload {spec!r}{did_you_mean(spec)}; named: {names}; or a path to a .csv or "
@@ -319,11 +321,17 @@ def _mean_lengths(entry: BundledWorkload, table: LengthTable | None) -> tuple[fl
     return entry.expected_means() if entry.expected_means is not None else (0.0, 0.0)
 
 
+def _kept(num_requests, duration, rate, arrival) -> tuple[int | None, float | None]:
+    """(num_requests, duration) that keep the first requests of a source replayed at its own arrival times: only
+    those need building; (None, None) when arrivals are drawn anew or rescaled (every row is used)."""
+    return (num_requests, duration) if arrival in ("auto", "trace") and rate is None else (None, None)
+
+
 def estimate_workload(spec: str, *, num_requests: int | None = None, duration: float | None = None,
                       rate: float | None = None, arrival: str = "auto") -> tuple[int, float]:
     """(requests, mean prompt + output tokens) that ``load_workload`` would build, without building them: what
     the work gate (kvlab.validate.check_simulation_work) weighs before anything is drawn."""
-    entry = _resolve(spec)
+    entry = _resolve(spec, *_kept(num_requests, duration, rate, arrival))
     table = entry.rows() if entry.rows is not None else None
     prompt, output = _mean_lengths(entry, table)
     if arrival in ("auto", "trace") and table is not None and table.has_arrivals:
@@ -396,7 +404,7 @@ def load_workload(
     _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_len, long_requests)
     num_requests = None if num_requests is None else int(num_requests)
     max_model_len = None if max_model_len is None else int(max_model_len)
-    entry = _resolve(spec)
+    entry = _resolve(spec, *_kept(num_requests, duration, rate, arrival))
     if sessions is not None and entry.generate is None:
         raise KvlabError(f"session options apply to --workload sessions only (--workload is {entry.name})")
     num_expected, mean_len = estimate_workload(spec, num_requests=num_requests, duration=duration, rate=rate,
