@@ -125,14 +125,15 @@ class BlockNeeds:
         self._pending.clear()
 
     def due(self, max_iterations: int, num_free_blocks: int, first: int = 0
-            ) -> tuple[int, list[Holder], list[int], int]:
+            ) -> tuple[int, list[list[int]], list[int], int]:
         """A run of up to ``max_iterations`` iterations, as many as ``num_free_blocks`` cover: (iterations, the
-        requests that get a block, in step order, per iteration (counted from ``first``) the slots and the
-        internal fragmentation slots its new blocks add, flat: three ints an entry (``DecodeRun.growth``), and
-        those internal slots in all). The clock advances by the run."""
+        block tables of the requests that get a block, in step order (a table once per block it gets), per
+        iteration (counted from ``first``) the slots and the internal fragmentation slots its new blocks add,
+        flat: three ints an entry (``DecodeRun.growth``), and those internal slots in all). The clock advances by
+        the run."""
         self._ready_to_decode()
         clock, bs, buckets = self.num_decode_iterations, self.block_size, self._buckets
-        order: list[Holder] = []
+        tables: list[list[int]] = []
         growth: list[int] = []
         num_iterations = max_iterations
         nxt = clock + 1  # the clock iteration of the run's first
@@ -144,9 +145,12 @@ class BlockNeeds:
                     num_iterations = j  # the first iteration whose blocks are not all free: stop before it
                     break
                 num_free_blocks -= num_blocks
-                # (extend and appends, not += of a list and of a tuple: compiled, += is the generic in-place concat,
+                # (the tables appended one by one, not the holders by extend and their tables in a second pass:
+                # compiled, extend of a list ~210 instructions a call for ~2 holders a bucket, benchmarks/README.md,
+                # the sixteenth step; appends, not += of a list and of a tuple: += is the generic in-place concat,
                 # and the tuple an allocation)
-                order.extend(bucket)
+                for holder in bucket:
+                    tables.append(holder.table)
                 growth.append(first + j)
                 growth.append(bs * num_blocks)
                 growth.append(0)
@@ -169,20 +173,22 @@ class BlockNeeds:
                 growth.append(waste)
                 internal += waste
         self.num_decode_iterations = end
-        return num_iterations, order, growth, internal
+        return num_iterations, tables, growth, internal
 
-    def filling(self, num_iterations: int) -> list[Holder]:
+    def filling(self, num_iterations: int) -> list[list[Holder]]:
         """After a decode run of ``num_iterations`` < ``block_size`` iterations (``due``'s): the requests that filled
         a block in it, iteration by iteration, each iteration's in admission order (``in_admission_order`` sorts
-        them all). A decoding request fills its last block in the iteration before the one it needs a new block in:
-        those due a block in the run's iterations 2 .. n + 1, one block each."""
+        them all), as the buckets themselves, one list per iteration (not copied: read them before anyone is placed
+        or removed again; extending one list with them cost ~210 instructions a bucket compiled, benchmarks/README.md,
+        the sixteenth step). A decoding request fills its last block in the iteration before the one it needs a new
+        block in: those due a block in the run's iterations 2 .. n + 1, one block each."""
         bs, buckets, end = self.block_size, self._buckets, self.num_decode_iterations
-        holders: list[Holder] = []
+        filled: list[list[Holder]] = []
         for at in range(end - num_iterations + 2, end + 2):
             bucket = buckets[at % bs]
             if bucket:
-                holders.extend(bucket)
-        return holders
+                filled.append(bucket)
+        return filled
 
     @staticmethod
     def in_admission_order(holders: list[Holder]) -> None:
