@@ -153,8 +153,8 @@ class BlockNeeds:
                 # and the tuple an allocation)
                 # Last blocks: their slots beyond the requests' last tokens, an entry after all the iterations' blocks
                 # (read off the holders visited here: a heap of the iterations with last blocks and a dict of each
-                # one's requests cost ~2k instructions a request compiled, heapq's calls generic; benchmarks/README.md,
-                # the sixteenth step)
+                # one's requests cost ~5.9k instructions a request more compiled, heapq's calls generic;
+                # benchmarks/README.md, the sixteenth step)
                 at, waste = nxt + j, 0
                 for holder in bucket:
                     tables.append(holder.table)

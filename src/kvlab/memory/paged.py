@@ -349,8 +349,8 @@ class PagedAllocator:
 
     def free_finished(self, seq: Sequence) -> None:
         """``free`` for a request that has finished, as its caller knows (the scheduler's finish): whether it has is
-        not read from the request (compiled, the Sequence's and the Request's fields are generic reads, ~800
-        instructions a request; benchmarks/README.md, the sixteenth step)."""
+        not read from the request (compiled, the Sequence's and the Request's fields are generic reads: ``free``
+        14.8k -> 13.7k instructions a request; benchmarks/README.md, the sixteenth step)."""
         self._free_seq(seq, True)
 
     def _free_seq(self, seq: Sequence, finished: bool) -> None:

@@ -38,8 +38,9 @@ from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
 
 # A finish-heap entry is one int, ``clock iteration of its last token << STAMP_BITS | admission stamp``: the heap
 # orders by both as it did tuples ``(clock, stamp, request)``, but compares ints (a tuple's comparison compared two or
-# three ints generically, a heap pop ~1.9k instructions compiled, benchmarks/README.md, the sixteenth step); the
-# request is found by its stamp (``RunScheduler._finishing``). Stamps count admissions, each of a request the run
+# three ints generically, a heap pop ~1.9k instructions compiled, now ~0.9k); the request is found by its stamp
+# (``RunScheduler._finishing``), a dict that costs about what the pops saved (benchmarks/README.md, the sixteenth
+# step: about even, to be tried without it). Stamps count admissions, each of a request the run
 # holds in memory: 2**32 of them are out of reach (``admit`` checks).
 STAMP_BITS: Final = 32
 STAMP_MASK: Final = (1 << STAMP_BITS) - 1
