@@ -34,8 +34,8 @@ PY
 
 survived=0
 mutate "a run's blocks handed out in reverse order" src/kvlab/memory/paged.py \
-  "self.block_pool.append_new_blocks([holder.table for holder in order], len(order))" \
-  "self.block_pool.append_new_blocks([holder.table for holder in order][::-1], len(order))"
+  "self.block_pool.append_new_blocks(tables, len(tables))" \
+  "self.block_pool.append_new_blocks(tables[::-1], len(tables))"
 mutate "the log's reserved and internal-fragmentation columns swapped" src/kvlab/metrics.py \
   'for name in ("token", "reserved", "internal_fragmentation", "overhead", "free"):
             block[ITERATION_COLUMNS.index(name)] = states[name]' \
@@ -50,6 +50,6 @@ mutate "the victim is the oldest running request, not the newest" src/kvlab/sche
   "    return len(running) - 1" \
   "    return 0"
 mutate "a run ends one iteration after its first finish" src/kvlab/sched/runs.py \
-  "num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)" \
-  "num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock + 1)"
+  "num_iterations = min(max_iterations, (self._finish_heap()[0] >> STAMP_BITS) - self._clock)" \
+  "num_iterations = min(max_iterations, (self._finish_heap()[0] >> STAMP_BITS) - self._clock + 1)"
 exit $survived

@@ -102,7 +102,11 @@ class Simulation(Clock):
         self._paged: PagedAllocator | None = (
             allocator if isinstance(allocator, PagedAllocator) and type(allocator) is PagedAllocator else None)
         self._max_model_len = config.scheduler.max_model_len  # (admission's: see there)
-        self.requests = _in_arrival_order(workload.requests)
+        self.requests, times = _in_arrival_order(workload.requests)
+        # Their arrival times, in the same order (the loop reads them from a list of floats natively: compiled, a
+        # Request's field is a generic read, and the comparison of it generic too; benchmarks/README.md, the
+        # sixteenth step). add_request appends to both.
+        self._arrival_times: list[float] = times
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
         if start_time is None:
             start_time = self.requests[0].arrival_time if self.requests else 0.0
@@ -145,7 +149,8 @@ class Simulation(Clock):
 
     @property
     def next_arrival_time(self) -> float:
-        return self.requests[self._next_arrival].arrival_time if self._next_arrival < len(self.requests) else INF
+        times = self._arrival_times
+        return times[self._next_arrival] if self._next_arrival < len(times) else INF
 
     def step(self) -> SchedulerOutput | None:
         """The next run of iterations (one when stepping). Returns what was scheduled, or None when every request
@@ -276,6 +281,7 @@ class Simulation(Clock):
                              f"{self.requests[-1].request_id} ({self.requests[-1].arrival_time:g} s): add them in "
                              "arrival order")
         self.requests.append(request)
+        self._arrival_times.append(request.arrival_time)
         if request.timeout is not None and not self._timed_out:
             self._watch_deadlines()
 
@@ -477,8 +483,8 @@ class Simulation(Clock):
 
     def _arrive(self) -> None:
         """Requests whose arrival time has come join the waiting queue, or are rejected with a reason."""
-        requests = self.requests
-        while self._next_arrival < len(requests) and requests[self._next_arrival].arrival_time <= self.now:
+        requests, times = self.requests, self._arrival_times
+        while self._next_arrival < len(times) and times[self._next_arrival] <= self.now:
             self._next_arrival += 1
             self._arrival(requests[self._next_arrival - 1])
 
@@ -604,14 +610,15 @@ def _prepend(value: float, values):
     return np.concatenate(([value], values))
 
 
-def _in_arrival_order(requests) -> list:
-    """Requests sorted by (arrival_time, request_id). A workload usually is already, its arrival times rising:
-    that is checked first, without a key per request (a tuple each, allocated before the run turns the garbage
-    collector off: its collections fell in the run, benchmarks/count_instructions.py)."""
+def _in_arrival_order(requests) -> tuple[list, list[float]]:
+    """Requests sorted by (arrival_time, request_id), and their arrival times in that order. A workload usually is
+    already, its arrival times rising: that is checked first, without a key per request (a tuple each, allocated
+    before the run turns the garbage collector off: its collections fell in the run, benchmarks/count_instructions.py)."""
     times = [r.arrival_time for r in requests]
     if all(map(operator.lt, times, islice(times, 1, None))):
-        return list(requests)
-    return sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
+        return list(requests), times
+    ordered = sorted(requests, key=lambda r: (r.arrival_time, r.request_id))
+    return ordered, [r.arrival_time for r in ordered]
 
 
 def _record_of(seq: Seq) -> RequestRecord:

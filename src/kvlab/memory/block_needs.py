@@ -24,7 +24,6 @@ the lookups through ``map(tables.__getitem__, ids)`` were ~350 instructions a bl
 from __future__ import annotations
 
 from bisect import insort
-from heapq import heappop, heappush
 from typing import Any
 
 from kvlab.memory.base import num_blocks_for
@@ -33,7 +32,7 @@ from kvlab.memory.base import num_blocks_for
 class Holder:
     """A request holding blocks, as ``BlockNeeds`` tracks it from its admission to its ``forget``."""
 
-    __slots__ = ("request_id", "table", "state", "stamp", "phase", "tokens", "last", "far")
+    __slots__ = ("request_id", "table", "state", "stamp", "phase", "tokens", "last", "waste", "far")
 
     def __init__(self, request_id: Any, table: list[int], stamp: int) -> None:
         # (the id as the object the caller holds, typed Any: compiled, an int attribute is boxed anew at each read,
@@ -44,7 +43,10 @@ class Holder:
         self.stamp = stamp  # admission order
         self.phase = -1  # its bucket: the clock iterations of its blocks mod block_size (-1: not placed)
         self.tokens = 0  # its tokens when the clock read 0 (tokens - clock), while placed
-        self.last = -1  # the key of its entry in BlockNeeds._last (-1: none)
+        # The clock iteration in which it gets its last block, while placed in a bucket (-1: none, or without internal
+        # fragmentation), and that block's slots beyond its last token.
+        self.last = -1
+        self.waste = 0
         self.far = False  # holding a block or more beyond its tokens: not decoding (placed, in no bucket)
 
 
@@ -60,8 +62,6 @@ class BlockNeeds:
         # request_id -> its Holder, for every request admitted and not forgotten, in admission order (the running
         # queue's: a request admitted again is forgotten first, so it goes to the end)
         self.holders: dict[int, Holder] = {}
-        self._last: dict[int, dict[Holder, int]] = {}  # clock iteration -> {request: internal slots of its last block}
-        self._last_heap: list[int] = []  # the keys of _last (and some of removed entries: skipped)
         self._num_far = 0  # requests holding a block or more beyond their tokens: not decoding (Holder.far)
         self._num_stamps = 0
         # request_id -> (slots, tokens, KV tokens) given since the clock last moved, placed when it next does (a
@@ -89,7 +89,7 @@ class BlockNeeds:
         # parameter is boxed anew for each dict access, an allocation each)
         holder = self.holders.get(request_id)
         if holder is not None:
-            if request_id in self._pending:  # (not dict.pop: see _remove)
+            if request_id in self._pending:  # (del, not dict.pop: compiled, pop is a generic method call, several times)
                 del self._pending[request_id]
             if holder.phase >= 0:
                 self._remove(holder)
@@ -125,15 +125,18 @@ class BlockNeeds:
         self._pending.clear()
 
     def due(self, max_iterations: int, num_free_blocks: int, first: int = 0
-            ) -> tuple[int, list[Holder], list[int], int]:
+            ) -> tuple[int, list[list[int]], list[int], int]:
         """A run of up to ``max_iterations`` iterations, as many as ``num_free_blocks`` cover: (iterations, the
-        requests that get a block, in step order, per iteration (counted from ``first``) the slots and the
-        internal fragmentation slots its new blocks add, flat: three ints an entry (``DecodeRun.growth``), and
-        those internal slots in all). The clock advances by the run."""
+        block tables of the requests that get a block, in step order (a table once per block it gets), per
+        iteration (counted from ``first``) the slots and the internal fragmentation slots its new blocks add,
+        flat: three ints an entry (``DecodeRun.growth``), and those internal slots in all). The clock advances by
+        the run."""
         self._ready_to_decode()
         clock, bs, buckets = self.num_decode_iterations, self.block_size, self._buckets
-        order: list[Holder] = []
+        tables: list[list[int]] = []
         growth: list[int] = []
+        lasts: list[int] = []  # (growth entries of last blocks, in clock order)
+        internal = 0
         num_iterations = max_iterations
         nxt = clock + 1  # the clock iteration of the run's first
         for j in range(max_iterations):
@@ -144,45 +147,48 @@ class BlockNeeds:
                     num_iterations = j  # the first iteration whose blocks are not all free: stop before it
                     break
                 num_free_blocks -= num_blocks
-                # (extend and appends, not += of a list and of a tuple: compiled, += is the generic in-place concat,
+                # (the tables appended one by one, not the holders by extend and their tables in a second pass:
+                # compiled, extend of a list ~210 instructions a call for ~2 holders a bucket, benchmarks/README.md,
+                # the sixteenth step; appends, not += of a list and of a tuple: += is the generic in-place concat,
                 # and the tuple an allocation)
-                order.extend(bucket)
+                # Last blocks: their slots beyond the requests' last tokens, an entry after all the iterations' blocks
+                # (read off the holders visited here: a heap of the iterations with last blocks and a dict of each
+                # one's requests cost ~5.9k instructions a request more compiled, heapq's calls generic;
+                # benchmarks/README.md, the sixteenth step)
+                at, waste = nxt + j, 0
+                for holder in bucket:
+                    tables.append(holder.table)
+                    if holder.last == at:
+                        waste += holder.waste
+                        holder.last = -1
                 growth.append(first + j)
                 growth.append(bs * num_blocks)
                 growth.append(0)
+                if waste:
+                    lasts.append(first + j)
+                    lasts.append(0)
+                    lasts.append(waste)
+                    internal += waste
+        if lasts:
+            growth.extend(lasts)
         end = clock + num_iterations
-        internal = 0
-        while self._last_heap and self._last_heap[0] <= end:
-            at = heappop(self._last_heap)
-            wastes = self._last.get(at)  # (get and del, not dict.pop: see _remove)
-            if wastes is not None:
-                del self._last[at]
-            if wastes:  # last blocks: their slots beyond the request's last token
-                # (summed in the loop that clears them, and appended: compiled, sum() is a builtin looked up and called
-                # generically, and += of a tuple the generic in-place concat)
-                waste = 0
-                for holder, slots in wastes.items():
-                    waste += slots
-                    holder.last = -1
-                growth.append(first + at - clock - 1)
-                growth.append(0)
-                growth.append(waste)
-                internal += waste
         self.num_decode_iterations = end
-        return num_iterations, order, growth, internal
+        return num_iterations, tables, growth, internal
 
-    def filling(self, num_iterations: int) -> list[Holder]:
+    def filling(self, num_iterations: int) -> list[list[Holder]]:
         """After a decode run of ``num_iterations`` < ``block_size`` iterations (``due``'s): the requests that filled
         a block in it, iteration by iteration, each iteration's in admission order (``in_admission_order`` sorts
-        them all). A decoding request fills its last block in the iteration before the one it needs a new block in:
-        those due a block in the run's iterations 2 .. n + 1, one block each."""
+        them all), as the buckets themselves, one list per iteration (not copied: read them before anyone is placed
+        or removed again; extending one list with them cost ~210 instructions a bucket compiled, benchmarks/README.md,
+        the sixteenth step). A decoding request fills its last block in the iteration before the one it needs a new
+        block in: those due a block in the run's iterations 2 .. n + 1, one block each."""
         bs, buckets, end = self.block_size, self._buckets, self.num_decode_iterations
-        holders: list[Holder] = []
+        filled: list[list[Holder]] = []
         for at in range(end - num_iterations + 2, end + 2):
             bucket = buckets[at % bs]
             if bucket:
-                holders.extend(bucket)
-        return holders
+                filled.append(bucket)
+        return filled
 
     @staticmethod
     def in_admission_order(holders: list[Holder]) -> None:
@@ -229,16 +235,10 @@ class BlockNeeds:
         num_blocks_to_come = num_blocks_for(num_kv_tokens, bs) - num_slots // bs
         waste = -num_kv_tokens % bs
         if num_blocks_to_come > 0 and waste:
-            last = at + bs * (num_blocks_to_come - 1)
-            wastes = self._last.get(last)
-            if wastes is None:
-                self._last[last] = wastes = {}
-                heappush(self._last_heap, last)
-            wastes[holder] = waste
-            holder.last = last
+            holder.last = at + bs * (num_blocks_to_come - 1)  # (due reads it off the holder in its bucket)
+            holder.waste = waste
 
     def _remove(self, holder: Holder) -> None:
-        # (del, not dict.pop: compiled, pop is a generic method call, several times the instructions)
         phase = holder.phase
         holder.phase = -1
         if holder.far:
@@ -246,10 +246,4 @@ class BlockNeeds:
             self._num_far -= 1
             return
         self._buckets[phase].remove(holder)  # (a Holder equals only itself)
-        last = holder.last
-        if last >= 0:
-            holder.last = -1
-            wastes = self._last[last]
-            del wastes[holder]
-            if not wastes:
-                del self._last[last]
+        holder.last = -1

@@ -176,7 +176,9 @@ class PagedAllocator:
         num_hit_blocks = 0
         while num_hit_blocks < max_num_blocks:
             if num_hit_blocks == len(hashes):
-                hashes = self._extend_block_hashes(request, min(max_num_blocks, 2 * num_hit_blocks + 1))
+                if state is None:
+                    state = self._hash_state(request)
+                hashes = self._extend_state_hashes(state, min(max_num_blocks, 2 * num_hit_blocks + 1))
             if hashes[num_hit_blocks] not in cached:
                 break
             num_hit_blocks += 1
@@ -237,12 +239,12 @@ class PagedAllocator:
         order; each computes the token it sampled last), iteration after iteration, for as many of
         ``max_iterations`` iterations as the free blocks cover. The blocks go out in the order steps would hand
         them out: by iteration, then running order (``BlockNeeds`` knows who needs one when)."""
-        num_iterations, order, growth, internal = self._needs.due(max_iterations, self.block_pool.num_free_blocks,
-                                                                  first)
+        num_iterations, tables, growth, internal = self._needs.due(max_iterations, self.block_pool.num_free_blocks,
+                                                                   first)
         if num_iterations == 0:
             return _NO_RUN
-        self.block_pool.append_new_blocks([holder.table for holder in order], len(order))
-        self._num_table_entries += len(order)
+        self.block_pool.append_new_blocks(tables, len(tables))
+        self._num_table_entries += len(tables)
         self.num_internal_fragmentation_slots += internal
         if self.enable_prefix_caching:
             self._cache_run(num_iterations)
@@ -277,22 +279,23 @@ class PagedAllocator:
         # use as a key or a stored item, an allocation each; Holder.request_id likewise)
         later: list[Holder] = []
         block_hash_of: list[Any] = pool.block_hash  # (the hashes stored as the objects the requests' lists hold)
-        for holder in self._needs.filling(num_iterations):
-            state = holder.state
-            j = state.num_cached_blocks
-            hashes: list[Any] = state.block_hashes
-            if j < len(hashes):  # (_cache_next_block, written out: about 12 calls per request)
-                block_hash = hashes[j]
-                value: int = block_hash  # (compared as an int: compiled, < of two objects is a generic comparison)
-                if value < 0:
-                    # (pool.cache_full_block for a private block, written out: its hash set on the block alone; the
-                    # call compared the hash, an object there, with 0 again, generically)
-                    block_id = holder.table[j]
-                    assert block_hash_of[block_id] is None, f"block {block_id} is already cached"
-                    block_hash_of[block_id] = block_hash
-                    state.num_cached_blocks = j + 1
-                    continue
-            later.append(holder)
+        for bucket in self._needs.filling(num_iterations):
+            for holder in bucket:
+                state = holder.state
+                j = state.num_cached_blocks
+                hashes: list[Any] = state.block_hashes
+                if j < len(hashes):  # (_cache_next_block, written out: about 12 calls per request)
+                    block_hash = hashes[j]
+                    value: int = block_hash  # (compared as an int: compiled, < of two objects is a generic comparison)
+                    if value < 0:
+                        # (pool.cache_full_block for a private block, written out: its hash set on the block alone;
+                        # the call compared the hash, an object there, with 0 again, generically)
+                        block_id = holder.table[j]
+                        assert block_hash_of[block_id] is None, f"block {block_id} is already cached"
+                        block_hash_of[block_id] = block_hash
+                        state.num_cached_blocks = j + 1
+                        continue
+                later.append(holder)
         if later:
             BlockNeeds.in_admission_order(later)
             for holder in later:
@@ -304,7 +307,7 @@ class PagedAllocator:
         j = state.num_cached_blocks
         hashes = state.block_hashes
         if len(hashes) <= j:
-            hashes = self._extend_block_hashes(state.request, j + 1)
+            hashes = self._extend_state_hashes(state, j + 1)
         table = state.table
         assert table is not None
         self._cached_pool.cache_full_block(table[j], hashes[j])
@@ -334,14 +337,24 @@ class PagedAllocator:
                 break  # it evicted itself
             tables[request_id].extend(pool.get_new_blocks(1))
             given += 1
-        num_iterations, order, growth, internal = self._needs.due(1, given)
-        assert num_iterations == 1 and len(order) == given, "the blocks given are the iteration's"
+        num_iterations, given_to, growth, internal = self._needs.due(1, given)
+        assert num_iterations == 1 and len(given_to) == given, "the blocks given are the iteration's"
         self._num_table_entries += given
         self.num_internal_fragmentation_slots += internal
         return _new_tuple(DecodeRun, (1, tuple(growth)))
 
     def free(self, seq: Sequence) -> None:
         """Give back every block of the request, tail first; shared blocks only lose a reference."""
+        self._free_seq(seq, False)
+
+    def free_finished(self, seq: Sequence) -> None:
+        """``free`` for a request that has finished, as its caller knows (the scheduler's finish): whether it has is
+        not read from the request (compiled, the Sequence's and the Request's fields are generic reads: ``free``
+        14.8k -> 13.7k instructions a request; benchmarks/README.md, the sixteenth step)."""
+        self._free_seq(seq, True)
+
+    def _free_seq(self, seq: Sequence, finished: bool) -> None:
+        """``free``; ``finished``: the request has finished (False: it may not have, it is read)."""
         request = seq.request
         # (the id as the object the request holds, and get and del rather than dict.pop: compiled, an int is boxed
         # anew for each dict access, and pop is a generic method call, several times the instructions)
@@ -355,7 +368,8 @@ class PagedAllocator:
             state = self._hashes.get(request_id)
             if state is not None:
                 del self._hashes[request_id]
-            if table is not None and state is not None and seq.num_tokens < request.prompt_len + request.num_output_tokens:
+            if (table is not None and state is not None and not finished
+                    and seq.num_tokens < request.prompt_len + request.num_output_tokens):
                 # Not finished (preempted): it may come back for its own blocks, so they become findable.
                 self._cached_pool.register_private(table, state.block_hashes, 0, state.num_cached_blocks)
         if table is None:
@@ -558,7 +572,9 @@ class PagedAllocator:
             self._cached_pool.touch(hit_blocks)
         elif num_needed > num_free:
             return Fit.LATER
-        request_id = request.request_id
+        # (the id as the object the request holds, typed Any: compiled, an int is boxed anew for each dict access, an
+        # allocation each; see free)
+        request_id: Any = request.request_id
         num_kv_tokens = self._num_kv_tokens[request_id] = request.num_kv_tokens
         if hit_blocks:
             table = hit_blocks
@@ -576,7 +592,11 @@ class PagedAllocator:
         self._block_tables[request_id] = table
         holder = self._needs.admit(request_id, table, len(table) * bs, num_tokens, num_kv_tokens)
         if self.enable_prefix_caching:
-            state = self._hash_state(request)
+            # (_hash_state, written out with the id read above: a call read it again, generically)
+            hashes = self._hashes
+            state = hashes.get(request_id)
+            if state is None:
+                state = hashes[request_id] = RequestHashes(request)
             state.num_cached_blocks = num_hit
             state.table = table
             holder.state = state  # (a decode run reaches it from the holder: _cache_run)
@@ -612,16 +632,22 @@ class PagedAllocator:
             return
         hashes = state.block_hashes
         if len(hashes) < num_full_blocks:
-            hashes = self._extend_block_hashes(state.request, num_full_blocks)
+            hashes = self._extend_state_hashes(state, num_full_blocks)
         self._cached_pool.cache_full_blocks(table, hashes, num_cached_blocks, num_full_blocks)
         state.num_cached_blocks = num_full_blocks
 
     def _extend_block_hashes(self, request: Request, num_blocks: int) -> list[BlockHash]:
         """The request's block hashes, computed up to at least ``num_blocks`` blocks (vLLM's block_hashes)."""
-        hashes = self._hash_state(request).block_hashes
+        return self._extend_state_hashes(self._hash_state(request), num_blocks)
+
+    def _extend_state_hashes(self, state: RequestHashes, num_blocks: int) -> list[BlockHash]:
+        """``_extend_block_hashes`` for the request whose state is ``state`` (where the caller holds it: a lookup of
+        the state by request id cost ~1.1k instructions a call compiled, benchmarks/README.md, the sixteenth step)."""
+        hashes = state.block_hashes
         j = len(hashes)
         if j >= num_blocks:
             return hashes
+        request = state.request
         num_shared_blocks = min(num_blocks, request.num_shared_prefix_tokens // self.block_size)
         interned = self._prefix_block_hashes
         while j < num_shared_blocks:

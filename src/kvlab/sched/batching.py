@@ -81,7 +81,9 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
     allocator, paged = sched.allocator, sched.paged_allocator
     watermark = allocator.watermark_blocks(cfg.watermark) if cfg.watermark else 0
     while budget > 0 and waiting and len(running) < max_num_seqs:
-        seq = waiting[0]
+        # (typed: compiled, the queue's head is read as an object, and the arithmetic on its tokens below was generic,
+        # ~1k instructions an admission; benchmarks/README.md, the sixteenth step)
+        seq: Seq = waiting[0]
         computed, cached = _lookup(allocator, paged, seq)
         num_new = seq.num_tokens - computed
         if not chunked and num_new > budget:
@@ -104,7 +106,7 @@ def static(sched: Scheduler, budget: int) -> Admission:
     waiting = sched.waiting
     allocator, paged = sched.allocator, sched.paged_allocator
     while waiting and len(sched.running) < cfg.max_num_seqs:
-        seq = waiting[0]
+        seq: Seq = waiting[0]  # (typed: see continuous)
         computed, cached = _lookup(allocator, paged, seq)
         num_prompt = seq.num_tokens - computed
         if _allocate(allocator, paged, seq, num_prompt, cached) is not Fit.NOW:

@@ -26,7 +26,7 @@ from a bulk iteration to the next); the admission stamps (the running queue's or
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from mypy_extensions import mypyc_attr
 
@@ -35,6 +35,15 @@ from kvlab.memory.base import DecodeRun, KVAllocator
 from kvlab.sched.output import RunTiming, SchedulerOutput, decode_context, new_tuple, scheduler_output
 from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
+
+# A finish-heap entry is one int, ``clock iteration of its last token << STAMP_BITS | admission stamp``: the heap
+# orders by both as it did tuples ``(clock, stamp, request)``, but compares ints (a tuple's comparison compared two or
+# three ints generically, a heap pop ~1.9k instructions compiled, now ~0.9k); the request is found by its stamp
+# (``RunScheduler._finishing``), a dict that costs about what the pops saved (benchmarks/README.md, the sixteenth
+# step: about even, to be tried without it). Stamps count admissions, each of a request the run
+# holds in memory: 2**32 of them are out of reach (``admit`` checks).
+STAMP_BITS: Final = 32
+STAMP_MASK: Final = (1 << STAMP_BITS) - 1
 
 
 class FirstIteration(NamedTuple):
@@ -90,7 +99,11 @@ class RunScheduler(Scheduler):
         # single iteration, which may change the batch in other ways), and the admission stamps.
         self._clock = 0
         self._synced = True
-        self._finishes: list[tuple[int, int, Seq]] | None = None
+        self._finishes: list[int] | None = None  # (the keys: STAMP_BITS)
+        self._finishing: dict[int, Seq] = {}  # stamp -> the request of each key in _finishes
+        # At least the entries of _finishes that are stale (``_stale``): its requests preempted or aborted since it was
+        # built, or more. While 0, its first entry is not looked up to be checked (a dict lookup each check).
+        self._num_stale = 0
         self._num_stamps = 0
         self._fcfs = self.policy.arrivals_join_behind
 
@@ -167,7 +180,7 @@ class RunScheduler(Scheduler):
 
     def _until_finish(self, max_iterations: int) -> int:
         """Iterations of a decode run from now up to the first in which a request finishes, at most ``max_iterations``."""
-        return min(max_iterations, self._finish_heap()[0][0] - self._clock)
+        return min(max_iterations, (self._finish_heap()[0] >> STAMP_BITS) - self._clock)
 
     def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
         num_running = len(self.running)
@@ -285,7 +298,7 @@ class RunScheduler(Scheduler):
         the horizon's timing)."""
         clock = self._clock + 1  # the decode clock after the first iteration
         assert self._finishes  # (the decoders': _schedule_decode_and_admit made it)
-        num_rest = min(num_rest, self._finishes[0][0] - clock)
+        num_rest = min(num_rest, (self._finishes[0] >> STAMP_BITS) - clock)
         if num_rest <= 0:
             return 1, growth, None
         num_seqs = len(self.running)
@@ -312,7 +325,7 @@ class RunScheduler(Scheduler):
                     num_context: int) -> tuple[int, RunTiming | None]:
         """Iterations of a decode run from now (its first reading ``num_context`` tokens of KV): up to the first
         finish, cut by the caller's horizon."""
-        num_iterations = min(max_iterations, self._finish_heap()[0][0] - self._clock)  # (_until_finish, written out)
+        num_iterations = min(max_iterations, (self._finish_heap()[0] >> STAMP_BITS) - self._clock)  # (_until_finish)
         if horizon is None:
             return num_iterations, None
         queue_waits = bool(self.waiting) and self._admission_blocked and self._fcfs
@@ -320,20 +333,27 @@ class RunScheduler(Scheduler):
             return horizon._horizon(len(self.running), num_context, num_iterations, None, queue_waits)
         return horizon(len(self.running), num_context, num_iterations, None, queue_waits)
 
-    def _finish_heap(self) -> list[tuple[int, int, Seq]]:
-        """(clock iteration of its last token, stamp, request) for every running request, soonest first (and
-        entries of requests preempted since, skipped: ``_stale``)."""
+    def _finish_heap(self) -> list[int]:
+        """For every running request, the clock iteration of its last token and its stamp (one int: STAMP_BITS),
+        soonest first (and entries of requests preempted since, skipped: ``_stale``)."""
         if self._finishes is None:
             self.sync()
             clock = self._clock
+            self._finishing = {s.stamp: s for s in self.running}
+            self._num_stale = 0
             # (num_tokens_to_finish, written out: with _advance_iteration's copy, 8k instructions/request on
             # static+paged, benchmarks/count_instructions.py --requests 3000)
-            self._finishes = [(clock + s.request.num_output_tokens - s.num_output_tokens, s.stamp, s)
+            self._finishes = [(clock + s.request.num_output_tokens - s.num_output_tokens) << STAMP_BITS | s.stamp
                               for s in self.running]
             heapify(self._finishes)
-        finishes = self._finishes
-        while finishes and _stale(finishes[0]):
+        finishes, finishing = self._finishes, self._finishing
+        while finishes and self._num_stale:
+            stamp = finishes[0] & STAMP_MASK
+            if not _stale(stamp, finishing[stamp]):
+                break
             heappop(finishes)
+            del finishing[stamp]
+            self._num_stale -= 1
         return finishes
 
     def _run_output(self, num_iterations: int, growth: tuple[int, ...],
@@ -376,6 +396,7 @@ class RunScheduler(Scheduler):
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
         Scheduler.admit(self, seq, num_new_tokens, num_cached_tokens)
         self._num_stamps += 1
+        assert self._num_stamps <= STAMP_MASK, "2**32 admissions: a finish-heap key's stamp has 32 bits"
         seq.stamp = self._num_stamps
         seq.synced_clock = self._clock
         self._decoders[seq.request_id] = 1
@@ -425,11 +446,16 @@ class RunScheduler(Scheduler):
         self.num_resident_computed_tokens += num_tokens
         self.num_sampled_tokens += num_tokens
         finished = []
-        while self._finishes and self._finishes[0][0] == self._clock:  # (a run ends at the heap's first)
-            entry = heappop(self._finishes)
-            if not _stale(entry):
-                self._sync_one(entry[2])
-                finished.append(entry[2])
+        finishes, finishing = self._finishes, self._finishing
+        while finishes and finishes[0] >> STAMP_BITS == self._clock:  # (a run ends at the heap's first)
+            stamp = heappop(finishes) & STAMP_MASK
+            seq = finishing[stamp]
+            del finishing[stamp]
+            if not _stale(stamp, seq):
+                self._sync_one(seq)
+                finished.append(seq)
+            else:
+                self._num_stale -= 1
         return finished
 
     def _advance_admitted(self, output: SchedulerOutput, started: float, now: float) -> list[Seq]:
@@ -450,12 +476,14 @@ class RunScheduler(Scheduler):
             if not left:
                 finished.append(seq)
             else:
-                heappush(self._finishes, (clock + left, seq.stamp, seq))
+                heappush(self._finishes, (clock + left) << STAMP_BITS | seq.stamp)
+                self._finishing[seq.stamp] = seq
         return finished
 
     def finish_requests(self, seqs: list[Seq], now: float) -> list[Seq]:
         self.sync()  # (the aborted leave with their counters current; the finish heap skips them: _stale)
         aborted = Scheduler.finish_requests(self, seqs, now)
+        self._num_stale += len(aborted)  # (their entries in the finish heap, if any, are stale)
         for seq in aborted:
             self._decoders.pop(seq.request_id, None)
         if aborted:
@@ -463,11 +491,13 @@ class RunScheduler(Scheduler):
         return aborted
 
     def _preempt(self, seq: Seq) -> int:
+        self._num_stale += 1  # (its entry in the finish heap, if any, is stale)
         self._sync_one(seq)
         del self._decoders[seq.request_id]
         return Scheduler._preempt(self, seq)
 
 
-def _stale(entry: tuple[int, int, Seq]) -> bool:
-    """A finish-heap entry of a request preempted since it was pushed (running again, it has a new stamp)."""
-    return entry[2].status is not SeqStatus.RUNNING or entry[1] != entry[2].stamp
+def _stale(stamp: int, seq: Seq) -> bool:
+    """A finish-heap entry (its stamp and request) of a request preempted since it was pushed (running again, it has
+    a new stamp)."""
+    return seq.status is not SeqStatus.RUNNING or stamp != seq.stamp

@@ -271,16 +271,21 @@ class Scheduler(batching.Scheduler):
 
     def finish(self, seq: Seq, now: float) -> None:
         """Free a finished request's memory (it stays in ``running`` until the caller removes it)."""
-        self._free(seq)
+        self._free(seq, True)
         seq.status = SeqStatus.FINISHED
         seq.finish_time = now
 
     # -- preemption ------------------------------------------------------------------------------------
 
-    def _free(self, seq: Seq) -> None:
+    def _free(self, seq: Seq, finished: bool = False) -> None:
+        """The allocator's ``free``; ``finished``: the request has finished (a PagedAllocator itself then frees it
+        without reading whether it has: ``free_finished``)."""
         paged = self.paged_allocator
         if paged is not None:
-            paged.free(seq)
+            if finished:
+                paged.free_finished(seq)
+            else:
+                paged.free(seq)
         else:
             self.allocator.free(seq)
         self.num_resident_computed_tokens -= seq.num_computed_tokens
