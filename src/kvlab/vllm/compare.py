@@ -26,6 +26,10 @@ TINY_MODEL_CONFIG = Path(__file__).with_name("tiny_llama.json")
 # The tiny Llama with two KV cache groups: layer 0 a 48-token sliding window, layer 1 full attention (vLLM 0.32's
 # LlamaAttention reads config.layer_types and sliding_window). kvlab runs it with memory.hybrid.HybridAllocator.
 TINY_HYBRID_CONFIG = Path(__file__).with_name("tiny_llama_sliding.json")
+# A tiny Qwen3-Next: a gated-delta-net (Mamba-type) layer and a full-attention layer, two KV cache groups (MambaSpec,
+# FullAttentionSpec) whose block vLLM grows to 288 tokens to match the state page. vLLM's CPU kernel for it needs
+# bfloat16 (EngineSettings.dtype) and 128-dim linear heads.
+TINY_MAMBA_CONFIG = Path(__file__).with_name("tiny_qwen3_next.json")
 
 
 @dataclass(frozen=True)
@@ -276,25 +280,33 @@ def _model_overrides(model: Path) -> dict | None:
     return dict(json.loads(Path(model).read_text()))
 
 
-def hybrid_groups(settings: EngineSettings, model: Path = TINY_HYBRID_CONFIG, gpu: str = "a100-40gb") -> tuple:
-    """kvlab's KV cache groups for ``model`` under ``settings`` (config.resolve's ``kv_cache_groups``, in kvlab.sizing's
-    order), () for a single-group model. A sliding group's admission cap counts ONE batch in flight: the CPU engine
-    runs without async scheduling (its startup reports async_scheduling False), so vLLM's max_in_flight_tokens is
-    max_num_batched_tokens (VllmConfig.max_in_flight_tokens, SlidingWindowSpec.max_admission_blocks_per_request),
-    where kvlab's GPU configuration assumes async scheduling's (PP + 1) batches."""
+def hybrid_layout(settings: EngineSettings, model: Path = TINY_HYBRID_CONFIG,
+                  gpu: str = "a100-40gb") -> tuple[int, tuple]:
+    """kvlab's block size and KV cache groups for ``model`` under ``settings`` (config.resolve's ``block_size`` and
+    ``kv_cache_groups``, in kvlab.sizing's order; a Mamba hybrid's block grows to hold a state page, as vLLM aligns
+    it), groups () for a single-group model. A sliding group's admission cap counts ONE batch in flight: the CPU
+    engine runs without async scheduling (its startup reports async_scheduling False), so vLLM's
+    max_in_flight_tokens is max_num_batched_tokens (VllmConfig.max_in_flight_tokens,
+    SlidingWindowSpec.max_admission_blocks_per_request), where kvlab's GPU configuration assumes async scheduling's
+    (PP + 1) batches."""
     from kvlab.config import resolve
     from kvlab.memory.hybrid import SLIDING, GroupSpec
     from kvlab.sizing import cdiv
 
-    groups = resolve(settings.options(str(model), gpu)).cache.kv_cache_groups
+    cache = resolve(settings.options(str(model), gpu)).cache
     specs = []
-    for group in groups:
+    for group in cache.kv_cache_groups:
         g = GroupSpec(*group)
         if g.kind == SLIDING:
             in_flight = min(g.sliding_window - 1 + settings.max_num_batched_tokens, settings.max_model_len)
-            g = g._replace(admission_blocks=cdiv(in_flight, settings.block_size) + 1)
+            g = g._replace(admission_blocks=cdiv(in_flight, cache.block_size) + 1)
         specs.append(g)
-    return tuple(specs)
+    return cache.block_size, tuple(specs)
+
+
+def hybrid_groups(settings: EngineSettings, model: Path = TINY_HYBRID_CONFIG, gpu: str = "a100-40gb") -> tuple:
+    """``hybrid_layout``'s groups."""
+    return hybrid_layout(settings, model, gpu)[1]
 
 
 def kvlab_sizing(settings: EngineSettings) -> dict:
@@ -359,14 +371,18 @@ def compare(requests: Sequence[Request], settings: EngineSettings, *, gpu: str =
     Llama, or TINY_HYBRID_CONFIG (two KV cache groups: kvlab's HybridAllocator, block ids compared too)."""
     requests = prepare(requests, settings)
     steps = arrival_steps(requests, settings, gpu, model)
-    groups = hybrid_groups(kvlab_settings or settings, model, gpu) if model != TINY_MODEL_CONFIG else ()
-    kv = run_kvlab(requests, steps, kvlab_settings or settings, groups=groups)
+    ours = kvlab_settings or settings
+    groups: tuple = ()
+    if model != TINY_MODEL_CONFIG:
+        block_size, groups = hybrid_layout(ours, model, gpu)
+        ours = replace(ours, block_size=block_size)  # (the engine aligns its block size the same way)
+    kv = run_kvlab(requests, steps, ours, groups=groups)
     real = vllm_run if vllm_run is not None else run_vllm(requests, steps, settings, model=model)
     sizing: dict = {"vllm": {k: real.startup.get(k) for k in ("num_blocks", "kv_cache_size_tokens",
                                                               "kv_cache_max_concurrency", "kv_cache_groups")},
                     "vllm_log_lines": list(real.log_lines)}
     if groups:
-        sizing["kvlab"] = {"kv_cache_groups": [g._asdict() for g in groups]}
+        sizing["kvlab"] = {"block_size": ours.block_size, "kv_cache_groups": [g._asdict() for g in groups]}
     else:
         sizing["kvlab"] = kvlab_sizing(settings)
     return compare_runs(settings, kv, real, sizing)
