@@ -13,6 +13,7 @@ At the first step that differs, both sides' states are kept so the cause can be 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +23,13 @@ from kvlab.vllm.job import EngineSettings, build_job
 from kvlab.workload.request import Request
 
 TINY_MODEL_CONFIG = Path(__file__).with_name("tiny_llama.json")
+# The tiny Llama with two KV cache groups: layer 0 a 48-token sliding window, layer 1 full attention (vLLM 0.32's
+# LlamaAttention reads config.layer_types and sliding_window). kvlab runs it with memory.hybrid.HybridAllocator.
+TINY_HYBRID_CONFIG = Path(__file__).with_name("tiny_llama_sliding.json")
+# A tiny Qwen3-Next: a gated-delta-net (Mamba-type) layer and a full-attention layer, two KV cache groups (MambaSpec,
+# FullAttentionSpec) whose block vLLM grows to 288 tokens to match the state page. vLLM's CPU kernel for it needs
+# bfloat16 (EngineSettings.dtype) and 128-dim linear heads.
+TINY_MAMBA_CONFIG = Path(__file__).with_name("tiny_qwen3_next.json")
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,8 @@ def _state(step: dict) -> dict:
 # -- the arrivals ----------------------------------------------------------------------------------------
 
 
-def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: str = "a100-40gb") -> list[int]:
+def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: str = "a100-40gb",
+                  model: Path = TINY_MODEL_CONFIG) -> list[int]:
     """The engine step before which each request is added: where its arrival time falls on kvlab's simulated
     clock (the tiny model on ``gpu``, kvlab's `vllm` strategy with these settings). Derived once, then fixed,
     so that both sides see the same arrivals whatever a real step costs in wall time."""
@@ -114,7 +123,7 @@ def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: st
     from kvlab.config import resolve
     from kvlab.workload import Workload
 
-    config = resolve(settings.options(str(TINY_MODEL_CONFIG), gpu))
+    config = resolve(settings.options(str(model), gpu))
     strategies = service.strategies(["vllm" if settings.enable_prefix_caching else "vllm+noprefix"], config)
     # Stepping: each request joins the queue between the two iterations its arrival falls between (a run may
     # add the requests arriving while the queue waits only after it).
@@ -134,9 +143,12 @@ def arrival_steps(requests: Sequence[Request], settings: EngineSettings, gpu: st
 
 
 def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], settings: EngineSettings,
-              max_iterations: int | None = None) -> SideRun:
+              max_iterations: int | None = None, groups: Sequence[tuple] = ()) -> SideRun:
     """kvlab's scheduler and paged allocator, run as ``kvlab run`` runs them (runs of iterations where their
-    outcome is known, up to ``max_iterations`` at once; 1 steps), recorded step by step in the driver's format."""
+    outcome is known, up to ``max_iterations`` at once; 1 steps), recorded step by step in the driver's format.
+    With ``groups`` (a hybrid model's KV cache groups, ``hybrid_groups``) the allocator is the HybridAllocator, the
+    run steps, and each step records every running request's block table in every group (``block_ids_groups``)."""
+    from kvlab.memory.hybrid import HybridAllocator
     from kvlab.memory.paged import PagedAllocator
     from kvlab.sched.runs import RunScheduler
     from kvlab.sched.seq import Seq
@@ -144,9 +156,17 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
 
     if settings.num_gpu_blocks_override is None:
         raise KvlabError("the comparison needs a fixed pool: give --num-blocks")
-    allocator = PagedAllocator(settings.num_gpu_blocks_override, settings.block_size,
-                               enable_prefix_caching=settings.enable_prefix_caching,
-                               max_model_len=settings.max_model_len)
+    allocator: PagedAllocator | HybridAllocator
+    if groups:
+        if settings.enable_prefix_caching:
+            raise KvlabError("a hybrid model's comparison needs prefix caching off: kvlab does not simulate it there")
+        allocator = HybridAllocator(settings.num_gpu_blocks_override, settings.block_size, groups,
+                                    max_model_len=settings.max_model_len)
+        max_iterations = 1  # (the records read the block tables after every step)
+    else:
+        allocator = PagedAllocator(settings.num_gpu_blocks_override, settings.block_size,
+                                   enable_prefix_caching=settings.enable_prefix_caching,
+                                   max_model_len=settings.max_model_len)
     scheduler = RunScheduler(settings.scheduler_config, allocator)
     order = sorted(range(len(requests)), key=lambda i: (add_before_step[i], i))
     seqs: dict[int, Seq] = {}
@@ -181,6 +201,9 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
         scheduler.sync()  # (and the last of the run, after it was applied)
         steps.append(_step_record(step + out.num_iterations - 1, out, out.num_iterations - 1, finished, scheduler,
                                   allocator.num_free_blocks, applied=True))
+        if groups:
+            for item in steps[-1]["running"]:
+                item["block_ids_groups"] = allocator.get_block_ids(int(item["request_id"]))
         step += out.num_iterations
     return SideRun(
         name="kvlab",
@@ -237,10 +260,10 @@ def prepare(requests: Sequence[Request], settings: EngineSettings) -> list[Reque
 
 
 def run_vllm(requests: Sequence[Request], add_before_step: Sequence[int], settings: EngineSettings,
-             *, timeout: float | None = 900) -> SideRun:
+             *, timeout: float | None = 900, model: Path = TINY_MODEL_CONFIG) -> SideRun:
     from kvlab.vllm.run import run_job
 
-    result = run_job(build_job(requests, add_before_step, settings), timeout=timeout)
+    result = run_job(build_job(requests, add_before_step, settings, model=_model_overrides(model)), timeout=timeout)
     return SideRun(
         name="vllm",
         steps=result["steps"],
@@ -248,6 +271,42 @@ def run_vllm(requests: Sequence[Request], add_before_step: Sequence[int], settin
         startup=result.get("startup", {}),
         log_lines=tuple(result.get("log_lines", ())),
     )
+
+
+def _model_overrides(model: Path) -> dict | None:
+    """The driver's config.json overrides for ``model`` (None: the driver's own tiny Llama)."""
+    if model == TINY_MODEL_CONFIG:
+        return None
+    return dict(json.loads(Path(model).read_text()))
+
+
+def hybrid_layout(settings: EngineSettings, model: Path = TINY_HYBRID_CONFIG,
+                  gpu: str = "a100-40gb") -> tuple[int, tuple]:
+    """kvlab's block size and KV cache groups for ``model`` under ``settings`` (config.resolve's ``block_size`` and
+    ``kv_cache_groups``, in kvlab.sizing's order; a Mamba hybrid's block grows to hold a state page, as vLLM aligns
+    it), groups () for a single-group model. A sliding group's admission cap counts ONE batch in flight: the CPU
+    engine runs without async scheduling (its startup reports async_scheduling False), so vLLM's
+    max_in_flight_tokens is max_num_batched_tokens (VllmConfig.max_in_flight_tokens,
+    SlidingWindowSpec.max_admission_blocks_per_request), where kvlab's GPU configuration assumes async scheduling's
+    (PP + 1) batches."""
+    from kvlab.config import resolve
+    from kvlab.memory.hybrid import SLIDING, GroupSpec
+    from kvlab.sizing import cdiv
+
+    cache = resolve(settings.options(str(model), gpu)).cache
+    specs = []
+    for group in cache.kv_cache_groups:
+        g = GroupSpec(*group)
+        if g.kind == SLIDING:
+            in_flight = min(g.sliding_window - 1 + settings.max_num_batched_tokens, settings.max_model_len)
+            g = g._replace(admission_blocks=cdiv(in_flight, cache.block_size) + 1)
+        specs.append(g)
+    return cache.block_size, tuple(specs)
+
+
+def hybrid_groups(settings: EngineSettings, model: Path = TINY_HYBRID_CONFIG, gpu: str = "a100-40gb") -> tuple:
+    """``hybrid_layout``'s groups."""
+    return hybrid_layout(settings, model, gpu)[1]
 
 
 def kvlab_sizing(settings: EngineSettings) -> dict:
@@ -271,7 +330,17 @@ def kvlab_sizing(settings: EngineSettings) -> dict:
                     f"{settings.max_model_len:,} tokens per request: {result.max_concurrency:.2f}x"}
 
 
+def _tables(step: dict) -> tuple[dict, int] | None:
+    """The step's block tables (every group's, per running request) and free blocks; None where kvlab's side did not
+    record them (a single-group comparison compares the schedule alone)."""
+    if not all("block_ids_groups" in r for r in step["running"]):
+        return None
+    return {r["request_id"]: r["block_ids_groups"] for r in step["running"]}, step["num_free_blocks"]
+
+
 def compare_runs(settings: EngineSettings, kvlab: SideRun, vllm: SideRun, sizing: dict | None = None) -> Comparison:
+    """Step by step: the same step, the same requests scheduled for the same tokens, the same preemptions; and where
+    kvlab's side recorded block tables (a hybrid model), the same block ids in every group and the same free blocks."""
     identical = 0
     first = None
     for i in range(max(kvlab.num_steps, vllm.num_steps)):
@@ -279,7 +348,8 @@ def compare_runs(settings: EngineSettings, kvlab: SideRun, vllm: SideRun, sizing
         b = vllm.steps[i] if i < vllm.num_steps else None
         same = (a is not None and b is not None and a["step"] == b["step"]
                 and a["num_scheduled_tokens"] == b["num_scheduled_tokens"]
-                and a["preempted_in_order"] == b["preempted_in_order"])
+                and a["preempted_in_order"] == b["preempted_in_order"]
+                and (_tables(a) is None or _tables(a) == _tables(b)))
         if same:
             identical += 1
         elif first is None:
@@ -294,33 +364,47 @@ def compare_runs(settings: EngineSettings, kvlab: SideRun, vllm: SideRun, sizing
 
 
 def compare(requests: Sequence[Request], settings: EngineSettings, *, gpu: str = "a100-40gb",
-            kvlab_settings: EngineSettings | None = None, vllm_run: SideRun | None = None) -> Comparison:
+            kvlab_settings: EngineSettings | None = None, vllm_run: SideRun | None = None,
+            model: Path = TINY_MODEL_CONFIG) -> Comparison:
     """Run ``requests`` through both sides and compare. ``kvlab_settings`` lets a test alter kvlab's side
-    alone (to check that a difference is reported findably); ``vllm_run`` reuses a real run."""
+    alone (to check that a difference is reported findably); ``vllm_run`` reuses a real run. ``model``: the tiny
+    Llama, or TINY_HYBRID_CONFIG (two KV cache groups: kvlab's HybridAllocator, block ids compared too)."""
     requests = prepare(requests, settings)
-    steps = arrival_steps(requests, settings, gpu)
-    kv = run_kvlab(requests, steps, kvlab_settings or settings)
-    real = vllm_run if vllm_run is not None else run_vllm(requests, steps, settings)
-    sizing = {"kvlab": kvlab_sizing(settings), "vllm": {k: real.startup.get(k) for k in
-                                                        ("num_blocks", "kv_cache_size_tokens",
-                                                         "kv_cache_max_concurrency")},
-              "vllm_log_lines": list(real.log_lines)}
+    steps = arrival_steps(requests, settings, gpu, model)
+    ours = kvlab_settings or settings
+    groups: tuple = ()
+    if model != TINY_MODEL_CONFIG:
+        block_size, groups = hybrid_layout(ours, model, gpu)
+        ours = replace(ours, block_size=block_size)  # (the engine aligns its block size the same way)
+    kv = run_kvlab(requests, steps, ours, groups=groups)
+    real = vllm_run if vllm_run is not None else run_vllm(requests, steps, settings, model=model)
+    sizing: dict = {"vllm": {k: real.startup.get(k) for k in ("num_blocks", "kv_cache_size_tokens",
+                                                              "kv_cache_max_concurrency", "kv_cache_groups")},
+                    "vllm_log_lines": list(real.log_lines)}
+    if groups:
+        sizing["kvlab"] = {"block_size": ours.block_size, "kv_cache_groups": [g._asdict() for g in groups]}
+    else:
+        sizing["kvlab"] = kvlab_sizing(settings)
     return compare_runs(settings, kv, real, sizing)
 
 
-def compare_many(cases: Sequence[tuple[Sequence[Request], EngineSettings]], *, gpu: str = "a100-40gb",
-                 timeout: float | None = 1800) -> list[Comparison]:
-    """Several comparisons with ONE real-engine process (importing vLLM costs ~20 s; each engine ~2-5 s)."""
+def compare_many(cases: Sequence[tuple[Sequence[Request], EngineSettings] | tuple[Sequence[Request], EngineSettings, Path]],
+                 *, gpu: str = "a100-40gb", timeout: float | None = 1800,
+                 model: Path = TINY_MODEL_CONFIG) -> list[Comparison]:
+    """Several comparisons with ONE real-engine process (importing vLLM costs ~20 s; each engine ~2-5 s). A case
+    may name its own model config (a third element), else ``model``."""
     from kvlab.vllm.run import run_jobs
 
     prepared = []
-    for requests, settings in cases:
+    for requests, settings, *rest in cases:
+        case_model = Path(rest[0]) if rest else model
         requests = prepare(requests, settings)
-        prepared.append((requests, settings, arrival_steps(requests, settings, gpu)))
-    results = run_jobs([build_job(r, steps, s) for r, s, steps in prepared], timeout=timeout)
+        prepared.append((requests, settings, case_model, arrival_steps(requests, settings, gpu, case_model)))
+    results = run_jobs([build_job(r, steps, s, model=_model_overrides(m)) for r, s, m, steps in prepared],
+                       timeout=timeout)
     comparisons = []
-    for (requests, settings, _steps), result in zip(prepared, results):
+    for (requests, settings, case_model, _steps), result in zip(prepared, results):
         real = SideRun(name="vllm", steps=result["steps"], requests=result["requests"],
                        startup=result.get("startup", {}), log_lines=tuple(result.get("log_lines", ())))
-        comparisons.append(compare(requests, settings, gpu=gpu, vllm_run=real))
+        comparisons.append(compare(requests, settings, gpu=gpu, vllm_run=real, model=case_model))
     return comparisons

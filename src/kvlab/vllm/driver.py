@@ -48,7 +48,8 @@ JOB.json is one job or a list of jobs (a list runs in one process, one engine af
 
 RESULT.json (a list of these for a list of jobs):
     {"startup": {num_gpu_blocks, num_blocks, num_free_blocks, block_size, kv_cache_size_tokens,
-                 kv_cache_max_concurrency, kv_cache_memory_bytes, page_size_bytes, num_layers, ... the resolved
+                 kv_cache_max_concurrency, kv_cache_memory_bytes, page_size_bytes, num_layers,
+                 kv_cache_groups: [{spec, layer_names, sliding_window, block_size}, one per group], ... the resolved
                  scheduler settings (max_num_batched_tokens, enable_chunked_prefill, scheduler_reserve_full_isl,
                  watermark, async_scheduling, policy, scheduler_class, hash_block_size, ...)},
      "log_lines": [the engine's own startup lines about the KV cache, e.g. "CPU KV cache size: 320 tokens,
@@ -68,7 +69,9 @@ RESULT.json (a list of these for a list of jobs):
          "new_block_ids": {id: [block ids allocated to it in this step]},   # if record_block_ids
          "sampled": {id: tokens sampled}, "finished": {id: finish reason},
          "running": [{"request_id", "num_computed_tokens", "num_tokens", "num_output_tokens",
-                      "num_preemptions", "num_blocks", "block_ids"}],  # after the step, in running order
+                      "num_preemptions", "num_blocks", "block_ids", "block_ids_groups"}],  # after the step,
+                                                 # in running order; block_ids: group 0's table, block_ids_groups:
+                                                 # every KV cache group's (a hybrid model's several)
          "waiting": [{"request_id", "num_computed_tokens", "num_tokens", "num_output_tokens",
                       "num_preemptions"}],                              # after the step, in queue order
          "num_free_blocks": n}, ...],            # after the step (finished requests' blocks freed)
@@ -221,6 +224,9 @@ def _startup(engine_core, vllm_config) -> dict:
         "num_gpu_blocks_override": cache.num_gpu_blocks_override,
         "page_size_bytes": spec.page_size_bytes,
         "num_kv_cache_groups": len(groups),
+        "kv_cache_groups": [{"spec": type(g.kv_cache_spec).__name__, "layer_names": list(g.layer_names),
+                             "sliding_window": getattr(g.kv_cache_spec, "sliding_window", None),
+                             "block_size": g.kv_cache_spec.block_size} for g in groups],
         "num_layers": num_layers,
         "kv_cache_spec": type(spec).__name__,
         "num_kv_heads": getattr(spec, "num_kv_heads", None),
@@ -329,10 +335,13 @@ class _Recorder:
                 "num_output_tokens": r.num_output_tokens,
                 "num_preemptions": r.num_preemptions,
             }
-            block_ids = manager.get_block_ids(r.request_id)[0]
+            groups = manager.get_block_ids(r.request_id)
+            block_ids = groups[0]
             item["num_blocks"] = len(block_ids)
             if self.record_block_ids:
                 item["block_ids"] = list(block_ids)
+                # Every KV cache group's table (a hybrid model has several; 0 is the null block).
+                item["block_ids_groups"] = [list(g) for g in groups]
             running.append(item)
         entry.update(
             {

@@ -149,8 +149,10 @@ def build_job(
     *,
     record_block_ids: bool = True,
     max_steps: int = 100_000,
+    model: dict | None = None,
 ) -> dict:
-    """The driver's job: settings, and per request its token ids, max_tokens and arrival step."""
+    """The driver's job: settings, and per request its token ids, max_tokens and arrival step; ``model`` overrides
+    the tiny Llama's config.json (e.g. a hybrid's layer_types and sliding_window)."""
     settings.check()
     if len(add_before_step) != len(requests):
         raise KvlabError(
@@ -179,9 +181,12 @@ def build_job(
                 "priority": request.priority,
             }
         )
-    return {
+    job = {
         "engine": asdict(settings),
         "requests": job_requests,
         "record_block_ids": record_block_ids,
         "max_steps": max_steps,
     }
+    if model:
+        job["model"] = dict(model)
+    return job
