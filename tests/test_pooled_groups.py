@@ -95,3 +95,15 @@ def test_pooled_groups_count_num_gpu_blocks_in_vllms_blocks_and_say_so(kvlab, tm
     vllm = int(re.search(r"vLLM at most ([\d,]+)", notes[0]).group(1).replace(",", ""))
     per_request = 2 + 3  # 1,024 tokens in blocks of 784 in the full attention group, a state block in each Mamba one
     assert sized["block_size"] == 784 and vllm == (blocks - 1) // per_request
+
+
+def test_a_hybrids_startup_refusal_counts_every_group_as_size_does(kvlab, tmp_path):
+    """`kvlab run`'s "vLLM would refuse to start" note counts a max_model_len request's blocks in every KV cache group,
+    as `kvlab size` does (trial 56b, finding 7: it counted the full attention group's alone)."""
+    flags = ("--gpu", "h100-sxm", "--max-num-batched-tokens", "65536")
+    size = kvlab("size", HYBRID, *flags)
+    needs = re.search(r"request needs ([\d,]+) blocks", " ".join((size.stdout + size.stderr).split()))
+    assert needs, size.stdout + size.stderr
+    r = kvlab("run", "vllm", "--model", HYBRID, *flags, "--workload", _workload(tmp_path))
+    text = " ".join((r.stdout + r.stderr).split())
+    assert f"needs {needs.group(1)} blocks of 784 in its 4 KV cache groups" in text, text

@@ -164,10 +164,17 @@ def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = (), workload:
         said.append(f"--num-gpu-blocks {given['num_gpu_blocks']} sets the pool (as vLLM's "
                     f"--num-gpu-blocks-override does): --available-kv-gib {given['available_kv_gib']:g} is not used")
     cache, max_model_len = config.cache, config.scheduler.max_model_len
-    least = min_num_gpu_blocks(max_model_len, cache.block_size)
+    least, groups = min_num_gpu_blocks(max_model_len, cache.block_size), ""
+    if cache.kv_cache_groups:  # (a hybrid: blocks in every KV cache group, as vLLM counts them at startup)
+        from kvlab.sizing import blocks_per_request
+
+        sized = config.sizing
+        least = blocks_per_request(sized.kv_cache_groups, max_model_len, sized.max_in_flight_tokens,
+                                   sized.decode_context_parallel_size) + 1
+        groups = f" in its {len(cache.kv_cache_groups)} KV cache groups"
     if cache.num_gpu_blocks < least:
         said.append(f"vLLM would refuse to start with this pool: one {max_model_len:,}-token request "
-                    f"(--max-model-len) needs {least - 1:,} blocks of {cache.block_size}, more than the "
+                    f"(--max-model-len) needs {least - 1:,} blocks of {cache.block_size}{groups}, more than the "
                     f"{cache.num_gpu_blocks - 1:,} usable (the null block aside); kvlab runs it anyway, and a request "
                     "that can never fit is rejected")
     uses_prefix = config.router.router == "prefix" or (config.router.router == "weighted"
