@@ -536,7 +536,8 @@ def _hybrid_notes(model_spec, sizing: SizingResult, num_blocks: int, block_size:
             "(a full attention group's grow with its tokens, a Mamba group's state blocks are fixed, a sliding "
             "window's older blocks go back); the other groups' blocks count as overhead in the memory shares, and "
             "prefix caching is not simulated for it (every lookup misses); the slab strategies (max, pow2, oracle) "
-            "reserve the same slots for tokens alone, without the other groups' blocks")
+            "reserve in the same pool one slab per request covering every group (their token reservation in each full "
+            "attention group, a Mamba group's state blocks, a sliding group's window)")
     return (note,)
 
 
