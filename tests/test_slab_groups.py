@@ -8,6 +8,7 @@ sliding group's window (at most R); the first full attention group's R slots hol
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass, field
 
 import pytest
@@ -130,3 +131,52 @@ def test_on_a_hybrid_the_slab_strategies_batch_no_more_than_vllm(kvlab, tmp_path
     slabs = (sized["num_blocks"] * bs) // next_pow2(1024 + state_slots)
     for name in ("orca-pow2", "orca-oracle"):
         assert _peak_running(out / f"{name}_iterations.csv") == slabs <= cap, name
+
+
+def test_a_hybrid_race_says_its_overhead_is_not_free_and_prefix_caching_not_simulated(kvlab, tmp_path):
+    """trial56b findings 3 and 6: the legend called a hybrid's Mamba states free memory; the header said "prefix
+    caching on" where every lookup misses."""
+    workload = tmp_path / "w.csv"
+    workload.write_text("arrival_time,prompt_len,output_len\n" + "0,256,32\n" * 10)
+    out = tmp_path / "race"
+    r = kvlab("race", "orca-oracle", "vllm", "--model", HYBRID, "--gpu", "h100-sxm", "--workload", str(workload),
+              "--wide", "--out", str(out), "--no-plots")
+    assert r.exit_code == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "prefix caching on for vllm (not simulated for this hybrid model: every lookup misses), off for orca-oracle" \
+           in text
+    assert "for paged memory this is free memory, not fragmentation" not in text
+    assert "the other KV cache groups' blocks (Mamba states, sliding windows" in text and "not free" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert "Mamba states" in summary["memory_shares_note"]
+    vllm = next(s for s in summary["strategies"] if s["name"] == "vllm")
+    detailed = vllm["memory_shares_detailed"]
+    assert detailed["overhead"] > 0  # (the states the note speaks of)
+    assert vllm["memory_shares"]["external_fragmentation"] == pytest.approx(detailed["overhead"] + detailed["free"])
+
+
+def test_a_dense_race_keeps_its_labels(kvlab, tmp_path):
+    workload = tmp_path / "w.csv"
+    workload.write_text("arrival_time,prompt_len,output_len\n" + "0,256,32\n" * 10)
+    r = kvlab("race", "orca-oracle", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload", str(workload),
+              "--wide", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert "memory_shares_note" not in json.loads(r.stdout)
+    r = kvlab("race", "orca-oracle", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload", str(workload),
+              "--wide")
+    text = " ".join(r.stdout.split())
+    assert "prefix caching on for vllm, off for orca-oracle" in text and "not simulated" not in text
+    assert "for paged memory this is free memory, not fragmentation" in text
+
+
+def test_capacity_setup_says_prefix_caching_is_not_simulated_on_a_hybrid():
+    from kvlab.config.resolve import engine_setup, resolve
+    from kvlab.report.setup import setup_lines
+    from kvlab.service.engine import strategies
+
+    for model, simulated in ((HYBRID, False), ("llama-3.1-8b", True)):
+        config = resolve(model=model, gpu="h100-sxm")
+        setup = {**config.describe(), **engine_setup(config, strategies(["vllm"], config))}
+        line = "; ".join(setup_lines(setup))
+        assert ("prefix caching on (not simulated for this hybrid model" in line) is not simulated, line
+        assert "prefix caching on" in line
