@@ -123,6 +123,8 @@ class ContiguousAllocator:
     def whole_slab_size(self, request: Request) -> int:
         """The slots the request's slab takes: R, and a hybrid's other groups' (``group_slots``)."""
         reserved = self.slab_size(request)
+        if not self.groups:
+            return reserved
         return reserved + group_slots(self.groups, reserved, self.display_block_size)
 
     def get_num_slots(self, request_id: int) -> int:
