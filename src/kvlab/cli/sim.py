@@ -125,7 +125,8 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
     cache, sched = config.cache, config.scheduler
     extras = setup_lines({k: v for k, v in (setup or {}).items() if k in ("cpu_tier", "speculative")})
     fleet = f"{replicas} replicas behind the {router} router, each " if replicas > 1 else ""
-    prefix = f", {prefix_caching_text({s.name: s.enable_prefix_caching for s in strategies})}" if strategies else ""
+    caching = {s.name: s.enable_prefix_caching for s in strategies}
+    prefix = f", {prefix_caching_text(caching, not cache.kv_cache_groups)}" if strategies else ""
     return (
         f"{fleet}{config.model.model} on {config.gpu}: KV cache {cache.num_slots:,} token slots "
         f"({cache.num_gpu_blocks:,} blocks of {cache.block_size}, one of them vLLM's null block "
@@ -222,7 +223,7 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     console.print(setup_line(config, wl, run.config.parallel.data_parallel_size, setup.get("router", ""), behaviours,
                                setup, rescaled_rate(run.config.workload)))
     console.print(race_table(summaries, title, wide=wide, strategies=behaviours, width=console.width))
-    for line in footnotes(summaries, wide=wide):
+    for line in footnotes(summaries, wide=wide, hybrid=bool(config.cache.kv_cache_groups)):
         console.print(line)
     console.print(verdict(summaries, strategies=behaviours))
     if (line := _all_overloaded(run, summaries)) is not None:
@@ -371,7 +372,14 @@ def race_json(config, wl, summaries, setup: dict | None = None) -> dict:
                      "description": wl.description},
         "strategies": summaries,
         **({"setup": setup} if setup is not None else {}),
+        **({"memory_shares_note": _HYBRID_SHARES_NOTE} if config.cache.kv_cache_groups else {}),
     }
+
+
+# (summary.json's memory_shares on a hybrid: the arithmetic is kvlab.metrics'; what its share holds is said here)
+_HYBRID_SHARES_NOTE = ("external_fragmentation is free memory and the allocator's overhead together; on this hybrid "
+                       "model the overhead holds the other KV cache groups' blocks (Mamba states, sliding windows) of "
+                       "the running requests, which are not free: memory_shares_detailed has overhead and free apart")
 
 
 RACE_HELP = f"""Race serving strategies on the same workload and clock; the table says who served the most and why.

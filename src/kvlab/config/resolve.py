@@ -316,6 +316,8 @@ def engine_setup(config, strategies) -> dict[str, Any]:
     from kvlab.catalog import get_gpu
 
     setup: dict[str, Any] = {"prefix_caching": {s.name: s.enable_prefix_caching for s in strategies}}
+    if config.cache.kv_cache_groups:  # (a hybrid's groups: kvlab.memory.hybrid does not simulate prefix caching)
+        setup["prefix_caching_simulated"] = False
     tp, pp = config.parallel.tensor_parallel_size, config.parallel.pipeline_parallel_size
     if tp * pp > 1:
         gpu = get_gpu(config.device.gpu)
@@ -536,7 +538,8 @@ def _hybrid_notes(model_spec, sizing: SizingResult, num_blocks: int, block_size:
             "(a full attention group's grow with its tokens, a Mamba group's state blocks are fixed, a sliding "
             "window's older blocks go back); the other groups' blocks count as overhead in the memory shares, and "
             "prefix caching is not simulated for it (every lookup misses); the slab strategies (max, pow2, oracle) "
-            "reserve the same slots for tokens alone, without the other groups' blocks")
+            "reserve in the same pool one slab per request covering every group (their token reservation in each full "
+            "attention group, a Mamba group's state blocks, a sliding group's window)")
     return (note,)
 
 

@@ -35,7 +35,8 @@ def make_allocator(
     Paged: ``num_slots // block_size`` blocks (block 0 is the null block); with several ``kv_cache_groups``
     ((kind, state_blocks, sliding_window, admission_blocks) each: kvlab.memory.hybrid.GroupSpec) a request takes
     blocks in every group (kvlab.memory.hybrid, which simulates no prefix caching). Contiguous: the whole slot
-    space, shown in display blocks of ``block_size`` slots so that its grid lines up with the paged one.
+    space, shown in display blocks of ``block_size`` slots so that its grid lines up with the paged one; with
+    several ``kv_cache_groups`` a request's slab covers every group (kvlab.memory.contiguous).
     """
     if name not in ALLOCATORS:
         raise KvlabError(f"unknown memory strategy {name!r}: expected one of {', '.join(ALLOCATORS)}")
@@ -56,7 +57,8 @@ def make_allocator(
         )
     if enable_prefix_caching:
         raise KvlabError(f"prefix caching needs the paged memory strategy, not {name!r}")
-    return ContiguousAllocator(num_slots, name, max_model_len, display_block_size=block_size)
+    return ContiguousAllocator(num_slots, name, max_model_len, display_block_size=block_size,
+                               kv_cache_groups=kv_cache_groups)
 
 
 __all__ = [

@@ -13,6 +13,14 @@ The slab is placed by ``BuddyAllocator``, whose power-of-two round-up is allocat
     |<--------------------------- slab ---------------------------->|
     | token (computed) | reserved (still to write) | internal frag. |      overhead      |
     0            num_computed_tokens          num_kv_tokens        slab                chunk
+
+A hybrid model (several KV cache groups: ``kv_cache_groups``, kvlab.memory.hybrid.GroupSpec each) keeps a
+request's layers in one slab that covers them all, in the same pool of slots as the paged hybrid run: the
+policy's token reservation R in each full attention (or MLA) group, ``state_blocks x block_size`` slots for each
+Mamba group's state, and ``min(R, the window's blocks x block_size)`` for each sliding group (its cap,
+``admission_blocks``, or its window in tokens where none is given). The first full attention group's R slots hold
+the tokens (the states above); the other groups' slots are ``overhead``, as in kvlab.memory.hybrid, placed after
+the tokens' part and before the buddy round-up. A single-group model's slab is R, as before.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from dataclasses import dataclass
 from kvlab.errors import KvlabError
 from kvlab.memory.base import Admission, BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states
 from kvlab.memory.buddy import BuddyAllocator, next_pow2
+from kvlab.memory.hybrid import MAMBA, SLIDING, TOKEN_KINDS, GroupSpec
 from kvlab.workload.request import Request
 
 
@@ -50,9 +59,28 @@ SLAB_POLICIES: dict[str, Callable[[Request, int], int]] = {
 @dataclass(frozen=True, slots=True)
 class Slab:
     address: int
-    num_slots: int  # what the policy asked for
-    chunk_size: int  # what the buddy allocator handed out (>= num_slots)
+    num_slots: int  # what the policy asked for (the tokens' part)
+    chunk_size: int  # what the buddy allocator handed out (>= num_slots + group_slots)
     num_kv_tokens: int
+    group_slots: int = 0  # a hybrid's other KV cache groups' slots, after the tokens' part (overhead)
+
+
+def group_slots(groups: tuple[GroupSpec, ...], reserved: int, block_size: int) -> int:
+    """The slots a hybrid's slab takes beyond the ``reserved`` token slots of its first full attention (or MLA)
+    group: ``reserved`` in each further one, a Mamba group's state blocks, a sliding group's window (at most
+    ``reserved``); 0 for a single group."""
+    extra = 0
+    first = True
+    for g in groups:
+        if g.kind in TOKEN_KINDS:
+            extra += 0 if first else reserved
+            first = False
+        elif g.kind == MAMBA:
+            extra += g.state_blocks * block_size
+        elif g.kind == SLIDING:
+            window = g.admission_blocks * block_size if g.admission_blocks else g.sliding_window
+            extra += min(reserved, window)
+    return extra
 
 
 # Slot states in the snapshot's scratch array.
@@ -62,13 +90,19 @@ _FREE, _TOKEN, _RESERVED, _INTERNAL, _OVERHEAD = range(5)
 class ContiguousAllocator:
     """``max``, ``pow2`` or ``oracle``: the KVAllocator interface over one slab per request."""
 
-    def __init__(self, num_slots: int, policy: str, max_model_len: int, *, display_block_size: int = 16) -> None:
+    def __init__(self, num_slots: int, policy: str, max_model_len: int, *, display_block_size: int = 16,
+                 kv_cache_groups: Iterable[tuple[str, int, int, int]] = ()) -> None:
         if policy not in SLAB_POLICIES:
             raise KvlabError(f"unknown reservation policy {policy!r}: expected one of {', '.join(SLAB_POLICIES)}")
         if max_model_len < 1:
             raise KvlabError(f"max_model_len must be at least 1, got {max_model_len}")
         if display_block_size < 1:
             raise KvlabError(f"display block size must be at least 1, got {display_block_size}")
+        groups = tuple(GroupSpec(*g) for g in kv_cache_groups)
+        if len(groups) > 1 and not any(g.kind in TOKEN_KINDS for g in groups):
+            raise KvlabError("a hybrid model's slabs need a full attention (or MLA) group to hold the tokens; got "
+                             f"{', '.join(g.kind for g in groups)}")
+        self.groups = groups if len(groups) > 1 else ()
         self.policy = policy
         self.max_model_len = max_model_len
         self.display_block_size = display_block_size
@@ -83,16 +117,24 @@ class ContiguousAllocator:
         self.enable_prefix_caching = False
 
     def slab_size(self, request: Request) -> int:
+        """The policy's token reservation R (a hybrid's slab holds more: ``whole_slab_size``)."""
         return self._slab_size(request, self.max_model_len)
 
+    def whole_slab_size(self, request: Request) -> int:
+        """The slots the request's slab takes: R, and a hybrid's other groups' (``group_slots``)."""
+        reserved = self.slab_size(request)
+        if not self.groups:
+            return reserved
+        return reserved + group_slots(self.groups, reserved, self.display_block_size)
+
     def get_num_slots(self, request_id: int) -> int:
-        """Slots the request holds (0 if none): its slab."""
+        """Slots the request holds (0 if none): its slab, a hybrid's other groups' part included."""
         slab = self._slabs.get(request_id)
-        return 0 if slab is None else slab.num_slots
+        return 0 if slab is None else slab.num_slots + slab.group_slots
 
     def admission(self, seq: Sequence) -> Admission:
         """Its slab, in the buddy chunk that holds it (the next power of two), against the largest free chunk."""
-        slab = self.slab_size(seq.request)
+        slab = self.whole_slab_size(seq.request)
         return Admission(slab, next_pow2(slab), self.buddy.largest_free_chunk, True)
 
     def get_slab(self, request_id: int) -> Slab:
@@ -105,10 +147,11 @@ class ContiguousAllocator:
         return 0
 
     def why_never_fits(self, request: Request) -> str | None:
-        slab = self.slab_size(request)
+        slab = self.whole_slab_size(request)
         if slab > self.buddy.largest_region:
-            return f"{self.policy} slab larger than the buddy allocator's largest block ({self.buddy.largest_region:,} slots)"
-        assert request.num_kv_tokens <= slab, "a slab holds every token its request writes"
+            what = "slab, with the other KV cache groups' slots," if self.groups else "slab"
+            return f"{self.policy} {what} larger than the buddy allocator's largest block ({self.buddy.largest_region:,} slots)"
+        assert request.num_kv_tokens <= self.slab_size(request), "a slab holds every token its request writes"
         return None
 
     num_free_blocks = 0  # a slab never grows
@@ -133,11 +176,12 @@ class ContiguousAllocator:
         slab = self._slabs.get(request.request_id)
         if slab is None:
             size = self.slab_size(request)
-            fit = self.buddy.fit(size)
+            whole = self.whole_slab_size(request)
+            fit = self.buddy.fit(whole)
             if fit is not Fit.NOW:
                 return fit
-            address = self.buddy.allocate(size)
-            slab = Slab(address, size, self.buddy.chunk_size(address), request.num_kv_tokens)
+            address = self.buddy.allocate(whole)
+            slab = Slab(address, size, self.buddy.chunk_size(address), request.num_kv_tokens, whole - size)
             self._slabs[request.request_id] = slab
             self.num_allocated_slots += size
             self.num_internal_fragmentation_slots += max(0, size - slab.num_kv_tokens)
@@ -216,6 +260,9 @@ class ContiguousAllocator:
         assert self.num_allocated_slots == sum(s.num_slots for s in slabs)
         assert self.num_internal_fragmentation_slots == sum(max(0, s.num_slots - s.num_kv_tokens) for s in slabs)
         assert self.num_overhead_slots == sum(s.chunk_size - s.num_slots for s in slabs)
+        for s in slabs:
+            assert s.group_slots == group_slots(self.groups, s.num_slots, self.display_block_size)
+            assert s.num_slots + s.group_slots <= s.chunk_size
         held = [seq for seq in seqs if seq.request.request_id in self._slabs]
         assert len(held) == len(self._slabs), "a slab is held by a request not among seqs"
         for seq in held:

@@ -19,9 +19,10 @@ STATE_COLOURS = {
     "free": "#DDDDDD",
 }
 # The memory plot's states as a reader should read them: free memory is free (for paged memory it is not
-# fragmentation at all), and the allocator's own overhead (a buddy's round-up, vLLM's null block) is apart.
+# fragmentation at all), and the allocator's own overhead (a buddy's round-up, vLLM's null block, a hybrid model's
+# other KV cache groups' blocks: kvlab.memory.hybrid) is apart.
 STATE_LABELS = {"token": "tokens", "reserved": "reserved", "internal_fragmentation": "internal fragmentation",
-                "overhead": "allocator overhead (round-up, null block)", "free": "free"}
+                "overhead": "allocator overhead (round-up, null block, a hybrid's other groups)", "free": "free"}
 LINE_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 
 

@@ -117,7 +117,7 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
     if "enable_chunked_prefill" in setup:
         limits.append("chunked prefill " + ("on" if setup["enable_chunked_prefill"] else "off"))
     if "prefix_caching" in setup:
-        limits.append(prefix_caching_text(setup["prefix_caching"]))
+        limits.append(prefix_caching_text(setup["prefix_caching"], setup.get("prefix_caching_simulated", True)))
     if limits:
         lines.append("engine: " + ", ".join(limits))
     if setup.get("communication"):
@@ -143,15 +143,20 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
     return lines
 
 
-def prefix_caching_text(by_strategy: dict[str, bool]) -> str:
+NOT_SIMULATED = " (not simulated for this hybrid model: every lookup misses)"
+
+
+def prefix_caching_text(by_strategy: dict[str, bool], simulated: bool = True) -> str:
     """"prefix caching on" (every strategy), "prefix caching off", or "prefix caching on for vllm, off for
-    orca-oracle"."""
+    orca-oracle"; not ``simulated`` (a hybrid model's KV cache groups, kvlab.memory.hybrid: its run's note says so),
+    "on" says it is not."""
     states = set(by_strategy.values())
+    not_simulated = "" if simulated else NOT_SIMULATED
     if len(states) == 1:
-        return "prefix caching " + ("on" if states.pop() else "off")
+        return "prefix caching " + ("on" + not_simulated if states.pop() else "off")
     on = [n for n, v in by_strategy.items() if v]
     off = [n for n, v in by_strategy.items() if not v]
-    return f"prefix caching on for {', '.join(on)}, off for {', '.join(off)}"
+    return f"prefix caching on for {', '.join(on)}{not_simulated}, off for {', '.join(off)}"
 
 
 ENGINE_LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")

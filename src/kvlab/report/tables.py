@@ -133,8 +133,14 @@ def _cells(s: dict, is_best: bool, lat_factor: float, ttft_factor: float) -> dic
     }
 
 
-def footnotes(summaries: list[dict], *, wide: bool = False) -> list[str]:
-    """What the columns mean, and every rejection with its reason and count."""
+HYBRID_SHARES = ("on this hybrid model the other KV cache groups' blocks (Mamba states, sliding windows: the "
+                 "allocator's overhead, memory_shares_detailed) held by running requests count there too: not free")
+
+
+def footnotes(summaries: list[dict], *, wide: bool = False, hybrid: bool = False) -> list[str]:
+    """What the columns mean, and every rejection with its reason and count; ``hybrid``: the run gave blocks in a
+    hybrid model's KV cache groups (kvlab.memory.hybrid, a slab's other groups' part), whose overhead is no free
+    memory."""
     lines = [("lat. = normalized latency: a request's end-to-end time divided by its output tokens (the vLLM "
               "paper's metric), p50 over requests. TTFT: time to first token. KV tok %: share of KV memory holding "
               "tokens, averaged over time. pre-empt.: preemptions (memory ran out mid-answer; a request can be preempted "
@@ -143,9 +149,10 @@ def footnotes(summaries: list[dict], *, wide: bool = False) -> list[str]:
               "the engine keeps up (kvlab capacity measures the served rate over a window instead)."
               + (f" ★ {_star_text(summaries)}{_tie_text(summaries)}." if len(summaries) > 1 else ""))]
     if wide:
+        other = (f"allocator round-up, free blocks; {HYBRID_SHARES}" if hybrid else
+                 "allocator round-up, free blocks; for paged memory this is free memory, not fragmentation")
         lines.append("KV memory shares: tokens | reserved for tokens to come | internal fragmentation (reserved, "
-                     "never used) | free and other (allocator round-up, free blocks; for paged memory this is free "
-                     "memory, not fragmentation).")
+                     f"never used) | free and other ({other}).")
     rejected = [s for s in summaries if s["num_rejected"]]
     if rejected:
         parts = []
