@@ -8,11 +8,11 @@ against runs on a hybrid model, and a run of qwen3.6-27b holding at most the req
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seqs import Seq
 
 from kvlab.config import resolve
 from kvlab.errors import KvlabError
@@ -26,15 +26,6 @@ from kvlab.workload.request import Request
 HYBRID = "tests/data/sizing_configs/qwen3.6-27b.json"
 FULL, MAMBA, SLIDING = ("full_attention", 1, 0, 0), ("mamba", 1, 0, 0), ("sliding_attention", 1, 8, 0)
 
-
-@dataclass
-class Seq:
-    request: Request
-    num_computed_tokens: int = 0
-    num_tokens: int = field(default=0)
-
-    def __post_init__(self):
-        self.num_tokens = self.num_tokens or self.request.prompt_len
 
 
 def seq(request_id: int, prompt_len: int, output_len: int = 100) -> Seq:

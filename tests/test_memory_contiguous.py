@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seqs import Seq
 
 from kvlab.errors import KvlabError
 from kvlab.memory import ContiguousAllocator, Fit, make_allocator, slot_usage
 from kvlab.memory.base import Admission
 from kvlab.workload.request import Request
-
-
-@dataclass
-class Seq:
-    request: Request
-    num_computed_tokens: int = 0
-    num_tokens: int = field(default=0)
-
-    def __post_init__(self):
-        self.num_tokens = self.num_tokens or self.request.prompt_len
 
 
 def req(request_id: int, prompt_len: int, output_len: int, max_tokens: int | None = None) -> Request:

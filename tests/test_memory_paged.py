@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seqs import Seq
 
 from kvlab.errors import KvlabError
 from kvlab.memory import Fit, PagedAllocator, make_allocator, slot_usage
 from kvlab.memory.base import Admission, DecodeRun
 from kvlab.workload.request import Request
-
-
-@dataclass
-class Seq:
-    request: Request
-    num_computed_tokens: int = 0
-    num_tokens: int = field(default=0)  # prompt + output tokens so far
-
-    def __post_init__(self):
-        self.num_tokens = self.num_tokens or self.request.prompt_len
 
 
 def req(request_id: int, prompt_len: int, output_len: int = 4, prefix: tuple[int, ...] = (), chunk: int = 8) -> Request:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, field
 
 import pytest
+from seqs import Seq
 
 from kvlab.errors import KvlabError
 from kvlab.memory import ContiguousAllocator, Fit, make_allocator, slot_usage
@@ -25,15 +25,6 @@ HYBRID = "tests/data/sizing_configs/qwen3.6-27b.json"
 BS = 16
 FULL, MAMBA2, SLIDING = ("full_attention", 1, 0, 0), ("mamba", 2, 0, 0), ("sliding_attention", 1, 32, 3)
 
-
-@dataclass
-class Seq:
-    request: Request
-    num_computed_tokens: int = 0
-    num_tokens: int = field(default=0)
-
-    def __post_init__(self):
-        self.num_tokens = self.num_tokens or self.request.prompt_len
 
 
 def _slabs(policy: str, groups, num_slots: int = 1024) -> ContiguousAllocator:
