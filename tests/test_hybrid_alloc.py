@@ -27,7 +27,6 @@ HYBRID = "tests/data/sizing_configs/qwen3.6-27b.json"
 FULL, MAMBA, SLIDING = ("full_attention", 1, 0, 0), ("mamba", 1, 0, 0), ("sliding_attention", 1, 8, 0)
 
 
-
 def seq(request_id: int, prompt_len: int, output_len: int = 100) -> Seq:
     return Seq(Request(request_id, 0.0, prompt_len, output_len))
 
@@ -213,3 +212,27 @@ def test_runs_are_stepping_on_a_hybrid(strategy):
     assert b.records == a.records and b.counters == a.counters
     assert dataclasses.asdict(b.integral) == dataclasses.asdict(a.integral)
     assert a.counters.num_preemptions > 0  # (the pool is small enough to run out)
+
+
+def test_a_request_admitted_past_its_windows_start_gets_its_null_prefix():
+    """A request admitted with tokens already computed (swapped back in) holds no blocks wholly before its window: its
+    sliding table starts with the null block there, as long as the full one (review 56, M1)."""
+    a = HybridAllocator(40, 16, [("sliding_attention", 1, 32, 0), FULL])
+    s = seq(0, 101)
+    s.num_computed_tokens = 100
+    assert a.allocate_slots(s, 1) is Fit.NOW
+    window, full = a.get_block_ids(0)
+    # 101 tokens: 7 blocks; tokens 0-63 (blocks 0-3) are before the window of token 100 (69-100): null
+    assert window == [0, 0, 0, 0, 1, 2, 3] and full == [4, 5, 6, 7, 8, 9, 10]
+    assert a.num_free_blocks == 39 - 10
+    a.check_invariants([s])
+
+
+def test_a_request_that_could_never_be_admitted_again_is_refused_at_arrival():
+    """Admitted again after a preemption, a request's whole sequence is checked (a sliding group up to its admission
+    cap): one whose longest context cannot pass that check is refused at arrival, not admitted at its prompt to stall
+    the run later (review 56, M2)."""
+    groups = [("sliding_attention", 1, 32, 4), FULL]
+    request = Request(0, 0.0, 16, 200)  # 215 tokens at most: 14 full blocks, the sliding group capped at 4
+    assert HybridAllocator(18, 16, groups).why_never_fits(request) is not None  # 18 > 17 usable
+    assert HybridAllocator(19, 16, groups).why_never_fits(request) is None

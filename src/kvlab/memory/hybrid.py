@@ -260,7 +260,9 @@ class HybridAllocator:
             if need > self.block_pool.num_free_blocks - watermark_blocks:
                 return Fit.LATER
             held = self._held[request_id] = _Held(len(self.groups), seq.request.num_kv_tokens)
-            self._grow(held, self._plan_held(held, computed, num_tokens))
+            plan = self._plan_held(held, computed, num_tokens)
+            self._remove_skipped(held, plan)  # (nothing held yet: a window past its start gets its null prefix)
+            self._grow(held, plan)
             held.num_tokens = num_tokens
             return Fit.NOW
         num_tokens = computed + num_new_tokens
@@ -368,11 +370,13 @@ class HybridAllocator:
                          False)
 
     def why_never_fits(self, request: Request) -> str | None:
-        """Too large when admitting its prompt, or holding its longest context, takes more than the usable blocks."""
+        """Too large when admitting it, or holding its longest context, takes more than the usable blocks: admitted
+        again after a preemption, its whole sequence so far is checked (a sliding group up to its admission cap), so
+        the check is at its longest context, not its prompt (a request that passed at its prompt could never be
+        admitted again, and the run would stop)."""
         bs = self.block_size
-        prompt = self._capped(request.prompt_len)
         longest = self._capped(request.num_kv_tokens)
-        admit = self._admission_blocks(0, 1, prompt)  # (the whole prompt's check; a first chunk takes no more)
+        admit = self._admission_blocks(0, 1, longest)  # (the whole sequence's check; a first chunk takes no more)
         peak = 0
         for g in self.groups:
             if g.kind == MAMBA:
