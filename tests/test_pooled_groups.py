@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 HYBRID = "tests/data/sizing_configs/qwen3.6-27b.json"
 
 
@@ -107,3 +109,30 @@ def test_a_hybrids_startup_refusal_counts_every_group_as_size_does(kvlab, tmp_pa
     r = kvlab("run", "vllm", "--model", HYBRID, *flags, "--workload", _workload(tmp_path))
     text = " ".join((r.stdout + r.stderr).split())
     assert f"needs {needs.group(1)} blocks of 784 in its 4 KV cache groups" in text, text
+
+
+@pytest.mark.parametrize("options", [
+    dict(model=HYBRID, gpu="h100-sxm"),  # blocks per group, of a Mamba state's page
+    dict(model=HYBRID, gpu="h100-sxm", kv_offloading_size=8),  # pooled
+    dict(model=HYBRID, gpu="h100-sxm", kv_offloading_size=8, num_gpu_blocks=300),
+    dict(model="tests/data/sizing_configs/gemma-4-e2b-it.json", gpu="t4"),  # sliding groups of larger blocks
+], ids=["groups", "pooled", "pooled-blocks", "gemma-4"])
+def test_a_hybrids_options_resolve_to_the_same_config(options):
+    """``resolve(config.options())`` is the config for a hybrid too: its block size and --num-gpu-blocks are kept as
+    given, not as derived (review 56, H2: Gemma 4 E2B's 32-token blocks re-resolved to 64, and a pooled hybrid's
+    16-token block count was refused as vLLM's blocks)."""
+    from kvlab.config.resolve import resolve
+
+    config = resolve(**options)
+    again = resolve(**config.options())
+    assert again == config and again.key == config.key
+
+
+def test_groups_of_different_block_sizes_are_pooled_and_say_why(kvlab, tmp_path):
+    """Gemma 4 E2B's sliding groups keep blocks of 32 tokens beside the full group's 16: the hybrid allocator has one
+    block size, so its groups are pooled, and the note says why (review 56, H1)."""
+    r = kvlab("run", "vllm", "--model", "tests/data/sizing_configs/gemma-4-e2b-it.json", "--gpu", "t4",
+              "--workload", _workload(tmp_path), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["block_size"] == 16
+    notes = _group_notes(r)
+    assert len(notes) == 1 and "for groups whose blocks differ in size (16 and 32 tokens)" in notes[0], notes

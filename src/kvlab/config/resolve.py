@@ -199,8 +199,15 @@ class KvlabConfig:
                          gpu=self.device.label, speculative=self.speculative, offload=self.offload)
 
     def options(self) -> dict[str, Any]:
-        """Every option (config/options.py) at its resolved value: ``resolve(config.options())`` is this config."""
+        """Every option (config/options.py) at its resolved value: ``resolve(config.options())`` is this config. A
+        model of several KV cache groups keeps --block-size and --num-gpu-blocks as given: its pool's block size is
+        derived from the given one (a Mamba state's page, Gemma 4's sliding groups), and its blocks are vLLM's where
+        the simulator's are 16-token ones (groups pooled), so the resolved ones would not resolve to the same."""
         cache, sched, workload = self.cache, self.scheduler, self.workload
+        block_size, num_gpu_blocks = cache.block_size, cache.num_gpu_blocks  # type: int, int | None
+        if len(self.sizing.kv_cache_groups) > 1:
+            given = dict(self.given)
+            block_size, num_gpu_blocks = given.get("block_size", OPTIONS["block_size"].default), given.get("num_gpu_blocks")
         return {
             "model": self.model.model, "dtype": self.model.dtype, "max_model_len": sched.max_model_len,
             "gpu": self.device.gpu, "gpu_memory_gib": self.device.gpu_memory_gib,
@@ -208,9 +215,9 @@ class KvlabConfig:
             "pipeline_parallel_size": self.parallel.pipeline_parallel_size,
             "replicas": self.parallel.data_parallel_size, "router": self.router.router,
             "router_scorers": self.router.router_scorers,
-            "gpu_memory_utilization": cache.gpu_memory_utilization, "block_size": cache.block_size,
+            "gpu_memory_utilization": cache.gpu_memory_utilization, "block_size": block_size,
             "kv_cache_dtype": cache.kv_cache_dtype, "available_kv_gib": cache.available_kv_bytes / GIB,
-            "num_gpu_blocks": cache.num_gpu_blocks,
+            "num_gpu_blocks": num_gpu_blocks,
             "swap_space": cache.swap_space_bytes / GIB / self.parallel.tensor_parallel_size,
             "max_num_seqs": sched.max_num_seqs, "max_num_batched_tokens": sched.max_num_batched_tokens,
             "enable_chunked_prefill": sched.enable_chunked_prefill, "preemption_mode": sched.preemption_mode,
@@ -388,7 +395,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
                           gpu_memory_utilization=values["gpu_memory_utilization"],
                           available_kv_bytes=sizing.available_kv_bytes,
                           notes=_pooled_groups_notes(model_spec, sizing, num_slots, block_size, values["num_gpu_blocks"],
-                                                     groups),
+                                                     groups, _pooled_reason(values, sizing, speculative)),
                           kv_cache_groups=groups),
         scheduler=SchedulerConfig(max_num_seqs=sizing.max_num_seqs,
                                   max_num_batched_tokens=sizing.max_num_batched_tokens,
@@ -427,18 +434,30 @@ def _hybrid_groups(values: dict[str, Any], sizing: SizingResult, speculative: Sp
                    ) -> tuple[tuple[str, int, int, int], ...]:
     """A hybrid model's KV cache groups as the paged strategies' allocator takes them (kvlab.memory.hybrid.GroupSpec:
     (kind, state_blocks, sliding_window, admission_blocks) each), or () to pool its tokens in one table per request:
-    a single-group model, and a hybrid where the simulator does not give blocks per group (speculative decoding's lookahead and
-    draft slots, a CPU tier, a disaggregated fleet's sides, decode context parallelism, no full attention group)."""
-    from kvlab.memory.hybrid import TOKEN_KINDS
-
+    a single-group model, and a hybrid where the simulator does not give blocks per group (_pooled_reason)."""
     groups = sizing.kv_cache_groups
-    if len(groups) == 1 or not any(g.spec.kind in TOKEN_KINDS for g in groups):
-        return ()
-    if (speculative is not None or values["kv_offloading_size"] or values["prefill_replicas"]
-            or values["decode_replicas"] or sizing.decode_context_parallel_size > 1):
+    if len(groups) == 1 or _pooled_reason(values, sizing, speculative):
         return ()
     return tuple((g.spec.kind, g.spec.state_blocks, g.spec.sliding_window or 0, _admission_cap(g.spec, sizing))
                  for g in groups)
+
+
+def _pooled_reason(values: dict[str, Any], sizing: SizingResult, speculative: SpeculativeConfig | None) -> str:
+    """Why a hybrid's groups are pooled, not given blocks each (kvlab.memory.hybrid), or "" where they are: speculative
+    decoding's lookahead and draft slots, a CPU tier, a disaggregated fleet's sides, decode context parallelism, no
+    full attention group, or groups whose blocks differ in size (Gemma 4: the allocator has one block size)."""
+    from kvlab.memory.hybrid import TOKEN_KINDS
+
+    groups = sizing.kv_cache_groups
+    sizes = sorted({g.spec.block_size for g in groups})
+    reasons = [what for what, why in (
+        ("with speculative decoding", speculative is not None),
+        ("with a CPU tier", values["kv_offloading_size"]),
+        ("in a disaggregated fleet", values["prefill_replicas"] or values["decode_replicas"]),
+        ("with decode context parallelism", sizing.decode_context_parallel_size > 1),
+        ("for a model without a full attention group", not any(g.spec.kind in TOKEN_KINDS for g in groups)),
+        (f"for groups whose blocks differ in size ({' and '.join(map(str, sizes))} tokens)", len(sizes) > 1)) if why]
+    return ", ".join(reasons)
 
 
 def _admission_cap(spec, sizing: SizingResult) -> int:
@@ -495,11 +514,12 @@ POOLED_GROUPS_CONTEXT = 1024
 
 
 def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block_size: int,
-                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int, int], ...] = ()) -> tuple[str, ...]:
+                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int, int], ...] = (),
+                         reason: str = "") -> tuple[str, ...]:
     """A model of several KV cache groups (sliding-window or Mamba/linear-attention layers beside full attention;
     kvlab.sizing) takes blocks in each group from vLLM's one pool: a fixed state block per Mamba group, up to a window
     in a sliding one. ``hybrid`` (the groups, _hybrid_groups): the paged strategies do the same (_hybrid_notes says
-    so). Otherwise (_hybrid_groups' exceptions) the simulator's pool stands for them as vLLM's printed token figure
+    so). Otherwise (``reason``: _pooled_reason) the simulator's pool stands for them as vLLM's printed token figure
     (SizingResult.num_pool_slots) in blocks holding only each request's tokens, so below max_model_len it admits more
     requests at once than vLLM: said every time, with both at POOLED_GROUPS_CONTEXT tokens (trial 55, finding 1;
     trial 56b: not only where they differ by more than 5%, nor only without --num-gpu-blocks)."""
@@ -517,9 +537,8 @@ def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block
     blocks = f"{num_gpu_blocks:,} blocks (--num-gpu-blocks)" if num_gpu_blocks else f"{sizing.num_blocks:,} blocks"
     kinds = ", ".join(f"{sum(g.spec.kind == k for g in groups)} {k}" for k in dict.fromkeys(g.spec.kind for g in groups))
     return (f"{model_spec.id} keeps {len(groups)} KV cache groups ({kinds}), and vLLM gives each request blocks in every "
-            f"one from its pool of {blocks} of {sizing.block_size:,} tokens; with speculative "
-            "decoding, a CPU tier, a disaggregated fleet or decode context parallelism, kvlab's simulator does not "
-            f"give blocks per group (kvlab.memory.hybrid) but pools their share of vLLM's printed token figure, "
+            f"one from its pool of {blocks} of {sizing.block_size:,} tokens; {reason or 'here'}, kvlab's simulator does "
+            f"not give blocks per group (kvlab.memory.hybrid) but pools their share of vLLM's printed token figure, "
             f"{num_slots:,} tokens, in blocks of "
             f"{block_size} that hold only each request's tokens, so "
             + ("it admits more requests at once than vLLM would" if pooled > vllm * 1.05 else
@@ -539,7 +558,8 @@ def _hybrid_notes(model_spec, sizing: SizingResult, num_blocks: int, block_size:
             "window's older blocks go back); the other groups' blocks count as overhead in the memory shares, and "
             "prefix caching is not simulated for it (every lookup misses); the slab strategies (max, pow2, oracle) "
             "reserve in the same pool one slab per request covering every group (their token reservation in each full "
-            "attention group, a Mamba group's state blocks, a sliding group's window)")
+            "attention group, a Mamba group's state blocks, a sliding group's most: its window and the tokens in flight, "
+            "at most their token reservation)")
     return (note,)
 
 

@@ -67,8 +67,9 @@ class Slab:
 
 def group_slots(groups: tuple[GroupSpec, ...], reserved: int, block_size: int) -> int:
     """The slots a hybrid's slab takes beyond the ``reserved`` token slots of its first full attention (or MLA)
-    group: ``reserved`` in each further one, a Mamba group's state blocks, a sliding group's window (at most
-    ``reserved``); 0 for a single group."""
+    group: ``reserved`` in each further one, a Mamba group's state blocks, a sliding group's most (its admission cap:
+    the window and the tokens in flight, + 1 block; its window where it has none), at most ``reserved``; 0 for a
+    single group."""
     extra = 0
     first = True
     for g in groups:
