@@ -556,10 +556,12 @@ def _hybrid_notes(model_spec, sizing: SizingResult, num_blocks: int, block_size:
             f"blocks in every one from vLLM's pool of {num_blocks:,} blocks of {block_size:,} tokens, as vLLM does "
             "(a full attention group's grow with its tokens, a Mamba group's state blocks are fixed, a sliding "
             "window's older blocks go back); the other groups' blocks count as overhead in the memory shares, and "
-            "prefix caching is not simulated for it (every lookup misses: the pool is vLLM's with "
-            "--no-enable-prefix-caching, whereas from vllm-project/vllm#50991, in 0.32.0, vLLM turns it on by default "
-            "for a hybrid, a Mamba group then in 'align' mode with a state block more, which kvlab does not yet size); "
-            "the slab strategies (max, pow2, oracle) "
+            "prefix caching is not simulated for it (every lookup misses"
+            + ("" if not any(g.spec.kind == "mamba" for g in groups) else
+               ": the pool is vLLM's with --no-enable-prefix-caching, whereas from vllm-project/vllm#50991, in 0.32.0, "
+               "vLLM turns it on by default for a hybrid, a Mamba group then in 'align' mode with a state block more, "
+               "which kvlab does not yet size")
+            + "); the slab strategies (max, pow2, oracle) "
             "reserve in the same pool one slab per request covering every group (their token reservation in each full "
             "attention group, a Mamba group's state blocks, a sliding group's most: its window and the tokens in flight, "
             "at most their token reservation)")
