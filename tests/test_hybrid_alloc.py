@@ -236,3 +236,23 @@ def test_a_request_that_could_never_be_admitted_again_is_refused_at_arrival():
     request = Request(0, 0.0, 16, 200)  # 215 tokens at most: 14 full blocks, the sliding group capped at 4
     assert HybridAllocator(18, 16, groups).why_never_fits(request) is not None  # 18 > 17 usable
     assert HybridAllocator(19, 16, groups).why_never_fits(request) is None
+
+
+def test_groups_whose_blocks_hold_different_token_counts_count_each_in_its_own():
+    """One pool of one page size: a group of smaller layers holds more tokens in each block (Gemma 4: its sliding
+    groups 32 tokens beside the full group's 16, or the reverse), so each group's blocks, window and skipped blocks
+    are counted in its own block size (review 56, H1)."""
+    a = HybridAllocator(20, 4, [("sliding_attention", 1, 16, 0, 8), ("full_attention", 1, 0, 0, 4)])
+    s = seq(0, 10, 40)
+    assert a.allocate_slots(s, 10) is Fit.NOW
+    assert a.get_block_ids(0) == [[1, 2], [3, 4, 5]]  # 10 tokens: 2 blocks of 8, 3 of 4
+    s.num_computed_tokens, s.num_tokens = 10, 11
+    for _ in range(14):
+        assert step(a, s, 1) is Fit.NOW
+    # 24 tokens: 3 sliding blocks of 8, the first (tokens 0-7) before the window of token 23 (8-23): null, and back
+    # at the free queue's front; 6 full blocks of 4
+    assert a.get_block_ids(0) == [[0, 2, 7], [3, 4, 5, 6, 8, 9]]
+    assert a.free_block_ids()[0] == 1 and a.num_free_blocks == 19 - 8
+    a.check_invariants([s])
+    with pytest.raises(KvlabError, match="token group's blocks hold 8 tokens"):
+        HybridAllocator(20, 4, [("full_attention", 1, 0, 0, 8)])

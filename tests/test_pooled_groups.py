@@ -128,11 +128,13 @@ def test_a_hybrids_options_resolve_to_the_same_config(options):
     assert again == config and again.key == config.key
 
 
-def test_groups_of_different_block_sizes_are_pooled_and_say_why(kvlab, tmp_path):
-    """Gemma 4 E2B's sliding groups keep blocks of 32 tokens beside the full group's 16: the hybrid allocator has one
-    block size, so its groups are pooled, and the note says why (review 56, H1)."""
+def test_groups_of_different_block_sizes_get_blocks_each_in_their_own(kvlab, tmp_path):
+    """Gemma 4 E2B's sliding groups keep blocks of 32 tokens beside the full group's 16: each group is given blocks
+    in its own size (tests/test_hybrid_alloc.py has the exact ids), the pool's slots in the full group's, and the
+    note says both (review 56, H1)."""
     r = kvlab("run", "vllm", "--model", "tests/data/sizing_configs/gemma-4-e2b-it.json", "--gpu", "t4",
               "--workload", _workload(tmp_path), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["block_size"] == 16
     notes = _group_notes(r)
-    assert len(notes) == 1 and "for groups whose blocks differ in size (16 and 32 tokens)" in notes[0], notes
+    assert len(notes) == 1 and "blocks of 16 tokens in the full attention group (16 or 32 tokens by group" in notes[0]
+    assert "does not give blocks per group" not in notes[0]

@@ -375,7 +375,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     tp, pp = values["tensor_parallel_size"] or 1, values["pipeline_parallel_size"]
     speculative = resolve_speculative(values, model_spec, sizing)
     groups = _hybrid_groups(values, sizing, speculative)  # (a hybrid: vLLM's blocks, a request's in every group)
-    block_size = sizing.block_size if groups else values["block_size"]
+    block_size = _token_block_size(groups) if groups else values["block_size"]
     num_slots = _pool_slots(model_spec, gpu_spec, sizing, values["num_gpu_blocks"], block_size, speculative,
                             hybrid=bool(groups))
     # A profile fitted for another model or GPU warns (CostProfileWarning) and its notes travel on the cost model,
@@ -431,32 +431,38 @@ def _newest_version() -> str:
 
 
 def _hybrid_groups(values: dict[str, Any], sizing: SizingResult, speculative: SpeculativeConfig | None
-                   ) -> tuple[tuple[str, int, int, int], ...]:
+                   ) -> tuple[tuple[str, int, int, int, int], ...]:
     """A hybrid model's KV cache groups as the paged strategies' allocator takes them (kvlab.memory.hybrid.GroupSpec:
     (kind, state_blocks, sliding_window, admission_blocks) each), or () to pool its tokens in one table per request:
     a single-group model, and a hybrid where the simulator does not give blocks per group (_pooled_reason)."""
     groups = sizing.kv_cache_groups
     if len(groups) == 1 or _pooled_reason(values, sizing, speculative):
         return ()
-    return tuple((g.spec.kind, g.spec.state_blocks, g.spec.sliding_window or 0, _admission_cap(g.spec, sizing))
-                 for g in groups)
+    return tuple((g.spec.kind, g.spec.state_blocks, g.spec.sliding_window or 0, _admission_cap(g.spec, sizing),
+                  g.spec.block_size) for g in groups)
+
+
+def _token_block_size(groups: tuple[tuple[str, int, int, int, int], ...]) -> int:
+    """The tokens a block of the group that holds the tokens (the first full attention or MLA one) holds: the pool's
+    block size, its slots (Gemma 4's sliding groups hold more in each of their blocks)."""
+    from kvlab.memory.hybrid import TOKEN_KINDS
+
+    return next(g[4] for g in groups if g[0] in TOKEN_KINDS)
 
 
 def _pooled_reason(values: dict[str, Any], sizing: SizingResult, speculative: SpeculativeConfig | None) -> str:
     """Why a hybrid's groups are pooled, not given blocks each (kvlab.memory.hybrid), or "" where they are: speculative
     decoding's lookahead and draft slots, a CPU tier, a disaggregated fleet's sides, decode context parallelism, no
-    full attention group, or groups whose blocks differ in size (Gemma 4: the allocator has one block size)."""
+    full attention group."""
     from kvlab.memory.hybrid import TOKEN_KINDS
 
     groups = sizing.kv_cache_groups
-    sizes = sorted({g.spec.block_size for g in groups})
     reasons = [what for what, why in (
         ("with speculative decoding", speculative is not None),
         ("with a CPU tier", values["kv_offloading_size"]),
         ("in a disaggregated fleet", values["prefill_replicas"] or values["decode_replicas"]),
         ("with decode context parallelism", sizing.decode_context_parallel_size > 1),
-        ("for a model without a full attention group", not any(g.spec.kind in TOKEN_KINDS for g in groups)),
-        (f"for groups whose blocks differ in size ({' and '.join(map(str, sizes))} tokens)", len(sizes) > 1)) if why]
+        ("for a model without a full attention group", not any(g.spec.kind in TOKEN_KINDS for g in groups))) if why]
     return ", ".join(reasons)
 
 
@@ -514,7 +520,7 @@ POOLED_GROUPS_CONTEXT = 1024
 
 
 def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block_size: int,
-                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int, int], ...] = (),
+                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int, int, int], ...] = (),
                          reason: str = "") -> tuple[str, ...]:
     """A model of several KV cache groups (sliding-window or Mamba/linear-attention layers beside full attention;
     kvlab.sizing) takes blocks in each group from vLLM's one pool: a fixed state block per Mamba group, up to a window
@@ -552,8 +558,12 @@ def _hybrid_notes(model_spec, sizing: SizingResult, num_blocks: int, block_size:
     prefix caching simulated (a strategy that caches prefixes runs without)."""
     groups = sizing.kv_cache_groups
     kinds = ", ".join(f"{sum(g.spec.kind == k for g in groups)} {k}" for k in dict.fromkeys(g.spec.kind for g in groups))
+    sizes = sorted({g.spec.block_size for g in groups if g.spec.kind != "mamba"} | {block_size})
+    held = (f"{block_size:,} tokens" if len(sizes) == 1 else
+            f"{block_size:,} tokens in the full attention group ({' or '.join(f'{n:,}' for n in sizes)} tokens by group: "
+            "one page, smaller layers hold more tokens in it)")
     note = (f"{model_spec.id} keeps {len(groups)} KV cache groups ({kinds}): the paged strategies give each request "
-            f"blocks in every one from vLLM's pool of {num_blocks:,} blocks of {block_size:,} tokens, as vLLM does "
+            f"blocks in every one from vLLM's pool of {num_blocks:,} blocks of {held}, as vLLM does "
             "(a full attention group's grow with its tokens, a Mamba group's state blocks are fixed, a sliding "
             "window's older blocks go back); the other groups' blocks count as overhead in the memory shares, and "
             "prefix caching is not simulated for it (every lookup misses"

@@ -28,7 +28,7 @@ def make_allocator(
     block_size: int,
     max_model_len: int,
     enable_prefix_caching: bool = False,
-    kv_cache_groups: tuple[tuple[str, int, int, int], ...] = (),
+    kv_cache_groups: tuple[tuple[str, int, int, int, int], ...] = (),
 ) -> KVAllocator:
     """The allocator called ``name`` over ``num_slots`` KV slots.
 

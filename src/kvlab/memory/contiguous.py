@@ -73,14 +73,15 @@ def group_slots(groups: tuple[GroupSpec, ...], reserved: int, block_size: int) -
     extra = 0
     first = True
     for g in groups:
+        bs = g.block_size or block_size  # (a group whose blocks hold more tokens takes fewer slots a token)
         if g.kind in TOKEN_KINDS:
-            extra += 0 if first else reserved
+            extra += 0 if first else reserved * block_size // bs
             first = False
         elif g.kind == MAMBA:
             extra += g.state_blocks * block_size
         elif g.kind == SLIDING:
-            window = g.admission_blocks * block_size if g.admission_blocks else g.sliding_window
-            extra += min(reserved, window)
+            window = g.admission_blocks * bs if g.admission_blocks else g.sliding_window
+            extra += min(reserved, window) * block_size // bs
     return extra
 
 
@@ -92,7 +93,7 @@ class ContiguousAllocator:
     """``max``, ``pow2`` or ``oracle``: the KVAllocator interface over one slab per request."""
 
     def __init__(self, num_slots: int, policy: str, max_model_len: int, *, display_block_size: int = 16,
-                 kv_cache_groups: Iterable[tuple[str, int, int, int]] = ()) -> None:
+                 kv_cache_groups: Iterable[tuple] = ()) -> None:
         if policy not in SLAB_POLICIES:
             raise KvlabError(f"unknown reservation policy {policy!r}: expected one of {', '.join(SLAB_POLICIES)}")
         if max_model_len < 1:

@@ -61,6 +61,7 @@ class GroupSpec(NamedTuple):
     state_blocks: int = 1
     sliding_window: int = 0
     admission_blocks: int = 0
+    block_size: int = 0  # the tokens one of its blocks holds (0: the allocator's; Gemma 4's sliding groups hold 32 beside 16)
 
 
 class _Held:
@@ -124,6 +125,12 @@ class HybridAllocator:
         self.num_slots = num_blocks * block_size
         self.block_pool = BlockPool(num_blocks)
         self._token_group = next(i for i, g in enumerate(self.groups) if g.kind in TOKEN_KINDS)
+        # each group's tokens per block: one pool of blocks of one page size, a group whose layers' pages are smaller
+        # holds proportionally more tokens in each (vLLM's unify_kv_cache_spec_page_size; kvlab.sizing)
+        self._bs = tuple(g.block_size or block_size for g in self.groups)
+        if self._bs[self._token_group] != block_size:
+            raise KvlabError(f"the token group's blocks hold {self._bs[self._token_group]} tokens, but the allocator's "
+                             f"block_size is {block_size}: they must be the same")
         self._held: dict[int, _Held] = {}  # request id -> its blocks, in admission order
         self._num_token_blocks = 0  # blocks in the token group's tables
         self._num_other_blocks = 0  # blocks (not the null block) in the other groups' tables
@@ -156,10 +163,9 @@ class HybridAllocator:
         ``lens`` entries (``nulls`` of them a sliding table's null prefix): vLLM's remove_skipped_blocks then
         get_num_blocks_to_allocate, group by group. ``capped``: the whole-prompt admission check's count, a sliding
         group's blocks capped at its ``admission_blocks`` (vLLM's apply_admission_cap)."""
-        bs = self.block_size
-        num_required = -(-num_tokens // bs)
         freed, new, new_nulls = 0, [], []
-        for g, length, k in zip(self.groups, lens, nulls):
+        for g, bs, length, k in zip(self.groups, self._bs, lens, nulls):
+            num_required = -(-num_tokens // bs)
             if g.kind == MAMBA:
                 new.append(max(0, g.state_blocks - length))
                 new_nulls.append(k)
@@ -374,11 +380,10 @@ class HybridAllocator:
         again after a preemption, its whole sequence so far is checked (a sliding group up to its admission cap), so
         the check is at its longest context, not its prompt (a request that passed at its prompt could never be
         admitted again, and the run would stop)."""
-        bs = self.block_size
         longest = self._capped(request.num_kv_tokens)
         admit = self._admission_blocks(0, 1, longest)  # (the whole sequence's check; a first chunk takes no more)
         peak = 0
-        for g in self.groups:
+        for g, bs in zip(self.groups, self._bs):
             if g.kind == MAMBA:
                 peak += g.state_blocks
             elif g.kind == SLIDING:  # the window (its first token anywhere in a block), the token being written

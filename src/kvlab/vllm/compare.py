@@ -299,7 +299,7 @@ def hybrid_layout(settings: EngineSettings, model: Path = TINY_HYBRID_CONFIG,
         g = GroupSpec(*group)
         if g.kind == SLIDING:
             in_flight = min(g.sliding_window - 1 + settings.max_num_batched_tokens, settings.max_model_len)
-            g = g._replace(admission_blocks=cdiv(in_flight, cache.block_size) + 1)
+            g = g._replace(admission_blocks=cdiv(in_flight, g.block_size or cache.block_size) + 1)
         specs.append(g)
     return cache.block_size, tuple(specs)
 
