@@ -338,8 +338,12 @@ def test_an_empty_grid_says_no_seat_is_taken_yet(lab):
     """Before anyone runs, the seats read "none taken yet" (they read "0 running of 1 (the most at once so far)")."""
     page = lab.page
     set_grid(page, num_requests=20)
-    label = page.inner_text("#grid .seats-label")
-    if page.get_attribute("#grid .seats", "data-running") == "0":
+    # The new run's first frame may be drawn a moment after the run starts: wait for the seats to be drawn, then read
+    # the label and the count together (two reads could straddle a frame).
+    page.wait_for_function("() => document.querySelector('#grid .seats-label').textContent !== ''", timeout=30_000)
+    label, running = page.evaluate(
+        "() => [document.querySelector('#grid .seats-label').textContent, document.querySelector('#grid .seats').dataset.running]")
+    if running == "0":
         assert label.startswith("seats: none taken yet"), label
     assert "0 running of 1 (" not in label
 
