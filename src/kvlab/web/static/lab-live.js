@@ -126,6 +126,10 @@ class LivePlayer extends Player {
         body: JSON.stringify(spec) });
       showError(this.errorNode, null);
       this.session = meta.session_id;
+      // The old run's frame number goes with it: the new run's first frame writes its own once it is drawn, so
+      // whoever waits for "seq 0 of the new session" waits for that drawing, not the old run's number.
+      delete this.section.dataset.seq;
+      delete this.section.dataset.shownSeq;
       this.section.dataset.session = meta.session_id;
       this.done = false;
       this.held = false;
