@@ -330,9 +330,11 @@ def screen(path: Path, profile_name: str, started: float) -> int:
             print(f"{name:<22}" + "".join(f" {v:>9.1%}" for v in medians) + span, flush=True)
             if name == "none":  # (what carries the K/V read: its share of the steps, the efficiency each fold fits)
                 theta = F.theta_of(constants)
-                print("  K/V read's share of the run's time, attention_bandwidth_efficiency with the run left out: " + " ".join(
-                    f"{r.prepared.run.id[:8]} {theta[1] * r.phi[:, 1].sum() / r.durations.sum():.0%} {v:.3f}"
-                    for r, v in zip(replays, values)))
+                print("  per run: the K/V read's and the compute-bound iterations' shares of its time, and "
+                      "attention_bandwidth_efficiency fitted with the run left out: " + " ".join(
+                          f"{r.prepared.run.id[:8]} {theta[1] * r.phi[:, 1].sum() / r.durations.sum():.0%} "
+                          f"{theta[2] * r.phi[:, 2].sum() / r.durations.sum():.1%} {v:.3f}"
+                          for r, v in zip(replays, values)))
             else:
                 print("  " + " ".join(f"{k[:8]} {e['e2e_mean']:+.1%}/{e['itl_mean']:+.1%}" for k, e in errors.items()))
     except KvlabError as exc:
