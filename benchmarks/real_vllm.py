@@ -3,6 +3,7 @@
     python benchmarks/real_vllm.py [--runs PATH] [--profile NAME] [--baseline NAME ...] [--json] [--closed-loop]
                                    [--sent] [--jitter | --step | --lag | --lag-step | --lag-per {prompt,size,both} [--lag-joint]]
     python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME] [--sent]
+    python benchmarks/real_vllm.py --screen [--runs PATH] [--profile NAME]
 
 For each run of the measured-runs file (default: the calibration set, ../shared/data/real-vllm/trainval.json
 beside the repository; its README says what the runs are and where they come from) and each metric (E2E, TTFT:
@@ -32,6 +33,12 @@ with nothing else in a step), and where kvlab's TTFT tail is: its p99 and the sl
 request (a whole prompt to prefill) and of the later ones (cached prompts), with the most sequences an iteration
 held and the preemptions (KV exhausted); then each load stage's p99 TTFT, kvlab's / the measured one (the first
 stage holds the server's first seconds, a later one a server that is warm). docs/cost.md reads this table.
+
+``--screen``: terms for the decode step's attention (MHA against GQA, per query head, per kernel work item, per KV
+block; ``_screened``), each a column beside the profile's fitted constants, judged as the issue 29 screens were: each run
+replayed once under the profile, each fold solving its 12 runs' equations with the candidate, the run left out priced
+by the fold's θ on its own per-request rows (its schedule as replayed, not replayed again: a screen, cheaper than the
+leave-one-out above and close to it, docs/cost.md "Terms tried and not kept"). Nothing in a profile changes.
 """
 
 from __future__ import annotations
@@ -73,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print every row as JSON")
     parser.add_argument("--reads", action="store_true", help="per run: the bytes a decoded token reads, the "
                         "efficiency the measured ITL implies, and kvlab's TTFT tail (no leave-one-out)")
+    parser.add_argument("--screen", action="store_true", help="each run replayed once; terms for the decode step's "
+                        "attention screened by leave-one-out on those replays' equations (no profile changes)")
     parser.add_argument("--closed-loop", action="store_true", help="replay multi-turn users as inference-perf's "
                         "client serialises them (a round waits for the user's previous answer; docs/cost.md)")
     parser.add_argument("--sent", action="store_true", help="replay the 100 single-turn prompts each run's client "
@@ -103,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     if args.reads:
         return reads(path, args.profile, started, args.sent)
+    if args.screen:
+        return screen(path, args.profile, started)
     try:
         runs = read_runs(path)
         profile = get_profile(args.profile)
@@ -202,6 +213,146 @@ def _reads_row(replay) -> str:
             f"{predicted['summary']['itl_mean'] * 1e3:>9.2f} | {np.percentile(ttft, 99) * 1e3:>8.1f} "
             f"{first_max * 1e3:>13.1f} {later_max * 1e3:>9.1f} {run.measured('summary', 'ttft_p99') * 1e3:>12.1f} "
             f"| {stages}")
+
+
+# Terms screened for the decode step's attention (``--screen``; docs/cost.md, "Terms tried and not kept"): each a column
+# per iteration beside the profile's, from the replay's iteration fields (num_seqs, prefill, decode, context, pairs)
+# and the run's model; a time per unit (seconds) or, for the reads, a multiple of their time at 100% of the bandwidth.
+def _screened() -> dict:
+    def mha(r) -> bool:
+        m = r.prepared.model_spec
+        return m.num_attention_heads == m.num_key_value_heads
+
+    def heads(r, kind: str) -> float:
+        m = r.prepared.model_spec
+        count = m.num_attention_heads if kind == "query" else m.num_key_value_heads
+        return m.num_hidden_layers * count / r.prepared.run.tensor_parallel_size
+
+    def group(r) -> float:
+        return r.prepared.model_spec.num_attention_heads / r.prepared.model_spec.num_key_value_heads
+
+    return {
+        "mha-kv": ("an MHA model's K/V read at an efficiency of its own (the KV column again, MHA runs only)",
+                   lambda r, f: f[3] * r.prepared.kv_token_s * float(mha(r))),
+        "kv-per-query-head": ("K/V read once per query head, not per KV head (GQA's sharing lost: KV x group size)",
+                              lambda r, f: f[3] * r.prepared.kv_token_s * group(r)),
+        "kv-head-items": ("a time per sequence, KV head and layer (the decode kernel's work items; MHA has 4-8x more)",
+                          lambda r, f: f[0] * heads(r, "kv")),
+        "query-head-items": ("a time per sequence, query head and layer", lambda r, f: f[0] * heads(r, "query")),
+        "kv-blocks": ("a time per KV block (16 tokens) per layer read (the block table's indirection)",
+                      lambda r, f: f[3] / 16 * r.prepared.model_spec.num_hidden_layers),
+        "attention-by-context": ("the KV read x the mean context per sequence / 1,000 (clock54's, for comparison)",
+                                 lambda r, f: f[3] * r.prepared.kv_token_s * f[3] / (1000 * f[0].clip(1))),
+        "one-hbm-efficiency": ("the K/V read at the weights' efficiency (attention_bandwidth_efficiency not fitted)",
+                               None),
+    }
+
+
+def _screen_rows(r, column):
+    """The run's per-request E2E and TTFT rows over CONSTANTS' θ and, with a column, the term's coefficient last."""
+    import dataclasses
+
+    import numpy as np
+
+    if column is None:
+        return r.request_parts()[:2]
+    parts = dataclasses.replace(r, phi=np.column_stack([r.phi, column]), _parts=None).request_parts()
+    return tuple(np.column_stack([x[:, :9], x[:, 10:], x[:, 9:10]]) for x in parts[:2])
+
+
+def _screen_equations(r, e2e, ttft) -> list:
+    """(row, measured) for each fitted mean of each group, as Replay.equations builds them from these rows."""
+    from kvlab.cost import fit as F
+
+    out_len, rows = r.prepared.run.workload.output_len, []
+    for group in r.prepared.run.groups:
+        chosen = slice(None) if group == "summary" else r.stage == int(group[5:])
+        a, b = e2e[chosen].mean(axis=0), ttft[chosen].mean(axis=0)
+        for metric, vector in (("e2e_mean", a), ("ttft_mean", b), ("itl_mean", (a - b) / (out_len - 1))):
+            if metric != "itl_mean" or F.itl_consistent(r.prepared.run, group):
+                rows.append((vector, r.prepared.run.measured(group, metric)))
+    return rows
+
+
+def _screen_one(replays, fitted, constants, column_of) -> tuple[dict, list]:
+    """Leave-one-out on the replays' equations with the candidate column (None: none): each run priced by its fold's
+    θ on its own per-request rows; per run the metrics' errors, and the term's value in each fold."""
+    import numpy as np
+
+    from kvlab.cost import fit as F
+    from kvlab.cost.measured import METRICS
+
+    terms = () if column_of is None else ("screened",)
+    rows = [_screen_rows(r, None if column_of is None else column_of(r, r.fields)) for r in replays]
+    equations = [_screen_equations(r, *x) for r, x in zip(replays, rows)]
+    errors, values = {}, []
+    for i, r in enumerate(replays):
+        fold = F._solve_once([q for j, eq in enumerate(equations) if j != i for q in eq], (*fitted, *terms), constants,
+                             terms=terms)
+        theta = np.concatenate([F.theta_of({**F.START, **fold.constants}), [fold.constants[k] for k in terms]])
+        values += [fold.constants[k] for k in terms] or [fold.constants["attention_bandwidth_efficiency"]]
+        e2e, ttft = rows[i][0] @ theta, rows[i][1] @ theta
+        out_len = r.prepared.run.workload.output_len
+        got = {"e2e_mean": e2e.mean(), "e2e_p90": np.percentile(e2e, 90), "e2e_p99": np.percentile(e2e, 99),
+               "ttft_mean": ttft.mean(), "ttft_p90": np.percentile(ttft, 90), "ttft_p99": np.percentile(ttft, 99),
+               "itl_mean": (e2e.mean() - ttft.mean()) / (out_len - 1)}
+        errors[r.prepared.run.id] = {k: got[k] / r.prepared.run.measured("summary", k) - 1.0 for k in METRICS}
+    return errors, values
+
+
+def screen(path: Path, profile_name: str, started: float) -> int:
+    """The ``--screen`` table (module doc)."""
+    import numpy as np
+
+    from kvlab.cost import fit as F
+    from kvlab.cost.measured import METRICS, read_runs
+    from kvlab.cost.profiles import get_profile
+    from kvlab.errors import KvlabError
+
+    try:
+        runs = read_runs(path)
+        profile = get_profile(profile_name)
+        constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS} | F.carried(profile.constants)
+        fitted = tuple(k for k in profile.fit.get("fitted", F.DEFAULT_FIT) if k in F.CONSTANTS)
+        print(f"{len(runs)} runs from {path}, replayed once under {profile.name!r}; each candidate fitted with "
+              f"{', '.join(fitted)} by leave-one-out on those replays' equations", file=sys.stderr)
+        replays = [F.replay(F.prepare(run), constants) for run in runs]
+        print(f"{'candidate':<22}" + "".join(f" {m:>9}" for m in METRICS) + "  term by fold", flush=True)
+        for name, (_, column_of) in {"none": ("", None), **_screened()}.items():
+            used, fit_list = replays, fitted
+            if name == "one-hbm-efficiency":  # (the KV column moved into the weights')
+                used = [_merged(r) for r in replays]
+                fit_list = tuple(k for k in fitted if k != "attention_bandwidth_efficiency")
+                column_of = None
+            errors, values = _screen_one(used, fit_list, constants, column_of)
+            medians = [np.median([abs(e[m]) for e in errors.values()]) for m in METRICS]
+            span = f"  {min(values):.3g} to {max(values):.3g}" if column_of is not None else ""
+            print(f"{name:<22}" + "".join(f" {v:>9.1%}" for v in medians) + span, flush=True)
+            if name == "none":  # (what carries the K/V read: its share of the steps, the efficiency each fold fits)
+                theta = F.theta_of(constants)
+                print("  per run: the K/V read's and the compute-bound iterations' shares of its time, and "
+                      "attention_bandwidth_efficiency fitted with the run left out: " + " ".join(
+                          f"{r.prepared.run.id[:8]} {theta[1] * r.phi[:, 1].sum() / r.durations.sum():.0%} "
+                          f"{theta[2] * r.phi[:, 2].sum() / r.durations.sum():.1%} {v:.3f}"
+                          for r, v in zip(replays, values)))
+            else:
+                print("  " + " ".join(f"{k[:8]} {e['e2e_mean']:+.1%}/{e['itl_mean']:+.1%}" for k, e in errors.items()))
+    except KvlabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("(median |error| over the runs, each priced by a fit without it on the one replay's schedule; under each "
+          "candidate, per run: E2E mean / ITL errors; the term's value in the 13 folds, seconds per unit or a multiple "
+          f"of its read at 100% of the bandwidth)\n({time.time() - started:.0f} s)", file=sys.stderr)
+    return 0
+
+
+def _merged(r):
+    import dataclasses
+
+    phi = r.phi.copy()
+    phi[:, 0] += phi[:, 1]
+    phi[:, 1] = 0.0
+    return dataclasses.replace(r, phi=phi, _parts=None)
 
 
 if __name__ == "__main__":

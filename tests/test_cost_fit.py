@@ -116,6 +116,45 @@ def test_an_iteration_is_its_features_times_theta_and_requests_sum_the_iteration
         assert row @ theta == pytest.approx(predicted[group][metric], rel=1e-9)
 
 
+def test_an_fp8_models_compute_bound_iteration_is_its_features_times_theta():
+    # Scout FP8 at TP 2, a few long uncached prompts in chunks of 2,048: prefill iterations on the compute side, where
+    # the attention's FLOPs run at the bf16 rate beside the matmuls' FP8 (the features once priced them at half that).
+    raw = copy.deepcopy(RUN)
+    raw.update(model="RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", tp=2, precision="FP8", total_kv_blocks=10000,
+               max_num_batched_tokens=2048, max_model_len=4096)
+    raw["workload"].update(num_unique_system_prompts=2, num_users_per_system_prompt=1, system_prompt_len=1500,
+                           question_len=1000, output_len=5, enable_multi_turn_chat=False, stages=[{"rate": 2.0, "duration": 1}])
+    raw["actual"] = {group: {**raw["actual"][group], "itl_mean": 27.0} for group in ("summary", "stage0")}
+    prepared = F.prepare(run_from_dict(raw, "x"))
+    assert prepared.pair_flops_s * 989.4e12 == pytest.approx(4 * 48 * 40 / 2 * 128)  # (bf16: H100's dense peak)
+    constants = dict(F.START)
+    replay = F.replay(prepared, constants)
+    assert replay.phi[:, 2].any()  # (some iterations compute-bound)
+    np.testing.assert_allclose(replay.phi @ F.theta_of(constants)[:-1], replay.durations, rtol=1e-12)
+
+
+def test_a_screened_terms_column_prices_as_the_constant_it_copies_and_its_equations_are_the_replays():
+    # benchmarks/real_vllm.py --screen: a candidate column beside θ's. A copy of the per-iteration overhead's column,
+    # priced at c, is the overhead raised by c; and the screen's equations are Replay.equations' with it.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("real_vllm", Path(__file__).parents[1] / "benchmarks/real_vllm.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    replay = F.replay(F.prepare(run_from_dict(RUN, "x")), dict(F.START))
+    assert replay.fields is not None and len(replay.fields[0]) == len(replay.durations)
+    theta, c = F.theta_of(F.START), 2e-4
+    raised = theta.copy()
+    raised[F.CONSTANTS.index("overhead_s")] += c
+    plain, screened = bench._screen_rows(replay, None), bench._screen_rows(replay, replay.phi[:, 3])
+    for without, with_term in zip(plain, screened):
+        np.testing.assert_allclose(with_term @ np.append(theta, c), without @ raised, rtol=1e-12)
+    expected = [(row, measured) for _, _, row, measured in replay.equations()]
+    for (row, measured), (want, want_measured) in zip(bench._screen_equations(replay, *plain), expected, strict=True):
+        np.testing.assert_allclose(row, want, rtol=1e-12)
+        assert measured == want_measured
+
+
 def test_with_the_lags_spread_each_requests_row_prices_to_its_time_and_the_fit_picks_a_value_on_its_grid():
     """lag_jitter_iterations (an experiment, kvlab/cost/latency.py): θ · a request's row is the time the replay gives
     it, draw included, the means' equations are those rows' means, and fit_spread returns a value of its grid with

@@ -174,7 +174,7 @@ class Prepared:
     experts_per_token: int
     kv_token_s: float  # one context token's KV at 100% bandwidth
     token_flops_s: float  # one token's matmuls at 100% of the matmul peak
-    pair_flops_s: float  # one attention pair at 100% of the matmul peak
+    pair_flops_s: float  # one attention pair at 100% of its peak (bf16: attention runs in the activations' dtype)
     allreduce_token_s: float  # one token's all-reduce bytes at 100% of the link (0 at tp 1)
     num_allreduce_calls: int
     closed_loop: bool = False  # replay multi-turn users as inference-perf's client serialises them (replay)
@@ -241,7 +241,9 @@ def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False) -> 
         num_experts=terms.num_experts, experts_per_token=terms.experts_per_token,
         kv_token_s=base.kv_bytes_per_token / bandwidth,
         token_flops_s=base.flops_per_token / terms.matmul_peak_flops,
-        pair_flops_s=base.attention_flops_per_pair / terms.attention_peak_flops,
+        # (the cost model holds an FP8 model's attention FLOPs rescaled to the matmuls' FP8 rate, so that at the
+        # matmul peak they take their bf16 time: divided by the FP8 peak here, as it prices them)
+        pair_flops_s=base.attention_flops_per_pair / terms.matmul_peak_flops,
         allreduce_token_s=terms.allreduce_bytes_per_token / link,
         num_allreduce_calls=terms.num_allreduce_calls, closed_loop=closed_loop, spec=spec,
     )
@@ -266,6 +268,9 @@ class Replay:
     jitter: float = 0.0  # the profile's lag_jitter_iterations (latency.py: the lag's spread, per request)
     step: float = 0.0  # the profile's lag_step_probability (latency.py: the lag's step, per request)
     shift_s: float = 0.0  # the lag terms' time (LAG_TERMS: the same for every request of the run), on TTFT and E2E
+    # Each iteration's (num_seqs, prefill, decode, context, attention pairs), as its features were computed from (a
+    # term screened beside θ's is a column of these: benchmarks/real_vllm.py --screen).
+    fields: Any = field(default=None, repr=False, compare=False)
     _parts: Any = field(default=None, repr=False, compare=False)  # (request_parts, computed once)
 
     def draws(self) -> np.ndarray:
@@ -435,13 +440,14 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
         if np.any(held > scheduled):
             timeline, send = _closed_loop(p, engine, scheduled)
     theta = theta_of(constants)
-    phi, _ = _features(p, theta, *timeline.iterations())
+    fields = timeline.iterations()
+    phi, _ = _features(p, theta, *fields)
     return Replay(prepared=p, constants=dict(constants), starts=timeline.starts(), durations=timeline.durations(),
                   phi=phi, arrival=send, first_scheduled=timeline.first_scheduled,
                   lag_iterations=cost.admission_lag_iterations, first_token=timeline.first_token,
                   finish=timeline.finish, stage=stage_of(spec, scheduled - scheduled[0]),
                   num_preemptions=timeline.num_preemptions, jitter=cost.lag_jitter_iterations,
-                  step=cost.lag_step_probability)
+                  step=cost.lag_step_probability, fields=fields)
 
 
 class _Timeline:
