@@ -71,6 +71,7 @@ def sweep(
     session.check_time(todo, len(todo), max_time, yes, f"{len(todo)} of {len(points)} points to compute")
     # (after the time check, which refuses at once; only the points to run: the stored ones were built before)
     check_workloads(todo, varied_options(grid_points), say=lambda line: typer.echo(line, err=True))
+    say_cache_notes(points)
     rows = run_session(session, lambda: session.runner.run(points))
     names = list(run_options())
     written = write_sweep_plots(rows, names, out)
@@ -81,7 +82,28 @@ def sweep(
                                session.runner.num_computed, "store": str(out / "sweep.duckdb")}, indent=2))
         return
     varied = {name for name, values in lists.items() if len(values) > 1} | {n for p in explicit for n in p}
-    print_sweep(rows, names, session, written, varied)
+    # (a hybrid model's KV cache groups: kvlab.memory.hybrid simulates no prefix caching, as `kvlab run` says)
+    print_sweep(rows, names, session, written, varied, simulated=not any(p.config.cache.kv_cache_groups for p in points))
+
+
+# The most distinct KV cache notes a sweep or a capacity search prints (a grid of many pools has one for each).
+MAX_CACHE_NOTES = 3
+
+
+def say_cache_notes(points) -> None:
+    """On stderr, before the points run, the notes `kvlab run` prints of their KV caches (kvlab.sweep.point.cache_notes:
+    a hybrid model's KV cache groups, per group or pooled), each distinct one once, at most MAX_CACHE_NOTES."""
+    from rich.console import Console
+
+    from kvlab.sweep.point import cache_notes
+
+    console = Console(stderr=True)
+    notes = cache_notes(points)
+    for note in notes[:MAX_CACHE_NOTES]:
+        console.print(f"note: {note}", style="yellow", highlight=False)
+    if len(notes) > MAX_CACHE_NOTES:
+        console.print(f"note: {len(notes) - MAX_CACHE_NOTES} more notes like these, one for each other KV cache of the "
+                      "points (`kvlab run` with a point's options prints its own)", style="yellow", highlight=False)
 
 
 SWEEP_PLOTS = ("latency.png", "sweep.html")  # what write_sweep_plots writes beside the store
@@ -102,7 +124,8 @@ def write_sweep_plots(rows, names, out: Path) -> list[Path]:
     return written
 
 
-def print_sweep(rows, names, session: Session, written: list[Path], varied: set[str] | None = None) -> None:
+def print_sweep(rows, names, session: Session, written: list[Path], varied: set[str] | None = None,
+                simulated: bool = True) -> None:
     from rich.console import Console
 
     varying = shown_columns(rows, names, varied)
@@ -131,7 +154,7 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
     if held:
         console.print(f"Every point: {held}.", highlight=False)
     strategies = [parse_strategy(n) for n in dict.fromkeys(str(r["strategy"]) for r in rows)]
-    console.print("Engine: " + engine_defaults_text(rows, strategies) + ".", highlight=False)
+    console.print("Engine: " + engine_defaults_text(rows, strategies, simulated) + ".", highlight=False)
     for profile in dict.fromkeys(str(r["cost"]) for r in rows if r.get("cost")):  # (as capacity states its clocks')
         console.print(f"Cost profile {profile}: {error_clause(profile)}.", highlight=False)
     num_failed = sum(r["status"] != "ok" for r in rows)
