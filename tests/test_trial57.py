@@ -123,3 +123,16 @@ def test_a_sweep_point_that_serves_nothing_is_stored_and_the_sweep_goes_on(kvlab
     assert points[100]["status"] == "ok" and points[100]["num_finished"] == 20
     assert len({_flat(n) for n in (_cache_note(num_gpu_blocks=5), _cache_note(num_gpu_blocks=100))}) == 2
     assert _flat(r.stderr).count("note: qwen3.6-27b keeps 4 KV cache groups") == 2  # (one for each pool)
+
+
+def test_a_sweep_of_many_pools_prints_at_most_three_cache_notes(kvlab, tmp_path):
+    """One note per distinct KV cache, at most MAX_CACHE_NOTES of them, then one line for the rest."""
+    from kvlab.sweep.session import MAX_CACHE_NOTES
+
+    r = kvlab("sweep", *ON_HYBRID, "--strategy", "vllm", "--num-gpu-blocks", "20,30,40,50,60", "--workload",
+              _fixed(tmp_path, n=2), "--workers", "1", "--out", tmp_path / "sw")
+    assert r.exit_code == 0, r.stderr
+    text = _flat(r.stderr)
+    assert MAX_CACHE_NOTES == 3 and text.count("note: qwen3.6-27b keeps 4 KV cache groups") == 3
+    assert ("note: 2 more notes like these, one for each other KV cache of the points (`kvlab run` with a point's "
+            "options prints its own)") in text

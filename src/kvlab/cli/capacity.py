@@ -33,7 +33,6 @@ from kvlab.cli.options import (
     WorkersOpt,
 )
 from kvlab.cli.options import SweepYesOpt as YesOpt
-from kvlab.cli.sweep import say_cache_notes
 from kvlab.errors import KvlabError
 from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.text import computed_text, whole_values_table
@@ -148,7 +147,7 @@ def capacity(
     session = new_session()
     session.check_ray()
     _check_time(session, first_points, longer, start_rate, max_time, yes)
-    say_cache_notes(first_points)
+    session.say_cache_notes(first_points)
     searches, rows = run_session(session, lambda: service.capacities(
         configurations, longer, session.runner, target, start_rate, rtol, max_rate,
         on_round=None if as_json else RoundProgress(session)))

@@ -271,9 +271,12 @@ def served_nothing(summaries: list[dict]) -> str | None:
 def exit_if_nothing_served(summaries: list[dict]) -> None:
     """Exit status 1, after the report, where no strategy served any request: a script can tell from the status."""
     if (line := served_nothing(summaries)) is not None:
-        from kvlab.cli import _error
+        from rich.console import Console
+        from rich.markup import escape
 
-        _error(line, code=1)
+        # (as kvlab.cli's one red line for a refusal; a reason may hold brackets, which are not markup)
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(line)}", soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def _all_overloaded(run, summaries) -> str | None:

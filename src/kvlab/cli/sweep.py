@@ -71,7 +71,7 @@ def sweep(
     session.check_time(todo, len(todo), max_time, yes, f"{len(todo)} of {len(points)} points to compute")
     # (after the time check, which refuses at once; only the points to run: the stored ones were built before)
     check_workloads(todo, varied_options(grid_points), say=lambda line: typer.echo(line, err=True))
-    say_cache_notes(points)
+    session.say_cache_notes(points)
     rows = run_session(session, lambda: session.runner.run(points))
     names = list(run_options())
     written = write_sweep_plots(rows, names, out)
@@ -84,26 +84,6 @@ def sweep(
     varied = {name for name, values in lists.items() if len(values) > 1} | {n for p in explicit for n in p}
     # (a hybrid model's KV cache groups: kvlab.memory.hybrid simulates no prefix caching, as `kvlab run` says)
     print_sweep(rows, names, session, written, varied, simulated=not any(p.config.cache.kv_cache_groups for p in points))
-
-
-# The most distinct KV cache notes a sweep or a capacity search prints (a grid of many pools has one for each).
-MAX_CACHE_NOTES = 3
-
-
-def say_cache_notes(points) -> None:
-    """On stderr, before the points run, the notes `kvlab run` prints of their KV caches (kvlab.sweep.point.cache_notes:
-    a hybrid model's KV cache groups, per group or pooled), each distinct one once, at most MAX_CACHE_NOTES."""
-    from rich.console import Console
-
-    from kvlab.sweep.point import cache_notes
-
-    console = Console(stderr=True)
-    notes = cache_notes(points)
-    for note in notes[:MAX_CACHE_NOTES]:
-        console.print(f"note: {note}", style="yellow", highlight=False)
-    if len(notes) > MAX_CACHE_NOTES:
-        console.print(f"note: {len(notes) - MAX_CACHE_NOTES} more notes like these, one for each other KV cache of the "
-                      "points (`kvlab run` with a point's options prints its own)", style="yellow", highlight=False)
 
 
 SWEEP_PLOTS = ("latency.png", "sweep.html")  # what write_sweep_plots writes beside the store
