@@ -136,3 +136,8 @@ def test_a_sweep_of_many_pools_prints_at_most_three_cache_notes(kvlab, tmp_path)
     assert MAX_CACHE_NOTES == 3 and text.count("note: qwen3.6-27b keeps 4 KV cache groups") == 3
     assert ("note: 2 more notes like these, one for each other KV cache of the points (`kvlab run` with a point's "
             "options prints its own)") in text
+
+
+def test_run_and_race_help_say_their_exit_status(kvlab):
+    assert "Exit status 1, after the report, where it served no request" in _flat(kvlab("run", "--help").stdout)
+    assert "Exit status 1, after the report, where no strategy served any request" in _flat(kvlab("race", "--help").stdout)

@@ -414,6 +414,8 @@ _HYBRID_SHARES_NOTE = ("external_fragmentation is free memory and the allocator'
 
 RACE_HELP = f"""Race serving strategies on the same workload and clock; the table says who served the most and why.
 
+Exit status 1, after the report, where no strategy served any request (each rejected them all).
+
 {strategy_names_help()}
 """
 
@@ -476,7 +478,9 @@ def run(
     slo_classes: SloClassesOpt = None,
     **options,
 ) -> None:
-    """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions."""
+    """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions.
+
+    Exit status 1, after the report, where it served no request (every one rejected)."""
     draw = check_plots(plots, out)
     check_out(out, draw)
     options = with_config_file(ctx, config, options)
