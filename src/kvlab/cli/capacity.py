@@ -147,6 +147,7 @@ def capacity(
     session = new_session()
     session.check_ray()
     _check_time(session, first_points, longer, start_rate, max_time, yes)
+    session.say_cache_notes(first_points)
     searches, rows = run_session(session, lambda: service.capacities(
         configurations, longer, session.runner, target, start_rate, rtol, max_rate,
         on_round=None if as_json else RoundProgress(session)))

@@ -173,8 +173,9 @@ def typical_iteration(config, summary: dict) -> dict:
 
 
 def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = False, plots: bool = True,
-           slos=None) -> None:
-    """A RunResult (kvlab.service) as a table, a verdict and an explanation, or as JSON; with ``out``, files."""
+           slos=None) -> list[dict]:
+    """A RunResult (kvlab.service) as a table, a verdict and an explanation, or as JSON; with ``out``, files. Returns
+    each strategy's summary."""
     from rich.console import Console
 
     from kvlab.report.tables import footnotes, race_table, verdict
@@ -215,7 +216,7 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         note_written(out, written)
     if as_json:
         typer.echo(json.dumps(race_json(config, wl, summaries, setup), indent=2))
-        return
+        return summaries
     console = Console(highlight=False)
     if not console.is_terminal and wide:
         console.width = max(console.width, 150)  # piped --wide output: room for the whole table
@@ -247,6 +248,35 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         console.print(f"warning: {note}", style="yellow", highlight=False)
     if written:
         console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
+    return summaries
+
+
+def served_nothing(summaries: list[dict]) -> str | None:
+    """Where no strategy finished a single request (a KV cache too small for any of the workload's requests, say),
+    the one line that says so, with what became of each strategy's requests; None where any served one."""
+    if not summaries or any(s["num_finished"] for s in summaries):
+        return None
+    parts = []
+    for s in summaries:
+        reasons = sorted(s.get("reject_reasons", {}).items(), key=lambda item: -item[1])
+        fates = [f"rejected {count:,} as {reason}" for reason, count in reasons]
+        fates += [f"rejected {left:,} more"] if (left := s["num_rejected"] - sum(c for _, c in reasons)) > 0 else []
+        fates += [f"abandoned {s['num_aborted']:,}"] if s.get("num_aborted") else []
+        parts.append(f"{s['name']} {' and '.join(fates) or 'finished none'}")
+    return (f"no request was served ({'; '.join(parts)}): the figures above measure nothing; valid: a KV cache in "
+            "which the workload's requests fit (`kvlab size --context-len N` gives how many fit) and prompts within "
+            "max_model_len")
+
+
+def exit_if_nothing_served(summaries: list[dict]) -> None:
+    """Exit status 1, after the report, where no strategy served any request: a script can tell from the status."""
+    if (line := served_nothing(summaries)) is not None:
+        from rich.console import Console
+        from rich.markup import escape
+
+        # (as kvlab.cli's one red line for a refusal; a reason may hold brackets, which are not markup)
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(line)}", soft_wrap=True)
+        raise typer.Exit(1)
 
 
 def _all_overloaded(run, summaries) -> str | None:
@@ -384,6 +414,8 @@ _HYBRID_SHARES_NOTE = ("external_fragmentation is free memory and the allocator'
 
 RACE_HELP = f"""Race serving strategies on the same workload and clock; the table says who served the most and why.
 
+Exit status 1, after the report, where no strategy served any request (each rejected them all).
+
 {strategy_names_help()}
 """
 
@@ -420,13 +452,15 @@ def race(
     with allow_large_work(yes):
         run = simulate(names, quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)
     raced = plural(len(names), "strategy", "strategies")
-    report(run, as_json=as_json, out=out, title=f"Race: {raced}, same workload", wide=wide, plots=draw, slos=slos)
+    summaries = report(run, as_json=as_json, out=out, title=f"Race: {raced}, same workload", wide=wide, plots=draw,
+                       slos=slos)
     if html is not None:
         from kvlab.web.export import write_race_html
 
         path = write_race_html(html, run.config, run.workload, names)
         if not as_json:
             typer.echo(f"Wrote {path}: open it in a browser to replay the race.")
+    exit_if_nothing_served(summaries)
 
 
 @app.command()
@@ -444,11 +478,14 @@ def run(
     slo_classes: SloClassesOpt = None,
     **options,
 ) -> None:
-    """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions."""
+    """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions.
+
+    Exit status 1, after the report, where it served no request (every one rejected)."""
     draw = check_plots(plots, out)
     check_out(out, draw)
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
         run = simulate([strategy], quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)
-    report(run, as_json=as_json, out=out, title=f"Run: {run.results[0].strategy.name}", wide=wide, plots=draw,
-           slos=slos)
+    summaries = report(run, as_json=as_json, out=out, title=f"Run: {run.results[0].strategy.name}", wide=wide,
+                       plots=draw, slos=slos)
+    exit_if_nothing_served(summaries)

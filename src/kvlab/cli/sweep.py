@@ -71,6 +71,7 @@ def sweep(
     session.check_time(todo, len(todo), max_time, yes, f"{len(todo)} of {len(points)} points to compute")
     # (after the time check, which refuses at once; only the points to run: the stored ones were built before)
     check_workloads(todo, varied_options(grid_points), say=lambda line: typer.echo(line, err=True))
+    session.say_cache_notes(points)
     rows = run_session(session, lambda: session.runner.run(points))
     names = list(run_options())
     written = write_sweep_plots(rows, names, out)
@@ -81,7 +82,8 @@ def sweep(
                                session.runner.num_computed, "store": str(out / "sweep.duckdb")}, indent=2))
         return
     varied = {name for name, values in lists.items() if len(values) > 1} | {n for p in explicit for n in p}
-    print_sweep(rows, names, session, written, varied)
+    # (a hybrid model's KV cache groups: kvlab.memory.hybrid simulates no prefix caching, as `kvlab run` says)
+    print_sweep(rows, names, session, written, varied, simulated=not any(p.config.cache.kv_cache_groups for p in points))
 
 
 SWEEP_PLOTS = ("latency.png", "sweep.html")  # what write_sweep_plots writes beside the store
@@ -102,7 +104,8 @@ def write_sweep_plots(rows, names, out: Path) -> list[Path]:
     return written
 
 
-def print_sweep(rows, names, session: Session, written: list[Path], varied: set[str] | None = None) -> None:
+def print_sweep(rows, names, session: Session, written: list[Path], varied: set[str] | None = None,
+                simulated: bool = True) -> None:
     from rich.console import Console
 
     varying = shown_columns(rows, names, varied)
@@ -131,7 +134,7 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
     if held:
         console.print(f"Every point: {held}.", highlight=False)
     strategies = [parse_strategy(n) for n in dict.fromkeys(str(r["strategy"]) for r in rows)]
-    console.print("Engine: " + engine_defaults_text(rows, strategies) + ".", highlight=False)
+    console.print("Engine: " + engine_defaults_text(rows, strategies, simulated) + ".", highlight=False)
     for profile in dict.fromkeys(str(r["cost"]) for r in rows if r.get("cost")):  # (as capacity states its clocks')
         console.print(f"Cost profile {profile}: {error_clause(profile)}.", highlight=False)
     num_failed = sum(r["status"] != "ok" for r in rows)

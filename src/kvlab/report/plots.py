@@ -75,11 +75,16 @@ def plot_memory_shares(results: list[SimResult], path: Path) -> Path:
             stacks.append(v)
         if t is not None and len(t):
             ax.stackplot(t, *stacks, colors=[STATE_COLOURS[k] for k in series], labels=[STATE_LABELS[k] for k in series])
+        else:  # (no iteration ran: every request was rejected)
+            _say_nothing_served(ax)
         share = result.summary()["memory_shares"]["token"]
         ax.set_title(f"{result.strategy.name}: {share:.1f}% of KV memory holds tokens (time average)", fontsize=10)
         ax.set_ylim(0, 100)
         ax.set_ylabel("% of KV slots")
-    axes[0, 0].legend(loc="upper right", fontsize=8, ncol=3)
+    # The states' legend, at the top, from the first strategy that drew them (none did where none served anything)
+    drawn = next((ax for ax in axes[:, 0] if ax.get_legend_handles_labels()[0]), None)
+    if drawn is not None:
+        axes[0, 0].legend(*drawn.get_legend_handles_labels(), loc="upper right", fontsize=8, ncol=3)
     axes[-1, 0].set_xlabel("time (s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -127,11 +132,19 @@ def plot_latency(results: list[SimResult], path: Path) -> Path:
         ax.set_xscale("log")
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)
-    ax1.legend(fontsize=8)
+    if ax1.get_legend_handles_labels()[0]:  # (a strategy that finished no request draws no line)
+        ax1.legend(fontsize=8)
+    else:
+        _say_nothing_served(ax1)
+        _say_nothing_served(ax2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _say_nothing_served(ax) -> None:
+    ax.text(0.5, 0.5, "no request served", ha="center", va="center", transform=ax.transAxes, fontsize=9, color="#666666")
 
 
 RACE_PLOTS = ("memory_shares.png", "batch_size.png", "latency.png")  # what plot_race writes

@@ -162,11 +162,12 @@ def prefix_caching_text(by_strategy: dict[str, bool], simulated: bool = True) ->
 ENGINE_LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
 
 
-def engine_defaults_text(settings: list[dict[str, Any]], strategies) -> str:
+def engine_defaults_text(settings: list[dict[str, Any]], strategies, simulated: bool = True) -> str:
     """The engine settings that change an answer, over several runs' settings (each a dict with ENGINE_LIMITS and
     enable_chunked_prefill, as a sweep's rows or KvlabConfig.describe() have them) and their strategies: "max_num_seqs
     256, max_num_batched_tokens 2,048, max_model_len 2,048, chunked prefill on, prefix caching on for vllm, off for
-    orca-max"; a setting that differs between runs is said to vary."""
+    orca-max"; a setting that differs between runs is said to vary. Not ``simulated``: prefix caching on is said not
+    to be (prefix_caching_text), as on a hybrid model's KV cache groups."""
     words = []
     for key in ENGINE_LIMITS:
         values = {s.get(key) for s in settings} - {None}
@@ -175,5 +176,5 @@ def engine_defaults_text(settings: list[dict[str, Any]], strategies) -> str:
     chunked = {s.get("enable_chunked_prefill") for s in settings} - {None}
     if chunked:
         words.append("chunked prefill " + ("varied" if len(chunked) > 1 else "on" if chunked.pop() else "off"))
-    words.append(prefix_caching_text({s.name: s.enable_prefix_caching for s in strategies}))
+    words.append(prefix_caching_text({s.name: s.enable_prefix_caching for s in strategies}, simulated))
     return ", ".join(words)

@@ -109,6 +109,12 @@ def check_workloads(points: list[Resolved], varied: set[str] | None = None,
             raise KvlabError(f"{exc}{_in_the_point(point.options, varied)}") from None
 
 
+def cache_notes(points: list[Resolved]) -> list[str]:
+    """What the points' KV caches say before a run of them does (KvlabConfig.cache.notes: a hybrid model's KV cache
+    groups, per group or pooled, as `kvlab run` prints them), each distinct note once, in the points' order."""
+    return list(dict.fromkeys(note for p in points for note in p.config.cache.notes))
+
+
 def simulate_point(point: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     """The summary `kvlab run --json` prints for this point (its ``strategies[0]`` entry, a fleet's figures
     included, without the typical-iteration explanation), with its measured window (kvlab.window: whether the run

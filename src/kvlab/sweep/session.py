@@ -58,6 +58,10 @@ def grid_lists(args: list[str], grid: Path | None) -> tuple[dict[str, list], lis
     return lists, explicit
 
 
+# The most distinct KV cache notes a sweep or a capacity search prints before its points run.
+MAX_CACHE_NOTES = 3
+
+
 class Session:
     """What both commands share: the checks, the store, the pool, the progress, an interrupt that keeps what
     is stored."""
@@ -123,6 +127,23 @@ class Session:
             workers = f"{self.workers} worker{'s' if self.workers > 1 else ''}"
             raise KvlabError(f"{what}: about {format_duration(seconds, above=limit)} of simulation on {workers}, "
                              f"more than --max-time {max_time}; add --yes to run it anyway, or sweep fewer points")
+
+    def say_cache_notes(self, points: list) -> None:
+        """On stderr, before the points run, the notes `kvlab run` prints of their KV caches (kvlab.sweep.point.
+        cache_notes: a hybrid model's KV cache groups, per group or pooled), each distinct one once, at most
+        MAX_CACHE_NOTES (a grid of many pools has one for each)."""
+        from rich.console import Console
+
+        from kvlab.sweep.point import cache_notes
+
+        console = Console(stderr=True)
+        notes = cache_notes(points)
+        for note in notes[:MAX_CACHE_NOTES]:
+            console.print(f"note: {note}", style="yellow", highlight=False)
+        if len(notes) > MAX_CACHE_NOTES:
+            console.print(f"note: {len(notes) - MAX_CACHE_NOTES} more notes like these, one for each other KV cache "
+                          "of the points (`kvlab run` with a point's options prints its own)", style="yellow",
+                          highlight=False)
 
     def start(self) -> None:
         import kvlab
