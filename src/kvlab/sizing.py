@@ -373,7 +373,7 @@ def hybrid_cache_mode(model: ModelSpec, config: SizingConfig) -> tuple[str, str]
     layers."""
     if model.state is None:
         return "", ""
-    return mamba_cache_mode(config.vllm_version, config.enable_prefix_caching, model.state.kind)
+    return mamba_cache_mode(config.vllm_version, config.enable_prefix_caching, model.state.prefix_caching_mode == "all")
 
 
 def unify_page_sizes(specs: list[KVCacheSpec | None]) -> list[KVCacheSpec | None]:

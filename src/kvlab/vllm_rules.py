@@ -263,10 +263,12 @@ MAMBA2_PREFILL_CHECKPOINT_SINCE = "0.32.0"
 HYBRID_PREFIX_CACHING_DEFAULT_SINCE = "0.28.0"
 
 
-def mamba_cache_mode(version: str | None, enable_prefix_caching: bool | None, mixer: str) -> tuple[str, str]:
-    """(vLLM ``version``'s mamba_cache_mode for a generative hybrid whose state layers are ``mixer`` ("gdn", "mamba2",
-    "mamba1"), why in words) under --enable-prefix-caching ``enable_prefix_caching`` (None: the version's default,
-    HYBRID_PREFIX_CACHING_DEFAULT_SINCE): 'none' without prefix caching, 'align' or 'all' with it."""
+def mamba_cache_mode(version: str | None, enable_prefix_caching: bool | None, mamba_prefix_caching: bool
+                     ) -> tuple[str, str]:
+    """(vLLM ``version``'s mamba_cache_mode for a generative hybrid, why in words) under --enable-prefix-caching
+    ``enable_prefix_caching`` (None: the version's default, HYBRID_PREFIX_CACHING_DEFAULT_SINCE): 'none' without
+    prefix caching, 'align' or, before the default turned on, 'all' for a model that supports Mamba prefix caching
+    (``mamba_prefix_caching``: kvlab.catalog.hybrid.StateLayout.prefix_caching_mode == 'all')."""
     release = resolve_version(version)
     newer = version_key(release) >= version_key(HYBRID_PREFIX_CACHING_DEFAULT_SINCE)
     if enable_prefix_caching is None:
@@ -278,7 +280,7 @@ def mamba_cache_mode(version: str | None, enable_prefix_caching: bool | None, mi
         why = f"prefix caching {'on' if enable_prefix_caching else 'off'}, as given"
     if not enable_prefix_caching:
         return "none", why
-    if not newer and mixer != "gdn":
+    if not newer and mamba_prefix_caching:
         return "all", why
     return "align", why
 

@@ -457,7 +457,8 @@ def _state_blocks(model_spec, version: str | None) -> tuple[int, int]:
     kind = model_spec.state.kind
     off = mamba_state_blocks(version, 0, "none", kind)
     try:
-        return off, mamba_state_blocks(version, 0, mamba_cache_mode(version, True, kind)[0], kind)
+        mode = mamba_cache_mode(version, True, model_spec.state.prefix_caching_mode == "all")[0]
+        return off, mamba_state_blocks(version, 0, mode, kind)
     except KvlabError:
         return off, off
 
@@ -607,7 +608,8 @@ def _state_blocks_note(model_spec, sizing: SizingResult) -> str:
     return (f"; a Mamba group's state takes {on} blocks a request where the strategy has prefix caching on (vllm: "
             f"vLLM {version}'s mamba_cache_mode 'align', the default for a hybrid from 0.28.0, vllm-project/vllm#50991; "
             "kvlab holds them from the first allocation, as vLLM's startup arithmetic counts them, so the peak is "
-            f"`kvlab size`'s maximum concurrency) and {off} without it (vllm+noprefix: --no-enable-prefix-caching)")
+            f"`kvlab size --enable-prefix-caching`'s maximum concurrency) and {off} without it (vllm+noprefix: "
+            "--no-enable-prefix-caching)")
 
 
 def _draft_slots(model_spec, gpu_spec, sizing: SizingResult, speculative: SpeculativeConfig) -> int:
