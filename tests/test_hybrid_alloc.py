@@ -68,6 +68,26 @@ def test_the_sum_over_groups_decides_never():
     assert a2.why_never_fits(Request(0, 0.0, 8, 1)) is None
 
 
+def test_with_prefix_caching_a_mamba_group_keeps_its_align_blocks():
+    """vLLM's mamba_cache_mode 'align' (prefix caching on): a request's state takes prefix_state_blocks from its
+    first allocation (here 2: the running state and the last block boundary's); without prefix caching, state_blocks.
+    No prefix-cache hit is simulated either way."""
+    mamba = ("mamba", 1, 0, 0, 0, 2)
+    on = HybridAllocator(8, 4, [FULL, mamba], prefix_caching=True)
+    off = HybridAllocator(8, 4, [FULL, mamba])
+    first = seq(0, 6)
+    assert step(on, first, 6) is Fit.NOW and on.get_block_ids(0) == [[1, 2], [3, 4]]
+    assert step(off, seq(0, 6), 6) is Fit.NOW and off.get_block_ids(0) == [[1, 2], [3]]
+    assert not on.enable_prefix_caching and on.num_free_blocks == off.num_free_blocks - 1
+    x = seq(1, 10)  # 3 token blocks + 2 state blocks > the 3 left
+    assert on.allocate_slots(x, 10) is Fit.LATER and off.allocate_slots(seq(1, 10), 10) is Fit.NOW
+    on.check_invariants([first])
+    assert make_allocator("paged", num_slots=32, block_size=4, max_model_len=64, enable_prefix_caching=True,
+                          kv_cache_groups=(("full_attention", 1, 0, 0, 0, 0), mamba)).groups[1].state_blocks == 2
+    with pytest.raises(KvlabError, match="at least its 3 without"):
+        HybridAllocator(8, 4, [FULL, ("mamba", 3, 0, 0, 0, 2)])
+
+
 def test_a_sliding_window_gives_back_its_oldest_block_before_allocating():
     a = HybridAllocator(10, 4, [FULL, SLIDING])  # window 8 tokens = 2 blocks
     x = seq(0, 8)
@@ -177,13 +197,19 @@ def _fixed_workload(tmp_path, n: int, prompt: int, output: int) -> str:
     return str(path)
 
 
-def test_a_hybrid_run_holds_at_most_what_vllm_sizes(kvlab, tmp_path):
+@pytest.mark.parametrize("strategy,flags,state_blocks", [
+    ("vllm", (), 2),  # prefix caching on, vLLM 0.32.0's default for a hybrid: mamba_cache_mode 'align'
+    ("vllm+noprefix", ("--no-enable-prefix-caching",), 1)])
+def test_a_hybrid_run_holds_at_most_what_vllm_sizes(kvlab, tmp_path, strategy, flags, state_blocks):
     """1,024-token requests (960 + 64: the last sampled token is never written), all at once: the run holds as many
-    at once as `kvlab size --context-len 1024` says vLLM's pool does, no more (the pooled tokens held 3.8x as many)."""
-    sized = kvlab("size", HYBRID, "--gpu", "h100-sxm", "--context-len", "1024", "--json").json()
+    at once as `kvlab size --context-len 1024` says vLLM's pool does, no more (the pooled tokens held 3.8x as many),
+    with prefix caching (vllm) and without (vllm+noprefix)."""
+    sized = kvlab("size", HYBRID, "--gpu", "h100-sxm", "--context-len", "1024", "--json", *flags).json()
     most = sized["workload"]["max_num_requests"]
+    # 1,024 tokens in blocks of 784: 2 in the full attention group, and the state blocks in each of 3 Mamba groups
+    assert sized["workload"]["blocks_per_request"] == 2 + 3 * state_blocks
     config = _hybrid_config(workload=_fixed_workload(tmp_path, 2 * most, 960, 64))
-    sim = Simulation(parse_strategy("vllm"), config.engine, load_workload(config.workload.workload))
+    sim = Simulation(parse_strategy(strategy), config.engine, load_workload(config.workload.workload))
     sim.run_until(float("inf"))
     result = sim.result()
     peak = int(result.log.columns["num_running"].max())

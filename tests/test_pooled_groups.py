@@ -41,7 +41,10 @@ def test_a_hybrid_run_takes_blocks_in_every_group_from_vllms_pool(kvlab, tmp_pat
     assert notes[0].startswith("qwen3.6-27b keeps 4 KV cache groups (3 mamba, 1 full_attention): the paged strategies "
                                "give each request blocks in every one from vLLM's pool of "
                                f"{sized['num_blocks']:,} blocks of {sized['block_size']} tokens, as vLLM does")
-    assert "prefix caching is not simulated for it" in notes[0]
+    assert "prefix-cache hits are not simulated for it" in notes[0]
+    assert ("a Mamba group's state takes 2 blocks a request where the strategy has prefix caching on (vllm: vLLM "
+            "0.32.0's mamba_cache_mode 'align'") in notes[0]
+    assert "and 1 without it (vllm+noprefix: --no-enable-prefix-caching)" in notes[0]
 
 
 def test_a_set_pool_is_vllms_blocks(kvlab, tmp_path):
@@ -95,7 +98,9 @@ def test_pooled_groups_count_num_gpu_blocks_in_vllms_blocks_and_say_so(kvlab, tm
     notes = _group_notes(r)
     assert len(notes) == 1 and f"pool of {blocks:,} blocks (--num-gpu-blocks)" in notes[0], notes
     vllm = int(re.search(r"vLLM at most ([\d,]+)", notes[0]).group(1).replace(",", ""))
-    per_request = 2 + 3  # 1,024 tokens in blocks of 784 in the full attention group, a state block in each Mamba one
+    # 1,024 tokens in blocks of 784 in the full attention group, 2 state blocks in each of the 3 Mamba ones (vLLM
+    # 0.32.0's default for a hybrid: prefix caching on, mamba_cache_mode 'align')
+    per_request = 2 + 3 * 2
     assert sized["block_size"] == 784 and vllm == (blocks - 1) // per_request
 
 

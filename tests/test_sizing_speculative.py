@@ -72,6 +72,67 @@ def test_prefix_caching_puts_a_gated_deltanet_hybrid_in_align_mode():
     assert off.num_tokens == 593_795
 
 
+# vLLM's prefix-caching default for a hybrid (kvlab.vllm_rules.HYBRID_PREFIX_CACHING_DEFAULT_SINCE): off up to 0.27
+# (arg_utils.py: 'is_prefix_caching_supported and not model_config.is_hybrid' in 0.27.1's source), on from 0.28.0, in
+# 'align' mode for every hybrid; from 0.32.0 a Mamba2 mixer's 'align' keeps a prefill-checkpoint block more.
+@pytest.mark.parametrize("version, prefix, mode, qwen, granite", [
+    ("0.27.1", None, "none", 1, 1),  # the default before 0.28.0: off
+    ("0.28.0", None, "align", 2, 2),  # on by default: the running state + the last block boundary's
+    ("0.31.0", None, "align", 2, 2),
+    ("0.32.0", None, "align", 2, 3),  # + Mamba2's prefill checkpoint (mamba_mixer2.py num_prefill_checkpoint_blocks=1)
+    (None, None, "align", 2, 3),  # the newest kvlab knows: 0.32.0
+    (None, False, "none", 1, 1),  # --no-enable-prefix-caching, kept as given
+    ("0.27.1", True, "align", 2, None),  # given on before 0.28.0: 'align' for Gated DeltaNet, 'all' (refused) for Mamba2
+])
+def test_prefix_caching_default_for_hybrids_turns_on_at_0_28(version, prefix, mode, qwen, granite):
+    """Exact blocks a 1,024-token request on the real configs: qwen3.6-27b (Gated DeltaNet, 3 state groups, blocks
+    of 784 tokens at TP 1: 2 full attention blocks) and granite-4.0-h-1b (Mamba2, 9 state groups, blocks of 400: 3)."""
+    settings = dict(max_model_len=1024, vllm_version=version, enable_prefix_caching=prefix)
+    r = size_kv_cache(get_model(str(DATA / "qwen3.6-27b.json")), given("h100-sxm", 348 * 51_380_224, **settings))
+    assert (r.block_size, r.num_blocks, r.mamba_cache_mode) == (784, 348, mode)
+    assert r.blocks_per_request == 2 + 3 * qwen
+    assert [g.spec.state_blocks for g in r.kv_cache_groups if g.spec.kind == "mamba"] == [qwen] * 3
+    if granite is None:
+        return
+    g = size_kv_cache(get_model(str(DATA / "granite-4.0-h-1b.json")), given("h100-sxm", 20 * GIB, **settings))
+    assert (g.block_size, g.mamba_cache_mode, g.blocks_per_request) == (400, mode, 3 + 9 * granite)
+
+
+def test_the_qwen3_6_27b_h100_concurrency_falls_with_the_default():
+    """The issue's figure: qwen3.6-27b on an H100 at 1,024 tokens, 348 blocks: 69.60x without prefix caching, 43.50x
+    with vLLM 0.32.0's default (8 blocks a request, not 5), and the rule said in words."""
+    model = get_model(str(DATA / "qwen3.6-27b.json"))
+    on = size_kv_cache(model, given("h100-sxm", 348 * 51_380_224, max_model_len=1024))
+    off = size_kv_cache(model, given("h100-sxm", 348 * 51_380_224, max_model_len=1024, enable_prefix_caching=False))
+    assert (f"{on.max_concurrency:.2f}", f"{off.max_concurrency:.2f}") == ("43.50", "69.60")
+    assert on.mamba_cache_mode_why == ("prefix caching on, vLLM 0.32.0's default for a hybrid model (on from 0.28.0, "
+                                       "vllm-project/vllm#50991)")
+    assert off.mamba_cache_mode_why == "prefix caching off, as given"
+    dense = size_kv_cache(get_model("llama-3.1-8b"), given("h100-sxm", 20 * GIB, max_model_len=8192))
+    assert (dense.mamba_cache_mode, dense.mamba_cache_mode_why) == ("", "")
+
+
+def test_kvlab_size_says_the_prefix_caching_rule_and_takes_the_flag(kvlab):
+    args = ("size", DATA / "granite-4.0-h-1b.json", "--gpu", "h100-sxm", "--max-model-len", "1024",
+            "--available-kv-gib", "20")
+    text = " ".join(kvlab(*args).stdout.split())
+    assert ("State blocks 3 in each state group: 1 running state + 1 for the last block boundary's state + 1 prefill "
+            "checkpoint (Mamba2, from vLLM 0.32.0); mamba_cache_mode 'align': prefix caching on, vLLM 0.32.0's default "
+            "for a hybrid model (on from 0.28.0, vllm-project/vllm#50991) (--no-enable-prefix-caching: 2 blocks fewer "
+            "a group") in text, text
+    off = kvlab(*args, "--no-enable-prefix-caching", "--json").json()
+    assert (off["mamba_cache_mode"], off["blocks_per_request"], off["enable_prefix_caching"]) == ("none", 12, False)
+    assert kvlab(*args, "--json").json()["blocks_per_request"] == 30
+    old = kvlab(*args, "--vllm-version", "0.27.1", "--enable-prefix-caching")
+    assert old.exit_code != 0 and "mamba_cache_mode 'all'" in old.stderr and "Traceback" not in old.stderr
+    fit = kvlab("fit", DATA / "qwen3.6-27b.json", "--gpu", "h100-sxm", "--concurrency", "50", "--context-len", "1024",
+                "--available-kv-gib", str(348 * 51_380_224 / GIB), "--json")
+    fit_off = kvlab("fit", DATA / "qwen3.6-27b.json", "--gpu", "h100-sxm", "--concurrency", "50", "--context-len",
+                    "1024", "--available-kv-gib", str(348 * 51_380_224 / GIB), "--no-enable-prefix-caching", "--json")
+    assert fit.json()["max_num_requests"]["num_requests"] == 347 // 8
+    assert fit_off.json()["max_num_requests"]["num_requests"] == 347 // 5
+
+
 def test_mtp_drafter_weights_are_one_layer_its_fc_and_norms():
     """vLLM loads the MTP layer, its fc (2 x hidden -> hidden, split over TP) and three norms; the embedding and
     lm_head are the target's (llm_base_proposer: 'Detected MTP model. Sharing ...')."""
@@ -108,7 +169,9 @@ def test_ngram_adds_no_layer_but_a_hybrids_state_blocks():
     ("llama-3.1-8b", dict(speculative_method="eagle"), r"^--speculative-method eagle is not sized: .* valid: ngram, mtp$"),
     ("llama-3.1-8b", dict(speculative_method="mtp"), r"needs a model with MTP layers .*llama-3.1-8b has none; valid: ngram$"),
     ("llama-3.1-8b", dict(speculative_method="medusa"), r"^--speculative-method 'medusa' is not one kvlab sizes"),
-    ("granite-4.0-h-1b.json", dict(enable_prefix_caching=True), r"mode 'all' .* which kvlab does not model"),
+    ("granite-4.0-h-1b.json", dict(enable_prefix_caching=True, vllm_version="0.27.1"),
+     r"^vLLM 0.27.1 puts a mamba2 model's state in mamba_cache_mode 'all' .* which kvlab does not model; valid: prefix "
+     r"caching off \(--no-enable-prefix-caching\), or a --vllm-version from 0.28.0 \(mode 'align'\)$"),
     ("qwen3.6-27b.json", dict(vllm_version="0.14.0", speculative_method="mtp"),
      r"^vLLM 0.14.0's state blocks per request .* valid: a --vllm-version from 0.16.0, or neither$"),
 ])

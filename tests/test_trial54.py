@@ -107,8 +107,9 @@ def test_lab_rates_refuse_the_sample_kvlab_capacity_refuses(kvlab):
 
 def test_mtp_log_lessons_say_what_their_short_count_rests_on(kvlab):
     """Trial 54b findings 3 and 6: without --model, the Qwen3.6 MTP log's short count (16-token blocks, one group)
-    is said to be an assumption; with it, the count is the log's prefix-caching ('align') sizing, which `kvlab size`
-    does not take, so the lesson no longer cites `kvlab size --context-len` for it."""
+    is said to be an assumption; with it, the count is the log's prefix-caching ('align') sizing with its MTP draft
+    tokens, so the lesson does not cite `kvlab size --context-len` for it (`kvlab size` counts 'align' with
+    --enable-prefix-caching, and by default from vLLM 0.28.0)."""
     log = str(LOGS / "qwen3.6-27b-int4-2xrtx3090-x4x4-p2p-on-mtp.log")
     out = " ".join(kvlab("vllm", "log", log).stdout.split())
     assert "18 fit at once" in out and "if every layer is full attention in blocks of 16, which the log does not say" in out

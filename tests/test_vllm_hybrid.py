@@ -9,6 +9,7 @@ same requests, leave the same free blocks, and leave every running request with 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -26,6 +27,7 @@ from kvlab.vllm.compare import (
     hybrid_layout,
     prepare,
     run_kvlab,
+    run_vllm,
 )
 from kvlab.vllm.job import EngineSettings
 from kvlab.workload.request import Request
@@ -159,6 +161,26 @@ def test_other_group_order_or_admission_cap_is_told_apart(comparisons, models):
     assert not wider.identical
 
 
+@pytest.mark.vllm
+def test_with_prefix_caching_the_engine_counts_and_holds_kvlabs_align_state_blocks():
+    """vLLM 0.32.0's CPU engine with prefix caching on (mamba_cache_mode 'align') on the tiny Qwen3-Next: its printed
+    concurrency counts 2 state blocks a request (17 blocks / (2 + 2) = 4.25x; 5.67x with one, prefix caching off, as
+    kvlab's sizing gives), and a running request holds at most those 2 in its Mamba group (vLLM moves the state into
+    a new block as the request crosses a block boundary; kvlab holds both from the start: block ids are not compared)."""
+    settings = dataclasses.replace(settings_for(17, "bfloat16"), enable_prefix_caching=True)
+    requests = prepare(workload(21, 8, over_time=False, lengths="mamba"), settings)
+    steps = arrival_steps(requests, dataclasses.replace(settings, enable_prefix_caching=False), model=TINY_MAMBA_CONFIG)
+    run = run_vllm(requests, steps, settings, model=TINY_MAMBA_CONFIG)
+    block_size, groups = hybrid_layout(settings, TINY_MAMBA_CONFIG)
+    full = -(-settings.max_model_len // block_size)
+    state = next(g.prefix_state_blocks for g in groups if g.kind == "mamba")
+    assert run.startup["enable_prefix_caching"] and run.startup["block_size"] == block_size == 288
+    assert run.startup["kv_cache_max_concurrency"] == pytest.approx(17 / (full + state)) == 4.25
+    mamba = [i for i, g in enumerate(run.startup["kv_cache_groups"]) if g["spec"] == "MambaSpec"][0]
+    held = [sum(b != 0 for b in r["block_ids_groups"][mamba]) for step in run.steps for r in step["running"]]
+    assert max(held) == state
+
+
 # -- no engine needed ----------------------------------------------------------------------------------
 
 
@@ -171,6 +193,10 @@ def test_the_tiny_hybrids_are_two_groups_for_kvlab_with_the_cpu_engines_cap():
     assert hybrid_groups(settings_for(40), TINY_MODEL_CONFIG) == ()
     block_size, groups = hybrid_layout(settings_for(17, "bfloat16"), TINY_MAMBA_CONFIG)
     assert block_size == 288 and [(g.kind, g.state_blocks) for g in groups] == [("mamba", 1), ("full_attention", 1)]
+    # with prefix caching on (the vllm strategy), vLLM 0.32.0's 'align' mode: the last block boundary's state too, a
+    # Gated DeltaNet mixer no prefill checkpoint (kvlab.vllm_rules.mamba_state_blocks); the comparisons above run
+    # with it off, vLLM's align mode moving a request's state between blocks as it crosses their boundaries
+    assert [g.prefix_state_blocks for g in groups] == [2, 0]
 
 
 def test_kvlab_side_of_a_hybrid_records_every_groups_table():

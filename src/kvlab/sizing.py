@@ -53,6 +53,7 @@ from kvlab.vllm_rules import (
     VllmRules,
     encoder_cache_rows,
     gemma4_vision_batched,
+    mamba_cache_mode,
     mamba_state_blocks,
     model_runner,
     mrope_positions_factor,
@@ -158,8 +159,9 @@ class SizingConfig:
     # drafter's layers take KV cache beside the target's, and a hybrid's state blocks grow (speculative_layers).
     speculative_method: str | None = None
     num_speculative_tokens: int = 3
-    # --enable-prefix-caching; None: vLLM's default (off for hybrid models, ModelConfig.is_prefix_caching_supported).
-    # Only a hybrid's sizing reads it: prefix caching sets its mamba_cache_mode (kvlab.catalog.hybrid).
+    # --enable-prefix-caching; None: vLLM's default (for a hybrid: off up to 0.27, on from 0.28.0,
+    # vllm_rules.HYBRID_PREFIX_CACHING_DEFAULT_SINCE). Only a hybrid's sizing reads it: prefix caching sets its
+    # mamba_cache_mode, and 'align' keeps more state blocks a request (vllm_rules.mamba_state_blocks).
     enable_prefix_caching: bool | None = None
 
     def __post_init__(self):
@@ -357,15 +359,21 @@ def speculative_layers(model: ModelSpec, config: SizingConfig) -> int:
 
 
 def hybrid_state_blocks(model: ModelSpec, config: SizingConfig) -> int:
-    """Blocks one request's state takes in each state group of a hybrid (vllm_rules.mamba_state_blocks): prefix
-    caching puts a Gated DeltaNet model in mamba_cache_mode 'align'; a Mamba model's 'all' mode is not modelled."""
+    """Blocks one request's state takes in each state group of a hybrid (vllm_rules.mamba_state_blocks) in the
+    mamba_cache_mode prefix caching puts it in (hybrid_cache_mode): 'align' adds a block (two for a Mamba2 mixer from
+    0.32.0), 'all' is refused, not modelled."""
     assert model.state is not None
-    prefix = bool(config.enable_prefix_caching)
-    if prefix and model.state.prefix_caching_mode == "all":
-        raise KvlabError(f"prefix caching on {model.id} puts vLLM's Mamba cache in mode 'all' (a state block per "
-                         "block of tokens), which kvlab does not model; valid: prefix caching off (vLLM's default "
-                         "for hybrid models)")
-    return mamba_state_blocks(config.vllm_version, config.num_spec_tokens, prefix)
+    mode, _ = hybrid_cache_mode(model, config)
+    return mamba_state_blocks(config.vllm_version, config.num_spec_tokens, mode, model.state.kind)
+
+
+def hybrid_cache_mode(model: ModelSpec, config: SizingConfig) -> tuple[str, str]:
+    """(vLLM's mamba_cache_mode for a hybrid ``model``, why in words): --enable-prefix-caching as given, else the
+    version's default (vllm_rules.mamba_cache_mode: on for hybrids from 0.28.0); ("", "") for a model without state
+    layers."""
+    if model.state is None:
+        return "", ""
+    return mamba_cache_mode(config.vllm_version, config.enable_prefix_caching, model.state.prefix_caching_mode == "all")
 
 
 def unify_page_sizes(specs: list[KVCacheSpec | None]) -> list[KVCacheSpec | None]:
@@ -868,6 +876,9 @@ class SizingResult:
     speculative_method: str | None = None  # the speculative config sized (SizingConfig.speculative_method)
     num_speculative_tokens: int = 0  # its draft tokens per step (0 without one)
     enable_prefix_caching: bool | None = None  # as given (None: vLLM's default); a hybrid's state blocks read it
+    # a hybrid's: vLLM's mamba_cache_mode ('none', 'align') and why, in words (hybrid_cache_mode); "" otherwise
+    mamba_cache_mode: str = ""
+    mamba_cache_mode_why: str = ""
     drafter_layers: int = 0  # an MTP drafter's layers in the KV cache (speculative_layers), on the last stage
     drafter_weights: str = ""  # its weights on the last stage, in words (drafter_weights_bytes); "" without one
     # With pipeline stages: each stage's KV budget and blocks (one GPU of it), and which stage binds (the fewest
@@ -1192,6 +1203,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
     max_concurrency = num_blocks / per_request
     rules = config.rules
     num_tokens = printed_kv_tokens(rules, num_blocks, groups, per_request, max_model_len, dcp)
+    mode, why = hybrid_cache_mode(model, config)
     return SizingResult(
         model_id=model.id, gpu_name=config.gpu_name, gpu_memory_bytes=config.gpu_memory_bytes,
         gpu_memory_utilization=config.gpu_memory_utilization, block_size=attention_group(groups).spec.block_size,
@@ -1220,6 +1232,7 @@ def size_kv_cache(model: ModelSpec, config: SizingConfig) -> SizingResult:
         decode_context_parallel_size=dcp, enable_expert_parallel=config.enable_expert_parallel,
         speculative_method=config.speculative_method, num_speculative_tokens=config.num_spec_tokens,
         enable_prefix_caching=config.enable_prefix_caching, drafter_layers=speculative_layers(model, config),
+        mamba_cache_mode=mode, mamba_cache_mode_why=why,
         drafter_weights=drafter_weights_bytes(model, config, act_bytes)[1].removeprefix(" + "),
         stage_available_kv_bytes=tuple(budgets) if len(stages) > 1 else (),
         stage_num_blocks=tuple(blocks) if len(stages) > 1 else (), limiting_stage=index,

@@ -237,21 +237,70 @@ def encoder_cache_rows(version: str | None, budget_tokens: int, item_tokens: int
 
 # A hybrid model's state blocks per request (MambaSpec.max_memory_usage_bytes): from 0.16.0 one state block plus one
 # per speculative token (num_speculative_blocks = num_speculative_tokens whenever a speculative config is set,
-# layers/mamba/abstract.py get_kv_cache_spec), and one more in mamba_cache_mode 'align', which prefix caching selects
-# for a model that does not support Mamba prefix caching (models/config.py MambaModelConfig: Qwen3-Next, Qwen3.5).
-# Read in 0.16.0, 0.17.0, 0.19.0, 0.20.1, 0.21.0, 0.22.0, 0.24.0, 0.25.0, 0.27.0, 0.29.0 and 0.32.0 (from 0.29 'align'
-# adds a prefill-checkpoint block, set for Mamba2 mixers only, whose prefix caching kvlab refuses); in 0.14.0 a state
-# took cdiv(max_model_len, mamba block size) pages, one without prefix caching and with no speculative blocks. 0.15
-# ships no source archive and is not read.
+# layers/mamba/abstract.py get_kv_cache_spec), and one more in mamba_cache_mode 'align' (the state of the last block
+# boundary kept beside the running one). Read in 0.16.0, 0.17.0, 0.19.0, 0.20.1, 0.21.0, 0.22.0, 0.24.0, 0.25.0,
+# 0.27.0, 0.29.0 and 0.32.0. In 0.14.0 a state took cdiv(max_model_len, mamba block size) pages, one without prefix
+# caching and with no speculative blocks. 0.15 ships no source archive and is not read.
 MAMBA_SPECULATIVE_BLOCKS_SINCE = "0.16.0"
+# From 0.32.0 'align' also keeps a prefill-checkpoint block for a Mamba2 mixer (mamba_mixer2.py get_kv_cache_spec:
+# num_prefill_checkpoint_blocks=1, counted by MambaSpec.max_memory_usage_bytes as 2 + speculative + checkpoint
+# blocks); MambaSpec has the field from 0.29.0, but no Mamba2 mixer sets it in 0.29.0's source archive or 0.30.0's
+# and 0.31.0's wheels (only Kimi K3's KDA layers, which kvlab does not size). Gated DeltaNet and Mamba1 set none.
+MAMBA2_PREFILL_CHECKPOINT_SINCE = "0.32.0"
+
+# Prefix caching's default for a generative hybrid model (Mamba, Mamba2, Gated DeltaNet layers beside attention),
+# and the mamba_cache_mode it puts the state in (vllm-project/vllm#50991):
+# - up to 0.27: off (engine/arg_utils.py _set_default_chunked_prefill_and_prefix_caching_args:
+#   'is_prefix_caching_supported and not model_config.is_hybrid' in 0.26.0's and 0.27.1's source archives; in 0.22.0's
+#   and 0.25.0's ModelConfig.is_prefix_caching_supported itself is False for hybrids). Turned on by hand, it put a model
+#   that supports Mamba prefix caching (the Mamba1/Mamba2 families: catalog/hybrid.py StateLayout.prefix_caching_mode)
+#   in mode 'all' (a state block per block of tokens, not modelled) and the others (Gated DeltaNet) in 'align'
+#   (models/config.py MambaModelConfig, the same in 0.22.0, 0.25.0, 0.26.0 and 0.27.1);
+# - from 0.28.0: on (the default is is_prefix_caching_supported, True for a generative hybrid, in 0.28.0's and 0.29.0's
+#   source archives and 0.30.0's, 0.31.0's and 0.32.0's wheels), and MambaModelConfig turns mode 'none' into 'align'
+#   for every hybrid; 'all' only where --mamba-cache-mode all is given (0.32.0 no longer has it: config/cache.py
+#   MambaCacheMode is 'align' or 'none').
+HYBRID_PREFIX_CACHING_DEFAULT_SINCE = "0.28.0"
 
 
-def mamba_state_blocks(version: str | None, num_speculative_tokens: int, align: bool) -> int:
-    """Blocks one request's state takes in each linear-attention or Mamba group under vLLM ``version``: 1, + the
-    speculative tokens and + 1 in 'align' mode from MAMBA_SPECULATIVE_BLOCKS_SINCE. A version before it with prefix
-    caching or speculative decoding on a hybrid is refused: what it counts there was not read."""
-    if version_key(resolve_version(version)) >= version_key(MAMBA_SPECULATIVE_BLOCKS_SINCE):
-        return 1 + num_speculative_tokens + int(align)
+def mamba_cache_mode(version: str | None, enable_prefix_caching: bool | None, mamba_prefix_caching: bool
+                     ) -> tuple[str, str]:
+    """(vLLM ``version``'s mamba_cache_mode for a generative hybrid, why in words) under --enable-prefix-caching
+    ``enable_prefix_caching`` (None: the version's default, HYBRID_PREFIX_CACHING_DEFAULT_SINCE): 'none' without
+    prefix caching, 'align' or, before the default turned on, 'all' for a model that supports Mamba prefix caching
+    (``mamba_prefix_caching``: kvlab.catalog.hybrid.StateLayout.prefix_caching_mode == 'all')."""
+    release = resolve_version(version)
+    newer = version_key(release) >= version_key(HYBRID_PREFIX_CACHING_DEFAULT_SINCE)
+    if enable_prefix_caching is None:
+        why = (f"prefix caching {'on' if newer else 'off'}, vLLM {release}'s default for a hybrid model ("
+               + (f"on from {HYBRID_PREFIX_CACHING_DEFAULT_SINCE}, vllm-project/vllm#50991)" if newer else
+                  f"on only from {HYBRID_PREFIX_CACHING_DEFAULT_SINCE}, vllm-project/vllm#50991)"))
+        enable_prefix_caching = newer
+    else:
+        why = f"prefix caching {'on' if enable_prefix_caching else 'off'}, as given"
+    if not enable_prefix_caching:
+        return "none", why
+    if not newer and mamba_prefix_caching:
+        return "all", why
+    return "align", why
+
+
+def mamba_state_blocks(version: str | None, num_speculative_tokens: int, mode: str, mixer: str = "gdn") -> int:
+    """Blocks one request's state takes in each linear-attention or Mamba group under vLLM ``version`` in
+    mamba_cache_mode ``mode`` (mamba_cache_mode): 1, + the speculative tokens, + 1 in 'align' mode from
+    MAMBA_SPECULATIVE_BLOCKS_SINCE, + 1 more for a Mamba2 ``mixer`` in 'align' from MAMBA2_PREFILL_CHECKPOINT_SINCE.
+    Mode 'all', and a version before MAMBA_SPECULATIVE_BLOCKS_SINCE with prefix caching or speculative decoding on a
+    hybrid, are refused: what they count is not modelled."""
+    if mode == "all":
+        raise KvlabError(f"vLLM {resolve_version(version)} puts a {mixer} model's state in mamba_cache_mode 'all' with "
+                         "prefix caching on (a state block per block of tokens), which kvlab does not model; valid: "
+                         f"prefix caching off (--no-enable-prefix-caching), or a --vllm-version from "
+                         f"{HYBRID_PREFIX_CACHING_DEFAULT_SINCE} (mode 'align')")
+    align = mode == "align"
+    key = version_key(resolve_version(version))
+    if key >= version_key(MAMBA_SPECULATIVE_BLOCKS_SINCE):
+        checkpoint = align and mixer == "mamba2" and key >= version_key(MAMBA2_PREFILL_CHECKPOINT_SINCE)
+        return 1 + num_speculative_tokens + int(align) + int(checkpoint)
     if align or num_speculative_tokens:
         raise KvlabError(f"vLLM {version}'s state blocks per request for a hybrid model with prefix caching or "
                          "speculative decoding are not modelled; valid: a --vllm-version from "

@@ -76,7 +76,8 @@ class StateLayout:
 
     @property
     def prefix_caching_mode(self) -> str:
-        """vLLM's mamba_cache_mode when prefix caching is on (models/config.py MambaModelConfig): 'all' for the
+        """vLLM's mamba_cache_mode when prefix caching is turned on before 0.28.0 (models/config.py MambaModelConfig;
+        from 0.28.0 'align' for every hybrid: kvlab.vllm_rules.mamba_cache_mode): 'all' for the
         models that support Mamba prefix caching (the Mamba1/Mamba2 families: Jamba, Mamba, Nemotron-H, Granite 4,
         Zamba2, Falcon-H1), 'align' for the others (Gated DeltaNet: Qwen3-Next, Qwen3.5)."""
         return "align" if self.kind == "gdn" else "all"

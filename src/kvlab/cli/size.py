@@ -6,6 +6,7 @@ Options use vLLM's spelling. Kept light: only the catalogue, the sizing arithmet
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
@@ -66,6 +67,10 @@ RunnerOpt = Annotated[Optional[str], typer.Option(
 DcpOpt = Annotated[int, typer.Option(
     "--dcp-size", "-dcp", help="GPUs of a tensor-parallel group that split each request's KV cache by token "
     "(vLLM's decode context parallelism, its --decode-context-parallel-size); must divide --tensor-parallel-size.")]
+PrefixOpt = Annotated[Optional[bool], typer.Option(
+    "--enable-prefix-caching/--no-enable-prefix-caching", help="vLLM's prefix caching: only a hybrid model's sizing "
+    "reads it (its Mamba/linear-attention state keeps more blocks a request with it on, mamba_cache_mode 'align').",
+    show_default="vLLM's default: on, for a hybrid model from 0.28.0")]
 EpOpt = Annotated[bool, typer.Option(
     "--enable-expert-parallel", "-ep", help="Deal a MoE model's routed experts out whole, E / TP to each GPU, instead "
     "of splitting each expert over the tensor-parallel ranks (vLLM's --enable-expert-parallel).")]
@@ -210,7 +215,7 @@ def _per_request_text(result) -> str:
     for g in result.kv_cache_groups:
         blocks = g.spec.max_num_blocks_per_request(length, in_flight)
         if g.spec.kind == "mamba":
-            text = f"state: {blocks} block{'s' if blocks > 1 else ''}"  # + draft tokens, + 1 in 'align' mode
+            text = f"state: {blocks} block{'s' if blocks > 1 else ''}"  # (_state_blocks_text says why)
         elif g.spec.kind == "sliding_attention":
             w = g.spec.sliding_window
             text = (f"sliding: ceil(min({w:,} - 1 + {in_flight:,} in flight, {length:,}) / {g.spec.block_size}) + 1 = "
@@ -228,6 +233,28 @@ def _per_request_text(result) -> str:
         return text
     return (f"its {result.max_model_len:,} tokens over DCP {dcp}: ceil({result.max_model_len:,} / {dcp}) = {length:,} "
             "on each GPU; " + text)
+
+
+def _state_blocks_count(result) -> str:
+    return f"{next(g.spec.state_blocks for g in result.kv_cache_groups if g.spec.kind == 'mamba'):,}"
+
+
+def _state_blocks_text(result) -> str:
+    """Why a hybrid's state groups take the blocks they do a request: prefix caching's mamba_cache_mode
+    (kvlab.vllm_rules.mamba_cache_mode) and what each mode keeps (mamba_state_blocks)."""
+    spec = next(g.spec for g in result.kv_cache_groups if g.spec.kind == "mamba")
+    spec_tokens = result.num_speculative_tokens if result.speculative_method else 0
+    parts = ["1 running state"] + ([f"{spec_tokens} for the draft tokens"] if spec_tokens else [])
+    if result.mamba_cache_mode == "align":
+        parts.append("1 for the last block boundary's state")
+        extra = spec.state_blocks - 2 - spec_tokens
+        if extra:
+            parts.append(f"{extra} prefill checkpoint (Mamba2, from vLLM 0.32.0)")
+    mode = {"none": "mamba_cache_mode 'none'", "align": "mamba_cache_mode 'align'"}[result.mamba_cache_mode]
+    fewer = spec.state_blocks - 1 - spec_tokens
+    tail = (f" (--no-enable-prefix-caching: {plural(fewer, 'block')} fewer a group; prefix-cache hits, which "
+            "share blocks, are not counted here)" if result.mamba_cache_mode == "align" else "")
+    return f"in each state group: {' + '.join(parts)}; {mode}: {result.mamba_cache_mode_why}{tail}"
 
 
 def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
@@ -265,6 +292,8 @@ def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
                  + (f"; {result.binding_stage_text}" if result.binding_stage_text else "")))
     rows.append(("Blocks per request", f"{result.blocks_per_request:,}",
                  f"one {result.max_model_len:,}-token request (max_model_len): " + _per_request_text(result)))
+    if result.mamba_cache_mode:
+        rows.append(("State blocks", _state_blocks_count(result), _state_blocks_text(result)))
     rows.append(("Token slots", f"{result.num_tokens:,}",
                  f"int({result.num_blocks:,} / {result.blocks_per_request:,} x {result.max_model_len:,})"
                  + (f" = {result.num_blocks:,} blocks x {result.block_size} tokens"
@@ -369,6 +398,7 @@ def size(
     model_runner: RunnerOpt = None,
     decode_context_parallel_size: DcpOpt = 1,
     enable_expert_parallel: EpOpt = False,
+    enable_prefix_caching: PrefixOpt = None,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -385,6 +415,7 @@ def size(
                                     decode_context_parallel_size=decode_context_parallel_size,
                                     enable_expert_parallel=enable_expert_parallel,
                                     mtp_layers=spec.num_nextn_predict_layers)
+    config = replace(config, enable_prefix_caching=enable_prefix_caching)
     _note_block_size(config.block_size, as_json)
     _note_expert_parallel(spec, config, as_json)
     quantized = _note_quantization(spec, quantization, as_json)
@@ -547,6 +578,7 @@ def fit(
     model_runner: RunnerOpt = None,
     decode_context_parallel_size: DcpOpt = 1,
     enable_expert_parallel: EpOpt = False,
+    enable_prefix_caching: PrefixOpt = None,
     as_json: JsonOpt = False,
     yes: YesOpt = False,
     **options,
@@ -565,6 +597,7 @@ def fit(
                                     decode_context_parallel_size=decode_context_parallel_size,
                                     enable_expert_parallel=enable_expert_parallel,
                                     search_tensor_parallel=True, mtp_layers=spec.num_nextn_predict_layers)
+    config = replace(config, enable_prefix_caching=enable_prefix_caching)
     _note_block_size(config.block_size, as_json)
     _note_expert_parallel(spec, config, as_json)
     quantized = _note_quantization(spec, quantization, as_json)

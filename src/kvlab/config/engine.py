@@ -61,7 +61,7 @@ class CacheConfig:
     # strategies give each request blocks in every group from vLLM's one pool (kvlab.memory.hybrid.GroupSpec); then
     # ``block_size`` is vLLM's (the groups' common one) and ``num_slots`` its blocks times it.
     # Empty: one pool of tokens (every single-group model).
-    kv_cache_groups: tuple[tuple[str, int, int, int, int], ...] = ()
+    kv_cache_groups: tuple[tuple[str, int, int, int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         _check_positive(self, "num_slots", "block_size")

@@ -374,7 +374,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     sizing = _size(model_spec, gpu_spec, values)
     tp, pp = values["tensor_parallel_size"] or 1, values["pipeline_parallel_size"]
     speculative = resolve_speculative(values, model_spec, sizing)
-    groups = _hybrid_groups(values, sizing, speculative)  # (a hybrid: vLLM's blocks, a request's in every group)
+    groups = _hybrid_groups(values, sizing, speculative, model_spec)  # (a hybrid: vLLM's blocks in every group)
     block_size = _token_block_size(groups) if groups else values["block_size"]
     num_slots = _pool_slots(model_spec, gpu_spec, sizing, values["num_gpu_blocks"], block_size, speculative,
                             hybrid=bool(groups))
@@ -430,19 +430,40 @@ def _newest_version() -> str:
     return NEWEST_KNOWN
 
 
-def _hybrid_groups(values: dict[str, Any], sizing: SizingResult, speculative: SpeculativeConfig | None
-                   ) -> tuple[tuple[str, int, int, int, int], ...]:
+def _hybrid_groups(values: dict[str, Any], sizing: SizingResult, speculative: SpeculativeConfig | None, model_spec
+                   ) -> tuple[tuple[str, int, int, int, int, int], ...]:
     """A hybrid model's KV cache groups as the paged strategies' allocator takes them (kvlab.memory.hybrid.GroupSpec:
-    (kind, state_blocks, sliding_window, admission_blocks) each), or () to pool its tokens in one table per request:
-    a single-group model, and a hybrid where the simulator does not give blocks per group (_pooled_reason)."""
+    (kind, state_blocks, sliding_window, admission_blocks, block_size, prefix_state_blocks) each), or () to pool its
+    tokens in one table per request: a single-group model, and a hybrid where the simulator does not give blocks per
+    group (_pooled_reason). A Mamba group's state blocks are vLLM's without prefix caching and with it
+    (_state_blocks), whatever the version's default: the strategy's name says which (vllm, vllm+noprefix)."""
     groups = sizing.kv_cache_groups
     if len(groups) == 1 or _pooled_reason(values, sizing, speculative):
         return ()
-    return tuple((g.spec.kind, g.spec.state_blocks, g.spec.sliding_window or 0, _admission_cap(g.spec, sizing),
-                  g.spec.block_size) for g in groups)
+    off, on = _state_blocks(model_spec, values["vllm_version"])
+    return tuple((g.spec.kind, off if g.spec.kind == "mamba" else g.spec.state_blocks, g.spec.sliding_window or 0,
+                  _admission_cap(g.spec, sizing), g.spec.block_size, on if g.spec.kind == "mamba" else 0)
+                 for g in groups)
 
 
-def _token_block_size(groups: tuple[tuple[str, int, int, int, int], ...]) -> int:
+def _state_blocks(model_spec, version: str | None) -> tuple[int, int]:
+    """A hybrid's state blocks a request in each Mamba group under vLLM ``version`` (kvlab.vllm_rules: no speculative
+    decoding here, _pooled_reason): (prefix caching off, prefix caching on); on is off's where vLLM's mode with
+    prefix caching is not modelled ('all' before 0.28.0 for a Mamba family; before 0.16.0), _hybrid_notes says so."""
+    from kvlab.vllm_rules import mamba_cache_mode, mamba_state_blocks
+
+    if model_spec.state is None:
+        return 1, 1
+    kind = model_spec.state.kind
+    off = mamba_state_blocks(version, 0, "none", kind)
+    try:
+        mode = mamba_cache_mode(version, True, model_spec.state.prefix_caching_mode == "all")[0]
+        return off, mamba_state_blocks(version, 0, mode, kind)
+    except KvlabError:
+        return off, off
+
+
+def _token_block_size(groups: tuple[tuple[str, int, int, int, int, int], ...]) -> int:
     """The tokens a block of the group that holds the tokens (the first full attention or MLA one) holds: the pool's
     block size, its slots (Gemma 4's sliding groups hold more in each of their blocks)."""
     from kvlab.memory.hybrid import TOKEN_KINDS
@@ -520,7 +541,7 @@ POOLED_GROUPS_CONTEXT = 1024
 
 
 def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block_size: int,
-                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int, int, int], ...] = (),
+                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int, int, int, int], ...] = (),
                          reason: str = "") -> tuple[str, ...]:
     """A model of several KV cache groups (sliding-window or Mamba/linear-attention layers beside full attention;
     kvlab.sizing) takes blocks in each group from vLLM's one pool: a fixed state block per Mamba group, up to a window
@@ -566,16 +587,29 @@ def _hybrid_notes(model_spec, sizing: SizingResult, num_blocks: int, block_size:
             f"blocks in every one from vLLM's pool of {num_blocks:,} blocks of {held}, as vLLM does "
             "(a full attention group's grow with its tokens, a Mamba group's state blocks are fixed, a sliding "
             "window's older blocks go back); the other groups' blocks count as overhead in the memory shares, and "
-            "prefix caching is not simulated for it (every lookup misses"
-            + ("" if not any(g.spec.kind == "mamba" for g in groups) else
-               ": the pool is vLLM's with --no-enable-prefix-caching, whereas from vllm-project/vllm#50991, in 0.32.0, "
-               "vLLM turns it on by default for a hybrid, a Mamba group then in 'align' mode with a state block more, "
-               "which kvlab does not yet size")
-            + "); the slab strategies (max, pow2, oracle) "
+            "prefix-cache hits are not simulated for it (every lookup misses)"
+            + ("" if not any(g.spec.kind == "mamba" for g in groups) else _state_blocks_note(model_spec, sizing))
+            + "; the slab strategies (max, pow2, oracle) "
             "reserve in the same pool one slab per request covering every group (their token reservation in each full "
             "attention group, a Mamba group's state blocks, a sliding group's most: its window and the tokens in flight, "
             "at most their token reservation)")
     return (note,)
+
+
+def _state_blocks_note(model_spec, sizing: SizingResult) -> str:
+    """What a hybrid's run note says of its Mamba groups' state blocks with and without prefix caching
+    (_state_blocks)."""
+    off, on = _state_blocks(model_spec, sizing.vllm_version)
+    version = sizing.vllm_version
+    if on == off:
+        return (f"; a Mamba group's state takes {off} block{'s' if off > 1 else ''} a request in every strategy: "
+                f"vLLM {version}'s state with prefix caching on is not modelled (mode 'all' before 0.28.0 for a Mamba "
+                "family, any before 0.16.0), so the vllm strategy's pool is vLLM's with --no-enable-prefix-caching")
+    return (f"; a Mamba group's state takes {on} blocks a request where the strategy has prefix caching on (vllm: "
+            f"vLLM {version}'s mamba_cache_mode 'align', the default for a hybrid from 0.28.0, vllm-project/vllm#50991; "
+            "kvlab holds them from the first allocation, as vLLM's startup arithmetic counts them, so the peak is "
+            f"`kvlab size --enable-prefix-caching`'s maximum concurrency) and {off} without it (vllm+noprefix: "
+            "--no-enable-prefix-caching)")
 
 
 def _draft_slots(model_spec, gpu_spec, sizing: SizingResult, speculative: SpeculativeConfig) -> int:

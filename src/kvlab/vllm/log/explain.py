@@ -236,11 +236,12 @@ def _grouped_lines(log: StartupLog, sized, blocks: int, bs_note: str) -> list[st
     short = max(block_size, length // 8)
     if fit >= 1 and length >= 4 * block_size:
         per_short, words = _request_blocks(sized, short)
-        aligned = sized.enable_prefix_caching and any(g.spec.kind == "mamba" for g in sized.kv_cache_groups)
+        aligned = sized.mamba_cache_mode == "align"
         out.append(f"Shorter conversations take fewer blocks: at {short:,} tokens ({per_short:,} blocks: {words}) "
                    f"each, {(blocks - 1) // per_short:,} fit at once (one block is vLLM's null block), as " + (
                        "kvlab's sizing counts them with the log's prefix caching on (its 'align' mode: one more state "
-                       "block a request, which `kvlab size` does not count: it takes no prefix-caching option)."
+                       "block a request, which `kvlab size` counts with --enable-prefix-caching, and by default from "
+                       "vLLM 0.28.0)."
                        if aligned else f"`kvlab size --context-len {short}` counts them."))
     return out
 
