@@ -48,6 +48,15 @@ def test_a_run_that_serves_no_request_exits_1_after_its_report(kvlab, tmp_path):
     assert served.exit_code == 0 and "error" not in served.stderr, served.stderr
 
 
+def test_a_run_whose_every_request_is_abandoned_advises_its_timeout_not_the_cache(kvlab):
+    """Review 57 L1: every request abandoned at a 10 ms deadline; the advice was the KV cache's."""
+    r = kvlab("run", "vllm", "--num-requests", "20", "--timeout", "0.01", "--no-plots")
+    assert r.exit_code == 1, r.stderr
+    line = _flat(r.stderr).split("error: ")[-1]
+    assert line == ("no request was served (vllm abandoned 20): the figures above measure nothing; valid: a --timeout "
+                    "long enough for a request to finish"), line
+
+
 def test_a_race_exits_1_only_where_no_strategy_served(kvlab, tmp_path):
     """The same for `race`: every strategy is named with what it rejected; one strategy that serves is enough."""
     workload = _fixed(tmp_path)

@@ -263,9 +263,14 @@ def served_nothing(summaries: list[dict]) -> str | None:
         fates += [f"rejected {left:,} more"] if (left := s["num_rejected"] - sum(c for _, c in reasons)) > 0 else []
         fates += [f"abandoned {s['num_aborted']:,}"] if s.get("num_aborted") else []
         parts.append(f"{s['name']} {' and '.join(fates) or 'finished none'}")
-    return (f"no request was served ({'; '.join(parts)}): the figures above measure nothing; valid: a KV cache in "
-            "which the workload's requests fit (`kvlab size --context-len N` gives how many fit) and prompts within "
-            "max_model_len")
+    valid = []
+    if any(s["num_rejected"] for s in summaries):
+        valid.append("a KV cache in which the workload's requests fit (`kvlab size --context-len N` gives how many "
+                     "fit) and prompts within max_model_len")
+    if any(s.get("num_aborted") for s in summaries):
+        valid.append("a --timeout long enough for a request to finish")
+    return (f"no request was served ({'; '.join(parts)}): the figures above measure nothing; valid: "
+            + (" and ".join(valid) or "a workload with requests"))
 
 
 def exit_if_nothing_served(summaries: list[dict]) -> None:

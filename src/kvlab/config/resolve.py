@@ -435,14 +435,15 @@ def _hybrid_groups(values: dict[str, Any], sizing: SizingResult, speculative: Sp
     """A hybrid model's KV cache groups as the paged strategies' allocator takes them (kvlab.memory.hybrid.GroupSpec:
     (kind, state_blocks, sliding_window, admission_blocks, block_size, prefix_state_blocks) each), or () to pool its
     tokens in one table per request: a single-group model, and a hybrid where the simulator does not give blocks per
-    group (_pooled_reason). A Mamba group's state blocks are vLLM's without prefix caching and with it
-    (_state_blocks), whatever the version's default: the strategy's name says which (vllm, vllm+noprefix)."""
+    group (_pooled_reason). A Mamba group's state blocks are the ones vLLM holds a running request between block
+    boundaries, with prefix caching ('align') or without: one state block (_state_blocks_note says what is not
+    simulated)."""
     groups = sizing.kv_cache_groups
     if len(groups) == 1 or _pooled_reason(values, sizing, speculative):
         return ()
-    off, on = _state_blocks(model_spec, values["vllm_version"])
+    off, _ = _state_blocks(model_spec, values["vllm_version"])
     return tuple((g.spec.kind, off if g.spec.kind == "mamba" else g.spec.state_blocks, g.spec.sliding_window or 0,
-                  _admission_cap(g.spec, sizing), g.spec.block_size, on if g.spec.kind == "mamba" else 0)
+                  _admission_cap(g.spec, sizing), g.spec.block_size, 0)
                  for g in groups)
 
 
@@ -605,11 +606,13 @@ def _state_blocks_note(model_spec, sizing: SizingResult) -> str:
         return (f"; a Mamba group's state takes {off} block{'s' if off > 1 else ''} a request in every strategy: "
                 f"vLLM {version}'s state with prefix caching on is not modelled (mode 'all' before 0.28.0 for a Mamba "
                 "family, any before 0.16.0), so the vllm strategy's pool is vLLM's with --no-enable-prefix-caching")
-    return (f"; a Mamba group's state takes {on} blocks a request where the strategy has prefix caching on (vllm: "
-            f"vLLM {version}'s mamba_cache_mode 'align', the default for a hybrid from 0.28.0, vllm-project/vllm#50991; "
-            "kvlab holds them from the first allocation, as vLLM's startup arithmetic counts them, so the peak is "
-            f"`kvlab size --enable-prefix-caching`'s maximum concurrency) and {off} without it (vllm+noprefix: "
-            "--no-enable-prefix-caching)")
+    return (f"; a Mamba group's state takes {off} block{'s' if off > 1 else ''} a request in every strategy: with "
+            f"prefix caching on (vllm: vLLM {version}'s mamba_cache_mode 'align', the default for a hybrid from 0.28.0, "
+            f"vllm-project/vllm#50991) vLLM's startup arithmetic counts {on} a request (`kvlab size`'s maximum "
+            "concurrency) but its MambaManager admits with one and holds one between block boundaries: the second, "
+            "taken for the step a request crosses a boundary, and a Mamba2 mixer's prefill checkpoint (from 0.32.0), "
+            "are not simulated, so near a full pool kvlab may admit a request a step before vLLM, and a run may hold "
+            "more requests at once than `kvlab size` prints, as vLLM does")
 
 
 def _draft_slots(model_spec, gpu_spec, sizing: SizingResult, speculative: SpeculativeConfig) -> int:

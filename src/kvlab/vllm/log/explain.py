@@ -240,8 +240,8 @@ def _grouped_lines(log: StartupLog, sized, blocks: int, bs_note: str) -> list[st
         out.append(f"Shorter conversations take fewer blocks: at {short:,} tokens ({per_short:,} blocks: {words}) "
                    f"each, {(blocks - 1) // per_short:,} fit at once (one block is vLLM's null block), as " + (
                        "kvlab's sizing counts them with the log's prefix caching on (its 'align' mode: one more state "
-                       "block a request, which `kvlab size` counts with --enable-prefix-caching, and by default from "
-                       "vLLM 0.28.0)."
+                       "block a request, two for a Mamba2 mixer from 0.32.0, which `kvlab size` counts with "
+                       "--enable-prefix-caching, and by default from vLLM 0.28.0)."
                        if aligned else f"`kvlab size --context-len {short}` counts them."))
     return out
 
