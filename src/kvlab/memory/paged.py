@@ -555,7 +555,8 @@ class PagedAllocator:
         bs = self.block_size
         hit_blocks = self._get_hit_blocks(request, num_cached_tokens // bs) if num_cached_tokens else []
         num_tokens = seq.num_computed_tokens + num_cached_tokens + num_new_tokens
-        num_full_tokens = seq.num_tokens if self.scheduler_reserve_full_isl else 0
+        seq_tokens = seq.num_tokens  # (read once: compiled, a read through the Sequence Protocol is generic)
+        num_full_tokens = seq_tokens if self.scheduler_reserve_full_isl else 0
         max_model_len = self.max_model_len
         if max_model_len is not None:
             if num_tokens > max_model_len:
@@ -608,7 +609,7 @@ class PagedAllocator:
             state.num_cached_blocks = num_hit
             state.table = table
             holder.state = state  # (a decode run reaches it from the holder: _cache_run)
-            self._cache_blocks(state, table, min(num_tokens, seq.num_tokens))
+            self._cache_blocks(state, table, min(num_tokens, seq_tokens))
         return Fit.NOW
 
     def _append_new_blocks(self, num_kv_tokens: int, table: list[int], num_new_blocks: int) -> None:
