@@ -371,11 +371,7 @@ class Simulation(Clock):
         ``num_seqs`` requests and the first of them reads ``num_context_tokens`` tokens of KV; with ``first``,
         that iteration (which admits) comes before them. Their durations and the clock at their end travel back
         in the run's output (``_timing`` reads them there)."""
-        stop = self._limit
-        if not queue_waits:  # (min(next arrival, limit), written out: compiled, min() of two floats is a generic call)
-            arrival = self.next_arrival_time
-            if not stop < arrival:  # (as min: the first unless the second is smaller)
-                stop = arrival
+        stop = self._limit if queue_waits else min(self.next_arrival_time, self._limit)
         if self._timed_out:  # (a deadline ends a run as an arrival does; an arrival may bring one: runs stop there)
             deadline = self._deadlines[0][0] if self._deadlines else INF
             stop, queue_waits = min(self.next_arrival_time, self._limit, deadline), False
