@@ -633,7 +633,7 @@ class PagedAllocator:
         """Hash every block now full of (scheduled) tokens of the request whose state is ``state`` and whose block table
         is ``table``; vLLM's ``cache_blocks``. A step's allocation calls it, which kvlab.offload overrides to store
         them; a decode run calls ``_cache_state``. (The state, not the request: compiled, its lookup by the request's
-        id, read generically, cost ~500 instructions a call; benchmarks/README.md, the seventeenth step.)"""
+        id, read generically, cost ~600 instructions a call; benchmarks/README.md, the seventeenth step.)"""
         self._cache_state(state, table, num_tokens)
 
     def _cache_state(self, state: RequestHashes, table: list[int], num_tokens: int) -> None:
