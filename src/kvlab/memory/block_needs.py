@@ -32,14 +32,19 @@ from kvlab.memory.base import num_blocks_for
 class Holder:
     """A request holding blocks, as ``BlockNeeds`` tracks it from its admission to its ``forget``."""
 
-    __slots__ = ("request_id", "table", "state", "stamp", "phase", "tokens", "last", "waste", "far")
+    __slots__ = ("request_id", "table", "state", "kv_tokens", "stamp", "phase", "tokens", "last", "waste", "far",
+                 "pending", "pending_slots", "pending_tokens")
 
-    def __init__(self, request_id: Any, table: list[int], stamp: int) -> None:
+    def __init__(self, request_id: Any, table: list[int], stamp: int, kv_tokens: int) -> None:
         # (the id as the object the caller holds, typed Any: compiled, an int attribute is boxed anew at each read,
         # an allocation for each dict lookup by it)
         self.request_id: Any = request_id
         self.table = table  # the allocator's block table for it (the same list: a run appends to it)
         self.state: Any = None  # the allocator's own record of the request, if it keeps one (paged: RequestHashes)
+        # The slots it will ever write (Request.num_kv_tokens): here, not in a dict by request id beside the holders
+        # (compiled, a store, a lookup and a delete per request, ~300 instructions each; benchmarks/README.md, the
+        # seventeenth step)
+        self.kv_tokens = kv_tokens
         self.stamp = stamp  # admission order
         self.phase = -1  # its bucket: the clock iterations of its blocks mod block_size (-1: not placed)
         self.tokens = 0  # its tokens when the clock read 0 (tokens - clock), while placed
@@ -48,6 +53,11 @@ class Holder:
         self.last = -1
         self.waste = 0
         self.far = False  # holding a block or more beyond its tokens: not decoding (placed, in no bucket)
+        # Given slots or tokens since the clock last moved (in BlockNeeds._pending), to be placed with these when it
+        # next does.
+        self.pending = False
+        self.pending_slots = 0
+        self.pending_tokens = 0
 
 
 def _stamp_of(holder: Holder) -> int:
@@ -64,9 +74,12 @@ class BlockNeeds:
         self.holders: dict[int, Holder] = {}
         self._num_far = 0  # requests holding a block or more beyond their tokens: not decoding (Holder.far)
         self._num_stamps = 0
-        # request_id -> (slots, tokens, KV tokens) given since the clock last moved, placed when it next does (a
-        # prompt computed in chunks over single iterations is placed once, not after every chunk).
-        self._pending: dict[int, tuple[int, int, int]] = {}
+        # The requests given slots or tokens since the clock last moved, placed when it next does (a prompt computed
+        # in chunks over single iterations is placed once, not after every chunk), with what they were given last on
+        # their holders (Holder.pending_slots, pending_tokens): not a dict of tuples by request id (compiled, a tuple
+        # and a store per request and step, and a lookup of each holder to place it; benchmarks/README.md, the
+        # seventeenth step).
+        self._pending: list[Holder] = []
 
     def admit(self, request_id: Any, table: list[int], num_slots: int, num_tokens: int, num_kv_tokens: int
               ) -> Holder:
@@ -76,24 +89,37 @@ class BlockNeeds:
         if request_id in self.holders:  # (admitted again without a forget: its old place goes)
             self.forget(request_id)
         self._num_stamps += 1
-        holder = self.holders[request_id] = Holder(request_id, table, self._num_stamps)
-        self._pending[request_id] = (num_slots, num_tokens, num_kv_tokens)
+        holder = self.holders[request_id] = Holder(request_id, table, self._num_stamps, num_kv_tokens)
+        self.update_holder(holder, num_slots, num_tokens)
         return holder
 
-    def update(self, request_id: int, num_slots: int, num_tokens: int, num_kv_tokens: int) -> None:
+    def update(self, request_id: int, num_slots: int, num_tokens: int) -> None:
         """Its slots or its tokens changed outside a decode run (a step's allocate_slots)."""
-        self._pending[request_id] = (num_slots, num_tokens, num_kv_tokens)
+        self.update_holder(self.holders[request_id], num_slots, num_tokens)
+
+    def update_holder(self, holder: Holder, num_slots: int, num_tokens: int) -> None:
+        """``update`` for a request whose holder the caller has."""
+        holder.pending_slots = num_slots
+        holder.pending_tokens = num_tokens
+        if not holder.pending:
+            holder.pending = True
+            self._pending.append(holder)
 
     def forget(self, request_id: Any) -> None:
         # (request ids typed Any here, in admit and in _settle, an int the dicts hold as it is: compiled, an int
         # parameter is boxed anew for each dict access, an allocation each)
         holder = self.holders.get(request_id)
         if holder is not None:
-            if request_id in self._pending:  # (del, not dict.pop: compiled, pop is a generic method call, several times)
-                del self._pending[request_id]
-            if holder.phase >= 0:
-                self._remove(holder)
-            del self.holders[request_id]
+            self.forget_holder(holder)
+
+    def forget_holder(self, holder: Holder) -> None:
+        """``forget`` for a request whose holder the caller has (the allocator's free: no second lookup by id)."""
+        if holder.pending:
+            holder.pending = False
+            self._pending.remove(holder)  # (a Holder equals only itself)
+        if holder.phase >= 0:
+            self._remove(holder)
+        del self.holders[holder.request_id]
 
     def stamp(self, request_id: int) -> int:
         return self.holders[request_id].stamp
@@ -102,11 +128,10 @@ class BlockNeeds:
         """The tokens the request has filled once the iterations given so far ran: those it was given last, and
         one more for each decode iteration since (the allocator hashes a run's blocks from this count: the
         scheduler's counters may lag behind a run)."""
-        if self._pending:  # (empty after a run's blocks are handed out, when the allocator hashes them: one lookup)
-            pending = self._pending.get(request_id)
-            if pending is not None:
-                return pending[1]
-        return self.num_decode_iterations + self.holders[request_id].tokens
+        holder = self.holders[request_id]
+        if holder.pending:
+            return holder.pending_tokens
+        return self.num_decode_iterations + holder.tokens
 
     def next_block_iteration(self, request_id: int) -> int:
         """For checks: the decode-run iteration from now (1: the next) in which the request needs a block."""
@@ -115,13 +140,11 @@ class BlockNeeds:
 
     def _settle(self) -> None:
         """Place the requests given since the clock last moved (on the clock as it still is)."""
-        holders = self.holders
-        pending: dict[Any, tuple[int, int, int]] = self._pending  # (the ids as the dict holds them: see forget)
-        for request_id, (num_slots, num_tokens, num_kv_tokens) in pending.items():
-            holder = holders[request_id]
+        for holder in self._pending:
+            holder.pending = False
             if holder.phase >= 0:
                 self._remove(holder)
-            self._place(holder, num_slots, num_tokens, num_kv_tokens)
+            self._place(holder, holder.pending_slots, holder.pending_tokens, holder.kv_tokens)
         self._pending.clear()
 
     def due(self, max_iterations: int, num_free_blocks: int, first: int = 0

@@ -127,7 +127,6 @@ class PagedAllocator:
         self.block_pool: BlockPool | PrefixCachingBlockPool = self.prefix_pool or BlockPool(num_blocks)
         self._block_tables: dict[int, list[int]] = {}  # request_id -> block ids, in token order
         self._needs = BlockNeeds(block_size)  # when each request will need its next block (decode runs)
-        self._num_kv_tokens: dict[int, int] = {}  # request_id -> slots it will ever write (Request.num_kv_tokens)
         self._num_table_entries = 0  # sum of block table lengths: a shared block once per holder
         self.num_internal_fragmentation_slots = 0
         # Prefix caching only.
@@ -171,13 +170,14 @@ class PagedAllocator:
         request = seq.request
         cached = self._cached_pool.cached_block_hash_to_block
         max_num_blocks = (seq.num_tokens - 1) // self.block_size
-        state = self._hashes.get(request.request_id)
+        request_id: Any = request.request_id  # (read once, as the object the request holds: see _free_seq)
+        state = self._hashes.get(request_id)
         hashes = state.block_hashes if state is not None else []
         num_hit_blocks = 0
         while num_hit_blocks < max_num_blocks:
             if num_hit_blocks == len(hashes):
-                if state is None:
-                    state = self._hash_state(request)
+                if state is None:  # (_hash_state, written out with the id read above)
+                    state = self._hashes[request_id] = RequestHashes(request)
                 hashes = self._extend_state_hashes(state, min(max_num_blocks, 2 * num_hit_blocks + 1))
             if hashes[num_hit_blocks] not in cached:
                 break
@@ -214,10 +214,13 @@ class PagedAllocator:
         admitted, not yet counted in ``seq.num_computed_tokens``; a request being admitted must leave
         ``watermark_blocks`` free (the scheduler passes vLLM's watermark). Fit.LATER changes nothing.
         """
-        request_id = seq.request.request_id
-        table = self._block_tables.get(request_id)
-        if table is None:
+        # (the id typed Any, the object the request holds: compiled, an int is boxed anew for each dict access. Its
+        # holder, not its _block_tables entry: the same requests, and the holder has its table, KV tokens and state)
+        request_id: Any = seq.request.request_id
+        holder = self._needs.holders.get(request_id)
+        if holder is None:
             return self._allocate_first(seq, num_new_tokens, num_cached_tokens, watermark_blocks)
+        table = holder.table
         assert num_cached_tokens == 0, "a running request gets no new prefix-cache hits"
         # vLLM caps at max_model_len here too, but its scheduler never schedules a running request past it.
         num_tokens = seq.num_computed_tokens + num_new_tokens
@@ -227,11 +230,13 @@ class PagedAllocator:
         if num_new_blocks > 0:
             if num_new_blocks > self.block_pool.num_free_blocks:
                 return Fit.NEVER if len(table) + num_new_blocks > self.num_blocks - 1 else Fit.LATER
-            self._append_new_blocks(request_id, table, num_new_blocks)
-        self._needs.update(request_id, len(table) * self.block_size, num_tokens, self._num_kv_tokens[request_id])
+            self._append_new_blocks(holder.kv_tokens, table, num_new_blocks)
+        self._needs.update_holder(holder, len(table) * self.block_size, num_tokens)
         # With prefix caching, blocks just filled get their hashes (checked here first: most steps fill none).
-        if self.enable_prefix_caching and num_tokens // self.block_size > self._hashes[request_id].num_cached_blocks:
-            self._cache_blocks(seq.request, table, min(num_tokens, seq.num_tokens))
+        if self.enable_prefix_caching:
+            state: RequestHashes = holder.state
+            if num_tokens // self.block_size > state.num_cached_blocks:
+                self._cache_blocks(state, table, min(num_tokens, seq.num_tokens))
         return Fit.NOW
 
     def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
@@ -359,24 +364,24 @@ class PagedAllocator:
         # (the id as the object the request holds, and get and del rather than dict.pop: compiled, an int is boxed
         # anew for each dict access, and pop is a generic method call, several times the instructions)
         request_id: Any = request.request_id
-        tables = self._block_tables
-        table = tables.get(request_id)
-        if table is not None:
-            del tables[request_id]
-        self._needs.forget(request_id)
-        if self.enable_prefix_caching:
-            state = self._hashes.get(request_id)
-            if state is not None:
+        # (its holder, which has its table, KV tokens and prefix-caching state: one lookup by id, not one in each of
+        # _block_tables, _hashes and a dict of KV tokens; the holders are the requests with a _block_tables entry)
+        holder = self._needs.holders.get(request_id)
+        if holder is None:  # freed before it was ever allocated
+            if self.enable_prefix_caching and request_id in self._hashes:  # (looked up before an admission)
                 del self._hashes[request_id]
-            if (table is not None and state is not None and not finished
-                    and seq.num_tokens < request.prompt_len + request.num_output_tokens):
+            return
+        table = holder.table
+        del self._block_tables[request_id]
+        self._needs.forget_holder(holder)
+        if self.enable_prefix_caching:
+            state: RequestHashes = holder.state
+            del self._hashes[request_id]
+            if not finished and seq.num_tokens < request.prompt_len + request.num_output_tokens:
                 # Not finished (preempted): it may come back for its own blocks, so they become findable.
                 self._cached_pool.register_private(table, state.block_hashes, 0, state.num_cached_blocks)
-        if table is None:
-            return  # freed before it was ever allocated
         self._num_table_entries -= len(table)
-        internal = len(table) * self.block_size - self._num_kv_tokens[request_id]
-        del self._num_kv_tokens[request_id]
+        internal = len(table) * self.block_size - holder.kv_tokens
         if internal > 0:
             self.num_internal_fragmentation_slots -= internal
         self.block_pool.free_table(table)
@@ -517,7 +522,10 @@ class PagedAllocator:
         else:
             assert max(holders) <= 1, "a block is shared without prefix caching"
         assert self._num_table_entries == sum(holders)
-        assert self._num_kv_tokens.keys() == self._block_tables.keys()
+        assert self._needs.holders.keys() == self._block_tables.keys()
+        for request_id, holder in self._needs.holders.items():
+            assert holder.table is self._block_tables[request_id], "a holder's table is not the request's"
+        assert all(self._needs.holders[seq.request.request_id].kv_tokens == seq.request.num_kv_tokens for seq in held)
         assert self.num_internal_fragmentation_slots == sum(
             max(0, len(self._block_tables[seq.request.request_id]) * self.block_size - seq.request.num_kv_tokens)
             for seq in held
@@ -547,7 +555,8 @@ class PagedAllocator:
         bs = self.block_size
         hit_blocks = self._get_hit_blocks(request, num_cached_tokens // bs) if num_cached_tokens else []
         num_tokens = seq.num_computed_tokens + num_cached_tokens + num_new_tokens
-        num_full_tokens = seq.num_tokens if self.scheduler_reserve_full_isl else 0
+        seq_tokens = seq.num_tokens  # (read once: compiled, a read through the Sequence Protocol is generic)
+        num_full_tokens = seq_tokens if self.scheduler_reserve_full_isl else 0
         max_model_len = self.max_model_len
         if max_model_len is not None:
             if num_tokens > max_model_len:
@@ -575,13 +584,13 @@ class PagedAllocator:
         # (the id as the object the request holds, typed Any: compiled, an int is boxed anew for each dict access, an
         # allocation each; see free)
         request_id: Any = request.request_id
-        num_kv_tokens = self._num_kv_tokens[request_id] = request.num_kv_tokens
+        num_kv_tokens: int = request.num_kv_tokens
         if hit_blocks:
             table = hit_blocks
             self._num_table_entries += num_hit
             # Hit blocks are full of prompt tokens: never beyond num_kv_tokens.
             if num_required_blocks > num_hit:
-                self._append_new_blocks(request_id, table, num_required_blocks - num_hit)
+                self._append_new_blocks(num_kv_tokens, table, num_required_blocks - num_hit)
         else:
             # (_append_new_blocks for an empty table, inlined: once per admission)
             table = self.block_pool.get_new_blocks(num_required_blocks) if num_required_blocks else []
@@ -600,11 +609,11 @@ class PagedAllocator:
             state.num_cached_blocks = num_hit
             state.table = table
             holder.state = state  # (a decode run reaches it from the holder: _cache_run)
-            self._cache_blocks(request, table, min(num_tokens, seq.num_tokens))
+            self._cache_blocks(state, table, min(num_tokens, seq_tokens))
         return Fit.NOW
 
-    def _append_new_blocks(self, request_id: int, table: list[int], num_new_blocks: int) -> None:
-        num_kv_tokens = self._num_kv_tokens[request_id]
+    def _append_new_blocks(self, num_kv_tokens: int, table: list[int], num_new_blocks: int) -> None:
+        """``num_new_blocks`` new blocks at the end of ``table``, a request's that will ever write ``num_kv_tokens``."""
         before = len(table) * self.block_size - num_kv_tokens
         table.extend(self.block_pool.get_new_blocks(num_new_blocks))
         self._num_table_entries += num_new_blocks
@@ -620,9 +629,12 @@ class PagedAllocator:
         assert len(hits) == len(blocks), "prefix-cache hit no longer cached: call get_num_cached_tokens just before"
         return hits
 
-    def _cache_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
-        """Hash every block now full of (scheduled) tokens; vLLM's ``cache_blocks``."""
-        self._cache_state(self._hashes[request.request_id], table, num_tokens)
+    def _cache_blocks(self, state: RequestHashes, table: list[int], num_tokens: int) -> None:
+        """Hash every block now full of (scheduled) tokens of the request whose state is ``state`` and whose block table
+        is ``table``; vLLM's ``cache_blocks``. A step's allocation calls it, which kvlab.offload overrides to store
+        them; a decode run calls ``_cache_state``. (The state, not the request: compiled, its lookup by the request's
+        id, read generically, cost ~600 instructions a call; benchmarks/README.md, the seventeenth step.)"""
+        self._cache_state(state, table, num_tokens)
 
     def _cache_state(self, state: RequestHashes, table: list[int], num_tokens: int) -> None:
         """``_cache_blocks`` for the request whose state is ``state`` and whose block table is ``table``."""

@@ -25,9 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kvlab.memory.base import DecodeRun, Fit, Sequence
-from kvlab.memory.paged import PagedAllocator
+from kvlab.memory.paged import PagedAllocator, RequestHashes
 from kvlab.offload.manager import CPUOffloadingManager
-from kvlab.workload.request import Request
 
 
 class OffloadingPagedAllocator(PagedAllocator):
@@ -88,10 +87,10 @@ class OffloadingPagedAllocator(PagedAllocator):
 
     # -- store --------------------------------------------------------------------------------------------------
 
-    def _cache_blocks(self, request: Request, table: list[int], num_tokens: int) -> None:
-        super()._cache_blocks(request, table, num_tokens)
+    def _cache_blocks(self, state: RequestHashes, table: list[int], num_tokens: int) -> None:
+        super()._cache_blocks(state, table, num_tokens)
         if not self._in_decode_run:
-            self._store(request.request_id, self._hashes[request.request_id].num_cached_blocks)
+            self._store(state.request.request_id, state.num_cached_blocks)
 
     def _store(self, request_id: int, num_blocks: int) -> None:
         start = self._next_stored_block_idx.get(request_id, 0)
