@@ -55,6 +55,7 @@ MAMBA = "mamba"
 SLIDING = "sliding_attention"
 TOKEN_KINDS = ("full_attention", "mla")  # groups whose table holds every token
 GROUP_KINDS = (*TOKEN_KINDS, SLIDING, MAMBA)
+GROUP_LABELS = {"full_attention": "full attention", "mla": "MLA", SLIDING: "sliding window", MAMBA: "Mamba state"}
 
 
 class GroupSpec(NamedTuple):
@@ -476,20 +477,30 @@ class HybridAllocator:
         """Too large when admitting it, or holding its longest context, takes more than the usable blocks: admitted
         again after a preemption, its whole sequence so far is checked (a sliding group up to its admission cap), so
         the check is at its longest context, not its prompt (a request that passed at its prompt could never be
-        admitted again, and the run would stop)."""
+        admitted again, and the run would stop). The reason names the blocks each kind of group needs."""
         longest = self._capped(request.num_kv_tokens)
-        admit = self._admission_blocks(0, 1, longest)  # (the whole sequence's check; a first chunk takes no more)
-        peak = 0
+        empty = [0] * len(self.groups)
+        first = list(self._plan(empty, empty, 0, 1).new)  # (the whole sequence's check; a first chunk takes no more)
+        admit = list(self._plan(empty, empty, 0, longest, capped=True).new)
+        peak = []
         for g, bs in zip(self.groups, self._bs):
             if g.kind == MAMBA:
-                peak += g.state_blocks
+                peak.append(g.state_blocks)
             elif g.kind == SLIDING:  # the window (its first token anywhere in a block), the token being written
-                peak += min(num_blocks_for(longest, bs), num_blocks_for(g.sliding_window, bs) + 1)
+                peak.append(min(num_blocks_for(longest, bs), num_blocks_for(g.sliding_window, bs) + 1))
             else:
-                peak += num_blocks_for(longest, bs)
-        if max(admit, peak) <= self.num_blocks - 1:
+                peak.append(num_blocks_for(longest, bs))
+        need = max((first, admit, peak), key=sum)
+        usable = self.num_blocks - 1
+        if sum(need) <= usable:
             return None
-        return "larger than the whole KV cache"
+        by_kind: dict[str, int] = {}  # (in GROUP_LABELS' order: the token groups first)
+        for g, n in zip(self.groups, need):
+            by_kind[GROUP_LABELS[g.kind]] = by_kind.get(GROUP_LABELS[g.kind], 0) + n
+        parts = " + ".join(f"{by_kind[label]:,} {label}" for label in GROUP_LABELS.values() if by_kind.get(label))
+        return (f"larger than the whole KV cache: needs {sum(need):,} blocks over its {len(self.groups)} KV cache "
+                f"groups at its longest context of {longest:,} tokens ({parts}), more than the {usable:,} usable "
+                "(the null block aside)")
 
     # Inspection ---------------------------------------------------------------------------------------------
 
