@@ -37,7 +37,10 @@ Not simulated here: prefix-cache hits (``enable_prefix_caching`` is False: every
 prefix caching keeps its 'align' state blocks, ``prefix_caching``, and shares nothing, and the run says so:
 config/resolve.py), speculative decoding's lookahead slots and KV
 offload (those keep the single-pool approximation: config/resolve.py). Pure Python (not in setup.py's compiled
-engine): it runs for hybrid models only, and a decode run is done iteration by iteration.
+engine): it runs for hybrid models only. A decode run is planned only at its events, the iterations where a request
+takes a block in some group or a sliding window gives one back (``allocate_decode_run``): the others change nothing
+but the token counts. ``allocate_decode_run_stepwise``, every request planned at every iteration, is the definition
+tests/test_hybrid_decode_run.py holds it to (benchmarks/hybrid_run.py times both).
 """
 
 from __future__ import annotations
