@@ -37,11 +37,15 @@ Not simulated here: prefix-cache hits (``enable_prefix_caching`` is False: every
 prefix caching keeps its 'align' state blocks, ``prefix_caching``, and shares nothing, and the run says so:
 config/resolve.py), speculative decoding's lookahead slots and KV
 offload (those keep the single-pool approximation: config/resolve.py). Pure Python (not in setup.py's compiled
-engine): it runs for hybrid models only, and a decode run is done iteration by iteration.
+engine): it runs for hybrid models only. A decode run is planned only at its events, the iterations where a request
+takes a block in some group or a sliding window gives one back (``allocate_decode_run``): the others change nothing
+but the token counts. ``allocate_decode_run_stepwise``, every request planned at every iteration, is the definition
+tests/test_hybrid_decode_run.py holds it to (benchmarks/hybrid_run.py times both).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -54,6 +58,7 @@ MAMBA = "mamba"
 SLIDING = "sliding_attention"
 TOKEN_KINDS = ("full_attention", "mla")  # groups whose table holds every token
 GROUP_KINDS = (*TOKEN_KINDS, SLIDING, MAMBA)
+GROUP_LABELS = {"full_attention": "full attention", "mla": "MLA", SLIDING: "sliding window", MAMBA: "Mamba state"}
 
 
 class GroupSpec(NamedTuple):
@@ -317,8 +322,9 @@ class HybridAllocator:
                 return False
         return True
 
-    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
-        """Decode iterations, one at a time, for as many of ``max_iterations`` as every block of each fits."""
+    def allocate_decode_run_stepwise(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
+        """``allocate_decode_run`` one iteration at a time, every request planned at every iteration: the definition
+        the event-driven run is checked against (tests/test_hybrid_decode_run.py)."""
         order = [held for held in (self._held.get(seq.request.request_id) for seq in seqs) if held is not None]
         growth: list[int] = []
         num_iterations = 0
@@ -330,20 +336,98 @@ class HybridAllocator:
             num_iterations += 1
         return DecodeRun(num_iterations, tuple(growth))
 
+    def _next_change(self, lens: list[int], nulls: list[int], tokens: int) -> int | None:
+        """The first token count ``n >= tokens`` at which a decoding request holding tables of ``lens`` entries
+        (``nulls`` of them a sliding table's null prefix) may find ``_plan(lens, nulls, n, n + 1)`` changing its
+        tables: a full or sliding table one block short of ``n + 1`` tokens, a sliding window's start past a block
+        beyond its null prefix, a Mamba table short of its state blocks; None: never. Never later than the first
+        such ``n`` (a ``n`` where the plan changes nothing is harmless: it is applied as a no-op)."""
+        first: int | None = None
+        for g, bs, length, k in zip(self.groups, self._bs, lens, nulls):
+            if g.kind == MAMBA:
+                n = tokens if length < g.state_blocks else None
+            elif g.kind == SLIDING:  # new when n + 1 > length * bs; skipped > k when n - window + 1 >= (k + 1) * bs
+                n = min(length * bs, (k + 1) * bs + g.sliding_window - 1)
+            else:
+                n = length * bs
+            if n is not None and (first is None or n < first):
+                first = n
+        return None if first is None else max(tokens, first)
+
+    def _decode_events(self, states: list[tuple[list[int], list[int], int]], max_iterations: int, free: int,
+                       apply: Callable[[int, _Plan], tuple[int, int]]) -> tuple[int, list[tuple[int, int, int]]]:
+        """A decode run of the requests' ``(lens, nulls, tokens)`` (in running order) iteration by iteration as
+        ``_iteration_fits`` and ``_decode_step`` do it, but only at the iterations where some request's ``_plan``
+        may change something (``_next_change``): in the others every plan is empty, so they fit and change
+        nothing. ``apply(i, plan)`` carries out request ``i``'s plan (``states[i]``'s lens and nulls must follow
+        it), the requests of one iteration in running order, once the whole iteration is known to fit from
+        ``free`` blocks; it returns the token slots it handed out and the internal fragmentation it added. Returns
+        the iterations that fit and, per iteration where some plan was applied, ``(iteration, slots, internal)``
+        summed over its requests."""
+        heap: list[tuple[int, int]] = []
+        for i, (lens, nulls, tokens) in enumerate(states):
+            n = self._next_change(lens, nulls, tokens)
+            if n is not None:
+                heap.append((n - tokens, i))
+        heapq.heapify(heap)
+        done: list[tuple[int, int, int]] = []
+        while heap and heap[0][0] < max_iterations:
+            t = heap[0][0]
+            batch: list[tuple[int, _Plan]] = []
+            while heap and heap[0][0] == t:  # (popped in running order: ties break on the index)
+                i = heapq.heappop(heap)[1]
+                lens, nulls, tokens = states[i]
+                plan = self._plan(lens, nulls, tokens + t, tokens + t + 1)
+                free += plan.num_freed - sum(plan.new)
+                if free < 0:
+                    return t, done
+                batch.append((i, plan))
+            slots = internal = 0
+            for i, plan in batch:
+                new_slots, new_internal = apply(i, plan)
+                slots, internal = slots + new_slots, internal + new_internal
+                lens, nulls, tokens = states[i]
+                n = self._next_change(lens, nulls, tokens + t + 1)
+                if n is not None:
+                    heapq.heappush(heap, (n - tokens, i))
+            done.append((t, slots, internal))
+        return max_iterations, done
+
+    def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
+        """Decode iterations for as many of ``max_iterations`` as every block of each fits: the blocks, frees and
+        growth of ``allocate_decode_run_stepwise``, planned only at the iterations where a request takes or gives
+        back a block (``_decode_events``)."""
+        order = [held for held in (self._held.get(seq.request.request_id) for seq in seqs) if held is not None]
+        states = [([len(t) for t in h.tables], h.nulls, h.num_tokens) for h in order]
+
+        def apply(i: int, plan: _Plan) -> tuple[int, int]:
+            held = order[i]
+            self._remove_skipped(held, plan)
+            internal = self.num_internal_fragmentation_slots
+            slots = self._grow(held, plan)
+            states[i][0][:] = [len(t) for t in held.tables]
+            return slots, self.num_internal_fragmentation_slots - internal
+
+        num_iterations, done = self._decode_events(states, max_iterations, self.block_pool.num_free_blocks, apply)
+        growth = [x for t, slots, internal in done if slots for x in (first + t, slots, internal)]
+        for held in order:
+            held.num_tokens += num_iterations
+        return DecodeRun(num_iterations, tuple(growth))
+
     def decode_run_slots(self, num_iterations: int) -> int | None:
         """The token slots ``allocate_decode_run`` would hand out over ``num_iterations`` iterations of every
         request holding blocks (in admission order), handing out nothing; None when they do not all fit."""
-        state = [([len(t) for t in h.tables], list(h.nulls), h.num_tokens) for h in self._held.values()]
-        free, slots, token_group = self.block_pool.num_free_blocks, 0, self._token_group
-        for _ in range(num_iterations):
-            for i, (lens, nulls, tokens) in enumerate(state):
-                plan = self._plan(lens, nulls, tokens, tokens + 1)
-                free += plan.num_freed - sum(plan.new)
-                if free < 0:
-                    return None
-                slots += plan.new[token_group] * self.block_size
-                state[i] = ([n + k for n, k in zip(lens, plan.new)], list(plan.nulls), tokens + 1)
-        return slots
+        states = [([len(t) for t in h.tables], list(h.nulls), h.num_tokens) for h in self._held.values()]
+        token_group = self._token_group
+
+        def apply(i: int, plan: _Plan) -> tuple[int, int]:
+            lens, nulls, _ = states[i]
+            lens[:] = [n + k for n, k in zip(lens, plan.new)]
+            nulls[:] = plan.nulls
+            return plan.new[token_group] * self.block_size, 0
+
+        fitted, done = self._decode_events(states, num_iterations, self.block_pool.num_free_blocks, apply)
+        return sum(slots for _, slots, _ in done) if fitted == num_iterations else None
 
     def allocate_decode_iteration(self, evict: Callable[[], Sequence]) -> DecodeRun:
         """One decode iteration of every request holding blocks, in running order, as the running loop does it when
@@ -396,20 +480,30 @@ class HybridAllocator:
         """Too large when admitting it, or holding its longest context, takes more than the usable blocks: admitted
         again after a preemption, its whole sequence so far is checked (a sliding group up to its admission cap), so
         the check is at its longest context, not its prompt (a request that passed at its prompt could never be
-        admitted again, and the run would stop)."""
+        admitted again, and the run would stop). The reason names the blocks each kind of group needs."""
         longest = self._capped(request.num_kv_tokens)
-        admit = self._admission_blocks(0, 1, longest)  # (the whole sequence's check; a first chunk takes no more)
-        peak = 0
+        empty = [0] * len(self.groups)
+        first = list(self._plan(empty, empty, 0, 1).new)  # (the whole sequence's check; a first chunk takes no more)
+        admit = list(self._plan(empty, empty, 0, longest, capped=True).new)
+        peak = []
         for g, bs in zip(self.groups, self._bs):
             if g.kind == MAMBA:
-                peak += g.state_blocks
+                peak.append(g.state_blocks)
             elif g.kind == SLIDING:  # the window (its first token anywhere in a block), the token being written
-                peak += min(num_blocks_for(longest, bs), num_blocks_for(g.sliding_window, bs) + 1)
+                peak.append(min(num_blocks_for(longest, bs), num_blocks_for(g.sliding_window, bs) + 1))
             else:
-                peak += num_blocks_for(longest, bs)
-        if max(admit, peak) <= self.num_blocks - 1:
+                peak.append(num_blocks_for(longest, bs))
+        need = max((first, admit, peak), key=sum)
+        usable = self.num_blocks - 1
+        if sum(need) <= usable:
             return None
-        return "larger than the whole KV cache"
+        by_kind: dict[str, int] = {}  # (in GROUP_LABELS' order: the token groups first)
+        for g, n in zip(self.groups, need):
+            by_kind[GROUP_LABELS[g.kind]] = by_kind.get(GROUP_LABELS[g.kind], 0) + n
+        parts = " + ".join(f"{by_kind[label]:,} {label}" for label in GROUP_LABELS.values() if by_kind.get(label))
+        return (f"larger than the whole KV cache: needs {sum(need):,} blocks over its {len(self.groups)} KV cache "
+                f"groups at its longest context of {longest:,} tokens ({parts}), more than the {usable:,} usable "
+                "(the null block aside)")
 
     # Inspection ---------------------------------------------------------------------------------------------
 
