@@ -610,9 +610,10 @@ def _state_blocks_note(model_spec, sizing: SizingResult) -> str:
             f"prefix caching on (vllm: vLLM {version}'s mamba_cache_mode 'align', the default for a hybrid from 0.28.0, "
             f"vllm-project/vllm#50991) vLLM's startup arithmetic counts {on} a request (`kvlab size`'s maximum "
             "concurrency) but its MambaManager admits with one and holds one between block boundaries: the second, "
-            "taken for the step a request crosses a boundary, and a Mamba2 mixer's prefill checkpoint (from 0.32.0), "
-            "are not simulated, so near a full pool kvlab may admit a request a step before vLLM, and a run may hold "
-            "more requests at once than `kvlab size` prints, as vLLM does")
+            "taken for the step a request crosses a boundary, a Mamba2 mixer's prefill checkpoint (from 0.32.0), and "
+            "the scheduler's prefill chunks cut at block boundaries in 'align' mode are not simulated, so a request "
+            "may be admitted a step earlier or later than vLLM admits it, and a run may hold more requests at once "
+            "than `kvlab size` prints, as vLLM does")
 
 
 def _draft_slots(model_spec, gpu_spec, sizing: SizingResult, speculative: SpeculativeConfig) -> int:
