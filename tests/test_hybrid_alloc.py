@@ -65,8 +65,8 @@ def test_the_sum_over_groups_decides_never():
     a2 = HybridAllocator(6, 4, [FULL, MAMBA, MAMBA])
     assert a2.allocate_slots(seq(0, 13), 13) is Fit.NEVER  # 4 + 1 + 1 = 6 > 5
     assert a2.why_never_fits(Request(0, 0.0, 13, 1)) == (
-        "larger than the whole KV cache: needs 6 blocks over its 3 KV cache groups at its longest context of 13 tokens "
-        "(4 full attention + 2 Mamba state), more than the 5 usable (the null block aside)")
+        "larger than the whole KV cache: at its longest context its blocks over the 3 KV cache groups, 2 of them Mamba "
+        "state blocks whatever its length, are more than the 5 usable (the null block aside)")
     assert a2.why_never_fits(Request(0, 0.0, 8, 1)) is None
 
 
@@ -266,8 +266,8 @@ def test_a_request_that_could_never_be_admitted_again_is_refused_at_arrival():
     groups = [("sliding_attention", 1, 32, 4), FULL]
     request = Request(0, 0.0, 16, 200)  # 215 tokens at most: 14 full blocks, the sliding group capped at 4
     assert HybridAllocator(18, 16, groups).why_never_fits(request) == (  # 18 > 17 usable (held, it would take 17)
-        "larger than the whole KV cache: needs 18 blocks over its 2 KV cache groups at its longest context of 215 "
-        "tokens (14 full attention + 4 sliding window), more than the 17 usable (the null block aside)")
+        "larger than the whole KV cache: at its longest context its blocks over the 2 KV cache groups are more than "
+        "the 17 usable (the null block aside)")
     assert HybridAllocator(19, 16, groups).why_never_fits(request) is None
 
 

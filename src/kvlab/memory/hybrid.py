@@ -58,7 +58,6 @@ MAMBA = "mamba"
 SLIDING = "sliding_attention"
 TOKEN_KINDS = ("full_attention", "mla")  # groups whose table holds every token
 GROUP_KINDS = (*TOKEN_KINDS, SLIDING, MAMBA)
-GROUP_LABELS = {"full_attention": "full attention", "mla": "MLA", SLIDING: "sliding window", MAMBA: "Mamba state"}
 
 
 class GroupSpec(NamedTuple):
@@ -497,13 +496,12 @@ class HybridAllocator:
         usable = self.num_blocks - 1
         if sum(need) <= usable:
             return None
-        by_kind: dict[str, int] = {}  # (in GROUP_LABELS' order: the token groups first)
-        for g, n in zip(self.groups, need):
-            by_kind[GROUP_LABELS[g.kind]] = by_kind.get(GROUP_LABELS[g.kind], 0) + n
-        parts = " + ".join(f"{by_kind[label]:,} {label}" for label in GROUP_LABELS.values() if by_kind.get(label))
-        return (f"larger than the whole KV cache: needs {sum(need):,} blocks over its {len(self.groups)} KV cache "
-                f"groups at its longest context of {longest:,} tokens ({parts}), more than the {usable:,} usable "
-                "(the null block aside)")
+        # (one text for every such request of a run, so that the run's reasons count them together: the blocks a
+        # request's own length takes differ from request to request, the state blocks and the usable ones do not)
+        states = sum(n for g, n in zip(self.groups, need) if g.kind == MAMBA)
+        return (f"larger than the whole KV cache: at its longest context its blocks over the {len(self.groups)} KV "
+                "cache groups" + (f", {states:,} of them Mamba state blocks whatever its length," if states else "")
+                + f" are more than the {usable:,} usable (the null block aside)")
 
     # Inspection ---------------------------------------------------------------------------------------------
 
