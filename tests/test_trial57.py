@@ -150,3 +150,21 @@ def test_a_sweep_of_many_pools_prints_at_most_three_cache_notes(kvlab, tmp_path)
 def test_run_and_race_help_say_their_exit_status(kvlab):
     assert "Exit status 1, after the report, where it served no request" in _flat(kvlab("run", "--help").stdout)
     assert "Exit status 1, after the report, where no strategy served any request" in _flat(kvlab("race", "--help").stdout)
+
+
+GRANITE = ("--model", "tests/data/sizing_configs/granite-4.0-h-1b.json", "--gpu", "h100-sxm", "--max-model-len", "8192")
+
+
+def test_requests_abandoned_before_their_first_token_are_reported_not_a_traceback(kvlab, tmp_path):
+    """Trial 57 finding 1: under the fitted clock (vllm-h100: an admission lag on each request), a request abandoned
+    at its --timeout before its first iteration has an end but no first token, and the lag's arithmetic raised a
+    TypeError: every request abandoned (exit 1, one line) and some of them (exit 0, the rest served)."""
+    none = kvlab("run", "vllm", *GRANITE, "-w", _fixed(tmp_path, 10, 4000, 4000), "--arrival", "burst", "-n", "5",
+                 "--timeout", "0.001", "--no-plots")
+    assert none.exit_code == 1 and "Traceback" not in none.stderr, none.stderr
+    assert _flat(none.stderr).split("error: ")[-1].startswith("no request was served (vllm abandoned 5)")
+    some = kvlab("run", "vllm", *GRANITE, "-w", _fixed(tmp_path, 30, 4000, 400), "--num-gpu-blocks", "100",
+                 "--timeout", "3", "--no-plots", "--json")
+    assert some.exit_code == 0, some.stderr
+    served = some.json()["strategies"][0]
+    assert served["num_finished"] > 0 and served["num_aborted"] > 0

@@ -80,7 +80,9 @@ def as_seen_by_clients(result, latency_s: float, lag_iterations: float = 0.0, ji
     records = []
     for i, r in enumerate(result.records):
         r = r._replace(arrival_time=r.arrival_time - latency_s)
-        if r.finish_time is not None and (lag_iterations or draws is not None):
+        # (a request abandoned before its first token has an end but no first iteration and no first token: no lag)
+        if r.finish_time is not None and r.first_token_time is not None and r.first_scheduled_time is not None and (
+                lag_iterations or draws is not None):
             busy = r.first_scheduled_time > r.arrival_time + latency_s
             lag = admission_lag(lag_iterations, busy, r.first_token_time, r.finish_time, r.num_output_tokens,
                                 0.0 if draws is None else float(draws[i]))
