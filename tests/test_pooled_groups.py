@@ -42,10 +42,10 @@ def test_a_hybrid_run_takes_blocks_in_every_group_from_vllms_pool(kvlab, tmp_pat
                                "give each request blocks in every one from vLLM's pool of "
                                f"{sized['num_blocks']:,} blocks of {sized['block_size']} tokens, as vLLM does")
     assert "prefix-cache hits are not simulated for it" in notes[0]
-    assert ("a Mamba group's state takes 1 block a request in every strategy: with prefix caching on (vllm: vLLM "
-            "0.32.0's mamba_cache_mode 'align'") in notes[0]
-    assert "vLLM's startup arithmetic counts 2 a request" in notes[0]
-    assert "its MambaManager admits with one and holds one between block boundaries" in notes[0]
+    assert ("every strategy holds 1 state block a request in each Mamba group, what vLLM holds between block "
+            "boundaries. With prefix caching on (vllm: mamba_cache_mode 'align'") in notes[0]
+    assert "vLLM 0.32.0's startup arithmetic counts 2 a request" in notes[0]
+    assert "prefill checkpoint" not in notes[0]  # (a Gated DeltaNet mixer takes none)
 
 
 def test_a_set_pool_is_vllms_blocks(kvlab, tmp_path):

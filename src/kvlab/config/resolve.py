@@ -606,14 +606,16 @@ def _state_blocks_note(model_spec, sizing: SizingResult) -> str:
         return (f"; a Mamba group's state takes {off} block{'s' if off > 1 else ''} a request in every strategy: "
                 f"vLLM {version}'s state with prefix caching on is not modelled (mode 'all' before 0.28.0 for a Mamba "
                 "family, any before 0.16.0), so the vllm strategy's pool is vLLM's with --no-enable-prefix-caching")
-    return (f"; a Mamba group's state takes {off} block{'s' if off > 1 else ''} a request in every strategy: with "
-            f"prefix caching on (vllm: vLLM {version}'s mamba_cache_mode 'align', the default for a hybrid from 0.28.0, "
-            f"vllm-project/vllm#50991) vLLM's startup arithmetic counts {on} a request (`kvlab size`'s maximum "
-            "concurrency) but its MambaManager admits with one and holds one between block boundaries: the second, "
-            "taken for the step a request crosses a boundary, a Mamba2 mixer's prefill checkpoint (from 0.32.0), and "
-            "the scheduler's prefill chunks cut at block boundaries in 'align' mode are not simulated, so a request "
-            "may be admitted a step earlier or later than vLLM admits it, and a run may hold more requests at once "
-            "than `kvlab size` prints, as vLLM does")
+    checkpoint = on - off > 1  # (a Mamba2 mixer's prefill checkpoint block, from 0.32.0)
+    return (f"; every strategy holds {off} state block{'s' if off > 1 else ''} a request in each Mamba group, what vLLM "
+            "holds between block boundaries. With prefix caching on (vllm: mamba_cache_mode 'align', vLLM's default "
+            f"for a hybrid from 0.28.0, vllm-project/vllm#50991) vLLM {version}'s startup arithmetic counts {on} a "
+            "request (`kvlab size`'s maximum concurrency); at run time it takes a second block only for the step a "
+            "request crosses a block boundary" + (", and a prefill checkpoint block while a request prefills" if
+                                                  checkpoint else "")
+            + ", and its scheduler cuts prefill chunks at block boundaries: not simulated, so a request may be admitted "
+            "a step earlier or later than in vLLM, and a run may hold more requests at once than `kvlab size` prints, "
+            "as vLLM does")
 
 
 def _draft_slots(model_spec, gpu_spec, sizing: SizingResult, speculative: SpeculativeConfig) -> int:
