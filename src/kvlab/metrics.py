@@ -441,7 +441,8 @@ def summarize(
         "memory_shares_detailed": integral.detailed_shares(),
         "mean_batch_size": integral.mean_batch_size,
         "throughput_rps": counters.num_finished / makespan if makespan > 0 else 0.0,
-        "throughput_tps": counters.num_output_tokens / makespan if makespan > 0 else 0.0,
+        # (finished requests' output tokens, as the legend says: an aborted request's tokens are wasted_tokens)
+        "throughput_tps": _finished_tokens(finished) / makespan if makespan > 0 else 0.0,
         "makespan_s": makespan,
         "num_iterations": integral.num_iterations,
         "ttft_s": dist("ttft"),
@@ -460,6 +461,11 @@ def summarize(
         **counters.kv_offload,
         **({"admission": counters.admission} if counters.admission else {}),
     }
+
+
+def _finished_tokens(finished: list[RequestRecord]) -> int:
+    """The output tokens of the finished requests (not those an aborted or unfinished request sampled)."""
+    return sum(map(itemgetter(RequestRecord._fields.index("num_output_tokens")), finished))
 
 
 def _abandonment(counters: Counters, num_requests: int) -> dict:

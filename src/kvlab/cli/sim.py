@@ -251,9 +251,11 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     return summaries
 
 
-def served_nothing(summaries: list[dict]) -> str | None:
+def served_nothing(summaries: list[dict], *, head: str = "no request was served",
+                   measured: str = "the figures above") -> str | None:
     """Where no strategy finished a single request (a KV cache too small for any of the workload's requests, say),
-    the one line that says so, with what became of each strategy's requests; None where any served one."""
+    the one line that says so, with what became of each strategy's requests; None where any served one. ``head``
+    and ``measured``: what served nothing and which figures measure nothing (`kvlab sweep`: some of its points)."""
     if not summaries or any(s["num_finished"] for s in summaries):
         return None
     parts = []
@@ -269,7 +271,7 @@ def served_nothing(summaries: list[dict]) -> str | None:
                      "fit) and prompts within max_model_len")
     if any(s.get("num_aborted") for s in summaries):
         valid.append("a --timeout long enough for a request to finish")
-    return (f"no request was served ({'; '.join(parts)}): the figures above measure nothing; valid: "
+    return (f"{head} ({'; '.join(parts)}): {measured} measure nothing; valid: "
             + (" and ".join(valid) or "a workload with requests"))
 
 

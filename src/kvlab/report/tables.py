@@ -147,7 +147,9 @@ def footnotes(summaries: list[dict], *, wide: bool = False, hybrid: bool = False
               "more than once). req/s, out tok/s: finished requests (output tokens) ÷ the run's makespan, from its "
               "start to its last finish, ramp and drain included: on a short run below the arrival rate even while "
               "the engine keeps up (kvlab capacity measures the served rate over a window instead)."
-              + (f" ★ {_star_text(summaries)}{_tie_text(summaries)}." if len(summaries) > 1 else ""))]
+              # (no ★ where no strategy finished a request: nothing won, and all 0 req/s is no tie)
+              + (f" ★ {_star_text(summaries)}{_tie_text(summaries)}."
+                 if len(summaries) > 1 and any(s["num_finished"] for s in summaries) else ""))]
     if wide:
         other = (f"allocator round-up, free blocks; {HYBRID_SHARES}" if hybrid else
                  "allocator round-up, free blocks; for paged memory this is free memory, not fragmentation")
