@@ -249,7 +249,10 @@ def verdict(summaries: list[dict], strategies=None) -> str:
     ranked = sorted(summaries, key=lambda s: s["throughput_rps"], reverse=True)
     best, worst = ranked[0], ranked[-1]
     tied = [s["name"] for s in ranked if same_throughput(s["throughput_rps"], best["throughput_rps"])]
-    if any(s.get("num_aborted") for s in summaries):
+    if not any(s["num_finished"] for s in summaries):  # (all at 0 req/s: no winner, and no tie either)
+        text = (f"None of the {len(ranked)} strategies finished a request, so none served the most "
+                "(what became of their requests: the table's footnotes).")
+    elif any(s.get("num_aborted") for s in summaries):
         text = _deadlines_verdict(summaries)
     elif len(tied) == len(ranked):
         text = (f"A tie: all {len(ranked)} strategies served {best['throughput_rps']:.3g} req/s. At this load "
