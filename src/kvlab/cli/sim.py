@@ -251,32 +251,10 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     return summaries
 
 
-def served_nothing(summaries: list[dict], *, head: str = "no request was served",
-                   measured: str = "the figures above") -> str | None:
-    """Where no strategy finished a single request (a KV cache too small for any of the workload's requests, say),
-    the one line that says so, with what became of each strategy's requests; None where any served one. ``head``
-    and ``measured``: what served nothing and which figures measure nothing (`kvlab sweep`: some of its points)."""
-    if not summaries or any(s["num_finished"] for s in summaries):
-        return None
-    parts = []
-    for s in summaries:
-        reasons = sorted(s.get("reject_reasons", {}).items(), key=lambda item: -item[1])
-        fates = [f"rejected {count:,} as {reason}" for reason, count in reasons]
-        fates += [f"rejected {left:,} more"] if (left := s["num_rejected"] - sum(c for _, c in reasons)) > 0 else []
-        fates += [f"abandoned {s['num_aborted']:,}"] if s.get("num_aborted") else []
-        parts.append(f"{s['name']} {' and '.join(fates) or 'finished none'}")
-    valid = []
-    if any(s["num_rejected"] for s in summaries):
-        valid.append("a KV cache in which the workload's requests fit (`kvlab size --context-len N` gives how many "
-                     "fit) and prompts within max_model_len")
-    if any(s.get("num_aborted") for s in summaries):
-        valid.append("a --timeout long enough for a request to finish")
-    return (f"{head} ({'; '.join(parts)}): {measured} measure nothing; valid: "
-            + (" and ".join(valid) or "a workload with requests"))
-
-
 def exit_if_nothing_served(summaries: list[dict]) -> None:
     """Exit status 1, after the report, where no strategy served any request: a script can tell from the status."""
+    from kvlab.report.tables import served_nothing  # (kvlab.report.tables: `kvlab sweep` says it of its points too)
+
     if (line := served_nothing(summaries)) is not None:
         from rich.console import Console
         from rich.markup import escape

@@ -149,7 +149,7 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
 def served_nothing_text(rows) -> str | None:
     """The points that served no request (stored, and the sweep exits 0: a result of the grid), how many, and what
     became of their requests by strategy, in the words of `kvlab run`'s "no request was served" line; None if none."""
-    from kvlab.cli.sim import served_nothing
+    from kvlab.report.tables import served_nothing
 
     empty = [r for r in rows if r["status"] == "ok" and not r.get("num_finished")]
     merged: dict[str, dict] = {}
