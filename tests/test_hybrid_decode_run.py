@@ -27,8 +27,7 @@ def random_groups(rng: random.Random, block_size: int) -> list[GroupSpec]:
             groups.append(GroupSpec(kind, sliding_window=window, admission_blocks=rng.choice([0, 4, 8]),
                                     block_size=rng.choice([block_size, 2 * block_size])))
         elif kind == "mamba":
-            blocks = rng.randint(1, 3)
-            groups.append(GroupSpec(kind, state_blocks=blocks, prefix_state_blocks=blocks + rng.randint(0, 2)))
+            groups.append(GroupSpec(kind, state_blocks=rng.randint(1, 3)))
         else:
             groups.append(GroupSpec(kind))
     rng.shuffle(groups)
@@ -46,9 +45,8 @@ def scenario(seed: int) -> dict[str, int]:
     rng = random.Random(seed)
     block_size = rng.choice([1, 2, 4])
     groups = random_groups(rng, block_size)
-    prefix_caching = rng.random() < 0.3  # (a Mamba group keeps its 'align' state blocks)
-    fast = HybridAllocator(rng.randint(8, 80), block_size, groups, prefix_caching=prefix_caching)
-    slow = HybridAllocator(fast.num_blocks, block_size, groups, prefix_caching=prefix_caching)
+    fast = HybridAllocator(rng.randint(8, 80), block_size, groups)
+    slow = HybridAllocator(fast.num_blocks, block_size, groups)
     running: list[Seq] = []
     stats = {"runs": 0, "short": 0, "frees": 0, "growth": 0}
     next_id = 0

@@ -57,11 +57,11 @@ class CacheConfig:
     available_kv_bytes: int = 0
     # What a run should know about how the pool stands for vLLM's (config/resolve.py: a hybrid model's groups).
     notes: tuple[str, ...] = ()
-    # A hybrid model's KV cache groups, (kind, state_blocks, sliding_window, admission_blocks) each, when the paged
+    # A hybrid model's KV cache groups, (kind, state_blocks, sliding_window, admission_blocks, block_size) each, when the paged
     # strategies give each request blocks in every group from vLLM's one pool (kvlab.memory.hybrid.GroupSpec); then
     # ``block_size`` is vLLM's (the groups' common one) and ``num_slots`` its blocks times it.
     # Empty: one pool of tokens (every single-group model).
-    kv_cache_groups: tuple[tuple[str, int, int, int, int, int], ...] = ()
+    kv_cache_groups: tuple[tuple[str, int, int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         _check_positive(self, "num_slots", "block_size")

@@ -431,9 +431,9 @@ def _newest_version() -> str:
 
 
 def _hybrid_groups(values: dict[str, Any], sizing: SizingResult, speculative: SpeculativeConfig | None, model_spec
-                   ) -> tuple[tuple[str, int, int, int, int, int], ...]:
+                   ) -> tuple[tuple[str, int, int, int, int], ...]:
     """A hybrid model's KV cache groups as the paged strategies' allocator takes them (kvlab.memory.hybrid.GroupSpec:
-    (kind, state_blocks, sliding_window, admission_blocks, block_size, prefix_state_blocks) each), or () to pool its
+    (kind, state_blocks, sliding_window, admission_blocks, block_size) each), or () to pool its
     tokens in one table per request: a single-group model, and a hybrid where the simulator does not give blocks per
     group (_pooled_reason). A Mamba group's state blocks are the ones vLLM holds a running request between block
     boundaries, with prefix caching ('align') or without: one state block (_state_blocks_note says what is not
@@ -443,7 +443,7 @@ def _hybrid_groups(values: dict[str, Any], sizing: SizingResult, speculative: Sp
         return ()
     off, _ = _state_blocks(model_spec, values["vllm_version"])
     return tuple((g.spec.kind, off if g.spec.kind == "mamba" else g.spec.state_blocks, g.spec.sliding_window or 0,
-                  _admission_cap(g.spec, sizing), g.spec.block_size, 0)
+                  _admission_cap(g.spec, sizing), g.spec.block_size)
                  for g in groups)
 
 
@@ -464,7 +464,7 @@ def _state_blocks(model_spec, version: str | None) -> tuple[int, int]:
         return off, off
 
 
-def _token_block_size(groups: tuple[tuple[str, int, int, int, int, int], ...]) -> int:
+def _token_block_size(groups: tuple[tuple[str, int, int, int, int], ...]) -> int:
     """The tokens a block of the group that holds the tokens (the first full attention or MLA one) holds: the pool's
     block size, its slots (Gemma 4's sliding groups hold more in each of their blocks)."""
     from kvlab.memory.hybrid import TOKEN_KINDS
@@ -542,7 +542,7 @@ POOLED_GROUPS_CONTEXT = 1024
 
 
 def _pooled_groups_notes(model_spec, sizing: SizingResult, num_slots: int, block_size: int,
-                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int, int, int, int], ...] = (),
+                         num_gpu_blocks: int | None, hybrid: tuple[tuple[str, int, int, int, int], ...] = (),
                          reason: str = "") -> tuple[str, ...]:
     """A model of several KV cache groups (sliding-window or Mamba/linear-attention layers beside full attention;
     kvlab.sizing) takes blocks in each group from vLLM's one pool: a fixed state block per Mamba group, up to a window

@@ -8,12 +8,10 @@ single_type_kv_cache_manager.py manager per group):
 full attention, MLA
     ``cdiv(tokens, block_size)`` blocks, growing with the request (FullAttentionManager).
 Mamba (linear attention too: MambaSpec)
-    ``state_blocks`` blocks taken at the first allocation and kept (the running state, not its tokens); with prefix
-    caching on, ``prefix_state_blocks`` (vLLM's mamba_cache_mode 'align', MambaSpec.max_memory_usage_bytes: the
-    state of the last block boundary beside the running one, and from 0.32.0 a Mamba2 mixer's prefill checkpoint:
-    kvlab.vllm_rules.mamba_state_blocks). vLLM's MambaManager takes the boundary block only as a request crosses a
-    block boundary and frees the older one a step later; kvlab holds the most from the first allocation, as vLLM's
-    startup arithmetic counts a request (so a run's peak is `kvlab size`'s maximum concurrency).
+    ``state_blocks`` blocks taken at the first allocation and kept (the running state, not its tokens): one, with
+    prefix caching too. vLLM's mamba_cache_mode 'align' (prefix caching on) counts more at startup
+    (kvlab.vllm_rules.mamba_state_blocks) but its MambaManager holds one between block boundaries: the second block it
+    takes for the step a request crosses one, and a Mamba2 mixer's prefill checkpoint, are not simulated.
 sliding window
     a table as long as the full one, whose blocks wholly before the window are given back and replaced by the
     null block before each allocation (SlidingWindowManager.remove_skipped_blocks, called at the start of
@@ -33,9 +31,9 @@ attention (or MLA) group holds the request's tokens, so its blocks are the ``all
 internal fragmentation exactly as in ``PagedAllocator``); the other groups' blocks (Mamba states, sliding windows,
 further full groups) and the null block are ``overhead``: memory the hybrid takes beyond one table of tokens.
 
-Not simulated here: prefix-cache hits (``enable_prefix_caching`` is False: every lookup misses; a strategy with
-prefix caching keeps its 'align' state blocks, ``prefix_caching``, and shares nothing, and the run says so:
-config/resolve.py), speculative decoding's lookahead slots and KV
+Not simulated here: prefix-cache hits (``enable_prefix_caching`` is False: every lookup misses, a strategy with
+prefix caching shares nothing, and the run says so: config/resolve.py), vLLM's 'align' mode's transient state blocks
+(above), speculative decoding's lookahead slots and KV
 offload (those keep the single-pool approximation: config/resolve.py). Pure Python (not in setup.py's compiled
 engine): it runs for hybrid models only. A decode run is planned only at its events, the iterations where a request
 takes a block in some group or a sliding window gives one back (``allocate_decode_run``): the others change nothing
@@ -65,15 +63,13 @@ class GroupSpec(NamedTuple):
     ``kind`` one of GROUP_KINDS, ``state_blocks`` the blocks a Mamba group holds per request, ``sliding_window`` the
     window in tokens of a sliding group (0 otherwise), ``admission_blocks`` a sliding group's cap on the blocks the
     whole-prompt admission check counts (vLLM's SlidingWindowSpec.max_admission_blocks_per_request: the window and
-    the in-flight tokens, + 1; kvlab.sizing.KVCacheSpec.max_num_blocks_per_request), 0: none; ``prefix_state_blocks``
-    a Mamba group's blocks per request with prefix caching on (vLLM's 'align' mode), 0: ``state_blocks``."""
+    the in-flight tokens, + 1; kvlab.sizing.KVCacheSpec.max_num_blocks_per_request), 0: none."""
 
     kind: str
     state_blocks: int = 1
     sliding_window: int = 0
     admission_blocks: int = 0
     block_size: int = 0  # the tokens one of its blocks holds (0: the allocator's; Gemma 4's sliding groups hold 32 beside 16)
-    prefix_state_blocks: int = 0
 
 
 class _Held:
@@ -111,9 +107,6 @@ def check_groups(groups: Iterable[GroupSpec | tuple]) -> tuple[GroupSpec, ...]:
             raise KvlabError(f"a sliding-window group needs a window of at least 1 token, got {g.sliding_window}")
         if g.kind == MAMBA and g.state_blocks < 1:
             raise KvlabError(f"a Mamba group needs at least 1 state block per request, got {g.state_blocks}")
-        if g.kind == MAMBA and 0 < g.prefix_state_blocks < g.state_blocks:
-            raise KvlabError(f"a Mamba group's state blocks with prefix caching ({g.prefix_state_blocks}) must be at "
-                             f"least its {g.state_blocks} without")
     if not any(g.kind in TOKEN_KINDS for g in specs):
         raise KvlabError("the hybrid allocator needs a full attention (or MLA) group among the KV cache groups: "
                          f"got {', '.join(g.kind for g in specs)}")
@@ -123,21 +116,16 @@ def check_groups(groups: Iterable[GroupSpec | tuple]) -> tuple[GroupSpec, ...]:
 class HybridAllocator:
     """The KVAllocator interface over one pool of ``num_blocks`` blocks of ``block_size`` slots shared by the
     KV cache ``groups`` (GroupSpec or plain ``(kind, state_blocks, sliding_window, admission_blocks)`` tuples).
-    ``prefix_caching``: the strategy has vLLM's prefix caching on, so each Mamba group keeps its
-    ``prefix_state_blocks`` ('align' mode); its hits are not simulated (``enable_prefix_caching`` stays False)."""
+    Prefix-cache hits are not simulated (``enable_prefix_caching`` is False)."""
 
     def __init__(self, num_blocks: int, block_size: int, groups: Iterable[GroupSpec | tuple], *,
-                 max_model_len: int | None = None, scheduler_reserve_full_isl: bool = True,
-                 prefix_caching: bool = False) -> None:
+                 max_model_len: int | None = None, scheduler_reserve_full_isl: bool = True) -> None:
         if block_size < 1:
             raise KvlabError(f"block_size must be at least 1, got {block_size}")
         if num_blocks < 2:
             raise KvlabError(
                 f"a paged KV cache needs at least 2 blocks (block 0 is vLLM's null block), got num_blocks={num_blocks}")
         self.groups = check_groups(groups)
-        self.prefix_caching = prefix_caching
-        if prefix_caching:  # (vLLM's 'align' mode: the state blocks of MambaSpec.max_memory_usage_bytes)
-            self.groups = tuple(g._replace(state_blocks=g.prefix_state_blocks or g.state_blocks) for g in self.groups)
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.max_model_len = max_model_len
