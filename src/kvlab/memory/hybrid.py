@@ -467,26 +467,22 @@ class HybridAllocator:
         """Too large when admitting it, or holding its longest context, takes more than the usable blocks: admitted
         again after a preemption, its whole sequence so far is checked (a sliding group up to its admission cap), so
         the check is at its longest context, not its prompt (a request that passed at its prompt could never be
-        admitted again, and the run would stop). The reason names the blocks each kind of group needs."""
+        admitted again, and the run would stop). The reason is one text for every such request of a run (so that
+        the run's reasons count them together): the groups, their Mamba state blocks and the usable blocks."""
         longest = self._capped(request.num_kv_tokens)
-        empty = [0] * len(self.groups)
-        first = list(self._plan(empty, empty, 0, 1).new)  # (the whole sequence's check; a first chunk takes no more)
-        admit = list(self._plan(empty, empty, 0, longest, capped=True).new)
-        peak = []
+        admit = self._admission_blocks(0, 1, longest)  # (the whole sequence's check; a first chunk takes no more)
+        peak = 0
         for g, bs in zip(self.groups, self._bs):
             if g.kind == MAMBA:
-                peak.append(g.state_blocks)
+                peak += g.state_blocks
             elif g.kind == SLIDING:  # the window (its first token anywhere in a block), the token being written
-                peak.append(min(num_blocks_for(longest, bs), num_blocks_for(g.sliding_window, bs) + 1))
+                peak += min(num_blocks_for(longest, bs), num_blocks_for(g.sliding_window, bs) + 1)
             else:
-                peak.append(num_blocks_for(longest, bs))
-        need = max((first, admit, peak), key=sum)
+                peak += num_blocks_for(longest, bs)
         usable = self.num_blocks - 1
-        if sum(need) <= usable:
+        if max(admit, peak) <= usable:
             return None
-        # (one text for every such request of a run, so that the run's reasons count them together: the blocks a
-        # request's own length takes differ from request to request, the state blocks and the usable ones do not)
-        states = sum(n for g, n in zip(self.groups, need) if g.kind == MAMBA)
+        states = sum(g.state_blocks for g in self.groups if g.kind == MAMBA)
         return (f"larger than the whole KV cache: at its longest context its blocks over the {len(self.groups)} KV "
                 "cache groups" + (f", {states:,} of them Mamba state blocks whatever its length," if states else "")
                 + f" are more than the {usable:,} usable (the null block aside)")
