@@ -18,7 +18,8 @@ prompts, single turn; docs/cost.md, "The workload the runs used"). Requests arri
 ``--arrival-seed N`` (or a profile whose ``[fit]`` names an ``arrival_seed``) draws them as inference-perf's constant
 timer does, exponential gaps scaled to the stage's duration (kvlab.workload.inference_perf.arrival_times). Each fold
 refits every constant the profile's ``[fit]`` fitted and held, without the identification rule: a constant a fold
-held would keep the value fitted with the left-out run (kvlab.cost.fit.leave_one_out). ``--jitter``: each fold fits the lag's spread as well
+held would keep the value fitted with the left-out run (kvlab.cost.fit.leave_one_out). ``--jitter``: each fold fits
+the lag's spread as well
 (``lag_jitter_iterations``, kvlab.cost.fit.fit_spread; an experiment, docs/cost.md "Terms tried and not kept");
 ``--step``: the lag's step instead (``lag_step_probability``: one more iteration for a request with probability q);
 ``--lag``: the admission lag itself instead (``admission_lag_iterations``, on kvlab.cost.fit.LAG_GRID: each fold's
