@@ -369,7 +369,7 @@ def test_a_run_replayed_with_an_arrival_seed_sends_inference_perfs_drawn_times()
     assert [r.arrival_time for r in drawn.workload.requests] == arrival_times(run.workload, seed=3).tolist()
     assert [r.arrival_time for r in even.workload.requests] == arrival_times(run.workload).tolist()
     assert [r.prefix_hashes for r in drawn.workload.requests] == [r.prefix_hashes for r in even.workload.requests]
-    replay = F.replay(drawn)
+    replay = F.replay(drawn, dict(F.START))
     assert replay.stage.tolist() == [0] * 200 + [1] * 100
 
 
