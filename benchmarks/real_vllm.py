@@ -1,8 +1,9 @@
 """kvlab against real vLLM runs on real GPUs: every calibration run replayed with its own settings.
 
     python benchmarks/real_vllm.py [--runs PATH] [--profile NAME] [--baseline NAME ...] [--json] [--closed-loop]
-                                   [--sent] [--jitter | --step | --lag | --lag-step | --lag-per {prompt,size,both} [--lag-joint]]
-    python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME] [--sent]
+                                   [--sent] [--arrival-seed N]
+                                   [--jitter | --step | --lag | --lag-step | --lag-per {prompt,size,both} [--lag-joint]]
+    python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME] [--sent] [--arrival-seed N]
     python benchmarks/real_vllm.py --screen [--runs PATH] [--profile NAME]
 
 For each run of the measured-runs file (default: the calibration set, ../shared/data/real-vllm/trainval.json
@@ -13,9 +14,12 @@ equations, kvlab/cost/fit.py) and under each baseline profile (default: roofline
 median |error| per metric. The fitted profile's leave-one-out errors are what `kvlab cost` and every output quote.
 Each run is replayed with the users it names; ``--sent`` (or a profile fitted with ``kvlab calibrate --runs FILE
 --client-defaults``), with the prompts its client sent in their place (kvlab.cost.measured.CLIENT_DEFAULTS: 100
-prompts, single turn; docs/cost.md, "The workload the runs used"). Each fold refits every constant the profile's
-``[fit]`` fitted and held, without the identification rule: a constant a fold held would keep the value fitted with the
-left-out run (kvlab.cost.fit.leave_one_out). ``--jitter``: each fold fits the lag's spread as well
+prompts, single turn; docs/cost.md, "The workload the runs used"). Requests arrive evenly spaced at each stage's rate;
+``--arrival-seed N`` (or a profile whose ``[fit]`` names an ``arrival_seed``) draws them as inference-perf's constant
+timer does, exponential gaps scaled to the stage's duration (kvlab.workload.inference_perf.arrival_times). Each fold
+refits every constant the profile's ``[fit]`` fitted and held, without the identification rule: a constant a fold
+held would keep the value fitted with the left-out run (kvlab.cost.fit.leave_one_out). ``--jitter``: each fold fits
+the lag's spread as well
 (``lag_jitter_iterations``, kvlab.cost.fit.fit_spread; an experiment, docs/cost.md "Terms tried and not kept");
 ``--step``: the lag's step instead (``lag_step_probability``: one more iteration for a request with probability q);
 ``--lag``: the admission lag itself instead (``admission_lag_iterations``, on kvlab.cost.fit.LAG_GRID: each fold's
@@ -84,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                         "attention screened by leave-one-out on those replays' equations (no profile changes)")
     parser.add_argument("--closed-loop", action="store_true", help="replay multi-turn users as inference-perf's "
                         "client serialises them (a round waits for the user's previous answer; docs/cost.md)")
+    parser.add_argument("--arrival-seed", type=int, default=None, metavar="N", help="requests arrive as "
+                        "inference-perf's constant timer draws them (exponential gaps scaled to each stage's duration), "
+                        "drawn with seed N (default: evenly spaced at 1 / rate; a profile fitted so is judged so)")
     parser.add_argument("--sent", action="store_true", help="replay the 100 single-turn prompts each run's client "
                         "sent, not the users the run names (kvlab.cost.measured.CLIENT_DEFAULTS)")
     grid = parser.add_mutually_exclusive_group()  # (fit_spread fits one grid value at a time)
@@ -111,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.time()
     if args.reads:
-        return reads(path, args.profile, started, args.sent)
+        return reads(path, args.profile, started, args.sent, args.arrival_seed)
     if args.screen:
         return screen(path, args.profile, started)
     try:
@@ -128,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         # spread where [fit] did)
         constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS} | F.carried(profile.constants)
         sent = args.sent or bool(profile.fit.get("client_defaults"))  # (a profile fitted so is judged so)
-        prepared = [F.prepare(run, args.closed_loop, sent) for run in runs]
+        seed = args.arrival_seed if args.arrival_seed is not None else profile.fit.get("arrival_seed")
+        prepared = [F.prepare(run, args.closed_loop, sent, seed) for run in runs]
         print(f"{len(runs)} runs from {path}; fitted profile {profile.name!r} left out run by run; "
               f"baselines {', '.join(b.name for b in baselines)}", file=sys.stderr)
         calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0, held, profile.fit.get("hold_if_sigma_over_value")),
@@ -164,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def reads(path: Path, profile_name: str, started: float, sent: bool = False) -> int:
+def reads(path: Path, profile_name: str, started: float, sent: bool = False, seed: int | None = None) -> int:
     """The ``--reads`` table (module doc)."""
     from kvlab.cost import fit as F
     from kvlab.cost.measured import read_runs
@@ -180,7 +188,7 @@ def reads(path: Path, profile_name: str, started: float, sent: bool = False) -> 
               f"{'ITL':>6} {'ratio':>6} {'kvlab ITL':>9} | {'TTFT p99':>8} {'1st round max':>13} {'later max':>9} "
               f"{'measured p99':>12} | p99 by stage, kvlab/measured")
         for run in runs:
-            print(_reads_row(F.replay(F.prepare(run, sent=sent), constants)), flush=True)
+            print(_reads_row(F.replay(F.prepare(run, sent=sent, arrival_seed=seed), constants)), flush=True)
     except KvlabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

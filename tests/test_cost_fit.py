@@ -359,6 +359,20 @@ def test_a_run_is_replayed_with_the_users_it_names_or_the_prompts_its_client_sen
     assert F.prepare(run, closed_loop=True, sent=True).spec == run.workload  # (the loop serialises the named users)
 
 
+def test_a_run_replayed_with_an_arrival_seed_sends_inference_perfs_drawn_times():
+    """``arrival_seed``: the requests arrive as inference-perf's constant timer draws them (kvlab.workload.
+    inference_perf.arrival_times with that seed), the same users and prompts; without it, evenly spaced."""
+    from kvlab.workload.inference_perf import arrival_times
+
+    run = run_from_dict(_with("workload.stages", [{"rate": 100.0, "duration": 2}, {"rate": 50.0, "duration": 2}]), "x")
+    even, drawn = F.prepare(run), F.prepare(run, arrival_seed=3)
+    assert [r.arrival_time for r in drawn.workload.requests] == arrival_times(run.workload, seed=3).tolist()
+    assert [r.arrival_time for r in even.workload.requests] == arrival_times(run.workload).tolist()
+    assert [r.prefix_hashes for r in drawn.workload.requests] == [r.prefix_hashes for r in even.workload.requests]
+    replay = F.replay(drawn, dict(F.START))
+    assert replay.stage.tolist() == [0] * 200 + [1] * 100
+
+
 def test_multi_turn_rounds_wait_for_the_users_previous_answer():
     """inference-perf's multi-turn client holds a user's next round until its answer is in (workload/inference_perf.py):
     each request is sent at max(its scheduled time, the client's end of the user's previous request), exactly."""

@@ -53,6 +53,27 @@ def test_stages_send_rate_times_duration_evenly_spaced_one_after_the_other():
     assert stage_of(spec, times).tolist() == [0] * 6 + [1] * 4
 
 
+def test_with_a_seed_each_stage_draws_inference_perfs_exponential_gaps_scaled_to_its_duration():
+    """inference-perf's ConstantLoadTimer (inference_perf/loadgen/load_timer.py): a stage's rate x duration gaps are
+    exponential draws scaled to sum to its duration, so its "constant" load is Poisson arrivals held to their count.
+    With a seed kvlab draws the same way (the first request at the stage's start), the same times for the same seed."""
+    spec = _spec(stages=(Stage(20.0, 50), Stage(40.0, 50)))
+    times = arrival_times(spec, seed=0)
+    stages = stage_of(spec, times)
+    assert len(times) == spec.num_requests == 3000 and np.all(np.diff(times) >= 0)
+    assert stages.tolist() == [0] * 1000 + [1] * 2000
+    for k, (start, stage) in enumerate(zip(spec.stage_starts, spec.stages)):
+        mine = times[stages == k]
+        gaps = np.diff(mine)
+        assert mine[0] == start and start < mine[-1] < start + stage.duration
+        assert 0.9 < gaps.std() / gaps.mean() < 1.1  # (exponential: a coefficient of variation of 1; evenly: 0)
+        assert abs(gaps.mean() * stage.rate - 1) < 0.01
+    assert np.array_equal(times, arrival_times(spec, seed=0)) and not np.array_equal(times, arrival_times(spec, seed=1))
+    assert np.array_equal(arrival_times(spec, 7, seed=0), times[:7])
+    assert np.array_equal(shared_prefix_table(spec, seed=0).arrival_time, times)
+    assert np.ptp(np.diff(arrival_times(spec)[:1000])) < 1e-9  # (no seed: evenly spaced, as before)
+
+
 def test_request_i_goes_to_user_i_mod_users_and_users_of_a_group_share_the_system_prompt():
     spec = _spec()
     table = shared_prefix_table(spec)
@@ -211,7 +232,7 @@ def test_a_huge_stage_is_weighed_before_its_arrivals_are_built_and_n_builds_only
     path.write_text(CONFIG.replace("- {rate: 2.0, duration: 3}", "- {rate: 1000000.0, duration: 1000000.0}"))
     built = []
     real = inference_perf.arrival_times
-    monkeypatch.setattr(inference_perf, "arrival_times", lambda spec, limit=None: built.append(limit) or real(spec, limit))
+    monkeypatch.setattr(inference_perf, "arrival_times", lambda spec, limit=None, seed=None: built.append(limit) or real(spec, limit, seed))
     r = kvlab("run", "vllm", "-w", path)
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("error: workload huge.yaml means about 1,000,000,000,004 requests") and "--yes" in r.stderr

@@ -193,10 +193,12 @@ class Prepared:
         return replace(self.config.engine, cost=cost)
 
 
-def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False) -> Prepared:
+def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False, arrival_seed: int | None = None) -> Prepared:
     """The run's configuration and physics, and its workload: the users the run names, or with ``sent`` the
     prompts the calibration set's client sent in their place (kvlab.cost.measured.CLIENT_DEFAULTS: 100 prompts,
-    single turn; ``closed_loop`` serialises the named multi-turn users, so it keeps them)."""
+    single turn; ``closed_loop`` serialises the named multi-turn users, so it keeps them). ``arrival_seed``: the
+    requests arrive as inference-perf's constant timer draws them (exponential gaps scaled to each stage's
+    duration, kvlab.workload.inference_perf.arrival_times), seeded so; None: evenly spaced."""
     from kvlab.catalog import get_gpu
     from kvlab.config.resolve import quietly
     from kvlab.cost.terms import terms_for
@@ -226,7 +228,7 @@ def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False) -> 
     if config.offload is not None and run.num_cpu_blocks is not None:  # (the tier as the run's log sized it)
         config = replace(config, offload=replace(config.offload, num_cpu_blocks=run.num_cpu_blocks))
     spec = sent_workload(run.workload) if sent and not closed_loop else run.workload
-    table = shared_prefix_table(spec)
+    table = shared_prefix_table(spec, seed=arrival_seed)
     assert table.arrival_time is not None
     workload = Workload(name=f"run {run.id}", requests=_build_requests(table, table.arrival_time, None),
                         description="", source="")
@@ -733,7 +735,7 @@ class Calibration:
 def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *,
                    start: dict[str, float] | None = None, max_iterations: int = 4, tolerance: float = 1e-3,
                    progress: Callable[[str], None] | None = None, closed_loop: bool = False,
-                   sent: bool = False, identified: float | None = None) -> Calibration:
+                   sent: bool = False, identified: float | None = None, arrival_seed: int | None = None) -> Calibration:
     """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
     way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
     the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
@@ -748,7 +750,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     if len(runs) < 2:
         raise KvlabError(f"{len(runs)} measured run: a fit across runs needs at least 2 (and leave-one-out 3)")
     constants = {**START, **(start or {})}
-    prepared = [prepare(run, closed_loop, sent) for run in runs]
+    prepared = [prepare(run, closed_loop, sent, arrival_seed) for run in runs]
     history = [dict(constants)]
     fit = None
     replays: list[Replay] = []
@@ -919,7 +921,7 @@ def common_gpu(runs: Sequence[MeasuredRun]) -> str:
 def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *, name: str,
                         source_path, start: dict[str, float] | None = None, max_iterations: int = 4,
                         progress: Callable[[str], None] | None = None, sent: bool = False,
-                        identified: float | None = None) -> tuple[dict, dict]:
+                        identified: float | None = None, arrival_seed: int | None = None) -> tuple[dict, dict]:
     """Fit, leave one out, and write it all down: (the profile document, the leave-one-out report). ``sent``:
     replay the prompts the runs' client sent (prepare); ``identified``: solve's rule (None: fit every constant)."""
     if len(runs) < 3:
@@ -927,7 +929,7 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
                          f"({', '.join(repr(r.id) for r in runs)}): a fit judged by leave-one-out needs at least 3 "
                          "(each run predicted by a fit on at least 2 others); valid: a file of 3 or more runs")
     calibration = calibrate_runs(runs, fitted, start=start, max_iterations=max_iterations, progress=progress,
-                                 sent=sent, identified=identified)
+                                 sent=sent, identified=identified, arrival_seed=arrival_seed)
     loo = errors(leave_one_out(calibration, progress=progress))
     medians = median_abs_errors(loo)
     fit = calibration.fit
@@ -951,6 +953,7 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
         "held_sigma": {k: round_sig(v) for k, v in fit.held_sigma.items()},
         "held_fitted": {k: round_sig(v) for k, v in fit.held_fitted.items()},
         **({"client_defaults": True} if sent else {}),  # (replayed as their client sent them: prepare's ``sent``)
+        **({"arrival_seed": arrival_seed} if arrival_seed is not None else {}),  # (inference-perf's drawn arrivals)
         "equations": fit.num_equations,
         "iterations": calibration.iterations,
         "start": {k: round_sig(v) for k, v in calibration.history[0].items()},

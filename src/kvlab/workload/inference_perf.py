@@ -8,8 +8,12 @@ Request i goes to user i mod (groups x users), so each user's prompt comes back 
     user u = i mod N,  N = num_groups x num_prompts_per_group;   group g = u // num_prompts_per_group
     prompt  = [system prompt g: system_prompt_len] [question u: question_len + prompt_overhead_tokens]
 
-The load (``load.type: constant``) runs its stages one after the other: stage k sends rate_k x duration_k requests
-evenly spaced at 1 / rate_k, starting where stage k - 1 ended.
+The load (``load.type: constant``) runs its stages one after the other: stage k sends rate_k x duration_k requests,
+starting where stage k - 1 ended. kvlab spaces them evenly at 1 / rate_k by default. inference-perf itself does not:
+its ConstantLoadTimer (inference_perf/loadgen/load_timer.py, since August 2025) draws rate_k x duration_k gaps from an
+exponential of mean 1 / rate_k with an unseeded numpy generator and scales them to sum to duration_k, so its
+"constant" stage is Poisson arrivals held to their count. ``arrival_times(spec, seed=S)`` replays that draw
+(seeded: the same S gives the same times; the real run's own draw is not known).
 
 Content goes through kvlab's prefix hashes (``Request.prefix_hashes``, 16-token chunks as in
 kvlab.workload.sessions): a chunk wholly inside a system prompt is named by its group, every other chunk by its
@@ -120,13 +124,20 @@ class SharedPrefixSpec:
         return tuple(starts)
 
 
-def arrival_times(spec: SharedPrefixSpec, limit: int | None = None) -> np.ndarray:
+def arrival_times(spec: SharedPrefixSpec, limit: int | None = None, seed: int | None = None) -> np.ndarray:
     """Stage k's requests at start_k + j / rate_k, j = 0 .. rate_k x duration_k - 1 (constant load); with ``limit``
-    the first ``limit`` of them only (none of the rest is built)."""
+    the first ``limit`` of them only (none of the rest is built). With ``seed``, inference-perf's own constant timer
+    (module doc): the gaps between a stage's requests drawn from an exponential of mean 1 / rate_k (numpy's
+    default_rng((seed, k))) and scaled to sum to duration_k, the stage's first request at its start."""
     parts, left = [], spec.num_requests if limit is None else max(0, int(limit))
-    for start, stage in zip(spec.stage_starts, spec.stages):
+    for k, (start, stage) in enumerate(zip(spec.stage_starts, spec.stages)):
         num = min(stage.num_requests, left)
-        parts.append(start + np.arange(num) / stage.rate)
+        if seed is None:
+            parts.append(start + np.arange(num) / stage.rate)
+        else:
+            gaps = np.random.default_rng((int(seed), k)).exponential(1.0 / stage.rate, stage.num_requests)
+            gaps *= stage.duration / gaps.sum()
+            parts.append(start + np.concatenate(([0.0], np.cumsum(gaps[1:])))[:num])
         left -= num
         if left <= 0:
             break
@@ -171,12 +182,14 @@ def user_prefix_ids(spec: SharedPrefixSpec, user: int) -> tuple[int, ...]:
     return (group,) * num_system_chunks + (spec.num_groups + user,) * (num_chunks - num_system_chunks)
 
 
-def shared_prefix_table(spec: SharedPrefixSpec, repeat_questions: bool = True, limit: int | None = None) -> LengthTable:
+def shared_prefix_table(spec: SharedPrefixSpec, repeat_questions: bool = True, limit: int | None = None,
+                        seed: int | None = None) -> LengthTable:
     """Every request of the configuration (the first ``limit``), in arrival order, with its arrival time and content
     ids.
 
-    ``repeat_questions=False``: each request's question is its own (only system prompts are shared)."""
-    times = arrival_times(spec, limit)
+    ``repeat_questions=False``: each request's question is its own (only system prompts are shared). ``seed``:
+    arrivals drawn as inference-perf's constant timer draws them (arrival_times)."""
+    times = arrival_times(spec, limit, seed)
     num = len(times)
     if not repeat_questions:
         shared = spec.system_prompt_len // CHUNK_LEN
