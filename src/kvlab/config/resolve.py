@@ -191,6 +191,18 @@ class KvlabConfig:
     digests: tuple[tuple[str, str], ...] = ()
     # The options given a value other than their default: what a run may say is unused.
     given: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
+    # A hybrid's: the mamba_cache_mode vLLM puts its state in with prefix caching on ('align', 'all'); "" for a model
+    # without state layers (kvlab.vllm_rules.mamba_cache_mode). Derived from the model and the version.
+    prefix_caching_mode: str = field(default="", compare=False, repr=False)
+
+    def check_prefix_caching(self, strategy) -> None:
+        """Refuse ``strategy`` (kvlab.strategies.Strategy) where vLLM would not start with its prefix caching: on a
+        hybrid with chunked prefill off (kvlab.vllm_rules.check_align_chunked_prefill)."""
+        from kvlab.vllm_rules import check_align_chunked_prefill
+
+        if strategy.enable_prefix_caching:
+            check_align_chunked_prefill(self.sizing.vllm_version, self.prefix_caching_mode,
+                                        self.scheduler.enable_chunked_prefill)
 
     @property
     def engine(self) -> SimConfig:
@@ -417,6 +429,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         sizing=sizing,
         digests=_digests(model_spec, profile, values),
         given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),
+        prefix_caching_mode=_prefix_caching_mode(model_spec, values["vllm_version"]),
     )
     config.engine  # noqa: B018  (SimConfig's checks of what spans two parts: a block longer than a sequence, ...)
     if config.scheduler.preemption_mode == "swap":  # (a +swap strategy's: kvlab.service.strategies checks it)
@@ -462,6 +475,15 @@ def _state_blocks(model_spec, version: str | None) -> tuple[int, int]:
         return off, mamba_state_blocks(version, 0, mode, kind)
     except KvlabError:
         return off, off
+
+
+def _prefix_caching_mode(model_spec, version: str | None) -> str:
+    """vLLM ``version``'s mamba_cache_mode for ``model_spec`` with prefix caching on; "" without state layers."""
+    from kvlab.vllm_rules import mamba_cache_mode
+
+    if model_spec.state is None:
+        return ""
+    return mamba_cache_mode(version, True, model_spec.state.prefix_caching_mode == "all")[0]
 
 
 def _token_block_size(groups: tuple[tuple[str, int, int, int, int], ...]) -> int:

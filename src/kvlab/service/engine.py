@@ -97,12 +97,15 @@ class RunResult:
 
 def strategies(names: Sequence[str | Strategy], config: KvlabConfig | None = None) -> list[Strategy]:
     """Strategies by name (kvlab.strategies), with the configuration's --preemption-mode put into each, each at
-    most once."""
+    most once; one vLLM would not start with on this configuration is refused (KvlabConfig.check_prefix_caching)."""
     from kvlab.strategies import check_distinct, parse_strategy, with_preemption_mode
 
     mode = config.scheduler.preemption_mode if config is not None else None
     parsed = [with_preemption_mode(n if isinstance(n, Strategy) else parse_strategy(n), mode) for n in names]
     check_distinct(parsed)
+    for strategy in parsed:
+        if config is not None:  # (a hybrid's prefix caching without chunked prefill, refused as vLLM does)
+            config.check_prefix_caching(strategy)
     if config is not None and any(s.preemption_mode == "swap" for s in parsed):
         config.check_swap_space()  # (a swap space too large for the machine's CPU memory, refused as vLLM does)
     return parsed

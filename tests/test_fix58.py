@@ -1,0 +1,60 @@
+"""Fix 58: review 57's L2 and M2 and trial 57's findings on hybrids (prefix caching's rules by strategy and version),
+`kvlab vllm compare --model`, and capacity's answer naming why requests were rejected."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvlab import service
+from kvlab.config.resolve import quietly
+from kvlab.errors import KvlabError
+
+D = "tests/data/sizing_configs"
+QWEN = f"{D}/qwen3.6-27b.json"  # (Gated DeltaNet: 'align' with prefix caching at every version from 0.16.0)
+GRANITE = f"{D}/granite-4.0-h-1b.json"  # (Mamba2: 'all' with prefix caching before 0.28.0, not modelled)
+NO_CHUNKS = {"enable_chunked_prefill": False, "max_model_len": 4096, "max_num_batched_tokens": 4096}
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --- 1. review 57 L2: 'align' needs chunked prefill -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [None, "0.28.0", "0.27.1"])
+def test_prefix_caching_on_a_hybrid_without_chunked_prefill_is_refused(version):
+    """vLLM's MambaModelConfig refuses 'align' without chunked prefill: the 0.28+ default for every hybrid, and a
+    Gated DeltaNet model's mode with prefix caching turned on before (the vllm strategy). kvlab resolved and simulated
+    it; the strategy is refused, naming both flags and what is valid."""
+    config = quietly(model=QWEN, gpu="h100-sxm", vllm_version=version, **NO_CHUNKS)
+    with pytest.raises(KvlabError) as refused:
+        service.strategies(["vllm"], config)
+    text = str(refused.value)
+    for words in ("prefix caching on", "chunked prefill off", "--no-enable-chunked-prefill", "valid:",
+                  "--enable-chunked-prefill", "vllm+noprefix", "--no-enable-prefix-caching"):
+        assert words in text, text
+    assert service.strategies(["vllm+noprefix", "continuous+max"], config)  # (no prefix caching: vLLM starts)
+    assert service.strategies(["vllm"], quietly(model=QWEN, gpu="h100-sxm", vllm_version=version))
+
+
+def test_a_mode_vllm_does_not_check_is_not_refused():
+    """Granite (Mamba2) at 0.27.1 with prefix caching is in mode 'all', which vLLM does not check for chunked prefill
+    (and kvlab runs with the state blocks of prefix caching off); from 0.28.0 it is 'align' and refused."""
+    assert service.strategies(["vllm"], quietly(model=GRANITE, gpu="h100-sxm", vllm_version="0.27.1", **NO_CHUNKS))
+    with pytest.raises(KvlabError, match="--enable-chunked-prefill"):
+        service.strategies(["vllm"], quietly(model=GRANITE, gpu="h100-sxm", vllm_version="0.28.0", **NO_CHUNKS))
+    # a model without state layers: prefix caching without chunked prefill is fine
+    assert service.strategies(["vllm"], quietly(model="qwen3-8b", gpu="h100-sxm", **NO_CHUNKS))
+
+
+@pytest.mark.parametrize("command", ["run", "race", "capacity"])
+def test_the_commands_refuse_it_in_one_line(kvlab, command):
+    """run, race and capacity: exit 2, one error line, before anything runs. (`kvlab size` and `kvlab fit` take no
+    chunked prefill flag: they size vLLM's default, chunked prefill on.)"""
+    strategies = {"run": ("vllm",), "race": ("vllm", "vllm+noprefix"), "capacity": ()}[command]
+    r = kvlab(command, *strategies, "--model", QWEN, "--gpu", "h100-sxm", "--no-enable-chunked-prefill",
+              "--max-model-len", "4096", "--max-num-batched-tokens", "4096", "-n", "5")
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "chunked prefill off" in lines[0] and "Traceback" not in r.stderr, r.stderr
