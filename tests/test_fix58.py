@@ -58,3 +58,48 @@ def test_the_commands_refuse_it_in_one_line(kvlab, command):
     assert r.exit_code == 2, (r.stdout, r.stderr)
     lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "chunked prefill off" in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+# --- 2. review 57 M2: the pooled path's pool by each strategy's prefix caching ----------------------------------
+
+
+def _size_tokens(kvlab, *flags: str) -> int:
+    r = kvlab("size", QWEN, "--gpu", "h100-sxm", "--max-model-len", "8192", "--speculative-method", "mtp", *flags,
+              "--json")
+    assert r.exit_code == 0, r.stderr
+    return r.json()["num_tokens"]
+
+
+@pytest.mark.parametrize("version", [None, "0.27.1"])
+def test_a_pooled_hybrid_gives_each_strategy_vllms_pool_with_its_prefix_caching(kvlab, version):
+    """With speculative decoding a hybrid's groups are pooled as vLLM's printed token figure. That figure was the
+    version's default's for every strategy: vllm+noprefix at 0.32 ran in the smaller pool of 'align' (2 + 1 draft
+    state blocks), and vllm at 0.27.1 (prefix caching on) in the larger one of prefix caching off. Each now takes
+    `kvlab size`'s with its own setting; a strategy without prefix caching, vllm+noprefix's."""
+    version_flags = ("--vllm-version", version) if version else ()
+    on, off = _size_tokens(kvlab, "--enable-prefix-caching", *version_flags), \
+        _size_tokens(kvlab, "--no-enable-prefix-caching", *version_flags)
+    assert off > on  # (1 + 1 draft state blocks a Mamba group against 2 + 1)
+    config = quietly(model=QWEN, gpu="h100-sxm", speculative_method="mtp", spec_acceptance="0.8",
+                     max_model_len=8192, vllm_version=version)
+    assert config.cache.prefix_caching_slots == (off, on)
+    pools = {s.name: config.for_strategy(s).cache.num_slots
+             for s in service.strategies(["vllm", "vllm+noprefix", "continuous+max"], config)}
+    assert pools == {"vllm": on, "vllm+noprefix": off, "continuous+max": off}
+    run = service.run(config, ["vllm", "vllm+noprefix"], workload=service.load(config))
+    assert [r.config.cache.num_slots for r in run.results] == [on, off]
+    assert any(f"{on:,} token slots with prefix caching (vllm), {off:,} without" in n for n in config.cache.notes)
+
+
+def test_the_pools_differ_only_where_vllm_sizes_them_differently():
+    """No speculative decoding (groups simulated, one pool of vLLM's blocks), a model without state layers, or
+    Granite at 0.27.1 (prefix caching's mode 'all' is not modelled: both pools are prefix caching off's): one pool,
+    and the configuration's key is as it was."""
+    assert quietly(model=QWEN, gpu="h100-sxm", max_model_len=8192).cache.prefix_caching_slots == ()
+    assert quietly(model="qwen3-8b", gpu="h100-sxm", speculative_method="ngram",
+                   spec_acceptance="0.8").cache.prefix_caching_slots == ()
+    granite = quietly(model=GRANITE, gpu="h100-sxm", vllm_version="0.27.1", speculative_method="ngram",
+                      spec_acceptance="0.8", max_model_len=8192)
+    assert granite.cache.prefix_caching_slots == () and granite.cache.kv_cache_groups == ()
+    assert quietly(model=GRANITE, gpu="h100-sxm", speculative_method="ngram", spec_acceptance="0.8",
+                   max_model_len=8192).cache.prefix_caching_slots != ()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -204,6 +204,14 @@ class KvlabConfig:
             check_align_chunked_prefill(self.sizing.vllm_version, self.prefix_caching_mode,
                                         self.scheduler.enable_chunked_prefill)
 
+    def for_strategy(self, strategy) -> KvlabConfig:
+        """This configuration as ``strategy`` (kvlab.strategies.Strategy) runs it: a hybrid whose groups are pooled
+        takes vLLM's pool with the strategy's prefix caching (CacheConfig.prefix_caching_slots), else itself."""
+        slots = self.cache.prefix_caching_slots
+        if not slots or slots[strategy.enable_prefix_caching] == self.cache.num_slots:
+            return self
+        return replace(self, cache=replace(self.cache, num_slots=slots[strategy.enable_prefix_caching]))
+
     @property
     def engine(self) -> SimConfig:
         """What a Simulation takes: the cache, the scheduler's limits and the clock."""
@@ -301,8 +309,10 @@ class KvlabConfig:
         return self._hash(self._keyed(None))
 
     def _hash(self, keyed: dict[str, Any]) -> str:
+        # (the pools by prefix caching only where a strategy's differs: every other configuration keeps its key)
+        slots = {"prefix_caching_slots": list(self.cache.prefix_caching_slots)} if self.cache.prefix_caching_slots else {}
         payload = json.dumps({"config": keyed, "cost_constants": self.cost.constants,
-                              "digests": self.digests}, sort_keys=True, separators=(",", ":"))
+                              "digests": self.digests, **slots}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
     def describe(self) -> dict[str, Any]:
@@ -393,7 +403,6 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     # A profile fitted for another model or GPU warns (CostProfileWarning) and its notes travel on the cost model,
     # for a report to repeat: the command line prints those instead of the warning (quietly()).
     cost_model = cost_model_for(profile, model_spec, gpu_spec, sizing, tp, pp)
-    swap_space_gib = values["swap_space"]
     config = KvlabConfig(
         model=ModelConfig(model=_model_name(model_spec, values["model"]), dtype=sizing.dtype),
         device=DeviceConfig(gpu=gpu_spec.id, gpu_memory_bytes=sizing.gpu_memory_bytes or gpu_spec.memory_bytes,
@@ -401,14 +410,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         parallel=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp,
                                 data_parallel_size=values["replicas"]),
         router=resolve_router(values),
-        cache=CacheConfig(num_slots=num_slots, block_size=block_size, kv_cache_dtype=sizing.kv_cache_dtype,
-                          kv_bytes_per_token=sizing.kv_bytes_per_token,
-                          swap_space_bytes=round(swap_space_gib * GIB) * tp,
-                          gpu_memory_utilization=values["gpu_memory_utilization"],
-                          available_kv_bytes=sizing.available_kv_bytes,
-                          notes=_pooled_groups_notes(model_spec, sizing, num_slots, block_size, values["num_gpu_blocks"],
-                                                     groups, _pooled_reason(values, sizing, speculative)),
-                          kv_cache_groups=groups),
+        cache=_cache_config(model_spec, gpu_spec, values, sizing, num_slots, block_size, speculative, groups),
         scheduler=SchedulerConfig(max_num_seqs=sizing.max_num_seqs,
                                   max_num_batched_tokens=sizing.max_num_batched_tokens,
                                   max_model_len=sizing.max_model_len,
@@ -435,6 +437,22 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     if config.scheduler.preemption_mode == "swap":  # (a +swap strategy's: kvlab.service.strategies checks it)
         config.check_swap_space()
     return config
+
+
+def _cache_config(model_spec, gpu_spec, values: dict[str, Any], sizing: SizingResult, num_slots: int, block_size: int,
+                  speculative: SpeculativeConfig | None, groups: tuple[tuple[str, int, int, int, int], ...]
+                  ) -> CacheConfig:
+    """The KV cache as resolved: the pool (``num_slots`` of ``block_size``), the hybrid's groups or, where they are
+    pooled, vLLM's pool by prefix caching (_prefix_caching_slots), and what a run should know of them."""
+    prefix_slots = () if groups else _prefix_caching_slots(model_spec, gpu_spec, values, sizing, block_size, speculative)
+    notes = _pooled_groups_notes(model_spec, sizing, num_slots, block_size, values["num_gpu_blocks"], groups,
+                                 _pooled_reason(values, sizing, speculative))
+    return CacheConfig(num_slots=num_slots, block_size=block_size, kv_cache_dtype=sizing.kv_cache_dtype,
+                       kv_bytes_per_token=sizing.kv_bytes_per_token,
+                       swap_space_bytes=round(values["swap_space"] * GIB) * (values["tensor_parallel_size"] or 1),
+                       gpu_memory_utilization=values["gpu_memory_utilization"],
+                       available_kv_bytes=sizing.available_kv_bytes, notes=notes + _prefix_slots_notes(prefix_slots),
+                       kv_cache_groups=groups, prefix_caching_slots=prefix_slots)
 
 
 def _newest_version() -> str:
@@ -492,6 +510,35 @@ def _token_block_size(groups: tuple[tuple[str, int, int, int, int], ...]) -> int
     from kvlab.memory.hybrid import TOKEN_KINDS
 
     return next(g[4] for g in groups if g[0] in TOKEN_KINDS)
+
+
+def _prefix_caching_slots(model_spec, gpu_spec, values: dict[str, Any], sizing: SizingResult, block_size: int,
+                          speculative: SpeculativeConfig | None) -> tuple[int, ...]:
+    """A hybrid with state layers whose groups are pooled: (without, with) prefix caching, vLLM's pool as _pool_slots
+    gives it, each sized with that setting (prefix caching's 'align' keeps more state blocks a request, and speculative
+    decoding's draft tokens one more each in both); () where the two are one pool. With prefix caching where kvlab does
+    not model its state (mode 'all' before 0.28.0, any before 0.16.0) the pool is the one without, as _state_blocks."""
+    if model_spec.state is None or len(sizing.kv_cache_groups) == 1:
+        return ()
+    pools = []
+    for on in (False, True):
+        try:
+            sized = _size(model_spec, gpu_spec, values, enable_prefix_caching=on)
+        except KvlabError:
+            sized = _size(model_spec, gpu_spec, values, enable_prefix_caching=False)
+        pools.append(_pool_slots(model_spec, gpu_spec, sized, values["num_gpu_blocks"], block_size, speculative))
+    return () if pools[0] == pools[1] else tuple(pools)
+
+
+def _prefix_slots_notes(prefix_slots: tuple[int, ...]) -> tuple[str, ...]:
+    """What a run says where its strategies' pools differ by prefix caching (_prefix_caching_slots)."""
+    if not prefix_slots:
+        return ()
+    off, on = prefix_slots
+    return (f"vLLM's pool here depends on prefix caching (with it, mamba_cache_mode 'align' keeps more state blocks a "
+            f"request): each strategy takes vLLM's with its own, {on:,} token slots with prefix caching (vllm), "
+            f"{off:,} without (vllm+noprefix and the strategies without prefix caching: `vllm serve "
+            "--no-enable-prefix-caching`)",)
 
 
 def _pooled_reason(values: dict[str, Any], sizing: SizingResult, speculative: SpeculativeConfig | None) -> str:
@@ -821,7 +868,8 @@ def _check_names(given: dict[str, Any]) -> None:
             raise KvlabError(f"unknown option {name!r}{hint}; the options are: {', '.join(OPTIONS)}")
 
 
-def _size(model_spec, gpu_spec, values: dict[str, Any]) -> SizingResult:
+def _size(model_spec, gpu_spec, values: dict[str, Any], enable_prefix_caching: bool | None = None) -> SizingResult:
+    """vLLM's sizing (`kvlab size`) of these options, with ``enable_prefix_caching`` (None: the version's default)."""
     from kvlab.sizing import SizingConfig, size_kv_cache
 
     gpu_memory_gib, available_kv_gib = values["gpu_memory_gib"], values["available_kv_gib"]
@@ -833,7 +881,8 @@ def _size(model_spec, gpu_spec, values: dict[str, Any]) -> SizingResult:
         pipeline_parallel_size=values["pipeline_parallel_size"], max_model_len=values["max_model_len"],
         max_num_batched_tokens=values["max_num_batched_tokens"], max_num_seqs=values["max_num_seqs"],
         available_kv_bytes=round(available_kv_gib * GIB) if available_kv_gib else None, gpu_name=gpu_spec.id,
-        quantization=values["quantization"], vllm_version=values["vllm_version"], **_sized_drafter(values)))
+        quantization=values["quantization"], vllm_version=values["vllm_version"],
+        enable_prefix_caching=enable_prefix_caching, **_sized_drafter(values)))
 
 
 def _sized_drafter(values: dict[str, Any]) -> dict[str, Any]:

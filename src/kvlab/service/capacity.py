@@ -63,9 +63,10 @@ def seats_and_rows(point: dict[str, Any], varied: set[str] | None = None) -> tup
     kvlab.sweep.point.resolve_point)."""
     resolved = resolve_point(point, kvlab.__version__, varied)
     config = resolved.config
-    allocator = strategies([resolved.strategy], config)[0].allocator
-    held = mean_tokens_held(allocator, load(config).requests, config.scheduler.max_model_len)
-    seats = num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held) * config.parallel.data_parallel_size
+    strategy = strategies([resolved.strategy], config)[0]
+    held = mean_tokens_held(strategy.allocator, load(config).requests, config.scheduler.max_model_len)
+    num_slots = config.for_strategy(strategy).cache.num_slots
+    seats = num_seats(config.scheduler.max_num_seqs, num_slots, held) * config.parallel.data_parallel_size
     return seats, trace_rows(config.workload)
 
 
