@@ -103,3 +103,23 @@ def test_the_pools_differ_only_where_vllm_sizes_them_differently():
     assert granite.cache.prefix_caching_slots == () and granite.cache.kv_cache_groups == ()
     assert quietly(model=GRANITE, gpu="h100-sxm", speculative_method="ngram", spec_acceptance="0.8",
                    max_model_len=8192).cache.prefix_caching_slots != ()
+
+
+# --- 3. trial 57 finding 4: at 0.27.1 the vllm strategy is not `vllm serve`'s default ---------------------------
+
+
+@pytest.mark.parametrize("model", [GRANITE, QWEN])
+def test_before_0_28_a_run_says_vllm_has_prefix_caching_on_where_vllm_serve_defaults_to_off(kvlab, model):
+    """`kvlab size --vllm-version 0.27.1` says prefix caching is off by default for a hybrid, while `kvlab run vllm`
+    said "prefix caching on" with no word of that default. The run now says both, and names vllm+noprefix."""
+    size = kvlab("size", model, "--gpu", "h100-sxm", "--vllm-version", "0.27.1", "--max-model-len", "8192")
+    assert "prefix caching off, vLLM 0.27.1's default for a hybrid model" in _flat(size.stdout)
+    run = kvlab("run", "vllm", "--model", model, "--gpu", "h100-sxm", "--vllm-version", "0.27.1", "--max-model-len",
+                "8192", "-n", "5")
+    assert run.exit_code == 0, run.stderr
+    said = _flat(run.stderr + run.stdout)
+    assert ("the vllm strategy runs with prefix caching on (`vllm serve --enable-prefix-caching`), but `vllm serve` "
+            "0.27.1 defaults to prefix caching off for a hybrid model (on only from 0.28.0): vllm+noprefix is what "
+            "`vllm serve` 0.27.1 runs by default") in said
+    newer = kvlab("run", "vllm", "--model", model, "--gpu", "h100-sxm", "--max-model-len", "8192", "-n", "5")
+    assert "defaults to prefix caching off" not in _flat(newer.stderr + newer.stdout)

@@ -263,6 +263,12 @@ MAMBA2_PREFILL_CHECKPOINT_SINCE = "0.32.0"
 HYBRID_PREFIX_CACHING_DEFAULT_SINCE = "0.28.0"
 
 
+def hybrid_prefix_caching_default(version: str | None) -> bool:
+    """Whether `vllm serve` of ``version`` (None: the newest kvlab knows) turns prefix caching on for a generative hybrid
+    when neither --enable-prefix-caching nor --no-enable-prefix-caching is given (HYBRID_PREFIX_CACHING_DEFAULT_SINCE)."""
+    return version_key(resolve_version(version)) >= version_key(HYBRID_PREFIX_CACHING_DEFAULT_SINCE)
+
+
 def mamba_cache_mode(version: str | None, enable_prefix_caching: bool | None, mamba_prefix_caching: bool
                      ) -> tuple[str, str]:
     """(vLLM ``version``'s mamba_cache_mode for a generative hybrid, why in words) under --enable-prefix-caching
@@ -270,7 +276,7 @@ def mamba_cache_mode(version: str | None, enable_prefix_caching: bool | None, ma
     prefix caching, 'align' or, before the default turned on, 'all' for a model that supports Mamba prefix caching
     (``mamba_prefix_caching``: kvlab.catalog.hybrid.StateLayout.prefix_caching_mode == 'all')."""
     release = resolve_version(version)
-    newer = version_key(release) >= version_key(HYBRID_PREFIX_CACHING_DEFAULT_SINCE)
+    newer = hybrid_prefix_caching_default(release)
     if enable_prefix_caching is None:
         why = (f"prefix caching {'on' if newer else 'off'}, vLLM {release}'s default for a hybrid model ("
                + (f"on from {HYBRID_PREFIX_CACHING_DEFAULT_SINCE}, vllm-project/vllm#50991)" if newer else

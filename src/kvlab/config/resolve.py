@@ -451,7 +451,8 @@ def _cache_config(model_spec, gpu_spec, values: dict[str, Any], sizing: SizingRe
                        kv_bytes_per_token=sizing.kv_bytes_per_token,
                        swap_space_bytes=round(values["swap_space"] * GIB) * (values["tensor_parallel_size"] or 1),
                        gpu_memory_utilization=values["gpu_memory_utilization"],
-                       available_kv_bytes=sizing.available_kv_bytes, notes=notes + _prefix_slots_notes(prefix_slots),
+                       available_kv_bytes=sizing.available_kv_bytes,
+                       notes=notes + _prefix_slots_notes(prefix_slots) + _prefix_default_notes(model_spec, sizing),
                        kv_cache_groups=groups, prefix_caching_slots=prefix_slots)
 
 
@@ -528,6 +529,19 @@ def _prefix_caching_slots(model_spec, gpu_spec, values: dict[str, Any], sizing: 
             sized = _size(model_spec, gpu_spec, values, enable_prefix_caching=False)
         pools.append(_pool_slots(model_spec, gpu_spec, sized, values["num_gpu_blocks"], block_size, speculative))
     return () if pools[0] == pools[1] else tuple(pools)
+
+
+def _prefix_default_notes(model_spec, sizing: SizingResult) -> tuple[str, ...]:
+    """Where `vllm serve` of the run's version leaves prefix caching off for a hybrid (before 0.28.0,
+    kvlab.vllm_rules.hybrid_prefix_caching_default), that the vllm strategy is not that default (trial 57, finding 4)."""
+    from kvlab.vllm_rules import HYBRID_PREFIX_CACHING_DEFAULT_SINCE, hybrid_prefix_caching_default
+
+    version = sizing.vllm_version
+    if model_spec.state is None or hybrid_prefix_caching_default(version):
+        return ()
+    return (f"the vllm strategy runs with prefix caching on (`vllm serve --enable-prefix-caching`), but `vllm serve` "
+            f"{version} defaults to prefix caching off for a hybrid model (on only from "
+            f"{HYBRID_PREFIX_CACHING_DEFAULT_SINCE}): vllm+noprefix is what `vllm serve` {version} runs by default",)
 
 
 def _prefix_slots_notes(prefix_slots: tuple[int, ...]) -> tuple[str, ...]:
