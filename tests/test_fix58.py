@@ -123,3 +123,40 @@ def test_before_0_28_a_run_says_vllm_has_prefix_caching_on_where_vllm_serve_defa
             "`vllm serve` 0.27.1 runs by default") in said
     newer = kvlab("run", "vllm", "--model", model, "--gpu", "h100-sxm", "--max-model-len", "8192", "-n", "5")
     assert "defaults to prefix caching off" not in _flat(newer.stderr + newer.stdout)
+
+
+# --- 4. `kvlab vllm compare --model`: the tiny models the CPU engine runs -------------------------------------------
+
+
+def test_compare_takes_a_tiny_model_and_refuses_others(kvlab):
+    """`kvlab vllm compare` compared the tiny Llama only, though its library runs the tiny hybrids too. --model
+    names one (or a small config.json); anything else is refused naming them, before the engine starts."""
+    from kvlab.cli.vllm import tiny_model
+
+    assert tiny_model("tiny-llama")[1] == "float32" and tiny_model("tiny-qwen3-next")[1] == "bfloat16"
+    for bad in ("qwen3-8b", "/no/such/config.json"):
+        r = kvlab("vllm", "compare", "--model", bad, "-n", "5")
+        assert r.exit_code == 2 and "valid: tiny-llama, tiny-llama-sliding, tiny-qwen3-next, or a small config.json" \
+            in _flat(r.stderr), r.stderr
+
+
+def test_compare_refuses_a_hybrid_vllm_would_not_start_or_kvlab_does_not_simulate(kvlab):
+    """The sliding-window Llama at the compare's default 24 blocks of 32 (max_model_len 512): one request needs 16
+    full-attention blocks and 11 sliding ones (its 48-token window and a 256-token batch in flight), more than the 23
+    usable, and the CPU engine refuses to start (it estimated 384 tokens; 28 blocks run, `vllm compare --model
+    tiny-llama-sliding --num-gpu-blocks 28 -n 30`: 501 of 501 steps identical). Prefix caching on a hybrid: kvlab does
+    not simulate its hits."""
+    r = kvlab("vllm", "compare", "--model", "tiny-llama-sliding", "-n", "5")
+    assert r.exit_code == 2 and "valid: --num-gpu-blocks 28 or more, or a smaller --max-model-len" in _flat(r.stderr)
+    r = kvlab("vllm", "compare", "--model", "tiny-llama-sliding", "--num-gpu-blocks", "28", "--enable-prefix-caching")
+    assert r.exit_code == 2 and "valid: --no-enable-prefix-caching, or --model tiny-llama" in _flat(r.stderr)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("model", ["tiny-llama-sliding", "tiny-qwen3-next"])
+def test_compare_runs_a_tiny_hybrid_step_by_step(kvlab, model):
+    """Both tiny hybrids through the real engine from the command line: every step and every block id the same."""
+    r = kvlab("vllm", "compare", "--model", model, "--num-gpu-blocks", "28", "-n", "24", "--json")
+    assert r.exit_code == 0, r.stderr
+    data = r.json()
+    assert data["model"] == model and data["identical"] and len(data["sizing"]["kvlab"]["kv_cache_groups"]) == 2
