@@ -160,3 +160,28 @@ def test_compare_runs_a_tiny_hybrid_step_by_step(kvlab, model):
     assert r.exit_code == 0, r.stderr
     data = r.json()
     assert data["model"] == model and data["identical"] and len(data["sizing"]["kvlab"]["kv_cache_groups"]) == 2
+
+
+# --- 5. capacity names why nothing was served, in run's words ---------------------------------------------------
+
+
+def test_capacity_says_why_nothing_was_served_as_run_does(kvlab, tmp_path):
+    """A pool of 5 blocks holds none of qwen3.6-27b's requests (3 Mamba state blocks and 2 full-attention blocks of
+    784 each against 4 usable): `kvlab run` says they were rejected and why; `kvlab capacity` answered 0 req/s and
+    "even the lowest rate tried failed" with no reason. It now gives run's line (one function: its reason text)."""
+    workload = tmp_path / "w.csv"
+    workload.write_text("arrival_time,prompt_len,output_len\n" + "0,960,64\n" * 20)
+    setup = ("--model", QWEN, "--gpu", "h100-sxm", "--num-gpu-blocks", "5", "--workload", workload, "-n", "20")
+    run = kvlab("run", "vllm", *setup)
+    assert run.exit_code == 1
+    reason = _flat(run.stderr).split("no request was served (", 1)[1].split("): ", 1)[0]
+    assert reason.startswith("vllm rejected 20 as larger than the whole KV cache"), reason
+    cap = kvlab("capacity", *setup, "--arrival", "poisson", "--cost", "vllm-h100", "--workers", "1",
+                "--out", tmp_path / "cap")
+    assert cap.exit_code == 0, cap.stderr
+    text = _flat(cap.stdout)
+    assert f"even at the lowest rate tried no request was served ({reason}): their answers of 0 req/s measure " \
+           "nothing; valid: a KV cache in which the workload's requests fit" in text, text
+    data = kvlab("capacity", *setup, "--arrival", "poisson", "--cost", "vllm-h100", "--workers", "1",
+                 "--out", tmp_path / "cap", "--json").json()
+    assert reason in data["served_nothing"]
