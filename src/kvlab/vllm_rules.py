@@ -263,6 +263,12 @@ MAMBA2_PREFILL_CHECKPOINT_SINCE = "0.32.0"
 HYBRID_PREFIX_CACHING_DEFAULT_SINCE = "0.28.0"
 
 
+def hybrid_prefix_caching_default(version: str | None) -> bool:
+    """Whether `vllm serve` of ``version`` (None: the newest kvlab knows) turns prefix caching on for a generative hybrid
+    when neither --enable-prefix-caching nor --no-enable-prefix-caching is given (HYBRID_PREFIX_CACHING_DEFAULT_SINCE)."""
+    return version_key(resolve_version(version)) >= version_key(HYBRID_PREFIX_CACHING_DEFAULT_SINCE)
+
+
 def mamba_cache_mode(version: str | None, enable_prefix_caching: bool | None, mamba_prefix_caching: bool
                      ) -> tuple[str, str]:
     """(vLLM ``version``'s mamba_cache_mode for a generative hybrid, why in words) under --enable-prefix-caching
@@ -270,7 +276,7 @@ def mamba_cache_mode(version: str | None, enable_prefix_caching: bool | None, ma
     prefix caching, 'align' or, before the default turned on, 'all' for a model that supports Mamba prefix caching
     (``mamba_prefix_caching``: kvlab.catalog.hybrid.StateLayout.prefix_caching_mode == 'all')."""
     release = resolve_version(version)
-    newer = version_key(release) >= version_key(HYBRID_PREFIX_CACHING_DEFAULT_SINCE)
+    newer = hybrid_prefix_caching_default(release)
     if enable_prefix_caching is None:
         why = (f"prefix caching {'on' if newer else 'off'}, vLLM {release}'s default for a hybrid model ("
                + (f"on from {HYBRID_PREFIX_CACHING_DEFAULT_SINCE}, vllm-project/vllm#50991)" if newer else
@@ -283,6 +289,28 @@ def mamba_cache_mode(version: str | None, enable_prefix_caching: bool | None, ma
     if not newer and mamba_prefix_caching:
         return "all", why
     return "align", why
+
+
+# vLLM refuses to start a hybrid in mamba_cache_mode 'align' without chunked prefill: MambaModelConfig asserts
+# chunked prefill in that mode (models/config.py, since 'align' came in, vllm-project/vllm
+# #30877; read in 0.22.0's, 0.25.0's to 0.29.0's source archives and 0.32.0's wheel). 'align' is where prefix caching
+# puts every hybrid from 0.28.0 (on by default) and a Gated DeltaNet one before (turned on by hand); mode 'all' has no
+# such check. kvlab models 'align' from MAMBA_SPECULATIVE_BLOCKS_SINCE; before it a run's prefix caching keeps no state
+# blocks of its own (kvlab.config.resolve._state_blocks) and nothing is refused. kvlab.config.resolve.KvlabConfig
+# .check_prefix_caching applies the rule to each strategy of a run.
+
+
+def check_align_chunked_prefill(version: str | None, mode: str, enable_chunked_prefill: bool) -> None:
+    """Refuse, as vLLM ``version`` does at startup, prefix caching (mamba_cache_mode ``mode``, mamba_cache_mode's)
+    on a hybrid with chunked prefill off: 'align' needs it."""
+    if mode != "align" or enable_chunked_prefill:
+        return
+    if version_key(resolve_version(version)) < version_key(MAMBA_SPECULATIVE_BLOCKS_SINCE):
+        return
+    raise KvlabError(f"vLLM {resolve_version(version)} refuses to start a hybrid model with prefix caching on "
+                     "(mamba_cache_mode 'align') and chunked prefill off (--no-enable-chunked-prefill): its 'align' mode "
+                     "needs chunked prefill; valid: --enable-chunked-prefill, or prefix "
+                     "caching off (the vllm+noprefix strategy, `vllm serve --no-enable-prefix-caching`)")
 
 
 def mamba_state_blocks(version: str | None, num_speculative_tokens: int, mode: str, mixer: str = "gdn") -> int:

@@ -159,12 +159,12 @@ def capacity(
         typer.echo(json.dumps({"slo": target.text, "goodput": target.goodput, "setup": answer.common_setup(),
                                "capacities": service.capacity_json(answer, names), "spread": answer.spreads(),
                                "lead": {"cost": answer.lead(), "evidence": evidence(answer.lead())},
-                               "cheapest": answer.cheapest(), "length_notes": answer.length_notes,
+                               "cheapest": answer.cheapest(), "length_notes": answer.length_notes, **_nothing(answer, rows),
                                "cost_profiles": {n: fitted_to(n) for n in answer.costs()},
                                "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb"),
                                "plots": [str(p) for p in written]}, indent=2))
         return
-    print_capacity(answer, names, session, written)
+    print_capacity(answer, names, session, written, rows)
 
 
 class RoundProgress:
@@ -342,7 +342,7 @@ def _window_note(answer: Answer, i: int) -> str:
             "`kvlab run` reports all its requests)")
 
 
-def print_capacity(answer: Answer, names, session: Session, written) -> None:
+def print_capacity(answer: Answer, names, session: Session, written, rows: list[dict] | None = None) -> None:
     from rich.console import Console
 
     configurations, searches = answer.configurations, answer.searches
@@ -396,6 +396,8 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
                           f"{search.unreachable}.", markup=False)
     if any(not s.error and s.lo is None and not s.unreachable for s in searches):
         console.print("[–, failed]: even the lowest rate tried failed: capacity 0.", markup=False)
+    if (line := _served_nothing_line(answer, rows or [])) is not None:
+        console.print(line, markup=False)
     for spread in answer.spreads():
         parts = ", ".join(f"{name} {rate_text(value)}" for name, value in spread["capacities"].items())
         if spread["spread"] is not None:
@@ -416,6 +418,23 @@ def print_capacity(answer: Answer, names, session: Session, written) -> None:
     num_simulations = sum(len(search.probes) + bool(search.error) for search in (*searches, *answer.second))
     console.print(computed_text(session.runner.num_computed, num_simulations, "simulation")
                   + f". Store: {session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)
+
+
+def _nothing(answer: Answer, rows: list[dict]) -> dict[str, str | None]:
+    """capacity --json's "served_nothing": _served_nothing_line, or null."""
+    return {"served_nothing": _served_nothing_line(answer, rows)}
+
+
+def _served_nothing_line(answer: Answer, rows: list[dict]) -> str | None:
+    """Where a configuration's lowest rate tried served no request (a KV cache too small for the workload's requests,
+    say), what became of them, in `kvlab run`'s words (kvlab.report.tables.served_nothing); None where each served."""
+    from kvlab.report.tables import rows_served_nothing, served_nothing
+
+    empty = rows_served_nothing(answer.failed_at_lowest(rows))
+    if not empty:
+        return None
+    return served_nothing(empty, head="even at the lowest rate tried no request was served",
+                          measured="their answers of 0 req/s")
 
 
 def _print_answer(console, answer: Answer) -> None:

@@ -128,15 +128,27 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
     caching = {s.name: s.enable_prefix_caching for s in strategies}
     prefix = f", {prefix_caching_text(caching, not cache.kv_cache_groups)}" if strategies else ""
     return (
-        f"{fleet}{config.model.model} on {config.gpu}: KV cache {cache.num_slots:,} token slots "
-        f"({cache.num_gpu_blocks:,} blocks of {cache.block_size}, one of them vLLM's null block "
-        f"for paged memory), max_model_len "
+        f"{fleet}{config.model.model} on {config.gpu}: KV cache {_slots_text(cache, strategies)}, max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
         f"{sched.max_num_batched_tokens:,}, chunked prefill {'on' if sched.enable_chunked_prefill else 'off'}{prefix}. "
         f"Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
         f"{_rate_text(wl, rescaled_to)}, mean prompt {wl.mean_prompt_len:,.0f} / output {wl.mean_output_len:,.0f} tokens."
         + "".join(f" {line[0].upper()}{line[1:]}." for line in extras)
     )
+
+
+def _slots_text(cache, strategies) -> str:
+    """The pool in a run's setup line: the strategies' one, or each by prefix caching where theirs differ (a hybrid
+    whose groups are pooled: CacheConfig.prefix_caching_slots, KvlabConfig.for_strategy)."""
+    slots, size = cache.prefix_caching_slots, cache.block_size
+    used = sorted({slots[s.enable_prefix_caching] for s in strategies}) if slots else []
+    if len(used) == 2:
+        off, on = slots
+        return (f"{on:,} token slots with prefix caching, {off:,} without ({on // size:,} and {off // size:,} blocks "
+                f"of {size}, one of them vLLM's null block for paged memory)")
+    num_slots = used[0] if used else cache.num_slots
+    return (f"{num_slots:,} token slots ({num_slots // size:,} blocks of {size}, one of them vLLM's null block for "
+            "paged memory)")
 
 
 def _rate_text(wl, rescaled_to: float | None = None) -> str:
@@ -184,8 +196,8 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     setup = run.config.describe()
     summaries = run.summaries()
     band = _error_band(config.cost)
-    for summary in summaries:
-        summary["typical_iteration"] = typical_iteration(config, summary)
+    for summary, result in zip(summaries, results):
+        summary["typical_iteration"] = typical_iteration(run.config.for_strategy(result.strategy).engine, summary)
         if band is not None:  # (each latency and the throughput: where the real engine would be, docs/cost.md)
             summary["error_band"] = band.intervals(summary)
     from kvlab.service.classes import run_classes
@@ -378,6 +390,9 @@ def race_json(config, wl, summaries, setup: dict | None = None) -> dict:
         "model": config.model.model,
         "gpu": config.gpu,
         "num_slots": config.cache.num_slots,
+        # (a hybrid whose pool differs by prefix caching: each strategy's is vLLM's with its own, KvlabConfig.for_strategy)
+        **({"prefix_caching_slots": dict(zip(("without", "with"), config.cache.prefix_caching_slots))}
+           if config.cache.prefix_caching_slots else {}),
         "block_size": config.cache.block_size,
         "max_model_len": config.scheduler.max_model_len,
         "cost": {"profile": config.cost.profile, "notes": list(config.cost.notes),

@@ -149,23 +149,13 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
 def served_nothing_text(rows) -> str | None:
     """The points that served no request (stored, and the sweep exits 0: a result of the grid), how many, and what
     became of their requests by strategy, in the words of `kvlab run`'s "no request was served" line; None if none."""
-    from kvlab.report.tables import served_nothing
+    from kvlab.report.tables import rows_served_nothing, served_nothing
 
-    empty = [r for r in rows if r["status"] == "ok" and not r.get("num_finished")]
-    merged: dict[str, dict] = {}
-    for row in empty:
-        name = str(row["strategy"])
-        s = merged.setdefault(name, {"name": name, "num_finished": 0, "num_rejected": 0, "num_aborted": 0,
-                                     "reject_reasons": {}})
-        s["num_rejected"] += row.get("num_rejected") or 0
-        s["num_aborted"] += row.get("num_aborted") or 0
-        reasons = row.get("reject_reasons") or {}
-        for reason, count in (json.loads(reasons) if isinstance(reasons, str) else reasons).items():  # (stored as JSON)
-            s["reject_reasons"][reason] = s["reject_reasons"].get(reason, 0) + count
+    empty = rows_served_nothing(rows)
     if not empty:
         return None
-    return served_nothing(list(merged.values()), head=f"{len(empty)} of {plural(len(rows), 'point')} served no request",
-                          measured="their rows")
+    return served_nothing(empty, head=f"{sum(s['num_points'] for s in empty)} of {plural(len(rows), 'point')} served "
+                          "no request", measured="their rows")
 
 
 # What a point is (the options a reader asks for first), as the table's footer names them when all points share them.

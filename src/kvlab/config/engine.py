@@ -62,6 +62,10 @@ class CacheConfig:
     # ``block_size`` is vLLM's (the groups' common one) and ``num_slots`` its blocks times it.
     # Empty: one pool of tokens (every single-group model).
     kv_cache_groups: tuple[tuple[str, int, int, int, int], ...] = ()
+    # A hybrid with state layers whose groups are pooled (no kv_cache_groups): vLLM's pool without and with prefix caching
+    # (its printed token figure: 'align' keeps more state blocks a request), where they differ, for each strategy to
+    # take its own (KvlabConfig.for_strategy); ``num_slots`` is the version's default's. Empty: one pool for all.
+    prefix_caching_slots: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _check_positive(self, "num_slots", "block_size")

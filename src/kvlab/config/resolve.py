@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -191,6 +191,26 @@ class KvlabConfig:
     digests: tuple[tuple[str, str], ...] = ()
     # The options given a value other than their default: what a run may say is unused.
     given: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
+    # A hybrid's: the mamba_cache_mode vLLM puts its state in with prefix caching on ('align', 'all'); "" for a model
+    # without state layers (kvlab.vllm_rules.mamba_cache_mode). Derived from the model and the version.
+    prefix_caching_mode: str = field(default="", compare=False, repr=False)
+
+    def check_prefix_caching(self, strategy) -> None:
+        """Refuse ``strategy`` (kvlab.strategies.Strategy) where vLLM would not start with its prefix caching: on a
+        hybrid with chunked prefill off (kvlab.vllm_rules.check_align_chunked_prefill)."""
+        from kvlab.vllm_rules import check_align_chunked_prefill
+
+        if strategy.enable_prefix_caching:
+            check_align_chunked_prefill(self.sizing.vllm_version, self.prefix_caching_mode,
+                                        self.scheduler.enable_chunked_prefill)
+
+    def for_strategy(self, strategy) -> KvlabConfig:
+        """This configuration as ``strategy`` (kvlab.strategies.Strategy) runs it: a hybrid whose groups are pooled
+        takes vLLM's pool with the strategy's prefix caching (CacheConfig.prefix_caching_slots), else itself."""
+        slots = self.cache.prefix_caching_slots
+        if not slots or slots[strategy.enable_prefix_caching] == self.cache.num_slots:
+            return self
+        return replace(self, cache=replace(self.cache, num_slots=slots[strategy.enable_prefix_caching]))
 
     @property
     def engine(self) -> SimConfig:
@@ -289,8 +309,10 @@ class KvlabConfig:
         return self._hash(self._keyed(None))
 
     def _hash(self, keyed: dict[str, Any]) -> str:
+        # (the pools by prefix caching only where a strategy's differs: every other configuration keeps its key)
+        slots = {"prefix_caching_slots": list(self.cache.prefix_caching_slots)} if self.cache.prefix_caching_slots else {}
         payload = json.dumps({"config": keyed, "cost_constants": self.cost.constants,
-                              "digests": self.digests}, sort_keys=True, separators=(",", ":"))
+                              "digests": self.digests, **slots}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
     def describe(self) -> dict[str, Any]:
@@ -381,7 +403,6 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
     # A profile fitted for another model or GPU warns (CostProfileWarning) and its notes travel on the cost model,
     # for a report to repeat: the command line prints those instead of the warning (quietly()).
     cost_model = cost_model_for(profile, model_spec, gpu_spec, sizing, tp, pp)
-    swap_space_gib = values["swap_space"]
     config = KvlabConfig(
         model=ModelConfig(model=_model_name(model_spec, values["model"]), dtype=sizing.dtype),
         device=DeviceConfig(gpu=gpu_spec.id, gpu_memory_bytes=sizing.gpu_memory_bytes or gpu_spec.memory_bytes,
@@ -389,14 +410,7 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         parallel=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp,
                                 data_parallel_size=values["replicas"]),
         router=resolve_router(values),
-        cache=CacheConfig(num_slots=num_slots, block_size=block_size, kv_cache_dtype=sizing.kv_cache_dtype,
-                          kv_bytes_per_token=sizing.kv_bytes_per_token,
-                          swap_space_bytes=round(swap_space_gib * GIB) * tp,
-                          gpu_memory_utilization=values["gpu_memory_utilization"],
-                          available_kv_bytes=sizing.available_kv_bytes,
-                          notes=_pooled_groups_notes(model_spec, sizing, num_slots, block_size, values["num_gpu_blocks"],
-                                                     groups, _pooled_reason(values, sizing, speculative)),
-                          kv_cache_groups=groups),
+        cache=_cache_config(model_spec, gpu_spec, values, sizing, num_slots, block_size, speculative, groups),
         scheduler=SchedulerConfig(max_num_seqs=sizing.max_num_seqs,
                                   max_num_batched_tokens=sizing.max_num_batched_tokens,
                                   max_model_len=sizing.max_model_len,
@@ -417,11 +431,29 @@ def resolve(options: dict[str, Any] | None = None, /, **keywords: Any) -> KvlabC
         sizing=sizing,
         digests=_digests(model_spec, profile, values),
         given=tuple((k, v) for k, v in given.items() if v is not None and v != OPTIONS[k].default),
+        prefix_caching_mode=_prefix_caching_mode(model_spec, values["vllm_version"]),
     )
     config.engine  # noqa: B018  (SimConfig's checks of what spans two parts: a block longer than a sequence, ...)
     if config.scheduler.preemption_mode == "swap":  # (a +swap strategy's: kvlab.service.strategies checks it)
         config.check_swap_space()
     return config
+
+
+def _cache_config(model_spec, gpu_spec, values: dict[str, Any], sizing: SizingResult, num_slots: int, block_size: int,
+                  speculative: SpeculativeConfig | None, groups: tuple[tuple[str, int, int, int, int], ...]
+                  ) -> CacheConfig:
+    """The KV cache as resolved: the pool (``num_slots`` of ``block_size``), the hybrid's groups or, where they are
+    pooled, vLLM's pool by prefix caching (_prefix_caching_slots), and what a run should know of them."""
+    prefix_slots = () if groups else _prefix_caching_slots(model_spec, gpu_spec, values, sizing, block_size, speculative)
+    notes = _pooled_groups_notes(model_spec, sizing, num_slots, block_size, values["num_gpu_blocks"], groups,
+                                 _pooled_reason(values, sizing, speculative))
+    return CacheConfig(num_slots=num_slots, block_size=block_size, kv_cache_dtype=sizing.kv_cache_dtype,
+                       kv_bytes_per_token=sizing.kv_bytes_per_token,
+                       swap_space_bytes=round(values["swap_space"] * GIB) * (values["tensor_parallel_size"] or 1),
+                       gpu_memory_utilization=values["gpu_memory_utilization"],
+                       available_kv_bytes=sizing.available_kv_bytes,
+                       notes=notes + _prefix_slots_notes(prefix_slots) + _prefix_default_notes(model_spec, sizing),
+                       kv_cache_groups=groups, prefix_caching_slots=prefix_slots)
 
 
 def _newest_version() -> str:
@@ -464,12 +496,63 @@ def _state_blocks(model_spec, version: str | None) -> tuple[int, int]:
         return off, off
 
 
+def _prefix_caching_mode(model_spec, version: str | None) -> str:
+    """vLLM ``version``'s mamba_cache_mode for ``model_spec`` with prefix caching on; "" without state layers."""
+    from kvlab.vllm_rules import mamba_cache_mode
+
+    if model_spec.state is None:
+        return ""
+    return mamba_cache_mode(version, True, model_spec.state.prefix_caching_mode == "all")[0]
+
+
 def _token_block_size(groups: tuple[tuple[str, int, int, int, int], ...]) -> int:
     """The tokens a block of the group that holds the tokens (the first full attention or MLA one) holds: the pool's
     block size, its slots (Gemma 4's sliding groups hold more in each of their blocks)."""
     from kvlab.memory.hybrid import TOKEN_KINDS
 
     return next(g[4] for g in groups if g[0] in TOKEN_KINDS)
+
+
+def _prefix_caching_slots(model_spec, gpu_spec, values: dict[str, Any], sizing: SizingResult, block_size: int,
+                          speculative: SpeculativeConfig | None) -> tuple[int, ...]:
+    """A hybrid with state layers whose groups are pooled: (without, with) prefix caching, vLLM's pool as _pool_slots
+    gives it, each sized with that setting (prefix caching's 'align' keeps more state blocks a request, and speculative
+    decoding's draft tokens one more each in both); () where the two are one pool. With prefix caching where kvlab does
+    not model its state (mode 'all' before 0.28.0, any before 0.16.0) the pool is the one without, as _state_blocks."""
+    if model_spec.state is None or len(sizing.kv_cache_groups) == 1:
+        return ()
+    pools = []
+    for on in (False, True):
+        try:
+            sized = _size(model_spec, gpu_spec, values, enable_prefix_caching=on)
+        except KvlabError:
+            sized = _size(model_spec, gpu_spec, values, enable_prefix_caching=False)
+        pools.append(_pool_slots(model_spec, gpu_spec, sized, values["num_gpu_blocks"], block_size, speculative))
+    return () if pools[0] == pools[1] else tuple(pools)
+
+
+def _prefix_default_notes(model_spec, sizing: SizingResult) -> tuple[str, ...]:
+    """Where `vllm serve` of the run's version leaves prefix caching off for a hybrid (before 0.28.0,
+    kvlab.vllm_rules.hybrid_prefix_caching_default), that the vllm strategy is not that default (trial 57, finding 4)."""
+    from kvlab.vllm_rules import HYBRID_PREFIX_CACHING_DEFAULT_SINCE, hybrid_prefix_caching_default
+
+    version = sizing.vllm_version
+    if model_spec.state is None or hybrid_prefix_caching_default(version):
+        return ()
+    return (f"the vllm strategy runs with prefix caching on (`vllm serve --enable-prefix-caching`), but `vllm serve` "
+            f"{version} defaults to prefix caching off for a hybrid model (on only from "
+            f"{HYBRID_PREFIX_CACHING_DEFAULT_SINCE}): vllm+noprefix is what `vllm serve` {version} runs by default",)
+
+
+def _prefix_slots_notes(prefix_slots: tuple[int, ...]) -> tuple[str, ...]:
+    """What a run says where its strategies' pools differ by prefix caching (_prefix_caching_slots)."""
+    if not prefix_slots:
+        return ()
+    off, on = prefix_slots
+    return (f"vLLM's pool here depends on prefix caching (with it, mamba_cache_mode 'align' keeps more state blocks a "
+            f"request): each strategy takes vLLM's with its own, {on:,} token slots with prefix caching (vllm), "
+            f"{off:,} without (vllm+noprefix and the strategies without prefix caching: `vllm serve "
+            "--no-enable-prefix-caching`)",)
 
 
 def _pooled_reason(values: dict[str, Any], sizing: SizingResult, speculative: SpeculativeConfig | None) -> str:
@@ -799,7 +882,8 @@ def _check_names(given: dict[str, Any]) -> None:
             raise KvlabError(f"unknown option {name!r}{hint}; the options are: {', '.join(OPTIONS)}")
 
 
-def _size(model_spec, gpu_spec, values: dict[str, Any]) -> SizingResult:
+def _size(model_spec, gpu_spec, values: dict[str, Any], enable_prefix_caching: bool | None = None) -> SizingResult:
+    """vLLM's sizing (`kvlab size`) of these options, with ``enable_prefix_caching`` (None: the version's default)."""
     from kvlab.sizing import SizingConfig, size_kv_cache
 
     gpu_memory_gib, available_kv_gib = values["gpu_memory_gib"], values["available_kv_gib"]
@@ -811,7 +895,8 @@ def _size(model_spec, gpu_spec, values: dict[str, Any]) -> SizingResult:
         pipeline_parallel_size=values["pipeline_parallel_size"], max_model_len=values["max_model_len"],
         max_num_batched_tokens=values["max_num_batched_tokens"], max_num_seqs=values["max_num_seqs"],
         available_kv_bytes=round(available_kv_gib * GIB) if available_kv_gib else None, gpu_name=gpu_spec.id,
-        quantization=values["quantization"], vllm_version=values["vllm_version"], **_sized_drafter(values)))
+        quantization=values["quantization"], vllm_version=values["vllm_version"],
+        enable_prefix_caching=enable_prefix_caching, **_sized_drafter(values)))
 
 
 def _sized_drafter(values: dict[str, Any]) -> dict[str, Any]:

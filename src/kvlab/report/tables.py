@@ -330,6 +330,27 @@ def write_run_data(result: SimResult, out_dir: Path) -> list[Path]:
     return paths
 
 
+def rows_served_nothing(rows) -> list[dict]:
+    """Stored points (a sweep's rows, a capacity search's) that served no request, merged by strategy into what
+    served_nothing reads (its requests' fates, and ``num_points``: how many points); [] where every one served."""
+    import json
+
+    merged: dict[str, dict] = {}
+    for row in rows:
+        if row["status"] != "ok" or row.get("num_finished"):
+            continue
+        name = str(row["strategy"])
+        s = merged.setdefault(name, {"name": name, "num_finished": 0, "num_rejected": 0, "num_aborted": 0,
+                                     "reject_reasons": {}, "num_points": 0})
+        s["num_points"] += 1
+        s["num_rejected"] += row.get("num_rejected") or 0
+        s["num_aborted"] += row.get("num_aborted") or 0
+        reasons = row.get("reject_reasons") or {}
+        for reason, count in (json.loads(reasons) if isinstance(reasons, str) else reasons).items():  # (stored as JSON)
+            s["reject_reasons"][reason] = s["reject_reasons"].get(reason, 0) + count
+    return list(merged.values())
+
+
 def served_nothing(summaries: list[dict], *, head: str = "no request was served",
                    measured: str = "the figures above") -> str | None:
     """Where no strategy finished a single request (a KV cache too small for any of the workload's requests, say),

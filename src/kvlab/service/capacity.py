@@ -63,9 +63,10 @@ def seats_and_rows(point: dict[str, Any], varied: set[str] | None = None) -> tup
     kvlab.sweep.point.resolve_point)."""
     resolved = resolve_point(point, kvlab.__version__, varied)
     config = resolved.config
-    allocator = strategies([resolved.strategy], config)[0].allocator
-    held = mean_tokens_held(allocator, load(config).requests, config.scheduler.max_model_len)
-    seats = num_seats(config.scheduler.max_num_seqs, config.cache.num_slots, held) * config.parallel.data_parallel_size
+    strategy = strategies([resolved.strategy], config)[0]
+    held = mean_tokens_held(strategy.allocator, load(config).requests, config.scheduler.max_model_len)
+    num_slots = config.for_strategy(strategy).cache.num_slots
+    seats = num_seats(config.scheduler.max_num_seqs, num_slots, held) * config.parallel.data_parallel_size
     return seats, trace_rows(config.workload)
 
 
@@ -369,6 +370,20 @@ class Answer:
                 "num_simulations": [len(self.searches[i].probes), len(self.second[i].probes)],
                 "answer_rps": min(first, second),
                 "length_for_stable": length_for_spread(second_length, spread) if second_length and not whole else None}
+
+    def failed_at_lowest(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The row of the lowest rate each lead-clock configuration tried where none held (capacity 0, the search
+        not failed to simulate), out of ``rows`` (capacities': every rate each search tried, in order), for a report
+        to say what became of its requests (kvlab.report.tables.rows_served_nothing)."""
+        lead, found, first = self.lead(), [], 0
+        if len(rows) < sum(len(search.probes) for search in self.searches):  # (a row not stored: none to read)
+            return []
+        for config, search in zip(self.configurations, self.searches):
+            probes = [rate for rate, _, _ in search.probes]
+            if config["cost"] == lead and not search.error and search.lo is None and probes:
+                found.append(rows[first + probes.index(min(probes))])
+            first += len(probes)
+        return found
 
     def answering(self, i: int) -> Search:
         """The search whose capacity is configuration ``i``'s answer: the second sample's where it is lower (its run

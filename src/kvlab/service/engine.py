@@ -76,7 +76,7 @@ class RunResult:
         serving = disagg.num_decode_replicas if disagg is not None else self.config.parallel.data_parallel_size
         decode = [[r for side in fleet.decode for r in side.records] for fleet in self.disaggregated]
         return [measure_run(r.records, r.strategy.allocator, self.workload.requests, engine.scheduler,
-                            engine.cache.num_slots, serving, decode[i] if decode else None)
+                            self.config.for_strategy(r.strategy).cache.num_slots, serving, decode[i] if decode else None)
                 for i, r in enumerate(self.results)]
 
     def overloaded_rps(self) -> float | None:
@@ -97,12 +97,15 @@ class RunResult:
 
 def strategies(names: Sequence[str | Strategy], config: KvlabConfig | None = None) -> list[Strategy]:
     """Strategies by name (kvlab.strategies), with the configuration's --preemption-mode put into each, each at
-    most once."""
+    most once; one vLLM would not start with on this configuration is refused (KvlabConfig.check_prefix_caching)."""
     from kvlab.strategies import check_distinct, parse_strategy, with_preemption_mode
 
     mode = config.scheduler.preemption_mode if config is not None else None
     parsed = [with_preemption_mode(n if isinstance(n, Strategy) else parse_strategy(n), mode) for n in names]
     check_distinct(parsed)
+    for strategy in parsed:
+        if config is not None:  # (a hybrid's prefix caching without chunked prefill, refused as vLLM does)
+            config.check_prefix_caching(strategy)
     if config is not None and any(s.preemption_mode == "swap" for s in parsed):
         config.check_swap_space()  # (a swap space too large for the machine's CPU memory, refused as vLLM does)
     return parsed
@@ -249,10 +252,10 @@ def start(config: KvlabConfig, strategy_list: Sequence[Strategy], *, workload: W
         raise KvlabError("this face steps one engine: give --replicas 1, no --prefill-replicas / --decode-replicas "
                          "and no --rate-limit (a fleet, or a gateway in front of the engine, runs through service.run)")
     wl = load(config) if workload is None else workload
-    engine = config.engine
-    latency_s = engine.cost.request_latency_s
-    sims = [Simulation(strategy, engine, delayed(wl, latency_s), record_iterations=record_iterations,
-                       max_iterations=max_iterations or MAX_RUN_ITERATIONS) for strategy in strategy_list]
+    latency_s = config.engine.cost.request_latency_s
+    sims = [Simulation(strategy, config.for_strategy(strategy).engine, delayed(wl, latency_s),
+                       record_iterations=record_iterations, max_iterations=max_iterations or MAX_RUN_ITERATIONS)
+            for strategy in strategy_list]
     return wl, sims
 
 
@@ -300,7 +303,7 @@ def run_fleets(config: KvlabConfig, strategy_list: Sequence[Strategy], workload:
     router = config.router.spec(config.workload.seed)
     for strategy in strategy_list:
         check_fleet_work(workload.num_requests, num_replicas, router, config.cache.num_gpu_blocks, strategy)
-    fleets = tuple(Fleet(strategy, config.engine, workload, router, num_replicas,
+    fleets = tuple(Fleet(strategy, config.for_strategy(strategy).engine, workload, router, num_replicas,
                          record_iterations=record_iterations, admission=config.admission).run()
                    for strategy in strategy_list)
     return RunResult(config=config, workload=workload, results=tuple(f.as_result() for f in fleets),
@@ -316,7 +319,7 @@ def run_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], wo
     check_disaggregated(config, strategy_list, workload)
     assert config.disagg is not None
     router = config.router.spec(config.workload.seed)
-    fleets = tuple(DisaggFleet(strategy, config.engine, workload, router, config.disagg,
+    fleets = tuple(DisaggFleet(strategy, config.for_strategy(strategy).engine, workload, router, config.disagg,
                                record_iterations=record_iterations).run() for strategy in strategy_list)
     return RunResult(config=config, workload=workload, results=tuple(f.as_result() for f in fleets),
                      notes=notes(config, strategy_list, workload), disaggregated=fleets)
@@ -331,7 +334,7 @@ def check_disaggregated(config: KvlabConfig, strategy_list: Sequence[Strategy], 
         raise KvlabError("a gateway (--rate-limit) in front of a disaggregated fleet is not modelled; valid: drop "
                          "--rate-limit, or give it to an aggregated fleet (no --prefill-replicas / --decode-replicas)")
     for strategy in strategy_list:
-        check_disagg(strategy, config.engine, workload)
+        check_disagg(strategy, config.for_strategy(strategy).engine, workload)
 
 
 def simulate(strategy_names: Sequence[str], progress: Progress | None = None, **options: Any) -> RunResult:

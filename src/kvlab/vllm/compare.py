@@ -309,12 +309,12 @@ def hybrid_groups(settings: EngineSettings, model: Path = TINY_HYBRID_CONFIG, gp
     return hybrid_layout(settings, model, gpu)[1]
 
 
-def kvlab_sizing(settings: EngineSettings) -> dict:
-    """What kvlab's calculator says the engine prints at startup for the tiny model and this pool."""
+def kvlab_sizing(settings: EngineSettings, config: Path = TINY_MODEL_CONFIG) -> dict:
+    """What kvlab's calculator says the engine prints at startup for the tiny model (``config``) and this pool."""
     from kvlab.catalog import get_model
     from kvlab.sizing import SizingConfig, kv_layout, size_kv_cache
 
-    model = get_model(str(TINY_MODEL_CONFIG))
+    model = get_model(str(config))
     base = SizingConfig(block_size=settings.block_size, max_model_len=settings.max_model_len,
                         dtype=settings.dtype, available_kv_bytes=1)
     bytes_per_block = kv_layout(model, base).page_size_bytes * model.num_hidden_layers
@@ -384,7 +384,7 @@ def compare(requests: Sequence[Request], settings: EngineSettings, *, gpu: str =
     if groups:
         sizing["kvlab"] = {"block_size": ours.block_size, "kv_cache_groups": [g._asdict() for g in groups]}
     else:
-        sizing["kvlab"] = kvlab_sizing(settings)
+        sizing["kvlab"] = kvlab_sizing(settings, model)
     return compare_runs(settings, kv, real, sizing)
 
 
