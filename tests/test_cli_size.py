@@ -202,7 +202,7 @@ def test_fit_a_model_no_tensor_parallel_size_holds(kvlab):
     # --tensor-parallel-size': it says its own search now, and what the largest size holds.
     text = " ".join(kvlab("fit", "llama-3.1-405b", "--gpu", "t4").stderr.split())
     assert ("does not fit on up to 128 x T4 with tensor parallelism (the most its 128 attention heads allow) with one "
-            "131,072-token request; --tensor-parallel-size 128 on this GPU with --max-model-len 87168") in text
+            "131,072-token request; --tensor-parallel-size 128 on this GPU with --max-model-len 88048") in text
 
 
 def test_fit_says_the_fewest_gpus_whose_kv_caches_hold_the_workload(kvlab):

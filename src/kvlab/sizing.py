@@ -38,6 +38,7 @@ from kvlab.config.options import OPTIONS
 from kvlab.errors import KvlabError
 from kvlab.memory_profile import (
     SAMPLERS,
+    V2_SAMPLER_NO_FLOAT32_COPY_SINCE,
     EncoderInputs,
     MemoryProfile,
     ProfileInputs,
@@ -491,6 +492,8 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
                   family=profile_family(model, config.quantization),
                   sampler=config.sampler or config.rules.default_sampler,
                   model_runner=profile_runner(model, config),
+                  v2_float32_copy=version_key(resolve_version(config.vllm_version))
+                  < version_key(V2_SAMPLER_NO_FLOAT32_COPY_SINCE),
                   encoder=encoder_inputs(model, config, weights_bytes) if first_stage else None)  # the tower's stage
     if model.is_moe:
         width = model.moe_intermediate_size or model.intermediate_size

@@ -115,7 +115,8 @@ ENCODER_CACHE_ITEM_LENGTH_SINCE = "0.12.0"
 # Which GPU model runner vLLM picks when VLLM_USE_V2_MODEL_RUNNER is unset (VllmConfig.use_v2_model_runner; 1 forces
 # Model Runner V2, vllm/v1/worker/gpu/, and 0 the V1 runner, gpu_model_runner.py). The two profile the sampler
 # differently (memory_profile.with_sampler): V1's dummy sampler run applies top-k and top-p to max_num_seqs rows of
-# logits, V2's runs its sampler over the same rows with no top-k/top-p set, so it only copies the logits to float32.
+# logits, V2's runs its sampler over the same rows with no sampling parameter set: a Gumbel-max sample of the logits,
+# copied to float32 first only up to 0.25 (memory_profile.v2_sampler_run_bytes).
 
 
 @dataclass(frozen=True)
