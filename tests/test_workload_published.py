@@ -375,3 +375,22 @@ def trace_for(published: str, tmp_path, lines) -> str:
     path = tmp_path / f"ordered-{published}"
     path.write_text("".join(lines))
     return str(path)
+
+
+def test_fetch_of_a_trace_kvlab_traces_dir_already_holds_downloads_nothing(kvlab, monkeypatch, tmp_path):
+    """trial58: with the trace in KVLAB_TRACES_DIR, `kvlab workloads fetch` went to the network (and, offline, advised
+    setting the variable that was set). It now says where the copy is and whether its checksum is the published one."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    shutil.copy(SHARED_TRACES / "azure2023_code.csv", folder / "azure2023_code.csv")
+    (folder / "azure2023_conv.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    monkeypatch.setenv("KVLAB_TRACES_DIR", str(folder))
+    monkeypatch.setenv("KVLAB_CACHE_DIR", str(tmp_path / "cache"))
+    good = kvlab("workloads", "fetch", "azure-code")
+    assert good.exit_code == 0
+    assert good.stdout.strip() == (f"azure-code: KVLAB_TRACES_DIR already holds a copy, {folder / 'azure2023_code.csv'} "
+                                   "(the published checksum); kvlab reads it from there: nothing to fetch (--force or "
+                                   "--from downloads the published file into the cache)")
+    other = kvlab("workloads", "fetch", "azure-conv")
+    assert other.exit_code == 0 and "(a checksum other than the published " in other.stdout
+    assert not (tmp_path / "cache").exists()

@@ -86,8 +86,8 @@ def fetch(
 
     from kvlab.workload import WORKLOADS
     from kvlab.workload.fetch import fetch as download
-    from kvlab.workload.fetch import fetched, source_address
-    from kvlab.workload.published import TRACES, cache_dir
+    from kvlab.workload.fetch import fetched, matches_checksum, source_address
+    from kvlab.workload.published import TRACES, TRACES_DIR_VARIABLE, cache_dir, locate
 
     if name in WORKLOADS and name not in TRACES:
         raise KvlabError(f"{name} is one of kvlab's own workloads, built in: there is nothing to fetch; published "
@@ -100,6 +100,13 @@ def fetch(
         raise KvlabError(f"unknown trace {name!r}{hint}; valid: {', '.join(TRACES)}")
     trace = TRACES[name]
     source = source_address(name, url)
+    located = None if force or url is not None else locate(name)
+    if located is not None and located.where == TRACES_DIR_VARIABLE:
+        verified = "the published checksum" if matches_checksum(located.path, trace.checksum) else \
+            f"a checksum other than the published {trace.checksum}"
+        typer.echo(f"{name}: {TRACES_DIR_VARIABLE} already holds a copy, {located.path} ({verified}); kvlab reads "
+                   "it from there: nothing to fetch (--force or --from downloads the published file into the cache)")
+        return
     path = None if force else fetched(name)
     if path is None:
         err = Console(stderr=True, highlight=False)
