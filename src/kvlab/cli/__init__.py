@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     _register()
     command = typer.main.get_command(app)
+    _one_line_summaries(command)
     args = sys.argv[1:] if argv is None else list(argv)
     if _HANDLED and next((a for a in args if not a.startswith("-")), None) not in KEEP_WORK:
         stop.unwind_on_exit()  # (a command that keeps no work may start a server, a process: SIGTERM unwinds it)
@@ -70,6 +71,17 @@ def main(argv: list[str] | None = None) -> None:
     if code == 130 and stop.interrupted():
         print("stopped by SIGINT", file=sys.stderr, flush=True)
     sys.exit(code if isinstance(code, int) else 0)  # (as Click's standalone mode ends)
+
+
+def _one_line_summaries(group) -> None:
+    """A group's list of commands shows each command's first paragraph; Rich keeps the docstring's line breaks, which
+    cut a sentence mid-way in the list (trial58: "its licence / and citation"), so each gets its paragraph as one line."""
+    import inspect
+
+    for sub in getattr(group, "commands", {}).values():
+        if sub.short_help is None and sub.help:
+            sub.short_help = " ".join(inspect.cleandoc(sub.help).split("\n\n")[0].split())
+        _one_line_summaries(sub)
 
 
 def _error(message: str, code: int = 2) -> None:
