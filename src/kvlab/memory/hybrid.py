@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 from kvlab.errors import KvlabError
 from kvlab.memory.base import Admission, BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states, num_blocks_for
-from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockPool
+from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
 
 MAMBA = "mamba"
@@ -119,7 +119,8 @@ class HybridAllocator:
     Prefix-cache hits are not simulated (``enable_prefix_caching`` is False)."""
 
     def __init__(self, num_blocks: int, block_size: int, groups: Iterable[GroupSpec | tuple], *,
-                 max_model_len: int | None = None, scheduler_reserve_full_isl: bool = True) -> None:
+                 max_model_len: int | None = None, scheduler_reserve_full_isl: bool = True,
+                 mamba_align: bool = False) -> None:
         if block_size < 1:
             raise KvlabError(f"block_size must be at least 1, got {block_size}")
         if num_blocks < 2:
@@ -132,7 +133,11 @@ class HybridAllocator:
         self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
         self.enable_prefix_caching = False
         self.num_slots = num_blocks * block_size
-        self.block_pool = BlockPool(num_blocks)
+        # With prefix caching ('align') vLLM hashes a request's blocks as their tokens are computed, and a freed block
+        # with a hash goes to the back of the free queue, one without to the front: the pool that orders them so
+        # (each such block marked with one private hash that nothing looks up: no hit is simulated)
+        self.block_pool: BlockPool | PrefixCachingBlockPool = (
+            PrefixCachingBlockPool(num_blocks) if mamba_align else BlockPool(num_blocks))
         self._token_group = next(i for i, g in enumerate(self.groups) if g.kind in TOKEN_KINDS)
         # each group's tokens per block: one pool of blocks of one page size, a group whose layers' pages are smaller
         # holds proportionally more tokens in each (vLLM's unify_kv_cache_spec_page_size; kvlab.sizing)
@@ -140,6 +145,13 @@ class HybridAllocator:
         if self._bs[self._token_group] != block_size:
             raise KvlabError(f"the token group's blocks hold {self._bs[self._token_group]} tokens, but the allocator's "
                              f"block_size is {block_size}: they must be the same")
+        # vLLM's mamba_cache_mode 'align' (prefix caching on): a Mamba group's table is indexed by token position
+        # (one entry a block of tokens, null but for the running state's block and, for a step, the previous one),
+        # and the scheduler cuts prefill chunks at block boundaries (``mamba_align_block_size``: 0 when off)
+        self._align = tuple(mamba_align and g.kind == MAMBA for g in self.groups)
+        if any(self._align) and any(bs != block_size for bs, a in zip(self._bs, self._align) if a):
+            raise KvlabError("mamba_cache_mode 'align' needs the Mamba groups' blocks to hold block_size tokens")
+        self.mamba_align_block_size = block_size if any(self._align) else 0
         self._held: dict[int, _Held] = {}  # request id -> its blocks, in admission order
         self._num_token_blocks = 0  # blocks in the token group's tables
         self._num_other_blocks = 0  # blocks (not the null block) in the other groups' tables
@@ -173,9 +185,15 @@ class HybridAllocator:
         get_num_blocks_to_allocate, group by group. ``capped``: the whole-prompt admission check's count, a sliding
         group's blocks capped at its ``admission_blocks`` (vLLM's apply_admission_cap)."""
         freed, new, new_nulls = 0, [], []
-        for g, bs, length, k in zip(self.groups, self._bs, lens, nulls):
+        for g, bs, length, k, align in zip(self.groups, self._bs, lens, nulls, self._align):
             num_required = -(-num_tokens // bs)
-            if g.kind == MAMBA:
+            if align:  # a position-indexed table; k: its first held block (the previous state, or the running one)
+                if k < length - 1 and k < (computed - 1) // bs:  # the tokens computed are past the previous state
+                    freed += 1
+                    k = length - 1
+                new.append(1 if num_required > length else 0)  # (at most one: vLLM's physical block cap)
+                new_nulls.append(k if length else max(0, num_required - 1))
+            elif g.kind == MAMBA:
                 new.append(max(0, g.state_blocks - length))
                 new_nulls.append(k)
             elif g.kind == SLIDING:
@@ -203,6 +221,12 @@ class HybridAllocator:
         collects them), replaced by the null block."""
         removed: list[int] = []
         for g, (table, k, new_k) in enumerate(zip(held.tables, held.nulls, plan.nulls)):
+            if self._align[g]:  # the previous state block, once past it (a first allocation: its null prefix)
+                if new_k > k and k < len(table):
+                    removed.append(table[k])
+                    table[k] = NULL_BLOCK_ID
+                held.nulls[g] = new_k
+                continue
             if self.groups[g].kind != SLIDING:
                 continue
             for i in range(min(new_k, len(table)) - 1, k - 1, -1):
@@ -210,8 +234,17 @@ class HybridAllocator:
                 table[i] = NULL_BLOCK_ID
             held.nulls[g] = new_k
         if removed:
+            if self.mamba_align_block_size:
+                self._mark_hashed(removed)  # (wholly before the tokens computed: hashed)
             self.block_pool.free_blocks(removed)
             self._num_other_blocks -= len(removed)
+
+    def _mark_hashed(self, blocks: list[int]) -> None:
+        """Blocks about to be freed that vLLM hashed (prefix caching on): to the back of the free queue."""
+        pool = self.block_pool
+        assert isinstance(pool, PrefixCachingBlockPool)
+        for block_id in blocks:
+            pool.cache_full_block(block_id, -1)
 
     def _grow(self, held: _Held, plan: _Plan) -> int:
         """The plan's new blocks, group by group; returns the token group's new slots."""
@@ -219,8 +252,8 @@ class HybridAllocator:
         internal_before = self._internal(held)
         new_token_blocks = 0
         for g, (table, num_new) in enumerate(zip(held.tables, plan.new)):
-            if self.groups[g].kind == SLIDING and len(table) < held.nulls[g]:
-                table.extend([NULL_BLOCK_ID] * (held.nulls[g] - len(table)))  # (admitted past its window's start)
+            if len(table) < held.nulls[g]:  # (a sliding window admitted past its start; an 'align' state's position)
+                table.extend([NULL_BLOCK_ID] * (held.nulls[g] - len(table)))
             if num_new:
                 table.extend(pool.get_new_blocks(num_new))
                 if g == token_group:
@@ -236,7 +269,17 @@ class HybridAllocator:
         return max(0, len(held.tables[self._token_group]) * self.block_size - held.num_kv_tokens)
 
     def _num_held_blocks(self, held: _Held) -> int:
-        return sum(len(t) - k for t, k in zip(held.tables, held.nulls))
+        return sum(len(t) - k - t[k:].count(NULL_BLOCK_ID) if a else len(t) - k
+                   for t, k, a in zip(held.tables, held.nulls, self._align))
+
+    def _place_states(self, held: _Held, plan: _Plan, num_tokens: int) -> None:
+        """'align': a Mamba group's new state block goes at the position of the block of tokens that ends with
+        ``num_tokens``, null entries before it (a prefill chunk that crossed more than one block boundary)."""
+        for g, align in enumerate(self._align):
+            table = held.tables[g]
+            end = -(-num_tokens // self._bs[g]) - 1
+            if align and plan.new[g] and len(table) < end:
+                table.extend([NULL_BLOCK_ID] * (end - len(table)))
 
     # The KVAllocator interface ------------------------------------------------------------------------------
 
@@ -286,6 +329,8 @@ class HybridAllocator:
         need = sum(plan.new)
         if need > self.block_pool.num_free_blocks:
             return Fit.NEVER if self._num_held_blocks(held) + need > self.num_blocks - 1 else Fit.LATER
+        if self.mamba_align_block_size:
+            self._place_states(held, plan, num_tokens)
         self._grow(held, plan)
         held.num_tokens = num_tokens
         return Fit.NOW
@@ -330,8 +375,11 @@ class HybridAllocator:
         beyond its null prefix, a Mamba table short of its state blocks; None: never. Never later than the first
         such ``n`` (a ``n`` where the plan changes nothing is harmless: it is applied as a no-op)."""
         first: int | None = None
-        for g, bs, length, k in zip(self.groups, self._bs, lens, nulls):
-            if g.kind == MAMBA:
+        n: int | None
+        for i, (g, bs, length, k) in enumerate(zip(self.groups, self._bs, lens, nulls)):
+            if g.kind == MAMBA and self._align[i]:  # a new state at a block boundary, the previous one freed after
+                n = length * bs if k == length - 1 else min(length * bs, (k + 1) * bs + 1)
+            elif g.kind == MAMBA:
                 n = tokens if length < g.state_blocks else None
             elif g.kind == SLIDING:  # new when n + 1 > length * bs; skipped > k when n - window + 1 >= (k + 1) * bs
                 n = min(length * bs, (k + 1) * bs + g.sliding_window - 1)
@@ -445,7 +493,9 @@ class HybridAllocator:
             return
         self.num_internal_fragmentation_slots -= self._internal(held)
         for g, (table, k) in enumerate(zip(held.tables, held.nulls)):
-            blocks = table[k:]
+            if self.mamba_align_block_size:  # (prefix caching: the blocks whose tokens were all computed have a hash)
+                self._mark_hashed([b for b in table[k:held.num_tokens // self._bs[g]] if b != NULL_BLOCK_ID])
+            blocks = [b for b in table[k:] if b != NULL_BLOCK_ID] if self._align[g] else table[k:]
             if g == self._token_group:
                 self._num_token_blocks -= len(blocks)
             else:
@@ -473,8 +523,8 @@ class HybridAllocator:
         admit = self._admission_blocks(0, 1, longest)  # (the whole sequence's check; a first chunk takes no more)
         peak = 0
         for g, bs in zip(self.groups, self._bs):
-            if g.kind == MAMBA:
-                peak += g.state_blocks
+            if g.kind == MAMBA:  # ('align': a second one for the step a request crosses a block boundary)
+                peak += 2 if self.mamba_align_block_size else g.state_blocks
             elif g.kind == SLIDING:  # the window (its first token anywhere in a block), the token being written
                 peak += min(num_blocks_for(longest, bs), num_blocks_for(g.sliding_window, bs) + 1)
             else:
@@ -539,13 +589,19 @@ class HybridAllocator:
         for h in self._held.values():
             for g, (table, k) in enumerate(zip(h.tables, h.nulls)):
                 assert all(b == NULL_BLOCK_ID for b in table[:k]), "a sliding table's null prefix holds a block"
-                assert NULL_BLOCK_ID not in table[k:], "a null block past a table's null prefix"
-                owned += table[k:]
-                if g == self._token_group:
-                    num_token += len(table) - k
+                blocks = table[k:]
+                if self._align[g]:
+                    blocks = [b for b in blocks if b != NULL_BLOCK_ID]
+                    assert not table or table[-1] != NULL_BLOCK_ID != table[k] and len(blocks) <= 2, \
+                        "an 'align' Mamba table holds other than its state and, for a step, the previous one"
                 else:
-                    num_other += len(table) - k
-                if self.groups[g].kind == MAMBA:
+                    assert NULL_BLOCK_ID not in blocks, "a null block past a table's null prefix"
+                owned += blocks
+                if g == self._token_group:
+                    num_token += len(blocks)
+                else:
+                    num_other += len(blocks)
+                if self.groups[g].kind == MAMBA and not self._align[g]:
                     assert len(table) == self.groups[g].state_blocks, "a Mamba table is not its state blocks"
             internal += self._internal(h)
         assert len(set(owned)) == len(owned), "a block is in two tables"
