@@ -76,9 +76,10 @@ class _Held:
     """One request's blocks: a table per group (block ids in token order; a sliding table starts with null blocks,
     ``nulls`` of them), the tokens it has slots for since its last allocation, the tokens it will ever write."""
 
-    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens")
+    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens", "request_id")
 
-    def __init__(self, num_groups: int, num_kv_tokens: int) -> None:
+    def __init__(self, num_groups: int, num_kv_tokens: int, request_id: int = -1) -> None:
+        self.request_id = request_id
         self.tables: list[list[int]] = [[] for _ in range(num_groups)]
         self.nulls = [0] * num_groups
         self.num_tokens = 0
@@ -131,7 +132,6 @@ class HybridAllocator:
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
-        self.enable_prefix_caching = False
         self.num_slots = num_blocks * block_size
         # With prefix caching ('align') vLLM hashes a request's blocks as their tokens are computed, and a freed block
         # with a hash goes to the back of the free queue, one without to the front: the pool that orders them so
@@ -152,6 +152,11 @@ class HybridAllocator:
         if any(self._align) and any(bs != block_size for bs, a in zip(self._bs, self._align) if a):
             raise KvlabError("mamba_cache_mode 'align' needs the Mamba groups' blocks to hold block_size tokens")
         self.mamba_align_block_size = block_size if any(self._align) else 0
+        self.enable_prefix_caching = mamba_align  # (its only hits: a preempted request's own blocks, _cache_hit)
+        # request id -> (group, block index) -> (block id, the private hash it was freed with): its freed blocks
+        # that vLLM had hashed, a hit while the block keeps that hash (not handed out again)
+        self._hashes: dict[int, dict[tuple[int, int], tuple[int, int]]] = {}
+        self._next_hash = -1
         self._held: dict[int, _Held] = {}  # request id -> its blocks, in admission order
         self._num_token_blocks = 0  # blocks in the token group's tables
         self._num_other_blocks = 0  # blocks (not the null block) in the other groups' tables
@@ -220,10 +225,12 @@ class HybridAllocator:
         """The sliding windows' skipped blocks back to the pool (newest first, as vLLM's remove_skipped_blocks
         collects them), replaced by the null block."""
         removed: list[int] = []
+        where: list[tuple[int, int, int]] = []
         for g, (table, k, new_k) in enumerate(zip(held.tables, held.nulls, plan.nulls)):
             if self._align[g]:  # the previous state block, once past it (a first allocation: its null prefix)
                 if new_k > k and k < len(table):
                     removed.append(table[k])
+                    where.append((g, k, table[k]))
                     table[k] = NULL_BLOCK_ID
                 held.nulls[g] = new_k
                 continue
@@ -231,20 +238,42 @@ class HybridAllocator:
                 continue
             for i in range(min(new_k, len(table)) - 1, k - 1, -1):
                 removed.append(table[i])
+                where.append((g, i, table[i]))
                 table[i] = NULL_BLOCK_ID
             held.nulls[g] = new_k
         if removed:
             if self.mamba_align_block_size:
-                self._mark_hashed(removed)  # (wholly before the tokens computed: hashed)
+                self._mark_hashed(held.request_id, where)  # (wholly before the tokens computed: hashed)
             self.block_pool.free_blocks(removed)
             self._num_other_blocks -= len(removed)
 
-    def _mark_hashed(self, blocks: list[int]) -> None:
-        """Blocks about to be freed that vLLM hashed (prefix caching on): to the back of the free queue."""
+    def _take_hit(self, held: _Held, tables: list[list[int]], num_cached_tokens: int) -> None:
+        """A request's hit blocks (``_cache_hit``) as its first blocks: out of the free queue (vLLM's touch)."""
         pool = self.block_pool
         assert isinstance(pool, PrefixCachingBlockPool)
-        for block_id in blocks:
-            pool.cache_full_block(block_id, -1)
+        for g, table in enumerate(tables):
+            blocks = [b for b in table if b != NULL_BLOCK_ID]
+            pool.touch(blocks)
+            held.tables[g][:] = table
+            held.nulls[g] = len(table) - 1 if self._align[g] else 0
+            if g == self._token_group:
+                self._num_token_blocks += len(blocks)
+            else:
+                self._num_other_blocks += len(blocks)
+        held.num_tokens = num_cached_tokens
+
+    def _mark_hashed(self, request_id: int, blocks: list[tuple[int, int, int]]) -> None:
+        """Blocks about to be freed that vLLM hashed (prefix caching on), ``(group, index, block id)`` each: to the
+        back of the free queue, each with a private hash of its own (a block hit again keeps its first), recorded for
+        the request's hits (``_cache_hit``)."""
+        pool = self.block_pool
+        assert isinstance(pool, PrefixCachingBlockPool)
+        records = self._hashes.setdefault(request_id, {})
+        for g, j, block_id in blocks:
+            if pool.block_hash[block_id] is None:
+                pool.cache_full_block(block_id, self._next_hash)
+                self._next_hash -= 1
+            records[g, j] = (block_id, pool.block_hash[block_id] or 0)
 
     def _grow(self, held: _Held, plan: _Plan) -> int:
         """The plan's new blocks, group by group; returns the token group's new slots."""
@@ -284,7 +313,33 @@ class HybridAllocator:
     # The KVAllocator interface ------------------------------------------------------------------------------
 
     def get_num_cached_tokens(self, seq: Sequence) -> int:
-        return 0
+        return self._cache_hit(seq)[0]
+
+    def _cache_hit(self, seq: Sequence) -> tuple[int, list[list[int]]]:
+        """A preempted request's hit on its own blocks still cached (prefix caching, 'align': the only hits
+        simulated, as vLLM's HybridKVCacheCoordinator finds them for full attention and Mamba groups): the full
+        groups' blocks cached from the first, up to ``num_tokens - 1`` tokens, and the last block boundary among them
+        where every Mamba group kept its state. Its tokens and each group's table of hit blocks (a Mamba group's
+        nulls but for that state)."""
+        records = self._hashes.get(seq.request.request_id)
+        if not records or any(g.kind == SLIDING for g in self.groups):
+            return 0, []
+        block_hash, bs = self.block_pool.block_hash if isinstance(self.block_pool, PrefixCachingBlockPool) else [], \
+            self.block_size
+        def cached(g: int, j: int) -> bool:
+            entry = records.get((g, j))
+            return entry is not None and block_hash[entry[0]] == entry[1]
+        num_hit = (seq.num_tokens - 1) // bs
+        for g, align in enumerate(self._align):
+            if not align:
+                num_hit = next((j for j in range(num_hit) if not cached(g, j)), num_hit)
+        aligned = [g for g, align in enumerate(self._align) if align]
+        num_hit = next((j + 1 for j in range(num_hit - 1, -1, -1) if all(cached(g, j) for g in aligned)), 0)
+        if not num_hit:
+            return 0, []
+        tables = [[NULL_BLOCK_ID] * (num_hit - 1) + [records[g, num_hit - 1][0]] if align
+                  else [records[g, j][0] for j in range(num_hit)] for g, align in enumerate(self._align)]
+        return num_hit * bs, tables
 
     def peek_num_cached_tokens(self, request: Request) -> int:
         return 0
@@ -305,20 +360,25 @@ class HybridAllocator:
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0,
                        watermark_blocks: int = 0) -> Fit:
         """Room for ``num_computed_tokens + num_new_tokens`` tokens in every group (no prefix-cache hits here)."""
-        assert num_cached_tokens == 0, "prefix caching is not simulated for a hybrid model"
         request_id = seq.request.request_id
         held = self._held.get(request_id)
-        computed = seq.num_computed_tokens
+        computed = seq.num_computed_tokens + num_cached_tokens
         if held is None:
             num_tokens = self._capped(computed + num_new_tokens)
             num_full = self._capped(seq.num_tokens) if self.scheduler_reserve_full_isl else 0
-            need = self._admission_blocks(computed, num_tokens, num_full)
+            hit = self._cache_hit(seq)[1] if num_cached_tokens else []
+            # (a Mamba group's hit block, free, is counted among the blocks it takes: vLLM's evictable ones)
+            need = self._admission_blocks(computed, num_tokens, num_full) + (sum(self._align) if hit else 0)
             if need > self.num_blocks - 1:
                 return Fit.NEVER
             if need > self.block_pool.num_free_blocks - watermark_blocks:
                 return Fit.LATER
-            held = self._held[request_id] = _Held(len(self.groups), seq.request.num_kv_tokens)
+            held = self._held[request_id] = _Held(len(self.groups), seq.request.num_kv_tokens, request_id)
+            if hit:
+                self._take_hit(held, hit, num_cached_tokens)
             plan = self._plan_held(held, computed, num_tokens)
+            if self.mamba_align_block_size:
+                self._place_states(held, plan, num_tokens)
             self._remove_skipped(held, plan)  # (nothing held yet: a window past its start gets its null prefix)
             self._grow(held, plan)
             held.num_tokens = num_tokens
@@ -494,13 +554,16 @@ class HybridAllocator:
         self.num_internal_fragmentation_slots -= self._internal(held)
         for g, (table, k) in enumerate(zip(held.tables, held.nulls)):
             if self.mamba_align_block_size:  # (prefix caching: the blocks whose tokens were all computed have a hash)
-                self._mark_hashed([b for b in table[k:held.num_tokens // self._bs[g]] if b != NULL_BLOCK_ID])
+                self._mark_hashed(held.request_id, [(g, j, table[j]) for j in range(k, held.num_tokens // self._bs[g])
+                                                    if table[j] != NULL_BLOCK_ID])
             blocks = [b for b in table[k:] if b != NULL_BLOCK_ID] if self._align[g] else table[k:]
             if g == self._token_group:
                 self._num_token_blocks -= len(blocks)
             else:
                 self._num_other_blocks -= len(blocks)
             self.block_pool.free_table(blocks)
+        if self._hashes and seq.num_computed_tokens >= seq.request.num_kv_tokens:
+            self._hashes.pop(held.request_id, None)  # (finished: it never comes back for them)
 
     def get_num_slots(self, request_id: int) -> int:
         held = self._held.get(request_id)
