@@ -76,10 +76,11 @@ class _Held:
     """One request's blocks: a table per group (block ids in token order; a sliding table starts with null blocks,
     ``nulls`` of them), the tokens it has slots for since its last allocation, the tokens it will ever write."""
 
-    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens", "request_id")
+    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens", "request_id", "replay_block")
 
-    def __init__(self, num_groups: int, num_kv_tokens: int, request_id: int = -1) -> None:
+    def __init__(self, num_groups: int, num_kv_tokens: int, request_id: int = -1, replay_block: int = -1) -> None:
         self.request_id = request_id
+        self.replay_block = replay_block  # ('align') the one Mamba state block vLLM hashes: the prompt's last boundary
         self.tables: list[list[int]] = [[] for _ in range(num_groups)]
         self.nulls = [0] * num_groups
         self.num_tokens = 0
@@ -230,7 +231,8 @@ class HybridAllocator:
             if self._align[g]:  # the previous state block, once past it (a first allocation: its null prefix)
                 if new_k > k and k < len(table):
                     removed.append(table[k])
-                    where.append((g, k, table[k]))
+                    if k == held.replay_block:
+                        where.append((g, k, table[k]))
                     table[k] = NULL_BLOCK_ID
                 held.nulls[g] = new_k
                 continue
@@ -238,12 +240,11 @@ class HybridAllocator:
                 continue
             for i in range(min(new_k, len(table)) - 1, k - 1, -1):
                 removed.append(table[i])
-                where.append((g, i, table[i]))
                 table[i] = NULL_BLOCK_ID
             held.nulls[g] = new_k
         if removed:
             if self.mamba_align_block_size:
-                self._mark_hashed(held.request_id, where)  # (wholly before the tokens computed: hashed)
+                self._mark_hashed(held.request_id, where)
             self.block_pool.free_blocks(removed)
             self._num_other_blocks -= len(removed)
 
@@ -373,7 +374,8 @@ class HybridAllocator:
                 return Fit.NEVER
             if need > self.block_pool.num_free_blocks - watermark_blocks:
                 return Fit.LATER
-            held = self._held[request_id] = _Held(len(self.groups), seq.request.num_kv_tokens, request_id)
+            held = self._held[request_id] = _Held(len(self.groups), seq.request.num_kv_tokens, request_id,
+                                                  (seq.request.prompt_len - 1) // self.block_size - 1)
             if hit:
                 self._take_hit(held, hit, num_cached_tokens)
             plan = self._plan_held(held, computed, num_tokens)
@@ -555,7 +557,8 @@ class HybridAllocator:
         for g, (table, k) in enumerate(zip(held.tables, held.nulls)):
             if self.mamba_align_block_size:  # (prefix caching: the blocks whose tokens were all computed have a hash)
                 self._mark_hashed(held.request_id, [(g, j, table[j]) for j in range(k, held.num_tokens // self._bs[g])
-                                                    if table[j] != NULL_BLOCK_ID])
+                                                    if table[j] != NULL_BLOCK_ID
+                                                    and (j == held.replay_block or not self._align[g])])
             blocks = [b for b in table[k:] if b != NULL_BLOCK_ID] if self._align[g] else table[k:]
             if g == self._token_group:
                 self._num_token_blocks -= len(blocks)
