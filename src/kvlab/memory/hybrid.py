@@ -76,11 +76,14 @@ class _Held:
     """One request's blocks: a table per group (block ids in token order; a sliding table starts with null blocks,
     ``nulls`` of them), the tokens it has slots for since its last allocation, the tokens it will ever write."""
 
-    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens", "request_id", "replay_block")
+    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens", "request_id", "replay_block", "junction_block")
 
     def __init__(self, num_groups: int, num_kv_tokens: int, request_id: int = -1, replay_block: int = -1) -> None:
         self.request_id = request_id
-        self.replay_block = replay_block  # ('align') the one Mamba state block vLLM hashes: the prompt's last boundary
+        # ('align') the Mamba state blocks vLLM hashes (prefix_cache_retention_interval 0): the one at the prompt's last
+        # block boundary, and the one at the end of a longer hit its full groups found at admission (a junction)
+        self.replay_block = replay_block
+        self.junction_block = -1
         self.tables: list[list[int]] = [[] for _ in range(num_groups)]
         self.nulls = [0] * num_groups
         self.num_tokens = 0
@@ -231,7 +234,7 @@ class HybridAllocator:
             if self._align[g]:  # the previous state block, once past it (a first allocation: its null prefix)
                 if new_k > k and k < len(table):
                     removed.append(table[k])
-                    if k == held.replay_block:
+                    if k == held.replay_block or k == held.junction_block:
                         where.append((g, k, table[k]))
                     table[k] = NULL_BLOCK_ID
                 held.nulls[g] = new_k
@@ -316,15 +319,16 @@ class HybridAllocator:
     def get_num_cached_tokens(self, seq: Sequence) -> int:
         return self._cache_hit(seq)[0]
 
-    def _cache_hit(self, seq: Sequence) -> tuple[int, list[list[int]]]:
+    def _cache_hit(self, seq: Sequence) -> tuple[int, list[list[int]], int]:
         """A preempted request's hit on its own blocks still cached (prefix caching, 'align': the only hits
         simulated, as vLLM's HybridKVCacheCoordinator finds them for full attention and Mamba groups): the full
         groups' blocks cached from the first, up to ``num_tokens - 1`` tokens, and the last block boundary among them
         where every Mamba group kept its state. Its tokens and each group's table of hit blocks (a Mamba group's
-        nulls but for that state)."""
+        nulls but for that state), and the junction: the full groups' longer hit (vLLM's shared_prefix_boundary), 0
+        if none."""
         records = self._hashes.get(seq.request.request_id)
         if not records or any(g.kind == SLIDING for g in self.groups):
-            return 0, []
+            return 0, [], 0
         block_hash, bs = self.block_pool.block_hash if isinstance(self.block_pool, PrefixCachingBlockPool) else [], \
             self.block_size
         def cached(g: int, j: int) -> bool:
@@ -335,12 +339,14 @@ class HybridAllocator:
             if not align:
                 num_hit = next((j for j in range(num_hit) if not cached(g, j)), num_hit)
         aligned = [g for g, align in enumerate(self._align) if align]
+        num_full_hit = num_hit
         num_hit = next((j + 1 for j in range(num_hit - 1, -1, -1) if all(cached(g, j) for g in aligned)), 0)
+        junction = num_full_hit * bs if num_full_hit > num_hit else 0
         if not num_hit:
-            return 0, []
+            return 0, [], junction
         tables = [[NULL_BLOCK_ID] * (num_hit - 1) + [records[g, num_hit - 1][0]] if align
                   else [records[g, j][0] for j in range(num_hit)] for g, align in enumerate(self._align)]
-        return num_hit * bs, tables
+        return num_hit * bs, tables, junction
 
     def peek_num_cached_tokens(self, request: Request) -> int:
         return 0
@@ -367,7 +373,9 @@ class HybridAllocator:
         if held is None:
             num_tokens = self._capped(computed + num_new_tokens)
             num_full = self._capped(seq.num_tokens) if self.scheduler_reserve_full_isl else 0
-            hit = self._cache_hit(seq)[1] if num_cached_tokens else []
+            _, hit, junction = self._cache_hit(seq) if self._hashes and not seq.num_computed_tokens else (0, [], 0)
+            if not num_cached_tokens:
+                hit = []
             # (a Mamba group's hit block, free, is counted among the blocks it takes: vLLM's evictable ones)
             need = self._admission_blocks(computed, num_tokens, num_full) + (sum(self._align) if hit else 0)
             if need > self.num_blocks - 1:
@@ -376,6 +384,7 @@ class HybridAllocator:
                 return Fit.LATER
             held = self._held[request_id] = _Held(len(self.groups), seq.request.num_kv_tokens, request_id,
                                                   (seq.request.prompt_len - 1) // self.block_size - 1)
+            held.junction_block = junction // self.block_size - 1
             if hit:
                 self._take_hit(held, hit, num_cached_tokens)
             plan = self._plan_held(held, computed, num_tokens)
@@ -558,7 +567,7 @@ class HybridAllocator:
             if self.mamba_align_block_size:  # (prefix caching: the blocks whose tokens were all computed have a hash)
                 self._mark_hashed(held.request_id, [(g, j, table[j]) for j in range(k, held.num_tokens // self._bs[g])
                                                     if table[j] != NULL_BLOCK_ID
-                                                    and (j == held.replay_block or not self._align[g])])
+                                                    and (not self._align[g] or j in (held.replay_block, held.junction_block))])
             blocks = [b for b in table[k:] if b != NULL_BLOCK_ID] if self._align[g] else table[k:]
             if g == self._token_group:
                 self._num_token_blocks -= len(blocks)
