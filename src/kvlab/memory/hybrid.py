@@ -232,7 +232,7 @@ class HybridAllocator:
         where: list[tuple[int, int, int]] = []
         for g, (table, k, new_k) in enumerate(zip(held.tables, held.nulls, plan.nulls)):
             if self._align[g]:  # the previous state block, once past it (a first allocation: its null prefix)
-                if new_k > k and k < len(table):
+                if new_k > k and k < len(table) and table[k] != NULL_BLOCK_ID:
                     removed.append(table[k])
                     if k == held.replay_block or k == held.junction_block:
                         where.append((g, k, table[k]))
@@ -388,9 +388,9 @@ class HybridAllocator:
             if hit:
                 self._take_hit(held, hit, num_cached_tokens)
             plan = self._plan_held(held, computed, num_tokens)
+            self._remove_skipped(held, plan)  # (nothing held yet: a window past its start gets its null prefix)
             if self.mamba_align_block_size:
                 self._place_states(held, plan, num_tokens)
-            self._remove_skipped(held, plan)  # (nothing held yet: a window past its start gets its null prefix)
             self._grow(held, plan)
             held.num_tokens = num_tokens
             return Fit.NOW
