@@ -196,7 +196,7 @@ def test_with_prefix_caching_every_step_and_block_id_is_the_engines_in_align_mod
             for step in result.vllm.steps for r in step["running"]]
     assert max(held) == 2 and held.count(1) > 10 * held.count(2)  # the boundary's second block, for a step
     assert any(0 in r["block_ids_groups"][mamba] for step in first.steps for r in step["running"])  # positions
-    assert sum(result.vllm.num_preemptions for result in align_comparisons) > 0
+    assert all(result.vllm.num_preemptions > 0 for result in align_comparisons)
     # the aligned split: request 1 of the first case computes 152 tokens, to its block boundary at 288, not 160
     assert first.steps[2]["num_scheduled_tokens"]["1"] == 152
 
