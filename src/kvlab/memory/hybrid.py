@@ -8,10 +8,12 @@ single_type_kv_cache_manager.py manager per group):
 full attention, MLA
     ``cdiv(tokens, block_size)`` blocks, growing with the request (FullAttentionManager).
 Mamba (linear attention too: MambaSpec)
-    ``state_blocks`` blocks taken at the first allocation and kept (the running state, not its tokens): one, with
-    prefix caching too. vLLM's mamba_cache_mode 'align' (prefix caching on) counts more at startup
-    (kvlab.vllm_rules.mamba_state_blocks) but its MambaManager holds one between block boundaries: the second block it
-    takes for the step a request crosses one, and a Mamba2 mixer's prefill checkpoint, are not simulated.
+    ``state_blocks`` blocks taken at the first allocation and kept (the running state, not its tokens): one.
+    ``mamba_align``: vLLM's mamba_cache_mode 'align' (prefix caching on; MambaManager's align branch), a table indexed
+    by token position, one entry a block of tokens, null but for the running state's block (``cdiv(tokens,
+    block_size) - 1``) and, until the allocation of the step after a request crosses a block boundary, the previous
+    state's (remove_skipped_blocks frees it first). Its scheduler cuts prefill chunks at block boundaries
+    (kvlab.sched.batching.mamba_aligned_chunk). A Mamba2 mixer's prefill checkpoint block (0.32.0) is not simulated.
 sliding window
     a table as long as the full one, whose blocks wholly before the window are given back and replaced by the
     null block before each allocation (SlidingWindowManager.remove_skipped_blocks, called at the start of
@@ -31,9 +33,13 @@ attention (or MLA) group holds the request's tokens, so its blocks are the ``all
 internal fragmentation exactly as in ``PagedAllocator``); the other groups' blocks (Mamba states, sliding windows,
 further full groups) and the null block are ``overhead``: memory the hybrid takes beyond one table of tokens.
 
-Not simulated here: prefix-cache hits (``enable_prefix_caching`` is False: every lookup misses, a strategy with
-prefix caching shares nothing, and the run says so: config/resolve.py), vLLM's 'align' mode's transient state blocks
-(above), speculative decoding's lookahead slots and KV
+Prefix caching: without ``mamba_align`` not simulated (``enable_prefix_caching`` is False: every lookup misses, a
+strategy with prefix caching shares nothing, and the run says so: config/resolve.py). With it (vLLM's default
+``prefix_cache_retention_interval`` 0) the blocks vLLM hashes go back to the back of the free queue, the others to the
+front (``PrefixCachingBlockPool``): a full group's full blocks of computed tokens, one Mamba state (the prompt's last
+block boundary, or the junction of a longer full-group hit found at admission); and a preempted request's own blocks
+still cached are its hit at readmission (``_cache_hit``), the only hits simulated. Not simulated: speculative
+decoding's lookahead slots and KV
 offload (those keep the single-pool approximation: config/resolve.py). Pure Python (not in setup.py's compiled
 engine): it runs for hybrid models only. A decode run is planned only at its events, the iterations where a request
 takes a block in some group or a sliding window gives one back (``allocate_decode_run``): the others change nothing
