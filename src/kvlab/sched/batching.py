@@ -40,7 +40,6 @@ class Scheduler:
     running: list[Seq]
     mamba_align_block_size: int  # the allocator's (a hybrid in vLLM's mamba_cache_mode 'align'), else 0
 
-
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
         raise NotImplementedError
 

@@ -158,7 +158,7 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
         raise KvlabError("the comparison needs a fixed pool: give --num-blocks")
     allocator: PagedAllocator | HybridAllocator
     if groups:
-        # With prefix caching a Mamba hybrid runs in vLLM's mamba_cache_mode 'align' (its lookups all miss here)
+        # With prefix caching a Mamba hybrid runs in vLLM's mamba_cache_mode 'align' (kvlab.memory.hybrid)
         align = settings.enable_prefix_caching and any(GroupSpec(*g).kind == "mamba" for g in groups)
         if settings.enable_prefix_caching and not align:
             raise KvlabError("a hybrid model's comparison needs prefix caching off: kvlab does not simulate it there")
