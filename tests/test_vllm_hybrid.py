@@ -238,3 +238,16 @@ def test_kvlab_side_of_a_hybrid_records_every_groups_table():
     assert tables and all(len(t) == 2 for t in tables)
     assert any(0 in sliding for sliding, _full in tables)  # the window moved on: null blocks
     assert all(0 not in full for _sliding, full in tables)
+
+
+def test_kvlab_side_of_an_align_run_cuts_chunks_at_block_boundaries_and_holds_a_second_state_for_a_step():
+    requests, settings, model = _align_case(ALIGN_CASES[0])
+    requests = prepare(requests, settings)
+    steps = arrival_steps(requests, settings, model=model)
+    block_size, groups = hybrid_layout(settings, model)
+    run = run_kvlab(requests, steps, dataclasses.replace(settings, block_size=block_size), groups=groups)
+    assert run.steps[2]["num_scheduled_tokens"]["1"] == 152  # 136 + 152 = 288, a block boundary (not 160)
+    held = [sum(b != 0 for b in r["block_ids_groups"][0]) for step in run.steps for r in step["running"]]
+    assert max(held) == 2 and held.count(2) < held.count(1) // 10
+    off = dataclasses.replace(settings, enable_prefix_caching=False, block_size=block_size)
+    assert run_kvlab(requests, steps, off, groups=groups).steps[2]["num_scheduled_tokens"]["1"] == 159  # the budget
