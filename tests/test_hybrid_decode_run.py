@@ -45,8 +45,9 @@ def scenario(seed: int) -> dict[str, int]:
     rng = random.Random(seed)
     block_size = rng.choice([1, 2, 4])
     groups = random_groups(rng, block_size)
-    fast = HybridAllocator(rng.randint(8, 80), block_size, groups)
-    slow = HybridAllocator(fast.num_blocks, block_size, groups)
+    align = seed % 2 == 1 and any(g.kind == "mamba" for g in groups)  # (mamba_cache_mode 'align': prefix caching on)
+    fast = HybridAllocator(rng.randint(8, 80), block_size, groups, mamba_align=align)
+    slow = HybridAllocator(fast.num_blocks, block_size, groups, mamba_align=align)
     running: list[Seq] = []
     stats = {"runs": 0, "short": 0, "frees": 0, "growth": 0}
     next_id = 0

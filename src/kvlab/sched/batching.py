@@ -38,6 +38,7 @@ class Scheduler:
     paged_allocator: PagedAllocator | None  # the allocator when it is a PagedAllocator itself, else None
     waiting: WaitingQueue
     running: list[Seq]
+    mamba_align_block_size: int  # the allocator's (a hybrid in vLLM's mamba_cache_mode 'align'), else 0
 
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
         raise NotImplementedError
@@ -58,6 +59,28 @@ def _lookup(allocator: KVAllocator, paged: PagedAllocator | None, seq: Seq) -> t
     else:
         cached = 0
     return cached, cached
+
+
+def mamba_aligned_chunk(seq: Seq, start: int, num_new: int, block_size: int, max_num_batched_tokens: int) -> int:
+    """The prefill chunk of ``num_new`` tokens cut where a Mamba state must be kept, as vLLM's scheduler cuts it in
+    mamba_cache_mode 'align' (Scheduler._mamba_block_aligned_split, no prefill checkpoint, no eagle, no prefix hit):
+    a chunk that ends before the prefill does (the prompt; a resumed request's tokens but its last) ends at the last
+    block boundary inside it (or at the block boundary or the last one before the prefill's end that it runs past),
+    possibly 0 tokens; the prefill's last chunk is not cut. ``start``: its tokens computed (a prefix-cache hit
+    included). The number of tokens it computes."""
+    prefill_end = max(seq.request.prompt_len, seq.num_tokens - 1)
+    if start >= prefill_end:
+        return num_new
+    end = start + num_new
+    if end < prefill_end:
+        aligned = end // block_size * block_size
+        if aligned > start or block_size <= max_num_batched_tokens:
+            end = aligned
+    for stop in (start // block_size * block_size + block_size if start % block_size else 0,
+                 (seq.num_tokens - 1) // block_size * block_size):  # the next boundary; the last one before the end
+        if start < stop < end:
+            end = stop
+    return max(end - start, 0)
 
 
 def _allocate(allocator: KVAllocator, paged: PagedAllocator | None, seq: Seq, num_new: int, cached: int,
@@ -89,6 +112,10 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
         if not chunked and num_new > budget:
             break
         num_new = min(num_new, budget)
+        if sched.mamba_align_block_size:
+            num_new = mamba_aligned_chunk(seq, computed, num_new, sched.mamba_align_block_size, cfg.max_num_batched_tokens)
+            if num_new == 0:
+                break
         if _allocate(allocator, paged, seq, num_new, cached, watermark if running else 0) is not Fit.NOW:
             break
         sched.admit(seq, num_new, cached)

@@ -31,7 +31,7 @@ from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
 from kvlab.memory.paged import PagedAllocator
 from kvlab.sched import batching
-from kvlab.sched.batching import BATCHING
+from kvlab.sched.batching import BATCHING, mamba_aligned_chunk
 from kvlab.sched.output import SchedulerOutput, scheduler_output
 from kvlab.sched.policy import POLICIES
 from kvlab.sched.preemption import PREEMPTION, PreemptionMode
@@ -53,6 +53,7 @@ class Scheduler(batching.Scheduler):
         # more; benchmarks/README.md, the fourteenth step), the others through the Protocol.
         self.paged_allocator = (
             allocator if isinstance(allocator, PagedAllocator) and type(allocator) is PagedAllocator else None)
+        self.mamba_align_block_size = getattr(allocator, "mamba_align_block_size", 0)  # (HybridAllocator's)
         self.batching = BATCHING[config.batching]
         self.preemption: PreemptionMode = PREEMPTION[config.preemption_mode or "recompute"](cache_config)
         self.policy = POLICIES[config.scheduling_policy]
@@ -135,6 +136,9 @@ class Scheduler(batching.Scheduler):
                 num_new = budget
             if max_computed - computed < num_new:
                 num_new = max_computed - computed
+            if self.mamba_align_block_size and num_new > 0:
+                num_new = mamba_aligned_chunk(seq, computed, num_new, self.mamba_align_block_size,
+                                              cfg.max_num_batched_tokens)
             if num_new <= 0:
                 i += 1
                 continue

@@ -148,7 +148,7 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
     outcome is known, up to ``max_iterations`` at once; 1 steps), recorded step by step in the driver's format.
     With ``groups`` (a hybrid model's KV cache groups, ``hybrid_groups``) the allocator is the HybridAllocator, the
     run steps, and each step records every running request's block table in every group (``block_ids_groups``)."""
-    from kvlab.memory.hybrid import HybridAllocator
+    from kvlab.memory.hybrid import GroupSpec, HybridAllocator
     from kvlab.memory.paged import PagedAllocator
     from kvlab.sched.runs import RunScheduler
     from kvlab.sched.seq import Seq
@@ -158,10 +158,12 @@ def run_kvlab(requests: Sequence[Request], add_before_step: Sequence[int], setti
         raise KvlabError("the comparison needs a fixed pool: give --num-blocks")
     allocator: PagedAllocator | HybridAllocator
     if groups:
-        if settings.enable_prefix_caching:
+        # With prefix caching a Mamba hybrid runs in vLLM's mamba_cache_mode 'align' (kvlab.memory.hybrid)
+        align = settings.enable_prefix_caching and any(GroupSpec(*g).kind == "mamba" for g in groups)
+        if settings.enable_prefix_caching and not align:
             raise KvlabError("a hybrid model's comparison needs prefix caching off: kvlab does not simulate it there")
         allocator = HybridAllocator(settings.num_gpu_blocks_override, settings.block_size, groups,
-                                    max_model_len=settings.max_model_len)
+                                    max_model_len=settings.max_model_len, mamba_align=align)
         max_iterations = 1  # (the records read the block tables after every step)
     else:
         allocator = PagedAllocator(settings.num_gpu_blocks_override, settings.block_size,

@@ -1,0 +1,177 @@
+"""vLLM's mamba_cache_mode 'align' (a Mamba hybrid with prefix caching on) in kvlab.memory.hybrid, on tiny pools with
+exact block ids: a Mamba group's table indexed by token position (null but for the running state), the second state
+block a request holds for the step after it crosses a block boundary, freed blocks with a hash to the back of the free
+queue, a preempted request's own blocks still cached counted at its readmission; the scheduler's prefill chunks cut
+at block boundaries (kvlab.sched.batching.mamba_aligned_chunk). tests/test_vllm_hybrid.py holds them to the engine.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from seqs import Seq
+
+from kvlab.memory import Fit, HybridAllocator
+from kvlab.memory.block_pool import NULL_BLOCK_ID
+from kvlab.sched.batching import mamba_aligned_chunk
+from kvlab.workload.request import Request
+
+MAMBA, FULL = ("mamba", 1, 0, 0), ("full_attention", 1, 0, 0)
+
+
+def seq(request_id: int, prompt_len: int, output_len: int = 100) -> Seq:
+    return Seq(Request(request_id, 0.0, prompt_len, output_len))
+
+
+def step(a: HybridAllocator, s: Seq, num_new: int, num_cached: int = 0) -> Fit:
+    fit = a.allocate_slots(s, num_new, num_cached)
+    if fit is Fit.NOW:
+        s.num_computed_tokens += num_cached + num_new
+        s.num_tokens = max(s.num_tokens, s.num_computed_tokens + 1)
+    return fit
+
+
+def run_x(a: HybridAllocator) -> Seq:
+    """Request 0: a 12-token prompt in chunks of 4 (the boundaries of 4-token blocks), then 5 decode steps."""
+    x = seq(0, 12)
+    for n in (4, 4, 4, 1, 1, 1, 1, 1):
+        assert step(a, x, n) is Fit.NOW
+        a.check_invariants([x])
+    return x
+
+
+def test_a_state_block_per_block_of_tokens_position_indexed_the_previous_one_freed_a_step_later():
+    a = HybridAllocator(10, 4, [MAMBA, FULL], mamba_align=True)
+    x = seq(0, 12)
+    assert a.mamba_align_block_size == 4 and a.enable_prefix_caching
+    assert step(a, x, 4) is Fit.NOW and a.get_block_ids(0) == [[1], [2]]
+    # the chunk to token 8 crosses a boundary: a second state block, at the position of its block of tokens
+    assert step(a, x, 4) is Fit.NOW and a.get_block_ids(0) == [[1, 3], [2, 4]]
+    # the next step frees the previous state first (not hashed: to the front, and taken again at once)
+    assert step(a, x, 4) is Fit.NOW and a.get_block_ids(0) == [[0, 3, 1], [2, 4, 5]]
+    assert a.free_block_ids() == [6, 7, 8, 9]
+    # the state at the prompt's last block boundary (token 8) is the one vLLM hashes: freed to the back
+    assert step(a, x, 1) is Fit.NOW and a.get_block_ids(0) == [[0, 0, 1, 6], [2, 4, 5, 7]]
+    assert a.free_block_ids() == [8, 9, 3]
+    assert step(a, x, 1) is Fit.NOW and a.get_block_ids(0) == [[0, 0, 0, 6], [2, 4, 5, 7]]
+    assert a.free_block_ids() == [1, 8, 9, 3]
+    a.check_invariants([x])
+    # a chunk crossing two boundaries: a null between the state and the new one
+    a = HybridAllocator(10, 4, [MAMBA, FULL], mamba_align=True)
+    y = seq(1, 12)
+    assert step(a, y, 2) is Fit.NOW and step(a, y, 10) is Fit.NOW
+    assert a.get_block_ids(1) == [[1, NULL_BLOCK_ID, 3], [2, 4, 5]]
+    a.check_invariants([y])
+
+
+def test_a_freed_request_sends_its_hashed_blocks_to_the_back_and_its_others_to_the_front():
+    a = HybridAllocator(10, 4, [MAMBA, FULL], mamba_align=True)
+    x = run_x(a)
+    assert a.get_block_ids(0) == [[0, 0, 0, 6, 1], [2, 4, 5, 7, 8]] and a.free_block_ids() == [9, 3]
+    a.free(x)  # (17 tokens with slots: the full group's first 4 blocks hashed, its 5th and both states not)
+    assert a.free_block_ids() == [8, 1, 6, 9, 3, 7, 5, 4, 2]
+    a.check_invariants([])
+
+
+def test_a_preempted_requests_own_cached_blocks_are_its_hit_while_they_are_not_reused():
+    a = HybridAllocator(10, 4, [MAMBA, FULL], mamba_align=True)
+    x = run_x(a)
+    a.free(x)
+    x.num_computed_tokens = 0  # preempted: recomputed
+    # the full group's 4 blocks are cached, but a Mamba state only at token 8 (block 3): a hit of 8 tokens
+    assert a.get_num_cached_tokens(x) == 8
+    y, z = seq(1, 1), seq(2, 1)
+    assert step(a, y, 1) is Fit.NOW and step(a, z, 1) is Fit.NOW and a.get_num_cached_tokens(x) == 8
+    assert a.get_block_ids(1) == [[8], [1]] and a.get_block_ids(2) == [[6], [9]] and a.free_block_ids()[0] == 3
+    w = seq(3, 1)
+    assert step(a, w, 1) is Fit.NOW and a.get_block_ids(3) == [[3], [7]]
+    assert a.get_num_cached_tokens(x) == 0  # its state at token 8 is reused: no hit
+
+
+def test_a_hit_takes_its_blocks_out_of_the_queue_and_counts_them():
+    a = HybridAllocator(10, 4, [MAMBA, FULL], mamba_align=True)
+    x = run_x(a)
+    a.free(x)
+    x.num_computed_tokens = 0
+    y = seq(1, 8)
+    assert step(a, y, 8) is Fit.NOW and a.get_block_ids(1) == [[0, 8], [1, 6]] and a.num_free_blocks == 6
+    # 18 tokens: 5 full blocks (2 of them the hit's, free: taken) and 2 state blocks (the hit's, and a new one)
+    assert a.get_num_cached_tokens(x) == 8 and a.allocate_slots(x, 10, 8) is Fit.LATER
+    a.free(y)
+    assert a.free_block_ids() == [8, 9, 3, 7, 5, 4, 2, 6, 1]
+    assert step(a, x, 10, 8) is Fit.NOW and x.num_computed_tokens == 18
+    assert a.get_block_ids(0) == [[0, 3, 0, 0, 8], [2, 4, 9, 7, 5]] and a.free_block_ids() == [6, 1]
+    a.check_invariants([x])
+    # its hit state (the prompt's boundary) back to the back a step later
+    assert step(a, x, 1) is Fit.NOW and a.get_block_ids(0) == [[0, 0, 0, 0, 8], [2, 4, 9, 7, 5]]
+    assert a.free_block_ids() == [6, 1, 3]
+    a.check_invariants([x])
+
+
+@pytest.mark.parametrize(("start", "num_new", "prompt", "tokens", "block_size", "budget", "expected"), [
+    (136, 160, 362, 362, 288, 160, 152),  # to the block boundary it runs past
+    (0, 7, 400, 400, 288, 160, 7),  # no boundary inside, a block wider than a chunk: not cut
+    (0, 10, 100, 100, 16, 160, 0),  # no boundary inside, a block narrower than a chunk: nothing this step
+    (0, 40, 100, 100, 16, 160, 32),  # the last boundary inside
+    (40, 100, 100, 100, 16, 160, 8),  # a chunk from inside a block stops at its end
+    (288, 74, 362, 362, 288, 160, 74),  # the prompt's last chunk: not cut ...
+    (0, 150, 150, 150, 64, 160, 128),  # ... but at the last boundary before the prompt's end
+    (48, 100, 100, 150, 16, 160, 96),  # resumed: its prefill ends at its tokens but one (149): cut at 144
+    (200, 1, 100, 201, 16, 160, 1),  # decoding: not cut
+])
+def test_the_aligned_split(start, num_new, prompt, tokens, block_size, budget, expected):
+    s = Seq(Request(0, 0.0, prompt, 1000))
+    s.num_tokens = tokens
+    s.num_computed_tokens = start
+    assert mamba_aligned_chunk(s, start, num_new, block_size, budget) == expected
+
+
+def test_align_needs_the_mamba_groups_blocks_to_be_the_pools():
+    with pytest.raises(Exception, match="align"):
+        HybridAllocator(10, 4, [("mamba", 1, 0, 0, 8), FULL], mamba_align=True)
+    assert HybridAllocator(10, 4, [MAMBA, FULL]).mamba_align_block_size == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(num_blocks=st.integers(6, 40), ops=st.lists(st.tuples(st.sampled_from(["admit", "step", "run", "free", "back"]),
+                                                          st.integers(0, 5), st.integers(1, 30)), max_size=60))
+def test_random_operations_conserve_blocks_in_align_mode(num_blocks, ops):
+    a = HybridAllocator(num_blocks, 4, [MAMBA, FULL, ("mamba", 1, 0, 0)], mamba_align=True)
+    running: list[Seq] = []
+    preempted: list[Seq] = []
+    next_id = 0
+    for op, pick, n in ops:
+        if op == "admit":
+            s = seq(next_id, n)
+            next_id += 1
+            if step(a, s, n) is Fit.NOW:
+                running.append(s)
+        elif op == "back" and preempted:  # a preempted request's readmission, with its hit
+            s = preempted[pick % len(preempted)]
+            hit = a.get_num_cached_tokens(s)
+            assert hit % 4 == 0 and hit < s.num_tokens
+            if step(a, s, s.num_tokens - hit, hit) is Fit.NOW:
+                preempted.remove(s)
+                running.append(s)
+        elif op == "step" and running:
+            step(a, running[pick % len(running)], 1 + n % 3)
+        elif op == "run" and running:
+            for s in running:
+                s.num_tokens = s.num_computed_tokens + 1
+            expected = a.decode_run_slots(1 + n % 4)
+            before = a.num_allocated_slots
+            run = a.allocate_decode_run(running, 1 + n % 4)
+            if expected is not None:
+                assert run.num_iterations == 1 + n % 4 and a.num_allocated_slots - before == expected
+            for s in running:
+                s.num_computed_tokens += run.num_iterations
+                s.num_tokens = s.num_computed_tokens + 1
+        elif op == "free" and running:
+            s = running.pop(pick % len(running))
+            a.free(s)
+            s.num_computed_tokens = 0
+            preempted.append(s)
+        a.check_invariants(running)
+        held = sum(len([b for b in t if b != NULL_BLOCK_ID]) for s in running for t in a.get_block_ids(s.request.request_id))
+        assert held + a.num_free_blocks == num_blocks - 1
