@@ -24,7 +24,7 @@ from typing import Any, Final, NamedTuple
 from mypy_extensions import mypyc_attr
 
 from kvlab.config.engine import SimConfig
-from kvlab.cost.model import swap_seconds
+from kvlab.cost.model import CostModel, swap_seconds
 from kvlab.errors import KvlabError
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, KVAllocator, SlotUsage, slot_usage
@@ -87,6 +87,9 @@ class Simulation(Clock):
             raise KvlabError(f"max_iterations must be at least 1, got {max_iterations}")
         self.strategy = strategy
         self.config = config
+        # The cost model, typed here (the config is frozen): compiled, ``self.config.cost`` is a generic read of the
+        # config's field at every call of the clock (~170 instructions; benchmarks/README.md, the eighteenth step).
+        self._cost: CostModel = config.cost
         self.workload = workload
         self.max_iterations = max_iterations
         cache = config.cache
@@ -380,7 +383,7 @@ class Simulation(Clock):
         if first is not None:
             # (the fields by name, not *first: compiled, a star call goes through the generic call machinery, ~600
             # instructions more a call than the native one)
-            dt = self.config.cost.iteration_times(first.num_seqs, first.num_prefill_tokens, first.num_decode_tokens,
+            dt = self._cost.iteration_times(first.num_seqs, first.num_prefill_tokens, first.num_decode_tokens,
                                                   first.num_context_tokens, first.num_attention_pairs)
             if self._extra_seconds is not None and self.config.offload is not None:  # its loads (taken in _timing)
                 dt += self.config.offload.seconds(self.allocator.peek_load_bytes())
@@ -397,7 +400,7 @@ class Simulation(Clock):
                           stop: float) -> tuple[Any, float]:
         """The durations of the decode iterations that start before ``stop`` (at least one, the first starting
         at ``now``), and the clock at their end."""
-        durations = self.config.cost.decode_times(num_seqs, num_context_tokens, max_iterations, stop - now)
+        durations = self._cost.decode_times(num_seqs, num_context_tokens, max_iterations, stop - now)
         if isinstance(durations, list):
             # Those starting before stop, the clock advanced as `now += dt`, left to right: the first end at or past
             # stop, as bisect_left over the accumulated ends (durations are positive, the ends rise) finds it, read
@@ -407,7 +410,8 @@ class Simulation(Clock):
             while num_iterations < num_times and end < stop:
                 end += times[num_iterations]
                 num_iterations += 1
-            return durations[:num_iterations], end
+            # (the list itself when it is whole: the slice is a copy)
+            return (durations if num_iterations == num_times else durations[:num_iterations]), end
         import numpy as np
 
         end_array = np.add.accumulate(np.concatenate(([now], durations)))
@@ -430,7 +434,7 @@ class Simulation(Clock):
             for dt in durations if isinstance(durations, list) else durations.tolist():
                 end += dt
             return durations, end
-        dt = self.config.cost.iteration_times(out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
+        dt = self._cost.iteration_times(out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
                                               out.num_context_tokens, out.num_attention_pairs)
         if out.num_swap_bytes:
             dt += swap_seconds(out.num_swap_bytes)
@@ -627,7 +631,7 @@ def _record_of(seq: Seq) -> RequestRecord:
     return new_tuple(RequestRecord, (  # (the fields in RequestRecord's order; one C call: see SchedulerOutput)
         seq.request_id,
         request.arrival_time,
-        request.prompt_len,
+        seq.prompt_len,  # (the Seq's copy: see Seq)
         seq.num_output_tokens,
         "finished" if status is SeqStatus.FINISHED else status.value,  # status
         seq.first_scheduled_time,

@@ -343,7 +343,7 @@ class RunScheduler(Scheduler):
             self._num_stale = 0
             # (num_tokens_to_finish, written out: with _advance_iteration's copy, 8k instructions/request on
             # static+paged, benchmarks/count_instructions.py --requests 3000)
-            self._finishes = [(clock + s.request.num_output_tokens - s.num_output_tokens) << STAMP_BITS | s.stamp
+            self._finishes = [(clock + s.final_output_tokens - s.num_output_tokens) << STAMP_BITS | s.stamp
                               for s in self.running]
             heapify(self._finishes)
         finishes, finishing = self._finishes, self._finishing
