@@ -31,7 +31,7 @@ from typing import Final, NamedTuple, Protocol
 from mypy_extensions import mypyc_attr
 
 from kvlab.config.engine import CacheConfig, SchedulerConfig
-from kvlab.memory.base import DecodeRun, KVAllocator
+from kvlab.memory.base import KVAllocator
 from kvlab.sched.output import RunTiming, SchedulerOutput, decode_context, new_tuple, scheduler_output
 from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
@@ -184,20 +184,21 @@ class RunScheduler(Scheduler):
 
     def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
         num_running = len(self.running)
-        if self._decoding and 0 < num_running <= budget and self._decode_run(1).num_iterations:
+        if self._decoding and 0 < num_running <= budget and self._decode_run(1)[0]:
             # Everyone decodes and this iteration's blocks are free: the running loop's outcome, in bulk.
             scheduled.update(self._decoders)
             num_context = decode_context(self.num_resident_computed_tokens, num_running)
             return budget - num_running, [0, num_running, num_context, num_context], 0
         return Scheduler._running_loop(self, budget, scheduled, preempted)
 
-    def _decode_run(self, max_iterations: int, first: int = 0) -> DecodeRun:
-        """The allocator's ``allocate_decode_run`` for the running requests (natively from a PagedAllocator itself:
-        see ``Scheduler.paged_allocator``)."""
+    def _decode_run(self, max_iterations: int, first: int = 0) -> tuple[int, tuple[int, ...]]:
+        """The allocator's ``allocate_decode_run`` for the running requests, its two fields (iterations, growth) as a
+        plain tuple (natively from a PagedAllocator itself, ``decode_run_fields``: see ``Scheduler.paged_allocator``)."""
         paged = self.paged_allocator
         if paged is not None:
-            return paged.allocate_decode_run(self.running, max_iterations, first)
-        return self.allocator.allocate_decode_run(self.running, max_iterations, first)
+            return paged.decode_run_fields(self.running, max_iterations, first)
+        run = self.allocator.allocate_decode_run(self.running, max_iterations, first)
+        return run.num_iterations, run.growth
 
     def _schedule_evicting_decode(self) -> SchedulerOutput:
         """An iteration in which every running request decodes and the free blocks run out: what the running
@@ -222,10 +223,10 @@ class RunScheduler(Scheduler):
         not even the first iteration's blocks are free (a single iteration then preempts)."""
         num_context = decode_context(self.num_resident_computed_tokens, len(self.running))
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)
-        run = self._decode_run(num_iterations)
-        if run.num_iterations == 0:
+        run_iterations, run_growth = self._decode_run(num_iterations)
+        if run_iterations == 0:
             return None
-        return self._run_output(run.num_iterations, run.growth, timing=timing, num_context=num_context)
+        return self._run_output(run_iterations, run_growth, timing=timing, num_context=num_context)
 
     def _schedule_decode_and_admit(self, max_iterations: int, horizon: Horizon | Clock | None
                                    ) -> SchedulerOutput | None:
@@ -236,8 +237,8 @@ class RunScheduler(Scheduler):
         running = self.running
         num_seqs = len(running)
         self._finish_heap()  # (before the admitted join: it holds the decoders only)
-        first_run = self._decode_run(1)
-        if not first_run.num_iterations:
+        first_iterations, first_growth = self._decode_run(1)
+        if not first_iterations:
             return None
         num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
         scheduled = self._handed_decoders()
@@ -246,7 +247,7 @@ class RunScheduler(Scheduler):
         if new_ids:
             first = new_tuple(FirstIteration,  # (FirstIteration(...) without its __new__'s frame: see SchedulerOutput)
                               (len(scheduled), prefill, num_seqs, num_context + context, num_context + pairs))
-            num_iterations, growth, timing = 1, first_run.growth, None
+            num_iterations, growth, timing = 1, first_growth, None
             if max_iterations > 1 and not swap_bytes:
                 num_rest = self._admitted_run_length(len(new_ids), scheduled, max_iterations - 1)
                 if num_rest > 0:
@@ -270,7 +271,7 @@ class RunScheduler(Scheduler):
             self.step += num_iterations - 1
             return out
         self._admission_blocked = True
-        growth = first_run.growth
+        growth = first_growth
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)  # (the same context)
         return self._run_output(*self._after_first(num_iterations, growth), timing=timing, num_context=num_context)
 
@@ -318,8 +319,8 @@ class RunScheduler(Scheduler):
         batch, up to ``num_iterations`` in all as far as the free blocks go: (iterations, the run's growth)."""
         if num_iterations <= 1:
             return 1, growth
-        rest = self._decode_run(num_iterations - 1, 1)
-        return 1 + rest.num_iterations, growth + rest.growth
+        rest_iterations, rest_growth = self._decode_run(num_iterations - 1, 1)
+        return 1 + rest_iterations, growth + rest_growth
 
     def _run_length(self, max_iterations: int, horizon: Horizon | Clock | None,
                     num_context: int) -> tuple[int, RunTiming | None]:

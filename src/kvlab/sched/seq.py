@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 
@@ -46,7 +47,10 @@ class Seq:
 
     def __init__(self, request: Request):
         self.request = request
-        self.request_id = request.request_id
+        # (the id as the object the request holds, typed Any: compiled, an int attribute is boxed anew at each read, an
+        # allocation above 256, and a dict keyed by ids then compares it with its key where this finds the key itself;
+        # benchmarks/README.md, the eighteenth step)
+        self.request_id: Any = request.request_id
         # The request's prompt length and answer length (its num_output_tokens), copied from it once (a Request
         # is frozen): compiled, each read of a Request's field is a generic attribute lookup, ~160 instructions,
         # and the scheduler reads these several times a request (benchmarks/README.md, the eighteenth step).
