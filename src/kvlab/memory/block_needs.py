@@ -274,5 +274,5 @@ class BlockNeeds:
         i = 0
         while bucket[i] is not holder:
             i += 1
-        del bucket[i]
+        bucket.pop(i)
         holder.last = -1

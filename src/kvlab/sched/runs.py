@@ -86,6 +86,9 @@ class Clock:
 class RunScheduler(Scheduler):
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None):
         super().__init__(config, allocator, cache_config)
+        # The token budget, read natively (the config is frozen: compiled, a read of its field is a generic attribute
+        # lookup, ~160 instructions, once or twice a step; benchmarks/README.md, the eighteenth step).
+        self._max_num_batched_tokens = config.max_num_batched_tokens
         # request_id -> 1 for each running request, in running order: what a decode iteration schedules, kept
         # beside ``running`` (admitted at the back, preempted or finished out of it) and copied for each run:
         # rebuilding it from ``running`` cost 7% of a saturated simulation (benchmarks/README.md).
@@ -144,7 +147,7 @@ class RunScheduler(Scheduler):
         module doc). ``horizon`` cuts a run where the caller's next event (an arrival) falls (a ``Clock``: its
         ``_horizon``)."""
         # (_runs, written out: a call in every step cost 1% of benchmarks/count_instructions.py --case vllm)
-        if max_iterations > 1 and self._decoding and 0 < len(self.running) <= self.config.max_num_batched_tokens:
+        if max_iterations > 1 and self._decoding and 0 < len(self.running) <= self._max_num_batched_tokens:
             if not self.waiting or self._admission_blocked:
                 out = self._schedule_run(max_iterations, horizon)
             else:
@@ -176,7 +179,7 @@ class RunScheduler(Scheduler):
 
     def _runs(self, max_iterations: int) -> bool:
         """Every running request decodes, within the token budget: the next iterations may be a run."""
-        return max_iterations > 1 and self._decoding and 0 < len(self.running) <= self.config.max_num_batched_tokens
+        return max_iterations > 1 and self._decoding and 0 < len(self.running) <= self._max_num_batched_tokens
 
     def _until_finish(self, max_iterations: int) -> int:
         """Iterations of a decode run from now up to the first in which a request finishes, at most ``max_iterations``."""
@@ -242,7 +245,7 @@ class RunScheduler(Scheduler):
             return None
         num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
         scheduled = self._handed_decoders()
-        budget = self.config.max_num_batched_tokens - num_seqs
+        budget = self._max_num_batched_tokens - num_seqs
         new_ids, (prefill, _, context, pairs), swap_bytes = self._waiting_loop(budget, scheduled)
         if new_ids:
             first = new_tuple(FirstIteration,  # (FirstIteration(...) without its __new__'s frame: see SchedulerOutput)

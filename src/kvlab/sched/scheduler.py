@@ -226,7 +226,7 @@ class Scheduler(batching.Scheduler):
             i = 0
             while running[i] is not seq:
                 i += 1
-            del running[i]
+            running.pop(i)
 
     def _advance_iteration(self, output: SchedulerOutput, started: float, now: float) -> list[Seq]:
         """The scheduled requests computed their tokens in the iteration from ``started`` to ``now``; those whose
