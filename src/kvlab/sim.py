@@ -24,7 +24,7 @@ from typing import Any, Final, NamedTuple
 from mypy_extensions import mypyc_attr
 
 from kvlab.config.engine import SimConfig
-from kvlab.cost.model import swap_seconds
+from kvlab.cost.model import CostModel, swap_seconds
 from kvlab.errors import KvlabError
 from kvlab.memory import make_allocator
 from kvlab.memory.base import BlockSnapshot, KVAllocator, SlotUsage, slot_usage
@@ -87,6 +87,9 @@ class Simulation(Clock):
             raise KvlabError(f"max_iterations must be at least 1, got {max_iterations}")
         self.strategy = strategy
         self.config = config
+        # The cost model, typed here (the config is frozen): compiled, ``self.config.cost`` is a generic read of the
+        # config's field at every call of the clock (~170 instructions; benchmarks/README.md, the eighteenth step).
+        self._cost: CostModel = config.cost
         self.workload = workload
         self.max_iterations = max_iterations
         cache = config.cache
@@ -110,12 +113,14 @@ class Simulation(Clock):
         # The clock starts at the first arrival, or where a fleet's shared clock starts (requests come later).
         if start_time is None:
             start_time = self.requests[0].arrival_time if self.requests else 0.0
-        self.start_time = start_time
-        self.now = self.start_time
+        # (typed: the first arrival's time is read off an untyped list, and mypy would take the clock for Any, which
+        # compiled is a boxed float, each comparison of it generic; benchmarks/README.md, the eighteenth step)
+        self.start_time: float = start_time
+        self.now: float = self.start_time
         self.seqs: dict[int, Seq] = {}
         self.counters = Counters()
         self.recorder = IterationRecorder(cache.num_slots, self.start_time, keep_log=record_iterations)
-        self.last_finish_time = self.start_time
+        self.last_finish_time: float = self.start_time
         self._next_arrival = 0
         self._limit = INF  # run_until's: no iteration starts at or after it
         # Client deadlines: (arrival + timeout, request id) of requests whose client gives up (Request.timeout).
@@ -178,7 +183,13 @@ class Simulation(Clock):
         if out.num_iterations > 1 and timing is not None and timing[2] and self.next_arrival_time < self.now:
             joined = self._arrive_during(start, durations)
         self.recorder.add(row, durations, start, self.now, out.kv_growth, joined)
-        first_end = self.now if out.num_iterations == 1 else start + float(durations[0])
+        if out.num_iterations == 1:
+            first_end = self.now
+        elif isinstance(durations, list):  # (a short run's: its first read natively, where float() is a generic call)
+            first_dt: float = durations[0]
+            first_end = start + first_dt
+        else:  # (a long run's, a numpy array)
+            first_end = start + float(durations[0])
         finished = sched.update_from_output(out, self.now, start, first_end)
         if finished:
             self.counters.num_finished += len(finished)
@@ -380,7 +391,7 @@ class Simulation(Clock):
         if first is not None:
             # (the fields by name, not *first: compiled, a star call goes through the generic call machinery, ~600
             # instructions more a call than the native one)
-            dt = self.config.cost.iteration_times(first.num_seqs, first.num_prefill_tokens, first.num_decode_tokens,
+            dt = self._cost.iteration_times(first.num_seqs, first.num_prefill_tokens, first.num_decode_tokens,
                                                   first.num_context_tokens, first.num_attention_pairs)
             if self._extra_seconds is not None and self.config.offload is not None:  # its loads (taken in _timing)
                 dt += self.config.offload.seconds(self.allocator.peek_load_bytes())
@@ -397,7 +408,7 @@ class Simulation(Clock):
                           stop: float) -> tuple[Any, float]:
         """The durations of the decode iterations that start before ``stop`` (at least one, the first starting
         at ``now``), and the clock at their end."""
-        durations = self.config.cost.decode_times(num_seqs, num_context_tokens, max_iterations, stop - now)
+        durations = self._cost.decode_times(num_seqs, num_context_tokens, max_iterations, stop - now)
         if isinstance(durations, list):
             # Those starting before stop, the clock advanced as `now += dt`, left to right: the first end at or past
             # stop, as bisect_left over the accumulated ends (durations are positive, the ends rise) finds it, read
@@ -407,7 +418,8 @@ class Simulation(Clock):
             while num_iterations < num_times and end < stop:
                 end += times[num_iterations]
                 num_iterations += 1
-            return durations[:num_iterations], end
+            # (the list itself when it is whole: the slice is a copy)
+            return (durations if num_iterations == num_times else durations[:num_iterations]), end
         import numpy as np
 
         end_array = np.add.accumulate(np.concatenate(([now], durations)))
@@ -430,7 +442,7 @@ class Simulation(Clock):
             for dt in durations if isinstance(durations, list) else durations.tolist():
                 end += dt
             return durations, end
-        dt = self.config.cost.iteration_times(out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
+        dt = self._cost.iteration_times(out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
                                               out.num_context_tokens, out.num_attention_pairs)
         if out.num_swap_bytes:
             dt += swap_seconds(out.num_swap_bytes)
@@ -627,7 +639,7 @@ def _record_of(seq: Seq) -> RequestRecord:
     return new_tuple(RequestRecord, (  # (the fields in RequestRecord's order; one C call: see SchedulerOutput)
         seq.request_id,
         request.arrival_time,
-        request.prompt_len,
+        seq.prompt_len,  # (the Seq's copy: see Seq)
         seq.num_output_tokens,
         "finished" if status is SeqStatus.FINISHED else status.value,  # status
         seq.first_scheduled_time,

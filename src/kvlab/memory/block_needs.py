@@ -268,5 +268,11 @@ class BlockNeeds:
             holder.far = False
             self._num_far -= 1
             return
-        self._buckets[phase].remove(holder)  # (a Holder equals only itself)
+        # (found by identity, not list.remove: a Holder equals only itself, but compiled, remove compares each holder
+        # before it generically, ~100 instructions each; benchmarks/README.md, the eighteenth step)
+        bucket = self._buckets[phase]
+        i = 0
+        while bucket[i] is not holder:
+            i += 1
+        bucket.pop(i)
         holder.last = -1

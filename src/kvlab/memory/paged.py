@@ -244,16 +244,25 @@ class PagedAllocator:
         order; each computes the token it sampled last), iteration after iteration, for as many of
         ``max_iterations`` iterations as the free blocks cover. The blocks go out in the order steps would hand
         them out: by iteration, then running order (``BlockNeeds`` knows who needs one when)."""
+        num_iterations, growth = self.decode_run_fields(seqs, max_iterations, first)
+        return _NO_RUN if num_iterations == 0 else _new_tuple(DecodeRun, (num_iterations, growth))
+
+    def decode_run_fields(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0
+                          ) -> tuple[int, tuple[int, ...]]:
+        """``allocate_decode_run``, its ``DecodeRun``'s two fields as a plain tuple: what the run scheduler calls
+        on a PagedAllocator itself (compiled, a plain tuple is returned as a C struct, where the named tuple is made
+        by a generic call of ``tuple.__new__`` and freed, ~1.3k instructions a call; benchmarks/README.md, the
+        eighteenth step)."""
         num_iterations, tables, growth, internal = self._needs.due(max_iterations, self.block_pool.num_free_blocks,
                                                                    first)
         if num_iterations == 0:
-            return _NO_RUN
+            return 0, ()
         self.block_pool.append_new_blocks(tables, len(tables))
         self._num_table_entries += len(tables)
         self.num_internal_fragmentation_slots += internal
         if self.enable_prefix_caching:
             self._cache_run(num_iterations)
-        return _new_tuple(DecodeRun, (num_iterations, tuple(growth)))
+        return num_iterations, tuple(growth)
 
     def _cache_run(self, num_iterations: int) -> None:
         """The blocks a decode run of ``num_iterations`` filled get their hashes, request by request in running order.

@@ -31,7 +31,7 @@ from typing import Final, NamedTuple, Protocol
 from mypy_extensions import mypyc_attr
 
 from kvlab.config.engine import CacheConfig, SchedulerConfig
-from kvlab.memory.base import DecodeRun, KVAllocator
+from kvlab.memory.base import KVAllocator
 from kvlab.sched.output import RunTiming, SchedulerOutput, decode_context, new_tuple, scheduler_output
 from kvlab.sched.scheduler import Scheduler
 from kvlab.sched.seq import Seq, SeqStatus, num_tokens_to_finish
@@ -86,6 +86,9 @@ class Clock:
 class RunScheduler(Scheduler):
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None):
         super().__init__(config, allocator, cache_config)
+        # The token budget, read natively (the config is frozen: compiled, a read of its field is a generic attribute
+        # lookup, ~160 instructions, once or twice a step; benchmarks/README.md, the eighteenth step).
+        self._max_num_batched_tokens = config.max_num_batched_tokens
         # request_id -> 1 for each running request, in running order: what a decode iteration schedules, kept
         # beside ``running`` (admitted at the back, preempted or finished out of it) and copied for each run:
         # rebuilding it from ``running`` cost 7% of a saturated simulation (benchmarks/README.md).
@@ -144,7 +147,7 @@ class RunScheduler(Scheduler):
         module doc). ``horizon`` cuts a run where the caller's next event (an arrival) falls (a ``Clock``: its
         ``_horizon``)."""
         # (_runs, written out: a call in every step cost 1% of benchmarks/count_instructions.py --case vllm)
-        if max_iterations > 1 and self._decoding and 0 < len(self.running) <= self.config.max_num_batched_tokens:
+        if max_iterations > 1 and self._decoding and 0 < len(self.running) <= self._max_num_batched_tokens:
             if not self.waiting or self._admission_blocked:
                 out = self._schedule_run(max_iterations, horizon)
             else:
@@ -176,7 +179,7 @@ class RunScheduler(Scheduler):
 
     def _runs(self, max_iterations: int) -> bool:
         """Every running request decodes, within the token budget: the next iterations may be a run."""
-        return max_iterations > 1 and self._decoding and 0 < len(self.running) <= self.config.max_num_batched_tokens
+        return max_iterations > 1 and self._decoding and 0 < len(self.running) <= self._max_num_batched_tokens
 
     def _until_finish(self, max_iterations: int) -> int:
         """Iterations of a decode run from now up to the first in which a request finishes, at most ``max_iterations``."""
@@ -184,20 +187,21 @@ class RunScheduler(Scheduler):
 
     def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
         num_running = len(self.running)
-        if self._decoding and 0 < num_running <= budget and self._decode_run(1).num_iterations:
+        if self._decoding and 0 < num_running <= budget and self._decode_run(1)[0]:
             # Everyone decodes and this iteration's blocks are free: the running loop's outcome, in bulk.
             scheduled.update(self._decoders)
             num_context = decode_context(self.num_resident_computed_tokens, num_running)
             return budget - num_running, [0, num_running, num_context, num_context], 0
         return Scheduler._running_loop(self, budget, scheduled, preempted)
 
-    def _decode_run(self, max_iterations: int, first: int = 0) -> DecodeRun:
-        """The allocator's ``allocate_decode_run`` for the running requests (natively from a PagedAllocator itself:
-        see ``Scheduler.paged_allocator``)."""
+    def _decode_run(self, max_iterations: int, first: int = 0) -> tuple[int, tuple[int, ...]]:
+        """The allocator's ``allocate_decode_run`` for the running requests, its two fields (iterations, growth) as a
+        plain tuple (natively from a PagedAllocator itself, ``decode_run_fields``: see ``Scheduler.paged_allocator``)."""
         paged = self.paged_allocator
         if paged is not None:
-            return paged.allocate_decode_run(self.running, max_iterations, first)
-        return self.allocator.allocate_decode_run(self.running, max_iterations, first)
+            return paged.decode_run_fields(self.running, max_iterations, first)
+        run = self.allocator.allocate_decode_run(self.running, max_iterations, first)
+        return run.num_iterations, run.growth
 
     def _schedule_evicting_decode(self) -> SchedulerOutput:
         """An iteration in which every running request decodes and the free blocks run out: what the running
@@ -222,10 +226,10 @@ class RunScheduler(Scheduler):
         not even the first iteration's blocks are free (a single iteration then preempts)."""
         num_context = decode_context(self.num_resident_computed_tokens, len(self.running))
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)
-        run = self._decode_run(num_iterations)
-        if run.num_iterations == 0:
+        run_iterations, run_growth = self._decode_run(num_iterations)
+        if run_iterations == 0:
             return None
-        return self._run_output(run.num_iterations, run.growth, timing=timing, num_context=num_context)
+        return self._run_output(run_iterations, run_growth, timing=timing, num_context=num_context)
 
     def _schedule_decode_and_admit(self, max_iterations: int, horizon: Horizon | Clock | None
                                    ) -> SchedulerOutput | None:
@@ -236,17 +240,17 @@ class RunScheduler(Scheduler):
         running = self.running
         num_seqs = len(running)
         self._finish_heap()  # (before the admitted join: it holds the decoders only)
-        first_run = self._decode_run(1)
-        if not first_run.num_iterations:
+        first_iterations, first_growth = self._decode_run(1)
+        if not first_iterations:
             return None
         num_context = decode_context(self.num_resident_computed_tokens, num_seqs)
         scheduled = self._handed_decoders()
-        budget = self.config.max_num_batched_tokens - num_seqs
+        budget = self._max_num_batched_tokens - num_seqs
         new_ids, (prefill, _, context, pairs), swap_bytes = self._waiting_loop(budget, scheduled)
         if new_ids:
             first = new_tuple(FirstIteration,  # (FirstIteration(...) without its __new__'s frame: see SchedulerOutput)
                               (len(scheduled), prefill, num_seqs, num_context + context, num_context + pairs))
-            num_iterations, growth, timing = 1, first_run.growth, None
+            num_iterations, growth, timing = 1, first_growth, None
             if max_iterations > 1 and not swap_bytes:
                 num_rest = self._admitted_run_length(len(new_ids), scheduled, max_iterations - 1)
                 if num_rest > 0:
@@ -270,7 +274,7 @@ class RunScheduler(Scheduler):
             self.step += num_iterations - 1
             return out
         self._admission_blocked = True
-        growth = first_run.growth
+        growth = first_growth
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)  # (the same context)
         return self._run_output(*self._after_first(num_iterations, growth), timing=timing, num_context=num_context)
 
@@ -318,8 +322,8 @@ class RunScheduler(Scheduler):
         batch, up to ``num_iterations`` in all as far as the free blocks go: (iterations, the run's growth)."""
         if num_iterations <= 1:
             return 1, growth
-        rest = self._decode_run(num_iterations - 1, 1)
-        return 1 + rest.num_iterations, growth + rest.growth
+        rest_iterations, rest_growth = self._decode_run(num_iterations - 1, 1)
+        return 1 + rest_iterations, growth + rest_growth
 
     def _run_length(self, max_iterations: int, horizon: Horizon | Clock | None,
                     num_context: int) -> tuple[int, RunTiming | None]:
@@ -343,7 +347,7 @@ class RunScheduler(Scheduler):
             self._num_stale = 0
             # (num_tokens_to_finish, written out: with _advance_iteration's copy, 8k instructions/request on
             # static+paged, benchmarks/count_instructions.py --requests 3000)
-            self._finishes = [(clock + s.request.num_output_tokens - s.num_output_tokens) << STAMP_BITS | s.stamp
+            self._finishes = [(clock + s.final_output_tokens - s.num_output_tokens) << STAMP_BITS | s.stamp
                               for s in self.running]
             heapify(self._finishes)
         finishes, finishing = self._finishes, self._finishing

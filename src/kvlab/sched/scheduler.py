@@ -222,9 +222,15 @@ class Scheduler(batching.Scheduler):
         return finished
 
     def _remove_finished(self, finished: list[Seq], now: float) -> None:
+        running = self.running
         for seq in finished:
             self.finish(seq, now)
-            self.running.remove(seq)
+            # (found by identity, not list.remove: compiled, remove compares each request before it generically, ~100
+            # instructions each, ~1k a request; benchmarks/README.md, the eighteenth step)
+            i = 0
+            while running[i] is not seq:
+                i += 1
+            running.pop(i)
 
     def _advance_iteration(self, output: SchedulerOutput, started: float, now: float) -> list[Seq]:
         """The scheduled requests computed their tokens in the iteration from ``started`` to ``now``; those whose
@@ -239,7 +245,7 @@ class Scheduler(batching.Scheduler):
         # (num_tokens_to_finish, written out: the call cost 8k instructions/request with the heap's copy, static+paged
         # 349k against 341k, benchmarks/count_instructions.py --requests 3000; finished: sampled, none left)
         return [seq for seq, num_new in pairs
-                if compute(seq, num_new, started, now) and seq.request.num_output_tokens - seq.num_output_tokens == 0]
+                if compute(seq, num_new, started, now) and seq.final_output_tokens - seq.num_output_tokens == 0]
 
     def _compute(self, seq: Seq, num_new: int, started: float, now: float) -> bool:
         """``seq`` computed ``num_new`` tokens in the iteration from ``started`` to ``now``. True when its computed
@@ -248,7 +254,7 @@ class Scheduler(batching.Scheduler):
             seq.first_scheduled_time = started
         seq.num_computed_tokens += num_new
         self.num_resident_computed_tokens += num_new
-        if seq.num_computed_tokens < seq.request.prompt_len + seq.num_output_tokens:
+        if seq.num_computed_tokens < seq.prompt_len + seq.num_output_tokens:
             return False
         seq.num_output_tokens += 1
         self.num_sampled_tokens += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 
@@ -27,6 +28,8 @@ class Seq:
     __slots__ = (
         "request",
         "request_id",
+        "prompt_len",
+        "final_output_tokens",
         "num_computed_tokens",
         "num_output_tokens",
         "status",
@@ -44,7 +47,15 @@ class Seq:
 
     def __init__(self, request: Request):
         self.request = request
-        self.request_id = request.request_id
+        # (the id as the object the request holds, typed Any: compiled, an int attribute is boxed anew at each read, an
+        # allocation above 256, and a dict keyed by ids then compares it with its key where this finds the key itself;
+        # benchmarks/README.md, the eighteenth step)
+        self.request_id: Any = request.request_id
+        # The request's prompt length and answer length (its num_output_tokens), copied from it once (a Request
+        # is frozen): compiled, each read of a Request's field is a generic attribute lookup, ~160 instructions,
+        # and the scheduler reads these several times a request (benchmarks/README.md, the eighteenth step).
+        self.prompt_len = request.prompt_len
+        self.final_output_tokens = request.num_output_tokens
         self.num_computed_tokens = 0
         self.num_output_tokens = 0
         self.status = SeqStatus.WAITING
@@ -65,14 +76,14 @@ class Seq:
 
     @property
     def num_tokens(self) -> int:
-        return self.request.prompt_len + self.num_output_tokens
+        return self.prompt_len + self.num_output_tokens
 
     # vLLM's Request.num_tokens_with_spec, what the running loop schedules up to: ``num_tokens`` itself but for
     # speculative decoding's requests, which add their drafts (kvlab.spec.scheduler). Its own sum, not an alias of
     # ``num_tokens``: mypyc compiles no class attribute bound to a property (it left the alias unset).
     @property
     def num_tokens_with_spec(self) -> int:
-        return self.request.prompt_len + self.num_output_tokens
+        return self.prompt_len + self.num_output_tokens
 
     def __repr__(self) -> str:
         return (
@@ -87,5 +98,5 @@ def num_tokens_to_finish(seq: Seq) -> int:
     arrives, by max_model_len). Returns the tokens it still samples: it finishes in the iteration that samples
     the last of them, the k-th from now in which it samples when this is k (a run of k decode iterations ends
     with its finish; one step finishes it when this is 1), and it has finished when this is 0."""
-    return seq.request.num_output_tokens - seq.num_output_tokens
+    return seq.final_output_tokens - seq.num_output_tokens
 
