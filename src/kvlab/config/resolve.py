@@ -709,8 +709,9 @@ def _state_blocks_note(model_spec, sizing: SizingResult) -> str:
             f"0.28.0, vllm-project/vllm#50991) vLLM {version}'s startup arithmetic counts {on} a request (`kvlab size`'s "
             "maximum concurrency) while the paged strategies hold what vLLM holds at run time: one state block, a "
             "second for the step after a request crosses a block boundary, prefill chunks cut at block boundaries"
-            + (", not a Mamba2 mixer's prefill checkpoint block (vLLM holds one more block a request for its prompt's "
-               "last chunk)" if checkpoint else "")
+            + (", not a Mamba2 mixer's prefill checkpoint block (vLLM holds one more state block a request for a "
+               "prompt chunk that writes one, and its scheduler may cut chunks there: a run may admit a little more "
+               "than vLLM)" if checkpoint else "")
             + "; a preempted request's own blocks still cached are its only prefix-cache hits")
 
 
