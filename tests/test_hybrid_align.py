@@ -175,3 +175,67 @@ def test_random_operations_conserve_blocks_in_align_mode(num_blocks, ops):
         a.check_invariants(running)
         held = sum(len([b for b in t if b != NULL_BLOCK_ID]) for s in running for t in a.get_block_ids(s.request.request_id))
         assert held + a.num_free_blocks == num_blocks - 1
+
+
+# `kvlab run` (config.resolve -> CacheConfig.mamba_align -> memory.make_allocator): a strategy with prefix caching runs
+# a hybrid's Mamba groups in 'align', one without in one state block a request.
+
+QWEN36 = "tests/data/sizing_configs/qwen3.6-27b.json"
+
+
+def _tiny_run(tmp_path, strategy: str, **options):
+    from kvlab.config import resolve
+    from kvlab.sim import Simulation
+    from kvlab.strategies import parse_strategy
+    from kvlab.workload import load_workload
+
+    path = tmp_path / "w.csv"
+    path.write_text("arrival_time,prompt_len,output_len\n" + "0,960,4\n" * 4)
+    config = resolve(model=QWEN36, gpu="h100-sxm", workload=str(path), num_gpu_blocks=12, **options)
+    sim = Simulation(parse_strategy(strategy), config.engine, load_workload(config.workload.workload))
+    sim.run_until(float("inf"))
+    cols = sim.result().log.columns
+    steps = [(int(r), int(p), int(d), int(e)) for r, p, d, e in zip(cols["num_running"], cols["num_prefill_tokens"],
+                                                                     cols["num_decode_tokens"], cols["num_preemptions"])]
+    return config, sim, steps
+
+
+def test_kvlab_run_with_prefix_caching_runs_a_hybrids_mamba_groups_in_align_mode(tmp_path):
+    """qwen3.6-27b (1 full attention group + 3 Gated DeltaNet groups, blocks of 784 tokens) in 11 usable blocks, 4
+    requests of 960 + 4 tokens at once. vllm+noprefix: 5 blocks a request (2 full + 3 states), 2 at a time, each
+    prompt whole in one step, no preemption: 8 steps. vllm ('align'): the prompt is cut at 784 (2 x 784 in step 0),
+    each holds 1 full block + 3 states (3 blocks free); in step 1 each needs its second full block and, for the step
+    after crossing the boundary, a new state in each group beside the old one: 4 blocks each against 3 free, so the
+    newer is preempted and computes its 784 tokens again. Every pair goes so: 4 preemptions, 17 steps."""
+    config, sim, off = _tiny_run(tmp_path, "vllm+noprefix")
+    assert config.cache.mamba_align and sim.allocator.mamba_align_block_size == 0
+    assert off == [(2, 1920, 0, 0)] + [(2, 0, 2, 0)] * 3 + [(2, 1920, 0, 0)] + [(2, 0, 2, 0)] * 3
+    _, sim, on = _tiny_run(tmp_path, "vllm")
+    assert sim.allocator.mamba_align_block_size == 784
+    pair = [(1, 176, 0, 0), (2, 784, 1, 0), (1, 0, 1, 1), (1, 0, 1, 0)]  # (the newer one preempted in the 3rd)
+    assert on == [(2, 1568, 0, 0), (1, 176, 0, 1), (2, 784, 1, 0), (1, 0, 1, 1), (1, 0, 1, 0)] + pair * 2 \
+        + [(1, 176, 0, 0)] + [(1, 0, 1, 0)] * 3
+    assert sum(s[3] for s in on) == 4 and len(on) == 17
+
+
+@pytest.mark.parametrize(("version", "aligned"), [("0.15.1", False), ("0.16.0", True), ("0.32.0", True)])
+def test_align_mode_follows_the_vllm_version(version, aligned):
+    """'align' from 0.16.0 (kvlab.vllm_rules.MAMBA_SPECULATIVE_BLOCKS_SINCE); before it the prefix-caching state is
+    not modelled and every strategy holds one state block a request, as the run note says."""
+    from kvlab.config import resolve
+
+    config = resolve(model=QWEN36, gpu="h100-sxm", vllm_version=version, num_gpu_blocks=12)
+    assert config.cache.mamba_align is aligned
+    note = " ".join(" ".join(config.cache.notes).split())
+    assert ("a second for the step after a request crosses a block boundary" in note) is aligned
+    assert ("is not modelled" in note) is not aligned
+
+
+def test_a_mamba2_model_at_0_32_0_runs_align_without_its_checkpoint_block_and_says_so():
+    from kvlab.config import resolve
+
+    for version, checkpoint in (("0.28.0", False), ("0.32.0", True)):
+        config = resolve(model="tests/data/sizing_configs/granite-4.0-h-1b.json", gpu="h100-sxm", vllm_version=version)
+        note = " ".join(" ".join(config.cache.notes).split())
+        assert config.cache.mamba_align
+        assert ("not a Mamba2 mixer's prefill checkpoint block" in note) is checkpoint

@@ -194,11 +194,13 @@ def _fixed_workload(tmp_path, n: int, prompt: int, output: int) -> str:
 
 @pytest.mark.parametrize("strategy", ["vllm", "vllm+noprefix"])
 def test_a_hybrid_run_holds_at_most_what_vllm_holds(kvlab, tmp_path, strategy):
-    """1,024-token requests (960 + 64: the last sampled token is never written), all at once: the run holds as many
-    at once as vLLM's pool holds with one state block a Mamba group (`kvlab size --context-len 1024
-    --no-enable-prefix-caching`), no more (the pooled tokens held 3.8x as many), with prefix caching (vllm: vLLM
-    0.32.0's 'align' mode, whose startup arithmetic counts two state blocks a group, `kvlab size`'s default, but which
-    holds one between block boundaries) and without (vllm+noprefix)."""
+    """1,024-token requests (960 + 64: the last sampled token is never written), all at once. Without prefix caching
+    (vllm+noprefix) the run holds as many at once as vLLM's pool holds with one state block a Mamba group (`kvlab size
+    --context-len 1024 --no-enable-prefix-caching`), no more (the pooled tokens held 3.8x as many) and never preempts.
+    With it (vllm: vLLM 0.32.0's mamba_cache_mode 'align', whose startup arithmetic counts two state blocks a group,
+    `kvlab size`'s default) prompts are cut at the 784-token block boundary: a request whose first chunk is computed
+    holds 1 full attention block + 3 state blocks, so 2 more are admitted than fit once prompts are done, and the step
+    after a request crosses the boundary it holds its previous states too: 14 preemptions."""
     flags = ("--gpu", "h100-sxm", "--context-len", "1024", "--json")
     held = kvlab("size", HYBRID, *flags, "--no-enable-prefix-caching").json()["workload"]
     printed = kvlab("size", HYBRID, *flags).json()["workload"]
@@ -207,11 +209,14 @@ def test_a_hybrid_run_holds_at_most_what_vllm_holds(kvlab, tmp_path, strategy):
     most = held["max_num_requests"]
     assert printed["max_num_requests"] < most
     config = _hybrid_config(workload=_fixed_workload(tmp_path, 2 * most, 960, 64))
+    assert config.cache.mamba_align
     sim = Simulation(parse_strategy(strategy), config.engine, load_workload(config.workload.workload))
     sim.run_until(float("inf"))
     result = sim.result()
     peak = int(result.log.columns["num_running"].max())
-    assert peak == most
+    aligned = strategy == "vllm"
+    assert sim.allocator.mamba_align_block_size == (config.cache.block_size if aligned else 0)
+    assert (most, peak, result.counters.num_preemptions) == ((71, 73, 14) if aligned else (71, 71, 0))
     assert result.counters.num_finished == 2 * most
 
 

@@ -41,10 +41,13 @@ def test_a_hybrid_run_takes_blocks_in_every_group_from_vllms_pool(kvlab, tmp_pat
     assert notes[0].startswith("qwen3.6-27b keeps 4 KV cache groups (3 mamba, 1 full_attention): the paged strategies "
                                "give each request blocks in every one from vLLM's pool of "
                                f"{sized['num_blocks']:,} blocks of {sized['block_size']} tokens, as vLLM does")
-    assert "prefix-cache hits are not simulated for it" in notes[0]
-    assert ("every strategy holds 1 state block a request in each Mamba group, what vLLM holds between block "
-            "boundaries. With prefix caching on (vllm: mamba_cache_mode 'align'") in notes[0]
-    assert "vLLM 0.32.0's startup arithmetic counts 2 a request" in notes[0]
+    assert "prefix-cache hits are not simulated for it (every lookup misses, but for what follows)" in notes[0]
+    assert ("without prefix caching every strategy holds 1 state block a request in each Mamba group; with prefix "
+            "caching on (vllm: mamba_cache_mode 'align'") in notes[0]
+    assert ("vLLM 0.32.0's startup arithmetic counts 2 a request (`kvlab size`'s maximum concurrency) while the paged "
+            "strategies hold what vLLM holds at run time: one state block, a second for the step after a request crosses "
+            "a block boundary, prefill chunks cut at block boundaries; a preempted request's own blocks still cached are "
+            "its only prefix-cache hits") in notes[0]
     assert "prefill checkpoint" not in notes[0]  # (a Gated DeltaNet mixer takes none)
 
 

@@ -572,7 +572,8 @@ def _make_allocator(config: SimConfig, strategy: Strategy, max_model_len: int, g
     if config.offload is None and not lookahead:
         return make_allocator(strategy.allocator, num_slots=cache.num_slots, block_size=cache.block_size,
                               max_model_len=max_model_len, enable_prefix_caching=strategy.enable_prefix_caching,
-                              kv_cache_groups=cache.kv_cache_groups)
+                              kv_cache_groups=cache.kv_cache_groups,
+                              mamba_align=strategy.enable_prefix_caching and cache.mamba_align)
     if strategy.allocator != "paged":
         if config.offload is not None:
             raise KvlabError(f"KV offload to CPU (--kv-offloading-size) needs paged memory with prefix caching, as "

@@ -66,6 +66,10 @@ class CacheConfig:
     # (its printed token figure: 'align' keeps more state blocks a request), where they differ, for each strategy to
     # take its own (KvlabConfig.for_strategy); ``num_slots`` is the version's default's. Empty: one pool for all.
     prefix_caching_slots: tuple[int, ...] = ()
+    # A hybrid with kv_cache_groups whose Mamba groups vLLM runs in mamba_cache_mode 'align' with prefix caching on
+    # (kvlab.vllm_rules.mamba_cache_mode, from 0.16.0): a strategy with prefix caching gives them vLLM's 'align'
+    # tables and block-aligned prefill chunks (kvlab.memory.hybrid, mamba_align). False: one state block a request.
+    mamba_align: bool = False
 
     def __post_init__(self) -> None:
         _check_positive(self, "num_slots", "block_size")

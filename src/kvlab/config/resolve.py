@@ -453,7 +453,19 @@ def _cache_config(model_spec, gpu_spec, values: dict[str, Any], sizing: SizingRe
                        gpu_memory_utilization=values["gpu_memory_utilization"],
                        available_kv_bytes=sizing.available_kv_bytes,
                        notes=notes + _prefix_slots_notes(prefix_slots) + _prefix_default_notes(model_spec, sizing),
-                       kv_cache_groups=groups, prefix_caching_slots=prefix_slots)
+                       kv_cache_groups=groups, prefix_caching_slots=prefix_slots,
+                       mamba_align=_mamba_align(model_spec, sizing, groups))
+
+
+def _mamba_align(model_spec, sizing: SizingResult, groups: tuple[tuple[str, int, int, int, int], ...]) -> bool:
+    """Whether a strategy with prefix caching runs the hybrid's Mamba ``groups`` in vLLM's mamba_cache_mode 'align'
+    (kvlab.memory.hybrid): where vLLM ``sizing.vllm_version`` puts them there and kvlab models it (_state_blocks:
+    from 0.16.0, not mode 'all'). A Mamba2 mixer from 0.32.0 too, without its prefill checkpoint block
+    (_state_blocks_note says so): the rest of 'align' is closer to vLLM than one state block a request."""
+    if not any(g[0] == "mamba" for g in groups):
+        return False
+    off, on = _state_blocks(model_spec, sizing.vllm_version)
+    return on != off
 
 
 def _newest_version() -> str:
@@ -662,6 +674,8 @@ def _hybrid_notes(model_spec, sizing: SizingResult, num_blocks: int, block_size:
     """What a hybrid's run should know of its pool (kvlab.memory.hybrid): blocks in every group, as vLLM, and no
     prefix caching simulated (a strategy that caches prefixes runs without)."""
     groups = sizing.kv_cache_groups
+    mamba = any(g.spec.kind == "mamba" for g in groups)
+    align = mamba and len(set(_state_blocks(model_spec, sizing.vllm_version))) > 1  # (_mamba_align)
     kinds = ", ".join(f"{sum(g.spec.kind == k for g in groups)} {k}" for k in dict.fromkeys(g.spec.kind for g in groups))
     sizes = sorted({g.spec.block_size for g in groups if g.spec.kind != "mamba"} | {block_size})
     held = (f"{block_size:,} tokens" if len(sizes) == 1 else
@@ -671,8 +685,8 @@ def _hybrid_notes(model_spec, sizing: SizingResult, num_blocks: int, block_size:
             f"blocks in every one from vLLM's pool of {num_blocks:,} blocks of {held}, as vLLM does "
             "(a full attention group's grow with its tokens, a Mamba group's state blocks are fixed, a sliding "
             "window's older blocks go back); the other groups' blocks count as overhead in the memory shares, and "
-            "prefix-cache hits are not simulated for it (every lookup misses)"
-            + ("" if not any(g.spec.kind == "mamba" for g in groups) else _state_blocks_note(model_spec, sizing))
+            "prefix-cache hits are not simulated for it (every lookup misses" + (", but for what follows)" if align else ")")
+            + (_state_blocks_note(model_spec, sizing) if mamba else "")
             + "; the slab strategies (max, pow2, oracle) "
             "reserve in the same pool one slab per request covering every group (their token reservation in each full "
             "attention group, a Mamba group's state blocks, a sliding group's most: its window and the tokens in flight, "
@@ -690,15 +704,15 @@ def _state_blocks_note(model_spec, sizing: SizingResult) -> str:
                 f"vLLM {version}'s state with prefix caching on is not modelled (mode 'all' before 0.28.0 for a Mamba "
                 "family, any before 0.16.0), so the vllm strategy's pool is vLLM's with --no-enable-prefix-caching")
     checkpoint = on - off > 1  # (a Mamba2 mixer's prefill checkpoint block, from 0.32.0)
-    return (f"; every strategy holds {off} state block{'s' if off > 1 else ''} a request in each Mamba group, what vLLM "
-            "holds between block boundaries. With prefix caching on (vllm: mamba_cache_mode 'align', vLLM's default "
-            f"for a hybrid from 0.28.0, vllm-project/vllm#50991) vLLM {version}'s startup arithmetic counts {on} a "
-            "request (`kvlab size`'s maximum concurrency); at run time it takes a second block only for the step a "
-            "request crosses a block boundary" + (", and a prefill checkpoint block while a request prefills" if
-                                                  checkpoint else "")
-            + ", and its scheduler cuts prefill chunks at block boundaries: not simulated, so a request may be admitted "
-            "a step earlier or later than in vLLM, and a run may hold more requests at once than `kvlab size` prints, "
-            "as vLLM does")
+    return (f"; without prefix caching every strategy holds {off} state block{'s' if off > 1 else ''} a request in each "
+            "Mamba group; with prefix caching on (vllm: mamba_cache_mode 'align', vLLM's default for a hybrid from "
+            f"0.28.0, vllm-project/vllm#50991) vLLM {version}'s startup arithmetic counts {on} a request (`kvlab size`'s "
+            "maximum concurrency) while the paged strategies hold what vLLM holds at run time: one state block, a "
+            "second for the step after a request crosses a block boundary, prefill chunks cut at block boundaries"
+            + (", not a Mamba2 mixer's prefill checkpoint block (vLLM holds one more state block a request for a "
+               "prompt chunk that writes one, and its scheduler may cut chunks there: a run may admit a little more "
+               "than vLLM)" if checkpoint else "")
+            + "; a preempted request's own blocks still cached are its only prefix-cache hits")
 
 
 def _draft_slots(model_spec, gpu_spec, sizing: SizingResult, speculative: SpeculativeConfig) -> int:

@@ -29,12 +29,15 @@ def make_allocator(
     max_model_len: int,
     enable_prefix_caching: bool = False,
     kv_cache_groups: tuple[tuple[str, int, int, int, int], ...] = (),
+    mamba_align: bool = False,
 ) -> KVAllocator:
     """The allocator called ``name`` over ``num_slots`` KV slots.
 
     Paged: ``num_slots // block_size`` blocks (block 0 is the null block); with several ``kv_cache_groups``
     ((kind, state_blocks, sliding_window, admission_blocks, ...) each: kvlab.memory.hybrid.GroupSpec) a request takes
-    blocks in every group (kvlab.memory.hybrid: prefix-cache hits are not simulated there). Contiguous: the whole slot
+    blocks in every group (kvlab.memory.hybrid: prefix-cache hits are not simulated there), its Mamba groups in
+    vLLM's mamba_cache_mode 'align' where ``mamba_align`` (a strategy with prefix caching, CacheConfig.mamba_align).
+    Contiguous: the whole slot
     space, shown in display blocks of ``block_size`` slots so that its grid lines up with the paged one; with
     several ``kv_cache_groups`` a request's slab covers every group (kvlab.memory.contiguous).
     """
@@ -47,7 +50,8 @@ def make_allocator(
     if num_slots < 1:
         raise KvlabError(f"the KV cache must hold at least 1 slot, got num_slots={num_slots}")
     if name == "paged" and len(kv_cache_groups) > 1:
-        return HybridAllocator(num_slots // block_size, block_size, kv_cache_groups, max_model_len=max_model_len)
+        return HybridAllocator(num_slots // block_size, block_size, kv_cache_groups, max_model_len=max_model_len,
+                               mamba_align=mamba_align)
     if name == "paged":
         return PagedAllocator(
             num_slots // block_size,

@@ -147,7 +147,10 @@ class RunScheduler(Scheduler):
         module doc). ``horizon`` cuts a run where the caller's next event (an arrival) falls (a ``Clock``: its
         ``_horizon``)."""
         # (_runs, written out: a call in every step cost 1% of benchmarks/count_instructions.py --case vllm)
-        if max_iterations > 1 and self._decoding and 0 < len(self.running) <= self._max_num_batched_tokens:
+        # (mamba_cache_mode 'align': a decode changes the state blocks the step after a block boundary, which a run's
+        # growth does not carry, and may let the queue's head in: one iteration at a time, as the reference)
+        if (max_iterations > 1 and not self.mamba_align_block_size and self._decoding
+                and 0 < len(self.running) <= self._max_num_batched_tokens):
             if not self.waiting or self._admission_blocked:
                 out = self._schedule_run(max_iterations, horizon)
             else:
@@ -179,7 +182,8 @@ class RunScheduler(Scheduler):
 
     def _runs(self, max_iterations: int) -> bool:
         """Every running request decodes, within the token budget: the next iterations may be a run."""
-        return max_iterations > 1 and self._decoding and 0 < len(self.running) <= self._max_num_batched_tokens
+        return (max_iterations > 1 and not self.mamba_align_block_size and self._decoding  # ('align': see schedule)
+                and 0 < len(self.running) <= self._max_num_batched_tokens)
 
     def _until_finish(self, max_iterations: int) -> int:
         """Iterations of a decode run from now up to the first in which a request finishes, at most ``max_iterations``."""
