@@ -311,8 +311,11 @@ class KvlabConfig:
     def _hash(self, keyed: dict[str, Any]) -> str:
         # (the pools by prefix caching only where a strategy's differs: every other configuration keeps its key)
         slots = {"prefix_caching_slots": list(self.cache.prefix_caching_slots)} if self.cache.prefix_caching_slots else {}
+        # (a hybrid's Mamba groups in 'align' mode run by other rules than before it was simulated: a result stored
+        # under the old rules is not this configuration's)
+        align = {"mamba_align": True} if self.cache.mamba_align else {}
         payload = json.dumps({"config": keyed, "cost_constants": self.cost.constants,
-                              "digests": self.digests, **slots}, sort_keys=True, separators=(",", ":"))
+                              "digests": self.digests, **slots, **align}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
     def describe(self) -> dict[str, Any]:
