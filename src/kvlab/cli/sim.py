@@ -18,7 +18,7 @@ from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_o
 from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
 from kvlab.errors import KvlabError
-from kvlab.report.setup import prefix_caching_text, setup_lines
+from kvlab.report.setup import prefix_caching_text, printed_size_text, setup_lines
 from kvlab.report.text import plural
 from kvlab.service.classes import parse_slo_classes
 from kvlab.strategies import STRATEGIES, strategy_names_help
@@ -118,15 +118,18 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, **opt
 
 
 def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), setup: dict | None = None,
-               rescaled_to: float | None = None) -> str:
+               rescaled_to: float | None = None, sizing=None) -> str:
     """The run's setup in one paragraph; ``setup`` (KvlabConfig.describe()) adds a CPU tier and speculative decoding
     in setup_lines' words, when the run has them; ``rescaled_to``: the --rate a trace's own arrivals were rescaled
-    to (over the whole trace, so that a sample's rate differs: trial 53, finding 9)."""
+    to (over the whole trace, so that a sample's rate differs: trial 53, finding 9); ``sizing`` (the run's
+    SizingResult) relates its token slots to vLLM's printed "GPU KV cache size" where they differ
+    (printed_size_text)."""
     cache, sched = config.cache, config.scheduler
     extras = setup_lines({k: v for k, v in (setup or {}).items() if k in ("cpu_tier", "speculative")})
     fleet = f"{replicas} replicas behind the {router} router, each " if replicas > 1 else ""
     caching = {s.name: s.enable_prefix_caching for s in strategies}
     prefix = f", {prefix_caching_text(caching, not cache.kv_cache_groups)}" if strategies else ""
+    printed = printed_size_text(sizing, cache.num_slots, cache.block_size)
     return (
         f"{fleet}{config.model.model} on {config.gpu}: KV cache {_slots_text(cache, strategies)}, max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
@@ -134,6 +137,7 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
         f"Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
         f"{_rate_text(wl, rescaled_to)}, mean prompt {wl.mean_prompt_len:,.0f} / output {wl.mean_output_len:,.0f} tokens."
         + "".join(f" {line[0].upper()}{line[1:]}." for line in extras)
+        + (f" {printed}." if printed else "")
     )
 
 
@@ -234,7 +238,7 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         console.width = max(console.width, 150)  # piped --wide output: room for the whole table
     behaviours = [r.strategy for r in results]
     console.print(setup_line(config, wl, run.config.parallel.data_parallel_size, setup.get("router", ""), behaviours,
-                               setup, rescaled_rate(run.config.workload)))
+                               setup, rescaled_rate(run.config.workload), run.config.sizing))
     console.print(race_table(summaries, title, wide=wide, strategies=behaviours, width=console.width))
     for line in footnotes(summaries, wide=wide, hybrid=bool(config.cache.kv_cache_groups)):
         console.print(line)

@@ -1,0 +1,34 @@
+"""Fix 58b: trial 58's findings from a fresh clone (token slots beside vLLM's printed figure, a race's overload per
+strategy, capacity's brackets, bench's --yes, unchecked architectures, fig12's counts, narrow progress lines, silent
+flags, calibrate's table)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --- 1. a run's token slots beside vLLM's printed "GPU KV cache size" -------------------------------------------
+
+
+@pytest.mark.parametrize(("model", "gpu", "printed", "blocks"), [
+    ("mistral-7b-v0.1", "h100-sxm", "732,432", "28,633"), ("gemma-3-1b-it", "h200", "7,716,028", "1,975,631")])
+def test_run_relates_its_slots_to_vllms_printed_figure(kvlab, model, gpu, printed, blocks):
+    """`kvlab size` prints vLLM's "GPU KV cache size" (whole max_model_len requests' worth); a run counts the same
+    blocks' tokens. The run's setup line says both count the same blocks and what each counts."""
+    size = kvlab("size", model, "--gpu", gpu)
+    assert f"GPU KV cache size: {printed} tokens" in size.stdout
+    run = kvlab("run", "vllm", "--model", model, "--gpu", gpu, "-n", "20")
+    assert run.exit_code == 0, run.stderr
+    text = _flat(run.stdout)
+    assert f'The same {blocks} blocks are vLLM\'s startup line "GPU KV cache size: {printed} tokens"' in text, text
+    assert "max_model_len) requests" in text and "count each block's 16 tokens" in text
+
+
+def test_run_says_nothing_where_the_figures_agree(kvlab):
+    run = kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "-n", "20")
+    assert run.exit_code == 0 and "442,720 token slots" in run.stdout
+    assert "GPU KV cache size" not in run.stdout
