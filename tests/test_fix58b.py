@@ -32,3 +32,19 @@ def test_run_says_nothing_where_the_figures_agree(kvlab):
     run = kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "-n", "20")
     assert run.exit_code == 0 and "442,720 token slots" in run.stdout
     assert "GPU KV cache size" not in run.stdout
+
+
+# --- 2. a race in which only some strategies are overloaded -----------------------------------------------------
+
+
+def test_race_says_which_strategy_is_overloaded(kvlab):
+    """orca-max falls behind at --rate 2 while vllm keeps up: the race says so of orca-max in run's words and that
+    vllm's req/s is capped by the arrivals (before, nothing was said unless every strategy was overloaded)."""
+    race = kvlab("race", "orca-max", "vllm", "--rate", "2", "-n", "2000")
+    assert race.exit_code == 0, race.stderr
+    text = _flat(race.stdout)
+    alone = _flat(kvlab("run", "orca-max", "--rate", "2", "-n", "2000").stdout)
+    said = text[text.index("orca-max is overloaded"):].split(" kvlab capacity")[0]
+    assert said in alone, (said, alone)
+    assert "vllm keeps up: its req/s is what arrived, capped by the arrivals" in text
+    assert "vllm is overloaded" not in text and "Every strategy is overloaded" not in text

@@ -281,29 +281,45 @@ def exit_if_nothing_served(summaries: list[dict]) -> None:
 
 
 def _all_overloaded(run, summaries) -> str | None:
-    """When every strategy's waiting queue grows at the offered rate (kvlab.service.RunResult.overloaded_rps), the
-    race says so, with the rate each served (the most it sustains: an overloaded engine is busy throughout)."""
+    """Each strategy whose waiting queue grows at the offered rate (kvlab.service.RunResult.overloaded), said with
+    the rate it served (the most it sustains: an overloaded engine is busy throughout): every strategy in one
+    paragraph, or each overloaded one in run's words beside those that keep up (trial 58, finding 4)."""
     from kvlab.report.tables import significant
     from kvlab.window import MIN_WINDOW_REQUESTS
 
-    offered = run.overloaded_rps()
-    if offered is None:
+    offered, each = run.overloaded()
+    if offered is None or not any(each):
         if (short := run.too_short_to_judge()) is None:
             return None
         w, needed = short
         return (f"Too short to judge whether it keeps up: the measured window (after the first 20% of arrivals) held "
                 f"{w.num_arrived:,} arrivals, fewer than the {MIN_WINDOW_REQUESTS} a window needs to measure a "
                 f"queue; -n {needed:,} puts twice the engine's seats ({w.num_seats:,}) in the window.")
-    window = "over the measured window, after the first 20% of arrivals"
     if len(summaries) == 1:  # (kvlab run: one engine, no race)
-        only = summaries[0]
-        return (f"{only['name']} is overloaded at the offered rate ({significant(offered)} req/s {window}; its "
-                f"waiting queue grows): it serves at most {significant(only['throughput_rps'])} req/s; kvlab "
-                "capacity finds the rate it sustains under a latency target.")
-    each = ", ".join(f"{s['name']} {significant(s['throughput_rps'])}" for s in summaries)
-    return (f"Every strategy is overloaded at the offered rate ({significant(offered)} req/s {window}; its waiting "
-            f"queue grows): this race compares engines falling behind. Each serves at most: {each} req/s; kvlab "
-            "capacity finds the rate each sustains under a latency target.")
+        return overloaded_text(summaries[0], offered)
+    if all(each):
+        listed = ", ".join(f"{s['name']} {significant(s['throughput_rps'])}" for s in summaries)
+        return (f"Every strategy is overloaded at the offered rate ({significant(offered)} req/s {_WINDOW}; its "
+                f"waiting queue grows): this race compares engines falling behind. Each serves at most: {listed} "
+                "req/s; kvlab capacity finds the rate each sustains under a latency target.")
+    behind = [s for s, over in zip(summaries, each) if over]
+    keeping = ", ".join(s["name"] for s, over in zip(summaries, each) if not over)
+    return " ".join(overloaded_text(s, offered) for s in behind) + (
+        f" {keeping} {'keeps' if ',' not in keeping else 'keep'} up: {'its' if ',' not in keeping else 'their'} req/s "
+        "is what arrived, capped by the arrivals, so a ratio against an overloaded strategy compares an engine "
+        "keeping up with one falling behind, not their capacities.")
+
+
+_WINDOW = "over the measured window, after the first 20% of arrivals"
+
+
+def overloaded_text(summary: dict, offered: float) -> str:
+    """One overloaded strategy in words (kvlab run's sentence; a race says it of each that is)."""
+    from kvlab.report.tables import significant
+
+    return (f"{summary['name']} is overloaded at the offered rate ({significant(offered)} req/s {_WINDOW}; its "
+            f"waiting queue grows): it serves at most {significant(summary['throughput_rps'])} req/s; kvlab "
+            "capacity finds the rate it sustains under a latency target.")
 
 
 def print_fleets(console, run, summaries) -> None:
