@@ -48,3 +48,30 @@ def test_race_says_which_strategy_is_overloaded(kvlab):
     assert said in alone, (said, alone)
     assert "vllm keeps up: its req/s is what arrived, capped by the arrivals" in text
     assert "vllm is overloaded" not in text and "Every strategy is overloaded" not in text
+
+
+# --- 3. capacity's answer inside its own bracket ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("lo", "hi", "shown"), [(2.1875, 2.25, "2.18 [2.18, 2.25]"), (1.375, 1.4375, "1.37 [1.37, 1.44]"),
+                                                 (0.3046875, 0.3125, "0.304 [0.304, 0.313]"),
+                                                 (20.390625, 20.625, "20.3 [20.3, 20.7]"), (128.5, 131.25, "128 [128, 132]")])
+def test_a_capacity_and_its_bracket_share_digits_and_rounding(lo, hi, shown):
+    """The answer is rounded down to 3 significant digits; the bracket was printed to 4 (or 6) with %g, so the
+    answer read below its own bracket. Now both to 3 digits, the held end down and the failed end up: the answer is
+    the bracket's low end, and the bracket shown holds the one searched. fig12's table uses the same."""
+    from kvlab.cli.paper import _bracket
+    from kvlab.report.tables import bracket_text
+    from kvlab.sweep.capacity import rate_text
+
+    text = f"{rate_text(lo)} {bracket_text(lo, hi)}"
+    assert text == shown
+    low, high = (float(x) for x in text.split("[")[1].rstrip("]").split(", "))
+    assert low <= float(rate_text(lo)) <= high and low <= lo and hi <= high
+    assert _bracket({"error": None, "bracket": [lo, hi], "capacity_text": rate_text(lo), "capacity_rps": lo}) == shown
+
+
+def test_a_bracket_without_an_end_says_so():
+    from kvlab.report.tables import bracket_text
+
+    assert bracket_text(None, 0.5) == "[–, 0.5]" and bracket_text(2.0, None) == "[2, –]"

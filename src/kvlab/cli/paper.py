@@ -249,8 +249,11 @@ def _bracket(search: dict) -> str:
     if search["error"]:
         return f"failed: {search['error']}"
     lo, hi = search["bracket"]
-    answer = search["capacity_text"] if search["capacity_rps"] is None else f"{search['capacity_rps']:.3g}"
-    return f"{answer} [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"
+    from kvlab.report.tables import bracket_text
+    from kvlab.sweep.capacity import rate_text
+
+    answer = search["capacity_text"] if search["capacity_rps"] is None else rate_text(search["capacity_rps"])
+    return f"{answer} {bracket_text(lo or 0, hi)}"
 
 
 @paper_app.command("fig18b")
