@@ -75,3 +75,29 @@ def test_a_bracket_without_an_end_says_so():
     from kvlab.report.tables import bracket_text
 
     assert bracket_text(None, 0.5) == "[–, 0.5]" and bracket_text(2.0, None) == "[2, –]"
+
+
+# --- 6. fig12's progress and its end count the same points ------------------------------------------------------
+
+
+def test_a_point_asked_for_again_is_counted_once():
+    """fig12 asks for its searches' probes once more after the searches (already stored): the progress counted
+    them again (its total past the points computed) while the end said "106 simulations computed". Each point is
+    now counted once, in the progress and in the runner's total the end line reports."""
+    import kvlab
+    from kvlab.sweep.grid import expand, parse_cli_args, row_kinds
+    from kvlab.sweep.runner import Runner
+    from kvlab.sweep.store import Store
+    from tests.test_sweep_run import InProcessPool
+
+    seen = []
+    store = Store(None, row_kinds())
+    runner = Runner(store, InProcessPool(), kvlab.__version__, progress=lambda *args: seen.append(args))
+    runner.in_rounds = True
+    points = expand(parse_cli_args(["-n", "20", "--rate", "1,2", "--cost", "roofline"]))
+    runner.run(points[:1])
+    runner.run(points)  # (the first again, and a second)
+    runner.run(points)  # (both again)
+    store.close()
+    assert runner.num_computed == 2 and runner.num_total_before == 2
+    assert {total for *_, total, _ in seen} == {1, 2} and seen[-1][0] == seen[-1][3] == 2

@@ -149,6 +149,7 @@ def fig12(
     result = run_session(session, lambda: run_fig12(setup, session.runner))
     data = fig12_json(result)
     data["num_computed"] = session.runner.num_computed
+    data["num_points"] = session.runner.num_total_before  # (each point once, as the progress line counts them)
     if out is not None:
         _write_fig12(result, data, out)
     if as_json:
@@ -203,6 +204,7 @@ def _print_fig12(data: dict) -> None:
     from rich.table import Table
 
     from kvlab.paper import PAPER_NAMES
+    from kvlab.report.text import computed_text, plural
 
     setup = data["setup"]
     workloads = setup["workloads"]
@@ -234,9 +236,10 @@ def _print_fig12(data: dict) -> None:
         console.print(f"vLLM on {workload}: " + ", ".join(parts), highlight=False)
     console.print(f"Setup: OPT-13B on one A100-40GB, 12 GiB of KV cache (Table 1), {setup['duration_s']:g} s of "
                   f"Poisson arrivals per simulation, seed {setup['seed']}, cost profile "
-                  f"{setup['cost']}; {data['num_computed']} "
-                  f"simulations computed. The paper's ranges are for ShareGPT over three model sizes; docs/paper.md "
-                  f"explains the differences.", highlight=False)
+                  f"{setup['cost']}; {plural(data['num_points'], 'point')} (the curves' rates and the searches' "
+                  f"probes, each once, as the progress line counts them): "
+                  f"{computed_text(data['num_computed'], data['num_points'], 'simulation')}. The paper's ranges are "
+                  "for ShareGPT over three model sizes; docs/paper.md explains the differences.", highlight=False)
 
 
 def _axis(workload: str) -> str:
