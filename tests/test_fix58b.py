@@ -101,3 +101,35 @@ def test_a_point_asked_for_again_is_counted_once():
     store.close()
     assert runner.num_computed == 2 and runner.num_total_before == 2
     assert {total for *_, total, _ in seen} == {1, 2} and seen[-1][0] == seen[-1][3] == 2
+
+
+# --- 5. a model_type kvlab has not checked ----------------------------------------------------------------------
+
+
+def _weird(tmp_path, model_type="weirdarch"):
+    import json
+
+    fields = json.loads(open("tests/data/sizing_configs/mistral-7b-instruct-v0.2.json").read())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**fields, "model_type": model_type}))
+    return path
+
+
+@pytest.mark.parametrize("command", ["size", "fit"])
+def test_an_unchecked_family_is_said_in_size_and_fit(kvlab, tmp_path, command):
+    from kvlab.catalog.models import checked_model_types
+
+    r = kvlab(command, _weird(tmp_path), "--gpu", "h100-sxm")
+    assert r.exit_code == 0, r.stderr
+    text = _flat(r.stdout)
+    assert "model_type 'weirdarch' is none of the families kvlab has checked" in text
+    assert ", ".join(checked_model_types()) in text and "Llama-style decoder" in text
+    assert "gated MLP, no biases" in text and "heads" in text and "layers" in text
+    assert {"llama", "mistral", "opt", "qwen3", "deepseek_v3"} <= set(checked_model_types())
+
+
+def test_a_checked_family_gets_no_such_note(kvlab, tmp_path):
+    r = kvlab("size", _weird(tmp_path, "mistral"), "--gpu", "h100-sxm")
+    assert r.exit_code == 0 and "none of the families" not in r.stdout
+    data = kvlab("size", _weird(tmp_path, "weirdarch"), "--gpu", "h100-sxm", "--json").json()
+    assert any("weirdarch" in n for n in data["model_notes"])
