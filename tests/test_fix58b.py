@@ -133,3 +133,22 @@ def test_a_checked_family_gets_no_such_note(kvlab, tmp_path):
     assert r.exit_code == 0 and "none of the families" not in r.stdout
     data = kvlab("size", _weird(tmp_path, "weirdarch"), "--gpu", "h100-sxm", "--json").json()
     assert any("weirdarch" in n for n in data["model_notes"])
+
+
+# --- 8. options a run does not use, said -------------------------------------------------------------------------
+
+
+def test_preemption_mode_on_a_reservation_scheme_is_noted(kvlab):
+    r = kvlab("run", "orca-max", "--preemption-mode", "swap", "-n", "20")
+    assert r.exit_code == 0, r.stderr
+    assert "--preemption-mode swap does not change orca-max+swap" in _flat(r.stderr)
+    assert "never preempts" in r.stderr
+    paged = kvlab("run", "vllm-paper", "--preemption-mode", "swap", "-n", "20")
+    assert "does not change" not in paged.stderr
+
+
+def test_wide_with_json_is_noted(kvlab):
+    r = kvlab("run", "vllm", "--json", "--wide", "-n", "20")
+    assert r.exit_code == 0 and r.json()["strategies"]
+    assert "--wide is not used with --json" in r.stderr
+    assert "--wide" not in kvlab("run", "vllm", "--json", "-n", "20").stderr

@@ -231,6 +231,9 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         written.append(summary_path)
         note_written(out, written)
     if as_json:
+        if wide:  # (trial 58, finding 16: ignored silently)
+            Console(stderr=True, highlight=False).print("note: --wide is not used with --json: the JSON holds every "
+                                                        "column", style="yellow")
         typer.echo(json.dumps(race_json(config, wl, summaries, setup), indent=2))
         return summaries
     console = Console(highlight=False)

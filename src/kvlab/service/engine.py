@@ -162,6 +162,10 @@ def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = (), workload:
         said.append(f"--swap-space {given['swap_space']:g} is not used: no strategy here swaps (a +swap strategy, "
                     "or --preemption-mode swap, would)")
     swaps = any(s.preemption_mode == "swap" for s in strategy_list)
+    slabs = [s.name for s in strategy_list if s.allocator != "paged"]
+    if given.get("preemption_mode") and slabs:  # (trial 58, finding 16: accepted silently)
+        said.append(f"--preemption-mode {given['preemption_mode']} does not change {', '.join(slabs)}: a reservation "
+                    f"scheme reserves each request's whole answer at admission, so it never preempts")
     for s in strategy_list:
         if s.preemption_mode == "swap" and s.name.split("+")[0] == "vllm":
             said.append(f"{s.name}: the vLLM kvlab mirrors cannot run this: V1's scheduler preempts by recompute only "
