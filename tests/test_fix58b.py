@@ -152,3 +152,24 @@ def test_wide_with_json_is_noted(kvlab):
     assert r.exit_code == 0 and r.json()["strategies"]
     assert "--wide is not used with --json" in r.stderr
     assert "--wide" not in kvlab("run", "vllm", "--json", "-n", "20").stderr
+
+
+# --- 7. capacity's progress lines within the terminal's width ---------------------------------------------------
+
+
+def test_capacity_progress_lines_fit_80_columns(kvlab, tmp_path, monkeypatch):
+    """A round's line was ~150 columns; at 80 it is wrapped, its further lines indented, and joined back it is the
+    whole line (the round, the time so far, the rounds left and why, the time they take)."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "80")
+    r = kvlab("capacity", "-n", "200", "--cost", "roofline", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    progress = [line for line in r.stderr.splitlines() if line.startswith(("capacity search: round ", "  "))]
+    assert progress and all(len(line) <= 80 for line in progress), progress
+    joined = re.split(r"\n(?!  )", "\n".join(progress))
+    rounds = [" ".join(part.split()) for part in joined]
+    assert any(len(line) > 80 for line in rounds)  # (one at least needed the wrapping)
+    pattern = (r"capacity search: round (\d+) of ~(\d+) done in [0-9hmins ]+; (about|at least) (\d+) more rounds?"
+               r"( \(a search is still doubling or halving to its bracket\))?, ~[0-9hmins ]+ at this pace")
+    assert all(re.fullmatch(pattern, line) for line in rounds), rounds

@@ -198,10 +198,16 @@ class RoundProgress:
     def _say(self, line: str) -> None:
         bar = getattr(getattr(self.session, "runner", None), "progress", None)
         console = getattr(getattr(bar, "progress", None), "console", None)
-        if console is not None:
-            console.print(line, markup=False, highlight=False)
-        else:
-            print(line, file=sys.stderr, flush=True)
+        if console is None:  # (no bar: a log)
+            from rich.console import Console
+
+            console = Console(stderr=True)
+        # wrapped at the terminal's width (80 columns where there is none: trial 58, finding 8), each further line
+        # indented, so that a log still tells the progress lines from others
+        import textwrap
+
+        console.print(textwrap.fill(line, max(console.width, 40), subsequent_indent="  "), markup=False,
+                      highlight=False, soft_wrap=True)
 
 
 def _duration(seconds: float) -> str:
