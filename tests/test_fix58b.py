@@ -173,3 +173,31 @@ def test_capacity_progress_lines_fit_80_columns(kvlab, tmp_path, monkeypatch):
     pattern = (r"capacity search: round (\d+) of ~(\d+) done in [0-9hmins ]+; (about|at least) (\d+) more rounds?"
                r"( \(a search is still doubling or halving to its bracket\))?, ~[0-9hmins ]+ at this pace")
     assert all(re.fullmatch(pattern, line) for line in rounds), rounds
+
+
+# --- 9. calibrate's table: readable units, whole names in 80 columns --------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "shown"), [(4.717e-17, "≈ 0 ns (4.7e-17 s)"), (3.2e-9, "3.2 ns"),
+                                              (2.5e-6, "2.5 µs"), (0.0177, "17.7 ms"), (0.0, "0 ms")])
+def test_a_seconds_constant_has_a_readable_unit(value, shown):
+    from kvlab.report.text import constant_text
+
+    assert constant_text("overhead_s", value) == shown
+    assert "e-" not in constant_text("overhead_s", value).split(" (")[0]
+
+
+def test_the_constants_table_keeps_every_name_whole_in_80_columns():
+    from rich.console import Console
+
+    from kvlab.cost.profiles import ABSOLUTE_CONSTANTS
+    from kvlab.report.text import constant_text, constants_table
+
+    table = constants_table("Calibrated from 100 iterations")
+    for name, meaning in ABSOLUTE_CONSTANTS.items():
+        table.add_row(name, constant_text(name, 4.717e-17), constant_text(name, 1.234e-5), meaning)
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    console.print(table)
+    text = console.export_text()
+    assert all(len(line) <= 80 for line in text.splitlines())
+    assert "…" not in text and all(name in text for name in ABSOLUTE_CONSTANTS)
