@@ -201,3 +201,17 @@ def test_the_constants_table_keeps_every_name_whole_in_80_columns():
     text = console.export_text()
     assert all(len(line) <= 80 for line in text.splitlines())
     assert "…" not in text and all(name in text for name in ABSOLUTE_CONSTANTS)
+
+
+# --- extra: fig18b's notes (trial 58, finding 8) ----------------------------------------------------------------
+
+
+def test_fig18b_says_each_note_once_within_80_columns(kvlab, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = kvlab("paper", "fig18b", "--block-sizes", "2,4,16", "--duration", "30", "--workers", "1", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    assert all(len(line) <= 80 for line in r.stdout.splitlines()), r.stdout
+    text = _flat(r.stdout)
+    assert "Note:" not in text and text.count("note: --block-size") == 1
+    assert "note: --block-size 2, 4: vLLM's CUDA attention backends take multiples of 16 and would refuse them" in text
+    assert text.count("note: kvlab's cost model has no per-block kernel term") == 1

@@ -288,7 +288,7 @@ def fig18b(
     session = Session(out, workers, ray, ray_address, as_json, writes=FIG18B_FILES)
     session.check_ray()
     rows = run_session(session, lambda: run_fig18b(setup, session.runner))
-    notes = [FIG18B_COST_NOTE] + [n for b in sizes if (n := cuda_block_size_note(b))]
+    notes = [FIG18B_COST_NOTE] + _block_sizes_notes([b for b in sizes if cuda_block_size_note(b)])
     data = {"setup": {"model": setup.model, "gpu": setup.gpu, "available_kv_gib": setup.available_kv_gib,
                       "duration_s": setup.duration, "seed": setup.seed, "cost": setup.cost,
                       "block_sizes": list(sizes)}, "rows": rows, "notes": notes}
@@ -308,8 +308,23 @@ def fig18b(
             typer.echo(f"  {r['block_size']:>4}  {'failed' if value is None else f'{value:.4f}'}")
         typer.echo(f"  kvlab's best: {mine[0]['kvlab_best']}; paper (§7.2): {mine[0]['paper_best']}: "
                    f"{'agrees' if mine[0]['agrees'] else 'differs'}")
+    from rich.console import Console
+
+    console = Console(highlight=False)  # (wrapped at the terminal's width, 80 columns where none: trial 58, finding 8)
     for note in notes:
-        typer.echo(f"Note: {note}")
+        console.print(f"note: {note}", markup=False)
+
+
+def _block_sizes_notes(refused: list[int]) -> list[str]:
+    """kvlab.sizing.cuda_block_size_note once for every block size vLLM's CUDA backends refuse (it was said once for
+    each: four copies for the default 1, 2, 4, 8)."""
+    if not refused:
+        return []
+    note = cuda_block_size_note(refused[0]) or ""
+    if len(refused) == 1:
+        return [note]
+    return [note.replace(f"--block-size {refused[0]}:", f"--block-size {', '.join(map(str, refused))}:", 1)
+            .replace("would refuse it", "would refuse them", 1)]
 
 
 def _plot_fig18b(rows: list[dict], path: Path) -> None:
