@@ -215,3 +215,23 @@ def test_fig18b_says_each_note_once_within_80_columns(kvlab, tmp_path, monkeypat
     assert "Note:" not in text and text.count("note: --block-size") == 1
     assert "note: --block-size 2, 4: vLLM's CUDA attention backends take multiples of 16 and would refuse them" in text
     assert text.count("note: kvlab's cost model has no per-block kernel term") == 1
+
+
+# --- extra: `kvlab vllm compare` says what it is doing before its wait (trial 58, finding 5) -------------------
+
+
+def test_vllm_compare_says_what_it_runs_before_the_wait(kvlab, monkeypatch):
+    from kvlab.errors import KvlabError
+    from kvlab.vllm import compare as compare_module
+    from kvlab.vllm import install
+
+    def stop(*args, **kwargs):
+        raise KvlabError("stopped here by the test")
+
+    monkeypatch.setattr(install, "require_installed", lambda: None)
+    monkeypatch.setattr(compare_module, "compare", stop)
+    r = kvlab("vllm", "compare", "-n", "5")
+    assert r.exit_code == 2 and "stopped here by the test" in r.stderr
+    said = _flat(r.stderr)
+    assert said.index("Running 5 requests through the real vLLM engine and through kvlab") < said.index("stopped here")
+    assert "Running" not in kvlab("vllm", "compare", "-n", "5", "--json").stderr

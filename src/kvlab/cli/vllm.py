@@ -167,8 +167,10 @@ def compare(
     wl = service.load(workload_config(workload))
     require_installed()
     console = Console(stderr=True)
-    with console.status(f"Running {wl.num_requests} requests through the real vLLM engine and through kvlab",
-                        spinner="dots") if not as_json and console.is_terminal else _nothing():
+    doing = f"Running {wl.num_requests} requests through the real vLLM engine and through kvlab"
+    if not as_json and not console.is_terminal:  # (a log: one line before the wait, trial 58, finding 5)
+        console.print(f"{doing}: the table follows when both are done", highlight=False, markup=False)
+    with console.status(doing, spinner="dots") if not as_json and console.is_terminal else _nothing():
         result = run_compare(list(wl.requests), settings, gpu=gpu, model=model_path)
     data = {**result.to_dict(), "model": model}
     if as_json:
