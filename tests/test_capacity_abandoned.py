@@ -8,6 +8,9 @@ import json
 
 import pytest
 
+# The progress lines on stderr (a round's line wrapped at the width, its further lines indented: fix 58b)
+PROGRESS = ("points: ", "capacity search: round ", "  ")
+
 DEADLINES = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--cost", "roofline", "--workload", "paper-sharegpt",
              "--num-gpu-blocks", "600", "--timeout", "10", "--workers", "1"]
 
@@ -53,7 +56,7 @@ def test_a_bad_share_is_one_line(kvlab, tmp_path, slo, message):
 def test_deadlines_shorter_than_the_answers_take_are_unreachable_at_any_rate(kvlab, tmp_path):
     args = [a if a != "10" else "1" for a in DEADLINES]  # (a 1 s deadline: ShareGPT's answers take longer)
     r = kvlab("capacity", *args, "--slo", "p99_ttft<5s,abandoned<5%", "--out", tmp_path / "c")
-    errors = [line for line in r.stderr.splitlines() if not line.startswith(("points: ", "capacity search: round "))]  # (progress lines aside)
+    errors = [line for line in r.stderr.splitlines() if not line.startswith(PROGRESS)]  # (progress lines aside)
     assert r.exit_code == 2 and len(errors) == 1
     assert "cannot be met at any rate: missed abandoned<5% (" in errors[0]
     assert "the clients' deadlines (--timeout) are shorter than their answers take with no queue" in errors[0]

@@ -12,6 +12,9 @@ import sys
 
 import numpy as np
 
+# The progress lines on stderr (a round's line wrapped at the width, its further lines indented: fix 58b)
+PROGRESS = ("points: ", "capacity search: round ", "  ")
+
 
 def _cli(*args: str, timeout: int = 900) -> dict:
     r = subprocess.run([sys.executable, "-m", "kvlab", "capacity", *args, "--json"], check=False,
@@ -81,7 +84,7 @@ def test_a_target_the_idle_engine_misses_is_one_line(kvlab, tmp_path):
     r = kvlab("capacity", "--strategy", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload",
               "azure-conv", "--slo", "p99_ttft<0.1s", "--cost", "vllm-h100", "-n", "1300", "--workers", "2",
               "--out", tmp_path)
-    errors = [line for line in r.stderr.splitlines() if not line.startswith(("points: ", "capacity search: round "))]  # (the progress lines)
+    errors = [line for line in r.stderr.splitlines() if not line.startswith(PROGRESS)]  # (the progress lines)
     assert r.exit_code == 2 and len(errors) == 1, r.stderr
     assert re.search(r"--slo 'p99_ttft<0.1s' cannot be met at any rate: missed p99_ttft<0.1s \(1\d\d ms\)",
                      errors[0]), errors[0]

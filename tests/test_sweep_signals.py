@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# The progress lines on stderr (a round's line wrapped at the width, its further lines indented: fix 58b)
+PROGRESS = ("points: ", "capacity search: round ", "  ")
+
 SWEEP = ["sweep", "--rate", "1,2,3,4,5,6", "--num-requests", "4000", "--workers", "2", "--yes"]
 NUM_POINTS = 6
 CAPACITY = ["capacity", "--strategy", "vllm,orca-oracle", "--num-requests", "1000", "--workers", "2", "--yes"]
@@ -101,7 +104,7 @@ def _stop(args: list[str], out: Path, sig: int, *, delay_s: float = 0.0, after_s
     assert process.returncode == 128 + sig, err
     for bad in ("Traceback", "Error", "rror:", "Query interrupted", "leaked", "Segmentation"):
         assert bad not in err, err
-    said = [line for line in err.splitlines() if line.strip() and not line.startswith(("points: ", "capacity search: round "))
+    said = [line for line in err.splitlines() if line.strip() and not line.startswith(PROGRESS)
             and not re.search(r": \d+ replicas? (held|failed)$", line)]  # (--replicas auto's progress)
     # Before the command's session takes the signals (kvlab starting, the options being checked) nothing is stored
     # and the line is only "stopped by NAME"; after, it says what is stored.
@@ -161,7 +164,7 @@ def test_a_signal_while_kvlab_starts_ends_it_with_one_line(tmp_path, delay_s):
         os.killpg(process.pid, sig)
         _, err = process.communicate(timeout=TIMEOUT_S)
         assert process.returncode == 128 + sig and "Traceback" not in err, err
-        said = [line for line in err.splitlines() if line.strip() and not line.startswith(("points: ", "capacity search: round "))
+        said = [line for line in err.splitlines() if line.strip() and not line.startswith(PROGRESS)
             and not re.search(r": \d+ replicas? (held|failed)$", line)]  # (--replicas auto's progress)
         assert len(said) == 1 and said[0].startswith(f"stopped by {signal.Signals(sig).name}"), err
 

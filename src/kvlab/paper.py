@@ -136,7 +136,9 @@ def beyond_axis_note(workload: str, system: str, rate: float) -> str | None:
     top = FIG12_RATE_AXES.get(workload)
     if top is None or rate <= top:
         return None
-    return f"{PAPER_NAMES.get(system, system)} {rate:.3g} req/s: beyond the paper's axis (0-{top:g} req/s)"
+    from kvlab.sweep.capacity import rate_text  # (as the table shows the rate: rounded down, trial 58, finding 6)
+
+    return f"{PAPER_NAMES.get(system, system)} {rate_text(rate)} req/s: beyond the paper's axis (0-{top:g} req/s)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +195,7 @@ def run_fig12(setup: Fig12Setup, runner) -> Fig12Result:
 
     curve_points = [setup.point(system, workload, rate) for workload in setup.workloads for system in FIG2_SYSTEMS
                     for rate in setup.curve_rates(workload)]
+    runner.in_rounds = True  # (the progress' total: the points asked for so far; the searches ask for more)
     curve_rows = runner.run(curve_points)
     configurations = [setup.point(system, workload, None) for workload in setup.workloads for system in FIG2_SYSTEMS]
     start_rates = [FIG12_RATE_AXES[c["workload"]] / 2 for c in configurations]

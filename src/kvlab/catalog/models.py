@@ -797,6 +797,34 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
     )
 
 
+# Families sized with the default (Llama-style) traits, checked on config.jsons outside the catalogue against
+# vLLM's startup figures (tests/data/sizing_configs: Seed-OSS, Granite 4.0 micro): the only ones named here.
+CHECKED_DEFAULT_TRAITS = ("granitemoehybrid", "seed_oss")
+
+
+def checked_model_types() -> tuple[str, ...]:
+    """The model_type values kvlab has checked its sizing on: the catalogue's families, those with traits of their
+    own (TRAITS), the MLA families (kvlab.catalog.rope), the vision-language ones (kvlab.catalog.vision, with
+    their text configs' '_text' types) and CHECKED_DEFAULT_TRAITS."""
+    from kvlab.catalog.rope import MLA_TYPES
+    from kvlab.catalog.vision import MAX_PIXELS
+
+    return tuple(sorted({e["model_type"] for e in catalogue_entries()} | set(TRAITS) | MLA_TYPES | set(MAX_PIXELS)
+                        | {f"{t}_text" for t in MAX_PIXELS} | set(CHECKED_DEFAULT_TRAITS)))
+
+
+def unchecked_family_note(spec: ModelSpec) -> str | None:
+    """A note for a config.json whose model_type is none of checked_model_types (trial 58, finding 9: sized as a
+    Llama-style decoder without a word); None for a checked family, a hybrid (its state layers are read from the
+    config's own fields) or a catalogue model."""
+    if spec.origin == "catalogue" or spec.model_type in checked_model_types() or spec.state is not None:
+        return None
+    named = f"model_type {spec.model_type!r}" if spec.model_type else "the config.json names no model_type and"
+    return (f"{named} is none of the families kvlab has checked ({', '.join(checked_model_types())}): its weights are "
+            "counted as a Llama-style decoder's (a gated MLP, no biases), and the KV cache follows from its heads, "
+            "head size and layers; check against vLLM's startup log (kvlab vllm log) before relying on it")
+
+
 # --- the bundled catalogue -----------------------------------------------------------------------------
 
 @cache

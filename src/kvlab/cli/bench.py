@@ -13,10 +13,10 @@ import typer
 from rich.markup import escape
 
 from kvlab.cli.app import app
-from kvlab.cli.options import JsonOpt, options_template, with_options
+from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
 from kvlab.errors import KvlabError
 from kvlab.service.bench import DEFAULT_NUM_REQUESTS, bench_workload, check_bench_options
-from kvlab.validate import check_output_path, note_written
+from kvlab.validate import allow_large_work, check_output_path, note_written
 
 # The workload's options and the simulation's (for --compare), declared once in kvlab/config/options.py; here the
 # defaults are a real server's: a bounded load, and the server's own KV cache and limits.
@@ -75,6 +75,7 @@ def bench(
     out: BenchOutOpt = None,
     compare: CompareOpt = False,
     model_config: ModelConfigOpt = None,
+    yes: YesOpt = False,
     **options,
 ) -> None:
     """Replay a workload against a real OpenAI-compatible server (vLLM, Ollama, ...), streaming every answer.
@@ -88,10 +89,11 @@ def bench(
     check_bench_options({n: options[n] for n in BENCH_WORKLOAD_OPTIONS}, options["gpu"] if compare else None,
                         {n: options[n] for n in SIM_SETUP_OPTIONS if n != "gpu"} if compare else None)
     console = Console(stderr=True, highlight=False)
-    try:  # before the load: Ctrl-C here has nothing to keep
-        server, setup, wl = _prepare(url, model, compare,
-                                     {"model_config": model_config, **{n: options[n] for n in SIM_SETUP_OPTIONS}},
-                                     {n: options[n] for n in BENCH_WORKLOAD_OPTIONS})
+    try:  # before the load: Ctrl-C here has nothing to keep; --yes: a workload beyond kvlab's limits (trial 58)
+        with allow_large_work(yes):
+            server, setup, wl = _prepare(url, model, compare,
+                                         {"model_config": model_config, **{n: options[n] for n in SIM_SETUP_OPTIONS}},
+                                         {n: options[n] for n in BENCH_WORKLOAD_OPTIONS})
     except KeyboardInterrupt:
         console.print("Interrupted before any load was sent.")
         raise typer.Exit(130) from None
@@ -102,7 +104,8 @@ def bench(
     summary = _summary(run, server, wl, config)
     written: list[Path] = []
     if setup is not None:
-        summary["compare"], written = _compare(run, wl, setup, summary, out)
+        with allow_large_work(yes):
+            summary["compare"], written = _compare(run, wl, setup, summary, out)
     if out is not None:
         from kvlab.bench.results import write_bench_files
 

@@ -35,6 +35,7 @@ from kvlab.cli.options import (
 from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.errors import KvlabError
 from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
+from kvlab.report.tables import bracket_text
 from kvlab.report.text import computed_text, whole_values_table
 from kvlab.sweep.capacity import default_out, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
@@ -197,10 +198,16 @@ class RoundProgress:
     def _say(self, line: str) -> None:
         bar = getattr(getattr(self.session, "runner", None), "progress", None)
         console = getattr(getattr(bar, "progress", None), "console", None)
-        if console is not None:
-            console.print(line, markup=False, highlight=False)
-        else:
-            print(line, file=sys.stderr, flush=True)
+        if console is None:  # (no bar: a log)
+            from rich.console import Console
+
+            console = Console(stderr=True)
+        # wrapped at the terminal's width (80 columns where there is none: trial 58, finding 8), each further line
+        # indented, so that a log still tells the progress lines from others
+        import textwrap
+
+        console.print(textwrap.fill(line, max(console.width, 40), subsequent_indent="  "), markup=False,
+                      highlight=False, soft_wrap=True)
 
 
 def _duration(seconds: float) -> str:
@@ -355,13 +362,11 @@ def print_capacity(answer: Answer, names, session: Session, written, rows: list[
         if search.error:
             cells = ["–", "–", "–", f"failed: {search.error}", str(len(search.probes) + 1)]
         else:
-            hi = "–" if search.hi is None else f"{search.hi:g}"
-            lo = "–" if search.lo is None else f"{search.lo:g}"
             at = search.window_at(search.lo)
             state = "–" if not at else f"{at['state']} {_floor_percent(at['served_share'])}"
             limit = search.limited_by
-            cells = [search.capacity_text, state, "–" if limit is None else limit.split(":")[0], f"[{lo}, {hi}]",
-                     str(len(search.probes))]
+            cells = [search.capacity_text, state, "–" if limit is None else limit.split(":")[0],
+                     bracket_text(search.lo, search.hi), str(len(search.probes))]
         if deadlines:
             at = search.window_at(search.lo)
             cells.insert(2, f"{at['abandoned_share']:.1%}" if at.get("abandoned_share") is not None else "–")

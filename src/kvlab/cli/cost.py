@@ -11,7 +11,7 @@ import typer
 from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt
 from kvlab.errors import KvlabError, require_scipy
-from kvlab.report.text import constant_text
+from kvlab.report.text import constant_text, constants_table
 from kvlab.validate import check_output_path
 
 
@@ -199,17 +199,13 @@ def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
     """The table ``kvlab calibrate DIR ...`` prints: each constant, its σ and meaning; the residuals; how well the
     fit explains the iterations, as a whole."""
     from rich.console import Console
-    from rich.table import Table
 
     from kvlab.cost.calibrate import fit_quality
     from kvlab.cost.profiles import ABSOLUTE_CONSTANTS as MEANING
 
     console = Console(highlight=False)
-    table = Table(title=f"Calibrated from {result.num_iterations} iterations timed from {result.observed_by}, "
-                        f"{result.num_requests} requests",
-                  title_justify="left", header_style="bold")
-    for header in ("constant", "value", "± (1σ)", "what it is"):
-        table.add_column(header, justify="left" if header in ("constant", "what it is") else "right")
+    table = constants_table(f"Calibrated from {result.num_iterations} iterations timed from {result.observed_by}, "
+                            f"{result.num_requests} requests")
     for k in result.fitted:
         table.add_row(k, constant_text(k, result.constants[k]), constant_text(k, result.sigma[k]), MEANING[k])
     console.print(table)
@@ -234,7 +230,6 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     import sys
 
     from rich.console import Console
-    from rich.table import Table
 
     from kvlab.cost.fit import CARRIED, CONSTANTS, DEFAULT_FIT, FIT_HINTS, IDENTIFIED, calibration_profile, unidentified
     from kvlab.cost.measured import read_runs
@@ -273,11 +268,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
                                "not_identified": loose}, indent=1, ensure_ascii=False))
         return
     console = Console(highlight=False, file=sys.stdout)
-    table = Table(title=f"Fitted on {len(measured)} measured runs ({path.name}), least squares across runs",
-                  title_justify="left", header_style="bold")
-    for header in ("constant", "value", "± (1σ)", "what it is"):  # (names whole: --fit takes them)
-        table.add_column(header, justify="left" if header in ("constant", "what it is") else "right",
-                         no_wrap=header != "what it is")
+    table = constants_table(f"Fitted on {len(measured)} measured runs ({path.name}), least squares across runs")
     for k in names:  # (a constant fitted on a grid has the grid's step where a standard error would be)
         spread = "held" if k not in sigma else (f"grid step {constant_text(k, sigma[k])}" if k in CARRIED
                                                  else constant_text(k, sigma[k]))

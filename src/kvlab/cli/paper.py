@@ -149,6 +149,7 @@ def fig12(
     result = run_session(session, lambda: run_fig12(setup, session.runner))
     data = fig12_json(result)
     data["num_computed"] = session.runner.num_computed
+    data["num_points"] = session.runner.num_total_before  # (each point once, as the progress line counts them)
     if out is not None:
         _write_fig12(result, data, out)
     if as_json:
@@ -203,6 +204,7 @@ def _print_fig12(data: dict) -> None:
     from rich.table import Table
 
     from kvlab.paper import PAPER_NAMES
+    from kvlab.report.text import computed_text, plural
 
     setup = data["setup"]
     workloads = setup["workloads"]
@@ -234,9 +236,10 @@ def _print_fig12(data: dict) -> None:
         console.print(f"vLLM on {workload}: " + ", ".join(parts), highlight=False)
     console.print(f"Setup: OPT-13B on one A100-40GB, 12 GiB of KV cache (Table 1), {setup['duration_s']:g} s of "
                   f"Poisson arrivals per simulation, seed {setup['seed']}, cost profile "
-                  f"{setup['cost']}; {data['num_computed']} "
-                  f"simulations computed. The paper's ranges are for ShareGPT over three model sizes; docs/paper.md "
-                  f"explains the differences.", highlight=False)
+                  f"{setup['cost']}; {plural(data['num_points'], 'point')} (the curves' rates and the searches' "
+                  f"probes, each once, as the progress line counts them): "
+                  f"{computed_text(data['num_computed'], data['num_points'], 'simulation')}. The paper's ranges are "
+                  "for ShareGPT over three model sizes; docs/paper.md explains the differences.", highlight=False)
 
 
 def _axis(workload: str) -> str:
@@ -249,8 +252,11 @@ def _bracket(search: dict) -> str:
     if search["error"]:
         return f"failed: {search['error']}"
     lo, hi = search["bracket"]
-    answer = search["capacity_text"] if search["capacity_rps"] is None else f"{search['capacity_rps']:.3g}"
-    return f"{answer} [{lo or 0:g}, {'–' if hi is None else f'{hi:g}'}]"
+    from kvlab.report.tables import bracket_text
+    from kvlab.sweep.capacity import rate_text
+
+    answer = search["capacity_text"] if search["capacity_rps"] is None else rate_text(search["capacity_rps"])
+    return f"{answer} {bracket_text(lo or 0, hi)}"
 
 
 @paper_app.command("fig18b")
@@ -282,7 +288,7 @@ def fig18b(
     session = Session(out, workers, ray, ray_address, as_json, writes=FIG18B_FILES)
     session.check_ray()
     rows = run_session(session, lambda: run_fig18b(setup, session.runner))
-    notes = [FIG18B_COST_NOTE] + [n for b in sizes if (n := cuda_block_size_note(b))]
+    notes = [FIG18B_COST_NOTE] + _block_sizes_notes([b for b in sizes if cuda_block_size_note(b)])
     data = {"setup": {"model": setup.model, "gpu": setup.gpu, "available_kv_gib": setup.available_kv_gib,
                       "duration_s": setup.duration, "seed": setup.seed, "cost": setup.cost,
                       "block_sizes": list(sizes)}, "rows": rows, "notes": notes}
@@ -302,8 +308,23 @@ def fig18b(
             typer.echo(f"  {r['block_size']:>4}  {'failed' if value is None else f'{value:.4f}'}")
         typer.echo(f"  kvlab's best: {mine[0]['kvlab_best']}; paper (§7.2): {mine[0]['paper_best']}: "
                    f"{'agrees' if mine[0]['agrees'] else 'differs'}")
+    from rich.console import Console
+
+    console = Console(highlight=False)  # (wrapped at the terminal's width, 80 columns where none: trial 58, finding 8)
     for note in notes:
-        typer.echo(f"Note: {note}")
+        console.print(f"note: {note}", markup=False)
+
+
+def _block_sizes_notes(refused: list[int]) -> list[str]:
+    """kvlab.sizing.cuda_block_size_note once for every block size vLLM's CUDA backends refuse (it was said once for
+    each: four copies for the default 1, 2, 4, 8)."""
+    if not refused:
+        return []
+    note = cuda_block_size_note(refused[0]) or ""
+    if len(refused) == 1:
+        return [note]
+    return [note.replace(f"--block-size {refused[0]}:", f"--block-size {', '.join(map(str, refused))}:", 1)
+            .replace("would refuse it", "would refuse them", 1)]
 
 
 def _plot_fig18b(rows: list[dict], path: Path) -> None:

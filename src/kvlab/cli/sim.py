@@ -18,7 +18,7 @@ from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_o
 from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
 from kvlab.errors import KvlabError
-from kvlab.report.setup import prefix_caching_text, setup_lines
+from kvlab.report.setup import prefix_caching_text, printed_size_text, setup_lines
 from kvlab.report.text import plural
 from kvlab.service.classes import parse_slo_classes
 from kvlab.strategies import STRATEGIES, strategy_names_help
@@ -118,15 +118,18 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, **opt
 
 
 def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), setup: dict | None = None,
-               rescaled_to: float | None = None) -> str:
+               rescaled_to: float | None = None, sizing=None) -> str:
     """The run's setup in one paragraph; ``setup`` (KvlabConfig.describe()) adds a CPU tier and speculative decoding
     in setup_lines' words, when the run has them; ``rescaled_to``: the --rate a trace's own arrivals were rescaled
-    to (over the whole trace, so that a sample's rate differs: trial 53, finding 9)."""
+    to (over the whole trace, so that a sample's rate differs: trial 53, finding 9); ``sizing`` (the run's
+    SizingResult) relates its token slots to vLLM's printed "GPU KV cache size" where they differ
+    (printed_size_text)."""
     cache, sched = config.cache, config.scheduler
     extras = setup_lines({k: v for k, v in (setup or {}).items() if k in ("cpu_tier", "speculative")})
     fleet = f"{replicas} replicas behind the {router} router, each " if replicas > 1 else ""
     caching = {s.name: s.enable_prefix_caching for s in strategies}
     prefix = f", {prefix_caching_text(caching, not cache.kv_cache_groups)}" if strategies else ""
+    printed = printed_size_text(sizing, cache.num_slots, cache.block_size)
     return (
         f"{fleet}{config.model.model} on {config.gpu}: KV cache {_slots_text(cache, strategies)}, max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
@@ -134,6 +137,7 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
         f"Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
         f"{_rate_text(wl, rescaled_to)}, mean prompt {wl.mean_prompt_len:,.0f} / output {wl.mean_output_len:,.0f} tokens."
         + "".join(f" {line[0].upper()}{line[1:]}." for line in extras)
+        + (f" {printed}." if printed else "")
     )
 
 
@@ -227,6 +231,9 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         written.append(summary_path)
         note_written(out, written)
     if as_json:
+        if wide:  # (trial 58, finding 16: ignored silently)
+            Console(stderr=True, highlight=False).print("note: --wide is not used with --json: the JSON holds every "
+                                                        "column", style="yellow")
         typer.echo(json.dumps(race_json(config, wl, summaries, setup), indent=2))
         return summaries
     console = Console(highlight=False)
@@ -234,7 +241,7 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         console.width = max(console.width, 150)  # piped --wide output: room for the whole table
     behaviours = [r.strategy for r in results]
     console.print(setup_line(config, wl, run.config.parallel.data_parallel_size, setup.get("router", ""), behaviours,
-                               setup, rescaled_rate(run.config.workload)))
+                               setup, rescaled_rate(run.config.workload), run.config.sizing))
     console.print(race_table(summaries, title, wide=wide, strategies=behaviours, width=console.width))
     for line in footnotes(summaries, wide=wide, hybrid=bool(config.cache.kv_cache_groups)):
         console.print(line)
@@ -277,29 +284,45 @@ def exit_if_nothing_served(summaries: list[dict]) -> None:
 
 
 def _all_overloaded(run, summaries) -> str | None:
-    """When every strategy's waiting queue grows at the offered rate (kvlab.service.RunResult.overloaded_rps), the
-    race says so, with the rate each served (the most it sustains: an overloaded engine is busy throughout)."""
+    """Each strategy whose waiting queue grows at the offered rate (kvlab.service.RunResult.overloaded), said with
+    the rate it served (the most it sustains: an overloaded engine is busy throughout): every strategy in one
+    paragraph, or each overloaded one in run's words beside those that keep up (trial 58, finding 4)."""
     from kvlab.report.tables import significant
     from kvlab.window import MIN_WINDOW_REQUESTS
 
-    offered = run.overloaded_rps()
-    if offered is None:
+    offered, each = run.overloaded()
+    if offered is None or not any(each):
         if (short := run.too_short_to_judge()) is None:
             return None
         w, needed = short
         return (f"Too short to judge whether it keeps up: the measured window (after the first 20% of arrivals) held "
                 f"{w.num_arrived:,} arrivals, fewer than the {MIN_WINDOW_REQUESTS} a window needs to measure a "
                 f"queue; -n {needed:,} puts twice the engine's seats ({w.num_seats:,}) in the window.")
-    window = "over the measured window, after the first 20% of arrivals"
     if len(summaries) == 1:  # (kvlab run: one engine, no race)
-        only = summaries[0]
-        return (f"{only['name']} is overloaded at the offered rate ({significant(offered)} req/s {window}; its "
-                f"waiting queue grows): it serves at most {significant(only['throughput_rps'])} req/s; kvlab "
-                "capacity finds the rate it sustains under a latency target.")
-    each = ", ".join(f"{s['name']} {significant(s['throughput_rps'])}" for s in summaries)
-    return (f"Every strategy is overloaded at the offered rate ({significant(offered)} req/s {window}; its waiting "
-            f"queue grows): this race compares engines falling behind. Each serves at most: {each} req/s; kvlab "
-            "capacity finds the rate each sustains under a latency target.")
+        return overloaded_text(summaries[0], offered)
+    if all(each):
+        listed = ", ".join(f"{s['name']} {significant(s['throughput_rps'])}" for s in summaries)
+        return (f"Every strategy is overloaded at the offered rate ({significant(offered)} req/s {_WINDOW}; its "
+                f"waiting queue grows): this race compares engines falling behind. Each serves at most: {listed} "
+                "req/s; kvlab capacity finds the rate each sustains under a latency target.")
+    behind = [s for s, over in zip(summaries, each) if over]
+    keeping = ", ".join(s["name"] for s, over in zip(summaries, each) if not over)
+    return " ".join(overloaded_text(s, offered) for s in behind) + (
+        f" {keeping} {'keeps' if ',' not in keeping else 'keep'} up: {'its' if ',' not in keeping else 'their'} req/s "
+        "is what arrived, capped by the arrivals, so a ratio against an overloaded strategy compares an engine "
+        "keeping up with one falling behind, not their capacities.")
+
+
+_WINDOW = "over the measured window, after the first 20% of arrivals"
+
+
+def overloaded_text(summary: dict, offered: float) -> str:
+    """One overloaded strategy in words (kvlab run's sentence; a race says it of each that is)."""
+    from kvlab.report.tables import significant
+
+    return (f"{summary['name']} is overloaded at the offered rate ({significant(offered)} req/s {_WINDOW}; its "
+            f"waiting queue grows): it serves at most {significant(summary['throughput_rps'])} req/s; kvlab "
+            "capacity finds the rate it sustains under a latency target.")
 
 
 def print_fleets(console, run, summaries) -> None:

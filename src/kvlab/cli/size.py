@@ -436,6 +436,7 @@ def size(
         data["profile_terms"] = [{"name": t.name, "bytes": t.bytes, "source": t.source} for t in result.profile_terms]
         data["workload"] = _workload_dict(fit, _max_num_seqs(config)) if fit else None
         data["gpu_notes"] = gpu_notes(spec, config)
+        data["model_notes"] = model_notes(spec, None)
         data["quantization_note"] = quantized
         typer.echo(json.dumps(data, indent=1))
     else:
@@ -507,13 +508,23 @@ def _accuracy() -> str:
     return f": {clause}" if clause else ""
 
 
+def model_notes(spec, config) -> list[str]:
+    """The notes size and fit print of the model: a family kvlab has not checked (kvlab.catalog.models.
+    unchecked_family_note) and, with ``config``, the GPU's (kvlab.sizing.gpu_notes)."""
+    from kvlab.catalog.models import unchecked_family_note
+
+    said = [note] if (note := unchecked_family_note(spec)) else []
+    return said + (gpu_notes(spec, config) if config is not None else [])
+
+
 def _print_size(spec, gpu_spec, config, result, fit) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console(highlight=False)
     console.print(_title(spec, gpu_spec, config, result))
-    for note in gpu_notes(spec, config):
-        console.print(f"[yellow]note: {note}[/]")
+    for note in model_notes(spec, config):
+        console.print(f"[yellow]note: {escape(note)}[/]")
     console.print(_table(size_rows(spec, result, gpu_spec)))
     console.print("\n[bold]vLLM would print[/]" + (f" (the budget is kvlab's estimate{_accuracy()}; pass "
                                                     "--available-kv-gib with vLLM's figure for its exact count)"
@@ -606,7 +617,7 @@ def fit(
                          "a memory budget")
     target = _target_gpu(gpu_spec, config) if config.gpu_memory_bytes is not None else None
     sized = fit_sizing(spec, config, target, options["tensor_parallel_size"] is not None, context_len)
-    config, result, notes = sized.config, sized.result, list(sized.notes)
+    config, result, notes = sized.config, sized.result, model_notes(spec, None) + list(sized.notes)
     answers: dict = {"model": spec.id, "gpu": gpu_spec.id if gpu_spec else None, "quantization_note": quantized}
     if target is not None:
         answers["fewest_gpus"] = _fewest_gpus(sized.fewest, target, config)

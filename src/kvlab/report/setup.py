@@ -178,3 +178,20 @@ def engine_defaults_text(settings: list[dict[str, Any]], strategies, simulated: 
         words.append("chunked prefill " + ("varied" if len(chunked) > 1 else "on" if chunked.pop() else "off"))
     words.append(prefix_caching_text({s.name: s.enable_prefix_caching for s in strategies}, simulated))
     return ", ".join(words)
+
+
+def printed_size_text(sizing, num_slots: int, block_size: int) -> str | None:
+    """How a run's ``num_slots`` token slots relate to the "GPU KV cache size: N tokens" vLLM prints at startup
+    (`kvlab size`'s figure) where the two differ for the same blocks: vLLM's counts whole max_model_len requests'
+    worth (the blocks over one such request's blocks, times max_model_len; a sliding window's request keeps at most
+    its window's blocks, so its figure is above the blocks times their tokens; several KV cache groups take a request's
+    blocks in each, so it is below), while the run's counts each block's tokens (trial 58, finding 1). None where
+    they agree, where the pool is not vLLM's blocks (--num-gpu-blocks, a draft model's share), or without a sizing."""
+    if sizing is None or not sizing.num_tokens or not sizing.blocks_per_request or sizing.num_tokens == num_slots:
+        return None
+    if num_slots // block_size != sizing.num_blocks or block_size != sizing.block_size:
+        return None
+    return (f"The same {sizing.num_blocks:,} blocks are vLLM's startup line \"GPU KV cache size: "
+            f"{sizing.num_tokens:,} tokens\": it counts whole {sizing.max_model_len:,}-token (max_model_len) requests, "
+            f"{sizing.blocks_per_request:,} blocks each (int({sizing.num_blocks:,} / {sizing.blocks_per_request:,} x "
+            f"{sizing.max_model_len:,})), where these slots count each block's {block_size} tokens")

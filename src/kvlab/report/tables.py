@@ -113,6 +113,26 @@ def significant(value: float) -> str:
     return f"{value:,.0f}" if "e+" in text else text
 
 
+def bracket_text(lo: float | None, hi: float | None) -> str:
+    """A capacity search's bracket [held, failed] to the answer's 3 significant digits (kvlab.sweep.capacity.
+    rate_text, which rounds the answer down): the held rate rounded down, the failed one up, so that the bracket
+    shown holds both the answer shown and the bracket searched (trial 58, finding 6: "2.18 [2.188, 2.25]")."""
+    from kvlab.sweep.capacity import rate_text
+
+    return f"[{'–' if lo is None else rate_text(lo)}, {'–' if hi is None else _rate_up(hi)}]"
+
+
+def _rate_up(rate: float) -> str:
+    """A rate to 3 significant digits, rounded up (rate_text's rounding down, mirrored)."""
+    import math
+
+    if rate <= 0:
+        return "0"
+    step = 10 ** (math.floor(math.log10(rate)) - 2)
+    value = math.ceil(rate / step - 1e-9) * step
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def _tokens_per_s(value: float) -> str:
     """Whole tokens per second with separators; below 10, three significant digits (a slow rate is not 0)."""
     return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:.3g}"

@@ -82,10 +82,16 @@ class RunResult:
     def overloaded_rps(self) -> float | None:
         """The offered rate when every strategy is overloaded at it (its waiting queue grows: kvlab.window's
         measured window, one that held at least MIN_WINDOW_REQUESTS arrivals), else None."""
+        offered, each = self.overloaded()
+        return offered if each and all(each) else None
+
+    def overloaded(self) -> tuple[float | None, list[bool]]:
+        """The offered rate over the measured window (None without a window) and, for each strategy, whether it is
+        overloaded at it (its waiting queue grows over a window of at least MIN_WINDOW_REQUESTS arrivals): a race
+        says so of each, not only when every one is (trial 58, finding 4)."""
         windows = self.windows()
-        if not windows or any(w.state != "overloaded" or w.num_arrived < MIN_WINDOW_REQUESTS for w in windows):
-            return None
-        return windows[0].offered_rps
+        each = [w.state == "overloaded" and w.num_arrived >= MIN_WINDOW_REQUESTS for w in windows]
+        return (windows[0].offered_rps if windows else None), each
 
     def too_short_to_judge(self) -> tuple[Window, int] | None:
         """A window whose queue grew on fewer than MIN_WINDOW_REQUESTS arrivals (too few to measure anything, as a
@@ -156,6 +162,10 @@ def notes(config: KvlabConfig, strategy_list: Sequence[Strategy] = (), workload:
         said.append(f"--swap-space {given['swap_space']:g} is not used: no strategy here swaps (a +swap strategy, "
                     "or --preemption-mode swap, would)")
     swaps = any(s.preemption_mode == "swap" for s in strategy_list)
+    slabs = [s.name for s in strategy_list if s.allocator != "paged"]
+    if given.get("preemption_mode") and slabs:  # (trial 58, finding 16: accepted silently)
+        said.append(f"--preemption-mode {given['preemption_mode']} does not change {', '.join(slabs)}: a reservation "
+                    f"scheme reserves each request's whole answer at admission, so it never preempts")
     for s in strategy_list:
         if s.preemption_mode == "swap" and s.name.split("+")[0] == "vllm":
             said.append(f"{s.name}: the vLLM kvlab mirrors cannot run this: V1's scheduler preempts by recompute only "

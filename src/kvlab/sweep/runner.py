@@ -206,6 +206,9 @@ class Runner:
         self.num_computed = 0
         self.num_failed = 0
         self.num_done_before = self.num_total_before = 0  # earlier calls' points (a capacity search's rounds)
+        # Every point asked for so far, so that the progress and the totals count each point once however often a
+        # caller asks for it again (fig12 asks for its searches' probes once more: trial 58, finding 7).
+        self.asked: set[str] = set()
         # A caller that asks for points round after round (a capacity search: how many rounds is known only as they
         # go) says so before its first: the progress' total is then the points asked so far, labelled as such.
         self.in_rounds = False
@@ -219,7 +222,9 @@ class Runner:
         keys = [p.key for p in points]
         stored = self.store.stored_keys(include_failed=not self.retry_failed)
         todo = {p.key: p for p in points if p.key not in stored}
-        total = len(set(keys))
+        new = {k for k in keys if k not in self.asked} | set(todo)  # (a failed point retried is asked again)
+        self.asked.update(keys)
+        total = len(new)
         futures = {self.pool.submit(point.options): point for point in todo.values()}
         done = total - len(futures)
         self._report(done, len(futures), total)
