@@ -15,7 +15,7 @@ def _flat(text: str) -> str:
 
 
 @pytest.mark.parametrize(("model", "gpu", "printed", "blocks"), [
-    ("mistral-7b-v0.1", "h100-sxm", "732,432", "28,633"), ("gemma-3-1b-it", "h200", "7,716,028", "1,975,631")])
+    ("mistral-7b-v0.1", "h100-sxm", "732,432", "28,633"), ("gemma-3-1b-it", "h200", "7,779,689", "1,991,931")])
 def test_run_relates_its_slots_to_vllms_printed_figure(kvlab, model, gpu, printed, blocks):
     """`kvlab size` prints vLLM's "GPU KV cache size" (whole max_model_len requests' worth); a run counts the same
     blocks' tokens. The run's setup line says both count the same blocks and what each counts."""

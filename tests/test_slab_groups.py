@@ -141,8 +141,8 @@ def test_a_hybrid_race_says_its_overhead_is_not_free_and_prefix_caching_not_simu
               "--wide", "--out", str(out), "--no-plots")
     assert r.exit_code == 0, r.stderr
     text = " ".join(r.stdout.split())
-    assert "prefix caching on for vllm (not simulated for this hybrid model: every lookup misses), off for orca-oracle" \
-           in text
+    assert ("prefix caching on for vllm (for this hybrid model only a preempted request's own blocks still cached hit, "
+            "as in vLLM's 'align' mode; every other lookup misses), off for orca-oracle") in text
     assert "for paged memory this is free memory, not fragmentation" not in text
     assert "the other KV cache groups' blocks (Mamba states, sliding windows" in text and "not free" in text
     summary = json.loads((out / "summary.json").read_text())
@@ -176,5 +176,5 @@ def test_capacity_setup_says_prefix_caching_is_not_simulated_on_a_hybrid():
         config = resolve(model=model, gpu="h100-sxm")
         setup = {**config.describe(), **engine_setup(config, strategies(["vllm"], config))}
         line = "; ".join(setup_lines(setup))
-        assert ("prefix caching on (not simulated for this hybrid model" in line) is not simulated, line
+        assert ("prefix caching on (for this hybrid model only a preempted request's own blocks" in line) is not simulated, line
         assert "prefix caching on" in line

@@ -105,13 +105,14 @@ def test_sweep_and_capacity_print_runs_hybrid_note_and_qualify_prefix_caching(kv
               "--out", tmp_path / "sw")
     assert r.exit_code == 0, r.stderr
     assert _flat(r.stderr).count(f"note: {note}") == 1, r.stderr
-    assert ("prefix caching on for vllm (not simulated for this hybrid model: every lookup misses), off for orca-pow2"
-            in _flat(r.stdout)), r.stdout
+    assert ("prefix caching on for vllm (for this hybrid model only a preempted request's own blocks still cached hit, "
+            "as in vLLM's 'align' mode; every other lookup misses), off for orca-pow2" in _flat(r.stdout)), r.stdout
     c = kvlab("capacity", *ON_HYBRID, "--workload", "paper-alpaca", "-n", "20", "--cost", "roofline", "--strategy",
               "vllm", "--workers", "1", "--out", tmp_path / "cap")
     assert c.exit_code == 0, c.stderr
     assert _flat(c.stderr).count(f"note: {note}") == 1, c.stderr
-    assert "prefix caching on (not simulated for this hybrid model: every lookup misses)" in _flat(c.stdout)
+    assert ("prefix caching on (for this hybrid model only a preempted request's own blocks still cached hit, as in "
+            "vLLM's 'align' mode; every other lookup misses)") in _flat(c.stdout)
 
 
 def test_a_sweep_on_a_non_hybrid_model_prints_no_cache_note(kvlab, tmp_path):

@@ -128,7 +128,7 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
     extras = setup_lines({k: v for k, v in (setup or {}).items() if k in ("cpu_tier", "speculative")})
     fleet = f"{replicas} replicas behind the {router} router, each " if replicas > 1 else ""
     caching = {s.name: s.enable_prefix_caching for s in strategies}
-    prefix = f", {prefix_caching_text(caching, not cache.kv_cache_groups)}" if strategies else ""
+    prefix = f", {prefix_caching_text(caching, cache.prefix_caching_simulated)}" if strategies else ""
     printed = printed_size_text(sizing, cache.num_slots, cache.block_size)
     return (
         f"{fleet}{config.model.model} on {config.gpu}: KV cache {_slots_text(cache, strategies)}, max_model_len "

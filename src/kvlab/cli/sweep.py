@@ -83,7 +83,7 @@ def sweep(
         return
     varied = {name for name, values in lists.items() if len(values) > 1} | {n for p in explicit for n in p}
     # (a hybrid model's KV cache groups: kvlab.memory.hybrid simulates no prefix caching, as `kvlab run` says)
-    print_sweep(rows, names, session, written, varied, simulated=not any(p.config.cache.kv_cache_groups for p in points))
+    print_sweep(rows, names, session, written, varied, simulated=_simulated(points))
 
 
 SWEEP_PLOTS = ("latency.png", "sweep.html")  # what write_sweep_plots writes beside the store
@@ -104,8 +104,14 @@ def write_sweep_plots(rows, names, out: Path) -> list[Path]:
     return written
 
 
+def _simulated(points) -> bool | str:
+    """How far prefix caching is simulated over a sweep's points (CacheConfig.prefix_caching_simulated): the least."""
+    states = {p.config.cache.prefix_caching_simulated for p in points}
+    return False if False in states else "own hits" if "own hits" in states else True
+
+
 def print_sweep(rows, names, session: Session, written: list[Path], varied: set[str] | None = None,
-                simulated: bool = True) -> None:
+                simulated: bool | str = True) -> None:
     from rich.console import Console
 
     varying = shown_columns(rows, names, varied)

@@ -79,6 +79,15 @@ class CacheConfig:
         """Blocks of ``block_size`` slots (a paged pool's block 0 among them, vLLM's null block)."""
         return self.num_slots // self.block_size
 
+    @property
+    def prefix_caching_simulated(self) -> bool | str:
+        """How far a strategy's prefix caching is simulated on this pool: True (fully), "own hits" (a hybrid in 'align'
+        mode: a preempted request's own blocks still cached are the only hits) or False (a hybrid: every lookup
+        misses)."""
+        if not self.kv_cache_groups:
+            return True
+        return "own hits" if self.mamba_align else False
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:

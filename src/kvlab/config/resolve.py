@@ -348,8 +348,8 @@ def engine_setup(config, strategies) -> dict[str, Any]:
     from kvlab.catalog import get_gpu
 
     setup: dict[str, Any] = {"prefix_caching": {s.name: s.enable_prefix_caching for s in strategies}}
-    if config.cache.kv_cache_groups:  # (a hybrid's groups: kvlab.memory.hybrid does not simulate prefix caching)
-        setup["prefix_caching_simulated"] = False
+    if config.cache.prefix_caching_simulated is not True:  # (a hybrid's groups: kvlab.memory.hybrid)
+        setup["prefix_caching_simulated"] = config.cache.prefix_caching_simulated
     tp, pp = config.parallel.tensor_parallel_size, config.parallel.pipeline_parallel_size
     if tp * pp > 1:
         gpu = get_gpu(config.device.gpu)

@@ -144,14 +144,16 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
 
 
 NOT_SIMULATED = " (not simulated for this hybrid model: every lookup misses)"
+OWN_HITS_ONLY = (" (for this hybrid model only a preempted request's own blocks still cached hit, as in vLLM's 'align' "
+                 "mode; every other lookup misses)")
 
 
-def prefix_caching_text(by_strategy: dict[str, bool], simulated: bool = True) -> str:
+def prefix_caching_text(by_strategy: dict[str, bool], simulated: bool | str = True) -> str:
     """"prefix caching on" (every strategy), "prefix caching off", or "prefix caching on for vllm, off for
     orca-oracle"; not ``simulated`` (a hybrid model's KV cache groups, kvlab.memory.hybrid: its run's note says so),
-    "on" says it is not."""
+    "on" says it is not; "own hits" (a hybrid in 'align' mode, CacheConfig.prefix_caching_simulated), which hits are."""
     states = set(by_strategy.values())
-    not_simulated = "" if simulated else NOT_SIMULATED
+    not_simulated = "" if simulated is True else OWN_HITS_ONLY if simulated == "own hits" else NOT_SIMULATED
     if len(states) == 1:
         return "prefix caching " + ("on" + not_simulated if states.pop() else "off")
     on = [n for n, v in by_strategy.items() if v]
@@ -162,7 +164,7 @@ def prefix_caching_text(by_strategy: dict[str, bool], simulated: bool = True) ->
 ENGINE_LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
 
 
-def engine_defaults_text(settings: list[dict[str, Any]], strategies, simulated: bool = True) -> str:
+def engine_defaults_text(settings: list[dict[str, Any]], strategies, simulated: bool | str = True) -> str:
     """The engine settings that change an answer, over several runs' settings (each a dict with ENGINE_LIMITS and
     enable_chunked_prefill, as a sweep's rows or KvlabConfig.describe() have them) and their strategies: "max_num_seqs
     256, max_num_batched_tokens 2,048, max_model_len 2,048, chunked prefill on, prefix caching on for vllm, off for
