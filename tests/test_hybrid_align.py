@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from seqs import Seq
+from seqs import Seq, decode_run
 
 from kvlab.memory import Fit, HybridAllocator
 from kvlab.memory.block_pool import NULL_BLOCK_ID
@@ -157,16 +157,7 @@ def test_random_operations_conserve_blocks_in_align_mode(num_blocks, ops):
         elif op == "step" and running:
             step(a, running[pick % len(running)], 1 + n % 3)
         elif op == "run" and running:
-            for s in running:
-                s.num_tokens = s.num_computed_tokens + 1
-            expected = a.decode_run_slots(1 + n % 4)
-            before = a.num_allocated_slots
-            run = a.allocate_decode_run(running, 1 + n % 4)
-            if expected is not None:
-                assert run.num_iterations == 1 + n % 4 and a.num_allocated_slots - before == expected
-            for s in running:
-                s.num_computed_tokens += run.num_iterations
-                s.num_tokens = s.num_computed_tokens + 1
+            decode_run(a, running, 1 + n % 4)
         elif op == "free" and running:
             s = running.pop(pick % len(running))
             a.free(s)

@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from seqs import Seq
+from seqs import Seq, decode_run
 
 from kvlab.config import resolve
 from kvlab.errors import KvlabError
@@ -156,14 +156,7 @@ def test_random_operations_conserve_blocks(groups, num_blocks, ops):
             for s in running:  # a decode run starts where each request's tokens were computed
                 s.num_tokens = s.num_computed_tokens + 1
             a.check_invariants(running, all_decoding=True)
-            expected = a.decode_run_slots(1 + n % 4)
-            before = a.num_allocated_slots
-            run = a.allocate_decode_run(running, 1 + n % 4)
-            if expected is not None:
-                assert run.num_iterations == 1 + n % 4 and a.num_allocated_slots - before == expected
-            for s in running:
-                s.num_computed_tokens += run.num_iterations
-                s.num_tokens = s.num_computed_tokens + 1
+            decode_run(a, running, 1 + n % 4)
         elif op == "free" and running:
             a.free(running.pop(pick % len(running)))
         a.check_invariants(running)
