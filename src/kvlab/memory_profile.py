@@ -111,6 +111,7 @@ class ProfileInputs:
     sampler: str = "pytorch"  # flashinfer | pytorch: the top-k/top-p implementation (SAMPLERS)
     model_runner: str = "v1"  # v1 | v2: the GPU model runner vLLM profiles with (vllm_rules.model_runner)
     v2_float32_copy: bool = False  # Model Runner V2's sampler copies the logits to float32 (up to 0.25)
+    logit_soft_cap: bool = False  # config.json's final_logit_softcapping is set (Gemma 2 and 4): LogitsProcessor caps
     encoder: EncoderInputs | None = None  # a multimodal model's encoder profiling run, where kvlab derives it
 
 
@@ -212,15 +213,21 @@ def with_sampler(x: ProfileInputs, forward: float, source: str, fit: ProfileFit 
     max_num_batched_tokens) rows of logits.
 
     V1 runner (gpu_model_runner._dummy_sampler_run): top-k and top-p applied to every row, with the implementation's
-    fitted bytes per logit added to the forward's estimate. Model Runner V2: counted, not fitted
-    (v2_sampler_run_bytes); the peak is the larger of the forward's and the sampler run's."""
+    fitted bytes per logit added to the forward's estimate; a final-logit soft cap's moment (soft_cap_bytes) where it is
+    the larger. Model Runner V2: counted, not fitted (v2_sampler_run_bytes); the peak is the larger of the forward's
+    and the sampler run's."""
     if not x.last_stage:
         return int(forward), source
     rows = min(x.max_num_seqs, x.max_num_batched_tokens)
     if x.model_runner != "v2":
         per_logit = fit.sampler_bytes_per_logit[x.sampler]
-        return (int(forward + rows * x.vocab_size * per_logit),
-                source + f" + {x.sampler} sampler {rows:,} x {x.vocab_size:,} vocab x {per_logit:g} B")
+        text = source + f" + {x.sampler} sampler {rows:,} x {x.vocab_size:,} vocab x {per_logit:g} B"
+        capped = soft_cap_bytes(x, rows)
+        if capped > rows * x.vocab_size * per_logit:
+            return int(forward + capped), source + f" + {soft_cap_words(x, rows)}, above the {x.sampler} sampler's"
+        if capped:
+            text += f" (above the soft cap's {soft_cap_words(x, rows)})"
+        return int(forward + rows * x.vocab_size * per_logit), text
     sampler, what = v2_sampler_run_bytes(x, rows)
     if sampler > forward:
         return sampler, f"estimate: {what}; above the forward's {forward / GIB:.2f} GiB ({source[len('estimate: '):]})"
@@ -241,6 +248,28 @@ GUMBEL_BLOCK_COLUMNS = 1024
 V2_SAMPLER_NO_FLOAT32_COPY_SINCE = "0.26.0"
 
 
+def soft_cap_bytes(x: ProfileInputs, rows: int) -> int:
+    """The logits alive while a final-logit soft cap is applied, 0 without one. LogitsProcessor.forward (model_executor/
+    layers/logits_processor.py, read in 0.22.0's, 0.25.0's, 0.26.0's, 0.27.1's, 0.28.0's, 0.29.0's and 0.32.0's
+    sources: the same three lines) runs ``logits = logits / self.soft_cap``, ``logits = torch.tanh(logits)``,
+    ``logits = logits * self.soft_cap``, each out of place in the logits' dtype (the model's: the head's dtype is the
+    model's unless --hf-overrides sets head_dtype). The division reads _get_logits' slice of the LM head's padded
+    output, a view, so the padded logits and the unpadded quotient are alive together; the padded ones are freed when
+    the name is rebound, and tanh and the product each hold two unpadded copies. The peak: rows x (padded + vocab)."""
+    if not x.logit_soft_cap:
+        return 0
+    return rows * (padded_vocab(x.vocab_size) + x.vocab_size) * x.act_dtype_bytes
+
+
+def soft_cap_words(x: ProfileInputs, rows: int) -> str:
+    return (f"the final-logit soft cap's moment ({rows:,} x ({padded_vocab(x.vocab_size):,} padded + {x.vocab_size:,}) "
+            f"x {x.act_dtype_bytes} B: LogitsProcessor.forward divides, takes tanh and multiplies out of place)")
+
+
+def padded_vocab(vocab: int) -> int:
+    return -(-vocab // LM_HEAD_VOCAB_PADDING) * LM_HEAD_VOCAB_PADDING
+
+
 def v2_sampler_run_bytes(x: ProfileInputs, rows: int) -> tuple[int, str]:
     """(bytes, words) of Model Runner V2's dummy sampler run (v1/worker/gpu/model_runner.py _dummy_sampler_run, read
     in 0.22.0's, 0.25.0's, 0.26.0's, 0.27.1's, 0.28.0's, 0.29.0's and 0.32.0's sources), the tensors alive at its
@@ -249,28 +278,37 @@ def v2_sampler_run_bytes(x: ProfileInputs, rows: int) -> tuple[int, str]:
     returns ``rows`` x the padded vocabulary in the model's dtype; with TP > 1 compute_logits all-gathers the shards
     (the device communicator's all_gather: an output buffer, then a reshape of its movedim view, which copies), so
     the shard and two whole copies are alive at once, and the shard and the buffer are freed before sampling.
-    The sampler then holds the logits, their float32 copy where this vLLM makes one (``x.v2_float32_copy``: up to
-    0.25 apply_sampling_params copies unconditionally; 0.26 applies the sampling parameters in place, and from
-    0.27 copies only for requests that set one, which the dummy requests, never added to the sampler's states,
-    do not), and gumbel_sample's partials: an int64 index and a float32 maximum per 1,024-column block of each row,
-    then the winning block's index and the sampled token (int64 each). Not counted: the per-row index tensors
-    of the dummy input batch (a few dozen bytes a row) and the caching allocator's rounding."""
+    A final-logit soft cap (Gemma 2 and 4) then holds the padded logits and an unpadded copy for a moment
+    (soft_cap_bytes) and leaves the unpadded copy. The sampler then holds the logits, their float32 copy where this
+    vLLM makes one (``x.v2_float32_copy``: up to 0.25 apply_sampling_params copies unconditionally; 0.26 applies the
+    sampling parameters in place, and from 0.27 copies only for requests that set one, which the dummy requests,
+    never added to the sampler's states, do not), and gumbel_sample's partials: an int64 index and a float32 maximum
+    per 1,024-column block of each row, then the winning block's index and the sampled token (int64 each). Not
+    counted: the per-row index tensors of the dummy input batch (a few dozen bytes a row) and the caching
+    allocator's rounding."""
     b, tp, vocab = x.act_dtype_bytes, x.tensor_parallel_size, x.vocab_size
     held = (x.max_num_batched_tokens + rows) * x.hidden_size * b
-    padded = -(-vocab // LM_HEAD_VOCAB_PADDING) * LM_HEAD_VOCAB_PADDING
+    padded = padded_vocab(vocab)
     logits = rows * padded * b
     gather = logits + rows * (padded // tp) * b if tp > 1 else 0
+    capped = soft_cap_bytes(x, rows)
     copy = rows * vocab * 4 if x.v2_float32_copy else 0
     partials = rows * (-(-vocab // GUMBEL_BLOCK_COLUMNS) * (8 + 4) + 8 + 8)
+    sampled = (rows * vocab * b if capped else logits) + copy + partials
     what = (f"Model Runner V2's sampler run: ({x.max_num_batched_tokens:,} + {rows:,}) x {x.hidden_size:,} hidden "
             f"states held + {rows:,} x {padded:,} (padded) vocab logits x {b} B + ")
-    if gather > copy + partials:
+    peak = max(logits + gather, capped, sampled)
+    if gather and peak == logits + gather:
         what += f"a second copy and the {padded // tp:,}-column shard while all-gathered over TP {tp}"
+    elif capped and peak == capped:
+        what += (f"an unpadded copy ({rows:,} x {vocab:,} x {b} B) while the final logits are soft-capped "
+                 "(LogitsProcessor.forward divides, takes tanh and multiplies out of place), above the sampler's "
+                 "Gumbel-max partials")
     else:
         what += ((f"their float32 copy ({rows:,} x {vocab:,} x 4 B) + " if copy else "")
                  + "Gumbel-max partials" + ("" if copy else ", no float32 copy (its dummy requests set no sampling "
                                             "parameter)"))
-    return held + logits + max(gather, copy + partials), what
+    return held + peak, what
 
 
 def encoder_bytes(e: EncoderInputs, act_dtype_bytes: int) -> tuple[int, int]:

@@ -52,6 +52,7 @@ from kvlab.memory_profile import (
 from kvlab.vllm_rules import (
     MODEL_RUNNERS,
     VllmRules,
+    architecture_note,
     encoder_cache_rows,
     gemma4_vision_batched,
     mamba_cache_mode,
@@ -494,6 +495,7 @@ def profile_inputs(model: ModelSpec, config: SizingConfig, act_dtype_bytes: int,
                   model_runner=profile_runner(model, config),
                   v2_float32_copy=version_key(resolve_version(config.vllm_version))
                   < version_key(V2_SAMPLER_NO_FLOAT32_COPY_SINCE),
+                  logit_soft_cap=model.final_logit_softcapping is not None,
                   encoder=encoder_inputs(model, config, weights_bytes) if first_stage else None)  # the tower's stage
     if model.is_moe:
         width = model.moe_intermediate_size or model.intermediate_size
@@ -798,7 +800,14 @@ def quantization_note(model: ModelSpec, quantization: str | None) -> str | None:
 
 def gpu_notes(model: ModelSpec, config: SizingConfig) -> list[str]:
     """One line each on the catalogue GPU: a total that is only its marketing label, and what vLLM changes, or may
-    refuse, because of its compute capability."""
+    refuse, because of its compute capability; first, a vLLM release older than the first to register the model's
+    architecture (vllm_rules.architecture_note), whatever the GPU."""
+    registered = architecture_note(config.vllm_version, model.architecture, model.model_type)
+    return ([registered] if registered else []) + card_notes(model, config)
+
+
+def card_notes(model: ModelSpec, config: SizingConfig) -> list[str]:
+    """gpu_notes' lines on the catalogue GPU."""
     gpu = card_id(config.gpu_name)
     try:
         card = get_gpu(gpu) if gpu else None
@@ -1570,7 +1579,8 @@ def fit_sizing(model: ModelSpec, config: SizingConfig, gpu: GpuSpec | None, tens
     refusal = None if tensor_parallel_given else decode_context_parallel_refusal(model, config)
     if refusal:  # (no TP size the search could reach takes this DCP size)
         raise KvlabError(refusal)
-    notes: list[str] = []
+    registered = architecture_note(config.vllm_version, model.architecture, model.model_type)
+    notes: list[str] = [registered] if registered else []
     fewest = None
     if gpu is not None:
         try:

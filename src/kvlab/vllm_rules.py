@@ -367,6 +367,60 @@ def mrope_positions_factor(version: str | None, model_type: str) -> int:
     return 4
 
 
+# The first vLLM release whose model registry (vllm/model_executor/models/registry.py: _TEXT_GENERATION_MODELS or
+# _MULTIMODAL_MODELS) names each architecture kvlab sizes, by its config.json's model_type too (a config.json without
+# ``architectures``). Read in the source archives of 0.9.0, 0.9.1, 0.9.2, 0.10.0, 0.10.1, 0.10.1.1, 0.10.2, 0.11.0,
+# 0.12.0, 0.13.0, 0.14.0, 0.16.0, 0.17.0, 0.18.0, 0.18.1, 0.19.0, 0.20.0, 0.21.0 and 0.22.0 (PyPI has no 0.15 source
+# archive; each architecture below is absent from the release named before its first one). The entry is the first
+# of those releases that names it: vLLM registers architectures in minor releases, but a patch release between two of
+# those read (0.16.x, 0.17.x) was not checked.
+ARCHITECTURE_FIRST_RELEASE = (
+    # (architecture, model_type, first release; the release read before it, which does not name it)
+    ("NemotronHForCausalLM", "nemotron_h", "0.9.1"),  # absent from 0.9.0
+    ("GptOssForCausalLM", "gpt_oss", "0.10.1"),  # absent from 0.10.0
+    ("Qwen3NextForCausalLM", "qwen3_next", "0.10.2"),  # absent from 0.10.1.1
+    ("SeedOssForCausalLM", "seed_oss", "0.10.2"),  # absent from 0.10.1.1
+    ("Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe", "0.11.0"),  # absent from 0.10.2
+    ("Qwen3_5ForConditionalGeneration", "qwen3_5", "0.17.0"),  # absent from 0.16.0
+    ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", "0.17.0"),  # absent from 0.16.0
+    ("Gemma4ForConditionalGeneration", "gemma4", "0.19.0"),  # absent from 0.18.1
+    ("Gemma4ForCausalLM", "gemma4_text", "0.19.0"),  # absent from 0.18.1
+)
+# Architectures kvlab sizes that 0.9.0's registry already names (the oldest release whose rules kvlab has): no note.
+ARCHITECTURES_IN_0_9_0 = (
+    "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+    "Gemma3ForConditionalGeneration", "GraniteMoeHybridForCausalLM", "Llama4ForConditionalGeneration",
+    "LlamaForCausalLM", "LlavaNextForConditionalGeneration", "MistralForCausalLM", "MixtralForCausalLM",
+    "OPTForCausalLM", "Phi3ForCausalLM", "Qwen2ForCausalLM", "Qwen2_5_VLForConditionalGeneration", "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
+)
+
+
+def first_release(architecture: str, model_type: str = "") -> tuple[str, str] | None:
+    """(the architecture's name, the first release whose registry names it) by ``architecture``, else (a config.json
+    that names none) by ``model_type``; None where kvlab has not read it (ARCHITECTURE_FIRST_RELEASE)."""
+    name = architecture.split()[0] if architecture.strip() else ""  # (the catalogue may add words after the name)
+    for arch, mtype, since in ARCHITECTURE_FIRST_RELEASE:
+        if name == arch or (not name and model_type == mtype):
+            return arch, since
+    return None
+
+
+def architecture_note(version: str | None, architecture: str, model_type: str = "") -> str | None:
+    """A note (not a refusal) where vLLM ``version`` predates the first release that registered the model's
+    architecture: that release could not load the model, so its figures are its arithmetic, not a start it made."""
+    found = first_release(architecture, model_type)
+    if found is None:
+        return None
+    arch, since = found
+    chosen = resolve_version(version)
+    if version_key(chosen) >= version_key(since):
+        return None
+    return (f"vLLM {chosen} does not run {arch}: its model registry (vllm/model_executor/models/registry.py) names it "
+            f"from {since} on; these figures apply {chosen}'s startup arithmetic to a model that release cannot load "
+            f"(--vllm-version {since} or newer for a start vLLM makes)")
+
+
 def version_key(version: str) -> tuple[int, int, int]:
     """'0.10.1.1' -> (0, 10, 1); '0.20.1rc1.dev16+g7a1eb8ac2' -> (0, 20, 1); '0.24' -> (0, 24, 0)."""
     match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)

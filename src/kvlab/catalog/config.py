@@ -12,7 +12,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from kvlab.catalog.models import ModelSpec, spec_from_fields
+from kvlab.catalog.models import ModelSpec, check_integer_fields, spec_from_fields
 from kvlab.errors import KvlabError
 
 HF_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -47,6 +47,7 @@ def text_fields(config: dict) -> dict:
 def spec_from_config(config: dict, *, id: str, where: str, origin: str, hf_repo: str | None = None) -> ModelSpec:
     if not isinstance(config, dict):
         raise KvlabError(f"{where}: expected a JSON object, got {type(config).__name__}")
+    check_integer_fields(config, where)
     from dataclasses import replace
 
     from kvlab.catalog.vision import gemma4_video, load_buffers, ple_staging, towers_whole, vision_params, vision_tower

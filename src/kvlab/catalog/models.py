@@ -177,6 +177,9 @@ class ModelSpec:
     # GLM-4.5, Qwen3-Next; Qwen3.5's mtp_num_hidden_layers); vLLM's --speculative-method mtp drafts with them and
     # refuses a model without them.
     num_nextn_predict_layers: int = 0
+    # config.json's final_logit_softcapping (Gemma 2 and 4: 30.0; Gemma 3 writes null): vLLM's LogitsProcessor caps the
+    # logits out of place (logits / cap, tanh, * cap), a moment's copy that the dummy sampler run's peak can hold
+    final_logit_softcapping: float | None = None
     vision_params: int = 0  # vision tower and projector (multimodal checkpoints), kept in the model's dtype
     vision_whole: bool = False  # the towers kept whole on every TP rank (Gemma 4: transformers' modules, unsplit)
     vision_source: str = ""
@@ -576,6 +579,54 @@ FIELD_ALIASES = {
 }
 
 
+# Every field of a config.json that kvlab reads as a whole number, wherever it sits (top level, text_config,
+# vision_config, audio_config, quantization_config and its groups, rope_scaling): the REQUIRED and optional sizes under
+# all their aliases, and those the hybrid, Gemma 4, vision, RoPE and quantization readers take. A string, a fraction or
+# a bool there is refused (check_integer_fields), not converted: Hugging Face writes them as JSON integers, and
+# transformers and vLLM do arithmetic on them as they are.
+INTEGER_FIELDS = frozenset(
+    {alias for name, aliases in FIELD_ALIASES.items() if name != "dtype" for alias in aliases}
+    | {"head_dim", "sliding_window", "sliding_window_pattern", "max_window_layers", "kv_lora_rank", "q_lora_rank",
+       "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "moe_intermediate_size", "first_k_dense_replace",
+       "vocab_size", "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_kv_shared_layers",
+       "hidden_size_per_layer_input", "vocab_size_per_layer_input", "global_head_dim", "num_global_key_value_heads",
+       "shared_expert_intermediate_size", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+       "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_d_state", "mamba_d_conv", "mamba_expand",
+       "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_num_heads", "mamba_head_dim", "ssm_state_size",
+       "n_groups", "conv_kernel", "attn_layer_period", "attn_layer_offset", "full_attention_interval", "depth",
+       "patch_size", "temporal_patch_size", "spatial_merge_size", "out_hidden_size", "position_embedding_size",
+       "output_proj_dims", "in_channels", "in_chans", "image_size", "pooling_kernel_size", "num_position_embeddings",
+       "conv_kernel_size", "bits", "num_bits", "group_size", "original_max_position_embeddings"})
+
+
+JSON_KINDS = {bool: "a bool", str: "a string", float: "a decimal number"}
+
+
+def integer_example(value: object) -> str:
+    """' such as 32' where ``value`` ("32", 32.0) reads as that integer, else ''."""
+    try:
+        number = float(value) if isinstance(value, (str, float)) else None
+    except ValueError:
+        return ""
+    return f" such as {int(number)}" if number is not None and number.is_integer() else ""
+
+
+def check_integer_fields(config: object, where: str, path: str = "") -> None:
+    """Refuse, with one line naming the field, its value and what is valid, the first of INTEGER_FIELDS in ``config``
+    (nested objects included) whose value is not a JSON integer: a string ("32"), a decimal number (32.5 or 32.0) or a bool
+    (true is 1 to Python, not a size). null is left to the readers (a missing field)."""
+    items = config.items() if isinstance(config, dict) else enumerate(config) if isinstance(config, list) else ()
+    for key, value in items:
+        at = f"{path}.{key}" if path and isinstance(key, str) else f"{path}[{key}]" if path else str(key)
+        if isinstance(value, (dict, list)):
+            check_integer_fields(value, where, at)
+        elif key in INTEGER_FIELDS and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            kind = JSON_KINDS.get(type(value), f"a {type(value).__name__}")
+            raise KvlabError(f"{where}: {at} {value!r} is {kind}, not a whole number written as a JSON integer; "
+                             f"valid: a JSON integer{integer_example(value)}, without quotes or a decimal point (true "
+                             "and false are not integers)")
+
+
 def _get(fields: dict, name: str):
     for key in FIELD_ALIASES.get(name, (name,)):
         if fields.get(key) is not None:
@@ -591,6 +642,18 @@ def _mtp_layers(fields: dict) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return 0
+
+
+def _softcap(fields: dict, where: str) -> float | None:
+    """config.json's final_logit_softcapping: a number above 0, or None where missing or null (vLLM reads it with
+    getattr(config, 'final_logit_softcapping', None) for Gemma 4, config.final_logit_softcapping for Gemma 2 and 3)."""
+    value = fields.get("final_logit_softcapping")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+        raise KvlabError(f"{where}: final_logit_softcapping {value!r} is not a soft cap; valid: a number above 0 (Gemma "
+                         "2 and 4 write 30.0), or null for none")
+    return float(value)
 
 
 def derive_layer_types(fields: dict, model_type: str, num_layers: int, sliding_window: int | None,
@@ -789,6 +852,7 @@ def spec_from_fields(fields: dict, *, id: str, where: str, origin: str, hf_repo:
         _shared_from_width(fields, numbers.moe_intermediate_size),
         first_k_dense_replace=numbers.first_k_dense_replace, quantization=quantization, weight_format=weight_format,
         state=state, gemma4=gemma4, num_nextn_predict_layers=_mtp_layers(fields),
+        final_logit_softcapping=_softcap(fields, where),
         rope_caches=rope_caches(fields, model_type, head_dim, max_pos, layer_types), aliases=aliases,
         num_params_card=_card_number(fields.get("params_total_card")),
         num_active_params_card=_card_number(fields.get("params_active_card")),
