@@ -61,7 +61,10 @@ def test_v1_sampler_keeps_its_fitted_bytes_unless_the_soft_cap_is_larger():
     logit in bf16, below it, and 2 x 4 B in float32, above it."""
     v1 = replace(GEMMA4, model_runner="v1", sampler="flashinfer", max_num_seqs=256)
     plain, _ = with_sampler(v1, 0.0, "estimate: x")
-    assert with_sampler(replace(v1, logit_soft_cap=True), 0.0, "estimate: x")[0] == plain == int(256 * 262_144 * 7.1)
+    size, words = with_sampler(replace(v1, logit_soft_cap=True), 0.0, "estimate: x")
+    assert size == plain == int(256 * 262_144 * 7.1)
+    assert words.endswith("7.1 B (above the final-logit soft cap's moment (256 x (262,144 padded + 262,144) x 2 B: "
+                          "LogitsProcessor.forward divides, takes tanh and multiplies out of place))")
     fp32 = replace(v1, logit_soft_cap=True, act_dtype_bytes=4)
     size, words = with_sampler(fp32, 0.0, "estimate: x")
     assert size == 256 * (262_144 + 262_144) * 4 and "soft cap" in words

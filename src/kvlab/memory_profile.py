@@ -226,7 +226,7 @@ def with_sampler(x: ProfileInputs, forward: float, source: str, fit: ProfileFit 
         if capped > rows * x.vocab_size * per_logit:
             return int(forward + capped), source + f" + {soft_cap_words(x, rows)}, above the {x.sampler} sampler's"
         if capped:
-            text += f" (above the soft cap's {soft_cap_words(x, rows)})"
+            text += f" (above {soft_cap_words(x, rows)})"
         return int(forward + rows * x.vocab_size * per_logit), text
     sampler, what = v2_sampler_run_bytes(x, rows)
     if sampler > forward:
