@@ -87,3 +87,20 @@ def test_bad_targets_are_one_line_naming_the_value_and_what_is_valid(text, goodp
         parse_slo(text, goodput)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_percentile_over_refused_requests_is_infinite_without_numpys_warning():
+    """A refused request's latency is infinite (kvlab.window.latencies): a percentile that takes weight from it is
+    infinite, one that takes none is its finite neighbour, and NumPy's inf - inf never runs (trial 59: capacity
+    printed 'RuntimeWarning: invalid value encountered in scalar subtract' where a strategy served nothing)."""
+    inf = math.inf
+    p99, p50 = parse_slo("p99_ttft<2s").terms[0], parse_slo("p50_ttft<2s").terms[0]
+    assert p99.value(_latencies([inf] * 10, [0.0] * 10)) == inf
+    assert p99.value(_latencies([0.1, 0.2, 0.3, inf], [0.0] * 4)) == inf
+    assert p50.value(_latencies([0.1, 0.2, 0.3, inf], [0.0] * 4)) == pytest.approx(0.25)
+    assert p50.value(_latencies([0.1, 0.2, inf, inf, inf], [0.0] * 5)) == inf
+    assert p50.value(_latencies([0.4, 0.5, inf], [0.0] * 3)) == 0.5  # no weight on the infinite neighbour
+    verdict = parse_slo("p99_ttft<2s").judge(STABLE, _latencies([inf] * 10, [0.0] * 10))
+    assert not verdict.held and verdict.values["p99_ttft<2s"] == inf
+    assert verdict.reason == "missed p99_ttft<2s (unbounded: refused requests)"

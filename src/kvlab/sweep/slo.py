@@ -27,6 +27,7 @@ at the end counts). A verdict that failed says which signal decided it: "overloa
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -76,7 +77,7 @@ class Term:
             return float("nan")
         if self.quantile is None:
             return float(values.mean())
-        return float(np.quantile(values, self.quantile))
+        return _quantile(values, self.quantile)
 
     def met_by_each(self, latencies: np.ndarray) -> np.ndarray:
         """Which of the window's requests meet this term (a request without this latency, a one-token answer's
@@ -85,6 +86,21 @@ class Term:
 
         values = latencies[LATENCY_METRICS.index(self.metric)]
         return np.isnan(values) | (values <= self.limit_s)
+
+
+def _quantile(values: np.ndarray, quantile: float) -> float:
+    """NumPy's linear interpolation between order statistics, where a refused request's infinite latency counts as
+    infinitely long: a quantile that takes any weight from an infinite order statistic is infinite, one that takes
+    none is its finite neighbour (NumPy's own arithmetic gives NaN there and warns, inf - inf or inf x 0: trial 59)."""
+    import numpy as np
+
+    position = quantile * (len(values) - 1)
+    low = int(position)
+    weight = position - low
+    neighbours = np.partition(values, (low, min(low + 1, len(values) - 1)))[low:low + 2]
+    if not math.isinf(neighbours[-1]):
+        return float(np.quantile(values, quantile))
+    return float(neighbours[0]) if weight == 0.0 else math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +182,8 @@ def _seconds(value: float) -> str:
     """A latency in the unit that reads best: 2.41 s, 87.3 ms, 450 us."""
     if value != value:
         return "no value"
+    if value == math.inf:
+        return "unbounded: refused requests"
     if value >= 1 or value == 0:
         return f"{value:.3g} s"
     if value >= 1e-3:
