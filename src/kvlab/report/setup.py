@@ -182,6 +182,18 @@ def engine_defaults_text(settings: list[dict[str, Any]], strategies, simulated: 
     return ", ".join(words)
 
 
+def printed_size_row_text(sizing) -> str:
+    """How vLLM's printed "GPU KV cache size: N tokens" (`kvlab size`'s row of that name, `fit`'s and the lab's
+    calculator's figure) is counted, and where it is not the blocks times their tokens (the pool's token slots, as
+    `kvlab run` counts them), that figure beside it: one label for each count (trial 58, finding 1)."""
+    formula = (f"int({sizing.num_blocks:,} / {sizing.blocks_per_request:,} x {sizing.max_model_len:,})")
+    slots = sizing.num_blocks * sizing.block_size
+    if sizing.num_tokens == slots:
+        return f"vLLM's startup figure: {formula} = {sizing.num_blocks:,} blocks x {sizing.block_size} tokens"
+    return (f"vLLM's startup figure, whole {sizing.max_model_len:,}-token requests' worth: {formula}; not the "
+            f"{slots:,} token slots ({sizing.num_blocks:,} blocks x {sizing.block_size} tokens) kvlab run counts")
+
+
 def printed_size_text(sizing, num_slots: int, block_size: int) -> str | None:
     """How a run's ``num_slots`` token slots relate to the "GPU KV cache size: N tokens" vLLM prints at startup
     (`kvlab size`'s figure) where the two differ for the same blocks: vLLM's counts whole max_model_len requests'

@@ -1,0 +1,63 @@
+"""Fix 59: trial 58's findings still open (vLLM's printed figure and run's token slots under two labels, the
+"if saturated" range, TTFT's unit, absurd log figures, a model named by its path, wide lines, bench's refusal)."""
+
+from __future__ import annotations
+
+import html
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --- 1. "GPU KV cache size" (vLLM's figure) in size, fit and the lab; "token slots" (blocks x tokens) in run ------
+
+
+def test_size_labels_vllms_figure_apart_from_runs_token_slots(kvlab):
+    size = kvlab("size", "mistral-7b-v0.1", "--gpu", "h100-sxm")
+    assert size.exit_code == 0, size.stderr
+    text = _flat(size.stdout)
+    assert "Token slots" not in size.stdout
+    assert "GPU KV cache size 732,432 tokens vLLM's startup figure, whole 32,768-token requests' worth" in text, text
+    assert "not the 458,128 token slots (28,633 blocks x 16 tokens) kvlab run counts" in text
+    run = kvlab("run", "vllm", "--model", "mistral-7b-v0.1", "--gpu", "h100-sxm", "-n", "20")
+    assert "KV cache 458,128 token slots" in _flat(run.stdout)
+
+
+def test_size_row_where_the_figures_agree(kvlab):
+    size = kvlab("size", "llama-3.1-8b", "--gpu", "h100-sxm")
+    text = _flat(size.stdout)
+    assert "GPU KV cache size 442,720 tokens vLLM's startup figure: int(27,670 / 8,192 x 131,072) = 27,670 blocks x 16" \
+        in text, text
+    assert "kvlab run counts" not in text
+
+
+def test_fit_names_vllms_figure(kvlab):
+    fit = kvlab("fit", "mistral-7b-v0.1", "--gpu", "h100-sxm")
+    text = _flat(fit.stdout)
+    assert "(GPU KV cache size 732,432 tokens, 22.35x)" in text and "token slots" not in text, text
+
+
+def test_lab_calculator_relates_the_two_counts():
+    from kvlab.web.calculator import answer
+
+    r = answer(model="mistral-7b-v0.1", gpu="h100-sxm", concurrency=1, context_len=1024, gpu_memory_utilization=0.9)
+    assert r["num_tokens"] == 732_432 and r["num_slots"] == 458_128
+    assert "not the 458,128 token slots" in r["num_tokens_text"]
+    same = answer(model="llama-3.1-8b", gpu="h100-sxm", concurrency=1, context_len=1024, gpu_memory_utilization=0.9)
+    assert same["num_tokens"] == same["num_slots"] == 442_720
+
+
+def test_export_line_carries_runs_relation(tmp_path):
+    from kvlab.config import resolve
+    from kvlab.report.setup import printed_size_text
+    from kvlab.web.export import write_race_html
+    from kvlab.workload import load_workload
+
+    config = resolve(model="mistral-7b-v0.1", gpu="h100-sxm")
+    workload = load_workload("paper-sharegpt", num_requests=10, rate=4.0, seed=2)
+    text = write_race_html(tmp_path / "race.html", config, workload, ["vllm"]).read_text()
+    said = printed_size_text(config.sizing, config.cache.num_slots, config.cache.block_size)
+    assert said and 'GPU KV cache size: 732,432 tokens' in said
+    assert html.escape(said) in text
+
