@@ -61,3 +61,22 @@ def test_export_line_carries_runs_relation(tmp_path):
     assert said and 'GPU KV cache size: 732,432 tokens' in said
     assert html.escape(said) in text
 
+
+# --- 2. the real engine's req/s range only where the run is overloaded ------------------------------------------
+
+
+def test_band_gives_no_rate_range_to_a_run_that_keeps_up(kvlab):
+    run = kvlab("run", "vllm", "--model", "llama-2-7b", "--gpu", "h100-sxm", "-n", "200")
+    text = _flat(run.stdout)
+    assert "where the real engine would be" in text and "TTFT p50 18.6–38.4 ms" in text, text
+    assert "if saturated" not in text and "req/s if" not in text
+    assert "no req/s range: it keeps up, so it serves what arrives, not its capacity" in text
+
+
+def test_band_gives_an_overloaded_run_its_rate_range(kvlab):
+    run = kvlab("run", "vllm", "--model", "llama-2-7b", "--gpu", "h100-sxm", "-n", "1000", "--rate", "100")
+    text = _flat(run.stdout)
+    assert "vllm is overloaded at the offered rate" in text
+    assert "TTFT p50 4,446–9,195 ms" in text, text  # (whole, not 4.45e+03)
+    assert "overloaded, it serves at most 21.8–29.7 req/s." in text
+

@@ -260,7 +260,7 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     if t["num_seqs"] > 0:  # (nothing to explain when every request was rejected)
         _print_typical_iteration(console, config, best["name"], t)
         if band is not None and best["num_finished"]:
-            console.print(band.describe(best), highlight=False)
+            console.print(band_line(band, best, run.overloaded()[1][summaries.index(best)]), highlight=False)
     else:  # (the clause the typical iteration carries, said on its own)
         console.print(f"Cost profile {config.cost.profile!r}{_measured_error(config.cost)}.", highlight=False)
     for note in config.cost.notes:
@@ -268,6 +268,24 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     if written:
         console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
     return summaries
+
+
+def band_line(band, summary: dict, overloaded: bool) -> str:
+    """Where the real engine's figures would be (the profile's leave-one-out band, kvlab.cost.band): TTFT and
+    latency always; the req/s range only for an overloaded strategy, whose req/s is the most it serves: one that keeps
+    up serves what arrives, and a range around it read as a capacity (trial 58, finding 12)."""
+    from kvlab.report.tables import significant
+
+    def span(lo: float, hi: float, scale: float, unit: str) -> str:
+        top = "no upper bound" if hi == float("inf") else significant(hi * scale)
+        return f"{significant(lo * scale)}–{top} {unit}"
+
+    ttft = span(*band.around(summary["ttft_s"]["p50"], "ttft_mean"), 1e3, "ms")
+    latency = span(*band.around(summary["normalized_latency_s_per_token"]["p50"], "itl_mean"), 1e3, "ms/tok")
+    rate = (f"; overloaded, it serves at most {span(*band.rate(summary['throughput_rps']), 1, 'req/s')}" if overloaded
+            else "; no req/s range: it keeps up, so it serves what arrives, not its capacity (kvlab capacity finds that)")
+    return (f"{summary['name']}, where the real engine would be ({band.covers}, profile {band.profile}): TTFT p50 "
+            f"{ttft}, lat. p50 {latency}{rate}.")
 
 
 def exit_if_nothing_served(summaries: list[dict]) -> None:
