@@ -80,3 +80,16 @@ def test_band_gives_an_overloaded_run_its_rate_range(kvlab):
     assert "TTFT p50 4,446–9,195 ms" in text, text  # (whole, not 4.45e+03)
     assert "overloaded, it serves at most 21.8–29.7 req/s." in text
 
+
+# --- 3. TTFT in ms in every run's table -------------------------------------------------------------------------
+
+
+def test_ttft_column_is_in_ms_whatever_its_size(kvlab):
+    """A run whose TTFT p50 is seconds (5.99 s) reads in ms like one whose is 25 ms: two runs' tables compare."""
+    slow = kvlab("run", "vllm", "--model", "llama-2-7b", "--gpu", "h100-sxm", "-n", "1000", "--rate", "100")
+    fast = kvlab("run", "vllm", "--model", "llama-2-7b", "--gpu", "h100-sxm", "-n", "200")
+    for run in (slow, fast):
+        header = next(line for line in run.stdout.splitlines() if line.startswith("strategy"))
+        assert "p50 ms" in header and "p50 s " not in header, header
+    row = next(line for line in slow.stdout.splitlines() if line.startswith("vllm "))
+    assert row.split()[6] == "5,994", row  # (TTFT p50 in ms: 5.99 s before)

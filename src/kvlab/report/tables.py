@@ -23,12 +23,6 @@ def workload_rate(wl) -> float | None:
     return wl.request_rate if wl.duration > 0 and wl.num_requests > 1 else None
 
 
-def time_unit(values: list[float | None]) -> tuple[str, float]:
-    """The unit a column of times reads best in: ms below a second, s from there (name, factor from seconds)."""
-    known = [v for v in values if v is not None]
-    return ("s", 1.0) if known and max(known) >= 1.0 else ("ms", 1e3)
-
-
 def _time(value: float | None, factor: float) -> str:
     if value is None:
         return "–"
@@ -45,17 +39,17 @@ def winner(summaries: list[dict]) -> dict | None:
 
 def race_table(summaries: list[dict], title: str, *, wide: bool = False, strategies=None,
                width: int | None = None) -> Table:
-    """The race as a table that fits 80 columns (``wide``: every column). Names are never cut; times are in the
-    unit their size needs, named in the header. Given the terminal's ``width``, the default table drops its least
-    needed columns (DROP_ORDER) rather than cut a value. Per-token latency is always in ms/tok (run and race read
-    alike)."""
+    """The race as a table that fits 80 columns (``wide``: every column). Names are never cut; times are in ms
+    (TTFT) and ms/tok (per-token latency) in every table, so that two runs' tables read alike. Given the terminal's
+    ``width``, the default table drops its least needed columns (DROP_ORDER) rather than cut a value."""
     from rich.table import Table
 
     best = winner(summaries)
     # (per-token latency always in ms: seconds a token would read "0.01" or "0.24", too coarse: trial 55, finding 9)
     lat_unit, lat_factor = "ms", 1e3
-    ttft_unit, ttft_factor = time_unit([s["ttft_s"]["p50"] for s in summaries]
-                                       + ([s["ttft_s"]["p99"] for s in summaries] if wide else []))
+    # (TTFT always in ms too: a unit picked per table made two runs' tables read 106 beside 2.78, ms in one and s in
+    # the other: trial 58, finding 15)
+    ttft_unit, ttft_factor = "ms", 1e3
     table = Table(title=title, title_justify="left", header_style="bold underline", box=None, pad_edge=False,
                   padding=(0, 1, 0, 0))
     columns = [("strategy", "strategy"), ("KV\ntok %", "token")]
