@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import html
 
+import pytest
+
 
 def _flat(text: str) -> str:
     return " ".join(text.split())
@@ -93,3 +95,46 @@ def test_ttft_column_is_in_ms_whatever_its_size(kvlab):
         assert "p50 ms" in header and "p50 s " not in header, header
     row = next(line for line in slow.stdout.splitlines() if line.startswith("vllm "))
     assert row.split()[6] == "5,994", row  # (TTFT p50 in ms: 5.99 s before)
+
+
+# --- 4. absurd log figures, a config.json's model named as size names it, --arrival burst --rate ---------------
+
+
+@pytest.mark.parametrize("line", ["GPU KV cache size: 99999999999999999999999 tokens",
+                                  "GPU KV cache size: 9,007,199,254,740,992 tokens",
+                                  "INFO 10-06 15:57:53 [loggers.py:123] num_gpu_blocks is: 99999999999999999999"])
+def test_vllm_log_refuses_an_absurd_kv_figure(kvlab, tmp_path, line):
+    log = tmp_path / "absurd.log"
+    log.write_text(line + "\n")
+    r = kvlab("vllm", "log", log)
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    message = _flat(r.stderr)
+    assert "which vLLM never prints: kvlab reads at most 9,007,199,254,740,991 (2^53 - 1)" in message, message
+    assert "more than any GPU holds" in message
+
+
+def test_vllm_log_reads_the_largest_figure_it_allows(kvlab, tmp_path):
+    log = tmp_path / "big.log"
+    log.write_text("GPU KV cache size: 9,007,199,254,740,976 tokens\n")
+    r = kvlab("vllm", "log", log, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["kv_cache_tokens"] == 9_007_199_254_740_976
+
+
+def test_run_names_a_config_json_as_size_does(kvlab):
+    from pathlib import Path
+
+    path = str(Path(__file__).parent / "data" / "sizing_configs" / "granite-4.0-h-1b.json")
+    size = kvlab("size", path, "--gpu", "h200")
+    assert size.stdout.startswith("granite-4.0-h-1b on H200")
+    run = kvlab("run", "vllm", "--model", path, "--gpu", "h200", "-n", "10")
+    assert run.exit_code == 0, run.stderr
+    assert run.stdout.startswith("granite-4.0-h-1b on H200: KV cache") and path not in run.stdout
+
+
+def test_burst_with_a_rate_says_what_auto_does_for_a_stand_in(kvlab):
+    r = kvlab("run", "vllm", "--arrival", "burst", "--rate", "5", "-n", "20")
+    message = _flat(r.stderr)
+    assert r.exit_code == 2 and "--rate 5 contradicts --arrival burst" in message
+    assert "use --arrival auto for arrivals at the rate (a trace's own times rescaled to it, else Poisson arrivals)" \
+        in message, message

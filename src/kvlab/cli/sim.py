@@ -18,7 +18,7 @@ from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_o
 from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
 from kvlab.errors import KvlabError
-from kvlab.report.setup import prefix_caching_text, printed_size_text, setup_lines
+from kvlab.report.setup import model_label, prefix_caching_text, printed_size_text, setup_lines
 from kvlab.report.text import plural
 from kvlab.service.classes import parse_slo_classes
 from kvlab.strategies import STRATEGIES, strategy_names_help
@@ -130,8 +130,9 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
     caching = {s.name: s.enable_prefix_caching for s in strategies}
     prefix = f", {prefix_caching_text(caching, cache.prefix_caching_simulated)}" if strategies else ""
     printed = printed_size_text(sizing, cache.num_slots, cache.block_size)
+    model = model_label(config.model.model, sizing)
     return (
-        f"{fleet}{config.model.model} on {config.gpu}: KV cache {_slots_text(cache, strategies)}, max_model_len "
+        f"{fleet}{model} on {config.gpu}: KV cache {_slots_text(cache, strategies)}, max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
         f"{sched.max_num_batched_tokens:,}, chunked prefill {'on' if sched.enable_chunked_prefill else 'off'}{prefix}. "
         f"Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "

@@ -182,6 +182,13 @@ def engine_defaults_text(settings: list[dict[str, Any]], strategies, simulated: 
     return ", ".join(words)
 
 
+def model_label(model: str, sizing=None) -> str:
+    """A model as a report names it: `kvlab size`'s id (the catalogue's, or a config.json's folder or file name,
+    ModelSpec.id) where the run's sizing is at hand, else the configuration's name for it (a catalogue id, a
+    config.json's path, a Hugging Face id). Trial 58, finding 16: run named a config.json by its whole path."""
+    return sizing.model_id if sizing is not None and getattr(sizing, "model_id", "") else model
+
+
 def printed_size_row_text(sizing) -> str:
     """How vLLM's printed "GPU KV cache size: N tokens" (`kvlab size`'s row of that name, `fit`'s and the lab's
     calculator's figure) is counted, and where it is not the blocks times their tokens (the pool's token slots, as
