@@ -138,3 +138,24 @@ def test_burst_with_a_rate_says_what_auto_does_for_a_stand_in(kvlab):
     assert r.exit_code == 2 and "--rate 5 contradicts --arrival burst" in message
     assert "use --arrival auto for arrivals at the rate (a trace's own times rescaled to it, else Poisson arrivals)" \
         in message, message
+
+
+# --- 6. bench's refusal of a huge workload: its memory, not a simulator's time ----------------------------------
+
+
+def test_a_memory_only_refusal_quotes_no_simulator_time():
+    from kvlab.validate import TooMuchWork
+    from kvlab.workload import load_workload
+
+    with pytest.raises(TooMuchWork) as caught:
+        load_workload("paper-sharegpt", num_requests=100_000_000)
+    message = str(caught.value)
+    assert "workload paper-sharegpt means about 100,000,000 requests" in message
+    assert "GiB of memory to hold them, beyond the limit of 4 GiB" in message and "pass --yes" in message
+    assert "minutes" not in message and "request-runs" not in message, message
+
+
+def test_a_simulation_refusal_still_quotes_its_time(kvlab):
+    r = kvlab("run", "vllm", "--rate", "4", "--duration", "1e9")
+    assert r.exit_code == 2
+    assert "~3 days and ~7,629.4 GiB of memory, beyond the limit of 1,000,000 request-runs" in _flat(r.stderr)
