@@ -159,3 +159,18 @@ def test_a_simulation_refusal_still_quotes_its_time(kvlab):
     r = kvlab("run", "vllm", "--rate", "4", "--duration", "1e9")
     assert r.exit_code == 2
     assert "~3 days and ~7,629.4 GiB of memory, beyond the limit of 1,000,000 request-runs" in _flat(r.stderr)
+
+
+# --- 5. fig18b's lines within 80 columns -------------------------------------------------------------------------
+
+
+def test_fig18b_lines_fit_80_columns(kvlab, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = kvlab("paper", "fig18b", "--block-sizes", "1,2,4,8,16,32,64,128,256", "--duration", "20", "--workers", "1",
+              "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
+    assert any(line.startswith("  kvlab's best: ") for line in lines)
+    assert any(line.startswith("  paper's (§7.2): 16, 32, 64, 128: ") for line in lines)
+    assert not any(line.startswith("Note:") for line in lines) and any(line.startswith("note: ") for line in lines)
