@@ -72,7 +72,7 @@ def test_band_gives_no_rate_range_to_a_run_that_keeps_up(kvlab):
     text = _flat(run.stdout)
     assert "where the real engine would be" in text and "TTFT p50 18.6–38.4 ms" in text, text
     assert "if saturated" not in text and "req/s if" not in text
-    assert "no req/s range: it keeps up, so it serves what arrives, not its capacity" in text
+    assert "no req/s range: one holds only for an overloaded engine (below its capacity it serves what arrives" in text
 
 
 def test_band_gives_an_overloaded_run_its_rate_range(kvlab):
@@ -174,3 +174,36 @@ def test_fig18b_lines_fit_80_columns(kvlab, tmp_path, monkeypatch):
     assert any(line.startswith("  kvlab's best: ") for line in lines)
     assert any(line.startswith("  paper's (§7.2): 16, 32, 64, 128: ") for line in lines)
     assert not any(line.startswith("Note:") for line in lines) and any(line.startswith("note: ") for line in lines)
+
+
+# --- trial 59 -----------------------------------------------------------------------------------------------------
+
+
+def test_race_names_every_strategy_that_served_nothing_and_not_as_keeping_up(kvlab):
+    """Trial 59, finding 1: a strategy that rejected every request was said to "keep up", and only one of two that
+    served nothing was named."""
+    r = kvlab("race", "orca-max", "static+max", "vllm", "--num-gpu-blocks", "100", "-n", "200", "--rate", "30")
+    text = _flat(r.stdout)
+    assert r.exit_code == 0, r.stderr
+    assert "vllm served the most: 0.397 req/s; orca-max and static+max served nothing (200 and 200 requests " \
+           "rejected)." in text, text
+    assert "keep up:" not in text and "keeps up:" not in text
+
+
+def test_verdict_says_why_only_from_figures_that_differ():
+    """Trial 59, finding 7: "0.0% of its KV memory held tokens against 0.0%" explained nothing."""
+    from kvlab.report.tables import verdict
+
+    def summary(name, rps, token, batch):
+        return {"name": name, "throughput_rps": rps, "num_finished": 100, "num_rejected": 0,
+                "memory_shares": {"token": token}, "mean_batch_size": batch}
+
+    text = verdict([summary("a", 4.19, 0.01, 2.4), summary("b", 4.14, 0.02, 2.1)])
+    assert "a served the most: 4.19 req/s, 1.01× b (4.14 req/s). Why: it batched 2.4 requests per iteration " \
+           "against 2.1;" in text, text
+    assert "0.0%" not in text
+    alike = verdict([summary("a", 6.0, 50.0, 2.4), summary("b", 3.0, 50.0, 2.4)])
+    assert "2.0× b" in alike and "memory does not explain the difference" in alike and "Why:" not in alike
+    both = verdict([summary("a", 6.0, 90.0, 30.0), summary("b", 1.0, 10.0, 3.0)])
+    assert "Why: 90.0% of its KV memory held tokens against 10.0%, so it batched 30.0 requests per iteration " \
+           "against 3.0;" in both

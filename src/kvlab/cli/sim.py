@@ -284,7 +284,8 @@ def band_line(band, summary: dict, overloaded: bool) -> str:
     ttft = span(*band.around(summary["ttft_s"]["p50"], "ttft_mean"), 1e3, "ms")
     latency = span(*band.around(summary["normalized_latency_s_per_token"]["p50"], "itl_mean"), 1e3, "ms/tok")
     rate = (f"; overloaded, it serves at most {span(*band.rate(summary['throughput_rps']), 1, 'req/s')}" if overloaded
-            else "; no req/s range: it keeps up, so it serves what arrives, not its capacity (kvlab capacity finds that)")
+            else "; no req/s range: one holds only for an overloaded engine (below its capacity it serves what "
+            "arrives; kvlab capacity finds the capacity)")
     return (f"{summary['name']}, where the real engine would be ({band.covers}, profile {band.profile}): TTFT p50 "
             f"{ttft}, lat. p50 {latency}{rate}.")
 
@@ -325,7 +326,10 @@ def _all_overloaded(run, summaries) -> str | None:
                 f"waiting queue grows): this race compares engines falling behind. Each serves at most: {listed} "
                 "req/s; kvlab capacity finds the rate each sustains under a latency target.")
     behind = [s for s, over in zip(summaries, each) if over]
-    keeping = ", ".join(s["name"] for s, over in zip(summaries, each) if not over)
+    # (one that served nothing does not keep up: the verdict says it served nothing; trial 59, finding 1)
+    keeping = ", ".join(s["name"] for s, over in zip(summaries, each) if not over and s["num_finished"])
+    if not keeping:
+        return " ".join(overloaded_text(s, offered) for s in behind)
     return " ".join(overloaded_text(s, offered) for s in behind) + (
         f" {keeping} {'keeps' if ',' not in keeping else 'keep'} up: {'its' if ',' not in keeping else 'their'} req/s "
         "is what arrived, capped by the arrivals, so a ratio against an overloaded strategy compares an engine "
