@@ -207,3 +207,13 @@ def test_verdict_says_why_only_from_figures_that_differ():
     both = verdict([summary("a", 6.0, 90.0, 30.0), summary("b", 1.0, 10.0, 3.0)])
     assert "Why: 90.0% of its KV memory held tokens against 10.0%, so it batched 30.0 requests per iteration " \
            "against 3.0;" in both
+
+
+@pytest.mark.parametrize("sides", [("--prefill-replicas", "1", "--decode-replicas", "1"), ("--decode-replicas", "2")])
+def test_capacity_replicas_auto_with_fixed_sides_says_auto(kvlab, sides):
+    """Trial 59, finding 5: the refusal quoted --replicas 2 where the user gave auto."""
+    r = kvlab("capacity", "--replicas", "auto", "--rate", "3", *sides, "-n", "100")
+    message = _flat(r.stderr)
+    assert r.exit_code == 2 and f"--replicas auto with {' '.join(sides)}: a disaggregated fleet counts its replicas " \
+        "by side" in message, message
+    assert "--replicas 2 " not in message and "Traceback" not in r.stderr
