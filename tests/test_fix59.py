@@ -217,3 +217,13 @@ def test_capacity_replicas_auto_with_fixed_sides_says_auto(kvlab, sides):
     assert r.exit_code == 2 and f"--replicas auto with {' '.join(sides)}: a disaggregated fleet counts its replicas " \
         "by side" in message, message
     assert "--replicas 2 " not in message and "Traceback" not in r.stderr
+
+
+def test_one_draft_token_is_singular():
+    """Trial 59, finding 14: "1 draft tokens per step"."""
+    from kvlab.report.setup import setup_lines
+
+    spec = {"method": "mtp", "num_speculative_tokens": 1, "acceptance": 0.7, "expected_tokens_per_step": 1.7}
+    text = " ".join(setup_lines({"speculative": spec}))
+    assert "mtp, 1 draft token per step, acceptance 0.7" in text, text
+    assert "3 draft tokens per step" in " ".join(setup_lines({"speculative": {**spec, "num_speculative_tokens": 3}}))

@@ -20,3 +20,14 @@ def test_calculator_relates_vllms_figure_to_the_token_slots(lab, kvlab):
     bridge = page.inner_text('#bridge [data-field="bridge-blocks"]')
     assert f"{size['num_blocks']:,} blocks (the tokens are vLLM's startup figure" in bridge, bridge
     assert f"/ {size['block_size']} =" not in bridge
+
+
+def test_a_body_that_is_not_json_is_said_so():
+    """Trial 59, finding 14: `{bad json` was answered "must be a JSON object"."""
+    from starlette.testclient import TestClient
+
+    from kvlab.web.server import create_app
+
+    with TestClient(create_app(allowed_hosts=["testserver"])) as client:
+        r = client.post("/api/sessions", content=b"{bad json", headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and "are not valid JSON" in r.json()["error"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from kvlab.config.resolve import engine_setup
 from kvlab.cost.profiles import lead_profile
+from kvlab.report.text import plural
 
 __all__ = ["engine_defaults_text", "engine_setup", "error_clause", "evidence", "fitted_to", "lead_profile", "lead_text",
            "measured_error", "prefix_caching_text", "setup_lines"]
@@ -110,9 +111,10 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
         if spec.get("draft_weights_gib"):
             drafter += (f" (its {spec['draft_weights_gib']:.2f} GiB of weights per GPU and its KV counted in the "
                         "cache above)")
-        lines.append(f"speculative decoding: {spec['method']}{drafter}, {spec['num_speculative_tokens']} draft tokens "
-                     f"per step, acceptance {spec['acceptance']} (about {spec['expected_tokens_per_step']:.2f} "
-                     "tokens per verify step; --speculative-method)")
+        drafts = plural(spec["num_speculative_tokens"], "draft token")
+        lines.append(f"speculative decoding: {spec['method']}{drafter}, {drafts} per step, acceptance "
+                     f"{spec['acceptance']} (about {spec['expected_tokens_per_step']:.2f} tokens per verify step; "
+                     "--speculative-method)")
     limits = [f"{k} {setup[k]:,}" for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len") if k in setup]
     if "enable_chunked_prefill" in setup:
         limits.append("chunked prefill " + ("on" if setup["enable_chunked_prefill"] else "off"))
