@@ -227,3 +227,13 @@ def test_one_draft_token_is_singular():
     text = " ".join(setup_lines({"speculative": spec}))
     assert "mtp, 1 draft token per step, acceptance 0.7" in text, text
     assert "3 draft tokens per step" in " ".join(setup_lines({"speculative": {**spec, "num_speculative_tokens": 3}}))
+
+
+def test_vllm_log_table_draws_plain_rules(kvlab):
+    """Trial 59, finding 14: `kvlab vllm log` drew a heavy box (┏━┳) where every other command draws plain rules."""
+    from pathlib import Path
+
+    log = Path(__file__).parent / "data" / "startup_logs" / "qwen3-8b-a100-40gb-0.9.2.log"
+    r = kvlab("vllm", "log", log)
+    assert r.exit_code == 0, r.stderr
+    assert "┏" not in r.stdout and "━" not in r.stdout and "─" in r.stdout
