@@ -24,7 +24,9 @@ NO_KV_LINE = {"gpt-oss-120b-h100-0.14.1-oom.log"}
 def test_a_log_whose_engine_failed_to_start_says_so_at_the_top(kvlab):
     result = kvlab("vllm", "log", FAILED)
     assert result.exit_code == 0, result.stderr
-    title = " ".join(result.stdout.split("┏", 1)[0].split())  # (the table's title, above the table)
+    lines = result.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["figure"])  # (the table's header row)
+    title = " ".join(" ".join(lines[:head]).split())  # (the table's title, above it)
     assert title.endswith("V1 engine did not start")
     means = result.stdout.split("What it means", 1)[1]
     first = " ".join(means.split("•")[1].split())

@@ -660,8 +660,8 @@ def test_a_token_count_not_a_whole_number_of_blocks_is_said_in_integers():
     text = " ".join(explain_vllm_log(parse_vllm_log("GPU KV cache size: 1,000 tokens"))["lines"])
     assert "1,000 does not divide by 16: 62 whole blocks and 8 tokens over" in text
     assert "block size 8 would divide it" in text and "62.5" not in text
-    huge = " ".join(explain_vllm_log(parse_vllm_log("GPU KV cache size: 100000000000000000000000000000 tokens"))["lines"])
-    assert "6,250,000,000,000,000,000,000,000,000 blocks" in huge and ".0 blocks" not in huge
+    huge = " ".join(explain_vllm_log(parse_vllm_log("GPU KV cache size: 8999999999999999 tokens"))["lines"])
+    assert "562,499,999,999,999 whole blocks and 15 tokens over" in huge and ".0 blocks" not in huge
     from_0_21 = parse_vllm_log("Initializing a V1 LLM engine (v0.21.0) with config: model='x'\n"
                                "GPU KV cache size: 1,000 tokens")
     assert "from 0.21 prints int(maximum concurrency x max_model_len)" in " ".join(

@@ -573,6 +573,11 @@ def check_simulation_work(num_requests: float, mean_len: float, num_strategies: 
         return
     minutes = runs / 1e6
     strategies = f" x {num_strategies} strategies" if num_strategies > 1 else ""
+    if memory_only:  # (memory alone is weighed: no simulator's time, which is nothing to a real server's bench)
+        raise TooMuchWork(
+            f"{what} means about {num_requests:,.0f} requests ({num_requests * mean_len:,.0f} tokens at "
+            f"{mean_len:,.0f} per request): ~{memory / GIB:,.1f} GiB of memory to hold them, beyond the limit of "
+            f"{max_memory / GIB:,.0f} GiB; lower -n/--num-requests or --duration, or pass --yes to go ahead")
     raise TooMuchWork(
         f"{what} means about {num_requests:,.0f} requests{strategies} ({num_requests * mean_len:,.0f} tokens to "
         f"serve at {mean_len:,.0f} per request): ~{_duration(minutes * 60)} and ~{memory / GIB:,.1f} GiB of memory, "

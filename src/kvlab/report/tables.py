@@ -23,12 +23,6 @@ def workload_rate(wl) -> float | None:
     return wl.request_rate if wl.duration > 0 and wl.num_requests > 1 else None
 
 
-def time_unit(values: list[float | None]) -> tuple[str, float]:
-    """The unit a column of times reads best in: ms below a second, s from there (name, factor from seconds)."""
-    known = [v for v in values if v is not None]
-    return ("s", 1.0) if known and max(known) >= 1.0 else ("ms", 1e3)
-
-
 def _time(value: float | None, factor: float) -> str:
     if value is None:
         return "–"
@@ -45,17 +39,17 @@ def winner(summaries: list[dict]) -> dict | None:
 
 def race_table(summaries: list[dict], title: str, *, wide: bool = False, strategies=None,
                width: int | None = None) -> Table:
-    """The race as a table that fits 80 columns (``wide``: every column). Names are never cut; times are in the
-    unit their size needs, named in the header. Given the terminal's ``width``, the default table drops its least
-    needed columns (DROP_ORDER) rather than cut a value. Per-token latency is always in ms/tok (run and race read
-    alike)."""
+    """The race as a table that fits 80 columns (``wide``: every column). Names are never cut; times are in ms
+    (TTFT) and ms/tok (per-token latency) in every table, so that two runs' tables read alike. Given the terminal's
+    ``width``, the default table drops its least needed columns (DROP_ORDER) rather than cut a value."""
     from rich.table import Table
 
     best = winner(summaries)
     # (per-token latency always in ms: seconds a token would read "0.01" or "0.24", too coarse: trial 55, finding 9)
     lat_unit, lat_factor = "ms", 1e3
-    ttft_unit, ttft_factor = time_unit([s["ttft_s"]["p50"] for s in summaries]
-                                       + ([s["ttft_s"]["p99"] for s in summaries] if wide else []))
+    # (TTFT always in ms too: a unit picked per table made two runs' tables read 106 beside 2.78, ms in one and s in
+    # the other: trial 58, finding 15)
+    ttft_unit, ttft_factor = "ms", 1e3
     table = Table(title=title, title_justify="left", header_style="bold underline", box=None, pad_edge=False,
                   padding=(0, 1, 0, 0))
     columns = [("strategy", "strategy"), ("KV\ntok %", "token")]
@@ -277,21 +271,34 @@ def verdict(summaries: list[dict], strategies=None) -> str:
     elif len(tied) == len(ranked):
         text = (f"A tie: all {len(ranked)} strategies served {best['throughput_rps']:.3g} req/s. At this load "
                 "the requests do not compete for memory, so how it is managed does not change throughput.")
-    elif worst["num_finished"] == 0:
-        text = (f"{' and '.join(tied)} served the most: {best['throughput_rps']:.3g} req/s; {worst['name']} served "
-                f"nothing ({worst['num_rejected']:,} requests rejected).")
+    elif worst["num_finished"] == 0:  # (each that served nothing named: trial 59, finding 1)
+        nothing = [s for s in ranked if s["num_finished"] == 0]
+        text = (f"{' and '.join(tied)} served the most: {best['throughput_rps']:.3g} req/s; "
+                f"{' and '.join(s['name'] for s in nothing)} served nothing ("
+                f"{' and '.join(format(s['num_rejected'], ',') for s in nothing)} requests rejected).")
     else:
         lead = best["name"] if len(tied) == 1 else f"{' and '.join(tied)} (a tie)"
         ratio = best["throughput_rps"] / worst["throughput_rps"]
-        text = (
-            f"{lead} served the most: {best['throughput_rps']:.3g} req/s, {ratio:.1f}× {worst['name']} "
-            f"({worst['throughput_rps']:.3g} req/s). Why: {best['memory_shares']['token']:.1f}% of its KV memory "
-            f"held tokens against {worst['memory_shares']['token']:.1f}%, so it batched "
-            f"{best['mean_batch_size']:.1f} requests per iteration against {worst['mean_batch_size']:.1f}; every "
-            "iteration reads all the weights once, so more requests per iteration means more tokens per second."
-        )
+        text = (f"{lead} served the most: {best['throughput_rps']:.3g} req/s, {ratio:.2f}× " if ratio < 1.1 else
+                f"{lead} served the most: {best['throughput_rps']:.3g} req/s, {ratio:.1f}× ")
+        text += f"{worst['name']} ({worst['throughput_rps']:.3g} req/s). {_why(best, worst)}"
     text += _duplicates_text(summaries, strategies)
     return text  # (what the preemptions cost is the footnotes' line, preemption_lines: one home, swaps included)
+
+
+def _why(best: dict, worst: dict) -> str:
+    """Why the best served more than the worst, from the figures that differ at the table's precision (trial 59,
+    finding 7: "0.0% of its KV memory held tokens against 0.0%" explained nothing)."""
+    tokens = [f"{s['memory_shares']['token']:.1f}%" for s in (best, worst)]
+    batches = [f"{s['mean_batch_size']:.1f}" for s in (best, worst)]
+    more = "every iteration reads all the weights once, so more requests per iteration means more tokens per second."
+    if tokens[0] != tokens[1] and batches[0] != batches[1]:
+        return (f"Why: {tokens[0]} of its KV memory held tokens against {tokens[1]}, so it batched {batches[0]} "
+                f"requests per iteration against {batches[1]}; {more}")
+    if batches[0] != batches[1]:
+        return f"Why: it batched {batches[0]} requests per iteration against {batches[1]}; {more}"
+    return (f"Their KV memory held tokens alike ({tokens[0]}) and they batched alike ({batches[0]} requests per "
+            "iteration), so memory does not explain the difference.")
 
 
 def _deadlines_verdict(summaries: list[dict]) -> str:

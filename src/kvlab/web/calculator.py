@@ -122,6 +122,7 @@ def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memo
            quantization: str | None = None, vllm_version: str | None = None, max_model_len: int | None = None) -> dict:
     """``kvlab size MODEL --gpu GPU --gpu-memory-utilization U`` and ``--concurrency N --context-len L`` (and
     ``--quantization``, ``--vllm-version``), in the numbers the page shows (same function, so the same numbers)."""
+    from kvlab.report.setup import printed_size_row_text
     from kvlab.service.size import max_num_seqs_cap, start_refusal
     from kvlab.sizing import size_kv_cache, workload_fit
 
@@ -138,7 +139,9 @@ def answer(*, model: str, gpu: str, concurrency: int, context_len: int, gpu_memo
         "page_size_bytes": result.page_size_bytes,
         "block_size": result.block_size,
         "num_blocks": result.num_blocks,
-        "num_tokens": result.num_tokens,
+        "num_tokens": result.num_tokens,  # vLLM's printed "GPU KV cache size", not always the blocks' token slots:
+        "num_slots": result.num_blocks * result.block_size,  # (these, `kvlab run`'s count)
+        "num_tokens_text": printed_size_row_text(result),  # (how the two relate, `kvlab size`'s row)
         "max_concurrency": result.max_concurrency,
         "max_model_len": result.max_model_len,
         "vllm_starts": result.fits_max_model_len,  # (else the reason, in `kvlab size`'s words: the server words it)

@@ -80,6 +80,7 @@ def render_page(log: dict, *, title: str, rates: str) -> str:
         f"{len(meta['grids'])} strategies · {meta['model']} on {meta['gpu']} · "
         f"{meta['num_blocks']:,} blocks of {meta['block_size']} tokens ({meta['num_slots']:,} token slots) · "
         f"workload {meta['workload_description']}"
+        + (f". {meta['printed_size']}." if meta.get("printed_size") else "")  # (run's setup line's relation)
     )
     # Placeholders are replaced in one pass, so text inside one (the script) is never searched for the others.
     parts = {
@@ -110,9 +111,13 @@ def write_race_html(path: str | Path, config, workload, strategies: list, *, tit
     gives its table, through the same run service, so the page's finish line shows the same numbers. Returns the
     path written."""
     from kvlab import service
+    from kvlab.report.setup import model_label, printed_size_text
 
     _, sims = service.start(config, service.strategies(strategies, config), workload=workload)
     log = record_race(sims)
+    # vLLM's printed "GPU KV cache size" beside the token slots, where the two differ: run's setup line's sentence.
+    log["meta"]["printed_size"] = printed_size_text(config.sizing, config.cache.num_slots, config.cache.block_size)
+    log["meta"]["model"] = model_label(config.model.model, config.sizing)  # (as run's setup line names it)
     names = ", ".join(g["name"] for g in log["meta"]["grids"])
     page = render_page(log, title=title or f"{names} on {log['meta']['workload']}", rates=rates_command(config))
     path = Path(path)

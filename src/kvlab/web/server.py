@@ -464,7 +464,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
         try:
             data = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise KvlabError("the run's parameters must be a JSON object") from None
+            raise KvlabError("the run's parameters are not valid JSON; send a JSON object") from None
         spec = parse_run_spec(data)
         try:
             race = await run_in_threadpool(build_race, spec, lim["max_pool_blocks"])

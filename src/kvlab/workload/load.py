@@ -65,7 +65,8 @@ def _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_le
         what = "keeps the trace's own arrival times" if arrival == "trace" else "puts every request at t = 0"
         raise KvlabError(
             f"--rate {rate:g} contradicts --arrival {arrival}, which {what}; "
-            "drop --rate, or use --arrival auto to rescale the trace's arrivals to the rate"
+            "drop --rate, or use --arrival auto for arrivals at the rate (a trace's own times rescaled to it, else "
+            "Poisson arrivals)"
         )
     if max_model_len is not None and max_model_len < 2:
         raise KvlabError(f"--max-model-len {max_model_len} leaves no room for an answer; valid: 2 tokens or more")

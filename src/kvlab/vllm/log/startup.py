@@ -165,12 +165,25 @@ def parse_vllm_log(text: str) -> StartupLog:
     return _assemble(_engine_format(readings, text), first, lines, setting_lines, settings, per_worker)
 
 
+# The most tokens (or blocks) a log's KV cache figure can give: 2^53. No GPU holds that many tokens' keys and values
+# (at one byte a token, 8 PiB), and vLLM from 0.21 prints the tokens as int(maximum concurrency x max_model_len), a
+# float's product, exact only below it (trial 58, finding 16: 99999999999999999999999 tokens was explained).
+MOST_KV_FIGURE = 2**53
+
+
 def _refuse_impossible(readings: list[Reading]) -> None:
-    """A figure vLLM cannot print (its max_model_len is at least 1 token) is an edited or corrupted log."""
+    """A figure vLLM cannot print (its max_model_len is at least 1 token; a KV cache below MOST_KV_FIGURE) is an
+    edited or corrupted log."""
     for r in readings:
         if r.figure == "max_concurrency_tokens_per_request" and r.value < 1:
             raise KvlabError(f"the log's line {r.line.strip()!r} gives a length of {r.value} tokens per request, which "
                              "vLLM never prints (max_model_len is at least 1); paste the line as vLLM printed it")
+        if r.figure in ("kv_cache_tokens", "num_gpu_blocks") and r.value >= MOST_KV_FIGURE:
+            what = "tokens" if r.figure == "kv_cache_tokens" else "blocks"
+            raise KvlabError(f"the log's line {r.line.strip()[:120]!r} gives {r.value:,} {what}, which vLLM never "
+                             f"prints: kvlab reads at most {MOST_KV_FIGURE - 1:,} (2^53 - 1), more than any GPU holds "
+                             "(at one byte a token, 8 PiB) and the most vLLM's arithmetic gives exactly; paste the "
+                             "line as vLLM printed it")
 
 
 def cdiv(a: int, b: int) -> int:

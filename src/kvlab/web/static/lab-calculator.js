@@ -94,7 +94,10 @@ function renderCalc(r, utilization) {
   };
   set("kv_bytes_per_token", `${nf0.format(r.kv_bytes_per_token)} bytes (${nf0.format(r.kv_bytes_per_token / 1024)} KiB)`, r.kv_bytes_per_token);
   set("available_kv_bytes", gib(r.available_kv_bytes), r.available_kv_bytes);
-  set("num_tokens", `${nf0.format(r.num_tokens)} tokens (${nf0.format(r.num_blocks)} blocks of ${r.block_size})`, r.num_tokens);
+  // vLLM's printed figure; where it is not the blocks times their tokens (a sliding window, several KV cache groups),
+  // the row says how it is counted and names the token slots `kvlab run` counts (trial 58, finding 1).
+  set("num_tokens", `${nf0.format(r.num_tokens)} tokens (` + (r.num_tokens === r.num_slots
+    ? `${nf0.format(r.num_blocks)} blocks of ${r.block_size})` : `${r.num_tokens_text})`), r.num_tokens);
   set("weights_bytes", gib(r.weights_bytes), r.weights_bytes);
   set("max_concurrency", `${nf2.format(r.max_concurrency)}× for ${nf0.format(r.max_model_len)} tokens per request`, r.max_concurrency);
   set("needed", `${nf0.format(r.workload.num_tokens_needed)} tokens (${gib(r.workload.kv_bytes_needed)})`, r.workload.num_tokens_needed);
@@ -208,8 +211,9 @@ async function updateBridge(model, gpu, utilInput) {
     el("li", { text: `"GPU KV cache size: ${nf0.format(r.num_tokens)} tokens" is the pool: every conversation's ` +
       "tokens together must fit in it." }),
     el("li", { "data-field": "bridge-blocks", "data-value": String(r.num_blocks),
-      text: `blocks = tokens / ${r.block_size} = ${nf0.format(r.num_tokens)} / ${r.block_size} = ` +
-        `${nf0.format(r.num_blocks)} blocks: the squares of the grid.` }),
+      text: (r.num_tokens === r.num_slots ? `blocks = tokens / ${r.block_size} = ${nf0.format(r.num_tokens)} / ` +
+        `${r.block_size} = ${nf0.format(r.num_blocks)} blocks` : `${nf0.format(r.num_blocks)} blocks (the tokens are ` +
+        `${r.num_tokens_text})`) + ": the squares of the grid." }),
     el("li", { text: `"Maximum concurrency for ${nf0.format(r.max_model_len)} tokens per request: ` +
       `${nf2.format(r.max_concurrency)}x" is how many conversations of the full context fit at once: ` +
       `${nf0.format(r.num_blocks)} blocks / ${nf0.format(r.max_model_len / r.block_size)} blocks each. With pages, ` +
