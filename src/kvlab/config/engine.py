@@ -44,7 +44,8 @@ class ModelConfig:
 
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
-    """The KV cache as sized: ``num_slots`` is its capacity in tokens (`kvlab size`'s "GPU KV cache size")."""
+    """The KV cache as sized: ``num_slots`` is its capacity in token slots (blocks x block size; `kvlab size`'s "GPU KV
+    cache size" counts as vLLM prints it, which differs for sliding-window and hybrid models: report.setup)."""
 
     num_slots: int
     block_size: int = 16

@@ -71,6 +71,9 @@ class OptionSpec:
 AUTO_COUNTS = ("replicas", "prefill_replicas", "decode_replicas")
 AUTO_HINT = (" (auto, the fewest replicas that sustain a rate, is kvlab capacity's alone, as the whole value: kvlab "
              "capacity --replicas auto --rate R)")
+# a side's auto is asked beside the aggregated fleet's (docs/disaggregation.md; trial 59, finding 6)
+SIDE_AUTO_HINT = (" (auto, the fewest replicas a side that sustain a rate, is kvlab capacity's alone, as the whole "
+                  "value: kvlab capacity --replicas auto --{side}-replicas auto --rate R)")
 
 
 def auto_hint(name: str, value: Any) -> str:
@@ -79,7 +82,7 @@ def auto_hint(name: str, value: Any) -> str:
     (`kvlab capacity` says its own for AUTO: cli.capacity._check_auto.)"""
     if name not in AUTO_COUNTS or not isinstance(value, str) or value.strip().lower() != "auto":
         return ""
-    return AUTO_HINT
+    return AUTO_HINT if name == "replicas" else SIDE_AUTO_HINT.format(side=name.split("_")[0])
 
 
 def _to_int(value: Any) -> int | None:
