@@ -274,7 +274,8 @@ def test_what_a_decoded_token_reads_prices_to_the_replays_itl():
     assert per_token[0] == pytest.approx(replay.prepared.weights_s, rel=0.05)  # one read of the weights per token
     ttft = replay.client_ttft()
     np.testing.assert_allclose(ttft.mean(), replay.predicted()["summary"]["ttft_mean"], rtol=1e-12)
-    assert ttft.min() > constants["request_latency_s"] and len(ttft) == run.workload.num_requests
+    assert ttft.min() > constants["request_latency_s"]
+    assert len(ttft) == run.workload.num_requests * len(F.ARRIVAL_SEEDS)  # (each draw's requests, pooled)
     assert replay.num_preemptions == 0
     assert F.replay(F.prepare(run_from_dict(_with("total_kv_blocks", 24), "x")), constants).num_preemptions > 0
 
@@ -327,7 +328,7 @@ def test_the_shipped_profile_is_the_fit_on_the_calibration_set():
     constants |= F.carried(profile.constants)  # (the lag, its spread and its step: fitted on a grid where asked)
     runs = read_runs(TRAINVAL)
     assert [r.id for r in runs] == list(profile.fit["runs"])
-    replays = [F.replay(F.prepare(run), constants) for run in runs]
+    replays = [F.replay(F.prepare(run, arrival_seeds=F.arrivals_of(profile.fit)), constants) for run in runs]
     rows, labels = F._rows(replays)
     fitted, identified = profile.fit["fitted"], profile.fit.get("hold_if_sigma_over_value")
     refit = (F.fit_spread(replays, fitted, constants, identified) if F.SPREADS.keys() & set(fitted)
@@ -359,18 +360,49 @@ def test_a_run_is_replayed_with_the_users_it_names_or_the_prompts_its_client_sen
     assert F.prepare(run, closed_loop=True, sent=True).spec == run.workload  # (the loop serialises the named users)
 
 
-def test_a_run_replayed_with_an_arrival_seed_sends_inference_perfs_drawn_times():
-    """``arrival_seed``: the requests arrive as inference-perf's constant timer draws them (kvlab.workload.
-    inference_perf.arrival_times with that seed), the same users and prompts; without it, evenly spaced."""
+def test_a_run_is_replayed_once_per_arrival_draw_and_the_draws_pooled():
+    """By default the requests arrive as inference-perf's constant timer draws them (kvlab.workload.inference_perf.
+    arrival_times), once per seed of F.ARRIVAL_SEEDS, and ``replay`` pools the draws: each draw's requests as its own
+    replay would give them, side by side, so a mean's row is the draws' mean and a p99 is over every draw's requests.
+    ``arrival_seeds=None``: one replay, evenly spaced."""
     from kvlab.workload.inference_perf import arrival_times
 
     run = run_from_dict(_with("workload.stages", [{"rate": 100.0, "duration": 2}, {"rate": 50.0, "duration": 2}]), "x")
-    even, drawn = F.prepare(run), F.prepare(run, arrival_seed=3)
-    assert [r.arrival_time for r in drawn.workload.requests] == arrival_times(run.workload, seed=3).tolist()
-    assert [r.arrival_time for r in even.workload.requests] == arrival_times(run.workload).tolist()
-    assert [r.prefix_hashes for r in drawn.workload.requests] == [r.prefix_hashes for r in even.workload.requests]
-    replay = F.replay(drawn, dict(F.START))
-    assert replay.stage.tolist() == [0] * 200 + [1] * 100
+    assert F.prepare(run).seeds == F.ARRIVAL_SEEDS and len(F.prepare(run).draws) == len(F.ARRIVAL_SEEDS) > 1
+    even, three, four = (F.prepare(run, arrival_seeds=s) for s in (None, (3,), (4,)))
+    assert [r.arrival_time for r in three.workload.requests] == arrival_times(run.workload, seed=3).tolist()
+    assert [r.arrival_time for r in even.workload.requests] == arrival_times(run.workload, seed=None).tolist()
+    assert [r.prefix_hashes for r in three.workload.requests] == [r.prefix_hashes for r in even.workload.requests]
+    alone = [F.replay(p, dict(F.START)) for p in (three, four)]
+    pooled = F.replay(F.prepare(run, arrival_seeds=(3, 4)), dict(F.START))
+    assert pooled.stage.tolist() == ([0] * 200 + [1] * 100) * 2 and pooled.within.tolist() == list(range(300)) * 2
+    np.testing.assert_allclose(pooled.client_ttft(), np.concatenate([r.client_ttft() for r in alone]), atol=1e-9)
+    rows = [r.equations() for r in alone]
+    for k, (group, metric, row, measured) in enumerate(pooled.equations()):
+        assert (group, metric) == rows[0][k][:2] == rows[1][k][:2]
+        np.testing.assert_allclose(row, (rows[0][k][2] + rows[1][k][2]) / 2, rtol=1e-9, atol=1e-12)
+    e2e = np.concatenate([r.finish + r._lag(20) - r.arrival for r in alone])
+    assert pooled.predicted()["summary"]["e2e_p99"] == pytest.approx(np.percentile(e2e, 99))
+    with pytest.raises(KvlabError, match="arrival seeds: none given"):
+        F.prepare(run, arrival_seeds=())
+
+
+@pytest.mark.parametrize("text, seeds", [("0,1,2,3", (0, 1, 2, 3)), ("0-7", tuple(range(8))), (" 5 ", (5,)),
+                                         ("even", None), ("EVEN", None)])
+def test_arrivals_option_reads_seeds_or_even(text, seeds):
+    assert F.parse_arrivals(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["", "a", "1,1", "-1", "3-1", "0,x"])
+def test_arrivals_option_refuses_what_is_not_seeds(text):
+    with pytest.raises(KvlabError, match=f"--arrivals {text!r} is not a list of arrival seeds; valid: .*'even'"):
+        F.parse_arrivals(text)
+
+
+def test_a_profile_is_judged_with_the_arrivals_its_fit_records():
+    assert F.arrivals_of({}) == F.ARRIVAL_SEEDS  # (no fit: the default)
+    assert F.arrivals_of({"arrivals": "drawn", "arrival_seeds": [5, 6]}) == (5, 6)
+    assert F.arrivals_of({"runs": ["a"]}) is None and F.arrivals_of({"arrivals": "even"}) is None  # (fitted evenly)
 
 
 def test_multi_turn_rounds_wait_for_the_users_previous_answer():
