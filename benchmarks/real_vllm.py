@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                         "efficiency the measured ITL implies, and kvlab's TTFT tail (no leave-one-out)")
     parser.add_argument("--screen", action="store_true", help="each run replayed once; terms for the decode step's "
                         "attention screened by leave-one-out on those replays' equations (no profile changes)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N", help="replay the runs in N processes (the "
+                        "same numbers; the leave-one-out of a grid or --lag-per stays in one)")
     parser.add_argument("--draws", type=int, default=None, metavar="N", help="each run replayed once per seed 0 .. "
                         "N - 1: how far one draw, or a pool of 2 or 4, is from the pool of all N (no leave-one-out)")
     parser.add_argument("--closed-loop", action="store_true", help="replay multi-turn users as inference-perf's "
@@ -158,19 +160,20 @@ def main(argv: list[str] | None = None) -> int:
         prepared = [F.prepare(run, args.closed_loop, sent, seeds) for run in runs]
         print(f"{len(runs)} runs from {path}; fitted profile {profile.name!r} left out run by run; "
               f"baselines {', '.join(b.name for b in baselines)}; arrivals {_arrivals(seeds)}", file=sys.stderr)
+        workers = max(1, args.workers)
         calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0, held, profile.fit.get("hold_if_sigma_over_value")),
-                                    replays=[F.replay(p, constants) for p in prepared], iterations=0)
+                                    replays=_replays([(p, constants, None) for p in prepared], workers), iterations=0)
         if args.lag_per:
             folds = F.leave_one_out_terms(calibration, F.LAG_TERM_CHOICES[args.lag_per],
                                           progress=lambda line: print(line, file=sys.stderr), joint=args.lag_joint)
         else:
-            folds = F.leave_one_out(calibration)
+            folds = F.leave_one_out(calibration, workers=workers)
         tables = {f"{profile.name} (LOO)": F.errors(folds)}
         for name in (k for k in F.SPREADS if k in fitted):  # (the value each fold fitted on its grid)
             print(f"{name} by fold (the run left out): " + ", ".join(
                 f"{r.prepared.run.id} {r.constants.get(name, 0.0):g}" for r in folds), file=sys.stderr)
         for baseline in baselines:
-            tables[baseline.name] = F.errors([F.replay(p, profile=baseline) for p in prepared])
+            tables[baseline.name] = F.errors(_replays([(p, None, baseline) for p in prepared], workers))
     except KvlabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -189,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{metric:<10}" + "".join(f" {F.median_abs_errors(tables[n])[metric]:>22.1%}" for n in names))
     print(f"({time.time() - started:.0f} s)", file=sys.stderr)
     return 0
+
+
+def _replays(jobs: list, workers: int) -> list:
+    from kvlab.cost import fit as F
+
+    return F.replay_all(jobs, workers)
 
 
 def _arrivals(seeds) -> str:

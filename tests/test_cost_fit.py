@@ -378,13 +378,19 @@ def test_a_run_is_replayed_once_per_arrival_draw_and_the_draws_pooled():
     assert pooled.stage.tolist() == ([0] * 200 + [1] * 100) * 2 and pooled.within.tolist() == list(range(300)) * 2
     np.testing.assert_allclose(pooled.client_ttft(), np.concatenate([r.client_ttft() for r in alone]), atol=1e-9)
     rows = [r.equations() for r in alone]
-    for k, (group, metric, row, measured) in enumerate(pooled.equations()):
+    for k, (group, metric, row, _) in enumerate(pooled.equations()):
         assert (group, metric) == rows[0][k][:2] == rows[1][k][:2]
         np.testing.assert_allclose(row, (rows[0][k][2] + rows[1][k][2]) / 2, rtol=1e-9, atol=1e-12)
     e2e = np.concatenate([r.finish + r._lag(20) - r.arrival for r in alone])
     assert pooled.predicted()["summary"]["e2e_p99"] == pytest.approx(np.percentile(e2e, 99))
     with pytest.raises(KvlabError, match="arrival seeds: none given"):
         F.prepare(run, arrival_seeds=())
+    # Replayed in forked processes (kvlab calibrate --runs --workers, benchmarks/real_vllm.py --workers): the same.
+    jobs = [(F.prepare(run, arrival_seeds=(3, 4)), dict(F.START), None), (three, dict(F.START), None)]
+    for got, want in zip(F.replay_all(jobs, workers=2), [pooled, alone[0]]):
+        np.testing.assert_array_equal(got.finish, want.finish)
+        np.testing.assert_array_equal(got.phi, want.phi)
+        assert got.prepared is not None and got.predicted() == want.predicted()
 
 
 @pytest.mark.parametrize("text, seeds", [("0,1,2,3", (0, 1, 2, 3)), ("0-7", tuple(range(8))), (" 5 ", (5,)),

@@ -522,6 +522,30 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
                   within=joined["within"])
 
 
+_JOBS: list = []  # (replay_all's jobs, inherited by its forked workers)
+
+
+def replay_all(jobs: Sequence[tuple], workers: int = 1) -> list[Replay]:
+    """``replay(prepared, constants, profile)`` for each job (prepared, constants, profile), in ``workers`` forked
+    processes (1: here, one after the other); the same replays either way, in the jobs' order."""
+    import multiprocessing
+
+    if workers <= 1 or len(jobs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [replay(p, c, profile=pr) for p, c, pr in jobs]
+    _JOBS[:] = jobs
+    try:
+        with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+            out = pool.map(_replay_job, range(len(jobs)), chunksize=1)
+    finally:
+        _JOBS.clear()
+    return [replace(r, prepared=job[0]) for r, job in zip(out, jobs)]
+
+
+def _replay_job(i: int) -> Replay:
+    p, c, pr = _JOBS[i]
+    return replace(replay(p, c, profile=pr), prepared=None)  # type: ignore[arg-type]  # (the caller's own goes back in)
+
+
 class _Timeline:
     """What a replay keeps of a simulation: each run of iterations (its end, count, durations and contents as the
     scheduler output gives them), then each request's first iteration, first token and end (request_id order)."""
@@ -806,7 +830,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
                    start: dict[str, float] | None = None, max_iterations: int = 4, tolerance: float = 1e-3,
                    progress: Callable[[str], None] | None = None, closed_loop: bool = False,
                    sent: bool = False, identified: float | None = None,
-                   arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS) -> Calibration:
+                   arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS, workers: int = 1) -> Calibration:
     """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
     way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
     the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
@@ -827,7 +851,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     replays: list[Replay] = []
     previous = math.inf
     for iteration in range(1, max_iterations + 1):
-        replays = [replay(p, constants) for p in prepared]
+        replays = replay_all([(p, constants, None) for p in prepared], workers)
         rows, labels = _rows(replays)
         fit = fit_spread(replays, fitted, constants, identified) if SPREADS.keys() & set(fitted) else solve(
             rows, fitted, constants, labels, identified)
@@ -948,11 +972,26 @@ def leave_one_out_terms(calibration: Calibration, terms: Sequence[str], progress
     return out
 
 
-def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None) -> list[Replay]:
+def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None, workers: int = 1
+                  ) -> list[Replay]:
     """Each run replayed under constants fitted on the other runs' equations (module doc): every constant the fit
     was asked for, identified or not. A fold does not apply the identification rule: a constant it would hold stays at
     its start, which here is the fit on every run, the left-out one included, so the fold would predict that run
     with what was fitted on it (docs/cost.md, "The fit": the rule's first leave-one-out figures did so)."""
+    folds = fold_constants(calibration)
+    if workers > 1:
+        return replay_all([(r.prepared, c, None) for r, c in zip(calibration.replays, folds)], workers)
+    out = []
+    for i, (held, constants) in enumerate(zip(calibration.replays, folds)):
+        out.append(replay(held.prepared, constants))
+        if progress is not None:
+            progress(f"leave-one-out {i + 1}/{len(calibration.replays)}: run {held.prepared.run.id} predicted by a "
+                     "fit on the others")
+    return out
+
+
+def fold_constants(calibration: Calibration) -> list[dict[str, float]]:
+    """Each leave-one-out fold's constants (leave_one_out), in the replays' order: fitted on the other runs' equations."""
     out = []
     fit = calibration.fit
     for i, held in enumerate(calibration.replays):
@@ -967,10 +1006,7 @@ def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | No
             raise KvlabError(f"leave-one-out, the fit without run {held.prepared.run.id!r}: {exc}; valid: runs such "
                              "that any one left out, the others still fit every constant (or fewer constants: --fit)"
                              ) from None
-        out.append(replay(held.prepared, fold.constants))
-        if progress is not None:
-            progress(f"leave-one-out {i + 1}/{len(calibration.replays)}: run {held.prepared.run.id} predicted by a "
-                     "fit on the others")
+        out.append(fold.constants)
     return out
 
 
@@ -1005,7 +1041,7 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
                         source_path, start: dict[str, float] | None = None, max_iterations: int = 4,
                         progress: Callable[[str], None] | None = None, sent: bool = False,
                         identified: float | None = None,
-                        arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS) -> tuple[dict, dict]:
+                        arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS, workers: int = 1) -> tuple[dict, dict]:
     """Fit, leave one out, and write it all down: (the profile document, the leave-one-out report). ``sent``:
     replay the prompts the runs' client sent (prepare); ``identified``: solve's rule (None: fit every constant)."""
     if len(runs) < 3:
@@ -1013,8 +1049,8 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
                          f"({', '.join(repr(r.id) for r in runs)}): a fit judged by leave-one-out needs at least 3 "
                          "(each run predicted by a fit on at least 2 others); valid: a file of 3 or more runs")
     calibration = calibrate_runs(runs, fitted, start=start, max_iterations=max_iterations, progress=progress,
-                                 sent=sent, identified=identified, arrival_seeds=arrival_seeds)
-    loo = errors(leave_one_out(calibration, progress=progress))
+                                 sent=sent, identified=identified, arrival_seeds=arrival_seeds, workers=workers)
+    loo = errors(leave_one_out(calibration, progress=progress, workers=workers))
     medians = median_abs_errors(loo)
     fit = calibration.fit
     constants = {k: round_sig(v) for k, v in fit.constants.items()}
