@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.draws is not None:
         if not 2 <= args.draws <= 64:
             parser.error(f"--draws {args.draws}: valid: 2 to 64 seeds")
-        return draws(path, args.profile, args.draws, started)
+        return draws(path, args.profile, args.draws, started, max(1, args.workers))
     try:
         runs = read_runs(path)
         profile = get_profile(args.profile)
@@ -258,7 +258,7 @@ def _reads_row(replay) -> str:
             f"| {stages}")
 
 
-def draws(path: Path, profile_name: str, num: int, started: float) -> int:
+def draws(path: Path, profile_name: str, num: int, started: float, workers: int = 1) -> int:
     """The ``--draws`` table (module doc)."""
     import itertools
 
@@ -276,15 +276,13 @@ def draws(path: Path, profile_name: str, num: int, started: float) -> int:
         print(f"{len(runs)} runs from {path}, replayed under {profile.name!r} once per seed 0 .. {num - 1}",
               file=sys.stderr)
         latencies = {}  # (run, seed): each request's E2E and TTFT
-        for run in runs:
-            prepared = F.prepare(run, arrival_seeds=range(num))
-            replay = F.replay(prepared, constants)
+        replays = F.replay_all([(F.prepare(run, arrival_seeds=range(num)), constants, None) for run in runs], workers)
+        for run, replay in zip(runs, replays):
             e2e = replay.finish + replay._lag(run.workload.output_len) - replay.arrival + replay.shift_s
             per = len(replay.arrival) // num
             for seed in range(num):
                 chosen = slice(seed * per, (seed + 1) * per)
                 latencies[run.id, seed] = (e2e[chosen], replay.client_ttft()[chosen])
-            print(f"  run {run.id} ({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
     except KvlabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

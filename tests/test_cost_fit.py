@@ -528,11 +528,21 @@ def test_a_fold_that_cannot_fit_names_the_run_it_left_out(kvlab, tmp_path):
                                "it multiplies is 0 in every run")
 
 
-@pytest.mark.parametrize("flag", ["--client-defaults", "--hold-unidentified"])
+@pytest.mark.parametrize("flag", ["--client-defaults", "--hold-unidentified", "--arrivals 0-7", "--workers 2"])
 def test_a_measured_runs_flag_without_runs_is_one_line(kvlab, tmp_path, flag):
-    r = kvlab("calibrate", tmp_path, flag, "--out", tmp_path / "p.toml")
+    r = kvlab("calibrate", tmp_path, *flag.split(), "--out", tmp_path / "p.toml")
     assert r.exit_code == 2 and r.stderr.strip() == (f"error: {flag} is for a fit on measured runs: give it with --runs FILE"
                                                      " (a fit on bench folders is one least-squares solve)")
+
+
+@pytest.mark.parametrize("flag, message", [
+    (("--arrivals", "0,0"), "error: --arrivals '0,0' is not a list of arrival seeds; valid: distinct seeds from 0"),
+    (("--workers", "0"), "error: --workers 0: valid: 1 to 64 processes")])
+def test_bad_arrivals_or_workers_are_one_line_before_any_replay(kvlab, tmp_path, flag, message):
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": [RUN, {**RUN, "id": "other"}, {**RUN, "id": "third"}]}))
+    r = kvlab("calibrate", "--runs", file, *flag, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(message), r.stderr
 
 
 def test_the_sets_h100_is_the_sxm_card_for_the_profile_too():

@@ -121,13 +121,9 @@ def calibrate(
                                                     "(and name) each constant whose standard error is not below its "
                                                     "value, and fit the rest again (by default every constant asked "
                                                     "for is fitted, with its σ).")] = False,
-    arrivals: Annotated[str | None, typer.Option("--arrivals", help="With --runs: the seeds of inference-perf's "
-                                                 "drawn arrivals (its constant timer's exponential gaps scaled to "
-                                                 "each stage), one replay of each run per seed, pooled: comma-"
-                                                 "separated or a range \\[default: 0-3]; 'even': evenly spaced at "
-                                                 "each stage's rate (for comparison).", show_default=False)] = None,
-    workers: Annotated[int, typer.Option("--workers", help="With --runs: replay the runs in this many processes "
-                                         "(the same profile).")] = 1,
+    arrivals: Annotated[str | None, typer.Option("--arrivals", help="With --runs: seeds of inference-perf's drawn "
+                        "arrivals, a replay each, pooled (0,1 or 0-7) \\[default: 0-3]; 'even': evenly spaced.")] = None,
+    workers: Annotated[int, typer.Option("--workers", help="With --runs: replay in this many processes.")] = 1,
 ) -> None:
     """Fit a cost profile to a real server's iterations by least squares.
 
@@ -231,6 +227,15 @@ def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
     console.print(f"Wrote {out}: kvlab run --cost {out} ...")
 
 
+def _seeds_and_workers(arrivals: str | None, workers: int):
+    """--arrivals' seeds (None: evenly spaced; default fit.ARRIVAL_SEEDS), once --workers is checked."""
+    from kvlab.cost.fit import ARRIVAL_SEEDS, parse_arrivals
+
+    if not 1 <= workers <= 64:
+        raise KvlabError(f"--workers {workers}: valid: 1 to 64 processes")
+    return parse_arrivals(arrivals) if arrivals is not None else ARRIVAL_SEEDS
+
+
 def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool, start: str | None,
                     iterations: int, other_sources: bool, client_defaults: bool = False,
                     hold_unidentified: bool = False, arrivals: str | None = None, workers: int = 1) -> None:
@@ -239,26 +244,14 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
 
     from rich.console import Console
 
-    from kvlab.cost.fit import (
-        ARRIVAL_SEEDS,
-        CARRIED,
-        CONSTANTS,
-        DEFAULT_FIT,
-        FIT_HINTS,
-        IDENTIFIED,
-        calibration_profile,
-        parse_arrivals,
-        unidentified,
-    )
+    from kvlab.cost.fit import CARRIED, CONSTANTS, DEFAULT_FIT, FIT_HINTS, IDENTIFIED, calibration_profile, unidentified
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
 
     if not 1 <= iterations <= 20:
         raise KvlabError(f"--iterations {iterations}: valid: 1 to 20 replay-and-fit rounds")
-    seeds = parse_arrivals(arrivals) if arrivals is not None else ARRIVAL_SEEDS
-    if not 1 <= workers <= 64:
-        raise KvlabError(f"--workers {workers}: valid: 1 to 64 processes")
+    seeds = _seeds_and_workers(arrivals, workers)
     if other_sources:
         raise KvlabError("--runs fits measured runs; bench folders and --server-log are another kind of "
                          "calibration: give one or the other")
