@@ -357,7 +357,10 @@ def test_a_run_is_replayed_with_the_users_it_names_or_the_prompts_its_client_sen
     published = F.prepare(run)
     assert published.spec == run.workload
     assert len({r.prefix_hashes for r in published.workload.requests}) == run.workload.num_users == 6
-    assert F.prepare(run, closed_loop=True, sent=True).spec == run.workload  # (the loop serialises the named users)
+    closed = F.prepare(run, closed_loop=True, sent=True, arrival_seeds=None)
+    assert closed.spec == run.workload  # (the loop serialises the named users)
+    with pytest.raises(KvlabError, match="the closed loop replays evenly spaced arrivals only"):
+        F.prepare(run, closed_loop=True)
 
 
 def test_a_run_is_replayed_once_per_arrival_draw_and_the_draws_pooled():
@@ -420,8 +423,8 @@ def test_multi_turn_rounds_wait_for_the_users_previous_answer():
     raw = _with("workload.num_users_per_system_prompt", 1)
     raw["workload"]["num_unique_system_prompts"] = 2  # two users, one round each 1/20 s at 40 req/s: they overlap
     run = run_from_dict(raw, "x")
-    replay = F.replay(F.prepare(run, closed_loop=True), F.START)
-    scheduled = arrival_times(run.workload)
+    replay = F.replay(F.prepare(run, closed_loop=True, arrival_seeds=None), F.START)  # (evenly spaced only, so far)
+    scheduled = arrival_times(run.workload, seed=None)
     busy = replay.busy()
     client_end = replay.finish + admission_lag(replay.lag_iterations, busy, replay.first_token, replay.finish,
                                                run.workload.output_len)
@@ -429,9 +432,9 @@ def test_multi_turn_rounds_wait_for_the_users_previous_answer():
     np.testing.assert_array_equal(replay.arrival, closed_loop_send_times(run.workload, scheduled, client_end))
     assert np.all(replay.arrival[2:] >= client_end[:-2])  # a user never has two requests in flight
     # Without multi-turn, or without closed_loop (the default), every request is sent at its scheduled time.
-    np.testing.assert_array_equal(F.replay(F.prepare(run), F.START).arrival, scheduled)
+    np.testing.assert_array_equal(F.replay(F.prepare(run, arrival_seeds=None), F.START).arrival, scheduled)
     raw["workload"]["enable_multi_turn_chat"] = False
-    open_loop = F.replay(F.prepare(run_from_dict(raw, "x"), closed_loop=True), F.START)
+    open_loop = F.replay(F.prepare(run_from_dict(raw, "x"), closed_loop=True, arrival_seeds=None), F.START)
     np.testing.assert_array_equal(open_loop.arrival, scheduled)
 
 

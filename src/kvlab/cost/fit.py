@@ -278,6 +278,9 @@ def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False,
     if not seeds:
         raise KvlabError("arrival seeds: none given; valid: one or more seeds (inference-perf's drawn arrivals), or "
                          "evenly spaced arrivals")
+    if closed_loop and seeds != EVEN:  # (found 7 December: _closed_loop's stepping never ends on a drawn seed 0)
+        raise KvlabError(f"run {run.id!r}: the closed loop replays evenly spaced arrivals only (on drawn ones its "
+                         "stepping does not end yet); valid: --closed-loop with --arrivals even")
     workloads = []
     for seed in seeds:
         table = shared_prefix_table(spec, seed=seed)
