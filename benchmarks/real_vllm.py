@@ -1,10 +1,11 @@
 """kvlab against real vLLM runs on real GPUs: every calibration run replayed with its own settings.
 
     python benchmarks/real_vllm.py [--runs PATH] [--profile NAME] [--baseline NAME ...] [--json] [--closed-loop]
-                                   [--sent] [--arrival-seed N]
+                                   [--sent] [--arrivals SEEDS|even]
                                    [--jitter | --step | --lag | --lag-step | --lag-per {prompt,size,both} [--lag-joint]]
-    python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME] [--sent] [--arrival-seed N]
+    python benchmarks/real_vllm.py --reads [--runs PATH] [--profile NAME] [--sent] [--arrivals SEEDS|even]
     python benchmarks/real_vllm.py --screen [--runs PATH] [--profile NAME]
+    python benchmarks/real_vllm.py --draws N [--runs PATH] [--profile NAME]
 
 For each run of the measured-runs file (default: the calibration set, ../shared/data/real-vllm/trainval.json
 beside the repository; its README says what the runs are and where they come from) and each metric (E2E, TTFT:
@@ -14,9 +15,11 @@ equations, kvlab/cost/fit.py) and under each baseline profile (default: roofline
 median |error| per metric. The fitted profile's leave-one-out errors are what `kvlab cost` and every output quote.
 Each run is replayed with the users it names; ``--sent`` (or a profile fitted with ``kvlab calibrate --runs FILE
 --client-defaults``), with the prompts its client sent in their place (kvlab.cost.measured.CLIENT_DEFAULTS: 100
-prompts, single turn; docs/cost.md, "The workload the runs used"). Requests arrive evenly spaced at each stage's rate;
-``--arrival-seed N`` (or a profile whose ``[fit]`` names an ``arrival_seed``) draws them as inference-perf's constant
-timer does, exponential gaps scaled to the stage's duration (kvlab.workload.inference_perf.arrival_times). Each fold
+prompts, single turn; docs/cost.md, "The workload the runs used"). Requests arrive as inference-perf's constant timer
+draws them, exponential gaps scaled to the stage's duration (kvlab.workload.inference_perf.arrival_times): each run is
+replayed once per seed and the replays' requests pooled (kvlab.cost.fit.ARRIVAL_SEEDS, or the seeds the profile's
+``[fit]`` records; ``--arrivals 0,1`` other seeds; ``--arrivals even`` evenly spaced at each stage's rate, as a profile
+fitted before 7 December records by recording none). Each fold
 refits every constant the profile's ``[fit]`` fitted and held, without the identification rule: a constant a fold
 held would keep the value fitted with the left-out run (kvlab.cost.fit.leave_one_out). ``--jitter``: each fold fits
 the lag's spread as well
@@ -37,6 +40,11 @@ with nothing else in a step), and where kvlab's TTFT tail is: its p99 and the sl
 request (a whole prompt to prefill) and of the later ones (cached prompts), with the most sequences an iteration
 held and the preemptions (KV exhausted); then each load stage's p99 TTFT, kvlab's / the measured one (the first
 stage holds the server's first seconds, a later one a server that is warm). docs/cost.md reads this table.
+
+``--draws N``: how much one draw of the arrivals moves a replay, to choose how many to pool (kvlab.cost.fit.ARRIVAL_SEEDS;
+docs/cost.md, "The arrivals the client drew"): each run replayed under the profile once per seed 0 .. N - 1; per
+metric, the median |error| over the runs of each draw alone, and the rms over runs of how far a pool of K draws (every
+K of the N) is from the pool of all N, for K = 1, 2, 4 (no leave-one-out: the profile's own constants).
 
 ``--screen``: terms for the decode step's attention (MHA against GQA, per query head, per kernel work item, per KV
 block; ``_screened``), each a column beside the profile's fitted constants, judged as the issue 29 screens were: each run
@@ -86,11 +94,16 @@ def main(argv: list[str] | None = None) -> int:
                         "efficiency the measured ITL implies, and kvlab's TTFT tail (no leave-one-out)")
     parser.add_argument("--screen", action="store_true", help="each run replayed once; terms for the decode step's "
                         "attention screened by leave-one-out on those replays' equations (no profile changes)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N", help="replay the runs in N processes (the "
+                        "same numbers; the leave-one-out of a grid or --lag-per stays in one)")
+    parser.add_argument("--draws", type=int, default=None, metavar="N", help="each run replayed once per seed 0 .. "
+                        "N - 1: how far one draw, or a pool of 2 or 4, is from the pool of all N (no leave-one-out)")
     parser.add_argument("--closed-loop", action="store_true", help="replay multi-turn users as inference-perf's "
                         "client serialises them (a round waits for the user's previous answer; docs/cost.md)")
-    parser.add_argument("--arrival-seed", type=int, default=None, metavar="N", help="requests arrive as "
-                        "inference-perf's constant timer draws them (exponential gaps scaled to each stage's duration), "
-                        "drawn with seed N (default: evenly spaced at 1 / rate; a profile fitted so is judged so)")
+    parser.add_argument("--arrivals", default=None, metavar="SEEDS|even", help="the seeds of inference-perf's drawn "
+                        "arrivals (exponential gaps scaled to each stage's duration), one replay each, pooled: "
+                        "comma-separated or a range (default: those the profile's [fit] records, else "
+                        f"{','.join(map(str, F.ARRIVAL_SEEDS))}); 'even': evenly spaced at 1 / rate")
     parser.add_argument("--sent", action="store_true", help="replay the 100 single-turn prompts each run's client "
                         "sent, not the users the run names (kvlab.cost.measured.CLIENT_DEFAULTS)")
     grid = parser.add_mutually_exclusive_group()  # (fit_spread fits one grid value at a time)
@@ -107,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lag-joint", action="store_true", help="with --lag-per: fit the terms with every constant in "
                         "one fit (default: the engine's constants first, then the lag on TTFT and E2E)")
     args = parser.parse_args(argv)
+    try:
+        seeds = F.parse_arrivals(args.arrivals) if args.arrivals is not None else None
+    except KvlabError as exc:
+        parser.error(str(exc))
     if args.lag_joint and not args.lag_per:
         parser.error("--lag-joint applies to --lag-per's terms; valid: --lag-per {prompt,size,both} --lag-joint")
     path = args.runs or default_runs()
@@ -118,9 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.time()
     if args.reads:
-        return reads(path, args.profile, started, args.sent, args.arrival_seed)
+        return reads(path, args.profile, started, args.sent, args.arrivals is None, seeds)
     if args.screen:
         return screen(path, args.profile, started)
+    if args.draws is not None:
+        if not 2 <= args.draws <= 64:
+            parser.error(f"--draws {args.draws}: valid: 2 to 64 seeds")
+        return draws(path, args.profile, args.draws, started, max(1, args.workers))
     try:
         runs = read_runs(path)
         profile = get_profile(args.profile)
@@ -135,23 +156,24 @@ def main(argv: list[str] | None = None) -> int:
         # spread where [fit] did)
         constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS} | F.carried(profile.constants)
         sent = args.sent or bool(profile.fit.get("client_defaults"))  # (a profile fitted so is judged so)
-        seed = args.arrival_seed if args.arrival_seed is not None else profile.fit.get("arrival_seed")
-        prepared = [F.prepare(run, args.closed_loop, sent, seed) for run in runs]
+        seeds = seeds if args.arrivals is not None else F.arrivals_of(profile.fit)  # (a profile is judged as fitted)
+        prepared = [F.prepare(run, args.closed_loop, sent, seeds) for run in runs]
         print(f"{len(runs)} runs from {path}; fitted profile {profile.name!r} left out run by run; "
-              f"baselines {', '.join(b.name for b in baselines)}", file=sys.stderr)
+              f"baselines {', '.join(b.name for b in baselines)}; arrivals {_arrivals(seeds)}", file=sys.stderr)
+        workers = max(1, args.workers)
         calibration = F.Calibration(fit=F.Fit(constants, {}, fitted, 0, 0.0, held, profile.fit.get("hold_if_sigma_over_value")),
-                                    replays=[F.replay(p, constants) for p in prepared], iterations=0)
+                                    replays=_replays([(p, constants, None) for p in prepared], workers), iterations=0)
         if args.lag_per:
             folds = F.leave_one_out_terms(calibration, F.LAG_TERM_CHOICES[args.lag_per],
                                           progress=lambda line: print(line, file=sys.stderr), joint=args.lag_joint)
         else:
-            folds = F.leave_one_out(calibration)
+            folds = F.leave_one_out(calibration, workers=workers)
         tables = {f"{profile.name} (LOO)": F.errors(folds)}
         for name in (k for k in F.SPREADS if k in fitted):  # (the value each fold fitted on its grid)
             print(f"{name} by fold (the run left out): " + ", ".join(
                 f"{r.prepared.run.id} {r.constants.get(name, 0.0):g}" for r in folds), file=sys.stderr)
         for baseline in baselines:
-            tables[baseline.name] = F.errors([F.replay(p, profile=baseline) for p in prepared])
+            tables[baseline.name] = F.errors(_replays([(p, None, baseline) for p in prepared], workers))
     except KvlabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -172,8 +194,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def reads(path: Path, profile_name: str, started: float, sent: bool = False, seed: int | None = None) -> int:
-    """The ``--reads`` table (module doc)."""
+def _replays(jobs: list, workers: int) -> list:
+    from kvlab.cost import fit as F
+
+    return F.replay_all(jobs, workers)
+
+
+def _arrivals(seeds) -> str:
+    return "evenly spaced" if seeds is None else f"drawn, seeds {','.join(map(str, seeds))}, pooled"
+
+
+def reads(path: Path, profile_name: str, started: float, sent: bool = False, profiles_own: bool = True,
+          seeds=None) -> int:
+    """The ``--reads`` table (module doc); ``profiles_own``: the arrivals the profile's [fit] records, else ``seeds``."""
     from kvlab.cost import fit as F
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import get_profile
@@ -183,12 +216,14 @@ def reads(path: Path, profile_name: str, started: float, sent: bool = False, see
         runs = read_runs(path)
         profile = get_profile(profile_name)
         constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS} | F.carried(profile.constants)
-        print(f"{len(runs)} runs from {path}, replayed under {profile.name!r}", file=sys.stderr)
+        seeds = F.arrivals_of(profile.fit) if profiles_own else seeds
+        print(f"{len(runs)} runs from {path}, replayed under {profile.name!r}; arrivals {_arrivals(seeds)}",
+              file=sys.stderr)
         print(f"{'run':<16} {'model':<22} {'tp':>2} {'seqs':>5} {'max':>4} {'pre':>4} {'weights':>8} {'KV':>6} "
               f"{'ITL':>6} {'ratio':>6} {'kvlab ITL':>9} | {'TTFT p99':>8} {'1st round max':>13} {'later max':>9} "
               f"{'measured p99':>12} | p99 by stage, kvlab/measured")
         for run in runs:
-            print(_reads_row(F.replay(F.prepare(run, sent=sent, arrival_seed=seed), constants)), flush=True)
+            print(_reads_row(F.replay(F.prepare(run, sent=sent, arrival_seeds=seeds), constants)), flush=True)
     except KvlabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -209,7 +244,7 @@ def _reads_row(replay) -> str:
     implied = ((run.measured("summary", "e2e_mean") - run.measured("summary", "ttft_mean"))
                / (run.workload.output_len - 1))
     ttft = replay.client_ttft()
-    first = np.arange(len(ttft)) < replay.prepared.spec.num_users  # (each prompt's first request)
+    first = replay.within < replay.prepared.spec.num_users  # (each prompt's first request, in each draw)
     first_max = float(ttft[first].max())
     later_max = float(ttft[~first].max()) if (~first).any() else float("nan")
     predicted = replay.predicted()
@@ -221,6 +256,65 @@ def _reads_row(replay) -> str:
             f"{predicted['summary']['itl_mean'] * 1e3:>9.2f} | {np.percentile(ttft, 99) * 1e3:>8.1f} "
             f"{first_max * 1e3:>13.1f} {later_max * 1e3:>9.1f} {run.measured('summary', 'ttft_p99') * 1e3:>12.1f} "
             f"| {stages}")
+
+
+def draws(path: Path, profile_name: str, num: int, started: float, workers: int = 1) -> int:
+    """The ``--draws`` table (module doc)."""
+    import itertools
+
+    import numpy as np
+
+    from kvlab.cost import fit as F
+    from kvlab.cost.measured import METRICS, read_runs
+    from kvlab.cost.profiles import get_profile
+    from kvlab.errors import KvlabError
+
+    try:
+        runs = read_runs(path)
+        profile = get_profile(profile_name)
+        constants = {k: profile.constants.get(k, F.START[k]) for k in F.CONSTANTS} | F.carried(profile.constants)
+        print(f"{len(runs)} runs from {path}, replayed under {profile.name!r} once per seed 0 .. {num - 1}",
+              file=sys.stderr)
+        latencies = {}  # (run, seed): each request's E2E and TTFT
+        replays = F.replay_all([(F.prepare(run, arrival_seeds=range(num)), constants, None) for run in runs], workers)
+        for run, replay in zip(runs, replays):
+            e2e = replay.finish + replay._lag(run.workload.output_len) - replay.arrival + replay.shift_s
+            per = len(replay.arrival) // num
+            for seed in range(num):
+                chosen = slice(seed * per, (seed + 1) * per)
+                latencies[run.id, seed] = (e2e[chosen], replay.client_ttft()[chosen])
+    except KvlabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    metrics = [m for m in METRICS if m != "itl_mean"] + ["itl_mean"]
+
+    def errors_of(seeds) -> dict:
+        out = {}
+        for run in runs:
+            e = np.concatenate([latencies[run.id, s][0] for s in seeds])
+            t = np.concatenate([latencies[run.id, s][1] for s in seeds])
+            got = {"e2e_mean": e.mean(), "e2e_p90": np.percentile(e, 90), "e2e_p99": np.percentile(e, 99),
+                   "ttft_mean": t.mean(), "ttft_p90": np.percentile(t, 90), "ttft_p99": np.percentile(t, 99),
+                   "itl_mean": (e.mean() - t.mean()) / (run.workload.output_len - 1)}
+            out[run.id] = {m: got[m] / run.measured("summary", m) - 1.0 for m in metrics}
+        return out
+
+    alone = [errors_of([s]) for s in range(num)]
+    print("median |error| over the runs, each draw alone (seed 0, 1, ...):")
+    for m in metrics:
+        values = [np.median([abs(e[r.id][m]) for r in runs]) for e in alone]
+        print(f"  {m:<10} " + " ".join(f"{v:.1%}" for v in values) + f"   (spread {max(values) - min(values):.1%})")
+    pooled = errors_of(range(num))
+    print(f"rms over runs and pools of a pool of K draws' error less the pool of all {num} (points):")
+    print(f"  {'K':<10} " + " ".join(f"{m:>9}" for m in metrics))
+    for k in (1, 2, 4):
+        if k >= num:
+            break
+        pools = [errors_of(c) for c in itertools.combinations(range(num), k)][:70]
+        rms = [np.sqrt(np.mean([(p[r.id][m] - pooled[r.id][m]) ** 2 for p in pools for r in runs])) for m in metrics]
+        print(f"  {k:<10} " + " ".join(f"{v * 100:>9.2f}" for v in rms))
+    print(f"({time.time() - started:.0f} s)", file=sys.stderr)
+    return 0
 
 
 # Terms screened for the decode step's attention (``--screen``; docs/cost.md, "Terms tried and not kept"): each a column

@@ -274,7 +274,8 @@ def test_what_a_decoded_token_reads_prices_to_the_replays_itl():
     assert per_token[0] == pytest.approx(replay.prepared.weights_s, rel=0.05)  # one read of the weights per token
     ttft = replay.client_ttft()
     np.testing.assert_allclose(ttft.mean(), replay.predicted()["summary"]["ttft_mean"], rtol=1e-12)
-    assert ttft.min() > constants["request_latency_s"] and len(ttft) == run.workload.num_requests
+    assert ttft.min() > constants["request_latency_s"]
+    assert len(ttft) == run.workload.num_requests * len(F.ARRIVAL_SEEDS)  # (each draw's requests, pooled)
     assert replay.num_preemptions == 0
     assert F.replay(F.prepare(run_from_dict(_with("total_kv_blocks", 24), "x")), constants).num_preemptions > 0
 
@@ -327,7 +328,7 @@ def test_the_shipped_profile_is_the_fit_on_the_calibration_set():
     constants |= F.carried(profile.constants)  # (the lag, its spread and its step: fitted on a grid where asked)
     runs = read_runs(TRAINVAL)
     assert [r.id for r in runs] == list(profile.fit["runs"])
-    replays = [F.replay(F.prepare(run), constants) for run in runs]
+    replays = [F.replay(F.prepare(run, arrival_seeds=F.arrivals_of(profile.fit)), constants) for run in runs]
     rows, labels = F._rows(replays)
     fitted, identified = profile.fit["fitted"], profile.fit.get("hold_if_sigma_over_value")
     refit = (F.fit_spread(replays, fitted, constants, identified) if F.SPREADS.keys() & set(fitted)
@@ -356,21 +357,61 @@ def test_a_run_is_replayed_with_the_users_it_names_or_the_prompts_its_client_sen
     published = F.prepare(run)
     assert published.spec == run.workload
     assert len({r.prefix_hashes for r in published.workload.requests}) == run.workload.num_users == 6
-    assert F.prepare(run, closed_loop=True, sent=True).spec == run.workload  # (the loop serialises the named users)
+    closed = F.prepare(run, closed_loop=True, sent=True, arrival_seeds=None)
+    assert closed.spec == run.workload  # (the loop serialises the named users)
+    with pytest.raises(KvlabError, match="the closed loop replays evenly spaced arrivals only"):
+        F.prepare(run, closed_loop=True)
 
 
-def test_a_run_replayed_with_an_arrival_seed_sends_inference_perfs_drawn_times():
-    """``arrival_seed``: the requests arrive as inference-perf's constant timer draws them (kvlab.workload.
-    inference_perf.arrival_times with that seed), the same users and prompts; without it, evenly spaced."""
+def test_a_run_is_replayed_once_per_arrival_draw_and_the_draws_pooled():
+    """By default the requests arrive as inference-perf's constant timer draws them (kvlab.workload.inference_perf.
+    arrival_times), once per seed of F.ARRIVAL_SEEDS, and ``replay`` pools the draws: each draw's requests as its own
+    replay would give them, side by side, so a mean's row is the draws' mean and a p99 is over every draw's requests.
+    ``arrival_seeds=None``: one replay, evenly spaced."""
     from kvlab.workload.inference_perf import arrival_times
 
     run = run_from_dict(_with("workload.stages", [{"rate": 100.0, "duration": 2}, {"rate": 50.0, "duration": 2}]), "x")
-    even, drawn = F.prepare(run), F.prepare(run, arrival_seed=3)
-    assert [r.arrival_time for r in drawn.workload.requests] == arrival_times(run.workload, seed=3).tolist()
-    assert [r.arrival_time for r in even.workload.requests] == arrival_times(run.workload).tolist()
-    assert [r.prefix_hashes for r in drawn.workload.requests] == [r.prefix_hashes for r in even.workload.requests]
-    replay = F.replay(drawn, dict(F.START))
-    assert replay.stage.tolist() == [0] * 200 + [1] * 100
+    assert F.prepare(run).seeds == F.ARRIVAL_SEEDS and len(F.prepare(run).draws) == len(F.ARRIVAL_SEEDS) > 1
+    even, three, four = (F.prepare(run, arrival_seeds=s) for s in (None, (3,), (4,)))
+    assert [r.arrival_time for r in three.workload.requests] == arrival_times(run.workload, seed=3).tolist()
+    assert [r.arrival_time for r in even.workload.requests] == arrival_times(run.workload, seed=None).tolist()
+    assert [r.prefix_hashes for r in three.workload.requests] == [r.prefix_hashes for r in even.workload.requests]
+    alone = [F.replay(p, dict(F.START)) for p in (three, four)]
+    pooled = F.replay(F.prepare(run, arrival_seeds=(3, 4)), dict(F.START))
+    assert pooled.stage.tolist() == ([0] * 200 + [1] * 100) * 2 and pooled.within.tolist() == list(range(300)) * 2
+    np.testing.assert_allclose(pooled.client_ttft(), np.concatenate([r.client_ttft() for r in alone]), atol=1e-9)
+    rows = [r.equations() for r in alone]
+    for k, (group, metric, row, _) in enumerate(pooled.equations()):
+        assert (group, metric) == rows[0][k][:2] == rows[1][k][:2]
+        np.testing.assert_allclose(row, (rows[0][k][2] + rows[1][k][2]) / 2, rtol=1e-9, atol=1e-12)
+    e2e = np.concatenate([r.finish + r._lag(20) - r.arrival for r in alone])
+    assert pooled.predicted()["summary"]["e2e_p99"] == pytest.approx(np.percentile(e2e, 99))
+    with pytest.raises(KvlabError, match="arrival seeds: none given"):
+        F.prepare(run, arrival_seeds=())
+    # Replayed in forked processes (kvlab calibrate --runs --workers, benchmarks/real_vllm.py --workers): the same.
+    jobs = [(F.prepare(run, arrival_seeds=(3, 4)), dict(F.START), None), (three, dict(F.START), None)]
+    for got, want in zip(F.replay_all(jobs, workers=2), [pooled, alone[0]]):
+        np.testing.assert_array_equal(got.finish, want.finish)
+        np.testing.assert_array_equal(got.phi, want.phi)
+        assert got.prepared is not None and got.predicted() == want.predicted()
+
+
+@pytest.mark.parametrize("text, seeds", [("0,1,2,3", (0, 1, 2, 3)), ("0-7", tuple(range(8))), (" 5 ", (5,)),
+                                         ("even", None), ("EVEN", None)])
+def test_arrivals_option_reads_seeds_or_even(text, seeds):
+    assert F.parse_arrivals(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["", "a", "1,1", "-1", "3-1", "0,x"])
+def test_arrivals_option_refuses_what_is_not_seeds(text):
+    with pytest.raises(KvlabError, match=f"--arrivals {text!r} is not a list of arrival seeds; valid: .*'even'"):
+        F.parse_arrivals(text)
+
+
+def test_a_profile_is_judged_with_the_arrivals_its_fit_records():
+    assert F.arrivals_of({}) == F.ARRIVAL_SEEDS  # (no fit: the default)
+    assert F.arrivals_of({"arrivals": "drawn", "arrival_seeds": [5, 6]}) == (5, 6)
+    assert F.arrivals_of({"runs": ["a"]}) is None and F.arrivals_of({"arrivals": "even"}) is None  # (fitted evenly)
 
 
 def test_multi_turn_rounds_wait_for_the_users_previous_answer():
@@ -382,8 +423,8 @@ def test_multi_turn_rounds_wait_for_the_users_previous_answer():
     raw = _with("workload.num_users_per_system_prompt", 1)
     raw["workload"]["num_unique_system_prompts"] = 2  # two users, one round each 1/20 s at 40 req/s: they overlap
     run = run_from_dict(raw, "x")
-    replay = F.replay(F.prepare(run, closed_loop=True), F.START)
-    scheduled = arrival_times(run.workload)
+    replay = F.replay(F.prepare(run, closed_loop=True, arrival_seeds=None), F.START)  # (evenly spaced only, so far)
+    scheduled = arrival_times(run.workload, seed=None)
     busy = replay.busy()
     client_end = replay.finish + admission_lag(replay.lag_iterations, busy, replay.first_token, replay.finish,
                                                run.workload.output_len)
@@ -391,9 +432,9 @@ def test_multi_turn_rounds_wait_for_the_users_previous_answer():
     np.testing.assert_array_equal(replay.arrival, closed_loop_send_times(run.workload, scheduled, client_end))
     assert np.all(replay.arrival[2:] >= client_end[:-2])  # a user never has two requests in flight
     # Without multi-turn, or without closed_loop (the default), every request is sent at its scheduled time.
-    np.testing.assert_array_equal(F.replay(F.prepare(run), F.START).arrival, scheduled)
+    np.testing.assert_array_equal(F.replay(F.prepare(run, arrival_seeds=None), F.START).arrival, scheduled)
     raw["workload"]["enable_multi_turn_chat"] = False
-    open_loop = F.replay(F.prepare(run_from_dict(raw, "x"), closed_loop=True), F.START)
+    open_loop = F.replay(F.prepare(run_from_dict(raw, "x"), closed_loop=True, arrival_seeds=None), F.START)
     np.testing.assert_array_equal(open_loop.arrival, scheduled)
 
 
@@ -490,11 +531,21 @@ def test_a_fold_that_cannot_fit_names_the_run_it_left_out(kvlab, tmp_path):
                                "it multiplies is 0 in every run")
 
 
-@pytest.mark.parametrize("flag", ["--client-defaults", "--hold-unidentified"])
+@pytest.mark.parametrize("flag", ["--client-defaults", "--hold-unidentified", "--arrivals 0-7", "--workers 2"])
 def test_a_measured_runs_flag_without_runs_is_one_line(kvlab, tmp_path, flag):
-    r = kvlab("calibrate", tmp_path, flag, "--out", tmp_path / "p.toml")
+    r = kvlab("calibrate", tmp_path, *flag.split(), "--out", tmp_path / "p.toml")
     assert r.exit_code == 2 and r.stderr.strip() == (f"error: {flag} is for a fit on measured runs: give it with --runs FILE"
                                                      " (a fit on bench folders is one least-squares solve)")
+
+
+@pytest.mark.parametrize("flag, message", [
+    (("--arrivals", "0,0"), "error: --arrivals '0,0' is not a list of arrival seeds; valid: distinct seeds from 0"),
+    (("--workers", "0"), "error: --workers 0: valid: 1 to 64 processes")])
+def test_bad_arrivals_or_workers_are_one_line_before_any_replay(kvlab, tmp_path, flag, message):
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": [RUN, {**RUN, "id": "other"}, {**RUN, "id": "third"}]}))
+    r = kvlab("calibrate", "--runs", file, *flag, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(message), r.stderr
 
 
 def test_the_sets_h100_is_the_sxm_card_for_the_profile_too():

@@ -46,19 +46,24 @@ def _spec(**kw) -> SharedPrefixSpec:
 
 
 def test_stages_send_rate_times_duration_evenly_spaced_one_after_the_other():
+    """``seed=None``: evenly spaced (kvlab's replay before 7 December, kept for comparison)."""
     spec = _spec()
-    times = arrival_times(spec)
+    times = arrival_times(spec, seed=None)
     assert times.tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.25, 3.5, 3.75]
     assert spec.num_requests == 10
     assert stage_of(spec, times).tolist() == [0] * 6 + [1] * 4
 
 
-def test_with_a_seed_each_stage_draws_inference_perfs_exponential_gaps_scaled_to_its_duration():
+def test_each_stage_draws_inference_perfs_exponential_gaps_scaled_to_its_duration():
     """inference-perf's ConstantLoadTimer (inference_perf/loadgen/load_timer.py): a stage's rate x duration gaps are
     exponential draws scaled to sum to its duration, so its "constant" load is Poisson arrivals held to their count.
-    With a seed kvlab draws the same way (the first request at the stage's start), the same times for the same seed."""
+    kvlab draws the same way by default (seed DEFAULT_SEED; the first request at the stage's start), the same times
+    for the same seed."""
+    from kvlab.workload.inference_perf import DEFAULT_SEED
+
     spec = _spec(stages=(Stage(20.0, 50), Stage(40.0, 50)))
     times = arrival_times(spec, seed=0)
+    assert DEFAULT_SEED == 0 and np.array_equal(arrival_times(spec), times)
     stages = stage_of(spec, times)
     assert len(times) == spec.num_requests == 3000 and np.all(np.diff(times) >= 0)
     assert stages.tolist() == [0] * 1000 + [1] * 2000
@@ -71,7 +76,27 @@ def test_with_a_seed_each_stage_draws_inference_perfs_exponential_gaps_scaled_to
     assert np.array_equal(times, arrival_times(spec, seed=0)) and not np.array_equal(times, arrival_times(spec, seed=1))
     assert np.array_equal(arrival_times(spec, 7, seed=0), times[:7])
     assert np.array_equal(shared_prefix_table(spec, seed=0).arrival_time, times)
-    assert np.ptp(np.diff(arrival_times(spec)[:1000])) < 1e-9  # (no seed: evenly spaced, as before)
+    assert np.ptp(np.diff(arrival_times(spec, seed=None)[:1000])) < 1e-9  # (None: evenly spaced, as before)
+
+
+def test_a_drawn_stage_larger_than_a_block_keeps_its_first_requests_and_its_duration():
+    """A drawn stage's gaps come a block at a time (inference_perf.BLOCK), each block's sum drawn first, so a limit
+    draws only its blocks, the first requests are the same with or without it, and the stage still ends on time."""
+    import kvlab.workload.inference_perf as inference_perf
+
+    spec = _spec(stages=(Stage(1000.0, 3.0), Stage(10.0, 1.0)))
+    old, inference_perf.BLOCK = inference_perf.BLOCK, 256
+    try:
+        times = arrival_times(spec, seed=2)
+        assert np.array_equal(arrival_times(spec, 300, seed=2), times[:300])
+    finally:
+        inference_perf.BLOCK = old
+    first = times[:3000]
+    gaps = np.diff(first)
+    assert len(times) == 3010 and first[0] == 0.0 and first[-1] < 3.0 and np.all(gaps > 0)
+    assert 0.9 < gaps.std() / gaps.mean() < 1.1 and abs(gaps.mean() * 1000 - 1) < 0.01
+    # The stage's gaps sum to its duration: its first gap (drawn, the first request sent at the start) is what is left.
+    assert 0 < 3.0 - first[-1] < 0.02
 
 
 def test_request_i_goes_to_user_i_mod_users_and_users_of_a_group_share_the_system_prompt():
@@ -96,7 +121,8 @@ def test_a_config_file_is_a_workload_and_prefix_caching_finds_the_shared_blocks(
     path.write_text(CONFIG)
     workload = load_workload(str(path))
     assert workload.num_requests == 10
-    assert [r.arrival_time for r in workload.requests][:3] == [0.0, 0.5, 1.0]
+    # (the arrivals inference-perf's constant timer would draw: kvlab's default draw, DEFAULT_SEED)
+    assert [r.arrival_time for r in workload.requests] == arrival_times(read_config(str(path))).tolist()
     assert workload.requests[3].prefix_hashes == (1, 1, 5, 5)
 
     from kvlab.memory.paged import PagedAllocator

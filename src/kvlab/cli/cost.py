@@ -121,6 +121,9 @@ def calibrate(
                                                     "(and name) each constant whose standard error is not below its "
                                                     "value, and fit the rest again (by default every constant asked "
                                                     "for is fitted, with its σ).")] = False,
+    arrivals: Annotated[str | None, typer.Option("--arrivals", help="With --runs: seeds of inference-perf's drawn "
+                        "arrivals, a replay each, pooled (0,1 or 0-7) \\[default: 0-3]; 'even': evenly spaced.")] = None,
+    workers: Annotated[int, typer.Option("--workers", help="With --runs: replay in this many processes.")] = 1,
 ) -> None:
     """Fit a cost profile to a real server's iterations by least squares.
 
@@ -135,9 +138,9 @@ def calibrate(
     require_scipy("kvlab calibrate")
     if runs is not None:
         _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log),
-                        client_defaults, hold_unidentified)
+                        client_defaults, hold_unidentified, arrivals, workers)
         return
-    _check_bench_fit_options(ctx, client_defaults, hold_unidentified, start, iterations)
+    _check_bench_fit_options(ctx, client_defaults, hold_unidentified, start, iterations, arrivals, workers)
     if not directories:
         raise KvlabError("kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE (measured "
                          "runs as published)")
@@ -170,13 +173,14 @@ def _bench_fit_names(fit: str | None) -> tuple[str, ...] | None:
     return names
 
 
-def _check_bench_fit_options(ctx: typer.Context, client_defaults: bool, hold_unidentified: bool, start, iterations
-                             ) -> None:
+def _check_bench_fit_options(ctx: typer.Context, client_defaults: bool, hold_unidentified: bool, start, iterations,
+                             arrivals: str | None = None, workers: int = 1) -> None:
     """The options of a fit on measured runs (--runs), refused for a fit on bench folders, which has no rounds."""
     source = ctx.get_parameter_source("iterations")
     given_iterations = source is not None and source.name != "DEFAULT"  # (the name: typer's click may be its own)
     for flag, given in (("--client-defaults", client_defaults), ("--hold-unidentified", hold_unidentified),
-                        (f"--start {start}", start is not None), (f"--iterations {iterations}", given_iterations)):
+                        (f"--start {start}", start is not None), (f"--iterations {iterations}", given_iterations),
+                        (f"--arrivals {arrivals}", arrivals is not None), (f"--workers {workers}", workers != 1)):
         if given:
             raise KvlabError(f"{flag} is for a fit on measured runs: give it with --runs FILE (a fit on bench "
                              "folders is one least-squares solve)")
@@ -223,9 +227,18 @@ def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
     console.print(f"Wrote {out}: kvlab run --cost {out} ...")
 
 
+def _seeds_and_workers(arrivals: str | None, workers: int):
+    """--arrivals' seeds (None: evenly spaced; default fit.ARRIVAL_SEEDS), once --workers is checked."""
+    from kvlab.cost.fit import ARRIVAL_SEEDS, parse_arrivals
+
+    if not 1 <= workers <= 64:
+        raise KvlabError(f"--workers {workers}: valid: 1 to 64 processes")
+    return parse_arrivals(arrivals) if arrivals is not None else ARRIVAL_SEEDS
+
+
 def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool, start: str | None,
                     iterations: int, other_sources: bool, client_defaults: bool = False,
-                    hold_unidentified: bool = False) -> None:
+                    hold_unidentified: bool = False, arrivals: str | None = None, workers: int = 1) -> None:
     """``kvlab calibrate --runs FILE``: an efficiency profile fitted across measured runs (kvlab/cost/fit.py)."""
     import sys
 
@@ -238,6 +251,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
 
     if not 1 <= iterations <= 20:
         raise KvlabError(f"--iterations {iterations}: valid: 1 to 20 replay-and-fit rounds")
+    seeds = _seeds_and_workers(arrivals, workers)
     if other_sources:
         raise KvlabError("--runs fits measured runs; bench folders and --server-log are another kind of "
                          "calibration: give one or the other")
@@ -259,6 +273,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     document, report = calibration_profile(measured, names, name=name, source_path=path, start=start_constants,
                                            max_iterations=iterations, sent=client_defaults,
                                            identified=IDENTIFIED if hold_unidentified else None,
+                                           arrival_seeds=seeds, workers=workers,
                                            progress=lambda line: console.print(line, style="dim"))
     write_profile(document, out)
     constants, sigma = document["constants"], document["fit"]["sigma"]

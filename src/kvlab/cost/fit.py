@@ -107,6 +107,14 @@ JITTER_METRICS = ("e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "tt
 STEP_STEP = 0.01
 STEP_GRID = tuple(round(STEP_STEP * k, 3) for k in range(31))
 STRATEGY = "vllm+prefix"
+# The arrivals a run is replayed with: inference-perf's constant timer draws its requests' times (exponential gaps
+# scaled to each stage's duration; kvlab.workload.inference_perf.arrival_times), and the runs' own draws are not
+# published, so a run is replayed once per seed here and the replays' requests pooled (replay): one draw's p90s and
+# p99s move by points from seed to seed, the pool's by about 1/sqrt(K) of that (docs/cost.md, "The arrivals the client
+# drew", says how K was chosen). EVEN: evenly spaced at each stage's rate instead, one replay (kvlab's replay before
+# 7 December; for comparison: prepare(arrival_seeds=None), --arrivals even).
+ARRIVAL_SEEDS = (0, 1, 2, 3)
+EVEN: tuple[int | None, ...] = (None,)
 # vLLM's async scheduling (the default since 0.14): a request that reaches a busy engine joins one iteration later.
 ADMISSION_LAG_ITERATIONS = 1.0
 # The admission lag itself, fitted only where asked (an experiment, docs/cost.md): like the spread, on a grid, the
@@ -146,6 +154,40 @@ LAG_TERM_CHOICES = {"prompt": ("request_latency_per_prompt_token_s",), "size": (
 RUN_HARDWARE = {"H100": "H100-SXM", "A100": "A100-80GB"}
 
 
+def parse_arrivals(text: str, option: str = "--arrivals") -> tuple[int, ...] | None:
+    """``--arrivals``: seeds of inference-perf's drawn arrivals, comma-separated (``0,1,2,3``, or a range ``0-7``), or
+    ``even`` (evenly spaced; None)."""
+    value = text.strip().lower()
+    if value == "even":
+        return None
+    try:
+        if "-" in value and "," not in value:
+            low, high = (int(part) for part in value.split("-"))
+            seeds = tuple(range(low, high + 1))
+        else:
+            seeds = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        seeds = ()
+    if not seeds or any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
+        raise KvlabError(f"{option} {text!r} is not a list of arrival seeds; valid: distinct seeds from 0, comma-"
+                         f"separated or a range (default {','.join(map(str, ARRIVAL_SEEDS))}: inference-perf's drawn "
+                         "arrivals, one replay per seed, pooled), or 'even' (evenly spaced at each stage's rate)")
+    return seeds
+
+
+def arrivals_of(fit: dict) -> tuple[int, ...] | None:
+    """How a profile's ``[fit]`` replayed its runs' arrivals (calibration_profile): its seeds, or None (evenly
+    spaced: a fit that records none predates the drawn arrivals, or recorded ``arrivals = "even"``); a profile with
+    no ``[fit]``, ARRIVAL_SEEDS."""
+    if not fit:
+        return ARRIVAL_SEEDS
+    if fit.get("arrivals") == "drawn":
+        return tuple(int(seed) for seed in fit.get("arrival_seeds", ARRIVAL_SEEDS))
+    if "arrival_seed" in fit:  # (clock58's one draw)
+        return (int(fit["arrival_seed"]),)
+    return None
+
+
 def carried(constants: dict[str, float]) -> dict[str, float]:
     """Those of ``constants`` a fit carries as given (CARRIED)."""
     return {k: constants[k] for k in CARRIED if k in constants}
@@ -179,6 +221,8 @@ class Prepared:
     num_allreduce_calls: int
     closed_loop: bool = False  # replay multi-turn users as inference-perf's client serialises them (replay)
     spec: Any = None  # the workload replayed: the run's as published, or the one its client sent (``sent``)
+    draws: tuple = ()  # one workload per arrival draw (prepare's ``arrival_seeds``; ``workload`` is the first)
+    seeds: tuple = EVEN  # their seeds (None: evenly spaced)
 
     def engine(self, constants: dict[str, float] | None = None, profile=None):
         """The run's engine under these constants, or under a profile (kvlab.cost.profiles.CostProfile)."""
@@ -193,12 +237,14 @@ class Prepared:
         return replace(self.config.engine, cost=cost)
 
 
-def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False, arrival_seed: int | None = None) -> Prepared:
+def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False,
+            arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS) -> Prepared:
     """The run's configuration and physics, and its workload: the users the run names, or with ``sent`` the
     prompts the calibration set's client sent in their place (kvlab.cost.measured.CLIENT_DEFAULTS: 100 prompts,
-    single turn; ``closed_loop`` serialises the named multi-turn users, so it keeps them). ``arrival_seed``: the
+    single turn; ``closed_loop`` serialises the named multi-turn users, so it keeps them). ``arrival_seeds``: the
     requests arrive as inference-perf's constant timer draws them (exponential gaps scaled to each stage's
-    duration, kvlab.workload.inference_perf.arrival_times), seeded so; None: evenly spaced."""
+    duration, kvlab.workload.inference_perf.arrival_times), one workload per seed, which ``replay`` runs each and
+    pools (ARRIVAL_SEEDS); None: one workload, evenly spaced at each stage's rate (EVEN, for comparison)."""
     from kvlab.catalog import get_gpu
     from kvlab.config.resolve import quietly
     from kvlab.cost.terms import terms_for
@@ -228,10 +274,20 @@ def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False, arr
     if config.offload is not None and run.num_cpu_blocks is not None:  # (the tier as the run's log sized it)
         config = replace(config, offload=replace(config.offload, num_cpu_blocks=run.num_cpu_blocks))
     spec = sent_workload(run.workload) if sent and not closed_loop else run.workload
-    table = shared_prefix_table(spec, seed=arrival_seed)
-    assert table.arrival_time is not None
-    workload = Workload(name=f"run {run.id}", requests=_build_requests(table, table.arrival_time, None),
-                        description="", source="")
+    seeds: tuple[int | None, ...] = EVEN if arrival_seeds is None else tuple(int(s) for s in arrival_seeds)
+    if not seeds:
+        raise KvlabError("arrival seeds: none given; valid: one or more seeds (inference-perf's drawn arrivals), or "
+                         "evenly spaced arrivals")
+    if closed_loop and seeds != EVEN:  # (found 7 December: _closed_loop's stepping never ends on a drawn seed 0)
+        raise KvlabError(f"run {run.id!r}: the closed loop replays evenly spaced arrivals only (on drawn ones its "
+                         "stepping does not end yet); valid: --closed-loop with --arrivals even")
+    workloads = []
+    for seed in seeds:
+        table = shared_prefix_table(spec, seed=seed)
+        assert table.arrival_time is not None
+        workloads.append(Workload(name=f"run {run.id}", requests=_build_requests(table, table.arrival_time, None),
+                                  description="", source=""))
+    workload = workloads[0]
     tp = run.tensor_parallel_size
     terms = terms_for(model_spec, gpu_spec, config.sizing.weights_bytes_total / tp, tp)
     bandwidth = float(gpu_spec.memory_bandwidth_bytes_per_s)
@@ -248,6 +304,7 @@ def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False, arr
         pair_flops_s=base.attention_flops_per_pair / terms.matmul_peak_flops,
         allreduce_token_s=terms.allreduce_bytes_per_token / link,
         num_allreduce_calls=terms.num_allreduce_calls, closed_loop=closed_loop, spec=spec,
+        draws=tuple(workloads), seeds=seeds,
     )
 
 
@@ -273,6 +330,7 @@ class Replay:
     # Each iteration's (num_seqs, prefill, decode, context, attention pairs), as its features were computed from (a
     # term screened beside θ's is a column of these: benchmarks/real_vllm.py --screen).
     fields: Any = field(default=None, repr=False, compare=False)
+    within: Any = field(default=None, repr=False, compare=False)  # each request's index in its draw (prepare's seeds)
     _parts: Any = field(default=None, repr=False, compare=False)  # (request_parts, computed once)
 
     def draws(self) -> np.ndarray:
@@ -434,22 +492,61 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
     if constants is None:
         constants = {**START, "request_latency_s": cost.request_latency_s}
     spec = p.spec
-    scheduled = np.array([r.arrival_time for r in p.workload.requests])  # (request_id order: the table's)
-    timeline = _open_loop(p, engine)
-    send = scheduled
-    if p.closed_loop and spec.enable_multi_turn_chat:
-        held = closed_loop_send_times(spec, scheduled, _client_end(cost, scheduled, timeline, spec.output_len))
-        if np.any(held > scheduled):
-            timeline, send = _closed_loop(p, engine, scheduled)
-    theta = theta_of(constants)
-    fields = timeline.iterations()
-    phi, _ = _features(p, theta, *fields)
-    return Replay(prepared=p, constants=dict(constants), starts=timeline.starts(), durations=timeline.durations(),
-                  phi=phi, arrival=send, first_scheduled=timeline.first_scheduled,
-                  lag_iterations=cost.admission_lag_iterations, first_token=timeline.first_token,
-                  finish=timeline.finish, stage=stage_of(spec, scheduled - scheduled[0]),
-                  num_preemptions=timeline.num_preemptions, jitter=cost.lag_jitter_iterations,
-                  step=cost.lag_step_probability, fields=fields)
+    pooled: dict[str, list] = {}
+    offset = 0.0
+    for workload in p.draws or (p.workload,):
+        scheduled = np.array([r.arrival_time for r in workload.requests])  # (request_id order: the table's)
+        timeline = _open_loop(p, engine, workload)
+        send = scheduled
+        if p.closed_loop and spec.enable_multi_turn_chat:
+            held = closed_loop_send_times(spec, scheduled, _client_end(cost, scheduled, timeline, spec.output_len))
+            if np.any(held > scheduled):
+                timeline, send = _closed_loop(p, engine, workload, scheduled)
+        # Each draw after the one before, with a gap: F(t) (Replay.cumulative) is then constant between them, so a
+        # request's rows hold only its own draw's iterations, and the pool is each draw's requests side by side.
+        starts = timeline.starts()
+        for name, value in (("starts", starts + offset), ("durations", timeline.durations()),
+                            ("fields", np.column_stack(timeline.iterations())), ("arrival", send + offset),
+                            ("first_scheduled", timeline.first_scheduled + offset),
+                            ("first_token", timeline.first_token + offset), ("finish", timeline.finish + offset),
+                            ("stage", stage_of(spec, scheduled - scheduled[0])), ("within", np.arange(len(send))),
+                            ("preemptions", np.array([timeline.num_preemptions]))):
+            pooled.setdefault(name, []).append(value)
+        end = max(float(timeline.finish.max()), float((starts + timeline.durations()).max(initial=0.0)))
+        offset += end + 1000.0
+    joined = {name: np.concatenate(values) for name, values in pooled.items()}
+    fields = tuple(joined["fields"].T) if len(joined["fields"]) else tuple(np.zeros((5, 0)))
+    phi, _ = _features(p, theta_of(constants), *fields)
+    return Replay(prepared=p, constants=dict(constants), starts=joined["starts"], durations=joined["durations"],
+                  phi=phi, arrival=joined["arrival"], first_scheduled=joined["first_scheduled"],
+                  lag_iterations=cost.admission_lag_iterations, first_token=joined["first_token"],
+                  finish=joined["finish"], stage=joined["stage"], num_preemptions=int(joined["preemptions"].sum()),
+                  jitter=cost.lag_jitter_iterations, step=cost.lag_step_probability, fields=fields,
+                  within=joined["within"])
+
+
+_JOBS: list = []  # (replay_all's jobs, inherited by its forked workers)
+
+
+def replay_all(jobs: Sequence[tuple], workers: int = 1) -> list[Replay]:
+    """``replay(prepared, constants, profile)`` for each job (prepared, constants, profile), in ``workers`` forked
+    processes (1: here, one after the other); the same replays either way, in the jobs' order."""
+    import multiprocessing
+
+    if workers <= 1 or len(jobs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [replay(p, c, profile=pr) for p, c, pr in jobs]
+    _JOBS[:] = jobs
+    try:
+        with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+            out = pool.map(_replay_job, range(len(jobs)), chunksize=1)
+    finally:
+        _JOBS.clear()
+    return [replace(r, prepared=job[0]) for r, job in zip(out, jobs)]
+
+
+def _replay_job(i: int) -> Replay:
+    p, c, pr = _JOBS[i]
+    return replace(replay(p, c, profile=pr), prepared=None)  # type: ignore[arg-type]  # (the caller's own goes back in)
 
 
 class _Timeline:
@@ -527,9 +624,9 @@ def _simulation(p: Prepared, engine, requests, start_time: float | None = None):
                       record_iterations=False, start_time=start_time)
 
 
-def _open_loop(p: Prepared, engine) -> _Timeline:
-    """Every request sent at its scheduled time."""
-    sim = _simulation(p, engine, p.workload.requests)
+def _open_loop(p: Prepared, engine, workload) -> _Timeline:
+    """Every request of ``workload`` (one of the run's draws) sent at its scheduled time."""
+    sim = _simulation(p, engine, workload.requests)
     timeline = _Timeline(engine.cost)
     collecting = gc.isenabled()
     gc.disable()
@@ -555,7 +652,7 @@ def _client_end(cost, send: np.ndarray, timeline: _Timeline, output_len: int) ->
                                            timeline.finish, output_len)
 
 
-def _closed_loop(p: Prepared, engine, scheduled: np.ndarray) -> tuple[_Timeline, np.ndarray]:
+def _closed_loop(p: Prepared, engine, workload, scheduled: np.ndarray) -> tuple[_Timeline, np.ndarray]:
     """The run with inference-perf's multi-turn serialisation (kvlab/workload/inference_perf.py): request i is sent
     at max(its scheduled time, the client's end of request i - N), N the users. The simulation is stepped one
     iteration at a time (``run_until`` just past its clock: the schedule is the same as in runs of iterations,
@@ -570,7 +667,7 @@ def _closed_loop(p: Prepared, engine, scheduled: np.ndarray) -> tuple[_Timeline,
     latency, lag_iterations = cost.request_latency_s, cost.admission_lag_iterations
     spec = p.spec
     num_users, output_len = spec.num_users, spec.output_len
-    requests = p.workload.requests
+    requests = workload.requests
     send = scheduled.copy()
     pending = [(float(scheduled[i]), i) for i in range(min(num_users, len(requests)))]  # (send time, request id)
     sim = _simulation(p, engine, (), start_time=float(scheduled[0]) + latency)
@@ -735,7 +832,8 @@ class Calibration:
 def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *,
                    start: dict[str, float] | None = None, max_iterations: int = 4, tolerance: float = 1e-3,
                    progress: Callable[[str], None] | None = None, closed_loop: bool = False,
-                   sent: bool = False, identified: float | None = None, arrival_seed: int | None = None) -> Calibration:
+                   sent: bool = False, identified: float | None = None,
+                   arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS, workers: int = 1) -> Calibration:
     """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
     way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
     the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
@@ -750,19 +848,20 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     if len(runs) < 2:
         raise KvlabError(f"{len(runs)} measured run: a fit across runs needs at least 2 (and leave-one-out 3)")
     constants = {**START, **(start or {})}
-    prepared = [prepare(run, closed_loop, sent, arrival_seed) for run in runs]
+    prepared = [prepare(run, closed_loop, sent, arrival_seeds) for run in runs]
     history = [dict(constants)]
     fit = None
     replays: list[Replay] = []
     previous = math.inf
     for iteration in range(1, max_iterations + 1):
-        replays = [replay(p, constants) for p in prepared]
+        replays = replay_all([(p, constants, None) for p in prepared], workers)
         rows, labels = _rows(replays)
         fit = fit_spread(replays, fitted, constants, identified) if SPREADS.keys() & set(fitted) else solve(
             rows, fitted, constants, labels, identified)
         if progress is not None:
-            progress(f"iteration {iteration}: rms relative residual {fit.rms_relative_residual:.2%} (under the "
-                     "constants the runs were replayed with, refitted)")
+            progress(f"iteration {iteration}: rms relative residual {replayed_residual(rows, constants):.2%} under "
+                     f"the constants the runs were replayed with; {fit.rms_relative_residual:.2%} refitted on those "
+                     "replays (the least-squares fit on their schedules, which the next round moves half way to)")
         if abs(previous - fit.rms_relative_residual) < tolerance or iteration == max_iterations:
             break
         previous = fit.rms_relative_residual
@@ -773,6 +872,17 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     # The profile is the fit on the last replays: its σ and residuals are those equations'. Its iterations are the
     # rounds of replay and fit, as progress numbers them (history: the constants each round replayed under).
     return Calibration(fit=fit, replays=replays, iterations=len(history), history=history)
+
+
+def replayed_residual(rows: Sequence[tuple[np.ndarray, float]], constants: dict[str, float]) -> float:
+    """The rms relative error of the fitted means under the constants the rows' replays were run with: the error of
+    those constants' own predictions. (What a round of calibrate_runs minimises is the other residual, the fit's on
+    the same rows: the least squares on that round's schedules, whose constants are replayed only by the next round,
+    half way; it can rise from round to round as the schedules move, while this one falls.)"""
+    theta = theta_of({**START, **constants})
+    a = np.array([row for row, _ in rows])
+    b = np.array([measured for _, measured in rows])
+    return float(np.sqrt(np.mean((a @ theta / b - 1.0) ** 2)))
 
 
 def fit_spread(replays: Sequence[Replay], fitted: Sequence[str], fixed: dict[str, float],
@@ -865,11 +975,26 @@ def leave_one_out_terms(calibration: Calibration, terms: Sequence[str], progress
     return out
 
 
-def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None) -> list[Replay]:
+def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None, workers: int = 1
+                  ) -> list[Replay]:
     """Each run replayed under constants fitted on the other runs' equations (module doc): every constant the fit
     was asked for, identified or not. A fold does not apply the identification rule: a constant it would hold stays at
     its start, which here is the fit on every run, the left-out one included, so the fold would predict that run
     with what was fitted on it (docs/cost.md, "The fit": the rule's first leave-one-out figures did so)."""
+    folds = fold_constants(calibration)
+    if workers > 1:
+        return replay_all([(r.prepared, c, None) for r, c in zip(calibration.replays, folds)], workers)
+    out = []
+    for i, (held, constants) in enumerate(zip(calibration.replays, folds)):
+        out.append(replay(held.prepared, constants))
+        if progress is not None:
+            progress(f"leave-one-out {i + 1}/{len(calibration.replays)}: run {held.prepared.run.id} predicted by a "
+                     "fit on the others")
+    return out
+
+
+def fold_constants(calibration: Calibration) -> list[dict[str, float]]:
+    """Each leave-one-out fold's constants (leave_one_out), in the replays' order: fitted on the other runs' equations."""
     out = []
     fit = calibration.fit
     for i, held in enumerate(calibration.replays):
@@ -884,10 +1009,7 @@ def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | No
             raise KvlabError(f"leave-one-out, the fit without run {held.prepared.run.id!r}: {exc}; valid: runs such "
                              "that any one left out, the others still fit every constant (or fewer constants: --fit)"
                              ) from None
-        out.append(replay(held.prepared, fold.constants))
-        if progress is not None:
-            progress(f"leave-one-out {i + 1}/{len(calibration.replays)}: run {held.prepared.run.id} predicted by a "
-                     "fit on the others")
+        out.append(fold.constants)
     return out
 
 
@@ -921,7 +1043,8 @@ def common_gpu(runs: Sequence[MeasuredRun]) -> str:
 def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_FIT, *, name: str,
                         source_path, start: dict[str, float] | None = None, max_iterations: int = 4,
                         progress: Callable[[str], None] | None = None, sent: bool = False,
-                        identified: float | None = None, arrival_seed: int | None = None) -> tuple[dict, dict]:
+                        identified: float | None = None,
+                        arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS, workers: int = 1) -> tuple[dict, dict]:
     """Fit, leave one out, and write it all down: (the profile document, the leave-one-out report). ``sent``:
     replay the prompts the runs' client sent (prepare); ``identified``: solve's rule (None: fit every constant)."""
     if len(runs) < 3:
@@ -929,8 +1052,8 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
                          f"({', '.join(repr(r.id) for r in runs)}): a fit judged by leave-one-out needs at least 3 "
                          "(each run predicted by a fit on at least 2 others); valid: a file of 3 or more runs")
     calibration = calibrate_runs(runs, fitted, start=start, max_iterations=max_iterations, progress=progress,
-                                 sent=sent, identified=identified, arrival_seed=arrival_seed)
-    loo = errors(leave_one_out(calibration, progress=progress))
+                                 sent=sent, identified=identified, arrival_seeds=arrival_seeds, workers=workers)
+    loo = errors(leave_one_out(calibration, progress=progress, workers=workers))
     medians = median_abs_errors(loo)
     fit = calibration.fit
     constants = {k: round_sig(v) for k, v in fit.constants.items()}
@@ -953,7 +1076,8 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
         "held_sigma": {k: round_sig(v) for k, v in fit.held_sigma.items()},
         "held_fitted": {k: round_sig(v) for k, v in fit.held_fitted.items()},
         **({"client_defaults": True} if sent else {}),  # (replayed as their client sent them: prepare's ``sent``)
-        **({"arrival_seed": arrival_seed} if arrival_seed is not None else {}),  # (inference-perf's drawn arrivals)
+        # (how the runs' arrivals were replayed, pooled over these draws: a profile is judged the same way)
+        **({"arrivals": "even"} if arrival_seeds is None else {"arrivals": "drawn", "arrival_seeds": list(arrival_seeds)}),
         "equations": fit.num_equations,
         "iterations": calibration.iterations,
         "start": {k: round_sig(v) for k, v in calibration.history[0].items()},

@@ -9,11 +9,12 @@ Request i goes to user i mod (groups x users), so each user's prompt comes back 
     prompt  = [system prompt g: system_prompt_len] [question u: question_len + prompt_overhead_tokens]
 
 The load (``load.type: constant``) runs its stages one after the other: stage k sends rate_k x duration_k requests,
-starting where stage k - 1 ended. kvlab spaces them evenly at 1 / rate_k by default. inference-perf itself does not:
-its ConstantLoadTimer (inference_perf/loadgen/load_timer.py, since August 2025) draws rate_k x duration_k gaps from an
-exponential of mean 1 / rate_k with an unseeded numpy generator and scales them to sum to duration_k, so its
-"constant" stage is Poisson arrivals held to their count. ``arrival_times(spec, seed=S)`` replays that draw
-(seeded: the same S gives the same times; the real run's own draw is not known).
+starting where stage k - 1 ended. inference-perf does not space them evenly: its ConstantLoadTimer
+(inference_perf/loadgen/load_timer.py, since August 2025) draws rate_k x duration_k gaps from an exponential of mean
+1 / rate_k with an unseeded numpy generator and scales them to sum to duration_k, so its "constant" stage is Poisson
+arrivals held to their count. kvlab replays that draw by default (``arrival_times(spec, seed=S)``, S = DEFAULT_SEED
+unless given: the same S gives the same times; the real run's own draw is not known); ``seed=None`` spaces them evenly
+at 1 / rate_k instead (kvlab's replay before 7 December, kept for comparison).
 
 Content goes through kvlab's prefix hashes (``Request.prefix_hashes``, 16-token chunks as in
 kvlab.workload.sessions): a chunk wholly inside a system prompt is named by its group, every other chunk by its
@@ -57,6 +58,8 @@ _ALIASES = {
 }
 # The other keys inference-perf's config takes (inference_perf/config.py: SharedPrefix, LoadConfig): accepted, and
 # ignored by kvlab (it replays fixed lengths, its own seed, and the load's times, not its client's machinery).
+# The draw of inference-perf's constant timer a replay takes unless told (arrival_times; None: evenly spaced).
+DEFAULT_SEED = 0
 _SHARED_PREFIX_OTHER = ("enable_multi_turn_chat", "seed", "question_distribution", "output_distribution", "multimodal")
 _LOAD_KEYS = ("type", "stages", "interval", "sweep", "num_workers", "worker_max_concurrency",
               "worker_max_tcp_connections", "trace", "circuit_breakers", "request_timeout", "lora_traffic_split",
@@ -124,34 +127,54 @@ class SharedPrefixSpec:
         return tuple(starts)
 
 
-def arrival_times(spec: SharedPrefixSpec, limit: int | None = None, seed: int | None = None) -> np.ndarray:
-    """Stage k's requests at start_k + j / rate_k, j = 0 .. rate_k x duration_k - 1 (constant load); with ``limit``
-    the first ``limit`` of them only (none of the rest is built). With ``seed``, inference-perf's own constant timer
-    (module doc): the gaps between a stage's requests drawn from an exponential of mean 1 / rate_k (numpy's
-    default_rng((seed, k))) and scaled to sum to duration_k, the stage's first request at its start."""
+def arrival_times(spec: SharedPrefixSpec, limit: int | None = None, seed: int | None = DEFAULT_SEED) -> np.ndarray:
+    """Stage k's rate_k x duration_k requests (constant load) as inference-perf's constant timer sends them (module
+    doc): the gaps between them drawn from an exponential of mean 1 / rate_k (numpy's default_rng((seed, k))) and
+    scaled to sum to duration_k, the stage's first request at its start; with ``limit`` the first ``limit`` of them
+    only. ``seed=None``: evenly spaced instead, at start_k + j / rate_k."""
     parts, left = [], spec.num_requests if limit is None else max(0, int(limit))
     for k, (start, stage) in enumerate(zip(spec.stage_starts, spec.stages)):
         num = min(stage.num_requests, left)
-        if seed is None:
-            parts.append(start + np.arange(num) / stage.rate)
-        else:
-            gaps = np.random.default_rng((int(seed), k)).exponential(1.0 / stage.rate, stage.num_requests)
-            gaps *= stage.duration / gaps.sum()
-            parts.append(start + np.concatenate(([0.0], np.cumsum(gaps[1:])))[:num])
+        parts.append(start + (np.arange(num) / stage.rate if seed is None else _drawn_offsets(stage, k, int(seed), num)))
         left -= num
         if left <= 0:
             break
     return np.concatenate(parts)
 
 
-def requests_before(spec: SharedPrefixSpec, until: float) -> int:
-    """How many of the configuration's requests arrive before ``until`` seconds (arrival_times, without them), or one
-    more a stage where rounding could leave one out (the caller cuts its arrivals at ``until`` itself)."""
+BLOCK = 1 << 20  # (a drawn stage's gaps in blocks of this many: only the blocks a limit keeps are drawn)
+
+
+def _drawn_offsets(stage: Stage, k: int, seed: int, num: int) -> np.ndarray:
+    """The first ``num`` of stage k's drawn arrivals, from its start (arrival_times). rate x duration exponential gaps
+    of mean 1 / rate, scaled to sum to the duration: drawn a block of BLOCK at a time, each block's sum first (a
+    gamma: the sum of its exponentials) and its gaps as exponentials scaled to that sum (which, given their sum, is
+    how independent exponentials are spread), so the total is known without drawing every gap, and the first
+    requests are the same whether or not the rest are built."""
+    n = stage.num_requests
+    sizes = np.full(-(-n // BLOCK), BLOCK, dtype=np.int64)
+    sizes[-1] = n - BLOCK * (len(sizes) - 1)
+    sums = np.random.default_rng((seed, k)).gamma(sizes.astype(float), 1.0 / stage.rate)
+    scale = stage.duration / sums.sum()
+    gaps = [np.zeros(0)]
+    for b in range(-(-num // BLOCK)):
+        draw = np.random.default_rng((seed, k, b)).exponential(1.0, int(sizes[b]))
+        gaps.append(draw * (sums[b] * scale / draw.sum()))
+    gaps_all = np.concatenate(gaps)
+    return np.concatenate(([0.0], np.cumsum(gaps_all[1:])))[:num]
+
+
+def requests_before(spec: SharedPrefixSpec, until: float, seed: int | None = DEFAULT_SEED) -> int:
+    """At least as many of the configuration's requests as arrive before ``until`` seconds (arrival_times, without
+    building them; the caller cuts its arrivals at ``until`` itself): evenly spaced (``seed=None``), those before it
+    and one more a stage where rounding could leave one out; drawn, every request of each stage that starts before it
+    (a drawn stage's count by a time is not bounded by its rate)."""
     count = 0
     for start, stage in zip(spec.stage_starts, spec.stages):
         if until <= start:
             break
-        count += min(stage.num_requests, math.ceil((until - start) * stage.rate) + 1)
+        ahead = stage.num_requests if seed is not None else math.ceil((until - start) * stage.rate) + 1
+        count += min(stage.num_requests, ahead)
     return count
 
 
@@ -183,12 +206,12 @@ def user_prefix_ids(spec: SharedPrefixSpec, user: int) -> tuple[int, ...]:
 
 
 def shared_prefix_table(spec: SharedPrefixSpec, repeat_questions: bool = True, limit: int | None = None,
-                        seed: int | None = None) -> LengthTable:
+                        seed: int | None = DEFAULT_SEED) -> LengthTable:
     """Every request of the configuration (the first ``limit``), in arrival order, with its arrival time and content
     ids.
 
     ``repeat_questions=False``: each request's question is its own (only system prompts are shared). ``seed``:
-    arrivals drawn as inference-perf's constant timer draws them (arrival_times)."""
+    the draw of inference-perf's constant timer (arrival_times; None: evenly spaced)."""
     times = arrival_times(spec, limit, seed)
     num = len(times)
     if not repeat_questions:
@@ -358,9 +381,11 @@ def read_config(path: str) -> SharedPrefixSpec:
     return spec_from_dict(data, path)
 
 
-def inference_perf_source(path: str, num_requests: int | None = None, duration: float | None = None):
+def inference_perf_source(path: str, num_requests: int | None = None, duration: float | None = None,
+                          seed: int | None = DEFAULT_SEED):
     """An inference-perf configuration file as a workload source with its own arrival times (``--workload
-    config.yaml``: kvlab.workload.load recognises the suffix). ``num_requests`` / ``duration``: only the first
+    config.yaml``: kvlab.workload.load recognises the suffix), drawn as its constant timer draws them with ``seed``
+    (arrival_times; None: evenly spaced). ``num_requests`` / ``duration``: only the first
     requests, or those arriving before that many seconds, are needed (its arrivals as they are): only they are
     built. What is to be built is weighed against the work limits first (kvlab.validate), so that a stage of
     10^12 requests is refused in a moment, not by running out of memory."""
@@ -370,7 +395,7 @@ def inference_perf_source(path: str, num_requests: int | None = None, duration: 
     spec = read_config(path)
     num = spec.num_requests
     if duration is not None:  # (at least one: the caller names the first arrival when none comes before it)
-        num = min(num, max(1, requests_before(spec, duration)))
+        num = min(num, max(1, requests_before(spec, duration, seed)))
     if num_requests is not None:
         num = min(num, num_requests)
     built: list[LengthTable] = []
@@ -379,7 +404,7 @@ def inference_perf_source(path: str, num_requests: int | None = None, duration: 
         if not built:
             check_simulation_work(num, spec.prompt_len + spec.output_len, 1, f"workload {Path(path).name}",
                                   memory_only=True)
-            built.append(shared_prefix_table(spec, limit=num))
+            built.append(shared_prefix_table(spec, limit=num, seed=seed))
         return built[0]
 
     stages = ", ".join(f"{s.rate:g} req/s for {s.duration:g} s" for s in spec.stages)
