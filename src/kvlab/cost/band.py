@@ -75,20 +75,6 @@ class ErrorBand:
             out["throughput_rps"] = list(self.rate(summary["throughput_rps"]))
         return out
 
-    def describe(self, summary: dict) -> str:
-        """One line for a run's printed figures (TTFT p50, normalized latency p50, throughput)."""
-        def span(lo: float, hi: float, scale: float, unit: str) -> str:
-            top = "no upper bound" if hi == float("inf") else f"{hi * scale:.3g}"
-            return f"{lo * scale:.3g}–{top} {unit}"
-
-        ttft = summary["ttft_s"]["p50"]
-        latency = summary["normalized_latency_s_per_token"]["p50"]
-        rps = summary["throughput_rps"]
-        return (f"{summary['name']}, where the real engine would be ({self.covers}, profile {self.profile}): "
-                f"TTFT p50 {span(*self.around(ttft, 'ttft_mean'), 1e3, 'ms')}, lat. p50 "
-                f"{span(*self.around(latency, 'itl_mean'), 1e3, 'ms/tok')}, {span(*self.rate(rps), 1, 'req/s')} "
-                "if saturated (below, it serves what arrives).")
-
     def as_dict(self) -> dict:
         return {"profile": self.profile, "gpu": self.gpu, "num_runs": self.num_runs, "coverage": self.coverage,
                 "covers": self.covers, "relative": dict(self.relative), "rate_metric": RATE_METRIC}
