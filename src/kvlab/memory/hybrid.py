@@ -44,7 +44,11 @@ offload (those keep the single-pool approximation: config/resolve.py). Pure Pyth
 engine): it runs for hybrid models only. A decode run is planned only at its events, the iterations where a request
 takes a block in some group or a sliding window gives one back (``allocate_decode_run``): the others change nothing
 but the token counts. ``allocate_decode_run_stepwise``, every request planned at every iteration, is the definition
-tests/test_hybrid_decode_run.py holds it to (benchmarks/hybrid_run.py times both).
+tests/test_hybrid_decode_run.py holds it to (benchmarks/hybrid_run.py times both). In 'align' mode both stop before
+an iteration past the run's first (its ``first`` + t > 0) in which a request takes or frees a block: a state block
+comes the iteration a request crosses a block boundary and the previous one goes the next, which the run's growth
+(token slots) does not carry, so every block of a run goes out in its first iteration, and the overhead its row
+holds is every iteration's (kvlab.metrics.RunRow). The scheduler's next schedule begins there (sched/runs.py).
 """
 
 from __future__ import annotations
@@ -431,13 +435,19 @@ class HybridAllocator:
                 return False
         return True
 
+    def _iteration_changes(self, order: list[_Held]) -> bool:
+        """Whether some request of ``order`` takes or frees a block in the next decode iteration."""
+        return any(_changes(self._plan_held(held, held.num_tokens, held.num_tokens + 1)) for held in order)
+
     def allocate_decode_run_stepwise(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
         """``allocate_decode_run`` one iteration at a time, every request planned at every iteration: the definition
         the event-driven run is checked against (tests/test_hybrid_decode_run.py)."""
         order = [held for held in (self._held.get(seq.request.request_id) for seq in seqs) if held is not None]
         growth: list[int] = []
         num_iterations = 0
-        while num_iterations < max_iterations and self._iteration_fits(order):
+        cut = max(0, 1 - first) if self.mamba_align_block_size else max_iterations  # (see _decode_events)
+        while (num_iterations < max_iterations and self._iteration_fits(order)
+               and not (num_iterations >= cut and self._iteration_changes(order))):
             internal = self.num_internal_fragmentation_slots
             slots = sum(self._decode_step(held) for held in order)
             if slots:
@@ -467,7 +477,8 @@ class HybridAllocator:
         return None if first is None else max(tokens, first)
 
     def _decode_events(self, states: list[tuple[list[int], list[int], int]], max_iterations: int, free: int,
-                       apply: Callable[[int, _Plan], tuple[int, int]]) -> tuple[int, list[tuple[int, int, int]]]:
+                       apply: Callable[[int, _Plan], tuple[int, int]], first: int = 0
+                       ) -> tuple[int, list[tuple[int, int, int]]]:
         """A decode run of the requests' ``(lens, nulls, tokens)`` (in running order) iteration by iteration as
         ``_iteration_fits`` and ``_decode_step`` do it, but only at the iterations where some request's ``_plan``
         may change something (``_next_change``): in the others every plan is empty, so they fit and change
@@ -475,7 +486,8 @@ class HybridAllocator:
         it), the requests of one iteration in running order, once the whole iteration is known to fit from
         ``free`` blocks; it returns the token slots it handed out and the internal fragmentation it added. Returns
         the iterations that fit and, per iteration where some plan was applied, ``(iteration, slots, internal)``
-        summed over its requests."""
+        summed over its requests. 'align' (the module doc): the run also stops before an iteration past its
+        caller's run's first (``first`` + t > 0) in which some block is taken or freed."""
         heap: list[tuple[int, int]] = []
         for i, (lens, nulls, tokens) in enumerate(states):
             n = self._next_change(lens, nulls, tokens)
@@ -483,6 +495,7 @@ class HybridAllocator:
                 heap.append((n - tokens, i))
         heapq.heapify(heap)
         done: list[tuple[int, int, int]] = []
+        cut = max(0, 1 - first) if self.mamba_align_block_size else max_iterations  # (the first t that may cut)
         while heap and heap[0][0] < max_iterations:
             t = heap[0][0]
             batch: list[tuple[int, _Plan]] = []
@@ -494,6 +507,8 @@ class HybridAllocator:
                 if free < 0:
                     return t, done
                 batch.append((i, plan))
+            if t >= cut and any(_changes(plan) for _, plan in batch):
+                return t, done
             slots = internal = 0
             for i, plan in batch:
                 new_slots, new_internal = apply(i, plan)
@@ -506,7 +521,8 @@ class HybridAllocator:
         return max_iterations, done
 
     def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
-        """Decode iterations for as many of ``max_iterations`` as every block of each fits: the blocks, frees and
+        """Decode iterations for as many of ``max_iterations`` as every block of each fits (in 'align' mode, up to
+        the first past the run's first that takes or frees a block: the module doc): the blocks, frees and
         growth of ``allocate_decode_run_stepwise``, planned only at the iterations where a request takes or gives
         back a block (``_decode_events``)."""
         order = [held for held in (self._held.get(seq.request.request_id) for seq in seqs) if held is not None]
@@ -520,7 +536,8 @@ class HybridAllocator:
             states[i][0][:] = [len(t) for t in held.tables]
             return slots, self.num_internal_fragmentation_slots - internal
 
-        num_iterations, done = self._decode_events(states, max_iterations, self.block_pool.num_free_blocks, apply)
+        num_iterations, done = self._decode_events(states, max_iterations, self.block_pool.num_free_blocks, apply,
+                                                   first)
         growth = [x for t, slots, internal in done if slots for x in (first + t, slots, internal)]
         for held in order:
             held.num_tokens += num_iterations
@@ -528,7 +545,8 @@ class HybridAllocator:
 
     def decode_run_slots(self, num_iterations: int) -> int | None:
         """The token slots ``allocate_decode_run`` would hand out over ``num_iterations`` iterations of every
-        request holding blocks (in admission order), handing out nothing; None when they do not all fit."""
+        request holding blocks (in admission order), handing out nothing; None when they do not all fit (or, in
+        'align' mode, the run would stop before them: the module doc)."""
         states = [([len(t) for t in h.tables], list(h.nulls), h.num_tokens) for h in self._held.values()]
         token_group = self._token_group
 
@@ -699,3 +717,8 @@ class HybridAllocator:
             ids = [seq.request.request_id for seq in held]
             assert ids == [i for i in self._held if i in set(ids)], "the running requests are not in admission order"
         check_slot_states(self, held)
+
+
+def _changes(plan: _Plan) -> bool:
+    """The plan takes or frees a block."""
+    return bool(plan.num_freed) or any(plan.new)
