@@ -64,6 +64,7 @@ from kvlab.workload.request import Request
 
 MAMBA = "mamba"
 SLIDING = "sliding_attention"
+NEVER = 1 << 62  # (a token count no request reaches: _Held.change_at's "no change ever")
 TOKEN_KINDS = ("full_attention", "mla")  # groups whose table holds every token
 GROUP_KINDS = (*TOKEN_KINDS, SLIDING, MAMBA)
 
@@ -86,7 +87,8 @@ class _Held:
     """One request's blocks: a table per group (block ids in token order; a sliding table starts with null blocks,
     ``nulls`` of them), the tokens it has slots for since its last allocation, the tokens it will ever write."""
 
-    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens", "request_id", "replay_block", "junction_block")
+    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens", "request_id", "replay_block", "junction_block",
+                 "change_at")
 
     def __init__(self, num_groups: int, num_kv_tokens: int, request_id: int = -1, replay_block: int = -1) -> None:
         self.request_id = request_id
@@ -98,6 +100,23 @@ class _Held:
         self.nulls = [0] * num_groups
         self.num_tokens = 0
         self.num_kv_tokens = num_kv_tokens
+        # the first token count at which a decode step may take or free a block with these tables
+        # (HybridAllocator._change_at: NEVER if none), -1 until it is counted again after they change
+        self.change_at = -1
+
+
+class _States(dict):
+    """``_decode_events``' states of the requests ``order`` (their held blocks), each ``(lens, nulls, tokens)`` made
+    when first looked up by its index: a run looks up only the requests it plans."""
+
+    def __init__(self, order: list[_Held]) -> None:
+        super().__init__()
+        self.order = order
+
+    def __missing__(self, i: int) -> tuple[list[int], list[int], int]:
+        held = self.order[i]
+        state = self[i] = ([len(t) for t in held.tables], held.nulls, held.num_tokens)
+        return state
 
 
 class _Plan(NamedTuple):
@@ -238,6 +257,7 @@ class HybridAllocator:
     def _remove_skipped(self, held: _Held, plan: _Plan) -> None:
         """The sliding windows' skipped blocks back to the pool (newest first, as vLLM's remove_skipped_blocks
         collects them), replaced by the null block."""
+        held.change_at = -1
         removed: list[int] = []
         where: list[tuple[int, int, int]] = []
         for g, (table, k, new_k) in enumerate(zip(held.tables, held.nulls, plan.nulls)):
@@ -265,6 +285,7 @@ class HybridAllocator:
         """A request's hit blocks (``_cache_hit``) as its first blocks: out of the free queue (vLLM's touch)."""
         pool = self.block_pool
         assert isinstance(pool, PrefixCachingBlockPool)
+        held.change_at = -1
         for g, table in enumerate(tables):
             blocks = [b for b in table if b != NULL_BLOCK_ID]
             pool.touch(blocks)
@@ -292,6 +313,7 @@ class HybridAllocator:
     def _grow(self, held: _Held, plan: _Plan) -> int:
         """The plan's new blocks, group by group; returns the token group's new slots."""
         pool, token_group = self.block_pool, self._token_group
+        held.change_at = -1
         internal_before = self._internal(held)
         new_token_blocks = 0
         for g, (table, num_new) in enumerate(zip(held.tables, plan.new)):
@@ -318,6 +340,7 @@ class HybridAllocator:
     def _place_states(self, held: _Held, plan: _Plan, num_tokens: int) -> None:
         """'align': a Mamba group's new state block goes at the position of the block of tokens that ends with
         ``num_tokens``, null entries before it (a prefill chunk that crossed more than one block boundary)."""
+        held.change_at = -1
         for g, align in enumerate(self._align):
             table = held.tables[g]
             end = -(-num_tokens // self._bs[g]) - 1
@@ -405,6 +428,9 @@ class HybridAllocator:
             held.num_tokens = num_tokens
             return Fit.NOW
         num_tokens = computed + num_new_tokens
+        if num_new_tokens == 1 and computed < self._change_at(held):  # (a decode step that takes and frees nothing)
+            held.num_tokens = num_tokens
+            return Fit.NOW
         plan = self._plan_held(held, computed, num_tokens)
         self._remove_skipped(held, plan)  # (vLLM frees them before it counts, fit or not)
         need = sum(plan.new)
@@ -455,6 +481,15 @@ class HybridAllocator:
             num_iterations += 1
         return DecodeRun(num_iterations, tuple(growth))
 
+    def _change_at(self, held: _Held) -> int:
+        """``_next_change`` of the request's tables from 0 tokens (NEVER for None): no decode step from fewer
+        computed tokens takes or frees a block. Kept on the request until its tables change."""
+        n = held.change_at
+        if n < 0:
+            first = self._next_change([len(t) for t in held.tables], held.nulls, 0)
+            n = held.change_at = NEVER if first is None else first
+        return n
+
     def _next_change(self, lens: list[int], nulls: list[int], tokens: int) -> int | None:
         """The first token count ``n >= tokens`` at which a decoding request holding tables of ``lens`` entries
         (``nulls`` of them a sliding table's null prefix) may find ``_plan(lens, nulls, n, n + 1)`` changing its
@@ -476,9 +511,9 @@ class HybridAllocator:
                 first = n
         return None if first is None else max(tokens, first)
 
-    def _decode_events(self, states: list[tuple[list[int], list[int], int]], max_iterations: int, free: int,
-                       apply: Callable[[int, _Plan], tuple[int, int]], first: int = 0
-                       ) -> tuple[int, list[tuple[int, int, int]]]:
+    def _decode_events(self, states: list[tuple[list[int], list[int], int]] | _States, max_iterations: int, free: int,
+                       apply: Callable[[int, _Plan], tuple[int, int]], first: int = 0,
+                       heap: list[tuple[int, int]] | None = None) -> tuple[int, list[tuple[int, int, int]]]:
         """A decode run of the requests' ``(lens, nulls, tokens)`` (in running order) iteration by iteration as
         ``_iteration_fits`` and ``_decode_step`` do it, but only at the iterations where some request's ``_plan``
         may change something (``_next_change``): in the others every plan is empty, so they fit and change
@@ -487,12 +522,15 @@ class HybridAllocator:
         ``free`` blocks; it returns the token slots it handed out and the internal fragmentation it added. Returns
         the iterations that fit and, per iteration where some plan was applied, ``(iteration, slots, internal)``
         summed over its requests. 'align' (the module doc): the run also stops before an iteration past its
-        caller's run's first (``first`` + t > 0) in which some block is taken or freed."""
-        heap: list[tuple[int, int]] = []
-        for i, (lens, nulls, tokens) in enumerate(states):
-            n = self._next_change(lens, nulls, tokens)
-            if n is not None:
-                heap.append((n - tokens, i))
+        caller's run's first (``first`` + t > 0) in which some block is taken or freed. ``heap``: each request's
+        first such iteration and index, when the caller has them (``_change_at``), unordered: then only the
+        requests planned are looked up in ``states``."""
+        if heap is None:
+            heap = []
+            for i, (lens, nulls, tokens) in enumerate(states):
+                n = self._next_change(lens, nulls, tokens)
+                if n is not None:
+                    heap.append((n - tokens, i))
         heapq.heapify(heap)
         done: list[tuple[int, int, int]] = []
         cut = max(0, 1 - first) if self.mamba_align_block_size else max_iterations  # (the first t that may cut)
@@ -526,7 +564,8 @@ class HybridAllocator:
         growth of ``allocate_decode_run_stepwise``, planned only at the iterations where a request takes or gives
         back a block (``_decode_events``)."""
         order = [held for held in (self._held.get(seq.request.request_id) for seq in seqs) if held is not None]
-        states = [([len(t) for t in h.tables], h.nulls, h.num_tokens) for h in order]
+        states = _States(order)
+        heap = [(max(0, n - h.num_tokens), i) for i, h in enumerate(order) if (n := self._change_at(h)) != NEVER]
 
         def apply(i: int, plan: _Plan) -> tuple[int, int]:
             held = order[i]
@@ -537,7 +576,7 @@ class HybridAllocator:
             return slots, self.num_internal_fragmentation_slots - internal
 
         num_iterations, done = self._decode_events(states, max_iterations, self.block_pool.num_free_blocks, apply,
-                                                   first)
+                                                   first, heap)
         growth = [x for t, slots, internal in done if slots for x in (first + t, slots, internal)]
         for held in order:
             held.num_tokens += num_iterations
@@ -703,6 +742,9 @@ class HybridAllocator:
                 if self.groups[g].kind == MAMBA and not self._align[g]:
                     assert len(table) == self.groups[g].state_blocks, "a Mamba table is not its state blocks"
             internal += self._internal(h)
+            if h.change_at >= 0:
+                first = self._next_change([len(t) for t in h.tables], h.nulls, 0)
+                assert h.change_at == (NEVER if first is None else first), "a request's change_at is stale"
         assert len(set(owned)) == len(owned), "a block is in two tables"
         assert not set(owned) & set(free), "a block is both held and free"
         assert len(owned) + len(free) == self.num_blocks - 1, "blocks were lost or made"
