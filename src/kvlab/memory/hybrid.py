@@ -565,7 +565,11 @@ class HybridAllocator:
         back a block (``_decode_events``)."""
         order = [held for held in (self._held.get(seq.request.request_id) for seq in seqs) if held is not None]
         states = _States(order)
-        heap = [(max(0, n - h.num_tokens), i) for i, h in enumerate(order) if (n := self._change_at(h)) != NEVER]
+        heap: list[tuple[int, int]] = []
+        for i, held in enumerate(order):
+            n = held.change_at if held.change_at >= 0 else self._change_at(held)  # (a call only when not kept)
+            if n != NEVER:
+                heap.append((n - held.num_tokens if n > held.num_tokens else 0, i))
 
         def apply(i: int, plan: _Plan) -> tuple[int, int]:
             held = order[i]
