@@ -15,7 +15,9 @@ visited, and when they compute their whole prompts and nobody is left waiting, t
 the whole batch decodes (``_schedule_decode_and_admit``, ``_after_admission``). When everyone decodes and the free
 blocks run out under FCFS, the iteration that preempts is decided in bulk as well (``_schedule_evicting_decode``):
 the allocator visits only those needing a block and evicts the newest through the scheduler. Anything else is the
-reference's iteration.
+reference's iteration. (A hybrid in vLLM's mamba_cache_mode 'align': the allocator's runs stop before any
+iteration past their first in which a block is taken or freed, kvlab.memory.hybrid, and the queue's head is tried
+again at every schedule: ``schedule``.)
 
 Its state, beside the reference's: the decode clock (iterations in which every running request decoded, run in
 bulk) and whether some request's counters lag behind it (``sync``); who finishes when on it (``_finishes``, kept
@@ -166,7 +168,7 @@ class RunScheduler(Scheduler):
         out = self._schedule_iteration()
         # The queue's head did not fit while everyone decoded: later iterations of decoders only have less room. Not
         # so in mamba_cache_mode 'align': the iteration after a request crosses a block boundary frees its previous
-        # state blocks, and a block taken may be a preempted request's cached hit (its admission counts one fewer):
+        # state blocks, and a block taken may be a preempted request's cached hit (its admission then counts fewer):
         # the allocator's runs stop before any iteration past their first that takes or frees a block
         # (kvlab.memory.hybrid), so a run's later iterations change nothing its first one's waiting loop saw, but
         # whatever follows a run or a single iteration may, and tries the queue's head again.
