@@ -5,12 +5,16 @@ only at their block events (``HybridAllocator.allocate_decode_run``) against one
     python benchmarks/hybrid_run.py                  # gemma-4-e2b-it (4 sliding + 1 full group), 200 requests
     python benchmarks/hybrid_run.py --model tests/data/sizing_configs/qwen3.6-27b.json --requests 500
     python benchmarks/hybrid_run.py --json
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null python benchmarks/hybrid_run.py --model M --untimed 1
 
 The run is ``kvlab run vllm --model MODEL --gpu h100-sxm --workload sharegpt-8k -n N --cost vllm-h100``, in this
 process: the configuration and the workload are built before the clock starts; each mode keeps the best wall time of
 ``--repeat`` runs (CPU time beside it: a shared machine inflates it less). A separate untimed run of each mode counts
 ``HybridAllocator._plan`` calls. Both modes must end with the same summary (the script says so, and exits 1 if not).
-Needs the sharegpt-8k trace (KVLAB_TRACES_DIR or ``kvlab workloads fetch sharegpt-8k``).
+Needs the sharegpt-8k trace (KVLAB_TRACES_DIR or ``kvlab workloads fetch sharegpt-8k``). ``--untimed N`` builds the
+same and runs ``--strategy`` (default ``vllm``) N times, events mode, nothing timed or printed: under valgrind's
+callgrind, ``--untimed 1`` less ``--untimed 0`` is one run's machine instructions (a figure a shared machine's load does
+not move).
 """
 
 from __future__ import annotations
@@ -35,6 +39,13 @@ def run_once(config, workload) -> dict:
 
     result = run(config, ["vllm"], workload=workload).results[0]
     return result.summary()
+
+
+def run_untimed(config, workload, strategy: str, times: int) -> None:
+    from kvlab.service.engine import run
+
+    for _ in range(times):
+        run(config, [strategy], workload=workload)
 
 
 def timed(config, workload, repeat: int) -> tuple[float, float, dict]:
@@ -85,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--untimed", type=int, metavar="N", help="only run --strategy N times, untimed (for callgrind)")
+    parser.add_argument("--strategy", default="vllm", help="the strategy --untimed runs (default vllm)")
     args = parser.parse_args(argv)
     from kvlab.errors import KvlabError
 
@@ -93,6 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     except KvlabError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.untimed is not None:
+        try:
+            run_untimed(config, workload, args.strategy, args.untimed)
+        except KvlabError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
     rows = [measure(config, workload, mode, args.repeat) for mode in ("events", "stepwise")]
     same = rows[0]["summary"] == rows[1]["summary"]
     if args.json:

@@ -127,6 +127,54 @@ def test_the_aligned_split(start, num_new, prompt, tokens, block_size, budget, e
     assert mamba_aligned_chunk(s, start, num_new, block_size, budget) == expected
 
 
+def test_a_decode_run_stops_before_an_iteration_past_its_first_that_takes_or_frees_a_block():
+    """A decode run's growth carries token slots only, and a run's overhead is one figure for all its iterations: in
+    'align' mode the state block a request takes as it crosses a block boundary, and the previous one it frees the
+    iteration after, make each run stop before such an iteration unless it is the run's first (``first`` = 0). x: 6
+    tokens (a null, then its state), y: 3; 20 iterations asked each time. The stepwise definition does the same."""
+    a = HybridAllocator(12, 4, [MAMBA, FULL], mamba_align=True)
+    twin = HybridAllocator(12, 4, [MAMBA, FULL], mamba_align=True)
+    x, y = seq(0, 6, 20), seq(1, 3, 20)
+    for s in (x, y):
+        assert a.allocate_slots(s, s.request.prompt_len) is Fit.NOW
+        assert twin.allocate_slots(Seq(s.request), s.request.prompt_len) is Fit.NOW
+        s.num_computed_tokens, s.num_tokens = s.request.prompt_len, s.request.prompt_len + 1
+    assert (a.get_block_ids(0), a.get_block_ids(1), a.free_block_ids()) == ([[0, 1], [2, 3]], [[4], [5]],
+                                                                              [6, 7, 8, 9, 10, 11])
+
+    def run(first: int = 0) -> tuple:
+        assert a.decode_run_slots(20) is None  # (the run stops before 20: nothing foreseen)
+        out = a.allocate_decode_run([x, y], 20, first)
+        assert twin.allocate_decode_run_stepwise([x, y], 20, first) == out
+        for s in (x, y):
+            s.num_computed_tokens += out.num_iterations
+            s.num_tokens = s.num_computed_tokens + 1
+        a.check_invariants([x, y], in_running_order=True, all_decoding=True)
+        assert [a.get_block_ids(i) for i in (0, 1)] == [twin.get_block_ids(i) for i in (0, 1)]
+        assert a.free_block_ids() == twin.free_block_ids()
+        return out.num_iterations, out.growth, a.get_block_ids(0), a.get_block_ids(1), a.free_block_ids()
+
+    # iteration 1 would give y (4 tokens computed) its second block of tokens and a state beside its first: cut there
+    assert run() == (1, (), [[0, 1], [2, 3]], [[4], [5]], [6, 7, 8, 9, 10, 11])
+    # the run's first iteration takes them (y: state 6 at position 1, full block 7); the next would free state 4
+    assert run() == (1, (0, 4, 0), [[0, 1], [2, 3]], [[4, 6], [5, 7]], [8, 9, 10, 11])
+    # y frees state 4 (to the front) and x crosses at 8 tokens (state 8, full block 9); the next would free x's state 1
+    assert run() == (1, (0, 4, 0), [[0, 1, 8], [2, 3, 9]], [[0, 6], [5, 7]], [4, 10, 11])
+    # x frees state 1; 2 iterations, up to y's 8th token: its third block of tokens
+    assert run() == (2, (), [[0, 0, 8], [2, 3, 9]], [[0, 6], [5, 7]], [1, 4, 10, 11])
+    # a run after an iteration of its own (first = 1) takes and frees nothing, even in its first
+    assert run(first=1) == (0, (), [[0, 0, 8], [2, 3, 9]], [[0, 6], [5, 7]], [1, 4, 10, 11])
+    assert run() == (1, (0, 4, 0), [[0, 0, 8], [2, 3, 9]], [[0, 6, 1], [5, 7, 4]], [10, 11])
+    # without 'align' nothing is taken or freed but token blocks: one run to the end of the free blocks
+    b = HybridAllocator(12, 4, [MAMBA, FULL])
+    for s in (x, y):
+        s.num_computed_tokens = 0
+        assert b.allocate_slots(s, s.request.prompt_len) is Fit.NOW
+        s.num_computed_tokens, s.num_tokens = s.request.prompt_len, s.request.prompt_len + 1
+    # (y takes a block of tokens at iterations 1, 5, 9, x at 2, 6, 10: the 6 free ones; y finds none at 13)
+    assert b.decode_run_slots(13) == 24 and b.allocate_decode_run([x, y], 20).num_iterations == 13
+
+
 def test_align_needs_the_mamba_groups_blocks_to_be_the_pools():
     with pytest.raises(Exception, match="align"):
         HybridAllocator(10, 4, [("mamba", 1, 0, 0, 8), FULL], mamba_align=True)

@@ -44,7 +44,11 @@ offload (those keep the single-pool approximation: config/resolve.py). Pure Pyth
 engine): it runs for hybrid models only. A decode run is planned only at its events, the iterations where a request
 takes a block in some group or a sliding window gives one back (``allocate_decode_run``): the others change nothing
 but the token counts. ``allocate_decode_run_stepwise``, every request planned at every iteration, is the definition
-tests/test_hybrid_decode_run.py holds it to (benchmarks/hybrid_run.py times both).
+tests/test_hybrid_decode_run.py holds it to (benchmarks/hybrid_run.py times both). In 'align' mode both stop before
+an iteration past the run's first (its ``first`` + t > 0) in which a request takes or frees a block: a state block
+comes the iteration a request crosses a block boundary and the previous one goes the next, which the run's growth
+(token slots) does not carry, so every block of a run goes out in its first iteration, and the overhead its row
+holds is every iteration's (kvlab.metrics.RunRow). The scheduler's next schedule begins there (sched/runs.py).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from kvlab.workload.request import Request
 
 MAMBA = "mamba"
 SLIDING = "sliding_attention"
+NEVER = 1 << 62  # (a token count no request reaches: _Held.change_at's "no change ever")
 TOKEN_KINDS = ("full_attention", "mla")  # groups whose table holds every token
 GROUP_KINDS = (*TOKEN_KINDS, SLIDING, MAMBA)
 
@@ -82,7 +87,8 @@ class _Held:
     """One request's blocks: a table per group (block ids in token order; a sliding table starts with null blocks,
     ``nulls`` of them), the tokens it has slots for since its last allocation, the tokens it will ever write."""
 
-    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens", "request_id", "replay_block", "junction_block")
+    __slots__ = ("tables", "nulls", "num_tokens", "num_kv_tokens", "request_id", "replay_block", "junction_block",
+                 "change_at")
 
     def __init__(self, num_groups: int, num_kv_tokens: int, request_id: int = -1, replay_block: int = -1) -> None:
         self.request_id = request_id
@@ -94,6 +100,23 @@ class _Held:
         self.nulls = [0] * num_groups
         self.num_tokens = 0
         self.num_kv_tokens = num_kv_tokens
+        # the first token count at which a decode step may take or free a block with these tables
+        # (HybridAllocator._change_at: NEVER if none), -1 until it is counted again after they change
+        self.change_at = -1
+
+
+class _States(dict):
+    """``_decode_events``' states of the requests ``order`` (their held blocks), each ``(lens, nulls, tokens)`` made
+    when first looked up by its index: a run looks up only the requests it plans."""
+
+    def __init__(self, order: list[_Held]) -> None:
+        super().__init__()
+        self.order = order
+
+    def __missing__(self, i: int) -> tuple[list[int], list[int], int]:
+        held = self.order[i]
+        state = self[i] = ([len(t) for t in held.tables], held.nulls, held.num_tokens)
+        return state
 
 
 class _Plan(NamedTuple):
@@ -234,6 +257,7 @@ class HybridAllocator:
     def _remove_skipped(self, held: _Held, plan: _Plan) -> None:
         """The sliding windows' skipped blocks back to the pool (newest first, as vLLM's remove_skipped_blocks
         collects them), replaced by the null block."""
+        held.change_at = -1
         removed: list[int] = []
         where: list[tuple[int, int, int]] = []
         for g, (table, k, new_k) in enumerate(zip(held.tables, held.nulls, plan.nulls)):
@@ -261,6 +285,7 @@ class HybridAllocator:
         """A request's hit blocks (``_cache_hit``) as its first blocks: out of the free queue (vLLM's touch)."""
         pool = self.block_pool
         assert isinstance(pool, PrefixCachingBlockPool)
+        held.change_at = -1
         for g, table in enumerate(tables):
             blocks = [b for b in table if b != NULL_BLOCK_ID]
             pool.touch(blocks)
@@ -288,6 +313,7 @@ class HybridAllocator:
     def _grow(self, held: _Held, plan: _Plan) -> int:
         """The plan's new blocks, group by group; returns the token group's new slots."""
         pool, token_group = self.block_pool, self._token_group
+        held.change_at = -1
         internal_before = self._internal(held)
         new_token_blocks = 0
         for g, (table, num_new) in enumerate(zip(held.tables, plan.new)):
@@ -314,6 +340,7 @@ class HybridAllocator:
     def _place_states(self, held: _Held, plan: _Plan, num_tokens: int) -> None:
         """'align': a Mamba group's new state block goes at the position of the block of tokens that ends with
         ``num_tokens``, null entries before it (a prefill chunk that crossed more than one block boundary)."""
+        held.change_at = -1
         for g, align in enumerate(self._align):
             table = held.tables[g]
             end = -(-num_tokens // self._bs[g]) - 1
@@ -401,6 +428,9 @@ class HybridAllocator:
             held.num_tokens = num_tokens
             return Fit.NOW
         num_tokens = computed + num_new_tokens
+        if num_new_tokens == 1 and computed < self._change_at(held):  # (a decode step that takes and frees nothing)
+            held.num_tokens = num_tokens
+            return Fit.NOW
         plan = self._plan_held(held, computed, num_tokens)
         self._remove_skipped(held, plan)  # (vLLM frees them before it counts, fit or not)
         need = sum(plan.new)
@@ -431,19 +461,34 @@ class HybridAllocator:
                 return False
         return True
 
+    def _iteration_changes(self, order: list[_Held]) -> bool:
+        """Whether some request of ``order`` takes or frees a block in the next decode iteration."""
+        return any(_changes(self._plan_held(held, held.num_tokens, held.num_tokens + 1)) for held in order)
+
     def allocate_decode_run_stepwise(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
         """``allocate_decode_run`` one iteration at a time, every request planned at every iteration: the definition
         the event-driven run is checked against (tests/test_hybrid_decode_run.py)."""
         order = [held for held in (self._held.get(seq.request.request_id) for seq in seqs) if held is not None]
         growth: list[int] = []
         num_iterations = 0
-        while num_iterations < max_iterations and self._iteration_fits(order):
+        cut = max(0, 1 - first) if self.mamba_align_block_size else max_iterations  # (see _decode_events)
+        while (num_iterations < max_iterations and self._iteration_fits(order)
+               and not (num_iterations >= cut and self._iteration_changes(order))):
             internal = self.num_internal_fragmentation_slots
             slots = sum(self._decode_step(held) for held in order)
             if slots:
                 growth += (first + num_iterations, slots, self.num_internal_fragmentation_slots - internal)
             num_iterations += 1
         return DecodeRun(num_iterations, tuple(growth))
+
+    def _change_at(self, held: _Held) -> int:
+        """``_next_change`` of the request's tables from 0 tokens (NEVER for None): no decode step from fewer
+        computed tokens takes or frees a block. Kept on the request until its tables change."""
+        n = held.change_at
+        if n < 0:
+            first = self._next_change([len(t) for t in held.tables], held.nulls, 0)
+            n = held.change_at = NEVER if first is None else first
+        return n
 
     def _next_change(self, lens: list[int], nulls: list[int], tokens: int) -> int | None:
         """The first token count ``n >= tokens`` at which a decoding request holding tables of ``lens`` entries
@@ -466,8 +511,9 @@ class HybridAllocator:
                 first = n
         return None if first is None else max(tokens, first)
 
-    def _decode_events(self, states: list[tuple[list[int], list[int], int]], max_iterations: int, free: int,
-                       apply: Callable[[int, _Plan], tuple[int, int]]) -> tuple[int, list[tuple[int, int, int]]]:
+    def _decode_events(self, states: list[tuple[list[int], list[int], int]] | _States, max_iterations: int, free: int,
+                       apply: Callable[[int, _Plan], tuple[int, int]], first: int = 0,
+                       heap: list[tuple[int, int]] | None = None) -> tuple[int, list[tuple[int, int, int]]]:
         """A decode run of the requests' ``(lens, nulls, tokens)`` (in running order) iteration by iteration as
         ``_iteration_fits`` and ``_decode_step`` do it, but only at the iterations where some request's ``_plan``
         may change something (``_next_change``): in the others every plan is empty, so they fit and change
@@ -475,14 +521,19 @@ class HybridAllocator:
         it), the requests of one iteration in running order, once the whole iteration is known to fit from
         ``free`` blocks; it returns the token slots it handed out and the internal fragmentation it added. Returns
         the iterations that fit and, per iteration where some plan was applied, ``(iteration, slots, internal)``
-        summed over its requests."""
-        heap: list[tuple[int, int]] = []
-        for i, (lens, nulls, tokens) in enumerate(states):
-            n = self._next_change(lens, nulls, tokens)
-            if n is not None:
-                heap.append((n - tokens, i))
+        summed over its requests. 'align' (the module doc): the run also stops before an iteration past its
+        caller's run's first (``first`` + t > 0) in which some block is taken or freed. ``heap``: each request's
+        first such iteration and index, when the caller has them (``_change_at``), unordered: then only the
+        requests planned are looked up in ``states``."""
+        if heap is None:
+            heap = []
+            for i, (lens, nulls, tokens) in enumerate(states):
+                n = self._next_change(lens, nulls, tokens)
+                if n is not None:
+                    heap.append((n - tokens, i))
         heapq.heapify(heap)
         done: list[tuple[int, int, int]] = []
+        cut = max(0, 1 - first) if self.mamba_align_block_size else max_iterations  # (the first t that may cut)
         while heap and heap[0][0] < max_iterations:
             t = heap[0][0]
             batch: list[tuple[int, _Plan]] = []
@@ -494,6 +545,8 @@ class HybridAllocator:
                 if free < 0:
                     return t, done
                 batch.append((i, plan))
+            if t >= cut and any(_changes(plan) for _, plan in batch):
+                return t, done
             slots = internal = 0
             for i, plan in batch:
                 new_slots, new_internal = apply(i, plan)
@@ -506,11 +559,17 @@ class HybridAllocator:
         return max_iterations, done
 
     def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
-        """Decode iterations for as many of ``max_iterations`` as every block of each fits: the blocks, frees and
+        """Decode iterations for as many of ``max_iterations`` as every block of each fits (in 'align' mode, up to
+        the first past the run's first that takes or frees a block: the module doc): the blocks, frees and
         growth of ``allocate_decode_run_stepwise``, planned only at the iterations where a request takes or gives
         back a block (``_decode_events``)."""
         order = [held for held in (self._held.get(seq.request.request_id) for seq in seqs) if held is not None]
-        states = [([len(t) for t in h.tables], h.nulls, h.num_tokens) for h in order]
+        states = _States(order)
+        heap: list[tuple[int, int]] = []
+        for i, held in enumerate(order):
+            n = held.change_at if held.change_at >= 0 else self._change_at(held)  # (a call only when not kept)
+            if n != NEVER:
+                heap.append((n - held.num_tokens if n > held.num_tokens else 0, i))
 
         def apply(i: int, plan: _Plan) -> tuple[int, int]:
             held = order[i]
@@ -520,7 +579,8 @@ class HybridAllocator:
             states[i][0][:] = [len(t) for t in held.tables]
             return slots, self.num_internal_fragmentation_slots - internal
 
-        num_iterations, done = self._decode_events(states, max_iterations, self.block_pool.num_free_blocks, apply)
+        num_iterations, done = self._decode_events(states, max_iterations, self.block_pool.num_free_blocks, apply,
+                                                   first, heap)
         growth = [x for t, slots, internal in done if slots for x in (first + t, slots, internal)]
         for held in order:
             held.num_tokens += num_iterations
@@ -528,7 +588,8 @@ class HybridAllocator:
 
     def decode_run_slots(self, num_iterations: int) -> int | None:
         """The token slots ``allocate_decode_run`` would hand out over ``num_iterations`` iterations of every
-        request holding blocks (in admission order), handing out nothing; None when they do not all fit."""
+        request holding blocks (in admission order), handing out nothing; None when they do not all fit (or, in
+        'align' mode, the run would stop before them: the module doc)."""
         states = [([len(t) for t in h.tables], list(h.nulls), h.num_tokens) for h in self._held.values()]
         token_group = self._token_group
 
@@ -685,6 +746,9 @@ class HybridAllocator:
                 if self.groups[g].kind == MAMBA and not self._align[g]:
                     assert len(table) == self.groups[g].state_blocks, "a Mamba table is not its state blocks"
             internal += self._internal(h)
+            if h.change_at >= 0:
+                first = self._next_change([len(t) for t in h.tables], h.nulls, 0)
+                assert h.change_at == (NEVER if first is None else first), "a request's change_at is stale"
         assert len(set(owned)) == len(owned), "a block is in two tables"
         assert not set(owned) & set(free), "a block is both held and free"
         assert len(owned) + len(free) == self.num_blocks - 1, "blocks were lost or made"
@@ -699,3 +763,8 @@ class HybridAllocator:
             ids = [seq.request.request_id for seq in held]
             assert ids == [i for i in self._held if i in set(ids)], "the running requests are not in admission order"
         check_slot_states(self, held)
+
+
+def _changes(plan: _Plan) -> bool:
+    """The plan takes or frees a block."""
+    return bool(plan.num_freed) or any(plan.new)

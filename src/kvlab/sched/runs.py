@@ -15,7 +15,9 @@ visited, and when they compute their whole prompts and nobody is left waiting, t
 the whole batch decodes (``_schedule_decode_and_admit``, ``_after_admission``). When everyone decodes and the free
 blocks run out under FCFS, the iteration that preempts is decided in bulk as well (``_schedule_evicting_decode``):
 the allocator visits only those needing a block and evicts the newest through the scheduler. Anything else is the
-reference's iteration.
+reference's iteration. (A hybrid in vLLM's mamba_cache_mode 'align': the allocator's runs stop before any
+iteration past their first in which a block is taken or freed, kvlab.memory.hybrid, and the queue's head is tried
+again at every schedule: ``schedule``.)
 
 Its state, beside the reference's: the decode clock (iterations in which every running request decoded, run in
 bulk) and whether some request's counters lag behind it (``sync``); who finishes when on it (``_finishes``, kept
@@ -147,10 +149,7 @@ class RunScheduler(Scheduler):
         module doc). ``horizon`` cuts a run where the caller's next event (an arrival) falls (a ``Clock``: its
         ``_horizon``)."""
         # (_runs, written out: a call in every step cost 1% of benchmarks/count_instructions.py --case vllm)
-        # (mamba_cache_mode 'align': a decode changes the state blocks the step after a block boundary, which a run's
-        # growth does not carry, and may let the queue's head in: one iteration at a time, as the reference)
-        if (max_iterations > 1 and not self.mamba_align_block_size and self._decoding
-                and 0 < len(self.running) <= self._max_num_batched_tokens):
+        if max_iterations > 1 and self._decoding and 0 < len(self.running) <= self._max_num_batched_tokens:
             if not self.waiting or self._admission_blocked:
                 out = self._schedule_run(max_iterations, horizon)
             else:
@@ -158,6 +157,8 @@ class RunScheduler(Scheduler):
             if out is None and self._fcfs and not self.allocator.enable_prefix_caching:
                 out = self._schedule_evicting_decode()  # (the decoders' blocks are not all free)
             if out is not None:
+                if self.mamba_align_block_size:
+                    self._admission_blocked = False  # (see below)
                 return out
         # A single iteration: the reference's (its counters current, the finish heap rebuilt after it, as the
         # batch and its counters may change in other ways than a run's).
@@ -165,9 +166,14 @@ class RunScheduler(Scheduler):
         self._finishes = None
         num_running = len(self.running)
         out = self._schedule_iteration()
-        # The queue's head did not fit while everyone decoded: later iterations of decoders only have less room.
+        # The queue's head did not fit while everyone decoded: later iterations of decoders only have less room. Not
+        # so in mamba_cache_mode 'align': the iteration after a request crosses a block boundary frees its previous
+        # state blocks, and a block taken may be a preempted request's cached hit (its admission then counts fewer):
+        # the allocator's runs stop before any iteration past their first that takes or frees a block
+        # (kvlab.memory.hybrid), so a run's later iterations change nothing its first one's waiting loop saw, but
+        # whatever follows a run or a single iteration may, and tries the queue's head again.
         self._admission_blocked = (bool(self.waiting) and not out.preempted_req_ids and not out.new_req_ids
-                                   and out.num_decode_tokens == num_running)
+                                   and out.num_decode_tokens == num_running and not self.mamba_align_block_size)
         return out
 
     def next_decode_run(self, max_iterations: int) -> tuple[int, int, int] | None:
@@ -182,7 +188,9 @@ class RunScheduler(Scheduler):
 
     def _runs(self, max_iterations: int) -> bool:
         """Every running request decodes, within the token budget: the next iterations may be a run."""
-        return (max_iterations > 1 and not self.mamba_align_block_size and self._decoding  # ('align': see schedule)
+        # ('align': not foreseen, as its runs stop where a block is taken or freed and the queue's head is tried
+        # again there: see schedule)
+        return (max_iterations > 1 and not self.mamba_align_block_size and self._decoding
                 and 0 < len(self.running) <= self._max_num_batched_tokens)
 
     def _until_finish(self, max_iterations: int) -> int:
