@@ -538,10 +538,12 @@ class Simulation(Clock):
         request, reason = self.admission(request)
         # (a plain Seq made natively: compiled, calling the class held in an attribute is a generic call)
         new_seq = self._new_seq
-        seq = self.seqs[request.request_id] = Seq(request) if new_seq is Seq else new_seq(request)
+        seq = Seq(request) if new_seq is Seq else new_seq(request)
+        self.seqs[seq.request_id] = seq  # (the Seq's copy of the id, read natively: see Seq)
         if reason is None:
             self.scheduler.add_request(seq)
-            if request.timeout is not None:
+            # (read only when some request given has a deadline, _watch_deadlines: a Request's field is a generic read)
+            if self._timed_out and request.timeout is not None:
                 heappush(self._deadlines, (request.arrival_time + request.timeout, request.request_id))
                 self.counters.num_with_deadline += 1
             return True
