@@ -391,8 +391,9 @@ class Simulation(Clock):
         if first is not None:
             # (the fields by name, not *first: compiled, a star call goes through the generic call machinery, ~600
             # instructions more a call than the native one)
-            dt = self._cost.iteration_times(first.num_seqs, first.num_prefill_tokens, first.num_decode_tokens,
-                                                  first.num_context_tokens, first.num_attention_pairs)
+            # (typed: one iteration's time is a float, and compiled the additions below are then native)
+            dt: float = self._cost.iteration_times(first.num_seqs, first.num_prefill_tokens, first.num_decode_tokens,
+                                                   first.num_context_tokens, first.num_attention_pairs)
             if self._extra_seconds is not None and self.config.offload is not None:  # its loads (taken in _timing)
                 dt += self.config.offload.seconds(self.allocator.peek_load_bytes())
             lead, now = [dt], now + dt
@@ -439,11 +440,12 @@ class Simulation(Clock):
                 return durations, end
             durations = durations[:k]  # (the blocks ran out before the horizon)
             end = start
-            for dt in durations if isinstance(durations, list) else durations.tolist():
-                end += dt
+            for duration in durations if isinstance(durations, list) else durations.tolist():
+                end += duration
             return durations, end
-        dt = self._cost.iteration_times(out.num_seqs, out.num_prefill_tokens, out.num_decode_tokens,
-                                              out.num_context_tokens, out.num_attention_pairs)
+        # (typed, as in _horizon; out.num_seqs written out: the named tuple's property is a generic read and a call)
+        dt: float = self._cost.iteration_times(len(out.num_scheduled_tokens), out.num_prefill_tokens,
+                                               out.num_decode_tokens, out.num_context_tokens, out.num_attention_pairs)
         if out.num_swap_bytes:
             dt += swap_seconds(out.num_swap_bytes)
         if self._extra_seconds is not None:
@@ -536,10 +538,12 @@ class Simulation(Clock):
         request, reason = self.admission(request)
         # (a plain Seq made natively: compiled, calling the class held in an attribute is a generic call)
         new_seq = self._new_seq
-        seq = self.seqs[request.request_id] = Seq(request) if new_seq is Seq else new_seq(request)
+        seq = Seq(request) if new_seq is Seq else new_seq(request)
+        self.seqs[seq.request_id] = seq  # (the Seq's copy of the id, read natively: see Seq)
         if reason is None:
             self.scheduler.add_request(seq)
-            if request.timeout is not None:
+            # (read only when some request given has a deadline, _watch_deadlines: a Request's field is a generic read)
+            if self._timed_out and request.timeout is not None:
                 heappush(self._deadlines, (request.arrival_time + request.timeout, request.request_id))
                 self.counters.num_with_deadline += 1
             return True

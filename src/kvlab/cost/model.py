@@ -34,7 +34,7 @@ efficiencies of a catalogue GPU builds its model with ``CostModel.from_seconds``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 INF: Final = float("inf")  # (Final here and below: compiled, a constant, not a lookup in the module's dict)
 
@@ -167,7 +167,7 @@ class CostModel:
                                                                        / self.num_experts, num_tokens))
 
     def iteration_times(self, num_seqs, num_prefill_tokens, num_decode_tokens, num_context_tokens,
-                        num_attention_pairs):
+                        num_attention_pairs) -> Any:
         """How long iterations take, in seconds: the one cost function of the simulator.
 
         Each argument is a number (one iteration: a float comes back, computed with plain Python arithmetic)
@@ -175,14 +175,19 @@ class CostModel:
         order either way, so an element equals the scalar result bit for bit. Arranged for speed (the overhead
         added to both sides before the larger is taken, reading the weights counted with the overhead), so it
         may differ from ``terms(...).total`` in the last bit."""
+        # (``-> Any`` makes the function typed: without an annotation mypy takes every local for Any, and compiled the
+        # coefficients were boxed into a tuple and unpacked through a generic iterator, ~1k instructions a call,
+        # benchmarks/README.md, the nineteenth step. They unpack as floats now; the experts' read, which may be an
+        # array, goes on a variable of its own.)
         fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
+        fixed: Any = fixed_s
         if self.has_experts:
-            fixed_s = fixed_s + self.experts_read_s(num_prefill_tokens + num_decode_tokens)
-        t_mem = fixed_s + num_context_tokens * kv_token_s
+            fixed = fixed_s + self.experts_read_s(num_prefill_tokens + num_decode_tokens)
+        t_mem = fixed + num_context_tokens * kv_token_s
         t_compute = overhead_s + (
             flops_per_token * (num_prefill_tokens + num_decode_tokens) + flops_per_pair * num_attention_pairs
         ) / flops
-        if t_mem.__class__ is float:
+        if type(t_mem) is float:  # (type(), not __class__: compiled, a native read where __class__ is a generic one)
             t = t_mem if t_mem >= t_compute else t_compute  # noqa: PLR1730, FURB136 (max() costs a call)
         else:
             import numpy as np

@@ -39,6 +39,11 @@ class Scheduler:
     waiting: WaitingQueue
     running: list[Seq]
     mamba_align_block_size: int  # the allocator's (a hybrid in vLLM's mamba_cache_mode 'align'), else 0
+    # The frozen config's fields a policy reads at each pass, copied once (compiled, a read of the config's dataclass
+    # is a generic attribute lookup, ~160 instructions; benchmarks/README.md, the nineteenth step).
+    max_num_seqs: int
+    enable_chunked_prefill: bool
+    watermark: float
 
     def admit(self, seq: Seq, num_new_tokens: int, num_cached_tokens: int) -> None:
         raise NotImplementedError
@@ -96,13 +101,12 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
     FCFS, while the token budget, ``max_num_seqs`` and memory allow. The first that does not fit stops the
     queue (no skipping ahead). With a watermark, a request joining a non-empty batch must leave that many blocks
     free (vLLM applies it only while something is scheduled, ``has_scheduled_reqs``: an idle engine admits)."""
-    cfg = sched.config
-    # (the scheduler's and the frozen config's fields read once a pass: compiled, each read through the Protocol or
-    # of the config's dataclass is a generic attribute lookup; the running list is the scheduler's, admit appends to it)
+    # (the scheduler's fields, the config's copies among them, read once a pass; the running list is the scheduler's,
+    # admit appends to it)
     waiting, running = sched.waiting, sched.running
-    max_num_seqs, chunked = cfg.max_num_seqs, cfg.enable_chunked_prefill
+    max_num_seqs, chunked = sched.max_num_seqs, sched.enable_chunked_prefill
     allocator, paged = sched.allocator, sched.paged_allocator
-    watermark = allocator.watermark_blocks(cfg.watermark) if cfg.watermark else 0
+    watermark = allocator.watermark_blocks(sched.watermark) if sched.watermark else 0
     while budget > 0 and waiting and len(running) < max_num_seqs:
         # (typed: compiled, the queue's head is read as an object, and the arithmetic on its tokens below was generic,
         # ~1k instructions an admission; benchmarks/README.md, the sixteenth step)
@@ -113,7 +117,8 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
             break
         num_new = min(num_new, budget)
         if sched.mamba_align_block_size:
-            num_new = mamba_aligned_chunk(seq, computed, num_new, sched.mamba_align_block_size, cfg.max_num_batched_tokens)
+            num_new = mamba_aligned_chunk(seq, computed, num_new, sched.mamba_align_block_size,
+                                          sched.config.max_num_batched_tokens)
             if num_new == 0:
                 break
         if _allocate(allocator, paged, seq, num_new, cached, watermark if running else 0) is not Fit.NOW:
@@ -129,10 +134,9 @@ def static(sched: Scheduler, budget: int) -> Admission:
     whole prompt is taken at admission) and runs until its slowest member is done. Freed seats stay empty."""
     if sched.running:
         return
-    cfg = sched.config
     waiting = sched.waiting
     allocator, paged = sched.allocator, sched.paged_allocator
-    while waiting and len(sched.running) < cfg.max_num_seqs:
+    while waiting and len(sched.running) < sched.max_num_seqs:
         seq: Seq = waiting[0]  # (typed: see continuous)
         computed, cached = _lookup(allocator, paged, seq)
         num_prompt = seq.num_tokens - computed
@@ -142,7 +146,7 @@ def static(sched: Scheduler, budget: int) -> Admission:
         if num_prompt <= budget:
             num_new = num_prompt
         else:
-            num_new = budget if cfg.enable_chunked_prefill else 0
+            num_new = budget if sched.enable_chunked_prefill else 0
         budget -= num_new
         yield seq, num_new, cached
 

@@ -47,6 +47,10 @@ class Scheduler(batching.Scheduler):
     def __init__(self, config: SchedulerConfig, allocator: KVAllocator, cache_config: CacheConfig | None = None):
         """``cache_config`` gives swap preemption its budget (without it, a swapping scheduler recomputes)."""
         self.config = config
+        # (copies of the frozen config's fields the batching policies read at each pass: see batching.Scheduler)
+        self.max_num_seqs = config.max_num_seqs
+        self.enable_chunked_prefill = config.enable_chunked_prefill
+        self.watermark = config.watermark
         self.allocator = allocator
         # The allocator when it is the paged allocator itself (no subclass): the hot calls go to it natively
         # (compiled, a call through the KVAllocator Protocol is a generic method call, several hundred instructions
@@ -125,7 +129,7 @@ class Scheduler(batching.Scheduler):
             # vLLM's num_tokens_with_spec: the draft tokens proposed last iteration are verified in this one (without
             # speculative decoding the same property as num_tokens: kvlab.spec.scheduler.SpecSeq adds the drafts).
             num_new = seq.num_tokens_with_spec - computed
-            if not cfg.enable_chunked_prefill and num_new > budget:
+            if not self.enable_chunked_prefill and num_new > budget:  # (the config's copy, read natively)
                 # Only reachable under static batching, which admits a whole batch at once: without chunked
                 # prefill a prompt is computed in one piece, so it waits for an iteration with room.
                 i += 1
