@@ -81,8 +81,6 @@ def test_a_grid_file_combines_its_lists_with_explicit_points(tmp_path):
     (["--rate", "1,,2"], "an empty value in the list"),
     (["--rate", "1,1.0"], "--rate 1,1.0: '1.0' is the same value as '1', given twice; valid: each value once"),  # trial 56
     (["--strategy", "vllm,vlm"], "vlm"),
-    (["--strategy", "vllm,vllm+prefix"],  # one strategy spelt twice made one point without a word (trial 59, finding 8)
-     "--strategy vllm,vllm+prefix: 'vllm+prefix' is the same value as 'vllm', given twice; valid: each value once"),
     (["--workload", "sharegtp"], "unknown workload 'sharegtp'"),
     (["--block-size", "32", "--max-model-len", "16"], "a block must fit in a sequence"),
     (["--max-num-seqs", "0"], "--max-num-seqs 0 is out of range; valid: requests per step"),  # as `kvlab run` says

@@ -255,19 +255,6 @@ def read_grid_file(path: Path) -> tuple[dict[str, list[Any]], list[dict[str, Any
     return lists, points
 
 
-def _identity(name: str, value: Any) -> Any:
-    """What makes two values of one option the same point: a strategy by its canonical name (vllm+prefix is vllm,
-    trial 59, finding 8), any other value as converted."""
-    if name != "strategy" or not isinstance(value, str):
-        return value
-    from kvlab.strategies import canonical_name, parse_strategy
-
-    try:
-        return canonical_name(parse_strategy(value))
-    except KvlabError:
-        return value  # (the point's own check names it)
-
-
 def expand(lists: dict[str, list[Any]], explicit: list[dict[str, Any]] | None = None) -> list[Point]:
     """The cross product of ``lists`` (combined with each explicit mapping), converted and with defaults filled
     in, in a stable order, duplicates removed."""
@@ -277,7 +264,7 @@ def expand(lists: dict[str, list[Any]], explicit: list[dict[str, Any]] | None = 
             raise KvlabError(f"{specs[name].flag}: an empty list of values makes an empty grid")
         seen: dict[str, Any] = {}
         for value in values:  # (1,1 or 1,1.0: one point, not the two the list seems to ask for)
-            key = canonical_json({"v": _identity(name, specs[name].convert(value))})
+            key = canonical_json({"v": specs[name].convert(value)})
             if key in seen:
                 raise KvlabError(f"{specs[name].flag} {','.join(str(v) for v in values)}: {value!r} is the same value "
                                  f"as {seen[key]!r}, given twice; valid: each value once")
