@@ -43,7 +43,9 @@ def _run(run_id: str, **fields) -> dict:
 
 
 def _simulate(raw: dict):
-    prepared = F.prepare(run_from_dict(raw, "held-out.json, run 0"))
+    """The run's arrivals evenly spaced (``arrival_seeds=None``): one workload, where ``F.prepare`` by default draws
+    four and the replay pools them (its sums would be over four workloads where the simulation below runs one)."""
+    prepared = F.prepare(run_from_dict(raw, "held-out.json, run 0"), arrival_seeds=None)
     sim = F._simulation(prepared, prepared.engine(F.START), prepared.workload.requests)
     return prepared, sim.run()
 
@@ -85,7 +87,7 @@ def test_without_offload_nothing_changes():
     as a run without the fields."""
     bare = _run("64")
     del bare["cpu_offload"], bare["cpu_kv_blocks"]
-    reference = F.replay(F.prepare(run_from_dict(bare, "x")), F.START).predicted()
+    reference = F.replay(F.prepare(run_from_dict(bare, "x"), arrival_seeds=None), F.START).predicted()
     for value in (None, False):
         prepared, result = _simulate(_run("64", cpu_offload=value))
         assert prepared.config.offload is None and result.counters.kv_offload == {}
@@ -107,11 +109,12 @@ def test_an_offload_run_replays_through_the_cpu_tier():
     replay = F.replay(prepared, F.START)
     prefill = replay.phi[:, 6].sum()
     assert prefill == 60 * PROMPT - stats["gpu_prefix_hit_tokens"] - stats["cpu_prefix_hit_tokens"]
-    assert F.replay(F.prepare(run_from_dict(_run("64", total_kv_blocks=600), "x")), F.START).phi[:, 6].sum() > prefill
+    assert F.replay(F.prepare(run_from_dict(_run("64", total_kv_blocks=600), "x"), arrival_seeds=None),
+                    F.START).phi[:, 6].sum() > prefill
     assert replay.num_preemptions == 0 and len(replay.finish) == 60
     whole = _run("64", cpu_offload=True)  # (65,352 GPU blocks)
     plain = _run("64", cpu_offload=None)
     prepared_whole, result_whole = _simulate(whole)
     assert result_whole.counters.kv_offload["cpu_prefix_hit_tokens"] == 0
-    assert F.replay(prepared_whole, F.START).predicted() == F.replay(F.prepare(run_from_dict(plain, "x")),
+    assert F.replay(prepared_whole, F.START).predicted() == F.replay(F.prepare(run_from_dict(plain, "x"), arrival_seeds=None),
                                                                      F.START).predicted()
