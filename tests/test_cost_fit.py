@@ -357,10 +357,8 @@ def test_a_run_is_replayed_with_the_users_it_names_or_the_prompts_its_client_sen
     published = F.prepare(run)
     assert published.spec == run.workload
     assert len({r.prefix_hashes for r in published.workload.requests}) == run.workload.num_users == 6
-    closed = F.prepare(run, closed_loop=True, sent=True, arrival_seeds=None)
-    assert closed.spec == run.workload  # (the loop serialises the named users)
-    with pytest.raises(KvlabError, match="the closed loop replays evenly spaced arrivals only"):
-        F.prepare(run, closed_loop=True)
+    closed = F.prepare(run, closed_loop=True, sent=True)
+    assert closed.spec == run.workload and closed.seeds == F.ARRIVAL_SEEDS  # (the loop serialises the named users)
 
 
 def test_a_run_is_replayed_once_per_arrival_draw_and_the_draws_pooled():
@@ -414,28 +412,46 @@ def test_a_profile_is_judged_with_the_arrivals_its_fit_records():
     assert F.arrivals_of({"runs": ["a"]}) is None and F.arrivals_of({"arrivals": "even"}) is None  # (fitted evenly)
 
 
-def test_multi_turn_rounds_wait_for_the_users_previous_answer():
+@pytest.mark.parametrize("seed", [None, 0, 1, 2, 3])
+def test_multi_turn_rounds_wait_for_the_users_previous_answer(seed):
     """inference-perf's multi-turn client holds a user's next round until its answer is in (workload/inference_perf.py):
-    each request is sent at max(its scheduled time, the client's end of the user's previous request), exactly."""
+    each request is sent at max(its scheduled time, the client's end of the user's previous request), exactly, on
+    evenly spaced arrivals (None) and on drawn ones. (Drawn, seeds 0, 2 and 3 hung the loop before clock60: a round
+    released inside the iteration that emptied the engine was added behind the clock, and the idle loop ran to it,
+    in the past, which ran nothing.)"""
     from kvlab.cost.latency import admission_lag
     from kvlab.workload.inference_perf import arrival_times, closed_loop_send_times
 
     raw = _with("workload.num_users_per_system_prompt", 1)
     raw["workload"]["num_unique_system_prompts"] = 2  # two users, one round each 1/20 s at 40 req/s: they overlap
     run = run_from_dict(raw, "x")
-    replay = F.replay(F.prepare(run, closed_loop=True, arrival_seeds=None), F.START)  # (evenly spaced only, so far)
-    scheduled = arrival_times(run.workload, seed=None)
+    seeds = None if seed is None else (seed,)
+    replay = F.replay(F.prepare(run, closed_loop=True, arrival_seeds=seeds), F.START)
+    scheduled = arrival_times(run.workload, seed=seed)
     busy = replay.busy()
     client_end = replay.finish + admission_lag(replay.lag_iterations, busy, replay.first_token, replay.finish,
                                                run.workload.output_len)
+    assert len(replay.finish) == 60 and np.all(replay.finish > replay.arrival)
     assert np.any(replay.arrival > scheduled)  # (some rounds were held)
     np.testing.assert_array_equal(replay.arrival, closed_loop_send_times(run.workload, scheduled, client_end))
     assert np.all(replay.arrival[2:] >= client_end[:-2])  # a user never has two requests in flight
+    assert np.all(replay.first_scheduled >= replay.arrival)  # (none scheduled before it was sent)
     # Without multi-turn, or without closed_loop (the default), every request is sent at its scheduled time.
-    np.testing.assert_array_equal(F.replay(F.prepare(run, arrival_seeds=None), F.START).arrival, scheduled)
+    np.testing.assert_array_equal(F.replay(F.prepare(run, arrival_seeds=seeds), F.START).arrival, scheduled)
     raw["workload"]["enable_multi_turn_chat"] = False
-    open_loop = F.replay(F.prepare(run_from_dict(raw, "x"), closed_loop=True, arrival_seeds=None), F.START)
+    open_loop = F.replay(F.prepare(run_from_dict(raw, "x"), closed_loop=True, arrival_seeds=seeds), F.START)
     np.testing.assert_array_equal(open_loop.arrival, scheduled)
+
+
+def test_a_closed_loop_replay_pools_its_draws():
+    """Closed loop on the default draws (F.ARRIVAL_SEEDS): each draw replayed as it is alone, side by side."""
+    raw = _with("workload.num_users_per_system_prompt", 1)
+    raw["workload"]["num_unique_system_prompts"] = 2
+    run = run_from_dict(raw, "x")
+    pooled = F.replay(F.prepare(run, closed_loop=True), F.START)
+    alone = [F.replay(F.prepare(run, closed_loop=True, arrival_seeds=(s,)), F.START) for s in F.ARRIVAL_SEEDS]
+    assert len(pooled.finish) == 60 * len(F.ARRIVAL_SEEDS)
+    np.testing.assert_allclose(pooled.client_ttft(), np.concatenate([r.client_ttft() for r in alone]), atol=1e-9)
 
 
 def test_closed_loop_send_times():

@@ -278,9 +278,6 @@ def prepare(run: MeasuredRun, closed_loop: bool = False, sent: bool = False,
     if not seeds:
         raise KvlabError("arrival seeds: none given; valid: one or more seeds (inference-perf's drawn arrivals), or "
                          "evenly spaced arrivals")
-    if closed_loop and seeds != EVEN:  # (found 7 December: _closed_loop's stepping never ends on a drawn seed 0)
-        raise KvlabError(f"run {run.id!r}: the closed loop replays evenly spaced arrivals only (on drawn ones its "
-                         "stepping does not end yet); valid: --closed-loop with --arrivals even")
     workloads = []
     for seed in seeds:
         table = shared_prefix_table(spec, seed=seed)
@@ -678,13 +675,22 @@ def _closed_loop(p: Prepared, engine, workload, scheduled: np.ndarray) -> tuple[
     gc.disable()
     try:
         while pending or in_engine:
+            num_added = 0
             while pending and (pending[0][0] <= sim.now or not in_engine):
                 t, i = heappop(pending)
                 sim.add_request(replace(requests[i], arrival_time=t + latency))  # (at the scheduler)
                 in_engine.add(i)
+                num_added += 1
+            # Idle, run to the next arrival; but a round released during the iteration that emptied the engine was
+            # added behind the clock (sent before that iteration's end): it is taken now (run_until to a time before
+            # the clock runs nothing, and the loop would never move).
             idle = sim.scheduler.num_unfinished == 0
-            limit = sim.next_arrival_time if idle else sim.now
-            for out in sim.run_until(limit + 1e-9):
+            limit = max(sim.next_arrival_time, sim.now) if idle else sim.now
+            outputs = sim.run_until(limit + 1e-9)
+            if not outputs and not num_added:  # (each round hands a request over or runs an iteration, or it hangs)
+                raise RuntimeError(f"run {p.run.id!r}: the closed loop stopped at {sim.now:g} s with requests "
+                                   f"{sorted(in_engine)} in the engine and {len(pending)} held")
+            for out in outputs:
                 timeline.add(out, sim.now)
             if sim.counters.num_finished == num_finished:
                 continue
