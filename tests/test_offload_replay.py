@@ -32,6 +32,7 @@ def _trainval() -> list[dict]:
 
 
 PROMPT = 150 + 600 + 37  # run 64's system prompt, question and chat template (kvlab/cost/measured.py)
+OUTPUT = 251  # its answers
 
 
 def _run(run_id: str, **fields) -> dict:
@@ -42,12 +43,26 @@ def _run(run_id: str, **fields) -> dict:
     return raw
 
 
-def _simulate(raw: dict):
-    """The run's arrivals evenly spaced (``arrival_seeds=None``): one workload, where ``F.prepare`` by default draws
-    four and the replay pools them (its sums would be over four workloads where the simulation below runs one)."""
-    prepared = F.prepare(run_from_dict(raw, "held-out.json, run 0"), arrival_seeds=None)
+ARRIVALS = [None, (0,), (3,)]  # evenly spaced, and two of inference-perf's drawn workloads (fit.ARRIVAL_SEEDS')
+
+
+def _simulate(raw: dict, seeds=None):
+    """The run on one workload: evenly spaced (``None``) or one draw (``(seed,)``), where ``F.prepare`` by default
+    draws four and the replay pools them (its sums would be over four workloads where the simulation below runs one).
+    Stepped, to see each preemption: returns (prepared, result, the tokens each preempted request held (its prompt
+    and what it had generated), the tokens computed for each at its next admission)."""
+    prepared = F.prepare(run_from_dict(raw, "held-out.json, run 0"), arrival_seeds=seeds)
     sim = F._simulation(prepared, prepared.engine(F.START), prepared.workload.requests)
-    return prepared, sim.run()
+    held, again, preempted = [], [], set()
+    while not sim.done:
+        out = sim.step()
+        if out is None:
+            break
+        again += [out.num_scheduled_tokens.get(i, 0) for i in out.new_req_ids if i in preempted]
+        preempted -= set(out.new_req_ids)
+        held += [sim.seqs[i].num_tokens for i in out.preempted_req_ids]
+        preempted |= set(out.preempted_req_ids)
+    return prepared, sim.result(), held, again
 
 
 def test_the_benchmarks_cpu_kv_blocks_are_one_gpus_share_and_vllm_sizes_the_tier_over_every_gpu():
@@ -82,39 +97,50 @@ def test_an_offload_kvlab_cannot_replay_is_one_line(fields, message):
         run_from_dict(_run("64", **fields), "x")
 
 
-def test_without_offload_nothing_changes():
+@pytest.mark.parametrize("seeds", ARRIVALS)
+def test_without_offload_nothing_changes(seeds):
     """cpu_offload null (the calibration set's) or false: no tier, whatever cpu_kv_blocks says, and the same replay
     as a run without the fields."""
     bare = _run("64")
     del bare["cpu_offload"], bare["cpu_kv_blocks"]
-    reference = F.replay(F.prepare(run_from_dict(bare, "x"), arrival_seeds=None), F.START).predicted()
+    reference = F.replay(F.prepare(run_from_dict(bare, "x"), arrival_seeds=seeds), F.START).predicted()
     for value in (None, False):
-        prepared, result = _simulate(_run("64", cpu_offload=value))
+        prepared, result, _, _ = _simulate(_run("64", cpu_offload=value), seeds)
         assert prepared.config.offload is None and result.counters.kv_offload == {}
         assert F.replay(prepared, F.START).predicted() == reference
 
 
-def test_an_offload_run_replays_through_the_cpu_tier():
+@pytest.mark.parametrize("seeds", ARRIVALS)
+def test_an_offload_run_replays_through_the_cpu_tier(seeds):
     """A GPU cache of 600 blocks holds about 12 of the 50 users' prompts (787 tokens each); their second rounds
     (requests 50-59) find what the GPU evicted on the CPU. With the GPU's whole cache the tier finds nothing more and
-    changes nothing."""
-    _, gpu_only = _simulate(_run("64", cpu_offload=None, total_kv_blocks=600))
-    prepared, tiered = _simulate(_run("64", cpu_offload=True, total_kv_blocks=600))
+    changes nothing. Drawn arrivals come in bursts that preempt a few requests (evenly spaced, none do)."""
+    _, gpu_only, _, _ = _simulate(_run("64", cpu_offload=None, total_kv_blocks=600), seeds)
+    prepared, tiered, held, again = _simulate(_run("64", cpu_offload=True, total_kv_blocks=600), seeds)
     stats = tiered.counters.kv_offload
     assert stats["num_cpu_blocks"] == 9362 and stats["offload_evicted_blocks"] == 0
     assert stats["cpu_prefix_hit_tokens"] > 0 and stats["cpu_prefix_hit_tokens"] == 16 * stats["offload_loaded_blocks"]
     assert stats["offload_loaded_bytes"] == stats["offload_loaded_blocks"] * 917504
     assert len(tiered.records) == len(gpu_only.records) == 60
-    # Every prompt token is a GPU hit, a CPU hit or computed (no preemptions); the tier's hits are computed less.
     replay = F.replay(prepared, F.START)
-    prefill = replay.phi[:, 6].sum()
-    assert prefill == 60 * PROMPT - stats["gpu_prefix_hit_tokens"] - stats["cpu_prefix_hit_tokens"]
-    assert F.replay(F.prepare(run_from_dict(_run("64", total_kv_blocks=600), "x"), arrival_seeds=None),
+    assert replay.num_preemptions == tiered.counters.num_preemptions == len(held) == len(again)
+    assert (len(held) > 0) == (seeds is not None) and len(replay.finish) == 60
+    # Every admission computes what its request holds less what either tier holds of it; the tiers' counters are
+    # over every admission. A preempted request holds its prompt and the tokens it generated, so its next admission
+    # prefills them all, less its hits (its own blocks, freed to the cache, mostly still there): what it computes
+    # again is what the prefix cache lost (the scheduler's recomputed tokens) and the token it had sampled last,
+    # prefilled now where it would have been decoded.
+    prefill, decode = replay.phi[:, 6].sum(), replay.fields[2].sum()
+    assert prefill == 60 * PROMPT + sum(held) - stats["gpu_prefix_hit_tokens"] - stats["cpu_prefix_hit_tokens"]
+    decoding = sum(1 for n in held if n > PROMPT)  # (preempted after its first token)
+    assert decode == 60 * (OUTPUT - 1) - decoding
+    assert sum(again) == tiered.counters.num_recomputed_tokens + decoding
+    # The tier's hits are computed less.
+    assert F.replay(F.prepare(run_from_dict(_run("64", total_kv_blocks=600), "x"), arrival_seeds=seeds),
                     F.START).phi[:, 6].sum() > prefill
-    assert replay.num_preemptions == 0 and len(replay.finish) == 60
     whole = _run("64", cpu_offload=True)  # (65,352 GPU blocks)
     plain = _run("64", cpu_offload=None)
-    prepared_whole, result_whole = _simulate(whole)
+    prepared_whole, result_whole, _, _ = _simulate(whole, seeds)
     assert result_whole.counters.kv_offload["cpu_prefix_hit_tokens"] == 0
-    assert F.replay(prepared_whole, F.START).predicted() == F.replay(F.prepare(run_from_dict(plain, "x"), arrival_seeds=None),
-                                                                     F.START).predicted()
+    assert F.replay(prepared_whole, F.START).predicted() == F.replay(
+        F.prepare(run_from_dict(plain, "x"), arrival_seeds=seeds), F.START).predicted()
