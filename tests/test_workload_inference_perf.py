@@ -286,3 +286,20 @@ def test_a_duration_keeps_the_same_requests_whether_or_not_the_rest_are_built(tm
     assert requests_before(_spec(), duration) >= int(np.searchsorted(times, duration, side="left"))
     workload = load_workload(str(path), duration=duration)
     assert [r.arrival_time for r in workload.requests] == [t for t in times if t < duration]
+
+
+def test_the_docs_example_configuration_runs_as_its_comment_says(tmp_path):  # (trial 60, finding 7: no example)
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "workloads.md").read_text(encoding="utf-8")
+    example = re.search(r"`shared-prefix\.yaml`:\n\n```yaml\n(.*?)```", docs, re.S)
+    assert example, "docs/workloads.md lost its inference-perf example"
+    path = tmp_path / "shared-prefix.yaml"
+    path.write_text(example.group(1))
+    spec = read_config(str(path))
+    workload = load_workload(str(path))
+    stages = stage_of(spec, [r.arrival_time for r in workload.requests])
+    # "180 requests: 60 at 2/s, then 120 at 4/s"; 4 groups x 5 users; 200 + 300 prompt tokens, 100 out
+    assert workload.num_requests == 180 and np.bincount(stages).tolist() == [60, 120]
+    assert {(r.prompt_len, r.output_len) for r in workload.requests} == {(500, 100)}
+    assert len({r.prefix_hashes for r in workload.requests}) == 20
