@@ -425,6 +425,9 @@ def kv_token_accuracy(rows: list[Row]) -> dict:
                (("num_sized", len(errs)), ("num_within", sum(x <= WITHIN for x in errs)))},
             "median_abs_error": round(statistics.median(abs(x) for x in errors), 4) if errors else None,
             "largest_error": round(errors[-1], 4) if errors else None,
+            # (which way the misses go: a plan counts on the tokens, so an estimate above vLLM's is the costly side)
+            "num_above": sum(x > WITHIN for x in errors), "num_below": sum(x < -WITHIN for x in errors),
+            "largest_above": round(max(errors), 4) if errors else None,
             "command": "python benchmarks/startup_logs.py --write"}
 
 

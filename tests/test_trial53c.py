@@ -82,7 +82,8 @@ def test_size_and_fit_say_how_far_the_estimate_was_off(kvlab):
     acc = kv_token_accuracy()
     said = (f"its KV cache tokens were within 2% of vLLM's on {acc['held_out_num_within']} of "
             f"{acc['held_out_num_sized']} held-out startup logs ({acc['num_within']} of {acc['num_sized']} with the "
-            f"{acc['fit_num_sized']} it was fitted on; benchmarks/startup_logs.py)")
+            f"{acc['fit_num_sized']} it was fitted on; of the {acc['num_above'] + acc['num_below']} beyond 2%, "
+            f"{acc['num_above']} above vLLM's (up to {acc['largest_above']:+.1%}); benchmarks/startup_logs.py)")
     size = " ".join(kvlab("size", "qwen3-14b", "--gpu", "l40s", "--max-model-len", "40960",
                           "--vllm-version", "0.28.0").stdout.split())
     assert f"(the budget is kvlab's estimate: {said}; pass --available-kv-gib" in size
