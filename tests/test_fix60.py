@@ -57,3 +57,92 @@ def test_capacity_refuses_a_router_given_twice_as_any_value_given_twice(kvlab, t
     assert r.stderr.strip() == (f"error: --router {router}: {twice!r} is the same value as {twice!r}, given twice; "
                                 "valid: each value once")
     assert not out.exists()
+
+
+IP_CONFIG = """\
+data:
+  type: shared_prefix
+  shared_prefix:
+    num_groups: 2
+    num_prompts_per_group: 4
+    system_prompt_len: 200
+    question_len: 50
+    output_len: 20
+load:
+  type: constant
+  stages:
+    - {rate: 4.0, duration: 10}
+    - {rate: 8.0, duration: 5}
+"""
+
+
+@pytest.fixture
+def ip_yaml(tmp_path):
+    path = tmp_path / "ip.yaml"
+    path.write_text(IP_CONFIG)
+    return path
+
+
+def _arrivals(path, arrivals, **options):
+    from kvlab import service
+    from kvlab.cli.options import with_arrivals
+    from kvlab.config.resolve import quietly
+
+    config = with_arrivals(quietly({"workload": str(path), **options}), arrivals)
+    return [r.arrival_time for r in service.load(config).requests]
+
+
+@pytest.mark.parametrize("arrivals, seed", [(None, 0), ("0", 0), ("3", 3), ("even", None), (" Even ", None)])
+def test_arrivals_draws_the_configurations_times_with_the_seed_asked_for_or_evenly_spaced(ip_yaml, arrivals, seed):
+    from kvlab.workload.inference_perf import arrival_times, read_config
+
+    assert _arrivals(ip_yaml, arrivals) == arrival_times(read_config(str(ip_yaml)), seed=seed).tolist()
+
+
+def test_the_configurations_default_draw_is_the_workloads_one():
+    from kvlab.config.resolve import WorkloadConfig
+    from kvlab.workload.inference_perf import DEFAULT_SEED
+
+    assert WorkloadConfig().arrival_seed == DEFAULT_SEED
+
+
+def test_arrivals_even_on_a_rescaled_configuration_rescales_the_evenly_spaced_times(ip_yaml):
+    from kvlab.workload.arrivals import rescale_arrivals
+    from kvlab.workload.inference_perf import arrival_times, read_config
+
+    times = rescale_arrivals(arrival_times(read_config(str(ip_yaml)), seed=None), 2.0)
+    assert _arrivals(ip_yaml, "even", rate=2.0) == pytest.approx(times.tolist())
+
+
+@pytest.mark.parametrize("command", [["run"], ["race", "vllm", "orca-max"]])
+def test_run_and_race_take_arrivals_and_say_which_in_the_workloads_description(kvlab, ip_yaml, command):
+    runs = {a: kvlab(*command, "-w", ip_yaml, *(["--arrivals", a] if a else []), "--json") for a in ("", "0", "even")}
+    assert all(r.exit_code == 0 for r in runs.values()), [r.stderr for r in runs.values()]
+    described = {a: r.json()["workload"]["description"] for a, r in runs.items()}
+    assert described[""] == described["0"] and described[""].endswith("arrivals drawn as its timer draws them "
+                                                                       "(--arrivals 0).")
+    assert described["even"].endswith("arrivals evenly spaced (--arrivals even).")
+    assert runs[""].json()["strategies"] == runs["0"].json()["strategies"]
+    assert runs[""].json()["strategies"] != runs["even"].json()["strategies"]
+
+
+VALID = ("valid: --arrivals SEED (one seed of inference-perf's drawn arrivals, a whole number from 0; default 0) or "
+         "--arrivals even (evenly spaced at each stage's rate)")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--arrivals", "even"], "error: --arrivals even: workload paper-sharegpt is not an inference-perf configuration "
+     "(a .yaml file), whose constant timer --arrivals draws; valid: leave --arrivals out (--arrival and --rate set "
+     "other workloads' arrivals), or --workload CONFIG.yaml"),
+    (["-w", "IP", "--arrival", "poisson", "--rate", "3", "--arrivals", "1"], "error: --arrivals 1 with --arrival "
+     "poisson: poisson arrivals are drawn anew for the configuration's rows, not at its own times; valid: one of the two"),
+    (["-w", "IP", "--arrivals", "0,1"], f"error: --arrivals 0,1: a run replays one draw, not 2; {VALID} (kvlab "
+     "calibrate --runs --arrivals pools several)"),
+    (["-w", "IP", "--arrivals", "-1"], f"error: --arrivals '-1' is not an arrival seed; {VALID}"),
+    (["-w", "IP", "--arrivals", "1.5"], f"error: --arrivals '1.5' is not an arrival seed; {VALID}"),
+])
+@pytest.mark.parametrize("command", ["run", "race"])
+def test_arrivals_where_it_does_not_apply_or_not_a_seed_is_one_line(kvlab, ip_yaml, command, args, message):
+    r = kvlab(command, *[str(ip_yaml) if a == "IP" else a for a in args])
+    assert r.exit_code == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == message and r.stdout == ""
