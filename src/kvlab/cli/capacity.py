@@ -133,7 +133,7 @@ def capacity(
     if not 0 < rtol < 1:
         raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
     lists, explicit = grid_lists(ctx.args, grid)
-    _check_auto(lists)
+    _check_lists(lists)
     _check_deadlines(target, lists, explicit)
     if lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]:
         return disagg_command(lists, explicit, target, new_session(), as_json)
@@ -289,6 +289,17 @@ def _check_auto(lists: dict[str, list]) -> None:
         raise KvlabError(f"--replicas auto with {' '.join(sides)}: a disaggregated fleet counts its replicas by side; "
                          "valid: --replicas auto --prefill-replicas auto --rate R (the fewest GPUs, either kind of "
                          "fleet), or the sides' counts without --replicas")
+
+
+def _check_lists(lists: dict[str, list]) -> None:
+    """The lists' checks before any branch: auto's (_check_auto); --router a,a refused by the rule every other list
+    follows (kvlab.sweep.grid.expand: each value once), since the fewest-replicas search takes its routers out of the
+    grid before expanding it, and ran a router given twice once without a word (service.replicas.replica_searches)."""
+    from kvlab.sweep.grid import expand
+
+    _check_auto(lists)
+    if "router" in lists:
+        expand({"router": lists["router"]})
 
 
 def _check_deadlines(target, lists: dict[str, list], explicit: list[dict]) -> None:

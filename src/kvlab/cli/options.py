@@ -134,3 +134,51 @@ def working(message: str):
         return console.status(message, spinner="dots")
     console.print(f"{message} ...", soft_wrap=True)
     return nullcontext()
+
+
+# --- --arrivals: an inference-perf configuration's draw (`kvlab run`, `kvlab race`) ---------------------------------
+# (inference-perf's constant timer draws its arrivals, kvlab.workload.inference_perf.arrival_times; a replay draws them
+# with seed 0 unless told; `kvlab calibrate --runs --arrivals SEEDS|even` pools several draws, a run replays one)
+ArrivalsOpt = Annotated[Optional[str], typer.Option(  # noqa: UP007 (as typer_parameter's)
+    "--arrivals", help="With an inference-perf configuration as --workload: its arrivals drawn as its constant timer "
+    "draws them, with this seed, or 'even': evenly spaced at each stage's rate \\[default: 0].", show_default=False,
+    rich_help_panel=PANELS["workload"])]
+ARRIVALS_VALID = ("valid: --arrivals SEED (one seed of inference-perf's drawn arrivals, a whole number from 0; "
+                  "default 0) or --arrivals even (evenly spaced at each stage's rate)")
+
+
+def parse_arrival_seed(text: str) -> int | None:
+    """--arrivals of a run: one seed, or None for 'even'; read by calibrate's parser (kvlab.cost.fit.parse_arrivals),
+    which takes several to pool."""
+    from kvlab.cost.fit import parse_arrivals
+    from kvlab.errors import KvlabError
+
+    try:
+        seeds = parse_arrivals(text)
+    except KvlabError:
+        raise KvlabError(f"--arrivals {text!r} is not an arrival seed; {ARRIVALS_VALID}") from None
+    if seeds is not None and len(seeds) != 1:
+        raise KvlabError(f"--arrivals {text}: a run replays one draw, not {len(seeds)}; {ARRIVALS_VALID} (kvlab "
+                         "calibrate --runs --arrivals pools several)")
+    return None if seeds is None else seeds[0]
+
+
+def with_arrivals(config, text: str | None):
+    """``config`` with --arrivals put into its workload (WorkloadConfig.arrival_seed); refused in one line where the
+    workload is not an inference-perf configuration replayed at its own times (a bundled source or a user's rows have
+    no timer to draw with; --arrival poisson, gamma or burst draws new times for its rows)."""
+    from kvlab.errors import KvlabError
+    from kvlab.workload.inference_perf import SUFFIXES
+
+    if text is None:
+        return config
+    seed = parse_arrival_seed(text)
+    wl = config.workload
+    if Path(wl.workload).suffix.lower() not in SUFFIXES:
+        raise KvlabError(f"--arrivals {text}: workload {Path(wl.workload).name} is not an inference-perf configuration "
+                         "(a .yaml file), whose constant timer --arrivals draws; valid: leave --arrivals out (--arrival "
+                         "and --rate set other workloads' arrivals), or --workload CONFIG.yaml")
+    if wl.arrival not in ("auto", "trace"):
+        raise KvlabError(f"--arrivals {text} with --arrival {wl.arrival}: {wl.arrival} arrivals are drawn anew for the "
+                         "configuration's rows, not at its own times; valid: one of the two")
+    return replace(config, workload=replace(wl, arrival_seed=seed))

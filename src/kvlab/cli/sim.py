@@ -14,7 +14,7 @@ import typer
 
 from kvlab import defaults
 from kvlab.cli.app import app
-from kvlab.cli.options import JsonOpt, WideOpt, YesOpt, options_template, with_options
+from kvlab.cli.options import ArrivalsOpt, JsonOpt, WideOpt, YesOpt, options_template, with_arrivals, with_options
 from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
 from kvlab.errors import KvlabError
@@ -85,16 +85,16 @@ sim_option_template = options_template(RUN_OPTIONS)
 SIM_OPTIONS = RUN_OPTIONS
 
 
-def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, **options):
+def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, arrivals: str | None = None, **options):
     """Resolve the options, then run each strategy on the same workload through the run service; returns the
     RunResult. Every option is checked, and the work estimated, before anything is built; the notes (options
-    unused, what vLLM would refuse) are printed first."""
+    unused, what vLLM would refuse) are printed first. ``arrivals``: --arrivals (cli.options.with_arrivals)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kvlab import service
 
-    config = quietly(options)  # (the report prints the cost profile's notes)
+    config = with_arrivals(quietly(options), arrivals)  # (the report prints the cost profile's notes)
     chosen = service.strategies(strategy_names, config)
     service.check_work(config, len(chosen))
     if slos:  # (--slo-classes: each class one of the workload's, checked before anything runs)
@@ -482,6 +482,7 @@ def race(
     yes: YesOpt = False,
     config: ConfigOpt = None,
     slo_classes: SloClassesOpt = None,
+    arrivals: ArrivalsOpt = None,
     **options,
 ) -> None:
     """Race serving strategies on the same workload and clock (RACE_HELP)."""
@@ -496,7 +497,8 @@ def race(
     check_output_path(html, "--html", folder=False)
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
-        run = simulate(names, quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)
+        run = simulate(names, quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), arrivals=arrivals,
+                       **options)
     raced = plural(len(names), "strategy", "strategies")
     summaries = report(run, as_json=as_json, out=out, title=f"Race: {raced}, same workload", wide=wide, plots=draw,
                        slos=slos)
@@ -522,6 +524,7 @@ def run(
     yes: YesOpt = False,
     config: ConfigOpt = None,
     slo_classes: SloClassesOpt = None,
+    arrivals: ArrivalsOpt = None,
     **options,
 ) -> None:
     """Serve a workload with one strategy and report memory shares, throughput, latency and preemptions.
@@ -531,7 +534,8 @@ def run(
     check_out(out, draw)
     options = with_config_file(ctx, config, options)
     with allow_large_work(yes):
-        run = simulate([strategy], quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), **options)
+        run = simulate([strategy], quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), arrivals=arrivals,
+                       **options)
     summaries = report(run, as_json=as_json, out=out, title=f"Run: {run.results[0].strategy.name}", wide=wide,
                        plots=draw, slos=slos)
     exit_if_nothing_served(summaries)

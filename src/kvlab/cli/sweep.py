@@ -63,7 +63,7 @@ def sweep(
 
     lists, explicit = grid_lists(ctx.args, grid)
     grid_points = expand(lists, explicit)
-    points = resolve_points(grid_points, kvlab.__version__, build=False)
+    points = one_point_each(resolve_points(grid_points, kvlab.__version__, build=False, unique=False), lists)
     session = Session(out, workers, ray, ray_address, as_json, writes=SWEEP_PLOTS)
     session.check_ray()
     stored = set() if retry_failed else session.stored_keys()
@@ -84,6 +84,25 @@ def sweep(
     varied = {name for name, values in lists.items() if len(values) > 1} | {n for p in explicit for n in p}
     # (a hybrid model's KV cache groups: kvlab.memory.hybrid simulates no prefix caching, as `kvlab run` says)
     print_sweep(rows, names, session, written, varied, simulated=_simulated(points))
+
+
+def one_point_each(every, lists: dict[str, list]) -> list:
+    """The resolved points, each simulation once; two spellings of one strategy (vllm,vllm+prefix: one key, since
+    kvlab.sweep.point.resolve_point keys a point by the strategy's canonical name) refused as any value given twice
+    is (kvlab.sweep.grid.expand), where the list asked for two points and got one (trial 59, finding 8). Here only:
+    `kvlab capacity --strategy vllm,vllm+prefix` answers each spelling (service.capacity)."""
+    from kvlab.errors import KvlabError
+
+    points: dict[str, Any] = {}
+    for point in every:
+        first = points.setdefault(point.key, point)
+        a, b = str(first.options["strategy"]), str(point.options["strategy"])
+        if a != b:
+            given = lists.get("strategy") or [a, b]
+            raise KvlabError(f"--strategy {','.join(map(str, given))}: {b!r} is the same strategy as {a!r} (both "
+                             f"run {point.strategy}: one simulation, one point), given twice; valid: each strategy "
+                             "once")
+    return list(points.values())
 
 
 SWEEP_PLOTS = ("latency.png", "sweep.html")  # what write_sweep_plots writes beside the store

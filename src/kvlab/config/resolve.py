@@ -142,6 +142,9 @@ class WorkloadConfig:
     priority_classes: str | None = None
     # --timeout: SECONDS, or PRIORITY:SECONDS,... (kvlab.workload.priority), or None.
     timeout: str | None = None
+    # --arrivals (`kvlab run`/`race`, an inference-perf configuration at its own times): its constant timer's draw
+    # with this seed, or evenly spaced (None); load_workload's default, kvlab.workload.inference_perf.DEFAULT_SEED.
+    arrival_seed: int | None = 0
 
     def load_options(self, max_model_len: int | None, *, cap_answers: bool = False) -> dict[str, Any]:
         """``load_workload``'s keywords. The simulator caps answers itself (as vLLM stops them at max_model_len),
@@ -151,7 +154,7 @@ class WorkloadConfig:
         options: dict[str, Any] = {
             "num_requests": self.num_requests, "duration": self.duration, "rate": self.rate, "arrival": self.arrival,
             "cv": self.cv, "seed": self.seed, "long_requests": self.long_requests,
-            "max_model_len": max_model_len if use else None}
+            "max_model_len": max_model_len if use else None, "arrival_seed": self.arrival_seed}
         if self.sessions:
             from kvlab.workload.sessions import SessionSpec
 

@@ -413,7 +413,9 @@ def inference_perf_source(path: str, num_requests: int | None = None, duration: 
         kind="trace",
         summary=(f"inference-perf shared_prefix: {spec.num_groups} system prompts of {spec.system_prompt_len} tokens "
                  f"x {spec.num_prompts_per_group} users, questions of {spec.question_len}, answers of "
-                 f"{spec.output_len} tokens; constant load {stages}"),
+                 f"{spec.output_len} tokens; constant load {stages}; "
+                 + ("arrivals evenly spaced (--arrivals even)" if seed is None else
+                    f"arrivals drawn as its timer draws them (--arrivals {seed})")),
         source=f"{path} (inference-perf configuration; github.com/kubernetes-sigs/inference-perf)",
         licence="",
         sample=lambda num, rng: sample_table(table(), num, rng),  # (--arrival poisson/burst: its rows redrawn)

@@ -30,6 +30,7 @@ from kvlab.errors import KvlabError
 from kvlab.workload.arrivals import burst_arrivals, generate_arrivals, rescale_arrivals
 from kvlab.workload.bundled import WORKLOADS, BundledWorkload, trace_workload
 from kvlab.workload.files import SUFFIXES, read_user_file
+from kvlab.workload.inference_perf import DEFAULT_SEED as INFERENCE_PERF_SEED
 from kvlab.workload.inference_perf import SUFFIXES as INFERENCE_PERF_SUFFIXES
 from kvlab.workload.inference_perf import inference_perf_source
 from kvlab.workload.priority import clients_note, with_clients
@@ -168,13 +169,15 @@ def did_you_mean(spec: str) -> str:
     return f" (did you mean {' or '.join(repr(name) for name in close)}?)" if close else ""
 
 
-def _resolve(spec: str, num_requests: int | None = None, duration: float | None = None) -> BundledWorkload:
+def _resolve(spec: str, num_requests: int | None = None, duration: float | None = None,
+             arrival_seed: int | None = INFERENCE_PERF_SEED) -> BundledWorkload:
     """The source of a workload; ``num_requests`` / ``duration``: an inference-perf configuration, replayed at its own
-    arrival times, builds only the requests they keep."""
+    arrival times, builds only the requests they keep; ``arrival_seed``: its constant timer's draw (None: evenly
+    spaced; kvlab.workload.inference_perf.arrival_times)."""
     if spec in WORKLOADS:
         return WORKLOADS[spec]
     if Path(spec).suffix.lower() in INFERENCE_PERF_SUFFIXES:  # an inference-perf configuration (issue 29)
-        return inference_perf_source(spec, num_requests, duration)
+        return inference_perf_source(spec, num_requests, duration, arrival_seed)
     if Path(spec).suffix.lower() not in SUFFIXES and not Path(spec).exists():
         names = ", ".join(WORKLOADS)
         raise KvlabError(f"unknown workload {spec!r}{did_you_mean(spec)}; named: {names}; or a path to a .csv or "
@@ -385,8 +388,8 @@ def load_workload(
     max_model_len: int | None = None,
     long_requests: str = "reject",
     sessions: SessionSpec | None = None,
-    priority_classes: str | None = None,
-    timeout: str | None = None,
+    priority_classes: str | None = None, timeout: str | None = None,
+    arrival_seed: int | None = INFERENCE_PERF_SEED,  # (kvlab.workload.inference_perf.arrival_times' seed)
 ) -> Workload:
     """The requests of a bundled workload (``WORKLOADS``) or of a user's .csv / .jsonl file.
 
@@ -397,15 +400,15 @@ def load_workload(
     Same arguments, same requests, in any process. See the module docstring for ``arrival``. A workload beyond
     kvlab.validate's memory limit is refused before any request is drawn (``allow_large_work`` lifts it).
     ``sessions`` sets the session generator's parameters (the ``sessions`` workload only; its defaults otherwise).
-    ``priority_classes`` and ``timeout``: the clients' classes and deadlines (kvlab.workload.priority).
-    """
+    ``priority_classes``, ``timeout``: the clients' classes, deadlines (kvlab.workload.priority). ``arrival_seed``:
+    an inference-perf configuration's timer draw at its own times, or None: evenly spaced."""
     from kvlab.validate import check_simulation_work
 
     _check_generated_arrival(spec, arrival)
     _check_options(num_requests, duration, rate, arrival, cv, seed, max_model_len, long_requests)
     num_requests = None if num_requests is None else int(num_requests)
     max_model_len = None if max_model_len is None else int(max_model_len)
-    entry = _resolve(spec, *_kept(num_requests, duration, rate, arrival))
+    entry = _resolve(spec, *_kept(num_requests, duration, rate, arrival), arrival_seed)
     if sessions is not None and entry.generate is None:
         raise KvlabError(f"session options apply to --workload sessions only (--workload is {entry.name})")
     num_expected, mean_len = estimate_workload(spec, num_requests=num_requests, duration=duration, rate=rate,
