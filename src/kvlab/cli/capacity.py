@@ -36,7 +36,7 @@ from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.errors import KvlabError
 from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.tables import bracket_text
-from kvlab.report.text import computed_text, whole_values_table
+from kvlab.report.text import computed_text, dollars, whole_values_table
 from kvlab.sweep.capacity import default_out, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, run_session
 from kvlab.validate import check_options, note_written
@@ -493,13 +493,13 @@ def _print_answer(console, answer: Answer) -> None:
             money = f"${cost['usd_per_hour']:,.2f} an hour for nothing served"
         else:
             money = (f"${cost['usd_per_hour']:,.2f} an hour on {cost['num_gpus']} GPU"
-                     f"{'s' if cost['num_gpus'] > 1 else ''}, ${cost['usd_per_million_output_tokens']:,.2f} per million "
+                     f"{'s' if cost['num_gpus'] > 1 else ''}, {dollars(cost['usd_per_million_output_tokens'])} per million "
                      f"output tokens (mean answer {cost['mean_output_tokens']:,.0f} tokens)")
         console.print(f"  {config['strategy']}: {words}; {money}.", markup=False)
     cheapest = answer.cheapest()
     if cheapest is not None and len(answer.configurations) > len(answer.costs()):
         console.print(f"Cheapest under the target: {cheapest['strategy']} at "
-                      f"${cheapest['usd_per_million_output_tokens']:,.2f} per million output tokens.", markup=False)
+                      f"{dollars(cheapest['usd_per_million_output_tokens'])} per million output tokens.", markup=False)
     price = next((p for p in answer.prices if p is not None), None)
     if price is not None:
         console.print(f"Price: {price_text(price)}.", markup=False)
@@ -670,7 +670,7 @@ def _samples_line(e: dict[str, Any]) -> str:
         pass  # (no answer: nothing to price)
     elif e["serving_cost"]:
         text += (f"; ${e['serving_cost']['usd_per_hour']:,.2f} an hour, "
-                 f"${e['serving_cost']['usd_per_million_output_tokens']:,.2f} per million output tokens")
+                 f"{dollars(e['serving_cost']['usd_per_million_output_tokens'])} per million output tokens")
     elif e["replicas"] is not None:
         text += "; no price known for this GPU: give --gpu-hour-price"
     return text + "."

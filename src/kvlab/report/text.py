@@ -11,6 +11,13 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else many or word + 's'}"
 
 
+def dollars(amount: float) -> str:
+    """'$1,234.56', and under a dollar three significant digits ('$0.0343', not '$0.03': trial 60, finding 9c)."""
+    if abs(amount) >= 1 or amount == 0:
+        return f"${amount:,.2f}"
+    return f"${amount:.3g}"
+
+
 def computed_text(num_computed: int, num_total: int, noun: str) -> str:
     """'Computed 4 points now', '..., 3 were stored already', 'Computed 1 simulation now'."""
     text = f"Computed {plural(num_computed, noun)} now"
