@@ -70,23 +70,29 @@ class IterationLog:
 
 class RunRow(NamedTuple):
     """What a run of iterations (``SchedulerOutput``) left in memory and in the queues, as the metrics need it.
-    Within the run, ``token`` grows by ``token_step`` per iteration and ``allocated`` and
-    ``internal_fragmentation`` by the run's ``kv_growth`` (from the iteration each block went out), up to what the
-    row holds: the counters once the run's blocks all went out (the recorder takes the growth off). The prefill
-    and decode tokens are the first iteration's: in the later ones, each of the ``num_seqs`` requests decodes."""
+    Within the run, ``token`` grows by ``num_seqs`` per iteration after the first (each of them decodes) and
+    ``allocated`` and ``internal_fragmentation`` by the run's ``kv_growth`` (from the iteration each block went out),
+    up to what the row holds: the counters once the run's blocks all went out (the recorder takes the growth off).
+    The prefill and decode tokens are the first iteration's: in the later ones, each of the ``num_seqs`` requests
+    decodes. The integral reads the first fields only (``INTEGRAL_FIELDS``); the rest are the iteration log's, and a
+    recorder without a log is given only the first ones."""
 
     num_iterations: int
     num_seqs: int
+    token: int  # slots holding computed tokens in the first iteration (as if it had computed its tokens)
+    allocated: int  # slots handed out once the run's blocks all went out (its growth included)
+    internal_fragmentation: int  # likewise
+    overhead: int
     num_running: int
     num_waiting: int
     num_prefill_tokens: int
     num_decode_tokens: int
     num_preemptions: int
-    token: int  # slots holding computed tokens in the first iteration (as if it had computed its tokens)
-    token_step: int
-    allocated: int  # slots handed out once the run's blocks all went out (its growth included)
-    internal_fragmentation: int  # likewise
-    overhead: int
+
+
+# The RunRow fields that the usage integral reads, its first ones: all a recorder without a log is given (fewer ints
+# to pack at a flush: ~100 instructions each compiled; benchmarks/README.md, issue 34's twenty-first step).
+INTEGRAL_FIELDS = RunRow._fields[:6]
 
 
 class IterationRecorder:
@@ -109,6 +115,7 @@ class IterationRecorder:
         self.start_time = start_time
         self.integral = UsageIntegral()
         self.log = IterationLog() if keep_log else None
+        self._row_fields = RunRow._fields if keep_log else INTEGRAL_FIELDS  # (what ``add`` is given of each row)
         # The RunRows' fields one after another, a flat list packed into numpy at a flush (``_int64s``; an
         # array.array parses each number it takes in: twice the cost per run); every iteration's duration, an
         # array.array (a long run's come as a numpy array, copied in as bytes), the short runs' since the last long one
@@ -129,7 +136,8 @@ class IterationRecorder:
     def add(self, row: tuple[int, ...], durations, start: float, end: float,
             growth: tuple[int, ...] = (), joined: tuple[int, ...] = ()) -> None:
         """Record a run that began at ``start`` and ended at ``end`` (``now += dt``, left to right): ``row``, its
-        ``RunRow``'s fields in their order (a plain tuple: a named tuple is one more C call per run), ``growth``
+        ``RunRow``'s fields in their order (a plain tuple: a named tuple is one more C call per run), only the
+        ``INTEGRAL_FIELDS`` when the recorder keeps no log, ``growth``
         its ``kv_growth``. ``joined``: for each request that joined the waiting queue during the run, the iteration
         (from 0) before which it did (from then on ``num_waiting`` counts it)."""
         first = len(self._durations) + len(self._short_durations)
@@ -168,8 +176,9 @@ class IterationRecorder:
         import numpy as np
 
         dt = np.frombuffer(self._durations, dtype=np.float64).copy()
-        table = _int64s(self._rows).reshape(-1, len(RunRow._fields))
-        runs = {name: table[:, i] for i, name in enumerate(RunRow._fields)}
+        fields = self._row_fields
+        table = _int64s(self._rows).reshape(-1, len(fields))
+        runs = {name: table[:, i] for i, name in enumerate(fields)}
         growth = self._growth_entries(runs)
         states = self._expand(runs, growth, len(dt))
         self._integrate(states, dt, runs)
@@ -210,7 +219,9 @@ class IterationRecorder:
             return np.repeat(values.astype(np.float64), counts)
 
         offsets = np.arange(num, dtype=np.float64) - np.repeat(run_starts, counts)
-        token = expand(runs["token"]) + expand(runs["token_step"]) * offsets
+        # (after a run's first iteration each of its requests decodes: num_seqs tokens more an iteration; the offset
+        # is 0.0 in the first, so a one-iteration run's token is its row's)
+        token = expand(runs["token"]) + expand(runs["num_seqs"]) * offsets
         allocated = expand(runs["allocated"])
         internal = expand(runs["internal_fragmentation"])
         if len(growth["iteration"]):
