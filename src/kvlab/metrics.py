@@ -193,17 +193,12 @@ class IterationRecorder:
 
     def _growth_entries(self, runs: dict) -> dict:
         """The buffered runs' growth, one array per field, with each entry's iteration counted from the buffer's
-        start; ``runs``' allocation and internal fragmentation become the run's first iteration's (before its
-        growth). (Packed into numpy from flat lists, ``_int64s``: a Python loop over the entries took about half of a
+        start. (Packed into numpy from flat lists, ``_int64s``: a Python loop over the entries took about half of a
         flush's time, by py-spy's samples, and flattening tuples of tuples by C iterators twice the instructions an int.)"""
         import numpy as np
 
         num_entries = _int64s(self._growth_lengths) // 3
         flat = _int64s(self._growth).reshape(-1, 3)
-        run_of_entry = np.repeat(np.arange(len(num_entries)), num_entries)
-        runs["allocated"] -= np.bincount(run_of_entry, weights=flat[:, 1], minlength=len(num_entries)).astype(np.int64)
-        runs["internal_fragmentation"] -= np.bincount(run_of_entry, weights=flat[:, 2],
-                                                      minlength=len(num_entries)).astype(np.int64)
         counts = runs["num_iterations"]
         iteration = flat[:, 0] + np.repeat(np.cumsum(counts) - counts, num_entries)
         return {"iteration": iteration, "slots": flat[:, 1], "internal": flat[:, 2]}
@@ -213,21 +208,18 @@ class IterationRecorder:
         import numpy as np
 
         counts = runs["num_iterations"]
-        run_starts = np.cumsum(counts) - counts
+        run_ends = np.cumsum(counts)
 
         def expand(values):
             return np.repeat(values.astype(np.float64), counts)
 
-        offsets = np.arange(num, dtype=np.float64) - np.repeat(run_starts, counts)
+        offsets = np.arange(num, dtype=np.float64) - np.repeat(run_ends - counts, counts)
         # (after a run's first iteration each of its requests decodes: num_seqs tokens more an iteration; the offset
         # is 0.0 in the first, so a one-iteration run's token is its row's)
         token = expand(runs["token"]) + expand(runs["num_seqs"]) * offsets
-        allocated = expand(runs["allocated"])
-        internal = expand(runs["internal_fragmentation"])
-        if len(growth["iteration"]):
-            where = growth["iteration"]
-            allocated += _cumsum_within_runs(np.bincount(where, weights=growth["slots"], minlength=num), counts)
-            internal += _cumsum_within_runs(np.bincount(where, weights=growth["internal"], minlength=num), counts)
+        where = growth["iteration"]
+        allocated = _before_growth(runs["allocated"], where, growth["slots"], counts, run_ends, num)
+        internal = _before_growth(runs["internal_fragmentation"], where, growth["internal"], counts, run_ends, num)
         overhead = expand(runs["overhead"])
         return {
             "token": token,
@@ -297,6 +289,19 @@ def _int64s(values: list[int]):
     if values:
         pack_into(f"{len(values)}q", array, 0, *values)
     return array
+
+
+def _before_growth(at_end, where, amounts, counts, run_ends, num):
+    """Each iteration's count of a state that each run ends at ``at_end`` (its row's) after growing by ``amounts``
+    at the iterations ``where``: the run's end less what it gains after the iteration, with ``gained`` the growth
+    up to each iteration since the buffer's start. Whole numbers far below 2**53, so exact in float64 however they
+    are summed: the same floats as adding each run's growth to its first iteration's count."""
+    import numpy as np
+
+    if not len(where):
+        return np.repeat(at_end.astype(np.float64), counts)
+    gained = np.cumsum(np.bincount(where, weights=amounts, minlength=num))
+    return np.repeat(at_end - gained[run_ends - 1], counts) + gained
 
 
 def _cumsum_within_runs(values, counts):
