@@ -70,23 +70,29 @@ class IterationLog:
 
 class RunRow(NamedTuple):
     """What a run of iterations (``SchedulerOutput``) left in memory and in the queues, as the metrics need it.
-    Within the run, ``token`` grows by ``token_step`` per iteration and ``allocated`` and
-    ``internal_fragmentation`` by the run's ``kv_growth`` (from the iteration each block went out), up to what the
-    row holds: the counters once the run's blocks all went out (the recorder takes the growth off). The prefill
-    and decode tokens are the first iteration's: in the later ones, each of the ``num_seqs`` requests decodes."""
+    Within the run, ``token`` grows by ``num_seqs`` per iteration after the first (each of them decodes) and
+    ``allocated`` and ``internal_fragmentation`` by the run's ``kv_growth`` (from the iteration each block went out),
+    up to what the row holds: the counters once the run's blocks all went out (the recorder takes the growth off).
+    The prefill and decode tokens are the first iteration's: in the later ones, each of the ``num_seqs`` requests
+    decodes. The integral reads the first fields only (``INTEGRAL_FIELDS``); the rest are the iteration log's, and a
+    recorder without a log is given only the first ones."""
 
     num_iterations: int
     num_seqs: int
+    token: int  # slots holding computed tokens in the first iteration (as if it had computed its tokens)
+    allocated: int  # slots handed out once the run's blocks all went out (its growth included)
+    internal_fragmentation: int  # likewise
+    overhead: int
     num_running: int
     num_waiting: int
     num_prefill_tokens: int
     num_decode_tokens: int
     num_preemptions: int
-    token: int  # slots holding computed tokens in the first iteration (as if it had computed its tokens)
-    token_step: int
-    allocated: int  # slots handed out once the run's blocks all went out (its growth included)
-    internal_fragmentation: int  # likewise
-    overhead: int
+
+
+# The RunRow fields that the usage integral reads, its first ones: all a recorder without a log is given (fewer ints
+# to pack at a flush: ~100 instructions each compiled; benchmarks/README.md, issue 34's twenty-first step).
+INTEGRAL_FIELDS = RunRow._fields[:6]
 
 
 class IterationRecorder:
@@ -109,6 +115,7 @@ class IterationRecorder:
         self.start_time = start_time
         self.integral = UsageIntegral()
         self.log = IterationLog() if keep_log else None
+        self._row_fields = RunRow._fields if keep_log else INTEGRAL_FIELDS  # (what ``add`` is given of each row)
         # The RunRows' fields one after another, a flat list packed into numpy at a flush (``_int64s``; an
         # array.array parses each number it takes in: twice the cost per run); every iteration's duration, an
         # array.array (a long run's come as a numpy array, copied in as bytes), the short runs' since the last long one
@@ -129,7 +136,8 @@ class IterationRecorder:
     def add(self, row: tuple[int, ...], durations, start: float, end: float,
             growth: tuple[int, ...] = (), joined: tuple[int, ...] = ()) -> None:
         """Record a run that began at ``start`` and ended at ``end`` (``now += dt``, left to right): ``row``, its
-        ``RunRow``'s fields in their order (a plain tuple: a named tuple is one more C call per run), ``growth``
+        ``RunRow``'s fields in their order (a plain tuple: a named tuple is one more C call per run), only the
+        ``INTEGRAL_FIELDS`` when the recorder keeps no log, ``growth``
         its ``kv_growth``. ``joined``: for each request that joined the waiting queue during the run, the iteration
         (from 0) before which it did (from then on ``num_waiting`` counts it)."""
         first = len(self._durations) + len(self._short_durations)
@@ -168,8 +176,9 @@ class IterationRecorder:
         import numpy as np
 
         dt = np.frombuffer(self._durations, dtype=np.float64).copy()
-        table = _int64s(self._rows).reshape(-1, len(RunRow._fields))
-        runs = {name: table[:, i] for i, name in enumerate(RunRow._fields)}
+        fields = self._row_fields
+        table = _int64s(self._rows).reshape(-1, len(fields))
+        runs = {name: table[:, i] for i, name in enumerate(fields)}
         growth = self._growth_entries(runs)
         states = self._expand(runs, growth, len(dt))
         self._integrate(states, dt, runs)
@@ -184,17 +193,12 @@ class IterationRecorder:
 
     def _growth_entries(self, runs: dict) -> dict:
         """The buffered runs' growth, one array per field, with each entry's iteration counted from the buffer's
-        start; ``runs``' allocation and internal fragmentation become the run's first iteration's (before its
-        growth). (Packed into numpy from flat lists, ``_int64s``: a Python loop over the entries took about half of a
+        start. (Packed into numpy from flat lists, ``_int64s``: a Python loop over the entries took about half of a
         flush's time, by py-spy's samples, and flattening tuples of tuples by C iterators twice the instructions an int.)"""
         import numpy as np
 
         num_entries = _int64s(self._growth_lengths) // 3
         flat = _int64s(self._growth).reshape(-1, 3)
-        run_of_entry = np.repeat(np.arange(len(num_entries)), num_entries)
-        runs["allocated"] -= np.bincount(run_of_entry, weights=flat[:, 1], minlength=len(num_entries)).astype(np.int64)
-        runs["internal_fragmentation"] -= np.bincount(run_of_entry, weights=flat[:, 2],
-                                                      minlength=len(num_entries)).astype(np.int64)
         counts = runs["num_iterations"]
         iteration = flat[:, 0] + np.repeat(np.cumsum(counts) - counts, num_entries)
         return {"iteration": iteration, "slots": flat[:, 1], "internal": flat[:, 2]}
@@ -204,19 +208,18 @@ class IterationRecorder:
         import numpy as np
 
         counts = runs["num_iterations"]
-        run_starts = np.cumsum(counts) - counts
+        run_ends = np.cumsum(counts)
 
         def expand(values):
             return np.repeat(values.astype(np.float64), counts)
 
-        offsets = np.arange(num, dtype=np.float64) - np.repeat(run_starts, counts)
-        token = expand(runs["token"]) + expand(runs["token_step"]) * offsets
-        allocated = expand(runs["allocated"])
-        internal = expand(runs["internal_fragmentation"])
-        if len(growth["iteration"]):
-            where = growth["iteration"]
-            allocated += _cumsum_within_runs(np.bincount(where, weights=growth["slots"], minlength=num), counts)
-            internal += _cumsum_within_runs(np.bincount(where, weights=growth["internal"], minlength=num), counts)
+        offsets = np.arange(num, dtype=np.float64) - np.repeat(run_ends - counts, counts)
+        # (after a run's first iteration each of its requests decodes: num_seqs tokens more an iteration; the offset
+        # is 0.0 in the first, so a one-iteration run's token is its row's)
+        token = expand(runs["token"]) + expand(runs["num_seqs"]) * offsets
+        where = growth["iteration"]
+        allocated = _before_growth(runs["allocated"], where, growth["slots"], counts, run_ends, num)
+        internal = _before_growth(runs["internal_fragmentation"], where, growth["internal"], counts, run_ends, num)
         overhead = expand(runs["overhead"])
         return {
             "token": token,
@@ -286,6 +289,19 @@ def _int64s(values: list[int]):
     if values:
         pack_into(f"{len(values)}q", array, 0, *values)
     return array
+
+
+def _before_growth(at_end, where, amounts, counts, run_ends, num):
+    """Each iteration's count of a state that each run ends at ``at_end`` (its row's) after growing by ``amounts``
+    at the iterations ``where``: the run's end less what it gains after the iteration, with ``gained`` the growth
+    up to each iteration since the buffer's start. Whole numbers far below 2**53, so exact in float64 however they
+    are summed: the same floats as adding each run's growth to its first iteration's count."""
+    import numpy as np
+
+    if not len(where):
+        return np.repeat(at_end.astype(np.float64), counts)
+    gained = np.cumsum(np.bincount(where, weights=amounts, minlength=num))
+    return np.repeat(at_end - gained[run_ends - 1], counts) + gained
 
 
 def _cumsum_within_runs(values, counts):

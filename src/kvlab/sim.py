@@ -480,20 +480,12 @@ class Simulation(Clock):
             allocator = self.allocator
             duplicate, allocated = allocator.num_duplicate_token_slots, allocator.num_allocated_slots
             internal, overhead = allocator.num_internal_fragmentation_slots, allocator.num_overhead_slots
-        return (
-            out.num_iterations,
-            num_seqs,
-            len(sched.running),
-            len(sched.waiting),
-            out.num_prefill_tokens,
-            decode,
-            len(out.preempted_req_ids),
-            sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - duplicate,
-            num_seqs if out.num_iterations > 1 else 0,  # (after the first iteration, everyone decodes)
-            allocated,  # (the recorder takes the run's growth off)
-            internal,
-            overhead,
-        )
+        token = sched.num_resident_computed_tokens + out.num_prefill_tokens + decode - duplicate
+        if self.recorder.log is None:  # (the integral's fields only: metrics.INTEGRAL_FIELDS)
+            return out.num_iterations, num_seqs, token, allocated, internal, overhead
+        # (allocated: the recorder takes the run's growth off)
+        return (out.num_iterations, num_seqs, token, allocated, internal, overhead, len(sched.running),
+                len(sched.waiting), out.num_prefill_tokens, decode, len(out.preempted_req_ids))
 
     def _arrive(self) -> None:
         """Requests whose arrival time has come join the waiting queue, or are rejected with a reason."""
