@@ -52,3 +52,16 @@ def test_corpus_entries_at_the_default_record_their_versions_default():
         checked.append(entry["id"])
     assert {"qwen3-14b-l40s-0.28.0", "qwen3.6-35b-a3b-nvfp4-rtx5090-0.24.0",
             "qwen3.6-27b-int4-2xrtx3090-x4x4-p2p-on-mtp", "qwen3-8b-a100-40gb-0.9.2"} <= set(checked)
+
+
+def test_size_says_when_kvlab_s_utilization_is_not_the_versions(kvlab):
+    """The trial: `kvlab size opt-13b --gpu a100-40gb` said what 'vLLM 0.32.0 would print' at 0.9, where 0.32.0
+    defaults to 0.92 (14,864 tokens, not 13,824). kvlab keeps 0.9 unless told and says so, with the flag to pass."""
+    note = ("at gpu_memory_utilization 0.9, kvlab's default, where vLLM 0.32.0 defaults to 0.92: pass "
+            "--gpu-memory-utilization 0.92 for what it starts with unless told")
+    said = " ".join(kvlab("size", "opt-13b", "--gpu", "a100-40gb").stdout.split())
+    assert note in said and "GPU KV cache size: 13,824 tokens" in said
+    told = " ".join(kvlab("size", "opt-13b", "--gpu", "a100-40gb", "--gpu-memory-utilization", "0.92").stdout.split())
+    assert "kvlab's default" not in told and "GPU KV cache size: 14,864 tokens" in told
+    for quiet in (("--gpu-memory-utilization", "0.9"), ("--vllm-version", "0.19.1"), ("--available-kv-gib", "12")):
+        assert "kvlab's default" not in kvlab("size", "opt-13b", "--gpu", "a100-40gb", *quiet).stdout, quiet
