@@ -142,6 +142,7 @@ def predict(entry: dict) -> Row:
     from kvlab.catalog import get_gpu
     from kvlab.errors import KvlabError
     from kvlab.sizing import SizingConfig, profile_family, profile_runner, size_kv_cache
+    from kvlab.vllm_rules import default_gpu_memory_utilization
 
     row = Row(entry, printed=dict(entry.get("printed") or {}))
     if entry.get("not_sizable"):  # what the log shows kvlab cannot model (index.json says why), not guessed at
@@ -177,7 +178,8 @@ def predict(entry: dict) -> Row:
         kv_dtype = entry.get("kv_cache_dtype") or "auto"
         dtype = entry.get("dtype") or "auto"
         settings = dict(
-            gpu_memory_utilization=entry.get("gpu_memory_utilization") or 0.9,
+            # (not recorded: the version's default, 0.92 from 0.20.0, 0.9 before)
+            gpu_memory_utilization=entry.get("gpu_memory_utilization") or default_gpu_memory_utilization(version),
             tensor_parallel_size=entry.get("tensor_parallel_size") or 1,
             pipeline_parallel_size=entry.get("pipeline_parallel_size") or 1,
             max_model_len=entry.get("max_model_len"), max_num_batched_tokens=entry.get("max_num_batched_tokens"),

@@ -771,7 +771,8 @@ def test_model_runner_v2_profiles_the_sampler_without_top_k_top_p():
     assert graphs_v1 == int(7.05 * 2**20 * 86)
     assert r2.available_kv_bytes - r1.available_kv_bytes == (v1.bytes - v2.bytes - 256 * (151_936 + 2 * 4_748) * 4
                                                              + graphs_v1)
-    assert (r1.num_tokens, r2.num_tokens) == (73_888, 78_448)  # printed: 75,824 (+3.5%: its unmodelled note)
+    # printed: 75,824 (these at 0.9, +3.5%; at 0.28.0's own default, 0.92, +11.1%: its unmodelled note)
+    assert (r1.num_tokens, r2.num_tokens) == (73_888, 78_448)
     # a small model with a large vocabulary: the sampler run is the peak (Qwen3-0.6B, the same settings)
     small = size_kv_cache(load_config_path(str(DATA / "qwen3-0.6b.json")),
                           SizingConfig.for_gpu(get_gpu("l40s"), max_model_len=40960, vllm_version="0.28.0"))

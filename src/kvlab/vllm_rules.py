@@ -96,6 +96,21 @@ RULES = (
 )
 
 
+# vLLM's default --gpu-memory-utilization (CacheConfig.gpu_memory_utilization, which EngineArgs and LLM take): 0.9
+# up to 0.19.1, 0.92 from 0.20.0 (read in the source archives on PyPI: 0.18.0's, 0.19.0's and 0.19.1's
+# vllm/config/cache.py say 0.9; 0.20.0's, 0.21.0's, 0.22.0's, 0.23.0's, 0.24.0's, 0.25.0's and 0.32.0's say 0.92, as
+# does 0.20.0's LLM(...) signature). The corpus agrees: 0.26.0 and 0.27.1 logs with none set print "(0.92, ...)".
+# The startup-log benchmark sizes a log whose utilization is not recorded at its version's default; kvlab's own faces
+# still take 0.9 unless told (OPTIONS' default: moving it moves every default pool, docs/sizing.md Defaults).
+GPU_MEMORY_UTILIZATION_DEFAULTS = (("0.9.0", 0.9), ("0.20.0", 0.92))
+
+
+def default_gpu_memory_utilization(version: str | None) -> float:
+    """The share of GPU memory vLLM ``version`` (None: the newest kvlab knows) may use when none is given."""
+    key = version_key(resolve_version(version))
+    return [share for since, share in GPU_MEMORY_UTILIZATION_DEFAULTS if version_key(since) <= key][-1]
+
+
 # A model-specific rule that changes inside an epoch: from 0.11 (vllm-project/vllm#25648) vLLM counts a Qwen3-VL video
 # item as 12.5 prompt tokens per vision token, so its encoder is profiled on a dummy video, not the image
 # (catalog/vision.py qwen3_video_dummy; the 0.11.0 corpus log prints the budget this gives). Where it stops is unknown.

@@ -386,6 +386,7 @@ def _print_workload(console, fit, cap: tuple[int, str]) -> None:
 @app.command()
 @with_options(sizing_options)
 def size(
+    ctx: typer.Context,
     model: ModelArg,
     concurrency: ConcOpt = None,
     context_len: CtxOpt = None,
@@ -438,7 +439,8 @@ def size(
         data["quantization_note"] = quantized
         typer.echo(json.dumps(data, indent=1))
     else:
-        _print_size(spec, gpu_spec, config, result, fit)
+        given = ctx.get_parameter_source("gpu_memory_utilization").name != "DEFAULT"
+        _print_size(spec, gpu_spec, config, result, fit, "" if given else _utilization_note(config))
     if not result.fits_max_model_len:  # (vLLM's own check refuses to start: a script can tell from the status)
         raise typer.Exit(1)
 
@@ -515,7 +517,20 @@ def model_notes(spec, config) -> list[str]:
     return said + (gpu_notes(spec, config) if config is not None else [])
 
 
-def _print_size(spec, gpu_spec, config, result, fit) -> None:
+def _utilization_note(config) -> str:
+    """With --gpu-memory-utilization not given: where the version's vLLM defaults to another than kvlab's (0.92 from
+    0.20.0, kvlab.vllm_rules.default_gpu_memory_utilization), what kvlab took and what that vLLM would; else ''."""
+    from kvlab.vllm_rules import default_gpu_memory_utilization, resolve_version
+
+    vllms = default_gpu_memory_utilization(config.vllm_version)
+    if vllms == config.gpu_memory_utilization:
+        return ""
+    return (f"at gpu_memory_utilization {config.gpu_memory_utilization:g}, kvlab's default, where vLLM "
+            f"{resolve_version(config.vllm_version)} defaults to {vllms:g}: pass --gpu-memory-utilization {vllms:g} "
+            "for what it starts with unless told")
+
+
+def _print_size(spec, gpu_spec, config, result, fit, utilization_note: str = "") -> None:
     from rich.console import Console
     from rich.markup import escape
 
@@ -527,6 +542,8 @@ def _print_size(spec, gpu_spec, config, result, fit) -> None:
     console.print("\n[bold]vLLM would print[/]" + (f" (the budget is kvlab's estimate{_accuracy()}; pass "
                                                     "--available-kv-gib with vLLM's figure for its exact count)"
                                                     if result.available_kv_source == "estimated" else ""))
+    if utilization_note and result.available_kv_source == "estimated":
+        console.print(f"[yellow]{utilization_note}[/]")
     for line in result.vllm_log_lines:
         console.print(f"  {line}", markup=False)
     refusal = start_refusal(result)
