@@ -208,10 +208,13 @@ class RunScheduler(Scheduler):
 
     def _decode_run(self, max_iterations: int, first: int = 0) -> tuple[int, tuple[int, ...]]:
         """The allocator's ``allocate_decode_run`` for the running requests, its two fields (iterations, growth) as a
-        plain tuple (natively from a PagedAllocator itself, ``decode_run_fields``: see ``Scheduler.paged_allocator``)."""
-        paged = self.paged_allocator
+        plain tuple (natively from a PagedAllocator or a ContiguousAllocator itself, ``decode_run_fields``: see
+        ``Scheduler.paged_allocator``)."""
+        paged, contiguous = self.paged_allocator, self.contiguous_allocator
         if paged is not None:
             return paged.decode_run_fields(self.running, max_iterations, first)
+        if contiguous is not None:
+            return contiguous.decode_run_fields(self.running, max_iterations, first)
         run = self.allocator.allocate_decode_run(self.running, max_iterations, first)
         return run.num_iterations, run.growth
 
