@@ -170,11 +170,12 @@ class ContiguousAllocator:
         return 0
 
     def why_never_fits(self, request: Request) -> str | None:
-        slab = self.whole_slab_size(request)
+        reserved = self.slab_size(request)
+        slab = self._whole(reserved)
         if slab > self.buddy.largest_region:
             what = "slab, with the other KV cache groups' slots," if self.groups else "slab"
             return f"{self.policy} {what} larger than the buddy allocator's largest block ({self.buddy.largest_region:,} slots)"
-        assert request.num_kv_tokens <= self.slab_size(request), "a slab holds every token its request writes"
+        assert request.num_kv_tokens <= reserved, "a slab holds every token its request writes"
         return None
 
     num_free_blocks = 0  # a slab never grows

@@ -117,7 +117,7 @@ class Scheduler(batching.Scheduler):
             num_swap_bytes=swap_bytes,
         )
 
-    def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
+    def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]) -> tuple[int, list[int], int]:
         """The running requests, in order, under the budget; preempting the policy's victim when memory runs out.
         Returns (budget left, [prefill, decode, context, pairs], bytes swapped out). (``RunScheduler`` decides it
         in bulk when everyone decodes.)"""
@@ -180,9 +180,10 @@ class Scheduler(batching.Scheduler):
             i += 1
         return budget, [prefill, decode, context, pairs], swap_bytes
 
-    def _waiting_loop(self, budget: int, scheduled: dict[int, int]):
+    def _waiting_loop(self, budget: int, scheduled: dict[int, int]) -> tuple[list[int], list[int], int]:
         """Admit from the front of the queue as the batching policy allows within ``budget`` tokens, adding the
-        admitted to ``scheduled``. Returns (new_req_ids, [prefill, decode, context, pairs], bytes swapped in)."""
+        admitted to ``scheduled``. Returns (new_req_ids, [prefill, decode, context, pairs], bytes swapped in). (Both
+        loops' results annotated: compiled, untyped, the run scheduler unpacked and added them generically.)"""
         new_ids: list[int] = []
         prefill = context = pairs = swap_bytes = 0
         for seq, num_new, num_cached in self.batching(self, budget):
