@@ -18,7 +18,7 @@ order), which keeps placement deterministic and packed toward address 0. Every o
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 
 from kvlab.errors import KvlabError
 from kvlab.memory.base import Fit
@@ -97,7 +97,11 @@ class BuddyAllocator:
 
     def free(self, address: int) -> int:
         """Give back the chunk at ``address``, merging it with free buddies; returns the chunk's size."""
-        order = self._allocated.pop(address)
+        # (a lookup and a del, not dict.pop: compiled, pop is a generic method call, ~600 instructions; likewise heappush
+        # and heappop imported by name, not read off the module at each call: benchmarks/README.md, issue 34's twentieth
+        # step)
+        order = self._allocated[address]
+        del self._allocated[address]
         size = 1 << order
         self.num_free_slots += size
         while order < self.max_order:
@@ -116,7 +120,7 @@ class BuddyAllocator:
     def _push(self, order: int, address: int) -> None:
         self._free[order].add(address)
         heap = self._heap[order]
-        heapq.heappush(heap, address)
+        heappush(heap, address)
         if len(heap) > 2 * len(self._free[order]) + 64:
             # Prune stale entries; amortized O(1) per push.
             self._heap[order] = sorted(self._free[order])
@@ -124,7 +128,7 @@ class BuddyAllocator:
     def _pop_lowest(self, order: int) -> int:
         free, heap = self._free[order], self._heap[order]
         while True:
-            address = heapq.heappop(heap)
+            address = heappop(heap)
             if address in free:
                 free.remove(address)
                 return address
