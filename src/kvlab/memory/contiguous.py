@@ -130,6 +130,10 @@ class ContiguousAllocator:
         self.num_slots = num_slots
         self._slab_size = SLAB_POLICIES[policy]
         self._slabs: dict[int, Slab] = {}  # request_id -> its slab
+        # The last request whose slab was sized, and its (R, whole slab): the queue's head is tried again after each
+        # finish until it fits (``_sizes``).
+        self._sized: Request | None = None
+        self._sized_slots = (0, 0)
         self.num_allocated_slots = 0
         self.num_internal_fragmentation_slots = 0
         self.num_overhead_slots = 0
@@ -149,6 +153,16 @@ class ContiguousAllocator:
         if not self.groups:
             return reserved
         return reserved + group_slots(self.groups, reserved, self.display_block_size)
+
+    def _sizes(self, request: Request) -> tuple[int, int]:
+        """(``slab_size``, ``whole_slab_size``) of ``request``, kept for the last request ``allocate_slots`` sized
+        (frozen: the same object, the same sizes). Compiled, the policy's call is generic (~1.5k instructions with its
+        reads of the request), and ``continuous+max`` tries the queue's head about three times before it fits
+        (benchmarks/README.md, issue 34's twentieth step)."""
+        if request is not self._sized:
+            reserved = self.slab_size(request)
+            self._sized, self._sized_slots = request, (reserved, self._whole(reserved))
+        return self._sized_slots
 
     def get_num_slots(self, request_id: int) -> int:
         """Slots the request holds (0 if none): its slab, a hybrid's other groups' part included."""
@@ -170,7 +184,7 @@ class ContiguousAllocator:
         return 0
 
     def why_never_fits(self, request: Request) -> str | None:
-        reserved = self.slab_size(request)
+        reserved = self.slab_size(request)  # (not _sizes: it keeps the queue's head, asked here at each arrival)
         slab = self._whole(reserved)
         if slab > self.buddy.largest_region:
             what = "slab, with the other KV cache groups' slots," if self.groups else "slab"
@@ -206,8 +220,7 @@ class ContiguousAllocator:
         request_id = request.request_id  # (read once: compiled, a read of the frozen request is generic)
         slab = self._slabs.get(request_id)
         if slab is None:
-            size = self.slab_size(request)
-            whole = self._whole(size)
+            size, whole = self._sizes(request)
             fit = self.buddy.fit(whole)
             if fit is not Fit.NOW:
                 return fit
