@@ -97,11 +97,7 @@ class BuddyAllocator:
 
     def free(self, address: int) -> int:
         """Give back the chunk at ``address``, merging it with free buddies; returns the chunk's size."""
-        # (a lookup and a del, not dict.pop: compiled, pop is a generic method call, ~600 instructions; likewise heappush
-        # and heappop imported by name, not read off the module at each call: benchmarks/README.md, issue 34's twentieth
-        # step)
-        order = self._allocated[address]
-        del self._allocated[address]
+        order = self._allocated.pop(address)
         size = 1 << order
         self.num_free_slots += size
         while order < self.max_order:
@@ -120,7 +116,7 @@ class BuddyAllocator:
     def _push(self, order: int, address: int) -> None:
         self._free[order].add(address)
         heap = self._heap[order]
-        heappush(heap, address)
+        heappush(heap, address)  # (imported by name: compiled, reading it off the module was a generic lookup a call)
         if len(heap) > 2 * len(self._free[order]) + 64:
             # Prune stale entries; amortized O(1) per push.
             self._heap[order] = sorted(self._free[order])

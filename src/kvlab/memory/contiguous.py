@@ -238,11 +238,9 @@ class ContiguousAllocator:
         return Fit.NOW
 
     def free(self, seq: Sequence) -> None:
-        request_id = seq.request.request_id
-        slab = self._slabs.get(request_id)  # (get and del, not pop: see BuddyAllocator.free)
+        slab = self._slabs.pop(seq.request.request_id, None)
         if slab is None:
             return  # freed before it was ever allocated (e.g. rejected while waiting)
-        del self._slabs[request_id]
         self.buddy.free(slab.address)
         self.num_allocated_slots -= slab.num_slots
         self.num_internal_fragmentation_slots -= max(0, slab.num_slots - slab.num_kv_tokens)
