@@ -156,7 +156,7 @@ class ContiguousAllocator:
 
     def _sizes(self, request: Request) -> tuple[int, int]:
         """(``slab_size``, ``whole_slab_size``) of ``request``, kept for the last request ``allocate_slots`` sized
-        (frozen: the same object, the same sizes). Compiled, the policy's call is generic (~1.5k instructions with its
+        (frozen: the same object, the same sizes). Compiled, the policy's call is generic (~700 instructions with its
         reads of the request), and ``continuous+max`` tries the queue's head about three times before it fits
         (benchmarks/README.md, issue 34's twentieth step)."""
         if request is not self._sized:

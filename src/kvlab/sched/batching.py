@@ -93,7 +93,7 @@ def mamba_aligned_chunk(seq: Seq, start: int, num_new: int, block_size: int, max
 def _allocate(allocator: KVAllocator, paged: PagedAllocator | None, contiguous: ContiguousAllocator | None, seq: Seq,
               num_new: int, cached: int, watermark: int = 0) -> Fit:
     """``allocator.allocate_slots``, natively from a PagedAllocator or a ContiguousAllocator itself (see ``_lookup``;
-    the contiguous one's: ~1.5k instructions a call through the Protocol, 3 calls a request under ``continuous+max``,
+    the contiguous one's: ~600 instructions a call more through the Protocol, 3 calls a request under ``continuous+max``,
     benchmarks/README.md, issue 34's twentieth step)."""
     if paged is not None:
         return paged.allocate_slots(seq, num_new, cached, watermark)
