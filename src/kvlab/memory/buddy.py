@@ -18,7 +18,7 @@ order), which keeps placement deterministic and packed toward address 0. Every o
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 
 from kvlab.errors import KvlabError
 from kvlab.memory.base import Fit
@@ -116,7 +116,7 @@ class BuddyAllocator:
     def _push(self, order: int, address: int) -> None:
         self._free[order].add(address)
         heap = self._heap[order]
-        heapq.heappush(heap, address)
+        heappush(heap, address)  # (imported by name: compiled, reading it off the module was a generic lookup a call)
         if len(heap) > 2 * len(self._free[order]) + 64:
             # Prune stale entries; amortized O(1) per push.
             self._heap[order] = sorted(self._free[order])
@@ -124,7 +124,7 @@ class BuddyAllocator:
     def _pop_lowest(self, order: int) -> int:
         free, heap = self._free[order], self._heap[order]
         while True:
-            address = heapq.heappop(heap)
+            address = heappop(heap)
             if address in free:
                 free.remove(address)
                 return address

@@ -26,7 +26,7 @@ the tokens' part and before the buddy round-up. A single-group model's slab is R
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import Final
 
 from kvlab.errors import KvlabError
 from kvlab.memory.base import Admission, BlockSnapshot, DecodeRun, Fit, Sequence, check_slot_states
@@ -56,13 +56,31 @@ SLAB_POLICIES: dict[str, Callable[[Request, int], int]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
 class Slab:
-    address: int
-    num_slots: int  # what the policy asked for (the tokens' part)
-    chunk_size: int  # what the buddy allocator handed out (>= num_slots + group_slots)
-    num_kv_tokens: int
-    group_slots: int = 0  # a hybrid's other KV cache groups' slots, after the tokens' part (overhead)
+    """One request's slab. (A plain class with read-only fields, not a frozen dataclass: compiled by mypyc, the
+    dataclass's constructor ran interpreted, ~7.5k instructions a slab, 5% of a ``max`` run's; this one is native.
+    benchmarks/README.md, issue 34's twentieth step.)"""
+
+    __slots__ = ("address", "num_slots", "chunk_size", "num_kv_tokens", "group_slots")
+
+    def __init__(self, address: int, num_slots: int, chunk_size: int, num_kv_tokens: int, group_slots: int = 0) -> None:
+        self.address: Final = address
+        self.num_slots: Final = num_slots  # what the policy asked for (the tokens' part)
+        self.chunk_size: Final = chunk_size  # what the buddy allocator handed out (>= num_slots + group_slots)
+        self.num_kv_tokens: Final = num_kv_tokens
+        self.group_slots: Final = group_slots  # a hybrid's other KV cache groups' slots, after the tokens' part (overhead)
+
+    def _fields(self) -> tuple[int, int, int, int, int]:
+        return self.address, self.num_slots, self.chunk_size, self.num_kv_tokens, self.group_slots
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Slab) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "Slab(address={}, num_slots={}, chunk_size={}, num_kv_tokens={}, group_slots={})".format(*self._fields())
 
 
 def group_slots(groups: tuple[GroupSpec, ...], reserved: int, block_size: int) -> int:
@@ -112,6 +130,10 @@ class ContiguousAllocator:
         self.num_slots = num_slots
         self._slab_size = SLAB_POLICIES[policy]
         self._slabs: dict[int, Slab] = {}  # request_id -> its slab
+        # The last request whose slab was sized, and its (R, whole slab): the queue's head is tried again after each
+        # finish until it fits (``_sizes``).
+        self._sized: Request | None = None
+        self._sized_slots = (0, 0)
         self.num_allocated_slots = 0
         self.num_internal_fragmentation_slots = 0
         self.num_overhead_slots = 0
@@ -124,10 +146,23 @@ class ContiguousAllocator:
 
     def whole_slab_size(self, request: Request) -> int:
         """The slots the request's slab takes: R, and a hybrid's other groups' (``group_slots``)."""
-        reserved = self.slab_size(request)
+        return self._whole(self.slab_size(request))
+
+    def _whole(self, reserved: int) -> int:
+        """The slots a slab of ``reserved`` token slots takes (``whole_slab_size``, from the reservation)."""
         if not self.groups:
             return reserved
         return reserved + group_slots(self.groups, reserved, self.display_block_size)
+
+    def _sizes(self, request: Request) -> tuple[int, int]:
+        """(``slab_size``, ``whole_slab_size``) of ``request``, kept for the last request ``allocate_slots`` sized
+        (frozen: the same object, the same sizes). Compiled, the policy's call is generic (~700 instructions with its
+        reads of the request), and ``continuous+max`` tries the queue's head about three times before it fits
+        (benchmarks/README.md, issue 34's twentieth step)."""
+        if request is not self._sized:
+            reserved = self.slab_size(request)
+            self._sized, self._sized_slots = request, (reserved, self._whole(reserved))
+        return self._sized_slots
 
     def get_num_slots(self, request_id: int) -> int:
         """Slots the request holds (0 if none): its slab, a hybrid's other groups' part included."""
@@ -149,18 +184,25 @@ class ContiguousAllocator:
         return 0
 
     def why_never_fits(self, request: Request) -> str | None:
-        slab = self.whole_slab_size(request)
+        reserved = self.slab_size(request)  # (not _sizes: it keeps the queue's head, asked here at each arrival)
+        slab = self._whole(reserved)
         if slab > self.buddy.largest_region:
             what = "slab, with the other KV cache groups' slots," if self.groups else "slab"
             return f"{self.policy} {what} larger than the buddy allocator's largest block ({self.buddy.largest_region:,} slots)"
-        assert request.num_kv_tokens <= self.slab_size(request), "a slab holds every token its request writes"
+        assert request.num_kv_tokens <= reserved, "a slab holds every token its request writes"
         return None
 
     num_free_blocks = 0  # a slab never grows
 
     def allocate_decode_run(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0) -> DecodeRun:
         """A slab holds every token its request will write: decoding never allocates."""
-        return DecodeRun(max_iterations)
+        return DecodeRun(*self.decode_run_fields(seqs, max_iterations, first))
+
+    def decode_run_fields(self, seqs: Iterable[Sequence], max_iterations: int, first: int = 0
+                          ) -> tuple[int, tuple[int, ...]]:
+        """``allocate_decode_run``'s two fields as a plain tuple, what the run scheduler calls on a ContiguousAllocator
+        itself (as PagedAllocator.decode_run_fields: compiled, no named tuple made and no generic call)."""
+        return max_iterations, ()
 
     def decode_run_slots(self, num_iterations: int) -> int | None:
         return 0  # (a slab holds every token its request writes)
@@ -175,23 +217,23 @@ class ContiguousAllocator:
                        watermark_blocks: int = 0) -> Fit:
         """Reserve the request's slab on its first call; later calls only check they stay inside it."""
         request = seq.request
-        slab = self._slabs.get(request.request_id)
+        request_id = request.request_id  # (read once: compiled, a read of the frozen request is generic)
+        slab = self._slabs.get(request_id)
         if slab is None:
-            size = self.slab_size(request)
-            whole = self.whole_slab_size(request)
+            size, whole = self._sizes(request)
             fit = self.buddy.fit(whole)
             if fit is not Fit.NOW:
                 return fit
             address = self.buddy.allocate(whole)
             slab = Slab(address, size, self.buddy.chunk_size(address), request.num_kv_tokens, whole - size)
-            self._slabs[request.request_id] = slab
+            self._slabs[request_id] = slab
             self.num_allocated_slots += size
             self.num_internal_fragmentation_slots += max(0, size - slab.num_kv_tokens)
             self.num_overhead_slots += slab.chunk_size - size
         num_tokens = seq.num_computed_tokens + num_cached_tokens + num_new_tokens
         # A slab never grows: the scheduler must not schedule past it.
         assert num_tokens <= slab.num_slots, (
-            f"request {request.request_id} needs {num_tokens} slots but its {self.policy} slab has {slab.num_slots}"
+            f"request {request_id} needs {num_tokens} slots but its {self.policy} slab has {slab.num_slots}"
         )
         return Fit.NOW
 

@@ -19,6 +19,7 @@ from mypy_extensions import mypyc_attr
 
 from kvlab.config.engine import SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
+from kvlab.memory.contiguous import ContiguousAllocator
 from kvlab.memory.paged import PagedAllocator
 from kvlab.sched.policy import WaitingQueue
 from kvlab.sched.seq import Seq
@@ -36,6 +37,7 @@ class Scheduler:
     config: SchedulerConfig
     allocator: KVAllocator
     paged_allocator: PagedAllocator | None  # the allocator when it is a PagedAllocator itself, else None
+    contiguous_allocator: ContiguousAllocator | None  # the allocator when it is a ContiguousAllocator itself, else None
     waiting: WaitingQueue
     running: list[Seq]
     mamba_align_block_size: int  # the allocator's (a hybrid in vLLM's mamba_cache_mode 'align'), else 0
@@ -88,11 +90,15 @@ def mamba_aligned_chunk(seq: Seq, start: int, num_new: int, block_size: int, max
     return max(end - start, 0)
 
 
-def _allocate(allocator: KVAllocator, paged: PagedAllocator | None, seq: Seq, num_new: int, cached: int,
-              watermark: int = 0) -> Fit:
-    """``allocator.allocate_slots``, natively from a PagedAllocator itself (see ``_lookup``)."""
+def _allocate(allocator: KVAllocator, paged: PagedAllocator | None, contiguous: ContiguousAllocator | None, seq: Seq,
+              num_new: int, cached: int, watermark: int = 0) -> Fit:
+    """``allocator.allocate_slots``, natively from a PagedAllocator or a ContiguousAllocator itself (see ``_lookup``;
+    the contiguous one's: ~600 instructions a call more through the Protocol, 3 calls a request under ``continuous+max``,
+    benchmarks/README.md, issue 34's twentieth step)."""
     if paged is not None:
         return paged.allocate_slots(seq, num_new, cached, watermark)
+    if contiguous is not None:
+        return contiguous.allocate_slots(seq, num_new, cached, watermark)
     return allocator.allocate_slots(seq, num_new, cached, watermark)
 
 
@@ -105,7 +111,7 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
     # admit appends to it)
     waiting, running = sched.waiting, sched.running
     max_num_seqs, chunked = sched.max_num_seqs, sched.enable_chunked_prefill
-    allocator, paged = sched.allocator, sched.paged_allocator
+    allocator, paged, contiguous = sched.allocator, sched.paged_allocator, sched.contiguous_allocator
     watermark = allocator.watermark_blocks(sched.watermark) if sched.watermark else 0
     while budget > 0 and waiting and len(running) < max_num_seqs:
         # (typed: compiled, the queue's head is read as an object, and the arithmetic on its tokens below was generic,
@@ -121,7 +127,7 @@ def continuous(sched: Scheduler, budget: int) -> Admission:
                                           sched.config.max_num_batched_tokens)
             if num_new == 0:
                 break
-        if _allocate(allocator, paged, seq, num_new, cached, watermark if running else 0) is not Fit.NOW:
+        if _allocate(allocator, paged, contiguous, seq, num_new, cached, watermark if running else 0) is not Fit.NOW:
             break
         sched.admit(seq, num_new, cached)
         budget -= num_new
@@ -135,12 +141,12 @@ def static(sched: Scheduler, budget: int) -> Admission:
     if sched.running:
         return
     waiting = sched.waiting
-    allocator, paged = sched.allocator, sched.paged_allocator
+    allocator, paged, contiguous = sched.allocator, sched.paged_allocator, sched.contiguous_allocator
     while waiting and len(sched.running) < sched.max_num_seqs:
         seq: Seq = waiting[0]  # (typed: see continuous)
         computed, cached = _lookup(allocator, paged, seq)
         num_prompt = seq.num_tokens - computed
-        if _allocate(allocator, paged, seq, num_prompt, cached) is not Fit.NOW:
+        if _allocate(allocator, paged, contiguous, seq, num_prompt, cached) is not Fit.NOW:
             break
         sched.admit(seq, num_prompt, cached)
         if num_prompt <= budget:

@@ -197,7 +197,7 @@ class RunScheduler(Scheduler):
         """Iterations of a decode run from now up to the first in which a request finishes, at most ``max_iterations``."""
         return min(max_iterations, (self._finish_heap()[0] >> STAMP_BITS) - self._clock)
 
-    def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
+    def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]) -> tuple[int, list[int], int]:
         num_running = len(self.running)
         if self._decoding and 0 < num_running <= budget and self._decode_run(1)[0]:
             # Everyone decodes and this iteration's blocks are free: the running loop's outcome, in bulk.
@@ -208,10 +208,13 @@ class RunScheduler(Scheduler):
 
     def _decode_run(self, max_iterations: int, first: int = 0) -> tuple[int, tuple[int, ...]]:
         """The allocator's ``allocate_decode_run`` for the running requests, its two fields (iterations, growth) as a
-        plain tuple (natively from a PagedAllocator itself, ``decode_run_fields``: see ``Scheduler.paged_allocator``)."""
-        paged = self.paged_allocator
+        plain tuple (natively from a PagedAllocator or a ContiguousAllocator itself, ``decode_run_fields``: see
+        ``Scheduler.paged_allocator``)."""
+        paged, contiguous = self.paged_allocator, self.contiguous_allocator
         if paged is not None:
             return paged.decode_run_fields(self.running, max_iterations, first)
+        if contiguous is not None:
+            return contiguous.decode_run_fields(self.running, max_iterations, first)
         run = self.allocator.allocate_decode_run(self.running, max_iterations, first)
         return run.num_iterations, run.growth
 
@@ -288,7 +291,9 @@ class RunScheduler(Scheduler):
         self._admission_blocked = True
         growth = first_growth
         num_iterations, timing = self._run_length(max_iterations, horizon, num_context)  # (the same context)
-        return self._run_output(*self._after_first(num_iterations, growth), timing=timing, num_context=num_context)
+        # (unpacked, not ``*``: compiled, a call with a starred argument is a generic call, ~500 instructions)
+        num_iterations, growth = self._after_first(num_iterations, growth)
+        return self._run_output(num_iterations, growth, timing=timing, num_context=num_context)
 
     def _admitted_run_length(self, num_admitted: int, scheduled: dict[int, int], max_rest: int) -> int:
         """After this iteration, will everyone decode, with nobody finishing and nobody left to admit? If so, the
@@ -326,7 +331,8 @@ class RunScheduler(Scheduler):
                 num_iterations, timing = horizon._horizon(num_seqs, num_context, 1 + num_rest, first)
             else:
                 num_iterations, timing = horizon(num_seqs, num_context, 1 + num_rest, first)
-        return (*self._after_first(num_iterations, growth), timing)
+        num_iterations, growth = self._after_first(num_iterations, growth)  # (unpacked: a starred tuple is built generically)
+        return num_iterations, growth, timing
 
     def _after_first(self, num_iterations: int, growth: tuple[int, ...]
                      ) -> tuple[int, tuple[int, ...]]:

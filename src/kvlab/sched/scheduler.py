@@ -29,6 +29,7 @@ from mypy_extensions import mypyc_attr
 
 from kvlab.config.engine import CacheConfig, SchedulerConfig
 from kvlab.memory.base import Fit, KVAllocator
+from kvlab.memory.contiguous import ContiguousAllocator
 from kvlab.memory.paged import PagedAllocator
 from kvlab.sched import batching
 from kvlab.sched.batching import BATCHING, mamba_aligned_chunk
@@ -57,6 +58,9 @@ class Scheduler(batching.Scheduler):
         # more; benchmarks/README.md, the fourteenth step), the others through the Protocol.
         self.paged_allocator = (
             allocator if isinstance(allocator, PagedAllocator) and type(allocator) is PagedAllocator else None)
+        # (the same for the slabs' allocator: benchmarks/README.md, issue 34's twentieth step)
+        self.contiguous_allocator = (
+            allocator if isinstance(allocator, ContiguousAllocator) and type(allocator) is ContiguousAllocator else None)
         self.mamba_align_block_size = getattr(allocator, "mamba_align_block_size", 0)  # (HybridAllocator's)
         self.batching = BATCHING[config.batching]
         self.preemption: PreemptionMode = PREEMPTION[config.preemption_mode or "recompute"](cache_config)
@@ -113,7 +117,7 @@ class Scheduler(batching.Scheduler):
             num_swap_bytes=swap_bytes,
         )
 
-    def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]):
+    def _running_loop(self, budget: int, scheduled: dict[int, int], preempted: list[Seq]) -> tuple[int, list[int], int]:
         """The running requests, in order, under the budget; preempting the policy's victim when memory runs out.
         Returns (budget left, [prefill, decode, context, pairs], bytes swapped out). (``RunScheduler`` decides it
         in bulk when everyone decodes.)"""
@@ -176,9 +180,10 @@ class Scheduler(batching.Scheduler):
             i += 1
         return budget, [prefill, decode, context, pairs], swap_bytes
 
-    def _waiting_loop(self, budget: int, scheduled: dict[int, int]):
+    def _waiting_loop(self, budget: int, scheduled: dict[int, int]) -> tuple[list[int], list[int], int]:
         """Admit from the front of the queue as the batching policy allows within ``budget`` tokens, adding the
-        admitted to ``scheduled``. Returns (new_req_ids, [prefill, decode, context, pairs], bytes swapped in)."""
+        admitted to ``scheduled``. Returns (new_req_ids, [prefill, decode, context, pairs], bytes swapped in). (Both
+        loops' results annotated: compiled, untyped, the run scheduler unpacked and added them generically.)"""
         new_ids: list[int] = []
         prefill = context = pairs = swap_bytes = 0
         for seq, num_new, num_cached in self.batching(self, budget):
@@ -299,12 +304,14 @@ class Scheduler(batching.Scheduler):
     def _free(self, seq: Seq, finished: bool = False) -> None:
         """The allocator's ``free``; ``finished``: the request has finished (a PagedAllocator itself then frees it
         without reading whether it has: ``free_finished``)."""
-        paged = self.paged_allocator
+        paged, contiguous = self.paged_allocator, self.contiguous_allocator
         if paged is not None:
             if finished:
                 paged.free_finished(seq)
             else:
                 paged.free(seq)
+        elif contiguous is not None:
+            contiguous.free(seq)
         else:
             self.allocator.free(seq)
         self.num_resident_computed_tokens -= seq.num_computed_tokens
