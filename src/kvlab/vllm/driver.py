@@ -174,6 +174,19 @@ def _write_model_dir(overrides: dict) -> str:
 PLACEHOLDER_KV_CACHE_MEMORY_BYTES = 16 * 2**20
 
 
+def _ssm_state_dtype(model_dir: str, dtype: str) -> str:
+    """The SSM state's dtype as kvlab sizes it (config.json's mamba_ssm_dtype, else the model's dtype), named to the
+    engine: left at 'auto', vLLM 0.32's CPU platform resets it to float32 on a CPU with AVX-512 BF16
+    (platforms/cpu.py, for its accelerated GDN kernels) and keeps the model's dtype on one without, so a hybrid's state
+    page, and the attention block vLLM grows to hold it, would depend on the machine (a tiny Qwen3-Next's block: 288
+    tokens with a bfloat16 state, 544 with float32). Named, bfloat16 is kept on both (a model without Mamba layers
+    ignores it)."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        named = json.load(f).get("mamba_ssm_dtype")
+    known = ("float32", "float16", "bfloat16")
+    return named if named in known else dtype if dtype in known else "auto"
+
+
 def _engine_args(model_dir: str, engine: dict):
     from vllm.engine.arg_utils import EngineArgs
 
@@ -185,6 +198,7 @@ def _engine_args(model_dir: str, engine: dict):
         skip_tokenizer_init=True,
         load_format="dummy",
         dtype=engine.get("dtype", "float32"),
+        mamba_ssm_cache_dtype=_ssm_state_dtype(model_dir, engine.get("dtype", "float32")),
         seed=engine.get("seed", 0),
         block_size=engine["block_size"],
         num_gpu_blocks_override=engine.get("num_gpu_blocks_override"),
