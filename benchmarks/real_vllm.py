@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     from kvlab.cost import fit as F
     from kvlab.cost.measured import METRICS, read_runs
     from kvlab.cost.profiles import get_profile
-    from kvlab.errors import KvlabError
+    from kvlab.errors import KvlabError, require_scipy
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, default=None, help="measured-runs file (default: the calibration set)")
@@ -121,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
                         "one fit (default: the engine's constants first, then the lag on TTFT and E2E)")
     args = parser.parse_args(argv)
     try:
+        require_scipy("python benchmarks/real_vllm.py (its leave-one-out refits the profile)")  # (trial 61, finding 5)
         seeds = F.parse_arrivals(args.arrivals) if args.arrivals is not None else None
     except KvlabError as exc:
-        parser.error(str(exc))
+        parser.exit(2, f"error: {exc}\n")
     if args.lag_joint and not args.lag_per:
         parser.error("--lag-joint applies to --lag-per's terms; valid: --lag-per {prompt,size,both} --lag-joint")
     path = args.runs or default_runs()

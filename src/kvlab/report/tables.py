@@ -279,9 +279,13 @@ def verdict(summaries: list[dict], strategies=None) -> str:
         text = _deadlines_verdict(summaries)
     elif len(tied) == len(ranked) and _distinct(strategies) == 1:  # (one strategy under several names: trial 60, 4)
         text = f"A tie: all {len(ranked)} strategies served {best['throughput_rps']:.3g} req/s."
-    elif len(tied) == len(ranked):
+    elif len(tied) == len(ranked) and not any(s["preemptions"] for s in summaries):
         text = (f"A tie: all {len(ranked)} strategies served {best['throughput_rps']:.3g} req/s. At this load "
                 "the requests do not compete for memory, so how it is managed does not change throughput.")
+    elif len(tied) == len(ranked):  # (memory was contended, and what each did about it moved no throughput: trial 61, 2)
+        text = (f"A tie: all {len(ranked)} strategies served {best['throughput_rps']:.3g} req/s. The requests did "
+                f"compete for memory ({' and '.join(format(s['preemptions'], ',') for s in ranked)} preemptions), "
+                "but how each strategy handled it did not change throughput at this precision.")
     elif worst["num_finished"] == 0:  # (each that served nothing named: trial 59, finding 1)
         nothing = [s for s in ranked if s["num_finished"] == 0]
         text = (f"{' and '.join(tied)} served the most: {best['throughput_rps']:.3g} req/s; "

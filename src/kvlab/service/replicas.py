@@ -315,10 +315,11 @@ def _with_second(first: dict[str, Any], second: dict[str, Any] | None, gpu_hour_
 
 def _priced(entry: dict[str, Any], first: dict[str, Any], gpu_hour_price: float | None,
             rate: float) -> dict[str, Any]:
-    """``entry`` with what its answer costs at the offered rate (None: no price known, or no answer)."""
+    """``entry`` with what its answer costs at the offered rate (None: no price known, or no answer), its tokens
+    those of the sample that gave the answer (a trace's first rows or its whole: the entry's own mean answer)."""
     price = price_of(get_gpu(first["gpu"]).id, gpu_hour_price)
     entry["serving_cost"] = None if price is None or entry["replicas"] is None else {
-        **serving_cost(price, entry["gpus"], rate, first["mean_output_tokens"]),
+        **serving_cost(price, entry["gpus"], rate, entry["mean_output_tokens"]),
         "usd_per_gpu_hour": price.usd_per_gpu_hour, "price_as_of": price.as_of, "price_source": price.source}
     return entry
 

@@ -1,0 +1,70 @@
+"""A user trial's findings (trial 61), each with the check that failed before its fix."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvlab.report.tables import verdict
+from kvlab.service.replicas import _with_second
+
+REPO = Path(__file__).parents[1]
+
+
+def _summary(name: str, rps: float, preemptions: int) -> dict:
+    return {"name": name, "throughput_rps": rps, "num_finished": 300, "num_rejected": 0, "preemptions": preemptions,
+            "mean_batch_size": 4.0, "memory_shares": {"token": 80.8}}
+
+
+def test_a_tie_under_preemptions_does_not_say_the_requests_do_not_compete_for_memory():
+    # (finding 2: vllm and vllm+swap, 70 preemptions each, tied at 2.16 req/s)
+    text = verdict([_summary("vllm", 2.16, 70), _summary("vllm+swap", 2.1601, 70)])
+    assert text.startswith("A tie: all 2 strategies served 2.16 req/s.")
+    assert "do not compete for memory" not in text
+    assert "did compete for memory (70 and 70 preemptions)" in text
+
+
+def test_a_tie_without_preemptions_still_says_memory_is_not_contended():
+    text = verdict([_summary("static+paged", 1.0, 0), _summary("continuous+paged", 1.0, 0)])
+    assert "the requests do not compete for memory" in text
+
+
+def test_replicas_auto_prices_the_tokens_of_the_sample_that_answered():
+    # (finding 1: 2 replicas answered on the whole trace, mean answer 211.1 tokens; the first 300 requests' 256.2
+    # priced it at $0.351 per million output tokens where the answer's own tokens give $0.426)
+    def entry(num_requests: int, replicas: int, mean_output: float) -> dict:
+        return {"num_requests": num_requests, "replicas": replicas, "gpus": replicas, "gpus_each": 1, "gpu": "H100-SXM",
+                "mean_output_tokens": mean_output, "runs": [], "no_second": None, "length_note": None}
+
+    priced = _with_second(entry(300, 1, 256.2), entry(19_366, 2, 211.13), None, 20.0)
+    assert priced["replicas"] == 2 and priced["samples"]["answered_by"] == 19_366
+    cost = priced["serving_cost"]
+    assert cost["usd_per_hour"] == 2 * cost["usd_per_gpu_hour"] == 6.48
+    assert f"{cost['usd_per_million_output_tokens']:.3f}" == "0.426"  # 6.48 / (20 x 211.13 x 3,600) x 10^6
+
+
+def test_the_real_runs_benchmark_without_scipy_is_one_line(monkeypatch, capsys):
+    # (finding 5: the README's tour lists it; without the calibrate extra it ended in a traceback)
+    spec = importlib.util.spec_from_file_location("real_vllm", REPO / "benchmarks/real_vllm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "scipy", None)  # (import scipy raises ImportError)
+    with pytest.raises(SystemExit) as exit_:
+        module.main([])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs SciPy" in err and "pip install '.[calibrate]'" in err
+
+
+def test_the_docs_grid_file_runs_as_written(kvlab, tmp_path):
+    # (finding 6: its second point named opt-66b, which the catalogue does not have, so the sweep was refused)
+    text = (REPO / "docs/sweep.md").read_text()
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(re.search(r"```yaml\n(# grid.yaml: .*?)```", text, re.S).group(1))
+    result = kvlab("sweep", "--grid", grid, "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.stderr
+    assert "Computed 32 points now" in " ".join(result.stdout.split())
