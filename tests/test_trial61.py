@@ -68,3 +68,11 @@ def test_the_docs_grid_file_runs_as_written(kvlab, tmp_path):
     result = kvlab("sweep", "--grid", grid, "--out", tmp_path / "out")
     assert result.exit_code == 0, result.stderr
     assert "Computed 32 points now" in " ".join(result.stdout.split())
+
+
+def test_the_run_header_writes_max_num_seqs_with_its_thousands_separator(kvlab):
+    # (finding 10a: "max_num_seqs 1024" beside "max_num_batched_tokens 8,192"; capacity wrote "1,024")
+    result = kvlab("run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "-n", "20")
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "max_num_seqs 1,024, max_num_batched_tokens 8,192" in text

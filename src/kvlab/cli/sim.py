@@ -133,7 +133,7 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
     model = model_label(config.model.model, sizing)
     return (
         f"{fleet}{model} on {config.gpu}: KV cache {_slots_text(cache, strategies)}, max_model_len "
-        f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
+        f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs:,}, max_num_batched_tokens "
         f"{sched.max_num_batched_tokens:,}, chunked prefill {'on' if sched.enable_chunked_prefill else 'off'}{prefix}. "
         f"Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
         f"{_rate_text(wl, rescaled_to)}, mean prompt {wl.mean_prompt_len:,.0f} / output {wl.mean_output_len:,.0f} tokens."
