@@ -76,3 +76,13 @@ def test_the_run_header_writes_max_num_seqs_with_its_thousands_separator(kvlab):
     assert result.exit_code == 0, result.stderr
     text = " ".join(result.stdout.split())
     assert "max_num_seqs 1,024, max_num_batched_tokens 8,192" in text
+
+
+def test_a_comma_list_given_to_one_run_says_what_varies_it(kvlab):
+    # (trial 60, 9f: `run --router round-robin,least-kv` did not say comma lists are sweep's and capacity's)
+    for args in (("--router", "round-robin,least-kv", "--replicas", "2"), ("--rate", "1,2")):
+        result = kvlab("run", *args, "-n", "10")
+        assert result.exit_code == 2
+        assert result.stderr.count("\n") == 1
+        assert "a comma list of values is varied by kvlab sweep and kvlab capacity" in result.stderr
+    assert "comma list" not in kvlab("run", "--router", "nearest", "--replicas", "2", "-n", "10").stderr

@@ -500,9 +500,16 @@ def check_options(values: dict, *, spelling: str = "cli", flags: dict[str, str] 
         if option is not None and option.choices and value is not None:
             if not isinstance(value, str) or value not in option.choices:
                 raise KvlabError(f"{name_of(name)} {_show(value)} is not one of its values; valid: "
-                                 f"{', '.join(option.choices)}")
+                                 f"{', '.join(option.choices)}{comma_list_hint(value) if spelling == 'cli' else ''}")
     known = {k: v for k, v in values.items() if k in ServingOptions.model_fields and v is not None}
     return _parse(ServingOptions, known, name_of)
+
+
+def comma_list_hint(value) -> str:
+    """What a comma list given to one run's option is for (trial 60, 9f): "" where ``value`` is not one."""
+    if not isinstance(value, str) or "," not in value:
+        return ""
+    return " (a comma list of values is varied by kvlab sweep and kvlab capacity, one point each; a run takes one)"
 
 
 def option_range(name: str) -> tuple[float, float, bool]:

@@ -242,7 +242,9 @@ def _takes_whole_number(param) -> bool:
 
 def _parse_refusal(opts, given: str, kind: str) -> str:
     """A value an option cannot take, in one line: the option, the value as given, what it is not and what would do."""
-    return f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(kind, kind)}"
+    from kvlab.validate import comma_list_hint
+
+    return f"{'/'.join(opts)} {given!r}: {_PARSE_MESSAGES.get(kind, kind)}{comma_list_hint(given)}"
 
 
 def _check_values(command, args: list[str]) -> None:
