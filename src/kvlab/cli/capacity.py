@@ -38,7 +38,7 @@ from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.tables import bracket_text
 from kvlab.report.text import computed_text, dollars, whole_values_table
 from kvlab.sweep.capacity import default_out, rate_text, samples_text
-from kvlab.sweep.session import Session, grid_lists, run_session
+from kvlab.sweep.session import Session, grid_lists, parse_duration, run_session
 from kvlab.validate import check_options, note_written
 from kvlab.window import WARMUP_SHARE
 
@@ -126,6 +126,7 @@ def capacity(
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
 
     target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
+    parse_duration(max_time)  # (refused in one line whichever search follows, before anything runs)
     out, writes = (default_out(), ()) if out is None else (out, CAPACITY_PLOTS)  # (kvlab's cache: no user's file)
     new_session = partial(Session, out, workers, ray, ray_address, as_json, writes=writes)
     if gpu_hour_price is not None:

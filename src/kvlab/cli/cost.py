@@ -236,6 +236,7 @@ def _seeds_and_workers(arrivals: str | None, workers: int):
     return parse_arrivals(arrivals) if arrivals is not None else ARRIVAL_SEEDS
 
 
+
 def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool, start: str | None,
                     iterations: int, other_sources: bool, client_defaults: bool = False,
                     hold_unidentified: bool = False, arrivals: str | None = None, workers: int = 1) -> None:
@@ -248,6 +249,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
+    from kvlab.sweep.session import capped_workers
 
     if not 1 <= iterations <= 20:
         raise KvlabError(f"--iterations {iterations}: valid: 1 to 20 replay-and-fit rounds")
@@ -269,6 +271,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
         # (the constants a fit carries as given, the admission lag among them, come with the fitted ones)
         start_constants = {k: v for k, v in start_profile.constants.items() if k in CONSTANTS or k in CARRIED}
     measured = read_runs(path)
+    workers = capped_workers(workers)  # (checked in range above; at most the cores, saying so)
     console = Console(highlight=False, stderr=True)
     document, report = calibration_profile(measured, names, name=name, source_path=path, start=start_constants,
                                            max_iterations=iterations, sent=client_defaults,

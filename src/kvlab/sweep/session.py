@@ -27,7 +27,9 @@ def parse_duration(text: str) -> float:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|h)?\s*", text)
     if not match:
         raise KvlabError(f"--max-time {text!r}: expected a duration such as 90s, 20m or 2h")
-    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    if match.group(2) is None:  # (a bare 5 read as seconds where the help names units: trial 60, finding 9d)
+        raise KvlabError(f"--max-time {text!r} has no unit; valid: a number with s, m or h, such as 90s, 20m or 2h")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600}[match.group(2)]
 
 
 def format_duration(seconds: float, above: float | None = None) -> str:
@@ -48,6 +50,18 @@ def default_workers() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def capped_workers(workers: int, beyond: str = "") -> int:
+    """``workers`` local processes, at most the cores this process may use: more only queue for the same cores (trial
+    60, finding 9e: --workers 1000 on 2 cores was taken), so beyond them one line on stderr says so and the cores are
+    used. A Ray cluster's CPUs (--ray-address) are not this machine's: its callers do not ask."""
+    cores = default_workers()
+    if workers <= cores:
+        return workers
+    print(f"note: --workers {workers} is more than the {cores} core{'s' if cores > 1 else ''} this machine gives "
+          f"kvlab; using {cores}{beyond}", file=sys.stderr, flush=True)
+    return cores
 
 
 def grid_lists(args: list[str], grid: Path | None) -> tuple[dict[str, list], list[dict]]:
@@ -83,7 +97,8 @@ class Session:
             raise KvlabError(f"--workers {workers} is out of range; valid: worker processes (or Ray CPUs), a whole "
                              f"number from 1 to {MAX_WORKERS:,}")
         self.out, self.as_json = out, as_json
-        self.workers = workers or default_workers()
+        self.workers = default_workers() if workers is None else workers if ray_address else capped_workers(
+            workers, "; more run on a Ray cluster (--ray-address)")
         self.ray, self.ray_address = ray, ray_address
         stop_on_signals(self)
 
