@@ -48,3 +48,84 @@ def test_a_session_and_calibrate_use_at_most_the_cores(monkeypatch, capsys):
     assert session.capped_workers(3) == 3 and capsys.readouterr().err == ""
     assert session.Session(None, 1000, False, None, True).workers == 3
     assert session.Session(None, 1000, False, "10.0.0.1:6379", True).workers == 1000  # (a cluster's CPUs)
+
+
+def test_size_proposes_the_fewest_gpus_first_and_no_tensor_parallelism_beyond_a_node(kvlab):
+    # (trial 60, 9g: TP 128 on 128 T4s came before the 72-GPU TP 8 x PP 9, and GB10, one GPU a machine, at TP 8)
+    r = kvlab("size", "llama-3.1-405b", "--gpu", "t4", "-tp", "8")
+    text = " ".join(r.stderr.split())
+    assert r.exit_code == 2, text
+    assert "--tensor-parallel-size 128" not in text and "GB10" not in text
+    assert ("Would fit: a larger GPU at the same parallelism: H200, B200, MI300X; with pipeline stages too (`kvlab "
+            "fit`'s fewest GPUs): --tensor-parallel-size 8 --pipeline-parallel-size 9 (72 x this GPU)") in text
+
+
+def test_size_names_a_nodes_gpus_where_no_tensor_parallel_size_within_it_holds_the_weights(kvlab):
+    text = " ".join(kvlab("size", "deepseek-v3", "--gpu", "t4").stderr.split())
+    assert "nor at any tensor-parallel size up to 8 on this GPU (a node's 8 GPUs)" in text
+    assert "--pipeline-parallel-size 31 (62 x this GPU)" in text
+    # GB10 comes one to a machine: no tensor parallelism on it, pipeline stages across machines
+    text = " ".join(kvlab("size", "llama-3.1-405b", "--gpu", "gb10").stderr.split())
+    assert "up to 1 on this GPU (a node's 1 GPU)" in text
+    assert "--tensor-parallel-size 1 --pipeline-parallel-size 8 (8 x this GPU)" in text
+
+
+def _tiny_runs(tmp_path, count=3):
+    import copy
+    import json
+
+    from test_cost_fit import RUN
+
+    runs = [{**copy.deepcopy(RUN), "id": f"r{i}"} for i in range(count)]
+    for i, run in enumerate(runs):
+        run["workload"]["stages"] = [{"rate": 10.0 * 2**i, "duration": 1}, {"rate": 20.0 * 2**i, "duration": 1}]
+    file = tmp_path / "runs.json"
+    file.write_text(json.dumps({"experiments": runs}))
+    return file
+
+
+def test_calibrate_runs_says_what_it_will_do_and_about_how_long_before_the_fit(kvlab, tmp_path):
+    # (trial 60, finding 8: minutes of replays without a word of how long; sweep and capacity say it first)
+    r = kvlab("calibrate", "--runs", _tiny_runs(tmp_path), "--fit", "bandwidth_efficiency,request_latency_s",
+              "--iterations", "2", "--out", tmp_path / "p.toml")
+    assert r.exit_code == 0, r.stderr
+    text = " ".join(r.stderr.split())
+    plan = ("calibrate: 3 runs, each replayed with 4 arrival draws (", " requests an iteration), up to 2 iterations of "
+            "replay and fit (--iterations), then 3 leave-one-out replays: up to 9 replays, about ")
+    assert text.startswith(plan[0]) and plan[1] in text, text
+    assert " on 1 worker (run r2 replayed in " in text  # (the run with the most requests, timed)
+    assert text.index(plan[1]) < text.index("iteration 1: rms relative residual")
+
+
+def test_the_timed_first_replay_is_the_one_the_fit_keeps(tmp_path):
+    # (the plan's replay is round 1's own: the fit is the same as one made without a plan)
+    from kvlab.cost import fit as F
+    from kvlab.cost.measured import read_runs
+
+    runs = read_runs(_tiny_runs(tmp_path))
+    fitted = ("bandwidth_efficiency", "request_latency_s")
+    lines, counts = [], []
+    said = F.calibrate_runs(runs, fitted, max_iterations=2, progress=lines.append,
+                            replayed=lambda what, n, total: counts.append((what, n, total)))
+    quiet = F.calibrate_runs(runs, fitted, max_iterations=2)
+    assert said.fit.constants == quiet.fit.constants and said.history == quiet.history
+    assert lines[0].startswith("calibrate: 3 runs")
+    # (round 1's first count includes the timed replay; each later round counts all three)
+    assert counts[:2] == [("iteration 1", 2, 3), ("iteration 1", 3, 3)]
+    assert counts[2:] == [("iteration 2", n, 3) for n in (1, 2, 3)]
+
+
+def test_replay_progress_says_a_line_at_most_every_interval_and_none_at_an_iterations_end():
+    import io
+
+    from rich.console import Console
+
+    from kvlab.cli.cost import ReplayProgress
+
+    buffer = io.StringIO()
+    progress = ReplayProgress(Console(file=buffer, width=200))
+    progress("iteration 1", 1, 13)  # (not yet EVERY_S seconds)
+    progress.last -= ReplayProgress.EVERY_S
+    progress("iteration 1", 13, 13)  # (an iteration's end: its own line follows)
+    progress("iteration 1", 12, 13)
+    assert buffer.getvalue().splitlines() == ["iteration 1: 12 of 13 runs replayed, 0 s in all so far"]

@@ -126,13 +126,9 @@ def capacity(
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
 
     target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
-    parse_duration(max_time)  # (refused in one line whichever search follows, before anything runs)
+    _check_flags(gpu_hour_price, rtol, max_time)
     out, writes = (default_out(), ()) if out is None else (out, CAPACITY_PLOTS)  # (kvlab's cache: no user's file)
     new_session = partial(Session, out, workers, ray, ray_address, as_json, writes=writes)
-    if gpu_hour_price is not None:
-        check_price("", gpu_hour_price)  # (a price that is not a positive number: one line, before anything runs)
-    if not 0 < rtol < 1:
-        raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
     lists, explicit = grid_lists(ctx.args, grid)
     _check_lists(lists)
     _check_deadlines(target, lists, explicit)
@@ -167,6 +163,16 @@ def capacity(
                                "plots": [str(p) for p in written]}, indent=2))
         return
     print_capacity(answer, names, session, written, rows)
+
+
+def _check_flags(gpu_hour_price: float | None, rtol: float, max_time: str) -> None:
+    """Each refused in one line before anything runs, whichever search follows (--max-time too, though only the rate
+    search estimates its time)."""
+    if gpu_hour_price is not None:
+        check_price("", gpu_hour_price)  # (a price that is not a positive number)
+    if not 0 < rtol < 1:
+        raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
+    parse_duration(max_time)
 
 
 class RoundProgress:

@@ -227,6 +227,28 @@ def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
     console.print(f"Wrote {out}: kvlab run --cost {out} ...")
 
 
+class ReplayProgress:
+    """After each of calibrate --runs' replays: a line "iteration 2: 5 of 13 runs replayed, 41 s ..." at most
+    every EVERY_S seconds (an iteration's last is followed by its own line), so that minutes between rounds are not
+    silent and a log does not get a line per replay."""
+
+    EVERY_S = 10.0
+
+    def __init__(self, console):
+        import time
+
+        self.console, self.started, self.last = console, time.monotonic(), time.monotonic()
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if done < total and now - self.last >= self.EVERY_S:
+            self.console.print(f"{what}: {done} of {total} runs replayed, {now - self.started:.0f} s in all so far",
+                               style="dim")
+            self.last = now
+
+
 def _seeds_and_workers(arrivals: str | None, workers: int):
     """--arrivals' seeds (None: evenly spaced; default fit.ARRIVAL_SEEDS), once --workers is checked."""
     from kvlab.cost.fit import ARRIVAL_SEEDS, parse_arrivals
@@ -277,7 +299,8 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
                                            max_iterations=iterations, sent=client_defaults,
                                            identified=IDENTIFIED if hold_unidentified else None,
                                            arrival_seeds=seeds, workers=workers,
-                                           progress=lambda line: console.print(line, style="dim"))
+                                           progress=lambda line: console.print(line, style="dim"),
+                                           replayed=ReplayProgress(console))
     write_profile(document, out)
     constants, sigma = document["constants"], document["fit"]["sigma"]
     loose = [] if hold_unidentified else unidentified(constants, sigma)
