@@ -129,3 +129,90 @@ def test_replay_progress_says_a_line_at_most_every_interval_and_none_at_an_itera
     progress("iteration 1", 13, 13)  # (an iteration's end: its own line follows)
     progress("iteration 1", 12, 13)
     assert buffer.getvalue().splitlines() == ["iteration 1: 12 of 13 runs replayed, 0 s in all so far"]
+
+
+def test_off_a_terminal_progress_is_a_line_a_tenth_or_five_seconds_and_the_last(capsys, monkeypatch):
+    # (trial 60, finding 9a: a line per stored point, about 100 for `kvlab paper fig12`)
+    from kvlab.sweep.session import LineProgress
+
+    clock = [0.0]
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+    line = LineProgress()
+    for done in range(101):
+        line(done, 2, 0, 100)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"points: {n}/100 stored · running 2 · failed 0" for n in range(0, 101, 10)]
+    line = LineProgress()
+    for done in range(5):
+        clock[0] += 2.6  # (a point every 2.6 s of 1,000: a line every 5 s)
+        line(done, 1, 0, 1000)
+    assert capsys.readouterr().err.splitlines() == [f"points: {n}/1000 stored · running 1 · failed 0" for n in (0, 2, 4)]
+    line(5, 1, 0, 1000)
+    line.stop()  # (the end: the last, held back, is said)
+    assert capsys.readouterr().err == "points: 5/1000 stored · running 1 · failed 0\n"
+    line.stop()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_sweep_in_a_log_says_the_last_count(kvlab, tmp_path):
+    r = kvlab("sweep", "--rate", "1,2,3", "-n", "20", "--workers", "1", "--out", tmp_path / "s", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert [x for x in r.stderr.splitlines() if x.startswith("points:")][-1] == \
+        "points: 3/3 stored · running 0 · failed 0"
+
+
+def test_capacitys_round_line_gives_no_total_that_grows(kvlab, tmp_path):
+    # (trial 60, 9b: "round 4 of ~10 ... round 8 of ~14": the rounds so far plus those left rose as brackets were found)
+    r = kvlab("capacity", "-n", "100", "--cost", "roofline", "--workers", "1", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("capacity search: round ")]
+    assert lines and all(" of ~" not in line for line in lines), lines
+    assert lines[0].startswith("capacity search: round 1 done in ")
+
+
+@pytest.mark.parametrize("args, said", [
+    ((), "error: kvlab calibrate needs bench folders (kvlab bench --out DIR) or --runs FILE"),
+    (("--runs", "{runs}", "--iterations", "0"), "error: --iterations 0: valid: 1 to 20 replay-and-fit rounds"),
+    (("--runs", "{missing}"), "nope.json"),
+])
+def test_without_scipy_calibrate_checks_its_arguments_first(kvlab, tmp_path, monkeypatch, args, said):
+    # (trial 60, 9i: with no arguments and no SciPy, calibrate asked for SciPy before it asked for folders or --runs)
+    import sys
+
+    runs = _tiny_runs(tmp_path)
+    monkeypatch.setitem(sys.modules, "scipy", None)  # (import scipy now raises ImportError, as where it is absent)
+    args = [a.format(runs=runs, missing=tmp_path / "nope.json") for a in args]
+    r = kvlab("calibrate", *args, "--out", tmp_path / "p.toml")
+    assert r.exit_code == 2 and said in r.stderr and "SciPy" not in r.stderr, r.stderr
+    r = kvlab("calibrate", "--runs", runs, "--out", tmp_path / "p.toml")  # (arguments right: SciPy is asked for)
+    assert r.exit_code == 2 and "kvlab calibrate needs SciPy" in r.stderr
+
+
+def test_fig12_draws_the_projects_table_and_logs_a_few_progress_lines(kvlab, tmp_path):
+    # (trial 60: 9h, a heavy-box table unlike every other command's; 9a, about 100 progress lines in a log)
+    r = kvlab("paper", "fig12", "--duration", "20", "--workers", "1", "--out", tmp_path)
+    assert r.exit_code == 0, r.stderr
+    assert not set("┏┃━┡│┗") & set(r.stdout), r.stdout
+    assert " system " in r.stdout and "─" * 20 in r.stdout  # (box.SIMPLE_HEAD: one rule under the header)
+    progress = [line for line in r.stderr.splitlines() if line.startswith("points: ")]
+    assert progress[-1].startswith("points: 112 stored of 112 asked for so far")
+    assert len(progress) <= 20, progress
+
+
+def test_a_sweep_refuses_two_names_of_one_behaviour_and_keeps_vllm_beside_continuous_paged(kvlab, tmp_path):
+    # (vllm-paper, vllm+noprefix and continuous+paged batch, page, preempt and cache alike: the sweep ran each, with
+    # equal results; vllm caches prefixes, so vllm,continuous+paged are two simulations and both run)
+    r = kvlab("sweep", "--strategy", "vllm+noprefix,continuous+paged", "-n", "20", "--workers", "1",
+              "--out", tmp_path / "a")
+    assert r.exit_code == 2 and not (tmp_path / "a").exists()
+    assert r.stderr.strip() == ("error: --strategy vllm+noprefix,continuous+paged: 'continuous+paged' simulates what "
+                                "'vllm+noprefix' does (same batching, memory, preemption and prefix caching: equal "
+                                "results by construction), given twice; valid: each strategy once")
+    r = kvlab("sweep", "--strategy", "vllm-paper,orca-max,continuous+paged", "-n", "20", "--workers", "1",
+              "--out", tmp_path / "b")
+    assert r.exit_code == 2 and "'continuous+paged' simulates what 'vllm-paper' does" in r.stderr
+    r = kvlab("sweep", "--strategy", "vllm,continuous+paged", "-n", "100", "--workers", "1", "--out", tmp_path / "c",
+              "--json")
+    assert r.exit_code == 0, r.stderr
+    by = {p["strategy"]: p["throughput_rps"] for p in r.json()["points"]}
+    assert set(by) == {"vllm", "continuous+paged"} and by["vllm"] != by["continuous+paged"]  # (prefix caching)

@@ -177,7 +177,7 @@ def _check_flags(gpu_hour_price: float | None, rtol: float, max_time: str) -> No
 
 class RoundProgress:
     """After each round of the searches (kvlab.sweep.capacity.search_capacities), one line on stderr saying how far
-    along they are: the round, the time so far, and about how many rounds are left (service.capacity.rounds_left)
+    along they are: the round's number, the time so far, and about how many rounds are left (service.capacity.rounds_left)
     with the time they would take at the pace so far. Through the points' bar where one is drawn (a terminal), so the
     line stands above it; never with --json."""
 
@@ -199,7 +199,9 @@ class RoundProgress:
         eta = _duration(elapsed / self.round * left)
         more = f"{'at least ' if floor else 'about '}{left} more"
         why = " (a search is still doubling or halving to its bracket)" if floor else ""
-        self._say(f"capacity search: round {self.round} of ~{self.round + left} done in {_duration(elapsed)}; {more} "
+        # (no "of ~N": a search still doubling does not know its rounds, and the sum rose as it found its bracket:
+        # "round 4 of ~10 ... round 8 of ~14", trial 60, finding 9b)
+        self._say(f"capacity search: round {self.round} done in {_duration(elapsed)}; {more} "
                   f"round{'s' if left > 1 else ''}{why}, ~{eta} at this pace")
 
     def _say(self, line: str) -> None:

@@ -135,7 +135,6 @@ def calibrate(
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
     check_output_path(out, "--out", folder=False, own="profile")  # (before the minutes of work, not after)
-    require_scipy("kvlab calibrate")
     if runs is not None:
         _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log),
                         client_defaults, hold_unidentified, arrivals, workers)
@@ -146,6 +145,7 @@ def calibrate(
                          "runs as published)")
     names = _bench_fit_names(fit)
     fitted_for = _fitted_model(model)  # (before the fit's minutes)
+    require_scipy("kvlab calibrate")  # (once the arguments are checked: trial 60, finding 9i)
     result = run_calibration(list(directories), names, server_log=server_log)
     document = result.profile(name or out.stem, model=fitted_for, gpu=gpu)
     write_profile(document, out)
@@ -293,6 +293,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
         # (the constants a fit carries as given, the admission lag among them, come with the fitted ones)
         start_constants = {k: v for k, v in start_profile.constants.items() if k in CONSTANTS or k in CARRIED}
     measured = read_runs(path)
+    require_scipy("kvlab calibrate")  # (once the arguments and the runs are read: trial 60, finding 9i)
     workers = capped_workers(workers)  # (checked in range above; at most the cores, saying so)
     console = Console(highlight=False, stderr=True)
     document, report = calibration_profile(measured, names, name=name, source_path=path, start=start_constants,

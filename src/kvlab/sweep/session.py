@@ -190,8 +190,8 @@ class Session:
 
         with stop.held():
             runner, pool, store = (getattr(self, name, None) for name in ("runner", "pool", "store"))
-            if runner is not None and isinstance(runner.progress, RichProgress):
-                runner.progress.stop()
+            if runner is not None and isinstance(runner.progress, (RichProgress, LineProgress)):
+                runner.progress.stop()  # (a log's last line, where it was held back)
             if pool is not None:
                 pool.close(cancel=interrupted)
             if store is not None:
@@ -227,16 +227,38 @@ class RichProgress:
 
 
 class LineProgress:
-    """A line on stderr per stored point, for logs (stderr is not a terminal)."""
+    """For logs (stderr is not a terminal): a line on stderr when a tenth more of the points is stored, EVERY_S
+    seconds have passed or every point asked for is stored, and at the end the last if it was held back (stop); not
+    one per point (trial 60, finding 9a: about 100 lines for `kvlab paper fig12`)."""
+
+    EVERY_S = 5.0
+    SHARE = 0.1
 
     def __init__(self):
-        self.last = None
+        self.last: tuple[int, int] | None = None
+        self.said_at, self.said_done = -math.inf, 0
+        self.pending: str | None = None  # (the newest line not printed)
 
     def __call__(self, done: int, running: int, failed: int, total: int, final: bool = True) -> None:
-        if (done, total) != self.last:
-            counts = f"{done}/{total} stored" if final else f"{done} stored of {total} asked for so far"
-            print(f"points: {counts} · running {running} · failed {failed}", file=sys.stderr, flush=True)
-            self.last = (done, total)
+        import time
+
+        if (done, total) == self.last:
+            return
+        self.last = (done, total)
+        counts = f"{done}/{total} stored" if final else f"{done} stored of {total} asked for so far"
+        self.pending = f"points: {counts} · running {running} · failed {failed}"
+        now = time.monotonic()
+        if done >= total or now - self.said_at >= self.EVERY_S or done - self.said_done >= self.SHARE * total:
+            self._say()
+            self.said_at, self.said_done = now, done
+
+    def stop(self) -> None:
+        self._say()
+
+    def _say(self) -> None:
+        if self.pending is not None:
+            print(self.pending, file=sys.stderr, flush=True)
+            self.pending = None
 
 
 def run_session(session: Session, work):
