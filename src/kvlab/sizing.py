@@ -1313,9 +1313,12 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
                 f"estimated activations and other {format_gib(other)} GiB exceed the requested "
                 f"{format_gib(requested)} GiB by {format_gib(short)} GiB")
     hints = []
+    # (tensor parallelism within a node only: beyond it `kvlab size` proposes pipeline stages, fewer GPUs or as many,
+    # after the hints on as many GPUs as asked; trial 60, finding 9g: TP 128 came before a 72-GPU TP 8 x PP 9)
+    node = node_gpus(config.gpu_name)
     for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size,
                                           expert_parallel=config.enable_expert_parallel):
-        if tp <= config.tensor_parallel_size:
+        if tp <= config.tensor_parallel_size or tp > node:
             continue
         trial = replace(config, tensor_parallel_size=tp)
         if _weights_fit(model, trial):
@@ -1330,9 +1333,10 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
         hints.append(f"--gpu-memory-utilization {utilization:.2f}" + (
             f" or more (the default {default:g} fits)" if utilization < default else ""))
     why = "".join(f" ({note})" for note in gpu_notes(model, config) if "weights and KV cache double" in note)
+    largest = max(tp for tp in valid_tensor_parallel_sizes(model) if tp <= max(node, config.tensor_parallel_size))
     raise KvlabError(head + why + (". Would fit: " + "; ".join(hints) if hints else
                                    f". Nothing in the catalogue fits at this parallelism, nor at any tensor-parallel "
-                                   f"size up to {max(valid_tensor_parallel_sizes(model))} on this GPU; split the "
+                                   f"size up to {largest} on this GPU (a node's {plural_gpus(node)}); split the "
                                    "layers too (--pipeline-parallel-size) or quantize the weights (--quantization)"))
 
 
@@ -1345,7 +1349,8 @@ def _larger_gpus(model: ModelSpec, config: SizingConfig) -> list[str]:
     starts, shorter = [], []
     for g in sorted(list_gpus(), key=lambda g: g.memory_bytes):
         trial = replace(config, gpu_memory_bytes=g.memory_bytes, gpu_name=g.id, available_kv_bytes=None)
-        if g.memory_bytes <= (config.gpu_memory_bytes or 0) or not _weights_fit(model, trial):
+        if g.memory_bytes <= (config.gpu_memory_bytes or 0) or config.tensor_parallel_size > node_gpus(g.id) \
+                or not _weights_fit(model, trial):  # (no GB10 at TP 8: one GPU a machine)
             continue
         name = g.id if g.id != named else f"{g.id} with its whole {format_gib(g.memory_bytes)} GiB"
         try:
@@ -1506,17 +1511,30 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
 # The catalogue has no node size: tensor parallelism is kept within 8 GPUs, the usual node (8 x H100/A100/L4 ...);
 # more GPUs than that are pipeline stages, as vLLM deployments across nodes take them.
 NODE_GPUS = 8
+# The cards sold one to a machine (NVIDIA's DGX Spark: one GB10 superchip), whose tensor parallelism is therefore 1.
+NODE_GPUS_BY_CARD = {"GB10": 1}
+
+
+def node_gpus(gpu_name: str | None) -> int:
+    """The GPUs of one node of ``gpu_name``'s (a catalogue id, or a --gpu-memory-gib label): NODE_GPUS unless the card
+    comes one to a machine."""
+    return NODE_GPUS_BY_CARD.get(card_id(gpu_name), NODE_GPUS)
+
+
+def plural_gpus(count: int) -> str:
+    return f"{count} GPU{'s' if count != 1 else ''}"
 
 
 def fewest_gpus_pipelined(model: ModelSpec, gpu: GpuSpec, config: SizingConfig,
-                          node_gpus: int = NODE_GPUS) -> tuple[int, int, SizingResult] | None:
+                          node_gpus: int | None = None) -> tuple[int, int, SizingResult] | None:
     """The fewest GPUs (tensor x pipeline parallel) on ``gpu`` that hold the weights and one max_model_len request,
     tensor parallelism within ``node_gpus``; among equal counts, the fewest pipeline stages (the largest tensor-parallel
     size). None where none does (up to one stage per layer). Each tensor-parallel size's fewest stages by doubling, then
     bisection: more stages hold fewer layers per GPU, so where some count starts every larger one does."""
     best: tuple[int, int, SizingResult] | None = None
+    node = NODE_GPUS_BY_CARD.get(gpu.id, NODE_GPUS) if node_gpus is None else node_gpus
     sizes = [tp for tp in valid_tensor_parallel_sizes(model, config.decode_context_parallel_size,
-                                                      expert_parallel=config.enable_expert_parallel) if tp <= node_gpus]
+                                                      expert_parallel=config.enable_expert_parallel) if tp <= node]
     for tp in reversed(sizes):
         tried: dict[int, SizingResult | None] = {}
 

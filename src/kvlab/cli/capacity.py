@@ -38,7 +38,7 @@ from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
 from kvlab.report.tables import bracket_text
 from kvlab.report.text import computed_text, dollars, whole_values_table
 from kvlab.sweep.capacity import default_out, rate_text, samples_text
-from kvlab.sweep.session import Session, grid_lists, run_session
+from kvlab.sweep.session import Session, grid_lists, parse_duration, run_session
 from kvlab.validate import check_options, note_written
 from kvlab.window import WARMUP_SHARE
 
@@ -126,12 +126,9 @@ def capacity(
     from kvlab.sweep.slo import DEFAULT_SLO, parse_slo
 
     target = parse_slo(slo if slo is not None else DEFAULT_SLO, goodput)
+    _check_flags(gpu_hour_price, rtol, max_time)
     out, writes = (default_out(), ()) if out is None else (out, CAPACITY_PLOTS)  # (kvlab's cache: no user's file)
     new_session = partial(Session, out, workers, ray, ray_address, as_json, writes=writes)
-    if gpu_hour_price is not None:
-        check_price("", gpu_hour_price)  # (a price that is not a positive number: one line, before anything runs)
-    if not 0 < rtol < 1:
-        raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
     lists, explicit = grid_lists(ctx.args, grid)
     _check_lists(lists)
     _check_deadlines(target, lists, explicit)
@@ -168,9 +165,19 @@ def capacity(
     print_capacity(answer, names, session, written, rows)
 
 
+def _check_flags(gpu_hour_price: float | None, rtol: float, max_time: str) -> None:
+    """Each refused in one line before anything runs, whichever search follows (--max-time too, though only the rate
+    search estimates its time)."""
+    if gpu_hour_price is not None:
+        check_price("", gpu_hour_price)  # (a price that is not a positive number)
+    if not 0 < rtol < 1:
+        raise KvlabError(f"--rtol {rtol:g} is out of range; valid: a relative width in (0, 1), e.g. 0.05")
+    parse_duration(max_time)
+
+
 class RoundProgress:
     """After each round of the searches (kvlab.sweep.capacity.search_capacities), one line on stderr saying how far
-    along they are: the round, the time so far, and about how many rounds are left (service.capacity.rounds_left)
+    along they are: the round's number, the time so far, and about how many rounds are left (service.capacity.rounds_left)
     with the time they would take at the pace so far. Through the points' bar where one is drawn (a terminal), so the
     line stands above it; never with --json."""
 
@@ -192,7 +199,9 @@ class RoundProgress:
         eta = _duration(elapsed / self.round * left)
         more = f"{'at least ' if floor else 'about '}{left} more"
         why = " (a search is still doubling or halving to its bracket)" if floor else ""
-        self._say(f"capacity search: round {self.round} of ~{self.round + left} done in {_duration(elapsed)}; {more} "
+        # (no "of ~N": a search still doubling does not know its rounds, and the sum rose as it found its bracket:
+        # "round 4 of ~10 ... round 8 of ~14", trial 60, finding 9b)
+        self._say(f"capacity search: round {self.round} done in {_duration(elapsed)}; {more} "
                   f"round{'s' if left > 1 else ''}{why}, ~{eta} at this pace")
 
     def _say(self, line: str) -> None:

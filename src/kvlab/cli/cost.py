@@ -135,7 +135,6 @@ def calibrate(
     if out.suffix.lower() not in (".toml", ".json"):
         raise KvlabError(f"--out {str(out)!r}: a profile file ends in .toml or .json")
     check_output_path(out, "--out", folder=False, own="profile")  # (before the minutes of work, not after)
-    require_scipy("kvlab calibrate")
     if runs is not None:
         _calibrate_runs(runs, out, name or out.stem, fit, as_json, start, iterations, bool(directories or server_log),
                         client_defaults, hold_unidentified, arrivals, workers)
@@ -146,6 +145,7 @@ def calibrate(
                          "runs as published)")
     names = _bench_fit_names(fit)
     fitted_for = _fitted_model(model)  # (before the fit's minutes)
+    require_scipy("kvlab calibrate")  # (once the arguments are checked: trial 60, finding 9i)
     result = run_calibration(list(directories), names, server_log=server_log)
     document = result.profile(name or out.stem, model=fitted_for, gpu=gpu)
     write_profile(document, out)
@@ -227,6 +227,28 @@ def _print_bench_fit(result, out: Path, weak: list[str]) -> None:
     console.print(f"Wrote {out}: kvlab run --cost {out} ...")
 
 
+class ReplayProgress:
+    """After each of calibrate --runs' replays: a line "iteration 2: 5 of 13 runs replayed, 41 s ..." at most
+    every EVERY_S seconds (an iteration's last is followed by its own line), so that minutes between rounds are not
+    silent and a log does not get a line per replay."""
+
+    EVERY_S = 10.0
+
+    def __init__(self, console):
+        import time
+
+        self.console, self.started, self.last = console, time.monotonic(), time.monotonic()
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if done < total and now - self.last >= self.EVERY_S:
+            self.console.print(f"{what}: {done} of {total} runs replayed, {now - self.started:.0f} s in all so far",
+                               style="dim")
+            self.last = now
+
+
 def _seeds_and_workers(arrivals: str | None, workers: int):
     """--arrivals' seeds (None: evenly spaced; default fit.ARRIVAL_SEEDS), once --workers is checked."""
     from kvlab.cost.fit import ARRIVAL_SEEDS, parse_arrivals
@@ -234,6 +256,7 @@ def _seeds_and_workers(arrivals: str | None, workers: int):
     if not 1 <= workers <= 64:
         raise KvlabError(f"--workers {workers}: valid: 1 to 64 processes")
     return parse_arrivals(arrivals) if arrivals is not None else ARRIVAL_SEEDS
+
 
 
 def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool, start: str | None,
@@ -248,6 +271,7 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
     from kvlab.cost.measured import read_runs
     from kvlab.cost.profiles import EFFICIENCY_CONSTANTS as MEANING
     from kvlab.cost.profiles import write_profile
+    from kvlab.sweep.session import capped_workers
 
     if not 1 <= iterations <= 20:
         raise KvlabError(f"--iterations {iterations}: valid: 1 to 20 replay-and-fit rounds")
@@ -269,12 +293,15 @@ def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: 
         # (the constants a fit carries as given, the admission lag among them, come with the fitted ones)
         start_constants = {k: v for k, v in start_profile.constants.items() if k in CONSTANTS or k in CARRIED}
     measured = read_runs(path)
+    require_scipy("kvlab calibrate")  # (once the arguments and the runs are read: trial 60, finding 9i)
+    workers = capped_workers(workers)  # (checked in range above; at most the cores, saying so)
     console = Console(highlight=False, stderr=True)
     document, report = calibration_profile(measured, names, name=name, source_path=path, start=start_constants,
                                            max_iterations=iterations, sent=client_defaults,
                                            identified=IDENTIFIED if hold_unidentified else None,
                                            arrival_seeds=seeds, workers=workers,
-                                           progress=lambda line: console.print(line, style="dim"))
+                                           progress=lambda line: console.print(line, style="dim"),
+                                           replayed=ReplayProgress(console))
     write_profile(document, out)
     constants, sigma = document["constants"], document["fit"]["sigma"]
     loose = [] if hold_unidentified else unidentified(constants, sigma)

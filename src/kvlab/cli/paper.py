@@ -200,6 +200,7 @@ def _flag_beyond_axis(panels: list, data: dict) -> list:
 
 
 def _print_fig12(data: dict) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -209,7 +210,7 @@ def _print_fig12(data: dict) -> None:
     setup = data["setup"]
     workloads = setup["workloads"]
     table = Table(title=f"vLLM paper, Figure 12: the rate each system sustains (req/s) with {setup['slo']}",
-                  title_justify="left", header_style="bold")
+                  title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)  # (as every table)
     table.add_column("system")
     for workload in workloads:
         table.add_column(f"{workload}\n(paper's axis 0-{_axis(workload)})", justify="right")

@@ -35,6 +35,7 @@ from kvlab.sizing import (
     load_buffer_bytes,
     max_context_len,
     max_num_requests,
+    node_gpus,
     quantization_note,
     size_kv_cache,
     valid_tensor_parallel_sizes,
@@ -460,13 +461,13 @@ def _size_or_refuse(spec, gpu_spec, config):
 
 
 def _tensor_parallel_starts(spec, config) -> bool:
-    """Whether the smallest larger tensor-parallel size whose GPUs hold the model (the refusal's own first hint) also
-    starts it at its max_model_len."""
+    """Whether the smallest larger tensor-parallel size within a node whose GPUs hold the model (the refusal's own first
+    hint) also starts it at its max_model_len."""
     from dataclasses import replace
 
     for tp in valid_tensor_parallel_sizes(spec, config.decode_context_parallel_size,
                                           expert_parallel=config.enable_expert_parallel):
-        if tp <= config.tensor_parallel_size:
+        if tp <= config.tensor_parallel_size or tp > node_gpus(config.gpu_name):
             continue
         try:
             return size_kv_cache(spec, replace(config, tensor_parallel_size=tp)).fits_max_model_len

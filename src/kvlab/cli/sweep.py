@@ -89,19 +89,28 @@ def sweep(
 def one_point_each(every, lists: dict[str, list]) -> list:
     """The resolved points, each simulation once; two spellings of one strategy (vllm,vllm+prefix: one key, since
     kvlab.sweep.point.resolve_point keys a point by the strategy's canonical name) refused as any value given twice
-    is (kvlab.sweep.grid.expand), where the list asked for two points and got one (trial 59, finding 8). Here only:
+    is (kvlab.sweep.grid.expand), where the list asked for two points and got one (trial 59, finding 8); and two names
+    of one behaviour (kvlab.strategies.behaviour: vllm-paper, vllm+noprefix, continuous+paged), which asked for two
+    simulations with equal results (vllm and continuous+paged differ: vllm caches prefixes). Here only:
     `kvlab capacity --strategy vllm,vllm+prefix` answers each spelling (service.capacity)."""
     from kvlab.errors import KvlabError
+    from kvlab.strategies import behaviour
 
     points: dict[str, Any] = {}
+    alike: dict[tuple, Any] = {}  # (what a point simulates, whatever its strategy's name: the same simulation)
     for point in every:
         first = points.setdefault(point.key, point)
         a, b = str(first.options["strategy"]), str(point.options["strategy"])
+        given = ",".join(map(str, lists.get("strategy") or [a, b]))
         if a != b:
-            given = lists.get("strategy") or [a, b]
-            raise KvlabError(f"--strategy {','.join(map(str, given))}: {b!r} is the same strategy as {a!r} (both "
-                             f"run {point.strategy}: one simulation, one point), given twice; valid: each strategy "
-                             "once")
+            raise KvlabError(f"--strategy {given}: {b!r} is the same strategy as {a!r} (both run {point.strategy}: one "
+                             "simulation, one point), given twice; valid: each strategy once")
+        rest = tuple(sorted((k, repr(v)) for k, v in point.options.items() if k != "strategy"))
+        other = alike.setdefault((behaviour(parse_strategy(b)), rest), point)
+        if other.key != point.key:  # (vllm-paper, vllm+noprefix and continuous+paged: three names, one behaviour)
+            raise KvlabError(f"--strategy {given}: {b!r} simulates what {str(other.options['strategy'])!r} does (same "
+                             "batching, memory, preemption and prefix caching: equal results by construction), given "
+                             "twice; valid: each strategy once")
     return list(points.values())
 
 

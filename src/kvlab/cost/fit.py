@@ -35,6 +35,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -525,20 +526,67 @@ def replay(p: Prepared, constants: dict[str, float] | None = None, profile=None)
 _JOBS: list = []  # (replay_all's jobs, inherited by its forked workers)
 
 
-def replay_all(jobs: Sequence[tuple], workers: int = 1) -> list[Replay]:
+def replay_all(jobs: Sequence[tuple], workers: int = 1, known: dict[int, Replay] | None = None,
+               done: Callable[[int, int], None] | None = None) -> list[Replay]:
     """``replay(prepared, constants, profile)`` for each job (prepared, constants, profile), in ``workers`` forked
-    processes (1: here, one after the other); the same replays either way, in the jobs' order."""
+    processes (1: here, one after the other); the same replays either way, in the jobs' order. ``known``: replays
+    already made, by job index (calibrate_runs' timed first); ``done(n, total)`` after each replay is in."""
     import multiprocessing
 
-    if workers <= 1 or len(jobs) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [replay(p, c, profile=pr) for p, c, pr in jobs]
+    known = known or {}
+    todo = [i for i in range(len(jobs)) if i not in known]
+    out = dict(known)
+    if workers <= 1 or len(todo) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        for i in todo:
+            p, c, pr = jobs[i]
+            out[i] = replay(p, c, profile=pr)
+            if done is not None:
+                done(len(out), len(jobs))
+        return [out[i] for i in range(len(jobs))]
     _JOBS[:] = jobs
     try:
-        with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
-            out = pool.map(_replay_job, range(len(jobs)), chunksize=1)
+        with multiprocessing.get_context("fork").Pool(min(workers, len(todo))) as pool:
+            for i, r in zip(todo, pool.imap(_replay_job, todo, chunksize=1)):
+                out[i] = replace(r, prepared=jobs[i][0])
+                if done is not None:
+                    done(len(out), len(jobs))
     finally:
         _JOBS.clear()
-    return [replace(r, prepared=job[0]) for r, job in zip(out, jobs)]
+    return [out[i] for i in range(len(jobs))]
+
+
+def num_requests(prepared: Prepared) -> int:
+    """The requests a replay of ``prepared`` simulates: every arrival draw's."""
+    return sum(w.num_requests for w in (prepared.draws or (prepared.workload,)))
+
+
+def timed_first(prepared: Sequence[Prepared], constants: dict[str, float], max_iterations: int, workers: int,
+                progress: Callable[[str], None]) -> dict[int, Replay]:
+    """The first round's replay of the run with the most requests, timed, and the plan said before the rest
+    (trial 60, finding 8: calibrate --runs ran minutes without a word of how long): how many replays, and about how
+    long at that replay's pace per request (the largest: a largest run's fixed costs weigh more on each of its requests;
+    a saturated run costs more per request than a light one: an estimate). Round 1 keeps the replay."""
+    import time
+
+    largest = max(range(len(prepared)), key=lambda i: num_requests(prepared[i]))
+    started = time.perf_counter()
+    first = replay(prepared[largest], constants)
+    pace = (time.perf_counter() - started) / max(1, num_requests(prepared[largest]))
+    requests = sum(num_requests(p) for p in prepared)
+    rounds = max_iterations + 1  # (and the leave-one-out's replays, one a run: as many as an iteration's)
+    seconds = pace * requests * rounds / min(max(1, workers), len(prepared))
+    draws = len(prepared[0].draws) or 1
+    progress(f"calibrate: {len(prepared)} runs, each replayed with {draws} arrival draw{'s' * (draws != 1)} "
+             f"({requests:,} requests an iteration), up to {max_iterations} iteration{'s' * (max_iterations != 1)} of "
+             f"replay and fit (--iterations), then {len(prepared)} leave-one-out replays: up to "
+             f"{rounds * len(prepared)} replays, about {_minutes(seconds)} on {workers} worker{'s' * (workers != 1)} "
+             f"(run {prepared[largest].run.id} replayed in {time.perf_counter() - started:.1f} s, "
+             f"{pace * 1e3:.2f} ms a request)")
+    return {largest: first}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _replay_job(i: int) -> Replay:
@@ -839,10 +887,12 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
                    start: dict[str, float] | None = None, max_iterations: int = 4, tolerance: float = 1e-3,
                    progress: Callable[[str], None] | None = None, closed_loop: bool = False,
                    sent: bool = False, identified: float | None = None,
-                   arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS, workers: int = 1) -> Calibration:
+                   arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS, workers: int = 1,
+                   replayed: Callable[[str, int, int], None] | None = None) -> Calibration:
     """The fixed point of (replay under θ, fit θ) over all runs (module doc), damped: each iteration moves θ half
     way to the new fit (a schedule that shifts with the clock made the undamped iteration oscillate); it stops when
-    the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``."""
+    the fit's rms relative residual changes by less than ``tolerance`` or after ``max_iterations``. With ``progress``,
+    the plan and its time first (timed_first); ``replayed(round, n, total)`` after each replay."""
     unknown = [k for k in fitted if k not in (*CONSTANTS, *SPREADS)]
     if unknown:
         raise KvlabError(f"--fit {unknown[0]!r} is not a constant kvlab fits on measured runs; valid: "
@@ -859,8 +909,10 @@ def calibrate_runs(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEFAULT_
     fit = None
     replays: list[Replay] = []
     previous = math.inf
+    known = timed_first(prepared, constants, max_iterations, workers, progress) if progress is not None else {}
     for iteration in range(1, max_iterations + 1):
-        replays = replay_all([(p, constants, None) for p in prepared], workers)
+        replays = replay_all([(p, constants, None) for p in prepared], workers, known if iteration == 1 else None,
+                             done=None if replayed is None else partial(replayed, f"iteration {iteration}"))
         rows, labels = _rows(replays)
         fit = fit_spread(replays, fitted, constants, identified) if SPREADS.keys() & set(fitted) else solve(
             rows, fitted, constants, labels, identified)
@@ -981,15 +1033,16 @@ def leave_one_out_terms(calibration: Calibration, terms: Sequence[str], progress
     return out
 
 
-def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None, workers: int = 1
-                  ) -> list[Replay]:
+def leave_one_out(calibration: Calibration, progress: Callable[[str], None] | None = None, workers: int = 1,
+                  replayed: Callable[[str, int, int], None] | None = None) -> list[Replay]:
     """Each run replayed under constants fitted on the other runs' equations (module doc): every constant the fit
     was asked for, identified or not. A fold does not apply the identification rule: a constant it would hold stays at
     its start, which here is the fit on every run, the left-out one included, so the fold would predict that run
     with what was fitted on it (docs/cost.md, "The fit": the rule's first leave-one-out figures did so)."""
     folds = fold_constants(calibration)
     if workers > 1:
-        return replay_all([(r.prepared, c, None) for r, c in zip(calibration.replays, folds)], workers)
+        return replay_all([(r.prepared, c, None) for r, c in zip(calibration.replays, folds)], workers,
+                          done=None if replayed is None else partial(replayed, "leave-one-out"))
     out = []
     for i, (held, constants) in enumerate(zip(calibration.replays, folds)):
         out.append(replay(held.prepared, constants))
@@ -1050,16 +1103,19 @@ def calibration_profile(runs: Sequence[MeasuredRun], fitted: Sequence[str] = DEF
                         source_path, start: dict[str, float] | None = None, max_iterations: int = 4,
                         progress: Callable[[str], None] | None = None, sent: bool = False,
                         identified: float | None = None,
-                        arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS, workers: int = 1) -> tuple[dict, dict]:
+                        arrival_seeds: Sequence[int] | None = ARRIVAL_SEEDS, workers: int = 1,
+                        replayed: Callable[[str, int, int], None] | None = None) -> tuple[dict, dict]:
     """Fit, leave one out, and write it all down: (the profile document, the leave-one-out report). ``sent``:
-    replay the prompts the runs' client sent (prepare); ``identified``: solve's rule (None: fit every constant)."""
+    replay the prompts the runs' client sent (prepare); ``identified``: solve's rule (None: fit every constant);
+    ``replayed(what, n, total)``: after each replay (calibrate_runs)."""
     if len(runs) < 3:
         raise KvlabError(f"{source_path.name} holds {len(runs)} measured run{'s' * (len(runs) != 1)} "
                          f"({', '.join(repr(r.id) for r in runs)}): a fit judged by leave-one-out needs at least 3 "
                          "(each run predicted by a fit on at least 2 others); valid: a file of 3 or more runs")
     calibration = calibrate_runs(runs, fitted, start=start, max_iterations=max_iterations, progress=progress,
-                                 sent=sent, identified=identified, arrival_seeds=arrival_seeds, workers=workers)
-    loo = errors(leave_one_out(calibration, progress=progress, workers=workers))
+                                 sent=sent, identified=identified, arrival_seeds=arrival_seeds, workers=workers,
+                                 replayed=replayed)
+    loo = errors(leave_one_out(calibration, progress=progress, workers=workers, replayed=replayed))
     medians = median_abs_errors(loo)
     fit = calibration.fit
     constants = {k: round_sig(v) for k, v in fit.constants.items()}

@@ -27,7 +27,9 @@ def parse_duration(text: str) -> float:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|h)?\s*", text)
     if not match:
         raise KvlabError(f"--max-time {text!r}: expected a duration such as 90s, 20m or 2h")
-    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[match.group(2)]
+    if match.group(2) is None:  # (a bare 5 read as seconds where the help names units: trial 60, finding 9d)
+        raise KvlabError(f"--max-time {text!r} has no unit; valid: a number with s, m or h, such as 90s, 20m or 2h")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600}[match.group(2)]
 
 
 def format_duration(seconds: float, above: float | None = None) -> str:
@@ -48,6 +50,18 @@ def default_workers() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def capped_workers(workers: int, beyond: str = "") -> int:
+    """``workers`` local processes, at most the cores this process may use: more only queue for the same cores (trial
+    60, finding 9e: --workers 1000 on 2 cores was taken), so beyond them one line on stderr says so and the cores are
+    used. A Ray cluster's CPUs (--ray-address) are not this machine's: its callers do not ask."""
+    cores = default_workers()
+    if workers <= cores:
+        return workers
+    print(f"note: --workers {workers} is more than the {cores} core{'s' if cores > 1 else ''} this machine gives "
+          f"kvlab; using {cores}{beyond}", file=sys.stderr, flush=True)
+    return cores
 
 
 def grid_lists(args: list[str], grid: Path | None) -> tuple[dict[str, list], list[dict]]:
@@ -83,7 +97,8 @@ class Session:
             raise KvlabError(f"--workers {workers} is out of range; valid: worker processes (or Ray CPUs), a whole "
                              f"number from 1 to {MAX_WORKERS:,}")
         self.out, self.as_json = out, as_json
-        self.workers = workers or default_workers()
+        self.workers = default_workers() if workers is None else workers if ray_address else capped_workers(
+            workers, "; more run on a Ray cluster (--ray-address)")
         self.ray, self.ray_address = ray, ray_address
         stop_on_signals(self)
 
@@ -175,8 +190,8 @@ class Session:
 
         with stop.held():
             runner, pool, store = (getattr(self, name, None) for name in ("runner", "pool", "store"))
-            if runner is not None and isinstance(runner.progress, RichProgress):
-                runner.progress.stop()
+            if runner is not None and isinstance(runner.progress, (RichProgress, LineProgress)):
+                runner.progress.stop()  # (a log's last line, where it was held back)
             if pool is not None:
                 pool.close(cancel=interrupted)
             if store is not None:
@@ -212,16 +227,38 @@ class RichProgress:
 
 
 class LineProgress:
-    """A line on stderr per stored point, for logs (stderr is not a terminal)."""
+    """For logs (stderr is not a terminal): a line on stderr when a tenth more of the points is stored, EVERY_S
+    seconds have passed or every point asked for is stored, and at the end the last if it was held back (stop); not
+    one per point (trial 60, finding 9a: about 100 lines for `kvlab paper fig12`)."""
+
+    EVERY_S = 5.0
+    SHARE = 0.1
 
     def __init__(self):
-        self.last = None
+        self.last: tuple[int, int] | None = None
+        self.said_at, self.said_done = -math.inf, 0
+        self.pending: str | None = None  # (the newest line not printed)
 
     def __call__(self, done: int, running: int, failed: int, total: int, final: bool = True) -> None:
-        if (done, total) != self.last:
-            counts = f"{done}/{total} stored" if final else f"{done} stored of {total} asked for so far"
-            print(f"points: {counts} · running {running} · failed {failed}", file=sys.stderr, flush=True)
-            self.last = (done, total)
+        import time
+
+        if (done, total) == self.last:
+            return
+        self.last = (done, total)
+        counts = f"{done}/{total} stored" if final else f"{done} stored of {total} asked for so far"
+        self.pending = f"points: {counts} · running {running} · failed {failed}"
+        now = time.monotonic()
+        if done >= total or now - self.said_at >= self.EVERY_S or done - self.said_done >= self.SHARE * total:
+            self._say()
+            self.said_at, self.said_done = now, done
+
+    def stop(self) -> None:
+        self._say()
+
+    def _say(self) -> None:
+        if self.pending is not None:
+            print(self.pending, file=sys.stderr, flush=True)
+            self.pending = None
 
 
 def run_session(session: Session, work):
