@@ -22,7 +22,7 @@ def test_a_max_time_without_its_unit_is_refused_naming_the_valid_spellings(kvlab
 
 
 def test_a_max_time_with_its_unit_still_counts(kvlab, tmp_path):
-    r = kvlab("sweep", "--rate", "1,2", "-n", "2000", "--workers", "1", "--max-time", "0.5s", "--out", tmp_path / "s")
+    r = kvlab("sweep", "--rate", "1,2", "-n", "20000", "--workers", "1", "--max-time", "0.5s", "--out", tmp_path / "s")
     assert r.exit_code == 2 and "more than --max-time 0.5s; add --yes" in r.stderr
 
 

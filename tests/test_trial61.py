@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -86,3 +87,17 @@ def test_a_comma_list_given_to_one_run_says_what_varies_it(kvlab):
         assert result.stderr.count("\n") == 1
         assert "a comma list of values is varied by kvlab sweep and kvlab capacity" in result.stderr
     assert "comma list" not in kvlab("run", "--router", "nearest", "--replicas", "2", "-n", "10").stderr
+
+
+def test_fit_offers_pipeline_stages_only_at_the_same_length(kvlab):
+    # (finding 7: "with pipeline parallelism too: 1 x L4 (--tensor-parallel-size 1) ... one 31,328-token request"
+    # under "tensor parallelism alone: 2 x L4 ... one 131,072-token request": no stages, and another length)
+    result = kvlab("fit", "llama-3.1-8b", "--gpu", "l4", "--json")
+    assert result.exit_code == 0, result.stderr
+    answers = json.loads(result.stdout)
+    assert answers["fewest_gpus"]["num_gpus"] == 2 and answers["fewest_gpus"]["max_model_len"] == 131_072
+    assert answers["fewest_gpus_pipelined"] is None
+    result = kvlab("fit", "llama-3.1-70b", "--gpu", "l4", "--json")
+    piped = json.loads(result.stdout)["fewest_gpus_pipelined"]
+    assert piped["max_model_len"] == 131_072 and piped["pipeline_parallel_size"] > 1
+    assert piped["num_gpus"] < json.loads(result.stdout)["fewest_gpus"]["num_gpus"]

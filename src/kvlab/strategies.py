@@ -168,7 +168,7 @@ def behaviour(strategy: Strategy) -> tuple:
 
 def check_distinct(strategies: list[Strategy]) -> list[list[str]]:
     """Refuse a strategy given twice; return the groups of differently named strategies that behave the same
-    (``vllm`` and ``continuous+paged``), which a race reports as one result under two names."""
+    (``vllm-paper`` and ``continuous+paged``), which a race reports as one result under two names."""
     names = [s.name for s in strategies]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

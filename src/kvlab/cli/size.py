@@ -750,6 +750,8 @@ def _fewest_gpus_pipelined(spec, target, config, fewest: dict | None) -> dict | 
     without tensor parallelism across nodes."""
     from kvlab.service.size import fewest_pipelined
 
+    if fewest is not None:  # (at tensor parallelism alone's length, not the one the other answers were lowered to)
+        config = replace(config, max_model_len=fewest["max_model_len"])
     found = fewest_pipelined(spec, target, config, None if fewest is None else fewest["num_gpus"])
     if found is None:
         return None
