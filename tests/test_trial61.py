@@ -101,3 +101,17 @@ def test_fit_offers_pipeline_stages_only_at_the_same_length(kvlab):
     piped = json.loads(result.stdout)["fewest_gpus_pipelined"]
     assert piped["max_model_len"] == 131_072 and piped["pipeline_parallel_size"] > 1
     assert piped["num_gpus"] < json.loads(result.stdout)["fewest_gpus"]["num_gpus"]
+
+
+def test_a_sweep_names_the_points_whose_engine_fell_behind(kvlab, tmp_path):
+    # (finding 4: every point of a sweep was overloaded and the table said nothing; finding 3: the footnote called
+    # window_served_rps, an estimate from the oldest wait's growth, "the served rate")
+    result = kvlab("sweep", "--strategy", "vllm,orca-pow2", "--rate", "0.5,10", "-n", "200", "--workers", "1",
+                   "--out", tmp_path / "s")
+    assert result.exit_code == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert ("Falling behind (the waiting queue grew across the measured window): strategy vllm, rate 10.0; strategy "
+            "orca-pow2, rate 10.0.") in text
+    assert "an estimate, not a count of finished requests" in text
+    calm = kvlab("sweep", "--strategy", "vllm", "--rate", "0.5", "-n", "200", "--workers", "1", "--out", tmp_path / "t")
+    assert "Falling behind" not in calm.stdout

@@ -161,9 +161,13 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
     console.print(table)
     console.print("req/s, tok/s: finished requests (output tokens) ÷ the run's makespan, from its start to its last "
                   "finish, ramp and drain included: on a short run below the rate even while the engine keeps up (the "
-                  "served rate over the measured window: the store's window_served_rps). s/tok: mean normalized "
+                  "store's window_served_rps estimates the rate served over the measured window from how fast the "
+                  "oldest wait grows, offered × (1 − its growth): an estimate, not a count of finished requests). "
+                  "s/tok: mean normalized "
                   "latency (end-to-end seconds per output token); TTFT and TPOT: p99, each column in ms, or in s when "
                   "one of its values is 10 s or more.", highlight=False)
+    if (line := falling_behind_text(rows, varying)) is not None:
+        console.print(line, highlight=False)
     held = held_text(rows, varying)
     if held:
         console.print(f"Every point: {held}.", highlight=False)
@@ -178,6 +182,22 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
                   + (f" Plots: {', '.join(str(p) for p in written)}." if written else ""), highlight=False)
     if (line := served_nothing_text(rows)) is not None:
         console.print(line, highlight=False, soft_wrap=True)
+
+
+def falling_behind_text(rows, varying) -> str | None:
+    """The points whose engine fell behind its arrivals (their window's state: kvlab.window), which a req/s column
+    does not show (trial 61, finding 4); None where every point kept up."""
+    def state(row) -> str | None:  # (the stored summary's measured window)
+        return (json.loads(row["summary"]).get("window") or {}).get("state") if row.get("summary") else None
+
+    judged = [row for row in rows if row["status"] == "ok" and state(row) is not None]
+    behind = [row for row in judged if state(row) in ("overloaded", "backlogged")]
+    if not behind:
+        return None
+    which = (f"all {len(judged)} points" if len(behind) == len(judged) else
+             "; ".join(", ".join(f"{name} {cell(row[name])}" for name in varying) or "the point" for row in behind))
+    return (f"Falling behind (the waiting queue grew across the measured window): {which}. Their req/s is what an "
+            "engine that cannot keep up serves, not a rate it sustains; kvlab capacity finds that rate.")
 
 
 def served_nothing_text(rows) -> str | None:
