@@ -46,7 +46,7 @@ PCIE_BANDWIDTH = 25e9  # bytes/s a swap moves between GPU and CPU memory (PCIe 4
 VECTOR_MIN_ITERATIONS = 32
 # A run's durations for the clock (``decode_run``, which adds them up as it prices them) in a list below this many
 # times VECTOR_MIN_ITERATIONS (benchmarks/README.md, issue 34's twenty-second step).
-RUN_LIST_FACTOR = 4
+RUN_LIST_FACTOR = 3
 # How far apart (relative) the two sides of the roofline must be at both ends of a decode run for the run to be
 # priced on one side only: far above the few ulps either side's rounding may move it (see decode_times).
 _SIDE_MARGIN: Final = 1e-9
