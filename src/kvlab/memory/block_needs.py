@@ -162,13 +162,8 @@ class BlockNeeds:
         internal = 0
         num_iterations = max_iterations
         nxt = clock + 1  # the clock iteration of the run's first
-        # (its bucket, stepped round: compiled, ``(nxt + j) % bs`` an iteration is a tagged division with its checks)
-        phase = nxt % bs
         for j in range(max_iterations):
-            bucket = buckets[phase]
-            phase += 1
-            if phase == bs:
-                phase = 0
+            bucket = buckets[(nxt + j) % bs]
             if bucket:
                 num_blocks = len(bucket)
                 if num_blocks > num_free_blocks:
@@ -212,12 +207,8 @@ class BlockNeeds:
         block in: those due a block in the run's iterations 2 .. n + 1, one block each."""
         bs, buckets, end = self.block_size, self._buckets, self.num_decode_iterations
         filled: list[list[Holder]] = []
-        phase = (end - num_iterations + 2) % bs  # (stepped round, as in due)
-        for _ in range(num_iterations):
-            bucket = buckets[phase]
-            phase += 1
-            if phase == bs:
-                phase = 0
+        for at in range(end - num_iterations + 2, end + 2):
+            bucket = buckets[at % bs]
             if bucket:
                 filled.append(bucket)
         return filled
