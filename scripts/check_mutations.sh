@@ -44,8 +44,8 @@ mutate "the log's reserved and internal-fragmentation columns swapped" src/kvlab
             block[ITERATION_COLUMNS.index(name)] = states[other]'
 mutate "a run's durations priced as memory-bound only where compute-bound (compute and attention ignored)" \
   src/kvlab/cost/model.py \
-  "times = [overhead_s + (tokens + flops_per_pair * (num_context_tokens + i * num_seqs)) / flops" \
-  "times = [fixed_s + (num_context_tokens + i * num_seqs) * kv_token_s"
+  "dt = overhead_s + (tokens + flops_per_pair * (num_context_tokens + i * num_seqs)) / flops" \
+  "dt = fixed_s + (num_context_tokens + i * num_seqs) * kv_token_s"
 mutate "the victim is the oldest running request, not the newest" src/kvlab/sched/policy.py \
   "    return len(running) - 1" \
   "    return 0"

@@ -408,24 +408,9 @@ class Simulation(Clock):
     def _decode_durations(self, num_seqs: int, num_context_tokens: int, max_iterations: int, now: float,
                           stop: float) -> tuple[Any, float]:
         """The durations of the decode iterations that start before ``stop`` (at least one, the first starting
-        at ``now``), and the clock at their end."""
-        durations = self._cost.decode_times(num_seqs, num_context_tokens, max_iterations, stop - now)
-        if isinstance(durations, list):
-            # Those starting before stop, the clock advanced as `now += dt`, left to right: the first end at or past
-            # stop, as bisect_left over the accumulated ends (durations are positive, the ends rise) finds it, read
-            # in one loop (accumulate's list and bisect cost ~4.8k instructions a call compiled, benchmarks/README.md).
-            times: list[float] = durations
-            end, num_iterations, num_times = now, 0, len(times)
-            while num_iterations < num_times and end < stop:
-                end += times[num_iterations]
-                num_iterations += 1
-            # (the list itself when it is whole: the slice is a copy)
-            return (durations if num_iterations == num_times else durations[:num_iterations]), end
-        import numpy as np
-
-        end_array = np.add.accumulate(np.concatenate(([now], durations)))
-        num_iterations = int(end_array[:-1].searchsorted(stop, side="left"))
-        return durations[:num_iterations], float(end_array[num_iterations])
+        at ``now``), and the clock at their end (``CostModel.decode_run``: a short run's priced and added up in one
+        loop that stops there; benchmarks/README.md, issue 34's twenty-second step)."""
+        return self._cost.decode_run(num_seqs, num_context_tokens, max_iterations, now, stop)
 
     def _timing(self, out: SchedulerOutput, start: float) -> tuple[Any, float]:
         """Each iteration's duration and the clock at the run's end: the cost model's, plus the time a swap

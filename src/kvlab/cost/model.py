@@ -44,6 +44,9 @@ ITERATION_OVERHEAD_S = 0.003
 PCIE_BANDWIDTH = 25e9  # bytes/s a swap moves between GPU and CPU memory (PCIe 4.0 x16, in practice)
 # A decode run's durations come from numpy from this many iterations on (below, a Python list is faster).
 VECTOR_MIN_ITERATIONS = 32
+# A run's durations for the clock (``decode_run``, which adds them up as it prices them) in a list below this many
+# times VECTOR_MIN_ITERATIONS (benchmarks/README.md, issue 34's twenty-second step).
+RUN_LIST_FACTOR = 3
 # How far apart (relative) the two sides of the roofline must be at both ends of a decode run for the run to be
 # priced on one side only: far above the few ulps either side's rounding may move it (see decode_times).
 _SIDE_MARGIN: Final = 1e-9
@@ -212,6 +215,47 @@ class CostModel:
         same expression as iteration_times', two float operations an iteration; benchmarks/README.md): in a list
         for a short run, in numpy from VECTOR_MIN_ITERATIONS on (an array comes back). A cost of zero (every
         constant 0) leaves ``seconds`` no bound."""
+        num_iterations, first, fixed_s, tokens, cpu, sides = self._decode_plan(num_seqs, num_context_tokens,
+                                                                               num_iterations, seconds)
+        if num_iterations <= 1:
+            return [first]
+        if num_iterations >= VECTOR_MIN_ITERATIONS:
+            return self._decode_times_array(num_seqs, num_context_tokens, num_context_tokens + num_seqs * num_iterations,
+                                            fixed_s, tokens, sides > 0, sides < 0)
+        times, _ = self._decode_list(num_seqs, num_context_tokens, num_iterations, first, fixed_s, tokens, cpu, sides,
+                                     0.0, INF)
+        return times
+
+    def decode_run(self, num_seqs: int, num_context_tokens: int, num_iterations: int, now: float,
+                   stop: float) -> tuple[Any, float]:
+        """``decode_times``' iterations that start before ``stop`` (at least one, the first starting at ``now``),
+        and the clock at their end, advanced as ``now += dt``, left to right: the first end at or past ``stop`` is
+        the last. A short run's list is built and added up in one loop, which stops at ``stop`` (not priced in full,
+        then read again and sliced: benchmarks/README.md, issue 34's twenty-second step), and a list goes up to
+        RUN_LIST_FACTOR times VECTOR_MIN_ITERATIONS (numpy's fixed cost a call beats the list's per iteration
+        only beyond; the same floats either way)."""
+        num_iterations, first, fixed_s, tokens, cpu, sides = self._decode_plan(num_seqs, num_context_tokens,
+                                                                               num_iterations, stop - now)
+        if num_iterations < 1:  # (decode_times gives the first iteration even then)
+            num_iterations = 1
+        if num_iterations < RUN_LIST_FACTOR * VECTOR_MIN_ITERATIONS:
+            return self._decode_list(num_seqs, num_context_tokens, num_iterations, first, fixed_s, tokens, cpu, sides,
+                                     now, stop)
+        import numpy as np
+
+        durations = self._decode_times_array(num_seqs, num_context_tokens,
+                                             num_context_tokens + num_seqs * num_iterations, fixed_s, tokens,
+                                             sides > 0, sides < 0)
+        end_array = np.add.accumulate(np.concatenate(([now], durations)))
+        num_iterations = int(end_array[:-1].searchsorted(stop, side="left"))
+        return durations[:num_iterations], float(end_array[num_iterations])
+
+    def _decode_plan(self, num_seqs: int, num_context_tokens: int, num_iterations: int,
+                     seconds: float) -> tuple[int, float, float, float, float, int]:
+        """A decode run's pricing, before its iterations: (its iterations, bounded by ``seconds``; the first one's
+        duration; the memory side's fixed seconds and the compute side's FLOPs an iteration, as the iterations'
+        expressions read them; the per-sequence and per-token seconds an iteration; 1 when the memory side is the
+        larger throughout, -1 the compute side, 0 when they cross within the run)."""
         fixed_s, kv_token_s, flops_per_token, flops_per_pair, flops, overhead_s = self.coefficients
         if self.has_experts:  # (num_seqs tokens every iteration: the same experts' read, as iteration_times adds it)
             fixed_s = fixed_s + self.experts_read_s(0 + num_seqs)
@@ -230,33 +274,46 @@ class CostModel:
             if bound < num_iterations:
                 num_iterations = bound
         if num_iterations <= 1:
-            return [first]
-        end = num_context_tokens + num_seqs * num_iterations
-        last = end - num_seqs
+            return num_iterations, first, fixed_s, tokens, cpu, 0
+        last = num_context_tokens + num_seqs * (num_iterations - 1)
         memory_last, compute_last = fixed_s + last * kv_token_s, overhead_s + (tokens + flops_per_pair * last) / flops
         gap_first, gap_last = memory_first - compute_first, memory_last - compute_last
         # Each side's rounding is a few ulps of its value, and no iteration is longer than the last: a margin
         # of the last iteration's larger side bounds the rounding of every iteration between (max(), written out).
         margin = _SIDE_MARGIN * (compute_last if compute_last > memory_last else memory_last)
-        if num_iterations >= VECTOR_MIN_ITERATIONS:
-            return self._decode_times_array(num_seqs, num_context_tokens, end, fixed_s, tokens,
-                                            gap_first > margin and gap_last > margin,
-                                            gap_first < -margin and gap_last < -margin)
-        # On one side throughout, every iteration (the first included) is that side's expression over its context
-        # (num_context_tokens + i * num_seqs: compiled, a range with a step that is not a constant is iterated as
-        # an object).
-        if gap_first > margin and gap_last > margin:  # memory-bound throughout
-            times = [fixed_s + (num_context_tokens + i * num_seqs) * kv_token_s for i in range(num_iterations)]
-        elif gap_first < -margin and gap_last < -margin:  # compute-bound throughout
-            times = [overhead_s + (tokens + flops_per_pair * (num_context_tokens + i * num_seqs)) / flops
-                     for i in range(num_iterations)]
-        else:  # the sides cross within the run: both, iteration by iteration
-            iteration_times = self.iteration_times
-            return [first] + [iteration_times(num_seqs, 0, num_seqs, c, c)
-                              for c in range(num_context_tokens + num_seqs, end, num_seqs)]
-        if self.has_cpu_terms:
-            return [t + cpu for t in times]
-        return times
+        if gap_first > margin and gap_last > margin:
+            return num_iterations, first, fixed_s, tokens, cpu, 1
+        if gap_first < -margin and gap_last < -margin:
+            return num_iterations, first, fixed_s, tokens, cpu, -1
+        return num_iterations, first, fixed_s, tokens, cpu, 0
+
+    def _decode_list(self, num_seqs: int, num_context_tokens: int, num_iterations: int, first: float, fixed_s: float,
+                     tokens: float, cpu: float, sides: int, now: float, stop: float) -> tuple[list[float], float]:
+        """A short decode run's durations in a list (``_decode_plan``'s), left to right up to the first whose end,
+        the clock advanced from ``now`` as ``now += dt``, is at or past ``stop``; and that end. On one side
+        throughout, every iteration (the first included) is that side's expression over its context
+        (``num_context_tokens + i * num_seqs``), plus ``cpu`` when the model has those terms; where the sides cross,
+        ``first``, then ``iteration_times`` for each."""
+        _, kv_token_s, _, flops_per_pair, flops, overhead_s = self.coefficients
+        has_cpu = self.has_cpu_terms
+        times: list[float] = []
+        end, i = now, 0
+        while i < num_iterations and end < stop:
+            if sides > 0:  # memory-bound throughout
+                dt: float = fixed_s + (num_context_tokens + i * num_seqs) * kv_token_s
+            elif sides < 0:  # compute-bound throughout
+                dt = overhead_s + (tokens + flops_per_pair * (num_context_tokens + i * num_seqs)) / flops
+            elif i:  # the sides cross within the run: both, iteration by iteration
+                context = num_context_tokens + i * num_seqs
+                dt = self.iteration_times(num_seqs, 0, num_seqs, context, context)
+            else:
+                dt = first
+            if has_cpu and sides:
+                dt = dt + cpu
+            times.append(dt)
+            end += dt
+            i += 1
+        return times, end
 
     def _decode_times_array(self, num_seqs: int, num_context_tokens: int, end: int, fixed_s: float, tokens: float,
                             memory_bound: bool, compute_bound: bool):
