@@ -14,7 +14,8 @@ left the other CPU quieter. No profile fitted at one moment can know that. What 
   and TPOT p50 within BELOW_LATENCY_TOLERANCE (35%; measured 3-28% over eight runs), the TTFT p50 also within
   the fit's own standard error of the time a request spends outside the engine (4 December: kvlab +51%, 62
   against 41 ms, on a calibration that put that time at 29 ± 32 ms);
-- above capacity, the profile saturates as the server does (both serve less than 70% of the offered rate).
+- above capacity, the profile saturates as the server does (both serve less than 85% of the offered rate: on a
+  faster CPU the server's capacity is near 70% of it, 11.2 req/s of 16 on 7 December, kvlab 11.4).
 
 The saturated throughput and latencies are printed beside the measurement (pytest -s), not asserted: the clock's
 own check is tests/test_vllm_timing.py, which times the engine in-process, alone on its CPU, and passes. About 3
@@ -176,6 +177,8 @@ def test_a_profile_calibrated_at_one_load_predicts_two_others(kvlab, server, mod
     latency_sigma = fit["fit"]["sigma"].get("request_latency_s", 0.0)
     assert abs(kvlab_below["ttft_p50"] - below["ttft_p50"]) <= BELOW_LATENCY_TOLERANCE * below["ttft_p50"] + latency_sigma
     assert kvlab_below["tpot_p50"] == pytest.approx(below["tpot_p50"], rel=BELOW_LATENCY_TOLERANCE)
-    # Above capacity: both saturate.
-    assert above["throughput_rps"] < 0.7 * ABOVE
-    assert kvlab_above["throughput_rps"] < 0.7 * ABOVE
+    # Above capacity: both saturate (150 requests at 16 req/s that were all served as they came would show ~14 req/s
+    # over the makespan, its drain included; the server's capacity depends on the CPU: 5.1 req/s on the machine of
+    # issue 11, 11.2 on the AMD EPYC of 7 December, where kvlab gave 11.4).
+    assert above["throughput_rps"] < 0.85 * ABOVE
+    assert kvlab_above["throughput_rps"] < 0.85 * ABOVE

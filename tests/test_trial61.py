@@ -115,3 +115,11 @@ def test_a_sweep_names_the_points_whose_engine_fell_behind(kvlab, tmp_path):
     assert "an estimate, not a count of finished requests" in text
     calm = kvlab("sweep", "--strategy", "vllm", "--rate", "0.5", "-n", "200", "--workers", "1", "--out", tmp_path / "t")
     assert "Falling behind" not in calm.stdout
+
+
+def test_fit_says_that_its_utilization_is_not_the_versions_default(kvlab):
+    # (finding 8: only `kvlab size` said that kvlab takes 0.9 where vLLM 0.32 starts at 0.92)
+    note = "at gpu_memory_utilization 0.9, kvlab's default, where vLLM 0.32.0 defaults to 0.92"
+    assert note in " ".join(kvlab("fit", "llama-3.1-8b", "--gpu", "h100-sxm").stdout.split())
+    for args in (("--gpu-memory-utilization", "0.9"), ("--vllm-version", "0.15.1")):
+        assert "kvlab's default, where" not in kvlab("fit", "llama-3.1-8b", "--gpu", "h100-sxm", *args).stdout

@@ -595,6 +595,7 @@ def _print_layout_only(spec, config, layout, as_json: bool) -> None:
 @app.command()
 @with_options(sizing_options)
 def fit(
+    ctx: typer.Context,
     model: ModelArg,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Requests at once, for the longest context.")] = 1,
     context_len: CtxOpt = None,
@@ -667,6 +668,9 @@ def fit(
     if as_json:
         typer.echo(json.dumps(answers, indent=1))
         return
+    if (result.available_kv_source == "estimated" and ctx.get_parameter_source("gpu_memory_utilization").name == "DEFAULT"
+            and (note := _utilization_note(config))):
+        notes.append(note)  # (as `kvlab size` says it: trial 61, finding 8)
     _print_fit(spec, gpu_spec, config, result, answers, notes, concurrency, context_len)
 
 
