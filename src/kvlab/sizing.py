@@ -1336,7 +1336,7 @@ def raise_too_small(model: ModelSpec, config: SizingConfig, weights: int, reques
     largest = max(tp for tp in valid_tensor_parallel_sizes(model) if tp <= max(node, config.tensor_parallel_size))
     raise KvlabError(head + why + (". Would fit: " + "; ".join(hints) if hints else
                                    f". Nothing in the catalogue fits at this parallelism, nor at any tensor-parallel "
-                                   f"size up to {largest} on this GPU (a node's {plural_gpus(node)}); split the "
+                                   f"size up to {largest} on this GPU (a node's {node} GPU{'s' * (node != 1)}); split the "
                                    "layers too (--pipeline-parallel-size) or quantize the weights (--quantization)"))
 
 
@@ -1519,10 +1519,6 @@ def node_gpus(gpu_name: str | None) -> int:
     """The GPUs of one node of ``gpu_name``'s (a catalogue id, or a --gpu-memory-gib label): NODE_GPUS unless the card
     comes one to a machine."""
     return NODE_GPUS_BY_CARD.get(card_id(gpu_name), NODE_GPUS)
-
-
-def plural_gpus(count: int) -> str:
-    return f"{count} GPU{'s' if count != 1 else ''}"
 
 
 def fewest_gpus_pipelined(model: ModelSpec, gpu: GpuSpec, config: SizingConfig,

@@ -258,7 +258,6 @@ def _seeds_and_workers(arrivals: str | None, workers: int):
     return parse_arrivals(arrivals) if arrivals is not None else ARRIVAL_SEEDS
 
 
-
 def _calibrate_runs(path: Path, out: Path, name: str, fit: str | None, as_json: bool, start: str | None,
                     iterations: int, other_sources: bool, client_defaults: bool = False,
                     hold_unidentified: bool = False, arrivals: str | None = None, workers: int = 1) -> None:
