@@ -1,8 +1,13 @@
-"""BLIS (inference-sim/inference-sim, Go) and kvlab on the same 10,000 requests: speed and outputs, rerunnable.
+"""BLIS (inference-sim/inference-sim, Go) and kvlab on the same requests: speed and outputs, rerunnable.
 
     python benchmarks/peers/blis.py                                   # kvlab's side alone; says what to pass
     python benchmarks/peers/blis.py --blis ~/src/inference-sim/blis   # a BLIS you built, beside kvlab
     python benchmarks/peers/blis.py --blis /usr/local/bin/blis --blis-configs ~/src/inference-sim
+    python benchmarks/peers/blis.py --cases one-100k,ll8              # some of issue 34's five cases
+
+The cases (common.CASES, issue 34's table): one instance on 10,000 requests at each --rates; one instance on
+100,000; 4 replicas round-robin; 4 and 8 replicas least-loaded (kvlab's least-requests), each fleet at replicas x
+the first rate, the lone instance's load per replica.
 
 BLIS is a command the user already has (built from its repository as BLIS's own README says); this script
 installs nothing. It:
@@ -14,7 +19,10 @@ installs nothing. It:
    hardware_config.json; default: the binary's folder); its CPU time measured;
 3. reads its per-request results (ttft_us, e2e_us) as kvlab's figures (common.figures), beside kvlab's side on the
    same requests (CPU time, in this process).
-Measured against BLIS v0.7.15 (issue 24). Bad input (a path that does not exist, is not executable, a configs
+A fleet case runs `blis replay --num-instances N --routing-policy P` with `--snapshot-refresh-interval 0`: its
+router reads each instance's live state, as kvlab's does (BLIS's default reads a 50 ms old snapshot).
+The one-instance conversion was measured against BLIS v0.7.15 (issue 24); the fleet flags are v0.7.15's, not run
+against a BLIS here (none installed). Bad input (a path that does not exist, is not executable, a configs
 folder without BLIS's files): one line, exit status 2.
 """
 
@@ -70,25 +78,37 @@ def write_trace(requests: Path, out: Path) -> tuple[Path, Path, list[float]]:
     return header, data, arrivals
 
 
-def run_blis(binary: Path, configs: Path, requests: Path, out: Path) -> dict:
-    header, data, arrivals = write_trace(requests, out)
-    results = out / f"blis-{requests.stem}.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    times = common.run([str(binary), "replay", "--trace-header", str(header), "--trace-data", str(data),
-                        "--model", MODEL, "--latency-model", "roofline", "--hardware", "A100-80", "--tp", "1",
-                        "--model-config-folder", str(configs / MODEL_CONFIG),
-                        "--hardware-config", str(configs / HARDWARE_CONFIG),
-                        "--total-kv-blocks", str(common.NUM_GPU_BLOCKS),
-                        "--block-size-in-tokens", str(common.BLOCK_SIZE),
-                        "--max-num-seqs", str(common.MAX_NUM_SEQS),
-                        "--max-num-batched-tokens", str(common.MAX_NUM_BATCHED_TOKENS),
-                        "--long-prefill-token-threshold", "0", "--results-path", str(results)],
-                       cwd=configs, env=env, log=out / f"blis-{requests.stem}.log")
+def blis_argv(binary: Path, configs: Path, header: Path, data: Path, results: Path, case: common.Case) -> list[str]:
+    """``blis replay`` on the trace with the setup's engine (common.py), as ``case`` asks: one instance, or a fleet
+    whose router reads live state."""
+    argv = [str(binary), "replay", "--trace-header", str(header), "--trace-data", str(data),
+            "--model", MODEL, "--latency-model", "roofline", "--hardware", "A100-80", "--tp", "1",
+            "--model-config-folder", str(configs / MODEL_CONFIG), "--hardware-config", str(configs / HARDWARE_CONFIG),
+            "--total-kv-blocks", str(common.NUM_GPU_BLOCKS), "--block-size-in-tokens", str(common.BLOCK_SIZE),
+            "--max-num-seqs", str(common.MAX_NUM_SEQS), "--max-num-batched-tokens", str(common.MAX_NUM_BATCHED_TOKENS),
+            "--long-prefill-token-threshold", "0", "--results-path", str(results)]
+    if case.replicas > 1:
+        argv += ["--num-instances", str(case.replicas), "--routing-policy", case.blis_router,
+                 "--snapshot-refresh-interval", "0"]
+    return argv
+
+
+def blis_figures(results: Path, arrivals: list[float]) -> dict:
+    """BLIS's per-request results (a JSON list of SimResult: request_id, ttft_us, e2e_us, output_tokens) as kvlab's
+    figures; a request missing from them is not counted (BLIS writes the finished ones)."""
     by_id = {int(r["request_id"]): r for r in json.loads(results.read_text())}
     done = sorted(by_id)
-    return {**common.figures([arrivals[i] for i in done], [by_id[i]["ttft_us"] / 1e6 for i in done],
-                             [by_id[i]["e2e_us"] / 1e6 for i in done], [by_id[i]["output_tokens"] for i in done]),
-            **times}
+    return common.figures([arrivals[i] for i in done], [by_id[i]["ttft_us"] / 1e6 for i in done],
+                          [by_id[i]["e2e_us"] / 1e6 for i in done], [by_id[i]["output_tokens"] for i in done])
+
+
+def run_blis(binary: Path, configs: Path, requests: Path, out: Path, case: common.Case) -> dict:
+    header, data, arrivals = write_trace(requests, out)
+    results = out / f"blis-{case.name}-{requests.stem}.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    times = common.run(blis_argv(binary, configs, header, data, results, case), cwd=configs, env=env,
+                       log=out / f"blis-{case.name}-{requests.stem}.log")
+    return {**blis_figures(results, arrivals), **times}
 
 
 def main() -> None:
@@ -97,31 +117,39 @@ def main() -> None:
                         "alone]")
     parser.add_argument("--blis-configs", type=Path, help="the folder holding BLIS's model_configs/ and "
                         "hardware_config.json (its repository) [default: the binary's folder]")
-    parser.add_argument("--rates", default=",".join(map(str, common.RATES)), help="req/s, comma-separated [default: %(default)s]")
+    parser.add_argument("--rates", default=",".join(map(str, common.RATES)), help="req/s, comma-separated: the "
+                        "one-instance case at each, the others at the first, a replica [default: %(default)s]")
+    parser.add_argument("--cases", default=",".join(common.CASES), help="which of issue 34's cases, "
+                        "comma-separated [default: %(default)s]")
     parser.add_argument("--requests", type=Path, help="the folder of the requests (vidur.py's --out) [default: OUT]")
     parser.add_argument("--out", type=Path, help="where the trace, BLIS's results and the tables go "
                         "[default: $KVLAB_PEERS_OUT or ~/.cache/kvlab/peers]")
     args = parser.parse_args()
     rates = common.rates(args.rates)
+    chosen = common.cases(args.cases)
     binary = common.executable(args.blis, "--blis") if args.blis is not None else None
     configs = blis_configs(binary, args.blis_configs) if binary is not None else None
     requests_dir = common.directory(args.requests, "--requests") if args.requests is not None else None
     out = common.out_dir(args.out)
+    print(common.engine_line())
     if binary is None:
         print("BLIS not given: kvlab's side alone. Pass --blis PATH (BLIS's binary, built as its README says) and, "
               "unless the binary sits in BLIS's repository folder, --blis-configs DIR.\n")
-    for rate in rates:
-        requests, what = common.requests_csv(rate, requests_dir or out)
-        rows = {"kvlab (V1)": common.kvlab_run(requests)}
-        if binary is not None and configs is not None:
-            rows = {"BLIS (roofline, its defaults)": run_blis(binary, configs, requests, out), **rows}
-        reference = next(iter(rows))
-        text = (f"{what}, {common.NUM_REQUESTS:,} at {rate:g} req/s ({requests}), through "
-                f"{'BLIS and ' if binary is not None else ''}kvlab"
-                + (f"; ratios to {reference}" if len(rows) > 1 else "") + ":\n\n"
-                + common.table(rows, reference))
-        common.write(out, f"blis-{rate:g}", rows, text)
-        print(text + f"\n(written to {out / f'blis-{rate:g}'}.md and .json)\n")
+    for case in chosen:
+        for rate in rates if case.name == "one" else rates[:1]:
+            offered = rate * case.replicas
+            requests, what = common.requests_csv(offered, requests_dir or out, case.num_requests)
+            rows = {"kvlab (V1)": common.kvlab_run(requests, replicas=case.replicas, router=case.router)}
+            if binary is not None and configs is not None:
+                rows = {"BLIS (roofline, its defaults)": run_blis(binary, configs, requests, out, case), **rows}
+            reference = next(iter(rows))
+            name = f"blis-{case.name}-{rate:g}"
+            text = (f"{case.what}: {what}, {case.num_requests:,} at {offered:g} req/s ({requests}), through "
+                    f"{'BLIS and ' if binary is not None else ''}kvlab"
+                    + (f"; ratios to {reference}" if len(rows) > 1 else "") + ":\n\n"
+                    + common.table(rows, reference))
+            common.write(out, name, rows, text)
+            print(text + f"\n(written to {out / name}.md and .json)\n", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 NUM_REQUESTS = 10_000
@@ -33,6 +34,42 @@ RATES = (1.58, 2.06)  # req/s: below kvlab's and Vidur's capacity on this setup,
 WATERMARK = 0.01  # V0's (and Vidur's) admission watermark, a fraction of the blocks
 TRACE = "sharegpt-8k"
 FIGURES = ("throughput_rps", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p50")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One of issue 34's five cases: ``num_requests`` at ``rate`` req/s a replica, served by ``replicas`` behind
+    ``router`` (kvlab's name; ``blis_router`` the peer's for the same rule)."""
+
+    name: str
+    what: str
+    num_requests: int = NUM_REQUESTS
+    replicas: int = 1
+    router: str = "round-robin"
+    blis_router: str = "round-robin"
+
+
+# The cases issue 34's table measured, one instance and fleets. A fleet serves its requests at replicas x the rate,
+# the load per replica of the lone instance. kvlab's least-requests and BLIS's least-loaded route to the replica with
+# the fewest requests waiting, running or routed (BLIS's EffectiveLoad); ties: kvlab the lowest index, BLIS at random.
+CASES = {case.name: case for case in (
+    Case("one", "one instance, 10,000 requests"),
+    Case("one-100k", "one instance, 100,000 requests", num_requests=100_000),
+    Case("rr4", "4 replicas, round-robin", replicas=4),
+    Case("ll4", "4 replicas, least-loaded", replicas=4, router="least-requests", blis_router="least-loaded"),
+    Case("ll8", "8 replicas, least-loaded", replicas=8, router="least-requests", blis_router="least-loaded"),
+)}
+
+
+def cases(text: str) -> list[Case]:
+    """``--cases`` as given: names from CASES, comma-separated; or one line and exit 2, before anything runs."""
+    chosen = []
+    for part in (p.strip() for p in text.split(",")):
+        if part not in CASES:
+            fail(f"--cases {text!r}: {part!r} is not a case; valid: {', '.join(CASES)}, comma-separated")
+        if part not in chosen:
+            chosen.append(part)
+    return [CASES[name] for name in chosen]
 
 
 def fail(message: str) -> None:
@@ -87,18 +124,20 @@ def trace_file() -> Path:
     return require(TRACE)
 
 
-def requests_csv(rate: float, folder: Path) -> tuple[Path, str]:
-    """The requests at ``rate`` both sides run, and what they are: Vidur's generator's draws where vidur.py wrote
-    them (requests-RATE.csv), else kvlab's stand-in (requests-RATE.kvlab.csv, written once): the same trace,
-    clipping, count and rate, kvlab's Poisson draws (seed 42), not Vidur's."""
+def requests_csv(rate: float, folder: Path, num_requests: int = NUM_REQUESTS) -> tuple[Path, str]:
+    """The ``num_requests`` requests at ``rate`` both sides run, and what they are: Vidur's generator's draws where
+    vidur.py wrote them (requests-RATE.csv, 10,000 requests), else kvlab's stand-in (requests-RATE.kvlab.csv, or
+    requests-RATE-nN.kvlab.csv for another count; written once): the same trace, clipping and rate, kvlab's Poisson
+    draws (seed 42), not Vidur's."""
     vidur = folder / f"requests-{rate:g}.csv"
-    if vidur.is_file():
+    if num_requests == NUM_REQUESTS and vidur.is_file():
         return vidur, "Vidur's requests"
-    path = folder / f"requests-{rate:g}.kvlab.csv"
+    count = "" if num_requests == NUM_REQUESTS else f"-n{num_requests}"
+    path = folder / f"requests-{rate:g}{count}.kvlab.csv"
     if not path.is_file():
         from kvlab.workload import load_workload
 
-        workload = load_workload(str(trace_file()), num_requests=NUM_REQUESTS, rate=rate, arrival="poisson", seed=42,
+        workload = load_workload(str(trace_file()), num_requests=num_requests, rate=rate, arrival="poisson", seed=42,
                                  max_model_len=MAX_MODEL_LEN, long_requests="clip")
         with path.open("w") as f:
             f.write("arrived_at,num_prefill_tokens,num_decode_tokens\n")
@@ -127,10 +166,19 @@ def run(argv: list[str], *, cwd: Path | None = None, env: dict | None = None, lo
     return times
 
 
-def kvlab_run(requests: Path, *, watermark: float = 0.0, chunked_prefill: bool = False) -> dict:
+def engine_line() -> str:
+    """Which kvlab engine runs kvlab's side (its CPU time depends on it)."""
+    import kvlab
+
+    return (f"kvlab's engine: {kvlab.engine()}"
+            + ("" if kvlab.engine().startswith("compiled") else " (benchmarks/README.md: how to compile it)"))
+
+
+def kvlab_run(requests: Path, *, watermark: float = 0.0, chunked_prefill: bool = False, replicas: int = 1,
+              router: str = "round-robin") -> dict:
     """kvlab's `vllm` strategy on Vidur's requests (a CSV of arrived_at, num_prefill_tokens, num_decode_tokens),
-    in this process, through the run service: the summary's figures, and the run's CPU and wall time (reading
-    the requests included)."""
+    in this process, through the run service, on one engine or ``replicas`` behind ``router``: the summary's
+    figures (the fleet's, for several), and the run's CPU and wall time (reading the requests included)."""
     from kvlab import service
     from kvlab.config import resolve
 
@@ -138,7 +186,7 @@ def kvlab_run(requests: Path, *, watermark: float = 0.0, chunked_prefill: bool =
                      max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
                      max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, enable_chunked_prefill=chunked_prefill,
                      cost="vidur-a100", workload=str(requests), arrival="trace", long_requests="clip",
-                     watermark=watermark)
+                     watermark=watermark, replicas=replicas, router=router)
     cpu, start = time.process_time(), time.perf_counter()
     summary = service.run(config, ["vllm"], record_iterations=False).summaries()[0]
     times = {"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - start}

@@ -26,6 +26,7 @@ import csv
 import io
 import json
 import math
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -235,10 +236,16 @@ def _read_mooncake_layout(path: str, text: str) -> LengthTable:
 
 
 def read_user_file(path: str) -> LengthTable:
-    """Every request of a user's CSV or JSONL file, sorted by arrival time (stable) when it has arrival times."""
+    """Every request of a user's CSV or JSONL file, sorted by arrival time (stable) when it has arrival times; parsed
+    once while its text is unchanged, as a run's work gate and its load both ask for it (a table's arrays are
+    read-only, so it is shared)."""
+    return _user_table(path, _read_text(path))
+
+
+@lru_cache(maxsize=4)
+def _user_table(path: str, text: str) -> LengthTable:
     from kvlab.validate import workload_row
 
-    text = _read_text(path)
     if Path(path).suffix.lower() == ".jsonl" and _mooncake_layout(text):
         return _read_mooncake_layout(path, text)
     if Path(path).suffix.lower() == ".jsonl":
