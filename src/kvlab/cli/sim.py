@@ -273,8 +273,9 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
 
 def band_line(band, summary: dict, overloaded: bool) -> str:
     """Where the real engine's figures would be (the profile's leave-one-out band, kvlab.cost.band): TTFT and
-    latency always; the req/s range only for an overloaded strategy, whose req/s is the most it serves: one that keeps
-    up serves what arrives, and a range around it read as a capacity (trial 58, finding 12)."""
+    latency always; the req/s range only for an overloaded strategy, whose req/s is what it served busy (its start
+    and drain included): one that keeps up serves what arrives, and a range around it read as a capacity (trial 58,
+    finding 12)."""
     from kvlab.report.tables import significant
 
     def span(lo: float, hi: float, scale: float, unit: str) -> str:
@@ -283,7 +284,7 @@ def band_line(band, summary: dict, overloaded: bool) -> str:
 
     ttft = span(*band.around(summary["ttft_s"]["p50"], "ttft_mean"), 1e3, "ms")
     latency = span(*band.around(summary["normalized_latency_s_per_token"]["p50"], "itl_mean"), 1e3, "ms/tok")
-    rate = (f"; overloaded, it serves at most {span(*band.rate(summary['throughput_rps']), 1, 'req/s')}" if overloaded
+    rate = (f"; overloaded, it served {span(*band.rate(summary['throughput_rps']), 1, 'req/s')} over this run" if overloaded
             else "; no req/s range: one holds only for an overloaded engine (below its capacity it serves what "
             "arrives; kvlab capacity finds the capacity)")
     return (f"{summary['name']}, where the real engine would be ({band.covers}, profile {band.profile}): TTFT p50 "
@@ -305,8 +306,10 @@ def exit_if_nothing_served(summaries: list[dict]) -> None:
 
 def _all_overloaded(run, summaries) -> str | None:
     """Each strategy whose waiting queue grows at the offered rate (kvlab.service.RunResult.overloaded), said with
-    the rate it served (the most it sustains: an overloaded engine is busy throughout): every strategy in one
-    paragraph, or each overloaded one in run's words beside those that keep up (trial 58, finding 4)."""
+    the rate it served over the run (its start and drain included, when it was not full: below what it sustains
+    full, and closer to it the longer the run; trial 62, finding 1): every strategy in one paragraph, or each
+    overloaded one in run's words beside those that keep up (trial 58, finding 4); a gateway that admits less than
+    is offered said to be where the queue grows (trial 62, finding 2)."""
     from kvlab.report.tables import significant
     from kvlab.window import MIN_WINDOW_REQUESTS
 
@@ -318,34 +321,49 @@ def _all_overloaded(run, summaries) -> str | None:
         return (f"Too short to judge whether it keeps up: the measured window (after the first 20% of arrivals) held "
                 f"{w.num_arrived:,} arrivals, fewer than the {MIN_WINDOW_REQUESTS} a window needs to measure a "
                 f"queue; -n {needed:,} puts twice the engine's seats ({w.num_seats:,}) in the window.")
+    gateway = run.config.admission if run.config.admission is not None and run.config.admission.rate < offered else None
     if len(summaries) == 1:  # (kvlab run: one engine, no race)
-        return overloaded_text(summaries[0], offered)
+        return overloaded_text(summaries[0], offered, gateway)
     if all(each):
         listed = ", ".join(f"{s['name']} {significant(s['throughput_rps'])}" for s in summaries)
         return (f"Every strategy is overloaded at the offered rate ({significant(offered)} req/s {_WINDOW}; its "
-                f"waiting queue grows): this race compares engines falling behind. Each serves at most: {listed} "
-                "req/s; kvlab capacity finds the rate each sustains under a latency target.")
+                f"waiting queue grows{_gateway_text(gateway)}): this race compares engines falling behind. "
+                f"Each served, over the whole run ({_SERVED}): {listed} req/s; kvlab capacity finds the rate each "
+                "sustains under a latency target.")
     behind = [s for s, over in zip(summaries, each) if over]
     # (one that served nothing does not keep up: the verdict says it served nothing; trial 59, finding 1)
     keeping = ", ".join(s["name"] for s, over in zip(summaries, each) if not over and s["num_finished"])
     if not keeping:
-        return " ".join(overloaded_text(s, offered) for s in behind)
-    return " ".join(overloaded_text(s, offered) for s in behind) + (
+        return " ".join(overloaded_text(s, offered, gateway) for s in behind)
+    return " ".join(overloaded_text(s, offered, gateway) for s in behind) + (
         f" {keeping} {'keeps' if ',' not in keeping else 'keep'} up: {'its' if ',' not in keeping else 'their'} req/s "
         "is what arrived, capped by the arrivals, so a ratio against an overloaded strategy compares an engine "
         "keeping up with one falling behind, not their capacities.")
 
 
 _WINDOW = "over the measured window, after the first 20% of arrivals"
+_SERVED = "its start and drain included, when it was not full: below what it sustains full"
 
 
-def overloaded_text(summary: dict, offered: float) -> str:
-    """One overloaded strategy in words (kvlab run's sentence; a race says it of each that is)."""
+def _gateway_text(gateway) -> str:
+    """Where the queue grows when a gateway admits less than is offered: at the gateway, whatever the engine serves."""
     from kvlab.report.tables import significant
 
+    if gateway is None:
+        return ""
+    return (f" at the gateway, which admits at most {significant(gateway.rate)} req/s (--rate-limit), whatever the "
+            "engine's capacity: a run without --rate-limit shows the engine's")
+
+
+def overloaded_text(summary: dict, offered: float, gateway=None) -> str:
+    """One overloaded strategy in words (kvlab run's sentence; a race says it of each that is); ``gateway``: the
+    run's AdmissionSpec where it admits less than is offered."""
+    from kvlab.report.tables import significant
+
+    served = _SERVED if gateway is None else f"at most the gateway's {significant(gateway.rate)}; its start and drain included"
     return (f"{summary['name']} is overloaded at the offered rate ({significant(offered)} req/s {_WINDOW}; its "
-            f"waiting queue grows): it serves at most {significant(summary['throughput_rps'])} req/s; kvlab "
-            "capacity finds the rate it sustains under a latency target.")
+            f"waiting queue grows{_gateway_text(gateway)}): it served {significant(summary['throughput_rps'])} req/s "
+            f"over the whole run ({served}); kvlab capacity finds the rate it sustains under a latency target.")
 
 
 def print_fleets(console, run, summaries) -> None:

@@ -1,0 +1,41 @@
+"""Trial 62's findings 1 and 2 (an operator of a fleet): an overloaded run's req/s is what it served over the whole
+run, its start and drain included, not the most it serves; a gateway that admits less than is offered is where the
+queue grows."""
+
+from __future__ import annotations
+
+from kvlab import service
+from kvlab.config import resolve
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_an_overloaded_runs_rate_grows_with_its_length_so_it_is_not_called_the_most_it_serves(kvlab):
+    # The same engine, overloaded at 60 req/s: the run's req/s over its makespan rises with -n (its start and drain
+    # weigh less), so it is below what the engine sustains full, never an upper bound.
+    rates = []
+    for n in (300, 1000):
+        config = resolve(model="llama-3.1-8b", gpu="h100-sxm", workload="azure-conv", rate=60, num_requests=n)
+        run = service.run(config, ["vllm"], record_iterations=False)
+        assert run.overloaded()[1] == [True]
+        rates.append(run.summaries()[0]["throughput_rps"])
+    assert rates[1] > rates[0] * 1.1, rates
+    text = _flat(kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload", "azure-conv",
+                       "--rate", "60", "-n", "300").stdout)
+    assert "at most" not in text, text
+    assert (f"it served {rates[0]:.3g} req/s over the whole run (its start and drain included, when it was not full: "
+            "below what it sustains full)") in text, text
+    assert "; overloaded, it served " in text and " req/s over this run." in text
+
+
+def test_a_gateway_below_the_offered_rate_is_where_the_queue_grows(kvlab):
+    gated = _flat(kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "-n", "300", "--rate", "30",
+                        "--seed", "0", "--rate-limit", "20", "--gateway-queue", "1000").stdout)
+    assert ("its waiting queue grows at the gateway, which admits at most 20 req/s (--rate-limit), whatever the "
+            "engine's capacity: a run without --rate-limit shows the engine's)") in gated, gated
+    assert "(at most the gateway's 20; its start and drain included)" in gated
+    free = _flat(kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "-n", "300", "--rate", "30",
+                       "--seed", "0").stdout)
+    assert "is overloaded" not in free and "gateway" not in free  # the engine alone keeps up at 30 req/s
