@@ -39,3 +39,21 @@ def test_a_gateway_below_the_offered_rate_is_where_the_queue_grows(kvlab):
     free = _flat(kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "-n", "300", "--rate", "30",
                        "--seed", "0").stdout)
     assert "is overloaded" not in free and "gateway" not in free  # the engine alone keeps up at 30 req/s
+
+
+def test_a_run_with_a_cpu_tier_says_what_the_tier_did(kvlab):
+    """Trial 62, finding 8: the tier's hits, loads, stores and evictions were in --json only."""
+    argv = ["run", "vllm+prefix", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload", "sessions",
+            "--system-prompt-len", "1000", "--max-model-len", "16384", "--num-gpu-blocks", "3000", "-n", "300",
+            "--rate", "4", "--kv-offloading-size", "8"]
+    import json
+
+    s = json.loads(kvlab(*argv, "--json").stdout)["strategies"][0]
+    text = _flat(kvlab(*argv).stdout)
+    assert (f"vllm+prefix: CPU tier served {s['cpu_prefix_hit_tokens']:,} prompt tokens from "
+            f"{s['offload_loaded_blocks']:,} blocks loaded back ({s['offload_loaded_bytes'] / 2**30:.2f} GiB over the "
+            f"host link), against {s['gpu_prefix_hit_tokens']:,} tokens hit on the GPU; over the run it stored "
+            f"{s['offload_stored_blocks']:,} blocks") in text, text
+    assert s["cpu_prefix_hit_tokens"] == 16 * s["offload_loaded_blocks"] > 0
+    plain = _flat(kvlab(*argv[:-2]).stdout)
+    assert "CPU tier" not in plain

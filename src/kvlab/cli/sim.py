@@ -249,13 +249,7 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     console.print(verdict(summaries, strategies=behaviours))
     if (line := _all_overloaded(run, summaries)) is not None:
         console.print(line, highlight=False)
-    if run.fleets:
-        print_fleets(console, run, summaries)
-    for summary in summaries if run.disaggregated else ():
-        print_disaggregation(console, summary)
-    from kvlab.report.classes import print_admission
-
-    print_admission(console, summaries)
+    _print_parts(console, run, summaries)
     best = max(summaries, key=lambda s: s["throughput_rps"])
     t = best["typical_iteration"]
     if t["num_seqs"] > 0:  # (nothing to explain when every request was rejected)
@@ -269,6 +263,21 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     if written:
         console.print(f"Wrote {len(written)} files to {out}/: " + ", ".join(p.name for p in written))
     return summaries
+
+
+def _print_parts(console, run, summaries) -> None:
+    """What the run's parts did, where it has them: the fleet's router and replicas, the disaggregated sides, the
+    gateway and classes, the CPU tier."""
+    from kvlab.report.classes import print_admission
+    from kvlab.report.offload import cpu_tier_line
+
+    if run.fleets:
+        print_fleets(console, run, summaries)
+    for summary in summaries if run.disaggregated else ():
+        print_disaggregation(console, summary)
+    print_admission(console, summaries)
+    for line in filter(None, map(cpu_tier_line, summaries)):  # (trial 62, finding 8: said in --json only before)
+        console.print(line, highlight=False)
 
 
 def band_line(band, summary: dict, overloaded: bool) -> str:
