@@ -634,11 +634,9 @@ def print_replicas(answer, slo, session: Session, written, utilization: str = ""
         clocks = len({e["cost"] for e in entries})
         console.print(lead_text(answer.lead, answer.gpu, clocks) + f": {answers}"
                       + ("; the other clocks are the spread." if clocks > 1 else "."), markup=False)
-    # (the lead clock's entries first among those of one price, as the answer leads with them)
-    priced = sorted((e for e in entries if e["serving_cost"] and not e["may_be_too_few"]),
-                    key=lambda e: (e["serving_cost"]["usd_per_hour"], e["cost"] != answer.lead))
+    priced = [e for e in entries if e["serving_cost"] and not e["may_be_too_few"]]
     if len(priced) > 1:
-        console.print(f"Cheapest under the target: {_cheapest_text(priced, several)}.", markup=False)
+        console.print(f"Cheapest under the target: {cheapest_text(priced, answer.lead, several)}.", markup=False)
     if priced:
         c = priced[0]["serving_cost"]
         console.print(f"Price: {price_text(GpuPrice(c['usd_per_gpu_hour'], c['price_as_of'], c['price_source']))}.",
@@ -663,12 +661,12 @@ def print_replicas(answer, slo, session: Session, written, utilization: str = ""
     console.print("Plots: " + ", ".join(str(p) for p in written) + ".", markup=False)
 
 
-def _cheapest_text(priced: list[dict[str, Any]], several_costs: bool, most: int = 3) -> str:
-    """The cheapest entries (``priced``: by dollars an hour, the lead clock's first at each price), price by price
-    until ``most`` are named: every entry of a price tied at it, "6 tied at $6.48/h: ...", not the first three of six
-    (trial 61, finding 10b)."""
+def cheapest_text(priced: list[dict[str, Any]], lead: str, several_costs: bool, most: int = 3) -> str:
+    """The cheapest of the ``priced`` entries, price by price until ``most`` are named: every entry of a price tied at
+    it, the ``lead`` clock's first as the answer leads with them ("6 tied at $6.48/h: vllm behind round-robin under
+    vllm-h100, ..."), not the first three of six led by another clock (trial 61, finding 10b)."""
     levels: dict[float, list[str]] = {}
-    for e in priced:
+    for e in sorted(priced, key=lambda e: (e["serving_cost"]["usd_per_hour"], e["cost"] != lead)):
         price = round(e["serving_cost"]["usd_per_hour"], 6)
         if price not in levels and sum(map(len, levels.values())) >= most:
             break
