@@ -567,8 +567,9 @@ def replicas_command(lists: dict[str, list], explicit: list[dict], slo, session:
 
     rate, searches = service.replica_searches(lists, explicit)
     session.check_ray()
-    seconds = [s for s in searches if s.factor != 1]
-    longer = f"the workload and a longer sample of {seconds[0].num_requests:,} requests" if seconds else "the workload"
+    lengths = sorted({s.num_requests for s in searches if s.factor != 1})  # (the second samples')
+    longer = (f"the workload and a longer sample of {', '.join(f'{n:,}' for n in lengths)} requests" if lengths else
+              "the workload; no second sample")
     session.check_time(resolve_points([s.count_point(2) for s in searches], kvlab.__version__, unique=False),
                        service.TYPICAL_COUNTS * len(searches), *budget,
                        f"{len(searches)} fewest-replicas search{'es' if len(searches) > 1 else ''} ({longer}; about "

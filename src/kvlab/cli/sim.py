@@ -80,6 +80,7 @@ def with_config_file(ctx: typer.Context, path: Path | None, options: dict) -> di
     given = {name for name in options if ctx.get_parameter_source(name).name != "DEFAULT"}
     return {**options, **{name: value for name, value in from_file.items() if name not in given}}
 
+
 def _stated(ctx: typer.Context, name: str) -> bool:
     """Whether option ``name`` was given on the command line, at any value (a --config file's other than the default
     is in the configuration's ``given``)."""
