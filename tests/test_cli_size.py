@@ -199,10 +199,12 @@ def test_fit_a_model_no_tensor_parallel_size_holds(kvlab):
     assert r.exit_code == 2 and ("does not fit on up to 16 x T4 with tensor parallelism (the largest tensor-parallel "
                                  "size vLLM accepts for it) with one 163,840-token request") in " ".join(r.stderr.split())
     # Trial 49: fit answered a model whose weights fit only at TP 128 with the size's 'add GPUs with
-    # --tensor-parallel-size': it says its own search now, and what the largest size holds.
+    # --tensor-parallel-size': it says its own search now, and (fix62) proposes tensor parallelism within a node
+    # only, as `kvlab size` does: pipeline stages, not --tensor-parallel-size 128.
     text = " ".join(kvlab("fit", "llama-3.1-405b", "--gpu", "t4").stderr.split())
     assert ("does not fit on up to 128 x T4 with tensor parallelism (the most its 128 attention heads allow) with one "
-            "131,072-token request; --tensor-parallel-size 128 on this GPU with --max-model-len 88048") in text
+            "131,072-token request; with pipeline stages too, tensor parallelism within a node's 8 GPUs: "
+            "--tensor-parallel-size 8 --pipeline-parallel-size 9 (72 x T4) hold it; or lower --max-model-len") in text
 
 
 def test_fit_says_the_fewest_gpus_whose_kv_caches_hold_the_workload(kvlab):

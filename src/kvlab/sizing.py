@@ -1495,8 +1495,6 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
             return tp, result
     _raise_if_refused_everywhere(model, [on_gpu(config, gpu, tp) for tp in sizes])
     largest = valid_tensor_parallel_sizes(model, expert_parallel=config.enable_expert_parallel)[-1]
-    widest = on_gpu(config, gpu, largest)
-    held = f"; {_tensor_parallel_hint(model, widest)}" if _weights_fit(model, widest) else ""
     why = (f"the most its {model.num_attention_heads} attention heads allow" if largest == model.num_attention_heads
            else "the largest tensor-parallel size vLLM accepts for it")
     if model.is_moe and not config.enable_expert_parallel:
@@ -1504,8 +1502,24 @@ def fewest_gpus(model: ModelSpec, gpu: GpuSpec, config: SizingConfig) -> tuple[i
         if wider > largest:
             why += f"; with --enable-expert-parallel, which keeps experts whole, up to {wider}"
     raise KvlabError(f"{model.id} does not fit on up to {largest} x {gpu.id} with tensor parallelism ({why}) with one "
-                     f"{config.max_model_len or model.max_position_embeddings:,}-token request{held}; add pipeline "
-                     "parallelism, lower --max-model-len or pick a larger GPU")
+                     f"{config.max_model_len or model.max_position_embeddings:,}-token request"
+                     f"{_within_a_node(model, gpu, config, sizes)}lower --max-model-len or pick a larger GPU")
+
+
+def _within_a_node(model: ModelSpec, gpu: GpuSpec, config: SizingConfig, sizes: list[int]) -> str:
+    """What fewest_gpus' refusal proposes, tensor parallelism kept within a node as `kvlab size`'s refusal keeps it
+    (node_gpus; trial 61: fit proposed --tensor-parallel-size 128 on T4s): the largest size within it that holds the
+    weights (_tensor_parallel_hint), and the fewest GPUs with pipeline stages too (fewest_gpus_pipelined)."""
+    node = node_gpus(gpu.id)
+    inside = [tp for tp in sizes if tp <= node]
+    widest = on_gpu(config, gpu, inside[-1]) if inside else None
+    held = f"; {_tensor_parallel_hint(model, widest)}" if widest is not None and _weights_fit(model, widest) else ""
+    piped = fewest_gpus_pipelined(model, gpu, config) if config.pipeline_parallel_size == 1 else None
+    if piped is None:
+        return f"{held}; add pipeline parallelism, "
+    tp, pp, _ = piped
+    return (f"{held}; with pipeline stages too, tensor parallelism within a node's {node} GPU{'s' * (node != 1)}: "
+            f"--tensor-parallel-size {tp} --pipeline-parallel-size {pp} ({tp * pp} x {gpu.id}) hold it; or ")
 
 
 # The catalogue has no node size: tensor parallelism is kept within 8 GPUs, the usual node (8 x H100/A100/L4 ...);

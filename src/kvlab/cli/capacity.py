@@ -34,9 +34,9 @@ from kvlab.cli.options import (
 )
 from kvlab.cli.options import SweepYesOpt as YesOpt
 from kvlab.errors import KvlabError
-from kvlab.report.setup import evidence, fitted_to, lead_text, setup_lines
+from kvlab.report.setup import evidence, fitted_to, lead_text, pool_utilization_clause, setup_lines
 from kvlab.report.tables import bracket_text
-from kvlab.report.text import computed_text, dollars, whole_values_table
+from kvlab.report.text import computed_text, dollars, plural, sentence, whole_values_table
 from kvlab.sweep.capacity import default_out, rate_text, samples_text
 from kvlab.sweep.session import Session, grid_lists, parse_duration, run_session
 from kvlab.validate import check_options, note_written
@@ -132,11 +132,12 @@ def capacity(
     lists, explicit = grid_lists(ctx.args, grid)
     _check_lists(lists)
     _check_deadlines(target, lists, explicit)
+    budget = (max_time, yes)  # (--max-time: every mode refuses a search estimated beyond it, unless --yes)
     if lists.get("replicas") == ["auto"] and lists.get("prefill_replicas") == ["auto"]:
-        return disagg_command(lists, explicit, target, new_session(), as_json)
+        return disagg_command(lists, explicit, target, new_session(), as_json, budget)
     if lists.get("replicas") == ["auto"]:
         lists.pop("replicas")
-        replicas_command(lists, explicit, target, new_session(), as_json, gpu_hour_price)
+        replicas_command(lists, explicit, target, new_session(), as_json, budget, gpu_hour_price)
         return
     start_rate = _start_rate(lists, explicit, max_rate)
     configurations, seats, scaled, length_notes = service.searched_configurations(lists, explicit, start_rate)
@@ -162,12 +163,19 @@ def capacity(
                                "num_computed": session.runner.num_computed, "store": str(out / "sweep.duckdb"),
                                "plots": [str(p) for p in written]}, indent=2))
         return
-    print_capacity(answer, names, session, written, rows)
+    stated = _stated("gpu_memory_utilization", lists, explicit)
+    clauses = {pool_utilization_clause(p.config, stated) for p in first_points}  # (one where every point has it)
+    print_capacity(answer, names, session, written, rows, clauses.pop() if len(clauses) == 1 else "")
+
+
+def _stated(name: str, lists: dict[str, list], explicit: list[dict]) -> bool:
+    """Whether option ``name`` was given, on the command line or in --grid."""
+    return name in lists or any(name in point for point in explicit)
 
 
 def _check_flags(gpu_hour_price: float | None, rtol: float, max_time: str) -> None:
-    """Each refused in one line before anything runs, whichever search follows (--max-time too, though only the rate
-    search estimates its time)."""
+    """Each refused in one line before anything runs, whichever search follows (--max-time's spelling; each search
+    then estimates its own time against it)."""
     if gpu_hour_price is not None:
         check_price("", gpu_hour_price)  # (a price that is not a positive number)
     if not 0 < rtol < 1:
@@ -376,7 +384,8 @@ def _window_note(answer: Answer, i: int) -> str:
             "`kvlab run` reports all its requests)")
 
 
-def print_capacity(answer: Answer, names, session: Session, written, rows: list[dict] | None = None) -> None:
+def print_capacity(answer: Answer, names, session: Session, written, rows: list[dict] | None = None,
+                   utilization: str = "") -> None:
     from rich.console import Console
 
     configurations, searches = answer.configurations, answer.searches
@@ -443,10 +452,11 @@ def print_capacity(answer: Answer, names, session: Session, written, rows: list[
                           "sizes) is outside that evidence: check the answer against a measurement (kvlab bench) "
                           "before sizing on it.", markup=False)
     _print_answer(console, answer)
-    console.print("Setup: " + "; ".join(setup_lines(answer.common_setup())) + ".", markup=False)
+    console.print(sentence("Setup: " + "; ".join(setup_lines(answer.common_setup(), utilization=utilization))),
+                  markup=False)
     if len(answer.costs()) > 1:
         for name in answer.costs():
-            console.print(f"  cost profile {fitted_to(name)}.", markup=False)
+            console.print(sentence(f"  cost profile {fitted_to(name)}"), markup=False)
     num_simulations = sum(len(search.probes) + bool(search.error) for search in (*searches, *answer.second))
     console.print(computed_text(session.runner.num_computed, num_simulations, "simulation")
                   + f". Store: {session.store_path}. Plots: {', '.join(str(p) for p in written)}.", highlight=False)
@@ -516,20 +526,28 @@ def _print_answer(console, answer: Answer) -> None:
 
 # --- --replicas auto --prefill-replicas auto: aggregated against disaggregated (kvlab.service.disagg) -------------
 
-def disagg_command(lists: dict[str, list], explicit: list[dict], slo, session: Session, as_json: bool) -> None:
+def disagg_command(lists: dict[str, list], explicit: list[dict], slo, session: Session, as_json: bool,
+                   budget: tuple[str, bool]) -> None:
     from rich.console import Console
 
     from kvlab.report.disagg import print_comparison
-    from kvlab.service.disagg import compare_from_grid
+    from kvlab.service.disagg import TYPICAL_FLEETS, point_from_grid, prepare_comparison, run_comparison
+    from kvlab.sweep.point import resolve_points
 
     def progress(row: dict) -> None:
         print(f"{row['shape']}: " + ("held" if row["held"] else f"did not hold ({row['reason']})"), file=sys.stderr,
               flush=True)
 
     lists.pop("replicas")
+    point, given_length = point_from_grid(lists, explicit)
+    comparison, samples = prepare_comparison(point, slo, given_length=given_length)
     session.check_ray()
-    comparison = run_session(session, lambda: compare_from_grid(lists, explicit, slo, session.runner,
-                                                                progress=None if as_json else progress))
+    session.check_time(resolve_points(samples, kvlab.__version__, unique=False), TYPICAL_FLEETS * len(samples),
+                       *budget, f"a comparison of fleets on {plural(len(samples), 'sample')} "
+                       f"({' and '.join(f'{n:,}' for n in comparison.sample_lengths)} requests; about "
+                       f"{TYPICAL_FLEETS} fleets each, every shape of 1 to 3 replicas)")
+    comparison = run_session(session, lambda: run_comparison(comparison, samples, slo, session.runner,
+                                                             None if as_json else progress))
     if as_json:
         print(json.dumps({**comparison.to_dict(), "store": session.store_path}, indent=2))
         return
@@ -543,11 +561,19 @@ def disagg_command(lists: dict[str, list], explicit: list[dict], slo, session: S
 # --- --replicas auto: the fewest replicas that sustain a rate (kvlab.service.replicas) ------------------------------
 
 def replicas_command(lists: dict[str, list], explicit: list[dict], slo, session: Session, as_json: bool,
-                     gpu_hour_price: float | None = None) -> None:
+                     budget: tuple[str, bool], gpu_hour_price: float | None = None) -> None:
     from kvlab.service import replicas as service
+    from kvlab.sweep.point import resolve_points
 
     rate, searches = service.replica_searches(lists, explicit)
     session.check_ray()
+    lengths = sorted({s.num_requests for s in searches if s.factor != 1})  # (the second samples')
+    longer = (f"the workload and a longer sample of {', '.join(f'{n:,}' for n in lengths)} requests" if lengths else
+              "the workload; no second sample")
+    session.check_time(resolve_points([s.count_point(2) for s in searches], kvlab.__version__, unique=False),
+                       service.TYPICAL_COUNTS * len(searches), *budget,
+                       f"{len(searches)} fewest-replicas search{'es' if len(searches) > 1 else ''} ({longer}; about "
+                       f"{service.TYPICAL_COUNTS} counts each)")
     several_costs = len({s.cost for s in searches}) > 1
 
     def progress(search, n: int, held: bool) -> None:
@@ -564,14 +590,16 @@ def replicas_command(lists: dict[str, list], explicit: list[dict], slo, session:
                                "cost_profiles": {name: fitted_to(name) for name in answer.costs},
                                "plots": [str(p) for p in written]}, indent=2, default=str))
         return
-    print_replicas(answer, slo, session, written)
+    stated = _stated("gpu_memory_utilization", lists, explicit)
+    clauses = {pool_utilization_clause(s.config, stated) for s in searches}  # (one where every search has it)
+    print_replicas(answer, slo, session, written, clauses.pop() if len(clauses) == 1 else "")
 
 
 def _name(e: dict[str, Any], several_costs: bool) -> str:
     return f"{e['strategy']} behind {e['router']}" + (f" under {e['cost']}" if several_costs else "")
 
 
-def print_replicas(answer, slo, session: Session, written) -> None:
+def print_replicas(answer, slo, session: Session, written, utilization: str = "") -> None:
     from rich.console import Console
 
     from kvlab.service.replicas import replicas_text
@@ -607,12 +635,9 @@ def print_replicas(answer, slo, session: Session, written) -> None:
         clocks = len({e["cost"] for e in entries})
         console.print(lead_text(answer.lead, answer.gpu, clocks) + f": {answers}"
                       + ("; the other clocks are the spread." if clocks > 1 else "."), markup=False)
-    priced = sorted((e for e in entries if e["serving_cost"] and not e["may_be_too_few"]),
-                    key=lambda e: e["serving_cost"]["usd_per_hour"])
+    priced = [e for e in entries if e["serving_cost"] and not e["may_be_too_few"]]
     if len(priced) > 1:
-        console.print("Cheapest under the target: " + "; ".join(
-            f"{_name(e, several)} ${e['serving_cost']['usd_per_hour']:,.2f}/h" for e in priced[:3]) + ".",
-            markup=False)
+        console.print(f"Cheapest under the target: {cheapest_text(priced, answer.lead, several)}.", markup=False)
     if priced:
         c = priced[0]["serving_cost"]
         console.print(f"Price: {price_text(GpuPrice(c['usd_per_gpu_hour'], c['price_as_of'], c['price_source']))}.",
@@ -626,15 +651,29 @@ def print_replicas(answer, slo, session: Session, written) -> None:
                       "than their seats): more replicas may be needed; raise -n or --duration.", markup=False)
     for line in dict.fromkeys(_memory_line(e["memory"]) for e in entries):
         console.print(line, markup=False)
-    console.print("Setup: " + "; ".join(setup_lines(answer.setup)) + ".", markup=False)
+    console.print(sentence("Setup: " + "; ".join(setup_lines(answer.setup, utilization=utilization))), markup=False)
     if several:
         for name in costs:
-            console.print(f"  cost profile {fitted_to(name)}.", markup=False)
+            console.print(sentence(f"  cost profile {fitted_to(name)}"), markup=False)
     runner = session.runner  # (its counts are distinct points: one replica is one point for every router)
     console.print("Each replica: the setup above. Each count is simulated as one fleet on one clock, stored in the "
                   f"sweep store ({session.store_path}); " + computed_text(runner.num_computed, runner.num_total_before,
                                                                           "simulation") + ".", markup=False)
     console.print("Plots: " + ", ".join(str(p) for p in written) + ".", markup=False)
+
+
+def cheapest_text(priced: list[dict[str, Any]], lead: str, several_costs: bool, most: int = 3) -> str:
+    """The cheapest of the ``priced`` entries, price by price until ``most`` are named: every entry of a price tied at
+    it, the ``lead`` clock's first as the answer leads with them ("6 tied at $6.48/h: vllm behind round-robin under
+    vllm-h100, ..."), not the first three of six led by another clock (trial 61, finding 10b)."""
+    levels: dict[float, list[str]] = {}
+    for e in sorted(priced, key=lambda e: (e["serving_cost"]["usd_per_hour"], e["cost"] != lead)):
+        price = round(e["serving_cost"]["usd_per_hour"], 6)
+        if price not in levels and sum(map(len, levels.values())) >= most:
+            break
+        levels.setdefault(price, []).append(_name(e, several_costs))
+    return "; ".join(f"{names[0]} ${price:,.2f}/h" if len(names) == 1 else
+                     f"{len(names)} tied at ${price:,.2f}/h: {', '.join(names)}" for price, names in levels.items())
 
 
 def _count_text(e: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from kvlab.cli.options import ArrivalsOpt, JsonOpt, WideOpt, YesOpt, options_tem
 from kvlab.config.options import RUN_OPTIONS
 from kvlab.config.resolve import quietly
 from kvlab.errors import KvlabError
-from kvlab.report.setup import model_label, prefix_caching_text, printed_size_text, setup_lines
+from kvlab.report.setup import model_label, pool_utilization_clause, prefix_caching_text, printed_size_text, setup_lines
 from kvlab.report.text import plural
 from kvlab.service.classes import parse_slo_classes
 from kvlab.strategies import STRATEGIES, strategy_names_help
@@ -80,6 +80,13 @@ def with_config_file(ctx: typer.Context, path: Path | None, options: dict) -> di
     given = {name for name in options if ctx.get_parameter_source(name).name != "DEFAULT"}
     return {**options, **{name: value for name, value in from_file.items() if name not in given}}
 
+
+def _stated(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given on the command line, at any value (a --config file's other than the default
+    is in the configuration's ``given``)."""
+    return ctx.get_parameter_source(name).name != "DEFAULT"
+
+
 # `kvlab run` and `kvlab race` take every option of a run (kvlab/config/options.py), declared there once.
 sim_option_template = options_template(RUN_OPTIONS)
 SIM_OPTIONS = RUN_OPTIONS
@@ -118,12 +125,13 @@ def simulate(strategy_names: list[str], *, quiet: bool = False, slos=None, arriv
 
 
 def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), setup: dict | None = None,
-               rescaled_to: float | None = None, sizing=None) -> str:
+               rescaled_to: float | None = None, sizing=None, utilization: str = "") -> str:
     """The run's setup in one paragraph; ``setup`` (KvlabConfig.describe()) adds a CPU tier and speculative decoding
     in setup_lines' words, when the run has them; ``rescaled_to``: the --rate a trace's own arrivals were rescaled
     to (over the whole trace, so that a sample's rate differs: trial 53, finding 9); ``sizing`` (the run's
     SizingResult) relates its token slots to vLLM's printed "GPU KV cache size" where they differ
-    (printed_size_text)."""
+    (printed_size_text); ``utilization``: the pool's utilization against the version's default
+    (pool_utilization_clause), said in its parentheses."""
     cache, sched = config.cache, config.scheduler
     extras = setup_lines({k: v for k, v in (setup or {}).items() if k in ("cpu_tier", "speculative")})
     fleet = f"{replicas} replicas behind the {router} router, each " if replicas > 1 else ""
@@ -132,7 +140,7 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
     printed = printed_size_text(sizing, cache.num_slots, cache.block_size)
     model = model_label(config.model.model, sizing)
     return (
-        f"{fleet}{model} on {config.gpu}: KV cache {_slots_text(cache, strategies)}, max_model_len "
+        f"{fleet}{model} on {config.gpu}: KV cache {_slots_text(cache, strategies, utilization)}, max_model_len "
         f"{sched.max_model_len:,}, max_num_seqs {sched.max_num_seqs:,}, max_num_batched_tokens "
         f"{sched.max_num_batched_tokens:,}, chunked prefill {'on' if sched.enable_chunked_prefill else 'off'}{prefix}. "
         f"Workload: {wl.name}, {plural(wl.num_requests, 'request')}, "
@@ -142,18 +150,20 @@ def setup_line(config, wl, replicas: int = 1, router: str = "", strategies=(), s
     )
 
 
-def _slots_text(cache, strategies) -> str:
+def _slots_text(cache, strategies, utilization: str = "") -> str:
     """The pool in a run's setup line: the strategies' one, or each by prefix caching where theirs differ (a hybrid
-    whose groups are pooled: CacheConfig.prefix_caching_slots, KvlabConfig.for_strategy)."""
+    whose groups are pooled: CacheConfig.prefix_caching_slots, KvlabConfig.for_strategy); ``utilization`` added in
+    its parentheses."""
     slots, size = cache.prefix_caching_slots, cache.block_size
+    extra = f"; {utilization}" if utilization else ""
     used = sorted({slots[s.enable_prefix_caching] for s in strategies}) if slots else []
     if len(used) == 2:
         off, on = slots
         return (f"{on:,} token slots with prefix caching, {off:,} without ({on // size:,} and {off // size:,} blocks "
-                f"of {size}, one of them vLLM's null block for paged memory)")
+                f"of {size}, one of them vLLM's null block for paged memory{extra})")
     num_slots = used[0] if used else cache.num_slots
     return (f"{num_slots:,} token slots ({num_slots // size:,} blocks of {size}, one of them vLLM's null block for "
-            "paged memory)")
+            f"paged memory{extra})")
 
 
 def _rate_text(wl, rescaled_to: float | None = None) -> str:
@@ -189,13 +199,14 @@ def typical_iteration(config, summary: dict) -> dict:
             "total_ms": 1e3 * terms.total, "bound": terms.bound, "cost_profile": config.cost.profile}
 
 
-def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = False, plots: bool = True,
-           slos=None) -> list[dict]:
+def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = False, plots: bool = True, slos=None,
+           utilization_stated: bool = False) -> list[dict]:
     """A RunResult (kvlab.service) as a table, a verdict and an explanation, or as JSON; with ``out``, files. Returns
-    each strategy's summary."""
+    each strategy's summary. ``utilization_stated``: --gpu-memory-utilization given (setup_line's ``utilization``)."""
     from rich.console import Console
 
     from kvlab.report.tables import footnotes, race_table, verdict
+    from kvlab.service.classes import run_classes
 
     config, wl, results = run.config.engine, run.workload, run.results
     setup = run.config.describe()
@@ -205,8 +216,6 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
         summary["typical_iteration"] = typical_iteration(run.config.for_strategy(result.strategy).engine, summary)
         if band is not None:  # (each latency and the throughput: where the real engine would be, docs/cost.md)
             summary["error_band"] = band.intervals(summary)
-    from kvlab.service.classes import run_classes
-
     for summary, classes in zip(summaries, run_classes(run, slos or {}) or ()):
         summary["classes"] = classes
     written: list[Path] = []
@@ -241,8 +250,9 @@ def report(run, *, as_json: bool, out: Path | None, title: str, wide: bool = Fal
     if not console.is_terminal and wide:
         console.width = max(console.width, 150)  # piped --wide output: room for the whole table
     behaviours = [r.strategy for r in results]
+    utilization = pool_utilization_clause(run.config, utilization_stated)  # (finding 8 of trial 61)
     console.print(setup_line(config, wl, run.config.parallel.data_parallel_size, setup.get("router", ""), behaviours,
-                               setup, rescaled_rate(run.config.workload), run.config.sizing))
+                             setup, rescaled_rate(run.config.workload), run.config.sizing, utilization))
     console.print(race_table(summaries, title, wide=wide, strategies=behaviours, width=console.width))
     for line in footnotes(summaries, wide=wide, hybrid=bool(config.cache.kv_cache_groups)):
         console.print(line)
@@ -381,10 +391,10 @@ def print_fleets(console, run, summaries) -> None:
     from rich import box
     from rich.table import Table
 
-    from kvlab.report.tables import significant
+    from kvlab.report.text import same_decimals
 
-    def ms(value) -> str:
-        return "–" if value is None else significant(1e3 * value)
+    def ms(values) -> list[str]:
+        return same_decimals([None if v is None else 1e3 * v for v in values])
 
     for summary in summaries:
         f = summary["fleet"]
@@ -398,9 +408,11 @@ def print_fleets(console, run, summaries) -> None:
         table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
         for column in ("replica", "routed", "req/s", "TTFT p99 ms", "TPOT p50 ms", "pre-empt.", "prefix hits"):
             table.add_column(column, justify="right")
-        for r in f["replicas"]:
-            table.add_row(str(r["replica"]), f"{r['num_routed']:,}", significant(r["throughput_rps"]),
-                          ms(r["ttft_s"]["p99"]), ms(r["tpot_s"]["p50"]), f"{r['preemptions']:,}",
+        replicas = f["replicas"]  # (each number column with one number of decimals: trial 61, finding 10d)
+        rates = same_decimals([r["throughput_rps"] for r in replicas])
+        ttfts, tpots = ms([r["ttft_s"]["p99"] for r in replicas]), ms([r["tpot_s"]["p50"] for r in replicas])
+        for r, rate, ttft, tpot in zip(replicas, rates, ttfts, tpots):
+            table.add_row(str(r["replica"]), f"{r['num_routed']:,}", rate, ttft, tpot, f"{r['preemptions']:,}",
                           "–" if r["prefix_hit_rate"] is None else f"{100 * r['prefix_hit_rate']:.1f}%")
         console.print(table)
 
@@ -528,7 +540,7 @@ def race(
                        **options)
     raced = plural(len(names), "strategy", "strategies")
     summaries = report(run, as_json=as_json, out=out, title=f"Race: {raced}, same workload", wide=wide, plots=draw,
-                       slos=slos)
+                       slos=slos, utilization_stated=_stated(ctx, "gpu_memory_utilization"))
     if html is not None:
         from kvlab.web.export import write_race_html
 
@@ -564,5 +576,5 @@ def run(
         run = simulate([strategy], quiet=as_json, slos=(slos := parse_slo_classes(slo_classes)), arrivals=arrivals,
                        **options)
     summaries = report(run, as_json=as_json, out=out, title=f"Run: {run.results[0].strategy.name}", wide=wide,
-                       plots=draw, slos=slos)
+                       plots=draw, slos=slos, utilization_stated=_stated(ctx, "gpu_memory_utilization"))
     exit_if_nothing_served(summaries)

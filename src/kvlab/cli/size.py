@@ -18,7 +18,7 @@ from kvlab.cli.app import app
 from kvlab.cli.options import JsonOpt, YesOpt, options_template, with_options
 from kvlab.config.options import OPTIONS, SIZING_OPTIONS, speculative_method_help
 from kvlab.errors import KvlabError
-from kvlab.report.setup import printed_size_row_text
+from kvlab.report.setup import printed_size_row_text, utilization_clause
 from kvlab.report.text import plural
 from kvlab.service.size import at_once_text as _at_once
 from kvlab.service.size import max_num_seqs_cap as _max_num_seqs
@@ -520,15 +520,15 @@ def model_notes(spec, config) -> list[str]:
 
 def _utilization_note(config) -> str:
     """With --gpu-memory-utilization not given: where the version's vLLM defaults to another than kvlab's (0.92 from
-    0.20.0, kvlab.vllm_rules.default_gpu_memory_utilization), what kvlab took and what that vLLM would; else ''."""
-    from kvlab.vllm_rules import default_gpu_memory_utilization, resolve_version
+    0.20.0, kvlab.report.setup.utilization_clause, which run, race and capacity say too), what kvlab took and what
+    that vLLM would; else ''."""
+    from kvlab.vllm_rules import default_gpu_memory_utilization
 
-    vllms = default_gpu_memory_utilization(config.vllm_version)
-    if vllms == config.gpu_memory_utilization:
+    clause = utilization_clause(config.gpu_memory_utilization, config.vllm_version)
+    if not clause:
         return ""
-    return (f"at gpu_memory_utilization {config.gpu_memory_utilization:g}, kvlab's default, where vLLM "
-            f"{resolve_version(config.vllm_version)} defaults to {vllms:g}: pass --gpu-memory-utilization {vllms:g} "
-            "for what it starts with unless told")
+    return (f"at {clause}: pass --gpu-memory-utilization {default_gpu_memory_utilization(config.vllm_version):g} for "
+            "what it starts with unless told")
 
 
 def _print_size(spec, gpu_spec, config, result, fit, utilization_note: str = "") -> None:

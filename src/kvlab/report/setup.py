@@ -13,7 +13,7 @@ from kvlab.cost.profiles import lead_profile
 from kvlab.report.text import plural
 
 __all__ = ["engine_defaults_text", "engine_setup", "error_clause", "evidence", "fitted_to", "lead_profile", "lead_text",
-           "measured_error", "prefix_caching_text", "setup_lines"]
+           "measured_error", "pool_utilization_clause", "prefix_caching_text", "setup_lines", "utilization_clause"]
 
 
 def fitted_to(name: str) -> str:
@@ -90,9 +90,34 @@ def _shortened(text: str, limit: int) -> str:
     return cut + "…"
 
 
-def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
+def utilization_clause(utilization: float, version: str | None) -> str:
+    """Where vLLM ``version`` (None: the newest kvlab knows) starts at another --gpu-memory-utilization than the
+    ``utilization`` kvlab took by default (kvlab.vllm_rules.default_gpu_memory_utilization: 0.92 from 0.20.0), both in
+    one clause; else "". `kvlab size` and `fit` say it in a note, run, race and capacity beside their pool (trial 61,
+    finding 8)."""
+    from kvlab.vllm_rules import default_gpu_memory_utilization, resolve_version
+
+    vllms = default_gpu_memory_utilization(version)
+    if vllms == utilization:
+        return ""
+    return (f"gpu_memory_utilization {utilization:g}, kvlab's default, where vLLM {resolve_version(version)} defaults "
+            f"to {vllms:g}")
+
+
+def pool_utilization_clause(config, stated: bool) -> str:
+    """utilization_clause of a run's configuration (kvlab.config.KvlabConfig) where its pool is the blocks kvlab
+    estimated at its default utilization: "" where --gpu-memory-utilization was ``stated`` (or given another value),
+    or the pool was given (--available-kv-gib, --num-gpu-blocks)."""
+    given = dict(config.given)
+    if stated or {"gpu_memory_utilization", "num_gpu_blocks"} & set(given) or \
+            config.sizing.available_kv_source != "estimated":
+        return ""
+    return utilization_clause(config.cache.gpu_memory_utilization, config.sizing.vllm_version or None)
+
+
+def setup_lines(setup: dict[str, Any], *, short: bool = False, utilization: str = "") -> list[str]:
     """A setup (Answer.common_setup) in words, one line per part, only the parts it has (``short``: the cost
-    profile by its name, for a figure)."""
+    profile by its name, for a figure; ``utilization``: pool_utilization_clause, said of the KV cache)."""
     lines = []
     if "model" in setup and "gpu" in setup:
         parallel = (f" (TP {setup['tensor_parallel_size']}, PP {setup['pipeline_parallel_size']})"
@@ -100,7 +125,8 @@ def setup_lines(setup: dict[str, Any], *, short: bool = False) -> list[str]:
         replicas = f", {setup['replicas']} replicas" if setup.get("replicas", 1) > 1 else ""
         lines.append(f"{setup['model']} on {setup.get('num_gpus', 1)}× {setup['gpu']}{parallel}{replicas}")
     if "num_gpu_blocks" in setup:
-        lines.append(f"KV cache: {setup['num_gpu_blocks']:,} blocks of {setup['block_size']} tokens")
+        lines.append(f"KV cache: {setup['num_gpu_blocks']:,} blocks of {setup['block_size']} tokens"
+                     + (f" ({utilization})" if utilization else ""))
     if "cpu_tier" in setup:
         tier = setup["cpu_tier"]
         lines.append(f"CPU tier: {tier['size_gib']:g} GiB, {tier['num_cpu_blocks']:,} blocks over {tier['link']} "

@@ -91,6 +91,23 @@ def constants_table(title: str):
     return table
 
 
+def same_decimals(values: list[float | None], digits: int = 3, most: int = 3) -> list[str]:
+    """A table column's numbers, every one with the same number of decimals: as many as give its smallest non-zero
+    value ``digits`` significant digits, at most ``most`` (trial 61, finding 10d: a fleet's TPOT column read "9.22"
+    above "9.2"); None or NaN as "–"."""
+    import math
+
+    seen = [abs(v) for v in values if v is not None and v == v and v != 0]
+    decimals = min(most, max(0, digits - 1 - math.floor(math.log10(min(seen))))) if seen else 0
+    return ["–" if v is None or v != v else f"{v:,.{decimals}f}" for v in values]
+
+
+def sentence(text: str) -> str:
+    """``text`` ended with one full stop: none added after a stop or after the ellipsis of a shortened clause (trial
+    61, finding 10c: "3 ms per iteration ….")."""
+    return text if text.endswith((".", "…")) else text + "."
+
+
 def latency_column(values: list[float | None]) -> tuple[str, list[str]]:
     """A column of latencies in one unit, for a table: ms when every value is below 10 s, s when any is 10 s or
     more (never a seven-digit count of milliseconds); the unit goes in the header, so the cells stay narrow."""

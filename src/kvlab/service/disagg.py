@@ -25,6 +25,9 @@ from typing import Any
 from kvlab.errors import KvlabError
 
 DEFAULT_MAX_REPLICAS = 8
+# For --max-time's estimate (the comparison stops at the first n at which a fleet holds, so its length is not known
+# before it runs): the fleets of n = 1 to 3, 1 + 2 + 3 = 6 on each sample, as a typical comparison judges.
+TYPICAL_FLEETS = 6
 
 
 @dataclass
@@ -94,6 +97,14 @@ def compare_fewest_gpus(point: dict[str, Any], slo, runner, *, given_length: boo
     under ``slo`` (kvlab.sweep.slo.Slo), each fleet simulated on ``runner`` (kvlab.sweep.runner.Runner: what its
     store holds is read, not simulated again). ``given_length``: the point's -n or --duration is the first sample
     (else the replica search's default length)."""
+    comparison, samples = prepare_comparison(point, slo, given_length=given_length, max_replicas=max_replicas)
+    return run_comparison(comparison, samples, slo, runner, progress)
+
+
+def prepare_comparison(point: dict[str, Any], slo, *, given_length: bool = True,
+                       max_replicas: int = DEFAULT_MAX_REPLICAS) -> tuple[DisaggComparison, list[dict[str, Any]]]:
+    """compare_fewest_gpus before any fleet runs: the comparison, nothing tried yet, and its samples' options (one or
+    two), every setting checked; a caller estimates the work from them (TYPICAL_FLEETS) before it starts any."""
     from kvlab.config.resolve import quietly
     from kvlab.service.engine import check_disaggregated, load, strategies
     from kvlab.service.replicas import first_sample_options, second_sample_options
@@ -116,22 +127,27 @@ def compare_fewest_gpus(point: dict[str, Any], slo, runner, *, given_length: boo
     samples = [first] if second is None else [first, second]
     comparison.note = comparison.note or no_second
     comparison.sample_lengths = [len(load(quietly(engine_options(options))).requests) for options in samples]
+    return comparison, samples
+
+
+def run_comparison(comparison: DisaggComparison, samples: list[dict[str, Any]], slo, runner,
+                   progress: Callable[[dict[str, Any]], None] | None = None) -> DisaggComparison:
+    """prepare_comparison's comparison judged: every fleet of n = 1, 2, ... replicas on each sample, until one holds."""
     runner.in_rounds = True  # (the progress' total: the fleets asked for so far; each size n asks for more)
     while fleets := comparison.next_fleets():
         rows = runner.run([{**options, **_fleet(prefill, decode)} for prefill, decode in fleets for options in samples])
         for i, (prefill, decode) in enumerate(fleets):
-            row = _row(prefill, decode, rows[i * len(samples):(i + 1) * len(samples)], slo, world,
-                       comparison.sample_lengths)
+            row = _row(prefill, decode, rows[i * len(samples):(i + 1) * len(samples)], slo,
+                       comparison.gpus_per_replica, comparison.sample_lengths)
             comparison.record(row)
             if progress is not None:
                 progress(row)
     return comparison
 
 
-def compare_from_grid(lists: dict[str, list], explicit: list[dict], slo, runner, *,
-                      progress: Callable[[dict[str, Any]], None] | None = None) -> DisaggComparison:
-    """The comparison a command line asks for: its grid's lists and explicit points (--replicas auto and
-    --prefill-replicas auto taken out) must give one configuration."""
+def point_from_grid(lists: dict[str, list], explicit: list[dict]) -> tuple[dict[str, Any], bool]:
+    """The one configuration a command line's comparison is of (its grid's lists and explicit points, --replicas
+    auto and --prefill-replicas auto taken out), and whether it gives the sample's length (-n or --duration)."""
     from kvlab.sweep.grid import expand
 
     for name in ("prefill_replicas", "decode_replicas"):
@@ -144,7 +160,7 @@ def compare_from_grid(lists: dict[str, list], explicit: list[dict], slo, runner,
     if len(points) != 1:
         raise KvlabError(f"--replicas auto --prefill-replicas auto compares one configuration; the grid has "
                          f"{len(points)}: give one value of each option")
-    return compare_fewest_gpus(points[0], slo, runner, given_length=given_length, progress=progress)
+    return points[0], given_length
 
 
 def shape_name(prefill: int, decode: int) -> str:

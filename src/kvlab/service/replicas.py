@@ -50,6 +50,9 @@ from kvlab.sweep.capacity import longer_sample
 
 DEFAULT_ROUTERS = ("round-robin", "least-requests")
 TRAFFIC_SECONDS = 120  # the default workload: this long of the offered traffic, at least
+# For --max-time's estimate (a search doubles until a count holds, then bisects, so its length is not known before it
+# runs): docs/fleet.md's example searches took 4 counts (1, 2, 4, 3) and 6 (1, 2, 4, 8, 6, 5).
+TYPICAL_COUNTS = 5
 
 
 def replicas_text(n: int) -> str:
