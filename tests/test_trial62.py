@@ -57,3 +57,17 @@ def test_a_run_with_a_cpu_tier_says_what_the_tier_did(kvlab):
     assert s["cpu_prefix_hit_tokens"] == 16 * s["offload_loaded_blocks"] > 0
     plain = _flat(kvlab(*argv[:-2]).stdout)
     assert "CPU tier" not in plain
+
+
+def test_capacity_names_the_router_where_the_table_varies_it(kvlab, tmp_path):
+    """Trial 62, finding 5: with two routers, the lines under the table all read "vllm"."""
+    argv = ["capacity", "--strategy", "vllm", "--replicas", "2", "--router", "round-robin,least-requests", "-n", "200",
+            "--slo", "p99_ttft<2s", "--workers", "1", "--gpu-hour-price", "2", "--out", str(tmp_path)]
+    text = _flat(kvlab(*argv).stdout)
+    for router in ("round-robin", "least-requests"):
+        assert f"limited by: vllm, router {router} under roofline" in text, text
+        assert f"vllm, router {router}: " in text
+    import json
+
+    cheapest = json.loads(kvlab(*argv, "--json").stdout)["cheapest"]
+    assert f"Cheapest under the target: vllm, router {cheapest['configuration']['router']} at $" in text

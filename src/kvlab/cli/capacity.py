@@ -428,12 +428,12 @@ def print_capacity(answer: Answer, names, session: Session, written, rows: list[
         search = answer.answering(i)
         if search.limited_by:
             sample = f" ({answer.answering_sample(i)})" if answer.answering_sample(i) else ""
-            console.print(f"limited by: {config['strategy']} under {config['cost']}{sample}: {search.limited_by}"
+            console.print(f"limited by: {_who(config, varying)} under {config['cost']}{sample}: {search.limited_by}"
                           f"{_window_note(answer, i)}.", markup=False)
     for i, config in enumerate(configurations):
         search = answer.answering(i)
         if search.unreachable:
-            console.print(f"{config['strategy']} under {config['cost']}: the target cannot be met at any rate: "
+            console.print(f"{_who(config, varying)} under {config['cost']}: the target cannot be met at any rate: "
                           f"{search.unreachable}.", markup=False)
     if any(not s.error and s.lo is None and not s.unreachable for s in searches):
         console.print("[–, failed]: even the lowest rate tried failed: capacity 0.", markup=False)
@@ -451,7 +451,7 @@ def print_capacity(answer: Answer, names, session: Session, written, rows: list[
                           "from its calibration runs; a workload unlike them (prompt lengths, prefix caching, batch "
                           "sizes) is outside that evidence: check the answer against a measurement (kvlab bench) "
                           "before sizing on it.", markup=False)
-    _print_answer(console, answer)
+    _print_answer(console, answer, varying)
     console.print(sentence("Setup: " + "; ".join(setup_lines(answer.common_setup(), utilization=utilization))),
                   markup=False)
     if len(answer.costs()) > 1:
@@ -479,7 +479,17 @@ def _served_nothing_line(answer: Answer, rows: list[dict]) -> str | None:
                           measured="their answers of 0 req/s")
 
 
-def _print_answer(console, answer: Answer) -> None:
+def _who(config: dict, varying: list[str]) -> str:
+    """A configuration in the lines under the table: its strategy, with the other values the table varies (trial 62,
+    finding 5: two routers' lines both read "vllm")."""
+    def value(v) -> str:
+        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+    return config["strategy"] + "".join(f", {name.replace('_', ' ')} {value(config[name])}" for name in varying
+                                        if name not in ("strategy", "cost"))
+
+
+def _print_answer(console, answer: Answer, varying: list[str]) -> None:
     """The lead clock's answers with their two samples, and what each costs."""
     lead = answer.lead()
     several = len(answer.costs()) > 1
@@ -504,7 +514,7 @@ def _print_answer(console, answer: Answer) -> None:
                 first_uncertified=sample["first_uncertified"])
         cost = answer.cost_of(i)
         if search.mark == "?":
-            console.print(f"  {config['strategy']}: {words}.", markup=False)
+            console.print(f"  {_who(config, varying)}: {words}.", markup=False)
             continue
         if cost is None:
             money = "no price known for this GPU: give --gpu-hour-price"
@@ -514,10 +524,10 @@ def _print_answer(console, answer: Answer) -> None:
             money = (f"${cost['usd_per_hour']:,.2f} an hour on {cost['num_gpus']} GPU"
                      f"{'s' if cost['num_gpus'] > 1 else ''}, {dollars(cost['usd_per_million_output_tokens'])} per million "
                      f"output tokens (mean answer {cost['mean_output_tokens']:,.0f} tokens)")
-        console.print(f"  {config['strategy']}: {words}; {money}.", markup=False)
+        console.print(f"  {_who(config, varying)}: {words}; {money}.", markup=False)
     cheapest = answer.cheapest()
     if cheapest is not None and len(answer.configurations) > len(answer.costs()):
-        console.print(f"Cheapest under the target: {cheapest['strategy']} at "
+        console.print(f"Cheapest under the target: {_who(cheapest['configuration'], varying)} at "
                       f"{dollars(cheapest['usd_per_million_output_tokens'])} per million output tokens.", markup=False)
     price = next((p for p in answer.prices if p is not None), None)
     if price is not None:

@@ -421,14 +421,16 @@ class Answer:
         return lead_profile(get_gpu(self.configurations[0]["gpu"]).id, self.costs())
 
     def cheapest(self) -> dict[str, Any] | None:
-        """Under the lead clock, the configuration whose answer costs least per million output tokens."""
+        """Under the lead clock, the configuration whose answer costs least per million output tokens (its values
+        in ``configuration``: which router, replicas, ... where they vary)."""
         lead = self.lead()
         priced = [(c["usd_per_million_output_tokens"], i) for i in range(len(self.configurations))
                   if self.setups[i]["cost"] == lead and (c := self.cost_of(i)) and c["usd_per_million_output_tokens"]]
         if not priced:
             return None
         value, i = min(priced)
-        return {"strategy": self.configurations[i]["strategy"], "cost": lead, **(self.cost_of(i) or {})}
+        return {"strategy": self.configurations[i]["strategy"], "cost": lead, **(self.cost_of(i) or {}),
+                "configuration": dict(self.configurations[i])}
 
     def setup_of(self, i: int) -> dict[str, Any]:
         """Configuration ``i``'s setup: kvlab.config's description, with the workload's length and seats."""
