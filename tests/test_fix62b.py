@@ -142,3 +142,21 @@ def test_a_number_sent_with_a_fraction_is_still_the_number():
     data = json_body(b'{"kind": "race", "rate": 2.50, "num_requests": 12}')
     spec = parse_run_spec(data)
     assert spec.rate == 2.5 and type(spec.rate) is float and repr(data["rate"]) == "2.50"
+
+
+# -- finding 9b: every speculative method's draft tokens count in the target runner's tensors -------------------
+
+def test_eagle_and_ngram_with_the_same_draft_tokens_leave_the_same_pool():
+    """vLLM 0.32.0 sizes Model Runner V2's grammar bitmask (max_num_seqs x (1 + k) rows) by
+    VllmConfig.num_speculative_tokens, whatever the method: eagle's pool was 24 blocks larger than ngram's."""
+    def blocks(**spec) -> int:
+        return resolve(model="llama-3.1-8b", gpu="h100-sxm", **spec).cache.num_gpu_blocks
+
+    off = blocks()
+    ngram = blocks(speculative_method="ngram", num_speculative_tokens=3, spec_acceptance="0.7")
+    eagle = blocks(speculative_method="eagle", num_speculative_tokens=3, spec_acceptance="0.7")
+    assert ngram == eagle < off
+    assert blocks(speculative_method="eagle", num_speculative_tokens=5, spec_acceptance="0.7") < eagle  # (more rows)
+    drafted = resolve(model="llama-3.1-8b", gpu="h100-sxm", speculative_method="draft_model",
+                      speculative_model="llama-3.2-1b", num_speculative_tokens=3, spec_acceptance="0.7")
+    assert drafted.sizing.num_speculative_tokens == 3  # (its target's bitmask counted too, before the draft's share)
