@@ -145,7 +145,8 @@ def test_ttft_is_the_prefill_the_transfer_and_the_decode_sides_first_iteration()
     assert (client.first_token_time, client.finish_time) == (d.first_token_time, d.finish_time)
     assert client.num_output_tokens == 5 and client.status == "finished"
     parts = result.disaggregation()["ttft_parts_s"]
-    assert parts["prefill"] + parts["transfer"] + parts["decode"] == pytest.approx(client.first_token_time)
+    assert parts["outside_engine"] == 0.0  # (a zero-latency clock; tests/test_fix62b.py: under vllm-h100)
+    assert sum(parts.values()) == pytest.approx(client.first_token_time)
     summary = result.summary()
     assert summary["num_finished"] == 1 and summary["disaggregation"]["transfer_bytes"] == 3000
 

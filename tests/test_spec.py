@@ -346,7 +346,10 @@ def test_a_draft_models_weights_and_kv_are_counted_in_the_budget():
     spec = resolve(speculative_method="draft_model", speculative_model="llama-3.2-1b", spec_acceptance="0.7")
     draft = spec.speculative
     assert draft.draft_weights_bytes > 2 * 2**30 and draft.draft_kv_bytes_per_token == 16 * 2 * 8 * 64 * 2
-    budget = plain.sizing.available_kv_bytes - draft.draft_weights_bytes
+    # (the target's budget with its runner's tensors for the draft tokens, as every method's: the grammar bitmask's
+    # max_num_seqs x (1 + k) rows; trial 62, finding 9b)
+    assert spec.sizing.available_kv_bytes < plain.sizing.available_kv_bytes
+    budget = spec.sizing.available_kv_bytes - draft.draft_weights_bytes
     blocks = budget // (plain.sizing.bytes_per_block + 16 * draft.draft_kv_bytes_per_token)
     assert spec.cache.num_gpu_blocks == blocks < plain.cache.num_gpu_blocks
     assert spec.describe()["speculative"]["draft_weights_gib"] == round(draft.draft_weights_bytes / 2**30, 2)
@@ -439,7 +442,7 @@ def test_a_catalogue_model_is_refused_as_an_eagle_or_mtp_draft(kvlab, method, sa
 def test_num_gpu_blocks_beside_a_draft_model_is_checked_at_the_block_size_with_the_drafts_layers(kvlab):
     """trial 51, finding 9: the fit check of --num-gpu-blocks took the draft's weights off but priced a block at the
     target's layers alone, so 1,085 blocks ran where the blocks, holding the draft's layers too, need 13.77 GiB of the
-    13.25 GiB left. The default pool (650 blocks) is the budget over the block with both models' layers."""
+    13.25 GiB left. The default pool (649 blocks; 650 before the target's grammar bitmask counted the draft tokens) is the budget over the block with both models' layers."""
     spec = resolve(model="opt-13b", gpu="a100-40gb", speculative_method="draft_model", speculative_model="llama-3.2-1b",
                    spec_acceptance="0.7")
     block = spec.sizing.bytes_per_block + 16 * spec.speculative.draft_kv_bytes_per_token

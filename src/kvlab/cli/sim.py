@@ -431,7 +431,11 @@ def print_disaggregation(console, summary: dict) -> None:
                   f"{d['link_bandwidth_gb_s']:g} GB/s after "
                   f"{1e3 * d['link_latency_s']:g} ms: {d['num_transfers']:,} transfers, "
                   f"{d['transfer_bytes'] / 1e9:,.2f} GB. Mean TTFT = prefill {parts['prefill']} + transfer "
-                  f"{parts['transfer']} + decode side {parts['decode']}.", highlight=False)
+                  f"{parts['transfer']} + decode side {parts['decode']}"
+                  + (f" + the cost profile's request latency and admission lag {parts['outside_engine']}"
+                     if d["ttft_parts_s"]["outside_engine"] else "")
+                  + ("" if summary["ttft_s"]["mean"] is None else f" = {significant(1e3 * summary['ttft_s']['mean'])} ms")
+                  + ".", highlight=False)
 
 
 def _print_typical_iteration(console, config, name: str, t: dict) -> None:

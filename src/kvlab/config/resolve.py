@@ -922,10 +922,17 @@ def _size(model_spec, gpu_spec, values: dict[str, Any], enable_prefix_caching: b
 def _sized_drafter(values: dict[str, Any]) -> dict[str, Any]:
     """The speculative config as `kvlab size` sizes it (kvlab.sizing.speculative_layers: an MTP drafter's layers
     take KV cache blocks and weights; a hybrid's state blocks count the draft tokens), for the methods it sizes; a
-    draft model's memory is the run's own (_draft_slots), an EAGLE head's is not modelled."""
-    from kvlab.sizing import SPECULATIVE_METHODS
+    draft model's memory is the run's own (_draft_slots), an EAGLE head's is not modelled.
+
+    eagle and draft_model are sized as ngram (no drafter layer in the target's cache) with their draft tokens: what
+    the target's runner holds per draft token does not depend on the method in vLLM 0.32.0, which sizes it by
+    VllmConfig.num_speculative_tokens (Model Runner V2's grammar bitmask, max_num_seqs x (1 + k) rows; a Mamba
+    layer's num_speculative_blocks). Trial 62, finding 9b: ngram's pool was 24 blocks smaller than eagle's."""
+    from kvlab.sizing import SPECULATIVE_METHODS, SPECULATIVE_NOT_SIZED
 
     method = values.get("speculative_method")
+    if method in SPECULATIVE_NOT_SIZED:
+        return {"speculative_method": "ngram", "num_speculative_tokens": values["num_speculative_tokens"]}
     if method not in SPECULATIVE_METHODS:
         return {}
     return {"speculative_method": method, "num_speculative_tokens": values["num_speculative_tokens"]}

@@ -18,8 +18,10 @@ decode side's (a prefill replica's one token is the proxy's, not the client's). 
                       prompt tokens the decode side took from the link, and found in its own prefix cache (kvlab
                       sends the whole prompt all the same; vLLM reads only the blocks after the local hit)
     ttft_parts_s      means over finished requests: prefill = prefill's token - arrival; transfer; decode = the
-                      decode side's first token - the transfer's end (they sum to the mean TTFT before a profile's
-                      request latency and admission lag)
+                      decode side's first token - the transfer's end; outside_engine = the client's TTFT - those
+                      three, i.e. the cost profile's request latency (request_latency_s: before the engine saw the
+                      request) and admission lag (admission_lag_iterations and its spread: on the first token), 0
+                      under a profile without them (roofline). The four sum to the summary's mean TTFT.
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ def disagg_summary(result: DisaggResult) -> dict:
     decoded = {r.request_id: r.first_token_time for d in result.decode for r in d.records
                if r.first_token_time is not None}
     sent = [t for t in transfers if t.request_id in decoded]
+    client = {r.request_id: r for r in result.client.records if r.first_token_time is not None}
+    engine_ttft = {t.request_id: decoded[t.request_id] - arrival[t.request_id] for t in sent}
     return {
         "shape": disagg.name,
         "num_prefill_replicas": disagg.num_prefill_replicas,
@@ -117,6 +121,8 @@ def disagg_summary(result: DisaggResult) -> dict:
             "prefill": _mean([first_token[t.request_id] - arrival[t.request_id] for t in sent]),  # type: ignore[operator]
             "transfer": _mean([t.end - t.start for t in sent]),
             "decode": _mean([decoded[t.request_id] - t.end for t in sent]),
+            "outside_engine": _mean([client[t.request_id].ttft - engine_ttft[t.request_id]  # type: ignore[operator]
+                                     for t in sent]),
         },
         "kv_received_tokens": sum(received for received, _ in result.num_received_tokens),
         "decode_prefix_hit_tokens": sum(local for _, local in result.num_received_tokens),

@@ -50,7 +50,9 @@ class RunSpec:
     block_size: int = defaults.BLOCK_SIZE
     num_blocks: int | None = None  # KV cache size in blocks; None: what the GPU leaves (vLLM's sizing)
     max_num_seqs: int | None = None  # None: vLLM's default for the GPU, as `kvlab race` uses
-    cost: str = "roofline"  # a built-in cost profile (kvlab cost); files are for the command line only
+    # A built-in cost profile (kvlab cost; files are for the command line only); not given: the one `kvlab race`
+    # picks for the GPU (_cost_profile)
+    cost: str = "roofline"
 
     def options(self) -> dict:
         """The run's options (kvlab.config.resolve's keywords): the engine is configured as `kvlab race` configures
@@ -59,6 +61,29 @@ class RunSpec:
                 "num_gpu_blocks": self.num_blocks,  # the lab's "KV blocks": a smaller cache, to watch memory run out
                 "cost": self.cost, "workload": self.workload, "num_requests": self.num_requests, "rate": self.rate,
                 "seed": self.seed}
+
+
+class SentNumber(float):
+    """A JSON number with the text it was sent as, which its repr gives back: a refusal echoes 1e400 as sent, not as
+    the inf it reads as (trial 62, finding 9c), 1e5 not as 100000.0."""
+
+    text: str
+
+    def __new__(cls, text: str) -> SentNumber:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def json_body(body: bytes):
+    """A request's JSON body, each number with a fraction or an exponent, and NaN or Infinity, read as a SentNumber;
+    raises json.JSONDecodeError or UnicodeDecodeError as Starlette's request.json() does."""
+    import json
+
+    return json.loads(body, parse_float=SentNumber, parse_constant=SentNumber)
 
 
 def single_values(query, valid: tuple[str, ...] | None = None) -> dict[str, str]:
@@ -102,11 +127,12 @@ def parse_run_spec(data: dict) -> RunSpec:
         num_blocks = integer(data, "num_blocks", LIMITS["min_num_blocks"], LIMITS["max_num_blocks"], None)
     else:
         num_blocks = None
+    gpu = text(data, "gpu", defaults.GPU)
     return RunSpec(
         kind=kind,
         strategies=strategies,
         model=text(data, "model", defaults.MODEL),
-        gpu=text(data, "gpu", defaults.GPU),
+        gpu=gpu,
         workload=text(data, "workload", defaults.WORKLOAD),
         rate=number(data, "rate", LIMITS["min_rate"], LIMITS["max_rate"], defaults.RATE),
         num_requests=integer(data, "num_requests", 1, LIMITS["max_num_requests"], defaults.NUM_REQUESTS),
@@ -115,17 +141,24 @@ def parse_run_spec(data: dict) -> RunSpec:
         num_blocks=num_blocks,
         max_num_seqs=None if data.get("max_num_seqs") in (None, "")
         else integer(data, "max_num_seqs", 1, LIMITS["max_num_seqs"], None),
-        cost=_cost_profile(data.get("cost")),
+        cost=_cost_profile(data.get("cost"), gpu),
     )
 
 
-def _cost_profile(value) -> str:
+def _cost_profile(value, gpu: str) -> str:
+    """The profile asked for, or, where none is, the one `kvlab race` runs this GPU under without --cost (the best
+    evidence for it, kvlab.cost.profiles.default_profile_for: vllm-h100 on an H100-SXM; trial 62, finding 7)."""
     import difflib
 
+    from kvlab.catalog import get_gpu
     from kvlab.cost import DEFAULT_PROFILE, builtin_profiles
+    from kvlab.cost.profiles import default_profile_for
 
     if value in (None, ""):
-        return DEFAULT_PROFILE
+        try:
+            return default_profile_for(get_gpu(gpu).id)
+        except KvlabError:  # (an unknown GPU: refused by its own name when the run is configured)
+            return DEFAULT_PROFILE
     names = list(builtin_profiles())
     if not isinstance(value, str) or value not in names:  # never a path: the page reads no files
         hits = difflib.get_close_matches(str(value), names, n=1, cutoff=0.5)

@@ -53,6 +53,7 @@ from kvlab.web.params import (
     LIMITS,
     RunSpec,
     integer,
+    json_body,
     known_only,
     number,
     parse_rate_setup,
@@ -341,7 +342,7 @@ def run_routes(sessions: Sessions, max_seek_seconds: float) -> list[Route]:
 
 async def vllm_log(request: Request) -> Response:
     try:
-        data = await request.json()
+        data = json_body(await request.body())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise KvlabError('the log must be sent as JSON: {"text": "..."}') from None
     return JSONResponse(await run_in_threadpool(explain_log, data))
@@ -462,7 +463,7 @@ def create_app(*, allowed_hosts: list[str] | None = None, limits: dict | None = 
 
     async def create_session(request: Request) -> Response:
         try:
-            data = await request.json()
+            data = json_body(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise KvlabError("the run's parameters are not valid JSON; send a JSON object") from None
         spec = parse_run_spec(data)

@@ -319,11 +319,26 @@ def _failed_start_verdict(log: StartupLog, spec, side: dict) -> str:
     need = side.get("needed_kv_cache_gib")
     longest = side.get("estimated_max_model_len")
     needs = f"needs {need:.2f} GiB of KV cache, more than" if need is not None else "does not fit"
-    fix = f"--max-model-len {longest} or less" if longest else "a smaller --max-model-len"
+    fix = (f"--max-model-len {longest} or less, the longest that fits as `kvlab size` counts it "
+           f"{_rules_words(log, side)};" if longest else "a smaller --max-model-len,")
     return (f"kvlab's own arithmetic for {spec.id}: one request at max_model_len {length:,}{whose} {needs} the "
             f"{_gib(log.available_kv_cache_gib) if log.available_kv_cache_gib is not None else 'memory'} available, "
-            f"so vLLM would refuse this start: the likely cause of the failure. Fix: {fix}, or more memory for the "
+            f"so vLLM would refuse this start: the likely cause of the failure. Fix: {fix} or more memory for the "
             "cache (--gpu-memory-utilization, --tensor-parallel-size, --kv-cache-dtype fp8).")
+
+
+def _rules_words(log: StartupLog, side: dict) -> str:
+    """'under vLLM 0.11.0's rules (the log's) and max_num_batched_tokens 1,024 (the log's)': what kvlab sized with,
+    and where each came from (trial 62, finding 4: the newest rules and 2,048 tokens were assumed unsaid); where the
+    log does not give one, the `kvlab size` command that sizes with the server's own."""
+    version, batched = side["vllm_version"], side["max_num_batched_tokens"]
+    words = (f"under vLLM {version}'s rules ({side['vllm_version_source']}) and max_num_batched_tokens {batched:,} "
+             f"({side['max_num_batched_tokens_source']})")
+    if side["vllm_version_source"] == side["max_num_batched_tokens_source"] == "the log's":
+        return words
+    gib = f"{log.available_kv_cache_gib:g}" if log.available_kv_cache_gib is not None else "GIB"
+    return (words + f"; with the server's own, `kvlab size {side['model']} --available-kv-gib {gib} --vllm-version V "
+            "--max-num-batched-tokens N`")
 
 
 def _worker_lines(log: StartupLog) -> list[str]:
@@ -460,6 +475,26 @@ def _known_version(log: StartupLog) -> str | None:
     except KvlabError:
         return None
     return log.vllm_version
+
+
+def _rules_applied(log: StartupLog, result) -> dict:
+    """The vLLM release whose rules kvlab sized by and the token budget per step it sized with (a sliding window's
+    blocks per request depend on both), each with where it came from."""
+    from kvlab.vllm_rules import resolve_version
+
+    known = _known_version(log)
+    if known is not None:
+        version_source = "the log's"
+    elif log.vllm_version:
+        version_source = f"the newest kvlab knows: the log's {log.vllm_version} is not one it knows"
+    else:
+        version_source = "the newest kvlab knows: the log does not print its version"
+    given = log.settings.get("max_num_batched_tokens")
+    return {"vllm_version": resolve_version(known), "vllm_version_source": version_source,
+            "max_num_batched_tokens": result.max_num_batched_tokens,
+            "max_num_batched_tokens_source": "the log's" if given else
+            "vLLM's default below 70 GiB of GPU memory: the log does not print it, and a sliding window's blocks grow "
+            "with it"}
 
 
 def _budget(log: StartupLog, bytes_per_block: int) -> tuple[int, int, int, str] | None:
@@ -660,7 +695,7 @@ def kvlab_calculation(log: StartupLog, spec, source: str, audience: str = "cli")
             "kv_cache_dtype": probe.kv_cache_dtype, "tensor_parallel_size": probe.tensor_parallel_size,
             "max_model_len": probe.max_model_len, "kv_bytes_per_token_per_gpu": probe.kv_bytes_per_token_per_gpu,
             "page_size_bytes": probe.page_size_bytes, "bytes_per_block": probe.bytes_per_block,
-            "blocks_per_request": probe.blocks_per_request}
+            "blocks_per_request": probe.blocks_per_request, **_rules_applied(log, probe)}
     if budget is None:
         side["note"] = "the log gives no KV cache memory or block count to size from"
         return {"kvlab": side, "comparison": [], "differences": []}

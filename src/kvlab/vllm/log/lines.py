@@ -364,6 +364,10 @@ PATTERNS = (
     _pattern("no_memory", None, r"No available memory for the cache blocks",
              lambda m: {"refused": True, "no_kv_memory": True}),
     _pattern("non_default_args", None, r"non-default args: (?P<args>\{.*\}?)", _read_args),
+    # The engine's token budget per step as it applies it (SchedulerConfig, from 0.6 or so): a sliding window's blocks
+    # per request grow with it (trial 62, finding 4: `vllm log` sized at 2,048 where the log said otherwise).
+    _pattern("chunked_prefill", None, r"Chunked prefill is enabled with max_num_batched_tokens=(?P<n>\d+)",
+             lambda m: {"config.max_num_batched_tokens": int(m["n"])}),
     _pattern("engine_config", None, r"Initializing an? (?:(?P<engine>V[01]) )?LLM engine \(v?(?P<version>[^)\s]+)\) "
              r"with config: (?P<rest>.*)", _read_engine_config),
     _pattern("using_max_model_len", None, r"Using max model len (?P<n>\d+)",
@@ -442,7 +446,8 @@ KEYWORDS = ("KV cache", "KV Cache", "concurrency", "blocks", "Model loading", "m
             "Free memory on device", "Actual usage", "non KV cache memory", "Initial free memory", "Graph capturing",
             "CUDA graph memory", "CUDA graph pool",
             "total_gpu_memory", "max seq len", "To serve", "maximum model length", "No available memory",
-            "non-default args", "LLM engine", "max model len", "version", "failed to start", "initialization failed")
+            "non-default args", "LLM engine", "max model len", "version", "failed to start", "initialization failed",
+            "Chunked prefill")
 WRAPPED_LINES = 3  # a wrapped message's continuation lines looked at after a line with a keyword
 
 
