@@ -71,3 +71,12 @@ def test_capacity_names_the_router_where_the_table_varies_it(kvlab, tmp_path):
 
     cheapest = json.loads(kvlab(*argv, "--json").stdout)["cheapest"]
     assert f"Cheapest under the target: vllm, router {cheapest['configuration']['router']} at $" in text
+
+
+def test_a_fleet_says_why_its_router_sent_each_request_where_it_did(kvlab):
+    """Trial 62, finding 9a: a prefix router on a workload that shares no prefix said only "prefix hit rate 0.0%";
+    it routed by load, as least-requests does, and now says so with its reasons' counts."""
+    text = _flat(kvlab("run", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--replicas", "4", "--router",
+                       "prefix", "--workload", "azure-conv", "--rate", "40", "-n", "300").stdout)
+    assert "prefix hit rate 0.0%; requests routed per replica: " in text
+    assert "; why: 300 no prefix cached: fewest requests." in text, text

@@ -385,6 +385,12 @@ def overloaded_text(summary: dict, offered: float, gateway=None) -> str:
             f"over the whole run ({served}); kvlab capacity finds the rate it sustains under a latency target.")
 
 
+def _reasons_text(reasons: dict[str, int]) -> str:
+    """The router's reasons with their counts, most first ("300 no prefix cached: fewest requests": a prefix router
+    on a workload that shares no prefix routes by load, which its hit rate of 0% alone did not say: trial 62, 9a)."""
+    return ", ".join(f"{n:,} {reason}" for reason, n in sorted(reasons.items(), key=lambda item: -item[1]))
+
+
 def print_fleets(console, run, summaries) -> None:
     """Each strategy's fleet: the router's work (imbalance, prefix hits, where requests went) and, for one or two
     strategies, each replica's numbers."""
@@ -402,7 +408,8 @@ def print_fleets(console, run, summaries) -> None:
         imbalance = "–" if f["load_imbalance"] is None else f"{f['load_imbalance']:.2f}"
         console.print(f"{summary['name']}: {f['num_replicas']} replicas behind {f['router']}: load imbalance "
                       f"{imbalance} (max over mean of each replica's served tokens), prefix hit rate {hit}; "
-                      f"requests routed per replica: {', '.join(f'{n:,}' for n in f['decisions']['per_replica'])}.")
+                      f"requests routed per replica: {', '.join(f'{n:,}' for n in f['decisions']['per_replica'])}; "
+                      f"why: {_reasons_text(f['decisions']['reasons'])}.")
         if len(run.fleets) > 2:
             continue
         table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
