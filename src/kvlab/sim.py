@@ -322,6 +322,7 @@ class Simulation(Clock):
                 progress(total, total)
             return self.result()
         finally:
+            _keep_as_old()
             if collecting:
                 gc.enable()
 
@@ -596,6 +597,20 @@ def _make_scheduler(config: SimConfig, scheduler_config, allocator, strategy: St
     from kvlab.spec.scheduler import SpecRunScheduler
 
     return SpecRunScheduler(scheduler_config, allocator, config.cache, speculative=config.speculative)
+
+
+def _keep_as_old() -> None:
+    """The objects a run leaves (a ``Seq`` and a record a request) moved to the collector's oldest generation, as
+    they are, in O(1): made with the collector off, they sat in its youngest, and its first passes after the run
+    (the youngest, then the middle one, at the next allocations) walked all of them, two a request spread over
+    hundreds of MB, their cost per request growing with the run's length (benchmarks/README.md, issue 34's
+    twenty-third step). A full collection still visits them, as any long-lived data. ``freeze`` moves every
+    tracked object to the permanent generation and ``unfreeze`` all of them to the oldest: the caller's young
+    objects go along (a cycle among them is freed at the next full collection, not the next young one); skipped
+    when the caller froze objects itself (``unfreeze`` would release them)."""
+    if not gc.get_freeze_count():
+        gc.freeze()
+        gc.unfreeze()
 
 
 def _prepend(value: float, values):
