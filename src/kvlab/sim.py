@@ -322,6 +322,7 @@ class Simulation(Clock):
                 progress(total, total)
             return self.result()
         finally:
+            _keep_as_old()
             if collecting:
                 gc.enable()
 
@@ -483,17 +484,24 @@ class Simulation(Clock):
         """The requests that arrived during a run that went past arrivals, from its start to its last iteration's
         start, join the queue (or are rejected) as they would have between its iterations: before the first
         iteration starting at or after the arrival. Returns that iteration (from 0) for each that joined."""
-        import numpy as np
-
-        # Each iteration's start, as `now += dt` advanced the clock, left to right.
-        starts = np.add.accumulate(np.concatenate(([start], durations[:-1])))
-        last, requests = float(starts[-1]), self.requests
-        joined = []
-        while self._next_arrival < len(requests) and requests[self._next_arrival].arrival_time <= last:
-            request = requests[self._next_arrival]
+        # Each iteration's start as `now += dt` advanced the clock, left to right (as np.add.accumulate added them:
+        # the same floats), walked beside the arrivals, both in order: no numpy call a run and no search an arrival
+        # (benchmarks/README.md, issue 34's twenty-third step).
+        steps: list[float] = durations if isinstance(durations, list) else durations.tolist()
+        last = len(steps) - 1
+        times, requests = self._arrival_times, self.requests
+        joined: list[int] = []
+        iteration, begins = 0, start  # an iteration and its start
+        while self._next_arrival < len(times):
+            arrival: float = times[self._next_arrival]
+            while begins < arrival and iteration < last:
+                begins += steps[iteration]
+                iteration += 1
+            if begins < arrival:  # after the run's last iteration started: it joins after the run
+                break
             self._next_arrival += 1
-            if self._arrival(request):
-                joined.append(int(starts.searchsorted(request.arrival_time, side="left")))
+            if self._arrival(requests[self._next_arrival - 1]):
+                joined.append(iteration)
         return tuple(joined)
 
     def admission(self, request: Request) -> tuple[Request, str | None]:
@@ -596,6 +604,20 @@ def _make_scheduler(config: SimConfig, scheduler_config, allocator, strategy: St
     from kvlab.spec.scheduler import SpecRunScheduler
 
     return SpecRunScheduler(scheduler_config, allocator, config.cache, speculative=config.speculative)
+
+
+def _keep_as_old() -> None:
+    """The objects a run leaves (a ``Seq`` and a record a request) moved to the collector's oldest generation, as
+    they are, in O(1): made with the collector off, they sat in its youngest, and its first passes after the run
+    (the youngest, then the middle one, at the next allocations) walked all of them, two a request spread over
+    hundreds of MB, their cost per request growing with the run's length (benchmarks/README.md, issue 34's
+    twenty-third step). A full collection still visits them, as any long-lived data. ``freeze`` moves every
+    tracked object to the permanent generation and ``unfreeze`` all of them to the oldest: the caller's young
+    objects go along (a cycle among them is freed at the next full collection, not the next young one); skipped
+    when the caller froze objects itself (``unfreeze`` would release them)."""
+    if not gc.get_freeze_count():
+        gc.freeze()
+        gc.unfreeze()
 
 
 def _prepend(value: float, values):
