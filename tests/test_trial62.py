@@ -80,3 +80,11 @@ def test_a_fleet_says_why_its_router_sent_each_request_where_it_did(kvlab):
                        "prefix", "--workload", "azure-conv", "--rate", "40", "-n", "300").stdout)
     assert "prefix hit rate 0.0%; requests routed per replica: " in text
     assert "; why: 300 no prefix cached: fewest requests." in text, text
+
+
+def test_a_sweep_latency_column_keeps_three_digits_with_trailing_zeros():
+    """Trial 62, finding 9d: the sweep's TTFT p99 column printed "6.6" beside "8.39"."""
+    from kvlab.report.text import latency_column
+
+    assert latency_column([8.39, 6.6, 5.75, 163.0, 7.52, None]) == ("s", ["8.39", "6.60", "5.75", "163", "7.52", "–"])
+    assert latency_column([0.0722, 0.05, 0.112]) == ("ms", ["72.2", "50.0", "112"])

@@ -150,7 +150,7 @@ def print_sweep(rows, names, session: Session, written: list[Path], varied: set[
     for i, row in enumerate(rows):
         ok = row["status"] == "ok"
         cells = [f"{row['throughput_rps']:.3f}", f"{row['throughput_tps']:.0f}",
-                 _num(row.get("normalized_latency_s_per_token_mean")), ttft[i], tpot[i]] if ok else ["–"] * 5
+                 _num(row.get("normalized_latency_s_per_token_mean"), zeros=True), ttft[i], tpot[i]] if ok else ["–"] * 5
         status = ["ok" if ok else f"failed: {row['error']}"] if failed else []
         table_rows.append([*(cell(row[n]) for n in varying), *cells, *status])
     headers = (*varying, "req/s", "tok/s", "s/tok", f"TTFT p99 {ttft_unit}", f"TPOT p99 {tpot_unit}",
@@ -243,7 +243,7 @@ def cell(value) -> str:
     return str(value)
 
 
-def _num(value, scale: float = 1.0) -> str:
+def _num(value, scale: float = 1.0, zeros: bool = False) -> str:
     from kvlab.report.tables import significant
 
-    return "–" if value is None else significant(value * scale)
+    return "–" if value is None else significant(value * scale, zeros=zeros)

@@ -100,10 +100,11 @@ def _fit(columns: list[tuple[str, str]], rows: list[dict], width: int) -> list[t
     return columns
 
 
-def significant(value: float) -> str:
+def significant(value: float, *, zeros: bool = False) -> str:
     """Three significant digits ('0.0288', '97.7'); where that would take an exponent, whole with separators
-    ('1,110', not 1.11e+03; 999.6 is '1,000')."""
-    text = f"{value:.3g}"
+    ('1,110', not 1.11e+03; 999.6 is '1,000'). ``zeros``: trailing zeros kept, for a table's column ('6.60' under
+    '8.39', not '6.6': trial 62, finding 9d)."""
+    text = f"{value:#.3g}".rstrip(".") if zeros else f"{value:.3g}"
     return f"{value:,.0f}" if "e+" in text else text
 
 

@@ -110,12 +110,13 @@ def sentence(text: str) -> str:
 
 def latency_column(values: list[float | None]) -> tuple[str, list[str]]:
     """A column of latencies in one unit, for a table: ms when every value is below 10 s, s when any is 10 s or
-    more (never a seven-digit count of milliseconds); the unit goes in the header, so the cells stay narrow."""
+    more (never a seven-digit count of milliseconds); the unit goes in the header, so the cells stay narrow; each
+    cell to three significant digits, trailing zeros kept ("6.60" under "8.39")."""
     from kvlab.report.tables import significant
 
     seen = [v for v in values if v is not None and v == v]
     unit, scale = ("s", 1.0) if any(v >= 10 for v in seen) else ("ms", 1e3)
-    return unit, ["–" if v is None or v != v else significant(v * scale) for v in values]
+    return unit, ["–" if v is None or v != v else significant(v * scale, zeros=True) for v in values]
 
 
 def latency_cell(seconds: float | None) -> str:
